@@ -1,0 +1,1 @@
+"""Command-line interface: a thin Typer layer over the library."""
