@@ -1,0 +1,57 @@
+"""Data sources: where the audited examples come from.
+
+Images (:func:`image_source`): the built-in offline default (seeded random crops of photographs
+shipped with scikit-image and scikit-learn), an image folder, a parquet file of image bytes, or a
+Hugging Face dataset. Text (:func:`text_source`): the built-in offline corpus (the standard
+library's Python reference help topics), .txt/.jsonl/.parquet files, or a Hugging Face dataset
+(``"wikipedia"`` is the paper's). The paper's BERT and GPT-2 input constructions are
+:func:`bert_pair_examples` and :func:`gpt_window_examples`; :func:`offline_tokenizer` finds a
+tokenizer for random-init text models without the network.
+"""
+
+from .images import (
+    BUILTIN_PHOTOS,
+    IMAGE_EXTENSIONS,
+    BuiltinImages,
+    HubImages,
+    ImageFolder,
+    ImageSource,
+    ParquetImages,
+    image_source,
+)
+from .text import (
+    BuiltinText,
+    HubText,
+    JsonlText,
+    ParquetText,
+    TextExamples,
+    TextFiles,
+    TextSource,
+    bert_pair_examples,
+    gpt_window_examples,
+    text_source,
+)
+from .tokenizers import FallbackTokenizer, offline_tokenizer
+
+__all__ = [
+    "BUILTIN_PHOTOS",
+    "IMAGE_EXTENSIONS",
+    "BuiltinImages",
+    "BuiltinText",
+    "FallbackTokenizer",
+    "HubImages",
+    "HubText",
+    "ImageFolder",
+    "ImageSource",
+    "JsonlText",
+    "ParquetImages",
+    "ParquetText",
+    "TextExamples",
+    "TextFiles",
+    "TextSource",
+    "bert_pair_examples",
+    "gpt_window_examples",
+    "image_source",
+    "offline_tokenizer",
+    "text_source",
+]

@@ -1,0 +1,137 @@
+"""Helpers shared by the image and text sources: deciding what a ``data`` argument names, and
+opening Hugging Face datasets (hub ids or local dataset folders) with user-facing errors.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from ..errors import DataError, InputError, OfflineError
+from ..hub import is_offline
+
+BUILTIN_NAMES = {"builtin", "built-in", "default"}
+HUB_PREFIXES = ("hf:", "hub:")
+
+# Suffixes that mark a string as a file name rather than a hub dataset id.
+_FILE_SUFFIXES = {
+    ".parquet", ".arrow", ".jsonl", ".json", ".txt", ".csv", ".tsv", ".npy", ".npz",
+    ".safetensors", ".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp",
+    ".zip", ".tar", ".gz", ".md",
+}
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """The first non-empty line of an exception's message, shortened for a user message."""
+    text = str(exc).strip() or type(exc).__name__
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), text)
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def is_builtin(data: str | None) -> bool:
+    return data is None or data.strip().lower() in BUILTIN_NAMES
+
+
+def looks_like_path(data: str) -> bool:
+    """True when ``data`` is clearly meant as a local path (so a missing one is an error, not a hub id)."""
+    if data.startswith(("/", "./", "../", "~", ".\\", "..\\")) or "\\" in data:
+        return True
+    if re.match(r"^[A-Za-z]:[\\/]", data):  # a Windows drive
+        return True
+    if Path(data).suffix.lower() in _FILE_SUFFIXES:
+        return True
+    return not _HUB_ID.match(data)
+
+
+def classify(data: str) -> tuple[str, Any]:
+    """Say what a non-built-in ``data`` argument names.
+
+    Returns ``("hub", id_or_path)`` for a Hugging Face dataset (a hub id, or any string prefixed
+    with ``hf:``/``hub:``, which may also be a local dataset folder), ``("file", Path)``,
+    ``("dir", Path)``. A string that looks like a local path but does not exist raises DataError.
+    """
+    text = data.strip()
+    if not text:
+        raise InputError("empty data argument: give a path, a Hugging Face dataset id, or 'builtin'")
+    for prefix in HUB_PREFIXES:
+        if text.lower().startswith(prefix):
+            rest = text[len(prefix):].strip()
+            if not rest:
+                raise InputError(f"'{text}': nothing after '{prefix}'; give a Hugging Face dataset id")
+            return "hub", rest
+    path = Path(os.path.expanduser(text))
+    if path.is_dir():
+        return "dir", path
+    if path.exists():
+        return "file", path
+    if looks_like_path(text):
+        raise DataError(f"{text}: no such file or folder")
+    return "hub", text
+
+
+def _is_local(data: str) -> bool:
+    return Path(os.path.expanduser(data)).exists()
+
+
+def open_hf_dataset(data: str, *, split: str, config: str | None = None, what: str, instead: str):
+    """``datasets.load_dataset(data, config, split=split, streaming=True)`` with user-facing errors.
+
+    ``data`` is a hub id or a local dataset folder. For a hub id while offline this raises
+    OfflineError at once, without touching the ``datasets`` library. ``what`` names the kind of
+    data ("image", "text") and ``instead`` says what to use offline.
+    """
+    local = _is_local(data)
+    if local:
+        data = os.path.expanduser(data)
+    elif is_offline():
+        raise OfflineError(
+            f"'{data}' is a Hugging Face hub dataset, but the hub cannot be reached (offline); "
+            f"use {instead}"
+        )
+    try:
+        import datasets
+    except ImportError as exc:  # pragma: no cover - a declared dependency
+        raise DataError(f"reading '{data}' needs the 'datasets' package: {one_line(exc)}") from None
+
+    label = f"'{data}'" + (f" (config {config})" if config else "")
+    try:
+        return datasets.load_dataset(data, config, split=split, streaming=True)
+    except ValueError as exc:
+        msg = str(exc)
+        if "split" in msg.lower():
+            splits = _available_splits(msg, data, config)
+            known = f"; available splits: {', '.join(splits)}" if splits else ""
+            raise DataError(f"{what} dataset {label} has no split '{split}'{known}") from None
+        raise DataError(f"cannot open {what} dataset {label}: {one_line(exc)}") from None
+    except (ConnectionError, TimeoutError) as exc:
+        if not local:
+            raise OfflineError(
+                f"cannot reach the Hugging Face hub for '{data}' ({one_line(exc)}); use {instead}"
+            ) from None
+        raise DataError(f"cannot open {what} dataset {label}: {one_line(exc)}") from None
+    except Exception as exc:  # the datasets library raises many types; all are data problems here
+        name = type(exc).__name__
+        if "NotFound" in name or isinstance(exc, FileNotFoundError):
+            hint = "" if local else " (check the id; gated or private datasets need `hf auth login`)"
+            raise DataError(f"{what} dataset {label} not found or has no data files{hint}") from None
+        if "Gated" in name or "Unauthorized" in name or "Authentication" in name:
+            raise DataError(
+                f"{what} dataset {label} is gated or private: accept its terms on the hub and log in "
+                "with `hf auth login`"
+            ) from None
+        raise DataError(f"cannot open {what} dataset {label}: {one_line(exc)}") from None
+
+
+def _available_splits(message: str, data: str, config: str | None) -> list[str]:
+    found = re.search(r"(?:Available splits|Should be one of)\s*:?\s*\[([^\]]*)\]", message)
+    if found:
+        return [s.strip().strip("'\"") for s in found.group(1).split(",") if s.strip()]
+    try:
+        import datasets
+
+        return list(datasets.get_dataset_split_names(data, config))
+    except Exception:
+        return []

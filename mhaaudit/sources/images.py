@@ -1,0 +1,467 @@
+"""Image sources: the built-in offline default, image folders, parquet files of image bytes, and
+Hugging Face datasets (streamed).
+
+Every source yields RGB ``PIL.Image.Image`` objects in a deterministic order and counts what it
+had to skip. Like the paper (which kept the RGB images among 2000 ImageNet images), sources keep
+images whose mode is already RGB and count every other image (grayscale, CMYK, RGBA, palette) as
+skipped, as well as files that cannot be decoded. ``limit`` caps the number of images yielded.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import math
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from ..errors import DataError, InputError
+from ._common import classify, is_builtin, one_line, open_hf_dataset
+
+__all__ = [
+    "ImageSource",
+    "BuiltinImages",
+    "ImageFolder",
+    "ParquetImages",
+    "HubImages",
+    "image_source",
+    "IMAGE_EXTENSIONS",
+    "BUILTIN_PHOTOS",
+]
+
+IMAGE_EXTENSIONS = frozenset(
+    {".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp",
+     ".ppm", ".pgm", ".pbm", ".pnm"}
+)
+CROP_SIZE = 224
+CROP_SCALE = (0.08, 1.0)  # fraction of the photograph's area, as in the usual random-resized crop
+CROP_RATIO = (3 / 4, 4 / 3)  # aspect ratio, sampled log-uniformly
+
+_OFFLINE_IMAGES = "a local image folder, a .parquet file of image bytes, or the built-in default (no --data)"
+
+
+def _skimage(name: str) -> Callable[[], np.ndarray]:
+    def load() -> np.ndarray:
+        import skimage.data
+
+        return getattr(skimage.data, name)()
+
+    return load
+
+
+def _skimage_stereo(index: int) -> Callable[[], np.ndarray]:
+    def load() -> np.ndarray:
+        import skimage.data
+
+        return skimage.data.stereo_motorcycle()[index]
+
+    return load
+
+
+def _sklearn(filename: str) -> Callable[[], np.ndarray]:
+    def load() -> np.ndarray:
+        from sklearn.datasets import load_sample_images
+
+        sample = load_sample_images()
+        for path, image in zip(sample.filenames, sample.images):
+            if Path(path).name == filename:
+                return image
+        raise FileNotFoundError(filename)
+
+    return load
+
+
+# The colour photographs that ship inside the scikit-image and scikit-learn wheels and load
+# without a download. Grayscale pictures (camera, moon, coins, ...) are left out, in line with
+# the paper keeping RGB images only; so are drawings and synthetic images (logo, colorwheel).
+# A photograph that fails to load is skipped and left out of the source's name.
+BUILTIN_PHOTOS: tuple[tuple[str, Callable[[], np.ndarray]], ...] = (
+    ("astronaut", _skimage("astronaut")),
+    ("chelsea", _skimage("chelsea")),
+    ("coffee", _skimage("coffee")),
+    ("rocket", _skimage("rocket")),
+    ("hubble_deep_field", _skimage("hubble_deep_field")),
+    ("immunohistochemistry", _skimage("immunohistochemistry")),
+    ("retina", _skimage("retina")),
+    ("motorcycle_left", _skimage_stereo(0)),
+    ("motorcycle_right", _skimage_stereo(1)),
+    ("china.jpg", _sklearn("china.jpg")),
+    ("flower.jpg", _sklearn("flower.jpg")),
+)
+_SKLEARN_NAMES = {"china.jpg", "flower.jpg"}
+
+
+@functools.lru_cache(maxsize=1)
+def _load_builtin_photos() -> tuple[tuple[str, Image.Image], ...]:
+    photos = []
+    for name, load in BUILTIN_PHOTOS:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                array = np.asarray(load())
+        except Exception:  # e.g. a picture that would need a download: skip it
+            continue
+        if array.ndim != 3 or array.shape[2] != 3:
+            continue
+        photos.append((name, Image.fromarray(np.ascontiguousarray(array, dtype=np.uint8), "RGB")))
+    return tuple(photos)
+
+
+def _decode(value: Any, base: Path | None = None) -> Image.Image | None:
+    """An RGB image from a PIL image, bytes, a path, or a {"bytes", "path"} dict; None when it
+    cannot be decoded or is not RGB."""
+    try:
+        if isinstance(value, Image.Image):
+            image = value
+            image.load()
+        else:
+            if isinstance(value, dict):
+                raw = value.get("bytes")
+                if raw is None and value.get("path"):
+                    path = Path(value["path"])
+                    if not path.is_absolute() and base is not None:
+                        path = base / path
+                    raw = path.read_bytes()
+                value = raw
+            if isinstance(value, (str, Path)):
+                value = Path(value).read_bytes()
+            if not isinstance(value, (bytes, bytearray, memoryview)):
+                return None
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                image = Image.open(io.BytesIO(bytes(value)))
+                image.load()
+    except (OSError, UnidentifiedImageError, ValueError, SyntaxError, Image.DecompressionBombError):
+        return None
+    return image if image.mode == "RGB" else None
+
+
+class ImageSource:
+    """An iterable of RGB ``PIL.Image.Image`` in a deterministic order.
+
+    ``name`` describes the source in plain words for reports; ``skipped`` counts the items the
+    current (or last) pass skipped because they were unreadable or not RGB; ``total`` is the
+    number of images a full pass yields when known in advance (else None); ``limit`` caps it.
+    Each ``iter()`` starts a fresh pass and resets ``skipped``.
+    """
+
+    name: str
+    skipped: int
+    total: int | None
+    limit: int
+
+    def __init__(self, name: str, limit: int, total: int | None = None) -> None:
+        self.name = name
+        self.limit = limit
+        self.total = total
+        self.skipped = 0
+
+    def _generate(self) -> Iterator[Image.Image]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[Image.Image]:
+        self.skipped = 0
+        yielded = 0
+        if self.limit <= 0:
+            return
+        for image in self._generate():
+            yield image
+            yielded += 1
+            if yielded >= self.limit:
+                return
+        if yielded == 0:
+            raise DataError(f"{self.name}: no readable RGB images ({self.skipped} skipped)")
+
+    def batches(self, batch_size: int) -> Iterator[list[Image.Image]]:
+        """Lists of up to ``batch_size`` images (the last one may be shorter)."""
+        if batch_size < 1:
+            raise InputError(f"batch size must be at least 1, got {batch_size}")
+        batch: list[Image.Image] = []
+        for image in self:
+            batch.append(image)
+            if len(batch) == batch_size:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+
+class BuiltinImages(ImageSource):
+    """Seeded random-resized crops (224 x 224) of the colour photographs in ``BUILTIN_PHOTOS``.
+
+    Crop ``i`` picks a photograph uniformly, an area fraction uniform in ``CROP_SCALE`` and an
+    aspect ratio log-uniform in ``CROP_RATIO`` (ten tries, then the largest centred crop), a
+    uniform position, and a horizontal flip with probability 0.5, all from
+    ``numpy.random.default_rng(seed)``; repeated crop parameters are redrawn, so the images are
+    distinct. Crops are made while iterating; only the photographs are held in memory.
+    """
+
+    def __init__(self, limit: int = 2000, seed: int = 0) -> None:
+        self.photos = _load_builtin_photos()
+        if not self.photos:
+            raise DataError("the built-in photographs (scikit-image, scikit-learn) could not be loaded")
+        self.seed = seed
+        names = [n for n, _ in self.photos]
+        sk = [n.replace("_", " ") for n in names if n not in _SKLEARN_NAMES]
+        sl = [n for n in names if n in _SKLEARN_NAMES]
+        parts = []
+        if sk:
+            parts.append(f"scikit-image ({', '.join(sk)})")
+        if sl:
+            parts.append(f"scikit-learn ({', '.join(sl)})")
+        name = (
+            f"built-in: {limit} seeded random crops (seed {seed}; {CROP_SCALE[0]:.0%}-{CROP_SCALE[1]:.0%} "
+            f"of the area, aspect 3/4-4/3, random horizontal flips, resized to {CROP_SIZE}x{CROP_SIZE}) "
+            f"of {len(names)} colour photographs shipped with {' and '.join(parts)} (offline default)"
+        )
+        super().__init__(name, limit, total=limit)
+
+    def _crop_params(self, rng: np.random.Generator) -> tuple[int, int, int, int, int, bool]:
+        index = int(rng.integers(len(self.photos)))
+        width, height = self.photos[index][1].size
+        area = width * height
+        log_lo, log_hi = math.log(CROP_RATIO[0]), math.log(CROP_RATIO[1])
+        for _ in range(10):
+            target = area * rng.uniform(*CROP_SCALE)
+            ratio = math.exp(rng.uniform(log_lo, log_hi))
+            w = int(round(math.sqrt(target * ratio)))
+            h = int(round(math.sqrt(target / ratio)))
+            if 0 < w <= width and 0 < h <= height:
+                top = int(rng.integers(0, height - h + 1))
+                left = int(rng.integers(0, width - w + 1))
+                break
+        else:  # the largest centred crop within the aspect range
+            ratio = width / height
+            if ratio < CROP_RATIO[0]:
+                w, h = width, int(round(width / CROP_RATIO[0]))
+            elif ratio > CROP_RATIO[1]:
+                w, h = int(round(height * CROP_RATIO[1])), height
+            else:
+                w, h = width, height
+            top, left = (height - h) // 2, (width - w) // 2
+        flip = bool(rng.random() < 0.5)
+        return index, left, top, w, h, flip
+
+    def _generate(self) -> Iterator[Image.Image]:
+        rng = np.random.default_rng(self.seed)
+        seen: set[tuple[int, int, int, int, int, bool]] = set()
+        while True:
+            params = self._crop_params(rng)
+            if params in seen:
+                continue
+            seen.add(params)
+            index, left, top, w, h, flip = params
+            crop = self.photos[index][1].resize(
+                (CROP_SIZE, CROP_SIZE), Image.Resampling.BILINEAR, box=(left, top, left + w, top + h)
+            )
+            if flip:
+                crop = crop.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+            yield crop
+
+
+class ImageFolder(ImageSource):
+    """Image files under a folder (recursive, common extensions, sorted by relative path)."""
+
+    def __init__(self, root: Path, limit: int = 2000) -> None:
+        self.root = root
+        try:
+            files = [
+                p for p in root.rglob("*")
+                if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file()
+                and not any(part.startswith(".") for part in p.relative_to(root).parts)
+            ]
+        except OSError as exc:
+            raise DataError(f"cannot list image folder {root}: {one_line(exc)}") from None
+        if not files:
+            exts = ", ".join(sorted(e.lstrip(".") for e in IMAGE_EXTENSIONS))
+            raise DataError(f"image folder {root} holds no image files ({exts})")
+        self.files = sorted(files, key=lambda p: p.relative_to(root).as_posix())
+        super().__init__(
+            f"image folder {root} ({len(self.files)} files, RGB only)", limit,
+            total=min(limit, len(self.files)),
+        )
+
+    def _generate(self) -> Iterator[Image.Image]:
+        for path in self.files:
+            image = None
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    with Image.open(path) as opened:
+                        opened.load()
+                        if opened.mode == "RGB":
+                            image = opened
+            except (OSError, UnidentifiedImageError, ValueError, SyntaxError, Image.DecompressionBombError):
+                image = None
+            if image is None:
+                self.skipped += 1
+                continue
+            yield image
+
+
+def _image_column_of(schema, wanted: str | None, label: str) -> str:
+    import pyarrow as pa
+
+    names = list(schema.names)
+    if wanted is not None:
+        if wanted not in names:
+            raise InputError(f"{label} has no column '{wanted}'; its columns: {', '.join(names)}")
+        return wanted
+
+    def holds_bytes(name: str) -> bool:
+        t = schema.field(name).type
+        if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+            return True
+        return pa.types.is_struct(t) and any(t.field(i).name == "bytes" for i in range(t.num_fields))
+
+    for name in ("image", "img", "images", "picture", "jpg", "jpeg", "png"):
+        if name in names and holds_bytes(name):
+            return name
+    for name in names:
+        if holds_bytes(name):
+            return name
+    raise DataError(f"{label} has no column of image bytes; its columns: {', '.join(names)} "
+                    "(name one with image_column)")
+
+
+class ParquetImages(ImageSource):
+    """A column of encoded images in a parquet file: ``{"bytes": ..., "path": ...}`` structs as
+    Hugging Face writes them, or raw bytes. Read one record batch at a time."""
+
+    def __init__(self, path: Path, limit: int = 2000, image_column: str | None = None) -> None:
+        import pyarrow.parquet as pq
+
+        self.path = path
+        try:
+            meta = pq.ParquetFile(path)
+        except Exception as exc:
+            raise DataError(f"cannot read parquet file {path}: {one_line(exc)}") from None
+        self.column = _image_column_of(meta.schema_arrow, image_column, f"parquet file {path}")
+        rows = meta.metadata.num_rows
+        super().__init__(
+            f"parquet file {path}, column '{self.column}' ({rows} rows, RGB only)", limit,
+            total=min(limit, rows),
+        )
+
+    def _generate(self) -> Iterator[Image.Image]:
+        import pyarrow.parquet as pq
+
+        try:
+            reader = pq.ParquetFile(self.path)
+            for batch in reader.iter_batches(batch_size=64, columns=[self.column]):
+                for value in batch.column(0).to_pylist():
+                    image = _decode(value, base=self.path.parent)
+                    if image is None:
+                        self.skipped += 1
+                        continue
+                    yield image
+        except OSError as exc:
+            raise DataError(f"reading parquet file {self.path} failed: {one_line(exc)}") from None
+
+
+class HubImages(ImageSource):
+    """A Hugging Face dataset (hub id or local dataset folder), streamed in its own order."""
+
+    def __init__(self, data: str, split: str = "train", limit: int = 2000,
+                 image_column: str | None = None) -> None:
+        import datasets
+
+        dataset = open_hf_dataset(data, split=split, what="image", instead=_OFFLINE_IMAGES)
+        features = dataset.features
+        if image_column is not None:
+            if features is not None and image_column not in features:
+                raise InputError(f"dataset '{data}' has no column '{image_column}'; "
+                                 f"its columns: {', '.join(features)}")
+            column = image_column
+        elif features is not None:
+            candidates = [c for c in ("image", "img") if c in features]
+            candidates += [c for c, f in features.items() if isinstance(f, datasets.Image)]
+            if not candidates:
+                raise DataError(f"dataset '{data}' has no 'image' or 'img' column; its columns: "
+                                f"{', '.join(features)} (name one with image_column)")
+            column = candidates[0]
+        else:
+            column = "image"
+        if features is not None:
+            if isinstance(features[column], datasets.Image):
+                # decode here, so that one corrupt image is skipped instead of ending the stream
+                dataset = dataset.cast_column(column, datasets.Image(decode=False))
+            dataset = dataset.select_columns([column])
+        self.data, self.split, self.column = data, split, column
+        self.dataset = dataset
+        super().__init__(f"hub dataset {data} split {split} (streamed, RGB only)", limit)
+
+    def _generate(self) -> Iterator[Image.Image]:
+        count = 0
+        iterator = iter(self.dataset)
+        while True:
+            try:
+                row = next(iterator)
+            except StopIteration:
+                return
+            except (OSError, ConnectionError, ValueError, KeyError) as exc:
+                raise DataError(f"reading dataset '{self.data}' failed after {count} rows: "
+                                f"{one_line(exc)}") from None
+            count += 1
+            if self.column not in row:
+                raise DataError(f"dataset '{self.data}' has no column '{self.column}'; its columns: "
+                                f"{', '.join(row)} (name one with image_column)")
+            image = _decode(row[self.column])
+            if image is None:
+                self.skipped += 1
+                continue
+            yield image
+
+
+_DATASET_SUFFIXES = frozenset({".parquet", ".arrow"})
+
+
+def _has_image_files(root: Path) -> bool:
+    return any(p.suffix.lower() in IMAGE_EXTENSIONS for p in root.rglob("*"))
+
+
+def _has_dataset_files(root: Path) -> bool:
+    return any(p.suffix.lower() in _DATASET_SUFFIXES for p in root.rglob("*"))
+
+
+def image_source(data: str | None = None, *, split: str = "train", limit: int = 2000, seed: int = 0,
+                 image_column: str | None = None) -> ImageSource:
+    """The image source that ``data`` names.
+
+    - ``None`` or ``"builtin"``: the built-in offline default (:class:`BuiltinImages`; uses ``seed``);
+    - an existing folder: its image files, recursively (:class:`ImageFolder`); a folder with no
+      image files but parquet/arrow files is read as a Hugging Face dataset folder (below);
+    - a ``.parquet`` file: a column of encoded images (:class:`ParquetImages`; ``image_column``);
+    - anything else (or a string prefixed ``hf:``): a Hugging Face dataset id, or a local dataset
+      folder after ``hf:``, streamed with ``datasets.load_dataset(data, split=split,
+      streaming=True)``, images from the ``image``/``img`` column (:class:`HubImages`).
+
+    ``limit`` caps the number of images yielded. Folder, parquet and hub sources keep their own
+    order (``seed`` is not used). Raises DataError for a missing path, an empty folder or an
+    unknown split, OfflineError for a hub id while offline, InputError for bad arguments.
+    """
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise InputError(f"limit must be a positive number of images, got {limit!r}")
+    if is_builtin(data):
+        return BuiltinImages(limit=limit, seed=seed)
+    kind, target = classify(data)
+    if kind == "dir":
+        if not _has_image_files(target) and _has_dataset_files(target):
+            # a dataset folder as the hub stores them (data/*.parquet ...): the datasets library reads it
+            return HubImages(str(target), split=split, limit=limit, image_column=image_column)
+        return ImageFolder(target, limit=limit)
+    if kind == "file":
+        if target.suffix.lower() == ".parquet":
+            return ParquetImages(target, limit=limit, image_column=image_column)
+        if target.suffix.lower() in IMAGE_EXTENSIONS:
+            raise InputError(f"{target} is a single image; give the folder that holds the images")
+        raise InputError(f"{target}: not an image source (give an image folder, a .parquet file, "
+                         "a Hugging Face dataset id, or nothing for the built-in default)")
+    return HubImages(target, split=split, limit=limit, image_column=image_column)

