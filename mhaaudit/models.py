@@ -132,6 +132,7 @@ _IMAGENET_STD = (0.229, 0.224, 0.225)
 _BLOCK_PATHS = ("layers", "encoder.layer", "encoder.layers", "h", "transformer.h", "layer", "blocks")
 _ENCODER_DEFAULT_MAX_N = 512
 _IGNORABLE_MISSING = ("pooler", "mask_token")
+_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "tokenizer.model", "sentencepiece.bpe.model")
 
 
 # --------------------------------------------------------------------------------------------
@@ -752,7 +753,7 @@ def load_model(
         raise
     except torch.cuda.OutOfMemoryError as exc:
         raise ModelError(f"{name}: out of GPU memory while loading ({_one_line(exc, 120)}); try --device cpu") from exc
-    except (OSError, RuntimeError, ValueError, KeyError, TypeError, ImportError, AttributeError) as exc:
+    except (OSError, RuntimeError, ValueError, KeyError, TypeError, ImportError, AttributeError, AssertionError) as exc:
         raise ModelError(f"cannot load {name}: {_one_line(exc)}") from exc
 
 
@@ -823,7 +824,7 @@ def _offline_weights_error(name: str, what: str) -> OfflineError:
     )
 
 
-def _hf_config_for(name: str, alias: dict | None, weights_path: str | None, offline: bool):
+def _hf_config_for(name: str, alias: dict | None, weights: str, weights_path: str | None, offline: bool):
     """(config, resolved, source) -- source: 'folder' | 'alias' | 'hub' | 'cache'."""
     from transformers import AutoConfig
 
@@ -844,11 +845,20 @@ def _hf_config_for(name: str, alias: dict | None, weights_path: str | None, offl
         return AutoConfig.from_pretrained(expanded, local_files_only=True), os.path.abspath(expanded), "folder"
     if alias is not None:
         return _alias_config(alias), alias["hf"], "alias"
+    if weights_path is not None and os.path.exists(os.path.join(weights_path, "config.json")) and offline:
+        # The weights folder carries the architecture; the hub config is not needed.
+        try:
+            cfg = AutoConfig.from_pretrained(name, local_files_only=True)
+            return cfg, name, "cache"
+        except (OSError, ValueError):
+            return AutoConfig.from_pretrained(weights_path, local_files_only=True), name, "weights"
     try:
         cfg = AutoConfig.from_pretrained(name, local_files_only=offline)
         return cfg, name, ("cache" if offline else "hub")
     except (OSError, ValueError) as exc:
         if offline:
+            if weights == "trained" and "/" in name:
+                raise _offline_weights_error(name, "hub") from exc
             if "/" in name:
                 raise OfflineError(
                     f"the config of {name} is not in the local cache and the hub cannot be reached; "
@@ -879,7 +889,7 @@ def _load_hf(name, alias, weights, weights_path, dev, context_length, max_layer,
     offline = is_offline()
     if offline:
         force_offline_env()
-    cfg, resolved, source = _hf_config_for(name, alias, weights_path, offline)
+    cfg, resolved, source = _hf_config_for(name, alias, weights, weights_path, offline)
     family, modality, is_decoder = _hf_family_checks(cfg, name)
     full_layers = int(getattr(cfg, "num_hidden_layers"))
 
@@ -1012,10 +1022,20 @@ def _load_tokenizer(candidates: list[str], offline: bool) -> object | None:
         return None
     for src in candidates:
         local = os.path.isdir(src)
+        # A folder without vocabulary files would give a nearly empty tokenizer, silently.
+        if local and not any(os.path.exists(os.path.join(src, f)) for f in _TOKENIZER_FILES):
+            continue
         try:
-            return AutoTokenizer.from_pretrained(src, local_files_only=offline or local)
+            tok = AutoTokenizer.from_pretrained(src, local_files_only=offline or local)
         except Exception:  # noqa: BLE001 - a missing tokenizer is not an error here
             continue
+        try:
+            specials = len(set(getattr(tok, "all_special_tokens", []) or []))
+            if len(tok) <= specials + 1:
+                continue
+        except Exception:  # noqa: BLE001  # pragma: no cover
+            pass
+        return tok
     return None
 
 
@@ -1146,6 +1166,10 @@ def _load_timm(name, timm_name, weights, weights_path, dev, context_length, max_
         p.requires_grad_(False)
     try:
         data_cfg = timm.data.resolve_data_config({}, model=model)
+        img_size = getattr(getattr(model, "patch_embed", None), "img_size", None)
+        if img_size is not None and tuple(data_cfg["input_size"][1:]) != tuple(img_size):
+            # The pretrained config may describe another resolution than the one the model was built for.
+            data_cfg["input_size"] = (data_cfg["input_size"][0], *tuple(img_size))
         tf = timm.data.create_transform(**data_cfg)
     except Exception as exc:  # noqa: BLE001
         raise ModelError(f"{name}: cannot build timm preprocessing ({_one_line(exc, 120)})") from exc
