@@ -240,6 +240,32 @@ def test_hub_id_offline_fails_fast(no_load_dataset):
     assert time.monotonic() - start < 2.0
 
 
+def test_hub_id_offline_in_fresh_process_never_imports_datasets():
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, time\n"
+        "from mhaaudit.errors import OfflineError\n"
+        "from mhaaudit.sources import image_source, text_source\n"
+        "t = time.monotonic()\n"
+        "for call in (lambda: image_source('imagenet-1k'), lambda: text_source('wikipedia')):\n"
+        "    try:\n"
+        "        call()\n"
+        "    except OfflineError as exc:\n"
+        "        print('offline:', exc)\n"
+        "print('elapsed', time.monotonic() - t)\n"
+        "print('datasets imported', 'datasets' in sys.modules)\n"
+    )
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=60, check=True).stdout
+    assert out.count("offline:") == 2
+    assert "datasets imported False" in out
+    assert float(re.search(r"elapsed ([0-9.e-]+)", out).group(1)) < 0.5
+
+
 def test_offline_is_decided_by_environment(monkeypatch, no_load_dataset):
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
@@ -406,7 +432,7 @@ def test_bert_pair_examples_structure():
     assert isinstance(ex, TextExamples) and len(ex) == count
     token_doc, doc_ids = _locate(tok, docs)
     assert len({tuple(ids) for ids in ex.ids}) == count  # distinct examples
-    for ids, nxt, s1_len in zip(ex.ids, ex.is_next, ex.s1_lengths):
+    for ids, nxt, s1_len in zip(ex.ids, ex.is_next, ex.s1_lengths, strict=True):
         assert len(ids) == n
         assert ids[0] == tok.cls_token_id
         assert ids.count(tok.sep_token_id) == 1 and ids.count(tok.cls_token_id) == 1
@@ -483,6 +509,11 @@ def test_gpt_window_examples_too_few():
     docs = _unique_corpus(3, [16, 10])  # 1.5 n = 15: two documents of 16 tokens qualify
     with pytest.raises(DataError, match=r"only 14 distinct 10-token windows"):
         gpt_window_examples(docs, WordTokenizer(), n=10, count=20)
+    exact = gpt_window_examples(docs, WordTokenizer(), n=10, count=14)  # every possible window
+    # doc_index counts qualifying documents: 0 and 1 here (inputs 0 and 2)
+    assert sorted(zip(exact.doc_index, exact.starts, strict=True)) == [(d, s) for d in (0, 1) for s in range(7)]
+    with pytest.raises(DataError, match="could build only 10"):  # windows 0 and 10 are equal
+        gpt_window_examples(["a b c d e f g h i j " * 2], WordTokenizer(), n=10, count=11)
     with pytest.raises(DataError, match="only 0"):
         gpt_window_examples(["short text"], WordTokenizer(), n=10, count=1)
 
@@ -546,7 +577,7 @@ def test_offline_tokenizer_bert():
     assert "bert-base-uncased" in desc
     assert tok("hello world", add_special_tokens=False)["input_ids"] == [7592, 2088]
     ex = bert_pair_examples(text_source(), tok, n=512, count=40, seed=0)
-    for ids, s1 in zip(ex.ids, ex.s1_lengths):
+    for ids, s1 in zip(ex.ids, ex.s1_lengths, strict=True):
         assert len(ids) == 512 and ids[0] == 101 and ids.count(102) == 1 and ids[s1 + 1] == 102
 
 

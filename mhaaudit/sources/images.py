@@ -67,7 +67,7 @@ def _sklearn(filename: str) -> Callable[[], np.ndarray]:
         from sklearn.datasets import load_sample_images
 
         sample = load_sample_images()
-        for path, image in zip(sample.filenames, sample.images):
+        for path, image in zip(sample.filenames, sample.images, strict=True):
             if Path(path).name == filename:
                 return image
         raise FileNotFoundError(filename)
@@ -145,7 +145,9 @@ class ImageSource:
 
     ``name`` describes the source in plain words for reports; ``skipped`` counts the items the
     current (or last) pass skipped because they were unreadable or not RGB; ``total`` is the
-    number of images a full pass yields when known in advance (else None); ``limit`` caps it.
+    most images a full pass can yield when known in advance (exact for the built-in source; an
+    upper bound for folders and parquet files, where some items may be skipped; None for
+    streamed datasets); ``limit`` caps the number yielded.
     Each ``iter()`` starts a fresh pass and resets ``skipped``.
     """
 
@@ -371,9 +373,9 @@ class HubImages(ImageSource):
 
     def __init__(self, data: str, split: str = "train", limit: int = 2000,
                  image_column: str | None = None) -> None:
-        import datasets
-
         dataset = open_hf_dataset(data, split=split, what="image", instead=_OFFLINE_IMAGES)
+        import datasets  # after the offline check: importing it takes seconds
+
         features = dataset.features
         if image_column is not None:
             if features is not None and image_column not in features:
@@ -388,7 +390,7 @@ class HubImages(ImageSource):
                                 f"{', '.join(features)} (name one with image_column)")
             column = candidates[0]
         else:
-            column = "image"
+            column = None  # features unknown until the first row: "image", else "img"
         if features is not None:
             if isinstance(features[column], datasets.Image):
                 # decode here, so that one corrupt image is skipped instead of ending the stream
@@ -410,8 +412,11 @@ class HubImages(ImageSource):
                 raise DataError(f"reading dataset '{self.data}' failed after {count} rows: "
                                 f"{one_line(exc)}") from None
             count += 1
-            if self.column not in row:
-                raise DataError(f"dataset '{self.data}' has no column '{self.column}'; its columns: "
+            if self.column is None:
+                self.column = next((c for c in ("image", "img") if c in row), None)
+            if self.column is None or self.column not in row:
+                wanted = f"column '{self.column}'" if self.column else "'image' or 'img' column"
+                raise DataError(f"dataset '{self.data}' has no {wanted}; its columns: "
                                 f"{', '.join(row)} (name one with image_column)")
             image = _decode(row[self.column])
             if image is None:

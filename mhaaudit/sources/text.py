@@ -479,13 +479,18 @@ def gpt_window_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int
     corpus = _collect(docs, tokenizer, min_tokens, count, set())
     lengths = [len(d) for d in corpus.docs]
     possible = sum(length - n + 1 for length in lengths)
+    words = _corpus_words(corpus, min_tokens, "documents")
     if possible < count:
-        raise DataError(
-            f"only {possible} distinct {n}-token windows are possible from {_corpus_words(corpus, min_tokens, 'documents')}; "
-            f"{count} were asked for (use more text or a smaller count)"
-        )
+        raise DataError(f"only {possible} distinct {n}-token windows are possible from {words}; "
+                        f"{count} were asked for (use more text or a smaller count)")
     rng = np.random.default_rng(int(seed))
     pick = _doc_picker(rng, len(lengths), count)
+    # When most of the possible windows are needed, draw from the full list of them (without
+    # replacement), so that random redraws cannot fail to find the last free ones.
+    pool = None
+    if len(lengths) < count and 4 * count > possible:
+        pool = [(d, s) for d, length in enumerate(lengths) for s in range(length - n + 1)]
+        pool = [pool[i] for i in rng.permutation(len(pool))]
     ids: list[list[int]] = []
     doc_index: list[int] = []
     starts: list[int] = []
@@ -495,11 +500,14 @@ def gpt_window_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int
     max_attempts = 20 * count + 1000
     while len(ids) < count:
         attempts += 1
-        d = pick()
-        if attempts > max_attempts:
-            raise DataError(f"could build only {len(ids)} distinct {n}-token windows from "
-                            f"{_corpus_words(corpus, min_tokens, 'documents')}; {count} were asked for")
-        start = int(rng.integers(lengths[d] - n + 1))
+        if attempts > max_attempts or (pool is not None and attempts > len(pool)):
+            raise DataError(f"could build only {len(ids)} distinct {n}-token windows from {words}; "
+                            f"{count} were asked for")
+        if pool is not None:
+            d, start = pool[attempts - 1]
+        else:
+            d = pick()
+            start = int(rng.integers(lengths[d] - n + 1))
         if (d, start) in used:
             continue
         used.add((d, start))
@@ -514,7 +522,7 @@ def gpt_window_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int
     reuse = "one per document" if len(lengths) >= count else "documents reused with distinct windows"
     description = (
         f"{count} GPT-style windows of {n} consecutive tokens ({reuse}, uniform random starts, seed {seed}) "
-        f"from {_corpus_words(corpus, min_tokens, 'documents')}"
+        f"from {words}"
     )
     return TextExamples(ids, None, description, doc_index, starts, None)
 
