@@ -35,9 +35,10 @@ from mhaaudit.sources import (
 @pytest.fixture(autouse=True)
 def offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    hub.is_offline.cache_clear()
+    decide = hub.is_offline
+    decide.cache_clear()
     yield
-    hub.is_offline.cache_clear()
+    decide.cache_clear()
 
 
 @pytest.fixture
@@ -274,6 +275,55 @@ def test_offline_is_decided_by_environment(monkeypatch, no_load_dataset):
         image_source("org/name")
 
 
+@pytest.fixture
+def fake_hub(monkeypatch):
+    """Pretend the hub is reachable and serve datasets from memory; records the load calls."""
+    import datasets
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr("mhaaudit.sources._common.is_offline", lambda *a, **k: False)
+    calls = []
+    served = {}
+
+    def load_dataset(path, name=None, *, split, streaming):
+        calls.append((path, name, split, streaming))
+        if path not in served:
+            raise datasets.exceptions.DatasetNotFoundError(f"Dataset '{path}' doesn't exist on the Hub")
+        rows, features = served[path]
+        if split != "train":
+            raise ValueError(f'Unknown split "{split}". Should be one of [\'train\', \'test\'].')
+        return datasets.Dataset.from_list(rows, features=features).to_iterable_dataset()
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    return calls, served
+
+
+def test_hub_images_and_text_when_online(fake_hub):
+    import datasets
+
+    calls, served = fake_hub
+    pictures = [Image.open(io.BytesIO(_png(seed=i))) for i in range(3)] + [Image.open(io.BytesIO(_png("L")))]
+    served["org/pictures"] = (
+        [{"img": p, "label": i} for i, p in enumerate(pictures)],
+        datasets.Features({"img": datasets.Image(), "label": datasets.Value("int64")}),
+    )
+    source = image_source("org/pictures", limit=2)
+    assert source.name == "hub dataset org/pictures split train (streamed, RGB only)"
+    assert [im.tobytes() for im in source] == [pictures[i].convert("RGB").tobytes() for i in range(2)]
+    assert calls[-1] == ("org/pictures", None, "train", True)
+    source = image_source("org/pictures")
+    assert len(list(source)) == 3 and source.skipped == 1
+    with pytest.raises(DataError, match="no split 'validation'; available splits: train, test"):
+        image_source("org/pictures", split="validation")
+    with pytest.raises(DataError, match="not found"):
+        image_source("org/nothing-here")
+
+    served["wikimedia/wikipedia"] = ([{"id": "1", "text": "An article."}], None)
+    source = text_source("wikipedia")
+    assert calls[-1] == ("wikimedia/wikipedia", "20231101.en", "train", True)
+    assert list(source) == ["An article."] and "Wikipedia" in source.name
+
+
 def _dataset_dir(tmp_path, table: pa.Table, split: str = "train"):
     root = tmp_path / "dataset"
     (root / "data").mkdir(parents=True)
@@ -287,7 +337,7 @@ def test_local_dataset_folder_through_load_dataset(tmp_path):
     root = _dataset_dir(tmp_path, pa.table({"image": structs, "label": [0, 1, 2, 3]}))
 
     source = image_source(str(root), limit=10)
-    assert "hub dataset" in source.name and "train" in source.name
+    assert source.name == f"dataset folder {root} split train (streamed, RGB only)"
     images = list(source)
     assert len(images) == 3 and source.skipped == 1
     assert images[1].tobytes() == Image.open(io.BytesIO(_png(seed=1))).tobytes()

@@ -72,7 +72,7 @@ def classify(data: str) -> tuple[str, Any]:
     return "hub", text
 
 
-def _is_local(data: str) -> bool:
+def is_local(data: str) -> bool:
     return Path(os.path.expanduser(data)).exists()
 
 
@@ -83,13 +83,13 @@ def open_hf_dataset(data: str, *, split: str, config: str | None = None, what: s
     OfflineError at once, without touching the ``datasets`` library. ``what`` names the kind of
     data ("image", "text") and ``instead`` says what to use offline.
     """
-    local = _is_local(data)
+    local = is_local(data)
     if local:
         data = os.path.expanduser(data)
     elif is_offline():
         raise OfflineError(
-            f"'{data}' is a Hugging Face hub dataset, but the hub cannot be reached (offline); "
-            f"use {instead}"
+            f"'{data}' is not a local file or folder, so it names a Hugging Face hub dataset, but the "
+            f"hub cannot be reached (offline); use {instead}"
         )
     try:
         import datasets

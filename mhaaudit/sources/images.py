@@ -20,7 +20,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from ..errors import DataError, InputError
-from ._common import classify, is_builtin, one_line, open_hf_dataset
+from ._common import classify, is_builtin, is_local, one_line, open_hf_dataset
 
 __all__ = [
     "ImageSource",
@@ -398,7 +398,8 @@ class HubImages(ImageSource):
             dataset = dataset.select_columns([column])
         self.data, self.split, self.column = data, split, column
         self.dataset = dataset
-        super().__init__(f"hub dataset {data} split {split} (streamed, RGB only)", limit)
+        where = f"dataset folder {data}" if is_local(data) else f"hub dataset {data}"
+        super().__init__(f"{where} split {split} (streamed, RGB only)", limit)
 
     def _generate(self) -> Iterator[Image.Image]:
         count = 0

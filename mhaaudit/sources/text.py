@@ -25,7 +25,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..errors import DataError, InputError
-from ._common import classify, is_builtin, one_line, open_hf_dataset
+from ._common import classify, is_builtin, is_local, one_line, open_hf_dataset
 from .tokenizers import FallbackTokenizer, offline_tokenizer
 
 __all__ = [
@@ -241,8 +241,9 @@ class HubText(TextSource):
                             + ("" if text_column else " (name one with text_column)"))
             dataset = dataset.select_columns([column])
         self.data, self.split, self.column, self.dataset = data, split, column, dataset
-        where = f"{data}" + (f" config {config}" if config else "")
-        super().__init__(label or f"hub dataset {where} split {split}, column '{column}' (streamed)", limit)
+        where = (f"dataset folder {data}" if is_local(data) else f"hub dataset {data}") + (
+            f" config {config}" if config else "")
+        super().__init__(label or f"{where} split {split}, column '{column}' (streamed)", limit)
 
     def _generate(self) -> Iterator[tuple[str | None, str]]:
         iterator = iter(self.dataset)
