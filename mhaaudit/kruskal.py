@@ -1,0 +1,716 @@
+"""Kruskal-rank evidence for a set of T vectors in R^d (the rows of a T x d matrix).
+
+The Kruskal rank is the largest k such that *every* k rows are linearly independent. It is
+NP-hard to compute, so this module produces evidence of three kinds, each labelled with what
+it proves:
+
+* an **estimate**: Monte-Carlo draws of k distinct rows, the fraction of full-rank draws with a
+  95% Clopper-Pearson interval (``subset_test``), or that fraction for every k at once
+  (``kruskal_sweep``);
+* a certified **ceiling**: a dependent subset that was found (its indices and singular values
+  are kept as the witness; Kruskal rank <= its size - 1), or the numerical rank of the whole
+  set, which no subset can exceed;
+* a certified **floor**: the Babel-function (cumulative coherence) bound, which proves every
+  subset up to a size is independent under the tolerance rule.
+
+All rank decisions use one ``RankRule`` and equal ``torch.linalg.matrix_rank`` on the same
+float64 rows with the same tolerance (see ``mhaaudit.rank``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+from .errors import InputError
+from .rank import EPS64, RankRule, _rounding_margin, decide_full_rank, gram_rank, svd_rank
+
+DEFAULT_SAMPLES = 5000
+DEFAULT_THRESHOLD = 0.99
+DRAW_BLOCK = 256  # draws are generated in fixed blocks so results do not depend on batch sizes
+FULL_GRAM_MAX_T = 6000
+
+Progress = Callable[[int], None]
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def clopper_pearson(successes: int, trials: int, level: float = 0.95) -> tuple[float, float]:
+    """Exact two-sided binomial confidence interval."""
+    if trials <= 0:
+        return (0.0, 1.0)
+    from scipy.stats import beta
+
+    a = (1 - level) / 2
+    lo = 0.0 if successes == 0 else float(beta.ppf(a, successes, trials - successes + 1))
+    hi = 1.0 if successes == trials else float(beta.ppf(1 - a, successes + 1, trials - successes))
+    return lo, hi
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Witness:
+    """A subset of rows proven dependent under the rule: Kruskal rank <= len(indices) - 1."""
+
+    indices: tuple[int, ...]
+    singular_values: tuple[float, ...]
+    tol: float
+    rank: int
+
+    def as_dict(self) -> dict:
+        return {"indices": list(self.indices), "singular_values": list(self.singular_values), "tol": self.tol, "rank": self.rank}
+
+
+@dataclass(frozen=True)
+class SetStats:
+    """Facts about the whole T x d set that hold for every subset."""
+
+    T: int
+    d: int
+    rank: int  # numerical rank of the whole set under its own tolerance
+    singular_values: tuple[float, ...]
+    row_norms_sorted: tuple[float, ...]
+    zero_rows: int
+    sv_error: float = 0.0  # absolute rounding bound on the singular values
+
+    def ceiling(self, k: int, rule: RankRule) -> int:
+        """Largest rank any k-subset can have: sigma_i(X_S) <= sigma_i(X) and tol_S >= tol_min(k)."""
+        if k < 1:
+            return 0
+        nu_k = self.row_norms_sorted[min(k, len(self.row_norms_sorted)) - 1]  # k-th smallest row norm
+        tol_min = rule.tol(nu_k, k, self.d)
+        # Counting values within rounding error of the tolerance keeps the ceiling safe.
+        return int(sum(1 for s in self.singular_values if s + self.sv_error > tol_min))
+
+
+@dataclass(frozen=True)
+class SubsetTest:
+    """Monte-Carlo test of "every k rows are independent" at one candidate size k."""
+
+    check: str
+    k: int
+    T: int
+    d: int
+    samples: int
+    satisfied: int
+    fraction: float
+    ci_low: float
+    ci_high: float
+    threshold: float
+    verdict: str  # holds | fails | unavailable
+    reason: str
+    rule: RankRule
+    seed: int
+    device: str
+    witness: Witness | None = None
+    rank_histogram: dict = field(default_factory=dict)  # rank -> count over the draws examined
+    histogram_draws: int = 0
+    exact_rechecks: int = 0
+    sampled: bool = True
+    set_rank: int | None = None
+    proven: bool = False  # the verdict is a proof (no sampling needed / dependent subset found)
+
+    def record(self) -> dict:
+        return {
+            "check": self.check,
+            "k": self.k,
+            "T": self.T,
+            "d": self.d,
+            "samples": self.samples,
+            "satisfied": self.satisfied,
+            "fraction": self.fraction,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "threshold": self.threshold,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "tolerance": self.rule.describe(),
+            "seed": self.seed,
+            "witness": list(self.witness.indices) if self.witness else [],
+            "witness_singular_values": list(self.witness.singular_values) if self.witness else [],
+            "rank_histogram": {str(k): v for k, v in sorted(self.rank_histogram.items())},
+            "exact_rechecks": self.exact_rechecks,
+            "sampled": self.sampled,
+            "proven": self.proven,
+            "set_rank": self.set_rank,
+            "device": self.device,
+        }
+
+
+@dataclass(frozen=True)
+class Bound:
+    value: int
+    kind: str  # what produced it
+    proves: str  # what it proves, in words
+
+    def as_dict(self) -> dict:
+        return {"value": self.value, "kind": self.kind, "proves": self.proves}
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """Satisfied fraction for every candidate size from one set of nested draws."""
+
+    T: int
+    d: int
+    samples: int
+    threshold: float
+    seed: int
+    rule: RankRule
+    device: str
+    ks: tuple[int, ...]
+    fractions: tuple[float, ...]
+    ci_low: tuple[float, ...]
+    ci_high: tuple[float, ...]
+    estimate: int  # largest k with fraction >= threshold (an estimate, not a proof)
+    ceiling: Bound
+    floor: Bound
+    witness: Witness | None
+    exact_rechecks: int
+    kmax_sampled: int
+    raw_estimate: int = 0  # before capping at the certified ceiling
+
+    def rows(self) -> list[dict]:
+        return [
+            {"k": k, "fraction": f, "ci_low": lo, "ci_high": hi}
+            for k, f, lo, hi in zip(self.ks, self.fractions, self.ci_low, self.ci_high)
+        ]
+
+    def fraction_at(self, k: int) -> float:
+        if k < 1:
+            return 1.0
+        if k > len(self.fractions):
+            return 0.0
+        return self.fractions[k - 1]
+
+    def summary(self) -> dict:
+        return {
+            "estimate": self.estimate,
+            "estimate_means": f"largest k whose satisfied fraction is >= {self.threshold} over {self.samples} draws, "
+            "capped at the certified ceiling (an estimate, not a proof)",
+            "raw_estimate": self.raw_estimate,
+            "ceiling": self.ceiling.as_dict(),
+            "floor": self.floor.as_dict(),
+            "witness": self.witness.as_dict() if self.witness else None,
+            "exact_rechecks": self.exact_rechecks,
+        }
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def as_matrix(X) -> torch.Tensor:
+    """Validate a T x d feature matrix (any float dtype); returns it unchanged as a tensor."""
+    if isinstance(X, np.ndarray):
+        X = torch.from_numpy(X)
+    if not isinstance(X, torch.Tensor):
+        raise InputError("features must be a tensor or array")
+    if X.ndim != 2:
+        raise InputError(f"expected a T x d matrix, got an array of shape {tuple(X.shape)}")
+    if X.shape[0] < 1 or X.shape[1] < 1:
+        raise InputError(f"empty feature matrix of shape {tuple(X.shape)}")
+    if not X.dtype.is_floating_point:
+        X = X.to(torch.float64)
+    if not bool(torch.isfinite(X).all()):
+        raise InputError("features contain NaN or Inf values")
+    return X
+
+
+def validate_params(*, samples: int | None = None, threshold: float | None = None, k: int | None = None, T: int | None = None) -> None:
+    if samples is not None and samples < 1:
+        raise InputError(f"--samples must be at least 1, got {samples}")
+    if threshold is not None and not (0 < threshold <= 1):
+        raise InputError(f"--threshold must be in (0, 1], got {threshold}")
+    if k is not None and k < 1:
+        raise InputError(f"--k must be at least 1, got {k}")
+
+
+def set_stats(X: torch.Tensor, rule: RankRule) -> SetStats:
+    """Singular values and row norms of the whole set (eigenvalues of the smaller Gram matrix;
+    an SVD when one of them sits within rounding error of the tolerance)."""
+    X64 = X.to(torch.float64)
+    T, d = X64.shape
+    norms = torch.sort(X64.norm(dim=1)).values
+    G = X64.T @ X64 if d <= T else X64 @ X64.T
+    lam = torch.linalg.eigvalsh(G).flip(0).clamp_min(0)
+    lmax = float(lam[0])
+    err = float(_rounding_margin(max(T, d), min(T, d), torch.tensor(lmax)))
+    # The smallest tolerance any subset can get; the Gram route is used only when its rounding
+    # error is far below that, and otherwise the SVD of the rows.
+    tol_floor = rule.tol(float(norms[0]), 1, d)
+    if err * 1e4 < tol_floor**2:
+        s = lam.sqrt()
+        sv_error = math.sqrt(err * 1e4) / 100.0
+    else:
+        s = torch.linalg.svdvals(X64)
+        sv_error = 8.0 * max(T, d) * EPS64 * float(s[0]) if s.numel() else 0.0
+    s_list = tuple(float(v) for v in s.cpu())
+    tol = rule.tol(s_list[0] if s_list else 0.0, T, d)
+    return SetStats(
+        T=T,
+        d=d,
+        rank=int(sum(1 for v in s_list if v > tol)),
+        singular_values=s_list,
+        row_norms_sorted=tuple(float(v) for v in norms.cpu()),
+        zero_rows=int((norms == 0).sum()),
+        sv_error=sv_error,
+    )
+
+
+class _Gram:
+    """Gram matrices of row subsets: gathered from the full T x T Gram when it fits."""
+
+    def __init__(self, X: torch.Tensor, device: torch.device):
+        self.X = X.to(device=device, dtype=torch.float64)
+        self.full = self.X @ self.X.T if X.shape[0] <= FULL_GRAM_MAX_T else None
+
+    def sub(self, idx: torch.Tensor) -> torch.Tensor:
+        if self.full is not None:
+            return self.full[idx[:, :, None], idx[:, None, :]]
+        rows = self.X[idx]
+        return rows @ rows.transpose(-1, -2)
+
+    def rows(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.X[idx]
+
+
+def _draw_blocks(T: int, k: int, samples: int, seed: int, sort: bool = False):
+    """Yield (start, indices) blocks of draws of k distinct rows, from one seeded generator."""
+    gen = torch.Generator(device="cpu").manual_seed(int(seed))
+    done = 0
+    while done < samples:
+        b = min(DRAW_BLOCK, samples - done)
+        keys = torch.rand(DRAW_BLOCK, T, generator=gen)[:b]
+        idx = keys.topk(k, dim=1).indices
+        if sort:  # a subset is a set; sorted indices make the Gram gather cache-friendly
+            idx = idx.sort(dim=1).values
+        yield done, idx
+        done += b
+
+
+def _chunk_size(k: int, mats: int = 3, budget_bytes: int = 1 << 28) -> int:
+    return max(1, min(DRAW_BLOCK, budget_bytes // max(1, mats * k * k * 8)))
+
+
+def _prove(X: torch.Tensor, idx: list[int], rule: RankRule) -> Witness | None:
+    """A Witness when the rows ``idx`` are dependent under ``rule``, else None."""
+    rank, _, _, tol, s = svd_rank(X[idx].to(torch.float64), rule)
+    if int(rank) >= len(idx):
+        return None
+    return Witness(tuple(idx), tuple(float(v) for v in s.cpu()), float(tol), int(rank))
+
+
+def shrink_witness(X: torch.Tensor, indices, rule: RankRule) -> Witness:
+    """Given a dependent subset, look for a smaller dependent one inside it and prove it.
+
+    Two reductions, repeated while they help: the support of the left singular vector of the
+    smallest singular value (the rows that take part in the dependence), and, when the rank r
+    is below size - 1, r well-conditioned rows (column-pivoted QR) plus one more row. Every
+    candidate is verified with the exact rule, so the result is always a proof.
+    """
+    from scipy.linalg import qr
+
+    best = _prove(X, [int(i) for i in indices], rule)
+    if best is None:
+        raise ValueError("shrink_witness needs a dependent subset")
+    for _ in range(8):
+        idx = list(best.indices)
+        rows = X[idx].to(torch.float64)
+        improved = False
+        if best.rank < len(idx) - 1:
+            _, _, piv = qr(rows.cpu().numpy().T, pivoting=True, mode="economic")
+            base = [idx[p] for p in piv[: best.rank]]
+            for extra in (idx[p] for p in piv[best.rank :]):
+                w = _prove(X, base + [extra], rule)
+                if w is not None:
+                    best, improved = w, True
+                    break
+        else:
+            U, _, _ = torch.linalg.svd(rows, full_matrices=True)
+            u = U[:, len(idx) - 1].abs() if rows.shape[0] <= rows.shape[1] else U[:, -1].abs()
+            order = torch.argsort(u, descending=True).tolist()
+            support = [idx[i] for i in order if float(u[i]) > 1e-6 * float(u.max())]
+            if 1 <= len(support) < len(idx):
+                w = _prove(X, sorted(support), rule)
+                if w is not None:
+                    best, improved = w, True
+        if not improved:
+            break
+    return best
+
+
+# --------------------------------------------------------------------------- the test at one k
+
+
+def _decided_draws(gram: "_Gram", k: int, samples: int, seed: int, rule: RankRule, progress: Progress | None = None):
+    """Yield ``(indices, gram_matrices, decision)`` for consecutive chunks of the seeded draws."""
+    d = gram.X.shape[1]
+    chunk = _chunk_size(k)
+    for _, idx in _draw_blocks(gram.X.shape[0], k, samples, seed, sort=True):
+        idx = idx.to(gram.X.device)
+        for sub in idx.split(chunk):
+            G = gram.sub(sub)
+            yield sub, G, decide_full_rank(G, lambda j, sub=sub: gram.rows(sub[j]), k, d, rule)
+        if progress:
+            progress(int(idx.shape[0]))
+
+
+def draw_decisions(X, k: int, *, samples: int = DEFAULT_SAMPLES, seed: int = 0, rule: RankRule | None = None,
+                   device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """The draws of ``subset_test`` and each one's decision: ``(indices (N, k), independent (N,))``."""
+    from .device import resolve_device
+
+    X = as_matrix(X)
+    rule = rule or RankRule.for_dtype(X.dtype)
+    gram = _Gram(X, resolve_device(device))
+    parts = [(sub.cpu(), dec.full.cpu()) for sub, _, dec in _decided_draws(gram, k, samples, seed, rule)]
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+
+def subset_test(
+    X,
+    k: int,
+    *,
+    samples: int = DEFAULT_SAMPLES,
+    threshold: float = DEFAULT_THRESHOLD,
+    seed: int = 0,
+    rule: RankRule | None = None,
+    device: torch.device | str = "cpu",
+    check: str = "kruskal",
+    stats: SetStats | None = None,
+    histogram_limit: int = 200,
+    progress: Progress | None = None,
+) -> SubsetTest:
+    """Estimate whether every k rows of X are independent: N draws of k distinct rows.
+
+    A draw is satisfied when its k x d matrix has rank k under ``rule``. Verdict: ``holds`` when
+    the satisfied fraction is at least ``threshold``. Known answers are given without sampling:
+    k > d (any k vectors in R^d are dependent), k > T, and k above the rank ceiling of the whole
+    set. The rank histogram covers the first ``histogram_limit`` unsatisfied draws (the rest are
+    counted as rank < k) plus all satisfied draws.
+    """
+    from .device import device_name, resolve_device
+
+    X = as_matrix(X)
+    validate_params(samples=samples, threshold=threshold, k=k)
+    rule = rule or RankRule.for_dtype(X.dtype)
+    dev = resolve_device(device)
+    T, d = X.shape
+    base = dict(check=check, k=k, T=T, d=d, threshold=threshold, rule=rule, seed=seed, device=device_name(dev))
+
+    def known(reason: str, set_rank=None, witness=None) -> SubsetTest:
+        return SubsetTest(samples=0, satisfied=0, fraction=0.0, ci_low=0.0, ci_high=0.0, verdict="fails",
+                          reason=reason, sampled=False, set_rank=set_rank, proven=True, witness=witness, **base)
+
+    if k > d:
+        return known(f"k = {k} > d = {d}: any {k} vectors in R^{d} are linearly dependent (no sampling needed)")
+    if k > T:
+        return known(f"k = {k} > T = {T}: the Kruskal rank of {T} vectors is at most {T} (no sampling needed)")
+    stats = stats or set_stats(X, rule)
+    ceil_k = stats.ceiling(k, rule)
+    if ceil_k < k:
+        witness = None
+        if stats.zero_rows:
+            zi = int((X.to(torch.float64).norm(dim=1) == 0).nonzero()[0])
+            witness = Witness((zi,), (0.0,), 0.0, 0)
+        return known(
+            f"the whole set has numerical rank {stats.rank} (at most {ceil_k} for any {k}-subset under the rule), "
+            f"so no {k} rows are independent (no sampling needed)",
+            set_rank=stats.rank,
+            witness=witness,
+        )
+
+    satisfied = 0
+    rechecks = 0
+    hist: dict[int, int] = {}
+    hist_draws = 0
+    first_dependent = None
+    gram = _Gram(X, dev)
+    for sub, G, dec in _decided_draws(gram, k, samples, seed, rule, progress):
+        satisfied += int(dec.full.sum())
+        rechecks += int(dec.exact.sum())
+        bad = (~dec.full).nonzero().squeeze(-1)
+        if first_dependent is None and bad.numel():
+            first_dependent = sub[int(bad[0])].cpu()
+        room = histogram_limit - hist_draws
+        if room > 0 and bad.numel():
+            sel = bad[:room]
+            for part in sel.split(64):
+                ranks = gram_rank(G[part], lambda j, part=part, sub=sub: gram.rows(sub[part[j]]), d, rule)
+                for r in ranks.tolist():
+                    hist[int(r)] = hist.get(int(r), 0) + 1
+            hist_draws += int(sel.numel())
+    n_full = satisfied
+    if n_full:
+        hist[k] = hist.get(k, 0) + n_full
+    frac = satisfied / samples
+    lo, hi = clopper_pearson(satisfied, samples)
+    witness = shrink_witness(X, first_dependent.tolist(), rule) if first_dependent is not None else None
+    holds = frac >= threshold
+    if holds and witness is None:
+        reason = (f"all {samples} draws of {k} rows were independent" if satisfied == samples else
+                  f"{satisfied}/{samples} draws of {k} rows independent, fraction >= threshold {threshold}")
+        reason += "; an estimate, not a proof"
+    elif holds:
+        reason = (f"{satisfied}/{samples} draws independent (fraction >= threshold {threshold}), but a dependent "
+                  f"{len(witness.indices)}-subset was found, so the exact Kruskal rank is below {len(witness.indices)}")
+    else:
+        reason = f"only {satisfied}/{samples} draws of {k} rows independent, fraction < threshold {threshold}"
+        if witness is not None:
+            reason += f"; dependent {len(witness.indices)}-subset found (proof that Kruskal rank < {len(witness.indices)})"
+    return SubsetTest(
+        samples=samples, satisfied=satisfied, fraction=frac, ci_low=lo, ci_high=hi,
+        verdict="holds" if holds else "fails", reason=reason, witness=witness, rank_histogram=hist,
+        histogram_draws=hist_draws + n_full, exact_rechecks=rechecks, sampled=True, set_rank=stats.rank, **base,
+    )
+
+
+# --------------------------------------------------------------------------- the sweep over every k
+
+
+def _prefix_bounds(G: torch.Tensor, d: int, rule: RankRule):
+    """Certified full/deficient decisions for every leading k x k block of each Gram matrix.
+
+    From one Cholesky factor L of G + s0 I and its inverse: for the leading block of size k,
+    1 / trace((G_k + s0)^-1) <= lambda_min(G_k) + s0 <= 1 / max_j (G_k + s0)^-1_jj, where both
+    quantities are cumulative sums over rows of L^-1 (the inverse of a leading block of a
+    triangular matrix is the leading block of its inverse). lambda_max(G_k) is bracketed by a
+    prefix Rayleigh quotient and the Frobenius norm. Returns two (B, K) bool tensors.
+    """
+    B, K, _ = G.shape
+    dev = G.device
+    diag = torch.diagonal(G, dim1=-2, dim2=-1)
+    trace = diag.sum(-1).clamp_min(1e-300)
+    s0 = 16.0 * K * EPS64 * trace
+    eye = torch.eye(K, dtype=G.dtype, device=dev)
+    L, info = torch.linalg.cholesky_ex(G + s0[:, None, None] * eye)
+    for _ in range(4):
+        bad = info > 0
+        if not bool(bad.any()):
+            break
+        s0 = torch.where(bad, s0 * 1e3, s0)
+        L2, info2 = torch.linalg.cholesky_ex(G[bad] + s0[bad, None, None] * eye)
+        L[bad] = L2
+        info[bad] = info2
+    ok = info == 0
+    Linv = torch.linalg.solve_triangular(L, eye.expand(B, K, K), upper=False)
+    sq = Linv * Linv
+    tr_inv = torch.cumsum(sq.sum(-1), dim=-1)
+    maxdiag_inv = torch.cumsum(sq, dim=-2).amax(-1)
+    del sq, Linv, L
+    slack = 1e-4
+    lam_min_lo = (1 - slack) / tr_inv - s0[:, None]
+    lam_min_hi = (1 + slack) / maxdiag_inv - s0[:, None]
+    # lambda_max of each leading block
+    v = torch.ones(B, K, 1, dtype=G.dtype, device=dev)
+    for _ in range(8):
+        v = G @ v
+        v = v / v.norm(dim=-2, keepdim=True).clamp_min(1e-300)
+    v = v.squeeze(-1)
+    w = (torch.tril(G, -1) @ v.unsqueeze(-1)).squeeze(-1)
+    num = torch.cumsum(v * (2 * w + diag * v), dim=-1)
+    den = torch.cumsum(v * v, dim=-1).clamp_min(1e-300)
+    lam_lo = torch.maximum(torch.cummax(diag, dim=-1).values, num / den)
+    fro2 = torch.cumsum(2 * (torch.tril(G, -1) ** 2).sum(-1) + diag**2, dim=-1)
+    lam_hi = torch.maximum(fro2.sqrt(), lam_lo)
+    ks = torch.arange(1, K + 1, device=dev, dtype=G.dtype)
+    rt = torch.tensor([rule.rtol_for(int(k), d) for k in range(1, K + 1)], device=dev, dtype=G.dtype)
+    a = rule.atol_value
+    tau_hi = torch.clamp(rt * lam_hi.sqrt(), min=a) ** 2
+    tau_lo = torch.clamp(rt * lam_lo.sqrt(), min=a) ** 2
+    margin = 8.0 * (ks + d) * ks.sqrt() * EPS64 * lam_hi
+    sure_full = (lam_min_lo > tau_hi * (1 + 1e-3) + margin) & ok[:, None]
+    sure_def = (lam_min_hi < tau_lo * (1 - 1e-3) - margin) & ok[:, None] & (tau_lo * (1 - 1e-3) - margin > 0)
+    return sure_full, sure_def
+
+
+def _critical_sizes(G: torch.Tensor, rows_fn, d: int, rule: RankRule):
+    """For each draw, k* = the largest k whose leading k rows are independent (0 if none).
+
+    Independence of leading blocks is monotone in k (smallest eigenvalues interlace, the
+    tolerance grows), so certified bounds bracket k* and a bisection with exact decisions
+    settles the rest.
+    """
+    B, K, _ = G.shape
+    sure_full, sure_def = _prefix_bounds(G, d, rule)
+    ar = torch.arange(1, K + 1, device=G.device)
+    lo = torch.where(sure_full, ar, torch.zeros_like(ar)).amax(-1)  # known independent up to lo
+    hi_k = torch.where(sure_def, ar, torch.full_like(ar, K + 1)).amin(-1)  # known dependent from hi_k
+    lo = torch.minimum(lo, hi_k - 1)
+    hi = hi_k - 1  # k* in [lo, hi]
+    rechecks = 0
+    while True:
+        open_ = (lo < hi).nonzero().squeeze(-1)
+        if open_.numel() == 0:
+            break
+        mid = (lo[open_] + hi[open_] + 1) // 2
+        for m in torch.unique(mid).tolist():
+            sel = open_[mid == m]
+            Gm = G[sel][:, :m, :m]
+            dec = decide_full_rank(Gm, lambda j, sel=sel, m=m: rows_fn(sel[j], m), m, d, rule)
+            rechecks += int(dec.exact.sum())
+            lo[sel] = torch.where(dec.full, torch.full_like(lo[sel], m), lo[sel])
+            hi[sel] = torch.where(dec.full, hi[sel], torch.full_like(hi[sel], m - 1))
+    return lo, rechecks
+
+
+def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_block: int = 1024) -> Bound:
+    """Certified floor from the Babel function mu1(m) (cumulative coherence).
+
+    Any k rows with mu1(k-1) < 1 have a normalised Gram matrix with smallest eigenvalue at least
+    1 - mu1(k-1) (Gershgorin), so sigma_min(X_S)^2 >= min_norm^2 (1 - mu1) and
+    sigma_max(X_S)^2 <= max_norm^2 (1 + mu1); the floor is the largest k for which that lower
+    bound clears the tolerance. k = 1 needs only non-zero rows.
+    """
+    X64 = X.to(torch.float64)
+    T, d = X64.shape
+    kmax = min(kmax or min(T, d), T, d)
+    norms = X64.norm(dim=1)
+    nmin, nmax = float(norms.min()), float(norms.max())
+    what = "every {k} rows are independent under the tolerance rule (Babel-function bound; a proof)"
+    if nmin == 0 or nmin <= rule.atol_value:
+        return Bound(0, "babel", "a zero row exists, so no floor above 0 can be proven")
+    Xn = X64 / norms[:, None]
+    m = max(0, kmax - 1)
+    mu1 = torch.zeros(m + 1, dtype=torch.float64, device=X64.device)
+    if m > 0:
+        for s in range(0, T, row_block):
+            C = (Xn[s : s + row_block] @ Xn.T).abs()
+            r = torch.arange(s, min(s + row_block, T), device=X64.device)
+            C[torch.arange(len(r)), r] = 0.0
+            top = C.topk(min(m, T - 1), dim=1).values
+            cums = torch.cumsum(top, dim=1).amax(0)
+            mu1[1 : cums.numel() + 1] = torch.maximum(mu1[1 : cums.numel() + 1], cums)
+    mu1 = mu1 + 1e-12  # rounding slack
+    best = 0
+    for k in range(1, kmax + 1):
+        mu = float(mu1[k - 1]) if k >= 2 else 0.0
+        if mu >= 1:
+            break
+        smin2 = nmin**2 * (1 - mu)
+        tol = rule.tol(nmax * math.sqrt(1 + mu), k, d)
+        if smin2 > tol**2:
+            best = k
+        else:
+            break
+    return Bound(best, "babel", what.format(k=best))
+
+
+def kruskal_sweep(
+    X,
+    *,
+    samples: int = DEFAULT_SAMPLES,
+    threshold: float = DEFAULT_THRESHOLD,
+    seed: int = 0,
+    rule: RankRule | None = None,
+    device: torch.device | str = "cpu",
+    kmax: int | None = None,
+    stats: SetStats | None = None,
+    progress: Progress | None = None,
+) -> Sweep:
+    """The satisfied fraction for every k = 1 .. min(T, d) from one set of nested draws.
+
+    Each draw is a random ordering of K rows; its leading k rows are the k-subset of that draw
+    for every k, so one factorisation per draw answers all k. Sizes above the rank ceiling of
+    the whole set are certified to fail and not sampled.
+    """
+    from .device import device_name, resolve_device
+
+    X = as_matrix(X)
+    validate_params(samples=samples, threshold=threshold)
+    rule = rule or RankRule.for_dtype(X.dtype)
+    dev = resolve_device(device)
+    T, d = X.shape
+    K_all = min(T, d) if kmax is None else max(1, min(T, d, kmax))
+    stats = stats or set_stats(X, rule)
+    K = 0
+    for k in range(1, K_all + 1):
+        if stats.ceiling(k, rule) >= k:
+            K = k
+    gram = _Gram(X, dev)
+    counts = torch.zeros(K + 2, dtype=torch.long)
+    rechecks = 0
+    min_dep = None  # (size, indices)
+    if K > 0:
+        chunk = _chunk_size(K, mats=6)
+        for start, idx in _draw_blocks(T, K, samples, seed):
+            idx = idx.to(dev)
+            for sub in idx.split(chunk):
+                G = gram.sub(sub)
+                kstar, rc = _critical_sizes(G, lambda j, m, sub=sub: gram.rows(sub[j, :m]), d, rule)
+                rechecks += rc
+                counts += torch.bincount(kstar.cpu(), minlength=K + 2)[: K + 2]
+                small = int(kstar.min())
+                if small < K and (min_dep is None or small + 1 < min_dep[0]):
+                    j = int(kstar.argmin())
+                    min_dep = (small + 1, sub[j, : small + 1].cpu().tolist())
+            if progress:
+                progress(int(idx.shape[0]))
+    # fraction(k) = P(k* >= k)
+    ge = torch.flip(torch.cumsum(torch.flip(counts, [0]), 0), [0])  # ge[k] = #draws with k* >= k
+    ks = tuple(range(1, K_all + 1))
+    fr, lo_l, hi_l = [], [], []
+    for k in ks:
+        s = int(ge[k]) if k <= K else 0
+        fr.append(s / samples if K else 0.0)
+        lo, hi = clopper_pearson(s, samples) if k <= K else (0.0, 0.0)
+        lo_l.append(lo)
+        hi_l.append(hi)
+    est = 0
+    for k, f in zip(ks, fr):
+        if f >= threshold:
+            est = k
+    witness = shrink_witness(X, min_dep[1], rule) if min_dep else None
+    ceil_candidates = []
+    if witness is not None:
+        ceil_candidates.append(Bound(len(witness.indices) - 1, "witness",
+                                     f"a dependent {len(witness.indices)}-subset was found, so the Kruskal rank is at most {len(witness.indices) - 1} (a proof)"))
+    if K < min(T, d):
+        ceil_candidates.append(Bound(K, "set-rank",
+                                     f"the whole set has numerical rank {stats.rank}; no subset of more than {K} rows can be independent under the rule (a proof)"))
+    else:
+        ceil_candidates.append(Bound(min(T, d), "dimension", f"the Kruskal rank of {T} vectors in R^{d} is at most min(T, d) = {min(T, d)}"))
+    ceiling = min(ceil_candidates, key=lambda b: b.value)
+    raw_estimate = est
+    est = min(est, ceiling.value)  # an estimate never exceeds what is proven
+    floor = babel_floor(X, rule, kmax=min(K_all, ceiling.value) or 1)
+    return Sweep(
+        T=T, d=d, samples=samples, threshold=threshold, seed=seed, rule=rule, device=device_name(dev),
+        ks=ks, fractions=tuple(fr), ci_low=tuple(lo_l), ci_high=tuple(hi_l), estimate=est,
+        ceiling=ceiling, floor=floor, witness=witness, exact_rechecks=rechecks, kmax_sampled=K,
+        raw_estimate=raw_estimate,
+    )
+
+
+# --------------------------------------------------------------------------- brute force
+
+
+def exact_kruskal_rank(X, rule: RankRule | None = None, max_subsets: int = 2_000_000) -> int:
+    """The Kruskal rank by enumerating every subset (small cases only; used to test the bounds)."""
+    X = as_matrix(X)
+    rule = rule or RankRule.for_dtype(X.dtype)
+    T, d = X.shape
+    X64 = X.to(torch.float64)
+    best = 0
+    for k in range(1, min(T, d) + 1):
+        if math.comb(T, k) > max_subsets:
+            raise InputError(f"too many subsets to enumerate at k = {k} (C({T}, {k}) > {max_subsets})")
+        combos = torch.tensor(list(itertools.combinations(range(T), k)), dtype=torch.long)
+        ok = True
+        for part in combos.split(4096):
+            rank, *_ = svd_rank(X64[part], rule)
+            if bool((rank < k).any()):
+                ok = False
+                break
+        if not ok:
+            break
+        best = k
+    return best

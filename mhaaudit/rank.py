@@ -1,0 +1,193 @@
+"""Numerical rank with an explicit tolerance rule, and a fast exact full-rank decision.
+
+The rule is part of every result. The default is the paper's convention, the one
+``torch.linalg.matrix_rank`` uses: singular values above ``sigma_max * max(rows, cols) * eps``
+count, with ``eps`` the machine epsilon of the features' *own* dtype (float32 for model
+activations). We always compute in float64 and never in TF32 or reduced precision.
+
+``decide_full_rank`` answers "is this k x d subset of rows of full rank k under the rule?" for
+many subsets at once. It works on k x k Gram matrices in float64: a Cholesky factorisation of
+``G - s I`` succeeds exactly when every eigenvalue of ``G`` exceeds ``s`` (up to a rounding error
+we bound and keep away from), and ``sigma_min^2 = lambda_min(G)``. Two shifted factorisations,
+at the largest and smallest tolerance compatible with bounds on ``sigma_max``, decide almost
+every draw; the few whose smallest singular value lies near the tolerance are re-checked with
+the same SVD that ``torch.linalg.matrix_rank`` uses. The decision therefore equals
+``matrix_rank(rows.double(), rtol=..., atol=...) == k`` for every draw.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .errors import InputError
+
+EPS64 = float(torch.finfo(torch.float64).eps)
+
+
+def _check_tols(rtol: float | None, atol: float | None) -> None:
+    for name, v in (("rtol", rtol), ("atol", atol)):
+        if v is not None and (not math.isfinite(v) or v < 0):
+            raise InputError(f"--{name} must be a finite number >= 0, got {v}")
+
+
+@dataclass(frozen=True)
+class RankRule:
+    """Which singular values count as non-zero.
+
+    ``tol = max(atol, rtol * sigma_max)``; with neither given, ``rtol = max(rows, cols) * eps``
+    (``eps`` of the features' dtype) and ``atol = 0``; with only ``atol > 0`` given, ``rtol = 0``.
+    These are ``torch.linalg.matrix_rank``'s semantics.
+    """
+
+    rtol: float | None = None
+    atol: float | None = None
+    eps: float = float(torch.finfo(torch.float32).eps)
+    dtype: str = "float32"
+
+    @classmethod
+    def for_dtype(cls, dtype: torch.dtype | str, rtol: float | None = None, atol: float | None = None) -> "RankRule":
+        _check_tols(rtol, atol)
+        if isinstance(dtype, str):
+            dtype = getattr(torch, dtype)
+        if not dtype.is_floating_point:
+            dtype = torch.float64
+        return cls(rtol=rtol, atol=atol, eps=float(torch.finfo(dtype).eps), dtype=str(dtype).replace("torch.", ""))
+
+    def rtol_for(self, rows: int, cols: int) -> float:
+        if self.rtol is not None:
+            return float(self.rtol)
+        if self.atol is not None and self.atol > 0:
+            return 0.0
+        return max(rows, cols) * self.eps
+
+    @property
+    def atol_value(self) -> float:
+        return float(self.atol or 0.0)
+
+    def tol(self, sigma_max: torch.Tensor | float, rows: int, cols: int):
+        """The tolerance for a rows x cols matrix with largest singular value ``sigma_max``."""
+        r = self.rtol_for(rows, cols)
+        if isinstance(sigma_max, torch.Tensor):
+            return torch.clamp(sigma_max * r, min=self.atol_value)
+        return max(self.atol_value, r * float(sigma_max))
+
+    def describe(self) -> str:
+        if self.rtol is None and not (self.atol and self.atol > 0):
+            return (
+                f"sigma > sigma_max * max(rows, cols) * eps({self.dtype}) with eps = {self.eps:.3g} "
+                "(torch.linalg.matrix_rank's default), computed in float64"
+            )
+        return f"sigma > max(atol = {self.atol_value:.3g}, rtol = {self.rtol_for(1, 1):.3g} * sigma_max), computed in float64"
+
+    def as_dict(self) -> dict:
+        return {"rtol": self.rtol, "atol": self.atol, "eps": self.eps, "dtype": self.dtype, "rule": self.describe()}
+
+
+def svd_rank(rows: torch.Tensor, rule: RankRule):
+    """Exact numerical rank of ``(..., m, c)`` matrices under ``rule`` (float64 SVD).
+
+    Returns ``(rank, sigma_min, sigma_max, tol, singular_values)`` where ``sigma_min`` is the
+    ``min(m, c)``-th singular value.
+    """
+    x = rows.to(torch.float64)
+    s = torch.linalg.svdvals(x)
+    m, c = x.shape[-2], x.shape[-1]
+    smax = s[..., 0]
+    tol = rule.tol(smax, m, c)
+    rank = (s > tol.unsqueeze(-1)).sum(-1)
+    return rank, s[..., -1], smax, tol, s
+
+
+def gram_rank(G: torch.Tensor, rows_fn, d: int, rule: RankRule) -> torch.Tensor:
+    """Numerical rank of k x d row subsets from their k x k float64 Gram matrices.
+
+    Eigenvalues of G are the squared singular values of the rows, accurate to a rounding error
+    we bound; a subset with an eigenvalue within that error of the tolerance is recomputed with
+    the SVD, so the result equals ``svd_rank`` on the rows.
+    """
+    k = G.shape[-1]
+    lam = torch.linalg.eigvalsh(G).clamp_min(0)  # ascending
+    lmax = lam[..., -1]
+    tol2 = rule.tol(lmax.sqrt(), k, d) ** 2
+    err = _rounding_margin(k, d, lmax)
+    rank = (lam > tol2[:, None]).sum(-1)
+    ambiguous = ((lam - tol2[:, None]).abs() <= err[:, None] + 1e-6 * tol2[:, None]).any(-1)
+    if bool(ambiguous.any()):
+        idx = ambiguous.nonzero().squeeze(-1)
+        for chunk in idx.split(64):
+            rank[chunk], *_ = svd_rank(rows_fn(chunk), rule)
+    return rank
+
+
+def _lambda_max_bounds(G: torch.Tensor, iters: int = 8):
+    """Lower and upper bounds on the largest eigenvalue of PSD ``(B, k, k)`` matrices."""
+    diag = torch.diagonal(G, dim1=-2, dim2=-1)
+    lo = diag.amax(-1)
+    v = torch.ones(G.shape[:-1] + (1,), dtype=G.dtype, device=G.device)
+    for _ in range(iters):
+        v = G @ v
+        v = v / v.norm(dim=-2, keepdim=True).clamp_min(1e-300)
+    rq = (v.transpose(-1, -2) @ G @ v).squeeze(-1).squeeze(-1)
+    lo = torch.maximum(lo, rq)
+    hi = torch.linalg.matrix_norm(G)  # Frobenius >= spectral norm
+    hi = torch.maximum(hi, lo)
+    return lo, hi
+
+
+def _rounding_margin(k: int, d: int, lam_hi: torch.Tensor) -> torch.Tensor:
+    # Rounding in forming G (d-term dot products) and in the factorisation (k-term sums),
+    # bounded generously: a decision is only taken when it survives this much perturbation.
+    return 8.0 * (k + d) * math.sqrt(k) * EPS64 * lam_hi
+
+
+@dataclass
+class Decision:
+    full: torch.Tensor  # bool (B,)
+    exact: torch.Tensor  # bool (B,): decided by SVD rather than by the Cholesky certificates
+
+
+def decide_full_rank(G: torch.Tensor, rows_fn, k: int, d: int, rule: RankRule, delta: float = 1e-3) -> Decision:
+    """Is each of a batch of k-row subsets of full rank k under ``rule``?
+
+    ``G`` is the ``(B, k, k)`` float64 Gram matrix of each subset (it is used as scratch space
+    and is left as it was on return); ``rows_fn(idx)`` returns the ``(len(idx), k, d)`` rows of
+    the subsets at batch positions ``idx`` for exact re-checks.
+    """
+    B = G.shape[0]
+    dev = G.device
+    full = torch.zeros(B, dtype=torch.bool, device=dev)
+    exact = torch.zeros(B, dtype=torch.bool, device=dev)
+    if B == 0:
+        return Decision(full, exact)
+    r = rule.rtol_for(k, d)
+    a = rule.atol_value
+    hi = torch.linalg.matrix_norm(G)  # Frobenius norm >= lambda_max
+    margin = _rounding_margin(k, d, hi)
+    s_hi = torch.clamp(r * hi.sqrt(), min=a) ** 2 * (1 + delta) + margin
+    diag = torch.diagonal(G, dim1=-2, dim2=-1)
+    diag.sub_(s_hi[:, None])
+    _, info = torch.linalg.cholesky_ex(G)
+    diag.add_(s_hi[:, None])
+    full |= info == 0  # lambda_min(G) > s_hi >= the tolerance squared: independent
+    undecided = ~full
+    if bool(undecided.any()):
+        idx = undecided.nonzero().squeeze(-1)
+        Gu = G[idx]
+        lo, _ = _lambda_max_bounds(Gu)
+        s_lo = torch.clamp(r * lo.sqrt(), min=a) ** 2 * (1 - delta) - margin[idx]
+        usable = s_lo > 0  # a non-positive shift certifies nothing on the deficient side
+        du = torch.diagonal(Gu, dim1=-2, dim2=-1)
+        du.sub_(s_lo[:, None])
+        _, info_lo = torch.linalg.cholesky_ex(Gu)
+        sure_def = (info_lo > 0) & usable  # lambda_min(G) < s_lo <= the tolerance squared: dependent
+        undecided[idx[sure_def]] = False
+    if bool(undecided.any()):
+        idx = undecided.nonzero().squeeze(-1)
+        for chunk in idx.split(64):
+            rank, *_ = svd_rank(rows_fn(chunk), rule)
+            full[chunk] = rank == k
+            exact[chunk] = True
+    return Decision(full, exact)
