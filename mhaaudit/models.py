@@ -942,7 +942,9 @@ def _load_hf(name, alias, weights, weights_path, dev, context_length, max_layer,
                 raise _offline_weights_error(name, resolved) from exc
             raise ModelError(f"cannot load weights for {name} from {weights_dir}: {_one_line(exc)}") from exc
         except RuntimeError as exc:
-            raise ModelError(f"the weights at {weights_dir} do not fit {name}: {_one_line(exc)}") from exc
+            raise ModelError(
+                f"the weights at {weights_dir} do not fit {name}: {_describe_mismatch(weights_dir, build_cfg, local_only) or _one_line(exc)}"
+            ) from exc
         missing = [k for k in info.get("missing_keys", []) if not any(s in k for s in _IGNORABLE_MISSING)]
         mismatched = list(info.get("mismatched_keys", []))
         if missing or mismatched:
@@ -954,6 +956,9 @@ def _load_hf(name, alias, weights, weights_path, dev, context_length, max_layer,
     else:
         with _seeded(seed):
             module = AutoModel.from_config(build_cfg)
+        blocks0 = _hf_blocks(module)
+        if blocks0 is not None:
+            _reinit_depth_invariant(module, blocks0, seed, full_layers)
 
     module = module.to(device=dev, dtype=torch.float32).eval()
     for p in module.parameters():
@@ -1013,6 +1018,78 @@ def _load_hf(name, alias, weights, weights_path, dev, context_length, max_layer,
     if modality == "image":
         pm.info = dataclasses.replace(pm.info, n=_measure_tokens(pm))
     return pm
+
+
+def _postorder(module: nn.Module, skip: set[int]) -> list[nn.Module]:
+    out: list[nn.Module] = []
+
+    def rec(m: nn.Module) -> None:
+        if id(m) in skip:
+            return
+        for c in m.children():
+            rec(c)
+        out.append(m)
+
+    rec(module)
+    return out
+
+
+def _reinit_depth_invariant(model: nn.Module, blocks: nn.ModuleList, seed: int, full_layers: int) -> None:
+    """Re-draw a random init so that it does not depend on how many blocks were built.
+
+    The model's own ``_init_weights`` runs once more, children before parents as transformers
+    does, with the config's full depth (GPT-2 scales its residual projections by the depth), and
+    with one seed per unit: the non-block modules share one, block i gets its own. A model built
+    with ``max_layer=k`` then has exactly the first k blocks of the full-depth model of that seed.
+    """
+    import zlib
+
+    init_fn = getattr(model, "_init_weights", None)
+    cfg = getattr(model, "config", None)
+    if init_fn is None or cfg is None:
+        return
+    units = [("rest", _postorder(model, {id(b) for b in blocks}))]
+    units += [(f"block.{i}", _postorder(b, set())) for i, b in enumerate(blocks)]
+    try:
+        from transformers import initialization as hf_init
+
+        guard: Any = hf_init.guard_torch_init_functions()
+    except Exception:  # noqa: BLE001 - older transformers
+        guard = contextlib.nullcontext()
+    saved = cfg.num_hidden_layers
+    cfg.num_hidden_layers = full_layers
+    try:
+        with guard, torch.no_grad():
+            for unit, mods in units:
+                for m in mods:
+                    for t in list(m.parameters(recurse=False)) + list(m.buffers(recurse=False)):
+                        if hasattr(t, "_is_hf_initialized"):
+                            delattr(t, "_is_hf_initialized")
+                with _seeded((int(seed) * 1000003 + zlib.crc32(unit.encode())) % (2**63)):
+                    for m in mods:
+                        init_fn(m)
+    finally:
+        cfg.num_hidden_layers = saved
+
+
+def _describe_mismatch(weights_dir: str, cfg: Any, local_only: bool) -> str | None:
+    """Name the first parameter whose shape differs between a checkpoint and a config."""
+    from transformers import AutoModel
+
+    try:
+        _m, info = AutoModel.from_pretrained(
+            weights_dir, config=cfg, local_files_only=local_only, output_loading_info=True, ignore_mismatched_sizes=True
+        )
+        mism = list(info.get("mismatched_keys", []))
+    except Exception:  # noqa: BLE001 - only used to word an error message
+        return None
+    if not mism:
+        return None
+    first = mism[0]
+    if isinstance(first, (tuple, list)) and len(first) == 3:
+        key, have, want = first
+        return f"{len(mism)} parameter(s) of the wrong shape, e.g. {key}: {tuple(have)} in the checkpoint, {tuple(want)} expected"
+    return f"{len(mism)} parameter(s) of the wrong shape, e.g. {first}"
 
 
 def _load_tokenizer(candidates: list[str], offline: bool) -> object | None:

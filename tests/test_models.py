@@ -333,6 +333,17 @@ def test_random_init_is_seeded(tiny_vit):
     assert not torch.allclose(t.capture(x, [1])[1], xa)
 
 
+def test_random_init_does_not_depend_on_max_layer(tiny_gpt2):
+    full = load_model(str(tiny_gpt2), seed=7, device="cpu", context_length=6)
+    one = load_model(str(tiny_gpt2), seed=7, device="cpu", context_length=6, max_layer=1)
+    assert one.built_layers == 1 and full.built_layers == 2
+    x = full.preprocess([[3, 1, 4, 1, 5, 9]])
+    torch.testing.assert_close(one.capture(x, [0, 1])[1], full.capture(x, [0, 1])[1], atol=0, rtol=0)
+    # GPT-2 scales its residual projections by the full depth, also when fewer blocks are built
+    std = one.module.h[0].attn.c_proj.weight.std().item()
+    assert abs(std - 0.02 / math.sqrt(2 * 2)) < 0.004
+
+
 def test_timm_random_by_name_and_prefix():
     pm = load_model("timm:vit_tiny_patch16_224", max_layer=1, device="cpu")
     assert (pm.info.backend, pm.info.n, pm.info.d, pm.info.num_layers, pm.built_layers) == ("timm", 197, 192, 12, 1)
