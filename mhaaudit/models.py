@@ -844,6 +844,14 @@ def _hf_config_for(name: str, alias: dict | None, weights: str, weights_path: st
             raise ModelError(f"{name} looks like a timm model folder; use backend timm")
         return AutoConfig.from_pretrained(expanded, local_files_only=True), os.path.abspath(expanded), "folder"
     if alias is not None:
+        if weights == "trained" and weights_path is None:
+            # Trained weights come with their own config (hub or local cache); decide offline at once.
+            try:
+                return AutoConfig.from_pretrained(alias["hf"], local_files_only=offline), alias["hf"], "alias-hub"
+            except (OSError, ValueError) as exc:
+                if offline:
+                    raise _offline_weights_error(name, alias["hf"]) from exc
+                raise ModelError(f"cannot fetch the config of {alias['hf']} for {name}: {_one_line(exc, 160)}") from exc
         return _alias_config(alias), alias["hf"], "alias"
     if weights_path is not None and os.path.exists(os.path.join(weights_path, "config.json")) and offline:
         # The weights folder carries the architecture; the hub config is not needed.
@@ -913,7 +921,7 @@ def _load_hf(name, alias, weights, weights_path, dev, context_length, max_layer,
         elif source == "folder":
             weights_dir, wsource = resolved, f"local folder {resolved}"
         else:
-            weights_dir, wsource = resolved, (f"local cache of hub {resolved}" if offline else f"hub {resolved}")
+            weights_dir, wsource = resolved, (f"hub {resolved} (local cache)" if offline else f"hub {resolved}")
     else:
         wsource = {
             "alias": f"random init from the built-in {name.lower()} config",
@@ -986,16 +994,13 @@ def _load_hf(name, alias, weights, weights_path, dev, context_length, max_layer,
             if maxpos is not None and n > maxpos:
                 raise InputError(f"context length {n} exceeds the {maxpos} position embeddings of {name}")
         query_index = n - 1 if is_decoder else 0
-        tok_src = weights_dir if weights_dir is not None else (resolved if source in ("folder", "hub", "cache") else None)
-        tok_candidates = [t for t in (tok_src, resolved if source == "folder" else None) if t]
-        if alias is not None and not tok_candidates:
-            tok_candidates = [alias["hf"]]
+        tok_candidates = list(dict.fromkeys(t for t in (weights_dir, resolved) if t))
         tokenizer = _load_tokenizer(tok_candidates, offline)
     else:
         if context_length is not None:
             raise InputError("context length applies to text models only; image models take n from the image size")
-        proc_src = weights_dir if weights_dir is not None else (resolved if source != "alias" else alias["hf"])
-        transform = _hf_image_transform(cfg, family, proc_src, offline)
+        proc_candidates = list(dict.fromkeys(t for t in (weights_dir, resolved) if t))
+        transform = _hf_image_transform(cfg, family, proc_candidates, offline)
         query_index = 0
         n = 0  # measured below
 
@@ -1116,16 +1121,18 @@ def _load_tokenizer(candidates: list[str], offline: bool) -> object | None:
     return None
 
 
-def _hf_image_transform(cfg: Any, family: str, source: str | None, offline: bool) -> Callable[[list], torch.Tensor]:
+def _hf_image_transform(cfg: Any, family: str, sources: list[str], offline: bool) -> Callable[[list], torch.Tensor]:
     """The model's own image preprocessing: its saved processor when present, else from the config."""
     proc = None
-    if source is not None:
+    for source in sources:
+        local = os.path.isdir(source)
+        if local and not os.path.exists(os.path.join(source, "preprocessor_config.json")):
+            continue
         try:
             from transformers import AutoImageProcessor
 
-            local = os.path.isdir(source)
-            if not local or os.path.exists(os.path.join(source, "preprocessor_config.json")):
-                proc = AutoImageProcessor.from_pretrained(source, local_files_only=offline or local)
+            proc = AutoImageProcessor.from_pretrained(source, local_files_only=offline or local)
+            break
         except Exception:  # noqa: BLE001 - fall back to the config values
             proc = None
     if proc is None:

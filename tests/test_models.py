@@ -194,6 +194,15 @@ def test_bert_capture_matches_hidden_states(tiny_bert):
         pm.preprocess([[1000] * 12])
 
 
+def test_tokenizer_from_folder(tmp_path):
+    _save_hf(transformers.BertModel, _bert_config(), tmp_path)
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(95)]
+    (tmp_path / "vocab.txt").write_text("\n".join(words) + "\n")
+    pm = load_model(str(tmp_path), weights="trained", device="cpu", context_length=4)
+    assert pm.tokenizer is not None and len(pm.tokenizer) == 100
+    assert pm.tokenizer.convert_tokens_to_ids("w7") == 12
+
+
 def test_gpt2_capture_matches_hidden_states(tiny_gpt2):
     pm = load_model(str(tiny_gpt2), weights="trained", device="cpu")
     assert (pm.info.family, pm.info.n, pm.info.query_index) == ("gpt2", 64, 63)
@@ -518,3 +527,29 @@ def test_public_types():
         "num_layers", "num_heads", "head_dim", "weights", "weights_source",
     }
     assert callable(ProbedModel.capture) and callable(ProbedModel.preprocess)
+
+
+@pytest.mark.parametrize(
+    "model_type, extra, n",
+    [
+        ("deit", {"intermediate_size": 64}, 18),  # class + distillation token + 16 patches
+        ("dinov2", {}, 17),
+        ("dinov2_with_registers", {"num_register_tokens": 4}, 21),
+    ],
+)
+def test_other_vit_families(tmp_path, model_type, extra, n):
+    cfg = transformers.AutoConfig.for_model(
+        model_type, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=8, **extra
+    )
+    torch.manual_seed(0)
+    transformers.AutoModel.from_config(cfg).save_pretrained(str(tmp_path))
+    pm = load_model(str(tmp_path), weights="trained", device="cpu")
+    assert (pm.info.family, pm.info.n, pm.info.query_index) == (model_type, n, 0)
+    x = pm.preprocess(_images(2))
+    out = pm.capture(x, [0, 1])
+    ref = transformers.AutoModel.from_pretrained(str(tmp_path), attn_implementation="eager").eval()
+    with torch.no_grad():
+        o = ref(**x, output_hidden_states=True, output_attentions=True)
+    for k in (0, 1):
+        torch.testing.assert_close(out[k], o.hidden_states[k], atol=TOL, rtol=0)
+    torch.testing.assert_close(first_attention(pm, 1).probs(o.hidden_states[0]), o.attentions[0], atol=TOL, rtol=0)
