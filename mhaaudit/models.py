@@ -368,14 +368,15 @@ class ProbedModel:
 
         def pre_hook(_mod, args, kwargs):
             hs = args[0] if args else kwargs["hidden_states"]
-            store[0] = hs.detach().to(torch.float32)
+            # a copy: the block may reuse or modify its input buffer
+            store[0] = hs.detach().to(torch.float32, copy=True)
             if top == 0:
                 raise _StopForward
 
         def make_post(k: int):
             def post_hook(_mod, _args, output):
                 hs = output[0] if isinstance(output, (tuple, list)) else output
-                store[k] = hs.detach().to(torch.float32)
+                store[k] = hs.detach().to(torch.float32, copy=k != top)
                 if k == top:
                     raise _StopForward
 
