@@ -738,6 +738,10 @@ def load_model(
             timm_name = alias["timm"]
         elif not _is_path_like(name):
             timm_name = _timm_name(name) or (name[5:] if name.startswith("timm:") else name)
+    elif backend is None and alias is not None and "timm" in alias and weights_path and os.path.isfile(weights_path):
+        keys = _state_file_keys(weights_path)
+        if any(k.startswith(("blocks.", "patch_embed.", "module.blocks.")) for k in keys):
+            use_timm, timm_name = True, alias["timm"]
     elif backend is None and alias is None:
         if _is_path_like(name):
             use_timm = _looks_like_timm_path(name)
@@ -866,8 +870,13 @@ def _hf_config_for(name: str, alias: dict | None, weights: str, weights_path: st
         return cfg, name, ("cache" if offline else "hub")
     except (OSError, ValueError) as exc:
         if offline:
-            if weights == "trained" and "/" in name:
+            if weights == "trained" and "/" in name and weights_path is None:
                 raise _offline_weights_error(name, "hub") from exc
+            if weights_path is not None:
+                raise OfflineError(
+                    f"the architecture of {name} (its config.json) is not in the local cache and the hub cannot be "
+                    f"reached; name an alias ({_alias_list()}) or a local folder with config.json as the model"
+                ) from exc
             if "/" in name:
                 raise OfflineError(
                     f"the config of {name} is not in the local cache and the hub cannot be reached; "
@@ -904,21 +913,23 @@ def _load_hf(name, alias, weights, weights_path, dev, context_length, max_layer,
 
     # Where the weights (and processor/tokenizer files) come from.
     weights_dir: str | None = None
+    weights_file: str | None = None
     if weights == "trained":
         if weights_path is not None:
             wp = os.path.abspath(weights_path)
-            if os.path.isfile(wp):
-                raise InputError(
-                    f"--weights {weights_path} is a file; for transformers models give the folder saved with save_pretrained"
-                )
             wcfg_path = Path(wp) / "config.json"
-            if wcfg_path.exists() and source != "folder":
+            if os.path.isfile(wp):
+                weights_file = wp
+            elif wcfg_path.exists() and source != "folder":
                 from transformers import AutoConfig
 
                 wcfg = AutoConfig.from_pretrained(wp, local_files_only=True)
                 _check_weights_fit(cfg, wcfg, name, weights_path)
                 cfg = wcfg
-            weights_dir, wsource = wp, f"local folder {wp}"
+            if weights_file is not None:
+                wsource = f"weights file {wp}"
+            else:
+                weights_dir, wsource = wp, f"local folder {wp}"
         elif source == "folder":
             weights_dir, wsource = resolved, f"local folder {resolved}"
         else:
@@ -940,7 +951,11 @@ def _load_hf(name, alias, weights, weights_path, dev, context_length, max_layer,
         built = max(1, max_layer)
         build_cfg.num_hidden_layers = built
 
-    if weights == "trained":
+    if weights_file is not None:
+        with _seeded(seed):
+            module = AutoModel.from_config(build_cfg)
+        _load_hf_state_file(module, weights_file, name)
+    elif weights == "trained":
         local_only = offline or weights_path is not None or source == "folder"
         try:
             module, info = AutoModel.from_pretrained(
@@ -1096,6 +1111,61 @@ def _describe_mismatch(weights_dir: str, cfg: Any, local_only: bool) -> str | No
         key, have, want = first
         return f"{len(mism)} parameter(s) of the wrong shape, e.g. {key}: {tuple(have)} in the checkpoint, {tuple(want)} expected"
     return f"{len(mism)} parameter(s) of the wrong shape, e.g. {first}"
+
+
+def _read_state_file(path: str) -> dict[str, torch.Tensor]:
+    """A state dict from a .safetensors file or a torch checkpoint (weights only)."""
+    try:
+        if path.endswith(".safetensors"):
+            from safetensors.torch import load_file
+
+            sd = load_file(path)
+        else:
+            sd = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - unreadable or not a checkpoint
+        raise ModelError(f"cannot read the checkpoint {path}: {_one_line(exc, 160)}") from exc
+    for key in ("state_dict", "model", "module"):
+        if isinstance(sd, dict) and key in sd and isinstance(sd[key], dict):
+            sd = sd[key]
+    if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+        raise ModelError(f"the checkpoint {path} does not hold a state dict of tensors")
+    return sd
+
+
+def _state_file_keys(path: str) -> list[str]:
+    if path.endswith(".safetensors"):
+        try:
+            from safetensors import safe_open
+
+            with safe_open(path, framework="pt") as fh:
+                return list(fh.keys())
+        except Exception:  # noqa: BLE001
+            return []
+    try:
+        return list(_read_state_file(path))
+    except ModelError:
+        return []
+
+
+def _load_hf_state_file(module: nn.Module, path: str, name: str) -> None:
+    """Load a single weights file into a transformers model, checking that it fits."""
+    sd = _read_state_file(path)
+    prefix = getattr(module, "base_model_prefix", "") or ""
+    own = module.state_dict()
+    if prefix and not any(k in own for k in sd) and any(k.startswith(prefix + ".") for k in sd):
+        sd = {k[len(prefix) + 1 :]: v for k, v in sd.items() if k.startswith(prefix + ".")}
+    mismatched = [k for k, v in sd.items() if k in own and tuple(own[k].shape) != tuple(v.shape)]
+    if mismatched:
+        k = mismatched[0]
+        raise ModelError(
+            f"the weights in {path} do not fit {name}: {k} has shape {tuple(sd[k].shape)}, "
+            f"the model expects {tuple(own[k].shape)}"
+        )
+    result = module.load_state_dict({k: v for k, v in sd.items() if k in own}, strict=False)
+    persistent = {k for k, _ in module.named_parameters()}
+    missing = [k for k in result.missing_keys if k in persistent and not any(s in k for s in _IGNORABLE_MISSING)]
+    if missing:
+        raise ModelError(f"the weights in {path} do not fit {name}: {len(missing)} parameter(s) missing (e.g. {missing[0]})")
 
 
 def _load_tokenizer(candidates: list[str], offline: bool) -> object | None:

@@ -176,6 +176,24 @@ def test_vit_uses_saved_image_processor(tmp_path):
     torch.testing.assert_close(pm.preprocess(imgs)["pixel_values"], proc(images=imgs, return_tensors="pt")["pixel_values"])
 
 
+def test_hf_single_weights_file(tiny_vit, tiny_timm, tmp_path):
+    """A bare weights file (here with a task-head prefix) loads into the architecture the name gives."""
+    from safetensors.torch import save_file
+
+    ref = transformers.ViTModel.from_pretrained(str(tiny_vit)).eval()
+    file = tmp_path / "weights.safetensors"
+    save_file({f"vit.{k}": v.contiguous() for k, v in ref.state_dict().items()}, str(file))
+    pm = load_model(str(tiny_vit), weights="trained", weights_path=str(file), device="cpu", max_layer=1)
+    assert str(file) in pm.info.weights_source
+    x = pm.preprocess(_images(2))
+    with torch.no_grad():
+        hs = ref(**x, output_hidden_states=True).hidden_states
+    torch.testing.assert_close(pm.capture(x, [1])[1], hs[1], atol=TOL, rtol=0)
+    # a timm checkpoint given with the vit-base alias goes to timm (and is too small for ViT-Base)
+    with pytest.raises(ModelError, match="timm|does not fit"):
+        load_model("vit-base", weights="trained", weights_path=str(tiny_timm / "model.safetensors"), device="cpu")
+
+
 def test_bert_capture_matches_hidden_states(tiny_bert):
     pm = load_model("bert-base-uncased", weights="trained", weights_path=str(tiny_bert), device="cpu", context_length=12)
     assert (pm.info.family, pm.info.modality, pm.info.n, pm.info.query_index, pm.info.d) == ("bert", "text", 12, 0, 32)
