@@ -72,11 +72,12 @@ def _render_table(grid: MemorizeGrid) -> None:
         ft.add_column("slope (examples per head)", justify="right")
         ft.add_column("intercept", justify="right")
         ft.add_column("R^2", justify="right")
-        ft.add_column("points (H)", justify="right")
+        ft.add_column("points", justify="right")
+        ft.add_column("H values", justify="right")
         for f in grid.fits:
             ft.add_row(
                 "all" if f.size is None else str(f.size), f"{f.slope:.2f}", f"{f.intercept:.2f}", f"{f.r2:.4f}",
-                ",".join(str(x) for x in f.xs),
+                str(f.points), ",".join(str(x) for x in f.xs),
             )
         console.print(ft)
     elif grid.vary == "heads":
@@ -126,7 +127,15 @@ def memorize(
     plot: Annotated[Optional[Path], typer.Option(help="Image of memorisation vs the varied parameter, one line per size.")] = None,
     format: Annotated[OutputFormat, typer.Option("--format", help="table or json (on stdout).")] = OutputFormat.table,
 ) -> None:
-    """Train one-layer multi-head attention to memorise random labels (the paper's Section 5.2)."""
+    """Train one-layer multi-head attention to memorise random labels (the paper's Section 5.2).
+
+    Presets: paper-fig2a (H in 1,5,...,60; n=32; T in 1000,2000,5000,10000), paper-fig2b (n in
+    1,5,...,60; H=20; T in 1000,2000,5000), paper-fig2c (d_h in 10..64; H=30, n=32; T in
+    2000,5000,10000), all with the paper's max(500 epochs, 50k steps); cpu (H in 1,2,4,8; n=32;
+    T in 500,1000; at most 6000 steps per point, a few minutes on two cores). The sizes T are
+    this tool's choice. Appendix H's saturation study:
+    --heads 4 --n 32 --sizes 550 --saturation.
+    """
     show_progress = format is OutputFormat.table and sys.stderr.isatty()
     grid = run_memorize_grid(
         vary=vary, values=values, n=n, heads=heads, head_dim=head_dim, sizes=sizes, preset=preset, task=task,
