@@ -1304,6 +1304,8 @@ def _load_timm(name, timm_name, weights, weights_path, dev, context_length, max_
     else:
         with _seeded(seed):
             model = timm.create_model(timm_name, pretrained=False, num_classes=0, **kwargs)
+        if weights == "random":
+            _timm_reinit_depth_invariant(model, seed)
         if weights == "trained":
             path = os.path.abspath(weights_path or file_path)  # type: ignore[arg-type]
             if os.path.isdir(path):
@@ -1351,6 +1353,34 @@ def _load_timm(name, timm_name, weights, weights_path, dev, context_length, max_
     pm = ProbedModel(info, model, dev, image_transform=transform, blocks=blocks, config=getattr(model, "pretrained_cfg", None))
     pm.info = dataclasses.replace(pm.info, n=_measure_tokens(pm))
     return pm
+
+
+def _timm_reinit_depth_invariant(model: nn.Module, seed: int) -> None:
+    """Re-draw a timm ViT's random init so that it does not depend on how many blocks were built.
+
+    timm's own init scheme runs again: the whole model from one seed (position embedding and
+    class token first, then the modules in order), then block i once more from its own seed.
+    The first k blocks of a depth-k build then equal those of the full-depth model of that seed.
+    """
+    import zlib
+
+    from timm.models._manipulate import named_apply
+    from timm.models.vision_transformer import VisionTransformer, get_init_weights_vit
+
+    if not isinstance(model, VisionTransformer) or not hasattr(model, "weight_init_mode"):
+        return
+    mode = model.weight_init_mode
+    with torch.no_grad():
+        with _seeded((int(seed) * 1000003 + zlib.crc32(b"rest")) % (2**63)):
+            model.init_weights(mode, needs_reset=True)
+        fn = get_init_weights_vit(mode, 0.0, needs_reset=True)
+        for i, blk in enumerate(model.blocks):
+            with _seeded((int(seed) * 1000003 + zlib.crc32(f"block.{i}".encode())) % (2**63)):
+                named_apply(fn, blk, name=f"blocks.{i}")
+            if getattr(model, "fix_init", False):
+                scale = math.sqrt(2.0 * (i + 1))
+                blk.attn.proj.weight.div_(scale)
+                blk.mlp.fc2.weight.div_(scale)
 
 
 def _check_timm_structure(model: nn.Module, name: str) -> None:

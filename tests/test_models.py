@@ -371,6 +371,18 @@ def test_random_init_does_not_depend_on_max_layer(tiny_gpt2):
     assert abs(std - 0.02 / math.sqrt(2 * 2)) < 0.004
 
 
+def test_timm_random_init_does_not_depend_on_max_layer(tiny_timm):
+    full = load_model(str(tiny_timm), backend="timm", seed=2, device="cpu")
+    one = load_model(str(tiny_timm), backend="timm", seed=2, device="cpu", max_layer=1)
+    other = load_model(str(tiny_timm), backend="timm", seed=3, device="cpu", max_layer=1)
+    x = full.preprocess(_images(2))
+    a, b = full.capture(x, [0, 1]), one.capture(x, [0, 1])
+    for k in (0, 1):
+        torch.testing.assert_close(a[k], b[k], atol=0, rtol=0)
+    assert not torch.allclose(other.capture(x, [1])[1], b[1])
+    assert abs(one.module.blocks[0].attn.qkv.weight.std().item() - 0.02) < 0.004
+
+
 def test_timm_random_by_name_and_prefix():
     pm = load_model("timm:vit_tiny_patch16_224", max_layer=1, device="cpu")
     assert (pm.info.backend, pm.info.n, pm.info.d, pm.info.num_layers, pm.built_layers) == ("timm", 197, 192, 12, 1)
