@@ -389,8 +389,11 @@ class ProbedModel:
                 if k >= 1:
                     handles.append(blocks[k - 1].register_forward_hook(make_post(k)))
             kwargs = dict(inputs)
-            if self.info.modality == "image" and self._accepts_interpolation():
+            params = self._forward_params()
+            if self.info.modality == "image" and "interpolate_pos_encoding" in params:
                 kwargs.setdefault("interpolate_pos_encoding", True)
+            if "use_cache" in params:
+                kwargs.setdefault("use_cache", False)  # no key/value cache for a single pass
             try:
                 self.module(**kwargs)
             except _StopForward:
@@ -403,13 +406,13 @@ class ProbedModel:
             raise ModelError(f"{self.info.name}: layer {missing[0]} was not reached during the forward pass")
         return store
 
-    def _accepts_interpolation(self) -> bool:
+    def _forward_params(self) -> set[str]:
         import inspect
 
         try:
-            return "interpolate_pos_encoding" in inspect.signature(self.module.forward).parameters
+            return set(inspect.signature(self.module.forward).parameters)
         except (TypeError, ValueError):  # pragma: no cover
-            return False
+            return set()
 
     def _capture_timm(self, inputs: dict, want: list[int]) -> dict[int, torch.Tensor]:
         m = self.module
