@@ -129,12 +129,18 @@ def memorize(
 ) -> None:
     """Train one-layer multi-head attention to memorise random labels (the paper's Section 5.2).
 
-    Presets: paper-fig2a (H in 1,5,...,60; n=32; T in 1000,2000,5000,10000), paper-fig2b (n in
-    1,5,...,60; H=20; T in 1000,2000,5000), paper-fig2c (d_h in 10..64; H=30, n=32; T in
-    2000,5000,10000), all with the paper's max(500 epochs, 50k steps); cpu (H in 1,2,4,8; n=32;
-    T in 500,1000; at most 6000 steps per point, a few minutes on two cores). The sizes T are
-    this tool's choice. Appendix H's saturation study:
-    --heads 4 --n 32 --sizes 550 --saturation.
+    Presets (explicit options override them; the sizes T are this tool's choice):
+
+    paper-fig2a: H in 1,5,10,...,60; n=32; T in 1000,2000,5000,10000.
+
+    paper-fig2b: n in 1,5,10,...,60; H=20; T in 1000,2000,5000.
+
+    paper-fig2c: d_h in 10,16,...,64; H=30; n=32; T in 2000,5000,10000.
+
+    cpu: H in 1,2,4,8; n=32; T in 500,1000; at most 6000 steps (a few minutes on 2 cores).
+
+    Without --epochs/--max-steps each point trains max(500 epochs, 50k steps), as in the paper.
+    Appendix H's saturation study: --heads 4 --n 32 --sizes 550 --saturation.
     """
     show_progress = format is OutputFormat.table and sys.stderr.isatty()
     grid = run_memorize_grid(
