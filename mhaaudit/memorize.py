@@ -287,7 +287,6 @@ class MemorizeGrid:
     reused: int = 0
     out: str | None = None
     plot: str | None = None
-    saturation_all: SaturationSummary | None = None
     settings: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:

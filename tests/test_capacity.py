@@ -135,7 +135,7 @@ def test_proposition2_never_exceeded(seed, H, n, dh):
 
 
 def test_proposition2_property():
-    hypothesis = pytest.importorskip("hypothesis")
+    pytest.importorskip("hypothesis")
     from hypothesis import given, settings, strategies as st
 
     @settings(max_examples=25, deadline=None)
