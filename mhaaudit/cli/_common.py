@@ -1,0 +1,55 @@
+"""Options shared by several commands, so they read and behave the same everywhere."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..kruskal import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    parquet = "parquet"
+
+
+Samples = Annotated[int, typer.Option("--samples", "-N", help="Monte-Carlo draws per candidate size.")]
+Threshold = Annotated[float, typer.Option("--threshold", help="Satisfied fraction at which a size counts as independent (0.99 reproduces the paper).")]
+Seed = Annotated[int, typer.Option("--seed", help="Seed of the one generator behind all sampling.")]
+Rtol = Annotated[Optional[float], typer.Option("--rtol", help="Relative rank tolerance (default: max(rows, cols) * eps of the features' dtype).")]
+Atol = Annotated[Optional[float], typer.Option("--atol", help="Absolute rank tolerance (default 0).")]
+Device = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
+Out = Annotated[Optional[Path], typer.Option("--out", help="Write the records to this parquet file (atomically).")]
+Plot = Annotated[Optional[Path], typer.Option("--plot", help="Draw the sweep curve(s) to this .png/.pdf/.svg file.")]
+
+DEFAULTS = dict(samples=DEFAULT_SAMPLES, threshold=DEFAULT_THRESHOLD, seed=0, device="auto")
+
+
+def validate_common(samples: int, threshold: float, rtol, atol) -> None:
+    from ..kruskal import validate_params
+    from ..rank import _check_tols
+
+    validate_params(samples=samples, threshold=threshold)
+    _check_tols(rtol, atol)
+
+
+def prepare_outputs(out: Path | None, plot: Path | None, fmt: "Format") -> None:
+    """Check every output path before any work, so a bad path costs nothing and writes nothing."""
+    import sys
+
+    from ..errors import InputError
+    from ..io import check_writable
+    from ..plot import check_plot_path
+
+    if out is not None:
+        if out.suffix.lower() != ".parquet":
+            raise InputError(f"--out {out}: the records are written as parquet; use a .parquet file name")
+        check_writable(out)
+    if plot is not None:
+        check_plot_path(plot)
+    if fmt == Format.parquet and sys.stdout.isatty():
+        raise InputError("--format parquet writes binary data to stdout; redirect it to a file or pipe, or use --out FILE.parquet")

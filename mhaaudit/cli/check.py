@@ -1,0 +1,150 @@
+"""``mhaaudit check MODEL``: the full audit, in the layout of the paper's Table 1 / Table 3."""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ._common import DEFAULTS, Atol, Device, Format, Out, Plot, Rtol, Samples, Seed, Threshold, prepare_outputs, validate_common
+from .app import app
+
+FAIL_ON = ("general_position", "assumption_1", "assumption_2", "assumption_3", "any")
+
+
+class Backend(str, Enum):
+    hf = "hf"
+    timm = "timm"
+
+
+def parse_layers(spec: str | None) -> list[int] | None:
+    """``"0-6"``, ``"0,1,4"`` or ``"0-2,6"`` -> sorted layer list."""
+    from ..errors import InputError
+
+    if spec is None:
+        return None
+    out: set[int] = set()
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            if "-" in part:
+                a, b = part.split("-", 1)
+                lo, hi = int(a), int(b)
+                if hi < lo:
+                    raise ValueError
+                out.update(range(lo, hi + 1))
+            else:
+                out.add(int(part))
+        except ValueError:
+            raise InputError(f"--layers {spec!r}: use numbers and ranges such as 0-6 or 0,1,4") from None
+    if not out:
+        raise InputError(f"--layers {spec!r} names no layer")
+    if min(out) < 0:
+        raise InputError(f"--layers {spec!r}: layers start at 0 (the embedding output)")
+    return sorted(out)
+
+
+def split_list(values: list[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    out = [v.strip() for item in values for v in item.split(",") if v.strip()]
+    return out or None
+
+
+@app.command("check")
+def check_cmd(
+    model: Annotated[str, typer.Argument(help="An alias (vit-base, bert-base, bert-large, gpt2, gpt2-large), a Hugging Face id, a local folder, or timm:<name>.")],
+    variants: Annotated[Optional[list[str]], typer.Option("--variants", help="Columns: embedding, random-attention, random, trained (images; default all); random and/or trained with --layers or for text.")] = None,
+    layer: Annotated[int, typer.Option("--layer", help="Depth of the random/trained image columns: output of block K.")] = 1,
+    layers: Annotated[Optional[str], typer.Option("--layers", help="Audit several depths in one pass, e.g. 0-6 or 0,1 (0 = embedding output). Text default: 0,1.")] = None,
+    backend: Annotated[Optional[Backend], typer.Option("--backend", help="Force transformers (hf) or timm.")] = None,
+    weights: Annotated[Optional[str], typer.Option("--weights", help="Local folder (transformers) or file (timm) with trained weights for the trained column.")] = None,
+    data: Annotated[Optional[str], typer.Option("--data", help="Image folder, parquet file, text/jsonl file, Hugging Face dataset id (wikipedia, imagenet-1k, ...). Default: built-in offline data.")] = None,
+    split: Annotated[str, typer.Option("--split", help="Dataset split for Hugging Face datasets.")] = "train",
+    limit: Annotated[int, typer.Option("--limit", help="Number of examples T.")] = 2000,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Examples per forward pass.")] = 32,
+    context_length: Annotated[Optional[int], typer.Option("--context-length", help="Text models: tokens per example n.")] = None,
+    query_index: Annotated[Optional[int], typer.Option("--query-index", help="Token used as the query (default: 0 = [CLS] for encoders, last for decoders).")] = None,
+    samples: Samples = DEFAULTS["samples"],
+    threshold: Threshold = DEFAULTS["threshold"],
+    seed: Seed = DEFAULTS["seed"],
+    rtol: Rtol = None,
+    atol: Atol = None,
+    device: Device = DEFAULTS["device"],
+    sweep: Annotated[bool, typer.Option("--sweep", help="Also compute the Kruskal-rank curve (Figure 1) of each column.")] = False,
+    all_draws: Annotated[bool, typer.Option("--all-draws", help="Always make every draw (by default a test stops once its verdict can no longer change).")] = False,
+    fmt: Annotated[Format, typer.Option("--format", help="table (people), json or parquet (stdout).")] = Format.table,
+    out: Out = None,
+    plot: Plot = None,
+    save_features: Annotated[Optional[Path], typer.Option("--save-features", help="Write each column's reduced features here, for mhaaudit kruskal.")] = None,
+    fail_on: Annotated[Optional[list[str]], typer.Option("--fail-on", help="Exit 1 when this check fails in any column: general_position, assumption_1, assumption_2, assumption_3 or any.")] = None,
+) -> None:
+    """Audit a transformer: Assumptions 1-3 and General Position at each probe point."""
+    from ..audit import audit
+    from ..errors import InputError
+    from ..io import stamp, write_parquet
+    from ..progress import progress_enabled
+
+    validate_common(samples, threshold, rtol, atol)
+    prepare_outputs(out, plot, fmt)
+    fails = split_list(fail_on) or []
+    for f in fails:
+        if f not in FAIL_ON:
+            raise InputError(f"--fail-on {f!r}: choose from {', '.join(FAIL_ON)}")
+    if save_features is not None and save_features.exists() and not save_features.is_dir():
+        raise InputError(f"--save-features {save_features}: exists and is not a folder")
+    if save_features is not None and not (save_features.parent if str(save_features.parent) else Path(".")).exists():
+        raise InputError(f"--save-features {save_features}: folder {save_features.parent} does not exist")
+    if plot is not None:
+        sweep = True
+    show = progress_enabled(fmt.value)
+    result = audit(
+        model, variants=split_list(variants), layer=layer, layers=parse_layers(layers), data=data, split=split,
+        limit=limit, batch_size=batch_size, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
+        device=device, backend=backend.value if backend else None, weights=weights, context_length=context_length,
+        query_index=query_index, sweep=sweep, progress=show, stop_when_decided=not all_draws,
+    )
+    records = result.records()
+    sweep_rows = result.sweep_rows()
+    meta = stamp(command="check", model=model, model_info=result.info, data=result.data, skipped=result.skipped,
+                 notes=result.notes, timings_s=result.timings, **result.settings)
+    meta["columns"] = {c.probe.variant: {"status": c.status, "reason": c.reason, "layer": c.probe.layer,
+                                         "weights": c.probe.weights, "describe": c.probe.describe(),
+                                         "weights_source": c.weights_source, "timings_s": c.timings,
+                                         "sweep": c.sweep.summary() if c.sweep else None}
+                       for c in result.columns}
+    if save_features is not None:
+        save_features.mkdir(exist_ok=True)
+        for c in result.columns:
+            if c.features is not None:
+                c.features.save(save_features / c.probe.variant)
+    if out is not None:
+        write_parquet(records + [{"check": "sweep", **r} for r in sweep_rows], out, meta)
+    if plot is not None:
+        from ..plot import plot_sweeps
+
+        curves = [(c.probe.variant, c.sweep) for c in result.columns if c.sweep is not None]
+        if curves:
+            plot_sweeps(curves, plot, n=result.info.get("n"), d=result.info.get("d"), title=f"Kruskal-rank sweep: {model}")
+    if fmt == Format.json:
+        from ..report import print_json
+
+        print_json({"meta": meta, "records": records, "sweep": sweep_rows})
+    elif fmt == Format.parquet:
+        from ..io import parquet_bytes
+
+        sys.stdout.buffer.write(parquet_bytes(records + [{"check": "sweep", **r} for r in sweep_rows], meta))
+        sys.stdout.flush()
+    else:
+        from ..report import render_audit
+
+        render_audit(result, save_features=save_features, out=out, plot=plot)
+    if fails:
+        failed = {r["check"] for r in records if r.get("verdict") == "fails"}
+        if ("any" in fails and failed) or failed.intersection(fails):
+            raise typer.Exit(1)

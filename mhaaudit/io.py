@@ -1,0 +1,232 @@
+"""Reading feature files and writing outputs atomically, stamped with provenance."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from ._version import __version__
+from .errors import InputError, OutputError
+
+FEATURE_EXTENSIONS = (".npy", ".pt", ".pth", ".safetensors", ".parquet")
+
+
+# --------------------------------------------------------------------------- provenance
+
+
+def library_versions() -> dict[str, str]:
+    out = {"mhaaudit": __version__, "python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__}
+    from importlib.metadata import PackageNotFoundError, version
+
+    for name in ("transformers", "timm", "datasets", "pyarrow", "scipy"):
+        try:
+            out[name] = version(name)  # read from metadata: no slow imports
+        except PackageNotFoundError:  # pragma: no cover
+            pass
+    return out
+
+
+def stamp(**extra) -> dict:
+    """The provenance every output carries: tool and library versions plus the caller's facts."""
+    return {"tool": "mhaaudit", "version": __version__, "versions": library_versions(), **extra}
+
+
+# --------------------------------------------------------------------------- atomic writes
+
+
+def check_writable(path: str | os.PathLike) -> Path:
+    """Fail early, before any work, when ``path`` cannot be written."""
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if p.exists() and p.is_dir():
+        raise OutputError(f"cannot write {p}: it is a directory")
+    if not parent.exists():
+        raise OutputError(f"cannot write {p}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise OutputError(f"cannot write {p}: folder {parent} is not writable")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise OutputError(f"cannot write {p}: file is not writable")
+    return p
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it into place only on success."""
+    p = check_writable(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent if str(p.parent) else ".")
+    os.close(fd)
+    tmp_p = Path(tmp)
+    try:
+        yield tmp_p
+        os.replace(tmp_p, p)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp_p.unlink()
+        raise
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+# --------------------------------------------------------------------------- parquet records
+
+
+def _jsonable(v):
+    if isinstance(v, (dict, list, tuple)):
+        return json.dumps(v)
+    return v
+
+
+def records_table(records: list[dict], metadata: dict):
+    """A pyarrow table of flat records; nested values are stored as JSON strings."""
+    import pyarrow as pa
+
+    cols: dict[str, list] = {}
+    keys: list[str] = []
+    for r in records:
+        for k in r:
+            if k not in cols:
+                cols[k] = []
+                keys.append(k)
+    for r in records:
+        for k in keys:
+            cols[k].append(_jsonable(r.get(k)))
+    table = pa.table({k: cols[k] for k in keys}) if keys else pa.table({})
+    meta = {b"mhaaudit": json.dumps(metadata, default=str).encode()}
+    return table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
+
+
+def write_parquet(records: list[dict], path: str | os.PathLike, metadata: dict) -> None:
+    import pyarrow.parquet as pq
+
+    table = records_table(records, metadata)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+
+
+def parquet_bytes(records: list[dict], metadata: dict) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = pa.BufferOutputStream()
+    pq.write_table(records_table(records, metadata), sink)
+    return sink.getvalue().to_pybytes()
+
+
+def read_parquet_metadata(path: str | os.PathLike) -> dict:
+    import pyarrow.parquet as pq
+
+    meta = pq.read_schema(path).metadata or {}
+    raw = meta.get(b"mhaaudit")
+    return json.loads(raw) if raw else {}
+
+
+# --------------------------------------------------------------------------- reading features
+
+
+def _from_parquet(path: Path, key: str | None):
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    names = table.column_names
+    if key is not None:
+        if key not in names:
+            raise InputError(f"{path}: no column {key!r} (columns: {', '.join(names[:10])})")
+        names = [key]
+    import pyarrow as pa
+
+    list_cols = [n for n in names if pa.types.is_list(table.schema.field(n).type) or pa.types.is_fixed_size_list(table.schema.field(n).type)]
+    if list_cols:
+        col = list_cols[0]
+        try:
+            arr = np.array(table.column(col).to_pylist(), dtype=np.float64)
+        except ValueError as exc:
+            raise InputError(f"{path}: column {col!r} holds vectors of different lengths") from exc
+        return arr, f"column {col!r}"
+    num = [n for n in names if pa.types.is_floating(table.schema.field(n).type) or pa.types.is_integer(table.schema.field(n).type)]
+    if not num:
+        raise InputError(f"{path}: no numeric or list-of-number columns to read as a T x d matrix")
+    arr = np.stack([table.column(n).to_numpy(zero_copy_only=False) for n in num], axis=1)
+    return arr, f"{len(num)} numeric columns"
+
+
+def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.Tensor, str]:
+    """Read a tensor from ``.npy``, ``.pt``, ``.safetensors`` or ``.parquet``.
+
+    Returns the tensor (dtype kept: the rank tolerance depends on it) and a description.
+    A folder written by ``--save-features`` reads its ``features.safetensors``.
+    """
+    p = Path(path)
+    if p.is_dir():
+        cand = p / "features.safetensors"
+        if not cand.exists():
+            raise InputError(f"{p} is a folder without features.safetensors (write one with --save-features)")
+        p = cand
+    if not p.exists():
+        raise InputError(f"no such file: {p}")
+    ext = p.suffix.lower()
+    if ext not in FEATURE_EXTENSIONS:
+        raise InputError(f"unknown feature file type {ext or '(none)'!r} for {p}; use one of {', '.join(FEATURE_EXTENSIONS)}")
+    try:
+        if ext == ".npy":
+            arr = np.load(p, allow_pickle=False)
+            if arr.dtype.kind not in "fiu":
+                raise InputError(f"{p}: array of dtype {arr.dtype} is not numeric")
+            return torch.from_numpy(np.ascontiguousarray(arr)), f"{p} (npy)"
+        if ext in (".pt", ".pth"):
+            obj = torch.load(p, map_location="cpu", weights_only=True)
+            if isinstance(obj, dict):
+                obj = _pick(obj, key, p)
+            if not isinstance(obj, torch.Tensor):
+                raise InputError(f"{p}: expected a tensor or a dict of tensors, found {type(obj).__name__}")
+            return obj, f"{p} (torch)"
+        if ext == ".safetensors":
+            from safetensors.torch import load_file
+
+            tensors = load_file(str(p))
+            return _pick(tensors, key, p), f"{p} (safetensors{', ' + repr(key) if key else ''})"
+        arr, what = _from_parquet(p, key)
+        return torch.from_numpy(arr), f"{p} (parquet, {what})"
+    except InputError:
+        raise
+    except Exception as exc:
+        raise InputError(f"cannot read {p}: {' '.join(str(exc).split())[:200]}") from exc
+
+
+def _pick(tensors: dict, key: str | None, p: Path) -> torch.Tensor:
+    if key is not None:
+        if key not in tensors:
+            raise InputError(f"{p}: no tensor named {key!r} (found: {', '.join(sorted(tensors))})")
+        return tensors[key]
+    for default in ("queries", "features", "x"):
+        if default in tensors:
+            return tensors[default]
+    if len(tensors) == 1:
+        return next(iter(tensors.values()))
+    raise InputError(f"{p} holds several tensors ({', '.join(sorted(tensors))}); choose one with --key")
+
+
+def to_query_matrix(arr: torch.Tensor, query_index: int | None, source: str) -> tuple[torch.Tensor, str]:
+    """A T x d matrix from a T x d array, or from T x n x d tokens with ``query_index``."""
+    if arr.ndim == 2:
+        if query_index is not None:
+            raise InputError(f"{source}: --query-index applies to T x n x d token arrays, this one is {tuple(arr.shape)}")
+        return arr, source
+    if arr.ndim == 3:
+        if query_index is None:
+            raise InputError(f"{source}: a T x n x d array needs --query-index (0 for [CLS], -1 for the last token)")
+        n = arr.shape[1]
+        if not -n <= query_index < n:
+            raise InputError(f"--query-index {query_index} is out of range for n = {n} tokens")
+        return arr[:, query_index, :], f"{source}, token {query_index}"
+    raise InputError(f"{source}: expected a T x d matrix or T x n x d tokens, got shape {tuple(arr.shape)}")

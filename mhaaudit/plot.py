@@ -1,0 +1,54 @@
+"""The Kruskal-rank curve (the paper's Figure 1): satisfied fraction against subset size."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import OutputError
+from .io import atomic_path, check_writable
+from .kruskal import Sweep
+
+FORMATS = ("png", "pdf", "svg")
+
+
+def check_plot_path(path: str | Path) -> Path:
+    """Validate a plot path before any work is done."""
+    p = check_writable(path)
+    if p.suffix.lower().lstrip(".") not in FORMATS:
+        raise OutputError(f"cannot plot to {p}: use a .png, .pdf or .svg file name")
+    return p
+
+
+def plot_sweeps(curves: list[tuple[str, Sweep]], path: str | Path, *, n: int | None = None, d: int | None = None,
+                title: str | None = None) -> Path:
+    """One line per (label, sweep); vertical lines at n and d when known. Written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    threshold = None
+    for label, sw in curves:
+        ax.plot(sw.ks, sw.fractions, label=f"{label} (estimate {sw.estimate})", lw=1.6)
+        ax.fill_between(sw.ks, sw.ci_low, sw.ci_high, alpha=0.2)
+        threshold = sw.threshold
+    if n:
+        ax.axvline(n, color="k", ls="--", lw=1)
+        ax.text(n, 0.02, f" n = {n}", rotation=90, va="bottom", ha="right", fontsize=8)
+    if d:
+        ax.axvline(d, color="k", ls=":", lw=1)
+        ax.text(d, 0.02, f" d = {d}", rotation=90, va="bottom", ha="right", fontsize=8)
+    if threshold is not None:
+        ax.axhline(threshold, color="grey", lw=0.8)
+    ax.set_xlabel("subset size k")
+    ax.set_ylabel("fraction of k-subsets independent")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(title or "Kruskal-rank sweep")
+    ax.legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    suffix = check_plot_path(path).suffix.lower().lstrip(".")
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format=suffix)
+    plt.close(fig)
+    return Path(path)

@@ -1,0 +1,258 @@
+"""Renderers only: rich tables and JSON documents from results the checks returned."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .checks import CHECK_MEANING, CHECK_TITLES
+from .kruskal import Sweep, SubsetTest
+
+VERDICT_STYLE = {"holds": "green", "fails": "red", "unavailable": "yellow"}
+
+
+def stdout_console() -> Console:
+    # Data on stdout: when piped, do not squeeze tables into 80 columns.
+    return Console(file=sys.stdout) if sys.stdout.isatty() else Console(file=sys.stdout, width=200)
+
+
+def verdict_text(verdict: str) -> str:
+    style = VERDICT_STYLE.get(verdict, "white")
+    return f"[{style}]{verdict}[/{style}]"
+
+
+def cell(rec: dict) -> str:
+    """One table cell: verdict plus the evidence in brief."""
+    v = rec.get("verdict", "")
+    if v == "unavailable":
+        return verdict_text(v)
+    if rec.get("check") == "assumption_2":
+        return f"{verdict_text(v)}\n{rec['satisfied']}/{rec['T']} full"
+    if not rec.get("sampled", True):
+        return f"{verdict_text(v)}\nproven"
+    return f"{verdict_text(v)}\n{rec['fraction']:.4f}"
+
+
+def kruskal_table(tests: list[SubsetTest], title: str = "Kruskal-rank tests") -> Table:
+    t = Table(title=title, title_justify="left")
+    for col in ("check", "k", "T", "d", "draws", "independent", "fraction", "95% CI", "verdict"):
+        t.add_column(col, justify="right" if col not in ("check", "verdict") else "left")
+    for r in tests:
+        t.add_row(
+            CHECK_TITLES.get(r.check, r.check), str(r.k), str(r.T), str(r.d), str(r.samples) if r.sampled else "-",
+            str(r.satisfied) if r.sampled else "-", f"{r.fraction:.4f}" if r.sampled else "-",
+            f"[{r.ci_low:.4f}, {r.ci_high:.4f}]" if r.sampled else "-", verdict_text(r.verdict),
+        )
+    return t
+
+
+def test_evidence_lines(r: SubsetTest) -> list[str]:
+    lines = [f"{CHECK_TITLES.get(r.check, r.check)} at k = {r.k}: {r.reason}."]
+    if r.witness is not None:
+        sv = r.witness.singular_values
+        lines.append(
+            f"  witness: rows {list(r.witness.indices)[:12]}{' ...' if len(r.witness.indices) > 12 else ''} "
+            f"have rank {r.witness.rank} < {len(r.witness.indices)} (smallest singular value {sv[-1]:.3g} <= tolerance {r.witness.tol:.3g})"
+        )
+    if r.rank_histogram and r.sampled:
+        items = sorted(r.rank_histogram.items())
+        shown = ", ".join(f"{k}: {v}" for k, v in items[:8]) + (" ..." if len(items) > 8 else "")
+        lines.append(f"  ranks of examined draws: {shown}")
+    if r.exact_rechecks:
+        lines.append(f"  {r.exact_rechecks} draw(s) sat near the tolerance and were decided by SVD")
+    return lines
+
+
+def sweep_lines(sw: Sweep, label: str = "") -> list[str]:
+    pre = f"{label}: " if label else ""
+    out = [
+        f"{pre}Kruskal-rank estimate {sw.estimate} (largest k with satisfied fraction >= {sw.threshold} over {sw.samples} nested draws; an estimate).",
+        f"  certified ceiling {sw.ceiling.value}: {sw.ceiling.proves}.",
+        f"  certified floor {sw.floor.value}: {sw.floor.proves}.",
+    ]
+    if sw.raw_estimate > sw.estimate:
+        out.append(f"  (the sampled fraction stayed above the threshold up to k = {sw.raw_estimate}; capped at the proven ceiling)")
+    return out
+
+
+def sweep_table(sw: Sweep, marks: tuple[int, ...] = ()) -> Table:
+    """A compact view of the curve: every k where the fraction changes noticeably, plus marks."""
+    t = Table(title="Kruskal-rank sweep (satisfied fraction by subset size)", title_justify="left")
+    for col in ("k", "fraction", "95% CI"):
+        t.add_column(col, justify="right")
+    keep = set(m for m in marks if 1 <= m <= len(sw.ks))
+    K = len(sw.ks)
+    for k in (1, K, sw.estimate, sw.estimate + 1):
+        if 1 <= k <= K:
+            keep.add(k)
+    prev = None
+    for k, f in zip(sw.ks, sw.fractions):
+        if prev is None or abs(f - prev) >= 0.05:
+            keep.add(k)
+            prev = f
+    for k in sorted(keep)[:40]:
+        t.add_row(str(k), f"{sw.fractions[k - 1]:.4f}", f"[{sw.ci_low[k - 1]:.4f}, {sw.ci_high[k - 1]:.4f}]")
+    return t
+
+
+def print_json(doc: dict) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, default=_default) + "\n")
+    sys.stdout.flush()
+
+
+def _default(o):
+    try:
+        import numpy as np
+
+        if isinstance(o, np.generic):
+            return o.item()
+    except Exception:  # pragma: no cover
+        pass
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    return str(o)
+
+
+def meaning_line(check: str) -> str:
+    return CHECK_MEANING.get(check, "")
+
+
+# --------------------------------------------------------------------------- the audit (Table 1 / Table 3)
+
+ROW_ORDER = ("general_position", "assumption_1", "assumption_2", "assumption_3")
+
+
+def audit_table(result) -> Table:
+    info = result.info
+    cols = result.columns
+    title = (f"{result.model}: {info.get('family', '?')} ({info.get('backend', '?')}), n = {info.get('n')}, "
+             f"d = {info.get('d')}, T = {_T(result)} examples")
+    t = Table(title=title, title_justify="left", show_lines=True)
+    t.add_column("check")
+    for c in cols:
+        head = c.probe.variant if c.probe.variant.endswith(f"L{c.probe.layer}") or c.probe.variant in ("embedding", "random-attention") \
+            else f"{c.probe.variant} (L{c.probe.layer})"
+        t.add_column(head, justify="center")
+    n, d = info.get("n"), info.get("d")
+    for check in ROW_ORDER:
+        k = {"general_position": f"k = {d if _T(result) is None else min(_T(result), d or 0)}", "assumption_1": f"k = {n}",
+             "assumption_2": f"rank {n}", "assumption_3": f"k = {n}"}[check]
+        row = [f"{CHECK_TITLES[check]}\n[dim]{k}[/dim]"]
+        for c in cols:
+            if c.status != "ok":
+                row.append(verdict_text("unavailable"))
+                continue
+            row.append(cell(_rec(c, check)))
+        t.add_row(*row)
+    return t
+
+
+def _T(result):
+    for c in result.columns:
+        if c.features is not None:
+            return c.features.T
+    return None
+
+
+def _rec(col, check) -> dict:
+    from .checks import ContextRankResult
+
+    r = col.tests.get(check)
+    if r is None:
+        return {"verdict": "unavailable"}
+    return r.record(None) if isinstance(r, ContextRankResult) else r.record()
+
+
+def audit_lines(result) -> list[str]:
+    """Findings (failures first), unavailable columns, evidence, meanings, the bound."""
+    lines: list[str] = []
+    fails, holds = [], []
+    for c in result.columns:
+        if c.status != "ok":
+            continue
+        for check in ROW_ORDER:
+            r = c.tests.get(check)
+            if r is None:
+                continue
+            msg = escape(f"[{c.probe.variant}] {CHECK_TITLES[check]}: {r.reason}")
+            w = getattr(r, "witness", None)
+            if w is not None:
+                msg += escape(f" Witness rows {list(w.indices)[:8]}{' ...' if len(w.indices) > 8 else ''} (sigma_min {w.singular_values[-1]:.3g} <= tol {w.tol:.3g}).")
+            (fails if r.verdict == "fails" else holds).append((verdict_text(r.verdict), msg))
+    if fails:
+        lines.append("[bold]Failures[/bold]")
+        lines += [f"  {v} {m}" for v, m in fails]
+    if holds:
+        lines.append("[bold]Holds[/bold]")
+        lines += [f"  {v} {m}" for v, m in holds]
+    for c in result.columns:
+        if c.status != "ok":
+            lines.append(f"[yellow]{c.probe.variant} unavailable[/yellow]: {escape(c.reason)}")
+    for c in result.columns:
+        if c.sweep is not None:
+            lines += [escape(x) for x in sweep_lines(c.sweep, label=f"[{c.probe.variant}]")]
+    lines.append("[bold]Evidence[/bold]")
+    s = result.settings
+    info = result.info
+    T = _T(result)
+    lines.append(f"  n = {info.get('n')} tokens (query = token {info.get('query_index')}), d = {info.get('d')}, T = {T} examples, "
+                 f"{s['samples']} draws per test, threshold {s['threshold']}, seed {s['seed']}, device {s['device']}")
+    lines.append(f"  rank rule: {s['tolerance']['rule']}")
+    lines.append(escape(f"  data: {result.data}") + (f" ({result.skipped} unreadable or non-RGB items skipped)" if result.skipped else ""))
+    for c in result.columns:
+        if c.status == "ok":
+            lines.append(f"  {c.probe.variant}: {c.probe.describe()}; weights: {c.weights_source}")
+    for note in result.notes:
+        lines.append(f"  note: {note}")
+    tm = ", ".join(f"{k} {v:.1f} s" for k, v in result.timings.items())
+    lines.append(f"  time: {tm}")
+    for c in result.columns:
+        if c.timings:
+            lines.append(f"    {c.probe.variant}: " + ", ".join(f"{k} {v:.1f} s" for k, v in c.timings.items()))
+    lines.append("[bold]What the checks mean[/bold]")
+    for check in ROW_ORDER:
+        lines.append(f"  {CHECK_TITLES[check]}: {meaning_line(check)}.")
+    lines.append("  Monte-Carlo fractions are estimates with 95% Clopper-Pearson intervals; a dependent subset found, a rank "
+                 "ceiling and Assumption 2's counts are proofs.")
+    lines += bound_lines(result)
+    return lines
+
+
+def bound_lines(result) -> list[str]:
+    """What the results imply for the memorisation bound (Theorem 1 / Remark 1)."""
+    from .capacity import theorem1_bound
+
+    info = result.info
+    H, dh, n, d = info.get("num_heads"), info.get("head_dim"), info.get("n"), info.get("d")
+    if not all(isinstance(v, int) and v > 0 for v in (H, dh, n, d)):
+        return []
+    out = [f"[bold]Memorisation bound[/bold] (Theorem 1 with H = {H} heads of d_h = {dh}; the count is reconstructed from the proof)"]
+    for c in result.columns:
+        if c.status != "ok":
+            continue
+        a1, a2 = c.tests.get("assumption_1"), c.tests.get("assumption_2")
+        est = c.sweep.estimate if c.sweep is not None and c.sweep.estimate >= 1 else None
+        b = theorem1_bound(heads=H, head_dim=dh, n=n, d=d, a1_holds=a1.verdict == "holds" if a1 else None,
+                           a2_holds=a2.verdict == "holds" if a2 else None, kruskal_estimate=est)
+        if b.applies:
+            out.append(f"  {c.probe.variant}: {b.count} examples ({b.formula}; {b.reason})")
+        else:
+            hint = "" if est is not None or (a1 and a1.verdict == "holds") else "; run with --sweep for a Remark 1 count from the estimated Kruskal rank"
+            out.append(f"  {c.probe.variant}: no guarantee ({b.reason}{hint})")
+    return out
+
+
+def render_audit(result, *, save_features=None, out=None, plot=None) -> None:
+    con = stdout_console()
+    con.print(audit_table(result))
+    for line in audit_lines(result):
+        con.print(line, highlight=False)
+    written = [str(p) for p in (out, plot) if p is not None]
+    if save_features is not None:
+        written.append(f"{save_features}/<variant>/")
+    if written:
+        con.print(f"Wrote {', '.join(written)}", highlight=False)
