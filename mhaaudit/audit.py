@@ -177,14 +177,21 @@ def _batches(pm, *, data, split, limit, batch_size, seed, notes: list):
     build = gpt_window_examples if decoder else bert_pair_examples
     ex = build(src, tok, info.n, limit, seed=seed)
     ids = ex.ids
+    # Segment ids as BERT's next-sentence inputs have them: 0 up to and including [SEP], 1 after.
+    segments = None
+    if not decoder and ex.s1_lengths is not None and int(getattr(pm.config, "type_vocab_size", 0) or 0) >= 2:
+        segments = [[0] * (s1 + 2) + [1] * (info.n - s1 - 2) for s1 in ex.s1_lengths]
 
     class _Text:
-        name = f"{src.name}; {ex.description}"
+        name = ex.description
         skipped = getattr(src, "skipped", 0)
 
     def gen():
         for i in range(0, len(ids), batch_size):
-            yield ids[i : i + batch_size]
+            batch = pm.preprocess(ids[i : i + batch_size])
+            if segments is not None:
+                batch["token_type_ids"] = torch.tensor(segments[i : i + batch_size], dtype=torch.long, device=pm.device)
+            yield batch
 
     return _Text(), gen()
 
@@ -206,7 +213,7 @@ def collect_features(
     rtol: float | None = None,
     atol: float | None = None,
     progress: bool = False,
-    on_unavailable: Callable[[Probe, str], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, FeatureSet], dict[str, str], dict, str, int, list[str], dict]:
     """Run the model(s) over the data once per set of weights and reduce every probe point.
 
@@ -243,6 +250,12 @@ def collect_features(
             continue
         timings[f"load {weights}"] = round(time.perf_counter() - t0, 3)
         info = pm.info
+        if info.n > info.d and not any("cannot hold" in x for x in notes):
+            msg = (f"n = {info.n} > d = {info.d}: Assumption 1 cannot hold (any n vectors in R^d are dependent) and no "
+                   f"context matrix can have rank n; pass --context-length below {info.d} to audit a setting where it can")
+            notes.append(msg)
+            if on_note is not None:
+                on_note(msg)
         if not info_d or weights == "random":
             info_d = info.to_dict()
         info_d[f"{weights}_weights_source"] = info.weights_source
@@ -262,7 +275,8 @@ def collect_features(
         count = 0
         with task(f"{weights} weights: capture", limit, progress) as adv:
             for batch in batches:
-                if not batch:
+                size = len(batch["input_ids"]) if isinstance(batch, dict) else len(batch)
+                if not size:
                     continue
                 out = pm.capture(batch, layers)
                 for p in group:
@@ -271,8 +285,8 @@ def collect_features(
                         with torch.no_grad():
                             tokens = ra(tokens)
                     reducers[p.variant].update(tokens)
-                count += len(batch)
-                adv(len(batch))
+                count += size
+                adv(size)
         timings[f"capture {weights}"] = round(time.perf_counter() - t0, 3)
         data_name = src.name
         skipped = max(skipped, int(getattr(src, "skipped", 0) or 0))
@@ -367,6 +381,7 @@ def audit(
     sweep: bool = False,
     progress: bool = False,
     stop_when_decided: bool = False,
+    on_note: Callable[[str], None] | None = None,
 ) -> AuditResult:
     """Audit ``model`` on ``data``: the paper's Table 1 (images) or Table 3 (text) and more.
 
@@ -385,7 +400,7 @@ def audit(
     feats, unavailable, info, data_name, skipped, notes, timings = collect_features(
         model, probes, data=data, split=split, limit=limit, batch_size=batch_size, device=str(dev), seed=seed,
         backend=backend, weights_path=weights, context_length=context_length, query_index=query_index,
-        rtol=rtol, atol=atol, progress=progress,
+        rtol=rtol, atol=atol, progress=progress, on_note=on_note,
     )
     columns = []
     for p in probes:
@@ -405,9 +420,6 @@ def audit(
             progress=progress, label=p.variant, stop_when_decided=stop_when_decided,
         )
         columns.append(col)
-    if info.get("n", 0) > info.get("d", 1):
-        notes.insert(0, f"n = {info['n']} > d = {info['d']}: Assumption 1 cannot hold (n vectors in R^d are always "
-                        "dependent); pass --context-length below d")
     settings = dict(samples=samples, threshold=threshold, seed=seed, device=device_name(dev),
                     tolerance=RankRule.for_dtype(torch.float32, rtol=rtol, atol=atol).as_dict(), limit=limit,
                     batch_size=batch_size, layer=layer, layers=list(layers) if layers is not None else None,

@@ -52,3 +52,40 @@ def plot_sweeps(curves: list[tuple[str, Sweep]], path: str | Path, *, n: int | N
         fig.savefig(tmp, format=suffix)
     plt.close(fig)
     return Path(path)
+
+
+def plot_depth(result, path: str | Path) -> Path:
+    """Satisfied fractions of each check against depth, one line style per set of weights."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    from .checks import CHECK_TITLES
+
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    styles = {"random": "--", "trained": "-"}
+    for weights in dict.fromkeys(c.probe.weights for c in result.columns):
+        cols = [c for c in result.columns if c.probe.weights == weights and c.status == "ok"]
+        if not cols:
+            continue
+        xs = [c.probe.layer for c in cols]
+        for check, color in (("assumption_1", "C0"), ("assumption_2", "C1"), ("assumption_3", "C2"), ("general_position", "C3")):
+            ys = [c.tests[check].record(None)["fraction"] if check == "assumption_2" else c.tests[check].fraction for c in cols]
+            ax.plot(xs, ys, styles.get(weights, "-"), color=color, marker="o", ms=3,
+                    label=f"{CHECK_TITLES[check]} ({weights})")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("layer (0 = embedding output)")
+    ax.set_ylabel("satisfied fraction")
+    ax.set_ylim(-0.02, 1.02)
+    info = result.info
+    ax.set_title(f"{result.model}: assumptions by depth (n = {info.get('n')}, d = {info.get('d')})")
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    suffix = check_plot_path(path).suffix.lower().lstrip(".")
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format=suffix)
+    plt.close(fig)
+    return Path(path)

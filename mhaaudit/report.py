@@ -246,9 +246,41 @@ def bound_lines(result) -> list[str]:
     return out
 
 
+def is_depth_profile(result) -> bool:
+    return result.settings.get("layers") is not None and len({c.probe.layer for c in result.columns}) > 2
+
+
+def depth_tables(result) -> list[Table]:
+    """One table per set of weights: a row per depth, a column per check."""
+    info = result.info
+    tables = []
+    for weights in dict.fromkeys(c.probe.weights for c in result.columns):
+        cols = [c for c in result.columns if c.probe.weights == weights]
+        t = Table(title=f"{result.model}: depth profile, {weights} weights (n = {info.get('n')}, d = {info.get('d')}, "
+                        f"T = {_T(result)})", title_justify="left")
+        t.add_column("layer", justify="right")
+        for check in ROW_ORDER:
+            t.add_column(CHECK_TITLES[check], justify="center")
+        if any(c.sweep is not None for c in cols):
+            t.add_column("Kruskal estimate", justify="right")
+        for c in cols:
+            row = [str(c.probe.layer)]
+            for check in ROW_ORDER:
+                row.append(verdict_text("unavailable") if c.status != "ok" else cell(_rec(c, check)).replace("\n", " "))
+            if any(x.sweep is not None for x in cols):
+                row.append(str(c.sweep.estimate) if c.sweep is not None else "-")
+            t.add_row(*row)
+        tables.append(t)
+    return tables
+
+
 def render_audit(result, *, save_features=None, out=None, plot=None) -> None:
     con = stdout_console()
-    con.print(audit_table(result))
+    if is_depth_profile(result):
+        for t in depth_tables(result):
+            con.print(t)
+    else:
+        con.print(audit_table(result))
     for line in audit_lines(result):
         con.print(line, highlight=False)
     written = [str(p) for p in (out, plot) if p is not None]

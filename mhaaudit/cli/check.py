@@ -100,14 +100,16 @@ def check_cmd(
         raise InputError(f"--save-features {save_features}: exists and is not a folder")
     if save_features is not None and not (save_features.parent if str(save_features.parent) else Path(".")).exists():
         raise InputError(f"--save-features {save_features}: folder {save_features.parent} does not exist")
-    if plot is not None:
-        sweep = True
+    layer_list = parse_layers(layers)
+    if plot is not None and layer_list is None:
+        sweep = True  # the plot is the sweep curve; with --layers it is the depth profile
     show = progress_enabled(fmt.value)
     result = audit(
-        model, variants=split_list(variants), layer=layer, layers=parse_layers(layers), data=data, split=split,
+        model, variants=split_list(variants), layer=layer, layers=layer_list, data=data, split=split,
         limit=limit, batch_size=batch_size, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
         device=device, backend=backend.value if backend else None, weights=weights, context_length=context_length,
         query_index=query_index, sweep=sweep, progress=show, stop_when_decided=not all_draws,
+        on_note=lambda m: print(f"Note: {m}", file=sys.stderr),
     )
     records = result.records()
     sweep_rows = result.sweep_rows()
@@ -125,7 +127,11 @@ def check_cmd(
                 c.features.save(save_features / c.probe.variant)
     if out is not None:
         write_parquet(records + [{"check": "sweep", **r} for r in sweep_rows], out, meta)
-    if plot is not None:
+    if plot is not None and layer_list is not None:
+        from ..plot import plot_depth
+
+        plot_depth(result, plot)
+    elif plot is not None:
         from ..plot import plot_sweeps
 
         curves = [(c.probe.variant, c.sweep) for c in result.columns if c.sweep is not None]
