@@ -50,6 +50,8 @@ def check_writable(path: str | os.PathLike) -> Path:
         raise OutputError(f"cannot write {p}: it is a directory")
     if not parent.exists():
         raise OutputError(f"cannot write {p}: folder {parent} does not exist")
+    if not parent.is_dir():
+        raise OutputError(f"cannot write {p}: {parent} is a file, not a folder")
     if not os.access(parent, os.W_OK):
         raise OutputError(f"cannot write {p}: folder {parent} is not writable")
     if p.exists() and not os.access(p, os.W_OK):
@@ -145,13 +147,26 @@ def _from_parquet(path: Path, key: str | None):
         names = [key]
     import pyarrow as pa
 
-    list_cols = [n for n in names if pa.types.is_list(table.schema.field(n).type) or pa.types.is_fixed_size_list(table.schema.field(n).type)]
+    def is_list(t) -> bool:
+        return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+
+    list_cols = [n for n in names if is_list(table.schema.field(n).type)]
     if list_cols:
         col = list_cols[0]
+        value_type = table.schema.field(col).type.value_type
+        # Floating vectors keep their dtype (the rank tolerance depends on it); others become float64.
+        dtype = value_type.to_pandas_dtype() if pa.types.is_floating(value_type) else np.float64
+        rows = table.column(col).to_pylist()
+        if any(r is None for r in rows):
+            raise InputError(f"{path}: column {col!r} has missing vectors (nulls)")
+        if len({len(r) for r in rows}) > 1:
+            raise InputError(f"{path}: column {col!r} holds vectors of different lengths")
         try:
-            arr = np.array(table.column(col).to_pylist(), dtype=np.float64)
-        except ValueError as exc:
-            raise InputError(f"{path}: column {col!r} holds vectors of different lengths") from exc
+            arr = np.array(rows, dtype=dtype)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"{path}: column {col!r} does not hold numeric vectors") from exc
+        if arr.ndim != 2:
+            arr = arr.reshape(len(rows), -1)
         return arr, f"column {col!r}"
     num = [n for n in names if pa.types.is_floating(table.schema.field(n).type) or pa.types.is_integer(table.schema.field(n).type)]
     if not num:
@@ -184,7 +199,11 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.T
                 raise InputError(f"{p}: array of dtype {arr.dtype} is not numeric")
             return torch.from_numpy(np.ascontiguousarray(arr)), f"{p} (npy)"
         if ext in (".pt", ".pth"):
-            obj = torch.load(p, map_location="cpu", weights_only=True)
+            import warnings
+
+            with warnings.catch_warnings():  # a bad file is reported as one error, without warnings
+                warnings.simplefilter("ignore")
+                obj = torch.load(p, map_location="cpu", weights_only=True)
             if isinstance(obj, dict):
                 obj = _pick(obj, key, p)
             if not isinstance(obj, torch.Tensor):

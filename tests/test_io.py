@@ -1,0 +1,272 @@
+"""mhaaudit.io: atomic writes, provenance stamps, reading feature files, query matrices."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from conftest import tmp_leftovers
+from safetensors.torch import save_file
+
+from mhaaudit import __version__
+from mhaaudit.errors import InputError, OutputError
+from mhaaudit.io import (
+    atomic_path,
+    check_writable,
+    parquet_bytes,
+    read_array,
+    read_parquet_metadata,
+    records_table,
+    stamp,
+    to_query_matrix,
+    write_parquet,
+    write_text,
+)
+
+
+# --------------------------------------------------------------------------- provenance
+
+
+def test_stamp_carries_tool_and_library_versions():
+    s = stamp(seed=3, device="cpu")
+    assert s["tool"] == "mhaaudit" and s["version"] == __version__
+    for lib in ("mhaaudit", "python", "torch", "numpy", "transformers", "timm", "pyarrow"):
+        assert s["versions"][lib]
+    assert s["seed"] == 3 and s["device"] == "cpu"
+
+
+# --------------------------------------------------------------------------- atomic writes
+
+
+def test_atomic_write_replaces_only_on_success(tmp_path):
+    target = tmp_path / "out.txt"
+    write_text(target, "first")
+    assert target.read_text() == "first"
+    with pytest.raises(RuntimeError):
+        with atomic_path(target) as tmp:
+            tmp.write_text("half written")
+            raise RuntimeError("boom")
+    assert target.read_text() == "first"
+    assert tmp_leftovers(tmp_path) == []
+    write_text(target, "second")
+    assert target.read_text() == "second"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+
+
+def test_atomic_write_failure_leaves_no_file(tmp_path):
+    target = tmp_path / "new.txt"
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(b"x" * 100)
+            raise KeyboardInterrupt
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_parquet_failure_leaves_nothing(tmp_path, monkeypatch):
+    def broken(table, where, *a, **kw):
+        with open(where, "wb") as fh:
+            fh.write(b"PAR1 partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(pq, "write_table", broken)
+    with pytest.raises(OSError):
+        write_parquet([{"a": 1}], tmp_path / "r.parquet", {"seed": 0})
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("case", ["missing_parent", "parent_is_file", "is_dir"])
+def test_check_writable_rejects(tmp_path, case):
+    if case == "missing_parent":
+        target = tmp_path / "no" / "such" / "x.parquet"
+    elif case == "parent_is_file":
+        (tmp_path / "afile").write_text("")
+        target = tmp_path / "afile" / "x.parquet"
+    else:
+        (tmp_path / "adir").mkdir()
+        target = tmp_path / "adir"
+    with pytest.raises(OutputError, match="cannot write"):
+        check_writable(target)
+    with pytest.raises(OutputError):
+        with atomic_path(target):
+            pass  # pragma: no cover
+
+
+def test_write_parquet_roundtrip_and_metadata(tmp_path):
+    recs = [{"check": "assumption_1", "k": 3, "witness": [1, 2], "fraction": 0.5},
+            {"check": "sweep", "k": 1, "fraction": 1.0}]
+    meta = stamp(seed=7, device="cpu", tolerance={"rule": "r"})
+    out = tmp_path / "r.parquet"
+    write_parquet(recs, out, meta)
+    t = pq.read_table(out)
+    assert t.column_names == ["check", "k", "witness", "fraction"]
+    assert t.column("witness").to_pylist() == ["[1, 2]", None]  # nested values as JSON text
+    back = read_parquet_metadata(out)
+    assert back["seed"] == 7 and back["versions"]["torch"] == torch.__version__ and back["tolerance"] == {"rule": "r"}
+    assert tmp_leftovers(tmp_path) == []
+    # the same table as bytes
+    b = pq.read_table(pa.BufferReader(parquet_bytes(recs, meta)))
+    assert b.equals(t.replace_schema_metadata(b.schema.metadata))
+    assert json.loads(b.schema.metadata[b"mhaaudit"])["seed"] == 7
+
+
+def test_records_table_empty():
+    t = records_table([], {"x": 1})
+    assert t.num_rows == 0 and json.loads(t.schema.metadata[b"mhaaudit"]) == {"x": 1}
+
+
+# --------------------------------------------------------------------------- reading features
+
+
+def _mat(dtype=np.float64, T=12, d=5, seed=0):
+    return np.random.default_rng(seed).standard_normal((T, d)).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+def test_read_npy_keeps_dtype(tmp_path, dtype):
+    a = _mat(dtype)
+    np.save(tmp_path / "x.npy", a)
+    t, desc = read_array(tmp_path / "x.npy")
+    assert t.dtype == torch.from_numpy(a).dtype
+    assert np.array_equal(t.numpy(), a) and "npy" in desc
+
+
+def test_read_npy_integers(tmp_path):
+    np.save(tmp_path / "i.npy", np.arange(12, dtype=np.int32).reshape(3, 4))
+    t, _ = read_array(tmp_path / "i.npy")
+    assert t.shape == (3, 4) and not t.dtype.is_floating_point
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_read_pt_keeps_dtype(tmp_path, dtype):
+    x = torch.randn(10, 4, dtype=torch.float64).to(dtype)
+    torch.save(x, tmp_path / "x.pt")
+    t, desc = read_array(tmp_path / "x.pt")
+    assert t.dtype == dtype and torch.equal(t, x) and "torch" in desc
+    torch.save({"other": torch.zeros(2), "queries": x}, tmp_path / "d.pt")
+    assert torch.equal(read_array(tmp_path / "d.pt")[0], x)
+    assert torch.equal(read_array(tmp_path / "d.pt", key="other")[0], torch.zeros(2))
+
+
+def test_read_safetensors_keys(tmp_path):
+    a, b = torch.randn(6, 3, dtype=torch.float64), torch.randn(6, 3)
+    save_file({"a": a, "b": b}, str(tmp_path / "x.safetensors"))
+    with pytest.raises(InputError, match="--key"):
+        read_array(tmp_path / "x.safetensors")
+    t, desc = read_array(tmp_path / "x.safetensors", key="a")
+    assert t.dtype == torch.float64 and torch.equal(t, a) and "'a'" in desc
+    with pytest.raises(InputError, match="no tensor named 'c'"):
+        read_array(tmp_path / "x.safetensors", key="c")
+    save_file({"only": b}, str(tmp_path / "one.safetensors"))
+    assert torch.equal(read_array(tmp_path / "one.safetensors")[0], b)
+
+
+def test_read_folder_with_features_file(tmp_path):
+    q = torch.randn(5, 3)
+    save_file({"queries": q, "a3": torch.randn(5, 3)}, str(tmp_path / "features.safetensors"))
+    assert torch.equal(read_array(tmp_path)[0], q)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="features.safetensors"):
+        read_array(tmp_path / "empty")
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_read_parquet_list_column_keeps_dtype(tmp_path, dtype):
+    a = _mat(dtype)
+    typ = pa.list_(pa.float64() if dtype == np.float64 else pa.float32())
+    pq.write_table(pa.table({"id": list(range(len(a))), "emb": pa.array(a.tolist(), type=typ)}), tmp_path / "x.parquet")
+    t, desc = read_array(tmp_path / "x.parquet")
+    assert t.dtype == torch.from_numpy(a).dtype and np.array_equal(t.numpy(), a)
+    assert "'emb'" in desc
+
+
+def test_read_parquet_fixed_size_list(tmp_path):
+    a = _mat(np.float32, T=7, d=4)
+    arr = pa.FixedSizeListArray.from_arrays(pa.array(a.reshape(-1)), 4)
+    pq.write_table(pa.table({"v": arr}), tmp_path / "f.parquet")
+    t, _ = read_array(tmp_path / "f.parquet")
+    assert t.dtype == torch.float32 and np.array_equal(t.numpy(), a)
+
+
+def test_read_parquet_numeric_columns(tmp_path):
+    a = _mat(np.float64, T=9, d=3)
+    pq.write_table(pa.table({"x0": a[:, 0], "name": ["r"] * 9, "x1": a[:, 1], "x2": a[:, 2]}), tmp_path / "n.parquet")
+    t, desc = read_array(tmp_path / "n.parquet")
+    assert t.dtype == torch.float64 and np.array_equal(t.numpy(), a) and "3 numeric columns" in desc
+    t1, _ = read_array(tmp_path / "n.parquet", key="x1")
+    assert t1.shape == (9, 1)
+    with pytest.raises(InputError, match="no column 'zz'"):
+        read_array(tmp_path / "n.parquet", key="zz")
+
+
+def test_read_parquet_bad_tables(tmp_path):
+    pq.write_table(pa.table({"s": ["a", "b"]}), tmp_path / "s.parquet")
+    with pytest.raises(InputError, match="no numeric"):
+        read_array(tmp_path / "s.parquet")
+    pq.write_table(pa.table({"v": [[1.0, 2.0], [3.0]]}), tmp_path / "ragged.parquet")
+    with pytest.raises(InputError, match="different lengths"):
+        read_array(tmp_path / "ragged.parquet")
+    pq.write_table(pa.table({"v": [[1.0, 2.0], None]}), tmp_path / "null.parquet")
+    with pytest.raises(InputError):
+        read_array(tmp_path / "null.parquet")
+
+
+@pytest.mark.parametrize(
+    "name, content, match",
+    [
+        ("missing.npy", None, "no such file"),
+        ("garbage.npy", b"\x00\x01 not an array at all" * 10, "cannot read"),
+        ("garbage.pt", b"\x80\x04 junk" * 10, "cannot read"),
+        ("garbage.safetensors", b"{{{{" * 10, "cannot read"),
+        ("garbage.parquet", b"PAR1 nope" * 10, "cannot read"),
+        ("x.csv", b"1,2\n3,4\n", "unknown feature file type"),
+        ("noext", b"1", "unknown feature file type"),
+    ],
+)
+def test_read_array_bad_files(tmp_path, name, content, match):
+    p = tmp_path / name
+    if content is not None:
+        p.write_bytes(content)
+    with pytest.raises(InputError, match=match):
+        read_array(p)
+
+
+def test_read_npy_object_and_strings_rejected(tmp_path):
+    np.save(tmp_path / "o.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(InputError):
+        read_array(tmp_path / "o.npy")
+    np.save(tmp_path / "s.npy", np.array([["a", "b"]]))
+    with pytest.raises(InputError, match="not numeric"):
+        read_array(tmp_path / "s.npy")
+
+
+def test_read_pt_non_tensor_rejected(tmp_path):
+    torch.save([1, 2, 3], tmp_path / "l.pt")
+    with pytest.raises(InputError, match="expected a tensor"):
+        read_array(tmp_path / "l.pt")
+
+
+# --------------------------------------------------------------------------- query matrices
+
+
+def test_to_query_matrix():
+    X = torch.randn(6, 4)
+    assert to_query_matrix(X, None, "s") == (X, "s")
+    with pytest.raises(InputError, match="--query-index applies"):
+        to_query_matrix(X, 0, "s")
+    tok = torch.randn(6, 5, 4, dtype=torch.float64)
+    with pytest.raises(InputError, match="needs --query-index"):
+        to_query_matrix(tok, None, "s")
+    q0, desc = to_query_matrix(tok, 0, "s")
+    assert torch.equal(q0, tok[:, 0]) and q0.dtype == torch.float64 and "token 0" in desc
+    assert torch.equal(to_query_matrix(tok, -1, "s")[0], tok[:, 4])
+    assert torch.equal(to_query_matrix(tok, 4, "s")[0], tok[:, 4])
+    for bad in (5, -6):
+        with pytest.raises(InputError, match="out of range"):
+            to_query_matrix(tok, bad, "s")
+    for shape in ((6,), (2, 3, 4, 5), ()):
+        with pytest.raises(InputError, match="expected a T x d matrix"):
+            to_query_matrix(torch.zeros(shape), None, "s")
