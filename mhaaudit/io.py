@@ -69,6 +69,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     try:
         yield tmp_p
         os.replace(tmp_p, p)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp_p.unlink()
+        # A full disk or a vanished folder is the user's to fix, not a bug: one line, exit 2.
+        raise OutputError(f"cannot write {p}: {exc.strerror or ' '.join(str(exc).split())}") from exc
     except BaseException:
         with contextlib.suppress(OSError):
             tmp_p.unlink()

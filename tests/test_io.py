@@ -73,7 +73,7 @@ def test_write_parquet_failure_leaves_nothing(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(pq, "write_table", broken)
-    with pytest.raises(OSError):
+    with pytest.raises(OutputError, match="cannot write .*r.parquet: disk full"):
         write_parquet([{"a": 1}], tmp_path / "r.parquet", {"seed": 0})
     assert list(tmp_path.iterdir()) == []
 

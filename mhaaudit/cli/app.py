@@ -6,6 +6,7 @@ exit status 2; set ``MHAAUDIT_DEBUG=1`` to see the traceback instead.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -56,31 +57,48 @@ def error_line(exc: BaseException) -> str:
     return f"Error: {msg}"
 
 
+def _click_exception_types() -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """(usage-error bases, abort types) of click and, in Typer releases that vendor click, Typer's own."""
+    import click
+
+    usage: list[type] = [click.exceptions.ClickException]
+    aborts: list[type] = [click.exceptions.Abort, KeyboardInterrupt]
+    if getattr(typer, "TyperException", None) is not None:
+        usage.append(typer.TyperException)
+    if getattr(typer, "Abort", None) is not None:
+        aborts.append(typer.Abort)
+    return tuple(dict.fromkeys(usage)), tuple(dict.fromkeys(aborts))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app and map errors to exit codes.
 
     0: the command ran; 1: an assumption named in ``--fail-on`` failed; 2: a usage or input
     error (one line on stderr); 3: an internal error (a bug).
     """
-    import click
-
     debug = os.environ.get("MHAAUDIT_DEBUG", "").strip() not in ("", "0")
+    args = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    if not args:
+        # No command: the help, on stderr (stdout carries data only), and status 2.
+        with contextlib.redirect_stdout(sys.stderr):
+            with contextlib.suppress(Exception):
+                app(args=["--help"], prog_name="mhaaudit", standalone_mode=False)
+        return 2
+    usage_errors, aborts = _click_exception_types()
     try:
-        rv = app(args=argv, prog_name="mhaaudit", standalone_mode=False)
+        rv = app(args=args, prog_name="mhaaudit", standalone_mode=False)
     except MhaauditError as exc:
         if debug:
             raise
         print(error_line(exc), file=sys.stderr)
         return 2
-    except click.exceptions.NoArgsIsHelpError as exc:
-        print(exc.ctx.get_help() if exc.ctx else str(exc), file=sys.stderr)
-        return 2
-    except click.ClickException as exc:
+    except usage_errors as exc:
         if debug:
             raise
-        print(f"Error: {' '.join(exc.format_message().split())}", file=sys.stderr)
+        msg = " ".join(str(exc.format_message()).split()) or exc.__class__.__name__
+        print(f"Error: {msg}", file=sys.stderr)
         return 2
-    except (click.exceptions.Abort, KeyboardInterrupt):
+    except aborts:
         print("Error: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:

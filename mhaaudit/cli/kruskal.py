@@ -63,7 +63,10 @@ def kruskal_cmd(
     from ..progress import log, progress_enabled, task
     from ..rank import RankRule
 
+    from ..device import device_name, resolve_device
+
     validate_common(samples, threshold, rtol, atol)
+    dev = resolve_device(device)  # a device that is not there is an input error, found before any work
     prepare_outputs(out, plot, fmt)
     show = progress_enabled(fmt.value)
     t0 = time.perf_counter()
@@ -104,9 +107,6 @@ def kruskal_cmd(
             sweep = True
             log("No --k given and n unknown: running the full sweep.", fmt.value)
     rule = RankRule.for_dtype(X.dtype, rtol=rtol, atol=atol)
-    from ..device import device_name, resolve_device
-
-    dev = resolve_device(device)
     log(f"{T} vectors in R^{d} from {source}; rank rule: {rule.describe()}", fmt.value)
     stats = set_stats(X, rule)
     tests = []

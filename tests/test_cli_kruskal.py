@@ -1,0 +1,453 @@
+"""``mhaaudit kruskal``: every input kind and output format, and one clean error per bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from conftest import tmp_leftovers
+from safetensors.torch import save_file
+
+from mhaaudit import __version__
+from mhaaudit.cli.app import main
+from mhaaudit.features import reduce_tokens
+from mhaaudit.io import read_parquet_metadata
+
+T, D = 30, 8
+RECORD_FIELDS = {"check", "k", "T", "d", "samples", "satisfied", "fraction", "ci_low", "ci_high", "threshold", "verdict",
+                 "reason", "tolerance", "seed", "witness"}
+FAST = ["--samples", "60"]
+
+
+def run(capsys, *args):
+    rc = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def assert_one_error(rc, err, match=None):
+    lines = err.strip().splitlines()
+    assert rc == 2, err
+    assert len(lines) == 1, err
+    assert lines[0].startswith("Error: "), err
+    assert "Traceback" not in err and "internal error" not in err
+    if match is not None:
+        assert match.lower() in lines[0].lower(), lines[0]
+    return lines[0]
+
+
+def matrix(T=T, d=D, dtype=np.float64, seed=0):
+    return np.random.default_rng(seed).standard_normal((T, d)).astype(dtype)
+
+
+@pytest.fixture
+def npy(tmp_path):
+    p = tmp_path / "x.npy"
+    np.save(p, matrix())
+    return p
+
+
+def json_run(capsys, *args):
+    rc, out, err = run(capsys, *args, "--format", "json")
+    assert rc == 0, err
+    return json.loads(out)
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def _write(kind, folder, X):
+    if kind == "npy":
+        p = folder / "x.npy"
+        np.save(p, X)
+    elif kind == "pt":
+        p = folder / "x.pt"
+        torch.save(torch.from_numpy(X), p)
+    elif kind == "safetensors":
+        p = folder / "x.safetensors"
+        save_file({"queries": torch.from_numpy(X), "other": torch.zeros(3)}, str(p))
+    elif kind == "parquet-list":
+        p = folder / "x.parquet"
+        pq.write_table(pa.table({"id": np.arange(len(X)), "emb": pa.array(X.tolist(), type=pa.list_(pa.float64()))}), p)
+    elif kind == "parquet-columns":
+        p = folder / "x.parquet"
+        pq.write_table(pa.table({f"f{j}": X[:, j] for j in range(X.shape[1])}), p)
+    return p
+
+
+def test_every_file_format_gives_the_same_records(capsys, tmp_path):
+    X = matrix()
+    ref = None
+    for kind in ("npy", "pt", "safetensors", "parquet-list", "parquet-columns"):
+        sub = tmp_path / kind
+        sub.mkdir()
+        doc = json_run(capsys, "kruskal", _write(kind, sub, X), "--k", 3, "--k", 8, *FAST)
+        assert doc["meta"]["inputs"]["T"] == T and doc["meta"]["inputs"]["d"] == D, kind
+        assert doc["meta"]["inputs"]["dtype"] == "float64", kind  # the tolerance depends on the dtype
+        assert doc["meta"]["tolerance"]["dtype"] == "float64", kind
+        if ref is None:
+            ref = doc["records"]
+        assert doc["records"] == ref, kind
+    assert [r["k"] for r in ref] == [3, 8]
+    assert [r["verdict"] for r in ref] == ["holds", "holds"]
+
+
+def test_float32_file_uses_float32_tolerance(capsys, tmp_path):
+    np.save(tmp_path / "f.npy", matrix(dtype=np.float32))
+    doc = json_run(capsys, "kruskal", tmp_path / "f.npy", "--k", 2, *FAST)
+    assert doc["meta"]["inputs"]["dtype"] == "float32"
+    assert doc["meta"]["tolerance"]["eps"] == pytest.approx(float(np.finfo(np.float32).eps))
+
+
+def test_tokens_with_query_index(capsys, tmp_path):
+    tok = np.random.default_rng(1).standard_normal((T, 5, D))
+    np.save(tmp_path / "tok.npy", tok)
+    np.save(tmp_path / "q0.npy", tok[:, 0])
+    np.save(tmp_path / "qlast.npy", tok[:, -1])
+    for qi, ref in (("0", "q0.npy"), ("-1", "qlast.npy")):
+        a = json_run(capsys, "kruskal", tmp_path / "tok.npy", "--query-index", qi, "--k", 4, *FAST)
+        b = json_run(capsys, "kruskal", tmp_path / ref, "--k", 4, *FAST)
+        assert a["records"] == b["records"]
+        assert f"token {qi}" in a["meta"]["inputs"]["source"]
+
+
+def test_saved_feature_folder_queries_and_a3(capsys, tmp_path):
+    tokens = torch.randn(T, 5, D, generator=torch.Generator().manual_seed(2))
+    fs = reduce_tokens(tokens, 0, meta={"model": "m", "variant": "random", "layer": 1})
+    fs.save(tmp_path / "feat")
+    doc = json_run(capsys, "kruskal", tmp_path / "feat", *FAST)
+    # n is known from the folder: the defaults test k = n (Assumption 1) and k = min(T, d)
+    assert doc["meta"]["inputs"]["n"] == 5 and doc["meta"]["inputs"]["dtype"] == "float32"
+    assert [(r["check"], r["k"]) for r in doc["records"]] == [("assumption_1", 5), ("general_position", D)]
+    a3 = json_run(capsys, "kruskal", tmp_path / "feat", "--vectors", "a3", *FAST)
+    assert [(r["check"], r["k"]) for r in a3["records"]] == [("assumption_3", 5), ("kruskal", D)]
+    assert "a3" in a3["meta"]["inputs"]["source"]
+    # the a3 vectors are read, not the queries
+    np.save(tmp_path / "a3.npy", fs.a3.numpy())
+    direct = json_run(capsys, "kruskal", tmp_path / "a3.npy", "--n", 5, "--vectors", "a3", *FAST)
+    assert direct["records"] == a3["records"]
+
+
+def test_integer_matrix_is_read_as_float64(capsys, tmp_path):
+    np.save(tmp_path / "i.npy", np.random.default_rng(0).integers(-5, 5, size=(T, D)))
+    doc = json_run(capsys, "kruskal", tmp_path / "i.npy", "--k", 2, *FAST)
+    assert doc["meta"]["inputs"]["dtype"] == "float64"
+
+
+# --------------------------------------------------------------------------- formats
+
+
+def test_table_format(capsys, npy):
+    rc, out, err = run(capsys, "kruskal", npy, "--k", 3, *FAST)
+    assert rc == 0, err
+    flat = " ".join(out.split())  # long lines wrap at the console width
+    assert "Kruskal-rank tests" in flat and "holds" in flat and "float64" in flat
+    assert "Rank rule" in flat and "seed 0" in flat
+    assert "{" not in out.splitlines()[0]
+
+
+def test_table_with_sweep(capsys, npy):
+    rc, out, err = run(capsys, "kruskal", npy, "--sweep", *FAST)
+    assert rc == 0, err
+    assert "estimate" in out.lower()
+
+
+def test_json_document(capsys, npy):
+    doc = json_run(capsys, "kruskal", npy, "--k", 3, "--seed", 5, *FAST)
+    assert set(doc) == {"meta", "records", "sweep"}
+    meta = doc["meta"]
+    assert meta["tool"] == "mhaaudit" and meta["version"] == __version__
+    assert meta["versions"]["torch"] == torch.__version__ and "numpy" in meta["versions"]
+    assert meta["seed"] == 5 and meta["device"] == "cpu"
+    assert "rule" in meta["tolerance"] and meta["inputs"]["source"].startswith(str(npy))
+    (rec,) = doc["records"]
+    assert RECORD_FIELDS <= set(rec)
+    assert rec["k"] == 3 and rec["T"] == T and rec["d"] == D and rec["samples"] == 60 and rec["seed"] == 5
+    assert rec["ci_low"] <= rec["fraction"] <= rec["ci_high"] and rec["threshold"] == 0.99
+    assert rec["witness"] == [] and rec["verdict"] == "holds"
+    assert doc["sweep"] == []
+
+
+def test_json_sweep_rows(capsys, npy):
+    doc = json_run(capsys, "kruskal", npy, "--sweep", *FAST)
+    assert doc["records"] == []  # no --k and no n: the sweep only
+    assert [r["k"] for r in doc["sweep"]] == list(range(1, D + 1))
+    for r in doc["sweep"]:
+        assert set(r) == {"k", "fraction", "ci_low", "ci_high"}
+        assert 0 <= r["ci_low"] <= r["fraction"] <= r["ci_high"] <= 1
+    assert doc["meta"]["sweep_summary"]["estimate"] == D
+
+
+def test_json_proof_of_dependence_has_a_witness(capsys, tmp_path):
+    X = matrix()
+    X[7] = 3 * X[2]  # two parallel rows: every subset holding both is dependent
+    np.save(tmp_path / "dup.npy", X)
+    doc = json_run(capsys, "kruskal", tmp_path / "dup.npy", "--k", 2, "--samples", 2000)
+    (rec,) = doc["records"]
+    if rec["satisfied"] < rec["samples"]:
+        assert sorted(rec["witness"]) == [2, 7]
+    doc = json_run(capsys, "kruskal", tmp_path / "dup.npy", "--k", T, "--samples", 10)
+    assert doc["records"][0]["verdict"] == "fails"  # k > d: proven without sampling
+
+
+def test_same_seed_same_records(capsys, tmp_path):
+    X = matrix(T=40, d=6)
+    X[:10, :] = X[10:20, :] * 2  # dependent subsets exist, so the draws matter
+    np.save(tmp_path / "x.npy", X)
+    args = ("kruskal", tmp_path / "x.npy", "--k", 4, "--samples", 200, "--sweep")
+    a = json_run(capsys, *args, "--seed", 11)
+    b = json_run(capsys, *args, "--seed", 11)
+    c = json_run(capsys, *args, "--seed", 12)
+    assert a["records"] == b["records"] and a["sweep"] == b["sweep"]
+    assert a["records"][0]["satisfied"] < 200
+    assert (a["records"], a["sweep"]) != (c["records"], c["sweep"])
+
+
+def test_parquet_to_stdout(capsysbinary, npy, monkeypatch):
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
+    rc = main(["kruskal", str(npy), "--k", "3", "--sweep", *FAST, "--seed", "3", "--format", "parquet"])
+    out, err = capsysbinary.readouterr()
+    assert rc == 0, err
+    t = pq.read_table(pa.BufferReader(out))
+    rows = t.to_pylist()
+    assert rows[0]["check"] == "kruskal" and rows[0]["k"] == 3
+    assert [r["k"] for r in rows if r["check"] == "sweep"] == list(range(1, D + 1))
+    meta = json.loads(t.schema.metadata[b"mhaaudit"])
+    assert meta["seed"] == 3 and meta["versions"]["mhaaudit"] == __version__
+    assert err == b""  # nothing but data when the output is binary
+
+
+def test_parquet_to_terminal_refused(capsys, npy, monkeypatch, tmp_path):
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    rc, out, err = run(capsys, "kruskal", npy, "--k", 3, *FAST, "--format", "parquet")
+    assert_one_error(rc, err, "--format parquet")
+    assert out == ""
+
+
+def test_out_file_is_stamped(capsys, npy, tmp_path):
+    out = tmp_path / "res.parquet"
+    rc, stdout, err = run(capsys, "kruskal", npy, "--k", 3, "--k", 5, *FAST, "--seed", 9, "--out", out, "--rtol", "1e-10")
+    assert rc == 0, err
+    meta = read_parquet_metadata(out)
+    assert meta["tool"] == "mhaaudit" and meta["version"] == __version__
+    for lib in ("torch", "numpy", "pyarrow", "transformers", "timm"):
+        assert meta["versions"][lib]
+    assert meta["seed"] == 9 and meta["device"] == "cpu"
+    assert meta["tolerance"]["rtol"] == 1e-10 and "1e-10" in meta["tolerance"]["rule"]
+    rows = pq.read_table(out).to_pylist()
+    assert [r["k"] for r in rows] == [3, 5]
+    assert RECORD_FIELDS <= set(rows[0])
+    assert tmp_leftovers(tmp_path) == []
+    assert "Kruskal-rank tests" in stdout  # --out adds a file; the table is still printed
+
+
+def test_plot_png(capsys, npy, tmp_path):
+    png = tmp_path / "sweep.png"
+    rc, out, err = run(capsys, "kruskal", npy, *FAST, "--plot", png, "--n", 4)
+    assert rc == 0, err
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert tmp_leftovers(tmp_path) == []
+
+
+def test_plot_svg_and_json(capsys, npy, tmp_path):
+    svg = tmp_path / "sweep.svg"
+    doc = json_run(capsys, "kruskal", npy, *FAST, "--plot", svg)
+    assert b"<svg" in svg.read_bytes()[:2000]
+    assert len(doc["sweep"]) == D  # --plot implies --sweep
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _bad_file(tmp_path, case):
+    rng = np.random.default_rng(0)
+    if case == "missing":
+        return tmp_path / "nope.npy", "no such file"
+    if case == "garbage":
+        p = tmp_path / "g.npy"
+        p.write_bytes(b"\x93NUMPY garbage" + bytes(range(256)))
+        return p, "cannot read"
+    if case == "extension":
+        p = tmp_path / "x.csv"
+        p.write_text("1,2\n")
+        return p, "unknown feature file type"
+    if case == "rank1":
+        np.save(tmp_path / "r1.npy", rng.standard_normal(10))
+        return tmp_path / "r1.npy", "shape (10,)"
+    if case == "rank4":
+        np.save(tmp_path / "r4.npy", rng.standard_normal((2, 3, 4, 5)))
+        return tmp_path / "r4.npy", "shape (2, 3, 4, 5)"
+    if case == "tokens":
+        np.save(tmp_path / "t.npy", rng.standard_normal((10, 3, 4)))
+        return tmp_path / "t.npy", "--query-index"
+    if case in ("nan", "inf"):
+        X = matrix()
+        X[3, 2] = np.nan if case == "nan" else -np.inf
+        np.save(tmp_path / "n.npy", X)
+        return tmp_path / "n.npy", "NaN or Inf"
+    if case == "empty":
+        np.save(tmp_path / "e.npy", np.zeros((0, 4)))
+        return tmp_path / "e.npy", "empty"
+    if case == "empty_folder":
+        (tmp_path / "feat").mkdir()
+        return tmp_path / "feat", "features"
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize("case", ["missing", "garbage", "extension", "rank1", "rank4", "tokens", "nan", "inf", "empty",
+                                  "empty_folder"])
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_bad_feature_files(capsys, tmp_path, case, fmt):
+    path, match = _bad_file(tmp_path, case)
+    out = tmp_path / "out.parquet"
+    before = set(os.listdir(tmp_path))
+    rc, stdout, err = run(capsys, "kruskal", path, *FAST, "--out", out, "--format", fmt)
+    assert_one_error(rc, err, match)
+    assert stdout == ""
+    assert set(os.listdir(tmp_path)) == before
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (["--k", "31"], "larger than the number of vectors"),
+        (["--k", "0"], "at least 1"),
+        (["--k", "-2"], "at least 1"),
+        (["--samples", "0"], "--samples"),
+        (["--samples", "-5"], "--samples"),
+        (["--threshold", "0"], "--threshold"),
+        (["--threshold", "1.5"], "--threshold"),
+        (["--threshold", "nan"], "--threshold"),
+        (["--rtol", "-1e-3"], "--rtol"),
+        (["--atol", "-1"], "--atol"),
+        (["--rtol", "inf"], "--rtol"),
+        (["--n", "0"], "--n"),
+        (["--query-index", "0"], "--query-index"),
+        (["--device", "cuda"], "cuda"),
+        (["--device", "tpu"], "device"),
+        (["--format", "xml"], "--format"),
+        (["--k", "abc"], "--k"),
+        (["--vectors", "keys"], "--vectors"),
+        (["--no-such-option"], "no-such-option"),
+    ],
+)
+def test_bad_options(capsys, npy, args, match):
+    if "cuda" in args and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    folder = npy.parent
+    before = set(os.listdir(folder))
+    rc, out, err = run(capsys, "kruskal", npy, *FAST, *args, "--out", folder / "o.parquet", "--plot", folder / "p.png")
+    assert_one_error(rc, err, match)
+    assert out == ""
+    assert set(os.listdir(folder)) == before
+
+
+@pytest.mark.parametrize("case", ["missing_folder", "parent_is_file", "not_parquet", "is_folder"])
+def test_bad_out_path(capsys, npy, tmp_path, case):
+    if case == "missing_folder":
+        out = tmp_path / "missing" / "r.parquet"
+    elif case == "parent_is_file":
+        out = npy / "r.parquet"  # the parent is the .npy file
+    elif case == "not_parquet":
+        out = tmp_path / "r.csv"
+    else:
+        out = tmp_path / "d.parquet"
+        out.mkdir()
+    before = set(os.listdir(tmp_path))
+    rc, stdout, err = run(capsys, "kruskal", npy, "--k", 3, *FAST, "--out", out)
+    assert_one_error(rc, err, str(out.name))
+    assert stdout == "" and set(os.listdir(tmp_path)) == before
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root can write to any folder")
+def test_unwritable_out_folder(capsys, npy, tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        rc, out, err = run(capsys, "kruskal", npy, "--k", 3, *FAST, "--out", ro / "r.parquet")
+        assert_one_error(rc, err, "not writable")
+        assert list(ro.iterdir()) == []
+    finally:
+        ro.chmod(0o700)
+
+
+@pytest.mark.parametrize("case", ["extension", "no_extension", "missing_folder", "parent_is_file"])
+def test_bad_plot_path(capsys, npy, tmp_path, case):
+    plot = {"extension": tmp_path / "p.gif", "no_extension": tmp_path / "plot",
+            "missing_folder": tmp_path / "no" / "p.png", "parent_is_file": npy / "p.png"}[case]
+    before = set(os.listdir(tmp_path))
+    rc, out, err = run(capsys, "kruskal", npy, *FAST, "--plot", plot, "--out", tmp_path / "r.parquet")
+    assert_one_error(rc, err, "cannot")
+    assert out == "" and set(os.listdir(tmp_path)) == before
+
+
+def test_failure_while_writing_out_leaves_nothing(capsys, npy, tmp_path, monkeypatch):
+    def broken(table, where, *a, **kw):
+        with open(where, "wb") as fh:
+            fh.write(b"PAR1")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pq, "write_table", broken)
+    before = set(os.listdir(tmp_path))
+    rc, out, err = run(capsys, "kruskal", npy, "--k", 3, *FAST, "--out", tmp_path / "r.parquet", "--format", "json")
+    assert_one_error(rc, err, "No space left on device")
+    assert set(os.listdir(tmp_path)) == before
+
+
+# --------------------------------------------------------------------------- the program itself
+
+
+def test_no_arguments_prints_help(capsys):
+    rc, out, err = run(capsys)
+    assert rc == 2 and "kruskal" in err and "check" in err
+    assert out == ""  # stdout carries data only
+
+
+def test_version(capsys):
+    rc, out, err = run(capsys, "--version")
+    assert rc == 0 and out.strip() == f"mhaaudit {__version__}"
+
+
+def test_python_dash_m_help():
+    r = subprocess.run([sys.executable, "-m", "mhaaudit", "--help"], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 0, r.stderr
+    for cmd in ("kruskal", "check", "memorize"):
+        assert cmd in r.stdout
+
+
+def test_console_script_version():
+    exe = shutil.which("mhaaudit") or os.path.join(os.path.dirname(sys.executable), "mhaaudit")
+    if not os.path.exists(exe):
+        pytest.skip("the mhaaudit console script is not installed")
+    r = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"mhaaudit {__version__}"
+
+
+def test_console_script_error_exit_code(tmp_path):
+    exe = shutil.which("mhaaudit") or os.path.join(os.path.dirname(sys.executable), "mhaaudit")
+    if not os.path.exists(exe):
+        pytest.skip("the mhaaudit console script is not installed")
+    r = subprocess.run([exe, "kruskal", str(tmp_path / "missing.npy")], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [f"Error: no such file: {tmp_path / 'missing.npy'}"]
+    assert r.stdout == ""
+
+
+def test_debug_variable_shows_the_traceback(npy, monkeypatch):
+    from mhaaudit.errors import MhaauditError
+
+    monkeypatch.setenv("MHAAUDIT_DEBUG", "1")
+    with pytest.raises(MhaauditError):
+        main(["kruskal", str(npy), "--samples", "0"])

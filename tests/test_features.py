@@ -1,0 +1,119 @@
+"""mhaaudit.features: the streaming reduction equals the checks on the full tensor; saved features."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from mhaaudit.checks import assumption_2
+from mhaaudit.errors import InputError, OutputError
+from mhaaudit.features import FEATURES_FILE, META_FILE, FeatureSet, StreamingReducer, reduce_tokens
+from mhaaudit.kruskal import subset_test
+from mhaaudit.rank import RankRule
+
+T, N, D = 45, 6, 10
+
+
+def _tokens(dtype=torch.float32, seed=0):
+    """(T, n, d) tokens with a few rank-deficient contexts and a few dependent queries."""
+    g = torch.Generator().manual_seed(seed)
+    E = torch.randn(T, N, D, generator=g, dtype=torch.float64)
+    E[3, 5] = E[3, 1]  # duplicated token: rank n - 1
+    E[10] = torch.randn(N, 2, generator=g, dtype=torch.float64) @ torch.randn(2, D, generator=g, dtype=torch.float64)
+    tiny = 1e-9 if dtype == torch.float32 else 1e-20
+    E[20, 4] = E[20, 0] + tiny * torch.randn(D, generator=g, dtype=torch.float64)  # below the tolerance
+    E[30, 0] = 2 * E[31, 0]  # two parallel queries
+    return E.to(dtype)
+
+
+def _assert_same(a: FeatureSet, b: FeatureSet):
+    assert torch.equal(a.queries, b.queries)
+    assert torch.equal(a.a3, b.a3)
+    assert a.context.keys() == b.context.keys()
+    for k in a.context:
+        assert torch.equal(a.context[k], b.context[k]), k
+    assert (a.n, a.d, a.query_index, a.dtype) == (b.n, b.d, b.query_index, b.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("qi", [0, -1])
+def test_streaming_equals_one_batch_and_the_full_tensor(dtype, qi):
+    E = _tokens(dtype)
+    one = reduce_tokens(E, qi, batch_size=T)
+    for bs in (1, 7, 64):
+        _assert_same(reduce_tokens(E, qi, batch_size=bs), one)
+    # the reduced vectors are the definitions applied to the full tensor
+    assert one.queries.dtype == dtype
+    assert torch.equal(one.queries, E[:, qi])
+    assert torch.allclose(one.a3, E[:, qi] + E.mean(dim=1), rtol=0, atol=1e-6 if dtype == torch.float32 else 1e-14)
+    assert one.query_index == qi % N and one.T == T and (one.n, one.d) == (N, D)
+    # Assumption 2 from the streamed statistics equals the check on the full tensor
+    rule = RankRule.for_dtype(dtype)
+    streamed, full = one.assumption_2(rule), assumption_2(E, rule)
+    assert streamed.record(0) == full.record(0)
+    assert streamed.verdict == "fails" and set(streamed.deficient_examples) == {3, 10, 20}
+    assert streamed.rank_histogram == {N: T - 3, N - 1: 2, 2: 1}
+    # Assumption 1 and 3 on the streamed vectors equal the tests on vectors cut from the tensor
+    for X_stream, X_full in ((one.queries, E[:, qi]), (one.a3, E[:, qi] + E.mean(dim=1))):
+        a = subset_test(X_stream, N, samples=100, seed=4, rule=rule, check="assumption_1").record()
+        b = subset_test(X_full.to(dtype), N, samples=100, seed=4, rule=rule, check="assumption_1").record()
+        assert a == b
+
+
+def test_streaming_reducer_one_batch_at_a_time_equals_reduce_tokens():
+    E = _tokens()
+    red = StreamingReducer(0)
+    for i in range(0, T, 10):
+        red.update(E[i : i + 10])
+    _assert_same(red.result(), reduce_tokens(E, 0))
+
+
+def test_streaming_reducer_errors():
+    red = StreamingReducer(0)
+    with pytest.raises(InputError, match="no examples"):
+        red.result()
+    with pytest.raises(InputError, match=r"\(B, n, d\)"):
+        red.update(torch.zeros(4, 5))
+    red.update(torch.randn(2, N, D))
+    with pytest.raises(InputError, match="changed shape"):
+        red.update(torch.randn(2, N + 1, D))
+
+
+def test_feature_set_save_load_roundtrip(tmp_path):
+    fs = reduce_tokens(_tokens(torch.float64), -1, batch_size=8, meta={"model": "m", "variant": "random", "layer": 1})
+    dest = fs.save(tmp_path / "feat")
+    assert sorted(p.name for p in dest.iterdir()) == sorted([FEATURES_FILE, META_FILE])
+    assert [p.name for p in tmp_path.iterdir()] == ["feat"]  # no temporary folder left
+    back = FeatureSet.load(dest)
+    _assert_same(back, fs)
+    assert back.queries.dtype == torch.float64
+    assert back.meta["model"] == "m" and back.meta["T"] == T and back.meta["dtype"] == "float64"
+    assert back.meta["stamp"]["tool"] == "mhaaudit"
+    rule = back.rule()
+    assert rule.dtype == "float64"
+    assert back.assumption_2(rule).record(1) == fs.assumption_2(rule).record(1)
+    # saving again over the same folder replaces the files
+    fs2 = reduce_tokens(_tokens(torch.float64, seed=1), 0)
+    fs2.save(dest)
+    _assert_same(FeatureSet.load(dest), fs2)
+
+
+def test_feature_set_save_errors(tmp_path):
+    fs = reduce_tokens(_tokens(), 0)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OutputError, match="is a file"):
+        fs.save(tmp_path / "file")
+    with pytest.raises(OutputError, match="does not exist"):
+        fs.save(tmp_path / "missing" / "feat")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_feature_set_load_errors(tmp_path):
+    with pytest.raises(InputError, match="not a saved feature folder"):
+        FeatureSet.load(tmp_path)
+    (tmp_path / FEATURES_FILE).write_bytes(b"garbage")
+    (tmp_path / META_FILE).write_text(json.dumps({"n": 1}))
+    with pytest.raises(InputError, match="cannot read saved features"):
+        FeatureSet.load(tmp_path)
