@@ -43,6 +43,7 @@ def _root(
 
 def _register() -> None:
     # Imported for their side effect of adding commands to ``app``.
+    from . import capacity  # noqa: F401
     from . import check  # noqa: F401
     from . import kruskal  # noqa: F401
     from . import memorize  # noqa: F401
