@@ -1,0 +1,127 @@
+"""Kruskal-rank estimator: the paper's procedure beside ours, in one process.
+
+The paper's procedure is a Python loop that draws k distinct rows and calls
+``torch.linalg.matrix_rank(rows).item()`` on the float32 features, once per draw. Ours is
+``mhaaudit.kruskal.subset_test`` (one candidate size) and ``kruskal_sweep`` (every size from one
+set of nested draws). Both use the same tolerance rule (sigma_max * max(k, d) * eps(float32));
+ours decides in float64 and is checked draw by draw against ``matrix_rank`` on the same draws.
+
+    python benchmarks/bench_kruskal.py                 # 2000 x 768 features, k = 197, 5000 draws
+    python benchmarks/bench_kruskal.py --features DIR  # features saved by `mhaaudit check --save-features`
+    python benchmarks/bench_kruskal.py --device cuda   # ours on the GPU (same decisions as on the CPU)
+
+Without --features the matrix is synthetic but shaped like transformer features: a dominant
+common direction (as [CLS] vectors have) plus a decaying spectrum, so that numerical rank,
+Kruskal rank and near-tolerance draws all occur.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from mhaaudit.kruskal import _draw_blocks, draw_decisions, kruskal_sweep, set_stats, subset_test
+from mhaaudit.rank import RankRule
+
+
+def synthetic(T: int, d: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    U = torch.randn(T, d, generator=g, dtype=torch.float64)
+    spectrum = torch.logspace(0, -5, d, dtype=torch.float64)
+    V = torch.linalg.qr(torch.randn(d, d, generator=g, dtype=torch.float64))[0]
+    common = 5.0 * torch.randn(d, generator=g, dtype=torch.float64)
+    return ((U * spectrum) @ V.T + common).float()
+
+
+def paper_loop(X: torch.Tensor, k: int, draws: int, seed: int = 0) -> tuple[float, list[bool]]:
+    """The paper's procedure: one matrix_rank call per draw (float32 features)."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    t = time.perf_counter()
+    for _ in range(draws):
+        idx = torch.randperm(X.shape[0], generator=gen)[:k]
+        out.append(torch.linalg.matrix_rank(X[idx]).item() == k)
+    return time.perf_counter() - t, out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--features", help="a folder written by --save-features (uses its query vectors)")
+    ap.add_argument("--T", type=int, default=2000)
+    ap.add_argument("--d", type=int, default=768)
+    ap.add_argument("--k", type=int, default=197)
+    ap.add_argument("--samples", type=int, default=5000)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--skip-sweep", action="store_true")
+    ap.add_argument("--loop-draws", type=int, default=100, help="draws per size when timing the loop for the sweep")
+    args = ap.parse_args()
+
+    if args.features:
+        from mhaaudit.features import FeatureSet
+
+        fs = FeatureSet.load(args.features)
+        X, what = fs.queries, f"{args.features} ({fs.meta.get('model')} {fs.meta.get('variant')})"
+    else:
+        X, what = synthetic(args.T, args.d), "synthetic transformer-like features"
+    T, d = X.shape
+    rule = RankRule.for_dtype(X.dtype)
+    print(f"features: {T} x {d} {X.dtype} ({what}); torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}")
+    stats = set_stats(X, rule)
+    print(f"whole-set numerical rank {stats.rank}")
+
+    # ---- one candidate size -------------------------------------------------------------
+    k, N = args.k, args.samples
+    subset_test(X, k, samples=64, rule=rule, device=args.device, stats=stats)  # warm-up
+    t = time.perf_counter()
+    res = subset_test(X, k, samples=N, rule=rule, device=args.device, stats=stats)
+    ours = time.perf_counter() - t
+    naive, naive_dec = paper_loop(X, k, N)
+    print(f"\n[k = {k}, {N} draws]")
+    print(f"  paper's loop (matrix_rank per draw, float32): {naive:8.2f} s   fraction {sum(naive_dec) / N:.4f}")
+    print(f"  mhaaudit subset_test:                          {ours:8.2f} s   fraction {res.fraction:.4f}  ({res.exact_rechecks} SVD re-checks)")
+    print(f"  speed-up: {naive / ours:.1f}x")
+    # same decisions: ours against matrix_rank (float64 rows, same rule) on our own draws
+    check_n = min(N, 1000)
+    idx, full = draw_decisions(X, k, samples=check_n, rule=rule, device=args.device)
+    ref = torch.tensor([int(torch.linalg.matrix_rank(X[i].double(), rtol=rule.rtol_for(k, d))) == k for i in idx])
+    ref32 = torch.tensor([int(torch.linalg.matrix_rank(X[i])) == k for i in idx])
+    print(f"  decisions equal to matrix_rank (float64, same rule) on {check_n} draws: {int((full == ref).sum())}/{check_n}")
+    print(f"  decisions equal to matrix_rank on the float32 rows (the paper's call):  {int((full == ref32).sum())}/{check_n}")
+
+    if args.skip_sweep:
+        return
+    # ---- the sweep over every k ---------------------------------------------------------
+    K = min(T, d)
+    paper_ks = sorted(set(list(range(1, K + 1, 10)) + [K]))
+    probe_ks = sorted(set([1, K // 4, K // 2, 3 * K // 4, K]))
+    per_call = {}
+    for kk in probe_ks:
+        secs, _ = paper_loop(X, kk, args.loop_draws, seed=1)
+        per_call[kk] = secs / args.loop_draws
+    # piecewise-linear interpolation of the per-call cost over k
+    def cost(kk: int) -> float:
+        ks = sorted(per_call)
+        for a, b in zip(ks, ks[1:]):
+            if a <= kk <= b:
+                w = (kk - a) / max(1, b - a)
+                return per_call[a] * (1 - w) + per_call[b] * w
+        return per_call[ks[-1]]
+
+    loop_total = sum(cost(kk) for kk in paper_ks) * N
+    t = time.perf_counter()
+    sw = kruskal_sweep(X, samples=N, rule=rule, device=args.device, stats=stats)
+    ours_sweep = time.perf_counter() - t
+    print(f"\n[sweep, {N} draws]")
+    print("  paper's loop per call (measured, {} draws each): ".format(args.loop_draws)
+          + ", ".join(f"k={kk}: {v * 1e3:.1f} ms" for kk, v in per_call.items()))
+    print(f"  paper's loop at every 10th k ({len(paper_ks)} sizes x {N} draws), extrapolated from those timings: {loop_total:9.1f} s")
+    print(f"  mhaaudit kruskal_sweep, every k from 1 to {K}, measured:                                   {ours_sweep:9.1f} s "
+          f"({sw.exact_rechecks} SVD re-checks; sizes above {sw.kmax_sampled} certified by the set rank)")
+    print(f"  speed-up: {loop_total / ours_sweep:.0f}x; estimate {sw.estimate}, ceiling {sw.ceiling.value} ({sw.ceiling.kind}), floor {sw.floor.value}")
+
+
+if __name__ == "__main__":
+    main()
