@@ -1,6 +1,48 @@
 """mhaaudit: audit transformer features against the assumptions of the memorisation-capacity
-theory of multi-head attention (Mahdavi, Liao, Thrampoulidis, ICLR 2024)."""
+theory of multi-head attention (Mahdavi, Liao, Thrampoulidis, ICLR 2024).
+
+The public API is imported lazily so that ``import mhaaudit`` stays cheap.
+"""
 
 from ._version import __version__
 
-__all__ = ["__version__"]
+_EXPORTS = {
+    "audit": "mhaaudit.audit",
+    "AuditResult": "mhaaudit.audit",
+    "check_features": "mhaaudit.audit",
+    "capture_features": "mhaaudit.audit",
+    "plan_probes": "mhaaudit.audit",
+    "subset_test": "mhaaudit.kruskal",
+    "kruskal_sweep": "mhaaudit.kruskal",
+    "exact_kruskal_rank": "mhaaudit.kruskal",
+    "babel_floor": "mhaaudit.kruskal",
+    "set_stats": "mhaaudit.kruskal",
+    "draw_decisions": "mhaaudit.kruskal",
+    "RankRule": "mhaaudit.rank",
+    "svd_rank": "mhaaudit.rank",
+    "assumption_1": "mhaaudit.checks",
+    "assumption_2": "mhaaudit.checks",
+    "assumption_3": "mhaaudit.checks",
+    "general_position": "mhaaudit.checks",
+    "context_ranks": "mhaaudit.checks",
+    "FeatureSet": "mhaaudit.features",
+    "StreamingReducer": "mhaaudit.features",
+    "reduce_tokens": "mhaaudit.features",
+    "load_model": "mhaaudit.models",
+    "RandomAttention": "mhaaudit.models",
+    "image_source": "mhaaudit.sources",
+    "text_source": "mhaaudit.sources",
+    "theorem1_bound": "mhaaudit.capacity",
+    "memorization_certificate": "mhaaudit.capacity",
+    "MhaauditError": "mhaaudit.errors",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'mhaaudit' has no attribute {name!r}")
