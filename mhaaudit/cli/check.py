@@ -49,6 +49,24 @@ def parse_layers(spec: str | None) -> list[int] | None:
     return sorted(out)
 
 
+def check_feature_folder(folder: Path) -> None:
+    """Fail before any work when ``--save-features`` cannot be written."""
+    import os
+
+    from ..errors import InputError
+
+    parent = folder.parent if str(folder.parent) else Path(".")
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"--save-features {folder}: exists and is not a folder")
+    if not parent.exists():
+        raise InputError(f"--save-features {folder}: folder {parent} does not exist")
+    if not parent.is_dir():
+        raise InputError(f"--save-features {folder}: {parent} is a file, not a folder")
+    target = folder if folder.exists() else parent
+    if not os.access(target, os.W_OK):
+        raise InputError(f"--save-features {folder}: folder {target} is not writable")
+
+
 def split_list(values: list[str] | None) -> list[str] | None:
     if not values:
         return None
@@ -86,7 +104,7 @@ def check_cmd(
 ) -> None:
     """Audit a transformer: Assumptions 1-3 and General Position at each probe point."""
     from ..audit import audit
-    from ..errors import InputError
+    from ..errors import InputError, OutputError
     from ..io import stamp, write_parquet
     from ..progress import progress_enabled
 
@@ -96,10 +114,8 @@ def check_cmd(
     for f in fails:
         if f not in FAIL_ON:
             raise InputError(f"--fail-on {f!r}: choose from {', '.join(FAIL_ON)}")
-    if save_features is not None and save_features.exists() and not save_features.is_dir():
-        raise InputError(f"--save-features {save_features}: exists and is not a folder")
-    if save_features is not None and not (save_features.parent if str(save_features.parent) else Path(".")).exists():
-        raise InputError(f"--save-features {save_features}: folder {save_features.parent} does not exist")
+    if save_features is not None:
+        check_feature_folder(save_features)
     layer_list = parse_layers(layers)
     if plot is not None and layer_list is None:
         sweep = True  # the plot is the sweep curve; with --layers it is the depth profile
@@ -121,7 +137,10 @@ def check_cmd(
                                          "sweep": c.sweep.summary() if c.sweep else None}
                        for c in result.columns}
     if save_features is not None:
-        save_features.mkdir(exist_ok=True)
+        try:
+            save_features.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise OutputError(f"--save-features {save_features}: cannot create the folder ({exc.strerror or exc})") from exc
         for c in result.columns:
             if c.features is not None:
                 c.features.save(save_features / c.probe.variant)
