@@ -24,11 +24,11 @@ input the assumptions were audited on. The logits use the block's own scale and 
 decoder's causal mask changes nothing for a query in the last position (it attends to every
 token); for another query position the context is cut after the query row.
 
-Memory: ``Z`` is built batch by batch, O(T H d); the (T, n, d) activations are never held. Rank
-decisions use the T x T (or h d x h d) Gram matrix of ``Z`` with a Cholesky certificate and
-fall back to the SVD of ``Z`` only when the Gram matrix cannot decide
-(:func:`mhaaudit.rank.decide_full_rank`, :func:`mhaaudit.rank.gram_rank`), so the rank equals
-``torch.linalg.matrix_rank(Z, rtol=...)`` under the stated rule.
+Memory: ``Z`` is built batch by batch, O(T H d); the (T, n, d) activations are never held. The
+rank of each head prefix ``Z_h`` counts its singular values (float64: a QR factorisation of the
+tall orientation, then the SVD of the triangular factor) above the stated rule, as
+``torch.linalg.matrix_rank`` does; rows are chosen and value/output weights solved through the
+T x T Gram matrix, accumulated head by head, and the residual is measured on ``Z`` itself.
 """
 
 from __future__ import annotations
@@ -216,8 +216,8 @@ class HeadCertificate:
         rows: the r example indices chosen (independent rows of Z_h).
         residual: max |Z_S w - y| / max |y| for random labels y ~ N(0, 1) and the solved w.
         tolerance: the singular-value cut-off; sigma_max: largest singular value of Z_h.
-        method: how the rank was decided ("cholesky": certified by a shifted Cholesky of the
-            Gram matrix; "svd": the Gram matrix could not decide and the SVD of Z_h did).
+        method: how the rank was decided and the weights solved ("svd rank, gram solve" or
+            "svd rank, qr solve").
         seconds: time spent on this prefix.
     """
 
@@ -237,55 +237,61 @@ class HeadCertificate:
                 "seconds": self.seconds}
 
 
-def _z_rank(Zh: torch.Tensor, G: torch.Tensor, rule) -> tuple[int, str, float]:
-    """Numerical rank of Zh (T, m) under ``rule``; ``G`` = Zh Zh^T (T, T). Returns (rank, method, sigma_max)."""
-    from .rank import _lambda_max_bounds, decide_full_rank, gram_rank
+def _singular_values(Zh: torch.Tensor) -> torch.Tensor:
+    """All singular values of Zh, descending: a QR factorisation of its tall orientation, then the
+    SVD of the small triangular factor (what LAPACK does for a wide matrix, and much faster than
+    ``torch.linalg.svdvals`` on a 2000 x 9216 matrix)."""
+    A = Zh if Zh.shape[0] >= Zh.shape[1] else Zh.T
+    R = torch.linalg.qr(A, mode="r").R
+    return torch.linalg.svdvals(R)
 
+
+def _z_rank(Zh: torch.Tensor, rule) -> tuple[int, float, float]:
+    """Numerical rank of Zh (T, m) under ``rule`` (as ``torch.linalg.matrix_rank``): (rank, sigma_max, tol)."""
     T, m = Zh.shape
-    if T <= m:
-        Gs = G
-        rows_fn = lambda idx: Zh.unsqueeze(0)  # noqa: E731
-    else:
-        Gs = Zh.T @ Zh
-        rows_fn = lambda idx: Zh.T.unsqueeze(0)  # noqa: E731
-    k, big = min(T, m), max(T, m)
-    lam_lo, _ = _lambda_max_bounds(Gs.unsqueeze(0), iters=30)
-    smax = float(lam_lo[0].clamp_min(0).sqrt())
+    s = _singular_values(Zh)
+    smax = float(s[0]) if s.numel() else 0.0
+    tol = float(rule.tol(smax, T, m))
     if smax == 0.0:
-        return 0, "zero", 0.0
-    dec = decide_full_rank(Gs.clone().unsqueeze(0), rows_fn, k, big, rule)
-    if bool(dec.full[0]):
-        return k, "svd" if bool(dec.exact[0]) else "cholesky", smax
-    r = int(gram_rank(Gs.clone().unsqueeze(0), rows_fn, big, rule)[0])
-    return r, "gram-eig/svd", smax
+        return 0, 0.0, tol
+    return int((s > tol).sum()), smax, tol
 
 
-def _solve_rows(Z: torch.Tensor, G: torch.Tensor, rows: np.ndarray, y: torch.Tensor) -> float:
-    """Min-norm w with Z_S w = y (through the Gram matrix, one refinement step); relative residual."""
-    idx = torch.as_tensor(rows, dtype=torch.long)
-    ZS = Z[idx]
-    GS = G[idx][:, idx]
-    L, info = torch.linalg.cholesky_ex(GS)
-    if int(info) == 0:
-        c = torch.cholesky_solve(y.unsqueeze(1), L).squeeze(1)
-        w = ZS.T @ c
-        for _ in range(2):  # iterative refinement: the residual is measured on Z itself
-            res = y - ZS @ w
-            w = w + ZS.T @ torch.cholesky_solve(res.unsqueeze(1), L).squeeze(1)
-    else:  # the Gram matrix of the chosen rows is not numerically positive definite: least squares on Z_S
-        w = torch.linalg.lstsq(ZS, y.unsqueeze(1), driver="gelsd").solution.squeeze(1)
+def _residual(ZS: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> float:
     denom = max(float(y.abs().max()), float(np.finfo(np.float64).tiny))
     return float((ZS @ w - y).abs().max()) / denom
+
+
+def _solve_gram(ZS: torch.Tensor, GS: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
+    """Min-norm w with Z_S w = y through the Gram matrix of the rows (None when it is not
+    numerically positive definite); two steps of iterative refinement against Z_S itself."""
+    L, info = torch.linalg.cholesky_ex(GS)
+    if int(info) != 0:
+        return None
+    w = ZS.T @ torch.cholesky_solve(y.unsqueeze(1), L).squeeze(1)
+    for _ in range(2):
+        res = y - ZS @ w
+        w = w + ZS.T @ torch.cholesky_solve(res.unsqueeze(1), L).squeeze(1)
+    return w
+
+
+def _solve_qr(ZS: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Min-norm w with Z_S w = y through a QR factorisation of Z_S^T (better conditioned than the Gram route)."""
+    Q, R = torch.linalg.qr(ZS.T, mode="reduced")
+    c = torch.linalg.solve_triangular(R.T, y.unsqueeze(1), upper=False).squeeze(1)
+    return Q @ c
 
 
 def certify_head_prefixes(Z: torch.Tensor, d: int, heads: Sequence[int], *, rule=None, seed: int = 0,
                           progress: Callable[[int], None] | None = None) -> list[HeadCertificate]:
     """The certificate of :func:`mhaaudit.capacity.memorization_certificate` for Z[:, : h d], each h.
 
-    The T x T Gram matrix is accumulated head by head, so a sweep over h costs one rank
-    decision per h, not one SVD per h. Rows are chosen by a pivoted Cholesky factorisation of
-    the Gram matrix (the same greedy choice as a column-pivoted QR of Z^T); labels are
-    ``N(0, 1)`` from ``seed``; the residual is recomputed from ``Z``.
+    The rank of each prefix counts its float64 singular values above the rule. The T x T Gram
+    matrix is accumulated head by head; rows are chosen by its pivoted Cholesky factorisation
+    (the same greedy choice as a column-pivoted QR of Z^T) and the value/output weights solved
+    through it, unless the residual shows the rows too ill-conditioned for that, in which case a
+    column-pivoted QR of Z_h^T and a QR solve are used. Labels are ``N(0, 1)`` from ``seed``;
+    the residual is recomputed from ``Z``.
     """
     import scipy.linalg
 
@@ -313,8 +319,8 @@ def certify_head_prefixes(Z: torch.Tensor, d: int, heads: Sequence[int], *, rule
             G.addmm_(Zj, Zj.T)
             done += 1
         Zh = Z[:, : h * d]
-        r, method, smax = _z_rank(Zh, G, rule)
-        tol = float(rule.tol(smax, T, h * d))
+        r, smax, tol = _z_rank(Zh, rule)
+        solver = "gram"
         gen = torch.Generator(device="cpu").manual_seed(int(seed))
         if r == 0:
             rows = np.zeros(0, dtype=np.int64)
@@ -322,13 +328,26 @@ def certify_head_prefixes(Z: torch.Tensor, d: int, heads: Sequence[int], *, rule
         else:
             if r == T:
                 rows = np.arange(T)
-            else:
-                _, piv, _, info = scipy.linalg.lapack.dpstrf(G.numpy().copy(), lower=1)
+            else:  # greedy choice of r rows: pivoted Cholesky of the Gram matrix
+                _, piv, _, _ = scipy.linalg.lapack.dpstrf(G.numpy().copy(), lower=1)
                 rows = np.sort(piv[:r] - 1)
             y = torch.randn(r, generator=gen, dtype=torch.float64)
-            residual = _solve_rows(Zh, G, rows, y)
+            idx = torch.as_tensor(rows, dtype=torch.long)
+            w = _solve_gram(Zh[idx], G[idx][:, idx], y)
+            residual = _residual(Zh[idx], w, y) if w is not None else float("inf")
+            if not residual < 1e-8:
+                # Ill-conditioned rows: the Gram route squares the condition number. Choose the rows
+                # by a column-pivoted QR of Z_h^T and solve through a QR factorisation instead.
+                rows_q = rows
+                if r < T:
+                    _, _, piv = scipy.linalg.qr(Zh.T.numpy(), mode="economic", pivoting=True)
+                    rows_q = np.sort(piv[:r])
+                idx_q = torch.as_tensor(rows_q, dtype=torch.long)
+                rq = _residual(Zh[idx_q], _solve_qr(Zh[idx_q], y), y)
+                if rq < residual:
+                    rows, residual, solver = rows_q, rq, "qr"
         out.append(HeadCertificate(heads=h, rank=r, rank_cap=min(T, h * d), rows=tuple(int(i) for i in rows),
-                                   residual=residual, tolerance=tol, sigma_max=smax, method=method,
+                                   residual=residual, tolerance=tol, sigma_max=smax, method=f"svd rank, {solver} solve",
                                    seconds=round(time.perf_counter() - t0, 3)))
         if progress:
             progress(1)
