@@ -149,12 +149,15 @@ class Decision:
     exact: torch.Tensor  # bool (B,): decided by SVD rather than by the Cholesky certificates
 
 
-def decide_full_rank(G: torch.Tensor, rows_fn, k: int, d: int, rule: RankRule, delta: float = 1e-3) -> Decision:
+def decide_full_rank(G: torch.Tensor, rows_fn, k: int, d: int, rule: RankRule, delta: float = 1e-3,
+                     deficient_first: bool = False) -> Decision:
     """Is each of a batch of k-row subsets of full rank k under ``rule``?
 
     ``G`` is the ``(B, k, k)`` float64 Gram matrix of each subset (it is used as scratch space
     and is left as it was on return); ``rows_fn(idx)`` returns the ``(len(idx), k, d)`` rows of
-    the subsets at batch positions ``idx`` for exact re-checks.
+    the subsets at batch positions ``idx`` for exact re-checks. ``deficient_first`` runs the
+    test that certifies dependence first (cheaper when most subsets are dependent); the
+    decisions do not depend on the order.
     """
     B = G.shape[0]
     dev = G.device
@@ -166,24 +169,31 @@ def decide_full_rank(G: torch.Tensor, rows_fn, k: int, d: int, rule: RankRule, d
     a = rule.atol_value
     hi = torch.linalg.matrix_norm(G)  # Frobenius norm >= lambda_max
     margin = _rounding_margin(k, d, hi)
-    s_hi = torch.clamp(r * hi.sqrt(), min=a) ** 2 * (1 + delta) + margin
-    diag = torch.diagonal(G, dim1=-2, dim2=-1)
-    diag.sub_(s_hi[:, None])
-    _, info = torch.linalg.cholesky_ex(G)
-    diag.add_(s_hi[:, None])
-    full |= info == 0  # lambda_min(G) > s_hi >= the tolerance squared: independent
-    undecided = ~full
-    if bool(undecided.any()):
-        idx = undecided.nonzero().squeeze(-1)
-        Gu = G[idx]
-        lo, _ = _lambda_max_bounds(Gu)
+    undecided = torch.ones(B, dtype=torch.bool, device=dev)
+
+    def test_full(idx: torch.Tensor) -> None:
+        # lambda_min(G) > s_hi >= the squared tolerance: independent
+        s_hi = torch.clamp(r * hi[idx].sqrt(), min=a) ** 2 * (1 + delta) + margin[idx]
+        Gi = G[idx]
+        Gi.diagonal(dim1=-2, dim2=-1).sub_(s_hi[:, None])
+        _, info = torch.linalg.cholesky_ex(Gi)
+        sure = idx[info == 0]
+        full[sure] = True
+        undecided[sure] = False
+
+    def test_deficient(idx: torch.Tensor) -> None:
+        # lambda_min(G) < s_lo <= the squared tolerance: dependent
+        Gi = G[idx]
+        lo, _ = _lambda_max_bounds(Gi)
         s_lo = torch.clamp(r * lo.sqrt(), min=a) ** 2 * (1 - delta) - margin[idx]
-        usable = s_lo > 0  # a non-positive shift certifies nothing on the deficient side
-        du = torch.diagonal(Gu, dim1=-2, dim2=-1)
-        du.sub_(s_lo[:, None])
-        _, info_lo = torch.linalg.cholesky_ex(Gu)
-        sure_def = (info_lo > 0) & usable  # lambda_min(G) < s_lo <= the tolerance squared: dependent
-        undecided[idx[sure_def]] = False
+        Gi.diagonal(dim1=-2, dim2=-1).sub_(s_lo[:, None])
+        _, info = torch.linalg.cholesky_ex(Gi)
+        undecided[idx[(info > 0) & (s_lo > 0)]] = False  # a non-positive shift certifies nothing
+
+    for test in ((test_deficient, test_full) if deficient_first else (test_full, test_deficient)):
+        idx = undecided.nonzero().squeeze(-1)
+        if idx.numel():
+            test(idx)
     if bool(undecided.any()):
         idx = undecided.nonzero().squeeze(-1)
         for chunk in idx.split(64):
