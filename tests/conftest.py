@@ -94,3 +94,12 @@ def image_dir(tmp_path_factory):
 def tmp_leftovers(folder) -> list[str]:
     """Names of temporary files that an atomic write may have left in ``folder``."""
     return sorted(p.name for p in os.scandir(folder) if p.name.startswith(".") or p.name.endswith(".tmp"))
+
+
+def strict_json(text: str):
+    """Parse JSON as the standard defines it: NaN and Infinity are not JSON."""
+
+    def refuse(const):
+        raise ValueError(f"{const} is not valid JSON")
+
+    return json.loads(text, parse_constant=refuse)

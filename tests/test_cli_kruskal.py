@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import tmp_leftovers
+from conftest import strict_json, tmp_leftovers
 from safetensors.torch import save_file
 
 from mhaaudit import __version__
@@ -451,3 +451,71 @@ def test_debug_variable_shows_the_traceback(npy, monkeypatch):
     monkeypatch.setenv("MHAAUDIT_DEBUG", "1")
     with pytest.raises(MhaauditError):
         main(["kruskal", str(npy), "--samples", "0"])
+
+
+# --------------------------------------------------------------------------- query vectors captured from a model
+
+
+CAPTURE = ["--limit", "40", "--batch-size", "8", "--samples", "100"]
+
+
+def test_capture_from_model_matches_check(capsys, vit_dir, image_dir):
+    """``kruskal --model`` runs the same capture as ``check``: the same A1 and A3 records."""
+    rc, out, err = run(capsys, "check", vit_dir, "--variants", "trained", "--weights", vit_dir, "--data", image_dir,
+                       *CAPTURE, "--format", "json")
+    assert rc == 0, err
+    ref = {r["check"]: r for r in json.loads(out)["records"]}
+    for vectors, check in (("queries", "assumption_1"), ("a3", "assumption_3")):
+        doc = json_run(capsys, "kruskal", "--model", vit_dir, "--variant", "trained", "--weights", vit_dir,
+                       "--data", image_dir, "--vectors", vectors, *CAPTURE)
+        assert doc["meta"]["inputs"]["n"] == 17 and doc["meta"]["inputs"]["T"] == 40
+        assert doc["meta"]["inputs"]["dtype"] == "float32"
+        first = doc["records"][0]
+        assert first == {k: v for k, v in ref[check].items() if k not in ("model", "variant", "layer")}
+
+
+def test_capture_from_model_variants(capsys, vit_dir, image_dir):
+    emb = json_run(capsys, "kruskal", "--model", vit_dir, "--variant", "embedding", "--data", image_dir, *CAPTURE)
+    assert emb["records"][0]["check"] == "assumption_1" and emb["records"][0]["verdict"] == "fails"
+    l0 = json_run(capsys, "kruskal", "--model", vit_dir, "--variant", "random-L0", "--data", image_dir, *CAPTURE)
+    assert l0["records"] == emb["records"]  # the embedding column is random weights at layer 0
+    assert "[random-L0]" in l0["meta"]["inputs"]["source"]
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (["--variant", "bogus"], "unknown variant"),
+        (["--variant", "random", "--weights", "{vit}"], "--variant trained"),
+        (["--variant", "trained", "--weights", "{missing}"], "does not exist"),
+        (["--variant", "random", "--limit", "0"], "--limit"),
+        (["--variant", "random", "--data", "{missing}"], "no such file"),
+    ],
+)
+def test_capture_errors(capsys, vit_dir, image_dir, tmp_path, args, match):
+    args = [a.format(vit=vit_dir, missing=tmp_path / "nope") for a in args]
+    rc, out, err = run(capsys, "kruskal", "--model", vit_dir, *CAPTURE, "--data", image_dir, *args,
+                       "--out", tmp_path / "o.parquet")
+    assert_one_error(rc, err, match)
+    assert out == "" and list(tmp_path.iterdir()) == []
+
+
+def test_weights_without_model_capture_refused(capsys, npy):
+    rc, out, err = run(capsys, "kruskal", npy, "--weights", npy.parent)
+    assert_one_error(rc, err, "--weights")
+
+
+def test_capture_trained_alias_offline_points_to_weights(capsys):
+    rc, out, err = run(capsys, "kruskal", "--model", "vit-base", "--variant", "trained", *CAPTURE)
+    line = assert_one_error(rc, err, "--weights")
+    assert "vit-base" in line
+
+
+# --------------------------------------------------------------------------- strict JSON
+
+
+def test_json_is_strict_json(capsys, npy):
+    rc, out, err = run(capsys, "kruskal", npy, "--k", 3, "--sweep", *FAST, "--format", "json")
+    assert rc == 0, err
+    strict_json(out)
+

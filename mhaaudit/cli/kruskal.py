@@ -52,6 +52,7 @@ def kruskal_cmd(
     n: Annotated[Optional[int], typer.Option("--n", help="Context length n, to mark it on the plot and test it by default.")] = None,
     model: Annotated[str, typer.Option("--model", help="With no FEATURES: the model to capture query vectors from.")] = "vit-base",
     variant: Annotated[str, typer.Option("--variant", help="With no FEATURES: embedding, random-attention, random or trained.")] = "random",
+    weights: Annotated[Optional[str], typer.Option("--weights", help="With no FEATURES and --variant trained (or trained-L<k>): local folder (transformers) or file (timm) with the trained weights.")] = None,
     data: Annotated[Optional[str], typer.Option("--data", help="With no FEATURES: data source (default: the built-in offline data).")] = None,
     limit: Annotated[int, typer.Option("--limit", help="With no FEATURES: number of examples T.")] = 2000,
     batch_size: Annotated[int, typer.Option("--batch-size", help="With no FEATURES: examples per forward pass.")] = 32,
@@ -61,9 +62,8 @@ def kruskal_cmd(
     from ..io import read_array, stamp, to_query_matrix, write_parquet
     from ..kruskal import as_matrix, kruskal_sweep, set_stats, subset_test
     from ..progress import log, progress_enabled, task
-    from ..rank import RankRule
-
     from ..device import device_name, resolve_device
+    from ..rank import RankRule
 
     validate_common(samples, threshold, rtol, atol)
     dev = resolve_device(device)  # a device that is not there is an input error, found before any work
@@ -73,11 +73,16 @@ def kruskal_cmd(
     if features is None:
         from ..audit import capture_features
 
+        if weights is not None and not variant.startswith("trained"):
+            raise InputError(f"--weights loads trained weights; use it with --variant trained (or trained-L<k>), not {variant!r}")
+
         fs = capture_features(model, variant=variant, data=data, limit=limit, batch_size=batch_size, device=device,
-                              seed=seed, progress=show)
+                              seed=seed, progress=show, weights_path=weights)
         X = fs.a3 if vectors == Vectors.a3 else fs.queries
         n = n or fs.n
         source = f"{fs.meta.get('model')} [{fs.meta.get('variant')}] {vectors.value} on {fs.meta.get('data')}"
+    elif weights is not None:
+        raise InputError("--weights applies when query vectors are captured from --model (no FEATURES given)")
     elif features.is_dir():
         from ..features import FeatureSet
 
