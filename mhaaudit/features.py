@@ -85,6 +85,10 @@ class FeatureSet:
         folder = Path(folder)
         f, m = folder / FEATURES_FILE, folder / META_FILE
         if not f.exists() or not m.exists():
+            columns = sorted(p.name for p in folder.iterdir() if (p / FEATURES_FILE).is_file()) if folder.is_dir() else []
+            if columns:  # the folder given to check --save-features: one subfolder per column
+                raise InputError(f"{folder} holds one saved feature folder per column ({', '.join(columns)}); "
+                                 f"pass one of them, e.g. {folder / columns[0]}")
             raise InputError(f"{folder} is not a saved feature folder (expected {FEATURES_FILE} and {META_FILE})")
         try:
             t = load_file(str(f))

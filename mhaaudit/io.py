@@ -59,6 +59,20 @@ def check_writable(path: str | os.PathLike) -> Path:
     return p
 
 
+def _final_mode(p: Path) -> int:
+    """The permissions a plain ``open(p, "w")`` would give: the existing file's, else 0o666 less the umask.
+
+    ``mkstemp`` creates its file private (0o600); without this the rename would carry that over.
+    """
+    try:
+        return p.stat().st_mode & 0o7777
+    except OSError:
+        pass
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it into place only on success."""
@@ -68,6 +82,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp_p = Path(tmp)
     try:
         yield tmp_p
+        os.chmod(tmp_p, _final_mode(p))
         os.replace(tmp_p, p)
     except OSError as exc:
         with contextlib.suppress(OSError):

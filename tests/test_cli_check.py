@@ -134,6 +134,9 @@ def test_saved_features_reaudited_by_kruskal(hf_audit, capsys):
             assert first["check"] == check and first["k"] == TINY_VIT_N
             ref = {f: v for f, v in recs[variant][check].items() if f not in ("model", "variant", "layer")}
             assert first == ref, (variant, vectors)
+    # the --save-features folder itself holds one folder per column: the error names them
+    rc, out, err = run(capsys, "kruskal", hf_audit["features"], "--samples", "10")
+    assert_one_error(rc, err, "embedding, random, random-attention, trained")
 
 
 def test_table_format(capsys, vit_dir, image_dir):

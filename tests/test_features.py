@@ -117,3 +117,11 @@ def test_feature_set_load_errors(tmp_path):
     (tmp_path / META_FILE).write_text(json.dumps({"n": 1}))
     with pytest.raises(InputError, match="cannot read saved features"):
         FeatureSet.load(tmp_path)
+
+
+def test_load_points_from_the_check_folder_to_its_columns(tmp_path):
+    fs = reduce_tokens(_tokens(), 0)
+    fs.save(tmp_path / "random")
+    fs.save(tmp_path / "trained")
+    with pytest.raises(InputError, match=r"one saved feature folder per column \(random, trained\)"):
+        FeatureSet.load(tmp_path)

@@ -270,3 +270,14 @@ def test_to_query_matrix():
     for shape in ((6,), (2, 3, 4, 5), ()):
         with pytest.raises(InputError, match="expected a T x d matrix"):
             to_query_matrix(torch.zeros(shape), None, "s")
+
+
+def test_atomic_write_gives_ordinary_permissions(tmp_path):
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    write_text(tmp_path / "atomic.txt", "x")
+    assert (tmp_path / "atomic.txt").stat().st_mode & 0o777 == plain.stat().st_mode & 0o777
+    # an existing file keeps its permissions when replaced
+    (tmp_path / "atomic.txt").chmod(0o640)
+    write_text(tmp_path / "atomic.txt", "y")
+    assert (tmp_path / "atomic.txt").stat().st_mode & 0o777 == 0o640
