@@ -168,7 +168,12 @@ def _batches(pm, *, data, split, limit, batch_size, seed, notes: list):
 
     src = text_source(data, split=split, seed=seed)
     tok = pm.tokenizer
-    tok_desc = f"the model's tokenizer"
+    if tok is None and info.weights == "trained":
+        from .errors import ModelError
+
+        raise ModelError(f"{info.name} has trained weights but no tokenizer files (vocab.txt, vocab.json, "
+                         "tokenizer.json); a trained text model must be fed its own vocabulary: save the tokenizer "
+                         "beside the weights with tokenizer.save_pretrained(folder)")
     if tok is None:
         vocab = int(getattr(pm.config, "vocab_size", 0) or 0)
         tok, tok_desc = offline_tokenizer(info.family, vocab)
