@@ -564,6 +564,30 @@ class CapacityResult:
 # --------------------------------------------------------------------------------------------
 
 
+def _prefetched(pm, batches):
+    """Model inputs, each batch preprocessed in a helper thread while the previous one is probed.
+
+    Image preprocessing (PIL and numpy, largely outside the interpreter lock) is the slowest
+    step on a CPU; overlapping it with the forward pass and the reductions saves its time.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mhaaudit-preprocess") as pool:
+        pending = None
+        for batch in batches:
+            if batch is None or len(batch) == 0:
+                continue
+            if isinstance(batch, dict):  # already model inputs (token ids): nothing to prepare
+                fut = pool.submit(lambda b=batch: b)
+            else:
+                fut = pool.submit(pm.preprocess, batch)
+            if pending is not None:
+                yield pending.result()
+            pending = fut
+        if pending is not None:
+            yield pending.result()
+
+
 def _attention_for(pm, layer: int, attention: str, seed: int):
     """Key/query weights (Wq, Wk, bq, bk, pre, scale, causal, description) the Z rows use."""
     from .models import first_attention
@@ -686,10 +710,8 @@ def capacity_audit(
         src, batches = _batches(pm, data=data, split=split, limit=limit, batch_size=batch_size, seed=seed, notes=notes)
         count = 0
         with task(f"{variant} weights: tokens and Z", limit, progress) as adv:
-            for batch in batches:
-                if batch is None or len(batch) == 0:
-                    continue
-                tokens = pm.capture(batch, [layer - 1])[layer - 1]
+            for inputs in _prefetched(pm, batches):
+                tokens = pm.capture(inputs, [layer - 1])[layer - 1]
                 zb.update(tokens)
                 if reducer is not None:
                     reducer.update(tokens)

@@ -437,3 +437,47 @@ def test_bad_output_paths(capsys, vit4, image_dir, tmp_path):
     assert_one_error(rc, err, ".png")
     rc, out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FAST, "--out", tmp_path / "missing" / "o.parquet")
     assert_one_error(rc, err, "does not exist")
+
+
+def test_from_results_of_another_model_is_refused(capsys, vit4, vit_dir_wide, image_dir, tmp_path):
+    res = tmp_path / "results.parquet"
+    rc, _, err = run(capsys, "check", vit4, "--data", image_dir, "--limit", "20", "--samples", "20",
+                     "--variants", "embedding", "--out", res)
+    assert rc == 0, err
+    rc, out, err = run(capsys, "capacity", vit_dir_wide, "--data", image_dir, *FAST, "--from", res)
+    assert_one_error(rc, err, "d = 32")
+    assert out == ""
+
+
+def test_text_decoder_end_to_end(capsys, tmp_path):
+    """A tiny GPT-2 on the built-in text: the last token is the query; the causal mask is noted."""
+    cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=100, n_positions=64)
+    torch.manual_seed(0)
+    transformers.GPT2Model(cfg).eval().save_pretrained(str(tmp_path / "gpt2"))
+    doc = json_run(capsys, tmp_path / "gpt2", "--context-length", "8", "--limit", "30", "--samples", "50",
+                   "--variants", "random", "--heads", "1,4")
+    recs = doc["records"]
+    assert [r["heads"] for r in recs] == [1, 4] and all(r["n"] == 8 and r["d"] == 32 for r in recs)
+    assert all(r["rank"] <= min(r["T"], r["heads"] * 32) and r["residual"] < 1e-6 for r in recs)
+    assert any("causal mask" in n and "changes nothing" in n for n in doc["meta"]["notes"])
+
+
+def test_z_uses_the_models_own_attention_bert(tmp_path):
+    """BERT (post-LN): the keys/queries read the block input directly; Z matches its attention."""
+    from mhaaudit.capacity_audit import _attention_for
+    from mhaaudit.models import load_model
+
+    cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                                  vocab_size=100, max_position_embeddings=64)
+    torch.manual_seed(0)
+    transformers.BertModel(cfg).eval().save_pretrained(str(tmp_path))
+    pm = load_model(str(tmp_path), weights="trained", max_layer=1, device="cpu", context_length=10)
+    ids = torch.randint(0, 100, (3, 10), generator=torch.Generator().manual_seed(2))
+    tokens = pm.capture({"input_ids": ids}, [0])[0]
+    Wq, Wk, bq, bk, pre, scale, causal, _ = _attention_for(pm, 1, "model", 0)
+    zb = ZBuilder(Wq=Wq, Wk=Wk, bq=bq, bk=bk, pre=pre, scale=scale, query_index=0, causal=causal)
+    zb.update(tokens)
+    model = transformers.BertModel.from_pretrained(str(tmp_path), attn_implementation="eager").eval()
+    P = _hf_probs(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)})[:, :, 0, :]
+    want = torch.einsum("bhn,bnd->bhd", P, tokens.double()).reshape(3, -1)
+    torch.testing.assert_close(zb.result(), want, rtol=1e-5, atol=1e-6)

@@ -161,6 +161,10 @@ def render_capacity(result, *, out=None, plot=None) -> None:
             lines.append(escape(f"    assumptions {a.source}"))
         for note in b.notes[1:]:
             lines.append(escape(f"    note: {note}"))
+        if a is not None and a.kruskal_estimate == 1 and s["layer"] == 1:
+            lines.append(escape("    hint: the queries are numerically one vector (e.g. a [CLS] token before any attention, "
+                                "the same for every input), so Remark 1 guarantees a single example; --layer 2 audits and "
+                                "certifies block 2's attention on the output of block 1, where the paper finds Assumption 1 holding"))
     lines.append("[bold]The certificate[/bold]")
     lines.append("  rank(Z) = r: one attention layer with these key/query weights memorises the r chosen examples for ANY "
                  "labels; checked by solving the value/output weights for random N(0, 1) labels (residual = max |Z_S w - y| / max |y|).")
@@ -174,7 +178,7 @@ def render_capacity(result, *, out=None, plot=None) -> None:
             cmp = (f"; {'at least' if last.rank >= b.count else 'below'} the bound {b.count}")
         lines.append(escape(f"  {c.variant}: r = {last.rank} of T = {c.T} examples with h = {last.heads} heads "
                             f"(at most min(T, h d) = {last.rank_cap}){cmp}; residual {last.residual:.2e}; "
-                            f"rank decided by {last.method}"))
+                            f"method: {last.method}"))
         if last.rank == c.T:
             lines.append(escape(f"    the rank is capped by T: the certificate memorises all {c.T} examples; "
                                 "more examples could certify more"))
