@@ -957,7 +957,14 @@ def _load_hf(name, alias, weights, weights_path, dev, context_length, max_layer,
     if weights_file is not None:
         with _seeded(seed):
             module = AutoModel.from_config(build_cfg)
-        _load_hf_state_file(module, weights_file, name)
+        try:
+            _load_hf_state_file(module, weights_file, name)
+        except ModelError as direct_error:
+            # A file in the library's checkpoint format (what save_pretrained writes and the hub
+            # serves) may name parameters differently from the modules; from_pretrained renames them.
+            module = _load_hf_file_as_checkpoint(weights_file, build_cfg, seed)
+            if module is None:
+                raise direct_error
     elif weights == "trained":
         local_only = offline or weights_path is not None or source == "folder"
         try:
@@ -1169,6 +1176,32 @@ def _load_hf_state_file(module: nn.Module, path: str, name: str) -> None:
     missing = [k for k in result.missing_keys if k in persistent and not any(s in k for s in _IGNORABLE_MISSING)]
     if missing:
         raise ModelError(f"the weights in {path} do not fit {name}: {len(missing)} parameter(s) missing (e.g. {missing[0]})")
+
+
+def _load_hf_file_as_checkpoint(path: str, cfg: Any, seed: int) -> nn.Module | None:
+    """Load a single weights file through ``from_pretrained`` (checkpoint key renaming, task-head
+    prefixes), staged in a temporary folder beside its config. None when it does not fit."""
+    import shutil
+    import tempfile
+
+    from transformers import AutoModel
+
+    fname = "model.safetensors" if path.endswith(".safetensors") else "pytorch_model.bin"
+    with tempfile.TemporaryDirectory(prefix="mhaaudit-weights-") as tmp:
+        try:
+            os.symlink(os.path.abspath(path), os.path.join(tmp, fname))
+        except OSError:
+            shutil.copyfile(path, os.path.join(tmp, fname))
+        cfg.to_json_file(os.path.join(tmp, "config.json"))
+        try:
+            with _seeded(seed):
+                module, info = AutoModel.from_pretrained(tmp, config=cfg, local_files_only=True, output_loading_info=True)
+        except Exception:  # noqa: BLE001 - the caller reports the direct load's clearer error
+            return None
+    missing = [k for k in info.get("missing_keys", []) if not any(s in k for s in _IGNORABLE_MISSING)]
+    if missing or info.get("mismatched_keys"):
+        return None
+    return module
 
 
 def _load_tokenizer(candidates: list[str], offline: bool) -> object | None:

@@ -183,6 +183,33 @@ def test_same_seed_same_records(capsys, vit_dir, image_dir):
     assert a["records"] == b["records"]
 
 
+def _trained_records(capsys, vit_dir, image_dir, weights):
+    rc, out, err = run(capsys, "check", vit_dir, "--variants", "trained", "--weights", weights, "--data", image_dir, *RUN,
+                       "--format", "json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    return doc["records"], doc["meta"]["columns"]["trained"]["weights_source"]
+
+
+def test_single_weights_files_in_checkpoint_format(capsys, vit_dir, image_dir, tmp_path):
+    """A lone weights file as save_pretrained writes it (the hub's format) loads like its folder."""
+    import torch
+    import transformers
+    from safetensors.torch import load_file
+
+    ref, _ = _trained_records(capsys, vit_dir, image_dir, vit_dir)
+    recs, source = _trained_records(capsys, vit_dir, image_dir, vit_dir / "model.safetensors")
+    assert source == f"weights file {vit_dir / 'model.safetensors'}"
+    assert recs == ref
+    torch.save(load_file(str(vit_dir / "model.safetensors")), tmp_path / "weights.bin")
+    assert _trained_records(capsys, vit_dir, image_dir, tmp_path / "weights.bin")[0] == ref
+    # a classification checkpoint: the encoder under a task-head prefix, plus a head to ignore
+    torch.manual_seed(0)
+    head = transformers.ViTForImageClassification.from_pretrained(str(vit_dir), num_labels=3)
+    head.save_pretrained(str(tmp_path / "clf"))
+    assert _trained_records(capsys, vit_dir, image_dir, tmp_path / "clf" / "model.safetensors")[0] == ref
+
+
 # --------------------------------------------------------------------------- --fail-on
 
 
@@ -301,6 +328,7 @@ def _bad_case(case, vit_dir, vit_dir_wide, image_dir, tmp_path):
         "layers_deep": ([str(vit_dir), *base, "--layers", "0-9"], "2 blocks"),
         "layers_bad": ([str(vit_dir), *base, "--layers", "a-b"], "--layers"),
         "weights_misfit": ([str(vit_dir), *base, "--weights", str(vit_dir_wide)], "do not fit"),
+        "weights_file_misfit": ([str(vit_dir), *base, "--weights", str(vit_dir_wide / "model.safetensors")], "do not fit"),
         "weights_missing": ([str(vit_dir), *base, "--weights", str(tmp_path / "nope")], "does not exist"),
         "out_parent_file": ([str(vit_dir), *base, "--out", str(npy / "r.parquet")], "is a file"),
         "out_missing_folder": ([str(vit_dir), *base, "--out", str(tmp_path / "no" / "r.parquet")], "does not exist"),
@@ -324,7 +352,7 @@ def _bad_case(case, vit_dir, vit_dir_wide, image_dir, tmp_path):
 
 
 BAD_CASES = ["unknown_model", "conv_timm", "missing_data", "empty_data", "file_as_data", "too_few", "layer_0",
-             "layer_deep", "layers_deep", "layers_bad", "weights_misfit", "weights_missing", "out_parent_file",
+             "layer_deep", "layers_deep", "layers_bad", "weights_misfit", "weights_file_misfit", "weights_missing", "out_parent_file",
              "out_missing_folder", "out_not_parquet", "plot_ext", "save_features_file", "save_features_parent_file",
              "save_features_missing", "fail_on", "variant", "query_index", "batch_size", "limit", "samples", "threshold",
              "rtol", "device", "context_length", "backend"]
