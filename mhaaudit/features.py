@@ -121,8 +121,9 @@ class StreamingReducer:
             self.n, self.d, self.dtype = n, d, tokens.dtype
             self._ctx = ContextRanks(self.rule or RankRule.for_dtype(tokens.dtype))
         q = tokens[:, self.query_index, :]
-        self._q.append(q.detach().cpu())
-        self._a3.append((q + tokens.mean(dim=1)).detach().cpu())
+        # clone: a row view would keep the whole (B, n, d) batch alive and memory would grow with T n d
+        self._q.append(q.detach().to("cpu", copy=True))
+        self._a3.append((q + tokens.mean(dim=1)).detach().to("cpu", copy=True))
         self._ctx.update(tokens.detach())
 
     def result(self, meta: dict | None = None) -> FeatureSet:
