@@ -12,7 +12,6 @@ import os
 # Set before any hub library is imported by a test module.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
-os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.pop("MHAAUDIT_DEBUG", None)
 
 import numpy as np  # noqa: E402

@@ -136,6 +136,11 @@ def test_saved_feature_folder_queries_and_a3(capsys, tmp_path):
     assert direct["records"] == a3["records"]
 
 
+def test_n_above_T_with_explicit_k(capsys, npy):
+    doc = json_run(capsys, "kruskal", npy, "--n", 40, "--k", 2, *FAST)  # n only marks the plot here
+    assert [r["k"] for r in doc["records"]] == [2] and doc["meta"]["inputs"]["n"] == 40
+
+
 def test_integer_matrix_is_read_as_float64(capsys, tmp_path):
     np.save(tmp_path / "i.npy", np.random.default_rng(0).integers(-5, 5, size=(T, D)))
     doc = json_run(capsys, "kruskal", tmp_path / "i.npy", "--k", 2, *FAST)
@@ -330,6 +335,7 @@ def test_bad_feature_files(capsys, tmp_path, case, fmt):
         (["--atol", "-1"], "--atol"),
         (["--rtol", "inf"], "--rtol"),
         (["--n", "0"], "--n"),
+        (["--n", "31"], "at least n"),
         (["--query-index", "0"], "--query-index"),
         (["--device", "cuda"], "cuda"),
         (["--device", "tpu"], "device"),

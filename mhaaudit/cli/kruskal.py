@@ -107,7 +107,11 @@ def kruskal_cmd(
         sweep = True
     if not ks and not sweep:
         if n is not None:
-            ks = list(dict.fromkeys([min(n, T), min(T, d)]))
+            if n > T:
+                a = "3" if vectors == Vectors.a3 else "1"
+                raise InputError(f"only T = {T} vectors, but Assumption {a} at n = {n} needs at least n of them; "
+                                 "supply more vectors or choose sizes with --k")
+            ks = list(dict.fromkeys([n, min(T, d)]))
         else:
             sweep = True
             log("No --k given and n unknown: running the full sweep.", fmt.value)
