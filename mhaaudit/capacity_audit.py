@@ -25,10 +25,14 @@ decoder's causal mask changes nothing for a query in the last position (it atten
 token); for another query position the context is cut after the query row.
 
 Memory: ``Z`` is built batch by batch, O(T H d); the (T, n, d) activations are never held. The
-rank of each head prefix ``Z_h`` counts its singular values (float64: a QR factorisation of the
-tall orientation, then the SVD of the triangular factor) above the stated rule, as
-``torch.linalg.matrix_rank`` does; rows are chosen and value/output weights solved through the
-T x T Gram matrix, accumulated head by head, and the residual is measured on ``Z`` itself.
+rank of each head prefix ``Z_h`` is the count of its singular values above the stated rule, as
+``torch.linalg.matrix_rank`` counts them, in float64: a QR factorisation of the tall orientation
+gives a triangular R with the same singular values; full rank is certified by
+``1 / ||R^-1||_F <= sigma_min`` clearing the tolerance (with a rounding margin), else the
+singular values of R decide; once a prefix has full row rank, larger prefixes inherit it when
+its sigma_min clears their largest possible tolerance (adding columns never lowers sigma_min).
+Rows are chosen and value/output weights solved through the T x T Gram matrix, accumulated head
+by head, and the residual is measured on ``Z`` itself.
 """
 
 from __future__ import annotations
@@ -216,8 +220,8 @@ class HeadCertificate:
         rows: the r example indices chosen (independent rows of Z_h).
         residual: max |Z_S w - y| / max |y| for random labels y ~ N(0, 1) and the solved w.
         tolerance: the singular-value cut-off; sigma_max: largest singular value of Z_h.
-        method: how the rank was decided and the weights solved ("svd rank, gram solve" or
-            "svd rank, qr solve").
+        method: how the rank was decided (singular values; a QR certificate of full rank; or
+            full row rank inherited from fewer heads) and how the weights were solved (gram or qr).
         seconds: time spent on this prefix.
     """
 
@@ -237,24 +241,71 @@ class HeadCertificate:
                 "seconds": self.seconds}
 
 
-def _singular_values(Zh: torch.Tensor) -> torch.Tensor:
-    """All singular values of Zh, descending: a QR factorisation of its tall orientation, then the
-    SVD of the small triangular factor (what LAPACK does for a wide matrix, and much faster than
-    ``torch.linalg.svdvals`` on a 2000 x 9216 matrix)."""
+def _r_factor(Zh: torch.Tensor) -> torch.Tensor:
+    """The k x k triangular factor of a QR factorisation of Zh's tall orientation, k = min(T, m).
+    Its singular values are those of Zh (this is how LAPACK treats a wide matrix, and much faster
+    than ``torch.linalg.svdvals`` on a 2000 x 9216 matrix)."""
     A = Zh if Zh.shape[0] >= Zh.shape[1] else Zh.T
-    R = torch.linalg.qr(A, mode="r").R
-    return torch.linalg.svdvals(R)
+    return torch.linalg.qr(A, mode="r").R
 
 
-def _z_rank(Zh: torch.Tensor, rule) -> tuple[int, float, float]:
-    """Numerical rank of Zh (T, m) under ``rule`` (as ``torch.linalg.matrix_rank``): (rank, sigma_max, tol)."""
+def _rounding(T: int, m: int, fro: float) -> float:
+    # Rounding in the QR factorisation, bounded generously (a decision is taken only when it
+    # survives this much); undecided cases are settled by the singular values themselves.
+    return 8.0 * math.sqrt(T * m) * float(torch.finfo(torch.float64).eps) * fro
+
+
+def _sigma_min_lower(R: torch.Tensor) -> float:
+    """A lower bound on the smallest singular value of triangular R: 1 / ||R^-1||_F (0 if singular)."""
+    k = R.shape[0]
+    if k == 0 or bool((R.diagonal() == 0).any()):
+        return 0.0
+    Rinv = torch.linalg.solve_triangular(R, torch.eye(k, dtype=R.dtype), upper=True)
+    f = float(torch.linalg.matrix_norm(Rinv))
+    return 1.0 / f if math.isfinite(f) and f > 0 else 0.0
+
+
+def _sigma_max(R: torch.Tensor, iters: int = 30) -> float:
+    """The largest singular value of R by power iteration (a lower bound, accurate after a few steps)."""
+    v = torch.ones(R.shape[1], dtype=R.dtype)
+    for _ in range(iters):
+        v = R.T @ (R @ v)
+        nv = float(v.norm())
+        if nv == 0:
+            return 0.0
+        v = v / nv
+    return float((R @ v).norm())
+
+
+def _z_rank(Zh: torch.Tensor, rule, sigma_min_known: float = 0.0) -> tuple[int, float, float, float, str]:
+    """Numerical rank of Zh (T, m) under ``rule``, as ``torch.linalg.matrix_rank`` counts it.
+
+    Returns ``(rank, sigma_max, tol, sigma_min lower bound (0 unless full rank was certified),
+    how)``. ``sigma_min_known`` is a lower bound on sigma_min(Zh) known from a smaller head
+    prefix of full row rank (adding columns never lowers it): when it clears the largest
+    possible tolerance, full row rank follows without a factorisation.
+    """
     T, m = Zh.shape
-    s = _singular_values(Zh)
-    smax = float(s[0]) if s.numel() else 0.0
+    k = min(T, m)
+    fro = float(torch.linalg.matrix_norm(Zh))
+    if fro == 0.0:
+        return 0, 0.0, float(rule.tol(0.0, T, m)), 0.0, "zero"
+    if T <= m and sigma_min_known > 0:
+        tol_hi = float(rule.tol(fro, T, m))  # ||Z||_F >= sigma_max
+        if sigma_min_known > tol_hi + _rounding(T, m, fro):
+            return T, fro, tol_hi, sigma_min_known, "full row rank inherited from fewer heads"
+    R = _r_factor(Zh)
+    smax = _sigma_max(R)
     tol = float(rule.tol(smax, T, m))
-    if smax == 0.0:
-        return 0, 0.0, tol
-    return int((s > tol).sum()), smax, tol
+    lo = _sigma_min_lower(R)
+    tol_hi = float(rule.tol(float(torch.linalg.matrix_norm(R)), T, m))
+    if lo > tol_hi + _rounding(T, m, fro):
+        return k, smax, tol, lo, "QR: sigma_min >= 1/||R^-1||_F clears the tolerance"
+    s = torch.linalg.svdvals(R)
+    smax = float(s[0])
+    tol = float(rule.tol(smax, T, m))
+    r = int((s > tol).sum())
+    return r, smax, tol, (float(s[-1]) if r == k else 0.0), "singular values"
 
 
 def _residual(ZS: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> float:
@@ -312,6 +363,7 @@ def certify_head_prefixes(Z: torch.Tensor, d: int, heads: Sequence[int], *, rule
     G = torch.zeros(T, T, dtype=torch.float64)
     done = 0
     out = []
+    smin_known = 0.0
     for h in hs:
         t0 = time.perf_counter()
         while done < h:
@@ -319,7 +371,9 @@ def certify_head_prefixes(Z: torch.Tensor, d: int, heads: Sequence[int], *, rule
             G.addmm_(Zj, Zj.T)
             done += 1
         Zh = Z[:, : h * d]
-        r, smax, tol = _z_rank(Zh, rule)
+        r, smax, tol, smin, how = _z_rank(Zh, rule, smin_known)
+        if r == T and smin > 0:
+            smin_known = max(smin_known, smin)
         solver = "gram"
         gen = torch.Generator(device="cpu").manual_seed(int(seed))
         if r == 0:
@@ -347,7 +401,7 @@ def certify_head_prefixes(Z: torch.Tensor, d: int, heads: Sequence[int], *, rule
                 if rq < residual:
                     rows, residual, solver = rows_q, rq, "qr"
         out.append(HeadCertificate(heads=h, rank=r, rank_cap=min(T, h * d), rows=tuple(int(i) for i in rows),
-                                   residual=residual, tolerance=tol, sigma_max=smax, method=f"svd rank, {solver} solve",
+                                   residual=residual, tolerance=tol, sigma_max=smax, method=f"rank: {how}; weights: {solver} solve",
                                    seconds=round(time.perf_counter() - t0, 3)))
         if progress:
             progress(1)

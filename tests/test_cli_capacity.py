@@ -246,14 +246,24 @@ def test_certificate_residual_is_the_real_fit():
     g = torch.Generator().manual_seed(5)
     Z = torch.randn(12, 3 * 8, generator=g, dtype=torch.float64)
     (c,) = certify_head_prefixes(Z, 8, [3], seed=11)
-    assert c.rank == 12 and c.rows == tuple(range(12)) and c.method == "svd rank, gram solve"
+    assert c.rank == 12 and c.rows == tuple(range(12)) and c.method.endswith("weights: gram solve")
     assert c.residual < 1e-12
     # Two nearly equal rows: the Gram route squares the condition number and fails, the QR route fits.
     Z2 = torch.randn(10, 40, generator=g, dtype=torch.float64)
     Z2[9] = Z2[8] + 1e-9 * torch.randn(40, generator=g, dtype=torch.float64)
     (c2,) = certify_head_prefixes(Z2, 8, [5], seed=1)
     assert c2.rank == 10 == int(torch.linalg.matrix_rank(Z2))
-    assert c2.method == "svd rank, qr solve" and c2.residual < 1e-5
+    assert c2.method.endswith("weights: qr solve") and c2.residual < 1e-5
+
+
+def test_full_row_rank_is_inherited_by_more_heads():
+    g = torch.Generator().manual_seed(6)
+    Z = torch.randn(10, 5 * 8, generator=g, dtype=torch.float64)
+    certs = certify_head_prefixes(Z, 8, range(1, 6))
+    assert [c.rank for c in certs] == [int(torch.linalg.matrix_rank(Z[:, : h * 8])) for h in range(1, 6)] == [8, 10, 10, 10, 10]
+    assert "QR" in certs[1].method or "singular values" in certs[1].method
+    assert all("inherited" in c.method for c in certs[2:])
+    assert all(c.residual < 1e-10 for c in certs)
     zero = certify_head_prefixes(torch.zeros(5, 8, dtype=torch.float64), 4, [1, 2])
     assert [x.rank for x in zero] == [0, 0] and zero[0].residual == 0.0
 
