@@ -136,6 +136,13 @@ def test_saved_feature_folder_queries_and_a3(capsys, tmp_path):
     assert direct["records"] == a3["records"]
 
 
+def test_n_above_T_is_refused_when_it_sets_the_test_size(capsys, npy):
+    rc, out, err = run(capsys, "kruskal", npy, "--n", 31, *FAST, "--format", "json")
+    assert_one_error(rc, err, "at least n")
+    rc, out, err = run(capsys, "kruskal", npy, "--n", 31, "--vectors", "a3", *FAST, "--format", "json")
+    assert_one_error(rc, err, "Assumption 3")
+
+
 def test_n_above_T_with_explicit_k(capsys, npy):
     doc = json_run(capsys, "kruskal", npy, "--n", 40, "--k", 2, *FAST)  # n only marks the plot here
     assert [r["k"] for r in doc["records"]] == [2] and doc["meta"]["inputs"]["n"] == 40
@@ -335,7 +342,6 @@ def test_bad_feature_files(capsys, tmp_path, case, fmt):
         (["--atol", "-1"], "--atol"),
         (["--rtol", "inf"], "--rtol"),
         (["--n", "0"], "--n"),
-        (["--n", "31"], "at least n"),
         (["--query-index", "0"], "--query-index"),
         (["--device", "cuda"], "cuda"),
         (["--device", "tpu"], "device"),
