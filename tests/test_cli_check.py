@@ -265,6 +265,36 @@ def test_timm_folder_is_an_image_model(capsys, timm_dir, image_dir):
     assert list(json.loads(out)["meta"]["columns"]) == VARIANTS
 
 
+@pytest.mark.slow
+def test_timm_name_with_a_weights_file(capsys, tmp_path):
+    """``timm:<name>`` plus a checkpoint of that architecture (vit_tiny: 224 px, n = 197 > d = 192)."""
+    import numpy as np
+    import timm
+    import torch
+    from PIL import Image
+    from safetensors.torch import save_file
+
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=0).eval()
+    ckpt = tmp_path / "vit_tiny.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(ckpt))
+    images = tmp_path / "images"
+    images.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(200):
+        Image.fromarray(rng.integers(0, 256, size=(24, 24, 3), dtype=np.uint8)).save(images / f"{i:03d}.png")
+    rc, out, err = run(capsys, "check", "timm:vit_tiny_patch16_224", "--weights", ckpt, "--variants", "trained",
+                       "--data", images, "--limit", "200", "--samples", "10", "--batch-size", "50", "--format", "json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    col = doc["meta"]["columns"]["trained"]
+    assert col["status"] == "ok" and str(ckpt) in col["weights_source"]
+    assert doc["meta"]["model_info"]["n"] == 197 and doc["meta"]["model_info"]["d"] == 192
+    recs = by_variant(doc["records"])["trained"]
+    assert recs["assumption_1"]["verdict"] == "fails" and recs["assumption_2"]["verdict"] == "fails"  # n > d
+    assert "n = 197 > d = 192" in err
+
+
 def test_timm_name_with_weights_that_do_not_fit(capsys, timm_dir, image_dir, tmp_path):
     # timm:vit_tiny_patch16_224 is 224 px / d = 192; the tiny checkpoint is d = 32
     rc, out, err = run(capsys, "check", "timm:vit_tiny_patch16_224", "--weights", timm_dir / "model.safetensors",
