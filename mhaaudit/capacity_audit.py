@@ -886,11 +886,11 @@ def plot_capacity(result: CapacityResult, path: str | Path) -> Path:
         ax.plot(hx, hx * (min(n, dh) - 1) + 1, color="k", ls=":", lw=1, label="H (min(n, d_h) - 1) + 1")
         ax.plot(hx, hx * (n - 1) + 1, color="grey", ls="-.", lw=1, label="H (n - 1) + 1 (Prop. 2)")
         T = max(c.T for c in result.columns if c.status == "ok")
-        ax.axhline(T, color="r", lw=0.8, alpha=0.6, label=f"T = {T} examples")
+        ax.plot(hx, np.minimum(T, hx * d), color="r", lw=0.8, alpha=0.6, label=f"min(T, h d), T = {T} examples")
     ax.set_xlabel("heads used h")
     ax.set_ylabel("examples")
     ax.set_title(f"Memorisation certificate: {result.model}" + (" (shared context)" if s.get("shared_context") else ""))
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="best", framealpha=0.8)
     fig.tight_layout()
     suffix = check_plot_path(path).suffix.lower().lstrip(".")
     with atomic_path(path) as tmp:

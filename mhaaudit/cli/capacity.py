@@ -174,8 +174,12 @@ def render_capacity(result, *, out=None, plot=None) -> None:
         last = c.certificates[-1]
         b = c.bounds[last.heads]
         cmp = ""
-        if b.applies:
-            cmp = (f"; {'at least' if last.rank >= b.count else 'below'} the bound {b.count}")
+        if b.applies and last.rank >= b.count:
+            cmp = f"; at least the bound {b.count}"
+        elif b.applies and last.rank == c.T:
+            cmp = f"; the bound {b.count} exceeds T = {c.T}, so every example is certified (raise --limit to compare)"
+        elif b.applies:
+            cmp = (f"; below the bound {b.count} (the theorem speaks of the best key/query weights; these certify fewer)")
         lines.append(escape(f"  {c.variant}: r = {last.rank} of T = {c.T} examples with h = {last.heads} heads "
                             f"(at most min(T, h d) = {last.rank_cap}){cmp}; residual {last.residual:.2e}; "
                             f"method: {last.method}"))
