@@ -324,7 +324,7 @@ def test_vit_base_alias_offline_trained_unavailable(capsys):
     assert recs["embedding"]["assumption_2"]["T"] == 200
 
 
-def test_vit_base_alias_offline_trained_only(capsys):
+def test_vit_base_alias_offline_trained_only(capsys, tmp_path):
     """Only the trained column asked for, offline: reported unavailable, nothing captured, exit 0."""
     rc, out, err = run(capsys, "check", "vit-base", "--variants", "trained", "--limit", "200", "--samples", "20",
                        "--format", "json")
@@ -332,9 +332,13 @@ def test_vit_base_alias_offline_trained_only(capsys):
     doc = json.loads(out)
     assert doc["meta"]["columns"]["trained"]["status"] == "unavailable"
     assert "--weights" in doc["meta"]["columns"]["trained"]["reason"]
-    rc, out, err = run(capsys, "check", "vit-base", "--variants", "trained", "--limit", "200", "--samples", "20")
+    rc, out, err = run(capsys, "check", "vit-base", "--variants", "trained", "--limit", "200", "--samples", "20",
+                       "--plot", tmp_path / "p.png")
     assert rc == 0, err
     assert "unavailable" in out and "--weights" in " ".join(out.split())
+    # nothing was measured, so no plot: said on stderr, and not claimed on stdout
+    assert list(tmp_path.iterdir()) == []
+    assert "no plot was written" in err and "p.png" not in out
 
 
 # --------------------------------------------------------------------------- bad input

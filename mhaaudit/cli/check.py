@@ -146,6 +146,10 @@ def check_cmd(
                 c.features.save(save_features / c.probe.variant)
     if out is not None:
         write_parquet(records + [{"check": "sweep", **r} for r in sweep_rows], out, meta)
+    if plot is not None and not any(c.status == "ok" for c in result.columns):
+        # Nothing was measured (every column unavailable): say so rather than claim a plot.
+        print(f"Note: no column could be audited, so no plot was written to {plot}", file=sys.stderr)
+        plot = None
     if plot is not None and layer_list is not None:
         from ..plot import plot_depth
 
@@ -154,8 +158,7 @@ def check_cmd(
         from ..plot import plot_sweeps
 
         curves = [(c.probe.variant, c.sweep) for c in result.columns if c.sweep is not None]
-        if curves:
-            plot_sweeps(curves, plot, n=result.info.get("n"), d=result.info.get("d"), title=f"Kruskal-rank sweep: {model}")
+        plot_sweeps(curves, plot, n=result.info.get("n"), d=result.info.get("d"), title=f"Kruskal-rank sweep: {model}")
     if fmt == Format.json:
         from ..report import print_json
 
