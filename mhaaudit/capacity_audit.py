@@ -815,7 +815,7 @@ def capacity_audit(
         with task(f"{variant} weights: rank and certificate", len(hs), progress) as adv, _flush_denormals():
             col.certificates = certify_head_prefixes(Z, info.d, hs, rule=z_rule, seed=seed, progress=adv)
         col.timings["rank and certificate"] = round(time.perf_counter() - t0, 3)
-        del Z
+        del Z, zb
         columns.append(col)
         line = f"key/query weights: {attn_desc}"
         if line not in notes:
