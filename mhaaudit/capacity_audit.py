@@ -56,6 +56,7 @@ __all__ = [
     "HeadCertificate",
     "ZBuilder",
     "assumptions_from_file",
+    "read_check_results",
     "capacity_audit",
     "certify_head_prefixes",
     "parse_heads",
@@ -489,13 +490,8 @@ def _audit_assumptions(fs, *, samples: int, threshold: float, seed: int, rtol, a
     return out, timings
 
 
-def assumptions_from_file(path: str | Path, *, weights: str, layer: int, n: int | None = None,
-                          d: int | None = None) -> tuple[Assumptions | None, str, list[str]]:
-    """The A1/A2 verdicts and Kruskal estimate of the column of ``path`` with these weights at ``layer``.
-
-    ``path`` is a parquet file written by ``mhaaudit check --out``. Returns ``(assumptions or
-    None, the column's name or the reason none fits, notes)``.
-    """
+def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
+    """The metadata and records of a parquet file written by ``mhaaudit check --out``."""
     import pyarrow.parquet as pq
 
     from .io import read_parquet_metadata
@@ -510,6 +506,20 @@ def assumptions_from_file(path: str | Path, *, weights: str, layer: int, n: int 
         raise InputError(f"--from {p}: cannot read it as a parquet file ({' '.join(str(exc).split())[:160]})") from None
     if not rows or "check" not in rows[0] or "variant" not in rows[0]:
         raise InputError(f"--from {p}: not a results file of 'mhaaudit check --out' (no check/variant columns)")
+    return meta, rows
+
+
+def assumptions_from_file(path: str | Path, *, weights: str, layer: int, n: int | None = None,
+                          d: int | None = None, results: tuple[dict, list[dict]] | None = None,
+                          ) -> tuple[Assumptions | None, str, list[str]]:
+    """The A1/A2 verdicts and Kruskal estimate of the column of ``path`` with these weights at ``layer``.
+
+    ``path`` is a parquet file written by ``mhaaudit check --out`` (``results``: its contents,
+    already read by :func:`read_check_results`). Returns ``(assumptions or None, the column's
+    name or the reason none fits, notes)``.
+    """
+    p = Path(path)
+    meta, rows = results if results is not None else read_check_results(p)
     notes: list[str] = []
     info = meta.get("model_info") or {}
     if (n is not None and info.get("n") not in (None, n)) or (d is not None and info.get("d") not in (None, d)):
@@ -738,8 +748,7 @@ def capacity_audit(
             raise InputError(f"unknown variant {v!r}; choose from {', '.join(VARIANTS)}")
     if weights is not None and not Path(weights).expanduser().exists():
         raise InputError(f"--weights {weights}: no such file or folder")
-    if from_path is not None and not Path(from_path).is_file():
-        raise InputError(f"--from {from_path}: no such file")
+    from_results = read_check_results(from_path) if from_path is not None else None
     parse_heads(heads)  # syntax and sizes below 1, before any work; the model's head count is checked once known
     dev = resolve_device(device)
     z_rule = RankRule.for_dtype(torch.float64, rtol=rtol, atol=atol)
@@ -774,6 +783,11 @@ def capacity_audit(
         H_layer = int(Wq.shape[0])
         head_dim = int(Wq.shape[2])
         hs = parse_heads(heads, H_layer) or [H_layer]
+        if from_results is not None:  # before the data pass: a file of another model is refused at once
+            a, which, fnotes = assumptions_from_file(from_path, weights=variant, layer=layer - 1, n=info.n, d=info.d,
+                                                     results=from_results)
+            notes.extend(x for x in fnotes if x not in notes)
+            col.assumptions = a or Assumptions(a1_reason=which, a2_reason=which, source=which)
         zb = ZBuilder(Wq=Wq, Wk=Wk, bq=bq, bk=bk, pre=pre, scale=scale, query_index=info.query_index,
                       causal=causal, shared_context=shared_context)
         reducer = None
@@ -803,10 +817,6 @@ def capacity_audit(
                 col.assumptions, t_a = _audit_assumptions(fs, samples=samples, threshold=threshold, seed=seed, rtol=rtol,
                                                           atol=atol, device=dev, progress=progress, label=variant)
             col.timings.update(t_a)
-        else:
-            a, which, fnotes = assumptions_from_file(from_path, weights=variant, layer=layer - 1, n=info.n, d=info.d)
-            notes.extend(x for x in fnotes if x not in notes)
-            col.assumptions = a or Assumptions(a1_reason=which, a2_reason=which, source=which)
         a = col.assumptions
         for h in hs:
             col.bounds[h] = theorem1_bound(heads=h, head_dim=head_dim, n=info.n, d=info.d, a1_holds=a.holds(a.a1),
