@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from .errors import InputError
-from .rank import EPS64, RankRule, _rounding_margin, decide_full_rank, gram_rank, svd_rank
+from .rank import EPS64, RankRule, _rounding_margin, decide_full_rank, decide_prefix_full_rank, gram_rank, svd_rank
 
 DEFAULT_SAMPLES = 5000
 DEFAULT_THRESHOLD = 0.99
@@ -80,13 +80,20 @@ class SetStats:
     row_norms_sorted: tuple[float, ...]
     zero_rows: int
     sv_error: float = 0.0  # absolute rounding bound on the singular values
+    # cumulative sums of the ascending squared projections of the rows on the top singular
+    # direction: for any k-subset, sigma_max(X_S)^2 >= the sum of its k squared projections
+    proj_cumsum: tuple[float, ...] = ()
 
     def ceiling(self, k: int, rule: RankRule) -> int:
-        """Largest rank any k-subset can have: sigma_i(X_S) <= sigma_i(X) and tol_S >= tol_min(k)."""
+        """Largest rank any k-subset can have: sigma_i(X_S) <= sigma_i(X) and tol_S >= tol_min(k),
+        with tol_min from a lower bound on sigma_max(X_S) valid for every k-subset."""
         if k < 1:
             return 0
-        nu_k = self.row_norms_sorted[min(k, len(self.row_norms_sorted)) - 1]  # k-th smallest row norm
-        tol_min = rule.tol(nu_k, k, self.d)
+        kk = min(k, len(self.row_norms_sorted))
+        smax_lo2 = self.row_norms_sorted[kk - 1] ** 2  # sigma_max(X_S) >= its largest row norm
+        if self.proj_cumsum:
+            smax_lo2 = max(smax_lo2, self.proj_cumsum[kk - 1] * (1 - 1e-12))
+        tol_min = rule.tol(math.sqrt(smax_lo2), k, self.d)
         # Counting values within rounding error of the tolerance keeps the ceiling safe.
         return int(sum(1 for s in self.singular_values if s + self.sv_error > tol_min))
 
@@ -242,8 +249,13 @@ def set_stats(X: torch.Tensor, rule: RankRule) -> SetStats:
     T, d = X64.shape
     norms = torch.sort(X64.norm(dim=1)).values
     G = X64.T @ X64 if d <= T else X64 @ X64.T
-    lam = torch.linalg.eigvalsh(G).flip(0).clamp_min(0)
+    lam_asc, vecs = torch.linalg.eigh(G)
+    lam = lam_asc.flip(0).clamp_min(0)
     lmax = float(lam[0])
+    top = vecs[:, -1]
+    v1 = top if d <= T else X64.T @ top
+    v1 = v1 / v1.norm().clamp_min(1e-300)
+    proj2 = torch.sort((X64 @ v1) ** 2).values
     err = float(_rounding_margin(max(T, d), min(T, d), torch.tensor(lmax)))
     # The smallest tolerance any subset can get; the Gram route is used only when its rounding
     # error is far below that, and otherwise the SVD of the rows.
@@ -264,6 +276,7 @@ def set_stats(X: torch.Tensor, rule: RankRule) -> SetStats:
         row_norms_sorted=tuple(float(v) for v in norms.cpu()),
         zero_rows=int((norms == 0).sum()),
         sv_error=sv_error,
+        proj_cumsum=tuple(float(v) for v in torch.cumsum(proj2, 0).cpu()),
     )
 
 
@@ -614,13 +627,11 @@ def _critical_sizes(G: torch.Tensor, rows_fn, d: int, rule: RankRule):
         if open_.numel() == 0:
             break
         mid = (lo[open_] + hi[open_] + 1) // 2
-        for m in torch.unique(mid).tolist():
-            sel = open_[mid == m]
-            Gm = G[sel][:, :m, :m]
-            dec = decide_full_rank(Gm, lambda j, sel=sel, m=m: rows_fn(sel[j], m), m, d, rule)
-            rechecks += int(dec.exact.sum())
-            lo[sel] = torch.where(dec.full, torch.full_like(lo[sel], m), lo[sel])
-            hi[sel] = torch.where(dec.full, hi[sel], torch.full_like(hi[sel], m - 1))
+        M = int(mid.max())
+        dec = decide_prefix_full_rank(G[open_, :M, :M], mid, lambda b, m: rows_fn(open_[b : b + 1], m)[0], d, rule)
+        rechecks += int(dec.exact.sum())
+        lo[open_] = torch.where(dec.full, mid, lo[open_])
+        hi[open_] = torch.where(dec.full, hi[open_], mid - 1)
     return lo, rechecks
 
 

@@ -123,16 +123,27 @@ def gram_rank(G: torch.Tensor, rows_fn, d: int, rule: RankRule) -> torch.Tensor:
 
 
 def _lambda_max_bounds(G: torch.Tensor, iters: int = 8):
-    """Lower and upper bounds on the largest eigenvalue of PSD ``(B, k, k)`` matrices."""
+    """Lower and upper bounds on the largest eigenvalue of PSD ``(B, k, k)`` matrices.
+
+    Lower: the larger of the largest diagonal entry and a power-iteration Rayleigh quotient rho.
+    Upper: the Frobenius norm, or, when the top eigenvalue dominates, rho + ||G v - rho v||:
+    some eigenvalue lies within the residual norm of rho, and when rho - ||r|| exceeds half the
+    trace no other eigenvalue can be that large, so it is the largest one.
+    """
     diag = torch.diagonal(G, dim1=-2, dim2=-1)
     lo = diag.amax(-1)
     v = torch.ones(G.shape[:-1] + (1,), dtype=G.dtype, device=G.device)
     for _ in range(iters):
         v = G @ v
         v = v / v.norm(dim=-2, keepdim=True).clamp_min(1e-300)
-    rq = (v.transpose(-1, -2) @ G @ v).squeeze(-1).squeeze(-1)
+    Gv = G @ v
+    rq = (v.transpose(-1, -2) @ Gv).squeeze(-1).squeeze(-1)
+    res = (Gv - rq[..., None, None] * v).norm(dim=-2).squeeze(-1)
     lo = torch.maximum(lo, rq)
     hi = torch.linalg.matrix_norm(G)  # Frobenius >= spectral norm
+    trace = diag.sum(-1)
+    dominant = 2 * (rq - res) > trace * (1 + 1e-9)
+    hi = torch.where(dominant, torch.minimum(hi, (rq + res) * (1 + 1e-12)), hi)
     hi = torch.maximum(hi, lo)
     return lo, hi
 
@@ -167,7 +178,7 @@ def decide_full_rank(G: torch.Tensor, rows_fn, k: int, d: int, rule: RankRule, d
         return Decision(full, exact)
     r = rule.rtol_for(k, d)
     a = rule.atol_value
-    hi = torch.linalg.matrix_norm(G)  # Frobenius norm >= lambda_max
+    lo_all, hi = _lambda_max_bounds(G)
     margin = _rounding_margin(k, d, hi)
     undecided = torch.ones(B, dtype=torch.bool, device=dev)
 
@@ -184,8 +195,7 @@ def decide_full_rank(G: torch.Tensor, rows_fn, k: int, d: int, rule: RankRule, d
     def test_deficient(idx: torch.Tensor) -> None:
         # lambda_min(G) < s_lo <= the squared tolerance: dependent
         Gi = G[idx]
-        lo, _ = _lambda_max_bounds(Gi)
-        s_lo = torch.clamp(r * lo.sqrt(), min=a) ** 2 * (1 - delta) - margin[idx]
+        s_lo = torch.clamp(r * lo_all[idx].sqrt(), min=a) ** 2 * (1 - delta) - margin[idx]
         Gi.diagonal(dim1=-2, dim2=-1).sub_(s_lo[:, None])
         _, info = torch.linalg.cholesky_ex(Gi)
         undecided[idx[(info > 0) & (s_lo > 0)]] = False  # a non-positive shift certifies nothing
@@ -195,9 +205,74 @@ def decide_full_rank(G: torch.Tensor, rows_fn, k: int, d: int, rule: RankRule, d
         if idx.numel():
             test(idx)
     if bool(undecided.any()):
+        # Eigenvalues of G are sigma^2 to within a rounding error far below the tolerance band;
+        # only a subset whose smallest one sits within that error of the tolerance needs the SVD.
+        idx = undecided.nonzero().squeeze(-1)
+        lam = torch.linalg.eigvalsh(G[idx])
+        lmin, lmax = lam[:, 0], lam[:, -1].clamp_min(0)
+        tau = torch.clamp(r * lmax.sqrt(), min=a) ** 2
+        err = _rounding_margin(k, d, lmax)
+        clear = (lmin - tau).abs() > err + 1e-6 * tau
+        full[idx[clear]] = lmin[clear] > tau[clear]
+        exact[idx[clear]] = True
+        undecided[idx[clear]] = False
+    if bool(undecided.any()):
         idx = undecided.nonzero().squeeze(-1)
         for chunk in idx.split(64):
             rank, *_ = svd_rank(rows_fn(chunk), rule)
             full[chunk] = rank == k
             exact[chunk] = True
+    return Decision(full, exact)
+
+
+def decide_prefix_full_rank(G: torch.Tensor, ks: torch.Tensor, rows_fn, d: int, rule: RankRule,
+                            delta: float = 1e-3) -> Decision:
+    """``decide_full_rank`` for the leading ``ks[b] x ks[b]`` block of each ``G[b]`` at once.
+
+    The blocks have different sizes; each is padded to a block-diagonal matrix whose padding
+    cannot change positive-definiteness, so one batched factorisation serves all of them.
+    ``rows_fn(b, k)`` returns the ``(k, d)`` rows behind block ``b`` for exact re-checks.
+    """
+    B, M, _ = G.shape
+    dev = G.device
+    ks = ks.to(dev)
+    full = torch.zeros(B, dtype=torch.bool, device=dev)
+    exact = torch.zeros(B, dtype=torch.bool, device=dev)
+    if B == 0:
+        return Decision(full, exact)
+    pad = torch.arange(M, device=dev)[None, :] >= ks[:, None]  # (B, M)
+    Gm = G.masked_fill(pad[:, :, None] | pad[:, None, :], 0.0)
+    lo, hi = _lambda_max_bounds(Gm)
+    kf = ks.to(G.dtype)
+    if rule.rtol is not None:
+        r = torch.full_like(kf, float(rule.rtol))
+    elif rule.atol is not None and rule.atol > 0:
+        r = torch.zeros_like(kf)
+    else:
+        r = torch.clamp(kf, min=float(d)) * rule.eps
+    a = rule.atol_value
+    margin = 8.0 * (kf + d) * kf.sqrt() * EPS64 * hi
+    s_hi = torch.clamp(r * hi.sqrt(), min=a) ** 2 * (1 + delta) + margin
+    s_lo = torch.clamp(r * lo.sqrt(), min=a) ** 2 * (1 - delta) - margin
+    undecided = torch.ones(B, dtype=torch.bool, device=dev)
+    for shift, certifies_full in ((s_hi, True), (s_lo, False)):
+        idx = undecided.nonzero().squeeze(-1)
+        if idx.numel() == 0:
+            break
+        Gi = Gm[idx]
+        dg = Gi.diagonal(dim1=-2, dim2=-1)
+        dg.sub_(shift[idx, None])
+        dg.masked_fill_(pad[idx], 1.0)  # padding: positive and decoupled
+        _, info = torch.linalg.cholesky_ex(Gi)
+        if certifies_full:
+            sure = idx[info == 0]
+            full[sure] = True
+        else:
+            sure = idx[(info > 0) & (s_lo[idx] > 0)]
+        undecided[sure] = False
+    for b in undecided.nonzero().squeeze(-1).tolist():
+        k = int(ks[b])
+        sub = decide_full_rank(G[b : b + 1, :k, :k].clone(), lambda j, b=b, k=k: rows_fn(b, k)[None], k, d, rule, delta)
+        full[b] = sub.full[0]
+        exact[b] = sub.exact[0]
     return Decision(full, exact)
