@@ -491,3 +491,20 @@ def test_z_uses_the_models_own_attention_bert(tmp_path):
     P = _hf_probs(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)})[:, :, 0, :]
     want = torch.einsum("bhn,bnd->bhd", P, tokens.double()).reshape(3, -1)
     torch.testing.assert_close(zb.result(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_z_matches_attention_weights_probs_timm(timm_dir):
+    """timm ViT (fused qkv): Z equals E^T of the probabilities AttentionWeights computes."""
+    from mhaaudit.capacity_audit import _attention_for
+    from mhaaudit.models import first_attention, load_model
+
+    pm = load_model(str(timm_dir), weights="trained", max_layer=1, device="cpu")
+    assert pm.info.backend == "timm"
+    px = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(3))
+    tokens = pm.capture({"pixel_values": px}, [0])[0]
+    Wq, Wk, bq, bk, pre, scale, causal, _ = _attention_for(pm, 1, "model", 0)
+    zb = ZBuilder(Wq=Wq, Wk=Wk, bq=bq, bk=bk, pre=pre, scale=scale, query_index=0, causal=causal)
+    zb.update(tokens)
+    P = first_attention(pm, 1).probs(tokens).double()[:, :, 0, :]
+    want = torch.einsum("bhn,bnd->bhd", P, tokens.double()).reshape(4, -1)
+    torch.testing.assert_close(zb.result(), want, rtol=1e-5, atol=1e-6)
