@@ -256,8 +256,10 @@ def collect_features(
         timings[f"load {weights}"] = round(time.perf_counter() - t0, 3)
         info = pm.info
         if info.n > info.d and not any("cannot hold" in x for x in notes):
+            fix = (f"pass --context-length below {info.d} to audit a setting where it can" if info.modality == "text"
+                   else "use a wider model or a smaller input resolution (fewer patches) to audit a setting where it can")
             msg = (f"n = {info.n} > d = {info.d}: Assumption 1 cannot hold (any n vectors in R^d are dependent) and no "
-                   f"context matrix can have rank n; pass --context-length below {info.d} to audit a setting where it can")
+                   f"context matrix can have rank n; {fix}")
             notes.append(msg)
             if on_note is not None:
                 on_note(msg)
@@ -442,17 +444,19 @@ def _modality_of(model: str, *, backend: str | None = None, weights_path: str | 
     from .models import _HF_IMAGE_FAMILIES, ALIASES
 
     name = model.strip()
-    if name in ALIASES:
-        return ALIASES[name]["modality"]
+    if name.lower() in ALIASES:
+        return ALIASES[name.lower()]["modality"]
     if backend == "timm" or name.startswith("timm:"):
         return "image"
     for folder in (name, weights_path):
         if folder and (Path(folder) / "config.json").is_file():
             try:
-                mt = json.loads((Path(folder) / "config.json").read_text()).get("model_type", "")
+                cfg = json.loads((Path(folder) / "config.json").read_text())
             except (OSError, ValueError):
-                mt = ""
-            return "image" if mt in _HF_IMAGE_FAMILIES else "text"
+                cfg = {}
+            if "model_type" not in cfg and "architecture" in cfg:
+                return "image"  # a timm model folder
+            return "image" if cfg.get("model_type", "") in _HF_IMAGE_FAMILIES else "text"
     if Path(name).is_file():
         return "image"  # a checkpoint file: timm
     try:

@@ -99,8 +99,19 @@ def sweep_table(sw: Sweep, marks: tuple[int, ...] = ()) -> Table:
     return t
 
 
+def _finite(o):
+    """Strict JSON: non-finite numbers become null."""
+    if isinstance(o, float):
+        return o if o == o and o not in (float("inf"), float("-inf")) else None
+    if isinstance(o, dict):
+        return {k: _finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite(v) for v in o]
+    return o
+
+
 def print_json(doc: dict) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2, default=_default) + "\n")
+    sys.stdout.write(json.dumps(_finite(json.loads(json.dumps(doc, default=_default))), indent=2, allow_nan=False) + "\n")
     sys.stdout.flush()
 
 

@@ -258,7 +258,6 @@ def test_timm_folder_with_backend(capsys, timm_dir, image_dir):
     assert doc["meta"]["columns"]["trained"]["status"] == "ok"
 
 
-@pytest.mark.xfail(strict=True, reason="audit._modality_of reads a timm config.json (no model_type) as a text model")
 def test_timm_folder_is_an_image_model(capsys, timm_dir, image_dir):
     rc, out, err = run(capsys, "check", timm_dir, "--weights", timm_dir / "model.safetensors", "--data", image_dir, *RUN,
                        "--format", "json")
@@ -422,8 +421,6 @@ def test_unwritable_out_folder(capsys, vit_dir, image_dir, tmp_path):
         ro.chmod(0o700)
 
 
-@pytest.mark.xfail(strict=True, reason="checks.ContextRankResult.record puts min_margin = NaN (n > d) and "
-                                       "report.print_json writes it as a bare NaN token")
 def test_check_json_is_strict_when_n_exceeds_d(capsys, tmp_path, image_dir):
     narrow = save_tiny_vit(tmp_path / "narrow", hidden_size=16, intermediate_size=32)  # n = 17 > d = 16
     rc, out, err = run(capsys, "check", narrow, "--variants", "random", "--data", image_dir, *RUN, "--format", "json")
