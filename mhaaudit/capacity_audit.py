@@ -439,21 +439,25 @@ class Assumptions:
 
 
 @contextlib.contextmanager
-def _flush_denormals():
-    """Treat subnormal numbers (below 2.2e-308 in float64) as zero inside the linear algebra.
+def _linear_algebra():
+    """The setting for the rank computations on the CPU: one thread, subnormals flushed to zero.
 
-    Eigen- and singular-value routines on nearly rank-deficient matrices (e.g. T copies of one
-    [CLS] vector) can spend most of their time in subnormal arithmetic: 17 s instead of 1.3 s for
-    a 768 x 768 eigenvalue problem. Values that small lie far below any rank tolerance, so no
-    decision changes. The model's forward pass runs outside this context.
+    One thread: on shared cores the multi-threaded LAPACK calls were erratic, up to 100x slower
+    (a 768 x 768 eigenvalue problem took 11.6 s on two threads against 0.08 s on one, and the
+    QR/SVD of a 2000 x 9216 matrix was no faster on two). Subnormals: eigen- and singular-value
+    routines on nearly rank-deficient matrices (e.g. T copies of one [CLS] vector) can spend most
+    of their time in subnormal arithmetic; values below 2.2e-308 lie far below any rank
+    tolerance, so no decision changes. The model's forward pass runs outside this context.
     """
-    old = torch.is_flush_denormal_enabled() if hasattr(torch, "is_flush_denormal_enabled") else False
-    ok = torch.set_flush_denormal(True)
+    threads = torch.get_num_threads()
+    flushed = torch.set_flush_denormal(True)
+    torch.set_num_threads(1)
     try:
-        yield ok
+        yield
     finally:
-        if ok:
-            torch.set_flush_denormal(old)
+        torch.set_num_threads(threads)
+        if flushed:
+            torch.set_flush_denormal(False)
 
 
 def _audit_assumptions(fs, *, samples: int, threshold: float, seed: int, rtol, atol, device, progress: bool,
@@ -813,7 +817,7 @@ def capacity_audit(
         # The assumptions: audited here, or read from a file.
         if from_path is None:
             fs = reducer.result({"model": model, "variant": variant, "layer": layer - 1})
-            with _flush_denormals():
+            with _linear_algebra():
                 col.assumptions, t_a = _audit_assumptions(fs, samples=samples, threshold=threshold, seed=seed, rtol=rtol,
                                                           atol=atol, device=dev, progress=progress, label=variant)
             col.timings.update(t_a)
@@ -822,7 +826,7 @@ def capacity_audit(
             col.bounds[h] = theorem1_bound(heads=h, head_dim=head_dim, n=info.n, d=info.d, a1_holds=a.holds(a.a1),
                                            a2_holds=a.holds(a.a2), kruskal_estimate=a.kruskal_estimate)
         t0 = time.perf_counter()
-        with task(f"{variant} weights: rank and certificate", len(hs), progress) as adv, _flush_denormals():
+        with task(f"{variant} weights: rank and certificate", len(hs), progress) as adv, _linear_algebra():
             col.certificates = certify_head_prefixes(Z, info.d, hs, rule=z_rule, seed=seed, progress=adv)
         col.timings["rank and certificate"] = round(time.perf_counter() - t0, 3)
         del Z, zb
