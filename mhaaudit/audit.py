@@ -15,9 +15,9 @@ from typing import Callable, Sequence
 import torch
 
 from .checks import CHECKS, ContextRankResult
-from .errors import DataError, InputError, MhaauditError, OfflineError
+from .errors import DataError, InputError, OfflineError
 from .features import FeatureSet, StreamingReducer
-from .kruskal import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Sweep, SubsetTest, kruskal_sweep, set_stats, subset_test
+from .kruskal import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Sweep, kruskal_sweep, set_stats, subset_test
 from .rank import RankRule
 
 IMAGE_VARIANTS = ("embedding", "random-attention", "random", "trained")

@@ -53,3 +53,33 @@ def prepare_outputs(out: Path | None, plot: Path | None, fmt: "Format") -> None:
         check_plot_path(plot)
     if fmt == Format.parquet and sys.stdout.isatty():
         raise InputError("--format parquet writes binary data to stdout; redirect it to a file or pipe, or use --out FILE.parquet")
+
+
+def parquet_rows(records: list[dict], sweep_rows: list[dict]) -> list[dict]:
+    """The rows of a parquet output: the records, then the sweep rows tagged ``check = "sweep"``."""
+    return records + [{"check": "sweep", **r} for r in sweep_rows]
+
+
+def write_out(out: Path | None, meta: dict, records: list[dict], sweep_rows: list[dict]) -> None:
+    if out is not None:
+        from ..io import write_parquet
+
+        write_parquet(parquet_rows(records, sweep_rows), out, meta)
+
+
+def emit_data(fmt: "Format", meta: dict, records: list[dict], sweep_rows: list[dict]) -> bool:
+    """Print JSON or parquet to stdout; False when the format is the table (the caller renders)."""
+    import sys
+
+    if fmt == Format.json:
+        from ..report import print_json
+
+        print_json({"meta": meta, "records": records, "sweep": sweep_rows})
+        return True
+    if fmt == Format.parquet:
+        from ..io import parquet_bytes
+
+        sys.stdout.buffer.write(parquet_bytes(parquet_rows(records, sweep_rows), meta))
+        sys.stdout.flush()
+        return True
+    return False

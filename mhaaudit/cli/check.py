@@ -9,7 +9,22 @@ from typing import Annotated, Optional
 
 import typer
 
-from ._common import DEFAULTS, Atol, Device, Format, Out, Plot, Rtol, Samples, Seed, Threshold, prepare_outputs, validate_common
+from ._common import (
+    DEFAULTS,
+    Atol,
+    Device,
+    Format,
+    Out,
+    Plot,
+    Rtol,
+    Samples,
+    Seed,
+    Threshold,
+    emit_data,
+    prepare_outputs,
+    validate_common,
+    write_out,
+)
 from .app import app
 
 FAIL_ON = ("general_position", "assumption_1", "assumption_2", "assumption_3", "any")
@@ -105,7 +120,7 @@ def check_cmd(
     """Audit a transformer: Assumptions 1-3 and General Position at each probe point."""
     from ..audit import audit
     from ..errors import InputError, OutputError
-    from ..io import stamp, write_parquet
+    from ..io import stamp
     from ..progress import progress_enabled
 
     validate_common(samples, threshold, rtol, atol)
@@ -144,8 +159,7 @@ def check_cmd(
         for c in result.columns:
             if c.features is not None:
                 c.features.save(save_features / c.probe.variant)
-    if out is not None:
-        write_parquet(records + [{"check": "sweep", **r} for r in sweep_rows], out, meta)
+    write_out(out, meta, records, sweep_rows)
     if plot is not None and not any(c.status == "ok" for c in result.columns):
         # Nothing was measured (every column unavailable): say so rather than claim a plot.
         print(f"Note: no column could be audited, so no plot was written to {plot}", file=sys.stderr)
@@ -159,16 +173,7 @@ def check_cmd(
 
         curves = [(c.probe.variant, c.sweep) for c in result.columns if c.sweep is not None]
         plot_sweeps(curves, plot, n=result.info.get("n"), d=result.info.get("d"), title=f"Kruskal-rank sweep: {model}")
-    if fmt == Format.json:
-        from ..report import print_json
-
-        print_json({"meta": meta, "records": records, "sweep": sweep_rows})
-    elif fmt == Format.parquet:
-        from ..io import parquet_bytes
-
-        sys.stdout.buffer.write(parquet_bytes(records + [{"check": "sweep", **r} for r in sweep_rows], meta))
-        sys.stdout.flush()
-    else:
+    if not emit_data(fmt, meta, records, sweep_rows):
         from ..report import render_audit
 
         render_audit(result, save_features=save_features, out=out, plot=plot)

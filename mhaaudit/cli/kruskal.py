@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from enum import Enum
 from pathlib import Path
@@ -21,8 +20,10 @@ from ._common import (
     Samples,
     Seed,
     Threshold,
+    emit_data,
     prepare_outputs,
     validate_common,
+    write_out,
 )
 from .app import app
 
@@ -59,7 +60,7 @@ def kruskal_cmd(
 ) -> None:
     """Estimate the Kruskal rank of a set of vectors: Monte-Carlo tests at candidate sizes, or a sweep."""
     from ..errors import InputError
-    from ..io import read_array, stamp, to_query_matrix, write_parquet
+    from ..io import read_array, stamp, to_query_matrix
     from ..kruskal import as_matrix, kruskal_sweep, set_stats, subset_test
     from ..progress import log, progress_enabled, task
     from ..device import device_name, resolve_device
@@ -146,22 +147,12 @@ def kruskal_cmd(
     sweep_rows = sw.rows() if sw else []
     if sw is not None:
         meta["sweep_summary"] = sw.summary()
-    if out is not None:
-        write_parquet(records + [{"check": "sweep", **r} for r in sweep_rows], out, meta)
+    write_out(out, meta, records, sweep_rows)
     if plot is not None and sw is not None:
         from ..plot import plot_sweeps
 
         plot_sweeps([(Path(str(source)).name[:40] or "features", sw)], plot, n=n, d=d, title=f"Kruskal-rank sweep: {T} vectors in R^{d}")
-    if fmt == Format.json:
-        from ..report import print_json
-
-        print_json({"meta": meta, "records": records, "sweep": sweep_rows})
-    elif fmt == Format.parquet:
-        from ..io import parquet_bytes
-
-        sys.stdout.buffer.write(parquet_bytes(records + [{"check": "sweep", **r} for r in sweep_rows], meta))
-        sys.stdout.flush()
-    else:
+    if not emit_data(fmt, meta, records, sweep_rows):
         _render(tests, sw, meta, n, d)
 
 

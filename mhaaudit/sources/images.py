@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import io
-import math
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator
