@@ -19,6 +19,19 @@ def check_plot_path(path: str | Path) -> Path:
     return p
 
 
+def save_figure(fig, path: str | Path) -> Path:
+    """Write a matplotlib figure atomically in the format its suffix names, then close it."""
+    import matplotlib.pyplot as plt
+
+    suffix = check_plot_path(path).suffix.lower().lstrip(".")
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=suffix)
+    finally:
+        plt.close(fig)
+    return Path(path)
+
+
 def plot_sweeps(curves: list[tuple[str, Sweep]], path: str | Path, *, n: int | None = None, d: int | None = None,
                 title: str | None = None) -> Path:
     """One line per (label, sweep); vertical lines at n and d when known. Written atomically."""
@@ -47,11 +60,7 @@ def plot_sweeps(curves: list[tuple[str, Sweep]], path: str | Path, *, n: int | N
     ax.set_title(title or "Kruskal-rank sweep")
     ax.legend(fontsize=8, loc="lower left")
     fig.tight_layout()
-    suffix = check_plot_path(path).suffix.lower().lstrip(".")
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format=suffix)
-    plt.close(fig)
-    return Path(path)
+    return save_figure(fig, path)
 
 
 def plot_depth(result, path: str | Path) -> Path:
@@ -84,8 +93,4 @@ def plot_depth(result, path: str | Path) -> Path:
     ax.set_title(f"{result.model}: assumptions by depth (n = {info.get('n')}, d = {info.get('d')})")
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
-    suffix = check_plot_path(path).suffix.lower().lstrip(".")
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format=suffix)
-    plt.close(fig)
-    return Path(path)
+    return save_figure(fig, path)
