@@ -37,7 +37,6 @@ by head, and the residual is measured on ``Z`` itself.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 import time
@@ -438,26 +437,16 @@ class Assumptions:
                 "source": self.source}
 
 
-@contextlib.contextmanager
 def _linear_algebra():
-    """The setting for the rank computations on the CPU: one thread, subnormals flushed to zero.
+    """Rank computations on the CPU: one thread, subnormals flushed (see ``rank.numerics``).
 
-    One thread: on shared cores the multi-threaded LAPACK calls were erratic, up to 100x slower
-    (a 768 x 768 eigenvalue problem took 11.6 s on two threads against 0.08 s on one, and the
-    QR/SVD of a 2000 x 9216 matrix was no faster on two). Subnormals: eigen- and singular-value
-    routines on nearly rank-deficient matrices (e.g. T copies of one [CLS] vector) can spend most
-    of their time in subnormal arithmetic; values below 2.2e-308 lie far below any rank
-    tolerance, so no decision changes. The model's forward pass runs outside this context.
+    On shared cores the multi-threaded LAPACK calls were erratic, up to 100x slower (a 768 x 768
+    eigenvalue problem took 11.6 s on two threads against 0.08 s on one, and the QR/SVD of a
+    2000 x 9216 matrix was no faster on two). The model's forward pass runs outside this context.
     """
-    threads = torch.get_num_threads()
-    flushed = torch.set_flush_denormal(True)
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-        if flushed:
-            torch.set_flush_denormal(False)
+    from .rank import numerics
+
+    return numerics(threads=1)
 
 
 def _audit_assumptions(fs, *, samples: int, threshold: float, seed: int, rtol, atol, device, progress: bool,

@@ -18,7 +18,7 @@ import torch
 
 from .errors import InputError
 from .kruskal import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, SetStats, SubsetTest, subset_test
-from .rank import RankRule, decide_full_rank, gram_rank
+from .rank import RankRule, decide_full_rank, gram_rank, with_numerics
 
 CHECKS = ("general_position", "assumption_1", "assumption_2", "assumption_3")
 CHECK_TITLES = {
@@ -52,6 +52,7 @@ def _inverse_iteration_sigma(G: torch.Tensor, iters: int = 12):
     return lam_min.clamp_min(0).sqrt(), lam_max.clamp_min(0).sqrt()
 
 
+@with_numerics()
 def context_ranks(E: torch.Tensor, rule: RankRule):
     """Exact numerical rank of each ``(n, d)`` matrix in a ``(B, n, d)`` batch.
 

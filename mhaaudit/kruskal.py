@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from .errors import InputError
-from .rank import EPS64, RankRule, _rounding_margin, decide_full_rank, decide_prefix_full_rank, gram_rank, svd_rank
+from .rank import EPS64, RankRule, _rounding_margin, decide_full_rank, decide_prefix_full_rank, gram_rank, svd_rank, with_numerics
 
 DEFAULT_SAMPLES = 5000
 DEFAULT_THRESHOLD = 0.99
@@ -242,6 +242,7 @@ def validate_params(*, samples: int | None = None, threshold: float | None = Non
         raise InputError(f"--k must be at least 1, got {k}")
 
 
+@with_numerics(threads=1)
 def set_stats(X: torch.Tensor, rule: RankRule) -> SetStats:
     """Singular values and row norms of the whole set (eigenvalues of the smaller Gram matrix;
     an SVD when one of them sits within rounding error of the tolerance)."""
@@ -421,6 +422,7 @@ def draw_decisions(X, k: int, *, samples: int = DEFAULT_SAMPLES, seed: int = 0, 
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
 
+@with_numerics()
 def subset_test(
     X,
     k: int,
@@ -635,6 +637,7 @@ def _critical_sizes(G: torch.Tensor, rows_fn, d: int, rule: RankRule):
     return lo, rechecks
 
 
+@with_numerics()
 def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_block: int = 1024) -> Bound:
     """Certified floor from the Babel function mu1(m) (cumulative coherence).
 
@@ -677,6 +680,7 @@ def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_bl
     return Bound(best, "babel", what.format(k=best))
 
 
+@with_numerics()
 def kruskal_sweep(
     X,
     *,

@@ -17,6 +17,8 @@ the same SVD that ``torch.linalg.matrix_rank`` uses. The decision therefore equa
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 from dataclasses import dataclass
 
@@ -25,6 +27,49 @@ import torch
 from .errors import InputError
 
 EPS64 = float(torch.finfo(torch.float64).eps)
+
+
+_NUMERICS_DEPTH = 0
+
+
+@contextlib.contextmanager
+def numerics(threads: int | None = None):
+    """The setting for rank computations: subnormals flushed to zero, optionally fewer threads.
+
+    Eigen- and singular-value routines on nearly rank-deficient matrices (T copies of one [CLS]
+    vector, say) can spend most of their time in subnormal arithmetic; values below 2.2e-308 lie
+    far below any rank tolerance, so no decision changes. On shared cores, multi-threaded LAPACK
+    calls on mid-sized matrices can be erratic; ``threads=1`` avoids that where it does not cost.
+    """
+    global _NUMERICS_DEPTH
+    before = torch.get_num_threads()
+    outermost = _NUMERICS_DEPTH == 0
+    flushed = torch.set_flush_denormal(True) if outermost else False
+    _NUMERICS_DEPTH += 1
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        _NUMERICS_DEPTH -= 1
+        if threads is not None:
+            torch.set_num_threads(before)
+        if flushed:
+            torch.set_flush_denormal(False)
+
+
+def with_numerics(threads: int | None = None):
+    """Decorator form of ``numerics``."""
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def inner(*args, **kwargs):
+            with numerics(threads):
+                return fn(*args, **kwargs)
+
+        return inner
+
+    return wrap
 
 
 def _check_tols(rtol: float | None, atol: float | None) -> None:
