@@ -197,7 +197,7 @@ class ImageSource:
 class BuiltinImages(ImageSource):
     """Seeded 224 x 224 mosaics of random crops of the colour photographs in ``BUILTIN_PHOTOS``.
 
-    Each image is a 2 x 2 grid of tiles; each tile is an independent square crop of a photograph
+    Each image is a 3 x 3 grid of tiles; each tile is an independent square crop of a photograph
     chosen uniformly (side uniform in ``TILE_SIDE`` of the photograph's shorter side, uniform
     position), turned by a multiple of 90 degrees, flipped with probability 0.5 and jittered in
     colour saturation, brightness and contrast (factors uniform in ``JITTER``), all from
@@ -208,7 +208,7 @@ class BuiltinImages(ImageSource):
     images are distinct; they are made while iterating and only the photographs are held.
     """
 
-    GRID = 2
+    GRID = 3
 
     def __init__(self, limit: int = 2000, seed: int = 0) -> None:
         self.photos = _load_builtin_photos()
