@@ -223,26 +223,36 @@ def decide_full_rank(G: torch.Tensor, rows_fn, k: int, d: int, rule: RankRule, d
         return Decision(full, exact)
     r = rule.rtol_for(k, d)
     a = rule.atol_value
-    lo_all, hi = _lambda_max_bounds(G)
+    hi = torch.linalg.matrix_norm(G)  # Frobenius norm >= lambda_max: one pass over G
     margin = _rounding_margin(k, d, hi)
     undecided = torch.ones(B, dtype=torch.bool, device=dev)
+
+    def shifted_info(idx: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+        """Cholesky of G - shift I for the subsets idx; info > 0 where it is not positive definite."""
+        if idx.numel() == B:  # all of them: shift in place and restore the diagonal exactly
+            diag = G.diagonal(dim1=-2, dim2=-1)
+            saved = diag.clone()
+            diag.sub_(shift[:, None])
+            try:
+                return torch.linalg.cholesky_ex(G)[1]
+            finally:
+                diag.copy_(saved)
+        Gi = G[idx]
+        Gi.diagonal(dim1=-2, dim2=-1).sub_(shift[:, None])
+        return torch.linalg.cholesky_ex(Gi)[1]
 
     def test_full(idx: torch.Tensor) -> None:
         # lambda_min(G) > s_hi >= the squared tolerance: independent
         s_hi = torch.clamp(r * hi[idx].sqrt(), min=a) ** 2 * (1 + delta) + margin[idx]
-        Gi = G[idx]
-        Gi.diagonal(dim1=-2, dim2=-1).sub_(s_hi[:, None])
-        _, info = torch.linalg.cholesky_ex(Gi)
-        sure = idx[info == 0]
+        sure = idx[shifted_info(idx, s_hi) == 0]
         full[sure] = True
         undecided[sure] = False
 
     def test_deficient(idx: torch.Tensor) -> None:
         # lambda_min(G) < s_lo <= the squared tolerance: dependent
-        Gi = G[idx]
-        s_lo = torch.clamp(r * lo_all[idx].sqrt(), min=a) ** 2 * (1 - delta) - margin[idx]
-        Gi.diagonal(dim1=-2, dim2=-1).sub_(s_lo[:, None])
-        _, info = torch.linalg.cholesky_ex(Gi)
+        lo, _ = _lambda_max_bounds(G[idx] if idx.numel() < B else G)
+        s_lo = torch.clamp(r * lo.sqrt(), min=a) ** 2 * (1 - delta) - margin[idx]
+        info = shifted_info(idx, s_lo)
         undecided[idx[(info > 0) & (s_lo > 0)]] = False  # a non-positive shift certifies nothing
 
     for test in ((test_deficient, test_full) if deficient_first else (test_full, test_deficient)):
