@@ -34,6 +34,8 @@ _EXPORTS = {
     "text_source": "mhaaudit.sources",
     "theorem1_bound": "mhaaudit.capacity",
     "memorization_certificate": "mhaaudit.capacity",
+    "capacity_audit": "mhaaudit.capacity_audit",
+    "run_memorize_grid": "mhaaudit.memorize",
     "MhaauditError": "mhaaudit.errors",
 }
 

@@ -867,8 +867,7 @@ def plot_capacity(result: CapacityResult, path: str | Path) -> Path:
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    from .io import atomic_path
-    from .plot import check_plot_path
+    from .plot import save_figure
 
     info, s = result.info, result.settings
     n, d, dh = info.get("n"), info.get("d"), s.get("head_dim")
@@ -895,8 +894,4 @@ def plot_capacity(result: CapacityResult, path: str | Path) -> Path:
     ax.set_title(f"Memorisation certificate: {result.model}" + (" (shared context)" if s.get("shared_context") else ""))
     ax.legend(fontsize=7, loc="best", framealpha=0.8)
     fig.tight_layout()
-    suffix = check_plot_path(path).suffix.lower().lstrip(".")
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format=suffix)
-    plt.close(fig)
-    return Path(path)
+    return save_figure(fig, path)
