@@ -18,12 +18,11 @@ Kruskal rank and near-tolerance draws all occur.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import torch
 
-from mhaaudit.kruskal import _draw_blocks, draw_decisions, kruskal_sweep, set_stats, subset_test
+from mhaaudit.kruskal import draw_decisions, kruskal_sweep, set_stats, subset_test
 from mhaaudit.rank import RankRule
 
 

@@ -12,7 +12,6 @@ import json
 import math
 import sys
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
