@@ -11,6 +11,11 @@ import typer
 from ..kruskal import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
 
 
+class Backend(str, Enum):
+    hf = "hf"
+    timm = "timm"
+
+
 class Format(str, Enum):
     table = "table"
     json = "json"

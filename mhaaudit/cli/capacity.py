@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 from enum import Enum
 from pathlib import Path
@@ -10,29 +9,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from ._common import DEFAULTS, Atol, Device, Format, Rtol, Samples, Seed, Threshold, prepare_outputs, validate_common
+from ._common import DEFAULTS, Atol, Backend, Device, Format, Rtol, Samples, Seed, Threshold, prepare_outputs, validate_common
 from .app import app
 
 
 class Attention(str, Enum):
     model = "model"
     random = "random"
-
-
-class Backend(str, Enum):
-    hf = "hf"
-    timm = "timm"
-
-
-def _finite(o):
-    """NaN/inf become null so that stdout is strict JSON."""
-    if isinstance(o, float):
-        return o if math.isfinite(o) else None
-    if isinstance(o, dict):
-        return {k: _finite(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_finite(v) for v in o]
-    return o
 
 
 @app.command("capacity")
@@ -92,7 +75,7 @@ def capacity_cmd(
     if fmt == Format.json:
         from ..report import print_json
 
-        print_json(_finite({"meta": meta, "records": records}))
+        print_json({"meta": meta, "records": records})  # strict JSON: non-finite numbers become null
     elif fmt == Format.parquet:
         sys.stdout.buffer.write(parquet_bytes(records, meta))
         sys.stdout.flush()

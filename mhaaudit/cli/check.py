@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -12,6 +11,7 @@ import typer
 from ._common import (
     DEFAULTS,
     Atol,
+    Backend,
     Device,
     Format,
     Out,
@@ -28,11 +28,6 @@ from ._common import (
 from .app import app
 
 FAIL_ON = ("general_position", "assumption_1", "assumption_2", "assumption_3", "any")
-
-
-class Backend(str, Enum):
-    hf = "hf"
-    timm = "timm"
 
 
 def parse_layers(spec: str | None) -> list[int] | None:
