@@ -38,10 +38,6 @@ class Probe:
     layer: int
     random_attention: bool = False
 
-    @property
-    def label(self) -> str:
-        return self.variant
-
     def describe(self) -> str:
         if self.random_attention:
             return VARIANT_HELP["random-attention"]
