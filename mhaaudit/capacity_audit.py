@@ -85,21 +85,9 @@ def parse_heads(spec: str | Sequence[int] | int | None, num_heads: int | None = 
     if isinstance(spec, (int, np.integer)):
         out.add(int(spec))
     elif isinstance(spec, str):
-        for part in spec.split(","):
-            part = part.strip()
-            if not part:
-                continue
-            try:
-                if "-" in part:
-                    a, b = part.split("-", 1)
-                    lo, hi = int(a), int(b)
-                    if hi < lo:
-                        raise InputError(f"--heads {spec!r}: the range {part} is empty (use low-high, e.g. 1-12)")
-                    out.update(range(lo, hi + 1))
-                else:
-                    out.add(int(part))
-            except ValueError:
-                raise InputError(f"--heads {spec!r}: use head counts and ranges such as 1-12, 3 or 1,2,4") from None
+        from .ranges import parse_int_ranges
+
+        out = parse_int_ranges(spec, "--heads", what="head counts", example="1-12, 3 or 1,2,4")
     else:
         try:
             out.update(int(v) for v in spec)

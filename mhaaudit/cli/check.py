@@ -33,25 +33,11 @@ FAIL_ON = ("general_position", "assumption_1", "assumption_2", "assumption_3", "
 def parse_layers(spec: str | None) -> list[int] | None:
     """``"0-6"``, ``"0,1,4"`` or ``"0-2,6"`` -> sorted layer list."""
     from ..errors import InputError
+    from ..ranges import parse_int_ranges
 
     if spec is None:
         return None
-    out: set[int] = set()
-    for part in spec.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            if "-" in part:
-                a, b = part.split("-", 1)
-                lo, hi = int(a), int(b)
-                if hi < lo:
-                    raise ValueError
-                out.update(range(lo, hi + 1))
-            else:
-                out.add(int(part))
-        except ValueError:
-            raise InputError(f"--layers {spec!r}: use numbers and ranges such as 0-6 or 0,1,4") from None
+    out = parse_int_ranges(spec, "--layers")
     if not out:
         raise InputError(f"--layers {spec!r} names no layer")
     if min(out) < 0:
