@@ -18,6 +18,7 @@ import pytest
 import torch
 from conftest import save_tiny_vit, tmp_leftovers
 
+from clitools import assert_one_error, run
 from mhaaudit import __version__
 from mhaaudit.capacity import attention_combinations, memorization_certificate, random_attention_weights
 from mhaaudit.capacity_audit import ZBuilder, capacity_audit, certify_head_prefixes, parse_heads
@@ -39,20 +40,6 @@ def vit4(tmp_path_factory):
     return save_tiny_vit(tmp_path_factory.mktemp("tiny_vit4"), num_attention_heads=4)
 
 
-def run(capsys, *args):
-    rc = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def assert_one_error(rc, err, match=None):
-    lines = err.strip().splitlines()
-    assert rc == 2, err
-    assert len(lines) == 1, err
-    assert lines[0].startswith("Error: "), err
-    assert "Traceback" not in err and "internal error" not in err
-    if match is not None:
-        assert match.lower() in lines[0].lower(), lines[0]
 
 
 def json_run(capsys, *args):

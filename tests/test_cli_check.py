@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import TINY_VIT_D, TINY_VIT_N, save_tiny_vit, strict_json, tmp_leftovers
 
+from clitools import assert_one_error
 from mhaaudit import __version__
 from mhaaudit.checks import CHECKS
 from mhaaudit.cli.app import main
@@ -38,15 +39,6 @@ def run_captured(*args):
     return rc, out.getvalue(), err.getvalue()
 
 
-def assert_one_error(rc, err, match=None):
-    lines = err.strip().splitlines()
-    assert rc == 2, err
-    assert len(lines) == 1, err
-    assert lines[0].startswith("Error: "), err
-    assert "Traceback" not in err and "internal error" not in err
-    if match is not None:
-        assert match.lower() in lines[0].lower(), lines[0]
-    return lines[0]
 
 
 def by_variant(records):

@@ -16,6 +16,7 @@ import torch
 from conftest import strict_json, tmp_leftovers
 from safetensors.torch import save_file
 
+from clitools import assert_one_error, run
 from mhaaudit import __version__
 from mhaaudit.cli.app import main
 from mhaaudit.features import reduce_tokens
@@ -27,21 +28,6 @@ RECORD_FIELDS = {"check", "k", "T", "d", "samples", "satisfied", "fraction", "ci
 FAST = ["--samples", "60"]
 
 
-def run(capsys, *args):
-    rc = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def assert_one_error(rc, err, match=None):
-    lines = err.strip().splitlines()
-    assert rc == 2, err
-    assert len(lines) == 1, err
-    assert lines[0].startswith("Error: "), err
-    assert "Traceback" not in err and "internal error" not in err
-    if match is not None:
-        assert match.lower() in lines[0].lower(), lines[0]
-    return lines[0]
 
 
 def matrix(T=T, d=D, dtype=np.float64, seed=0):
