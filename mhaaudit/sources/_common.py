@@ -135,3 +135,18 @@ def _available_splits(message: str, data: str, config: str | None) -> list[str]:
         return list(datasets.get_dataset_split_names(data, config))
     except Exception:
         return []
+
+
+def stream_rows(dataset, data: str):
+    """Rows of a streamed dataset; read errors become one DataError saying how far it got."""
+    iterator = iter(dataset)
+    count = 0
+    while True:
+        try:
+            row = next(iterator)
+        except StopIteration:
+            return
+        except (OSError, ConnectionError, ValueError, KeyError) as exc:
+            raise DataError(f"reading dataset '{data}' failed after {count} rows: {one_line(exc)}") from None
+        count += 1
+        yield row

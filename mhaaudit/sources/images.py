@@ -19,7 +19,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from ..errors import DataError, InputError
-from ._common import classify, is_builtin, is_local, one_line, open_hf_dataset
+from ._common import classify, is_builtin, is_local, one_line, open_hf_dataset, stream_rows
 
 __all__ = [
     "ImageSource",
@@ -405,17 +405,7 @@ class HubImages(ImageSource):
         super().__init__(f"{where} split {split} (streamed, RGB only)", limit)
 
     def _generate(self) -> Iterator[Image.Image]:
-        count = 0
-        iterator = iter(self.dataset)
-        while True:
-            try:
-                row = next(iterator)
-            except StopIteration:
-                return
-            except (OSError, ConnectionError, ValueError, KeyError) as exc:
-                raise DataError(f"reading dataset '{self.data}' failed after {count} rows: "
-                                f"{one_line(exc)}") from None
-            count += 1
+        for row in stream_rows(self.dataset, self.data):
             if self.column is None:
                 self.column = next((c for c in ("image", "img") if c in row), None)
             if self.column is None or self.column not in row:

@@ -25,7 +25,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..errors import DataError, InputError
-from ._common import classify, is_builtin, is_local, one_line, open_hf_dataset
+from ._common import classify, is_builtin, is_local, one_line, open_hf_dataset, stream_rows
 from .tokenizers import FallbackTokenizer, offline_tokenizer
 
 __all__ = [
@@ -246,17 +246,7 @@ class HubText(TextSource):
         super().__init__(label or f"{where} split {split}, column '{column}' (streamed)", limit)
 
     def _generate(self) -> Iterator[tuple[str | None, str]]:
-        iterator = iter(self.dataset)
-        count = 0
-        while True:
-            try:
-                row = next(iterator)
-            except StopIteration:
-                return
-            except (OSError, ConnectionError, ValueError, KeyError) as exc:
-                raise DataError(f"reading dataset '{self.data}' failed after {count} rows: "
-                                f"{one_line(exc)}") from None
-            count += 1
+        for row in stream_rows(self.dataset, self.data):
             value = row.get(self.column)
             if not isinstance(value, str):
                 self.skipped += 1
