@@ -31,6 +31,15 @@ Device = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N
 Out = Annotated[Optional[Path], typer.Option("--out", help="Write the records to this parquet file (atomically).")]
 Plot = Annotated[Optional[Path], typer.Option("--plot", help="Draw the sweep curve(s) to this .png/.pdf/.svg file.")]
 
+# Options of the commands that run a model over data (check, capacity).
+BackendOpt = Annotated[Optional[Backend], typer.Option("--backend", help="Force transformers (hf) or timm.")]
+Weights = Annotated[Optional[str], typer.Option("--weights", help="Local folder (transformers) or file (timm) with trained weights for the trained column.")]
+Data = Annotated[Optional[str], typer.Option("--data", help="Image folder, parquet file, text/jsonl file, Hugging Face dataset id (wikipedia, imagenet-1k, ...). Default: built-in offline data.")]
+Split = Annotated[str, typer.Option("--split", help="Dataset split for Hugging Face datasets.")]
+BatchSize = Annotated[int, typer.Option("--batch-size", help="Examples per forward pass.")]
+ContextLength = Annotated[Optional[int], typer.Option("--context-length", help="Text models: tokens per example n.")]
+FormatOpt = Annotated[Format, typer.Option("--format", help="table (people), json or parquet (stdout).")]
+
 DEFAULTS = dict(samples=DEFAULT_SAMPLES, threshold=DEFAULT_THRESHOLD, seed=0, device="auto")
 
 

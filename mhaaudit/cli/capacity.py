@@ -9,7 +9,25 @@ from typing import Annotated, Optional
 
 import typer
 
-from ._common import DEFAULTS, Atol, Backend, Device, Format, Rtol, Samples, Seed, Threshold, prepare_outputs, validate_common
+from ._common import (
+    DEFAULTS,
+    Atol,
+    BackendOpt,
+    BatchSize,
+    ContextLength,
+    Data,
+    FormatOpt,
+    Split,
+    Weights,
+    Device,
+    Format,
+    Rtol,
+    Samples,
+    Seed,
+    Threshold,
+    prepare_outputs,
+    validate_common,
+)
 from .app import app
 
 
@@ -26,21 +44,21 @@ def capacity_cmd(
     shared_context: Annotated[bool, typer.Option("--shared-context", help="Proposition 2: every example uses the context of example 0 with its own query; checks rank(Z) <= H (n - 1) + 1.")] = False,
     from_path: Annotated[Optional[Path], typer.Option("--from", help="Read the Assumption 1/2 verdicts from a parquet file written by 'mhaaudit check --out' instead of auditing.")] = None,
     variants: Annotated[Optional[list[str]], typer.Option("--variants", help="Columns: random and/or trained (default both; trained needs the hub or --weights).")] = None,
-    weights: Annotated[Optional[str], typer.Option("--weights", help="Local folder (transformers) or file (timm) with trained weights for the trained column.")] = None,
+    weights: Weights = None,
     layer: Annotated[int, typer.Option("--layer", help="Attention block K whose input (layer K-1 tokens) is audited and certified; 1 = the first block on the embedding output.")] = 1,
-    backend: Annotated[Optional[Backend], typer.Option("--backend", help="Force transformers (hf) or timm.")] = None,
-    data: Annotated[Optional[str], typer.Option("--data", help="Image folder, parquet file, text/jsonl file, Hugging Face dataset id. Default: built-in offline data.")] = None,
-    split: Annotated[str, typer.Option("--split", help="Dataset split for Hugging Face datasets.")] = "train",
+    backend: BackendOpt = None,
+    data: Data = None,
+    split: Split = "train",
     limit: Annotated[int, typer.Option("--limit", help="Number of examples T (rows of Z).")] = 2000,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Examples per forward pass.")] = 32,
-    context_length: Annotated[Optional[int], typer.Option("--context-length", help="Text models: tokens per example n.")] = None,
+    batch_size: BatchSize = 32,
+    context_length: ContextLength = None,
     samples: Samples = DEFAULTS["samples"],
     threshold: Threshold = DEFAULTS["threshold"],
     seed: Seed = DEFAULTS["seed"],
     rtol: Rtol = None,
     atol: Atol = None,
     device: Device = DEFAULTS["device"],
-    fmt: Annotated[Format, typer.Option("--format", help="table (people), json or parquet (stdout).")] = Format.table,
+    fmt: FormatOpt = Format.table,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write the records to this parquet file (atomically).")] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Draw rank(Z) against the number of heads, with the bound lines, to this .png/.pdf/.svg file.")] = None,
 ) -> None:

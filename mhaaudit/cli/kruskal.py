@@ -11,6 +11,7 @@ import typer
 
 from ._common import (
     DEFAULTS,
+    FormatOpt,
     Atol,
     Device,
     Format,
@@ -44,7 +45,7 @@ def kruskal_cmd(
     rtol: Rtol = None,
     atol: Atol = None,
     device: Device = DEFAULTS["device"],
-    fmt: Annotated[Format, typer.Option("--format", help="table (people), json or parquet (stdout).")] = Format.table,
+    fmt: FormatOpt = Format.table,
     out: Out = None,
     plot: Plot = None,
     query_index: Annotated[Optional[int], typer.Option("--query-index", help="Token row of the query in a T x n x d array (0 = [CLS], -1 = last).")] = None,
