@@ -19,6 +19,8 @@ float64 rows with the same tolerance (see ``mhaaudit.rank``).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -28,11 +30,23 @@ import numpy as np
 import torch
 
 from .errors import InputError
-from .rank import EPS64, RankRule, _rounding_margin, decide_full_rank, decide_prefix_full_rank, gram_rank, svd_rank, with_numerics
+from . import cpu
+from .rank import (
+    EPS64,
+    Decision,
+    RankRule,
+    _rounding_margin,
+    cholesky_margins,
+    decide_full_rank,
+    decide_prefix_full_rank,
+    gram_rank,
+    svd_rank,
+    with_numerics,
+)
 
 DEFAULT_SAMPLES = 5000
 DEFAULT_THRESHOLD = 0.99
-DRAW_BLOCK = 256  # draws are generated in fixed blocks so results do not depend on batch sizes
+DRAW_BLOCK = 64  # draws come in fixed blocks, each with its own seeded generator
 FULL_GRAM_MAX_T = 6000
 
 Progress = Callable[[int], None]
@@ -45,11 +59,11 @@ def clopper_pearson(successes: int, trials: int, level: float = 0.95) -> tuple[f
     """Exact two-sided binomial confidence interval."""
     if trials <= 0:
         return (0.0, 1.0)
-    from scipy.stats import beta
+    from scipy.special import betaincinv  # the beta quantile; scipy.stats takes ~1 s to import
 
     a = (1 - level) / 2
-    lo = 0.0 if successes == 0 else float(beta.ppf(a, successes, trials - successes + 1))
-    hi = 1.0 if successes == trials else float(beta.ppf(1 - a, successes + 1, trials - successes))
+    lo = 0.0 if successes == 0 else float(betaincinv(successes, trials - successes + 1, a))
+    hi = 1.0 if successes == trials else float(betaincinv(successes + 1, trials - successes, 1 - a))
     return lo, hi
 
 
@@ -286,11 +300,46 @@ class _Gram:
 
     def __init__(self, X: torch.Tensor, device: torch.device):
         self.X = X.to(device=device, dtype=torch.float64)
-        self.full = self.X @ self.X.T if X.shape[0] <= FULL_GRAM_MAX_T else None
+        self.full = None
+        if X.shape[0] <= FULL_GRAM_MAX_T:
+            if self.X.device.type == "cpu":  # NumPy's X @ X.T is one symmetric rank-k update (syrk)
+                Xn = self.X.numpy()
+                self.full = torch.from_numpy(Xn @ Xn.T)
+            else:
+                self.full = self.X @ self.X.T
+        self.T = int(X.shape[0])
+
+    @property
+    def cpu_flat(self):
+        """The full Gram as a flat NumPy array when it lives on the CPU (the fast path), else None."""
+        if self.full is None or self.full.device.type != "cpu" or not cpu.available():
+            return None
+        return self.full.numpy().reshape(-1)
+
+    @functools.cached_property
+    def proj(self) -> np.ndarray:
+        """Projections of the rows on the top right singular direction (power iteration).
+
+        For any subset S and unit vector u, sigma_max(X_S)^2 >= ||X_S u||^2: any u gives a valid
+        lower bound, the top direction a tight one on data with a dominant direction.
+        """
+        X = self.X
+        u = X.mean(0)
+        if not bool(u.norm() > 0):
+            u = X[int(X.norm(dim=1).argmax())]
+        for _ in range(30):
+            u = X.T @ (X @ u)
+            nu = u.norm()
+            if not bool(nu > 0):
+                break
+            u = u / nu
+        return (X @ u).cpu().numpy()
 
     def sub(self, idx: torch.Tensor) -> torch.Tensor:
-        if self.full is not None:
-            return self.full[idx[:, :, None], idx[:, None, :]]
+        if self.full is not None:  # one flat gather: about twice as fast as 2-D advanced indexing
+            b, k = idx.shape
+            lin = (idx[:, :, None] * self.T + idx[:, None, :]).reshape(-1)
+            return torch.index_select(self.full.reshape(-1), 0, lin).reshape(b, k, k)
         rows = self.X[idx]
         return rows @ rows.transpose(-1, -2)
 
@@ -298,22 +347,73 @@ class _Gram:
         return self.X[idx]
 
 
+def _block_seed(seed: int, block: int) -> int:
+    return int(np.random.SeedSequence([int(seed) % 2**64, block]).generate_state(1, np.uint64)[0])
+
+
+def _draw_block(T: int, k: int, seed: int, block: int, size: int, sort: bool) -> torch.Tensor:
+    """Block ``block`` of the draws for ``seed``: ``size`` rows of k distinct row indices.
+
+    Each block has its own generator (seeded from the seed and the block number), so blocks can
+    be drawn in any order and in parallel and the draws never depend on batch sizes. A row is the
+    k largest of T uniform keys: a uniformly random k-subset, in random order (a random
+    ordering's prefixes for the sweep), or sorted (``sort``: a subset is a set, and sorted
+    indices make the Gram gather cache-friendly).
+    """
+    gen = torch.Generator(device="cpu").manual_seed(_block_seed(seed, block))
+    keys = torch.rand(size, T, generator=gen)
+    if sort:
+        return keys.topk(k, dim=1, sorted=False).indices.sort(dim=1).values
+    return keys.topk(k, dim=1).indices
+
+
+def _block_specs(samples: int) -> list[tuple[int, int]]:
+    return [(block, min(DRAW_BLOCK, samples - start)) for block, start in enumerate(range(0, samples, DRAW_BLOCK))]
+
+
 def _draw_blocks(T: int, k: int, samples: int, seed: int, sort: bool = False):
-    """Yield (start, indices) blocks of draws of k distinct rows, from one seeded generator."""
-    gen = torch.Generator(device="cpu").manual_seed(int(seed))
-    done = 0
-    while done < samples:
-        b = min(DRAW_BLOCK, samples - done)
-        keys = torch.rand(DRAW_BLOCK, T, generator=gen)[:b]
-        idx = keys.topk(k, dim=1).indices
-        if sort:  # a subset is a set; sorted indices make the Gram gather cache-friendly
-            idx = idx.sort(dim=1).values
-        yield done, idx
-        done += b
+    """Yield (start, indices) blocks of the seeded draws of k distinct rows."""
+    for block, size in _block_specs(samples):
+        yield block * DRAW_BLOCK, _draw_block(T, k, seed, block, size, sort)
+
+
+def _blocks_in_order(job, T: int, k: int, samples: int, seed: int, sort: bool, workers: int):
+    """``job(indices)`` for every block of the seeded draws, yielded in block order.
+
+    With several workers each block is drawn and processed by one worker thread (torch with one
+    intra-op thread: small factorisations parallelise better across matrices than within
+    them), ``workers + 1`` blocks ahead of the consumer.
+    """
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run(spec):
+        torch.set_flush_denormal(True)  # per thread; see rank.numerics
+        return job(_draw_block(T, k, seed, spec[0], spec[1], sort))
+
+    specs = iter(_block_specs(samples))
+    if workers <= 1:  # one caller (a GPU): larger batches, several blocks per call
+        while group := list(itertools.islice(specs, 4)):
+            yield job(torch.cat([_draw_block(T, k, seed, b, size, sort) for b, size in group]))
+        return
+    pool = ThreadPoolExecutor(workers)
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        pending = deque(pool.submit(run, spec) for spec in itertools.islice(specs, workers + 1))
+        while pending:
+            result = pending.popleft().result()
+            spec = next(specs, None)
+            if spec is not None:
+                pending.append(pool.submit(run, spec))
+            yield result
+    finally:
+        torch.set_num_threads(old_threads)
+        pool.shutdown(cancel_futures=True)
 
 
 def _chunk_size(k: int, mats: int = 3, budget_bytes: int = 1 << 28) -> int:
-    return max(1, min(DRAW_BLOCK, budget_bytes // max(1, mats * k * k * 8)))
+    return max(1, min(4 * DRAW_BLOCK, budget_bytes // max(1, mats * k * k * 8)))
 
 
 def _prove(X: torch.Tensor, idx: list[int], rule: RankRule) -> Witness | None:
@@ -367,47 +467,49 @@ def shrink_witness(X: torch.Tensor, indices, rule: RankRule) -> Witness:
 
 
 def _decided_draws(gram: "_Gram", k: int, samples: int, seed: int, rule: RankRule, progress: Progress | None = None):
-    """Yield ``(indices, gram_matrices, decision)`` for consecutive chunks of the seeded draws.
+    """Yield ``(indices, decision)`` for consecutive chunks of the seeded draws.
 
-    On the CPU the chunks of a block are decided by one worker thread per core, each with one
-    intra-op thread (small batched factorisations parallelise better across matrices than
-    within them). The order of the test that certifies dependence adapts to what the previous
-    chunks showed; neither changes any decision.
+    On the CPU blocks of draws are drawn and decided by one worker thread per core. With the
+    full Gram on the CPU, each draw goes through ``cpu.decide_draws`` (LAPACK through ctypes)
+    and only the draws its certificates do not settle through ``decide_full_rank``. The order
+    of the test that certifies dependence adapts to what earlier blocks showed. Neither
+    changes any decision.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     d = gram.X.shape[1]
     chunk = _chunk_size(k)
-    workers = torch.get_num_threads() if gram.X.device.type == "cpu" else 1
+    on_cpu = gram.X.device.type == "cpu"
+    workers = torch.get_num_threads() if on_cpu else 1
+    flat = gram.cpu_flat
+    proj = gram.proj if flat is not None else None
     seen = [0, 0]  # draws decided, dependent draws
 
     def decide(sub):
-        G = gram.sub(sub)
-        dec = decide_full_rank(G, lambda j: gram.rows(sub[j]), k, d, rule, deficient_first=seen[1] * 2 > seen[0])
-        return sub, G, dec
+        deficient_first = seen[1] * 2 > seen[0]
+        if flat is None:
+            G = gram.sub(sub)
+            return sub, decide_full_rank(G, lambda j: gram.rows(sub[j]), k, d, rule, deficient_first=deficient_first)
+        full_np, decided = cpu.decide_draws(flat, gram.T, sub.numpy(), d, rule, proj, deficient_first=deficient_first)
+        full = torch.from_numpy(full_np)
+        exact = torch.zeros_like(full)
+        rest = torch.from_numpy(~decided).nonzero().squeeze(-1)
+        if rest.numel():
+            rs = sub[rest]
+            dec = decide_full_rank(gram.sub(rs), lambda j: gram.rows(rs[j]), k, d, rule, delta=1e-6)
+            full[rest], exact[rest] = dec.full, dec.exact
+        return sub, Decision(full, exact)
 
-    pool = ThreadPoolExecutor(workers) if workers > 1 else None
-    old_threads = torch.get_num_threads()
-    try:
-        for _, idx in _draw_blocks(gram.X.shape[0], k, samples, seed, sort=True):
-            idx = idx.to(gram.X.device)
-            parts = list(idx.split(max(1, min(chunk, -(-idx.shape[0] // workers)))))
-            if pool is not None:
-                torch.set_num_threads(1)
-                results = list(pool.map(decide, parts))
-                torch.set_num_threads(old_threads)
-            else:
-                results = [decide(p) for p in parts]
-            for sub, G, dec in results:
+    def block(idx):
+        idx = idx.to(gram.X.device)
+        return [decide(part) for part in idx.split(chunk)]
+
+    with cpu.blas_single_thread() if flat is not None else contextlib.nullcontext():
+        for results in _blocks_in_order(block, gram.T, k, samples, seed, True, workers):
+            for sub, dec in results:
                 seen[0] += int(sub.shape[0])
                 seen[1] += int((~dec.full).sum())
-                yield sub, G, dec
+                yield sub, dec
             if progress:
-                progress(int(idx.shape[0]))
-    finally:
-        torch.set_num_threads(old_threads)
-        if pool is not None:
-            pool.shutdown()
+                progress(sum(int(sub.shape[0]) for sub, _ in results))
 
 
 def draw_decisions(X, k: int, *, samples: int = DEFAULT_SAMPLES, seed: int = 0, rule: RankRule | None = None,
@@ -418,7 +520,7 @@ def draw_decisions(X, k: int, *, samples: int = DEFAULT_SAMPLES, seed: int = 0, 
     X = as_matrix(X)
     rule = rule or RankRule.for_dtype(X.dtype)
     gram = _Gram(X, resolve_device(device))
-    parts = [(sub.cpu(), dec.full.cpu()) for sub, _, dec in _decided_draws(gram, k, samples, seed, rule)]
+    parts = [(sub.cpu(), dec.full.cpu()) for sub, dec in _decided_draws(gram, k, samples, seed, rule)]
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
 
@@ -501,7 +603,7 @@ def subset_test(
     drawn = 0
     stopped = False
     gram = _Gram(X, dev)
-    for sub, G, dec in _decided_draws(gram, k, samples, seed, rule, progress):
+    for sub, dec in _decided_draws(gram, k, samples, seed, rule, progress):
         drawn += int(sub.shape[0])
         satisfied += int(dec.full.sum())
         rechecks += int(dec.exact.sum())
@@ -512,7 +614,7 @@ def subset_test(
         if room > 0 and bad.numel():
             sel = bad[:room]
             for part in sel.split(64):
-                ranks = gram_rank(G[part], lambda j, part=part, sub=sub: gram.rows(sub[part[j]]), d, rule)
+                ranks = gram_rank(gram.sub(sub[part]), lambda j, part=part, sub=sub: gram.rows(sub[part[j]]), d, rule)
                 for r in ranks.tolist():
                     hist[int(r)] = hist.get(int(r), 0) + 1
             hist_draws += int(sel.numel())
@@ -637,6 +739,154 @@ def _critical_sizes(G: torch.Tensor, rows_fn, d: int, rule: RankRule):
     return lo, rechecks
 
 
+class _SweepKernel:
+    """k* of one nested draw on the CPU, with LAPACK ``dpotrf`` and no batched padding.
+
+    For a draw (an ordering of K rows) k* is the largest k whose leading k rows are independent;
+    independence is monotone in k. A Cholesky factorisation of ``G - s I`` fails at the first
+    leading block with an eigenvalue at or below ``s`` (LAPACK reports its order), so one
+    factorisation settles every k at once against one shift:
+
+    * with ``s`` at least the largest tolerance any k in the open range can have, every leading
+      block before the failure is certified independent;
+    * with ``s`` at most the smallest such tolerance, the block where it fails is certified
+      dependent.
+
+    Tolerances come from bounds on lambda_max of each leading block: below by the largest squared
+    row norm and by the squared projections on the top direction of the whole set, above by the
+    Frobenius norm. The range shrinks round by round; when a round proves little, bisection
+    goes on with the shifts of one size at a time, and a size whose smallest eigenvalue sits
+    within the bounds' slack of its tolerance is decided by ``decide_full_rank``. Rows of the
+    Gram submatrix are gathered only as far as they are needed (lower triangle only: dpotrf
+    reads nothing else).
+    """
+
+    def __init__(self, gram: "_Gram", K: int, d: int, rule: RankRule, delta: float = 1e-6):
+        self.gram, self.K, self.d, self.rule, self.delta = gram, K, d, rule, delta
+        self.flat, self.T = gram.cpu_flat, gram.T
+        self.sqn = torch.diagonal(gram.full).numpy()
+        self.proj = gram.proj
+        ks = np.arange(1, K + 1, dtype=np.float64)
+        self.rt = np.array([rule.rtol_for(int(k), d) for k in range(1, K + 1)])
+        self.a = rule.atol_value
+        self.ks = ks
+        self.r, self.c, self.pos, _ = cpu.lower_layout(K)
+        self.row_start = np.concatenate([[0], np.cumsum(np.arange(1, K + 1))])
+        self.hint = K  # rows to gather first and the size to aim at: only speed depends on them
+        self.guess = K
+
+    def draws(self, subs: np.ndarray) -> tuple[np.ndarray, int]:
+        """k* for each row of ``subs`` (B, K), and how many sizes needed an exact decision."""
+        K = self.K
+        Gp = np.zeros((K, K))
+        W = np.empty((K, K))
+        potrf = cpu.Potrf(K)
+
+        def factor(m: int, shift: float) -> int:
+            """LAPACK info of Cholesky(G_m - shift I): 0, or the order of the first failing block."""
+            W[:m, :m] = Gp[:m, :m]
+            W.reshape(-1)[: m * (K + 1) : K + 1] -= shift
+            return potrf(W, m)
+
+        out = np.empty(subs.shape[0], dtype=np.int64)
+        exact = 0
+        for b in range(subs.shape[0]):
+            out[b], e = self._one(subs[b], Gp, factor)
+            exact += e
+            self.hint = min(K, int(out[b] * 1.1) + 8)  # k* of neighbouring draws cluster
+        return out, exact
+
+    def _one(self, s: np.ndarray, Gp: np.ndarray, factor) -> tuple[int, int]:
+        K, delta, rt, a = self.K, self.delta, self.rt, self.a
+        rowsq = np.zeros(K)
+        dg = self.sqn[s]
+        maxdiag = np.maximum.accumulate(dg)
+        trace = np.cumsum(dg)
+        lam_lo = np.maximum(maxdiag, np.cumsum(self.proj[s] ** 2))
+        m_full, m_def = cholesky_margins(self.ks, self.d, trace, maxdiag)
+        m = 0
+
+        def grow(new_m: int) -> None:
+            nonlocal m
+            a0, b0 = self.row_start[m], self.row_start[new_m]
+            r, c = self.r[a0:b0], self.c[a0:b0]
+            vals = np.take(self.flat, s[r] * self.T + s[c])
+            Gp.reshape(-1)[self.pos[a0:b0]] = vals
+            sq = np.add.reduceat(vals * vals, self.row_start[m:new_m] - a0)
+            d0 = dg[m:new_m]
+            rowsq[m:new_m] = 2.0 * sq - d0 * d0
+            m = new_m
+
+        def tight(k: int) -> tuple[float, float]:
+            """At size k: the shift that certifies independence (the largest squared tolerance
+            plus the rounding margin), and the smallest squared tolerance (before any margin),
+            from power-iteration bounds on lambda_max(G_k)."""
+            lo_k, hi_k = cpu.power_bounds(Gp[:k, :k], self.proj[s[:k]], float(trace[k - 1]))
+            hi_k = min(hi_k, math.sqrt(max(float(rowsq[:k].sum()), 0.0)))
+            lo_k = max(lo_k, float(lam_lo[k - 1]))
+            s_hi = max(rt[k - 1] * math.sqrt(hi_k), a) ** 2 * (1 + delta) + m_full[k - 1]
+            t_lo = max(rt[k - 1] * math.sqrt(lo_k), a) ** 2 * (1 - delta)
+            return s_hi, t_lo
+
+        grow(max(1, min(K, self.hint)))
+        cache: dict[int, tuple[float, float]] = {}
+
+        def shifts(k: int) -> tuple[float, float]:
+            if k not in cache:
+                cache[k] = tight(k)
+            return cache[k]
+
+        lo, hi, exact = 0, K, 0  # every k <= lo is independent, every k > hi dependent
+        j = self.guess  # where to aim the certificate of independence
+        last_b = -1  # the lo at which the certificate of dependence last ran
+        while lo < hi:
+            if lo >= m:  # every gathered size is independent: gather more rows
+                grow(min(hi, max(m + 16, int(m * 1.25))))
+                j = m
+            mm = min(hi, m)
+            j = max(lo + 1, min(j, mm))
+            before = (lo, hi)
+            # independence of every leading block up to j: the largest tolerance there is j's
+            f = factor(j, shifts(j)[0])
+            lo = max(lo, j if f == 0 else f - 1)
+            if lo >= hi:
+                break
+            if lo == m:
+                continue
+            # dependence of the block where a factorisation at the smallest open tolerance (that
+            # of lo + 1; tolerances grow with k) fails, less the margin of the largest block
+            s_lo = shifts(lo + 1)[1] - m_def[mm - 1]
+            if s_lo > 0 and lo != last_b:
+                last_b = lo
+                f = factor(mm, s_lo)
+                if lo < f <= mm:
+                    hi = min(hi, f - 1)
+                elif f == 0 and m < hi:
+                    grow(min(hi, max(m + 16, int(m * 1.25))))
+                    last_b = -1
+                    continue
+            if (lo, hi) == before and j == lo + 1:
+                # lambda_min(G_{lo+1}) sits within rounding distance of its tolerance:
+                # decide_full_rank falls back to eigenvalues or the SVD
+                full, was_exact = self._decide(s, Gp, lo + 1)
+                exact += was_exact
+                if full:
+                    lo += 1
+                else:
+                    hi = lo
+            # aim next at the top of the range when it just shrank from above, else just past lo
+            j = hi if hi != before[1] else lo + 1
+        self.guess = max(1, lo)
+        return lo, exact
+
+    def _decide(self, s: np.ndarray, Gp: np.ndarray, k: int) -> tuple[bool, int]:
+        A = np.tril(Gp[:k, :k])
+        A = A + np.tril(A, -1).T
+        dec = decide_full_rank(torch.from_numpy(A)[None], lambda j: self.gram.rows(torch.from_numpy(s[:k]))[None],
+                               k, self.d, self.rule, self.delta)
+        return bool(dec.full[0]), int(dec.exact[0])
+
+
 @with_numerics()
 def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_block: int = 1024) -> Bound:
     """Certified floor from the Babel function mu1(m) (cumulative coherence).
@@ -718,19 +968,28 @@ def kruskal_sweep(
     min_dep = None  # (size, indices)
     if K > 0:
         chunk = _chunk_size(K, mats=6)
-        for start, idx in _draw_blocks(T, K, samples, seed):
+        kernel = _SweepKernel(gram, K, d, rule) if gram.cpu_flat is not None else None
+        workers = torch.get_num_threads() if kernel is not None else 1
+
+        def block(idx: torch.Tensor):
+            if kernel is not None:  # one draw at a time, LAPACK through ctypes
+                kstar, rc = kernel.draws(idx.numpy())
+                return idx, torch.from_numpy(kstar), rc
             idx = idx.to(dev)
-            for sub in idx.split(chunk):
-                G = gram.sub(sub)
-                kstar, rc = _critical_sizes(G, lambda j, m, sub=sub: gram.rows(sub[j, :m]), d, rule)
+            parts = [_critical_sizes(gram.sub(sub), lambda j, m, sub=sub: gram.rows(sub[j, :m]), d, rule)
+                     for sub in idx.split(chunk)]
+            return idx, torch.cat([p[0].cpu() for p in parts]), sum(p[1] for p in parts)
+
+        with cpu.blas_single_thread() if kernel is not None else contextlib.nullcontext():
+            for idx, kstar, rc in _blocks_in_order(block, T, K, samples, seed, False, workers):
                 rechecks += rc
-                counts += torch.bincount(kstar.cpu(), minlength=K + 2)[: K + 2]
+                counts += torch.bincount(kstar, minlength=K + 2)[: K + 2]
                 small = int(kstar.min())
                 if small < K and (min_dep is None or small + 1 < min_dep[0]):
                     j = int(kstar.argmin())
-                    min_dep = (small + 1, sub[j, : small + 1].cpu().tolist())
-            if progress:
-                progress(int(idx.shape[0]))
+                    min_dep = (small + 1, idx[j, : small + 1].cpu().tolist())
+                if progress:
+                    progress(int(idx.shape[0]))
     # fraction(k) = P(k* >= k)
     ge = torch.flip(torch.cumsum(torch.flip(counts, [0]), 0), [0])  # ge[k] = #draws with k* >= k
     ks = tuple(range(1, K_all + 1))

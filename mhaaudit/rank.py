@@ -146,6 +146,16 @@ def svd_rank(rows: torch.Tensor, rule: RankRule):
     return rank, s[..., -1], smax, tol, s
 
 
+def eigvalsh(G: torch.Tensor) -> torch.Tensor:
+    """Ascending eigenvalues of symmetric matrices: NumPy's LAPACK on the CPU (faster than
+    torch's on many machines), torch elsewhere."""
+    if G.device.type == "cpu" and G.dtype == torch.float64:
+        import numpy as np
+
+        return torch.from_numpy(np.linalg.eigvalsh(G.numpy()))
+    return torch.linalg.eigvalsh(G)
+
+
 def gram_rank(G: torch.Tensor, rows_fn, d: int, rule: RankRule) -> torch.Tensor:
     """Numerical rank of k x d row subsets from their k x k float64 Gram matrices.
 
@@ -154,7 +164,7 @@ def gram_rank(G: torch.Tensor, rows_fn, d: int, rule: RankRule) -> torch.Tensor:
     the SVD, so the result equals ``svd_rank`` on the rows.
     """
     k = G.shape[-1]
-    lam = torch.linalg.eigvalsh(G).clamp_min(0)  # ascending
+    lam = eigvalsh(G).clamp_min(0)  # ascending
     lmax = lam[..., -1]
     tol2 = rule.tol(lmax.sqrt(), k, d) ** 2
     err = _rounding_margin(k, d, lmax)
@@ -199,10 +209,39 @@ def _rounding_margin(k: int, d: int, lam_hi: torch.Tensor) -> torch.Tensor:
     return 8.0 * (k + d) * math.sqrt(k) * EPS64 * lam_hi
 
 
+def cholesky_margins(k, d: int, trace, maxdiag):
+    """Rounding bounds ``(full, deficient)`` for the shifted-Cholesky certificates on a k x k Gram.
+
+    ``G`` is formed from rows of length d in float64 (error at most gamma_d trace(G) in the
+    2-norm: each entry is a d-term dot product, bounded by Cauchy-Schwarz). Then, with
+    gamma_n = n u / (1 - n u) and u the unit roundoff (Higham, *Accuracy and Stability of
+    Numerical Algorithms*, Thms 10.3 and 10.7):
+
+    * a completed floating-point Cholesky of ``G - s I`` means L L^T = G - s I + E with
+      ||E|| <= gamma_{k+1} trace(|L| |L|^T) <= gamma_{k+1} trace(G)(1 + gamma_{k+1}), so
+      lambda_min(G) > s - full;
+    * a failed one means the diagonally scaled ``G - s I`` has an eigenvalue at most
+      k gamma_{k+1} / (1 - k gamma_{k+1}) (Demmel's condition), so lambda_min(G) < s + deficient
+      with the largest diagonal entry as the scale.
+
+    ``k`` may be a number or an array (one value per leading block), as may trace and maxdiag.
+    """
+    u = EPS64 / 2
+
+    def gamma(n):
+        return n * u / (1 - n * u)
+
+    form = gamma(d) * trace
+    g = gamma(k + 1)
+    full = g * (1 + g) * trace + form
+    deficient = k * g / (1 - k * g) * maxdiag + form
+    return full, deficient
+
+
 @dataclass
 class Decision:
     full: torch.Tensor  # bool (B,)
-    exact: torch.Tensor  # bool (B,): decided by SVD rather than by the Cholesky certificates
+    exact: torch.Tensor  # bool (B,): decided from eigenvalues or by SVD, not by the Cholesky certificates
 
 
 def decide_full_rank(G: torch.Tensor, rows_fn, k: int, d: int, rule: RankRule, delta: float = 1e-3,
@@ -224,7 +263,8 @@ def decide_full_rank(G: torch.Tensor, rows_fn, k: int, d: int, rule: RankRule, d
     r = rule.rtol_for(k, d)
     a = rule.atol_value
     hi = torch.linalg.matrix_norm(G)  # Frobenius norm >= lambda_max: one pass over G
-    margin = _rounding_margin(k, d, hi)
+    gdiag = G.diagonal(dim1=-2, dim2=-1)
+    m_full, m_def = cholesky_margins(k, d, gdiag.sum(-1), gdiag.amax(-1))
     undecided = torch.ones(B, dtype=torch.bool, device=dev)
 
     def shifted_info(idx: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
@@ -243,27 +283,37 @@ def decide_full_rank(G: torch.Tensor, rows_fn, k: int, d: int, rule: RankRule, d
 
     def test_full(idx: torch.Tensor) -> None:
         # lambda_min(G) > s_hi >= the squared tolerance: independent
-        s_hi = torch.clamp(r * hi[idx].sqrt(), min=a) ** 2 * (1 + delta) + margin[idx]
+        s_hi = torch.clamp(r * hi[idx].sqrt(), min=a) ** 2 * (1 + delta) + m_full[idx]
         sure = idx[shifted_info(idx, s_hi) == 0]
         full[sure] = True
         undecided[sure] = False
 
+    tightened = torch.zeros(B, dtype=torch.bool, device=dev)
+
     def test_deficient(idx: torch.Tensor) -> None:
         # lambda_min(G) < s_lo <= the squared tolerance: dependent
-        lo, _ = _lambda_max_bounds(G[idx] if idx.numel() < B else G)
-        s_lo = torch.clamp(r * lo.sqrt(), min=a) ** 2 * (1 - delta) - margin[idx]
+        lo, hi2 = _lambda_max_bounds(G[idx] if idx.numel() < B else G)
+        s_lo = torch.clamp(r * lo.sqrt(), min=a) ** 2 * (1 - delta) - m_def[idx]
         info = shifted_info(idx, s_lo)
         undecided[idx[(info > 0) & (s_lo > 0)]] = False  # a non-positive shift certifies nothing
+        better = hi2 < hi[idx]  # the power-iteration bound beats the Frobenius norm
+        hi[idx] = torch.minimum(hi[idx], hi2)
+        tightened[idx] = better
 
-    for test in ((test_deficient, test_full) if deficient_first else (test_full, test_deficient)):
+    tests = (test_deficient, test_full) if deficient_first else (test_full, test_deficient)
+    for test in tests:
         idx = undecided.nonzero().squeeze(-1)
         if idx.numel():
             test(idx)
+    if not deficient_first:  # test_full once more where test_deficient found a tighter lambda_max
+        idx = (undecided & tightened).nonzero().squeeze(-1)
+        if idx.numel():
+            test_full(idx)
     if bool(undecided.any()):
         # Eigenvalues of G are sigma^2 to within a rounding error far below the tolerance band;
         # only a subset whose smallest one sits within that error of the tolerance needs the SVD.
         idx = undecided.nonzero().squeeze(-1)
-        lam = torch.linalg.eigvalsh(G[idx])
+        lam = eigvalsh(G[idx])
         lmin, lmax = lam[:, 0], lam[:, -1].clamp_min(0)
         tau = torch.clamp(r * lmax.sqrt(), min=a) ** 2
         err = _rounding_margin(k, d, lmax)
@@ -306,9 +356,10 @@ def decide_prefix_full_rank(G: torch.Tensor, ks: torch.Tensor, rows_fn, d: int, 
     else:
         r = torch.clamp(kf, min=float(d)) * rule.eps
     a = rule.atol_value
-    margin = 8.0 * (kf + d) * kf.sqrt() * EPS64 * hi
-    s_hi = torch.clamp(r * hi.sqrt(), min=a) ** 2 * (1 + delta) + margin
-    s_lo = torch.clamp(r * lo.sqrt(), min=a) ** 2 * (1 - delta) - margin
+    gdiag = Gm.diagonal(dim1=-2, dim2=-1)
+    m_full, m_def = cholesky_margins(kf, d, gdiag.sum(-1), gdiag.amax(-1))
+    s_hi = torch.clamp(r * hi.sqrt(), min=a) ** 2 * (1 + delta) + m_full
+    s_lo = torch.clamp(r * lo.sqrt(), min=a) ** 2 * (1 - delta) - m_def
     undecided = torch.ones(B, dtype=torch.bool, device=dev)
     for shift, certifies_full in ((s_hi, True), (s_lo, False)):
         idx = undecided.nonzero().squeeze(-1)

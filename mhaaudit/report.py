@@ -63,7 +63,7 @@ def test_evidence_lines(r: SubsetTest) -> list[str]:
         shown = ", ".join(f"{k}: {v}" for k, v in items[:8]) + (" ..." if len(items) > 8 else "")
         lines.append(f"  ranks of examined draws: {shown}")
     if r.exact_rechecks:
-        lines.append(f"  {r.exact_rechecks} draw(s) sat near the tolerance and were decided by SVD")
+        lines.append(f"  {r.exact_rechecks} draw(s) sat near the tolerance and were decided from eigenvalues or by SVD")
     return lines
 
 
