@@ -705,7 +705,10 @@ def _prefix_bounds(G: torch.Tensor, d: int, rule: RankRule):
     a = rule.atol_value
     tau_hi = torch.clamp(rt * lam_hi.sqrt(), min=a) ** 2
     tau_lo = torch.clamp(rt * lam_lo.sqrt(), min=a) ** 2
-    margin = 8.0 * (ks + d) * ks.sqrt() * EPS64 * lam_hi
+    # rounding in forming G and in the factorisation (Cholesky backward error for the leading
+    # block, cholesky_margins) on top of a generous allowance for the triangular inverse
+    backward, _ = cholesky_margins(ks, d, torch.cumsum(diag, dim=-1), 0.0)
+    margin = 8.0 * (ks + d) * ks.sqrt() * EPS64 * lam_hi + backward
     sure_full = (lam_min_lo > tau_hi * (1 + 1e-3) + margin) & ok[:, None]
     sure_def = (lam_min_hi < tau_lo * (1 - 1e-3) - margin) & ok[:, None] & (tau_lo * (1 - 1e-3) - margin > 0)
     return sure_full, sure_def
