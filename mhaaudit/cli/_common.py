@@ -24,7 +24,7 @@ class Format(str, Enum):
 
 Samples = Annotated[int, typer.Option("--samples", "-N", help="Monte-Carlo draws per candidate size.")]
 Threshold = Annotated[float, typer.Option("--threshold", help="Satisfied fraction at which a size counts as independent (0.99 reproduces the paper).")]
-Seed = Annotated[int, typer.Option("--seed", help="Seed of the one generator behind all sampling.")]
+Seed = Annotated[int, typer.Option("--seed", help="Seed from which all sampling derives (the same seed gives the same results).")]
 Rtol = Annotated[Optional[float], typer.Option("--rtol", help="Relative rank tolerance (default: max(rows, cols) * eps of the features' dtype).")]
 Atol = Annotated[Optional[float], typer.Option("--atol", help="Absolute rank tolerance (default 0).")]
 Device = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
