@@ -79,6 +79,20 @@ def lower_layout(k: int):
     return r, c, r * k + c, np.flatnonzero(r == c)
 
 
+def gather_lower(gram_flat: np.ndarray, T: int, s: np.ndarray, start: int, stop: int,
+                 lin: np.ndarray | None = None, vals: np.ndarray | None = None) -> np.ndarray:
+    """Rows ``start:stop`` of the lower triangle of ``G[s][:, s]``, row by row, from the flat
+    row-major T x T Gram matrix. ``lin`` and ``vals`` are optional buffers of the right length
+    (fresh 150 kB arrays per draw cost page faults on a hot path)."""
+    _, c, _, _ = lower_layout(len(s))
+    a, b = start * (start + 1) // 2, stop * (stop + 1) // 2
+    if lin is None:
+        lin = np.empty(b - a, dtype=np.intp)
+    np.take(s, c[a:b], out=lin)
+    lin += np.repeat(s[start:stop] * T, np.arange(start + 1, stop + 1))  # row offsets
+    return np.take(gram_flat, lin, out=vals)
+
+
 def blas_single_thread():
     """A context in which BLAS/LAPACK libraries use one thread each (our workers parallelise)."""
     try:
@@ -136,13 +150,11 @@ def decide_draws(gram_flat: np.ndarray, T: int, subsets: np.ndarray, d: int, rul
     full = np.zeros(B, dtype=bool)
     decided = np.zeros(B, dtype=bool)
     _, c, pos, diag = lower_layout(k)
-    counts = np.arange(1, k + 1)
     r_tol = rule.rtol_for(k, d)
     a = rule.atol_value
     buf = np.zeros((k, k))
     flat_buf = buf.reshape(-1)
-    lin = np.empty(len(c), dtype=np.intp)  # preallocated: fresh 150 kB arrays per draw cost page faults
-    vals = np.empty(len(c))
+    lin, vals = np.empty(len(c), dtype=np.intp), np.empty(len(c))
     potrf = Potrf(k)
 
     def shift_for(lam: float, sign: int, margin: float) -> float:
@@ -150,9 +162,7 @@ def decide_draws(gram_flat: np.ndarray, T: int, subsets: np.ndarray, d: int, rul
 
     for b in range(B):
         s = subsets[b]
-        np.take(s, c, out=lin)
-        lin += np.repeat(s * T, counts)  # row-major offsets of the lower triangle, row by row
-        np.take(gram_flat, lin, out=vals)
+        gather_lower(gram_flat, T, s, 0, k, lin, vals)
         dg = vals[diag]
         trace, maxdiag = float(dg.sum()), float(dg.max())
         m_full, m_def = cholesky_margins(k, d, trace, maxdiag)

@@ -773,7 +773,7 @@ class _SweepKernel:
         self.rt = np.array([rule.rtol_for(int(k), d) for k in range(1, K + 1)])
         self.a = rule.atol_value
         self.ks = ks
-        self.r, self.c, self.pos, _ = cpu.lower_layout(K)
+        _, _, self.pos, _ = cpu.lower_layout(K)
         self.row_start = np.concatenate([[0], np.cumsum(np.arange(1, K + 1))])
         self.hint = K  # rows to gather first and the size to aim at: only speed depends on them
         self.guess = K
@@ -812,8 +812,7 @@ class _SweepKernel:
         def grow(new_m: int) -> None:
             nonlocal m
             a0, b0 = self.row_start[m], self.row_start[new_m]
-            r, c = self.r[a0:b0], self.c[a0:b0]
-            vals = np.take(self.flat, s[r] * self.T + s[c])
+            vals = cpu.gather_lower(self.flat, self.T, s, m, new_m)
             Gp.reshape(-1)[self.pos[a0:b0]] = vals
             sq = np.add.reduceat(vals * vals, self.row_start[m:new_m] - a0)
             d0 = dg[m:new_m]
