@@ -21,7 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from mhaaudit.device import device_name, resolve_device  # noqa: E402
+from mhaaudit.settings import device_name, resolve_device  # noqa: E402
 from mhaaudit.models import load_model  # noqa: E402
 
 

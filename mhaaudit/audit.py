@@ -332,7 +332,7 @@ def check_features(fs: FeatureSet, *, samples: int = DEFAULT_SAMPLES, threshold:
                    rtol: float | None = None, atol: float | None = None, device="cpu", sweep: bool = False,
                    progress: bool = False, label: str = "", stop_when_decided: bool = False) -> tuple[dict, Sweep | None, dict]:
     """GP, A1, A2, A3 (and optionally the sweep) on one reduced feature set."""
-    from .device import resolve_device
+    from .settings import resolve_device
     from .progress import task
 
     dev = resolve_device(device)
@@ -391,7 +391,7 @@ def audit(
     ``weights`` is a local folder or file with trained weights for the ``trained`` column.
     ``stop_when_decided`` lets each Monte-Carlo test stop once its verdict is settled.
     """
-    from .device import device_name, resolve_device
+    from .settings import device_name, resolve_device
     from .kruskal import validate_params
     from .models import load_model  # noqa: F401
 

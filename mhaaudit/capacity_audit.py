@@ -707,7 +707,7 @@ def capacity_audit(
     """
     from .audit import _batches, _load
     from .capacity import theorem1_bound
-    from .device import device_name, resolve_device
+    from .settings import device_name, resolve_device
     from .features import StreamingReducer
     from .kruskal import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, validate_params
     from .progress import task

@@ -515,7 +515,7 @@ def _decided_draws(gram: "_Gram", k: int, samples: int, seed: int, rule: RankRul
 def draw_decisions(X, k: int, *, samples: int = DEFAULT_SAMPLES, seed: int = 0, rule: RankRule | None = None,
                    device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """The draws of ``subset_test`` and each one's decision: ``(indices (N, k), independent (N,))``."""
-    from .device import resolve_device
+    from .settings import resolve_device
 
     X = as_matrix(X)
     rule = rule or RankRule.for_dtype(X.dtype)
@@ -553,7 +553,7 @@ def subset_test(
     than ``(1 - threshold) * samples`` dependent draws); the fraction and interval are then over
     the draws made, which the result records as ``samples``.
     """
-    from .device import device_name, resolve_device
+    from .settings import device_name, resolve_device
 
     X = as_matrix(X)
     validate_params(samples=samples, threshold=threshold, k=k)
@@ -951,7 +951,7 @@ def kruskal_sweep(
     for every k, so one factorisation per draw answers all k. Sizes above the rank ceiling of
     the whole set are certified to fail and not sampled.
     """
-    from .device import device_name, resolve_device
+    from .settings import device_name, resolve_device
 
     X = as_matrix(X)
     validate_params(samples=samples, threshold=threshold)

@@ -40,7 +40,7 @@ from typing import Iterable, Sequence
 import torch
 
 from . import __version__
-from .device import device_name, resolve_device
+from .settings import device_name, resolve_device
 from .errors import InputError, OutputError
 
 __all__ = [

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 from torch import nn
 
-from .device import resolve_device
+from .settings import resolve_device
 from .errors import InputError, MhaauditError, ModelError, OfflineError
 from .hub import force_offline_env, is_offline
 

@@ -64,7 +64,7 @@ def kruskal_cmd(
     from ..io import read_array, stamp, to_query_matrix
     from ..kruskal import as_matrix, kruskal_sweep, set_stats, subset_test
     from ..progress import log, progress_enabled, task
-    from ..device import device_name, resolve_device
+    from ..settings import device_name, resolve_device
     from ..rank import RankRule
 
     validate_common(samples, threshold, rtol, atol)

@@ -1,0 +1,151 @@
+"""The run settings, resolved once at the edge (CLI or API call) and passed down; the one seed rule.
+
+A :class:`Settings` holds what every part of a run must agree on: the ``torch.device`` (resolved
+from ``auto``/``cpu``/``cuda``/``cuda:N`` here and never again below), the rank rule's tolerances
+(the :class:`~mhaaudit.numerics.RankRule` for features of a given dtype is built from them), the
+Monte-Carlo draw count and threshold, whether a test may stop once its verdict is settled, and the
+seed.
+
+The seed rule
+-------------
+Every random choice of a run derives from the one user seed through :func:`derive_seed`:
+
+    derive_seed(seed, purpose, *index)
+      = SeedSequence([seed mod 2^64, crc32(purpose), *index]).generate_state(1, uint64)[0]
+
+``purpose`` names the consumer and ``index`` numbers its parts. The purposes used are:
+
+==================== ================================================================
+``"model-init"``     random initialisation of a model's weights (``index``: none)
+``"data"``           the built-in images, text example construction and sampling of data
+``"random-attention"`` the frozen random attention head of the paper's Table 1
+``"draws"``          Monte-Carlo block ``b`` of a Kruskal test or sweep (``index``: ``b``)
+``"labels"``         the random labels of the capacity certificate
+``"memorize"``       a synthetic memorisation point (``index``: the point's number)
+==================== ================================================================
+
+Different purposes get independent streams, so adding a consumer never shifts another's numbers,
+and a part's stream does not depend on how many parts run or in which order.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from .errors import InputError
+
+__all__ = ["DEFAULT_SAMPLES", "DEFAULT_THRESHOLD", "PURPOSES", "Settings", "derive_seed", "device_name", "resolve_device"]
+
+DEFAULT_SAMPLES = 5000
+DEFAULT_THRESHOLD = 0.99
+PURPOSES = ("model-init", "data", "random-attention", "draws", "labels", "memorize")
+
+
+def derive_seed(seed: int, purpose: str, *index: int) -> int:
+    """The seed of ``purpose`` (part ``index``) under the user seed ``seed``: a 64-bit integer.
+
+    See the module docstring for the rule and the purposes. The result is accepted by
+    ``torch.Generator.manual_seed`` and ``numpy.random.default_rng``.
+    """
+    if purpose not in PURPOSES:
+        raise ValueError(f"unknown seed purpose {purpose!r}; known: {', '.join(PURPOSES)}")
+    key = [int(seed) % 2**64, zlib.crc32(purpose.encode())] + [int(i) % 2**64 for i in index]
+    return int(np.random.SeedSequence(key).generate_state(1, np.uint64)[0])
+
+
+def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
+    """Turn ``auto``/``cpu``/``cuda``/``cuda:N`` into a ``torch.device``.
+
+    ``auto`` picks the first CUDA device when one is available, else the CPU. Asking for CUDA
+    on a machine without it is an error, not a silent fallback.
+    """
+    if isinstance(spec, torch.device):
+        return spec
+    spec = (spec or "auto").strip().lower()
+    if spec == "auto":
+        return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    if spec == "cpu":
+        return torch.device("cpu")
+    if spec.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise InputError(f"--device {spec} was asked for but no CUDA device is available; use --device cpu or auto")
+        try:
+            dev = torch.device(spec)
+        except RuntimeError as exc:  # e.g. "cuda:x"
+            raise InputError(f"not a device: {spec!r} (use auto, cpu, cuda or cuda:N)") from exc
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise InputError(f"--device {spec}: only {torch.cuda.device_count()} CUDA device(s) present")
+        return dev
+    raise InputError(f"not a device: {spec!r} (use auto, cpu, cuda or cuda:N)")
+
+
+def device_name(device: torch.device) -> str:
+    """A human description of a device, for reports and file metadata."""
+    if device.type == "cuda":
+        idx = device.index if device.index is not None else torch.cuda.current_device()
+        return f"cuda:{idx} ({torch.cuda.get_device_name(idx)})"
+    return "cpu"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every consumer of a run agrees on; build it with :meth:`resolve`.
+
+    ``rtol``/``atol`` are the user's tolerances (None: the paper's rule); :meth:`rule` turns them
+    into the rank rule for features of a dtype, the same rule for Assumptions 1, 2, 3 and General
+    Position. ``stop_when_decided`` lets a Monte-Carlo test stop once its verdict cannot change.
+    """
+
+    device: torch.device
+    samples: int = DEFAULT_SAMPLES
+    threshold: float = DEFAULT_THRESHOLD
+    seed: int = 0
+    rtol: float | None = None
+    atol: float | None = None
+    stop_when_decided: bool = False
+    progress: bool = False
+
+    @classmethod
+    def resolve(cls, *, device: str | torch.device | None = "auto", samples=DEFAULT_SAMPLES,
+                threshold=DEFAULT_THRESHOLD, seed=0, rtol=None, atol=None, stop_when_decided: bool = False,
+                progress: bool = False) -> "Settings":
+        """Check every field and resolve the device (an unavailable device is an input error here)."""
+        from . import validate
+
+        return cls(
+            device=resolve_device(device),
+            samples=validate.integer("--samples", samples),
+            threshold=validate.fraction("--threshold", threshold),
+            seed=validate.integer("--seed", seed, minimum=0),
+            rtol=validate.tolerance("--rtol", rtol),
+            atol=validate.tolerance("--atol", atol),
+            stop_when_decided=bool(stop_when_decided),
+            progress=bool(progress),
+        )
+
+    def rule(self, dtype: torch.dtype | str = torch.float32):
+        """The rank rule for features of ``dtype`` under the user's tolerances."""
+        from .rank import RankRule
+
+        return RankRule.for_dtype(dtype, rtol=self.rtol, atol=self.atol)
+
+    def seed_for(self, purpose: str, *index: int) -> int:
+        """:func:`derive_seed` under this run's seed."""
+        return derive_seed(self.seed, purpose, *index)
+
+    def with_(self, **changes) -> "Settings":
+        """A copy with some fields changed (the device is not re-resolved)."""
+        return replace(self, **changes)
+
+    @property
+    def device_name(self) -> str:
+        return device_name(self.device)
+
+    def as_dict(self) -> dict:
+        """The settings as written into every output's ``meta``."""
+        return {"device": self.device_name, "samples": self.samples, "threshold": self.threshold, "seed": self.seed,
+                "tolerance": self.rule().as_dict(), "stop_when_decided": self.stop_when_decided}

@@ -1,0 +1,156 @@
+"""Every argument check, written once: integers, integer lists and ranges, choices, fractions,
+tolerances, output paths.
+
+Each function takes the option's name as the user typed it (``"--limit"``) so that its one-line
+error names it, and returns the value in its checked form. The CLI and the library call the same
+functions, so an argument is refused the same way whichever door it came through.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Iterable, Sequence
+
+from .errors import InputError
+
+__all__ = [
+    "choice",
+    "fraction",
+    "int_list",
+    "int_ranges",
+    "integer",
+    "split_list",
+    "tolerance",
+]
+
+
+def _as_int(name: str, value, what: str = "an integer") -> int:
+    if isinstance(value, bool):
+        raise InputError(f"{name} must be {what}, got {value!r}")
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            raise InputError(f"{name} must be {what}, got {value!r}") from None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real) and float(value).is_integer():
+        return int(value)
+    raise InputError(f"{name} must be {what}, got {value!r}")
+
+
+def integer(name: str, value, minimum: int | None = 1, maximum: int | None = None) -> int:
+    """An integer (ints, integral floats and numeric strings accepted) within the bounds."""
+    v = _as_int(name, value)
+    if minimum is not None and v < minimum:
+        raise InputError(f"{name} must be at least {minimum}, got {v}")
+    if maximum is not None and v > maximum:
+        raise InputError(f"{name} must be at most {maximum}, got {v}")
+    return v
+
+
+def int_list(name: str, value, minimum: int | None = 1) -> tuple[int, ...]:
+    """``"1,2,4"`` (or a sequence of integers) -> a tuple without duplicates, order kept."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        parts: list = [p.strip() for p in value.replace(" ", ",").split(",") if p.strip()]
+    elif isinstance(value, Iterable):
+        parts = list(value)
+    else:
+        parts = [value]
+    out: list[int] = []
+    for p in parts:
+        v = _as_int(name, p, "comma-separated integers")
+        if minimum is not None and v < minimum:
+            raise InputError(f"{name} values must be at least {minimum}, got {v}")
+        if v not in out:
+            out.append(v)
+    return tuple(out)
+
+
+def int_ranges(spec, name: str, *, what: str = "numbers", example: str = "0-6 or 0,1,4",
+               minimum: int | None = None, maximum: int | None = None, non_empty: bool = True) -> list[int]:
+    """``"0-6"``, ``"3"``, ``"1,2,4"``, ``"0-2,6"`` (or integers) -> the sorted integers named.
+
+    Empty parts are ignored; errors name ``name``. ``minimum`` / ``maximum`` bound every value.
+    """
+    out: set[int] = set()
+    if isinstance(spec, bool):
+        raise InputError(f"{name} must name {what} such as {example}, got {spec!r}")
+    if isinstance(spec, numbers.Integral):
+        out.add(int(spec))
+    elif isinstance(spec, str):
+        for part in spec.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            try:
+                if "-" in part[1:]:
+                    cut = part.index("-", 1)
+                    lo, hi = int(part[:cut]), int(part[cut + 1:])
+                    if hi < lo:
+                        raise InputError(f"{name} {spec!r}: the range {part} is empty "
+                                         f"(use low-high, e.g. {example.split(' ')[0]})")
+                    out.update(range(lo, hi + 1))
+                else:
+                    out.add(int(part))
+            except ValueError:
+                raise InputError(f"{name} {spec!r}: use {what} and ranges such as {example}") from None
+    elif isinstance(spec, Iterable):
+        out.update(_as_int(name, v, what) for v in spec)
+    else:
+        raise InputError(f"{name} must name {what} such as {example}, got {spec!r}")
+    if non_empty and not out:
+        raise InputError(f"{name} {spec!r} names no {what} (use e.g. {example})")
+    if out and minimum is not None and min(out) < minimum:
+        raise InputError(f"{name} {spec!r}: {what} start at {minimum}, got {min(out)}")
+    if out and maximum is not None and max(out) > maximum:
+        raise InputError(f"{name} {spec!r}: at most {maximum}, got {max(out)}")
+    return sorted(out)
+
+
+def choice(name: str, value, choices: Sequence[str], *, aliases: dict[str, str] | None = None) -> str:
+    """``value`` (case-insensitive, surrounding spaces ignored) if it is one of ``choices``."""
+    v = str(value).strip().lower()
+    if aliases:
+        v = aliases.get(v, v)
+    if v not in choices:
+        raise InputError(f"unknown {name} {value!r} (choose from {', '.join(choices)})")
+    return v
+
+
+def split_list(values) -> list[str] | None:
+    """Repeated and comma-separated option values (``--x a,b --x c``) -> ``[a, b, c]``; None if empty."""
+    if not values:
+        return None
+    if isinstance(values, str):
+        values = [values]
+    out = [v.strip() for item in values for v in str(item).split(",") if v.strip()]
+    return list(dict.fromkeys(out)) or None
+
+
+def fraction(name: str, value, *, low_open: bool = True) -> float:
+    """A number in (0, 1] (or [0, 1] with ``low_open=False``)."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be a number in (0, 1], got {value!r}") from None
+    ok = (0 < v <= 1) if low_open else (0 <= v <= 1)
+    if not ok:
+        raise InputError(f"{name} must be in {'(0, 1]' if low_open else '[0, 1]'}, got {value}")
+    return v
+
+
+def tolerance(name: str, value) -> float | None:
+    """A finite number >= 0, or None (the default rule)."""
+    if value is None:
+        return None
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be a finite number >= 0, got {value!r}") from None
+    if not math.isfinite(v) or v < 0:
+        raise InputError(f"{name} must be a finite number >= 0, got {value}")
+    return v
