@@ -29,3 +29,18 @@ class OfflineError(MhaauditError):
 
 class OutputError(MhaauditError):
     """An output path that cannot be written."""
+
+
+def one_line(exc: BaseException, limit: int | None = None, first_line: bool = False) -> str:
+    """An exception's message as one line for a user: white space folded, shortened to ``limit``.
+
+    ``first_line`` keeps only the first non-empty line (for messages of other libraries whose
+    later lines are tracebacks or hints); by default all lines are joined.
+    """
+    text = str(exc).strip()
+    if first_line:
+        text = next((ln for ln in text.splitlines() if ln.strip()), text)
+    text = " ".join(text.split()) or type(exc).__name__
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return text
