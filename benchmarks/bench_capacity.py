@@ -19,8 +19,9 @@ import time
 
 import torch
 
-from mhaaudit.capacity import memorization_certificate
-from mhaaudit.capacity_audit import certify_head_prefixes, parse_heads
+from mhaaudit.capacity import certify_head_prefixes
+from mhaaudit.capacity.oracle import memorization_certificate
+from mhaaudit.validate import head_counts
 
 
 def main() -> None:
@@ -30,7 +31,7 @@ def main() -> None:
     ap.add_argument("--heads", default="1-12", help="head prefixes, e.g. 1-12 or 12")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    hs = parse_heads(args.heads)
+    hs = head_counts(args.heads)
     H = max(hs)
     g = torch.Generator().manual_seed(args.seed)
     Z = torch.randn(args.T, H * args.d, generator=g, dtype=torch.float64)

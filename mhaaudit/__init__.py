@@ -33,18 +33,29 @@ _EXPORTS = {
     "image_source": "mhaaudit.sources",
     "text_source": "mhaaudit.sources",
     "theorem1_bound": "mhaaudit.capacity",
-    "memorization_certificate": "mhaaudit.capacity",
-    "capacity_audit": "mhaaudit.capacity_audit",
+    "capacity_audit": "mhaaudit.capacity",
     "run_memorize_grid": "mhaaudit.memorize",
     "MhaauditError": "mhaaudit.errors",
+}
+
+# Names kept for one release after they left the public API: (module, what to use instead).
+_DEPRECATED = {
+    "memorization_certificate": ("mhaaudit.capacity.oracle", "mhaaudit.capacity.certify_head_prefixes"),
 }
 
 __all__ = ["__version__", *_EXPORTS]
 
 
 def __getattr__(name: str):
-    if name in _EXPORTS:
-        import importlib
+    import importlib
 
+    if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
+    if name in _DEPRECATED:
+        import warnings
+
+        module, instead = _DEPRECATED[name]
+        warnings.warn(f"mhaaudit.{name} is deprecated and will be removed in the next release; it is the reference "
+                      f"implementation the tests use ({module}.{name}); use {instead}", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(module), name)
     raise AttributeError(f"module 'mhaaudit' has no attribute {name!r}")

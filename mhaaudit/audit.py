@@ -1,9 +1,13 @@
-"""The audit: model probe -> streaming reduction -> checks, for one or several probe points.
+"""The audit: plan the probe points, capture them through the pipeline, run the checks.
 
-A *probe point* (a column of the paper's tables) is a choice of weights (random or trained),
-a depth (0 = embedding output, k = output of block k) and, for the paper's "random attention"
-column, one frozen random attention head applied to the embedding output. One forward pass per
-batch and per set of weights serves every depth requested for those weights.
+A *probe point* (a column of the paper's tables) is a choice of initialisation (``init``:
+random or trained weights), a depth (0 = embedding output, k = output of block k) and, for the
+paper's "random attention" column, one frozen random attention head applied to the embedding
+output. One pass of :func:`mhaaudit.pipeline.stream` per set of weights serves every depth
+requested for those weights; the streaming reduction keeps O(T d) per probe point.
+
+:func:`audit` is the facade the CLI calls: it resolves the :class:`~mhaaudit.settings.Settings`
+once and passes them down.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ import torch
 from .checks import CHECKS, ContextRankResult
 from .errors import DataError, InputError, OfflineError
 from .features import FeatureSet, StreamingReducer
-from .kruskal import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Sweep, kruskal_sweep, set_stats, subset_test
-from .rank import RankRule
+from .kruskal import Sweep, kruskal_sweep, set_stats, subset_test
+from .pipeline import DataRequest, ModelRequest
+from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 
 IMAGE_VARIANTS = ("embedding", "random-attention", "random", "trained")
 VARIANT_HELP = {
@@ -34,7 +39,7 @@ class Probe:
     """One column: weights, depth and whether the random attention head is applied."""
 
     variant: str  # embedding | random-attention | random | trained | random-L{k} | trained-L{k}
-    weights: str  # random | trained
+    init: str  # random | trained: the weights the model is built with
     layer: int
     random_attention: bool = False
 
@@ -42,8 +47,8 @@ class Probe:
         if self.random_attention:
             return VARIANT_HELP["random-attention"]
         if self.layer == 0:
-            return f"{self.weights} weights, embedding output (layer 0)"
-        return f"{self.weights} weights, output of block {self.layer}"
+            return f"{self.init} weights, embedding output (layer 0)"
+        return f"{self.init} weights, output of block {self.layer}"
 
 
 def plan_probes(modality: str, variants: Sequence[str] | None = None, layers: Sequence[int] | None = None,
@@ -60,8 +65,8 @@ def plan_probes(modality: str, variants: Sequence[str] | None = None, layers: Se
         ls = sorted(set(layers if layers is not None else (0, 1)))
         if any(v < 0 for v in ls):
             raise InputError(f"layers must be >= 0, got {ls}")
-        ws = _weights_from_variants(variants)
-        return [Probe(f"{w}-L{l}", w, l) for w in ws for l in ls]
+        inits = _inits_from_variants(variants)
+        return [Probe(f"{w}-L{l}", w, l) for w in inits for l in ls]
     vs = list(dict.fromkeys(variants or IMAGE_VARIANTS))
     out = []
     for v in vs:
@@ -76,7 +81,7 @@ def plan_probes(modality: str, variants: Sequence[str] | None = None, layers: Se
     return out
 
 
-def _weights_from_variants(variants: Sequence[str] | None) -> list[str]:
+def _inits_from_variants(variants: Sequence[str] | None) -> list[str]:
     if not variants:
         return ["random", "trained"]
     ws = []
@@ -145,220 +150,183 @@ class AuditResult:
 # --------------------------------------------------------------------------- capture
 
 
-def _load(model: str, weights: str, *, backend, weights_path, device, context_length, max_layer, seed):
-    from .models import load_model
+@dataclass
+class Captured:
+    """Reduced features of every probe point that could be captured, and what the capture saw."""
 
-    return load_model(model, weights=weights, backend=backend, weights_path=weights_path if weights == "trained" else None,
-                      device=device, context_length=context_length, max_layer=max_layer, seed=seed)
-
-
-def _batches(pm, *, data, split, limit, batch_size, seed, notes: list):
-    """Model-ready example batches for ``pm`` and a description of the data."""
-    info = pm.info
-    if info.modality == "image":
-        from .sources import image_source
-
-        src = image_source(data, split=split, limit=limit, seed=seed)
-        return src, src.batches(batch_size)
-    from .sources import bert_pair_examples, gpt_window_examples, offline_tokenizer, text_source
-
-    src = text_source(data, split=split, seed=seed)
-    tok = pm.tokenizer
-    if tok is None and info.weights == "trained":
-        from .errors import ModelError
-
-        raise ModelError(f"{info.name} has trained weights but no tokenizer files (vocab.txt, vocab.json, "
-                         "tokenizer.json); a trained text model must be fed its own vocabulary: save the tokenizer "
-                         "beside the weights with tokenizer.save_pretrained(folder)")
-    if tok is None:
-        vocab = int(getattr(pm.config, "vocab_size", 0) or 0)
-        tok, tok_desc = offline_tokenizer(info.family, vocab)
-        notes.append(f"tokenizer: {tok_desc} (no tokenizer shipped with the model offline)")
-    decoder = info.query_index == info.n - 1 and info.n > 1
-    build = gpt_window_examples if decoder else bert_pair_examples
-    ex = build(src, tok, info.n, limit, seed=seed)
-    ids = ex.ids
-    # Segment ids as BERT's next-sentence inputs have them: 0 up to and including [SEP], 1 after.
-    segments = None
-    if not decoder and ex.s1_lengths is not None and int(getattr(pm.config, "type_vocab_size", 0) or 0) >= 2:
-        segments = [[0] * (s1 + 2) + [1] * (info.n - s1 - 2) for s1 in ex.s1_lengths]
-
-    class _Text:
-        name = ex.description
-        skipped = getattr(src, "skipped", 0)
-
-    def gen():
-        for i in range(0, len(ids), batch_size):
-            batch = pm.preprocess(ids[i : i + batch_size])
-            if segments is not None:
-                batch["token_type_ids"] = torch.tensor(segments[i : i + batch_size], dtype=torch.long, device=pm.device)
-            yield batch
-
-    return _Text(), gen()
+    features: dict = field(default_factory=dict)  # variant -> FeatureSet
+    unavailable: dict = field(default_factory=dict)  # variant -> reason
+    info: dict = field(default_factory=dict)  # the model's ModelInfo as a dict
+    data: str = ""
+    skipped: int = 0
+    notes: list = field(default_factory=list)
+    timings: dict = field(default_factory=dict)
 
 
-def collect_features(
-    model: str,
-    probes: Sequence[Probe],
-    *,
-    data: str | None = None,
-    split: str = "train",
-    limit: int = 2000,
-    batch_size: int = 32,
-    device: str = "auto",
-    seed: int = 0,
-    backend: str | None = None,
-    weights_path: str | None = None,
-    context_length: int | None = None,
-    query_index: int | None = None,
-    rtol: float | None = None,
-    atol: float | None = None,
-    progress: bool = False,
-    on_note: Callable[[str], None] | None = None,
-) -> tuple[dict[str, FeatureSet], dict[str, str], dict, str, int, list[str], dict]:
-    """Run the model(s) over the data once per set of weights and reduce every probe point.
+def _n_above_d_note(info) -> str:
+    fix = (f"pass --context-length below {info.d} to audit a setting where it can" if info.modality == "text"
+           else "use a wider model or a smaller input resolution (fewer patches) to audit a setting where it can")
+    return (f"n = {info.n} > d = {info.d}: Assumption 1 cannot hold (any n vectors in R^d are dependent) and no "
+            f"context matrix can have rank n; {fix}")
 
-    Returns ``(features by variant, unavailable reasons by variant, model info, data
-    description, skipped examples, notes, timings)``.
+
+def _reducer_consumer(group: Sequence[Probe], reducers: dict, ra):
+    """The consumer that feeds each probe point's tokens (through the random head if asked) to its reducer."""
+
+    def consume(tokens: dict) -> None:
+        for p in group:
+            x = tokens[p.layer]
+            if p.random_attention:
+                with torch.no_grad():
+                    x = ra(x)
+            reducers[p.variant].update(x)
+
+    return consume
+
+
+def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataRequest, settings: Settings,
+                     on_note: Callable[[str], None] | None = None) -> Captured:
+    """Run the model over the data once per set of weights and reduce every probe point.
+
+    A ``trained`` group whose weights cannot be had offline is reported unavailable, not raised.
     """
-    from .progress import task
+    from . import pipeline
 
-    if limit < 1:
-        raise InputError(f"--limit must be at least 1, got {limit}")
-    if batch_size < 1:
-        raise InputError(f"--batch-size must be at least 1, got {batch_size}")
-    feats: dict[str, FeatureSet] = {}
-    unavailable: dict[str, str] = {}
-    info_d: dict = {}
-    data_name = ""
-    skipped = 0
-    notes: list[str] = []
-    timings: dict = {}
-    by_weights: dict[str, list[Probe]] = {}
+    out = Captured()
+    by_init: dict[str, list[Probe]] = {}
     for p in probes:
-        by_weights.setdefault(p.weights, []).append(p)
-    for weights, group in by_weights.items():
-        max_layer = max(p.layer for p in group)
+        by_init.setdefault(p.init, []).append(p)
+    rule = settings.rule(torch.float32)  # features that feed a rank decision are float32
+    for init, group in by_init.items():
         t0 = time.perf_counter()
         try:
-            pm = _load(model, weights, backend=backend, weights_path=weights_path, device=device,
-                       context_length=context_length, max_layer=max(1, max_layer), seed=seed)
+            pm = pipeline.load(request, init, settings, max(p.layer for p in group))
         except OfflineError as exc:
-            if weights != "trained":
+            if init != "trained":
                 raise
-            for p in group:
-                unavailable[p.variant] = str(exc)
+            out.unavailable.update({p.variant: str(exc) for p in group})
             continue
-        timings[f"load {weights}"] = round(time.perf_counter() - t0, 3)
+        out.timings[f"load {init}"] = round(time.perf_counter() - t0, 3)
         info = pm.info
-        if info.n > info.d and not any("cannot hold" in x for x in notes):
-            fix = (f"pass --context-length below {info.d} to audit a setting where it can" if info.modality == "text"
-                   else "use a wider model or a smaller input resolution (fewer patches) to audit a setting where it can")
-            msg = (f"n = {info.n} > d = {info.d}: Assumption 1 cannot hold (any n vectors in R^d are dependent) and no "
-                   f"context matrix can have rank n; {fix}")
-            notes.append(msg)
+        if info.n > info.d and not any("cannot hold" in x for x in out.notes):
+            out.notes.append(_n_above_d_note(info))
             if on_note is not None:
-                on_note(msg)
-        if not info_d or weights == "random":
-            info_d = info.to_dict()
-        info_d[f"{weights}_weights_source"] = info.weights_source
-        qi = info.query_index if query_index is None else query_index
-        if not -info.n <= qi < info.n:
-            raise InputError(f"--query-index {qi} is out of range for n = {info.n} tokens")
-        layers = sorted({p.layer for p in group})
+                on_note(out.notes[-1])
+        if not out.info or init == "random":
+            out.info = info.to_dict()
+        out.info[f"{init}_weights_source"] = info.weights_source
+        qi = pipeline.query_index(pm, request)
         ra = None
         if any(p.random_attention for p in group):
             from .models import RandomAttention
 
-            ra = RandomAttention(info.d, seed=seed, device=pm.device)
-        rule = RankRule.for_dtype(torch.float32, rtol=rtol, atol=atol)
+            ra = RandomAttention(info.d, seed=settings.seed, device=pm.device)
         reducers = {p.variant: StreamingReducer(qi, rule) for p in group}
-        t0 = time.perf_counter()
-        src, batches = _batches(pm, data=data, split=split, limit=limit, batch_size=batch_size, seed=seed, notes=notes)
-        count = 0
-        with task(f"{weights} weights: capture", limit, progress) as adv:
-            for batch in batches:
-                size = len(batch["input_ids"]) if isinstance(batch, dict) else len(batch)
-                if not size:
-                    continue
-                out = pm.capture(batch, layers)
-                for p in group:
-                    tokens = out[p.layer]
-                    if p.random_attention:
-                        with torch.no_grad():
-                            tokens = ra(tokens)
-                    reducers[p.variant].update(tokens)
-                count += size
-                adv(size)
-        timings[f"capture {weights}"] = round(time.perf_counter() - t0, 3)
-        data_name = src.name
-        skipped = max(skipped, int(getattr(src, "skipped", 0) or 0))
-        if count == 0:
-            raise DataError(f"the data source yielded no usable examples ({src.name})")
+        fed = pipeline.stream(pm, data, {p.layer for p in group}, [_reducer_consumer(group, reducers, ra)], settings,
+                              out.notes, label=f"{init} weights: capture")
+        out.timings[f"capture {init}"] = fed.seconds
+        out.data, out.skipped = fed.name, max(out.skipped, fed.skipped)
         for p in group:
-            feats[p.variant] = reducers[p.variant].result(
-                {"model": model, "variant": p.variant, "layer": p.layer, "weights": weights,
-                 "weights_source": info.weights_source, "data": src.name, "resolved": info.resolved,
-                 "random_attention": p.random_attention}
-            )
-    return feats, unavailable, info_d, data_name, skipped, notes, timings
+            out.features[p.variant] = reducers[p.variant].result(
+                {"model": request.model, "variant": p.variant, "layer": p.layer, "weights": init,
+                 "weights_source": info.weights_source, "data": fed.name, "resolved": info.resolved,
+                 "random_attention": p.random_attention})
+    return out
+
+
+def probe_for_variant(variant: str, layer: int = 1) -> Probe:
+    """The probe point a variant name stands for: a Table 1 column or ``random-L<k>`` / ``trained-L<k>``."""
+    import re
+
+    if variant in IMAGE_VARIANTS:
+        return plan_probes("image", [variant], layer=layer)[0]
+    m = re.fullmatch(r"(random|trained)-L(\d+)", variant)
+    if not m:
+        raise InputError(f"unknown variant {variant!r}; choose from {', '.join(IMAGE_VARIANTS)} or random-L<k>/trained-L<k>")
+    return Probe(variant, m.group(1), int(m.group(2)))
 
 
 def capture_features(model: str, *, variant: str = "random", layer: int = 1, data: str | None = None, limit: int = 2000,
-                     batch_size: int = 32, device: str = "auto", seed: int = 0, progress: bool = False, **kw) -> FeatureSet:
+                     batch_size: int = 32, device: str = "auto", seed: int = 0, progress: bool = False,
+                     split: str = "train", backend: str | None = None, weights_path: str | None = None,
+                     context_length: int | None = None, query_index: int | None = None,
+                     rtol: float | None = None, atol: float | None = None, settings: Settings | None = None) -> FeatureSet:
     """Reduced features of one probe point (what ``mhaaudit kruskal`` uses with no file)."""
-    from .models import load_model  # noqa: F401  (import errors surface here, before any work)
+    settings = settings or Settings.resolve(device=device, seed=seed, rtol=rtol, atol=atol, progress=progress)
+    probe = probe_for_variant(variant, layer)
+    request = ModelRequest(model, backend=backend, weights_path=weights_path, context_length=context_length,
+                           query_index=query_index)
+    got = collect_features(request, [probe], data_request(data, split, limit, batch_size), settings)
+    if probe.variant in got.unavailable:
+        raise OfflineError(got.unavailable[probe.variant])
+    return got.features[probe.variant]
 
-    if variant in IMAGE_VARIANTS:
-        probe = plan_probes("image", [variant], layer=layer)[0]
-    else:
-        import re
 
-        m = re.fullmatch(r"(random|trained)-L(\d+)", variant)
-        if not m:
-            raise InputError(f"unknown variant {variant!r}; choose from {', '.join(IMAGE_VARIANTS)} or random-L<k>/trained-L<k>")
-        probe = Probe(variant, m.group(1), int(m.group(2)))
-    feats, unavailable, *_ = collect_features(model, [probe], data=data, limit=limit, batch_size=batch_size,
-                                              device=device, seed=seed, progress=progress, **kw)
-    if probe.variant in unavailable:
-        raise OfflineError(unavailable[probe.variant])
-    return feats[probe.variant]
+def data_request(data: str | None, split: str, limit, batch_size) -> DataRequest:
+    """A checked :class:`DataRequest`."""
+    from . import validate
+
+    return DataRequest(data=data, split=split, limit=validate.integer("--limit", limit),
+                       batch_size=validate.integer("--batch-size", batch_size))
 
 
 # --------------------------------------------------------------------------- checks
 
 
-def check_features(fs: FeatureSet, *, samples: int = DEFAULT_SAMPLES, threshold: float = DEFAULT_THRESHOLD, seed: int = 0,
-                   rtol: float | None = None, atol: float | None = None, device="cpu", sweep: bool = False,
-                   progress: bool = False, label: str = "", stop_when_decided: bool = False) -> tuple[dict, Sweep | None, dict]:
-    """GP, A1, A2, A3 (and optionally the sweep) on one reduced feature set."""
-    from .settings import resolve_device
+def run_checks(fs: FeatureSet, settings: Settings, *, sweep: bool = False, label: str = "") -> tuple[dict, Sweep | None, dict]:
+    """GP, A1, A2, A3 (and optionally the sweep) on one reduced feature set, under ``settings``."""
     from .progress import task
 
-    dev = resolve_device(device)
-    rule = fs.rule(rtol, atol)
+    rule = settings.rule(fs.dtype)
     T, n, d = fs.T, fs.n, fs.d
-    timings = {}
+    timings: dict = {}
     tests: dict = {}
     t0 = time.perf_counter()
     tests["assumption_2"] = fs.assumption_2(rule)
     q_stats = set_stats(fs.queries, rule)
     a3_stats = set_stats(fs.a3, rule)
     timings["set ranks"] = round(time.perf_counter() - t0, 3)
-    common = dict(samples=samples, threshold=threshold, seed=seed, rule=rule, device=dev)
+    common = dict(samples=settings.samples, threshold=settings.threshold, seed=settings.seed, rule=rule,
+                  device=settings.device)
     for check, X, k, st in (("general_position", fs.queries, min(T, d), q_stats), ("assumption_1", fs.queries, n, q_stats),
                             ("assumption_3", fs.a3, n, a3_stats)):
         t0 = time.perf_counter()
-        with task(f"{label} {check} (k = {k})", samples, progress) as adv:
-            tests[check] = subset_test(X, k, check=check, stats=st, progress=adv, stop_when_decided=stop_when_decided, **common)
+        with task(f"{label} {check} (k = {k})", settings.samples, settings.progress) as adv:
+            tests[check] = subset_test(X, k, check=check, stats=st, progress=adv,
+                                       stop_when_decided=settings.stop_when_decided, **common)
         timings[check] = round(time.perf_counter() - t0, 3)
     sw = None
     if sweep:
         t0 = time.perf_counter()
-        with task(f"{label} sweep", samples, progress) as adv:
+        with task(f"{label} sweep", settings.samples, settings.progress) as adv:
             sw = kruskal_sweep(fs.queries, stats=q_stats, progress=adv, **common)
         timings["sweep"] = round(time.perf_counter() - t0, 3)
     return tests, sw, timings
+
+
+def check_features(fs: FeatureSet, *, samples: int = DEFAULT_SAMPLES, threshold: float = DEFAULT_THRESHOLD, seed: int = 0,
+                   rtol: float | None = None, atol: float | None = None, device="cpu", sweep: bool = False,
+                   progress: bool = False, label: str = "", stop_when_decided: bool = False) -> tuple[dict, Sweep | None, dict]:
+    """GP, A1, A2, A3 (and optionally the sweep) on one reduced feature set (:func:`run_checks`
+    with the settings resolved from these arguments)."""
+    settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
+                                stop_when_decided=stop_when_decided, progress=progress)
+    return run_checks(fs, settings, sweep=sweep, label=label)
+
+
+def _column(p: Probe, got: Captured, settings: Settings, sweep: bool) -> Column:
+    col = Column(p)
+    if p.variant in got.unavailable:
+        col.status, col.reason = "unavailable", got.unavailable[p.variant]
+        return col
+    fs = got.features[p.variant]
+    if fs.T < fs.n:
+        raise DataError(f"only {fs.T} examples were read but Assumptions 1 and 3 need at least n = {fs.n}; "
+                        "raise --limit or supply more data")
+    col.features = fs
+    col.weights_source = fs.meta.get("weights_source", "")
+    col.tests, col.sweep, col.timings = run_checks(fs, settings, sweep=sweep, label=p.variant)
+    return col
 
 
 def audit(
@@ -391,83 +359,19 @@ def audit(
     ``weights`` is a local folder or file with trained weights for the ``trained`` column.
     ``stop_when_decided`` lets each Monte-Carlo test stop once its verdict is settled.
     """
-    from .settings import device_name, resolve_device
-    from .kruskal import validate_params
-    from .models import load_model  # noqa: F401
+    from .models import modality_of
 
-    validate_params(samples=samples, threshold=threshold)
-    dev = resolve_device(device)
+    settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
+                                stop_when_decided=stop_when_decided, progress=progress)
+    request = ModelRequest(model, backend=backend, weights_path=weights, context_length=context_length,
+                           query_index=query_index)
+    data_req = data_request(data, split, limit, batch_size)
     t_start = time.perf_counter()
-    modality = _modality_of(model, backend=backend, weights_path=weights)
-    probes = plan_probes(modality, variants, layers, layer)
-    feats, unavailable, info, data_name, skipped, notes, timings = collect_features(
-        model, probes, data=data, split=split, limit=limit, batch_size=batch_size, device=str(dev), seed=seed,
-        backend=backend, weights_path=weights, context_length=context_length, query_index=query_index,
-        rtol=rtol, atol=atol, progress=progress, on_note=on_note,
-    )
-    columns = []
-    for p in probes:
-        col = Column(p)
-        if p.variant in unavailable:
-            col.status, col.reason = "unavailable", unavailable[p.variant]
-            columns.append(col)
-            continue
-        fs = feats[p.variant]
-        if fs.T < fs.n:
-            raise DataError(f"only {fs.T} examples were read but Assumptions 1 and 3 need at least n = {fs.n}; "
-                            "raise --limit or supply more data")
-        col.features = fs
-        col.weights_source = fs.meta.get("weights_source", "")
-        col.tests, col.sweep, col.timings = check_features(
-            fs, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol, device=dev, sweep=sweep,
-            progress=progress, label=p.variant, stop_when_decided=stop_when_decided,
-        )
-        columns.append(col)
-    settings = dict(samples=samples, threshold=threshold, seed=seed, device=device_name(dev),
-                    tolerance=RankRule.for_dtype(torch.float32, rtol=rtol, atol=atol).as_dict(), limit=limit,
-                    batch_size=batch_size, layer=layer, layers=list(layers) if layers is not None else None,
-                    stop_when_decided=stop_when_decided)
-    timings["total"] = round(time.perf_counter() - t_start, 3)
-    return AuditResult(model=model, info=info, data=data_name, columns=columns, settings=settings, timings=timings,
-                       skipped=skipped, notes=notes)
-
-
-def _modality_of(model: str, *, backend: str | None = None, weights_path: str | None = None) -> str:
-    """Image or text, decided from the name or the config, without building the model."""
-    import json
-    from pathlib import Path
-
-    from .models import _HF_IMAGE_FAMILIES, ALIASES
-
-    name = model.strip()
-    if name.lower() in ALIASES:
-        return ALIASES[name.lower()]["modality"]
-    if backend == "timm" or name.startswith("timm:"):
-        return "image"
-    for folder in (name, weights_path):
-        if folder and (Path(folder) / "config.json").is_file():
-            try:
-                cfg = json.loads((Path(folder) / "config.json").read_text())
-            except (OSError, ValueError):
-                cfg = {}
-            if "model_type" not in cfg and "architecture" in cfg:
-                return "image"  # a timm model folder
-            return "image" if cfg.get("model_type", "") in _HF_IMAGE_FAMILIES else "text"
-    if Path(name).is_file():
-        return "image"  # a checkpoint file: timm
-    try:
-        import timm
-
-        if backend != "hf" and timm.is_model(name):
-            return "image"
-    except Exception:  # pragma: no cover - timm is a dependency
-        pass
-    try:
-        from transformers import AutoConfig
-
-        from .hub import is_offline
-
-        cfg = AutoConfig.from_pretrained(name, local_files_only=is_offline())
-        return "image" if getattr(cfg, "model_type", "") in _HF_IMAGE_FAMILIES else "text"
-    except Exception:
-        return "image"  # the loader reports the real problem with this name
+    probes = plan_probes(modality_of(model, backend=backend, weights_path=weights), variants, layers, layer)
+    got = collect_features(request, probes, data_req, settings, on_note=on_note)
+    columns = [_column(p, got, settings, sweep) for p in probes]
+    run = dict(settings.as_dict(), limit=data_req.limit, batch_size=data_req.batch_size, layer=layer,
+               layers=list(layers) if layers is not None else None)
+    got.timings["total"] = round(time.perf_counter() - t_start, 3)
+    return AuditResult(model=model, info=got.info, data=got.data, columns=columns, settings=run, timings=got.timings,
+                       skipped=got.skipped, notes=got.notes)

@@ -74,8 +74,8 @@ def plot_depth(result, path: str | Path) -> Path:
 
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
     styles = {"random": "--", "trained": "-"}
-    for weights in dict.fromkeys(c.probe.weights for c in result.columns):
-        cols = [c for c in result.columns if c.probe.weights == weights and c.status == "ok"]
+    for weights in dict.fromkeys(c.probe.init for c in result.columns):
+        cols = [c for c in result.columns if c.probe.init == weights and c.status == "ok"]
         if not cols:
             continue
         xs = [c.probe.layer for c in cols]
@@ -94,3 +94,40 @@ def plot_depth(result, path: str | Path) -> Path:
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     return save_figure(fig, path)
+
+
+def plot_capacity(result, path: str | Path) -> Path:
+    """Rank r of Z against the number of heads h, with the bound lines; written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    info, s = result.info, result.settings
+    n, d, dh = info.get("n"), info.get("d"), s.get("head_dim")
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    hs_all: list[int] = []
+    for c in result.columns:
+        if c.status != "ok" or not c.certificates:
+            continue
+        hs = [x.heads for x in c.certificates]
+        hs_all = sorted(set(hs_all) | set(hs))
+        ax.plot(hs, [x.rank for x in c.certificates], marker="o", lw=1.6, label=f"rank(Z), {c.variant} weights")
+        bh = [h for h in hs if c.bounds[h].applies]
+        if bh:
+            ax.plot(bh, [c.bounds[h].count for h in bh], ls="--", lw=1, marker="x",
+                    label=f"bound ({c.variant}: {c.bounds[bh[-1]].which})")
+    if hs_all and n and dh:
+        hx = np.arange(1, max(hs_all) + 1)
+        ax.plot(hx, hx * (min(n, dh) - 1) + 1, color="k", ls=":", lw=1, label="H (min(n, d_h) - 1) + 1")
+        ax.plot(hx, hx * (n - 1) + 1, color="grey", ls="-.", lw=1, label="H (n - 1) + 1 (Prop. 2)")
+        T = max(c.T for c in result.columns if c.status == "ok")
+        ax.plot(hx, np.minimum(T, hx * d), color="r", lw=0.8, alpha=0.6, label=f"min(T, h d), T = {T} examples")
+    ax.set_xlabel("heads used h")
+    ax.set_ylabel("examples")
+    ax.set_title(f"Memorisation certificate: {result.model}" + (" (shared context)" if s.get("shared_context") else ""))
+    ax.legend(fontsize=7, loc="best", framealpha=0.8)
+    fig.tight_layout()
+    return save_figure(fig, path)
+

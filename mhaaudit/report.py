@@ -265,8 +265,8 @@ def depth_tables(result) -> list[Table]:
     """One table per set of weights: a row per depth, a column per check."""
     info = result.info
     tables = []
-    for weights in dict.fromkeys(c.probe.weights for c in result.columns):
-        cols = [c for c in result.columns if c.probe.weights == weights]
+    for weights in dict.fromkeys(c.probe.init for c in result.columns):
+        cols = [c for c in result.columns if c.probe.init == weights]
         t = Table(title=f"{result.model}: depth profile, {weights} weights (n = {info.get('n')}, d = {info.get('d')}, "
                         f"T = {_T(result)})", title_justify="left")
         t.add_column("layer", justify="right")

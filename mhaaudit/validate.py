@@ -154,3 +154,26 @@ def tolerance(name: str, value) -> float | None:
     if not math.isfinite(v) or v < 0:
         raise InputError(f"{name} must be a finite number >= 0, got {value}")
     return v
+
+
+def head_counts(spec, num_heads: int | None = None, name: str = "--heads") -> list[int] | None:
+    """``"1-12"``, ``"3"``, ``"1,2,4"`` (or integers) -> sorted head counts; None means all heads.
+
+    Counts start at 1 and, when ``num_heads`` is known, are at most ``num_heads``.
+    """
+    if spec is None:
+        return None
+    out = int_ranges(spec, name, what="head counts", example="1-12, 3 or 1,2,4", minimum=1)
+    if num_heads is not None and max(out) > num_heads:
+        raise InputError(f"{name} {spec!r}: the attention layer has {num_heads} heads, so at most {num_heads} can be used")
+    return out
+
+
+def layers(spec, name: str = "--layers") -> list[int] | None:
+    """``"0-6"``, ``"0,1,4"`` or ``"0-2,6"`` -> the sorted layers (0 = the embedding output)."""
+    if spec is None:
+        return None
+    out = int_ranges(spec, name, what="layers", example="0-6 or 0,1,4")
+    if min(out) < 0:
+        raise InputError(f"{name} {spec!r}: layers start at 0 (the embedding output)")
+    return out

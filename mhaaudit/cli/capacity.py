@@ -71,7 +71,8 @@ def capacity_cmd(
     with those key/query weights memorises r of the examples for any labels (value/output weights
     solved for random labels; the residual is printed).
     """
-    from ..capacity_audit import capacity_audit, plot_capacity
+    from ..capacity import capacity_audit
+    from ..plot import plot_capacity
     from ..io import parquet_bytes, write_parquet
     from ..progress import progress_enabled
 
@@ -80,7 +81,7 @@ def capacity_cmd(
     vs = [v.strip() for item in (variants or []) for v in item.split(",") if v.strip()] or None
     result = capacity_audit(
         model, heads=heads, attention=attention.value, shared_context=shared_context, from_path=from_path,
-        variants=vs, weights=weights, layer=layer, data=data, split=split, limit=limit, batch_size=batch_size,
+        variants=vs, weights=weights, block=layer, data=data, split=split, limit=limit, batch_size=batch_size,
         samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol, device=device,
         backend=backend.value if backend else None, context_length=context_length, progress=progress_enabled(fmt.value),
     )

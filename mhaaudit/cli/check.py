@@ -134,7 +134,7 @@ def check_cmd(
     meta = stamp(command="check", model=model, model_info=result.info, data=result.data, skipped=result.skipped,
                  notes=result.notes, timings_s=result.timings, **result.settings)
     meta["columns"] = {c.probe.variant: {"status": c.status, "reason": c.reason, "layer": c.probe.layer,
-                                         "weights": c.probe.weights, "describe": c.probe.describe(),
+                                         "weights": c.probe.init, "describe": c.probe.describe(),
                                          "weights_source": c.weights_source, "timings_s": c.timings,
                                          "sweep": c.sweep.summary() if c.sweep else None}
                        for c in result.columns}

@@ -1,0 +1,162 @@
+"""What the capacity bound is computed from: Assumptions 1 and 2 and a Kruskal-rank estimate.
+
+Either audited on the tokens the attention block sees (:func:`audit_assumptions`, on the reduced
+features of the same examples that build Z), or read from a results file of ``mhaaudit check
+--out`` (:func:`assumptions_from_file`). The Monte-Carlo verdict of Assumption 1 is an estimate;
+Assumption 2 is exact per example.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InputError
+
+__all__ = ["Assumptions", "assumptions_from_file", "audit_assumptions", "linear_algebra", "read_check_results"]
+
+
+@dataclass
+class Assumptions:
+    """What the bound is computed from."""
+
+    a1: str | None = None  # holds | fails | None (not checked)
+    a2: str | None = None
+    a1_reason: str = ""
+    a2_reason: str = ""
+    a1_fraction: float | None = None
+    kruskal_estimate: int | None = None
+    estimate_note: str = ""
+    source: str = ""
+
+    def holds(self, v: str | None) -> bool | None:
+        return None if v not in ("holds", "fails") else v == "holds"
+
+    def to_dict(self) -> dict:
+        return {"assumption_1": self.a1, "assumption_1_reason": self.a1_reason, "assumption_1_fraction": self.a1_fraction,
+                "assumption_2": self.a2, "assumption_2_reason": self.a2_reason,
+                "kruskal_estimate": self.kruskal_estimate, "kruskal_estimate_note": self.estimate_note,
+                "source": self.source}
+
+
+def linear_algebra():
+    """Rank computations on the CPU: one thread, subnormals flushed (see ``numerics``).
+
+    On shared cores the multi-threaded LAPACK calls were erratic, up to 100x slower (a 768 x 768
+    eigenvalue problem took 11.6 s on two threads against 0.08 s on one, and the QR/SVD of a
+    2000 x 9216 matrix was no faster on two). The model's forward pass runs outside this context.
+    """
+    from ..rank import numerics
+
+    return numerics(threads=1)
+
+
+def audit_assumptions(fs, settings, label: str = "") -> tuple[Assumptions, dict]:
+    """A1 (k = n) and A2 on reduced features; a Kruskal-rank estimate when Remark 1 needs one."""
+    from ..kruskal import kruskal_sweep, set_stats, subset_test
+    from ..progress import task
+
+    rule = settings.rule(fs.dtype)
+    samples, threshold, progress = settings.samples, settings.threshold, settings.progress
+    timings: dict = {}
+    t0 = time.perf_counter()
+    a2 = fs.assumption_2(rule)
+    out = Assumptions(a2=a2.verdict, a2_reason=a2.reason, source="audited on the same examples")
+    if fs.T < fs.n:
+        out.a1_reason = f"not checked: {fs.T} examples, fewer than n = {fs.n} (raise --limit)"
+        timings["assumption_2"] = round(time.perf_counter() - t0, 3)
+        return out, timings
+    stats = set_stats(fs.queries, rule)
+    common = dict(samples=samples, threshold=threshold, seed=settings.seed, rule=rule, device=settings.device)
+    with task(f"{label} assumption_1 (k = {fs.n})", samples, progress) as adv:
+        a1 = subset_test(fs.queries, fs.n, check="assumption_1", stats=stats, progress=adv, stop_when_decided=True, **common)
+    out.a1, out.a1_reason = a1.verdict, a1.reason
+    out.a1_fraction = a1.fraction if a1.sampled else None
+    timings["assumptions 1-2"] = round(time.perf_counter() - t0, 3)
+    if a1.verdict == "fails" and a2.verdict == "holds" and fs.n < fs.d:
+        t0 = time.perf_counter()
+        with task(f"{label} Kruskal-rank sweep (k <= {fs.n})", samples, progress) as adv:
+            sw = kruskal_sweep(fs.queries, kmax=fs.n, stats=stats, progress=adv, **common)
+        timings["kruskal sweep"] = round(time.perf_counter() - t0, 3)
+        if sw.estimate >= 1:
+            out.kruskal_estimate = int(sw.estimate)
+            out.estimate_note = (f"largest k <= {fs.n} with satisfied fraction >= {threshold} over {samples} nested draws "
+                                 f"(an estimate); certified ceiling {sw.ceiling.value} ({sw.ceiling.kind})")
+    return out, timings
+
+
+def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
+    """The metadata and records of a parquet file written by ``mhaaudit check --out``."""
+    import pyarrow.parquet as pq
+
+    from ..io import read_parquet_metadata
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"--from {p}: no such file")
+    try:
+        meta = read_parquet_metadata(p)
+        rows = pq.read_table(p).to_pylist()
+    except Exception as exc:
+        raise InputError(f"--from {p}: cannot read it as a parquet file ({' '.join(str(exc).split())[:160]})") from None
+    if not rows or "check" not in rows[0] or "variant" not in rows[0]:
+        raise InputError(f"--from {p}: not a results file of 'mhaaudit check --out' (no check/variant columns)")
+    return meta, rows
+
+
+def assumptions_from_file(path: str | Path, *, init: str, layer: int, n: int | None = None,
+                          d: int | None = None, results: tuple[dict, list[dict]] | None = None,
+                          ) -> tuple[Assumptions | None, str, list[str]]:
+    """The A1/A2 verdicts and Kruskal estimate of the column of ``path`` with ``init`` weights at ``layer``.
+
+    ``path`` is a parquet file written by ``mhaaudit check --out`` (``results``: its contents,
+    already read by :func:`read_check_results`). Returns ``(assumptions or None, the column's
+    name or the reason none fits, notes)``.
+    """
+    p = Path(path)
+    meta, rows = results if results is not None else read_check_results(p)
+    notes: list[str] = []
+    info = meta.get("model_info") or {}
+    if (n is not None and info.get("n") not in (None, n)) or (d is not None and info.get("d") not in (None, d)):
+        raise InputError(f"--from {p}: audited with n = {info.get('n')}, d = {info.get('d')}, but the model here has "
+                         f"n = {n}, d = {d}")
+    if meta.get("command") not in (None, "check"):
+        notes.append(f"--from {p} was written by 'mhaaudit {meta.get('command')}', not 'mhaaudit check'")
+    cols = meta.get("columns") or {}
+    chosen = None
+    for variant, c in cols.items():
+        if c.get("weights") != init or int(c.get("layer", -1)) != layer or variant == "random-attention":
+            continue
+        if c.get("status", "ok") != "ok":
+            return None, f"column {variant!r} of {p} is unavailable: {c.get('reason', '')}", notes
+        chosen = variant
+        break
+    if chosen is None:
+        have = ", ".join(f"{v} ({c.get('weights')} weights, layer {c.get('layer')})" for v, c in cols.items()) or "none"
+        return None, (f"{p} has no column with {init} weights at layer {layer} (the input of block {layer + 1}); "
+                      f"it has: {have}"), notes
+    mine = [r for r in rows if r.get("variant") == chosen]
+    out = Assumptions(source=f"read from {p} (column {chosen})")
+    for r in mine:
+        if r.get("check") == "assumption_1":
+            out.a1 = r.get("verdict") if r.get("verdict") in ("holds", "fails") else None
+            out.a1_reason = r.get("reason") or ""
+            out.a1_fraction = r.get("fraction") if r.get("sampled") else None
+        elif r.get("check") == "assumption_2":
+            out.a2 = r.get("verdict") if r.get("verdict") in ("holds", "fails") else None
+            out.a2_reason = r.get("reason") or ""
+    sweep = (cols.get(chosen) or {}).get("sweep")
+    if isinstance(sweep, dict) and sweep.get("estimate"):
+        out.kruskal_estimate = int(sweep["estimate"])
+        out.estimate_note = f"the Kruskal-rank estimate of {p} ({sweep.get('estimate_means', 'an estimate')})"
+    else:
+        sw = [r for r in mine if r.get("check") == "sweep" and r.get("k") is not None]
+        thr = meta.get("threshold")
+        if sw and thr is not None:
+            ok = [int(r["k"]) for r in sw if (r.get("fraction") or 0.0) >= float(thr)]
+            if ok:
+                out.kruskal_estimate = max(ok)
+                out.estimate_note = f"largest k with satisfied fraction >= {thr} in the sweep rows of {p} (an estimate)"
+    return out, chosen, notes
+

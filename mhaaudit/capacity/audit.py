@@ -1,0 +1,378 @@
+"""``mhaaudit capacity``: from audited assumptions to a memorisation bound and a certificate.
+
+Two numbers per column (random weights; trained weights when they can be had):
+
+- **The bound** (:mod:`.theory`). Theorem 1 (or Remark 1) turns the audit of the tokens an
+  attention layer sees (Assumption 1 at k = n, Assumption 2, and a Kruskal-rank estimate when
+  Assumption 1 fails) into a number of examples a multi-head attention layer with H heads of
+  key/query dimension d_h memorises for any labels. The counts are reconstructed from the
+  paper's proof, and every result says so.
+- **The certificate** (:mod:`.certificate`). On the same data, the matrix ``Z`` of the proof
+  (:mod:`.z`), built from the key/query weights of the model's own attention block ``block`` (or
+  random ones). Its numerical rank r is a number of examples that one attention layer with those
+  key/query weights memorises for ANY labels (a proof by construction).
+
+What the attention layer sees: for ``block = K`` the tokens ``E_t`` are the input of block K
+(layer K - 1 of :meth:`mhaaudit.models.ProbedModel.capture`; K = 1: the embedding output) and
+the query ``x_t`` is row ``info.query_index`` of ``E_t``. The block's pre-attention LayerNorm
+enters the logits only; the convex combinations are of the raw rows of ``E_t``, the input the
+assumptions were audited on. The logits use the block's own scale and biases. A decoder's causal
+mask changes nothing for a query in the last position (it attends to every token); for another
+query position the context is cut after the query row.
+
+The tokens come from the one capture loop of :mod:`mhaaudit.pipeline`: per batch, the Z builder
+and (unless the verdicts are read from a file) the streaming reduction consume them.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from ..errors import InputError, OfflineError
+from ..pipeline import DataRequest, ModelRequest
+from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
+from .assumptions import Assumptions, assumptions_from_file, audit_assumptions, linear_algebra, read_check_results
+from .certificate import certify_head_prefixes
+from .theory import shared_context_rank_bound, theorem1_bound
+from .z import ZBuilder, random_attention_weights
+
+__all__ = ["ATTENTION", "VARIANTS", "CapacityColumn", "CapacityResult", "attention_for", "capacity_audit"]
+
+VARIANTS = ("random", "trained")
+ATTENTION = ("model", "random")
+
+
+@dataclass
+class CapacityColumn:
+    variant: str  # random | trained
+    status: str = "ok"  # ok | unavailable
+    reason: str = ""
+    assumptions: Assumptions | None = None
+    bounds: dict = field(default_factory=dict)  # h -> CapacityBound
+    certificates: list = field(default_factory=list)  # HeadCertificate, by h
+    T: int = 0
+    weights_source: str = ""
+    timings: dict = field(default_factory=dict)
+
+
+@dataclass
+class CapacityResult:
+    model: str
+    info: dict
+    data: str
+    columns: list[CapacityColumn]
+    settings: dict
+    timings: dict
+    notes: list = field(default_factory=list)
+
+    def records(self) -> list[dict]:
+        """One row per column and head count h (one 'unavailable' row for a column that could not run)."""
+        s, info = self.settings, self.info
+        H, dh, n, d = info.get("num_heads"), s["head_dim"], info.get("n"), info.get("d")
+        out = []
+        for c in self.columns:
+            base = {"model": self.model, "variant": c.variant, "layer": s["layer"], "attention": s["attention"],
+                    "shared_context": s["shared_context"], "T": c.T or None, "n": n, "d": d, "d_h": dh, "H": H,
+                    "tolerance": s["z_tolerance"], "seed": s["seed"], "status": c.status}
+            if c.status != "ok":
+                out.append({**base, "heads": None, "rank": None, "rank_cap": None, "bound": None,
+                            "bound_kind": "unavailable", "bound_reason": c.reason, "residual": None,
+                            "prop2_bound": None, "prop2_verdict": None, "reason": c.reason})
+                continue
+            a = c.assumptions or Assumptions()
+            for cert in c.certificates:
+                b = c.bounds[cert.heads]
+                p2 = shared_context_rank_bound(cert.heads, n)
+                out.append({
+                    **base, "heads": cert.heads, "rank": cert.rank, "rank_cap": cert.rank_cap,
+                    "bound": b.count, "bound_kind": b.which, "bound_reason": b.reason, "bound_formula": b.formula,
+                    "residual": cert.residual, "rank_method": cert.method, "z_tolerance_value": cert.tolerance,
+                    "sigma_max": cert.sigma_max, "prop2_bound": p2,
+                    "prop2_verdict": ("holds" if cert.rank <= p2 else "fails") if s["shared_context"] else None,
+                    "assumption_1": a.a1, "assumption_2": a.a2, "kruskal_estimate": a.kruskal_estimate,
+                    "reason": "",
+                })
+        return out
+
+    def meta(self) -> dict:
+        from ..io import stamp
+
+        return stamp(command="capacity", model=self.model, model_info=self.info, data=self.data, notes=self.notes,
+                     timings_s=self.timings, **self.settings,
+                     columns={c.variant: {"status": c.status, "reason": c.reason, "T": c.T,
+                                          "weights_source": c.weights_source, "timings_s": c.timings,
+                                          "assumptions": c.assumptions.to_dict() if c.assumptions else None,
+                                          "bound": (c.bounds[max(c.bounds)].to_dict() if c.bounds else None)}
+                              for c in self.columns})
+
+
+# --------------------------------------------------------------------------------------------
+# Orchestration
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What every column of one capacity run shares, checked before any work."""
+
+    request: ModelRequest
+    data: DataRequest
+    settings: Settings
+    block: int
+    heads: str | Sequence[int] | int | None
+    attention: str
+    shared_context: bool
+    from_path: Path | None
+    from_results: tuple | None
+
+
+@dataclass(frozen=True)
+class _Attention:
+    """Key/query weights the rows of Z use, as ZBuilder takes them, and their description."""
+
+    Wq: torch.Tensor
+    Wk: torch.Tensor
+    bq: torch.Tensor | None
+    bk: torch.Tensor | None
+    pre: object
+    scale: float | None
+    causal: bool
+    describe: str
+
+    @property
+    def num_heads(self) -> int:
+        return int(self.Wq.shape[0])
+
+    @property
+    def head_dim(self) -> int:
+        return int(self.Wq.shape[2])
+
+
+def attention_for(pm, block: int, attention: str, seed: int) -> _Attention:
+    """The key/query weights of block ``block`` of ``pm`` (``attention="model"``) or random ones."""
+    from ..models import first_attention
+
+    info = pm.info
+    if attention == "model":
+        aw = first_attention(pm, block)
+        desc = (f"the model's own block {block} attention ({aw.num_heads} heads, d_h = {aw.head_dim}, its pre-attention "
+                f"map {type(aw.pre).__name__} inside the logits, scale {aw.scale:.4g}"
+                + (", biases" if aw.b_q is not None else "") + ")")
+        return _Attention(aw.W_q, aw.W_k, aw.b_q, aw.b_k, aw.pre, aw.scale, aw.causal, desc)
+    H, dh = info.num_heads, info.head_dim
+    Wq, Wk = random_attention_weights(info.d, H, dh, seed)
+    pre = torch.nn.LayerNorm(info.d, elementwise_affine=False)
+    causal = info.modality == "text" and info.query_index != 0
+    desc = (f"{H} random heads (seed {seed}): Xavier-uniform d x d_h key/query weights with d_h = {dh}, no biases, "
+            f"logits 1/sqrt(d_h) on LayerNorm (no affine) of the tokens")
+    return _Attention(Wq, Wk, None, None, pre, None, causal, desc)
+
+
+def _capture(plan: _Plan, pm, attn: _Attention, col: CapacityColumn, notes: list[str]):
+    """One pass of the pipeline over the data: rows of Z and (when auditing) the reduced features."""
+    from .. import pipeline
+    from ..features import StreamingReducer
+
+    info = pm.info
+    zb = ZBuilder(Wq=attn.Wq, Wk=attn.Wk, bq=attn.bq, bk=attn.bk, pre=attn.pre, scale=attn.scale,
+                  query_index=info.query_index, causal=attn.causal, shared_context=plan.shared_context)
+    reducer = None if plan.from_path is not None else StreamingReducer(info.query_index, plan.settings.rule(torch.float32))
+    layer = plan.block - 1
+
+    def consume(tokens: dict) -> None:
+        zb.update(tokens[layer])
+        if reducer is not None:
+            reducer.update(tokens[layer])
+
+    fed = pipeline.stream(pm, plan.data, [layer], [consume], plan.settings, notes,
+                          label=f"{col.variant} weights: tokens and Z")
+    col.timings["capture and Z"] = fed.seconds
+    fs = None if reducer is None else reducer.result({"model": plan.request.model, "variant": col.variant, "layer": layer})
+    return zb.result(), fs, fed.name
+
+
+def _column(plan: _Plan, variant: str, notes: list[str]) -> tuple[CapacityColumn, dict, str, list[int], int]:
+    """Load, capture, audit and certify one column. Returns (column, model info, data name, heads, d_h)."""
+    from .. import pipeline
+
+    col = CapacityColumn(variant)
+    t0 = time.perf_counter()
+    try:
+        pm = pipeline.load(plan.request, variant, plan.settings, plan.block)
+    except OfflineError as exc:
+        if variant != "trained":
+            raise
+        col.status, col.reason = "unavailable", str(exc)
+        return col, {}, "", [], 0
+    col.timings["load"] = round(time.perf_counter() - t0, 3)
+    info = pm.info
+    col.weights_source = info.weights_source
+    if plan.block > pm.built_layers:
+        raise InputError(f"--block {plan.block}: {plan.request.model} has {info.num_layers} blocks")
+    attn = attention_for(pm, plan.block, plan.attention, plan.settings.seed)
+    hs = _validated_heads(plan.heads, attn.num_heads)
+    if plan.from_results is not None:  # before the data pass: a file of another model is refused at once
+        a, which, fnotes = assumptions_from_file(plan.from_path, init=variant, layer=plan.block - 1, n=info.n, d=info.d,
+                                                 results=plan.from_results)
+        notes.extend(x for x in fnotes if x not in notes)
+        col.assumptions = a or Assumptions(a1_reason=which, a2_reason=which, source=which)
+    Z, fs, data_name = _capture(plan, pm, attn, col, notes)
+    col.T = int(Z.shape[0])
+    if fs is not None:
+        with linear_algebra():
+            col.assumptions, t_a = audit_assumptions(fs, plan.settings, label=variant)
+        col.timings.update(t_a)
+    _certify(plan, col, Z, info, hs, attn.head_dim)
+    line = f"key/query weights: {attn.describe}"
+    if line not in notes:
+        notes.append(line)
+    return col, info.to_dict(), data_name, hs, attn.head_dim
+
+
+def _validated_heads(heads, num_heads: int) -> list[int]:
+    from ..validate import head_counts
+
+    return head_counts(heads, num_heads) or [num_heads]
+
+
+def _certify(plan: _Plan, col: CapacityColumn, Z: torch.Tensor, info, hs: list[int], head_dim: int) -> None:
+    """The bound for each head count from the column's assumptions, and the certificate from Z."""
+    from ..progress import task
+
+    a = col.assumptions
+    for h in hs:
+        col.bounds[h] = theorem1_bound(heads=h, head_dim=head_dim, n=info.n, d=info.d, a1_holds=a.holds(a.a1),
+                                       a2_holds=a.holds(a.a2), kruskal_estimate=a.kruskal_estimate)
+    t0 = time.perf_counter()
+    z_rule = plan.settings.rule(torch.float64)
+    with task(f"{col.variant} weights: rank and certificate", len(hs), plan.settings.progress) as adv, linear_algebra():
+        col.certificates = certify_head_prefixes(Z, info.d, hs, rule=z_rule, seed=plan.settings.seed, progress=adv)
+    col.timings["rank and certificate"] = round(time.perf_counter() - t0, 3)
+
+
+def _run_notes(info: dict, columns: list[CapacityColumn], hs: list[int] | None, shared_context: bool) -> list[str]:
+    """What the reader must know to read the numbers: causal masks, caps by T, Proposition 2's reach."""
+    notes = []
+    n, d = info["n"], info["d"]
+    if info.get("modality") == "text" and info.get("query_index") not in (0, None):
+        if info["query_index"] % n == n - 1:
+            notes.append("the model is a decoder with a causal mask; its query (the last token) attends to every token, "
+                         "so the mask changes nothing")
+        else:
+            notes.append("the model is a decoder with a causal mask; the context was cut after the query row")
+    Tcap = max((c.T for c in columns if c.status == "ok"), default=0)
+    if hs and Tcap and Tcap <= max(hs) * d:
+        notes.append(f"Z has T = {Tcap} rows and H d = {max(hs)} * {d} = {max(hs) * d} columns: its rank is at most "
+                     f"min(T, h d); where it reaches T, the certificate memorises all T examples and more data could "
+                     "certify more")
+    if shared_context:
+        notes.append("shared context: every example uses the context E_0 of the first example, with its own query; "
+                     "Proposition 2 says rank(Z) <= h (n - 1) + 1 for any weights")
+        if hs and Tcap and all(min(Tcap, h * d) <= h * (n - 1) + 1 for h in hs):
+            notes.append(f"with T = {Tcap}, min(T, h d) <= h (n - 1) + 1 for every h asked for, so the check cannot fail "
+                         "here; raise --limit or use fewer heads for an informative test")
+    return notes
+
+
+def _block_of(block: int | None, layer: int | None) -> int:
+    """``block`` (or the deprecated ``layer``, same meaning), checked; default 1."""
+    from ..validate import integer
+
+    if layer is not None:
+        warnings.warn("capacity_audit(layer=K) is deprecated; use block=K (the same: the attention block K, whose input "
+                      "is the output of block K - 1)", DeprecationWarning, stacklevel=3)
+        if block is not None and block != layer:
+            raise InputError(f"--block {block} and --layer {layer} disagree; give only --block")
+        block = layer
+    return integer("--block", 1 if block is None else block)
+
+
+def capacity_audit(
+    model: str,
+    *,
+    heads: str | Sequence[int] | int | None = None,
+    attention: str = "model",
+    shared_context: bool = False,
+    from_path: str | Path | None = None,
+    variants: Sequence[str] | None = None,
+    weights: str | None = None,
+    block: int | None = None,
+    data: str | None = None,
+    split: str = "train",
+    limit: int = 2000,
+    batch_size: int = 32,
+    samples: int | None = None,
+    threshold: float | None = None,
+    seed: int = 0,
+    rtol: float | None = None,
+    atol: float | None = None,
+    device: str = "auto",
+    backend: str | None = None,
+    context_length: int | None = None,
+    progress: bool = False,
+    layer: int | None = None,
+) -> CapacityResult:
+    """Bound and certificate for each column (``variants``: random and/or trained; default both).
+
+    The assumptions are audited on the tokens attention block ``block`` sees (its input: the output
+    of block ``block - 1``), unless ``from_path`` gives a results file of ``mhaaudit check --out``
+    to read them from. ``heads`` (e.g. ``"1-12"``) asks for the certificate with the first h heads
+    for each h (default: all heads). ``attention="random"`` uses random key/query weights instead
+    of the model's. ``layer`` is a deprecated alias of ``block``.
+    """
+    from ..audit import data_request
+    from ..validate import choice, head_counts, split_list
+
+    settings = Settings.resolve(device=device, samples=DEFAULT_SAMPLES if samples is None else samples,
+                                threshold=DEFAULT_THRESHOLD if threshold is None else threshold, seed=seed,
+                                rtol=rtol, atol=atol, stop_when_decided=True, progress=progress)
+    data_req = data_request(data, split, limit, batch_size)
+    blk = _block_of(block, layer)
+    attention = choice("--attention", attention, ATTENTION)
+    vs = split_list(variants) or list(VARIANTS)
+    for v in vs:
+        choice("variant", v, VARIANTS)
+    if weights is not None and not Path(weights).expanduser().exists():
+        raise InputError(f"--weights {weights}: no such file or folder")
+    head_counts(heads)  # syntax and sizes below 1, before any work; the model's head count is checked once known
+    plan = _Plan(ModelRequest(model, backend=backend, weights_path=weights, context_length=context_length), data_req,
+                 settings, blk, heads, attention, bool(shared_context), Path(from_path) if from_path is not None else None,
+                 read_check_results(from_path) if from_path is not None else None)
+    return _run(plan, vs)
+
+
+def _run(plan: _Plan, variants: list[str]) -> CapacityResult:
+    t_start = time.perf_counter()
+    columns, notes = [], []
+    info_d: dict = {}
+    data_name, hs, head_dim = "", None, None
+    for variant in variants:
+        col, info, name, col_hs, dh = _column(plan, variant, notes)
+        columns.append(col)
+        if col.status != "ok":
+            continue
+        if not info_d or variant == "random":
+            info_d = info
+        data_name, hs, head_dim = name, col_hs, dh
+    if not info_d:
+        raise OfflineError(columns[0].reason if columns else f"{plan.request.model}: no column could be loaded")
+    notes.extend(_run_notes(info_d, columns, hs, plan.shared_context))
+    s = plan.settings
+    blk = plan.block
+    settings = dict(layer=blk, attention=plan.attention, shared_context=plan.shared_context, heads=hs,
+                    head_dim=head_dim, samples=s.samples, threshold=s.threshold, seed=s.seed, device=s.device_name,
+                    limit=plan.data.limit, batch_size=plan.data.batch_size,
+                    from_path=str(plan.from_path) if plan.from_path is not None else None,
+                    z_tolerance=s.rule(torch.float64).describe() + " (Z is computed in float64 from the tokens)",
+                    assumption_tolerance=s.rule(torch.float32).describe(),
+                    tokens=f"input of block {blk} (layer {blk - 1}: "
+                           + ("the embedding output" if blk == 1 else f"the output of block {blk - 1}") + ")")
+    timings = {"total": round(time.perf_counter() - t_start, 3)}
+    return CapacityResult(model=plan.request.model, info=info_d, data=data_name, columns=columns, settings=settings,
+                          timings=timings, notes=notes)

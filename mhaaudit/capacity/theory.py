@@ -1,0 +1,176 @@
+"""Theorem 1, Remark 1 and Proposition 2 of the paper: from assumption verdicts to counts.
+
+Pure functions on numbers. :func:`theorem1_bound` turns assumption results (A1, A2, a
+Kruskal-rank estimate) into the number of examples Theorem 1 (or Remark 1) says a multi-head
+attention layer memorises. The count ``H (min(n, d_h) - 1) + 1`` is *reconstructed* from the
+paper's proof (the extracted text lost the formula), and every result says so.
+:func:`shared_context_rank_bound` is Proposition 2's ceiling ``H (n - 1) + 1`` for a context shared
+by all examples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InputError
+from ..validate import integer
+
+__all__ = ["CapacityBound", "shared_context_rank_bound", "theorem1_bound"]
+
+_RECONSTRUCTED_NOTE = (
+    "count reconstructed from the proof of Proposition 1 / Theorem 1 (the formula was lost in the "
+    "text extraction of the paper), not read verbatim"
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Theorem 1 / Remark 1
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CapacityBound:
+    """What Theorem 1 (or Remark 1) guarantees for one set of assumption results.
+
+    Fields:
+        applies: whether a guarantee follows from the inputs.
+        count: the number of examples memorised (``None`` when it does not apply).
+        formula: the formula with the numbers plugged in ("" when it does not apply).
+        which: ``"theorem-1"``, ``"remark-1"`` or ``"not-applicable"``.
+        reason: one line: why it applies or why not.
+        reconstructed: always ``True``: the count was reconstructed from the proof.
+        notes: further remarks (conflicting inputs, d_h capping the bound, ...).
+        heads, head_dim, n, d, kruskal_estimate: the inputs, for the report.
+    """
+
+    applies: bool
+    count: int | None
+    formula: str
+    which: str
+    reason: str
+    reconstructed: bool = True
+    notes: tuple[str, ...] = ()
+    heads: int = 0
+    head_dim: int = 0
+    n: int = 0
+    d: int = 0
+    kruskal_estimate: int | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "applies": self.applies,
+            "count": self.count,
+            "formula": self.formula,
+            "which": self.which,
+            "reason": self.reason,
+            "reconstructed": self.reconstructed,
+            "notes": list(self.notes),
+            "heads": self.heads,
+            "head_dim": self.head_dim,
+            "n": self.n,
+            "d": self.d,
+            "kruskal_estimate": self.kruskal_estimate,
+        }
+
+
+def theorem1_bound(
+    *,
+    heads: int,
+    head_dim: int,
+    n: int,
+    d: int,
+    a1_holds: bool | None,
+    a2_holds: bool | None,
+    kruskal_estimate: int | None = None,
+) -> CapacityBound:
+    """The number of examples an MHA layer provably memorises, given the assumption results.
+
+    - A1 and A2 hold and ``n < d``: Theorem 1, ``H (min(n, d_h) - 1) + 1``.
+    - A1 fails (or was not checked) but A2 holds, ``n < d``, and a Kruskal-rank estimate
+      ``k < n`` of the queries is given: Remark 1, ``H (min(k, d_h) - 1) + 1``.
+    - A2 fails or was not checked, ``n >= d``, or A1 fails with no usable estimate: no guarantee
+      (``applies=False``) and ``reason`` says which.
+
+    ``a1_holds`` decides between Theorem 1 and Remark 1; an estimate that contradicts it is
+    recorded in ``notes``. Both counts are reconstructed from the proof (``reconstructed=True``).
+    """
+    heads = integer("heads", heads)
+    head_dim = integer("head_dim", head_dim)
+    n = integer("n", n)
+    d = integer("d", d)
+    if kruskal_estimate is not None:
+        kruskal_estimate = integer("kruskal_estimate", kruskal_estimate)
+    for name, val in (("a1_holds", a1_holds), ("a2_holds", a2_holds)):
+        if val is not None and not isinstance(val, (bool, np.bool_)):
+            raise InputError(f"{name} must be True, False or None, got {val!r}")
+
+    notes: list[str] = [_RECONSTRUCTED_NOTE]
+    common = dict(heads=heads, head_dim=head_dim, n=n, d=d, kruskal_estimate=kruskal_estimate)
+
+    def not_applicable(reason: str) -> CapacityBound:
+        return CapacityBound(
+            applies=False, count=None, formula="", which="not-applicable", reason=reason,
+            notes=tuple(notes), **common,
+        )
+
+    if a2_holds is None:
+        return not_applicable("A2 (every context matrix has rank n) was not checked")
+    if not a2_holds:
+        return not_applicable("A2 fails: some context matrix E_t has rank below n")
+    if n >= d:
+        return not_applicable(f"n >= d ({n} >= {d}): Theorem 1 needs the context length below the width")
+
+    if a1_holds:
+        if kruskal_estimate is not None and kruskal_estimate < n:
+            notes.append(
+                f"the Kruskal-rank estimate {kruskal_estimate} is below n = {n} although A1 was "
+                "reported to hold; the A1 result was used"
+            )
+        m = min(n, head_dim)
+        count = heads * (m - 1) + 1
+        formula = f"H*(min(n, d_h) - 1) + 1 = {heads}*(min({n}, {head_dim}) - 1) + 1 = {count}"
+        if head_dim < n:
+            notes.append(f"d_h = {head_dim} < n = {n} caps the bound: heads wider than n add nothing, narrower ones lose")
+        return CapacityBound(
+            applies=True, count=count, formula=formula, which="theorem-1",
+            reason="A1 and A2 hold and n < d", notes=tuple(notes), **common,
+        )
+
+    # A1 fails or was not checked: Remark 1 needs an estimate k < n.
+    state = "fails" if a1_holds is False else "was not checked"
+    if kruskal_estimate is None:
+        return not_applicable(f"A1 {state} and no Kruskal-rank estimate of the queries was given")
+    if kruskal_estimate >= n:
+        if a1_holds is None:
+            notes.append(f"A1 was not checked; the Kruskal-rank estimate {kruskal_estimate} >= n = {n} was used in its place")
+            m = min(n, head_dim)
+            count = heads * (m - 1) + 1
+            formula = f"H*(min(n, d_h) - 1) + 1 = {heads}*(min({n}, {head_dim}) - 1) + 1 = {count}"
+            return CapacityBound(
+                applies=True, count=count, formula=formula, which="theorem-1",
+                reason=f"Kruskal-rank estimate {kruskal_estimate} >= n, A2 holds and n < d",
+                notes=tuple(notes), **common,
+            )
+        return not_applicable(
+            f"inconsistent inputs: A1 fails but the Kruskal-rank estimate {kruskal_estimate} is not below n = {n}"
+        )
+    k = kruskal_estimate
+    m = min(k, head_dim)
+    count = heads * (m - 1) + 1
+    formula = f"H*(min(k, d_h) - 1) + 1 = {heads}*(min({k}, {head_dim}) - 1) + 1 = {count}"
+    notes.append("the Kruskal rank is an estimate unless it was proven; the count inherits that status")
+    return CapacityBound(
+        applies=True, count=count, formula=formula, which="remark-1",
+        reason=f"A1 {state}, A2 holds, queries' Kruskal rank estimated at k = {k} < n = {n}",
+        notes=tuple(notes), **common,
+    )
+
+
+def shared_context_rank_bound(H: int, n: int) -> int:
+    """Proposition 2: with one context shared by all examples, ``rank(Z) <= H (n - 1) + 1``."""
+    H = integer("H", H)
+    n = integer("n", n)
+    return H * (n - 1) + 1
+

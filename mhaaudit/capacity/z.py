@@ -1,0 +1,255 @@
+"""The matrix Z of the proof of Theorem 1, and the builder that streams it batch by batch.
+
+Row t of ``Z`` is ``[z_1; ...; z_H]`` with ``z_h = E_t^T softmax(s_h)``: a convex combination of
+the context rows of example t chosen by head h (:func:`attention_combinations`). :class:`ZBuilder`
+accumulates the rows from (B, n, d) token batches (memory O(T H d); the (T, n, d) activations are
+never held). Everything is computed in float64.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ..errors import DataError, InputError
+from ..settings import derive_seed
+from ..validate import integer
+
+__all__ = ["ZBuilder", "as_real_tensor", "attention_combinations", "random_attention_weights"]
+
+
+def as_real_tensor(name: str, value, ndims: tuple[int, ...]) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        try:
+            value = torch.as_tensor(np.asarray(value, dtype=np.float64))
+        except Exception as exc:
+            raise InputError(f"{name} is not a real numeric array") from exc
+    if value.is_complex():
+        raise InputError(f"{name} must be real")
+    if value.ndim not in ndims:
+        want = " or ".join(str(k) for k in ndims)
+        raise InputError(f"{name} must have {want} dimensions, got shape {tuple(value.shape)}")
+    return value
+
+
+def attention_combinations(
+    E: torch.Tensor,
+    x: torch.Tensor,
+    Wq: torch.Tensor,
+    Wk: torch.Tensor,
+    bq: torch.Tensor | None = None,
+    bk: torch.Tensor | None = None,
+    *,
+    pre: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    exclude_query_index: int | None = None,
+    chunk: int = 256,
+    dtype: torch.dtype = torch.float64,
+) -> torch.Tensor:
+    """The matrix ``Z`` (T, H*d) of the proof of Theorem 1.
+
+    Row t is ``[z_1; ...; z_H]`` with ``z_h = E_t^T softmax(s_h)`` and logits
+    ``s_h[i] = (pre(E_t)[i] Wk_h + bk_h) . (pre(x_t) Wq_h + bq_h) / sqrt(d_h)``.
+
+    Args:
+        E: contexts, (T, n, d). A (n, d) matrix is taken as one context shared by all examples.
+        x: queries, (T, d).
+        Wq, Wk: query/key weights, (H, d, d_h) (a (d, d_h) matrix means one head).
+        bq, bk: optional biases, (H, d_h). (``bk`` shifts all logits of a head equally, so it
+            cannot change ``Z``; it is accepted for fidelity to real layers.)
+        pre: what the keys and queries see, e.g. a LayerNorm; applied to ``E`` and ``x`` along
+            the last dimension. ``z_h`` always combines the raw rows of ``E_t`` (the value input).
+        exclude_query_index: a context row the query may not attend to (self-attention where the
+            query is that row of the context and should not see itself); ``None`` for none.
+        chunk: examples processed at once; memory is O(chunk * n * d + T * H * d).
+        dtype: computation dtype (float64 by default).
+    """
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise InputError(f"chunk must be a positive integer, got {chunk!r}")
+    E = as_real_tensor("E", E, (2, 3))
+    x = as_real_tensor("x", x, (2,))
+    Wq = as_real_tensor("Wq", Wq, (2, 3))
+    Wk = as_real_tensor("Wk", Wk, (2, 3))
+    if Wq.ndim == 2:
+        Wq = Wq.unsqueeze(0)
+    if Wk.ndim == 2:
+        Wk = Wk.unsqueeze(0)
+    shared = E.ndim == 2
+    T, d = x.shape
+    n = E.shape[-2]
+    if E.shape[-1] != d:
+        raise InputError(f"E has width {E.shape[-1]} but the queries x have width {d}")
+    if not shared and E.shape[0] != T:
+        raise InputError(f"E has {E.shape[0]} examples but x has {T}")
+    if n < 1:
+        raise InputError("the context must have at least one row")
+    if Wq.shape != Wk.shape:
+        raise InputError(f"Wq {tuple(Wq.shape)} and Wk {tuple(Wk.shape)} must have the same shape (H, d, d_h)")
+    H, dw, dh = Wq.shape
+    if H < 1:
+        raise InputError("at least one head is needed (Wq has 0 heads)")
+    if dw != d:
+        raise InputError(f"Wq/Wk expect width {dw} but the tokens have width {d}")
+    if dh < 1:
+        raise InputError("head dimension d_h must be at least 1")
+    biases = []
+    for name, b in (("bq", bq), ("bk", bk)):
+        if b is None:
+            biases.append(None)
+            continue
+        b = as_real_tensor(name, b, (1, 2))
+        if b.ndim == 1:
+            b = b.unsqueeze(0)
+        if tuple(b.shape) != (H, dh):
+            raise InputError(f"{name} must have shape (H, d_h) = ({H}, {dh}), got {tuple(b.shape)}")
+        biases.append(b)
+    bq, bk = biases
+    if exclude_query_index is not None:
+        if isinstance(exclude_query_index, bool) or not isinstance(exclude_query_index, int):
+            raise InputError(f"exclude_query_index must be an integer, got {exclude_query_index!r}")
+        if exclude_query_index < 0:
+            exclude_query_index += n
+        if not 0 <= exclude_query_index < n:
+            raise InputError(f"exclude_query_index {exclude_query_index} is outside the context (n = {n})")
+        if n < 2:
+            raise InputError("excluding the query leaves an empty context (n = 1)")
+
+    device = x.device
+    Wq = Wq.to(device=device, dtype=dtype)
+    Wk = Wk.to(device=device, dtype=dtype)
+    bq = bq.to(device=device, dtype=dtype) if bq is not None else None
+    bk = bk.to(device=device, dtype=dtype) if bk is not None else None
+    scale = 1.0 / math.sqrt(dh)
+
+    out = torch.empty((T, H * d), dtype=dtype, device=device)
+    if shared:
+        E_raw_shared = E.to(device=device, dtype=dtype)
+        E_pre_shared = pre(E_raw_shared) if pre is not None else E_raw_shared
+    for start in range(0, T, chunk):
+        stop = min(start + chunk, T)
+        xc = x[start:stop].to(dtype=dtype)
+        xp = pre(xc) if pre is not None else xc
+        q = torch.einsum("cd,hde->che", xp, Wq)  # (c, H, dh)
+        if bq is not None:
+            q = q + bq.unsqueeze(0)
+        # s[c,h,i] = pre(E)[c,i] . (Wk_h q[c,h]) + bk_h . q[c,h]: never forms (c, H, n, dh).
+        u = torch.einsum("hde,che->chd", Wk, q)  # (c, H, d)
+        if shared:
+            Ec, Ep = E_raw_shared, E_pre_shared
+            s = torch.einsum("nd,chd->chn", Ep, u)
+        else:
+            Ec = E[start:stop].to(device=device, dtype=dtype)
+            Ep = pre(Ec) if pre is not None else Ec
+            s = torch.einsum("cnd,chd->chn", Ep, u)
+        if bk is not None:
+            s = s + torch.einsum("he,che->ch", bk, q).unsqueeze(-1)
+        s = s * scale
+        if exclude_query_index is not None:
+            s[..., exclude_query_index] = float("-inf")
+        p = torch.softmax(s, dim=-1)  # (c, H, n)
+        if shared:
+            z = torch.einsum("chn,nd->chd", p, Ec)
+        else:
+            z = torch.einsum("chn,cnd->chd", p, Ec)
+        out[start:stop] = z.reshape(stop - start, H * d)
+    return out
+
+
+def random_attention_weights(d: int, heads: int, head_dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Frozen random key/query weights ``(Wq, Wk)``, each (heads, d, head_dim), float64.
+
+    Each head's (d, head_dim) matrix is Xavier-uniform: U(-a, a) with a = sqrt(6 / (d + head_dim)).
+    Seeded from ``derive_seed(seed, "random-attention")`` through one CPU ``torch.Generator``: the
+    same seed gives the same weights.
+    """
+    d = integer("d", d)
+    heads = integer("heads", heads)
+    head_dim = integer("head_dim", head_dim)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise InputError(f"seed must be an integer, got {seed!r}")
+    gen = torch.Generator(device="cpu")
+    gen.manual_seed(derive_seed(int(seed), "random-attention"))
+    bound = math.sqrt(6.0 / (d + head_dim))
+    Wq = (torch.rand((heads, d, head_dim), generator=gen, dtype=torch.float64) * 2 - 1) * bound
+    Wk = (torch.rand((heads, d, head_dim), generator=gen, dtype=torch.float64) * 2 - 1) * bound
+    return Wq, Wk
+
+
+def _pre64(pre: Callable | None) -> Callable | None:
+    """The block's pre-attention map in float64 (a copy of the module; the model is untouched)."""
+    if pre is None or isinstance(pre, torch.nn.Identity):
+        return None
+    if isinstance(pre, torch.nn.Module):
+        return copy.deepcopy(pre).to(torch.float64).eval()
+    return lambda x: pre(x.float()).to(torch.float64)
+
+
+class ZBuilder:
+    """Accumulates the rows of ``Z`` (T, H d) one batch of (B, n, d) tokens at a time.
+
+    ``shared_context``: every example uses the context of the first example seen (``E_t = E_0``)
+    with its own query ``x_t`` (Proposition 2's setting).
+    """
+
+    def __init__(self, *, Wq: torch.Tensor, Wk: torch.Tensor, bq: torch.Tensor | None = None,
+                 bk: torch.Tensor | None = None, pre: Callable | None = None, scale: float | None = None,
+                 query_index: int = 0, causal: bool = False, shared_context: bool = False) -> None:
+        Wq = Wq.detach().to(torch.float64)
+        Wk = Wk.detach().to(torch.float64)
+        if Wq.ndim != 3 or Wq.shape != Wk.shape:
+            raise InputError(f"key/query weights must both be (H, d, d_h), got {tuple(Wq.shape)} and {tuple(Wk.shape)}")
+        H, d, dh = Wq.shape
+        # attention_combinations scales the logits by 1/sqrt(d_h); another scale is folded into W_q, b_q.
+        f = 1.0 if scale is None else float(scale) * math.sqrt(dh)
+        self.Wq = Wq * f
+        self.Wk = Wk
+        self.bq = bq.detach().to(torch.float64) * f if bq is not None else None
+        self.bk = bk.detach().to(torch.float64) if bk is not None else None
+        self.pre = _pre64(pre)
+        self.H, self.d, self.dh = int(H), int(d), int(dh)
+        self.query_index = int(query_index)
+        self.causal = bool(causal)
+        self.shared_context = bool(shared_context)
+        self._E0: torch.Tensor | None = None
+        self._parts: list[torch.Tensor] = []
+        self.n: int | None = None
+
+    def update(self, tokens: torch.Tensor) -> None:
+        if tokens.ndim != 3 or tokens.shape[-1] != self.d:
+            raise InputError(f"token batches must be (B, n, {self.d}), got {tuple(tokens.shape)}")
+        B, n, _ = tokens.shape
+        if self.n is None:
+            self.n = int(n)
+        qi = self.query_index % n
+        x = tokens[:, qi, :]
+        keep = qi + 1 if self.causal else n  # causal: the query sees the tokens up to itself
+        if self.shared_context:
+            if self._E0 is None:
+                self._E0 = tokens[0, :keep, :].detach().to(torch.float64).clone()
+            E = self._E0.to(tokens.device)
+        else:
+            E = tokens[:, :keep, :]
+        with torch.no_grad():
+            z = attention_combinations(E, x, self.Wq.to(tokens.device), self.Wk.to(tokens.device),
+                                       None if self.bq is None else self.bq.to(tokens.device),
+                                       None if self.bk is None else self.bk.to(tokens.device),
+                                       pre=self._pre_on(tokens.device), chunk=max(1, B))
+        self._parts.append(z.cpu())
+
+    def _pre_on(self, device):
+        if self.pre is None or not isinstance(self.pre, torch.nn.Module):
+            return self.pre
+        return self.pre.to(device)
+
+    @property
+    def T(self) -> int:
+        return sum(int(p.shape[0]) for p in self._parts)
+
+    def result(self) -> torch.Tensor:
+        if not self._parts:
+            raise DataError("no examples reached the attention layer")
+        return torch.cat(self._parts)
+

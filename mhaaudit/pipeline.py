@@ -1,0 +1,199 @@
+"""The single capture loop: load -> prefetched batches -> capture -> consumers.
+
+Every command that runs a model over data (``check``, ``capacity``, ``kruskal --model`` and
+``--save-features``) goes through :func:`load` and :func:`stream`:
+
+- :func:`load` turns a :class:`ModelRequest` and a choice of weights (``"random"`` or
+  ``"trained"``) into a :class:`~mhaaudit.models.ProbedModel` on the run's device, built only as
+  deep as the deepest probe point.
+- :func:`example_batches` turns a :class:`DataRequest` into raw batches for that model (PIL images,
+  or token-id rows built with the paper's BERT-pair / GPT-window constructions) and a
+  :class:`DataInfo` naming the data.
+- :func:`stream` prepares each batch (decoding, resizing, tensors on the device) on a background
+  thread while the previous batch runs, captures the requested layers, and hands the
+  ``{layer: (B, n, d) tokens}`` of every batch to each consumer. Consumers (the streaming reduction
+  of :mod:`mhaaudit.features`, the Z builder of :mod:`mhaaudit.capacity`) keep what they need and
+  drop the batch, so memory grows with T x d, not T x n x d.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import torch
+
+from .errors import DataError, ModelError
+from .settings import Settings
+
+__all__ = ["DataInfo", "DataRequest", "ModelRequest", "example_batches", "load", "stream"]
+
+Consumer = Callable[[dict[int, torch.Tensor]], None]
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """What the user named: the model, how to load it, and which token is the query."""
+
+    model: str
+    backend: str | None = None  # "hf" | "timm" | None (detect)
+    weights_path: str | None = None  # local folder or file with trained weights
+    context_length: int | None = None  # text models: tokens per example n
+    query_index: int | None = None  # None: the model's own ([CLS] or last token)
+
+
+@dataclass(frozen=True)
+class DataRequest:
+    """Where the examples come from and how many are read per forward pass."""
+
+    data: str | None = None  # None: the built-in offline default
+    split: str = "train"
+    limit: int = 2000
+    batch_size: int = 32
+
+
+@dataclass
+class DataInfo:
+    """What :func:`stream` learned about the data: its name, items skipped, examples fed."""
+
+    name: str = ""
+    skipped: int = 0
+    count: int = 0
+    seconds: float = 0.0
+    source: Any = field(default=None, repr=False)  # learns how many items it skipped as it is read
+
+    def settle(self) -> None:
+        """Take the source's count of skipped items once it has been read."""
+        self.skipped = max(self.skipped, int(getattr(self.source, "skipped", 0) or 0))
+
+
+def load(request: ModelRequest, init: str, settings: Settings, max_layer: int):
+    """The model of ``request`` with ``init`` weights (``"random"`` | ``"trained"``) on the run's
+    device, with blocks built up to ``max_layer`` (at least 1)."""
+    from .models import load_model
+
+    return load_model(request.model, weights=init, backend=request.backend,
+                      weights_path=request.weights_path if init == "trained" else None,
+                      device=settings.device, context_length=request.context_length,
+                      max_layer=max(1, int(max_layer)), seed=settings.seed)
+
+
+def query_index(pm, request: ModelRequest) -> int:
+    """The query row for ``pm``: the user's ``--query-index`` or the model's own."""
+    from .errors import InputError
+
+    n = pm.info.n
+    qi = pm.info.query_index if request.query_index is None else int(request.query_index)
+    if not -n <= qi < n:
+        raise InputError(f"--query-index {qi} is out of range for n = {n} tokens")
+    return qi % n
+
+
+def example_batches(pm, data: DataRequest, seed: int, notes: list[str]) -> tuple[DataInfo, Iterator[Any]]:
+    """Raw batches of examples for ``pm`` (not yet model inputs) and the data's description.
+
+    Images: lists of PIL images. Text: ``(token-id rows, segment-id rows or None)`` built with the
+    paper's constructions (BERT pairs ``[CLS] s1 [SEP] s2``, GPT windows of n tokens).
+    """
+    if pm.info.modality == "image":
+        from .sources import image_source
+
+        src = image_source(data.data, split=data.split, limit=data.limit, seed=seed)
+        return DataInfo(name=src.name, source=src), src.batches(data.batch_size)
+    return _text_batches(pm, data, seed, notes)
+
+
+def _text_batches(pm, data: DataRequest, seed: int, notes: list[str]) -> tuple[DataInfo, Iterator[Any]]:
+    from .sources import bert_pair_examples, gpt_window_examples, offline_tokenizer, text_source
+
+    info = pm.info
+    src = text_source(data.data, split=data.split, seed=seed)
+    tok = pm.tokenizer
+    if tok is None and info.weights == "trained":
+        raise ModelError(f"{info.name} has trained weights but no tokenizer files (vocab.txt, vocab.json, "
+                         "tokenizer.json); a trained text model must be fed its own vocabulary: save the tokenizer "
+                         "beside the weights with tokenizer.save_pretrained(folder)")
+    if tok is None:
+        vocab = int(getattr(pm.config, "vocab_size", 0) or 0)
+        tok, tok_desc = offline_tokenizer(info.family, vocab)
+        notes.append(f"tokenizer: {tok_desc} (no tokenizer shipped with the model offline)")
+    decoder = info.query_index == info.n - 1 and info.n > 1
+    build = gpt_window_examples if decoder else bert_pair_examples
+    ex = build(src, tok, info.n, data.limit, seed=seed)
+    # Segment ids as BERT's next-sentence inputs have them: 0 up to and including [SEP], 1 after.
+    segments = None
+    if not decoder and ex.s1_lengths is not None and int(getattr(pm.config, "type_vocab_size", 0) or 0) >= 2:
+        segments = [[0] * (s1 + 2) + [1] * (info.n - s1 - 2) for s1 in ex.s1_lengths]
+    step = data.batch_size
+
+    def gen():
+        for i in range(0, len(ex.ids), step):
+            yield ex.ids[i:i + step], (segments[i:i + step] if segments is not None else None)
+
+    return DataInfo(name=ex.description, source=src), gen()
+
+
+def _prepare(pm, raw) -> dict[str, torch.Tensor]:
+    """Model inputs on the model's device for one raw batch."""
+    if pm.info.modality == "image":
+        return pm.preprocess(raw)
+    ids, segments = raw
+    inputs = pm.preprocess(ids)
+    if segments is not None:
+        inputs["token_type_ids"] = torch.tensor(segments, dtype=torch.long, device=pm.device)
+    return inputs
+
+
+def _prefetched(pm, raw_batches: Iterable) -> Iterator[dict[str, torch.Tensor]]:
+    """Model inputs, each batch prepared on a helper thread while the previous one is probed.
+
+    Image decoding and resizing (PIL and numpy, largely outside the interpreter lock) are the
+    slowest steps on a CPU; overlapping them with the forward pass saves their time.
+    """
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mhaaudit-prepare") as pool:
+        pending = None
+        for raw in raw_batches:
+            if raw is None or len(raw) == 0:
+                continue
+            fut = pool.submit(_prepare, pm, raw)
+            if pending is not None:
+                yield pending.result()
+            pending = fut
+        if pending is not None:
+            yield pending.result()
+
+
+def _batch_size(inputs: dict[str, torch.Tensor]) -> int:
+    first = inputs.get("pixel_values", inputs.get("input_ids"))
+    return int(first.shape[0]) if first is not None else 0
+
+
+def stream(pm, data: DataRequest, layers: Sequence[int], consumers: Sequence[Consumer], settings: Settings,
+           notes: list[str], label: str = "capture") -> DataInfo:
+    """Feed every example of ``data`` through ``pm`` once and every captured batch to each consumer.
+
+    ``layers``: the probe points (0 = embedding output, k = output of block k); only blocks up to
+    the deepest run. Returns what was fed. An empty source is a :class:`DataError`.
+    """
+    from .progress import task
+
+    t0 = time.perf_counter()
+    info, raw = example_batches(pm, data, settings.seed, notes)
+    want = sorted(set(int(k) for k in layers))
+    with task(label, data.limit, settings.progress) as advance:
+        for inputs in _prefetched(pm, raw):
+            size = _batch_size(inputs)
+            if not size:
+                continue
+            tokens = pm.capture(inputs, want)
+            for consume in consumers:
+                consume(tokens)
+            info.count += size
+            advance(size)
+    info.settle()
+    info.seconds = round(time.perf_counter() - t0, 3)
+    if info.count == 0:
+        raise DataError(f"the data source yielded no usable examples ({info.name})")
+    return info

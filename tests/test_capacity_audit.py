@@ -1,0 +1,44 @@
+"""The capacity facade, as the library calls it."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import save_tiny_vit
+
+from mhaaudit.capacity import capacity_audit
+
+D = 32  # the tiny ViT's width
+RECORD_FIELDS = {"model", "variant", "heads", "rank", "bound", "bound_kind", "shared_context", "residual", "T", "n", "d",
+                 "d_h", "H", "tolerance", "seed"}
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def vit4(tmp_path_factory):
+    """Tiny ViT with 4 heads of d_h = 8 (n = 17, d = 32)."""
+    return save_tiny_vit(tmp_path_factory.mktemp("tiny_vit4"), num_attention_heads=4)
+
+
+# --------------------------------------------------------------------------------------------
+# The library call
+# --------------------------------------------------------------------------------------------
+
+
+def test_capacity_audit_library(vit4, image_dir):
+    r = capacity_audit(str(vit4), heads="1-4", data=str(image_dir), limit=40, samples=100, batch_size=16,
+                       variants=["random"])
+    (col,) = r.columns
+    assert col.status == "ok" and col.T == 40
+    assert [c.heads for c in col.certificates] == [1, 2, 3, 4]
+    ranks = [c.rank for c in col.certificates]
+    assert ranks == sorted(ranks) and ranks[0] <= D and ranks[-1] <= 40
+    # The [CLS] token of the embedding output is the same vector for every image: A1 fails for sure.
+    a = col.assumptions
+    assert a.a1 == "fails" and a.a2 == "holds" and a.kruskal_estimate == 1
+    b = col.bounds[4]
+    assert b.which == "remark-1" and b.count == 4 * (1 - 1) + 1 and b.reconstructed
+    recs = r.records()
+    assert len(recs) == 4 and RECORD_FIELDS <= set(recs[0])
+    assert all(rec["residual"] < 1e-6 for rec in recs)
+

@@ -1,0 +1,88 @@
+"""The head-prefix certificate: ranks equal matrix_rank and the reference certificate, residuals are real fits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mhaaudit.capacity import attention_combinations, certify_head_prefixes, random_attention_weights
+from mhaaudit.capacity.oracle import memorization_certificate
+from mhaaudit.errors import InputError
+
+
+# --------------------------------------------------------------------------------------------
+# Proposition 2 and the certificate
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("Hh,n,seed", [(1, 3, 0), (2, 4, 1), (3, 5, 2), (4, 3, 3)])
+def test_proposition_2_shared_context_rank(Hh, n, seed):
+    """With one shared context, rank(Z) <= H (n - 1) + 1, and generic weights reach it."""
+    d, dh = 12, 4
+    g = torch.Generator().manual_seed(seed)
+    T = 3 * (Hh * (n - 1) + 1)
+    E = torch.randn(n, d, generator=g, dtype=torch.float64)
+    x = torch.randn(T, d, generator=g, dtype=torch.float64) * 2
+    Wq, Wk = random_attention_weights(d, Hh, dh, seed)
+    Z = attention_combinations(E, x, Wq * 3, Wk * 3)
+    bound = Hh * (n - 1) + 1
+    exact = int(torch.linalg.matrix_rank(Z))
+    certs = certify_head_prefixes(Z, d, range(1, Hh + 1))
+    for c in certs:
+        assert c.rank <= c.heads * (n - 1) + 1
+    assert certs[-1].rank == exact == bound  # tight, as the paper says
+    assert certs[-1].residual < 1e-6
+
+
+def test_certificate_ranks_match_matrix_rank_and_memorization_certificate():
+    g = torch.Generator().manual_seed(4)
+    T, d, Hh = 30, 6, 5
+    # Low-rank pieces so that several head prefixes are rank deficient below T.
+    Z = torch.randn(T, 4, generator=g, dtype=torch.float64) @ torch.randn(4, Hh * d, generator=g, dtype=torch.float64)
+    Z[:, 2 * d:] += torch.randn(T, (Hh - 2) * d, generator=g, dtype=torch.float64)
+    certs = certify_head_prefixes(Z, d, [1, 2, 3, 5], seed=7)
+    for c in certs:
+        Zh = Z[:, : c.heads * d]
+        assert c.rank == int(torch.linalg.matrix_rank(Zh)) == memorization_certificate(Zh).rank
+        assert c.rank_cap == min(T, c.heads * d)
+        assert len(c.rows) == c.rank
+        assert int(torch.linalg.matrix_rank(Zh[list(c.rows)])) == c.rank  # the chosen rows are independent
+        assert c.residual < 1e-8
+    assert [c.rank for c in certs] == [4, 4, 10, 22]
+
+
+def test_certificate_residual_is_the_real_fit():
+    """Solving the value/output weights for the chosen rows hits the random labels."""
+    g = torch.Generator().manual_seed(5)
+    Z = torch.randn(12, 3 * 8, generator=g, dtype=torch.float64)
+    (c,) = certify_head_prefixes(Z, 8, [3], seed=11)
+    assert c.rank == 12 and c.rows == tuple(range(12)) and c.method.endswith("weights: gram solve")
+    assert c.residual < 1e-12
+    # Two nearly equal rows: the Gram route squares the condition number and fails, the QR route fits.
+    Z2 = torch.randn(10, 40, generator=g, dtype=torch.float64)
+    Z2[9] = Z2[8] + 1e-9 * torch.randn(40, generator=g, dtype=torch.float64)
+    (c2,) = certify_head_prefixes(Z2, 8, [5], seed=1)
+    assert c2.rank == 10 == int(torch.linalg.matrix_rank(Z2))
+    assert c2.method.endswith("weights: qr solve") and c2.residual < 1e-5
+
+
+def test_full_row_rank_is_inherited_by_more_heads():
+    g = torch.Generator().manual_seed(6)
+    Z = torch.randn(10, 5 * 8, generator=g, dtype=torch.float64)
+    certs = certify_head_prefixes(Z, 8, range(1, 6))
+    assert [c.rank for c in certs] == [int(torch.linalg.matrix_rank(Z[:, : h * 8])) for h in range(1, 6)] == [8, 10, 10, 10, 10]
+    assert "QR" in certs[1].method or "singular values" in certs[1].method
+    assert all("inherited" in c.method for c in certs[2:])
+    assert all(c.residual < 1e-10 for c in certs)
+    zero = certify_head_prefixes(torch.zeros(5, 8, dtype=torch.float64), 4, [1, 2])
+    assert [x.rank for x in zero] == [0, 0] and zero[0].residual == 0.0
+
+
+def test_certify_rejects_bad_input():
+    with pytest.raises(InputError, match="not T x"):
+        certify_head_prefixes(torch.zeros(3, 10), 4, [1])
+    with pytest.raises(InputError, match="at most 2"):
+        certify_head_prefixes(torch.zeros(3, 8), 4, [3])
+    with pytest.raises(InputError, match="NaN"):
+        certify_head_prefixes(torch.full((3, 8), float("nan")), 4, [1])
+

@@ -1,0 +1,79 @@
+"""The single capture loop: every batch reaches every consumer, in order, as a direct capture gives it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mhaaudit import pipeline
+from mhaaudit.errors import DataError, InputError
+from mhaaudit.pipeline import DataRequest, ModelRequest
+from mhaaudit.settings import Settings
+
+pytest.importorskip("transformers")
+
+
+@pytest.fixture()
+def settings():
+    return Settings.resolve(device="cpu", seed=0)
+
+
+def test_stream_feeds_every_consumer_the_direct_capture(vit_dir, image_dir, settings):
+    req = ModelRequest(str(vit_dir))
+    pm = pipeline.load(req, "random", settings, max_layer=2)
+    data = DataRequest(data=str(image_dir), limit=21, batch_size=8)
+    seen_a, seen_b = [], []
+    fed = pipeline.stream(pm, data, [0, 2], [lambda t: seen_a.append(t), lambda t: seen_b.append({k: v.clone() for k, v in t.items()})],
+                          settings, notes=[])
+    assert fed.count == 21 and [len(t[0]) for t in seen_a] == [8, 8, 5]
+    assert fed.name and fed.skipped == 0 and fed.seconds >= 0
+    # The same examples captured directly, one batch: the pipeline changed nothing but the batching.
+    info, raw = pipeline.example_batches(pm, DataRequest(data=str(image_dir), limit=21, batch_size=21), settings.seed, [])
+    direct = pm.capture(pm.preprocess(next(raw)), [0, 2])
+    for layer in (0, 2):
+        got = torch.cat([t[layer] for t in seen_b])
+        torch.testing.assert_close(got, direct[layer])
+        assert torch.equal(torch.cat([t[layer] for t in seen_a]), got)
+
+
+def test_stream_runs_text_models_with_segments(tmp_path, settings):
+    import transformers
+
+    cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                                  vocab_size=30522, max_position_embeddings=64)
+    torch.manual_seed(0)
+    transformers.BertModel(cfg).eval().save_pretrained(str(tmp_path))
+    pm = pipeline.load(ModelRequest(str(tmp_path), context_length=16), "trained", settings, max_layer=1)
+    notes: list[str] = []
+    text = tmp_path / "docs.txt"
+    text.write_text("\n\n".join(" ".join(f"word{i}x{j}" for j in range(60)) for i in range(30)))
+    with pytest.raises(Exception):  # a trained text model needs its own tokenizer files
+        pipeline.stream(pm, DataRequest(data=str(text), limit=6, batch_size=4), [1], [lambda t: None], settings, notes)
+    pm_random = pipeline.load(ModelRequest(str(tmp_path), context_length=16), "random", settings, max_layer=1)
+    shapes = []
+    fed = pipeline.stream(pm_random, DataRequest(data=str(text), limit=6, batch_size=4), [1],
+                          [lambda t: shapes.append(tuple(t[1].shape))], settings, notes)
+    assert fed.count == 6 and shapes == [(4, 16, 32), (2, 16, 32)]
+    assert any(n.startswith("tokenizer:") for n in notes)
+
+
+def test_empty_source_is_a_data_error(vit_dir, tmp_path, settings):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "note.txt").write_text("not an image")
+    pm = pipeline.load(ModelRequest(str(vit_dir)), "random", settings, max_layer=1)
+    with pytest.raises(DataError):
+        pipeline.stream(pm, DataRequest(data=str(empty), limit=5), [1], [lambda t: None], settings, notes=[])
+
+
+def test_query_index_is_checked_against_n(vit_dir, settings):
+    pm = pipeline.load(ModelRequest(str(vit_dir)), "random", settings, max_layer=1)
+    assert pipeline.query_index(pm, ModelRequest(str(vit_dir))) == 0
+    assert pipeline.query_index(pm, ModelRequest(str(vit_dir), query_index=-1)) == pm.info.n - 1
+    with pytest.raises(InputError, match="out of range"):
+        pipeline.query_index(pm, ModelRequest(str(vit_dir), query_index=pm.info.n))
+
+
+def test_load_builds_only_to_the_deepest_probe(vit_dir, settings):
+    pm = pipeline.load(ModelRequest(str(vit_dir)), "random", settings, max_layer=1)
+    assert pm.built_layers == 1 and pm.device == settings.device

@@ -1,0 +1,61 @@
+"""The run settings and the one seed-derivation rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mhaaudit.errors import InputError
+from mhaaudit.settings import PURPOSES, Settings, derive_seed, device_name, resolve_device
+
+
+def test_derive_seed_is_the_documented_rule():
+    import zlib
+
+    want = int(np.random.SeedSequence([7, zlib.crc32(b"draws"), 3]).generate_state(1, np.uint64)[0])
+    assert derive_seed(7, "draws", 3) == want
+
+
+def test_derive_seed_separates_purposes_and_parts():
+    seeds = {derive_seed(0, p) for p in PURPOSES}
+    assert len(seeds) == len(PURPOSES)
+    blocks = [derive_seed(0, "draws", b) for b in range(100)]
+    assert len(set(blocks)) == 100
+    assert derive_seed(1, "draws", 0) != derive_seed(0, "draws", 0)
+    assert derive_seed(0, "draws", 5) == derive_seed(0, "draws", 5)  # deterministic
+
+
+def test_derive_seed_feeds_every_generator():
+    s = derive_seed(2**63 + 5, "model-init")
+    assert 0 <= s < 2**64
+    torch.Generator().manual_seed(s)
+    np.random.default_rng(s)
+
+
+def test_unknown_purpose_is_a_bug_not_a_silent_stream():
+    with pytest.raises(ValueError):
+        derive_seed(0, "typo")
+
+
+def test_resolve_checks_every_field_and_the_device():
+    s = Settings.resolve(device="cpu", samples=10, threshold=0.5, seed=3, rtol=1e-3, atol=None)
+    assert s.device == torch.device("cpu") and s.samples == 10 and s.threshold == 0.5 and s.seed == 3
+    assert s.rule(torch.float64).rtol == 1e-3 and s.rule().dtype == "float32"
+    assert s.seed_for("draws", 1) == derive_seed(3, "draws", 1)
+    assert s.as_dict()["tolerance"]["rtol"] == 1e-3 and s.as_dict()["device"] == "cpu"
+    for kw, match in ((dict(samples=0), "--samples"), (dict(threshold=1.5), "--threshold"), (dict(threshold=0), "--threshold"),
+                      (dict(seed=-1), "--seed"), (dict(rtol=-1.0), "--rtol"), (dict(atol=float("nan")), "--atol"),
+                      (dict(device="tpu"), "not a device")):
+        with pytest.raises(InputError, match=match):
+            Settings.resolve(**kw)
+
+
+def test_device_is_resolved_once():
+    auto = resolve_device("auto")
+    s = Settings.resolve(device="auto")
+    assert s.device == auto and s.device_name == device_name(auto)
+    assert s.with_(samples=5).device is s.device
+    if not torch.cuda.is_available():
+        with pytest.raises(InputError, match="no CUDA device"):
+            resolve_device("cuda")
