@@ -184,11 +184,21 @@ def _reducer_consumer(group: Sequence[Probe], reducers: dict, ra):
     return consume
 
 
+def _check_limit_reaches_n(data: DataRequest, info) -> None:
+    """Assumptions 1 and 3 draw n of the T examples: T < n is refused before the data pass."""
+    if data.limit < info.n:
+        way = (f"raise --limit to at least {info.n} or lower --context-length" if info.modality == "text"
+               else f"raise --limit to at least {info.n}")
+        raise InputError(f"--limit {data.limit} is below n = {info.n} tokens per example of {info.name}: Assumptions 1 "
+                         f"and 3 draw n of the T examples, so T must be at least n; {way}")
+
+
 def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataRequest, settings: Settings,
                      on_note: Callable[[str], None] | None = None) -> Captured:
     """Run the model over the data once per set of weights and reduce every probe point.
 
     A ``trained`` group whose weights cannot be had offline is reported unavailable, not raised.
+    ``data.limit`` below the model's n is refused as soon as the model's n is known.
     """
     from . import pipeline
 
@@ -208,6 +218,7 @@ def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataR
             continue
         out.timings[f"load {init}"] = round(time.perf_counter() - t0, 3)
         info = pm.info
+        _check_limit_reaches_n(data, info)
         if info.n > info.d and not any("cannot hold" in x for x in out.notes):
             out.notes.append(_n_above_d_note(info))
             if on_note is not None:
@@ -254,12 +265,29 @@ def capture_features(model: str, *, variant: str = "random", layer: int = 1, dat
     """Reduced features of one probe point (what ``mhaaudit kruskal`` uses with no file)."""
     settings = settings or Settings.resolve(device=device, seed=seed, rtol=rtol, atol=atol, progress=progress)
     probe = probe_for_variant(variant, layer)
-    request = ModelRequest(model, backend=backend, weights_path=weights_path, context_length=context_length,
-                           query_index=query_index)
+    request = model_request(model, backend=backend, weights=weights_path, context_length=context_length,
+                            query_index=query_index)
     got = collect_features(request, [probe], data_request(data, split, limit, batch_size), settings)
     if probe.variant in got.unavailable:
         raise OfflineError(got.unavailable[probe.variant])
     return got.features[probe.variant]
+
+
+def model_request(model: str, *, backend: str | None = None, weights: str | None = None,
+                  context_length: int | None = None, query_index: int | None = None) -> ModelRequest:
+    """A checked :class:`ModelRequest`: a ``--weights`` path that does not exist is refused before any work."""
+    from pathlib import Path
+
+    from . import validate
+
+    if weights is not None and not Path(weights).expanduser().exists():
+        raise InputError(f"--weights {weights}: does not exist (no such file or folder)")
+    if context_length is not None:
+        context_length = validate.integer("--context-length", context_length)
+    if query_index is not None:
+        query_index = validate.integer("--query-index", query_index, minimum=None)
+    return ModelRequest(model, backend=backend, weights_path=weights, context_length=context_length,
+                        query_index=query_index)
 
 
 def data_request(data: str | None, split: str, limit, batch_size) -> DataRequest:
@@ -363,12 +391,14 @@ def audit(
 
     settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
                                 stop_when_decided=stop_when_decided, progress=progress)
-    request = ModelRequest(model, backend=backend, weights_path=weights, context_length=context_length,
-                           query_index=query_index)
+    request = model_request(model, backend=backend, weights=weights, context_length=context_length,
+                            query_index=query_index)
     data_req = data_request(data, split, limit, batch_size)
     t_start = time.perf_counter()
     probes = plan_probes(modality_of(model, backend=backend, weights_path=weights), variants, layers, layer)
     got = collect_features(request, probes, data_req, settings, on_note=on_note)
+    if not got.features:  # every column unavailable: there is nothing to audit, and that is no success
+        raise OfflineError("no column could be audited: " + "; ".join(dict.fromkeys(got.unavailable.values())))
     columns = [_column(p, got, settings, sweep) for p in probes]
     run = dict(settings.as_dict(), limit=data_req.limit, batch_size=data_req.batch_size, layer=layer,
                layers=list(layers) if layers is not None else None)

@@ -195,7 +195,7 @@ def test_bad_output_paths(capsys, vit4, image_dir, tmp_path):
 
 def test_from_results_of_another_model_is_refused(capsys, vit4, vit_dir_wide, image_dir, tmp_path):
     res = tmp_path / "results.parquet"
-    rc, _, err = run(capsys, "check", vit4, "--data", image_dir, "--limit", "20", "--samples", "20",
+    rc, _, err = run(capsys, "check", vit4, "--data", image_dir, "--limit", "40", "--samples", "20",
                      "--variants", "embedding", "--out", res)
     assert rc == 0, err
     rc, out, err = run(capsys, "capacity", vit_dir_wide, "--data", image_dir, *FAST, "--from", res)

@@ -317,20 +317,12 @@ def test_vit_base_alias_offline_trained_unavailable(capsys):
 
 
 def test_vit_base_alias_offline_trained_only(capsys, tmp_path):
-    """Only the trained column asked for, offline: reported unavailable, nothing captured, exit 0."""
+    """Only the trained column asked for, offline: nothing to audit is no success (exit 2, the reason, no file)."""
     rc, out, err = run(capsys, "check", "vit-base", "--variants", "trained", "--limit", "200", "--samples", "20",
-                       "--format", "json")
-    assert rc == 0, err
-    doc = json.loads(out)
-    assert doc["meta"]["columns"]["trained"]["status"] == "unavailable"
-    assert "--weights" in doc["meta"]["columns"]["trained"]["reason"]
-    rc, out, err = run(capsys, "check", "vit-base", "--variants", "trained", "--limit", "200", "--samples", "20",
-                       "--plot", tmp_path / "p.png")
-    assert rc == 0, err
-    assert "unavailable" in out and "--weights" in " ".join(out.split())
-    # nothing was measured, so no plot: said on stderr, and not claimed on stdout
+                       "--format", "json", "--out", tmp_path / "r.parquet", "--plot", tmp_path / "p.png")
+    assert_one_error(rc, err, "no column could be audited")
+    assert "--weights" in err and out == ""
     assert list(tmp_path.iterdir()) == []
-    assert "no plot was written" in err and "p.png" not in out
 
 
 # --------------------------------------------------------------------------- bad input

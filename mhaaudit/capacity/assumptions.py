@@ -160,3 +160,21 @@ def assumptions_from_file(path: str | Path, *, init: str, layer: int, n: int | N
                 out.estimate_note = f"largest k with satisfied fraction >= {thr} in the sweep rows of {p} (an estimate)"
     return out, chosen, notes
 
+
+
+def check_same_examples(path: str | Path, results: tuple[dict, list[dict]], *, limit: int | None = None,
+                        T: int | None = None, data: str | None = None) -> None:
+    """Refuse verdicts audited on other examples than this run's: another ``--limit`` (known before
+    the data pass), another number of examples T or another data source (known after it)."""
+    meta, rows = results
+    p = Path(path)
+    way = "run 'mhaaudit check' with the same --data and --limit, or give capacity the ones the file was made with"
+    file_limit = meta.get("limit")
+    if limit is not None and file_limit is not None and int(file_limit) != int(limit):
+        raise InputError(f"--from {p}: its audit read --limit {file_limit} examples, this run --limit {limit}; {way}")
+    file_T = next((r.get("T") for r in rows if r.get("check") == "assumption_2" and r.get("T") is not None), None)
+    if T is not None and file_T is not None and int(file_T) != int(T):
+        raise InputError(f"--from {p}: its audit used T = {file_T} examples, this run T = {T}; {way}")
+    file_data = meta.get("data")
+    if data and file_data and file_data != data:
+        raise InputError(f"--from {p}: its audit used other data ({file_data}) than this run ({data}); {way}")

@@ -37,7 +37,14 @@ import torch
 from ..errors import InputError, OfflineError
 from ..pipeline import DataRequest, ModelRequest
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
-from .assumptions import Assumptions, assumptions_from_file, audit_assumptions, linear_algebra, read_check_results
+from .assumptions import (
+    Assumptions,
+    assumptions_from_file,
+    audit_assumptions,
+    check_same_examples,
+    linear_algebra,
+    read_check_results,
+)
 from .certificate import certify_head_prefixes
 from .theory import shared_context_rank_bound, theorem1_bound
 from .z import ZBuilder, random_attention_weights
@@ -224,6 +231,8 @@ def _column(plan: _Plan, variant: str, notes: list[str]) -> tuple[CapacityColumn
         col.assumptions = a or Assumptions(a1_reason=which, a2_reason=which, source=which)
     Z, fs, data_name = _capture(plan, pm, attn, col, notes)
     col.T = int(Z.shape[0])
+    if plan.from_results is not None:
+        check_same_examples(plan.from_path, plan.from_results, T=col.T, data=data_name)
     if fs is not None:
         with linear_algebra():
             col.assumptions, t_a = audit_assumptions(fs, plan.settings, label=variant)
@@ -326,7 +335,7 @@ def capacity_audit(
     for each h (default: all heads). ``attention="random"`` uses random key/query weights instead
     of the model's. ``layer`` is a deprecated alias of ``block``.
     """
-    from ..audit import data_request
+    from ..audit import data_request, model_request
     from ..validate import choice, head_counts, split_list
 
     settings = Settings.resolve(device=device, samples=DEFAULT_SAMPLES if samples is None else samples,
@@ -338,12 +347,13 @@ def capacity_audit(
     vs = split_list(variants) or list(VARIANTS)
     for v in vs:
         choice("variant", v, VARIANTS)
-    if weights is not None and not Path(weights).expanduser().exists():
-        raise InputError(f"--weights {weights}: no such file or folder")
     head_counts(heads)  # syntax and sizes below 1, before any work; the model's head count is checked once known
-    plan = _Plan(ModelRequest(model, backend=backend, weights_path=weights, context_length=context_length), data_req,
-                 settings, blk, heads, attention, bool(shared_context), Path(from_path) if from_path is not None else None,
-                 read_check_results(from_path) if from_path is not None else None)
+    from_results = read_check_results(from_path) if from_path is not None else None
+    if from_results is not None:
+        check_same_examples(from_path, from_results, limit=data_req.limit)
+    request = model_request(model, backend=backend, weights=weights, context_length=context_length)
+    plan = _Plan(request, data_req, settings, blk, heads, attention, bool(shared_context),
+                 Path(from_path) if from_path is not None else None, from_results)
     return _run(plan, vs)
 
 

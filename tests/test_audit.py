@@ -1,0 +1,47 @@
+"""The audit facade: probe planning and the refusals that come before any data is read."""
+
+from __future__ import annotations
+
+import pytest
+
+from mhaaudit import pipeline
+from mhaaudit.audit import audit, capture_features, plan_probes, probe_for_variant
+from mhaaudit.errors import InputError, OfflineError
+
+pytest.importorskip("transformers")
+
+
+@pytest.fixture()
+def no_data_pass(monkeypatch):
+    """Fail the test if any example reaches a model: the refusal must come first."""
+    def refuse(*a, **k):
+        raise AssertionError("the data pass started before the input was refused")
+
+    monkeypatch.setattr(pipeline, "stream", refuse)
+
+
+def test_plan_probes_images_and_text():
+    assert [p.variant for p in plan_probes("image")] == ["embedding", "random-attention", "random", "trained"]
+    assert [(p.init, p.layer) for p in plan_probes("text")] == [("random", 0), ("random", 1), ("trained", 0), ("trained", 1)]
+    assert [p.variant for p in plan_probes("image", ["random"], layers=[0, 2])] == ["random-L0", "random-L2"]
+    assert probe_for_variant("trained-L3").layer == 3 and probe_for_variant("random-attention").random_attention
+    with pytest.raises(InputError, match="unknown variant"):
+        probe_for_variant("middle")
+
+
+def test_missing_weights_path_is_refused_at_once(no_data_pass, vit_dir):
+    with pytest.raises(InputError, match="no such file"):
+        audit(str(vit_dir), weights="/nonexistent/weights", samples=10)
+
+
+def test_limit_below_n_is_refused_before_the_data_pass(no_data_pass, vit_dir):
+    with pytest.raises(InputError, match=r"--limit 5 is below n = 17.*raise --limit"):
+        audit(str(vit_dir), limit=5, samples=10)
+    with pytest.raises(InputError, match="below n = 17"):
+        capture_features(str(vit_dir), variant="random", limit=5)
+
+
+def test_nothing_to_audit_is_not_success(no_data_pass):
+    # vit-base's trained weights cannot be had offline (the tests run with HF_HUB_OFFLINE=1).
+    with pytest.raises(OfflineError, match="no column could be audited"):
+        audit("vit-base", variants=["trained"], samples=10)
