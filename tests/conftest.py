@@ -1,29 +1,47 @@
 """Shared test setup: offline hub, tiny random models saved to temporary folders, small data.
 
-Nothing here reaches the network. The models are built from configs with a fixed seed and
-saved with their libraries' own writers, so the real loading code runs on them.
+Nothing here reaches the network. The tiny models' configurations are the files in
+``fixtures/models``; ``fixtures/tiny.py`` builds them with a fixed seed and saves them with their
+libraries' own writers, so the real loading code runs on them.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import sys
+from pathlib import Path
 
 # Set before any hub library is imported by a test module.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.pop("MHAAUDIT_DEBUG", None)
 
-import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-import torch  # noqa: E402
 
 from mhaaudit import hub  # noqa: E402
 
-TINY_VIT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32, patch_size=8)
-TINY_VIT_N = 17  # 1 + (32 / 8) ** 2 tokens
-TINY_VIT_D = 32
-TIMM_ARGS = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2)
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def fixture_module(name: str):
+    """A module of ``fixtures/`` (not a package: ``tiny``, ``make_fixtures``), imported by path once."""
+    key = f"mhaaudit_fixtures_{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, FIXTURES / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
+
+
+tiny = fixture_module("tiny")
+
+TINY_VIT = tiny.model_args("vit")
+TINY_VIT_N = 1 + (TINY_VIT["image_size"] // TINY_VIT["patch_size"]) ** 2  # 17 tokens: [CLS] + 4 x 4 patches
+TINY_VIT_D = TINY_VIT["hidden_size"]  # 32
+TIMM_ARGS = tiny.model_args("timm-vit")
 
 
 @pytest.fixture(autouse=True)
@@ -39,12 +57,7 @@ def _offline_hub(monkeypatch):
 
 def save_tiny_vit(folder, seed: int = 0, **overrides):
     """A tiny random transformers ViT saved with ``save_pretrained`` (n = 17, d = 32 by default)."""
-    import transformers
-
-    cfg = transformers.ViTConfig(**{**TINY_VIT, **overrides})
-    torch.manual_seed(seed)
-    transformers.ViTModel(cfg).eval().save_pretrained(str(folder))
-    return folder
+    return tiny.save_model("vit", folder, seed=seed, **overrides)
 
 
 @pytest.fixture(scope="session")
@@ -62,32 +75,19 @@ def vit_dir_wide(tmp_path_factory):
 @pytest.fixture(scope="session")
 def timm_dir(tmp_path_factory):
     """A tiny timm ViT: ``model.safetensors`` plus a timm-style ``config.json`` beside it."""
-    import timm
-    from safetensors.torch import save_file
+    return tiny.save_model("timm-vit", tmp_path_factory.mktemp("tiny_timm"))
 
-    folder = tmp_path_factory.mktemp("tiny_timm")
-    torch.manual_seed(1)
-    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=0, **TIMM_ARGS).eval()
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / "model.safetensors"))
-    (folder / "config.json").write_text(json.dumps({"architecture": "vit_tiny_patch16_224", "model_args": TIMM_ARGS}))
-    return folder
+
+@pytest.fixture(scope="session")
+def bert_dir(tmp_path_factory):
+    """A tiny BERT folder (d = 32, 2 blocks of 2 heads) with its 100-token WordPiece tokenizer."""
+    return tiny.save_model("bert", tmp_path_factory.mktemp("tiny_bert"))
 
 
 @pytest.fixture(scope="session")
 def image_dir(tmp_path_factory):
     """60 small RGB images of varied sizes, made with PIL from seeded noise and gradients."""
-    from PIL import Image
-
-    folder = tmp_path_factory.mktemp("images")
-    rng = np.random.default_rng(0)
-    for i in range(60):
-        h, w = 24 + (i % 5) * 7, 28 + (i % 3) * 9
-        yy, xx = np.mgrid[0:h, 0:w]
-        base = np.stack([(xx * (i + 3)) % 256, (yy * (2 * i + 1)) % 256, ((xx + yy) * 5 + 17 * i) % 256], -1)
-        noise = rng.integers(0, 96, size=(h, w, 3))
-        arr = ((base + noise) % 256).astype(np.uint8)
-        Image.fromarray(arr, "RGB").save(folder / f"img_{i:03d}.png")
-    return folder
+    return tiny.save_images(tmp_path_factory.mktemp("images"))
 
 
 def tmp_leftovers(folder) -> list[str]:
