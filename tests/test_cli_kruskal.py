@@ -16,7 +16,7 @@ import torch
 from conftest import strict_json, tmp_leftovers
 from safetensors.torch import save_file
 
-from clitools import assert_one_error, run
+from clitools import assert_one_error, help_text, run
 from mhaaudit import __version__
 from mhaaudit.cli.app import main
 from mhaaudit.features import reduce_tokens
@@ -408,6 +408,18 @@ def test_no_arguments_prints_help(capsys):
     rc, out, err = run(capsys)
     assert rc == 2 and "kruskal" in err and "check" in err
     assert out == ""  # stdout carries data only
+
+
+@pytest.mark.parametrize("command", ["check", "kruskal", "capacity", "memorize"])
+def test_every_command_takes_the_one_format_option(capsys, command):
+    text = help_text(capsys, command)
+    assert "--format" in text and "table|json|parquet" in text
+
+
+def test_help(capsys):
+    text = help_text(capsys, "kruskal")
+    for word in ("FEATURES", "--k", "--sweep", "--vectors", "--model", "--out", "--plot"):
+        assert word in text, word
 
 
 def test_version(capsys):
