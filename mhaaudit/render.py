@@ -394,7 +394,7 @@ def capacity_bound_lines(result) -> list[str]:
             lines.append(escape(f"    note: {note}"))
         if a is not None and a.kruskal_estimate == 1 and s["layer"] == 1:
             lines.append(escape("    hint: the queries are numerically one vector (e.g. a [CLS] token before any attention, "
-                                "the same for every input), so Remark 1 guarantees a single example; --layer 2 audits and "
+                                "the same for every input), so Remark 1 guarantees a single example; --block 2 audits and "
                                 "certifies block 2's attention on the output of block 1, where the paper finds Assumption 1 holding"))
     return lines
 

@@ -18,11 +18,12 @@ import pytest
 import torch
 from conftest import save_tiny_vit, tmp_leftovers
 
-from clitools import assert_one_error, run
+from clitools import assert_one_error, help_text, run
 from mhaaudit import __version__
 from mhaaudit.capacity import attention_combinations, memorization_certificate, random_attention_weights
 from mhaaudit.capacity_audit import ZBuilder, capacity_audit, certify_head_prefixes, parse_heads
 from mhaaudit.cli.app import main
+from mhaaudit.cli.capacity import LAYER_DEPRECATED
 from mhaaudit.errors import InputError
 from mhaaudit.io import read_parquet_metadata
 
@@ -378,6 +379,9 @@ def test_from_check_results(capsys, vit4, image_dir, tmp_path):
     # --layer 2: the input of block 2 is check's 'random' column (output of block 1).
     doc2 = json_run(capsys, vit4, "--data", image_dir, *FAST, "--from", res, "--variants", "random", "--layer", "2")
     assert "(column random)" in doc2["meta"]["columns"]["random"]["assumptions"]["source"]
+    # --block 2 names the same block: the same records.
+    doc3 = json_run(capsys, vit4, "--data", image_dir, *FAST, "--from", res, "--variants", "random", "--block", "2")
+    assert doc3["records"] == doc2["records"] and doc3["meta"]["layer"] == 2
 
 
 def test_trained_unavailable_offline(capsys, image_dir):
@@ -404,7 +408,9 @@ def test_trained_unavailable_offline(capsys, image_dir):
     (["--batch-size", "0"], "--batch-size"),
     (["--samples", "0"], "--samples"),
     (["--layer", "0"], "--layer"),
-    (["--layer", "3"], "layer"),
+    (["--block", "0"], "--block"),
+    (["--block", "3"], "block"),
+    (["--block", "2", "--layer", "2"], "--block only"),
     (["--threshold", "0"], "--threshold"),
     (["--variants", "embedding"], "unknown variant"),
     (["--attention", "other"], "--attention"),
@@ -419,6 +425,30 @@ def test_bad_input(capsys, vit4, image_dir, tmp_path, args, match):
     assert_one_error(rc, err, match)
     assert stdout == ""
     assert not out.exists() and not plot.exists() and tmp_leftovers(tmp_path) == []
+
+
+def test_layer_is_a_deprecated_alias_of_block(capsys, vit4, image_dir):
+    """--layer K still works, means --block K, and says so in one warning line on stderr."""
+    rc, out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FAST, "--variants", "random", "--layer", "2",
+                       "--format", "json")
+    assert rc == 0, err
+    assert err.splitlines() == [LAYER_DEPRECATED]
+    assert err.startswith("Warning: --layer is deprecated for capacity; use --block (same meaning: ")
+    via_block = json_run(capsys, vit4, "--data", image_dir, *FAST, "--variants", "random", "--block", "2")
+    assert json.loads(out)["records"] == via_block["records"]
+    assert via_block["meta"]["layer"] == 2 and "input of block 2" in via_block["meta"]["tokens"]
+    # a block past the model's depth: the warning, then the one error line
+    rc, out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FAST, "--layer", "3")
+    warning, error = err.strip().splitlines()
+    assert warning == LAYER_DEPRECATED
+    assert_one_error(rc, error, "2 blocks")
+    assert out == ""
+
+
+def test_help_says_what_block_reads(capsys):
+    text = help_text(capsys, "capacity")
+    assert "--block" in text and "--layer" in text and "table|json|parquet" in text
+    assert "the output of block K-1" in text and "Deprecated alias of --block" in text
 
 
 def test_from_a_file_that_is_not_check_results(capsys, vit4, image_dir, tmp_path):

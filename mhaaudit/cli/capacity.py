@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -29,6 +30,10 @@ from .options import (
     prepare_outputs,
 )
 
+_READS = "the attention of block K builds Z and the tokens read are its input, the output of block K-1"
+LAYER_DEPRECATED = f"Warning: --layer is deprecated for capacity; use --block (same meaning: {_READS})"
+
+
 class Attention(str, Enum):
     model = "model"
     random = "random"
@@ -42,7 +47,8 @@ def capacity(
     from_path: Annotated[Optional[Path], typer.Option("--from", help="Read the Assumption 1/2 verdicts from a parquet file written by 'mhaaudit check --out' instead of auditing.")] = None,
     variants: Annotated[Optional[list[str]], typer.Option("--variants", help="Columns: random and/or trained (default both; trained needs the hub or --weights).")] = None,
     weights: Weights = None,
-    layer: Annotated[int, typer.Option("--layer", help="Attention block K whose input (layer K-1 tokens) is audited and certified; 1 = the first block on the embedding output.")] = 1,
+    block: Annotated[Optional[int], typer.Option("--block", help="Attention block K whose heads build Z (default 1). The tokens read, audited and certified, are its input: the output of block K-1 (for K = 1, the embedding output).")] = None,
+    layer: Annotated[Optional[int], typer.Option("--layer", help="Deprecated alias of --block (same meaning: the tokens read are the input of block K, the output of block K-1).")] = None,
     backend: BackendOpt = None,
     data: Data = None,
     split: Split = "train",
@@ -67,6 +73,9 @@ def capacity(
     certificate is the rank r of the matrix Z of per-head convex combinations: one attention layer
     with those key/query weights memorises r of the examples for any labels (value/output weights
     solved for random labels; the residual is printed).
+
+    --block K reads the input of block K (the output of block K-1), where check --layer K reads
+    the output of block K: capacity --block K+1 certifies the tokens check --layer K audits.
     """
     from .. import validate
     from ..capacity_audit import capacity_audit, plot_capacity
@@ -76,9 +85,10 @@ def capacity(
 
     settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol)
     prepare_outputs(out, plot, fmt)
+    K = _block(block, layer)
     result = capacity_audit(
         model, heads=heads, attention=attention.value, shared_context=shared_context, from_path=from_path,
-        variants=validate.split_list(variants), weights=weights, layer=layer, data=data, split=split, limit=limit,
+        variants=validate.split_list(variants), weights=weights, layer=K, data=data, split=split, limit=limit,
         batch_size=batch_size, samples=settings.samples, threshold=settings.threshold, seed=settings.seed,
         rtol=settings.rtol, atol=settings.atol, device=settings.device, backend=backend.value if backend else None,
         context_length=context_length, progress=progress_enabled(fmt.value),
@@ -87,3 +97,16 @@ def capacity(
         plot_capacity(result, plot)
     emit(fmt, result.meta(), result.records(), out=out, render=lambda: render_capacity(result, out=out, plot=plot))
 
+
+def _block(block: int | None, layer: int | None) -> int:
+    """``--block K``, or the deprecated ``--layer K`` (same meaning, one warning line on stderr)."""
+    from .. import validate
+    from ..errors import InputError
+
+    if layer is None:
+        return validate.integer("--block", 1 if block is None else block)
+    if block is not None:
+        raise InputError("--layer is a deprecated alias of --block; give --block only")
+    K = validate.integer("--layer", layer)
+    print(LAYER_DEPRECATED, file=sys.stderr)
+    return K
