@@ -18,7 +18,7 @@ import pytest
 import torch
 from conftest import save_tiny_vit, tmp_leftovers
 
-from clitools import assert_one_error, help_text, run
+from clitools import assert_one_error, auto_device, help_text, run
 from mhaaudit import __version__
 from mhaaudit.capacity import attention_combinations, memorization_certificate, random_attention_weights
 from mhaaudit.capacity_audit import ZBuilder, capacity_audit, certify_head_prefixes, parse_heads
@@ -305,6 +305,7 @@ def test_json_document(capsys, vit4, image_dir):
     doc = json_run(capsys, vit4, "--data", image_dir, *FAST, "--seed", "3")
     meta, recs = doc["meta"], doc["records"]
     assert meta["command"] == "capacity" and meta["version"] == __version__ and meta["seed"] == 3
+    assert meta["device"] == auto_device()
     assert meta["heads"] == [H] and meta["head_dim"] == 8
     assert {r["variant"] for r in recs} == {"random", "trained"}
     for r in recs:

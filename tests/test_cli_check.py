@@ -62,7 +62,7 @@ def test_hf_folder_end_to_end_json(hf_audit, vit_dir):
     assert set(doc) == {"meta", "records", "sweep"}
     meta = doc["meta"]
     assert meta["tool"] == "mhaaudit" and meta["version"] == __version__ and meta["versions"]["transformers"]
-    assert meta["seed"] == 3 and meta["device"] == "cpu" and "rule" in meta["tolerance"]
+    assert meta["seed"] == 3 and meta["device"] == auto_device() and "rule" in meta["tolerance"]
     assert meta["model_info"]["n"] == TINY_VIT_N and meta["model_info"]["d"] == TINY_VIT_D
     assert list(meta["columns"]) == VARIANTS
     for v in VARIANTS:
@@ -94,7 +94,7 @@ def test_hf_out_plot_and_saved_features(hf_audit):
     assert hf_audit["rc"] == 0, hf_audit["err"]
     meta = read_parquet_metadata(hf_audit["out"])
     assert meta["version"] == __version__ and meta["versions"]["torch"]
-    assert meta["seed"] == 3 and meta["device"] == "cpu" and meta["tolerance"]["dtype"] == "float32"
+    assert meta["seed"] == 3 and meta["device"] == auto_device() and meta["tolerance"]["dtype"] == "float32"
     rows = pq.read_table(hf_audit["out"]).to_pylist()
     checks = [r for r in rows if r["check"] != "sweep"]
     assert len(checks) == 4 * 4 and {r["variant"] for r in checks} == set(VARIANTS)
