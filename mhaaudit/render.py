@@ -3,7 +3,9 @@
 Nothing is computed here that a result did not return: each function lays out the fields of a
 result object (an audit, Kruskal tests and sweeps, a capacity result, a memorisation grid) as
 rich tables and lines on stdout, or prints a document as strict JSON. What is proven and what is
-estimated is said in the words of the results themselves.
+estimated is said in the words of the results themselves. One exception remains: the audit
+report's memorisation bound (:func:`bound_lines`) is derived here from the audit's verdicts with
+``capacity.theorem1_bound``, because the audit result does not carry it yet.
 """
 
 from __future__ import annotations
