@@ -24,8 +24,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..errors import DataError, InputError
-from ._common import classify, is_builtin, is_local, one_line, open_hf_dataset, stream_rows
+from ..errors import DataError, InputError, one_line
+from ._common import classify, data_rng, is_builtin, is_local, open_hf_dataset, stream_rows
 from .tokenizers import FallbackTokenizer, offline_tokenizer
 
 __all__ = [
@@ -127,7 +127,7 @@ def _read_text(path: Path) -> str:
     except UnicodeDecodeError:
         raise DataError(f"{path} is not UTF-8 text") from None
     except OSError as exc:
-        raise DataError(f"cannot read {path}: {one_line(exc)}") from None
+        raise DataError(f"cannot read {path}: {one_line(exc, 300, first_line=True)}") from None
 
 
 class TextFiles(TextSource):
@@ -170,7 +170,7 @@ class JsonlText(TextSource):
         try:
             handle = self.path.open(encoding="utf-8")
         except OSError as exc:
-            raise DataError(f"cannot read {self.path}: {one_line(exc)}") from None
+            raise DataError(f"cannot read {self.path}: {one_line(exc, 300, first_line=True)}") from None
         with handle:
             try:
                 for line in handle:
@@ -199,7 +199,7 @@ class ParquetText(TextSource):
         try:
             meta = pq.ParquetFile(path)
         except Exception as exc:
-            raise DataError(f"cannot read parquet file {path}: {one_line(exc)}") from None
+            raise DataError(f"cannot read parquet file {path}: {one_line(exc, 300, first_line=True)}") from None
         names = list(meta.schema_arrow.names)
         column = text_column or "text"
         if column not in names:
@@ -220,7 +220,7 @@ class ParquetText(TextSource):
                         continue
                     yield None, value
         except OSError as exc:
-            raise DataError(f"reading parquet file {self.path} failed: {one_line(exc)}") from None
+            raise DataError(f"reading parquet file {self.path} failed: {one_line(exc, 300, first_line=True)}") from None
 
 
 class HubText(TextSource):
@@ -455,7 +455,7 @@ def gpt_window_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int
                         seed: int = 0) -> TextExamples:
     """The paper's GPT-2 inputs: ``count`` windows of ``n`` consecutive tokens, each from a
     document with at least 1.5 n tokens, at a uniform random start (``numpy`` generator seeded
-    with ``seed``).
+    with ``derive_seed(seed, "data")``).
 
     Documents of one source that are individually too short (e.g. paragraphs of a .txt file or
     the built-in corpus) are joined with their consecutive neighbours until long enough; the
@@ -474,7 +474,7 @@ def gpt_window_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int
     if possible < count:
         raise DataError(f"only {possible} distinct {n}-token windows are possible from {words}; "
                         f"{count} were asked for (use more text or a smaller count)")
-    rng = np.random.default_rng(int(seed))
+    rng = data_rng(seed)
     pick = _doc_picker(rng, len(lengths), count)
     # When most of the possible windows are needed, draw from the full list of them (without
     # replacement), so that random redraws cannot fail to find the last free ones.
@@ -522,8 +522,8 @@ def bert_pair_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int,
                        seed: int = 0) -> TextExamples:
     """The paper's BERT inputs: ``[CLS] s1 [SEP] s2`` of exactly ``n`` token ids.
 
-    For each example (``numpy`` generator seeded with ``seed``): len(s1) is uniform in
-    [5, n - 7) (the paper's [5, n-2-5)); s2 has the remaining n - 2 - len(s1) tokens; with
+    For each example (``numpy`` generator seeded with ``derive_seed(seed, "data")``): len(s1) is
+    uniform in [5, n - 7) (the paper's [5, n-2-5)); s2 has the remaining n - 2 - len(s1) tokens; with
     probability 0.5 s2 continues s1 in the same document (``is_next`` True), else it is cut at a
     random place from another random document (``is_next`` False). s1 and s2 come from documents
     with at least n - 2 tokens; shorter consecutive parts of one source are joined first. [CLS]
@@ -550,7 +550,7 @@ def bert_pair_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int,
     if possible < count:
         raise DataError(f"only about {possible} distinct {n}-token pairs are possible from {words}; "
                         f"{count} were asked for (use more text or a smaller count)")
-    rng = np.random.default_rng(int(seed))
+    rng = data_rng(seed)
     pick = _doc_picker(rng, len(lengths), count)
     ids: list[list[int]] = []
     is_next: list[bool] = []
