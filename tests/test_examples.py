@@ -146,7 +146,7 @@ def test_gpt_windows_one_per_document_when_enough():
     docs = _unique_corpus(30, [40])
     ex = gpt_window_examples(docs, WordTokenizer(), n=10, count=30)
     assert sorted(ex.doc_index) == list(range(30))
-    assert "one per document" in ex.description
+    assert "one per document" in ex.description and ex.repeats == 0
 
 
 def test_gpt_window_examples_too_few():
@@ -165,6 +165,9 @@ def test_gpt_windows_skip_repeated_text():
     doc = ["a b c d e f g h i j " * 2]
     with pytest.raises(DataError, match="could build only 1 distinct disjoint"):
         gpt_window_examples(doc, WordTokenizer(), n=10, count=2)
+    kept = gpt_window_examples(doc, WordTokenizer(), n=10, count=2, distinct=False)
+    assert kept.ids[0] == kept.ids[1] and kept.repeats == 1 and "kept, as asked" in kept.description
+    _assert_disjoint(kept, 10)
     # two documents with the same text and a third: the repeat is skipped, the windows stay disjoint
     docs = ["x " * 5 + " ".join(f"u{i}" for i in range(40)), "x " * 5 + " ".join(f"u{i}" for i in range(40)),
             " ".join(f"v{i}" for i in range(45))]

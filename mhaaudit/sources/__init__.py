@@ -5,8 +5,9 @@ shipped with scikit-image and scikit-learn), an image folder, a parquet file of 
 Hugging Face dataset. Text (:func:`text_source`): the built-in offline corpus (the prose of the
 installed packages' docstrings, :func:`docstring_corpus`), .txt/.jsonl/.parquet files, or a
 Hugging Face dataset (``"wikipedia"`` is the paper's). The paper's BERT and GPT-2 input
-constructions are :func:`bert_pair_examples` and :func:`gpt_window_examples`; and
-:func:`offline_tokenizer` finds a tokenizer for random-init text models without the network.
+constructions are :func:`bert_pair_examples` and :func:`gpt_window_examples`;
+:func:`offline_tokenizer` finds a tokenizer for random-init text models without the network;
+:func:`find_duplicates` and :class:`DuplicateFinder` find exact duplicate inputs.
 """
 
 from .images import (
@@ -20,6 +21,7 @@ from .images import (
     image_source,
 )
 from .corpus import Corpus, docstring_corpus
+from .duplicates import DuplicateFinder, Duplicates, find_duplicates
 from .examples import TextExamples, bert_pair_examples, gpt_window_examples
 from .text import BuiltinText, HubText, JsonlText, ParquetText, TextFiles, TextSource, text_source
 from .tokenizers import FallbackTokenizer, offline_tokenizer
@@ -30,6 +32,8 @@ __all__ = [
     "BuiltinImages",
     "BuiltinText",
     "Corpus",
+    "DuplicateFinder",
+    "Duplicates",
     "FallbackTokenizer",
     "HubImages",
     "HubText",
@@ -43,6 +47,7 @@ __all__ = [
     "TextSource",
     "bert_pair_examples",
     "docstring_corpus",
+    "find_duplicates",
     "gpt_window_examples",
     "image_source",
     "offline_tokenizer",

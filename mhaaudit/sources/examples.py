@@ -5,14 +5,14 @@
   no two windows overlap (their token spans are disjoint), so no two examples share text.
 
 Both take documents (a :class:`~mhaaudit.sources.text.TextSource` or a sequence of strings) and
-a tokenizer, and return :class:`TextExamples`. Every example is distinct (repeated ones are
-redrawn): two identical examples would make every query subset that holds both dependent. The
+a tokenizer, and return :class:`TextExamples`. Every example is distinct (a candidate that
+repeats an earlier example's tokens is redrawn and counted in ``repeats``; ``distinct=False``
+keeps it): two identical examples would make every query subset that holds both dependent. The
 random choices come from ``numpy.random.default_rng(derive_seed(seed, "data"))``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +23,7 @@ import numpy as np
 from .. import validate
 from ..errors import DataError, InputError
 from ._common import data_rng
+from .duplicates import DuplicateFinder, sequence_key
 from .text import TextSource
 
 __all__ = ["TextExamples", "bert_pair_examples", "gpt_window_examples"]
@@ -41,7 +42,9 @@ class TextExamples:
     GPT windows. ``description``: plain words for the report. ``doc_index``: the (possibly
     joined) document each example (its s1) was cut from, an index into the qualifying documents;
     ``starts``: the token offset of the example (of s1) in that document; ``s1_lengths``: len(s1)
-    for BERT pairs (the [SEP] sits at position ``s1_lengths[i] + 1``), None for GPT windows.
+    for BERT pairs (the [SEP] sits at position ``s1_lengths[i] + 1``), None for GPT windows;
+    ``repeats``: candidates that repeated an earlier example's tokens exactly (redrawn, or kept
+    when the builder was asked not to insist on distinct examples).
     """
 
     ids: list[list[int]]
@@ -50,6 +53,7 @@ class TextExamples:
     doc_index: list[int] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
     s1_lengths: list[int] | None = None
+    repeats: int = 0
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -161,8 +165,11 @@ def _corpus_words(corpus: _Corpus, min_tokens: int, what: str) -> str:
             f"(of {corpus.read} documents read from {corpus.source_name})")
 
 
-def _key(ids: list[int]) -> bytes:
-    return hashlib.blake2b(np.asarray(ids, dtype=np.int64).tobytes(), digest_size=16).digest()
+def _repeats_words(repeats: int, what: str, distinct: bool) -> str:
+    if not repeats:
+        return ""
+    return (f"; {repeats} candidate {what} repeated an earlier one's tokens exactly "
+            f"({'redrawn' if distinct else 'kept, as asked'})")
 
 
 def _doc_picker(rng: np.random.Generator, n_docs: int, count: int):
@@ -179,7 +186,7 @@ def _doc_picker(rng: np.random.Generator, n_docs: int, count: int):
 
 
 def gpt_window_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int, count: int,
-                        seed: int = 0) -> TextExamples:
+                        seed: int = 0, distinct: bool = True) -> TextExamples:
     """The paper's GPT-2 inputs: ``count`` windows of ``n`` consecutive tokens, each from a
     document with at least 1.5 n tokens; no two windows overlap.
 
@@ -189,8 +196,9 @@ def gpt_window_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int
     are drawn uniformly without replacement, so windows of one document are disjoint too.
     Documents of one source that are individually too short (paragraphs of a .txt file, modules
     of the built-in corpus) are joined with their consecutive neighbours until long enough; the
-    description says how many were. A window with the same tokens as an earlier one is skipped.
-    Raises DataError when fewer than ``count`` disjoint windows of distinct content exist.
+    description says how many were. A window with the same tokens as an earlier one is skipped
+    (``distinct=False`` keeps it). Raises DataError when fewer than ``count`` disjoint windows of
+    distinct content exist.
     """
     n, count, seed = _check_common(n, count, seed)
     if n < 1:
@@ -207,17 +215,15 @@ def gpt_window_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int
     ids: list[list[int]] = []
     doc_index: list[int] = []
     starts: list[int] = []
-    seen: set[bytes] = set()
+    finder = DuplicateFinder(keep=not distinct)
     taken: dict[int, list[int]] = {}
 
     def take(d: int, start: int) -> None:
         if any(abs(start - s) < n for s in taken.get(d, ())):
             return
         window = corpus.docs[d][start:start + n]
-        key = _key(window)
-        if key in seen:  # the same text elsewhere: not a new example
+        if not finder.add([sequence_key(window)])[0]:  # the same text elsewhere: not a new example
             return
-        seen.add(key)
         taken.setdefault(d, []).append(start)
         ids.append(window)
         doc_index.append(d)
@@ -245,11 +251,13 @@ def gpt_window_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int
                         f"{count} were asked for")
     description = (f"{count} GPT-style windows of {n} consecutive tokens, no two overlapping ({how}; seed {seed}; "
                    f"{possible} disjoint windows possible) from {words}")
-    return TextExamples(ids, None, description, doc_index, starts, None)
+    repeats = finder.result().repeats
+    description += _repeats_words(repeats, "windows", distinct)
+    return TextExamples(ids, None, description, doc_index, starts, None, repeats)
 
 
 def bert_pair_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int, count: int,
-                       seed: int = 0) -> TextExamples:
+                       seed: int = 0, distinct: bool = True) -> TextExamples:
     """The paper's BERT inputs: ``[CLS] s1 [SEP] s2`` of exactly ``n`` token ids.
 
     For each example: len(s1) is uniform in
@@ -259,6 +267,7 @@ def bert_pair_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int,
     with at least n - 2 tokens; shorter consecutive parts of one source are joined first. [CLS]
     and [SEP] ids come from ``tokenizer.cls_token_id`` / ``sep_token_id`` and are removed from
     the documents' own tokens, so each example holds exactly one [SEP], at ``len(s1) + 1``.
+    A pair with the same tokens as an earlier one is redrawn (``distinct=False`` keeps it).
     Returns :class:`TextExamples`; DataError when too few documents or distinct examples exist.
     """
     n, count, seed = _check_common(n, count, seed)
@@ -287,7 +296,7 @@ def bert_pair_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int,
     doc_index: list[int] = []
     starts: list[int] = []
     s1_lengths: list[int] = []
-    seen: set[bytes] = set()
+    finder = DuplicateFinder(keep=not distinct)
     attempts = 0
     max_attempts = 20 * count + 1000
     while len(ids) < count:
@@ -312,10 +321,8 @@ def bert_pair_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int,
             cut = int(rng.integers(lengths[b] - s2_len + 1))
             s2 = corpus.docs[b][cut:cut + s2_len]
         example = [cls_id, *s1, sep_id, *s2]
-        key = _key(example)
-        if key in seen:
+        if not finder.add([sequence_key(example)])[0]:
             continue
-        seen.add(key)
         ids.append(example)
         is_next.append(nxt)
         doc_index.append(a)
@@ -328,4 +335,6 @@ def bert_pair_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int,
         f"in [5, {n - 7}); s2 continues s1 in the same document for {k}, cut from another random "
         f"document for {count - k}; {reuse}) from {words}"
     )
-    return TextExamples(ids, is_next, description, doc_index, starts, s1_lengths)
+    repeats = finder.result().repeats
+    description += _repeats_words(repeats, "pairs", distinct)
+    return TextExamples(ids, is_next, description, doc_index, starts, s1_lengths, repeats)
