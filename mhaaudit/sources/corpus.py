@@ -242,9 +242,9 @@ def _write_cache(path: Path, key: str, corpus: Corpus) -> None:
     data = {"key": key, "documents": corpus.documents, "packages": corpus.packages, "words": corpus.words,
             "duplicates": corpus.duplicates, "code": corpus.code}
     try:
+        payload = gzip.compress(json.dumps(data).encode("utf-8"), compresslevel=3)
         with atomic_path(path) as tmp:
-            with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=3) as handle:
-                json.dump(data, handle)
+            tmp.write_bytes(payload)
     except (OSError, OutputError):
         pass  # a cache that cannot be written costs a rebuild next time, nothing else
 
