@@ -18,7 +18,7 @@ from .checks import CHECKS, ContextRankResult
 from .errors import DataError, InputError, OfflineError
 from .features import FeatureSet, StreamingReducer
 from .kruskal import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Sweep, kruskal_sweep, set_stats, subset_test
-from .rank import RankRule
+from .numerics import RankRule
 
 IMAGE_VARIANTS = ("embedding", "random-attention", "random", "trained")
 VARIANT_HELP = {
@@ -392,10 +392,11 @@ def audit(
     ``stop_when_decided`` lets each Monte-Carlo test stop once its verdict is settled.
     """
     from .settings import device_name, resolve_device
-    from .kruskal import validate_params
+    from . import validate
     from .models import load_model  # noqa: F401
 
-    validate_params(samples=samples, threshold=threshold)
+    validate.integer("--samples", samples)
+    validate.fraction("--threshold", threshold)
     dev = resolve_device(device)
     t_start = time.perf_counter()
     modality = _modality_of(model, backend=backend, weights_path=weights)

@@ -335,7 +335,7 @@ def certify_head_prefixes(Z: torch.Tensor, d: int, heads: Sequence[int], *, rule
     """
     import scipy.linalg
 
-    from .rank import RankRule
+    from .numerics import RankRule
 
     Z = torch.as_tensor(Z).to("cpu", torch.float64)
     if Z.ndim != 2:
@@ -432,7 +432,7 @@ def _linear_algebra():
     eigenvalue problem took 11.6 s on two threads against 0.08 s on one, and the QR/SVD of a
     2000 x 9216 matrix was no faster on two). The model's forward pass runs outside this context.
     """
-    from .rank import numerics
+    from .numerics import numerics
 
     return numerics(threads=1)
 
@@ -709,17 +709,19 @@ def capacity_audit(
     from .capacity import theorem1_bound
     from .settings import device_name, resolve_device
     from .features import StreamingReducer
-    from .kruskal import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, validate_params
+    from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
     from .progress import task
-    from .rank import RankRule, _check_tols
+    from . import validate
+    from .numerics import RankRule
 
     samples = DEFAULT_SAMPLES if samples is None else samples
     threshold = DEFAULT_THRESHOLD if threshold is None else threshold
     limit = _check_int("--limit", limit)
     batch_size = _check_int("--batch-size", batch_size)
     _check_int("--samples", samples)
-    validate_params(samples=samples, threshold=threshold)
-    _check_tols(rtol, atol)
+    validate.fraction("--threshold", threshold)
+    validate.tolerance("--rtol", rtol)
+    validate.tolerance("--atol", atol)
     layer = _check_int("--layer", layer)
     if attention not in ATTENTION:
         raise InputError(f"--attention must be one of {', '.join(ATTENTION)}, got {attention!r}")

@@ -1,39 +1,29 @@
-"""The paper's four checks as pure functions on tensors.
+"""The paper's four checks as pure functions on tensors, and the registry that names them.
 
-* Assumption 2 (``ContextRanks``): every context matrix E_t (n x d) has rank n. Exact per
-  example, streamed batch by batch.
+* General Position (``general_position``): the queries have Kruskal rank min(T, d), estimated
+  by Monte Carlo at k = min(T, d).
 * Assumption 1 (``assumption_1``): the queries have Kruskal rank >= n (Monte Carlo at k = n).
-* General Position (``general_position``): Kruskal rank = min(T, d) (Monte Carlo at that k).
+* Assumption 2 (``assumption_2``, streamed by ``ContextRanks``): every context matrix E_t
+  (n x d) has rank n. Exact per example: the counts are proofs under the rank rule.
 * Assumption 3 (``assumption_3``): the vectors query + mean of context rows have Kruskal rank
   >= n (Monte Carlo at k = n).
 
-Nothing here imports models or data.
+A Monte-Carlo "holds" is an estimate (``mhaaudit.kruskal``); a dependent subset found is a
+proof. ``REGISTRY`` maps each check's name to a ``Check``: its function, what it means, which
+vectors it reads and what its size k is. Nothing here imports models or data.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
 from .errors import InputError
-from .kruskal import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, SetStats, SubsetTest, subset_test
-from .rank import RankRule, decide_full_rank, gram_rank, with_numerics
-
-CHECKS = ("general_position", "assumption_1", "assumption_2", "assumption_3")
-CHECK_TITLES = {
-    "general_position": "General Position",
-    "assumption_1": "Assumption 1",
-    "assumption_2": "Assumption 2",
-    "assumption_3": "Assumption 3",
-    "kruskal": "Kruskal test",
-}
-CHECK_MEANING = {
-    "general_position": "every d query vectors are linearly independent (Kruskal rank = min(T, d))",
-    "assumption_1": "every n query vectors are linearly independent (Kruskal rank >= n)",
-    "assumption_2": "every example's n context tokens are linearly independent (rank E_t = n)",
-    "assumption_3": "every n vectors query + mean(context) are linearly independent",
-}
+from .kruskal import SetStats, SubsetTest, subset_test
+from .numerics import RankRule, decide_full_rank, gram_rank, with_numerics
+from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
 
 
 def _inverse_iteration_sigma(G: torch.Tensor, iters: int = 12):
@@ -56,7 +46,7 @@ def _inverse_iteration_sigma(G: torch.Tensor, iters: int = 12):
 def context_ranks(E: torch.Tensor, rule: RankRule):
     """Exact numerical rank of each ``(n, d)`` matrix in a ``(B, n, d)`` batch.
 
-    Full rank is decided with the certified Cholesky test of ``mhaaudit.rank`` (SVD for the
+    Full rank is decided with the certified Cholesky test of ``mhaaudit.numerics`` (SVD for the
     undecided), so decisions equal ``torch.linalg.matrix_rank`` under the same rule; the ranks of
     deficient matrices come from eigenvalues of the Gram matrix (SVD near the tolerance). Returns
     ``(rank, sigma_min, sigma_max, tol)``. For full-rank matrices ``sigma_min``/``sigma_max`` are
@@ -240,13 +230,55 @@ def general_position(queries, **kw) -> SubsetTest:
     return _mc("general_position", queries, min(T, d), **kw)
 
 
+# --------------------------------------------------------------------------- the registry
+
+
+@dataclass(frozen=True)
+class Check:
+    """One of the paper's checks: what it runs, what it means, on which vectors, at which size."""
+
+    name: str
+    title: str
+    meaning: str
+    vectors: str  # queries | contexts | a3 (query + mean of context rows)
+    size: str  # what k is, in words
+    k: Callable[[int, int, int], int]  # (n, T, d) -> the size k it tests
+    run: Callable
+    estimated: bool  # a Monte-Carlo estimate (True) or an exact count (False)
+
+
+REGISTRY: dict[str, Check] = {
+    c.name: c
+    for c in (
+        Check("general_position", "General Position",
+              "every d query vectors are linearly independent (Kruskal rank = min(T, d))",
+              "queries", "k = min(T, d)", lambda n, T, d: min(T, d), general_position, True),
+        Check("assumption_1", "Assumption 1", "every n query vectors are linearly independent (Kruskal rank >= n)",
+              "queries", "k = n", lambda n, T, d: n, assumption_1, True),
+        Check("assumption_2", "Assumption 2",
+              "every example's n context tokens are linearly independent (rank E_t = n)",
+              "contexts", "rank n", lambda n, T, d: n, assumption_2, False),
+        Check("assumption_3", "Assumption 3", "every n vectors query + mean(context) are linearly independent",
+              "a3", "k = n", lambda n, T, d: n, assumption_3, True),
+    )
+}
+CHECKS = tuple(REGISTRY)  # the names, in the order the report shows them
+CHECK_TITLES = {**{c.name: c.title for c in REGISTRY.values()}, "kruskal": "Kruskal test"}
+CHECK_MEANING = {c.name: c.meaning for c in REGISTRY.values()}
+
+
 __all__ = [
     "CHECKS",
+    "CHECK_MEANING",
+    "CHECK_TITLES",
+    "Check",
+    "REGISTRY",
     "ContextRankResult",
     "ContextRanks",
     "SetStats",
     "assumption_1",
     "assumption_2",
+    "assumption_2_from_arrays",
     "assumption_3",
     "context_ranks",
     "general_position",

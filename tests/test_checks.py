@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import torch
 
-from mhaaudit.checks import assumption_1, assumption_2, assumption_3, context_ranks, general_position
-from mhaaudit.rank import RankRule
+from mhaaudit.checks import (
+    CHECK_MEANING,
+    CHECK_TITLES,
+    CHECKS,
+    REGISTRY,
+    assumption_1,
+    assumption_2,
+    assumption_3,
+    context_ranks,
+    general_position,
+)
+from mhaaudit.numerics import RankRule
 
 
 def _ref_ranks(E, rule):
@@ -66,3 +76,15 @@ def test_wrappers_use_the_papers_sizes():
     assert gp.check == "general_position" and gp.k == 16 and gp.verdict == "holds"
     r3 = assumption_3(torch.ones(80, 16), 10, samples=200)
     assert r3.check == "assumption_3" and r3.verdict == "fails" and not r3.sampled
+
+
+def test_registry_names_each_check_and_its_size():
+    assert CHECKS == tuple(REGISTRY) == ("general_position", "assumption_1", "assumption_2", "assumption_3")
+    n, T, d = 5, 80, 16
+    assert [REGISTRY[c].k(n, T, d) for c in CHECKS] == [16, 5, 5, 5]
+    assert REGISTRY["general_position"].k(n, 10, d) == 10  # min(T, d)
+    assert [REGISTRY[c].run for c in CHECKS] == [general_position, assumption_1, assumption_2, assumption_3]
+    assert [REGISTRY[c].estimated for c in CHECKS] == [True, True, False, True]
+    assert [REGISTRY[c].vectors for c in CHECKS] == ["queries", "queries", "contexts", "a3"]
+    assert CHECK_TITLES["assumption_2"] == "Assumption 2" and CHECK_TITLES["kruskal"] == "Kruskal test"
+    assert CHECK_MEANING["assumption_1"].startswith("every n query vectors")

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..kruskal import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
+from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
 
 
 class Backend(str, Enum):
@@ -44,11 +44,12 @@ DEFAULTS = dict(samples=DEFAULT_SAMPLES, threshold=DEFAULT_THRESHOLD, seed=0, de
 
 
 def validate_common(samples: int, threshold: float, rtol, atol) -> None:
-    from ..kruskal import validate_params
-    from ..rank import _check_tols
+    from .. import validate
 
-    validate_params(samples=samples, threshold=threshold)
-    _check_tols(rtol, atol)
+    validate.integer("--samples", samples)
+    validate.fraction("--threshold", threshold)
+    validate.tolerance("--rtol", rtol)
+    validate.tolerance("--atol", atol)
 
 
 def prepare_outputs(out: Path | None, plot: Path | None, fmt: "Format") -> None:

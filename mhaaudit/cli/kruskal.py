@@ -65,7 +65,7 @@ def kruskal_cmd(
     from ..kruskal import as_matrix, kruskal_sweep, set_stats, subset_test
     from ..progress import log, progress_enabled, task
     from ..settings import device_name, resolve_device
-    from ..rank import RankRule
+    from ..numerics import RankRule
 
     validate_common(samples, threshold, rtol, atol)
     dev = resolve_device(device)  # a device that is not there is an input error, found before any work

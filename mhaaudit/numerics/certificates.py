@@ -1,134 +1,44 @@
-"""Numerical rank with an explicit tolerance rule, and a fast exact full-rank decision.
+"""Torch certificates of numerical rank: exact decisions, and the rounding bounds behind them.
 
-The rule is part of every result. The default is the paper's convention, the one
-``torch.linalg.matrix_rank`` uses: singular values above ``sigma_max * max(rows, cols) * eps``
-count, with ``eps`` the machine epsilon of the features' *own* dtype (float32 for model
-activations). We always compute in float64 and never in TF32 or reduced precision.
+``svd_rank`` is the reference: the float64 SVD that ``torch.linalg.matrix_rank`` uses, under a
+``RankRule``. Everything else here decides the same question faster and provably the same way.
 
 ``decide_full_rank`` answers "is this k x d subset of rows of full rank k under the rule?" for
 many subsets at once. It works on k x k Gram matrices in float64: a Cholesky factorisation of
 ``G - s I`` succeeds exactly when every eigenvalue of ``G`` exceeds ``s`` (up to a rounding error
-we bound and keep away from), and ``sigma_min^2 = lambda_min(G)``. Two shifted factorisations,
-at the largest and smallest tolerance compatible with bounds on ``sigma_max``, decide almost
-every draw; the few whose smallest singular value lies near the tolerance are re-checked with
-the same SVD that ``torch.linalg.matrix_rank`` uses. The decision therefore equals
-``matrix_rank(rows.double(), rtol=..., atol=...) == k`` for every draw.
+we bound, ``cholesky_margins``, and keep away from), and ``sigma_min^2 = lambda_min(G)``. Two
+shifted factorisations, at the largest and smallest tolerance compatible with bounds on
+``sigma_max`` (``lambda_max_bounds``), decide almost every draw; the few whose smallest singular
+value lies near the tolerance are re-checked from eigenvalues (``rounding_margin``) or with the
+same SVD that ``torch.linalg.matrix_rank`` uses. The decision therefore equals
+``matrix_rank(rows.double(), rtol=..., atol=...) == k`` for every draw: these are proofs under
+the rule, not estimates. ``decide_prefix_full_rank`` does the same for leading blocks of
+different sizes at once, and ``gram_rank`` gives the rank itself.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import math
 from dataclasses import dataclass
 
 import torch
 
-from .errors import InputError
+from .rule import RankRule
+
+__all__ = [
+    "EPS64",
+    "Decision",
+    "cholesky_margins",
+    "decide_full_rank",
+    "decide_prefix_full_rank",
+    "eigvalsh",
+    "gram_rank",
+    "lambda_max_bounds",
+    "rounding_margin",
+    "svd_rank",
+]
 
 EPS64 = float(torch.finfo(torch.float64).eps)
-
-
-_NUMERICS_DEPTH = 0
-
-
-@contextlib.contextmanager
-def numerics(threads: int | None = None):
-    """The setting for rank computations: subnormals flushed to zero, optionally fewer threads.
-
-    Eigen- and singular-value routines on nearly rank-deficient matrices (T copies of one [CLS]
-    vector, say) can spend most of their time in subnormal arithmetic; values below 2.2e-308 lie
-    far below any rank tolerance, so no decision changes. On shared cores, multi-threaded LAPACK
-    calls on mid-sized matrices can be erratic; ``threads=1`` avoids that where it does not cost.
-    """
-    global _NUMERICS_DEPTH
-    before = torch.get_num_threads()
-    outermost = _NUMERICS_DEPTH == 0
-    flushed = torch.set_flush_denormal(True) if outermost else False
-    _NUMERICS_DEPTH += 1
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        _NUMERICS_DEPTH -= 1
-        if threads is not None:
-            torch.set_num_threads(before)
-        if flushed:
-            torch.set_flush_denormal(False)
-
-
-def with_numerics(threads: int | None = None):
-    """Decorator form of ``numerics``."""
-
-    def wrap(fn):
-        @functools.wraps(fn)
-        def inner(*args, **kwargs):
-            with numerics(threads):
-                return fn(*args, **kwargs)
-
-        return inner
-
-    return wrap
-
-
-def _check_tols(rtol: float | None, atol: float | None) -> None:
-    for name, v in (("rtol", rtol), ("atol", atol)):
-        if v is not None and (not math.isfinite(v) or v < 0):
-            raise InputError(f"--{name} must be a finite number >= 0, got {v}")
-
-
-@dataclass(frozen=True)
-class RankRule:
-    """Which singular values count as non-zero.
-
-    ``tol = max(atol, rtol * sigma_max)``; with neither given, ``rtol = max(rows, cols) * eps``
-    (``eps`` of the features' dtype) and ``atol = 0``; with only ``atol > 0`` given, ``rtol = 0``.
-    These are ``torch.linalg.matrix_rank``'s semantics.
-    """
-
-    rtol: float | None = None
-    atol: float | None = None
-    eps: float = float(torch.finfo(torch.float32).eps)
-    dtype: str = "float32"
-
-    @classmethod
-    def for_dtype(cls, dtype: torch.dtype | str, rtol: float | None = None, atol: float | None = None) -> "RankRule":
-        _check_tols(rtol, atol)
-        if isinstance(dtype, str):
-            dtype = getattr(torch, dtype)
-        if not dtype.is_floating_point:
-            dtype = torch.float64
-        return cls(rtol=rtol, atol=atol, eps=float(torch.finfo(dtype).eps), dtype=str(dtype).replace("torch.", ""))
-
-    def rtol_for(self, rows: int, cols: int) -> float:
-        if self.rtol is not None:
-            return float(self.rtol)
-        if self.atol is not None and self.atol > 0:
-            return 0.0
-        return max(rows, cols) * self.eps
-
-    @property
-    def atol_value(self) -> float:
-        return float(self.atol or 0.0)
-
-    def tol(self, sigma_max: torch.Tensor | float, rows: int, cols: int):
-        """The tolerance for a rows x cols matrix with largest singular value ``sigma_max``."""
-        r = self.rtol_for(rows, cols)
-        if isinstance(sigma_max, torch.Tensor):
-            return torch.clamp(sigma_max * r, min=self.atol_value)
-        return max(self.atol_value, r * float(sigma_max))
-
-    def describe(self) -> str:
-        if self.rtol is None and not (self.atol and self.atol > 0):
-            return (
-                f"sigma > sigma_max * max(rows, cols) * eps({self.dtype}) with eps = {self.eps:.3g} "
-                "(torch.linalg.matrix_rank's default), computed in float64"
-            )
-        return f"sigma > max(atol = {self.atol_value:.3g}, rtol = {self.rtol_for(1, 1):.3g} * sigma_max), computed in float64"
-
-    def as_dict(self) -> dict:
-        return {"rtol": self.rtol, "atol": self.atol, "eps": self.eps, "dtype": self.dtype, "rule": self.describe()}
 
 
 def svd_rank(rows: torch.Tensor, rule: RankRule):
@@ -167,7 +77,7 @@ def gram_rank(G: torch.Tensor, rows_fn, d: int, rule: RankRule) -> torch.Tensor:
     lam = eigvalsh(G).clamp_min(0)  # ascending
     lmax = lam[..., -1]
     tol2 = rule.tol(lmax.sqrt(), k, d) ** 2
-    err = _rounding_margin(k, d, lmax)
+    err = rounding_margin(k, d, lmax)
     rank = (lam > tol2[:, None]).sum(-1)
     ambiguous = ((lam - tol2[:, None]).abs() <= err[:, None] + 1e-6 * tol2[:, None]).any(-1)
     if bool(ambiguous.any()):
@@ -177,7 +87,7 @@ def gram_rank(G: torch.Tensor, rows_fn, d: int, rule: RankRule) -> torch.Tensor:
     return rank
 
 
-def _lambda_max_bounds(G: torch.Tensor, iters: int = 8):
+def lambda_max_bounds(G: torch.Tensor, iters: int = 8):
     """Lower and upper bounds on the largest eigenvalue of PSD ``(B, k, k)`` matrices.
 
     Lower: the larger of the largest diagonal entry and a power-iteration Rayleigh quotient rho.
@@ -203,9 +113,13 @@ def _lambda_max_bounds(G: torch.Tensor, iters: int = 8):
     return lo, hi
 
 
-def _rounding_margin(k: int, d: int, lam_hi: torch.Tensor) -> torch.Tensor:
-    # Rounding in forming G (d-term dot products) and in the factorisation (k-term sums),
-    # bounded generously: a decision is only taken when it survives this much perturbation.
+def rounding_margin(k: int, d: int, lam_hi: torch.Tensor) -> torch.Tensor:
+    """How far eigenvalues of a k x k Gram matrix of rows of length d, computed in float64, may
+    lie from the squared singular values of the rows, given ``lam_hi`` >= the largest one.
+
+    Rounding in forming G (d-term dot products) and in the factorisation (k-term sums), bounded
+    generously: a decision is only taken when it survives this much perturbation.
+    """
     return 8.0 * (k + d) * math.sqrt(k) * EPS64 * lam_hi
 
 
@@ -292,7 +206,7 @@ def decide_full_rank(G: torch.Tensor, rows_fn, k: int, d: int, rule: RankRule, d
 
     def test_deficient(idx: torch.Tensor) -> None:
         # lambda_min(G) < s_lo <= the squared tolerance: dependent
-        lo, hi2 = _lambda_max_bounds(G[idx] if idx.numel() < B else G)
+        lo, hi2 = lambda_max_bounds(G[idx] if idx.numel() < B else G)
         s_lo = torch.clamp(r * lo.sqrt(), min=a) ** 2 * (1 - delta) - m_def[idx]
         info = shifted_info(idx, s_lo)
         undecided[idx[(info > 0) & (s_lo > 0)]] = False  # a non-positive shift certifies nothing
@@ -316,7 +230,7 @@ def decide_full_rank(G: torch.Tensor, rows_fn, k: int, d: int, rule: RankRule, d
         lam = eigvalsh(G[idx])
         lmin, lmax = lam[:, 0], lam[:, -1].clamp_min(0)
         tau = torch.clamp(r * lmax.sqrt(), min=a) ** 2
-        err = _rounding_margin(k, d, lmax)
+        err = rounding_margin(k, d, lmax)
         clear = (lmin - tau).abs() > err + 1e-6 * tau
         full[idx[clear]] = lmin[clear] > tau[clear]
         exact[idx[clear]] = True
@@ -347,7 +261,7 @@ def decide_prefix_full_rank(G: torch.Tensor, ks: torch.Tensor, rows_fn, d: int, 
         return Decision(full, exact)
     pad = torch.arange(M, device=dev)[None, :] >= ks[:, None]  # (B, M)
     Gm = G.masked_fill(pad[:, :, None] | pad[:, None, :], 0.0)
-    lo, hi = _lambda_max_bounds(Gm)
+    lo, hi = lambda_max_bounds(Gm)
     kf = ks.to(G.dtype)
     if rule.rtol is not None:
         r = torch.full_like(kf, float(rule.rtol))
