@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import dataclass, field
 
 import torch
 
@@ -129,6 +130,98 @@ def draw_decisions(X, k: int, *, samples: int = DEFAULT_SAMPLES, seed: int = 0, 
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
 
+@dataclass
+class _Tally:
+    """What the draws of one test showed."""
+
+    drawn: int = 0
+    satisfied: int = 0
+    rechecks: int = 0
+    histogram: dict = field(default_factory=dict)  # rank -> count over the dependent draws examined
+    histogram_draws: int = 0
+    first_dependent: list | None = None
+    stopped: bool = False
+
+
+def _tally(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, histogram_limit: int, max_fail: int | None,
+           progress: Progress | None) -> _Tally:
+    """Decide the seeded draws; stop early once more than ``max_fail`` are dependent (None: never)."""
+    d = gram.X.shape[1]
+    t = _Tally()
+    for sub, dec in _decided_draws(gram, k, samples, seed, rule, progress):
+        t.drawn += int(sub.shape[0])
+        t.satisfied += int(dec.full.sum())
+        t.rechecks += int(dec.exact.sum())
+        bad = (~dec.full).nonzero().squeeze(-1)
+        if t.first_dependent is None and bad.numel():
+            t.first_dependent = sub[int(bad[0])].cpu().tolist()
+        room = histogram_limit - t.histogram_draws
+        if room > 0 and bad.numel():
+            sel = bad[:room]
+            for part in sel.split(64):
+                ranks = gram_rank(gram.sub(sub[part]), lambda j, part=part, sub=sub: gram.rows(sub[part[j]]), d, rule)
+                for r in ranks.tolist():
+                    t.histogram[int(r)] = t.histogram.get(int(r), 0) + 1
+            t.histogram_draws += int(sel.numel())
+        if max_fail is not None and t.drawn - t.satisfied > max_fail and t.drawn < samples:
+            t.stopped = True
+            break
+    return t
+
+
+def _reason(t: _Tally, k: int, threshold: float, witness: Witness | None, planned: int, max_fail: int) -> str:
+    n, ok = t.drawn, t.satisfied
+    if ok / n >= threshold and witness is None:
+        return (f"all {n} draws of {k} rows were independent" if ok == n else
+                f"{ok}/{n} draws of {k} rows independent, fraction >= threshold {threshold}") + "; an estimate, not a proof"
+    if ok / n >= threshold:
+        return (f"{ok}/{n} draws independent (fraction >= threshold {threshold}), but a dependent "
+                f"{len(witness.indices)}-subset was found, so the exact Kruskal rank is below {len(witness.indices)}")
+    reason = f"only {ok}/{n} draws of {k} rows independent, fraction < threshold {threshold}"
+    if t.stopped:
+        reason += (f"; sampling stopped after {n} of {planned} draws because more than "
+                   f"{max_fail} dependent draws settle the verdict")
+    if witness is not None:
+        reason += f"; dependent {len(witness.indices)}-subset found (proof that Kruskal rank < {len(witness.indices)})"
+    return reason
+
+
+def _without_sampling(X: torch.Tensor, k: int, rule: RankRule, stats: SetStats | None, base: dict):
+    """The answer when no sampling is needed (k > d, k > T, k above the set's rank ceiling, k = T),
+    as ``(SubsetTest or None, stats)``."""
+    T, d = X.shape
+
+    def known(reason: str, set_rank=None, witness=None) -> SubsetTest:
+        return SubsetTest(samples=0, satisfied=0, fraction=0.0, ci_low=0.0, ci_high=0.0, verdict="fails",
+                          reason=reason, sampled=False, set_rank=set_rank, proven=True, witness=witness, **base)
+
+    if k > d:
+        return known(f"k = {k} > d = {d}: any {k} vectors in R^{d} are linearly dependent (no sampling needed)"), stats
+    if k > T:
+        return known(f"k = {k} > T = {T}: the Kruskal rank of {T} vectors is at most {T} (no sampling needed)"), stats
+    stats = stats or set_stats(X, rule)
+    ceil_k = stats.ceiling(k, rule)
+    if ceil_k < k:
+        witness = None
+        if stats.zero_rows:
+            zi = int((X.to(torch.float64).norm(dim=1) == 0).nonzero()[0])
+            witness = Witness((zi,), (0.0,), 0.0, 0)
+        return known(
+            f"the whole set has numerical rank {stats.rank} (at most {ceil_k} for any {k}-subset under the rule), "
+            f"so no {k} rows are independent (no sampling needed)",
+            set_rank=stats.rank,
+            witness=witness,
+        ), stats
+    if k == T:  # one subset only: decide it exactly, no sampling
+        ok = _prove(X, list(range(T)), rule) is None
+        return SubsetTest(samples=1, satisfied=int(ok), fraction=float(ok), ci_low=float(ok), ci_high=float(ok),
+                          verdict="holds" if ok else "fails", reason=f"k = T = {T}: the only subset is the whole set, "
+                          f"which is {'independent' if ok else 'dependent'} (decided exactly, no sampling)",
+                          sampled=False, set_rank=stats.rank, proven=True,
+                          witness=shrink_witness(X, list(range(T)), rule) if not ok else None, **base), stats
+    return None, stats
+
+
 @with_numerics()
 def subset_test(
     X,
@@ -164,94 +257,24 @@ def subset_test(
     threshold = validate.fraction("--threshold", threshold)
     rule = rule or RankRule.for_dtype(X.dtype)
     dev = resolve_device(device)
-    T, d = X.shape
-    base = dict(check=check, k=k, T=T, d=d, threshold=threshold, rule=rule, seed=seed, device=device_name(dev))
-
-    def known(reason: str, set_rank=None, witness=None) -> SubsetTest:
-        return SubsetTest(samples=0, satisfied=0, fraction=0.0, ci_low=0.0, ci_high=0.0, verdict="fails",
-                          reason=reason, sampled=False, set_rank=set_rank, proven=True, witness=witness, **base)
-
-    if k > d:
-        return known(f"k = {k} > d = {d}: any {k} vectors in R^{d} are linearly dependent (no sampling needed)")
-    if k > T:
-        return known(f"k = {k} > T = {T}: the Kruskal rank of {T} vectors is at most {T} (no sampling needed)")
-    stats = stats or set_stats(X, rule)
-    ceil_k = stats.ceiling(k, rule)
-    if ceil_k < k:
-        witness = None
-        if stats.zero_rows:
-            zi = int((X.to(torch.float64).norm(dim=1) == 0).nonzero()[0])
-            witness = Witness((zi,), (0.0,), 0.0, 0)
-        return known(
-            f"the whole set has numerical rank {stats.rank} (at most {ceil_k} for any {k}-subset under the rule), "
-            f"so no {k} rows are independent (no sampling needed)",
-            set_rank=stats.rank,
-            witness=witness,
-        )
-
-    satisfied = 0
-    rechecks = 0
-    hist: dict[int, int] = {}
-    hist_draws = 0
-    first_dependent = None
+    base = dict(check=check, k=k, T=X.shape[0], d=X.shape[1], threshold=threshold, rule=rule, seed=seed,
+                device=device_name(dev))
+    answer, stats = _without_sampling(X, k, rule, stats, base)
+    if answer is not None:
+        return answer
     if histogram_limit is None:
         histogram_limit = int(min(100, max(10, 2e9 // k**3)))
-    if k == T:  # one subset only: decide it exactly, no sampling
-        w = _prove(X, list(range(T)), rule)
-        ok = w is None
-        return SubsetTest(samples=1, satisfied=int(ok), fraction=float(ok), ci_low=float(ok), ci_high=float(ok),
-                          verdict="holds" if ok else "fails", reason=f"k = T = {T}: the only subset is the whole set, "
-                          f"which is {'independent' if ok else 'dependent'} (decided exactly, no sampling)",
-                          sampled=False, set_rank=stats.rank, proven=True,
-                          witness=shrink_witness(X, list(range(T)), rule) if not ok else None, **base)
     max_fail = math.floor((1 - threshold) * samples + 1e-9)
-    drawn = 0
-    stopped = False
-    gram = Gram(X, dev)
-    for sub, dec in _decided_draws(gram, k, samples, seed, rule, progress):
-        drawn += int(sub.shape[0])
-        satisfied += int(dec.full.sum())
-        rechecks += int(dec.exact.sum())
-        bad = (~dec.full).nonzero().squeeze(-1)
-        if first_dependent is None and bad.numel():
-            first_dependent = sub[int(bad[0])].cpu()
-        room = histogram_limit - hist_draws
-        if room > 0 and bad.numel():
-            sel = bad[:room]
-            for part in sel.split(64):
-                ranks = gram_rank(gram.sub(sub[part]), lambda j, part=part, sub=sub: gram.rows(sub[part[j]]), d, rule)
-                for r in ranks.tolist():
-                    hist[int(r)] = hist.get(int(r), 0) + 1
-            hist_draws += int(sel.numel())
-        if stop_when_decided and drawn - satisfied > max_fail and drawn < samples:
-            stopped = True
-            break
-    n_planned = samples
-    samples = drawn
-    n_full = satisfied
-    if n_full:
-        hist[k] = hist.get(k, 0) + n_full
-    frac = satisfied / samples
-    lo, hi = clopper_pearson(satisfied, samples)
-    witness = shrink_witness(X, first_dependent.tolist(), rule) if first_dependent is not None else None
-    holds = frac >= threshold
-    if holds and witness is None:
-        reason = (f"all {samples} draws of {k} rows were independent" if satisfied == samples else
-                  f"{satisfied}/{samples} draws of {k} rows independent, fraction >= threshold {threshold}")
-        reason += "; an estimate, not a proof"
-    elif holds:
-        reason = (f"{satisfied}/{samples} draws independent (fraction >= threshold {threshold}), but a dependent "
-                  f"{len(witness.indices)}-subset was found, so the exact Kruskal rank is below {len(witness.indices)}")
-    else:
-        reason = f"only {satisfied}/{samples} draws of {k} rows independent, fraction < threshold {threshold}"
-        if stopped:
-            reason += (f"; sampling stopped after {samples} of {n_planned} draws because more than "
-                       f"{max_fail} dependent draws settle the verdict")
-        if witness is not None:
-            reason += f"; dependent {len(witness.indices)}-subset found (proof that Kruskal rank < {len(witness.indices)})"
+    t = _tally(Gram(X, dev), k, samples, seed, rule, histogram_limit, max_fail if stop_when_decided else None, progress)
+    if t.satisfied:
+        t.histogram[k] = t.histogram.get(k, 0) + t.satisfied
+    lo, hi = clopper_pearson(t.satisfied, t.drawn)
+    witness = shrink_witness(X, t.first_dependent, rule) if t.first_dependent is not None else None
+    frac = t.satisfied / t.drawn
     return SubsetTest(
-        samples=samples, satisfied=satisfied, fraction=frac, ci_low=lo, ci_high=hi,
-        verdict="holds" if holds else "fails", reason=reason, witness=witness, rank_histogram=hist,
-        histogram_draws=hist_draws + n_full, exact_rechecks=rechecks, sampled=True, set_rank=stats.rank,
-        planned_samples=n_planned if stopped else None, **base,
+        samples=t.drawn, satisfied=t.satisfied, fraction=frac, ci_low=lo, ci_high=hi,
+        verdict="holds" if frac >= threshold else "fails", reason=_reason(t, k, threshold, witness, samples, max_fail),
+        witness=witness, rank_histogram=t.histogram, histogram_draws=t.histogram_draws + t.satisfied,
+        exact_rechecks=t.rechecks, sampled=True, set_rank=stats.rank, planned_samples=samples if t.stopped else None,
+        **base,
     )

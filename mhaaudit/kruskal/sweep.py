@@ -21,7 +21,7 @@ from ..numerics import EPS64, RankRule, cholesky_margins, decide_prefix_full_ran
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, device_name, resolve_device
 from .bounds import babel_floor, set_stats
 from .fixed import shrink_witness
-from .results import Bound, SetStats, Sweep, clopper_pearson
+from .results import Bound, SetStats, Sweep, Witness, clopper_pearson
 from .sampling import Gram, Progress, as_matrix, blocks_in_order, chunk_size
 
 __all__ = ["kruskal_sweep"]
@@ -114,6 +114,69 @@ def _critical_sizes(G: torch.Tensor, rows_fn, d: int, rule: RankRule):
     return lo, rechecks
 
 
+def _critical_sizes_of_draws(gram: Gram, K: int, samples: int, seed: int, rule: RankRule, dev: torch.device,
+                             progress: Progress | None):
+    """k* of every nested draw: ``(counts, rechecks, smallest)`` with ``counts[j]`` the number of
+    draws with k* = j and ``smallest`` the ``(size, indices)`` of the smallest dependent leading
+    block seen (None if every draw was independent up to K)."""
+    d = gram.X.shape[1]
+    counts = torch.zeros(K + 2, dtype=torch.long)
+    rechecks, smallest = 0, None
+    chunk = chunk_size(K, mats=6)
+    flat = gram.cpu_flat
+    kernel = (lapack.SweepKernel(flat, gram.T, gram.proj, lambda s: gram.rows(torch.from_numpy(s)), K, d, rule)
+              if flat is not None else None)
+    workers = torch.get_num_threads() if kernel is not None else 1
+
+    def block(idx: torch.Tensor):
+        if kernel is not None:  # one draw at a time, LAPACK through ctypes
+            kstar, rc = kernel.draws(idx.numpy())
+            return idx, torch.from_numpy(kstar), rc
+        idx = idx.to(dev)
+        parts = [_critical_sizes(gram.sub(sub), lambda j, m, sub=sub: gram.rows(sub[j, :m]), d, rule)
+                 for sub in idx.split(chunk)]
+        return idx, torch.cat([p[0].cpu() for p in parts]), sum(p[1] for p in parts)
+
+    with lapack.blas_single_thread() if kernel is not None else contextlib.nullcontext():
+        for idx, kstar, rc in blocks_in_order(block, gram.T, K, samples, seed, False, workers):
+            rechecks += rc
+            counts += torch.bincount(kstar, minlength=K + 2)[: K + 2]
+            small = int(kstar.min())
+            if small < K and (smallest is None or small + 1 < smallest[0]):
+                j = int(kstar.argmin())
+                smallest = (small + 1, idx[j, : small + 1].cpu().tolist())
+            if progress:
+                progress(int(idx.shape[0]))
+    return counts, rechecks, smallest
+
+
+def _fractions(counts: torch.Tensor, K: int, K_all: int, samples: int):
+    """fraction(k) = P(k* >= k) with its interval, for k = 1 .. K_all (0 above K: certified)."""
+    ge = torch.flip(torch.cumsum(torch.flip(counts, [0]), 0), [0])  # ge[k] = #draws with k* >= k
+    fr, lo_l, hi_l = [], [], []
+    for k in range(1, K_all + 1):
+        s = int(ge[k]) if k <= K else 0
+        fr.append(s / samples if K else 0.0)
+        lo, hi = clopper_pearson(s, samples) if k <= K else (0.0, 0.0)
+        lo_l.append(lo)
+        hi_l.append(hi)
+    return tuple(fr), tuple(lo_l), tuple(hi_l)
+
+
+def _ceiling(witness: Witness | None, K: int, T: int, d: int, set_rank: int) -> Bound:
+    """The smallest certified ceiling: a dependent subset found, the set's rank, or min(T, d)."""
+    candidates = []
+    if witness is not None:
+        n = len(witness.indices)
+        candidates.append(Bound(n - 1, "witness", f"a dependent {n}-subset was found, so the Kruskal rank is at most {n - 1} (a proof)"))
+    if K < min(T, d):
+        candidates.append(Bound(K, "set-rank", f"the whole set has numerical rank {set_rank}; no subset of more than {K} "
+                                               "rows can be independent under the rule (a proof)"))
+    else:
+        candidates.append(Bound(min(T, d), "dimension", f"the Kruskal rank of {T} vectors in R^{d} is at most min(T, d) = {min(T, d)}"))
+    return min(candidates, key=lambda b: b.value)
+
+
 @with_numerics()
 def kruskal_sweep(
     X,
@@ -141,71 +204,18 @@ def kruskal_sweep(
     T, d = X.shape
     K_all = min(T, d) if kmax is None else max(1, min(T, d, kmax))
     stats = stats or set_stats(X, rule)
-    K = 0
-    for k in range(1, K_all + 1):
-        if stats.ceiling(k, rule) >= k:
-            K = k
-    gram = Gram(X, dev)
-    counts = torch.zeros(K + 2, dtype=torch.long)
-    rechecks = 0
-    min_dep = None  # (size, indices)
+    K = max((k for k in range(1, K_all + 1) if stats.ceiling(k, rule) >= k), default=0)
+    counts, rechecks, smallest = torch.zeros(K + 2, dtype=torch.long), 0, None
     if K > 0:
-        chunk = chunk_size(K, mats=6)
-        flat = gram.cpu_flat
-        kernel = (lapack.SweepKernel(flat, gram.T, gram.proj, lambda s: gram.rows(torch.from_numpy(s)), K, d, rule)
-                  if flat is not None else None)
-        workers = torch.get_num_threads() if kernel is not None else 1
-
-        def block(idx: torch.Tensor):
-            if kernel is not None:  # one draw at a time, LAPACK through ctypes
-                kstar, rc = kernel.draws(idx.numpy())
-                return idx, torch.from_numpy(kstar), rc
-            idx = idx.to(dev)
-            parts = [_critical_sizes(gram.sub(sub), lambda j, m, sub=sub: gram.rows(sub[j, :m]), d, rule)
-                     for sub in idx.split(chunk)]
-            return idx, torch.cat([p[0].cpu() for p in parts]), sum(p[1] for p in parts)
-
-        with lapack.blas_single_thread() if kernel is not None else contextlib.nullcontext():
-            for idx, kstar, rc in blocks_in_order(block, T, K, samples, seed, False, workers):
-                rechecks += rc
-                counts += torch.bincount(kstar, minlength=K + 2)[: K + 2]
-                small = int(kstar.min())
-                if small < K and (min_dep is None or small + 1 < min_dep[0]):
-                    j = int(kstar.argmin())
-                    min_dep = (small + 1, idx[j, : small + 1].cpu().tolist())
-                if progress:
-                    progress(int(idx.shape[0]))
-    # fraction(k) = P(k* >= k)
-    ge = torch.flip(torch.cumsum(torch.flip(counts, [0]), 0), [0])  # ge[k] = #draws with k* >= k
-    ks = tuple(range(1, K_all + 1))
-    fr, lo_l, hi_l = [], [], []
-    for k in ks:
-        s = int(ge[k]) if k <= K else 0
-        fr.append(s / samples if K else 0.0)
-        lo, hi = clopper_pearson(s, samples) if k <= K else (0.0, 0.0)
-        lo_l.append(lo)
-        hi_l.append(hi)
-    est = 0
-    for k, f in zip(ks, fr):
-        if f >= threshold:
-            est = k
-    witness = shrink_witness(X, min_dep[1], rule) if min_dep else None
-    ceil_candidates = []
-    if witness is not None:
-        ceil_candidates.append(Bound(len(witness.indices) - 1, "witness",
-                                     f"a dependent {len(witness.indices)}-subset was found, so the Kruskal rank is at most {len(witness.indices) - 1} (a proof)"))
-    if K < min(T, d):
-        ceil_candidates.append(Bound(K, "set-rank",
-                                     f"the whole set has numerical rank {stats.rank}; no subset of more than {K} rows can be independent under the rule (a proof)"))
-    else:
-        ceil_candidates.append(Bound(min(T, d), "dimension", f"the Kruskal rank of {T} vectors in R^{d} is at most min(T, d) = {min(T, d)}"))
-    ceiling = min(ceil_candidates, key=lambda b: b.value)
-    raw_estimate = est
-    est = min(est, ceiling.value)  # an estimate never exceeds what is proven
-    floor = babel_floor(X, rule, kmax=min(K_all, ceiling.value) or 1)
+        counts, rechecks, smallest = _critical_sizes_of_draws(Gram(X, dev), K, samples, seed, rule, dev, progress)
+    fractions, ci_low, ci_high = _fractions(counts, K, K_all, samples)
+    raw_estimate = max((k for k, f in enumerate(fractions, 1) if f >= threshold), default=0)
+    witness = shrink_witness(X, smallest[1], rule) if smallest else None
+    ceiling = _ceiling(witness, K, T, d, stats.rank)
     return Sweep(
         T=T, d=d, samples=samples, threshold=threshold, seed=seed, rule=rule, device=device_name(dev),
-        ks=ks, fractions=tuple(fr), ci_low=tuple(lo_l), ci_high=tuple(hi_l), estimate=est,
-        ceiling=ceiling, floor=floor, witness=witness, exact_rechecks=rechecks, kmax_sampled=K,
-        raw_estimate=raw_estimate,
+        ks=tuple(range(1, K_all + 1)), fractions=fractions, ci_low=ci_low, ci_high=ci_high,
+        estimate=min(raw_estimate, ceiling.value),  # an estimate never exceeds what is proven
+        ceiling=ceiling, floor=babel_floor(X, rule, kmax=min(K_all, ceiling.value) or 1), witness=witness,
+        exact_rechecks=rechecks, kmax_sampled=K, raw_estimate=raw_estimate,
     )
