@@ -79,3 +79,21 @@ def dominant(T: int, d: int, seed: int, decay: float = -5.0, common: float = 5.0
     V = torch.linalg.qr(torch.randn(d, d, generator=g, dtype=torch.float64))[0]
     spectrum = torch.logspace(0, decay, d, dtype=torch.float64)
     return ((U * spectrum) @ V.T + common * torch.randn(d, generator=g, dtype=torch.float64)).float()
+
+
+# The same data at very different scales: the issue's float64 scales, and exact powers of two
+# across the float32 range (a float32 product with a power of two is exact; with 1e30 it is not).
+SCALES64 = (1e-300, 1e-150, 1.0, 1e150, 1e300)
+SCALES32 = (2.0**-100, 2.0**-50, 1.0, 2.0**50, 2.0**100)
+
+
+def mixed_range(T: int = 60, d: int = 12, tiny: int = 30, seed: int = 0) -> torch.Tensor:
+    """Float64 rows of two magnitudes: the first ``tiny`` rows are 2^-300 times rows near a plane
+    (any three of them have sigma_min / sigma_max near 1e-7: dependent under the float32 rule),
+    the others are Gaussian. Gram entries of the tiny rows are near 2^-600: their squares
+    underflow, so only an underflow-safe path decides draws of tiny rows as matrix_rank does."""
+    g = gen(seed)
+    X = torch.randn(T, d, generator=g, dtype=torch.float64)
+    plane = torch.randn(tiny, 2, generator=g, dtype=torch.float64) @ torch.randn(2, d, generator=g, dtype=torch.float64)
+    X[:tiny] = (plane + 1e-7 * torch.randn(tiny, d, generator=g, dtype=torch.float64)) * 2.0**-300
+    return X

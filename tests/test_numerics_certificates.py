@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from matrices import all_draws, matrix_rank_decisions, near_tolerance_matrix
 
 from mhaaudit.numerics import (
+    TINY_GRAM,
     RankRule,
     cholesky_margins,
     decide_full_rank,
@@ -81,3 +82,44 @@ def test_decide_prefix_full_rank_equals_matrix_rank_on_leading_blocks():
     ref = torch.tensor([int(torch.linalg.matrix_rank(rows[b, : int(k)], rtol=rule.rtol_for(int(k), 12))) == int(k)
                         for b, k in enumerate(ks)])
     assert torch.equal(dec.full, ref)
+
+
+# ------------------------------------------------------------------ scale and underflow
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e-150, 1.0, 1e150, 1e300])
+def test_svd_rank_does_not_depend_on_the_scale(scale):
+    X, rule, idx, rows, G = _draws_and_grams(12, {})
+    rank, smin, smax, tol, s = svd_rank(rows, rule)
+    r2, smin2, smax2, tol2, s2 = svd_rank(rows * scale, rule)
+    assert torch.equal(rank, r2)
+    assert torch.allclose(s2 / scale, s, rtol=1e-12) and torch.allclose(tol2 / scale, tol, rtol=1e-12)
+    atol_rule = RankRule.for_dtype(torch.float32, atol=0.01)  # an absolute tolerance scales with the data
+    assert torch.equal(svd_rank(rows, atol_rule)[0], svd_rank(rows * scale, RankRule.for_dtype(torch.float32, atol=0.01 * scale))[0])
+
+
+def _tiny_near_dependent(k: int = 3, d: int = 8, ratio: float = 1e-7, scale: float = 2.0**-300):
+    """k rows whose smallest singular value is ``ratio`` times the largest (dependent under the
+    float32 rule, whose rtol is about 1e-6), multiplied by ``scale``: their Gram entries are
+    about scale^2 = 2^-600, whose squares underflow."""
+    g = torch.Generator().manual_seed(3)
+    U = torch.linalg.qr(torch.randn(k, k, generator=g, dtype=torch.float64))[0]
+    V = torch.linalg.qr(torch.randn(d, k, generator=g, dtype=torch.float64))[0]
+    sv = torch.ones(k, dtype=torch.float64)
+    sv[-1] = ratio
+    return ((U * sv) @ V.T * scale)[None]
+
+
+def test_a_gram_too_small_to_trust_goes_to_the_svd():
+    rule = RankRule.for_dtype(torch.float32)
+    for ratio, expected in ((1e-7, False), (1e-3, True)):
+        rows = _tiny_near_dependent(ratio=ratio)
+        assert int(torch.linalg.matrix_rank(rows[0], rtol=rule.rtol_for(3, 8))) == (3 if expected else 2)
+        G = rows @ rows.transpose(1, 2)
+        assert float(G.diagonal(dim1=-2, dim2=-1).max()) < TINY_GRAM
+        for deficient_first in (False, True):
+            dec = decide_full_rank(G.clone(), lambda j: rows[j], 3, 8, rule, deficient_first=deficient_first)
+            assert bool(dec.full[0]) == expected and bool(dec.exact[0])
+        assert int(gram_rank(G, lambda j: rows[j], 8, rule)[0]) == (3 if expected else 2)
+        dec = decide_prefix_full_rank(G, torch.tensor([3]), lambda b, k: rows[b, :k], 8, rule)
+        assert bool(dec.full[0]) == expected

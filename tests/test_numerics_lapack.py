@@ -7,7 +7,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from matrices import all_draws, dominant, kstar_brute, matrix_rank_full, near_tolerance_matrix
+from matrices import all_draws, dominant, kstar_brute, matrix_rank_full, mixed_range, near_tolerance_matrix
 
 from mhaaudit.kruskal import set_stats
 from mhaaudit.kruskal.sampling import Gram
@@ -79,6 +79,19 @@ def test_decide_draws_agree_with_matrix_rank(deficient_first, rule_kw):
     assert decided.mean() > 0.9  # the certificates settle almost every draw
 
 
+def test_decide_draws_leave_grams_too_small_to_trust_undecided():
+    X = mixed_range()
+    rule = RankRule.for_dtype(torch.float32)
+    gram = Gram(X, torch.device("cpu"))
+    idx = all_draws(60, 3, 400, 0, sort=True).numpy()
+    full, decided = lapack.decide_draws(gram.cpu_flat, 60, idx, 12, rule, gram.proj)
+    all_tiny = (idx < 30).all(1)
+    assert all_tiny.sum() > 10 and not decided[all_tiny].any()
+    for row, f, dcd in zip(idx, full, decided):
+        if dcd:
+            assert bool(f) == matrix_rank_full(X, torch.from_numpy(row), rule)
+
+
 # ------------------------------------------------------------------ the sweep
 
 
@@ -95,3 +108,14 @@ def test_sweep_kernel_matches_brute_force(seed, decay, common):
     expected = [kstar_brute(X, torch.from_numpy(row), rule) for row in order]
     assert kstar.tolist() == expected
     assert len(set(expected)) > 1  # the boundary moves from draw to draw
+
+
+def test_sweep_kernel_decides_tiny_leading_blocks_exactly():
+    X = mixed_range(T=60, d=12, tiny=30, seed=1)
+    rule = RankRule.for_dtype(torch.float32)
+    gram = Gram(X, torch.device("cpu"))
+    kernel = lapack.SweepKernel(gram.cpu_flat, gram.T, gram.proj, lambda s: gram.rows(torch.from_numpy(s)), 12, 12, rule)
+    order = all_draws(60, 12, 200, 2).numpy()
+    kstar, exact = kernel.draws(order)
+    assert kstar.tolist() == [kstar_brute(X, torch.from_numpy(row), rule) for row in order]
+    assert exact > 0 and (order[:, :3] < 30).all(1).any()  # some draws open with three tiny rows

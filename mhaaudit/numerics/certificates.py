@@ -14,6 +14,11 @@ same SVD that ``torch.linalg.matrix_rank`` uses. The decision therefore equals
 ``matrix_rank(rows.double(), rtol=..., atol=...) == k`` for every draw: these are proofs under
 the rule, not estimates. ``decide_prefix_full_rank`` does the same for leading blocks of
 different sizes at once, and ``gram_rank`` gives the rank itself.
+
+Callers hand in Gram matrices of rows rescaled by ``numerics.scale`` (largest entry in
+[0.5, 1)), so nothing squared overflows. A Gram matrix that is still too small for its squares
+and products to be trusted (``TINY_GRAM``: rows some 2^-200 smaller than the largest) is never
+decided by a certificate but by ``svd_rank``, which rescales each matrix by its own power of two.
 """
 
 from __future__ import annotations
@@ -24,9 +29,11 @@ from dataclasses import dataclass
 import torch
 
 from .rule import RankRule
+from .scale import exponent_of, ldexp
 
 __all__ = [
     "EPS64",
+    "TINY_GRAM",
     "Decision",
     "cholesky_margins",
     "decide_full_rank",
@@ -39,21 +46,31 @@ __all__ = [
 ]
 
 EPS64 = float(torch.finfo(torch.float64).eps)
+TINY_GRAM = 2.0**-400
+"""A Gram matrix whose largest diagonal entry is below this is decided by the SVD of its rows,
+never by a certificate. Above it, squares of its entries (Frobenius norms) lose at most a
+relative k^2 2^-222 to underflow, and flushed products in forming and factorising it stay far
+below the rounding margins; below it, neither is true. Data rescaled by ``numerics.scale`` have
+Gram diagonals near 1, so only rows some 2^-200 smaller than the largest ever get here."""
 
 
 def svd_rank(rows: torch.Tensor, rule: RankRule):
     """Exact numerical rank of ``(..., m, c)`` matrices under ``rule`` (float64 SVD).
 
-    Returns ``(rank, sigma_min, sigma_max, tol, singular_values)`` where ``sigma_min`` is the
-    ``min(m, c)``-th singular value.
+    Each matrix is divided by its own power of two first (``scale.exponent_of``: exact), and the
+    absolute tolerance with it, so the rank does not depend on the matrix's scale. Returns
+    ``(rank, sigma_min, sigma_max, tol, singular_values)`` in the units of ``rows``, where
+    ``sigma_min`` is the ``min(m, c)``-th singular value.
     """
     x = rows.to(torch.float64)
-    s = torch.linalg.svdvals(x)
     m, c = x.shape[-2], x.shape[-1]
+    e = exponent_of(x, dims=(-2, -1))
+    s = torch.linalg.svdvals(ldexp(x, -e[..., None, None]))
     smax = s[..., 0]
-    tol = rule.tol(smax, m, c)
+    atol = ldexp(torch.full_like(smax, rule.atol_value), -e)
+    tol = torch.maximum(smax * rule.rtol_for(m, c), atol)
     rank = (s > tol.unsqueeze(-1)).sum(-1)
-    return rank, s[..., -1], smax, tol, s
+    return rank, ldexp(s[..., -1], e), ldexp(smax, e), ldexp(tol, e), ldexp(s, e[..., None])
 
 
 def eigvalsh(G: torch.Tensor) -> torch.Tensor:
@@ -71,7 +88,8 @@ def gram_rank(G: torch.Tensor, rows_fn, d: int, rule: RankRule) -> torch.Tensor:
 
     Eigenvalues of G are the squared singular values of the rows, accurate to a rounding error
     we bound; a subset with an eigenvalue within that error of the tolerance is recomputed with
-    the SVD, so the result equals ``svd_rank`` on the rows.
+    the SVD, so the result equals ``svd_rank`` on the rows. So is a Gram matrix too small to
+    trust (``TINY_GRAM``).
     """
     k = G.shape[-1]
     lam = eigvalsh(G).clamp_min(0)  # ascending
@@ -80,6 +98,7 @@ def gram_rank(G: torch.Tensor, rows_fn, d: int, rule: RankRule) -> torch.Tensor:
     err = rounding_margin(k, d, lmax)
     rank = (lam > tol2[:, None]).sum(-1)
     ambiguous = ((lam - tol2[:, None]).abs() <= err[:, None] + 1e-6 * tol2[:, None]).any(-1)
+    ambiguous |= G.diagonal(dim1=-2, dim2=-1).amax(-1) < TINY_GRAM
     if bool(ambiguous.any()):
         idx = ambiguous.nonzero().squeeze(-1)
         for chunk in idx.split(64):
@@ -166,7 +185,7 @@ def decide_full_rank(G: torch.Tensor, rows_fn, k: int, d: int, rule: RankRule, d
     and is left as it was on return); ``rows_fn(idx)`` returns the ``(len(idx), k, d)`` rows of
     the subsets at batch positions ``idx`` for exact re-checks. ``deficient_first`` runs the
     test that certifies dependence first (cheaper when most subsets are dependent); the
-    decisions do not depend on the order.
+    decisions do not depend on the order. A Gram matrix below ``TINY_GRAM`` goes to the SVD.
     """
     B = G.shape[0]
     dev = G.device
@@ -178,8 +197,10 @@ def decide_full_rank(G: torch.Tensor, rows_fn, k: int, d: int, rule: RankRule, d
     a = rule.atol_value
     hi = torch.linalg.matrix_norm(G)  # Frobenius norm >= lambda_max: one pass over G
     gdiag = G.diagonal(dim1=-2, dim2=-1)
-    m_full, m_def = cholesky_margins(k, d, gdiag.sum(-1), gdiag.amax(-1))
-    undecided = torch.ones(B, dtype=torch.bool, device=dev)
+    maxdiag = gdiag.amax(-1)
+    m_full, m_def = cholesky_margins(k, d, gdiag.sum(-1), maxdiag)
+    tiny = maxdiag < TINY_GRAM
+    undecided = ~tiny
 
     def shifted_info(idx: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
         """Cholesky of G - shift I for the subsets idx; info > 0 where it is not positive definite."""
@@ -235,6 +256,7 @@ def decide_full_rank(G: torch.Tensor, rows_fn, k: int, d: int, rule: RankRule, d
         full[idx[clear]] = lmin[clear] > tau[clear]
         exact[idx[clear]] = True
         undecided[idx[clear]] = False
+    undecided |= tiny
     if bool(undecided.any()):
         idx = undecided.nonzero().squeeze(-1)
         for chunk in idx.split(64):
@@ -271,12 +293,14 @@ def decide_prefix_full_rank(G: torch.Tensor, ks: torch.Tensor, rows_fn, d: int, 
         r = torch.clamp(kf, min=float(d)) * rule.eps
     a = rule.atol_value
     gdiag = Gm.diagonal(dim1=-2, dim2=-1)
-    m_full, m_def = cholesky_margins(kf, d, gdiag.sum(-1), gdiag.amax(-1))
+    maxdiag = gdiag.amax(-1)
+    m_full, m_def = cholesky_margins(kf, d, gdiag.sum(-1), maxdiag)
     s_hi = torch.clamp(r * hi.sqrt(), min=a) ** 2 * (1 + delta) + m_full
     s_lo = torch.clamp(r * lo.sqrt(), min=a) ** 2 * (1 - delta) - m_def
     undecided = torch.ones(B, dtype=torch.bool, device=dev)
+    trusted = maxdiag >= TINY_GRAM  # the others go to decide_full_rank, hence to the SVD
     for shift, certifies_full in ((s_hi, True), (s_lo, False)):
-        idx = undecided.nonzero().squeeze(-1)
+        idx = (undecided & trusted).nonzero().squeeze(-1)
         if idx.numel() == 0:
             break
         Gi = Gm[idx]

@@ -12,7 +12,8 @@ T x T Gram (dpotrf reads nothing else).
 * ``SweepKernel``: the sweep, k* (the largest independent leading block) of one nested draw.
 
 So every decision still equals ``matrix_rank`` on the same rows with the same tolerance: these
-kernels prove, they do not estimate.
+kernels prove, they do not estimate. Like the torch certificates they take Gram matrices of
+rescaled rows (``numerics.scale``) and leave those below ``TINY_GRAM`` to the SVD.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import math
 import numpy as np
 import torch
 
-from .certificates import cholesky_margins, decide_full_rank
+from .certificates import TINY_GRAM, cholesky_margins, decide_full_rank
 from .rule import RankRule
 
 __all__ = ["Potrf", "SweepKernel", "available", "blas_single_thread", "decide_draws", "gather_lower", "lapack_dpotrf",
@@ -154,7 +155,7 @@ def decide_draws(gram_flat: np.ndarray, T: int, subsets: np.ndarray, d: int, rul
     direction of the whole set makes the lower bound on sigma_max tight). Each draw is tested
     against the largest squared tolerance its sigma_max allows (Frobenius bound) and the smallest
     (largest row norm, projections), then against tighter power-iteration bounds; a draw neither
-    certificate settles has ``decided`` False.
+    certificate settles, or whose Gram is below ``TINY_GRAM``, has ``decided`` False.
     """
     B, k = subsets.shape
     full = np.zeros(B, dtype=bool)
@@ -175,6 +176,8 @@ def decide_draws(gram_flat: np.ndarray, T: int, subsets: np.ndarray, d: int, rul
         gather_lower(gram_flat, T, s, 0, k, lin, vals)
         dg = vals[diag]
         trace, maxdiag = float(dg.sum()), float(dg.max())
+        if maxdiag < TINY_GRAM:
+            continue
         m_full, m_def = cholesky_margins(k, d, trace, maxdiag)
         fro = math.sqrt(max(2.0 * float(vals @ vals) - float(dg @ dg), 0.0))  # >= lambda_max
         lam_lo = max(maxdiag, float(proj[s] @ proj[s]))  # <= lambda_max
@@ -274,6 +277,7 @@ class SweepKernel:
         rowsq = np.zeros(K)
         dg = self.sqn[s]
         maxdiag = np.maximum.accumulate(dg)
+        tiny = int(np.searchsorted(maxdiag, TINY_GRAM))  # leading blocks no certificate may decide
         trace = np.cumsum(dg)
         lam_lo = np.maximum(maxdiag, np.cumsum(self.proj[s] ** 2))
         m_full, m_def = cholesky_margins(self.ks, self.d, trace, maxdiag)
@@ -300,7 +304,7 @@ class SweepKernel:
             t_lo = max(rt[k - 1] * math.sqrt(lo_k), a) ** 2 * (1 - delta)
             return s_hi, t_lo
 
-        grow(max(1, min(K, self.hint)))
+        grow(max(1, min(K, max(self.hint, tiny))))
         cache: dict[int, tuple[float, float]] = {}
 
         def shifts(k: int) -> tuple[float, float]:
@@ -309,6 +313,11 @@ class SweepKernel:
             return cache[k]
 
         lo, hi, exact = 0, K, 0  # every k <= lo is independent, every k > hi dependent
+        while lo < min(tiny, hi):  # blocks below TINY_GRAM: exact decisions, by bisection
+            mid = (lo + min(tiny, hi) + 1) // 2
+            full, was_exact = self._decide(s, Gp, mid)
+            exact += was_exact
+            lo, hi = (mid, hi) if full else (lo, mid - 1)
         j = self.guess  # where to aim the certificate of independence
         last_b = -1  # the lo at which the certificate of dependence last ran
         while lo < hi:

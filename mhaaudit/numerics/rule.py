@@ -20,7 +20,7 @@ import torch
 
 from .. import validate
 
-__all__ = ["RankRule", "numerics", "with_numerics"]
+__all__ = ["RankRule", "numerics", "subnormals_kept", "with_numerics"]
 
 _STATE = threading.local()  # how deep each thread is inside ``numerics`` (flushing is per thread)
 
@@ -35,7 +35,8 @@ def numerics(threads: int | None = None):
 
     Eigen- and singular-value routines on nearly rank-deficient matrices (T copies of one [CLS]
     vector, say) can spend most of their time in subnormal arithmetic; values below 2.2e-308 lie
-    far below any rank tolerance, so no decision changes. On shared cores, multi-threaded LAPACK calls on mid-sized matrices can be
+    far below any rank tolerance once the data are rescaled (``numerics.scale``, which runs with
+    ``subnormals_kept``), so no decision changes. On shared cores, multi-threaded LAPACK calls on mid-sized matrices can be
     erratic; ``threads=1`` avoids that where it does not cost. Flushing is a per-thread CPU
     setting: worker threads enter this context themselves.
     """
@@ -53,6 +54,29 @@ def numerics(threads: int | None = None):
             torch.set_num_threads(before)
         if flushed:
             torch.set_flush_denormal(False)
+
+
+def _flushing() -> bool:
+    """Does this thread flush subnormals now? (New threads inherit the setting of their creator.)"""
+    tiny = _SUBNORMAL
+    return tiny * 1.0 == 0.0
+
+
+_SUBNORMAL = 5e-324
+
+
+@contextlib.contextmanager
+def subnormals_kept():
+    """Keep subnormals for a moment in this thread (undoing ``numerics``' flushing if it is on), to
+    convert or rescale data whose entries may be subnormal before anything squares them."""
+    flushing = _flushing()
+    if flushing:
+        torch.set_flush_denormal(False)
+    try:
+        yield
+    finally:
+        if flushing:
+            torch.set_flush_denormal(True)
 
 
 def with_numerics(threads: int | None = None):
@@ -110,6 +134,16 @@ class RankRule:
         if isinstance(sigma_max, torch.Tensor):
             return torch.clamp(sigma_max * r, min=self.atol_value)
         return max(self.atol_value, r * float(sigma_max))
+
+    def in_units(self, exponent: int) -> "RankRule":
+        """The same rule for data divided by ``2**exponent``: the absolute tolerance is divided with
+        them (``rtol`` stays 0 where only ``atol`` was given, even if the quotient underflows)."""
+        if not exponent or not self.atol:
+            return self
+        from .scale import ldexp
+
+        rtol = 0.0 if self.rtol is None else self.rtol
+        return RankRule(rtol=rtol, atol=ldexp(float(self.atol), -exponent), eps=self.eps, dtype=self.dtype)
 
     def describe(self) -> str:
         if self.rtol is None and not (self.atol and self.atol > 0):
