@@ -22,7 +22,7 @@ import torch
 
 from .errors import InputError
 from .kruskal import SetStats, SubsetTest, subset_test
-from .numerics import RankRule, decide_full_rank, gram_rank, with_numerics
+from .numerics import RankRule, decide_full_rank, gram_rank, scaled, with_numerics
 from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
 
 
@@ -52,14 +52,19 @@ def context_ranks(E: torch.Tensor, rule: RankRule):
     ``(rank, sigma_min, sigma_max, tol)``. For full-rank matrices ``sigma_min``/``sigma_max`` are
     inverse/power-iteration estimates (the rank decision does not depend on them); when n > d
     no matrix can have rank n and ranks are not computed (-1).
+
+    The batch is divided by an exact power of two first (``numerics.scale``), so no Gram entry
+    over- or underflows whatever the data's scale; the singular values and tolerances returned
+    are in the data's own units.
     """
     if E.ndim != 3:
         raise InputError(f"context matrices must be (B, n, d), got shape {tuple(E.shape)}")
-    E64 = E.to(torch.float64)
-    B, n, d = E64.shape
+    B, n, d = E.shape
     if n > d:
         nan = torch.full((B,), float("nan"), dtype=torch.float64)
         return torch.full((B,), -1, dtype=torch.long), nan, nan.clone(), nan.clone()
+    unit = scaled(E, rule)
+    E64, rule = unit.X, unit.rule
     G = E64 @ E64.transpose(1, 2)
     dec = decide_full_rank(G, lambda j: E64[j], n, d, rule)
     rank = torch.full((B,), n, dtype=torch.long, device=E64.device)
@@ -75,7 +80,7 @@ def context_ranks(E: torch.Tensor, rule: RankRule):
         lam = torch.linalg.eigvalsh(G[idx]).clamp_min(0)
         smin[idx], smax[idx] = lam[:, 0].sqrt(), lam[:, -1].sqrt()
     tol = rule.tol(smax, n, d)
-    return rank, smin, smax, tol
+    return rank, unit.to_data(smin), unit.to_data(smax), unit.to_data(tol)
 
 
 @dataclass(frozen=True)
@@ -173,7 +178,10 @@ def assumption_2_from_arrays(a: dict[str, torch.Tensor], *, n: int, d: int, rule
     for v in rank.tolist():
         hist[int(v)] = hist.get(int(v), 0) + 1
     if T and n <= d:
-        margin = a["context_sigma_min"] / a["context_tol"].clamp_min(1e-300)
+        smin, tol = a["context_sigma_min"], a["context_tol"]
+        # sigma_min / tol in the data's units: a ratio, so the same at every scale (0 for a zero matrix)
+        margin = torch.where(tol > 0, smin / torch.where(tol > 0, tol, 1.0),
+                             torch.where(smin > 0, float("inf"), 0.0).to(smin.dtype))
         worst = int(margin.argmin())
         min_margin = float(margin[worst])
         worst_smin, worst_tol = float(a["context_sigma_min"][worst]), float(a["context_tol"][worst])

@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
-from matrices import dominant, gen, matrix_rank_decisions, near_tolerance_matrix, structured
+from matrices import (
+    SCALES32,
+    SCALES64,
+    dominant,
+    gen,
+    matrix_rank_decisions,
+    mixed_range,
+    near_tolerance_matrix,
+    structured,
+)
 
 from mhaaudit.errors import InputError
 from mhaaudit.kruskal import draw_decisions, set_stats, subset_test
@@ -84,6 +94,55 @@ def test_subset_test_same_with_and_without_the_fast_path(monkeypatch):
     slow = subset_test(X, k, samples=600, seed=2, rule=rule, stats=st_)
     assert 0 < fast.satisfied < fast.samples  # both outcomes occur
     assert fast.record() == slow.record() and fast.rank_histogram == slow.rank_histogram
+
+
+# ------------------------------------------------------------------ the data's scale never changes a verdict
+
+
+def _same_test(a, b, scale: float) -> None:
+    """Two SubsetTests on the same data at scales 1 and ``scale``: equal but for the units of the
+    witness's singular values and tolerance, which are the data's own."""
+    ra, rb = a.record(), b.record()
+    sa, sb = ra.pop("witness_singular_values"), rb.pop("witness_singular_values")
+    assert ra == rb
+    assert np.allclose(np.array(sb) / scale, sa, rtol=1e-9, atol=1e-300)
+    if a.witness is not None:
+        assert b.witness.indices == a.witness.indices and b.witness.rank == a.witness.rank
+        assert b.witness.tol / scale == pytest.approx(a.witness.tol, rel=1e-9)
+    assert a.rank_histogram == b.rank_histogram
+
+
+@pytest.mark.parametrize("dtype, scales", [(torch.float64, SCALES64), (torch.float32, SCALES32)])
+def test_subset_test_and_its_draws_are_the_same_at_every_scale(dtype, scales):
+    X = near_tolerance_matrix(60, 12, 0).to(dtype)
+    rule = RankRule.for_dtype(torch.float32)
+    base = subset_test(X, 12, samples=300, seed=0, rule=rule)
+    idx0, full0 = draw_decisions(X, 12, samples=300, seed=0, rule=rule)
+    assert 0 < base.satisfied < 300 and base.witness is not None  # both outcomes, and a proof
+    for scale in scales:
+        _same_test(base, subset_test(X * scale, 12, samples=300, seed=0, rule=rule), scale)
+        idx, full = draw_decisions(X * scale, 12, samples=300, seed=0, rule=rule)
+        assert torch.equal(idx, idx0) and torch.equal(full, full0)
+
+
+@pytest.mark.parametrize("scale", SCALES64)
+def test_an_absolute_tolerance_scaled_with_the_data_gives_the_same_test(scale):
+    X = structured(40, 10, 10, seed=5).double()
+    base = subset_test(X, 7, samples=200, seed=1, rule=RankRule.for_dtype(X.dtype, atol=0.5))
+    r = subset_test(X * scale, 7, samples=200, seed=1, rule=RankRule.for_dtype(X.dtype, atol=0.5 * scale))
+    assert 0 < base.satisfied < 200
+    assert (r.satisfied, r.verdict, r.witness.indices) == (base.satisfied, base.verdict, base.witness.indices)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_draws_of_rows_of_very_different_sizes_agree_with_matrix_rank(fast, monkeypatch):
+    if not fast:
+        monkeypatch.setattr(Gram, "cpu_flat", property(lambda self: None))
+    X = mixed_range()
+    rule = RankRule.for_dtype(torch.float32)
+    idx, full = draw_decisions(X, 3, samples=400, seed=0, rule=rule)
+    assert (idx < 30).all(1).sum() > 10  # draws of three tiny rows: Gram entries whose squares underflow
+    assert torch.equal(full, matrix_rank_decisions(X, idx, rule))
 
 
 # ------------------------------------------------------------------ determinism and validation

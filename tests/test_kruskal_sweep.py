@@ -6,7 +6,17 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from matrices import all_draws, dominant, matrix_rank_decisions, near_tolerance_matrix, structured
+from matrices import (
+    SCALES32,
+    SCALES64,
+    all_draws,
+    dominant,
+    kstar_brute,
+    matrix_rank_decisions,
+    mixed_range,
+    near_tolerance_matrix,
+    structured,
+)
 
 from mhaaudit.kruskal import exact_kruskal_rank, kruskal_sweep, subset_test
 from mhaaudit.kruskal.sampling import Gram
@@ -74,6 +84,34 @@ def test_sweep_same_with_and_without_the_fast_path(monkeypatch):
     assert fast.fractions == slow.fractions
     assert fast.estimate == slow.estimate and fast.witness == slow.witness
     assert 0 < fast.estimate < fast.kmax_sampled
+
+
+@pytest.mark.parametrize("dtype, scales", [(torch.float64, SCALES64), (torch.float32, SCALES32)])
+def test_sweep_is_the_same_at_every_scale(dtype, scales):
+    X = near_tolerance_matrix(60, 12, 0).to(dtype)
+    rule = RankRule.for_dtype(torch.float32)
+    base = kruskal_sweep(X, samples=200, seed=2, rule=rule)
+    assert base.witness is not None and 0 < base.fractions[11] < 1
+    for scale in scales:
+        sw = kruskal_sweep(X * scale, samples=200, seed=2, rule=rule)
+        assert (sw.fractions, sw.ci_low, sw.ci_high, sw.estimate, sw.raw_estimate, sw.kmax_sampled) == \
+            (base.fractions, base.ci_low, base.ci_high, base.estimate, base.raw_estimate, base.kmax_sampled)
+        assert sw.ceiling == base.ceiling and sw.floor == base.floor
+        assert sw.witness.indices == base.witness.indices
+        assert sw.witness.singular_values[0] / scale == pytest.approx(base.witness.singular_values[0], rel=1e-9)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_sweep_over_rows_of_very_different_sizes_agrees_with_matrix_rank(fast, monkeypatch):
+    if not fast:
+        monkeypatch.setattr(Gram, "cpu_flat", property(lambda self: None))
+    X = mixed_range(T=60, d=12, tiny=30, seed=1)
+    rule = RankRule.for_dtype(torch.float32)
+    sw = kruskal_sweep(X, samples=128, seed=3, rule=rule)
+    perms = all_draws(60, sw.kmax_sampled, 128, 3)
+    kstar = torch.tensor([kstar_brute(X, row, rule) for row in perms])
+    for k in range(1, sw.kmax_sampled + 1):
+        assert sw.fractions[k - 1] == pytest.approx(float((kstar >= k).float().mean()))
 
 
 def test_determinism_for_a_seed():

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -63,3 +67,22 @@ def test_row_norms_neither_overflow_nor_underflow(scale):
     X[3] = 0.0
     ref = X.norm(dim=1)
     assert torch.allclose(row_norms(X * scale) / scale, ref, rtol=1e-13)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e155, 1e160, 1e200, 1e300, 1e-300, 1e-310])
+def test_kruskal_command_reports_what_matrix_rank_says_at_any_scale(tmp_path, scale):
+    from mhaaudit.cli.app import main
+
+    X = np.random.default_rng(0).standard_normal((100, 32)) * scale
+    np.save(tmp_path / "X.npy", X)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            main(["kruskal", str(tmp_path / "X.npy"), "--k", "5", "--format", "json", "--samples", "300"])
+        except SystemExit as exc:
+            assert exc.code in (0, None)
+    doc = json.loads(out.getvalue())
+    rank = int(torch.linalg.matrix_rank(torch.from_numpy(X)))
+    assert rank == 32 and doc["meta"]["set_rank"] == rank
+    (rec,) = doc["records"]
+    assert rec["verdict"] == "holds" and rec["sampled"] and rec["satisfied"] == 300 and not rec["witness"]

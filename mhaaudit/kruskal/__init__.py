@@ -14,7 +14,10 @@ it proves:
   subset up to a size is independent under the tolerance rule (``babel_floor``, in ``bounds``).
 
 All rank decisions use one ``RankRule`` and equal ``torch.linalg.matrix_rank`` on the same
-float64 rows with the same tolerance (see ``mhaaudit.numerics``). The modules: ``results``
+float64 rows with the same tolerance (see ``mhaaudit.numerics``). They are taken on the data
+divided by an exact power of two (``numerics.scale``), so the data's scale never changes a
+verdict, a fraction, a draw or a witness; singular values and tolerances are reported in the
+data's own units. The modules: ``results``
 (the result objects), ``sampling`` (the block-seeded draws and Gram gathers), ``fixed`` (the
 test at one size), ``sweep`` (every size at once), ``bounds`` (floor, ceiling, brute force).
 """

@@ -6,6 +6,9 @@
   subset up to that size is independent under the rule.
 * ``exact_kruskal_rank``: the Kruskal rank by enumerating every subset (small cases only; the
   brute-force oracle the tests check the estimator and the bounds against).
+
+Each works on the data divided by an exact power of two (``numerics.scale``) and squares no norm
+it does not have to, so the bounds do not depend on the data's scale.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import math
 import torch
 
 from ..errors import InputError
-from ..numerics import EPS64, RankRule, rounding_margin, svd_rank, with_numerics
+from ..numerics import EPS64, RankRule, rounding_margin, row_norms, scaled, svd_rank, with_numerics
 from .results import Bound, SetStats
 from .sampling import as_matrix
 
@@ -26,10 +29,12 @@ __all__ = ["babel_floor", "exact_kruskal_rank", "set_stats"]
 @with_numerics(threads=1)
 def set_stats(X: torch.Tensor, rule: RankRule) -> SetStats:
     """Singular values and row norms of the whole set (eigenvalues of the smaller Gram matrix;
-    an SVD when one of them sits within rounding error of the tolerance)."""
-    X64 = X.to(torch.float64)
+    an SVD when one of them sits within rounding error of the tolerance), computed on the data
+    divided by an exact power of two (``numerics.scale``) and kept in those units."""
+    unit = scaled(X, rule)
+    X64, rule = unit.X, unit.rule
     T, d = X64.shape
-    norms = torch.sort(X64.norm(dim=1)).values
+    norms = torch.sort(row_norms(X64)).values
     G = X64.T @ X64 if d <= T else X64 @ X64.T
     lam_asc, vecs = torch.linalg.eigh(G)
     lam = lam_asc.flip(0).clamp_min(0)
@@ -37,7 +42,7 @@ def set_stats(X: torch.Tensor, rule: RankRule) -> SetStats:
     top = vecs[:, -1]
     v1 = top if d <= T else X64.T @ top
     v1 = v1 / v1.norm().clamp_min(1e-300)
-    proj2 = torch.sort((X64 @ v1) ** 2).values
+    proj_norms = torch.cumsum(torch.sort((X64 @ v1) ** 2).values, 0).sqrt()
     err = float(rounding_margin(max(T, d), min(T, d), torch.tensor(lmax)))
     # The smallest tolerance any subset can get; the Gram route is used only when its rounding
     # error is far below that, and otherwise the SVD of the rows.
@@ -54,11 +59,12 @@ def set_stats(X: torch.Tensor, rule: RankRule) -> SetStats:
         T=T,
         d=d,
         rank=int(sum(1 for v in s_list if v > tol)),
-        singular_values=s_list,
-        row_norms_sorted=tuple(float(v) for v in norms.cpu()),
+        unit_singular_values=s_list,
+        unit_row_norms=tuple(float(v) for v in norms.cpu()),
         zero_rows=int((norms == 0).sum()),
-        sv_error=sv_error,
-        proj_cumsum=tuple(float(v) for v in torch.cumsum(proj2, 0).cpu()),
+        unit_sv_error=sv_error,
+        unit_proj_norms=tuple(float(v) for v in proj_norms.cpu()),
+        exponent=unit.exponent,
     )
 
 
@@ -69,12 +75,14 @@ def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_bl
     Any k rows with mu1(k-1) < 1 have a normalised Gram matrix with smallest eigenvalue at least
     1 - mu1(k-1) (Gershgorin), so sigma_min(X_S)^2 >= min_norm^2 (1 - mu1) and
     sigma_max(X_S)^2 <= max_norm^2 (1 + mu1); the floor is the largest k for which that lower
-    bound clears the tolerance. k = 1 needs only non-zero rows.
+    bound clears the tolerance. k = 1 needs only non-zero rows. Computed on the data divided by an
+    exact power of two (``numerics.scale``), and without squaring norms.
     """
-    X64 = X.to(torch.float64)
+    unit = scaled(X, rule)
+    X64, rule = unit.X, unit.rule
     T, d = X64.shape
     kmax = min(kmax or min(T, d), T, d)
-    norms = X64.norm(dim=1)
+    norms = row_norms(X64)
     nmin, nmax = float(norms.min()), float(norms.max())
     what = "every {k} rows are independent under the tolerance rule (Babel-function bound; a proof)"
     if nmin == 0 or nmin <= rule.atol_value:
@@ -96,9 +104,8 @@ def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_bl
         mu = float(mu1[k - 1]) if k >= 2 else 0.0
         if mu >= 1:
             break
-        smin2 = nmin**2 * (1 - mu)
         tol = rule.tol(nmax * math.sqrt(1 + mu), k, d)
-        if smin2 > tol**2:
+        if nmin * math.sqrt(1 - mu) > tol:
             best = k
         else:
             break

@@ -6,7 +6,9 @@ satisfied fraction and its Clopper-Pearson interval are an **estimate** of the s
 independent k-subsets; a "holds" verdict is an estimate, not a proof. A dependent subset that
 was drawn is a **proof** that the Kruskal rank is below k: ``shrink_witness`` looks for a smaller
 one inside it and keeps its indices and singular values. Sizes above d, T or the rank ceiling of
-the whole set (``SetStats.ceiling``) are answered without sampling, as proofs.
+the whole set (``SetStats.ceiling``) are answered without sampling, as proofs. The draws are
+decided on the data divided by an exact power of two (``numerics.scale``): the same data at any
+scale give the same draws, decisions and witness, whose singular values are in the data's units.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .. import validate
-from ..numerics import Decision, RankRule, decide_full_rank, gram_rank, lapack, svd_rank, with_numerics
+from ..numerics import Decision, RankRule, Scaled, decide_full_rank, gram_rank, lapack, scaled, svd_rank, with_numerics
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, device_name, resolve_device
 from .bounds import set_stats
 from .results import SetStats, SubsetTest, Witness, clopper_pearson
@@ -27,12 +29,12 @@ from .sampling import Gram, Progress, as_matrix, blocks_in_order, chunk_size
 __all__ = ["draw_decisions", "shrink_witness", "subset_test"]
 
 
-def _prove(X: torch.Tensor, idx: list[int], rule: RankRule) -> Witness | None:
-    """A Witness when the rows ``idx`` are dependent under ``rule``, else None."""
-    rank, _, _, tol, s = svd_rank(X[idx].to(torch.float64), rule)
+def _prove(unit: Scaled, idx: list[int]) -> Witness | None:
+    """A Witness (in the data's units) when the rows ``idx`` are dependent under the rule, else None."""
+    rank, _, _, tol, s = svd_rank(unit.X[idx], unit.rule)
     if int(rank) >= len(idx):
         return None
-    return Witness(tuple(idx), tuple(float(v) for v in s.cpu()), float(tol), int(rank))
+    return Witness(tuple(idx), tuple(float(v) for v in unit.to_data(s).cpu()), float(unit.to_data(tol)), int(rank))
 
 
 def shrink_witness(X: torch.Tensor, indices, rule: RankRule) -> Witness:
@@ -41,22 +43,27 @@ def shrink_witness(X: torch.Tensor, indices, rule: RankRule) -> Witness:
     Two reductions, repeated while they help: the support of the left singular vector of the
     smallest singular value (the rows that take part in the dependence), and, when the rank r
     is below size - 1, r well-conditioned rows (column-pivoted QR) plus one more row. Every
-    candidate is verified with the exact rule, so the result is always a proof.
+    candidate is verified with the exact rule, so the result is always a proof. The singular
+    values and tolerance it keeps are in the data's own units.
     """
+    return _shrink(scaled(X, rule), indices)
+
+
+def _shrink(unit: Scaled, indices) -> Witness:
     from scipy.linalg import qr
 
-    best = _prove(X, [int(i) for i in indices], rule)
+    best = _prove(unit, [int(i) for i in indices])
     if best is None:
         raise ValueError("shrink_witness needs a dependent subset")
     for _ in range(8):
         idx = list(best.indices)
-        rows = X[idx].to(torch.float64)
+        rows = unit.X[idx]
         improved = False
         if best.rank < len(idx) - 1:
             _, _, piv = qr(rows.cpu().numpy().T, pivoting=True, mode="economic")
             base = [idx[p] for p in piv[: best.rank]]
             for extra in (idx[p] for p in piv[best.rank :]):
-                w = _prove(X, base + [extra], rule)
+                w = _prove(unit, base + [extra])
                 if w is not None:
                     best, improved = w, True
                     break
@@ -66,7 +73,7 @@ def shrink_witness(X: torch.Tensor, indices, rule: RankRule) -> Witness:
             order = torch.argsort(u, descending=True).tolist()
             support = [idx[i] for i in order if float(u[i]) > 1e-6 * float(u.max())]
             if 1 <= len(support) < len(idx):
-                w = _prove(X, sorted(support), rule)
+                w = _prove(unit, sorted(support))
                 if w is not None:
                     best, improved = w, True
         if not improved:
@@ -124,9 +131,9 @@ def draw_decisions(X, k: int, *, samples: int = DEFAULT_SAMPLES, seed: int = 0, 
                    device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """The draws of ``subset_test`` and each one's decision: ``(indices (N, k), independent (N,))``."""
     X = as_matrix(X)
-    rule = rule or RankRule.for_dtype(X.dtype)
-    gram = Gram(X, resolve_device(device))
-    parts = [(sub.cpu(), dec.full.cpu()) for sub, dec in _decided_draws(gram, k, samples, seed, rule)]
+    unit = scaled(X, rule or RankRule.for_dtype(X.dtype))
+    gram = Gram(unit.X, resolve_device(device))
+    parts = [(sub.cpu(), dec.full.cpu()) for sub, dec in _decided_draws(gram, k, samples, seed, unit.rule)]
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
 
@@ -186,7 +193,7 @@ def _reason(t: _Tally, k: int, threshold: float, witness: Witness | None, planne
     return reason
 
 
-def _without_sampling(X: torch.Tensor, k: int, rule: RankRule, stats: SetStats | None, base: dict):
+def _without_sampling(X: torch.Tensor, unit: Scaled, k: int, rule: RankRule, stats: SetStats | None, base: dict):
     """The answer when no sampling is needed (k > d, k > T, k above the set's rank ceiling, k = T),
     as ``(SubsetTest or None, stats)``."""
     T, d = X.shape
@@ -203,9 +210,9 @@ def _without_sampling(X: torch.Tensor, k: int, rule: RankRule, stats: SetStats |
     ceil_k = stats.ceiling(k, rule)
     if ceil_k < k:
         witness = None
-        if stats.zero_rows:
-            zi = int((X.to(torch.float64).norm(dim=1) == 0).nonzero()[0])
-            witness = Witness((zi,), (0.0,), 0.0, 0)
+        zero = (unit.X == 0).all(dim=1).nonzero()
+        if stats.zero_rows and zero.numel():
+            witness = Witness((int(zero[0]),), (0.0,), 0.0, 0)
         return known(
             f"the whole set has numerical rank {stats.rank} (at most {ceil_k} for any {k}-subset under the rule), "
             f"so no {k} rows are independent (no sampling needed)",
@@ -213,12 +220,12 @@ def _without_sampling(X: torch.Tensor, k: int, rule: RankRule, stats: SetStats |
             witness=witness,
         ), stats
     if k == T:  # one subset only: decide it exactly, no sampling
-        ok = _prove(X, list(range(T)), rule) is None
+        ok = _prove(unit, list(range(T))) is None
         return SubsetTest(samples=1, satisfied=int(ok), fraction=float(ok), ci_low=float(ok), ci_high=float(ok),
                           verdict="holds" if ok else "fails", reason=f"k = T = {T}: the only subset is the whole set, "
                           f"which is {'independent' if ok else 'dependent'} (decided exactly, no sampling)",
                           sampled=False, set_rank=stats.rank, proven=True,
-                          witness=shrink_witness(X, list(range(T)), rule) if not ok else None, **base), stats
+                          witness=_shrink(unit, list(range(T))) if not ok else None, **base), stats
     return None, stats
 
 
@@ -259,17 +266,19 @@ def subset_test(
     dev = resolve_device(device)
     base = dict(check=check, k=k, T=X.shape[0], d=X.shape[1], threshold=threshold, rule=rule, seed=seed,
                 device=device_name(dev))
-    answer, stats = _without_sampling(X, k, rule, stats, base)
+    unit = scaled(X, rule)  # nothing squared overflows or underflows, whatever the data's scale
+    answer, stats = _without_sampling(X, unit, k, rule, stats, base)
     if answer is not None:
         return answer
     if histogram_limit is None:
         histogram_limit = int(min(100, max(10, 2e9 // k**3)))
     max_fail = math.floor((1 - threshold) * samples + 1e-9)
-    t = _tally(Gram(X, dev), k, samples, seed, rule, histogram_limit, max_fail if stop_when_decided else None, progress)
+    t = _tally(Gram(unit.X, dev), k, samples, seed, unit.rule, histogram_limit, max_fail if stop_when_decided else None,
+               progress)
     if t.satisfied:
         t.histogram[k] = t.histogram.get(k, 0) + t.satisfied
     lo, hi = clopper_pearson(t.satisfied, t.drawn)
-    witness = shrink_witness(X, t.first_dependent, rule) if t.first_dependent is not None else None
+    witness = _shrink(unit, t.first_dependent) if t.first_dependent is not None else None
     frac = t.satisfied / t.drawn
     return SubsetTest(
         samples=t.drawn, satisfied=t.satisfied, fraction=frac, ci_low=lo, ci_high=hi,

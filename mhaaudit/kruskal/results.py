@@ -3,7 +3,8 @@
 Each result is frozen and carries its own evidence and the ``RankRule`` it was decided under:
 
 * ``Witness``: a subset of rows proven dependent (a proof that the Kruskal rank is below its size);
-* ``SetStats``: facts about the whole set that hold for every subset (a certified ceiling);
+* ``SetStats``: facts about the whole set that hold for every subset (a certified ceiling),
+  kept in the exactly rescaled units in which it is decided;
 * ``SubsetTest``: the Monte-Carlo test at one size k (an estimate, with a 95% Clopper-Pearson
   interval from ``clopper_pearson``, unless the result says it is proven);
 * ``Bound``: a certified floor or ceiling, with what produced it and what it proves;
@@ -13,10 +14,9 @@ Each result is frozen and carries its own evidence and the ``RankRule`` it was d
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
-from ..numerics import RankRule
+from ..numerics import RankRule, ldexp
 
 __all__ = ["Bound", "SetStats", "SubsetTest", "Sweep", "Witness", "clopper_pearson"]
 
@@ -48,31 +48,52 @@ class Witness:
 
 @dataclass(frozen=True)
 class SetStats:
-    """Facts about the whole T x d set that hold for every subset."""
+    """Facts about the whole T x d set that hold for every subset.
+
+    The values are kept in the units of the data divided by ``2**exponent`` (the power of two that
+    brings the largest entry into [0.5, 1); see ``numerics.scale``), in which the ceiling is
+    decided; ``singular_values``, ``row_norms_sorted`` and ``sv_error`` give them in the data's
+    own units.
+    """
 
     T: int
     d: int
     rank: int  # numerical rank of the whole set under its own tolerance
-    singular_values: tuple[float, ...]
-    row_norms_sorted: tuple[float, ...]
+    unit_singular_values: tuple[float, ...]
+    unit_row_norms: tuple[float, ...]  # ascending
     zero_rows: int
-    sv_error: float = 0.0  # absolute rounding bound on the singular values
-    # cumulative sums of the ascending squared projections of the rows on the top singular
-    # direction: for any k-subset, sigma_max(X_S)^2 >= the sum of its k squared projections
-    proj_cumsum: tuple[float, ...] = ()
+    unit_sv_error: float = 0.0  # absolute rounding bound on the singular values
+    # norms of the k smallest projections of the rows on the top singular direction, k = 1, 2, ...:
+    # for any k-subset, sigma_max(X_S) >= the norm of its k projections >= the k-th of these
+    unit_proj_norms: tuple[float, ...] = ()
+    exponent: int = 0
+
+    @property
+    def singular_values(self) -> tuple[float, ...]:
+        return tuple(ldexp(v, self.exponent) for v in self.unit_singular_values)
+
+    @property
+    def row_norms_sorted(self) -> tuple[float, ...]:
+        return tuple(ldexp(v, self.exponent) for v in self.unit_row_norms)
+
+    @property
+    def sv_error(self) -> float:
+        return ldexp(self.unit_sv_error, self.exponent)
 
     def ceiling(self, k: int, rule: RankRule) -> int:
         """Largest rank any k-subset can have: sigma_i(X_S) <= sigma_i(X) and tol_S >= tol_min(k),
-        with tol_min from a lower bound on sigma_max(X_S) valid for every k-subset."""
+        with tol_min from a lower bound on sigma_max(X_S) valid for every k-subset. ``rule`` is
+        the rule for the data ``set_stats`` was given."""
         if k < 1:
             return 0
-        kk = min(k, len(self.row_norms_sorted))
-        smax_lo2 = self.row_norms_sorted[kk - 1] ** 2  # sigma_max(X_S) >= its largest row norm
-        if self.proj_cumsum:
-            smax_lo2 = max(smax_lo2, self.proj_cumsum[kk - 1] * (1 - 1e-12))
-        tol_min = rule.tol(math.sqrt(smax_lo2), k, self.d)
+        rule = rule.in_units(self.exponent)
+        kk = min(k, len(self.unit_row_norms))
+        smax_lo = self.unit_row_norms[kk - 1]  # sigma_max(X_S) >= its largest row norm
+        if self.unit_proj_norms:
+            smax_lo = max(smax_lo, self.unit_proj_norms[kk - 1] * (1 - 1e-12))
+        tol_min = rule.tol(smax_lo, k, self.d)
         # Counting values within rounding error of the tolerance keeps the ceiling safe.
-        return int(sum(1 for s in self.singular_values if s + self.sv_error > tol_min))
+        return int(sum(1 for s in self.unit_singular_values if s + self.unit_sv_error > tol_min))
 
 
 @dataclass(frozen=True)

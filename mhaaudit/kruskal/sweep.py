@@ -7,7 +7,8 @@ independent leading block), answers every size. The fraction P(k* >= k) for each
 apart: the ceiling (a dependent subset found, ``shrink_witness``, or the rank of the whole set)
 and the floor (``babel_floor``). Every k* is decided exactly (``numerics``: each leading-block
 decision equals ``torch.linalg.matrix_rank`` on the same float64 rows), on the CPU with
-``lapack.SweepKernel``, elsewhere with the batched certificates below.
+``lapack.SweepKernel``, elsewhere with the batched certificates below, on the data divided by an
+exact power of two (``numerics.scale``), so the data's scale never changes a fraction.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import contextlib
 import torch
 
 from .. import validate
-from ..numerics import EPS64, RankRule, cholesky_margins, decide_prefix_full_rank, lapack, with_numerics
+from ..numerics import EPS64, TINY_GRAM, RankRule, cholesky_margins, decide_prefix_full_rank, lapack, scaled, with_numerics
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, device_name, resolve_device
 from .bounds import babel_floor, set_stats
 from .fixed import shrink_witness
@@ -34,7 +35,8 @@ def _prefix_bounds(G: torch.Tensor, d: int, rule: RankRule):
     1 / trace((G_k + s0)^-1) <= lambda_min(G_k) + s0 <= 1 / max_j (G_k + s0)^-1_jj, where both
     quantities are cumulative sums over rows of L^-1 (the inverse of a leading block of a
     triangular matrix is the leading block of its inverse). lambda_max(G_k) is bracketed by a
-    prefix Rayleigh quotient and the Frobenius norm. Returns two (B, K) bool tensors.
+    prefix Rayleigh quotient and the Frobenius norm. Blocks below ``TINY_GRAM`` are left
+    undecided. Returns two (B, K) bool tensors.
     """
     B, K, _ = G.shape
     dev = G.device
@@ -69,7 +71,8 @@ def _prefix_bounds(G: torch.Tensor, d: int, rule: RankRule):
     w = (torch.tril(G, -1) @ v.unsqueeze(-1)).squeeze(-1)
     num = torch.cumsum(v * (2 * w + diag * v), dim=-1)
     den = torch.cumsum(v * v, dim=-1).clamp_min(1e-300)
-    lam_lo = torch.maximum(torch.cummax(diag, dim=-1).values, num / den)
+    maxdiag = torch.cummax(diag, dim=-1).values
+    lam_lo = torch.maximum(maxdiag, num / den)
     fro2 = torch.cumsum(2 * (torch.tril(G, -1) ** 2).sum(-1) + diag**2, dim=-1)
     lam_hi = torch.maximum(fro2.sqrt(), lam_lo)
     ks = torch.arange(1, K + 1, device=dev, dtype=G.dtype)
@@ -81,8 +84,9 @@ def _prefix_bounds(G: torch.Tensor, d: int, rule: RankRule):
     # block, cholesky_margins) on top of a generous allowance for the triangular inverse
     backward, _ = cholesky_margins(ks, d, torch.cumsum(diag, dim=-1), 0.0)
     margin = 8.0 * (ks + d) * ks.sqrt() * EPS64 * lam_hi + backward
-    sure_full = (lam_min_lo > tau_hi * (1 + 1e-3) + margin) & ok[:, None]
-    sure_def = (lam_min_hi < tau_lo * (1 - 1e-3) - margin) & ok[:, None] & (tau_lo * (1 - 1e-3) - margin > 0)
+    trusted = ok[:, None] & (maxdiag >= TINY_GRAM)
+    sure_full = (lam_min_lo > tau_hi * (1 + 1e-3) + margin) & trusted
+    sure_def = (lam_min_hi < tau_lo * (1 - 1e-3) - margin) & trusted & (tau_lo * (1 - 1e-3) - margin > 0)
     return sure_full, sure_def
 
 
@@ -207,7 +211,9 @@ def kruskal_sweep(
     K = max((k for k in range(1, K_all + 1) if stats.ceiling(k, rule) >= k), default=0)
     counts, rechecks, smallest = torch.zeros(K + 2, dtype=torch.long), 0, None
     if K > 0:
-        counts, rechecks, smallest = _critical_sizes_of_draws(Gram(X, dev), K, samples, seed, rule, dev, progress)
+        unit = scaled(X, rule)  # nothing squared overflows or underflows, whatever the data's scale
+        counts, rechecks, smallest = _critical_sizes_of_draws(Gram(unit.X, dev), K, samples, seed, unit.rule, dev,
+                                                              progress)
     fractions, ci_low, ci_high = _fractions(counts, K, K_all, samples)
     raw_estimate = max((k for k, f in enumerate(fractions, 1) if f >= threshold), default=0)
     witness = shrink_witness(X, smallest[1], rule) if smallest else None
