@@ -434,40 +434,6 @@ def audit(
 
 def _modality_of(model: str, *, backend: str | None = None, weights_path: str | None = None) -> str:
     """Image or text, decided from the name or the config, without building the model."""
-    import json
-    from pathlib import Path
+    from .models import modality_of
 
-    from .models import _HF_IMAGE_FAMILIES, ALIASES
-
-    name = model.strip()
-    if name.lower() in ALIASES:
-        return ALIASES[name.lower()]["modality"]
-    if backend == "timm" or name.startswith("timm:"):
-        return "image"
-    for folder in (name, weights_path):
-        if folder and (Path(folder) / "config.json").is_file():
-            try:
-                cfg = json.loads((Path(folder) / "config.json").read_text())
-            except (OSError, ValueError):
-                cfg = {}
-            if "model_type" not in cfg and "architecture" in cfg:
-                return "image"  # a timm model folder
-            return "image" if cfg.get("model_type", "") in _HF_IMAGE_FAMILIES else "text"
-    if Path(name).is_file():
-        return "image"  # a checkpoint file: timm
-    try:
-        import timm
-
-        if backend != "hf" and timm.is_model(name):
-            return "image"
-    except Exception:  # pragma: no cover - timm is a dependency
-        pass
-    try:
-        from transformers import AutoConfig
-
-        from .hub import is_offline
-
-        cfg = AutoConfig.from_pretrained(name, local_files_only=is_offline())
-        return "image" if getattr(cfg, "model_type", "") in _HF_IMAGE_FAMILIES else "text"
-    except Exception:
-        return "image"  # the loader reports the real problem with this name
+    return modality_of(model, backend=backend, weights_path=weights_path)
