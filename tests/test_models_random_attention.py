@@ -9,6 +9,7 @@ import torch
 
 from mhaaudit.errors import InputError
 from mhaaudit.models import RandomAttention
+from mhaaudit.settings import derive_seed
 
 
 def test_random_attention_formula():
@@ -45,3 +46,12 @@ def test_random_attention_deterministic_per_seed():
         a(torch.randn(1, 5, 8))
     with pytest.raises(InputError, match="positive"):
         RandomAttention(0)
+
+
+def test_random_attention_seed_rule():
+    """The weights come from the "random-attention" stream of the user's seed, drawn W_Q, W_K, W_V, W_O."""
+    ra = RandomAttention(5, seed=11)
+    g = torch.Generator().manual_seed(derive_seed(11, "random-attention"))
+    for w in (ra.W_Q, ra.W_K, ra.W_V, ra.W_O):
+        torch.testing.assert_close(w, torch.nn.init.xavier_uniform_(torch.empty(5, 5), generator=g), atol=0, rtol=0)
+    assert ra.seed == 11 and "seed=11" in repr(ra)

@@ -42,8 +42,8 @@ def load_model(
 ) -> ProbedModel:
     """Load a model by alias, hub id, local folder/file or timm name, ready for probing.
 
-    ``weights="random"`` builds from the config with a seeded random init (see
-    :mod:`.random_init`); ``"trained"`` loads weights
+    ``weights="random"`` builds from the config with a random init drawn from
+    ``derive_seed(seed, "model-init")`` (see :mod:`.random_init`); ``"trained"`` loads weights
     from ``weights_path``, else the hub (online) or the local cache (offline). ``max_layer``
     builds only that many blocks (``info.num_layers`` still reports the full depth).
     ``context_length`` sets n for text models.

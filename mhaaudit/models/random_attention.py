@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError
+from ..settings import derive_seed
 
 __all__ = ["RandomAttention"]
 
@@ -20,7 +21,8 @@ class RandomAttention(nn.Module):
     """One frozen random attention head with a skip connection: ``x + Attn(LN(x))``.
 
     LayerNorm without affine parameters; W_Q, W_K, W_V, W_O are d x d, Xavier-uniform, drawn
-    in that order from ``torch.Generator().manual_seed(seed)`` on the CPU; no biases; logits
+    in that order on the CPU from ``torch.Generator().manual_seed(derive_seed(seed,
+    "random-attention"))`` (``seed`` is the user's seed); no biases; logits
     scaled by 1/sqrt(d); softmax over the tokens; no MLP. With row-vector tokens:
     ``Attn(h) = softmax(h W_Q (h W_K)^T / sqrt(d)) (h W_V) W_O``.
     """
@@ -32,7 +34,7 @@ class RandomAttention(nn.Module):
         self.d = int(d)
         self.seed = int(seed)
         self.eps = float(eps)
-        g = torch.Generator(device="cpu").manual_seed(self.seed)
+        g = torch.Generator(device="cpu").manual_seed(derive_seed(self.seed, "random-attention"))
         for name in ("W_Q", "W_K", "W_V", "W_O"):
             w = torch.empty(self.d, self.d, dtype=torch.float32)
             nn.init.xavier_uniform_(w, generator=g)

@@ -2,8 +2,9 @@
 
 A random-init model is drawn with the model's own init scheme (transformers' ``_init_weights``,
 timm's ``init_weights``), but re-drawn unit by unit so that the weights do not depend on how
-many blocks were built: the modules outside the blocks are drawn from one seed, block k from
-its own (:func:`init_seed`).
+many blocks were built: the modules outside the blocks are drawn from
+``derive_seed(seed, "model-init")``, block k (1-based) from ``derive_seed(seed, "model-init", k)``
+(:func:`init_seed`; the one seed rule is documented in :mod:`mhaaudit.settings`).
 A model built with ``max_layer=k`` then holds exactly the first k blocks of the full-depth model
 of that seed, so probing a truncated model gives the same features as probing the whole one.
 
@@ -19,16 +20,15 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
+from ..settings import derive_seed
+
 
 __all__ = ["init_seed", "reinit_hf", "reinit_timm", "seeded"]
 
 
 def init_seed(seed: int, block: int | None = None) -> int:
     """The seed of the modules outside the blocks (``block=None``) or of block ``block`` (1-based)."""
-    import zlib
-
-    unit = "rest" if block is None else f"block.{block - 1}"
-    return (int(seed) * 1000003 + zlib.crc32(unit.encode())) % (2**63)
+    return derive_seed(seed, "model-init") if block is None else derive_seed(seed, "model-init", block)
 
 
 @contextlib.contextmanager
