@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 from torch import nn
 
+from .. import validate
 from ..errors import InputError, ModelError
 
 __all__ = ["ModelInfo", "ProbedModel", "measure_tokens", "no_tf32", "prepare_module"]
@@ -170,10 +171,7 @@ class ProbedModel:
     # ---------------------------------------------------------------- probing
 
     def _check_layers(self, layers: Sequence[int]) -> list[int]:
-        try:
-            want = sorted({int(k) for k in layers})
-        except (TypeError, ValueError) as exc:
-            raise InputError(f"layers must be integers, got {layers!r}") from exc
+        want = sorted(validate.int_list("layers", layers, minimum=None))
         if not want:
             raise InputError("capture: no layers requested")
         if want[0] < 0:
