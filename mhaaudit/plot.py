@@ -94,3 +94,36 @@ def plot_depth(result, path: str | Path) -> Path:
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     return save_figure(fig, path)
+
+
+_MEMORIZE_XLABEL = {"heads": "number of heads H", "n": "context length n", "head-dim": "key/query dimension d_h"}
+
+
+def plot_memorize(grid, path: str | Path) -> Path:
+    """Memorised fraction vs the varied parameter, one line per size (the layout of Figure 2)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    param = {"heads": "heads", "n": "n", "head-dim": "head_dim"}.get(grid.vary or "")
+    fig, ax = plt.subplots(figsize=(4.8, 3.6), dpi=150)
+    for T in grid.sizes:
+        pts = sorted(((getattr(r, param) if param else 0), r.memorized) for r in grid.runs if r.size == T)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"T = {T}")
+    s = grid.settings
+    parts = [f"{label} = {s.get(key)}" for vary, label, key in (("heads", "H", "heads"), ("n", "n", "n"),
+                                                                 ("head-dim", "d_h", "head_dim")) if grid.vary != vary]
+    if grid.vary == "head-dim":
+        ax.axvline(s.get("n"), color="grey", linestyle="--", linewidth=1, label="d_h = n")
+    ax.set_title(", ".join(parts) + f" ({s.get('context', 'shared')} context)", fontsize=9)
+    ax.set_xlabel(_MEMORIZE_XLABEL.get(grid.vary, "setting"))
+    if s.get("task") == "regression":
+        ax.set_ylabel(f"fraction with |error| < {s.get('tolerance')}")
+    else:
+        ax.set_ylabel("memorised fraction (training accuracy)")
+    ax.set_ylim(-0.02, 1.05)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, path)
