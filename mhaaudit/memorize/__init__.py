@@ -10,15 +10,23 @@ can do is not known (gradient descent may under-train, the more so at large T), 
 are lower estimates of the capacity Theorem 1 bounds. The linear fit against H is an
 ordinary least-squares estimate.
 
+The points of a grid (different H, n, d_h, T and seeds) train together: stacked into groups that
+fit the device, each point keeping its own data, initial weights, batch order, optimiser state,
+schedule and stopping rule, so that its record is the one it gets alone, to float tolerance.
+
 Modules:
 
 - :mod:`.data`: the random data (queries, contexts, labels) and the sinusoidal positions;
 - :mod:`.model`: :class:`MemorizeModel`, one attention layer with d_v = 1 per head;
-- :mod:`.training`: the recipe of Appendix A (Adam, warm-up + cosine, early stop) and the
-  training of a point, seeded through ``derive_seed(seed, "memorize")``;
+- :mod:`.schedule`: the plan of a point (steps, learning rate, checks) and its batch order;
+- :mod:`.stack`: several models padded and stacked into one, exactly;
+- :mod:`.training`: the recipe of Appendix A and the training of a stacked group, seeded through
+  ``derive_seed(seed, "memorize")``;
+- :mod:`.grouping`: the grid split into groups within a memory budget;
+- :mod:`.reference`: the plain one-point training loop the stacked training is tested against;
 - :mod:`.saturation`: saturated heads per example (Appendix H);
-- :mod:`.results`: the run, fit and grid records, and their rows in a results file;
-- :mod:`.grid`: the presets, the grid's points, resuming, :func:`run_memorize_grid`.
+- :mod:`.results`: the run, fit, seed-summary, group and grid records, and the results file's rows;
+- :mod:`.grid`: the presets, the grid's points and seeds, resuming, :func:`run_memorize_grid`.
 """
 
 from __future__ import annotations
@@ -26,9 +34,10 @@ from __future__ import annotations
 from .data import CONTEXTS, DIM, TASKS, make_dataset, sinusoidal_positions
 from .grid import PRESETS, VARY, resolve_grid, run_memorize_grid
 from .model import MemorizeModel
-from .results import LinearFit, MemorizeGrid, MemorizeRun, fit_line
+from .results import GroupRecord, LinearFit, MemorizeGrid, MemorizeRun, SeedSummary, fit_line
 from .saturation import SATURATION_THRESHOLD, SaturationSummary, saturation_summary
-from .training import planned_schedule, train_memorize
+from .schedule import planned_schedule
+from .training import train_memorize
 
 __all__ = [
     "CONTEXTS",
@@ -37,11 +46,13 @@ __all__ = [
     "SATURATION_THRESHOLD",
     "TASKS",
     "VARY",
+    "GroupRecord",
     "LinearFit",
     "MemorizeGrid",
     "MemorizeModel",
     "MemorizeRun",
     "SaturationSummary",
+    "SeedSummary",
     "fit_line",
     "make_dataset",
     "planned_schedule",

@@ -8,6 +8,7 @@ the slope Theorem 1 bounds (H (n - 1) + 1 examples).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
@@ -18,7 +19,8 @@ from .saturation import SaturationSummary
 #: How a point's generator is seeded (part of every stored configuration).
 SEED_RULE = "derive_seed(seed, 'memorize')"
 
-__all__ = ["LinearFit", "MemorizeGrid", "MemorizeRun", "fit_line", "heads_fits"]
+__all__ = ["GroupRecord", "LinearFit", "MemorizeGrid", "MemorizeRun", "SeedSummary", "fit_line", "heads_fits",
+           "seed_summaries"]
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,8 @@ class MemorizeRun:
 
     ``memorized`` is the fraction of training examples memorised (training accuracy, or the
     fraction within ``tolerance`` for regression), ``memorized_count`` the number.
+    ``seconds`` is the wall time from the start of the point's group to its last check (the
+    points of a group train in the same steps, so their times overlap).
     """
 
     heads: int
@@ -84,8 +88,55 @@ class LinearFit:
 
 
 @dataclass(frozen=True)
+class SeedSummary:
+    """The memorised fraction of one setting and size over several seeds: mean and spread.
+
+    ``std`` is the sample standard deviation (None with one seed); ``low``/``high`` the extremes.
+    """
+
+    heads: int
+    n: int
+    head_dim: int
+    size: int
+    seeds: int
+    mean: float
+    std: float | None
+    low: float
+    high: float
+    mean_count: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class GroupRecord:
+    """How a grid was grouped: the runs (indices into ``MemorizeGrid.runs``) trained together.
+
+    ``heads``, ``head_dim``, ``n`` and ``size`` are the padded shape of the stack; ``bytes`` its
+    estimated memory (see :mod:`.grouping`); ``seconds`` its wall time.
+    """
+
+    runs: tuple[int, ...]
+    heads: int
+    head_dim: int
+    n: int
+    size: int
+    bytes: int
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"runs": list(self.runs)}
+
+
+@dataclass(frozen=True)
 class MemorizeGrid:
-    """Every point of a grid, in grid order, plus the linear fits when H varies."""
+    """Every point of a grid, in grid order (seeds innermost), the linear fits when H varies,
+    the mean and spread over seeds, and how the points were grouped for training.
+
+    ``groups`` covers the runs trained now (not those read back from ``out``);
+    ``memory_budget`` is the bytes the groups were planned within.
+    """
 
     vary: str | None
     values: tuple[int, ...]
@@ -97,6 +148,10 @@ class MemorizeGrid:
     out: str | None = None
     plot: str | None = None
     settings: dict = field(default_factory=dict)
+    seeds: tuple[int, ...] = (0,)
+    summary: tuple[SeedSummary, ...] = ()
+    groups: tuple[GroupRecord, ...] = ()
+    memory_budget: int | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -111,6 +166,10 @@ class MemorizeGrid:
             "reused": self.reused,
             "out": self.out,
             "plot": self.plot,
+            "seeds": list(self.seeds),
+            "summary": [m.to_dict() for m in self.summary],
+            "groups": [g.to_dict() for g in self.groups],
+            "memory_budget": self.memory_budget,
         }
 
 
@@ -211,3 +270,18 @@ def heads_fits(runs: Sequence[MemorizeRun], sizes: Sequence[int], saturated_at: 
         if f is not None:
             fits.append(f)
     return tuple(fits)
+
+
+def seed_summaries(runs: Sequence[MemorizeRun]) -> tuple[SeedSummary, ...]:
+    """Mean and spread of the memorised fraction over the seeds of each (setting, size), in order."""
+    by: dict[tuple, list[MemorizeRun]] = {}
+    for r in runs:
+        by.setdefault((r.heads, r.n, r.head_dim, r.size), []).append(r)
+    out = []
+    for (h, n, e, T), rs in by.items():
+        fr = [r.memorized for r in rs]
+        mean = sum(fr) / len(fr)
+        std = math.sqrt(sum((f - mean) ** 2 for f in fr) / (len(fr) - 1)) if len(fr) > 1 else None
+        out.append(SeedSummary(heads=h, n=n, head_dim=e, size=T, seeds=len(rs), mean=mean, std=std, low=min(fr),
+                               high=max(fr), mean_count=sum(r.memorized_count for r in rs) / len(rs)))
+    return tuple(out)
