@@ -33,6 +33,7 @@ def memorize(
     batch_size: Annotated[int, typer.Option("--batch-size", help="Batch size.")] = 256,
     check_every: Annotated[int, typer.Option("--check-every", help="Check for full memorisation (and stop) every this many steps.")] = 200,
     seed: Annotated[int, typer.Option(help="Seed of the one generator behind data, weights and batch order.")] = 0,
+    seeds: Annotated[Optional[str], typer.Option("--seeds", help="Train every point for several seeds (e.g. 0-5 or 0,3,7) and report the mean and spread; overrides --seed.")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
     saturation: Annotated[bool, typer.Option("--saturation", help="Count saturated heads (softmax weight > 0.99) per example.")] = False,
     out: Annotated[Optional[Path], typer.Option(help="Parquet file of results; existing points in it are not recomputed.")] = None,
@@ -63,7 +64,7 @@ def memorize(
     grid = run_memorize_grid(
         vary=vary, values=values, n=n, heads=heads, head_dim=head_dim, sizes=sizes, preset=preset, task=task,
         context=context, classes=classes, tolerance=tolerance, epochs=epochs, max_steps=max_steps, lr=lr,
-        batch_size=batch_size, check_every=check_every, seed=seed, device=device, saturation=saturation,
+        batch_size=batch_size, check_every=check_every, seed=seed, seeds=seeds, device=device, saturation=saturation,
         out=out, plot=plot, progress=progress_enabled(format.value),
     )
     if grid.reused:
