@@ -33,10 +33,11 @@ _PAPER_VALUES = (1, 5, 10, 20, 30, 40, 50, 60)
 #: The paper's grids (Figure 2). The label-set sizes T are this project's choice (the paper does
 #: not list them in the text): they straddle the number of examples the model memorises at the
 #: ends of each grid (about 140 per head at n = 32 on the paper's App. H numbers), so that each
-#: curve rises before it saturates at 1.0. ``cpu`` is a small grid that finishes in a few
-#: minutes on two CPU cores: it trains at most 6000 steps per point (the paper rule would be
-#: 50k), which is enough for clear growth with H but under-trains the larger sizes (doubling to
-#: 12000 steps moved the memorised fractions by less than 0.04 on this grid).
+#: curve rises before it saturates at 1.0. ``cpu`` is a small grid that finishes in under a
+#: minute on two CPU cores (its 8 points train in 3 stacked groups): it trains at most 6000
+#: steps per point (the paper rule would be 50k), which is enough for clear growth with H but
+#: under-trains the larger sizes (doubling to 12000 steps moved the memorised fractions by less
+#: than 0.04 on this grid).
 PRESETS: dict[str, dict] = {
     "paper-fig2a": dict(vary="heads", values=_PAPER_VALUES, n=32, head_dim=64, sizes=(1000, 2000, 5000, 10000)),
     "paper-fig2b": dict(vary="n", values=_PAPER_VALUES, heads=20, head_dim=64, sizes=(1000, 2000, 5000)),
@@ -161,6 +162,7 @@ def run_memorize_grid(
     back instead of recomputed (``MemorizeRun.reused``; a point asked for with ``saturation`` is
     recomputed when the stored one has none). ``plot``: memorisation vs the varied parameter,
     one line per size (the mean over seeds, the band between the lowest and highest seed).
+    The linear fits against H take every seed's run as a point.
     """
     from ..io import check_writable, stamp
     from ..plot import check_plot_path, plot_memorize
