@@ -21,7 +21,7 @@ Every random choice of a run derives from the one user seed through :func:`deriv
 ``"random-attention"`` the frozen random attention head of the paper's Table 1
 ``"draws"``          Monte-Carlo block ``b`` of a Kruskal test or sweep (``index``: ``b``)
 ``"labels"``         the random labels of the capacity certificate
-``"memorize"``       a synthetic memorisation point (``index``: the point's number)
+``"memorize"``       a synthetic memorisation point (``index``: none; every point starts from the same stream)
 ==================== ================================================================
 
 Different purposes get independent streams, so adding a consumer never shifts another's numbers,
