@@ -1,0 +1,93 @@
+"""mhaaudit.tables: typed results tables that pyarrow, pandas, polars and duckdb read as data."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from mhaaudit.io import stamp, write_parquet
+from mhaaudit.tables import COLUMNS, arrow_type, records_table, schema_markdown, to_pandas
+
+RECORDS = [
+    {"check": "assumption_1", "k": 3, "T": 10, "samples": 10, "fraction": 1.0, "witness": [0, 4],
+     "witness_singular_values": [2.0, 1e-17], "rank_histogram": {"3": 9, "2": 1}, "sampled": True,
+     "planned_samples": 10, "set_rank": 3},
+    {"check": "assumption_2", "k": 3, "T": 10, "samples": 10, "fraction": 0.5, "witness": [],
+     "witness_singular_values": [], "rank_histogram": {}, "sampled": False, "planned_samples": None,
+     "set_rank": None, "min_margin": 0.25},
+    {"check": "sweep", "k": 1, "fraction": 1.0},
+]
+
+
+def test_records_table_empty():
+    t = records_table([], {"x": 1})
+    assert t.num_rows == 0 and json.loads(t.schema.metadata[b"mhaaudit"]) == {"x": 1}
+
+
+def test_columns_are_typed_by_the_schema():
+    t = records_table(RECORDS, {"command": "kruskal"})
+    types = {f.name: f.type for f in t.schema}
+    assert types["witness"] == pa.list_(pa.int64())
+    assert types["witness_singular_values"] == pa.list_(pa.float64())
+    assert types["rank_histogram"] == pa.map_(pa.int64(), pa.int64())
+    assert types["planned_samples"] == pa.int64() and types["set_rank"] == pa.int64()  # typed, though null in some rows
+    assert types["sampled"] == pa.bool_() and types["min_margin"] == pa.float64()
+    rows = t.to_pylist()
+    assert rows[0]["rank_histogram"] == [(2, 1), (3, 9)] and rows[1]["rank_histogram"] == []
+    assert rows[2]["witness"] is None and rows[2]["planned_samples"] is None
+
+
+def test_unknown_columns_are_inferred_or_json():
+    t = records_table([{"extra": 1.5, "odd": [1, "a"]}], {"command": "kruskal"})
+    assert t.schema.field("extra").type == pa.float64()
+    assert t.column("odd").to_pylist() == ['[1, "a"]']
+
+
+def test_every_schema_type_exists():
+    for cols in COLUMNS.values():
+        for c in cols:
+            arrow_type(c.type)
+            assert c.meaning
+
+
+def test_four_readers_read_the_same_file(tmp_path):
+    """pyarrow, pandas, polars and duckdb read one results file as data: lists, maps, integers."""
+    polars = pytest.importorskip("polars")
+    duckdb = pytest.importorskip("duckdb")
+    path = tmp_path / "r.parquet"
+    write_parquet(RECORDS, path, stamp(command="kruskal", seed=0))
+
+    t = pq.read_table(path)
+    assert t.column("witness").to_pylist() == [[0, 4], [], None]
+
+    import pandas as pd
+
+    df = pd.read_parquet(path)
+    assert str(df["k"].dtype) == "Int64" and str(df["planned_samples"].dtype) == "Int64"  # integers stay integers
+    assert str(df["sampled"].dtype) == "boolean"
+    assert df["planned_samples"].isna().tolist() == [False, True, True] and int(df["set_rank"][0]) == 3
+    assert list(df["witness"][0]) == [0, 4]
+    assert to_pandas(t)["rank_histogram"][0] == {2: 1, 3: 9}
+
+    pl = polars.read_parquet(path)
+    assert pl["k"].dtype == polars.Int64 and pl["witness"].to_list() == [[0, 4], [], None]
+    assert pl["planned_samples"].to_list() == [10, None, None]
+
+    con = duckdb.connect()
+    got = con.execute(f"SELECT k, witness, rank_histogram[3], planned_samples FROM '{path}' ORDER BY fraction DESC, k").fetchall()
+    assert got[0][1] == [0, 4] or got[1][1] == [0, 4]
+    assert dict((r[0], r[3]) for r in got if r[3] is not None) == {3: 10}
+    types = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM '{path}')").fetchall())
+    assert types["witness"] == "BIGINT[]" and types["rank_histogram"] == "MAP(BIGINT, BIGINT)"
+    assert types["planned_samples"] == "BIGINT"
+
+
+def test_schema_markdown_names_every_column():
+    text = schema_markdown()
+    for cols in COLUMNS.values():
+        for c in cols:
+            assert f"`{c.name}`" in text
+    assert "min_margin" in schema_markdown("kruskal")
