@@ -1,5 +1,5 @@
-import sys
+"""``python -m mhaaudit``: the same as the ``mhaaudit`` console script (``mhaaudit.cli.app:run``)."""
 
-from .cli.app import main
+from .cli.app import run
 
-sys.exit(main())
+run()

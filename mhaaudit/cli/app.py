@@ -2,26 +2,69 @@
 
 The command modules define plain functions and know nothing of the app; this module imports
 and registers them. :data:`ERRORS` maps exception types to an exit status and a one-line
-message on stderr (known errors: status 2; anything else is a bug: status 3). Set
-``MHAAUDIT_DEBUG=1`` to see the traceback instead.
+message on stderr (known errors: status 2; anything else is a bug: status 3; Ctrl-C: status
+130, also while the libraries are still being imported). Set ``MHAAUDIT_DEBUG=1`` to see the
+traceback instead.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
-from typing import Callable, NamedTuple
 
-import click
-import typer
+INTERRUPTED = "Error: interrupted"
 
-from .. import __version__
-from ..errors import MhaauditError, one_line
-from .capacity import capacity
-from .check import check
-from .kruskal import kruskal
-from .memorize import memorize
+
+def _interrupted() -> None:
+    """Ctrl-C: one line on stderr and status 130, whenever it comes."""
+    print(INTERRUPTED, file=sys.stderr)
+    raise SystemExit(130)
+
+
+try:  # Ctrl-C while the libraries load (before main runs) gets the same one line as later on
+    import contextlib
+    import os
+    import re
+    from typing import Callable, NamedTuple
+
+    import click
+    import typer
+    from typer.core import TyperCommand, TyperGroup
+
+    from .. import __version__
+    from ..errors import MhaauditError, one_line
+    from .capacity import capacity
+    from .check import check
+    from .kruskal import kruskal
+    from .memorize import memorize
+except KeyboardInterrupt:  # pragma: no cover - exercised by sending SIGINT to a subprocess
+    _interrupted()
+
+
+class _StandardHelp:
+    """Help that reads like a standard CLI: a flag shows no ``<bool>`` value type, and a repeatable
+    option the type of one value (``<int>``, not ``<list[int]>``; its help says it repeats)."""
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)  # type: ignore[misc]
+        for p in params:
+            if p.metavar is not None or p.param_type_name != "option":
+                continue
+            if getattr(p, "is_flag", False):
+                p.metavar = ""  # rendered as no type at all
+            elif getattr(p, "multiple", False) and hasattr(p, "display_type"):
+                shown = re.fullmatch(r"<list\[(.+)\]>", str(p.display_type(ctx)))
+                if shown:
+                    p.metavar = f"<{shown.group(1)}>"
+        return params
+
+
+class Command(_StandardHelp, TyperCommand):
+    pass
+
+
+class Group(_StandardHelp, TyperGroup):
+    pass
+
 
 app = typer.Typer(
     name="mhaaudit",
@@ -29,6 +72,8 @@ app = typer.Typer(
         "Audit transformer features against the linear-independence assumptions behind the "
         "memorisation capacity of multi-head attention (Mahdavi, Liao, Thrampoulidis, ICLR 2024)."
     ),
+    cls=Group,
+    context_settings={"help_option_names": ["-h", "--help"]},
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -49,10 +94,8 @@ def _root(
     """mhaaudit: audit the assumptions behind the memorisation capacity of multi-head attention."""
 
 
-app.command("check")(check)
-app.command("kruskal")(kruskal)
-app.command("capacity")(capacity)
-app.command("memorize")(memorize)
+for _name, _command in (("check", check), ("kruskal", kruskal), ("capacity", capacity), ("memorize", memorize)):
+    app.command(_name, cls=Command)(_command)
 
 
 # --------------------------------------------------------------------------- errors -> exit status
@@ -115,5 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     return rv if isinstance(rv, int) else 0
 
 
-def run() -> None:  # pragma: no cover - thin wrapper
-    sys.exit(main())
+def run() -> None:  # pragma: no cover - the console script; tested through a subprocess
+    try:
+        code = main()
+    except KeyboardInterrupt:  # between the commands' own handling and the exit
+        _interrupted()
+    sys.exit(code)
