@@ -347,6 +347,11 @@ def capacity_audit(
     vs = split_list(variants) or list(VARIANTS)
     for v in vs:
         choice("variant", v, VARIANTS)
+    if weights is not None and "trained" not in vs:
+        raise InputError("--weights has no effect without the trained column; add trained to --variants")
+    if from_path is not None and (samples is not None or threshold is not None):
+        raise InputError("--samples and --threshold have no effect with --from: Assumption 1 is read from the file, "
+                         "not sampled")
     head_counts(heads)  # syntax and sizes below 1, before any work; the model's head count is checked once known
     from_results = read_check_results(from_path) if from_path is not None else None
     if from_results is not None:
