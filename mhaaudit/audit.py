@@ -64,7 +64,7 @@ def plan_probes(modality: str, variants: Sequence[str] | None = None, layers: Se
     if layer is not None and modality == "text":
         raise InputError("--layer has no effect on a text model (it sets the depth of the image columns); "
                          "give --layers instead (default 0,1)")
-    layer = 1 if layer is None else layer
+    given_layer, layer = layer is not None, 1 if layer is None else layer
     if layer < 1:
         raise InputError(f"--layer must be at least 1 (block index; 0 is the embedding output), got {layer}")
     if layers is not None or modality == "text":
@@ -74,6 +74,9 @@ def plan_probes(modality: str, variants: Sequence[str] | None = None, layers: Se
         inits = _inits_from_variants(variants)
         return [Probe(f"{w}-L{l}", w, l) for w in inits for l in ls]
     vs = list(dict.fromkeys(variants or IMAGE_VARIANTS))
+    if given_layer and not {"random", "trained"} & set(vs):
+        raise InputError(f"--layer has no effect on the columns {', '.join(vs)} (they read the embedding output); "
+                         "it sets the depth of the random and trained columns")
     out = []
     for v in vs:
         if v not in IMAGE_VARIANTS:
@@ -269,7 +272,7 @@ def probe_for_variant(variant: str, layer: int = 1) -> Probe:
     import re
 
     if variant in IMAGE_VARIANTS:
-        return plan_probes("image", [variant], layer=layer)[0]
+        return plan_probes("image", [variant], layer=layer if variant in ("random", "trained") else None)[0]
     m = re.fullmatch(r"(random|trained)-L(\d+)", variant)
     if not m:
         raise InputError(f"unknown variant {variant!r}; choose from {', '.join(IMAGE_VARIANTS)} or random-L<k>/trained-L<k>")
