@@ -11,13 +11,25 @@ from __future__ import annotations
 
 import sys
 
-INTERRUPTED = "Error: interrupted"
+INTERRUPTED = "interrupted"
+INTERRUPTED_STATUS = 130
+
+
+def _settle_interrupt() -> None:
+    """Let a handled Ctrl-C end the process with status 130, not as killed by SIGINT.
+
+    Under ``python -m``, CPython kills the process with SIGINT at exit, whatever status it was
+    given, when the last string-evaluated code (``exec``/``eval`` of a string, which libraries
+    use) ended in a KeyboardInterrupt, even one handled since. Evaluating a string resets that.
+    """
+    exec("pass", {})
 
 
 def _interrupted() -> None:
     """Ctrl-C: one line on stderr and status 130, whenever it comes."""
-    print(INTERRUPTED, file=sys.stderr)
-    raise SystemExit(130)
+    print(f"Error: {INTERRUPTED}", file=sys.stderr)
+    _settle_interrupt()
+    raise SystemExit(INTERRUPTED_STATUS)
 
 
 try:  # Ctrl-C while the libraries load (before main runs) gets the same one line as later on
@@ -128,7 +140,7 @@ _ABORTS = tuple(dict.fromkeys(t for t in (click.exceptions.Abort, getattr(typer,
 ERRORS: tuple[ErrorRule, ...] = (
     ErrorRule((MhaauditError,), 2, one_line),
     ErrorRule(_USAGE, 2, _usage),
-    ErrorRule(_ABORTS, 130, lambda exc: "interrupted", traceback_in_debug=False),
+    ErrorRule(_ABORTS, INTERRUPTED_STATUS, lambda exc: INTERRUPTED, traceback_in_debug=False),
     ErrorRule((Exception,), 3, _internal),
 )
 
@@ -154,7 +166,12 @@ def main(argv: list[str] | None = None) -> int:
         if rule is None or (debug and rule.traceback_in_debug):
             raise  # SystemExit and the like, or a traceback asked for
         print(f"Error: {rule.message(exc)}", file=sys.stderr)
-        return rule.code
+        rv = rule.code
+    else:
+        if rv == INTERRUPTED_STATUS:  # newer Typer turns Ctrl-C into this status, silently: say it
+            print(f"Error: {INTERRUPTED}", file=sys.stderr)
+    if rv == INTERRUPTED_STATUS:
+        _settle_interrupt()
     return rv if isinstance(rv, int) else 0
 
 
