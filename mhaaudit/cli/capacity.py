@@ -18,6 +18,7 @@ from .options import (
     Device,
     Format,
     FormatOpt,
+    KeepDuplicates,
     ModelArg,
     Rtol,
     Samples,
@@ -58,6 +59,7 @@ def capacity(
     split: Split = "train",
     limit: Annotated[int, typer.Option("--limit", help="Number of examples T (rows of Z).")] = 2000,
     batch_size: BatchSize = 32,
+    keep_duplicates: KeepDuplicates = False,
     context_length: ContextLength = None,
     samples: Samples = DEFAULTS["samples"],
     threshold: Threshold = DEFAULTS["threshold"],
@@ -101,7 +103,7 @@ def capacity(
         batch_size=batch_size, samples=None if from_path else settings.samples,
         threshold=None if from_path else settings.threshold, seed=settings.seed,
         rtol=settings.rtol, atol=settings.atol, device=settings.device, backend=backend.value if backend else None,
-        context_length=context_length, progress=progress_enabled(fmt.value),
+        context_length=context_length, progress=progress_enabled(fmt.value), keep_duplicates=keep_duplicates,
     )
     if plot is not None:
         plot_capacity(result, plot)

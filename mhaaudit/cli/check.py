@@ -18,6 +18,7 @@ from .options import (
     Device,
     Format,
     FormatOpt,
+    KeepDuplicates,
     ModelArg,
     Out,
     Plot,
@@ -47,6 +48,7 @@ def check(
     split: Split = "train",
     limit: Annotated[int, typer.Option("--limit", help="Number of examples T.")] = 2000,
     batch_size: BatchSize = 32,
+    keep_duplicates: KeepDuplicates = False,
     context_length: ContextLength = None,
     query_index: Annotated[Optional[int], typer.Option("--query-index", help="Token used as the query (default: 0 = [CLS] for encoders, last for decoders).")] = None,
     samples: Samples = DEFAULTS["samples"],
@@ -85,7 +87,7 @@ def check(
         limit=limit, batch_size=batch_size, samples=settings.samples, threshold=settings.threshold, seed=settings.seed,
         rtol=settings.rtol, atol=settings.atol, device=settings.device, backend=backend.value if backend else None,
         weights=weights, context_length=context_length, query_index=query_index, sweep=sweep,
-        progress=progress_enabled(fmt.value), stop_when_decided=not all_draws,
+        progress=progress_enabled(fmt.value), stop_when_decided=not all_draws, keep_duplicates=keep_duplicates,
         on_note=lambda m: print(f"Note: {m}", file=sys.stderr),
     )
     if save_features is not None:
