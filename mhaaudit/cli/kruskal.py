@@ -12,6 +12,7 @@ import typer
 from .options import (
     DEFAULTS,
     Atol,
+    BackendOpt,
     Device,
     Format,
     FormatOpt,
@@ -23,6 +24,7 @@ from .options import (
     Threshold,
     emit,
     prepare_outputs,
+    refuse_data_options,
     refuse_unused,
     renamed,
 )
@@ -50,17 +52,21 @@ def kruskal(
     query_index: Annotated[Optional[int], typer.Option("--query-index", help="Token used as the query: its row in a T x n x d array, or, with --model, in the model's tokens (0 = [CLS], -1 = last).")] = None,
     key: Annotated[Optional[str], typer.Option("--key", help="Tensor name (.pt/.safetensors holding several) or column (.parquet) to read.")] = None,
     vectors: Annotated[Optional[Vectors], typer.Option("--vectors", help="With a saved feature folder or --model: the query vectors or the Assumption 3 vectors [default: queries].", show_default=False)] = None,
-    n: Annotated[Optional[int], typer.Option("--n", "--context-length", help="Context length n, to mark it on the plot and test it by default (known from a saved feature folder or --model).")] = None,
+    n: Annotated[Optional[int], typer.Option("--n", "--context-length", help="Context length n: tested by default and marked on the plot. With --model it sets a text model's n (as check --context-length); a saved feature folder knows its n.")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="With no FEATURES: the model to capture query vectors from [default: vit-base].", show_default=False)] = None,
+    backend: BackendOpt = None,
     variants: Annotated[Optional[str], typer.Option("--variants", help="With no FEATURES: the one column to capture: embedding, random-attention, random, trained, random-L<k> or trained-L<k> [default: random].", show_default=False)] = None,
     variant: Annotated[Optional[str], typer.Option("--variant", hidden=True, help="Deprecated name of --variants.")] = None,
     weights: Annotated[Optional[str], typer.Option("--weights", help="With no FEATURES and a trained column: local folder (transformers) or file (timm) with the trained weights.")] = None,
     data: Annotated[Optional[str], typer.Option("--data", help="With no FEATURES: data source (default: the built-in offline data).")] = None,
+    split: Annotated[str, typer.Option("--split", help="With no FEATURES: dataset split for Hugging Face datasets.")] = "train",
     limit: Annotated[int, typer.Option("--limit", help="With no FEATURES: number of examples T.")] = 2000,
     batch_size: Annotated[int, typer.Option("--batch-size", help="With no FEATURES: examples per forward pass.")] = 32,
+    keep_duplicates: Annotated[bool, typer.Option("--keep-duplicates", help="With no FEATURES: keep exact duplicate inputs (by default they are found before the forward pass, reported and dropped).")] = False,
 ) -> None:
     """Estimate the Kruskal rank of a set of vectors: Monte-Carlo tests at candidate sizes, or a sweep."""
     from .. import validate
+    from ..errors import InputError
     from ..io import stamp
     from ..kruskal import as_matrix, set_stats
     from ..progress import log, progress_enabled
@@ -73,15 +79,19 @@ def kruskal(
     prepare_outputs(out, plot, fmt)
     ks = [validate.integer("--k", kk) for kk in dict.fromkeys(k or [])]
     n = None if n is None else validate.integer("--n", n)
-    _refuse_unused(ctx, features)
+    _refuse_unused(ctx, features, data)
     variant = renamed("--variant", variant, "--variants", variants)
     if features is None:
         vectors = vectors or Vectors.queries
-        X, n_known, source = _capture(model or "vit-base", variant or "random", weights, data, limit, batch_size,
-                                      query_index, vectors, settings)
+        capture = dict(model=model or "vit-base", variant=variant or "random", weights_path=weights, data=data,
+                       split=split, limit=limit, batch_size=batch_size, keep_duplicates=keep_duplicates,
+                       backend=backend.value if backend else None, context_length=n, query_index=query_index)
+        X, n, source = _capture(capture, vectors, settings)
     else:
         X, n_known, source, vectors = _read(features, key, query_index, vectors)
-    n = n or n_known
+        if n is not None and n_known is not None and n != n_known:
+            raise InputError(f"--n {n}: the saved features in {features} were captured with n = {n_known}")
+        n = n or n_known
     X = as_matrix(X)
     T, d = X.shape
     ks, sweep = _sizes(ks, n, T, d, sweep=sweep or plot is not None, vectors=vectors, fmt=fmt)
@@ -105,21 +115,22 @@ def kruskal(
          render=lambda: render_kruskal(tests, sw, meta, n, d))
 
 
-def _refuse_unused(ctx: typer.Context, features: Path | None) -> None:
+def _refuse_unused(ctx: typer.Context, features: Path | None, data: str | None) -> None:
     """Options that have no effect with what was given: the capture's with FEATURES, the file's without."""
     if features is not None:
-        refuse_unused(ctx, ("model", "variants", "variant", "weights", "data", "limit", "batch_size"),
+        refuse_unused(ctx, ("model", "variants", "variant", "weights", "backend", "data", "split", "limit", "batch_size",
+                            "keep_duplicates"),
                       f"when FEATURES ({features}) is given: the capture options apply only without a file")
     else:
         refuse_unused(ctx, ("key",), "without FEATURES: --key chooses a tensor or column in a feature file")
+        refuse_data_options(ctx, data)
 
 
-def _capture(model, variant, weights, data, limit, batch_size, query_index, vectors: Vectors, settings):
+def _capture(capture: dict, vectors: Vectors, settings):
     """Query (or A3) vectors captured from ``--model``: (matrix, n, description of the source)."""
     from ..audit import capture_features
 
-    fs = capture_features(model, variant=variant, data=data, limit=limit, batch_size=batch_size, device=settings.device,
-                          seed=settings.seed, progress=settings.progress, weights_path=weights, query_index=query_index)
+    fs = capture_features(**capture, device=settings.device, seed=settings.seed, progress=settings.progress)
     source = f"{fs.meta.get('model')} [{fs.meta.get('variant')}] {vectors.value} on {fs.meta.get('data')}"
     return (fs.a3 if vectors == Vectors.a3 else fs.queries), fs.n, source
 
