@@ -24,6 +24,7 @@ from .features import FeatureSet, StreamingReducer
 from .kruskal import Sweep, kruskal_sweep, set_stats, subset_test
 from .pipeline import DataRequest, ModelRequest
 from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
+from .tables import ResultTable, table_rows
 
 IMAGE_VARIANTS = ("embedding", "random-attention", "random", "trained")
 VARIANT_HELP = {
@@ -129,7 +130,10 @@ class Column:
 
 
 @dataclass
-class AuditResult:
+class AuditResult(ResultTable):
+    """The audit of every column; ``to_arrow()`` / ``to_pandas()`` give the rows ``check --out`` writes,
+    and a notebook shows it as the report ``check`` prints."""
+
     model: str
     info: dict
     data: str
@@ -142,6 +146,17 @@ class AuditResult:
 
     def records(self) -> list[dict]:
         return [r for c in self.columns for r in c.records(self.model, self.settings["seed"])]
+
+    def table_records(self) -> list[dict]:
+        return table_rows(self.records(), self.sweep_rows())
+
+    def table_meta(self) -> dict:
+        return self.meta()
+
+    def renderables(self) -> list:
+        from .render import audit_report
+
+        return audit_report(self)
 
     def meta(self) -> dict:
         """The provenance stamp of the audit, with what each column read and how (the JSON ``meta``)."""

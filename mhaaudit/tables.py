@@ -236,6 +236,11 @@ def records_table(records: list[dict], metadata: dict):
     return table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
 
 
+def table_rows(records: list[dict], sweep: list[dict] | None = None) -> list[dict]:
+    """The rows of a results table: the records, then any sweep rows, tagged ``check = "sweep"``."""
+    return records if sweep is None else records + [{"check": "sweep", **r} for r in sweep]
+
+
 def to_pandas(table):
     """``table`` as a pandas DataFrame: integers as ``Int64``, booleans as ``boolean``, maps as dicts."""
     try:
@@ -285,7 +290,8 @@ class ResultTable:
         return to_pandas(self.to_arrow())
 
     def __rich_console__(self, console, options):
-        yield from self.renderables()
+        for item in self.renderables():
+            yield console.render_str(item, highlight=False) if isinstance(item, str) else item
 
     def _rendered(self, width: int = 120):
         from rich.console import Console

@@ -91,3 +91,34 @@ def test_schema_markdown_names_every_column():
         for c in cols:
             assert f"`{c.name}`" in text
     assert "min_margin" in schema_markdown("kruskal")
+
+
+def test_result_objects_give_their_table_and_their_report(vit_dir, image_dir, tmp_path):
+    """AuditResult and CapacityResult: to_arrow() is the --out file's table; a notebook shows the CLI's report."""
+    from mhaaudit.audit import audit
+    from mhaaudit.capacity import capacity_audit
+    from mhaaudit.cli.app import main
+
+    small = dict(data=str(image_dir), limit=40, samples=50, batch_size=16)
+    for result, command, words in (
+        (audit(str(vit_dir), variants=["embedding", "random"], sweep=True, **small), "check", "What the checks mean"),
+        (capacity_audit(str(vit_dir), variants=["random"], heads="1-2", **small), "capacity", "The certificate"),
+    ):
+        t = result.to_arrow()
+        assert json.loads(t.schema.metadata[b"mhaaudit"])["command"] == command
+        assert t.num_rows == len(result.table_records()) > 0
+        known = {c.name: arrow_type(c.type) for c in COLUMNS[command]}
+        assert all(f.type == known[f.name] for f in t.schema if f.name in known)
+        assert set(t.column_names) <= set(known)  # every column is documented
+        df = result.to_pandas()
+        assert len(df) == t.num_rows and str(df["T"].dtype) == "Int64"
+        bundle = result._repr_mimebundle_()
+        assert words in bundle["text/plain"] and "<pre" in bundle["text/html"] and words in result._repr_html_()
+    # the same rows as the CLI writes with --out
+    out = tmp_path / "c.parquet"
+    assert main(["check", str(vit_dir), "--data", str(image_dir), "--limit", "40", "--samples", "50", "--batch-size", "16",
+                 "--variants", "embedding", "--variants", "random", "--sweep", "--out", str(out), "--format", "json"]) == 0
+    written = pq.read_table(out)
+    first = audit(str(vit_dir), variants=["embedding", "random"], sweep=True, **small).to_arrow()
+    assert written.schema.remove_metadata() == first.schema.remove_metadata()
+    assert written.to_pylist() == first.to_pylist()

@@ -37,6 +37,7 @@ import torch
 from ..errors import InputError, OfflineError
 from ..pipeline import DataRequest, ModelRequest
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
+from ..tables import ResultTable
 from .assumptions import (
     Assumptions,
     assumptions_from_file,
@@ -69,7 +70,10 @@ class CapacityColumn:
 
 
 @dataclass
-class CapacityResult:
+class CapacityResult(ResultTable):
+    """Bound and certificate of every column; ``to_arrow()`` / ``to_pandas()`` give the rows
+    ``capacity --out`` writes, and a notebook shows it as the report ``capacity`` prints."""
+
     model: str
     info: dict
     data: str
@@ -106,6 +110,17 @@ class CapacityResult:
                     "reason": "",
                 })
         return out
+
+    def table_records(self) -> list[dict]:
+        return self.records()
+
+    def table_meta(self) -> dict:
+        return self.meta()
+
+    def renderables(self) -> list:
+        from ..render import capacity_report
+
+        return capacity_report(self)
 
     def meta(self) -> dict:
         from ..io import stamp

@@ -150,7 +150,9 @@ def emit(fmt: Format, meta: dict, records: list[dict], *, render: Callable[[], N
     JSON ``document`` (default ``{"meta", "records"[, "sweep"]}``) as strict JSON, the same rows
     as parquet, or, for the table, whatever ``render()`` prints.
     """
-    rows = records if sweep is None else records + [{"check": "sweep", **r} for r in sweep]
+    from ..tables import table_rows
+
+    rows = table_rows(records, sweep)
     if out is not None:
         from ..io import write_parquet
 
