@@ -85,10 +85,11 @@ def check_folder_writable(folder: str | os.PathLike, option: str) -> Path:
     return folder
 
 
-def _final_mode(p: Path) -> int:
+def ordinary_mode(p: Path) -> int:
     """The permissions a plain ``open(p, "w")`` would give: the existing file's, else 0o666 less the umask.
 
-    ``mkstemp`` creates its file private (0o600); without this the rename would carry that over.
+    ``mkstemp`` (and some writers, such as safetensors') create files private (0o600); a file
+    renamed into place gets this mode first.
     """
     try:
         return p.stat().st_mode & 0o7777
@@ -108,7 +109,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp_p = Path(tmp)
     try:
         yield tmp_p
-        os.chmod(tmp_p, _final_mode(p))
+        os.chmod(tmp_p, ordinary_mode(p))
         os.replace(tmp_p, p)
     except OSError as exc:
         with contextlib.suppress(OSError):
