@@ -122,3 +122,23 @@ def test_result_objects_give_their_table_and_their_report(vit_dir, image_dir, tm
     first = audit(str(vit_dir), variants=["embedding", "random"], sweep=True, **small).to_arrow()
     assert written.schema.remove_metadata() == first.schema.remove_metadata()
     assert written.to_pylist() == first.to_pylist()
+
+
+def test_kruskal_results_give_their_table_and_their_report():
+    """SubsetTest and Sweep: the rows kruskal --out writes for them, and the CLI's report in a notebook."""
+    import torch
+
+    from mhaaudit.kruskal import kruskal_sweep, subset_test
+
+    X = torch.randn(30, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    X[7] = X[3] * 2.0  # a dependent pair: a witness
+    test = subset_test(X, 3, samples=200, seed=1)
+    sweep = kruskal_sweep(X, samples=100, seed=1)
+    t = test.to_arrow()
+    assert t.num_rows == 1 and t.schema.field("witness").type == pa.list_(pa.int64())
+    assert t.to_pylist()[0]["k"] == 3 and json.loads(t.schema.metadata[b"mhaaudit"])["command"] == "kruskal"
+    df = sweep.to_pandas()
+    assert list(df["k"]) == list(range(1, 7)) and set(df["check"]) == {"sweep"} and str(df["k"].dtype) == "Int64"
+    assert json.loads(sweep.to_arrow().schema.metadata[b"mhaaudit"])["sweep_summary"]["estimate"] == sweep.estimate
+    assert "Kruskal-rank tests" in test._repr_mimebundle_()["text/plain"]
+    assert "Kruskal-rank estimate" in sweep._repr_html_()
