@@ -66,7 +66,6 @@ def kruskal(
 ) -> None:
     """Estimate the Kruskal rank of a set of vectors: Monte-Carlo tests at candidate sizes, or a sweep."""
     from .. import validate
-    from ..errors import InputError
     from ..io import stamp
     from ..kruskal import as_matrix, set_stats
     from ..progress import log, progress_enabled
@@ -81,17 +80,10 @@ def kruskal(
     n = None if n is None else validate.integer("--n", n)
     _refuse_unused(ctx, features, data)
     variant = renamed("--variant", variant, "--variants", variants)
-    if features is None:
-        vectors = vectors or Vectors.queries
-        capture = dict(model=model or "vit-base", variant=variant or "random", weights_path=weights, data=data,
-                       split=split, limit=limit, batch_size=batch_size, keep_duplicates=keep_duplicates,
-                       backend=backend.value if backend else None, context_length=n, query_index=query_index)
-        X, n, source = _capture(capture, vectors, settings)
-    else:
-        X, n_known, source, vectors = _read(features, key, query_index, vectors)
-        if n is not None and n_known is not None and n != n_known:
-            raise InputError(f"--n {n}: the saved features in {features} were captured with n = {n_known}")
-        n = n or n_known
+    capture = dict(model=model or "vit-base", variant=variant or "random", weights_path=weights, data=data,
+                   split=split, limit=limit, batch_size=batch_size, keep_duplicates=keep_duplicates,
+                   backend=backend.value if backend else None, context_length=n, query_index=query_index)
+    X, n, source, vectors = _vectors(features, capture, key, vectors, settings)
     X = as_matrix(X)
     T, d = X.shape
     ks, sweep = _sizes(ks, n, T, d, sweep=sweep or plot is not None, vectors=vectors, fmt=fmt)
@@ -124,6 +116,25 @@ def _refuse_unused(ctx: typer.Context, features: Path | None, data: str | None) 
     else:
         refuse_unused(ctx, ("key",), "without FEATURES: --key chooses a tensor or column in a feature file")
         refuse_data_options(ctx, data)
+
+
+def _vectors(features: Path | None, capture: dict, key, vectors: Vectors | None, settings):
+    """The vectors to test, from FEATURES or captured from ``--model``: (matrix, n, source, which vectors).
+
+    ``capture["context_length"]`` is ``--n``: a captured text model's n, or the n of the file's
+    vectors; a saved feature folder knows its own.
+    """
+    from ..errors import InputError
+
+    n = capture["context_length"]
+    if features is None:
+        vectors = vectors or Vectors.queries
+        X, n, source = _capture(capture, vectors, settings)
+        return X, n, source, vectors
+    X, n_known, source, vectors = _read(features, key, capture["query_index"], vectors)
+    if n is not None and n_known is not None and n != n_known:
+        raise InputError(f"--n {n}: the saved features in {features} were captured with n = {n_known}")
+    return X, n or n_known, source, vectors
 
 
 def _capture(capture: dict, vectors: Vectors, settings):
