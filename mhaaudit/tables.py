@@ -145,8 +145,8 @@ MEMORIZE_COLUMNS = _cols(
     ("seconds", "float64", "training time"),
     ("stopped_early", "bool", "whether training stopped once every example was memorised"),
     ("device", "string", "where the point was trained"),
-    ("saturation", "saturation", "with --saturation: saturated heads per example (a struct of the fields "
-                                 "below); null otherwise"),
+    ("saturation", "saturation", "with --saturation: saturated heads per example (a struct: the "
+                                 "saturation.* fields); null otherwise"),
     ("reused", "bool", "whether the point was read from the --out file instead of trained"),
     # The --out file of memorize (the grid's own results, for resuming) stores saturation flat:
     ("config_key", "string", "--out file: the point's full configuration, the key it is stored under"),
@@ -199,6 +199,8 @@ def _column_array(name: str, values: list, spec: str | None):
     if spec is not None:
         if spec.startswith("map<"):
             values = [_as_map(v) for v in values]
+        elif spec.startswith("list<") or spec == "saturation":  # nested values older files stored as JSON text
+            values = [json.loads(v) if isinstance(v, str) else v for v in values]
         return pa.array(values, type=arrow_type(spec))
     try:  # a column no schema names: as pyarrow infers it, else as JSON text
         return pa.array(values)
@@ -250,15 +252,18 @@ def to_pandas(table):
 
 
 def schema_markdown(command: str | None = None) -> str:
-    """The README's schema table: one row per column (of one command, or of all)."""
+    """The README's schema table: one row per column (of one command, or of all; saturation's fields too)."""
     rows, seen = ["| column | type | commands | meaning |", "|---|---|---|---|"], {}
     for cmd, cols in COLUMNS.items():
-        for c in cols:
-            if command is None or cmd == command:
+        if command is None or cmd == command:
+            for c in cols:
                 seen.setdefault((c.name, c.type, c.meaning), []).append(cmd)
+                if c.type == "saturation":
+                    for f in SATURATION_FIELDS:
+                        seen.setdefault((f"{c.name}.{f.name}", f.type, f.meaning), []).append(cmd)
     for (name, typ, meaning), cmds in seen.items():
         shown = "struct" if typ == "saturation" else typ
-        rows.append(f"| `{name}` | {shown} | {', '.join(cmds)} | {meaning} |")
+        rows.append(f"| `{name}` | {shown} | {', '.join(cmds)} | {meaning.replace('|', chr(92) + '|')} |")
     return "\n".join(rows)
 
 

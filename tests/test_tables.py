@@ -40,6 +40,17 @@ def test_columns_are_typed_by_the_schema():
     assert rows[2]["witness"] is None and rows[2]["planned_samples"] is None
 
 
+def test_nested_values_stored_as_json_text_are_read_back_as_data():
+    """Rows read from a file written before the typed columns (JSON text) are written typed."""
+    t = records_table([{"witness": "[1, 2]", "rank_histogram": '{"3": 4}', "sat_histogram": "[5, 0]"}],
+                      {"command": "check"})
+    assert t.to_pylist() == [{"witness": [1, 2], "rank_histogram": [(3, 4)], "sat_histogram": "[5, 0]"}]
+    m = records_table([{"sat_histogram": "[5, 0]", "saturation": json.dumps({"heads": 2, "histogram": [1, 1]})}],
+                      {"command": "memorize"})
+    row = m.to_pylist()[0]
+    assert row["sat_histogram"] == [5, 0] and row["saturation"]["histogram"] == [1, 1]
+
+
 def test_unknown_columns_are_inferred_or_json():
     t = records_table([{"extra": 1.5, "odd": [1, "a"]}], {"command": "kruskal"})
     assert t.schema.field("extra").type == pa.float64()
