@@ -70,6 +70,7 @@ CASES = [
     ("kruskal-n-on-image-model", "kruskal --model {vit} --n 7 --limit 20", "text models only"),
     ("kruskal-split-without-data", "kruskal --model {vit} --split test", "--split has no effect without --data"),
     ("kruskal-variant-and-variants", "kruskal --model {vit} --variant random --variants random", "give --variants only"),
+    ("kruskal-several-variants", "kruskal --model {vit} --variants random,trained", "one column at a time"),
     ("kruskal-weights-random", "kruskal --model {vit} --variants random --weights {vit}", "--variants trained"),
     ("pt-several-tensors", "kruskal {pt2}", "several tensors (a3, queries); choose one with --key"),
     ("safetensors-several-tensors", "kruskal {st2}", "choose one with --key"),

@@ -50,6 +50,12 @@ def test_flags_show_no_value_type(capsys, command):
     assert "-h" in text and "--help" in text
 
 
+def test_defaults_of_optional_options_are_shown(capsys):
+    text = help_text(capsys, "kruskal")
+    assert "(default: queries)" in text and "(default: random)" in text and "(default: vit-base)" in text
+    assert "(default 1 = after the first block" in help_text(capsys, "check")
+
+
 def test_no_command_prints_help_on_stderr(capsys):
     rc, out, err = run(capsys)
     assert rc == 2 and out == "" and "Usage" in err

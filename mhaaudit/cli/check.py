@@ -40,7 +40,7 @@ def check(
     ctx: typer.Context,
     model: ModelArg,
     variants: Annotated[Optional[list[str]], typer.Option("--variants", help="Columns: embedding, random-attention, random, trained (images; default all); random and/or trained with --layers or for text.")] = None,
-    layer: Annotated[Optional[int], typer.Option("--layer", help="Depth K of the random and trained image columns: the tokens read are the output of block K (1 = after the first block; --layers 0 reads the embedding output). [default: 1]", show_default=False)] = None,
+    layer: Annotated[Optional[int], typer.Option("--layer", help="Depth K of the random and trained image columns: the tokens read are the output of block K (default 1 = after the first block; --layers 0 reads the embedding output).", show_default=False)] = None,
     layers: Annotated[Optional[str], typer.Option("--layers", help="Audit several depths in one pass, e.g. 0-6 or 0,1: the output of each block K (0 = embedding output). Text default: 0,1.")] = None,
     backend: BackendOpt = None,
     weights: Weights = None,

@@ -51,11 +51,11 @@ def kruskal(
     plot: Plot = None,
     query_index: Annotated[Optional[int], typer.Option("--query-index", help="Token used as the query: its row in a T x n x d array, or, with --model, in the model's tokens (0 = [CLS], -1 = last).")] = None,
     key: Annotated[Optional[str], typer.Option("--key", help="Tensor name (.pt/.safetensors holding several) or column (.parquet) to read.")] = None,
-    vectors: Annotated[Optional[Vectors], typer.Option("--vectors", help="With a saved feature folder or --model: the query vectors or the Assumption 3 vectors [default: queries].", show_default=False)] = None,
+    vectors: Annotated[Optional[Vectors], typer.Option("--vectors", help="With a saved feature folder or --model: the query vectors or the Assumption 3 vectors (default: queries).", show_default=False)] = None,
     n: Annotated[Optional[int], typer.Option("--n", "--context-length", help="Context length n: tested by default and marked on the plot. With --model it sets a text model's n (as check --context-length); a saved feature folder knows its n.")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", help="With no FEATURES: the model to capture query vectors from [default: vit-base].", show_default=False)] = None,
+    model: Annotated[Optional[str], typer.Option("--model", help="With no FEATURES: the model to capture query vectors from (default: vit-base).", show_default=False)] = None,
     backend: BackendOpt = None,
-    variants: Annotated[Optional[str], typer.Option("--variants", help="With no FEATURES: the one column to capture: embedding, random-attention, random, trained, random-L<k> or trained-L<k> [default: random].", show_default=False)] = None,
+    variants: Annotated[Optional[str], typer.Option("--variants", help="With no FEATURES: the one column to capture: embedding, random-attention, random, trained, random-L<k> or trained-L<k> (default: random).", show_default=False)] = None,
     variant: Annotated[Optional[str], typer.Option("--variant", hidden=True, help="Deprecated name of --variants.")] = None,
     weights: Annotated[Optional[str], typer.Option("--weights", help="With no FEATURES and a trained column: local folder (transformers) or file (timm) with the trained weights.")] = None,
     data: Annotated[Optional[str], typer.Option("--data", help="With no FEATURES: data source (default: the built-in offline data).")] = None,
@@ -66,6 +66,7 @@ def kruskal(
 ) -> None:
     """Estimate the Kruskal rank of a set of vectors: Monte-Carlo tests at candidate sizes, or a sweep."""
     from .. import validate
+    from ..errors import InputError
     from ..io import stamp
     from ..kruskal import as_matrix, set_stats
     from ..progress import log, progress_enabled
@@ -80,6 +81,8 @@ def kruskal(
     n = None if n is None else validate.integer("--n", n)
     _refuse_unused(ctx, features, data)
     variant = renamed("--variant", variant, "--variants", variants)
+    if variant is not None and len(validate.split_list(variant) or []) > 1:
+        raise InputError(f"--variants {variant}: kruskal captures one column at a time; give one (check audits several)")
     capture = dict(model=model or "vit-base", variant=variant or "random", weights_path=weights, data=data,
                    split=split, limit=limit, batch_size=batch_size, keep_duplicates=keep_duplicates,
                    backend=backend.value if backend else None, context_length=n, query_index=query_index)
