@@ -1,96 +1,77 @@
-"""Benchmarks for the capacity and memorisation code: ours beside the naive procedure.
+"""Benchmark: a memorisation grid trained point by point beside the stacked grid, on one device.
 
-1. Z of Theorem 1's proof: ``attention_combinations`` (chunked; logits through Wk q, so no
-   (T, H, n, d_h) key tensor) vs a per-example, per-head loop.
-2. One training step of the memorisation model with a shared context: keys and values computed
-   once per batch vs the same context expanded to every example of the batch.
+1. plain loop: each point alone in the plain training loop (``mhaaudit.memorize.reference``: one
+   ``MemorizeModel``, ``torch.optim.Adam``, one batch after another; on the CPU one intra-op
+   thread), one point after the other: the procedure before points were stacked.
+2. stacked, one point per group: ``run_memorize_grid(max_group=1)`` (on the CPU the groups run
+   side by side, one per core).
+3. stacked grid: ``run_memorize_grid`` as shipped.
 
-Usage: python benchmarks/bench_memorize.py [--quick]
+Prints the wall time of each (and, on the CPU, the CPU time of the process, which other
+processes on the machine disturb less), the ratios to the plain loop, and how far the memorised
+counts of 1 and 3 lie apart. Nothing is asserted. Run:
+
+    python benchmarks/bench_memorize.py [--preset cpu] [--max-steps 1000] [--device cpu|cuda] [--skip-plain]
 """
 
 from __future__ import annotations
 
 import argparse
-import math
+import os
 import time
 
 import torch
 
-from mhaaudit.capacity import attention_combinations, random_attention_weights
-from mhaaudit.memorize import DIM, MemorizeModel, make_dataset
+from mhaaudit.memorize import run_memorize_grid
+from mhaaudit.memorize.grid import points, resolve_grid
+from mhaaudit.memorize.reference import train_plain
+from mhaaudit.memorize.training import Point, Recipe, intra_op_threads
+from mhaaudit.settings import device_name, resolve_device
 
 
-def _timeit(fn, repeat: int = 3) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
-def naive_Z(E, x, Wq, Wk):
-    T, n, d = E.shape
-    H, _, dh = Wq.shape
-    rows = []
-    for t in range(T):
-        parts = []
-        for h in range(H):
-            k = E[t] @ Wk[h]  # (n, dh)
-            q = x[t] @ Wq[h]
-            p = torch.softmax(k @ q / math.sqrt(dh), dim=0)
-            parts.append(E[t].T @ p)
-        rows.append(torch.cat(parts))
-    return torch.stack(rows)
-
-
-def bench_Z(T: int, n: int, d: int, H: int, dh: int) -> None:
-    g = torch.Generator().manual_seed(0)
-    E = torch.rand(T, n, d, generator=g, dtype=torch.float64)
-    x = torch.rand(T, d, generator=g, dtype=torch.float64)
-    Wq, Wk = random_attention_weights(d, H, dh, seed=0)
-    ours = attention_combinations(E, x, Wq, Wk)
-    ref = naive_Z(E, x, Wq, Wk)
-    err = (ours - ref).abs().max().item()
-    t_ours = _timeit(lambda: attention_combinations(E, x, Wq, Wk))
-    t_naive = _timeit(lambda: naive_Z(E, x, Wq, Wk), repeat=1)
-    print(f"Z  T={T} n={n} d={d} H={H} d_h={dh}: ours {t_ours:.3f}s  naive loop {t_naive:.3f}s  "
-          f"ratio {t_naive / t_ours:.1f}x  max|diff| {err:.1e}")
-
-
-def bench_step(H: int, n: int, batch: int, steps: int) -> None:
-    g = torch.Generator().manual_seed(0)
-    q, ctx, y = make_dataset(size=batch, n=n, task="classification", context="shared", classes=100, generator=g)
-    model = MemorizeModel(d=DIM, n=n, heads=H, head_dim=64, out_dim=100, generator=g)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-
-    def run(context):
-        for _ in range(steps):
-            loss = torch.nn.functional.cross_entropy(model(q, context), y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-
-    expanded = ctx.expand(batch, n, DIM).contiguous()
-    t_shared = _timeit(lambda: run(ctx))
-    t_expanded = _timeit(lambda: run(expanded))
-    print(f"step H={H} n={n} batch={batch}: shared keys {1e3 * t_shared / steps:.2f} ms  "
-          f"expanded context {1e3 * t_expanded / steps:.2f} ms  ratio {t_expanded / t_shared:.1f}x")
+def _timed(fn):
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    w, c = time.perf_counter(), time.process_time()
+    out = fn()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return out, time.perf_counter() - w, time.process_time() - c
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="smaller sizes")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--preset", default="cpu", help="a preset of run_memorize_grid (default cpu)")
+    ap.add_argument("--max-steps", type=int, default=None, help="cap on steps per point (default: the preset's)")
+    ap.add_argument("--seeds", default=None, help="seeds, e.g. 0-5 (default: seed 0)")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    ap.add_argument("--skip-plain", action="store_true", help="skip the plain loop (slow on large grids)")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    if args.quick:
-        bench_Z(T=200, n=16, d=64, H=4, dh=16)
-        bench_step(H=4, n=32, batch=256, steps=20)
-    else:
-        bench_Z(T=1000, n=32, d=64, H=8, dh=64)
-        bench_step(H=8, n=32, batch=256, steps=50)
-        bench_step(H=30, n=32, batch=256, steps=20)
+    dev = resolve_device(args.device)
+    grid = resolve_grid(preset=args.preset, max_steps=args.max_steps)
+    recipe = Recipe.resolve(epochs=grid["epochs"], max_steps=grid["max_steps"])
+    kw = dict(preset=args.preset, max_steps=args.max_steps, seeds=args.seeds, device=dev)
+    stacked, w3, c3 = _timed(lambda: run_memorize_grid(**kw))
+    pts = [Point(**p, seed=s) for p in points(grid) for s in stacked.seeds]
+    print(f"grid {args.preset}: {len(pts)} points, {max(r.planned_steps for r in stacked.runs)} steps at most, "
+          f"on {device_name(dev)}, torch {torch.__version__}, {os.cpu_count()} CPU cores, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    rows = []
+    if not args.skip_plain:
+        with intra_op_threads(dev, 1):
+            plain, w1, c1 = _timed(lambda: [train_plain(p, recipe, dev) for p in pts])
+        rows.append(("plain loop, point by point", w1, c1))
+    _, w2, c2 = _timed(lambda: run_memorize_grid(**kw, max_group=1))
+    rows.append(("stacked, one point per group", w2, c2))
+    rows.append((f"stacked grid ({len(stacked.groups)} groups)", w3, c3))
+    base = rows[0][1] if rows else w3
+    for name, w, c in rows:
+        cpu = f"  cpu {c:8.1f} s" if dev.type == "cpu" else ""
+        print(f"  {name:<34} wall {w:8.1f} s{cpu}  ratio {base / w:5.2f}x")
+    if not args.skip_plain:
+        diff = max(abs(r.memorized_count - p["memorized_count"]) for r, p in zip(stacked.runs, plain))
+        print(f"  largest difference in memorised count, plain vs stacked: {diff} "
+              f"(counts {[p['memorized_count'] for p in plain]} vs {[r.memorized_count for r in stacked.runs]})")
 
 
 if __name__ == "__main__":

@@ -131,3 +131,48 @@ def plot_capacity(result, path: str | Path) -> Path:
     fig.tight_layout()
     return save_figure(fig, path)
 
+
+_MEMORIZE_XLABEL = {"heads": "number of heads H", "n": "context length n", "head-dim": "key/query dimension d_h"}
+
+
+def plot_memorize(grid, path: str | Path) -> Path:
+    """Memorised fraction vs the varied parameter, one line per size (the layout of Figure 2).
+
+    With several seeds, the line is the mean over seeds and the band spans the lowest to the
+    highest seed.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    param = {"heads": "heads", "n": "n", "head-dim": "head_dim"}.get(grid.vary or "")
+    seeds = len(getattr(grid, "seeds", ()) or ()) > 1
+    fig, ax = plt.subplots(figsize=(4.8, 3.6), dpi=150)
+    for T in grid.sizes:
+        if seeds:
+            pts = sorted(((getattr(m, param) if param else 0), m.mean, m.low, m.high) for m in grid.summary if m.size == T)
+            line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"T = {T}")
+            ax.fill_between([p[0] for p in pts], [p[2] for p in pts], [p[3] for p in pts], color=line.get_color(), alpha=0.2)
+        else:
+            pts = sorted(((getattr(r, param) if param else 0), r.memorized) for r in grid.runs if r.size == T)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"T = {T}")
+    s = grid.settings
+    parts = [f"{label} = {s.get(key)}" for vary, label, key in (("heads", "H", "heads"), ("n", "n", "n"),
+                                                                 ("head-dim", "d_h", "head_dim")) if grid.vary != vary]
+    if grid.vary == "head-dim":
+        ax.axvline(s.get("n"), color="grey", linestyle="--", linewidth=1, label="d_h = n")
+    title = ", ".join(parts) + f" ({s.get('context', 'shared')} context)"
+    if seeds:
+        title += f"\nmean of {len(grid.seeds)} seeds; band from the lowest to the highest"
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel(_MEMORIZE_XLABEL.get(grid.vary, "setting"))
+    if s.get("task") == "regression":
+        ax.set_ylabel(f"fraction with |error| < {s.get('tolerance')}")
+    else:
+        ax.set_ylabel("memorised fraction (training accuracy)")
+    ax.set_ylim(-0.02, 1.05)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, path)

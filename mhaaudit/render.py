@@ -514,9 +514,22 @@ def fit_table(grid) -> Table:
     return ft
 
 
+def seed_summary_table(grid) -> Table:
+    """The memorised fraction of each setting over the seeds: mean, standard deviation, range."""
+    t = Table(title=f"Over {len(grid.seeds)} seeds ({', '.join(map(str, grid.seeds))})", title_justify="left")
+    for col in ("setting", "size T", "seeds", "mean", "std", "lowest", "highest", "mean count"):
+        t.add_column(col, justify="left" if col == "setting" else "right")
+    for m in grid.summary:
+        t.add_row(_setting(m), str(m.size), str(m.seeds), f"{m.mean:.3f}", "-" if m.std is None else f"{m.std:.3f}",
+                  f"{m.low:.3f}", f"{m.high:.3f}", f"{m.mean_count:.1f}")
+    return t
+
+
 def memorize_report(grid) -> list:
     """``mhaaudit memorize``: the points, the fits against H, the saturation histograms, the files."""
     items: list = [memorize_table(grid)]
+    if len(grid.seeds) > 1 and grid.summary:
+        items.append(seed_summary_table(grid))
     if grid.fits:
         items.append(fit_table(grid))
     elif grid.vary == "heads":

@@ -15,14 +15,12 @@ Every random choice of a run derives from the one user seed through :func:`deriv
 
 ``purpose`` names the consumer and ``index`` numbers its parts. The purposes used are:
 
-==================== ================================================================
-``"model-init"``     random initialisation of a model's weights (``index``: none outside the blocks; k for block k)
-``"data"``           the built-in images, text example construction and sampling of data
-``"random-attention"`` the frozen random attention head of the paper's Table 1
-``"draws"``          Monte-Carlo block ``b`` of a Kruskal test or sweep (``index``: ``b``)
-``"labels"``         the random labels of the capacity certificate
-``"memorize"``       a synthetic memorisation point (``index``: the point's number)
-==================== ================================================================
+- ``"model-init"``: random initialisation of a model's weights (``index``: none outside the blocks; k for block k)
+- ``"data"``: the built-in images, text example construction and sampling of data
+- ``"random-attention"``: the frozen random attention head of the paper's Table 1
+- ``"draws"``: Monte-Carlo block ``b`` of a Kruskal test or sweep (``index``: ``b``)
+- ``"labels"``: the random labels of the capacity certificate
+- ``"memorize"``: a synthetic memorisation point (``index``: none; every point starts from the same stream)
 
 Different purposes get independent streams, so adding a consumer never shifts another's numbers,
 and a part's stream does not depend on how many parts run or in which order.

@@ -90,6 +90,7 @@ CASES = [
     ("memorize-tolerance-classification", "memorize --sizes 16 --tolerance 0.1", "--tolerance has no effect"),
     ("memorize-vary-and-heads", "memorize --sizes 16 --vary n --heads 1,2", "only one parameter varies"),
     ("memorize-two-varied", "memorize --sizes 16 --heads 1,2 --n 4,8", "only one parameter varies"),
+    ("memorize-seed-and-seeds", "memorize --sizes 16 --seed 3 --seeds 0-2", "--seed has no effect with --seeds"),
     ("memorize-values-and-heads", "memorize --sizes 16 --vary heads --values 1,2 --heads 3", "only one parameter varies"),
     # --- item 4: nothing to audit is not success
     ("nothing-to-audit", "check vit-base --variants trained --limit 200", "no column could be audited"),
@@ -200,15 +201,6 @@ def test_outputs_have_ordinary_permissions(capsys, inputs, tmp_path, umask_022):
     assert oct(_mode(tmp_path / "feat")) == oct(0o755) and oct(_mode(tmp_path / "feat" / "random")) == oct(0o755)
 
 
-def _memorize_writes_through_io() -> bool:
-    import mhaaudit.memorize as m
-
-    return hasattr(m, "__path__")  # the memorize package writes through mhaaudit.io; the old module had its own writer
-
-
-@pytest.mark.xfail(not _memorize_writes_through_io(), strict=True,
-                   reason="the memorize module writes its results through its own mkstemp (0600); the memorize "
-                          "package writes them through mhaaudit.io.write_parquet")
 def test_memorize_outputs_have_ordinary_permissions(capsys, tmp_path, umask_022):
     rc, _, err = run(capsys, "memorize", "--heads", "1,2", "--n", "4", "--head-dim", "8", "--sizes", "16",
                      "--max-steps", "3", "--device", "cpu", "--out", tmp_path / "m.parquet", "--plot", tmp_path / "m.png",

@@ -39,7 +39,8 @@ def test_json_document(capsys):
     rc, out, err = run(capsys, *GRID, "--format", "json")
     assert rc == 0, err
     doc = strict_json(out)  # the one strict printer: no NaN or Infinity tokens
-    assert set(doc) == {"tool", "vary", "values", "sizes", "preset", "settings", "runs", "fits", "reused", "out", "plot"}
+    assert set(doc) == {"tool", "vary", "values", "sizes", "preset", "settings", "runs", "fits", "reused", "out", "plot", "seeds",
+                        "summary", "groups", "memory_budget"}
     assert doc["tool"] == f"mhaaudit {__version__}"
     assert doc["vary"] == "heads" and doc["values"] == [1, 2] and doc["sizes"] == [16]
     assert [r["heads"] for r in doc["runs"]] == [1, 2]
@@ -118,3 +119,13 @@ def test_choices_are_choices(capsys):
     assert "<bool>" not in text and "1-8" in text
     rc, out, err = run(capsys, *GRID, "--task", "sorting")
     assert_one_error(rc, err, "--task")
+
+
+def test_seeds_report_mean_and_spread(capsys):
+    args = [a for a in GRID if a not in ("--seed", "2")]
+    rc, out, err = run(capsys, *args, "--seeds", "0-2", "--format", "json")
+    assert rc == 0, err
+    doc = strict_json(out)
+    assert doc["seeds"] == [0, 1, 2] and len(doc["runs"]) == 2 * 3
+    for row in doc["summary"]:
+        assert row["seeds"] == 3 and row["low"] <= row["mean"] <= row["high"]

@@ -153,3 +153,18 @@ def test_kruskal_results_give_their_table_and_their_report():
     assert json.loads(sweep.to_arrow().schema.metadata[b"mhaaudit"])["sweep_summary"]["estimate"] == sweep.estimate
     assert "Kruskal-rank tests" in test._repr_mimebundle_()["text/plain"]
     assert "Kruskal-rank estimate" in sweep._repr_html_()
+
+
+def test_memorize_grid_gives_its_table_and_its_report():
+    from mhaaudit.memorize import run_memorize_grid
+
+    grid = run_memorize_grid(heads=2, n=4, head_dim=8, sizes="12", max_steps=3, seeds="0-1", device="cpu",
+                             saturation=True)
+    t = grid.to_arrow()
+    assert t.num_rows == 2 and t.schema.field("saturation").type == arrow_type("saturation")
+    assert json.loads(t.schema.metadata[b"mhaaudit"])["command"] == "memorize"
+    assert {f.name for f in t.schema} <= {c.name for c in COLUMNS["memorize"]}
+    df = grid.to_pandas()
+    assert str(df["heads"].dtype) == "Int64" and list(df["seed"]) == [0, 1]
+    text = grid._repr_mimebundle_()["text/plain"]
+    assert "Memorisation" in text and "Over 2 seeds" in text

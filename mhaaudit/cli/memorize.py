@@ -55,6 +55,7 @@ def memorize(
     batch_size: Annotated[int, typer.Option("--batch-size", help="Training batch size.")] = 256,
     check_every: Annotated[int, typer.Option("--check-every", help="Check for full memorisation (and stop) every this many steps.")] = 200,
     seed: Seed = 0,
+    seeds: Annotated[Optional[str], typer.Option("--seeds", help="Train every point for several seeds (e.g. 0-5 or 0,3,7) and report the mean and spread; instead of --seed.")] = None,
     device: Device = "auto",
     saturation: Annotated[bool, typer.Option("--saturation", help="Count saturated heads (softmax weight > 0.99) per example.")] = False,
     out: Annotated[Optional[Path], typer.Option(help="Parquet file of results; existing points in it are not recomputed.")] = None,
@@ -76,7 +77,6 @@ def memorize(
     Without --epochs/--max-steps each point trains max(500 epochs, 50k steps), as in the paper.
     Appendix H's saturation study: --heads 4 --n 32 --sizes 550 --saturation.
     """
-    from ..io import stamp
     from ..memorize import run_memorize_grid
     from ..progress import progress_enabled
     from ..render import render_memorize
@@ -86,12 +86,14 @@ def memorize(
         refuse_unused(ctx, ("classes",), "with --task regression: the labels are numbers in [0, 1]")
     else:
         refuse_unused(ctx, ("tolerance",), "with --task classification: a class is right or wrong")
+    if seeds is not None:
+        refuse_unused(ctx, ("seed",), "with --seeds: every point is trained for each seed listed")
     grid_axes = _axes(vary.value if vary else None, values, preset.value if preset else None,
                       {"heads": heads, "n": n, "head_dim": head_dim})
     grid = run_memorize_grid(
         **grid_axes, sizes=sizes, preset=preset.value if preset else None, task=task.value, context=context.value,
         classes=classes, tolerance=tolerance, epochs=epochs, max_steps=max_steps, lr=lr, batch_size=batch_size,
-        check_every=check_every, seed=seed, device=device, saturation=saturation, out=out, plot=plot,
+        check_every=check_every, seed=seed, seeds=seeds, device=device, saturation=saturation, out=out, plot=plot,
         progress=progress_enabled(format.value),
     )
     if grid.reused:
@@ -99,11 +101,8 @@ def memorize(
             f"{grid.reused} of {len(grid.runs)} points were already in {grid.out} with the same configuration; not recomputed",
             file=sys.stderr,
         )
-    doc = grid.to_dict()
-    meta = stamp(command="memorize", seed=grid.settings.get("seed"), device=grid.settings.get("device"),
-                 **{k: v for k, v in doc.items() if k not in ("tool", "runs")})
     # --out is the grid's own results file (written point by point, for resuming): not emit's to write.
-    emit(format, meta, doc["runs"], document=doc, render=lambda: render_memorize(grid))
+    emit(format, grid.meta(), grid.table_records(), document=grid.to_dict(), render=lambda: render_memorize(grid))
 
 
 def _axes(vary: str | None, values: str | None, preset: str | None, given: dict[str, str | None]) -> dict:

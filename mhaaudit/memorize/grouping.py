@@ -1,0 +1,125 @@
+"""Splitting a grid's points into stacked groups that fit the device (issue #15, item 4).
+
+A group's memory is estimated, not measured: weights, gradients and Adam's moments of every row,
+the group's data on the device, what one training step keeps for the backward pass, one
+evaluation chunk and the batches of :data:`~.training.CHUNK_STEPS` steps, padded to the group's
+largest H, d_h, n and T, plus a quarter for the allocator's slack.
+
+Points are taken in order of their cost and added to the current group while its estimate stays
+within the budget and training them together is estimated to take no longer than apart. A step
+is estimated to cost a fixed overhead (launching its kernels from Python: about 0.35 ms on a CPU
+core, a few hundred microseconds on a GPU) plus its multiply-adds, padding included, at the
+device's rate; so on a CPU, where the arithmetic dominates, points of very different sizes train
+apart, while on a GPU, where the launches dominate, most of a grid trains in one group.
+
+The default budget is 80% of the GPU memory free when the grid starts, or half of the memory
+available on the host for a CPU device.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from .stack import StackShape
+
+__all__ = ["GroupPlan", "default_budget", "group_bytes", "plan_groups"]
+
+#: A step's fixed cost in multiply-adds at the device's rate (about 0.35 ms of a CPU core at
+#: 17 G/s; about 0.3 ms of a GPU at 15 T/s): see the module docstring.
+STEP_OVERHEAD = {"cpu": 6e6, "cuda": 5e9}
+_MARGIN = 1.25
+_F32 = 4
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """The points (indices into the list planned) trained together, their padded shape, its
+    estimated memory, the examples evaluated at once, and its estimated cost (multiply-adds)."""
+
+    members: tuple[int, ...]
+    shape: StackShape
+    bytes: int
+    eval_chunk: int
+    work: float
+
+
+def default_budget(device: torch.device) -> int:
+    """Bytes a grid may use on ``device`` (see the module docstring)."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(0.8 * free)
+    try:
+        return int(0.5 * os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return 4 << 30
+
+
+def _step_floats(s: StackShape, batch: int, shared: bool, train: bool) -> int:
+    """Floats one forward pass of ``batch`` examples per point keeps (and, training, its gradients)."""
+    H, e, n, d, C = s.heads, s.head_dim, s.n, s.d, s.out_dim
+    per_example = d + 5 * H * n + 3 * H + 3 * C
+    if not shared:
+        per_example += 3 * n * d + H * (e + 2 * d)
+    fixed = 3 * H * n * e + 3 * H * d * n + n * d if shared else 0
+    floats = s.points * (batch * per_example + fixed)
+    return 2 * floats if train else floats
+
+
+def group_bytes(s: StackShape, *, batch: int, shared: bool, eval_chunk: int, chunk_steps: int) -> int:
+    """Estimated peak bytes of training group ``s`` (see the module docstring)."""
+    weights = 7 * s.points * s.numel  # rows, stacked rows, their gradients, Adam's two moments
+    data = s.points * s.size * (s.d + 2) + s.points * s.n * s.d * (1 if shared else s.size)
+    batches = 3 * s.points * chunk_steps * batch * 3  # indices (int64) and weights, twice on a GPU
+    floats = weights + data + batches + _step_floats(s, batch, shared, True) + _step_floats(s, eval_chunk, shared, False)
+    return int(_MARGIN * _F32 * floats)
+
+
+def _eval_chunk(s: StackShape, batch: int, shared: bool, budget: int) -> int:
+    """Examples per point evaluated at once: up to 4096, within a quarter of the budget."""
+    per_example = _step_floats(s, 1, shared, False) * _F32
+    fit = int(0.25 * budget // max(per_example, 1))
+    return max(min(batch, s.size), min(4096, s.size, fit))
+
+
+def _work(s: StackShape, batch: int, shared: bool) -> float:
+    """Multiply-adds of one training step of every point of ``s`` (padded)."""
+    H, e, n, d, C = s.heads, s.head_dim, s.n, s.d, s.out_dim
+    per_point = batch * (d * d + H * d * n + H * C) + H * n * d * e * 2
+    if not shared:
+        per_point += batch * (n * d * d + H * d * e * 2)
+    return 3.0 * s.points * per_point
+
+
+def plan_groups(points: Sequence, *, totals: Sequence[int], out_dim: int, batch: int, shared: bool,
+                device: torch.device, budget: int, max_points: int | None = None,
+                chunk_steps: int = 256) -> list[GroupPlan]:
+    """Split ``points`` (objects with heads, head_dim, n, size) into groups within ``budget`` bytes.
+
+    ``totals``: each point's planned steps (points of one group run as long as the longest);
+    ``max_points`` caps a group's size (1: every point alone).
+    """
+    overhead = STEP_OVERHEAD.get(device.type, STEP_OVERHEAD["cuda"])
+
+    def cost(members: list[int]) -> float:
+        return (overhead + _work(StackShape.of([points[i] for i in members], out_dim), batch, shared)) * max(
+            totals[i] for i in members)
+
+    def plan(members: list[int]) -> GroupPlan:
+        s = StackShape.of([points[i] for i in members], out_dim)
+        chunk = _eval_chunk(s, batch, shared, budget)
+        return GroupPlan(members=tuple(members), shape=s, eval_chunk=chunk, work=cost(members),
+                         bytes=group_bytes(s, batch=batch, shared=shared, eval_chunk=chunk, chunk_steps=chunk_steps))
+
+    groups: list[list[int]] = []
+    for i in sorted(range(len(points)), key=lambda i: (cost([i]), points[i].size)):
+        joined = groups[-1] + [i] if groups else None
+        if (joined is not None and (max_points is None or len(joined) <= max_points)
+                and plan(joined).bytes <= budget and cost(joined) <= cost(groups[-1]) + cost([i])):
+            groups[-1] = joined
+        else:
+            groups.append([i])
+    return [plan(g) for g in groups]

@@ -1,0 +1,68 @@
+"""The model of the memorisation experiments: one multi-head attention layer with d_v = 1 per head.
+
+``Linear(d -> d)`` token embedding (no bias), sinusoidal positional encodings (query at position
+0, context rows at 1..n), one attention layer with H heads, key/query dimension d_h, value
+dimension 1 per head, ``W_O: H -> d``, no biases anywhere, Xavier-uniform initialisation drawn
+from the caller's generator (embedding, then W_Q head by head, W_K head by head, W_V, W_O, the
+read-out). The query attends over the n context tokens only (never itself); logits are scaled by
+1/sqrt(d_h). The read-out ``Linear(d -> classes)`` (or ``-> 1``) acts on the query's output.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .data import sinusoidal_positions
+
+__all__ = ["MemorizeModel"]
+
+
+class MemorizeModel(torch.nn.Module):
+    """Embedding + positions + one multi-head attention layer (d_v = 1 per head) + read-out."""
+
+    def __init__(self, *, d: int, n: int, heads: int, head_dim: int, out_dim: int, generator: torch.Generator | None = None):
+        super().__init__()
+        self.d, self.n, self.heads, self.head_dim = d, n, heads, head_dim
+        self.embed = torch.nn.Parameter(torch.empty(d, d))  # acts as x @ embed.T
+        self.wq = torch.nn.Parameter(torch.empty(heads, d, head_dim))
+        self.wk = torch.nn.Parameter(torch.empty(heads, d, head_dim))
+        self.wv = torch.nn.Parameter(torch.empty(heads, d))  # one value coordinate per head
+        self.wo = torch.nn.Parameter(torch.empty(d, heads))  # W_O: H -> d
+        self.readout = torch.nn.Parameter(torch.empty(out_dim, d))
+        self.register_buffer("pos", sinusoidal_positions(n + 1, d))
+        init = torch.nn.init.xavier_uniform_
+        with torch.no_grad():
+            init(self.embed, generator=generator)
+            for h in range(heads):
+                init(self.wq[h], generator=generator)
+            for h in range(heads):
+                init(self.wk[h], generator=generator)
+            init(self.wv, generator=generator)
+            init(self.wo, generator=generator)
+            init(self.readout, generator=generator)
+
+    def attention(self, x: torch.Tensor, ctx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Softmax weights (B, H, n) of the query over the context, and the context tokens."""
+        q_tok = x @ self.embed.T + self.pos[0]
+        c_tok = ctx @ self.embed.T + self.pos[1:]
+        q = torch.einsum("bd,hde->bhe", q_tok, self.wq)
+        if c_tok.ndim == 2:  # shared context: keys computed once
+            k = torch.einsum("nd,hde->hne", c_tok, self.wk)
+            logits = torch.einsum("bhe,hne->bhn", q, k)
+        else:
+            k = torch.einsum("bnd,hde->bhne", c_tok, self.wk)
+            logits = torch.einsum("bhe,bhne->bhn", q, k)
+        return torch.softmax(logits / math.sqrt(self.head_dim), dim=-1), c_tok
+
+    def forward(self, x: torch.Tensor, ctx: torch.Tensor, return_attention: bool = False):
+        p, c_tok = self.attention(x, ctx)
+        if c_tok.ndim == 2:
+            v = torch.einsum("nd,hd->hn", c_tok, self.wv)
+            heads_out = torch.einsum("bhn,hn->bh", p, v)
+        else:
+            v = torch.einsum("bnd,hd->bhn", c_tok, self.wv)
+            heads_out = (p * v).sum(-1)
+        out = (heads_out @ self.wo.T) @ self.readout.T
+        return (out, p) if return_attention else out

@@ -1,0 +1,309 @@
+"""The records of a memorisation grid: one run per trained point, the linear fits, the grid.
+
+A run's memorised fraction is measured on its training set (exact for the trained model); the
+linear fit of the count memorised against H is an ordinary least-squares line, an estimate of
+the slope Theorem 1 bounds (H (n - 1) + 1 examples).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+from .._version import __version__
+from ..tables import ResultTable
+from .data import DIM
+from .saturation import SaturationSummary
+
+#: How a point's generator is seeded (part of every stored configuration).
+SEED_RULE = "derive_seed(seed, 'memorize')"
+
+__all__ = ["GroupRecord", "LinearFit", "MemorizeGrid", "MemorizeRun", "SeedSummary", "fit_line", "heads_fits",
+           "seed_summaries"]
+
+
+@dataclass(frozen=True)
+class MemorizeRun:
+    """One trained point of a grid.
+
+    ``memorized`` is the fraction of training examples memorised (training accuracy, or the
+    fraction within ``tolerance`` for regression), ``memorized_count`` the number.
+    ``seconds`` is the wall time from the start of the point's group to its last check (the
+    points of a group train in the same steps, so their times overlap).
+    """
+
+    heads: int
+    n: int
+    head_dim: int
+    size: int
+    task: str
+    context: str
+    classes: int
+    tolerance: float
+    epochs: int | None
+    max_steps: int | None
+    lr: float
+    batch_size: int
+    check_every: int
+    seed: int
+    memorized: float
+    memorized_count: int
+    epochs_run: int
+    steps_run: int
+    planned_steps: int
+    final_loss: float
+    seconds: float
+    stopped_early: bool
+    device: str
+    saturation: SaturationSummary | None = None
+    reused: bool = False
+
+    def config(self) -> dict:
+        return config_dict(
+            heads=self.heads, n=self.n, head_dim=self.head_dim, size=self.size, task=self.task, context=self.context,
+            classes=self.classes, tolerance=self.tolerance, epochs=self.epochs, max_steps=self.max_steps, lr=self.lr,
+            batch_size=self.batch_size, check_every=self.check_every, seed=self.seed, device=self.device,
+        )
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "saturation"}
+        d["saturation"] = self.saturation.to_dict() if self.saturation is not None else None
+        return d
+
+
+@dataclass(frozen=True)
+class LinearFit:
+    """Least-squares line ``count = slope * H + intercept`` over the non-saturated points."""
+
+    size: int | None  # None: all sizes pooled
+    slope: float
+    intercept: float
+    r2: float
+    points: int  # number of (H, count) points fitted
+    xs: tuple[int, ...] = ()  # the distinct values of H among them
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"xs": list(self.xs)}
+
+
+@dataclass(frozen=True)
+class SeedSummary:
+    """The memorised fraction of one setting and size over several seeds: mean and spread.
+
+    ``std`` is the sample standard deviation (None with one seed); ``low``/``high`` the extremes.
+    """
+
+    heads: int
+    n: int
+    head_dim: int
+    size: int
+    seeds: int
+    mean: float
+    std: float | None
+    low: float
+    high: float
+    mean_count: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class GroupRecord:
+    """How a grid was grouped: the runs (indices into ``MemorizeGrid.runs``) trained together.
+
+    ``heads``, ``head_dim``, ``n`` and ``size`` are the padded shape of the stack; ``bytes`` its
+    estimated memory (see :mod:`.grouping`); ``seconds`` its wall time.
+    """
+
+    runs: tuple[int, ...]
+    heads: int
+    head_dim: int
+    n: int
+    size: int
+    bytes: int
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"runs": list(self.runs)}
+
+
+@dataclass(frozen=True)
+class MemorizeGrid(ResultTable):
+    """Every point of a grid, in grid order (seeds innermost), the linear fits when H varies,
+    the mean and spread over seeds, and how the points were grouped for training.
+    ``to_arrow()`` / ``to_pandas()`` give the runs as ``--format parquet`` prints them, and a
+    notebook shows the grid as ``mhaaudit memorize`` prints it.
+
+    ``groups`` covers the runs trained now (not those read back from ``out``);
+    ``memory_budget`` is the bytes the groups were planned within.
+    """
+
+    vary: str | None
+    values: tuple[int, ...]
+    sizes: tuple[int, ...]
+    preset: str | None
+    runs: tuple[MemorizeRun, ...]
+    fits: tuple[LinearFit, ...] = ()
+    reused: int = 0
+    out: str | None = None
+    plot: str | None = None
+    settings: dict = field(default_factory=dict)
+    seeds: tuple[int, ...] = (0,)
+    summary: tuple[SeedSummary, ...] = ()
+    groups: tuple[GroupRecord, ...] = ()
+    memory_budget: int | None = None
+
+    def meta(self) -> dict:
+        """The provenance stamp of the grid: the ``meta`` of its parquet output."""
+        from ..io import stamp
+
+        doc = self.to_dict()
+        return stamp(command="memorize", seed=self.settings.get("seed"), device=self.settings.get("device"),
+                     **{k: v for k, v in doc.items() if k not in ("tool", "runs")})
+
+    def table_records(self) -> list[dict]:
+        return [r.to_dict() for r in self.runs]
+
+    def table_meta(self) -> dict:
+        return self.meta()
+
+    def renderables(self) -> list:
+        from ..render import memorize_report
+
+        return memorize_report(self)
+
+    def to_dict(self) -> dict:
+        return {
+            "tool": f"mhaaudit {__version__}",
+            "vary": self.vary,
+            "values": list(self.values),
+            "sizes": list(self.sizes),
+            "preset": self.preset,
+            "settings": self.settings,
+            "runs": [r.to_dict() for r in self.runs],
+            "fits": [f.to_dict() for f in self.fits],
+            "reused": self.reused,
+            "out": self.out,
+            "plot": self.plot,
+            "seeds": list(self.seeds),
+            "summary": [m.to_dict() for m in self.summary],
+            "groups": [g.to_dict() for g in self.groups],
+            "memory_budget": self.memory_budget,
+        }
+
+
+# --------------------------------------------------------------------------- configuration keys
+
+
+def config_dict(**kw) -> dict:
+    """A point's full configuration, the key under which the results file stores it.
+
+    The device type (not its index) belongs to the config: the same seed gives other numbers
+    on another kind of device. So does the seed rule: rows written before points were seeded
+    through ``derive_seed(seed, "memorize")`` lack ``seed_rule`` and are recomputed.
+    """
+    dev = str(kw.pop("device"))
+    kw["device_type"] = dev.split(":")[0].split(" ")[0]
+    kw["seed_rule"] = SEED_RULE
+    kw["d"] = DIM
+    kw["tolerance"] = float(kw["tolerance"])
+    kw["lr"] = float(kw["lr"])
+    return kw
+
+
+def config_key(cfg: dict) -> str:
+    return json.dumps(cfg, sort_keys=True)
+
+
+# --------------------------------------------------------------------------- parquet rows
+
+
+_STORED = tuple(k for k in MemorizeRun.__dataclass_fields__ if k not in ("saturation", "reused"))
+
+
+def run_to_row(run: MemorizeRun) -> dict:
+    """A run as one flat row of the results file (saturation as ``sat_*`` columns)."""
+    row = {k: getattr(run, k) for k in _STORED}
+    row["config_key"] = config_key(run.config())
+    s = run.saturation
+    row.update(
+        sat_threshold=s.threshold if s else None,
+        sat_histogram=list(s.histogram) if s else None,
+        sat_frac_ge2=s.frac_at_least_two_saturated if s else None,
+        sat_frac_some_unsaturated=s.frac_some_unsaturated if s else None,
+        sat_frac_any=s.frac_any_saturated if s else None,
+        sat_mean=s.mean_saturated if s else None,
+    )
+    return row
+
+
+def row_to_run(row: dict) -> MemorizeRun:
+    """The run a row stores, marked ``reused``; KeyError/TypeError/ValueError on a foreign layout."""
+    sat = None
+    if row.get("sat_histogram") is not None:
+        hist = row["sat_histogram"]
+        hist = tuple(int(v) for v in (json.loads(hist) if isinstance(hist, str) else hist))
+        sat = SaturationSummary(
+            threshold=float(row["sat_threshold"]), heads=int(row["heads"]), examples=int(sum(hist)), histogram=hist,
+            frac_at_least_two_saturated=float(row["sat_frac_ge2"]),
+            frac_some_unsaturated=float(row["sat_frac_some_unsaturated"]),
+            frac_any_saturated=float(row["sat_frac_any"]), mean_saturated=float(row["sat_mean"]),
+        )
+    return MemorizeRun(**{k: row[k] for k in _STORED}, saturation=sat, reused=True)
+
+
+# --------------------------------------------------------------------------- linear fits
+
+
+def fit_line(xs: Sequence[float], ys: Sequence[float], size: int | None = None) -> LinearFit | None:
+    """Least squares ``y = slope * x + intercept`` with R^2; ``None`` with fewer than 2 distinct x."""
+    pts = list(zip(xs, ys))
+    if len({x for x, _ in pts}) < 2:
+        return None
+    m = len(pts)
+    mx = sum(x for x, _ in pts) / m
+    my = sum(y for _, y in pts) / m
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    sxy = sum((x - mx) * (y - my) for x, y in pts)
+    slope = sxy / sxx
+    intercept = my - slope * mx
+    ss_res = sum((y - (slope * x + intercept)) ** 2 for x, y in pts)
+    ss_tot = sum((y - my) ** 2 for _, y in pts)
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan")
+    return LinearFit(size=size, slope=slope, intercept=intercept, r2=r2, points=m, xs=tuple(sorted({int(x) for x, _ in pts})))
+
+
+def heads_fits(runs: Sequence[MemorizeRun], sizes: Sequence[int], saturated_at: float = 0.99) -> tuple[LinearFit, ...]:
+    """Count memorised vs H, per size and pooled, over the non-saturated points (fraction < 0.99)."""
+    fits = []
+    pooled_x, pooled_y = [], []
+    for T in sizes:
+        pts = sorted((r.heads, r.memorized_count) for r in runs if r.size == T and r.memorized < saturated_at)
+        pooled_x += [p[0] for p in pts]
+        pooled_y += [p[1] for p in pts]
+        f = fit_line([p[0] for p in pts], [p[1] for p in pts], size=T)
+        if f is not None:
+            fits.append(f)
+    if len(sizes) > 1:
+        f = fit_line(pooled_x, pooled_y, size=None)
+        if f is not None:
+            fits.append(f)
+    return tuple(fits)
+
+
+def seed_summaries(runs: Sequence[MemorizeRun]) -> tuple[SeedSummary, ...]:
+    """Mean and spread of the memorised fraction over the seeds of each (setting, size), in order."""
+    by: dict[tuple, list[MemorizeRun]] = {}
+    for r in runs:
+        by.setdefault((r.heads, r.n, r.head_dim, r.size), []).append(r)
+    out = []
+    for (h, n, e, T), rs in by.items():
+        fr = [r.memorized for r in rs]
+        mean = sum(fr) / len(fr)
+        std = math.sqrt(sum((f - mean) ** 2 for f in fr) / (len(fr) - 1)) if len(fr) > 1 else None
+        out.append(SeedSummary(heads=h, n=n, head_dim=e, size=T, seeds=len(rs), mean=mean, std=std, low=min(fr),
+                               high=max(fr), mean_count=sum(r.memorized_count for r in rs) / len(rs)))
+    return tuple(out)

@@ -1,0 +1,58 @@
+"""Saturated heads (Appendix H): a head is saturated for an example when some softmax weight
+exceeds 0.99. :func:`saturation_summary` counts them per example from the attention weights; the
+counts are exact for the trained model (nothing is estimated).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+from ..errors import InputError
+
+__all__ = ["SATURATION_THRESHOLD", "SaturationSummary", "saturation_summary"]
+
+SATURATION_THRESHOLD = 0.99
+
+
+@dataclass(frozen=True)
+class SaturationSummary:
+    """How many heads are saturated (some softmax weight > threshold) per example.
+
+    ``histogram[k]`` is the number of examples with exactly k saturated heads (k = 0..H).
+    """
+
+    threshold: float
+    heads: int
+    examples: int
+    histogram: tuple[int, ...]
+    frac_at_least_two_saturated: float
+    frac_some_unsaturated: float
+    frac_any_saturated: float
+    mean_saturated: float
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["histogram"] = list(self.histogram)
+        return d
+
+
+def saturation_summary(attention: torch.Tensor, threshold: float = SATURATION_THRESHOLD) -> SaturationSummary:
+    """Per-example count of saturated heads from softmax weights (T, H, n)."""
+    if not isinstance(attention, torch.Tensor) or attention.ndim != 3:
+        raise InputError("attention weights must be a (T, H, n) tensor")
+    T, H, _ = attention.shape
+    counts = (attention.max(dim=-1).values > threshold).sum(dim=1).cpu()
+    hist = torch.bincount(counts, minlength=H + 1)
+    denom = max(T, 1)
+    return SaturationSummary(
+        threshold=float(threshold),
+        heads=int(H),
+        examples=int(T),
+        histogram=tuple(int(v) for v in hist.tolist()),
+        frac_at_least_two_saturated=float((counts >= 2).sum()) / denom,
+        frac_some_unsaturated=float((counts < H).sum()) / denom,
+        frac_any_saturated=float((counts >= 1).sum()) / denom,
+        mean_saturated=float(counts.double().mean()) if T else 0.0,
+    )

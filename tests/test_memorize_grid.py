@@ -1,0 +1,137 @@
+"""Tests for mhaaudit.memorize.grid: presets, the grid's points, resuming, run_memorize_grid."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mhaaudit import __version__
+from mhaaudit.errors import InputError
+from mhaaudit.memorize import grid as grid_mod
+from mhaaudit.memorize.grid import points, resolve_grid, run_memorize_grid
+
+TINY = dict(n=4, head_dim=8, device="cpu")
+
+
+def _main():
+    from mhaaudit.cli.app import main
+
+    return main
+
+
+def test_resumable_parquet(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "res.parquet"
+    kw = dict(vary="heads", values="1,2", sizes=[16], max_steps=8, out=out, **TINY)
+    first = run_memorize_grid(**kw)
+    assert first.reused == 0 and out.exists() and not any(r.reused for r in first.runs)
+
+    def boom(*_, **__):
+        raise AssertionError("recomputed a point that is in the results file")
+
+    monkeypatch.setattr(grid_mod, "train_group", boom)
+    second = run_memorize_grid(**kw)
+    assert second.reused == 2 and all(r.reused for r in second.runs)
+    assert [r.memorized_count for r in second.runs] == [r.memorized_count for r in first.runs]
+    assert [r.final_loss for r in second.runs] == [r.final_loss for r in first.runs]
+    monkeypatch.undo()
+
+    # A bigger grid computes only the new point; the file keeps all three.
+    third = run_memorize_grid(**{**kw, "values": "1,2,3"})
+    assert third.reused == 2 and [r.reused for r in third.runs] == [True, True, False]
+    import pyarrow.parquet as pq
+
+    from mhaaudit.io import read_parquet_metadata
+
+    table = pq.read_table(out)
+    assert table.num_rows == 3
+    meta = read_parquet_metadata(out)
+    assert meta["version"] == __version__ and meta["command"] == "memorize"  # provenance stamp
+    assert (out.stat().st_mode & 0o777) != 0o600  # ordinary permissions, not mkstemp's
+    assert not list(tmp_path.glob(".*tmp"))  # no temporary files left behind
+
+    # The CLI says so.
+    rc = _main()(
+        ["memorize", "--vary", "heads", "--values", "1,2", "--n", "4", "--head-dim", "8", "--sizes", "16",
+         "--max-steps", "8", "--device", "cpu", "--out", str(out)]
+    )
+    err = capsys.readouterr().err
+    assert rc == 0 and "2 of 2 points" in err and "not recomputed" in err
+
+    # A different configuration (another seed) is recomputed.
+    fourth = run_memorize_grid(**{**kw, "seed": 1})
+    assert fourth.reused == 0
+
+
+def test_presets_resolve_and_override():
+    g = resolve_grid(preset="paper-fig2a")
+    assert g["vary"] == "heads" and g["values"] == (1, 5, 10, 20, 30, 40, 50, 60) and g["fixed"]["n"] == 32
+    g = resolve_grid(preset="paper-fig2b")
+    assert g["vary"] == "n" and g["fixed"]["heads"] == 20
+    g = resolve_grid(preset="paper-fig2c")
+    assert g["vary"] == "head-dim" and g["fixed"]["heads"] == 30 and g["fixed"]["n"] == 32
+    g = resolve_grid(preset="cpu", sizes="100")
+    assert g["sizes"] == (100,) and g["values"] == (1, 2, 4, 8) and g["max_steps"] == 6000
+    assert len(points(resolve_grid(preset="cpu"))) == 8
+
+
+def test_bad_input_library():
+    with pytest.raises(InputError):
+        run_memorize_grid(sizes=[])
+    with pytest.raises(InputError):
+        run_memorize_grid(vary="heads", values=[1, 2.5], sizes=[10])
+
+
+def test_results_file_that_is_not_ours(tmp_path):
+    bad = tmp_path / "x.parquet"
+    bad.write_bytes(b"not parquet")
+    with pytest.raises(InputError):
+        run_memorize_grid(sizes=[8], max_steps=1, out=bad, **TINY)
+
+
+# ------------------------------------------------------------------ stacked groups and seeds
+
+
+def test_grouped_grid_matches_the_grid_point_by_point():
+    kw = dict(vary="heads", values="1,2,3", sizes="12,30", classes=4, max_steps=30, check_every=10, batch_size=8, **TINY)
+    alone = run_memorize_grid(**kw, max_group=1)
+    together = run_memorize_grid(**kw, memory_budget=1.0)
+    assert len(alone.groups) == len(alone.runs) == 6 and all(len(g.runs) == 1 for g in alone.groups)
+    assert sorted(i for g in together.groups for i in g.runs) == list(range(6)) and len(together.groups) < 6
+    assert together.memory_budget == 1 << 30
+    for a, b in zip(alone.runs, together.runs):
+        assert (a.heads, a.size, a.memorized_count, a.steps_run) == (b.heads, b.size, b.memorized_count, b.steps_run)
+        assert a.final_loss == pytest.approx(b.final_loss, rel=1e-5)
+    d = together.to_dict()
+    assert d["memory_budget"] == 1 << 30 and {"runs", "heads", "head_dim", "n", "size", "bytes", "seconds"} <= set(d["groups"][0])
+
+
+def test_seeds_mean_and_spread_resumable_and_plotted(tmp_path, monkeypatch):
+    out, fig = tmp_path / "seeds.parquet", tmp_path / "seeds.png"
+    kw = dict(vary="heads", values="1,2", sizes=[16], max_steps=8, out=out, **TINY)
+    grid = run_memorize_grid(**kw, seeds="0-2", plot=fig)
+    assert grid.seeds == (0, 1, 2) and grid.settings["seeds"] == [0, 1, 2]
+    assert [(r.heads, r.seed) for r in grid.runs] == [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)]
+    assert len(grid.summary) == 2
+    for m in grid.summary:
+        fr = [r.memorized for r in grid.runs if r.heads == m.heads]
+        assert m.seeds == 3 and m.mean == pytest.approx(sum(fr) / 3) and (m.low, m.high) == (min(fr), max(fr))
+        assert m.std == pytest.approx(torch.tensor(fr, dtype=torch.float64).std().item())
+    d = grid.to_dict()
+    assert d["seeds"] == [0, 1, 2] and d["summary"][0]["seeds"] == 3 and fig.stat().st_size > 1000
+
+    monkeypatch.setattr(grid_mod, "train_group", lambda *a, **k: pytest.fail("recomputed a stored point"))
+    again = run_memorize_grid(**kw, seeds=[0, 1, 2])
+    assert again.reused == 6 and again.groups == () and [m.mean for m in again.summary] == [m.mean for m in grid.summary]
+    monkeypatch.undo()
+    more = run_memorize_grid(**kw, seeds="0-3")  # one more seed: only its points are trained
+    assert more.reused == 6 and len(more.runs) == 8 and sum(len(g.runs) for g in more.groups) == 2
+
+    one = run_memorize_grid(**{**kw, "out": None})
+    assert one.seeds == (0,) and one.summary[0].std is None and one.summary[0].seeds == 1
+
+
+def test_bad_seeds_and_budgets():
+    for bad in (dict(seeds="3-1"), dict(seeds="x"), dict(seeds="0-2", seed=4), dict(memory_budget=0),
+                dict(memory_budget=-1.0), dict(max_group=0)):
+        with pytest.raises(InputError):
+            run_memorize_grid(sizes=[8], max_steps=1, **TINY, **bad)

@@ -1,0 +1,60 @@
+"""Tests for mhaaudit.memorize.grouping: a grid split into stacked groups within a memory budget."""
+
+from __future__ import annotations
+
+import torch
+
+from mhaaudit.memorize.grid import points, resolve_grid
+from mhaaudit.memorize.grouping import default_budget, group_bytes, plan_groups
+from mhaaudit.memorize.stack import StackShape
+from mhaaudit.memorize.training import Point, Recipe
+
+
+def _plan(pts, device="cpu", budget=8 << 30, max_points=None, recipe=Recipe()):
+    return plan_groups(pts, totals=[p.plan(recipe).total for p in pts], out_dim=recipe.out_dim, batch=recipe.batch_size,
+                       shared=recipe.context == "shared", device=torch.device(device), budget=budget,
+                       max_points=max_points)
+
+
+def _cpu_points():
+    g = resolve_grid(preset="cpu")
+    return [Point(**p) for p in points(g)]
+
+
+def test_every_point_in_exactly_one_group():
+    pts = _cpu_points()
+    for device in ("cpu", "cuda"):
+        plans = _plan(pts, device)
+        assert sorted(i for g in plans for i in g.members) == list(range(len(pts)))
+        for g in plans:
+            assert g.shape == StackShape.of([pts[i] for i in g.members], 100) and g.bytes > 0 and g.work > 0
+
+
+def test_gpu_stacks_the_cpu_preset_in_one_group_the_cpu_splits_by_size():
+    pts = _cpu_points()
+    assert len(_plan(pts, "cuda")) == 1  # launch-bound: one group
+    cpu = _plan(pts, "cpu")
+    assert 1 < len(cpu) < len(pts)  # compute-bound: padding H = 1 to H = 8 would cost more than it saves
+    for g in cpu:
+        assert g.shape.heads <= 2 * min(pts[i].heads for i in g.members)
+
+
+def test_budget_and_max_points_split_groups():
+    pts = _cpu_points()
+    whole = _plan(pts, "cuda")[0].bytes
+    smaller = _plan(pts, "cuda", budget=whole // 2)
+    assert len(smaller) > 1 and all(g.bytes <= whole // 2 for g in smaller)
+    assert all(len(g.members) == 1 for g in _plan(pts, "cuda", max_points=1))
+    assert all(len(g.members) <= 3 for g in _plan(pts, "cuda", max_points=3))
+    # A point larger than the budget still trains, alone.
+    assert [len(g.members) for g in _plan(pts[:2], "cuda", budget=1)] == [1, 1]
+
+
+def test_memory_estimate_grows_with_the_group():
+    s = StackShape(points=4, heads=8, head_dim=64, n=32, size=1000, out_dim=100)
+    kw = dict(batch=256, eval_chunk=1000, chunk_steps=256)
+    base = group_bytes(s, shared=True, **kw)
+    assert group_bytes(StackShape(**{**s.__dict__, "points": 8}), shared=True, **kw) > base
+    assert group_bytes(StackShape(**{**s.__dict__, "heads": 16}), shared=True, **kw) > base
+    assert group_bytes(s, shared=False, **kw) > base  # a context per example is held on the device
+    assert default_budget(torch.device("cpu")) > 0

@@ -1,0 +1,27 @@
+"""Tests for mhaaudit.memorize.results: the run records, their rows, the linear fits."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mhaaudit.memorize.results import fit_line, row_to_run, run_to_row
+from mhaaudit.memorize.training import train_memorize
+
+
+def test_heads_fit():
+    fit = fit_line([1, 2, 4, 8], [10, 20, 40, 80])
+    assert fit.slope == pytest.approx(10) and fit.intercept == pytest.approx(0, abs=1e-9) and fit.r2 == pytest.approx(1)
+    assert fit_line([1, 1], [3, 4]) is None
+
+
+def test_row_round_trip():
+    run = train_memorize(heads=2, n=3, head_dim=4, size=12, max_steps=3, device="cpu", saturation=True)
+    row = run_to_row(run)
+    back = row_to_run(row)
+    assert back.reused and back.saturation == run.saturation
+    assert {k: v for k, v in back.to_dict().items() if k != "reused"} == {k: v for k, v in run.to_dict().items() if k != "reused"}
+    # The shared parquet writer stores lists as JSON text: read back the same.
+    assert row_to_run(row | {"sat_histogram": json.dumps(row["sat_histogram"])}).saturation == run.saturation
+    assert "seed_rule" in json.loads(row["config_key"])

@@ -1,0 +1,87 @@
+"""Tests for mhaaudit.memorize.training: the recipe, the schedule and the training of a point."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mhaaudit.errors import InputError
+from mhaaudit.memorize.schedule import planned_schedule
+from mhaaudit.memorize.training import train_memorize
+
+TINY = dict(n=4, head_dim=8, device="cpu")
+
+
+def test_determinism_for_a_seed():
+    a = train_memorize(heads=2, size=40, max_steps=15, seed=3, **TINY)
+    b = train_memorize(heads=2, size=40, max_steps=15, seed=3, **TINY)
+    c = train_memorize(heads=2, size=40, max_steps=15, seed=4, **TINY)
+    assert a.final_loss == b.final_loss and a.memorized_count == b.memorized_count
+    assert a.final_loss != c.final_loss
+
+
+def test_early_stop_when_memorised():
+    run = train_memorize(heads=4, size=8, epochs=3000, check_every=20, seed=0, classes=4, **TINY)
+    assert run.memorized == 1.0 and run.memorized_count == 8
+    assert run.stopped_early and run.steps_run < run.planned_steps == 3000
+    assert run.steps_run % 20 == 0
+
+
+def test_bad_input_training():
+    with pytest.raises(InputError):
+        train_memorize(heads=0, n=4, size=10, device="cpu")
+    with pytest.raises(InputError):
+        train_memorize(heads=1, n=4, size=0, device="cpu")
+
+
+# ------------------------------------------------------------------ a group trains each point as if alone
+
+from mhaaudit.memorize.training import Point, Recipe, intra_op_threads, train_group  # noqa: E402
+
+CPU = torch.device("cpu")
+# Different H, n, d_h, T and seeds; the last memorises its 6 examples and stops early.
+MIXED = [Point(1, 4, 8, 24, 0), Point(3, 5, 6, 40, 1), Point(2, 3, 8, 70, 2), Point(4, 2, 4, 6, 0)]
+
+
+def _same_record(a, b):
+    assert (a.memorized_count, a.steps_run, a.epochs_run, a.stopped_early) == (b.memorized_count, b.steps_run, b.epochs_run, b.stopped_early)
+    assert a.final_loss == pytest.approx(b.final_loss, rel=1e-5, abs=1e-7)
+    assert a.saturation == b.saturation
+
+
+@pytest.mark.parametrize("task,context", [("classification", "shared"), ("classification", "per-example"),
+                                          ("regression", "shared"), ("regression", "per-example")])
+def test_a_stacked_group_matches_its_points_trained_one_by_one(task, context):
+    recipe = Recipe.resolve(task=task, context=context, classes=3, epochs=80, max_steps=80, check_every=10,
+                            batch_size=16, lr=1e-2, tolerance=0.2)
+    together = train_group(MIXED, recipe, CPU, saturation=True)
+    alone = [train_group([p], recipe, CPU, saturation=True)[0] for p in MIXED]
+    for a, b in zip(together, alone):
+        _same_record(a, b)
+    if task == "classification":
+        assert together[-1].stopped_early and together[-1].memorized == 1.0  # one point left the stack early
+    assert {r.planned_steps for r in together} == {80} and any(r.steps_run == 80 for r in together)
+
+
+def test_points_with_different_schedules_in_one_group():
+    recipe = Recipe.resolve(classes=4, check_every=7, batch_size=8)  # the paper rule: epochs differ by T
+    pts = [Point(2, 3, 4, 8, 0), Point(2, 3, 4, 20, 0)]  # 1 and 3 steps per epoch
+    recipe = Recipe(**{**recipe.as_dict(), "epochs": 40})
+    together = train_group(pts, recipe, CPU)
+    assert [r.planned_steps for r in together] == [40, 120]
+    for a, b in zip(together, [train_group([p], recipe, CPU)[0] for p in pts]):
+        _same_record(a, b)
+
+
+@pytest.mark.parametrize("task,context", [("classification", "shared"), ("regression", "per-example")])
+def test_the_stacked_training_is_the_plain_loop(task, context):
+    from mhaaudit.memorize.reference import train_plain
+
+    recipe = Recipe.resolve(task=task, context=context, classes=5, max_steps=40, check_every=15, batch_size=16, lr=3e-3,
+                            tolerance=0.2)
+    pts = [Point(2, 4, 8, 40, 0), Point(3, 3, 5, 30, 1)]
+    for run, p in zip(train_group(pts, recipe, CPU), pts):
+        with intra_op_threads(CPU, 1):
+            plain = train_plain(p, recipe, CPU)
+        assert {k: getattr(run, k) for k in plain if k != "final_loss"} == {k: v for k, v in plain.items() if k != "final_loss"}
+        assert run.final_loss == pytest.approx(plain["final_loss"], rel=1e-4)
