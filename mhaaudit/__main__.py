@@ -1,5 +1,12 @@
-import sys
+"""``python -m mhaaudit``: the same as the ``mhaaudit`` console script (``mhaaudit.cli.app:run``)."""
 
-from .cli.app import main
+try:
+    from .cli.app import run
+except KeyboardInterrupt:  # Ctrl-C before the app's own guard (in mhaaudit.cli.app) is reached
+    import sys
 
-sys.exit(main())
+    print("Error: interrupted", file=sys.stderr)
+    exec("pass", {})  # see mhaaudit.cli.app._settle_interrupt: exit 130, not killed by SIGINT
+    raise SystemExit(130) from None
+
+run()

@@ -24,6 +24,7 @@ from .features import FeatureSet, StreamingReducer
 from .kruskal import Sweep, kruskal_sweep, set_stats, subset_test
 from .pipeline import DataRequest, ModelRequest
 from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
+from .tables import ResultTable, table_rows
 
 IMAGE_VARIANTS = ("embedding", "random-attention", "random", "trained")
 VARIANT_HELP = {
@@ -52,13 +53,19 @@ class Probe:
 
 
 def plan_probes(modality: str, variants: Sequence[str] | None = None, layers: Sequence[int] | None = None,
-                layer: int = 1) -> list[Probe]:
+                layer: int | None = None) -> list[Probe]:
     """The columns to audit.
 
     Images: the paper's Table 1 columns (``variants``; ``layer`` sets the depth of ``random`` and
-    ``trained``). Text, or any model with ``layers`` given: random/trained x each layer (the
-    paper's Table 3 uses layers 0 and 1).
+    ``trained``, default 1). Text, or any model with ``layers`` given: random/trained x each layer
+    (the paper's Table 3 uses layers 0 and 1); ``layer`` has no effect there and is refused.
     """
+    if layer is not None and layers is not None:
+        raise InputError("--layer has no effect with --layers: --layers names every depth to audit; give one of them")
+    if layer is not None and modality == "text":
+        raise InputError("--layer has no effect on a text model (it sets the depth of the image columns); "
+                         "give --layers instead (default 0,1)")
+    given_layer, layer = layer is not None, 1 if layer is None else layer
     if layer < 1:
         raise InputError(f"--layer must be at least 1 (block index; 0 is the embedding output), got {layer}")
     if layers is not None or modality == "text":
@@ -68,6 +75,9 @@ def plan_probes(modality: str, variants: Sequence[str] | None = None, layers: Se
         inits = _inits_from_variants(variants)
         return [Probe(f"{w}-L{l}", w, l) for w in inits for l in ls]
     vs = list(dict.fromkeys(variants or IMAGE_VARIANTS))
+    if given_layer and not {"random", "trained"} & set(vs):
+        raise InputError(f"--layer has no effect on the columns {', '.join(vs)} (they read the embedding output); "
+                         "it sets the depth of the random and trained columns")
     out = []
     for v in vs:
         if v not in IMAGE_VARIANTS:
@@ -120,7 +130,10 @@ class Column:
 
 
 @dataclass
-class AuditResult:
+class AuditResult(ResultTable):
+    """The audit of every column; ``to_arrow()`` / ``to_pandas()`` give the rows ``check --out`` writes,
+    and a notebook shows it as the report ``check`` prints."""
+
     model: str
     info: dict
     data: str
@@ -133,6 +146,30 @@ class AuditResult:
 
     def records(self) -> list[dict]:
         return [r for c in self.columns for r in c.records(self.model, self.settings["seed"])]
+
+    def table_records(self) -> list[dict]:
+        return table_rows(self.records(), self.sweep_rows())
+
+    def table_meta(self) -> dict:
+        return self.meta()
+
+    def renderables(self) -> list:
+        from .render import audit_report
+
+        return audit_report(self)
+
+    def meta(self) -> dict:
+        """The provenance stamp of the audit, with what each column read and how (the JSON ``meta``)."""
+        from .io import stamp
+
+        meta = stamp(command="check", model=self.model, model_info=self.info, data=self.data, skipped=self.skipped,
+                     duplicates=self.duplicates, notes=self.notes, timings_s=self.timings, **self.settings)
+        meta["columns"] = {c.probe.variant: {"status": c.status, "reason": c.reason, "layer": c.probe.layer,
+                                             "weights": c.probe.init, "describe": c.probe.describe(),
+                                             "weights_source": c.weights_source, "timings_s": c.timings,
+                                             "sweep": c.sweep.summary() if c.sweep else None}
+                           for c in self.columns}
+        return meta
 
     def sweep_rows(self) -> list[dict]:
         rows = []
@@ -255,7 +292,7 @@ def probe_for_variant(variant: str, layer: int = 1) -> Probe:
     import re
 
     if variant in IMAGE_VARIANTS:
-        return plan_probes("image", [variant], layer=layer)[0]
+        return plan_probes("image", [variant], layer=layer if variant in ("random", "trained") else None)[0]
     m = re.fullmatch(r"(random|trained)-L(\d+)", variant)
     if not m:
         raise InputError(f"unknown variant {variant!r}; choose from {', '.join(IMAGE_VARIANTS)} or random-L<k>/trained-L<k>")
@@ -271,6 +308,8 @@ def capture_features(model: str, *, variant: str = "random", layer: int = 1, dat
     """Reduced features of one probe point (what ``mhaaudit kruskal`` uses with no file)."""
     settings = settings or Settings.resolve(device=device, seed=seed, rtol=rtol, atol=atol, progress=progress)
     probe = probe_for_variant(variant, layer)
+    if weights_path is not None and probe.init != "trained":
+        raise InputError(f"--weights loads trained weights; use it with --variants trained (or trained-L<k>), not {variant!r}")
     request = model_request(model, backend=backend, weights=weights_path, context_length=context_length,
                             query_index=query_index)
     got = collect_features(request, [probe], data_request(data, split, limit, batch_size, keep_duplicates), settings)
@@ -367,7 +406,7 @@ def audit(
     model: str,
     *,
     variants: Sequence[str] | None = None,
-    layer: int = 1,
+    layer: int | None = None,
     layers: Sequence[int] | None = None,
     data: str | None = None,
     split: str = "train",
@@ -391,10 +430,12 @@ def audit(
 ) -> AuditResult:
     """Audit ``model`` on ``data``: the paper's Table 1 (images) or Table 3 (text) and more.
 
-    ``weights`` is a local folder or file with trained weights for the ``trained`` column.
-    ``stop_when_decided`` lets each Monte-Carlo test stop once its verdict is settled. Exact
-    duplicate inputs are dropped before the forward pass (the same ones in every column) unless
-    ``keep_duplicates``; what was found is in ``AuditResult.duplicates`` and the notes.
+    ``weights`` is a local folder or file with trained weights for the ``trained`` column(s)
+    (refused when no trained column is audited). ``layer`` (default 1) is the depth of the image
+    columns; ``layers`` audits several depths. ``stop_when_decided`` lets each Monte-Carlo test
+    stop once its verdict is settled. Exact duplicate inputs are dropped before the forward pass
+    (the same ones in every column) unless ``keep_duplicates``; what was found is in
+    ``AuditResult.duplicates`` and the notes.
     """
     from .models import modality_of
 
@@ -405,11 +446,13 @@ def audit(
     data_req = data_request(data, split, limit, batch_size, keep_duplicates)
     t_start = time.perf_counter()
     probes = plan_probes(modality_of(model, backend=backend, weights_path=weights), variants, layers, layer)
+    if weights is not None and not any(p.init == "trained" for p in probes):
+        raise InputError("--weights has no effect without a trained column; add trained to --variants")
     got = collect_features(request, probes, data_req, settings, on_note=on_note)
     if not got.features:  # every column unavailable: there is nothing to audit, and that is no success
         raise OfflineError("no column could be audited: " + "; ".join(dict.fromkeys(got.unavailable.values())))
     columns = [_column(p, got, settings, sweep) for p in probes]
-    run = dict(settings.as_dict(), limit=data_req.limit, batch_size=data_req.batch_size, layer=layer,
+    run = dict(settings.as_dict(), limit=data_req.limit, batch_size=data_req.batch_size, layer=1 if layer is None else layer,
                layers=list(layers) if layers is not None else None)
     got.timings["total"] = round(time.perf_counter() - t_start, 3)
     return AuditResult(model=model, info=got.info, data=got.data, columns=columns, settings=run, timings=got.timings,

@@ -18,7 +18,7 @@ import torch
 
 from .checks import ContextRankResult, ContextRanks, assumption_2_from_arrays
 from .errors import InputError, OutputError
-from .io import stamp
+from .io import ordinary_mode, stamp
 from .numerics import RankRule
 
 FEATURES_FILE = "features.safetensors"
@@ -71,6 +71,7 @@ class FeatureSet:
             (tmp / META_FILE).write_text(json.dumps(meta, indent=2, default=str))
             dest.mkdir(exist_ok=True)
             for name in (FEATURES_FILE, META_FILE):
+                (tmp / name).chmod(ordinary_mode(dest / name))  # safetensors writes its file private (0o600)
                 (tmp / name).replace(dest / name)
         except OSError as exc:
             raise OutputError(f"cannot write features to {dest}: {exc.strerror or exc}") from exc

@@ -15,6 +15,7 @@ import torch
 
 from ._version import __version__
 from .errors import InputError, OutputError
+from .tables import METADATA_KEY
 
 FEATURE_EXTENSIONS = (".npy", ".pt", ".pth", ".safetensors", ".parquet")
 
@@ -56,13 +57,39 @@ def check_writable(path: str | os.PathLike) -> Path:
         raise OutputError(f"cannot write {p}: folder {parent} is not writable")
     if p.exists() and not os.access(p, os.W_OK):
         raise OutputError(f"cannot write {p}: file is not writable")
+    try:  # the permission bits do not tell everything (/proc, a read-only mount, root): try it
+        fd, probe = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
+    except OSError as exc:
+        raise OutputError(f"cannot write {p}: folder {parent} is not writable ({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(probe)
     return p
 
 
-def _final_mode(p: Path) -> int:
+def check_folder_writable(folder: str | os.PathLike, option: str) -> Path:
+    """Fail early, before any work, when the folder ``option`` names cannot be made or written into."""
+    folder = Path(folder)
+    parent = folder.parent if str(folder.parent) else Path(".")
+    if folder.exists() and not folder.is_dir():
+        raise OutputError(f"{option} {folder}: exists and is not a folder")
+    if not parent.exists():
+        raise OutputError(f"{option} {folder}: folder {parent} does not exist")
+    if not parent.is_dir():
+        raise OutputError(f"{option} {folder}: {parent} is a file, not a folder")
+    target = folder if folder.exists() else parent
+    try:  # the permission bits do not tell everything (/proc, a read-only mount, root): try it
+        probe = tempfile.mkdtemp(prefix=f".{folder.name}.", dir=target)
+    except OSError as exc:
+        raise OutputError(f"{option} {folder}: folder {target} is not writable ({exc.strerror or exc})") from None
+    os.rmdir(probe)
+    return folder
+
+
+def ordinary_mode(p: Path) -> int:
     """The permissions a plain ``open(p, "w")`` would give: the existing file's, else 0o666 less the umask.
 
-    ``mkstemp`` creates its file private (0o600); without this the rename would carry that over.
+    ``mkstemp`` (and some writers, such as safetensors') create files private (0o600); a file
+    renamed into place gets this mode first.
     """
     try:
         return p.stat().st_mode & 0o7777
@@ -82,7 +109,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp_p = Path(tmp)
     try:
         yield tmp_p
-        os.chmod(tmp_p, _final_mode(p))
+        os.chmod(tmp_p, ordinary_mode(p))
         os.replace(tmp_p, p)
     except OSError as exc:
         with contextlib.suppress(OSError):
@@ -98,33 +125,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 # --------------------------------------------------------------------------- parquet records
 
 
-def _jsonable(v):
-    if isinstance(v, (dict, list, tuple)):
-        return json.dumps(v)
-    return v
-
-
-def records_table(records: list[dict], metadata: dict):
-    """A pyarrow table of flat records; nested values are stored as JSON strings."""
-    import pyarrow as pa
-
-    cols: dict[str, list] = {}
-    keys: list[str] = []
-    for r in records:
-        for k in r:
-            if k not in cols:
-                cols[k] = []
-                keys.append(k)
-    for r in records:
-        for k in keys:
-            cols[k].append(_jsonable(r.get(k)))
-    table = pa.table({k: cols[k] for k in keys}) if keys else pa.table({})
-    meta = {b"mhaaudit": json.dumps(metadata, default=str).encode()}
-    return table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
-
-
 def write_parquet(records: list[dict], path: str | os.PathLike, metadata: dict) -> None:
+    """``records`` as a typed parquet file (:func:`mhaaudit.tables.records_table`), written atomically."""
     import pyarrow.parquet as pq
+
+    from .tables import records_table
 
     table = records_table(records, metadata)
     with atomic_path(path) as tmp:
@@ -132,8 +137,11 @@ def write_parquet(records: list[dict], path: str | os.PathLike, metadata: dict) 
 
 
 def parquet_bytes(records: list[dict], metadata: dict) -> bytes:
+    """The same parquet file as :func:`write_parquet`, as bytes (for ``--format parquet`` on stdout)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
+    from .tables import records_table
 
     sink = pa.BufferOutputStream()
     pq.write_table(records_table(records, metadata), sink)
@@ -144,7 +152,7 @@ def read_parquet_metadata(path: str | os.PathLike) -> dict:
     import pyarrow.parquet as pq
 
     meta = pq.read_schema(path).metadata or {}
-    raw = meta.get(b"mhaaudit")
+    raw = meta.get(METADATA_KEY)
     return json.loads(raw) if raw else {}
 
 
@@ -193,20 +201,25 @@ def _from_parquet(path: Path, key: str | None):
 def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.Tensor, str]:
     """Read a tensor from ``.npy``, ``.pt``, ``.safetensors`` or ``.parquet``.
 
-    Returns the tensor (dtype kept: the rank tolerance depends on it) and a description.
-    A folder written by ``--save-features`` reads its ``features.safetensors``.
+    Returns the tensor (dtype kept: the rank tolerance depends on it) and a description. A file
+    holding several tensors (or columns) needs ``key``; ``key`` on a file with nothing to choose
+    is refused, as is a results file written by mhaaudit (recognised by its ``mhaaudit`` parquet
+    metadata). A folder written by ``--save-features`` reads its ``features.safetensors``
+    (tensor ``queries`` unless ``key`` says otherwise).
     """
     p = Path(path)
     if p.is_dir():
         cand = p / "features.safetensors"
         if not cand.exists():
             raise InputError(f"{p} is a folder without features.safetensors (write one with --save-features)")
-        p = cand
+        p, key = cand, key or "queries"
     if not p.exists():
         raise InputError(f"no such file: {p}")
     ext = p.suffix.lower()
     if ext not in FEATURE_EXTENSIONS:
         raise InputError(f"unknown feature file type {ext or '(none)'!r} for {p}; use one of {', '.join(FEATURE_EXTENSIONS)}")
+    if key is not None and ext == ".npy":
+        raise InputError(f"--key has no effect on {p}: a .npy file holds one array")
     try:
         if ext == ".npy":
             arr = np.load(p, allow_pickle=False)
@@ -220,15 +233,18 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.T
                 warnings.simplefilter("ignore")
                 obj = torch.load(p, map_location="cpu", weights_only=True)
             if isinstance(obj, dict):
-                obj = _pick(obj, key, p)
+                return _pick(obj, key, p), f"{p} (torch{', ' + repr(key) if key else ''})"
             if not isinstance(obj, torch.Tensor):
                 raise InputError(f"{p}: expected a tensor or a dict of tensors, found {type(obj).__name__}")
+            if key is not None:
+                raise InputError(f"--key has no effect on {p}: it holds one tensor, not a dict of them")
             return obj, f"{p} (torch)"
         if ext == ".safetensors":
             from safetensors.torch import load_file
 
             tensors = load_file(str(p))
             return _pick(tensors, key, p), f"{p} (safetensors{', ' + repr(key) if key else ''})"
+        refuse_results_file(p)
         arr, what = _from_parquet(p, key)
         return torch.from_numpy(arr), f"{p} (parquet, {what})"
     except InputError:
@@ -237,17 +253,34 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.T
         raise InputError(f"cannot read {p}: {' '.join(str(exc).split())[:200]}") from exc
 
 
+def refuse_results_file(p: Path) -> None:
+    """An input error when the parquet file ``p`` is a results file written by mhaaudit, not features."""
+    import pyarrow.parquet as pq
+
+    raw = (pq.read_schema(p).metadata or {}).get(METADATA_KEY)
+    if raw is not None:
+        try:
+            command = json.loads(raw).get("command")
+        except (ValueError, AttributeError):
+            command = None
+        what = f"'mhaaudit {command}'" if command else "mhaaudit"
+        raise InputError(f"{p} is a results file written by {what} (its parquet metadata says so), not features: "
+                         "give a T x d matrix, or the folder written by check --save-features")
+
+
 def _pick(tensors: dict, key: str | None, p: Path) -> torch.Tensor:
+    """The tensor named ``key``, or the only one; several without ``key`` is an input error."""
     if key is not None:
         if key not in tensors:
-            raise InputError(f"{p}: no tensor named {key!r} (found: {', '.join(sorted(tensors))})")
+            raise InputError(f"{p}: no tensor named {key!r} (found: {', '.join(sorted(map(str, tensors)))})")
         return tensors[key]
-    for default in ("queries", "features", "x"):
-        if default in tensors:
-            return tensors[default]
     if len(tensors) == 1:
         return next(iter(tensors.values()))
-    raise InputError(f"{p} holds several tensors ({', '.join(sorted(tensors))}); choose one with --key")
+    if not tensors:
+        raise InputError(f"{p} holds no tensors")
+    names = sorted(map(str, tensors))
+    shown = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
+    raise InputError(f"{p} holds several tensors ({shown}); choose one with --key")
 
 
 def to_query_matrix(arr: torch.Tensor, query_index: int | None, source: str) -> tuple[torch.Tensor, str]:

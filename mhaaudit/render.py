@@ -31,6 +31,13 @@ def stdout_console() -> Console:
     return Console(file=sys.stdout) if sys.stdout.isatty() else Console(file=sys.stdout, width=200)
 
 
+def print_report(items: list) -> None:
+    """A report (rich tables and markup lines, as the ``*_report`` functions give them) on stdout."""
+    con = stdout_console()
+    for item in items:
+        con.print(item, highlight=False)
+
+
 def verdict_text(verdict: str) -> str:
     style = VERDICT_STYLE.get(verdict, "white")
     return f"[{style}]{verdict}[/{style}]"
@@ -113,26 +120,33 @@ def sweep_table(sw: Sweep, marks: tuple[int, ...] = ()) -> Table:
     return t
 
 
-def render_kruskal(tests: list[SubsetTest], sw: Sweep | None, meta: dict, n: int | None, d: int) -> None:
+def subset_test_report(test: SubsetTest) -> list:
+    """One test at one size: its table row and its evidence."""
+    return [kruskal_table([test]), *test_evidence_lines(test)]
+
+
+def sweep_report(sw: Sweep, marks: tuple[int, ...] = ()) -> list:
+    """A sweep: the compact curve and what it estimates and proves."""
+    return [sweep_table(sw, marks=marks), *sweep_lines(sw)]
+
+
+def kruskal_report(tests: list[SubsetTest], sw: Sweep | None, meta: dict, n: int | None, d: int) -> list:
     """``mhaaudit kruskal``: the tests at each size, the sweep, and the run's facts from ``meta``."""
-    con = stdout_console()
     inp = meta["inputs"]
-    con.print(f"[bold]mhaaudit kruskal[/bold]: {inp['T']} vectors in R^{inp['d']} ({inp['dtype']}) from {inp['source']}")
+    out: list = [f"[bold]mhaaudit kruskal[/bold]: {inp['T']} vectors in R^{inp['d']} ({inp['dtype']}) from {inp['source']}"]
     if tests:
-        con.print(kruskal_table(tests))
-        for t in tests:
-            for line in test_evidence_lines(t):
-                con.print(line, highlight=False)
+        out.append(kruskal_table(tests))
+        out += [line for t in tests for line in test_evidence_lines(t)]
     if sw is not None:
-        con.print(sweep_table(sw, marks=tuple(m for m in (n, d) if m)))
-        for line in sweep_lines(sw):
-            con.print(line, highlight=False)
-    con.print(
-        f"Whole-set numerical rank {meta['set_rank']}. Rank rule: {meta['tolerance']['rule']}. "
-        f"Threshold {meta['threshold']}, {meta['samples']} draws, seed {meta['seed']}, device {meta['device']}, "
-        f"{meta['total_s']} s.",
-        highlight=False,
-    )
+        out += sweep_report(sw, marks=tuple(m for m in (n, d) if m))
+    out.append(f"Whole-set numerical rank {meta['set_rank']}. Rank rule: {meta['tolerance']['rule']}. "
+               f"Threshold {meta['threshold']}, {meta['samples']} draws, seed {meta['seed']}, device {meta['device']}, "
+               f"{meta['total_s']} s.")
+    return out
+
+
+def render_kruskal(tests: list[SubsetTest], sw: Sweep | None, meta: dict, n: int | None, d: int) -> None:
+    print_report(kruskal_report(tests, sw, meta, n, d))
 
 
 # --------------------------------------------------------------------------- strict JSON
@@ -325,20 +339,20 @@ def depth_tables(result) -> list[Table]:
     return tables
 
 
-def render_audit(result, *, save_features=None, out=None, plot=None) -> None:
-    con = stdout_console()
-    if is_depth_profile(result):
-        for t in depth_tables(result):
-            con.print(t)
-    else:
-        con.print(audit_table(result))
-    for line in audit_lines(result):
-        con.print(line, highlight=False)
+def audit_report(result, *, save_features=None, out=None, plot=None) -> list:
+    """``mhaaudit check``: the table (or the depth profile), the findings, the files written."""
+    items: list = depth_tables(result) if is_depth_profile(result) else [audit_table(result)]
+    items += audit_lines(result)
     written = [str(p) for p in (out, plot) if p is not None]
     if save_features is not None:
         written.append(f"{save_features}/<variant>/")
     if written:
-        con.print(f"Wrote {', '.join(written)}", highlight=False)
+        items.append(escape(f"Wrote {', '.join(written)}"))
+    return items
+
+
+def render_audit(result, *, save_features=None, out=None, plot=None) -> None:
+    print_report(audit_report(result, save_features=save_features, out=out, plot=plot))
 
 
 # --------------------------------------------------------------------------- capacity (Theorem 1 and the certificate)
@@ -444,15 +458,18 @@ def capacity_evidence_lines(result) -> list[str]:
     return lines
 
 
-def render_capacity(result, *, out=None, plot=None) -> None:
+def capacity_report(result, *, out=None, plot=None) -> list:
     """``mhaaudit capacity``: the table, the bound, the certificate and the evidence."""
-    con = stdout_console()
-    con.print(capacity_table(result))
-    for line in capacity_bound_lines(result) + certificate_lines(result) + capacity_evidence_lines(result):
-        con.print(line, highlight=False)
+    items: list = [capacity_table(result), *capacity_bound_lines(result), *certificate_lines(result),
+                   *capacity_evidence_lines(result)]
     written = [str(p) for p in (out, plot) if p is not None]
     if written:
-        con.print(escape(f"Wrote {', '.join(written)}"), highlight=False)
+        items.append(escape(f"Wrote {', '.join(written)}"))
+    return items
+
+
+def render_capacity(result, *, out=None, plot=None) -> None:
+    print_report(capacity_report(result, out=out, plot=plot))
 
 
 # --------------------------------------------------------------------------- memorize (Section 5.2)
@@ -497,18 +514,35 @@ def fit_table(grid) -> Table:
     return ft
 
 
-def render_memorize(grid) -> None:
+def seed_summary_table(grid) -> Table:
+    """The memorised fraction of each setting over the seeds: mean, standard deviation, range."""
+    t = Table(title=f"Over {len(grid.seeds)} seeds ({', '.join(map(str, grid.seeds))})", title_justify="left")
+    for col in ("setting", "size T", "seeds", "mean", "std", "lowest", "highest", "mean count"):
+        t.add_column(col, justify="left" if col == "setting" else "right")
+    for m in grid.summary:
+        t.add_row(_setting(m), str(m.size), str(m.seeds), f"{m.mean:.3f}", "-" if m.std is None else f"{m.std:.3f}",
+                  f"{m.low:.3f}", f"{m.high:.3f}", f"{m.mean_count:.1f}")
+    return t
+
+
+def memorize_report(grid) -> list:
     """``mhaaudit memorize``: the points, the fits against H, the saturation histograms, the files."""
-    con = stdout_console()
-    con.print(memorize_table(grid))
+    items: list = [memorize_table(grid)]
+    if len(grid.seeds) > 1 and grid.summary:
+        items.append(seed_summary_table(grid))
     if grid.fits:
-        con.print(fit_table(grid))
+        items.append(fit_table(grid))
     elif grid.vary == "heads":
-        con.print("Linear fit against H: fewer than two non-saturated values of H per size; none computed.")
+        items.append("Linear fit against H: fewer than two non-saturated values of H per size; none computed.")
     for r in grid.runs:
         if r.saturation is not None:
-            con.print(f"saturated heads per example, {_setting(r)} T={r.size}: "
-                      + ", ".join(f"{k}: {c}" for k, c in enumerate(r.saturation.histogram) if c))
+            items.append(f"saturated heads per example, {_setting(r)} T={r.size}: "
+                         + ", ".join(f"{k}: {c}" for k, c in enumerate(r.saturation.histogram) if c))
     for what, path in (("results", grid.out), ("plot", grid.plot)):
         if path:
-            con.print(f"{what}: {path}")
+            items.append(escape(f"{what}: {path}"))
+    return items
+
+
+def render_memorize(grid) -> None:
+    print_report(memorize_report(grid))

@@ -45,3 +45,14 @@ def test_nothing_to_audit_is_not_success(no_data_pass):
     # vit-base's trained weights cannot be had offline (the tests run with HF_HUB_OFFLINE=1).
     with pytest.raises(OfflineError, match="no column could be audited"):
         audit("vit-base", variants=["trained"], samples=10)
+
+
+def test_layer_that_would_do_nothing_is_refused():
+    with pytest.raises(InputError, match="--layer has no effect with --layers"):
+        plan_probes("image", ["random"], layers=[0, 1], layer=2)
+    with pytest.raises(InputError, match="--layer has no effect on a text model"):
+        plan_probes("text", layer=2)
+    with pytest.raises(InputError, match="--layer has no effect on the columns embedding"):
+        plan_probes("image", ["embedding"], layer=2)
+    assert [p.layer for p in plan_probes("image", ["embedding", "random"], layer=2)] == [0, 2]
+    assert probe_for_variant("embedding").layer == 0

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import save_tiny_vit, tmp_leftovers
+from conftest import FIXTURES, save_tiny_vit, tmp_leftovers
 
 from clitools import assert_one_error, auto_device, help_text, run
 from mhaaudit import __version__
@@ -25,6 +25,7 @@ transformers = pytest.importorskip("transformers")
 
 N, D, H = 17, 32, 4  # tiny ViT: 1 + (32 / 8)^2 tokens, width 32, 4 heads of d_h = 8
 FAST = ["--limit", "40", "--samples", "100", "--batch-size", "16"]
+FROM = ["--limit", "40", "--batch-size", "16"]  # with --from nothing is sampled: --samples would be refused
 RECORD_FIELDS = {"model", "variant", "heads", "rank", "bound", "bound_kind", "shared_context", "residual", "T", "n", "d",
                  "d_h", "H", "tolerance", "seed"}
 
@@ -125,7 +126,7 @@ def test_from_check_results(capsys, vit4, image_dir, tmp_path):
     rc, _, err = run(capsys, "check", vit4, "--data", image_dir, "--limit", "40", "--samples", "100",
                      "--variants", "embedding", "--variants", "random", "--sweep", "--out", res)
     assert rc == 0, err
-    doc = json_run(capsys, vit4, "--data", image_dir, *FAST, "--from", res, "--variants", "random,trained")
+    doc = json_run(capsys, vit4, "--data", image_dir, *FROM, "--from", res, "--variants", "random,trained")
     rec = {r["variant"]: r for r in doc["records"]}
     # The 'embedding' column of check is the random weights' layer 0: the input of block 1.
     col = doc["meta"]["columns"]["random"]["assumptions"]
@@ -135,11 +136,25 @@ def test_from_check_results(capsys, vit4, image_dir, tmp_path):
     assert rec["trained"]["bound_kind"] == "not-applicable" and rec["trained"]["bound"] is None
     assert rec["trained"]["rank"] >= 1
     # --layer 2: the input of block 2 is check's 'random' column (output of block 1).
-    doc2 = json_run(capsys, vit4, "--data", image_dir, *FAST, "--from", res, "--variants", "random", "--layer", "2")
+    doc2 = json_run(capsys, vit4, "--data", image_dir, *FROM, "--from", res, "--variants", "random", "--layer", "2")
     assert "(column random)" in doc2["meta"]["columns"]["random"]["assumptions"]["source"]
     # --block 2 names the same block: the same records.
-    doc3 = json_run(capsys, vit4, "--data", image_dir, *FAST, "--from", res, "--variants", "random", "--block", "2")
+    doc3 = json_run(capsys, vit4, "--data", image_dir, *FROM, "--from", res, "--variants", "random", "--block", "2")
     assert doc3["records"] == doc2["records"] and doc3["meta"]["layer"] == 2
+    # Options that sample Assumption 1 have no effect when it is read from the file: refused, not ignored.
+    rc, out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FROM, "--from", res, "--samples", "100",
+                       "--threshold", "0.9")
+    assert_one_error(rc, err, "--samples, --threshold have no effect with --from")
+
+
+def test_from_reads_files_written_before_typed_columns(capsys, vit4):
+    """fixtures/results/check-v0.parquet (witness and rank_histogram as JSON text) still feeds capacity --from."""
+    old = FIXTURES / "results" / "check-v0.parquet"
+    assert pq.read_schema(old).field("witness").type == pa.string()
+    doc = json_run(capsys, vit4, *FROM, "--from", old, "--variants", "random")
+    col = doc["meta"]["columns"]["random"]["assumptions"]
+    assert "(column embedding)" in col["source"] and col["assumption_1"] == "fails" and col["assumption_2"] == "holds"
+    assert doc["records"][0]["bound_kind"] == "remark-1" and doc["records"][0]["kruskal_estimate"] == 1
 
 
 def test_trained_unavailable_offline(capsys, image_dir):
@@ -178,8 +193,8 @@ def test_trained_unavailable_offline(capsys, image_dir):
 def test_bad_input(capsys, vit4, image_dir, tmp_path, args, match):
     out = tmp_path / "o.parquet"
     plot = tmp_path / "p.png"
-    rc, stdout, err = run(capsys, "capacity", vit4, "--data", image_dir, "--limit", "20", "--samples", "20",
-                          "--out", out, "--plot", plot, *args)
+    rc, stdout, err = run(capsys, "capacity", vit4, "--data", image_dir, "--limit", "20", "--out", out, "--plot", plot,
+                          *args)
     assert_one_error(rc, err, match)
     assert stdout == ""
     assert not out.exists() and not plot.exists() and tmp_leftovers(tmp_path) == []
@@ -191,7 +206,8 @@ def test_layer_is_a_deprecated_alias_of_block(capsys, vit4, image_dir):
                        "--format", "json")
     assert rc == 0, err
     assert err.splitlines() == [LAYER_DEPRECATED]
-    assert err.startswith("Warning: --layer is deprecated for capacity; use --block (same meaning: ")
+    assert err.startswith("Warning: --layer is deprecated and will be removed in the next release; use --block "
+                          "(same meaning: ")
     via_block = json_run(capsys, vit4, "--data", image_dir, *FAST, "--variants", "random", "--block", "2")
     assert json.loads(out)["records"] == via_block["records"]
     assert via_block["meta"]["layer"] == 2 and "input of block 2" in via_block["meta"]["tokens"]
@@ -212,7 +228,7 @@ def test_help_says_what_block_reads(capsys):
 def test_from_a_file_that_is_not_check_results(capsys, vit4, image_dir, tmp_path):
     bad = tmp_path / "bad.parquet"
     pq.write_table(pa.table({"a": [1, 2]}), bad)
-    rc, out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FAST, "--from", bad)
+    rc, out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FROM, "--from", bad)
     assert_one_error(rc, err, "not a results file")
 
 
@@ -228,7 +244,7 @@ def test_from_results_of_another_model_is_refused(capsys, vit4, vit_dir_wide, im
     rc, _, err = run(capsys, "check", vit4, "--data", image_dir, "--limit", "40", "--samples", "20",
                      "--variants", "embedding", "--out", res)
     assert rc == 0, err
-    rc, out, err = run(capsys, "capacity", vit_dir_wide, "--data", image_dir, *FAST, "--from", res)
+    rc, out, err = run(capsys, "capacity", vit_dir_wide, "--data", image_dir, *FROM, "--from", res)
     assert_one_error(rc, err, "d = 32")
     assert out == ""
 

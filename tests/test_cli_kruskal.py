@@ -19,6 +19,7 @@ from safetensors.torch import save_file
 from clitools import assert_one_error, auto_device, help_text, run
 from mhaaudit import __version__
 from mhaaudit.cli.app import main
+from mhaaudit.cli.options import deprecation_line
 from mhaaudit.features import reduce_tokens
 from mhaaudit.io import read_parquet_metadata
 
@@ -75,7 +76,8 @@ def test_every_file_format_gives_the_same_records(capsys, tmp_path):
     for kind in ("npy", "pt", "safetensors", "parquet-list", "parquet-columns"):
         sub = tmp_path / kind
         sub.mkdir()
-        doc = json_run(capsys, "kruskal", _write(kind, sub, X), "--k", 3, "--k", 8, *FAST)
+        key = ["--key", "queries"] if kind == "safetensors" else []  # a file of several tensors needs --key
+        doc = json_run(capsys, "kruskal", _write(kind, sub, X), *key, "--k", 3, "--k", 8, *FAST)
         assert doc["meta"]["inputs"]["T"] == T and doc["meta"]["inputs"]["d"] == D, kind
         assert doc["meta"]["inputs"]["dtype"] == "float64", kind  # the tolerance depends on the dtype
         assert doc["meta"]["tolerance"]["dtype"] == "float64", kind
@@ -118,8 +120,11 @@ def test_saved_feature_folder_queries_and_a3(capsys, tmp_path):
     assert "a3" in a3["meta"]["inputs"]["source"]
     # the a3 vectors are read, not the queries
     np.save(tmp_path / "a3.npy", fs.a3.numpy())
-    direct = json_run(capsys, "kruskal", tmp_path / "a3.npy", "--n", 5, "--vectors", "a3", *FAST)
-    assert direct["records"] == a3["records"]
+    direct = json_run(capsys, "kruskal", tmp_path / "a3.npy", "--n", 5, *FAST)
+    assert [{**r, "check": None} for r in direct["records"]] == [{**r, "check": None} for r in a3["records"]]
+    # a single matrix has no query and A3 vectors to choose from: --vectors would be silently ignored
+    rc, out, err = run(capsys, "kruskal", tmp_path / "a3.npy", "--n", 5, "--vectors", "a3", *FAST)
+    assert_one_error(rc, err, "--vectors has no effect on a single matrix")
 
 
 def test_n_above_T_is_refused_when_it_sets_the_test_size(capsys, npy):
@@ -476,7 +481,7 @@ def test_capture_from_model_matches_check(capsys, vit_dir, image_dir):
     assert rc == 0, err
     ref = {r["check"]: r for r in json.loads(out)["records"]}
     for vectors, check in (("queries", "assumption_1"), ("a3", "assumption_3")):
-        doc = json_run(capsys, "kruskal", "--model", vit_dir, "--variant", "trained", "--weights", vit_dir,
+        doc = json_run(capsys, "kruskal", "--model", vit_dir, "--variants", "trained", "--weights", vit_dir,
                        "--data", image_dir, "--vectors", vectors, *CAPTURE)
         assert doc["meta"]["inputs"]["n"] == 17 and doc["meta"]["inputs"]["T"] == 40
         assert doc["meta"]["inputs"]["dtype"] == "float32"
@@ -485,21 +490,31 @@ def test_capture_from_model_matches_check(capsys, vit_dir, image_dir):
 
 
 def test_capture_from_model_variants(capsys, vit_dir, image_dir):
-    emb = json_run(capsys, "kruskal", "--model", vit_dir, "--variant", "embedding", "--data", image_dir, *CAPTURE)
+    emb = json_run(capsys, "kruskal", "--model", vit_dir, "--variants", "embedding", "--data", image_dir, *CAPTURE)
     assert emb["records"][0]["check"] == "assumption_1" and emb["records"][0]["verdict"] == "fails"
-    l0 = json_run(capsys, "kruskal", "--model", vit_dir, "--variant", "random-L0", "--data", image_dir, *CAPTURE)
+    l0 = json_run(capsys, "kruskal", "--model", vit_dir, "--variants", "random-L0", "--data", image_dir, *CAPTURE)
     assert l0["records"] == emb["records"]  # the embedding column is random weights at layer 0
     assert "[random-L0]" in l0["meta"]["inputs"]["source"]
+
+
+def test_variant_is_a_deprecated_alias_of_variants(capsys, vit_dir, image_dir):
+    rc, out, err = run(capsys, "kruskal", "--model", vit_dir, "--variant", "embedding", "--data", image_dir, *CAPTURE,
+                       "--format", "json")
+    assert rc == 0 and err.strip() == deprecation_line("--variant", "--variants")
+    new = json_run(capsys, "kruskal", "--model", vit_dir, "--variants", "embedding", "--data", image_dir, *CAPTURE)
+    assert json.loads(out)["records"] == new["records"]
+    rc, out, err = run(capsys, "kruskal", "--model", vit_dir, "--variant", "random", "--variants", "random", *CAPTURE)
+    assert_one_error(rc, err, "--variant is the deprecated name of --variants; give --variants only")
 
 
 @pytest.mark.parametrize(
     "args, match",
     [
-        (["--variant", "bogus"], "unknown variant"),
-        (["--variant", "random", "--weights", "{vit}"], "--variant trained"),
-        (["--variant", "trained", "--weights", "{missing}"], "does not exist"),
-        (["--variant", "random", "--limit", "0"], "--limit"),
-        (["--variant", "random", "--data", "{missing}"], "no such file"),
+        (["--variants", "bogus"], "unknown variant"),
+        (["--variants", "random", "--weights", "{vit}"], "--variants trained"),
+        (["--variants", "trained", "--weights", "{missing}"], "does not exist"),
+        (["--variants", "random", "--limit", "0"], "--limit"),
+        (["--variants", "random", "--data", "{missing}"], "no such file"),
     ],
 )
 def test_capture_errors(capsys, vit_dir, image_dir, tmp_path, args, match):
@@ -516,7 +531,7 @@ def test_weights_without_model_capture_refused(capsys, npy):
 
 
 def test_capture_trained_alias_offline_points_to_weights(capsys):
-    rc, out, err = run(capsys, "kruskal", "--model", "vit-base", "--variant", "trained", *CAPTURE)
+    rc, out, err = run(capsys, "kruskal", "--model", "vit-base", "--variants", "trained", *CAPTURE)
     line = assert_one_error(rc, err, "--weights")
     assert "vit-base" in line
 

@@ -57,7 +57,8 @@ def test_parquet_to_stdout(capsysbinary, monkeypatch, tmp_path):
     rows = t.to_pylist()
     assert [r["heads"] for r in rows] == [1, 2] and all(RUN_FIELDS <= set(r) for r in rows)
     assert all(r["size"] == 16 and r["steps_run"] <= 6 for r in rows)
-    assert json.loads(rows[1]["saturation"])["heads"] == 2  # nested values are stored as JSON text
+    assert rows[1]["saturation"]["heads"] == 2  # nested values are nested data: a struct column
+    assert t.schema.field("saturation").type.field("histogram").type == pa.list_(pa.int64())
     meta = json.loads(t.schema.metadata[b"mhaaudit"])
     assert meta["command"] == "memorize" and meta["versions"]["mhaaudit"] == __version__
     assert meta["seed"] == 2 and meta["device"] == auto_device() and meta["settings"]["device"] == meta["device"]
@@ -76,6 +77,48 @@ def test_help(capsys):
     text = help_text(capsys, "memorize")
     for word in ("--vary", "--values", "--preset", "paper-fig2a", "--saturation", "--out", "--plot"):
         assert word in text, word
+
+
+def test_heads_takes_a_range_as_in_capacity(capsys):
+    """--heads 1-2 (capacity's syntax) varies H: the same grid as --vary heads --values 1,2."""
+    rc, out, err = run(capsys, *GRID, "--format", "json")
+    assert rc == 0, err
+    ranged = [a for a in GRID if a not in ("--vary", "heads", "--values", "1,2")] + ["--heads", "1-2"]
+    rc, out2, err = run(capsys, *ranged, "--format", "json")
+    assert rc == 0, err
+    a, b = json.loads(out), json.loads(out2)
+    assert (b["vary"], b["values"]) == ("heads", [1, 2])
+    drop = ("seconds",)
+    assert [{k: v for k, v in r.items() if k not in drop} for r in a["runs"]] == \
+           [{k: v for k, v in r.items() if k not in drop} for r in b["runs"]]
+    # --context-length is n, as in the other commands
+    rc, out3, err = run(capsys, *[("--context-length" if x == "--n" else x) for x in GRID], "--format", "json")
+    assert rc == 0, err
+    assert [r["n"] for r in json.loads(out3)["runs"]] == [4, 4]
+
+
+def test_choices_are_choices(capsys):
+    """--preset, --task, --context and --vary take one of their values, listed in the help."""
+    import typer.main
+
+    from mhaaudit.cli.app import app
+    from mhaaudit.memorize import PRESETS
+
+    cmd = typer.main.get_command(app).commands["memorize"]
+
+    def values(p) -> list[str]:  # click's Choice, or the newer Typer's own type descriptor
+        found = getattr(getattr(p, "type", None), "choices", None) or getattr(getattr(p, "type_descriptor", None),
+                                                                               "choices", None)
+        return [str(getattr(c, "value", c)) for c in found or []]
+
+    choices = {p.name: values(p) for p in cmd.params}
+    assert choices["preset"] == list(PRESETS)
+    assert choices["task"] == ["classification", "regression"] and choices["context"] == ["shared", "per-example"]
+    assert choices["vary"] == ["heads", "n", "head-dim"]
+    text = help_text(capsys, "memorize")
+    assert "<bool>" not in text and "1-8" in text
+    rc, out, err = run(capsys, *GRID, "--task", "sorting")
+    assert_one_error(rc, err, "--task")
 
 
 def test_seeds_report_mean_and_spread(capsys):

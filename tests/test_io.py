@@ -20,7 +20,6 @@ from mhaaudit.io import (
     parquet_bytes,
     read_array,
     read_parquet_metadata,
-    records_table,
     stamp,
     to_query_matrix,
     write_parquet,
@@ -103,12 +102,13 @@ def test_check_writable_rejects(tmp_path, case):
 def test_write_parquet_roundtrip_and_metadata(tmp_path):
     recs = [{"check": "assumption_1", "k": 3, "witness": [1, 2], "fraction": 0.5},
             {"check": "sweep", "k": 1, "fraction": 1.0}]
-    meta = stamp(seed=7, device="cpu", tolerance={"rule": "r"})
+    meta = stamp(command="kruskal", seed=7, device="cpu", tolerance={"rule": "r"})
     out = tmp_path / "r.parquet"
     write_parquet(recs, out, meta)
     t = pq.read_table(out)
     assert t.column_names == ["check", "k", "witness", "fraction"]
-    assert t.column("witness").to_pylist() == ["[1, 2]", None]  # nested values as JSON text
+    assert t.column("witness").to_pylist() == [[1, 2], None]  # nested values as nested data
+    assert t.schema.field("witness").type == pa.list_(pa.int64())
     back = read_parquet_metadata(out)
     assert back["seed"] == 7 and back["versions"]["torch"] == torch.__version__ and back["tolerance"] == {"rule": "r"}
     assert tmp_leftovers(tmp_path) == []
@@ -116,11 +116,6 @@ def test_write_parquet_roundtrip_and_metadata(tmp_path):
     b = pq.read_table(pa.BufferReader(parquet_bytes(recs, meta)))
     assert b.equals(t.replace_schema_metadata(b.schema.metadata))
     assert json.loads(b.schema.metadata[b"mhaaudit"])["seed"] == 7
-
-
-def test_records_table_empty():
-    t = records_table([], {"x": 1})
-    assert t.num_rows == 0 and json.loads(t.schema.metadata[b"mhaaudit"]) == {"x": 1}
 
 
 # --------------------------------------------------------------------------- reading features
@@ -152,8 +147,30 @@ def test_read_pt_keeps_dtype(tmp_path, dtype):
     t, desc = read_array(tmp_path / "x.pt")
     assert t.dtype == dtype and torch.equal(t, x) and "torch" in desc
     torch.save({"other": torch.zeros(2), "queries": x}, tmp_path / "d.pt")
-    assert torch.equal(read_array(tmp_path / "d.pt")[0], x)
+    with pytest.raises(InputError, match=r"several tensors \(other, queries\); choose one with --key"):
+        read_array(tmp_path / "d.pt")  # like .safetensors: no tensor is picked by its name
+    assert torch.equal(read_array(tmp_path / "d.pt", key="queries")[0], x)
     assert torch.equal(read_array(tmp_path / "d.pt", key="other")[0], torch.zeros(2))
+    torch.save({"only": x}, tmp_path / "one.pt")
+    assert torch.equal(read_array(tmp_path / "one.pt")[0], x)
+
+
+def test_key_with_nothing_to_choose_is_refused(tmp_path):
+    x = torch.randn(4, 3)
+    np.save(tmp_path / "x.npy", x.numpy())
+    torch.save(x, tmp_path / "x.pt")
+    with pytest.raises(InputError, match="--key has no effect on .*x.npy: a .npy file holds one array"):
+        read_array(tmp_path / "x.npy", key="queries")
+    with pytest.raises(InputError, match="--key has no effect on .*x.pt: it holds one tensor"):
+        read_array(tmp_path / "x.pt", key="queries")
+
+
+def test_results_file_is_not_features(tmp_path):
+    """A parquet file written by mhaaudit is recognised by its metadata, whatever its columns hold."""
+    out = tmp_path / "r.parquet"
+    write_parquet([{"k": 3, "fraction": 0.5}], out, stamp(command="kruskal"))  # numeric columns only
+    with pytest.raises(InputError, match="results file written by 'mhaaudit kruskal'"):
+        read_array(out)
 
 
 def test_read_safetensors_keys(tmp_path):

@@ -37,6 +37,7 @@ import torch
 from ..errors import InputError, OfflineError
 from ..pipeline import DataRequest, ModelRequest
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
+from ..tables import ResultTable
 from .assumptions import (
     Assumptions,
     assumptions_from_file,
@@ -69,7 +70,10 @@ class CapacityColumn:
 
 
 @dataclass
-class CapacityResult:
+class CapacityResult(ResultTable):
+    """Bound and certificate of every column; ``to_arrow()`` / ``to_pandas()`` give the rows
+    ``capacity --out`` writes, and a notebook shows it as the report ``capacity`` prints."""
+
     model: str
     info: dict
     data: str
@@ -106,6 +110,17 @@ class CapacityResult:
                     "reason": "",
                 })
         return out
+
+    def table_records(self) -> list[dict]:
+        return self.records()
+
+    def table_meta(self) -> dict:
+        return self.meta()
+
+    def renderables(self) -> list:
+        from ..render import capacity_report
+
+        return capacity_report(self)
 
     def meta(self) -> dict:
         from ..io import stamp
@@ -348,6 +363,11 @@ def capacity_audit(
     vs = split_list(variants) or list(VARIANTS)
     for v in vs:
         choice("variant", v, VARIANTS)
+    if weights is not None and "trained" not in vs:
+        raise InputError("--weights has no effect without the trained column; add trained to --variants")
+    if from_path is not None and (samples is not None or threshold is not None):
+        raise InputError("--samples and --threshold have no effect with --from: Assumption 1 is read from the file, "
+                         "not sampled")
     head_counts(heads)  # syntax and sizes below 1, before any work; the model's head count is checked once known
     from_results = read_check_results(from_path) if from_path is not None else None
     if from_results is not None:

@@ -2,26 +2,81 @@
 
 The command modules define plain functions and know nothing of the app; this module imports
 and registers them. :data:`ERRORS` maps exception types to an exit status and a one-line
-message on stderr (known errors: status 2; anything else is a bug: status 3). Set
-``MHAAUDIT_DEBUG=1`` to see the traceback instead.
+message on stderr (known errors: status 2; anything else is a bug: status 3; Ctrl-C: status
+130, also while the libraries are still being imported). Set ``MHAAUDIT_DEBUG=1`` to see the
+traceback instead.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
-from typing import Callable, NamedTuple
 
-import click
-import typer
+INTERRUPTED = "interrupted"
+INTERRUPTED_STATUS = 130
 
-from .. import __version__
-from ..errors import MhaauditError, one_line
-from .capacity import capacity
-from .check import check
-from .kruskal import kruskal
-from .memorize import memorize
+
+def _settle_interrupt() -> None:
+    """Let a handled Ctrl-C end the process with status 130, not as killed by SIGINT.
+
+    Under ``python -m``, CPython kills the process with SIGINT at exit, whatever status it was
+    given, when the last string-evaluated code (``exec``/``eval`` of a string, which libraries
+    use) ended in a KeyboardInterrupt, even one handled since. Evaluating a string resets that.
+    """
+    exec("pass", {})
+
+
+def _interrupted() -> None:
+    """Ctrl-C: one line on stderr and status 130, whenever it comes."""
+    print(f"Error: {INTERRUPTED}", file=sys.stderr)
+    _settle_interrupt()
+    raise SystemExit(INTERRUPTED_STATUS)
+
+
+try:  # Ctrl-C while the libraries load (before main runs) gets the same one line as later on
+    import contextlib
+    import os
+    import re
+    from typing import Callable, NamedTuple
+
+    import click
+    import typer
+    from typer.core import TyperCommand, TyperGroup
+
+    from .. import __version__
+    from ..errors import MhaauditError, one_line
+    from .capacity import capacity
+    from .check import check
+    from .kruskal import kruskal
+    from .memorize import memorize
+except KeyboardInterrupt:  # pragma: no cover - exercised by sending SIGINT to a subprocess
+    _interrupted()
+
+
+class _StandardHelp:
+    """Help that reads like a standard CLI: a flag shows no ``<bool>`` value type, and a repeatable
+    option the type of one value (``<int>``, not ``<list[int]>``; its help says it repeats)."""
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)  # type: ignore[misc]
+        for p in params:
+            if p.metavar is not None or p.param_type_name != "option":
+                continue
+            if getattr(p, "is_flag", False):
+                p.metavar = ""  # rendered as no type at all
+            elif getattr(p, "multiple", False) and hasattr(p, "display_type"):
+                shown = re.fullmatch(r"<list\[(.+)\]>", str(p.display_type(ctx)))
+                if shown:
+                    p.metavar = f"<{shown.group(1)}>"
+        return params
+
+
+class Command(_StandardHelp, TyperCommand):
+    pass
+
+
+class Group(_StandardHelp, TyperGroup):
+    pass
+
 
 app = typer.Typer(
     name="mhaaudit",
@@ -29,6 +84,8 @@ app = typer.Typer(
         "Audit transformer features against the linear-independence assumptions behind the "
         "memorisation capacity of multi-head attention (Mahdavi, Liao, Thrampoulidis, ICLR 2024)."
     ),
+    cls=Group,
+    context_settings={"help_option_names": ["-h", "--help"]},
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -49,10 +106,8 @@ def _root(
     """mhaaudit: audit the assumptions behind the memorisation capacity of multi-head attention."""
 
 
-app.command("check")(check)
-app.command("kruskal")(kruskal)
-app.command("capacity")(capacity)
-app.command("memorize")(memorize)
+for _name, _command in (("check", check), ("kruskal", kruskal), ("capacity", capacity), ("memorize", memorize)):
+    app.command(_name, cls=Command)(_command)
 
 
 # --------------------------------------------------------------------------- errors -> exit status
@@ -85,7 +140,7 @@ _ABORTS = tuple(dict.fromkeys(t for t in (click.exceptions.Abort, getattr(typer,
 ERRORS: tuple[ErrorRule, ...] = (
     ErrorRule((MhaauditError,), 2, one_line),
     ErrorRule(_USAGE, 2, _usage),
-    ErrorRule(_ABORTS, 130, lambda exc: "interrupted", traceback_in_debug=False),
+    ErrorRule(_ABORTS, INTERRUPTED_STATUS, lambda exc: INTERRUPTED, traceback_in_debug=False),
     ErrorRule((Exception,), 3, _internal),
 )
 
@@ -111,9 +166,18 @@ def main(argv: list[str] | None = None) -> int:
         if rule is None or (debug and rule.traceback_in_debug):
             raise  # SystemExit and the like, or a traceback asked for
         print(f"Error: {rule.message(exc)}", file=sys.stderr)
-        return rule.code
+        rv = rule.code
+    else:
+        if rv == INTERRUPTED_STATUS:  # newer Typer turns Ctrl-C into this status, silently: say it
+            print(f"Error: {INTERRUPTED}", file=sys.stderr)
+    if rv == INTERRUPTED_STATUS:
+        _settle_interrupt()
     return rv if isinstance(rv, int) else 0
 
 
-def run() -> None:  # pragma: no cover - thin wrapper
-    sys.exit(main())
+def run() -> None:  # pragma: no cover - the console script; tested through a subprocess
+    try:
+        code = main()
+    except KeyboardInterrupt:  # between the commands' own handling and the exit
+        _interrupted()
+    sys.exit(code)

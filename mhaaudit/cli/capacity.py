@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -10,7 +9,6 @@ from typing import Annotated, Optional
 import typer
 
 from .options import (
-    KeepDuplicates,
     DEFAULTS,
     Atol,
     BackendOpt,
@@ -20,6 +18,7 @@ from .options import (
     Device,
     Format,
     FormatOpt,
+    KeepDuplicates,
     ModelArg,
     Rtol,
     Samples,
@@ -27,12 +26,16 @@ from .options import (
     Split,
     Threshold,
     Weights,
+    deprecation_line,
     emit,
     prepare_outputs,
+    refuse_data_options,
+    refuse_unused,
+    renamed,
 )
 
 _READS = "the attention of block K builds Z and the tokens read are its input, the output of block K-1"
-LAYER_DEPRECATED = f"Warning: --layer is deprecated for capacity; use --block (same meaning: {_READS})"
+LAYER_DEPRECATED = deprecation_line("--layer", "--block", f"same meaning: {_READS}")
 
 
 class Attention(str, Enum):
@@ -41,6 +44,7 @@ class Attention(str, Enum):
 
 
 def capacity(
+    ctx: typer.Context,
     model: ModelArg,
     heads: Annotated[Optional[str], typer.Option("--heads", help="Certificate with the first h heads for each h: 1-12, 3 or 1,2,4 (default: all heads of the block).")] = None,
     attention: Annotated[Attention, typer.Option("--attention", help="Key/query weights of Z: the model's own attention block, or random (Xavier, seeded).")] = Attention.model,
@@ -88,28 +92,19 @@ def capacity(
 
     settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol)
     prepare_outputs(out, plot, fmt)
-    K = _block(block, layer)
+    refuse_data_options(ctx, data)
+    if from_path is not None:
+        refuse_unused(ctx, ("samples", "threshold"), "with --from: Assumption 1 is read from the file, not sampled")
+    layer = None if layer is None else validate.integer("--layer", layer)
+    K = renamed("--layer", layer, "--block", block, note=f"same meaning: {_READS}")
     result = capacity_audit(
         model, heads=heads, attention=attention.value, shared_context=shared_context, from_path=from_path,
         variants=validate.split_list(variants), weights=weights, block=K, data=data, split=split, limit=limit,
-        batch_size=batch_size, samples=settings.samples, threshold=settings.threshold, seed=settings.seed,
+        batch_size=batch_size, samples=None if from_path else settings.samples,
+        threshold=None if from_path else settings.threshold, seed=settings.seed,
         rtol=settings.rtol, atol=settings.atol, device=settings.device, backend=backend.value if backend else None,
         context_length=context_length, progress=progress_enabled(fmt.value), keep_duplicates=keep_duplicates,
     )
     if plot is not None:
         plot_capacity(result, plot)
     emit(fmt, result.meta(), result.records(), out=out, render=lambda: render_capacity(result, out=out, plot=plot))
-
-
-def _block(block: int | None, layer: int | None) -> int:
-    """``--block K``, or the deprecated ``--layer K`` (same meaning, one warning line on stderr)."""
-    from .. import validate
-    from ..errors import InputError
-
-    if layer is None:
-        return validate.integer("--block", 1 if block is None else block)
-    if block is not None:
-        raise InputError("--layer is a deprecated alias of --block; give --block only")
-    K = validate.integer("--layer", layer)
-    print(LAYER_DEPRECATED, file=sys.stderr)
-    return K

@@ -9,7 +9,6 @@ from typing import Annotated, Optional
 import typer
 
 from .options import (
-    KeepDuplicates,
     DEFAULTS,
     Atol,
     BackendOpt,
@@ -19,6 +18,7 @@ from .options import (
     Device,
     Format,
     FormatOpt,
+    KeepDuplicates,
     ModelArg,
     Out,
     Plot,
@@ -30,15 +30,17 @@ from .options import (
     Weights,
     emit,
     prepare_outputs,
+    refuse_data_options,
 )
 
 FAIL_ON = ("general_position", "assumption_1", "assumption_2", "assumption_3", "any")
 
 
 def check(
+    ctx: typer.Context,
     model: ModelArg,
     variants: Annotated[Optional[list[str]], typer.Option("--variants", help="Columns: embedding, random-attention, random, trained (images; default all); random and/or trained with --layers or for text.")] = None,
-    layer: Annotated[int, typer.Option("--layer", help="Depth K of the random and trained image columns: the tokens read are the output of block K (1 = after the first block; --layers 0 reads the embedding output).")] = 1,
+    layer: Annotated[Optional[int], typer.Option("--layer", help="Depth K of the random and trained image columns: the tokens read are the output of block K (default 1 = after the first block; --layers 0 reads the embedding output).", show_default=False)] = None,
     layers: Annotated[Optional[str], typer.Option("--layers", help="Audit several depths in one pass, e.g. 0-6 or 0,1: the output of each block K (0 = embedding output). Text default: 0,1.")] = None,
     backend: BackendOpt = None,
     weights: Weights = None,
@@ -66,15 +68,17 @@ def check(
     """Audit a transformer: Assumptions 1-3 and General Position at each probe point."""
     from .. import validate
     from ..audit import audit
+    from ..io import check_folder_writable
     from ..progress import progress_enabled
     from ..render import render_audit
     from ..settings import Settings
 
     settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol)
     prepare_outputs(out, plot, fmt)
+    refuse_data_options(ctx, data)
     fails = [validate.choice("--fail-on", f, FAIL_ON) for f in validate.split_list(fail_on) or []]
     if save_features is not None:
-        _check_feature_folder(save_features)
+        check_folder_writable(save_features, "--save-features")
     layer_list = None if layers is None else validate.int_ranges(layers, "--layers", what="layers", minimum=0)
     if plot is not None and layer_list is None:
         sweep = True  # the plot is the sweep curve; with --layers it is the depth profile
@@ -90,55 +94,36 @@ def check(
         _save_features(result, save_features)
     plot = _plot(result, plot, depth=layer_list is not None, model=model)
     records = result.records()
-    emit(fmt, _meta(model, result), records, sweep=result.sweep_rows(), out=out,
+    emit(fmt, result.meta(), records, sweep=result.sweep_rows(), out=out,
          render=lambda: render_audit(result, save_features=save_features, out=out, plot=plot))
     failed = {r["check"] for r in records if r.get("verdict") == "fails"}
     if ("any" in fails and failed) or failed.intersection(fails):
         raise typer.Exit(1)
 
 
-def _meta(model: str, result) -> dict:
-    """The provenance stamp of an audit, with what each column read and how."""
-    from ..io import stamp
-
-    meta = stamp(command="check", model=model, model_info=result.info, data=result.data, skipped=result.skipped, duplicates=result.duplicates,
-                 notes=result.notes, timings_s=result.timings, **result.settings)
-    meta["columns"] = {c.probe.variant: {"status": c.status, "reason": c.reason, "layer": c.probe.layer,
-                                         "weights": c.probe.init, "describe": c.probe.describe(),
-                                         "weights_source": c.weights_source, "timings_s": c.timings,
-                                         "sweep": c.sweep.summary() if c.sweep else None}
-                       for c in result.columns}
-    return meta
-
-
-def _check_feature_folder(folder: Path) -> None:
-    """Fail before any work when ``--save-features`` cannot be written."""
-    import os
-
-    from ..errors import InputError
-
-    parent = folder.parent if str(folder.parent) else Path(".")
-    if folder.exists() and not folder.is_dir():
-        raise InputError(f"--save-features {folder}: exists and is not a folder")
-    if not parent.exists():
-        raise InputError(f"--save-features {folder}: folder {parent} does not exist")
-    if not parent.is_dir():
-        raise InputError(f"--save-features {folder}: {parent} is a file, not a folder")
-    target = folder if folder.exists() else parent
-    if not os.access(target, os.W_OK):
-        raise InputError(f"--save-features {folder}: folder {target} is not writable")
-
-
 def _save_features(result, folder: Path) -> None:
+    """One subfolder per column; interrupted or failed, it removes what it wrote."""
+    import shutil
+
     from ..errors import OutputError
 
+    created = not folder.exists()
     try:
         folder.mkdir(exist_ok=True)
     except OSError as exc:
         raise OutputError(f"--save-features {folder}: cannot create the folder ({exc.strerror or exc})") from exc
-    for c in result.columns:
-        if c.features is not None:
-            c.features.save(folder / c.probe.variant)
+    written: list[Path] = []
+    try:
+        for c in result.columns:
+            if c.features is not None:
+                sub = folder / c.probe.variant
+                if not sub.exists():
+                    written.append(sub)
+                c.features.save(sub)
+    except BaseException:
+        for p in [folder] if created else written:
+            shutil.rmtree(p, ignore_errors=True)
+        raise
 
 
 def _plot(result, plot: Path | None, *, depth: bool, model: str) -> Path | None:

@@ -12,6 +12,7 @@ import typer
 from .options import (
     DEFAULTS,
     Atol,
+    BackendOpt,
     Device,
     Format,
     FormatOpt,
@@ -23,6 +24,9 @@ from .options import (
     Threshold,
     emit,
     prepare_outputs,
+    refuse_data_options,
+    refuse_unused,
+    renamed,
 )
 
 
@@ -32,6 +36,7 @@ class Vectors(str, Enum):
 
 
 def kruskal(
+    ctx: typer.Context,
     features: Annotated[Optional[Path], typer.Argument(help="A T x d matrix (.npy, .pt, .safetensors, .parquet), T x n x d tokens with --query-index, or a folder written by --save-features. Omit it to capture query vectors from --model.", show_default=False)] = None,
     k: Annotated[Optional[list[int]], typer.Option("--k", help="Candidate size (repeatable). Default: n and min(T, d) when n is known, else --sweep.")] = None,
     sweep: Annotated[bool, typer.Option("--sweep", help="Satisfied fraction for every k from 1 to min(T, d) (the paper's Figure 1).")] = False,
@@ -44,19 +49,24 @@ def kruskal(
     fmt: FormatOpt = Format.table,
     out: Out = None,
     plot: Plot = None,
-    query_index: Annotated[Optional[int], typer.Option("--query-index", help="Token row of the query in a T x n x d array (0 = [CLS], -1 = last).")] = None,
-    key: Annotated[Optional[str], typer.Option("--key", help="Tensor name (safetensors/.pt) or column (parquet) to read.")] = None,
-    vectors: Annotated[Vectors, typer.Option("--vectors", help="With saved features or a model: the query vectors or the Assumption 3 vectors.")] = Vectors.queries,
-    n: Annotated[Optional[int], typer.Option("--n", help="Context length n, to mark it on the plot and test it by default.")] = None,
-    model: Annotated[str, typer.Option("--model", help="With no FEATURES: the model to capture query vectors from.")] = "vit-base",
-    variant: Annotated[str, typer.Option("--variant", help="With no FEATURES: embedding, random-attention, random or trained.")] = "random",
-    weights: Annotated[Optional[str], typer.Option("--weights", help="With no FEATURES and --variant trained (or trained-L<k>): local folder (transformers) or file (timm) with the trained weights.")] = None,
+    query_index: Annotated[Optional[int], typer.Option("--query-index", help="Token used as the query: its row in a T x n x d array, or, with --model, in the model's tokens (0 = [CLS], -1 = last).")] = None,
+    key: Annotated[Optional[str], typer.Option("--key", help="Tensor name (.pt/.safetensors holding several) or column (.parquet) to read.")] = None,
+    vectors: Annotated[Optional[Vectors], typer.Option("--vectors", help="With a saved feature folder or --model: the query vectors or the Assumption 3 vectors (default: queries).", show_default=False)] = None,
+    n: Annotated[Optional[int], typer.Option("--n", "--context-length", help="Context length n: tested by default and marked on the plot. With --model it sets a text model's n (as check --context-length); a saved feature folder knows its n.")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", help="With no FEATURES: the model to capture query vectors from (default: vit-base).", show_default=False)] = None,
+    backend: BackendOpt = None,
+    variants: Annotated[Optional[str], typer.Option("--variants", help="With no FEATURES: the one column to capture: embedding, random-attention, random, trained, random-L<k> or trained-L<k> (default: random).", show_default=False)] = None,
+    variant: Annotated[Optional[str], typer.Option("--variant", hidden=True, help="Deprecated name of --variants.")] = None,
+    weights: Annotated[Optional[str], typer.Option("--weights", help="With no FEATURES and a trained column: local folder (transformers) or file (timm) with the trained weights.")] = None,
     data: Annotated[Optional[str], typer.Option("--data", help="With no FEATURES: data source (default: the built-in offline data).")] = None,
+    split: Annotated[str, typer.Option("--split", help="With no FEATURES: dataset split for Hugging Face datasets.")] = "train",
     limit: Annotated[int, typer.Option("--limit", help="With no FEATURES: number of examples T.")] = 2000,
     batch_size: Annotated[int, typer.Option("--batch-size", help="With no FEATURES: examples per forward pass.")] = 32,
+    keep_duplicates: Annotated[bool, typer.Option("--keep-duplicates", help="With no FEATURES: keep exact duplicate inputs (by default they are found before the forward pass, reported and dropped).")] = False,
 ) -> None:
     """Estimate the Kruskal rank of a set of vectors: Monte-Carlo tests at candidate sizes, or a sweep."""
     from .. import validate
+    from ..errors import InputError
     from ..io import stamp
     from ..kruskal import as_matrix, set_stats
     from ..progress import log, progress_enabled
@@ -69,11 +79,14 @@ def kruskal(
     prepare_outputs(out, plot, fmt)
     ks = [validate.integer("--k", kk) for kk in dict.fromkeys(k or [])]
     n = None if n is None else validate.integer("--n", n)
-    if features is None:
-        X, n_known, source = _capture(model, variant, weights, data, limit, batch_size, vectors, settings)
-    else:
-        X, n_known, source = _read(features, weights, key, query_index, vectors)
-    n = n or n_known
+    _refuse_unused(ctx, features, data)
+    variant = renamed("--variant", variant, "--variants", variants)
+    if variant is not None and len(validate.split_list(variant) or []) > 1:
+        raise InputError(f"--variants {variant}: kruskal captures one column at a time; give one (check audits several)")
+    capture = dict(model=model or "vit-base", variant=variant or "random", weights_path=weights, data=data,
+                   split=split, limit=limit, batch_size=batch_size, keep_duplicates=keep_duplicates,
+                   backend=backend.value if backend else None, context_length=n, query_index=query_index)
+    X, n, source, vectors = _vectors(features, capture, key, vectors, settings)
     X = as_matrix(X)
     T, d = X.shape
     ks, sweep = _sizes(ks, n, T, d, sweep=sweep or plot is not None, vectors=vectors, fmt=fmt)
@@ -97,36 +110,68 @@ def kruskal(
          render=lambda: render_kruskal(tests, sw, meta, n, d))
 
 
-def _capture(model, variant, weights, data, limit, batch_size, vectors: Vectors, settings):
-    """Query (or A3) vectors captured from ``--model``: (matrix, n, description of the source)."""
-    from ..audit import capture_features
+def _refuse_unused(ctx: typer.Context, features: Path | None, data: str | None) -> None:
+    """Options that have no effect with what was given: the capture's with FEATURES, the file's without."""
+    if features is not None:
+        refuse_unused(ctx, ("model", "variants", "variant", "weights", "backend", "data", "split", "limit", "batch_size",
+                            "keep_duplicates"),
+                      f"when FEATURES ({features}) is given: the capture options apply only without a file")
+    else:
+        refuse_unused(ctx, ("key",), "without FEATURES: --key chooses a tensor or column in a feature file")
+        refuse_data_options(ctx, data)
+
+
+def _vectors(features: Path | None, capture: dict, key, vectors: Vectors | None, settings):
+    """The vectors to test, from FEATURES or captured from ``--model``: (matrix, n, source, which vectors).
+
+    ``capture["context_length"]`` is ``--n``: a captured text model's n, or the n of the file's
+    vectors; a saved feature folder knows its own.
+    """
     from ..errors import InputError
 
-    if weights is not None and not variant.startswith("trained"):
-        raise InputError(f"--weights loads trained weights; use it with --variant trained (or trained-L<k>), not {variant!r}")
-    fs = capture_features(model, variant=variant, data=data, limit=limit, batch_size=batch_size, device=settings.device,
-                          seed=settings.seed, progress=settings.progress, weights_path=weights)
+    n = capture["context_length"]
+    if features is None:
+        vectors = vectors or Vectors.queries
+        X, n, source = _capture(capture, vectors, settings)
+        return X, n, source, vectors
+    X, n_known, source, vectors = _read(features, key, capture["query_index"], vectors)
+    if n is not None and n_known is not None and n != n_known:
+        raise InputError(f"--n {n}: the saved features in {features} were captured with n = {n_known}")
+    return X, n or n_known, source, vectors
+
+
+def _capture(capture: dict, vectors: Vectors, settings):
+    """Query (or A3) vectors captured from ``--model``: (matrix, n, description of the source)."""
+    from ..audit import capture_features
+
+    fs = capture_features(**capture, device=settings.device, seed=settings.seed, progress=settings.progress)
     source = f"{fs.meta.get('model')} [{fs.meta.get('variant')}] {vectors.value} on {fs.meta.get('data')}"
     return (fs.a3 if vectors == Vectors.a3 else fs.queries), fs.n, source
 
 
-def _read(features: Path, weights, key, query_index, vectors: Vectors):
-    """Vectors from a file or a ``--save-features`` folder: (matrix, n or None, description of the source)."""
+def _read(features: Path, key, query_index, vectors: Vectors | None):
+    """Vectors from a file or a ``--save-features`` folder: (matrix, n or None, source, which vectors)."""
     from ..errors import InputError
     from ..io import read_array, to_query_matrix
 
-    if weights is not None:
-        raise InputError("--weights applies when query vectors are captured from --model (no FEATURES given)")
     if features.is_dir():
         from ..features import FeatureSet
 
+        for name, value in (("--key", key), ("--query-index", query_index)):
+            if value is not None:
+                raise InputError(f"{name} has no effect on a saved feature folder ({features}): it holds the query "
+                                 "and Assumption 3 vectors already; choose them with --vectors")
+        vectors = vectors or Vectors.queries
         fs = FeatureSet.load(features)
         m = fs.meta
         source = f"{features} ({vectors.value}; {m.get('model', '?')} {m.get('variant', '')} layer {m.get('layer', '?')})"
-        return (fs.a3 if vectors == Vectors.a3 else fs.queries), fs.n, source
+        return (fs.a3 if vectors == Vectors.a3 else fs.queries), fs.n, source, vectors
+    if vectors is not None:
+        raise InputError(f"--vectors has no effect on a single matrix ({features}): it chooses between the query and "
+                         "Assumption 3 vectors of a saved feature folder or of --model")
     arr, desc = read_array(features, key=key)
     X, source = to_query_matrix(arr, query_index, desc)
-    return X, None, source
+    return X, None, source, Vectors.queries
 
 
 def _sizes(ks: list[int], n: int | None, T: int, d: int, *, sweep: bool, vectors: Vectors, fmt: Format):

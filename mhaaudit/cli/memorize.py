@@ -3,41 +3,63 @@
 from __future__ import annotations
 
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from ..memorize import PRESETS
-from .options import Format, FormatOpt, check_stdout, emit
+from .options import Device, Format, FormatOpt, Seed, emit, prepare_outputs, refuse_unused
+
+Preset = Enum("Preset", {name: name for name in PRESETS}, type=str)
+
+
+class Task(str, Enum):
+    classification = "classification"
+    regression = "regression"
+
+
+class Context(str, Enum):
+    shared = "shared"
+    per_example = "per-example"
+
+
+class Vary(str, Enum):
+    heads = "heads"
+    n = "n"
+    head_dim = "head-dim"
+
+
+# The grid's parameters: (Python name, option, the --vary value naming it).
+_AXES = (("heads", "--heads", "heads"), ("n", "--n", "n"), ("head_dim", "--head-dim", "head-dim"))
+_RANGE = "one value, a range or a list: 4, 1-8 or 1,2,4,8; several values vary it"
 
 
 def memorize(
-    vary: Annotated[Optional[str], typer.Option(help="Parameter to vary: heads, n or head-dim (omit for one setting).")] = None,
+    ctx: typer.Context,
+    vary: Annotated[Optional[Vary], typer.Option(help="Parameter to vary (omit for one setting); the same as giving several values to --heads, --n or --head-dim.", show_default=False)] = None,
     values: Annotated[Optional[str], typer.Option(help="Values of the varied parameter, comma-separated integers, e.g. 1,2,4,8.")] = None,
-    n: Annotated[Optional[int], typer.Option("--n", help="Context length n (default 32).")] = None,
-    heads: Annotated[Optional[int], typer.Option(help="Number of heads H (default 4).")] = None,
-    head_dim: Annotated[Optional[int], typer.Option("--head-dim", help="Key/query dimension d_h (default 64).")] = None,
+    n: Annotated[Optional[str], typer.Option("--n", "--context-length", help=f"Context length n (default 32): {_RANGE}.")] = None,
+    heads: Annotated[Optional[str], typer.Option("--heads", help=f"Number of heads H (default 4): {_RANGE}.")] = None,
+    head_dim: Annotated[Optional[str], typer.Option("--head-dim", help=f"Key/query dimension d_h (default 64): {_RANGE}.")] = None,
     sizes: Annotated[Optional[str], typer.Option(help="Training-set sizes T, comma-separated, e.g. 500,1000.")] = None,
-    preset: Annotated[
-        Optional[str],
-        typer.Option(help=f"A ready grid: {', '.join(PRESETS)}. Explicit options override it."),
-    ] = None,
-    task: Annotated[str, typer.Option(help="classification (100 classes) or regression (U[0,1] labels).")] = "classification",
-    context: Annotated[str, typer.Option(help="shared (one context for all examples) or per-example.")] = "shared",
-    classes: Annotated[int, typer.Option(help="Number of classes for classification.")] = 100,
-    tolerance: Annotated[float, typer.Option(help="Regression: an example is memorised when |error| < tolerance.")] = 0.01,
+    preset: Annotated[Optional[Preset], typer.Option(help="A ready grid (see above). Explicit options override it.", show_default=False)] = None,
+    task: Annotated[Task, typer.Option(help="classification (random classes) or regression (U[0,1] labels).")] = Task.classification,
+    context: Annotated[Context, typer.Option(help="shared (one context for all examples) or per-example.")] = Context.shared,
+    classes: Annotated[int, typer.Option(help="Number of classes (classification only).")] = 100,
+    tolerance: Annotated[float, typer.Option(help="Regression only: an example is memorised when |error| < tolerance.")] = 0.01,
     epochs: Annotated[Optional[int], typer.Option(help="Epochs per point (default: max(500 epochs, 50k steps), the paper's rule).")] = None,
     max_steps: Annotated[Optional[int], typer.Option("--max-steps", help="Cap on optimisation steps per point.")] = None,
     lr: Annotated[float, typer.Option(help="Adam learning rate (peak of the warm-up/cosine schedule).")] = 1e-3,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Batch size.")] = 256,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Training batch size.")] = 256,
     check_every: Annotated[int, typer.Option("--check-every", help="Check for full memorisation (and stop) every this many steps.")] = 200,
-    seed: Annotated[int, typer.Option(help="Seed of the one generator behind data, weights and batch order.")] = 0,
-    seeds: Annotated[Optional[str], typer.Option("--seeds", help="Train every point for several seeds (e.g. 0-5 or 0,3,7) and report the mean and spread; overrides --seed.")] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    seed: Seed = 0,
+    seeds: Annotated[Optional[str], typer.Option("--seeds", help="Train every point for several seeds (e.g. 0-5 or 0,3,7) and report the mean and spread; instead of --seed.")] = None,
+    device: Device = "auto",
     saturation: Annotated[bool, typer.Option("--saturation", help="Count saturated heads (softmax weight > 0.99) per example.")] = False,
     out: Annotated[Optional[Path], typer.Option(help="Parquet file of results; existing points in it are not recomputed.")] = None,
-    plot: Annotated[Optional[Path], typer.Option(help="Image of memorisation vs the varied parameter, one line per size.")] = None,
+    plot: Annotated[Optional[Path], typer.Option(help="Memorisation vs the varied parameter, one line per size, to this .png/.pdf/.svg file.")] = None,
     format: FormatOpt = Format.table,
 ) -> None:
     """Train one-layer multi-head attention to memorise random labels (the paper's Section 5.2).
@@ -55,25 +77,60 @@ def memorize(
     Without --epochs/--max-steps each point trains max(500 epochs, 50k steps), as in the paper.
     Appendix H's saturation study: --heads 4 --n 32 --sizes 550 --saturation.
     """
-    from ..io import stamp
     from ..memorize import run_memorize_grid
     from ..progress import progress_enabled
     from ..render import render_memorize
 
-    check_stdout(format)
+    prepare_outputs(out, plot, format)
+    if task == Task.regression:
+        refuse_unused(ctx, ("classes",), "with --task regression: the labels are numbers in [0, 1]")
+    else:
+        refuse_unused(ctx, ("tolerance",), "with --task classification: a class is right or wrong")
+    if seeds is not None:
+        refuse_unused(ctx, ("seed",), "with --seeds: every point is trained for each seed listed")
+    grid_axes = _axes(vary.value if vary else None, values, preset.value if preset else None,
+                      {"heads": heads, "n": n, "head_dim": head_dim})
     grid = run_memorize_grid(
-        vary=vary, values=values, n=n, heads=heads, head_dim=head_dim, sizes=sizes, preset=preset, task=task,
-        context=context, classes=classes, tolerance=tolerance, epochs=epochs, max_steps=max_steps, lr=lr,
-        batch_size=batch_size, check_every=check_every, seed=seed, seeds=seeds, device=device, saturation=saturation,
-        out=out, plot=plot, progress=progress_enabled(format.value),
+        **grid_axes, sizes=sizes, preset=preset.value if preset else None, task=task.value, context=context.value,
+        classes=classes, tolerance=tolerance, epochs=epochs, max_steps=max_steps, lr=lr, batch_size=batch_size,
+        check_every=check_every, seed=seed, seeds=seeds, device=device, saturation=saturation, out=out, plot=plot,
+        progress=progress_enabled(format.value),
     )
     if grid.reused:
         print(
             f"{grid.reused} of {len(grid.runs)} points were already in {grid.out} with the same configuration; not recomputed",
             file=sys.stderr,
         )
-    doc = grid.to_dict()
-    meta = stamp(command="memorize", seed=grid.settings.get("seed"), device=grid.settings.get("device"),
-                 **{k: v for k, v in doc.items() if k not in ("tool", "runs")})
     # --out is the grid's own results file (written point by point, for resuming): not emit's to write.
-    emit(format, meta, doc["runs"], document=doc, render=lambda: render_memorize(grid))
+    emit(format, grid.meta(), grid.table_records(), document=grid.to_dict(), render=lambda: render_memorize(grid))
+
+
+def _axes(vary: str | None, values: str | None, preset: str | None, given: dict[str, str | None]) -> dict:
+    """``vary``/``values`` and the fixed ``heads``/``n``/``head_dim`` from the options.
+
+    A parameter given several values is the one varied (as ``--vary P --values ...``); given to
+    the parameter the grid varies (by ``--vary`` or the preset), even one value replaces the values.
+    """
+    from .. import validate
+    from ..errors import InputError
+
+    varied = vary or (PRESETS[preset]["vary"] if preset else None)
+    out: dict = {"vary": vary, "values": values, "heads": None, "n": None, "head_dim": None}
+    source = "--values" if values is not None else None  # what gave the varied parameter's values
+    for name, flag, axis in _AXES:
+        spec = given[name]
+        if spec is None:
+            continue
+        vals = validate.int_ranges(spec, flag, what="values", example="4, 1-8 or 1,2,4,8", minimum=1)
+        if axis != varied and len(vals) == 1:
+            out[name] = vals[0]
+            continue
+        if vary is not None and axis != vary:
+            raise InputError(f"{flag} {spec} gives several values, but --vary {vary} varies another parameter; "
+                             "only one parameter varies")
+        if source is not None:
+            raise InputError(f"{flag} {spec} and {source} both give the values of the varied parameter; "
+                             "only one parameter varies")
+        out.update(vary=axis, values=",".join(map(str, vals)))
+        source = f"{flag} {spec}"
+    return out

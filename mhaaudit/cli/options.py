@@ -3,6 +3,11 @@
 Every command ends in :func:`emit`: strict JSON or parquet on stdout, the records also written
 to ``--out`` when asked, or the command's renderer for people. Output paths are checked by
 :func:`prepare_outputs` before any work, so a bad path costs nothing and writes nothing.
+
+No option is silently ignored: :func:`given` tells which options the user typed and
+:func:`refuse_unused` turns one that has no effect in the combination given into an input error
+naming the conflict. A renamed option keeps its old name for one release through
+:func:`renamed`, which warns on stderr.
 """
 
 from __future__ import annotations
@@ -53,6 +58,66 @@ ContextLength = Annotated[Optional[int], typer.Option("--context-length", help="
 DEFAULTS = dict(samples=DEFAULT_SAMPLES, threshold=DEFAULT_THRESHOLD, seed=0, device="auto")
 
 
+# --------------------------------------------------------------------------- options given, unused, renamed
+
+
+def given(ctx: typer.Context, *names: str) -> list[str]:
+    """The parameters among ``names`` (Python names) whose value the user gave, not their default."""
+    out = []
+    for name in names:
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+            out.append(name)
+    return out
+
+
+def flag(ctx: typer.Context, name: str) -> str:
+    """The option a parameter is typed as (``limit`` -> ``--limit``)."""
+    for p in ctx.command.params:
+        if p.name == name:
+            return max(p.opts, key=len)
+    return name
+
+
+def refuse_unused(ctx: typer.Context, names, why: str) -> None:
+    """An input error when any of ``names`` was given: they have no effect ``why`` (e.g. "with --from")."""
+    from ..errors import InputError
+
+    used = [flag(ctx, n) for n in given(ctx, *names)]
+    if used:
+        verb = "has" if len(used) == 1 else "have"
+        raise InputError(f"{', '.join(used)} {verb} no effect {why}")
+
+
+def refuse_data_options(ctx: typer.Context, data: str | None) -> None:
+    """``--split`` names a split of a Hugging Face dataset: refused with the built-in data or a local file."""
+    if data is None:
+        refuse_unused(ctx, ("split",), "without --data: the built-in data has no splits")
+    elif Path(data).expanduser().is_file():
+        refuse_unused(ctx, ("split",), f"on a local file ({data}): it names a split of a Hugging Face dataset")
+
+
+def deprecation_line(old_flag: str, new_flag: str, note: str = "") -> str:
+    """The warning a deprecated option name prints on stderr."""
+    return (f"Warning: {old_flag} is deprecated and will be removed in the next release; use {new_flag}"
+            + (f" ({note})" if note else ""))
+
+
+def renamed(old_flag: str, old_value, new_flag: str, new_value, note: str = ""):
+    """The value of an option renamed from ``old_flag`` to ``new_flag`` (both default None).
+
+    The old name still works for one release and warns on stderr; giving both is an input error.
+    """
+    from ..errors import InputError
+
+    if old_value is None:
+        return new_value
+    if new_value is not None:
+        raise InputError(f"{old_flag} is the deprecated name of {new_flag}; give {new_flag} only")
+    print(deprecation_line(old_flag, new_flag, note), file=sys.stderr)
+    return old_value
+
+
 def check_stdout(fmt: Format) -> None:
     """Binary parquet is not for a terminal: refuse it before any work."""
     from ..errors import InputError
@@ -85,7 +150,9 @@ def emit(fmt: Format, meta: dict, records: list[dict], *, render: Callable[[], N
     JSON ``document`` (default ``{"meta", "records"[, "sweep"]}``) as strict JSON, the same rows
     as parquet, or, for the table, whatever ``render()`` prints.
     """
-    rows = records if sweep is None else records + [{"check": "sweep", **r} for r in sweep]
+    from ..tables import table_rows
+
+    rows = table_rows(records, sweep)
     if out is not None:
         from ..io import write_parquet
 

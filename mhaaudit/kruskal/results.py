@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..numerics import RankRule, ldexp
+from ..tables import ResultTable, table_rows
 
 __all__ = ["Bound", "SetStats", "SubsetTest", "Sweep", "Witness", "clopper_pearson"]
 
@@ -96,9 +97,21 @@ class SetStats:
         return int(sum(1 for s in self.unit_singular_values if s + self.unit_sv_error > tol_min))
 
 
+def _meta(result) -> dict:
+    """The provenance stamp of a test or a sweep (the ``meta`` of ``mhaaudit kruskal``'s output)."""
+    from ..io import stamp
+
+    return stamp(command="kruskal", seed=result.seed, device=result.device, tolerance=result.rule.as_dict(),
+                 threshold=result.threshold, samples=result.samples)
+
+
 @dataclass(frozen=True)
-class SubsetTest:
-    """Monte-Carlo test of "every k rows are independent" at one candidate size k."""
+class SubsetTest(ResultTable):
+    """Monte-Carlo test of "every k rows are independent" at one candidate size k.
+
+    ``to_arrow()`` / ``to_pandas()`` give its record as the one row of a table, and a notebook
+    shows it as ``mhaaudit kruskal`` prints it.
+    """
 
     check: str
     k: int
@@ -151,6 +164,17 @@ class SubsetTest:
             "device": self.device,
         }
 
+    def table_records(self) -> list[dict]:
+        return [self.record()]
+
+    def table_meta(self) -> dict:
+        return _meta(self)
+
+    def renderables(self) -> list:
+        from ..render import subset_test_report
+
+        return subset_test_report(self)
+
 
 @dataclass(frozen=True)
 class Bound:
@@ -163,8 +187,12 @@ class Bound:
 
 
 @dataclass(frozen=True)
-class Sweep:
-    """Satisfied fraction for every candidate size from one set of nested draws."""
+class Sweep(ResultTable):
+    """Satisfied fraction for every candidate size from one set of nested draws.
+
+    ``to_arrow()`` / ``to_pandas()`` give the curve as the sweep rows of ``kruskal --out``
+    (``check = "sweep"``), and a notebook shows it as ``mhaaudit kruskal`` prints it.
+    """
 
     T: int
     d: int
@@ -202,3 +230,14 @@ class Sweep:
             "witness": self.witness.as_dict() if self.witness else None,
             "exact_rechecks": self.exact_rechecks,
         }
+
+    def table_records(self) -> list[dict]:
+        return table_rows([], self.rows())
+
+    def table_meta(self) -> dict:
+        return {**_meta(self), "sweep_summary": self.summary()}
+
+    def renderables(self) -> list:
+        from ..render import sweep_report
+
+        return sweep_report(self)

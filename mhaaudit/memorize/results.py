@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
 from .._version import __version__
+from ..tables import ResultTable
 from .data import DIM
 from .saturation import SaturationSummary
 
@@ -130,9 +131,11 @@ class GroupRecord:
 
 
 @dataclass(frozen=True)
-class MemorizeGrid:
+class MemorizeGrid(ResultTable):
     """Every point of a grid, in grid order (seeds innermost), the linear fits when H varies,
     the mean and spread over seeds, and how the points were grouped for training.
+    ``to_arrow()`` / ``to_pandas()`` give the runs as ``--format parquet`` prints them, and a
+    notebook shows the grid as ``mhaaudit memorize`` prints it.
 
     ``groups`` covers the runs trained now (not those read back from ``out``);
     ``memory_budget`` is the bytes the groups were planned within.
@@ -152,6 +155,25 @@ class MemorizeGrid:
     summary: tuple[SeedSummary, ...] = ()
     groups: tuple[GroupRecord, ...] = ()
     memory_budget: int | None = None
+
+    def meta(self) -> dict:
+        """The provenance stamp of the grid: the ``meta`` of its parquet output."""
+        from ..io import stamp
+
+        doc = self.to_dict()
+        return stamp(command="memorize", seed=self.settings.get("seed"), device=self.settings.get("device"),
+                     **{k: v for k, v in doc.items() if k not in ("tool", "runs")})
+
+    def table_records(self) -> list[dict]:
+        return [r.to_dict() for r in self.runs]
+
+    def table_meta(self) -> dict:
+        return self.meta()
+
+    def renderables(self) -> list:
+        from ..render import memorize_report
+
+        return memorize_report(self)
 
     def to_dict(self) -> dict:
         return {

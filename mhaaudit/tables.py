@@ -1,0 +1,321 @@
+"""Results as tables: the columns of every command's records (their types and meanings), the
+typed Arrow table they make, and :class:`ResultTable`, the mixin that gives a result object that
+table (``to_arrow()``, ``to_pandas()``) and shows it in a notebook as the rich table the CLI prints.
+
+The same table is what ``--out FILE.parquet`` writes and ``--format parquet`` prints; its schema
+metadata (key ``mhaaudit``) carries the run's provenance, the ``meta`` of the JSON document.
+Nested evidence is nested data, not text: ``witness`` and ``witness_singular_values`` are list
+columns, ``rank_histogram`` a map from rank to count, memorize's ``saturation`` a struct.
+Integer and boolean columns may hold nulls (a value that does not apply to a row); the pandas
+metadata written with the table makes pandas read them as its nullable ``Int64`` and
+``boolean`` types, so integers stay integers. pyarrow, pandas, polars and duckdb read the file
+as it is.
+
+Nothing here computes a result: the columns are those the result objects' ``records()`` give.
+"""
+
+from __future__ import annotations
+
+import io as _io
+import json
+from dataclasses import dataclass
+
+METADATA_KEY = b"mhaaudit"  # schema metadata of every results file: the run's meta, as JSON
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a results table: its name, its Arrow type (in words) and what it holds."""
+
+    name: str
+    type: str  # int64 | float64 | string | bool | list<int64> | list<float64> | map<int64, int64> | saturation
+    meaning: str
+
+
+def _cols(*specs: tuple[str, str, str]) -> tuple[Column, ...]:
+    return tuple(Column(*s) for s in specs)
+
+
+_WHERE = _cols(
+    ("model", "string", "the model audited, as given"),
+    ("variant", "string", "the column: embedding, random-attention, random, trained, or random-L<k> / trained-L<k>"),
+    ("layer", "int64", "depth of the tokens read: 0 = embedding output, k = output of block k (capacity: the block K "
+                       "whose attention builds Z)"),
+)
+
+#: A Monte-Carlo or exact test at one size k (``kruskal``; ``check`` adds model, variant, layer),
+#: and the sweep rows (``check = "sweep"``: k, fraction, ci_low, ci_high).
+TEST_COLUMNS = _cols(
+    ("check", "string", "general_position, assumption_1, assumption_2, assumption_3 or kruskal; sweep for the rows "
+                        "of the Kruskal-rank curve"),
+    ("k", "int64", "candidate size: n for Assumptions 1 and 3, min(T, d) for General Position; the rank n for "
+                   "Assumption 2; the subset size of a sweep row"),
+    ("T", "int64", "number of vectors (Assumption 2: examples)"),
+    ("d", "int64", "width of the vectors"),
+    ("samples", "int64", "draws made (Assumption 2: examples examined)"),
+    ("satisfied", "int64", "independent draws (Assumption 2: full-rank context matrices)"),
+    ("fraction", "float64", "satisfied fraction"),
+    ("ci_low", "float64", "lower end of its 95% Clopper-Pearson interval"),
+    ("ci_high", "float64", "upper end of its 95% Clopper-Pearson interval"),
+    ("threshold", "float64", "fraction needed for holds (Assumption 2: 1.0)"),
+    ("verdict", "string", "holds, fails or unavailable"),
+    ("reason", "string", "one sentence: why, and whether it is a proof or an estimate"),
+    ("tolerance", "string", "the rank rule, in words"),
+    ("seed", "int64", "the sampling seed"),
+    ("witness", "list<int64>", "row indices of the smallest dependent subset found (Assumption 2: the first "
+                               "rank-deficient examples); empty when none"),
+    ("witness_singular_values", "list<float64>", "singular values of the witness rows, largest first, in the "
+                                                 "data's own scale; empty when none"),
+    ("rank_histogram", "map<int64, int64>", "numerical rank -> number of examined draws (Assumption 2: of "
+                                            "context matrices) with that rank"),
+    ("exact_rechecks", "int64", "draws that sat near the tolerance and were decided from eigenvalues or by SVD"),
+    ("sampled", "bool", "whether the verdict comes from Monte-Carlo draws (false: decided exactly)"),
+    ("proven", "bool", "whether the verdict is a proof (a witness, a rank ceiling, an exact count)"),
+    ("planned_samples", "int64", "draws asked for (more than samples when a test stopped once decided); null "
+                                 "where no draws are planned"),
+    ("set_rank", "int64", "numerical rank of the whole T x d set, a ceiling for every subset; null for "
+                          "Assumption 2"),
+    ("device", "string", "where the draws were decided"),
+    ("min_margin", "float64", "Assumption 2: the smallest sigma_n / tolerance over the examples (how far the "
+                              "nearest context matrix is from rank deficiency); null for the other checks"),
+)
+
+CAPACITY_COLUMNS = _WHERE + _cols(
+    ("attention", "string", "key/query weights of Z: model (the block's own) or random"),
+    ("shared_context", "bool", "whether every example uses the context of example 0 (Proposition 2)"),
+    ("T", "int64", "examples (rows of Z)"),
+    ("n", "int64", "tokens per example"),
+    ("d", "int64", "width of the tokens"),
+    ("d_h", "int64", "key/query dimension per head"),
+    ("H", "int64", "heads of the attention block"),
+    ("tolerance", "string", "the rank rule of Z, in words"),
+    ("seed", "int64", "the seed of the random weights and labels"),
+    ("status", "string", "ok, or unavailable (then reason says why and the numbers are null)"),
+    ("heads", "int64", "heads used, h (the first h of the block)"),
+    ("rank", "int64", "numerical rank r of Z with h heads: the examples certified memorised"),
+    ("rank_cap", "int64", "min(T, h d), the largest rank Z can have"),
+    ("bound", "int64", "the Theorem 1 / Remark 1 count with h heads; null when the theorem does not apply"),
+    ("bound_kind", "string", "theorem-1, remark-1, not-applicable or unavailable"),
+    ("bound_reason", "string", "why the bound applies or not"),
+    ("bound_formula", "string", "the count's formula with the numbers put in"),
+    ("residual", "float64", "max |Z_S w - y| / max |y| of the solved value/output map on random labels"),
+    ("rank_method", "string", "how the rank of Z was decided"),
+    ("z_tolerance_value", "float64", "the rank tolerance of Z, in Z's own scale"),
+    ("sigma_max", "float64", "largest singular value of Z with h heads"),
+    ("prop2_bound", "int64", "h (n - 1) + 1, Proposition 2's ceiling on rank(Z) with a shared context"),
+    ("prop2_verdict", "string", "with --shared-context: holds when rank <= prop2_bound, else fails; null otherwise"),
+    ("assumption_1", "string", "the Assumption 1 verdict the bound rests on (holds, fails or null)"),
+    ("assumption_2", "string", "the Assumption 2 verdict the bound rests on (holds, fails or null)"),
+    ("kruskal_estimate", "int64", "the estimated Kruskal rank used by Remark 1; null when none"),
+    ("reason", "string", "why the column is unavailable; empty otherwise"),
+)
+
+SATURATION_FIELDS = _cols(
+    ("threshold", "float64", "a head is saturated on an example when its largest softmax weight exceeds this"),
+    ("heads", "int64", "heads H"),
+    ("examples", "int64", "examples counted"),
+    ("histogram", "list<int64>", "histogram[j]: examples with exactly j saturated heads (j = 0..H)"),
+    ("frac_at_least_two_saturated", "float64", "fraction of examples with at least two saturated heads"),
+    ("frac_some_unsaturated", "float64", "fraction with at least one unsaturated head"),
+    ("frac_any_saturated", "float64", "fraction with at least one saturated head"),
+    ("mean_saturated", "float64", "mean number of saturated heads per example"),
+)
+
+MEMORIZE_COLUMNS = _cols(
+    ("heads", "int64", "heads H"),
+    ("n", "int64", "context length n"),
+    ("head_dim", "int64", "key/query dimension d_h"),
+    ("size", "int64", "training-set size T"),
+    ("task", "string", "classification or regression"),
+    ("context", "string", "shared or per-example"),
+    ("classes", "int64", "classes of the labels (classification)"),
+    ("tolerance", "float64", "regression: an example is memorised when |error| < tolerance"),
+    ("epochs", "int64", "epochs asked for; null: the paper's rule"),
+    ("max_steps", "int64", "cap on optimisation steps; null: none"),
+    ("lr", "float64", "Adam learning rate (peak)"),
+    ("batch_size", "int64", "training batch size"),
+    ("check_every", "int64", "steps between checks for full memorisation"),
+    ("seed", "int64", "the seed of data, weights and batch order"),
+    ("memorized", "float64", "fraction of the training examples memorised"),
+    ("memorized_count", "int64", "examples memorised"),
+    ("epochs_run", "int64", "epochs trained"),
+    ("steps_run", "int64", "optimisation steps made"),
+    ("planned_steps", "int64", "steps the schedule planned"),
+    ("final_loss", "float64", "training loss at the end"),
+    ("seconds", "float64", "training time"),
+    ("stopped_early", "bool", "whether training stopped once every example was memorised"),
+    ("device", "string", "where the point was trained"),
+    ("saturation", "saturation", "with --saturation: saturated heads per example (a struct: the "
+                                 "saturation.* fields); null otherwise"),
+    ("reused", "bool", "whether the point was read from the --out file instead of trained"),
+    # The --out file of memorize (the grid's own results, for resuming) stores saturation flat:
+    ("config_key", "string", "--out file: the point's full configuration, the key it is stored under"),
+    ("sat_threshold", "float64", "--out file: saturation.threshold"),
+    ("sat_histogram", "list<int64>", "--out file: saturation.histogram"),
+    ("sat_frac_ge2", "float64", "--out file: saturation.frac_at_least_two_saturated"),
+    ("sat_frac_some_unsaturated", "float64", "--out file: saturation.frac_some_unsaturated"),
+    ("sat_frac_any", "float64", "--out file: saturation.frac_any_saturated"),
+    ("sat_mean", "float64", "--out file: saturation.mean_saturated"),
+)
+
+#: The columns of each command's table, in the order a record gives them.
+COLUMNS: dict[str, tuple[Column, ...]] = {
+    "check": _WHERE + TEST_COLUMNS,
+    "kruskal": TEST_COLUMNS,
+    "capacity": CAPACITY_COLUMNS,
+    "memorize": MEMORIZE_COLUMNS,
+}
+
+
+def arrow_type(spec: str):
+    """The pyarrow type a :class:`Column` names."""
+    import pyarrow as pa
+
+    simple = {"int64": pa.int64(), "float64": pa.float64(), "string": pa.string(), "bool": pa.bool_(),
+              "list<int64>": pa.list_(pa.int64()), "list<float64>": pa.list_(pa.float64()),
+              "map<int64, int64>": pa.map_(pa.int64(), pa.int64())}
+    if spec in simple:
+        return simple[spec]
+    if spec == "saturation":
+        return pa.struct([pa.field(c.name, arrow_type(c.type)) for c in SATURATION_FIELDS])
+    raise KeyError(f"no Arrow type for column type {spec!r}")
+
+
+# --------------------------------------------------------------------------- records -> table
+
+
+def _as_map(value):
+    """A histogram {rank: count} (keys may be strings, as in JSON) as Arrow map entries."""
+    if value is None:
+        return None
+    if isinstance(value, str):  # a JSON object, as older files stored it
+        value = json.loads(value)
+    return [(int(k), int(v)) for k, v in sorted(value.items(), key=lambda kv: int(kv[0]))]
+
+
+def _column_array(name: str, values: list, spec: str | None):
+    import pyarrow as pa
+
+    if spec is not None:
+        if spec.startswith("map<"):
+            values = [_as_map(v) for v in values]
+        elif spec.startswith("list<") or spec == "saturation":  # nested values older files stored as JSON text
+            values = [json.loads(v) if isinstance(v, str) else v for v in values]
+        return pa.array(values, type=arrow_type(spec))
+    try:  # a column no schema names: as pyarrow infers it, else as JSON text
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        return pa.array([None if v is None else json.dumps(v, default=str) for v in values], type=pa.string())
+
+
+def _pandas_metadata(schema) -> bytes:
+    """pandas metadata that makes integer and boolean columns nullable ``Int64`` / ``boolean`` in pandas."""
+    import pyarrow as pa
+
+    cols = []
+    for f in schema:
+        if pa.types.is_integer(f.type):
+            cols.append({"name": f.name, "field_name": f.name, "pandas_type": "int64", "numpy_type": "Int64", "metadata": None})
+        elif pa.types.is_boolean(f.type):
+            cols.append({"name": f.name, "field_name": f.name, "pandas_type": "bool", "numpy_type": "boolean", "metadata": None})
+    return json.dumps({"index_columns": [], "column_indexes": [], "columns": cols}).encode()
+
+
+def records_table(records: list[dict], metadata: dict):
+    """The typed pyarrow table of ``records`` (rows of one command), stamped with ``metadata``.
+
+    Columns come in the order the records first give them, typed as :data:`COLUMNS` says for
+    ``metadata["command"]``; a column no schema names is typed as pyarrow infers it. A value
+    missing from a row is null.
+    """
+    import pyarrow as pa
+
+    known = {c.name: c.type for c in COLUMNS.get(str(metadata.get("command")), ())}
+    keys: list[str] = list(dict.fromkeys(k for r in records for k in r))
+    arrays = [_column_array(k, [r.get(k) for r in records], known.get(k)) for k in keys]
+    table = pa.table(dict(zip(keys, arrays))) if keys else pa.table({})
+    meta = {b"pandas": _pandas_metadata(table.schema), METADATA_KEY: json.dumps(metadata, default=str).encode()}
+    return table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
+
+
+def table_rows(records: list[dict], sweep: list[dict] | None = None) -> list[dict]:
+    """The rows of a results table: the records, then any sweep rows, tagged ``check = "sweep"``."""
+    return records if sweep is None else records + [{"check": "sweep", **r} for r in sweep]
+
+
+def to_pandas(table):
+    """``table`` as a pandas DataFrame: integers as ``Int64``, booleans as ``boolean``, maps as dicts."""
+    try:
+        return table.to_pandas(maps_as_pydicts="strict")
+    except TypeError:  # pragma: no cover - pyarrow before 13
+        return table.to_pandas()
+
+
+def schema_markdown(command: str | None = None) -> str:
+    """The README's schema table: one row per column (of one command, or of all; saturation's fields too)."""
+    rows, seen = ["| column | type | commands | meaning |", "|---|---|---|---|"], {}
+    for cmd, cols in COLUMNS.items():
+        if command is None or cmd == command:
+            for c in cols:
+                seen.setdefault((c.name, c.type, c.meaning), []).append(cmd)
+                if c.type == "saturation":
+                    for f in SATURATION_FIELDS:
+                        seen.setdefault((f"{c.name}.{f.name}", f.type, f.meaning), []).append(cmd)
+    for (name, typ, meaning), cmds in seen.items():
+        shown = "struct" if typ == "saturation" else typ
+        rows.append(f"| `{name}` | {shown} | {', '.join(cmds)} | {meaning.replace('|', chr(92) + '|')} |")
+    return "\n".join(rows)
+
+
+# --------------------------------------------------------------------------- the mixin
+
+
+class ResultTable:
+    """What every result object gives: its table and its notebook view.
+
+    A class using it defines ``table_records()`` (the rows), ``table_meta()`` (the provenance
+    stamp, with ``command``) and ``renderables()`` (the rich tables and lines the CLI prints).
+    """
+
+    def table_records(self) -> list[dict]:  # pragma: no cover - defined by each result
+        raise NotImplementedError
+
+    def table_meta(self) -> dict:  # pragma: no cover - defined by each result
+        raise NotImplementedError
+
+    def renderables(self) -> list:  # pragma: no cover - defined by each result
+        raise NotImplementedError
+
+    def to_arrow(self):
+        """The result as a pyarrow table: the rows ``--out`` writes, with the run's meta as schema metadata."""
+        return records_table(self.table_records(), self.table_meta())
+
+    def to_pandas(self):
+        """The result as a pandas DataFrame (nullable integer and boolean columns)."""
+        return to_pandas(self.to_arrow())
+
+    def __rich_console__(self, console, options):
+        for item in self.renderables():
+            yield console.render_str(item, highlight=False) if isinstance(item, str) else item
+
+    def _rendered(self, width: int = 120):
+        from rich.console import Console
+
+        con = Console(record=True, file=_io.StringIO(), width=width, color_system="truecolor", force_jupyter=False,
+                      force_terminal=True)
+        for r in self.renderables():
+            con.print(r, highlight=False)
+        return con
+
+    def _repr_html_(self) -> str:
+        return self._rendered().export_html(inline_styles=True, code_format=_HTML)
+
+    def _repr_mimebundle_(self, include=None, exclude=None, **kwargs) -> dict:
+        con = self._rendered()
+        text = con.export_text(clear=False)
+        return {"text/plain": text, "text/html": con.export_html(inline_styles=True, code_format=_HTML)}
+
+
+_HTML = ('<pre style="white-space: pre; overflow-x: auto; line-height: normal; '
+         'font-family: Menlo, \'DejaVu Sans Mono\', consolas, \'Courier New\', monospace">{code}</pre>')
+

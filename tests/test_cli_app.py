@@ -1,0 +1,150 @@
+"""The application: help that reads like a standard CLI, and Ctrl-C at any phase.
+
+Ctrl-C is tested the way a person causes it: SIGINT sent to a real ``python -m mhaaudit`` (or
+console-script) process. The process reports on stderr which phase it is in (Python's
+``-X importtime`` lines while it imports, the command's own status lines later), and the signal
+is sent once a phase is reached, so each test interrupts the phase it names. Whatever the phase,
+the answer is the same: one line "Error: interrupted", status 130, no file left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import tmp_leftovers
+
+from clitools import help_text, run
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMANDS = ("check", "kruskal", "capacity", "memorize")
+
+# What pip's generated console script for ``mhaaudit = "mhaaudit.cli.app:run"`` runs.
+CONSOLE_SCRIPT = ("import sys; from mhaaudit.cli.app import run; "
+                  "sys.argv[0] = 'mhaaudit'; sys.exit(run())")
+
+
+# --------------------------------------------------------------------------- help
+
+
+@pytest.mark.parametrize("command", ("",) + COMMANDS)
+def test_dash_h_is_help(capsys, command):
+    args = [command, "-h"] if command else ["-h"]
+    rc, out, err = run(capsys, *args)
+    assert rc == 0 and "Usage" in out and err == ""
+    rc2, out2, _ = run(capsys, *[a if a != "-h" else "--help" for a in args])
+    assert out2 == out
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_flags_show_no_value_type(capsys, command):
+    text = help_text(capsys, command)
+    assert "<bool>" not in text and "list[" not in text
+    assert "-h" in text and "--help" in text
+
+
+def test_defaults_of_optional_options_are_shown(capsys):
+    text = help_text(capsys, "kruskal")
+    assert "(default: queries)" in text and "(default: random)" in text and "(default: vit-base)" in text
+    assert "(default 1 = after the first block" in help_text(capsys, "check")
+
+
+def test_no_command_prints_help_on_stderr(capsys):
+    rc, out, err = run(capsys)
+    assert rc == 2 and out == "" and "Usage" in err
+
+
+# --------------------------------------------------------------------------- Ctrl-C
+
+
+def _interrupt(argv: list[str], marker, cwd: Path, after: float = 0.0, timeout: float = 120.0) -> tuple[int, list[str]]:
+    """Start ``python argv``; send SIGINT ``after`` seconds past the first stderr line ``marker``
+    accepts. Returns (status, stderr lines without the ``-X importtime`` ones)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONPROFILEIMPORTTIME="1", HF_HUB_OFFLINE="1",
+               HF_DATASETS_OFFLINE="1", PYTHONUNBUFFERED="1")
+    env.pop("MHAAUDIT_DEBUG", None)
+    proc = subprocess.Popen([sys.executable, *argv], cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    sent = threading.Event()
+
+    def send() -> None:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            sent.set()
+
+    def read() -> None:
+        timer = None
+        for line in proc.stderr:
+            lines.append(line.rstrip("\n"))
+            if timer is None and marker(line):
+                timer = threading.Timer(after, send)
+                timer.start()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:  # pragma: no cover - a hang is the failure shown below
+            proc.kill()
+    reader.join(timeout=10)
+    assert sent.is_set(), f"the process ended before the signal; stderr: {lines[-5:]}"
+    return proc.returncode, [ln for ln in lines if not ln.startswith("import time:")]
+
+
+def _assert_interrupted(rc: int, err: list[str], folder: Path) -> None:
+    assert rc == 130, err
+    assert err[-1:] == ["Error: interrupted"], err
+    assert not any("Traceback" in ln or "KeyboardInterrupt" in ln for ln in err), err
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith("out")) == []
+    assert tmp_leftovers(folder) == []
+
+
+def _imported(module: str):
+    """A marker: the ``-X importtime`` line saying ``module`` finished importing."""
+    pattern = re.compile(rf"^import time:.*\|\s+{re.escape(module)}$")
+    return lambda line: pattern.match(line.rstrip()) is not None
+
+
+@pytest.mark.parametrize("entry", ["python -m mhaaudit", "console script"])
+def test_interrupt_while_importing(tmp_path, entry):
+    """Ctrl-C while the libraries load, before main runs: the same one line."""
+    np.save(tmp_path / "m.npy", np.random.default_rng(0).standard_normal((50, 8)))
+    head = ["-m", "mhaaudit"] if entry.startswith("python") else ["-c", CONSOLE_SCRIPT]
+    rc, err = _interrupt([*head, "kruskal", "m.npy", "--out", "out.parquet"], _imported("click"), tmp_path)
+    _assert_interrupted(rc, err, tmp_path)
+
+
+def test_interrupt_while_sampling(tmp_path):
+    np.save(tmp_path / "m.npy", np.random.default_rng(0).standard_normal((3000, 200)).astype(np.float32))
+    rc, err = _interrupt(["-m", "mhaaudit", "kruskal", "m.npy", "--sweep", "--samples", "200000",
+                          "--out", "out.parquet", "--plot", "out.png"],
+                         lambda line: "vectors in R^200" in line, tmp_path)
+    _assert_interrupted(rc, err, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("phase, after", [("model loading", 0.0), ("forward pass", 1.5), ("checks", 6.0)])
+def test_interrupt_check(tmp_path, vit_dir, image_dir, phase, after):
+    """Ctrl-C while check loads the model, runs it, or samples: one line, nothing written."""
+    rc, err = _interrupt(["-m", "mhaaudit", "check", str(vit_dir), "--data", str(image_dir), "--limit", "60",
+                          "--batch-size", "4", "--samples", "200000", "--sweep", "--out", "out.parquet",
+                          "--save-features", "out-features"],
+                         _imported("mhaaudit.models"), tmp_path, after=after)
+    _assert_interrupted(rc, err, tmp_path)
+
+
+@pytest.mark.slow
+def test_interrupt_memorize_training(tmp_path):
+    rc, err = _interrupt(["-m", "mhaaudit", "memorize", "--heads", "1,2", "--n", "4", "--head-dim", "8", "--sizes",
+                          "4000", "--max-steps", "100000", "--device", "cpu", "--out", "out.parquet"],
+                         _imported("mhaaudit.cli.app"), tmp_path, after=3.0)
+    _assert_interrupted(rc, err, tmp_path)
