@@ -22,6 +22,7 @@ from .capacity import capacity
 from .check import check
 from .kruskal import kruskal
 from .memorize import memorize
+from .reproduce import reproduce
 
 app = typer.Typer(
     name="mhaaudit",
@@ -53,6 +54,7 @@ app.command("check")(check)
 app.command("kruskal")(kruskal)
 app.command("capacity")(capacity)
 app.command("memorize")(memorize)
+app.command("reproduce")(reproduce)
 
 
 # --------------------------------------------------------------------------- errors -> exit status
