@@ -164,13 +164,15 @@ def test_ranks_match_when_the_ranges_overlap():
     far = gp | {"rank_histogram": {"600": 10}}
     c = compare("table1", item, col(far), FACTS, spec, 0.99)
     assert c.status == "differs" and c.our_verdict == "ranks 600"
-    # a whole-set rank below the published range is a proof; one above it decides nothing
-    below = gp | {"sampled": False, "set_rank": 500, "reason": "the whole set has numerical rank 500"}
-    assert compare("table1", item, col(below), FACTS, spec, 0.99).status == "differs"
-    above = below | {"set_rank": 740}
-    assert compare("table1", item, col(above), FACTS, spec, 0.99).status == "undetermined"
+    # decided without draws (the whole set's rank): the ranks of a few draws computed for the comparison
+    proven = gp | {"sampled": False, "set_rank": 500, "rank_histogram": {},
+                   "reason": "the whole set has numerical rank 500 (at most 520 for any 768-subset under the rule)"}
+    c = compare("table1", item, col(proven) | {"draw_ranks": {"498": 4, "500": 6}}, FACTS, spec, 0.99)
+    assert (c.our_verdict, c.status) == ("ranks 498-500", "differs")
+    assert "whole set has numerical rank 500" in c.reason and "the ranks of 10 draws of 768 queries were computed" in c.reason
+    assert compare("table1", item, col(proven), FACTS, spec, 0.99).status == "undetermined"  # no draw ranks
     emb = _one("table1", column="embedding", kind="ranks")  # rank 1: every [CLS] query is the same vector
-    one = below | {"set_rank": 1}
+    one = proven | {"set_rank": 1}
     assert compare("table1", emb, col(one), FACTS, spec, 0.99).status == "match"
 
 
@@ -319,6 +321,8 @@ def test_table1_on_a_tiny_vit(tiny_table1, vit_dir):
     assert {c.status for c in r.comparisons} <= {"match", "differs", "undetermined"}
     # the folder is a trained model: its trained column ran, from the folder
     assert str(vit_dir) in r.facts["vit"].weights["trained"]
+    # T = 20 < d = 32: General Position is decided without draws; the ranks of a few draws are computed
+    assert all(c.our_verdict for c in r.comparisons if c.kind == "ranks")
     emb = next(c for c in r.comparisons if c.column == "embedding" and c.check == "assumption_1")
     assert emb.status == "match" and emb.our_k == 17 and emb.k == 197
     for c in r.comparisons:

@@ -183,19 +183,20 @@ def _ours_ranks(item: dict, col: dict) -> Ours:
         return Ours(None, None, "not run", (rec or {}).get("reason", "not run"), None)
     plo, phi = item["ranks"]
     k = rec["k"]
+    hist = rec.get("rank_histogram") or {}
+    evidence = record_evidence(rec)
     if not rec.get("sampled", True):
         r = rec.get("set_rank")
-        if r is None:
-            return Ours(None, None, "no draws", record_evidence(rec), None)
-        if r <= 1:  # every subset of a rank-1 set of nonzero rows has rank 1
-            return Ours(_range_text(r, r), None, "whole-set rank", record_evidence(rec), plo <= r <= phi, k=k)
-        return Ours(f"ranks <= {r}", None, "whole-set rank (a ceiling)", record_evidence(rec), False if r < plo else None, k=k)
-    ranks = [int(x) for x in rec.get("rank_histogram", {})]
+        if r is not None and r <= 1:  # every subset of a rank-1 set of nonzero rows has rank 1
+            return Ours(_range_text(r, r), None, "whole-set rank", evidence, plo <= r <= phi, k=k)
+        hist = col.get("draw_ranks") or {}
+        if hist:
+            evidence += f"; the ranks of {sum(hist.values())} draws of {k} queries were computed for this comparison"
+    ranks = [int(x) for x in hist]
     if not ranks:
-        return Ours(None, None, "no ranks recorded", record_evidence(rec), None)
+        return Ours(None, None, "no ranks recorded", evidence, None)
     lo, hi = min(ranks), max(ranks)
-    seen = sum(rec["rank_histogram"].values())
-    return Ours(_range_text(lo, hi), None, f"ranks of {seen} examined draws", record_evidence(rec),
+    return Ours(_range_text(lo, hi), None, f"ranks of {sum(hist.values())} examined draws", evidence,
                 lo <= phi and plo <= hi, k=k)
 
 

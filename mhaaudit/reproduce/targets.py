@@ -82,12 +82,28 @@ def _sweep_doc(sw) -> dict:
     return {"rows": sw.rows(), "summary": sw.summary(), "samples": sw.samples, "threshold": sw.threshold}
 
 
-def _column(col, sweep=None) -> dict:
+def _column(col, settings: Settings, sweep=None) -> dict:
     """Our records of one audited column, as :func:`compare` reads them."""
     if col.status != "ok":
         return {"unavailable": col.reason}
     recs = {r["check"]: r for r in col.records("", 0)}
-    return {"records": recs, "sweep": _sweep_doc(sweep) if sweep is not None else None, "n": col.features.n}
+    out = {"records": recs, "sweep": _sweep_doc(sweep) if sweep is not None else None, "n": col.features.n}
+    gp = recs.get("general_position")
+    if gp is not None and not gp["sampled"] and gp["k"] <= gp["d"] and (gp.get("set_rank") or 0) > 1:
+        out["draw_ranks"] = _draw_ranks(col.features.queries, gp["k"], settings)
+    return out
+
+
+def _draw_ranks(X, k: int, settings: Settings, draws: int = 10) -> dict:
+    """Ranks of the first ``draws`` draws of k rows that the test would make: the General Position
+    test needs none when the whole set's rank already decides it, but the paper reports them."""
+    from ..kruskal import draw_decisions
+    from ..rank import svd_rank
+
+    rule = settings.rule(X.dtype)
+    idx, _ = draw_decisions(X, k, samples=draws, seed=settings.seed, rule=rule, device=settings.device)
+    ranks = svd_rank(X[idx.cpu()], rule)[0].tolist()
+    return {str(r): ranks.count(r) for r in sorted(set(ranks))}
 
 
 def _sweep(fs, settings: Settings, kmax: int, label: str):
@@ -172,21 +188,27 @@ def _tables(target: str, o: dict) -> Reproduction:
         out.audits[key] = result
         out.facts[key] = _facts(result, name, paper_data, settings, lengths.get(key))
         out.notes += result.notes
-        swept = [it for it in spec["values"] if it["model"] == key and it["kind"] in SWEEP_KINDS]
-        kmax = {c: max(it["k"] for it in swept if it["column"] == c) for c in {it["column"] for it in swept}}
-        cols = {}
-        for c in result.columns:
-            sw = None
-            if c.probe.variant in kmax and c.status == "ok":
-                sw = _sweep(c.features, settings, max(kmax[c.probe.variant], c.features.n), f"{key} {c.probe.variant}")
-                out.sweeps[(key, c.probe.variant)] = sw
-            cols[c.probe.variant] = _column(c, sw)
-        out.comparisons += [compare(target, it, cols.get(it["column"]), out.facts[key], spec, spec["protocol"]["threshold"])
-                            for it in spec["values"] if it["model"] == key]
+        out.comparisons += _compare_model(target, spec, key, result, out, settings)
     out.timings = {"total": round(time.perf_counter() - t0, 3)}
     out.setting = _setting_lines(spec, out.facts, settings)
     out.settings = dict(settings.as_dict(), limit=T, data=data, models=chosen)
     return out
+
+
+def _compare_model(target: str, spec: dict, key: str, result, out: Reproduction, settings: Settings) -> list[Comparison]:
+    """Sweep the columns whose sweep the paper published (into ``out.sweeps``), then hold every
+    published item of model ``key`` against the audit's records."""
+    swept = [it for it in spec["values"] if it["model"] == key and it["kind"] in SWEEP_KINDS]
+    kmax = {c: max(it["k"] for it in swept if it["column"] == c) for c in {it["column"] for it in swept}}
+    cols = {}
+    for c in result.columns:
+        sw = None
+        if c.probe.variant in kmax and c.status == "ok":
+            sw = _sweep(c.features, settings, max(kmax[c.probe.variant], c.features.n), f"{key} {c.probe.variant}")
+            out.sweeps[(key, c.probe.variant)] = sw
+        cols[c.probe.variant] = _column(c, settings, sw)
+    return [compare(target, it, cols.get(it["column"]), out.facts[key], spec, spec["protocol"]["threshold"])
+            for it in spec["values"] if it["model"] == key]
 
 
 # --------------------------------------------------------------------------- Figure 1
