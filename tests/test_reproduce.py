@@ -176,10 +176,11 @@ def test_ranks_match_when_the_ranges_overlap():
     assert compare("table1", emb, col(one), FACTS, spec, 0.99).status == "match"
 
 
-def _sweep(fractions, threshold=0.99, estimate=None, ceiling=None):
+def _sweep(fractions, threshold=0.99, estimate=None, ceiling=None, sampled_up_to=None):
     ks = range(1, len(fractions) + 1)
     est = estimate if estimate is not None else max([k for k, f in zip(ks, fractions) if f >= threshold] or [0])
-    return {"rows": [{"k": k, "fraction": f, "ci_low": max(0.0, f - 0.01), "ci_high": min(1.0, f + 0.01)}
+    top = sampled_up_to or len(fractions)  # sizes above it were not sampled: fraction 0, interval [0, 0]
+    return {"rows": [{"k": k, "fraction": f, "ci_low": max(0.0, f - 0.01), "ci_high": min(1.0, f + 0.01) if k <= top else 0.0}
                      for k, f in zip(ks, fractions)],
             "summary": {"estimate": est, "ceiling": {"value": ceiling or len(fractions), "kind": "dimension",
                                                       "proves": "min(T, d)"},
@@ -207,6 +208,11 @@ def test_sweep_points_and_estimates():
     small = col(sweep=_sweep([1.0] * 32), n=17)
     beyond = compare("table3", _one("table3", column="random-L1", kind="sweep", k=341), small, facts, spec, 0.99)
     assert beyond.our_value == 0.0 and "k = 341 > min(T, d) = 32" in beyond.reason
+    # sizes above the whole set's rank are not sampled: a proof; a sampled 0 is an estimate
+    cut = col(sweep=_sweep([1.0] * 340 + [0.0] * 100, sampled_up_to=342), n=512)
+    at = {it["k"]: compare("table3", it, cut, facts, spec, 0.99) for it in _items("table3", column="random-L1", kind="sweep")}
+    assert "above every size the whole set's numerical rank allows" in at[345].reason and at[345].ci_high == 0.0
+    assert "fraction 0.0000 at k = 341 (95% CI [0.0000, 0.0100])" in at[341].reason
     none = compare("table3", _one("table3", column="random-L1", kind="sweep", k=341), col(), facts, spec, 0.99)
     assert none.status == "undetermined" and "no sweep" in none.reason
 

@@ -211,9 +211,9 @@ def _sweep_point(item: dict, col: dict) -> tuple[dict | None, str]:
         return ({"k": k, "fraction": 0.0, "ci_low": 0.0, "ci_high": 0.0, "proven": True},
                 f"k = {k} > min(T, d) = {K}: no {k} rows can be independent (a proof)")
     row = rows[k]
-    s = sweep["summary"]
-    if k > s["ceiling"]["value"]:
-        return row | {"proven": True}, f"k = {k} is above the certified ceiling: {s['ceiling']['proves']}"
+    if row["fraction"] == 0.0 and row["ci_high"] == 0.0:  # not sampled: the whole set's rank leaves no k rows independent
+        return row | {"proven": True}, (f"k = {k} is above every size the whole set's numerical rank allows, so no {k} "
+                                        f"rows are independent (a proof); " + _sweep_evidence(sweep))
     return row, f"fraction {row['fraction']:.4f} at k = {k} (95% CI [{row['ci_low']:.4f}, {row['ci_high']:.4f}]); " + _sweep_evidence(sweep)
 
 
