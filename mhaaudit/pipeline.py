@@ -52,6 +52,7 @@ class DataRequest:
     split: str = "train"
     limit: int = 2000
     batch_size: int = 32
+    keep_duplicates: bool = False  # exact duplicate inputs are dropped unless asked to keep them
 
 
 @dataclass
@@ -62,6 +63,8 @@ class DataInfo:
     skipped: int = 0
     count: int = 0
     seconds: float = 0.0
+    duplicates: dict = field(default_factory=dict)  # total, repeats, dropped, example (see sources.Duplicates)
+    duplicates_line: str = ""  # the same in words, for the report
     source: Any = field(default=None, repr=False)  # learns how many items it skipped as it is read
 
     def settle(self) -> None:
@@ -121,7 +124,7 @@ def _text_batches(pm, data: DataRequest, seed: int, notes: list[str]) -> tuple[D
         notes.append(f"tokenizer: {tok_desc} (no tokenizer shipped with the model offline)")
     decoder = info.query_index == info.n - 1 and info.n > 1
     build = gpt_window_examples if decoder else bert_pair_examples
-    ex = build(src, tok, info.n, data.limit, seed=seed)
+    ex = build(src, tok, info.n, data.limit, seed=seed, distinct=not data.keep_duplicates)
     # Segment ids as BERT's next-sentence inputs have them: 0 up to and including [SEP], 1 after.
     segments = None
     if not decoder and ex.s1_lengths is not None and int(getattr(pm.config, "type_vocab_size", 0) or 0) >= 2:
@@ -132,7 +135,12 @@ def _text_batches(pm, data: DataRequest, seed: int, notes: list[str]) -> tuple[D
         for i in range(0, len(ex.ids), step):
             yield ex.ids[i:i + step], (segments[i:i + step] if segments is not None else None)
 
-    return DataInfo(name=ex.description, source=src), gen()
+    fate = "kept, as asked" if data.keep_duplicates else "redrawn"
+    dups = {"total": len(ex.ids) + (0 if data.keep_duplicates else ex.repeats), "repeats": ex.repeats,
+            "dropped": 0 if data.keep_duplicates else ex.repeats, "example": None}
+    line = (f"{ex.repeats} candidate token sequences repeated an earlier example exactly ({fate})" if ex.repeats
+            else f"no duplicate token sequences: all {len(ex.ids)} are distinct")
+    return DataInfo(name=ex.description, source=src, duplicates=dups, duplicates_line=line), gen()
 
 
 def _prepare(pm, raw) -> dict[str, torch.Tensor]:
@@ -178,20 +186,30 @@ def stream(pm, data: DataRequest, layers: Sequence[int], consumers: Sequence[Con
     the deepest run. Returns what was fed. An empty source is a :class:`DataError`.
     """
     from .progress import task
+    from .sources import DuplicateFinder
 
     t0 = time.perf_counter()
     info, raw = example_batches(pm, data, settings.seed, notes)
     want = sorted(set(int(k) for k in layers))
+    # Images: exact duplicates of what the model sees (its preprocessed pixels) are found before the
+    # forward pass. Every pass over the same data (other weights) finds and drops the same ones.
+    finder = DuplicateFinder(keep=data.keep_duplicates) if pm.info.modality == "image" else None
     with task(label, data.limit, settings.progress) as advance:
         for inputs in _prefetched(pm, raw):
+            seen = _batch_size(inputs)
+            if finder is not None:
+                inputs, _ = finder.filter(inputs)
             size = _batch_size(inputs)
+            advance(seen)
             if not size:
                 continue
             tokens = pm.capture(inputs, want)
             for consume in consumers:
                 consume(tokens)
             info.count += size
-            advance(size)
+    if finder is not None:
+        found = finder.result()
+        info.duplicates, info.duplicates_line = found.as_dict(), found.describe("images")
     info.settle()
     info.seconds = round(time.perf_counter() - t0, 3)
     if info.count == 0:

@@ -16,7 +16,7 @@ Every random choice of a run derives from the one user seed through :func:`deriv
 ``purpose`` names the consumer and ``index`` numbers its parts. The purposes used are:
 
 ==================== ================================================================
-``"model-init"``     random initialisation of a model's weights (``index``: none)
+``"model-init"``     random initialisation of a model's weights (``index``: none outside the blocks; k for block k)
 ``"data"``           the built-in images, text example construction and sampling of data
 ``"random-attention"`` the frozen random attention head of the paper's Table 1
 ``"draws"``          Monte-Carlo block ``b`` of a Kruskal test or sweep (``index``: ``b``)
@@ -129,7 +129,7 @@ class Settings:
 
     def rule(self, dtype: torch.dtype | str = torch.float32):
         """The rank rule for features of ``dtype`` under the user's tolerances."""
-        from .rank import RankRule
+        from .numerics import RankRule
 
         return RankRule.for_dtype(dtype, rtol=self.rtol, atol=self.atol)
 

@@ -1,0 +1,43 @@
+"""Models: a name becomes a loaded model whose token features can be probed.
+
+A model name (an alias, a Hugging Face hub id, a local folder, a timm model name or a timm
+checkpoint file) becomes a :class:`ProbedModel`: the network in eval mode on its device, a
+:class:`ModelInfo` describing what the audit needs to know (width ``d``, tokens per example
+``n``, the query token's index, depth, heads, where the weights came from), the model's own
+preprocessing, and :meth:`ProbedModel.capture`, which runs a batch only as far as the deepest
+requested probe point.
+
+Where each concept lives:
+
+- ``registry``: aliases, families, backend and modality detection (:func:`resolve`,
+  :func:`modality_of`); adding a transformers family is one entry there;
+- ``load``: :func:`load_model`, the one entry point (argument checks, error mapping);
+- ``hf`` and ``timm_backend``: one module per backend (config, weights, tokenizer, images);
+- ``checkpoints``: reading state files and loading them only where they fit;
+- ``random_init``: how random weights derive from the seed, independent of the depth built;
+- ``probe``: :class:`ProbedModel` and :class:`ModelInfo`; hooks, truncated depth, TF32 off;
+- ``attention``: :func:`first_attention`, one adapter per block layout reading key/query
+  weights into :class:`AttentionWeights`;
+- ``random_attention``: :class:`RandomAttention`, the paper's random attention layer.
+"""
+
+from __future__ import annotations
+
+from .attention import AttentionWeights, first_attention
+from .load import load_model
+from .probe import ModelInfo, ProbedModel
+from .random_attention import RandomAttention
+from .registry import ALIASES, ModelSpec, modality_of, resolve
+
+__all__ = [
+    "ALIASES",
+    "AttentionWeights",
+    "ModelInfo",
+    "ModelSpec",
+    "ProbedModel",
+    "RandomAttention",
+    "first_attention",
+    "load_model",
+    "modality_of",
+    "resolve",
+]

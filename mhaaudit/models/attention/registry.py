@@ -1,0 +1,79 @@
+"""The adapter registry: which adapter reads the attention weights of a block of a given layout.
+
+An adapter is a ``matches(block)`` test of what the block looks like (which submodules it has)
+and a ``read(block, ctx)`` that returns the block's :class:`~.weights.AttentionWeights`. Adapters
+register with :func:`register_adapter`; :func:`first_attention` asks them in registration
+order and uses the first that matches. Supporting a new block layout is one adapter file,
+imported in ``attention/__init__.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from torch import nn
+
+from ... import validate
+from ...errors import InputError, ModelError
+from .weights import AttentionWeights
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..probe import ProbedModel
+
+__all__ = ["ADAPTERS", "Adapter", "BlockContext", "adapter_for", "first_attention", "register_adapter"]
+
+
+@dataclass(frozen=True)
+class BlockContext:
+    """What an adapter may need besides the block: the model's name, the block's number, its
+    heads as the config gives them, whether the model is causal, and the config itself."""
+
+    model: str
+    layer: int  # 1-based
+    num_heads: int
+    head_dim: int
+    causal: bool
+    config: Any = None
+
+
+@dataclass(frozen=True)
+class Adapter:
+    name: str
+    matches: Callable[[nn.Module], bool]
+    read: Callable[[nn.Module, BlockContext], AttentionWeights]
+
+
+ADAPTERS: list[Adapter] = []
+
+
+def register_adapter(name: str, matches: Callable[[nn.Module], bool]):
+    """Decorator: register ``read(block, ctx)`` for blocks that ``matches``."""
+
+    def deco(read: Callable[[nn.Module, BlockContext], AttentionWeights]):
+        ADAPTERS.append(Adapter(name, matches, read))
+        return read
+
+    return deco
+
+
+def adapter_for(block: nn.Module) -> Adapter | None:
+    """The first registered adapter whose layout ``block`` has, or None."""
+    return next((a for a in ADAPTERS if a.matches(block)), None)
+
+
+def first_attention(pm: "ProbedModel", layer: int = 1) -> AttentionWeights:
+    """Key/query weights of block ``layer`` (1-based) of a loaded model."""
+    layer = validate.integer("layer", layer, minimum=None)
+    if layer < 1 or layer > pm.built_layers:
+        raise InputError(
+            f"first_attention: block {layer} is not available (the loaded model has blocks 1..{pm.built_layers})"
+        )
+    block = pm.blocks[layer - 1]
+    adapter = adapter_for(block)
+    if adapter is None:
+        raise ModelError(f"{pm.info.name}: first_attention does not know the attention layout of {type(block).__name__}")
+    info = pm.info
+    ctx = BlockContext(model=info.name, layer=layer, num_heads=info.num_heads, head_dim=info.head_dim,
+                       causal=info.query_index != 0 and info.modality == "text", config=pm.config)
+    return adapter.read(block, ctx)

@@ -1,0 +1,35 @@
+"""timm ViT blocks: one fused ``qkv`` Linear (queries, keys, values stacked), pre-LN ``norm1``."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ...errors import ModelError
+from .registry import BlockContext, register_adapter
+from .weights import AttentionWeights, head_bias, linear_heads
+
+
+def _matches(block: nn.Module) -> bool:
+    return isinstance(getattr(getattr(block, "attn", None), "qkv", None), nn.Linear)
+
+
+@register_adapter("timm-vit", _matches)
+def read(block: nn.Module, ctx: BlockContext) -> AttentionWeights:
+    attn = block.attn
+    for nm in ("q_norm", "k_norm"):
+        if not isinstance(getattr(attn, nm, nn.Identity()), nn.Identity):
+            raise ModelError(f"{ctx.model}: block {ctx.layer} normalises queries/keys ({nm}); first_attention does not cover that")
+    heads = int(getattr(attn, "num_heads", ctx.num_heads))
+    d = attn.qkv.in_features
+    dh = int(getattr(attn, "head_dim", d // heads))
+    w, b = attn.qkv.weight, attn.qkv.bias
+    q_rows, k_rows = slice(0, heads * dh), slice(heads * dh, 2 * heads * dh)
+    b_q = b_k = None
+    if b is not None:
+        b_q, b_k = head_bias(b[q_rows], heads), head_bias(b[k_rows], heads)
+    elif getattr(attn, "q_bias", None) is not None:  # BEiT-style: a query bias, no key bias
+        b_q = head_bias(attn.q_bias, heads)
+        b_k = torch.zeros_like(b_q)
+    scale = float(getattr(attn, "scale", dh**-0.5))
+    return AttentionWeights(linear_heads(w[q_rows], heads), linear_heads(w[k_rows], heads), b_q, b_k, block.norm1, scale, False)

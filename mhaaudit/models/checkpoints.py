@@ -1,0 +1,110 @@
+"""Checkpoint files: reading a state dict, finding one in a folder, loading it only where it fits.
+
+Both backends read single weights files (``.safetensors`` or a torch checkpoint, read with
+``weights_only=True``) and load them into a built model. A checkpoint that does not fit (a
+parameter of another shape, a parameter missing) is refused with a one-line
+:class:`~mhaaudit.errors.ModelError` naming the first offending parameter; nothing is loaded
+partially without saying so.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import nn
+
+from ..errors import ModelError, OfflineError, one_line
+
+__all__ = [
+    "CHECKPOINT_FILES",
+    "IGNORABLE_MISSING",
+    "find_checkpoint",
+    "load_fitting",
+    "offline_weights_error",
+    "read_state_file",
+    "state_file_keys",
+]
+
+# File names a checkpoint folder may hold, in the order they are tried.
+CHECKPOINT_FILES = ("model.safetensors", "pytorch_model.bin", "model.pth", "checkpoint.pth")
+# Parameters a headless model may lack in a checkpoint without harm (pooler, masked-image token).
+IGNORABLE_MISSING = ("pooler", "mask_token")
+
+
+def find_checkpoint(folder: str | os.PathLike) -> str | None:
+    """The first checkpoint file of :data:`CHECKPOINT_FILES` in ``folder``, or None."""
+    for fn in CHECKPOINT_FILES:
+        path = os.path.join(folder, fn)
+        if os.path.exists(path):
+            return path
+    return None
+
+
+def read_state_file(path: str) -> dict[str, torch.Tensor]:
+    """A state dict from a .safetensors file or a torch checkpoint (weights only).
+
+    A checkpoint that wraps its state dict (``state_dict``, ``model``, ``module``) is unwrapped.
+    """
+    try:
+        if path.endswith(".safetensors"):
+            from safetensors.torch import load_file
+
+            sd = load_file(path)
+        else:
+            sd = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - unreadable or not a checkpoint
+        raise ModelError(f"cannot read the checkpoint {path}: {one_line(exc, 160)}") from exc
+    for key in ("state_dict", "model", "module"):
+        if isinstance(sd, dict) and key in sd and isinstance(sd[key], dict):
+            sd = sd[key]
+    if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+        raise ModelError(f"the checkpoint {path} does not hold a state dict of tensors")
+    return sd
+
+
+def state_file_keys(path: str) -> list[str]:
+    """The parameter names in a checkpoint file; empty when it cannot be read."""
+    if path.endswith(".safetensors"):
+        try:
+            from safetensors import safe_open
+
+            with safe_open(path, framework="pt") as fh:
+                return list(fh.keys())
+        except Exception:  # noqa: BLE001
+            return []
+    try:
+        return list(read_state_file(path))
+    except ModelError:
+        return []
+
+
+def load_fitting(module: nn.Module, sd: dict[str, torch.Tensor], misfit: str) -> None:
+    """Load ``sd`` into ``module`` when it fits, else ModelError ``"<misfit>: <first problem>"``.
+
+    Entries the module does not have are ignored; a parameter of another shape, or a parameter
+    of the module the state lacks (except :data:`IGNORABLE_MISSING`), is refused.
+    """
+    own = module.state_dict()
+    mismatched = [k for k, v in sd.items() if k in own and tuple(own[k].shape) != tuple(v.shape)]
+    if mismatched:
+        k = mismatched[0]
+        raise ModelError(f"{misfit}: {k} has shape {tuple(sd[k].shape)}, the model expects {tuple(own[k].shape)}")
+    result = module.load_state_dict({k: v for k, v in sd.items() if k in own}, strict=False)
+    params = {k for k, _ in module.named_parameters()}
+    missing = [k for k in result.missing_keys if k in params and not is_ignorable(k)]
+    if missing:
+        raise ModelError(f"{misfit}: {len(missing)} parameter(s) missing (e.g. {missing[0]})")
+
+
+def is_ignorable(key: str) -> bool:
+    """True for a parameter a checkpoint may lack (see :data:`IGNORABLE_MISSING`)."""
+    return any(s in key for s in IGNORABLE_MISSING)
+
+
+def offline_weights_error(name: str, what: str) -> OfflineError:
+    """The error for trained weights that would have to come from the hub while offline."""
+    return OfflineError(
+        f"trained weights for {name} ({what}) are not on this machine and the hub cannot be reached; "
+        f"pass --weights PATH (a folder saved with save_pretrained, or a timm checkpoint file), or use random weights"
+    )

@@ -1,0 +1,420 @@
+"""The transformers backend: config, weights, tokenizer and image preprocessing of a hub model.
+
+A :class:`~.registry.ModelSpec` with backend ``hf`` becomes a :class:`~.probe.ProbedModel`:
+
+- the config comes from a local folder, the alias table (random weights, offline), the hub or
+  the local cache; a weights folder with its own config must agree with it;
+- trained weights come from a folder (``from_pretrained``), a single state file (loaded
+  directly, or staged beside its config so that ``from_pretrained`` renames checkpoint keys),
+  or the hub; random weights are drawn as :mod:`.random_init` says;
+- ``max_layer`` builds only that many blocks; the n of a text model is the context length
+  (at most the position embeddings; encoders default to 512), that of an image model is
+  measured on a blank image;
+- the tokenizer and the image processor are the model's own when its files have them.
+
+When the hub cannot be reached it is never called (``local_files_only=True``).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from ..errors import InputError, ModelError, OfflineError, one_line
+from ..hub import force_offline_env, is_offline
+from .checkpoints import is_ignorable, load_fitting, offline_weights_error, read_state_file
+from .probe import ModelInfo, ProbedModel, measure_tokens, prepare_module
+from .random_init import init_seed, reinit_hf, seeded
+from .registry import BLOCK_PATHS, IMAGE_FAMILIES, ImageFamily, ModelSpec, alias_list, classify_config, is_timm_folder_config, read_json
+
+__all__ = ["find_blocks", "image_transform", "load", "load_tokenizer"]
+
+_ENCODER_DEFAULT_MAX_N = 512
+_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "tokenizer.model", "sentencepiece.bpe.model")
+_FIT_FIELDS = ("model_type", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
+
+
+@dataclass(frozen=True)
+class _Weights:
+    """Where the weights come from: a local folder or a hub id (``hub``), a single file, or nowhere (random)."""
+
+    description: str
+    folder: str | None = None
+    file: str | None = None
+    hub: bool = False
+
+
+def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: torch.device,
+         context_length: int | None, max_layer: int | None, seed: int) -> ProbedModel:
+    """Build the transformers model ``spec`` names, ready for probing."""
+    offline = is_offline()
+    if offline:
+        force_offline_env()
+    cfg, source = _config(spec, weights, weights_path, offline)
+    family, modality, is_decoder = classify_config(cfg, spec.name)
+    if modality == "image" and context_length is not None:
+        raise InputError("context length applies to text models only; image models take n from the image size")
+    cfg, origin = _weights_origin(spec, cfg, source, weights, weights_path, offline)
+    n, query_index = _text_shape(cfg, is_decoder, context_length, spec.name) if modality == "text" else (0, 0)
+    full_layers = int(getattr(cfg, "num_hidden_layers"))
+    module = prepare_module(_build(spec, cfg, origin, seed, offline, max_layer), device)
+    blocks = find_blocks(module)
+    if blocks is None:
+        raise ModelError(f"{spec.name} cannot be probed: no list of transformer blocks found in {type(module).__name__}")
+    d, heads = int(getattr(cfg, "hidden_size")), int(getattr(cfg, "num_attention_heads"))
+    sources = list(dict.fromkeys(t for t in (origin.folder, spec.resolved) if t))
+    info = ModelInfo(
+        name=spec.name, resolved=spec.resolved, backend="hf", family=family, modality=modality, d=d, n=n,
+        query_index=query_index, num_layers=full_layers, num_heads=heads,
+        head_dim=int(getattr(cfg, "head_dim", None) or d // heads), weights=weights, weights_source=origin.description,
+    )
+    pm = ProbedModel(
+        info, module, device, blocks=blocks, forward=_forward(module, modality), config=cfg,
+        tokenizer=load_tokenizer(sources, offline) if modality == "text" else None,
+        image_transform=image_transform(cfg, family, sources, offline) if modality == "image" else None,
+    )
+    if modality == "image":
+        pm.info = dataclasses.replace(pm.info, n=measure_tokens(pm))
+    return pm
+
+
+def find_blocks(module: nn.Module) -> nn.ModuleList | None:
+    """The module's list of transformer blocks, found at one of the registry's block paths."""
+    for path in BLOCK_PATHS:
+        obj: Any = module
+        for part in path.split("."):
+            obj = getattr(obj, part, None)
+            if obj is None:
+                break
+        if isinstance(obj, nn.ModuleList) and len(obj) > 0:
+            return obj
+    return None
+
+
+def _forward(module: nn.Module, modality: str) -> Callable[[dict], Any]:
+    """Run ``module`` on model inputs: one pass without a key/value cache, images at any size."""
+    try:
+        params = set(inspect.signature(module.forward).parameters)
+    except (TypeError, ValueError):  # pragma: no cover
+        params = set()
+    extra: dict = {}
+    if modality == "image" and "interpolate_pos_encoding" in params:
+        extra["interpolate_pos_encoding"] = True
+    if "use_cache" in params:
+        extra["use_cache"] = False
+
+    def forward(inputs: dict) -> Any:
+        return module(**{**extra, **inputs})
+
+    return forward
+
+
+# ------------------------------------------------------------------ config
+
+
+def _config(spec: ModelSpec, weights: str, weights_path: str | None, offline: bool) -> tuple[Any, str]:
+    """(config, source) -- source: 'folder' | 'alias' | 'alias-hub' | 'hub' | 'cache' | 'weights'."""
+    from transformers import AutoConfig
+
+    if spec.local:
+        return _folder_config(spec), "folder"
+    if spec.alias is not None:
+        if weights == "trained" and weights_path is None:
+            # Trained weights come with their own config (hub or local cache); decide offline at once.
+            try:
+                return AutoConfig.from_pretrained(spec.resolved, local_files_only=offline), "alias-hub"
+            except (OSError, ValueError) as exc:
+                if offline:
+                    raise offline_weights_error(spec.name, spec.resolved) from exc
+                raise ModelError(f"cannot fetch the config of {spec.resolved} for {spec.name}: {one_line(exc, 160)}") from exc
+        kw = dict(spec.alias["config"])
+        return AutoConfig.for_model(kw.pop("model_type"), **kw), "alias"
+    if weights_path is not None and os.path.exists(os.path.join(weights_path, "config.json")) and offline:
+        # The weights folder carries the architecture; the hub config is not needed.
+        try:
+            return AutoConfig.from_pretrained(spec.resolved, local_files_only=True), "cache"
+        except (OSError, ValueError):
+            return AutoConfig.from_pretrained(weights_path, local_files_only=True), "weights"
+    try:
+        return AutoConfig.from_pretrained(spec.resolved, local_files_only=offline), ("cache" if offline else "hub")
+    except (OSError, ValueError) as exc:
+        raise _unknown_model(spec.name, weights, weights_path, offline, exc) from exc
+
+
+def _folder_config(spec: ModelSpec) -> Any:
+    from transformers import AutoConfig
+
+    name, path = spec.name, spec.resolved
+    if not os.path.exists(path):
+        raise InputError(f"no such model folder or file: {name}")
+    if os.path.isfile(path):
+        raise InputError(
+            f"{name} is a file; give a transformers model as a folder saved with save_pretrained, "
+            f"or a timm checkpoint with backend timm"
+        )
+    if not os.path.exists(os.path.join(path, "config.json")):
+        raise ModelError(f"{name} has no config.json; save transformers models with save_pretrained")
+    if is_timm_folder_config(read_json(Path(path) / "config.json")):
+        raise ModelError(f"{name} looks like a timm model folder; use backend timm")
+    return AutoConfig.from_pretrained(path, local_files_only=True)
+
+
+def _unknown_model(name: str, weights: str, weights_path: str | None, offline: bool, exc: Exception) -> Exception:
+    """The error for a hub id whose config cannot be had."""
+    if not offline:
+        return ModelError(
+            f"unknown model {name!r}: not an alias ({alias_list()}), a local folder, a timm model name, "
+            f"or a hub id ({one_line(exc, 120)})"
+        )
+    if weights == "trained" and "/" in name and weights_path is None:
+        return offline_weights_error(name, "hub")
+    if weights_path is not None:
+        return OfflineError(
+            f"the architecture of {name} (its config.json) is not in the local cache and the hub cannot be "
+            f"reached; name an alias ({alias_list()}) or a local folder with config.json as the model"
+        )
+    if "/" in name:
+        return OfflineError(
+            f"the config of {name} is not in the local cache and the hub cannot be reached; "
+            f"pass a local folder, or use one of the built-in aliases: {alias_list()}"
+        )
+    return ModelError(
+        f"unknown model {name!r}: not an alias ({alias_list()}), a local folder, a timm model name, "
+        f"or a hub id in the local cache"
+    )
+
+
+def _max_positions(cfg: Any) -> int | None:
+    mp = getattr(cfg, "max_position_embeddings", None)
+    if mp is None:
+        mp = getattr(cfg, "n_positions", None)
+    if mp is None:
+        return None
+    mp = int(mp)
+    if getattr(cfg, "model_type", "") in ("roberta", "xlm-roberta", "camembert", "longformer"):
+        mp -= int(getattr(cfg, "pad_token_id", 1) or 1) + 1  # positions start after the padding index
+    return mp
+
+
+def _text_shape(cfg: Any, is_decoder: bool, context_length: int | None, name: str) -> tuple[int, int]:
+    """(n, query_index) of a text model: the context length, at most the position embeddings."""
+    maxpos = _max_positions(cfg)
+    if context_length is None:
+        n = maxpos if maxpos is not None else _ENCODER_DEFAULT_MAX_N
+        if not is_decoder:
+            n = min(n, _ENCODER_DEFAULT_MAX_N)
+    else:
+        n = context_length
+        if maxpos is not None and n > maxpos:
+            raise InputError(f"context length {n} exceeds the {maxpos} position embeddings of {name}")
+    return n, (n - 1 if is_decoder else 0)
+
+
+# ------------------------------------------------------------------ weights
+
+
+def _weights_origin(spec: ModelSpec, cfg: Any, source: str, weights: str, weights_path: str | None,
+                    offline: bool) -> tuple[Any, _Weights]:
+    """(config, where the weights come from); a weights folder's own config replaces the named one if it fits."""
+    if weights == "random":
+        origin = {
+            "alias": f"random init from the built-in {spec.name.lower()} config",
+            "folder": f"random init from the config in local folder {spec.resolved}",
+            "hub": f"random init from the config of hub {spec.resolved}",
+            "cache": f"random init from the config of hub {spec.resolved} (local cache)",
+        }[source]
+        return cfg, _Weights(origin)
+    if weights_path is None:
+        if source == "folder":
+            return cfg, _Weights(f"local folder {spec.resolved}", folder=spec.resolved)
+        where = f"hub {spec.resolved} (local cache)" if offline else f"hub {spec.resolved}"
+        return cfg, _Weights(where, folder=spec.resolved, hub=True)
+    wp = os.path.abspath(weights_path)
+    if os.path.isfile(wp):
+        return cfg, _Weights(f"weights file {wp}", file=wp)
+    if (Path(wp) / "config.json").exists() and source != "folder":
+        from transformers import AutoConfig
+
+        wcfg = AutoConfig.from_pretrained(wp, local_files_only=True)
+        for f in _FIT_FIELDS:
+            a, b = getattr(cfg, f, None), getattr(wcfg, f, None)
+            if a is not None and b is not None and a != b:
+                raise ModelError(f"the weights at {weights_path} do not fit {spec.name}: {f} is {b} there but {a} in {spec.name}")
+        cfg = wcfg
+    return cfg, _Weights(f"local folder {wp}", folder=wp)
+
+
+def _build(spec: ModelSpec, cfg: Any, origin: _Weights, seed: int, offline: bool, max_layer: int | None) -> nn.Module:
+    """The module with its weights, built with at most ``max_layer`` blocks."""
+    from transformers import AutoModel
+
+    full_layers = int(cfg.num_hidden_layers)
+    if max_layer is not None and max_layer < full_layers:
+        cfg = copy.deepcopy(cfg)
+        cfg.num_hidden_layers = max(1, max_layer)
+    if origin.folder is not None:
+        return _from_pretrained(spec, origin, cfg, offline)
+    with seeded(init_seed(seed)):
+        module = AutoModel.from_config(cfg)
+    if origin.file is not None:
+        return _load_state_file(module, origin.file, cfg, spec.name, seed)
+    blocks = find_blocks(module)
+    if blocks is not None:
+        reinit_hf(module, blocks, seed, full_layers)
+    return module
+
+
+def _from_pretrained(spec: ModelSpec, origin: _Weights, cfg: Any, offline: bool) -> nn.Module:
+    from transformers import AutoModel
+
+    folder, local_only = origin.folder, offline or not origin.hub
+    try:
+        module, info = AutoModel.from_pretrained(folder, config=cfg, local_files_only=local_only, output_loading_info=True)
+    except OSError as exc:
+        if offline and origin.hub:
+            raise offline_weights_error(spec.name, spec.resolved) from exc
+        raise ModelError(f"cannot load weights for {spec.name} from {folder}: {one_line(exc, 240)}") from exc
+    except RuntimeError as exc:
+        why = _describe_mismatch(folder, cfg, local_only) or one_line(exc, 240)
+        raise ModelError(f"the weights at {folder} do not fit {spec.name}: {why}") from exc
+    missing = [k for k in info.get("missing_keys", []) if not is_ignorable(k)]
+    mismatched = list(info.get("mismatched_keys", []))
+    if missing or mismatched:
+        bad = sorted(missing)[0] if missing else str(mismatched[0])
+        raise ModelError(
+            f"the weights at {folder} do not fit {spec.name}: {len(missing) + len(mismatched)} parameter(s) "
+            f"missing or of the wrong shape (e.g. {bad})"
+        )
+    return module
+
+
+def _describe_mismatch(weights_dir: str, cfg: Any, local_only: bool) -> str | None:
+    """Name the first parameter whose shape differs between a checkpoint and a config."""
+    from transformers import AutoModel
+
+    try:
+        _m, info = AutoModel.from_pretrained(
+            weights_dir, config=cfg, local_files_only=local_only, output_loading_info=True, ignore_mismatched_sizes=True
+        )
+        mism = list(info.get("mismatched_keys", []))
+    except Exception:  # noqa: BLE001 - only used to word an error message
+        return None
+    if not mism:
+        return None
+    first = mism[0]
+    if isinstance(first, (tuple, list)) and len(first) == 3:
+        key, have, want = first
+        return f"{len(mism)} parameter(s) of the wrong shape, e.g. {key}: {tuple(have)} in the checkpoint, {tuple(want)} expected"
+    return f"{len(mism)} parameter(s) of the wrong shape, e.g. {first}"
+
+
+def _load_state_file(module: nn.Module, path: str, cfg: Any, name: str, seed: int) -> nn.Module:
+    """Load a single weights file into a transformers model, checking that it fits.
+
+    A file in the library's checkpoint format (what save_pretrained writes and the hub serves)
+    may name parameters differently from the modules; when the direct load fails, the file is
+    loaded through ``from_pretrained``, which renames them.
+    """
+    sd = read_state_file(path)
+    prefix = getattr(module, "base_model_prefix", "") or ""
+    own = module.state_dict()
+    if prefix and not any(k in own for k in sd) and any(k.startswith(prefix + ".") for k in sd):
+        sd = {k[len(prefix) + 1 :]: v for k, v in sd.items() if k.startswith(prefix + ".")}
+    try:
+        load_fitting(module, sd, f"the weights in {path} do not fit {name}")
+        return module
+    except ModelError as direct_error:
+        staged = _load_file_as_checkpoint(path, cfg, seed)
+        if staged is None:
+            raise direct_error
+        return staged
+
+
+def _load_file_as_checkpoint(path: str, cfg: Any, seed: int) -> nn.Module | None:
+    """Load a single weights file through ``from_pretrained`` (checkpoint key renaming, task-head
+    prefixes), staged in a temporary folder beside its config. None when it does not fit."""
+    import shutil
+    import tempfile
+
+    from transformers import AutoModel
+
+    fname = "model.safetensors" if path.endswith(".safetensors") else "pytorch_model.bin"
+    with tempfile.TemporaryDirectory(prefix="mhaaudit-weights-") as tmp:
+        try:
+            os.symlink(os.path.abspath(path), os.path.join(tmp, fname))
+        except OSError:
+            shutil.copyfile(path, os.path.join(tmp, fname))
+        cfg.to_json_file(os.path.join(tmp, "config.json"))
+        try:
+            with seeded(init_seed(seed)):
+                module, info = AutoModel.from_pretrained(tmp, config=cfg, local_files_only=True, output_loading_info=True)
+        except Exception:  # noqa: BLE001 - the caller reports the direct load's clearer error
+            return None
+    missing = [k for k in info.get("missing_keys", []) if not is_ignorable(k)]
+    if missing or info.get("mismatched_keys"):
+        return None
+    return module
+
+
+# ------------------------------------------------------------------ tokenizer and image processor
+
+
+def load_tokenizer(candidates: list[str], offline: bool) -> object | None:
+    """The first usable tokenizer among folders / hub ids, or None (a missing tokenizer is not an error)."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:  # pragma: no cover
+        return None
+    for src in candidates:
+        local = os.path.isdir(src)
+        # A folder without vocabulary files would give a nearly empty tokenizer, silently.
+        if local and not any(os.path.exists(os.path.join(src, f)) for f in _TOKENIZER_FILES):
+            continue
+        try:
+            tok = AutoTokenizer.from_pretrained(src, local_files_only=offline or local)
+        except Exception:  # noqa: BLE001 - a missing tokenizer is not an error here
+            continue
+        try:
+            specials = len(set(getattr(tok, "all_special_tokens", []) or []))
+            if len(tok) <= specials + 1:
+                continue
+        except Exception:  # noqa: BLE001  # pragma: no cover
+            pass
+        return tok
+    return None
+
+
+def image_transform(cfg: Any, family: str, sources: list[str], offline: bool) -> Callable[[list], torch.Tensor]:
+    """The model's own image preprocessing: its saved processor when present, else from the config."""
+    proc = None
+    for source in sources:
+        local = os.path.isdir(source)
+        if local and not os.path.exists(os.path.join(source, "preprocessor_config.json")):
+            continue
+        try:
+            from transformers import AutoImageProcessor
+
+            proc = AutoImageProcessor.from_pretrained(source, local_files_only=offline or local)
+            break
+        except Exception:  # noqa: BLE001 - fall back to the config values
+            proc = None
+    if proc is None:
+        from transformers import ViTImageProcessor
+
+        size = getattr(cfg, "image_size", 224)
+        h, w = (int(size[0]), int(size[-1])) if isinstance(size, (list, tuple)) else (int(size), int(size))
+        norm = IMAGE_FAMILIES.get(family, ImageFamily())
+        proc = ViTImageProcessor(size={"height": h, "width": w}, image_mean=norm.mean, image_std=norm.std)
+
+    def transform(images: list) -> torch.Tensor:
+        return proc(images=images, return_tensors="pt")["pixel_values"]
+
+    return transform

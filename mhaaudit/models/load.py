@@ -1,0 +1,117 @@
+"""load_model: a model name becomes a :class:`~.probe.ProbedModel`, through the backend it resolves to.
+
+The arguments are checked (:mod:`mhaaudit.validate`), the name is resolved by the registry
+(:func:`~.registry.resolve`), and the backend (:mod:`.hf` or :mod:`.timm_backend`) builds
+the model while library progress bars, warnings and info logs are silenced. Everything a user
+can get wrong ends in :class:`~mhaaudit.errors.ModelError`,
+:class:`~mhaaudit.errors.OfflineError` or :class:`~mhaaudit.errors.InputError` with a one-line
+message; the libraries' own exceptions are mapped to these here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import warnings
+from typing import Iterator
+
+import torch
+
+from .. import validate
+from ..errors import InputError, MhaauditError, ModelError, one_line
+from ..settings import resolve_device
+from .probe import ProbedModel
+from .registry import resolve
+
+__all__ = ["load_model"]
+
+_LIBRARY_ERRORS = (OSError, RuntimeError, ValueError, KeyError, TypeError, ImportError, AttributeError, AssertionError)
+
+
+def load_model(
+    name: str,
+    *,
+    weights: str = "random",
+    backend: str | None = None,
+    weights_path: str | None = None,
+    device="auto",
+    context_length: int | None = None,
+    max_layer: int | None = None,
+    seed: int = 0,
+) -> ProbedModel:
+    """Load a model by alias, hub id, local folder/file or timm name, ready for probing.
+
+    ``weights="random"`` builds from the config with a random init drawn from
+    ``derive_seed(seed, "model-init")`` (see :mod:`.random_init`); ``"trained"`` loads weights
+    from ``weights_path``, else the hub (online) or the local cache (offline). ``max_layer``
+    builds only that many blocks (``info.num_layers`` still reports the full depth).
+    ``context_length`` sets n for text models.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise InputError("a model name is required (an alias such as vit-base, a hub id, a folder or a timm name)")
+    name = name.strip()
+    weights = validate.choice("weights", weights or "random", ("random", "trained"))
+    if backend is not None:
+        backend = validate.choice("backend", backend, ("hf", "timm"))
+    if weights_path is not None:
+        weights_path = os.path.expanduser(str(weights_path))
+        if not os.path.exists(weights_path):
+            raise InputError(f"weights path does not exist: {weights_path}")
+        if weights == "random":
+            raise InputError("a weights path was given together with random weights; use weights='trained' to load it")
+    if max_layer is not None:
+        max_layer = validate.integer("max_layer", max_layer, minimum=0)
+    if context_length is not None:
+        context_length = validate.integer("context length", context_length, minimum=1)
+    dev = resolve_device(device)
+    spec = resolve(name, backend=backend, weights_path=weights_path)
+    if spec.backend == "timm":
+        from .timm_backend import load
+    else:
+        from .hf import load
+    try:
+        with _quiet():
+            return load(spec, weights=weights, weights_path=weights_path, device=dev, context_length=context_length,
+                        max_layer=max_layer, seed=seed)
+    except MhaauditError:
+        raise
+    except torch.cuda.OutOfMemoryError as exc:
+        raise ModelError(f"{name}: out of GPU memory while loading ({one_line(exc, 120)}); try --device cpu") from exc
+    except _LIBRARY_ERRORS as exc:
+        raise ModelError(f"cannot load {name}: {one_line(exc, 240)}") from exc
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence library progress bars, warnings and info logs while loading."""
+    restore = []
+    try:
+        from transformers.utils import logging as tlog
+
+        was_bar = tlog.is_progress_bar_enabled()
+        old_level = tlog.get_verbosity()
+        tlog.disable_progress_bar()
+        tlog.set_verbosity_error()
+        restore.append(lambda: (tlog.set_verbosity(old_level), tlog.enable_progress_bar() if was_bar else None))
+    except Exception:  # pragma: no cover - transformers missing or changed
+        pass
+    try:
+        from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+        hub_was = are_progress_bars_disabled()
+        disable_progress_bars()
+        restore.append(lambda: None if hub_was else enable_progress_bars())
+    except Exception:  # pragma: no cover
+        pass
+    tlogger = logging.getLogger("timm")
+    old_timm = tlogger.level
+    tlogger.setLevel(logging.ERROR)
+    restore.append(lambda: tlogger.setLevel(old_timm))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for fn in reversed(restore):
+            fn()

@@ -1,0 +1,62 @@
+"""The paper's "random attention" layer: one frozen random head with a skip connection.
+
+Applied to the embedding output (layer 0), it gives the features of the paper's Table 1 column
+"random attention". Its weights are drawn once from the seed and never trained.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..errors import InputError
+from ..settings import derive_seed
+
+__all__ = ["RandomAttention"]
+
+
+class RandomAttention(nn.Module):
+    """One frozen random attention head with a skip connection: ``x + Attn(LN(x))``.
+
+    LayerNorm without affine parameters; W_Q, W_K, W_V, W_O are d x d, Xavier-uniform, drawn
+    in that order on the CPU from ``torch.Generator().manual_seed(derive_seed(seed,
+    "random-attention"))`` (``seed`` is the user's seed); no biases; logits
+    scaled by 1/sqrt(d); softmax over the tokens; no MLP. With row-vector tokens:
+    ``Attn(h) = softmax(h W_Q (h W_K)^T / sqrt(d)) (h W_V) W_O``.
+    """
+
+    def __init__(self, d: int, seed: int = 0, eps: float = 1e-5, device: torch.device | str | None = None) -> None:
+        super().__init__()
+        if int(d) < 1:
+            raise InputError(f"RandomAttention: width d must be positive, got {d}")
+        self.d = int(d)
+        self.seed = int(seed)
+        self.eps = float(eps)
+        g = torch.Generator(device="cpu").manual_seed(derive_seed(self.seed, "random-attention"))
+        for name in ("W_Q", "W_K", "W_V", "W_O"):
+            w = torch.empty(self.d, self.d, dtype=torch.float32)
+            nn.init.xavier_uniform_(w, generator=g)
+            self.register_buffer(name, w)
+        if device is not None:
+            self.to(device)
+        self.eval()
+
+    def extra_repr(self) -> str:
+        return f"d={self.d}, seed={self.seed}, eps={self.eps}"
+
+    def attention(self, x: torch.Tensor) -> torch.Tensor:
+        """The head's attention probabilities (B, n, n) for input tokens ``x`` (B, n, d)."""
+        return self._probs(nn.functional.layer_norm(x, (self.d,), eps=self.eps))
+
+    def _probs(self, h: torch.Tensor) -> torch.Tensor:
+        q = h @ self.W_Q
+        k = h @ self.W_K
+        return torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(self.d), dim=-1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.ndim != 3 or x.shape[-1] != self.d:
+            raise InputError(f"RandomAttention expects (B, n, {self.d}) tokens, got shape {tuple(x.shape)}")
+        h = nn.functional.layer_norm(x, (self.d,), eps=self.eps)
+        return x + (self._probs(h) @ (h @ self.W_V)) @ self.W_O

@@ -1,0 +1,335 @@
+"""The model registry: every name mhaaudit resolves, and what it knows about each family.
+
+Everything that decides *which* model a name means lives here, in tables:
+
+- :data:`ALIASES`: short names for the paper's models. Each entry carries the transformers hub
+  id, the timm name where there is one, the family, the modality and the config to build it
+  from, so that random-init models build offline.
+- :data:`IMAGE_FAMILIES`: transformers image families that can be probed (class-token ViTs),
+  each with the image normalisation to use when no saved processor says otherwise.
+- :data:`DECODER_FAMILIES`: transformers text families whose query token is the last one.
+- :data:`UNPROBEABLE`: families known not to fit the theory, with the reason a user is told.
+- :data:`BLOCK_PATHS`: where transformers models keep their list of blocks.
+
+:func:`resolve` turns a name into a :class:`ModelSpec` (backend, resolved name, family,
+modality, alias entry) without building anything and without calling the hub: the backend is
+``timm`` for a ``timm:`` prefix, a timm model name, a timm checkpoint file or a folder saved in
+timm's format (``config.json`` with ``"architecture"``), else ``transformers``.
+:func:`modality_of` says whether a model takes images or text before it is loaded.
+
+Adding a transformers family is one entry in these tables; adding a block layout for reading
+attention weights is one file in :mod:`mhaaudit.models.attention`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import MhaauditError, ModelError
+
+__all__ = [
+    "ALIASES",
+    "BLOCK_PATHS",
+    "DECODER_FAMILIES",
+    "IMAGE_FAMILIES",
+    "UNPROBEABLE",
+    "ImageFamily",
+    "ModelSpec",
+    "alias_list",
+    "classify_config",
+    "modality_of",
+    "resolve",
+]
+
+# --------------------------------------------------------------------------------------------
+# Aliases: the paper's models. The configs are shipped here so random-init models build offline.
+# --------------------------------------------------------------------------------------------
+
+ALIASES: dict[str, dict] = {
+    "vit-base": {
+        "hf": "google/vit-base-patch16-224-in21k",
+        "timm": "vit_base_patch16_224",
+        "family": "vit",
+        "modality": "image",
+        "description": "ViT-Base/16 at 224 px (n = 197, d = 768)",
+        "config": {"model_type": "vit"},
+    },
+    "bert-base": {
+        "hf": "bert-base-uncased",
+        "family": "bert",
+        "modality": "text",
+        "description": "BERT-Base uncased (d = 768, 512 positions)",
+        "config": {"model_type": "bert"},
+    },
+    "bert-large": {
+        "hf": "bert-large-uncased",
+        "family": "bert",
+        "modality": "text",
+        "description": "BERT-Large uncased (d = 1024, 512 positions)",
+        "config": {
+            "model_type": "bert",
+            "hidden_size": 1024,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 16,
+            "intermediate_size": 4096,
+        },
+    },
+    "gpt2": {
+        "hf": "gpt2",
+        "family": "gpt2",
+        "modality": "text",
+        "description": "GPT-2 small (d = 768, 1024 positions)",
+        "config": {"model_type": "gpt2"},
+    },
+    "gpt2-large": {
+        "hf": "gpt2-large",
+        "family": "gpt2",
+        "modality": "text",
+        "description": "GPT-2 large (d = 1280, 1024 positions)",
+        "config": {"model_type": "gpt2", "n_embd": 1280, "n_layer": 36, "n_head": 20},
+    },
+}
+
+# --------------------------------------------------------------------------------------------
+# Families (transformers model_type values)
+# --------------------------------------------------------------------------------------------
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@dataclass(frozen=True)
+class ImageFamily:
+    """A transformers image family that can be probed: a ViT with a class token.
+
+    ``mean``/``std`` normalise images when the model has no saved image processor.
+    """
+
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+
+
+IMAGE_FAMILIES: dict[str, ImageFamily] = {
+    "vit": ImageFamily(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)),
+    "deit": ImageFamily(),
+    "dinov2": ImageFamily(),
+    "dinov2_with_registers": ImageFamily(),
+}
+
+DECODER_FAMILIES = frozenset({
+    "gpt2", "gpt_neo", "gpt_neox", "gptj", "gpt_bigcode", "codegen", "llama", "mistral", "mixtral",
+    "opt", "bloom", "falcon", "qwen2", "qwen3", "phi", "phi3", "gemma", "gemma2", "olmo", "ctrl",
+})
+
+UNPROBEABLE: dict[str, str] = {
+    "swin": "Swin merges patches hierarchically and pools globally; it has no class token",
+    "swinv2": "Swin V2 merges patches hierarchically and pools globally; it has no class token",
+    "convnext": "ConvNeXt is a convolutional network, not a token transformer",
+    "convnextv2": "ConvNeXt V2 is a convolutional network, not a token transformer",
+    "resnet": "ResNet is a convolutional network, not a token transformer",
+    "regnet": "RegNet is a convolutional network, not a token transformer",
+    "efficientnet": "EfficientNet is a convolutional network, not a token transformer",
+    "mobilenet_v1": "MobileNet is a convolutional network, not a token transformer",
+    "mobilenet_v2": "MobileNet is a convolutional network, not a token transformer",
+    "bit": "BiT is a convolutional network, not a token transformer",
+    "levit": "LeViT shrinks its token grid between stages and pools globally",
+    "poolformer": "PoolFormer has no attention and no class token",
+    "segformer": "SegFormer is hierarchical and has no class token",
+    "pvt": "PVT is hierarchical and has no class token",
+    "pvt_v2": "PVT v2 is hierarchical and has no class token",
+    "focalnet": "FocalNet is hierarchical and has no class token",
+    "dinat": "DiNAT is hierarchical and has no class token",
+    "nat": "NAT is hierarchical and has no class token",
+    "mobilevit": "MobileViT is hybrid convolutional and has no class token",
+    "cvt": "CvT is hierarchical and pools its tokens",
+    "van": "VAN is a convolutional network, not a token transformer",
+}
+
+BLOCK_PATHS = ("layers", "encoder.layer", "encoder.layers", "h", "transformer.h", "layer", "blocks")
+
+# State-dict keys that mark a timm ViT checkpoint (as opposed to a transformers one).
+_TIMM_KEY_PREFIXES = ("blocks.", "patch_embed.", "module.blocks.")
+_CHECKPOINT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt", ".ckpt", ".npz")
+
+
+def alias_list() -> str:
+    """The alias names, comma-separated, for error messages."""
+    return ", ".join(ALIASES)
+
+
+def classify_config(cfg: Any, name: str) -> tuple[str, str, bool]:
+    """(family, modality, is_decoder) of a transformers config, or ModelError when it cannot be probed."""
+    family = getattr(cfg, "model_type", "") or ""
+    if family in UNPROBEABLE:
+        raise ModelError(f"{name} cannot be probed: {UNPROBEABLE[family]}")
+    if family in IMAGE_FAMILIES:
+        return family, "image", False
+    vision_like = hasattr(cfg, "num_channels") or hasattr(cfg, "image_size") or hasattr(cfg, "patch_size")
+    if vision_like and not hasattr(cfg, "vocab_size"):
+        raise ModelError(
+            f"{name} cannot be probed: image family {family or 'unknown'!r} is not one mhaaudit knows "
+            f"(supported: {', '.join(IMAGE_FAMILIES)}); a class-token ViT is needed"
+        )
+    if not hasattr(cfg, "vocab_size"):
+        raise ModelError(f"{name} cannot be probed: {family or 'this model'} is neither a ViT-style image model nor a text transformer")
+    if getattr(cfg, "is_encoder_decoder", False):
+        raise ModelError(f"{name} cannot be probed: encoder-decoder models ({family}) are not supported")
+    archs = getattr(cfg, "architectures", None) or []
+    is_decoder = (
+        family in DECODER_FAMILIES
+        or bool(getattr(cfg, "is_decoder", False))
+        or any(a.endswith(("CausalLM", "LMHeadModel")) for a in archs)
+    )
+    return family, "text", is_decoder
+
+
+def _modality_of_type(model_type: str) -> str:
+    return "image" if model_type in IMAGE_FAMILIES else "text"
+
+
+# --------------------------------------------------------------------------------------------
+# Names -> specs
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a model name means, decided without building the model or calling the hub.
+
+    ``resolved`` is what the backend loads from: a hub id (an alias's, or the name itself), a
+    timm model name, or an absolute local path (``local``). ``family`` and ``modality`` are None
+    where only the config on the hub or the checkpoint can tell.
+    """
+
+    name: str
+    backend: str  # "hf" | "timm"
+    resolved: str
+    family: str | None = None
+    modality: str | None = None
+    alias: dict | None = field(default=None, compare=False)
+    local: bool = False
+
+
+def read_json(path: Path | str) -> dict | None:
+    """A JSON object from a file, or None when it is missing or not an object."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def is_path_like(name: str) -> bool:
+    """True when ``name`` names a local folder or file rather than a hub id or timm name."""
+    return (
+        os.path.exists(os.path.expanduser(name))
+        or name.startswith(("/", "./", "../", "~", "\\"))
+        or (len(name) > 2 and name[1] == ":" and name[2] in "/\\")
+        or name.endswith(_CHECKPOINT_SUFFIXES)
+    )
+
+
+def is_timm_folder_config(data: dict | None) -> bool:
+    """A ``config.json`` in timm's format: an ``"architecture"`` and no transformers ``model_type``."""
+    return data is not None and "architecture" in data and "model_type" not in data
+
+
+def _timm_name(name: str) -> str | None:
+    """The timm model name when ``name`` names a timm architecture, else None."""
+    if name.startswith("timm:"):
+        return name[5:]
+    if "/" in name or name in ALIASES:
+        return None
+    try:
+        import timm
+
+        return name if timm.is_model(name) else None
+    except Exception:  # pragma: no cover - timm missing
+        return None
+
+
+def _looks_like_timm_path(path: str) -> bool:
+    """A local folder/file saved in timm's format, or a bare checkpoint file (timm's way to ship one)."""
+    p = Path(path)
+    data = read_json((p if p.is_dir() else p.parent) / "config.json")
+    return p.is_file() if data is None else is_timm_folder_config(data)
+
+
+def _is_timm_checkpoint(path: str | None) -> bool:
+    if not path or not os.path.isfile(path):
+        return False
+    from .checkpoints import state_file_keys
+
+    return any(k.startswith(_TIMM_KEY_PREFIXES) for k in state_file_keys(path))
+
+
+def timm_family(timm_name: str) -> str:
+    return timm_name.split(".")[0].split("_")[0]
+
+
+def resolve(name: str, *, backend: str | None = None, weights_path: str | None = None) -> ModelSpec:
+    """The :class:`ModelSpec` of a model name: an alias, hub id, timm name, local folder or file.
+
+    ``backend`` ("hf" or "timm") forces a backend; by default it is detected. ``weights_path``
+    matters for an alias with a timm version given a timm checkpoint file (then timm is used),
+    and gives the family of a hub id when it is a folder with a ``config.json``.
+    """
+    name = name.strip()
+    alias = ALIASES.get(name.lower())
+    if alias is not None:
+        timm_wanted = backend == "timm" or (backend is None and "timm" in alias and _is_timm_checkpoint(weights_path))
+        if timm_wanted and "timm" not in alias:
+            raise ModelError(f"alias {name} has no timm version; use the transformers backend")
+        resolved = alias["timm"] if timm_wanted else alias["hf"]
+        return ModelSpec(name, "timm" if timm_wanted else "hf", resolved, alias["family"], alias["modality"], alias)
+    if is_path_like(name):
+        path = os.path.abspath(os.path.expanduser(name))
+        if backend == "timm" or (backend is None and _looks_like_timm_path(path)):
+            return ModelSpec(name, "timm", path, None, "image", local=True)
+        data = read_json(Path(path) / "config.json")
+        family = data.get("model_type") if data else None
+        return ModelSpec(name, "hf", path, family, _modality_of_type(family) if family else None, local=True)
+    timm_name = _timm_name(name) if backend != "hf" else None
+    if backend == "timm" or timm_name is not None:
+        timm_name = timm_name or (name[5:] if name.startswith("timm:") else name)
+        return ModelSpec(name, "timm", timm_name, timm_family(timm_name), "image")
+    weights_cfg = read_json(Path(weights_path) / "config.json") if weights_path else None
+    if weights_cfg is not None and not is_timm_folder_config(weights_cfg) and weights_cfg.get("model_type"):
+        family = weights_cfg["model_type"]
+        return ModelSpec(name, "hf", name, family, _modality_of_type(family))
+    return ModelSpec(name, "hf", name)
+
+
+def modality_of(model: str, backend: str | None = None, weights_path: str | None = None) -> str:
+    """``"image"`` or ``"text"``: what ``model`` takes, decided from its name or config without building it.
+
+    A hub id whose family the name does not tell is looked up in the hub's config (the local
+    cache when offline). A name that cannot be resolved gives ``"image"``: loading the model
+    then reports the real problem.
+    """
+    name = model.strip()
+    alias = ALIASES.get(name.lower())
+    if alias is not None:
+        return alias["modality"]
+    try:
+        spec = resolve(name, backend=backend, weights_path=weights_path)
+    except MhaauditError:
+        return "image"
+    if spec.modality is not None:
+        return spec.modality
+    if spec.local:
+        return "image"  # no config.json: the loader says what is missing
+    try:
+        from transformers import AutoConfig
+
+        from ..hub import is_offline
+
+        cfg = AutoConfig.from_pretrained(spec.resolved, local_files_only=is_offline())
+        return _modality_of_type(getattr(cfg, "model_type", ""))
+    except Exception:  # noqa: BLE001 - the loader reports the real problem with this name
+        return "image"

@@ -1,0 +1,185 @@
+"""The timm backend: ViT-style timm models by name, from a local folder, or from a checkpoint file.
+
+A :class:`~.registry.ModelSpec` with backend ``timm`` becomes a :class:`~.probe.ProbedModel`:
+
+- the architecture is the timm model name, or the ``"architecture"`` (and ``"model_args"``) of
+  a folder's ``config.json`` in timm's format, with a checkpoint file in it or beside it;
+- only class-token ViTs with a flat list of blocks can be probed (the structure is checked on
+  a model built on the meta device, which allocates nothing);
+- trained weights come from a checkpoint file (timm's own filter adapts other layouts) or the
+  hub; random weights are drawn as :mod:`.random_init` says; ``max_layer`` builds that many blocks;
+- images are preprocessed with timm's data config at the resolution the model was built for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..errors import InputError, ModelError, one_line
+from ..hub import force_offline_env, is_offline
+from .checkpoints import find_checkpoint, load_fitting, offline_weights_error
+from .probe import ModelInfo, ProbedModel, measure_tokens, prepare_module
+from .random_init import init_seed, reinit_timm, seeded
+from .registry import ModelSpec, read_json, timm_family
+
+__all__ = ["load"]
+
+_NEEDED = ("patch_embed", "_pos_embed", "patch_drop", "norm_pre", "blocks")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Arch:
+    """A timm architecture: its model name, the arguments to build it with, and a local checkpoint."""
+
+    name: str
+    model_args: dict
+    file: str | None = None
+
+
+def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: torch.device,
+         context_length: int | None, max_layer: int | None, seed: int) -> ProbedModel:
+    """Build the timm model ``spec`` names, ready for probing."""
+    import timm
+
+    if context_length is not None:
+        raise InputError("context length applies to text models only; image models take n from the image size")
+    offline = is_offline()
+    if offline:
+        force_offline_env()
+    arch = _architecture(spec, weights, weights_path)
+    if not timm.is_model(arch.name):
+        raise ModelError(f"unknown timm model {arch.name!r}: not in timm.list_models()")
+    full_layers, heads, d, head_dim = _shape(arch, spec.name)
+    built = full_layers if max_layer is None or max_layer >= full_layers else max(1, max_layer)
+    model, wsource = _build(spec, arch, weights, weights_path, built, full_layers, seed, offline)
+    model = prepare_module(model, device)
+    info = ModelInfo(
+        name=spec.name, resolved=arch.name if arch.file is None else spec.resolved, backend="timm",
+        family=timm_family(arch.name), modality="image", d=d, n=0, query_index=0, num_layers=full_layers,
+        num_heads=heads, head_dim=head_dim, weights=weights, weights_source=wsource,
+    )
+    pm = ProbedModel(info, model, device, blocks=model.blocks, image_transform=_transform(model, spec.name),
+                     forward=lambda inputs: model.forward_features(inputs["pixel_values"]),
+                     config=getattr(model, "pretrained_cfg", None))
+    pm.info = dataclasses.replace(pm.info, n=measure_tokens(pm))
+    return pm
+
+
+def _architecture(spec: ModelSpec, weights: str, weights_path: str | None) -> _Arch:
+    """The timm name, build arguments and local checkpoint of a name, folder or checkpoint file."""
+    if not spec.local:
+        return _Arch(spec.resolved, {})
+    path = spec.resolved
+    if not os.path.exists(path):
+        raise InputError(f"no such timm model, folder or file: {spec.name}")
+    folder = Path(path) if os.path.isdir(path) else Path(path).parent
+    data = read_json(folder / "config.json") or {}
+    if not data.get("architecture"):
+        raise InputError(
+            f"cannot tell the timm architecture of {spec.name}: give the timm model name as the model and "
+            f"the checkpoint file as --weights"
+        )
+    file = path if os.path.isfile(path) else find_checkpoint(folder)
+    if weights == "trained" and weights_path is None and file is None:
+        raise ModelError(f"no checkpoint file found in {folder}")
+    return _Arch(data["architecture"], dict(data.get("model_args") or {}), file)
+
+
+def _shape(arch: _Arch, name: str) -> tuple[int, int, int, int]:
+    """(blocks, heads, d, head_dim) of the full-depth model, read from a build on the meta device."""
+    import timm
+
+    with torch.device("meta"):
+        probe = timm.create_model(arch.name, pretrained=False, num_classes=0, **arch.model_args)
+    _check_structure(probe, name)
+    attn = probe.blocks[0].attn
+    heads = int(getattr(attn, "num_heads", 1))
+    d = int(probe.embed_dim if hasattr(probe, "embed_dim") else probe.num_features)
+    return len(probe.blocks), heads, d, int(getattr(attn, "head_dim", d // heads))
+
+
+def _check_structure(model: nn.Module, name: str) -> None:
+    if not all(hasattr(model, a) for a in _NEEDED):
+        raise ModelError(
+            f"{name} cannot be probed: timm {type(model).__name__} is not a ViT-style token transformer "
+            f"(needs patch embedding, class token and a flat list of blocks)"
+        )
+    if getattr(model, "cls_token", None) is None or int(getattr(model, "num_prefix_tokens", 0)) == 0:
+        pool = getattr(model, "global_pool", "")
+        raise ModelError(
+            f"{name} cannot be probed: it has no class token (global_pool={pool!r}), so there is no query token"
+        )
+
+
+def _build(spec: ModelSpec, arch: _Arch, weights: str, weights_path: str | None, built: int, full_layers: int,
+           seed: int, offline: bool) -> tuple[nn.Module, str]:
+    """(model with ``built`` blocks and its weights, where the weights came from)."""
+    import timm
+
+    if weights == "trained" and weights_path is None and arch.file is None:
+        if offline:
+            raise offline_weights_error(spec.name, f"timm {arch.name}")
+        model = timm.create_model(arch.name, pretrained=True, num_classes=0, **arch.model_args)
+        if built < full_layers:
+            model.blocks = nn.Sequential(*list(model.blocks)[:built])
+        return model, f"timm pretrained {arch.name} (hub)"
+    kwargs = dict(arch.model_args, **({"depth": built} if built < full_layers else {}))
+    with seeded(init_seed(seed)):
+        model = timm.create_model(arch.name, pretrained=False, num_classes=0, **kwargs)
+    if weights == "random":
+        reinit_timm(model, seed)
+        return model, f"random init of timm {arch.name}" + (f" (config from {spec.resolved})" if arch.model_args else "")
+    path = os.path.abspath(weights_path or arch.file)  # type: ignore[arg-type]
+    if os.path.isdir(path):
+        found = find_checkpoint(path)
+        if found is None:
+            raise ModelError(f"no checkpoint file (model.safetensors, pytorch_model.bin) in {path}")
+        path = found
+    _load_file(model, path, built, spec.name)
+    return model, f"timm checkpoint {path}"
+
+
+def _load_file(model: nn.Module, path: str, built: int, name: str) -> None:
+    """Load a timm checkpoint (EMA weights when present) into a model with ``built`` blocks."""
+    from timm.models import load_state_dict
+
+    try:
+        sd = load_state_dict(path, use_ema=True)
+    except Exception as exc:  # noqa: BLE001 - unreadable file
+        raise ModelError(f"cannot read the timm checkpoint {path}: {one_line(exc, 160)}") from exc
+    filt = getattr(sys.modules.get(type(model).__module__), "checkpoint_filter_fn", None)
+    if filt is not None:
+        try:
+            sd = filt(sd, model)
+        except Exception as exc:  # noqa: BLE001
+            raise ModelError(f"the checkpoint {path} does not fit {name}: {one_line(exc, 160)}") from exc
+    pat = re.compile(r"^blocks\.(\d+)\.")
+    sd = {k: v for k, v in sd.items() if not ((m := pat.match(k)) and int(m.group(1)) >= built)}
+    load_fitting(model, sd, f"the checkpoint {path} does not fit {name}")
+
+
+def _transform(model: nn.Module, name: str):
+    """timm's preprocessing for ``model``, at the resolution it was built for."""
+    import timm.data
+
+    try:
+        data_cfg = timm.data.resolve_data_config({}, model=model)
+        img_size = getattr(getattr(model, "patch_embed", None), "img_size", None)
+        if img_size is not None and tuple(data_cfg["input_size"][1:]) != tuple(img_size):
+            # The pretrained config may describe another resolution than the one the model was built for.
+            data_cfg["input_size"] = (data_cfg["input_size"][0], *tuple(img_size))
+        tf = timm.data.create_transform(**data_cfg)
+    except Exception as exc:  # noqa: BLE001
+        raise ModelError(f"{name}: cannot build timm preprocessing ({one_line(exc, 120)})") from exc
+
+    def transform(images: list) -> torch.Tensor:
+        return torch.stack([tf(im) for im in images])
+
+    return transform

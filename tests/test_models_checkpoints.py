@@ -1,0 +1,76 @@
+"""Tests for mhaaudit.models.checkpoints: reading state files and loading only what fits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from mhaaudit.errors import ModelError, OfflineError
+from mhaaudit.models import checkpoints
+
+
+def _net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+
+
+def test_read_state_file_formats(tmp_path):
+    from safetensors.torch import save_file
+
+    sd = {k: v.clone() for k, v in _net().state_dict().items()}
+    save_file(sd, str(tmp_path / "a.safetensors"))
+    torch.save({"state_dict": sd, "epoch": 3}, tmp_path / "b.pth")
+    for name in ("a.safetensors", "b.pth"):
+        got = checkpoints.read_state_file(str(tmp_path / name))
+        assert set(got) == set(sd) and all(torch.equal(got[k], sd[k]) for k in sd)
+    assert sorted(checkpoints.state_file_keys(str(tmp_path / "a.safetensors"))) == sorted(sd)
+    assert sorted(checkpoints.state_file_keys(str(tmp_path / "b.pth"))) == sorted(sd)
+
+
+def test_unreadable_state_files(tmp_path):
+    garbage = tmp_path / "garbage.safetensors"
+    garbage.write_bytes(b"not a checkpoint")
+    with pytest.raises(ModelError, match="cannot read the checkpoint"):
+        checkpoints.read_state_file(str(garbage))
+    assert checkpoints.state_file_keys(str(garbage)) == []
+    torch.save({"weights": [1, 2, 3]}, tmp_path / "list.pt")
+    with pytest.raises(ModelError, match="does not hold a state dict of tensors"):
+        checkpoints.read_state_file(str(tmp_path / "list.pt"))
+    assert checkpoints.state_file_keys(str(tmp_path / "list.pt")) == []
+
+
+def test_load_fitting():
+    src, dst = _net(), nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+    checkpoints.load_fitting(dst, {**src.state_dict(), "extra.weight": torch.zeros(1)}, "misfit")
+    assert all(torch.equal(a, b) for a, b in zip(src.state_dict().values(), dst.state_dict().values()))
+    wrong = {**src.state_dict(), "1.weight": torch.zeros(3, 4)}
+    with pytest.raises(ModelError, match=r"misfit: 1.weight has shape \(3, 4\), the model expects \(2, 4\)"):
+        checkpoints.load_fitting(dst, wrong, "misfit")
+    partial = {k: v for k, v in src.state_dict().items() if k != "0.bias"}
+    with pytest.raises(ModelError, match=r"misfit: 1 parameter\(s\) missing \(e.g. 0.bias\)"):
+        checkpoints.load_fitting(dst, partial, "misfit")
+
+
+def test_ignorable_parameters_may_be_missing():
+    class Headless(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body, self.pooler = nn.Linear(2, 2), nn.Linear(2, 2)
+
+    m = Headless()
+    checkpoints.load_fitting(m, {k: v for k, v in m.state_dict().items() if k.startswith("body.")}, "misfit")
+    assert checkpoints.is_ignorable("embeddings.mask_token") and not checkpoints.is_ignorable("encoder.0.weight")
+
+
+def test_find_checkpoint(tmp_path):
+    assert checkpoints.find_checkpoint(tmp_path) is None
+    (tmp_path / "model.pth").write_bytes(b"")
+    assert checkpoints.find_checkpoint(tmp_path) == str(tmp_path / "model.pth")
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    assert checkpoints.find_checkpoint(tmp_path) == str(tmp_path / "model.safetensors")
+
+
+def test_offline_weights_error():
+    err = checkpoints.offline_weights_error("vit-base", "timm vit_base_patch16_224")
+    assert isinstance(err, OfflineError) and "--weights PATH" in str(err) and "vit-base" in str(err)

@@ -1,0 +1,63 @@
+"""Tests for mhaaudit.models.load: argument checks, error mapping, offline behaviour."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from mhaaudit.errors import InputError, ModelError, OfflineError
+from mhaaudit.models import load_model
+
+
+def test_unknown_model_suggests_aliases():
+    with pytest.raises(ModelError, match="vit-base"):
+        load_model("definitely-not-a-model", device="cpu")
+    with pytest.raises(InputError):
+        load_model("vit-base", weights="pretrained", device="cpu")
+    with pytest.raises(InputError, match="does not exist"):
+        load_model("vit-base", weights="trained", weights_path="/nonexistent/dir", device="cpu")
+
+
+def test_argument_checks(vit_dir):
+    with pytest.raises(InputError, match="model name is required"):
+        load_model("  ", device="cpu")
+    with pytest.raises(InputError, match="backend"):
+        load_model("vit-base", backend="onnx", device="cpu")
+    with pytest.raises(InputError, match="together with random weights"):
+        load_model("vit-base", weights_path=str(vit_dir), device="cpu")
+    with pytest.raises(InputError, match="max_layer must be at least 0"):
+        load_model("vit-base", max_layer=-1, device="cpu")
+    with pytest.raises(InputError, match="max_layer must be an integer"):
+        load_model("vit-base", max_layer="x", device="cpu")
+    with pytest.raises(InputError, match="context length must be at least 1"):
+        load_model("gpt2", context_length=0, device="cpu")
+    with pytest.raises(InputError, match="context length must be an integer"):
+        load_model("gpt2", context_length="long", device="cpu")
+    # case and spaces do not matter in the choices
+    pm = load_model(" vit-base ", weights=" Random ", backend="HF", max_layer=1, device="cpu")
+    assert (pm.info.name, pm.info.weights, pm.info.backend) == ("vit-base", "random", "hf")
+
+
+def test_offline_trained_hub_id_raises_offline_error():
+    t0 = time.perf_counter()
+    with pytest.raises(OfflineError, match="--weights"):
+        load_model("google/vit-base-patch16-224-in21k", weights="trained", device="cpu")
+    with pytest.raises(OfflineError, match="--weights"):
+        load_model("vit-base", weights="trained", device="cpu", max_layer=1)
+    with pytest.raises(OfflineError, match="--weights"):
+        load_model("vit-base", backend="timm", weights="trained", device="cpu")
+    with pytest.raises(OfflineError):
+        load_model("some-org/some-model", device="cpu")
+    assert time.perf_counter() - t0 < 20  # no hub retry loop
+
+
+def test_library_errors_become_model_errors(monkeypatch):
+    from mhaaudit.models import hf
+
+    def broken(*_a, **_k):
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(hf, "load", broken)
+    with pytest.raises(ModelError, match="cannot load vit-base: boom second line"):
+        load_model("vit-base", device="cpu")
