@@ -572,7 +572,11 @@ def render_reproduction(result, written: list[str] = ()) -> None:
         con.print(f"  {escape(line)}", highlight=False)
     for note in dict.fromkeys(result.notes):
         con.print(f"  note: {escape(note)}", highlight=False)
-    con.print(f"  time: {result.timings.get('total', 0):.1f} s", highlight=False)
+    parts = [f"{k} {v:.1f} s" for k, v in result.timings.items() if isinstance(v, (int, float)) and k != "total"]
+    for what, sub in result.timings.items():
+        if isinstance(sub, dict):
+            parts += [f"{what} {k} {v:.1f} s" for k, v in sub.items() if isinstance(v, (int, float)) and k != "total"]
+    con.print(f"  time: {result.timings.get('total', 0):.1f} s" + (f" ({', '.join(parts)})" if parts else ""), highlight=False)
     con.print("A match is the same verdict, not the same number: Monte-Carlo fractions are estimates (95% "
               "Clopper-Pearson intervals); dependent subsets, rank ceilings and context-rank counts are proofs.",
               highlight=False)

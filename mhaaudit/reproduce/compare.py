@@ -142,7 +142,8 @@ def record_evidence(rec: dict) -> str:
         return out
     if not rec.get("sampled", True):
         return rec["reason"]
-    out = (f"{rec['satisfied']}/{rec['samples']} draws of {k} queries independent (fraction {rec['fraction']:.4f}, "
+    rows = "query + context-mean vectors" if check == "assumption_3" else "queries"
+    out = (f"{rec['satisfied']}/{rec['samples']} draws of {k} {rows} independent (fraction {rec['fraction']:.4f}, "
            f"95% CI [{rec['ci_low']:.4f}, {rec['ci_high']:.4f}], threshold {rec['threshold']})")
     if rec.get("planned_samples"):
         out += f"; sampling stopped after {rec['samples']} of {rec['planned_samples']} draws once the verdict was settled"

@@ -98,7 +98,7 @@ def _draw_ranks(X, k: int, settings: Settings, draws: int = 10) -> dict:
     """Ranks of the first ``draws`` draws of k rows that the test would make: the General Position
     test needs none when the whole set's rank already decides it, but the paper reports them."""
     from ..kruskal import draw_decisions
-    from ..rank import svd_rank
+    from ..numerics import svd_rank
 
     rule = settings.rule(X.dtype)
     idx, _ = draw_decisions(X, k, samples=draws, seed=settings.seed, rule=rule, device=settings.device)
@@ -189,7 +189,8 @@ def _tables(target: str, o: dict) -> Reproduction:
         out.facts[key] = _facts(result, name, paper_data, settings, lengths.get(key))
         out.notes += result.notes
         out.comparisons += _compare_model(target, spec, key, result, out, settings)
-    out.timings = {"total": round(time.perf_counter() - t0, 3)}
+    out.timings |= {f"audit {key}": a.timings | {c.probe.variant: c.timings for c in a.columns if c.timings}
+                    for key, a in out.audits.items()} | {"total": round(time.perf_counter() - t0, 3)}
     out.setting = _setting_lines(spec, out.facts, settings)
     out.settings = dict(settings.as_dict(), limit=T, data=data, models=chosen)
     return out
@@ -204,8 +205,10 @@ def _compare_model(target: str, spec: dict, key: str, result, out: Reproduction,
     for c in result.columns:
         sw = None
         if c.probe.variant in kmax and c.status == "ok":
+            t0 = time.perf_counter()
             sw = _sweep(c.features, settings, max(kmax[c.probe.variant], c.features.n), f"{key} {c.probe.variant}")
             out.sweeps[(key, c.probe.variant)] = sw
+            out.timings[f"sweep {key} {c.probe.variant}"] = round(time.perf_counter() - t0, 3)
         cols[c.probe.variant] = _column(c, settings, sw)
     return [compare(target, it, cols.get(it["column"]), out.facts[key], spec, spec["protocol"]["threshold"])
             for it in spec["values"] if it["model"] == key]
