@@ -33,7 +33,6 @@ class RunFacts:
     threshold: float
     seed: int
     weights: dict = field(default_factory=dict)  # column -> weights source, in words
-    context_length: int | None = None  # asked for with --context-length
 
 
 @dataclass(frozen=True)

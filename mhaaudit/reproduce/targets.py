@@ -70,12 +70,12 @@ def _data_for(spec: dict, data: str | None) -> tuple[str | None, bool]:
     return data, data.strip().lower() == paper
 
 
-def _facts(result, name: str, paper_data: bool, settings: Settings, context_length: int | None) -> RunFacts:
+def _facts(result, name: str, paper_data: bool, settings: Settings) -> RunFacts:
     cols = {c.probe.variant: (c.weights_source or c.reason) for c in result.columns}
     T = next((c.features.T for c in result.columns if c.features is not None), None)
     return RunFacts(model=name, resolved=str(result.info.get("resolved", name)), n=result.info.get("n"),
                     d=result.info.get("d"), T=T, data=result.data, paper_data=paper_data, samples=settings.samples,
-                    threshold=settings.threshold, seed=settings.seed, weights=cols, context_length=context_length)
+                    threshold=settings.threshold, seed=settings.seed, weights=cols)
 
 
 def _sweep_doc(sw) -> dict:
@@ -115,7 +115,7 @@ def _sweep(fs, settings: Settings, kmax: int, label: str):
                              rule=settings.rule(fs.dtype), device=settings.device, kmax=kmax, progress=adv)
 
 
-def _setting_lines(spec: dict, facts: dict, settings: Settings, extra: Sequence[str] = ()) -> list[str]:
+def _setting_lines(spec: dict, facts: dict, settings: Settings) -> list[str]:
     lines = []
     for key, f in facts.items():
         diffs = setting_differences(spec, key, f)
@@ -125,7 +125,7 @@ def _setting_lines(spec: dict, facts: dict, settings: Settings, extra: Sequence[
         lines.append("  differs from the paper's: " + ("; ".join(d.brief() for d in diffs) if diffs else "nothing in data, model, T or draws"))
     lines.append(f"{settings.samples} draws per test, threshold {settings.threshold}, seed {settings.seed}, "
                  f"device {settings.device_name}, rank rule: {settings.rule().describe()}")
-    return lines + list(extra)
+    return lines
 
 
 def _check_keys(name: str, given: dict | None, allowed: Sequence[str]) -> dict:
@@ -186,7 +186,7 @@ def _tables(target: str, o: dict) -> Reproduction:
                        device=settings.device, weights=weights.get(key), context_length=lengths.get(key),
                        progress=settings.progress, stop_when_decided=settings.stop_when_decided, on_note=o["on_note"])
         out.audits[key] = result
-        out.facts[key] = _facts(result, name, paper_data, settings, lengths.get(key))
+        out.facts[key] = _facts(result, name, paper_data, settings)
         out.notes += result.notes
         out.comparisons += _compare_model(target, spec, key, result, out, settings)
     out.timings |= {f"audit {key}": a.timings | {c.probe.variant: c.timings for c in a.columns if c.timings}
