@@ -35,6 +35,7 @@ _EXPORTS = {
     "theorem1_bound": "mhaaudit.capacity",
     "capacity_audit": "mhaaudit.capacity",
     "run_memorize_grid": "mhaaudit.memorize",
+    "reproduce_paper": "mhaaudit.reproduce",
     "MhaauditError": "mhaaudit.errors",
 }
 

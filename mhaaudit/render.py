@@ -546,3 +546,73 @@ def memorize_report(grid) -> list:
 
 def render_memorize(grid) -> None:
     print_report(memorize_report(grid))
+
+
+# --------------------------------------------------------------------------- reproduce (the paper's values beside ours)
+
+STATUS_MARK = {"match": "[green]yes[/green]", "differs": "[red]no[/red]", "undetermined": "[yellow]?[/yellow]",
+               "unavailable": "[yellow]n/a[/yellow]"}
+
+
+def _paper_cell(c) -> str:
+    value = "" if c.paper_value is None or c.kind == "estimate" else f" {c.paper_value:g}"
+    return escape(f"{c.paper_verdict}{value}")
+
+
+def _our_cell(c) -> str:
+    if c.our_verdict is None:
+        return "-"
+    value = "" if c.our_value is None or c.kind == "estimate" else f" {c.our_value:.4g}"
+    return escape(f"{c.our_verdict}{value}")
+
+
+KIND_TITLES = {"ranks": "ranks of d-subsets", "sweep": "sweep fraction", "shape": "Figure 1 level",
+               "estimate": "Kruskal estimate", "linear": "linear in H", "monotone": "rises with H",
+               "theorem1": "Theorem 1 count"}
+
+
+def reproduction_table(result) -> tuple[Table, list[str]]:
+    """One row per published value: the paper's verdict and number, ours with its interval, match, note."""
+    t = Table(title=f"{result.title}: the paper's values beside this run's", title_justify="left")
+    for col in ("model", "column", "what", "k", "paper", "ours", "95% CI", "match", "note"):
+        t.add_column(col, justify="right" if col in ("k", "note") else "left")
+    notes: dict[str, int] = {}
+    for c in result.comparisons:
+        what = CHECK_TITLES.get(c.check, c.check) if c.kind == "check" else KIND_TITLES.get(c.kind, c.kind)
+        k = "" if c.k is None else (str(c.k) if c.our_k in (None, c.k) else f"{c.k} / {c.our_k}")
+        ci = "" if c.ci_low is None else f"[{c.ci_low:.4f}, {c.ci_high:.4f}]"
+        mark = ""
+        if c.reason:
+            mark = f"[{notes.setdefault(c.reason, len(notes) + 1)}]"
+        t.add_row(c.model, escape(c.column), what, k, _paper_cell(c), _our_cell(c), ci, STATUS_MARK[c.status], escape(mark))
+    return t, [f"[{i}] {escape(reason)}" for reason, i in notes.items()]
+
+
+def render_reproduction(result, written: list[str] = ()) -> None:
+    """``mhaaudit reproduce``: the comparison table, the reasons for every difference, what the run was."""
+    con = stdout_console()
+    table, reasons = reproduction_table(result)
+    con.print(table)
+    counts = result.counts()
+    con.print(f"{counts['match']} match, {counts['differs']} differ, {counts['undetermined']} undetermined, "
+              f"{counts['unavailable']} unavailable, of {len(result.comparisons)} published values "
+              f"(source: {escape(result.source)}). k: the paper's / ours where they differ.", highlight=False)
+    if reasons:
+        con.print("[bold]Why they differ[/bold] (from this run's records)")
+        for line in reasons:
+            con.print(f"  {line}", highlight=False)
+    con.print("[bold]This run[/bold]")
+    for line in result.setting:
+        con.print(f"  {escape(line)}", highlight=False)
+    for note in dict.fromkeys(result.notes):
+        con.print(f"  note: {escape(note)}", highlight=False)
+    parts = [f"{k} {v:.1f} s" for k, v in result.timings.items() if isinstance(v, (int, float)) and k != "total"]
+    for what, sub in result.timings.items():
+        if isinstance(sub, dict):
+            parts += [f"{what} {k} {v:.1f} s" for k, v in sub.items() if isinstance(v, (int, float)) and k != "total"]
+    con.print(f"  time: {result.timings.get('total', 0):.1f} s" + (f" ({', '.join(parts)})" if parts else ""), highlight=False)
+    con.print("A match is the same verdict, not the same number: Monte-Carlo fractions are estimates (95% "
+              "Clopper-Pearson intervals); dependent subsets, rank ceilings and context-rank counts are proofs.",
+              highlight=False)
+    if written:
+        con.print(escape(f"Wrote {', '.join(written)}"), highlight=False)

@@ -48,6 +48,7 @@ try:  # Ctrl-C while the libraries load (before main runs) gets the same one lin
     from .check import check
     from .kruskal import kruskal
     from .memorize import memorize
+    from .reproduce import reproduce
 except KeyboardInterrupt:  # pragma: no cover - exercised by sending SIGINT to a subprocess
     _interrupted()
 
@@ -106,7 +107,8 @@ def _root(
     """mhaaudit: audit the assumptions behind the memorisation capacity of multi-head attention."""
 
 
-for _name, _command in (("check", check), ("kruskal", kruskal), ("capacity", capacity), ("memorize", memorize)):
+for _name, _command in (("check", check), ("kruskal", kruskal), ("capacity", capacity), ("memorize", memorize),
+                        ("reproduce", reproduce)):
     app.command(_name, cls=Command)(_command)
 
 

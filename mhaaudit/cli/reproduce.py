@@ -1,0 +1,172 @@
+"""``mhaaudit reproduce TARGET``: run one of the paper's experiments and set ours beside the published values."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from .options import (
+    DEFAULTS,
+    BatchSize,
+    Data,
+    Device,
+    Format,
+    FormatOpt,
+    Out,
+    Plot,
+    Samples,
+    Seed,
+    Split,
+    Threshold,
+    emit,
+    prepare_outputs,
+)
+
+TARGETS = ("table1", "table3", "figure1", "figure2")
+# Which target takes which option (the others refuse it: it would be silently ignored).
+APPLIES = {
+    "data": ("table1", "table3", "figure1"),
+    "split": ("table1", "table3", "figure1"),
+    "model": ("table1", "table3", "figure1"),
+    "limit": ("table1", "table3", "figure1"),
+    "batch_size": ("table1", "table3", "figure1"),
+    "samples": ("table1", "table3", "figure1"),
+    "threshold": ("table1", "table3", "figure1"),
+    "weights": ("table1", "table3"),
+    "all_draws": ("table1", "table3"),
+    "context_length": ("table3",),
+    "models": ("table3",),
+    "preset": ("figure2",),
+    "values": ("figure2",),
+    "sizes": ("figure2",),
+    "max_steps": ("figure2",),
+    "plot": ("table3", "figure1", "figure2"),
+}
+MODEL_KEYS = {"table1": ("vit",), "figure1": ("vit",), "table3": ("bert", "gpt2")}
+
+
+def reproduce(
+    ctx: typer.Context,
+    target: Annotated[str, typer.Argument(help="table1 (ViT, Table 1), table3 (BERT/GPT-2, Table 3), figure1 (Kruskal-rank sweep) or figure2 (memorisation against H).")],
+    data: Data = None,
+    split: Split = "train",
+    model: Annotated[Optional[list[str]], typer.Option("--model", help="KEY=NAME: run the protocol on another model in place of the paper's (keys: vit for table1/figure1; bert, gpt2 for table3).")] = None,
+    weights: Annotated[Optional[list[str]], typer.Option("--weights", help="[KEY=]PATH: local trained weights for the trained column(s); without them offline, those columns are unavailable.")] = None,
+    context_length: Annotated[Optional[list[str]], typer.Option("--context-length", help="table3: [KEY=]N tokens per example (the paper: bert 512, gpt2 1024).")] = None,
+    models: Annotated[Optional[list[str]], typer.Option("--models", help="table3: which of bert, gpt2 to run (default both).")] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", help="Examples T (default: the paper's, 1973 images or 2000 texts).")] = None,
+    batch_size: BatchSize = 32,
+    samples: Samples = DEFAULTS["samples"],
+    threshold: Threshold = DEFAULTS["threshold"],
+    seed: Seed = DEFAULTS["seed"],
+    device: Device = DEFAULTS["device"],
+    all_draws: Annotated[bool, typer.Option("--all-draws", help="Always make every draw (by default a failing test stops once its verdict is settled).")] = False,
+    preset: Annotated[Optional[str], typer.Option("--preset", help="figure2: the memorize grid (default cpu: minutes on a laptop; paper-fig2a is the paper's).")] = None,
+    values: Annotated[Optional[str], typer.Option("--values", help="figure2: the numbers of heads H, e.g. 1,2,4,8.")] = None,
+    sizes: Annotated[Optional[str], typer.Option("--sizes", help="figure2: training-set sizes T, e.g. 500,1000.")] = None,
+    max_steps: Annotated[Optional[int], typer.Option("--max-steps", help="figure2: cap on optimisation steps per point.")] = None,
+    fmt: FormatOpt = Format.table,
+    out: Out = None,
+    plot: Plot = None,
+) -> None:
+    """Run one of the paper's experiments with its settings and print each published value beside ours.
+
+    Online, the data are the paper's (imagenet-1k train, Wikipedia) and the trained columns use the
+    paper's checkpoints; offline, the built-in data and random weights (trained columns need --weights).
+    A row matches when the verdicts agree; every difference comes with its reason, taken from the run.
+    """
+    from .. import validate
+    from ..progress import progress_enabled
+    from ..reproduce import reproduce_paper
+    from ..settings import Settings
+
+    target = validate.choice("target", target, TARGETS)
+    _refuse_inapplicable(ctx, target)
+    Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed)  # bad values: before any work
+    prepare_outputs(out, plot, fmt)
+    keys = MODEL_KEYS.get(target, ())
+    options = dict(seed=seed, device=device, progress=progress_enabled(fmt.value))
+    if target == "figure2":
+        options |= dict(preset=preset if preset is not None or values is not None else "cpu", values=values, sizes=sizes,
+                        max_steps=max_steps)
+    else:
+        options |= dict(data=data, split=split, limit=limit, batch_size=batch_size, samples=samples, threshold=threshold,
+                        model=keyed("--model", model, keys))
+    if target in ("table1", "table3"):
+        options |= dict(weights=keyed("--weights", weights, keys), stop_when_decided=not all_draws,
+                        on_note=lambda m: print(f"Note: {m}", file=sys.stderr))
+    if target == "table3":
+        lengths = keyed("--context-length", context_length, keys)
+        options |= dict(models=validate.split_list(models),
+                        context_length={k: validate.integer("--context-length", v) for k, v in lengths.items()})
+    result = reproduce_paper(target, **options)
+    written = _plot(result, plot)
+    meta = _meta(result)
+    emit(fmt, meta, result.records(), sweep=result.sweep_rows() or None, document=_document(result, meta), out=out,
+         render=lambda: _render(result, out, written))
+
+
+def keyed(name: str, values: list[str] | None, keys: tuple[str, ...]) -> dict:
+    """``KEY=VALUE`` options (``VALUE`` alone when the target has one model) -> {key: value}."""
+    from ..errors import InputError
+
+    out: dict = {}
+    for raw in values or []:
+        key, sep, value = raw.partition("=")
+        if sep and key.strip().lower() in keys:
+            key, value = key.strip().lower(), value.strip()
+        elif len(keys) == 1:
+            key, value = keys[0], raw.strip()
+        else:
+            want = " or ".join(f"{k}=..." for k in keys)
+            raise InputError(f"{name} {raw!r}: name the model it is for ({want})")
+        if not value:
+            raise InputError(f"{name} {raw!r}: no value after '='")
+        if key in out:
+            raise InputError(f"{name} is given twice for {key}")
+        out[key] = value
+    return out
+
+
+def _refuse_inapplicable(ctx: typer.Context, target: str) -> None:
+    from ..errors import InputError
+
+    for param, targets in APPLIES.items():
+        source = ctx.get_parameter_source(param)  # typer's vendored click has its own enum: compare by name
+        if target not in targets and getattr(source, "name", "") == "COMMANDLINE":
+            flag = "--" + param.replace("_", "-")
+            raise InputError(f"{flag} does not apply to {target} (it applies to {', '.join(targets)})")
+
+
+def _meta(result) -> dict:
+    from ..io import stamp
+    from ..reproduce import published
+
+    return stamp(command="reproduce", target=result.target, title=result.title, source=result.source,
+                 paper=published()["paper"], counts=result.counts(), setting=result.setting, notes=result.notes,
+                 timings_s=result.timings, **result.settings)
+
+
+def _document(result, meta: dict) -> dict:
+    doc = {"meta": meta, "records": result.records()}
+    if result.sweeps:
+        doc["sweep"] = result.sweep_rows()
+    if result.grid is not None:
+        doc["runs"] = [r.to_dict() for r in result.grid.runs]
+    return doc
+
+
+def _plot(result, plot):
+    if plot is None:
+        return None
+    from ..reproduce.figures import plot_reproduction
+
+    return plot_reproduction(result, plot)
+
+
+def _render(result, out, plot) -> None:
+    from ..render import render_reproduction
+
+    render_reproduction(result, written=[str(p) for p in (out, plot) if p is not None])

@@ -1,0 +1,437 @@
+"""Holding one published value against this run's record of the same thing.
+
+A :class:`Comparison` puts the paper's verdict and number beside ours (with our 95%
+Clopper-Pearson interval where ours is a Monte-Carlo estimate) and says whether they *match*:
+the same verdict. Where they differ, or ours cannot decide, the reason is assembled from the
+run's own records: the test's counts, a dependent subset found (its size is a proof that the
+Kruskal rank is below it), a whole-set rank below k, n > d, the sweep's certified bounds, the
+training a memorisation point received; then what this run did differently from the paper
+(:func:`setting_differences`: its data, model, weights, T, draws, threshold). Nothing here runs
+a model or a test: the functions read records (plain dicts) and :class:`RunFacts`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+STATUSES = ("match", "differs", "undetermined", "unavailable")
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What one model's run was, as the records of the run state it."""
+
+    model: str  # the model as given (alias, hub id, folder)
+    resolved: str  # what it resolved to
+    n: int | None
+    d: int | None
+    T: int | None
+    data: str  # the data source's own description
+    paper_data: bool  # the data is the paper's dataset
+    samples: int
+    threshold: float
+    seed: int
+    weights: dict = field(default_factory=dict)  # column -> weights source, in words
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One published value beside ours."""
+
+    target: str
+    model: str  # the paper's model key (vit, bert, gpt2, memorize)
+    column: str
+    kind: str
+    check: str | None
+    k: int | None
+    paper_verdict: str
+    paper_value: float | None
+    paper_detail: str
+    source: str
+    our_verdict: str | None
+    our_value: float | None
+    ci_low: float | None
+    ci_high: float | None
+    our_detail: str
+    status: str  # match | differs | undetermined | unavailable
+    reason: str
+    differences: tuple[str, ...] = ()  # how this model's run differs from the paper's, in full
+    our_k: int | None = None  # the subset size our test used (the audited model's n or d)
+
+    @property
+    def match(self) -> bool | None:
+        return {"match": True, "differs": False}.get(self.status)
+
+    def record(self) -> dict:
+        return asdict(self) | {"differences": list(self.differences), "match": self.match}
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One way a run differs from the paper's protocol: a short ``label`` for a reason, the full
+    ``text`` for the records, and what the ``paper`` had."""
+
+    label: str
+    text: str
+    paper: str
+
+    def brief(self) -> str:
+        return f"{self.label} (the paper: {self.paper})"
+
+
+@dataclass(frozen=True)
+class Ours:
+    """Our side of one comparison: ``agrees`` is None when our evidence cannot decide."""
+
+    verdict: str | None
+    value: float | None
+    detail: str
+    evidence: str
+    agrees: bool | None
+    ci: tuple[float | None, float | None] = (None, None)
+    k: int | None = None
+
+
+# --------------------------------------------------------------------------- the paper's side
+
+
+def paper_side(item: dict, threshold: float) -> tuple[str, float | None, str]:
+    """(verdict, value, detail) of a published item; sweep points take their verdict from ``threshold``."""
+    kind = item["kind"]
+    counts = item.get("counts")
+    shown = f"ranks seen {_counts(counts)}" if counts else ""
+    if kind == "check":
+        if "satisfied" in item:
+            return item["verdict"], item.get("fraction"), f"{item['satisfied']}/{item['T']} full rank"
+        return item["verdict"], item.get("fraction"), shown or item.get("note", "")
+    if kind == "ranks":
+        lo, hi = item["ranks"]
+        return _range_text(lo, hi), None, "ranks of the draws of k = d queries"
+    if kind == "sweep":
+        return ("holds" if item["fraction"] >= threshold else "fails"), item["fraction"], shown
+    if kind == "shape":
+        return item["verdict"], None, "read off the figure"
+    if kind == "estimate":
+        return item["verdict"], float(item["value"]), f"estimated Kruskal rank {item['value']}, n = {item['k']}"
+    return item["verdict"], None, item.get("formula", "")
+
+
+def _counts(counts: dict) -> str:
+    return "{" + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items(), key=lambda kv: -int(kv[0]))) + "}"
+
+
+def _range_text(lo: int, hi: int) -> str:
+    return f"ranks {lo}" if lo == hi else f"ranks {lo}-{hi}"
+
+
+# --------------------------------------------------------------------------- evidence of one record
+
+
+def record_evidence(rec: dict) -> str:
+    """What a check's record shows, in one sentence built from its fields."""
+    check, k, d = rec["check"], rec["k"], rec["d"]
+    if check == "assumption_2":
+        out = f"{rec['satisfied']}/{rec['T']} context matrices have rank n = {k}"
+        ranks = {int(r): c for r, c in rec.get("rank_histogram", {}).items() if int(r) != k}
+        if ranks:
+            out += f" (the others: ranks {_counts({str(r): c for r, c in ranks.items()})})"
+        if k > d:
+            out += f"; n = {k} > d = {d}, so no context matrix can have rank n"
+        return out
+    if not rec.get("sampled", True):
+        return rec["reason"]
+    rows = "query + context-mean vectors" if check == "assumption_3" else "queries"
+    out = (f"{rec['satisfied']}/{rec['samples']} draws of {k} {rows} independent (fraction {rec['fraction']:.4f}, "
+           f"95% CI [{rec['ci_low']:.4f}, {rec['ci_high']:.4f}], threshold {rec['threshold']})")
+    if rec.get("planned_samples"):
+        out += f"; sampling stopped after {rec['samples']} of {rec['planned_samples']} draws once the verdict was settled"
+    if rec.get("witness"):
+        size = len(rec["witness"])
+        out += f"; a dependent {size}-subset was found, a proof that the Kruskal rank is below {size}"
+    if rec.get("set_rank") is not None and rec["set_rank"] < min(rec["T"], d):
+        out += f"; the whole set has rank {rec['set_rank']} < min(T, d) = {min(rec['T'], d)}"
+    return out
+
+
+def _sweep_evidence(sweep: dict) -> str:
+    s = sweep["summary"]
+    return (f"Kruskal-rank estimate {s['estimate']} over {sweep['samples']} nested draws (threshold {sweep['threshold']}); "
+            f"certified ceiling {s['ceiling']['value']} ({s['ceiling']['kind']}), floor {s['floor']['value']}")
+
+
+# --------------------------------------------------------------------------- our side, by kind
+
+
+def _ours_check(item: dict, col: dict) -> Ours:
+    rec = col["records"].get(item["check"])
+    if rec is None or rec.get("verdict") == "unavailable":
+        return Ours(None, None, "not run", (rec or {}).get("reason", "not run"), None)
+    if item["check"] == "assumption_2":
+        detail = f"{rec['satisfied']}/{rec['T']} full rank"
+    elif rec.get("sampled", True):
+        detail = f"{rec['satisfied']}/{rec['samples']} independent"
+    else:
+        detail = "proven without sampling"
+    ci = (rec["ci_low"], rec["ci_high"]) if rec.get("sampled", True) else (None, None)
+    return Ours(rec["verdict"], rec["fraction"], detail, record_evidence(rec), rec["verdict"] == item["verdict"], ci, rec["k"])
+
+
+def _ours_ranks(item: dict, col: dict) -> Ours:
+    rec = col["records"].get(item["check"])
+    if rec is None or rec.get("verdict") == "unavailable":
+        return Ours(None, None, "not run", (rec or {}).get("reason", "not run"), None)
+    plo, phi = item["ranks"]
+    k = rec["k"]
+    hist = rec.get("rank_histogram") or {}
+    evidence = record_evidence(rec)
+    if not rec.get("sampled", True):
+        r = rec.get("set_rank")
+        if r is not None and r <= 1:  # every subset of a rank-1 set of nonzero rows has rank 1
+            return Ours(_range_text(r, r), None, "whole-set rank", evidence, plo <= r <= phi, k=k)
+        hist = col.get("draw_ranks") or {}
+        if hist:
+            evidence += f"; the ranks of {sum(hist.values())} draws of {k} queries were computed for this comparison"
+    ranks = [int(x) for x in hist]
+    if not ranks:
+        return Ours(None, None, "no ranks recorded", evidence, None)
+    lo, hi = min(ranks), max(ranks)
+    return Ours(_range_text(lo, hi), None, f"ranks of {sum(hist.values())} examined draws", evidence,
+                lo <= phi and plo <= hi, k=k)
+
+
+def _sweep_point(item: dict, col: dict) -> tuple[dict | None, str]:
+    sweep = col.get("sweep")
+    if sweep is None:
+        return None, "no sweep was run for this column"
+    rows = {r["k"]: r for r in sweep["rows"]}
+    k = item["k"]
+    if k not in rows:
+        K = max(rows) if rows else 0
+        return ({"k": k, "fraction": 0.0, "ci_low": 0.0, "ci_high": 0.0, "proven": True},
+                f"k = {k} > min(T, d) = {K}: no {k} rows can be independent (a proof)")
+    row = rows[k]
+    if row["fraction"] == 0.0 and row["ci_high"] == 0.0:  # not sampled: the whole set's rank leaves no k rows independent
+        return row | {"proven": True}, (f"k = {k} is above every size the whole set's numerical rank allows, so no {k} "
+                                        f"rows are independent (a proof); " + _sweep_evidence(sweep))
+    return row, f"fraction {row['fraction']:.4f} at k = {k} (95% CI [{row['ci_low']:.4f}, {row['ci_high']:.4f}]); " + _sweep_evidence(sweep)
+
+
+def _ours_sweep(item: dict, col: dict) -> Ours:
+    row, ev = _sweep_point(item, col)
+    if row is None:
+        return Ours(None, None, "", ev, None)
+    thr = col["sweep"]["threshold"]
+    verdict = "holds" if row["fraction"] >= thr else "fails"
+    paper = "holds" if item["fraction"] >= thr else "fails"
+    return Ours(verdict, row["fraction"], "proven" if row.get("proven") else "", ev, verdict == paper,
+                (row["ci_low"], row["ci_high"]), item["k"])
+
+
+def band_of(fraction: float, bands: dict) -> str:
+    """The name of the published band a fraction falls in, or ``between`` when none."""
+    for name, (lo, hi) in bands.items():
+        if lo <= fraction <= hi:
+            return name
+    return "between"
+
+
+def _ours_shape(item: dict, col: dict, bands: dict) -> Ours:
+    row, ev = _sweep_point(item, col)
+    if row is None:
+        return Ours(None, None, "", ev, None)
+    label = band_of(row["fraction"], bands)
+    lo, hi = bands[item["verdict"]]
+    return Ours(label, row["fraction"], f"band of '{item['verdict']}': {lo}-{hi}", ev, label == item["verdict"],
+                (row["ci_low"], row["ci_high"]), item["k"])
+
+
+def _ours_estimate(item: dict, col: dict) -> Ours:
+    sweep = col.get("sweep")
+    if sweep is None:
+        return Ours(None, None, "", "no sweep was run for this column", None)
+    n = col.get("n") or item["k"]
+    est = sweep["summary"]["estimate"]
+    verdict = "below n" if est < n else "at least n"
+    return Ours(verdict, float(est), f"estimate {est}, n = {n}", _sweep_evidence(sweep), verdict == item["verdict"], k=n)
+
+
+# --------------------------------------------------------------------------- the comparison
+
+
+def compare(target: str, item: dict, col: dict | None, facts: RunFacts | None, spec: dict,
+            threshold: float) -> Comparison:
+    """Hold ``item`` (a published item of ``spec``) against ``col``: our records of its column.
+
+    ``col`` is ``{"records": {check: record}, "sweep": {...} | None, "n": n}`` or
+    ``{"unavailable": reason}``; ``threshold`` is the paper's (sweep verdicts use it).
+    """
+    verdict, value, detail = paper_side(item, threshold)
+    diffs = setting_differences(spec, item["model"], facts, item.get("column", "")) if facts is not None else []
+    base = dict(target=target, model=item["model"], column=item.get("column", ""), kind=item["kind"],
+                check=item.get("check"), k=item.get("k"), paper_verdict=verdict, paper_value=value,
+                paper_detail=detail, source=item["source"], differences=tuple(d.text for d in diffs))
+    if col is None or col.get("unavailable"):
+        reason = (col or {}).get("unavailable") or f"column {item.get('column')} was not run"
+        return Comparison(**base, our_verdict=None, our_value=None, ci_low=None, ci_high=None, our_detail="",
+                          status="unavailable", reason=reason)
+    kind = item["kind"]
+    if kind == "shape":
+        ours = _ours_shape(item, col, spec["bands"])
+    else:
+        ours = {"check": _ours_check, "ranks": _ours_ranks, "sweep": _ours_sweep, "estimate": _ours_estimate}[kind](item, col)
+    if ours.agrees:
+        status, reason = "match", ""
+    else:
+        status = "differs" if ours.agrees is False else "undetermined"
+        reason = explain(ours, value, item, diffs, facts)
+    return Comparison(**base, our_verdict=ours.verdict, our_value=ours.value, ci_low=ours.ci[0], ci_high=ours.ci[1],
+                      our_detail=ours.detail, status=status, reason=reason, our_k=ours.k)
+
+
+def explain(ours: Ours, paper_value: float | None, item: dict, diffs: list[Difference], facts: RunFacts | None) -> str:
+    """Our evidence, whether the published number lies in our interval, and how this run's setting differs."""
+    parts = [ours.evidence]
+    lo, hi = ours.ci
+    if paper_value is not None and lo is not None and lo <= paper_value <= hi:
+        parts.append(f"the published {paper_value:g} lies inside our 95% interval [{lo:.4f}, {hi:.4f}], "
+                     "so the two estimates are within sampling error of each other")
+    if diffs:
+        parts.append("this run differs from the paper's in " + ", ".join(d.label for d in diffs))
+    elif facts is not None and item.get("column", "").startswith(("random", "embedding")):
+        parts.append(f"same data, model and draws as the paper's; the random weights are another draw (seed {facts.seed}; "
+                     "the paper's were unseeded)")
+    return "; ".join(p for p in parts if p)
+
+
+def setting_differences(spec: dict, key: str, facts: RunFacts, column: str = "") -> list[Difference]:
+    """How one model's run differs from the paper's protocol, each difference stated from the run's facts."""
+    protocol = spec["protocol"]
+    paper_model = spec["models"][key]
+    data = spec["data"]
+    out = []
+
+    def add(label: str, ours: str, paper: str) -> None:
+        out.append(Difference(label, f"{ours} (the paper: {paper})", paper))
+
+    if not facts.paper_data:
+        add("data", f"data: {facts.data}", data["description"])
+    elif data.get("snapshot") and data["snapshot"] not in facts.data:
+        add("data snapshot", f"data: {facts.data}", f"the {data['snapshot']} snapshot")
+    checkpoint = paper_model.get("checkpoint")
+    if (facts.n, facts.d) != (paper_model.get("n"), paper_model.get("d")):
+        add(f"model (n = {facts.n}, d = {facts.d})", f"model {facts.model}: n = {facts.n}, d = {facts.d}",
+            f"{checkpoint}, n = {paper_model.get('n')}, d = {paper_model.get('d')}")
+    elif facts.model.lower() not in (paper_model.get("alias", ""), checkpoint):
+        add(f"model ({facts.model})", f"model {facts.model}", checkpoint)
+    source = facts.weights.get(column, "")
+    if column.startswith("trained") and source and checkpoint not in source:
+        add(f"trained weights ({source})", f"trained weights from {source}", checkpoint)
+    if facts.T is not None and facts.T != data.get("T"):
+        add(f"T ({facts.T})", f"T = {facts.T} examples", str(data.get("T")))
+    if facts.samples != protocol["samples"]:
+        add(f"draws ({facts.samples})", f"{facts.samples} draws per test", str(protocol["samples"]))
+    if facts.threshold != protocol["threshold"]:
+        add(f"threshold ({facts.threshold})", f"threshold {facts.threshold}", str(protocol["threshold"]))
+    return out
+
+
+# --------------------------------------------------------------------------- Figure 2: memorisation against H
+
+
+def compare_memorization(target: str, spec: dict, runs: list[dict], fits: list[dict], bound) -> list[Comparison]:
+    """Figure 2's claims against a grid over H: a linear fit and a monotone rise per size T, and
+    each point's memorised count against Theorem 1's count (``bound(run)``: a
+    :class:`~mhaaudit.capacity.theory.CapacityBound`)."""
+    items = {it["kind"]: it for it in spec["values"]}
+    out = []
+    sizes = sorted({r["size"] for r in runs})
+    for T in sizes:
+        pts = sorted((r for r in runs if r["size"] == T), key=lambda r: r["heads"])
+        fit = next((f for f in fits if f.get("size") == T), None)
+        out.append(_linear(target, items["linear"], T, pts, fit, spec))
+        out.append(_monotone(target, items["monotone"], T, pts, spec))
+    for r in runs:
+        out.append(_theorem1(target, items["theorem1"], r, bound(r), spec))
+    return out
+
+
+def _memo_base(target: str, item: dict, column: str, paper_value=None) -> dict:
+    return dict(target=target, model=item["model"], column=column, kind=item["kind"], check=None, k=None,
+                paper_verdict=item["verdict"], paper_value=paper_value, paper_detail=item.get("formula", item.get("note", "")),
+                source=item["source"])
+
+
+def _training_evidence(pts: list[dict], spec: dict, steps_said: bool = False) -> str:
+    """How long the points trained, against the paper's rule (``steps_said``: the steps were already named)."""
+    tr = spec["training"]
+    steps = max(r["steps_run"] for r in pts)
+    epochs = max(r["epochs_run"] for r in pts)
+    out = [] if steps_said else [f"trained at most {steps} steps ({epochs} epochs) per point"]
+    if steps < tr["steps"] or epochs < tr["epochs"]:
+        out.append(f"the paper trains at least {tr['epochs']} epochs and {tr['steps']} steps")
+    return "; ".join(out)
+
+
+def _linear(target: str, item: dict, T: int, pts: list[dict], fit: dict | None, spec: dict) -> Comparison:
+    base = _memo_base(target, item, f"T = {T}")
+    base["paper_detail"] = f"r2 >= {item['min_r2']} over the non-saturated points"
+    if fit is None:
+        sat = [r["heads"] for r in pts if r["memorized"] >= 0.99]
+        reason = (f"at T = {T} fewer than two of the {len(pts)} points are below saturation (memorised fraction "
+                  f"0.99 or more at H = {sat}), so no line can be fitted; " + _training_evidence(pts, spec))
+        return Comparison(**base, our_verdict=None, our_value=None, ci_low=None, ci_high=None, our_detail="",
+                          status="undetermined", reason=reason)
+    ok = fit["slope"] > 0 and math.isfinite(fit["r2"]) and fit["r2"] >= item["min_r2"]
+    detail = f"slope {fit['slope']:.1f} examples per head, r2 {fit['r2']:.4f} over H = {list(fit['xs'])}"
+    reason = ""
+    if not ok:
+        why = f"slope {fit['slope']:.2f} <= 0" if fit["slope"] <= 0 else f"r2 = {fit['r2']:.4f} < {item['min_r2']}"
+        reason = f"{why} over {fit['points']} non-saturated points at T = {T}; " + _training_evidence(pts, spec)
+    r2 = fit["r2"] if math.isfinite(fit["r2"]) else None
+    return Comparison(**base, our_verdict="linear" if ok else "not linear", our_value=r2, ci_low=None,
+                      ci_high=None, our_detail=detail, status="match" if ok else "differs", reason=reason)
+
+
+def _monotone(target: str, item: dict, T: int, pts: list[dict], spec: dict) -> Comparison:
+    base = _memo_base(target, item, f"T = {T}")
+    counts = [(r["heads"], r["memorized_count"]) for r in pts]
+    drops = [(a, b) for a, b in zip(counts, counts[1:]) if b[1] < a[1]]
+    rises = len(counts) > 1 and counts[-1][1] > counts[0][1]
+    ok = not drops and rises
+    detail = ", ".join(f"H = {h}: {c}" for h, c in counts)
+    reason = ""
+    if not ok:
+        if drops:
+            reason = "memorised count falls from " + ", ".join(f"{a[1]} at H = {a[0]} to {b[1]} at H = {b[0]}" for a, b in drops)
+        elif len(counts) < 2:
+            reason = f"only one value of H at T = {T}"
+        else:
+            reason = f"the count does not rise from H = {counts[0][0]} to H = {counts[-1][0]}"
+        reason += "; " + _training_evidence(pts, spec)
+    return Comparison(**base, our_verdict="increasing" if ok else "not increasing", our_value=None, ci_low=None,
+                      ci_high=None, our_detail=detail, status="match" if ok else "differs", reason=reason)
+
+
+def _theorem1(target: str, item: dict, run: dict, bound, spec: dict) -> Comparison:
+    T = run["size"]
+    column = f"H = {run['heads']}, n = {run['n']}, d_h = {run['head_dim']}, T = {T}"
+    base = _memo_base(target, item, column, float(bound.count) if bound.applies else None)
+    if not bound.applies:
+        return Comparison(**base, our_verdict=None, our_value=float(run["memorized_count"]), ci_low=None, ci_high=None,
+                          our_detail=f"{run['memorized_count']}/{T} memorised", status="undetermined",
+                          reason=f"Theorem 1 gives no count here: {bound.reason}")
+    base["paper_detail"] = bound.formula
+    need = min(bound.count, T)
+    ok = run["memorized_count"] >= need
+    reason = ""
+    if not ok:
+        reason = (f"gradient descent memorised {run['memorized_count']} of {T} examples after {run['steps_run']} of "
+                  f"{run['planned_steps']} planned steps (final loss {run['final_loss']:.3g}), below "
+                  f"min(T, {bound.count}) = {need}")
+        more = _training_evidence([run], spec, steps_said=True)
+        reason += f"; {more}" if more else ""
+    return Comparison(**base, our_verdict="at least the count" if ok else "below the count",
+                      our_value=float(run["memorized_count"]), ci_low=None, ci_high=None,
+                      our_detail=f"{run['memorized_count']}/{T} memorised", status="match" if ok else "differs",
+                      reason=reason)

@@ -1,0 +1,285 @@
+"""The paper's four experiments, each run through the library's own facades and held against
+the published values.
+
+* ``table1``: :func:`mhaaudit.audit.audit` on ViT-Base, the four columns of Table 1.
+* ``table3``: the same on BERT-large and GPT-2-large at layers 0 and 1, plus a Kruskal-rank
+  sweep (:func:`mhaaudit.kruskal.kruskal_sweep`) of the columns whose sweep the paper published.
+* ``figure1``: the sweep of the random-attention features of ViT-Base.
+* ``figure2``: :func:`mhaaudit.memorize.run_memorize_grid` over the number of heads.
+
+With the hub reachable the data are the paper's (ImageNet-1k train, Wikipedia) and the trained
+columns use the paper's checkpoints; offline they use the built-in data and random weights, and
+a trained column is unavailable unless ``weights`` names local trained weights. Every verdict
+here is the audit's: Monte-Carlo fractions are estimates, dependent subsets and rank ceilings
+are proofs, and the comparison says which (see :mod:`mhaaudit.reproduce.compare`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from ..errors import InputError
+from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
+from .compare import Comparison, RunFacts, compare, compare_memorization, setting_differences
+from .published import target_spec
+
+SWEEP_KINDS = ("sweep", "shape", "estimate")
+
+
+@dataclass
+class Reproduction:
+    """One target's comparisons, what the run was (``facts`` per model) and what it produced."""
+
+    target: str
+    title: str
+    source: str
+    comparisons: list[Comparison]
+    facts: dict  # model key -> RunFacts
+    setting: list[str]  # the run in words, with how it differs from the paper's
+    settings: dict  # for the output's meta
+    timings: dict
+    sweeps: dict = field(default_factory=dict)  # (model key, column) -> Sweep
+    audits: dict = field(default_factory=dict)  # model key -> AuditResult
+    grid: object | None = None  # figure2: the MemorizeGrid
+    notes: list = field(default_factory=list)
+
+    def records(self) -> list[dict]:
+        return [c.record() for c in self.comparisons]
+
+    def sweep_rows(self) -> list[dict]:
+        return [{"model": key, "column": col, **row} for (key, col), sw in self.sweeps.items() for row in sw.rows()]
+
+    def counts(self) -> dict:
+        c = Counter(x.status for x in self.comparisons)
+        return {s: c.get(s, 0) for s in ("match", "differs", "undetermined", "unavailable")}
+
+
+# --------------------------------------------------------------------------- shared steps
+
+
+def _data_for(spec: dict, data: str | None) -> tuple[str | None, bool]:
+    """The data to read and whether it is the paper's dataset: the paper's online, the built-in offline."""
+    from ..hub import is_offline
+
+    paper = spec["data"]["dataset"]
+    if data is None:
+        return (None, False) if is_offline() else (paper, True)
+    return data, data.strip().lower() == paper
+
+
+def _facts(result, name: str, paper_data: bool, settings: Settings) -> RunFacts:
+    cols = {c.probe.variant: (c.weights_source or c.reason) for c in result.columns}
+    T = next((c.features.T for c in result.columns if c.features is not None), None)
+    return RunFacts(model=name, resolved=str(result.info.get("resolved", name)), n=result.info.get("n"),
+                    d=result.info.get("d"), T=T, data=result.data, paper_data=paper_data, samples=settings.samples,
+                    threshold=settings.threshold, seed=settings.seed, weights=cols)
+
+
+def _sweep_doc(sw) -> dict:
+    return {"rows": sw.rows(), "summary": sw.summary(), "samples": sw.samples, "threshold": sw.threshold}
+
+
+def _column(col, settings: Settings, sweep=None) -> dict:
+    """Our records of one audited column, as :func:`compare` reads them."""
+    if col.status != "ok":
+        return {"unavailable": col.reason}
+    recs = {r["check"]: r for r in col.records("", 0)}
+    out = {"records": recs, "sweep": _sweep_doc(sweep) if sweep is not None else None, "n": col.features.n}
+    gp = recs.get("general_position")
+    if gp is not None and not gp["sampled"] and gp["k"] <= gp["d"] and (gp.get("set_rank") or 0) > 1:
+        out["draw_ranks"] = _draw_ranks(col.features.queries, gp["k"], settings)
+    return out
+
+
+def _draw_ranks(X, k: int, settings: Settings, draws: int = 10) -> dict:
+    """Ranks of the first ``draws`` draws of k rows that the test would make: the General Position
+    test needs none when the whole set's rank already decides it, but the paper reports them."""
+    from ..kruskal import draw_decisions
+    from ..numerics import svd_rank
+
+    rule = settings.rule(X.dtype)
+    idx, _ = draw_decisions(X, k, samples=draws, seed=settings.seed, rule=rule, device=settings.device)
+    ranks = svd_rank(X[idx.cpu()], rule)[0].tolist()
+    return {str(r): ranks.count(r) for r in sorted(set(ranks))}
+
+
+def _sweep(fs, settings: Settings, kmax: int, label: str):
+    from ..kruskal import kruskal_sweep
+    from ..progress import task
+
+    with task(f"{label} sweep", settings.samples, settings.progress) as adv:
+        return kruskal_sweep(fs.queries, samples=settings.samples, threshold=settings.threshold, seed=settings.seed,
+                             rule=settings.rule(fs.dtype), device=settings.device, kmax=kmax, progress=adv)
+
+
+def _setting_lines(spec: dict, facts: dict, settings: Settings) -> list[str]:
+    lines = []
+    for key, f in facts.items():
+        diffs = setting_differences(spec, key, f)
+        lines.append(f"{key}: {f.model} ({f.resolved}), n = {f.n}, d = {f.d}, T = {f.T}; data: {f.data}")
+        for col, src in f.weights.items():
+            lines.append(f"  {col}: {src}")
+        lines.append("  differs from the paper's: " + ("; ".join(d.brief() for d in diffs) if diffs else "nothing in data, model, T or draws"))
+    lines.append(f"{settings.samples} draws per test, threshold {settings.threshold}, seed {settings.seed}, "
+                 f"device {settings.device_name}, rank rule: {settings.rule().describe()}")
+    return lines
+
+
+def _check_keys(name: str, given: dict | None, allowed: Sequence[str]) -> dict:
+    given = dict(given or {})
+    for key in given:
+        if key not in allowed:
+            raise InputError(f"{name} {key}=...: this target's models are {', '.join(allowed)}")
+    return given
+
+
+# --------------------------------------------------------------------------- Table 1 and Table 3
+
+
+def table1(*, data: str | None = None, split: str = "train", limit: int | None = None, model: dict | None = None,
+           weights: dict | None = None, samples: int = DEFAULT_SAMPLES, threshold: float = DEFAULT_THRESHOLD,
+           seed: int = 0, device: str = "auto", batch_size: int = 32, stop_when_decided: bool = True,
+           progress: bool = False, on_note: Callable[[str], None] | None = None) -> Reproduction:
+    """Table 1: ViT-Base's four columns (embedding, random attention, random ViT, trained ViT)."""
+    return _tables("table1", dict(data=data, split=split, limit=limit, model=model, weights=weights, samples=samples,
+                                  threshold=threshold, seed=seed, device=device, batch_size=batch_size,
+                                  stop_when_decided=stop_when_decided, progress=progress, on_note=on_note))
+
+
+def table3(*, data: str | None = None, split: str = "train", limit: int | None = None, models: Sequence[str] | None = None,
+           model: dict | None = None, weights: dict | None = None, context_length: dict | None = None,
+           samples: int = DEFAULT_SAMPLES, threshold: float = DEFAULT_THRESHOLD, seed: int = 0, device: str = "auto",
+           batch_size: int = 32, stop_when_decided: bool = True, progress: bool = False,
+           on_note: Callable[[str], None] | None = None) -> Reproduction:
+    """Table 3: BERT-large and GPT-2-large (``models``: a subset of ``bert``, ``gpt2``), random and
+    trained, layers 0 and 1, and the Kruskal-rank sweep of the BERT layer-1 columns."""
+    return _tables("table3", dict(data=data, split=split, limit=limit, models=models, model=model, weights=weights,
+                                  context_length=context_length, samples=samples, threshold=threshold, seed=seed,
+                                  device=device, batch_size=batch_size, stop_when_decided=stop_when_decided,
+                                  progress=progress, on_note=on_note))
+
+
+def _tables(target: str, o: dict) -> Reproduction:
+    from .. import validate
+    from ..audit import audit
+
+    spec = target_spec(target)
+    keys = list(spec["models"])
+    chosen = keys if not o.get("models") else [validate.choice("model key", m, keys) for m in o["models"]]
+    names = _check_keys("--model", o.get("model"), keys)
+    weights = _check_keys("--weights", o.get("weights"), keys)
+    lengths = _check_keys("--context-length", o.get("context_length"), keys)
+    settings = Settings.resolve(device=o["device"], samples=o["samples"], threshold=o["threshold"], seed=o["seed"],
+                                stop_when_decided=o["stop_when_decided"], progress=o["progress"])
+    data, paper_data = _data_for(spec, o["data"])
+    T = spec["data"]["T"] if o["limit"] is None else validate.integer("--limit", o["limit"])
+    out = Reproduction(target, spec["title"], spec["source"], [], {}, [], {}, {})
+    t0 = time.perf_counter()
+    for key in chosen:
+        name = names.get(key, spec["models"][key]["alias"])
+        layers = [0, 1] if target == "table3" else None
+        result = audit(name, layers=layers, data=data, split=o["split"], limit=T, batch_size=o["batch_size"],
+                       samples=settings.samples, threshold=settings.threshold, seed=settings.seed,
+                       device=settings.device, weights=weights.get(key), context_length=lengths.get(key),
+                       progress=settings.progress, stop_when_decided=settings.stop_when_decided, on_note=o["on_note"])
+        out.audits[key] = result
+        out.facts[key] = _facts(result, name, paper_data, settings)
+        out.notes += result.notes
+        out.comparisons += _compare_model(target, spec, key, result, out, settings)
+    out.timings |= {f"audit {key}": a.timings | {c.probe.variant: c.timings for c in a.columns if c.timings}
+                    for key, a in out.audits.items()} | {"total": round(time.perf_counter() - t0, 3)}
+    out.setting = _setting_lines(spec, out.facts, settings)
+    out.settings = dict(settings.as_dict(), limit=T, data=data, models=chosen)
+    return out
+
+
+def _compare_model(target: str, spec: dict, key: str, result, out: Reproduction, settings: Settings) -> list[Comparison]:
+    """Sweep the columns whose sweep the paper published (into ``out.sweeps``), then hold every
+    published item of model ``key`` against the audit's records."""
+    swept = [it for it in spec["values"] if it["model"] == key and it["kind"] in SWEEP_KINDS]
+    kmax = {c: max(it["k"] for it in swept if it["column"] == c) for c in {it["column"] for it in swept}}
+    cols = {}
+    for c in result.columns:
+        sw = None
+        if c.probe.variant in kmax and c.status == "ok":
+            t0 = time.perf_counter()
+            sw = _sweep(c.features, settings, max(kmax[c.probe.variant], c.features.n), f"{key} {c.probe.variant}")
+            out.sweeps[(key, c.probe.variant)] = sw
+            out.timings[f"sweep {key} {c.probe.variant}"] = round(time.perf_counter() - t0, 3)
+        cols[c.probe.variant] = _column(c, settings, sw)
+    return [compare(target, it, cols.get(it["column"]), out.facts[key], spec, spec["protocol"]["threshold"])
+            for it in spec["values"] if it["model"] == key]
+
+
+# --------------------------------------------------------------------------- Figure 1
+
+
+def figure1(*, data: str | None = None, split: str = "train", limit: int | None = None, model: dict | None = None,
+            samples: int = DEFAULT_SAMPLES, threshold: float = DEFAULT_THRESHOLD, seed: int = 0, device: str = "auto",
+            batch_size: int = 32, progress: bool = False) -> Reproduction:
+    """Figure 1: the satisfied fraction against k for ViT-Base's random-attention features."""
+    from .. import validate
+    from ..audit import capture_features
+
+    spec = target_spec("figure1")
+    (key,) = spec["models"]
+    (column,) = spec["columns"]
+    name = _check_keys("--model", model, [key]).get(key, spec["models"][key]["alias"])
+    settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, progress=progress)
+    data_arg, paper_data = _data_for(spec, data)
+    T = spec["data"]["T"] if limit is None else validate.integer("--limit", limit)
+    t0 = time.perf_counter()
+    fs = capture_features(name, variant=column, data=data_arg, split=split, limit=T, batch_size=batch_size,
+                          settings=settings)
+    kmax = max(max(it["k"] for it in spec["values"]), fs.d)
+    sw = _sweep(fs, settings, kmax, column)
+    facts = RunFacts(model=name, resolved=str(fs.meta.get("resolved", name)), n=fs.n, d=fs.d, T=fs.T,
+                     data=str(fs.meta.get("data", "")), paper_data=paper_data, samples=settings.samples,
+                     threshold=settings.threshold, seed=settings.seed, weights={column: str(fs.meta.get("weights_source", ""))})
+    col = {"records": {}, "sweep": _sweep_doc(sw), "n": fs.n}
+    comps = [compare("figure1", it, col, facts, spec, spec["protocol"]["threshold"]) for it in spec["values"]]
+    return Reproduction("figure1", spec["title"], spec["source"], comps, {key: facts},
+                        _setting_lines(spec, {key: facts}, settings), dict(settings.as_dict(), limit=T, data=data_arg),
+                        {"total": round(time.perf_counter() - t0, 3)}, sweeps={(key, column): sw})
+
+
+# --------------------------------------------------------------------------- Figure 2
+
+
+def figure2(*, preset: str | None = "cpu", values=None, sizes=None, max_steps: int | None = None, seed: int = 0,
+            device: str = "auto", progress: bool = False) -> Reproduction:
+    """Figure 2(a): memorisation against H on a memorize grid (``cpu`` preset by default)."""
+    from ..capacity import theorem1_bound
+    from ..memorize import run_memorize_grid
+
+    spec = target_spec("figure2")
+    t0 = time.perf_counter()
+    grid = run_memorize_grid(vary="heads" if preset is None else None, preset=preset, values=values, sizes=sizes,
+                             max_steps=max_steps, seed=seed, device=device, progress=progress)
+    if grid.vary != "heads":
+        raise InputError(f"figure2 compares memorisation against the number of heads; preset {preset!r} varies {grid.vary}")
+    d = grid.settings.get("d", 64)
+
+    def bound(run: dict):
+        return theorem1_bound(heads=run["heads"], head_dim=run["head_dim"], n=run["n"], d=d, a1_holds=True, a2_holds=True)
+
+    runs = [r.to_dict() for r in grid.runs]
+    comps = compare_memorization("figure2", spec, runs, [f.to_dict() for f in grid.fits], bound)
+    s = grid.settings
+    tr = spec["training"]
+    setting = [
+        f"grid {grid.preset or 'custom'}: H in {list(grid.values)}, n = {s.get('n')}, d_h = {s.get('head_dim')}, d = {d}, "
+        f"T in {list(grid.sizes)}, {s.get('context')} context, {s.get('task')}, seed {s.get('seed')}, device {s.get('device')}",
+        f"training: at most {s.get('max_steps') or 'the paper rule of'} steps per point "
+        f"(the paper: {tr['rule']})",
+        f"data: {spec['data']['description']}",
+    ]
+    return Reproduction("figure2", spec["title"], spec["source"], comps, {}, setting,
+                        dict(seed=seed, device=s.get("device"), preset=grid.preset, grid=grid.to_dict() | {"runs": None}),
+                        {"total": round(time.perf_counter() - t0, 3)}, grid=grid)
+
+
+TARGET_FUNCTIONS = {"table1": table1, "table3": table3, "figure1": figure1, "figure2": figure2}

@@ -1,0 +1,208 @@
+"""``mhaaudit reproduce``: every target in every output format on tiny models, and clean errors.
+
+Each target runs once for real (JSON, with ``--out`` and ``--plot`` where it has one); the table
+and parquet outputs of the same result are then produced from that result, so every format of
+every target is exercised without repeating the work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import strict_json, tiny
+
+from clitools import assert_one_error, help_text, run
+from mhaaudit.cli.app import main
+from mhaaudit.io import read_parquet_metadata
+from mhaaudit.reproduce import target_spec
+
+SMALL = ["--samples", "40", "--device", "cpu"]
+RECORD_KEYS = {"target", "model", "column", "kind", "check", "k", "our_k", "paper_verdict", "paper_value", "paper_detail",
+               "source", "our_verdict", "our_value", "ci_low", "ci_high", "our_detail", "status", "match", "reason",
+               "differences"}
+
+
+def run_captured(*args):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main([str(a) for a in args])
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def gpt2_dir(tmp_path_factory, bert_dir):
+    """The tiny GPT-2, with the tiny BERT's 100-token vocabulary beside it (its trained column needs one)."""
+    folder = tiny.save_model("gpt2", tmp_path_factory.mktemp("tiny_gpt2"))
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt"):
+        shutil.copy(bert_dir / name, folder / name)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def argv(vit_dir, bert_dir, gpt2_dir, image_dir):
+    images = ["--model", f"vit={vit_dir}", "--data", image_dir, "--limit", "20", *SMALL]
+    return {
+        "table1": ["table1", *images, "--weights", vit_dir],
+        "figure1": ["figure1", *images],
+        "table3": ["table3", "--model", f"bert={bert_dir}", "--model", f"gpt2={gpt2_dir}", "--weights", f"bert={bert_dir}",
+                   "--context-length", "bert=14", "--context-length", "gpt2=8", "--limit", "20", *SMALL],
+        "figure2": ["figure2", "--values", "1,2", "--sizes", "16", "--max-steps", "6", "--device", "cpu"],
+    }
+
+
+@pytest.fixture(scope="module")
+def runs(argv, tmp_path_factory):
+    """Each target once, as JSON, with --out and (except table1) --plot; the result object kept."""
+    import mhaaudit.reproduce as rp
+
+    work = tmp_path_factory.mktemp("reproduce")
+    done = {}
+    real = rp.reproduce_paper
+    for target, args in argv.items():
+        kept = {}
+
+        def keep(*a, **kw):
+            kept["result"] = real(*a, **kw)
+            return kept["result"]
+
+        files = {"out_file": work / f"{target}.parquet", "plot": work / f"{target}.png"}
+        extra = ["--out", files["out_file"]] + ([] if target == "table1" else ["--plot", files["plot"]])
+        rp.reproduce_paper = keep
+        try:
+            rc, out, err = run_captured("reproduce", *args, *extra, "--format", "json")
+        finally:
+            rp.reproduce_paper = real
+        done[target] = dict(rc=rc, stdout=out, err=err, result=kept.get("result"), **files)
+    return done
+
+
+TARGETS = ["table1", "table3", "figure1", "figure2"]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_json(runs, target):
+    r = runs[target]
+    assert r["rc"] == 0, r["err"]
+    doc = strict_json(r["stdout"])
+    assert {"meta", "records"} <= set(doc)
+    assert doc["meta"]["command"] == "reproduce" and doc["meta"]["target"] == target
+    assert doc["meta"]["paper"]["arxiv"] == "2306.02010" and doc["meta"]["setting"]
+    recs = doc["records"]
+    assert all(set(x) == RECORD_KEYS for x in recs)
+    assert sum(doc["meta"]["counts"].values()) == len(recs)
+    for x in recs:
+        assert x["match"] is {"match": True, "differs": False}.get(x["status"])
+        assert bool(x["reason"]) == (x["status"] != "match"), x  # every difference has its reason
+    if target != "figure2":
+        assert len(recs) == len(target_spec(target)["values"])
+    if target in ("table3", "figure1"):
+        assert doc["sweep"] and {"model", "column", "k", "fraction", "ci_low", "ci_high"} <= set(doc["sweep"][0])
+    if target == "figure2":
+        assert [x["heads"] for x in doc["runs"]] == [1, 2]
+        assert {x["kind"] for x in recs} == {"linear", "monotone", "theorem1"}
+    assert r["err"] == ""  # no progress bars with --format json
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_out_file_and_plot(runs, target):
+    r = runs[target]
+    rows = pq.read_table(r["out_file"]).to_pylist()  # the records of the run (and its sweep rows), stamped
+    meta = read_parquet_metadata(r["out_file"])
+    assert meta["target"] == target
+    comps = [x for x in rows if x.get("check") != "sweep"]
+    assert len(comps) == len(r["result"].comparisons)
+    if target == "table1":
+        assert not r["plot"].exists()
+    else:
+        assert r["plot"].stat().st_size > 1000
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_table(runs, target, monkeypatch, capsys):
+    import mhaaudit.reproduce as rp
+
+    monkeypatch.setattr(rp, "reproduce_paper", lambda *a, **kw: runs[target]["result"])
+    rc, out, err = run(capsys, "reproduce", target, "--format", "table")
+    assert rc == 0, err
+    flat = " ".join(out.split())
+    assert "the paper's values beside this run's" in flat and "This run" in flat
+    counts = runs[target]["result"].counts()
+    assert f"{counts['match']} match, {counts['differs']} differ" in flat
+    if counts["differs"]:
+        assert "Why they differ" in flat
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_parquet(runs, target, monkeypatch, capsysbinary):
+    import mhaaudit.reproduce as rp
+
+    monkeypatch.setattr(rp, "reproduce_paper", lambda *a, **kw: runs[target]["result"])
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
+    rc, out, err = run(capsysbinary, "reproduce", target, "--format", "parquet")
+    assert rc == 0, err
+    t = pq.read_table(pa.BufferReader(out))
+    rows = [x for x in t.to_pylist() if x.get("check") != "sweep"]
+    assert len(rows) == len(runs[target]["result"].comparisons)
+    assert RECORD_KEYS <= set(rows[0])
+    assert json.loads(t.schema.metadata[b"mhaaudit"])["target"] == target
+
+
+def test_table1_facts(runs, vit_dir):
+    doc = strict_json(runs["table1"]["stdout"])
+    recs = {(x["column"], x["kind"], x["check"]): x for x in doc["records"]}
+    emb = recs[("embedding", "check", "assumption_1")]
+    assert (emb["k"], emb["our_k"], emb["paper_verdict"], emb["our_verdict"]) == (197, 17, "fails", "fails")
+    trained = recs[("trained", "check", "assumption_1")]
+    assert trained["paper_value"] == 0.9982
+    assert any(f"trained weights from local folder {vit_dir}" in d for d in trained["differences"])
+
+
+def test_table3_runs_both_models_and_the_bert_sweeps(runs):
+    res = runs["table3"]["result"]
+    assert set(res.facts) == {"bert", "gpt2"} and res.facts["bert"].n == 14 and res.facts["gpt2"].n == 8
+    assert set(res.sweeps) == {("bert", "random-L1"), ("bert", "trained-L1")}
+    est = [c for c in res.comparisons if c.kind == "estimate"]
+    assert {c.paper_value for c in est} == {349.0, 291.0}
+    gpt2_trained = [c for c in res.comparisons if c.model == "gpt2" and c.column.startswith("trained")]
+    assert gpt2_trained and all(c.status != "unavailable" for c in gpt2_trained)  # the folder's own weights
+
+
+def test_help(capsys):
+    text = help_text(capsys, "reproduce")
+    for word in ("table1", "table3", "figure1", "figure2", "--weights", "--limit", "--samples", "--format", "--plot"):
+        assert word in text
+
+
+@pytest.mark.parametrize("args, match", [
+    (["table2"], "unknown target 'table2'"),
+    (["table1", "--preset", "cpu"], "--preset does not apply to table1"),
+    (["figure1", "--weights", "x"], "--weights does not apply to figure1"),
+    (["figure2", "--samples", "10"], "--samples does not apply to figure2"),
+    (["table1", "--context-length", "8"], "--context-length does not apply to table1"),
+    (["table1", "--plot", "x.png"], "--plot does not apply to table1"),
+    (["table3", "--model", "vit=x"], "--model 'vit=x': name the model it is for (bert=... or gpt2=...)"),
+    (["table3", "--weights", "/nowhere"], "--weights '/nowhere': name the model it is for"),
+    (["table3", "--context-length", "bert=abc"], "--context-length"),
+    (["table3", "--models", "roberta"], "unknown model key 'roberta'"),
+    (["table1", "--model", "vit="], "no value after '='"),
+    (["table1", "--limit", "0"], "--limit"),
+    (["table1", "--samples", "0"], "--samples"),
+    (["table1", "--out", "x.csv"], "parquet"),
+    (["figure2", "--preset", "nope"], "unknown --preset 'nope'"),
+])
+def test_bad_input_is_one_line(capsys, args, match):
+    rc, out, err = run(capsys, "reproduce", *args)
+    assert_one_error(rc, err, match)
+    assert out == ""
+
+
+def test_missing_weights_path_is_refused_before_work(capsys, vit_dir):
+    rc, out, err = run(capsys, "reproduce", "table1", "--model", f"vit={vit_dir}", "--weights", "/no/such/folder")
+    assert_one_error(rc, err, "does not exist")
