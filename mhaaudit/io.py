@@ -95,11 +95,6 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
-def write_text(path: str | os.PathLike, text: str) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(text)
-
-
 # --------------------------------------------------------------------------- parquet records
 
 

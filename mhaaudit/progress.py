@@ -11,10 +11,6 @@ from rich.console import Console
 _stderr = Console(stderr=True)
 
 
-def stderr_console() -> Console:
-    return _stderr
-
-
 def progress_enabled(fmt: str = "table") -> bool:
     """Bars only when stderr is a terminal and the output format is meant for people."""
     return fmt == "table" and sys.stderr.isatty()

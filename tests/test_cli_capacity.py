@@ -1,8 +1,7 @@
-"""``mhaaudit capacity``: Z against brute force, Proposition 2, the certificate, and the command.
+"""``mhaaudit capacity``: the command end to end on a tiny random ViT, in every format, and its bad input.
 
-Z is checked against the attention probabilities the models themselves compute
-(``output_attentions``), the Gram-based certificate against ``memorization_certificate`` and
-``torch.linalg.matrix_rank``, and the command end to end on a tiny random ViT in every format.
+The library it calls is tested in ``test_capacity_*.py`` (Z against brute force and the models' own
+attention, Proposition 2, the certificate against ``matrix_rank`` and the reference construction).
 """
 
 from __future__ import annotations
@@ -16,9 +15,10 @@ import pytest
 import torch
 from conftest import save_tiny_vit, tmp_leftovers
 
-from clitools import assert_one_error, run
+from clitools import assert_one_error, auto_device, help_text, run
 from mhaaudit import __version__
 from mhaaudit.cli.app import main
+from mhaaudit.cli.capacity import LAYER_DEPRECATED
 from mhaaudit.io import read_parquet_metadata
 
 transformers = pytest.importorskip("transformers")
@@ -62,6 +62,7 @@ def test_json_document(capsys, vit4, image_dir):
     doc = json_run(capsys, vit4, "--data", image_dir, *FAST, "--seed", "3")
     meta, recs = doc["meta"], doc["records"]
     assert meta["command"] == "capacity" and meta["version"] == __version__ and meta["seed"] == 3
+    assert meta["device"] == auto_device()
     assert meta["heads"] == [H] and meta["head_dim"] == 8
     assert {r["variant"] for r in recs} == {"random", "trained"}
     for r in recs:
@@ -136,6 +137,9 @@ def test_from_check_results(capsys, vit4, image_dir, tmp_path):
     # --layer 2: the input of block 2 is check's 'random' column (output of block 1).
     doc2 = json_run(capsys, vit4, "--data", image_dir, *FAST, "--from", res, "--variants", "random", "--layer", "2")
     assert "(column random)" in doc2["meta"]["columns"]["random"]["assumptions"]["source"]
+    # --block 2 names the same block: the same records.
+    doc3 = json_run(capsys, vit4, "--data", image_dir, *FAST, "--from", res, "--variants", "random", "--block", "2")
+    assert doc3["records"] == doc2["records"] and doc3["meta"]["layer"] == 2
 
 
 def test_trained_unavailable_offline(capsys, image_dir):
@@ -161,8 +165,10 @@ def test_trained_unavailable_offline(capsys, image_dir):
     (["--limit", "0"], "--limit"),
     (["--batch-size", "0"], "--batch-size"),
     (["--samples", "0"], "--samples"),
-    (["--layer", "0"], "must be at least 1"),
-    (["--layer", "3"], "has 2 blocks"),
+    (["--layer", "0"], "--layer"),
+    (["--block", "0"], "--block"),
+    (["--block", "3"], "--block 3"),
+    (["--block", "2", "--layer", "2"], "--block only"),
     (["--threshold", "0"], "--threshold"),
     (["--variants", "embedding"], "unknown variant"),
     (["--attention", "other"], "--attention"),
@@ -177,6 +183,30 @@ def test_bad_input(capsys, vit4, image_dir, tmp_path, args, match):
     assert_one_error(rc, err, match)
     assert stdout == ""
     assert not out.exists() and not plot.exists() and tmp_leftovers(tmp_path) == []
+
+
+def test_layer_is_a_deprecated_alias_of_block(capsys, vit4, image_dir):
+    """--layer K still works, means --block K, and says so in one warning line on stderr."""
+    rc, out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FAST, "--variants", "random", "--layer", "2",
+                       "--format", "json")
+    assert rc == 0, err
+    assert err.splitlines() == [LAYER_DEPRECATED]
+    assert err.startswith("Warning: --layer is deprecated for capacity; use --block (same meaning: ")
+    via_block = json_run(capsys, vit4, "--data", image_dir, *FAST, "--variants", "random", "--block", "2")
+    assert json.loads(out)["records"] == via_block["records"]
+    assert via_block["meta"]["layer"] == 2 and "input of block 2" in via_block["meta"]["tokens"]
+    # a block past the model's depth: the warning, then the one error line
+    rc, out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FAST, "--layer", "3")
+    warning, error = err.strip().splitlines()
+    assert warning == LAYER_DEPRECATED
+    assert_one_error(rc, error, "2 blocks")
+    assert out == ""
+
+
+def test_help_says_what_block_reads(capsys):
+    text = help_text(capsys, "capacity")
+    assert "--block" in text and "--layer" in text and "table|json|parquet" in text
+    assert "the output of block K-1" in text and "Deprecated alias of --block" in text
 
 
 def test_from_a_file_that_is_not_check_results(capsys, vit4, image_dir, tmp_path):

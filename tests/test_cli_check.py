@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import TINY_VIT_D, TINY_VIT_N, save_tiny_vit, strict_json, tmp_leftovers
 
-from clitools import assert_one_error
+from clitools import assert_one_error, auto_device, help_text, run
 from mhaaudit import __version__
 from mhaaudit.checks import CHECKS
 from mhaaudit.cli.app import main
@@ -23,12 +23,6 @@ VARIANTS = ["embedding", "random-attention", "random", "trained"]
 RUN = ["--limit", "40", "--samples", "100", "--batch-size", "8"]
 RECORD_FIELDS = {"check", "k", "T", "d", "samples", "satisfied", "fraction", "ci_low", "ci_high", "threshold", "verdict",
                  "reason", "tolerance", "seed", "witness", "model", "variant", "layer"}
-
-
-def run(capsys, *args):
-    rc = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def run_captured(*args):
@@ -68,7 +62,7 @@ def test_hf_folder_end_to_end_json(hf_audit, vit_dir):
     assert set(doc) == {"meta", "records", "sweep"}
     meta = doc["meta"]
     assert meta["tool"] == "mhaaudit" and meta["version"] == __version__ and meta["versions"]["transformers"]
-    assert meta["seed"] == 3 and meta["device"] == "cpu" and "rule" in meta["tolerance"]
+    assert meta["seed"] == 3 and meta["device"] == auto_device() and "rule" in meta["tolerance"]
     assert meta["model_info"]["n"] == TINY_VIT_N and meta["model_info"]["d"] == TINY_VIT_D
     assert list(meta["columns"]) == VARIANTS
     for v in VARIANTS:
@@ -100,7 +94,7 @@ def test_hf_out_plot_and_saved_features(hf_audit):
     assert hf_audit["rc"] == 0, hf_audit["err"]
     meta = read_parquet_metadata(hf_audit["out"])
     assert meta["version"] == __version__ and meta["versions"]["torch"]
-    assert meta["seed"] == 3 and meta["device"] == "cpu" and meta["tolerance"]["dtype"] == "float32"
+    assert meta["seed"] == 3 and meta["device"] == auto_device() and meta["tolerance"]["dtype"] == "float32"
     rows = pq.read_table(hf_audit["out"]).to_pylist()
     checks = [r for r in rows if r["check"] != "sweep"]
     assert len(checks) == 4 * 4 and {r["variant"] for r in checks} == set(VARIANTS)
@@ -150,6 +144,21 @@ def test_parquet_to_stdout(capsysbinary, monkeypatch, vit_dir, image_dir):
     assert [r["check"] for r in t.to_pylist()] == list(CHECKS)
     meta = json.loads(t.schema.metadata[b"mhaaudit"])
     assert meta["command"] == "check" and meta["versions"]["mhaaudit"] == __version__
+
+
+def test_parquet_with_out_file(capsysbinary, monkeypatch, vit_dir, image_dir, tmp_path):
+    """--format parquet and --out at once: the same rows, the same stamp, on stdout and in the file."""
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
+    res = tmp_path / "r.parquet"
+    rc = main(["check", str(vit_dir), "--data", str(image_dir), *RUN, "--variants", "random", "--sweep",
+               "--format", "parquet", "--out", str(res)])
+    out, err = capsysbinary.readouterr()
+    assert rc == 0, err
+    t = pq.read_table(pa.BufferReader(out))
+    assert t.to_pylist() == pq.read_table(res).to_pylist()
+    assert [r["check"] for r in t.to_pylist()][:4] == list(CHECKS) and t.to_pylist()[-1]["check"] == "sweep"
+    meta = json.loads(t.schema.metadata[b"mhaaudit"])
+    assert meta == read_parquet_metadata(res) and meta["device"] == auto_device()
 
 
 def test_parquet_to_terminal_refused(capsys, monkeypatch, vit_dir, image_dir):
@@ -345,6 +354,8 @@ def _bad_case(case, vit_dir, vit_dir_wide, image_dir, tmp_path):
         "layer_deep": ([str(vit_dir), *base, "--layer", "3"], "2 blocks"),
         "layers_deep": ([str(vit_dir), *base, "--layers", "0-9"], "2 blocks"),
         "layers_bad": ([str(vit_dir), *base, "--layers", "a-b"], "--layers"),
+        "layers_negative": ([str(vit_dir), *base, "--layers", "0,-1"], "start at 0"),
+        "layers_empty": ([str(vit_dir), *base, "--layers", ","], "names no layers"),
         "weights_misfit": ([str(vit_dir), *base, "--weights", str(vit_dir_wide)], "do not fit"),
         "weights_file_misfit": ([str(vit_dir), *base, "--weights", str(vit_dir_wide / "model.safetensors")], "do not fit"),
         "weights_missing": ([str(vit_dir), *base, "--weights", str(tmp_path / "nope")], "does not exist"),
@@ -370,7 +381,7 @@ def _bad_case(case, vit_dir, vit_dir_wide, image_dir, tmp_path):
 
 
 BAD_CASES = ["unknown_model", "conv_timm", "missing_data", "empty_data", "file_as_data", "too_few", "layer_0",
-             "layer_deep", "layers_deep", "layers_bad", "weights_misfit", "weights_file_misfit", "weights_missing", "out_parent_file",
+             "layer_deep", "layers_deep", "layers_bad", "layers_negative", "layers_empty", "weights_misfit", "weights_file_misfit", "weights_missing", "out_parent_file",
              "out_missing_folder", "out_not_parquet", "plot_ext", "save_features_file", "save_features_parent_file",
              "save_features_missing", "fail_on", "variant", "query_index", "batch_size", "limit", "samples", "threshold",
              "rtol", "device", "context_length", "backend"]
@@ -410,3 +421,13 @@ def test_check_json_is_strict_when_n_exceeds_d(capsys, tmp_path, image_dir):
     rc, out, err = run(capsys, "check", narrow, "--variants", "random", "--data", image_dir, *RUN, "--format", "json")
     assert rc == 0, err
     strict_json(out)
+
+
+# --------------------------------------------------------------------------- help
+
+
+def test_help_says_what_layer_reads(capsys):
+    text = help_text(capsys, "check")
+    for word in ("--layer", "--layers", "--format", "table|json|parquet", "--fail-on", "--save-features"):
+        assert word in text, word
+    assert "the tokens read are the output of block K" in text

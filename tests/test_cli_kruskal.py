@@ -16,7 +16,7 @@ import torch
 from conftest import strict_json, tmp_leftovers
 from safetensors.torch import save_file
 
-from clitools import assert_one_error, run
+from clitools import assert_one_error, auto_device, help_text, run
 from mhaaudit import __version__
 from mhaaudit.cli.app import main
 from mhaaudit.features import reduce_tokens
@@ -164,7 +164,7 @@ def test_json_document(capsys, npy):
     meta = doc["meta"]
     assert meta["tool"] == "mhaaudit" and meta["version"] == __version__
     assert meta["versions"]["torch"] == torch.__version__ and "numpy" in meta["versions"]
-    assert meta["seed"] == 5 and meta["device"] == "cpu"
+    assert meta["seed"] == 5 and meta["device"] == auto_device()
     assert "rule" in meta["tolerance"] and meta["inputs"]["source"].startswith(str(npy))
     (rec,) = doc["records"]
     assert RECORD_FIELDS <= set(rec)
@@ -238,7 +238,7 @@ def test_out_file_is_stamped(capsys, npy, tmp_path):
     assert meta["tool"] == "mhaaudit" and meta["version"] == __version__
     for lib in ("torch", "numpy", "pyarrow", "transformers", "timm"):
         assert meta["versions"][lib]
-    assert meta["seed"] == 9 and meta["device"] == "cpu"
+    assert meta["seed"] == 9 and meta["device"] == auto_device()
     assert meta["tolerance"]["rtol"] == 1e-10 and "1e-10" in meta["tolerance"]["rule"]
     rows = pq.read_table(out).to_pylist()
     assert [r["k"] for r in rows] == [3, 5]
@@ -408,6 +408,18 @@ def test_no_arguments_prints_help(capsys):
     rc, out, err = run(capsys)
     assert rc == 2 and "kruskal" in err and "check" in err
     assert out == ""  # stdout carries data only
+
+
+@pytest.mark.parametrize("command", ["check", "kruskal", "capacity", "memorize"])
+def test_every_command_takes_the_one_format_option(capsys, command):
+    text = help_text(capsys, command)
+    assert "--format" in text and "table|json|parquet" in text
+
+
+def test_help(capsys):
+    text = help_text(capsys, "kruskal")
+    for word in ("FEATURES", "--k", "--sweep", "--vectors", "--model", "--out", "--plot"):
+        assert word in text, word
 
 
 def test_version(capsys):

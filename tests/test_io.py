@@ -24,8 +24,13 @@ from mhaaudit.io import (
     stamp,
     to_query_matrix,
     write_parquet,
-    write_text,
 )
+
+
+def write_text(path, text: str) -> None:
+    """A text file written through ``atomic_path`` (the library has no text writer of its own)."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
 
 
 # --------------------------------------------------------------------------- provenance

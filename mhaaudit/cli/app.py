@@ -1,7 +1,9 @@
-"""The ``mhaaudit`` application: one screen that wires the commands together.
+"""The ``mhaaudit`` application: the commands registered on one Typer app, and what errors become.
 
-Every command module registers itself on ``app``. Known errors become one line on stderr and
-exit status 2; set ``MHAAUDIT_DEBUG=1`` to see the traceback instead.
+The command modules define plain functions and know nothing of the app; this module imports
+and registers them. :data:`ERRORS` maps exception types to an exit status and a one-line
+message on stderr (known errors: status 2; anything else is a bug: status 3). Set
+``MHAAUDIT_DEBUG=1`` to see the traceback instead.
 """
 
 from __future__ import annotations
@@ -9,11 +11,17 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from typing import Callable, NamedTuple
 
+import click
 import typer
 
 from .. import __version__
-from ..errors import MhaauditError
+from ..errors import MhaauditError, one_line
+from .capacity import capacity
+from .check import check
+from .kruskal import kruskal
+from .memorize import memorize
 
 app = typer.Typer(
     name="mhaaudit",
@@ -41,41 +49,52 @@ def _root(
     """mhaaudit: audit the assumptions behind the memorisation capacity of multi-head attention."""
 
 
-def _register() -> None:
-    # Imported for their side effect of adding commands to ``app``.
-    from . import capacity  # noqa: F401
-    from . import check  # noqa: F401
-    from . import kruskal  # noqa: F401
-    from . import memorize  # noqa: F401
+app.command("check")(check)
+app.command("kruskal")(kruskal)
+app.command("capacity")(capacity)
+app.command("memorize")(memorize)
 
 
-_register()
+# --------------------------------------------------------------------------- errors -> exit status
 
 
-def error_line(exc: BaseException) -> str:
-    """The one line printed for a known error."""
-    msg = " ".join(str(exc).split()) or exc.__class__.__name__
-    return f"Error: {msg}"
+class ErrorRule(NamedTuple):
+    """Exceptions of ``types`` exit with ``code`` after ``Error: <message(exc)>`` on stderr."""
+
+    types: tuple[type[BaseException], ...]
+    code: int
+    message: Callable[[BaseException], str]
+    traceback_in_debug: bool = True  # MHAAUDIT_DEBUG=1 re-raises instead
 
 
-def _click_exception_types() -> tuple[tuple[type, ...], tuple[type, ...]]:
-    """(usage-error bases, abort types) of click and, in Typer releases that vendor click, Typer's own."""
-    import click
+def _internal(exc: BaseException) -> str:
+    return (f"internal error ({type(exc).__name__}: {one_line(exc)}); "
+            "rerun with MHAAUDIT_DEBUG=1 for the traceback and please report it")
 
-    usage: list[type] = [click.exceptions.ClickException]
-    aborts: list[type] = [click.exceptions.Abort, KeyboardInterrupt]
-    if getattr(typer, "TyperException", None) is not None:
-        usage.append(typer.TyperException)
-    if getattr(typer, "Abort", None) is not None:
-        aborts.append(typer.Abort)
-    return tuple(dict.fromkeys(usage)), tuple(dict.fromkeys(aborts))
+
+def _usage(exc: BaseException) -> str:
+    # click's message is format_message() ("Invalid value for '--limit': ..."), not str(exc).
+    return one_line(Exception(exc.format_message()))  # type: ignore[attr-defined]
+
+
+# Typer releases that vendor click raise their own usage-error and abort types besides click's.
+_USAGE = tuple(dict.fromkeys(t for t in (click.exceptions.ClickException, getattr(typer, "TyperException", None)) if t))
+_ABORTS = tuple(dict.fromkeys(t for t in (click.exceptions.Abort, getattr(typer, "Abort", None), KeyboardInterrupt) if t))
+
+# First match wins: a problem the user can fix, a usage error, an interruption, a bug.
+ERRORS: tuple[ErrorRule, ...] = (
+    ErrorRule((MhaauditError,), 2, one_line),
+    ErrorRule(_USAGE, 2, _usage),
+    ErrorRule(_ABORTS, 130, lambda exc: "interrupted", traceback_in_debug=False),
+    ErrorRule((Exception,), 3, _internal),
+)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app and map errors to exit codes.
 
     0: the command ran; 1: an assumption named in ``--fail-on`` failed; 2: a usage or input
-    error (one line on stderr); 3: an internal error (a bug).
+    error (one line on stderr); 3: an internal error (a bug); 130: interrupted.
     """
     debug = os.environ.get("MHAAUDIT_DEBUG", "").strip() not in ("", "0")
     args = sys.argv[1:] if argv is None else [str(a) for a in argv]
@@ -85,32 +104,14 @@ def main(argv: list[str] | None = None) -> int:
             with contextlib.suppress(Exception):
                 app(args=["--help"], prog_name="mhaaudit", standalone_mode=False)
         return 2
-    usage_errors, aborts = _click_exception_types()
     try:
         rv = app(args=args, prog_name="mhaaudit", standalone_mode=False)
-    except MhaauditError as exc:
-        if debug:
-            raise
-        print(error_line(exc), file=sys.stderr)
-        return 2
-    except usage_errors as exc:
-        if debug:
-            raise
-        msg = " ".join(str(exc.format_message()).split()) or exc.__class__.__name__
-        print(f"Error: {msg}", file=sys.stderr)
-        return 2
-    except aborts:
-        print("Error: interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:
-        if debug:
-            raise
-        print(
-            f"Error: internal error ({exc.__class__.__name__}: {' '.join(str(exc).split())}); "
-            "rerun with MHAAUDIT_DEBUG=1 for the traceback and please report it",
-            file=sys.stderr,
-        )
-        return 3
+    except BaseException as exc:
+        rule = next((r for r in ERRORS if isinstance(exc, r.types)), None)
+        if rule is None or (debug and rule.traceback_in_debug):
+            raise  # SystemExit and the like, or a traceback asked for
+        print(f"Error: {rule.message(exc)}", file=sys.stderr)
+        return rule.code
     return rv if isinstance(rv, int) else 0
 
 

@@ -9,24 +9,21 @@ from typing import Annotated, Optional
 
 import typer
 
-from ._common import (
+from .options import (
     DEFAULTS,
-    FormatOpt,
     Atol,
     Device,
     Format,
+    FormatOpt,
     Out,
     Plot,
     Rtol,
     Samples,
     Seed,
     Threshold,
-    emit_data,
+    emit,
     prepare_outputs,
-    validate_common,
-    write_out,
 )
-from .app import app
 
 
 class Vectors(str, Enum):
@@ -34,8 +31,7 @@ class Vectors(str, Enum):
     a3 = "a3"
 
 
-@app.command("kruskal")
-def kruskal_cmd(
+def kruskal(
     features: Annotated[Optional[Path], typer.Argument(help="A T x d matrix (.npy, .pt, .safetensors, .parquet), T x n x d tokens with --query-index, or a folder written by --save-features. Omit it to capture query vectors from --model.", show_default=False)] = None,
     k: Annotated[Optional[list[int]], typer.Option("--k", help="Candidate size (repeatable). Default: n and min(T, d) when n is known, else --sweep.")] = None,
     sweep: Annotated[bool, typer.Option("--sweep", help="Satisfied fraction for every k from 1 to min(T, d) (the paper's Figure 1).")] = False,
@@ -60,68 +56,108 @@ def kruskal_cmd(
     batch_size: Annotated[int, typer.Option("--batch-size", help="With no FEATURES: examples per forward pass.")] = 32,
 ) -> None:
     """Estimate the Kruskal rank of a set of vectors: Monte-Carlo tests at candidate sizes, or a sweep."""
-    from ..errors import InputError
-    from ..io import read_array, stamp, to_query_matrix
-    from ..kruskal import as_matrix, kruskal_sweep, set_stats, subset_test
-    from ..progress import log, progress_enabled, task
-    from ..settings import device_name, resolve_device
-    from ..rank import RankRule
+    from .. import validate
+    from ..io import stamp
+    from ..kruskal import as_matrix, set_stats
+    from ..progress import log, progress_enabled
+    from ..render import render_kruskal
+    from ..settings import Settings
 
-    validate_common(samples, threshold, rtol, atol)
-    dev = resolve_device(device)  # a device that is not there is an input error, found before any work
-    prepare_outputs(out, plot, fmt)
-    show = progress_enabled(fmt.value)
     t0 = time.perf_counter()
+    settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
+                                progress=progress_enabled(fmt.value))
+    prepare_outputs(out, plot, fmt)
+    ks = [validate.integer("--k", kk) for kk in dict.fromkeys(k or [])]
+    n = None if n is None else validate.integer("--n", n)
     if features is None:
-        from ..audit import capture_features
+        X, n_known, source = _capture(model, variant, weights, data, limit, batch_size, vectors, settings)
+    else:
+        X, n_known, source = _read(features, weights, key, query_index, vectors)
+    n = n or n_known
+    X = as_matrix(X)
+    T, d = X.shape
+    ks, sweep = _sizes(ks, n, T, d, sweep=sweep or plot is not None, vectors=vectors, fmt=fmt)
+    rule = settings.rule(X.dtype)
+    log(f"{T} vectors in R^{d} from {source}; rank rule: {rule.describe()}", fmt.value)
+    stats = set_stats(X, rule)
+    tests, sw, timings = _estimate(X, ks, sweep, n, vectors, settings, rule, stats)
+    meta = stamp(
+        command="kruskal", seed=settings.seed, device=settings.device_name, tolerance=rule.as_dict(),
+        threshold=settings.threshold, samples=settings.samples,
+        inputs={"source": source, "T": T, "d": d, "n": n, "dtype": str(X.dtype).replace("torch.", "")},
+        set_rank=stats.rank, timings_s=timings, total_s=round(time.perf_counter() - t0, 3),
+    )
+    if sw is not None:
+        meta["sweep_summary"] = sw.summary()
+    if plot is not None and sw is not None:
+        from ..plot import plot_sweeps
 
-        if weights is not None and not variant.startswith("trained"):
-            raise InputError(f"--weights loads trained weights; use it with --variant trained (or trained-L<k>), not {variant!r}")
+        plot_sweeps([(Path(str(source)).name[:40] or "features", sw)], plot, n=n, d=d, title=f"Kruskal-rank sweep: {T} vectors in R^{d}")
+    emit(fmt, meta, [t.record() for t in tests], sweep=sw.rows() if sw else [], out=out,
+         render=lambda: render_kruskal(tests, sw, meta, n, d))
 
-        fs = capture_features(model, variant=variant, data=data, limit=limit, batch_size=batch_size, device=device,
-                              seed=seed, progress=show, weights_path=weights)
-        X = fs.a3 if vectors == Vectors.a3 else fs.queries
-        n = n or fs.n
-        source = f"{fs.meta.get('model')} [{fs.meta.get('variant')}] {vectors.value} on {fs.meta.get('data')}"
-    elif weights is not None:
+
+def _capture(model, variant, weights, data, limit, batch_size, vectors: Vectors, settings):
+    """Query (or A3) vectors captured from ``--model``: (matrix, n, description of the source)."""
+    from ..audit import capture_features
+    from ..errors import InputError
+
+    if weights is not None and not variant.startswith("trained"):
+        raise InputError(f"--weights loads trained weights; use it with --variant trained (or trained-L<k>), not {variant!r}")
+    fs = capture_features(model, variant=variant, data=data, limit=limit, batch_size=batch_size, device=settings.device,
+                          seed=settings.seed, progress=settings.progress, weights_path=weights)
+    source = f"{fs.meta.get('model')} [{fs.meta.get('variant')}] {vectors.value} on {fs.meta.get('data')}"
+    return (fs.a3 if vectors == Vectors.a3 else fs.queries), fs.n, source
+
+
+def _read(features: Path, weights, key, query_index, vectors: Vectors):
+    """Vectors from a file or a ``--save-features`` folder: (matrix, n or None, description of the source)."""
+    from ..errors import InputError
+    from ..io import read_array, to_query_matrix
+
+    if weights is not None:
         raise InputError("--weights applies when query vectors are captured from --model (no FEATURES given)")
-    elif features.is_dir():
+    if features.is_dir():
         from ..features import FeatureSet
 
         fs = FeatureSet.load(features)
-        X = fs.a3 if vectors == Vectors.a3 else fs.queries
-        n = n or fs.n
-        source = f"{features} ({vectors.value}; {fs.meta.get('model', '?')} {fs.meta.get('variant', '')} layer {fs.meta.get('layer', '?')})"
-    else:
-        arr, desc = read_array(features, key=key)
-        X, source = to_query_matrix(arr, query_index, desc)
-    X = as_matrix(X)
-    T, d = X.shape
-    ks = list(dict.fromkeys(k or []))
+        m = fs.meta
+        source = f"{features} ({vectors.value}; {m.get('model', '?')} {m.get('variant', '')} layer {m.get('layer', '?')})"
+        return (fs.a3 if vectors == Vectors.a3 else fs.queries), fs.n, source
+    arr, desc = read_array(features, key=key)
+    X, source = to_query_matrix(arr, query_index, desc)
+    return X, None, source
+
+
+def _sizes(ks: list[int], n: int | None, T: int, d: int, *, sweep: bool, vectors: Vectors, fmt: Format):
+    """The sizes to test and whether to sweep: ``--k``, else n and min(T, d) when n is known, else the sweep."""
+    from ..errors import InputError
+    from ..progress import log
+
     for kk in ks:
-        if kk < 1:
-            raise InputError(f"--k must be at least 1, got {kk}")
         if kk > T:
             raise InputError(f"--k {kk} is larger than the number of vectors T = {T}")
-    if n is not None and n < 1:
-        raise InputError(f"--n must be at least 1, got {n}")
-    if plot is not None:
-        sweep = True
-    if not ks and not sweep:
-        if n is not None:
-            if n > T:
-                a = "3" if vectors == Vectors.a3 else "1"
-                raise InputError(f"only T = {T} vectors, but Assumption {a} at n = {n} needs at least n of them; "
-                                 "supply more vectors or choose sizes with --k")
-            ks = list(dict.fromkeys([n, min(T, d)]))
-        else:
-            sweep = True
-            log("No --k given and n unknown: running the full sweep.", fmt.value)
-    rule = RankRule.for_dtype(X.dtype, rtol=rtol, atol=atol)
-    log(f"{T} vectors in R^{d} from {source}; rank rule: {rule.describe()}", fmt.value)
-    stats = set_stats(X, rule)
-    tests = []
-    timings = {}
+    if ks or sweep:
+        return ks, sweep
+    if n is None:
+        log("No --k given and n unknown: running the full sweep.", fmt.value)
+        return ks, True
+    if n > T:
+        a = "3" if vectors == Vectors.a3 else "1"
+        raise InputError(f"only T = {T} vectors, but Assumption {a} at n = {n} needs at least n of them; "
+                         "supply more vectors or choose sizes with --k")
+    return list(dict.fromkeys([n, min(T, d)])), False
+
+
+def _estimate(X, ks, sweep: bool, n, vectors: Vectors, settings, rule, stats):
+    """The subset test at each size and the sweep when asked: (tests, sweep or None, timings in s)."""
+    from ..kruskal import kruskal_sweep, subset_test
+    from ..progress import task
+
+    T, d = X.shape
+    common = dict(samples=settings.samples, threshold=settings.threshold, seed=settings.seed, rule=rule,
+                  device=settings.device, stats=stats)
+    tests, timings, sw = [], {}, None
     for kk in ks:
         check = "kruskal"
         if n is not None and kk == n:
@@ -129,52 +165,12 @@ def kruskal_cmd(
         elif kk == min(T, d) and vectors == Vectors.queries:
             check = "general_position"
         s = time.perf_counter()
-        with task(f"k = {kk}", samples, show) as adv:
-            tests.append(subset_test(X, kk, samples=samples, threshold=threshold, seed=seed, rule=rule, device=dev,
-                                     check=check, stats=stats, progress=adv))
+        with task(f"k = {kk}", settings.samples, settings.progress) as adv:
+            tests.append(subset_test(X, kk, check=check, progress=adv, **common))
         timings[f"k={kk}"] = round(time.perf_counter() - s, 3)
-    sw = None
     if sweep:
         s = time.perf_counter()
-        with task("sweep", samples, show) as adv:
-            sw = kruskal_sweep(X, samples=samples, threshold=threshold, seed=seed, rule=rule, device=dev, stats=stats, progress=adv)
+        with task("sweep", settings.samples, settings.progress) as adv:
+            sw = kruskal_sweep(X, progress=adv, **common)
         timings["sweep"] = round(time.perf_counter() - s, 3)
-    meta = stamp(
-        command="kruskal", seed=seed, device=device_name(dev), tolerance=rule.as_dict(), threshold=threshold,
-        samples=samples, inputs={"source": source, "T": T, "d": d, "n": n, "dtype": str(X.dtype).replace("torch.", "")},
-        set_rank=stats.rank, timings_s=timings, total_s=round(time.perf_counter() - t0, 3),
-    )
-    records = [t.record() for t in tests]
-    sweep_rows = sw.rows() if sw else []
-    if sw is not None:
-        meta["sweep_summary"] = sw.summary()
-    write_out(out, meta, records, sweep_rows)
-    if plot is not None and sw is not None:
-        from ..plot import plot_sweeps
-
-        plot_sweeps([(Path(str(source)).name[:40] or "features", sw)], plot, n=n, d=d, title=f"Kruskal-rank sweep: {T} vectors in R^{d}")
-    if not emit_data(fmt, meta, records, sweep_rows):
-        _render(tests, sw, meta, n, d)
-
-
-def _render(tests, sw, meta, n, d) -> None:
-    from ..report import kruskal_table, stdout_console, sweep_lines, sweep_table, test_evidence_lines
-
-    con = stdout_console()
-    inp = meta["inputs"]
-    con.print(f"[bold]mhaaudit kruskal[/bold]: {inp['T']} vectors in R^{inp['d']} ({inp['dtype']}) from {inp['source']}")
-    if tests:
-        con.print(kruskal_table(tests))
-        for t in tests:
-            for line in test_evidence_lines(t):
-                con.print(line, highlight=False)
-    if sw is not None:
-        con.print(sweep_table(sw, marks=tuple(m for m in (n, d) if m)))
-        for line in sweep_lines(sw):
-            con.print(line, highlight=False)
-    con.print(
-        f"Whole-set numerical rank {meta['set_rank']}. Rank rule: {meta['tolerance']['rule']}. "
-        f"Threshold {meta['threshold']}, {meta['samples']} draws, seed {meta['seed']}, device {meta['device']}, "
-        f"{meta['total_s']} s.",
-        highlight=False,
-    )
+    return tests, sw, timings

@@ -2,104 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import math
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from ..memorize import PRESETS, MemorizeGrid, run_memorize_grid
-from .app import app
+from ..memorize import PRESETS
+from .options import Format, FormatOpt, check_stdout, emit
 
 
-class OutputFormat(str, Enum):
-    table = "table"
-    json = "json"
-
-
-def _setting(grid: MemorizeGrid, run) -> str:
-    return f"H={run.heads} n={run.n} d_h={run.head_dim}"
-
-
-def _render_table(grid: MemorizeGrid) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    # Data on stdout: when piped, do not squeeze the table into 80 columns.
-    console = Console() if sys.stdout.isatty() else Console(width=200)
-    s = grid.settings
-    metric = "training accuracy" if s.get("task") == "classification" else f"fraction with |error| < {s.get('tolerance')}"
-    title = (
-        f"Memorisation ({s.get('task')}, {s.get('context')} context, d = {s.get('d')}; memorised = {metric})"
-    )
-    table = Table(title=title, title_justify="left")
-    table.add_column("setting")
-    table.add_column("size T", justify="right")
-    table.add_column("memorised", justify="right")
-    table.add_column("count", justify="right")
-    table.add_column("epochs", justify="right")
-    table.add_column("steps", justify="right")
-    table.add_column("final loss", justify="right")
-    table.add_column("time (s)", justify="right")
-    sat = any(r.saturation is not None for r in grid.runs)
-    if sat:
-        table.add_column(">=2 heads saturated", justify="right")
-        table.add_column(">=1 head unsaturated", justify="right")
-    for r in grid.runs:
-        cells = [
-            _setting(grid, r),
-            str(r.size),
-            f"{r.memorized:.3f}",
-            str(r.memorized_count),
-            str(r.epochs_run) + (" (early)" if r.stopped_early else ""),
-            str(r.steps_run),
-            f"{r.final_loss:.4g}",
-            f"{r.seconds:.1f}" + (" (file)" if r.reused else ""),
-        ]
-        if sat:
-            if r.saturation is None:
-                cells += ["-", "-"]
-            else:
-                cells += [f"{r.saturation.frac_at_least_two_saturated:.3f}", f"{r.saturation.frac_some_unsaturated:.3f}"]
-        table.add_row(*cells)
-    console.print(table)
-    if grid.fits:
-        ft = Table(title="Linear fit of the count memorised against H (points with memorised < 0.99)", title_justify="left")
-        ft.add_column("size T")
-        ft.add_column("slope (examples per head)", justify="right")
-        ft.add_column("intercept", justify="right")
-        ft.add_column("R^2", justify="right")
-        ft.add_column("points", justify="right")
-        ft.add_column("H values", justify="right")
-        for f in grid.fits:
-            ft.add_row(
-                "all" if f.size is None else str(f.size), f"{f.slope:.2f}", f"{f.intercept:.2f}", f"{f.r2:.4f}",
-                str(f.points), ",".join(str(x) for x in f.xs),
-            )
-        console.print(ft)
-    elif grid.vary == "heads":
-        console.print("Linear fit against H: fewer than two non-saturated values of H per size; none computed.")
-    if sat:
-        for r in grid.runs:
-            if r.saturation is not None:
-                h = r.saturation.histogram
-                console.print(
-                    f"saturated heads per example, {_setting(grid, r)} T={r.size}: "
-                    + ", ".join(f"{k}: {c}" for k, c in enumerate(h) if c)
-                )
-    notes = []
-    if grid.out:
-        notes.append(f"results: {grid.out}")
-    if grid.plot:
-        notes.append(f"plot: {grid.plot}")
-    for line in notes:
-        console.print(line)
-
-
-@app.command("memorize")
 def memorize(
     vary: Annotated[Optional[str], typer.Option(help="Parameter to vary: heads, n or head-dim (omit for one setting).")] = None,
     values: Annotated[Optional[str], typer.Option(help="Values of the varied parameter, comma-separated integers, e.g. 1,2,4,8.")] = None,
@@ -125,7 +37,7 @@ def memorize(
     saturation: Annotated[bool, typer.Option("--saturation", help="Count saturated heads (softmax weight > 0.99) per example.")] = False,
     out: Annotated[Optional[Path], typer.Option(help="Parquet file of results; existing points in it are not recomputed.")] = None,
     plot: Annotated[Optional[Path], typer.Option(help="Image of memorisation vs the varied parameter, one line per size.")] = None,
-    format: Annotated[OutputFormat, typer.Option("--format", help="table or json (on stdout).")] = OutputFormat.table,
+    format: FormatOpt = Format.table,
 ) -> None:
     """Train one-layer multi-head attention to memorise random labels (the paper's Section 5.2).
 
@@ -142,30 +54,25 @@ def memorize(
     Without --epochs/--max-steps each point trains max(500 epochs, 50k steps), as in the paper.
     Appendix H's saturation study: --heads 4 --n 32 --sizes 550 --saturation.
     """
-    show_progress = format is OutputFormat.table and sys.stderr.isatty()
+    from ..io import stamp
+    from ..memorize import run_memorize_grid
+    from ..progress import progress_enabled
+    from ..render import render_memorize
+
+    check_stdout(format)
     grid = run_memorize_grid(
         vary=vary, values=values, n=n, heads=heads, head_dim=head_dim, sizes=sizes, preset=preset, task=task,
         context=context, classes=classes, tolerance=tolerance, epochs=epochs, max_steps=max_steps, lr=lr,
         batch_size=batch_size, check_every=check_every, seed=seed, device=device, saturation=saturation,
-        out=out, plot=plot, progress=show_progress,
+        out=out, plot=plot, progress=progress_enabled(format.value),
     )
     if grid.reused:
         print(
             f"{grid.reused} of {len(grid.runs)} points were already in {grid.out} with the same configuration; not recomputed",
             file=sys.stderr,
         )
-    if format is OutputFormat.json:
-        sys.stdout.write(json.dumps(_finite(grid.to_dict()), indent=2, default=str) + "\n")
-    else:
-        _render_table(grid)
-
-
-def _finite(o):
-    """NaN/inf become null so that stdout is strict JSON."""
-    if isinstance(o, float):
-        return o if math.isfinite(o) else None
-    if isinstance(o, dict):
-        return {k: _finite(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_finite(v) for v in o]
-    return o
+    doc = grid.to_dict()
+    meta = stamp(command="memorize", seed=grid.settings.get("seed"), device=grid.settings.get("device"),
+                 **{k: v for k, v in doc.items() if k not in ("tool", "runs")})
+    # --out is the grid's own results file (written point by point, for resuming): not emit's to write.
+    emit(format, meta, doc["runs"], document=doc, render=lambda: render_memorize(grid))

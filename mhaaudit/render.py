@@ -1,16 +1,27 @@
-"""Renderers only: rich tables and JSON documents from results the checks returned."""
+"""Every table and report of the commands, and the strict JSON printer: renderers only.
+
+Nothing is computed here that a result did not return: each function lays out the fields of a
+result object (an audit, Kruskal tests and sweeps, a capacity result, a memorisation grid) as
+rich tables and lines on stdout, or prints a document as strict JSON. What is proven and what is
+estimated is said in the words of the results themselves. One exception remains: the audit
+report's memorisation bound (:func:`bound_lines`) is derived here from the audit's verdicts with
+``capacity.theorem1_bound``, because the audit result does not carry it yet.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from .checks import CHECK_MEANING, CHECK_TITLES
-from .kruskal import Sweep, SubsetTest
+
+if TYPE_CHECKING:
+    from .kruskal import SubsetTest, Sweep
 
 VERDICT_STYLE = {"holds": "green", "fails": "red", "unavailable": "yellow"}
 
@@ -35,6 +46,9 @@ def cell(rec: dict) -> str:
     if not rec.get("sampled", True):
         return f"{verdict_text(v)}\nproven"
     return f"{verdict_text(v)}\n{rec['fraction']:.4f}"
+
+
+# --------------------------------------------------------------------------- Kruskal tests and sweeps
 
 
 def kruskal_table(tests: list[SubsetTest], title: str = "Kruskal-rank tests") -> Table:
@@ -99,6 +113,31 @@ def sweep_table(sw: Sweep, marks: tuple[int, ...] = ()) -> Table:
     return t
 
 
+def render_kruskal(tests: list[SubsetTest], sw: Sweep | None, meta: dict, n: int | None, d: int) -> None:
+    """``mhaaudit kruskal``: the tests at each size, the sweep, and the run's facts from ``meta``."""
+    con = stdout_console()
+    inp = meta["inputs"]
+    con.print(f"[bold]mhaaudit kruskal[/bold]: {inp['T']} vectors in R^{inp['d']} ({inp['dtype']}) from {inp['source']}")
+    if tests:
+        con.print(kruskal_table(tests))
+        for t in tests:
+            for line in test_evidence_lines(t):
+                con.print(line, highlight=False)
+    if sw is not None:
+        con.print(sweep_table(sw, marks=tuple(m for m in (n, d) if m)))
+        for line in sweep_lines(sw):
+            con.print(line, highlight=False)
+    con.print(
+        f"Whole-set numerical rank {meta['set_rank']}. Rank rule: {meta['tolerance']['rule']}. "
+        f"Threshold {meta['threshold']}, {meta['samples']} draws, seed {meta['seed']}, device {meta['device']}, "
+        f"{meta['total_s']} s.",
+        highlight=False,
+    )
+
+
+# --------------------------------------------------------------------------- strict JSON
+
+
 def _finite(o):
     """Strict JSON: non-finite numbers become null."""
     if isinstance(o, float):
@@ -111,6 +150,7 @@ def _finite(o):
 
 
 def print_json(doc: dict) -> None:
+    """``doc`` as strict JSON on stdout: non-finite numbers become null, numpy values plain numbers."""
     sys.stdout.write(json.dumps(_finite(json.loads(json.dumps(doc, default=_default))), indent=2, allow_nan=False) + "\n")
     sys.stdout.flush()
 
@@ -299,3 +339,176 @@ def render_audit(result, *, save_features=None, out=None, plot=None) -> None:
         written.append(f"{save_features}/<variant>/")
     if written:
         con.print(f"Wrote {', '.join(written)}", highlight=False)
+
+
+# --------------------------------------------------------------------------- capacity (Theorem 1 and the certificate)
+
+
+def capacity_table(result) -> Table:
+    """One row per column and head count h, from the result's records."""
+    info, s = result.info, result.settings
+    title = (f"{result.model}: memorisation capacity of the attention of block {s['layer']} "
+             f"(n = {info.get('n')}, d = {info.get('d')}, H = {info.get('num_heads')}, d_h = {s.get('head_dim')}; "
+             f"{s['attention']} key/query weights" + ("; shared context" if s["shared_context"] else "") + ")")
+    t = Table(title=title, title_justify="left")
+    cols = ["column", "heads h", "T", "rank(Z) = certified", "min(T, h d)", "bound", "bound from", "residual"]
+    if s["shared_context"]:
+        cols += ["h (n - 1) + 1", "Prop. 2"]
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("column", "bound from", "Prop. 2") else "right")
+    for r in result.records():
+        if r["status"] != "ok":
+            row = [r["variant"], "-", "-", verdict_text("unavailable"), "-", "-", "-", "-"]
+            if s["shared_context"]:
+                row += ["-", "-"]
+        else:
+            row = [r["variant"], str(r["heads"]), str(r["T"]), str(r["rank"]), str(r["rank_cap"]),
+                   "none" if r["bound"] is None else str(r["bound"]), r["bound_kind"], f"{r['residual']:.1e}"]
+            if s["shared_context"]:
+                row += [str(r["prop2_bound"]), verdict_text(r["prop2_verdict"])]
+        t.add_row(*row)
+    return t
+
+
+def capacity_bound_lines(result) -> list[str]:
+    """The bound of each column (largest h), with the assumptions it rests on."""
+    n, s = result.info.get("n"), result.settings
+    lines = ["[bold]The bound[/bold] (Theorem 1 / Remark 1; the counts H (min(n, d_h) - 1) + 1 and "
+             "H (min(k, d_h) - 1) + 1 are reconstructed from the paper's proof, not read verbatim)"]
+    for c in result.columns:
+        if c.status != "ok":
+            lines.append(f"  [yellow]{c.variant} unavailable[/yellow]: {escape(c.reason)}")
+            continue
+        a = c.assumptions
+        b = c.bounds[max(c.bounds)]
+        if b.applies:
+            lines.append(escape(f"  {c.variant}: {b.count} examples with H = {b.heads} heads ({b.formula}); {b.reason}"))
+        else:
+            lines.append(escape(f"  {c.variant}: the theorem does not apply: {b.reason}"))
+        if a is not None:
+            frac = f" (satisfied fraction {a.a1_fraction:.4f})" if a.a1_fraction is not None else ""
+            lines.append(escape(f"    Assumption 1 (k = n = {n}): {a.a1 or 'not checked'}{frac}; {a.a1_reason}"))
+            lines.append(escape(f"    Assumption 2 (rank E_t = n): {a.a2 or 'not checked'}; {a.a2_reason}"))
+            if a.kruskal_estimate is not None:
+                lines.append(escape(f"    Kruskal-rank estimate k = {a.kruskal_estimate}: {a.estimate_note}"))
+            lines.append(escape(f"    assumptions {a.source}"))
+        for note in b.notes[1:]:
+            lines.append(escape(f"    note: {note}"))
+        if a is not None and a.kruskal_estimate == 1 and s["layer"] == 1:
+            lines.append(escape("    hint: the queries are numerically one vector (e.g. a [CLS] token before any attention, "
+                                "the same for every input), so Remark 1 guarantees a single example; --block 2 audits and "
+                                "certifies block 2's attention on the output of block 1, where the paper finds Assumption 1 holding"))
+    return lines
+
+
+def certificate_lines(result) -> list[str]:
+    """What rank(Z) certifies for each column (largest h), beside its bound."""
+    lines = ["[bold]The certificate[/bold]",
+             "  rank(Z) = r: one attention layer with these key/query weights memorises the r chosen examples for ANY "
+             "labels; checked by solving the value/output weights for random N(0, 1) labels (residual = max |Z_S w - y| / max |y|)."]
+    for c in result.columns:
+        if c.status != "ok" or not c.certificates:
+            continue
+        last = c.certificates[-1]
+        b = c.bounds[last.heads]
+        cmp = ""
+        if b.applies and last.rank >= b.count:
+            cmp = f"; at least the bound {b.count}"
+        elif b.applies and last.rank == c.T:
+            cmp = f"; the bound {b.count} exceeds T = {c.T}, so every example is certified (raise --limit to compare)"
+        elif b.applies:
+            cmp = f"; below the bound {b.count} (the theorem speaks of the best key/query weights; these certify fewer)"
+        lines.append(escape(f"  {c.variant}: r = {last.rank} of T = {c.T} examples with h = {last.heads} heads "
+                            f"(at most min(T, h d) = {last.rank_cap}){cmp}; residual {last.residual:.2e}; "
+                            f"method: {last.method}"))
+        if last.rank == c.T:
+            lines.append(escape(f"    the rank is capped by T: the certificate memorises all {c.T} examples; "
+                                "more examples could certify more"))
+    return lines
+
+
+def capacity_evidence_lines(result) -> list[str]:
+    s = result.settings
+    lines = ["[bold]Evidence[/bold]",
+             escape(f"  tokens: {s['tokens']}; query = token {result.info.get('query_index')}; data: {result.data}"),
+             escape(f"  Z rank rule: {s['z_tolerance']}"),
+             escape(f"  assumption rank rule: {s['assumption_tolerance']}")]
+    if s.get("from_path") is None:
+        lines.append(f"  Assumption 1: {s['samples']} draws (stopping once decided), threshold {s['threshold']}, seed {s['seed']}, "
+                     f"device {s['device']}")
+    lines += [escape(f"  note: {note}") for note in result.notes]
+    lines.append("  time: " + ", ".join(f"{k} {v:.1f} s" for k, v in result.timings.items()))
+    for c in result.columns:
+        if c.timings:
+            lines.append(f"    {c.variant}: " + ", ".join(f"{k} {v:.1f} s" for k, v in c.timings.items()))
+    return lines
+
+
+def render_capacity(result, *, out=None, plot=None) -> None:
+    """``mhaaudit capacity``: the table, the bound, the certificate and the evidence."""
+    con = stdout_console()
+    con.print(capacity_table(result))
+    for line in capacity_bound_lines(result) + certificate_lines(result) + capacity_evidence_lines(result):
+        con.print(line, highlight=False)
+    written = [str(p) for p in (out, plot) if p is not None]
+    if written:
+        con.print(escape(f"Wrote {', '.join(written)}"), highlight=False)
+
+
+# --------------------------------------------------------------------------- memorize (Section 5.2)
+
+
+def _setting(run) -> str:
+    return f"H={run.heads} n={run.n} d_h={run.head_dim}"
+
+
+def memorize_table(grid) -> Table:
+    """One row per trained point of the grid (with the saturation columns when counted)."""
+    s = grid.settings
+    metric = "training accuracy" if s.get("task") == "classification" else f"fraction with |error| < {s.get('tolerance')}"
+    table = Table(title=f"Memorisation ({s.get('task')}, {s.get('context')} context, d = {s.get('d')}; memorised = {metric})",
+                  title_justify="left")
+    for col in ("setting", "size T", "memorised", "count", "epochs", "steps", "final loss", "time (s)"):
+        table.add_column(col, justify="left" if col == "setting" else "right")
+    sat = any(r.saturation is not None for r in grid.runs)
+    if sat:
+        table.add_column(">=2 heads saturated", justify="right")
+        table.add_column(">=1 head unsaturated", justify="right")
+    for r in grid.runs:
+        cells = [_setting(r), str(r.size), f"{r.memorized:.3f}", str(r.memorized_count),
+                 str(r.epochs_run) + (" (early)" if r.stopped_early else ""), str(r.steps_run), f"{r.final_loss:.4g}",
+                 f"{r.seconds:.1f}" + (" (file)" if r.reused else "")]
+        if sat and r.saturation is None:
+            cells += ["-", "-"]
+        elif sat:
+            cells += [f"{r.saturation.frac_at_least_two_saturated:.3f}", f"{r.saturation.frac_some_unsaturated:.3f}"]
+        table.add_row(*cells)
+    return table
+
+
+def fit_table(grid) -> Table:
+    """The linear fits of the count memorised against H."""
+    ft = Table(title="Linear fit of the count memorised against H (points with memorised < 0.99)", title_justify="left")
+    for col in ("size T", "slope (examples per head)", "intercept", "R^2", "points", "H values"):
+        ft.add_column(col, justify="left" if col == "size T" else "right")
+    for f in grid.fits:
+        ft.add_row("all" if f.size is None else str(f.size), f"{f.slope:.2f}", f"{f.intercept:.2f}", f"{f.r2:.4f}",
+                   str(f.points), ",".join(str(x) for x in f.xs))
+    return ft
+
+
+def render_memorize(grid) -> None:
+    """``mhaaudit memorize``: the points, the fits against H, the saturation histograms, the files."""
+    con = stdout_console()
+    con.print(memorize_table(grid))
+    if grid.fits:
+        con.print(fit_table(grid))
+    elif grid.vary == "heads":
+        con.print("Linear fit against H: fewer than two non-saturated values of H per size; none computed.")
+    for r in grid.runs:
+        if r.saturation is not None:
+            con.print(f"saturated heads per example, {_setting(r)} T={r.size}: "
+                      + ", ".join(f"{k}: {c}" for k, c in enumerate(r.saturation.histogram) if c))
+    for what, path in (("results", grid.out), ("plot", grid.plot)):
+        if path:
+            con.print(f"{what}: {path}")

@@ -1,14 +1,20 @@
-"""Options shared by several commands, so they read and behave the same everywhere."""
+"""What the commands share: their common options, the one ``--format`` enum, and the one output path.
+
+Every command ends in :func:`emit`: strict JSON or parquet on stdout, the records also written
+to ``--out`` when asked, or the command's renderer for people. Output paths are checked by
+:func:`prepare_outputs` before any work, so a bad path costs nothing and writes nothing.
+"""
 
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Callable, Optional
 
 import typer
 
-from ..kruskal import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
+from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
 
 
 class Backend(str, Enum):
@@ -17,11 +23,14 @@ class Backend(str, Enum):
 
 
 class Format(str, Enum):
+    """The output of every command: a table for people, or JSON / parquet for programs (stdout)."""
+
     table = "table"
     json = "json"
     parquet = "parquet"
 
 
+FormatOpt = Annotated[Format, typer.Option("--format", help="table (people), json or parquet (stdout).")]
 Samples = Annotated[int, typer.Option("--samples", "-N", help="Monte-Carlo draws per candidate size.")]
 Threshold = Annotated[float, typer.Option("--threshold", help="Satisfied fraction at which a size counts as independent (0.99 reproduces the paper).")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed from which all sampling derives (the same seed gives the same results).")]
@@ -32,29 +41,27 @@ Out = Annotated[Optional[Path], typer.Option("--out", help="Write the records to
 Plot = Annotated[Optional[Path], typer.Option("--plot", help="Draw the sweep curve(s) to this .png/.pdf/.svg file.")]
 
 # Options of the commands that run a model over data (check, capacity).
+ModelArg = Annotated[str, typer.Argument(help="An alias (vit-base, bert-base, bert-large, gpt2, gpt2-large), a Hugging Face id, a local folder, or timm:<name>.")]
 BackendOpt = Annotated[Optional[Backend], typer.Option("--backend", help="Force transformers (hf) or timm.")]
 Weights = Annotated[Optional[str], typer.Option("--weights", help="Local folder (transformers) or file (timm) with trained weights for the trained column.")]
 Data = Annotated[Optional[str], typer.Option("--data", help="Image folder, parquet file, text/jsonl file, Hugging Face dataset id (wikipedia, imagenet-1k, ...). Default: built-in offline data.")]
 Split = Annotated[str, typer.Option("--split", help="Dataset split for Hugging Face datasets.")]
 BatchSize = Annotated[int, typer.Option("--batch-size", help="Examples per forward pass.")]
 ContextLength = Annotated[Optional[int], typer.Option("--context-length", help="Text models: tokens per example n.")]
-FormatOpt = Annotated[Format, typer.Option("--format", help="table (people), json or parquet (stdout).")]
 
 DEFAULTS = dict(samples=DEFAULT_SAMPLES, threshold=DEFAULT_THRESHOLD, seed=0, device="auto")
 
 
-def validate_common(samples: int, threshold: float, rtol, atol) -> None:
-    from ..kruskal import validate_params
-    from ..rank import _check_tols
+def check_stdout(fmt: Format) -> None:
+    """Binary parquet is not for a terminal: refuse it before any work."""
+    from ..errors import InputError
 
-    validate_params(samples=samples, threshold=threshold)
-    _check_tols(rtol, atol)
+    if fmt == Format.parquet and sys.stdout.isatty():
+        raise InputError("--format parquet writes binary data to stdout; redirect it to a file or pipe, or use --out FILE.parquet")
 
 
-def prepare_outputs(out: Path | None, plot: Path | None, fmt: "Format") -> None:
-    """Check every output path before any work, so a bad path costs nothing and writes nothing."""
-    import sys
-
+def prepare_outputs(out: Path | None, plot: Path | None, fmt: Format) -> None:
+    """Check every output path (``--out`` parquet, ``--plot`` figure, stdout) before any work."""
     from ..errors import InputError
     from ..io import check_writable
     from ..plot import check_plot_path
@@ -65,35 +72,33 @@ def prepare_outputs(out: Path | None, plot: Path | None, fmt: "Format") -> None:
         check_writable(out)
     if plot is not None:
         check_plot_path(plot)
-    if fmt == Format.parquet and sys.stdout.isatty():
-        raise InputError("--format parquet writes binary data to stdout; redirect it to a file or pipe, or use --out FILE.parquet")
+    check_stdout(fmt)
 
 
-def parquet_rows(records: list[dict], sweep_rows: list[dict]) -> list[dict]:
-    """The rows of a parquet output: the records, then the sweep rows tagged ``check = "sweep"``."""
-    return records + [{"check": "sweep", **r} for r in sweep_rows]
+def emit(fmt: Format, meta: dict, records: list[dict], *, render: Callable[[], None],
+         sweep: list[dict] | None = None, document: dict | None = None, out: Path | None = None) -> None:
+    """The one output path of every command.
 
-
-def write_out(out: Path | None, meta: dict, records: list[dict], sweep_rows: list[dict]) -> None:
+    ``records`` (and the ``sweep`` rows, which follow them in parquet tagged ``check = "sweep"``)
+    go to the ``out`` parquet file when one is given, stamped with ``meta``. Then stdout gets the
+    JSON ``document`` (default ``{"meta", "records"[, "sweep"]}``) as strict JSON, the same rows
+    as parquet, or, for the table, whatever ``render()`` prints.
+    """
+    rows = records if sweep is None else records + [{"check": "sweep", **r} for r in sweep]
     if out is not None:
         from ..io import write_parquet
 
-        write_parquet(parquet_rows(records, sweep_rows), out, meta)
-
-
-def emit_data(fmt: "Format", meta: dict, records: list[dict], sweep_rows: list[dict]) -> bool:
-    """Print JSON or parquet to stdout; False when the format is the table (the caller renders)."""
-    import sys
-
+        write_parquet(rows, out, meta)
     if fmt == Format.json:
-        from ..report import print_json
+        from ..render import print_json
 
-        print_json({"meta": meta, "records": records, "sweep": sweep_rows})
-        return True
-    if fmt == Format.parquet:
+        if document is None:
+            document = {"meta": meta, "records": records} | ({} if sweep is None else {"sweep": sweep})
+        print_json(document)
+    elif fmt == Format.parquet:
         from ..io import parquet_bytes
 
-        sys.stdout.buffer.write(parquet_bytes(parquet_rows(records, sweep_rows), meta))
+        sys.stdout.buffer.write(parquet_bytes(rows, meta))
         sys.stdout.flush()
-        return True
-    return False
+    else:
+        render()

@@ -1,0 +1,77 @@
+"""``mhaaudit memorize``: every output (table, JSON, parquet) from one tiny grid, and the help."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import strict_json
+
+from clitools import assert_one_error, auto_device, help_text, run
+from mhaaudit import __version__
+
+# Two points, a few steps each: seconds on a CPU. The device is left at auto.
+GRID = ["memorize", "--vary", "heads", "--values", "1,2", "--n", "4", "--head-dim", "8", "--sizes", "16",
+        "--max-steps", "6", "--seed", "2"]
+RUN_FIELDS = {"heads", "n", "head_dim", "size", "memorized", "memorized_count", "epochs_run", "steps_run", "final_loss",
+              "seconds", "device", "saturation"}
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def test_table(capsys):
+    rc, out, err = run(capsys, *GRID)
+    assert rc == 0, err
+    flat = " ".join(out.split())
+    assert "Memorisation (classification, shared context" in flat
+    assert "H=1 n=4 d_h=8" in flat and "H=2 n=4 d_h=8" in flat
+    assert "Linear fit" in flat
+    assert not out.lstrip().startswith("{")
+
+
+def test_json_document(capsys):
+    rc, out, err = run(capsys, *GRID, "--format", "json")
+    assert rc == 0, err
+    doc = strict_json(out)  # the one strict printer: no NaN or Infinity tokens
+    assert set(doc) == {"tool", "vary", "values", "sizes", "preset", "settings", "runs", "fits", "reused", "out", "plot"}
+    assert doc["tool"] == f"mhaaudit {__version__}"
+    assert doc["vary"] == "heads" and doc["values"] == [1, 2] and doc["sizes"] == [16]
+    assert [r["heads"] for r in doc["runs"]] == [1, 2]
+    assert all(RUN_FIELDS <= set(r) for r in doc["runs"])
+    assert doc["settings"]["seed"] == 2 and doc["settings"]["device"] == auto_device()
+    assert err == ""  # no progress bars with --format json
+
+
+def test_parquet_to_stdout(capsysbinary, monkeypatch, tmp_path):
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
+    rc, out, err = run(capsysbinary, *GRID, "--saturation", "--format", "parquet")
+    assert rc == 0, err
+    t = pq.read_table(pa.BufferReader(out))
+    rows = t.to_pylist()
+    assert [r["heads"] for r in rows] == [1, 2] and all(RUN_FIELDS <= set(r) for r in rows)
+    assert all(r["size"] == 16 and r["steps_run"] <= 6 for r in rows)
+    assert json.loads(rows[1]["saturation"])["heads"] == 2  # nested values are stored as JSON text
+    meta = json.loads(t.schema.metadata[b"mhaaudit"])
+    assert meta["command"] == "memorize" and meta["versions"]["mhaaudit"] == __version__
+    assert meta["seed"] == 2 and meta["device"] == auto_device() and meta["settings"]["device"] == meta["device"]
+    assert meta["vary"] == "heads" and meta["values"] == [1, 2]
+    assert err == b""
+
+
+def test_parquet_to_terminal_refused(capsys, monkeypatch):
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    rc, out, err = run(capsys, *GRID, "--format", "parquet")
+    assert_one_error(rc, err, "--format parquet")
+    assert out == ""
+
+
+def test_help(capsys):
+    text = help_text(capsys, "memorize")
+    for word in ("--vary", "--values", "--preset", "paper-fig2a", "--saturation", "--out", "--plot"):
+        assert word in text, word
