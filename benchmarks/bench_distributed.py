@@ -4,11 +4,13 @@ Runs the same ``mhaaudit check`` command three ways, each process with ``--threa
 one process; N processes started with ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``
 and ``MASTER_PORT`` set (what ``torchrun --nproc-per-node N -m mhaaudit`` does); and, for a fair
 comparison on the same cores, one process with N x ``--threads`` threads. Prints wall time, the
-capture time from the JSON ``meta``, the ratios, and whether the records equal the
-single-process run's with the same threads (they must). Asserts nothing. Run:
+CPU time of all its processes, the load and capture time from rank 0's JSON ``meta``, the
+ratios, and whether the records equal the single-process run's with the same threads (they
+must). The machine's load average is printed before and after: on a shared machine the wall
+times say little, the CPU times more. Asserts nothing. Run:
 
     python benchmarks/bench_distributed.py [--model vit-base] [--limit 256] [--batch-size 16]
-        [--samples 2000] [--nproc 2] [--threads 1]
+        [--samples 2000] [--nproc 2] [--threads 1] [--layer 1]
 
 The default is a random-weight ViT-Base on the built-in images (no download).
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -42,15 +45,20 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def run(args: list[str], nproc: int, threads: int) -> tuple[float, dict]:
-    """Wall seconds and rank 0's JSON document."""
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run(args: list[str], nproc: int, threads: int) -> tuple[float, float, dict]:
+    """Wall seconds, CPU seconds of all processes, and rank 0's JSON document."""
     cmd = [sys.executable, "-m", "mhaaudit", *args]
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu_s()
     if nproc == 1:
         p = subprocess.run(cmd, env=_env(threads), capture_output=True, text=True)
         if p.returncode:
             raise SystemExit(p.stderr)
-        return time.perf_counter() - t0, json.loads(p.stdout)
+        return time.perf_counter() - t0, _cpu_s() - c0, json.loads(p.stdout)
     port = _port()
     procs = [subprocess.Popen(cmd, env=_env(threads, RANK=r, LOCAL_RANK=r, WORLD_SIZE=nproc, MASTER_ADDR="127.0.0.1",
                                             MASTER_PORT=port),
@@ -59,7 +67,7 @@ def run(args: list[str], nproc: int, threads: int) -> tuple[float, dict]:
     wall = time.perf_counter() - t0
     if any(p.returncode for p in procs):
         raise SystemExit(outs[0][1])
-    return wall, json.loads(outs[0][0])
+    return wall, _cpu_s() - c0, json.loads(outs[0][0])
 
 
 def _capture_s(doc: dict) -> float:
@@ -74,19 +82,20 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=2000)
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--layer", type=int, default=1, help="depth of the probe: the forward pass runs blocks 1..K")
     a = ap.parse_args()
-    args = ["check", a.model, "--variants", "random", "--limit", str(a.limit), "--batch-size", str(a.batch_size),
-            "--samples", str(a.samples), "--device", "cpu", "--format", "json"]
+    args = ["check", a.model, "--variants", "random", "--layer", str(a.layer), "--limit", str(a.limit),
+            "--batch-size", str(a.batch_size), "--samples", str(a.samples), "--device", "cpu", "--format", "json"]
     print(f"mhaaudit {' '.join(args)}; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
-    one_wall, one = run(args, 1, a.threads)
-    many_wall, many = run(args, a.nproc, a.threads)
-    wide_wall, wide = run(args, 1, a.threads * a.nproc)
+    one_wall, one_cpu, one = run(args, 1, a.threads)
+    many_wall, many_cpu, many = run(args, a.nproc, a.threads)
+    wide_wall, wide_cpu, wide = run(args, 1, a.threads * a.nproc)
     same = many["records"] == one["records"]
-    print(f"{'run':<34}{'wall s':>9}{'load+capture s':>16}")
-    for label, wall, doc in ((f"1 process x {a.threads} thread(s)", one_wall, one),
-                             (f"{a.nproc} processes x {a.threads} thread(s)", many_wall, many),
-                             (f"1 process x {a.threads * a.nproc} thread(s)", wide_wall, wide)):
-        print(f"{label:<34}{wall:>9.2f}{_capture_s(doc):>16.2f}")
+    print(f"{'run':<34}{'wall s':>9}{'CPU s':>9}{'load+capture s':>16}")
+    for label, wall, cpu_s, doc in ((f"1 process x {a.threads} thread(s)", one_wall, one_cpu, one),
+                                    (f"{a.nproc} processes x {a.threads} thread(s)", many_wall, many_cpu, many),
+                                    (f"1 process x {a.threads * a.nproc} thread(s)", wide_wall, wide_cpu, wide)):
+        print(f"{label:<34}{wall:>9.2f}{cpu_s:>9.2f}{_capture_s(doc):>16.2f}")
     print(f"speed-up of {a.nproc} processes: {one_wall / many_wall:.2f}x wall, "
           f"{_capture_s(one) / _capture_s(many):.2f}x load+capture (against 1 process x {a.threads} thread(s)); "
           f"{wide_wall / many_wall:.2f}x wall against 1 process x {a.threads * a.nproc} threads")

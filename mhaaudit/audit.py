@@ -7,7 +7,9 @@ output. One pass of :func:`mhaaudit.pipeline.stream` per set of weights serves e
 requested for those weights; the streaming reduction keeps O(T d) per probe point.
 
 :func:`audit` is the facade the CLI calls: it resolves the :class:`~mhaaudit.settings.Settings`
-once and passes them down.
+once and passes them down. Under ``torchrun`` every rank makes the call (:func:`~mhaaudit.distributed.shared`):
+the batches are dealt among the ranks and the reduced features gathered back, so every rank holds
+what one process would, and the record ``meta`` names the world size and backend.
 """
 
 from __future__ import annotations
