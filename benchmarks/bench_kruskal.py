@@ -23,7 +23,7 @@ import time
 import torch
 
 from mhaaudit.kruskal import draw_decisions, kruskal_sweep, set_stats, subset_test
-from mhaaudit.rank import RankRule
+from mhaaudit.numerics import RankRule
 
 
 def synthetic(T: int, d: int, seed: int = 0) -> torch.Tensor:

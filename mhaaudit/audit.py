@@ -132,6 +132,7 @@ class AuditResult:
     timings: dict
     skipped: int = 0
     notes: list = field(default_factory=list)
+    duplicates: dict = field(default_factory=dict)  # exact duplicate inputs found: total, repeats, dropped, example
 
     def records(self) -> list[dict]:
         return [r for c in self.columns for r in c.records(self.model, self.settings["seed"])]
@@ -162,6 +163,7 @@ class Captured:
     info: dict = field(default_factory=dict)  # the model's ModelInfo as a dict
     data: str = ""
     skipped: int = 0
+    duplicates: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
     timings: dict = field(default_factory=dict)
 
@@ -235,7 +237,10 @@ def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataR
         fed = pipeline.stream(pm, data, {p.layer for p in group}, [_reducer_consumer(group, reducers, ra)], settings,
                               out.notes, label=f"{init} weights: capture")
         out.timings[f"capture {init}"] = fed.seconds
-        out.data, out.skipped = fed.name, max(out.skipped, fed.skipped)
+        out.data, out.skipped, out.duplicates = fed.name, max(out.skipped, fed.skipped), fed.duplicates
+        if fed.duplicates.get("repeats") and fed.duplicates_line not in out.notes:
+            out.notes.append(f"duplicate inputs: {fed.duplicates_line} (identical inputs give identical vectors at "
+                             "every layer, a dependence that is about the data, not the model)")
         for p in group:
             out.features[p.variant] = reducers[p.variant].result(
                 {"model": request.model, "variant": p.variant, "layer": p.layer, "weights": init,
@@ -282,13 +287,14 @@ def capture_features(model: str, *, variant: str = "random", layer: int = 1, dat
                      batch_size: int = 32, device: str = "auto", seed: int = 0, progress: bool = False,
                      split: str = "train", backend: str | None = None, weights_path: str | None = None,
                      context_length: int | None = None, query_index: int | None = None,
-                     rtol: float | None = None, atol: float | None = None, settings: Settings | None = None) -> FeatureSet:
+                     rtol: float | None = None, atol: float | None = None, keep_duplicates: bool = False,
+                     settings: Settings | None = None) -> FeatureSet:
     """Reduced features of one probe point (what ``mhaaudit kruskal`` uses with no file)."""
     settings = settings or Settings.resolve(device=device, seed=seed, rtol=rtol, atol=atol, progress=progress)
     probe = probe_for_variant(variant, layer)
     request = model_request(model, backend=backend, weights=weights_path, context_length=context_length,
                             query_index=query_index)
-    got = collect_features(request, [probe], data_request(data, split, limit, batch_size), settings)
+    got = collect_features(request, [probe], data_request(data, split, limit, batch_size, keep_duplicates), settings)
     if probe.variant in got.unavailable:
         raise OfflineError(got.unavailable[probe.variant])
     return got.features[probe.variant]
@@ -311,12 +317,12 @@ def model_request(model: str, *, backend: str | None = None, weights: str | None
                         query_index=query_index)
 
 
-def data_request(data: str | None, split: str, limit, batch_size) -> DataRequest:
+def data_request(data: str | None, split: str, limit, batch_size, keep_duplicates: bool = False) -> DataRequest:
     """A checked :class:`DataRequest`."""
     from . import validate
 
     return DataRequest(data=data, split=split, limit=validate.integer("--limit", limit),
-                       batch_size=validate.integer("--batch-size", batch_size))
+                       batch_size=validate.integer("--batch-size", batch_size), keep_duplicates=bool(keep_duplicates))
 
 
 # --------------------------------------------------------------------------- checks
@@ -402,12 +408,15 @@ def audit(
     sweep: bool = False,
     progress: bool = False,
     stop_when_decided: bool = False,
+    keep_duplicates: bool = False,
     on_note: Callable[[str], None] | None = None,
 ) -> AuditResult:
     """Audit ``model`` on ``data``: the paper's Table 1 (images) or Table 3 (text) and more.
 
     ``weights`` is a local folder or file with trained weights for the ``trained`` column.
-    ``stop_when_decided`` lets each Monte-Carlo test stop once its verdict is settled.
+    ``stop_when_decided`` lets each Monte-Carlo test stop once its verdict is settled. Exact
+    duplicate inputs are dropped before the forward pass (the same ones in every column) unless
+    ``keep_duplicates``; what was found is in ``AuditResult.duplicates`` and the notes.
     """
     from .models import modality_of
 
@@ -415,7 +424,7 @@ def audit(
                                 stop_when_decided=stop_when_decided, progress=progress)
     request = model_request(model, backend=backend, weights=weights, context_length=context_length,
                             query_index=query_index)
-    data_req = data_request(data, split, limit, batch_size)
+    data_req = data_request(data, split, limit, batch_size, keep_duplicates)
     t_start = time.perf_counter()
     probes = plan_probes(modality_of(model, backend=backend, weights_path=weights), variants, layers, layer)
     got = collect_features(request, probes, data_req, settings, on_note=on_note)
@@ -426,4 +435,4 @@ def audit(
                layers=list(layers) if layers is not None else None, **describe())
     got.timings["total"] = round(time.perf_counter() - t_start, 3)
     return AuditResult(model=model, info=got.info, data=got.data, columns=columns, settings=run, timings=got.timings,
-                       skipped=got.skipped, notes=got.notes)
+                       skipped=got.skipped, notes=got.notes, duplicates=got.duplicates)

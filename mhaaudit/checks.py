@@ -1,39 +1,29 @@
-"""The paper's four checks as pure functions on tensors.
+"""The paper's four checks as pure functions on tensors, and the registry that names them.
 
-* Assumption 2 (``ContextRanks``): every context matrix E_t (n x d) has rank n. Exact per
-  example, streamed batch by batch.
+* General Position (``general_position``): the queries have Kruskal rank min(T, d), estimated
+  by Monte Carlo at k = min(T, d).
 * Assumption 1 (``assumption_1``): the queries have Kruskal rank >= n (Monte Carlo at k = n).
-* General Position (``general_position``): Kruskal rank = min(T, d) (Monte Carlo at that k).
+* Assumption 2 (``assumption_2``, streamed by ``ContextRanks``): every context matrix E_t
+  (n x d) has rank n. Exact per example: the counts are proofs under the rank rule.
 * Assumption 3 (``assumption_3``): the vectors query + mean of context rows have Kruskal rank
   >= n (Monte Carlo at k = n).
 
-Nothing here imports models or data.
+A Monte-Carlo "holds" is an estimate (``mhaaudit.kruskal``); a dependent subset found is a
+proof. ``REGISTRY`` maps each check's name to a ``Check``: its function, what it means, which
+vectors it reads and what its size k is. Nothing here imports models or data.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
 from .errors import InputError
-from .kruskal import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, SetStats, SubsetTest, subset_test
-from .rank import RankRule, decide_full_rank, gram_rank, with_numerics
-
-CHECKS = ("general_position", "assumption_1", "assumption_2", "assumption_3")
-CHECK_TITLES = {
-    "general_position": "General Position",
-    "assumption_1": "Assumption 1",
-    "assumption_2": "Assumption 2",
-    "assumption_3": "Assumption 3",
-    "kruskal": "Kruskal test",
-}
-CHECK_MEANING = {
-    "general_position": "every d query vectors are linearly independent (Kruskal rank = min(T, d))",
-    "assumption_1": "every n query vectors are linearly independent (Kruskal rank >= n)",
-    "assumption_2": "every example's n context tokens are linearly independent (rank E_t = n)",
-    "assumption_3": "every n vectors query + mean(context) are linearly independent",
-}
+from .kruskal import SetStats, SubsetTest, subset_test
+from .numerics import RankRule, decide_full_rank, gram_rank, scaled, with_numerics
+from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
 
 
 def _inverse_iteration_sigma(G: torch.Tensor, iters: int = 12):
@@ -56,20 +46,25 @@ def _inverse_iteration_sigma(G: torch.Tensor, iters: int = 12):
 def context_ranks(E: torch.Tensor, rule: RankRule):
     """Exact numerical rank of each ``(n, d)`` matrix in a ``(B, n, d)`` batch.
 
-    Full rank is decided with the certified Cholesky test of ``mhaaudit.rank`` (SVD for the
+    Full rank is decided with the certified Cholesky test of ``mhaaudit.numerics`` (SVD for the
     undecided), so decisions equal ``torch.linalg.matrix_rank`` under the same rule; the ranks of
     deficient matrices come from eigenvalues of the Gram matrix (SVD near the tolerance). Returns
     ``(rank, sigma_min, sigma_max, tol)``. For full-rank matrices ``sigma_min``/``sigma_max`` are
     inverse/power-iteration estimates (the rank decision does not depend on them); when n > d
     no matrix can have rank n and ranks are not computed (-1).
+
+    The batch is divided by an exact power of two first (``numerics.scale``), so no Gram entry
+    over- or underflows whatever the data's scale; the singular values and tolerances returned
+    are in the data's own units.
     """
     if E.ndim != 3:
         raise InputError(f"context matrices must be (B, n, d), got shape {tuple(E.shape)}")
-    E64 = E.to(torch.float64)
-    B, n, d = E64.shape
+    B, n, d = E.shape
     if n > d:
         nan = torch.full((B,), float("nan"), dtype=torch.float64)
         return torch.full((B,), -1, dtype=torch.long), nan, nan.clone(), nan.clone()
+    unit = scaled(E, rule)
+    E64, rule = unit.X, unit.rule
     G = E64 @ E64.transpose(1, 2)
     dec = decide_full_rank(G, lambda j: E64[j], n, d, rule)
     rank = torch.full((B,), n, dtype=torch.long, device=E64.device)
@@ -85,7 +80,7 @@ def context_ranks(E: torch.Tensor, rule: RankRule):
         lam = torch.linalg.eigvalsh(G[idx]).clamp_min(0)
         smin[idx], smax[idx] = lam[:, 0].sqrt(), lam[:, -1].sqrt()
     tol = rule.tol(smax, n, d)
-    return rank, smin, smax, tol
+    return rank, unit.to_data(smin), unit.to_data(smax), unit.to_data(tol)
 
 
 @dataclass(frozen=True)
@@ -183,7 +178,10 @@ def assumption_2_from_arrays(a: dict[str, torch.Tensor], *, n: int, d: int, rule
     for v in rank.tolist():
         hist[int(v)] = hist.get(int(v), 0) + 1
     if T and n <= d:
-        margin = a["context_sigma_min"] / a["context_tol"].clamp_min(1e-300)
+        smin, tol = a["context_sigma_min"], a["context_tol"]
+        # sigma_min / tol in the data's units: a ratio, so the same at every scale (0 for a zero matrix)
+        margin = torch.where(tol > 0, smin / torch.where(tol > 0, tol, 1.0),
+                             torch.where(smin > 0, float("inf"), 0.0).to(smin.dtype))
         worst = int(margin.argmin())
         min_margin = float(margin[worst])
         worst_smin, worst_tol = float(a["context_sigma_min"][worst]), float(a["context_tol"][worst])
@@ -240,13 +238,55 @@ def general_position(queries, **kw) -> SubsetTest:
     return _mc("general_position", queries, min(T, d), **kw)
 
 
+# --------------------------------------------------------------------------- the registry
+
+
+@dataclass(frozen=True)
+class Check:
+    """One of the paper's checks: what it runs, what it means, on which vectors, at which size."""
+
+    name: str
+    title: str
+    meaning: str
+    vectors: str  # queries | contexts | a3 (query + mean of context rows)
+    size: str  # what k is, in words
+    k: Callable[[int, int, int], int]  # (n, T, d) -> the size k it tests
+    run: Callable
+    estimated: bool  # a Monte-Carlo estimate (True) or an exact count (False)
+
+
+REGISTRY: dict[str, Check] = {
+    c.name: c
+    for c in (
+        Check("general_position", "General Position",
+              "every d query vectors are linearly independent (Kruskal rank = min(T, d))",
+              "queries", "k = min(T, d)", lambda n, T, d: min(T, d), general_position, True),
+        Check("assumption_1", "Assumption 1", "every n query vectors are linearly independent (Kruskal rank >= n)",
+              "queries", "k = n", lambda n, T, d: n, assumption_1, True),
+        Check("assumption_2", "Assumption 2",
+              "every example's n context tokens are linearly independent (rank E_t = n)",
+              "contexts", "rank n", lambda n, T, d: n, assumption_2, False),
+        Check("assumption_3", "Assumption 3", "every n vectors query + mean(context) are linearly independent",
+              "a3", "k = n", lambda n, T, d: n, assumption_3, True),
+    )
+}
+CHECKS = tuple(REGISTRY)  # the names, in the order the report shows them
+CHECK_TITLES = {**{c.name: c.title for c in REGISTRY.values()}, "kruskal": "Kruskal test"}
+CHECK_MEANING = {c.name: c.meaning for c in REGISTRY.values()}
+
+
 __all__ = [
     "CHECKS",
+    "CHECK_MEANING",
+    "CHECK_TITLES",
+    "Check",
+    "REGISTRY",
     "ContextRankResult",
     "ContextRanks",
     "SetStats",
     "assumption_1",
     "assumption_2",
+    "assumption_2_from_arrays",
     "assumption_3",
     "context_ranks",
     "general_position",

@@ -159,8 +159,9 @@ class Session:
     def deal(self, batches: Iterable | None) -> Iterator[tuple[int, Any]]:
         """This rank's ``(batch index, batch)`` of the batches rank 0 reads: batch b goes to rank b mod N.
 
-        Rank 0 passes the batches; the other ranks pass None. One round deals N batches; the last
-        round says so, so every rank leaves the loop after the same number of rounds.
+        Rank 0 passes the batches; the other ranks pass None. One round deals N batches and each
+        rank yields one item per round, ``(None, None)`` when the round has no batch for it, so
+        every rank takes the same number of turns (and can take part in a per-round exchange).
         """
         import torch.distributed as dist
 
@@ -180,8 +181,7 @@ class Session:
             mine, last = self._scatter(dist, msgs)
             if mine == "failed":
                 raise self._lost(None)
-            if mine is not None:
-                yield mine
+            yield mine if mine is not None else (None, None)
             if last:
                 return
             start += self.world_size

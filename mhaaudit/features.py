@@ -21,7 +21,7 @@ import torch
 from .checks import ContextRankResult, ContextRanks, assumption_2_from_arrays
 from .errors import InputError, OutputError
 from .io import stamp
-from .rank import RankRule
+from .numerics import RankRule
 
 FEATURES_FILE = "features.safetensors"
 META_FILE = "meta.json"

@@ -57,6 +57,7 @@ class DataRequest:
     split: str = "train"
     limit: int = 2000
     batch_size: int = 32
+    keep_duplicates: bool = False  # exact duplicate inputs are dropped unless asked to keep them
 
 
 @dataclass
@@ -71,6 +72,8 @@ class DataInfo:
     skipped: int = 0
     count: int = 0
     seconds: float = 0.0
+    duplicates: dict = field(default_factory=dict)  # total, repeats, dropped, example (see sources.Duplicates)
+    duplicates_line: str = ""  # the same in words, for the report
     source: Any = field(default=None, repr=False)  # learns how many items it skipped as it is read
     fed: list = field(default_factory=list)
     parts: list = field(default_factory=list)
@@ -142,7 +145,7 @@ def _text_batches(pm, data: DataRequest, seed: int, notes: list[str]) -> tuple[D
         notes.append(f"tokenizer: {tok_desc} (no tokenizer shipped with the model offline)")
     decoder = info.query_index == info.n - 1 and info.n > 1
     build = gpt_window_examples if decoder else bert_pair_examples
-    ex = build(src, tok, info.n, data.limit, seed=seed)
+    ex = build(src, tok, info.n, data.limit, seed=seed, distinct=not data.keep_duplicates)
     # Segment ids as BERT's next-sentence inputs have them: 0 up to and including [SEP], 1 after.
     segments = None
     if not decoder and ex.s1_lengths is not None and int(getattr(pm.config, "type_vocab_size", 0) or 0) >= 2:
@@ -153,7 +156,12 @@ def _text_batches(pm, data: DataRequest, seed: int, notes: list[str]) -> tuple[D
         for i in range(0, len(ex.ids), step):
             yield ex.ids[i:i + step], (segments[i:i + step] if segments is not None else None)
 
-    return DataInfo(name=ex.description, source=src), gen()
+    fate = "kept, as asked" if data.keep_duplicates else "redrawn"
+    dups = {"total": len(ex.ids) + (0 if data.keep_duplicates else ex.repeats), "repeats": ex.repeats,
+            "dropped": 0 if data.keep_duplicates else ex.repeats, "example": None}
+    line = (f"{ex.repeats} candidate token sequences repeated an earlier example exactly ({fate})" if ex.repeats
+            else f"no duplicate token sequences: all {len(ex.ids)} are distinct")
+    return DataInfo(name=ex.description, source=src, duplicates=dups, duplicates_line=line), gen()
 
 
 def _prepare(pm, raw) -> dict[str, torch.Tensor]:
@@ -167,9 +175,9 @@ def _prepare(pm, raw) -> dict[str, torch.Tensor]:
     return inputs
 
 
-def _prefetched(pm, raw_batches: Iterable[tuple[int, Any]]) -> Iterator[tuple[int, dict[str, torch.Tensor]]]:
+def _prefetched(pm, raw_batches: Iterable[tuple[int, Any]]) -> Iterator[tuple[int, dict[str, torch.Tensor] | None]]:
     """``(batch index, model inputs)``, each batch prepared on a helper thread while the previous
-    one is probed.
+    one is probed (``(None, None)`` passed through for a round in which this rank has no batch).
 
     Image decoding and resizing (PIL and numpy, largely outside the interpreter lock) are the
     slowest steps on a CPU; overlapping them with the forward pass saves their time.
@@ -177,14 +185,14 @@ def _prefetched(pm, raw_batches: Iterable[tuple[int, Any]]) -> Iterator[tuple[in
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mhaaudit-prepare") as pool:
         pending = None
         for index, raw in raw_batches:
-            if raw is None or len(raw) == 0:
+            if raw is not None and len(raw) == 0:
                 continue
-            fut = (index, pool.submit(_prepare, pm, raw))
+            fut = (index, None if raw is None else pool.submit(_prepare, pm, raw))  # None: this rank's turn is empty
             if pending is not None:
-                yield pending[0], pending[1].result()
+                yield pending[0], pending[1] and pending[1].result()
             pending = fut
         if pending is not None:
-            yield pending[0], pending[1].result()
+            yield pending[0], pending[1] and pending[1].result()
 
 
 def _read_ahead(items: Iterator, depth: int) -> Iterator:
@@ -244,19 +252,40 @@ def _assigned(pm, data: DataRequest, settings: Settings, notes: list[str], shard
 
 
 def _settle(info: DataInfo, notes: list[str], first_note: int) -> None:
-    """Every rank learns what rank 0 learned of the data (its name, items skipped, notes) and
-    which batches every rank fed."""
+    """Every rank learns what rank 0 learned of the data (its name, items skipped, duplicates,
+    notes) and which batches every rank fed."""
     info.settle()
     shard = info.shard
     if shard is None:
         info.parts = [info.fed]
         return
     info.parts = shard.all_gather(info.fed)
-    name, skipped, new_notes = shard.broadcast((info.name, info.skipped, notes[first_note:]))
-    info.name, info.skipped = name, skipped
+    name, skipped, dups, dups_line, new_notes = shard.broadcast(
+        (info.name, info.skipped, info.duplicates, info.duplicates_line, notes[first_note:]))
+    info.name, info.skipped, info.duplicates, info.duplicates_line = name, skipped, dups, dups_line
     if shard.rank != 0:
         notes.extend(x for x in new_notes if x not in notes)
     info.count = sum(size for part in info.parts for _, size in part)
+
+
+def _without_duplicates(finder, index: int | None, inputs: dict | None, shard) -> dict | None:
+    """``inputs`` less the examples that repeat an earlier input exactly (kept with
+    ``--keep-duplicates``). Under torchrun the ranks exchange the keys of each round's batches and
+    feed them to their finders in batch order, so every rank drops what one process would."""
+    if shard is None:
+        return finder.filter(inputs)[0]
+    from .sources.duplicates import batch_keys
+
+    keep = None
+    for b, keys in sorted((x for x in shard.all_gather((index, batch_keys(inputs) if inputs is not None else None))
+                           if x[1] is not None), key=lambda x: x[0]):
+        mask = finder.add(keys)
+        keep = mask if b == index else keep
+    if inputs is None or all(keep):
+        return inputs
+    rows = [i for i, k in enumerate(keep) if k]
+    return {name: v[torch.tensor(rows, dtype=torch.long, device=v.device)] if getattr(v, "ndim", 0) >= 1 else v
+            for name, v in inputs.items()}
 
 
 def _batch_size(inputs: dict[str, torch.Tensor]) -> int:
@@ -273,16 +302,26 @@ def stream(pm, data: DataRequest, layers: Sequence[int], consumers: Sequence[Con
     """
     from . import distributed
     from .progress import task
+    from .sources import DuplicateFinder
 
     t0 = time.perf_counter()
     first_note = len(notes)
     shard = distributed.session()
     info, raw = _assigned(pm, data, settings, notes, shard)
     want = sorted(set(int(k) for k in layers))
+    # Images: exact duplicates of what the model sees (its preprocessed pixels) are found before the
+    # forward pass. Every pass over the same data (other weights) finds and drops the same ones.
+    finder = DuplicateFinder(keep=data.keep_duplicates) if pm.info.modality == "image" else None
     share, shown = (shard.world_size if shard is not None else 1), 0  # rank 0's bar stands for every rank
     with task(label, data.limit, settings.progress) as advance:
         for index, inputs in _prefetched(pm, raw):
-            size = _batch_size(inputs)
+            seen = _batch_size(inputs) if inputs is not None else 0
+            if finder is not None:
+                inputs = _without_duplicates(finder, index, inputs, shard)
+            step = min(seen * share, data.limit - shown)
+            advance(step)
+            shown += step
+            size = _batch_size(inputs) if inputs is not None else 0
             if not size:
                 continue
             tokens = pm.capture(inputs, want)
@@ -290,9 +329,9 @@ def stream(pm, data: DataRequest, layers: Sequence[int], consumers: Sequence[Con
                 consume(tokens)
             info.fed.append((index, size))
             info.count += size
-            step = min(size * share, data.limit - shown)
-            advance(step)
-            shown += step
+    if finder is not None:
+        found = finder.result()
+        info.duplicates, info.duplicates_line = found.as_dict(), found.describe("images")
     _settle(info, notes, first_note)
     info.seconds = round(time.perf_counter() - t0, 3)
     if info.count == 0:

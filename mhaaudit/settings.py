@@ -129,7 +129,7 @@ class Settings:
 
     def rule(self, dtype: torch.dtype | str = torch.float32):
         """The rank rule for features of ``dtype`` under the user's tolerances."""
-        from .rank import RankRule
+        from .numerics import RankRule
 
         return RankRule.for_dtype(dtype, rtol=self.rtol, atol=self.atol)
 

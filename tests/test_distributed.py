@@ -165,11 +165,20 @@ def test_rows_gathered_in_single_process_order():
 
 def test_two_ranks_give_the_records_of_one_process(vit_dir, image_dir, tmp_path):
     """Same seed, data, batch size and threads: 2 ranks give the records (verdicts, fractions,
-    intervals, witnesses, sweep) of one process; only rank 0 prints and writes."""
+    intervals, witnesses, sweep) of one process, with the same duplicate images dropped (some
+    repeat an image another rank ran); only rank 0 prints and writes."""
+    import shutil
+
     cwds = [tmp_path / "rank0", tmp_path / "rank1"]
     for c in cwds:
         c.mkdir()
-    args = _check_args(vit_dir, image_dir, "--sweep", "--out", "out.parquet")
+    data = tmp_path / "images"
+    data.mkdir()
+    for i, src in enumerate(sorted(image_dir.iterdir())[:26]):
+        shutil.copy(src, data / src.name)
+        if i in (1, 4, 5, 22):  # batches of 4: repeats of images of batches 0, 1, 5 in batches 6 and 7
+            shutil.copy(src, data / f"zz_{src.name}")
+    args = _check_args(vit_dir, data, "--sweep", "--out", "out.parquet")
     rc, one, err = single(args, cwd=tmp_path)
     assert rc == 0, err
     (r0, out0, err0), (r1, out1, err1) = launch(args, cwds=cwds)
@@ -178,6 +187,8 @@ def test_two_ranks_give_the_records_of_one_process(vit_dir, image_dir, tmp_path)
     assert b["records"] == a["records"] and b["sweep"] == a["sweep"]
     assert b["meta"]["distributed"] == {"world_size": 2, "backend": "gloo"} and "distributed" not in a["meta"]
     assert (b["meta"]["data"], b["meta"]["skipped"]) == (a["meta"]["data"], a["meta"]["skipped"])
+    assert b["meta"]["duplicates"] == a["meta"]["duplicates"] and a["meta"]["duplicates"]["dropped"] == 4
+    assert b["meta"]["notes"] == a["meta"]["notes"]
     assert out1 == "" and err1 == ""
     assert (cwds[0] / "out.parquet").is_file() and os.listdir(cwds[1]) == [] and tmp_leftovers(cwds[0]) == []
 

@@ -11,7 +11,7 @@ from mhaaudit.checks import assumption_2
 from mhaaudit.errors import InputError, OutputError
 from mhaaudit.features import FEATURES_FILE, META_FILE, FeatureSet, StreamingReducer, reduce_tokens
 from mhaaudit.kruskal import subset_test
-from mhaaudit.rank import RankRule
+from mhaaudit.numerics import RankRule
 
 T, N, D = 45, 6, 10
 

@@ -77,3 +77,23 @@ def test_query_index_is_checked_against_n(vit_dir, settings):
 def test_load_builds_only_to_the_deepest_probe(vit_dir, settings):
     pm = pipeline.load(ModelRequest(str(vit_dir)), "random", settings, max_layer=1)
     assert pm.built_layers == 1 and pm.device == settings.device
+
+
+def test_duplicate_images_are_dropped_before_the_forward_pass_unless_kept(vit_dir, image_dir, tmp_path, settings):
+    folder = tmp_path / "dups"
+    folder.mkdir()
+    names = sorted(p.name for p in image_dir.iterdir())[:12]
+    for name in names:
+        (folder / name).write_bytes((image_dir / name).read_bytes())
+    (folder / "zz_copy_a.png").write_bytes((image_dir / names[3]).read_bytes())
+    (folder / "zz_copy_b.png").write_bytes((image_dir / names[5]).read_bytes())
+    pm = pipeline.load(ModelRequest(str(vit_dir)), "random", settings, max_layer=1)
+    sizes: list[int] = []
+    fed = pipeline.stream(pm, DataRequest(data=str(folder), limit=14, batch_size=5), [1],
+                          [lambda t: sizes.append(len(t[1]))], settings, notes=[])
+    assert fed.count == 12 == sum(sizes)
+    assert fed.duplicates["repeats"] == 2 and fed.duplicates["dropped"] == 2 and fed.duplicates["example"] == [3, 12]
+    assert "2 of 14 images repeat" in fed.duplicates_line
+    kept = pipeline.stream(pm, DataRequest(data=str(folder), limit=14, batch_size=5, keep_duplicates=True), [1],
+                           [lambda t: None], settings, notes=[])
+    assert kept.count == 14 and kept.duplicates["repeats"] == 2 and kept.duplicates["dropped"] == 0

@@ -7,7 +7,7 @@ import hashlib
 import importlib.util
 import io
 import json
-import math
+import platform
 import re
 import time
 
@@ -22,7 +22,6 @@ from mhaaudit.errors import DataError, InputError, OfflineError
 from mhaaudit.sources import (
     FallbackTokenizer,
     ImageSource,
-    TextExamples,
     TextSource,
     bert_pair_examples,
     gpt_window_examples,
@@ -383,12 +382,17 @@ def test_local_text_dataset_folder(tmp_path):
 def test_builtin_text():
     source = text_source()
     docs = list(source)
-    assert isinstance(source, TextSource)
-    assert len(docs) > 50 and all(isinstance(d, str) and d.strip() for d in docs)
-    assert sum(len(d.split()) for d in docs) > 30_000
-    assert "pydoc_data.topics" in source.name and "built-in" in source.name
-    assert docs == list(text_source("builtin"))
+    assert isinstance(source, TextSource) and source.sampled and not source.streamed
+    assert len(docs) == len(source.corpus.documents) > 1000 and all(isinstance(d, str) and d.strip() for d in docs)
+    assert sum(len(d.split()) for d in docs) == source.corpus.words > 1_000_000
+    assert "built-in" in source.name and "docstrings" in source.name and "not Wikipedia" in source.name
+    assert f"Python {platform.python_version()} standard library" in source.name
+    assert docs == list(text_source("builtin"))  # deterministic for a seed
+    assert docs != list(text_source(seed=1)) and sorted(docs) == sorted(text_source(seed=1))  # seeded order
     assert len(list(text_source(limit=7))) == 7
+    # the modules of one block are consecutive parts of one group
+    groups = [g for g, _ in source.grouped()]
+    assert len(set(groups)) == len(source.blocks)
 
 
 def test_txt_file_and_folder(tmp_path):
@@ -439,155 +443,6 @@ def test_jsonl_and_parquet_text(tmp_path):
     assert list(source) == ["x y", "z"] and source.skipped == 1
     with pytest.raises(DataError, match="no column 'text'"):
         text_source(str(ppath))
-
-
-# --------------------------------------------------------------------------- example builders
-
-
-class WordTokenizer:
-    """A tiny whitespace tokenizer with a growing vocabulary, shaped like a HF tokenizer."""
-
-    cls_token_id = 1
-    sep_token_id = 2
-
-    def __init__(self):
-        self.vocab: dict[str, int] = {}
-
-    def __call__(self, text, add_special_tokens=False):
-        ids = [self.vocab.setdefault(w, len(self.vocab) + 10) for w in text.split()]
-        return {"input_ids": ids}
-
-
-def _unique_corpus(n_docs: int, lengths) -> list[str]:
-    """Documents whose words are unique across the corpus, so a token identifies its place."""
-    return [" ".join(f"d{d}w{i}" for i in range(lengths[d % len(lengths)])) for d in range(n_docs)]
-
-
-def _locate(tok: WordTokenizer, docs: list[str]):
-    token_doc = {}
-    doc_ids = []
-    for d, text in enumerate(docs):
-        ids = tok(text)["input_ids"]
-        doc_ids.append(ids)
-        for pos, t in enumerate(ids):
-            token_doc[t] = (d, pos)
-    return token_doc, doc_ids
-
-
-def test_bert_pair_examples_structure():
-    n, count = 32, 600
-    docs = _unique_corpus(40, [60, 45, 90, 31])
-    tok = WordTokenizer()
-    ex = bert_pair_examples(docs, tok, n=n, count=count, seed=0)
-    assert isinstance(ex, TextExamples) and len(ex) == count
-    token_doc, doc_ids = _locate(tok, docs)
-    assert len({tuple(ids) for ids in ex.ids}) == count  # distinct examples
-    for ids, nxt, s1_len in zip(ex.ids, ex.is_next, ex.s1_lengths, strict=True):
-        assert len(ids) == n
-        assert ids[0] == tok.cls_token_id
-        assert ids.count(tok.sep_token_id) == 1 and ids.count(tok.cls_token_id) == 1
-        sep = ids.index(tok.sep_token_id)
-        assert sep == s1_len + 1
-        assert 5 <= s1_len < n - 7
-        s1, s2 = ids[1:sep], ids[sep + 1:]
-        assert len(s2) == n - 2 - s1_len >= 1
-        d1, p1 = token_doc[s1[0]]
-        assert doc_ids[d1][p1:p1 + s1_len] == s1  # s1 is consecutive text of one document
-        d2, p2 = token_doc[s2[0]]
-        assert doc_ids[d2][p2:p2 + len(s2)] == s2
-        if nxt:  # s2 continues s1 in the same document
-            assert d2 == d1 and p2 == p1 + s1_len
-            assert doc_ids[d1][p1:p1 + n - 2] == s1 + s2
-        else:
-            assert d2 != d1
-    k = sum(ex.is_next)
-    assert abs(k - count / 2) <= 4 * math.sqrt(count / 4)  # 4 sigma of Binomial(count, 1/2)
-    assert "[5, 25)" in ex.description and str(count) in ex.description
-
-
-def test_bert_pair_examples_deterministic():
-    docs = _unique_corpus(12, [50, 70])
-    a = bert_pair_examples(docs, WordTokenizer(), n=20, count=50, seed=7)
-    b = bert_pair_examples(docs, WordTokenizer(), n=20, count=50, seed=7)
-    c = bert_pair_examples(docs, WordTokenizer(), n=20, count=50, seed=8)
-    assert a.ids == b.ids and a.is_next == b.is_next
-    assert a.ids != c.ids
-
-
-def test_bert_pair_examples_errors():
-    tok = WordTokenizer()
-    with pytest.raises(InputError):
-        bert_pair_examples(_unique_corpus(5, [50]), tok, n=10, count=5)
-    with pytest.raises(DataError, match="at least 2 documents"):
-        bert_pair_examples(_unique_corpus(1, [50]) + ["too short"], tok, n=20, count=5)
-    with pytest.raises(DataError, match="possible"):
-        bert_pair_examples(_unique_corpus(2, [20]), tok, n=20, count=50)
-
-    class NoSpecial:
-        def __call__(self, text, add_special_tokens=False):
-            return {"input_ids": [1, 2, 3]}
-
-    with pytest.raises(InputError, match="CLS"):
-        bert_pair_examples(["a b c"], NoSpecial(), n=20, count=5)
-
-
-def test_gpt_window_examples_structure():
-    n, count = 20, 300
-    lengths = [29, 30, 45, 100, 12]  # 29 < 1.5 n = 30: too short
-    docs = _unique_corpus(25, lengths)
-    tok = WordTokenizer()
-    ex = gpt_window_examples(docs, tok, n=n, count=count, seed=1)
-    assert ex.is_next is None and len(ex) == count
-    token_doc, doc_ids = _locate(tok, docs)
-    assert len({tuple(ids) for ids in ex.ids}) == count
-    for ids in ex.ids:
-        assert len(ids) == n
-        d, p = token_doc[ids[0]]
-        assert len(doc_ids[d]) >= 1.5 * n
-        assert doc_ids[d][p:p + n] == ids
-    assert ex.ids == gpt_window_examples(docs, WordTokenizer(), n=n, count=count, seed=1).ids
-
-
-def test_gpt_windows_one_per_document_when_enough():
-    docs = _unique_corpus(30, [40])
-    ex = gpt_window_examples(docs, WordTokenizer(), n=10, count=30)
-    assert sorted(ex.doc_index) == list(range(30))
-    assert "one per document" in ex.description
-
-
-def test_gpt_window_examples_too_few():
-    docs = _unique_corpus(3, [16, 10])  # 1.5 n = 15: two documents of 16 tokens qualify
-    with pytest.raises(DataError, match=r"only 14 distinct 10-token windows"):
-        gpt_window_examples(docs, WordTokenizer(), n=10, count=20)
-    exact = gpt_window_examples(docs, WordTokenizer(), n=10, count=14)  # every possible window
-    # doc_index counts qualifying documents: 0 and 1 here (inputs 0 and 2)
-    assert sorted(zip(exact.doc_index, exact.starts, strict=True)) == [(d, s) for d in (0, 1) for s in range(7)]
-    with pytest.raises(DataError, match="could build only 10"):  # windows 0 and 10 are equal
-        gpt_window_examples(["a b c d e f g h i j " * 2], WordTokenizer(), n=10, count=11)
-    with pytest.raises(DataError, match="only 0"):
-        gpt_window_examples(["short text"], WordTokenizer(), n=10, count=1)
-
-
-def test_gpt_windows_join_paragraphs_of_one_source(tmp_path):
-    paragraphs = [" ".join(f"p{p}w{i}" for i in range(8)) for p in range(40)]
-    path = tmp_path / "short.txt"
-    path.write_text("\n\n".join(paragraphs))
-    with pytest.raises(DataError):  # as plain documents, every paragraph is too short
-        gpt_window_examples(paragraphs, WordTokenizer(), n=20, count=5)
-    ex = gpt_window_examples(text_source(str(path)), WordTokenizer(), n=20, count=5)
-    assert len(ex) == 5 and all(len(ids) == 20 for ids in ex.ids)
-    assert "joining consecutive" in ex.description
-
-
-def test_examples_from_builtin_corpus_with_fallback_tokenizer():
-    tok = FallbackTokenizer(1000)
-    source = text_source()
-    bert = bert_pair_examples(source, tok, n=64, count=200, seed=0)
-    assert all(len(ids) == 64 and ids[0] == tok.cls_token_id for ids in bert.ids)
-    assert all(max(ids) < 1000 for ids in bert.ids)
-    gpt = gpt_window_examples(source, tok, n=128, count=200, seed=0)
-    assert all(len(ids) == 128 for ids in gpt.ids)
-    assert "pydoc_data.topics" in gpt.description
 
 
 # ------------------------------------------------------------------------------------ tokenizers

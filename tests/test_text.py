@@ -84,6 +84,8 @@ def test_gpt2_uses_the_last_token_and_windows(tiny_gpt2):
     r = audit(str(tiny_gpt2), context_length=20, **_small())
     assert r.info["query_index"] == 19
     assert "consecutive" in r.data or "window" in r.data
+    # the offline default: the installed packages' documentation, windows that never overlap
+    assert "docstrings" in r.data and "not Wikipedia" in r.data and "no two overlapping" in r.data
     assert all(c.status == "ok" for c in r.columns)
 
 

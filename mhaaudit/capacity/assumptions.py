@@ -47,7 +47,7 @@ def linear_algebra():
     eigenvalue problem took 11.6 s on two threads against 0.08 s on one, and the QR/SVD of a
     2000 x 9216 matrix was no faster on two). The model's forward pass runs outside this context.
     """
-    from ..rank import numerics
+    from ..numerics import numerics
 
     return numerics(threads=1)
 

@@ -363,6 +363,7 @@ def capacity_audit(
     backend: str | None = None,
     context_length: int | None = None,
     progress: bool = False,
+    keep_duplicates: bool = False,
     layer: int | None = None,
 ) -> CapacityResult:
     """Bound and certificate for each column (``variants``: random and/or trained; default both).
@@ -379,7 +380,7 @@ def capacity_audit(
     settings = Settings.resolve(device=device, samples=DEFAULT_SAMPLES if samples is None else samples,
                                 threshold=DEFAULT_THRESHOLD if threshold is None else threshold, seed=seed,
                                 rtol=rtol, atol=atol, stop_when_decided=True, progress=progress)
-    data_req = data_request(data, split, limit, batch_size)
+    data_req = data_request(data, split, limit, batch_size, keep_duplicates)
     blk = _block_of(block, layer)
     attention = choice("--attention", attention, ATTENTION)
     vs = split_list(variants) or list(VARIANTS)

@@ -169,7 +169,7 @@ def certify_head_prefixes(Z: torch.Tensor, d: int, heads: Sequence[int], *, rule
     """
     import scipy.linalg
 
-    from ..rank import RankRule
+    from ..numerics import RankRule
 
     Z = torch.as_tensor(Z).to("cpu", torch.float64)
     if Z.ndim != 2:

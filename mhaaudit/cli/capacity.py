@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from .options import (
+    KeepDuplicates,
     DEFAULTS,
     Atol,
     BackendOpt,
@@ -54,6 +55,7 @@ def capacity(
     split: Split = "train",
     limit: Annotated[int, typer.Option("--limit", help="Number of examples T (rows of Z).")] = 2000,
     batch_size: BatchSize = 32,
+    keep_duplicates: KeepDuplicates = False,
     context_length: ContextLength = None,
     samples: Samples = DEFAULTS["samples"],
     threshold: Threshold = DEFAULTS["threshold"],
@@ -92,7 +94,7 @@ def capacity(
         variants=validate.split_list(variants), weights=weights, block=K, data=data, split=split, limit=limit,
         batch_size=batch_size, samples=settings.samples, threshold=settings.threshold, seed=settings.seed,
         rtol=settings.rtol, atol=settings.atol, device=settings.device, backend=backend.value if backend else None,
-        context_length=context_length, progress=progress_enabled(fmt.value),
+        context_length=context_length, progress=progress_enabled(fmt.value), keep_duplicates=keep_duplicates,
     )
     if plot is not None:
         plot_capacity(result, plot)

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from .options import (
+    KeepDuplicates,
     DEFAULTS,
     Atol,
     BackendOpt,
@@ -45,6 +46,7 @@ def check(
     split: Split = "train",
     limit: Annotated[int, typer.Option("--limit", help="Number of examples T.")] = 2000,
     batch_size: BatchSize = 32,
+    keep_duplicates: KeepDuplicates = False,
     context_length: ContextLength = None,
     query_index: Annotated[Optional[int], typer.Option("--query-index", help="Token used as the query (default: 0 = [CLS] for encoders, last for decoders).")] = None,
     samples: Samples = DEFAULTS["samples"],
@@ -81,7 +83,7 @@ def check(
         limit=limit, batch_size=batch_size, samples=settings.samples, threshold=settings.threshold, seed=settings.seed,
         rtol=settings.rtol, atol=settings.atol, device=settings.device, backend=backend.value if backend else None,
         weights=weights, context_length=context_length, query_index=query_index, sweep=sweep,
-        progress=progress_enabled(fmt.value), stop_when_decided=not all_draws,
+        progress=progress_enabled(fmt.value), stop_when_decided=not all_draws, keep_duplicates=keep_duplicates,
         on_note=lambda m: print(f"Note: {m}", file=sys.stderr),
     )
     if save_features is not None:
@@ -99,7 +101,7 @@ def _meta(model: str, result) -> dict:
     """The provenance stamp of an audit, with what each column read and how."""
     from ..io import stamp
 
-    meta = stamp(command="check", model=model, model_info=result.info, data=result.data, skipped=result.skipped,
+    meta = stamp(command="check", model=model, model_info=result.info, data=result.data, skipped=result.skipped, duplicates=result.duplicates,
                  notes=result.notes, timings_s=result.timings, **result.settings)
     meta["columns"] = {c.probe.variant: {"status": c.status, "reason": c.reason, "layer": c.probe.layer,
                                          "weights": c.probe.init, "describe": c.probe.describe(),

@@ -30,6 +30,7 @@ class Format(str, Enum):
     parquet = "parquet"
 
 
+KeepDuplicates = Annotated[bool, typer.Option("--keep-duplicates", help="Keep exact duplicate inputs (by default they are found before the forward pass, reported and dropped, the same ones in every column).")]
 FormatOpt = Annotated[Format, typer.Option("--format", help="table (people), json or parquet (stdout).")]
 Samples = Annotated[int, typer.Option("--samples", "-N", help="Monte-Carlo draws per candidate size.")]
 Threshold = Annotated[float, typer.Option("--threshold", help="Satisfied fraction at which a size counts as independent (0.99 reproduces the paper).")]

@@ -2,11 +2,12 @@
 
 Images (:func:`image_source`): the built-in offline default (seeded random crops of photographs
 shipped with scikit-image and scikit-learn), an image folder, a parquet file of image bytes, or a
-Hugging Face dataset. Text (:func:`text_source`): the built-in offline corpus (the standard
-library's Python reference help topics), .txt/.jsonl/.parquet files, or a Hugging Face dataset
-(``"wikipedia"`` is the paper's). The paper's BERT and GPT-2 input constructions are
-:func:`bert_pair_examples` and :func:`gpt_window_examples`; :func:`offline_tokenizer` finds a
-tokenizer for random-init text models without the network.
+Hugging Face dataset. Text (:func:`text_source`): the built-in offline corpus (the prose of the
+installed packages' docstrings, :func:`docstring_corpus`), .txt/.jsonl/.parquet files, or a
+Hugging Face dataset (``"wikipedia"`` is the paper's). The paper's BERT and GPT-2 input
+constructions are :func:`bert_pair_examples` and :func:`gpt_window_examples`;
+:func:`offline_tokenizer` finds a tokenizer for random-init text models without the network;
+:func:`find_duplicates` and :class:`DuplicateFinder` find exact duplicate inputs.
 """
 
 from .images import (
@@ -19,18 +20,10 @@ from .images import (
     ParquetImages,
     image_source,
 )
-from .text import (
-    BuiltinText,
-    HubText,
-    JsonlText,
-    ParquetText,
-    TextExamples,
-    TextFiles,
-    TextSource,
-    bert_pair_examples,
-    gpt_window_examples,
-    text_source,
-)
+from .corpus import Corpus, docstring_corpus
+from .duplicates import DuplicateFinder, Duplicates, find_duplicates
+from .examples import TextExamples, bert_pair_examples, gpt_window_examples
+from .text import BuiltinText, HubText, JsonlText, ParquetText, TextFiles, TextSource, text_source
 from .tokenizers import FallbackTokenizer, offline_tokenizer
 
 __all__ = [
@@ -38,6 +31,9 @@ __all__ = [
     "IMAGE_EXTENSIONS",
     "BuiltinImages",
     "BuiltinText",
+    "Corpus",
+    "DuplicateFinder",
+    "Duplicates",
     "FallbackTokenizer",
     "HubImages",
     "HubText",
@@ -50,6 +46,8 @@ __all__ = [
     "TextFiles",
     "TextSource",
     "bert_pair_examples",
+    "docstring_corpus",
+    "find_duplicates",
     "gpt_window_examples",
     "image_source",
     "offline_tokenizer",

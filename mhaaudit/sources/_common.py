@@ -1,15 +1,19 @@
-"""Helpers shared by the image and text sources: deciding what a ``data`` argument names, and
-opening Hugging Face datasets (hub ids or local dataset folders) with user-facing errors.
+"""Helpers shared by the sources: deciding what a ``data`` argument names, opening Hugging Face
+datasets (hub ids or local dataset folders) with user-facing errors, the generator of the
+sources' sampling (the seed rule's ``"data"`` purpose), and the cache folder.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataError, InputError, OfflineError
+import numpy as np
+
+from ..errors import DataError, InputError, OfflineError, one_line
 from ..hub import is_offline
 
 BUILTIN_NAMES = {"builtin", "built-in", "default"}
@@ -24,11 +28,30 @@ _FILE_SUFFIXES = {
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
 
 
-def one_line(exc: BaseException, limit: int = 300) -> str:
-    """The first non-empty line of an exception's message, shortened for a user message."""
-    text = str(exc).strip() or type(exc).__name__
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), text)
-    return line if len(line) <= limit else line[: limit - 3] + "..."
+def data_rng(seed: int, *index: int) -> np.random.Generator:
+    """The generator of the sources' sampling under the user's ``seed``:
+    ``numpy.random.default_rng(derive_seed(seed, "data", *index))``."""
+    from ..settings import derive_seed  # imported here: settings imports torch, the sources need not
+
+    return np.random.default_rng(derive_seed(seed, "data", *index))
+
+
+def cache_dir(sub: str) -> Path:
+    """The folder ``sub`` of mhaaudit's cache, created when missing: ``$MHAAUDIT_CACHE``, else
+    ``$XDG_CACHE_HOME/mhaaudit``, else ``~/.cache/mhaaudit``. When that cannot be written, a new
+    temporary folder (nothing is cached across runs then)."""
+    base = os.environ.get("MHAAUDIT_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "mhaaudit"
+    )
+    path = Path(base) / sub
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+        return path
+    except OSError:
+        return Path(tempfile.mkdtemp(prefix=f"mhaaudit-{sub.replace('/', '-')}-"))
 
 
 def is_builtin(data: str | None) -> bool:
@@ -94,7 +117,8 @@ def open_hf_dataset(data: str, *, split: str, config: str | None = None, what: s
     try:
         import datasets
     except ImportError as exc:  # pragma: no cover - a declared dependency
-        raise DataError(f"reading '{data}' needs the 'datasets' package: {one_line(exc)}") from None
+        raise DataError(f"reading '{data}' needs the 'datasets' package: "
+                        f"{one_line(exc, 300, first_line=True)}") from None
 
     label = f"'{data}'" + (f" (config {config})" if config else "")
     try:
@@ -105,13 +129,13 @@ def open_hf_dataset(data: str, *, split: str, config: str | None = None, what: s
             splits = _available_splits(msg, data, config)
             known = f"; available splits: {', '.join(splits)}" if splits else ""
             raise DataError(f"{what} dataset {label} has no split '{split}'{known}") from None
-        raise DataError(f"cannot open {what} dataset {label}: {one_line(exc)}") from None
+        raise DataError(f"cannot open {what} dataset {label}: {one_line(exc, 300, first_line=True)}") from None
     except (ConnectionError, TimeoutError) as exc:
         if not local:
             raise OfflineError(
-                f"cannot reach the Hugging Face hub for '{data}' ({one_line(exc)}); use {instead}"
+                f"cannot reach the Hugging Face hub for '{data}' ({one_line(exc, 300, first_line=True)}); use {instead}"
             ) from None
-        raise DataError(f"cannot open {what} dataset {label}: {one_line(exc)}") from None
+        raise DataError(f"cannot open {what} dataset {label}: {one_line(exc, 300, first_line=True)}") from None
     except Exception as exc:  # the datasets library raises many types; all are data problems here
         name = type(exc).__name__
         if "NotFound" in name or isinstance(exc, FileNotFoundError):
@@ -122,7 +146,7 @@ def open_hf_dataset(data: str, *, split: str, config: str | None = None, what: s
                 f"{what} dataset {label} is gated or private: accept its terms on the hub and log in "
                 "with `hf auth login`"
             ) from None
-        raise DataError(f"cannot open {what} dataset {label}: {one_line(exc)}") from None
+        raise DataError(f"cannot open {what} dataset {label}: {one_line(exc, 300, first_line=True)}") from None
 
 
 def _available_splits(message: str, data: str, config: str | None) -> list[str]:
@@ -147,6 +171,7 @@ def stream_rows(dataset, data: str):
         except StopIteration:
             return
         except (OSError, ConnectionError, ValueError, KeyError) as exc:
-            raise DataError(f"reading dataset '{data}' failed after {count} rows: {one_line(exc)}") from None
+            raise DataError(f"reading dataset '{data}' failed after {count} rows: "
+                            f"{one_line(exc, 300, first_line=True)}") from None
         count += 1
         yield row

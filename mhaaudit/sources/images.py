@@ -18,8 +18,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from ..errors import DataError, InputError
-from ._common import classify, is_builtin, is_local, one_line, open_hf_dataset, stream_rows
+from ..errors import DataError, InputError, one_line
+from ._common import classify, data_rng, is_builtin, is_local, open_hf_dataset, stream_rows
 
 __all__ = [
     "ImageSource",
@@ -201,10 +201,10 @@ class BuiltinImages(ImageSource):
     chosen uniformly (side uniform in ``TILE_SIDE`` of the photograph's shorter side, uniform
     position), turned by a multiple of 90 degrees, flipped with probability 0.5 and jittered in
     colour saturation, brightness and contrast (factors uniform in ``JITTER``), all from
-    ``numpy.random.default_rng(seed)``. A handful of photographs cropped one at a time gives
-    feature sets far less diverse than a real image collection (nearby crops of one photograph
-    are nearly collinear after a random embedding); tiles of independent crops restore enough
-    diversity for the paper's Table 1 pattern to show. Repeated parameters are redrawn, so the
+    ``numpy.random.default_rng(derive_seed(seed, "data"))``. A handful of photographs cropped one
+    at a time gives feature sets far less diverse than a real image collection (nearby crops of
+    one photograph are nearly collinear after a random embedding); tiles of independent crops
+    restore enough diversity for the paper's Table 1 pattern to show. Repeated parameters are redrawn, so the
     images are distinct; they are made while iterating and only the photographs are held.
     """
 
@@ -257,7 +257,7 @@ class BuiltinImages(ImageSource):
         return ImageEnhance.Contrast(im).enhance(contrast)
 
     def _generate(self) -> Iterator[Image.Image]:
-        rng = np.random.default_rng(self.seed)
+        rng = data_rng(self.seed)
         seen: set[tuple] = set()
         step = CROP_SIZE // self.GRID
         while True:
@@ -283,7 +283,7 @@ class ImageFolder(ImageSource):
                 and not any(part.startswith(".") for part in p.relative_to(root).parts)
             ]
         except OSError as exc:
-            raise DataError(f"cannot list image folder {root}: {one_line(exc)}") from None
+            raise DataError(f"cannot list image folder {root}: {one_line(exc, 300, first_line=True)}") from None
         if not files:
             exts = ", ".join(sorted(e.lstrip(".") for e in IMAGE_EXTENSIONS))
             raise DataError(f"image folder {root} holds no image files ({exts})")
@@ -347,7 +347,7 @@ class ParquetImages(ImageSource):
         try:
             meta = pq.ParquetFile(path)
         except Exception as exc:
-            raise DataError(f"cannot read parquet file {path}: {one_line(exc)}") from None
+            raise DataError(f"cannot read parquet file {path}: {one_line(exc, 300, first_line=True)}") from None
         self.column = _image_column_of(meta.schema_arrow, image_column, f"parquet file {path}")
         rows = meta.metadata.num_rows
         super().__init__(
@@ -368,7 +368,7 @@ class ParquetImages(ImageSource):
                         continue
                     yield image
         except OSError as exc:
-            raise DataError(f"reading parquet file {self.path} failed: {one_line(exc)}") from None
+            raise DataError(f"reading parquet file {self.path} failed: {one_line(exc, 300, first_line=True)}") from None
 
 
 class HubImages(ImageSource):

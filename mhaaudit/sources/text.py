@@ -1,32 +1,21 @@
-"""Text sources and the paper's two ways of turning documents into token sequences.
+"""Text sources: where documents come from.
 
-Sources yield documents (str) in a deterministic order: the built-in offline corpus, .txt files
-or folders, .jsonl and .parquet files, and Hugging Face datasets (streamed). The example builders
-follow the paper's protocol (Appendix J):
-
-- :func:`bert_pair_examples`: ``[CLS] s1 [SEP] s2`` of exactly n tokens, next-sentence style;
-- :func:`gpt_window_examples`: n consecutive tokens of a document with at least 1.5 n tokens.
-
-Both return :class:`TextExamples`. Every example is distinct (repeated draws are redrawn): two
-identical examples would make every query subset that holds both dependent.
+Sources yield documents (str) in a deterministic order: the built-in offline corpus (the prose of
+the installed packages' docstrings, :mod:`.corpus`), .txt files or folders, .jsonl and .parquet
+files, and Hugging Face datasets (streamed; ``"wikipedia"`` is the paper's data). Turning
+documents into the paper's token sequences is :mod:`.examples`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
-import numpy as np
 
-from ..errors import DataError, InputError
-from ._common import classify, is_builtin, is_local, one_line, open_hf_dataset, stream_rows
-from .tokenizers import FallbackTokenizer, offline_tokenizer
+from ..errors import DataError, InputError, one_line
+from ._common import classify, data_rng, is_builtin, is_local, open_hf_dataset, stream_rows
 
 __all__ = [
     "TextSource",
@@ -35,21 +24,13 @@ __all__ = [
     "JsonlText",
     "ParquetText",
     "HubText",
-    "TextExamples",
     "text_source",
-    "bert_pair_examples",
-    "gpt_window_examples",
-    "FallbackTokenizer",
-    "offline_tokenizer",
 ]
 
 WIKIPEDIA = ("wikimedia/wikipedia", "20231101.en")
 _OFFLINE_TEXT = ("a local .txt file or folder of .txt files, a .jsonl or .parquet file with a text "
                  "column, or the built-in default (no --data)")
 _PARAGRAPH = re.compile(r"\n[ \t]*\n")
-# Reading a streamed source stops after this many documents when too few qualify.
-_STREAM_READ_FACTOR = 20
-_STREAM_READ_MIN = 10_000
 
 
 class TextSource:
@@ -57,14 +38,18 @@ class TextSource:
 
     ``name`` describes the source for reports, ``skipped`` counts the records the current (or
     last) pass skipped (empty, not text, unreadable), ``streamed`` is True for hub datasets
-    (read lazily, possibly endless). ``grouped()`` yields ``(group, document)`` pairs: documents
-    with the same non-None group are consecutive parts (paragraphs) of one source, which the
-    example builders may join when single parts are too short. ``limit`` caps the documents.
+    (read lazily, possibly endless), ``sampled`` is True when the order is itself a random
+    sample of the source (the built-in corpus): the example builders then read these two kinds
+    only until enough documents qualify. ``grouped()`` yields ``(group, document)`` pairs:
+    documents with the same non-None group are consecutive parts (paragraphs, modules) of one
+    source, which the example builders may join when single parts are too short. ``limit`` caps
+    the documents.
     """
 
     name: str
     skipped: int
     streamed: bool = False
+    sampled: bool = False
 
     def __init__(self, name: str, limit: int | None = None) -> None:
         self.name = name
@@ -99,26 +84,36 @@ class TextSource:
 
 
 class BuiltinText(TextSource):
-    """The help topics of the Python language reference in the standard library
-    (``pydoc_data.topics.topics``), sorted by topic name; each topic is one document (its
-    paragraphs joined), and all topics count as one source, so consecutive topics may be joined."""
+    """The built-in corpus (:func:`~mhaaudit.sources.corpus.docstring_corpus`): one document
+    per module of the installed packages' documentation.
 
-    def __init__(self, limit: int | None = None) -> None:
-        from pydoc_data.topics import topics
+    The corpus is cut into blocks of consecutive modules of one package (at least
+    :data:`~mhaaudit.sources.corpus.BLOCK_WORDS` words each, or one longer module), and the
+    blocks are read in a random order drawn from ``derive_seed(seed, "data", 1)``; the modules of
+    a block are consecutive parts of one group, so the example builders may join short modules
+    within a block. Reading stops once enough documents qualify, so a small run reads a random
+    sample of blocks and a run at the paper's size reads the corpus.
+    """
 
-        self._topics = [(key, topics[key].strip()) for key in sorted(topics)]
-        paragraphs = sum(len([p for p in _PARAGRAPH.split(t) if p.strip()]) for _, t in self._topics)
-        words = sum(len(t.split()) for _, t in self._topics)
-        super().__init__(
-            f"built-in: the {len(self._topics)} help topics of the Python language reference in the "
-            f"standard library (pydoc_data.topics: {paragraphs} paragraphs, {words} words; each topic "
-            "joined into one document; offline default)",
-            limit,
-        )
+    sampled = True
+
+    def __init__(self, limit: int | None = None, seed: int = 0, packages: tuple[str, ...] | None = None) -> None:
+        from .corpus import docstring_corpus
+
+        self.corpus = docstring_corpus(packages)
+        if not self.corpus.documents:
+            raise DataError("the built-in text corpus is empty: no installed package documentation was found")
+        self.seed = seed
+        self.blocks = self.corpus.blocks()
+        super().__init__(f"{self.corpus.description}; read in {len(self.blocks)} blocks of consecutive modules "
+                         f"in a seeded order (seed {seed})", limit)
 
     def _generate(self) -> Iterator[tuple[str | None, str]]:
-        for _, text in self._topics:
-            yield "pydoc_data.topics", text
+        rng = data_rng(self.seed, 1)
+        for b in rng.permutation(len(self.blocks)).tolist():
+            start, stop = self.blocks[b]
+            for group, _module, text in self.corpus.documents[start:stop]:
+                yield f"{group}#{b}", text
 
 
 def _read_text(path: Path) -> str:
@@ -127,7 +122,7 @@ def _read_text(path: Path) -> str:
     except UnicodeDecodeError:
         raise DataError(f"{path} is not UTF-8 text") from None
     except OSError as exc:
-        raise DataError(f"cannot read {path}: {one_line(exc)}") from None
+        raise DataError(f"cannot read {path}: {one_line(exc, 300, first_line=True)}") from None
 
 
 class TextFiles(TextSource):
@@ -170,7 +165,7 @@ class JsonlText(TextSource):
         try:
             handle = self.path.open(encoding="utf-8")
         except OSError as exc:
-            raise DataError(f"cannot read {self.path}: {one_line(exc)}") from None
+            raise DataError(f"cannot read {self.path}: {one_line(exc, 300, first_line=True)}") from None
         with handle:
             try:
                 for line in handle:
@@ -199,7 +194,7 @@ class ParquetText(TextSource):
         try:
             meta = pq.ParquetFile(path)
         except Exception as exc:
-            raise DataError(f"cannot read parquet file {path}: {one_line(exc)}") from None
+            raise DataError(f"cannot read parquet file {path}: {one_line(exc, 300, first_line=True)}") from None
         names = list(meta.schema_arrow.names)
         column = text_column or "text"
         if column not in names:
@@ -220,7 +215,7 @@ class ParquetText(TextSource):
                         continue
                     yield None, value
         except OSError as exc:
-            raise DataError(f"reading parquet file {self.path} failed: {one_line(exc)}") from None
+            raise DataError(f"reading parquet file {self.path} failed: {one_line(exc, 300, first_line=True)}") from None
 
 
 class HubText(TextSource):
@@ -258,23 +253,22 @@ def text_source(data: str | None = None, *, split: str = "train", limit: int | N
                 text_column: str | None = None) -> TextSource:
     """The text source that ``data`` names.
 
-    - ``None`` or ``"builtin"``: the standard library's Python reference help topics
-      (:class:`BuiltinText`);
+    - ``None`` or ``"builtin"``: the prose of the installed packages' docstrings, read in a
+      seeded order (:class:`BuiltinText`);
     - a ``.txt`` file or a folder of ``.txt`` files (documents separated by blank lines);
     - a ``.jsonl`` file (field ``text`` or ``text_column``); a ``.parquet`` file (same column rule);
     - ``"wikipedia"``: the hub dataset ``wikimedia/wikipedia``, config ``20231101.en``, streamed
       (the paper's data);
     - any other hub dataset id (or ``hf:<id or local dataset folder>``), streamed, column ``text``.
 
-    ``limit`` caps the number of documents. ``seed`` is accepted for symmetry with
-    :func:`image_source`; text sources keep their own order. Raises OfflineError at once for a hub
+    ``limit`` caps the number of documents. ``seed`` orders the built-in corpus; the other
+    sources keep their own order. Raises OfflineError at once for a hub
     dataset while offline, DataError for missing or empty data, InputError for bad arguments.
     """
-    del seed  # documents keep the source's order; the example builders do the sampling
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise InputError(f"limit must be a positive number of documents, got {limit!r}")
     if is_builtin(data):
-        return BuiltinText(limit=limit)
+        return BuiltinText(limit=limit, seed=seed)
     kind, target = classify(data)
     if kind == "dir":
         if not any(p.suffix.lower() == ".txt" for p in target.rglob("*")) and any(
@@ -298,304 +292,3 @@ def text_source(data: str | None = None, *, split: str = "train", limit: int | N
                        label=f"hub dataset {repo} config {config} split {split} (English Wikipedia, "
                              "streamed; the paper's data)")
     return HubText(target, split=split, limit=limit, text_column=text_column)
-
-
-# ----------------------------------------------------------------------------------- examples
-
-
-@dataclass
-class TextExamples:
-    """Token-id sequences built from documents, with how they were made.
-
-    ``ids``: one list of exactly n token ids per example. ``is_next``: for BERT pairs, True when
-    s2 continues s1 in the same document, False when s2 was cut from another document; None for
-    GPT windows. ``description``: plain words for the report. ``doc_index``: the (possibly
-    joined) document each example (its s1) was cut from, an index into the qualifying documents;
-    ``starts``: the token offset of the example (of s1) in that document; ``s1_lengths``: len(s1)
-    for BERT pairs (the [SEP] sits at position ``s1_lengths[i] + 1``), None for GPT windows.
-    """
-
-    ids: list[list[int]]
-    is_next: list[bool] | None
-    description: str
-    doc_index: list[int] = field(default_factory=list)
-    starts: list[int] = field(default_factory=list)
-    s1_lengths: list[int] | None = None
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-
-@dataclass
-class _Corpus:
-    docs: list[list[int]]  # token ids of each qualifying document
-    read: int  # documents read from the source
-    joined: int  # qualifying documents made by joining consecutive parts of one source
-    too_short: int  # documents (or leftover parts) dropped because they stayed too short
-    source_name: str
-
-
-def _encode(tokenizer: Any, text: str) -> list[int]:
-    out = tokenizer(text, add_special_tokens=False)
-    ids = out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out
-    return [int(i) for i in ids]
-
-
-class _quiet_transformers:
-    """Silence the 'sequence longer than the model maximum' warning while tokenizing documents."""
-
-    def __enter__(self):
-        self.previous = None
-        try:
-            from transformers.utils import logging as hf_logging
-        except Exception:  # pragma: no cover - transformers is a dependency
-            return self
-        self.hf_logging = hf_logging
-        self.previous = hf_logging.get_verbosity()
-        hf_logging.set_verbosity_error()
-        return self
-
-    def __exit__(self, *exc):
-        if self.previous is not None:
-            self.hf_logging.set_verbosity(self.previous)
-        return False
-
-
-def _grouped(docs: Any) -> tuple[Iterator[tuple[str | None, str]], bool, str]:
-    if isinstance(docs, TextSource):
-        return docs.grouped(), docs.streamed, docs.name
-    if isinstance(docs, str):
-        raise InputError("docs must be a sequence of documents or a TextSource, not one string")
-    if not isinstance(docs, Iterable):
-        raise InputError(f"docs must be a sequence of documents or a TextSource, got {type(docs).__name__}")
-    size = len(docs) if isinstance(docs, Sequence) else None
-    name = f"{size} given documents" if size is not None else "the given documents"
-    return ((None, d) for d in docs if isinstance(d, str) and d.strip()), False, name
-
-
-def _collect(docs: Any, tokenizer: Any, min_tokens: int, wanted: int, drop: set[int]) -> _Corpus:
-    """Tokenize documents; keep those with at least ``min_tokens`` tokens; join runs of shorter
-    consecutive documents of the same group until they are long enough. A streamed source is read
-    only until ``wanted`` documents qualify (or a read cap is hit)."""
-    stream, streamed, source_name = _grouped(docs)
-    cap = max(_STREAM_READ_FACTOR * wanted, _STREAM_READ_MIN) if streamed else None
-    out: list[list[int]] = []
-    read = joined = too_short = 0
-    pending: list[int] = []
-    pending_group: str | None = None
-    pending_parts = 0
-
-    def flush() -> None:
-        nonlocal pending, pending_parts, too_short
-        if pending_parts:
-            too_short += pending_parts
-        pending, pending_parts = [], 0
-
-    with _quiet_transformers():
-        for group, text in stream:
-            read += 1
-            ids = _encode(tokenizer, text)
-            if drop:
-                ids = [i for i in ids if i not in drop]
-            if len(ids) >= min_tokens:
-                flush()
-                out.append(ids)
-            elif group is None:
-                flush()
-                too_short += 1
-            else:
-                if pending_parts and group != pending_group:
-                    flush()
-                pending_group = group
-                pending = pending + ids
-                pending_parts += 1
-                if len(pending) >= min_tokens:
-                    out.append(pending)
-                    joined += 1
-                    pending, pending_parts = [], 0
-            if streamed and (len(out) >= wanted or read >= cap):
-                break
-        flush()
-    return _Corpus(out, read, joined, too_short, source_name)
-
-
-def _check_common(n: int, count: int, seed: int) -> None:
-    for label, value in (("n", n), ("count", count), ("seed", seed)):
-        if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
-            raise InputError(f"{label} must be an integer, got {value!r}")
-    if count < 1:
-        raise InputError(f"count must be at least 1, got {count}")
-
-
-def _key(ids: list[int]) -> bytes:
-    return hashlib.blake2b(np.asarray(ids, dtype=np.int64).tobytes(), digest_size=16).digest()
-
-
-def _corpus_words(corpus: _Corpus, min_tokens: int, what: str) -> str:
-    joined = (f", {corpus.joined} of them made by joining consecutive paragraphs/documents of the "
-              "same source" if corpus.joined else "")
-    return (f"{len(corpus.docs)} {what} with at least {min_tokens} tokens{joined} "
-            f"(of {corpus.read} documents read from {corpus.source_name})")
-
-
-def _doc_picker(rng: np.random.Generator, n_docs: int, count: int):
-    """Documents for successive examples: all different while there are enough documents
-    (one example per document, as the paper did), else uniform with replacement."""
-    order = iter(rng.permutation(n_docs).tolist()) if n_docs >= count else iter(())
-
-    def pick() -> int:
-        # once the permutation is used up (only after rare repeated examples), reuse documents
-        d = next(order, None)
-        return int(rng.integers(n_docs)) if d is None else d
-
-    return pick
-
-
-def gpt_window_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int, count: int,
-                        seed: int = 0) -> TextExamples:
-    """The paper's GPT-2 inputs: ``count`` windows of ``n`` consecutive tokens, each from a
-    document with at least 1.5 n tokens, at a uniform random start (``numpy`` generator seeded
-    with ``seed``).
-
-    Documents of one source that are individually too short (e.g. paragraphs of a .txt file or
-    the built-in corpus) are joined with their consecutive neighbours until long enough; the
-    description says how many were. With at least ``count`` qualifying documents each example
-    comes from a different document; otherwise documents are reused with distinct windows.
-    Raises DataError when fewer than ``count`` distinct windows are possible.
-    """
-    _check_common(n, count, seed)
-    if n < 1:
-        raise InputError(f"n must be at least 1, got {n}")
-    min_tokens = math.ceil(1.5 * n)
-    corpus = _collect(docs, tokenizer, min_tokens, count, set())
-    lengths = [len(d) for d in corpus.docs]
-    possible = sum(length - n + 1 for length in lengths)
-    words = _corpus_words(corpus, min_tokens, "documents")
-    if possible < count:
-        raise DataError(f"only {possible} distinct {n}-token windows are possible from {words}; "
-                        f"{count} were asked for (use more text or a smaller count)")
-    rng = np.random.default_rng(int(seed))
-    pick = _doc_picker(rng, len(lengths), count)
-    # When most of the possible windows are needed, draw from the full list of them (without
-    # replacement), so that random redraws cannot fail to find the last free ones.
-    pool = None
-    if len(lengths) < count and 4 * count > possible:
-        pool = [(d, s) for d, length in enumerate(lengths) for s in range(length - n + 1)]
-        pool = [pool[i] for i in rng.permutation(len(pool))]
-    ids: list[list[int]] = []
-    doc_index: list[int] = []
-    starts: list[int] = []
-    seen: set[bytes] = set()
-    used: set[tuple[int, int]] = set()
-    attempts = 0
-    max_attempts = 20 * count + 1000
-    while len(ids) < count:
-        attempts += 1
-        if attempts > max_attempts or (pool is not None and attempts > len(pool)):
-            raise DataError(f"could build only {len(ids)} distinct {n}-token windows from {words}; "
-                            f"{count} were asked for")
-        if pool is not None:
-            d, start = pool[attempts - 1]
-        else:
-            d = pick()
-            start = int(rng.integers(lengths[d] - n + 1))
-        if (d, start) in used:
-            continue
-        used.add((d, start))
-        window = corpus.docs[d][start:start + n]
-        key = _key(window)
-        if key in seen:
-            continue
-        seen.add(key)
-        ids.append(window)
-        doc_index.append(d)
-        starts.append(start)
-    reuse = "one per document" if len(lengths) >= count else "documents reused with distinct windows"
-    description = (
-        f"{count} GPT-style windows of {n} consecutive tokens ({reuse}, uniform random starts, seed {seed}) "
-        f"from {words}"
-    )
-    return TextExamples(ids, None, description, doc_index, starts, None)
-
-
-def bert_pair_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int, count: int,
-                       seed: int = 0) -> TextExamples:
-    """The paper's BERT inputs: ``[CLS] s1 [SEP] s2`` of exactly ``n`` token ids.
-
-    For each example (``numpy`` generator seeded with ``seed``): len(s1) is uniform in
-    [5, n - 7) (the paper's [5, n-2-5)); s2 has the remaining n - 2 - len(s1) tokens; with
-    probability 0.5 s2 continues s1 in the same document (``is_next`` True), else it is cut at a
-    random place from another random document (``is_next`` False). s1 and s2 come from documents
-    with at least n - 2 tokens; shorter consecutive parts of one source are joined first. [CLS]
-    and [SEP] ids come from ``tokenizer.cls_token_id`` / ``sep_token_id`` and are removed from
-    the documents' own tokens, so each example holds exactly one [SEP], at ``len(s1) + 1``.
-    Returns :class:`TextExamples`; DataError when too few documents or distinct examples exist.
-    """
-    _check_common(n, count, seed)
-    if n < 13:
-        raise InputError(f"BERT-style pairs need n of at least 13 (len(s1) is drawn from [5, n-7)), got {n}")
-    cls_id = getattr(tokenizer, "cls_token_id", None)
-    sep_id = getattr(tokenizer, "sep_token_id", None)
-    if cls_id is None or sep_id is None:
-        raise InputError("the tokenizer has no [CLS]/[SEP] token ids; BERT-style pairs need both")
-    cls_id, sep_id = int(cls_id), int(sep_id)
-    body = n - 2
-    corpus = _collect(docs, tokenizer, body, count, {cls_id, sep_id})
-    lengths = [len(d) for d in corpus.docs]
-    words = _corpus_words(corpus, body, "documents")
-    if len(lengths) < 2:
-        raise DataError(f"BERT-style pairs need at least 2 documents with at least {body} tokens; "
-                        f"found {words}")
-    possible = sum(length - body + 1 for length in lengths)
-    if possible < count:
-        raise DataError(f"only about {possible} distinct {n}-token pairs are possible from {words}; "
-                        f"{count} were asked for (use more text or a smaller count)")
-    rng = np.random.default_rng(int(seed))
-    pick = _doc_picker(rng, len(lengths), count)
-    ids: list[list[int]] = []
-    is_next: list[bool] = []
-    doc_index: list[int] = []
-    starts: list[int] = []
-    s1_lengths: list[int] = []
-    seen: set[bytes] = set()
-    attempts = 0
-    max_attempts = 20 * count + 1000
-    while len(ids) < count:
-        attempts += 1
-        a = pick()
-        if attempts > max_attempts:
-            raise DataError(f"could build only {len(ids)} distinct {n}-token pairs from {words}; "
-                            f"{count} were asked for")
-        s1_len = int(rng.integers(5, n - 7))
-        s2_len = body - s1_len
-        nxt = bool(rng.random() < 0.5)
-        doc_a = corpus.docs[a]
-        if nxt:
-            start = int(rng.integers(lengths[a] - body + 1))
-            s1 = doc_a[start:start + s1_len]
-            s2 = doc_a[start + s1_len:start + body]
-        else:
-            start = int(rng.integers(lengths[a] - s1_len + 1))
-            s1 = doc_a[start:start + s1_len]
-            b = int(rng.integers(len(lengths) - 1))
-            b += b >= a
-            cut = int(rng.integers(lengths[b] - s2_len + 1))
-            s2 = corpus.docs[b][cut:cut + s2_len]
-        example = [cls_id, *s1, sep_id, *s2]
-        key = _key(example)
-        if key in seen:
-            continue
-        seen.add(key)
-        ids.append(example)
-        is_next.append(nxt)
-        doc_index.append(a)
-        starts.append(start)
-        s1_lengths.append(s1_len)
-    k = sum(is_next)
-    reuse = "one per document" if len(lengths) >= count else "documents reused"
-    description = (
-        f"{count} BERT-style '[CLS] s1 [SEP] s2' pairs of exactly {n} tokens (seed {seed}; len(s1) uniform "
-        f"in [5, {n - 7}); s2 continues s1 in the same document for {k}, cut from another random "
-        f"document for {count - k}; {reuse}) from {words}"
-    )
-    return TextExamples(ids, is_next, description, doc_index, starts, s1_lengths)

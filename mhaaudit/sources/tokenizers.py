@@ -15,11 +15,11 @@ import importlib.util
 import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ._common import cache_dir
 
 __all__ = ["FallbackTokenizer", "offline_tokenizer"]
 
@@ -83,21 +83,6 @@ class FallbackTokenizer:
         return {"input_ids": [self.encode(t, add_special_tokens) for t in text]}
 
 
-def _cache_dir(sub: str) -> Path:
-    base = os.environ.get("MHAAUDIT_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "mhaaudit"
-    )
-    path = Path(base) / sub
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-        return path
-    except OSError:
-        return Path(tempfile.mkdtemp(prefix=f"mhaaudit-{sub.replace('/', '-')}-"))
-
-
 def _quiet_tokenizer_load(loader, folder: Path):
     from transformers.utils import logging as hf_logging
 
@@ -137,7 +122,7 @@ def _gpt2_bpe() -> tuple[Any, str] | None:
             break
     if data is None:
         return None
-    folder = _cache_dir("tokenizers/gpt2")
+    folder = cache_dir("tokenizers/gpt2")
     for source, target in (("encoder.json", "vocab.json"), ("vocab.bpe", "merges.txt")):
         src, dst = data / source, folder / target
         if not dst.is_file() or dst.stat().st_size != src.stat().st_size:

@@ -1,149 +1,76 @@
-"""Numerical rank with an explicit tolerance rule, and a fast exact full-rank decision.
+"""Torch certificates of numerical rank: exact decisions, and the rounding bounds behind them.
 
-The rule is part of every result. The default is the paper's convention, the one
-``torch.linalg.matrix_rank`` uses: singular values above ``sigma_max * max(rows, cols) * eps``
-count, with ``eps`` the machine epsilon of the features' *own* dtype (float32 for model
-activations). We always compute in float64 and never in TF32 or reduced precision.
+``svd_rank`` is the reference: the float64 SVD that ``torch.linalg.matrix_rank`` uses, under a
+``RankRule``. Everything else here decides the same question faster and provably the same way.
 
 ``decide_full_rank`` answers "is this k x d subset of rows of full rank k under the rule?" for
 many subsets at once. It works on k x k Gram matrices in float64: a Cholesky factorisation of
 ``G - s I`` succeeds exactly when every eigenvalue of ``G`` exceeds ``s`` (up to a rounding error
-we bound and keep away from), and ``sigma_min^2 = lambda_min(G)``. Two shifted factorisations,
-at the largest and smallest tolerance compatible with bounds on ``sigma_max``, decide almost
-every draw; the few whose smallest singular value lies near the tolerance are re-checked with
-the same SVD that ``torch.linalg.matrix_rank`` uses. The decision therefore equals
-``matrix_rank(rows.double(), rtol=..., atol=...) == k`` for every draw.
+we bound, ``cholesky_margins``, and keep away from), and ``sigma_min^2 = lambda_min(G)``. Two
+shifted factorisations, at the largest and smallest tolerance compatible with bounds on
+``sigma_max`` (``lambda_max_bounds``), decide almost every draw; the few whose smallest singular
+value lies near the tolerance are re-checked from eigenvalues (``rounding_margin``) or with the
+same SVD that ``torch.linalg.matrix_rank`` uses. The decision therefore equals
+``matrix_rank(rows.double(), rtol=..., atol=...) == k`` for every draw: these are proofs under
+the rule, not estimates. ``decide_prefix_full_rank`` does the same for leading blocks of
+different sizes at once, and ``gram_rank`` gives the rank itself.
+
+Callers hand in Gram matrices of rows rescaled by ``numerics.scale`` (largest entry in
+[0.5, 1)), so nothing squared overflows. A Gram matrix that is still too small for its squares
+and products to be trusted (``TINY_GRAM``: rows some 2^-200 smaller than the largest) is never
+decided by a certificate but by ``svd_rank``, which rescales each matrix by its own power of two.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import math
 from dataclasses import dataclass
 
 import torch
 
-from .errors import InputError
+from .rule import RankRule
+from .scale import exponent_of, ldexp
+
+__all__ = [
+    "EPS64",
+    "TINY_GRAM",
+    "Decision",
+    "cholesky_margins",
+    "decide_full_rank",
+    "decide_prefix_full_rank",
+    "eigvalsh",
+    "gram_rank",
+    "lambda_max_bounds",
+    "rounding_margin",
+    "svd_rank",
+]
 
 EPS64 = float(torch.finfo(torch.float64).eps)
-
-
-_NUMERICS_DEPTH = 0
-
-
-@contextlib.contextmanager
-def numerics(threads: int | None = None):
-    """The setting for rank computations: subnormals flushed to zero, optionally fewer threads.
-
-    Eigen- and singular-value routines on nearly rank-deficient matrices (T copies of one [CLS]
-    vector, say) can spend most of their time in subnormal arithmetic; values below 2.2e-308 lie
-    far below any rank tolerance, so no decision changes. On shared cores, multi-threaded LAPACK
-    calls on mid-sized matrices can be erratic; ``threads=1`` avoids that where it does not cost.
-    """
-    global _NUMERICS_DEPTH
-    before = torch.get_num_threads()
-    outermost = _NUMERICS_DEPTH == 0
-    flushed = torch.set_flush_denormal(True) if outermost else False
-    _NUMERICS_DEPTH += 1
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        _NUMERICS_DEPTH -= 1
-        if threads is not None:
-            torch.set_num_threads(before)
-        if flushed:
-            torch.set_flush_denormal(False)
-
-
-def with_numerics(threads: int | None = None):
-    """Decorator form of ``numerics``."""
-
-    def wrap(fn):
-        @functools.wraps(fn)
-        def inner(*args, **kwargs):
-            with numerics(threads):
-                return fn(*args, **kwargs)
-
-        return inner
-
-    return wrap
-
-
-def _check_tols(rtol: float | None, atol: float | None) -> None:
-    for name, v in (("rtol", rtol), ("atol", atol)):
-        if v is not None and (not math.isfinite(v) or v < 0):
-            raise InputError(f"--{name} must be a finite number >= 0, got {v}")
-
-
-@dataclass(frozen=True)
-class RankRule:
-    """Which singular values count as non-zero.
-
-    ``tol = max(atol, rtol * sigma_max)``; with neither given, ``rtol = max(rows, cols) * eps``
-    (``eps`` of the features' dtype) and ``atol = 0``; with only ``atol > 0`` given, ``rtol = 0``.
-    These are ``torch.linalg.matrix_rank``'s semantics.
-    """
-
-    rtol: float | None = None
-    atol: float | None = None
-    eps: float = float(torch.finfo(torch.float32).eps)
-    dtype: str = "float32"
-
-    @classmethod
-    def for_dtype(cls, dtype: torch.dtype | str, rtol: float | None = None, atol: float | None = None) -> "RankRule":
-        _check_tols(rtol, atol)
-        if isinstance(dtype, str):
-            dtype = getattr(torch, dtype)
-        if not dtype.is_floating_point:
-            dtype = torch.float64
-        return cls(rtol=rtol, atol=atol, eps=float(torch.finfo(dtype).eps), dtype=str(dtype).replace("torch.", ""))
-
-    def rtol_for(self, rows: int, cols: int) -> float:
-        if self.rtol is not None:
-            return float(self.rtol)
-        if self.atol is not None and self.atol > 0:
-            return 0.0
-        return max(rows, cols) * self.eps
-
-    @property
-    def atol_value(self) -> float:
-        return float(self.atol or 0.0)
-
-    def tol(self, sigma_max: torch.Tensor | float, rows: int, cols: int):
-        """The tolerance for a rows x cols matrix with largest singular value ``sigma_max``."""
-        r = self.rtol_for(rows, cols)
-        if isinstance(sigma_max, torch.Tensor):
-            return torch.clamp(sigma_max * r, min=self.atol_value)
-        return max(self.atol_value, r * float(sigma_max))
-
-    def describe(self) -> str:
-        if self.rtol is None and not (self.atol and self.atol > 0):
-            return (
-                f"sigma > sigma_max * max(rows, cols) * eps({self.dtype}) with eps = {self.eps:.3g} "
-                "(torch.linalg.matrix_rank's default), computed in float64"
-            )
-        return f"sigma > max(atol = {self.atol_value:.3g}, rtol = {self.rtol_for(1, 1):.3g} * sigma_max), computed in float64"
-
-    def as_dict(self) -> dict:
-        return {"rtol": self.rtol, "atol": self.atol, "eps": self.eps, "dtype": self.dtype, "rule": self.describe()}
+TINY_GRAM = 2.0**-400
+"""A Gram matrix whose largest diagonal entry is below this is decided by the SVD of its rows,
+never by a certificate. Above it, squares of its entries (Frobenius norms) lose at most a
+relative k^2 2^-222 to underflow, and flushed products in forming and factorising it stay far
+below the rounding margins; below it, neither is true. Data rescaled by ``numerics.scale`` have
+Gram diagonals near 1, so only rows some 2^-200 smaller than the largest ever get here."""
 
 
 def svd_rank(rows: torch.Tensor, rule: RankRule):
     """Exact numerical rank of ``(..., m, c)`` matrices under ``rule`` (float64 SVD).
 
-    Returns ``(rank, sigma_min, sigma_max, tol, singular_values)`` where ``sigma_min`` is the
-    ``min(m, c)``-th singular value.
+    Each matrix is divided by its own power of two first (``scale.exponent_of``: exact), and the
+    absolute tolerance with it, so the rank does not depend on the matrix's scale. Returns
+    ``(rank, sigma_min, sigma_max, tol, singular_values)`` in the units of ``rows``, where
+    ``sigma_min`` is the ``min(m, c)``-th singular value.
     """
     x = rows.to(torch.float64)
-    s = torch.linalg.svdvals(x)
     m, c = x.shape[-2], x.shape[-1]
+    e = exponent_of(x, dims=(-2, -1))
+    s = torch.linalg.svdvals(ldexp(x, -e[..., None, None]))
     smax = s[..., 0]
-    tol = rule.tol(smax, m, c)
+    atol = ldexp(torch.full_like(smax, rule.atol_value), -e)
+    tol = torch.maximum(smax * rule.rtol_for(m, c), atol)
     rank = (s > tol.unsqueeze(-1)).sum(-1)
-    return rank, s[..., -1], smax, tol, s
+    return rank, ldexp(s[..., -1], e), ldexp(smax, e), ldexp(tol, e), ldexp(s, e[..., None])
 
 
 def eigvalsh(G: torch.Tensor) -> torch.Tensor:
@@ -161,15 +88,17 @@ def gram_rank(G: torch.Tensor, rows_fn, d: int, rule: RankRule) -> torch.Tensor:
 
     Eigenvalues of G are the squared singular values of the rows, accurate to a rounding error
     we bound; a subset with an eigenvalue within that error of the tolerance is recomputed with
-    the SVD, so the result equals ``svd_rank`` on the rows.
+    the SVD, so the result equals ``svd_rank`` on the rows. So is a Gram matrix too small to
+    trust (``TINY_GRAM``).
     """
     k = G.shape[-1]
     lam = eigvalsh(G).clamp_min(0)  # ascending
     lmax = lam[..., -1]
     tol2 = rule.tol(lmax.sqrt(), k, d) ** 2
-    err = _rounding_margin(k, d, lmax)
+    err = rounding_margin(k, d, lmax)
     rank = (lam > tol2[:, None]).sum(-1)
     ambiguous = ((lam - tol2[:, None]).abs() <= err[:, None] + 1e-6 * tol2[:, None]).any(-1)
+    ambiguous |= G.diagonal(dim1=-2, dim2=-1).amax(-1) < TINY_GRAM
     if bool(ambiguous.any()):
         idx = ambiguous.nonzero().squeeze(-1)
         for chunk in idx.split(64):
@@ -177,7 +106,7 @@ def gram_rank(G: torch.Tensor, rows_fn, d: int, rule: RankRule) -> torch.Tensor:
     return rank
 
 
-def _lambda_max_bounds(G: torch.Tensor, iters: int = 8):
+def lambda_max_bounds(G: torch.Tensor, iters: int = 8):
     """Lower and upper bounds on the largest eigenvalue of PSD ``(B, k, k)`` matrices.
 
     Lower: the larger of the largest diagonal entry and a power-iteration Rayleigh quotient rho.
@@ -203,9 +132,13 @@ def _lambda_max_bounds(G: torch.Tensor, iters: int = 8):
     return lo, hi
 
 
-def _rounding_margin(k: int, d: int, lam_hi: torch.Tensor) -> torch.Tensor:
-    # Rounding in forming G (d-term dot products) and in the factorisation (k-term sums),
-    # bounded generously: a decision is only taken when it survives this much perturbation.
+def rounding_margin(k: int, d: int, lam_hi: torch.Tensor) -> torch.Tensor:
+    """How far eigenvalues of a k x k Gram matrix of rows of length d, computed in float64, may
+    lie from the squared singular values of the rows, given ``lam_hi`` >= the largest one.
+
+    Rounding in forming G (d-term dot products) and in the factorisation (k-term sums), bounded
+    generously: a decision is only taken when it survives this much perturbation.
+    """
     return 8.0 * (k + d) * math.sqrt(k) * EPS64 * lam_hi
 
 
@@ -252,7 +185,7 @@ def decide_full_rank(G: torch.Tensor, rows_fn, k: int, d: int, rule: RankRule, d
     and is left as it was on return); ``rows_fn(idx)`` returns the ``(len(idx), k, d)`` rows of
     the subsets at batch positions ``idx`` for exact re-checks. ``deficient_first`` runs the
     test that certifies dependence first (cheaper when most subsets are dependent); the
-    decisions do not depend on the order.
+    decisions do not depend on the order. A Gram matrix below ``TINY_GRAM`` goes to the SVD.
     """
     B = G.shape[0]
     dev = G.device
@@ -264,8 +197,10 @@ def decide_full_rank(G: torch.Tensor, rows_fn, k: int, d: int, rule: RankRule, d
     a = rule.atol_value
     hi = torch.linalg.matrix_norm(G)  # Frobenius norm >= lambda_max: one pass over G
     gdiag = G.diagonal(dim1=-2, dim2=-1)
-    m_full, m_def = cholesky_margins(k, d, gdiag.sum(-1), gdiag.amax(-1))
-    undecided = torch.ones(B, dtype=torch.bool, device=dev)
+    maxdiag = gdiag.amax(-1)
+    m_full, m_def = cholesky_margins(k, d, gdiag.sum(-1), maxdiag)
+    tiny = maxdiag < TINY_GRAM
+    undecided = ~tiny
 
     def shifted_info(idx: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
         """Cholesky of G - shift I for the subsets idx; info > 0 where it is not positive definite."""
@@ -292,7 +227,7 @@ def decide_full_rank(G: torch.Tensor, rows_fn, k: int, d: int, rule: RankRule, d
 
     def test_deficient(idx: torch.Tensor) -> None:
         # lambda_min(G) < s_lo <= the squared tolerance: dependent
-        lo, hi2 = _lambda_max_bounds(G[idx] if idx.numel() < B else G)
+        lo, hi2 = lambda_max_bounds(G[idx] if idx.numel() < B else G)
         s_lo = torch.clamp(r * lo.sqrt(), min=a) ** 2 * (1 - delta) - m_def[idx]
         info = shifted_info(idx, s_lo)
         undecided[idx[(info > 0) & (s_lo > 0)]] = False  # a non-positive shift certifies nothing
@@ -316,11 +251,12 @@ def decide_full_rank(G: torch.Tensor, rows_fn, k: int, d: int, rule: RankRule, d
         lam = eigvalsh(G[idx])
         lmin, lmax = lam[:, 0], lam[:, -1].clamp_min(0)
         tau = torch.clamp(r * lmax.sqrt(), min=a) ** 2
-        err = _rounding_margin(k, d, lmax)
+        err = rounding_margin(k, d, lmax)
         clear = (lmin - tau).abs() > err + 1e-6 * tau
         full[idx[clear]] = lmin[clear] > tau[clear]
         exact[idx[clear]] = True
         undecided[idx[clear]] = False
+    undecided |= tiny
     if bool(undecided.any()):
         idx = undecided.nonzero().squeeze(-1)
         for chunk in idx.split(64):
@@ -347,7 +283,7 @@ def decide_prefix_full_rank(G: torch.Tensor, ks: torch.Tensor, rows_fn, d: int, 
         return Decision(full, exact)
     pad = torch.arange(M, device=dev)[None, :] >= ks[:, None]  # (B, M)
     Gm = G.masked_fill(pad[:, :, None] | pad[:, None, :], 0.0)
-    lo, hi = _lambda_max_bounds(Gm)
+    lo, hi = lambda_max_bounds(Gm)
     kf = ks.to(G.dtype)
     if rule.rtol is not None:
         r = torch.full_like(kf, float(rule.rtol))
@@ -357,12 +293,14 @@ def decide_prefix_full_rank(G: torch.Tensor, ks: torch.Tensor, rows_fn, d: int, 
         r = torch.clamp(kf, min=float(d)) * rule.eps
     a = rule.atol_value
     gdiag = Gm.diagonal(dim1=-2, dim2=-1)
-    m_full, m_def = cholesky_margins(kf, d, gdiag.sum(-1), gdiag.amax(-1))
+    maxdiag = gdiag.amax(-1)
+    m_full, m_def = cholesky_margins(kf, d, gdiag.sum(-1), maxdiag)
     s_hi = torch.clamp(r * hi.sqrt(), min=a) ** 2 * (1 + delta) + m_full
     s_lo = torch.clamp(r * lo.sqrt(), min=a) ** 2 * (1 - delta) - m_def
     undecided = torch.ones(B, dtype=torch.bool, device=dev)
+    trusted = maxdiag >= TINY_GRAM  # the others go to decide_full_rank, hence to the SVD
     for shift, certifies_full in ((s_hi, True), (s_lo, False)):
-        idx = undecided.nonzero().squeeze(-1)
+        idx = (undecided & trusted).nonzero().squeeze(-1)
         if idx.numel() == 0:
             break
         Gi = Gm[idx]

@@ -1,0 +1,49 @@
+"""Kruskal-rank evidence for a set of T vectors in R^d (the rows of a T x d matrix).
+
+The Kruskal rank is the largest k such that *every* k rows are linearly independent. It is
+NP-hard to compute, so this package produces evidence of three kinds, each labelled with what
+it proves:
+
+* an **estimate**: Monte-Carlo draws of k distinct rows, the fraction of full-rank draws with a
+  95% Clopper-Pearson interval (``subset_test``, in ``fixed``), or that fraction for every k at
+  once (``kruskal_sweep``, in ``sweep``);
+* a certified **ceiling**: a dependent subset that was found (its indices and singular values
+  are kept as the witness; Kruskal rank <= its size - 1), or the numerical rank of the whole
+  set, which no subset can exceed (``set_stats``, in ``bounds``);
+* a certified **floor**: the Babel-function (cumulative coherence) bound, which proves every
+  subset up to a size is independent under the tolerance rule (``babel_floor``, in ``bounds``).
+
+All rank decisions use one ``RankRule`` and equal ``torch.linalg.matrix_rank`` on the same
+float64 rows with the same tolerance (see ``mhaaudit.numerics``). They are taken on the data
+divided by an exact power of two (``numerics.scale``), so the data's scale never changes a
+verdict, a fraction, a draw or a witness; singular values and tolerances are reported in the
+data's own units. The modules: ``results``
+(the result objects), ``sampling`` (the block-seeded draws and Gram gathers), ``fixed`` (the
+test at one size), ``sweep`` (every size at once), ``bounds`` (floor, ceiling, brute force).
+"""
+
+from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
+from .bounds import babel_floor, exact_kruskal_rank, set_stats
+from .fixed import draw_decisions, shrink_witness, subset_test
+from .results import Bound, SetStats, SubsetTest, Sweep, Witness, clopper_pearson
+from .sampling import as_matrix
+from .sweep import kruskal_sweep
+
+__all__ = [
+    "DEFAULT_SAMPLES",
+    "DEFAULT_THRESHOLD",
+    "Bound",
+    "SetStats",
+    "SubsetTest",
+    "Sweep",
+    "Witness",
+    "as_matrix",
+    "babel_floor",
+    "clopper_pearson",
+    "draw_decisions",
+    "exact_kruskal_rank",
+    "kruskal_sweep",
+    "set_stats",
+    "shrink_witness",
+    "subset_test",
+]

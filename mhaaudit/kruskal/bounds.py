@@ -1,0 +1,135 @@
+"""Bounds on the Kruskal rank that hold for every subset: proofs, not estimates.
+
+* ``set_stats``: the singular values and row norms of the whole set. The numerical rank of the
+  whole set bounds the rank of every subset, so ``SetStats.ceiling`` is a certified ceiling.
+* ``babel_floor``: the Babel-function (cumulative coherence) bound, a certified floor: every
+  subset up to that size is independent under the rule.
+* ``exact_kruskal_rank``: the Kruskal rank by enumerating every subset (small cases only; the
+  brute-force oracle the tests check the estimator and the bounds against).
+
+Each works on the data divided by an exact power of two (``numerics.scale``) and squares no norm
+it does not have to, so the bounds do not depend on the data's scale.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import torch
+
+from ..errors import InputError
+from ..numerics import EPS64, RankRule, rounding_margin, row_norms, scaled, svd_rank, with_numerics
+from .results import Bound, SetStats
+from .sampling import as_matrix
+
+__all__ = ["babel_floor", "exact_kruskal_rank", "set_stats"]
+
+
+@with_numerics(threads=1)
+def set_stats(X: torch.Tensor, rule: RankRule) -> SetStats:
+    """Singular values and row norms of the whole set (eigenvalues of the smaller Gram matrix;
+    an SVD when one of them sits within rounding error of the tolerance), computed on the data
+    divided by an exact power of two (``numerics.scale``) and kept in those units."""
+    unit = scaled(X, rule)
+    X64, rule = unit.X, unit.rule
+    T, d = X64.shape
+    norms = torch.sort(row_norms(X64)).values
+    G = X64.T @ X64 if d <= T else X64 @ X64.T
+    lam_asc, vecs = torch.linalg.eigh(G)
+    lam = lam_asc.flip(0).clamp_min(0)
+    lmax = float(lam[0])
+    top = vecs[:, -1]
+    v1 = top if d <= T else X64.T @ top
+    v1 = v1 / v1.norm().clamp_min(1e-300)
+    proj_norms = torch.cumsum(torch.sort((X64 @ v1) ** 2).values, 0).sqrt()
+    err = float(rounding_margin(max(T, d), min(T, d), torch.tensor(lmax)))
+    # The smallest tolerance any subset can get; the Gram route is used only when its rounding
+    # error is far below that, and otherwise the SVD of the rows.
+    tol_floor = rule.tol(float(norms[0]), 1, d)
+    if err * 1e4 < tol_floor**2:
+        s = lam.sqrt()
+        sv_error = math.sqrt(err * 1e4) / 100.0
+    else:
+        s = torch.linalg.svdvals(X64)
+        sv_error = 8.0 * max(T, d) * EPS64 * float(s[0]) if s.numel() else 0.0
+    s_list = tuple(float(v) for v in s.cpu())
+    tol = rule.tol(s_list[0] if s_list else 0.0, T, d)
+    return SetStats(
+        T=T,
+        d=d,
+        rank=int(sum(1 for v in s_list if v > tol)),
+        unit_singular_values=s_list,
+        unit_row_norms=tuple(float(v) for v in norms.cpu()),
+        zero_rows=int((norms == 0).sum()),
+        unit_sv_error=sv_error,
+        unit_proj_norms=tuple(float(v) for v in proj_norms.cpu()),
+        exponent=unit.exponent,
+    )
+
+
+@with_numerics()
+def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_block: int = 1024) -> Bound:
+    """Certified floor from the Babel function mu1(m) (cumulative coherence).
+
+    Any k rows with mu1(k-1) < 1 have a normalised Gram matrix with smallest eigenvalue at least
+    1 - mu1(k-1) (Gershgorin), so sigma_min(X_S)^2 >= min_norm^2 (1 - mu1) and
+    sigma_max(X_S)^2 <= max_norm^2 (1 + mu1); the floor is the largest k for which that lower
+    bound clears the tolerance. k = 1 needs only non-zero rows. Computed on the data divided by an
+    exact power of two (``numerics.scale``), and without squaring norms.
+    """
+    unit = scaled(X, rule)
+    X64, rule = unit.X, unit.rule
+    T, d = X64.shape
+    kmax = min(kmax or min(T, d), T, d)
+    norms = row_norms(X64)
+    nmin, nmax = float(norms.min()), float(norms.max())
+    what = "every {k} rows are independent under the tolerance rule (Babel-function bound; a proof)"
+    if nmin == 0 or nmin <= rule.atol_value:
+        return Bound(0, "babel", "a zero row exists, so no floor above 0 can be proven")
+    Xn = X64 / norms[:, None]
+    m = max(0, kmax - 1)
+    mu1 = torch.zeros(m + 1, dtype=torch.float64, device=X64.device)
+    if m > 0:
+        for s in range(0, T, row_block):
+            C = (Xn[s : s + row_block] @ Xn.T).abs()
+            r = torch.arange(s, min(s + row_block, T), device=X64.device)
+            C[torch.arange(len(r)), r] = 0.0
+            top = C.topk(min(m, T - 1), dim=1).values
+            cums = torch.cumsum(top, dim=1).amax(0)
+            mu1[1 : cums.numel() + 1] = torch.maximum(mu1[1 : cums.numel() + 1], cums)
+    mu1 = mu1 + 1e-12  # rounding slack
+    best = 0
+    for k in range(1, kmax + 1):
+        mu = float(mu1[k - 1]) if k >= 2 else 0.0
+        if mu >= 1:
+            break
+        tol = rule.tol(nmax * math.sqrt(1 + mu), k, d)
+        if nmin * math.sqrt(1 - mu) > tol:
+            best = k
+        else:
+            break
+    return Bound(best, "babel", what.format(k=best))
+
+
+def exact_kruskal_rank(X, rule: RankRule | None = None, max_subsets: int = 2_000_000) -> int:
+    """The Kruskal rank by enumerating every subset (small cases only; used to test the bounds)."""
+    X = as_matrix(X)
+    rule = rule or RankRule.for_dtype(X.dtype)
+    T, d = X.shape
+    X64 = X.to(torch.float64)
+    best = 0
+    for k in range(1, min(T, d) + 1):
+        if math.comb(T, k) > max_subsets:
+            raise InputError(f"too many subsets to enumerate at k = {k} (C({T}, {k}) > {max_subsets})")
+        combos = torch.tensor(list(itertools.combinations(range(T), k)), dtype=torch.long)
+        ok = True
+        for part in combos.split(4096):
+            rank, *_ = svd_rank(X64[part], rule)
+            if bool((rank < k).any()):
+                ok = False
+                break
+        if not ok:
+            break
+        best = k
+    return best

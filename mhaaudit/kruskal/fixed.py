@@ -1,0 +1,289 @@
+"""The test at one candidate size k: is every k-subset of the rows independent under the rule?
+
+``subset_test`` draws N uniformly random k-subsets (``sampling``) and decides each one exactly
+(``numerics``: every decision equals ``torch.linalg.matrix_rank`` on the same float64 rows). The
+satisfied fraction and its Clopper-Pearson interval are an **estimate** of the share of
+independent k-subsets; a "holds" verdict is an estimate, not a proof. A dependent subset that
+was drawn is a **proof** that the Kruskal rank is below k: ``shrink_witness`` looks for a smaller
+one inside it and keeps its indices and singular values. Sizes above d, T or the rank ceiling of
+the whole set (``SetStats.ceiling``) are answered without sampling, as proofs. The draws are
+decided on the data divided by an exact power of two (``numerics.scale``): the same data at any
+scale give the same draws, decisions and witness, whose singular values are in the data's units.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from .. import validate
+from ..numerics import Decision, RankRule, Scaled, decide_full_rank, gram_rank, lapack, scaled, svd_rank, with_numerics
+from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, device_name, resolve_device
+from .bounds import set_stats
+from .results import SetStats, SubsetTest, Witness, clopper_pearson
+from .sampling import Gram, Progress, as_matrix, blocks_in_order, chunk_size
+
+__all__ = ["draw_decisions", "shrink_witness", "subset_test"]
+
+
+def _prove(unit: Scaled, idx: list[int]) -> Witness | None:
+    """A Witness (in the data's units) when the rows ``idx`` are dependent under the rule, else None."""
+    rank, _, _, tol, s = svd_rank(unit.X[idx], unit.rule)
+    if int(rank) >= len(idx):
+        return None
+    return Witness(tuple(idx), tuple(float(v) for v in unit.to_data(s).cpu()), float(unit.to_data(tol)), int(rank))
+
+
+def shrink_witness(X: torch.Tensor, indices, rule: RankRule) -> Witness:
+    """Given a dependent subset, look for a smaller dependent one inside it and prove it.
+
+    Two reductions, repeated while they help: the support of the left singular vector of the
+    smallest singular value (the rows that take part in the dependence), and, when the rank r
+    is below size - 1, r well-conditioned rows (column-pivoted QR) plus one more row. Every
+    candidate is verified with the exact rule, so the result is always a proof. The singular
+    values and tolerance it keeps are in the data's own units.
+    """
+    return _shrink(scaled(X, rule), indices)
+
+
+def _shrink(unit: Scaled, indices) -> Witness:
+    from scipy.linalg import qr
+
+    best = _prove(unit, [int(i) for i in indices])
+    if best is None:
+        raise ValueError("shrink_witness needs a dependent subset")
+    for _ in range(8):
+        idx = list(best.indices)
+        rows = unit.X[idx]
+        improved = False
+        if best.rank < len(idx) - 1:
+            _, _, piv = qr(rows.cpu().numpy().T, pivoting=True, mode="economic")
+            base = [idx[p] for p in piv[: best.rank]]
+            for extra in (idx[p] for p in piv[best.rank :]):
+                w = _prove(unit, base + [extra])
+                if w is not None:
+                    best, improved = w, True
+                    break
+        else:
+            U, _, _ = torch.linalg.svd(rows, full_matrices=True)
+            u = U[:, len(idx) - 1].abs() if rows.shape[0] <= rows.shape[1] else U[:, -1].abs()
+            order = torch.argsort(u, descending=True).tolist()
+            support = [idx[i] for i in order if float(u[i]) > 1e-6 * float(u.max())]
+            if 1 <= len(support) < len(idx):
+                w = _prove(unit, sorted(support))
+                if w is not None:
+                    best, improved = w, True
+        if not improved:
+            break
+    return best
+
+
+def _decided_draws(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, progress: Progress | None = None):
+    """Yield ``(indices, decision)`` for consecutive chunks of the seeded draws.
+
+    On the CPU blocks of draws are drawn and decided by one worker thread per core. With the
+    full Gram on the CPU, each draw goes through ``lapack.decide_draws`` (LAPACK through ctypes)
+    and only the draws its certificates do not settle through ``decide_full_rank``. The order
+    of the test that certifies dependence adapts to what earlier blocks showed. Neither
+    changes any decision.
+    """
+    d = gram.X.shape[1]
+    chunk = chunk_size(k)
+    on_cpu = gram.X.device.type == "cpu"
+    workers = torch.get_num_threads() if on_cpu else 1
+    flat = gram.cpu_flat
+    proj = gram.proj if flat is not None else None
+    seen = [0, 0]  # draws decided, dependent draws
+
+    def decide(sub):
+        deficient_first = seen[1] * 2 > seen[0]
+        if flat is None:
+            G = gram.sub(sub)
+            return sub, decide_full_rank(G, lambda j: gram.rows(sub[j]), k, d, rule, deficient_first=deficient_first)
+        full_np, decided = lapack.decide_draws(flat, gram.T, sub.numpy(), d, rule, proj, deficient_first=deficient_first)
+        full = torch.from_numpy(full_np)
+        exact = torch.zeros_like(full)
+        rest = torch.from_numpy(~decided).nonzero().squeeze(-1)
+        if rest.numel():
+            rs = sub[rest]
+            dec = decide_full_rank(gram.sub(rs), lambda j: gram.rows(rs[j]), k, d, rule, delta=1e-6)
+            full[rest], exact[rest] = dec.full, dec.exact
+        return sub, Decision(full, exact)
+
+    def block(idx):
+        idx = idx.to(gram.X.device)
+        return [decide(part) for part in idx.split(chunk)]
+
+    with lapack.blas_single_thread() if flat is not None else contextlib.nullcontext():
+        for results in blocks_in_order(block, gram.T, k, samples, seed, True, workers):
+            for sub, dec in results:
+                seen[0] += int(sub.shape[0])
+                seen[1] += int((~dec.full).sum())
+                yield sub, dec
+            if progress:
+                progress(sum(int(sub.shape[0]) for sub, _ in results))
+
+
+def draw_decisions(X, k: int, *, samples: int = DEFAULT_SAMPLES, seed: int = 0, rule: RankRule | None = None,
+                   device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """The draws of ``subset_test`` and each one's decision: ``(indices (N, k), independent (N,))``."""
+    X = as_matrix(X)
+    unit = scaled(X, rule or RankRule.for_dtype(X.dtype))
+    gram = Gram(unit.X, resolve_device(device))
+    parts = [(sub.cpu(), dec.full.cpu()) for sub, dec in _decided_draws(gram, k, samples, seed, unit.rule)]
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+
+@dataclass
+class _Tally:
+    """What the draws of one test showed."""
+
+    drawn: int = 0
+    satisfied: int = 0
+    rechecks: int = 0
+    histogram: dict = field(default_factory=dict)  # rank -> count over the dependent draws examined
+    histogram_draws: int = 0
+    first_dependent: list | None = None
+    stopped: bool = False
+
+
+def _tally(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, histogram_limit: int, max_fail: int | None,
+           progress: Progress | None) -> _Tally:
+    """Decide the seeded draws; stop early once more than ``max_fail`` are dependent (None: never)."""
+    d = gram.X.shape[1]
+    t = _Tally()
+    for sub, dec in _decided_draws(gram, k, samples, seed, rule, progress):
+        t.drawn += int(sub.shape[0])
+        t.satisfied += int(dec.full.sum())
+        t.rechecks += int(dec.exact.sum())
+        bad = (~dec.full).nonzero().squeeze(-1)
+        if t.first_dependent is None and bad.numel():
+            t.first_dependent = sub[int(bad[0])].cpu().tolist()
+        room = histogram_limit - t.histogram_draws
+        if room > 0 and bad.numel():
+            sel = bad[:room]
+            for part in sel.split(64):
+                ranks = gram_rank(gram.sub(sub[part]), lambda j, part=part, sub=sub: gram.rows(sub[part[j]]), d, rule)
+                for r in ranks.tolist():
+                    t.histogram[int(r)] = t.histogram.get(int(r), 0) + 1
+            t.histogram_draws += int(sel.numel())
+        if max_fail is not None and t.drawn - t.satisfied > max_fail and t.drawn < samples:
+            t.stopped = True
+            break
+    return t
+
+
+def _reason(t: _Tally, k: int, threshold: float, witness: Witness | None, planned: int, max_fail: int) -> str:
+    n, ok = t.drawn, t.satisfied
+    if ok / n >= threshold and witness is None:
+        return (f"all {n} draws of {k} rows were independent" if ok == n else
+                f"{ok}/{n} draws of {k} rows independent, fraction >= threshold {threshold}") + "; an estimate, not a proof"
+    if ok / n >= threshold:
+        return (f"{ok}/{n} draws independent (fraction >= threshold {threshold}), but a dependent "
+                f"{len(witness.indices)}-subset was found, so the exact Kruskal rank is below {len(witness.indices)}")
+    reason = f"only {ok}/{n} draws of {k} rows independent, fraction < threshold {threshold}"
+    if t.stopped:
+        reason += (f"; sampling stopped after {n} of {planned} draws because more than "
+                   f"{max_fail} dependent draws settle the verdict")
+    if witness is not None:
+        reason += f"; dependent {len(witness.indices)}-subset found (proof that Kruskal rank < {len(witness.indices)})"
+    return reason
+
+
+def _without_sampling(X: torch.Tensor, unit: Scaled, k: int, rule: RankRule, stats: SetStats | None, base: dict):
+    """The answer when no sampling is needed (k > d, k > T, k above the set's rank ceiling, k = T),
+    as ``(SubsetTest or None, stats)``."""
+    T, d = X.shape
+
+    def known(reason: str, set_rank=None, witness=None) -> SubsetTest:
+        return SubsetTest(samples=0, satisfied=0, fraction=0.0, ci_low=0.0, ci_high=0.0, verdict="fails",
+                          reason=reason, sampled=False, set_rank=set_rank, proven=True, witness=witness, **base)
+
+    if k > d:
+        return known(f"k = {k} > d = {d}: any {k} vectors in R^{d} are linearly dependent (no sampling needed)"), stats
+    if k > T:
+        return known(f"k = {k} > T = {T}: the Kruskal rank of {T} vectors is at most {T} (no sampling needed)"), stats
+    stats = stats or set_stats(X, rule)
+    ceil_k = stats.ceiling(k, rule)
+    if ceil_k < k:
+        witness = None
+        zero = (unit.X == 0).all(dim=1).nonzero()
+        if stats.zero_rows and zero.numel():
+            witness = Witness((int(zero[0]),), (0.0,), 0.0, 0)
+        return known(
+            f"the whole set has numerical rank {stats.rank} (at most {ceil_k} for any {k}-subset under the rule), "
+            f"so no {k} rows are independent (no sampling needed)",
+            set_rank=stats.rank,
+            witness=witness,
+        ), stats
+    if k == T:  # one subset only: decide it exactly, no sampling
+        ok = _prove(unit, list(range(T))) is None
+        return SubsetTest(samples=1, satisfied=int(ok), fraction=float(ok), ci_low=float(ok), ci_high=float(ok),
+                          verdict="holds" if ok else "fails", reason=f"k = T = {T}: the only subset is the whole set, "
+                          f"which is {'independent' if ok else 'dependent'} (decided exactly, no sampling)",
+                          sampled=False, set_rank=stats.rank, proven=True,
+                          witness=_shrink(unit, list(range(T))) if not ok else None, **base), stats
+    return None, stats
+
+
+@with_numerics()
+def subset_test(
+    X,
+    k: int,
+    *,
+    samples: int = DEFAULT_SAMPLES,
+    threshold: float = DEFAULT_THRESHOLD,
+    seed: int = 0,
+    rule: RankRule | None = None,
+    device: torch.device | str = "cpu",
+    check: str = "kruskal",
+    stats: SetStats | None = None,
+    histogram_limit: int | None = None,
+    stop_when_decided: bool = False,
+    progress: Progress | None = None,
+) -> SubsetTest:
+    """Estimate whether every k rows of X are independent: N draws of k distinct rows.
+
+    A draw is satisfied when its k x d matrix has rank k under ``rule``. Verdict: ``holds`` when
+    the satisfied fraction is at least ``threshold``. Known answers are given without sampling:
+    k > d (any k vectors in R^d are dependent), k > T, and k above the rank ceiling of the whole
+    set. The rank histogram covers the first ``histogram_limit`` unsatisfied draws (the rest are
+    counted as rank < k) plus all satisfied draws; by default its size adapts to the cost of
+    one eigen-decomposition (100 draws up to k = 270, 10 at k = 768).
+
+    With ``stop_when_decided`` sampling stops as soon as the verdict can no longer change (more
+    than ``(1 - threshold) * samples`` dependent draws); the fraction and interval are then over
+    the draws made, which the result records as ``samples``.
+    """
+    X = as_matrix(X)
+    k = validate.integer("--k", k)
+    samples = validate.integer("--samples", samples)
+    threshold = validate.fraction("--threshold", threshold)
+    rule = rule or RankRule.for_dtype(X.dtype)
+    dev = resolve_device(device)
+    base = dict(check=check, k=k, T=X.shape[0], d=X.shape[1], threshold=threshold, rule=rule, seed=seed,
+                device=device_name(dev))
+    unit = scaled(X, rule)  # nothing squared overflows or underflows, whatever the data's scale
+    answer, stats = _without_sampling(X, unit, k, rule, stats, base)
+    if answer is not None:
+        return answer
+    if histogram_limit is None:
+        histogram_limit = int(min(100, max(10, 2e9 // k**3)))
+    max_fail = math.floor((1 - threshold) * samples + 1e-9)
+    t = _tally(Gram(unit.X, dev), k, samples, seed, unit.rule, histogram_limit, max_fail if stop_when_decided else None,
+               progress)
+    if t.satisfied:
+        t.histogram[k] = t.histogram.get(k, 0) + t.satisfied
+    lo, hi = clopper_pearson(t.satisfied, t.drawn)
+    witness = _shrink(unit, t.first_dependent) if t.first_dependent is not None else None
+    frac = t.satisfied / t.drawn
+    return SubsetTest(
+        samples=t.drawn, satisfied=t.satisfied, fraction=frac, ci_low=lo, ci_high=hi,
+        verdict="holds" if frac >= threshold else "fails", reason=_reason(t, k, threshold, witness, samples, max_fail),
+        witness=witness, rank_histogram=t.histogram, histogram_draws=t.histogram_draws + t.satisfied,
+        exact_rechecks=t.rechecks, sampled=True, set_rank=stats.rank, planned_samples=samples if t.stopped else None,
+        **base,
+    )

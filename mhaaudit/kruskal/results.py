@@ -1,0 +1,204 @@
+"""What the Kruskal-rank evidence is made of: result objects and the binomial interval.
+
+Each result is frozen and carries its own evidence and the ``RankRule`` it was decided under:
+
+* ``Witness``: a subset of rows proven dependent (a proof that the Kruskal rank is below its size);
+* ``SetStats``: facts about the whole set that hold for every subset (a certified ceiling),
+  kept in the exactly rescaled units in which it is decided;
+* ``SubsetTest``: the Monte-Carlo test at one size k (an estimate, with a 95% Clopper-Pearson
+  interval from ``clopper_pearson``, unless the result says it is proven);
+* ``Bound``: a certified floor or ceiling, with what produced it and what it proves;
+* ``Sweep``: the satisfied fraction for every size from one set of nested draws (estimates),
+  with the certified floor and ceiling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..numerics import RankRule, ldexp
+
+__all__ = ["Bound", "SetStats", "SubsetTest", "Sweep", "Witness", "clopper_pearson"]
+
+
+def clopper_pearson(successes: int, trials: int, level: float = 0.95) -> tuple[float, float]:
+    """Exact two-sided binomial confidence interval."""
+    if trials <= 0:
+        return (0.0, 1.0)
+    from scipy.special import betaincinv  # the beta quantile; scipy.stats takes ~1 s to import
+
+    a = (1 - level) / 2
+    lo = 0.0 if successes == 0 else float(betaincinv(successes, trials - successes + 1, a))
+    hi = 1.0 if successes == trials else float(betaincinv(successes + 1, trials - successes, 1 - a))
+    return lo, hi
+
+
+@dataclass(frozen=True)
+class Witness:
+    """A subset of rows proven dependent under the rule: Kruskal rank <= len(indices) - 1."""
+
+    indices: tuple[int, ...]
+    singular_values: tuple[float, ...]
+    tol: float
+    rank: int
+
+    def as_dict(self) -> dict:
+        return {"indices": list(self.indices), "singular_values": list(self.singular_values), "tol": self.tol, "rank": self.rank}
+
+
+@dataclass(frozen=True)
+class SetStats:
+    """Facts about the whole T x d set that hold for every subset.
+
+    The values are kept in the units of the data divided by ``2**exponent`` (the power of two that
+    brings the largest entry into [0.5, 1); see ``numerics.scale``), in which the ceiling is
+    decided; ``singular_values``, ``row_norms_sorted`` and ``sv_error`` give them in the data's
+    own units.
+    """
+
+    T: int
+    d: int
+    rank: int  # numerical rank of the whole set under its own tolerance
+    unit_singular_values: tuple[float, ...]
+    unit_row_norms: tuple[float, ...]  # ascending
+    zero_rows: int
+    unit_sv_error: float = 0.0  # absolute rounding bound on the singular values
+    # norms of the k smallest projections of the rows on the top singular direction, k = 1, 2, ...:
+    # for any k-subset, sigma_max(X_S) >= the norm of its k projections >= the k-th of these
+    unit_proj_norms: tuple[float, ...] = ()
+    exponent: int = 0
+
+    @property
+    def singular_values(self) -> tuple[float, ...]:
+        return tuple(ldexp(v, self.exponent) for v in self.unit_singular_values)
+
+    @property
+    def row_norms_sorted(self) -> tuple[float, ...]:
+        return tuple(ldexp(v, self.exponent) for v in self.unit_row_norms)
+
+    @property
+    def sv_error(self) -> float:
+        return ldexp(self.unit_sv_error, self.exponent)
+
+    def ceiling(self, k: int, rule: RankRule) -> int:
+        """Largest rank any k-subset can have: sigma_i(X_S) <= sigma_i(X) and tol_S >= tol_min(k),
+        with tol_min from a lower bound on sigma_max(X_S) valid for every k-subset. ``rule`` is
+        the rule for the data ``set_stats`` was given."""
+        if k < 1:
+            return 0
+        rule = rule.in_units(self.exponent)
+        kk = min(k, len(self.unit_row_norms))
+        smax_lo = self.unit_row_norms[kk - 1]  # sigma_max(X_S) >= its largest row norm
+        if self.unit_proj_norms:
+            smax_lo = max(smax_lo, self.unit_proj_norms[kk - 1] * (1 - 1e-12))
+        tol_min = rule.tol(smax_lo, k, self.d)
+        # Counting values within rounding error of the tolerance keeps the ceiling safe.
+        return int(sum(1 for s in self.unit_singular_values if s + self.unit_sv_error > tol_min))
+
+
+@dataclass(frozen=True)
+class SubsetTest:
+    """Monte-Carlo test of "every k rows are independent" at one candidate size k."""
+
+    check: str
+    k: int
+    T: int
+    d: int
+    samples: int
+    satisfied: int
+    fraction: float
+    ci_low: float
+    ci_high: float
+    threshold: float
+    verdict: str  # holds | fails | unavailable
+    reason: str
+    rule: RankRule
+    seed: int
+    device: str
+    witness: Witness | None = None
+    rank_histogram: dict = field(default_factory=dict)  # rank -> count over the draws examined
+    histogram_draws: int = 0
+    exact_rechecks: int = 0
+    sampled: bool = True
+    set_rank: int | None = None
+    proven: bool = False  # the verdict is a proof (no sampling needed / dependent subset found)
+    planned_samples: int | None = None  # draws asked for, when sampling stopped early
+
+    def record(self) -> dict:
+        return {
+            "check": self.check,
+            "k": self.k,
+            "T": self.T,
+            "d": self.d,
+            "samples": self.samples,
+            "satisfied": self.satisfied,
+            "fraction": self.fraction,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "threshold": self.threshold,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "tolerance": self.rule.describe(),
+            "seed": self.seed,
+            "witness": list(self.witness.indices) if self.witness else [],
+            "witness_singular_values": list(self.witness.singular_values) if self.witness else [],
+            "rank_histogram": {str(k): v for k, v in sorted(self.rank_histogram.items())},
+            "exact_rechecks": self.exact_rechecks,
+            "sampled": self.sampled,
+            "proven": self.proven,
+            "planned_samples": self.planned_samples,
+            "set_rank": self.set_rank,
+            "device": self.device,
+        }
+
+
+@dataclass(frozen=True)
+class Bound:
+    value: int
+    kind: str  # what produced it
+    proves: str  # what it proves, in words
+
+    def as_dict(self) -> dict:
+        return {"value": self.value, "kind": self.kind, "proves": self.proves}
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """Satisfied fraction for every candidate size from one set of nested draws."""
+
+    T: int
+    d: int
+    samples: int
+    threshold: float
+    seed: int
+    rule: RankRule
+    device: str
+    ks: tuple[int, ...]
+    fractions: tuple[float, ...]
+    ci_low: tuple[float, ...]
+    ci_high: tuple[float, ...]
+    estimate: int  # largest k with fraction >= threshold (an estimate, not a proof)
+    ceiling: Bound
+    floor: Bound
+    witness: Witness | None
+    exact_rechecks: int
+    kmax_sampled: int
+    raw_estimate: int = 0  # before capping at the certified ceiling
+
+    def rows(self) -> list[dict]:
+        return [
+            {"k": k, "fraction": f, "ci_low": lo, "ci_high": hi}
+            for k, f, lo, hi in zip(self.ks, self.fractions, self.ci_low, self.ci_high)
+        ]
+
+    def summary(self) -> dict:
+        return {
+            "estimate": self.estimate,
+            "estimate_means": f"largest k whose satisfied fraction is >= {self.threshold} over {self.samples} draws, "
+            "capped at the certified ceiling (an estimate, not a proof)",
+            "raw_estimate": self.raw_estimate,
+            "ceiling": self.ceiling.as_dict(),
+            "floor": self.floor.as_dict(),
+            "witness": self.witness.as_dict() if self.witness else None,
+            "exact_rechecks": self.exact_rechecks,
+        }

@@ -1,0 +1,162 @@
+"""The Monte-Carlo draws and the Gram matrices they are decided from.
+
+* ``draw_block``: the seeded draws, in fixed blocks of ``DRAW_BLOCK``; block b has its own
+  generator, seeded with ``derive_seed(seed, "draws", b)``, so the draws for a seed never depend
+  on batch sizes, worker count, device or how many samples are asked for (a prefix of a longer
+  run is the shorter run). The draws are uniform k-subsets; which subsets are drawn is random,
+  so every fraction computed from them is an estimate.
+* ``blocks_in_order``: processes those blocks in parallel and yields them in block order.
+* ``Gram``: Gram matrices of row subsets, gathered from the full T x T Gram when it fits.
+* ``as_matrix``: the one check of a T x d feature matrix.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ..errors import InputError
+from ..numerics import lapack, numerics
+from ..settings import derive_seed
+
+__all__ = ["DRAW_BLOCK", "FULL_GRAM_MAX_T", "Gram", "Progress", "as_matrix", "block_specs", "blocks_in_order",
+           "chunk_size", "draw_block"]
+
+DRAW_BLOCK = 64  # draws come in fixed blocks, each with its own seeded generator
+FULL_GRAM_MAX_T = 6000
+
+Progress = Callable[[int], None]
+
+
+def as_matrix(X) -> torch.Tensor:
+    """Validate a T x d feature matrix (any float dtype); returns it unchanged as a tensor."""
+    if isinstance(X, np.ndarray):
+        X = torch.from_numpy(X)
+    if not isinstance(X, torch.Tensor):
+        raise InputError("features must be a tensor or array")
+    if X.ndim != 2:
+        raise InputError(f"expected a T x d matrix, got an array of shape {tuple(X.shape)}")
+    if X.shape[0] < 1 or X.shape[1] < 1:
+        raise InputError(f"empty feature matrix of shape {tuple(X.shape)}")
+    if not X.dtype.is_floating_point:
+        X = X.to(torch.float64)
+    if not bool(torch.isfinite(X).all()):
+        raise InputError("features contain NaN or Inf values")
+    return X
+
+
+class Gram:
+    """Gram matrices of row subsets: gathered from the full T x T Gram when it fits."""
+
+    def __init__(self, X: torch.Tensor, device: torch.device):
+        self.X = X.to(device=device, dtype=torch.float64)
+        self.full = None
+        if X.shape[0] <= FULL_GRAM_MAX_T:
+            if self.X.device.type == "cpu":  # NumPy's X @ X.T is one symmetric rank-k update (syrk)
+                Xn = self.X.numpy()
+                self.full = torch.from_numpy(Xn @ Xn.T)
+            else:
+                self.full = self.X @ self.X.T
+        self.T = int(X.shape[0])
+
+    @property
+    def cpu_flat(self):
+        """The full Gram as a flat NumPy array when it lives on the CPU (the fast path), else None."""
+        if self.full is None or self.full.device.type != "cpu" or not lapack.available():
+            return None
+        return self.full.numpy().reshape(-1)
+
+    @functools.cached_property
+    def proj(self) -> np.ndarray:
+        """Projections of the rows on the top right singular direction (power iteration).
+
+        For any subset S and unit vector u, sigma_max(X_S)^2 >= ||X_S u||^2: any u gives a valid
+        lower bound, the top direction a tight one on data with a dominant direction.
+        """
+        X = self.X
+        u = X.mean(0)
+        if not bool(u.norm() > 0):
+            u = X[int(X.norm(dim=1).argmax())]
+        for _ in range(30):
+            u = X.T @ (X @ u)
+            nu = u.norm()
+            if not bool(nu > 0):
+                break
+            u = u / nu
+        return (X @ u).cpu().numpy()
+
+    def sub(self, idx: torch.Tensor) -> torch.Tensor:
+        if self.full is not None:  # one flat gather: about twice as fast as 2-D advanced indexing
+            b, k = idx.shape
+            lin = (idx[:, :, None] * self.T + idx[:, None, :]).reshape(-1)
+            return torch.index_select(self.full.reshape(-1), 0, lin).reshape(b, k, k)
+        rows = self.X[idx]
+        return rows @ rows.transpose(-1, -2)
+
+    def rows(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.X[idx]
+
+
+def draw_block(T: int, k: int, seed: int, block: int, size: int, sort: bool) -> torch.Tensor:
+    """Block ``block`` of the draws for ``seed``: ``size`` rows of k distinct row indices.
+
+    Each block has its own generator, seeded with ``derive_seed(seed, "draws", block)`` (the one
+    seed rule of ``mhaaudit.settings``), so blocks can be drawn in any order and in parallel and the draws never depend on batch sizes. A row is the
+    k largest of T uniform keys: a uniformly random k-subset, in random order (a random
+    ordering's prefixes for the sweep), or sorted (``sort``: a subset is a set, and sorted
+    indices make the Gram gather cache-friendly).
+    """
+    gen = torch.Generator(device="cpu").manual_seed(derive_seed(seed, "draws", block))
+    keys = torch.rand(size, T, generator=gen)
+    if sort:
+        return keys.topk(k, dim=1, sorted=False).indices.sort(dim=1).values
+    return keys.topk(k, dim=1).indices
+
+
+def block_specs(samples: int) -> list[tuple[int, int]]:
+    """``(block, size)`` for each block of ``samples`` draws: full blocks of ``DRAW_BLOCK``, then the rest."""
+    return [(block, min(DRAW_BLOCK, samples - start)) for block, start in enumerate(range(0, samples, DRAW_BLOCK))]
+
+
+def blocks_in_order(job, T: int, k: int, samples: int, seed: int, sort: bool, workers: int):
+    """``job(indices)`` for every block of the seeded draws, yielded in block order.
+
+    With several workers each block is drawn and processed by one worker thread (torch with one
+    intra-op thread: small factorisations parallelise better across matrices than within
+    them), ``workers + 1`` blocks ahead of the consumer.
+    """
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run(spec):
+        with numerics():  # flushing subnormals is a per-thread setting
+            return job(draw_block(T, k, seed, spec[0], spec[1], sort))
+
+    specs = iter(block_specs(samples))
+    if workers <= 1:  # one caller (a GPU): larger batches, several blocks per call
+        while group := list(itertools.islice(specs, 4)):
+            yield job(torch.cat([draw_block(T, k, seed, b, size, sort) for b, size in group]))
+        return
+    pool = ThreadPoolExecutor(workers)
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        pending = deque(pool.submit(run, spec) for spec in itertools.islice(specs, workers + 1))
+        while pending:
+            result = pending.popleft().result()
+            spec = next(specs, None)
+            if spec is not None:
+                pending.append(pool.submit(run, spec))
+            yield result
+    finally:
+        torch.set_num_threads(old_threads)
+        pool.shutdown(cancel_futures=True)
+
+
+def chunk_size(k: int, mats: int = 3, budget_bytes: int = 1 << 28) -> int:
+    """Draws per batched call: ``mats`` float64 k x k matrices each, within ``budget_bytes``."""
+    return max(1, min(4 * DRAW_BLOCK, budget_bytes // max(1, mats * k * k * 8)))

@@ -1,0 +1,49 @@
+"""Numerics: the rank rule, the certificates that decide rank under it, and the CPU kernels.
+
+* ``numerics.rule``: ``RankRule`` (which singular values count) and ``numerics`` (the setting
+  rank computations run in: subnormals flushed, thread count).
+* ``numerics.scale``: exact power-of-two rescaling, so that nothing squared over- or underflows
+  and the data's scale never reaches a decision.
+* ``numerics.certificates``: torch decisions that equal ``torch.linalg.matrix_rank`` under the
+  rule (SVD, Gram eigenvalues, shifted Cholesky) and the rounding bounds that make them proofs.
+* ``numerics.lapack``: the same certificates per draw through LAPACK on the CPU (imported on use).
+"""
+
+from .certificates import (
+    EPS64,
+    TINY_GRAM,
+    Decision,
+    cholesky_margins,
+    decide_full_rank,
+    decide_prefix_full_rank,
+    eigvalsh,
+    gram_rank,
+    lambda_max_bounds,
+    rounding_margin,
+    svd_rank,
+)
+from .rule import RankRule, numerics, subnormals_kept, with_numerics
+from .scale import Scaled, exponent_of, ldexp, row_norms, scaled
+
+__all__ = [
+    "EPS64",
+    "TINY_GRAM",
+    "Decision",
+    "RankRule",
+    "Scaled",
+    "cholesky_margins",
+    "decide_full_rank",
+    "decide_prefix_full_rank",
+    "eigvalsh",
+    "exponent_of",
+    "gram_rank",
+    "lambda_max_bounds",
+    "ldexp",
+    "numerics",
+    "rounding_margin",
+    "row_norms",
+    "scaled",
+    "subnormals_kept",
+    "svd_rank",
+    "with_numerics",
+]

@@ -1,0 +1,157 @@
+"""The rank rule (which singular values count as non-zero) and the setting rank computations run in.
+
+The rule is part of every result. The default is the paper's convention, the one
+``torch.linalg.matrix_rank`` uses: singular values above ``sigma_max * max(rows, cols) * eps``
+count, with ``eps`` the machine epsilon of the features' *own* dtype (float32 for model
+activations). Every rank computation runs in float64, never in TF32 or reduced precision.
+
+``numerics`` is the CPU setting those computations run in: subnormals flushed to zero and,
+optionally, fewer threads. Nothing here is an estimate; this module only states the rule.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from .. import validate
+
+__all__ = ["RankRule", "numerics", "subnormals_kept", "with_numerics"]
+
+_STATE = threading.local()  # how deep each thread is inside ``numerics`` (flushing is per thread)
+
+
+def _depth() -> int:
+    return getattr(_STATE, "depth", 0)
+
+
+@contextlib.contextmanager
+def numerics(threads: int | None = None):
+    """The setting for rank computations: subnormals flushed to zero, optionally fewer threads.
+
+    Eigen- and singular-value routines on nearly rank-deficient matrices (T copies of one [CLS]
+    vector, say) can spend most of their time in subnormal arithmetic; values below 2.2e-308 lie
+    far below any rank tolerance once the data are rescaled (``numerics.scale``, which runs with
+    ``subnormals_kept``), so no decision changes. On shared cores, multi-threaded LAPACK calls on mid-sized matrices can be
+    erratic; ``threads=1`` avoids that where it does not cost. Flushing is a per-thread CPU
+    setting: worker threads enter this context themselves.
+    """
+    before = torch.get_num_threads()
+    depth = _depth()
+    flushed = torch.set_flush_denormal(True) if depth == 0 else False
+    _STATE.depth = depth + 1
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        _STATE.depth = depth
+        if threads is not None:
+            torch.set_num_threads(before)
+        if flushed:
+            torch.set_flush_denormal(False)
+
+
+def _flushing() -> bool:
+    """Does this thread flush subnormals now? (New threads inherit the setting of their creator.)"""
+    tiny = _SUBNORMAL
+    return tiny * 1.0 == 0.0
+
+
+_SUBNORMAL = 5e-324
+
+
+@contextlib.contextmanager
+def subnormals_kept():
+    """Keep subnormals for a moment in this thread (undoing ``numerics``' flushing if it is on), to
+    convert or rescale data whose entries may be subnormal before anything squares them."""
+    flushing = _flushing()
+    if flushing:
+        torch.set_flush_denormal(False)
+    try:
+        yield
+    finally:
+        if flushing:
+            torch.set_flush_denormal(True)
+
+
+def with_numerics(threads: int | None = None):
+    """Decorator form of ``numerics``."""
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def inner(*args, **kwargs):
+            with numerics(threads):
+                return fn(*args, **kwargs)
+
+        return inner
+
+    return wrap
+
+
+@dataclass(frozen=True)
+class RankRule:
+    """Which singular values count as non-zero.
+
+    ``tol = max(atol, rtol * sigma_max)``; with neither given, ``rtol = max(rows, cols) * eps``
+    (``eps`` of the features' dtype) and ``atol = 0``; with only ``atol > 0`` given, ``rtol = 0``.
+    These are ``torch.linalg.matrix_rank``'s semantics.
+    """
+
+    rtol: float | None = None
+    atol: float | None = None
+    eps: float = float(torch.finfo(torch.float32).eps)
+    dtype: str = "float32"
+
+    @classmethod
+    def for_dtype(cls, dtype: torch.dtype | str, rtol: float | None = None, atol: float | None = None) -> "RankRule":
+        rtol = validate.tolerance("--rtol", rtol)
+        atol = validate.tolerance("--atol", atol)
+        if isinstance(dtype, str):
+            dtype = getattr(torch, dtype)
+        if not dtype.is_floating_point:
+            dtype = torch.float64
+        return cls(rtol=rtol, atol=atol, eps=float(torch.finfo(dtype).eps), dtype=str(dtype).replace("torch.", ""))
+
+    def rtol_for(self, rows: int, cols: int) -> float:
+        if self.rtol is not None:
+            return float(self.rtol)
+        if self.atol is not None and self.atol > 0:
+            return 0.0
+        return max(rows, cols) * self.eps
+
+    @property
+    def atol_value(self) -> float:
+        return float(self.atol or 0.0)
+
+    def tol(self, sigma_max: torch.Tensor | float, rows: int, cols: int):
+        """The tolerance for a rows x cols matrix with largest singular value ``sigma_max``."""
+        r = self.rtol_for(rows, cols)
+        if isinstance(sigma_max, torch.Tensor):
+            return torch.clamp(sigma_max * r, min=self.atol_value)
+        return max(self.atol_value, r * float(sigma_max))
+
+    def in_units(self, exponent: int) -> "RankRule":
+        """The same rule for data divided by ``2**exponent``: the absolute tolerance is divided with
+        them (``rtol`` stays 0 where only ``atol`` was given, even if the quotient underflows)."""
+        if not exponent or not self.atol:
+            return self
+        from .scale import ldexp
+
+        rtol = 0.0 if self.rtol is None else self.rtol
+        return RankRule(rtol=rtol, atol=ldexp(float(self.atol), -exponent), eps=self.eps, dtype=self.dtype)
+
+    def describe(self) -> str:
+        if self.rtol is None and not (self.atol and self.atol > 0):
+            return (
+                f"sigma > sigma_max * max(rows, cols) * eps({self.dtype}) with eps = {self.eps:.3g} "
+                "(torch.linalg.matrix_rank's default), computed in float64"
+            )
+        return f"sigma > max(atol = {self.atol_value:.3g}, rtol = {self.rtol_for(1, 1):.3g} * sigma_max), computed in float64"
+
+    def as_dict(self) -> dict:
+        return {"rtol": self.rtol, "atol": self.atol, "eps": self.eps, "dtype": self.dtype, "rule": self.describe()}

@@ -1,0 +1,102 @@
+"""Exact power-of-two rescaling: the data's scale never reaches a rank decision.
+
+Kruskal rank does not change when every vector is multiplied by one number, and the default
+rank rule is relative, so no verdict may either. Anything that squares entries (Gram matrices,
+norms, power iteration) overflows for data near 1e155 and underflows for data near 1e-155, so
+every computation first divides the data by ``2**exponent``, the power of two that brings the
+largest absolute entry into [0.5, 1). Multiplying by a power of two is exact (no bit of any
+normal number changes), so the rescaled problem is the same problem: its singular values are
+the data's divided by ``2**exponent``, its decisions are the data's decisions, and an absolute
+tolerance is divided with it (``RankRule.in_units``). Results are reported in the data's own
+units (``Scaled.to_data``).
+
+The rescaling happens before subnormals are flushed (``subnormals_kept``): data whose entries
+are themselves subnormal (below 2.2e-308) are brought back to the normal range exactly. Entries
+below 2**-1022 times the largest entry still count as zero inside ``numerics``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .rule import RankRule, subnormals_kept
+
+__all__ = ["Scaled", "exponent_of", "ldexp", "row_norms", "scaled"]
+
+
+def exponent_of(x: torch.Tensor, dims=None):
+    """The exponent e with ``max|x| / 2**e`` in [0.5, 1): an int, or a tensor of ints per slice
+    when ``dims`` (the dimensions reduced over) is given. 0 for an all-zero (or empty) input."""
+    if dims is None:
+        m = float(x.abs().max()) if x.numel() else 0.0
+        return math.frexp(m)[1] if math.isfinite(m) else 0
+    m = x.abs().amax(dim=dims)
+    return torch.frexp(m)[1].to(torch.int64)
+
+
+def _pow2(e: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """2**e for integer tensors e in [-1022, 1023], exactly (built from the float64 bits)."""
+    return ((e.to(torch.int64) + 1023) << 52).view(torch.float64).to(dtype)
+
+
+def ldexp(x, e):
+    """``x * 2**e`` without rounding, also where ``2**e`` itself is not a float64 (|e| > 1023).
+
+    ``x`` and ``e``: numbers or tensors (``e`` broadcasts against ``x``). The factor is applied in
+    two halves of the same sign, so an intermediate is never smaller than the result.
+    """
+    if isinstance(e, torch.Tensor):
+        h = torch.div(e, 2, rounding_mode="floor")
+        return x * _pow2(h, x.dtype) * _pow2(e - h, x.dtype)
+    e = int(e)
+    if e == 0:
+        return x
+    h = e // 2
+    if isinstance(x, torch.Tensor):
+        return x * math.ldexp(1.0, h) * math.ldexp(1.0, e - h)
+    try:
+        return math.ldexp(float(x), e)
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+@dataclass(frozen=True)
+class Scaled:
+    """Data divided by ``2**exponent`` (float64, largest absolute entry in [0.5, 1)), and the rank
+    rule in those units. Nothing in it overflows or underflows when squared."""
+
+    X: torch.Tensor
+    exponent: int
+    rule: RankRule
+
+    def to_data(self, v):
+        """A singular value or tolerance (number or tensor) back in the data's own units (kept as
+        a subnormal where it is one there, even inside ``numerics``)."""
+        with subnormals_kept():
+            return ldexp(v, self.exponent)
+
+
+def scaled(X: torch.Tensor, rule: RankRule) -> Scaled:
+    """``X`` in float64, divided by the power of two that brings its largest entry into [0.5, 1).
+
+    Done with subnormals kept, so that subnormal entries (of float32 or float64 data) are
+    converted and rescaled exactly even inside ``numerics``.
+    """
+    with subnormals_kept():
+        X64 = X.to(torch.float64)
+        e = exponent_of(X64)
+        if e:
+            X64 = ldexp(X64, -e)
+    return Scaled(X64, e, rule.in_units(e))
+
+
+def row_norms(X: torch.Tensor) -> torch.Tensor:
+    """The 2-norms of the rows of a float64 matrix, each row rescaled by its own power of two
+    first, so that a row of tiny entries does not underflow to norm 0 when its entries are squared."""
+    if X.shape[-1] == 0:
+        return torch.zeros(X.shape[:-1], dtype=X.dtype, device=X.device)
+    e = exponent_of(X, dims=-1)
+    return ldexp(ldexp(X, -e[..., None]).norm(dim=-1), e)

@@ -1,0 +1,218 @@
+"""Exact duplicate inputs, found before the forward pass.
+
+Two identical model inputs give identical vectors at every layer, so every query subset that
+holds both is linearly dependent: Assumption 1 then fails for a reason that is about the data,
+not the model. This module finds such inputs so that the audit can name them and drop them (the
+first occurrence is kept). Equal vectors from *distinct* inputs (at the embedding layer every
+[CLS] query is the same vector) are a finding about the model and are none of this module's
+business.
+
+An input's key is a 128-bit BLAKE2b digest of its exact bytes together with its dtype (or
+image mode) and shape, so equal keys mean equal inputs up to a hash collision (probability
+about T^2 / 2^129 for T inputs: negligible); nothing is rounded or compared approximately. Hash
+what the model sees: the preprocessed batch (``pixel_values`` at the model's resolution,
+``input_ids`` with ``token_type_ids``), so that two image files that differ only in ways the
+resizing removes count as the duplicates they are for the model.
+
+- :func:`find_duplicates` over a whole sequence of inputs (token-id lists, images, arrays);
+- :class:`DuplicateFinder` for a stream of batches: :meth:`~DuplicateFinder.filter` drops the
+  rows of a batch that repeat an earlier input and returns the rest;
+- :class:`Duplicates`: the kept indices, the count dropped and one example pair;
+  :meth:`~Duplicates.select` replays it on another pass over the same inputs, so that every
+  column of an audit drops the same examples.
+
+The text example builders (:mod:`.examples`) already redraw a candidate that repeats an earlier
+example's tokens and count it; this module serves the inputs nobody draws: images and files.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = ["DuplicateFinder", "Duplicates", "batch_keys", "find_duplicates", "input_key", "sequence_key"]
+
+
+def _digest(*parts: bytes) -> bytes:
+    h = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.digest()
+
+
+def sequence_key(ids: Sequence[int]) -> bytes:
+    """The key of a token-id sequence (equal for equal ids, whatever their integer type)."""
+    return _digest(b"ids", np.asarray(ids, dtype=np.int64).tobytes())
+
+
+def _array_key(array: np.ndarray) -> bytes:
+    array = np.ascontiguousarray(array)
+    return _digest(b"array", array.dtype.str.encode(), repr(array.shape).encode(), array.tobytes())
+
+
+def _as_numpy(value: Any) -> np.ndarray | None:
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor
+        tensor = value.detach().cpu().contiguous()
+        try:
+            return tensor.numpy()
+        except TypeError:  # bfloat16 and other types numpy lacks: float32 holds them exactly
+            return tensor.float().numpy()
+    return None
+
+
+def input_key(item: Any) -> bytes:
+    """The key of one input: a PIL image (mode, size, pixels), a numpy array or torch tensor
+    (dtype, shape, bytes), a sequence of integers (token ids), or a mapping of such (one
+    example's model inputs, keys sorted)."""
+    if isinstance(item, Mapping):
+        return _digest(b"map", *(part for name in sorted(item) for part in (str(name).encode(), input_key(item[name]))))
+    array = _as_numpy(item)
+    if array is not None:
+        return _array_key(array)
+    if hasattr(item, "tobytes") and hasattr(item, "mode") and hasattr(item, "size"):  # a PIL image
+        return _digest(b"image", item.mode.encode(), repr(tuple(item.size)).encode(), item.tobytes())
+    if isinstance(item, (str, bytes)):
+        return _digest(b"str", item.encode() if isinstance(item, str) else item)
+    if isinstance(item, Sequence):
+        return sequence_key(item)
+    raise TypeError(f"cannot key an input of type {type(item).__name__}")
+
+
+def batch_keys(batch: Any) -> list[bytes]:
+    """One key per example of a batch: a mapping of arrays/tensors with the examples along the
+    first axis (a model's preprocessed inputs), one array/tensor, or a sequence of inputs."""
+    if isinstance(batch, Mapping):
+        columns = {name: _as_numpy(value) for name, value in batch.items()}
+        columns = {name: value for name, value in columns.items() if value is not None and value.ndim >= 1}
+        if not columns:
+            raise TypeError("a batch mapping needs at least one array or tensor with a batch axis")
+        sizes = {len(value) for value in columns.values()}
+        if len(sizes) != 1:
+            raise ValueError(f"the arrays of a batch differ in their first axis: {sorted(sizes)}")
+        return [input_key({name: value[i] for name, value in columns.items()}) for i in range(sizes.pop())]
+    array = _as_numpy(batch)
+    if array is not None:
+        return [_array_key(row) for row in array]
+    return [input_key(item) for item in batch]
+
+
+def _batch_size(batch: Any) -> int:
+    if isinstance(batch, Mapping):
+        return next(len(v) for v in batch.values() if getattr(v, "ndim", 0) >= 1 and _as_numpy(v) is not None)
+    return len(batch)
+
+
+def _take_rows(batch: Any, rows: list[int]) -> Any:
+    if isinstance(batch, Mapping):
+        out = {name: value[rows] if getattr(value, "ndim", 0) >= 1 and _as_numpy(value) is not None else value
+               for name, value in batch.items()}
+        return out if type(batch) is dict else type(batch)(out)
+    if _as_numpy(batch) is not None:
+        return batch[rows]
+    return [batch[i] for i in rows]
+
+
+@dataclass(frozen=True)
+class Duplicates:
+    """What :func:`find_duplicates` (or a :class:`DuplicateFinder`) found.
+
+    ``kept``: the indices of the inputs kept, in order (the first occurrence of each distinct
+    input; every input when duplicates are kept); ``total``: the inputs seen; ``repeats``: the
+    inputs that repeat an earlier one exactly; ``example``: one such pair ``(earlier, repeat)``
+    (the first repeat found), None when there is none; ``dropped``: ``total - len(kept)``.
+    """
+
+    kept: tuple[int, ...]
+    total: int
+    repeats: int
+    example: tuple[int, int] | None
+
+    @property
+    def dropped(self) -> int:
+        return self.total - len(self.kept)
+
+    def describe(self, what: str = "inputs") -> str:
+        """One line for the report."""
+        if not self.repeats:
+            return f"no duplicate {what}: all {self.total} are distinct"
+        first, repeat = self.example
+        fate = f"dropped, {len(self.kept)} kept" if self.dropped else "kept (asked for)"
+        return (f"{self.repeats} of {self.total} {what} repeat an earlier one exactly "
+                f"(e.g. #{repeat} = #{first}); {fate}")
+
+    def as_dict(self) -> dict:
+        return {"total": self.total, "repeats": self.repeats, "dropped": self.dropped,
+                "example": list(self.example) if self.example else None}
+
+    @functools.cached_property
+    def _kept_set(self) -> frozenset[int]:
+        return frozenset(self.kept)
+
+    def select(self, batch: Any, start: int) -> Any:
+        """The rows of ``batch`` that were kept, when its first example is input number
+        ``start``: replays this result on another pass over the same inputs (another model's
+        weights), so that every pass drops the same examples."""
+        size = _batch_size(batch)
+        rows = [i for i in range(size) if start + i in self._kept_set]
+        return batch if len(rows) == size else _take_rows(batch, rows)
+
+
+class DuplicateFinder:
+    """Finds exact duplicates in a stream of inputs, batch by batch; indices count inputs
+    across all batches, in the order seen.
+
+    :meth:`add` takes the keys of the next inputs and says which to keep; :meth:`filter` takes
+    a batch, keys it with :func:`batch_keys` and returns the batch without its repeats (and
+    the keep mask); :meth:`result` is the :class:`Duplicates` so far. With ``keep=True``
+    nothing is dropped but repeats are still counted (``--keep-duplicates``).
+    """
+
+    def __init__(self, keep: bool = False) -> None:
+        self.keep = keep
+        self._first: dict[bytes, int] = {}
+        self._kept: list[int] = []
+        self._total = 0
+        self._repeats = 0
+        self._example: tuple[int, int] | None = None
+
+    def add(self, keys: Iterable[bytes]) -> list[bool]:
+        mask = []
+        for key in keys:
+            index = self._total
+            self._total += 1
+            first = self._first.setdefault(key, index)
+            new = first == index
+            if not new:
+                self._repeats += 1
+                if self._example is None:
+                    self._example = (first, index)
+            if new or self.keep:
+                self._kept.append(index)
+            mask.append(new or self.keep)
+        return mask
+
+    def filter(self, batch: Any) -> tuple[Any, list[bool]]:
+        mask = self.add(batch_keys(batch))
+        if all(mask):
+            return batch, mask
+        return _take_rows(batch, [i for i, keep in enumerate(mask) if keep]), mask
+
+    def result(self) -> Duplicates:
+        return Duplicates(tuple(self._kept), self._total, self._repeats, self._example)
+
+
+def find_duplicates(inputs: Iterable[Any], key: Callable[[Any], bytes] = input_key) -> Duplicates:
+    """The exact duplicates among ``inputs`` (token-id lists, PIL images, arrays, tensors, or
+    mappings of them; ``key`` overrides how one input is keyed). The first occurrence of each
+    distinct input is kept."""
+    finder = DuplicateFinder()
+    finder.add(key(item) for item in inputs)
+    return finder.result()

@@ -1,0 +1,340 @@
+"""The paper's two ways of turning documents into token sequences (Appendix J).
+
+- :func:`bert_pair_examples`: ``[CLS] s1 [SEP] s2`` of exactly n tokens, next-sentence style;
+- :func:`gpt_window_examples`: n consecutive tokens of a document with at least 1.5 n tokens;
+  no two windows overlap (their token spans are disjoint), so no two examples share text.
+
+Both take documents (a :class:`~mhaaudit.sources.text.TextSource` or a sequence of strings) and
+a tokenizer, and return :class:`TextExamples`. Every example is distinct (a candidate that
+repeats an earlier example's tokens is redrawn and counted in ``repeats``; ``distinct=False``
+keeps it): two identical examples would make every query subset that holds both dependent. The
+random choices come from ``numpy.random.default_rng(derive_seed(seed, "data"))``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+
+from .. import validate
+from ..errors import DataError, InputError
+from ._common import data_rng
+from .duplicates import DuplicateFinder, sequence_key
+from .text import TextSource
+
+__all__ = ["TextExamples", "bert_pair_examples", "gpt_window_examples"]
+
+# Reading a streamed source stops after this many documents when too few qualify.
+_STREAM_READ_FACTOR = 20
+_STREAM_READ_MIN = 10_000
+
+
+@dataclass
+class TextExamples:
+    """Token-id sequences built from documents, with how they were made.
+
+    ``ids``: one list of exactly n token ids per example. ``is_next``: for BERT pairs, True when
+    s2 continues s1 in the same document, False when s2 was cut from another document; None for
+    GPT windows. ``description``: plain words for the report. ``doc_index``: the (possibly
+    joined) document each example (its s1) was cut from, an index into the qualifying documents;
+    ``starts``: the token offset of the example (of s1) in that document; ``s1_lengths``: len(s1)
+    for BERT pairs (the [SEP] sits at position ``s1_lengths[i] + 1``), None for GPT windows;
+    ``repeats``: candidates that repeated an earlier example's tokens exactly (redrawn, or kept
+    when the builder was asked not to insist on distinct examples).
+    """
+
+    ids: list[list[int]]
+    is_next: list[bool] | None
+    description: str
+    doc_index: list[int] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+    s1_lengths: list[int] | None = None
+    repeats: int = 0
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass
+class _Corpus:
+    docs: list[list[int]]  # token ids of each qualifying document
+    read: int  # documents read from the source
+    joined: int  # qualifying documents made by joining consecutive parts of one source
+    too_short: int  # documents (or leftover parts) dropped because they stayed too short
+    source_name: str
+
+
+def _encode(tokenizer: Any, text: str) -> list[int]:
+    out = tokenizer(text, add_special_tokens=False)
+    ids = out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out
+    return [int(i) for i in ids]
+
+
+class _quiet_transformers:
+    """Silence the 'sequence longer than the model maximum' warning while tokenizing documents."""
+
+    def __enter__(self):
+        self.previous = None
+        try:
+            from transformers.utils import logging as hf_logging
+        except Exception:  # pragma: no cover - transformers is a dependency
+            return self
+        self.hf_logging = hf_logging
+        self.previous = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()
+        return self
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            self.hf_logging.set_verbosity(self.previous)
+        return False
+
+
+def _grouped(docs: Any) -> tuple[Iterator[tuple[str | None, str]], TextSource | None, str]:
+    if isinstance(docs, TextSource):
+        return docs.grouped(), docs, docs.name
+    if isinstance(docs, str):
+        raise InputError("docs must be a sequence of documents or a TextSource, not one string")
+    if not isinstance(docs, Iterable):
+        raise InputError(f"docs must be a sequence of documents or a TextSource, got {type(docs).__name__}")
+    size = len(docs) if isinstance(docs, Sequence) else None
+    name = f"{size} given documents" if size is not None else "the given documents"
+    return ((None, d) for d in docs if isinstance(d, str) and d.strip()), None, name
+
+
+def _collect(docs: Any, tokenizer: Any, min_tokens: int, wanted: int, drop: set[int]) -> _Corpus:
+    """Tokenize documents; keep those with at least ``min_tokens`` tokens; join runs of shorter
+    consecutive documents of the same group until they are long enough. A streamed or sampled
+    source is read only until ``wanted`` documents qualify (a streamed one also until a read cap)."""
+    stream, source, source_name = _grouped(docs)
+    lazy = source is not None and (source.streamed or source.sampled)
+    cap = max(_STREAM_READ_FACTOR * wanted, _STREAM_READ_MIN) if source is not None and source.streamed else None
+    out: list[list[int]] = []
+    read = joined = too_short = 0
+    pending: list[int] = []
+    pending_group: str | None = None
+    pending_parts = 0
+
+    def flush() -> None:
+        nonlocal pending, pending_parts, too_short
+        if pending_parts:
+            too_short += pending_parts
+        pending, pending_parts = [], 0
+
+    with _quiet_transformers():
+        for group, text in stream:
+            read += 1
+            ids = _encode(tokenizer, text)
+            if drop:
+                ids = [i for i in ids if i not in drop]
+            if len(ids) >= min_tokens:
+                flush()
+                out.append(ids)
+            elif group is None:
+                flush()
+                too_short += 1
+            else:
+                if pending_parts and group != pending_group:
+                    flush()
+                pending_group = group
+                pending.extend(ids)
+                pending_parts += 1
+                if len(pending) >= min_tokens:
+                    out.append(pending)
+                    joined += 1
+                    pending, pending_parts = [], 0
+            if lazy and (len(out) >= wanted or (cap is not None and read >= cap)):
+                break
+        flush()
+    return _Corpus(out, read, joined, too_short, source_name)
+
+
+def _check_common(n: int, count: int, seed: int) -> tuple[int, int, int]:
+    return (validate.integer("n", n, minimum=None), validate.integer("count", count),
+            validate.integer("seed", seed, minimum=None))
+
+
+def _corpus_words(corpus: _Corpus, min_tokens: int, what: str) -> str:
+    joined = (f", {corpus.joined} of them made by joining consecutive paragraphs/documents of the "
+              "same source" if corpus.joined else "")
+    return (f"{len(corpus.docs)} {what} with at least {min_tokens} tokens{joined} "
+            f"(of {corpus.read} documents read from {corpus.source_name})")
+
+
+def _repeats_words(repeats: int, what: str, distinct: bool) -> str:
+    if not repeats:
+        return ""
+    return (f"; {repeats} candidate {what} repeated an earlier one's tokens exactly "
+            f"({'redrawn' if distinct else 'kept, as asked'})")
+
+
+def _doc_picker(rng: np.random.Generator, n_docs: int, count: int):
+    """Documents for successive examples: all different while there are enough documents
+    (one example per document, as the paper did), else uniform with replacement."""
+    order = iter(rng.permutation(n_docs).tolist()) if n_docs >= count else iter(())
+
+    def pick() -> int:
+        # once the permutation is used up (only after rare repeated examples), reuse documents
+        d = next(order, None)
+        return int(rng.integers(n_docs)) if d is None else d
+
+    return pick
+
+
+def gpt_window_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int, count: int,
+                        seed: int = 0, distinct: bool = True) -> TextExamples:
+    """The paper's GPT-2 inputs: ``count`` windows of ``n`` consecutive tokens, each from a
+    document with at least 1.5 n tokens; no two windows overlap.
+
+    With at least ``count`` qualifying documents, each window comes from a different document
+    at a uniform random start (the paper's construction). With fewer, every document is cut into
+    consecutive ``n``-token tiles from a random offset in ``[0, len mod n]`` and ``count`` tiles
+    are drawn uniformly without replacement, so windows of one document are disjoint too.
+    Documents of one source that are individually too short (paragraphs of a .txt file, modules
+    of the built-in corpus) are joined with their consecutive neighbours until long enough; the
+    description says how many were. A window with the same tokens as an earlier one is skipped
+    (``distinct=False`` keeps it). Raises DataError when fewer than ``count`` disjoint windows of
+    distinct content exist.
+    """
+    n, count, seed = _check_common(n, count, seed)
+    if n < 1:
+        raise InputError(f"n must be at least 1, got {n}")
+    min_tokens = math.ceil(1.5 * n)
+    corpus = _collect(docs, tokenizer, min_tokens, count, set())
+    lengths = [len(d) for d in corpus.docs]
+    possible = sum(length // n for length in lengths)
+    words = _corpus_words(corpus, min_tokens, "documents")
+    if possible < count:
+        raise DataError(f"only {possible} disjoint {n}-token windows are possible from {words}; "
+                        f"{count} were asked for (use more text or a smaller count)")
+    rng = data_rng(seed)
+    ids: list[list[int]] = []
+    doc_index: list[int] = []
+    starts: list[int] = []
+    finder = DuplicateFinder(keep=not distinct)
+    taken: dict[int, list[int]] = {}
+
+    def take(d: int, start: int) -> None:
+        if any(abs(start - s) < n for s in taken.get(d, ())):
+            return
+        window = corpus.docs[d][start:start + n]
+        if not finder.add([sequence_key(window)])[0]:  # the same text elsewhere: not a new example
+            return
+        taken.setdefault(d, []).append(start)
+        ids.append(window)
+        doc_index.append(d)
+        starts.append(start)
+
+    if len(lengths) >= count:
+        for d in rng.permutation(len(lengths)).tolist():
+            if len(ids) == count:
+                break
+            take(d, int(rng.integers(lengths[d] - n + 1)))
+        how = "one per document, uniform random starts"
+    if len(ids) < count:  # too few documents, or repeated text: disjoint tiles
+        tiles = []
+        for d, length in enumerate(lengths):
+            offset = int(rng.integers(length % n + 1))
+            tiles.extend((d, offset + k * n) for k in range((length - offset) // n))
+        for i in rng.permutation(len(tiles)).tolist():
+            if len(ids) == count:
+                break
+            take(*tiles[i])
+        how = (f"documents cut into consecutive {n}-token tiles from a random offset, tiles drawn uniformly "
+               "without replacement")
+    if len(ids) < count:
+        raise DataError(f"could build only {len(ids)} distinct disjoint {n}-token windows from {words}; "
+                        f"{count} were asked for")
+    description = (f"{count} GPT-style windows of {n} consecutive tokens, no two overlapping ({how}; seed {seed}; "
+                   f"{possible} disjoint windows possible) from {words}")
+    repeats = finder.result().repeats
+    description += _repeats_words(repeats, "windows", distinct)
+    return TextExamples(ids, None, description, doc_index, starts, None, repeats)
+
+
+def bert_pair_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int, count: int,
+                       seed: int = 0, distinct: bool = True) -> TextExamples:
+    """The paper's BERT inputs: ``[CLS] s1 [SEP] s2`` of exactly ``n`` token ids.
+
+    For each example: len(s1) is uniform in
+    [5, n - 7) (the paper's [5, n-2-5)); s2 has the remaining n - 2 - len(s1) tokens; with
+    probability 0.5 s2 continues s1 in the same document (``is_next`` True), else it is cut at a
+    random place from another random document (``is_next`` False). s1 and s2 come from documents
+    with at least n - 2 tokens; shorter consecutive parts of one source are joined first. [CLS]
+    and [SEP] ids come from ``tokenizer.cls_token_id`` / ``sep_token_id`` and are removed from
+    the documents' own tokens, so each example holds exactly one [SEP], at ``len(s1) + 1``.
+    A pair with the same tokens as an earlier one is redrawn (``distinct=False`` keeps it).
+    Returns :class:`TextExamples`; DataError when too few documents or distinct examples exist.
+    """
+    n, count, seed = _check_common(n, count, seed)
+    if n < 13:
+        raise InputError(f"BERT-style pairs need n of at least 13 (len(s1) is drawn from [5, n-7)), got {n}")
+    cls_id = getattr(tokenizer, "cls_token_id", None)
+    sep_id = getattr(tokenizer, "sep_token_id", None)
+    if cls_id is None or sep_id is None:
+        raise InputError("the tokenizer has no [CLS]/[SEP] token ids; BERT-style pairs need both")
+    cls_id, sep_id = int(cls_id), int(sep_id)
+    body = n - 2
+    corpus = _collect(docs, tokenizer, body, count, {cls_id, sep_id})
+    lengths = [len(d) for d in corpus.docs]
+    words = _corpus_words(corpus, body, "documents")
+    if len(lengths) < 2:
+        raise DataError(f"BERT-style pairs need at least 2 documents with at least {body} tokens; "
+                        f"found {words}")
+    possible = sum(length - body + 1 for length in lengths)
+    if possible < count:
+        raise DataError(f"only about {possible} distinct {n}-token pairs are possible from {words}; "
+                        f"{count} were asked for (use more text or a smaller count)")
+    rng = data_rng(seed)
+    pick = _doc_picker(rng, len(lengths), count)
+    ids: list[list[int]] = []
+    is_next: list[bool] = []
+    doc_index: list[int] = []
+    starts: list[int] = []
+    s1_lengths: list[int] = []
+    finder = DuplicateFinder(keep=not distinct)
+    attempts = 0
+    max_attempts = 20 * count + 1000
+    while len(ids) < count:
+        attempts += 1
+        a = pick()
+        if attempts > max_attempts:
+            raise DataError(f"could build only {len(ids)} distinct {n}-token pairs from {words}; "
+                            f"{count} were asked for")
+        s1_len = int(rng.integers(5, n - 7))
+        s2_len = body - s1_len
+        nxt = bool(rng.random() < 0.5)
+        doc_a = corpus.docs[a]
+        if nxt:
+            start = int(rng.integers(lengths[a] - body + 1))
+            s1 = doc_a[start:start + s1_len]
+            s2 = doc_a[start + s1_len:start + body]
+        else:
+            start = int(rng.integers(lengths[a] - s1_len + 1))
+            s1 = doc_a[start:start + s1_len]
+            b = int(rng.integers(len(lengths) - 1))
+            b += b >= a
+            cut = int(rng.integers(lengths[b] - s2_len + 1))
+            s2 = corpus.docs[b][cut:cut + s2_len]
+        example = [cls_id, *s1, sep_id, *s2]
+        if not finder.add([sequence_key(example)])[0]:
+            continue
+        ids.append(example)
+        is_next.append(nxt)
+        doc_index.append(a)
+        starts.append(start)
+        s1_lengths.append(s1_len)
+    k = sum(is_next)
+    reuse = "one per document" if len(lengths) >= count else "documents reused"
+    description = (
+        f"{count} BERT-style '[CLS] s1 [SEP] s2' pairs of exactly {n} tokens (seed {seed}; len(s1) uniform "
+        f"in [5, {n - 7}); s2 continues s1 in the same document for {k}, cut from another random "
+        f"document for {count - k}; {reuse}) from {words}"
+    )
+    repeats = finder.result().repeats
+    description += _repeats_words(repeats, "pairs", distinct)
+    return TextExamples(ids, is_next, description, doc_index, starts, s1_lengths, repeats)

@@ -1,0 +1,150 @@
+"""Tests for mhaaudit.sources.corpus: the built-in text read from the installed packages'
+docstrings, offline, deterministic, free of code and repeated paragraphs, cached on disk."""
+
+from __future__ import annotations
+
+import gzip
+import platform
+import re
+import sys
+
+import pytest
+
+from mhaaudit.sources import corpus as corpus_module
+from mhaaudit.sources.corpus import DEFAULT_PACKAGES, docstring_corpus
+
+SMALL = ("json", "textwrap", "argparse")
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A private cache folder, and no corpus remembered from earlier tests."""
+    monkeypatch.setenv("MHAAUDIT_CACHE", str(tmp_path))
+    monkeypatch.setattr(corpus_module, "_LOADED", {})
+    return tmp_path / "corpus"
+
+
+def _paragraphs(corpus):
+    return [p for _, _, text in corpus.documents for p in text.split("\n\n")]
+
+
+def test_small_corpus_from_installed_modules(cache):
+    corpus = docstring_corpus(SMALL)
+    version = platform.python_version()
+    assert corpus.packages == tuple((name, version) for name in SMALL)
+    groups = [g for g, _, _ in corpus.documents]
+    assert groups == sorted(groups, key=SMALL.index)  # packages in the order asked, modules together
+    modules = [m for _, m, _ in corpus.documents]
+    assert "json/__init__.py" in modules and "textwrap.py" in modules and "argparse.py" in modules
+    assert [m for m in modules if m.startswith("json/")] == sorted(m for m in modules if m.startswith("json/"))
+    assert corpus.words == sum(len(t.split()) for _, _, t in corpus.documents) > 2000
+    assert "json (Python" in corpus.description and "not Wikipedia" in corpus.description
+    assert f"{len(corpus.documents):,} documents" in corpus.description
+    json_doc = next(t for g, m, t in corpus.documents if m == "json/__init__.py")
+    assert json_doc.startswith("JSON (JavaScript Object Notation)")
+
+
+def test_deterministic_and_free_of_code_and_repeats(cache):
+    corpus = docstring_corpus(SMALL, cache=False)
+    assert corpus == docstring_corpus(SMALL, cache=False)
+    assert corpus.code > 0 and corpus.duplicates > 0  # json.dump and json.dumps share paragraphs
+    paragraphs = _paragraphs(corpus)
+    keys = [" ".join(p.lower().split()) for p in paragraphs]
+    assert len(keys) == len(set(keys))
+    for p in paragraphs:
+        assert "\n" not in p and p == p.strip()
+        assert not re.search(r">>>|```|\.\. code-block::|\.\. doctest::", p), p
+        assert not re.match(r"(import |from \w+ import |def |class \w+[(:])", p), p
+
+
+def test_nothing_is_imported(cache, tmp_path, monkeypatch):
+    package = tmp_path / "lib" / "trap_package"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text('"""A package that must never be imported by the corpus."""\n'
+                                         'raise RuntimeError("imported")\n')
+    (package / "part.py").write_text('def f():\n    """The part explains what the function does here."""\n')
+    tests = package / "tests"
+    tests.mkdir()
+    (tests / "test_part.py").write_text('"""Tests are not documentation and stay out of the corpus."""\n')
+    monkeypatch.syspath_prepend(str(tmp_path / "lib"))
+    corpus = docstring_corpus(("trap_package", "no_such_package_xyz"))
+    assert "trap_package" not in sys.modules
+    assert corpus.packages == (("trap_package", "(version unknown)"),)
+    assert [(g, m) for g, m, _ in corpus.documents] == [("trap_package", "trap_package/__init__.py"),
+                                                       ("trap_package", "trap_package/part.py")]
+
+
+def test_cached_and_reused(cache, monkeypatch):
+    first = docstring_corpus(SMALL)
+    files = list(cache.glob("docstrings-*.json.gz"))
+    assert len(files) == 1 and not list(cache.glob("*.tmp"))
+    assert docstring_corpus(SMALL) is first  # remembered in the process
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("rebuilt although the cache is valid")
+
+    monkeypatch.setattr(corpus_module, "_LOADED", {})
+    monkeypatch.setattr(corpus_module, "_build", refuse)
+    assert docstring_corpus(SMALL) == first  # read back from the file
+    # another set of packages (or versions) is another key
+    monkeypatch.undo()
+    monkeypatch.setenv("MHAAUDIT_CACHE", str(cache.parent))
+    docstring_corpus(("json",))
+    assert len(list(cache.glob("docstrings-*.json.gz"))) == 2
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "other key", "wrong words"])
+def test_corrupt_cache_is_rebuilt(cache, monkeypatch, damage):
+    first = docstring_corpus(SMALL)
+    (path,) = cache.glob("docstrings-*.json.gz")
+    raw = path.read_bytes()
+    if damage == "garbage":
+        path.write_bytes(b"not a gzip file")
+    elif damage == "truncated":
+        path.write_bytes(raw[: len(raw) // 2])
+    else:
+        text = gzip.decompress(raw).decode()
+        if damage == "other key":
+            text = re.sub(r'"key": "[0-9a-f]+"', '"key": "0000"', text)
+        else:
+            text = re.sub(r'"words": \d+', '"words": 7', text)
+        path.write_bytes(gzip.compress(text.encode()))
+    monkeypatch.setattr(corpus_module, "_LOADED", {})
+    assert docstring_corpus(SMALL) == first
+    monkeypatch.setattr(corpus_module, "_LOADED", {})
+    monkeypatch.setattr(corpus_module, "_build", lambda *a: pytest.fail("the rebuilt cache was not written"))
+    assert docstring_corpus(SMALL) == first
+
+
+def test_unwritable_cache_still_gives_the_corpus(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("MHAAUDIT_CACHE", str(blocker))  # the cache folder cannot be made under a file
+    monkeypatch.setattr(corpus_module, "_LOADED", {})
+    assert docstring_corpus(("json",)).documents
+
+
+def test_blocks_cover_the_corpus_in_order(cache):
+    corpus = docstring_corpus(SMALL)
+    blocks = corpus.blocks(min_words=500)
+    assert len(blocks) > 3
+    assert blocks[0][0] == 0 and blocks[-1][1] == len(corpus.documents)
+    assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:]))
+    for start, stop in blocks:
+        assert len({g for g, _, _ in corpus.documents[start:stop]}) == 1  # one package per block
+        words = sum(len(t.split()) for _, _, t in corpus.documents[start:stop])
+        last_of_package = stop == len(corpus.documents) or corpus.documents[stop][0] != corpus.documents[start][0]
+        assert words >= 500 or last_of_package
+        assert stop - start == 1 or sum(len(t.split()) for _, _, t in corpus.documents[start:stop - 1]) < 500
+
+
+def test_default_corpus_is_large_enough_for_the_paper():
+    corpus = docstring_corpus()
+    names = [name for name, _ in corpus.packages]
+    assert names[0] == "stdlib" and set(names) <= set(DEFAULT_PACKAGES)
+    assert {"numpy", "torch", "transformers"} <= set(names)  # dependencies of mhaaudit
+    # 2000 GPT-2 windows of 1024 tokens need 2 million tokens; English averages over 1.3 tokens a word
+    assert corpus.words > 2_000_000
+    for name, version in corpus.packages:
+        assert version in corpus.description
+    assert not any(">>>" in text for _, _, text in corpus.documents)  # no doctest anywhere

@@ -1,0 +1,137 @@
+"""Tests for mhaaudit.sources.duplicates: exact duplicate inputs planted among images, token
+sequences and preprocessed batches are found, named and dropped (or kept when asked)."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from mhaaudit.sources import DuplicateFinder, Duplicates, find_duplicates, image_source
+from mhaaudit.sources.duplicates import batch_keys, input_key, sequence_key
+
+
+def _image(seed: int, size=(16, 12)) -> Image.Image:
+    rng = np.random.default_rng(seed)
+    return Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8), "RGB")
+
+
+def test_token_sequences_with_planted_duplicates():
+    seqs = [[5, 6, 7], [1, 2, 3], [5, 6, 7], [9], [1, 2, 3], [5, 6, 7], [5, 6]]
+    found = find_duplicates(seqs)
+    assert isinstance(found, Duplicates)
+    assert found.kept == (0, 1, 3, 6) and found.total == 7
+    assert found.repeats == found.dropped == 3
+    assert found.example == (0, 2)  # the first repeat found, with its earlier twin
+    assert found.describe("token windows") == (
+        "3 of 7 token windows repeat an earlier one exactly (e.g. #2 = #0); dropped, 4 kept")
+    assert found.as_dict() == {"total": 7, "repeats": 3, "dropped": 3, "example": [0, 2]}
+    # the integer type does not matter, the order of the tokens does
+    assert sequence_key(np.array([5, 6, 7], dtype=np.int32)) == sequence_key([5, 6, 7])
+    assert sequence_key([7, 6, 5]) != sequence_key([5, 6, 7])
+
+
+def test_no_duplicates():
+    found = find_duplicates([[1], [2], [3]])
+    assert found.kept == (0, 1, 2) and found.repeats == 0 and found.example is None
+    assert found.describe() == "no duplicate inputs: all 3 are distinct"
+    assert find_duplicates([]).total == 0
+
+
+def test_images_with_planted_duplicates(tmp_path):
+    images = [_image(1), _image(2), _image(1), _image(3), _image(2)]
+    found = find_duplicates(images)
+    assert found.kept == (0, 1, 3) and found.example == (0, 2) and found.repeats == 2
+    # same pixels read back from files; a one-pixel change is another image
+    for i, im in enumerate(images):
+        im.save(tmp_path / f"img_{i}.png")
+    changed = np.asarray(_image(3)).copy()
+    changed[0, 0, 0] ^= 1
+    Image.fromarray(changed, "RGB").save(tmp_path / "img_5.png")
+    from_folder = find_duplicates(image_source(str(tmp_path)))
+    assert from_folder.kept == (0, 1, 3, 5) and from_folder.total == 6
+    # the same bytes in another mode or shape are not the same image
+    gray = Image.frombytes("L", (48, 12), _image(1).tobytes())
+    assert input_key(gray) != input_key(_image(1))
+
+
+def _preprocess(images: list[Image.Image], side: int = 8) -> dict[str, torch.Tensor]:
+    """A stand-in for a model's image processor: resize to side x side, scale to [0, 1]."""
+    arrays = [np.asarray(im.resize((side, side), Image.Resampling.NEAREST), dtype=np.float32) / 255 for im in images]
+    return {"pixel_values": torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2).contiguous()}
+
+
+def test_duplicates_after_resizing_are_found_on_what_the_model_sees():
+    base = np.asarray(_image(4, size=(16, 16))).copy()
+    other = base.copy()
+    other[0::2, :] = 0  # rows that nearest-neighbour resizing to 8 x 8 never reads (it samples odd rows)
+    images = [Image.fromarray(base, "RGB"), Image.fromarray(other, "RGB"), _image(5, size=(16, 16))]
+    assert find_duplicates(images).repeats == 0  # different files
+    batch = _preprocess(images)
+    assert np.array_equal(batch["pixel_values"][0], batch["pixel_values"][1])
+    keys = batch_keys(batch)
+    assert keys[0] == keys[1] != keys[2]
+    assert find_duplicates(batch["pixel_values"]).kept == (0, 2)
+
+
+def test_finder_over_a_stream_of_batches():
+    images = [_image(i % 5) for i in range(12)]  # 5 distinct images, each repeated
+    finder = DuplicateFinder()
+    kept_rows = []
+    for start in range(0, 12, 4):
+        batch = _preprocess(images[start:start + 4])
+        batch["attention_like"] = torch.ones(4, 3, dtype=torch.long)
+        batch["scale"] = 0.5  # not a batch axis: passed through
+        out, mask = finder.filter(batch)
+        assert len(mask) == 4 and out["scale"] == 0.5
+        assert len(out["pixel_values"]) == len(out["attention_like"]) == sum(mask)
+        kept_rows.extend(out["pixel_values"])
+    result = finder.result()
+    assert result.kept == (0, 1, 2, 3, 4) and result.total == 12 and result.repeats == 7
+    assert result.example == (0, 5)  # across batches: input 5 is input 0 again
+    want = _preprocess(images[:5])["pixel_values"]
+    assert torch.equal(torch.stack(kept_rows), want)
+    # another pass over the same inputs (another model's weights) drops the same examples
+    again = [result.select(_preprocess(images[s:s + 4]), s)["pixel_values"] for s in range(0, 12, 4)]
+    assert torch.equal(torch.cat(again), want)
+    whole = _preprocess(images[:4])
+    assert result.select(whole, 0) is whole  # nothing to drop: the batch itself
+
+
+def test_keep_duplicates_counts_but_drops_nothing():
+    finder = DuplicateFinder(keep=True)
+    batch = {"input_ids": torch.tensor([[1, 2], [3, 4], [1, 2]])}
+    out, mask = finder.filter(batch)
+    assert mask == [True, True, True] and out is batch
+    result = finder.result()
+    assert result.kept == (0, 1, 2) and result.repeats == 1 and result.dropped == 0
+    assert result.describe("token windows").endswith("kept (asked for)")
+
+
+def test_keys_of_one_example_and_of_rows_agree():
+    ids = torch.tensor([[4, 5, 6], [4, 5, 6]])
+    segments = torch.tensor([[0, 0, 1], [0, 1, 1]])
+    keys = batch_keys({"input_ids": ids, "token_type_ids": segments})
+    assert keys[0] != keys[1]  # same tokens, different segments: different inputs for BERT
+    assert keys[0] == input_key({"token_type_ids": segments[0], "input_ids": ids[0]})
+    # the dtype is part of the input; bfloat16 tensors are keyed too
+    assert input_key(torch.zeros(3, dtype=torch.float32)) != input_key(torch.zeros(3, dtype=torch.float64))
+    half = torch.tensor([[1.5, 2.0], [1.5, 2.0]], dtype=torch.bfloat16)
+    assert find_duplicates(half).kept == (0,)
+    with pytest.raises(ValueError, match="first axis"):
+        batch_keys({"a": torch.zeros(2, 3), "b": torch.zeros(3, 3)})
+    with pytest.raises(TypeError):
+        input_key(object())
+
+
+def test_images_from_an_encoded_parquet_style_source_are_keyed_after_decoding():
+    raw = io.BytesIO()
+    _image(7).save(raw, "PNG")
+    again = io.BytesIO()
+    _image(7).save(again, "PNG", compress_level=1)  # other bytes on disk, same pixels
+    assert raw.getvalue() != again.getvalue()
+    decoded = [Image.open(io.BytesIO(b)).convert("RGB") for b in (raw.getvalue(), again.getvalue())]
+    assert find_duplicates(decoded).kept == (0,)

@@ -1,0 +1,178 @@
+"""The test at one size k against brute force and against torch.linalg.matrix_rank."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from matrices import (
+    SCALES32,
+    SCALES64,
+    dominant,
+    gen,
+    matrix_rank_decisions,
+    mixed_range,
+    near_tolerance_matrix,
+    structured,
+)
+
+from mhaaudit.errors import InputError
+from mhaaudit.kruskal import draw_decisions, set_stats, subset_test
+from mhaaudit.kruskal.sampling import Gram
+from mhaaudit.numerics import RankRule, lapack
+
+# ------------------------------------------------------------------ planted structures
+
+
+def test_identical_rows_fail_without_sampling():
+    X = torch.ones(50, 16)  # every query identical, as at the embedding layer
+    r = subset_test(X, 5, samples=100)
+    assert r.verdict == "fails" and not r.sampled and r.proven
+    assert r.set_rank == 1
+    assert "no sampling" in r.reason
+
+
+def test_duplicated_rows_give_expected_fraction():
+    # 40 rows in general position in R^64 plus 10 exact duplicates: a k-draw fails exactly when
+    # it contains both members of a duplicated pair.
+    g = gen(1)
+    base = torch.randn(40, 64, generator=g)
+    X = torch.cat([base, base[:10]])
+    k, N = 8, 4000
+    r = subset_test(X, k, samples=N, seed=3)
+    # P(no pair fully included) by inclusion-exclusion over the 10 pairs
+    T = 50
+    p_ok = sum((-1) ** j * math.comb(10, j) * math.comb(T - 2 * j, k - 2 * j) / math.comb(T, k) for j in range(0, k // 2 + 1))
+    assert r.ci_low <= p_ok <= r.ci_high
+    assert r.witness is not None and len(r.witness.indices) == 2  # shrunk to the duplicated pair
+    a, b = r.witness.indices
+    assert torch.equal(X[a], X[b])
+
+
+def test_known_answers_k_above_d_or_T():
+    X = torch.randn(10, 4)
+    r = subset_test(X, 5, samples=10)
+    assert r.verdict == "fails" and not r.sampled and "R^4" in r.reason
+    X = torch.randn(4, 10)
+    r = subset_test(X, 5, samples=10)
+    assert r.verdict == "fails" and not r.sampled and "T = 4" in r.reason
+
+
+# ------------------------------------------------------------------ agreement with matrix_rank
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_every_draw_agrees_with_matrix_rank_near_tolerance(seed):
+    X = near_tolerance_matrix(60, 12, seed)
+    rule = RankRule.for_dtype(X.dtype)
+    for k in (6, 11, 12):
+        idx, full = draw_decisions(X, k, samples=300, seed=seed, rule=rule)
+        ref = matrix_rank_decisions(X, idx, rule)
+        assert torch.equal(full, ref)
+        # the matrix really sits near the tolerance: both outcomes occur at the largest k
+    idx, full = draw_decisions(X, 12, samples=300, seed=seed, rule=rule)
+    assert 0 < int(full.sum()) < 300
+
+
+def test_every_draw_agrees_with_matrix_rank_user_tolerances():
+    X = structured(40, 10, 10, seed=5)
+    for rule in (RankRule.for_dtype(X.dtype, rtol=1e-3), RankRule.for_dtype(X.dtype, atol=0.5), RankRule.for_dtype(X.dtype, rtol=0.05, atol=0.1)):
+        idx, full = draw_decisions(X, 7, samples=200, seed=1, rule=rule)
+        assert torch.equal(full, matrix_rank_decisions(X, idx, rule))
+
+
+@pytest.mark.skipif(not lapack.available(), reason="SciPy's Cython LAPACK API is not available")
+def test_subset_test_same_with_and_without_the_fast_path(monkeypatch):
+    X = dominant(300, 64, 1)
+    rule = RankRule.for_dtype(X.dtype)
+    st_ = set_stats(X, rule)
+    k = st_.rank - 2
+    fast = subset_test(X, k, samples=600, seed=2, rule=rule, stats=st_)
+    monkeypatch.setattr(Gram, "cpu_flat", property(lambda self: None))
+    slow = subset_test(X, k, samples=600, seed=2, rule=rule, stats=st_)
+    assert 0 < fast.satisfied < fast.samples  # both outcomes occur
+    assert fast.record() == slow.record() and fast.rank_histogram == slow.rank_histogram
+
+
+# ------------------------------------------------------------------ the data's scale never changes a verdict
+
+
+def _same_test(a, b, scale: float) -> None:
+    """Two SubsetTests on the same data at scales 1 and ``scale``: equal but for the units of the
+    witness's singular values and tolerance, which are the data's own."""
+    ra, rb = a.record(), b.record()
+    sa, sb = ra.pop("witness_singular_values"), rb.pop("witness_singular_values")
+    assert ra == rb
+    assert np.allclose(np.array(sb) / scale, sa, rtol=1e-9, atol=1e-300)
+    if a.witness is not None:
+        assert b.witness.indices == a.witness.indices and b.witness.rank == a.witness.rank
+        assert b.witness.tol / scale == pytest.approx(a.witness.tol, rel=1e-9)
+    assert a.rank_histogram == b.rank_histogram
+
+
+@pytest.mark.parametrize("dtype, scales", [(torch.float64, SCALES64), (torch.float32, SCALES32)])
+def test_subset_test_and_its_draws_are_the_same_at_every_scale(dtype, scales):
+    X = near_tolerance_matrix(60, 12, 0).to(dtype)
+    rule = RankRule.for_dtype(torch.float32)
+    base = subset_test(X, 12, samples=300, seed=0, rule=rule)
+    idx0, full0 = draw_decisions(X, 12, samples=300, seed=0, rule=rule)
+    assert 0 < base.satisfied < 300 and base.witness is not None  # both outcomes, and a proof
+    for scale in scales:
+        _same_test(base, subset_test(X * scale, 12, samples=300, seed=0, rule=rule), scale)
+        idx, full = draw_decisions(X * scale, 12, samples=300, seed=0, rule=rule)
+        assert torch.equal(idx, idx0) and torch.equal(full, full0)
+
+
+@pytest.mark.parametrize("scale", SCALES64)
+def test_an_absolute_tolerance_scaled_with_the_data_gives_the_same_test(scale):
+    X = structured(40, 10, 10, seed=5).double()
+    base = subset_test(X, 7, samples=200, seed=1, rule=RankRule.for_dtype(X.dtype, atol=0.5))
+    r = subset_test(X * scale, 7, samples=200, seed=1, rule=RankRule.for_dtype(X.dtype, atol=0.5 * scale))
+    assert 0 < base.satisfied < 200
+    assert (r.satisfied, r.verdict, r.witness.indices) == (base.satisfied, base.verdict, base.witness.indices)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_draws_of_rows_of_very_different_sizes_agree_with_matrix_rank(fast, monkeypatch):
+    if not fast:
+        monkeypatch.setattr(Gram, "cpu_flat", property(lambda self: None))
+    X = mixed_range()
+    rule = RankRule.for_dtype(torch.float32)
+    idx, full = draw_decisions(X, 3, samples=400, seed=0, rule=rule)
+    assert (idx < 30).all(1).sum() > 10  # draws of three tiny rows: Gram entries whose squares underflow
+    assert torch.equal(full, matrix_rank_decisions(X, idx, rule))
+
+
+# ------------------------------------------------------------------ determinism and validation
+
+
+def test_determinism_for_a_seed():
+    X = near_tolerance_matrix(60, 12, 0)
+    a = subset_test(X, 12, samples=300, seed=7)
+    b = subset_test(X, 12, samples=300, seed=7)
+    c = subset_test(X, 12, samples=300, seed=8)
+    assert a.record() == b.record()
+    assert a.satisfied != c.satisfied or a.witness != c.witness
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(k=0), "--k"),
+        (dict(k=2, samples=0), "--samples"),
+        (dict(k=2, threshold=0.0), "--threshold"),
+        (dict(k=2, threshold=1.5), "--threshold"),
+    ],
+)
+def test_bad_parameters(kwargs, match):
+    with pytest.raises(InputError, match=match):
+        subset_test(torch.randn(10, 5), **kwargs)
+
+
+def test_nan_rejected():
+    X = torch.randn(10, 5)
+    X[3, 2] = float("nan")
+    with pytest.raises(InputError, match="NaN"):
+        subset_test(X, 2)

@@ -1,0 +1,27 @@
+"""The binomial interval and the result objects."""
+
+from __future__ import annotations
+
+import pytest
+
+from mhaaudit.kruskal.results import Bound, Witness, clopper_pearson
+
+
+def test_clopper_pearson_known_values():
+    lo, hi = clopper_pearson(0, 10)
+    assert lo == 0.0 and hi == pytest.approx(1 - 0.025 ** (1 / 10), rel=1e-9)
+    lo, hi = clopper_pearson(10, 10)
+    assert hi == 1.0 and lo == pytest.approx(0.025 ** (1 / 10), rel=1e-9)
+    lo, hi = clopper_pearson(50, 100)
+    assert lo < 0.5 < hi and hi - lo < 0.21
+
+
+def test_clopper_pearson_without_trials_says_nothing():
+    assert clopper_pearson(0, 0) == (0.0, 1.0)
+
+
+def test_witness_and_bound_records():
+    w = Witness((3, 7), (2.0, 0.0), 1e-6, 1)
+    assert w.as_dict() == {"indices": [3, 7], "singular_values": [2.0, 0.0], "tol": 1e-6, "rank": 1}
+    b = Bound(4, "babel", "every 4 rows are independent")
+    assert b.as_dict() == {"value": 4, "kind": "babel", "proves": "every 4 rows are independent"}

@@ -1,0 +1,121 @@
+"""The sweep over every size against brute force, the fixed-size test and matrix_rank."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from matrices import (
+    SCALES32,
+    SCALES64,
+    all_draws,
+    dominant,
+    kstar_brute,
+    matrix_rank_decisions,
+    mixed_range,
+    near_tolerance_matrix,
+    structured,
+)
+
+from mhaaudit.kruskal import exact_kruskal_rank, kruskal_sweep, subset_test
+from mhaaudit.kruskal.sampling import Gram
+from mhaaudit.numerics import RankRule, lapack
+
+# ------------------------------------------------------------------ brute force: floor <= exact <= ceiling
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    T=st.integers(3, 8),
+    d=st.integers(2, 5),
+    rank=st.integers(1, 5),
+    dup=st.integers(0, 2),
+    seed=st.integers(0, 10_000),
+)
+def test_floor_exact_ceiling_ordering(T, d, rank, dup, seed):
+    rank = min(rank, d)
+    dup = min(dup, T // 2)
+    X = structured(T, d, rank, seed, dup)
+    rule = RankRule.for_dtype(X.dtype)
+    exact = exact_kruskal_rank(X, rule)
+    sw = kruskal_sweep(X, samples=200, seed=seed, rule=rule)
+    assert sw.floor.value <= exact <= sw.ceiling.value
+    # the estimate can never exceed the certified ceiling
+    assert sw.estimate <= sw.ceiling.value
+    if sw.witness is not None:
+        S = X[list(sw.witness.indices)].double()
+        assert int(torch.linalg.matrix_rank(S, rtol=rule.rtol_for(*S.shape))) < S.shape[0]
+
+
+def test_subspace_rows_cap_the_rank():
+    # 30 rows confined to a 5-dimensional subspace of R^20: every 5 independent, no 6.
+    X = structured(30, 20, 5, seed=2)
+    assert subset_test(X, 5, samples=500).verdict == "holds"
+    r6 = subset_test(X, 6, samples=500)
+    assert r6.verdict == "fails" and not r6.sampled  # decided by the whole-set rank
+    sw = kruskal_sweep(X, samples=300)
+    assert sw.estimate == 5 and sw.ceiling.value == 5
+    assert sw.fractions[4] == 1.0 and sw.fractions[5] == 0.0  # k = 5 and k = 6
+
+
+# ------------------------------------------------------------------ agreement with matrix_rank
+
+
+def test_sweep_matches_single_k_tests():
+    X = near_tolerance_matrix(80, 10, 3)
+    rule = RankRule.for_dtype(X.dtype)
+    sw = kruskal_sweep(X, samples=400, seed=0, rule=rule)
+    # every prefix decision of every draw equals matrix_rank on that prefix
+    perms = all_draws(80, sw.kmax_sampled, 400, 0)
+    assert 0.0 < sw.fractions[9] < 1.0  # the draws really straddle the tolerance
+    for k in range(1, sw.kmax_sampled + 1):
+        ref = matrix_rank_decisions(X, perms[:, :k], rule)
+        assert sw.fractions[k - 1] == pytest.approx(float(ref.float().mean()))
+
+
+@pytest.mark.skipif(not lapack.available(), reason="SciPy's Cython LAPACK API is not available")
+def test_sweep_same_with_and_without_the_fast_path(monkeypatch):
+    X = dominant(200, 40, 7)
+    rule = RankRule.for_dtype(X.dtype)
+    fast = kruskal_sweep(X, samples=300, seed=1, rule=rule)
+    monkeypatch.setattr(Gram, "cpu_flat", property(lambda self: None))
+    slow = kruskal_sweep(X, samples=300, seed=1, rule=rule)
+    assert fast.fractions == slow.fractions
+    assert fast.estimate == slow.estimate and fast.witness == slow.witness
+    assert 0 < fast.estimate < fast.kmax_sampled
+
+
+@pytest.mark.parametrize("dtype, scales", [(torch.float64, SCALES64), (torch.float32, SCALES32)])
+def test_sweep_is_the_same_at_every_scale(dtype, scales):
+    X = near_tolerance_matrix(60, 12, 0).to(dtype)
+    rule = RankRule.for_dtype(torch.float32)
+    base = kruskal_sweep(X, samples=200, seed=2, rule=rule)
+    assert base.witness is not None and 0 < base.fractions[11] < 1
+    for scale in scales:
+        sw = kruskal_sweep(X * scale, samples=200, seed=2, rule=rule)
+        assert (sw.fractions, sw.ci_low, sw.ci_high, sw.estimate, sw.raw_estimate, sw.kmax_sampled) == \
+            (base.fractions, base.ci_low, base.ci_high, base.estimate, base.raw_estimate, base.kmax_sampled)
+        assert sw.ceiling == base.ceiling and sw.floor == base.floor
+        assert sw.witness.indices == base.witness.indices
+        assert sw.witness.singular_values[0] / scale == pytest.approx(base.witness.singular_values[0], rel=1e-9)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_sweep_over_rows_of_very_different_sizes_agrees_with_matrix_rank(fast, monkeypatch):
+    if not fast:
+        monkeypatch.setattr(Gram, "cpu_flat", property(lambda self: None))
+    X = mixed_range(T=60, d=12, tiny=30, seed=1)
+    rule = RankRule.for_dtype(torch.float32)
+    sw = kruskal_sweep(X, samples=128, seed=3, rule=rule)
+    perms = all_draws(60, sw.kmax_sampled, 128, 3)
+    kstar = torch.tensor([kstar_brute(X, row, rule) for row in perms])
+    for k in range(1, sw.kmax_sampled + 1):
+        assert sw.fractions[k - 1] == pytest.approx(float((kstar >= k).float().mean()))
+
+
+def test_determinism_for_a_seed():
+    X = near_tolerance_matrix(60, 12, 0)
+    s1 = kruskal_sweep(X, samples=200, seed=4)
+    s2 = kruskal_sweep(X, samples=200, seed=4)
+    assert s1.fractions == s2.fractions and s1.estimate == s2.estimate

@@ -1,0 +1,74 @@
+"""The rank rule (torch.linalg.matrix_rank's semantics) and the numerics setting."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from mhaaudit.errors import InputError
+from mhaaudit.numerics import RankRule, numerics, with_numerics
+
+
+def test_default_rule_is_matrix_rank_default():
+    rule = RankRule.for_dtype(torch.float32)
+    assert rule.eps == torch.finfo(torch.float32).eps and rule.dtype == "float32"
+    assert rule.rtol_for(5, 12) == 12 * rule.eps and rule.atol_value == 0.0
+    assert rule.tol(2.0, 5, 12) == 2.0 * 12 * rule.eps
+    assert "matrix_rank's default" in rule.describe()
+    assert RankRule.for_dtype(torch.int64).dtype == "float64"  # integers are ranked in float64
+    assert RankRule.for_dtype("float64").eps == torch.finfo(torch.float64).eps
+
+
+def test_user_tolerances_follow_matrix_rank():
+    only_atol = RankRule.for_dtype(torch.float32, atol=0.5)
+    assert only_atol.rtol_for(5, 12) == 0.0 and only_atol.tol(10.0, 5, 12) == 0.5
+    both = RankRule.for_dtype(torch.float32, rtol=0.1, atol=0.5)
+    assert both.tol(10.0, 5, 12) == 1.0 and both.tol(1.0, 5, 12) == 0.5
+    t = both.tol(torch.tensor([10.0, 1.0]), 5, 12)
+    assert torch.equal(t, torch.tensor([1.0, 0.5]))
+    assert both.as_dict()["rtol"] == 0.1 and "atol = 0.5" in both.describe()
+
+
+@pytest.mark.parametrize("kw, match", [({"rtol": -1.0}, "--rtol"), ({"atol": float("inf")}, "--atol"),
+                                       ({"atol": float("nan")}, "--atol")])
+def test_bad_tolerances_are_refused(kw, match):
+    with pytest.raises(InputError, match=f"{match} must be a finite number >= 0"):
+        RankRule.for_dtype(torch.float32, **kw)
+
+
+def test_numerics_restores_threads_and_nests():
+    before = torch.get_num_threads()
+    with numerics(threads=1):
+        assert torch.get_num_threads() == 1
+        with numerics():
+            assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+
+    @with_numerics(threads=1)
+    def inside():
+        return torch.get_num_threads()
+
+    assert inside() == 1 and torch.get_num_threads() == before
+
+
+def test_numerics_flushes_subnormals_in_its_thread_only():
+    tiny = torch.tensor([1e-310], dtype=torch.float64)
+    seen = {}
+    go = threading.Event()
+
+    def other():  # started before the setting, so it keeps its own (new threads inherit it)
+        go.wait()
+        seen["other"] = float(tiny * 1.0)
+
+    t = threading.Thread(target=other)
+    t.start()
+    with numerics():
+        flushes = float(tiny * 1.0) == 0.0
+        go.set()
+        t.join()
+    if not flushes:
+        pytest.skip("this CPU does not flush subnormals")
+    assert seen["other"] == 1e-310  # another thread keeps its own setting
+    assert float(tiny * 1.0) == 1e-310  # restored on exit

@@ -1,0 +1,88 @@
+"""Exact power-of-two rescaling, and the issue it fixes end to end (a false proof at 1e155)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from mhaaudit.numerics import RankRule, exponent_of, ldexp, numerics, row_norms, scaled, subnormals_kept
+
+
+def test_exponent_of_brings_the_largest_entry_into_half_open_unit_interval():
+    for m in (1.0, 0.75, 3.0, 1e300, 1e-300, 5e-324, 1.7e308):
+        e = exponent_of(torch.tensor([m, -m / 3, 0.0], dtype=torch.float64))
+        assert 0.5 <= math.ldexp(m, -e) < 1.0
+    assert exponent_of(torch.zeros(3, 4)) == 0
+    per_row = exponent_of(torch.tensor([[1.0, -3.0], [0.0, 0.0], [0.25, 0.1]], dtype=torch.float64), dims=-1)
+    assert per_row.tolist() == [2, 0, -1]
+
+
+@pytest.mark.parametrize("e", [-1100, -1074, -1023, -600, -1, 0, 1, 600, 1023, 1074, 1100])
+def test_ldexp_is_exact_beyond_the_exponent_range(e):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(50, generator=g, dtype=torch.float64)
+    x = x * 2.0 ** -(e // 2 + 60) if e > 0 else x * 2.0 ** (-e // 2 - 60)  # keep results normal
+    y = ldexp(x, e)
+    assert torch.equal(ldexp(y, -e), x)
+    assert torch.equal(ldexp(x, torch.full((50,), e)), y)  # tensor exponents give the same
+    assert ldexp(float(x[0]), e) == float(y[0])
+    assert ldexp(1.0, 2000) == math.inf and ldexp(-1.0, 2000) == -math.inf
+
+
+def test_scaled_divides_by_a_power_of_two_and_rescales_the_absolute_tolerance():
+    X = torch.tensor([[3.0, -1e300], [0.0, 2.0]], dtype=torch.float64)
+    unit = scaled(X, RankRule.for_dtype(torch.float64, atol=1e290))
+    assert 0.5 <= float(unit.X.abs().max()) < 1.0
+    assert torch.equal(unit.to_data(unit.X), X)
+    assert unit.rule.atol == ldexp(1e290, -unit.exponent) and unit.rule.rtol == 0.0
+    assert scaled(X, RankRule.for_dtype(torch.float64)).rule.atol is None  # relative rule: unchanged
+
+
+def test_only_atol_stays_only_atol_when_the_rescaled_atol_underflows():
+    rule = RankRule.for_dtype(torch.float64, atol=1e-300).in_units(1000)
+    assert rule.atol == 0.0 and rule.rtol_for(5, 7) == 0.0
+
+
+def test_subnormal_data_are_rescaled_exactly_even_inside_numerics():
+    X = torch.tensor([[3e-310, -1e-315], [5e-324, 0.0]], dtype=torch.float64)
+    X32 = torch.tensor([[1e-40, 3e-39]], dtype=torch.float32)
+    with numerics():
+        unit, unit32 = scaled(X, RankRule()), scaled(X32, RankRule())
+    with subnormals_kept():  # outside numerics: a no-op
+        pass
+    assert torch.equal(ldexp(unit.X, unit.exponent), X) and int((unit.X != 0).sum()) == 3
+    assert torch.equal(ldexp(unit32.X, unit32.exponent), X32.double())
+
+
+@pytest.mark.parametrize("scale", [1e-200, 1e-160, 1.0, 1e160, 1e200])
+def test_row_norms_neither_overflow_nor_underflow(scale):
+    g = torch.Generator().manual_seed(1)
+    X = torch.randn(6, 40, generator=g, dtype=torch.float64)
+    X[3] = 0.0
+    ref = X.norm(dim=1)
+    assert torch.allclose(row_norms(X * scale) / scale, ref, rtol=1e-13)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e155, 1e160, 1e200, 1e300, 1e-300, 1e-310])
+def test_kruskal_command_reports_what_matrix_rank_says_at_any_scale(tmp_path, scale):
+    from mhaaudit.cli.app import main
+
+    X = np.random.default_rng(0).standard_normal((100, 32)) * scale
+    np.save(tmp_path / "X.npy", X)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            main(["kruskal", str(tmp_path / "X.npy"), "--k", "5", "--format", "json", "--samples", "300"])
+        except SystemExit as exc:
+            assert exc.code in (0, None)
+    doc = json.loads(out.getvalue())
+    rank = int(torch.linalg.matrix_rank(torch.from_numpy(X)))
+    assert rank == 32 and doc["meta"]["set_rank"] == rank
+    (rec,) = doc["records"]
+    assert rec["verdict"] == "holds" and rec["sampled"] and rec["satisfied"] == 300 and not rec["witness"]
