@@ -17,11 +17,11 @@ Who runs what
 -------------
 Under :func:`run_cli` (``python -m mhaaudit``) rank 0 runs the command line; the other ranks
 never parse, print or write: they follow rank 0, making each :func:`shared` library call
-(``audit``, ``capacity_audit``, ``capture_features``) that rank 0 makes, with its arguments. A
-user's own script run by torchrun instead makes those calls on every rank itself. Either way only
-rank 0's command line prints and writes, and the JSON ``meta`` names the world size and backend
-(:func:`describe`); work outside the shared calls (``kruskal FILE``, ``memorize``) runs on rank
-0 alone.
+(``audit``, ``capacity_audit``, ``capture_features``, ``subset_test``, ``kruskal_sweep``) that
+rank 0 makes, with its arguments. A user's own script run by torchrun instead makes those calls
+on every rank itself. Either way only rank 0's command line prints and writes, and the JSON
+``meta`` of ``check`` and ``capacity`` names the world size and backend (:func:`describe`); work
+outside the shared calls runs on rank 0 alone.
 
 What is split and what is gathered
 ----------------------------------
@@ -33,7 +33,12 @@ What is split and what is gathered
   one process computes it.
 - The reduced rows (query and Assumption 3 vectors, per-example context statistics, rows of Z)
   are all-gathered back into single-process order (:meth:`Session.gather_rows`): every rank then
-  holds exactly the arrays one process would hold, so every later number is the same.
+  holds exactly the arrays one process would hold. Exact duplicate images are found from input
+  keys the ranks exchange each round, in batch order, so the same ones are dropped.
+- The Monte-Carlo draws of every test and sweep come in seeded blocks; inside a shared call
+  (:func:`lockstep`) rank r decides groups of blocks r, r + N, ... and each round's results are
+  gathered (``kruskal.sampling.blocks_in_order``), so counts, histograms, witnesses and the block
+  where a test stops early are those of one process.
 
 Nothing here decides a verdict: this module only moves data. Under the same seed, data, batch
 size and thread settings the records equal a single-process run's (``torchrun`` sets
@@ -63,7 +68,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from .errors import InputError, MhaauditError, one_line
 
-__all__ = ["RankCrashed", "RankFailed", "Session", "describe", "launched", "run_cli", "session", "shared"]
+__all__ = ["RankCrashed", "RankFailed", "Session", "describe", "launched", "lockstep", "run_cli", "session", "shared"]
 
 TIMEOUT_ENV = "MHAAUDIT_DIST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 300.0
@@ -139,6 +144,21 @@ class Session:
         out: list = [None] * self.world_size
         self._call(dist.all_gather_object, out, obj)
         return out
+
+    def all_gather_tensors(self, obj) -> list:
+        """Every rank's ``obj`` (anything ``torch.save`` writes: tensors inside tuples, lists,
+        dataclasses), by rank, with each tensor on this rank's device of its kind (a CUDA tensor
+        of another rank lands on this rank's GPU)."""
+        import io
+
+        import torch
+
+        def here(storage, location: str):
+            return storage.cuda() if location.startswith("cuda") else storage
+
+        buf = io.BytesIO()
+        torch.save(obj, buf)
+        return [torch.load(io.BytesIO(b), map_location=here, weights_only=False) for b in self.all_gather(buf.getvalue())]
 
     def broadcast(self, obj):
         """Rank 0's ``obj`` on every rank."""
@@ -322,6 +342,13 @@ def session() -> Session | None:
     return _SESSION
 
 
+def lockstep() -> Session | None:
+    """The session when this rank is inside a :func:`shared` call, which every rank makes together
+    (so work may be divided among them); None otherwise."""
+    s = _SESSION
+    return s if s is not None and s.depth > 0 else None
+
+
 def describe() -> dict:
     """``{"distributed": {"world_size": N, "backend": ...}}`` for a run's ``meta``; ``{}`` in one process."""
     s = session()
@@ -380,7 +407,7 @@ def shared(fn: Callable) -> Callable:
         if s is None or s.depth:  # one process, or inside a shared call already
             return fn(*args, **kwargs)
         if s.leading:
-            s.broadcast(("call", key, args, _portable(kwargs)))
+            s.broadcast(("call", key, tuple(_on_cpu(a) for a in args), _portable(kwargs)))
         s.depth += 1
         try:
             result = fn(*args, **kwargs)
@@ -397,11 +424,17 @@ def shared(fn: Callable) -> Callable:
 
 def _portable(kwargs: dict) -> dict:
     """Arguments for the ranks that follow rank 0: no callbacks (they belong to rank 0's screen),
-    no progress bars."""
-    out = {k: (None if callable(v) else v) for k, v in kwargs.items()}
+    no progress bars, tensors on the CPU (each rank moves them to its own device)."""
+    out = {k: (None if callable(v) else _on_cpu(v)) for k, v in kwargs.items()}
     if isinstance(out.get("progress"), bool):
         out["progress"] = False
     return out
+
+
+def _on_cpu(value):
+    import torch
+
+    return value.detach().cpu() if isinstance(value, torch.Tensor) else value
 
 
 def _shared_call(key: str) -> Callable:

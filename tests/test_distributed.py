@@ -193,6 +193,27 @@ def test_two_ranks_give_the_records_of_one_process(vit_dir, image_dir, tmp_path)
     assert (cwds[0] / "out.parquet").is_file() and os.listdir(cwds[1]) == [] and tmp_leftovers(cwds[0]) == []
 
 
+def test_kruskal_on_a_file_splits_its_draws(tmp_path):
+    """``kruskal FILE``: rank 0 reads the file and the other rank joins each test and the sweep."""
+    import numpy as np
+
+    g = np.random.default_rng(0)
+    X = g.standard_normal((200, 24))
+    X[:, 18:] = X[:, :6] @ g.standard_normal((6, 6)) * 1e-3
+    X[5] = 2 * X[7]
+    np.save(tmp_path / "X.npy", X)
+    args = ["kruskal", tmp_path / "X.npy", "--k", 8, "--k", 20, "--sweep", "--samples", 300, "--device", "cpu",
+            "--format", "json"]
+    rc, one, err = single(args)
+    assert rc == 0, err
+    (r0, out0, err0), (r1, out1, err1) = launch(args)
+    assert (r0, r1) == (0, 0), err0 + err1
+    a, b = json.loads(one), json.loads(out0)
+    assert b["records"] == a["records"] and b["sweep"] == a["sweep"]
+    assert b["meta"]["sweep_summary"] == a["meta"]["sweep_summary"] and out1 == ""
+
+
+@pytest.mark.slow
 def test_two_ranks_give_the_capacity_of_one_process(bert_dir, tmp_path):
     """Text data, the Z builder and Proposition 2's shared context (rank 0's first example on every rank)."""
     args = ["capacity", bert_dir, "--context-length", 16, "--limit", 26, "--batch-size", 4, "--samples", 100,
