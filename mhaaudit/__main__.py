@@ -1,12 +1,30 @@
-"""``python -m mhaaudit``: the same as the ``mhaaudit`` console script (``mhaaudit.cli.app:run``)."""
+"""``python -m mhaaudit``: the command line, also as ``torchrun`` starts it.
 
-try:
-    from .cli.app import run
-except KeyboardInterrupt:  # Ctrl-C before the app's own guard (in mhaaudit.cli.app) is reached
-    import sys
+The same as the ``mhaaudit`` console script (``mhaaudit.cli.app:run``). ``torchrun --nproc-per-node
+N -m mhaaudit check MODEL ...`` runs this module in N processes; :func:`mhaaudit.distributed.run_cli`
+joins them into one job in which rank 0 alone prints and writes. Started any other way, this is
+the plain command line.
+"""
 
-    print("Error: interrupted", file=sys.stderr)
-    exec("pass", {})  # see mhaaudit.cli.app._settle_interrupt: exit 130, not killed by SIGINT
-    raise SystemExit(130) from None
+import sys
 
-run()
+
+def main(argv: list[str] | None = None) -> int:
+    from .cli.app import main as cli_main
+    from .distributed import launched, run_cli
+
+    return run_cli(cli_main, argv) if launched() else cli_main(argv)
+
+
+if __name__ == "__main__":
+    try:
+        from .cli.app import _interrupted  # loads the libraries; Ctrl-C there gets the app's own one line
+    except KeyboardInterrupt:  # Ctrl-C before the app's own guard is reached
+        print("Error: interrupted", file=sys.stderr)
+        exec("pass", {})  # see mhaaudit.cli.app._settle_interrupt: exit 130, not killed by SIGINT
+        raise SystemExit(130) from None
+    try:
+        code = main()
+    except KeyboardInterrupt:  # between the commands' own handling and the exit
+        _interrupted()
+    sys.exit(code)

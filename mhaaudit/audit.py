@@ -7,7 +7,9 @@ output. One pass of :func:`mhaaudit.pipeline.stream` per set of weights serves e
 requested for those weights; the streaming reduction keeps O(T d) per probe point.
 
 :func:`audit` is the facade the CLI calls: it resolves the :class:`~mhaaudit.settings.Settings`
-once and passes them down.
+once and passes them down. Under ``torchrun`` every rank makes the call (:func:`~mhaaudit.distributed.shared`):
+the batches are dealt among the ranks and the reduced features gathered back, so every rank holds
+what one process would, and the record ``meta`` names the world size and backend.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Callable, Sequence
 import torch
 
 from .checks import CHECKS, ContextRankResult
+from .distributed import describe, shared
 from .errors import DataError, InputError, OfflineError
 from .features import FeatureSet, StreamingReducer
 from .kruskal import Sweep, kruskal_sweep, set_stats, subset_test
@@ -248,12 +251,8 @@ def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataR
     rule = settings.rule(torch.float32)  # features that feed a rank decision are float32
     for init, group in by_init.items():
         t0 = time.perf_counter()
-        try:
-            pm = pipeline.load(request, init, settings, max(p.layer for p in group))
-        except OfflineError as exc:
-            if init != "trained":
-                raise
-            out.unavailable.update({p.variant: str(exc) for p in group})
+        pm = _load_or_unavailable(request, init, settings, max(p.layer for p in group), group, out)
+        if pm is None:
             continue
         out.timings[f"load {init}"] = round(time.perf_counter() - t0, 3)
         info = pm.info
@@ -283,8 +282,29 @@ def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataR
             out.features[p.variant] = reducers[p.variant].result(
                 {"model": request.model, "variant": p.variant, "layer": p.layer, "weights": init,
                  "weights_source": info.weights_source, "data": fed.name, "resolved": info.resolved,
-                 "random_attention": p.random_attention})
+                 "random_attention": p.random_attention}, fed=fed)
     return out
+
+
+def _load_or_unavailable(request: ModelRequest, init: str, settings: Settings, max_layer: int,
+                         group: Sequence[Probe], out: Captured):
+    """The model for ``group``, or None with the group marked unavailable when trained weights
+    cannot be had offline. Under torchrun every rank must come to the same outcome."""
+    from . import distributed, pipeline
+
+    pm, reason = None, None
+    try:
+        pm = pipeline.load(request, init, settings, max_layer)
+    except OfflineError as exc:
+        if init != "trained":
+            raise
+        reason = str(exc)
+    shard = distributed.session()
+    if shard is not None:
+        shard.same(reason is None, f"whether the {init} weights of {request.model} can be loaded")
+    if reason is not None:
+        out.unavailable.update({p.variant: reason for p in group})
+    return pm
 
 
 def probe_for_variant(variant: str, layer: int = 1) -> Probe:
@@ -299,6 +319,7 @@ def probe_for_variant(variant: str, layer: int = 1) -> Probe:
     return Probe(variant, m.group(1), int(m.group(2)))
 
 
+@shared
 def capture_features(model: str, *, variant: str = "random", layer: int = 1, data: str | None = None, limit: int = 2000,
                      batch_size: int = 32, device: str = "auto", seed: int = 0, progress: bool = False,
                      split: str = "train", backend: str | None = None, weights_path: str | None = None,
@@ -402,6 +423,7 @@ def _column(p: Probe, got: Captured, settings: Settings, sweep: bool) -> Column:
     return col
 
 
+@shared
 def audit(
     model: str,
     *,
@@ -453,7 +475,7 @@ def audit(
         raise OfflineError("no column could be audited: " + "; ".join(dict.fromkeys(got.unavailable.values())))
     columns = [_column(p, got, settings, sweep) for p in probes]
     run = dict(settings.as_dict(), limit=data_req.limit, batch_size=data_req.batch_size, layer=1 if layer is None else layer,
-               layers=list(layers) if layers is not None else None)
+               layers=list(layers) if layers is not None else None, **describe())
     got.timings["total"] = round(time.perf_counter() - t_start, 3)
     return AuditResult(model=model, info=got.info, data=got.data, columns=columns, settings=run, timings=got.timings,
                        skipped=got.skipped, notes=got.notes, duplicates=got.duplicates)

@@ -3,7 +3,9 @@
 The full (T, n, d) activations are never held. Per batch we keep the query vectors and the
 Assumption 3 vectors (query + mean of the context rows, the query row included) and the exact
 per-example rank statistics of the context matrices for Assumption 2. Memory is O(T d).
-A ``FeatureSet`` can be saved and audited again later without the model.
+A ``FeatureSet`` can be saved and audited again later without the model. Under ``torchrun`` each
+rank reduces the batches dealt to it and :meth:`StreamingReducer.result` gathers the rows of all
+ranks back into single-process order.
 """
 
 from __future__ import annotations
@@ -127,12 +129,22 @@ class StreamingReducer:
         self._a3.append((q + tokens.mean(dim=1)).detach().to("cpu", copy=True))
         self._ctx.update(tokens.detach())
 
-    def result(self, meta: dict | None = None) -> FeatureSet:
-        if self._ctx is None:
+    def result(self, meta: dict | None = None, fed=None) -> FeatureSet:
+        """The reduced features of every example fed. ``fed``: the :class:`~mhaaudit.pipeline.DataInfo`
+        of the stream, when batches may have been dealt among ranks: every rank's rows are then
+        gathered back into single-process order, so every rank holds the same FeatureSet."""
+        rows = None
+        if self._ctx is not None:
+            rows = {"queries": torch.cat(self._q), "a3": torch.cat(self._a3), **self._ctx.arrays()}
+        header = (self.n, self.d)
+        if fed is not None:
+            rows, header = fed.gather_rows(rows, header)
+        if rows is None:
             raise InputError("no examples were reduced")
-        qi = self.query_index % self.n
-        return FeatureSet(queries=torch.cat(self._q), a3=torch.cat(self._a3), context=self._ctx.arrays(),
-                          n=self.n, d=self.d, query_index=qi, meta=dict(meta or {}))
+        n, d = header
+        queries, a3 = rows.pop("queries"), rows.pop("a3")
+        return FeatureSet(queries=queries, a3=a3, context=rows, n=n, d=d, query_index=self.query_index % n,
+                          meta=dict(meta or {}))
 
 
 def reduce_tokens(tokens: torch.Tensor, query_index: int, batch_size: int = 64, meta: dict | None = None) -> FeatureSet:

@@ -14,6 +14,11 @@ Every command that runs a model over data (``check``, ``capacity``, ``kruskal --
   ``{layer: (B, n, d) tokens}`` of every batch to each consumer. Consumers (the streaming reduction
   of :mod:`mhaaudit.features`, the Z builder of :mod:`mhaaudit.capacity`) keep what they need and
   drop the batch, so memory grows with T x d, not T x n x d.
+
+Under ``torchrun`` (:mod:`mhaaudit.distributed`) rank 0 alone reads the source and deals batch b
+to rank b mod N; each rank's consumers see only the batches dealt to it, in order, and the
+returned :class:`DataInfo` knows how to put row-stacked results back into single-process order
+(:meth:`DataInfo.gather_rows`).
 """
 
 from __future__ import annotations
@@ -57,7 +62,11 @@ class DataRequest:
 
 @dataclass
 class DataInfo:
-    """What :func:`stream` learned about the data: its name, items skipped, examples fed."""
+    """What :func:`stream` learned about the data: its name, items skipped, examples fed.
+
+    ``fed`` lists the ``(batch index, size)`` of the batches this process's consumers saw, in
+    order; ``parts`` holds every rank's ``fed`` (one list in one process).
+    """
 
     name: str = ""
     skipped: int = 0
@@ -66,10 +75,22 @@ class DataInfo:
     duplicates: dict = field(default_factory=dict)  # total, repeats, dropped, example (see sources.Duplicates)
     duplicates_line: str = ""  # the same in words, for the report
     source: Any = field(default=None, repr=False)  # learns how many items it skipped as it is read
+    fed: list = field(default_factory=list)
+    parts: list = field(default_factory=list)
+    shard: Any = field(default=None, repr=False)  # the distributed Session that dealt the batches, or None
 
     def settle(self) -> None:
         """Take the source's count of skipped items once it has been read."""
         self.skipped = max(self.skipped, int(getattr(self.source, "skipped", 0) or 0))
+
+    def gather_rows(self, rows: dict | None, header=None) -> tuple[dict | None, Any]:
+        """Row-stacked results of a consumer (name -> tensor, rows in the order fed) for every
+        example, in single-process order, with their ``header`` (what describes them): every
+        rank's rows, gathered, when the batches were dealt among ranks; ``(rows, header)`` itself
+        in one process. The rows are None when no rank fed any batch."""
+        if self.shard is None:
+            return rows, header
+        return self.shard.gather_rows(rows, header, self.fed, self.parts)
 
 
 def load(request: ModelRequest, init: str, settings: Settings, max_layer: int):
@@ -154,23 +175,117 @@ def _prepare(pm, raw) -> dict[str, torch.Tensor]:
     return inputs
 
 
-def _prefetched(pm, raw_batches: Iterable) -> Iterator[dict[str, torch.Tensor]]:
-    """Model inputs, each batch prepared on a helper thread while the previous one is probed.
+def _prefetched(pm, raw_batches: Iterable[tuple[int, Any]]) -> Iterator[tuple[int, dict[str, torch.Tensor] | None]]:
+    """``(batch index, model inputs)``, each batch prepared on a helper thread while the previous
+    one is probed (``(None, None)`` passed through for a round in which this rank has no batch).
 
     Image decoding and resizing (PIL and numpy, largely outside the interpreter lock) are the
     slowest steps on a CPU; overlapping them with the forward pass saves their time.
     """
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mhaaudit-prepare") as pool:
         pending = None
-        for raw in raw_batches:
-            if raw is None or len(raw) == 0:
+        for index, raw in raw_batches:
+            if raw is not None and len(raw) == 0:
                 continue
-            fut = pool.submit(_prepare, pm, raw)
+            fut = (index, None if raw is None else pool.submit(_prepare, pm, raw))  # None: this rank's turn is empty
             if pending is not None:
-                yield pending.result()
+                yield pending[0], pending[1] and pending[1].result()
             pending = fut
         if pending is not None:
-            yield pending.result()
+            yield pending[0], pending[1] and pending[1].result()
+
+
+def _read_ahead(items: Iterator, depth: int) -> Iterator:
+    """``items``, read by a helper thread up to ``depth`` ahead (rank 0 reads the source while the
+    batches it dealt are computed); an error of the reader is raised here, in order."""
+    import queue
+    import threading
+
+    box: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    end = object()
+
+    def put(x) -> bool:
+        while not stop.is_set():
+            try:
+                box.put(x, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def fill() -> None:
+        try:
+            for x in items:
+                if not put((True, x)):
+                    return
+            put((True, end))
+        except BaseException as exc:  # handed to the reading side
+            put((False, exc))
+
+    reader = threading.Thread(target=fill, name="mhaaudit-read", daemon=True)
+    reader.start()
+    try:
+        while True:
+            ok, x = box.get()
+            if not ok:
+                raise x
+            if x is end:
+                return
+            yield x
+    finally:
+        stop.set()
+        reader.join(timeout=5)
+
+
+def _assigned(pm, data: DataRequest, settings: Settings, notes: list[str], shard) -> tuple[DataInfo, Iterator]:
+    """``(batch index, raw batch)`` for this process: every batch in one process; under a
+    distributed session, the batches rank 0 deals to this rank."""
+    if shard is None:
+        info, raw = example_batches(pm, data, settings.seed, notes)
+        return info, enumerate(raw)
+    if shard.rank == 0:
+        info, raw = example_batches(pm, data, settings.seed, notes)
+        info.shard = shard
+        return info, shard.deal(_read_ahead(raw, 2 * shard.world_size))
+    return DataInfo(shard=shard), shard.deal(None)
+
+
+def _settle(info: DataInfo, notes: list[str], first_note: int) -> None:
+    """Every rank learns what rank 0 learned of the data (its name, items skipped, duplicates,
+    notes) and which batches every rank fed."""
+    info.settle()
+    shard = info.shard
+    if shard is None:
+        info.parts = [info.fed]
+        return
+    info.parts = shard.all_gather(info.fed)
+    name, skipped, dups, dups_line, new_notes = shard.broadcast(
+        (info.name, info.skipped, info.duplicates, info.duplicates_line, notes[first_note:]))
+    info.name, info.skipped, info.duplicates, info.duplicates_line = name, skipped, dups, dups_line
+    if shard.rank != 0:
+        notes.extend(x for x in new_notes if x not in notes)
+    info.count = sum(size for part in info.parts for _, size in part)
+
+
+def _without_duplicates(finder, index: int | None, inputs: dict | None, shard) -> dict | None:
+    """``inputs`` less the examples that repeat an earlier input exactly (kept with
+    ``--keep-duplicates``). Under torchrun the ranks exchange the keys of each round's batches and
+    feed them to their finders in batch order, so every rank drops what one process would."""
+    if shard is None:
+        return finder.filter(inputs)[0]
+    from .sources.duplicates import batch_keys
+
+    keep = None
+    for b, keys in sorted((x for x in shard.all_gather((index, batch_keys(inputs) if inputs is not None else None))
+                           if x[1] is not None), key=lambda x: x[0]):
+        mask = finder.add(keys)
+        keep = mask if b == index else keep
+    if inputs is None or all(keep):
+        return inputs
+    rows = [i for i, k in enumerate(keep) if k]
+    return {name: v[torch.tensor(rows, dtype=torch.long, device=v.device)] if getattr(v, "ndim", 0) >= 1 else v
+            for name, v in inputs.items()}
 
 
 def _batch_size(inputs: dict[str, torch.Tensor]) -> int:
@@ -185,32 +300,39 @@ def stream(pm, data: DataRequest, layers: Sequence[int], consumers: Sequence[Con
     ``layers``: the probe points (0 = embedding output, k = output of block k); only blocks up to
     the deepest run. Returns what was fed. An empty source is a :class:`DataError`.
     """
+    from . import distributed
     from .progress import task
     from .sources import DuplicateFinder
 
     t0 = time.perf_counter()
-    info, raw = example_batches(pm, data, settings.seed, notes)
+    first_note = len(notes)
+    shard = distributed.session()
+    info, raw = _assigned(pm, data, settings, notes, shard)
     want = sorted(set(int(k) for k in layers))
     # Images: exact duplicates of what the model sees (its preprocessed pixels) are found before the
     # forward pass. Every pass over the same data (other weights) finds and drops the same ones.
     finder = DuplicateFinder(keep=data.keep_duplicates) if pm.info.modality == "image" else None
+    share, shown = (shard.world_size if shard is not None else 1), 0  # rank 0's bar stands for every rank
     with task(label, data.limit, settings.progress) as advance:
-        for inputs in _prefetched(pm, raw):
-            seen = _batch_size(inputs)
+        for index, inputs in _prefetched(pm, raw):
+            seen = _batch_size(inputs) if inputs is not None else 0
             if finder is not None:
-                inputs, _ = finder.filter(inputs)
-            size = _batch_size(inputs)
-            advance(seen)
+                inputs = _without_duplicates(finder, index, inputs, shard)
+            step = min(seen * share, data.limit - shown)
+            advance(step)
+            shown += step
+            size = _batch_size(inputs) if inputs is not None else 0
             if not size:
                 continue
             tokens = pm.capture(inputs, want)
             for consume in consumers:
                 consume(tokens)
+            info.fed.append((index, size))
             info.count += size
     if finder is not None:
         found = finder.result()
         info.duplicates, info.duplicates_line = found.as_dict(), found.describe("images")
-    info.settle()
+    _settle(info, notes, first_note)
     info.seconds = round(time.perf_counter() - t0, 3)
     if info.count == 0:
         raise DataError(f"the data source yielded no usable examples ({info.name})")

@@ -70,6 +70,34 @@ def test_streaming_reducer_one_batch_at_a_time_equals_reduce_tokens():
     _assert_same(red.result(), reduce_tokens(E, 0))
 
 
+
+def test_reducers_of_dealt_batches_gather_into_the_single_process_features():
+    """Rank r of N reduces batches r, r + N, ...; gathered, every rank holds one process's FeatureSet
+    (a rank dealt no batch included)."""
+    from mhaaudit.distributed import Session
+    from mhaaudit.pipeline import DataInfo
+
+    E, size, world = _tokens(), 7, 8  # 7 batches for 8 ranks: rank 7 is dealt none
+    reducers = [StreamingReducer(2) for _ in range(world)]
+    fed: list[list] = [[] for _ in range(world)]
+    for b, tokens in enumerate(E.split(size)):
+        reducers[b % world].update(tokens)
+        fed[b % world].append((b, int(tokens.shape[0])))
+    parts = []  # what each rank contributes to the gather: its rows and their header
+    for red in reducers:
+        rows = None if red._ctx is None else {"queries": torch.cat(red._q), "a3": torch.cat(red._a3), **red._ctx.arrays()}
+        parts.append(None if rows is None else (rows, (red.n, red.d)))
+
+    class Gathered(Session):
+        def all_gather(self, obj):
+            return parts
+
+    whole = reduce_tokens(E, 2, batch_size=size)
+    for r in (0, 3, world - 1):
+        info = DataInfo(fed=fed[r], parts=fed, shard=Gathered(rank=r, world_size=world, local_rank=r, backend="gloo"))
+        _assert_same(reducers[r].result(fed=info), whole)
+
+
 def test_streaming_reducer_errors():
     red = StreamingReducer(0)
     with pytest.raises(InputError, match="no examples"):

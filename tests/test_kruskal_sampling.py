@@ -47,3 +47,81 @@ def test_results_do_not_depend_on_the_number_of_threads():
     finally:
         torch.set_num_threads(before)
     assert out[0] == out[1]
+
+
+def _as_ranks(monkeypatch, world: int, body):
+    """Run ``body()`` as each of ``world`` ranks in threads whose gathers meet at a barrier (a
+    stand-in for a torchrun job inside a shared call); the results by rank."""
+    import threading
+
+    from mhaaudit import distributed
+
+    barrier, box, local = threading.Barrier(world, timeout=60), [None] * world, threading.local()
+
+    class Ranked(distributed.Session):
+        def all_gather_tensors(self, obj):
+            box[self.rank] = obj
+            barrier.wait()
+            out = list(box)
+            barrier.wait()
+            return out
+
+    monkeypatch.setattr(distributed, "lockstep", lambda: getattr(local, "session", None))
+    results: list = [None] * world
+
+    def rank(r: int) -> None:
+        local.session = Ranked(rank=r, world_size=world, local_rank=r, backend="gloo", depth=1)
+        results[r] = body()
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads)
+    return results
+
+
+def test_ranks_dividing_the_groups_yield_what_one_process_yields(monkeypatch):
+    """Rank r runs groups r, r + N, ...; every rank yields every group's result in order, and a
+    consumer that stops early stops every rank at the same group."""
+    from mhaaudit.kruskal.sampling import blocks_in_order, units
+
+    def job(idx):
+        return idx * 1  # the draws themselves
+
+    for workers in (1, 2):
+        one = list(blocks_in_order(job, 50, 5, 11 * DRAW_BLOCK - 3, 3, True, workers))
+        assert len(one) == len(units(11 * DRAW_BLOCK - 3, workers))
+        got = _as_ranks(monkeypatch, 3, lambda: list(blocks_in_order(job, 50, 5, 11 * DRAW_BLOCK - 3, 3, True, workers)))
+        assert all(len(g) == len(one) and all(torch.equal(a, b) for a, b in zip(g, one)) for g in got)
+
+    def first_five():
+        out = []
+        for x in blocks_in_order(job, 50, 5, 11 * DRAW_BLOCK, 3, True, 2):
+            out.append(x)
+            if len(out) == 5:
+                break
+        return out
+
+    got = _as_ranks(monkeypatch, 3, first_five)
+    assert all(all(torch.equal(a, b) for a, b in zip(g, one[:5])) for g in got)
+
+
+def test_tests_split_among_ranks_give_one_process_records(monkeypatch):
+    """subset_test (stopping early once settled) and kruskal_sweep with their draws divided among 3
+    ranks: every rank gets the single-process records, witness and histogram included."""
+    from matrices import structured
+
+    X = structured(120, 16, 16, 2, dup=3)  # a few repeated rows: some draws are dependent
+    rule = RankRule.for_dtype(X.dtype)
+
+    def run():
+        return (subset_test(X, 12, samples=900, seed=5, rule=rule, stop_when_decided=True, threshold=0.999).record(),
+                subset_test(X, 12, samples=900, seed=5, rule=rule).record(),
+                kruskal_sweep(X, samples=500, seed=5, rule=rule).summary())
+
+    one = run()
+    assert one[0]["planned_samples"] == 900 and one[0]["samples"] < 900 and one[0]["witness"]  # it did stop early
+    for got in _as_ranks(monkeypatch, 3, run):
+        assert got == one

@@ -34,6 +34,7 @@ from typing import Sequence
 
 import torch
 
+from ..distributed import describe, session, shared
 from ..errors import InputError, OfflineError
 from ..pipeline import DataRequest, ModelRequest
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
@@ -206,17 +207,48 @@ def _capture(plan: _Plan, pm, attn: _Attention, col: CapacityColumn, notes: list
                   query_index=info.query_index, causal=attn.causal, shared_context=plan.shared_context)
     reducer = None if plan.from_path is not None else StreamingReducer(info.query_index, plan.settings.rule(torch.float32))
     layer = plan.block - 1
+    first = _first_context(zb, f"capacity/{col.variant}/E0") if plan.shared_context else None
 
     def consume(tokens: dict) -> None:
+        if first is not None:
+            first.before()
         zb.update(tokens[layer])
+        if first is not None:
+            first.after()
         if reducer is not None:
             reducer.update(tokens[layer])
 
     fed = pipeline.stream(pm, plan.data, [layer], [consume], plan.settings, notes,
                           label=f"{col.variant} weights: tokens and Z")
     col.timings["capture and Z"] = fed.seconds
-    fs = None if reducer is None else reducer.result({"model": plan.request.model, "variant": col.variant, "layer": layer})
-    return zb.result(), fs, fed.name
+    fs = None if reducer is None else reducer.result({"model": plan.request.model, "variant": col.variant, "layer": layer},
+                                                     fed=fed)
+    rows, _ = fed.gather_rows({"Z": zb.result()} if zb.T else None)
+    return rows["Z"], fs, fed.name
+
+
+class _SharedContext:
+    """Under torchrun, the one context E_0 of Proposition 2's setting is the first example's on
+    every rank: rank 0 (whose first batch is the data's first) publishes it, the others take it
+    before their first batch, so each rank's rows of Z are the rows one process computes."""
+
+    def __init__(self, zb: ZBuilder, shard, key: str) -> None:
+        self.zb, self.shard, self.key, self.done = zb, shard, key, False
+
+    def before(self) -> None:
+        if not self.done and self.shard.rank != 0:
+            self.zb._E0 = self.shard.fetch(self.key)
+            self.done = True
+
+    def after(self) -> None:
+        if not self.done and self.shard.rank == 0:
+            self.shard.publish(self.key, self.zb._E0)
+            self.done = True
+
+
+def _first_context(zb: ZBuilder, key: str) -> _SharedContext | None:
+    shard = session()
+    return None if shard is None else _SharedContext(zb, shard, key)
 
 
 def _column(plan: _Plan, variant: str, notes: list[str]) -> tuple[CapacityColumn, dict, str, list[int], int]:
@@ -225,12 +257,17 @@ def _column(plan: _Plan, variant: str, notes: list[str]) -> tuple[CapacityColumn
 
     col = CapacityColumn(variant)
     t0 = time.perf_counter()
+    pm = None
     try:
         pm = pipeline.load(plan.request, variant, plan.settings, plan.block)
     except OfflineError as exc:
         if variant != "trained":
             raise
         col.status, col.reason = "unavailable", str(exc)
+    shard = session()
+    if shard is not None:
+        shard.same(pm is not None, f"whether the {variant} weights of {plan.request.model} can be loaded")
+    if pm is None:
         return col, {}, "", [], 0
     col.timings["load"] = round(time.perf_counter() - t0, 3)
     info = pm.info
@@ -310,13 +347,14 @@ def _block_of(block: int | None, layer: int | None) -> int:
 
     if layer is not None:
         warnings.warn("capacity_audit(layer=K) is deprecated; use block=K (the same: the attention block K, whose input "
-                      "is the output of block K - 1)", DeprecationWarning, stacklevel=3)
+                      "is the output of block K - 1)", DeprecationWarning, stacklevel=4)  # past the @shared wrapper
         if block is not None and block != layer:
             raise InputError(f"--block {block} and --layer {layer} disagree; give only --block")
         block = layer
     return integer("--block", 1 if block is None else block)
 
 
+@shared
 def capacity_audit(
     model: str,
     *,
@@ -375,7 +413,9 @@ def capacity_audit(
     request = model_request(model, backend=backend, weights=weights, context_length=context_length)
     plan = _Plan(request, data_req, settings, blk, heads, attention, bool(shared_context),
                  Path(from_path) if from_path is not None else None, from_results)
-    return _run(plan, vs)
+    result = _run(plan, vs)
+    result.settings.update(describe())
+    return result
 
 
 def _run(plan: _Plan, variants: list[str]) -> CapacityResult:

@@ -9,6 +9,8 @@ one inside it and keeps its indices and singular values. Sizes above d, T or the
 the whole set (``SetStats.ceiling``) are answered without sampling, as proofs. The draws are
 decided on the data divided by an exact power of two (``numerics.scale``): the same data at any
 scale give the same draws, decisions and witness, whose singular values are in the data's units.
+Under torchrun the draws are divided among the ranks (``sampling.blocks_in_order``) and every rank
+gets the single-process result; rank 0's call brings the others in (``distributed.shared``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .. import validate
+from ..distributed import shared
 from ..numerics import Decision, RankRule, Scaled, decide_full_rank, gram_rank, lapack, scaled, svd_rank, with_numerics
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, device_name, resolve_device
 from .bounds import set_stats
@@ -229,6 +232,7 @@ def _without_sampling(X: torch.Tensor, unit: Scaled, k: int, rule: RankRule, sta
     return None, stats
 
 
+@shared
 @with_numerics()
 def subset_test(
     X,

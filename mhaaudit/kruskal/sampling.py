@@ -5,7 +5,9 @@
   on batch sizes, worker count, device or how many samples are asked for (a prefix of a longer
   run is the shorter run). The draws are uniform k-subsets; which subsets are drawn is random,
   so every fraction computed from them is an estimate.
-* ``blocks_in_order``: processes those blocks in parallel and yields them in block order.
+* ``blocks_in_order``: processes those blocks in parallel and yields them in block order; under
+  torchrun the ranks divide the groups of blocks (``units``) among them and gather each round's
+  results, so every rank sees every block's result, in order, as one process does.
 * ``Gram``: Gram matrices of row subsets, gathered from the full T x T Gram when it fits.
 * ``as_matrix``: the one check of a T x d feature matrix.
 """
@@ -24,7 +26,7 @@ from ..numerics import lapack, numerics
 from ..settings import derive_seed
 
 __all__ = ["DRAW_BLOCK", "FULL_GRAM_MAX_T", "Gram", "Progress", "as_matrix", "block_specs", "blocks_in_order",
-           "chunk_size", "draw_block"]
+           "chunk_size", "draw_block", "units"]
 
 DRAW_BLOCK = 64  # draws come in fixed blocks, each with its own seeded generator
 FULL_GRAM_MAX_T = 6000
@@ -122,35 +124,72 @@ def block_specs(samples: int) -> list[tuple[int, int]]:
     return [(block, min(DRAW_BLOCK, samples - start)) for block, start in enumerate(range(0, samples, DRAW_BLOCK))]
 
 
+def units(samples: int, workers: int) -> list[list[tuple[int, int]]]:
+    """The blocks of ``samples`` draws grouped as one ``job`` call takes them: four blocks per call
+    for one caller (a GPU: larger batches), one block per call for a pool of worker threads. The
+    groups, not the blocks, fix where a test can stop early, so the thread count is one of the
+    settings a result depends on only through them."""
+    specs = block_specs(samples)
+    step = 4 if workers <= 1 else 1
+    return [specs[i:i + step] for i in range(0, len(specs), step)]
+
+
 def blocks_in_order(job, T: int, k: int, samples: int, seed: int, sort: bool, workers: int):
-    """``job(indices)`` for every block of the seeded draws, yielded in block order.
+    """``job(indices)`` for every group of blocks of the seeded draws (:func:`units`), yielded in order.
 
     With several workers each block is drawn and processed by one worker thread (torch with one
     intra-op thread: small factorisations parallelise better across matrices than within
-    them), ``workers + 1`` blocks ahead of the consumer.
+    them), ``workers + 1`` blocks ahead of the consumer. Inside a call every rank of a torchrun job
+    makes (:func:`mhaaudit.distributed.lockstep`), rank r runs groups r, r + N, ... and each round's
+    results are gathered, so every rank yields every result in the same order as one process: a
+    consumer that stops early stops at the same group on every rank (the rest of that round's
+    groups are the only extra work).
     """
+    from ..distributed import lockstep
+
+    groups = units(samples, workers)
+    shard = lockstep()
+    if shard is None:
+        yield from _run_groups(job, groups, T, k, seed, sort, workers)
+        return
+    n = shard.world_size
+    mine = _run_groups(job, groups[shard.rank::n], T, k, seed, sort, workers)
+    try:
+        for start in range(0, len(groups), n):
+            got = next(mine) if start + shard.rank < len(groups) else None
+            yield from shard.all_gather_tensors(got)[: len(groups) - start]
+    finally:
+        mine.close()
+
+
+def _run_groups(job, groups: list, T: int, k: int, seed: int, sort: bool, workers: int):
+    """``job`` on each group of blocks, in order (a pool of ``workers`` threads for one-block groups)."""
     from collections import deque
     from concurrent.futures import ThreadPoolExecutor
 
-    def run(spec):
-        with numerics():  # flushing subnormals is a per-thread setting
-            return job(draw_block(T, k, seed, spec[0], spec[1], sort))
+    def draws(group) -> torch.Tensor:
+        parts = [draw_block(T, k, seed, b, size, sort) for b, size in group]
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
-    specs = iter(block_specs(samples))
+    def run(group):
+        with numerics():  # flushing subnormals is a per-thread setting
+            return job(draws(group))
+
     if workers <= 1:  # one caller (a GPU): larger batches, several blocks per call
-        while group := list(itertools.islice(specs, 4)):
-            yield job(torch.cat([draw_block(T, k, seed, b, size, sort) for b, size in group]))
+        for group in groups:
+            yield job(draws(group))
         return
+    todo = iter(groups)
     pool = ThreadPoolExecutor(workers)
     old_threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        pending = deque(pool.submit(run, spec) for spec in itertools.islice(specs, workers + 1))
+        pending = deque(pool.submit(run, g) for g in itertools.islice(todo, workers + 1))
         while pending:
             result = pending.popleft().result()
-            spec = next(specs, None)
-            if spec is not None:
-                pending.append(pool.submit(run, spec))
+            group = next(todo, None)
+            if group is not None:
+                pending.append(pool.submit(run, group))
             yield result
     finally:
         torch.set_num_threads(old_threads)

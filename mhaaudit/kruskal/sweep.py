@@ -9,6 +9,8 @@ and the floor (``babel_floor``). Every k* is decided exactly (``numerics``: each
 decision equals ``torch.linalg.matrix_rank`` on the same float64 rows), on the CPU with
 ``lapack.SweepKernel``, elsewhere with the batched certificates below, on the data divided by an
 exact power of two (``numerics.scale``), so the data's scale never changes a fraction.
+Under torchrun the draws are divided among the ranks (``sampling.blocks_in_order``) and every rank
+gets the single-process result; rank 0's call brings the others in (``distributed.shared``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import contextlib
 import torch
 
 from .. import validate
+from ..distributed import shared
 from ..numerics import EPS64, TINY_GRAM, RankRule, cholesky_margins, decide_prefix_full_rank, lapack, scaled, with_numerics
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, device_name, resolve_device
 from .bounds import babel_floor, set_stats
@@ -181,6 +184,7 @@ def _ceiling(witness: Witness | None, K: int, T: int, d: int, set_rank: int) -> 
     return min(candidates, key=lambda b: b.value)
 
 
+@shared
 @with_numerics()
 def kruskal_sweep(
     X,

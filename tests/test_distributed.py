@@ -1,0 +1,259 @@
+"""Data-parallel runs: 2 gloo processes on the CPU, started here with torchrun's environment.
+
+Each multi-process test starts the ranks as ``python -m mhaaudit ...`` (or a small driver that
+breaks one rank on purpose) with ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
+``MASTER_PORT`` set, one thread each, and a time limit. The single-process run it is compared
+with has the same thread settings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import tmp_leftovers
+from mhaaudit import distributed
+from mhaaudit.errors import DataError
+
+ROOT = Path(__file__).resolve().parents[1]
+LIMIT_S = 240  # a hang guard for the whole job, not a speed requirement
+
+# A driver that breaks rank FAIL_RANK when it prepares its first batch, then runs the command line.
+DRIVER = textwrap.dedent("""
+    import os, signal, sys
+    from mhaaudit import pipeline
+    from mhaaudit.errors import DataError
+
+    if os.environ.get("RANK") == os.environ.get("FAIL_RANK"):
+        mode = os.environ["FAIL_MODE"]
+
+        def broken(pm, raw):
+            if mode == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if mode == "data":
+                raise DataError("batch unreadable on purpose")
+            raise ValueError("a bug on purpose")
+
+        pipeline._prepare = broken
+    from mhaaudit.__main__ import main
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(**extra) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
+               MHAAUDIT_DIST_TIMEOUT="60", PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "MHAAUDIT_DEBUG"):
+        env.pop(k, None)
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def launch(args, world: int = 2, cwds=None, driver: Path | None = None, **extra) -> list[tuple[int, str, str]]:
+    """Run ``args`` as a job of ``world`` processes; (exit status, stdout, stderr) by rank."""
+    port = _free_port()
+    cmd = [sys.executable, str(driver)] if driver else [sys.executable, "-m", "mhaaudit"]
+    procs = []
+    for r in range(world):
+        env = _env(RANK=r, LOCAL_RANK=r, WORLD_SIZE=world, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, **extra)
+        procs.append(subprocess.Popen(cmd + [str(a) for a in args], env=env, cwd=(cwds or [None] * world)[r],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    out = []
+    try:
+        for p in procs:
+            o, e = p.communicate(timeout=LIMIT_S)
+            out.append((p.returncode, o.decode(), e.decode()))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return out
+
+
+def single(args, cwd=None) -> tuple[int, str, str]:
+    p = subprocess.run([sys.executable, "-m", "mhaaudit"] + [str(a) for a in args], env=_env(), cwd=cwd,
+                       capture_output=True, timeout=LIMIT_S)
+    return p.returncode, p.stdout.decode(), p.stderr.decode()
+
+
+def _check_args(vit_dir, image_dir, *more):
+    return ["check", vit_dir, "--data", image_dir, "--limit", 30, "--batch-size", 4, "--samples", 100,
+            "--device", "cpu", "--format", "json", *more]
+
+
+# --------------------------------------------------------------------------- one process
+
+
+def test_one_process_has_no_session(monkeypatch):
+    for k in ("WORLD_SIZE", "RANK"):
+        monkeypatch.delenv(k, raising=False)
+    assert not distributed.launched() and distributed.session() is None and distributed.describe() == {}
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert not distributed.launched() and distributed.session() is None
+
+    @distributed.shared
+    def entry(x, *, progress=True, on_note=None):
+        return x, progress, on_note
+
+    assert entry(1, on_note=print) == (1, True, print)  # one process: a plain call
+    assert distributed._portable({"progress": True, "on_note": print, "limit": 3}) == {"progress": False, "on_note": None,
+                                                                                       "limit": 3}
+
+
+def test_timeout_comes_from_the_environment(monkeypatch):
+    monkeypatch.delenv(distributed.TIMEOUT_ENV, raising=False)
+    assert distributed.timeout_s() == distributed.DEFAULT_TIMEOUT_S
+    monkeypatch.setenv(distributed.TIMEOUT_ENV, "12.5")
+    assert distributed.timeout_s() == 12.5
+    monkeypatch.setenv(distributed.TIMEOUT_ENV, "soon")
+    with pytest.raises(Exception, match="positive number of seconds"):
+        distributed.timeout_s()
+
+
+def test_read_ahead_keeps_order_and_raises_in_place():
+    from mhaaudit.pipeline import _read_ahead
+
+    assert list(_read_ahead(iter(range(50)), 3)) == list(range(50))
+
+    def failing():
+        yield 1
+        raise DataError("source broke")
+
+    got = _read_ahead(failing(), 2)
+    assert next(got) == 1
+    with pytest.raises(DataError, match="source broke"):
+        next(got)
+
+
+def test_rows_gathered_in_single_process_order():
+    """Rank r fed batches r, r + N, ...: the gathered rows are those of one process."""
+
+    class FakeSession(distributed.Session):
+        def all_gather(self, obj):
+            return parts
+
+    rows = torch.arange(20).reshape(10, 2).float()
+    sizes = [3, 3, 3, 1]  # batches 0..3; rank 0 fed 0 and 2, rank 1 fed 1 and 3
+    chunks = torch.split(rows, sizes)
+    fed = [[(0, 3), (2, 3)], [(1, 3), (3, 1)]]
+    parts = [({"x": torch.cat([chunks[0], chunks[2]])}, ("n", 0)), ({"x": torch.cat([chunks[1], chunks[3]])}, ("n", 1))]
+    s = FakeSession(rank=1, world_size=2, local_rank=1, backend="gloo")
+    got, header = s.gather_rows({"x": torch.zeros(4, 2)}, ("n", 1), fed[1], fed)
+    assert torch.equal(got["x"], rows) and header == ("n", 0)
+    parts = [None, parts[1]]  # a rank with no batch
+    got, header = s.gather_rows(None, None, [], [[], fed[1]])
+    assert torch.equal(got["x"], torch.cat([chunks[1], chunks[3]])) and header == ("n", 1)
+
+
+# --------------------------------------------------------------------------- two processes
+
+
+def test_two_ranks_give_the_records_of_one_process(vit_dir, image_dir, tmp_path):
+    """Same seed, data, batch size and threads: 2 ranks give the records (verdicts, fractions,
+    intervals, witnesses, sweep) of one process, with the same duplicate images dropped (some
+    repeat an image another rank ran); only rank 0 prints and writes."""
+    import shutil
+
+    cwds = [tmp_path / "rank0", tmp_path / "rank1"]
+    for c in cwds:
+        c.mkdir()
+    data = tmp_path / "images"
+    data.mkdir()
+    for i, src in enumerate(sorted(image_dir.iterdir())[:26]):
+        shutil.copy(src, data / src.name)
+        if i in (1, 4, 5, 22):  # batches of 4: repeats of images of batches 0, 1, 5 in batches 6 and 7
+            shutil.copy(src, data / f"zz_{src.name}")
+    args = _check_args(vit_dir, data, "--sweep", "--out", "out.parquet")
+    rc, one, err = single(args, cwd=tmp_path)
+    assert rc == 0, err
+    (r0, out0, err0), (r1, out1, err1) = launch(args, cwds=cwds)
+    assert (r0, r1) == (0, 0), err0 + err1
+    a, b = json.loads(one), json.loads(out0)
+    assert b["records"] == a["records"] and b["sweep"] == a["sweep"]
+    assert b["meta"]["distributed"] == {"world_size": 2, "backend": "gloo"} and "distributed" not in a["meta"]
+    assert (b["meta"]["data"], b["meta"]["skipped"]) == (a["meta"]["data"], a["meta"]["skipped"])
+    assert b["meta"]["duplicates"] == a["meta"]["duplicates"] and a["meta"]["duplicates"]["dropped"] == 4
+    assert b["meta"]["notes"] == a["meta"]["notes"]
+    assert out1 == "" and err1 == ""
+    assert (cwds[0] / "out.parquet").is_file() and os.listdir(cwds[1]) == [] and tmp_leftovers(cwds[0]) == []
+
+
+def test_kruskal_on_a_file_splits_its_draws(tmp_path):
+    """``kruskal FILE``: rank 0 reads the file and the other rank joins each test and the sweep."""
+    import numpy as np
+
+    g = np.random.default_rng(0)
+    X = g.standard_normal((200, 24))
+    X[:, 18:] = X[:, :6] @ g.standard_normal((6, 6)) * 1e-3
+    X[5] = 2 * X[7]
+    np.save(tmp_path / "X.npy", X)
+    args = ["kruskal", tmp_path / "X.npy", "--k", 8, "--k", 20, "--sweep", "--samples", 300, "--device", "cpu",
+            "--format", "json"]
+    rc, one, err = single(args)
+    assert rc == 0, err
+    (r0, out0, err0), (r1, out1, err1) = launch(args)
+    assert (r0, r1) == (0, 0), err0 + err1
+    a, b = json.loads(one), json.loads(out0)
+    assert b["records"] == a["records"] and b["sweep"] == a["sweep"]
+    assert b["meta"]["sweep_summary"] == a["meta"]["sweep_summary"] and out1 == ""
+
+
+@pytest.mark.slow
+def test_two_ranks_give_the_capacity_of_one_process(bert_dir, tmp_path):
+    """Text data, the Z builder and Proposition 2's shared context (rank 0's first example on every rank)."""
+    args = ["capacity", bert_dir, "--context-length", 16, "--limit", 26, "--batch-size", 4, "--samples", 100,
+            "--variants", "random", "--shared-context", "--device", "cpu", "--format", "json"]
+    rc, one, err = single(args)
+    assert rc == 0, err
+    (r0, out0, err0), (r1, out1, err1) = launch(args)
+    assert (r0, r1) == (0, 0), err0 + err1
+    a, b = json.loads(one), json.loads(out0)
+    assert b["records"] == a["records"] and b["meta"]["notes"] == a["meta"]["notes"]
+    assert b["meta"]["distributed"]["world_size"] == 2 and out1 == ""
+
+
+@pytest.mark.parametrize("mode, code, words", [
+    ("kill", 2, "rank 1 of 2 stopped without reporting an error"),
+    pytest.param("data", 2, "rank 1 of 2 failed: batch unreadable on purpose", marks=pytest.mark.slow),
+    pytest.param("bug", 3, "rank 1 of 2 failed: ValueError: a bug on purpose", marks=pytest.mark.slow),
+])
+def test_a_failing_rank_ends_the_job_with_one_line(vit_dir, image_dir, tmp_path, mode, code, words):
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    out = tmp_path / "out.parquet"
+    (r0, out0, err0), (r1, _, err1) = launch(_check_args(vit_dir, image_dir, "--out", out), driver=driver,
+                                             FAIL_RANK=1, FAIL_MODE=mode)
+    lines = err0.strip().splitlines()
+    assert r0 == code and len(lines) == 1 and lines[0].startswith("Error: ") and words in lines[0], err0
+    assert "Traceback" not in err0 and out0 == ""
+    assert r1 != 0 and err1 == ""
+    assert not out.exists() and tmp_leftovers(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_a_source_that_fails_on_rank_0_ends_every_rank(vit_dir, tmp_path):
+    from PIL import Image
+
+    gray = tmp_path / "gray"
+    gray.mkdir()
+    for i in range(3):
+        Image.new("L", (20, 20), color=i * 40).save(gray / f"{i}.png")
+    (r0, _, err0), (r1, _, err1) = launch(_check_args(vit_dir, gray))
+    lines = err0.strip().splitlines()
+    assert (r0, r1) == (2, 2) and len(lines) == 1 and "no readable RGB images" in lines[0], err0
+    assert err1 == ""
