@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 import pytest
-from matrices import SCALES32, SCALES64, structured
+from matrices import SCALES32, SCALES64, dominant, structured
+from threadranks import as_ranks
 
 from mhaaudit.kruskal import babel_floor, exact_kruskal_rank, set_stats
 from mhaaudit.numerics import RankRule
@@ -63,3 +64,13 @@ def test_subnormal_data_keep_their_rank():
     for scale in (1e-310, 1e-315):
         st_ = set_stats(X * scale, rule)
         assert st_.rank == 12 and st_.zero_rows == 0
+
+
+def test_babel_floor_in_row_blocks_and_among_ranks_is_the_same(monkeypatch):
+    """Any row block (memory O(block x T)) and the row blocks divided among 3 ranks give one floor."""
+    X = dominant(150, 20, 3, common=0.0)
+    rule = RankRule.for_dtype(torch.float64)
+    floor = babel_floor(X, rule)
+    assert floor.value >= 2
+    assert babel_floor(X, rule, row_block=7) == floor
+    assert as_ranks(monkeypatch, 3, lambda: babel_floor(X, rule, row_block=11)) == [floor] * 3

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from matrices import all_draws, dominant
+from threadranks import as_ranks
 
 from mhaaudit.kruskal import kruskal_sweep, subset_test
 from mhaaudit.kruskal.sampling import DRAW_BLOCK, block_specs, draw_block
@@ -49,39 +50,6 @@ def test_results_do_not_depend_on_the_number_of_threads():
     assert out[0] == out[1]
 
 
-def _as_ranks(monkeypatch, world: int, body):
-    """Run ``body()`` as each of ``world`` ranks in threads whose gathers meet at a barrier (a
-    stand-in for a torchrun job inside a shared call); the results by rank."""
-    import threading
-
-    from mhaaudit import distributed
-
-    barrier, box, local = threading.Barrier(world, timeout=60), [None] * world, threading.local()
-
-    class Ranked(distributed.Session):
-        def all_gather_tensors(self, obj):
-            box[self.rank] = obj
-            barrier.wait()
-            out = list(box)
-            barrier.wait()
-            return out
-
-    monkeypatch.setattr(distributed, "lockstep", lambda: getattr(local, "session", None))
-    results: list = [None] * world
-
-    def rank(r: int) -> None:
-        local.session = Ranked(rank=r, world_size=world, local_rank=r, backend="gloo", depth=1)
-        results[r] = body()
-
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads)
-    return results
-
-
 def test_ranks_dividing_the_groups_yield_what_one_process_yields(monkeypatch):
     """Rank r runs groups r, r + N, ...; every rank yields every group's result in order, and a
     consumer that stops early stops every rank at the same group."""
@@ -93,7 +61,7 @@ def test_ranks_dividing_the_groups_yield_what_one_process_yields(monkeypatch):
     for workers in (1, 2):
         one = list(blocks_in_order(job, 50, 5, 11 * DRAW_BLOCK - 3, 3, True, workers))
         assert len(one) == len(units(11 * DRAW_BLOCK - 3, workers))
-        got = _as_ranks(monkeypatch, 3, lambda: list(blocks_in_order(job, 50, 5, 11 * DRAW_BLOCK - 3, 3, True, workers)))
+        got = as_ranks(monkeypatch, 3, lambda: list(blocks_in_order(job, 50, 5, 11 * DRAW_BLOCK - 3, 3, True, workers)))
         assert all(len(g) == len(one) and all(torch.equal(a, b) for a, b in zip(g, one)) for g in got)
 
     def first_five():
@@ -104,7 +72,7 @@ def test_ranks_dividing_the_groups_yield_what_one_process_yields(monkeypatch):
                 break
         return out
 
-    got = _as_ranks(monkeypatch, 3, first_five)
+    got = as_ranks(monkeypatch, 3, first_five)
     assert all(all(torch.equal(a, b) for a, b in zip(g, one[:5])) for g in got)
 
 
@@ -121,7 +89,12 @@ def test_tests_split_among_ranks_give_one_process_records(monkeypatch):
                 subset_test(X, 12, samples=900, seed=5, rule=rule).record(),
                 kruskal_sweep(X, samples=500, seed=5, rule=rule).summary())
 
-    one = run()
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # the thread count the ranks below run with
+    try:
+        one = run()
+    finally:
+        torch.set_num_threads(before)
     assert one[0]["planned_samples"] == 900 and one[0]["samples"] < 900 and one[0]["witness"]  # it did stop early
-    for got in _as_ranks(monkeypatch, 3, run):
+    for got in as_ranks(monkeypatch, 3, run):
         assert got == one

@@ -69,7 +69,7 @@ def set_stats(X: torch.Tensor, rule: RankRule) -> SetStats:
 
 
 @with_numerics()
-def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_block: int = 1024) -> Bound:
+def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_block: int | None = None) -> Bound:
     """Certified floor from the Babel function mu1(m) (cumulative coherence).
 
     Any k rows with mu1(k-1) < 1 have a normalised Gram matrix with smallest eigenvalue at least
@@ -77,6 +77,11 @@ def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_bl
     sigma_max(X_S)^2 <= max_norm^2 (1 + mu1); the floor is the largest k for which that lower
     bound clears the tolerance. k = 1 needs only non-zero rows. Computed on the data divided by an
     exact power of two (``numerics.scale``), and without squaring norms.
+
+    The coherences come ``row_block`` rows at a time (default: as many as fit in 64 MiB of
+    coherences, at most 1024), so memory stays O(T d) for any T; the time is O(T^2 d). Under
+    torchrun, inside a shared call, the ranks divide the row blocks and take the maximum of their
+    cumulative coherences, which is exactly one process's.
     """
     unit = scaled(X, rule)
     X64, rule = unit.X, unit.rule
@@ -87,18 +92,7 @@ def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_bl
     what = "every {k} rows are independent under the tolerance rule (Babel-function bound; a proof)"
     if nmin == 0 or nmin <= rule.atol_value:
         return Bound(0, "babel", "a zero row exists, so no floor above 0 can be proven")
-    Xn = X64 / norms[:, None]
-    m = max(0, kmax - 1)
-    mu1 = torch.zeros(m + 1, dtype=torch.float64, device=X64.device)
-    if m > 0:
-        for s in range(0, T, row_block):
-            C = (Xn[s : s + row_block] @ Xn.T).abs()
-            r = torch.arange(s, min(s + row_block, T), device=X64.device)
-            C[torch.arange(len(r)), r] = 0.0
-            top = C.topk(min(m, T - 1), dim=1).values
-            cums = torch.cumsum(top, dim=1).amax(0)
-            mu1[1 : cums.numel() + 1] = torch.maximum(mu1[1 : cums.numel() + 1], cums)
-    mu1 = mu1 + 1e-12  # rounding slack
+    mu1 = _babel(X64 / norms[:, None], max(0, kmax - 1), row_block) + 1e-12  # rounding slack
     best = 0
     for k in range(1, kmax + 1):
         mu = float(mu1[k - 1]) if k >= 2 else 0.0
@@ -110,6 +104,32 @@ def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_bl
         else:
             break
     return Bound(best, "babel", what.format(k=best))
+
+
+def _babel(Xn: torch.Tensor, m: int, row_block: int | None) -> torch.Tensor:
+    """mu1(0..m): the largest sum of the j largest |coherences| of one unit row with the others."""
+    from ..distributed import lockstep
+
+    T = Xn.shape[0]
+    mu1 = torch.zeros(m + 1, dtype=torch.float64, device=Xn.device)
+    if m == 0:
+        return mu1
+    row_block = row_block or max(1, min(1024, (64 << 20) // (8 * T)))
+    starts = list(range(0, T, row_block))
+    shard = lockstep()
+    if shard is not None:
+        starts = starts[shard.rank::shard.world_size]
+    for s in starts:
+        C = (Xn[s : s + row_block] @ Xn.T).abs_()
+        r = torch.arange(s, min(s + row_block, T), device=Xn.device)
+        C[torch.arange(len(r)), r] = 0.0
+        top = C.topk(min(m, T - 1), dim=1).values
+        del C
+        cums = torch.cumsum(top, dim=1).amax(0)
+        mu1[1 : cums.numel() + 1] = torch.maximum(mu1[1 : cums.numel() + 1], cums)
+    if shard is not None:
+        mu1 = torch.stack([p.to(mu1.device) for p in shard.all_gather_tensors(mu1.cpu())]).amax(0)
+    return mu1
 
 
 def exact_kruskal_rank(X, rule: RankRule | None = None, max_subsets: int = 2_000_000) -> int:

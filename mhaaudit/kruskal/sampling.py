@@ -157,7 +157,13 @@ def blocks_in_order(job, T: int, k: int, samples: int, seed: int, sort: bool, wo
     try:
         for start in range(0, len(groups), n):
             got = next(mine) if start + shard.rank < len(groups) else None
-            yield from shard.all_gather_tensors(got)[: len(groups) - start]
+            parts = shard.all_gather_tensors((len(groups), got))
+            if any(count != len(groups) for count, _ in parts):  # the groups follow the thread count
+                from ..distributed import RankFailed
+
+                raise RankFailed("the processes group their Monte-Carlo draws differently because they run with different "
+                                 "thread counts; give every process the same OMP_NUM_THREADS")
+            yield from (result for _, result in parts[: len(groups) - start])
     finally:
         mine.close()
 
