@@ -90,10 +90,27 @@ def test_subset_test_same_with_and_without_the_fast_path(monkeypatch):
     st_ = set_stats(X, rule)
     k = st_.rank - 2
     fast = subset_test(X, k, samples=600, seed=2, rule=rule, stats=st_)
-    monkeypatch.setattr(Gram, "cpu_flat", property(lambda self: None))
+    monkeypatch.setattr(Gram, "cpu_entries", property(lambda self: None))
     slow = subset_test(X, k, samples=600, seed=2, rule=rule, stats=st_)
     assert 0 < fast.satisfied < fast.samples  # both outcomes occur
     assert fast.record() == slow.record() and fast.rank_histogram == slow.rank_histogram
+
+
+@pytest.mark.skipif(not lapack.available(), reason="SciPy's Cython LAPACK API is not available")
+def test_subset_test_same_whether_the_full_gram_fits_or_not(monkeypatch):
+    """Past FULL_GRAM_MAX_BYTES each draw's Gram is computed from its rows, still through LAPACK:
+    the same decisions, witness and histogram; the record says which route was taken."""
+    from mhaaudit.kruskal import sampling
+
+    X = dominant(300, 64, 1)
+    rule = RankRule.for_dtype(X.dtype)
+    st_ = set_stats(X, rule)
+    k = st_.rank - 2
+    full = subset_test(X, k, samples=600, seed=2, rule=rule, stats=st_).record()
+    monkeypatch.setattr(sampling, "FULL_GRAM_MAX_BYTES", sampling.full_gram_bytes(299))
+    rows = subset_test(X, k, samples=600, seed=2, rule=rule, stats=st_).record()
+    assert (full.pop("gram"), rows.pop("gram")) == ("full", "per-draw")
+    assert 0 < full["satisfied"] < full["samples"] and full == rows
 
 
 # ------------------------------------------------------------------ the data's scale never changes a verdict
@@ -137,7 +154,7 @@ def test_an_absolute_tolerance_scaled_with_the_data_gives_the_same_test(scale):
 @pytest.mark.parametrize("fast", [True, False])
 def test_draws_of_rows_of_very_different_sizes_agree_with_matrix_rank(fast, monkeypatch):
     if not fast:
-        monkeypatch.setattr(Gram, "cpu_flat", property(lambda self: None))
+        monkeypatch.setattr(Gram, "cpu_entries", property(lambda self: None))
     X = mixed_range()
     rule = RankRule.for_dtype(torch.float32)
     idx, full = draw_decisions(X, 3, samples=400, seed=0, rule=rule)

@@ -79,11 +79,24 @@ def test_sweep_same_with_and_without_the_fast_path(monkeypatch):
     X = dominant(200, 40, 7)
     rule = RankRule.for_dtype(X.dtype)
     fast = kruskal_sweep(X, samples=300, seed=1, rule=rule)
-    monkeypatch.setattr(Gram, "cpu_flat", property(lambda self: None))
+    monkeypatch.setattr(Gram, "cpu_entries", property(lambda self: None))
     slow = kruskal_sweep(X, samples=300, seed=1, rule=rule)
     assert fast.fractions == slow.fractions
     assert fast.estimate == slow.estimate and fast.witness == slow.witness
     assert 0 < fast.estimate < fast.kmax_sampled
+
+
+@pytest.mark.skipif(not lapack.available(), reason="SciPy's Cython LAPACK API is not available")
+def test_sweep_same_whether_the_full_gram_fits_or_not(monkeypatch):
+    from mhaaudit.kruskal import sampling
+
+    X = dominant(200, 40, 7)
+    rule = RankRule.for_dtype(X.dtype)
+    full = kruskal_sweep(X, samples=300, seed=1, rule=rule)
+    monkeypatch.setattr(sampling, "FULL_GRAM_MAX_BYTES", 0)
+    rows = kruskal_sweep(X, samples=300, seed=1, rule=rule)
+    assert (full.gram, rows.gram) == ("full", "per-draw") and rows.summary()["gram"] == "per-draw"
+    assert rows.fractions == full.fractions and rows.estimate == full.estimate and rows.witness == full.witness
 
 
 @pytest.mark.parametrize("dtype, scales", [(torch.float64, SCALES64), (torch.float32, SCALES32)])
@@ -104,7 +117,7 @@ def test_sweep_is_the_same_at_every_scale(dtype, scales):
 @pytest.mark.parametrize("fast", [True, False])
 def test_sweep_over_rows_of_very_different_sizes_agrees_with_matrix_rank(fast, monkeypatch):
     if not fast:
-        monkeypatch.setattr(Gram, "cpu_flat", property(lambda self: None))
+        monkeypatch.setattr(Gram, "cpu_entries", property(lambda self: None))
     X = mixed_range(T=60, d=12, tiny=30, seed=1)
     rule = RankRule.for_dtype(torch.float32)
     sw = kruskal_sweep(X, samples=128, seed=3, rule=rule)

@@ -62,17 +62,34 @@ def test_gather_lower_reads_the_lower_triangle_of_the_subset():
     assert np.array_equal(lapack.gather_lower(G.reshape(-1), 9, s, 2, 4), vals[3:])
 
 
+def _entries(gram: Gram, route: str):
+    """The kernels' Gram entries: read from the full Gram, or computed per draw from the rows."""
+    return gram.cpu_entries if route == "full" else lapack.RowGramEntries(gram.X.numpy())
+
+
+def test_entries_from_the_rows_are_those_of_the_full_gram():
+    rng = np.random.default_rng(1)
+    A = rng.standard_normal((30, 7))
+    full, rows = lapack.FullGramEntries((A @ A.T).reshape(-1), 30), lapack.RowGramEntries(A)
+    s = rng.permutation(30)[:9]
+    for start, stop in ((0, 9), (0, 4), (4, 9), (8, 9)):
+        np.testing.assert_allclose(rows.lower(s, start, stop), full.lower(s, start, stop), rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(rows.diagonal(), full.diagonal(), rtol=1e-13)
+    assert (full.route, rows.route) == ("full", "per-draw")
+
+
 # ------------------------------------------------------------------ one candidate size
 
 
+@pytest.mark.parametrize("route", ["full", "per-draw"])
 @pytest.mark.parametrize("deficient_first", [False, True])
 @pytest.mark.parametrize("rule_kw", [{}, {"rtol": 1e-3}, {"atol": 0.5}])
-def test_decide_draws_agree_with_matrix_rank(deficient_first, rule_kw):
+def test_decide_draws_agree_with_matrix_rank(deficient_first, rule_kw, route):
     X = near_tolerance_matrix(60, 12, 0)
     rule = RankRule.for_dtype(X.dtype, **rule_kw)
     gram = Gram(X, torch.device("cpu"))
     idx = all_draws(60, 12, 300, 1, sort=True).numpy()  # seed 1: about 91% settled (85-92% over seeds)
-    full, decided = lapack.decide_draws(gram.cpu_flat, 60, idx, 12, rule, gram.proj, deficient_first=deficient_first)
+    full, decided = lapack.decide_draws(_entries(gram, route), idx, 12, rule, gram.proj, deficient_first=deficient_first)
     for row, f, dcd in zip(idx, full, decided):
         if dcd:
             assert bool(f) == matrix_rank_full(X, torch.from_numpy(row), rule)
@@ -84,7 +101,7 @@ def test_decide_draws_leave_grams_too_small_to_trust_undecided():
     rule = RankRule.for_dtype(torch.float32)
     gram = Gram(X, torch.device("cpu"))
     idx = all_draws(60, 3, 400, 0, sort=True).numpy()
-    full, decided = lapack.decide_draws(gram.cpu_flat, 60, idx, 12, rule, gram.proj)
+    full, decided = lapack.decide_draws(gram.cpu_entries, idx, 12, rule, gram.proj)
     all_tiny = (idx < 30).all(1)
     assert all_tiny.sum() > 10 and not decided[all_tiny].any()
     for row, f, dcd in zip(idx, full, decided):
@@ -95,14 +112,15 @@ def test_decide_draws_leave_grams_too_small_to_trust_undecided():
 # ------------------------------------------------------------------ the sweep
 
 
+@pytest.mark.parametrize("route", ["full", "per-draw"])
 @pytest.mark.parametrize("seed,decay,common", [(0, -5.0, 5.0), (1, -6.0, 0.0), (2, -4.0, 20.0)])
-def test_sweep_kernel_matches_brute_force(seed, decay, common):
+def test_sweep_kernel_matches_brute_force(seed, decay, common, route):
     X = dominant(240, 64, seed, decay, common)
     rule = RankRule.for_dtype(X.dtype)
     st_ = set_stats(X, rule)
     K = max(k for k in range(1, 65) if st_.ceiling(k, rule) >= k)
     gram = Gram(X, torch.device("cpu"))
-    kernel = lapack.SweepKernel(gram.cpu_flat, gram.T, gram.proj, lambda s: gram.rows(torch.from_numpy(s)), K, 64, rule)
+    kernel = lapack.SweepKernel(_entries(gram, route), gram.proj, lambda s: gram.rows(torch.from_numpy(s)), K, 64, rule)
     order = all_draws(240, K, 60, seed).numpy()
     kstar, _ = kernel.draws(order)
     expected = [kstar_brute(X, torch.from_numpy(row), rule) for row in order]
@@ -114,7 +132,7 @@ def test_sweep_kernel_decides_tiny_leading_blocks_exactly():
     X = mixed_range(T=60, d=12, tiny=30, seed=1)
     rule = RankRule.for_dtype(torch.float32)
     gram = Gram(X, torch.device("cpu"))
-    kernel = lapack.SweepKernel(gram.cpu_flat, gram.T, gram.proj, lambda s: gram.rows(torch.from_numpy(s)), 12, 12, rule)
+    kernel = lapack.SweepKernel(gram.cpu_entries, gram.proj, lambda s: gram.rows(torch.from_numpy(s)), 12, 12, rule)
     order = all_draws(60, 12, 200, 2).numpy()
     kstar, exact = kernel.draws(order)
     assert kstar.tolist() == [kstar_brute(X, torch.from_numpy(row), rule) for row in order]

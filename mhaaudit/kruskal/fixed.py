@@ -87,9 +87,10 @@ def _shrink(unit: Scaled, indices) -> Witness:
 def _decided_draws(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, progress: Progress | None = None):
     """Yield ``(indices, decision)`` for consecutive chunks of the seeded draws.
 
-    On the CPU blocks of draws are drawn and decided by one worker thread per core. With the
-    full Gram on the CPU, each draw goes through ``lapack.decide_draws`` (LAPACK through ctypes)
-    and only the draws its certificates do not settle through ``decide_full_rank``. The order
+    On the CPU blocks of draws are drawn and decided by one worker thread per core. On the CPU
+    each draw goes through ``lapack.decide_draws`` (LAPACK through ctypes; the draw's Gram read from
+    the full Gram or computed from its rows) and only the draws its certificates do not settle
+    through ``decide_full_rank``. The order
     of the test that certifies dependence adapts to what earlier blocks showed. Neither
     changes any decision.
     """
@@ -97,16 +98,16 @@ def _decided_draws(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, 
     chunk = chunk_size(k)
     on_cpu = gram.X.device.type == "cpu"
     workers = torch.get_num_threads() if on_cpu else 1
-    flat = gram.cpu_flat
-    proj = gram.proj if flat is not None else None
+    entries = gram.cpu_entries
+    proj = gram.proj if entries is not None else None
     seen = [0, 0]  # draws decided, dependent draws
 
     def decide(sub):
         deficient_first = seen[1] * 2 > seen[0]
-        if flat is None:
+        if entries is None:
             G = gram.sub(sub)
             return sub, decide_full_rank(G, lambda j: gram.rows(sub[j]), k, d, rule, deficient_first=deficient_first)
-        full_np, decided = lapack.decide_draws(flat, gram.T, sub.numpy(), d, rule, proj, deficient_first=deficient_first)
+        full_np, decided = lapack.decide_draws(entries, sub.numpy(), d, rule, proj, deficient_first=deficient_first)
         full = torch.from_numpy(full_np)
         exact = torch.zeros_like(full)
         rest = torch.from_numpy(~decided).nonzero().squeeze(-1)
@@ -120,7 +121,7 @@ def _decided_draws(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, 
         idx = idx.to(gram.X.device)
         return [decide(part) for part in idx.split(chunk)]
 
-    with lapack.blas_single_thread() if flat is not None else contextlib.nullcontext():
+    with lapack.blas_single_thread() if entries is not None else contextlib.nullcontext():
         for results in blocks_in_order(block, gram.T, k, samples, seed, True, workers):
             for sub, dec in results:
                 seen[0] += int(sub.shape[0])
@@ -277,8 +278,8 @@ def subset_test(
     if histogram_limit is None:
         histogram_limit = int(min(100, max(10, 2e9 // k**3)))
     max_fail = math.floor((1 - threshold) * samples + 1e-9)
-    t = _tally(Gram(unit.X, dev), k, samples, seed, unit.rule, histogram_limit, max_fail if stop_when_decided else None,
-               progress)
+    gram = Gram(unit.X, dev)
+    t = _tally(gram, k, samples, seed, unit.rule, histogram_limit, max_fail if stop_when_decided else None, progress)
     if t.satisfied:
         t.histogram[k] = t.histogram.get(k, 0) + t.satisfied
     lo, hi = clopper_pearson(t.satisfied, t.drawn)
@@ -289,5 +290,5 @@ def subset_test(
         verdict="holds" if frac >= threshold else "fails", reason=_reason(t, k, threshold, witness, samples, max_fail),
         witness=witness, rank_histogram=t.histogram, histogram_draws=t.histogram_draws + t.satisfied,
         exact_rechecks=t.rechecks, sampled=True, set_rank=stats.rank, planned_samples=samples if t.stopped else None,
-        **base,
+        gram=gram.route, **base,
     )

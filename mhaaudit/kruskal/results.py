@@ -136,6 +136,7 @@ class SubsetTest(ResultTable):
     set_rank: int | None = None
     proven: bool = False  # the verdict is a proof (no sampling needed / dependent subset found)
     planned_samples: int | None = None  # draws asked for, when sampling stopped early
+    gram: str | None = None  # how each draw's Gram was had: "full" (read from T x T) | "per-draw" (from the rows)
 
     def record(self) -> dict:
         return {
@@ -162,6 +163,7 @@ class SubsetTest(ResultTable):
             "planned_samples": self.planned_samples,
             "set_rank": self.set_rank,
             "device": self.device,
+            "gram": self.gram,
         }
 
     def table_records(self) -> list[dict]:
@@ -212,6 +214,7 @@ class Sweep(ResultTable):
     exact_rechecks: int
     kmax_sampled: int
     raw_estimate: int = 0  # before capping at the certified ceiling
+    gram: str | None = None  # "full" | "per-draw" (see SubsetTest.gram); None when nothing was sampled
 
     def rows(self) -> list[dict]:
         return [
@@ -229,6 +232,7 @@ class Sweep(ResultTable):
             "floor": self.floor.as_dict(),
             "witness": self.witness.as_dict() if self.witness else None,
             "exact_rechecks": self.exact_rechecks,
+            "gram": self.gram,
         }
 
     def table_records(self) -> list[dict]:

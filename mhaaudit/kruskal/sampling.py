@@ -8,7 +8,9 @@
 * ``blocks_in_order``: processes those blocks in parallel and yields them in block order; under
   torchrun the ranks divide the groups of blocks (``units``) among them and gather each round's
   results, so every rank sees every block's result, in order, as one process does.
-* ``Gram``: Gram matrices of row subsets, gathered from the full T x T Gram when it fits.
+* ``Gram``: Gram matrices of row subsets, gathered from the full T x T Gram when it takes at most
+  ``FULL_GRAM_MAX_BYTES``, else computed per draw from the rows (memory O(T d) plus O(k d + k^2)
+  per draw in flight); the route is reported with each result.
 * ``as_matrix``: the one check of a T x d feature matrix.
 """
 
@@ -25,11 +27,11 @@ from ..errors import InputError
 from ..numerics import lapack, numerics
 from ..settings import derive_seed
 
-__all__ = ["DRAW_BLOCK", "FULL_GRAM_MAX_T", "Gram", "Progress", "as_matrix", "block_specs", "blocks_in_order",
-           "chunk_size", "draw_block", "units"]
+__all__ = ["DRAW_BLOCK", "FULL_GRAM_MAX_BYTES", "Gram", "Progress", "as_matrix", "block_specs", "blocks_in_order",
+           "chunk_size", "draw_block", "full_gram_bytes", "units"]
 
 DRAW_BLOCK = 64  # draws come in fixed blocks, each with its own seeded generator
-FULL_GRAM_MAX_T = 6000
+FULL_GRAM_MAX_BYTES = 512 << 20  # the full T x T float64 Gram is formed up to this size (T <= 8192)
 
 Progress = Callable[[int], None]
 
@@ -51,26 +53,37 @@ def as_matrix(X) -> torch.Tensor:
     return X
 
 
+def full_gram_bytes(T: int) -> int:
+    """The memory the full T x T float64 Gram matrix takes."""
+    return 8 * int(T) * int(T)
+
+
 class Gram:
-    """Gram matrices of row subsets: gathered from the full T x T Gram when it fits."""
+    """Gram matrices of row subsets: gathered from the full T x T Gram when it takes at most
+    ``FULL_GRAM_MAX_BYTES``, else computed per draw from the rows (``route``: "full" or
+    "per-draw"). Either way every decision is the same; only time and memory differ."""
 
     def __init__(self, X: torch.Tensor, device: torch.device):
         self.X = X.to(device=device, dtype=torch.float64)
+        self.T = int(X.shape[0])
         self.full = None
-        if X.shape[0] <= FULL_GRAM_MAX_T:
+        if full_gram_bytes(self.T) <= FULL_GRAM_MAX_BYTES:
             if self.X.device.type == "cpu":  # NumPy's X @ X.T is one symmetric rank-k update (syrk)
                 Xn = self.X.numpy()
                 self.full = torch.from_numpy(Xn @ Xn.T)
             else:
                 self.full = self.X @ self.X.T
-        self.T = int(X.shape[0])
+        self.route = "full" if self.full is not None else "per-draw"
 
     @property
-    def cpu_flat(self):
-        """The full Gram as a flat NumPy array when it lives on the CPU (the fast path), else None."""
-        if self.full is None or self.full.device.type != "cpu" or not lapack.available():
+    def cpu_entries(self):
+        """The Gram entries for the LAPACK kernels when the rows live on the CPU (the fast path):
+        read from the full Gram, or computed per draw from the rows; None elsewhere."""
+        if self.X.device.type != "cpu" or not lapack.available():
             return None
-        return self.full.numpy().reshape(-1)
+        if self.full is None:
+            return lapack.RowGramEntries(self.X.numpy())
+        return lapack.FullGramEntries(self.full.numpy().reshape(-1), self.T)
 
     @functools.cached_property
     def proj(self) -> np.ndarray:

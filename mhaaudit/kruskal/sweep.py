@@ -130,9 +130,9 @@ def _critical_sizes_of_draws(gram: Gram, K: int, samples: int, seed: int, rule: 
     counts = torch.zeros(K + 2, dtype=torch.long)
     rechecks, smallest = 0, None
     chunk = chunk_size(K, mats=6)
-    flat = gram.cpu_flat
-    kernel = (lapack.SweepKernel(flat, gram.T, gram.proj, lambda s: gram.rows(torch.from_numpy(s)), K, d, rule)
-              if flat is not None else None)
+    entries = gram.cpu_entries
+    kernel = (lapack.SweepKernel(entries, gram.proj, lambda s: gram.rows(torch.from_numpy(s)), K, d, rule)
+              if entries is not None else None)
     workers = torch.get_num_threads() if kernel is not None else 1
 
     def block(idx: torch.Tensor):
@@ -213,11 +213,11 @@ def kruskal_sweep(
     K_all = min(T, d) if kmax is None else max(1, min(T, d, kmax))
     stats = stats or set_stats(X, rule)
     K = max((k for k in range(1, K_all + 1) if stats.ceiling(k, rule) >= k), default=0)
-    counts, rechecks, smallest = torch.zeros(K + 2, dtype=torch.long), 0, None
+    counts, rechecks, smallest, gram = torch.zeros(K + 2, dtype=torch.long), 0, None, None
     if K > 0:
         unit = scaled(X, rule)  # nothing squared overflows or underflows, whatever the data's scale
-        counts, rechecks, smallest = _critical_sizes_of_draws(Gram(unit.X, dev), K, samples, seed, unit.rule, dev,
-                                                              progress)
+        gram = Gram(unit.X, dev)
+        counts, rechecks, smallest = _critical_sizes_of_draws(gram, K, samples, seed, unit.rule, dev, progress)
     fractions, ci_low, ci_high = _fractions(counts, K, K_all, samples)
     raw_estimate = max((k for k, f in enumerate(fractions, 1) if f >= threshold), default=0)
     witness = shrink_witness(X, smallest[1], rule) if smallest else None
@@ -227,5 +227,5 @@ def kruskal_sweep(
         ks=tuple(range(1, K_all + 1)), fractions=fractions, ci_low=ci_low, ci_high=ci_high,
         estimate=min(raw_estimate, ceiling.value),  # an estimate never exceeds what is proven
         ceiling=ceiling, floor=babel_floor(X, rule, kmax=min(K_all, ceiling.value) or 1), witness=witness,
-        exact_rechecks=rechecks, kmax_sampled=K, raw_estimate=raw_estimate,
+        exact_rechecks=rechecks, kmax_sampled=K, raw_estimate=raw_estimate, gram=gram.route if gram else None,
     )

@@ -4,7 +4,8 @@ On the CPU the certificates dominate the cost of a Monte-Carlo test, once per dr
 things make them cheaper than batched ``torch.linalg`` calls: the LAPACK ``dpotrf`` that SciPy
 ships, called through ctypes so that worker threads run it in parallel (ctypes releases the
 GIL), and a gather of only the lower triangle of each draw's Gram submatrix from the full
-T x T Gram (dpotrf reads nothing else).
+T x T Gram (dpotrf reads nothing else) or, when that Gram would not fit in memory, the same
+entries computed per draw from the rows (``RowGramEntries``).
 
 * ``decide_draws``: the fixed-size test, one k-row draw at a time. The certificates are those of
   ``decide_full_rank``, with the rounding bounds of ``cholesky_margins``; a draw they do not
@@ -29,8 +30,8 @@ import torch
 from .certificates import TINY_GRAM, cholesky_margins, decide_full_rank
 from .rule import RankRule
 
-__all__ = ["Potrf", "SweepKernel", "available", "blas_single_thread", "decide_draws", "gather_lower", "lapack_dpotrf",
-           "lower_layout", "power_bounds"]
+__all__ = ["FullGramEntries", "Potrf", "RowGramEntries", "SweepKernel", "available", "blas_single_thread", "decide_draws",
+           "gather_lower", "lapack_dpotrf", "lower_layout", "power_bounds"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -104,6 +105,54 @@ def gather_lower(gram_flat: np.ndarray, T: int, s: np.ndarray, start: int, stop:
     return np.take(gram_flat, lin, out=vals)
 
 
+class FullGramEntries:
+    """Entries of the Gram matrix of the rows, read from the whole T x T Gram (row-major, flattened):
+    fast per draw, 8 T^2 bytes in all."""
+
+    route = "full"
+
+    def __init__(self, gram_flat: np.ndarray, T: int):
+        self.flat, self.T = gram_flat, T
+
+    def diagonal(self) -> np.ndarray:
+        """The squared row norms (the Gram's diagonal)."""
+        return self.flat[:: self.T + 1]
+
+    def lower(self, s: np.ndarray, start: int, stop: int, lin: np.ndarray | None = None,
+              vals: np.ndarray | None = None) -> np.ndarray:
+        """Rows ``start:stop`` of the lower triangle of ``G[s][:, s]``, row by row (``gather_lower``)."""
+        return gather_lower(self.flat, self.T, s, start, stop, lin, vals)
+
+
+class RowGramEntries:
+    """Entries of the Gram matrix of the rows, computed for each draw from the rows themselves
+    (``R R^T`` of the draw's rows, one BLAS call): memory O(T d) for the rows plus O(k d + k^2) per
+    draw in flight, whatever T. Slower per draw than reading a full Gram, which for large T does
+    not fit in memory."""
+
+    route = "per-draw"
+
+    def __init__(self, X: np.ndarray):
+        self.X = np.ascontiguousarray(X, dtype=np.float64)
+        self.T = int(self.X.shape[0])
+
+    def diagonal(self) -> np.ndarray:
+        return np.einsum("ij,ij->i", self.X, self.X)
+
+    def lower(self, s: np.ndarray, start: int, stop: int, lin: np.ndarray | None = None,
+              vals: np.ndarray | None = None) -> np.ndarray:
+        R = np.take(self.X, s[:stop], axis=0)
+        block = R @ R.T if start == 0 else R[start:stop] @ R.T  # the first: a symmetric update (syrk)
+        r, c, _, _ = lower_layout(len(s))
+        a, b = start * (start + 1) // 2, stop * (stop + 1) // 2
+        if lin is None:
+            lin = np.empty(b - a, dtype=np.intp)
+        np.subtract(r[a:b], start, out=lin)
+        lin *= stop
+        lin += c[a:b]
+        return np.take(block.reshape(-1), lin, out=vals)
+
+
 def blas_single_thread():
     """A context in which BLAS/LAPACK libraries use one thread each (our workers parallelise)."""
     try:
@@ -146,11 +195,12 @@ def power_bounds(L: np.ndarray, v: np.ndarray, trace: float, iters: int = 12) ->
     return rq * (1 - 1e-12), upper
 
 
-def decide_draws(gram_flat: np.ndarray, T: int, subsets: np.ndarray, d: int, rule: RankRule, proj: np.ndarray,
-                 delta: float = 1e-6, deficient_first: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def decide_draws(entries: FullGramEntries | RowGramEntries, subsets: np.ndarray, d: int, rule: RankRule,
+                 proj: np.ndarray, delta: float = 1e-6, deficient_first: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Shifted-Cholesky decisions for k-row draws: ``(full, decided)`` boolean arrays.
 
-    ``gram_flat`` is the row-major float64 T x T Gram matrix, flattened; ``subsets`` a ``(B, k)``
+    ``entries`` gives the float64 Gram entries of the rows (read from the full Gram or computed
+    from the rows: the same decisions either way); ``subsets`` a ``(B, k)``
     integer array of row indices; ``proj`` the rows' projections on one unit vector (the top
     direction of the whole set makes the lower bound on sigma_max tight). Each draw is tested
     against the largest squared tolerance its sigma_max allows (Frobenius bound) and the smallest
@@ -173,7 +223,7 @@ def decide_draws(gram_flat: np.ndarray, T: int, subsets: np.ndarray, d: int, rul
 
     for b in range(B):
         s = subsets[b]
-        gather_lower(gram_flat, T, s, 0, k, lin, vals)
+        entries.lower(s, 0, k, lin, vals)
         dg = vals[diag]
         trace, maxdiag = float(dg.sum()), float(dg.max())
         if maxdiag < TINY_GRAM:
@@ -232,16 +282,16 @@ class SweepKernel:
     Gram submatrix are gathered only as far as they are needed (lower triangle only: dpotrf
     reads nothing else).
 
-    ``gram_flat`` is the row-major float64 T x T Gram matrix of the rows, flattened; ``proj``
-    the rows' projections on one unit vector; ``rows_fn(s)`` returns the float64 rows with
-    indices ``s`` (a NumPy array) as a tensor, for exact re-checks.
+    ``entries`` gives the float64 Gram entries of the rows (``FullGramEntries`` or
+    ``RowGramEntries``); ``proj`` the rows' projections on one unit vector; ``rows_fn(s)`` returns
+    the float64 rows with indices ``s`` (a NumPy array) as a tensor, for exact re-checks.
     """
 
-    def __init__(self, gram_flat: np.ndarray, T: int, proj: np.ndarray, rows_fn, K: int, d: int, rule: RankRule,
-                 delta: float = 1e-6):
-        self.flat, self.T, self.proj, self.rows_fn = gram_flat, T, proj, rows_fn
+    def __init__(self, entries: FullGramEntries | RowGramEntries, proj: np.ndarray, rows_fn, K: int, d: int,
+                 rule: RankRule, delta: float = 1e-6):
+        self.entries, self.proj, self.rows_fn = entries, proj, rows_fn
         self.K, self.d, self.rule, self.delta = K, d, rule, delta
-        self.sqn = gram_flat[:: T + 1]  # squared row norms: the Gram's diagonal
+        self.sqn = entries.diagonal()  # squared row norms: the Gram's diagonal
         ks = np.arange(1, K + 1, dtype=np.float64)
         self.rt = np.array([rule.rtol_for(int(k), d) for k in range(1, K + 1)])
         self.a = rule.atol_value
@@ -286,7 +336,7 @@ class SweepKernel:
         def grow(new_m: int) -> None:
             nonlocal m
             a0, b0 = self.row_start[m], self.row_start[new_m]
-            vals = gather_lower(self.flat, self.T, s, m, new_m)
+            vals = self.entries.lower(s, m, new_m)
             Gp.reshape(-1)[self.pos[a0:b0]] = vals
             sq = np.add.reduceat(vals * vals, self.row_start[m:new_m] - a0)
             d0 = dg[m:new_m]
