@@ -68,7 +68,8 @@ TEST_COLUMNS = _cols(
                                                  "data's own scale; empty when none"),
     ("rank_histogram", "map<int64, int64>", "numerical rank -> number of examined draws (Assumption 2: of "
                                             "context matrices) with that rank"),
-    ("exact_rechecks", "int64", "draws that sat near the tolerance and were decided from eigenvalues or by SVD"),
+    ("exact_rechecks", "int64", "draws that sat near the tolerance and were decided from eigenvalues or by SVD "
+                                "(work done: it may differ between the CPU and GPU kernels, the decisions do not)"),
     ("sampled", "bool", "whether the verdict comes from Monte-Carlo draws (false: decided exactly)"),
     ("proven", "bool", "whether the verdict is a proof (a witness, a rank ceiling, an exact count)"),
     ("planned_samples", "int64", "draws asked for (more than samples when a test stopped once decided); null "

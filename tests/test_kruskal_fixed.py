@@ -20,7 +20,7 @@ from matrices import (
 
 from mhaaudit.errors import InputError
 from mhaaudit.kruskal import draw_decisions, set_stats, subset_test
-from mhaaudit.kruskal.sampling import Gram
+from mhaaudit.kruskal.sampling import KERNELS_ENV
 from mhaaudit.numerics import RankRule, lapack
 
 # ------------------------------------------------------------------ planted structures
@@ -90,7 +90,7 @@ def test_subset_test_same_with_and_without_the_fast_path(monkeypatch):
     st_ = set_stats(X, rule)
     k = st_.rank - 2
     fast = subset_test(X, k, samples=600, seed=2, rule=rule, stats=st_)
-    monkeypatch.setattr(Gram, "cpu_entries", property(lambda self: None))
+    monkeypatch.setenv(KERNELS_ENV, "torch")  # the batched (GPU) kernels, on the CPU
     slow = subset_test(X, k, samples=600, seed=2, rule=rule, stats=st_)
     assert 0 < fast.satisfied < fast.samples  # both outcomes occur
     assert fast.record() == slow.record() and fast.rank_histogram == slow.rank_histogram
@@ -154,7 +154,7 @@ def test_an_absolute_tolerance_scaled_with_the_data_gives_the_same_test(scale):
 @pytest.mark.parametrize("fast", [True, False])
 def test_draws_of_rows_of_very_different_sizes_agree_with_matrix_rank(fast, monkeypatch):
     if not fast:
-        monkeypatch.setattr(Gram, "cpu_entries", property(lambda self: None))
+        monkeypatch.setenv(KERNELS_ENV, "torch")  # the batched (GPU) kernels, on the CPU
     X = mixed_range()
     rule = RankRule.for_dtype(torch.float32)
     idx, full = draw_decisions(X, 3, samples=400, seed=0, rule=rule)

@@ -19,7 +19,7 @@ from matrices import (
 )
 
 from mhaaudit.kruskal import exact_kruskal_rank, kruskal_sweep, subset_test
-from mhaaudit.kruskal.sampling import Gram
+from mhaaudit.kruskal.sampling import KERNELS_ENV
 from mhaaudit.numerics import RankRule, lapack
 
 # ------------------------------------------------------------------ brute force: floor <= exact <= ceiling
@@ -79,7 +79,7 @@ def test_sweep_same_with_and_without_the_fast_path(monkeypatch):
     X = dominant(200, 40, 7)
     rule = RankRule.for_dtype(X.dtype)
     fast = kruskal_sweep(X, samples=300, seed=1, rule=rule)
-    monkeypatch.setattr(Gram, "cpu_entries", property(lambda self: None))
+    monkeypatch.setenv(KERNELS_ENV, "torch")  # the batched (GPU) kernels, on the CPU
     slow = kruskal_sweep(X, samples=300, seed=1, rule=rule)
     assert fast.fractions == slow.fractions
     assert fast.estimate == slow.estimate and fast.witness == slow.witness
@@ -117,7 +117,7 @@ def test_sweep_is_the_same_at_every_scale(dtype, scales):
 @pytest.mark.parametrize("fast", [True, False])
 def test_sweep_over_rows_of_very_different_sizes_agrees_with_matrix_rank(fast, monkeypatch):
     if not fast:
-        monkeypatch.setattr(Gram, "cpu_entries", property(lambda self: None))
+        monkeypatch.setenv(KERNELS_ENV, "torch")  # the batched (GPU) kernels, on the CPU
     X = mixed_range(T=60, d=12, tiny=30, seed=1)
     rule = RankRule.for_dtype(torch.float32)
     sw = kruskal_sweep(X, samples=128, seed=3, rule=rule)

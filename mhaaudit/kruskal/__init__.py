@@ -17,7 +17,9 @@ All rank decisions use one ``RankRule`` and equal ``torch.linalg.matrix_rank`` o
 float64 rows with the same tolerance (see ``mhaaudit.numerics``). They are taken on the data
 divided by an exact power of two (``numerics.scale``), so the data's scale never changes a
 verdict, a fraction, a draw or a witness; singular values and tolerances are reported in the
-data's own units. The modules: ``results``
+data's own units. The same draws and decisions come out on every device: the draws come from a
+counter-based generator (``numerics.philox``), and on a GPU the batched kernels decide what the
+CPU LAPACK kernels decide on the CPU. The modules: ``results``
 (the result objects), ``sampling`` (the block-seeded draws and Gram gathers), ``fixed`` (the
 test at one size), ``sweep`` (every size at once), ``bounds`` (floor, ceiling, brute force).
 """
@@ -27,7 +29,7 @@ from .bounds import babel_floor, exact_kruskal_rank, set_stats
 from .fixed import draw_decisions, shrink_witness, subset_test
 from .results import Bound, SetStats, SubsetTest, Sweep, Witness, clopper_pearson
 from .sampling import as_matrix
-from .sweep import kruskal_sweep
+from .sweep import draw_critical_sizes, kruskal_sweep
 
 __all__ = [
     "DEFAULT_SAMPLES",
@@ -40,6 +42,7 @@ __all__ = [
     "as_matrix",
     "babel_floor",
     "clopper_pearson",
+    "draw_critical_sizes",
     "draw_decisions",
     "exact_kruskal_rank",
     "kruskal_sweep",

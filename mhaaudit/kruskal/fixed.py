@@ -23,11 +23,12 @@ import torch
 
 from .. import validate
 from ..distributed import shared
-from ..numerics import Decision, RankRule, Scaled, decide_full_rank, gram_rank, lapack, scaled, svd_rank, with_numerics
+from ..numerics import (Decision, RankRule, Scaled, decide_full_rank, gram_rank, lapack, scaled, svd_rank, tf32_off,
+                        with_numerics)
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, device_name, resolve_device
 from .bounds import set_stats
 from .results import SetStats, SubsetTest, Witness, clopper_pearson
-from .sampling import Gram, Progress, as_matrix, blocks_in_order, chunk_size
+from .sampling import DRAW_BLOCK, Gram, Progress, as_matrix, blocks_in_order
 
 __all__ = ["draw_decisions", "shrink_witness", "subset_test"]
 
@@ -85,29 +86,32 @@ def _shrink(unit: Scaled, indices) -> Witness:
 
 
 def _decided_draws(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, progress: Progress | None = None):
-    """Yield ``(indices, decision)`` for consecutive chunks of the seeded draws.
+    """Yield ``(indices, decision)`` for consecutive groups of whole blocks of the seeded draws.
 
-    On the CPU blocks of draws are drawn and decided by one worker thread per core. On the CPU
-    each draw goes through ``lapack.decide_draws`` (LAPACK through ctypes; the draw's Gram read from
-    the full Gram or computed from its rows) and only the draws its certificates do not settle
-    through ``decide_full_rank``. The order
-    of the test that certifies dependence adapts to what earlier blocks showed. Neither
-    changes any decision.
+    With the CPU LAPACK kernels (``gram.cpu_entries``) one worker thread per core draws and
+    decides a block at a time: each draw goes through ``lapack.decide_draws`` (the draw's Gram
+    read from the full Gram or computed from its rows) and only the draws its certificates do not
+    settle through ``decide_full_rank``. With the batched kernels (a GPU, or the CPU under
+    ``MHAAUDIT_KERNELS=torch``) the draws of as many blocks as ``DEVICE_BATCH_BYTES`` allows are
+    drawn on the device, their Gram matrices gathered at once and decided by ``decide_full_rank``:
+    one batched Cholesky factorisation per certificate, eigenvalues only for the draws the
+    certificates leave open, TF32 off. The order of the test that certifies dependence adapts to
+    what earlier blocks showed. Neither route nor order changes any decision.
     """
     d = gram.X.shape[1]
-    chunk = chunk_size(k)
-    on_cpu = gram.X.device.type == "cpu"
-    workers = torch.get_num_threads() if on_cpu else 1
     entries = gram.cpu_entries
-    proj = gram.proj if entries is not None else None
+    workers = 1 if gram.batched else torch.get_num_threads()
+    per_call = gram.blocks_per_call(k, mats=3) if gram.batched else None
     seen = [0, 0]  # draws decided, dependent draws
 
     def decide(sub):
         deficient_first = seen[1] * 2 > seen[0]
         if entries is None:
-            G = gram.sub(sub)
-            return sub, decide_full_rank(G, lambda j: gram.rows(sub[j]), k, d, rule, deficient_first=deficient_first)
-        full_np, decided = lapack.decide_draws(entries, sub.numpy(), d, rule, proj, deficient_first=deficient_first)
+            assert not torch.backends.cuda.matmul.allow_tf32, "a rank decision never runs in TF32"
+            lam_lo = (gram.proj_t[sub] ** 2).sum(-1)  # sigma_max^2 >= ||X_S u||^2 for the top direction u
+            return sub, decide_full_rank(gram.sub(sub), lambda j: gram.rows(sub[j]), k, d, rule, delta=1e-6,
+                                         deficient_first=deficient_first, lam_lo=lam_lo)
+        full_np, decided = lapack.decide_draws(entries, sub.numpy(), d, rule, gram.proj, deficient_first=deficient_first)
         full = torch.from_numpy(full_np)
         exact = torch.zeros_like(full)
         rest = torch.from_numpy(~decided).nonzero().squeeze(-1)
@@ -117,20 +121,16 @@ def _decided_draws(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, 
             full[rest], exact[rest] = dec.full, dec.exact
         return sub, Decision(full, exact)
 
-    def block(idx):
-        idx = idx.to(gram.X.device)
-        return [decide(part) for part in idx.split(chunk)]
-
-    with lapack.blas_single_thread() if entries is not None else contextlib.nullcontext():
-        for results in blocks_in_order(block, gram.T, k, samples, seed, True, workers, gram.X.device):
-            for sub, dec in results:
-                seen[0] += int(sub.shape[0])
-                seen[1] += int((~dec.full).sum())
-                yield sub, dec
+    with lapack.blas_single_thread() if entries is not None else contextlib.nullcontext(), tf32_off():
+        for sub, dec in blocks_in_order(decide, gram.T, k, samples, seed, True, workers, gram.X.device, per_call):
+            seen[0] += int(sub.shape[0])
+            seen[1] += int((~dec.full).sum())
+            yield sub, dec
             if progress:
-                progress(sum(int(sub.shape[0]) for sub, _ in results))
+                progress(int(sub.shape[0]))
 
 
+@with_numerics()
 def draw_decisions(X, k: int, *, samples: int = DEFAULT_SAMPLES, seed: int = 0, rule: RankRule | None = None,
                    device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """The draws of ``subset_test`` and each one's decision: ``(indices (N, k), independent (N,))``."""
@@ -156,10 +156,19 @@ class _Tally:
 
 def _tally(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, histogram_limit: int, max_fail: int | None,
            progress: Progress | None) -> _Tally:
-    """Decide the seeded draws; stop early once more than ``max_fail`` are dependent (None: never)."""
+    """Decide the seeded draws; stop early once more than ``max_fail`` are dependent (None: never),
+    at the end of the block of ``DRAW_BLOCK`` draws where that happened, so where a test stops
+    depends on nothing but the draws (not on how many blocks were decided at once)."""
     d = gram.X.shape[1]
     t = _Tally()
     for sub, dec in _decided_draws(gram, k, samples, seed, rule, progress):
+        stop = False
+        if max_fail is not None:  # stop after the block where the dependent draws first exceed max_fail
+            fails = torch.cumsum((~dec.full).long().cpu(), 0) + (t.drawn - t.satisfied)
+            over = (fails > max_fail).nonzero()
+            if over.numel():
+                cut = ((t.drawn + int(over[0])) // DRAW_BLOCK + 1) * DRAW_BLOCK - t.drawn
+                sub, dec, stop = sub[:cut], Decision(dec.full[:cut], dec.exact[:cut]), True
         t.drawn += int(sub.shape[0])
         t.satisfied += int(dec.full.sum())
         t.rechecks += int(dec.exact.sum())
@@ -174,8 +183,8 @@ def _tally(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, histogra
                 for r in ranks.tolist():
                     t.histogram[int(r)] = t.histogram.get(int(r), 0) + 1
             t.histogram_draws += int(sel.numel())
-        if max_fail is not None and t.drawn - t.satisfied > max_fail and t.drawn < samples:
-            t.stopped = True
+        if stop:
+            t.stopped = t.drawn < samples
             break
     return t
 

@@ -10,9 +10,13 @@
 * ``blocks_in_order``: processes those blocks in parallel and yields them in block order; under
   torchrun the ranks divide the groups of blocks (``units``) among them and gather each round's
   results, so every rank sees every block's result, in order, as one process does.
-* ``Gram``: Gram matrices of row subsets, gathered from the full T x T Gram when it takes at most
-  ``FULL_GRAM_MAX_BYTES``, else computed per draw from the rows (memory O(T d) plus O(k d + k^2)
-  per draw in flight); the route is reported with each result.
+* ``Gram``: Gram matrices of row subsets, gathered from the full T x T float64 Gram (formed once
+  on the device) when it takes at most ``FULL_GRAM_MAX_BYTES`` on the CPU or
+  ``DEVICE_FULL_GRAM_MAX_BYTES`` on a GPU, else computed per draw from the rows (memory O(T d)
+  plus O(k d + k^2) per draw in flight); the route is reported with each result. Draws are
+  decided by the CPU LAPACK kernels or by the batched torch kernels (``device_kernels``: any
+  device but the CPU, or the CPU under ``MHAAUDIT_KERNELS=torch``), which then take as many
+  blocks per call as ``DEVICE_BATCH_BYTES`` allows.
 * ``as_matrix``: the one check of a T x d feature matrix.
 """
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import os
 from typing import Callable
 
 import numpy as np
@@ -32,10 +37,14 @@ from ..numerics.philox import split_key
 from ..settings import derive_seed
 
 __all__ = ["DRAW_BLOCK", "FULL_GRAM_MAX_BYTES", "Gram", "Progress", "as_matrix", "block_specs", "blocks_in_order",
-           "chunk_size", "draw_block", "draw_blocks", "full_gram_bytes", "units"]
+           "DEVICE_BATCH_BYTES", "DEVICE_FULL_GRAM_MAX_BYTES",
+           "KERNELS_ENV", "device_kernels", "draw_block", "draw_blocks", "full_gram_bytes", "units"]
 
 DRAW_BLOCK = 64  # draws come in fixed blocks, each with its own generator key
-FULL_GRAM_MAX_BYTES = 512 << 20  # the full T x T float64 Gram is formed up to this size (T <= 8192)
+FULL_GRAM_MAX_BYTES = 512 << 20  # on the CPU the full T x T float64 Gram is formed up to this size (T <= 8192)
+DEVICE_FULL_GRAM_MAX_BYTES = 2 << 30  # on a GPU, up to this size (T <= 16384)
+DEVICE_BATCH_BYTES = 2 << 30  # what one batched call of the device kernels may hold (Gram matrices and copies)
+KERNELS_ENV = "MHAAUDIT_KERNELS"  # "torch": the batched device kernels decide on the CPU too (tests of the GPU route)
 
 Progress = Callable[[int], None]
 
@@ -62,16 +71,29 @@ def full_gram_bytes(T: int) -> int:
     return 8 * int(T) * int(T)
 
 
+def device_kernels(device: torch.device) -> bool:
+    """Are draws decided by the batched torch kernels (``numerics.certificates``) rather than the
+    CPU LAPACK kernels (``numerics.lapack``)? On any device but the CPU; on the CPU when the
+    environment sets ``MHAAUDIT_KERNELS=torch`` (how the test suite checks the GPU route draw by
+    draw on a machine without one) or when SciPy's LAPACK API is missing. Decisions are the same
+    either way."""
+    return device.type != "cpu" or os.environ.get(KERNELS_ENV, "").strip().lower() == "torch" or not lapack.available()
+
+
 class Gram:
-    """Gram matrices of row subsets: gathered from the full T x T Gram when it takes at most
-    ``FULL_GRAM_MAX_BYTES``, else computed per draw from the rows (``route``: "full" or
-    "per-draw"). Either way every decision is the same; only time and memory differ."""
+    """Gram matrices of row subsets: gathered from the full T x T float64 Gram, formed once on the
+    device, when it takes at most ``FULL_GRAM_MAX_BYTES`` (CPU) or ``DEVICE_FULL_GRAM_MAX_BYTES``
+    (GPU), else computed per draw from the rows (``route``: "full" or "per-draw"). Either way
+    every decision is the same; only time and memory differ. ``batched``: whether the batched
+    torch kernels decide (:func:`device_kernels`)."""
 
     def __init__(self, X: torch.Tensor, device: torch.device):
         self.X = X.to(device=device, dtype=torch.float64)
         self.T = int(X.shape[0])
         self.full = None
-        if full_gram_bytes(self.T) <= FULL_GRAM_MAX_BYTES:
+        self.batched = device_kernels(self.X.device)
+        budget = FULL_GRAM_MAX_BYTES if self.X.device.type == "cpu" else DEVICE_FULL_GRAM_MAX_BYTES
+        if full_gram_bytes(self.T) <= budget:
             if self.X.device.type == "cpu":  # NumPy's X @ X.T is one symmetric rank-k update (syrk)
                 Xn = self.X.numpy()
                 self.full = torch.from_numpy(Xn @ Xn.T)
@@ -81,9 +103,9 @@ class Gram:
 
     @property
     def cpu_entries(self):
-        """The Gram entries for the LAPACK kernels when the rows live on the CPU (the fast path):
-        read from the full Gram, or computed per draw from the rows; None elsewhere."""
-        if self.X.device.type != "cpu" or not lapack.available():
+        """The Gram entries for the LAPACK kernels when they decide (the rows on the CPU): read from
+        the full Gram, or computed per draw from the rows; None when the batched kernels decide."""
+        if self.batched:
             return None
         if self.full is None:
             return lapack.RowGramEntries(self.X.numpy())
@@ -107,6 +129,17 @@ class Gram:
                 break
             u = u / nu
         return (X @ u).cpu().numpy()
+
+    @functools.cached_property
+    def proj_t(self) -> torch.Tensor:
+        """``proj`` as a float64 tensor on the rows' device."""
+        return torch.from_numpy(self.proj).to(self.X.device)
+
+    def blocks_per_call(self, k: int, mats: int) -> int:
+        """Blocks of draws one batched call takes: as many as fit ``DEVICE_BATCH_BYTES`` with
+        ``mats`` float64 k x k matrices per draw (plus its k x d rows on the per-draw route)."""
+        per_draw = 8 * (mats * k * k + (k * self.X.shape[1] if self.full is None else 0))
+        return max(1, DEVICE_BATCH_BYTES // (DRAW_BLOCK * per_draw))
 
     def sub(self, idx: torch.Tensor) -> torch.Tensor:
         if self.full is not None:  # one flat gather: about twice as fast as 2-D advanced indexing
@@ -202,18 +235,18 @@ def block_specs(samples: int) -> list[tuple[int, int]]:
     return [(block, min(DRAW_BLOCK, samples - start)) for block, start in enumerate(range(0, samples, DRAW_BLOCK))]
 
 
-def units(samples: int, workers: int) -> list[list[tuple[int, int]]]:
-    """The blocks of ``samples`` draws grouped as one ``job`` call takes them: four blocks per call
-    for one caller (a GPU: larger batches), one block per call for a pool of worker threads. The
-    groups, not the blocks, fix where a test can stop early, so the thread count is one of the
-    settings a result depends on only through them."""
+def units(samples: int, workers: int, per_call: int | None = None) -> list[list[tuple[int, int]]]:
+    """The blocks of ``samples`` draws grouped as one ``job`` call takes them: ``per_call`` blocks
+    (default: four for one caller, one for a pool of worker threads). Results never depend on the
+    grouping (a test that stops early stops at a block, whatever the group); the processes of a
+    torchrun job must group alike, as they divide the groups among them."""
     specs = block_specs(samples)
-    step = 4 if workers <= 1 else 1
+    step = per_call or (4 if workers <= 1 else 1)
     return [specs[i:i + step] for i in range(0, len(specs), step)]
 
 
 def blocks_in_order(job, T: int, k: int, samples: int, seed: int, sort: bool, workers: int,
-                    device: torch.device | str = "cpu"):
+                    device: torch.device | str = "cpu", per_call: int | None = None):
     """``job(indices)`` for every group of blocks of the seeded draws (:func:`units`), yielded in order;
     the draws are made on ``device`` (the same draws on every device).
 
@@ -227,7 +260,7 @@ def blocks_in_order(job, T: int, k: int, samples: int, seed: int, sort: bool, wo
     """
     from ..distributed import lockstep
 
-    groups = units(samples, workers)
+    groups = units(samples, workers, per_call)
     shard = lockstep()
     if shard is None:
         yield from _run_groups(job, groups, T, k, seed, sort, workers, device)
@@ -242,7 +275,7 @@ def blocks_in_order(job, T: int, k: int, samples: int, seed: int, sort: bool, wo
                 from ..distributed import RankFailed
 
                 raise RankFailed("the processes group their Monte-Carlo draws differently because they run with different "
-                                 "thread counts; give every process the same OMP_NUM_THREADS")
+                                 "thread counts or devices; give every process the same OMP_NUM_THREADS and device kind")
             yield from (result for _, result in parts[: len(groups) - start])
     finally:
         mine.close()
@@ -279,8 +312,3 @@ def _run_groups(job, groups: list, T: int, k: int, seed: int, sort: bool, worker
     finally:
         torch.set_num_threads(old_threads)
         pool.shutdown(cancel_futures=True)
-
-
-def chunk_size(k: int, mats: int = 3, budget_bytes: int = 1 << 28) -> int:
-    """Draws per batched call: ``mats`` float64 k x k matrices each, within ``budget_bytes``."""
-    return max(1, min(4 * DRAW_BLOCK, budget_bytes // max(1, mats * k * k * 8)))

@@ -21,92 +21,101 @@ import torch
 
 from .. import validate
 from ..distributed import shared
-from ..numerics import EPS64, TINY_GRAM, RankRule, cholesky_margins, decide_prefix_full_rank, lapack, scaled, with_numerics
+from ..numerics import (TINY_GRAM, RankRule, cholesky_margins, decide_prefix_full_rank, lambda_max_bounds, lapack, scaled,
+                        tf32_off, with_numerics)
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, device_name, resolve_device
 from .bounds import babel_floor, set_stats
 from .fixed import shrink_witness
 from .results import Bound, SetStats, Sweep, Witness, clopper_pearson
-from .sampling import Gram, Progress, as_matrix, blocks_in_order, chunk_size
+from .sampling import Gram, Progress, as_matrix, blocks_in_order
 
-__all__ = ["kruskal_sweep"]
+__all__ = ["draw_critical_sizes", "kruskal_sweep"]
 
 
-def _prefix_bounds(G: torch.Tensor, d: int, rule: RankRule):
-    """Certified full/deficient decisions for every leading k x k block of each Gram matrix.
+def _prefix_shifts(G: torch.Tensor, p: torch.Tensor, d: int, rule: RankRule, delta: float):
+    """For every leading k x k block of each Gram matrix (``(B, K)`` tensors, column k - 1):
 
-    From one Cholesky factor L of G + s0 I and its inverse: for the leading block of size k,
-    1 / trace((G_k + s0)^-1) <= lambda_min(G_k) + s0 <= 1 / max_j (G_k + s0)^-1_jj, where both
-    quantities are cumulative sums over rows of L^-1 (the inverse of a leading block of a
-    triangular matrix is the leading block of its inverse). lambda_max(G_k) is bracketed by a
-    prefix Rayleigh quotient and the Frobenius norm. Blocks below ``TINY_GRAM`` are left
-    undecided. Returns two (B, K) bool tensors.
+    * ``s_hi``: a shift at or above the squared tolerance of every leading block up to k, plus
+      the rounding margin of a completed factorisation (``cholesky_margins``);
+    * ``t_lo``: at or below the squared tolerance of every leading block from k on;
+    * ``m_def``: the rounding margin of a failed factorisation of a block up to k.
+
+    Tolerances grow with k (lambda_max of leading blocks interlaces upwards, so does rtol), so
+    bounds on lambda_max(G_k) give both: below, the largest diagonal entry, the squared
+    projections of the rows on the top direction of the whole set (``p``) and the prefix
+    Rayleigh quotients of a power-iteration vector; above, the prefix Frobenius norms and an
+    upper bound on lambda_max of the whole draw.
     """
     B, K, _ = G.shape
-    dev = G.device
     diag = torch.diagonal(G, dim1=-2, dim2=-1)
-    trace = diag.sum(-1).clamp_min(1e-300)
-    s0 = 16.0 * K * EPS64 * trace
-    eye = torch.eye(K, dtype=G.dtype, device=dev)
-    L, info = torch.linalg.cholesky_ex(G + s0[:, None, None] * eye)
-    for _ in range(4):
-        bad = info > 0
-        if not bool(bad.any()):
-            break
-        s0 = torch.where(bad, s0 * 1e3, s0)
-        L2, info2 = torch.linalg.cholesky_ex(G[bad] + s0[bad, None, None] * eye)
-        L[bad] = L2
-        info[bad] = info2
-    ok = info == 0
-    Linv = torch.linalg.solve_triangular(L, eye.expand(B, K, K), upper=False)
-    sq = Linv * Linv
-    tr_inv = torch.cumsum(sq.sum(-1), dim=-1)
-    maxdiag_inv = torch.cumsum(sq, dim=-2).amax(-1)
-    del sq, Linv, L
-    slack = 1e-4
-    lam_min_lo = (1 - slack) / tr_inv - s0[:, None]
-    lam_min_hi = (1 + slack) / maxdiag_inv - s0[:, None]
-    # lambda_max of each leading block
-    v = torch.ones(B, K, 1, dtype=G.dtype, device=dev)
+    maxdiag = torch.cummax(diag, dim=-1).values
+    trace = torch.cumsum(diag, dim=-1)
+    low = torch.tril(G, -1)
+    v = torch.where(p.abs().sum(-1, keepdim=True) > 0, p, torch.ones_like(p))[..., None]
     for _ in range(8):
         v = G @ v
         v = v / v.norm(dim=-2, keepdim=True).clamp_min(1e-300)
+    w = (low @ v).squeeze(-1)
     v = v.squeeze(-1)
-    w = (torch.tril(G, -1) @ v.unsqueeze(-1)).squeeze(-1)
-    num = torch.cumsum(v * (2 * w + diag * v), dim=-1)
-    den = torch.cumsum(v * v, dim=-1).clamp_min(1e-300)
-    maxdiag = torch.cummax(diag, dim=-1).values
-    lam_lo = torch.maximum(maxdiag, num / den)
-    fro2 = torch.cumsum(2 * (torch.tril(G, -1) ** 2).sum(-1) + diag**2, dim=-1)
-    lam_hi = torch.maximum(fro2.sqrt(), lam_lo)
-    ks = torch.arange(1, K + 1, device=dev, dtype=G.dtype)
-    rt = torch.tensor([rule.rtol_for(int(k), d) for k in range(1, K + 1)], device=dev, dtype=G.dtype)
+    rayleigh = torch.cumsum(v * (2 * w + diag * v), dim=-1) / torch.cumsum(v * v, dim=-1).clamp_min(1e-300)
+    lam_lo = torch.maximum(torch.maximum(maxdiag, torch.cumsum(p * p, dim=-1)), rayleigh * (1 - 1e-12))
+    fro = torch.cumsum(2 * torch.linalg.vector_norm(low, dim=-1) ** 2 + diag * diag, dim=-1).sqrt()
+    del low, w
+    _, top = lambda_max_bounds(G)
+    lam_hi = torch.maximum(torch.minimum(fro, top[:, None]), lam_lo)
+    ks = torch.arange(1, K + 1, device=G.device, dtype=G.dtype)
+    rt = torch.tensor([rule.rtol_for(k, d) for k in range(1, K + 1)], device=G.device, dtype=G.dtype)
     a = rule.atol_value
-    tau_hi = torch.clamp(rt * lam_hi.sqrt(), min=a) ** 2
-    tau_lo = torch.clamp(rt * lam_lo.sqrt(), min=a) ** 2
-    # rounding in forming G and in the factorisation (Cholesky backward error for the leading
-    # block, cholesky_margins) on top of a generous allowance for the triangular inverse
-    backward, _ = cholesky_margins(ks, d, torch.cumsum(diag, dim=-1), 0.0)
-    margin = 8.0 * (ks + d) * ks.sqrt() * EPS64 * lam_hi + backward
-    trusted = ok[:, None] & (maxdiag >= TINY_GRAM)
-    sure_full = (lam_min_lo > tau_hi * (1 + 1e-3) + margin) & trusted
-    sure_def = (lam_min_hi < tau_lo * (1 - 1e-3) - margin) & trusted & (tau_lo * (1 - 1e-3) - margin > 0)
-    return sure_full, sure_def
+    m_full, m_def = cholesky_margins(ks, d, trace, maxdiag)
+    s_hi = torch.clamp(rt * lam_hi.sqrt(), min=a) ** 2 * (1 + delta) + m_full
+    t_lo = torch.clamp(rt * lam_lo.sqrt(), min=a) ** 2 * (1 - delta)
+    return s_hi, t_lo, m_def
 
 
-def _critical_sizes(G: torch.Tensor, rows_fn, d: int, rule: RankRule):
-    """For each draw, k* = the largest k whose leading k rows are independent (0 if none).
+def _first_failure(G: torch.Tensor, idx: torch.Tensor, M: int, shift: torch.Tensor) -> torch.Tensor:
+    """One batched Cholesky of ``G[idx, :M, :M] - shift I``: 0 where it completes, else the order
+    of the first leading block that is not positive definite."""
+    A = G[idx, :M, :M]
+    A.diagonal(dim1=-2, dim2=-1).sub_(shift[:, None])
+    return torch.linalg.cholesky_ex(A)[1].to(torch.long)
 
-    Independence of leading blocks is monotone in k (smallest eigenvalues interlace, the
-    tolerance grows), so certified bounds bracket k* and a bisection with exact decisions
-    settles the rest.
+
+def _critical_sizes(G: torch.Tensor, p: torch.Tensor, rows_fn, d: int, rule: RankRule, rounds: int = 4,
+                    delta: float = 1e-6):
+    """For each draw, k* = the largest k whose leading k rows are independent (0 if none), and
+    how many sizes needed an exact decision. The batched form of ``lapack.SweepKernel``.
+
+    Leading blocks are nested and independence is monotone in k, so one batched factorisation
+    per shift tests every k of every draw at once (a Cholesky of ``G - s I`` fails at the first
+    leading block with an eigenvalue at or below ``s``): a round factorises the open draws once
+    at ``s_hi`` of the top of their open range (every block before the failure is independent)
+    and once at ``t_lo`` of its bottom less the margin (the block where it fails is dependent).
+    Rounds go on while they narrow the ranges; what they leave open is bisected with exact
+    decisions (``decide_prefix_full_rank``). Draws whose first row is below ``TINY_GRAM`` go
+    straight to the bisection.
     """
     B, K, _ = G.shape
-    sure_full, sure_def = _prefix_bounds(G, d, rule)
-    ar = torch.arange(1, K + 1, device=G.device)
-    lo = torch.where(sure_full, ar, torch.zeros_like(ar)).amax(-1)  # known independent up to lo
-    hi_k = torch.where(sure_def, ar, torch.full_like(ar, K + 1)).amin(-1)  # known dependent from hi_k
-    lo = torch.minimum(lo, hi_k - 1)
-    hi = hi_k - 1  # k* in [lo, hi]
+    s_hi, t_lo, m_def = _prefix_shifts(G, p, d, rule, delta)
+    lo = torch.zeros(B, dtype=torch.long, device=G.device)  # every k <= lo is independent
+    hi = torch.full((B,), K, dtype=torch.long, device=G.device)  # every k > hi is dependent
+    trusted = G[:, 0, 0] >= TINY_GRAM
+    for _ in range(rounds):
+        idx = ((lo < hi) & trusted).nonzero().squeeze(-1)
+        if idx.numel() == 0:
+            break
+        before = hi[idx] - lo[idx]
+        j = hi[idx]
+        info = _first_failure(G, idx, int(j.max()), s_hi[idx, j - 1])
+        lo[idx] = torch.maximum(lo[idx], torch.where(info == 0, j, torch.minimum(j, info - 1)))
+        l, h = lo[idx], hi[idx]
+        shift = t_lo[idx, l.clamp(max=K - 1)] - m_def[idx, h - 1]
+        go = (l < h) & (shift > 0)
+        sel, l, h = idx[go], l[go], h[go]
+        if sel.numel():
+            info = _first_failure(G, sel, int(h.max()), shift[go])
+            hi[sel] = torch.where((info > l) & (info <= h), info - 1, h)
+        if not bool((hi[idx] - lo[idx] < before).any()):
+            break
     rechecks = 0
     while True:
         open_ = (lo < hi).nonzero().squeeze(-1)
@@ -121,40 +130,43 @@ def _critical_sizes(G: torch.Tensor, rows_fn, d: int, rule: RankRule):
     return lo, rechecks
 
 
-def _critical_sizes_of_draws(gram: Gram, K: int, samples: int, seed: int, rule: RankRule, dev: torch.device,
-                             progress: Progress | None):
-    """k* of every nested draw: ``(counts, rechecks, smallest)`` with ``counts[j]`` the number of
-    draws with k* = j and ``smallest`` the ``(size, indices)`` of the smallest dependent leading
-    block seen (None if every draw was independent up to K)."""
+def _critical_sizes_of_draws(gram: Gram, K: int, samples: int, seed: int, rule: RankRule, progress: Progress | None):
+    """Yield ``(draws, kstar, rechecks)`` for consecutive groups of whole blocks of the nested
+    draws: the draws (orderings of K rows), each one's k* and how many sizes needed an exact
+    decision. On the CPU LAPACK kernels (``lapack.SweepKernel``) a draw at a time, one worker
+    thread per core; on the batched kernels (a GPU, or the CPU under ``MHAAUDIT_KERNELS=torch``)
+    as many blocks at once as ``DEVICE_BATCH_BYTES`` allows, TF32 off."""
     d = gram.X.shape[1]
-    counts = torch.zeros(K + 2, dtype=torch.long)
-    rechecks, smallest = 0, None
-    chunk = chunk_size(K, mats=6)
     entries = gram.cpu_entries
     kernel = (lapack.SweepKernel(entries, gram.proj, lambda s: gram.rows(torch.from_numpy(s)), K, d, rule)
               if entries is not None else None)
     workers = torch.get_num_threads() if kernel is not None else 1
+    per_call = gram.blocks_per_call(K, mats=5) if kernel is None else None
 
     def block(idx: torch.Tensor):
         if kernel is not None:  # one draw at a time, LAPACK through ctypes
             kstar, rc = kernel.draws(idx.numpy())
             return idx, torch.from_numpy(kstar), rc
-        idx = idx.to(dev)
-        parts = [_critical_sizes(gram.sub(sub), lambda j, m, sub=sub: gram.rows(sub[j, :m]), d, rule)
-                 for sub in idx.split(chunk)]
-        return idx, torch.cat([p[0].cpu() for p in parts]), sum(p[1] for p in parts)
+        assert not torch.backends.cuda.matmul.allow_tf32, "a rank decision never runs in TF32"
+        kstar, rc = _critical_sizes(gram.sub(idx), gram.proj_t[idx], lambda j, m: gram.rows(idx[j, :m]), d, rule)
+        return idx, kstar, rc
 
-    with lapack.blas_single_thread() if kernel is not None else contextlib.nullcontext():
-        for idx, kstar, rc in blocks_in_order(block, gram.T, K, samples, seed, False, workers, gram.X.device):
-            rechecks += rc
-            counts += torch.bincount(kstar, minlength=K + 2)[: K + 2]
-            small = int(kstar.min())
-            if small < K and (smallest is None or small + 1 < smallest[0]):
-                j = int(kstar.argmin())
-                smallest = (small + 1, idx[j, : small + 1].cpu().tolist())
+    with lapack.blas_single_thread() if kernel is not None else contextlib.nullcontext(), tf32_off():
+        for idx, kstar, rc in blocks_in_order(block, gram.T, K, samples, seed, False, workers, gram.X.device, per_call):
+            yield idx, kstar.cpu(), rc
             if progress:
                 progress(int(idx.shape[0]))
-    return counts, rechecks, smallest
+
+
+@with_numerics()
+def draw_critical_sizes(X, K: int, *, samples: int = DEFAULT_SAMPLES, seed: int = 0, rule: RankRule | None = None,
+                        device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """The nested draws of ``kruskal_sweep`` up to size K and each one's k*: ``(orderings (N, K), kstar (N,))``."""
+    X = as_matrix(X)
+    unit = scaled(X, rule or RankRule.for_dtype(X.dtype))
+    gram = Gram(unit.X, resolve_device(device))
+    parts = [(idx.cpu(), kstar) for idx, kstar, _ in _critical_sizes_of_draws(gram, K, samples, seed, unit.rule, None)]
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
 
 def _fractions(counts: torch.Tensor, K: int, K_all: int, samples: int):
@@ -217,7 +229,12 @@ def kruskal_sweep(
     if K > 0:
         unit = scaled(X, rule)  # nothing squared overflows or underflows, whatever the data's scale
         gram = Gram(unit.X, dev)
-        counts, rechecks, smallest = _critical_sizes_of_draws(gram, K, samples, seed, unit.rule, dev, progress)
+        for idx, kstar, rc in _critical_sizes_of_draws(gram, K, samples, seed, unit.rule, progress):
+            rechecks += rc
+            counts += torch.bincount(kstar, minlength=K + 2)[: K + 2]
+            small = int(kstar.min())
+            if small < K and (smallest is None or small + 1 < smallest[0]):
+                smallest = (small + 1, idx[int(kstar.argmin()), : small + 1].cpu().tolist())
     fractions, ci_low, ci_high = _fractions(counts, K, K_all, samples)
     raw_estimate = max((k for k, f in enumerate(fractions, 1) if f >= threshold), default=0)
     witness = shrink_witness(X, smallest[1], rule) if smallest else None

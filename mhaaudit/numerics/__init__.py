@@ -7,6 +7,8 @@
 * ``numerics.certificates``: torch decisions that equal ``torch.linalg.matrix_rank`` under the
   rule (SVD, Gram eigenvalues, shifted Cholesky) and the rounding bounds that make them proofs.
 * ``numerics.lapack``: the same certificates per draw through LAPACK on the CPU (imported on use).
+* ``numerics.philox``: the counter-based generator of the Monte-Carlo draws, bit-identical on every
+  device (imported on use).
 """
 
 from .certificates import (
@@ -22,7 +24,7 @@ from .certificates import (
     rounding_margin,
     svd_rank,
 )
-from .rule import RankRule, numerics, subnormals_kept, with_numerics
+from .rule import RankRule, numerics, subnormals_kept, tf32_off, with_numerics
 from .scale import Scaled, exponent_of, ldexp, row_norms, scaled
 
 __all__ = [
@@ -45,5 +47,6 @@ __all__ = [
     "scaled",
     "subnormals_kept",
     "svd_rank",
+    "tf32_off",
     "with_numerics",
 ]

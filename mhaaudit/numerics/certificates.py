@@ -178,14 +178,16 @@ class Decision:
 
 
 def decide_full_rank(G: torch.Tensor, rows_fn, k: int, d: int, rule: RankRule, delta: float = 1e-3,
-                     deficient_first: bool = False) -> Decision:
+                     deficient_first: bool = False, lam_lo: torch.Tensor | None = None) -> Decision:
     """Is each of a batch of k-row subsets of full rank k under ``rule``?
 
     ``G`` is the ``(B, k, k)`` float64 Gram matrix of each subset (it is used as scratch space
     and is left as it was on return); ``rows_fn(idx)`` returns the ``(len(idx), k, d)`` rows of
     the subsets at batch positions ``idx`` for exact re-checks. ``deficient_first`` runs the
     test that certifies dependence first (cheaper when most subsets are dependent); the
-    decisions do not depend on the order. A Gram matrix below ``TINY_GRAM`` goes to the SVD.
+    decisions do not depend on the order. ``lam_lo`` (optional, ``(B,)``) are known lower bounds
+    on each lambda_max (e.g. from projections on the top direction of the whole set): they
+    sharpen the certificate of dependence. A Gram matrix below ``TINY_GRAM`` goes to the SVD.
     """
     B = G.shape[0]
     dev = G.device
@@ -228,6 +230,8 @@ def decide_full_rank(G: torch.Tensor, rows_fn, k: int, d: int, rule: RankRule, d
     def test_deficient(idx: torch.Tensor) -> None:
         # lambda_min(G) < s_lo <= the squared tolerance: dependent
         lo, hi2 = lambda_max_bounds(G[idx] if idx.numel() < B else G)
+        if lam_lo is not None:
+            lo = torch.maximum(lo, lam_lo[idx] * (1 - 1e-12))
         s_lo = torch.clamp(r * lo.sqrt(), min=a) ** 2 * (1 - delta) - m_def[idx]
         info = shifted_info(idx, s_lo)
         undecided[idx[(info > 0) & (s_lo > 0)]] = False  # a non-positive shift certifies nothing
@@ -314,9 +318,12 @@ def decide_prefix_full_rank(G: torch.Tensor, ks: torch.Tensor, rows_fn, d: int, 
         else:
             sure = idx[(info > 0) & (s_lo[idx] > 0)]
         undecided[sure] = False
-    for b in undecided.nonzero().squeeze(-1).tolist():
-        k = int(ks[b])
-        sub = decide_full_rank(G[b : b + 1, :k, :k].clone(), lambda j, b=b, k=k: rows_fn(b, k)[None], k, d, rule, delta)
-        full[b] = sub.full[0]
-        exact[b] = sub.exact[0]
+    left = undecided.nonzero().squeeze(-1)
+    if left.numel():  # the rest: decide_full_rank, batched over the blocks of each size
+        left_ks = ks[left]
+        for k in torch.unique(left_ks).tolist():
+            bs = left[left_ks == k]
+            sub = decide_full_rank(G[bs, :k, :k], lambda j, bs=bs, k=k: torch.stack([rows_fn(int(b), k) for b in bs[j]]),
+                                   k, d, rule, delta)
+            full[bs], exact[bs] = sub.full, sub.exact
     return Decision(full, exact)

@@ -5,8 +5,8 @@ The rule is part of every result. The default is the paper's convention, the one
 count, with ``eps`` the machine epsilon of the features' *own* dtype (float32 for model
 activations). Every rank computation runs in float64, never in TF32 or reduced precision.
 
-``numerics`` is the CPU setting those computations run in: subnormals flushed to zero and,
-optionally, fewer threads. Nothing here is an estimate; this module only states the rule.
+``numerics`` is the setting those computations run in: subnormals flushed to zero, TF32 off for
+every matrix product and convolution (``tf32_off``), and, optionally, fewer threads. Nothing here is an estimate; this module only states the rule.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 
 from .. import validate
 
-__all__ = ["RankRule", "numerics", "subnormals_kept", "with_numerics"]
+__all__ = ["RankRule", "numerics", "subnormals_kept", "tf32_off", "with_numerics"]
 
 _STATE = threading.local()  # how deep each thread is inside ``numerics`` (flushing is per thread)
 
@@ -47,13 +47,30 @@ def numerics(threads: int | None = None):
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        yield
+        with tf32_off():
+            yield
     finally:
         _STATE.depth = depth
         if threads is not None:
             torch.set_num_threads(before)
         if flushed:
             torch.set_flush_denormal(False)
+
+
+@contextlib.contextmanager
+def tf32_off():
+    """TF32 off for CUDA matrix products and cuDNN convolutions inside (a process-wide setting,
+    restored on exit): a rank decision, and the forward pass that feeds one, never runs in
+    TF32. Harmless without CUDA."""
+    flags = (torch.backends.cuda.matmul, torch.backends.cudnn)
+    saved = [f.allow_tf32 for f in flags]
+    for f in flags:
+        f.allow_tf32 = False
+    try:
+        yield
+    finally:
+        for f, v in zip(flags, saved):
+            f.allow_tf32 = v
 
 
 def _flushing() -> bool:
