@@ -263,3 +263,123 @@ def test_timm_eva_and_beit_layer0_is_the_input_of_block1(tmp_path):
                 rel = model.rel_pos_bias() if model.rel_pos_bias is not None else None
                 y = model.blocks[0](out[0], shared_rel_pos_bias=rel)
         torch.testing.assert_close(y, out[1], atol=TOL, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------- the CLI, end to end
+
+from clitools import assert_one_error, run  # noqa: E402
+
+_CASES = {c.id: c for c in HF_FAMILIES}
+N_CLI = 16  # BERT-style pairs need n >= 13
+SMALL = ["--limit", "24", "--samples", "40", "--batch-size", "8", "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """Saved tiny folders by family id, made on first use."""
+    made = {}
+
+    def get(key):
+        if key not in made:
+            folder = tmp_path_factory.mktemp(key)
+            if key in _CASES:
+                _save_hf(_CASES[key], folder)
+            else:
+                _save_timm(key, folder)
+            made[key] = folder
+        return made[key]
+
+    return get
+
+
+@pytest.fixture
+def folder(capsys, folders):
+    """A saved tiny folder by family id; the library's own save messages are not the command's output."""
+
+    def get(key):
+        path = folders(key)
+        capsys.readouterr()
+        return path
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory):
+    words = [f"word{i % 37}" for i in range(4000)]
+    path = tmp_path_factory.mktemp("text") / "text.txt"
+    path.write_text("\n\n".join(" ".join(words[i:i + 200]) for i in range(0, 4000, 200)))
+    return path
+
+
+def test_check_rotary_decoder_says_layer0_has_no_positions(capsys, folder, text_file):
+    rc, out, err = run(capsys, "check", folder("llama"), "--variants", "random", "--context-length", N_CLI,
+                       "--data", text_file, *SMALL)
+    assert rc == 0, err
+    flat = " ".join(out.split())
+    assert "At layer 0, llama adds no position embedding to its embedding output (its positions are rotary" in flat
+    rc, out, err = run(capsys, "check", folder("llama"), "--variants", "random", "--context-length", N_CLI,
+                       "--data", text_file, "--format", "json", *SMALL)
+    meta = json.loads(out)["meta"]["model_info"]
+    assert (meta["positions"], meta["query_index"], meta["query_token"]) == ("rotary", N_CLI - 1, f"token {N_CLI - 1} (last token)")
+
+
+@pytest.mark.parametrize("key", ["distilbert", "opt", "modernbert"])
+def test_check_text_families(capsys, folder, text_file, key):
+    rc, out, err = run(capsys, "check", folder(key), "--variants", "random", "--context-length", N_CLI,
+                       "--data", text_file, "--format", "json", *SMALL)
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["meta"]["model_info"]["family"] == key
+    assert {r["layer"] for r in doc["records"]} == {0, 1}
+
+
+@pytest.mark.parametrize("key", ["dinov2_with_registers", "clip", "eva02_tiny_patch14_224", "deit_tiny_distilled_patch16_224"])
+def test_check_image_families(capsys, folder, image_dir, key):
+    rc, out, err = run(capsys, "check", folder(key), "--data", image_dir, "--format", "json", *SMALL)
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["meta"]["model_info"]["query_index"] == 0
+    assert {r["variant"] for r in doc["records"]} == {"embedding", "random-attention", "random", "trained"}
+
+
+@pytest.mark.parametrize("key", ["siglip_vision_model", "vit_base_patch16_siglip_224"])
+def test_siglip_needs_a_query_index(capsys, folder, image_dir, key):
+    """The one decision for both backends: no class token, so no query of its own; --query-index names one."""
+    rc, out, err = run(capsys, "check", folder(key), "--data", image_dir, *SMALL)
+    assert_one_error(rc, err, "has no query token of its own (SigLIP has no class token")
+    assert "--query-index K (0 to 15)" in err
+    rc, out, err = run(capsys, "check", folder(key), "--data", image_dir, "--query-index", "0", "--format", "json", *SMALL)
+    assert rc == 0, err
+    assert json.loads(out)["meta"]["model_info"]["query_index"] is None
+    rc, out, err = run(capsys, "capacity", folder(key), "--data", image_dir, *SMALL)
+    assert_one_error(rc, err, "capacity reads the model's own query")
+
+
+@pytest.mark.parametrize("key, reasons", [
+    ("llama", "rotary positions, grouped key/value heads"),
+    ("gemma2", "rotary positions, grouped key/value heads, logit soft-capping"),
+    ("deberta-v2", "relative attention"),
+    ("beit_base_patch16_224", "relative attention"),
+])
+def test_capacity_refuses_attention_it_cannot_express(capsys, folder, text_file, image_dir, key, reasons):
+    data = image_dir if key.startswith("beit") else text_file
+    extra = [] if key.startswith("beit") else ["--context-length", N_CLI]
+    if key in _CASES:
+        _needs(_CASES[key].cls)
+    rc, out, err = run(capsys, "capacity", folder(key), "--variants", "random", "--data", data, *extra, *SMALL)
+    line = assert_one_error(rc, err, "is not of the form capacity expresses")
+    assert f"it has {reasons};" in line and "--attention random" in line
+    rc, out, err = run(capsys, "capacity", folder(key), "--variants", "random", "--attention", "random", "--data", data,
+                       *extra, "--format", "json", *SMALL)
+    assert rc == 0, err
+
+
+@pytest.mark.parametrize("key", ["opt", "distilbert", "clip_vision_model"])
+def test_capacity_reads_supported_families(capsys, folder, text_file, image_dir, key):
+    image = key.startswith("clip")
+    extra = ["--data", image_dir] if image else ["--data", text_file, "--context-length", N_CLI]
+    rc, out, err = run(capsys, "capacity", folder(key), "--variants", "random", *extra, "--format", "json", *SMALL)
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert any("the model's own block 1 attention" in n for n in doc["meta"]["notes"])

@@ -33,6 +33,7 @@ __all__ = [
     "Family",
     "embedding_positions",
     "family_of",
+    "positions_note",
     "query_words",
     "timm_family_of",
 ]
@@ -204,3 +205,15 @@ def query_words(query_index: int | None, n: int, prefix: int = 1, *, modality: s
     if query_index == n - 1:
         return f"token {query_index} (last token)"
     return f"token {query_index}"
+
+
+def positions_note(info: dict, layer: int) -> str:
+    """What an Assumption 2 verdict at layer 0 owes to a model whose positions act only inside the
+    attention (rotary, relative, ALiBi) or that has none: its embedding output has no position term.
+    ``info``: the model's :class:`~mhaaudit.models.ModelInfo` as a dict. Empty where it does not apply."""
+    pos = info.get("positions")
+    if layer != 0 or pos not in NO_POSITIONS_AT_LAYER_0:
+        return ""
+    how = "it has no position embedding" if pos == "none" else f"its positions are {pos}, applied inside the attention"
+    return (f" At layer 0, {info.get('family')} adds no position embedding to its embedding output ({how}), so two "
+            "equal tokens of one example are two equal rows there and its context matrix has rank < n.")
