@@ -244,6 +244,8 @@ def audit_lines(result) -> list[str]:
             if r is None:
                 continue
             msg = escape(f"[{c.probe.variant}] {CHECK_TITLES[check]}: {r.reason}")
+            if check == "assumption_2":
+                msg += escape(positions_note(result.info, c.probe.layer))
             w = getattr(r, "witness", None)
             if w is not None:
                 msg += escape(f" Witness rows {list(w.indices)[:8]}{' ...' if len(w.indices) > 8 else ''} (sigma_min {w.singular_values[-1]:.3g} <= tol {w.tol:.3g}).")
@@ -285,6 +287,12 @@ def audit_lines(result) -> list[str]:
                  "ceiling and Assumption 2's counts are proofs.")
     lines += bound_lines(result)
     return lines
+
+
+def positions_note(info: dict, layer: int) -> str:
+    from .models.families import positions_note as note
+
+    return note(info, layer)
 
 
 def bound_lines(result) -> list[str]:
@@ -402,7 +410,8 @@ def capacity_bound_lines(result) -> list[str]:
         if a is not None:
             frac = f" (satisfied fraction {a.a1_fraction:.4f})" if a.a1_fraction is not None else ""
             lines.append(escape(f"    Assumption 1 (k = n = {n}): {a.a1 or 'not checked'}{frac}; {a.a1_reason}"))
-            lines.append(escape(f"    Assumption 2 (rank E_t = n): {a.a2 or 'not checked'}; {a.a2_reason}"))
+            lines.append(escape(f"    Assumption 2 (rank E_t = n): {a.a2 or 'not checked'}; {a.a2_reason}"
+                                + positions_note(result.info, s["layer"] - 1)))
             if a.kruskal_estimate is not None:
                 lines.append(escape(f"    Kruskal-rank estimate k = {a.kruskal_estimate}: {a.estimate_note}"))
             lines.append(escape(f"    assumptions {a.source}"))

@@ -103,8 +103,9 @@ def test_classify_config():
     assert registry.classify_config(_Cfg(model_type="x", vocab_size=10, architectures=["XForCausalLM"]), "m")[2]
     with pytest.raises(ModelError, match="m cannot be probed: Swin merges"):
         registry.classify_config(_Cfg(model_type="swin"), "m")
-    with pytest.raises(ModelError, match="image family 'beit' is not one mhaaudit knows"):
-        registry.classify_config(_Cfg(model_type="beit", image_size=224), "m")
+    with pytest.raises(ModelError, match=r"image family 'mystery' is not one mhaaudit knows \(supported: transformers vit, "):
+        registry.classify_config(_Cfg(model_type="mystery", image_size=224), "m")
+    assert registry.classify_config(_Cfg(model_type="beit", image_size=224, vocab_size=8192), "m") == ("beit", "image", False)
     with pytest.raises(ModelError, match="encoder-decoder"):
         registry.classify_config(_Cfg(model_type="t5", vocab_size=10, is_encoder_decoder=True), "m")
     with pytest.raises(ModelError, match="neither"):
@@ -112,11 +113,24 @@ def test_classify_config():
 
 
 def test_a_family_is_one_registry_entry(monkeypatch):
-    cfg = _Cfg(model_type="beit", image_size=224)
-    monkeypatch.setitem(registry.IMAGE_FAMILIES, "beit", registry.ImageFamily())
-    assert registry.classify_config(cfg, "m") == ("beit", "image", False)
-    monkeypatch.setattr(registry, "DECODER_FAMILIES", registry.DECODER_FAMILIES | {"newlm"})
+    cfg = _Cfg(model_type="newvit", image_size=224)
+    with pytest.raises(ModelError, match="not one mhaaudit knows"):
+        registry.classify_config(cfg, "m")
+    monkeypatch.setitem(registry.FAMILIES, "newvit", registry.Family("NewViT", "image"))
+    assert registry.classify_config(cfg, "m") == ("newvit", "image", False)
+    assert registry.classify_config(_Cfg(model_type="newlm", vocab_size=10), "m") == ("newlm", "text", False)
+    monkeypatch.setitem(registry.FAMILIES, "newlm", registry.Family("NewLM", "text", query="last"))
     assert registry.classify_config(_Cfg(model_type="newlm", vocab_size=10), "m") == ("newlm", "text", True)
+
+
+def test_unsupported_families_name_the_supported_ones():
+    with pytest.raises(ModelError, match=r"Swin merges .*\(supported: transformers gpt2, .*llama.*; timm vit_\*siglip\*"):
+        registry.classify_config(_Cfg(model_type="swin"), "m")
+    assert registry.timm_family("vit_small_patch14_reg4_dinov2.lvd142m") == "dinov2"
+    assert registry.timm_family("vit_base_patch16_siglip_224") == "siglip"
+    assert registry.timm_family("deit_tiny_distilled_patch16_224") == "deit"
+    assert registry.timm_family("eva02_tiny_patch14_224") == "eva02"
+    assert registry.timm_family("vit_tiny_patch16_224") == "vit"
 
 
 def test_timm_folder_config_detection(tmp_path):

@@ -71,11 +71,17 @@ def test_non_token_models_rejected(name):
         load_model(name, device="cpu")
 
 
-def test_timm_without_class_token_rejected(tmp_path):
+def test_timm_without_class_token_needs_a_query_index(tmp_path):
+    from mhaaudit.pipeline import ModelRequest, query_index
+
     args = dict(TIMM_ARGS, class_token=False, global_pool="avg")
     (tmp_path / "config.json").write_text(json.dumps({"architecture": "vit_tiny_patch16_224", "model_args": args}))
-    with pytest.raises(ModelError, match="no class token"):
-        load_model(str(tmp_path), backend="timm", device="cpu")
+    pm = load_model(str(tmp_path), backend="timm", device="cpu")
+    assert (pm.info.query_index, pm.info.n) == (None, 16)
+    assert pm.info.query_token == "none: vit_tiny_patch16_224 has no class token (global_pool='avg')"
+    with pytest.raises(ModelError, match=r"no query token of its own \(.*no class token.*--query-index K \(0 to 15\)"):
+        query_index(pm, ModelRequest(str(tmp_path)))
+    assert query_index(pm, ModelRequest(str(tmp_path), query_index=-1)) == 15
 
 
 def test_timm_weights_that_do_not_fit(timm_dir, tmp_path):

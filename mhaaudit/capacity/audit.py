@@ -35,7 +35,7 @@ from typing import Sequence
 import torch
 
 from ..distributed import describe, session, shared
-from ..errors import InputError, OfflineError
+from ..errors import InputError, ModelError, OfflineError
 from ..pipeline import DataRequest, ModelRequest
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 from ..tables import ResultTable
@@ -274,6 +274,9 @@ def _column(plan: _Plan, variant: str, notes: list[str]) -> tuple[CapacityColumn
     col.weights_source = info.weights_source
     if plan.block > pm.built_layers:
         raise InputError(f"--block {plan.block}: {plan.request.model} has {info.num_layers} blocks")
+    if info.query_index is None:
+        raise ModelError(f"{plan.request.model} has no query token of its own ({info.query_token.removeprefix('none: ')}), "
+                         "and capacity reads the model's own query; check and kruskal --model take --query-index K")
     attn = attention_for(pm, plan.block, plan.attention, plan.settings.seed)
     hs = _validated_heads(plan.heads, attn.num_heads)
     if plan.from_results is not None:  # before the data pass: a file of another model is refused at once

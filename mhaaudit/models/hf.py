@@ -18,7 +18,6 @@ When the hub cannot be reached it is never called (``local_files_only=True``).
 from __future__ import annotations
 
 import copy
-import dataclasses
 import inspect
 import os
 from dataclasses import dataclass
@@ -31,13 +30,15 @@ from torch import nn
 from ..errors import InputError, ModelError, OfflineError, one_line
 from ..hub import force_offline_env, is_offline
 from .checkpoints import is_ignorable, load_fitting, offline_weights_error, read_state_file
-from .probe import ModelInfo, ProbedModel, measure_tokens, prepare_module
+from .families import Family, embedding_positions, family_of, query_words
+from .probe import ModelInfo, ProbedModel, measure_image_tokens, prepare_module
 from .random_init import init_seed, reinit_hf, seeded
-from .registry import BLOCK_PATHS, IMAGE_FAMILIES, ImageFamily, ModelSpec, alias_list, classify_config, is_timm_folder_config, read_json
+from .registry import BLOCK_PATHS, ModelSpec, alias_list, classify_config, is_timm_folder_config, read_json
 
 __all__ = ["find_blocks", "image_transform", "load", "load_tokenizer"]
 
 _ENCODER_DEFAULT_MAX_N = 512
+_DECODER_DEFAULT_MAX_N = 1024  # the paper's GPT-2 context; decoders with longer positions take --context-length
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "tokenizer.model", "sentencepiece.bpe.model")
 _FIT_FIELDS = ("model_type", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
 
@@ -63,7 +64,12 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
     if modality == "image" and context_length is not None:
         raise InputError("context length applies to text models only; image models take n from the image size")
     cfg, origin = _weights_origin(spec, cfg, source, weights, weights_path, offline)
+    fam = family_of(family)
+    if fam is not None and fam.tower is not None:  # a two-tower model: its vision tower is probed
+        cfg = getattr(cfg, fam.tower)
     n, query_index = _text_shape(cfg, is_decoder, context_length, spec.name) if modality == "text" else (0, 0)
+    if fam is not None and fam.query == "none":
+        query_index = None
     full_layers = int(getattr(cfg, "num_hidden_layers"))
     module = prepare_module(_build(spec, cfg, origin, seed, offline, max_layer), device)
     blocks = find_blocks(module)
@@ -75,6 +81,8 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
         name=spec.name, resolved=spec.resolved, backend="hf", family=family, modality=modality, d=d, n=n,
         query_index=query_index, num_layers=full_layers, num_heads=heads,
         head_dim=int(getattr(cfg, "head_dim", None) or d // heads), weights=weights, weights_source=origin.description,
+        positions=embedding_positions(fam, cfg) if fam is not None else "learned",
+        query_token=query_words(query_index, n, modality=modality, why=fam.no_query if fam is not None else ""),
     )
     pm = ProbedModel(
         info, module, device, blocks=blocks, forward=_forward(module, modality), config=cfg,
@@ -82,8 +90,14 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
         image_transform=image_transform(cfg, family, sources, offline) if modality == "image" else None,
     )
     if modality == "image":
-        pm.info = dataclasses.replace(pm.info, n=measure_tokens(pm))
+        size, patch = getattr(cfg, "image_size", 0), getattr(cfg, "patch_size", 0)
+        measure_image_tokens(pm, _count(size) // _count(patch) if patch else None)
     return pm
+
+
+def _count(size: Any) -> int:
+    """Pixels of an image side given as an int or a pair (patches: the product of the sides' counts)."""
+    return int(size[0]) * int(size[-1]) if isinstance(size, (list, tuple)) else int(size) ** 2
 
 
 def find_blocks(module: nn.Module) -> nn.ModuleList | None:
@@ -209,8 +223,7 @@ def _text_shape(cfg: Any, is_decoder: bool, context_length: int | None, name: st
     maxpos = _max_positions(cfg)
     if context_length is None:
         n = maxpos if maxpos is not None else _ENCODER_DEFAULT_MAX_N
-        if not is_decoder:
-            n = min(n, _ENCODER_DEFAULT_MAX_N)
+        n = min(n, _DECODER_DEFAULT_MAX_N if is_decoder else _ENCODER_DEFAULT_MAX_N)
     else:
         n = context_length
         if maxpos is not None and n > maxpos:
@@ -411,7 +424,7 @@ def image_transform(cfg: Any, family: str, sources: list[str], offline: bool) ->
 
         size = getattr(cfg, "image_size", 224)
         h, w = (int(size[0]), int(size[-1])) if isinstance(size, (list, tuple)) else (int(size), int(size))
-        norm = IMAGE_FAMILIES.get(family, ImageFamily())
+        norm = family_of(family) or Family(family, "image")
         proc = ViTImageProcessor(size={"height": h, "width": w}, image_mean=norm.mean, image_std=norm.std)
 
     def transform(images: list) -> torch.Tensor:

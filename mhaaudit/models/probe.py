@@ -23,7 +23,7 @@ from torch import nn
 from .. import validate
 from ..errors import InputError, ModelError
 
-__all__ = ["ModelInfo", "ProbedModel", "measure_tokens", "no_tf32", "prepare_module"]
+__all__ = ["ModelInfo", "ProbedModel", "measure_image_tokens", "measure_tokens", "no_tf32", "prepare_module"]
 
 
 @dataclass(frozen=True)
@@ -37,12 +37,14 @@ class ModelInfo:
     modality: str  # "image" | "text"
     d: int  # width
     n: int  # tokens per example
-    query_index: int  # 0 for [CLS]-style models, n - 1 for decoders
+    query_index: int | None  # 0 for [CLS]-style models, n - 1 for decoders, None without a class token
     num_layers: int  # blocks in the full model (also when fewer were built)
     num_heads: int
     head_dim: int
     weights: str  # "random" | "trained"
     weights_source: str  # plain words
+    positions: str = "learned"  # what layer 0 carries: learned | sinusoidal | rotary | relative | alibi | none
+    query_token: str = ""  # the query token in words, e.g. "token 0 (class token; 1 more prefix token follows)"
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -254,3 +256,14 @@ def measure_tokens(pm: ProbedModel) -> int:
 
     inputs = pm.preprocess([Image.new("RGB", (256, 256), (128, 128, 128))])
     return int(pm.capture(inputs, [0])[0].shape[1])
+
+
+def measure_image_tokens(pm: ProbedModel, patches: int | None) -> None:
+    """Set ``n`` of an image model (measured) and its query token in words: the tokens before its
+    ``patches`` patch tokens are the class token and what follows it (distillation, registers)."""
+    from .families import query_words
+
+    n = measure_tokens(pm)
+    prefix = n - patches if patches is not None and 0 < patches < n else 1
+    words = query_words(pm.info.query_index, n, prefix, modality="image", why=pm.info.query_token.removeprefix("none: "))
+    pm.info = dataclasses.replace(pm.info, n=n, query_token=words)

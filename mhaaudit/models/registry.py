@@ -5,10 +5,9 @@ Everything that decides *which* model a name means lives here, in tables:
 - :data:`ALIASES`: short names for the paper's models. Each entry carries the transformers hub
   id, the timm name where there is one, the family, the modality and the config to build it
   from, so that random-init models build offline.
-- :data:`IMAGE_FAMILIES`: transformers image families that can be probed (class-token ViTs),
-  each with the image normalisation to use when no saved processor says otherwise.
-- :data:`DECODER_FAMILIES`: transformers text families whose query token is the last one.
-- :data:`UNPROBEABLE`: families known not to fit the theory, with the reason a user is told.
+- :data:`FAMILIES` / :data:`TIMM_FAMILIES` (from :mod:`.families`): the families mhaaudit knows,
+  each with its query token, the positions its embedding output carries and its image
+  normalisation; :data:`UNPROBEABLE`: families known not to fit the theory, with the reason.
 - :data:`BLOCK_PATHS`: where transformers models keep their list of blocks.
 
 :func:`resolve` turns a name into a :class:`ModelSpec` (backend, resolved name, family,
@@ -17,7 +16,7 @@ modality, alias entry) without building anything and without calling the hub: th
 timm's format (``config.json`` with ``"architecture"``), else ``transformers``.
 :func:`modality_of` says whether a model takes images or text before it is loaded.
 
-Adding a transformers family is one entry in these tables; adding a block layout for reading
+Adding a transformers family is one entry in :data:`FAMILIES`; adding a block layout for reading
 attention weights is one file in :mod:`mhaaudit.models.attention`.
 """
 
@@ -30,19 +29,21 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MhaauditError, ModelError
+from .families import FAMILIES, TIMM_FAMILIES, UNPROBEABLE, Family, family_of, timm_family_of
 
 __all__ = [
     "ALIASES",
     "BLOCK_PATHS",
-    "DECODER_FAMILIES",
-    "IMAGE_FAMILIES",
+    "FAMILIES",
+    "TIMM_FAMILIES",
     "UNPROBEABLE",
-    "ImageFamily",
+    "Family",
     "ModelSpec",
     "alias_list",
     "classify_config",
     "modality_of",
     "resolve",
+    "supported_families",
 ]
 
 # --------------------------------------------------------------------------------------------
@@ -95,61 +96,11 @@ ALIASES: dict[str, dict] = {
 }
 
 # --------------------------------------------------------------------------------------------
-# Families (transformers model_type values)
+# Families: see .families (one entry per transformers model_type or timm name pattern)
 # --------------------------------------------------------------------------------------------
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-
-
-@dataclass(frozen=True)
-class ImageFamily:
-    """A transformers image family that can be probed: a ViT with a class token.
-
-    ``mean``/``std`` normalise images when the model has no saved image processor.
-    """
-
-    mean: tuple[float, float, float] = IMAGENET_MEAN
-    std: tuple[float, float, float] = IMAGENET_STD
-
-
-IMAGE_FAMILIES: dict[str, ImageFamily] = {
-    "vit": ImageFamily(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)),
-    "deit": ImageFamily(),
-    "dinov2": ImageFamily(),
-    "dinov2_with_registers": ImageFamily(),
-}
-
-DECODER_FAMILIES = frozenset({
-    "gpt2", "gpt_neo", "gpt_neox", "gptj", "gpt_bigcode", "codegen", "llama", "mistral", "mixtral",
-    "opt", "bloom", "falcon", "qwen2", "qwen3", "phi", "phi3", "gemma", "gemma2", "olmo", "ctrl",
-})
-
-UNPROBEABLE: dict[str, str] = {
-    "swin": "Swin merges patches hierarchically and pools globally; it has no class token",
-    "swinv2": "Swin V2 merges patches hierarchically and pools globally; it has no class token",
-    "convnext": "ConvNeXt is a convolutional network, not a token transformer",
-    "convnextv2": "ConvNeXt V2 is a convolutional network, not a token transformer",
-    "resnet": "ResNet is a convolutional network, not a token transformer",
-    "regnet": "RegNet is a convolutional network, not a token transformer",
-    "efficientnet": "EfficientNet is a convolutional network, not a token transformer",
-    "mobilenet_v1": "MobileNet is a convolutional network, not a token transformer",
-    "mobilenet_v2": "MobileNet is a convolutional network, not a token transformer",
-    "bit": "BiT is a convolutional network, not a token transformer",
-    "levit": "LeViT shrinks its token grid between stages and pools globally",
-    "poolformer": "PoolFormer has no attention and no class token",
-    "segformer": "SegFormer is hierarchical and has no class token",
-    "pvt": "PVT is hierarchical and has no class token",
-    "pvt_v2": "PVT v2 is hierarchical and has no class token",
-    "focalnet": "FocalNet is hierarchical and has no class token",
-    "dinat": "DiNAT is hierarchical and has no class token",
-    "nat": "NAT is hierarchical and has no class token",
-    "mobilevit": "MobileViT is hybrid convolutional and has no class token",
-    "cvt": "CvT is hierarchical and pools its tokens",
-    "van": "VAN is a convolutional network, not a token transformer",
-}
-
-BLOCK_PATHS = ("layers", "encoder.layer", "encoder.layers", "h", "transformer.h", "layer", "blocks")
+BLOCK_PATHS = ("layers", "encoder.layer", "encoder.layers", "h", "transformer.h", "decoder.layers", "transformer.layer",
+               "vision_model.encoder.layers", "layer", "blocks")
 
 # State-dict keys that mark a timm ViT checkpoint (as opposed to a transformers one).
 _TIMM_KEY_PREFIXES = ("blocks.", "patch_embed.", "module.blocks.")
@@ -161,34 +112,47 @@ def alias_list() -> str:
     return ", ".join(ALIASES)
 
 
+def supported_families(modality: str | None = None) -> str:
+    """The families mhaaudit knows (transformers model types and timm name patterns), for error messages."""
+    hf = [t for t, f in FAMILIES.items() if modality in (None, f.modality)]
+    out = "transformers " + ", ".join(hf)
+    if modality in (None, "image"):
+        out += "; timm " + ", ".join(p for p, _n, _f in TIMM_FAMILIES)
+    return out
+
+
 def classify_config(cfg: Any, name: str) -> tuple[str, str, bool]:
-    """(family, modality, is_decoder) of a transformers config, or ModelError when it cannot be probed."""
+    """(family, modality, is_decoder) of a transformers config, or ModelError when it cannot be probed.
+
+    A family of :data:`~.families.FAMILIES` is taken as the table says; another text model with
+    a vocabulary is probed as an encoder, or as a decoder when its config or architecture says so.
+    """
     family = getattr(cfg, "model_type", "") or ""
     if family in UNPROBEABLE:
-        raise ModelError(f"{name} cannot be probed: {UNPROBEABLE[family]}")
-    if family in IMAGE_FAMILIES:
-        return family, "image", False
+        raise ModelError(f"{name} cannot be probed: {UNPROBEABLE[family]} (supported: {supported_families()})")
+    if getattr(cfg, "is_encoder_decoder", False):
+        raise ModelError(f"{name} cannot be probed: encoder-decoder models ({family}) are not supported "
+                         f"(supported: {supported_families()})")
+    known = family_of(family)
+    if known is not None:
+        return family, known.modality, known.decoder
     vision_like = hasattr(cfg, "num_channels") or hasattr(cfg, "image_size") or hasattr(cfg, "patch_size")
     if vision_like and not hasattr(cfg, "vocab_size"):
         raise ModelError(
             f"{name} cannot be probed: image family {family or 'unknown'!r} is not one mhaaudit knows "
-            f"(supported: {', '.join(IMAGE_FAMILIES)}); a class-token ViT is needed"
+            f"(supported: {supported_families('image')}); a ViT-style token transformer is needed"
         )
     if not hasattr(cfg, "vocab_size"):
-        raise ModelError(f"{name} cannot be probed: {family or 'this model'} is neither a ViT-style image model nor a text transformer")
-    if getattr(cfg, "is_encoder_decoder", False):
-        raise ModelError(f"{name} cannot be probed: encoder-decoder models ({family}) are not supported")
+        raise ModelError(f"{name} cannot be probed: {family or 'this model'} is neither a ViT-style image model nor a "
+                         f"text transformer (supported: {supported_families()})")
     archs = getattr(cfg, "architectures", None) or []
-    is_decoder = (
-        family in DECODER_FAMILIES
-        or bool(getattr(cfg, "is_decoder", False))
-        or any(a.endswith(("CausalLM", "LMHeadModel")) for a in archs)
-    )
+    is_decoder = bool(getattr(cfg, "is_decoder", False)) or any(a.endswith(("CausalLM", "LMHeadModel")) for a in archs)
     return family, "text", is_decoder
 
 
 def _modality_of_type(model_type: str) -> str:
-    return "image" if model_type in IMAGE_FAMILIES else "text"
+    known = family_of(model_type)
+    return known.modality if known is not None else "text"
 
 
 # --------------------------------------------------------------------------------------------
@@ -269,7 +233,8 @@ def _is_timm_checkpoint(path: str | None) -> bool:
 
 
 def timm_family(timm_name: str) -> str:
-    return timm_name.split(".")[0].split("_")[0]
+    """The family name of a timm model name (see :data:`~.families.TIMM_FAMILIES`)."""
+    return timm_family_of(timm_name)[0]
 
 
 def resolve(name: str, *, backend: str | None = None, weights_path: str | None = None) -> ModelSpec:

@@ -4,8 +4,11 @@ A :class:`~.registry.ModelSpec` with backend ``timm`` becomes a :class:`~.probe.
 
 - the architecture is the timm model name, or the ``"architecture"`` (and ``"model_args"``) of
   a folder's ``config.json`` in timm's format, with a checkpoint file in it or beside it;
-- only class-token ViTs with a flat list of blocks can be probed (the structure is checked on
-  a model built on the meta device, which allocates nothing);
+- token transformers with a patch embedding and a flat list of blocks can be probed (ViT, DeiT,
+  DINOv2, EVA-02, BEiT, SigLIP, ...; the structure is checked on a model built on the meta device,
+  which allocates nothing). The query is the class token (token 0, before any distillation or
+  register tokens); a model without one (SigLIP, ``class_token=False``) has no query token of
+  its own and needs ``--query-index``;
 - trained weights come from a checkpoint file (timm's own filter adapts other layouts) or the
   hub; random weights are drawn as :mod:`.random_init` says; ``max_layer`` builds that many blocks;
 - images are preprocessed with timm's data config at the resolution the model was built for.
@@ -25,13 +28,14 @@ from torch import nn
 from ..errors import InputError, ModelError, one_line
 from ..hub import force_offline_env, is_offline
 from .checkpoints import find_checkpoint, load_fitting, offline_weights_error
-from .probe import ModelInfo, ProbedModel, measure_tokens, prepare_module
+from .families import query_words
+from .probe import ModelInfo, ProbedModel, measure_image_tokens, prepare_module
 from .random_init import init_seed, reinit_timm, seeded
-from .registry import ModelSpec, read_json, timm_family
+from .registry import ModelSpec, read_json, supported_families, timm_family_of
 
 __all__ = ["load"]
 
-_NEEDED = ("patch_embed", "_pos_embed", "patch_drop", "norm_pre", "blocks")
+_NEEDED = ("patch_embed", "blocks", "forward_features")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,19 +60,23 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
     arch = _architecture(spec, weights, weights_path)
     if not timm.is_model(arch.name):
         raise ModelError(f"unknown timm model {arch.name!r}: not in timm.list_models()")
-    full_layers, heads, d, head_dim = _shape(arch, spec.name)
+    full_layers, heads, d, head_dim, shape = _shape(arch, spec.name)
+    family, fam = timm_family_of(arch.name)
+    query_index = 0 if shape.class_token else None
+    why = fam.no_query or f"{arch.name} has no class token (global_pool={shape.pool!r})"
     built = full_layers if max_layer is None or max_layer >= full_layers else max(1, max_layer)
     model, wsource = _build(spec, arch, weights, weights_path, built, full_layers, seed, offline)
     model = prepare_module(model, device)
     info = ModelInfo(
         name=spec.name, resolved=arch.name if arch.file is None else spec.resolved, backend="timm",
-        family=timm_family(arch.name), modality="image", d=d, n=0, query_index=0, num_layers=full_layers,
-        num_heads=heads, head_dim=head_dim, weights=weights, weights_source=wsource,
+        family=family, modality="image", d=d, n=0, query_index=query_index, num_layers=full_layers,
+        num_heads=heads, head_dim=head_dim, weights=weights, weights_source=wsource, positions=shape.positions,
+        query_token=query_words(query_index, 0, modality="image", why=why),
     )
     pm = ProbedModel(info, model, device, blocks=model.blocks, image_transform=_transform(model, spec.name),
                      forward=lambda inputs: model.forward_features(inputs["pixel_values"]),
                      config=getattr(model, "pretrained_cfg", None))
-    pm.info = dataclasses.replace(pm.info, n=measure_tokens(pm))
+    measure_image_tokens(pm, shape.patches)
     return pm
 
 
@@ -92,8 +100,18 @@ def _architecture(spec: ModelSpec, weights: str, weights_path: str | None) -> _A
     return _Arch(data["architecture"], dict(data.get("model_args") or {}), file)
 
 
-def _shape(arch: _Arch, name: str) -> tuple[int, int, int, int]:
-    """(blocks, heads, d, head_dim) of the full-depth model, read from a build on the meta device."""
+@dataclasses.dataclass(frozen=True)
+class _Shape:
+    """What the built model shows: a class token, its patch count, the positions layer 0 carries."""
+
+    class_token: bool
+    pool: str
+    patches: int | None
+    positions: str
+
+
+def _shape(arch: _Arch, name: str) -> tuple[int, int, int, int, _Shape]:
+    """(blocks, heads, d, head_dim, shape) of the full-depth model, read from a build on the meta device."""
     import timm
 
     with torch.device("meta"):
@@ -102,19 +120,32 @@ def _shape(arch: _Arch, name: str) -> tuple[int, int, int, int]:
     attn = probe.blocks[0].attn
     heads = int(getattr(attn, "num_heads", 1))
     d = int(probe.embed_dim if hasattr(probe, "embed_dim") else probe.num_features)
-    return len(probe.blocks), heads, d, int(getattr(attn, "head_dim", d // heads))
+    patches = getattr(probe.patch_embed, "num_patches", None)
+    shape = _Shape(class_token=getattr(probe, "cls_token", None) is not None, pool=str(getattr(probe, "global_pool", "")),
+                   patches=int(patches) if patches else None, positions=_positions(probe))
+    return len(probe.blocks), heads, d, int(getattr(attn, "head_dim", d // heads)), shape
+
+
+def _positions(model: nn.Module) -> str:
+    """What the embedding output carries about positions: learned (added), and what acts inside the attention."""
+    inside = []
+    if getattr(model, "rope", None) is not None:
+        inside.append("rotary")
+    if getattr(model, "rel_pos_bias", None) is not None or any(
+            getattr(getattr(b, "attn", None), "relative_position_bias_table", None) is not None for b in model.blocks):
+        inside.append("relative")
+    if getattr(model, "pos_embed", None) is not None:
+        return " + ".join(["learned", *inside])
+    return inside[0] if inside else "none"
 
 
 def _check_structure(model: nn.Module, name: str) -> None:
-    if not all(hasattr(model, a) for a in _NEEDED):
+    blocks = getattr(model, "blocks", None)
+    if not all(hasattr(model, a) for a in _NEEDED) or not isinstance(blocks, (nn.ModuleList, nn.Sequential)) \
+            or not all(hasattr(b, "attn") for b in blocks):
         raise ModelError(
             f"{name} cannot be probed: timm {type(model).__name__} is not a ViT-style token transformer "
-            f"(needs patch embedding, class token and a flat list of blocks)"
-        )
-    if getattr(model, "cls_token", None) is None or int(getattr(model, "num_prefix_tokens", 0)) == 0:
-        pool = getattr(model, "global_pool", "")
-        raise ModelError(
-            f"{name} cannot be probed: it has no class token (global_pool={pool!r}), so there is no query token"
+            f"(needs a patch embedding and a flat list of attention blocks; supported: {supported_families('image')})"
         )
 
 

@@ -16,6 +16,7 @@ from torch import nn
 
 from ... import validate
 from ...errors import InputError, ModelError
+from .support import unsupported
 from .weights import AttentionWeights
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,6 +71,13 @@ def first_attention(pm: "ProbedModel", layer: int = 1) -> AttentionWeights:
             f"first_attention: block {layer} is not available (the loaded model has blocks 1..{pm.built_layers})"
         )
     block = pm.blocks[layer - 1]
+    reasons = unsupported(pm, block)
+    if reasons:
+        raise ModelError(
+            f"{pm.info.name} ({pm.info.family}): the attention of block {layer} is not of the form capacity expresses "
+            f"(softmax of scale (x W_q + b_q)(y W_k + b_k)^T on the block input): it has {', '.join(reasons)}; "
+            f"--attention random uses random heads on the same tokens"
+        )
     adapter = adapter_for(block)
     if adapter is None:
         raise ModelError(f"{pm.info.name}: first_attention does not know the attention layout of {type(block).__name__}")

@@ -1,11 +1,11 @@
-"""timm ViT blocks: one fused ``qkv`` Linear (queries, keys, values stacked), pre-LN ``norm1``."""
+"""timm ViT blocks (ViT, DeiT, DINOv2, SigLIP; BEiT-style query bias): one fused ``qkv`` Linear
+(queries, keys, values stacked), pre-LN ``norm1``."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from ...errors import ModelError
 from .registry import BlockContext, register_adapter
 from .weights import AttentionWeights, head_bias, linear_heads
 
@@ -17,9 +17,6 @@ def _matches(block: nn.Module) -> bool:
 @register_adapter("timm-vit", _matches)
 def read(block: nn.Module, ctx: BlockContext) -> AttentionWeights:
     attn = block.attn
-    for nm in ("q_norm", "k_norm"):
-        if not isinstance(getattr(attn, nm, nn.Identity()), nn.Identity):
-            raise ModelError(f"{ctx.model}: block {ctx.layer} normalises queries/keys ({nm}); first_attention does not cover that")
     heads = int(getattr(attn, "num_heads", ctx.num_heads))
     d = attn.qkv.in_features
     dh = int(getattr(attn, "head_dim", d // heads))
