@@ -43,6 +43,7 @@ class ModelInfo:
     head_dim: int
     weights: str  # "random" | "trained"
     weights_source: str  # plain words
+    weights_read: dict | None = None  # trained weights: what loading read (:class:`.shards.WeightsRead` as a dict)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
