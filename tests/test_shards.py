@@ -13,6 +13,8 @@ import shutil
 import pytest
 import torch
 
+from hubtools import FakeHub, byte_tokenizer
+
 from mhaaudit.errors import ModelError
 from mhaaudit.models import load_model
 from mhaaudit.models.shards import INDEX_FILE, WeightsRead, human_bytes, used_parameters
@@ -22,7 +24,7 @@ transformers = pytest.importorskip("transformers")
 
 def _llama_config(layers=6):
     return transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,
-                                    num_key_value_heads=2, vocab_size=200, max_position_embeddings=64)
+                                    num_key_value_heads=2, vocab_size=300, max_position_embeddings=64)
 
 
 def _save(model, folder, shard="60KB"):
@@ -34,7 +36,9 @@ def _save(model, folder, shard="60KB"):
 def llama_dir(tmp_path_factory):
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(_llama_config()).to(torch.bfloat16)
-    return _save(model, tmp_path_factory.mktemp("llama"))
+    folder = _save(model, tmp_path_factory.mktemp("llama"))
+    byte_tokenizer().save_pretrained(str(folder))
+    return folder
 
 
 def _weight_map(folder):
@@ -177,50 +181,6 @@ def test_unreadable_index_is_one_error(llama_dir, tmp_path):
 
 
 # ------------------------------------------------------------------ the hub, served from a local folder
-
-
-COMMIT = "0" * 40
-
-
-class FakeHub:
-    """The hub, served from a local folder: ``config.json`` sits in a hub cache (what transformers reads),
-    and ``hf_hub_download`` serves every other file, recording each one asked for."""
-
-    def __init__(self, repo, folder, cache, revisions=("main",)):
-        self.repo, self.folder, self.revisions, self.requested = repo, folder, revisions, []
-        root = cache / f"models--{repo.replace('/', '--')}"
-        (root / "refs").mkdir(parents=True)
-        (root / "refs" / "main").write_text(COMMIT)
-        (root / "snapshots" / COMMIT).mkdir(parents=True)
-        shutil.copy(folder / "config.json", root / "snapshots" / COMMIT / "config.json")
-        self.cache = cache
-
-    def __call__(self, repo_id, filename, *args, revision=None, **kwargs):
-        from huggingface_hub.utils import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
-
-        self.requested.append(filename)
-        if repo_id != self.repo:
-            raise RepositoryNotFoundError(f"no repository {repo_id}", response=_response())
-        if revision not in (None, *self.revisions):
-            raise RevisionNotFoundError(f"Invalid rev id: {revision}", response=_response())
-        path = self.folder / filename
-        if not path.exists():
-            raise EntryNotFoundError(f"{filename} not found in {repo_id}")
-        return str(path)
-
-    def install(self, monkeypatch):
-        import huggingface_hub
-        import huggingface_hub.constants as hc
-
-        monkeypatch.setattr(hc, "HF_HUB_CACHE", str(self.cache))
-        monkeypatch.setattr(huggingface_hub, "hf_hub_download", self)
-        return self
-
-
-def _response():
-    import httpx
-
-    return httpx.Response(404, request=httpx.Request("GET", "https://huggingface.co"))
 
 
 def test_hub_downloads_only_the_needed_shards(llama_dir, tmp_path, monkeypatch):

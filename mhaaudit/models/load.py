@@ -24,7 +24,7 @@ from ..settings import resolve_device
 from .probe import ProbedModel
 from .registry import resolve
 
-__all__ = ["load_model"]
+__all__ = ["check_revision", "load_model"]
 
 _LIBRARY_ERRORS = (OSError, RuntimeError, ValueError, KeyError, TypeError, ImportError, AttributeError, AssertionError)
 
@@ -69,8 +69,7 @@ def load_model(
         max_layer = validate.integer("max_layer", max_layer, minimum=0)
     if context_length is not None:
         context_length = validate.integer("context length", context_length, minimum=1)
-    if revision is not None and (not isinstance(revision, str) or not revision.strip()):
-        raise InputError("--revision: give a branch, tag or commit of the hub model")
+    revision = check_revision(revision)
     dev = resolve_device(device)
     spec = resolve(name, backend=backend, weights_path=weights_path)
     hub_options = {"revision": revision, "trust_remote_code": bool(trust_remote_code)}
@@ -97,6 +96,15 @@ def load_model(
     except _LIBRARY_ERRORS as exc:
         problem = hub_problem(exc, name, revision) if spec.backend != "timm" else None
         raise (problem or ModelError(f"cannot load {name}: {one_line(exc, 240)}")) from exc
+
+
+def check_revision(revision) -> str | None:
+    """A revision as given (None: the default branch); an empty one is an input error."""
+    if revision is None:
+        return None
+    if not isinstance(revision, str) or not revision.strip():
+        raise InputError("--revision: give a branch, tag or commit of the hub model")
+    return revision.strip()
 
 
 @contextlib.contextmanager

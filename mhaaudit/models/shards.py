@@ -246,14 +246,14 @@ def hub_download(repo: str, filename: str, revision: str | None, offline: bool, 
         return huggingface_hub.hf_hub_download(repo, filename, revision=revision, local_files_only=offline)
     except RevisionNotFoundError as exc:
         raise InputError(f"--revision {revision}: no such branch, tag or commit in {repo}") from exc
+    except LocalEntryNotFoundError as exc:  # (a kind of EntryNotFoundError in some releases: first)
+        if missing_is_error:
+            raise OfflineError(f"{filename} of {repo} is not in the local cache and the hub cannot be reached") from exc
+        return None
     except EntryNotFoundError as exc:
         if missing_is_error:
             raise ModelError(f"the checkpoint of {repo} is incomplete: its index names {filename}, which holds tensors "
                              f"the audit needs, but the hub has no such file") from exc
-        return None
-    except LocalEntryNotFoundError as exc:
-        if missing_is_error:
-            raise OfflineError(f"{filename} of {repo} is not in the local cache and the hub cannot be reached") from exc
         return None
 
 
