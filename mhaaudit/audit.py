@@ -170,6 +170,7 @@ class AuditResult(ResultTable):
         meta["columns"] = {c.probe.variant: {"status": c.status, "reason": c.reason, "layer": c.probe.layer,
                                              "weights": c.probe.init, "describe": c.probe.describe(),
                                              "weights_source": c.weights_source, "timings_s": c.timings,
+                                             "weights_read": c.features.meta.get("weights_read") if c.features else None,
                                              "sweep": c.sweep.summary() if c.sweep else None}
                            for c in self.columns}
         return meta
@@ -203,6 +204,7 @@ class Captured:
     duplicates: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
     timings: dict = field(default_factory=dict)
+    batch: dict = field(default_factory=dict)  # the batch size used and how it was chosen
 
 
 def _n_above_d_note(info) -> str:
@@ -264,6 +266,8 @@ def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataR
         if not out.info or init == "random":
             out.info = info.to_dict()
         out.info[f"{init}_weights_source"] = info.weights_source
+        if info.weights_read is not None:
+            out.info[f"{init}_weights_read"] = info.weights_read
         qi = pipeline.query_index(pm, request)
         ra = None
         if any(p.random_attention for p in group):
@@ -274,6 +278,7 @@ def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataR
         fed = pipeline.stream(pm, data, {p.layer for p in group}, [_reducer_consumer(group, reducers, ra)], settings,
                               out.notes, label=f"{init} weights: capture")
         out.timings[f"capture {init}"] = fed.seconds
+        out.batch = out.batch or fed.batch
         out.data, out.skipped, out.duplicates = fed.name, max(out.skipped, fed.skipped), fed.duplicates
         if fed.duplicates.get("repeats") and fed.duplicates_line not in out.notes:
             out.notes.append(f"duplicate inputs: {fed.duplicates_line} (identical inputs give identical vectors at "
@@ -281,7 +286,8 @@ def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataR
         for p in group:
             out.features[p.variant] = reducers[p.variant].result(
                 {"model": request.model, "variant": p.variant, "layer": p.layer, "weights": init,
-                 "weights_source": info.weights_source, "data": fed.name, "resolved": info.resolved,
+                 "weights_source": info.weights_source, "weights_read": info.weights_read, "batch": fed.batch,
+                 "data": fed.name, "resolved": info.resolved,
                  "random_attention": p.random_attention}, fed=fed)
     return out
 
@@ -321,18 +327,19 @@ def probe_for_variant(variant: str, layer: int = 1) -> Probe:
 
 @shared
 def capture_features(model: str, *, variant: str = "random", layer: int = 1, data: str | None = None, limit: int = 2000,
-                     batch_size: int = 32, device: str = "auto", seed: int = 0, progress: bool = False,
+                     batch_size: int | str = 32, device: str = "auto", seed: int = 0, progress: bool = False,
                      split: str = "train", backend: str | None = None, weights_path: str | None = None,
                      context_length: int | None = None, query_index: int | None = None,
                      rtol: float | None = None, atol: float | None = None, keep_duplicates: bool = False,
-                     settings: Settings | None = None) -> FeatureSet:
+                     settings: Settings | None = None, revision: str | None = None,
+                     trust_remote_code: bool = False) -> FeatureSet:
     """Reduced features of one probe point (what ``mhaaudit kruskal`` uses with no file)."""
     settings = settings or Settings.resolve(device=device, seed=seed, rtol=rtol, atol=atol, progress=progress)
     probe = probe_for_variant(variant, layer)
     if weights_path is not None and probe.init != "trained":
         raise InputError(f"--weights loads trained weights; use it with --variants trained (or trained-L<k>), not {variant!r}")
     request = model_request(model, backend=backend, weights=weights_path, context_length=context_length,
-                            query_index=query_index)
+                            query_index=query_index, revision=revision, trust_remote_code=trust_remote_code)
     got = collect_features(request, [probe], data_request(data, split, limit, batch_size, keep_duplicates), settings)
     if probe.variant in got.unavailable:
         raise OfflineError(got.unavailable[probe.variant])
@@ -340,7 +347,8 @@ def capture_features(model: str, *, variant: str = "random", layer: int = 1, dat
 
 
 def model_request(model: str, *, backend: str | None = None, weights: str | None = None,
-                  context_length: int | None = None, query_index: int | None = None) -> ModelRequest:
+                  context_length: int | None = None, query_index: int | None = None, revision: str | None = None,
+                  trust_remote_code: bool = False) -> ModelRequest:
     """A checked :class:`ModelRequest`: a ``--weights`` path that does not exist is refused before any work."""
     from pathlib import Path
 
@@ -352,16 +360,19 @@ def model_request(model: str, *, backend: str | None = None, weights: str | None
         context_length = validate.integer("--context-length", context_length)
     if query_index is not None:
         query_index = validate.integer("--query-index", query_index, minimum=None)
+    from .models.load import check_revision
+
     return ModelRequest(model, backend=backend, weights_path=weights, context_length=context_length,
-                        query_index=query_index)
+                        query_index=query_index, revision=check_revision(revision), trust_remote_code=bool(trust_remote_code))
 
 
 def data_request(data: str | None, split: str, limit, batch_size, keep_duplicates: bool = False) -> DataRequest:
-    """A checked :class:`DataRequest`."""
+    """A checked :class:`DataRequest` (``batch_size``: a positive integer or ``"auto"``)."""
     from . import validate
+    from .batching import parse_batch_size
 
     return DataRequest(data=data, split=split, limit=validate.integer("--limit", limit),
-                       batch_size=validate.integer("--batch-size", batch_size), keep_duplicates=bool(keep_duplicates))
+                       batch_size=parse_batch_size(batch_size), keep_duplicates=bool(keep_duplicates))
 
 
 # --------------------------------------------------------------------------- checks
@@ -433,7 +444,7 @@ def audit(
     data: str | None = None,
     split: str = "train",
     limit: int = 2000,
-    batch_size: int = 32,
+    batch_size: int | str = 32,
     samples: int = DEFAULT_SAMPLES,
     threshold: float = DEFAULT_THRESHOLD,
     seed: int = 0,
@@ -449,6 +460,8 @@ def audit(
     stop_when_decided: bool = False,
     keep_duplicates: bool = False,
     on_note: Callable[[str], None] | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
 ) -> AuditResult:
     """Audit ``model`` on ``data``: the paper's Table 1 (images) or Table 3 (text) and more.
 
@@ -457,14 +470,15 @@ def audit(
     columns; ``layers`` audits several depths. ``stop_when_decided`` lets each Monte-Carlo test
     stop once its verdict is settled. Exact duplicate inputs are dropped before the forward pass
     (the same ones in every column) unless ``keep_duplicates``; what was found is in
-    ``AuditResult.duplicates`` and the notes.
+    ``AuditResult.duplicates`` and the notes. ``batch_size="auto"`` chooses the batch (see
+    :mod:`mhaaudit.batching`); ``revision`` and ``trust_remote_code`` are passed to the hub reads.
     """
     from .models import modality_of
 
     settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
                                 stop_when_decided=stop_when_decided, progress=progress)
     request = model_request(model, backend=backend, weights=weights, context_length=context_length,
-                            query_index=query_index)
+                            query_index=query_index, revision=revision, trust_remote_code=trust_remote_code)
     data_req = data_request(data, split, limit, batch_size, keep_duplicates)
     t_start = time.perf_counter()
     probes = plan_probes(modality_of(model, backend=backend, weights_path=weights), variants, layers, layer)
@@ -474,7 +488,8 @@ def audit(
     if not got.features:  # every column unavailable: there is nothing to audit, and that is no success
         raise OfflineError("no column could be audited: " + "; ".join(dict.fromkeys(got.unavailable.values())))
     columns = [_column(p, got, settings, sweep) for p in probes]
-    run = dict(settings.as_dict(), limit=data_req.limit, batch_size=data_req.batch_size, layer=1 if layer is None else layer,
+    run = dict(settings.as_dict(), limit=data_req.limit, batch_size=got.batch.get("size", data_req.batch_size),
+               batch_size_choice=got.batch.get("how"), layer=1 if layer is None else layer,
                layers=list(layers) if layers is not None else None, **describe())
     got.timings["total"] = round(time.perf_counter() - t_start, 3)
     return AuditResult(model=model, info=got.info, data=got.data, columns=columns, settings=run, timings=got.timings,

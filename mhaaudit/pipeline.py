@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
@@ -47,6 +47,8 @@ class ModelRequest:
     weights_path: str | None = None  # local folder or file with trained weights
     context_length: int | None = None  # text models: tokens per example n
     query_index: int | None = None  # None: the model's own ([CLS] or last token)
+    revision: str | None = None  # branch, tag or commit of a hub model
+    trust_remote_code: bool = False  # let a repository's own model code run
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ class DataRequest:
     data: str | None = None  # None: the built-in offline default
     split: str = "train"
     limit: int = 2000
-    batch_size: int = 32
+    batch_size: int | str = 32  # or "auto" (see mhaaudit.batching)
     keep_duplicates: bool = False  # exact duplicate inputs are dropped unless asked to keep them
 
 
@@ -78,6 +80,7 @@ class DataInfo:
     fed: list = field(default_factory=list)
     parts: list = field(default_factory=list)
     shard: Any = field(default=None, repr=False)  # the distributed Session that dealt the batches, or None
+    batch: dict = field(default_factory=dict)  # the batch size used and how it was chosen (BatchChoice.as_dict())
 
     def settle(self) -> None:
         """Take the source's count of skipped items once it has been read."""
@@ -101,7 +104,8 @@ def load(request: ModelRequest, init: str, settings: Settings, max_layer: int):
     return load_model(request.model, weights=init, backend=request.backend,
                       weights_path=request.weights_path if init == "trained" else None,
                       device=settings.device, context_length=request.context_length,
-                      max_layer=max(1, int(max_layer)), seed=settings.seed)
+                      max_layer=max(1, int(max_layer)), seed=settings.seed, revision=request.revision,
+                      trust_remote_code=request.trust_remote_code)
 
 
 def query_index(pm, request: ModelRequest) -> int:
@@ -296,6 +300,16 @@ def _batch_size(inputs: dict[str, torch.Tensor]) -> int:
     return int(first.shape[0]) if first is not None else 0
 
 
+def _batch_choice(pm, data: DataRequest, layers: list[int], shard):
+    """The batch size of ``data`` for ``pm`` (``auto`` resolved; under torchrun the smallest any rank chose)."""
+    from .batching import choose_batch_size
+
+    choice = choose_batch_size(pm, layers, data.batch_size, data.limit)
+    if shard is not None and data.batch_size == "auto":
+        choice = min(shard.all_gather(choice), key=lambda c: c.size)
+    return choice
+
+
 def stream(pm, data: DataRequest, layers: Sequence[int], consumers: Sequence[Consumer], settings: Settings,
            notes: list[str], label: str = "capture") -> DataInfo:
     """Feed every example of ``data`` through ``pm`` once and every captured batch to each consumer.
@@ -310,8 +324,11 @@ def stream(pm, data: DataRequest, layers: Sequence[int], consumers: Sequence[Con
     t0 = time.perf_counter()
     first_note = len(notes)
     shard = distributed.session()
-    info, raw = _assigned(pm, data, settings, notes, shard)
     want = sorted(set(int(k) for k in layers))
+    batch = _batch_choice(pm, data, want, shard)
+    data = replace(data, batch_size=batch.size)
+    info, raw = _assigned(pm, data, settings, notes, shard)
+    info.batch = batch.as_dict()
     # Images: exact duplicates of what the model sees (its preprocessed pixels) are found before the
     # forward pass. Every pass over the same data (other weights) finds and drops the same ones.
     finder = DuplicateFinder(keep=data.keep_duplicates) if pm.info.modality == "image" else None

@@ -273,6 +273,8 @@ def audit_lines(result) -> list[str]:
     for c in result.columns:
         if c.status == "ok":
             lines.append(f"  {c.probe.variant}: {c.probe.describe()}; weights: {c.weights_source}")
+            lines += loading_lines(c.features.meta.get("weights_read") if c.features else None)
+    lines += loading_lines(None, s)
     for note in result.notes:
         lines.append(f"  note: {note}")
     tm = ", ".join(f"{k} {v:.1f} s" for k, v in result.timings.items())
@@ -459,11 +461,25 @@ def capacity_evidence_lines(result) -> list[str]:
     if s.get("from_path") is None:
         lines.append(f"  Assumption 1: {s['samples']} draws (stopping once decided), threshold {s['threshold']}, seed {s['seed']}, "
                      f"device {s['device']}")
+    for c in result.columns:
+        lines += loading_lines(c.weights_read, label=f"{c.variant} weights ")
+    lines += loading_lines(None, s)
     lines += [escape(f"  note: {note}") for note in result.notes]
     lines.append("  time: " + ", ".join(f"{k} {v:.1f} s" for k, v in result.timings.items()))
     for c in result.columns:
         if c.timings:
             lines.append(f"    {c.variant}: " + ", ".join(f"{k} {v:.1f} s" for k, v in c.timings.items()))
+    return lines
+
+
+def loading_lines(read: dict | None, settings: dict | None = None, label: str = "") -> list[str]:
+    """What loading the trained weights read, and the batch size when it was chosen automatically."""
+    from .models.shards import WeightsRead
+
+    lines = [escape(f"    {label}{WeightsRead(**read).describe()}")] if read else []
+    how = (settings or {}).get("batch_size_choice")
+    if how not in (None, "given"):
+        lines.append(escape(f"  batch size: {settings['batch_size']} (auto: {how})"))
     return lines
 
 

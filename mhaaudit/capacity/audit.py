@@ -68,6 +68,8 @@ class CapacityColumn:
     T: int = 0
     weights_source: str = ""
     timings: dict = field(default_factory=dict)
+    weights_read: dict | None = None  # trained weights: what loading read (mhaaudit.models.shards.WeightsRead)
+    batch: dict = field(default_factory=dict)  # the batch size used and how it was chosen
 
 
 @dataclass
@@ -129,7 +131,8 @@ class CapacityResult(ResultTable):
         return stamp(command="capacity", model=self.model, model_info=self.info, data=self.data, notes=self.notes,
                      timings_s=self.timings, **self.settings,
                      columns={c.variant: {"status": c.status, "reason": c.reason, "T": c.T,
-                                          "weights_source": c.weights_source, "timings_s": c.timings,
+                                          "weights_source": c.weights_source, "weights_read": c.weights_read,
+                                          "timings_s": c.timings,
                                           "assumptions": c.assumptions.to_dict() if c.assumptions else None,
                                           "bound": (c.bounds[max(c.bounds)].to_dict() if c.bounds else None)}
                               for c in self.columns})
@@ -221,6 +224,7 @@ def _capture(plan: _Plan, pm, attn: _Attention, col: CapacityColumn, notes: list
     fed = pipeline.stream(pm, plan.data, [layer], [consume], plan.settings, notes,
                           label=f"{col.variant} weights: tokens and Z")
     col.timings["capture and Z"] = fed.seconds
+    col.batch = fed.batch
     fs = None if reducer is None else reducer.result({"model": plan.request.model, "variant": col.variant, "layer": layer},
                                                      fed=fed)
     rows, _ = fed.gather_rows({"Z": zb.result()} if zb.T else None)
@@ -271,7 +275,7 @@ def _column(plan: _Plan, variant: str, notes: list[str]) -> tuple[CapacityColumn
         return col, {}, "", [], 0
     col.timings["load"] = round(time.perf_counter() - t0, 3)
     info = pm.info
-    col.weights_source = info.weights_source
+    col.weights_source, col.weights_read = info.weights_source, info.weights_read
     if plan.block > pm.built_layers:
         raise InputError(f"--block {plan.block}: {plan.request.model} has {info.num_layers} blocks")
     if info.query_index is None:
@@ -371,7 +375,7 @@ def capacity_audit(
     data: str | None = None,
     split: str = "train",
     limit: int = 2000,
-    batch_size: int = 32,
+    batch_size: int | str = 32,
     samples: int | None = None,
     threshold: float | None = None,
     seed: int = 0,
@@ -383,6 +387,8 @@ def capacity_audit(
     progress: bool = False,
     keep_duplicates: bool = False,
     layer: int | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
 ) -> CapacityResult:
     """Bound and certificate for each column (``variants``: random and/or trained; default both).
 
@@ -413,7 +419,8 @@ def capacity_audit(
     from_results = read_check_results(from_path) if from_path is not None else None
     if from_results is not None:
         check_same_examples(from_path, from_results, limit=data_req.limit)
-    request = model_request(model, backend=backend, weights=weights, context_length=context_length)
+    request = model_request(model, backend=backend, weights=weights, context_length=context_length, revision=revision,
+                            trust_remote_code=trust_remote_code)
     plan = _Plan(request, data_req, settings, blk, heads, attention, bool(shared_context),
                  Path(from_path) if from_path is not None else None, from_results)
     result = _run(plan, vs)
@@ -437,11 +444,13 @@ def _run(plan: _Plan, variants: list[str]) -> CapacityResult:
     if not info_d:
         raise OfflineError(columns[0].reason if columns else f"{plan.request.model}: no column could be loaded")
     notes.extend(_run_notes(info_d, columns, hs, plan.shared_context))
+    batch = next((c.batch for c in columns if c.batch), {})
     s = plan.settings
     blk = plan.block
     settings = dict(layer=blk, attention=plan.attention, shared_context=plan.shared_context, heads=hs,
                     head_dim=head_dim, samples=s.samples, threshold=s.threshold, seed=s.seed, device=s.device_name,
-                    limit=plan.data.limit, batch_size=plan.data.batch_size,
+                    limit=plan.data.limit, batch_size=batch.get("size", plan.data.batch_size),
+                    batch_size_choice=batch.get("how"),
                     from_path=str(plan.from_path) if plan.from_path is not None else None,
                     z_tolerance=s.rule(torch.float64).describe() + " (Z is computed in float64 from the tokens)",
                     assumption_tolerance=s.rule(torch.float32).describe(),

@@ -18,10 +18,12 @@ from .options import (
     FormatOpt,
     Out,
     Plot,
+    Revision,
     Rtol,
     Samples,
     Seed,
     Threshold,
+    TrustRemoteCode,
     emit,
     prepare_outputs,
     refuse_data_options,
@@ -61,7 +63,9 @@ def kruskal(
     data: Annotated[Optional[str], typer.Option("--data", help="With no FEATURES: data source (default: the built-in offline data).")] = None,
     split: Annotated[str, typer.Option("--split", help="With no FEATURES: dataset split for Hugging Face datasets.")] = "train",
     limit: Annotated[int, typer.Option("--limit", help="With no FEATURES: number of examples T.")] = 2000,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="With no FEATURES: examples per forward pass.")] = 32,
+    batch_size: Annotated[str, typer.Option("--batch-size", help="With no FEATURES: examples per forward pass, an integer or auto.")] = "32",
+    revision: Revision = None,
+    trust_remote_code: TrustRemoteCode = False,
     keep_duplicates: Annotated[bool, typer.Option("--keep-duplicates", help="With no FEATURES: keep exact duplicate inputs (by default they are found before the forward pass, reported and dropped).")] = False,
 ) -> None:
     """Estimate the Kruskal rank of a set of vectors: Monte-Carlo tests at candidate sizes, or a sweep."""
@@ -85,8 +89,9 @@ def kruskal(
         raise InputError(f"--variants {variant}: kruskal captures one column at a time; give one (check audits several)")
     capture = dict(model=model or "vit-base", variant=variant or "random", weights_path=weights, data=data,
                    split=split, limit=limit, batch_size=batch_size, keep_duplicates=keep_duplicates,
-                   backend=backend.value if backend else None, context_length=n, query_index=query_index)
-    X, n, source, vectors = _vectors(features, capture, key, vectors, settings)
+                   backend=backend.value if backend else None, context_length=n, query_index=query_index,
+                   revision=revision, trust_remote_code=trust_remote_code)
+    X, n, source, vectors, captured = _vectors(features, capture, key, vectors, settings)
     X = as_matrix(X)
     T, d = X.shape
     ks, sweep = _sizes(ks, n, T, d, sweep=sweep or plot is not None, vectors=vectors, fmt=fmt)
@@ -100,6 +105,8 @@ def kruskal(
         inputs={"source": source, "T": T, "d": d, "n": n, "dtype": str(X.dtype).replace("torch.", "")},
         set_rank=stats.rank, timings_s=timings, total_s=round(time.perf_counter() - t0, 3),
     )
+    if captured:
+        meta["capture"] = captured
     if sw is not None:
         meta["sweep_summary"] = sw.summary()
     if plot is not None and sw is not None:
@@ -114,7 +121,7 @@ def _refuse_unused(ctx: typer.Context, features: Path | None, data: str | None) 
     """Options that have no effect with what was given: the capture's with FEATURES, the file's without."""
     if features is not None:
         refuse_unused(ctx, ("model", "variants", "variant", "weights", "backend", "data", "split", "limit", "batch_size",
-                            "keep_duplicates"),
+                            "keep_duplicates", "revision", "trust_remote_code"),
                       f"when FEATURES ({features}) is given: the capture options apply only without a file")
     else:
         refuse_unused(ctx, ("key",), "without FEATURES: --key chooses a tensor or column in a feature file")
@@ -122,7 +129,8 @@ def _refuse_unused(ctx: typer.Context, features: Path | None, data: str | None) 
 
 
 def _vectors(features: Path | None, capture: dict, key, vectors: Vectors | None, settings):
-    """The vectors to test, from FEATURES or captured from ``--model``: (matrix, n, source, which vectors).
+    """The vectors to test, from FEATURES or captured from ``--model``: (matrix, n, source, which vectors,
+    how the capture ran: batch size and weights read, empty for a file).
 
     ``capture["context_length"]`` is ``--n``: a captured text model's n, or the n of the file's
     vectors; a saved feature folder knows its own.
@@ -132,21 +140,21 @@ def _vectors(features: Path | None, capture: dict, key, vectors: Vectors | None,
     n = capture["context_length"]
     if features is None:
         vectors = vectors or Vectors.queries
-        X, n, source = _capture(capture, vectors, settings)
-        return X, n, source, vectors
+        fs = _capture(capture, settings)
+        source = f"{fs.meta.get('model')} [{fs.meta.get('variant')}] {vectors.value} on {fs.meta.get('data')}"
+        captured = {k: fs.meta.get(k) for k in ("batch", "weights_read") if fs.meta.get(k) is not None}
+        return (fs.a3 if vectors == Vectors.a3 else fs.queries), fs.n, source, vectors, captured
     X, n_known, source, vectors = _read(features, key, capture["query_index"], vectors)
     if n is not None and n_known is not None and n != n_known:
         raise InputError(f"--n {n}: the saved features in {features} were captured with n = {n_known}")
-    return X, n or n_known, source, vectors
+    return X, n or n_known, source, vectors, {}
 
 
-def _capture(capture: dict, vectors: Vectors, settings):
-    """Query (or A3) vectors captured from ``--model``: (matrix, n, description of the source)."""
+def _capture(capture: dict, settings):
+    """The reduced features captured from ``--model``."""
     from ..audit import capture_features
 
-    fs = capture_features(**capture, device=settings.device, seed=settings.seed, progress=settings.progress)
-    source = f"{fs.meta.get('model')} [{fs.meta.get('variant')}] {vectors.value} on {fs.meta.get('data')}"
-    return (fs.a3 if vectors == Vectors.a3 else fs.queries), fs.n, source
+    return capture_features(**capture, device=settings.device, seed=settings.seed, progress=settings.progress)
 
 
 def _read(features: Path, key, query_index, vectors: Vectors | None):

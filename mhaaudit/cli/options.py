@@ -52,7 +52,9 @@ BackendOpt = Annotated[Optional[Backend], typer.Option("--backend", help="Force 
 Weights = Annotated[Optional[str], typer.Option("--weights", help="Local folder (transformers) or file (timm) with trained weights for the trained column.")]
 Data = Annotated[Optional[str], typer.Option("--data", help="Image folder, parquet file, text/jsonl file, Hugging Face dataset id (wikipedia, imagenet-1k, ...). Default: built-in offline data.")]
 Split = Annotated[str, typer.Option("--split", help="Dataset split for Hugging Face datasets.")]
-BatchSize = Annotated[int, typer.Option("--batch-size", help="Examples per forward pass.")]
+BatchSize = Annotated[str, typer.Option("--batch-size", help="Examples per forward pass: an integer, or auto (on a GPU the largest batch that fits, on the CPU from the memory available).")]
+Revision = Annotated[Optional[str], typer.Option("--revision", help="Branch, tag or commit of a Hugging Face hub model (config, weights and tokenizer).")]
+TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code", help="Let a hub model whose repository carries its own modelling code run that code on this machine (off by default).")]
 ContextLength = Annotated[Optional[int], typer.Option("--context-length", help="Text models: tokens per example n.")]
 
 DEFAULTS = dict(samples=DEFAULT_SAMPLES, threshold=DEFAULT_THRESHOLD, seed=0, device="auto")

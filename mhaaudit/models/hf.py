@@ -18,6 +18,7 @@ When the hub cannot be reached it is never called (``local_files_only=True``).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import os
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from ..hub import force_offline_env, is_offline
 from .checkpoints import is_ignorable, load_fitting, offline_weights_error, read_state_file
 from .families import Family, embedding_positions, family_of, query_words
 from .probe import ModelInfo, ProbedModel, measure_image_tokens, prepare_module
+from .shards import Checkpoint, NotPartial, WeightsRead, empty_init, used_parameters
 from .random_init import init_seed, reinit_hf, seeded
 from .registry import BLOCK_PATHS, ModelSpec, alias_list, classify_config, is_timm_folder_config, read_json
 
@@ -54,12 +56,19 @@ class _Weights:
 
 
 def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: torch.device,
-         context_length: int | None, max_layer: int | None, seed: int) -> ProbedModel:
-    """Build the transformers model ``spec`` names, ready for probing."""
+         context_length: int | None, max_layer: int | None, seed: int, revision: str | None = None,
+         trust_remote_code: bool = False, partial: bool = True) -> ProbedModel:
+    """Build the transformers model ``spec`` names, ready for probing.
+
+    ``revision`` (a branch, tag or commit of a hub model) and ``trust_remote_code`` go to every
+    hub read. Trained weights from a safetensors checkpoint are read only as far as the probed
+    blocks need (:mod:`.shards`); ``info.weights_read`` says what was read.
+    """
     offline = is_offline()
     if offline:
         force_offline_env()
-    cfg, source = _config(spec, weights, weights_path, offline)
+    hub = _Hub(revision, bool(trust_remote_code), offline)
+    cfg, source = _config(spec, weights, weights_path, hub)
     family, modality, is_decoder = classify_config(cfg, spec.name)
     if modality == "image" and context_length is not None:
         raise InputError("context length applies to text models only; image models take n from the image size")
@@ -71,7 +80,8 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
     if fam is not None and fam.query == "none":
         query_index = None
     full_layers = int(getattr(cfg, "num_hidden_layers"))
-    module = prepare_module(_build(spec, cfg, origin, seed, offline, max_layer), device)
+    built, checkpoint = _build(spec, cfg, origin, seed, hub, max_layer, partial)
+    module = prepare_module(built, device)
     blocks = find_blocks(module)
     if blocks is None:
         raise ModelError(f"{spec.name} cannot be probed: no list of transformer blocks found in {type(module).__name__}")
@@ -86,9 +96,20 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
     )
     pm = ProbedModel(
         info, module, device, blocks=blocks, forward=_forward(module, modality), config=cfg,
-        tokenizer=load_tokenizer(sources, offline) if modality == "text" else None,
-        image_transform=image_transform(cfg, family, sources, offline) if modality == "image" else None,
+        tokenizer=load_tokenizer(sources, hub) if modality == "text" else None,
+        image_transform=image_transform(cfg, family, sources, hub) if modality == "image" else None,
     )
+    if checkpoint is not None:
+        try:
+            read = _read_needed(pm, checkpoint, spec.name)
+        except NotPartial:  # tensor names this module cannot map: from_pretrained reads it whole
+            return load(spec, weights=weights, weights_path=weights_path, device=device, context_length=context_length,
+                        max_layer=max_layer, seed=seed, revision=revision, trust_remote_code=trust_remote_code,
+                        partial=False)
+    else:
+        read = whole_read(origin.file or origin.folder, cfg) if weights == "trained" else None
+    if read is not None:
+        pm.info = dataclasses.replace(pm.info, weights_read=read.as_dict())
     if modality == "image":
         size, patch = getattr(cfg, "image_size", 0), getattr(cfg, "patch_size", 0)
         measure_image_tokens(pm, _count(size) // _count(patch) if patch else None)
@@ -98,6 +119,42 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
 def _count(size: Any) -> int:
     """Pixels of an image side given as an int or a pair (patches: the product of the sides' counts)."""
     return int(size[0]) * int(size[-1]) if isinstance(size, (list, tuple)) else int(size) ** 2
+
+
+@dataclass(frozen=True)
+class _Hub:
+    """How every hub read is made: at which revision, whether a repository's own code may run, offline."""
+
+    revision: str | None = None
+    trust_remote_code: bool = False
+    offline: bool = True
+
+    def kwargs(self, local: bool = False) -> dict:
+        """Keyword arguments of ``from_pretrained`` (no revision for a local folder)."""
+        kw: dict = {"local_files_only": self.offline or local}
+        if self.revision is not None and not local:
+            kw["revision"] = self.revision
+        if self.trust_remote_code:
+            kw["trust_remote_code"] = True
+        return kw
+
+
+def _read_needed(pm: ProbedModel, checkpoint: Checkpoint, name: str) -> WeightsRead:
+    """Read into ``pm`` the tensors its probed blocks use: one forward pass on a tiny input records
+    them (see :func:`.shards.used_parameters`)."""
+    module = pm.module
+    with torch.no_grad():
+        for t in module.parameters():
+            t.zero_()
+    if pm.info.modality == "image":
+        from PIL import Image
+
+        tiny = pm.preprocess([Image.new("RGB", (64, 64), (128, 128, 128))])
+    else:
+        tiny = {"input_ids": torch.zeros((1, 2), dtype=torch.long, device=pm.device)}
+    used = used_parameters(module, lambda: pm.capture(tiny, [pm.built_layers]))
+    prefix = getattr(module, "base_model_prefix", "") or ""
+    return checkpoint.load_into(module, used, prefix=prefix, misfit=f"the weights at {checkpoint.where} do not fit {name}")
 
 
 def find_blocks(module: nn.Module) -> nn.ModuleList | None:
@@ -134,38 +191,63 @@ def _forward(module: nn.Module, modality: str) -> Callable[[dict], Any]:
 # ------------------------------------------------------------------ config
 
 
-def _config(spec: ModelSpec, weights: str, weights_path: str | None, offline: bool) -> tuple[Any, str]:
+def _config(spec: ModelSpec, weights: str, weights_path: str | None, hub: _Hub) -> tuple[Any, str]:
     """(config, source) -- source: 'folder' | 'alias' | 'alias-hub' | 'hub' | 'cache' | 'weights'."""
-    from transformers import AutoConfig
-
+    offline = hub.offline
     if spec.local:
-        return _folder_config(spec), "folder"
+        return _folder_config(spec, hub), "folder"
     if spec.alias is not None:
         if weights == "trained" and weights_path is None:
             # Trained weights come with their own config (hub or local cache); decide offline at once.
             try:
-                return AutoConfig.from_pretrained(spec.resolved, local_files_only=offline), "alias-hub"
+                return _auto_config(spec.resolved, spec.name, hub), "alias-hub"
             except (OSError, ValueError) as exc:
                 if offline:
                     raise offline_weights_error(spec.name, spec.resolved) from exc
                 raise ModelError(f"cannot fetch the config of {spec.resolved} for {spec.name}: {one_line(exc, 160)}") from exc
+        from transformers import AutoConfig
+
         kw = dict(spec.alias["config"])
         return AutoConfig.for_model(kw.pop("model_type"), **kw), "alias"
     if weights_path is not None and os.path.exists(os.path.join(weights_path, "config.json")) and offline:
         # The weights folder carries the architecture; the hub config is not needed.
         try:
-            return AutoConfig.from_pretrained(spec.resolved, local_files_only=True), "cache"
+            return _auto_config(spec.resolved, spec.name, hub), "cache"
         except (OSError, ValueError):
-            return AutoConfig.from_pretrained(weights_path, local_files_only=True), "weights"
+            return _auto_config(weights_path, spec.name, hub, local=True), "weights"
     try:
-        return AutoConfig.from_pretrained(spec.resolved, local_files_only=offline), ("cache" if offline else "hub")
+        return _auto_config(spec.resolved, spec.name, hub), ("cache" if offline else "hub")
     except (OSError, ValueError) as exc:
         raise _unknown_model(spec.name, weights, weights_path, offline, exc) from exc
 
 
-def _folder_config(spec: ModelSpec) -> Any:
+def _auto_config(source: str, name: str, hub: _Hub, local: bool = False) -> Any:
+    """``AutoConfig.from_pretrained`` at the run's revision; a revision that does not exist and code
+    the repository would have to run are named as such, other failures are the caller's to word."""
     from transformers import AutoConfig
 
+    try:
+        return AutoConfig.from_pretrained(source, **hub.kwargs(local))
+    except (OSError, ValueError) as exc:
+        raise hub_problem(exc, name, hub.revision) or exc
+
+
+def hub_problem(exc: BaseException, name: str, revision: str | None) -> Exception | None:
+    """The one-line error for a revision that does not exist or a model that needs its own code, else None."""
+    text = str(exc)
+    chain, e = [], exc
+    while e is not None and len(chain) < 8:
+        chain.append(type(e).__name__)
+        e = e.__cause__ or e.__context__
+    if revision is not None and ("RevisionNotFoundError" in chain or "is not a valid git identifier" in text):
+        return InputError(f"--revision {revision}: no such branch, tag or commit of {name}")
+    if "trust_remote_code" in text:
+        return ModelError(f"{name} needs code from its own repository to load; pass --trust-remote-code if you trust "
+                          f"that code (it runs on this machine)")
+    return None
+
+
+def _folder_config(spec: ModelSpec, hub: _Hub) -> Any:
     name, path = spec.name, spec.resolved
     if not os.path.exists(path):
         raise InputError(f"no such model folder or file: {name}")
@@ -178,7 +260,7 @@ def _folder_config(spec: ModelSpec) -> Any:
         raise ModelError(f"{name} has no config.json; save transformers models with save_pretrained")
     if is_timm_folder_config(read_json(Path(path) / "config.json")):
         raise ModelError(f"{name} looks like a timm model folder; use backend timm")
-    return AutoConfig.from_pretrained(path, local_files_only=True)
+    return _auto_config(path, name, hub, local=True)
 
 
 def _unknown_model(name: str, weights: str, weights_path: str | None, offline: bool, exc: Exception) -> Exception:
@@ -265,38 +347,78 @@ def _weights_origin(spec: ModelSpec, cfg: Any, source: str, weights: str, weight
     return cfg, _Weights(f"local folder {wp}", folder=wp)
 
 
-def _build(spec: ModelSpec, cfg: Any, origin: _Weights, seed: int, offline: bool, max_layer: int | None) -> nn.Module:
-    """The module with its weights, built with at most ``max_layer`` blocks."""
+def _build(spec: ModelSpec, cfg: Any, origin: _Weights, seed: int, hub: _Hub, max_layer: int | None,
+           partial: bool = True) -> tuple[nn.Module, Checkpoint | None]:
+    """The module built with at most ``max_layer`` blocks, and the checkpoint still to be read into it.
+
+    A safetensors checkpoint (a folder, a hub repository or a single file) is read after building,
+    only as far as the probed blocks need (the module is built without drawing weights); other
+    checkpoints are loaded here, whole.
+    """
     from transformers import AutoModel
 
     full_layers = int(cfg.num_hidden_layers)
     if max_layer is not None and max_layer < full_layers:
         cfg = copy.deepcopy(cfg)
         cfg.num_hidden_layers = max(1, max_layer)
+    remote = {"trust_remote_code": True} if hub.trust_remote_code else {}
+    checkpoint = _checkpoint(origin, hub) if partial else None
+    if checkpoint is not None:
+        with empty_init():
+            return AutoModel.from_config(cfg, **remote), checkpoint
     if origin.folder is not None:
-        return _from_pretrained(spec, origin, cfg, offline)
+        return _from_pretrained(spec, origin, cfg, hub), None
     with seeded(init_seed(seed)):
-        module = AutoModel.from_config(cfg)
+        module = AutoModel.from_config(cfg, **remote)
     if origin.file is not None:
-        return _load_state_file(module, origin.file, cfg, spec.name, seed)
+        return _load_state_file(module, origin.file, cfg, spec.name, seed), None
     blocks = find_blocks(module)
     if blocks is not None:
         reinit_hf(module, blocks, seed, full_layers)
-    return module
+    return module, None
 
 
-def _from_pretrained(spec: ModelSpec, origin: _Weights, cfg: Any, offline: bool) -> nn.Module:
+def _checkpoint(origin: _Weights, hub: _Hub) -> Checkpoint | None:
+    """The safetensors checkpoint the trained weights come from, or None (random weights, or a
+    checkpoint that is read whole)."""
+    try:
+        if origin.file is not None:
+            return Checkpoint.file(origin.file) if origin.file.endswith(".safetensors") else None
+        if origin.folder is None:
+            return None
+        if origin.hub:
+            return Checkpoint.hub(origin.folder, hub.revision, hub.offline)
+        return Checkpoint.local(origin.folder)
+    except NotPartial:
+        return None
+
+
+def whole_read(path: str | None, cfg: Any) -> WeightsRead | None:
+    """What a whole load read: every checkpoint file of a local folder or a single file (None from the hub)."""
+    if path is None or not os.path.exists(path):
+        return None
+    files = [path] if os.path.isfile(path) else [
+        os.path.join(path, f) for f in sorted(os.listdir(path)) if f.endswith((".safetensors", ".bin", ".pth", ".pt"))]
+    size = sum(os.path.getsize(f) for f in files)
+    stored = getattr(cfg, "dtype", None) or getattr(cfg, "torch_dtype", None) or "unknown"
+    return WeightsRead("whole", str(stored).removeprefix("torch."), size, size, len(files), len(files), 0, None)
+
+
+def _from_pretrained(spec: ModelSpec, origin: _Weights, cfg: Any, hub: _Hub) -> nn.Module:
     from transformers import AutoModel
 
-    folder, local_only = origin.folder, offline or not origin.hub
+    folder, kw = origin.folder, hub.kwargs(local=not origin.hub)
     try:
-        module, info = AutoModel.from_pretrained(folder, config=cfg, local_files_only=local_only, output_loading_info=True)
+        module, info = AutoModel.from_pretrained(folder, config=cfg, output_loading_info=True, **kw)
     except OSError as exc:
-        if offline and origin.hub:
+        problem = hub_problem(exc, spec.name, hub.revision)
+        if problem is not None:
+            raise problem from exc
+        if hub.offline and origin.hub:
             raise offline_weights_error(spec.name, spec.resolved) from exc
         raise ModelError(f"cannot load weights for {spec.name} from {folder}: {one_line(exc, 240)}") from exc
     except RuntimeError as exc:
-        why = _describe_mismatch(folder, cfg, local_only) or one_line(exc, 240)
+        why = _describe_mismatch(folder, cfg, kw) or one_line(exc, 240)
         raise ModelError(f"the weights at {folder} do not fit {spec.name}: {why}") from exc
     missing = [k for k in info.get("missing_keys", []) if not is_ignorable(k)]
     mismatched = list(info.get("mismatched_keys", []))
@@ -309,13 +431,13 @@ def _from_pretrained(spec: ModelSpec, origin: _Weights, cfg: Any, offline: bool)
     return module
 
 
-def _describe_mismatch(weights_dir: str, cfg: Any, local_only: bool) -> str | None:
+def _describe_mismatch(weights_dir: str, cfg: Any, kw: dict) -> str | None:
     """Name the first parameter whose shape differs between a checkpoint and a config."""
     from transformers import AutoModel
 
     try:
         _m, info = AutoModel.from_pretrained(
-            weights_dir, config=cfg, local_files_only=local_only, output_loading_info=True, ignore_mismatched_sizes=True
+            weights_dir, config=cfg, output_loading_info=True, ignore_mismatched_sizes=True, **kw
         )
         mism = list(info.get("mismatched_keys", []))
     except Exception:  # noqa: BLE001 - only used to word an error message
@@ -380,7 +502,7 @@ def _load_file_as_checkpoint(path: str, cfg: Any, seed: int) -> nn.Module | None
 # ------------------------------------------------------------------ tokenizer and image processor
 
 
-def load_tokenizer(candidates: list[str], offline: bool) -> object | None:
+def load_tokenizer(candidates: list[str], hub: _Hub | None = None) -> object | None:
     """The first usable tokenizer among folders / hub ids, or None (a missing tokenizer is not an error)."""
     try:
         from transformers import AutoTokenizer
@@ -392,7 +514,7 @@ def load_tokenizer(candidates: list[str], offline: bool) -> object | None:
         if local and not any(os.path.exists(os.path.join(src, f)) for f in _TOKENIZER_FILES):
             continue
         try:
-            tok = AutoTokenizer.from_pretrained(src, local_files_only=offline or local)
+            tok = AutoTokenizer.from_pretrained(src, **(hub or _Hub()).kwargs(local))
         except Exception:  # noqa: BLE001 - a missing tokenizer is not an error here
             continue
         try:
@@ -405,7 +527,7 @@ def load_tokenizer(candidates: list[str], offline: bool) -> object | None:
     return None
 
 
-def image_transform(cfg: Any, family: str, sources: list[str], offline: bool) -> Callable[[list], torch.Tensor]:
+def image_transform(cfg: Any, family: str, sources: list[str], hub: _Hub | None = None) -> Callable[[list], torch.Tensor]:
     """The model's own image preprocessing: its saved processor when present, else from the config."""
     proc = None
     for source in sources:
@@ -415,7 +537,7 @@ def image_transform(cfg: Any, family: str, sources: list[str], offline: bool) ->
         try:
             from transformers import AutoImageProcessor
 
-            proc = AutoImageProcessor.from_pretrained(source, local_files_only=offline or local)
+            proc = AutoImageProcessor.from_pretrained(source, **(hub or _Hub()).kwargs(local))
             break
         except Exception:  # noqa: BLE001 - fall back to the config values
             proc = None

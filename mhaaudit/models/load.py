@@ -24,7 +24,7 @@ from ..settings import resolve_device
 from .probe import ProbedModel
 from .registry import resolve
 
-__all__ = ["load_model"]
+__all__ = ["check_revision", "load_model"]
 
 _LIBRARY_ERRORS = (OSError, RuntimeError, ValueError, KeyError, TypeError, ImportError, AttributeError, AssertionError)
 
@@ -39,6 +39,8 @@ def load_model(
     context_length: int | None = None,
     max_layer: int | None = None,
     seed: int = 0,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
 ) -> ProbedModel:
     """Load a model by alias, hub id, local folder/file or timm name, ready for probing.
 
@@ -46,7 +48,10 @@ def load_model(
     ``derive_seed(seed, "model-init")`` (see :mod:`.random_init`); ``"trained"`` loads weights
     from ``weights_path``, else the hub (online) or the local cache (offline). ``max_layer``
     builds only that many blocks (``info.num_layers`` still reports the full depth).
-    ``context_length`` sets n for text models.
+    ``context_length`` sets n for text models. ``revision`` is a branch, tag or commit of a hub
+    model; ``trust_remote_code`` lets a transformers model whose repository carries its own code
+    run that code. Trained weights in safetensors form are read only as far as ``max_layer``
+    needs; ``info.weights_read`` says how many bytes of how many that was.
     """
     if not isinstance(name, str) or not name.strip():
         raise InputError("a model name is required (an alias such as vit-base, a hub id, a folder or a timm name)")
@@ -64,22 +69,42 @@ def load_model(
         max_layer = validate.integer("max_layer", max_layer, minimum=0)
     if context_length is not None:
         context_length = validate.integer("context length", context_length, minimum=1)
+    revision = check_revision(revision)
     dev = resolve_device(device)
     spec = resolve(name, backend=backend, weights_path=weights_path)
+    hub_options = {"revision": revision, "trust_remote_code": bool(trust_remote_code)}
     if spec.backend == "timm":
         from .timm_backend import load
+
+        used = [f"--{k.replace('_', '-')}" for k, v in hub_options.items() if v]
+        if used:
+            raise InputError(f"{', '.join(used)} applies to transformers models; {name} is a timm model")
+        hub_options = {}
     else:
-        from .hf import load
+        from .hf import hub_problem, load
+
+        if spec.local and revision is not None:
+            raise InputError(f"--revision names a branch, tag or commit of a hub model; {name} is a local folder")
     try:
         with _quiet():
             return load(spec, weights=weights, weights_path=weights_path, device=dev, context_length=context_length,
-                        max_layer=max_layer, seed=seed)
+                        max_layer=max_layer, seed=seed, **hub_options)
     except MhaauditError:
         raise
     except torch.cuda.OutOfMemoryError as exc:
         raise ModelError(f"{name}: out of GPU memory while loading ({one_line(exc, 120)}); try --device cpu") from exc
     except _LIBRARY_ERRORS as exc:
-        raise ModelError(f"cannot load {name}: {one_line(exc, 240)}") from exc
+        problem = hub_problem(exc, name, revision) if spec.backend != "timm" else None
+        raise (problem or ModelError(f"cannot load {name}: {one_line(exc, 240)}")) from exc
+
+
+def check_revision(revision) -> str | None:
+    """A revision as given (None: the default branch); an empty one is an input error."""
+    if revision is None:
+        return None
+    if not isinstance(revision, str) or not revision.strip():
+        raise InputError("--revision: give a branch, tag or commit of the hub model")
+    return revision.strip()
 
 
 @contextlib.contextmanager

@@ -45,6 +45,7 @@ class ModelInfo:
     weights_source: str  # plain words
     positions: str = "learned"  # what layer 0 carries: learned | sinusoidal | rotary | relative | alibi | none
     query_token: str = ""  # the query token in words, e.g. "token 0 (class token; 1 more prefix token follows)"
+    weights_read: dict | None = None  # trained weights: what loading read (:class:`.shards.WeightsRead` as a dict)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -1,0 +1,163 @@
+"""``--batch-size auto``: how many examples one forward pass takes.
+
+On a GPU the batch is the largest that fits, found by halving: a batch of synthetic inputs of
+the model's shape runs as far as the deepest probe point, starting at
+:data:`AUTO_MAX_BATCH` (or the number of examples, if fewer); on out-of-memory the batch is
+halved and tried again. On the CPU, where running out of memory means swapping or being killed
+rather than an exception, the batch is computed: the memory one example's activations need (see
+:func:`example_bytes`) against half the memory available. Either way the choice and how it was
+made are a :class:`BatchChoice`, which ``meta`` carries. An explicit integer is used as given.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from .errors import InputError, ModelError
+
+__all__ = ["AUTO", "AUTO_MAX_BATCH", "BatchChoice", "available_memory", "choose_batch_size", "example_bytes",
+           "halve_until_fits", "parse_batch_size"]
+
+AUTO = "auto"
+AUTO_MAX_BATCH = 512  # the most examples one automatic batch holds (more gains little and delays progress)
+CPU_MEMORY_SHARE = 0.5  # the share of the available memory one batch's activations may take on the CPU
+
+
+def parse_batch_size(value) -> int | str:
+    """A positive integer, or ``"auto"``."""
+    from . import validate
+
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
+    try:
+        return validate.integer("--batch-size", value)
+    except InputError as exc:
+        raise InputError(f"--batch-size takes a positive integer or auto, got {value!r}") from exc
+
+
+@dataclass(frozen=True)
+class BatchChoice:
+    """The batch size used and how it was chosen (``asked``: the integer given, or ``"auto"``)."""
+
+    size: int
+    asked: int | str
+    how: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def choose_batch_size(pm, layers: Sequence[int], asked: int | str, limit: int, *, halving: bool | None = None,
+                      memory: int | None = None) -> BatchChoice:
+    """The batch size for running ``pm`` to ``max(layers)`` over ``limit`` examples.
+
+    ``halving`` (default: on a CUDA device) finds the largest batch that fits by halving on
+    out-of-memory; otherwise the batch is computed from :func:`example_bytes` and ``memory``
+    (default: :func:`available_memory`).
+    """
+    if asked != AUTO:
+        return BatchChoice(int(asked), asked, "given")
+    start = max(1, min(AUTO_MAX_BATCH, int(limit)))
+    if halving is None:
+        halving = pm.device.type == "cuda"
+    if halving:
+        one = _one_example(pm)
+        deepest = max(layers)
+
+        def run(b: int) -> None:
+            pm.capture({k: v.expand(b, *v.shape[1:]).contiguous() for k, v in one.items()}, [deepest])
+
+        size, tried = halve_until_fits(run, start)
+        where = str(pm.device)
+        steps = " -> ".join(str(t) for t in tried)
+        return BatchChoice(size, AUTO, f"largest that fits on {where}, found by halving on out-of-memory ({steps})")
+    per = example_bytes(pm, layers)
+    avail = available_memory() if memory is None else int(memory)
+    size = max(1, min(start, int(avail * CPU_MEMORY_SHARE) // max(per, 1)))
+    return BatchChoice(size, AUTO, f"{_mib(per)} of activations per example, {_mib(avail)} of memory available "
+                                   f"({CPU_MEMORY_SHARE:.0%} used), at most {start}")
+
+
+def halve_until_fits(run: Callable[[int], None], start: int) -> tuple[int, list[int]]:
+    """The first of ``start, start/2, ...`` for which ``run(b)`` does not run out of memory, and the sizes tried."""
+    b, tried = int(start), []
+    while True:
+        tried.append(b)
+        try:
+            run(b)
+            return b, tried
+        except torch.cuda.OutOfMemoryError:
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            if b == 1:
+                raise ModelError("out of memory with a batch of one example; try --device cpu") from None
+            b = max(1, b // 2)
+
+
+def example_bytes(pm, layers: Sequence[int]) -> int:
+    """The float32 memory one example needs in a forward pass to ``max(layers)`` without gradients.
+
+    A block holds its input, the query/key/value projections, the attention scores and softmax
+    of every head (n x n each) and the MLP's hidden layer while it runs; the captured token
+    matrices of the requested layers are kept. Twice that leaves room for temporaries.
+    """
+    info = pm.info
+    n, d, heads = max(1, int(info.n)), int(info.d), max(1, int(info.num_heads))
+    ffn = _ffn_width(pm.config, d)
+    per_block = n * d * 5 + 2 * heads * n * n + 2 * n * ffn
+    kept = n * d * len(set(layers))
+    return 4 * 2 * (per_block + kept)
+
+
+def _ffn_width(cfg, d: int) -> int:
+    for name in ("intermediate_size", "n_inner", "ffn_dim", "dim_feedforward"):
+        v = getattr(cfg, name, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    ratio = getattr(cfg, "mlp_ratio", None)
+    return int(d * ratio) if isinstance(ratio, (int, float)) and ratio > 0 else 4 * d
+
+
+def available_memory() -> int:
+    """Bytes of memory this process can still use: the system's available memory, or less under a
+    cgroup limit."""
+    avail = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    if avail is None:
+        try:
+            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):  # pragma: no cover - not a POSIX system
+            avail = 4 * 2**30
+    try:
+        limit = open("/sys/fs/cgroup/memory.max", encoding="ascii").read().strip()
+        used = int(open("/sys/fs/cgroup/memory.current", encoding="ascii").read().strip())
+        if limit != "max":
+            avail = min(avail, max(0, int(limit) - used))
+    except (OSError, ValueError):
+        pass
+    return int(avail)
+
+
+def _one_example(pm) -> dict[str, torch.Tensor]:
+    """Model inputs of one synthetic example of the model's shape."""
+    if pm.info.modality == "image":
+        from PIL import Image
+
+        return pm.preprocess([Image.new("RGB", (256, 256), (128, 128, 128))])
+    return pm.preprocess(torch.zeros((1, pm.info.n), dtype=torch.long))
+
+
+def _mib(n: int) -> str:
+    from .models.shards import human_bytes
+
+    return human_bytes(n)

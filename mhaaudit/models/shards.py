@@ -1,0 +1,304 @@
+"""Only the weights an audit needs: the tensors the probed blocks use, read from a safetensors checkpoint.
+
+Auditing the blocks up to L of a trained model needs the embedding tensors and those blocks,
+not the deeper blocks, the final norm or a task head. The model is built with L blocks and
+no weights (nothing is drawn for what will be read); :func:`used_parameters` runs it once on a
+tiny input, as far as block L, and records which parameters the computation touches; only
+those are read, tensor by tensor with ``safetensors.safe_open``, in the checkpoint's stored
+dtype, and copied into the float32 model.
+
+A :class:`Checkpoint` knows where each tensor lives. A sharded checkpoint's index
+(``model.safetensors.index.json``) maps tensor names to shard files; the shards that hold none
+of the needed tensors are never opened, and from the hub never downloaded: the index is
+fetched first, then each needed shard. A single ``model.safetensors`` is opened once and read
+only in part. What was read is a :class:`WeightsRead` (bytes read of bytes stored, files opened
+of files present, stored dtype), which the report and the JSON ``meta`` carry.
+
+A checkpoint this module cannot read in part (no safetensors files, or tensor names that do not
+map onto the model) raises :class:`NotPartial` and the caller loads it whole with
+``from_pretrained``; a needed shard that is missing or unreadable is a one-line
+:class:`~mhaaudit.errors.ModelError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from typing import Callable, Iterator
+
+import torch
+from torch import nn
+
+from ..errors import InputError, ModelError, OfflineError, one_line
+
+__all__ = ["INDEX_FILE", "SINGLE_FILE", "Checkpoint", "NotPartial", "WeightsRead", "empty_init", "used_parameters",
+           "hub_download", "human_bytes"]
+
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+# Tensor functions that read no values (a model asking for its dtype or device does not use that weight).
+_METADATA = frozenset({"__get__", "size", "dim", "numel", "nelement", "ndimension", "element_size", "stride",
+                       "is_floating_point", "is_complex", "is_contiguous", "get_device", "data_ptr", "type"})
+# Names older checkpoints give LayerNorm parameters (``from_pretrained`` renames them the same way).
+_LEGACY_SUFFIXES = ((".weight", ".gamma"), (".bias", ".beta"))
+
+
+class NotPartial(Exception):
+    """The checkpoint cannot be read tensor by tensor; load it whole."""
+
+
+@dataclass(frozen=True)
+class WeightsRead:
+    """What loading read: bytes of tensor data read of the bytes the checkpoint stores, files opened
+    of the files it has, tensors read of the tensors it has, and the dtype(s) they are stored in."""
+
+    method: str  # "partial" (safe_open, needed tensors only) | "whole" (from_pretrained)
+    stored_dtype: str  # e.g. "bfloat16"; several joined by "+" (most bytes first)
+    bytes_read: int
+    bytes_total: int | None
+    files_read: int
+    files_total: int
+    tensors_read: int
+    tensors_total: int | None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def describe(self) -> str:
+        """One line for the report, e.g. ``read 1.1 GiB of 140 GiB (0.8 %) of the weights, stored in bfloat16, from 1 of 30 files``."""
+        total = f" of {human_bytes(self.bytes_total)}" if self.bytes_total else ""
+        share = f" ({100.0 * self.bytes_read / self.bytes_total:.3g} %)" if self.bytes_total else ""
+        files = f"{self.files_read} of {self.files_total} file{'s' if self.files_total != 1 else ''}"
+        how = "" if self.method == "partial" else " (whole checkpoint: not in safetensors form)"
+        return f"read {human_bytes(self.bytes_read)}{total}{share} of the weights, stored in {self.stored_dtype}, from {files}{how}"
+
+
+def human_bytes(n: int | None) -> str:
+    if n is None:
+        return "?"
+    x = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if x < 1024 or unit == "TiB":
+            return f"{int(x)} B" if unit == "B" else f"{x:.3g} {unit}"
+        x /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+# ------------------------------------------------------------------ where the tensors live
+
+
+@dataclass
+class Checkpoint:
+    """The tensors of a safetensors checkpoint: name -> file name, and how to get a file's local path.
+
+    ``fetch`` returns the local path of a file (downloading it when it comes from the hub).
+    """
+
+    where: str  # the folder or hub id, for messages
+    weight_map: dict[str, str]
+    total_size: int | None
+    fetch: Callable[[str], str]
+
+    @property
+    def files(self) -> list[str]:
+        return sorted(set(self.weight_map.values()))
+
+    @classmethod
+    def local(cls, folder: str) -> "Checkpoint":
+        """The checkpoint in a folder: its index, else its single ``model.safetensors``."""
+        index = os.path.join(folder, INDEX_FILE)
+        if os.path.exists(index):
+            return cls._from_index(folder, index, lambda fn: _local_file(folder, fn))
+        single = os.path.join(folder, SINGLE_FILE)
+        if os.path.exists(single):
+            return cls.file(single, where=folder)
+        raise NotPartial(f"no {INDEX_FILE} or {SINGLE_FILE} in {folder}")
+
+    @classmethod
+    def file(cls, path: str, where: str | None = None) -> "Checkpoint":
+        """A single safetensors file (opened once, here, to list its tensors)."""
+        names, size = _file_header(path)
+        fn = os.path.basename(path)
+        return cls(where or path, {k: fn for k in names}, size, lambda _fn: path)
+
+    @classmethod
+    def hub(cls, repo: str, revision: str | None, offline: bool) -> "Checkpoint":
+        """A hub repository's checkpoint: its index first (each shard is fetched only when needed),
+        else its single ``model.safetensors`` (fetched whole), else :class:`NotPartial`."""
+        def fetch(fn: str) -> str:
+            return hub_download(repo, fn, revision, offline, missing_is_error=True)
+
+        index = hub_download(repo, INDEX_FILE, revision, offline)
+        if index is not None:
+            return cls._from_index(repo, index, fetch)
+        single = hub_download(repo, SINGLE_FILE, revision, offline)
+        if single is not None:
+            return cls.file(single, where=repo)
+        raise NotPartial(f"{repo} has no safetensors checkpoint")
+
+    @classmethod
+    def _from_index(cls, where: str, index: str, fetch: Callable[[str], str]) -> "Checkpoint":
+        try:
+            with open(index, encoding="utf-8") as fh:
+                doc = json.load(fh)
+            weight_map = {str(k): str(v) for k, v in doc["weight_map"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ModelError(f"cannot read the checkpoint index {index}: {one_line(exc, 160)}") from exc
+        total = (doc.get("metadata") or {}).get("total_size")
+        return cls(where, weight_map, int(total) if isinstance(total, (int, float)) else None, fetch)
+
+    # -------------------------------------------------------------- reading
+
+    def load_into(self, module: nn.Module, used: set[str], *, prefix: str, misfit: str) -> WeightsRead:
+        """Copy the tensors of the ``used`` parameters / buffers of ``module`` from the checkpoint.
+
+        Raises :class:`NotPartial` when a used parameter has no tensor here under any name the
+        loading code of transformers would accept (the caller then loads the checkpoint whole).
+        """
+        targets = dict(module.named_parameters(remove_duplicate=False))
+        buffers = dict(module.named_buffers(remove_duplicate=False))
+        plan: dict[str, list[tuple[str, torch.Tensor]]] = {}
+        for name in sorted(used):
+            key = self._key_for(name, prefix)
+            if key is None:
+                if name in buffers:
+                    continue  # a buffer the model computes itself (position ids, rotary frequencies)
+                raise NotPartial(f"no tensor for {name} in {self.where}")
+            dest = targets.get(name, buffers.get(name))
+            plan.setdefault(self.weight_map[key], []).append((key, dest))
+        dtype_bytes: dict[str, int] = {}
+        read, count = 0, 0
+        for fn in sorted(plan):
+            path = self.fetch(fn)
+            with _opened(path, self.where) as fh:
+                for key, dest in plan[fn]:
+                    t = fh.get_tensor(key)
+                    if tuple(t.shape) != tuple(dest.shape):
+                        raise ModelError(f"{misfit}: {key} has shape {tuple(t.shape)}, the model expects {tuple(dest.shape)}")
+                    with torch.no_grad():
+                        dest.copy_(t)
+                    nbytes = t.numel() * t.element_size()
+                    dt = str(t.dtype).removeprefix("torch.")
+                    dtype_bytes[dt] = dtype_bytes.get(dt, 0) + nbytes
+                    read, count = read + nbytes, count + 1
+        stored = "+".join(sorted(dtype_bytes, key=lambda d: -dtype_bytes[d])) or "none"
+        return WeightsRead("partial", stored, read, self.total_size, len(plan), len(self.files), count, len(self.weight_map))
+
+    def _key_for(self, name: str, prefix: str) -> str | None:
+        candidates = [name, f"{prefix}.{name}"] if prefix else [name]
+        for old, new in _LEGACY_SUFFIXES:
+            if name.endswith(old):
+                stem = name[: -len(old)] + new
+                candidates += [stem, f"{prefix}.{stem}"] if prefix else [stem]
+        return next((c for c in candidates if c in self.weight_map), None)
+
+
+def _local_file(folder: str, fn: str) -> str:
+    path = os.path.join(folder, fn)
+    if not os.path.isfile(path):
+        raise ModelError(f"the checkpoint in {folder} is incomplete: its index names {fn}, which holds tensors the audit "
+                         f"needs, but the file is missing")
+    return path
+
+
+def _file_header(path: str) -> tuple[list[str], int]:
+    """The tensor names of a safetensors file and the bytes of their data (from the header only)."""
+    try:
+        with open(path, "rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            header = json.loads(fh.read(n))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot read the checkpoint {path}: {one_line(exc, 160)}") from exc
+    names = [k for k in header if k != "__metadata__"]
+    size = sum(int(header[k]["data_offsets"][1]) - int(header[k]["data_offsets"][0]) for k in names)
+    return names, size
+
+
+@contextlib.contextmanager
+def _opened(path: str, where: str) -> Iterator:
+    from safetensors import safe_open
+
+    try:
+        fh = safe_open(path, framework="pt", device="cpu")
+    except Exception as exc:  # noqa: BLE001 - unreadable, truncated or not safetensors
+        raise ModelError(f"cannot read {os.path.basename(path)} of the checkpoint {where}, which holds tensors the "
+                         f"audit needs: {one_line(exc, 160)}") from exc
+    with fh:
+        yield fh
+
+
+# ------------------------------------------------------------------ the hub
+
+
+def hub_download(repo: str, filename: str, revision: str | None, offline: bool, *, missing_is_error: bool = False) -> str | None:
+    """The local path of ``filename`` of hub ``repo`` at ``revision``, downloaded when needed.
+
+    A file the repository does not have is None (or a ModelError with ``missing_is_error``); a
+    revision that does not exist is an InputError; a file not cached while offline is an
+    OfflineError when it is needed, else None.
+    """
+    import huggingface_hub
+    from huggingface_hub.utils import EntryNotFoundError, LocalEntryNotFoundError, RevisionNotFoundError
+
+    try:
+        return huggingface_hub.hf_hub_download(repo, filename, revision=revision, local_files_only=offline)
+    except RevisionNotFoundError as exc:
+        raise InputError(f"--revision {revision}: no such branch, tag or commit in {repo}") from exc
+    except LocalEntryNotFoundError as exc:  # (a kind of EntryNotFoundError in some releases: first)
+        if missing_is_error:
+            raise OfflineError(f"{filename} of {repo} is not in the local cache and the hub cannot be reached") from exc
+        return None
+    except EntryNotFoundError as exc:
+        if missing_is_error:
+            raise ModelError(f"the checkpoint of {repo} is incomplete: its index names {filename}, which holds tensors "
+                             f"the audit needs, but the hub has no such file") from exc
+        return None
+
+
+# ------------------------------------------------------------------ which weights are used
+
+
+@contextlib.contextmanager
+def empty_init() -> Iterator[None]:
+    """Build a transformers model without drawing its weights (they are read from a checkpoint)."""
+    ctx = None
+    for where in ("transformers.initialization", "transformers.modeling_utils"):
+        try:
+            mod = __import__(where, fromlist=["no_init_weights"])
+            ctx = getattr(mod, "no_init_weights", None)
+        except ImportError:  # pragma: no cover - depends on the transformers release
+            ctx = None
+        if ctx is not None:
+            break
+    with ctx() if ctx is not None else contextlib.nullcontext():
+        yield
+
+
+def used_parameters(module: nn.Module, run: Callable[[], object]) -> set[str]:
+    """The names of the parameters and buffers of ``module`` that ``run()`` passes to torch operations.
+
+    ``run`` is one forward pass as far as the deepest probed block: whatever it does not touch
+    (deeper blocks, final norms, heads) is not needed. Tied parameters count under every name.
+    """
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._pytree import tree_flatten
+
+    named = list(module.named_parameters(remove_duplicate=False)) + list(module.named_buffers(remove_duplicate=False))
+    ids = {id(t) for _, t in named}
+    seen: set[int] = set()
+
+    class _Record(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if getattr(func, "__name__", "") in _METADATA:
+                return func(*args, **kwargs)
+            for a in tree_flatten((args, kwargs))[0]:
+                if isinstance(a, torch.Tensor) and id(a) in ids:
+                    seen.add(id(a))
+            return func(*args, **kwargs)
+
+    with torch.no_grad(), _Record():
+        run()
+    return {name for name, t in named if id(t) in seen}

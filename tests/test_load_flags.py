@@ -1,0 +1,210 @@
+"""The loading flags of check, capacity and kruskal --model: --revision, --trust-remote-code, --batch-size auto,
+and what the JSON meta says about the weights read (bytes, stored dtype) and the batch size chosen."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+import torch
+from hubtools import FakeHub, byte_tokenizer
+
+from clitools import assert_one_error, run
+from mhaaudit.batching import AUTO_MAX_BATCH, choose_batch_size, example_bytes, halve_until_fits, parse_batch_size
+from mhaaudit.errors import InputError, ModelError
+from mhaaudit.models import load_model
+
+transformers = pytest.importorskip("transformers")
+
+SMALL = ("--limit", "40", "--context-length", "16", "--samples", "30", "--format", "json")
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory):
+    """A 4-block Llama stored in bfloat16, in shards of about two blocks, with a byte-level tokenizer."""
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                                   num_key_value_heads=2, vocab_size=300, max_position_embeddings=64)
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("llama")
+    transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(str(folder), max_shard_size="100KB")
+    byte_tokenizer().save_pretrained(str(folder))
+    return folder
+
+
+def test_check_meta_names_bytes_read_stored_dtype_and_auto_batch(capsys, llama_dir):
+    rc, out, err = run(capsys, "check", llama_dir, "--variants", "trained", "--layers", "0,1", "--batch-size", "auto", *SMALL)
+    assert rc == 0, err
+    meta = json.loads(out)["meta"]
+    read = meta["model_info"]["trained_weights_read"]
+    assert read["method"] == "partial" and read["stored_dtype"] == "bfloat16"
+    assert 0 < read["bytes_read"] < read["bytes_total"] and read["files_read"] < read["files_total"]
+    assert meta["columns"]["trained-L1"]["weights_read"] == read
+    assert isinstance(meta["batch_size"], int) and 1 <= meta["batch_size"] <= 40
+    assert "memory available" in meta["batch_size_choice"]  # the CPU rule (this run's device is the CPU)
+
+
+def test_capacity_meta_names_bytes_read(capsys, llama_dir):
+    rc, out, err = run(capsys, "capacity", llama_dir, "--variants", "trained", "--attention", "random", "--batch-size", "8",
+                       *SMALL)
+    assert rc == 0, err
+    meta = json.loads(out)["meta"]
+    assert meta["batch_size"] == 8 and meta["batch_size_choice"] == "given"
+    assert meta["columns"]["trained"]["weights_read"]["stored_dtype"] == "bfloat16"
+
+
+def test_kruskal_model_meta_names_capture(capsys, llama_dir):
+    rc, out, err = run(capsys, "kruskal", "--model", llama_dir, "--variants", "trained-L1", "--batch-size", "auto",
+                       "--limit", "40", "--n", "16", "--samples", "30", "--format", "json")
+    assert rc == 0, err
+    capture = json.loads(out)["meta"]["capture"]
+    assert capture["weights_read"]["stored_dtype"] == "bfloat16" and capture["batch"]["asked"] == "auto"
+
+
+@pytest.mark.parametrize("args, match", [
+    (("--batch-size", "many"), "--batch-size takes a positive integer or auto"),
+    (("--batch-size", "0"), "--batch-size takes a positive integer or auto"),
+    (("--revision", "main"), "is a local folder"),
+])
+def test_bad_flags_are_one_line(capsys, llama_dir, args, match):
+    rc, _out, err = run(capsys, "check", llama_dir, "--variants", "trained", *args, *SMALL)
+    assert_one_error(rc, err, match)
+
+
+def test_missing_shard_is_one_line(capsys, llama_dir, tmp_path):
+    folder = tmp_path / "broken"
+    shutil.copytree(llama_dir, folder)
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    os.unlink(folder / index["weight_map"]["model.embed_tokens.weight"])
+    rc, _out, err = run(capsys, "check", folder, "--variants", "trained", *SMALL)
+    assert_one_error(rc, err, "is incomplete")
+
+
+def test_kruskal_file_refuses_capture_flags(capsys, tmp_path):
+    import numpy as np
+
+    np.save(tmp_path / "m.npy", np.random.default_rng(0).standard_normal((20, 6)))
+    rc, _out, err = run(capsys, "kruskal", tmp_path / "m.npy", "--revision", "v1")
+    assert_one_error(rc, err, "--revision has no effect when FEATURES")
+
+
+# ------------------------------------------------------------------ --revision (the hub served from a folder)
+
+
+def test_revision_reaches_every_hub_read(llama_dir, tmp_path, monkeypatch):
+    hub = FakeHub("org/tiny-llama", llama_dir, tmp_path / "cache", revisions=("main", "v1")).install(monkeypatch)
+    calls = []
+    served = hub.__call__
+
+    def recording(repo_id, filename, *args, revision=None, **kwargs):
+        calls.append((filename, revision))
+        return served(repo_id, filename, *args, revision=revision, **kwargs)
+
+    monkeypatch.setattr("huggingface_hub.hf_hub_download", recording)
+    load_model("org/tiny-llama", weights="trained", max_layer=1, context_length=8, device="cpu", revision="main")
+    assert calls and all(rev == "main" for _f, rev in calls)
+
+
+def test_revision_that_does_not_exist(capsys, llama_dir, tmp_path, monkeypatch):
+    FakeHub("org/tiny-llama", llama_dir, tmp_path / "cache").install(monkeypatch)
+    monkeypatch.setattr("mhaaudit.models.hf.is_offline", lambda: False)  # the hub answers: the revision is unknown
+    with pytest.raises(InputError, match="--revision nope: no such branch, tag or commit of org/tiny-llama"):
+        load_model("org/tiny-llama", weights="trained", max_layer=1, context_length=8, device="cpu", revision="nope")
+    rc, _out, err = run(capsys, "check", "org/tiny-llama", "--variants", "trained", "--revision", "nope", *SMALL)
+    assert_one_error(rc, err, "--revision nope: no such branch")
+
+
+def test_revision_refused_for_timm(timm_dir):
+    with pytest.raises(InputError, match="--revision applies to transformers models"):
+        load_model(str(timm_dir), backend="timm", weights="trained", device="cpu", revision="v1")
+
+
+# ------------------------------------------------------------------ --trust-remote-code
+
+
+@pytest.fixture(scope="module")
+def custom_dir(tmp_path_factory, llama_dir):
+    """A model whose repository carries its own code (a renamed Llama)."""
+    folder = tmp_path_factory.mktemp("custom")
+    for f in llama_dir.iterdir():
+        shutil.copy(f, folder / f.name)
+    (folder / "configuration_tiny.py").write_text(
+        "from transformers import LlamaConfig\n\n\nclass TinyConfig(LlamaConfig):\n    model_type = 'tinycustom'\n")
+    (folder / "modeling_tiny.py").write_text(
+        "from transformers import LlamaModel\n\nfrom .configuration_tiny import TinyConfig\n\n\n"
+        "class TinyModel(LlamaModel):\n    config_class = TinyConfig\n")
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.update(model_type="tinycustom", auto_map={"AutoConfig": "configuration_tiny.TinyConfig",
+                                                  "AutoModel": "modeling_tiny.TinyModel"})
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+def test_remote_code_needs_the_flag(capsys, custom_dir):
+    with pytest.raises(ModelError, match="pass --trust-remote-code"):
+        load_model(str(custom_dir), weights="trained", max_layer=1, context_length=8, device="cpu")
+    rc, _out, err = run(capsys, "check", custom_dir, "--variants", "trained", *SMALL)
+    assert_one_error(rc, err, "--trust-remote-code")
+
+
+def test_remote_code_runs_with_the_flag(custom_dir, llama_dir):
+    pm = load_model(str(custom_dir), weights="trained", max_layer=1, context_length=8, device="cpu",
+                    trust_remote_code=True)
+    assert type(pm.module).__name__ == "TinyModel" and pm.info.weights_read["method"] == "partial"
+    ref = load_model(str(llama_dir), weights="trained", max_layer=1, context_length=8, device="cpu")
+    ids = torch.randint(0, 250, (2, 8), generator=torch.Generator().manual_seed(0))
+    assert torch.equal(pm.capture({"input_ids": ids}, [1])[1], ref.capture({"input_ids": ids}, [1])[1])
+
+
+# ------------------------------------------------------------------ --batch-size auto
+
+
+def test_parse_batch_size():
+    assert parse_batch_size("auto") == "auto" and parse_batch_size(" AUTO ") == "auto"
+    assert parse_batch_size("16") == 16 and parse_batch_size(16) == 16
+    for bad in ("0", "-3", "x", 1.5):
+        with pytest.raises(InputError):
+            parse_batch_size(bad)
+
+
+def test_halving_until_it_fits():
+    tried = []
+
+    def run_batch(b):
+        tried.append(b)
+        if b > 37:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+
+    assert halve_until_fits(run_batch, 512) == (32, [512, 256, 128, 64, 32])
+    with pytest.raises(ModelError, match="batch of one"):
+        halve_until_fits(lambda b: (_ for _ in ()).throw(torch.cuda.OutOfMemoryError("oom")), 4)
+
+
+def test_gpu_rule_halves_on_out_of_memory(llama_dir, monkeypatch):
+    """The GPU path, run on this machine's device with out-of-memory simulated above 100 examples."""
+    pm = load_model(str(llama_dir), weights="trained", max_layer=1, context_length=8, device="cpu")
+    real, sizes = pm.capture, []
+
+    def capture(inputs, layers):
+        b = int(inputs["input_ids"].shape[0])
+        sizes.append(b)
+        if b > 100:
+            raise torch.cuda.OutOfMemoryError("simulated")
+        return real(inputs, layers)
+
+    monkeypatch.setattr(pm, "capture", capture)
+    choice = choose_batch_size(pm, [0, 1], "auto", limit=5000, halving=True)
+    assert choice.size == 64 and sizes == [AUTO_MAX_BATCH, 256, 128, 64]
+    assert f"on {pm.device}" in choice.how and "512 -> 256 -> 128 -> 64" in choice.how
+    assert choose_batch_size(pm, [1], "auto", limit=40, halving=True).size == 40  # never more than the examples
+    assert choose_batch_size(pm, [1], 7, limit=40).as_dict() == {"size": 7, "asked": 7, "how": "given"}
+
+
+def test_cpu_rule_from_memory(llama_dir):
+    pm = load_model(str(llama_dir), weights="trained", max_layer=1, context_length=16, device="cpu")
+    per = example_bytes(pm, [0, 1])
+    assert per > 4 * 16 * 64 * 2  # at least the two captured token matrices
+    assert choose_batch_size(pm, [0, 1], "auto", limit=5000, halving=False, memory=20 * per).size == 10
+    assert choose_batch_size(pm, [0, 1], "auto", limit=5000, halving=False, memory=per).size == 1
+    assert choose_batch_size(pm, [0, 1], "auto", limit=30, halving=False, memory=10**12).size == 30

@@ -1,0 +1,202 @@
+"""Only the weights an audit needs: sharded safetensors checkpoints read tensor by tensor, local and from the hub.
+
+Tiny random models are saved with ``save_pretrained`` and a small ``max_shard_size`` so that the
+blocks spread over several shard files; the loading code of mhaaudit reads them back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+import torch
+
+from hubtools import FakeHub, byte_tokenizer
+
+from mhaaudit.errors import ModelError
+from mhaaudit.models import load_model
+from mhaaudit.models.shards import INDEX_FILE, WeightsRead, human_bytes, used_parameters
+
+transformers = pytest.importorskip("transformers")
+
+
+def _llama_config(layers=6):
+    return transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,
+                                    num_key_value_heads=2, vocab_size=300, max_position_embeddings=64)
+
+
+def _save(model, folder, shard="60KB"):
+    model.save_pretrained(str(folder), max_shard_size=shard)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory):
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(_llama_config()).to(torch.bfloat16)
+    folder = _save(model, tmp_path_factory.mktemp("llama"))
+    byte_tokenizer().save_pretrained(str(folder))
+    return folder
+
+
+def _weight_map(folder):
+    return json.loads((folder / INDEX_FILE).read_text())["weight_map"]
+
+
+def _block_of(key):
+    parts = key.split(".")
+    for i, p in enumerate(parts[:-1]):
+        if p in ("layers", "h", "layer") and parts[i + 1].isdigit():
+            return int(parts[i + 1])
+    return None
+
+
+def _files_needed(folder, depth):
+    """The shard files holding tensors of the embeddings or of blocks < depth."""
+    out = set()
+    for key, fn in _weight_map(folder).items():
+        b = _block_of(key)
+        if (b is not None and b < depth) or "embed" in key or "wte" in key or "wpe" in key or "embeddings" in key:
+            out.add(fn)
+    return out
+
+
+def _reference(folder, ids):
+    ref = transformers.AutoModel.from_pretrained(str(folder), dtype=torch.float32).eval()
+    with torch.no_grad():
+        return ref(input_ids=ids, attention_mask=torch.ones_like(ids), output_hidden_states=True).hidden_states
+
+
+def _ids(n=12, b=2):
+    return torch.randint(0, 100, (b, n), generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_partial_load_equals_full_model(llama_dir, depth):
+    pm = load_model(str(llama_dir), weights="trained", max_layer=depth, context_length=12, device="cpu")
+    ids = _ids()
+    got = pm.capture({"input_ids": ids}, [0, depth])
+    ref = _reference(llama_dir, ids)
+    for k in (0, depth):
+        assert torch.equal(got[k], ref[k].to(got[k].dtype)), k
+    read = pm.info.weights_read
+    total = json.loads((llama_dir / INDEX_FILE).read_text())["metadata"]["total_size"]
+    assert read["method"] == "partial" and read["stored_dtype"] == "bfloat16"
+    assert read["bytes_total"] == total and 0 < read["bytes_read"] < total
+    assert read["files_read"] == len(_files_needed(llama_dir, depth)) < read["files_total"]
+    assert got[0].dtype == torch.float32  # stored in bfloat16, computed in float32
+
+
+def test_shards_of_deeper_blocks_are_never_opened(llama_dir, tmp_path, monkeypatch):
+    import safetensors
+
+    needed = _files_needed(llama_dir, 1)
+    folder = tmp_path / "partial"
+    shutil.copytree(llama_dir, folder)
+    removed = [f for f in set(_weight_map(folder).values()) if f not in needed]
+    assert removed
+    for f in removed:  # a file that is not there cannot have been read
+        os.unlink(folder / f)
+    opened = []
+    real = safetensors.safe_open
+
+    def recording(path, *a, **kw):
+        opened.append(os.path.basename(str(path)))
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(safetensors, "safe_open", recording)
+    pm = load_model(str(folder), weights="trained", max_layer=1, context_length=12, device="cpu")
+    assert set(opened) == needed
+    ids = _ids()
+    assert torch.equal(pm.capture({"input_ids": ids}, [1])[1], _reference(llama_dir, ids)[1])
+
+
+def test_final_norm_and_head_are_not_used(llama_dir):
+    pm = load_model(str(llama_dir), weights="trained", max_layer=1, context_length=12, device="cpu")
+    used = used_parameters(pm.module, lambda: pm.capture({"input_ids": _ids()}, [1]))
+    assert "embed_tokens.weight" in used and "layers.0.self_attn.q_proj.weight" in used
+    assert "norm.weight" not in used
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "bert"])
+def test_partial_load_of_other_layouts(tmp_path, kind):
+    """Checkpoints saved from task models (prefixed names, tied heads, pooler) read in part."""
+    torch.manual_seed(0)
+    if kind == "gpt2":
+        cfg = transformers.GPT2Config(n_embd=32, n_layer=4, n_head=2, vocab_size=100, n_positions=64)
+        model = transformers.GPT2LMHeadModel(cfg)
+    else:
+        cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=4, num_attention_heads=2, intermediate_size=64,
+                                      vocab_size=100, max_position_embeddings=64)
+        model = transformers.BertForMaskedLM(cfg)
+    folder = _save(model.eval(), tmp_path / kind, shard="30KB")
+    assert (folder / INDEX_FILE).exists()
+    pm = load_model(str(folder), weights="trained", max_layer=2, context_length=12, device="cpu")
+    ids = _ids()
+    got = pm.capture({"input_ids": ids}, [0, 2])
+    ref = _reference(folder, ids)
+    for k in (0, 2):
+        torch.testing.assert_close(got[k], ref[k], rtol=0, atol=1e-6)
+    assert pm.info.weights_read["method"] == "partial"
+    assert pm.info.weights_read["bytes_read"] < pm.info.weights_read["bytes_total"]
+
+
+def test_single_safetensors_file_read_in_part(tmp_path):
+    torch.manual_seed(0)
+    folder = tmp_path / "one"
+    transformers.LlamaModel(_llama_config(4)).save_pretrained(str(folder))
+    pm = load_model(str(folder), weights="trained", max_layer=1, context_length=12, device="cpu")
+    read = pm.info.weights_read
+    assert read["files_total"] == 1 and read["bytes_read"] < read["bytes_total"]
+    ids = _ids()
+    assert torch.equal(pm.capture({"input_ids": ids}, [1])[1], _reference(folder, ids)[1])
+
+
+def test_missing_needed_shard_is_one_error(llama_dir, tmp_path):
+    folder = tmp_path / "broken"
+    shutil.copytree(llama_dir, folder)
+    first = _weight_map(folder)["model.embed_tokens.weight"]
+    os.unlink(folder / first)
+    with pytest.raises(ModelError, match=f"index names {first}.*missing"):
+        load_model(str(folder), weights="trained", max_layer=1, context_length=12, device="cpu")
+
+
+def test_unreadable_needed_shard_is_one_error(llama_dir, tmp_path):
+    folder = tmp_path / "corrupt"
+    shutil.copytree(llama_dir, folder)
+    first = _weight_map(folder)["model.embed_tokens.weight"]
+    (folder / first).write_bytes(b"not a safetensors file")
+    with pytest.raises(ModelError, match=f"cannot read {first}"):
+        load_model(str(folder), weights="trained", max_layer=1, context_length=12, device="cpu")
+
+
+def test_unreadable_index_is_one_error(llama_dir, tmp_path):
+    folder = tmp_path / "index"
+    shutil.copytree(llama_dir, folder)
+    (folder / INDEX_FILE).write_text("{not json")
+    with pytest.raises(ModelError, match="cannot read the checkpoint index"):
+        load_model(str(folder), weights="trained", max_layer=1, context_length=12, device="cpu")
+
+
+# ------------------------------------------------------------------ the hub, served from a local folder
+
+
+def test_hub_downloads_only_the_needed_shards(llama_dir, tmp_path, monkeypatch):
+    hub = FakeHub("org/tiny-llama", llama_dir, tmp_path / "cache").install(monkeypatch)
+    pm = load_model("org/tiny-llama", weights="trained", max_layer=1, context_length=12, device="cpu")
+    shards = {f for f in hub.requested if f.startswith("model-")}
+    assert hub.requested[0] == INDEX_FILE
+    assert shards == _files_needed(llama_dir, 1)
+    assert "model.safetensors" not in hub.requested
+    ids = _ids()
+    assert torch.equal(pm.capture({"input_ids": ids}, [1])[1], _reference(llama_dir, ids)[1])
+    assert pm.info.weights_read["files_read"] == len(shards)
+    assert pm.info.weights_source == "hub org/tiny-llama (local cache)"
+
+
+def test_weights_read_describe():
+    r = WeightsRead("partial", "bfloat16", 3 * 2**20, 2**30, 1, 4, 10, 100)
+    assert r.describe() == "read 3 MiB of 1 GiB (0.293 %) of the weights, stored in bfloat16, from 1 of 4 files"
+    assert human_bytes(512) == "512 B" and human_bytes(None) == "?"
