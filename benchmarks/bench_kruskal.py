@@ -8,7 +8,12 @@ ours decides in float64 and is checked draw by draw against ``matrix_rank`` on t
 
     python benchmarks/bench_kruskal.py                 # 2000 x 768 features, k = 197, 5000 draws
     python benchmarks/bench_kruskal.py --features DIR  # features saved by `mhaaudit check --save-features`
-    python benchmarks/bench_kruskal.py --device cuda   # ours on the GPU (same decisions as on the CPU)
+    python benchmarks/bench_kruskal.py --device cuda   # both on the GPU; ours checked against the CPU draw by draw
+    MHAAUDIT_KERNELS=torch python benchmarks/bench_kruskal.py   # the GPU's batched kernels, run on the CPU
+
+Both sides run on the device given: the loop's ``matrix_rank`` calls and our kernels. For a
+quick run, ``--naive-draws`` times the loop on fewer draws and scales its time to ``--samples``
+(printed as extrapolated).
 
 Without --features the matrix is synthetic but shaped like transformer features: a dominant
 common direction (as [CLS] vectors have) plus a decaying spectrum, so that numerical rank,
@@ -23,7 +28,9 @@ import time
 import torch
 
 from mhaaudit.kruskal import draw_decisions, kruskal_sweep, set_stats, subset_test
+from mhaaudit.kruskal.sampling import device_kernels
 from mhaaudit.numerics import RankRule
+from mhaaudit.settings import resolve_device
 
 
 def synthetic(T: int, d: int, seed: int = 0) -> torch.Tensor:
@@ -36,13 +43,28 @@ def synthetic(T: int, d: int, seed: int = 0) -> torch.Tensor:
 
 
 def paper_loop(X: torch.Tensor, k: int, draws: int, seed: int = 0) -> tuple[float, list[bool]]:
-    """The paper's procedure: one matrix_rank call per draw (float32 features)."""
-    gen = torch.Generator().manual_seed(seed)
+    """The paper's procedure: one matrix_rank call per draw (float32 features), on X's device."""
+    gen = torch.Generator(device=X.device).manual_seed(seed)
     out = []
+    _sync(X.device)
     t = time.perf_counter()
     for _ in range(draws):
-        idx = torch.randperm(X.shape[0], generator=gen)[:k]
+        idx = torch.randperm(X.shape[0], generator=gen, device=X.device)[:k]
         out.append(torch.linalg.matrix_rank(X[idx]).item() == k)
+    return time.perf_counter() - t, out
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn, device: torch.device):
+    """``(seconds, fn())`` with the device synchronised on both sides."""
+    _sync(device)
+    t = time.perf_counter()
+    out = fn()
+    _sync(device)
     return time.perf_counter() - t, out
 
 
@@ -53,7 +75,8 @@ def main() -> None:
     ap.add_argument("--d", type=int, default=768)
     ap.add_argument("--k", type=int, default=197)
     ap.add_argument("--samples", type=int, default=5000)
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N: where both sides run")
+    ap.add_argument("--naive-draws", type=int, help="time the loop on this many draws and scale to --samples")
     ap.add_argument("--skip-sweep", action="store_true")
     ap.add_argument("--loop-draws", type=int, default=100, help="draws per size when timing the loop for the sweep")
     args = ap.parse_args()
@@ -67,28 +90,40 @@ def main() -> None:
         X, what = synthetic(args.T, args.d), "synthetic transformer-like features"
     T, d = X.shape
     rule = RankRule.for_dtype(X.dtype)
-    print(f"features: {T} x {d} {X.dtype} ({what}); torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}")
+    dev = resolve_device(args.device)
+    kernels = "batched torch kernels" if device_kernels(dev) else "CPU LAPACK kernels"
+    where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    print(f"features: {T} x {d} {X.dtype} ({what}); torch {torch.__version__} (CUDA {torch.version.cuda}); "
+          f"device {dev} ({where}); ours on the {kernels}")
     stats = set_stats(X, rule)
     print(f"whole-set numerical rank {stats.rank}")
 
     # ---- one candidate size -------------------------------------------------------------
     k, N = args.k, args.samples
-    subset_test(X, k, samples=64, rule=rule, device=args.device, stats=stats)  # warm-up
-    t = time.perf_counter()
-    res = subset_test(X, k, samples=N, rule=rule, device=args.device, stats=stats)
-    ours = time.perf_counter() - t
-    naive, naive_dec = paper_loop(X, k, N)
-    print(f"\n[k = {k}, {N} draws]")
-    print(f"  paper's loop (matrix_rank per draw, float32): {naive:8.2f} s   fraction {sum(naive_dec) / N:.4f}")
-    print(f"  mhaaudit subset_test:                          {ours:8.2f} s   fraction {res.fraction:.4f}  ({res.exact_rechecks} exact re-checks)")
-    print(f"  speed-up: {naive / ours:.1f}x")
-    # same decisions: ours against matrix_rank (float64 rows, same rule) on our own draws
+    Xd = X.to(dev)
+    subset_test(X, k, samples=64, rule=rule, device=dev, stats=stats)  # warm-up
+    paper_loop(Xd, k, 3)
+    ours, res = timed(lambda: subset_test(X, k, samples=N, rule=rule, device=dev, stats=stats), dev)
+    n_naive = min(N, args.naive_draws or N)
+    naive, naive_dec = paper_loop(Xd, k, n_naive)
+    naive *= N / n_naive
+    scaled_note = f" (timed on {n_naive} draws, scaled to {N})" if n_naive < N else ""
+    print(f"\n[k = {k}, {N} draws, both on {dev}]")
+    print(f"  paper's loop (matrix_rank per draw, float32): {naive:8.3f} s{scaled_note}   fraction {sum(naive_dec) / n_naive:.4f}")
+    print(f"  mhaaudit subset_test:                          {ours:8.3f} s   fraction {res.fraction:.4f}  "
+          f"({res.exact_rechecks} exact re-checks, Gram {res.gram})")
+    print(f"  ratio (loop / ours): {naive / ours:.1f}x")
+    # same decisions: ours against matrix_rank (float64, same rule) on our own draws, and the CPU's draws
     check_n = min(N, 1000)
-    idx, full = draw_decisions(X, k, samples=check_n, rule=rule, device=args.device)
+    idx, full = draw_decisions(X, k, samples=check_n, rule=rule, device=dev)
     ref = torch.tensor([int(torch.linalg.matrix_rank(X[i].double(), rtol=rule.rtol_for(k, d))) == k for i in idx])
     ref32 = torch.tensor([int(torch.linalg.matrix_rank(X[i])) == k for i in idx])
     print(f"  decisions equal to matrix_rank (float64, same rule) on {check_n} draws: {int((full == ref).sum())}/{check_n}")
     print(f"  decisions equal to matrix_rank on the float32 rows (the paper's call):  {int((full == ref32).sum())}/{check_n}")
+    if dev.type != "cpu":
+        idx_c, full_c = draw_decisions(X, k, samples=check_n, rule=rule, device="cpu")
+        same = int(((idx_c == idx).all(1) & (full_c == full)).sum())
+        print(f"  same draws and decisions as on the CPU: {same}/{check_n}")
 
     if args.skip_sweep:
         return
@@ -98,7 +133,7 @@ def main() -> None:
     probe_ks = sorted(set([1, K // 4, K // 2, 3 * K // 4, K]))
     per_call = {}
     for kk in probe_ks:
-        secs, _ = paper_loop(X, kk, args.loop_draws, seed=1)
+        secs, _ = paper_loop(Xd, kk, args.loop_draws, seed=1)
         per_call[kk] = secs / args.loop_draws
     # piecewise-linear interpolation of the per-call cost over k
     def cost(kk: int) -> float:
@@ -110,16 +145,14 @@ def main() -> None:
         return per_call[ks[-1]]
 
     loop_total = sum(cost(kk) for kk in paper_ks) * N
-    t = time.perf_counter()
-    sw = kruskal_sweep(X, samples=N, rule=rule, device=args.device, stats=stats)
-    ours_sweep = time.perf_counter() - t
-    print(f"\n[sweep, {N} draws]")
+    ours_sweep, sw = timed(lambda: kruskal_sweep(X, samples=N, rule=rule, device=dev, stats=stats), dev)
+    print(f"\n[sweep, {N} draws, both on {dev}]")
     print("  paper's loop per call (measured, {} draws each): ".format(args.loop_draws)
           + ", ".join(f"k={kk}: {v * 1e3:.1f} ms" for kk, v in per_call.items()))
     print(f"  paper's loop at every 10th k ({len(paper_ks)} sizes x {N} draws), extrapolated from those timings: {loop_total:9.1f} s")
     print(f"  mhaaudit kruskal_sweep, every k from 1 to {K}, measured:                                   {ours_sweep:9.1f} s "
           f"({sw.exact_rechecks} exact re-checks; sizes above {sw.kmax_sampled} certified by the set rank)")
-    print(f"  speed-up: {loop_total / ours_sweep:.0f}x; estimate {sw.estimate}, ceiling {sw.ceiling.value} ({sw.ceiling.kind}), floor {sw.floor.value}")
+    print(f"  ratio (loop / ours): {loop_total / ours_sweep:.0f}x; estimate {sw.estimate}, ceiling {sw.ceiling.value} ({sw.ceiling.kind}), floor {sw.floor.value}")
 
 
 if __name__ == "__main__":

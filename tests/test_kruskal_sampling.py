@@ -89,10 +89,16 @@ def test_reading_a_stream_further_gives_the_same_draws(monkeypatch):
     assert torch.equal(all_draws(500, 40, 200, 9), want)
 
 
-def test_same_draws_whatever_device_string_and_grouping():
-    a = draw_blocks(300, 20, 5, [(0, DRAW_BLOCK), (1, DRAW_BLOCK), (2, 7)], False, "cpu")
-    b = torch.cat([draw_block(300, 20, 5, b, n, False, torch.device("cpu")) for b, n in ((0, 64), (1, 64), (2, 7))])
-    assert torch.equal(a, b) and a.device.type == "cpu"
+def test_same_draws_whatever_device_string_and_grouping(monkeypatch):
+    from mhaaudit.kruskal import sampling
+
+    for k in (20, 200):
+        a = draw_blocks(300, k, 5, [(0, DRAW_BLOCK), (1, DRAW_BLOCK), (2, 7)], False, "cpu")
+        b = torch.cat([draw_block(300, k, 5, b, n, False, torch.device("cpu")) for b, n in ((0, 64), (1, 64), (2, 7))])
+        assert torch.equal(a, b) and a.device.type == "cpu"
+        with monkeypatch.context() as m:
+            m.setattr(sampling, "_DRAW_ELEMENTS", 1000)  # a few rows at a time
+            assert torch.equal(draw_blocks(300, k, 5, [(0, DRAW_BLOCK), (1, DRAW_BLOCK), (2, 7)], False, "cpu"), a)
     X = dominant(120, 24, 3)
     rule = RankRule.for_dtype(X.dtype)
     recs = [subset_test(X, 10, samples=300, seed=2, rule=rule, device=dev).record() for dev in ("cpu", "auto")]

@@ -30,8 +30,10 @@ __all__ = ["babel_floor", "exact_kruskal_rank", "set_stats"]
 def set_stats(X: torch.Tensor, rule: RankRule) -> SetStats:
     """Singular values and row norms of the whole set (eigenvalues of the smaller Gram matrix;
     an SVD when one of them sits within rounding error of the tolerance), computed on the data
-    divided by an exact power of two (``numerics.scale``) and kept in those units."""
-    unit = scaled(X, rule)
+    divided by an exact power of two (``numerics.scale``) and kept in those units. Always on the
+    CPU: one dense eigenvalue problem (or SVD) of this size is faster through LAPACK than on a
+    GPU, where it would also be the only unbatched step of a test."""
+    unit = scaled(X.cpu(), rule)
     X64, rule = unit.X, unit.rule
     T, d = X64.shape
     norms = torch.sort(row_norms(X64)).values

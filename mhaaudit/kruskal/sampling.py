@@ -43,7 +43,7 @@ __all__ = ["DRAW_BLOCK", "FULL_GRAM_MAX_BYTES", "Gram", "Progress", "as_matrix",
 DRAW_BLOCK = 64  # draws come in fixed blocks, each with its own generator key
 FULL_GRAM_MAX_BYTES = 512 << 20  # on the CPU the full T x T float64 Gram is formed up to this size (T <= 8192)
 DEVICE_FULL_GRAM_MAX_BYTES = 2 << 30  # on a GPU, up to this size (T <= 16384)
-DEVICE_BATCH_BYTES = 2 << 30  # what one batched call of the device kernels may hold (Gram matrices and copies)
+DEVICE_BATCH_BYTES = 2 << 30  # one batched call of the device kernels holds this much (on a GPU: or 1/8 of its memory)
 KERNELS_ENV = "MHAAUDIT_KERNELS"  # "torch": the batched device kernels decide on the CPU too (tests of the GPU route)
 
 Progress = Callable[[int], None]
@@ -139,7 +139,10 @@ class Gram:
         """Blocks of draws one batched call takes: as many as fit ``DEVICE_BATCH_BYTES`` with
         ``mats`` float64 k x k matrices per draw (plus its k x d rows on the per-draw route)."""
         per_draw = 8 * (mats * k * k + (k * self.X.shape[1] if self.full is None else 0))
-        return max(1, DEVICE_BATCH_BYTES // (DRAW_BLOCK * per_draw))
+        budget = DEVICE_BATCH_BYTES
+        if self.X.device.type == "cuda":  # a large GPU takes larger batches: an eighth of its memory
+            budget = max(budget, torch.cuda.get_device_properties(self.X.device).total_memory // 8)
+        return max(1, budget // (DRAW_BLOCK * per_draw))
 
     def sub(self, idx: torch.Tensor) -> torch.Tensor:
         if self.full is not None:  # one flat gather: about twice as fast as 2-D advanced indexing
@@ -183,11 +186,22 @@ def draw_blocks(T: int, k: int, seed: int, group, sort: bool, device: torch.devi
     k0 = torch.tensor([w[0] for w, n in zip(keys, sizes) for _ in range(n)], dtype=torch.int64, device=device)
     k1 = torch.tensor([w[1] for w, n in zip(keys, sizes) for _ in range(n)], dtype=torch.int64, device=device)
     stream = torch.cat([torch.arange(n, dtype=torch.int64) for n in sizes]).to(device)
+    step = max(1, _DRAW_ELEMENTS // T)  # rows drawn at once: O(rows T) working memory
+    return torch.cat([_draw_rows(k0[i:i + step], k1[i:i + step], stream[i:i + step], T, k, sort)
+                      for i in range(0, stream.shape[0], step)])
+
+
+_DRAW_ELEMENTS = 1 << 24  # at most this many int64 working entries (128 MiB) while drawing
+
+
+def _draw_rows(k0: torch.Tensor, k1: torch.Tensor, stream: torch.Tensor, T: int, k: int, sort: bool) -> torch.Tensor:
+    """The draws of the streams given (``draw_blocks``)."""
     if 2 * k <= T:
         out = _first_distinct(k0, k1, stream, T, k)
         return out.sort(dim=1).values if sort else out
     hi, lo = philox.pairs(k0, k1, stream, 0, T)
-    keyed = philox.sort_keys(hi, lo, torch.arange(T, dtype=torch.int64, device=device), max(1, (T - 1).bit_length()))
+    keyed = philox.sort_keys(hi, lo, torch.arange(T, dtype=torch.int64, device=stream.device),
+                             max(1, (T - 1).bit_length()))
     if sort:
         return keyed.topk(k, dim=1, sorted=False).indices.sort(dim=1).values
     return keyed.topk(k, dim=1).indices
