@@ -382,3 +382,13 @@ def test_capacity_reads_supported_families(capsys, folder, text_file, image_dir,
     assert rc == 0, err
     doc = json.loads(out)
     assert any("the model's own block 1 attention" in n for n in doc["meta"]["notes"])
+
+
+@pytest.mark.parametrize("name", [t[0] for t in TIMM_FAMILIES])
+def test_timm_random_weights_do_not_depend_on_the_depth_built(name, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"architecture": name, "model_args": dict(TIMM_ARGS, depth=3)}))
+    full = load_model(str(tmp_path), backend="timm", seed=1, device="cpu")
+    one = load_model(str(tmp_path), backend="timm", seed=1, device="cpu", max_layer=1)
+    assert (full.built_layers, one.built_layers, one.info.num_layers) == (3, 1, 3)
+    x = full.preprocess(images(2))
+    torch.testing.assert_close(one.capture(x, [0, 1])[1], full.capture(x, [0, 1])[1], atol=0, rtol=0)
