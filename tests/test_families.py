@@ -392,3 +392,16 @@ def test_timm_random_weights_do_not_depend_on_the_depth_built(name, tmp_path):
     assert (full.built_layers, one.built_layers, one.info.num_layers) == (3, 1, 3)
     x = full.preprocess(images(2))
     torch.testing.assert_close(one.capture(x, [0, 1])[1], full.capture(x, [0, 1])[1], atol=0, rtol=0)
+
+
+def test_unsupported_families_are_one_line_naming_the_supported_ones(capsys, tmp_path, image_dir):
+    swin = tmp_path / "swin"
+    transformers.SwinConfig(image_size=32, patch_size=4, embed_dim=8, depths=[1, 1], num_heads=[1, 1],
+                            window_size=2).save_pretrained(str(swin))
+    capsys.readouterr()
+    rc, out, err = run(capsys, "check", swin, "--data", image_dir, *SMALL)
+    line = assert_one_error(rc, err, "cannot be probed: Swin merges patches")
+    assert "supported: transformers gpt2, " in line and "llama" in line and "timm vit_*siglip*" in line
+    rc, out, err = run(capsys, "check", "timm:resnet18", "--data", image_dir, *SMALL)
+    line = assert_one_error(rc, err, "is not a ViT-style token transformer")
+    assert "eva02*" in line
