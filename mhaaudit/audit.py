@@ -265,6 +265,8 @@ def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataR
             out.info = info.to_dict()
         out.info[f"{init}_weights_source"] = info.weights_source
         qi = pipeline.query_index(pm, request)
+        if request.query_index is not None:  # the report and meta name the query the audit read
+            out.info.update(query_index=qi, query_token=f"token {qi} (--query-index)")
         ra = None
         if any(p.random_attention for p in group):
             from .models import RandomAttention

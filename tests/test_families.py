@@ -350,7 +350,8 @@ def test_siglip_needs_a_query_index(capsys, folder, image_dir, key):
     assert "--query-index K (0 to 15)" in err
     rc, out, err = run(capsys, "check", folder(key), "--data", image_dir, "--query-index", "0", "--format", "json", *SMALL)
     assert rc == 0, err
-    assert json.loads(out)["meta"]["model_info"]["query_index"] is None
+    meta = json.loads(out)["meta"]["model_info"]
+    assert (meta["query_index"], meta["query_token"]) == (0, "token 0 (--query-index)")
     rc, out, err = run(capsys, "capacity", folder(key), "--data", image_dir, *SMALL)
     assert_one_error(rc, err, "capacity reads the model's own query")
 
