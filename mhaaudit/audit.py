@@ -269,6 +269,8 @@ def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataR
         if info.weights_read is not None:
             out.info[f"{init}_weights_read"] = info.weights_read
         qi = pipeline.query_index(pm, request)
+        if request.query_index is not None:  # the report and meta name the query the audit read
+            out.info.update(query_index=qi, query_token=f"token {qi} (--query-index)")
         ra = None
         if any(p.random_attention for p in group):
             from .models import RandomAttention

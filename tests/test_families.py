@@ -113,11 +113,9 @@ def _save_hf(case: HF, folder):
 
 
 def _reference(model, inputs, attentions=False):
-    """(hidden states, attention maps or None) of the saved model's own forward pass: the vision
-    tower of a two-tower model, eager attention when the maps are asked for."""
+    """(hidden states, attention maps or None) of the model's own forward pass (the vision tower of
+    a two-tower model); load it with ``attn_implementation="eager"`` for the maps."""
     module = model.vision_model if model.config.model_type in ("clip", "siglip") else model
-    if attentions:
-        model.set_attn_implementation("eager")
     with torch.no_grad():
         out = module(**inputs, output_hidden_states=True, output_attentions=attentions)
     return out.hidden_states, (out.attentions if attentions else None)
@@ -147,7 +145,7 @@ def test_transformers_family(case, tmp_path):
     for k in (0, 1):
         torch.testing.assert_close(out[k], hs[k], atol=TOL, rtol=0)
     _check_query_row(pm, case, x, out, text)
-    _check_attention(pm, case, model, x)
+    _check_attention(pm, case, tmp_path, x)
 
 
 def _check_query_row(pm, case, x, out, text):
@@ -175,14 +173,15 @@ def _check_query_row(pm, case, x, out, text):
         torch.testing.assert_close(e[0, qi], row, atol=TOL, rtol=0)
 
 
-def _check_attention(pm, case, model, x):
+def _check_attention(pm, case, folder, x):
     if case.refused:
         with pytest.raises(ModelError, match="not of the form capacity expresses") as err:
             first_attention(pm, 1)
         for reason in case.refused:
             assert reason in str(err.value)
         return
-    hs, att = _reference(model, x, attentions=True)
+    eager = getattr(transformers, case.cls).from_pretrained(str(folder), attn_implementation="eager").eval()
+    hs, att = _reference(eager, x, attentions=True)
     for k in (1, 2):
         torch.testing.assert_close(first_attention(pm, k).probs(hs[k - 1]), att[k - 1], atol=TOL, rtol=0)
 
@@ -351,7 +350,8 @@ def test_siglip_needs_a_query_index(capsys, folder, image_dir, key):
     assert "--query-index K (0 to 15)" in err
     rc, out, err = run(capsys, "check", folder(key), "--data", image_dir, "--query-index", "0", "--format", "json", *SMALL)
     assert rc == 0, err
-    assert json.loads(out)["meta"]["model_info"]["query_index"] is None
+    meta = json.loads(out)["meta"]["model_info"]
+    assert (meta["query_index"], meta["query_token"]) == (0, "token 0 (--query-index)")
     rc, out, err = run(capsys, "capacity", folder(key), "--data", image_dir, *SMALL)
     assert_one_error(rc, err, "capacity reads the model's own query")
 
@@ -383,3 +383,26 @@ def test_capacity_reads_supported_families(capsys, folder, text_file, image_dir,
     assert rc == 0, err
     doc = json.loads(out)
     assert any("the model's own block 1 attention" in n for n in doc["meta"]["notes"])
+
+
+@pytest.mark.parametrize("name", [t[0] for t in TIMM_FAMILIES])
+def test_timm_random_weights_do_not_depend_on_the_depth_built(name, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"architecture": name, "model_args": dict(TIMM_ARGS, depth=3)}))
+    full = load_model(str(tmp_path), backend="timm", seed=1, device="cpu")
+    one = load_model(str(tmp_path), backend="timm", seed=1, device="cpu", max_layer=1)
+    assert (full.built_layers, one.built_layers, one.info.num_layers) == (3, 1, 3)
+    x = full.preprocess(images(2))
+    torch.testing.assert_close(one.capture(x, [0, 1])[1], full.capture(x, [0, 1])[1], atol=0, rtol=0)
+
+
+def test_unsupported_families_are_one_line_naming_the_supported_ones(capsys, tmp_path, image_dir):
+    swin = tmp_path / "swin"
+    transformers.SwinConfig(image_size=32, patch_size=4, embed_dim=8, depths=[1, 1], num_heads=[1, 1],
+                            window_size=2).save_pretrained(str(swin))
+    capsys.readouterr()
+    rc, out, err = run(capsys, "check", swin, "--data", image_dir, *SMALL)
+    line = assert_one_error(rc, err, "cannot be probed: Swin merges patches")
+    assert "supported: transformers gpt2, " in line and "llama" in line and "timm vit_*siglip*" in line
+    rc, out, err = run(capsys, "check", "timm:resnet18", "--data", image_dir, *SMALL)
+    line = assert_one_error(rc, err, "is not a ViT-style token transformer")
+    assert "eva02*" in line

@@ -70,6 +70,8 @@ def test_first_attention_timm(timm_dir):
     [("deit", {"intermediate_size": 64}), ("dinov2", {}), ("dinov2_with_registers", {"num_register_tokens": 4})],
 )
 def test_first_attention_other_vit_families(tmp_path, model_type, extra):
+    if model_type == "dinov2_with_registers" and not hasattr(transformers, "Dinov2WithRegistersModel"):
+        pytest.skip(f"transformers {transformers.__version__} has no Dinov2WithRegistersModel: the family is newer")
     cfg = transformers.AutoConfig.for_model(
         model_type, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=8, **extra
     )

@@ -158,6 +158,8 @@ def test_gpt2_capture_matches_hidden_states(tiny_gpt2):
     ],
 )
 def test_other_vit_families(tmp_path, model_type, extra, n):
+    if model_type == "dinov2_with_registers" and not hasattr(transformers, "Dinov2WithRegistersModel"):
+        pytest.skip(f"transformers {transformers.__version__} has no Dinov2WithRegistersModel: the family is newer")
     cfg = transformers.AutoConfig.for_model(
         model_type, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=8, **extra
     )

@@ -18,7 +18,10 @@ the query ``x_t`` is row ``info.query_index`` of ``E_t``. The block's pre-attent
 enters the logits only; the convex combinations are of the raw rows of ``E_t``, the input the
 assumptions were audited on. The logits use the block's own scale and biases. A decoder's causal
 mask changes nothing for a query in the last position (it attends to every token); for another
-query position the context is cut after the query row.
+query position the context is cut after the query row. A block whose attention is not of that
+form (rotary positions, relative attention, grouped key/value heads, query/key norms, logit
+soft-capping; :mod:`mhaaudit.models.attention.support`) is refused with the reasons, and so is a
+model without a query token of its own (SigLIP).
 
 The tokens come from the one capture loop of :mod:`mhaaudit.pipeline`: per batch, the Z builder
 and (unless the verdicts are read from a file) the streaming reduction consume them.

@@ -9,8 +9,9 @@ requested probe point.
 
 Where each concept lives:
 
-- ``registry``: aliases, families, backend and modality detection (:func:`resolve`,
-  :func:`modality_of`); adding a transformers family is one entry there;
+- ``registry``: aliases, backend and modality detection (:func:`resolve`, :func:`modality_of`);
+- ``families``: every family's query token and what its embedding output carries; adding a
+  transformers family is one entry there;
 - ``load``: :func:`load_model`, the one entry point (argument checks, error mapping);
 - ``hf`` and ``timm_backend``: one module per backend (config, weights, tokenizer, images);
 - ``checkpoints``: reading state files and loading them only where they fit;

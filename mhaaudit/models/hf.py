@@ -10,7 +10,10 @@ A :class:`~.registry.ModelSpec` with backend ``hf`` becomes a :class:`~.probe.Pr
 - ``max_layer`` builds only that many blocks; the n of a text model is the context length
   (at most the position embeddings; encoders default to 512), that of an image model is
   measured on a blank image;
-- the tokenizer and the image processor are the model's own when its files have them.
+- the tokenizer and the image processor are the model's own when its files have them;
+- the family (:mod:`.families`) gives the query token (first, last, or none: SigLIP), the
+  positions the embedding output carries, and for a two-tower folder (CLIP, SigLIP) the tower
+  that is probed (its vision tower).
 
 When the hub cannot be reached it is never called (``local_files_only=True``).
 """
@@ -35,7 +38,8 @@ from .families import Family, embedding_positions, family_of, query_words
 from .probe import ModelInfo, ProbedModel, measure_image_tokens, prepare_module
 from .shards import Checkpoint, NotPartial, WeightsRead, empty_init, used_parameters
 from .random_init import init_seed, reinit_hf, seeded
-from .registry import BLOCK_PATHS, ModelSpec, alias_list, classify_config, is_timm_folder_config, read_json
+from .registry import (BLOCK_PATHS, ModelSpec, alias_list, classify_config, is_timm_folder_config, read_json,
+                       supported_families)
 
 __all__ = ["find_blocks", "image_transform", "load", "load_tokenizer"]
 
@@ -84,7 +88,8 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
     module = prepare_module(built, device)
     blocks = find_blocks(module)
     if blocks is None:
-        raise ModelError(f"{spec.name} cannot be probed: no list of transformer blocks found in {type(module).__name__}")
+        raise ModelError(f"{spec.name} cannot be probed: no list of transformer blocks found in {type(module).__name__} "
+                         f"(supported: {supported_families()})")
     d, heads = int(getattr(cfg, "hidden_size")), int(getattr(cfg, "num_attention_heads"))
     sources = list(dict.fromkeys(t for t in (origin.folder, spec.resolved) if t))
     info = ModelInfo(

@@ -65,7 +65,7 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
     query_index = 0 if shape.class_token else None
     why = fam.no_query or f"{arch.name} has no class token (global_pool={shape.pool!r})"
     built = full_layers if max_layer is None or max_layer >= full_layers else max(1, max_layer)
-    model, wsource = _build(spec, arch, weights, weights_path, built, full_layers, seed, offline)
+    model, wsource = _build(spec, arch, weights, weights_path, built, full_layers, seed, offline, shape.block_seeded)
     model = prepare_module(model, device)
     info = ModelInfo(
         name=spec.name, resolved=arch.name if arch.file is None else spec.resolved, backend="timm",
@@ -108,6 +108,7 @@ class _Shape:
     pool: str
     patches: int | None
     positions: str
+    block_seeded: bool  # random init re-drawn block by block (timm VisionTransformer)
 
 
 def _shape(arch: _Arch, name: str) -> tuple[int, int, int, int, _Shape]:
@@ -122,8 +123,15 @@ def _shape(arch: _Arch, name: str) -> tuple[int, int, int, int, _Shape]:
     d = int(probe.embed_dim if hasattr(probe, "embed_dim") else probe.num_features)
     patches = getattr(probe.patch_embed, "num_patches", None)
     shape = _Shape(class_token=getattr(probe, "cls_token", None) is not None, pool=str(getattr(probe, "global_pool", "")),
-                   patches=int(patches) if patches else None, positions=_positions(probe))
+                   patches=int(patches) if patches else None, positions=_positions(probe),
+                   block_seeded=_block_seeded(probe))
     return len(probe.blocks), heads, d, int(getattr(attn, "head_dim", d // heads)), shape
+
+
+def _block_seeded(model: nn.Module) -> bool:
+    from timm.models.vision_transformer import VisionTransformer
+
+    return isinstance(model, VisionTransformer) and hasattr(model, "weight_init_mode")
 
 
 def _positions(model: nn.Module) -> str:
@@ -150,8 +158,12 @@ def _check_structure(model: nn.Module, name: str) -> None:
 
 
 def _build(spec: ModelSpec, arch: _Arch, weights: str, weights_path: str | None, built: int, full_layers: int,
-           seed: int, offline: bool) -> tuple[nn.Module, str]:
-    """(model with ``built`` blocks and its weights, where the weights came from)."""
+           seed: int, offline: bool, block_seeded: bool) -> tuple[nn.Module, str]:
+    """(model with ``built`` blocks and its weights, where the weights came from).
+
+    Random weights of a model whose init :func:`.random_init.reinit_timm` re-draws block by block
+    are drawn at the depth built; other models (EVA, BEiT) are drawn at full depth and cut, so
+    that their first blocks do not depend on how many are built."""
     import timm
 
     if weights == "trained" and weights_path is None and arch.file is None:
@@ -159,13 +171,15 @@ def _build(spec: ModelSpec, arch: _Arch, weights: str, weights_path: str | None,
             raise offline_weights_error(spec.name, f"timm {arch.name}")
         model = timm.create_model(arch.name, pretrained=True, num_classes=0, **arch.model_args)
         if built < full_layers:
-            model.blocks = nn.Sequential(*list(model.blocks)[:built])
+            _truncate(model, built)
         return model, f"timm pretrained {arch.name} (hub)"
-    kwargs = dict(arch.model_args, **({"depth": built} if built < full_layers else {}))
+    cut = built < full_layers and (weights != "random" or block_seeded)
+    kwargs = dict(arch.model_args, **({"depth": built} if cut else {}))
     with seeded(init_seed(seed)):
         model = timm.create_model(arch.name, pretrained=False, num_classes=0, **kwargs)
     if weights == "random":
         reinit_timm(model, seed)
+        _truncate(model, built)
         return model, f"random init of timm {arch.name}" + (f" (config from {spec.resolved})" if arch.model_args else "")
     path = os.path.abspath(weights_path or arch.file)  # type: ignore[arg-type]
     if os.path.isdir(path):
@@ -175,6 +189,12 @@ def _build(spec: ModelSpec, arch: _Arch, weights: str, weights_path: str | None,
         path = found
     _load_file(model, path, built, spec.name)
     return model, f"timm checkpoint {path}"
+
+
+def _truncate(model: nn.Module, built: int) -> None:
+    """Keep the first ``built`` blocks of ``model`` (in the container type it had)."""
+    if len(model.blocks) > built:
+        model.blocks = type(model.blocks)(list(model.blocks)[:built])
 
 
 def _load_file(model: nn.Module, path: str, built: int, name: str) -> None:

@@ -1,5 +1,6 @@
-"""transformers ViT, DeiT and DINOv2 blocks (pre-LN): ``attention.q_proj`` / ``attention.k_proj``,
-with ``layernorm_before`` (or ``norm1``) in front of the attention."""
+"""transformers ViT, DeiT, DINOv2 and BEiT blocks (pre-LN, ``layernorm_before`` or ``norm1`` in
+front of the attention). Two layouts of the same attention: ``attention.q_proj`` / ``k_proj``
+(transformers 5) and ``attention.attention.query`` / ``key`` (transformers 4)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,24 @@ from .registry import BlockContext, register_adapter
 from .weights import AttentionWeights
 
 
-def _matches(block: nn.Module) -> bool:
+def _linears(block: nn.Module) -> tuple[nn.Linear, nn.Linear] | None:
     att = getattr(block, "attention", None)
-    return hasattr(att, "q_proj") and hasattr(att, "k_proj")
+    if hasattr(att, "q_proj") and hasattr(att, "k_proj"):
+        return att.q_proj, att.k_proj
+    inner = getattr(att, "attention", None)
+    if hasattr(inner, "query") and hasattr(inner, "key"):
+        return inner.query, inner.key
+    return None
+
+
+def _matches(block: nn.Module) -> bool:
+    return _linears(block) is not None and (hasattr(block, "layernorm_before") or hasattr(block, "norm1"))
 
 
 @register_adapter("hf-vit", _matches)
 def read(block: nn.Module, ctx: BlockContext) -> AttentionWeights:
     pre = getattr(block, "layernorm_before", None) or getattr(block, "norm1", None)
-    if pre is None:
+    if pre is None:  # pragma: no cover - _matches requires one
         raise ModelError(f"{ctx.model}: cannot find the pre-attention LayerNorm of block {ctx.layer}")
-    att = block.attention
-    return AttentionWeights.from_linears(att.q_proj, att.k_proj, ctx.num_heads, pre=pre, scale=ctx.head_dim**-0.5,
-                                         causal=ctx.causal)
+    q, k = _linears(block)
+    return AttentionWeights.from_linears(q, k, ctx.num_heads, pre=pre, scale=ctx.head_dim**-0.5, causal=ctx.causal)
