@@ -200,3 +200,19 @@ def test_weights_read_describe():
     r = WeightsRead("partial", "bfloat16", 3 * 2**20, 2**30, 1, 4, 10, 100)
     assert r.describe() == "read 3 MiB of 1 GiB (0.293 %) of the weights, stored in bfloat16, from 1 of 4 files"
     assert human_bytes(512) == "512 B" and human_bytes(None) == "?"
+
+
+def test_partial_load_of_an_image_model(vit_dir):
+    """A ViT (whose modules some transformers releases renamed, writing checkpoints under the former names)."""
+    from PIL import Image
+
+    pm = load_model(str(vit_dir), weights="trained", max_layer=1, device="cpu")
+    assert pm.info.weights_read["method"] == "partial"
+    assert pm.info.weights_read["bytes_read"] < pm.info.weights_read["bytes_total"]
+    x = pm.preprocess([Image.new("RGB", (40, 40), (10, 200, 30))])
+    ref = transformers.AutoModel.from_pretrained(str(vit_dir)).eval()
+    with torch.no_grad():
+        hs = ref(**x, output_hidden_states=True).hidden_states
+    got = pm.capture(x, [0, 1])
+    for k in (0, 1):
+        torch.testing.assert_close(got[k], hs[k], rtol=0, atol=1e-6)

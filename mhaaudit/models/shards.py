@@ -160,8 +160,9 @@ class Checkpoint:
         targets = dict(module.named_parameters(remove_duplicate=False))
         buffers = dict(module.named_buffers(remove_duplicate=False))
         plan: dict[str, list[tuple[str, torch.Tensor]]] = {}
+        saved = saved_names(module, used)
         for name in sorted(used):
-            key = self._key_for(name, prefix)
+            key = self._key_for(saved[name], prefix) or self._key_for(name, prefix)
             if key is None:
                 if name in buffers:
                     continue  # a buffer the model computes itself (position ids, rotary frequencies)
@@ -193,6 +194,29 @@ class Checkpoint:
                 stem = name[: -len(old)] + new
                 candidates += [stem, f"{prefix}.{stem}"] if prefix else [stem]
         return next((c for c in candidates if c in self.weight_map), None)
+
+
+def saved_names(module: nn.Module, names: set[str]) -> dict[str, str]:
+    """The name under which the library writes each of ``names`` into a checkpoint.
+
+    Recent transformers releases renamed some modules (ViT's ``encoder.layer.0.attention.attention.query``
+    became ``layers.0.attention.q_proj``) and still read and write checkpoints under the former
+    names; their own reverse mapping gives them. A parameter the mapping transforms (fuses or
+    splits) keeps its name here, is not found, and the checkpoint is loaded whole.
+    """
+    same = {n: n for n in names}
+    try:
+        from transformers.core_model_loading import revert_weight_conversion
+    except ImportError:  # releases without renamed modules
+        return same
+    tensors = {**dict(module.named_buffers(remove_duplicate=False)), **dict(module.named_parameters(remove_duplicate=False))}
+    mine = {n: tensors[n] for n in names if n in tensors}
+    try:
+        written = revert_weight_conversion(module, dict(mine))
+    except Exception:  # noqa: BLE001 - a mapping this code cannot use: the names as they are
+        return same
+    by_id = {id(t): k for k, t in written.items()}
+    return {n: by_id.get(id(t), n) for n, t in mine.items()} | {n: n for n in names if n not in mine}
 
 
 def _local_file(folder: str, fn: str) -> str:
