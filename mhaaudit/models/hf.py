@@ -32,7 +32,7 @@ from ..errors import InputError, ModelError, OfflineError, one_line
 from ..hub import force_offline_env, is_offline
 from .checkpoints import is_ignorable, load_fitting, offline_weights_error, read_state_file
 from .probe import ModelInfo, ProbedModel, measure_tokens, prepare_module
-from .random_init import init_seed, reinit_hf, seeded
+from .random_init import build_random, init_seed, reinit_hf, seeded
 from .registry import BLOCK_PATHS, IMAGE_FAMILIES, ImageFamily, ModelSpec, alias_list, classify_config, is_timm_folder_config, read_json
 
 __all__ = ["find_blocks", "image_transform", "load", "load_tokenizer"]
@@ -262,14 +262,17 @@ def _build(spec: ModelSpec, cfg: Any, origin: _Weights, seed: int, offline: bool
         cfg.num_hidden_layers = max(1, max_layer)
     if origin.folder is not None:
         return _from_pretrained(spec, origin, cfg, offline)
-    with seeded(init_seed(seed)):
-        module = AutoModel.from_config(cfg)
     if origin.file is not None:
+        with seeded(init_seed(seed)):
+            module = AutoModel.from_config(cfg)
         return _load_state_file(module, origin.file, cfg, spec.name, seed)
-    blocks = find_blocks(module)
-    if blocks is not None:
-        reinit_hf(module, blocks, seed, full_layers)
-    return module
+
+    def redraw(module: nn.Module) -> None:
+        blocks = find_blocks(module)
+        if blocks is not None:
+            reinit_hf(module, blocks, seed, full_layers)
+
+    return build_random(lambda: AutoModel.from_config(cfg), redraw, seed)
 
 
 def _from_pretrained(spec: ModelSpec, origin: _Weights, cfg: Any, offline: bool) -> nn.Module:
