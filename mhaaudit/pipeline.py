@@ -9,8 +9,10 @@ Every command that runs a model over data (``check``, ``capacity``, ``kruskal --
 - :func:`example_batches` turns a :class:`DataRequest` into raw batches for that model (PIL images,
   or token-id rows built with the paper's BERT-pair / GPT-window constructions) and a
   :class:`DataInfo` naming the data.
-- :func:`stream` prepares each batch (decoding, resizing, tensors on the device) on a background
-  thread while the previous batch runs, captures the requested layers, and hands the
+- :func:`stream` reads the raw batches ahead on a background thread (folders and datasets are
+  decoded on a pool of threads, in order), prepares each batch (the model's preprocessing,
+  tensors on the device, through pinned memory for a GPU) on another while the previous batch
+  runs, captures the requested layers with TF32 off, and hands the
   ``{layer: (B, n, d) tokens}`` of every batch to each consumer. Consumers (the streaming reduction
   of :mod:`mhaaudit.features`, the Z builder of :mod:`mhaaudit.capacity`) keep what they need and
   drop the batch, so memory grows with T x d, not T x n x d.
@@ -131,7 +133,7 @@ def example_batches(pm, data: DataRequest, seed: int, notes: list[str]) -> tuple
     if pm.info.modality == "image":
         from .sources import image_source
 
-        src = image_source(data.data, split=data.split, limit=data.limit, seed=seed)
+        src = image_source(data.data, split=data.split, limit=data.limit, seed=seed, device=pm.device)
         return DataInfo(name=src.name, source=src), src.batches(data.batch_size)
     return _text_batches(pm, data, seed, notes)
 
@@ -171,14 +173,27 @@ def _text_batches(pm, data: DataRequest, seed: int, notes: list[str]) -> tuple[D
     return DataInfo(name=ex.description, source=src, duplicates=dups, duplicates_line=line), gen()
 
 
+def staged(device: torch.device) -> bool:
+    """Whether model inputs for ``device`` are built on the CPU in pinned memory and copied
+    asynchronously (a CUDA device), rather than built in place (the CPU)."""
+    return torch.device(device).type == "cuda"
+
+
 def _prepare(pm, raw) -> dict[str, torch.Tensor]:
-    """Model inputs on the model's device for one raw batch."""
+    """Model inputs on the model's device for one raw batch. For a CUDA model they are built on
+    the CPU, pinned and copied with ``non_blocking=True``: the copy overlaps the work queued
+    before it, and the caching host allocator keeps the pinned buffer until the copy is done."""
+    pin = staged(pm.device)
+    where = torch.device("cpu") if pin else pm.device
     if pm.info.modality == "image":
-        return pm.preprocess(raw)
-    ids, segments = raw
-    inputs = pm.preprocess(ids)
-    if segments is not None:
-        inputs["token_type_ids"] = torch.tensor(segments, dtype=torch.long, device=pm.device)
+        inputs = pm.preprocess(raw, device=where)
+    else:
+        ids, segments = raw
+        inputs = pm.preprocess(ids, device=where)
+        if segments is not None:
+            inputs["token_type_ids"] = torch.tensor(segments, dtype=torch.long, device=where)
+    if pin:
+        inputs = {k: v.pin_memory().to(pm.device, non_blocking=True) for k, v in inputs.items()}
     return inputs
 
 
@@ -186,8 +201,10 @@ def _prefetched(pm, raw_batches: Iterable[tuple[int, Any]]) -> Iterator[tuple[in
     """``(batch index, model inputs)``, each batch prepared on a helper thread while the previous
     one is probed (``(None, None)`` passed through for a round in which this rank has no batch).
 
-    Image decoding and resizing (PIL and numpy, largely outside the interpreter lock) are the
-    slowest steps on a CPU; overlapping them with the forward pass saves their time.
+    The raw batches themselves are read ahead on another thread (:func:`_read_ahead`: the
+    sources decode files on their own pool of threads, the built-in images are synthesised
+    there); the model's preprocessing (PIL and numpy, largely outside the interpreter lock) runs
+    here, and CUDA inputs are staged through pinned memory (:func:`_prepare`).
     """
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mhaaudit-prepare") as pool:
         pending = None
@@ -250,7 +267,7 @@ def _assigned(pm, data: DataRequest, settings: Settings, notes: list[str], shard
     distributed session, the batches rank 0 deals to this rank."""
     if shard is None:
         info, raw = example_batches(pm, data, settings.seed, notes)
-        return info, enumerate(raw)
+        return info, _read_ahead(enumerate(raw), 2)
     if shard.rank == 0:
         info, raw = example_batches(pm, data, settings.seed, notes)
         info.shard = shard
@@ -315,9 +332,12 @@ def stream(pm, data: DataRequest, layers: Sequence[int], consumers: Sequence[Con
     """Feed every example of ``data`` through ``pm`` once and every captured batch to each consumer.
 
     ``layers``: the probe points (0 = embedding output, k = output of block k); only blocks up to
-    the deepest run. Returns what was fed. An empty source is a :class:`DataError`.
+    the deepest run. Returns what was fed. An empty source is a :class:`DataError`. The forward
+    passes and the consumers run with TF32 and reduced-precision float32 matmuls off
+    (:func:`~mhaaudit.models.probe.full_float32`): these features feed rank decisions.
     """
     from . import distributed
+    from .models.probe import full_float32
     from .progress import task
     from .sources import DuplicateFinder
 
@@ -333,7 +353,7 @@ def stream(pm, data: DataRequest, layers: Sequence[int], consumers: Sequence[Con
     # forward pass. Every pass over the same data (other weights) finds and drops the same ones.
     finder = DuplicateFinder(keep=data.keep_duplicates) if pm.info.modality == "image" else None
     share, shown = (shard.world_size if shard is not None else 1), 0  # rank 0's bar stands for every rank
-    with task(label, data.limit, settings.progress) as advance:
+    with task(label, data.limit, settings.progress) as advance, full_float32():
         for index, inputs in _prefetched(pm, raw):
             seen = _batch_size(inputs) if inputs is not None else 0
             if finder is not None:

@@ -126,7 +126,10 @@ def test_prepare_module_and_tf32():
     assert m.weight.dtype == torch.float32 and not m.training
     assert not any(p.requires_grad for p in m.parameters())
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    with no_tf32():
-        if torch.cuda.is_available():
-            assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    with no_tf32():  # runs with or without a GPU: the flags are set either way
+        assert not torch.backends.cuda.matmul.allow_tf32 and torch.get_float32_matmul_precision() == "highest"
+        if hasattr(torch.backends.cudnn, "conv") and hasattr(torch.backends.cudnn.conv, "fp32_precision"):
+            assert torch.backends.cudnn.conv.fp32_precision == "ieee"
+        else:
+            assert not torch.backends.cudnn.allow_tf32
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before

@@ -97,3 +97,70 @@ def test_duplicate_images_are_dropped_before_the_forward_pass_unless_kept(vit_di
     kept = pipeline.stream(pm, DataRequest(data=str(folder), limit=14, batch_size=5, keep_duplicates=True), [1],
                            [lambda t: None], settings, notes=[])
     assert kept.count == 14 and kept.duplicates["repeats"] == 2 and kept.duplicates["dropped"] == 0
+
+
+def _precision() -> tuple:
+    from mhaaudit.models.probe import _precision_settings
+
+    return (torch.get_float32_matmul_precision(),) + tuple(obj.fp32_precision for obj in _precision_settings())
+
+
+def test_capture_and_consumers_run_at_full_float32_precision_and_restore_it(vit_dir, image_dir, settings):
+    pm = pipeline.load(ModelRequest(str(vit_dir)), "random", settings, max_layer=1)
+    before = _precision()
+    torch.set_float32_matmul_precision("high")  # a user's setting, TF32 allowed
+    try:
+        allowed = _precision()
+        seen = []
+        pipeline.stream(pm, DataRequest(data=str(image_dir), limit=4, batch_size=2), [1],
+                        [lambda t: seen.append(_precision())], settings, notes=[])
+        assert seen and all(p[0] == "highest" and all(x == "ieee" for x in p[1:]) for p in seen)
+        assert _precision() == allowed
+    finally:
+        torch.set_float32_matmul_precision(before[0])
+
+
+def test_inputs_are_staged_through_pinned_memory_only_for_cuda(vit_dir, image_dir, settings):
+    assert pipeline.staged(torch.device("cuda")) and pipeline.staged(torch.device("cuda:1"))
+    assert not pipeline.staged(torch.device("cpu"))
+    pm = pipeline.load(ModelRequest(str(vit_dir)), "random", settings, max_layer=1)
+    info, raw = pipeline.example_batches(pm, DataRequest(data=str(image_dir), limit=3, batch_size=3), 0, [])
+    inputs = pipeline._prepare(pm, next(raw))
+    assert inputs["pixel_values"].device == pm.device
+    assert not inputs["pixel_values"].is_pinned() or pm.device.type == "cuda"
+    on_cpu = pm.preprocess(next(pipeline.example_batches(pm, DataRequest(data=str(image_dir), limit=3), 0, [])[1]),
+                           device="cpu")
+    assert on_cpu["pixel_values"].device.type == "cpu"
+    assert torch.equal(on_cpu["pixel_values"], inputs["pixel_values"].cpu())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_inputs_come_through_pinned_memory(vit_dir, image_dir):
+    cuda = Settings.resolve(device="cuda", seed=0)
+    pm = pipeline.load(ModelRequest(str(vit_dir)), "random", cuda, max_layer=1)
+    info, raw = pipeline.example_batches(pm, DataRequest(data=str(image_dir), limit=3), 0, [])
+    batch = next(raw)
+    inputs = pipeline._prepare(pm, batch)
+    assert inputs["pixel_values"].device.type == "cuda"
+    torch.testing.assert_close(inputs["pixel_values"].cpu(), pm.preprocess(batch, device="cpu")["pixel_values"], rtol=0, atol=0)
+
+
+def test_builtin_images_are_made_on_the_models_device_and_read_ahead(vit_dir, settings):
+    pm = pipeline.load(ModelRequest(str(vit_dir)), "random", settings, max_layer=1)
+    info, raw = pipeline.example_batches(pm, DataRequest(limit=5, batch_size=2), 0, [])
+    assert info.source.device == str(pm.device)
+    # the single-process loop reads the source on a helper thread, in order
+    import threading
+
+    readers = []
+    original = info.source._generate
+
+    def spy():
+        readers.append(threading.current_thread().name)
+        yield from original()
+
+    info2, raw2 = pipeline._assigned(pm, DataRequest(limit=5, batch_size=2), settings, [], None)
+    info2.source._generate = spy
+    batches = list(raw2)
+    assert [i for i, _ in batches] == [0, 1, 2] and [len(b) for _, b in batches] == [2, 2, 1]
+    assert readers == ["mhaaudit-read"]

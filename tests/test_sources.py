@@ -498,3 +498,42 @@ def test_offline_tokenizer_gpt2():
     ex = gpt_window_examples(text_source(), tok, n=1024, count=20, seed=0)
     assert all(len(ids) == 1024 for ids in ex.ids)
     assert re.search(r"\d+ documents with at least 1536 tokens", ex.description)
+
+
+# --------------------------------------------------------------------------- parallel decoding
+
+
+def test_ordered_map_keeps_order_and_raises_in_order():
+    import random
+
+    from mhaaudit.sources._common import ordered_map
+
+    def slow(i):
+        time.sleep(random.random() * 0.005)
+        if i == 30:
+            raise ValueError("item 30")
+        return i * i
+
+    got = []
+    with pytest.raises(ValueError, match="item 30"):
+        for x in ordered_map(slow, range(100), workers=4):
+            got.append(x)
+    assert got == [i * i for i in range(30)]
+    assert list(ordered_map(lambda i: -i, range(7), workers=1)) == [-i for i in range(7)]
+    early = ordered_map(lambda i: i, iter(range(10**6)), workers=3)
+    assert [next(early) for _ in range(5)] == list(range(5))
+    early.close()  # leaving early cancels the rest
+
+
+def test_image_folder_decoded_in_parallel_keeps_sorted_order(tmp_path, monkeypatch):
+    for i in range(25):
+        (tmp_path / f"{i:03d}.png").write_bytes(_png(seed=i) if i % 7 else _png(mode="L", seed=i))
+    (tmp_path / "999.png").write_bytes(b"not an image")
+    monkeypatch.setenv("MHAAUDIT_DECODE_WORKERS", "4")
+    source = image_source(str(tmp_path), limit=100)
+    images = list(source)
+    expected = [_digest(Image.open(io.BytesIO(_png(seed=i)))) for i in range(25) if i % 7]
+    assert [_digest(im) for im in images] == expected
+    assert source.skipped == 4 + 1
+    monkeypatch.setenv("MHAAUDIT_DECODE_WORKERS", "1")
+    assert [_digest(im) for im in image_source(str(tmp_path), limit=100)] == expected

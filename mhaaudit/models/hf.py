@@ -37,7 +37,7 @@ from .checkpoints import is_ignorable, load_fitting, offline_weights_error, read
 from .families import Family, embedding_positions, family_of, query_words
 from .probe import ModelInfo, ProbedModel, measure_image_tokens, prepare_module
 from .shards import Checkpoint, NotPartial, WeightsRead, empty_init, used_parameters
-from .random_init import init_seed, reinit_hf, seeded
+from .random_init import build_random, init_seed, reinit_hf, seeded
 from .registry import (BLOCK_PATHS, ModelSpec, alias_list, classify_config, is_timm_folder_config, read_json,
                        supported_families)
 
@@ -373,14 +373,17 @@ def _build(spec: ModelSpec, cfg: Any, origin: _Weights, seed: int, hub: _Hub, ma
             return AutoModel.from_config(cfg, **remote), checkpoint
     if origin.folder is not None:
         return _from_pretrained(spec, origin, cfg, hub), None
-    with seeded(init_seed(seed)):
-        module = AutoModel.from_config(cfg, **remote)
     if origin.file is not None:
+        with seeded(init_seed(seed)):
+            module = AutoModel.from_config(cfg, **remote)
         return _load_state_file(module, origin.file, cfg, spec.name, seed), None
-    blocks = find_blocks(module)
-    if blocks is not None:
-        reinit_hf(module, blocks, seed, full_layers)
-    return module, None
+
+    def redraw(module: nn.Module) -> None:
+        blocks = find_blocks(module)
+        if blocks is not None:
+            reinit_hf(module, blocks, seed, full_layers)
+
+    return build_random(lambda: AutoModel.from_config(cfg, **remote), redraw, seed), None
 
 
 def _checkpoint(origin: _Weights, hub: _Hub) -> Checkpoint | None:

@@ -23,7 +23,7 @@ from torch import nn
 from .. import validate
 from ..errors import InputError, ModelError
 
-__all__ = ["ModelInfo", "ProbedModel", "measure_image_tokens", "measure_tokens", "no_tf32", "prepare_module"]
+__all__ = ["ModelInfo", "ProbedModel", "full_float32", "measure_image_tokens", "measure_tokens", "no_tf32", "prepare_module"]
 
 
 @dataclass(frozen=True)
@@ -55,19 +55,47 @@ class _StopForward(Exception):
     """Raised from a hook once the deepest requested block has run."""
 
 
+# Where torch has the per-backend precision settings (2.9 and later), they are the ones to set:
+# reading a legacy flag after one of them was set raises, and cuDNN convolutions (ViT's patch
+# embedding) default to TF32 there.
+_FP32_PRECISION = (("cuda", "matmul"), ("cudnn", "conv"), ("cudnn", "rnn"), ("mkldnn", "matmul"),
+                   ("mkldnn", "conv"), ("mkldnn", "rnn"))
+
+
+def _precision_settings() -> list:
+    found = []
+    for backend, op in _FP32_PRECISION:
+        obj = getattr(getattr(torch.backends, backend, None), op, None)
+        if obj is not None and isinstance(getattr(obj, "fp32_precision", None), str):
+            found.append(obj)
+    return found
+
+
 @contextlib.contextmanager
-def no_tf32() -> Iterator[None]:
-    """Keep float32 arithmetic exact-ish on CUDA: TF32 off for matmuls and convolutions."""
-    if not torch.cuda.is_available():
-        yield
-        return
-    old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+def full_float32() -> Iterator[None]:
+    """Float32 arithmetic at full precision while it runs, on every backend, and the settings
+    restored after: no TF32 in CUDA matmuls and cuDNN convolutions, no bf16/TF32 in oneDNN,
+    ``torch.get_float32_matmul_precision() == "highest"``. Features that feed a rank decision are
+    computed inside it. Setting these flags is harmless without a GPU, so it always runs."""
+    settings = _precision_settings()
+    saved = (torch.get_float32_matmul_precision(), [obj.fp32_precision for obj in settings])
+    legacy_cudnn = None if settings else torch.backends.cudnn.allow_tf32  # torch < 2.9
     try:
+        torch.set_float32_matmul_precision("highest")
+        for obj in settings:
+            obj.fp32_precision = "ieee"
+        if legacy_cudnn is not None:  # pragma: no cover - torch < 2.9
+            torch.backends.cudnn.allow_tf32 = False
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+        torch.set_float32_matmul_precision(saved[0])
+        for obj, old in zip(settings, saved[1]):
+            obj.fp32_precision = old
+        if legacy_cudnn is not None:  # pragma: no cover
+            torch.backends.cudnn.allow_tf32 = legacy_cudnn
+
+
+no_tf32 = full_float32  # the former name
 
 
 class ProbedModel:
@@ -117,17 +145,18 @@ class ProbedModel:
 
     # ---------------------------------------------------------------- inputs
 
-    def preprocess(self, batch) -> dict[str, torch.Tensor]:
-        """Turn a batch into model inputs (on the model's device).
+    def preprocess(self, batch, device: torch.device | str | None = None) -> dict[str, torch.Tensor]:
+        """Turn a batch into model inputs on ``device`` (the model's device by default).
 
         Images: a list of PIL images, transformed by the model's own preprocessing.
         Text: a list of token-id sequences, all of length ``info.n`` (or a (B, n) tensor).
         """
+        device = self.device if device is None else torch.device(device)
         if self.info.modality == "image":
-            return {"pixel_values": self._preprocess_images(batch)}
-        return self._preprocess_text(batch)
+            return {"pixel_values": self._preprocess_images(batch, device)}
+        return self._preprocess_text(batch, device)
 
-    def _preprocess_images(self, batch) -> torch.Tensor:
+    def _preprocess_images(self, batch, device: torch.device) -> torch.Tensor:
         from PIL import Image
 
         if isinstance(batch, Image.Image):
@@ -142,9 +171,9 @@ class ProbedModel:
             images.append(im if im.mode == "RGB" else im.convert("RGB"))
         assert self._image_transform is not None
         px = self._image_transform(images)
-        return px.to(self.device, dtype=torch.float32)
+        return px.to(device, dtype=torch.float32)
 
-    def _preprocess_text(self, batch) -> dict[str, torch.Tensor]:
+    def _preprocess_text(self, batch, device: torch.device) -> dict[str, torch.Tensor]:
         n = self.info.n
         if isinstance(batch, torch.Tensor):
             ids = batch.to(torch.long)
@@ -168,7 +197,7 @@ class ProbedModel:
         vocab = getattr(self.config, "vocab_size", None)
         if ids.numel() and (int(ids.min()) < 0 or (vocab is not None and int(ids.max()) >= vocab)):
             raise InputError(f"preprocess: token ids must lie in [0, {vocab}) for {self.info.name}")
-        ids = ids.to(self.device)
+        ids = ids.to(device)
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
     # ---------------------------------------------------------------- probing
@@ -200,7 +229,7 @@ class ProbedModel:
         inputs = {k: (v.to(self.device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
         if self.info.modality == "text" and "attention_mask" not in inputs and "input_ids" in inputs:
             inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
-        with torch.no_grad(), no_tf32():
+        with torch.no_grad(), full_float32():
             out = self._run_hooked(inputs, want)
         return {k: out[k] for k in want}
 

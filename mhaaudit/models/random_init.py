@@ -9,13 +9,24 @@ A model built with ``max_layer=k`` then holds exactly the first k blocks of the 
 of that seed, so probing a truncated model gives the same features as probing the whole one.
 
 The caller's global RNG state is never disturbed (:func:`seeded` forks it).
+
+**Drawn once, on the CPU; the same weights on every device.** :func:`build_random` builds the
+module on the ``meta`` device (nothing allocated, nothing drawn), gives it uninitialised CPU
+storage filled with a sentinel (NaN; the smallest integer for integer buffers) and lets the
+re-draw above write every tensor, so the weights are drawn once instead of twice. The draws
+come from the CPU generator whatever the run's device, so a seed gives bit-identical weights on
+the CPU and on a GPU; the module then moves to the device as a whole. When the model's own init
+leaves any tensor unwritten (a sentinel survives: older transformers that do not initialise
+buffers, timm's layer norms), the module is built the ordinary way instead, with the same
+result. Drawing on the device itself would use the device's generator, whose stream differs from
+the CPU's, and so would give other weights on a GPU.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
@@ -23,7 +34,7 @@ from torch import nn
 from ..settings import derive_seed
 
 
-__all__ = ["init_seed", "reinit_hf", "reinit_timm", "seeded"]
+__all__ = ["build_random", "init_seed", "reinit_hf", "reinit_timm", "seeded"]
 
 
 def init_seed(seed: int, block: int | None = None) -> int:
@@ -111,3 +122,43 @@ def reinit_timm(model: nn.Module, seed: int) -> None:
                 scale = math.sqrt(2.0 * (i + 1))
                 blk.attn.proj.weight.div_(scale)
                 blk.mlp.fc2.weight.div_(scale)
+
+
+def _fill_sentinel(module: nn.Module) -> None:
+    with torch.no_grad():
+        for t in list(module.parameters()) + list(module.buffers()):
+            t.fill_(float("nan") if t.is_floating_point() or t.is_complex() else
+                    (False if t.dtype == torch.bool else torch.iinfo(t.dtype).min))
+
+
+def _all_written(module: nn.Module) -> bool:
+    for t in list(module.parameters()) + list(module.buffers()):
+        if t.dtype == torch.bool or t.numel() == 0:
+            continue
+        if t.is_floating_point() or t.is_complex():
+            if bool(torch.isnan(t).any()):
+                return False
+        elif bool((t == torch.iinfo(t.dtype).min).any()):
+            return False
+    return True
+
+
+def build_random(build: Callable[[], nn.Module], redraw: Callable[[nn.Module], None], seed: int) -> nn.Module:
+    """A random-init module drawn once (see the module docstring): ``build()`` on the meta device,
+    CPU storage, ``redraw(module)`` (:func:`reinit_hf` or :func:`reinit_timm` bound to the seed);
+    if any tensor is left unwritten, ``build()`` on the CPU under ``init_seed(seed)`` followed by
+    ``redraw`` (the ordinary way, same weights)."""
+    try:
+        with torch.device("meta"):
+            module = build()
+        module = module.to_empty(device="cpu")
+        _fill_sentinel(module)
+        redraw(module)
+        if _all_written(module):
+            return module
+    except (NotImplementedError, RuntimeError, TypeError, ValueError):  # a module that cannot be built on meta
+        pass
+    with seeded(init_seed(seed)):
+        module = build()
+    redraw(module)
+    return module

@@ -9,7 +9,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -34,6 +34,45 @@ def data_rng(seed: int, *index: int) -> np.random.Generator:
     from ..settings import derive_seed  # imported here: settings imports torch, the sources need not
 
     return np.random.default_rng(derive_seed(seed, "data", *index))
+
+
+def decode_workers() -> int:
+    """Threads that decode images: ``$MHAAUDIT_DECODE_WORKERS``, else the usable cores, at most 8."""
+    value = os.environ.get("MHAAUDIT_DECODE_WORKERS", "")
+    if value.strip().isdigit():
+        return max(1, int(value))
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(8, cores))
+
+
+def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int | None = None) -> Iterator[Any]:
+    """``fn(item)`` for every item, in the items' order, computed on a pool of ``workers`` threads
+    (:func:`decode_workers` by default) that runs at most ``4 * workers`` items ahead. Image
+    decoding (PIL) runs outside the interpreter lock, so the threads decode in parallel. The items
+    are read on the calling thread; an error of ``fn`` is raised here, in order; leaving early
+    cancels what was not started."""
+    workers = decode_workers() if workers is None else max(1, int(workers))
+    if workers == 1:
+        yield from map(fn, items)
+        return
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    pending: deque = deque()
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mhaaudit-decode") as pool:
+        try:
+            for item in items:
+                pending.append(pool.submit(fn, item))
+                if len(pending) >= 4 * workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()
 
 
 def cache_dir(sub: str) -> Path:

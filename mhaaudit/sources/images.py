@@ -2,24 +2,22 @@
 Hugging Face datasets (streamed).
 
 Every source yields RGB ``PIL.Image.Image`` objects in a deterministic order and counts what it
-had to skip. Like the paper (which kept the RGB images among 2000 ImageNet images), sources keep
+had to skip. Folders, parquet files and datasets are decoded on a pool of threads, in order. Like the paper (which kept the RGB images among 2000 ImageNet images), sources keep
 images whose mode is already RGB and count every other image (grayscale, CMYK, RGBA, palette) as
 skipped, as well as files that cannot be decoded. ``limit`` caps the number of images yielded.
 """
 
 from __future__ import annotations
 
-import functools
 import io
-import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
-import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from ..errors import DataError, InputError, one_line
-from ._common import classify, data_rng, is_builtin, is_local, open_hf_dataset, stream_rows
+from ._common import classify, is_builtin, is_local, open_hf_dataset, ordered_map, stream_rows
+from .mosaics import BUILTIN_PHOTOS, CROP_SIZE, GRID, TILE_SIDE
 
 __all__ = [
     "ImageSource",
@@ -36,83 +34,14 @@ IMAGE_EXTENSIONS = frozenset(
     {".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp",
      ".ppm", ".pgm", ".pbm", ".pnm"}
 )
-CROP_SIZE = 224
-TILE_SIDE = (0.14, 0.7)  # side of a mosaic tile's square crop, as a fraction of the photograph's shorter side
-JITTER = (0.6, 1.4)  # colour saturation, brightness and contrast factors
-
 _OFFLINE_IMAGES = "a local image folder, a .parquet file of image bytes, or the built-in default (no --data)"
-
-
-def _skimage(name: str) -> Callable[[], np.ndarray]:
-    def load() -> np.ndarray:
-        import skimage.data
-
-        return getattr(skimage.data, name)()
-
-    return load
-
-
-def _skimage_stereo(index: int) -> Callable[[], np.ndarray]:
-    def load() -> np.ndarray:
-        import skimage.data
-
-        return skimage.data.stereo_motorcycle()[index]
-
-    return load
-
-
-def _sklearn(filename: str) -> Callable[[], np.ndarray]:
-    def load() -> np.ndarray:
-        from sklearn.datasets import load_sample_images
-
-        sample = load_sample_images()
-        for path, image in zip(sample.filenames, sample.images, strict=True):
-            if Path(path).name == filename:
-                return image
-        raise FileNotFoundError(filename)
-
-    return load
-
-
-# The colour photographs that ship inside the scikit-image and scikit-learn wheels and load
-# without a download. Grayscale pictures (camera, moon, coins, ...) are left out, in line with
-# the paper keeping RGB images only; so are drawings and synthetic images (logo, colorwheel).
-# A photograph that fails to load is skipped and left out of the source's name.
-BUILTIN_PHOTOS: tuple[tuple[str, Callable[[], np.ndarray]], ...] = (
-    ("astronaut", _skimage("astronaut")),
-    ("chelsea", _skimage("chelsea")),
-    ("coffee", _skimage("coffee")),
-    ("rocket", _skimage("rocket")),
-    ("hubble_deep_field", _skimage("hubble_deep_field")),
-    ("immunohistochemistry", _skimage("immunohistochemistry")),
-    ("retina", _skimage("retina")),
-    ("motorcycle_left", _skimage_stereo(0)),
-    ("motorcycle_right", _skimage_stereo(1)),
-    ("china.jpg", _sklearn("china.jpg")),
-    ("flower.jpg", _sklearn("flower.jpg")),
-)
-_SKLEARN_NAMES = {"china.jpg", "flower.jpg"}
-
-
-@functools.lru_cache(maxsize=1)
-def _load_builtin_photos() -> tuple[tuple[str, Image.Image], ...]:
-    photos = []
-    for name, load in BUILTIN_PHOTOS:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                array = np.asarray(load())
-        except Exception:  # e.g. a picture that would need a download: skip it
-            continue
-        if array.ndim != 3 or array.shape[2] != 3:
-            continue
-        photos.append((name, Image.fromarray(np.ascontiguousarray(array, dtype=np.uint8), "RGB")))
-    return tuple(photos)
 
 
 def _decode(value: Any, base: Path | None = None) -> Image.Image | None:
     """An RGB image from a PIL image, bytes, a path, or a {"bytes", "path"} dict; None when it
-    cannot be decoded or is not RGB."""
+    cannot be decoded or is not RGB. The sources call it on a pool of threads
+    (:func:`~._common.ordered_map`), keeping their order; PIL's warnings about odd files go
+    through the process's warning filters (``warnings.catch_warnings`` is not thread-safe)."""
     try:
         if isinstance(value, Image.Image):
             image = value
@@ -130,10 +59,8 @@ def _decode(value: Any, base: Path | None = None) -> Image.Image | None:
                 value = Path(value).read_bytes()
             if not isinstance(value, (bytes, bytearray, memoryview)):
                 return None
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                image = Image.open(io.BytesIO(bytes(value)))
-                image.load()
+            image = Image.open(io.BytesIO(bytes(value)))
+            image.load()
     except (OSError, UnidentifiedImageError, ValueError, SyntaxError, Image.DecompressionBombError):
         return None
     return image if image.mode == "RGB" else None
@@ -195,80 +122,52 @@ class ImageSource:
 
 
 class BuiltinImages(ImageSource):
-    """Seeded 224 x 224 mosaics of random crops of the colour photographs in ``BUILTIN_PHOTOS``.
+    """Seeded 224 x 224 mosaics of 3 x 3 independent random crops of the colour photographs in
+    ``BUILTIN_PHOTOS`` (turned, flipped and colour-jittered; :mod:`.mosaics` says exactly how).
 
-    Each image is a 3 x 3 grid of tiles; each tile is an independent square crop of a photograph
-    chosen uniformly (side uniform in ``TILE_SIDE`` of the photograph's shorter side, uniform
-    position), turned by a multiple of 90 degrees, flipped with probability 0.5 and jittered in
-    colour saturation, brightness and contrast (factors uniform in ``JITTER``), all from
-    ``numpy.random.default_rng(derive_seed(seed, "data"))``. A handful of photographs cropped one
-    at a time gives feature sets far less diverse than a real image collection (nearby crops of
-    one photograph are nearly collinear after a random embedding); tiles of independent crops
-    restore enough diversity for the paper's Table 1 pattern to show. Repeated parameters are redrawn, so the
-    images are distinct; they are made while iterating and only the photographs are held.
+    A handful of photographs cropped one at a time gives feature sets far less diverse than a real
+    image collection (nearby crops of one photograph are nearly collinear after a random
+    embedding); tiles of independent crops restore enough diversity for the paper's Table 1
+    pattern to show. The images are distinct, made ``CHUNK`` at a time while iterating with
+    integer torch operations on ``device`` (the CPU by default), and the same bits on every device
+    for a seed; only the photographs' pyramids are held.
     """
 
-    GRID = 3
+    GRID = GRID
 
-    def __init__(self, limit: int = 2000, seed: int = 0) -> None:
-        self.photos = _load_builtin_photos()
-        if not self.photos:
-            raise DataError("the built-in photographs (scikit-image, scikit-learn) could not be loaded")
+    def __init__(self, limit: int = 2000, seed: int = 0, device: Any = None) -> None:
+        from .mosaics import load_photos
+
+        found = load_photos()
+        if not found:
+            raise DataError("the built-in photographs (scikit-image, scikit-learn) could not be found")
+        self.photos = tuple((name, array) for name, _, array in found)
         self.seed = seed
-        names = [n for n, _ in self.photos]
-        sk = [n.replace("_", " ") for n in names if n not in _SKLEARN_NAMES]
-        sl = [n for n in names if n in _SKLEARN_NAMES]
+        self.device = str(device) if device is not None else "cpu"
         parts = []
-        if sk:
-            parts.append(f"scikit-image ({', '.join(sk)})")
-        if sl:
-            parts.append(f"scikit-learn ({', '.join(sl)})")
+        for package, label in (("skimage", "scikit-image"), ("sklearn", "scikit-learn")):
+            names = [n.replace("_", " ") if package == "skimage" else n for n, p, _ in found if p == package]
+            if names:
+                parts.append(f"{label} ({', '.join(names)})")
         name = (
-            f"built-in: {limit} seeded {CROP_SIZE}x{CROP_SIZE} mosaics (seed {seed}) of {self.GRID}x{self.GRID} "
+            f"built-in: {limit} seeded {CROP_SIZE}x{CROP_SIZE} mosaics (seed {seed}) of {GRID}x{GRID} "
             f"independent random square crops ({TILE_SIDE[0]:.0%}-{TILE_SIDE[1]:.0%} of the shorter side, rotated by "
-            f"multiples of 90 degrees, flipped, colour/brightness/contrast jittered) of {len(names)} colour "
+            f"multiples of 90 degrees, flipped, colour/brightness/contrast jittered) of {len(found)} colour "
             f"photographs shipped with {' and '.join(parts)} (offline default; not a real image collection)"
         )
         super().__init__(name, limit, total=limit)
 
-    def _tile_params(self, rng: np.random.Generator) -> tuple:
-        index = int(rng.integers(len(self.photos)))
-        width, height = self.photos[index][1].size
-        side = max(16, int(round(min(width, height) * rng.uniform(*TILE_SIDE))))
-        side = min(side, width, height)
-        left = int(rng.integers(0, width - side + 1))
-        top = int(rng.integers(0, height - side + 1))
-        turns = int(rng.integers(4))
-        flip = bool(rng.random() < 0.5)
-        jitter = tuple(round(float(rng.uniform(*JITTER)), 4) for _ in range(3))
-        return index, left, top, side, turns, flip, jitter
+    def arrays(self) -> Iterator:
+        """The images as ``(m, 224, 224, 3)`` uint8 tensors on ``device``, chunk by chunk (endless:
+        iterate the source itself for ``limit`` images)."""
+        from .mosaics import atlas, mosaics
 
-    def _tile(self, params: tuple, size: int) -> Image.Image:
-        from PIL import ImageEnhance
-
-        index, left, top, side, turns, flip, (color, bright, contrast) = params
-        im = self.photos[index][1].resize((size, size), Image.Resampling.BILINEAR, box=(left, top, left + side, top + side))
-        if turns:
-            im = im.rotate(90 * turns)
-        if flip:
-            im = im.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        im = ImageEnhance.Color(im).enhance(color)
-        im = ImageEnhance.Brightness(im).enhance(bright)
-        return ImageEnhance.Contrast(im).enhance(contrast)
+        return mosaics(self.seed, atlas(self.device))
 
     def _generate(self) -> Iterator[Image.Image]:
-        rng = data_rng(self.seed)
-        seen: set[tuple] = set()
-        step = CROP_SIZE // self.GRID
-        while True:
-            params = tuple(self._tile_params(rng) for _ in range(self.GRID * self.GRID))
-            if params in seen:
-                continue
-            seen.add(params)
-            canvas = Image.new("RGB", (CROP_SIZE, CROP_SIZE))
-            for i, p in enumerate(params):
-                canvas.paste(self._tile(p, step), ((i % self.GRID) * step, (i // self.GRID) * step))
-            yield canvas
+        for chunk in self.arrays():
+            for array in chunk.cpu().numpy():
+                yield Image.fromarray(array, "RGB")
 
 
 class ImageFolder(ImageSource):
@@ -294,17 +193,7 @@ class ImageFolder(ImageSource):
         )
 
     def _generate(self) -> Iterator[Image.Image]:
-        for path in self.files:
-            image = None
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    with Image.open(path) as opened:
-                        opened.load()
-                        if opened.mode == "RGB":
-                            image = opened
-            except (OSError, UnidentifiedImageError, ValueError, SyntaxError, Image.DecompressionBombError):
-                image = None
+        for image in ordered_map(_decode, self.files):
             if image is None:
                 self.skipped += 1
                 continue
@@ -360,13 +249,13 @@ class ParquetImages(ImageSource):
 
         try:
             reader = pq.ParquetFile(self.path)
-            for batch in reader.iter_batches(batch_size=64, columns=[self.column]):
-                for value in batch.column(0).to_pylist():
-                    image = _decode(value, base=self.path.parent)
-                    if image is None:
-                        self.skipped += 1
-                        continue
-                    yield image
+            values = (v for batch in reader.iter_batches(batch_size=64, columns=[self.column])
+                      for v in batch.column(0).to_pylist())
+            for image in ordered_map(lambda v: _decode(v, base=self.path.parent), values):
+                if image is None:
+                    self.skipped += 1
+                    continue
+                yield image
         except OSError as exc:
             raise DataError(f"reading parquet file {self.path} failed: {one_line(exc, 300, first_line=True)}") from None
 
@@ -404,7 +293,7 @@ class HubImages(ImageSource):
         where = f"dataset folder {data}" if is_local(data) else f"hub dataset {data}"
         super().__init__(f"{where} split {split} (streamed, RGB only)", limit)
 
-    def _generate(self) -> Iterator[Image.Image]:
+    def _values(self) -> Iterator[Any]:
         for row in stream_rows(self.dataset, self.data):
             if self.column is None:
                 self.column = next((c for c in ("image", "img") if c in row), None)
@@ -412,7 +301,10 @@ class HubImages(ImageSource):
                 wanted = f"column '{self.column}'" if self.column else "'image' or 'img' column"
                 raise DataError(f"dataset '{self.data}' has no {wanted}; its columns: "
                                 f"{', '.join(row)} (name one with image_column)")
-            image = _decode(row[self.column])
+            yield row[self.column]
+
+    def _generate(self) -> Iterator[Image.Image]:
+        for image in ordered_map(_decode, self._values()):
             if image is None:
                 self.skipped += 1
                 continue
@@ -431,10 +323,11 @@ def _has_dataset_files(root: Path) -> bool:
 
 
 def image_source(data: str | None = None, *, split: str = "train", limit: int = 2000, seed: int = 0,
-                 image_column: str | None = None) -> ImageSource:
+                 image_column: str | None = None, device: Any = None) -> ImageSource:
     """The image source that ``data`` names.
 
-    - ``None`` or ``"builtin"``: the built-in offline default (:class:`BuiltinImages`; uses ``seed``);
+    - ``None`` or ``"builtin"``: the built-in offline default (:class:`BuiltinImages`; uses ``seed``,
+      synthesised on ``device``, the CPU by default: the same images on every device);
     - an existing folder: its image files, recursively (:class:`ImageFolder`); a folder with no
       image files but parquet/arrow files is read as a Hugging Face dataset folder (below);
     - a ``.parquet`` file: a column of encoded images (:class:`ParquetImages`; ``image_column``);
@@ -449,7 +342,7 @@ def image_source(data: str | None = None, *, split: str = "train", limit: int = 
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise InputError(f"limit must be a positive number of images, got {limit!r}")
     if is_builtin(data):
-        return BuiltinImages(limit=limit, seed=seed)
+        return BuiltinImages(limit=limit, seed=seed, device=device)
     kind, target = classify(data)
     if kind == "dir":
         if not _has_image_files(target) and _has_dataset_files(target):

@@ -1,0 +1,111 @@
+"""Tests for mhaaudit.sources.mosaics: the built-in images' integer synthesis (same bits on every
+device, exact orientation, bilinear sampling against a float reference) and its imports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from mhaaudit.sources import mosaics as M
+from mhaaudit.sources._common import data_rng
+
+
+def _devices() -> list[str]:
+    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(scope="module")
+def atlas():
+    return M.atlas("cpu")
+
+
+def _params(atlas, count=4, seed=7):
+    return M.draw_params(data_rng(seed), count, atlas.sizes)
+
+
+def test_photos_found_without_importing_their_packages():
+    code = ("import sys; from mhaaudit.sources.images import BuiltinImages; "
+            "s = BuiltinImages(limit=3); imgs = list(s); "
+            "print(len(imgs), len(s.photos), 'sklearn' in sys.modules, 'skimage' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] == "3" and int(out[1]) >= 8
+    assert out[2:] == ["False", "False"]
+
+
+@pytest.mark.parametrize("device", _devices())
+def test_same_bits_on_every_device(atlas, device):
+    params = _params(atlas, count=8)
+    reference = M.synthesize(params, atlas)
+    assert reference.dtype == torch.uint8 and reference.shape == (8, 224, 224, 3) and reference.device.type == "cpu"
+    other = M.synthesize(params, M.atlas(device))
+    assert other.device.type == torch.device(device).type
+    assert torch.equal(other.cpu(), reference)
+
+
+def test_chunks_do_not_depend_on_the_reader(atlas):
+    first = torch.cat([x for _, x in zip(range(2), M.mosaics(5, atlas))])
+    again = torch.cat([x for _, x in zip(range(2), M.mosaics(5, atlas))])
+    assert torch.equal(first, again) and first.shape[0] == 2 * M.CHUNK
+    assert not torch.equal(first[:4], next(M.mosaics(6, atlas))[:4])
+
+
+def _top_left(params, atlas):
+    return M.synthesize(params, atlas)[0, : M.TILE, : M.TILE]
+
+
+@pytest.mark.parametrize("turns", [0, 1, 2, 3])
+@pytest.mark.parametrize("flip", [False, True])
+def test_turns_and_flips_sample_the_turned_tile(atlas, turns, flip):
+    params = {k: v[:1].copy() for k, v in _params(atlas).items()}
+    params["turns"][:] = 0
+    params["flip"][:] = False
+    plain = _top_left(params, atlas)
+    params["turns"][:] = turns
+    params["flip"][:] = flip
+    expected = torch.rot90(plain, turns, dims=(0, 1))
+    if flip:
+        expected = expected.flip(1)
+    assert torch.equal(_top_left(params, atlas), expected)
+
+
+def test_bilinear_sampling_matches_a_float_reference(atlas):
+    photo = np.asarray([name for name, _, _ in M.load_photos()].index("astronaut"))
+    params = {k: v[:1].copy() for k, v in _params(atlas).items()}
+    params["photo"][:] = photo
+    params["side"][:] = 120  # level 0: shrink factor 1.6
+    params["left"][:], params["top"][:] = 100, 60
+    params["turns"][:], params["flip"][:] = 0, False
+    params["jitter"][:] = 1.0  # the identity colour map: A = 4096, B = C = 0
+    got = _top_left(params, atlas).numpy().astype(float)
+    image = M.load_photos()[int(photo)][2].astype(float)
+    pos = (np.arange(M.TILE) + 0.5) * 120 / M.TILE - 0.5
+    ys, xs = 60 + pos, 100 + pos
+    y0, x0 = np.floor(ys).astype(int), np.floor(xs).astype(int)
+    fy, fx = (ys - y0)[:, None, None], (xs - x0)[None, :, None]
+    ref = ((1 - fy) * ((1 - fx) * image[y0][:, x0] + fx * image[y0][:, x0 + 1])
+           + fy * ((1 - fx) * image[y0 + 1][:, x0] + fx * image[y0 + 1][:, x0 + 1]))
+    assert np.abs(got - ref).max() <= 4.5  # weights in steps of 1/64 pixel
+    assert np.abs(got - ref).mean() < 0.6
+
+
+def test_colour_coefficients_compose_the_three_enhancements():
+    jitter = np.array([[[1.0, 1.0, 1.0], [0.5, 1.0, 1.0], [1.0, 1.2, 0.8]]])
+    a, b, c = M._colour_coefficients(jitter).T
+    assert (a[0], b[0], c[0]) == (4096, 0, 0)
+    assert (a[1], b[1], c[1]) == (2048, 2048, 0)  # half saturation: half the colour, half the luma
+    assert (a[2], b[2], c[2]) == (round(0.96 * 4096), 0, round(0.2 * 1.2 * 4096))
+
+
+def test_pyramid_levels_are_rounded_means(atlas):
+    i = 0
+    h, w = atlas.heights[i, 1], atlas.widths[i, 1]
+    level1 = atlas.table[atlas.offsets[i, 1]: atlas.offsets[i, 1] + h * w]
+    mask = (1 << M._LANE) - 1
+    red = (level1 & mask).view(h, w)
+    photo = torch.as_tensor(M.load_photos()[i][2][: 2 * h, : 2 * w, 0].astype(np.int64))
+    expected = (photo.view(h, 2, w, 2).sum((1, 3)) + 2) // 4
+    assert torch.equal(red, expected)
