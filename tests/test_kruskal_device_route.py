@@ -121,6 +121,7 @@ def test_batched_route_does_not_depend_on_blocks_per_call_or_the_gram_route(monk
 
 def test_rank_decisions_run_without_tf32(monkeypatch):
     from mhaaudit.kruskal import fixed, sweep
+    from mhaaudit.numerics import tf32_is_off
 
     monkeypatch.setenv(KERNELS_ENV, "torch")
     seen = []
@@ -128,22 +129,23 @@ def test_rank_decisions_run_without_tf32(monkeypatch):
 
     def spy(real):
         def inner(*a, **kw):
-            seen.append((torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32))
+            seen.append(tf32_is_off())
             return real(*a, **kw)
         return inner
 
     monkeypatch.setattr(fixed, "decide_full_rank", spy(real_fixed))
     monkeypatch.setattr(sweep, "_critical_sizes", spy(real_sweep))
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    saved = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")  # a user's setting: TF32 allowed
     try:
+        assert not tf32_is_off()
         X = dominant(100, 20, 1)
         subset_test(X, 15, samples=200, seed=0)
         kruskal_sweep(X, samples=100, seed=0)
-        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32  # restored on exit
+        assert torch.get_float32_matmul_precision() == "high"  # restored on exit
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-    assert seen and all(flags == (False, False) for flags in seen)
+        torch.set_float32_matmul_precision(saved)
+    assert seen and all(seen)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -100,7 +100,7 @@ def test_duplicate_images_are_dropped_before_the_forward_pass_unless_kept(vit_di
 
 
 def _precision() -> tuple:
-    from mhaaudit.models.probe import _precision_settings
+    from mhaaudit.numerics.rule import _precision_settings
 
     return (torch.get_float32_matmul_precision(),) + tuple(obj.fp32_precision for obj in _precision_settings())
 

@@ -23,7 +23,7 @@ import torch
 
 from .. import validate
 from ..distributed import shared
-from ..numerics import (Decision, RankRule, Scaled, decide_full_rank, gram_rank, lapack, scaled, svd_rank, tf32_off,
+from ..numerics import (Decision, RankRule, Scaled, decide_full_rank, gram_rank, lapack, scaled, svd_rank, tf32_is_off, tf32_off,
                         with_numerics)
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, device_name, resolve_device
 from .bounds import set_stats
@@ -107,7 +107,7 @@ def _decided_draws(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, 
     def decide(sub):
         deficient_first = seen[1] * 2 > seen[0]
         if entries is None:
-            assert not torch.backends.cuda.matmul.allow_tf32, "a rank decision never runs in TF32"
+            assert tf32_is_off(), "a rank decision never runs in TF32"
             lam_lo = (gram.proj_t[sub] ** 2).sum(-1)  # sigma_max^2 >= ||X_S u||^2 for the top direction u
             return sub, decide_full_rank(gram.sub(sub), lambda j: gram.rows(sub[j]), k, d, rule, delta=1e-6,
                                          deficient_first=deficient_first, lam_lo=lam_lo)

@@ -22,7 +22,7 @@ import torch
 from .. import validate
 from ..distributed import shared
 from ..numerics import (TINY_GRAM, RankRule, cholesky_margins, decide_prefix_full_rank, lambda_max_bounds, lapack, scaled,
-                        tf32_off, with_numerics)
+                        tf32_is_off, tf32_off, with_numerics)
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, device_name, resolve_device
 from .bounds import babel_floor, set_stats
 from .fixed import shrink_witness
@@ -147,7 +147,7 @@ def _critical_sizes_of_draws(gram: Gram, K: int, samples: int, seed: int, rule: 
         if kernel is not None:  # one draw at a time, LAPACK through ctypes
             kstar, rc = kernel.draws(idx.numpy())
             return idx, torch.from_numpy(kstar), rc
-        assert not torch.backends.cuda.matmul.allow_tf32, "a rank decision never runs in TF32"
+        assert tf32_is_off(), "a rank decision never runs in TF32"
         kstar, rc = _critical_sizes(gram.sub(idx), gram.proj_t[idx], lambda j, m: gram.rows(idx[j, :m]), d, rule)
         return idx, kstar, rc
 

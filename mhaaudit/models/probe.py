@@ -22,6 +22,7 @@ from torch import nn
 
 from .. import validate
 from ..errors import InputError, ModelError
+from ..numerics.rule import tf32_off
 
 __all__ = ["ModelInfo", "ProbedModel", "full_float32", "measure_image_tokens", "measure_tokens", "no_tf32", "prepare_module"]
 
@@ -55,46 +56,7 @@ class _StopForward(Exception):
     """Raised from a hook once the deepest requested block has run."""
 
 
-# Where torch has the per-backend precision settings (2.9 and later), they are the ones to set:
-# reading a legacy flag after one of them was set raises, and cuDNN convolutions (ViT's patch
-# embedding) default to TF32 there.
-_FP32_PRECISION = (("cuda", "matmul"), ("cudnn", "conv"), ("cudnn", "rnn"), ("mkldnn", "matmul"),
-                   ("mkldnn", "conv"), ("mkldnn", "rnn"))
-
-
-def _precision_settings() -> list:
-    found = []
-    for backend, op in _FP32_PRECISION:
-        obj = getattr(getattr(torch.backends, backend, None), op, None)
-        if obj is not None and isinstance(getattr(obj, "fp32_precision", None), str):
-            found.append(obj)
-    return found
-
-
-@contextlib.contextmanager
-def full_float32() -> Iterator[None]:
-    """Float32 arithmetic at full precision while it runs, on every backend, and the settings
-    restored after: no TF32 in CUDA matmuls and cuDNN convolutions, no bf16/TF32 in oneDNN,
-    ``torch.get_float32_matmul_precision() == "highest"``. Features that feed a rank decision are
-    computed inside it. Setting these flags is harmless without a GPU, so it always runs."""
-    settings = _precision_settings()
-    saved = (torch.get_float32_matmul_precision(), [obj.fp32_precision for obj in settings])
-    legacy_cudnn = None if settings else torch.backends.cudnn.allow_tf32  # torch < 2.9
-    try:
-        torch.set_float32_matmul_precision("highest")
-        for obj in settings:
-            obj.fp32_precision = "ieee"
-        if legacy_cudnn is not None:  # pragma: no cover - torch < 2.9
-            torch.backends.cudnn.allow_tf32 = False
-        yield
-    finally:
-        torch.set_float32_matmul_precision(saved[0])
-        for obj, old in zip(settings, saved[1]):
-            obj.fp32_precision = old
-        if legacy_cudnn is not None:  # pragma: no cover
-            torch.backends.cudnn.allow_tf32 = legacy_cudnn
-
-
+full_float32 = tf32_off  # the forward pass that feeds a rank decision runs at full float32 precision
 no_tf32 = full_float32  # the former name
 
 

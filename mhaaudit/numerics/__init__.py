@@ -24,7 +24,7 @@ from .certificates import (
     rounding_margin,
     svd_rank,
 )
-from .rule import RankRule, numerics, subnormals_kept, tf32_off, with_numerics
+from .rule import RankRule, numerics, subnormals_kept, tf32_is_off, tf32_off, with_numerics
 from .scale import Scaled, exponent_of, ldexp, row_norms, scaled
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "scaled",
     "subnormals_kept",
     "svd_rank",
+    "tf32_is_off",
     "tf32_off",
     "with_numerics",
 ]

@@ -20,7 +20,7 @@ import torch
 
 from .. import validate
 
-__all__ = ["RankRule", "numerics", "subnormals_kept", "tf32_off", "with_numerics"]
+__all__ = ["RankRule", "numerics", "subnormals_kept", "tf32_is_off", "tf32_off", "with_numerics"]
 
 _STATE = threading.local()  # how deep each thread is inside ``numerics`` (flushing is per thread)
 
@@ -57,20 +57,53 @@ def numerics(threads: int | None = None):
             torch.set_flush_denormal(False)
 
 
+# Where torch has the per-backend precision settings (2.9 and later), they are the ones to set:
+# reading a legacy flag after one of them was set raises, and cuDNN convolutions (ViT's patch
+# embedding) default to TF32 there.
+_FP32_PRECISION = (("cuda", "matmul"), ("cudnn", "conv"), ("cudnn", "rnn"), ("mkldnn", "matmul"),
+                   ("mkldnn", "conv"), ("mkldnn", "rnn"))
+
+
+def _precision_settings() -> list:
+    found = []
+    for backend, op in _FP32_PRECISION:
+        obj = getattr(getattr(torch.backends, backend, None), op, None)
+        if obj is not None and isinstance(getattr(obj, "fp32_precision", None), str):
+            found.append(obj)
+    return found
+
+
 @contextlib.contextmanager
 def tf32_off():
-    """TF32 off for CUDA matrix products and cuDNN convolutions inside (a process-wide setting,
-    restored on exit): a rank decision, and the forward pass that feeds one, never runs in
-    TF32. Harmless without CUDA."""
-    flags = (torch.backends.cuda.matmul, torch.backends.cudnn)
-    saved = [f.allow_tf32 for f in flags]
-    for f in flags:
-        f.allow_tf32 = False
+    """Float32 arithmetic at full precision inside, on every backend, and the settings restored
+    after (a process-wide setting): no TF32 in CUDA matmuls and cuDNN convolutions, no bf16/TF32
+    in oneDNN, ``torch.get_float32_matmul_precision() == "highest"``. A rank decision, and the
+    forward pass that feeds one, never runs in reduced precision. Harmless without a GPU."""
+    settings = _precision_settings()
+    saved = (torch.get_float32_matmul_precision(), [obj.fp32_precision for obj in settings])
+    legacy = None if settings else [(f, f.allow_tf32) for f in (torch.backends.cuda.matmul, torch.backends.cudnn)]
     try:
+        torch.set_float32_matmul_precision("highest")
+        for obj in settings:
+            obj.fp32_precision = "ieee"
+        for f, _ in legacy or ():  # pragma: no cover - torch < 2.9
+            f.allow_tf32 = False
         yield
     finally:
-        for f, v in zip(flags, saved):
-            f.allow_tf32 = v
+        torch.set_float32_matmul_precision(saved[0])
+        for obj, old in zip(settings, saved[1]):
+            obj.fp32_precision = old
+        for f, old in legacy or ():  # pragma: no cover
+            f.allow_tf32 = old
+
+
+def tf32_is_off() -> bool:
+    """Whether float32 matrix products run at full precision now (what :func:`tf32_off` sets)."""
+    settings = _precision_settings()
+    if settings:
+        return torch.get_float32_matmul_precision() == "highest" and all(
+            obj.fp32_precision == "ieee" for obj in settings if obj in (torch.backends.cuda.matmul, getattr(torch.backends.cudnn, "conv", None)))
+    return not torch.backends.cuda.matmul.allow_tf32  # pragma: no cover - torch < 2.9
 
 
 def _flushing() -> bool:
