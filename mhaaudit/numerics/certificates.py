@@ -60,9 +60,14 @@ def svd_rank(rows: torch.Tensor, rule: RankRule):
     Each matrix is divided by its own power of two first (``scale.exponent_of``: exact), and the
     absolute tolerance with it, so the rank does not depend on the matrix's scale. Returns
     ``(rank, sigma_min, sigma_max, tol, singular_values)`` in the units of ``rows``, where
-    ``sigma_min`` is the ``min(m, c)``-th singular value.
+    ``sigma_min`` is the ``min(m, c)``-th singular value (on the device of ``rows``).
+
+    Always computed on the CPU (LAPACK): only the few matrices whose decision sits within
+    rounding distance of the tolerance get here, for which a GPU SVD is slower, and the
+    reference decision is then the same bits on every device.
     """
-    x = rows.to(torch.float64)
+    dev = rows.device
+    x = rows.to(device="cpu", dtype=torch.float64)
     m, c = x.shape[-2], x.shape[-1]
     e = exponent_of(x, dims=(-2, -1))
     s = torch.linalg.svdvals(ldexp(x, -e[..., None, None]))
@@ -70,7 +75,8 @@ def svd_rank(rows: torch.Tensor, rule: RankRule):
     atol = ldexp(torch.full_like(smax, rule.atol_value), -e)
     tol = torch.maximum(smax * rule.rtol_for(m, c), atol)
     rank = (s > tol.unsqueeze(-1)).sum(-1)
-    return rank, ldexp(s[..., -1], e), ldexp(smax, e), ldexp(tol, e), ldexp(s, e[..., None])
+    out = rank, ldexp(s[..., -1], e), ldexp(smax, e), ldexp(tol, e), ldexp(s, e[..., None])
+    return tuple(t.to(dev) for t in out)
 
 
 def eigvalsh(G: torch.Tensor) -> torch.Tensor:
