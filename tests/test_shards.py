@@ -216,3 +216,13 @@ def test_partial_load_of_an_image_model(vit_dir):
     got = pm.capture(x, [0, 1])
     for k in (0, 1):
         torch.testing.assert_close(got[k], hs[k], rtol=0, atol=1e-6)
+
+
+def test_hub_shard_missing_is_one_error(llama_dir, tmp_path, monkeypatch):
+    folder = tmp_path / "served"
+    shutil.copytree(llama_dir, folder)
+    first = _weight_map(folder)["model.embed_tokens.weight"]
+    os.unlink(folder / first)
+    FakeHub("org/tiny-llama", folder, tmp_path / "cache").install(monkeypatch)
+    with pytest.raises(ModelError, match=f"index names {first}.*the hub has no such file"):
+        load_model("org/tiny-llama", weights="trained", max_layer=1, context_length=12, device="cpu")
