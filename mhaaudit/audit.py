@@ -362,10 +362,14 @@ def model_request(model: str, *, backend: str | None = None, weights: str | None
         context_length = validate.integer("--context-length", context_length)
     if query_index is not None:
         query_index = validate.integer("--query-index", query_index, minimum=None)
-    from .models.load import check_revision
+    from .models import resolve
+    from .models.load import check_hub_options, check_revision
 
+    revision = check_revision(revision)
+    if revision is not None or trust_remote_code:  # refused before any work when they cannot apply
+        check_hub_options(resolve(model, backend=backend, weights_path=weights), revision, trust_remote_code)
     return ModelRequest(model, backend=backend, weights_path=weights, context_length=context_length,
-                        query_index=query_index, revision=check_revision(revision), trust_remote_code=bool(trust_remote_code))
+                        query_index=query_index, revision=revision, trust_remote_code=bool(trust_remote_code))
 
 
 def data_request(data: str | None, split: str, limit, batch_size, keep_duplicates: bool = False) -> DataRequest:

@@ -128,6 +128,12 @@ CASES = [
     ("unknown-model", "check no-such-model-xyz", "vit-base"),
     ("unknown-variant", "check {vit} --variants bogus", "bogus"),
     ("capacity-heads", "capacity {vit} --heads 9", "at most 2"),
+    ("check-batch-size-word", "check {vit} --batch-size many", "--batch-size takes a positive integer or auto"),
+    ("capacity-batch-size-zero", "capacity {vit} --batch-size 0", "--batch-size takes a positive integer or auto"),
+    ("check-revision-on-folder", "check {vit} --revision main", "is a local folder"),
+    ("capacity-revision-on-folder", "capacity {vit} --revision v1", "is a local folder"),
+    ("kruskal-revision-on-folder", "kruskal --model {vit} --revision v1", "is a local folder"),
+    ("kruskal-remote-code-on-file", "kruskal {npy} --trust-remote-code", "--trust-remote-code has no effect"),
     ("memorize-empty-grid", "memorize", "the grid is empty"),
     ("memorize-values-without-vary", "memorize --sizes 16 --values 1,2", "--values needs --vary"),
 ]

@@ -146,10 +146,11 @@ def test_partial_load_of_other_layouts(tmp_path, kind):
 def test_single_safetensors_file_read_in_part(tmp_path):
     torch.manual_seed(0)
     folder = tmp_path / "one"
-    transformers.LlamaModel(_llama_config(4)).save_pretrained(str(folder))
+    transformers.LlamaModel(_llama_config(4)).to(torch.float16).save_pretrained(str(folder))
     pm = load_model(str(folder), weights="trained", max_layer=1, context_length=12, device="cpu")
     read = pm.info.weights_read
     assert read["files_total"] == 1 and read["bytes_read"] < read["bytes_total"]
+    assert read["stored_dtype"] == "float16" and next(pm.module.parameters()).dtype == torch.float32
     ids = _ids()
     assert torch.equal(pm.capture({"input_ids": ids}, [1])[1], _reference(folder, ids)[1])
 
@@ -216,3 +217,13 @@ def test_partial_load_of_an_image_model(vit_dir):
     got = pm.capture(x, [0, 1])
     for k in (0, 1):
         torch.testing.assert_close(got[k], hs[k], rtol=0, atol=1e-6)
+
+
+def test_hub_shard_missing_is_one_error(llama_dir, tmp_path, monkeypatch):
+    folder = tmp_path / "served"
+    shutil.copytree(llama_dir, folder)
+    first = _weight_map(folder)["model.embed_tokens.weight"]
+    os.unlink(folder / first)
+    FakeHub("org/tiny-llama", folder, tmp_path / "cache").install(monkeypatch)
+    with pytest.raises(ModelError, match=f"index names {first}.*the hub has no such file"):
+        load_model("org/tiny-llama", weights="trained", max_layer=1, context_length=12, device="cpu")

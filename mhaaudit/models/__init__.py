@@ -15,6 +15,8 @@ Where each concept lives:
 - ``load``: :func:`load_model`, the one entry point (argument checks, error mapping);
 - ``hf`` and ``timm_backend``: one module per backend (config, weights, tokenizer, images);
 - ``checkpoints``: reading state files and loading them only where they fit;
+- ``shards``: reading only the tensors the probed blocks use from a safetensors checkpoint
+  (sharded, single file, or the hub), and what was read;
 - ``random_init``: how random weights derive from the seed, independent of the depth built;
 - ``probe``: :class:`ProbedModel` and :class:`ModelInfo`; hooks, truncated depth, TF32 off;
 - ``attention``: :func:`first_attention`, one adapter per block layout reading key/query

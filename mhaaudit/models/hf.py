@@ -4,9 +4,11 @@ A :class:`~.registry.ModelSpec` with backend ``hf`` becomes a :class:`~.probe.Pr
 
 - the config comes from a local folder, the alias table (random weights, offline), the hub or
   the local cache; a weights folder with its own config must agree with it;
-- trained weights come from a folder (``from_pretrained``), a single state file (loaded
-  directly, or staged beside its config so that ``from_pretrained`` renames checkpoint keys),
-  or the hub; random weights are drawn as :mod:`.random_init` says;
+- trained weights come from a folder, a single state file or the hub: in safetensors form only
+  the tensors the probed blocks use are read (:mod:`.shards`); otherwise ``from_pretrained``
+  loads a folder, and a single file is loaded directly, or staged beside its config so that
+  ``from_pretrained`` renames checkpoint keys; random weights are drawn as :mod:`.random_init` says;
+- ``--revision`` and ``--trust-remote-code`` reach every hub read (config, weights, tokenizer);
 - ``max_layer`` builds only that many blocks; the n of a text model is the context length
   (at most the position embeddings; encoders default to 512), that of an image model is
   measured on a blank image;

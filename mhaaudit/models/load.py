@@ -24,7 +24,7 @@ from ..settings import resolve_device
 from .probe import ProbedModel
 from .registry import resolve
 
-__all__ = ["check_revision", "load_model"]
+__all__ = ["check_hub_options", "check_revision", "load_model"]
 
 _LIBRARY_ERRORS = (OSError, RuntimeError, ValueError, KeyError, TypeError, ImportError, AttributeError, AssertionError)
 
@@ -72,19 +72,11 @@ def load_model(
     revision = check_revision(revision)
     dev = resolve_device(device)
     spec = resolve(name, backend=backend, weights_path=weights_path)
-    hub_options = {"revision": revision, "trust_remote_code": bool(trust_remote_code)}
+    hub_options = check_hub_options(spec, revision, trust_remote_code)
     if spec.backend == "timm":
         from .timm_backend import load
-
-        used = [f"--{k.replace('_', '-')}" for k, v in hub_options.items() if v]
-        if used:
-            raise InputError(f"{', '.join(used)} applies to transformers models; {name} is a timm model")
-        hub_options = {}
     else:
         from .hf import hub_problem, load
-
-        if spec.local and revision is not None:
-            raise InputError(f"--revision names a branch, tag or commit of a hub model; {name} is a local folder")
     try:
         with _quiet():
             return load(spec, weights=weights, weights_path=weights_path, device=dev, context_length=context_length,
@@ -96,6 +88,19 @@ def load_model(
     except _LIBRARY_ERRORS as exc:
         problem = hub_problem(exc, name, revision) if spec.backend != "timm" else None
         raise (problem or ModelError(f"cannot load {name}: {one_line(exc, 240)}")) from exc
+
+
+def check_hub_options(spec, revision: str | None, trust_remote_code: bool) -> dict:
+    """The hub options of the backend ``spec`` resolves to; options that cannot apply are input errors."""
+    options = {"revision": revision, "trust_remote_code": bool(trust_remote_code)}
+    if spec.backend == "timm":
+        used = [f"--{k.replace('_', '-')}" for k, v in options.items() if v]
+        if used:
+            raise InputError(f"{', '.join(used)} applies to transformers models; {spec.name} is a timm model")
+        return {}
+    if spec.local and revision is not None:
+        raise InputError(f"--revision names a branch, tag or commit of a hub model; {spec.name} is a local folder")
+    return options
 
 
 def check_revision(revision) -> str | None:
