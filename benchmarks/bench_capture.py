@@ -7,7 +7,10 @@ probed through ``capture`` (forward hooks stop the pass after block 1).
 
 Prints the times and the ratio; asserts nothing. Run:
 
-    python benchmarks/bench_capture.py [--batch 16] [--repeats 3] [--device auto]
+    python benchmarks/bench_capture.py [--batch 16] [--repeats 3] [--device cpu|cuda|auto]
+
+Both sides run with TF32 off (:func:`mhaaudit.models.probe.full_float32`), as a rank decision
+needs; on a GPU the name of the GPU is printed.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import torch  # noqa: E402
 
 from mhaaudit.settings import device_name, resolve_device  # noqa: E402
 from mhaaudit.models import load_model  # noqa: E402
+from mhaaudit.models.probe import full_float32  # noqa: E402
 
 
 def _time(fn, repeats: int, device: torch.device) -> float:
@@ -43,7 +47,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--device", default="auto")
+    ap.add_argument("--device", default="auto", help="cpu, cuda (or cuda:N) or auto")
     args = ap.parse_args()
     device = resolve_device(args.device)
 
@@ -59,7 +63,7 @@ def main() -> None:
     inputs = {"pixel_values": px}
 
     def naive():
-        with torch.no_grad():
+        with torch.no_grad(), full_float32():
             return full.module(pixel_values=px, output_hidden_states=True).hidden_states[1]
 
     def ours_trunc():
@@ -78,7 +82,8 @@ def main() -> None:
     t_trunc = _time(ours_trunc, args.repeats, device)
     t_hooks = _time(ours_hooks, args.repeats, device)
 
-    print(f"device: {device_name(device)}, torch {torch.__version__}, threads {torch.get_num_threads()}")
+    gpu = f" ({torch.cuda.get_device_name(device)}, CUDA {torch.version.cuda})" if device.type == "cuda" else ""
+    print(f"device: {device_name(device)}{gpu}, torch {torch.__version__}, threads {torch.get_num_threads()}")
     print(f"random ViT-Base (ViTConfig()), batch {args.batch} x 3 x 224 x 224, median of {args.repeats}")
     print(f"load: full model {t_load_full:.2f} s, max_layer=1 build {t_load_trunc:.2f} s")
     print(f"naive full forward, output_hidden_states=True : {t_naive * 1e3:9.1f} ms")

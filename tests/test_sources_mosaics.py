@@ -46,11 +46,18 @@ def test_same_bits_on_every_device(atlas, device):
     assert torch.equal(other.cpu(), reference)
 
 
-def test_chunks_do_not_depend_on_the_reader(atlas):
-    first = torch.cat([x for _, x in zip(range(2), M.mosaics(5, atlas))])
-    again = torch.cat([x for _, x in zip(range(2), M.mosaics(5, atlas))])
-    assert torch.equal(first, again) and first.shape[0] == 2 * M.CHUNK
+def test_images_do_not_depend_on_the_reader(atlas):
+    first = torch.cat([x for _, x in zip(range(6), M.mosaics(5, atlas))])
+    again = torch.cat([x for _, x in zip(range(6), M.mosaics(5, atlas))])
+    assert torch.equal(first, again) and first.shape[0] == 6 * M.SLICE
     assert not torch.equal(first[:4], next(M.mosaics(6, atlas))[:4])
+    # whatever the consumer's batch size, the source yields the same images
+    from mhaaudit.sources import image_source
+
+    def digests(batch):
+        return [im.tobytes() for b in image_source(limit=37, seed=5).batches(batch) for im in b]
+
+    assert digests(5) == digests(32) == [bytes(x.numpy().tobytes()) for x in first[:37]]
 
 
 def _top_left(params, atlas):

@@ -35,7 +35,7 @@ from typing import Iterator
 
 import numpy as np
 
-__all__ = ["BUILTIN_PHOTOS", "CHUNK", "CROP_SIZE", "GRID", "JITTER", "TILE", "TILE_SIDE", "VERSION",
+__all__ = ["BUILTIN_PHOTOS", "CHUNK", "CROP_SIZE", "GRID", "JITTER", "SLICE", "TILE", "TILE_SIDE", "VERSION",
            "Atlas", "atlas", "draw_params", "load_photos", "mosaics", "synthesize"]
 
 VERSION = 2
@@ -45,6 +45,7 @@ TILE = -(-CROP_SIZE // GRID)  # 75: the 3 x 3 grid is 225 pixels wide, cropped t
 TILE_SIDE = (0.14, 0.7)  # side of a tile's square crop, as a fraction of the photograph's shorter side
 JITTER = (0.6, 1.4)  # colour saturation, brightness and contrast factors
 CHUNK = 32  # images whose parameters are drawn together
+SLICE = 8  # images synthesised together (about 25 MB of temporaries)
 MIN_SIDE = 16
 
 _W = 1 << 6  # unit of the bilinear weights (per axis): samples are placed to 1/64 pixel
@@ -124,15 +125,15 @@ class Atlas:
 
         self.device = torch.device(device)
         self.sizes = [(int(p.shape[0]), int(p.shape[1])) for p in photos]  # level-0 (height, width)
-        pyramids = []
+        pyramids = []  # packed int64 levels, built one at a time with numpy (exact integers)
         for p in photos:
-            level = torch.tensor(p, dtype=torch.int32, device=self.device)
-            pyramid = [level]
+            level = p.astype(np.uint16)
+            pyramid = [_pack(level)]
             while min(level.shape[:2]) // 2 >= TILE:
                 h, w = level.shape[0] // 2 * 2, level.shape[1] // 2 * 2
-                level = torch.div(level[:h, :w].reshape(h // 2, 2, w // 2, 2, 3).sum((1, 3)) + 2, 4,
-                                  rounding_mode="floor")
-                pyramid.append(level)
+                level = ((level[:h, :w].reshape(h // 2, 2, w // 2, 2, 3).sum((1, 3), dtype=np.uint16) + 2) // 4
+                         ).astype(np.uint16)
+                pyramid.append(_pack(level))
             pyramids.append(pyramid)
         self.depth = np.array([len(p) for p in pyramids], dtype=np.int64)
         self.levels = int(self.depth.max())
@@ -143,10 +144,17 @@ class Atlas:
             for l in range(self.levels):
                 level = pyramid[min(l, len(pyramid) - 1)]
                 if l < len(pyramid):
-                    start, at = at, at + level.shape[0] * level.shape[1]
-                self.offsets[i, l], self.heights[i, l], self.widths[i, l] = start, level.shape[0], level.shape[1]
-        rgb = torch.cat([level.reshape(-1, 3) for pyramid in pyramids for level in pyramid]).to(torch.int64)
-        self.table = rgb[:, 0] | (rgb[:, 1] << _LANE) | (rgb[:, 2] << (2 * _LANE))
+                    start, at = at, at + level.size
+                self.offsets[i, l], (self.heights[i, l], self.widths[i, l]) = start, level.shape
+        self.table = torch.from_numpy(np.concatenate([lv.reshape(-1) for pyr in pyramids for lv in pyr])).to(self.device)
+
+
+def _pack(level: np.ndarray) -> np.ndarray:
+    """``(H, W)`` int64 pixels with red, green and blue in 20-bit lanes."""
+    out = level[..., 0].astype(np.int64)
+    out |= level[..., 1].astype(np.int64) << _LANE
+    out |= level[..., 2].astype(np.int64) << (2 * _LANE)
+    return out
 
 
 def draw_params(rng: np.random.Generator, count: int, sizes: list[tuple[int, int]]) -> dict[str, np.ndarray]:
@@ -247,12 +255,15 @@ def synthesize(params: dict[str, np.ndarray], atlas: Atlas):
     base = t(atlas.offsets[photo, level])[:, None, None]
     wr, wc = wr[:, :, None], wc[:, None, :]
 
-    def tap(rows, cols):  # (N, TILE, TILE) packed pixels at the given positions
-        return atlas.table.index_select(0, (base + rows[:, :, None] + cols[:, None, :]).reshape(-1)).view(-1, TILE, TILE)
+    def tap(rows, cols, weight):  # (N, TILE, TILE) packed pixels at the given positions, times weight
+        where = (base + rows[:, :, None]) + cols[:, None, :]
+        return atlas.table.index_select(0, where.view(-1)).view(-1, TILE, TILE).mul_(weight)
 
     # one bilinear blend of packed pixels blends the three 20-bit lanes at once (no carries: every
-    # weight is non-negative and every lane stays below 255 * 64 * 64 < 2**20)
-    packed = (_W - wr) * ((_W - wc) * tap(r0, c0) + wc * tap(r0, c1)) + wr * ((_W - wc) * tap(r1, c0) + wc * tap(r1, c1))
+    # weight is non-negative and every lane stays below 255 * 64 * 64 < 2**20); in place, so that
+    # three (N, TILE, TILE) int64 buffers are alive at most
+    packed = tap(r0, c0, _W - wc).add_(tap(r0, c1, wc)).mul_(_W - wr)
+    packed.add_(tap(r1, c0, _W - wc).add_(tap(r1, c1, wc)).mul_(wr))
     mask, half = (1 << _LANE) - 1, (_W * _W) // 2
     rgb = [(((packed >> (_LANE * i)) & mask) + half).to(torch.int32) >> 12 for i in range(3)]
     del packed
@@ -274,8 +285,11 @@ def atlas(device: str = "cpu") -> Atlas:
 
 @contextlib.contextmanager
 def _one_thread(device) -> Iterator[None]:
-    """On the CPU, synthesise on one intra-op thread: the synthesis runs beside the forward pass,
-    which takes the cores (and a second team of threads on busy cores costs far more than it gives)."""
+    """On the CPU, synthesise on one intra-op thread. The synthesis runs on the pipeline's reader
+    thread beside the forward pass, which takes the cores; a second team of threads on the same
+    cores made it ten times slower on a busy 2-core machine. ``torch.set_num_threads`` sets the
+    calling thread's OpenMP and MKL thread counts (other running threads keep theirs) and the
+    default of threads not yet started; it is restored at once."""
     import torch
 
     if device.type != "cpu" or torch.get_num_threads() == 1:
@@ -290,9 +304,9 @@ def _one_thread(device) -> Iterator[None]:
 
 
 def mosaics(seed: int, where: Atlas) -> Iterator:
-    """Endless ``(m, 224, 224, 3)`` uint8 tensors (on the atlas's device) of distinct mosaics for
-    ``seed``, ``CHUNK`` drawn at a time; a drawn image whose parameters repeat an earlier image's
-    is dropped, so all are distinct."""
+    """Endless ``(m, 224, 224, 3)`` uint8 tensors (on the atlas's device, m <= ``SLICE``) of
+    distinct mosaics for ``seed``; their parameters are drawn ``CHUNK`` images at a time, and a
+    drawn image whose parameters repeat an earlier image's is dropped, so all are distinct."""
     from ._common import data_rng
 
     rng = data_rng(seed)
@@ -307,7 +321,7 @@ def mosaics(seed: int, where: Atlas) -> Iterator:
             if key not in seen:
                 seen.add(key)
                 keep.append(i)
-        if keep:
+        for i in range(0, len(keep), SLICE):
             with _one_thread(where.device):
-                images = synthesize({k: v[keep] for k, v in params.items()}, where)
+                images = synthesize({k: v[keep[i:i + SLICE]] for k, v in params.items()}, where)
             yield images
