@@ -18,7 +18,9 @@ Every random choice of a run derives from the one user seed through :func:`deriv
 - ``"model-init"``: random initialisation of a model's weights (``index``: none outside the blocks; k for block k)
 - ``"data"``: the built-in images, text example construction and sampling of data
 - ``"random-attention"``: the frozen random attention head of the paper's Table 1
-- ``"draws"``: Monte-Carlo block ``b`` of a Kruskal test or sweep (``index``: ``b``)
+- ``"draws"``: Monte-Carlo block ``b`` of a Kruskal test or sweep (``index``: ``b``); the result is
+  the 64-bit key of the counter-based generator ``numerics.philox`` whose stream r gives the
+  block's draw r, identically on every device (``kruskal.sampling.draw_blocks``)
 - ``"labels"``: the random labels of the capacity certificate
 - ``"memorize"``: a synthetic memorisation point (``index``: none; every point starts from the same stream)
 

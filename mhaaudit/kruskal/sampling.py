@@ -1,10 +1,12 @@
 """The Monte-Carlo draws and the Gram matrices they are decided from.
 
-* ``draw_block``: the seeded draws, in fixed blocks of ``DRAW_BLOCK``; block b has its own
-  generator, seeded with ``derive_seed(seed, "draws", b)``, so the draws for a seed never depend
-  on batch sizes, worker count, device or how many samples are asked for (a prefix of a longer
-  run is the shorter run). The draws are uniform k-subsets; which subsets are drawn is random,
-  so every fraction computed from them is an estimate.
+* ``draw_blocks``: the seeded draws, in fixed blocks of ``DRAW_BLOCK``; row r of block b is
+  stream r of the counter-based generator ``numerics.philox`` keyed by
+  ``derive_seed(seed, "draws", b)``, so the draws for a seed never depend on batch sizes, worker
+  count, number of processes, device or how many samples are asked for (a prefix of a longer run
+  is the shorter run), and are drawn where they are decided (bit-identical on the CPU and on
+  CUDA). The draws are uniform k-subsets; which subsets are drawn is random, so every fraction
+  computed from them is an estimate.
 * ``blocks_in_order``: processes those blocks in parallel and yields them in block order; under
   torchrun the ranks divide the groups of blocks (``units``) among them and gather each round's
   results, so every rank sees every block's result, in order, as one process does.
@@ -18,19 +20,21 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from typing import Callable
 
 import numpy as np
 import torch
 
 from ..errors import InputError
-from ..numerics import lapack, numerics
+from ..numerics import lapack, numerics, philox
+from ..numerics.philox import split_key
 from ..settings import derive_seed
 
 __all__ = ["DRAW_BLOCK", "FULL_GRAM_MAX_BYTES", "Gram", "Progress", "as_matrix", "block_specs", "blocks_in_order",
-           "chunk_size", "draw_block", "full_gram_bytes", "units"]
+           "chunk_size", "draw_block", "draw_blocks", "full_gram_bytes", "units"]
 
-DRAW_BLOCK = 64  # draws come in fixed blocks, each with its own seeded generator
+DRAW_BLOCK = 64  # draws come in fixed blocks, each with its own generator key
 FULL_GRAM_MAX_BYTES = 512 << 20  # the full T x T float64 Gram is formed up to this size (T <= 8192)
 
 Progress = Callable[[int], None]
@@ -116,20 +120,81 @@ class Gram:
         return self.X[idx]
 
 
-def draw_block(T: int, k: int, seed: int, block: int, size: int, sort: bool) -> torch.Tensor:
-    """Block ``block`` of the draws for ``seed``: ``size`` rows of k distinct row indices.
+def draw_block(T: int, k: int, seed: int, block: int, size: int, sort: bool,
+               device: torch.device | str = "cpu") -> torch.Tensor:
+    """Block ``block`` of the draws for ``seed``: ``size`` rows of k distinct row indices (:func:`draw_blocks`)."""
+    return draw_blocks(T, k, seed, [(block, size)], sort, device)
 
-    Each block has its own generator, seeded with ``derive_seed(seed, "draws", block)`` (the one
-    seed rule of ``mhaaudit.settings``), so blocks can be drawn in any order and in parallel and the draws never depend on batch sizes. A row is the
-    k largest of T uniform keys: a uniformly random k-subset, in random order (a random
+
+def draw_blocks(T: int, k: int, seed: int, group, sort: bool, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The draws of the blocks ``group`` (``(block, size)`` pairs), one after another, on ``device``.
+
+    Row r of block b is a stream of the counter-based generator ``numerics.philox`` under the key
+    ``derive_seed(seed, "draws", b)`` (the one seed rule of ``mhaaudit.settings``), stream number
+    r: a pure function of (seed, b, r), bit-identical on every device, whatever the batch, the
+    thread count or the number of processes (a prefix of a longer run is the shorter run). Each
+    row is a uniformly random k-subset of the T rows in uniformly random order (a random
     ordering's prefixes for the sweep), or sorted (``sort``: a subset is a set, and sorted
-    indices make the Gram gather cache-friendly).
+    indices make the Gram gather cache-friendly):
+
+    * k <= T / 2: the first k distinct values of the stream's uniform integers below T
+      (``philox.bounded``), in order of first appearance; by symmetry they are a uniformly random
+      ordered k-subset. About k + k^2 / 2T values are read (``_candidates``: more if needed).
+    * k > T / 2: the k largest of T distinct random sort keys (``philox.sort_keys``), in order.
+
+    Both are uniform up to the generator's 64-bit resolution (deviations below T^2 2^-64).
     """
-    gen = torch.Generator(device="cpu").manual_seed(derive_seed(seed, "draws", block))
-    keys = torch.rand(size, T, generator=gen)
+    device = torch.device(device)
+    keys = [split_key(derive_seed(seed, "draws", b)) for b, _ in group]
+    sizes = [size for _, size in group]
+    k0 = torch.tensor([w[0] for w, n in zip(keys, sizes) for _ in range(n)], dtype=torch.int64, device=device)
+    k1 = torch.tensor([w[1] for w, n in zip(keys, sizes) for _ in range(n)], dtype=torch.int64, device=device)
+    stream = torch.cat([torch.arange(n, dtype=torch.int64) for n in sizes]).to(device)
+    if 2 * k <= T:
+        out = _first_distinct(k0, k1, stream, T, k)
+        return out.sort(dim=1).values if sort else out
+    hi, lo = philox.pairs(k0, k1, stream, 0, T)
+    keyed = philox.sort_keys(hi, lo, torch.arange(T, dtype=torch.int64, device=device), max(1, (T - 1).bit_length()))
     if sort:
-        return keys.topk(k, dim=1, sorted=False).indices.sort(dim=1).values
-    return keys.topk(k, dim=1).indices
+        return keyed.topk(k, dim=1, sorted=False).indices.sort(dim=1).values
+    return keyed.topk(k, dim=1).indices
+
+
+@functools.lru_cache(maxsize=64)
+def _candidates(T: int, k: int) -> int:
+    """Values of a stream read at first to find k distinct ones below T: the mean of that count
+    plus six standard deviations (it is a sum of geometric variables), even."""
+    mean = sum(T / (T - i) for i in range(k))
+    var = sum(T * i / (T - i) ** 2 for i in range(k))
+    m = int(math.ceil(mean + 6 * math.sqrt(var))) + 4
+    return m + (m & 1)
+
+
+def _first_distinct(k0: torch.Tensor, k1: torch.Tensor, stream: torch.Tensor, T: int, k: int) -> torch.Tensor:
+    """For each stream, its first k distinct uniform integers below T, in order of first appearance.
+
+    Reads ``_candidates(T, k)`` values of every stream; the rare stream with fewer than k distinct
+    among them is read further (twice as far each time: the values read before are the same), so
+    the result never depends on how far streams were read.
+    """
+    N = stream.shape[0]
+    out = torch.empty(N, k, dtype=torch.int64, device=stream.device)
+    todo = torch.arange(N, device=stream.device)
+    m = _candidates(T, k)
+    while todo.numel():
+        if m > 64 * T:  # pragma: no cover - probability far below 2^-64
+            raise RuntimeError("the draw generator found too few distinct values")
+        cand = philox.bounded(*philox.pairs(k0[todo], k1[todo], stream[todo], 0, m), T)
+        pos = torch.arange(m, dtype=torch.int64, device=stream.device).expand_as(cand)
+        first = torch.full((cand.shape[0], T), m, dtype=torch.int64, device=stream.device)
+        first.scatter_reduce_(1, cand, pos, "amin")  # where each value first appears
+        new = first.gather(1, cand) == pos
+        ok = new.sum(1) >= k
+        keep = new[ok] & (new[ok].cumsum(1) <= k)  # the first k first appearances, in order
+        out[todo[ok]] = cand[ok][keep].reshape(-1, k)
+        todo = todo[~ok]
+        m *= 2
+    return out
 
 
 def block_specs(samples: int) -> list[tuple[int, int]]:
@@ -147,8 +212,10 @@ def units(samples: int, workers: int) -> list[list[tuple[int, int]]]:
     return [specs[i:i + step] for i in range(0, len(specs), step)]
 
 
-def blocks_in_order(job, T: int, k: int, samples: int, seed: int, sort: bool, workers: int):
-    """``job(indices)`` for every group of blocks of the seeded draws (:func:`units`), yielded in order.
+def blocks_in_order(job, T: int, k: int, samples: int, seed: int, sort: bool, workers: int,
+                    device: torch.device | str = "cpu"):
+    """``job(indices)`` for every group of blocks of the seeded draws (:func:`units`), yielded in order;
+    the draws are made on ``device`` (the same draws on every device).
 
     With several workers each block is drawn and processed by one worker thread (torch with one
     intra-op thread: small factorisations parallelise better across matrices than within
@@ -163,10 +230,10 @@ def blocks_in_order(job, T: int, k: int, samples: int, seed: int, sort: bool, wo
     groups = units(samples, workers)
     shard = lockstep()
     if shard is None:
-        yield from _run_groups(job, groups, T, k, seed, sort, workers)
+        yield from _run_groups(job, groups, T, k, seed, sort, workers, device)
         return
     n = shard.world_size
-    mine = _run_groups(job, groups[shard.rank::n], T, k, seed, sort, workers)
+    mine = _run_groups(job, groups[shard.rank::n], T, k, seed, sort, workers, device)
     try:
         for start in range(0, len(groups), n):
             got = next(mine) if start + shard.rank < len(groups) else None
@@ -181,14 +248,13 @@ def blocks_in_order(job, T: int, k: int, samples: int, seed: int, sort: bool, wo
         mine.close()
 
 
-def _run_groups(job, groups: list, T: int, k: int, seed: int, sort: bool, workers: int):
+def _run_groups(job, groups: list, T: int, k: int, seed: int, sort: bool, workers: int, device):
     """``job`` on each group of blocks, in order (a pool of ``workers`` threads for one-block groups)."""
     from collections import deque
     from concurrent.futures import ThreadPoolExecutor
 
     def draws(group) -> torch.Tensor:
-        parts = [draw_block(T, k, seed, b, size, sort) for b, size in group]
-        return parts[0] if len(parts) == 1 else torch.cat(parts)
+        return draw_blocks(T, k, seed, group, sort, device)
 
     def run(group):
         with numerics():  # flushing subnormals is a per-thread setting

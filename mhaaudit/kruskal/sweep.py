@@ -145,7 +145,7 @@ def _critical_sizes_of_draws(gram: Gram, K: int, samples: int, seed: int, rule: 
         return idx, torch.cat([p[0].cpu() for p in parts]), sum(p[1] for p in parts)
 
     with lapack.blas_single_thread() if kernel is not None else contextlib.nullcontext():
-        for idx, kstar, rc in blocks_in_order(block, gram.T, K, samples, seed, False, workers):
+        for idx, kstar, rc in blocks_in_order(block, gram.T, K, samples, seed, False, workers, gram.X.device):
             rechecks += rc
             counts += torch.bincount(kstar, minlength=K + 2)[: K + 2]
             small = int(kstar.min())
