@@ -124,7 +124,7 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
 
 
 def _count(size: Any) -> int:
-    """Pixels of an image side given as an int or a pair (patches: the product of the sides' counts)."""
+    """The pixel count of an image or patch size given as an int (a square) or a (height, width) pair."""
     return int(size[0]) * int(size[-1]) if isinstance(size, (list, tuple)) else int(size) ** 2
 
 
