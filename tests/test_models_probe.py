@@ -125,11 +125,19 @@ def test_prepare_module_and_tf32():
     m = prepare_module(torch.nn.Linear(3, 2).double().train(), torch.device("cpu"))
     assert m.weight.dtype == torch.float32 and not m.training
     assert not any(p.requires_grad for p in m.parameters())
-    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    with no_tf32():  # runs with or without a GPU: the flags are set either way
-        assert not torch.backends.cuda.matmul.allow_tf32 and torch.get_float32_matmul_precision() == "highest"
-        if hasattr(torch.backends.cudnn, "conv") and hasattr(torch.backends.cudnn.conv, "fp32_precision"):
-            assert torch.backends.cudnn.conv.fp32_precision == "ieee"
-        else:
-            assert not torch.backends.cudnn.allow_tf32
-    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+    from mhaaudit.numerics.rule import _precision_settings, tf32_is_off
+
+    def state():  # the per-backend settings (reading the legacy flags can raise once they are set)
+        return (torch.get_float32_matmul_precision(),) + tuple(o.fp32_precision for o in _precision_settings())
+
+    saved = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")  # a user's setting: TF32 allowed
+    before = state()
+    try:
+        assert not tf32_is_off()
+        with no_tf32():  # runs with or without a GPU: the settings are made either way
+            assert tf32_is_off() and torch.get_float32_matmul_precision() == "highest"
+            assert all(o.fp32_precision == "ieee" for o in _precision_settings())
+        assert state() == before
+    finally:
+        torch.set_float32_matmul_precision(saved)
