@@ -27,16 +27,8 @@ if __name__ == "__main__":
         code = main()
     except KeyboardInterrupt:  # between the commands' own handling and the exit
         _interrupted()
-    from .distributed import launched
+    from .distributed import launched, leave
 
-    if launched():
-        # Every output is written and flushed by now. A process of a torch.distributed job can
-        # abort in the interpreter's teardown ("terminate called without an active exception":
-        # a C++ thread of the process group destroyed while joinable), which would turn a finished
-        # job into a crashed one; so a rank ends here with its own exit code, skipping teardown.
-        import os
-
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code if isinstance(code, int) else 1)
+    if launched():  # a rank of a torchrun job: see mhaaudit.distributed.leave
+        leave(code)
     sys.exit(code)

@@ -68,11 +68,12 @@ from typing import Any, Callable, Iterable, Iterator
 
 from .errors import InputError, MhaauditError, one_line
 
-__all__ = ["RankCrashed", "RankFailed", "Session", "describe", "launched", "lockstep", "run_cli", "session", "shared"]
+__all__ = ["RankCrashed", "RankFailed", "Session", "describe", "launched", "leave", "lockstep", "run_cli", "session", "shared"]
 
 TIMEOUT_ENV = "MHAAUDIT_DIST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 300.0
 _PREFIX = "mhaaudit/"
+LEAVE_WAIT_S = 10.0  # how long rank 0 waits for the other ranks to end before it ends
 
 
 class RankFailed(MhaauditError):
@@ -313,6 +314,36 @@ class Session:
 
     def describe(self) -> dict:
         return {"world_size": self.world_size, "backend": self.backend}
+
+
+def leave(code: int):
+    """End this process of a launched job with ``code``, its output flushed, without the
+    interpreter's teardown: there a process can abort ("terminate called without an active
+    exception": a C++ thread of the process group destroyed while joinable), which would turn a
+    finished job into a crashed one. The other ranks say they are leaving; rank 0, whose process
+    holds the job's store, leaves last (after them, or after ``LEAVE_WAIT_S``), so that no rank
+    meets a closed store and logs about it."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    s = _SESSION
+    if s is not None:
+        with contextlib.suppress(Exception):
+            if s.rank != 0:
+                s.store.set(f"{_PREFIX}left/{s.rank}", "1")
+            else:
+                here, deadline = socket.gethostname(), time.monotonic() + LEAVE_WAIT_S
+                pending = set(range(1, s.world_size))
+                while pending and time.monotonic() < deadline:
+                    for r in sorted(pending):
+                        if r in s._dead_ranks():
+                            pending.discard(r)
+                        elif s.store.check([f"{_PREFIX}left/{r}"]):
+                            host, _, pid = s.store.get(f"{_PREFIX}proc/{r}").decode().partition("\t")
+                            if host != here or not _alive(int(pid)):
+                                pending.discard(r)
+                    if pending:
+                        time.sleep(0.05)
+    os._exit(code if isinstance(code, int) else 1)
 
 
 def _alive(pid: int) -> bool:
