@@ -334,8 +334,9 @@ def leave(code: int):
                 here, deadline = socket.gethostname(), time.monotonic() + LEAVE_WAIT_S
                 pending = set(range(1, s.world_size))
                 while pending and time.monotonic() < deadline:
+                    dead = set(s._dead_ranks())
                     for r in sorted(pending):
-                        if r in s._dead_ranks():
+                        if r in dead:
                             pending.discard(r)
                         elif s.store.check([f"{_PREFIX}left/{r}"]):
                             host, _, pid = s.store.get(f"{_PREFIX}proc/{r}").decode().partition("\t")

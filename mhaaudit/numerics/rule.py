@@ -101,8 +101,7 @@ def tf32_is_off() -> bool:
     """Whether float32 matrix products run at full precision now (what :func:`tf32_off` sets)."""
     settings = _precision_settings()
     if settings:
-        return torch.get_float32_matmul_precision() == "highest" and all(
-            obj.fp32_precision == "ieee" for obj in settings if obj in (torch.backends.cuda.matmul, getattr(torch.backends.cudnn, "conv", None)))
+        return torch.get_float32_matmul_precision() == "highest" and all(obj.fp32_precision == "ieee" for obj in settings)
     return not torch.backends.cuda.matmul.allow_tf32  # pragma: no cover - torch < 2.9
 
 
