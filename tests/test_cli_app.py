@@ -64,6 +64,13 @@ def test_no_command_prints_help_on_stderr(capsys):
 # --------------------------------------------------------------------------- Ctrl-C
 
 
+def _sigint_as_in_a_terminal() -> None:
+    """In the child: SIGINT with its default disposition, as a program started from a terminal
+    has it. A test run started in the background of a non-interactive shell (a CI job, ``cmd &``)
+    inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler at all."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt(argv: list[str], marker, cwd: Path, after: float = 0.0, timeout: float = 120.0) -> tuple[int, list[str]]:
     """Start ``python argv``; send SIGINT ``after`` seconds past the first stderr line ``marker``
     accepts. Returns (status, stderr lines without the ``-X importtime`` ones)."""
@@ -71,7 +78,7 @@ def _interrupt(argv: list[str], marker, cwd: Path, after: float = 0.0, timeout: 
                HF_DATASETS_OFFLINE="1", PYTHONUNBUFFERED="1")
     env.pop("MHAAUDIT_DEBUG", None)
     proc = subprocess.Popen([sys.executable, *argv], cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_as_in_a_terminal)
     lines: list[str] = []
     sent = threading.Event()
 
