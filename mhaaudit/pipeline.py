@@ -337,6 +337,7 @@ def stream(pm, data: DataRequest, layers: Sequence[int], consumers: Sequence[Con
     (:func:`~mhaaudit.models.probe.full_float32`): these features feed rank decisions.
     """
     from . import distributed
+    from .hostmem import Trimmer, release
     from .models.probe import full_float32
     from .progress import task
     from .sources import DuplicateFinder
@@ -353,6 +354,7 @@ def stream(pm, data: DataRequest, layers: Sequence[int], consumers: Sequence[Con
     # forward pass. Every pass over the same data (other weights) finds and drops the same ones.
     finder = DuplicateFinder(keep=data.keep_duplicates) if pm.info.modality == "image" else None
     share, shown = (shard.world_size if shard is not None else 1), 0  # rank 0's bar stands for every rank
+    trim = Trimmer(every=1.0)  # freed batch buffers go back to the system (see mhaaudit.hostmem)
     with task(label, data.limit, settings.progress) as advance, full_float32():
         for index, inputs in _prefetched(pm, raw):
             seen = _batch_size(inputs) if inputs is not None else 0
@@ -367,8 +369,11 @@ def stream(pm, data: DataRequest, layers: Sequence[int], consumers: Sequence[Con
             tokens = pm.capture(inputs, want)
             for consume in consumers:
                 consume(tokens)
+            del tokens, inputs
+            trim.maybe()
             info.fed.append((index, size))
             info.count += size
+    release()
     if finder is not None:
         found = finder.result()
         info.duplicates, info.duplicates_line = found.as_dict(), found.describe("images")

@@ -164,3 +164,29 @@ def test_builtin_images_are_made_on_the_models_device_and_read_ahead(vit_dir, se
     batches = list(raw2)
     assert [i for i, _ in batches] == [0, 1, 2] and [len(b) for _, b in batches] == [2, 2, 1]
     assert readers == ["mhaaudit-read"]
+
+
+def test_freed_memory_is_handed_back_during_and_after_the_capture(vit_dir, image_dir, settings, monkeypatch):
+    """The capture releases freed host memory (mhaaudit.hostmem) while it runs and once at the end,
+    each time after the batch's consumers are done with it."""
+    from mhaaudit import hostmem
+
+    events = []
+    monkeypatch.setattr(hostmem, "release", lambda: events.append("release") or True)
+    monkeypatch.setattr(pipeline, "_prefetched", _recording(pipeline._prefetched, events))
+    pm = pipeline.load(ModelRequest(str(vit_dir)), "random", settings, max_layer=1)
+    pipeline.stream(pm, DataRequest(data=str(image_dir), limit=9, batch_size=4), [1],
+                    [lambda t: events.append("consumed")], settings, notes=[])
+    # The first batch releases at once (the Trimmer's first call), later ones at most once a second,
+    # and the end of the capture always does.
+    assert events[:3] == ["batch", "consumed", "release"]
+    assert events[-1] == "release" and events.count("consumed") == 3
+    assert all(events[i - 1] in ("consumed", "release") for i, e in enumerate(events) if e == "release")
+
+
+def _recording(prefetched, events):
+    def wrapped(pm, raw):
+        for item in prefetched(pm, raw):
+            events.append("batch")
+            yield item
+    return wrapped
