@@ -53,19 +53,16 @@ def release() -> bool:
 
 class Trimmer:
     """Calls :func:`release` when at least ``every`` seconds have passed since its last call
-    (the first call of :meth:`maybe` always releases). ``calls`` counts the releases made."""
+    (the first call of :meth:`maybe` always releases)."""
 
     def __init__(self, every: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.every = float(every)
         self.clock = clock
         self.last: float | None = None
-        self.calls = 0
 
     def maybe(self) -> bool:
         now = self.clock()
         if self.last is not None and now - self.last < self.every:
             return False
         self.last = now
-        done = release()
-        self.calls += int(done)
-        return done
+        return release()
