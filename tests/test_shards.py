@@ -227,3 +227,21 @@ def test_hub_shard_missing_is_one_error(llama_dir, tmp_path, monkeypatch):
     FakeHub("org/tiny-llama", folder, tmp_path / "cache").install(monkeypatch)
     with pytest.raises(ModelError, match=f"index names {first}.*the hub has no such file"):
         load_model("org/tiny-llama", weights="trained", max_layer=1, context_length=12, device="cpu")
+
+
+def test_a_tensor_the_partial_reader_cannot_map_falls_back_to_the_whole_checkpoint(tmp_path):
+    """A needed tensor under a name nothing maps: the partial read gives up and from_pretrained reads
+    the checkpoint whole, which names the missing parameters in one line."""
+    from safetensors.torch import load_file, save_file
+
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+                                  vocab_size=200, max_position_embeddings=64)
+    transformers.BertModel(cfg).save_pretrained(str(tmp_path))
+    path = tmp_path / "model.safetensors"
+    state = load_file(str(path))
+    save_file({("unmapped." + k if ".layer.0.attention.self.query." in k else k): v for k, v in state.items()},
+              str(path), metadata={"format": "pt"})
+    with pytest.raises(ModelError, match=r"missing or of the wrong shape \(e\.g\. encoder\.layer\.0\.attention\.self\.query"):
+        load_model(str(tmp_path), weights="trained", weights_path=str(tmp_path), device="cpu", context_length=16,
+                   max_layer=1, seed=0)

@@ -78,7 +78,7 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
     family, modality, is_decoder = classify_config(cfg, spec.name)
     if modality == "image" and context_length is not None:
         raise InputError("context length applies to text models only; image models take n from the image size")
-    cfg, origin = _weights_origin(spec, cfg, source, weights, weights_path, offline)
+    cfg, origin = _weights_origin(spec, cfg, source, weights, weights_path, hub)
     fam = family_of(family)
     if fam is not None and fam.tower is not None:  # a two-tower model: its vision tower is probed
         cfg = getattr(cfg, fam.tower)
@@ -106,15 +106,19 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
         tokenizer=load_tokenizer(sources, hub) if modality == "text" else None,
         image_transform=image_transform(cfg, family, sources, hub) if modality == "image" else None,
     )
+    whole = False
     if checkpoint is not None:
         try:
             read = _read_needed(pm, checkpoint, spec.name)
         except NotPartial:  # tensor names this module cannot map: from_pretrained reads it whole
-            return load(spec, weights=weights, weights_path=weights_path, device=device, context_length=context_length,
-                        max_layer=max_layer, seed=seed, revision=revision, trust_remote_code=trust_remote_code,
-                        partial=False)
+            whole = True
     else:
         read = whole_read(origin.file or origin.folder, cfg) if weights == "trained" else None
+    if whole:  # the partly read module is let go first, so that two models are never held at once
+        del pm, module, built, blocks
+        return load(spec, weights=weights, weights_path=weights_path, device=device, context_length=context_length,
+                    max_layer=max_layer, seed=seed, revision=revision, trust_remote_code=trust_remote_code,
+                    partial=False)
     if read is not None:
         pm.info = dataclasses.replace(pm.info, weights_read=read.as_dict())
     if modality == "image":
@@ -324,7 +328,7 @@ def _text_shape(cfg: Any, is_decoder: bool, context_length: int | None, name: st
 
 
 def _weights_origin(spec: ModelSpec, cfg: Any, source: str, weights: str, weights_path: str | None,
-                    offline: bool) -> tuple[Any, _Weights]:
+                    hub: _Hub) -> tuple[Any, _Weights]:
     """(config, where the weights come from); a weights folder's own config replaces the named one if it fits."""
     if weights == "random":
         origin = {
@@ -337,15 +341,13 @@ def _weights_origin(spec: ModelSpec, cfg: Any, source: str, weights: str, weight
     if weights_path is None:
         if source == "folder":
             return cfg, _Weights(f"local folder {spec.resolved}", folder=spec.resolved)
-        where = f"hub {spec.resolved} (local cache)" if offline else f"hub {spec.resolved}"
+        where = f"hub {spec.resolved} (local cache)" if hub.offline else f"hub {spec.resolved}"
         return cfg, _Weights(where, folder=spec.resolved, hub=True)
     wp = os.path.abspath(weights_path)
     if os.path.isfile(wp):
         return cfg, _Weights(f"weights file {wp}", file=wp)
     if (Path(wp) / "config.json").exists() and source != "folder":
-        from transformers import AutoConfig
-
-        wcfg = AutoConfig.from_pretrained(wp, local_files_only=True)
+        wcfg = _auto_config(wp, spec.name, hub, local=True)  # --trust-remote-code reaches it too
         for f in _FIT_FIELDS:
             a, b = getattr(cfg, f, None), getattr(wcfg, f, None)
             if a is not None and b is not None and a != b:
