@@ -15,7 +15,7 @@ what one process would, and the record ``meta`` names the world size and backend
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import torch
@@ -281,6 +281,8 @@ def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataR
                               out.notes, label=f"{init} weights: capture")
         out.timings[f"capture {init}"] = fed.seconds
         out.batch = out.batch or fed.batch
+        if data.batch_size == "auto":  # the other weights have the same shapes: the same batch, not a second search
+            data = replace(data, batch_size=fed.batch["size"])
         out.data, out.skipped, out.duplicates = fed.name, max(out.skipped, fed.skipped), fed.duplicates
         if fed.duplicates.get("repeats") and fed.duplicates_line not in out.notes:
             out.notes.append(f"duplicate inputs: {fed.duplicates_line} (identical inputs give identical vectors at "

@@ -42,7 +42,24 @@ def test_check_meta_names_bytes_read_stored_dtype_and_auto_batch(capsys, llama_d
     assert 0 < read["bytes_read"] < read["bytes_total"] and read["files_read"] < read["files_total"]
     assert meta["columns"]["trained-L1"]["weights_read"] == read
     assert isinstance(meta["batch_size"], int) and 1 <= meta["batch_size"] <= 40
-    assert "memory available" in meta["batch_size_choice"]  # the CPU rule (this run's device is the CPU)
+    # the rule of the device the run used: halving on a GPU, the memory available on the CPU
+    assert ("halving" if meta["device"].startswith("cuda") else "memory available") in meta["batch_size_choice"]
+
+
+@pytest.mark.parametrize("command", ["check", "capacity"])
+def test_auto_batch_is_chosen_once_for_both_sets_of_weights(capsys, llama_dir, monkeypatch, command):
+    import mhaaudit.batching as batching
+
+    asked = []
+    real = batching.choose_batch_size
+    monkeypatch.setattr(batching, "choose_batch_size", lambda pm, layers, a, limit, **kw: asked.append(a) or real(pm, layers, a, limit, **kw))
+    extra = ("--attention", "random") if command == "capacity" else ("--layers", "1")
+    rc, out, err = run(capsys, command, llama_dir, "--variants", "random,trained", "--weights", llama_dir,
+                       "--batch-size", "auto", *extra, *SMALL)
+    assert rc == 0, err
+    meta = json.loads(out)["meta"]
+    assert asked[0] == "auto" and asked[1:] == [meta["batch_size"]]  # the second set of weights reuses the choice
+    assert ("halving" if meta["device"].startswith("cuda") else "memory available") in meta["batch_size_choice"]
 
 
 def test_capacity_meta_names_bytes_read(capsys, llama_dir):

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -439,6 +439,8 @@ def _run(plan: _Plan, variants: list[str]) -> CapacityResult:
     for variant in variants:
         col, info, name, col_hs, dh = _column(plan, variant, notes)
         columns.append(col)
+        if col.batch and plan.data.batch_size == "auto":  # the other weights take the same batch, not a second search
+            plan = replace(plan, data=replace(plan.data, batch_size=col.batch["size"]))
         if col.status != "ok":
             continue
         if not info_d or variant == "random":
