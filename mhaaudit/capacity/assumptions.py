@@ -8,6 +8,7 @@ Assumption 2 is exact per example.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,16 +41,19 @@ class Assumptions:
                 "source": self.source}
 
 
+@contextlib.contextmanager
 def linear_algebra():
-    """Rank computations on the CPU: one thread, subnormals flushed (see ``numerics``).
+    """Rank computations on the CPU: one thread, subnormals flushed, full float32 precision (see
+    ``numerics`` and ``tf32_off``).
 
     On shared cores the multi-threaded LAPACK calls were erratic, up to 100x slower (a 768 x 768
     eigenvalue problem took 11.6 s on two threads against 0.08 s on one, and the QR/SVD of a
     2000 x 9216 matrix was no faster on two). The model's forward pass runs outside this context.
     """
-    from ..numerics import numerics
+    from ..numerics import numerics, tf32_off
 
-    return numerics(threads=1)
+    with tf32_off(), numerics(threads=1):
+        yield
 
 
 def audit_assumptions(fs, settings, label: str = "") -> tuple[Assumptions, dict]:

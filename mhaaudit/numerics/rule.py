@@ -38,7 +38,9 @@ def numerics(threads: int | None = None):
     far below any rank tolerance once the data are rescaled (``numerics.scale``, which runs with
     ``subnormals_kept``), so no decision changes. On shared cores, multi-threaded LAPACK calls on mid-sized matrices can be
     erratic; ``threads=1`` avoids that where it does not cost. Flushing is a per-thread CPU
-    setting: worker threads enter this context themselves.
+    setting: worker threads enter this context themselves. Full float32 precision
+    (:func:`tf32_off`) is a process-wide setting, made once at a computation's entry point
+    (:func:`with_numerics`), not here where threads would save and restore it concurrently.
     """
     before = torch.get_num_threads()
     depth = _depth()
@@ -47,8 +49,7 @@ def numerics(threads: int | None = None):
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        with tf32_off():
-            yield
+        yield
     finally:
         _STATE.depth = depth
         if threads is not None:
@@ -129,12 +130,13 @@ def subnormals_kept():
 
 
 def with_numerics(threads: int | None = None):
-    """Decorator form of ``numerics``."""
+    """Decorator form of ``numerics`` for a rank computation's entry point, which also runs it at
+    full float32 precision (:func:`tf32_off`)."""
 
     def wrap(fn):
         @functools.wraps(fn)
         def inner(*args, **kwargs):
-            with numerics(threads):
+            with tf32_off(), numerics(threads):
                 return fn(*args, **kwargs)
 
         return inner
