@@ -13,10 +13,11 @@ query is the first or the last token is one entry in :data:`FAMILIES`; a family 
   ``"sinusoidal"`` positions are added to the token embeddings; ``"rotary"``, ``"relative"`` and
   ``"alibi"`` positions act inside the attention only, so layer 0 holds the token embeddings
   alone (:data:`NO_POSITIONS_AT_LAYER_0`): two equal tokens of one example are two equal rows there.
-- ``attention``: why ``capacity`` cannot express the family's attention exactly, where the family
-  itself decides it (ALiBi, multi-query); the features a config or block shows (rotary positions,
-  grouped key/value heads, query/key norms, logit soft-capping, relative attention) are detected
-  by :mod:`mhaaudit.models.attention.support` for every family.
+
+What ``capacity`` cannot express of a family's attention (rotary positions, relative attention,
+ALiBi, grouped key/value heads including multi-query, query/key norms, logit soft-capping) is
+read from each model's config and blocks by :mod:`mhaaudit.models.attention.support`, for every
+family alike.
 """
 
 from __future__ import annotations
@@ -58,7 +59,6 @@ class Family:
     modality: str  # "text" | "image"
     query: str = "first"  # "first" | "last" | "none"
     positions: str = "learned"  # learned | sinusoidal | rotary | relative | alibi | none
-    attention: str | None = None  # why capacity cannot express the attention exactly (family-wide), else None
     mean: tuple[float, float, float] = IMAGENET_MEAN  # image normalisation when no processor is saved
     std: tuple[float, float, float] = IMAGENET_STD
     tower: str | None = None  # two-tower config: the sub-config that is probed ("vision_config")
@@ -85,7 +85,7 @@ FAMILIES: dict[str, Family] = {
     # decoders: the query is the last token
     "gpt2": _dec("GPT-2", "learned"),
     "gpt_neo": _dec("GPT-Neo", "learned"),
-    "gpt_bigcode": _dec("GPT-BigCode", "learned", attention="multi-query attention (one key head for all query heads)"),
+    "gpt_bigcode": _dec("GPT-BigCode", "learned"),  # multi-query: grouped key/value heads (attention.support)
     "opt": _dec("OPT", "learned"),
     "ctrl": _dec("CTRL", "sinusoidal"),
     "gpt_neox": _dec("GPT-NeoX"),

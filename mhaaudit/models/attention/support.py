@@ -5,8 +5,7 @@ W_k[h] + b_k[h])^T`` of the block input alone. Attention that also depends on th
 (rotary, relative or ALiBi terms), shares key heads among query heads, normalises queries and keys
 per head, or caps its logits is not of that form, and Z built from it would certify a layer the
 model does not have. :data:`FEATURES` names each such feature with its test on the loaded model
-and its block; :func:`unsupported` lists those a block shows, plus any reason its family gives
-(:attr:`mhaaudit.models.families.Family.attention`). A new feature is one entry here.
+and its block; :func:`unsupported` lists those a block shows. A new feature is one entry here.
 """
 
 from __future__ import annotations
@@ -14,8 +13,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from torch import nn
-
-from ..families import family_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..probe import ProbedModel
@@ -80,8 +77,4 @@ FEATURES: tuple[tuple[str, Callable[["ProbedModel", nn.Module], bool]], ...] = (
 
 def unsupported(pm: "ProbedModel", block: nn.Module) -> list[str]:
     """The reasons the attention of ``block`` is not of the form an adapter reads (empty: it is)."""
-    reasons = [why for why, test in FEATURES if test(pm, block)]
-    fam = family_of(pm.info.family) if pm.info.backend == "hf" else None
-    if fam is not None and fam.attention and fam.attention not in reasons:
-        reasons.append(fam.attention)
-    return reasons
+    return [why for why, test in FEATURES if test(pm, block)]
