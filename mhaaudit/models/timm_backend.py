@@ -170,8 +170,7 @@ def _build(spec: ModelSpec, arch: _Arch, weights: str, weights_path: str | None,
         if offline:
             raise offline_weights_error(spec.name, f"timm {arch.name}")
         model = timm.create_model(arch.name, pretrained=True, num_classes=0, **arch.model_args)
-        if built < full_layers:
-            _truncate(model, built)
+        _truncate(model, built)
         return model, f"timm pretrained {arch.name} (hub)"
     cut = built < full_layers and (weights != "random" or block_seeded)
     kwargs = dict(arch.model_args, **({"depth": built} if cut else {}))

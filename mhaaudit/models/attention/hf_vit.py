@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from torch import nn
 
-from ...errors import ModelError
 from .registry import BlockContext, register_adapter
 from .weights import AttentionWeights
 
@@ -27,8 +26,6 @@ def _matches(block: nn.Module) -> bool:
 
 @register_adapter("hf-vit", _matches)
 def read(block: nn.Module, ctx: BlockContext) -> AttentionWeights:
-    pre = getattr(block, "layernorm_before", None) or getattr(block, "norm1", None)
-    if pre is None:  # pragma: no cover - _matches requires one
-        raise ModelError(f"{ctx.model}: cannot find the pre-attention LayerNorm of block {ctx.layer}")
+    pre = getattr(block, "layernorm_before", None) or getattr(block, "norm1", None)  # _matches requires one
     q, k = _linears(block)
     return AttentionWeights.from_linears(q, k, ctx.num_heads, pre=pre, scale=ctx.head_dim**-0.5, causal=ctx.causal)
