@@ -6,9 +6,36 @@ and exits with status 2. Anything else escaping to the CLI is a bug.
 
 from __future__ import annotations
 
+import re
+
+
+_PARAM = re.compile(r"\{param:([A-Za-z_][A-Za-z0-9_]*)\}")
+
 
 class MhaauditError(Exception):
-    """Base class: a problem the user can fix, described in one line."""
+    """Base class: a problem the user can fix, described in one line.
+
+    A message may name a parameter as ``{param:text_column}``: ``str(exc)`` says ``text_column``
+    (the library's argument), and :meth:`message_for` lets an interface put its own name there
+    (the CLI says ``--text-column``), so that the advice names an option the user can give.
+    """
+
+    def __init__(self, *args) -> None:
+        self.template = str(args[0]) if len(args) == 1 and isinstance(args[0], str) else None
+        if self.template is not None and _PARAM.search(self.template):
+            args = (_PARAM.sub(lambda m: m.group(1), self.template),)
+        super().__init__(*args)
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        """The library parameters the message names."""
+        return tuple(_PARAM.findall(self.template or ""))
+
+    def message_for(self, name_of) -> str:
+        """The message with every named parameter written as ``name_of(parameter)``."""
+        if self.template is None or not self.params:
+            return str(self)
+        return _PARAM.sub(lambda m: name_of(m.group(1)), self.template)
 
 
 class InputError(MhaauditError):

@@ -152,7 +152,7 @@ def test_image_folder(tmp_path):
 def test_image_folder_all_unreadable(tmp_path):
     (tmp_path / "x.png").write_bytes(b"garbage")
     source = image_source(str(tmp_path))
-    with pytest.raises(DataError, match="no readable RGB images"):
+    with pytest.raises(DataError, match="no usable images .1 unreadable .e.g. x.png: not an image file"):
         list(source)
     assert source.skipped == 1
 
@@ -179,8 +179,12 @@ def test_wrong_file_kind(tmp_path):
     path.write_text("a,b\n")
     with pytest.raises(InputError):
         image_source(str(path))
-    with pytest.raises(InputError):
-        text_source(str(path))
+    with pytest.raises(DataError, match="x.csv has no string column; its columns: a .null., b .null.; choose one with text_column"):
+        text_source(str(path))  # a .csv is a text container; this one holds no strings
+    other = tmp_path / "x.xlsx"
+    other.write_bytes(b"PK")
+    with pytest.raises(InputError, match="not a text source"):
+        text_source(str(other))
 
 
 # ------------------------------------------------------------------------------------- parquet
@@ -215,7 +219,7 @@ def test_parquet_image_bytes(tmp_path):
 
     no_images = tmp_path / "numbers.parquet"
     pq.write_table(pa.table({"x": [1, 2]}), no_images)
-    with pytest.raises(DataError, match="no column of image bytes"):
+    with pytest.raises(DataError, match="has no image column; its columns: x .int64.; choose one with image_column"):
         image_source(str(no_images))
 
     bad = tmp_path / "bad.parquet"
@@ -307,7 +311,8 @@ def test_hub_images_and_text_when_online(fake_hub):
         datasets.Features({"img": datasets.Image(), "label": datasets.Value("int64")}),
     )
     source = image_source("org/pictures", limit=2)
-    assert source.name == "hub dataset org/pictures split train (streamed, RGB only)"
+    assert source.name == ("hub dataset org/pictures split train (streamed in the dataset's order: the first 2 usable "
+                           "images are read; RGB only)")
     assert [im.tobytes() for im in source] == [pictures[i].convert("RGB").tobytes() for i in range(2)]
     assert calls[-1] == ("org/pictures", None, "train", True)
     source = image_source("org/pictures")
@@ -336,7 +341,8 @@ def test_local_dataset_folder_through_load_dataset(tmp_path):
     root = _dataset_dir(tmp_path, pa.table({"image": structs, "label": [0, 1, 2, 3]}))
 
     source = image_source(str(root), limit=10)
-    assert source.name == f"dataset folder {root} split train (streamed, RGB only)"
+    assert source.name == (f"dataset folder {root} split train (streamed in the dataset's order: the first 10 usable "
+                           "images are read; RGB only)")
     images = list(source)
     assert len(images) == 3 and source.skipped == 1
     assert images[1].tobytes() == Image.open(io.BytesIO(_png(seed=1))).tobytes()
@@ -441,8 +447,13 @@ def test_jsonl_and_parquet_text(tmp_path):
     pq.write_table(pa.table({"content": ["x y", None, "z"]}), ppath)
     source = text_source(str(ppath), text_column="content")
     assert list(source) == ["x y", "z"] and source.skipped == 1
-    with pytest.raises(DataError, match="no column 'text'"):
-        text_source(str(ppath))
+    source = text_source(str(ppath))  # found by its well-known name, and the report says so
+    assert list(source) == ["x y", "z"] and "column 'content' (found by its name" in source.name
+    two = tmp_path / "two.parquet"
+    pq.write_table(pa.table({"title": ["t"], "abstract_en": ["u"], "n": [1]}), two)
+    with pytest.raises(DataError, match=r"has 2 string columns \(title, abstract_en\) and none is named text, "
+                                        "content, body.*; choose one with text_column"):
+        text_source(str(two))
 
 
 # ------------------------------------------------------------------------------------ tokenizers

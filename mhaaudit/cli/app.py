@@ -129,6 +129,15 @@ def _internal(exc: BaseException) -> str:
             "rerun with MHAAUDIT_DEBUG=1 for the traceback and please report it")
 
 
+def _flag(param: str) -> str:
+    """The CLI's name of a library parameter that an error names (``text_column`` -> ``--text-column``)."""
+    return "--" + param.replace("_", "-")
+
+
+def _known(exc: BaseException) -> str:
+    return one_line(Exception(exc.message_for(_flag)))  # type: ignore[attr-defined]
+
+
 def _usage(exc: BaseException) -> str:
     # click's message is format_message() ("Invalid value for '--limit': ..."), not str(exc).
     return one_line(Exception(exc.format_message()))  # type: ignore[attr-defined]
@@ -140,7 +149,7 @@ _ABORTS = tuple(dict.fromkeys(t for t in (click.exceptions.Abort, getattr(typer,
 
 # First match wins: a problem the user can fix, a usage error, an interruption, a bug.
 ERRORS: tuple[ErrorRule, ...] = (
-    ErrorRule((MhaauditError,), 2, one_line),
+    ErrorRule((MhaauditError,), 2, _known),
     ErrorRule(_USAGE, 2, _usage),
     ErrorRule(_ABORTS, INTERRUPTED_STATUS, lambda exc: INTERRUPTED, traceback_in_debug=False),
     ErrorRule((Exception,), 3, _internal),

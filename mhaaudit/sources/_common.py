@@ -214,3 +214,55 @@ def stream_rows(dataset, data: str):
                             f"{one_line(exc, 300, first_line=True)}") from None
         count += 1
         yield row
+
+
+# Why an input was skipped, in the order reports list them.
+SKIP_CAUSES = ("not RGB", "unreadable", "invalid JSON", "missing field", "empty", "too short")
+
+
+class Skips:
+    """The inputs a pass skipped, by cause (:data:`SKIP_CAUSES`), each with a count and its
+    first example (a file name, a line number, the start of a document) and why."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.examples: dict[str, str] = {}
+
+    def add(self, cause: str, example: str) -> None:
+        self.counts[cause] = self.counts.get(cause, 0) + 1
+        self.examples.setdefault(cause, example)
+
+    def merge(self, other: "Skips") -> None:
+        for cause, count in other.counts.items():
+            self.counts[cause] = self.counts.get(cause, 0) + count
+            self.examples.setdefault(cause, other.examples[cause])
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def count(self, cause: str) -> int:
+        return self.counts.get(cause, 0)
+
+    def as_dict(self) -> dict:
+        """``{cause: {"count": n, "example": "..."}}`` in report order."""
+        order = sorted(self.counts, key=lambda c: SKIP_CAUSES.index(c) if c in SKIP_CAUSES else len(SKIP_CAUSES))
+        return {c: {"count": self.counts[c], "example": self.examples[c]} for c in order}
+
+    def describe(self) -> str:
+        """``"3 not RGB (e.g. a.png: mode L), 2 unreadable (e.g. b.jpg: ...)"``, or ``""``."""
+        return describe_skips(self.as_dict())
+
+    def __bool__(self) -> bool:
+        return bool(self.counts)
+
+
+def describe_skips(skips: dict) -> str:
+    """The words of :meth:`Skips.describe` for its ``as_dict()`` form (as results carry it)."""
+    return ", ".join(f"{v['count']} {c} (e.g. {v['example']})" for c, v in (skips or {}).items())
+
+
+def snippet(text: str, width: int = 40) -> str:
+    """The start of a document, on one line, quoted, for an example in a report."""
+    flat = " ".join(str(text).split())
+    return repr(flat if len(flat) <= width else flat[: width - 3] + "...")

@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import validate
 from ..errors import DataError, InputError
-from ._common import data_rng
+from ._common import Skips, data_rng, snippet
 from .duplicates import DuplicateFinder, sequence_key
 from .text import TextSource
 
@@ -66,6 +66,8 @@ class _Corpus:
     joined: int  # qualifying documents made by joining consecutive parts of one source
     too_short: int  # documents (or leftover parts) dropped because they stayed too short
     source_name: str
+    skips: Skips = field(default_factory=Skips)  # what the source skipped, and the too-short documents
+    stopped: bool = False  # a remote stream read only until enough documents qualified
 
 
 def _encode(tokenizer: Any, text: str) -> list[int]:
@@ -111,18 +113,25 @@ def _collect(docs: Any, tokenizer: Any, min_tokens: int, wanted: int, drop: set[
     consecutive documents of the same group until they are long enough. A streamed or sampled
     source is read only until ``wanted`` documents qualify (a streamed one also until a read cap)."""
     stream, source, source_name = _grouped(docs)
-    lazy = source is not None and (source.streamed or source.sampled)
-    cap = max(_STREAM_READ_FACTOR * wanted, _STREAM_READ_MIN) if source is not None and source.streamed else None
+    lazy = source is not None and source.lazy
+    remote = source is not None and source.streamed and not source.local
+    cap = max(_STREAM_READ_FACTOR * wanted, _STREAM_READ_MIN) if remote else None
     out: list[list[int]] = []
     read = joined = too_short = 0
     pending: list[int] = []
     pending_group: str | None = None
     pending_parts = 0
+    pending_first = ""
+    short = Skips()
+    stopped = False
 
     def flush() -> None:
         nonlocal pending, pending_parts, too_short
         if pending_parts:
             too_short += pending_parts
+            short.add("too short", f"{pending_first} ({len(pending)} tokens in {pending_parts} joined parts, "
+                                   f"{min_tokens} needed)" if pending_parts > 1 else
+                      f"{pending_first} ({len(pending)} tokens, {min_tokens} needed)")
         pending, pending_parts = [], 0
 
     with _quiet_transformers():
@@ -137,10 +146,13 @@ def _collect(docs: Any, tokenizer: Any, min_tokens: int, wanted: int, drop: set[
             elif group is None:
                 flush()
                 too_short += 1
+                short.add("too short", f"{snippet(text)} ({len(ids)} tokens, {min_tokens} needed)")
             else:
                 if pending_parts and group != pending_group:
                     flush()
                 pending_group = group
+                if not pending_parts:
+                    pending_first = snippet(text)
                 pending.extend(ids)
                 pending_parts += 1
                 if len(pending) >= min_tokens:
@@ -148,9 +160,14 @@ def _collect(docs: Any, tokenizer: Any, min_tokens: int, wanted: int, drop: set[
                     joined += 1
                     pending, pending_parts = [], 0
             if lazy and (len(out) >= wanted or (cap is not None and read >= cap)):
+                stopped = remote
                 break
         flush()
-    return _Corpus(out, read, joined, too_short, source_name)
+    skips = Skips()
+    if source is not None:
+        skips.merge(source.skips)
+    skips.merge(short)
+    return _Corpus(out, read, joined, too_short, source_name, skips, stopped)
 
 
 def _check_common(n: int, count: int, seed: int) -> tuple[int, int, int]:
@@ -161,8 +178,11 @@ def _check_common(n: int, count: int, seed: int) -> tuple[int, int, int]:
 def _corpus_words(corpus: _Corpus, min_tokens: int, what: str) -> str:
     joined = (f", {corpus.joined} of them made by joining consecutive paragraphs/documents of the "
               "same source" if corpus.joined else "")
+    first = (f"; the stream was read only until enough documents qualified, so the examples come from its first "
+             f"{corpus.read} documents, not from a sample of the whole dataset" if corpus.stopped else "")
+    skipped = f"; skipped: {corpus.skips.describe()}" if corpus.skips else ""
     return (f"{len(corpus.docs)} {what} with at least {min_tokens} tokens{joined} "
-            f"(of {corpus.read} documents read from {corpus.source_name})")
+            f"(of {corpus.read} documents read from {corpus.source_name}{first}{skipped})")
 
 
 def _repeats_words(repeats: int, what: str, distinct: bool) -> str:

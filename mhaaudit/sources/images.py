@@ -2,21 +2,26 @@
 Hugging Face datasets (streamed).
 
 Every source yields RGB ``PIL.Image.Image`` objects in a deterministic order and counts what it
-had to skip. Folders, parquet files and datasets are decoded on a pool of threads, in order. Like the paper (which kept the RGB images among 2000 ImageNet images), sources keep
-images whose mode is already RGB and count every other image (grayscale, CMYK, RGBA, palette) as
-skipped, as well as files that cannot be decoded. ``limit`` caps the number of images yielded.
+had to skip, by cause, with an example of each. Folders, parquet and Arrow files, saved datasets
+and hub datasets are decoded on a pool of threads, in order. Like the paper (which kept the RGB
+images among 2000 ImageNet images), sources keep images whose mode is already RGB and count every
+other image (grayscale, CMYK, RGBA, palette) as skipped ("not RGB"), unless ``convert_rgb``
+converts them as torchvision's ImageFolder does; files that cannot be decoded are skipped as
+"unreadable". ``limit`` caps the number of images yielded.
 """
 
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
 from PIL import Image, UnidentifiedImageError
 
 from ..errors import DataError, InputError, one_line
-from ._common import classify, is_builtin, is_local, open_hf_dataset, ordered_map, stream_rows
+from ._common import Skips, classify, is_builtin, is_local, open_hf_dataset, ordered_map, stream_rows
+from .containers import IMAGE_NAMES, Table, choose_column, is_saved_dataset, open_table
 from .mosaics import BUILTIN_PHOTOS, CROP_SIZE, GRID, TILE_SIDE
 
 __all__ = [
@@ -24,6 +29,7 @@ __all__ = [
     "BuiltinImages",
     "ImageFolder",
     "ParquetImages",
+    "TableImages",
     "HubImages",
     "image_source",
     "IMAGE_EXTENSIONS",
@@ -37,62 +43,179 @@ IMAGE_EXTENSIONS = frozenset(
 _OFFLINE_IMAGES = "a local image folder, a .parquet file of image bytes, or the built-in default (no --data)"
 
 
-def _decode(value: Any, base: Path | None = None) -> Image.Image | None:
-    """An RGB image from a PIL image, bytes, a path, or a {"bytes", "path"} dict; None when it
-    cannot be decoded or is not RGB. The sources call it on a pool of threads
-    (:func:`~._common.ordered_map`), keeping their order; PIL's warnings about odd files go
-    through the process's warning filters (``warnings.catch_warnings`` is not thread-safe)."""
+def _read_value(value: Any, base: Path | None) -> Any:
+    """Bytes (or a PIL image) from a PIL image, bytes, a path, or a {"bytes", "path"} dict."""
+    if isinstance(value, dict):
+        raw = value.get("bytes")
+        if raw is None and value.get("path"):
+            path = Path(value["path"])
+            if not path.is_absolute() and base is not None:
+                path = base / path
+            raw = path.read_bytes()
+        value = raw
+    if isinstance(value, (str, Path)):
+        value = Path(value).read_bytes()
+    return value
+
+
+_UNREADABLE = (OSError, UnidentifiedImageError, ValueError, SyntaxError, Image.DecompressionBombError)
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, UnidentifiedImageError):
+        return "not an image file that PIL can identify"
+    return one_line(exc, 120, first_line=True)
+
+
+def _decode(value: Any, base: Path | None = None, convert: bool = False) -> tuple[Image.Image | None, str, str]:
+    """``(image, "", "")`` for an RGB image made from a PIL image, bytes, a path, or a {"bytes",
+    "path"} dict; ``(None, cause, why)`` when it cannot be decoded (``"unreadable"``) or is not
+    RGB (``"not RGB"``, unless ``convert``: then every mode is converted with PIL's
+    ``convert("RGB")``, as torchvision's ImageFolder loader does). The sources call it on a pool
+    of threads (:func:`~._common.ordered_map`), keeping their order; PIL's warnings about odd
+    files go through the process's warning filters (``warnings.catch_warnings`` is not thread-safe)."""
     try:
+        value = _read_value(value, base)
         if isinstance(value, Image.Image):
             image = value
             image.load()
         else:
-            if isinstance(value, dict):
-                raw = value.get("bytes")
-                if raw is None and value.get("path"):
-                    path = Path(value["path"])
-                    if not path.is_absolute() and base is not None:
-                        path = base / path
-                    raw = path.read_bytes()
-                value = raw
-            if isinstance(value, (str, Path)):
-                value = Path(value).read_bytes()
             if not isinstance(value, (bytes, bytearray, memoryview)):
-                return None
+                return None, "unreadable", f"holds {type(value).__name__}, not image bytes"
             image = Image.open(io.BytesIO(bytes(value)))
             image.load()
-    except (OSError, UnidentifiedImageError, ValueError, SyntaxError, Image.DecompressionBombError):
-        return None
-    return image if image.mode == "RGB" else None
+    except _UNREADABLE as exc:
+        return None, "unreadable", _why(exc)
+    if image.mode == "RGB":
+        return image, "", ""
+    if convert:
+        try:
+            return image.convert("RGB"), "", image.mode
+        except _UNREADABLE as exc:
+            return None, "unreadable", _why(exc)
+    return None, "not RGB", f"mode {image.mode}"
+
+
+def _header_mode(value: Any, base: Path | None = None) -> tuple[str | None, str]:
+    """The image mode read from the header alone (no pixels decoded), or ``(None, why)``."""
+    try:
+        value = _read_value(value, base)
+        if isinstance(value, Image.Image):
+            return value.mode, ""
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            return None, f"holds {type(value).__name__}, not image bytes"
+        with Image.open(io.BytesIO(bytes(value))) as image:
+            return image.mode, ""
+    except _UNREADABLE as exc:
+        return None, _why(exc)
+
+
+RGB_ONLY = "RGB only (the paper's rule): images of any other mode are skipped and counted"
+CONVERT_RGB = ("every mode converted to RGB with PIL's convert('RGB'), as torchvision's ImageFolder does "
+               "(alpha dropped, grayscale repeated, palettes expanded)")
+
+
+@dataclass
+class Scan:
+    """What the headers of a finite source say before any pixel is decoded: ``usable`` images
+    among the ``scanned`` items, ``complete`` when every item was scanned (``usable`` is then
+    all the source has, less any that fail to decode later), the items that cannot be used by
+    cause, and how many usable ones have another mode (converted)."""
+
+    usable: int
+    scanned: int
+    complete: bool
+    skips: Skips
+    converted: int = 0
 
 
 class ImageSource:
     """An iterable of RGB ``PIL.Image.Image`` in a deterministic order.
 
-    ``name`` describes the source in plain words for reports; ``skipped`` counts the items the
-    current (or last) pass skipped because they were unreadable or not RGB; ``total`` is the
-    most images a full pass can yield when known in advance (exact for the built-in source; an
-    upper bound for folders and parquet files, where some items may be skipped; None for
-    streamed datasets); ``limit`` caps the number yielded.
-    Each ``iter()`` starts a fresh pass and resets ``skipped``.
+    ``name`` describes the source in plain words for reports; ``skips`` holds the items the
+    current (or last) pass skipped, by cause (not RGB, unreadable) with an example of each, and
+    ``skipped`` their number; ``converted`` counts the images of another mode converted to RGB
+    (``convert_rgb``); ``policy`` says which rule applied. ``total`` is the most images a full
+    pass can yield when known in advance (exact for the built-in source; an upper bound for
+    folders and files, where some items may be skipped; None for streamed datasets); ``limit``
+    caps the number yielded. Finite local sources can :meth:`scan` their headers first.
+    Each ``iter()`` starts a fresh pass and resets ``skips``.
     """
 
     name: str
-    skipped: int
     total: int | None
     limit: int
 
-    def __init__(self, name: str, limit: int, total: int | None = None) -> None:
+    def __init__(self, name: str, limit: int, total: int | None = None, convert_rgb: bool = False) -> None:
         self.name = name
         self.limit = limit
         self.total = total
-        self.skipped = 0
+        self.convert_rgb = bool(convert_rgb)
+        self.skips = Skips()
+        self.converted = 0
+
+    @property
+    def skipped(self) -> int:
+        return self.skips.total
+
+    @property
+    def policy(self) -> str:
+        return CONVERT_RGB if self.convert_rgb else RGB_ONLY
 
     def _generate(self) -> Iterator[Image.Image]:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _items(self) -> Iterator[tuple[str, Any]] | None:
+        """``(label, raw value)`` of every item, for :meth:`scan`; None when the source cannot be scanned."""
+        return None
+
+    _base: Path | None = None
+
+    def _decoded(self, items: Iterator[tuple[str, Any]]) -> Iterator[Image.Image]:
+        """Decode ``(label, value)`` items on the thread pool, in order; count what is skipped."""
+        labels: list[str] = []
+
+        def values():
+            for label, value in items:
+                labels.append(label)
+                yield value
+
+        for i, (image, cause, why) in enumerate(ordered_map(lambda v: _decode(v, self._base, self.convert_rgb),
+                                                            values())):
+            if image is None:
+                self.skips.add(cause, f"{labels[i]}: {why}")
+                continue
+            if why:
+                self.converted += 1
+            yield image
+
+    def scan(self, upto: int | None = None) -> Scan | None:
+        """Read the items' headers (cheap: no pixels are decoded) until ``upto`` usable images are
+        found or the source ends; None for sources that cannot be scanned (streamed, built-in)."""
+        items = self._items()
+        if items is None:
+            return None
+        skips = Skips()
+        usable = scanned = converted = 0
+        complete = True
+        for label, value in items:
+            if upto is not None and usable >= upto:
+                complete = False
+                break
+            scanned += 1
+            mode, why = _header_mode(value, self._base)
+            if mode is None:
+                skips.add("unreadable", f"{label}: {why}")
+            elif mode == "RGB" or self.convert_rgb:
+                usable += 1
+                converted += mode != "RGB"
+            else:
+                skips.add("not RGB", f"{label}: mode {mode}")
+        return Scan(usable, scanned, complete, skips, converted)
+
     def __iter__(self) -> Iterator[Image.Image]:
-        self.skipped = 0
+        self.skips = Skips()
+        self.converted = 0
         yielded = 0
         if self.limit <= 0:
             return
@@ -102,7 +225,15 @@ class ImageSource:
             if yielded >= self.limit:
                 return
         if yielded == 0:
-            raise DataError(f"{self.name}: no readable RGB images ({self.skipped} skipped)")
+            raise DataError(f"{self.name}: no usable images ({self.skips.describe() or 'none found'})"
+                            + self.convert_hint())
+
+    def convert_hint(self) -> str:
+        """Advice when images were skipped for their mode and conversion is off."""
+        if self.convert_rgb or not self.skips.count("not RGB"):
+            return ""
+        return ("; to audit them, convert them to RGB with {param:convert_rgb} (as torchvision's ImageFolder does; "
+                "the paper kept RGB images only)")
 
     def batches(self, batch_size: int) -> Iterator[list[Image.Image]]:
         """Lists of up to ``batch_size`` images (the last one may be shorter)."""
@@ -170,10 +301,15 @@ class BuiltinImages(ImageSource):
                 yield Image.fromarray(array, "RGB")
 
 
+def _first(limit: int, total: int, unit: str, order: str) -> str:
+    """Words saying that a source yields only its first ``limit`` items (never silently)."""
+    return f"; the first {limit} usable {unit} in {order} are read" if limit < total else ""
+
+
 class ImageFolder(ImageSource):
     """Image files under a folder (recursive, common extensions, sorted by relative path)."""
 
-    def __init__(self, root: Path, limit: int = 2000) -> None:
+    def __init__(self, root: Path, limit: int = 2000, convert_rgb: bool = False) -> None:
         self.root = root
         try:
             files = [
@@ -187,102 +323,72 @@ class ImageFolder(ImageSource):
             exts = ", ".join(sorted(e.lstrip(".") for e in IMAGE_EXTENSIONS))
             raise DataError(f"image folder {root} holds no image files ({exts})")
         self.files = sorted(files, key=lambda p: p.relative_to(root).as_posix())
+        mode = "RGB only" if not convert_rgb else "converted to RGB"
         super().__init__(
-            f"image folder {root} ({len(self.files)} files, RGB only)", limit,
-            total=min(limit, len(self.files)),
+            f"image folder {root} ({len(self.files)} files, {mode}"
+            f"{_first(limit, len(self.files), 'images', 'sorted path order')})", limit,
+            total=min(limit, len(self.files)), convert_rgb=convert_rgb,
         )
 
+    def _items(self) -> Iterator[tuple[str, Any]]:
+        return ((p.relative_to(self.root).as_posix(), p) for p in self.files)
+
     def _generate(self) -> Iterator[Image.Image]:
-        for image in ordered_map(_decode, self.files):
-            if image is None:
-                self.skipped += 1
-                continue
-            yield image
+        return self._decoded(self._items())
 
 
-def _image_column_of(schema, wanted: str | None, label: str) -> str:
-    import pyarrow as pa
+class TableImages(ImageSource):
+    """A column of encoded images in a container (:mod:`.containers`: parquet or Arrow file, a
+    saved ``Dataset`` or a split of a ``DatasetDict``): ``{"bytes": ..., "path": ...}`` structs as
+    Hugging Face writes them, or raw bytes, read a batch at a time in the stored order."""
 
-    names = list(schema.names)
-    if wanted is not None:
-        if wanted not in names:
-            raise InputError(f"{label} has no column '{wanted}'; its columns: {', '.join(names)}")
-        return wanted
+    def __init__(self, table: Table, limit: int = 2000, image_column: str | None = None,
+                 convert_rgb: bool = False) -> None:
+        self.table = table
+        self.column, how = choose_column(table.label, table.kinds, image_column, "image")
+        self._base = table.base
+        rows = table.rows if table.rows is not None else limit
+        mode = "RGB only" if not convert_rgb else "converted to RGB"
+        super().__init__(
+            f"{table.label}, column '{self.column}' ({how}; {table.rows} rows, {mode}"
+            f"{_first(limit, rows, 'images', 'stored order')})", limit,
+            total=min(limit, rows), convert_rgb=convert_rgb,
+        )
 
-    def holds_bytes(name: str) -> bool:
-        t = schema.field(name).type
-        if pa.types.is_binary(t) or pa.types.is_large_binary(t):
-            return True
-        return pa.types.is_struct(t) and any(t.field(i).name == "bytes" for i in range(t.num_fields))
+    def _items(self) -> Iterator[tuple[str, Any]]:
+        return ((f"row {i}", v) for i, v in enumerate(self.table.values(self.column)))
 
-    for name in ("image", "img", "images", "picture", "jpg", "jpeg", "png"):
-        if name in names and holds_bytes(name):
-            return name
-    for name in names:
-        if holds_bytes(name):
-            return name
-    raise DataError(f"{label} has no column of image bytes; its columns: {', '.join(names)} "
-                    "(name one with image_column)")
+    def _generate(self) -> Iterator[Image.Image]:
+        return self._decoded(self._items())
 
 
-class ParquetImages(ImageSource):
-    """A column of encoded images in a parquet file: ``{"bytes": ..., "path": ...}`` structs as
-    Hugging Face writes them, or raw bytes. Read one record batch at a time."""
+class ParquetImages(TableImages):
+    """A column of encoded images in a parquet file (:class:`TableImages` of the file)."""
 
-    def __init__(self, path: Path, limit: int = 2000, image_column: str | None = None) -> None:
-        import pyarrow.parquet as pq
-
+    def __init__(self, path: Path, limit: int = 2000, image_column: str | None = None,
+                 convert_rgb: bool = False) -> None:
         self.path = path
-        try:
-            meta = pq.ParquetFile(path)
-        except Exception as exc:
-            raise DataError(f"cannot read parquet file {path}: {one_line(exc, 300, first_line=True)}") from None
-        self.column = _image_column_of(meta.schema_arrow, image_column, f"parquet file {path}")
-        rows = meta.metadata.num_rows
-        super().__init__(
-            f"parquet file {path}, column '{self.column}' ({rows} rows, RGB only)", limit,
-            total=min(limit, rows),
-        )
-
-    def _generate(self) -> Iterator[Image.Image]:
-        import pyarrow.parquet as pq
-
-        try:
-            reader = pq.ParquetFile(self.path)
-            values = (v for batch in reader.iter_batches(batch_size=64, columns=[self.column])
-                      for v in batch.column(0).to_pylist())
-            for image in ordered_map(lambda v: _decode(v, base=self.path.parent), values):
-                if image is None:
-                    self.skipped += 1
-                    continue
-                yield image
-        except OSError as exc:
-            raise DataError(f"reading parquet file {self.path} failed: {one_line(exc, 300, first_line=True)}") from None
+        super().__init__(open_table(path), limit, image_column, convert_rgb)
 
 
 class HubImages(ImageSource):
     """A Hugging Face dataset (hub id or local dataset folder), streamed in its own order."""
 
     def __init__(self, data: str, split: str = "train", limit: int = 2000,
-                 image_column: str | None = None) -> None:
+                 image_column: str | None = None, convert_rgb: bool = False) -> None:
         dataset = open_hf_dataset(data, split=split, what="image", instead=_OFFLINE_IMAGES)
         import datasets  # after the offline check: importing it takes seconds
 
         features = dataset.features
-        if image_column is not None:
-            if features is not None and image_column not in features:
-                raise InputError(f"dataset '{data}' has no column '{image_column}'; "
-                                 f"its columns: {', '.join(features)}")
-            column = image_column
-        elif features is not None:
-            candidates = [c for c in ("image", "img") if c in features]
-            candidates += [c for c, f in features.items() if isinstance(f, datasets.Image)]
-            if not candidates:
-                raise DataError(f"dataset '{data}' has no 'image' or 'img' column; its columns: "
-                                f"{', '.join(features)} (name one with image_column)")
-            column = candidates[0]
+        label = f"dataset '{data}'"
+        if features is not None:
+            kinds = {c: "image" if isinstance(f, datasets.Image) else
+                     ("bytes" if isinstance(f, datasets.Value) and f.dtype in ("binary", "large_binary") else
+                      "image" if c in ("image", "img") else getattr(f, "dtype", None) or type(f).__name__)
+                     for c, f in features.items()}
+            column, _ = choose_column(label, kinds, image_column, "image")
         else:
-            column = None  # features unknown until the first row: "image", else "img"
+            column = image_column  # features unknown until the first row: a well-known name, else refused
         if features is not None:
             if isinstance(features[column], datasets.Image):
                 # decode here, so that one corrupt image is skipped instead of ending the stream
@@ -291,24 +397,22 @@ class HubImages(ImageSource):
         self.data, self.split, self.column = data, split, column
         self.dataset = dataset
         where = f"dataset folder {data}" if is_local(data) else f"hub dataset {data}"
-        super().__init__(f"{where} split {split} (streamed, RGB only)", limit)
+        mode = "RGB only" if not convert_rgb else "converted to RGB"
+        super().__init__(f"{where} split {split} (streamed in the dataset's order: the first {limit} usable images "
+                         f"are read; {mode})", limit, convert_rgb=convert_rgb)
 
-    def _values(self) -> Iterator[Any]:
-        for row in stream_rows(self.dataset, self.data):
+    def _values(self) -> Iterator[tuple[str, Any]]:
+        for i, row in enumerate(stream_rows(self.dataset, self.data)):
             if self.column is None:
-                self.column = next((c for c in ("image", "img") if c in row), None)
+                self.column = next((c for c in IMAGE_NAMES if c in row), None)
             if self.column is None or self.column not in row:
-                wanted = f"column '{self.column}'" if self.column else "'image' or 'img' column"
+                wanted = f"column '{self.column}'" if self.column else f"column named {', '.join(IMAGE_NAMES)}"
                 raise DataError(f"dataset '{self.data}' has no {wanted}; its columns: "
-                                f"{', '.join(row)} (name one with image_column)")
-            yield row[self.column]
+                                f"{', '.join(row)}; choose one with {{param:image_column}}")
+            yield f"row {i}", row[self.column]
 
     def _generate(self) -> Iterator[Image.Image]:
-        for image in ordered_map(_decode, self._values()):
-            if image is None:
-                self.skipped += 1
-                continue
-            yield image
+        return self._decoded(self._values())
 
 
 _DATASET_SUFFIXES = frozenset({".parquet", ".arrow"})
@@ -323,21 +427,28 @@ def _has_dataset_files(root: Path) -> bool:
 
 
 def image_source(data: str | None = None, *, split: str = "train", limit: int = 2000, seed: int = 0,
-                 image_column: str | None = None, device: Any = None) -> ImageSource:
+                 image_column: str | None = None, device: Any = None, convert_rgb: bool = False) -> ImageSource:
     """The image source that ``data`` names.
 
     - ``None`` or ``"builtin"``: the built-in offline default (:class:`BuiltinImages`; uses ``seed``,
       synthesised on ``device``, the CPU by default: the same images on every device);
-    - an existing folder: its image files, recursively (:class:`ImageFolder`); a folder with no
-      image files but parquet/arrow files is read as a Hugging Face dataset folder (below);
-    - a ``.parquet`` file: a column of encoded images (:class:`ParquetImages`; ``image_column``);
+    - an existing folder: its image files, recursively (:class:`ImageFolder`); a folder written by
+      ``save_to_disk`` (a ``Dataset``, or a ``DatasetDict`` whose ``split`` is read) is read with
+      ``datasets.load_from_disk`` (:class:`TableImages`); any other folder with no image files but
+      parquet/arrow files is read as a Hugging Face dataset folder (below);
+    - a ``.parquet`` or ``.arrow`` file: a column of encoded images (:class:`TableImages`);
     - anything else (or a string prefixed ``hf:``): a Hugging Face dataset id, or a local dataset
       folder after ``hf:``, streamed with ``datasets.load_dataset(data, split=split,
-      streaming=True)``, images from the ``image``/``img`` column (:class:`HubImages`).
+      streaming=True)`` (:class:`HubImages`).
 
-    ``limit`` caps the number of images yielded. Folder, parquet and hub sources keep their own
-    order (``seed`` is not used). Raises DataError for a missing path, an empty folder or an
-    unknown split, OfflineError for a hub id while offline, InputError for bad arguments.
+    The image column is ``image_column``, else one with a well-known name (image, img, ...), else
+    the only column of images; anything else is refused with the columns found. Images that are
+    not RGB are skipped and counted (the paper's rule) unless ``convert_rgb``, which converts
+    every mode with PIL's ``convert("RGB")`` as torchvision's ImageFolder does. ``limit`` caps
+    the number of images yielded; folders and files keep their own order (``seed`` is not used)
+    and the source's name says when only the first ``limit`` are read. Raises DataError for a
+    missing path, an empty folder or an unknown split, OfflineError for a hub id while offline,
+    InputError for bad arguments.
     """
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise InputError(f"limit must be a positive number of images, got {limit!r}")
@@ -345,15 +456,22 @@ def image_source(data: str | None = None, *, split: str = "train", limit: int = 
         return BuiltinImages(limit=limit, seed=seed, device=device)
     kind, target = classify(data)
     if kind == "dir":
+        if is_saved_dataset(target):
+            return TableImages(open_table(target, split), limit=limit, image_column=image_column,
+                               convert_rgb=convert_rgb)
         if not _has_image_files(target) and _has_dataset_files(target):
             # a dataset folder as the hub stores them (data/*.parquet ...): the datasets library reads it
-            return HubImages(str(target), split=split, limit=limit, image_column=image_column)
-        return ImageFolder(target, limit=limit)
+            return HubImages(str(target), split=split, limit=limit, image_column=image_column,
+                             convert_rgb=convert_rgb)
+        return ImageFolder(target, limit=limit, convert_rgb=convert_rgb)
     if kind == "file":
-        if target.suffix.lower() == ".parquet":
-            return ParquetImages(target, limit=limit, image_column=image_column)
-        if target.suffix.lower() in IMAGE_EXTENSIONS:
+        suffix = target.suffix.lower()
+        if suffix == ".parquet":
+            return ParquetImages(target, limit=limit, image_column=image_column, convert_rgb=convert_rgb)
+        if suffix == ".arrow":
+            return TableImages(open_table(target), limit=limit, image_column=image_column, convert_rgb=convert_rgb)
+        if suffix in IMAGE_EXTENSIONS:
             raise InputError(f"{target} is a single image; give the folder that holds the images")
-        raise InputError(f"{target}: not an image source (give an image folder, a .parquet file, "
-                         "a Hugging Face dataset id, or nothing for the built-in default)")
-    return HubImages(target, split=split, limit=limit, image_column=image_column)
+        raise InputError(f"{target}: not an image source (give an image folder, a .parquet or .arrow file, a folder "
+                         "written by save_to_disk, a Hugging Face dataset id, or nothing for the built-in default)")
+    return HubImages(target, split=split, limit=limit, image_column=image_column, convert_rgb=convert_rgb)

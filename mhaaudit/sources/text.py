@@ -1,9 +1,10 @@
 """Text sources: where documents come from.
 
 Sources yield documents (str) in a deterministic order: the built-in offline corpus (the prose of
-the installed packages' docstrings, :mod:`.corpus`), .txt files or folders, .jsonl and .parquet
-files, and Hugging Face datasets (streamed; ``"wikipedia"`` is the paper's data). Turning
-documents into the paper's token sequences is :mod:`.examples`.
+the installed packages' docstrings, :mod:`.corpus`), .txt files or folders, .jsonl files, the
+containers of :mod:`.containers` (parquet, Arrow, .csv, .tsv, folders written by
+``save_to_disk``), and Hugging Face datasets (streamed; ``"wikipedia"`` is the paper's data).
+Turning documents into the paper's token sequences is :mod:`.examples`.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 
 from ..errors import DataError, InputError, one_line
-from ._common import classify, data_rng, is_builtin, is_local, open_hf_dataset, stream_rows
+from ._common import Skips, classify, data_rng, is_builtin, is_local, open_hf_dataset, stream_rows
+from .containers import Table, choose_column, is_saved_dataset, open_table
 
 __all__ = [
     "TextSource",
@@ -23,57 +25,73 @@ __all__ = [
     "TextFiles",
     "JsonlText",
     "ParquetText",
+    "TableText",
     "HubText",
     "text_source",
 ]
 
 WIKIPEDIA = ("wikimedia/wikipedia", "20231101.en")
-_OFFLINE_TEXT = ("a local .txt file or folder of .txt files, a .jsonl or .parquet file with a text "
-                 "column, or the built-in default (no --data)")
+_OFFLINE_TEXT = ("a local .txt file or folder of .txt files, a .jsonl, .parquet, .arrow, .csv or .tsv file with a "
+                 "text column, a folder written by save_to_disk, or the built-in default (no --data)")
 _PARAGRAPH = re.compile(r"\n[ \t]*\n")
 
 
 class TextSource:
     """An iterable of documents (str) in a deterministic order.
 
-    ``name`` describes the source for reports, ``skipped`` counts the records the current (or
-    last) pass skipped (empty, not text, unreadable), ``streamed`` is True for hub datasets
-    (read lazily, possibly endless), ``sampled`` is True when the order is itself a random
-    sample of the source (the built-in corpus): the example builders then read these two kinds
-    only until enough documents qualify. ``grouped()`` yields ``(group, document)`` pairs:
-    documents with the same non-None group are consecutive parts (paragraphs, modules) of one
-    source, which the example builders may join when single parts are too short. ``limit`` caps
-    the documents.
+    ``name`` describes the source for reports, ``skips`` holds the records the current (or last)
+    pass skipped, by cause (invalid JSON, missing field, empty) with an example of each, and
+    ``skipped`` their number. ``streamed`` is True for hub datasets (read lazily, possibly
+    endless; ``local`` when the stream is a local folder, finite and read whole), ``sampled``
+    is True when the order is itself a random sample of the source (the built-in corpus): the
+    example builders read a remote stream and a sampled source only until enough documents
+    qualify. ``grouped()`` yields ``(group, document)`` pairs: documents with the same non-None
+    group are consecutive parts (paragraphs, modules) of one source, which the example builders
+    may join when single parts are too short. ``limit`` caps the documents.
     """
 
     name: str
-    skipped: int
     streamed: bool = False
+    local: bool = True
     sampled: bool = False
 
     def __init__(self, name: str, limit: int | None = None) -> None:
         self.name = name
         self.limit = limit
-        self.skipped = 0
+        self.skips = Skips()
+
+    @property
+    def skipped(self) -> int:
+        return self.skips.total
+
+    @property
+    def lazy(self) -> bool:
+        """Whether the example builders stop reading once enough documents qualify (a remote
+        stream, or a source whose order is already a seeded sample); otherwise they read it all."""
+        return self.sampled or (self.streamed and not self.local)
 
     def _generate(self) -> Iterator[tuple[str | None, str]]:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def grouped(self) -> Iterator[tuple[str | None, str]]:
-        self.skipped = 0
+        self.skips = Skips()
         count = 0
         if self.limit is not None and self.limit <= 0:
             return
         for group, doc in self._generate():
             if not doc or not doc.strip():
-                self.skipped += 1
+                self.skips.add("empty", f"document {count + self.skipped + 1}")
                 continue
             yield group, doc
             count += 1
             if self.limit is not None and count >= self.limit:
                 return
         if count == 0:
-            raise DataError(f"{self.name}: no text documents ({self.skipped} skipped)")
+            raise DataError(f"{self.name}: no text documents ({self.skips.describe() or 'none found'})"
+                            + self._hint())
+
+    def _hint(self) -> str:
+        return ""
 
     def __iter__(self) -> Iterator[str]:
         for _, doc in self.grouped():
@@ -137,10 +155,11 @@ class TextFiles(TextSource):
             )
             if not files:
                 raise DataError(f"text folder {path} holds no .txt files")
-            name = f"text folder {path} ({len(files)} .txt files; documents separated by blank lines)"
+            name = (f"text folder {path} ({len(files)} .txt files; documents separated by blank lines, "
+                    "short consecutive paragraphs of a file joined)")
         else:
             files = [path]
-            name = f"text file {path} (documents separated by blank lines)"
+            name = f"text file {path} (documents separated by blank lines, short consecutive paragraphs joined)"
         self.files = files
         super().__init__(name, limit)
 
@@ -152,101 +171,132 @@ class TextFiles(TextSource):
                     yield str(path), part
 
 
+_JSONL_PROBE = 1000  # lines read to find the text field when none is named
+
+
 class JsonlText(TextSource):
-    """One JSON object per line; the document is its ``text`` field (or ``text_column``). Lines
-    that are not JSON objects with a string there are skipped."""
+    """One JSON object per line; the document is the field ``text_column``, else one found as
+    columns are (:func:`~.containers.choose_column`: a well-known name such as text, content,
+    body, else the only field holding strings) among the first lines. Lines that are not JSON
+    objects, or lack a string in that field, are skipped and counted by cause."""
 
     def __init__(self, path: Path, limit: int | None = None, text_column: str | None = None) -> None:
         self.path = path
-        self.column = text_column or "text"
-        super().__init__(f"JSON-lines file {path}, field '{self.column}'", limit)
+        label = f"JSON-lines file {path}"
+        if text_column is None:
+            self.column, how = choose_column(label, self._fields(), None, "text")
+        else:
+            self.column, how = text_column, "as asked"
+        super().__init__(f"{label}, field '{self.column}' ({how})", limit)
 
-    def _generate(self) -> Iterator[tuple[str | None, str]]:
+    def _fields(self) -> dict[str, str]:
+        """The fields of the first lines' objects: ``"text"`` when some line has a string there."""
+        kinds: dict[str, str] = {}
+        for _, record in zip(range(_JSONL_PROBE), self._records(None)):
+            if isinstance(record, dict):
+                for key, value in record.items():
+                    kind = "text" if isinstance(value, str) else type(value).__name__
+                    if kinds.get(key) != "text":
+                        kinds[key] = kind
+        return kinds
+
+    def _records(self, skips: Skips | None) -> Iterator[Any]:
         try:
             handle = self.path.open(encoding="utf-8")
         except OSError as exc:
             raise DataError(f"cannot read {self.path}: {one_line(exc, 300, first_line=True)}") from None
         with handle:
             try:
-                for line in handle:
+                for number, line in enumerate(handle, 1):
                     if not line.strip():
                         continue
                     try:
-                        record = json.loads(line)
-                    except json.JSONDecodeError:
-                        self.skipped += 1
+                        yield json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        if skips is not None:
+                            skips.add("invalid JSON", f"line {number}: {exc.msg}")
                         continue
-                    value = record.get(self.column) if isinstance(record, dict) else None
-                    if not isinstance(value, str):
-                        self.skipped += 1
-                        continue
-                    yield None, value
             except UnicodeDecodeError:
                 raise DataError(f"{self.path} is not UTF-8 text") from None
 
+    def _generate(self) -> Iterator[tuple[str | None, str]]:
+        for number, record in enumerate(self._records(self.skips), 1):
+            value = record.get(self.column) if isinstance(record, dict) else None
+            if not isinstance(value, str):
+                fields = ", ".join(record) if isinstance(record, dict) else type(record).__name__
+                self.skips.add("missing field", f"record {number} has no string '{self.column}' (fields: {fields})")
+                continue
+            yield None, value
 
-class ParquetText(TextSource):
-    """A string column (``text`` or ``text_column``) of a parquet file."""
+    def _hint(self) -> str:
+        if self.skips.count("missing field"):
+            return "; choose the field with {param:text_column}"
+        return ""
 
-    def __init__(self, path: Path, limit: int | None = None, text_column: str | None = None) -> None:
-        import pyarrow.parquet as pq
 
-        try:
-            meta = pq.ParquetFile(path)
-        except Exception as exc:
-            raise DataError(f"cannot read parquet file {path}: {one_line(exc, 300, first_line=True)}") from None
-        names = list(meta.schema_arrow.names)
-        column = text_column or "text"
-        if column not in names:
-            error = InputError if text_column else DataError
-            raise error(f"parquet file {path} has no column '{column}'; its columns: {', '.join(names)}"
-                        + ("" if text_column else " (name one with text_column)"))
-        self.path, self.column = path, column
-        super().__init__(f"parquet file {path}, column '{column}' ({meta.metadata.num_rows} rows)", limit)
+class TableText(TextSource):
+    """A string column of a container (:mod:`.containers`: parquet, Arrow, .csv, .tsv, a saved
+    ``Dataset`` or a split of a ``DatasetDict``): ``text_column``, else one with a well-known name
+    (text, content, body, ...), else the only string column. Read whole, in the stored order."""
+
+    def __init__(self, table: Table, limit: int | None = None, text_column: str | None = None) -> None:
+        self.table = table
+        self.column, how = choose_column(table.label, table.kinds, text_column, "text")
+        super().__init__(f"{table.label}, column '{self.column}' ({how}; {table.rows} rows)", limit)
 
     def _generate(self) -> Iterator[tuple[str | None, str]]:
-        import pyarrow.parquet as pq
+        for row, value in enumerate(self.table.values(self.column)):
+            if not isinstance(value, str):
+                self.skips.add("missing field", f"row {row}: {'null' if value is None else type(value).__name__}")
+                continue
+            yield None, value
 
-        try:
-            for batch in pq.ParquetFile(self.path).iter_batches(batch_size=256, columns=[self.column]):
-                for value in batch.column(0).to_pylist():
-                    if not isinstance(value, str):
-                        self.skipped += 1
-                        continue
-                    yield None, value
-        except OSError as exc:
-            raise DataError(f"reading parquet file {self.path} failed: {one_line(exc, 300, first_line=True)}") from None
+
+class ParquetText(TableText):
+    """A string column of a parquet file (:class:`TableText` of the file)."""
+
+    def __init__(self, path: Path, limit: int | None = None, text_column: str | None = None) -> None:
+        self.path = path
+        super().__init__(open_table(path), limit, text_column)
 
 
 class HubText(TextSource):
     """A Hugging Face dataset (hub id or local dataset folder) streamed in its own order; the
-    document is the ``text`` column (or ``text_column``)."""
+    document is the column ``text_column``, else one found as in :class:`TableText`. A remote
+    stream is read only until enough documents qualify: its description says that the examples
+    come from the first documents of the stream, not from a sample of the whole dataset."""
 
     streamed = True
 
     def __init__(self, data: str, split: str = "train", limit: int | None = None,
                  text_column: str | None = None, config: str | None = None, label: str | None = None) -> None:
         dataset = open_hf_dataset(data, split=split, config=config, what="text", instead=_OFFLINE_TEXT)
-        column = text_column or "text"
         features = dataset.features
+        self.local = is_local(data)
+        how = "as asked" if text_column else "found by its name"
+        column = text_column or "text"
         if features is not None:
-            if column not in features:
-                error = InputError if text_column else DataError
-                raise error(f"dataset '{data}' has no column '{column}'; its columns: {', '.join(features)}"
-                            + ("" if text_column else " (name one with text_column)"))
+            kinds = {c: "text" if getattr(f, "dtype", None) in ("string", "large_string") else
+                     getattr(f, "dtype", None) or type(f).__name__ for c, f in features.items()}
+            column, how = choose_column(f"dataset '{data}'", kinds, text_column, "text")
             dataset = dataset.select_columns([column])
         self.data, self.split, self.column, self.dataset = data, split, column, dataset
-        where = (f"dataset folder {data}" if is_local(data) else f"hub dataset {data}") + (
+        where = (f"dataset folder {data}" if self.local else f"hub dataset {data}") + (
             f" config {config}" if config else "")
-        super().__init__(label or f"{where} split {split}, column '{column}' (streamed)", limit)
+        order = "streamed and read whole" if self.local else "streamed in the dataset's order"
+        super().__init__(label or f"{where} split {split}, column '{column}' ({how}; {order})", limit)
 
     def _generate(self) -> Iterator[tuple[str | None, str]]:
-        for row in stream_rows(self.dataset, self.data):
+        for row_number, row in enumerate(stream_rows(self.dataset, self.data)):
             value = row.get(self.column)
             if not isinstance(value, str):
-                self.skipped += 1
+                self.skips.add("missing field", f"row {row_number}: no string '{self.column}' "
+                                                f"(columns: {', '.join(row)})")
                 continue
             yield None, value
+
+    def _hint(self) -> str:
+        return "; choose the column with {param:text_column}" if self.skips.count("missing field") else ""
 
 
 def text_source(data: str | None = None, *, split: str = "train", limit: int | None = None, seed: int = 0,
@@ -255,15 +305,20 @@ def text_source(data: str | None = None, *, split: str = "train", limit: int | N
 
     - ``None`` or ``"builtin"``: the prose of the installed packages' docstrings, read in a
       seeded order (:class:`BuiltinText`);
-    - a ``.txt`` file or a folder of ``.txt`` files (documents separated by blank lines);
-    - a ``.jsonl`` file (field ``text`` or ``text_column``); a ``.parquet`` file (same column rule);
+    - a ``.txt`` file or a folder of ``.txt`` files (documents separated by blank lines; short
+      consecutive paragraphs of one file may be joined by the example builders);
+    - a ``.jsonl`` file (:class:`JsonlText`); a ``.parquet``, ``.arrow``, ``.csv`` or ``.tsv`` file,
+      or a folder written by ``save_to_disk`` (a ``Dataset``, or the ``split`` of a
+      ``DatasetDict``), read whole with ``datasets.load_from_disk`` (:class:`TableText`);
     - ``"wikipedia"``: the hub dataset ``wikimedia/wikipedia``, config ``20231101.en``, streamed
       (the paper's data);
-    - any other hub dataset id (or ``hf:<id or local dataset folder>``), streamed, column ``text``.
+    - any other hub dataset id (or ``hf:<id or local dataset folder>``), streamed.
 
-    ``limit`` caps the number of documents. ``seed`` orders the built-in corpus; the other
-    sources keep their own order. Raises OfflineError at once for a hub
-    dataset while offline, DataError for missing or empty data, InputError for bad arguments.
+    The text is the column or field ``text_column``, else one with a well-known name (text,
+    content, body, sentence, document, ...), else the only string column; anything else is
+    refused with the columns found. ``limit`` caps the number of documents. ``seed`` orders the
+    built-in corpus; the other sources keep their own order. Raises OfflineError at once for a
+    hub dataset while offline, DataError for missing or empty data, InputError for bad arguments.
     """
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise InputError(f"limit must be a positive number of documents, got {limit!r}")
@@ -271,8 +326,10 @@ def text_source(data: str | None = None, *, split: str = "train", limit: int | N
         return BuiltinText(limit=limit, seed=seed)
     kind, target = classify(data)
     if kind == "dir":
+        if is_saved_dataset(target):
+            return TableText(open_table(target, split), limit=limit, text_column=text_column)
         if not any(p.suffix.lower() == ".txt" for p in target.rglob("*")) and any(
-            p.suffix.lower() in {".parquet", ".arrow", ".jsonl"} for p in target.rglob("*")
+            p.suffix.lower() in {".parquet", ".arrow", ".jsonl", ".csv", ".tsv"} for p in target.rglob("*")
         ):
             return HubText(str(target), split=split, limit=limit, text_column=text_column)
         return TextFiles(target, limit=limit)
@@ -284,11 +341,15 @@ def text_source(data: str | None = None, *, split: str = "train", limit: int | N
             return JsonlText(target, limit=limit, text_column=text_column)
         if suffix == ".parquet":
             return ParquetText(target, limit=limit, text_column=text_column)
-        raise InputError(f"{target}: not a text source (give a .txt, .jsonl or .parquet file, a folder "
-                         "of .txt files, a Hugging Face dataset id, or nothing for the built-in default)")
+        table = open_table(target)
+        if table is not None:
+            return TableText(table, limit=limit, text_column=text_column)
+        raise InputError(f"{target}: not a text source (give a .txt, .jsonl, .parquet, .arrow, .csv or .tsv file, a "
+                         "folder of .txt files, a folder written by save_to_disk, a Hugging Face dataset id, or "
+                         "nothing for the built-in default)")
     if target.strip().lower() == "wikipedia":
         repo, config = WIKIPEDIA
         return HubText(repo, split=split, limit=limit, text_column=text_column, config=config,
-                       label=f"hub dataset {repo} config {config} split {split} (English Wikipedia, "
-                             "streamed; the paper's data)")
+                       label=f"hub dataset {repo} config {config} split {split}, column 'text' (English Wikipedia, "
+                             "streamed in the dataset's order; the paper's data)")
     return HubText(target, split=split, limit=limit, text_column=text_column)

@@ -1,0 +1,231 @@
+"""The containers researchers keep data in, read as columns: parquet and Arrow files, .csv and
+.tsv files, and folders written by ``datasets``' ``save_to_disk`` (a single ``Dataset`` or a
+``DatasetDict``, whose split ``split`` picks). Each is opened as a :class:`Table`: what it is
+called in the report, the kind of each column, its number of rows, and the values of one column
+in the stored order, read a batch at a time (a saved dataset is memory-mapped, not streamed, so
+every row is reachable).
+
+Columns are found or chosen, never guessed silently (:func:`choose_column`): the one the user
+named; else a column with a well-known name (``text``, ``content``, ``body``, ... for text;
+``image``, ``img``, ... for images) of the right kind; else the only column of the right kind.
+Anything else is refused with the columns found and the parameter that chooses one.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from ..errors import DataError, InputError, one_line
+
+__all__ = ["IMAGE_NAMES", "TEXT_NAMES", "Table", "choose_column", "is_saved_dataset", "open_table"]
+
+TEXT_NAMES = ("text", "content", "body", "sentence", "document", "article", "passage")
+IMAGE_NAMES = ("image", "img", "images", "picture", "photo", "jpg", "jpeg", "png")
+TABLE_SUFFIXES = {".parquet": "parquet", ".arrow": "arrow", ".csv": "csv", ".tsv": "tsv"}
+
+_KINDS = {"text": ("text",), "image": ("image", "bytes")}
+_WORDS = {"text": "string", "image": "image"}
+
+
+class Table:
+    """Columns of one container. ``label`` names it for reports (with the split of a
+    ``DatasetDict``), ``kinds`` maps each column to ``"text"`` (strings), ``"image"`` (an image
+    feature or ``{bytes, path}`` structs), ``"bytes"`` (raw binary) or its type, ``rows`` is the
+    number of rows, ``base`` the folder relative image paths are read from."""
+
+    def __init__(self, label: str, kinds: dict[str, str], rows: int | None, values: Callable[[str], Iterator[Any]],
+                 base: Path | None = None, split: str | None = None) -> None:
+        self.label, self.kinds, self.rows, self._values, self.base, self.split = label, kinds, rows, values, base, split
+
+    def values(self, column: str) -> Iterator[Any]:
+        """The values of ``column`` in the stored order."""
+        return self._values(column)
+
+    def listing(self) -> str:
+        return ", ".join(f"{c} ({k})" for c, k in self.kinds.items())
+
+
+def _arrow_kind(t) -> str:
+    import pyarrow as pa
+
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or getattr(pa.types, "is_string_view", lambda _: False)(t):
+        return "text"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return "bytes"
+    if pa.types.is_struct(t) and any(t.field(i).name == "bytes" for i in range(t.num_fields)):
+        return "image"
+    if pa.types.is_dictionary(t):
+        return _arrow_kind(t.value_type)
+    return str(t)
+
+
+def _kinds_of(schema) -> dict[str, str]:
+    return {name: _arrow_kind(schema.field(name).type) for name in schema.names}
+
+
+def _batches_of_table(table, column: str, size: int = 256) -> Iterator[Any]:
+    for batch in table.select([column]).to_batches(max_chunksize=size):
+        yield from batch.column(0).to_pylist()
+
+
+def _parquet(path: Path) -> Table:
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.ParquetFile(path)
+    except Exception as exc:
+        raise DataError(f"cannot read parquet file {path}: {one_line(exc, 300, first_line=True)}") from None
+
+    def values(column: str) -> Iterator[Any]:
+        try:
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=256, columns=[column]):
+                yield from batch.column(0).to_pylist()
+        except OSError as exc:
+            raise DataError(f"reading parquet file {path} failed: {one_line(exc, 300, first_line=True)}") from None
+
+    return Table(f"parquet file {path}", _kinds_of(meta.schema_arrow), meta.metadata.num_rows, values, path.parent)
+
+
+def _arrow_table(path: Path):
+    """An Arrow IPC file (random-access format) or stream (what ``save_to_disk`` writes), memory-mapped."""
+    import pyarrow as pa
+
+    try:
+        source = pa.memory_map(str(path))
+        try:
+            return pa.ipc.open_file(source).read_all()
+        except pa.ArrowInvalid:
+            source.seek(0)
+            return pa.ipc.open_stream(source).read_all()
+    except (OSError, pa.ArrowException) as exc:
+        raise DataError(f"cannot read Arrow file {path}: {one_line(exc, 300, first_line=True)}") from None
+
+
+def _arrow(path: Path) -> Table:
+    table = _arrow_table(path)
+    return Table(f"Arrow file {path}", _kinds_of(table.schema), table.num_rows,
+                 lambda column: _batches_of_table(table, column), path.parent)
+
+
+def _delimited(path: Path, delimiter: str) -> Table:
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    what = "TSV" if delimiter == "\t" else "CSV"
+    parse = pcsv.ParseOptions(delimiter=delimiter, newlines_in_values=True)
+    try:
+        try:
+            table = pcsv.read_csv(path, parse_options=parse)
+        except pa.ArrowInvalid:  # a column whose type the first rows suggested holds other values: all strings
+            names = pcsv.read_csv(path, parse_options=parse, read_options=pcsv.ReadOptions(block_size=1 << 16)
+                                  ).column_names
+            table = pcsv.read_csv(path, parse_options=parse,
+                                  convert_options=pcsv.ConvertOptions(column_types={n: pa.string() for n in names}))
+    except (OSError, pa.ArrowException) as exc:
+        raise DataError(f"cannot read {what} file {path}: {one_line(exc, 300, first_line=True)}") from None
+    return Table(f"{what} file {path}", _kinds_of(table.schema), table.num_rows,
+                 lambda column: _batches_of_table(table, column), path.parent)
+
+
+def is_saved_dataset(folder: Path) -> bool:
+    """True for a folder written by ``Dataset.save_to_disk`` or ``DatasetDict.save_to_disk``."""
+    return (folder / "dataset_dict.json").is_file() or (
+        (folder / "state.json").is_file() and (folder / "dataset_info.json").is_file())
+
+
+def _saved(folder: Path, split: str) -> Table:
+    try:
+        import datasets
+    except ImportError as exc:  # pragma: no cover - a declared dependency
+        raise DataError(f"reading {folder} needs the 'datasets' package: {one_line(exc, 300, first_line=True)}") from None
+    is_dict = (folder / "dataset_dict.json").is_file()
+    if is_dict:
+        try:
+            splits = list(json.loads((folder / "dataset_dict.json").read_text(encoding="utf-8")).get("splits", []))
+        except (OSError, ValueError, AttributeError) as exc:
+            raise DataError(f"cannot read {folder / 'dataset_dict.json'}: {one_line(exc, 300, first_line=True)}") from None
+        if split not in splits:
+            raise DataError(f"dataset folder {folder} (a DatasetDict saved with save_to_disk) has no split '{split}'; "
+                            f"its splits: {', '.join(splits) or 'none'}; choose one with {{param:split}}")
+        where = folder / split
+    else:
+        if split != "train":
+            raise InputError(f"dataset folder {folder} holds a single Dataset saved with save_to_disk, which has no "
+                             f"splits; leave out {{param:split}} (it names a split of a DatasetDict), got '{split}'")
+        where = folder
+    try:
+        ds = datasets.load_from_disk(str(where))
+    except Exception as exc:  # the datasets library raises many types; all are data problems here
+        raise DataError(f"cannot read dataset folder {where}: {one_line(exc, 300, first_line=True)}") from None
+    kinds: dict[str, str] = {}
+    for name, feature in ds.features.items():
+        if isinstance(feature, datasets.Image):
+            kinds[name] = "image"
+        elif isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string"):
+            kinds[name] = "text"
+        elif isinstance(feature, datasets.Value) and feature.dtype in ("binary", "large_binary"):
+            kinds[name] = "bytes"
+        else:
+            kinds[name] = getattr(feature, "dtype", None) or type(feature).__name__
+
+    def values(column: str) -> Iterator[Any]:
+        part = ds.select_columns([column])
+        if isinstance(part.features[column], datasets.Image):
+            part = part.cast_column(column, datasets.Image(decode=False))  # decoded by the source, per image
+        for batch in part.iter(batch_size=256):
+            yield from batch[column]
+
+    label = (f"dataset folder {folder} (a DatasetDict saved with save_to_disk), split '{split}'" if is_dict
+             else f"dataset folder {folder} (a Dataset saved with save_to_disk)")
+    return Table(label, kinds, len(ds), values, where, split if is_dict else None)
+
+
+def open_table(target: Path, split: str = "train") -> Table | None:
+    """The :class:`Table` of a container file or saved-dataset folder; None for anything else."""
+    if target.is_dir():
+        return _saved(target, split) if is_saved_dataset(target) else None
+    kind = TABLE_SUFFIXES.get(target.suffix.lower())
+    if kind == "parquet":
+        return _parquet(target)
+    if kind == "arrow":
+        return _arrow(target)
+    if kind in ("csv", "tsv"):
+        return _delimited(target, "\t" if kind == "tsv" else ",")
+    return None
+
+
+def choose_column(label: str, kinds: dict[str, str], wanted: str | None, kind: str) -> tuple[str, str]:
+    """The column of ``kind`` (``"text"`` or ``"image"``) to read, and how it was chosen.
+
+    ``wanted`` (the user's ``text_column`` / ``image_column``) must exist and hold that kind.
+    Otherwise a column with a well-known name, else the only column of that kind; anything else
+    raises DataError listing the columns found and naming the parameter that chooses one.
+    """
+    param = f"{kind}_column"
+    good = [c for c, k in kinds.items() if k in _KINDS[kind]]
+    listing = ", ".join(f"{c} ({k})" for c, k in kinds.items()) or "none"
+    if wanted is not None:
+        if wanted not in kinds:
+            raise InputError(f"{label} has no column '{wanted}'; its columns: {listing}")
+        if kinds[wanted] not in _KINDS[kind]:
+            others = f"; its {_WORDS[kind]} columns: {', '.join(good)}" if good else ""
+            raise InputError(f"column '{wanted}' of {label} holds {kinds[wanted]}, not {kind}{others}")
+        return wanted, "as asked"
+    names = TEXT_NAMES if kind == "text" else IMAGE_NAMES
+    for name in names:
+        if name in good:
+            return name, "found by its name"
+    lowered = {c.lower(): c for c in good}
+    for name in names:
+        if name in lowered:
+            return lowered[name], "found by its name"
+    if len(good) == 1:
+        return good[0], f"the only {_WORDS[kind]} column"
+    known = ", ".join(names)
+    if good:
+        raise DataError(f"{label} has {len(good)} {_WORDS[kind]} columns ({', '.join(good)}) and none is named "
+                        f"{known}; choose one with {{param:{param}}}")
+    raise DataError(f"{label} has no {_WORDS[kind]} column; its columns: {listing}; "
+                    f"choose one with {{param:{param}}}")
