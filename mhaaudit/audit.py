@@ -146,6 +146,8 @@ class AuditResult(ResultTable):
     skipped: int = 0
     notes: list = field(default_factory=list)
     duplicates: dict = field(default_factory=dict)  # exact duplicate inputs found: total, repeats, dropped, example
+    skips: dict = field(default_factory=dict)  # inputs skipped, by cause: {cause: {"count", "example"}}
+    image_policy: str = ""  # images: the rule for modes other than RGB (skipped, or converted)
 
     def records(self) -> list[dict]:
         return [r for c in self.columns for r in c.records(self.model, self.settings["seed"])]
@@ -166,7 +168,7 @@ class AuditResult(ResultTable):
         from .io import stamp
 
         meta = stamp(command="check", model=self.model, model_info=self.info, data=self.data, skipped=self.skipped,
-                     duplicates=self.duplicates, notes=self.notes, timings_s=self.timings, **self.settings)
+                     skips=self.skips, image_policy=self.image_policy or None, duplicates=self.duplicates, notes=self.notes, timings_s=self.timings, **self.settings)
         meta["columns"] = {c.probe.variant: {"status": c.status, "reason": c.reason, "layer": c.probe.layer,
                                              "weights": c.probe.init, "describe": c.probe.describe(),
                                              "weights_source": c.weights_source, "timings_s": c.timings,
@@ -201,6 +203,8 @@ class Captured:
     info: dict = field(default_factory=dict)  # the model's ModelInfo as a dict
     data: str = ""
     skipped: int = 0
+    skips: dict = field(default_factory=dict)  # inputs skipped, by cause
+    image_policy: str = ""
     duplicates: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
     timings: dict = field(default_factory=dict)
@@ -235,6 +239,22 @@ def _check_limit_reaches_n(data: DataRequest, info) -> None:
                else f"raise --limit to at least {info.n}")
         raise InputError(f"--limit {data.limit} is below n = {info.n} tokens per example of {info.name}: Assumptions 1 "
                          f"and 3 draw n of the T examples, so T must be at least n; {way}")
+
+
+def _short_of_limit_note(fed, limit: int) -> str:
+    """The note when the data gave fewer examples than ``limit`` asked for (T is then smaller)."""
+    if fed.count >= limit:
+        return ""
+    why = []
+    if fed.skips:
+        from .sources import describe_skips
+
+        why.append(f"skipped: {describe_skips(fed.skips)}")
+    if fed.duplicates.get("dropped"):
+        why.append(f"{fed.duplicates['dropped']} exact duplicates dropped")
+    because = f" ({'; '.join(why)})" if why else ""
+    return (f"{limit} examples were asked for (limit) but the data gave only {fed.count} usable ones{because}: "
+            f"the audit uses T = {fed.count}")
 
 
 def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataRequest, settings: Settings,
@@ -284,6 +304,12 @@ def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataR
         if data.batch_size == "auto":  # the other weights have the same shapes: the same batch, not a second search
             data = replace(data, batch_size=fed.batch["size"])
         out.data, out.skipped, out.duplicates = fed.name, max(out.skipped, fed.skipped), fed.duplicates
+        out.skips, out.image_policy = fed.skips or out.skips, fed.policy or out.image_policy
+        short = _short_of_limit_note(fed, data.limit)
+        if short and short not in out.notes:
+            out.notes.append(short)
+            if on_note is not None:
+                on_note(short)
         if fed.duplicates.get("repeats") and fed.duplicates_line not in out.notes:
             out.notes.append(f"duplicate inputs: {fed.duplicates_line} (identical inputs give identical vectors at "
                              "every layer, a dependence that is about the data, not the model)")
@@ -336,7 +362,8 @@ def capture_features(model: str, *, variant: str = "random", layer: int = 1, dat
                      context_length: int | None = None, query_index: int | None = None,
                      rtol: float | None = None, atol: float | None = None, keep_duplicates: bool = False,
                      settings: Settings | None = None, revision: str | None = None,
-                     trust_remote_code: bool = False) -> FeatureSet:
+                     trust_remote_code: bool = False, text_column: str | None = None,
+                     image_column: str | None = None, convert_rgb: bool = False) -> FeatureSet:
     """Reduced features of one probe point (what ``mhaaudit kruskal`` uses with no file)."""
     settings = settings or Settings.resolve(device=device, seed=seed, rtol=rtol, atol=atol, progress=progress)
     probe = probe_for_variant(variant, layer)
@@ -344,7 +371,9 @@ def capture_features(model: str, *, variant: str = "random", layer: int = 1, dat
         raise InputError(f"--weights loads trained weights; use it with --variants trained (or trained-L<k>), not {variant!r}")
     request = model_request(model, backend=backend, weights=weights_path, context_length=context_length,
                             query_index=query_index, revision=revision, trust_remote_code=trust_remote_code)
-    got = collect_features(request, [probe], data_request(data, split, limit, batch_size, keep_duplicates), settings)
+    got = collect_features(request, [probe], data_request(data, split, limit, batch_size, keep_duplicates,
+                                                          text_column=text_column, image_column=image_column,
+                                                          convert_rgb=convert_rgb), settings)
     if probe.variant in got.unavailable:
         raise OfflineError(got.unavailable[probe.variant])
     return got.features[probe.variant]
@@ -374,13 +403,19 @@ def model_request(model: str, *, backend: str | None = None, weights: str | None
                         query_index=query_index, revision=revision, trust_remote_code=bool(trust_remote_code))
 
 
-def data_request(data: str | None, split: str, limit, batch_size, keep_duplicates: bool = False) -> DataRequest:
+def data_request(data: str | None, split: str, limit, batch_size, keep_duplicates: bool = False, *,
+                 text_column: str | None = None, image_column: str | None = None,
+                 convert_rgb: bool = False) -> DataRequest:
     """A checked :class:`DataRequest` (``batch_size``: a positive integer or ``"auto"``)."""
     from . import validate
     from .batching import parse_batch_size
 
+    for name, value in (("text_column", text_column), ("image_column", image_column)):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise InputError(f"{{param:{name}}} must name a column, got {value!r}")
     return DataRequest(data=data, split=split, limit=validate.integer("--limit", limit),
-                       batch_size=parse_batch_size(batch_size), keep_duplicates=bool(keep_duplicates))
+                       batch_size=parse_batch_size(batch_size), keep_duplicates=bool(keep_duplicates),
+                       text_column=text_column, image_column=image_column, convert_rgb=bool(convert_rgb))
 
 
 # --------------------------------------------------------------------------- checks
@@ -434,8 +469,16 @@ def _column(p: Probe, got: Captured, settings: Settings, sweep: bool) -> Column:
         return col
     fs = got.features[p.variant]
     if fs.T < fs.n:
-        raise DataError(f"only {fs.T} examples were read but Assumptions 1 and 3 need at least n = {fs.n}; "
-                        "raise --limit or supply more data")
+        # the limit is at least n (checked before the data pass), so the data ran out: raising it cannot help
+        from .sources import describe_skips
+
+        skipped = f"; skipped: {describe_skips(got.skips)}" if got.skips else ""
+        dups = got.duplicates.get("dropped") or 0
+        dropped = f"; {dups} exact duplicates dropped (keep them with {{param:keep_duplicates}})" if dups else ""
+        hint = ("; convert the other modes to RGB with {param:convert_rgb} (as torchvision's ImageFolder does)"
+                if "not RGB" in (got.skips or {}) and got.image_policy.startswith("RGB only") else "")
+        raise DataError(f"the data gave only {fs.T} usable examples, but Assumptions 1 and 3 draw n = {fs.n} of the "
+                        f"T examples, so T must be at least {fs.n}{skipped}{dropped}{hint}; supply more data")
     col.features = fs
     col.weights_source = fs.meta.get("weights_source", "")
     col.tests, col.sweep, col.timings = run_checks(fs, settings, sweep=sweep, label=p.variant)
@@ -470,6 +513,9 @@ def audit(
     on_note: Callable[[str], None] | None = None,
     revision: str | None = None,
     trust_remote_code: bool = False,
+    text_column: str | None = None,
+    image_column: str | None = None,
+    convert_rgb: bool = False,
 ) -> AuditResult:
     """Audit ``model`` on ``data``: the paper's Table 1 (images) or Table 3 (text) and more.
 
@@ -480,6 +526,11 @@ def audit(
     (the same ones in every column) unless ``keep_duplicates``; what was found is in
     ``AuditResult.duplicates`` and the notes. ``batch_size="auto"`` chooses the batch (see
     :mod:`mhaaudit.batching`); ``revision`` and ``trust_remote_code`` are passed to the hub reads.
+    ``text_column`` / ``image_column`` choose the column of the data (found otherwise: see
+    :func:`mhaaudit.sources.choose_column`); ``convert_rgb`` converts images of other modes to RGB
+    (as torchvision's ImageFolder does) instead of skipping them, the paper's rule. Inputs skipped
+    are in ``AuditResult.skips`` by cause; a run that gets fewer than ``limit`` examples says so
+    in the notes and the table.
     """
     from .models import modality_of
 
@@ -487,7 +538,8 @@ def audit(
                                 stop_when_decided=stop_when_decided, progress=progress)
     request = model_request(model, backend=backend, weights=weights, context_length=context_length,
                             query_index=query_index, revision=revision, trust_remote_code=trust_remote_code)
-    data_req = data_request(data, split, limit, batch_size, keep_duplicates)
+    data_req = data_request(data, split, limit, batch_size, keep_duplicates, text_column=text_column,
+                            image_column=image_column, convert_rgb=convert_rgb)
     t_start = time.perf_counter()
     probes = plan_probes(modality_of(model, backend=backend, weights_path=weights), variants, layers, layer)
     if weights is not None and not any(p.init == "trained" for p in probes):
@@ -501,4 +553,5 @@ def audit(
                layers=list(layers) if layers is not None else None, **describe())
     got.timings["total"] = round(time.perf_counter() - t_start, 3)
     return AuditResult(model=model, info=got.info, data=got.data, columns=columns, settings=run, timings=got.timings,
-                       skipped=got.skipped, notes=got.notes, duplicates=got.duplicates)
+                       skipped=got.skipped, notes=got.notes, duplicates=got.duplicates, skips=got.skips,
+                       image_policy=got.image_policy)

@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 
-from .errors import DataError, ModelError
+from .errors import DataError, InputError, ModelError
 from .settings import Settings
 
 __all__ = ["DataInfo", "DataRequest", "ModelRequest", "example_batches", "load", "stream"]
@@ -62,6 +62,9 @@ class DataRequest:
     limit: int = 2000
     batch_size: int | str = 32  # or "auto" (see mhaaudit.batching)
     keep_duplicates: bool = False  # exact duplicate inputs are dropped unless asked to keep them
+    text_column: str | None = None  # the column/field holding text (None: found, see sources.choose_column)
+    image_column: str | None = None  # the column holding images (None: found)
+    convert_rgb: bool = False  # convert images of other modes to RGB (torchvision's rule) instead of skipping them
 
 
 @dataclass
@@ -74,6 +77,8 @@ class DataInfo:
 
     name: str = ""
     skipped: int = 0
+    skips: dict = field(default_factory=dict)  # cause -> {"count", "example"} (sources.Skips.as_dict())
+    policy: str = ""  # images: the rule for modes other than RGB
     count: int = 0
     seconds: float = 0.0
     duplicates: dict = field(default_factory=dict)  # total, repeats, dropped, example (see sources.Duplicates)
@@ -87,6 +92,10 @@ class DataInfo:
     def settle(self) -> None:
         """Take the source's count of skipped items once it has been read."""
         self.skipped = max(self.skipped, int(getattr(self.source, "skipped", 0) or 0))
+        found = getattr(self.source, "skips", None)
+        if found and not self.skips:  # text sets its own (the source's, and the documents too short)
+            self.skips = found.as_dict()
+        self.policy = getattr(self.source, "policy", "") or self.policy
 
     def gather_rows(self, rows: dict | None, header=None) -> tuple[dict | None, Any]:
         """Row-stacked results of a consumer (name -> tensor, rows in the order fed) for every
@@ -133,16 +142,40 @@ def example_batches(pm, data: DataRequest, seed: int, notes: list[str]) -> tuple
     if pm.info.modality == "image":
         from .sources import image_source
 
-        src = image_source(data.data, split=data.split, limit=data.limit, seed=seed, device=pm.device)
-        return DataInfo(name=src.name, source=src), src.batches(data.batch_size)
+        if data.text_column is not None:
+            raise InputError(f"{{param:text_column}} names a column of text; {pm.info.name} reads images "
+                             "(use {param:image_column})")
+        src = image_source(data.data, split=data.split, limit=data.limit, seed=seed, device=pm.device,
+                           image_column=data.image_column, convert_rgb=data.convert_rgb)
+        _refuse_too_few_images(src, pm.info.n, data.limit)
+        return DataInfo(name=src.name, source=src, policy=src.policy), src.batches(data.batch_size)
+    if data.image_column is not None or data.convert_rgb:
+        given = "{param:image_column}" if data.image_column is not None else "{param:convert_rgb}"
+        raise InputError(f"{given} applies to images; {pm.info.name} reads text (use {{param:text_column}})")
     return _text_batches(pm, data, seed, notes)
+
+
+def _refuse_too_few_images(src, n: int, limit: int) -> None:
+    """Before any forward pass: when the headers of a finite source (read cheaply, no pixels
+    decoded) show fewer usable images than Assumptions 1 and 3 need (n), refuse with what was
+    skipped and why. ``limit`` is at least n here, so raising it cannot help."""
+    scan = src.scan(limit)
+    if scan is None or not scan.complete or scan.usable >= n:
+        return
+    skipped = f"; skipped: {scan.skips.describe()}" if scan.skips else ""
+    hint = ""
+    if scan.skips.count("not RGB") and not src.convert_rgb:
+        hint = ("; convert the other modes to RGB with {param:convert_rgb} (as torchvision's ImageFolder does; "
+                "the paper kept RGB images only)")
+    raise DataError(f"{src.name}: only {scan.usable} usable images of {scan.scanned}, but Assumptions 1 and 3 draw "
+                    f"n = {n} of the T examples, so T must be at least {n}{skipped}{hint}; or add images")
 
 
 def _text_batches(pm, data: DataRequest, seed: int, notes: list[str]) -> tuple[DataInfo, Iterator[Any]]:
     from .sources import bert_pair_examples, gpt_window_examples, offline_tokenizer, text_source
 
     info = pm.info
-    src = text_source(data.data, split=data.split, seed=seed)
+    src = text_source(data.data, split=data.split, seed=seed, text_column=data.text_column)
     tok = pm.tokenizer
     if tok is None and info.weights == "trained":
         raise ModelError(f"{info.name} has trained weights but no tokenizer files (vocab.txt, vocab.json, "
@@ -170,7 +203,10 @@ def _text_batches(pm, data: DataRequest, seed: int, notes: list[str]) -> tuple[D
             "dropped": 0 if data.keep_duplicates else ex.repeats, "example": None}
     line = (f"{ex.repeats} candidate token sequences repeated an earlier example exactly ({fate})" if ex.repeats
             else f"no duplicate token sequences: all {len(ex.ids)} are distinct")
-    return DataInfo(name=ex.description, source=src, duplicates=dups, duplicates_line=line), gen()
+    info = DataInfo(name=ex.description, source=src, duplicates=dups, duplicates_line=line)
+    info.skips = ex.skips
+    info.skipped = sum(v["count"] for v in ex.skips.values())
+    return info, gen()
 
 
 def staged(device: torch.device) -> bool:
@@ -284,9 +320,10 @@ def _settle(info: DataInfo, notes: list[str], first_note: int) -> None:
         info.parts = [info.fed]
         return
     info.parts = shard.all_gather(info.fed)
-    name, skipped, dups, dups_line, new_notes = shard.broadcast(
-        (info.name, info.skipped, info.duplicates, info.duplicates_line, notes[first_note:]))
+    name, skipped, skips, policy, dups, dups_line, new_notes = shard.broadcast(
+        (info.name, info.skipped, info.skips, info.policy, info.duplicates, info.duplicates_line, notes[first_note:]))
     info.name, info.skipped, info.duplicates, info.duplicates_line = name, skipped, dups, dups_line
+    info.skips, info.policy = skips, policy
     if shard.rank != 0:
         notes.extend(x for x in new_notes if x not in notes)
     info.count = sum(size for part in info.parts for _, size in part)

@@ -194,8 +194,10 @@ ROW_ORDER = ("general_position", "assumption_1", "assumption_2", "assumption_3")
 def audit_table(result) -> Table:
     info = result.info
     cols = result.columns
+    T, asked = _T(result), result.settings.get("limit")
+    short = f" ({asked} asked; the data gave no more)" if T is not None and asked and T < asked else ""
     title = (f"{result.model}: {info.get('family', '?')} ({info.get('backend', '?')}), n = {info.get('n')}, "
-             f"d = {info.get('d')}, T = {_T(result)} examples")
+             f"d = {info.get('d')}, T = {T} examples{short}")
     t = Table(title=title, title_justify="left", show_lines=True)
     t.add_column("check")
     for c in cols:
@@ -269,7 +271,16 @@ def audit_lines(result) -> list[str]:
     lines.append(f"  n = {info.get('n')} tokens (query = token {info.get('query_index')}), d = {info.get('d')}, T = {T} examples, "
                  f"{s['samples']} draws per test, threshold {s['threshold']}, seed {s['seed']}, device {s['device']}")
     lines.append(f"  rank rule: {s['tolerance']['rule']}")
-    lines.append(escape(f"  data: {result.data}") + (f" ({result.skipped} unreadable or non-RGB items skipped)" if result.skipped else ""))
+    lines.append(escape(f"  data: {result.data}"))
+    skips = getattr(result, "skips", None)
+    if skips:
+        from .sources import describe_skips
+
+        lines.append(escape(f"  skipped inputs: {describe_skips(skips)}"))
+    elif result.skipped:
+        lines.append(f"  skipped inputs: {result.skipped}")
+    if getattr(result, "image_policy", ""):
+        lines.append(escape(f"  image modes: {result.image_policy}"))
     for c in result.columns:
         if c.status == "ok":
             lines.append(f"  {c.probe.variant}: {c.probe.describe()}; weights: {c.weights_source}")

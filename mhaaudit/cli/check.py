@@ -14,10 +14,12 @@ from .options import (
     BackendOpt,
     BatchSize,
     ContextLength,
+    ConvertRgb,
     Data,
     Device,
     Format,
     FormatOpt,
+    ImageColumn,
     KeepDuplicates,
     ModelArg,
     Out,
@@ -27,6 +29,7 @@ from .options import (
     Samples,
     Seed,
     Split,
+    TextColumn,
     Threshold,
     TrustRemoteCode,
     Weights,
@@ -48,6 +51,9 @@ def check(
     weights: Weights = None,
     data: Data = None,
     split: Split = "train",
+    text_column: TextColumn = None,
+    image_column: ImageColumn = None,
+    convert_rgb: ConvertRgb = False,
     limit: Annotated[int, typer.Option("--limit", help="Number of examples T.")] = 2000,
     batch_size: BatchSize = "32",
     keep_duplicates: KeepDuplicates = False,
@@ -93,6 +99,7 @@ def check(
         weights=weights, context_length=context_length, query_index=query_index, sweep=sweep,
         progress=progress_enabled(fmt.value), stop_when_decided=not all_draws, keep_duplicates=keep_duplicates,
         on_note=lambda m: print(f"Note: {m}", file=sys.stderr), revision=revision, trust_remote_code=trust_remote_code,
+        text_column=text_column, image_column=image_column, convert_rgb=convert_rgb,
     )
     if save_features is not None:
         _save_features(result, save_features)

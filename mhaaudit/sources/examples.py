@@ -44,7 +44,8 @@ class TextExamples:
     ``starts``: the token offset of the example (of s1) in that document; ``s1_lengths``: len(s1)
     for BERT pairs (the [SEP] sits at position ``s1_lengths[i] + 1``), None for GPT windows;
     ``repeats``: candidates that repeated an earlier example's tokens exactly (redrawn, or kept
-    when the builder was asked not to insist on distinct examples).
+    when the builder was asked not to insist on distinct examples); ``skips``: the documents
+    skipped, by cause (the source's, and those too short), each with a count and an example.
     """
 
     ids: list[list[int]]
@@ -54,6 +55,7 @@ class TextExamples:
     starts: list[int] = field(default_factory=list)
     s1_lengths: list[int] | None = None
     repeats: int = 0
+    skips: dict = field(default_factory=dict)  # documents skipped, by cause (sources.Skips.as_dict())
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -273,7 +275,7 @@ def gpt_window_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int
                    f"{possible} disjoint windows possible) from {words}")
     repeats = finder.result().repeats
     description += _repeats_words(repeats, "windows", distinct)
-    return TextExamples(ids, None, description, doc_index, starts, None, repeats)
+    return TextExamples(ids, None, description, doc_index, starts, None, repeats, corpus.skips.as_dict())
 
 
 def bert_pair_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int, count: int,
@@ -357,4 +359,4 @@ def bert_pair_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int,
     )
     repeats = finder.result().repeats
     description += _repeats_words(repeats, "pairs", distinct)
-    return TextExamples(ids, is_next, description, doc_index, starts, s1_lengths, repeats)
+    return TextExamples(ids, is_next, description, doc_index, starts, s1_lengths, repeats, corpus.skips.as_dict())
