@@ -298,7 +298,7 @@ def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataR
             ra = RandomAttention(info.d, seed=settings.seed, device=pm.device)
         reducers = {p.variant: StreamingReducer(qi, rule) for p in group}
         fed = pipeline.stream(pm, data, {p.layer for p in group}, [_reducer_consumer(group, reducers, ra)], settings,
-                              out.notes, label=f"{init} weights: capture")
+                              out.notes, label=f"{init} weights: capture", need=info.n)
         out.timings[f"capture {init}"] = fed.seconds
         out.batch = out.batch or fed.batch
         if data.batch_size == "auto":  # the other weights have the same shapes: the same batch, not a second search

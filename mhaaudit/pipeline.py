@@ -133,10 +133,12 @@ def query_index(pm, request: ModelRequest) -> int:
     return qi % n
 
 
-def example_batches(pm, data: DataRequest, seed: int, notes: list[str]) -> tuple[DataInfo, Iterator[Any]]:
+def example_batches(pm, data: DataRequest, seed: int, notes: list[str],
+                    need: int | None = None) -> tuple[DataInfo, Iterator[Any]]:
     """Raw batches of examples for ``pm`` (not yet model inputs) and the data's description.
 
-    Images: lists of PIL images. Text: ``(token-id rows, segment-id rows or None)`` built with the
+    Images: lists of PIL images; with ``need``, a finite source whose headers show fewer usable
+    images than ``need`` is refused here, before any forward pass. Text: ``(token-id rows, segment-id rows or None)`` built with the
     paper's constructions (BERT pairs ``[CLS] s1 [SEP] s2``, GPT windows of n tokens).
     """
     if pm.info.modality == "image":
@@ -147,7 +149,8 @@ def example_batches(pm, data: DataRequest, seed: int, notes: list[str]) -> tuple
                              "(use {param:image_column})")
         src = image_source(data.data, split=data.split, limit=data.limit, seed=seed, device=pm.device,
                            image_column=data.image_column, convert_rgb=data.convert_rgb)
-        _refuse_too_few_images(src, pm.info.n, data.limit)
+        if need is not None:
+            _refuse_too_few_images(src, need, data.limit)
         return DataInfo(name=src.name, source=src, policy=src.policy), src.batches(data.batch_size)
     if data.image_column is not None or data.convert_rgb:
         given = "{param:image_column}" if data.image_column is not None else "{param:convert_rgb}"
@@ -158,7 +161,9 @@ def example_batches(pm, data: DataRequest, seed: int, notes: list[str]) -> tuple
 def _refuse_too_few_images(src, n: int, limit: int) -> None:
     """Before any forward pass: when the headers of a finite source (read cheaply, no pixels
     decoded) show fewer usable images than Assumptions 1 and 3 need (n), refuse with what was
-    skipped and why. ``limit`` is at least n here, so raising it cannot help."""
+    skipped and why. The caller asks for at least n (``limit``), so raising it cannot help."""
+    if limit < n:
+        return
     scan = src.scan(limit)
     if scan is None or not scan.complete or scan.usable >= n:
         return
@@ -298,14 +303,15 @@ def _read_ahead(items: Iterator, depth: int) -> Iterator:
         reader.join(timeout=5)
 
 
-def _assigned(pm, data: DataRequest, settings: Settings, notes: list[str], shard) -> tuple[DataInfo, Iterator]:
+def _assigned(pm, data: DataRequest, settings: Settings, notes: list[str], shard,
+              need: int | None = None) -> tuple[DataInfo, Iterator]:
     """``(batch index, raw batch)`` for this process: every batch in one process; under a
     distributed session, the batches rank 0 deals to this rank."""
     if shard is None:
-        info, raw = example_batches(pm, data, settings.seed, notes)
+        info, raw = example_batches(pm, data, settings.seed, notes, need)
         return info, _read_ahead(enumerate(raw), 2)
     if shard.rank == 0:
-        info, raw = example_batches(pm, data, settings.seed, notes)
+        info, raw = example_batches(pm, data, settings.seed, notes, need)
         info.shard = shard
         return info, shard.deal(_read_ahead(raw, 2 * shard.world_size))
     return DataInfo(shard=shard), shard.deal(None)
@@ -365,8 +371,11 @@ def _batch_choice(pm, data: DataRequest, layers: list[int], shard):
 
 
 def stream(pm, data: DataRequest, layers: Sequence[int], consumers: Sequence[Consumer], settings: Settings,
-           notes: list[str], label: str = "capture") -> DataInfo:
+           notes: list[str], label: str = "capture", need: int | None = None) -> DataInfo:
     """Feed every example of ``data`` through ``pm`` once and every captured batch to each consumer.
+
+    ``need``: the fewest examples the caller can use; a source known to hold fewer (read from
+    image headers) is refused before the first forward pass.
 
     ``layers``: the probe points (0 = embedding output, k = output of block k); only blocks up to
     the deepest run. Returns what was fed. An empty source is a :class:`DataError`. The forward
@@ -385,7 +394,7 @@ def stream(pm, data: DataRequest, layers: Sequence[int], consumers: Sequence[Con
     want = sorted(set(int(k) for k in layers))
     batch = _batch_choice(pm, data, want, shard)
     data = replace(data, batch_size=batch.size)
-    info, raw = _assigned(pm, data, settings, notes, shard)
+    info, raw = _assigned(pm, data, settings, notes, shard, need)
     info.batch = batch.as_dict()
     # Images: exact duplicates of what the model sees (its preprocessed pixels) are found before the
     # forward pass. Every pass over the same data (other weights) finds and drops the same ones.

@@ -301,24 +301,49 @@ class ResultTable:
         for item in self.renderables():
             yield console.render_str(item, highlight=False) if isinstance(item, str) else item
 
-    def _rendered(self, width: int = 120):
-        from rich.console import Console
+    def _blocks(self, width: int = 120) -> list:
+        """The report as recorded consoles, one per run of tables (``"table"``) or of prose
+        (``"prose"``). A table's title is printed as one line above it (rich wraps a title to
+        its table's width, which breaks long titles over narrow tables); prose lines are never
+        broken (``soft_wrap``): a notebook wraps them at its own width, between words."""
+        import copy
 
-        con = Console(record=True, file=_io.StringIO(), width=width, color_system="truecolor", force_jupyter=False,
-                      force_terminal=True)
+        from rich.console import Console
+        from rich.table import Table
+
+        blocks: list = []
         for r in self.renderables():
-            con.print(r, highlight=False)
-        return con
+            kind = "prose" if isinstance(r, str) else "table"
+            if not blocks or blocks[-1][0] != kind:
+                blocks.append((kind, Console(record=True, file=_io.StringIO(), width=width, color_system="truecolor",
+                                             force_jupyter=False, force_terminal=True)))
+            con = blocks[-1][1]
+            if isinstance(r, str):
+                con.print(r, highlight=False, soft_wrap=True)
+            elif isinstance(r, Table) and r.title:
+                untitled = copy.copy(r)
+                untitled.title = None
+                title = r.title if not isinstance(r.title, str) else con.render_str(
+                    r.title, style=r.title_style or "table.title", highlight=False)
+                con.print(title, soft_wrap=True)
+                con.print(untitled, highlight=False)
+            else:
+                con.print(r, highlight=False)
+        return blocks
 
     def _repr_html_(self) -> str:
-        return self._rendered().export_html(inline_styles=True, code_format=_HTML)
+        return self._repr_mimebundle_()["text/html"]
 
     def _repr_mimebundle_(self, include=None, exclude=None, **kwargs) -> dict:
-        con = self._rendered()
-        text = con.export_text(clear=False)
-        return {"text/plain": text, "text/html": con.export_html(inline_styles=True, code_format=_HTML)}
+        blocks = self._blocks()
+        text = "".join(con.export_text(clear=False) for _, con in blocks)
+        html = "".join(con.export_html(inline_styles=True, code_format=_HTML if kind == "table" else _PROSE)
+                       for kind, con in blocks)
+        return {"text/plain": text, "text/html": html}
 
 
-_HTML = ('<pre style="white-space: pre; overflow-x: auto; line-height: normal; '
+_HTML = ('<pre style="white-space: pre; overflow-x: auto; margin: 0; line-height: normal; '
          'font-family: Menlo, \'DejaVu Sans Mono\', consolas, \'Courier New\', monospace">{code}</pre>')
+_PROSE = ('<pre style="white-space: pre-wrap; overflow-wrap: break-word; margin: 0; line-height: normal; '
+          'font-family: Menlo, \'DejaVu Sans Mono\', consolas, \'Courier New\', monospace">{code}</pre>')
 

@@ -190,3 +190,60 @@ def _recording(prefetched, events):
             events.append("batch")
             yield item
     return wrapped
+
+
+# --------------------------------------------------------------------------- what the data gives
+
+
+def _mixed_folder(folder, rgb: int, other: int, corrupt: int):
+    """``rgb`` RGB images, ``other`` grayscale / RGBA / paletted ones and ``corrupt`` broken files."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    (folder / "cls").mkdir(parents=True)
+    modes = ["RGB"] * rgb + [("L", "RGBA", "P")[i % 3] for i in range(other)]
+    for i, mode in enumerate(modes):
+        Image.fromarray(rng.integers(0, 256, (36, 36, 3), dtype=np.uint8)).convert(mode).save(folder / "cls" / f"{i:03d}.png")
+    for i in range(corrupt):
+        (folder / "cls" / f"broken{i}.jpg").write_bytes(b"\xff\xd8 not really a jpeg")
+    return folder
+
+
+def test_too_few_usable_images_refused_before_the_forward_pass(tmp_path, vit_dir, monkeypatch, capsys):
+    from mhaaudit.audit import audit
+    from mhaaudit.cli.app import main
+    folder = _mixed_folder(tmp_path / "photos", rgb=12, other=9, corrupt=2)  # tiny ViT: n = 17
+    monkeypatch.setattr(pipeline, "_prepare", lambda *a, **k: pytest.fail("a batch was prepared for the model"))
+    with pytest.raises(DataError) as caught:
+        audit(str(vit_dir), data=str(folder), limit=40, variants=["embedding"], samples=20)
+    message = str(caught.value)
+    assert "only 12 usable images of 23" in message and "--limit" not in message and "raise" not in message
+    assert "9 not RGB (e.g. cls/012.png: mode L)" in message and "2 unreadable (e.g. cls/broken0.jpg" in message
+    assert "convert the other modes to RGB with convert_rgb" in message
+    assert main(["check", str(vit_dir), "--data", str(folder), "--limit", "40", "--variants", "embedding"]) == 2
+    err = capsys.readouterr().err
+    assert "with --convert-rgb" in err and err.count("\n") == 1
+
+
+def test_asking_for_more_than_there_is_is_said(tmp_path, vit_dir, capsys):
+    import json
+
+    from mhaaudit.audit import audit
+    from mhaaudit.cli.app import main
+
+    folder = _mixed_folder(tmp_path / "photos", rgb=12, other=9, corrupt=2)
+    result = audit(str(vit_dir), data=str(folder), limit=500, variants=["embedding"], samples=20, convert_rgb=True)
+    T = result.columns[0].features.T
+    assert T == 21
+    assert any("500 examples were asked for" in note and "T = 21" in note and "2 unreadable" in note
+               for note in result.notes)
+    assert result.skips["unreadable"]["count"] == 2 and "not RGB" not in result.skips
+    assert "torchvision" in result.image_policy
+    assert result.meta()["skips"] == result.skips and result.meta()["image_policy"] == result.image_policy
+    html = result._repr_html_()
+    assert "T = 21 examples (500 asked; the data gave no more)" in html
+    assert main(["check", str(vit_dir), "--data", str(folder), "--limit", "500", "--variants", "embedding",
+                 "--samples", "20", "--convert-rgb", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert any("500 examples were asked for" in n for n in doc["meta"]["notes"])

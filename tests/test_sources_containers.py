@@ -1,0 +1,177 @@
+"""The containers researchers keep data in (save_to_disk folders, Arrow, parquet, .jsonl, .csv,
+.tsv), how their columns are found or chosen, and what is skipped and why."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+from mhaaudit.cli.app import main
+from mhaaudit.errors import DataError, InputError
+from mhaaudit.sources import (
+    FallbackTokenizer,
+    bert_pair_examples,
+    choose_column,
+    gpt_window_examples,
+    image_source,
+    text_source,
+)
+
+datasets = pytest.importorskip("datasets")
+
+
+def _documents(k: int = 40) -> list[str]:
+    rng = np.random.default_rng(3)
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi".split()
+    docs = [" ".join(rng.choice(words, size=int(rng.integers(16, 60)))) for _ in range(k)]
+    docs[7] = "too short"
+    return docs
+
+
+def _containers(tmp_path, docs: list[str], column: str = "body") -> dict:
+    """The same records in every container, one ``column`` of text beside an id column."""
+    ids = list(range(len(docs)))
+    out = {}
+    out["jsonl"] = tmp_path / "docs.jsonl"
+    out["jsonl"].write_text("".join(json.dumps({"id": i, column: d}) + "\n" for i, d in zip(ids, docs)))
+    table = pa.table({"id": ids, column: docs})
+    out["parquet"] = tmp_path / "docs.parquet"
+    pq.write_table(table, out["parquet"])
+    out["csv"] = tmp_path / "docs.csv"
+    pcsv.write_csv(table, out["csv"])
+    out["tsv"] = tmp_path / "docs.tsv"
+    pcsv.write_csv(table, out["tsv"], write_options=pcsv.WriteOptions(delimiter="\t"))
+    out["arrow"] = tmp_path / "docs.arrow"
+    with pa.ipc.new_file(str(out["arrow"]), table.schema) as writer:
+        writer.write_table(table)
+    ds = datasets.Dataset.from_dict({"id": ids, column: docs})
+    out["saved"] = tmp_path / "saved-dataset"
+    ds.save_to_disk(str(out["saved"]))
+    out["saved-dict"] = tmp_path / "saved-dict"
+    datasets.DatasetDict({"train": ds.select(range(5)), "test": ds}).save_to_disk(str(out["saved-dict"]))
+    return out
+
+
+def test_every_container_gives_the_same_examples_for_a_seed(tmp_path):
+    docs = _documents()
+    paths = _containers(tmp_path, docs)
+    tok = FallbackTokenizer(500)
+    built = {}
+    for kind, path in paths.items():
+        split = "test" if kind == "saved-dict" else "train"
+        source = text_source(str(path), split=split)
+        assert list(source) == docs, kind  # every record, in the stored order
+        assert "column 'body' (found by its name" in source.name or "field 'body' (found by its name" in source.name
+        bert = bert_pair_examples(source, tok, n=16, count=30, seed=4)
+        gpt = gpt_window_examples(text_source(str(path), split=split), tok, n=8, count=30, seed=4)
+        built[kind] = (bert.ids, bert.is_next, gpt.ids)
+        assert "1 too short (e.g. 'too short' (2 tokens, 14 needed))" in bert.description, kind
+        assert bert.skips == {"too short": {"count": 1, "example": "'too short' (2 tokens, 14 needed)"}}
+    first = built["jsonl"]
+    assert all(value == first for value in built.values())
+    saved = text_source(str(paths["saved-dict"]), split="test")
+    assert "a DatasetDict saved with save_to_disk), split 'test'" in saved.name
+
+
+def test_saved_dataset_dict_splits_and_single_dataset(tmp_path):
+    paths = _containers(tmp_path, _documents())
+    assert len(list(text_source(str(paths["saved-dict"])))) == 5  # train, the default split
+    with pytest.raises(DataError, match="has no split 'validation'; its splits: train, test; choose one with split"):
+        text_source(str(paths["saved-dict"]), split="validation")
+    single = text_source(str(paths["saved"]))
+    assert "a Dataset saved with save_to_disk" in single.name and not single.lazy
+    with pytest.raises(InputError, match="single Dataset.*leave out split"):
+        text_source(str(paths["saved"]), split="test")
+
+
+def test_columns_found_or_refused_with_what_was_found(tmp_path):
+    kinds = {"id": "int64", "title": "text", "abstract_en": "text"}
+    with pytest.raises(DataError, match=r"has 2 string columns \(title, abstract_en\).*choose one with text_column"):
+        choose_column("x", kinds, None, "text")
+    assert choose_column("x", {"id": "int64", "summary": "text"}, None, "text") == ("summary", "the only string column")
+    assert choose_column("x", {"Content": "text", "t": "text"}, None, "text") == ("Content", "found by its name")
+    with pytest.raises(InputError, match="column 'id' of x holds int64, not text; its string columns: title"):
+        choose_column("x", kinds, "id", "text")
+
+    jsonl = tmp_path / "content.jsonl"
+    jsonl.write_text("".join(json.dumps({"url": f"u{i}", "content": f"document {i}"}) + "\n" for i in range(3)))
+    source = text_source(str(jsonl))
+    assert list(source) == ["document 0", "document 1", "document 2"]
+    assert "field 'content' (found by its name)" in source.name
+    fields = tmp_path / "fields.jsonl"
+    fields.write_text("".join(json.dumps({"a": "x", "b": "y", "n": 1}) + "\n" for _ in range(3)))
+    with pytest.raises(DataError, match=r"has 2 string columns \(a, b\).*; its|choose one with text_column"):
+        text_source(str(fields))
+    assert list(text_source(str(fields), text_column="b")) == ["y", "y", "y"]
+
+
+def test_jsonl_skips_by_cause(tmp_path):
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("\n".join([json.dumps({"text": "one"}), "{broken", json.dumps({"title": "no text"}),
+                               json.dumps({"text": "   "}), json.dumps({"text": "two"})]) + "\n")
+    source = text_source(str(path))
+    assert list(source) == ["one", "two"]
+    got = source.skips.as_dict()
+    assert list(got) == ["invalid JSON", "missing field", "empty"]
+    assert got["invalid JSON"]["count"] == 1 and got["invalid JSON"]["example"].startswith("line 2:")
+    assert "record 2 has no string 'text' (fields: title)" == got["missing field"]["example"]
+    nothing = tmp_path / "nothing.jsonl"
+    nothing.write_text(json.dumps({"text": "x"}) + "\n" + json.dumps({"body": 3}) * 0 + "{oops\n")
+    wrong = text_source(str(nothing), text_column="body")
+    with pytest.raises(DataError, match=r"no text documents \(1 invalid JSON.*1 missing field.*choose the field "
+                                        "with text_column"):
+        list(wrong)
+
+
+def _png(mode: str, seed: int, size: int = 24) -> bytes:
+    rng = np.random.default_rng(seed)
+    image = Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)).convert(mode)
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def test_images_from_saved_datasets_and_arrow_with_skips_and_conversion(tmp_path):
+    modes = ["RGB", "L", "RGBA", "P", "RGB", "RGB"]
+    pictures = [Image.open(io.BytesIO(_png(m, i))) for i, m in enumerate(modes)]
+    ds = datasets.Dataset.from_dict({"picture": pictures, "label": list(range(len(modes)))},
+                                    features=datasets.Features({"picture": datasets.Image(),
+                                                                "label": datasets.Value("int64")}))
+    saved = tmp_path / "saved"
+    ds.save_to_disk(str(saved))
+    source = image_source(str(saved))
+    images = list(source)
+    assert len(images) == 3 and source.skips.as_dict() == {"not RGB": {"count": 3, "example": "row 1: mode L"}}
+    assert "column 'picture' (found by its name" in source.name and "RGB only" in source.policy
+    scan = source.scan()
+    assert (scan.usable, scan.scanned, scan.complete) == (3, 6, True)
+    converted = image_source(str(saved), convert_rgb=True)
+    images = list(converted)
+    assert len(images) == 6 and converted.skipped == 0 and converted.converted == 3
+    assert all(im.mode == "RGB" for im in images) and "torchvision" in converted.policy
+    # the same as PIL's convert("RGB"), which torchvision's ImageFolder loader applies
+    assert images[1].tobytes() == pictures[1].convert("RGB").tobytes()
+
+    table = pa.table({"label": [0, 1, 2], "bytes_col": [_png("RGB", 1), b"junk", _png("RGB", 2)]})
+    arrow = tmp_path / "images.arrow"
+    with pa.ipc.new_stream(str(arrow), table.schema) as writer:  # the stream format save_to_disk writes
+        writer.write_table(table)
+    source = image_source(str(arrow))
+    assert len(list(source)) == 2 and "the only image column" in source.name
+    assert source.skips.as_dict()["unreadable"]["example"].startswith("row 1: ")
+
+
+def test_cli_names_its_own_options(tmp_path, capsys, bert_dir):
+    fields = tmp_path / "fields.jsonl"
+    fields.write_text("".join(json.dumps({"a": "x", "b": "y"}) + "\n" for _ in range(3)))
+    assert main(["check", str(bert_dir), "--data", str(fields), "--limit", "40", "--context-length", "16",
+                 "--variants", "random"]) == 2
+    err = capsys.readouterr().err
+    assert "choose one with --text-column" in err and "text_column" not in err and err.count("\n") == 1
