@@ -5,6 +5,9 @@ The public API is imported lazily so that ``import mhaaudit`` stays cheap.
 """
 
 from ._version import __version__
+from .notebook import quiet_tqdm_fallback as _quiet_tqdm_fallback
+
+_quiet_tqdm_fallback()  # in a Jupyter kernel without ipywidgets only (mhaaudit.notebook)
 
 _EXPORTS = {
     "audit": "mhaaudit.audit",
@@ -51,7 +54,11 @@ def __getattr__(name: str):
     import importlib
 
     if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        # Importing the submodule mhaaudit.audit binds the package's name ``audit`` to that module,
+        # shadowing the function of the same name; bind the export itself, once.
+        globals()[name] = value
+        return value
     if name in _DEPRECATED:
         import warnings
 

@@ -22,6 +22,14 @@ def task(description: str, total: int | None, enabled: bool) -> Iterator[Callabl
     if not enabled:
         yield lambda n=1: None
         return
+    from .notebook import in_notebook
+
+    if in_notebook():  # a Jupyter kernel: one finished bar per phase (mhaaudit.notebook)
+        from .notebook import notebook_task
+
+        with notebook_task(description, total) as advance:
+            yield advance
+        return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     with Progress(

@@ -20,7 +20,7 @@ import torch
 
 from ..errors import InputError
 from ..numerics import EPS64, RankRule, rounding_margin, row_norms, scaled, svd_rank, with_numerics
-from .results import Bound, SetStats
+from .results import Bound, SetStats, every_rows_independent
 from .sampling import as_matrix
 
 __all__ = ["babel_floor", "exact_kruskal_rank", "set_stats"]
@@ -91,7 +91,7 @@ def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_bl
     kmax = min(kmax or min(T, d), T, d)
     norms = row_norms(X64)
     nmin, nmax = float(norms.min()), float(norms.max())
-    what = "every {k} rows are independent under the tolerance rule (Babel-function bound; a proof)"
+    what = "{every} under the tolerance rule (Babel-function bound; a proof)"
     if nmin == 0 or nmin <= rule.atol_value:
         return Bound(0, "babel", "a zero row exists, so no floor above 0 can be proven")
     mu1 = _babel(X64 / norms[:, None], max(0, kmax - 1), row_block) + 1e-12  # rounding slack
@@ -105,7 +105,7 @@ def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_bl
             best = k
         else:
             break
-    return Bound(best, "babel", what.format(k=best))
+    return Bound(best, "babel", what.format(every=every_rows_independent(best)))
 
 
 def _babel(Xn: torch.Tensor, m: int, row_block: int | None) -> torch.Tensor:

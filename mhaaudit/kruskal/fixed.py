@@ -27,7 +27,7 @@ from ..numerics import (Decision, RankRule, Scaled, decide_full_rank, gram_rank,
                         with_numerics)
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, device_name, resolve_device
 from .bounds import set_stats
-from .results import SetStats, SubsetTest, Witness, clopper_pearson
+from .results import SetStats, SubsetTest, Witness, clopper_pearson, rows_phrase
 from .sampling import DRAW_BLOCK, Gram, Progress, as_matrix, blocks_in_order
 
 __all__ = ["draw_decisions", "shrink_witness", "subset_test"]
@@ -192,12 +192,12 @@ def _tally(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, histogra
 def _reason(t: _Tally, k: int, threshold: float, witness: Witness | None, planned: int, max_fail: int) -> str:
     n, ok = t.drawn, t.satisfied
     if ok / n >= threshold and witness is None:
-        return (f"all {n} draws of {k} rows were independent" if ok == n else
-                f"{ok}/{n} draws of {k} rows independent, fraction >= threshold {threshold}") + "; an estimate, not a proof"
+        return (f"all {n} draws of {rows_phrase(k)} were independent" if ok == n else
+                f"{ok}/{n} draws of {rows_phrase(k)} independent, fraction >= threshold {threshold}") + "; an estimate, not a proof"
     if ok / n >= threshold:
         return (f"{ok}/{n} draws independent (fraction >= threshold {threshold}), but a dependent "
                 f"{len(witness.indices)}-subset was found, so the exact Kruskal rank is below {len(witness.indices)}")
-    reason = f"only {ok}/{n} draws of {k} rows independent, fraction < threshold {threshold}"
+    reason = f"only {ok}/{n} draws of {rows_phrase(k)} independent, fraction < threshold {threshold}"
     if t.stopped:
         reason += (f"; sampling stopped after {n} of {planned} draws because more than "
                    f"{max_fail} dependent draws settle the verdict")
@@ -228,7 +228,7 @@ def _without_sampling(X: torch.Tensor, unit: Scaled, k: int, rule: RankRule, sta
             witness = Witness((int(zero[0]),), (0.0,), 0.0, 0)
         return known(
             f"the whole set has numerical rank {stats.rank} (at most {ceil_k} for any {k}-subset under the rule), "
-            f"so no {k} rows are independent (no sampling needed)",
+            f"so no {rows_phrase(k)} {'is' if k == 1 else 'are'} independent (no sampling needed)",
             set_rank=stats.rank,
             witness=witness,
         ), stats

@@ -22,6 +22,20 @@ from ..tables import ResultTable, table_rows
 __all__ = ["Bound", "SetStats", "SubsetTest", "Sweep", "Witness", "clopper_pearson"]
 
 
+def rows_phrase(k: int) -> str:
+    """``"1 row"``, ``"2 rows"``: a count of rows in words."""
+    return "1 row" if k == 1 else f"{k} rows"
+
+
+def every_rows_independent(k: int) -> str:
+    """"every k rows are independent" as English for every k (0 and 1 included)."""
+    if k <= 0:
+        return "no size of subset is proven independent"
+    if k == 1:
+        return "every row is independent (non-zero)"
+    return f"every {k} rows are independent"
+
+
 def clopper_pearson(successes: int, trials: int, level: float = 0.95) -> tuple[float, float]:
     """Exact two-sided binomial confidence interval."""
     if trials <= 0:
