@@ -328,6 +328,19 @@ def test_hub_images_and_text_when_online(fake_hub):
     assert list(source) == ["An article."] and "Wikipedia" in source.name
 
 
+def test_a_remote_stream_says_it_gave_its_first_documents(fake_hub):
+    """A hub dataset is read only until enough documents qualify, and the description says so."""
+    from mhaaudit.sources import FallbackTokenizer, gpt_window_examples
+
+    calls, served = fake_hub
+    served["org/corpus"] = ([{"body": " ".join(f"w{i}x{j}" for j in range(20)), "id": i} for i in range(50)], None)
+    source = text_source("org/corpus", text_column="body")
+    assert source.streamed and not source.local and source.lazy
+    examples = gpt_window_examples(source, FallbackTokenizer(1000), n=8, count=5, seed=0)
+    assert ("the stream was read only until enough documents qualified, so the examples come from its first 5 "
+            "documents, not from a sample of the whole dataset") in examples.description
+
+
 def _dataset_dir(tmp_path, table: pa.Table, split: str = "train"):
     root = tmp_path / "dataset"
     (root / "data").mkdir(parents=True)
@@ -373,7 +386,7 @@ def test_local_dataset_with_image_feature(tmp_path):
 def test_local_text_dataset_folder(tmp_path):
     root = _dataset_dir(tmp_path, pa.table({"text": ["first doc", "", "second doc"], "id": [1, 2, 3]}))
     source = text_source(str(root))
-    assert source.streamed
+    assert source.streamed and source.local and not source.lazy  # a local folder is read whole
     assert list(source) == ["first doc", "second doc"]
     assert source.skipped == 1
     with pytest.raises(DataError, match="no split 'test'"):
