@@ -175,3 +175,18 @@ def test_cli_names_its_own_options(tmp_path, capsys, bert_dir):
                  "--variants", "random"]) == 2
     err = capsys.readouterr().err
     assert "choose one with --text-column" in err and "text_column" not in err and err.count("\n") == 1
+
+
+def test_column_options_without_columns_are_refused(tmp_path):
+    txt = tmp_path / "a.txt"
+    txt.write_text("one\n\ntwo\n")
+    with pytest.raises(InputError, match="text_column has no effect on a plain text file"):
+        text_source(str(txt), text_column="body")
+    with pytest.raises(InputError, match="text_column has no effect on the built-in text"):
+        text_source(None, text_column="body")
+    with pytest.raises(InputError, match="image_column and convert_rgb have no effect on the built-in images"):
+        image_source(None, image_column="img", convert_rgb=True)
+    (tmp_path / "pics").mkdir()
+    Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(tmp_path / "pics" / "x.png")
+    with pytest.raises(InputError, match="image_column has no effect on an image folder"):
+        image_source(str(tmp_path / "pics"), image_column="img")

@@ -453,6 +453,11 @@ def image_source(data: str | None = None, *, split: str = "train", limit: int = 
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise InputError(f"limit must be a positive number of images, got {limit!r}")
     if is_builtin(data):
+        given = [p for p, v in (("image_column", image_column), ("convert_rgb", convert_rgb)) if v]
+        if given:
+            raise InputError(f"{' and '.join('{param:' + p + '}' for p in given)} "
+                             f"{'has' if len(given) == 1 else 'have'} no effect on the built-in images "
+                             "(RGB mosaics, no columns)")
         return BuiltinImages(limit=limit, seed=seed, device=device)
     kind, target = classify(data)
     if kind == "dir":
@@ -463,6 +468,8 @@ def image_source(data: str | None = None, *, split: str = "train", limit: int = 
             # a dataset folder as the hub stores them (data/*.parquet ...): the datasets library reads it
             return HubImages(str(target), split=split, limit=limit, image_column=image_column,
                              convert_rgb=convert_rgb)
+        if image_column is not None:
+            raise InputError(f"{{param:image_column}} has no effect on an image folder ({target}): it has no columns")
         return ImageFolder(target, limit=limit, convert_rgb=convert_rgb)
     if kind == "file":
         suffix = target.suffix.lower()

@@ -299,6 +299,11 @@ class HubText(TextSource):
         return "; choose the column with {param:text_column}" if self.skips.count("missing field") else ""
 
 
+def _no_columns(text_column: str | None, what: str) -> None:
+    if text_column is not None:
+        raise InputError(f"{{param:text_column}} has no effect on {what}: it has no columns")
+
+
 def text_source(data: str | None = None, *, split: str = "train", limit: int | None = None, seed: int = 0,
                 text_column: str | None = None) -> TextSource:
     """The text source that ``data`` names.
@@ -323,6 +328,7 @@ def text_source(data: str | None = None, *, split: str = "train", limit: int | N
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise InputError(f"limit must be a positive number of documents, got {limit!r}")
     if is_builtin(data):
+        _no_columns(text_column, "the built-in text")
         return BuiltinText(limit=limit, seed=seed)
     kind, target = classify(data)
     if kind == "dir":
@@ -332,10 +338,12 @@ def text_source(data: str | None = None, *, split: str = "train", limit: int | N
             p.suffix.lower() in {".parquet", ".arrow", ".jsonl", ".csv", ".tsv"} for p in target.rglob("*")
         ):
             return HubText(str(target), split=split, limit=limit, text_column=text_column)
+        _no_columns(text_column, f"a folder of .txt files ({target})")
         return TextFiles(target, limit=limit)
     if kind == "file":
         suffix = target.suffix.lower()
         if suffix in {".txt", ".text", ".md"}:
+            _no_columns(text_column, f"a plain text file ({target})")
             return TextFiles(target, limit=limit)
         if suffix in {".jsonl", ".ndjson"}:
             return JsonlText(target, limit=limit, text_column=text_column)
