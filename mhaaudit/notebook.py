@@ -84,11 +84,17 @@ def finish(bar) -> None:
         return
     done = bar.n
     if done == 0:
-        bar.total, bar.n = 1, 1  # nothing was needed: a full bar, labelled
+        total = 1  # nothing was needed: a full bar, labelled
+        bar.n = 1
         bar.set_postfix_str(f"done: 0 of {planned} needed" if planned is not None else "done: nothing to read",
                             refresh=False)
     else:
-        bar.total = done
+        total = done
         if planned is not None:
             bar.set_postfix_str(f"done after {done} of {planned}", refresh=False)
+    bar.total = total
+    container = getattr(bar, "container", None)  # a tqdm.notebook widget: its progress bar keeps its own max
+    if container is not None:
+        container.children[1].max = total
+        container.children[1].value = bar.n
     bar.refresh()

@@ -124,3 +124,31 @@ class _null:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_a_widget_bar_is_finished_too():
+    """tqdm.notebook's widget keeps its own maximum: finishing a phase early updates it as well."""
+
+    class Widget:
+        max, value = 300, 0
+
+    class Bar:  # the attributes of a tqdm.notebook bar that finish() touches
+        def __init__(self):
+            self.n, self.total, self.postfix = 0, 300, ""
+            self.container = type("Box", (), {"children": [None, Widget(), None]})()
+
+        def set_postfix_str(self, text, refresh=True):
+            self.postfix = text
+
+        def refresh(self):
+            pass
+
+    bar = Bar()
+    notebook.finish(bar)
+    progress = bar.container.children[1]
+    assert (bar.n, bar.total, progress.value, progress.max) == (1, 1, 1, 1) and bar.postfix == "done: 0 of 300 needed"
+    bar = Bar()
+    bar.n = 40
+    notebook.finish(bar)
+    progress = bar.container.children[1]
+    assert (bar.total, progress.value, progress.max) == (40, 40, 40) and bar.postfix == "done after 40 of 300"
