@@ -138,8 +138,9 @@ def example_batches(pm, data: DataRequest, seed: int, notes: list[str],
     """Raw batches of examples for ``pm`` (not yet model inputs) and the data's description.
 
     Images: lists of PIL images; with ``need``, a finite source whose headers show fewer usable
-    images than ``need`` is refused here, before any forward pass. Text: ``(token-id rows, segment-id rows or None)`` built with the
-    paper's constructions (BERT pairs ``[CLS] s1 [SEP] s2``, GPT windows of n tokens).
+    images than ``need`` is refused here, before any forward pass. Text: ``(token-id rows,
+    segment-id rows or None)`` built with the paper's constructions (BERT pairs
+    ``[CLS] s1 [SEP] s2``, GPT windows of n tokens).
     """
     if pm.info.modality == "image":
         from .sources import image_source

@@ -190,3 +190,11 @@ def test_column_options_without_columns_are_refused(tmp_path):
     Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(tmp_path / "pics" / "x.png")
     with pytest.raises(InputError, match="image_column has no effect on an image folder"):
         image_source(str(tmp_path / "pics"), image_column="img")
+
+
+def test_too_short_counts_documents_also_when_parts_were_joined(tmp_path):
+    long = " ".join(f"w{i}" for i in range(30))
+    path = tmp_path / "notes.txt"
+    path.write_text(f"{long}\n\n{long} again\n\none two\n\nthree four\n\nfive\n")  # three short paragraphs at the end
+    ex = gpt_window_examples(text_source(str(path)), FallbackTokenizer(500), n=8, count=2, seed=0)
+    assert ex.skips == {"too short": {"count": 3, "example": "'one two' (5 tokens in 3 joined parts, 12 needed)"}}

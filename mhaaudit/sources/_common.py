@@ -228,8 +228,8 @@ class Skips:
         self.counts: dict[str, int] = {}
         self.examples: dict[str, str] = {}
 
-    def add(self, cause: str, example: str) -> None:
-        self.counts[cause] = self.counts.get(cause, 0) + 1
+    def add(self, cause: str, example: str, count: int = 1) -> None:
+        self.counts[cause] = self.counts.get(cause, 0) + count
         self.examples.setdefault(cause, example)
 
     def merge(self, other: "Skips") -> None:

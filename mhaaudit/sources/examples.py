@@ -112,8 +112,9 @@ def _grouped(docs: Any) -> tuple[Iterator[tuple[str | None, str]], TextSource | 
 
 def _collect(docs: Any, tokenizer: Any, min_tokens: int, wanted: int, drop: set[int]) -> _Corpus:
     """Tokenize documents; keep those with at least ``min_tokens`` tokens; join runs of shorter
-    consecutive documents of the same group until they are long enough. A streamed or sampled
-    source is read only until ``wanted`` documents qualify (a streamed one also until a read cap)."""
+    consecutive documents of the same group until they are long enough. A remote stream or a
+    sampled source is read only until ``wanted`` documents qualify (a stream also until a read
+    cap); every other source is read whole. Documents left too short are counted in ``skips``."""
     stream, source, source_name = _grouped(docs)
     lazy = source is not None and source.lazy
     remote = source is not None and source.streamed and not source.local
@@ -133,7 +134,7 @@ def _collect(docs: Any, tokenizer: Any, min_tokens: int, wanted: int, drop: set[
             too_short += pending_parts
             short.add("too short", f"{pending_first} ({len(pending)} tokens in {pending_parts} joined parts, "
                                    f"{min_tokens} needed)" if pending_parts > 1 else
-                      f"{pending_first} ({len(pending)} tokens, {min_tokens} needed)")
+                      f"{pending_first} ({len(pending)} tokens, {min_tokens} needed)", pending_parts)
         pending, pending_parts = [], 0
 
     with _quiet_transformers():
