@@ -273,7 +273,7 @@ class HubText(TextSource):
         dataset = open_hf_dataset(data, split=split, config=config, what="text", instead=_OFFLINE_TEXT)
         features = dataset.features
         self.local = is_local(data)
-        how = "as asked" if text_column else "found by its name"
+        how = "as asked" if text_column else "the default name: the dataset declares no columns"
         column = text_column or "text"
         if features is not None:
             kinds = {c: "text" if getattr(f, "dtype", None) in ("string", "large_string") else
