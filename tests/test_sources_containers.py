@@ -198,3 +198,24 @@ def test_too_short_counts_documents_also_when_parts_were_joined(tmp_path):
     path.write_text(f"{long}\n\n{long} again\n\none two\n\nthree four\n\nfive\n")  # three short paragraphs at the end
     ex = gpt_window_examples(text_source(str(path)), FallbackTokenizer(500), n=8, count=2, seed=0)
     assert ex.skips == {"too short": {"count": 3, "example": "'one two' (5 tokens in 3 joined parts, 12 needed)"}}
+
+
+def test_cli_reads_a_dataset_dict_split_and_names_it(tmp_path, capsys, bert_dir):
+    paths = _containers(tmp_path, _documents(), column="passage_text")
+    argv = ["check", str(bert_dir), "--data", str(paths["saved-dict"]), "--split", "test", "--limit", "20",
+            "--context-length", "16", "--variants", "random", "--layers", "0", "--samples", "50", "--format", "json"]
+    assert main(argv) == 0
+    meta = json.loads(capsys.readouterr().out)["meta"]
+    assert "(a DatasetDict saved with save_to_disk), split 'test', column 'passage_text' (the only string column" \
+        in meta["data"]
+    assert meta["skips"]["too short"]["count"] == 1 and meta["skips"]["too short"]["example"].startswith("'too short' (")
+
+    ds = datasets.Dataset.from_dict({"title": ["t"] * 40, "abstract": _documents()})
+    ds.save_to_disk(str(tmp_path / "two"))
+    argv[3] = str(tmp_path / "two")
+    del argv[4:6]  # a single Dataset: no --split
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "has 2 string columns (title, abstract)" in err and "choose one with --text-column" in err
+    assert main([*argv, "--text-column", "abstract"]) == 0
+    assert "column 'abstract' (as asked" in json.loads(capsys.readouterr().out)["meta"]["data"]
