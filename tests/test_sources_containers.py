@@ -219,3 +219,16 @@ def test_cli_reads_a_dataset_dict_split_and_names_it(tmp_path, capsys, bert_dir)
     assert "has 2 string columns (title, abstract)" in err and "choose one with --text-column" in err
     assert main([*argv, "--text-column", "abstract"]) == 0
     assert "column 'abstract' (as asked" in json.loads(capsys.readouterr().out)["meta"]["data"]
+
+
+def test_split_without_splits_is_refused(tmp_path):
+    txt = tmp_path / "a.txt"
+    txt.write_text("one\n\ntwo\n")
+    with pytest.raises(InputError, match="split 'test' has no effect on a file"):
+        text_source(str(txt), split="test")
+    with pytest.raises(InputError, match="split 'test' has no effect on the built-in images"):
+        image_source(None, split="test")
+    (tmp_path / "pics").mkdir()
+    Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(tmp_path / "pics" / "x.png")
+    with pytest.raises(InputError, match="split 'validation' has no effect on an image folder"):
+        image_source(str(tmp_path / "pics"), split="validation")

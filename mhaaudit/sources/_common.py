@@ -134,6 +134,13 @@ def classify(data: str) -> tuple[str, Any]:
     return "hub", text
 
 
+def no_split(split: str, what: str) -> None:
+    """``split`` names a split of a dataset: refused (unless the default, ``"train"``) for data without splits."""
+    if split != "train":
+        raise InputError(f"{{param:split}} '{split}' has no effect on {what}: it has no splits (a split is chosen "
+                         "in a Hugging Face dataset or a DatasetDict saved with save_to_disk)")
+
+
 def is_local(data: str) -> bool:
     return Path(os.path.expanduser(data)).exists()
 

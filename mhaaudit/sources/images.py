@@ -20,7 +20,7 @@ from typing import Any, Iterator
 from PIL import Image, UnidentifiedImageError
 
 from ..errors import DataError, InputError, one_line
-from ._common import Skips, classify, is_builtin, is_local, open_hf_dataset, ordered_map, stream_rows
+from ._common import Skips, classify, is_builtin, is_local, no_split, open_hf_dataset, ordered_map, stream_rows
 from .containers import IMAGE_NAMES, Table, choose_column, is_saved_dataset, open_table
 from .mosaics import BUILTIN_PHOTOS, CROP_SIZE, GRID, TILE_SIDE
 
@@ -458,6 +458,7 @@ def image_source(data: str | None = None, *, split: str = "train", limit: int = 
             raise InputError(f"{' and '.join('{param:' + p + '}' for p in given)} "
                              f"{'has' if len(given) == 1 else 'have'} no effect on the built-in images "
                              "(RGB mosaics, no columns)")
+        no_split(split, "the built-in images")
         return BuiltinImages(limit=limit, seed=seed, device=device)
     kind, target = classify(data)
     if kind == "dir":
@@ -470,9 +471,12 @@ def image_source(data: str | None = None, *, split: str = "train", limit: int = 
                              convert_rgb=convert_rgb)
         if image_column is not None:
             raise InputError(f"{{param:image_column}} has no effect on an image folder ({target}): it has no columns")
+        no_split(split, f"an image folder ({target})")
         return ImageFolder(target, limit=limit, convert_rgb=convert_rgb)
     if kind == "file":
         suffix = target.suffix.lower()
+        if suffix in (".parquet", ".arrow"):
+            no_split(split, f"a file ({target})")
         if suffix == ".parquet":
             return ParquetImages(target, limit=limit, image_column=image_column, convert_rgb=convert_rgb)
         if suffix == ".arrow":

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 
 from ..errors import DataError, InputError, one_line
-from ._common import Skips, classify, data_rng, is_builtin, is_local, open_hf_dataset, stream_rows
+from ._common import Skips, classify, data_rng, is_builtin, is_local, no_split, open_hf_dataset, stream_rows
 from .containers import Table, choose_column, is_saved_dataset, open_table
 
 __all__ = [
@@ -329,6 +329,7 @@ def text_source(data: str | None = None, *, split: str = "train", limit: int | N
         raise InputError(f"limit must be a positive number of documents, got {limit!r}")
     if is_builtin(data):
         _no_columns(text_column, "the built-in text")
+        no_split(split, "the built-in text")
         return BuiltinText(limit=limit, seed=seed)
     kind, target = classify(data)
     if kind == "dir":
@@ -339,9 +340,11 @@ def text_source(data: str | None = None, *, split: str = "train", limit: int | N
         ):
             return HubText(str(target), split=split, limit=limit, text_column=text_column)
         _no_columns(text_column, f"a folder of .txt files ({target})")
+        no_split(split, f"a folder of .txt files ({target})")
         return TextFiles(target, limit=limit)
     if kind == "file":
         suffix = target.suffix.lower()
+        no_split(split, f"a file ({target})")
         if suffix in {".txt", ".text", ".md"}:
             _no_columns(text_column, f"a plain text file ({target})")
             return TextFiles(target, limit=limit)
