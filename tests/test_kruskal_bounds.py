@@ -74,3 +74,12 @@ def test_babel_floor_in_row_blocks_and_among_ranks_is_the_same(monkeypatch):
     assert floor.value >= 2
     assert babel_floor(X, rule, row_block=7) == floor
     assert as_ranks(monkeypatch, 3, lambda: babel_floor(X, rule, row_block=11)) == [floor] * 3
+
+
+def test_babel_floor_says_its_count_in_english():
+    rule = RankRule.for_dtype(torch.float64)
+    near = torch.tensor([[1.0, 0.0], [2.0, 0.0], [0.0, 1.0]], dtype=torch.float64)  # two parallel rows
+    one = babel_floor(near, rule)
+    assert one.value == 1 and "every row is independent (non-zero)" in one.proves and "1 rows" not in one.proves
+    many = babel_floor(torch.eye(4, dtype=torch.float64), rule)
+    assert many.value == 4 and many.proves.startswith("every 4 rows are independent")
