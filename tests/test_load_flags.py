@@ -236,7 +236,8 @@ def _planted(folder, marker, where: str):
     (folder / "configuration_planted.py").write_text(
         leave + "from transformers import BertConfig\n\n\nclass PlantedConfig(BertConfig):\n    model_type = 'planted'\n")
     (folder / "modeling_planted.py").write_text(
-        leave + "from transformers import BertModel\n\n\nclass PlantedModel(BertModel):\n    pass\n")
+        leave + "from transformers import BertModel\n\nfrom .configuration_planted import PlantedConfig\n\n\n"
+        "class PlantedModel(BertModel):\n    config_class = PlantedConfig\n")
     (folder / "tokenization_planted.py").write_text(
         leave + "from transformers import BertTokenizer\n\n\nclass PlantedTokenizer(BertTokenizer):\n    pass\n")
     if where == "tokenizer":
