@@ -89,6 +89,9 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
             if not hub.trust_remote_code:
                 refuse_repository_code(folder, spec.name)
             check_local_indexes(folder)
+            raw = read_json(os.path.join(folder, "config.json"))
+            if raw is not None:
+                check_config_numbers(_Fields(raw), spec.name)
     cfg, source = _config(spec, weights, weights_path, hub)
     family, modality, is_decoder = classify_config(cfg, spec.name)
     if modality == "image" and context_length is not None:
@@ -141,6 +144,16 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
         size, patch = getattr(cfg, "image_size", 0), getattr(cfg, "patch_size", 0)
         measure_image_tokens(pm, _count(size) // _count(patch) if patch else None)
     return pm
+
+
+class _Fields:
+    """A config.json as read (a dict), seen through attributes like a config object."""
+
+    def __init__(self, data: dict):
+        self._data = data
+
+    def __getattr__(self, key: str) -> Any:
+        return self._data.get(key)
 
 
 def check_config_numbers(cfg: Any, name: str) -> None:
@@ -284,6 +297,17 @@ def _auto_config(source: str, name: str, hub: _Hub, local: bool = False) -> Any:
         return AutoConfig.from_pretrained(source, **hub.kwargs(local))
     except (OSError, ValueError) as exc:
         raise hub_problem(exc, name, hub.revision) or exc
+    except _config_errors() as exc:  # a field of the wrong type, refused by the config class itself
+        raise ModelError(f"the config of {name} is malformed: {one_line(exc, 200, first_line=True)}") from exc
+
+
+def _config_errors() -> tuple[type[BaseException], ...]:
+    """The errors a config class raises on values of the wrong type or form."""
+    try:
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:  # pragma: no cover - releases without validated configs
+        return (TypeError,)
+    return (StrictDataclassError, TypeError)
 
 
 def hub_problem(exc: BaseException, name: str, revision: str | None) -> Exception | None:

@@ -180,7 +180,11 @@ class Checkpoint:
             path = self.fetch(fn)
             with _opened(path, self.where) as fh:
                 for key, dest in plan[fn]:
-                    t = fh.get_tensor(key)
+                    try:
+                        t = fh.get_tensor(key)
+                    except Exception as exc:  # noqa: BLE001 - the index names a shard that does not hold it
+                        raise ModelError(f"the checkpoint {self.where} is malformed: its index puts {key} in {fn}, "
+                                         f"which does not hold it ({one_line(exc, 80)})") from exc
                     if tuple(t.shape) != tuple(dest.shape):
                         raise ModelError(f"{misfit}: {key} has shape {tuple(t.shape)}, the model expects {tuple(dest.shape)}")
                     with torch.no_grad():
