@@ -193,6 +193,30 @@ def safetensors_header(path: str | os.PathLike) -> dict:
     return header
 
 
+def _check_npy(p: Path) -> None:
+    """An InputError unless ``p`` starts as a .npy file whose header's shape and dtype account for
+    exactly the bytes that follow it (checked before numpy allocates what the header claims)."""
+    from numpy.lib import format as npy_format
+
+    with open(p, "rb") as fh:
+        if fh.read(6) != b"\x93NUMPY":  # else numpy calls any other file "pickled data"
+            raise InputError(f"cannot read {p}: not a .npy file (it does not start with the .npy magic bytes)")
+        fh.seek(0)
+        try:
+            version = npy_format.read_magic(fh)
+            read_header = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
+            shape, _fortran, dtype = read_header(fh)
+        except (ValueError, TypeError, SyntaxError, OverflowError, MemoryError, UnicodeError) as exc:
+            raise InputError(f"cannot read {p}: its .npy header is malformed ({' '.join(str(exc).split())[:120]})") from None
+        body = os.fstat(fh.fileno()).st_size - fh.tell()
+    if dtype.hasobject:
+        return  # np.load refuses it below, without unpickling
+    need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if need != body:
+        raise InputError(f"cannot read {p}: its .npy header claims shape {tuple(shape)} of {dtype} ({need} bytes), "
+                         f"the file holds {body} bytes of data")
+
+
 def torch_load_reason(exc: BaseException) -> str:
     """Why ``torch.load(..., weights_only=True)`` refused a file, in words for a user (torch's own
     message for a refused pickle suggests loading it unsafely, which mhaaudit never does)."""
@@ -269,10 +293,7 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.T
         raise InputError(f"--key has no effect on {p}: a .npy file holds one array")
     try:
         if ext == ".npy":
-            with open(p, "rb") as fh:
-                magic = fh.read(6)
-            if magic != b"\x93NUMPY":  # else numpy calls any other file "pickled data"
-                raise InputError(f"cannot read {p}: not a .npy file (it does not start with the .npy magic bytes)")
+            _check_npy(p)
             arr = np.load(p, allow_pickle=False)
             if arr.dtype.kind not in "fiu":
                 raise InputError(f"{p}: array of dtype {arr.dtype} is not numeric")

@@ -65,12 +65,15 @@ def _malformed_files(d, X, vit_dir, bert_dir) -> dict:
     out = {}
     (d / "magic.npy").write_bytes(b"PK\x03\x04 not numpy" + bytes(64))
     (d / "empty.pt").write_bytes(b"")
+    header = repr({"descr": "<f8", "fortran_order": False, "shape": (10**6, 10**6)}).encode()
+    header += b" " * (-(10 + len(header) + 1) % 64) + b"\n"
+    (d / "bomb.npy").write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + bytes(64))
     (d / "code.pt").write_bytes(pickle.dumps(_RunsCode(d / "UNPICKLED")))
     (d / "huge.safetensors").write_bytes((2**62).to_bytes(8, "little") + b"{}")
     Xn = X.copy()
     Xn[3, 2] = np.inf
     np.save(d / "inf.npy", Xn)
-    out.update(magic=d / "magic.npy", emptypt=d / "empty.pt", codept=d / "code.pt", hugest=d / "huge.safetensors",
+    out.update(bomb=d / "bomb.npy", magic=d / "magic.npy", emptypt=d / "empty.pt", codept=d / "code.pt", hugest=d / "huge.safetensors",
                infnpy=d / "inf.npy")
     for name, change in (("featneg", {"n": -3}), ("featqi", {"query_index": 9}), ("featnoq", "drop"),
                          ("featlist", [1, 2]), ("featT", {"T": 7})):
@@ -199,6 +202,7 @@ CASES = [
     # --- files and folders that are not what they claim: every reader refuses them in one line
     ("npy-wrong-magic", "kruskal {magic}", "not a .npy file"),
     ("npy-inf", "kruskal {infnpy}", "NaN or Inf"),
+    ("npy-shape-past-the-file", "kruskal {bomb}", "claims shape (1000000, 1000000) of float64 (8000000000000 bytes)"),
     ("pt-empty", "kruskal {emptypt}", "empty or truncated"),
     ("pt-pickle-runs-code", "kruskal {codept}", "a pickle that would run code, which is never loaded"),
     ("safetensors-huge-header", "kruskal {hugest}", "its header claims 4611686018427387904 bytes"),
