@@ -336,8 +336,10 @@ def test_safetensors_index(capsys, tmp_path, sharded_vit, image_dir, profile):
                             st.sampled_from(["../outside.safetensors", "/etc/passwd", "", ".", "sub/../../x",
                                              "missing.safetensors", "config.json", "C:\\x", "a\x00b", "~/x"]),
                             st.text(max_size=12), json_values)
-    maps = st.builds(lambda e: {**valid["weight_map"], **e}, st.dictionaries(st.sampled_from(names), shard_names,
-                                                                            min_size=1, max_size=3))
+    maps = st.one_of(st.builds(lambda e: {**valid["weight_map"], **e},
+                               st.dictionaries(st.sampled_from(names), shard_names, min_size=1, max_size=3)),
+                     st.just({}), st.builds(lambda keep: {k: valid["weight_map"][k] for k in keep},
+                                            st.lists(st.sampled_from(names), max_size=4)))
     docs = st.one_of(st.builds(lambda m, t: {"metadata": {"total_size": t}, "weight_map": m}, maps,
                                st.one_of(st.just(valid["metadata"]["total_size"]), json_values)),
                      _replace_fields(valid, json_values), mutated(json.dumps(valid).encode()))

@@ -314,3 +314,18 @@ def test_a_hub_index_naming_a_path_is_refused(llama_dir, tmp_path, monkeypatch):
     with pytest.raises(ModelError, match="is malformed: the shard name '../../outside/x.safetensors' is not a file name"):
         load_model("org/tiny-llama", weights="trained", max_layer=1, context_length=12, device="cpu")
     assert not any(f.startswith("..") for f in hub.requested)
+
+
+def test_a_snapshot_folder_of_the_hub_cache_reads_its_blobs(llama_dir, tmp_path):
+    """The hub cache keeps a snapshot's files as links into the repository's blobs folder: those are inside."""
+    repo = tmp_path / "models--org--tiny"
+    snap, blobs = repo / "snapshots" / "abc123", repo / "blobs"
+    snap.mkdir(parents=True)
+    blobs.mkdir()
+    for i, f in enumerate(sorted(llama_dir.iterdir())):
+        shutil.copy(f, blobs / f"blob{i}")
+        os.symlink(os.path.join("..", "..", "blobs", f"blob{i}"), snap / f.name)
+    pm = load_model(str(snap), weights="trained", max_layer=1, context_length=12, device="cpu")
+    ids = _ids()
+    assert torch.equal(pm.capture({"input_ids": ids}, [1])[1], _reference(llama_dir, ids)[1])
+    assert pm.info.weights_read["method"] == "partial"

@@ -240,7 +240,7 @@ def read_index(index: str, folder: str | None = None) -> tuple[dict, dict[str, s
     except (OSError, ValueError) as exc:
         raise ModelError(f"cannot read the checkpoint index {index}: {one_line(exc, 160)}") from exc
     wm = doc.get("weight_map") if isinstance(doc, dict) else None
-    if not isinstance(wm, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in wm.items()):
+    if not isinstance(wm, dict) or not wm or not all(isinstance(k, str) and isinstance(v, str) for k, v in wm.items()):
         raise ModelError(f"the checkpoint index {index} is malformed: it needs a \"weight_map\" of tensor names to "
                          f"shard file names")
     for fn in set(wm.values()):
@@ -267,10 +267,14 @@ def _check_shard_name(fn: str, index: str) -> None:
 
 
 def _inside(folder: str, fn: str, index: str) -> str:
-    """The real path of shard ``fn`` of a local checkpoint, which must lie inside ``folder``."""
+    """The real path of shard ``fn`` of a local checkpoint, which must lie inside ``folder`` (or, for a
+    snapshot folder of the hub cache, whose files are links into the repository's ``blobs``, there)."""
     root = os.path.realpath(folder)
     path = os.path.realpath(os.path.join(root, fn))
-    if os.path.commonpath([root, path]) != root or path == root:
+    roots = [root]
+    if os.path.basename(os.path.dirname(root)) == "snapshots":
+        roots.append(os.path.join(os.path.dirname(os.path.dirname(root)), "blobs"))
+    if path == root or not any(os.path.commonpath([r, path]) == r for r in roots):
         raise ModelError(f"the checkpoint index {index} is malformed: the shard {fn[:80]!r} resolves to {path}, "
                          f"outside the model folder {root}")
     return path
