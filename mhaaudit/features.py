@@ -19,12 +19,14 @@ from pathlib import Path
 import torch
 
 from .checks import ContextRankResult, ContextRanks, assumption_2_from_arrays
-from .errors import InputError, OutputError
-from .io import ordinary_mode, stamp
+from .errors import InputError, ModelError, OutputError
+from .io import ordinary_mode, safetensors_header, stamp
 from .numerics import RankRule
 
 FEATURES_FILE = "features.safetensors"
 META_FILE = "meta.json"
+# The per-example Assumption 2 statistics a saved folder holds (see ContextRanks.arrays).
+_CONTEXT_ARRAYS = ("context_rank", "context_sigma_min", "context_sigma_max", "context_tol")
 
 
 @dataclass
@@ -94,13 +96,49 @@ class FeatureSet:
                                  f"pass one of them, e.g. {folder / columns[0]}")
             raise InputError(f"{folder} is not a saved feature folder (expected {FEATURES_FILE} and {META_FILE})")
         try:
+            safetensors_header(f)  # its stated length checked against the file before anything is read
             t = load_file(str(f))
-            meta = json.loads(m.read_text())
-        except Exception as exc:
-            raise InputError(f"cannot read saved features in {folder}: {exc}") from exc
+            meta = json.loads(m.read_text(encoding="utf-8"))
+        except Exception as exc:  # noqa: BLE001 - unreadable, truncated or not what --save-features writes
+            raise InputError(f"cannot read saved features in {folder}: {' '.join(str(exc).split())[:200]}") from exc
+        n, d, query_index = _check_saved(folder, meta, t)
         ctx = {k: v for k, v in t.items() if k.startswith("context_")}
-        return cls(queries=t["queries"], a3=t["a3"], context=ctx, n=int(meta["n"]), d=int(meta["d"]),
-                   query_index=int(meta["query_index"]), meta=meta)
+        return cls(queries=t["queries"], a3=t["a3"], context=ctx, n=n, d=d, query_index=query_index, meta=meta)
+
+
+def _check_saved(folder: Path, meta, tensors: dict) -> tuple[int, int, int]:
+    """(n, d, query_index) of a saved feature folder, after checking that meta.json and the tensors
+    agree with what ``FeatureSet.save`` writes; anything else is an InputError naming the field."""
+    def bad(what: str) -> InputError:
+        return InputError(f"saved features in {folder} are malformed: {what}")
+
+    if not isinstance(meta, dict):
+        raise bad(f"{META_FILE} holds {type(meta).__name__}, not a JSON object")
+
+    def count(key: str, minimum: int) -> int:
+        v = meta.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            raise bad(f"{META_FILE} gives {key} = {v!r}, expected an integer of at least {minimum}")
+        return v
+
+    n, d, query_index = count("n", 1), count("d", 1), count("query_index", 0)
+    if query_index >= n:
+        raise bad(f"{META_FILE} gives query_index = {query_index}, outside the n = {n} tokens")
+    missing = [k for k in ("queries", "a3", *_CONTEXT_ARRAYS) if k not in tensors]
+    if missing:
+        raise bad(f"{FEATURES_FILE} has no tensor {missing[0]!r}")
+    q = tensors["queries"]
+    if q.ndim != 2 or q.shape[1] != d:
+        raise bad(f"queries have shape {tuple(q.shape)}, expected (T, d) with d = {d}")
+    T = q.shape[0]
+    if "T" in meta and meta["T"] != T:
+        raise bad(f"{META_FILE} gives T = {meta['T']!r}, the tensors hold {T} examples")
+    if tuple(tensors["a3"].shape) != tuple(q.shape):
+        raise bad(f"a3 has shape {tuple(tensors['a3'].shape)}, queries {tuple(q.shape)}")
+    for k in _CONTEXT_ARRAYS:
+        if tuple(tensors[k].shape) != (T,):
+            raise bad(f"{k} has shape {tuple(tensors[k].shape)}, expected ({T},)")
+    return n, d, query_index
 
 
 class StreamingReducer:
@@ -120,6 +158,9 @@ class StreamingReducer:
         if tokens.ndim != 3:
             raise InputError(f"token batches must be (B, n, d), got {tuple(tokens.shape)}")
         B, n, d = tokens.shape
+        if tokens.is_floating_point() and not bool(torch.isfinite(tokens).all()):
+            raise ModelError("the activations at this probe point hold NaN or infinite values (the model's weights or "
+                             "inputs overflow); no rank can be decided on them")
         if self._ctx is None:
             self.n, self.d, self.dtype = n, d, tokens.dtype
             self._ctx = ContextRanks(self.rule or RankRule.for_dtype(tokens.dtype))

@@ -18,6 +18,8 @@ from .errors import InputError, OutputError
 from .tables import METADATA_KEY
 
 FEATURE_EXTENSIONS = (".npy", ".pt", ".pth", ".safetensors", ".parquet")
+# The largest safetensors header read (the safetensors library refuses larger ones too).
+MAX_HEADER_BYTES = 100_000_000
 
 
 # --------------------------------------------------------------------------- provenance
@@ -159,6 +161,75 @@ def read_parquet_metadata(path: str | os.PathLike) -> dict:
 # --------------------------------------------------------------------------- reading features
 
 
+def safetensors_header(path: str | os.PathLike) -> dict:
+    """The JSON header of a safetensors file, checked before it is read: its stated length must fit
+    the file and :data:`MAX_HEADER_BYTES`, and every tensor's data must lie inside the file.
+    Raises ValueError (or OSError) with the reason; callers word it for their input."""
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        head = fh.read(8)
+        if len(head) < 8:
+            raise ValueError(f"not a safetensors file: {size} bytes, too short for the 8-byte header length")
+        n = int.from_bytes(head, "little")
+        if n > size - 8 or n > MAX_HEADER_BYTES:
+            raise ValueError(f"not a safetensors file: its header claims {n} bytes, the file has {size - 8} after the "
+                             f"length" + (f" (at most {MAX_HEADER_BYTES} are read)" if n <= size - 8 else ""))
+        raw = fh.read(n)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"not a safetensors file: its header is not JSON ({' '.join(str(exc).split())[:80]})") from None
+    if not isinstance(header, dict):
+        raise ValueError("not a safetensors file: its header is not a JSON object")
+    body = size - 8 - n
+    for k, v in header.items():
+        if k == "__metadata__":
+            continue
+        offsets = v.get("data_offsets") if isinstance(v, dict) else None
+        if (not isinstance(offsets, list) or len(offsets) != 2 or not all(isinstance(o, int) and not isinstance(o, bool)
+                                                                           for o in offsets)
+                or not 0 <= offsets[0] <= offsets[1] <= body):
+            raise ValueError(f"not a safetensors file: tensor {k[:60]!r} has no valid data offsets within the file")
+    return header
+
+
+def _check_npy(p: Path) -> None:
+    """An InputError unless ``p`` starts as a .npy file whose header's shape and dtype account for
+    exactly the bytes that follow it (checked before numpy allocates what the header claims)."""
+    from numpy.lib import format as npy_format
+
+    with open(p, "rb") as fh:
+        if fh.read(6) != b"\x93NUMPY":  # else numpy calls any other file "pickled data"
+            raise InputError(f"cannot read {p}: not a .npy file (it does not start with the .npy magic bytes)")
+        fh.seek(0)
+        try:
+            version = npy_format.read_magic(fh)
+            read_header = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
+            shape, _fortran, dtype = read_header(fh)
+        except (ValueError, TypeError, SyntaxError, OverflowError, MemoryError, UnicodeError) as exc:
+            raise InputError(f"cannot read {p}: its .npy header is malformed ({' '.join(str(exc).split())[:120]})") from None
+        body = os.fstat(fh.fileno()).st_size - fh.tell()
+    if dtype.hasobject:
+        return  # np.load refuses it below, without unpickling
+    need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if need != body:
+        raise InputError(f"cannot read {p}: its .npy header claims shape {tuple(shape)} of {dtype} ({need} bytes), "
+                         f"the file holds {body} bytes of data")
+
+
+def torch_load_reason(exc: BaseException) -> str:
+    """Why ``torch.load(..., weights_only=True)`` refused a file, in words for a user (torch's own
+    message for a refused pickle suggests loading it unsafely, which mhaaudit never does)."""
+    import pickle
+
+    if isinstance(exc, EOFError):
+        return "the file is empty or truncated"
+    if isinstance(exc, pickle.UnpicklingError):
+        return "not a torch file of plain tensors (corrupt, or a pickle that would run code, which is never loaded)"
+    text = " ".join(str(exc).split())
+    return text[:200] if text else type(exc).__name__
+
+
 def _from_parquet(path: Path, key: str | None):
     import pyarrow.parquet as pq
 
@@ -222,16 +293,22 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.T
         raise InputError(f"--key has no effect on {p}: a .npy file holds one array")
     try:
         if ext == ".npy":
+            _check_npy(p)
             arr = np.load(p, allow_pickle=False)
             if arr.dtype.kind not in "fiu":
                 raise InputError(f"{p}: array of dtype {arr.dtype} is not numeric")
+            if not arr.dtype.isnative:  # big-endian data is read as numpy reads it, in the machine's order
+                arr = arr.astype(arr.dtype.newbyteorder("="))
             return torch.from_numpy(np.ascontiguousarray(arr)), f"{p} (npy)"
         if ext in (".pt", ".pth"):
             import warnings
 
             with warnings.catch_warnings():  # a bad file is reported as one error, without warnings
                 warnings.simplefilter("ignore")
-                obj = torch.load(p, map_location="cpu", weights_only=True)
+                try:
+                    obj = torch.load(p, map_location="cpu", weights_only=True)
+                except Exception as exc:  # noqa: BLE001 - corrupt, empty, or a pickle that is refused
+                    raise InputError(f"cannot read {p}: {torch_load_reason(exc)}") from exc
             if isinstance(obj, dict):
                 return _pick(obj, key, p), f"{p} (torch{', ' + repr(key) if key else ''})"
             if not isinstance(obj, torch.Tensor):
@@ -242,6 +319,7 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.T
         if ext == ".safetensors":
             from safetensors.torch import load_file
 
+            safetensors_header(p)  # its stated length checked against the file before anything is read
             tensors = load_file(str(p))
             return _pick(tensors, key, p), f"{p} (safetensors{', ' + repr(key) if key else ''})"
         refuse_results_file(p)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import shutil
 import stat
 import sys
 
@@ -44,7 +46,69 @@ def inputs(tmp_path_factory, vit_dir, bert_dir, image_dir):
     paths = {"npy": d / "m.npy", "pt2": d / "two.pt", "st2": d / "two.safetensors", "results": d / "results.parquet",
              "feat": d / "feat", "vit": vit_dir, "bert": bert_dir, "images": image_dir,
              "v0": FIXTURES / "results" / "check-v0.parquet"}
+    paths.update(_malformed_files(d, X, vit_dir, bert_dir))
     return {k: str(v) for k, v in paths.items()}
+
+
+class _RunsCode:
+    """Unpickling this would run a shell command (leaving ``marker``): a .pt file holding it is refused unread."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch '{self.marker}'",))
+
+
+def _malformed_files(d, X, vit_dir, bert_dir) -> dict:
+    """Files and model folders every reader must refuse in one line (see the reader cases below)."""
+    out = {}
+    (d / "magic.npy").write_bytes(b"PK\x03\x04 not numpy" + bytes(64))
+    (d / "empty.pt").write_bytes(b"")
+    header = repr({"descr": "<f8", "fortran_order": False, "shape": (10**6, 10**6)}).encode()
+    header += b" " * (-(10 + len(header) + 1) % 64) + b"\n"
+    (d / "bomb.npy").write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + bytes(64))
+    (d / "code.pt").write_bytes(pickle.dumps(_RunsCode(d / "UNPICKLED")))
+    (d / "huge.safetensors").write_bytes((2**62).to_bytes(8, "little") + b"{}")
+    Xn = X.copy()
+    Xn[3, 2] = np.inf
+    np.save(d / "inf.npy", Xn)
+    out.update(bomb=d / "bomb.npy", magic=d / "magic.npy", emptypt=d / "empty.pt", codept=d / "code.pt", hugest=d / "huge.safetensors",
+               infnpy=d / "inf.npy")
+    for name, change in (("featneg", {"n": -3}), ("featqi", {"query_index": 9}), ("featnoq", "drop"),
+                         ("featlist", [1, 2]), ("featT", {"T": 7})):
+        shutil.copytree(d / "feat", d / name)
+        meta = json.loads((d / "feat" / "meta.json").read_text())
+        if change == "drop":
+            del meta["query_index"]
+        else:
+            meta = {**meta, **change} if isinstance(change, dict) else change
+        (d / name / "meta.json").write_text(json.dumps(meta))
+        out[name] = d / name
+
+    def model(name, src=vit_dir, **config):
+        shutil.copytree(src, d / name)
+        cfg = json.loads((d / name / "config.json").read_text())
+        (d / name / "config.json").write_text(json.dumps({**cfg, **config}))
+        out[name] = d / name
+        return d / name
+
+    model("vitpatch0", patch_size=0)
+    model("vitheads7", num_attention_heads=7)
+    model("vitwide", hidden_size=10**12)
+    (model("vithdr") / "model.safetensors").write_bytes((2**62).to_bytes(8, "little") + b"{}")
+    os.replace(model("vitbin") / "model.safetensors", d / "vitbin" / "pytorch_model.bin")
+    (d / "vitbin" / "pytorch_model.bin").write_bytes(b"\x80\x02garbage" * 50)
+    from safetensors.torch import load_file
+    weights = load_file(str(model("vitnan") / "model.safetensors"))
+    weights["embeddings.cls_token"][..., 0] = float("nan")
+    save_file(weights, str(d / "vitnan" / "model.safetensors"), metadata={"format": "pt"})
+    for name, shard in (("vitdotdot", "../outside/x.safetensors"), ("vitabs", "/etc/passwd")):
+        index = {"metadata": {"total_size": 1}, "weight_map": {k: shard for k in weights}}
+        (model(name) / "model.safetensors.index.json").write_text(json.dumps(index))
+    model("bertcode", src=bert_dir, auto_map={"AutoConfig": "configuration_x.XConfig"})
+    (d / "bertcode" / "configuration_x.py").write_text("raise SystemExit('imported')\n")
+    return out
 
 
 JSON = ["--format", "json"]  # put before a case's own options, which win when they repeat one
@@ -135,6 +199,27 @@ CASES = [
     ("kruskal-revision-on-folder", "kruskal --model {vit} --revision v1", "is a local folder"),
     ("kruskal-remote-code-on-file", "kruskal {npy} --trust-remote-code", "--trust-remote-code has no effect"),
     ("memorize-empty-grid", "memorize", "the grid is empty"),
+    # --- files and folders that are not what they claim: every reader refuses them in one line
+    ("npy-wrong-magic", "kruskal {magic}", "not a .npy file"),
+    ("npy-inf", "kruskal {infnpy}", "NaN or Inf"),
+    ("npy-shape-past-the-file", "kruskal {bomb}", "claims shape (1000000, 1000000) of float64 (8000000000000 bytes)"),
+    ("pt-empty", "kruskal {emptypt}", "empty or truncated"),
+    ("pt-pickle-runs-code", "kruskal {codept}", "a pickle that would run code, which is never loaded"),
+    ("safetensors-huge-header", "kruskal {hugest}", "its header claims 4611686018427387904 bytes"),
+    ("meta-n-negative", "kruskal {featneg}", "meta.json gives n = -3"),
+    ("meta-query-index-outside", "kruskal {featqi}", "query_index = 9, outside the n = 5 tokens"),
+    ("meta-no-query-index", "kruskal {featnoq}", "query_index = None"),
+    ("meta-not-an-object", "kruskal {featlist}", "meta.json holds list, not a JSON object"),
+    ("meta-T-disagrees", "kruskal {featT}", "T = 7, the tensors hold 40 examples"),
+    ("config-patch-zero", "check {vitpatch0}", "patch_size is 0"),
+    ("config-heads-not-dividing", "check {vitheads7}", "7 attention heads do not divide the width 32"),
+    ("config-huge-width", "check {vitwide}", "hidden_size is 1000000000000"),
+    ("weights-huge-header", "check {vithdr} --variants trained", "its header claims"),
+    ("weights-corrupt-bin", "check {vitbin} --variants trained", "not a torch file of plain tensors"),
+    ("weights-nan", "check {vitnan} --variants trained", "hold NaN values (e.g. embeddings.cls_token)"),
+    ("index-shard-dotdot", "check {vitdotdot} --variants trained", "'../outside/x.safetensors' is not a file name"),
+    ("index-shard-absolute", "check {vitabs} --variants trained", "'/etc/passwd' is not a file name"),
+    ("remote-code-without-flag", "check {bertcode}", "pass --trust-remote-code"),
     ("memorize-values-without-vary", "memorize --sizes 16 --values 1,2", "--values needs --vary"),
 ]
 
@@ -171,6 +256,15 @@ def test_refused_with_one_line(request, capsys, inputs, tmp_path, case, args, ma
     assert stdout == ""
     assert sorted(os.listdir(out)) == ["folder.parquet"] and os.listdir(out / "folder.parquet") == [], \
         "a file was left behind"
+
+
+def test_no_case_ran_code_from_an_input(capsys, inputs):
+    """The pickle that would leave a marker and the folder whose own code would exit were refused unread."""
+    rc, _, err = run(capsys, "kruskal", inputs["codept"], *JSON)
+    assert_one_error(rc, err, "never loaded")
+    rc, _, err = run(capsys, "check", inputs["bertcode"], *JSON)
+    assert_one_error(rc, err, "--trust-remote-code")
+    assert not os.path.exists(os.path.join(os.path.dirname(inputs["codept"]), "UNPICKLED"))
 
 
 def test_every_case_has_its_own_id():

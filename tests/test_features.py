@@ -153,3 +153,13 @@ def test_load_points_from_the_check_folder_to_its_columns(tmp_path):
     fs.save(tmp_path / "trained")
     with pytest.raises(InputError, match=r"one saved feature folder per column \(random, trained\)"):
         FeatureSet.load(tmp_path)
+
+
+def test_non_finite_activations_are_named():
+    from mhaaudit.errors import ModelError
+
+    tokens = torch.randn(4, 3, 8)
+    tokens[1, 2, 5] = float("inf")
+    red = StreamingReducer(0)
+    with pytest.raises(ModelError, match="NaN or infinite values"):
+        red.update(tokens)

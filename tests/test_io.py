@@ -303,3 +303,30 @@ def test_atomic_write_gives_ordinary_permissions(tmp_path):
     (tmp_path / "atomic.txt").chmod(0o640)
     write_text(tmp_path / "atomic.txt", "y")
     assert (tmp_path / "atomic.txt").stat().st_mode & 0o777 == 0o640
+
+
+@pytest.mark.parametrize("dtype", [">f8", ">f4", ">i4"])
+def test_read_big_endian_npy_as_numpy_does(tmp_path, dtype):
+    """numpy reads a big-endian .npy; so does mhaaudit, in the machine's byte order, values and dtype kept."""
+    X = np.arange(24).reshape(6, 4).astype(dtype) * 3
+    np.save(tmp_path / "be.npy", X)
+    t, _ = read_array(tmp_path / "be.npy")
+    assert t.dtype == torch.from_numpy(X.astype(X.dtype.newbyteorder("="))).dtype
+    assert np.array_equal(t.numpy(), np.load(tmp_path / "be.npy"))
+
+
+def test_safetensors_header_is_checked_against_the_file(tmp_path):
+    """The 8-byte header length is checked against the file size before a byte of it is read."""
+    from mhaaudit.io import safetensors_header
+
+    (tmp_path / "h.safetensors").write_bytes((2**40).to_bytes(8, "little") + b'{"a": 1}')
+    with pytest.raises(ValueError, match=r"header claims 1099511627776 bytes, the file has 8"):
+        safetensors_header(tmp_path / "h.safetensors")
+    save_file({"x": torch.zeros(3)}, str(tmp_path / "ok.safetensors"))
+    assert safetensors_header(tmp_path / "ok.safetensors")["x"]["shape"] == [3]
+    raw = (tmp_path / "ok.safetensors").read_bytes()
+    (tmp_path / "cut.safetensors").write_bytes(raw[:-4])  # the tensor's data runs past the end
+    with pytest.raises(ValueError, match="no valid data offsets"):
+        safetensors_header(tmp_path / "cut.safetensors")
+    with pytest.raises(InputError, match="no valid data offsets"):
+        read_array(tmp_path / "cut.safetensors")

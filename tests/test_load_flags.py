@@ -225,3 +225,103 @@ def test_cpu_rule_from_memory(llama_dir):
     assert choose_batch_size(pm, [0, 1], "auto", limit=5000, halving=False, memory=20 * per).size == 10
     assert choose_batch_size(pm, [0, 1], "auto", limit=5000, halving=False, memory=per).size == 1
     assert choose_batch_size(pm, [0, 1], "auto", limit=30, halving=False, memory=10**12).size == 30
+
+
+# ------------------------------------------------------------------ no code runs without the flag
+
+
+def _planted(folder, marker, where: str):
+    """A copy of a BERT folder whose ``where`` (config, model or tokenizer) maps to code that leaves ``marker`` when imported."""
+    leave = f"import pathlib\npathlib.Path({str(marker)!r}).write_text('imported')\n"
+    (folder / "configuration_planted.py").write_text(
+        leave + "from transformers import BertConfig\n\n\nclass PlantedConfig(BertConfig):\n    model_type = 'planted'\n")
+    (folder / "modeling_planted.py").write_text(
+        leave + "from transformers import BertModel\n\nfrom .configuration_planted import PlantedConfig\n\n\n"
+        "class PlantedModel(BertModel):\n    config_class = PlantedConfig\n")
+    (folder / "tokenization_planted.py").write_text(
+        leave + "from transformers import BertTokenizer\n\n\nclass PlantedTokenizer(BertTokenizer):\n    pass\n")
+    if where == "tokenizer":
+        tok = json.loads((folder / "tokenizer_config.json").read_text())
+        tok["auto_map"] = {"AutoTokenizer": ["tokenization_planted.PlantedTokenizer", None]}
+        (folder / "tokenizer_config.json").write_text(json.dumps(tok))
+        return folder
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["auto_map"] = ({"AutoConfig": "configuration_planted.PlantedConfig", "AutoModel": "modeling_planted.PlantedModel"}
+                       if where == "config" else {"AutoModel": "modeling_planted.PlantedModel"})
+    if where == "config":
+        cfg["model_type"] = "planted"
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+@pytest.mark.parametrize("where", ["config", "model", "tokenizer"])
+def test_planted_code_never_runs_without_the_flag(capsys, bert_dir, tmp_path, where):
+    folder, marker = tmp_path / "model", tmp_path / "MARKER"
+    shutil.copytree(bert_dir, folder)
+    _planted(folder, marker, where)
+    for command in ("check", "capacity"):
+        rc, out, err = run(capsys, command, folder, "--limit", "20", "--context-length", "8", "--samples", "20",
+                           "--format", "json")
+        line = assert_one_error(rc, err, "pass --trust-remote-code")
+        assert "auto_map" in line and out == ""
+    rc, out, err = run(capsys, "kruskal", "--model", folder, "--limit", "20", "--n", "8", "--samples", "20",
+                       "--format", "json")
+    assert_one_error(rc, err, "pass --trust-remote-code")
+    with pytest.raises(ModelError, match="needs code from its own folder"):
+        load_model(str(folder), weights="trained", max_layer=1, context_length=8, device="cpu")
+    assert not marker.exists()
+
+
+def test_planted_code_never_runs_when_stdin_says_yes(bert_dir, tmp_path):
+    """transformers would ask [y/N] on stdin and run the code on 'y': mhaaudit never lets it ask."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    folder, marker = tmp_path / "model", tmp_path / "MARKER"
+    shutil.copytree(bert_dir, folder)
+    _planted(folder, marker, "config")
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "mhaaudit", "check", str(folder), "--limit", "20", "--context-length", "8",
+                           "--format", "json"], input="y\ny\n", capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == "" and "[y/N]" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("Error: ")
+    assert "--trust-remote-code" in proc.stderr
+    assert not marker.exists()
+
+
+def test_planted_code_runs_with_the_flag(bert_dir, tmp_path):
+    """The flag is the user's consent: the folder's code is imported (and the model it defines is used)."""
+    folder, marker = tmp_path / "model", tmp_path / "MARKER"
+    shutil.copytree(bert_dir, folder)
+    _planted(folder, marker, "config")
+    pm = load_model(str(folder), weights="trained", max_layer=1, context_length=8, device="cpu", trust_remote_code=True)
+    assert marker.read_text() == "imported" and type(pm.module).__name__ == "PlantedModel"
+
+
+def test_every_loading_call_says_whether_code_may_run(bert_dir, vit_dir, monkeypatch):
+    """trust_remote_code is passed, True or False, to every transformers loading call: never left to a prompt."""
+    calls = []
+
+    def recording(owner, name):
+        real = getattr(owner, name)
+
+        def wrapper(*a, **kw):
+            calls.append((f"{owner.__name__}.{name}", kw.get("trust_remote_code")))
+            return real(*a, **kw)
+
+        monkeypatch.setattr(owner, name, wrapper)
+
+    for owner in (transformers.AutoConfig, transformers.AutoModel, transformers.AutoTokenizer,
+                  transformers.AutoImageProcessor):
+        for name in ("from_pretrained", "from_config"):
+            if hasattr(owner, name):
+                recording(owner, name)
+    for flag in (False, True):
+        calls.clear()
+        load_model(str(bert_dir), weights="trained", max_layer=1, context_length=8, device="cpu", trust_remote_code=flag)
+        load_model(str(vit_dir), weights="random", max_layer=1, device="cpu", trust_remote_code=flag)
+        assert {c for c, _ in calls} >= {"AutoConfig.from_pretrained", "AutoModel.from_config", "AutoTokenizer.from_pretrained"}
+        assert all(v is flag for _c, v in calls), calls

@@ -15,6 +15,7 @@ import torch
 
 from hubtools import FakeHub, byte_tokenizer
 
+from clitools import assert_one_error, run
 from mhaaudit.errors import ModelError
 from mhaaudit.models import load_model
 from mhaaudit.models.shards import INDEX_FILE, WeightsRead, human_bytes, used_parameters
@@ -245,3 +246,86 @@ def test_a_tensor_the_partial_reader_cannot_map_falls_back_to_the_whole_checkpoi
     with pytest.raises(ModelError, match=r"missing or of the wrong shape \(e\.g\. encoder\.layer\.0\.attention\.self\.query"):
         load_model(str(tmp_path), weights="trained", weights_path=str(tmp_path), device="cpu", context_length=16,
                    max_layer=1, seed=0)
+
+
+# ------------------------------------------------------------------ reads stay inside the folder named
+
+
+def _with_shard_name(src, dest, new_name, index=INDEX_FILE):
+    """A copy of ``src`` whose index names the shard of the embeddings ``new_name`` instead."""
+    shutil.copytree(src, dest)
+    doc = json.loads((dest / INDEX_FILE).read_text())
+    first = doc["weight_map"]["model.embed_tokens.weight"]
+    doc["weight_map"] = {k: (new_name if v == first else v) for k, v in doc["weight_map"].items()}
+    (dest / index).write_text(json.dumps(doc))
+    return dest, first
+
+
+@pytest.mark.parametrize("how", ["dotdot", "absolute", "symlink-out", "bin-index"])
+def test_a_shard_outside_the_folder_is_refused_before_any_read(llama_dir, tmp_path, monkeypatch, capsys, how):
+    import safetensors
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    first = _weight_map(llama_dir)["model.embed_tokens.weight"]
+    shutil.copy(llama_dir / first, outside / "x.safetensors")  # a real shard: only the check can stop its read
+    name = {"dotdot": "../outside/x.safetensors", "absolute": str(outside / "x.safetensors"),
+            "symlink-out": "link.safetensors", "bin-index": "../../outside/x.bin"}[how]
+    index = "pytorch_model.bin.index.json" if how == "bin-index" else INDEX_FILE
+    folder, _ = _with_shard_name(llama_dir, tmp_path / "model", name, index)
+    if how == "symlink-out":
+        os.symlink(outside / "x.safetensors", folder / "link.safetensors")
+    opened = []
+    real = safetensors.safe_open
+    monkeypatch.setattr(safetensors, "safe_open", lambda path, *a, **kw: opened.append(str(path)) or real(path, *a, **kw))
+    with pytest.raises(ModelError, match=rf"checkpoint index .*{index}.* is malformed.*(inside|outside) the model folder"):
+        load_model(str(folder), weights="trained", max_layer=1, context_length=12, device="cpu")
+    assert opened == []
+    rc, out, err = run(capsys, "check", folder, "--variants", "trained", "--layers", "1", "--limit", "20",
+                       "--context-length", "8", "--samples", "20", "--format", "json")
+    assert_one_error(rc, err, "is malformed")
+    assert out == ""
+
+
+def test_a_symlinked_shard_inside_the_folder_is_read(llama_dir, tmp_path):
+    folder, first = _with_shard_name(llama_dir, tmp_path / "model", "sub/link.safetensors")
+    (folder / "sub").mkdir()
+    os.symlink(folder / first, folder / "sub" / "link.safetensors")
+    pm = load_model(str(folder), weights="trained", max_layer=1, context_length=12, device="cpu")
+    ids = _ids()
+    assert torch.equal(pm.capture({"input_ids": ids}, [1])[1], _reference(llama_dir, ids)[1])
+
+
+def test_bytes_total_counts_only_the_files_in_the_folder(llama_dir, tmp_path):
+    """A stated total_size larger than the shard files hold is not believed: the files' own sizes count."""
+    folder = tmp_path / "model"
+    shutil.copytree(llama_dir, folder)
+    doc = json.loads((folder / INDEX_FILE).read_text())
+    doc["metadata"]["total_size"] = 10**15
+    (folder / INDEX_FILE).write_text(json.dumps(doc))
+    pm = load_model(str(folder), weights="trained", max_layer=1, context_length=12, device="cpu")
+    stored = sum(os.path.getsize(folder / f) for f in set(doc["weight_map"].values()))
+    assert pm.info.weights_read["bytes_total"] == stored
+
+
+def test_a_hub_index_naming_a_path_is_refused(llama_dir, tmp_path, monkeypatch):
+    folder, _ = _with_shard_name(llama_dir, tmp_path / "served", "../../outside/x.safetensors")
+    hub = FakeHub("org/tiny-llama", folder, tmp_path / "cache").install(monkeypatch)
+    with pytest.raises(ModelError, match="is malformed: the shard name '../../outside/x.safetensors' is not a file name"):
+        load_model("org/tiny-llama", weights="trained", max_layer=1, context_length=12, device="cpu")
+    assert not any(f.startswith("..") for f in hub.requested)
+
+
+def test_a_snapshot_folder_of_the_hub_cache_reads_its_blobs(llama_dir, tmp_path):
+    """The hub cache keeps a snapshot's files as links into the repository's blobs folder: those are inside."""
+    repo = tmp_path / "models--org--tiny"
+    snap, blobs = repo / "snapshots" / "abc123", repo / "blobs"
+    snap.mkdir(parents=True)
+    blobs.mkdir()
+    for i, f in enumerate(sorted(llama_dir.iterdir())):
+        shutil.copy(f, blobs / f"blob{i}")
+        os.symlink(os.path.join("..", "..", "blobs", f"blob{i}"), snap / f.name)
+    pm = load_model(str(snap), weights="trained", max_layer=1, context_length=12, device="cpu")
+    ids = _ids()
+    assert torch.equal(pm.capture({"input_ids": ids}, [1])[1], _reference(llama_dir, ids)[1])
+    assert pm.info.weights_read["method"] == "partial"

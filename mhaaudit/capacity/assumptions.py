@@ -106,7 +106,19 @@ def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
         raise InputError(f"--from {p}: cannot read it as a parquet file ({' '.join(str(exc).split())[:160]})") from None
     if not rows or "check" not in rows[0] or "variant" not in rows[0]:
         raise InputError(f"--from {p}: not a results file of 'mhaaudit check --out' (no check/variant columns)")
+    if not isinstance(meta, dict) or not all(isinstance(meta.get(k) or {}, dict) for k in ("model_info", "columns")):
+        raise InputError(f"--from {p}: its 'mhaaudit' parquet metadata is malformed (not what 'mhaaudit check --out' writes)")
     return meta, rows
+
+
+@contextlib.contextmanager
+def _malformed(p: Path):
+    """A value of the wrong type or form in a results file is the file's fault: one InputError."""
+    try:
+        yield
+    except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
+        raise InputError(f"--from {p}: its 'mhaaudit' parquet metadata or rows are malformed "
+                         f"({type(exc).__name__}: {' '.join(str(exc).split())[:120]})") from None
 
 
 def assumptions_from_file(path: str | Path, *, init: str, layer: int, n: int | None = None,
@@ -119,7 +131,14 @@ def assumptions_from_file(path: str | Path, *, init: str, layer: int, n: int | N
     name or the reason none fits, notes)``.
     """
     p = Path(path)
-    meta, rows = results if results is not None else read_check_results(p)
+    results = results if results is not None else read_check_results(p)
+    with _malformed(p):
+        return _assumptions_from_file(p, results, init=init, layer=layer, n=n, d=d)
+
+
+def _assumptions_from_file(p: Path, results: tuple[dict, list[dict]], *, init: str, layer: int, n: int | None,
+                           d: int | None) -> tuple[Assumptions | None, str, list[str]]:
+    meta, rows = results
     notes: list[str] = []
     info = meta.get("model_info") or {}
     if (n is not None and info.get("n") not in (None, n)) or (d is not None and info.get("d") not in (None, d)):
@@ -170,6 +189,12 @@ def check_same_examples(path: str | Path, results: tuple[dict, list[dict]], *, l
                         T: int | None = None, data: str | None = None) -> None:
     """Refuse verdicts audited on other examples than this run's: another ``--limit`` (known before
     the data pass), another number of examples T or another data source (known after it)."""
+    with _malformed(Path(path)):
+        _check_same_examples(path, results, limit=limit, T=T, data=data)
+
+
+def _check_same_examples(path: str | Path, results: tuple[dict, list[dict]], *, limit: int | None,
+                         T: int | None, data: str | None) -> None:
     meta, rows = results
     p = Path(path)
     way = "run 'mhaaudit check' with the same --data and --limit, or give capacity the ones the file was made with"

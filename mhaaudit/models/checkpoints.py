@@ -14,7 +14,8 @@ import os
 import torch
 from torch import nn
 
-from ..errors import ModelError, OfflineError, one_line
+from ..errors import ModelError, OfflineError
+from ..io import safetensors_header, torch_load_reason
 
 __all__ = [
     "CHECKPOINT_FILES",
@@ -50,11 +51,12 @@ def read_state_file(path: str) -> dict[str, torch.Tensor]:
         if path.endswith(".safetensors"):
             from safetensors.torch import load_file
 
+            safetensors_header(path)  # its stated length checked against the file before anything is read
             sd = load_file(path)
         else:
             sd = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - unreadable or not a checkpoint
-        raise ModelError(f"cannot read the checkpoint {path}: {one_line(exc, 160)}") from exc
+        raise ModelError(f"cannot read the checkpoint {path}: {torch_load_reason(exc)}") from exc
     for key in ("state_dict", "model", "module"):
         if isinstance(sd, dict) and key in sd and isinstance(sd[key], dict):
             sd = sd[key]

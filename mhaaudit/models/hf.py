@@ -26,6 +26,7 @@ import copy
 import dataclasses
 import inspect
 import os
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -35,10 +36,11 @@ from torch import nn
 
 from ..errors import InputError, ModelError, OfflineError, one_line
 from ..hub import force_offline_env, is_offline
+from ..io import torch_load_reason
 from .checkpoints import is_ignorable, load_fitting, offline_weights_error, read_state_file
 from .families import Family, embedding_positions, family_of, query_words
 from .probe import ModelInfo, ProbedModel, measure_image_tokens, prepare_module
-from .shards import Checkpoint, NotPartial, WeightsRead, empty_init, used_parameters
+from .shards import Checkpoint, NotPartial, WeightsRead, check_local_indexes, empty_init, used_parameters
 from .random_init import build_random, init_seed, reinit_hf, seeded
 from .registry import (BLOCK_PATHS, ModelSpec, alias_list, classify_config, is_timm_folder_config, read_json,
                        supported_families)
@@ -49,6 +51,14 @@ _ENCODER_DEFAULT_MAX_N = 512
 _DECODER_DEFAULT_MAX_N = 1024  # the paper's GPT-2 context; decoders with longer positions take --context-length
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "tokenizer.model", "sentencepiece.bpe.model")
 _FIT_FIELDS = ("model_type", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
+# The sizes of a config checked before anything is built, each with its upper bound: far above every
+# published model, far below what would make a build allocate without end or divide by zero.
+_CONFIG_BOUNDS = {"hidden_size": 1 << 17, "num_attention_heads": 1 << 12, "num_key_value_heads": 1 << 12,
+                  "head_dim": 1 << 14, "num_hidden_layers": 1 << 12, "intermediate_size": 1 << 20,
+                  "vocab_size": 1 << 24, "max_position_embeddings": 1 << 24, "image_size": 1 << 15,
+                  "patch_size": 1 << 15, "num_channels": 1 << 10}
+# The files of a model folder whose ``auto_map`` makes transformers import Python code from the folder.
+_CODE_MAP_FILES = ("config.json", "tokenizer_config.json", "preprocessor_config.json", "processor_config.json")
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,14 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
     if offline:
         force_offline_env()
     hub = _Hub(revision, bool(trust_remote_code), offline)
+    for folder in (spec.resolved if spec.local else None, weights_path):
+        if folder is not None and os.path.isdir(folder):  # before transformers reads anything from it
+            if not hub.trust_remote_code:
+                refuse_repository_code(folder, spec.name)
+            check_local_indexes(folder)
+            raw = read_json(os.path.join(folder, "config.json"))
+            if raw is not None:
+                check_config_numbers(_Fields(raw), spec.name)
     cfg, source = _config(spec, weights, weights_path, hub)
     family, modality, is_decoder = classify_config(cfg, spec.name)
     if modality == "image" and context_length is not None:
@@ -82,6 +100,7 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
     fam = family_of(family)
     if fam is not None and fam.tower is not None:  # a two-tower model: its vision tower is probed
         cfg = getattr(cfg, fam.tower)
+    check_config_numbers(cfg, spec.name)
     n, query_index = _text_shape(cfg, is_decoder, context_length, spec.name) if modality == "text" else (0, 0)
     if fam is not None and fam.query == "none":
         query_index = None
@@ -127,6 +146,45 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
     return pm
 
 
+class _Fields:
+    """A config.json as read (a dict), seen through attributes like a config object."""
+
+    def __init__(self, data: dict):
+        self._data = data
+
+    def __getattr__(self, key: str) -> Any:
+        return self._data.get(key)
+
+
+def check_config_numbers(cfg: Any, name: str) -> None:
+    """A ModelError, before anything is built, when a size in the config is not a positive integer
+    within :data:`_CONFIG_BOUNDS`, the heads do not divide the width, or the patch does not fit the image."""
+    def ints(field: str) -> list[int] | None:
+        value = getattr(cfg, field, None)
+        if value is None:
+            return None
+        values = list(value) if isinstance(value, (list, tuple)) and field in ("image_size", "patch_size") else [value]
+        bound = _CONFIG_BOUNDS[field]
+        if not values or not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= bound for v in values):
+            raise ModelError(f"the config of {name} is malformed: {field} is {value!r}, expected a positive integer of "
+                             f"at most {bound}")
+        return values
+
+    got = {f: ints(f) for f in _CONFIG_BOUNDS}
+    hidden, heads, kv = (got[f][0] if got[f] else None for f in ("hidden_size", "num_attention_heads", "num_key_value_heads"))
+    if hidden is not None and heads is not None:
+        if heads > hidden:
+            raise ModelError(f"the config of {name} is malformed: {heads} attention heads for a width of {hidden}")
+        if got["head_dim"] is None and hidden % heads:
+            raise ModelError(f"the config of {name} is malformed: {heads} attention heads do not divide the width {hidden}")
+    if heads is not None and kv is not None and (kv > heads or heads % kv):
+        raise ModelError(f"the config of {name} is malformed: {kv} key/value heads do not divide {heads} attention heads")
+    image, patch = got["image_size"], got["patch_size"]
+    if image is not None and patch is not None and any(p > i for p, i in zip(patch * 2, image * 2)):
+        raise ModelError(f"the config of {name} is malformed: patch size {getattr(cfg, 'patch_size')} is larger than "
+                         f"the image size {getattr(cfg, 'image_size')}")
+
+
 def _count(size: Any) -> int:
     """The pixel count of an image or patch size given as an int (a square) or a (height, width) pair."""
     return int(size[0]) * int(size[-1]) if isinstance(size, (list, tuple)) else int(size) ** 2
@@ -142,11 +200,9 @@ class _Hub:
 
     def kwargs(self, local: bool = False) -> dict:
         """Keyword arguments of ``from_pretrained`` (no revision for a local folder)."""
-        kw: dict = {"local_files_only": self.offline or local}
+        kw: dict = {"local_files_only": self.offline or local, "trust_remote_code": self.trust_remote_code}
         if self.revision is not None and not local:
             kw["revision"] = self.revision
-        if self.trust_remote_code:
-            kw["trust_remote_code"] = True
         return kw
 
 
@@ -241,6 +297,17 @@ def _auto_config(source: str, name: str, hub: _Hub, local: bool = False) -> Any:
         return AutoConfig.from_pretrained(source, **hub.kwargs(local))
     except (OSError, ValueError) as exc:
         raise hub_problem(exc, name, hub.revision) or exc
+    except _config_errors() as exc:  # a field of the wrong type, refused by the config class itself
+        raise ModelError(f"the config of {name} is malformed: {one_line(exc, 200, first_line=True)}") from exc
+
+
+def _config_errors() -> tuple[type[BaseException], ...]:
+    """The errors a config class raises on values of the wrong type or form."""
+    try:
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:  # pragma: no cover - releases without validated configs
+        return (TypeError,)
+    return (StrictDataclassError, TypeError)
 
 
 def hub_problem(exc: BaseException, name: str, revision: str | None) -> Exception | None:
@@ -256,6 +323,32 @@ def hub_problem(exc: BaseException, name: str, revision: str | None) -> Exceptio
         return ModelError(f"{name} needs code from its own repository to load; pass --trust-remote-code if you trust "
                           f"that code (it runs on this machine)")
     return None
+
+
+def repository_code(folder: str) -> list[tuple[str, str]]:
+    """The code a model folder asks transformers to import: (file, module) for every ``auto_map``
+    entry of its config files (a module of another repository is named ``repo--module.py``)."""
+    found: list[tuple[str, str]] = []
+    for fn in _CODE_MAP_FILES:
+        data = read_json(os.path.join(folder, fn))
+        amap = data.get("auto_map") if data else None
+        if not amap:
+            continue
+        refs = []
+        for value in (amap.values() if isinstance(amap, dict) else amap if isinstance(amap, list) else [amap]):
+            refs += value if isinstance(value, (list, tuple)) else [value]
+        mods = [r.rsplit(".", 1)[0] + ".py" for r in refs if isinstance(r, str) and r.strip()]
+        found += [(fn, m) for m in mods] or [(fn, "auto_map")]  # an auto_map of no usable entry still asks for code
+    return found
+
+
+def refuse_repository_code(folder: str, name: str) -> None:
+    """A ModelError, before anything is imported, when ``folder`` carries code of its own for transformers to run."""
+    code = repository_code(folder)
+    if code:
+        fn, module = code[0]
+        raise ModelError(f"{name} needs code from its own folder to load (the auto_map of its {fn} names {module}); "
+                         f"pass --trust-remote-code if you trust that code (it runs on this machine)")
 
 
 def _folder_config(spec: ModelSpec, hub: _Hub) -> Any:
@@ -370,7 +463,7 @@ def _build(spec: ModelSpec, cfg: Any, origin: _Weights, seed: int, hub: _Hub, ma
     if max_layer is not None and max_layer < full_layers:
         cfg = copy.deepcopy(cfg)
         cfg.num_hidden_layers = max(1, max_layer)
-    remote = {"trust_remote_code": True} if hub.trust_remote_code else {}
+    remote = {"trust_remote_code": hub.trust_remote_code}  # always explicit: never left to a prompt
     checkpoint = _checkpoint(origin, hub) if partial else None
     if checkpoint is not None:
         with empty_init():
@@ -380,7 +473,7 @@ def _build(spec: ModelSpec, cfg: Any, origin: _Weights, seed: int, hub: _Hub, ma
     if origin.file is not None:
         with seeded(init_seed(seed)):
             module = AutoModel.from_config(cfg, **remote)
-        return _load_state_file(module, origin.file, cfg, spec.name, seed), None
+        return _load_state_file(module, origin.file, cfg, spec.name, seed, hub.trust_remote_code), None
 
     def redraw(module: nn.Module) -> None:
         blocks = find_blocks(module)
@@ -429,6 +522,8 @@ def _from_pretrained(spec: ModelSpec, origin: _Weights, cfg: Any, hub: _Hub) -> 
         if hub.offline and origin.hub:
             raise offline_weights_error(spec.name, spec.resolved) from exc
         raise ModelError(f"cannot load weights for {spec.name} from {folder}: {one_line(exc, 240)}") from exc
+    except (pickle.UnpicklingError, EOFError) as exc:
+        raise ModelError(f"cannot load weights for {spec.name} from {folder}: {torch_load_reason(exc)}") from exc
     except RuntimeError as exc:
         why = _describe_mismatch(folder, cfg, kw) or one_line(exc, 240)
         raise ModelError(f"the weights at {folder} do not fit {spec.name}: {why}") from exc
@@ -463,7 +558,7 @@ def _describe_mismatch(weights_dir: str, cfg: Any, kw: dict) -> str | None:
     return f"{len(mism)} parameter(s) of the wrong shape, e.g. {first}"
 
 
-def _load_state_file(module: nn.Module, path: str, cfg: Any, name: str, seed: int) -> nn.Module:
+def _load_state_file(module: nn.Module, path: str, cfg: Any, name: str, seed: int, trust_remote_code: bool = False) -> nn.Module:
     """Load a single weights file into a transformers model, checking that it fits.
 
     A file in the library's checkpoint format (what save_pretrained writes and the hub serves)
@@ -479,13 +574,13 @@ def _load_state_file(module: nn.Module, path: str, cfg: Any, name: str, seed: in
         load_fitting(module, sd, f"the weights in {path} do not fit {name}")
         return module
     except ModelError as direct_error:
-        staged = _load_file_as_checkpoint(path, cfg, seed)
+        staged = _load_file_as_checkpoint(path, cfg, seed, trust_remote_code)
         if staged is None:
             raise direct_error
         return staged
 
 
-def _load_file_as_checkpoint(path: str, cfg: Any, seed: int) -> nn.Module | None:
+def _load_file_as_checkpoint(path: str, cfg: Any, seed: int, trust_remote_code: bool = False) -> nn.Module | None:
     """Load a single weights file through ``from_pretrained`` (checkpoint key renaming, task-head
     prefixes), staged in a temporary folder beside its config. None when it does not fit."""
     import shutil
@@ -502,7 +597,8 @@ def _load_file_as_checkpoint(path: str, cfg: Any, seed: int) -> nn.Module | None
         cfg.to_json_file(os.path.join(tmp, "config.json"))
         try:
             with seeded(init_seed(seed)):
-                module, info = AutoModel.from_pretrained(tmp, config=cfg, local_files_only=True, output_loading_info=True)
+                module, info = AutoModel.from_pretrained(tmp, config=cfg, local_files_only=True, output_loading_info=True,
+                                                         trust_remote_code=trust_remote_code)
         except Exception:  # noqa: BLE001 - the caller reports the direct load's clearer error
             return None
     missing = [k for k in info.get("missing_keys", []) if not is_ignorable(k)]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import pickle
 import warnings
 from typing import Iterator
 
@@ -26,7 +27,9 @@ from .registry import resolve
 
 __all__ = ["check_hub_options", "check_revision", "load_model"]
 
-_LIBRARY_ERRORS = (OSError, RuntimeError, ValueError, KeyError, TypeError, ImportError, AttributeError, AssertionError)
+# A corrupt weights file surfaces as an UnpicklingError or EOFError from torch.load, inside the libraries.
+_LIBRARY_ERRORS = (OSError, RuntimeError, ValueError, KeyError, TypeError, ImportError, AttributeError, AssertionError,
+                   pickle.UnpicklingError, EOFError)
 
 
 def load_model(
@@ -79,8 +82,10 @@ def load_model(
         from .hf import hub_problem, load
     try:
         with _quiet():
-            return load(spec, weights=weights, weights_path=weights_path, device=dev, context_length=context_length,
-                        max_layer=max_layer, seed=seed, **hub_options)
+            pm = load(spec, weights=weights, weights_path=weights_path, device=dev, context_length=context_length,
+                      max_layer=max_layer, seed=seed, **hub_options)
+        check_finite_weights(pm, name)
+        return pm
     except MhaauditError:
         raise
     except torch.cuda.OutOfMemoryError as exc:
@@ -88,6 +93,18 @@ def load_model(
     except _LIBRARY_ERRORS as exc:
         problem = hub_problem(exc, name, revision) if spec.backend != "timm" else None
         raise (problem or ModelError(f"cannot load {name}: {one_line(exc, 240)}")) from exc
+
+
+def check_finite_weights(pm: ProbedModel, name: str) -> None:
+    """A ModelError naming the first parameter that holds NaN or infinite values (a rank decision on
+    what such weights compute would mean nothing)."""
+    for pname, t in pm.module.named_parameters():
+        if t.is_meta or not (t.is_floating_point() or t.is_complex()):
+            continue
+        if not bool(torch.isfinite(t).all()):
+            what = "NaN" if bool(torch.isnan(t).any()) else "infinite"
+            raise ModelError(f"the weights of {name} hold {what} values (e.g. {pname}); "
+                             f"the checkpoint is corrupt or was saved after training diverged")
 
 
 def check_hub_options(spec, revision: str | None, trust_remote_code: bool) -> dict:

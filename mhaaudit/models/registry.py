@@ -294,7 +294,8 @@ def modality_of(model: str, backend: str | None = None, weights_path: str | None
 
         from ..hub import is_offline
 
-        cfg = AutoConfig.from_pretrained(spec.resolved, local_files_only=is_offline())
+        # Never the repository's own code here (nor a prompt asking for it): the loader decides that.
+        cfg = AutoConfig.from_pretrained(spec.resolved, local_files_only=is_offline(), trust_remote_code=False)
         return _modality_of_type(getattr(cfg, "model_type", ""))
     except Exception:  # noqa: BLE001 - the loader reports the real problem with this name
         return "image"

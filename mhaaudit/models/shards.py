@@ -32,12 +32,15 @@ import torch
 from torch import nn
 
 from ..errors import InputError, ModelError, OfflineError, one_line
+from ..io import safetensors_header
 
-__all__ = ["INDEX_FILE", "SINGLE_FILE", "Checkpoint", "NotPartial", "WeightsRead", "empty_init", "used_parameters",
+__all__ = ["INDEX_FILE", "INDEX_FILES", "SINGLE_FILE", "Checkpoint", "check_local_indexes", "NotPartial", "WeightsRead", "empty_init", "used_parameters",
            "hub_download", "human_bytes"]
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
+# Every index of a sharded checkpoint that a loader follows (ours, or transformers' for a whole load).
+INDEX_FILES = (INDEX_FILE, "pytorch_model.bin.index.json")
 # Tensor functions that read no values (a model asking for its dtype or device does not use that weight).
 _METADATA = frozenset({"__get__", "size", "dim", "numel", "nelement", "ndimension", "element_size", "stride",
                        "is_floating_point", "is_complex", "is_contiguous", "get_device", "data_ptr", "type"})
@@ -110,7 +113,7 @@ class Checkpoint:
         """The checkpoint in a folder: its index, else its single ``model.safetensors``."""
         index = os.path.join(folder, INDEX_FILE)
         if os.path.exists(index):
-            return cls._from_index(folder, index, lambda fn: _local_file(folder, fn))
+            return cls._from_index(folder, index, lambda fn: _local_file(folder, fn), folder=folder)
         single = os.path.join(folder, SINGLE_FILE)
         if os.path.exists(single):
             return cls.file(single, where=folder)
@@ -139,15 +142,17 @@ class Checkpoint:
         raise NotPartial(f"{repo} has no safetensors checkpoint")
 
     @classmethod
-    def _from_index(cls, where: str, index: str, fetch: Callable[[str], str]) -> "Checkpoint":
-        try:
-            with open(index, encoding="utf-8") as fh:
-                doc = json.load(fh)
-            weight_map = {str(k): str(v) for k, v in doc["weight_map"].items()}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ModelError(f"cannot read the checkpoint index {index}: {one_line(exc, 160)}") from exc
-        total = (doc.get("metadata") or {}).get("total_size")
-        return cls(where, weight_map, int(total) if isinstance(total, (int, float)) else None, fetch)
+    def _from_index(cls, where: str, index: str, fetch: Callable[[str], str], folder: str | None = None) -> "Checkpoint":
+        """The checkpoint an index describes; ``folder``: the local folder every shard must lie in."""
+        doc, weight_map = read_index(index, folder)
+        meta = doc.get("metadata")
+        total = meta.get("total_size") if isinstance(meta, dict) else None
+        total = int(total) if isinstance(total, int) and not isinstance(total, bool) and total >= 0 else None
+        if folder is not None:  # the bytes stored are counted in the folder's own files, never taken on trust
+            paths = [_inside(folder, fn, index) for fn in sorted(set(weight_map.values()))]
+            stored = sum(os.path.getsize(p) for p in paths) if all(os.path.isfile(p) for p in paths) else None
+            total = None if stored is None else (total if total is not None and total <= stored else stored)
+        return cls(where, weight_map, total, fetch)
 
     # -------------------------------------------------------------- reading
 
@@ -175,7 +180,11 @@ class Checkpoint:
             path = self.fetch(fn)
             with _opened(path, self.where) as fh:
                 for key, dest in plan[fn]:
-                    t = fh.get_tensor(key)
+                    try:
+                        t = fh.get_tensor(key)
+                    except Exception as exc:  # noqa: BLE001 - the index names a shard that does not hold it
+                        raise ModelError(f"the checkpoint {self.where} is malformed: its index puts {key} in {fn}, "
+                                         f"which does not hold it ({one_line(exc, 80)})") from exc
                     if tuple(t.shape) != tuple(dest.shape):
                         raise ModelError(f"{misfit}: {key} has shape {tuple(t.shape)}, the model expects {tuple(dest.shape)}")
                     with torch.no_grad():
@@ -219,8 +228,60 @@ def saved_names(module: nn.Module, names: set[str]) -> dict[str, str]:
     return {n: by_id.get(id(t), n) for n, t in mine.items()} | {n: n for n in names if n not in mine}
 
 
+def read_index(index: str, folder: str | None = None) -> tuple[dict, dict[str, str]]:
+    """(document, weight_map) of a sharded checkpoint's index, or a one-line ModelError.
+
+    Every shard name must be a plain relative file name (no absolute path, no ``..``); with a
+    local ``folder``, it must also resolve inside that folder, symlinks followed.
+    """
+    try:
+        with open(index, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot read the checkpoint index {index}: {one_line(exc, 160)}") from exc
+    wm = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(wm, dict) or not wm or not all(isinstance(k, str) and isinstance(v, str) for k, v in wm.items()):
+        raise ModelError(f"the checkpoint index {index} is malformed: it needs a \"weight_map\" of tensor names to "
+                         f"shard file names")
+    for fn in set(wm.values()):
+        _check_shard_name(fn, index)
+        if folder is not None:
+            _inside(folder, fn, index)
+    return doc, dict(wm)
+
+
+def check_local_indexes(folder: str) -> None:
+    """Refuse, before anything is read, a folder whose checkpoint index names a file outside it."""
+    for name in INDEX_FILES:
+        index = os.path.join(folder, name)
+        if os.path.isfile(index):
+            read_index(index, folder)
+
+
+def _check_shard_name(fn: str, index: str) -> None:
+    parts = fn.replace("\\", "/").split("/")
+    if (not fn.strip() or "\0" in fn or os.path.isabs(fn) or fn.startswith(("/", "\\")) or ".." in parts
+            or (len(fn) > 1 and fn[1] == ":")):
+        raise ModelError(f"the checkpoint index {index} is malformed: the shard name {fn[:80]!r} is not a file name "
+                         f"inside the model folder")
+
+
+def _inside(folder: str, fn: str, index: str) -> str:
+    """The real path of shard ``fn`` of a local checkpoint, which must lie inside ``folder`` (or, for a
+    snapshot folder of the hub cache, whose files are links into the repository's ``blobs``, there)."""
+    root = os.path.realpath(folder)
+    path = os.path.realpath(os.path.join(root, fn))
+    roots = [root]
+    if os.path.basename(os.path.dirname(root)) == "snapshots":
+        roots.append(os.path.join(os.path.dirname(os.path.dirname(root)), "blobs"))
+    if path == root or not any(os.path.commonpath([r, path]) == r for r in roots):
+        raise ModelError(f"the checkpoint index {index} is malformed: the shard {fn[:80]!r} resolves to {path}, "
+                         f"outside the model folder {root}")
+    return path
+
+
 def _local_file(folder: str, fn: str) -> str:
-    path = os.path.join(folder, fn)
+    path = _inside(folder, fn, os.path.join(folder, INDEX_FILE))
     if not os.path.isfile(path):
         raise ModelError(f"the checkpoint in {folder} is incomplete: its index names {fn}, which holds tensors the audit "
                          f"needs, but the file is missing")
@@ -230,9 +291,7 @@ def _local_file(folder: str, fn: str) -> str:
 def _file_header(path: str) -> tuple[list[str], int]:
     """The tensor names of a safetensors file and the bytes of their data (from the header only)."""
     try:
-        with open(path, "rb") as fh:
-            n = int.from_bytes(fh.read(8), "little")
-            header = json.loads(fh.read(n))
+        header = safetensors_header(path)
     except (OSError, ValueError) as exc:
         raise ModelError(f"cannot read the checkpoint {path}: {one_line(exc, 160)}") from exc
     names = [k for k in header if k != "__metadata__"]

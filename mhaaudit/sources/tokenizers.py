@@ -89,7 +89,7 @@ def _quiet_tokenizer_load(loader, folder: Path):
     previous = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
-        return loader(str(folder))
+        return loader(str(folder), trust_remote_code=False)  # explicit: a packaged vocabulary runs no code
     finally:
         hf_logging.set_verbosity(previous)
 
