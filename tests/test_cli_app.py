@@ -61,6 +61,50 @@ def test_no_command_prints_help_on_stderr(capsys):
     assert rc == 2 and out == "" and "Usage" in err
 
 
+# --------------------------------------------------------------------------- a fast start
+
+# The heavy libraries a command needs; help and the version must answer without any of them.
+HEAVY = ("torch", "transformers", "timm", "numpy", "scipy", "mhaaudit.settings", "mhaaudit.audit", "mhaaudit.kruskal",
+         "mhaaudit.memorize", "mhaaudit.capacity", "mhaaudit.reproduce")
+
+# Runs the command line as an entry point does, then reports on stderr which modules were imported.
+_REPORT_MODULES = """
+import json, runpy, sys
+sys.argv = ["mhaaudit", *json.loads(sys.argv[1])]
+try:
+    if sys.argv[1:2] == ["--entry=console"]:
+        del sys.argv[1]
+        from mhaaudit.cli.app import run
+        run()
+    else:
+        runpy.run_module("mhaaudit", run_name="__main__")
+except SystemExit as exc:
+    code = exc.code
+print("MODULES " + json.dumps({"code": code, "modules": sorted(sys.modules)}), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("entry", ["python -m mhaaudit", "console script"])
+@pytest.mark.parametrize("args", [["--help"], ["-h"], ["--version"], *([c, "--help"] for c in (*COMMANDS, "reproduce"))],
+                         ids=lambda a: " ".join(a))
+def test_help_and_version_do_not_import_the_library(args, entry):
+    """``--help`` and ``--version`` answer without importing torch or the library's modules."""
+    import json
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
+    argv = (["--entry=console"] if entry == "console script" else []) + args
+    proc = subprocess.run([sys.executable, "-c", _REPORT_MODULES, json.dumps(argv)], env=env, capture_output=True,
+                          text=True, timeout=120)
+    report = [ln for ln in proc.stderr.splitlines() if ln.startswith("MODULES ")]
+    assert report, proc.stderr
+    seen = json.loads(report[-1][len("MODULES "):])
+    assert seen["code"] in (0, None), proc.stderr
+    assert ("Usage" in proc.stdout) if args != ["--version"] else proc.stdout.startswith("mhaaudit ")
+    imported = set(seen["modules"])
+    assert "mhaaudit.cli.app" in imported  # the command line really ran in the child
+    assert sorted(m for m in HEAVY if m in imported) == []
+
+
 # --------------------------------------------------------------------------- Ctrl-C
 
 

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..memorize import PRESETS
+from ..defaults import MEMORIZE_PRESETS as PRESETS
 from .options import Device, Format, FormatOpt, Seed, emit, prepare_outputs, refuse_unused
 
 Preset = Enum("Preset", {name: name for name in PRESETS}, type=str)

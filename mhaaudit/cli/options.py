@@ -19,7 +19,7 @@ from typing import Annotated, Callable, Optional
 
 import typer
 
-from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
+from ..defaults import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
 
 
 class Backend(str, Enum):
