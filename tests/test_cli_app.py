@@ -105,6 +105,27 @@ def test_help_and_version_do_not_import_the_library(args, entry):
     assert sorted(m for m in HEAVY if m in imported) == []
 
 
+def _complete(words: str, shell: str = "bash") -> subprocess.CompletedProcess:
+    """What the completion script of ``mhaaudit --install-completion`` asks the program for ``words``."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", _MHAAUDIT_COMPLETE=f"complete_{shell}",
+               COMP_WORDS=words, COMP_CWORD=str(len(words.split()) - (0 if words.endswith(" ") else 1)))
+    return subprocess.run([sys.executable, "-c", CONSOLE_SCRIPT], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_shell_completion():
+    """The script --show-completion prints calls the program back, which completes commands and choices."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
+    script = subprocess.run([sys.executable, "-c", CONSOLE_SCRIPT, "--show-completion", "bash"], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert script.returncode == 0, script.stderr
+    assert "_MHAAUDIT_COMPLETE=complete_bash" in script.stdout and "complete " in script.stdout
+    commands = _complete("mhaaudit ca")
+    assert commands.returncode == 0 and commands.stdout.split() == ["capacity"], commands
+    formats = _complete("mhaaudit check vit-base --format ")
+    assert formats.returncode == 0 and formats.stdout.split() == ["table", "json", "parquet"], formats
+    assert "--samples" in _complete("mhaaudit kruskal --sam").stdout.split()
+
+
 # --------------------------------------------------------------------------- Ctrl-C
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 
 INTERRUPTED = "interrupted"
+COMPLETE_VAR = "_MHAAUDIT_COMPLETE"  # set by the completion script of --install-completion / --show-completion
 INTERRUPTED_STATUS = 130
 
 
@@ -88,7 +89,7 @@ app = typer.Typer(
     cls=Group,
     context_settings={"help_option_names": ["-h", "--help"]},
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
 )
@@ -155,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     """
     debug = os.environ.get("MHAAUDIT_DEBUG", "").strip() not in ("", "0")
     args = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    if COMPLETE_VAR in os.environ:
+        # The shell asks for completions (--install-completion set this up): click answers and exits.
+        return app(args=args, prog_name="mhaaudit")
     if not args:
         # No command: the help, on stderr (stdout carries data only), and status 2.
         with contextlib.redirect_stdout(sys.stderr):
