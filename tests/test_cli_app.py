@@ -56,6 +56,30 @@ def test_defaults_of_optional_options_are_shown(capsys):
     assert "(default 1 = after the first block" in help_text(capsys, "check")
 
 
+def _help_words(capsys, monkeypatch, command: str, columns: int) -> set[str]:
+    monkeypatch.setenv("COLUMNS", str(columns))
+    rc, out, err = run(capsys, *([command] if command else []), "--help")
+    assert rc == 0, err
+    assert max(len(line) for line in out.splitlines()) <= columns
+    return set(re.sub(r"[\u2500-\u257f]", " ", out).split())
+
+
+@pytest.mark.parametrize("columns", (80, 100, 132))
+@pytest.mark.parametrize("command", ("", *COMMANDS, "reproduce"))
+def test_help_never_breaks_inside_a_word(capsys, monkeypatch, command, columns):
+    """Rendered at a terminal's width, the help holds the same words as at a very wide one: nothing
+    is cut inside a word (a long list of choices is named in the type column and listed in the help)."""
+    wide = _help_words(capsys, monkeypatch, command, 1000)
+    narrow = _help_words(capsys, monkeypatch, command, columns)
+    assert sorted(narrow - wide) == []
+
+
+def test_long_choices_are_listed_in_the_help(capsys):
+    text = help_text(capsys, "memorize")
+    assert "--preset <preset>" in text and "One of: paper-fig2a, paper-fig2b, paper-fig2c, cpu." in text
+    assert "<table|json|parquet>" in text  # a short list stays the type
+
+
 def test_no_command_prints_help_on_stderr(capsys):
     rc, out, err = run(capsys)
     assert rc == 2 and out == "" and "Usage" in err

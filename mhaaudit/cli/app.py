@@ -54,6 +54,21 @@ except KeyboardInterrupt:  # pragma: no cover - exercised by sending SIGINT to a
     _interrupted()
 
 
+# The longest list of choices shown as the value type (``<table|json|parquet>``); longer ones are
+# listed in the option's help instead.
+_LONGEST_CHOICES = 18
+
+
+def _choices(param) -> list[str]:
+    """The values an option accepts, when it is a choice (Typer keeps them on ``type_descriptor``
+    in newer releases, click on ``type``)."""
+    for holder in (getattr(param, "type_descriptor", None), getattr(param, "type", None)):
+        choices = getattr(holder, "choices", None)
+        if choices:
+            return [str(getattr(c, "value", c)) for c in choices]
+    return []
+
+
 class _StandardHelp:
     """Help that reads like a standard CLI: a flag shows no ``<bool>`` value type, and a repeatable
     option the type of one value (``<int>``, not ``<list[int]>``; its help says it repeats)."""
@@ -65,6 +80,11 @@ class _StandardHelp:
                 continue
             if getattr(p, "is_flag", False):
                 p.metavar = ""  # rendered as no type at all
+            elif len("|".join(_choices(p))) > _LONGEST_CHOICES:
+                # A long list of choices would be broken inside a word in the narrow type column:
+                # name the value, and list the choices in the help text, which wraps between words.
+                p.metavar = f"<{p.name.replace('_', '-')}>"
+                p.help = f"{(p.help or '').rstrip()} One of: {', '.join(_choices(p))}."
             elif getattr(p, "multiple", False) and hasattr(p, "display_type"):
                 shown = re.fullmatch(r"<list\[(.+)\]>", str(p.display_type(ctx)))
                 if shown:
