@@ -102,12 +102,14 @@ def load(request: ModelRequest, init: str, settings: Settings, max_layer: int):
     """The model of ``request`` with ``init`` weights (``"random"`` | ``"trained"``) on the run's
     device, with blocks built up to ``max_layer`` (at least 1)."""
     from .models import load_model
+    from .progress import status
 
-    return load_model(request.model, weights=init, backend=request.backend,
-                      weights_path=request.weights_path if init == "trained" else None,
-                      device=settings.device, context_length=request.context_length,
-                      max_layer=max(1, int(max_layer)), seed=settings.seed, revision=request.revision,
-                      trust_remote_code=request.trust_remote_code)
+    with status(f"Loading {request.model} ({init} weights, blocks up to {max(1, int(max_layer))})", settings.progress):
+        return load_model(request.model, weights=init, backend=request.backend,
+                          weights_path=request.weights_path if init == "trained" else None,
+                          device=settings.device, context_length=request.context_length,
+                          max_layer=max(1, int(max_layer)), seed=settings.seed, revision=request.revision,
+                          trust_remote_code=request.trust_remote_code)
 
 
 def query_index(pm, request: ModelRequest) -> int:
@@ -124,25 +126,29 @@ def query_index(pm, request: ModelRequest) -> int:
     return qi % n
 
 
-def example_batches(pm, data: DataRequest, seed: int, notes: list[str]) -> tuple[DataInfo, Iterator[Any]]:
+def example_batches(pm, data: DataRequest, seed: int, notes: list[str],
+                    progress: bool = False) -> tuple[DataInfo, Iterator[Any]]:
     """Raw batches of examples for ``pm`` (not yet model inputs) and the data's description.
 
     Images: lists of PIL images. Text: ``(token-id rows, segment-id rows or None)`` built with the
-    paper's constructions (BERT pairs ``[CLS] s1 [SEP] s2``, GPT windows of n tokens).
+    paper's constructions (BERT pairs ``[CLS] s1 [SEP] s2``, GPT windows of n tokens); with
+    ``progress``, building the built-in corpus and the examples shows on stderr.
     """
     if pm.info.modality == "image":
         from .sources import image_source
 
         src = image_source(data.data, split=data.split, limit=data.limit, seed=seed, device=pm.device)
         return DataInfo(name=src.name, source=src), src.batches(data.batch_size)
-    return _text_batches(pm, data, seed, notes)
+    return _text_batches(pm, data, seed, notes, progress)
 
 
-def _text_batches(pm, data: DataRequest, seed: int, notes: list[str]) -> tuple[DataInfo, Iterator[Any]]:
+def _text_batches(pm, data: DataRequest, seed: int, notes: list[str],
+                  progress: bool = False) -> tuple[DataInfo, Iterator[Any]]:
+    from .progress import status
     from .sources import bert_pair_examples, gpt_window_examples, offline_tokenizer, text_source
 
     info = pm.info
-    src = text_source(data.data, split=data.split, seed=seed)
+    src = text_source(data.data, split=data.split, seed=seed, progress=progress)
     tok = pm.tokenizer
     if tok is None and info.weights == "trained":
         raise ModelError(f"{info.name} has trained weights but no tokenizer files (vocab.txt, vocab.json, "
@@ -154,7 +160,8 @@ def _text_batches(pm, data: DataRequest, seed: int, notes: list[str]) -> tuple[D
         notes.append(f"tokenizer: {tok_desc} (no tokenizer shipped with the model offline)")
     decoder = info.query_index == info.n - 1 and info.n > 1
     build = gpt_window_examples if decoder else bert_pair_examples
-    ex = build(src, tok, info.n, data.limit, seed=seed, distinct=not data.keep_duplicates)
+    with status(f"Building {data.limit} text examples of n = {info.n} tokens", progress):
+        ex = build(src, tok, info.n, data.limit, seed=seed, distinct=not data.keep_duplicates)
     # Segment ids as BERT's next-sentence inputs have them: 0 up to and including [SEP], 1 after.
     segments = None
     if not decoder and ex.s1_lengths is not None and int(getattr(pm.config, "type_vocab_size", 0) or 0) >= 2:
@@ -266,10 +273,10 @@ def _assigned(pm, data: DataRequest, settings: Settings, notes: list[str], shard
     """``(batch index, raw batch)`` for this process: every batch in one process; under a
     distributed session, the batches rank 0 deals to this rank."""
     if shard is None:
-        info, raw = example_batches(pm, data, settings.seed, notes)
+        info, raw = example_batches(pm, data, settings.seed, notes, settings.progress)
         return info, _read_ahead(enumerate(raw), 2)
     if shard.rank == 0:
-        info, raw = example_batches(pm, data, settings.seed, notes)
+        info, raw = example_batches(pm, data, settings.seed, notes, settings.progress)
         info.shard = shard
         return info, shard.deal(_read_ahead(raw, 2 * shard.world_size))
     return DataInfo(shard=shard), shard.deal(None)
