@@ -56,7 +56,7 @@ def capacity(
     from_path: Annotated[Optional[Path], typer.Option("--from", help="Read the Assumption 1/2 verdicts from a parquet file written by 'mhaaudit check --out' instead of auditing.")] = None,
     variants: Annotated[Optional[list[str]], typer.Option("--variants", help="Columns: random and/or trained (default both; trained needs the hub or --weights).")] = None,
     weights: Weights = None,
-    block: Annotated[Optional[int], typer.Option("--block", help="Attention block K whose heads build Z (default 1). The tokens read, audited and certified, are its input: the output of block K-1 (for K = 1, the embedding output).")] = None,
+    block: Annotated[Optional[int], typer.Option("--block", help="Attention block K whose heads build Z (default 2: the paper applies Theorem 1 to the second attention layer, whose input satisfies Assumptions 1 and 2). The tokens read, audited and certified, are its input: the output of block K-1 (for K = 1, the embedding output).")] = None,
     layer: Annotated[Optional[int], typer.Option("--layer", help="Deprecated alias of --block (same meaning: the tokens read are the input of block K, the output of block K-1).")] = None,
     backend: BackendOpt = None,
     data: Data = None,
