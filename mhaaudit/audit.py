@@ -454,7 +454,7 @@ def run_checks(fs: FeatureSet, settings: Settings, *, sweep: bool = False, label
 
 def check_features(fs: FeatureSet, *, samples: int = DEFAULT_SAMPLES, threshold: float = DEFAULT_THRESHOLD, seed: int = 0,
                    rtol: float | None = None, atol: float | None = None, device="cpu", sweep: bool = False,
-                   progress: bool = False, label: str = "", stop_when_decided: bool = False) -> tuple[dict, Sweep | None, dict]:
+                   progress: bool = False, label: str = "", stop_when_decided: bool = True) -> tuple[dict, Sweep | None, dict]:
     """GP, A1, A2, A3 (and optionally the sweep) on one reduced feature set (:func:`run_checks`
     with the settings resolved from these arguments)."""
     settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
@@ -508,7 +508,7 @@ def audit(
     query_index: int | None = None,
     sweep: bool = False,
     progress: bool = False,
-    stop_when_decided: bool = False,
+    stop_when_decided: bool = True,
     keep_duplicates: bool = False,
     on_note: Callable[[str], None] | None = None,
     revision: str | None = None,
@@ -521,8 +521,8 @@ def audit(
 
     ``weights`` is a local folder or file with trained weights for the ``trained`` column(s)
     (refused when no trained column is audited). ``layer`` (default 1) is the depth of the image
-    columns; ``layers`` audits several depths. ``stop_when_decided`` lets each Monte-Carlo test
-    stop once its verdict is settled. Exact duplicate inputs are dropped before the forward pass
+    columns; ``layers`` audits several depths. ``stop_when_decided`` (default, as ``check`` without
+    ``--all-draws``) lets each Monte-Carlo test stop once its verdict is settled. Exact duplicate inputs are dropped before the forward pass
     (the same ones in every column) unless ``keep_duplicates``; what was found is in
     ``AuditResult.duplicates`` and the notes. ``batch_size="auto"`` chooses the batch (see
     :mod:`mhaaudit.batching`); ``revision`` and ``trust_remote_code`` are passed to the hub reads.

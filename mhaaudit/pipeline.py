@@ -111,12 +111,14 @@ def load(request: ModelRequest, init: str, settings: Settings, max_layer: int):
     """The model of ``request`` with ``init`` weights (``"random"`` | ``"trained"``) on the run's
     device, with blocks built up to ``max_layer`` (at least 1)."""
     from .models import load_model
+    from .progress import status
 
-    return load_model(request.model, weights=init, backend=request.backend,
-                      weights_path=request.weights_path if init == "trained" else None,
-                      device=settings.device, context_length=request.context_length,
-                      max_layer=max(1, int(max_layer)), seed=settings.seed, revision=request.revision,
-                      trust_remote_code=request.trust_remote_code)
+    with status(f"Loading {request.model} ({init} weights, blocks up to {max(1, int(max_layer))})", settings.progress):
+        return load_model(request.model, weights=init, backend=request.backend,
+                          weights_path=request.weights_path if init == "trained" else None,
+                          device=settings.device, context_length=request.context_length,
+                          max_layer=max(1, int(max_layer)), seed=settings.seed, revision=request.revision,
+                          trust_remote_code=request.trust_remote_code)
 
 
 def query_index(pm, request: ModelRequest) -> int:
@@ -134,13 +136,14 @@ def query_index(pm, request: ModelRequest) -> int:
 
 
 def example_batches(pm, data: DataRequest, seed: int, notes: list[str],
-                    need: int | None = None) -> tuple[DataInfo, Iterator[Any]]:
+                    need: int | None = None, progress: bool = False) -> tuple[DataInfo, Iterator[Any]]:
     """Raw batches of examples for ``pm`` (not yet model inputs) and the data's description.
 
     Images: lists of PIL images; with ``need``, a finite source whose headers show fewer usable
     images than ``need`` is refused here, before any forward pass. Text: ``(token-id rows,
     segment-id rows or None)`` built with the paper's constructions (BERT pairs
-    ``[CLS] s1 [SEP] s2``, GPT windows of n tokens).
+    ``[CLS] s1 [SEP] s2``, GPT windows of n tokens); with ``progress``, building the built-in
+    corpus and the examples shows on stderr.
     """
     if pm.info.modality == "image":
         from .sources import image_source
@@ -156,7 +159,7 @@ def example_batches(pm, data: DataRequest, seed: int, notes: list[str],
     if data.image_column is not None or data.convert_rgb:
         given = "{param:image_column}" if data.image_column is not None else "{param:convert_rgb}"
         raise InputError(f"{given} applies to images; {pm.info.name} reads text (use {{param:text_column}})")
-    return _text_batches(pm, data, seed, notes)
+    return _text_batches(pm, data, seed, notes, progress)
 
 
 def _refuse_too_few_images(src, n: int, limit: int) -> None:
@@ -177,11 +180,14 @@ def _refuse_too_few_images(src, n: int, limit: int) -> None:
                     f"n = {n} of the T examples, so T must be at least {n}{skipped}{hint}; or add images")
 
 
-def _text_batches(pm, data: DataRequest, seed: int, notes: list[str]) -> tuple[DataInfo, Iterator[Any]]:
+def _text_batches(pm, data: DataRequest, seed: int, notes: list[str],
+                  progress: bool = False) -> tuple[DataInfo, Iterator[Any]]:
+    from .progress import status
     from .sources import bert_pair_examples, gpt_window_examples, offline_tokenizer, text_source
 
     info = pm.info
-    src = text_source(data.data, split=data.split, seed=seed, text_column=data.text_column)
+    src = text_source(data.data, split=data.split, seed=seed, text_column=data.text_column,
+                      progress=progress)
     tok = pm.tokenizer
     if tok is None and info.weights == "trained":
         raise ModelError(f"{info.name} has trained weights but no tokenizer files (vocab.txt, vocab.json, "
@@ -193,7 +199,8 @@ def _text_batches(pm, data: DataRequest, seed: int, notes: list[str]) -> tuple[D
         notes.append(f"tokenizer: {tok_desc} (no tokenizer shipped with the model offline)")
     decoder = info.query_index == info.n - 1 and info.n > 1
     build = gpt_window_examples if decoder else bert_pair_examples
-    ex = build(src, tok, info.n, data.limit, seed=seed, distinct=not data.keep_duplicates)
+    with status(f"Building {data.limit} text examples of n = {info.n} tokens", progress):
+        ex = build(src, tok, info.n, data.limit, seed=seed, distinct=not data.keep_duplicates)
     # Segment ids as BERT's next-sentence inputs have them: 0 up to and including [SEP], 1 after.
     segments = None
     if not decoder and ex.s1_lengths is not None and int(getattr(pm.config, "type_vocab_size", 0) or 0) >= 2:
@@ -309,10 +316,10 @@ def _assigned(pm, data: DataRequest, settings: Settings, notes: list[str], shard
     """``(batch index, raw batch)`` for this process: every batch in one process; under a
     distributed session, the batches rank 0 deals to this rank."""
     if shard is None:
-        info, raw = example_batches(pm, data, settings.seed, notes, need)
+        info, raw = example_batches(pm, data, settings.seed, notes, need, settings.progress)
         return info, _read_ahead(enumerate(raw), 2)
     if shard.rank == 0:
-        info, raw = example_batches(pm, data, settings.seed, notes, need)
+        info, raw = example_batches(pm, data, settings.seed, notes, need, settings.progress)
         info.shard = shard
         return info, shard.deal(_read_ahead(raw, 2 * shard.world_size))
     return DataInfo(shard=shard), shard.deal(None)

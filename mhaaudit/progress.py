@@ -1,4 +1,11 @@
-"""Progress bars on stderr for loops a person waits for; silent when nobody watches."""
+"""Progress on stderr for every phase a person waits for; silent when nobody watches.
+
+A person watches when stderr is a terminal: then the loops show a bar and the phases without a
+count (loading a model, building the built-in corpus) a spinner with a line saying what is being
+done, whatever the output format (stdout carries the data; stderr is the person's). With stderr
+redirected, or with ``--quiet``, nothing is shown. Colours follow rich's rules: none when
+``NO_COLOR`` is set or the stream is not a terminal.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +15,17 @@ from typing import Callable, Iterator
 
 from rich.console import Console
 
-_stderr = Console(stderr=True)
+_stderr = Console(stderr=True)  # writes to sys.stderr as it is at each call
 
 
-def progress_enabled(fmt: str = "table") -> bool:
-    """Bars only when stderr is a terminal and the output format is meant for people."""
-    return fmt == "table" and sys.stderr.isatty()
+def progress_enabled(quiet: bool = False) -> bool:
+    """Whether to show progress: stderr is a terminal and ``quiet`` (``--quiet``) was not asked for."""
+    if quiet:
+        return False
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # a replaced or closed stream
+        return False
 
 
 @contextlib.contextmanager
@@ -45,7 +57,17 @@ def task(description: str, total: int | None, enabled: bool) -> Iterator[Callabl
         yield lambda n=1: prog.advance(tid, n)
 
 
-def log(message: str, fmt: str = "table") -> None:
-    """A status line on stderr (kept out of JSON/parquet output streams' way)."""
-    if fmt == "table" or sys.stderr.isatty():
+@contextlib.contextmanager
+def status(description: str, enabled: bool) -> Iterator[None]:
+    """A spinner with ``description`` while a phase without a count runs (nothing when disabled)."""
+    if not enabled:
+        yield
+        return
+    with _stderr.status(description, spinner="dots"):
+        yield
+
+
+def log(message: str, enabled: bool) -> None:
+    """A status line on stderr for a person watching (``enabled``: see :func:`progress_enabled`)."""
+    if enabled:
         _stderr.print(message, highlight=False)

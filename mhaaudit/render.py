@@ -26,9 +26,26 @@ if TYPE_CHECKING:
 VERDICT_STYLE = {"holds": "green", "fails": "red", "unavailable": "yellow"}
 
 
+# The width of reports sent to a file or a pipe when ``COLUMNS`` does not say: wide enough that
+# the tables need not wrap their cells, narrow enough to read in an editor or a pager.
+REDIRECTED_WIDTH = 100
+
+
+def report_width() -> int | None:
+    """The width reports on stdout are laid out for: ``COLUMNS`` when set, else the terminal's
+    (None: rich asks the terminal), else :data:`REDIRECTED_WIDTH` for a file or a pipe."""
+    import os
+
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return None if sys.stdout.isatty() else REDIRECTED_WIDTH
+
+
 def stdout_console() -> Console:
-    # Data on stdout: when piped, do not squeeze tables into 80 columns.
-    return Console(file=sys.stdout) if sys.stdout.isatty() else Console(file=sys.stdout, width=200)
+    """Reports on stdout, laid out to fit :func:`report_width`; colour only on a terminal, never
+    with ``NO_COLOR``."""
+    return Console(file=sys.stdout, width=report_width())
 
 
 def print_report(items: list) -> None:
@@ -258,9 +275,12 @@ def audit_lines(result) -> list[str]:
     if holds:
         lines.append("[bold]Holds[/bold]")
         lines += [f"  {v} {m}" for v, m in holds]
+    unavailable: dict[str, list[str]] = {}  # one line per reason: the trained columns at every depth share theirs
     for c in result.columns:
         if c.status != "ok":
-            lines.append(f"[yellow]{c.probe.variant} unavailable[/yellow]: {escape(c.reason)}")
+            unavailable.setdefault(c.reason, []).append(c.probe.variant)
+    for reason, variants in unavailable.items():
+        lines.append(f"[yellow]{escape(', '.join(variants))} unavailable[/yellow]: {escape(reason)}")
     for c in result.columns:
         if c.sweep is not None:
             lines += [escape(x) for x in sweep_lines(c.sweep, label=f"[{c.probe.variant}]")]
@@ -590,16 +610,29 @@ STATUS_MARK = {"match": "[green]yes[/green]", "differs": "[red]no[/red]", "undet
                "unavailable": "[yellow]n/a[/yellow]"}
 
 
+def published_number(value: float) -> str:
+    """A published fraction as the paper and its notebooks print it (Python's shortest form:
+    ``0.0``, ``1.0``, ``0.9982``), never as a bare ``0``; a count as an integer."""
+    value = float(value)
+    return repr(value) if 0.0 <= value <= 1.0 else (str(int(value)) if value.is_integer() else f"{value:g}")
+
+
 def _paper_cell(c) -> str:
-    value = "" if c.paper_value is None or c.kind == "estimate" else f" {c.paper_value:g}"
+    value = "" if c.paper_value is None or c.kind == "estimate" else f" {published_number(c.paper_value)}"
     return escape(f"{c.paper_verdict}{value}")
 
 
 def _our_cell(c) -> str:
+    """Our verdict and number (a fraction to 4 decimals, as the other tables print them), and the
+    95% interval below when the number is a Monte-Carlo estimate."""
     if c.our_verdict is None:
         return "-"
-    value = "" if c.our_value is None or c.kind == "estimate" else f" {c.our_value:.4g}"
-    return escape(f"{c.our_verdict}{value}")
+    value = ""
+    if c.our_value is not None and c.kind != "estimate":
+        v = float(c.our_value)
+        value = f" {v:.4f}" if 0.0 <= v <= 1.0 else f" {v:g}"
+    ci = "" if c.ci_low is None else f"\n[{c.ci_low:.3f}, {c.ci_high:.3f}]"
+    return escape(f"{c.our_verdict}{value}{ci}")
 
 
 KIND_TITLES = {"ranks": "ranks of d-subsets", "sweep": "sweep fraction", "shape": "Figure 1 level",
@@ -608,19 +641,27 @@ KIND_TITLES = {"ranks": "ranks of d-subsets", "sweep": "sweep fraction", "shape"
 
 
 def reproduction_table(result) -> tuple[Table, list[str]]:
-    """One row per published value: the paper's verdict and number, ours with its interval, match, note."""
+    """One row per published value: the paper's verdict and number, ours with its 95% interval,
+    whether they match (with the number of the note giving the reason when they do not). The
+    model column appears when the target has several models; the table fits 100 columns."""
+    several = len({c.model for c in result.comparisons}) > 1
     t = Table(title=f"{result.title}: the paper's values beside this run's", title_justify="left")
-    for col in ("model", "column", "what", "k", "paper", "ours", "95% CI", "match", "note"):
-        t.add_column(col, justify="right" if col in ("k", "note") else "left")
+    if several:
+        t.add_column("model", no_wrap=True)
+    t.add_column("column", no_wrap=True)
+    t.add_column("what", ratio=1)  # the one column that wraps
+    t.add_column("k", justify="right", no_wrap=True)
+    t.add_column("paper", no_wrap=True)
+    t.add_column("ours (95% CI)", no_wrap=True)
+    t.add_column("match", no_wrap=True)
     notes: dict[str, int] = {}
     for c in result.comparisons:
         what = CHECK_TITLES.get(c.check, c.check) if c.kind == "check" else KIND_TITLES.get(c.kind, c.kind)
         k = "" if c.k is None else (str(c.k) if c.our_k in (None, c.k) else f"{c.k} / {c.our_k}")
-        ci = "" if c.ci_low is None else f"[{c.ci_low:.4f}, {c.ci_high:.4f}]"
-        mark = ""
+        mark = STATUS_MARK[c.status]
         if c.reason:
-            mark = f"[{notes.setdefault(c.reason, len(notes) + 1)}]"
-        t.add_row(c.model, escape(c.column), what, k, _paper_cell(c), _our_cell(c), ci, STATUS_MARK[c.status], escape(mark))
+            mark += escape(f" [{notes.setdefault(c.reason, len(notes) + 1)}]")
+        t.add_row(*([c.model] if several else []), escape(c.column), what, k, _paper_cell(c), _our_cell(c), mark)
     return t, [f"[{i}] {escape(reason)}" for reason, i in notes.items()]
 
 

@@ -36,12 +36,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from .defaults import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
 from .errors import InputError
 
 __all__ = ["DEFAULT_SAMPLES", "DEFAULT_THRESHOLD", "PURPOSES", "Settings", "derive_seed", "device_name", "resolve_device"]
 
-DEFAULT_SAMPLES = 5000
-DEFAULT_THRESHOLD = 0.99
 PURPOSES = ("model-init", "data", "random-attention", "draws", "labels", "memorize")
 
 

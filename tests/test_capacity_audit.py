@@ -27,7 +27,7 @@ def vit4(tmp_path_factory):
 
 def test_capacity_audit_library(vit4, image_dir):
     r = capacity_audit(str(vit4), heads="1-4", data=str(image_dir), limit=40, samples=100, batch_size=16,
-                       variants=["random"])
+                       variants=["random"], block=1)
     (col,) = r.columns
     assert col.status == "ok" and col.T == 40
     assert [c.heads for c in col.certificates] == [1, 2, 3, 4]

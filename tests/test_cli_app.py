@@ -56,9 +56,98 @@ def test_defaults_of_optional_options_are_shown(capsys):
     assert "(default 1 = after the first block" in help_text(capsys, "check")
 
 
+def _help_words(capsys, monkeypatch, command: str, columns: int) -> set[str]:
+    monkeypatch.setenv("COLUMNS", str(columns))
+    rc, out, err = run(capsys, *([command] if command else []), "--help")
+    assert rc == 0, err
+    assert max(len(line) for line in out.splitlines()) <= columns
+    return set(re.sub(r"[\u2500-\u257f]", " ", out).split())
+
+
+@pytest.mark.parametrize("columns", (80, 100, 132))
+@pytest.mark.parametrize("command", ("", *COMMANDS, "reproduce"))
+def test_help_never_breaks_inside_a_word(capsys, monkeypatch, command, columns):
+    """Rendered at a terminal's width, the help holds the same words as at a very wide one: nothing
+    is cut inside a word (a long list of choices is named in the type column and listed in the help)."""
+    wide = _help_words(capsys, monkeypatch, command, 1000)
+    narrow = _help_words(capsys, monkeypatch, command, columns)
+    assert sorted(narrow - wide) == []
+
+
+def test_long_choices_are_listed_in_the_help(capsys):
+    text = help_text(capsys, "memorize")
+    assert "--preset <preset>" in text and "One of: paper-fig2a, paper-fig2b, paper-fig2c, cpu." in text
+    assert "<table|json|parquet>" in text  # a short list stays the type
+
+
 def test_no_command_prints_help_on_stderr(capsys):
     rc, out, err = run(capsys)
     assert rc == 2 and out == "" and "Usage" in err
+
+
+# --------------------------------------------------------------------------- a fast start
+
+# The heavy libraries a command needs; help and the version must answer without any of them.
+HEAVY = ("torch", "transformers", "timm", "numpy", "scipy", "mhaaudit.settings", "mhaaudit.audit", "mhaaudit.kruskal",
+         "mhaaudit.memorize", "mhaaudit.capacity", "mhaaudit.reproduce")
+
+# Runs the command line as an entry point does, then reports on stderr which modules were imported.
+_REPORT_MODULES = """
+import json, runpy, sys
+sys.argv = ["mhaaudit", *json.loads(sys.argv[1])]
+try:
+    if sys.argv[1:2] == ["--entry=console"]:
+        del sys.argv[1]
+        from mhaaudit.cli.app import run
+        run()
+    else:
+        runpy.run_module("mhaaudit", run_name="__main__")
+except SystemExit as exc:
+    code = exc.code
+print("MODULES " + json.dumps({"code": code, "modules": sorted(sys.modules)}), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("entry", ["python -m mhaaudit", "console script"])
+@pytest.mark.parametrize("args", [["--help"], ["-h"], ["--version"], *([c, "--help"] for c in (*COMMANDS, "reproduce"))],
+                         ids=lambda a: " ".join(a))
+def test_help_and_version_do_not_import_the_library(args, entry):
+    """``--help`` and ``--version`` answer without importing torch or the library's modules."""
+    import json
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
+    argv = (["--entry=console"] if entry == "console script" else []) + args
+    proc = subprocess.run([sys.executable, "-c", _REPORT_MODULES, json.dumps(argv)], env=env, capture_output=True,
+                          text=True, timeout=120)
+    report = [ln for ln in proc.stderr.splitlines() if ln.startswith("MODULES ")]
+    assert report, proc.stderr
+    seen = json.loads(report[-1][len("MODULES "):])
+    assert seen["code"] in (0, None), proc.stderr
+    assert ("Usage" in proc.stdout) if args != ["--version"] else proc.stdout.startswith("mhaaudit ")
+    imported = set(seen["modules"])
+    assert "mhaaudit.cli.app" in imported  # the command line really ran in the child
+    assert sorted(m for m in HEAVY if m in imported) == []
+
+
+def _complete(words: str, shell: str = "bash") -> subprocess.CompletedProcess:
+    """What the completion script of ``mhaaudit --install-completion`` asks the program for ``words``."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", _MHAAUDIT_COMPLETE=f"complete_{shell}",
+               COMP_WORDS=words, COMP_CWORD=str(len(words.split()) - (0 if words.endswith(" ") else 1)))
+    return subprocess.run([sys.executable, "-c", CONSOLE_SCRIPT], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_shell_completion():
+    """The script --show-completion prints calls the program back, which completes commands and choices."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
+    script = subprocess.run([sys.executable, "-c", CONSOLE_SCRIPT, "--show-completion", "bash"], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert script.returncode == 0, script.stderr
+    assert "_MHAAUDIT_COMPLETE=complete_bash" in script.stdout and "complete " in script.stdout
+    commands = _complete("mhaaudit ca")
+    assert commands.returncode == 0 and commands.stdout.split() == ["capacity"], commands
+    formats = _complete("mhaaudit check vit-base --format ")
+    assert formats.returncode == 0 and formats.stdout.split() == ["table", "json", "parquet"], formats
+    assert "--samples" in _complete("mhaaudit kruskal --sam").stdout.split()
 
 
 # --------------------------------------------------------------------------- Ctrl-C
@@ -134,7 +223,7 @@ def test_interrupt_while_sampling(tmp_path):
     np.save(tmp_path / "m.npy", np.random.default_rng(0).standard_normal((3000, 200)).astype(np.float32))
     rc, err = _interrupt(["-m", "mhaaudit", "kruskal", "m.npy", "--sweep", "--samples", "200000",
                           "--out", "out.parquet", "--plot", "out.png"],
-                         lambda line: "vectors in R^200" in line, tmp_path)
+                         _imported("mhaaudit.kruskal"), tmp_path, after=2.0)
     _assert_interrupted(rc, err, tmp_path)
 
 

@@ -126,7 +126,8 @@ def test_from_check_results(capsys, vit4, image_dir, tmp_path):
     rc, _, err = run(capsys, "check", vit4, "--data", image_dir, "--limit", "40", "--samples", "100",
                      "--variants", "embedding", "--variants", "random", "--sweep", "--out", res)
     assert rc == 0, err
-    doc = json_run(capsys, vit4, "--data", image_dir, *FROM, "--from", res, "--variants", "random,trained")
+    doc = json_run(capsys, vit4, "--data", image_dir, *FROM, "--from", res, "--variants", "random,trained",
+                   "--block", "1")
     rec = {r["variant"]: r for r in doc["records"]}
     # The 'embedding' column of check is the random weights' layer 0: the input of block 1.
     col = doc["meta"]["columns"]["random"]["assumptions"]
@@ -151,10 +152,32 @@ def test_from_reads_files_written_before_typed_columns(capsys, vit4):
     """fixtures/results/check-v0.parquet (witness and rank_histogram as JSON text) still feeds capacity --from."""
     old = FIXTURES / "results" / "check-v0.parquet"
     assert pq.read_schema(old).field("witness").type == pa.string()
-    doc = json_run(capsys, vit4, *FROM, "--from", old, "--variants", "random")
+    doc = json_run(capsys, vit4, *FROM, "--from", old, "--variants", "random", "--block", "1")
     col = doc["meta"]["columns"]["random"]["assumptions"]
     assert "(column embedding)" in col["source"] and col["assumption_1"] == "fails" and col["assumption_2"] == "holds"
     assert doc["records"][0]["bound_kind"] == "remark-1" and doc["records"][0]["kruskal_estimate"] == 1
+
+
+def test_default_block_is_the_one_the_paper_applies_theorem_1_to(capsys, vit4, image_dir):
+    """With no --block, capacity certifies block 2 (its input, the output of block 1, is where the paper
+    finds Assumptions 1 and 2), and the report says why; the library takes the same default."""
+    from mhaaudit.capacity import capacity_audit
+    from mhaaudit.defaults import CAPACITY_BLOCK, CAPACITY_BLOCK_WHY
+
+    assert CAPACITY_BLOCK == 2
+    doc = json_run(capsys, vit4, "--data", image_dir, *FAST, "--variants", "random")
+    assert doc["meta"]["layer"] == 2 and "input of block 2" in doc["meta"]["tokens"]
+    assert doc["meta"]["notes"][0] == CAPACITY_BLOCK_WHY
+    rec = doc["records"][0]
+    assert rec["bound_kind"] == "theorem-1" and rec["bound"] > 1  # not the embedding output's single example
+    rc, out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FAST, "--variants", "random")
+    assert rc == 0, err
+    assert "attention of block 2" in out and "block 2 is the default: the paper applies Theorem 1" in " ".join(out.split())
+    lib = capacity_audit(str(vit4), data=str(image_dir), limit=40, samples=100, batch_size=16, variants=["random"])
+    assert lib.settings["layer"] == 2 and lib.notes[0] == CAPACITY_BLOCK_WHY
+    # a block given is no default: no such note
+    given = json_run(capsys, vit4, "--data", image_dir, *FAST, "--variants", "random", "--block", "2")
+    assert CAPACITY_BLOCK_WHY not in given["meta"]["notes"] and given["records"] == doc["records"]
 
 
 def test_trained_unavailable_offline(capsys, image_dir):

@@ -544,3 +544,20 @@ def test_json_is_strict_json(capsys, npy):
     assert rc == 0, err
     strict_json(out)
 
+
+
+def test_stops_once_decided_unless_all_draws(capsys, tmp_path):
+    """As check does: a test stops once its verdict can no longer change; --all-draws takes every draw."""
+    rng = np.random.default_rng(0)
+    low = rng.standard_normal((50, 4)) @ rng.standard_normal((4, 12))  # 50 rows in a 4-dimensional subspace
+    path = tmp_path / "dep.npy"
+    np.save(path, np.vstack([low, rng.standard_normal((10, 12))]))  # whole set of rank 12: sampling is needed
+    rc, out, err = run(capsys, "kruskal", path, "--k", 12, "--samples", 1000, "--format", "json")
+    assert rc == 0, err
+    (rec,) = json.loads(out)["records"]
+    assert rec["verdict"] == "fails" and rec["planned_samples"] == 1000 and rec["samples"] < 1000
+    assert "sampling stopped after" in rec["reason"]
+    rc, out, err = run(capsys, "kruskal", path, "--k", 12, "--samples", 1000, "--format", "json", "--all-draws")
+    assert rc == 0, err
+    (every,) = json.loads(out)["records"]
+    assert every["verdict"] == "fails" and every["samples"] == 1000 and every["planned_samples"] is None

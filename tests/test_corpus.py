@@ -148,3 +148,17 @@ def test_default_corpus_is_large_enough_for_the_paper():
     for name, version in corpus.packages:
         assert version in corpus.description
     assert not any(">>>" in text for _, _, text in corpus.documents)  # no doctest anywhere
+
+
+def test_a_build_says_what_it_does_and_that_it_caches(cache, capsys):
+    """With progress on, the first build names what it reads and where it caches it; the cached
+    corpus is read back without a word; without progress nothing is said."""
+    docstring_corpus(SMALL, progress=True)
+    said = " ".join(capsys.readouterr().err.split())
+    assert "Building the built-in text corpus from the docstrings of json, textwrap, argparse" in said
+    assert f"once; the result is cached in {cache}" in said
+    corpus_module._LOADED.clear()
+    docstring_corpus(SMALL, progress=True)  # from the cache file
+    assert capsys.readouterr().err == ""
+    docstring_corpus(("json",), progress=False)  # another key: a build, but nobody watches
+    assert capsys.readouterr().err == ""

@@ -382,7 +382,7 @@ def test_capacity_reads_supported_families(capsys, folder, text_file, image_dir,
     rc, out, err = run(capsys, "capacity", folder(key), "--variants", "random", *extra, "--format", "json", *SMALL)
     assert rc == 0, err
     doc = json.loads(out)
-    assert any("the model's own block 1 attention" in n for n in doc["meta"]["notes"])
+    assert any("the model's own block 2 attention" in n for n in doc["meta"]["notes"])  # the default block
 
 
 @pytest.mark.parametrize("name", [t[0] for t in TIMM_FAMILIES])

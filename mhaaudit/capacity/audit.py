@@ -37,6 +37,7 @@ from typing import Sequence
 
 import torch
 
+from ..defaults import CAPACITY_BLOCK, CAPACITY_BLOCK_WHY
 from ..distributed import describe, session, shared
 from ..errors import InputError, ModelError, OfflineError
 from ..pipeline import DataRequest, ModelRequest
@@ -280,7 +281,8 @@ def _column(plan: _Plan, variant: str, notes: list[str]) -> tuple[CapacityColumn
     info = pm.info
     col.weights_source, col.weights_read = info.weights_source, info.weights_read
     if plan.block > pm.built_layers:
-        raise InputError(f"--block {plan.block}: {plan.request.model} has {info.num_layers} blocks")
+        raise InputError(f"--block {plan.block}: {plan.request.model} has {info.num_layers} blocks"
+                         + (" (block 2 is the default; give --block 1)" if info.num_layers == 1 else ""))
     if info.query_index is None:
         raise ModelError(f"{plan.request.model} has no query token of its own ({info.query_token.removeprefix('none: ')}), "
                          "and capacity reads the model's own query; check and kruskal --model take --query-index K")
@@ -352,7 +354,8 @@ def _run_notes(info: dict, columns: list[CapacityColumn], hs: list[int] | None, 
 
 
 def _block_of(block: int | None, layer: int | None) -> int:
-    """``block`` (or the deprecated ``layer``, same meaning), checked; default 1."""
+    """``block`` (or the deprecated ``layer``, same meaning), checked; default
+    :data:`~mhaaudit.defaults.CAPACITY_BLOCK` (2: see there why)."""
     from ..validate import integer
 
     if layer is not None:
@@ -361,7 +364,7 @@ def _block_of(block: int | None, layer: int | None) -> int:
         if block is not None and block != layer:
             raise InputError(f"--block {block} and --layer {layer} disagree; give only --block")
         block = layer
-    return integer("--block", 1 if block is None else block)
+    return integer("--block", CAPACITY_BLOCK if block is None else block)
 
 
 @shared
@@ -396,7 +399,8 @@ def capacity_audit(
     """Bound and certificate for each column (``variants``: random and/or trained; default both).
 
     The assumptions are audited on the tokens attention block ``block`` sees (its input: the output
-    of block ``block - 1``), unless ``from_path`` gives a results file of ``mhaaudit check --out``
+    of block ``block - 1``; default block 2, the layer the paper applies Theorem 1 to, see
+    :data:`~mhaaudit.defaults.CAPACITY_BLOCK`), unless ``from_path`` gives a results file of ``mhaaudit check --out``
     to read them from. ``heads`` (e.g. ``"1-12"``) asks for the certificate with the first h heads
     for each h (default: all heads). ``attention="random"`` uses random key/query weights instead
     of the model's. ``layer`` is a deprecated alias of ``block``.
@@ -427,6 +431,8 @@ def capacity_audit(
     plan = _Plan(request, data_req, settings, blk, heads, attention, bool(shared_context),
                  Path(from_path) if from_path is not None else None, from_results)
     result = _run(plan, vs)
+    if block is None and layer is None:
+        result.notes.insert(0, CAPACITY_BLOCK_WHY)
     result.settings.update(describe())
     return result
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 
 INTERRUPTED = "interrupted"
+COMPLETE_VAR = "_MHAAUDIT_COMPLETE"  # set by the completion script of --install-completion / --show-completion
 INTERRUPTED_STATUS = 130
 
 
@@ -53,6 +54,21 @@ except KeyboardInterrupt:  # pragma: no cover - exercised by sending SIGINT to a
     _interrupted()
 
 
+# The longest list of choices shown as the value type (``<table|json|parquet>``); longer ones are
+# listed in the option's help instead.
+_LONGEST_CHOICES = 18
+
+
+def _choices(param) -> list[str]:
+    """The values an option accepts, when it is a choice (Typer keeps them on ``type_descriptor``
+    in newer releases, click on ``type``)."""
+    for holder in (getattr(param, "type_descriptor", None), getattr(param, "type", None)):
+        choices = getattr(holder, "choices", None)
+        if choices:
+            return [str(getattr(c, "value", c)) for c in choices]
+    return []
+
+
 class _StandardHelp:
     """Help that reads like a standard CLI: a flag shows no ``<bool>`` value type, and a repeatable
     option the type of one value (``<int>``, not ``<list[int]>``; its help says it repeats)."""
@@ -64,6 +80,11 @@ class _StandardHelp:
                 continue
             if getattr(p, "is_flag", False):
                 p.metavar = ""  # rendered as no type at all
+            elif len("|".join(_choices(p))) > _LONGEST_CHOICES:
+                # A long list of choices would be broken inside a word in the narrow type column:
+                # name the value, and list the choices in the help text, which wraps between words.
+                p.metavar = f"<{p.name.replace('_', '-')}>"
+                p.help = f"{(p.help or '').rstrip()} One of: {', '.join(_choices(p))}."
             elif getattr(p, "multiple", False) and hasattr(p, "display_type"):
                 shown = re.fullmatch(r"<list\[(.+)\]>", str(p.display_type(ctx)))
                 if shown:
@@ -88,7 +109,7 @@ app = typer.Typer(
     cls=Group,
     context_settings={"help_option_names": ["-h", "--help"]},
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
 )
@@ -164,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     """
     debug = os.environ.get("MHAAUDIT_DEBUG", "").strip() not in ("", "0")
     args = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    if COMPLETE_VAR in os.environ:
+        # The shell asks for completions (--install-completion set this up): click answers and exits.
+        return app(args=args, prog_name="mhaaudit")
     if not args:
         # No command: the help, on stderr (stdout carries data only), and status 2.
         with contextlib.redirect_stdout(sys.stderr):

@@ -20,6 +20,7 @@ from .options import (
     FormatOpt,
     KeepDuplicates,
     ModelArg,
+    Quiet,
     Revision,
     Rtol,
     Samples,
@@ -30,6 +31,7 @@ from .options import (
     Weights,
     deprecation_line,
     emit,
+    importing,
     prepare_outputs,
     refuse_data_options,
     refuse_unused,
@@ -54,7 +56,7 @@ def capacity(
     from_path: Annotated[Optional[Path], typer.Option("--from", help="Read the Assumption 1/2 verdicts from a parquet file written by 'mhaaudit check --out' instead of auditing.")] = None,
     variants: Annotated[Optional[list[str]], typer.Option("--variants", help="Columns: random and/or trained (default both; trained needs the hub or --weights).")] = None,
     weights: Weights = None,
-    block: Annotated[Optional[int], typer.Option("--block", help="Attention block K whose heads build Z (default 1). The tokens read, audited and certified, are its input: the output of block K-1 (for K = 1, the embedding output).")] = None,
+    block: Annotated[Optional[int], typer.Option("--block", help="Attention block K whose heads build Z (default 2: the paper applies Theorem 1 to the second attention layer, whose input satisfies Assumptions 1 and 2). The tokens read, audited and certified, are its input: the output of block K-1 (for K = 1, the embedding output).")] = None,
     layer: Annotated[Optional[int], typer.Option("--layer", help="Deprecated alias of --block (same meaning: the tokens read are the input of block K, the output of block K-1).")] = None,
     backend: BackendOpt = None,
     data: Data = None,
@@ -74,6 +76,7 @@ def capacity(
     fmt: FormatOpt = Format.table,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write the records to this parquet file (atomically).")] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Draw rank(Z) against the number of heads, with the bound lines, to this .png/.pdf/.svg file.")] = None,
+    quiet: Quiet = False,
 ) -> None:
     """Memorisation capacity: the Theorem 1 bound from the audited assumptions, and a certificate.
 
@@ -87,12 +90,13 @@ def capacity(
     --block K reads the input of block K (the output of block K-1), where check --layer K reads
     the output of block K: capacity --block K+1 certifies the tokens check --layer K audits.
     """
-    from .. import validate
-    from ..capacity import capacity_audit
-    from ..plot import plot_capacity
-    from ..progress import progress_enabled
-    from ..render import render_capacity
-    from ..settings import Settings
+    with importing(quiet):  # the library, torch with it: seconds
+        from .. import validate
+        from ..capacity import capacity_audit
+        from ..plot import plot_capacity
+        from ..progress import progress_enabled
+        from ..render import render_capacity
+        from ..settings import Settings
 
     settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol)
     prepare_outputs(out, plot, fmt)
@@ -107,7 +111,7 @@ def capacity(
         batch_size=batch_size, samples=None if from_path else settings.samples,
         threshold=None if from_path else settings.threshold, seed=settings.seed,
         rtol=settings.rtol, atol=settings.atol, device=settings.device, backend=backend.value if backend else None,
-        context_length=context_length, progress=progress_enabled(fmt.value), keep_duplicates=keep_duplicates,
+        context_length=context_length, progress=progress_enabled(quiet), keep_duplicates=keep_duplicates,
         revision=revision, trust_remote_code=trust_remote_code,
     )
     if plot is not None:

@@ -24,6 +24,7 @@ from .options import (
     ModelArg,
     Out,
     Plot,
+    Quiet,
     Revision,
     Rtol,
     Samples,
@@ -34,6 +35,7 @@ from .options import (
     TrustRemoteCode,
     Weights,
     emit,
+    importing,
     prepare_outputs,
     refuse_data_options,
 )
@@ -74,14 +76,16 @@ def check(
     plot: Plot = None,
     save_features: Annotated[Optional[Path], typer.Option("--save-features", help="Write each column's reduced features here, for mhaaudit kruskal.")] = None,
     fail_on: Annotated[Optional[list[str]], typer.Option("--fail-on", help="Exit 1 when this check fails in any column: general_position, assumption_1, assumption_2, assumption_3 or any.")] = None,
+    quiet: Quiet = False,
 ) -> None:
     """Audit a transformer: Assumptions 1-3 and General Position at each probe point."""
-    from .. import validate
-    from ..audit import audit
-    from ..io import check_folder_writable
-    from ..progress import progress_enabled
-    from ..render import render_audit
-    from ..settings import Settings
+    with importing(quiet):  # the library, torch with it: seconds
+        from .. import validate
+        from ..audit import audit
+        from ..io import check_folder_writable
+        from ..progress import progress_enabled
+        from ..render import render_audit
+        from ..settings import Settings
 
     settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol)
     prepare_outputs(out, plot, fmt)
@@ -97,7 +101,7 @@ def check(
         limit=limit, batch_size=batch_size, samples=settings.samples, threshold=settings.threshold, seed=settings.seed,
         rtol=settings.rtol, atol=settings.atol, device=settings.device, backend=backend.value if backend else None,
         weights=weights, context_length=context_length, query_index=query_index, sweep=sweep,
-        progress=progress_enabled(fmt.value), stop_when_decided=not all_draws, keep_duplicates=keep_duplicates,
+        progress=progress_enabled(quiet), stop_when_decided=not all_draws, keep_duplicates=keep_duplicates,
         on_note=lambda m: print(f"Note: {m}", file=sys.stderr), revision=revision, trust_remote_code=trust_remote_code,
         text_column=text_column, image_column=image_column, convert_rgb=convert_rgb,
     )

@@ -18,6 +18,7 @@ from .options import (
     FormatOpt,
     Out,
     Plot,
+    Quiet,
     Revision,
     Rtol,
     Samples,
@@ -25,6 +26,7 @@ from .options import (
     Threshold,
     TrustRemoteCode,
     emit,
+    importing,
     prepare_outputs,
     refuse_data_options,
     refuse_unused,
@@ -48,6 +50,7 @@ def kruskal(
     rtol: Rtol = None,
     atol: Atol = None,
     device: Device = DEFAULTS["device"],
+    all_draws: Annotated[bool, typer.Option("--all-draws", help="Always make every draw (by default a test stops once its verdict can no longer change).")] = False,
     fmt: FormatOpt = Format.table,
     out: Out = None,
     plot: Plot = None,
@@ -67,19 +70,21 @@ def kruskal(
     revision: Revision = None,
     trust_remote_code: TrustRemoteCode = False,
     keep_duplicates: Annotated[bool, typer.Option("--keep-duplicates", help="With no FEATURES: keep exact duplicate inputs (by default they are found before the forward pass, reported and dropped).")] = False,
+    quiet: Quiet = False,
 ) -> None:
     """Estimate the Kruskal rank of a set of vectors: Monte-Carlo tests at candidate sizes, or a sweep."""
-    from .. import validate
-    from ..errors import InputError
-    from ..io import stamp
-    from ..kruskal import as_matrix, set_stats
-    from ..progress import log, progress_enabled
-    from ..render import render_kruskal
-    from ..settings import Settings
+    with importing(quiet):  # the library, torch with it: seconds
+        from .. import validate
+        from ..errors import InputError
+        from ..io import stamp
+        from ..kruskal import as_matrix, set_stats
+        from ..progress import log, progress_enabled
+        from ..render import render_kruskal
+        from ..settings import Settings
 
     t0 = time.perf_counter()
     settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
-                                progress=progress_enabled(fmt.value))
+                                stop_when_decided=not all_draws, progress=progress_enabled(quiet))
     prepare_outputs(out, plot, fmt)
     ks = [validate.integer("--k", kk) for kk in dict.fromkeys(k or [])]
     n = None if n is None else validate.integer("--n", n)
@@ -94,9 +99,10 @@ def kruskal(
     X, n, source, vectors, captured = _vectors(features, capture, key, vectors, settings)
     X = as_matrix(X)
     T, d = X.shape
-    ks, sweep = _sizes(ks, n, T, d, sweep=sweep or plot is not None, vectors=vectors, fmt=fmt)
+    ks, sweep = _sizes(ks, n, T, d, sweep=sweep or plot is not None, vectors=vectors, watched=settings.progress)
     rule = settings.rule(X.dtype)
-    log(f"{T} vectors in R^{d} from {source}; rank rule: {rule.describe()}", fmt.value)
+    # The table's first line describes the data; the JSON and parquet outputs have it in their meta.
+    log(f"{T} vectors in R^{d} from {source}; rank rule: {rule.describe()}", settings.progress and fmt != Format.table)
     stats = set_stats(X, rule)
     tests, sw, timings = _estimate(X, ks, sweep, n, vectors, settings, rule, stats)
     meta = stamp(
@@ -182,7 +188,7 @@ def _read(features: Path, key, query_index, vectors: Vectors | None):
     return X, None, source, Vectors.queries
 
 
-def _sizes(ks: list[int], n: int | None, T: int, d: int, *, sweep: bool, vectors: Vectors, fmt: Format):
+def _sizes(ks: list[int], n: int | None, T: int, d: int, *, sweep: bool, vectors: Vectors, watched: bool):
     """The sizes to test and whether to sweep: ``--k``, else n and min(T, d) when n is known, else the sweep."""
     from ..errors import InputError
     from ..progress import log
@@ -193,7 +199,7 @@ def _sizes(ks: list[int], n: int | None, T: int, d: int, *, sweep: bool, vectors
     if ks or sweep:
         return ks, sweep
     if n is None:
-        log("No --k given and n unknown: running the full sweep.", fmt.value)
+        log("No --k given and n unknown: running the full sweep.", watched)
         return ks, True
     if n > T:
         a = "3" if vectors == Vectors.a3 else "1"
@@ -219,7 +225,8 @@ def _estimate(X, ks, sweep: bool, n, vectors: Vectors, settings, rule, stats):
             check = "general_position"
         s = time.perf_counter()
         with task(f"k = {kk}", settings.samples, settings.progress) as adv:
-            tests.append(subset_test(X, kk, check=check, progress=adv, **common))
+            tests.append(subset_test(X, kk, check=check, progress=adv, stop_when_decided=settings.stop_when_decided,
+                                     **common))
         timings[f"k={kk}"] = round(time.perf_counter() - s, 3)
     if sweep:
         s = time.perf_counter()

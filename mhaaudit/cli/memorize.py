@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..memorize import PRESETS
-from .options import Device, Format, FormatOpt, Seed, emit, prepare_outputs, refuse_unused
+from ..defaults import MEMORIZE_PRESETS as PRESETS
+from .options import Device, Format, FormatOpt, Quiet, Seed, emit, importing, prepare_outputs, refuse_unused
 
 Preset = Enum("Preset", {name: name for name in PRESETS}, type=str)
 
@@ -61,6 +61,7 @@ def memorize(
     out: Annotated[Optional[Path], typer.Option(help="Parquet file of results; existing points in it are not recomputed.")] = None,
     plot: Annotated[Optional[Path], typer.Option(help="Memorisation vs the varied parameter, one line per size, to this .png/.pdf/.svg file.")] = None,
     format: FormatOpt = Format.table,
+    quiet: Quiet = False,
 ) -> None:
     """Train one-layer multi-head attention to memorise random labels (the paper's Section 5.2).
 
@@ -77,9 +78,10 @@ def memorize(
     Without --epochs/--max-steps each point trains max(500 epochs, 50k steps), as in the paper.
     Appendix H's saturation study: --heads 4 --n 32 --sizes 550 --saturation.
     """
-    from ..memorize import run_memorize_grid
-    from ..progress import progress_enabled
-    from ..render import render_memorize
+    with importing(quiet):  # the library, torch with it: seconds
+        from ..memorize import run_memorize_grid
+        from ..progress import progress_enabled
+        from ..render import render_memorize
 
     prepare_outputs(out, plot, format)
     if task == Task.regression:
@@ -94,7 +96,7 @@ def memorize(
         **grid_axes, sizes=sizes, preset=preset.value if preset else None, task=task.value, context=context.value,
         classes=classes, tolerance=tolerance, epochs=epochs, max_steps=max_steps, lr=lr, batch_size=batch_size,
         check_every=check_every, seed=seed, seeds=seeds, device=device, saturation=saturation, out=out, plot=plot,
-        progress=progress_enabled(format.value),
+        progress=progress_enabled(quiet),
     )
     if grid.reused:
         print(
@@ -102,7 +104,8 @@ def memorize(
             file=sys.stderr,
         )
     # --out is the grid's own results file (written point by point, for resuming): not emit's to write.
-    emit(format, grid.meta(), grid.table_records(), document=grid.to_dict(), render=lambda: render_memorize(grid))
+    emit(format, grid.meta(), grid.table_records(), document=grid.to_dict(), render=lambda: render_memorize(grid),
+         out=out, write_out=False)
 
 
 def _axes(vary: str | None, values: str | None, preset: str | None, given: dict[str, str | None]) -> dict:

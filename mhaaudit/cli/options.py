@@ -19,7 +19,7 @@ from typing import Annotated, Callable, Optional
 
 import typer
 
-from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
+from ..defaults import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
 
 
 class Backend(str, Enum):
@@ -45,6 +45,7 @@ Atol = Annotated[Optional[float], typer.Option("--atol", help="Absolute rank tol
 Device = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
 Out = Annotated[Optional[Path], typer.Option("--out", help="Write the records to this parquet file (atomically).")]
 Plot = Annotated[Optional[Path], typer.Option("--plot", help="Draw the sweep curve(s) to this .png/.pdf/.svg file.")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr (shown only when stderr is a terminal).")]
 
 # Options of the commands that run a model over data (check, capacity).
 ModelArg = Annotated[str, typer.Argument(help="An alias (vit-base, bert-base, bert-large, gpt2, gpt2-large), a Hugging Face id, a local folder, or timm:<name>.")]
@@ -123,11 +124,24 @@ def renamed(old_flag: str, old_value, new_flag: str, new_value, note: str = ""):
     return old_value
 
 
-def check_stdout(fmt: Format) -> None:
-    """Binary parquet is not for a terminal: refuse it before any work."""
+def importing(quiet: bool):
+    """A spinner on stderr while a command imports the library (torch and the model libraries take
+    seconds); nothing when nobody watches (see :func:`mhaaudit.progress.progress_enabled`)."""
+    from ..progress import progress_enabled, status
+
+    return status("Starting: importing torch and the model libraries", progress_enabled(quiet))
+
+
+def parquet_to_stdout(fmt: Format) -> bool:
+    """Whether ``--format parquet`` sends its bytes to stdout: not to a terminal (``--out`` gets them)."""
+    return fmt == Format.parquet and not sys.stdout.isatty()
+
+
+def check_stdout(fmt: Format, out: Path | None = None) -> None:
+    """Binary parquet is not for a terminal: refuse it before any work, unless ``--out`` takes the records."""
     from ..errors import InputError
 
-    if fmt == Format.parquet and sys.stdout.isatty():
+    if fmt == Format.parquet and sys.stdout.isatty() and out is None:
         raise InputError("--format parquet writes binary data to stdout; redirect it to a file or pipe, or use --out FILE.parquet")
 
 
@@ -143,22 +157,24 @@ def prepare_outputs(out: Path | None, plot: Path | None, fmt: Format) -> None:
         check_writable(out)
     if plot is not None:
         check_plot_path(plot)
-    check_stdout(fmt)
+    check_stdout(fmt, out)
 
 
 def emit(fmt: Format, meta: dict, records: list[dict], *, render: Callable[[], None],
-         sweep: list[dict] | None = None, document: dict | None = None, out: Path | None = None) -> None:
+         sweep: list[dict] | None = None, document: dict | None = None, out: Path | None = None,
+         write_out: bool = True) -> None:
     """The one output path of every command.
 
     ``records`` (and the ``sweep`` rows, which follow them in parquet tagged ``check = "sweep"``)
     go to the ``out`` parquet file when one is given, stamped with ``meta``. Then stdout gets the
     JSON ``document`` (default ``{"meta", "records"[, "sweep"]}``) as strict JSON, the same rows
-    as parquet, or, for the table, whatever ``render()`` prints.
+    as parquet (not to a terminal: there ``--out`` has them, and stderr says so), or, for the
+    table, whatever ``render()`` prints.
     """
     from ..tables import table_rows
 
     rows = table_rows(records, sweep)
-    if out is not None:
+    if out is not None and write_out:  # write_out=False: the command wrote its --out file itself
         from ..io import write_parquet
 
         write_parquet(rows, out, meta)
@@ -168,10 +184,12 @@ def emit(fmt: Format, meta: dict, records: list[dict], *, render: Callable[[], N
         if document is None:
             document = {"meta": meta, "records": records} | ({} if sweep is None else {"sweep": sweep})
         print_json(document)
-    elif fmt == Format.parquet:
+    elif parquet_to_stdout(fmt):
         from ..io import parquet_bytes
 
         sys.stdout.buffer.write(parquet_bytes(rows, meta))
         sys.stdout.flush()
+    elif fmt == Format.parquet:  # stdout is a terminal: the records are in the --out file (prepare_outputs)
+        print(f"Wrote {out} (parquet is not printed to a terminal)", file=sys.stderr)
     else:
         render()

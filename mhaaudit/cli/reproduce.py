@@ -16,11 +16,13 @@ from .options import (
     FormatOpt,
     Out,
     Plot,
+    Quiet,
     Samples,
     Seed,
     Split,
     Threshold,
     emit,
+    importing,
     prepare_outputs,
 )
 
@@ -70,6 +72,7 @@ def reproduce(
     fmt: FormatOpt = Format.table,
     out: Out = None,
     plot: Plot = None,
+    quiet: Quiet = False,
 ) -> None:
     """Run one of the paper's experiments with its settings and print each published value beside ours.
 
@@ -77,17 +80,18 @@ def reproduce(
     paper's checkpoints; offline, the built-in data and random weights (trained columns need --weights).
     A row matches when the verdicts agree; every difference comes with its reason, taken from the run.
     """
-    from .. import validate
-    from ..progress import progress_enabled
-    from ..reproduce import reproduce_paper
-    from ..settings import Settings
+    with importing(quiet):  # the library, torch with it: seconds
+        from .. import validate
+        from ..progress import progress_enabled
+        from ..reproduce import reproduce_paper
+        from ..settings import Settings
 
     target = validate.choice("target", target, TARGETS)
     _refuse_inapplicable(ctx, target)
     Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed)  # bad values: before any work
     prepare_outputs(out, plot, fmt)
     keys = MODEL_KEYS.get(target, ())
-    options = dict(seed=seed, device=device, progress=progress_enabled(fmt.value))
+    options = dict(seed=seed, device=device, progress=progress_enabled(quiet))
     if target == "figure2":
         options |= dict(preset=preset if preset is not None or values is not None else "cpu", values=values, sizes=sizes,
                         max_steps=max_steps)

@@ -256,7 +256,7 @@ def subset_test(
     check: str = "kruskal",
     stats: SetStats | None = None,
     histogram_limit: int | None = None,
-    stop_when_decided: bool = False,
+    stop_when_decided: bool = True,
     progress: Progress | None = None,
 ) -> SubsetTest:
     """Estimate whether every k rows of X are independent: N draws of k distinct rows.
@@ -268,9 +268,10 @@ def subset_test(
     counted as rank < k) plus all satisfied draws; by default its size adapts to the cost of
     one eigen-decomposition (100 draws up to k = 270, 10 at k = 768).
 
-    With ``stop_when_decided`` sampling stops as soon as the verdict can no longer change (more
-    than ``(1 - threshold) * samples`` dependent draws); the fraction and interval are then over
-    the draws made, which the result records as ``samples``.
+    With ``stop_when_decided`` (the default, as ``mhaaudit kruskal`` and ``check`` without
+    ``--all-draws``) sampling stops as soon as the verdict can no longer change (more than
+    ``(1 - threshold) * samples`` dependent draws); the fraction and interval are then over the
+    draws made, which the result records as ``samples`` (``planned_samples``: those asked for).
     """
     X = as_matrix(X)
     k = validate.integer("--k", k)

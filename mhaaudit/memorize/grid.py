@@ -14,6 +14,7 @@ from typing import Sequence
 import torch
 
 from .. import validate
+from ..defaults import MEMORIZE_PRESETS
 from ..errors import InputError
 from ..settings import device_name, resolve_device
 from .data import DIM
@@ -28,22 +29,8 @@ VARY = ("heads", "n", "head-dim")
 _VARY_ALIASES = {"h": "heads", "head_dim": "head-dim", "dh": "head-dim"}
 _PARAM = {"heads": "heads", "n": "n", "head-dim": "head_dim"}
 
-_PAPER_VALUES = (1, 5, 10, 20, 30, 40, 50, 60)
-
-#: The paper's grids (Figure 2). The label-set sizes T are this project's choice (the paper does
-#: not list them in the text): they straddle the number of examples the model memorises at the
-#: ends of each grid (about 140 per head at n = 32 on the paper's App. H numbers), so that each
-#: curve rises before it saturates at 1.0. ``cpu`` is a small grid that finishes in under a
-#: minute on two CPU cores (its 8 points train in 3 stacked groups): it trains at most 6000
-#: steps per point (the paper rule would be 50k), which is enough for clear growth with H but
-#: under-trains the larger sizes (doubling to 12000 steps moved the memorised fractions by less
-#: than 0.04 on this grid).
-PRESETS: dict[str, dict] = {
-    "paper-fig2a": dict(vary="heads", values=_PAPER_VALUES, n=32, head_dim=64, sizes=(1000, 2000, 5000, 10000)),
-    "paper-fig2b": dict(vary="n", values=_PAPER_VALUES, heads=20, head_dim=64, sizes=(1000, 2000, 5000)),
-    "paper-fig2c": dict(vary="head-dim", values=(10, 16, 24, 32, 40, 48, 56, 64), heads=30, n=32, sizes=(2000, 5000, 10000)),
-    "cpu": dict(vary="heads", values=(1, 2, 4, 8), n=32, head_dim=64, sizes=(500, 1000), max_steps=6000),
-}
+#: The paper's grids (Figure 2) and the small ``cpu`` grid: see :data:`mhaaudit.defaults.MEMORIZE_PRESETS`.
+PRESETS: dict[str, dict] = MEMORIZE_PRESETS
 
 _DEFAULTS = dict(n=32, heads=4, head_dim=64)
 

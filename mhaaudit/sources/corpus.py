@@ -184,12 +184,24 @@ def _files(packages: list[tuple[str, str]]) -> list[tuple[str, str, Path]]:
     return files
 
 
-def _build(versions: list[tuple[str, str]]) -> Corpus:
+def _build(versions: list[tuple[str, str]], progress: bool = False, cached_in: Path | None = None) -> Corpus:
+    from ..progress import log, task
+
     files = _files(versions)
+    log("Building the built-in text corpus from the docstrings of " + ", ".join(n for n, _ in versions)
+        + (f" (once; the result is cached in {cached_in})" if cached_in is not None else ""), progress)
+    with task("reading docstrings", len(files), progress) as advance:
+        documents, words, duplicates, code = _read_files(files, advance)
+    return Corpus(tuple(documents), tuple(versions), words, duplicates, code)
+
+
+def _read_files(files: list[tuple[str, str, Path]], advance) -> tuple[list, int, int, int]:
+    """The documents of ``files`` and the counts (words kept, paragraphs repeated, code blocks dropped)."""
     seen: set[bytes] = set()
     documents = []
     words = duplicates = code = 0
     for group, module, path in files:
+        advance(1)
         try:
             source = path.read_bytes()
         except OSError:
@@ -209,7 +221,7 @@ def _build(versions: list[tuple[str, str]]) -> Corpus:
             text = "\n\n".join(kept)
             words += len(text.split())
             documents.append((group, module, text))
-    return Corpus(tuple(documents), tuple(versions), words, duplicates, code)
+    return documents, words, duplicates, code
 
 
 def _cache_key(versions: list[tuple[str, str]]) -> str:
@@ -271,16 +283,19 @@ def _build_lock(path: Path):
 _LOADED: dict[Path, Corpus] = {}
 
 
-def docstring_corpus(packages: tuple[str, ...] | list[str] | None = None, *, cache: bool = True) -> Corpus:
+def docstring_corpus(packages: tuple[str, ...] | list[str] | None = None, *, cache: bool = True,
+                     progress: bool = False) -> Corpus:
     """The corpus of the installed ``packages`` (default :data:`DEFAULT_PACKAGES`; ``"stdlib"``
     is the standard library, any other name a top-level module), cached on disk (``cache``).
 
     Packages that are not installed are left out; the corpus names those read and their
-    versions. Loaded corpora are also kept for the life of the process.
+    versions. Loaded corpora are also kept for the life of the process. With ``progress``, a
+    build (the first run; tens of seconds) says on stderr what it reads and where it caches it,
+    and shows a bar.
     """
     versions = _installed(tuple(DEFAULT_PACKAGES if packages is None else packages))
     if not cache:
-        return _build(versions)
+        return _build(versions, progress)
     key = _cache_key(versions)
     path = cache_dir("corpus") / f"docstrings-{key}.json.gz"
     corpus = _LOADED.get(path) or _read_cache(path, key)
@@ -288,7 +303,7 @@ def docstring_corpus(packages: tuple[str, ...] | list[str] | None = None, *, cac
         with _build_lock(path):
             corpus = _read_cache(path, key)  # another process may have built it meanwhile
             if corpus is None:
-                corpus = _build(versions)
+                corpus = _build(versions, progress, cached_in=path.parent)
                 _write_cache(path, key, corpus)
     _LOADED[path] = corpus
     return corpus

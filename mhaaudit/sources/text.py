@@ -115,10 +115,11 @@ class BuiltinText(TextSource):
 
     sampled = True
 
-    def __init__(self, limit: int | None = None, seed: int = 0, packages: tuple[str, ...] | None = None) -> None:
+    def __init__(self, limit: int | None = None, seed: int = 0, packages: tuple[str, ...] | None = None,
+                 progress: bool = False) -> None:
         from .corpus import docstring_corpus
 
-        self.corpus = docstring_corpus(packages)
+        self.corpus = docstring_corpus(packages, progress=progress)
         if not self.corpus.documents:
             raise DataError("the built-in text corpus is empty: no installed package documentation was found")
         self.seed = seed
@@ -305,7 +306,7 @@ def _no_columns(text_column: str | None, what: str) -> None:
 
 
 def text_source(data: str | None = None, *, split: str = "train", limit: int | None = None, seed: int = 0,
-                text_column: str | None = None) -> TextSource:
+                text_column: str | None = None, progress: bool = False) -> TextSource:
     """The text source that ``data`` names.
 
     - ``None`` or ``"builtin"``: the prose of the installed packages' docstrings, read in a
@@ -322,15 +323,16 @@ def text_source(data: str | None = None, *, split: str = "train", limit: int | N
     The text is the column or field ``text_column``, else one with a well-known name (text,
     content, body, sentence, document, ...), else the only string column; anything else is
     refused with the columns found. ``limit`` caps the number of documents. ``seed`` orders the
-    built-in corpus; the other sources keep their own order. Raises OfflineError at once for a
-    hub dataset while offline, DataError for missing or empty data, InputError for bad arguments.
+    built-in corpus; the other sources keep their own order. ``progress``: building the built-in
+    corpus (once) shows on stderr. Raises OfflineError at once for a hub dataset while offline,
+    DataError for missing or empty data, InputError for bad arguments.
     """
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise InputError(f"limit must be a positive number of documents, got {limit!r}")
     if is_builtin(data):
         _no_columns(text_column, "the built-in text")
         no_split(split, "the built-in text")
-        return BuiltinText(limit=limit, seed=seed)
+        return BuiltinText(limit=limit, seed=seed, progress=progress)
     kind, target = classify(data)
     if kind == "dir":
         if is_saved_dataset(target):
