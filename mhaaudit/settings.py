@@ -38,9 +38,14 @@ import torch
 
 from .errors import InputError
 
-__all__ = ["DEFAULT_SAMPLES", "DEFAULT_THRESHOLD", "PURPOSES", "Settings", "derive_seed", "device_name", "resolve_device"]
+__all__ = ["DEFAULT_SAMPLES", "DEFAULT_THRESHOLD", "MAX_SAMPLES", "MAX_SEED", "PURPOSES", "Settings", "derive_seed", "device_name", "resolve_device"]
 
 DEFAULT_SAMPLES = 5000
+# The draws are made in blocks and counted, never held, so their number sizes no allocation; the
+# counts and fractions are exact in float64 up to 2^53 draws, the most a test takes.
+MAX_SAMPLES = 2**53
+# Seeds are stored as 64-bit signed integers (parquet, JSON readers): 0 to 2^63 - 1.
+MAX_SEED = 2**63 - 1
 DEFAULT_THRESHOLD = 0.99
 PURPOSES = ("model-init", "data", "random-attention", "draws", "labels", "memorize")
 
@@ -118,9 +123,9 @@ class Settings:
 
         return cls(
             device=resolve_device(device),
-            samples=validate.integer("--samples", samples),
+            samples=validate.integer("--samples", samples, maximum=MAX_SAMPLES),
             threshold=validate.fraction("--threshold", threshold),
-            seed=validate.integer("--seed", seed, minimum=0),
+            seed=validate.integer("--seed", seed, minimum=0, maximum=MAX_SEED),
             rtol=validate.tolerance("--rtol", rtol),
             atol=validate.tolerance("--atol", atol),
             stop_when_decided=bool(stop_when_decided),

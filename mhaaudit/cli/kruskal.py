@@ -71,7 +71,7 @@ def kruskal(
     """Estimate the Kruskal rank of a set of vectors: Monte-Carlo tests at candidate sizes, or a sweep."""
     from .. import validate
     from ..errors import InputError
-    from ..io import stamp
+    from ..io import refuse_inputs, stamp
     from ..kruskal import as_matrix, set_stats
     from ..progress import log, progress_enabled
     from ..render import render_kruskal
@@ -81,6 +81,7 @@ def kruskal(
     settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
                                 progress=progress_enabled(fmt.value))
     prepare_outputs(out, plot, fmt)
+    refuse_inputs({"--out": out, "--plot": plot}, [features, weights, data])
     ks = [validate.integer("--k", kk) for kk in dict.fromkeys(k or [])]
     n = None if n is None else validate.integer("--n", n)
     _refuse_unused(ctx, features, data)

@@ -77,11 +77,13 @@ def memorize(
     Without --epochs/--max-steps each point trains max(500 epochs, 50k steps), as in the paper.
     Appendix H's saturation study: --heads 4 --n 32 --sizes 550 --saturation.
     """
+    from ..io import refuse_inputs
     from ..memorize import run_memorize_grid
     from ..progress import progress_enabled
     from ..render import render_memorize
 
     prepare_outputs(out, plot, format)
+    refuse_inputs({"--plot": plot}, [out])
     if task == Task.regression:
         refuse_unused(ctx, ("classes",), "with --task regression: the labels are numbers in [0, 1]")
     else:

@@ -78,6 +78,7 @@ def reproduce(
     A row matches when the verdicts agree; every difference comes with its reason, taken from the run.
     """
     from .. import validate
+    from ..io import refuse_inputs
     from ..progress import progress_enabled
     from ..reproduce import reproduce_paper
     from ..settings import Settings
@@ -86,6 +87,7 @@ def reproduce(
     _refuse_inapplicable(ctx, target)
     Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed)  # bad values: before any work
     prepare_outputs(out, plot, fmt)
+    refuse_inputs({"--out": out, "--plot": plot}, [data, *(w.partition("=")[2] or w for w in weights or [])])
     keys = MODEL_KEYS.get(target, ())
     options = dict(seed=seed, device=device, progress=progress_enabled(fmt.value))
     if target == "figure2":

@@ -15,7 +15,7 @@ import torch
 
 from .. import validate
 from ..errors import InputError
-from ..settings import device_name, resolve_device
+from ..settings import MAX_SEED, device_name, resolve_device
 from .data import DIM
 from .grouping import default_budget, plan_groups
 from .results import (GroupRecord, MemorizeGrid, MemorizeRun, config_dict, config_key, heads_fits, row_to_run,
@@ -203,12 +203,12 @@ def run_memorize_grid(
 
 
 def _seeds(seed, seeds) -> list[int]:
-    seed = validate.integer("--seed", 0 if seed is None else seed, minimum=0)
+    seed = validate.integer("--seed", 0 if seed is None else seed, minimum=0, maximum=MAX_SEED)
     if seeds is None:
         return [seed]
     if seed != 0:
         raise InputError("give either --seed or --seeds, not both")
-    return validate.int_ranges(seeds, "--seeds", what="seeds", example="0-5 or 0,1,4", minimum=0)
+    return validate.int_ranges(seeds, "--seeds", what="seeds", example="0-5 or 0,1,4", minimum=0, maximum=MAX_SEED)
 
 
 def _budget(gib, device: torch.device) -> int:
@@ -297,4 +297,5 @@ class _Store:
         if self.path is None:
             return
         self.rows.update({k: run_to_row(r) for k, r in runs.items()})
-        write_parquet(list(self.rows.values()), self.path, self.meta)
+        # Written now, not with the run's other outputs: it keeps the points done if the run stops.
+        write_parquet(list(self.rows.values()), self.path, self.meta, now=True)
