@@ -30,6 +30,7 @@ and a part's stream does not depend on how many parts run or in which order.
 
 from __future__ import annotations
 
+import os
 import zlib
 from dataclasses import dataclass, replace
 
@@ -70,6 +71,8 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
     """
     if isinstance(spec, torch.device):
         return spec
+    if isinstance(spec, str) and not spec.strip():
+        raise InputError("--device is empty (use auto, cpu, cuda or cuda:N)")
     spec = (spec or "auto").strip().lower()
     if spec == "auto":
         return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
@@ -86,6 +89,41 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
             raise InputError(f"--device {spec}: only {torch.cuda.device_count()} CUDA device(s) present")
         return dev
     raise InputError(f"not a device: {spec!r} (use auto, cpu, cuda or cuda:N)")
+
+
+KERNELS_ENV = "MHAAUDIT_KERNELS"  # "torch": the batched device kernels decide on the CPU too
+DECODE_WORKERS_ENV = "MHAAUDIT_DECODE_WORKERS"  # threads that decode images
+MAX_DECODE_WORKERS = 256
+
+
+def kernels_env() -> str:
+    """``$MHAAUDIT_KERNELS``: "" (unset: the kernels follow the device) or "torch"; anything else is refused."""
+    raw = os.environ.get(KERNELS_ENV, "")
+    value = raw.strip().lower()
+    if value not in ("", "torch"):
+        raise InputError(f"{KERNELS_ENV}={raw!r}: set it to torch (the batched kernels on the CPU too) or unset it")
+    return value
+
+
+def decode_workers_env() -> int | None:
+    """``$MHAAUDIT_DECODE_WORKERS``: a whole number of threads from 1 to 256, or None when unset."""
+    raw = os.environ.get(DECODE_WORKERS_ENV, "")
+    if not raw.strip():
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_DECODE_WORKERS:
+        raise InputError(f"{DECODE_WORKERS_ENV}={raw!r}: give a whole number of threads from 1 to {MAX_DECODE_WORKERS}, "
+                         "or unset it")
+    return value
+
+
+def check_environment() -> None:
+    """Refuse, before any work, a setting of mhaaudit's environment variables that means nothing."""
+    kernels_env()
+    decode_workers_env()
 
 
 def device_name(device: torch.device) -> str:
@@ -121,6 +159,7 @@ class Settings:
         """Check every field and resolve the device (an unavailable device is an input error here)."""
         from . import validate
 
+        check_environment()
         return cls(
             device=resolve_device(device),
             samples=validate.integer("--samples", samples, maximum=MAX_SAMPLES),

@@ -25,7 +25,6 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import os
 from collections.abc import Iterable, Sequence
 from typing import Callable
 
@@ -35,7 +34,7 @@ import torch
 from ..errors import InputError
 from ..numerics import lapack, numerics, philox
 from ..numerics.philox import split_key
-from ..settings import derive_seed
+from ..settings import KERNELS_ENV, derive_seed, kernels_env
 
 __all__ = ["DRAW_BLOCK", "FULL_GRAM_MAX_BYTES", "Gram", "Progress", "as_matrix", "block_specs", "blocks_in_order",
            "DEVICE_BATCH_BYTES", "DEVICE_FULL_GRAM_MAX_BYTES",
@@ -45,7 +44,6 @@ DRAW_BLOCK = 64  # draws come in fixed blocks, each with its own generator key
 FULL_GRAM_MAX_BYTES = 512 << 20  # on the CPU the full T x T float64 Gram is formed up to this size (T <= 8192)
 DEVICE_FULL_GRAM_MAX_BYTES = 2 << 30  # on a GPU, up to this size (T <= 16384)
 DEVICE_BATCH_BYTES = 2 << 30  # one batched call of the device kernels holds this much (on a GPU: or 1/8 of its memory)
-KERNELS_ENV = "MHAAUDIT_KERNELS"  # "torch": the batched device kernels decide on the CPU too (tests of the GPU route)
 
 Progress = Callable[[int], None]
 
@@ -78,7 +76,7 @@ def device_kernels(device: torch.device) -> bool:
     environment sets ``MHAAUDIT_KERNELS=torch`` (how the test suite checks the GPU route draw by
     draw on a machine without one) or when SciPy's LAPACK API is missing. Decisions are the same
     either way."""
-    return device.type != "cpu" or os.environ.get(KERNELS_ENV, "").strip().lower() == "torch" or not lapack.available()
+    return device.type != "cpu" or kernels_env() == "torch" or not lapack.available()
 
 
 class Gram:
