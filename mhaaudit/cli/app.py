@@ -221,6 +221,15 @@ class _Stdout:
         return _Stdout(self._stream.buffer)
 
 
+def _lost_rank() -> str | None:
+    """Under torchrun, the line naming a rank of the job that failed or is gone (None otherwise)."""
+    if "torch.distributed" not in sys.modules:  # no job: nothing to ask (and nothing imported)
+        return None
+    from ..distributed import lost_rank_line
+
+    return lost_rank_line()
+
+
 def _silence_stdout() -> None:
     """After a closed pipe: point stdout at /dev/null, so that the interpreter's last flush finds no
     pipe to complain about (Python's recommended handling of a closed pipe)."""
@@ -268,12 +277,15 @@ def main(argv: list[str] | None = None) -> int:
         rule = next((r for r in ERRORS if isinstance(exc, r.types)), None)
         if rule is None or (debug and rule.traceback_in_debug):
             raise  # SystemExit and the like, or a traceback asked for
-        message = rule.message(exc)
+        message, rv = rule.message(exc), rule.code
+        if isinstance(exc, Terminated):  # under torchrun: the launcher ends rank 0 once another rank has died
+            lost = _lost_rank()
+            if lost:
+                message, rv = lost, 2
         if message:
             print(f"Error: {message}", file=sys.stderr)
         if isinstance(exc, StdoutClosed):
             _silence_stdout()
-        rv = rule.code
     else:
         if rv == INTERRUPTED_STATUS:  # newer Typer turns Ctrl-C into this status, silently: say it
             print(f"Error: {INTERRUPTED}", file=sys.stderr)
