@@ -189,10 +189,19 @@ class StdoutClosed(Exception):
 
 class _Stdout:
     """``sys.stdout`` during a command: a failed write becomes a known error (a closed pipe:
-    :class:`StdoutClosed`; a full disk or any other failure: an ``OutputError``), not a bug."""
+    :class:`StdoutClosed`; a full disk or any other failure: an ``OutputError``), not a bug.
 
-    def __init__(self, stream):
-        self._stream = stream
+    Writes go to the file descriptor at once, whole (``os.write`` until every byte is taken): a
+    buffered writer can take a large write that the pipe takes only in part and report success,
+    so a reader that left early (``| head -c 10``) would go unnoticed.
+    """
+
+    def __init__(self, stream, binary: bool = False):
+        self._stream, self._binary = stream, binary
+        try:
+            self._fd = stream.fileno()
+        except (OSError, ValueError, AttributeError):  # not a real file (a test's capture): its own write
+            self._fd = None
 
     def __getattr__(self, name):
         return getattr(self._stream, name)
@@ -207,18 +216,29 @@ class _Stdout:
 
             raise OutputError(f"cannot write to stdout: {exc.strerror or one_line(exc)}") from exc
 
+    def _write_fd(self, data) -> None:
+        raw = data if self._binary else data.encode(self._stream.encoding or "utf-8", self._stream.errors or "strict")
+        self._stream.flush()
+        view = memoryview(raw)
+        while view:
+            view = view[os.write(self._fd, view):]
+
     def write(self, data):
-        return self._guard(self._stream.write, data)
+        if self._fd is None:
+            return self._guard(self._stream.write, data)
+        self._guard(self._write_fd, data)
+        return len(data)
 
     def writelines(self, lines):
-        return self._guard(self._stream.writelines, lines)
+        for line in lines:
+            self.write(line)
 
     def flush(self):
         return self._guard(self._stream.flush)
 
     @property
     def buffer(self):
-        return _Stdout(self._stream.buffer)
+        return _Stdout(self._stream.buffer, binary=True)
 
 
 def _lost_rank() -> str | None:
