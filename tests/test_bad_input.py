@@ -29,6 +29,16 @@ from mhaaudit.io import stamp, write_parquet
 pytest.importorskip("transformers")
 
 
+class _Planted:
+    """Unpickling this creates the file ``marker``: a stand-in for code hidden in a pickle."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory, vit_dir, bert_dir, image_dir):
     """The input files the cases read (never written to by them)."""
@@ -55,12 +65,17 @@ def inputs(tmp_path_factory, vit_dir, bert_dir, image_dir):
     (d / "planted").mkdir()
     (d / "planted" / "random").symlink_to(d / "outside")
     (d / "holder" / "random").mkdir(parents=True)
+    # Pickles that would run code if unpickled (they create the file "marker"): never unpickled.
+    marker = d / "marker"
+    np.save(d / "pickled.npy", np.array([_Planted(str(marker)), 1], dtype=object), allow_pickle=True)
+    torch.save({"queries": torch.from_numpy(X), "planted": _Planted(str(marker))}, d / "pickled.pt")
     paths = {"npy": d / "m.npy", "pt2": d / "two.pt", "st2": d / "two.safetensors", "results": d / "results.parquet",
              "feat": d / "feat", "vit": vit_dir, "bert": bert_dir, "images": image_dir,
              "v0": FIXTURES / "results" / "check-v0.parquet", "fpq": d / "f.parquet", "fpq_link": d / "f-link.parquet",
              "dangling_pq": d / "dangling.parquet", "dangling_png": d / "dangling.png",
              "dangling_folder": d / "dangling-folder", "planted": d / "planted", "holder": d / "holder",
-             "inside_column": d / "holder" / "random"}
+             "inside_column": d / "holder" / "random", "pickled_npy": d / "pickled.npy",
+             "pickled_pt": d / "pickled.pt", "marker": marker}
     return {k: str(v) for k, v in paths.items()}
 
 
@@ -153,6 +168,10 @@ CASES = [
     ("kruskal-remote-code-on-file", "kruskal {npy} --trust-remote-code", "--trust-remote-code has no effect"),
     ("memorize-empty-grid", "memorize", "the grid is empty"),
     ("memorize-values-without-vary", "memorize --sizes 16 --values 1,2", "--values needs --vary"),
+    # --- what is read is never executed: pickles are refused unread (np.load(allow_pickle=False),
+    #     torch.load(weights_only=True)); the run asserts that the pickle's marker file never appears
+    ("npy-pickle-not-unpickled", "kruskal {pickled_npy}", "pickled.npy"),
+    ("pt-pickle-not-unpickled", "kruskal {pickled_pt} --key queries", "pickled.pt"),
     # --- writes go exactly where the user said: never over an input, never through a planted link
     ("out-is-the-input", "kruskal {fpq} --out {fpq}", "--out {fpq} is an input of this run"),
     ("out-is-the-input-through-a-link", "kruskal {fpq} --out {fpq_link}", "is an input of this run"),
@@ -225,6 +244,7 @@ def test_refused_with_one_line(request, monkeypatch, capsys, inputs, tmp_path, c
     assert_one_error(rc, err, match.format(**inputs))
     assert stdout == ""
     assert os.listdir(os.path.join(os.path.dirname(inputs["npy"]), "outside")) == []
+    assert not os.path.exists(inputs["marker"]), "a pickle was unpickled"
     assert sorted(os.listdir(out)) == ["folder.parquet"] and os.listdir(out / "folder.parquet") == [], \
         "a file was left behind"
 
@@ -443,11 +463,10 @@ def tmpfs_full(tmp_path):
                                            capture_output=True).returncode != 0:
         pytest.skip("cannot mount a tmpfs here")
     try:
-        with open(mnt / "filler", "wb") as fh:
+        with open(mnt / "filler", "wb", buffering=0) as fh:
             try:
                 while True:
-                    fh.write(b"\0" * 4096)
-                    fh.flush()
+                    fh.write(b"\0" * 512)
             except OSError:
                 pass
         yield mnt

@@ -3,8 +3,9 @@
 The command modules define plain functions and know nothing of the app; this module imports
 and registers them. :data:`ERRORS` maps exception types to an exit status and a one-line
 message on stderr (known errors: status 2; anything else is a bug: status 3; Ctrl-C: status
-130, also while the libraries are still being imported). Set ``MHAAUDIT_DEBUG=1`` to see the
-traceback instead.
+130 and SIGTERM: status 143, also while the libraries are still being imported; stdout's reader
+gone: status 141, quietly). Set ``MHAAUDIT_DEBUG=1`` to see the traceback instead. A command's
+file outputs are staged and put in place only when it ends well (:func:`mhaaudit.io.staged_outputs`).
 """
 
 from __future__ import annotations
