@@ -190,6 +190,8 @@ CASES = [
     # --- every count that sizes an allocation is bounded before the work, the refusal names the largest that fits
     ("samples-huge", "kruskal {npy} --samples 99999999999999999999", "--samples must be at most 9007199254740992"),
     ("limit-huge", "check {vit} --limit 99999999999999999999", "--limit must be at most"),
+    ("batch-size-huge", "check {vit} --device cpu --variants random --limit 1000000 --batch-size 1000000",
+     "the largest --batch-size that fits in the memory available here is"),
     ("memorize-sizes-huge", "memorize --sizes 100000000000 --device cpu", "the largest --sizes that fits is"),
     ("memorize-heads-huge", "memorize --sizes 16 --heads 100000000 --device cpu", "the largest --heads that fits is"),
     ("memorize-n-huge", "memorize --sizes 16 --n 100000000 --device cpu", "the largest --n that fits is"),
@@ -210,7 +212,8 @@ CASES = [
 ]
 
 # Refused before any work: the data pass and the sampler are traps for these.
-AFTER_THE_START = {"nothing-to-audit"}  # known only once the model has been looked for
+AFTER_THE_START = {"nothing-to-audit",  # known only once the model has been looked for
+                   "batch-size-huge"}  # known once the model is loaded: refused as the data pass begins, unread
 
 
 @pytest.fixture()

@@ -17,7 +17,7 @@ from .. import validate
 from ..errors import InputError
 from ..settings import MAX_SEED, device_name, resolve_device
 from .data import DIM
-from .grouping import default_budget, plan_groups
+from .grouping import default_budget, device_memory, plan_groups
 from .results import (GroupRecord, MemorizeGrid, MemorizeRun, config_dict, config_key, heads_fits, row_to_run,
                       run_to_row, seed_summaries)
 from .training import Point, Recipe, intra_op_threads, train_group
@@ -232,7 +232,8 @@ def _train(pts: list[Point], todo: list[int], runs: list, keys: list[str], recip
 
     totals = [pts[i].plan(recipe).total for i in todo]
     plans = plan_groups([pts[i] for i in todo], totals=totals, out_dim=recipe.out_dim, batch=recipe.batch_size,
-                        shared=recipe.context == "shared", device=dev, budget=budget, max_points=max_group)
+                        shared=recipe.context == "shared", device=dev, budget=budget, max_points=max_group,
+                        ceiling=max(budget, device_memory(dev)))
     records: list = [None] * len(plans)
     stop = threading.Event()
 
