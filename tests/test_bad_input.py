@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import stat
 import sys
@@ -408,6 +409,8 @@ ENDINGS = [
     ("pipe-closed-table", "kruskal m.npy --k 3 --samples 50", "reader-gone", 141, ""),
     ("pipe-closed-after-10-bytes", "kruskal big.npy --sweep --samples 10 --format json", "reader-reads-10", 141, ""),
     ("sigterm-while-sampling", "kruskal big.npy --sweep --samples 100000000", "sigterm", 143, "terminated (SIGTERM)"),
+    ("sigterm-while-importing", "kruskal big.npy --sweep --samples 100000000", "sigterm-importing", 143,
+     "terminated (SIGTERM)"),
     ("disk-full-on-a-tmpfs", "kruskal m.npy --k 3 --samples 50 --format json", "disk-full", 2, "No space left on device"),
 ]
 
@@ -434,15 +437,23 @@ def _end_run(folder, args: list[str], how: str) -> tuple[int, str]:
         p.stdout.close()
         err = p.stderr.read().decode()
         return p.wait(timeout=300), err
-    assert how == "sigterm"
+    assert how in ("sigterm", "sigterm-importing")
+    if how == "sigterm-importing":  # Python reports each import on stderr: SIGTERM once click is imported
+        env["PYTHONPROFILEIMPORTTIME"] = "1"
+        marker, after = re.compile(r"^import time:.*\|\s+click$"), 0.0
+    else:  # SIGTERM a second after sampling has started
+        marker, after = re.compile(r"vectors in R\^300"), 1.0
     p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=folder, env=env, text=True)
     lines: list[str] = []
 
     def read() -> None:
+        sent = False
         for line in p.stderr:
-            lines.append(line)
-            if "vectors in R^300" in line:  # sampling has started
-                threading.Timer(1.0, p.send_signal, (signal.SIGTERM,)).start()
+            if not line.startswith("import time:"):
+                lines.append(line)
+            if not sent and marker.search(line.rstrip()):
+                threading.Timer(after, p.send_signal, (signal.SIGTERM,)).start()
+                sent = True
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
