@@ -391,9 +391,7 @@ def model_request(model: str, *, backend: str | None = None, weights: str | None
 def data_request(data: str | None, split: str, limit, batch_size, keep_duplicates: bool = False) -> DataRequest:
     """A checked :class:`DataRequest` (``batch_size``: a positive integer or ``"auto"``)."""
     from . import validate
-    from .batching import parse_batch_size
-
-    from .batching import available_memory
+    from .batching import available_memory, parse_batch_size
 
     # Whatever the model, every example kept costs its vectors (at least 64 bytes): a bound before any work.
     return DataRequest(data=data, split=split, limit=validate.integer("--limit", limit, maximum=available_memory() // 64),

@@ -19,7 +19,7 @@ import torch
 
 from .checks import ContextRankResult, ContextRanks, assumption_2_from_arrays
 from .errors import InputError, OutputError
-from .io import atomic_path, make_output_folder, stamp, staged_outputs
+from .io import atomic_path, make_output_folder, staged_outputs, stamp
 from .numerics import RankRule
 
 FEATURES_FILE = "features.safetensors"

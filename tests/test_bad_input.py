@@ -427,7 +427,8 @@ def _end_run(folder, args: list[str], how: str) -> tuple[int, str]:
     argv = [sys.executable, "-m", "mhaaudit", *args]
     if how == "stdout-full":
         with open("/dev/full", "wb") as full:
-            p = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, cwd=folder, env=env, timeout=300, text=True)
+            p = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, cwd=folder, env=env, timeout=300, text=True,
+                               check=False)
         return p.returncode, p.stderr
     if how in ("reader-gone", "reader-reads-10"):
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=folder, env=env, text=False)
@@ -474,7 +475,7 @@ def tmpfs_full(tmp_path):
     mnt = tmp_path / "full"
     mnt.mkdir()
     if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
-                                           capture_output=True).returncode != 0:
+                                           capture_output=True, check=False).returncode != 0:
         pytest.skip("cannot mount a tmpfs here")
     try:
         with open(mnt / "filler", "wb", buffering=0) as fh:
@@ -485,7 +486,7 @@ def tmpfs_full(tmp_path):
                 pass
         yield mnt
     finally:
-        subprocess.run(["umount", str(mnt)], capture_output=True)
+        subprocess.run(["umount", str(mnt)], capture_output=True, check=False)
 
 
 @pytest.mark.parametrize("case, args, how, status, match", ENDINGS, ids=[c[0] for c in ENDINGS])
@@ -502,7 +503,8 @@ def test_every_ending_is_one_line(request, tmp_path, case, args, how, status, ma
         env = dict(os.environ, PYTHONPATH=ROOT, HF_HUB_OFFLINE="1")
         env.pop("MHAAUDIT_DEBUG", None)
         p = subprocess.run([sys.executable, "-m", "mhaaudit", *shlex.split(args), "--out", str(full / "out.parquet"),
-                            "--plot", "out.png"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+                            "--plot", "out.png"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+                           check=False)
         rc, err = p.returncode, p.stderr
         assert sorted(os.listdir(full)) == ["filler"], "a temporary was left on the full disk"
     else:

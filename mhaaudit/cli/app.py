@@ -85,12 +85,12 @@ try:  # Ctrl-C (or SIGTERM) while the libraries load (before main runs) gets the
 
     from .. import __version__
     from ..errors import MhaauditError, one_line
+    from ..io import staged_outputs
     from .capacity import capacity
     from .check import check
     from .kruskal import kruskal
     from .memorize import memorize
     from .reproduce import reproduce
-    from ..io import staged_outputs
 except KeyboardInterrupt:  # pragma: no cover - exercised by sending SIGINT to a subprocess
     _interrupted()
 except Terminated:  # pragma: no cover - exercised by sending SIGTERM to a subprocess

@@ -257,7 +257,7 @@ class Units(Sequence):
         self.blocks = -(-self.samples // DRAW_BLOCK)
 
     def __len__(self) -> int:
-        return -(-self.blocks // self.step)
+        return -(-self.blocks // self.step)  # noqa: PLE0303 - a ceiling division of non-negative counts
 
     def __getitem__(self, i):
         if isinstance(i, slice):
