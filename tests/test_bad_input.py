@@ -6,6 +6,10 @@ file left behind: no output, no temporary file.
 Each case names the arguments (``{npy}`` and the like stand for the inputs made below; ``{out}``
 for the test's own empty output folder) and a piece of the one error line. Cases refused before
 the work also run with the data pass and the Monte-Carlo sampler replaced by a trap.
+
+Two more tables follow, one case a row: ``FULL_DISK`` (an output meets a full disk: no output of
+the run is left and no earlier file is replaced) and ``ENDINGS`` (every other way a run ends: a
+full stdout, a closed pipe, SIGTERM, a full tmpfs), each with its exit status and one line.
 """
 
 from __future__ import annotations
