@@ -232,6 +232,19 @@ def _reducer_consumer(group: Sequence[Probe], reducers: dict, ra):
     return consume
 
 
+def _check_limit_fits(data: DataRequest, info, probes: int) -> None:
+    """The reduced features of T examples must fit in memory: each probe point keeps two float32
+    vectors of d per example, and the checks a float64 copy of one of them and a scaled copy."""
+    from .batching import available_memory
+
+    per_example = probes * 2 * 4 * info.d + 2 * 8 * info.d
+    most = available_memory() // max(per_example, 1)
+    if data.limit > most:
+        raise InputError(f"--limit {data.limit}: the features of {info.name} (d = {info.d}, {probes} probe point(s)) "
+                         f"would need about {data.limit * per_example / 2**30:.3g} GiB; the largest --limit that fits "
+                         f"in the memory available here is {most}")
+
+
 def _check_limit_reaches_n(data: DataRequest, info) -> None:
     """Assumptions 1 and 3 draw n of the T examples: T < n is refused before the data pass."""
     if data.limit < info.n:
@@ -279,6 +292,7 @@ def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataR
         out.timings[f"load {init}"] = round(time.perf_counter() - t0, 3)
         info = pm.info
         _check_limit_reaches_n(data, info)
+        _check_limit_fits(data, info, len(group))
         if info.n > info.d and not any("cannot hold" in x for x in out.notes):
             out.notes.append(_n_above_d_note(info))
             if on_note is not None:
@@ -408,12 +422,13 @@ def data_request(data: str | None, split: str, limit, batch_size, keep_duplicate
                  convert_rgb: bool = False) -> DataRequest:
     """A checked :class:`DataRequest` (``batch_size``: a positive integer or ``"auto"``)."""
     from . import validate
-    from .batching import parse_batch_size
+    from .batching import available_memory, parse_batch_size
 
     for name, value in (("text_column", text_column), ("image_column", image_column)):
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise InputError(f"{{param:{name}}} must name a column, got {value!r}")
-    return DataRequest(data=data, split=split, limit=validate.integer("--limit", limit),
+    # Whatever the model, every example kept costs its vectors (at least 64 bytes): a bound before any work.
+    return DataRequest(data=data, split=split, limit=validate.integer("--limit", limit, maximum=available_memory() // 64),
                        batch_size=parse_batch_size(batch_size), keep_duplicates=bool(keep_duplicates),
                        text_column=text_column, image_column=image_column, convert_rgb=bool(convert_rgb))
 

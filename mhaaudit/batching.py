@@ -60,6 +60,14 @@ def choose_batch_size(pm, layers: Sequence[int], asked: int | str, limit: int, *
     (default: :func:`available_memory`).
     """
     if asked != AUTO:
+        if getattr(getattr(pm, "device", None), "type", "cpu") == "cpu":  # refused before the work, not killed later
+            per = example_bytes(pm, layers)
+            avail = available_memory() if memory is None else int(memory)
+            most = max(1, avail // max(per, 1))
+            if min(int(asked), int(limit)) > most:
+                raise InputError(f"--batch-size {asked}: one batch would need about "
+                                 f"{min(int(asked), int(limit)) * per / 2**30:.3g} GiB of activations; the largest "
+                                 f"--batch-size that fits in the memory available here is {most}")
         return BatchChoice(int(asked), asked, "given")
     start = max(1, min(AUTO_MAX_BATCH, int(limit)))
     if halving is None:

@@ -68,7 +68,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from .errors import InputError, MhaauditError, one_line
 
-__all__ = ["RankCrashed", "RankFailed", "Session", "describe", "launched", "leave", "lockstep", "run_cli", "session", "shared"]
+__all__ = ["RankCrashed", "RankFailed", "Session", "describe", "launched", "leave", "lockstep", "lost_rank_line", "run_cli", "session", "shared"]
 
 TIMEOUT_ENV = "MHAAUDIT_DIST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 300.0
@@ -314,6 +314,25 @@ class Session:
 
     def describe(self) -> dict:
         return {"world_size": self.world_size, "backend": self.backend}
+
+
+def lost_rank_line() -> str | None:
+    """Under a job, the one line naming the rank that failed or is gone, else None: what rank 0
+    says when the launcher ends it (torchrun sends SIGTERM to the other processes once one has
+    died) before a collective has told it."""
+    s = _SESSION
+    if s is None or s.store is None:
+        return None
+    with contextlib.suppress(Exception):
+        notes = s._notes()
+        if notes:
+            r = min(notes)
+            return f"rank {r} of {s.world_size} failed: {notes[r][1]}"
+        dead = s._dead_ranks()
+        if dead:
+            return (f"rank {', '.join(map(str, dead))} of {s.world_size} stopped without reporting an error "
+                    "(killed, or out of memory); the job is ended")
+    return None
 
 
 def leave(code: int):

@@ -11,8 +11,7 @@ ranks back into single-process order.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import torch
 
 from .checks import ContextRankResult, ContextRanks, assumption_2_from_arrays
 from .errors import InputError, ModelError, OutputError
-from .io import ordinary_mode, safetensors_header, stamp
+from .io import atomic_path, make_output_folder, ordinary_mode, safetensors_header, staged_outputs, stamp
 from .numerics import RankRule
 
 FEATURES_FILE = "features.safetensors"
@@ -56,31 +55,41 @@ class FeatureSet:
         return assumption_2_from_arrays(self.context, n=self.n, d=self.d, rule=rule)
 
     def save(self, folder: str | Path) -> Path:
-        """Write ``features.safetensors`` and ``meta.json`` into ``folder`` (atomically)."""
+        """Write ``features.safetensors`` and ``meta.json`` into ``folder``: both or, on any failure, neither.
+
+        The files are staged as temporaries in ``folder`` and renamed into place (inside a run's
+        :func:`~mhaaudit.io.staged_outputs`, with the run's other outputs). A symbolic link at
+        ``folder`` is refused rather than followed; one at a file's place is replaced by the rename.
+        """
         from safetensors.torch import save_file
 
         dest = Path(folder)
+        if dest.is_symlink():
+            raise OutputError(f"cannot write features to {dest}: it is a symbolic link (to {os.readlink(dest)}); "
+                              "features are written into a real folder only")
         if dest.exists() and not dest.is_dir():
             raise OutputError(f"cannot write features to {dest}: it is a file")
         parent = dest.parent if str(dest.parent) else Path(".")
         if not parent.exists():
             raise OutputError(f"cannot write features to {dest}: folder {parent} does not exist")
-        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=parent))
-        try:
-            tensors = {"queries": self.queries.contiguous().cpu(), "a3": self.a3.contiguous().cpu()}
-            tensors.update({k: v.contiguous().cpu() for k, v in self.context.items()})
-            save_file(tensors, str(tmp / FEATURES_FILE))
-            meta = {**self.meta, "n": self.n, "d": self.d, "T": self.T, "query_index": self.query_index,
-                    "dtype": str(self.dtype).replace("torch.", ""), "stamp": stamp()}
-            (tmp / META_FILE).write_text(json.dumps(meta, indent=2, default=str))
-            dest.mkdir(exist_ok=True)
-            for name in (FEATURES_FILE, META_FILE):
-                (tmp / name).chmod(ordinary_mode(dest / name))  # safetensors writes its file private (0o600)
-                (tmp / name).replace(dest / name)
-        except OSError as exc:
-            raise OutputError(f"cannot write features to {dest}: {exc.strerror or exc}") from exc
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        tensors = {"queries": self.queries.contiguous().cpu(), "a3": self.a3.contiguous().cpu()}
+        tensors.update({k: v.contiguous().cpu() for k, v in self.context.items()})
+        meta = {**self.meta, "n": self.n, "d": self.d, "T": self.T, "query_index": self.query_index,
+                "dtype": str(self.dtype).replace("torch.", ""), "stamp": stamp()}
+        with staged_outputs():
+            try:
+                make_output_folder(dest)
+            except OSError as exc:
+                raise OutputError(f"cannot write features to {dest}: {exc.strerror or exc}") from exc
+            with atomic_path(dest / FEATURES_FILE) as tmp:
+                try:
+                    save_file(tensors, str(tmp))
+                except Exception as exc:  # safetensors reports a full disk as its own error type
+                    if isinstance(exc, OSError):
+                        raise
+                    raise OSError(" ".join(str(exc).split())) from exc
+            with atomic_path(dest / META_FILE) as tmp:
+                tmp.write_text(json.dumps(meta, indent=2, default=str))
         return dest
 
     @classmethod

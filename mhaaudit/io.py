@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import os
 import platform
@@ -45,12 +46,24 @@ def stamp(**extra) -> dict:
 # --------------------------------------------------------------------------- atomic writes
 
 
+def _refuse_symlink(p: Path, what: str) -> None:
+    """A dangling symbolic link at an output path is refused (writing would create a file wherever it points)."""
+    if p.is_symlink() and not p.exists():
+        raise OutputError(f"{what}: it is a symbolic link to {os.readlink(p)}, which does not exist; "
+                          "remove the link or choose another path")
+
+
 def check_writable(path: str | os.PathLike) -> Path:
-    """Fail early, before any work, when ``path`` cannot be written."""
+    """Fail early, before any work, when ``path`` cannot be written.
+
+    The file is replaced by a rename, so a symbolic link at ``path`` is replaced, never followed;
+    a dangling one is refused.
+    """
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
     if p.exists() and p.is_dir():
         raise OutputError(f"cannot write {p}: it is a directory")
+    _refuse_symlink(p, f"cannot write {p}")
     if not parent.exists():
         raise OutputError(f"cannot write {p}: folder {parent} does not exist")
     if not parent.is_dir():
@@ -72,6 +85,7 @@ def check_folder_writable(folder: str | os.PathLike, option: str) -> Path:
     """Fail early, before any work, when the folder ``option`` names cannot be made or written into."""
     folder = Path(folder)
     parent = folder.parent if str(folder.parent) else Path(".")
+    _refuse_symlink(folder, f"{option} {folder}")
     if folder.exists() and not folder.is_dir():
         raise OutputError(f"{option} {folder}: exists and is not a folder")
     if not parent.exists():
@@ -87,14 +101,36 @@ def check_folder_writable(folder: str | os.PathLike, option: str) -> Path:
     return folder
 
 
+def refuse_inputs(outputs: dict[str, str | os.PathLike | None], inputs: list[str | os.PathLike | None]) -> None:
+    """An output error, before any work, when an output path (``{option: path}``) is one of the inputs.
+
+    An output is refused when it is the same file or folder as an input (symbolic links and
+    relative paths resolved).
+    """
+    ins = [(str(i), real_path(i)) for i in inputs if i is not None and os.path.lexists(os.path.expanduser(str(i)))]
+    for option, out in outputs.items():
+        if out is None:
+            continue
+        o = real_path(out)
+        for shown, i in ins:
+            if o == i:
+                raise OutputError(f"{option} {out} is an input of this run ({shown}); write the output elsewhere")
+
+
+def real_path(path: str | os.PathLike) -> Path:
+    """``path`` with ``~``, symbolic links and relative parts resolved (for comparing paths)."""
+    return Path(os.path.realpath(os.path.expanduser(str(path))))
+
+
 def ordinary_mode(p: Path) -> int:
     """The permissions a plain ``open(p, "w")`` would give: the existing file's, else 0o666 less the umask.
 
     ``mkstemp`` (and some writers, such as safetensors') create files private (0o600); a file
-    renamed into place gets this mode first.
+    renamed into place gets this mode first. A symbolic link's target is not asked.
     """
     try:
-        return p.stat().st_mode & 0o7777
+        if not p.is_symlink():
+            return p.stat().st_mode & 0o7777
     except OSError:
         pass
     mask = os.umask(0)
@@ -102,22 +138,109 @@ def ordinary_mode(p: Path) -> int:
     return 0o666 & ~mask
 
 
+def _reason(exc: OSError) -> str:
+    return exc.strerror or " ".join(str(exc).split())
+
+
+class StagedOutputs:
+    """The outputs of one run, staged as temporaries in their target folders and put in place together.
+
+    Inside :func:`staged_outputs`, every :func:`atomic_path` (``--out``, ``--plot``,
+    ``--save-features``) writes a temporary beside its target; :meth:`commit` renames them all
+    into place at the end. When anything fails first (a full disk, an interruption, a bug),
+    :meth:`abort` removes every temporary and every folder the run created, so no output of the
+    run is left and no earlier file is replaced.
+    """
+
+    def __init__(self) -> None:
+        self.files: dict[Path, Path] = {}  # target -> its temporary
+        self.folders: list[Path] = []  # folders created for outputs, in order of creation
+
+    def stage(self, tmp: Path, target: Path) -> None:
+        earlier = self.files.pop(target, None)
+        if earlier is not None:  # written twice in one run: the last one counts
+            with contextlib.suppress(OSError):
+                earlier.unlink()
+        self.files[target] = tmp
+
+    def made(self, folder: Path) -> None:
+        self.folders.append(folder)
+
+    def commit(self) -> None:
+        for target, tmp in list(self.files.items()):
+            try:
+                os.replace(tmp, target)
+            except OSError as exc:
+                self.abort()
+                raise OutputError(f"cannot write {target}: {_reason(exc)}") from exc
+            del self.files[target]
+        self.folders.clear()
+
+    def abort(self) -> None:
+        for tmp in self.files.values():
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        self.files.clear()
+        for folder in reversed(self.folders):
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty: a folder that holds something else stays
+        self.folders.clear()
+
+
+_STAGED: contextvars.ContextVar[StagedOutputs | None] = contextvars.ContextVar("mhaaudit_staged_outputs", default=None)
+
+
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it into place only on success."""
+def staged_outputs() -> Iterator[StagedOutputs]:
+    """Stage every output written inside (:class:`StagedOutputs`); all are put in place at the end, or none."""
+    outer = _STAGED.get()
+    if outer is not None:  # nested: the outer run decides
+        yield outer
+        return
+    staged = StagedOutputs()
+    token = _STAGED.set(staged)
+    try:
+        yield staged
+        staged.commit()
+    finally:
+        staged.abort()  # nothing left once committed; everything removed otherwise
+        _STAGED.reset(token)
+
+
+def make_output_folder(folder: Path) -> None:
+    """Create ``folder`` (an output's folder) unless it exists; a run that fails later removes it again."""
+    if folder.is_symlink() or folder.exists():
+        return
+    folder.mkdir()
+    staged = _STAGED.get()
+    if staged is not None:
+        staged.made(folder)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, *, now: bool = False) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it into place only on success.
+
+    Inside :func:`staged_outputs` the rename waits for the end of the run (all outputs or none),
+    unless ``now`` (a cache, or a results file kept up to date for resuming).
+    """
     p = check_writable(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent if str(p.parent) else ".")
     os.close(fd)
     tmp_p = Path(tmp)
+    staged = None if now else _STAGED.get()
     try:
         yield tmp_p
         os.chmod(tmp_p, ordinary_mode(p))
-        os.replace(tmp_p, p)
+        if staged is None:
+            os.replace(tmp_p, p)
+        else:
+            staged.stage(tmp_p, p)
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp_p.unlink()
         # A full disk or a vanished folder is the user's to fix, not a bug: one line, exit 2.
-        raise OutputError(f"cannot write {p}: {exc.strerror or ' '.join(str(exc).split())}") from exc
+        raise OutputError(f"cannot write {p}: {_reason(exc)}") from exc
     except BaseException:
         with contextlib.suppress(OSError):
             tmp_p.unlink()
@@ -127,14 +250,15 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 # --------------------------------------------------------------------------- parquet records
 
 
-def write_parquet(records: list[dict], path: str | os.PathLike, metadata: dict) -> None:
-    """``records`` as a typed parquet file (:func:`mhaaudit.tables.records_table`), written atomically."""
+def write_parquet(records: list[dict], path: str | os.PathLike, metadata: dict, *, now: bool = False) -> None:
+    """``records`` as a typed parquet file (:func:`mhaaudit.tables.records_table`), written atomically
+    (``now``: see :func:`atomic_path`)."""
     import pyarrow.parquet as pq
 
     from .tables import records_table
 
     table = records_table(records, metadata)
-    with atomic_path(path) as tmp:
+    with atomic_path(path, now=now) as tmp:
         pq.write_table(table, tmp)
 
 

@@ -30,6 +30,7 @@ and a part's stream does not depend on how many parts run or in which order.
 
 from __future__ import annotations
 
+import os
 import zlib
 from dataclasses import dataclass, replace
 
@@ -39,8 +40,13 @@ import torch
 from .defaults import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
 from .errors import InputError
 
-__all__ = ["DEFAULT_SAMPLES", "DEFAULT_THRESHOLD", "PURPOSES", "Settings", "derive_seed", "device_name", "resolve_device"]
+__all__ = ["DEFAULT_SAMPLES", "DEFAULT_THRESHOLD", "MAX_SAMPLES", "MAX_SEED", "PURPOSES", "Settings", "derive_seed", "device_name", "resolve_device"]
 
+# The draws are made in blocks and counted, never held, so their number sizes no allocation; the
+# counts and fractions are exact in float64 up to 2^53 draws, the most a test takes.
+MAX_SAMPLES = 2**53
+# Seeds are stored as 64-bit signed integers (parquet, JSON readers): 0 to 2^63 - 1.
+MAX_SEED = 2**63 - 1
 PURPOSES = ("model-init", "data", "random-attention", "draws", "labels", "memorize")
 
 
@@ -64,6 +70,8 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
     """
     if isinstance(spec, torch.device):
         return spec
+    if isinstance(spec, str) and not spec.strip():
+        raise InputError("--device is empty (use auto, cpu, cuda or cuda:N)")
     spec = (spec or "auto").strip().lower()
     if spec == "auto":
         return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
@@ -80,6 +88,41 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
             raise InputError(f"--device {spec}: only {torch.cuda.device_count()} CUDA device(s) present")
         return dev
     raise InputError(f"not a device: {spec!r} (use auto, cpu, cuda or cuda:N)")
+
+
+KERNELS_ENV = "MHAAUDIT_KERNELS"  # "torch": the batched device kernels decide on the CPU too
+DECODE_WORKERS_ENV = "MHAAUDIT_DECODE_WORKERS"  # threads that decode images
+MAX_DECODE_WORKERS = 256
+
+
+def kernels_env() -> str:
+    """``$MHAAUDIT_KERNELS``: "" (unset: the kernels follow the device) or "torch"; anything else is refused."""
+    raw = os.environ.get(KERNELS_ENV, "")
+    value = raw.strip().lower()
+    if value not in ("", "torch"):
+        raise InputError(f"{KERNELS_ENV}={raw!r}: set it to torch (the batched kernels on the CPU too) or unset it")
+    return value
+
+
+def decode_workers_env() -> int | None:
+    """``$MHAAUDIT_DECODE_WORKERS``: a whole number of threads from 1 to 256, or None when unset."""
+    raw = os.environ.get(DECODE_WORKERS_ENV, "")
+    if not raw.strip():
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_DECODE_WORKERS:
+        raise InputError(f"{DECODE_WORKERS_ENV}={raw!r}: give a whole number of threads from 1 to {MAX_DECODE_WORKERS}, "
+                         "or unset it")
+    return value
+
+
+def check_environment() -> None:
+    """Refuse, before any work, a setting of mhaaudit's environment variables that means nothing."""
+    kernels_env()
+    decode_workers_env()
 
 
 def device_name(device: torch.device) -> str:
@@ -115,11 +158,12 @@ class Settings:
         """Check every field and resolve the device (an unavailable device is an input error here)."""
         from . import validate
 
+        check_environment()
         return cls(
             device=resolve_device(device),
-            samples=validate.integer("--samples", samples),
+            samples=validate.integer("--samples", samples, maximum=MAX_SAMPLES),
             threshold=validate.fraction("--threshold", threshold),
-            seed=validate.integer("--seed", seed, minimum=0),
+            seed=validate.integer("--seed", seed, minimum=0, maximum=MAX_SEED),
             rtol=validate.tolerance("--rtol", rtol),
             atol=validate.tolerance("--atol", atol),
             stop_when_decided=bool(stop_when_decided),

@@ -25,6 +25,9 @@ __all__ = [
 ]
 
 
+MAX_LIST = 100_000  # values an integer list or range may name (a list of them is made before any work)
+
+
 def _as_int(name: str, value, what: str = "an integer") -> int:
     if isinstance(value, bool):
         raise InputError(f"{name} must be {what}, got {value!r}")
@@ -93,6 +96,8 @@ def int_ranges(spec, name: str, *, what: str = "numbers", example: str = "0-6 or
                     if hi < lo:
                         raise InputError(f"{name} {spec!r}: the range {part} is empty "
                                          f"(use low-high, e.g. {example.split(' ')[0]})")
+                    if hi - lo + 1 + len(out) > MAX_LIST:
+                        raise InputError(f"{name} {spec!r} names more than {MAX_LIST} {what}, the most a list may hold")
                     out.update(range(lo, hi + 1))
                 else:
                     out.add(int(part))

@@ -6,6 +6,10 @@ file left behind: no output, no temporary file.
 Each case names the arguments (``{npy}`` and the like stand for the inputs made below; ``{out}``
 for the test's own empty output folder) and a piece of the one error line. Cases refused before
 the work also run with the data pass and the Monte-Carlo sampler replaced by a trap.
+
+Two more tables follow, one case a row: ``FULL_DISK`` (an output meets a full disk: no output of
+the run is left and no earlier file is replaced) and ``ENDINGS`` (every other way a run ends: a
+full stdout, a closed pipe, SIGTERM, a full tmpfs), each with its exit status and one line.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
+import shlex
 import shutil
 import stat
 import sys
@@ -30,6 +36,16 @@ from mhaaudit.io import stamp, write_parquet
 pytest.importorskip("transformers")
 
 
+class _Planted:
+    """Unpickling this creates the file ``marker``: a stand-in for code hidden in a pickle."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory, vit_dir, bert_dir, image_dir):
     """The input files the cases read (never written to by them)."""
@@ -43,9 +59,30 @@ def inputs(tmp_path_factory, vit_dir, bert_dir, image_dir):
     fs = reduce_tokens(torch.randn(40, 5, 8, generator=torch.Generator().manual_seed(1)), 0,
                        meta={"model": "m", "variant": "random", "layer": 1})
     fs.save(d / "feat")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({f"c{i}": X[:, i] for i in range(X.shape[1])}), d / "f.parquet")  # features as parquet
+    (d / "f-link.parquet").symlink_to(d / "f.parquet")
+    # Planted: dangling links where outputs go, a link where a column's features go, an input inside a column folder.
+    (d / "dangling.parquet").symlink_to(d / "nowhere.parquet")
+    (d / "dangling.png").symlink_to(d / "nowhere.png")
+    (d / "dangling-folder").symlink_to(d / "nowhere")
+    (d / "outside").mkdir()
+    (d / "planted").mkdir()
+    (d / "planted" / "random").symlink_to(d / "outside")
+    (d / "holder" / "random").mkdir(parents=True)
+    # Pickles that would run code if unpickled (they create the file "marker"): never unpickled.
+    marker = d / "marker"
+    np.save(d / "pickled.npy", np.array([_Planted(str(marker)), 1], dtype=object), allow_pickle=True)
+    torch.save({"queries": torch.from_numpy(X), "planted": _Planted(str(marker))}, d / "pickled.pt")
     paths = {"npy": d / "m.npy", "pt2": d / "two.pt", "st2": d / "two.safetensors", "results": d / "results.parquet",
              "feat": d / "feat", "vit": vit_dir, "bert": bert_dir, "images": image_dir,
-             "v0": FIXTURES / "results" / "check-v0.parquet"}
+             "v0": FIXTURES / "results" / "check-v0.parquet", "fpq": d / "f.parquet", "fpq_link": d / "f-link.parquet",
+             "dangling_pq": d / "dangling.parquet", "dangling_png": d / "dangling.png",
+             "dangling_folder": d / "dangling-folder", "planted": d / "planted", "holder": d / "holder",
+             "inside_column": d / "holder" / "random", "pickled_npy": d / "pickled.npy",
+             "pickled_pt": d / "pickled.pt", "marker": marker}
     paths.update(_malformed_files(d, X, vit_dir, bert_dir))
     return {k: str(v) for k, v in paths.items()}
 
@@ -221,10 +258,52 @@ CASES = [
     ("index-shard-absolute", "check {vitabs} --variants trained", "'/etc/passwd' is not a file name"),
     ("remote-code-without-flag", "check {bertcode}", "pass --trust-remote-code"),
     ("memorize-values-without-vary", "memorize --sizes 16 --values 1,2", "--values needs --vary"),
+    # --- what is read is never executed: pickles are refused unread (np.load(allow_pickle=False),
+    #     torch.load(weights_only=True)); the run asserts that the pickle's marker file never appears
+    ("npy-pickle-not-unpickled", "kruskal {pickled_npy}", "pickled.npy"),
+    ("pt-pickle-not-unpickled", "kruskal {pickled_pt} --key queries", "pickled.pt"),
+    # --- writes go exactly where the user said: never over an input, never through a planted link
+    ("out-is-the-input", "kruskal {fpq} --out {fpq}", "--out {fpq} is an input of this run"),
+    ("out-is-the-input-through-a-link", "kruskal {fpq} --out {fpq_link}", "is an input of this run"),
+    ("out-is-capacity-from", "capacity {vit} --from {v0} --limit 40 --out {v0}", "is an input of this run"),
+    ("save-features-is-the-model", "check {vit} --save-features {vit}", "is an input of this run"),
+    ("save-features-over-an-input", "check {vit} --data {inside_column} --save-features {holder}",
+     "lies where the features would be written"),
+    ("save-features-planted-link", "check {vit} --save-features {planted}", "random is a symbolic link"),
+    ("save-features-dangling-link", "check {vit} --save-features {dangling_folder}", "which does not exist"),
+    ("out-dangling-link", "kruskal {npy} --out {dangling_pq}", "symbolic link to"),
+    ("plot-dangling-link", "kruskal {npy} --plot {dangling_png}", "symbolic link to"),
+    ("check-out-dangling-link", "check {vit} --out {dangling_pq}", "symbolic link to"),
+    ("capacity-plot-dangling-link", "capacity {vit} --plot {dangling_png}", "symbolic link to"),
+    ("memorize-out-dangling-link", "memorize --sizes 16 --out {dangling_pq}", "symbolic link to"),
+    ("reproduce-out-dangling-link", "reproduce table1 --out {dangling_pq}", "symbolic link to"),
+    # --- every count that sizes an allocation is bounded before the work, the refusal names the largest that fits
+    ("samples-huge", "kruskal {npy} --samples 99999999999999999999", "--samples must be at most 9007199254740992"),
+    ("limit-huge", "check {vit} --limit 99999999999999999999", "--limit must be at most"),
+    ("batch-size-huge", "check {vit} --device cpu --variants random --limit 1000000 --batch-size 1000000",
+     "the largest --batch-size that fits in the memory available here is"),
+    ("memorize-sizes-huge", "memorize --sizes 100000000000 --device cpu", "the largest --sizes that fits is"),
+    ("memorize-heads-huge", "memorize --sizes 16 --heads 100000000 --device cpu", "the largest --heads that fits is"),
+    ("memorize-n-huge", "memorize --sizes 16 --n 100000000 --device cpu", "the largest --n that fits is"),
+    ("memorize-classes-huge", "memorize --sizes 16 --classes 1000000000000 --device cpu", "the largest --classes that fits"),
+    ("memorize-seeds-range-huge", "memorize --sizes 16 --seeds 0-99999999999", "names more than 100000 seeds"),
+    ("layers-range-huge", "check {vit} --layers 0-99999999999", "names more than 100000 layers"),
+    # --- seeds: 0 to 2^63 - 1, refused at parse time outside
+    ("seed-2-to-the-63", "kruskal {npy} --seed 9223372036854775808", "--seed must be at most 9223372036854775807"),
+    ("seed-negative", "kruskal {npy} --seed -1", "--seed must be at least 0"),
+    ("check-seed-2-to-the-63", "check {vit} --seed 9223372036854775808", "--seed must be at most"),
+    ("memorize-seed-2-to-the-63", "memorize --sizes 16 --seed 9223372036854775808", "--seed must be at most"),
+    ("memorize-seeds-2-to-the-63", "memorize --sizes 16 --seeds 9223372036854775808", "at most 9223372036854775807"),
+    # --- settings that mean nothing are refused, not ignored (environment variables: NAME=VALUE first)
+    ("device-empty", "kruskal {npy} --device ''", "--device is empty"),
+    ("kernels-env-unknown", "MHAAUDIT_KERNELS=gpu kruskal {npy}", "MHAAUDIT_KERNELS='gpu'"),
+    ("decode-workers-env-word", "MHAAUDIT_DECODE_WORKERS=many check {vit}", "MHAAUDIT_DECODE_WORKERS='many'"),
+    ("decode-workers-env-zero", "MHAAUDIT_DECODE_WORKERS=0 check {vit}", "from 1 to 256"),
 ]
 
 # Refused before any work: the data pass and the sampler are traps for these.
-AFTER_THE_START = {"nothing-to-audit"}  # known only once the model has been looked for
+AFTER_THE_START = {"nothing-to-audit",  # known only once the model has been looked for
+                   "batch-size-huge"}  # known once the model is loaded: refused as the data pass begins, unread
 
 
 @pytest.fixture()
@@ -243,17 +322,22 @@ def traps(monkeypatch):
 
 
 @pytest.mark.parametrize("case, args, match", CASES, ids=[c[0] for c in CASES])
-def test_refused_with_one_line(request, capsys, inputs, tmp_path, case, args, match):
+def test_refused_with_one_line(request, monkeypatch, capsys, inputs, tmp_path, case, args, match):
     if case.endswith("-proc") and not os.path.isdir("/proc"):
         pytest.skip("no /proc here")
     if case not in AFTER_THE_START:
         request.getfixturevalue("traps")
     out = tmp_path / "out"
     (out / "folder.parquet").mkdir(parents=True)
-    command, *rest = args.format(out=out, **inputs).split()
+    words = shlex.split(args.format(out=out, **inputs))
+    while "=" in words[0] and words[0].split("=")[0].isupper():  # NAME=VALUE: the environment of the run
+        monkeypatch.setenv(*words.pop(0).split("=", 1))
+    command, *rest = words
     rc, stdout, err = run(capsys, command, *JSON, *rest)
-    assert_one_error(rc, err, match)
+    assert_one_error(rc, err, match.format(**inputs))
     assert stdout == ""
+    assert os.listdir(os.path.join(os.path.dirname(inputs["npy"]), "outside")) == []
+    assert not os.path.exists(inputs["marker"]), "a pickle was unpickled"
     assert sorted(os.listdir(out)) == ["folder.parquet"] and os.listdir(out / "folder.parquet") == [], \
         "a file was left behind"
 
@@ -318,3 +402,220 @@ def test_results_written_by_mhaaudit_are_not_features_whatever_their_columns(cap
     assert_one_error(rc, err, "results file written by 'mhaaudit kruskal' (its parquet metadata says so)")
     meta = json.loads(__import__("pyarrow.parquet").parquet.read_schema(tmp_path / "r.parquet").metadata[b"mhaaudit"])
     assert meta["command"] == "kruskal" and sys.version  # the file stays as it was
+
+
+# --------------------------------------------------------------------------- a failed output leaves nothing
+
+
+def _full_disk(monkeypatch, writer: str) -> None:
+    """Make one writer meet a full disk (ENOSPC) halfway: it writes a few bytes, then fails."""
+    import errno
+
+    def fail(path):
+        with open(path, "wb") as fh:
+            fh.write(b"partial")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    if writer == "safetensors":
+        import safetensors.torch
+
+        class SafetensorError(Exception):  # what safetensors raises on a full disk: not an OSError
+            pass
+
+        def save_file(tensors, path, *a, **k):
+            try:
+                fail(path)
+            except OSError:
+                raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)") from None
+
+        monkeypatch.setattr(safetensors.torch, "save_file", save_file)
+    elif writer == "savefig":
+        import matplotlib.figure
+
+        monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, path, *a, **k: fail(path))
+    else:
+        import pyarrow.parquet as pq
+
+        monkeypatch.setattr(pq, "write_table", lambda table, path, *a, **k: fail(path))
+
+
+# (case id, the writer that meets a full disk). The run writes --save-features, --plot and --out over
+# earlier versions of them: it exits 2 with one line, and every earlier file is as it was, with nothing beside it.
+FULL_DISK = [
+    ("disk-full-in-features", "safetensors"),
+    ("disk-full-in-plot", "savefig"),
+    ("disk-full-in-out", "parquet"),
+]
+
+
+@pytest.mark.parametrize("case, writer", FULL_DISK, ids=[c[0] for c in FULL_DISK])
+def test_a_full_disk_leaves_no_output_and_clobbers_nothing(monkeypatch, capsys, inputs, tmp_path, case, writer):
+    feat = tmp_path / "feat" / "random"
+    feat.mkdir(parents=True)
+    earlier = {tmp_path / "out.parquet": b"earlier out", tmp_path / "out.png": b"earlier plot",
+               feat / "features.safetensors": b"earlier features", feat / "meta.json": b"earlier meta"}
+    for path, data in earlier.items():
+        path.write_bytes(data)
+    _full_disk(monkeypatch, writer)
+    rc, stdout, err = run(capsys, "check", inputs["vit"], "--data", inputs["images"], "--limit", "40", "--samples", "20",
+                          "--variants", "random", "--out", tmp_path / "out.parquet", "--plot", tmp_path / "out.png",
+                          "--save-features", tmp_path / "feat", "--format", "json")
+    assert_one_error(rc, err, "No space left on device")
+    assert stdout == ""
+    assert {p: p.read_bytes() for p in earlier} == earlier
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == \
+        ["feat", "feat/random", "feat/random/features.safetensors", "feat/random/meta.json", "out.parquet", "out.png"]
+
+
+def test_a_failed_run_removes_the_folders_it_made(monkeypatch, capsys, inputs, tmp_path):
+    _full_disk(monkeypatch, "savefig")
+    rc, _, err = run(capsys, "check", inputs["vit"], "--data", inputs["images"], "--limit", "40", "--samples", "20",
+                     "--variants", "random", "--plot", tmp_path / "out.png", "--save-features", tmp_path / "feat",
+                     "--format", "json")
+    assert_one_error(rc, err, "No space left on device")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_save_features_replaces_a_planted_file_link_without_following_it(capsys, inputs, tmp_path):
+    """A link at a file's place inside the column folder is replaced by the rename, never written through."""
+    outside = tmp_path / "outside.json"
+    outside.write_text("outside")
+    (tmp_path / "feat" / "random").mkdir(parents=True)
+    (tmp_path / "feat" / "random" / "meta.json").symlink_to(outside)
+    rc, _, err = run(capsys, "check", inputs["vit"], "--data", inputs["images"], "--limit", "40", "--samples", "20",
+                     "--variants", "random", "--save-features", tmp_path / "feat", "--format", "json")
+    assert rc == 0, err
+    meta = tmp_path / "feat" / "random" / "meta.json"
+    assert not meta.is_symlink() and json.loads(meta.read_text())["n"] > 0
+    assert outside.read_text() == "outside"
+
+
+# --------------------------------------------------------------------------- how a run ends
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# (case id, arguments, what happens to the run, exit status, a piece of its one "Error:" line on stderr, or "" for
+# none). Each runs `python -m mhaaudit ARGS --out out.parquet --plot out.png` in a folder holding m.npy (40 x 8) and
+# big.npy (300 x 300); unless it ends with 0, no output and no temporary file is left there.
+ENDINGS = [
+    ("stdout-full-json", "kruskal m.npy --k 3 --samples 50 --format json", "stdout-full", 2,
+     "cannot write to stdout: No space left on device"),
+    ("stdout-full-table", "kruskal m.npy --k 3 --samples 50", "stdout-full", 2, "cannot write to stdout"),
+    ("stdout-full-parquet", "kruskal m.npy --k 3 --samples 50 --format parquet", "stdout-full", 2, "cannot write to stdout"),
+    ("pipe-closed-json", "kruskal m.npy --k 3 --samples 50 --format json", "reader-gone", 141, ""),
+    ("pipe-closed-parquet", "kruskal m.npy --k 3 --samples 50 --format parquet", "reader-gone", 141, ""),
+    ("pipe-closed-table", "kruskal m.npy --k 3 --samples 50", "reader-gone", 141, ""),
+    ("pipe-closed-after-10-bytes", "kruskal big.npy --sweep --samples 10 --format json", "reader-reads-10", 141, ""),
+    ("sigterm-while-sampling", "kruskal big.npy --sweep --samples 100000000", "sigterm", 143, "terminated (SIGTERM)"),
+    ("sigterm-while-importing", "kruskal big.npy --sweep --samples 100000000", "sigterm-importing", 143,
+     "terminated (SIGTERM)"),
+    ("disk-full-on-a-tmpfs", "kruskal m.npy --k 3 --samples 50 --format json", "disk-full", 2, "No space left on device"),
+]
+
+
+def _end_run(folder, args: list[str], how: str) -> tuple[int, str]:
+    """Run the case's command as a child process and end it ``how``; (status, stderr)."""
+    import fcntl
+    import signal
+    import subprocess
+    import threading
+
+    env = dict(os.environ, PYTHONPATH=ROOT, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", PYTHONUNBUFFERED="1")
+    env.pop("MHAAUDIT_DEBUG", None)
+    argv = [sys.executable, "-m", "mhaaudit", *args]
+    if how == "stdout-full":
+        with open("/dev/full", "wb") as full:
+            p = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, cwd=folder, env=env, timeout=300, text=True,
+                               check=False)
+        return p.returncode, p.stderr
+    if how in ("reader-gone", "reader-reads-10"):
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=folder, env=env, text=False)
+        if how == "reader-reads-10":  # a pipe of one page: the output (34 kB) does not fit, the writer waits for us
+            fcntl.fcntl(p.stdout.fileno(), fcntl.F_SETPIPE_SZ, 4096)
+            assert len(p.stdout.read(10)) == 10
+        p.stdout.close()
+        err = p.stderr.read().decode()
+        return p.wait(timeout=300), err
+    assert how in ("sigterm", "sigterm-importing")
+    if how == "sigterm-importing":  # Python reports each import on stderr: SIGTERM once click is imported
+        env["PYTHONPROFILEIMPORTTIME"] = "1"
+        marker, after = re.compile(r"^import time:.*\|\s+click$"), 0.0
+    else:  # SIGTERM a second after sampling has started
+        marker, after = re.compile(r"vectors in R\^300"), 1.0
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=folder, env=env, text=True)
+    lines: list[str] = []
+
+    def read() -> None:
+        sent = False
+        for line in p.stderr:
+            if not line.startswith("import time:"):
+                lines.append(line)
+            if not sent and marker.search(line.rstrip()):
+                threading.Timer(after, p.send_signal, (signal.SIGTERM,)).start()
+                sent = True
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        rc = p.wait(timeout=300)
+    finally:
+        if p.poll() is None:  # pragma: no cover - a hang is the failure
+            p.kill()
+    reader.join(timeout=10)
+    return rc, "".join(lines)
+
+
+@pytest.fixture()
+def tmpfs_full(tmp_path):
+    """A 64 kB tmpfs filled to the last byte (needs root and mount; skipped elsewhere)."""
+    import subprocess
+
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
+                                           capture_output=True, check=False).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        with open(mnt / "filler", "wb", buffering=0) as fh:
+            try:
+                while True:
+                    fh.write(b"\0" * 512)
+            except OSError:
+                pass
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True, check=False)
+
+
+@pytest.mark.parametrize("case, args, how, status, match", ENDINGS, ids=[c[0] for c in ENDINGS])
+def test_every_ending_is_one_line(request, tmp_path, case, args, how, status, match):
+    import subprocess
+
+    from conftest import tmp_leftovers
+
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "m.npy", rng.standard_normal((40, 8)))
+    np.save(tmp_path / "big.npy", rng.standard_normal((300, 300)))
+    if how == "disk-full":  # --out on a full disk; stdout is not the problem here
+        full = request.getfixturevalue("tmpfs_full")
+        env = dict(os.environ, PYTHONPATH=ROOT, HF_HUB_OFFLINE="1")
+        env.pop("MHAAUDIT_DEBUG", None)
+        p = subprocess.run([sys.executable, "-m", "mhaaudit", *shlex.split(args), "--out", str(full / "out.parquet"),
+                            "--plot", "out.png"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+                           check=False)
+        rc, err = p.returncode, p.stderr
+        assert sorted(os.listdir(full)) == ["filler"], "a temporary was left on the full disk"
+    else:
+        rc, err = _end_run(tmp_path, [*shlex.split(args), "--out", "out.parquet", "--plot", "out.png"], how)
+    errors = [ln for ln in err.splitlines() if ln.startswith("Error:")]
+    assert rc == status, err
+    assert len(errors) == (1 if match else 0), err
+    if match:
+        assert match in errors[0], err
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "full") == ["big.npy", "m.npy"], "an output was left"
+    assert tmp_leftovers(tmp_path) == []
+
+
+def test_every_ending_has_its_own_id():
+    assert len({c[0] for c in ENDINGS + FULL_DISK}) == len(ENDINGS) + len(FULL_DISK)

@@ -246,6 +246,25 @@ def test_a_failing_rank_ends_the_job_with_one_line(vit_dir, image_dir, tmp_path,
 
 
 @pytest.mark.slow
+def test_a_rank_killed_under_torchrun_is_named_by_rank_0(vit_dir, image_dir, tmp_path):
+    """torchrun ends the other processes with SIGTERM once one has died: rank 0 names the lost rank
+    in one line of its own (torchrun's own report follows it), and writes nothing."""
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    out = tmp_path / "out.parquet"
+    env = _env(FAIL_RANK=1, FAIL_MODE="kill")
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                        "--master-port", str(_free_port()), str(driver),
+                        *map(str, _check_args(vit_dir, image_dir, "--out", out))],
+                       env=env, capture_output=True, text=True, timeout=LIMIT_S, cwd=tmp_path, check=False)
+    ours = [ln for ln in p.stderr.splitlines() if ln.startswith("Error: ")]
+    assert p.returncode != 0 and p.stdout == ""
+    assert ours == ["Error: rank 1 of 2 stopped without reporting an error (killed, or out of memory); the job is ended"], \
+        p.stderr
+    assert not out.exists() and tmp_leftovers(tmp_path) == []
+
+
+@pytest.mark.slow
 def test_a_source_that_fails_on_rank_0_ends_every_rank(vit_dir, tmp_path):
     from PIL import Image
 

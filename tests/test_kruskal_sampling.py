@@ -175,3 +175,33 @@ def test_tests_split_among_ranks_give_one_process_records(monkeypatch):
     assert one[0]["planned_samples"] == 900 and one[0]["samples"] < 900 and one[0]["witness"]  # it did stop early
     for got in as_ranks(monkeypatch, 3, run):
         assert got == one
+
+
+def test_the_number_of_draws_sizes_no_allocation():
+    """The groups of blocks are made as they are reached: the most draws a test takes costs no more
+    memory to start than a few (it once built the list of every block first)."""
+    import tracemalloc
+
+    from mhaaudit.kruskal.sampling import blocks_in_order, units
+    from mhaaudit.settings import MAX_SAMPLES
+
+    groups = units(MAX_SAMPLES, 1)
+    assert len(groups) == MAX_SAMPLES // DRAW_BLOCK // 4
+    assert groups[-1] == [(b, DRAW_BLOCK) for b in range(MAX_SAMPLES // DRAW_BLOCK - 4, MAX_SAMPLES // DRAW_BLOCK)]
+    assert list(units(2 * DRAW_BLOCK + 5, 2)) == [[(0, DRAW_BLOCK)], [(1, DRAW_BLOCK)], [(2, 5)]]
+
+    def peak(samples: int) -> int:
+        tracemalloc.start()
+        try:
+            draws = blocks_in_order(lambda idx: idx.shape, 50, 3, samples, 0, True, 1)
+            shapes = [next(draws) for _ in range(3)]
+            draws.close()
+            used = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert shapes == [torch.Size([4 * DRAW_BLOCK, 3])] * 3
+        return used
+
+    few = 12 * DRAW_BLOCK
+    peak(few)  # imports made once, outside the measurements
+    assert peak(MAX_SAMPLES) < peak(few) + (1 << 20)

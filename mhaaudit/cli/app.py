@@ -3,17 +3,51 @@
 The command modules define plain functions and know nothing of the app; this module imports
 and registers them. :data:`ERRORS` maps exception types to an exit status and a one-line
 message on stderr (known errors: status 2; anything else is a bug: status 3; Ctrl-C: status
-130, also while the libraries are still being imported). Set ``MHAAUDIT_DEBUG=1`` to see the
-traceback instead.
+130 and SIGTERM: status 143, also while the libraries are still being imported; stdout's reader
+gone: status 141, quietly). Set ``MHAAUDIT_DEBUG=1`` to see the traceback instead. A command's
+file outputs are staged and put in place only when it ends well (:func:`mhaaudit.io.staged_outputs`).
 """
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 
 INTERRUPTED = "interrupted"
 COMPLETE_VAR = "_MHAAUDIT_COMPLETE"  # set by the completion script of --install-completion / --show-completion
 INTERRUPTED_STATUS = 130
+TERMINATED = "terminated (SIGTERM)"
+TERMINATED_STATUS = 143  # 128 + SIGTERM, as a shell reports a process SIGTERM ended
+PIPE_CLOSED_STATUS = 141  # 128 + SIGPIPE: the reader of stdout went away (as `yes | head` ends `yes`)
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (``timeout``, a cluster scheduler, ``kill``): raised in the main thread, so the run
+    unwinds (its staged outputs removed) and ends with one line and status 143."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one does not interrupt the cleanup
+    raise Terminated()
+
+
+def _handle_sigterm():
+    """Install :func:`_on_sigterm` for SIGTERM when it has the default disposition (an ignored SIGTERM
+    stays ignored) and this is the main thread; returns what to restore (None: nothing installed)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return None
+        return signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError):  # pragma: no cover - no signals here
+        return None
+
+
+def _restore_sigterm(previous) -> None:
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _settle_interrupt() -> None:
@@ -33,7 +67,14 @@ def _interrupted() -> None:
     raise SystemExit(INTERRUPTED_STATUS)
 
 
-try:  # Ctrl-C while the libraries load (before main runs) gets the same one line as later on
+def _terminated() -> None:
+    """SIGTERM: one line on stderr and status 143, whenever it comes."""
+    print(f"Error: {TERMINATED}", file=sys.stderr)
+    raise SystemExit(TERMINATED_STATUS)
+
+
+_importing = _handle_sigterm()
+try:  # Ctrl-C (or SIGTERM) while the libraries load (before main runs) gets the same one line as later on
     import contextlib
     import os
     import re
@@ -45,6 +86,7 @@ try:  # Ctrl-C while the libraries load (before main runs) gets the same one lin
 
     from .. import __version__
     from ..errors import MhaauditError, one_line
+    from ..io import staged_outputs
     from .capacity import capacity
     from .check import check
     from .kruskal import kruskal
@@ -52,6 +94,10 @@ try:  # Ctrl-C while the libraries load (before main runs) gets the same one lin
     from .reproduce import reproduce
 except KeyboardInterrupt:  # pragma: no cover - exercised by sending SIGINT to a subprocess
     _interrupted()
+except Terminated:  # pragma: no cover - exercised by sending SIGTERM to a subprocess
+    _terminated()
+finally:
+    _restore_sigterm(_importing)
 
 
 # The longest list of choices shown as the value type (``<table|json|parquet>``); longer ones are
@@ -168,11 +214,89 @@ def _usage(exc: BaseException) -> str:
 _USAGE = tuple(dict.fromkeys(t for t in (click.exceptions.ClickException, getattr(typer, "TyperException", None)) if t))
 _ABORTS = tuple(dict.fromkeys(t for t in (click.exceptions.Abort, getattr(typer, "Abort", None), KeyboardInterrupt) if t))
 
+class StdoutClosed(Exception):
+    """The reader of stdout went away (a closed pipe: ``| head``, ``| true``): a quiet end, status 141."""
+
+
+class _Stdout:
+    """``sys.stdout`` during a command: a failed write becomes a known error (a closed pipe:
+    :class:`StdoutClosed`; a full disk or any other failure: an ``OutputError``), not a bug.
+
+    Writes go to the file descriptor at once, whole (``os.write`` until every byte is taken): a
+    buffered writer can take a large write that the pipe takes only in part and report success,
+    so a reader that left early (``| head -c 10``) would go unnoticed.
+    """
+
+    def __init__(self, stream, binary: bool = False):
+        self._stream, self._binary = stream, binary
+        try:
+            self._fd = stream.fileno()
+        except (OSError, ValueError, AttributeError):  # not a real file (a test's capture): its own write
+            self._fd = None
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+    def _guard(self, call, *args):
+        try:
+            return call(*args)
+        except BrokenPipeError as exc:
+            raise StdoutClosed() from exc
+        except OSError as exc:
+            from ..errors import OutputError
+
+            raise OutputError(f"cannot write to stdout: {exc.strerror or one_line(exc)}") from exc
+
+    def _write_fd(self, data) -> None:
+        raw = data if self._binary else data.encode(self._stream.encoding or "utf-8", self._stream.errors or "strict")
+        self._stream.flush()
+        view = memoryview(raw)
+        while view:
+            view = view[os.write(self._fd, view):]
+
+    def write(self, data):
+        if self._fd is None:
+            return self._guard(self._stream.write, data)
+        self._guard(self._write_fd, data)
+        return len(data)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        return self._guard(self._stream.flush)
+
+    @property
+    def buffer(self):
+        return _Stdout(self._stream.buffer, binary=True)
+
+
+def _lost_rank() -> str | None:
+    """Under torchrun, the line naming a rank of the job that failed or is gone (None otherwise)."""
+    if "torch.distributed" not in sys.modules:  # no job: nothing to ask (and nothing imported)
+        return None
+    from ..distributed import lost_rank_line
+
+    return lost_rank_line()
+
+
+def _silence_stdout() -> None:
+    """After a closed pipe: point stdout at /dev/null, so that the interpreter's last flush finds no
+    pipe to complain about (Python's recommended handling of a closed pipe)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
 # First match wins: a problem the user can fix, a usage error, an interruption, a bug.
 ERRORS: tuple[ErrorRule, ...] = (
     ErrorRule((MhaauditError,), 2, _known),
     ErrorRule(_USAGE, 2, _usage),
     ErrorRule(_ABORTS, INTERRUPTED_STATUS, lambda exc: INTERRUPTED, traceback_in_debug=False),
+    ErrorRule((Terminated,), TERMINATED_STATUS, lambda exc: TERMINATED, traceback_in_debug=False),
+    ErrorRule((StdoutClosed,), PIPE_CLOSED_STATUS, lambda exc: "", traceback_in_debug=False),  # quiet
     ErrorRule((Exception,), 3, _internal),
 )
 
@@ -181,7 +305,10 @@ def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app and map errors to exit codes.
 
     0: the command ran; 1: an assumption named in ``--fail-on`` failed; 2: a usage or input
-    error (one line on stderr); 3: an internal error (a bug); 130: interrupted.
+    error, or an output that cannot be written (one line on stderr); 3: an internal error (a bug);
+    130: interrupted (Ctrl-C); 143: terminated (SIGTERM); 141: stdout's reader went away (quiet).
+    Every file output of the command is staged and put in place when it succeeds
+    (:func:`mhaaudit.io.staged_outputs`): whichever way it ends otherwise, none is written.
     """
     debug = os.environ.get("MHAAUDIT_DEBUG", "").strip() not in ("", "0")
     args = sys.argv[1:] if argv is None else [str(a) for a in argv]
@@ -194,17 +321,31 @@ def main(argv: list[str] | None = None) -> int:
             with contextlib.suppress(Exception):
                 app(args=["--help"], prog_name="mhaaudit", standalone_mode=False)
         return 2
+    previous, stdout = _handle_sigterm(), sys.stdout
+    sys.stdout = _Stdout(stdout)
     try:
-        rv = app(args=args, prog_name="mhaaudit", standalone_mode=False)
+        with staged_outputs():
+            rv = app(args=args, prog_name="mhaaudit", standalone_mode=False)
+            sys.stdout.flush()  # a full disk or a closed pipe shows here, not in the interpreter's last flush
     except BaseException as exc:
         rule = next((r for r in ERRORS if isinstance(exc, r.types)), None)
         if rule is None or (debug and rule.traceback_in_debug):
             raise  # SystemExit and the like, or a traceback asked for
-        print(f"Error: {rule.message(exc)}", file=sys.stderr)
-        rv = rule.code
+        message, rv = rule.message(exc), rule.code
+        if isinstance(exc, Terminated):  # under torchrun: the launcher ends rank 0 once another rank has died
+            lost = _lost_rank()
+            if lost:
+                message, rv = lost, 2
+        if message:
+            print(f"Error: {message}", file=sys.stderr)
+        if isinstance(exc, StdoutClosed):
+            _silence_stdout()
     else:
         if rv == INTERRUPTED_STATUS:  # newer Typer turns Ctrl-C into this status, silently: say it
             print(f"Error: {INTERRUPTED}", file=sys.stderr)
+    finally:
+        sys.stdout = stdout
+        _restore_sigterm(previous)
     if rv == INTERRUPTED_STATUS:
         _settle_interrupt()
     return rv if isinstance(rv, int) else 0

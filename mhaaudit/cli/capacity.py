@@ -93,6 +93,7 @@ def capacity(
     with importing(quiet):  # the library, torch with it: seconds
         from .. import validate
         from ..capacity import capacity_audit
+        from ..io import refuse_inputs
         from ..plot import plot_capacity
         from ..progress import progress_enabled
         from ..render import render_capacity
@@ -100,6 +101,7 @@ def capacity(
 
     settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol)
     prepare_outputs(out, plot, fmt)
+    refuse_inputs({"--out": out, "--plot": plot}, [model, weights, data, from_path])
     refuse_data_options(ctx, data)
     if from_path is not None:
         refuse_unused(ctx, ("samples", "threshold"), "with --from: Assumption 1 is read from the file, not sampled")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -82,7 +83,7 @@ def check(
     with importing(quiet):  # the library, torch with it: seconds
         from .. import validate
         from ..audit import audit
-        from ..io import check_folder_writable
+        from ..io import check_folder_writable, refuse_inputs
         from ..progress import progress_enabled
         from ..render import render_audit
         from ..settings import Settings
@@ -93,6 +94,8 @@ def check(
     fails = [validate.choice("--fail-on", f, FAIL_ON) for f in validate.split_list(fail_on) or []]
     if save_features is not None:
         check_folder_writable(save_features, "--save-features")
+        refuse_planted_columns(save_features, [model, weights, data])
+    refuse_inputs({"--out": out, "--plot": plot, "--save-features": save_features}, [model, weights, data])
     layer_list = None if layers is None else validate.int_ranges(layers, "--layers", what="layers", minimum=0)
     if plot is not None and layer_list is None:
         sweep = True  # the plot is the sweep curve; with --layers it is the depth profile
@@ -117,28 +120,43 @@ def check(
 
 
 def _save_features(result, folder: Path) -> None:
-    """One subfolder per column; interrupted or failed, it removes what it wrote."""
-    import shutil
-
+    """One subfolder per column, staged with the run's other outputs (all are written, or none)."""
     from ..errors import OutputError
+    from ..io import make_output_folder
 
-    created = not folder.exists()
     try:
-        folder.mkdir(exist_ok=True)
+        make_output_folder(folder)
     except OSError as exc:
         raise OutputError(f"--save-features {folder}: cannot create the folder ({exc.strerror or exc})") from exc
-    written: list[Path] = []
-    try:
-        for c in result.columns:
-            if c.features is not None:
-                sub = folder / c.probe.variant
-                if not sub.exists():
-                    written.append(sub)
-                c.features.save(sub)
-    except BaseException:
-        for p in [folder] if created else written:
-            shutil.rmtree(p, ignore_errors=True)
-        raise
+    for c in result.columns:
+        if c.features is not None:
+            c.features.save(folder / c.probe.variant)
+
+
+COLUMN_FOLDER = r"(embedding|random-attention|random|trained)(-L\d+)?"  # the subfolders --save-features writes
+
+
+def refuse_planted_columns(folder: Path, inputs: list) -> None:
+    """Before any work: where a column's subfolder of ``--save-features`` goes, a symbolic link (the
+    features would be written wherever it points) or an input of the run is refused."""
+    import re
+
+    from ..errors import OutputError
+    from ..io import real_path
+
+    if folder.is_dir():
+        for entry in sorted(folder.iterdir()):
+            if entry.is_symlink() and re.fullmatch(COLUMN_FOLDER, entry.name):
+                raise OutputError(f"--save-features {folder}: {entry.name} is a symbolic link (to {os.readlink(entry)}); "
+                                  "the features are written into real folders only: remove it or choose another folder")
+    top = real_path(folder)
+    for i in inputs:
+        if i is None or not os.path.lexists(os.path.expanduser(str(i))):
+            continue
+        inside = real_path(i)
+        if top in inside.parents and re.fullmatch(COLUMN_FOLDER, inside.relative_to(top).parts[0]):
+            raise OutputError(f"--save-features {folder}: the input {i} lies where the features would be written; "
+                              "write them elsewhere")
 
 
 def _plot(result, plot: Path | None, *, depth: bool, model: str) -> Path | None:

@@ -76,7 +76,7 @@ def kruskal(
     with importing(quiet):  # the library, torch with it: seconds
         from .. import validate
         from ..errors import InputError
-        from ..io import stamp
+        from ..io import refuse_inputs, stamp
         from ..kruskal import as_matrix, set_stats
         from ..progress import log, progress_enabled
         from ..render import render_kruskal
@@ -86,6 +86,7 @@ def kruskal(
     settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
                                 stop_when_decided=not all_draws, progress=progress_enabled(quiet))
     prepare_outputs(out, plot, fmt)
+    refuse_inputs({"--out": out, "--plot": plot}, [features, weights, data])
     ks = [validate.integer("--k", kk) for kk in dict.fromkeys(k or [])]
     n = None if n is None else validate.integer("--n", n)
     _refuse_unused(ctx, features, data)

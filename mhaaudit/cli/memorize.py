@@ -79,11 +79,13 @@ def memorize(
     Appendix H's saturation study: --heads 4 --n 32 --sizes 550 --saturation.
     """
     with importing(quiet):  # the library, torch with it: seconds
+        from ..io import refuse_inputs
         from ..memorize import run_memorize_grid
         from ..progress import progress_enabled
         from ..render import render_memorize
 
     prepare_outputs(out, plot, format)
+    refuse_inputs({"--plot": plot}, [out])
     if task == Task.regression:
         refuse_unused(ctx, ("classes",), "with --task regression: the labels are numbers in [0, 1]")
     else:

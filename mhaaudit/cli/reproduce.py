@@ -82,6 +82,7 @@ def reproduce(
     """
     with importing(quiet):  # the library, torch with it: seconds
         from .. import validate
+        from ..io import refuse_inputs
         from ..progress import progress_enabled
         from ..reproduce import reproduce_paper
         from ..settings import Settings
@@ -90,6 +91,7 @@ def reproduce(
     _refuse_inapplicable(ctx, target)
     Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed)  # bad values: before any work
     prepare_outputs(out, plot, fmt)
+    refuse_inputs({"--out": out, "--plot": plot}, [data, *(w.partition("=")[2] or w for w in weights or [])])
     keys = MODEL_KEYS.get(target, ())
     options = dict(seed=seed, device=device, progress=progress_enabled(quiet))
     if target == "figure2":

@@ -25,7 +25,7 @@ from .. import validate
 from ..distributed import shared
 from ..numerics import (Decision, RankRule, Scaled, decide_full_rank, gram_rank, lapack, scaled, svd_rank, tf32_is_off, tf32_off,
                         with_numerics)
-from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, device_name, resolve_device
+from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, MAX_SAMPLES, device_name, resolve_device
 from .bounds import set_stats
 from .results import SetStats, SubsetTest, Witness, clopper_pearson, rows_phrase
 from .sampling import DRAW_BLOCK, Gram, Progress, as_matrix, blocks_in_order
@@ -275,7 +275,7 @@ def subset_test(
     """
     X = as_matrix(X)
     k = validate.integer("--k", k)
-    samples = validate.integer("--samples", samples)
+    samples = validate.integer("--samples", samples, maximum=MAX_SAMPLES)
     threshold = validate.fraction("--threshold", threshold)
     rule = rule or RankRule.for_dtype(X.dtype)
     dev = resolve_device(device)

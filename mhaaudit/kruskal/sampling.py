@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import os
+from collections.abc import Iterable, Sequence
 from typing import Callable
 
 import numpy as np
@@ -34,17 +34,16 @@ import torch
 from ..errors import InputError
 from ..numerics import lapack, numerics, philox
 from ..numerics.philox import split_key
-from ..settings import derive_seed
+from ..settings import KERNELS_ENV, derive_seed, kernels_env
 
 __all__ = ["DRAW_BLOCK", "FULL_GRAM_MAX_BYTES", "Gram", "Progress", "as_matrix", "block_specs", "blocks_in_order",
            "DEVICE_BATCH_BYTES", "DEVICE_FULL_GRAM_MAX_BYTES",
-           "KERNELS_ENV", "device_kernels", "draw_block", "draw_blocks", "full_gram_bytes", "units"]
+           "KERNELS_ENV", "Units", "device_kernels", "draw_block", "draw_blocks", "full_gram_bytes", "units"]
 
 DRAW_BLOCK = 64  # draws come in fixed blocks, each with its own generator key
 FULL_GRAM_MAX_BYTES = 512 << 20  # on the CPU the full T x T float64 Gram is formed up to this size (T <= 8192)
 DEVICE_FULL_GRAM_MAX_BYTES = 2 << 30  # on a GPU, up to this size (T <= 16384)
 DEVICE_BATCH_BYTES = 2 << 30  # one batched call of the device kernels holds this much (on a GPU: or 1/8 of its memory)
-KERNELS_ENV = "MHAAUDIT_KERNELS"  # "torch": the batched device kernels decide on the CPU too (tests of the GPU route)
 
 Progress = Callable[[int], None]
 
@@ -77,7 +76,7 @@ def device_kernels(device: torch.device) -> bool:
     environment sets ``MHAAUDIT_KERNELS=torch`` (how the test suite checks the GPU route draw by
     draw on a machine without one) or when SciPy's LAPACK API is missing. Decisions are the same
     either way."""
-    return device.type != "cpu" or os.environ.get(KERNELS_ENV, "").strip().lower() == "torch" or not lapack.available()
+    return device.type != "cpu" or kernels_env() == "torch" or not lapack.available()
 
 
 class Gram:
@@ -249,14 +248,35 @@ def block_specs(samples: int) -> list[tuple[int, int]]:
     return [(block, min(DRAW_BLOCK, samples - start)) for block, start in enumerate(range(0, samples, DRAW_BLOCK))]
 
 
-def units(samples: int, workers: int, per_call: int | None = None) -> list[list[tuple[int, int]]]:
+class Units(Sequence):
+    """The groups of blocks of ``samples`` draws (:func:`units`), each made when it is asked for: the
+    memory they take does not grow with the number of draws."""
+
+    def __init__(self, samples: int, step: int):
+        self.samples, self.step = int(samples), int(step)
+        self.blocks = -(-self.samples // DRAW_BLOCK)
+
+    def __len__(self) -> int:
+        return -(-self.blocks // self.step)  # noqa: PLE0303 - a ceiling division of non-negative counts
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        first = i * self.step
+        return [(b, min(DRAW_BLOCK, self.samples - b * DRAW_BLOCK)) for b in range(first, min(first + self.step, self.blocks))]
+
+
+def units(samples: int, workers: int, per_call: int | None = None) -> Units:
     """The blocks of ``samples`` draws grouped as one ``job`` call takes them: ``per_call`` blocks
     (default: four for one caller, one for a pool of worker threads). Results never depend on the
     grouping (a test that stops early stops at a block, whatever the group); the processes of a
-    torchrun job must group alike, as they divide the groups among them."""
-    specs = block_specs(samples)
-    step = per_call or (4 if workers <= 1 else 1)
-    return [specs[i:i + step] for i in range(0, len(specs), step)]
+    torchrun job must group alike, as they divide the groups among them. The groups are made as
+    they are reached, so the number of draws sizes no allocation."""
+    return Units(samples, per_call or (4 if workers <= 1 else 1))
 
 
 def blocks_in_order(job, T: int, k: int, samples: int, seed: int, sort: bool, workers: int,
@@ -280,7 +300,7 @@ def blocks_in_order(job, T: int, k: int, samples: int, seed: int, sort: bool, wo
         yield from _run_groups(job, groups, T, k, seed, sort, workers, device)
         return
     n = shard.world_size
-    mine = _run_groups(job, groups[shard.rank::n], T, k, seed, sort, workers, device)
+    mine = _run_groups(job, (groups[i] for i in range(shard.rank, len(groups), n)), T, k, seed, sort, workers, device)
     try:
         for start in range(0, len(groups), n):
             got = next(mine) if start + shard.rank < len(groups) else None
@@ -295,7 +315,7 @@ def blocks_in_order(job, T: int, k: int, samples: int, seed: int, sort: bool, wo
         mine.close()
 
 
-def _run_groups(job, groups: list, T: int, k: int, seed: int, sort: bool, workers: int, device):
+def _run_groups(job, groups: Iterable, T: int, k: int, seed: int, sort: bool, workers: int, device):
     """``job`` on each group of blocks, in order (a pool of ``workers`` threads for one-block groups)."""
     from collections import deque
     from concurrent.futures import ThreadPoolExecutor

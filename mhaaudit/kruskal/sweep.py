@@ -23,7 +23,7 @@ from .. import validate
 from ..distributed import shared
 from ..numerics import (TINY_GRAM, RankRule, cholesky_margins, decide_prefix_full_rank, lambda_max_bounds, lapack, scaled,
                         tf32_is_off, tf32_off, with_numerics)
-from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, device_name, resolve_device
+from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, MAX_SAMPLES, device_name, resolve_device
 from .bounds import babel_floor, set_stats
 from .fixed import shrink_witness
 from .results import Bound, SetStats, Sweep, Witness, clopper_pearson
@@ -217,7 +217,7 @@ def kruskal_sweep(
     the whole set are certified to fail and not sampled.
     """
     X = as_matrix(X)
-    samples = validate.integer("--samples", samples)
+    samples = validate.integer("--samples", samples, maximum=MAX_SAMPLES)
     threshold = validate.fraction("--threshold", threshold)
     rule = rule or RankRule.for_dtype(X.dtype)
     dev = resolve_device(device)

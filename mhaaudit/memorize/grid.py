@@ -16,9 +16,9 @@ import torch
 from .. import validate
 from ..defaults import MEMORIZE_PRESETS
 from ..errors import InputError
-from ..settings import device_name, resolve_device
+from ..settings import MAX_SEED, device_name, resolve_device
 from .data import DIM
-from .grouping import default_budget, plan_groups
+from .grouping import default_budget, device_memory, plan_groups
 from .results import (GroupRecord, MemorizeGrid, MemorizeRun, config_dict, config_key, heads_fits, row_to_run,
                       run_to_row, seed_summaries)
 from .training import Point, Recipe, intra_op_threads, train_group
@@ -190,12 +190,12 @@ def run_memorize_grid(
 
 
 def _seeds(seed, seeds) -> list[int]:
-    seed = validate.integer("--seed", 0 if seed is None else seed, minimum=0)
+    seed = validate.integer("--seed", 0 if seed is None else seed, minimum=0, maximum=MAX_SEED)
     if seeds is None:
         return [seed]
     if seed != 0:
         raise InputError("give either --seed or --seeds, not both")
-    return validate.int_ranges(seeds, "--seeds", what="seeds", example="0-5 or 0,1,4", minimum=0)
+    return validate.int_ranges(seeds, "--seeds", what="seeds", example="0-5 or 0,1,4", minimum=0, maximum=MAX_SEED)
 
 
 def _budget(gib, device: torch.device) -> int:
@@ -219,7 +219,8 @@ def _train(pts: list[Point], todo: list[int], runs: list, keys: list[str], recip
 
     totals = [pts[i].plan(recipe).total for i in todo]
     plans = plan_groups([pts[i] for i in todo], totals=totals, out_dim=recipe.out_dim, batch=recipe.batch_size,
-                        shared=recipe.context == "shared", device=dev, budget=budget, max_points=max_group)
+                        shared=recipe.context == "shared", device=dev, budget=budget, max_points=max_group,
+                        ceiling=max(budget, device_memory(dev)))
     records: list = [None] * len(plans)
     stop = threading.Event()
 
@@ -284,4 +285,5 @@ class _Store:
         if self.path is None:
             return
         self.rows.update({k: run_to_row(r) for k, r in runs.items()})
-        write_parquet(list(self.rows.values()), self.path, self.meta)
+        # Written now, not with the run's other outputs: it keeps the points done if the run stops.
+        write_parquet(list(self.rows.values()), self.path, self.meta, now=True)

@@ -19,14 +19,15 @@ available on the host for a CPU device.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import torch
 
+from ..errors import InputError
 from .stack import StackShape
 
-__all__ = ["GroupPlan", "default_budget", "group_bytes", "plan_groups"]
+__all__ = ["GroupPlan", "default_budget", "device_memory", "group_bytes", "plan_groups"]
 
 #: A step's fixed cost in multiply-adds at the device's rate (about 0.35 ms of a CPU core at
 #: 17 G/s; about 0.3 ms of a GPU at 15 T/s): see the module docstring.
@@ -96,11 +97,13 @@ def _work(s: StackShape, batch: int, shared: bool) -> float:
 
 def plan_groups(points: Sequence, *, totals: Sequence[int], out_dim: int, batch: int, shared: bool,
                 device: torch.device, budget: int, max_points: int | None = None,
-                chunk_steps: int = 256) -> list[GroupPlan]:
+                chunk_steps: int = 256, ceiling: int | None = None) -> list[GroupPlan]:
     """Split ``points`` (objects with heads, head_dim, n, size) into groups within ``budget`` bytes.
 
     ``totals``: each point's planned steps (points of one group run as long as the longest);
-    ``max_points`` caps a group's size (1: every point alone).
+    ``max_points`` caps a group's size (1: every point alone). A point larger than the budget
+    trains alone; one larger than ``ceiling`` bytes (the memory the device has) is refused before
+    any work, naming the largest value that fits.
     """
     overhead = STEP_OVERHEAD.get(device.type, STEP_OVERHEAD["cuda"])
 
@@ -114,6 +117,12 @@ def plan_groups(points: Sequence, *, totals: Sequence[int], out_dim: int, batch:
         return GroupPlan(members=tuple(members), shape=s, eval_chunk=chunk, work=cost(members),
                          bytes=group_bytes(s, batch=batch, shared=shared, eval_chunk=chunk, chunk_steps=chunk_steps))
 
+    for i in range(len(points) if ceiling is not None else 0):  # a point the device cannot hold: refused now
+        alone = StackShape.of([points[i]], out_dim)
+        if group_bytes(alone, batch=batch, shared=shared, eval_chunk=_eval_chunk(alone, batch, shared, budget),
+                       chunk_steps=chunk_steps) > ceiling:
+            raise InputError(_too_large(alone, batch=batch, shared=shared, budget=budget, ceiling=ceiling,
+                                        chunk_steps=chunk_steps))
     groups: list[list[int]] = []
     for i in sorted(range(len(points)), key=lambda i: (cost([i]), points[i].size)):
         joined = groups[-1] + [i] if groups else None
@@ -123,3 +132,47 @@ def plan_groups(points: Sequence, *, totals: Sequence[int], out_dim: int, batch:
         else:
             groups.append([i])
     return [plan(g) for g in groups]
+
+
+# What the user can lower, as StackShape fields or the batch, with the option that sets each.
+_KNOBS = (("size", "--sizes"), ("heads", "--heads"), ("n", "--n"), ("head_dim", "--head-dim"),
+          ("out_dim", "--classes"), ("batch", "--batch-size"))
+
+
+def device_memory(device: torch.device) -> int:
+    """Bytes the device can hold for a grid: the free GPU memory, or the host memory available."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    from ..batching import available_memory
+
+    return available_memory()
+
+
+def _too_large(s: StackShape, *, batch: int, shared: bool, budget: int, ceiling: int, chunk_steps: int) -> str:
+    """The one line refusing a point that needs more than ``ceiling`` bytes: the largest value of the
+    option that needs the least lowering (the others kept) that fits."""
+    def fits(field: str, value: int) -> bool:
+        t = replace(s, **{field: value}) if field != "batch" else s
+        b = value if field == "batch" else batch
+        return group_bytes(t, batch=b, shared=shared, eval_chunk=_eval_chunk(t, b, shared, budget),
+                           chunk_steps=chunk_steps) <= ceiling
+
+    best = None
+    for field, option in _KNOBS:
+        current = batch if field == "batch" else getattr(s, field)
+        if current <= 1 or not fits(field, 1):
+            continue
+        lo, hi = 1, current  # fits(lo), not fits(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(field, mid) else (lo, mid)
+        if best is None or lo / current > best[2] / best[3]:
+            best = (field, option, lo, current)
+    need = group_bytes(s, batch=batch, shared=shared, eval_chunk=_eval_chunk(s, batch, shared, budget),
+                       chunk_steps=chunk_steps)
+    head = (f"a memorize point with H = {s.heads}, n = {s.n}, d_h = {s.head_dim}, T = {s.size} needs about "
+            f"{need / 2**30:.3g} GiB, more than the {ceiling / 2**30:.3g} GiB the device has free here")
+    if best is None:
+        return head + "; lower its sizes"
+    _, option, value, current = best
+    return head + f"; the largest {option} that fits is {value} (given: {current})"

@@ -32,7 +32,7 @@ import torch
 
 from .. import validate
 from ..errors import InputError
-from ..settings import derive_seed, device_name, resolve_device
+from ..settings import MAX_SEED, derive_seed, device_name, resolve_device
 from .data import CONTEXTS, DIM, TASKS, make_dataset
 from .model import MemorizeModel
 from .results import MemorizeRun
@@ -106,7 +106,7 @@ class Point:
         return cls(
             heads=validate.integer("--heads", heads), n=validate.integer("--n", n),
             head_dim=validate.integer("--head-dim", head_dim), size=validate.integer("--sizes", size),
-            seed=validate.integer("--seed", seed, minimum=0),
+            seed=validate.integer("--seed", seed, minimum=0, maximum=MAX_SEED),
         )
 
     @property

@@ -38,9 +38,11 @@ def data_rng(seed: int, *index: int) -> np.random.Generator:
 
 def decode_workers() -> int:
     """Threads that decode images: ``$MHAAUDIT_DECODE_WORKERS``, else the usable cores, at most 8."""
-    value = os.environ.get("MHAAUDIT_DECODE_WORKERS", "")
-    if value.strip().isdigit():
-        return max(1, int(value))
+    from ..settings import decode_workers_env  # imported here, as above
+
+    value = decode_workers_env()
+    if value is not None:
+        return value
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux

@@ -255,7 +255,7 @@ def _write_cache(path: Path, key: str, corpus: Corpus) -> None:
             "duplicates": corpus.duplicates, "code": corpus.code}
     try:
         payload = gzip.compress(json.dumps(data).encode("utf-8"), compresslevel=3)
-        with atomic_path(path) as tmp:
+        with atomic_path(path, now=True) as tmp:
             tmp.write_bytes(payload)
     except (OSError, OutputError):
         pass  # a cache that cannot be written costs a rebuild next time, nothing else
