@@ -35,7 +35,6 @@ from safetensors.torch import save as st_save
 
 from clitools import assert_one_error, run
 from mhaaudit.features import reduce_tokens
-from mhaaudit.io import stamp, write_parquet
 
 _LONG = os.environ.get("MHAAUDIT_FUZZ", "").strip()
 LONG_EXAMPLES = int(_LONG) if _LONG.isdigit() else 300

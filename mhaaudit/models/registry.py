@@ -116,6 +116,7 @@ _CONFIG_BOUNDS = {"hidden_size": 1 << 17, "num_attention_heads": 1 << 12, "num_k
                   "vocab_size": 1 << 24, "max_position_embeddings": 1 << 24, "image_size": 1 << 15,
                   "patch_size": 1 << 15, "num_channels": 1 << 10}
 
+
 class ConfigFields:
     """A config.json as read (a dict), seen through attributes like a config object."""
 
