@@ -47,7 +47,7 @@ class _Planted:
 
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory, vit_dir, bert_dir, image_dir):
+def inputs(tmp_path_factory, vit_dir, bert_dir, image_dir, timm_dir):
     """The input files the cases read (never written to by them)."""
     d = tmp_path_factory.mktemp("inputs")
     X = np.random.default_rng(0).standard_normal((40, 8))
@@ -83,7 +83,7 @@ def inputs(tmp_path_factory, vit_dir, bert_dir, image_dir):
              "dangling_folder": d / "dangling-folder", "planted": d / "planted", "holder": d / "holder",
              "inside_column": d / "holder" / "random", "pickled_npy": d / "pickled.npy",
              "pickled_pt": d / "pickled.pt", "marker": marker}
-    paths.update(_malformed_files(d, X, vit_dir, bert_dir))
+    paths.update(_malformed_files(d, X, vit_dir, bert_dir, timm_dir))
     return {k: str(v) for k, v in paths.items()}
 
 
@@ -97,7 +97,7 @@ class _RunsCode:
         return (os.system, (f"touch '{self.marker}'",))
 
 
-def _malformed_files(d, X, vit_dir, bert_dir) -> dict:
+def _malformed_files(d, X, vit_dir, bert_dir, timm_dir) -> dict:
     """Files and model folders every reader must refuse in one line (see the reader cases below)."""
     out = {}
     (d / "magic.npy").write_bytes(b"PK\x03\x04 not numpy" + bytes(64))
@@ -131,6 +131,9 @@ def _malformed_files(d, X, vit_dir, bert_dir) -> dict:
         return d / name
 
     model("vitpatch0", patch_size=0)
+    timm_args = json.loads((timm_dir / "config.json").read_text())["model_args"]
+    model("timmheads0", src=timm_dir, model_args={**timm_args, "num_heads": 0})
+    model("timmargs", src=timm_dir, model_args=[1, 2])
     model("vitheads7", num_attention_heads=7)
     model("vitwide", hidden_size=10**12)
     (model("vithdr") / "model.safetensors").write_bytes((2**62).to_bytes(8, "little") + b"{}")
@@ -251,6 +254,8 @@ CASES = [
     ("config-patch-zero", "check {vitpatch0}", "patch_size is 0"),
     ("config-heads-not-dividing", "check {vitheads7}", "7 attention heads do not divide the width 32"),
     ("config-huge-width", "check {vitwide}", "hidden_size is 1000000000000"),
+    ("timm-config-heads-zero", "check {timmheads0}", "num_heads is 0"),
+    ("timm-config-args-not-an-object", "check {timmargs}", "needs an \"architecture\" name and a \"model_args\" object"),
     ("weights-huge-header", "check {vithdr} --variants trained", "its header claims"),
     ("weights-corrupt-bin", "check {vitbin} --variants trained", "not a torch file of plain tensors"),
     ("weights-nan", "check {vitnan} --variants trained", "hold NaN values (e.g. embeddings.cls_token)"),

@@ -35,7 +35,6 @@ from safetensors.torch import save as st_save
 
 from clitools import assert_one_error, run
 from mhaaudit.features import reduce_tokens
-from mhaaudit.io import stamp, write_parquet
 
 _LONG = os.environ.get("MHAAUDIT_FUZZ", "").strip()
 LONG_EXAMPLES = int(_LONG) if _LONG.isdigit() else 300
@@ -310,6 +309,28 @@ def test_model_config(capsys, tmp_path, vit_dir, image_dir, profile):
                           "--limit", "20", "--samples", "10", "--format", "json"))
 
     fuzz(profile, 15, docs, check)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_timm_config(capsys, tmp_path, timm_dir, image_dir, profile):
+    """A timm folder's config.json: its architecture and build arguments at the edges or of other types."""
+    valid = json.loads((timm_dir / "config.json").read_text())
+    where = Files(tmp_path)
+    args = st.builds(lambda e: {**valid["model_args"], **e},
+                     st.dictionaries(st.sampled_from(["img_size", "patch_size", "embed_dim", "depth", "num_heads",
+                                                      "in_chans", "mlp_ratio", "class_token"]), edge_numbers,
+                                     min_size=1, max_size=3))
+    docs = st.one_of(st.builds(lambda a: {**valid, "model_args": a}, args), st.builds(lambda a: {**valid, "model_args": a}, args),
+                     _replace_fields(valid, json_values))
+
+    def check(doc):
+        folder = where.folder() / "model"
+        shutil.copytree(timm_dir, folder)
+        (folder / "config.json").write_bytes(_json_bytes(doc))
+        assert_clean(*run(capsys, "check", folder, "--data", image_dir, "--variants", "random", "--layers", "1",
+                          "--limit", "20", "--samples", "10", "--format", "json"))
+
+    fuzz(profile, 12, docs, check)
 
 
 @pytest.fixture(scope="module")

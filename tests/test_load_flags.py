@@ -292,6 +292,20 @@ def test_planted_code_never_runs_when_stdin_says_yes(bert_dir, tmp_path):
     assert not marker.exists()
 
 
+def test_planted_code_of_a_hub_repository_never_runs_without_the_flag(bert_dir, tmp_path, monkeypatch, capsys):
+    """From the hub (here served from a folder), trust_remote_code=False reaches transformers, which refuses at once."""
+    folder, marker = tmp_path / "served", tmp_path / "MARKER"
+    shutil.copytree(bert_dir, folder)
+    _planted(folder, marker, "config")
+    FakeHub("org/planted", folder, tmp_path / "cache").install(monkeypatch)
+    with pytest.raises(ModelError, match="pass --trust-remote-code"):
+        load_model("org/planted", weights="trained", max_layer=1, context_length=8, device="cpu")
+    rc, out, err = run(capsys, "check", "org/planted", "--variants", "trained", "--limit", "20", "--context-length", "8",
+                       "--format", "json")
+    assert_one_error(rc, err, "--trust-remote-code")
+    assert out == "" and not marker.exists()
+
+
 def test_planted_code_runs_with_the_flag(bert_dir, tmp_path):
     """The flag is the user's consent: the folder's code is imported (and the model it defines is used)."""
     folder, marker = tmp_path / "model", tmp_path / "MARKER"

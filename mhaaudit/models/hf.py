@@ -42,8 +42,8 @@ from .families import Family, embedding_positions, family_of, query_words
 from .probe import ModelInfo, ProbedModel, measure_image_tokens, prepare_module
 from .shards import Checkpoint, NotPartial, WeightsRead, check_local_indexes, empty_init, used_parameters
 from .random_init import build_random, init_seed, reinit_hf, seeded
-from .registry import (BLOCK_PATHS, ModelSpec, alias_list, classify_config, is_timm_folder_config, read_json,
-                       supported_families)
+from .registry import (BLOCK_PATHS, ConfigFields, ModelSpec, alias_list, check_config_numbers, classify_config,
+                       is_timm_folder_config, read_json, supported_families)
 
 __all__ = ["find_blocks", "image_transform", "load", "load_tokenizer"]
 
@@ -51,12 +51,6 @@ _ENCODER_DEFAULT_MAX_N = 512
 _DECODER_DEFAULT_MAX_N = 1024  # the paper's GPT-2 context; decoders with longer positions take --context-length
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "tokenizer.model", "sentencepiece.bpe.model")
 _FIT_FIELDS = ("model_type", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
-# The sizes of a config checked before anything is built, each with its upper bound: far above every
-# published model, far below what would make a build allocate without end or divide by zero.
-_CONFIG_BOUNDS = {"hidden_size": 1 << 17, "num_attention_heads": 1 << 12, "num_key_value_heads": 1 << 12,
-                  "head_dim": 1 << 14, "num_hidden_layers": 1 << 12, "intermediate_size": 1 << 20,
-                  "vocab_size": 1 << 24, "max_position_embeddings": 1 << 24, "image_size": 1 << 15,
-                  "patch_size": 1 << 15, "num_channels": 1 << 10}
 # The files of a model folder whose ``auto_map`` makes transformers import Python code from the folder.
 _CODE_MAP_FILES = ("config.json", "tokenizer_config.json", "preprocessor_config.json", "processor_config.json")
 
@@ -91,7 +85,7 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
             check_local_indexes(folder)
             raw = read_json(os.path.join(folder, "config.json"))
             if raw is not None:
-                check_config_numbers(_Fields(raw), spec.name)
+                check_config_numbers(ConfigFields(raw), spec.name)
     cfg, source = _config(spec, weights, weights_path, hub)
     family, modality, is_decoder = classify_config(cfg, spec.name)
     if modality == "image" and context_length is not None:
@@ -144,45 +138,6 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
         size, patch = getattr(cfg, "image_size", 0), getattr(cfg, "patch_size", 0)
         measure_image_tokens(pm, _count(size) // _count(patch) if patch else None)
     return pm
-
-
-class _Fields:
-    """A config.json as read (a dict), seen through attributes like a config object."""
-
-    def __init__(self, data: dict):
-        self._data = data
-
-    def __getattr__(self, key: str) -> Any:
-        return self._data.get(key)
-
-
-def check_config_numbers(cfg: Any, name: str) -> None:
-    """A ModelError, before anything is built, when a size in the config is not a positive integer
-    within :data:`_CONFIG_BOUNDS`, the heads do not divide the width, or the patch does not fit the image."""
-    def ints(field: str) -> list[int] | None:
-        value = getattr(cfg, field, None)
-        if value is None:
-            return None
-        values = list(value) if isinstance(value, (list, tuple)) and field in ("image_size", "patch_size") else [value]
-        bound = _CONFIG_BOUNDS[field]
-        if not values or not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= bound for v in values):
-            raise ModelError(f"the config of {name} is malformed: {field} is {value!r}, expected a positive integer of "
-                             f"at most {bound}")
-        return values
-
-    got = {f: ints(f) for f in _CONFIG_BOUNDS}
-    hidden, heads, kv = (got[f][0] if got[f] else None for f in ("hidden_size", "num_attention_heads", "num_key_value_heads"))
-    if hidden is not None and heads is not None:
-        if heads > hidden:
-            raise ModelError(f"the config of {name} is malformed: {heads} attention heads for a width of {hidden}")
-        if got["head_dim"] is None and hidden % heads:
-            raise ModelError(f"the config of {name} is malformed: {heads} attention heads do not divide the width {hidden}")
-    if heads is not None and kv is not None and (kv > heads or heads % kv):
-        raise ModelError(f"the config of {name} is malformed: {kv} key/value heads do not divide {heads} attention heads")
-    image, patch = got["image_size"], got["patch_size"]
-    if image is not None and patch is not None and any(p > i for p, i in zip(patch * 2, image * 2)):
-        raise ModelError(f"the config of {name} is malformed: patch size {getattr(cfg, 'patch_size')} is larger than "
-                         f"the image size {getattr(cfg, 'image_size')}")
 
 
 def _count(size: Any) -> int:

@@ -31,7 +31,11 @@ from .checkpoints import find_checkpoint, load_fitting, offline_weights_error
 from .families import query_words
 from .probe import ModelInfo, ProbedModel, measure_image_tokens, prepare_module
 from .random_init import init_seed, reinit_timm, seeded
-from .registry import ModelSpec, read_json, supported_families, timm_family_of
+from .registry import ConfigFields, ModelSpec, check_config_numbers, read_json, supported_families, timm_family_of
+
+# timm's build arguments that size the model, and their transformers names (see check_config_numbers).
+_TIMM_SIZES = {"embed_dim": "hidden_size", "num_heads": "num_attention_heads", "depth": "num_hidden_layers",
+               "img_size": "image_size", "patch_size": "patch_size", "in_chans": "num_channels"}
 
 __all__ = ["load"]
 
@@ -94,10 +98,17 @@ def _architecture(spec: ModelSpec, weights: str, weights_path: str | None) -> _A
             f"cannot tell the timm architecture of {spec.name}: give the timm model name as the model and "
             f"the checkpoint file as --weights"
         )
+    args = data.get("model_args") or {}
+    if not isinstance(data["architecture"], str) or not isinstance(args, dict):
+        raise ModelError(f"the config of {spec.name} is malformed: it needs an \"architecture\" name and a "
+                         f"\"model_args\" object")
+    # timm's names for the sizes the transformers check knows, checked before anything is built
+    check_config_numbers(ConfigFields({hf: args[t] for t, hf in _TIMM_SIZES.items() if t in args}), spec.name,
+                         shown={hf: t for t, hf in _TIMM_SIZES.items()})
     file = path if os.path.isfile(path) else find_checkpoint(folder)
     if weights == "trained" and weights_path is None and file is None:
         raise ModelError(f"no checkpoint file found in {folder}")
-    return _Arch(data["architecture"], dict(data.get("model_args") or {}), file)
+    return _Arch(data["architecture"], dict(args), file)
 
 
 @dataclasses.dataclass(frozen=True)
