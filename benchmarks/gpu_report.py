@@ -646,10 +646,6 @@ def targets(parts: dict, gpu: str | None) -> list[tuple[str, str, str]]:
     return rows
 
 
-def _verdicts_note(r):
-    return "same verdicts" if r.get("same_verdicts") else "verdicts DIFFER"
-
-
 def table(parts: dict, s: dict | None, smoke: bool = False) -> str:
     """The stamped markdown block (the README's GPU rows): every row, ``unmeasured`` where nothing was."""
     lines = []
@@ -663,22 +659,23 @@ def table(parts: dict, s: dict | None, smoke: bool = False) -> str:
                      "--device cuda --update-readme` has run on a GPU.")
     lines += ["", "| what (GPU) | naive | mhaaudit | ratio | checked | script |", "|---|---|---|---|---|---|"]
     u = "unmeasured"
-    kr = _res(parts, "kruskal")
-    lines.append("| Monte-Carlo test, k = 197, 2000 x 768, 5000 draws | "
-                 + (f"{_s(kr['naive_s'])} (`matrix_rank` loop, timed on {kr['naive_draws']} draws) | {_s(kr['ours_s'])} | "
-                    f"{_ratio(kr['naive_s'], kr['ours_s'])} | {kr['equal_float64']}/{kr['check_draws']} decisions equal to "
-                    f"`matrix_rank`; same draws and decisions as the CPU {kr['equal_cpu']}/{kr['check_draws']}, same test "
-                    f"record {'yes' if kr['record_equal_cpu'] else 'NO'}" if kr else f"{u} | {u} | {u} | {u}")
-                 + " | `bench_kruskal.py --device cuda` |")
-    sw = _res(parts, "sweep")
-    lines.append("| Sweep over every k up to d = 768, 5000 draws | "
-                 + (f"{_s(sw['naive_s'])} (extrapolated) | {_s(sw['ours_s'])} | {_ratio(sw['naive_s'], sw['ours_s'])} | "
-                    f"fractions equal to the CPU's: {'yes' if sw['fractions_equal_cpu'] else 'NO'}" if sw else f"{u} | {u} | {u} | {u}")
-                 + " | `bench_kruskal.py --device cuda` |")
-    cs = _res(parts, "check-small")
-    lines.append("| `check` end to end, embedding + random columns, T = 200, 300 draws (the script's defaults) | "
-                 + (f"{_s(cs['naive_s'])} | {_s(cs['ours_s'])} | {_ratio(cs['naive_s'], cs['ours_s'])} | {_verdicts_note(cs)}"
-                    if cs else f"{u} | {u} | {u} | {u}") + " | `bench_check.py --device cuda` |")
+
+    def row(what: str, r: dict | None, cells, script: str) -> str:  # naive | mhaaudit | ratio | checked
+        return f"| {what} | " + " | ".join(cells(r) if r else [u] * 4) + f" | {script} |"
+
+    lines.append(row("Monte-Carlo test, k = 197, 2000 x 768, 5000 draws", _res(parts, "kruskal"), lambda r: [
+        f"{_s(r['naive_s'])} (`matrix_rank` loop, timed on {r['naive_draws']} draws)", _s(r["ours_s"]),
+        _ratio(r["naive_s"], r["ours_s"]),
+        f"{r['equal_float64']}/{r['check_draws']} decisions equal to `matrix_rank`; same draws and decisions as the CPU "
+        f"{r['equal_cpu']}/{r['check_draws']}, same test record {'yes' if r['record_equal_cpu'] else 'NO'}"],
+        "`bench_kruskal.py --device cuda`"))
+    lines.append(row("Sweep over every k up to d = 768, 5000 draws", _res(parts, "sweep"), lambda r: [
+        f"{_s(r['naive_s'])} (extrapolated)", _s(r["ours_s"]), _ratio(r["naive_s"], r["ours_s"]),
+        f"fractions equal to the CPU's: {'yes' if r['fractions_equal_cpu'] else 'NO'}"], "`bench_kruskal.py --device cuda`"))
+    lines.append(row("`check` end to end, embedding + random columns, T = 200, 300 draws (the script's defaults)",
+                     _res(parts, "check-small"), lambda r: [
+                         _s(r["naive_s"]), _s(r["ours_s"]), _ratio(r["naive_s"], r["ours_s"]),
+                         "same verdicts" if r.get("same_verdicts") else "verdicts DIFFER"], "`bench_check.py --device cuda`"))
     cp, cn = _res(parts, "check-paper"), _res(parts, "check-paper-naive")
     naive_row = parts.get("check-paper-naive")
     naive_cell = (_s(cn["naive_s"]) if cn else f"over {_s(naive_row['timeout_s'])} (stopped)"
@@ -688,11 +685,9 @@ def table(parts: dict, s: dict | None, smoke: bool = False) -> str:
     lines.append(f"| same at the paper's size, T = 2000, 5000 draws | {naive_cell} | {_s(cp['ours_s']) if cp else u} | "
                  f"{_ratio(cn['naive_s'], cp['ours_s']) if cp and cn else u} | {same} | "
                  "`bench_check.py --device cuda --limit 2000 --samples 5000` |")
-    ca = _res(parts, "capture")
-    lines.append("| first-block capture, random ViT-Base, batch of 16 | "
-                 + (f"{_s(ca['naive_s'])} | {_s(ca['ours_s'])} | {_ratio(ca['naive_s'], ca['ours_s'])} | "
-                    f"max difference {max(ca['diff_trunc'], ca['diff_hooks']):.1e}" if ca else f"{u} | {u} | {u} | {u}")
-                 + " | `bench_capture.py --device cuda` |")
+    lines.append(row("first-block capture, random ViT-Base, batch of 16", _res(parts, "capture"), lambda r: [
+        _s(r["naive_s"]), _s(r["ours_s"]), _ratio(r["naive_s"], r["ours_s"]),
+        f"max difference {max(r['diff_trunc'], r['diff_hooks']):.1e}"], "`bench_capture.py --device cuda`"))
     cv = _res(parts, "check-vit-base")
     if cv:
         busy = cv.get("gpu_busy_s")
@@ -707,7 +702,7 @@ def table(parts: dict, s: dict | None, smoke: bool = False) -> str:
     mcell = (f"{_s(mz['seconds'])} ({mz['points']} points, {mz['groups']} groups)" if mz
              else f"unfinished after {_s(m['seconds'])}" if m and m["status"] == "timeout" else u)
     lines.append(f"| `mhaaudit memorize --preset paper-fig2a`, one seed | – | {mcell} | – | – | "
-                 "`bench_memorize.py --preset paper-fig2a --device cuda --skip-plain` |")
+                 "`gpu_report.py --parts memorize` |")
     te = _res(parts, "tests")
     lines.append("| the suite's CUDA test files (`-m 'not slow'`) | – | "
                  + (f"{te['passed']} passed, {te['failed']} failed, {te['skipped']} skipped" if te else u)
