@@ -43,23 +43,18 @@ def _time(fn, repeats: int, device: torch.device) -> float:
     return statistics.median(times)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--device", default="auto", help="cpu, cuda (or cuda:N) or auto")
-    args = ap.parse_args()
-    device = resolve_device(args.device)
-
+def measure(device: torch.device, *, model: str = "vit-base", batch: int = 16, repeats: int = 3) -> dict:
+    """Load times, the three ways' median times (seconds) and their largest differences to the naive features."""
     t0 = time.perf_counter()
-    full = load_model("vit-base", device=device)  # all 12 blocks
+    full = load_model(model, device=device)  # every block
     t_load_full = time.perf_counter() - t0
     t0 = time.perf_counter()
-    trunc = load_model("vit-base", device=device, max_layer=1)  # only block 1 is built
+    trunc = load_model(model, device=device, max_layer=1)  # only block 1 is built
     t_load_trunc = time.perf_counter() - t0
 
+    size = getattr(getattr(full.module, "config", None), "image_size", 224)  # transformers' config; 224 otherwise
     g = torch.Generator().manual_seed(0)
-    px = torch.randn(args.batch, 3, 224, 224, generator=g).to(device)
+    px = torch.randn(batch, 3, size, size, generator=g).to(device)
     inputs = {"pixel_values": px}
 
     def naive():
@@ -75,21 +70,30 @@ def main() -> None:
     # Same features either way (same weights for the full model; the truncated build is
     # seeded identically, so its block 1 matches too when the init order agrees).
     ref = naive()
-    diff_hooks = (ours_hooks() - ref).abs().max().item()
-    diff_trunc = (ours_trunc() - ref).abs().max().item()
+    return {"model": model, "batch": batch, "image_size": size, "repeats": repeats, "load_full_s": t_load_full,
+            "load_trunc_s": t_load_trunc, "diff_hooks": (ours_hooks() - ref).abs().max().item(),
+            "diff_trunc": (ours_trunc() - ref).abs().max().item(), "naive_s": _time(naive, repeats, device),
+            "ours_s": _time(ours_trunc, repeats, device), "hooks_s": _time(ours_hooks, repeats, device)}
 
-    t_naive = _time(naive, args.repeats, device)
-    t_trunc = _time(ours_trunc, args.repeats, device)
-    t_hooks = _time(ours_hooks, args.repeats, device)
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--device", default="auto", help="cpu, cuda (or cuda:N) or auto")
+    args = ap.parse_args()
+    device = resolve_device(args.device)
+    r = measure(device, batch=args.batch, repeats=args.repeats)
+    t_naive, t_trunc, t_hooks = r["naive_s"], r["ours_s"], r["hooks_s"]
 
     gpu = f" ({torch.cuda.get_device_name(device)}, CUDA {torch.version.cuda})" if device.type == "cuda" else ""
     print(f"device: {device_name(device)}{gpu}, torch {torch.__version__}, threads {torch.get_num_threads()}")
     print(f"random ViT-Base (ViTConfig()), batch {args.batch} x 3 x 224 x 224, median of {args.repeats}")
-    print(f"load: full model {t_load_full:.2f} s, max_layer=1 build {t_load_trunc:.2f} s")
+    print(f"load: full model {r['load_full_s']:.2f} s, max_layer=1 build {r['load_trunc_s']:.2f} s")
     print(f"naive full forward, output_hidden_states=True : {t_naive * 1e3:9.1f} ms")
     print(f"capture(layers=[1]), max_layer=1 build         : {t_trunc * 1e3:9.1f} ms   ratio {t_naive / t_trunc:5.1f}x")
     print(f"capture(layers=[1]), full build + early stop   : {t_hooks * 1e3:9.1f} ms   ratio {t_naive / t_hooks:5.1f}x")
-    print(f"max |difference| to hidden_states[1]: early stop {diff_hooks:.2e}, truncated build {diff_trunc:.2e}")
+    print(f"max |difference| to hidden_states[1]: early stop {r['diff_hooks']:.2e}, truncated build {r['diff_trunc']:.2e}")
 
 
 if __name__ == "__main__":

@@ -68,6 +68,74 @@ def timed(fn, device: torch.device):
     return time.perf_counter() - t, out
 
 
+def measure_test(X: torch.Tensor, k: int, samples: int, dev: torch.device, *, naive_draws: int | None = None,
+                 check_draws: int = 1000, repeats: int = 1, stats=None) -> dict:
+    """Time the paper's loop and ``subset_test`` at one candidate size on ``dev``, and check ours.
+
+    ``ours_s`` is the median of ``repeats`` timed runs after a warm-up. The decisions of
+    ``check_draws`` of our draws are compared with ``matrix_rank`` (float64 with the same rule, and
+    the paper's float32 call); on a GPU also with the CPU's draws and decisions for the same seed.
+    """
+    T, d = X.shape
+    rule = RankRule.for_dtype(X.dtype)
+    stats = stats if stats is not None else set_stats(X, rule)
+    N = samples
+    Xd = X.to(dev)
+    subset_test(X, k, samples=64, rule=rule, device=dev, stats=stats)  # warm-up
+    paper_loop(Xd, k, 3)
+    runs = [timed(lambda: subset_test(X, k, samples=N, rule=rule, device=dev, stats=stats), dev) for _ in range(repeats)]
+    ours, res = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
+    n_naive = min(N, naive_draws or N)
+    naive, naive_dec = paper_loop(Xd, k, n_naive)
+    out = {"T": T, "d": d, "k": k, "samples": N, "naive_s": naive * N / n_naive, "naive_draws": n_naive,
+           "naive_fraction": sum(naive_dec) / n_naive, "ours_s": ours, "ours_runs_s": [r[0] for r in runs],
+           "fraction": res.fraction, "exact_rechecks": res.exact_rechecks, "gram": res.gram}
+    # same decisions: ours against matrix_rank (float64, same rule) on our own draws, and the CPU's draws
+    check_n = min(N, check_draws)
+    idx, full = draw_decisions(X, k, samples=check_n, rule=rule, device=dev)
+    ref = torch.tensor([int(torch.linalg.matrix_rank(X[i].double(), rtol=rule.rtol_for(k, d))) == k for i in idx])
+    ref32 = torch.tensor([int(torch.linalg.matrix_rank(X[i])) == k for i in idx])
+    out |= {"check_draws": check_n, "equal_float64": int((full == ref).sum()), "equal_float32": int((full == ref32).sum())}
+    if dev.type != "cpu":
+        idx_c, full_c = draw_decisions(X, k, samples=check_n, rule=rule, device="cpu")
+        out["equal_cpu"] = int(((idx_c == idx).all(1) & (full_c == full)).sum())
+    return out
+
+
+def measure_sweep(X: torch.Tensor, samples: int, dev: torch.device, *, loop_draws: int = 100, stats=None) -> dict:
+    """Time ``kruskal_sweep`` (every k) on ``dev`` beside the paper's loop at every 10th k.
+
+    The loop is timed at five sizes (``loop_draws`` draws each) and its cost over every 10th k
+    interpolated and scaled to ``samples`` draws (``naive_s``, extrapolated).
+    """
+    T, d = X.shape
+    rule = RankRule.for_dtype(X.dtype)
+    stats = stats if stats is not None else set_stats(X, rule)
+    N, Xd = samples, X.to(dev)
+    K = min(T, d)
+    paper_ks = sorted(set(list(range(1, K + 1, 10)) + [K]))
+    probe_ks = sorted(set([1, K // 4, K // 2, 3 * K // 4, K]) - {0})
+    per_call = {}
+    for kk in probe_ks:
+        secs, _ = paper_loop(Xd, kk, loop_draws, seed=1)
+        per_call[kk] = secs / loop_draws
+
+    def cost(kk: int) -> float:  # piecewise-linear interpolation of the per-call cost over k
+        ks = sorted(per_call)
+        for a, b in zip(ks, ks[1:]):
+            if a <= kk <= b:
+                w = (kk - a) / max(1, b - a)
+                return per_call[a] * (1 - w) + per_call[b] * w
+        return per_call[ks[-1]]
+
+    ours, sw = timed(lambda: kruskal_sweep(X, samples=N, rule=rule, device=dev, stats=stats), dev)
+    return {"T": T, "d": d, "samples": N, "naive_s": sum(cost(kk) for kk in paper_ks) * N, "naive_sizes": len(paper_ks),
+            "loop_per_call_s": {str(kk): v for kk, v in per_call.items()}, "loop_draws": loop_draws, "ours_s": ours,
+            "exact_rechecks": sw.exact_rechecks, "kmax_sampled": sw.kmax_sampled, "estimate": sw.estimate,
+            "ceiling": sw.ceiling.value, "ceiling_kind": sw.ceiling.kind, "floor": sw.floor.value,
+            "fractions": [float(f) for f in sw.fractions]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--features", help="a folder written by --save-features (uses its query vectors)")
@@ -100,59 +168,32 @@ def main() -> None:
 
     # ---- one candidate size -------------------------------------------------------------
     k, N = args.k, args.samples
-    Xd = X.to(dev)
-    subset_test(X, k, samples=64, rule=rule, device=dev, stats=stats)  # warm-up
-    paper_loop(Xd, k, 3)
-    ours, res = timed(lambda: subset_test(X, k, samples=N, rule=rule, device=dev, stats=stats), dev)
-    n_naive = min(N, args.naive_draws or N)
-    naive, naive_dec = paper_loop(Xd, k, n_naive)
-    naive *= N / n_naive
-    scaled_note = f" (timed on {n_naive} draws, scaled to {N})" if n_naive < N else ""
+    r = measure_test(X, k, N, dev, naive_draws=args.naive_draws, stats=stats)
+    scaled_note = f" (timed on {r['naive_draws']} draws, scaled to {N})" if r["naive_draws"] < N else ""
     print(f"\n[k = {k}, {N} draws, both on {dev}]")
-    print(f"  paper's loop (matrix_rank per draw, float32): {naive:8.3f} s{scaled_note}   fraction {sum(naive_dec) / n_naive:.4f}")
-    print(f"  mhaaudit subset_test:                          {ours:8.3f} s   fraction {res.fraction:.4f}  "
-          f"({res.exact_rechecks} exact re-checks, Gram {res.gram})")
-    print(f"  ratio (loop / ours): {naive / ours:.1f}x")
-    # same decisions: ours against matrix_rank (float64, same rule) on our own draws, and the CPU's draws
-    check_n = min(N, 1000)
-    idx, full = draw_decisions(X, k, samples=check_n, rule=rule, device=dev)
-    ref = torch.tensor([int(torch.linalg.matrix_rank(X[i].double(), rtol=rule.rtol_for(k, d))) == k for i in idx])
-    ref32 = torch.tensor([int(torch.linalg.matrix_rank(X[i])) == k for i in idx])
-    print(f"  decisions equal to matrix_rank (float64, same rule) on {check_n} draws: {int((full == ref).sum())}/{check_n}")
-    print(f"  decisions equal to matrix_rank on the float32 rows (the paper's call):  {int((full == ref32).sum())}/{check_n}")
-    if dev.type != "cpu":
-        idx_c, full_c = draw_decisions(X, k, samples=check_n, rule=rule, device="cpu")
-        same = int(((idx_c == idx).all(1) & (full_c == full)).sum())
-        print(f"  same draws and decisions as on the CPU: {same}/{check_n}")
+    print(f"  paper's loop (matrix_rank per draw, float32): {r['naive_s']:8.3f} s{scaled_note}   fraction {r['naive_fraction']:.4f}")
+    print(f"  mhaaudit subset_test:                          {r['ours_s']:8.3f} s   fraction {r['fraction']:.4f}  "
+          f"({r['exact_rechecks']} exact re-checks, Gram {r['gram']})")
+    print(f"  ratio (loop / ours): {r['naive_s'] / r['ours_s']:.1f}x")
+    check_n = r["check_draws"]
+    print(f"  decisions equal to matrix_rank (float64, same rule) on {check_n} draws: {r['equal_float64']}/{check_n}")
+    print(f"  decisions equal to matrix_rank on the float32 rows (the paper's call):  {r['equal_float32']}/{check_n}")
+    if "equal_cpu" in r:
+        print(f"  same draws and decisions as on the CPU: {r['equal_cpu']}/{check_n}")
 
     if args.skip_sweep:
         return
     # ---- the sweep over every k ---------------------------------------------------------
+    s = measure_sweep(X, N, dev, loop_draws=args.loop_draws, stats=stats)
     K = min(T, d)
-    paper_ks = sorted(set(list(range(1, K + 1, 10)) + [K]))
-    probe_ks = sorted(set([1, K // 4, K // 2, 3 * K // 4, K]))
-    per_call = {}
-    for kk in probe_ks:
-        secs, _ = paper_loop(Xd, kk, args.loop_draws, seed=1)
-        per_call[kk] = secs / args.loop_draws
-    # piecewise-linear interpolation of the per-call cost over k
-    def cost(kk: int) -> float:
-        ks = sorted(per_call)
-        for a, b in zip(ks, ks[1:]):
-            if a <= kk <= b:
-                w = (kk - a) / max(1, b - a)
-                return per_call[a] * (1 - w) + per_call[b] * w
-        return per_call[ks[-1]]
-
-    loop_total = sum(cost(kk) for kk in paper_ks) * N
-    ours_sweep, sw = timed(lambda: kruskal_sweep(X, samples=N, rule=rule, device=dev, stats=stats), dev)
     print(f"\n[sweep, {N} draws, both on {dev}]")
     print("  paper's loop per call (measured, {} draws each): ".format(args.loop_draws)
-          + ", ".join(f"k={kk}: {v * 1e3:.1f} ms" for kk, v in per_call.items()))
-    print(f"  paper's loop at every 10th k ({len(paper_ks)} sizes x {N} draws), extrapolated from those timings: {loop_total:9.1f} s")
-    print(f"  mhaaudit kruskal_sweep, every k from 1 to {K}, measured:                                   {ours_sweep:9.1f} s "
-          f"({sw.exact_rechecks} exact re-checks; sizes above {sw.kmax_sampled} certified by the set rank)")
-    print(f"  ratio (loop / ours): {loop_total / ours_sweep:.0f}x; estimate {sw.estimate}, ceiling {sw.ceiling.value} ({sw.ceiling.kind}), floor {sw.floor.value}")
+          + ", ".join(f"k={kk}: {v * 1e3:.1f} ms" for kk, v in s["loop_per_call_s"].items()))
+    print(f"  paper's loop at every 10th k ({s['naive_sizes']} sizes x {N} draws), extrapolated from those timings: {s['naive_s']:9.1f} s")
+    print(f"  mhaaudit kruskal_sweep, every k from 1 to {K}, measured:                                   {s['ours_s']:9.1f} s "
+          f"({s['exact_rechecks']} exact re-checks; sizes above {s['kmax_sampled']} certified by the set rank)")
+    print(f"  ratio (loop / ours): {s['naive_s'] / s['ours_s']:.0f}x; estimate {s['estimate']}, ceiling {s['ceiling']} "
+          f"({s['ceiling_kind']}), floor {s['floor']}")
 
 
 if __name__ == "__main__":

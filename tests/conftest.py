@@ -73,6 +73,12 @@ def vit_dir_wide(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def vit4(tmp_path_factory):
+    """Tiny ViT with 4 heads of d_h = 8 (n = 17, d = 32): the capacity tests' model, built once."""
+    return save_tiny_vit(tmp_path_factory.mktemp("tiny_vit4"), num_attention_heads=4)
+
+
+@pytest.fixture(scope="session")
 def timm_dir(tmp_path_factory):
     """A tiny timm ViT: ``model.safetensors`` plus a timm-style ``config.json`` beside it."""
     return tiny.save_model("timm-vit", tmp_path_factory.mktemp("tiny_timm"))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from conftest import save_tiny_vit
 
 from mhaaudit.capacity import capacity_audit
 
@@ -12,12 +11,6 @@ RECORD_FIELDS = {"model", "variant", "heads", "rank", "bound", "bound_kind", "sh
                  "d_h", "H", "tolerance", "seed"}
 
 transformers = pytest.importorskip("transformers")
-
-
-@pytest.fixture(scope="module")
-def vit4(tmp_path_factory):
-    """Tiny ViT with 4 heads of d_h = 8 (n = 17, d = 32)."""
-    return save_tiny_vit(tmp_path_factory.mktemp("tiny_vit4"), num_attention_heads=4)
 
 
 # --------------------------------------------------------------------------------------------

@@ -7,17 +7,10 @@ import math
 
 import pytest
 import torch
-from conftest import save_tiny_vit
 
 from mhaaudit.capacity import ZBuilder, random_attention_weights
 
 transformers = pytest.importorskip("transformers")
-
-
-@pytest.fixture(scope="module")
-def vit4(tmp_path_factory):
-    """Tiny ViT with 4 heads of d_h = 8 (n = 17, d = 32)."""
-    return save_tiny_vit(tmp_path_factory.mktemp("tiny_vit4"), num_attention_heads=4)
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import FIXTURES, save_tiny_vit, tmp_leftovers
+from conftest import FIXTURES, tmp_leftovers
 
 from clitools import assert_one_error, auto_device, help_text, run
 from mhaaudit import __version__
@@ -28,12 +28,6 @@ FAST = ["--limit", "40", "--samples", "100", "--batch-size", "16"]
 FROM = ["--limit", "40", "--batch-size", "16"]  # with --from nothing is sampled: --samples would be refused
 RECORD_FIELDS = {"model", "variant", "heads", "rank", "bound", "bound_kind", "shared_context", "residual", "T", "n", "d",
                  "d_h", "H", "tolerance", "seed"}
-
-
-@pytest.fixture(scope="module")
-def vit4(tmp_path_factory):
-    """Tiny ViT with 4 heads of d_h = 8 (n = 17, d = 32)."""
-    return save_tiny_vit(tmp_path_factory.mktemp("tiny_vit4"), num_attention_heads=4)
 
 
 

@@ -1,0 +1,808 @@
+"""The GPU figures in one command: every part in its own process, resumable, a stamped table and the targets.
+
+    python benchmarks/gpu_report.py --device cuda                   # every part (each under 9 min, all under 40)
+    python benchmarks/gpu_report.py --device cuda --parts kruskal,sweep
+    python benchmarks/gpu_report.py --device cuda --update-readme   # also rewrite README.md's GPU rows
+    python benchmarks/gpu_report.py --device cpu --smoke            # the same parts at tiny sizes (the suite runs it)
+    python benchmarks/gpu_report.py --prepare                       # with a registry: fetch the wheels into wheels/
+    python benchmarks/gpu_report.py --device cuda --wheels wheels   # without one: install them offline first
+
+Parts, in order (each a subprocess of this script with its own timeout, ``--part-timeout``, 540 s):
+
+- ``tests``: the test files that mention CUDA (``pytest -m "not slow"``; ``-n`` workers when
+  pytest-xdist is there), counted from their JUnit XML;
+- ``kruskal``: ``bench_kruskal.measure_test`` at k = 197 on 2000 x 768 features, 5000 draws (the
+  paper's loop timed on 1000 draws and scaled), ours checked against ``matrix_rank`` draw by draw,
+  and the same draws and decisions (and the same test record) on the CPU;
+- ``sweep``: ``bench_kruskal.measure_sweep`` over every k up to d = 768, 5000 draws, and the same
+  fractions from the CPU;
+- ``capture``: ``bench_capture.measure`` (first block of a random ViT-Base, batch 16);
+- ``check-small`` / ``check-paper``: ``bench_check``'s two sides at its defaults (T = 200, 300
+  draws) and ours at the paper's size (T = 2000, 5000 draws); ``check-paper-naive``: the paper's
+  procedure at that size (it may run out of time: the row then says so);
+- ``check-vit-base``: ``mhaaudit check vit-base`` as a user runs it, twice (the second run counts:
+  byte-code caches are cold on a fresh machine), with its wall clock, peak resident memory (the
+  child's ``ru_maxrss``), peak GPU memory (``torch.cuda.max_memory_allocated`` in that process)
+  and the time the GPU was busy (``nvidia-smi``'s ``utilization.gpu`` sampled every 100 ms,
+  summed over the run);
+- ``memorize``: the paper's Figure 2a grid (``--preset paper-fig2a``, one seed), its points kept
+  in a parquet file so that a part cut off by its timeout resumes where it stopped; its time is
+  the sum of its attempts.
+
+Every finished part appends one JSON line to ``RESULTS/results.jsonl`` (``--results``, default
+``gpu-report/``) keyed by the commit, the device and the mode; a part already done for the same
+key is skipped, so a lost machine loses one part. The report (``RESULTS/report.md``) is a
+markdown table stamped with the GPU, its driver, the torch, CUDA, transformers and timm versions
+and the commit, and each target beside its figure, PASS or MISS. ``--update-readme`` writes
+that table between the ``gpu-report`` marker comments of README.md (never from a smoke run,
+never without a known commit). Rows with nothing measured say ``unmeasured``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = Path(__file__).resolve().parent
+RESULT_TAG = "GPU-REPORT-RESULT "
+BEGIN, END = "<!-- gpu-report:begin -->", "<!-- gpu-report:end -->"
+PARTS = ("tests", "kruskal", "sweep", "capture", "check-small", "check-paper", "check-vit-base", "memorize",
+         "check-paper-naive")
+
+# The paper's sizes, and the tiny ones of --smoke (the same code at sizes a 2-core CPU runs in seconds).
+SIZES = {
+    False: dict(T=2000, d=768, k=197, samples=5000, naive_draws=1000, loop_draws=100, check_draws=1000, repeats=3,
+                model="vit-base", batch=16, capture_repeats=3, small_limit=200, small_samples=300, paper_limit=2000,
+                paper_samples=5000, check_args=[], memorize=dict(preset="paper-fig2a")),
+    True: dict(T=120, d=32, k=17, samples=64, naive_draws=32, loop_draws=4, check_draws=32, repeats=1,
+               model=None, batch=2, capture_repeats=1, small_limit=20, small_samples=8, paper_limit=24,
+               paper_samples=16, check_args=["--limit", "20", "--samples", "8"],
+               memorize=dict(vary="heads", values=[1, 2], sizes=[24], n=4, head_dim=4, max_steps=4, check_every=2)),
+}
+
+# --prepare: what a GPU machine without a registry gets carried. The roots are what the project
+# needs beyond the machine's own stack; their requirements are followed through the metadata of this
+# environment (the versions installed and tested here). Left out: torch and what comes with it
+# (gigabytes), and the large compiled packages that the lent machine had (the installer reports
+# with `pip check` whether they are recent enough there).
+WHEEL_ROOTS = ("transformers", "timm", "datasets", "huggingface_hub", "safetensors", "tokenizers")
+NOT_CARRIED = ("torch", "torchvision", "triton", "numpy", "scipy", "pyarrow", "pandas", "pillow", "matplotlib",
+               "scikit-image", "scikit-learn", "sympy", "networkx", "jinja2", "markupsafe", "setuptools", "pip")
+CARRY_LIMIT_MB = 64.0
+
+
+# --------------------------------------------------------------------------- stamp and results
+
+
+def commit(given: str | None = None) -> str | None:
+    """The commit measured: git's HEAD (``+dirty`` with tracked changes), else ``--commit`` / ``$MHAAUDIT_COMMIT``."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                               text=True, check=True).stdout.strip()
+        return head[:12] + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return given or os.environ.get("MHAAUDIT_COMMIT") or None
+
+
+def _nvidia_smi(*query: str) -> list[str]:
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(query)}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
+
+
+def stamp(device: str, given_commit: str | None) -> dict:
+    """What a figure is not a figure without: the card, its driver, the versions, the commit."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    def ver(name):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    s = {"commit": commit(given_commit), "device": device, "torch": torch.__version__, "cuda": torch.version.cuda,
+         "python": sys.version.split()[0], "transformers": ver("transformers"), "timm": ver("timm"),
+         "cpu_cores": os.cpu_count(), "date": datetime.date.today().isoformat()}
+    if device.startswith("cuda"):
+        idx = int(device.split(":")[1]) if ":" in device else 0
+        s["gpu"] = torch.cuda.get_device_name(idx)
+        lines = _nvidia_smi("driver_version")
+        s["driver"] = lines[idx] if len(lines) > idx else None
+    else:
+        s["gpu"], s["driver"] = None, None
+    return s
+
+
+def read_records(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut off by a lost machine
+            continue
+    return out
+
+
+def key_of(s: dict, smoke: bool) -> dict:
+    return {"commit": s["commit"], "device": s["device"], "gpu": s["gpu"], "smoke": smoke}
+
+
+def append_record(path: Path, record: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fh.write(json.dumps(record) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+# --------------------------------------------------------------------------- the parts (run in a subprocess)
+
+
+def _bench(name: str):
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    return __import__(name)
+
+
+def _tiny_vit(workdir: Path) -> str:
+    """The smoke runs' model: the suite's tiny ViT (fixtures/tiny.py), saved once into the results folder."""
+    folder = workdir / "tiny-vit"
+    if not (folder / "config.json").exists():
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("mhaaudit_fixtures_tiny", ROOT / "fixtures" / "tiny.py")
+        tiny = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(tiny)
+        tiny.save_model("vit", folder)
+    return str(folder)
+
+
+def cuda_test_files() -> list[str]:
+    """The test files with a CUDA path: those that mention CUDA (the list follows the suite)."""
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py")
+                  if "cuda" in p.read_text() and p.name != "test_gpu_report.py")
+
+
+def part_tests(dev, sz, smoke, workdir):
+    import xml.etree.ElementTree as ET
+
+    files = ["tests/test_numerics_philox.py"] if smoke else cuda_test_files()
+    xml = workdir / "tests.xml"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow", f"--junitxml={xml}", *files]
+    cmd += ["-k", "cuda"] if smoke else []  # smoke: the CUDA-only test, collected and skipped on a CPU
+    try:
+        import xdist  # noqa: F401
+
+        cmd += ["-n", "0" if smoke else str(min(8, os.cpu_count() or 1)), "--dist", "loadfile"]
+    except ImportError:
+        pass
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    print(p.stdout[-4000:], p.stderr[-2000:], file=sys.stderr)
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    failed = []
+    if xml.exists():
+        root = ET.parse(xml).getroot()
+        for suite in root.iter("testsuite"):
+            for k in counts:
+                counts[k] += int(suite.get(k, 0))
+        for case in root.iter("testcase"):
+            if case.find("failure") is not None or case.find("error") is not None:
+                failed.append(f"{case.get('classname')}::{case.get('name')}")
+    passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+    return {"files": files, "returncode": p.returncode, "passed": passed, "failed": counts["failures"] + counts["errors"],
+            "skipped": counts["skipped"], "failed_tests": failed[:20]}
+
+
+def part_kruskal(dev, sz, smoke, workdir):
+    import torch
+
+    from mhaaudit.kruskal import set_stats, subset_test
+    from mhaaudit.numerics import RankRule
+
+    bk = _bench("bench_kruskal")
+    X = bk.synthetic(sz["T"], sz["d"])
+    rule = RankRule.for_dtype(X.dtype)
+    stats = set_stats(X, rule)
+    r = bk.measure_test(X, sz["k"], sz["samples"], dev, naive_draws=sz["naive_draws"], check_draws=sz["check_draws"],
+                        repeats=sz["repeats"], stats=stats)
+    # the whole test's record on the CPU for the same seed: only the work done (exact_rechecks) may differ
+    here = subset_test(X, sz["k"], samples=sz["samples"], rule=rule, device=dev, stats=stats).record()
+    cpu = subset_test(X, sz["k"], samples=sz["samples"], rule=rule, device=torch.device("cpu"), stats=stats).record()
+    drop = {"exact_rechecks", "device", "gram"}
+    r["record_equal_cpu"] = {k: v for k, v in here.items() if k not in drop} == {k: v for k, v in cpu.items() if k not in drop}
+    r.setdefault("equal_cpu", r["check_draws"] if dev.type == "cpu" else None)
+    return r
+
+
+def part_sweep(dev, sz, smoke, workdir):
+    import torch
+
+    from mhaaudit.kruskal import kruskal_sweep, set_stats
+    from mhaaudit.numerics import RankRule
+
+    bk = _bench("bench_kruskal")
+    X = bk.synthetic(sz["T"], sz["d"])
+    rule = RankRule.for_dtype(X.dtype)
+    stats = set_stats(X, rule)
+    kruskal_sweep(X, samples=64, rule=rule, device=dev, stats=stats)  # warm-up
+    r = bk.measure_sweep(X, sz["samples"], dev, loop_draws=sz["loop_draws"], stats=stats)
+    cpu = kruskal_sweep(X, samples=sz["samples"], rule=rule, device=torch.device("cpu"), stats=stats)
+    r["fractions_equal_cpu"] = [float(f) for f in cpu.fractions] == r["fractions"]
+    r.pop("fractions")
+    return r
+
+
+def part_capture(dev, sz, smoke, workdir):
+    model = _tiny_vit(workdir) if smoke else sz["model"]
+    return _bench("bench_capture").measure(dev, model=model, batch=sz["batch"], repeats=sz["capture_repeats"])
+
+
+def _check(dev, sz, smoke, workdir, limit, samples, sides):
+    import transformers  # noqa: F401  - imports paid before either side is timed
+
+    from mhaaudit.sources.mosaics import load_photos
+
+    bc = _bench("bench_check")
+    load_photos()
+    model = _tiny_vit(workdir) if smoke else sz["model"]
+    out = {"model": "vit-base" if not smoke else "tiny ViT", "T": limit, "samples": samples}
+    args = (model, limit, 32, samples, 0.99, 0)
+    if "ours" in sides:
+        out["ours_s"], v_ours, timings = bc.ours(*args, dev)
+        out["ours_verdicts"], out["ours_phases_s"] = v_ours, timings
+    if "naive" in sides:
+        out["naive_s"], out["naive_verdicts"] = bc.naive(*args, dev)
+    if len(sides) == 2:
+        out["same_verdicts"] = all(out["ours_verdicts"].get(c) == v for c, v in out["naive_verdicts"].items())
+    return out
+
+
+def part_check_small(dev, sz, smoke, workdir):
+    return _check(dev, sz, smoke, workdir, sz["small_limit"], sz["small_samples"], ("ours", "naive"))
+
+
+def part_check_paper(dev, sz, smoke, workdir):
+    return _check(dev, sz, smoke, workdir, sz["paper_limit"], sz["paper_samples"], ("ours",))
+
+
+def part_check_paper_naive(dev, sz, smoke, workdir):
+    return _check(dev, sz, smoke, workdir, sz["paper_limit"], sz["paper_samples"], ("naive",))
+
+
+class GpuSampler:
+    """``nvidia-smi``'s ``utilization.gpu`` (percent of the last sample period in which a kernel ran),
+    read every ``period_ms``; ``busy_s`` is the sum of utilisation x interval over the run."""
+
+    def __init__(self, index: int = 0, period_ms: int = 100):
+        self.cmd = ["nvidia-smi", "-i", str(index), "--query-gpu=utilization.gpu,memory.used",
+                    "--format=csv,noheader,nounits", "-lms", str(period_ms)]
+        self.samples: list[tuple[float, float, float]] = []  # (time, percent busy, MiB used)
+        self.proc = None
+
+    def __enter__(self):
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+        return self
+
+    def _read(self):
+        for line in self.proc.stdout:
+            parsed = parse_utilization(line)
+            if parsed is not None:
+                self.samples.append((time.perf_counter(), *parsed))
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        self.proc.wait()
+        self.thread.join(timeout=5)
+
+    def busy_s(self, start: float, end: float) -> float:
+        return busy_seconds(self.samples, start, end)
+
+
+def parse_utilization(line: str) -> tuple[float, float] | None:
+    """``"87, 1234"`` -> ``(87.0, 1234.0)``; None for anything else (a header, ``[N/A]``)."""
+    parts = [p.strip() for p in line.split(",")]
+    try:
+        return float(parts[0]), float(parts[1])
+    except (ValueError, IndexError):
+        return None
+
+
+def busy_seconds(samples, start: float, end: float) -> float:
+    """Sum of utilisation x the interval since the previous sample, for the samples inside [start, end]."""
+    busy, prev = 0.0, start
+    for t, pct, _ in samples:
+        if t <= start:
+            continue
+        t_end = min(t, end)
+        busy += pct / 100.0 * max(0.0, t_end - prev)
+        prev = t_end
+        if t >= end:
+            break
+    return busy
+
+
+_PEAK_WRAPPER = (
+    "import atexit, json, os, runpy, sys\n"
+    "def _peak():\n"
+    "    torch = sys.modules.get('torch')\n"
+    "    peak = {'allocated': None, 'reserved': None}\n"
+    "    if torch is not None and torch.cuda.is_initialized():\n"
+    "        peak = {'allocated': torch.cuda.max_memory_allocated(), 'reserved': torch.cuda.max_memory_reserved()}\n"
+    "    open(os.environ['GPU_REPORT_PEAK'], 'w').write(json.dumps(peak))\n"
+    "atexit.register(_peak)\n"
+    "sys.argv = ['mhaaudit'] + sys.argv[1:]\n"
+    "runpy.run_module('mhaaudit', run_name='__main__', alter_sys=True)\n"
+)
+
+
+def run_cli(args: list[str], workdir: Path, sample_gpu: bool) -> dict:
+    """``python -m mhaaudit ARGS`` as a user runs it: wall clock, the child's peak resident memory,
+    its peak GPU memory (from inside it, at exit) and, on a GPU, the time the GPU was busy."""
+    peak_file = workdir / "cli-peak.json"
+    peak_file.unlink(missing_ok=True)
+    env = dict(os.environ, GPU_REPORT_PEAK=str(peak_file))
+    out_file = workdir / "cli-out.json"
+    sampler = GpuSampler() if sample_gpu else None
+    with (sampler if sampler is not None else _Null()):
+        t0 = time.perf_counter()
+        with open(out_file, "w") as fh:
+            proc = subprocess.Popen([sys.executable, "-c", _PEAK_WRAPPER, *args], stdout=fh, stderr=subprocess.PIPE,
+                                    text=True, cwd=workdir, env=env)
+            err = proc.stderr.read()
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+        t1 = time.perf_counter()
+        time.sleep(0.3 if sampler else 0)  # the sample that covers the run's last moments
+    out = {"args": args, "returncode": proc.returncode, "wall_s": t1 - t0, "peak_rss_gb": usage.ru_maxrss / 2**20,
+           "cpu_s": usage.ru_utime + usage.ru_stime, "stderr_tail": err[-500:]}
+    if peak_file.exists():
+        peak = json.loads(peak_file.read_text())
+        out["peak_gpu_gb"] = peak["allocated"] / 2**30 if peak["allocated"] is not None else None
+        out["peak_gpu_reserved_gb"] = peak["reserved"] / 2**30 if peak["reserved"] is not None else None
+    if sampler is not None:
+        out["gpu_busy_s"] = sampler.busy_s(t0, t1)
+        out["gpu_busy_fraction"] = out["gpu_busy_s"] / out["wall_s"]
+        out["gpu_samples"] = sum(t0 < t <= t1 for t, _, _ in sampler.samples)
+    try:
+        doc = json.loads(out_file.read_text())
+        out["phases_s"] = doc["meta"].get("timings_s")
+        out["verdicts"] = {f"{r['variant']}/{r['check']}": r["verdict"] for r in doc["records"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return out
+
+
+class _Null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def part_check_vit_base(dev, sz, smoke, workdir):
+    model = _tiny_vit(workdir) if smoke else "vit-base"
+    args = ["check", model, "--device", str(dev), "--format", "json", *sz["check_args"]]
+    runs = [run_cli(args, workdir, sample_gpu=dev.type == "cuda") for _ in range(1 if smoke else 2)]
+    out = dict(runs[-1])
+    out["first_run_wall_s"] = runs[0]["wall_s"]
+    if out["returncode"] != 0:
+        raise RuntimeError(f"mhaaudit check exited {out['returncode']}: {out['stderr_tail']}")
+    return out
+
+
+def part_memorize(dev, sz, smoke, workdir):
+    from mhaaudit.memorize import run_memorize_grid
+
+    store = workdir / ("memorize-smoke.parquet" if smoke else "memorize-fig2a.parquet")
+    spent_file = store.with_suffix(".seconds")
+    spent = float(spent_file.read_text()) if spent_file.exists() else 0.0  # earlier attempts, cut off
+    t0 = time.perf_counter()
+    stop = threading.Event()
+
+    def keep_time():  # the time spent so far survives this process being killed at its timeout
+        while not stop.wait(5):
+            spent_file.write_text(str(spent + time.perf_counter() - t0))
+
+    threading.Thread(target=keep_time, daemon=True).start()
+    grid = run_memorize_grid(**sz["memorize"], device=dev, out=store)
+    stop.set()
+    seconds = spent + time.perf_counter() - t0
+    spent_file.write_text(str(seconds))
+    return {"preset": sz["memorize"].get("preset"), "points": len(grid.runs), "reused": grid.reused,
+            "groups": len(grid.groups), "seconds": seconds, "attempts_s_before": spent,
+            "steps_max": max(r.planned_steps for r in grid.runs),
+            "memorized": [r.memorized for r in grid.runs]}
+
+
+PART_FUNCS = {"tests": part_tests, "kruskal": part_kruskal, "sweep": part_sweep, "capture": part_capture,
+              "check-small": part_check_small, "check-paper": part_check_paper,
+              "check-paper-naive": part_check_paper_naive, "check-vit-base": part_check_vit_base,
+              "memorize": part_memorize}
+
+
+def run_part(name: str, device: str, smoke: bool, workdir: Path) -> dict:
+    """Run one part here and return its result (JSON-ready)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    from mhaaudit.settings import resolve_device
+
+    dev = resolve_device(device)
+    return json.loads(json.dumps(PART_FUNCS[name](dev, SIZES[smoke], smoke, workdir), default=str))
+
+
+def run_in_process(name: str, device: str, smoke: bool, workdir: Path) -> dict:
+    """``--in-process``: the part in this process (no timeout, no isolation), recorded as :func:`launch` does."""
+    import traceback
+
+    t0 = time.perf_counter()
+    try:
+        result, status, tail = run_part(name, device, smoke, workdir), "done", ""
+    except Exception:  # a failed part is recorded, not raised: the other parts still run
+        result, status, tail = None, "failed", traceback.format_exc()[-1500:]
+    return {"part": name, "status": status, "seconds": time.perf_counter() - t0, "timeout_s": None, "result": result,
+            "log_tail": tail}
+
+
+def launch(name: str, device: str, smoke: bool, workdir: Path, timeout: float) -> dict:
+    """Run one part in a subprocess (its own process group, killed whole at the timeout)."""
+    log = workdir / f"{name}.log"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+               HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--run-part", name, "--device", device, "--results", str(workdir)]
+    cmd += ["--smoke"] if smoke else []
+    t0 = time.perf_counter()
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=fh, text=True,
+                                start_new_session=True)
+        try:
+            stdout, _ = proc.communicate(timeout=timeout)
+            status = "done" if proc.returncode == 0 else "failed"
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, _ = proc.communicate()
+            status = "timeout"
+    result = None
+    for line in stdout.splitlines():
+        if line.startswith(RESULT_TAG):
+            result = json.loads(line[len(RESULT_TAG):])
+    if status == "done" and result is None:
+        status = "failed"
+    tail = log.read_text()[-1500:] if status != "done" else ""
+    return {"part": name, "status": status, "seconds": time.perf_counter() - t0, "timeout_s": timeout,
+            "result": result, "log_tail": tail}
+
+
+# --------------------------------------------------------------------------- wheels
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def wheel_closure(roots=WHEEL_ROOTS, skip=NOT_CARRIED, python="3.12") -> dict[str, str]:
+    """{distribution: version installed here} for the roots and their requirements, less ``skip``."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    from packaging.requirements import Requirement
+
+    env = {"python_version": python, "python_full_version": python + ".0", "sys_platform": "linux",
+           "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
+           "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
+    skip = {_norm(s) for s in skip}
+    found: dict[str, str] = {}
+    todo = list(roots)
+    while todo:
+        name = _norm(todo.pop())
+        if name in found or name in skip or name.startswith("nvidia-"):
+            continue
+        try:
+            dist = distribution(name)
+        except PackageNotFoundError:
+            continue
+        found[name] = dist.version
+        for req in dist.requires or []:
+            r = Requirement(req)
+            if r.marker is None or r.marker.evaluate(env):
+                todo.append(r.name)
+    return dict(sorted(found.items()))
+
+
+def prepare(folder: Path, python: str) -> None:
+    pins = wheel_closure(python=python)
+    folder.mkdir(parents=True, exist_ok=True)
+    abi = "cp" + python.replace(".", "")
+    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "-d", str(folder),
+           "--python-version", python, "--implementation", "cp", "--abi", abi, "--abi", "abi3", "--abi", "none",
+           "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
+           "--platform", "manylinux2014_x86_64", "--platform", "any", *[f"{k}=={v}" for k, v in pins.items()]]
+    subprocess.run(cmd, check=True)
+    wheels = sorted(folder.glob("*.whl"))
+    total = sum(w.stat().st_size for w in wheels) / 2**20
+    for w in wheels:
+        print(f"  {w.stat().st_size / 2**20:7.2f} MiB  {w.name}")
+    print(f"{len(wheels)} wheels, {total:.1f} MiB in {folder} (carry limit {CARRY_LIMIT_MB:.0f} MiB; not carried: "
+          f"{', '.join(NOT_CARRIED)})")
+    if total > CARRY_LIMIT_MB:
+        raise SystemExit(f"Error: the wheels take {total:.1f} MiB, more than the {CARRY_LIMIT_MB:.0f} MiB that can be carried")
+
+
+def _wheel_name(path: Path) -> tuple[str, str]:
+    name, ver = path.name.split("-")[:2]
+    return _norm(name), ver
+
+
+def install_wheels(folder: Path) -> dict:
+    """Install, offline and without resolving, each wheel of ``folder`` that is missing here or newer
+    than what is installed; say what was installed over what, what was kept, and ``pip check``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.version import Version
+
+    chosen, report = [], {"installed": {}, "kept": {}}
+    for whl in sorted(folder.glob("*.whl")):
+        name, ver = _wheel_name(whl)
+        try:
+            have = version(name)
+        except PackageNotFoundError:
+            have = None
+        if have is None or Version(have) < Version(ver):
+            chosen.append(str(whl))
+            report["installed"][name] = [have, ver]
+        else:
+            report["kept"][name] = have
+    if chosen:
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", *chosen], check=True)
+    check = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
+    report["pip_check"] = check.stdout.strip().splitlines()[:30]
+    for name, (was, now) in report["installed"].items():
+        print(f"installed {name} {now}" + (f" (was {was})" if was else " (was missing)"))
+    print(f"kept {len(report['kept'])} newer or equal; pip check: {report['pip_check'][:3] or 'ok'}")
+    return report
+
+
+# --------------------------------------------------------------------------- table and targets
+
+
+def _s(x, digits=2):
+    if x is None:
+        return "unmeasured"
+    if x < 0.1:
+        return f"{x * 1e3:.1f} ms"
+    if x >= 120:
+        return f"{x / 60:.1f} min"
+    return f"{x:.{digits}f} s"
+
+
+def _ratio(naive, ours):
+    return f"{naive / ours:.1f}x" if naive and ours else "unmeasured"
+
+
+def latest(records: list[dict], key: dict) -> dict[str, dict]:
+    """The last record of each part for ``key`` (a done one wins over a later failure)."""
+    out: dict[str, dict] = {}
+    for r in records:
+        if r.get("key") != key or r.get("part") not in PARTS:
+            continue
+        if r["status"] == "done" or out.get(r["part"], {}).get("status") != "done":
+            out[r["part"]] = r
+    return out
+
+
+def _res(parts, name):
+    r = parts.get(name)
+    return r["result"] if r and r["status"] == "done" and r.get("result") else None
+
+
+def targets(parts: dict, gpu: str | None) -> list[tuple[str, str, str]]:
+    """(target, measured, PASS | MISS | unmeasured) for the four targets."""
+    rows = []
+    h100 = bool(gpu and "H100" in gpu)
+    cv = _res(parts, "check-vit-base")
+    if cv:
+        busy = cv.get("gpu_busy_fraction")
+        ok = cv["wall_s"] <= 10 and busy is not None and busy >= 0.5
+        measured = f"{cv['wall_s']:.1f} s, GPU busy {busy:.0%}" if busy is not None else f"{cv['wall_s']:.1f} s, GPU busy unmeasured"
+        rows.append(("`check vit-base` (defaults) <= 10 s on an H100, GPU busy most of it", measured,
+                     ("PASS" if ok else "MISS") if h100 else "not an H100"))
+    else:
+        rows.append(("`check vit-base` (defaults) <= 10 s on an H100, GPU busy most of it", "unmeasured", "unmeasured"))
+    kr = _res(parts, "kruskal")
+    rows.append(("k = 197 test, 5000 draws <= 50 ms", _s(kr["ours_s"]) if kr else "unmeasured",
+                 ("PASS" if kr["ours_s"] <= 0.05 else "MISS") if kr else "unmeasured"))
+    sw = _res(parts, "sweep")
+    rows.append(("sweep to d = 768, 5000 draws <= 1 s", _s(sw["ours_s"]) if sw else "unmeasured",
+                 ("PASS" if sw["ours_s"] <= 1 else "MISS") if sw else "unmeasured"))
+    mz = _res(parts, "memorize")
+    m = parts.get("memorize")
+    if mz:
+        rows.append(("Figure 2a grid <= 10 min per seed", _s(mz["seconds"]), "PASS" if mz["seconds"] <= 600 else "MISS"))
+    elif m and m["status"] == "timeout":
+        rows.append(("Figure 2a grid <= 10 min per seed", f"unfinished after {_s(m['seconds'])} (resumes)", "unmeasured"))
+    else:
+        rows.append(("Figure 2a grid <= 10 min per seed", "unmeasured", "unmeasured"))
+    return rows
+
+
+def table(parts: dict, s: dict | None, smoke: bool = False) -> str:
+    """The stamped markdown block (the README's GPU rows): every row, ``unmeasured`` where nothing was."""
+    lines = []
+    if s and parts:
+        lines.append(f"Measured{' (smoke sizes, not figures)' if smoke else ''} by `python benchmarks/gpu_report.py` on "
+                     f"{s.get('gpu') or 'the CPU'} (driver {s.get('driver') or 'n/a'}, {s.get('cpu_cores')} CPU cores), "
+                     f"torch {s['torch']} (CUDA {s['cuda']}), transformers {s.get('transformers')}, timm {s.get('timm')}, "
+                     f"Python {s['python']}, commit {s['commit']}, {s['date']}.")
+    else:
+        lines.append("Nothing measured yet: every row says `unmeasured` until `python benchmarks/gpu_report.py "
+                     "--device cuda --update-readme` has run on a GPU.")
+    lines += ["", "| what (GPU) | naive | mhaaudit | ratio | checked | script |", "|---|---|---|---|---|---|"]
+    u = "unmeasured"
+
+    def row(what: str, r: dict | None, cells, script: str) -> str:  # naive | mhaaudit | ratio | checked
+        return f"| {what} | " + " | ".join(cells(r) if r else [u] * 4) + f" | {script} |"
+
+    lines.append(row("Monte-Carlo test, k = 197, 2000 x 768, 5000 draws", _res(parts, "kruskal"), lambda r: [
+        f"{_s(r['naive_s'])} (`matrix_rank` loop, timed on {r['naive_draws']} draws)", _s(r["ours_s"]),
+        _ratio(r["naive_s"], r["ours_s"]),
+        f"{r['equal_float64']}/{r['check_draws']} decisions equal to `matrix_rank`; same draws and decisions as the CPU "
+        f"{r['equal_cpu']}/{r['check_draws']}, same test record {'yes' if r['record_equal_cpu'] else 'NO'}"],
+        "`bench_kruskal.py --device cuda`"))
+    lines.append(row("Sweep over every k up to d = 768, 5000 draws", _res(parts, "sweep"), lambda r: [
+        f"{_s(r['naive_s'])} (extrapolated)", _s(r["ours_s"]), _ratio(r["naive_s"], r["ours_s"]),
+        f"fractions equal to the CPU's: {'yes' if r['fractions_equal_cpu'] else 'NO'}"], "`bench_kruskal.py --device cuda`"))
+    lines.append(row("`check` end to end, embedding + random columns, T = 200, 300 draws (the script's defaults)",
+                     _res(parts, "check-small"), lambda r: [
+                         _s(r["naive_s"]), _s(r["ours_s"]), _ratio(r["naive_s"], r["ours_s"]),
+                         "same verdicts" if r.get("same_verdicts") else "verdicts DIFFER"], "`bench_check.py --device cuda`"))
+    cp, cn = _res(parts, "check-paper"), _res(parts, "check-paper-naive")
+    naive_row = parts.get("check-paper-naive")
+    naive_cell = (_s(cn["naive_s"]) if cn else f"over {_s(naive_row['timeout_s'])} (stopped)"
+                  if naive_row and naive_row["status"] == "timeout" else u)
+    same = (("same verdicts" if all(cp["ours_verdicts"].get(c) == v for c, v in cn["naive_verdicts"].items())
+             else "verdicts DIFFER") if cp and cn else u)
+    lines.append(f"| same at the paper's size, T = 2000, 5000 draws | {naive_cell} | {_s(cp['ours_s']) if cp else u} | "
+                 f"{_ratio(cn['naive_s'], cp['ours_s']) if cp and cn else u} | {same} | "
+                 "`bench_check.py --device cuda --limit 2000 --samples 5000` |")
+    lines.append(row("first-block capture, random ViT-Base, batch of 16", _res(parts, "capture"), lambda r: [
+        _s(r["naive_s"]), _s(r["ours_s"]), _ratio(r["naive_s"], r["ours_s"]),
+        f"max difference {max(r['diff_trunc'], r['diff_hooks']):.1e}"], "`bench_capture.py --device cuda`"))
+    cv = _res(parts, "check-vit-base")
+    if cv:
+        busy = cv.get("gpu_busy_s")
+        cell = (f"{cv['wall_s']:.1f} s wall (first run {cv['first_run_wall_s']:.1f} s), peak host memory "
+                f"{cv['peak_rss_gb']:.2f} GB, peak GPU memory "
+                + (f"{cv['peak_gpu_gb']:.2f} GB" if cv.get("peak_gpu_gb") is not None else "n/a")
+                + (f", GPU busy {busy:.1f} s ({cv['gpu_busy_fraction']:.0%})" if busy is not None else ""))
+    lines.append("| `mhaaudit check vit-base` (defaults): wall clock, peak host and GPU memory, GPU busy | – | "
+                 + (cell if cv else u) + " | – | " + ("exit 0" if cv else u) + " | `gpu_report.py --parts check-vit-base` |")
+    mz = _res(parts, "memorize")
+    m = parts.get("memorize")
+    mcell = (f"{_s(mz['seconds'])} ({mz['points']} points, {mz['groups']} groups)" if mz
+             else f"unfinished after {_s(m['seconds'])}" if m and m["status"] == "timeout" else u)
+    lines.append(f"| `mhaaudit memorize --preset paper-fig2a`, one seed | – | {mcell} | – | – | "
+                 "`gpu_report.py --parts memorize` |")
+    te = _res(parts, "tests")
+    lines.append("| the suite's CUDA test files (`-m 'not slow'`) | – | "
+                 + (f"{te['passed']} passed, {te['failed']} failed, {te['skipped']} skipped" if te else u)
+                 + " | – | – | `gpu_report.py --parts tests` |")
+    lines += ["", "| target | measured | |", "|---|---|---|"]
+    lines += [f"| {t} | {m_} | {st} |" for t, m_, st in targets(parts, s.get("gpu") if s else None)]
+    return "\n".join(lines)
+
+
+def update_readme(readme: Path, block: str) -> None:
+    text = readme.read_text()
+    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
+        raise SystemExit(f"Error: {readme} needs exactly one {BEGIN} ... {END} pair")
+    head, rest = text.split(BEGIN)
+    _, tail = rest.split(END)
+    new = head + BEGIN + "\n" + block + "\n" + END + tail
+    tmp = readme.with_name(readme.name + ".tmp")
+    tmp.write_text(new)
+    os.replace(tmp, readme)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (default cuda)")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks that every part runs, measures nothing")
+    ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of: {', '.join(PARTS)}")
+    ap.add_argument("--results", default=str(ROOT / "gpu-report"), help="folder of results.jsonl, logs and report.md")
+    ap.add_argument("--part-timeout", type=float, default=540.0, help="seconds a part may run (default 540)")
+    ap.add_argument("--redo", action="store_true", help="run the parts again even if done for this commit and device")
+    ap.add_argument("--update-readme", action="store_true", help="write the table into README.md between the markers")
+    ap.add_argument("--readme", default=str(ROOT / "README.md"), help=argparse.SUPPRESS)
+    ap.add_argument("--commit", help="the commit measured, where the copy has no git history")
+    ap.add_argument("--wheels", help="a folder of wheels (from --prepare) to install offline first")
+    ap.add_argument("--prepare", action="store_true", help="download the wheels to carry into --wheels (default wheels/)")
+    ap.add_argument("--python", default="3.12", help="--prepare: the GPU machine's Python (default 3.12)")
+    ap.add_argument("--in-process", action="store_true",
+                    help="run the parts in this process, without timeouts (the test suite's smoke run)")
+    ap.add_argument("--run-part", choices=PARTS, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    workdir = Path(a.results).resolve()
+    if a.run_part:  # in the part's own process: its result on one tagged line
+        print(RESULT_TAG + json.dumps(run_part(a.run_part, a.device, a.smoke, workdir)), flush=True)
+        return 0
+    if a.prepare:
+        prepare(Path(a.wheels or ROOT / "wheels"), a.python)
+        return 0
+    parts = [p.strip() for p in a.parts.split(",") if p.strip()]
+    bad = [p for p in parts if p not in PARTS]
+    if bad:
+        print(f"Error: --parts: unknown part {bad[0]!r} (choose from {', '.join(PARTS)})", file=sys.stderr)
+        return 2
+    if a.update_readme and a.smoke:
+        print("Error: --update-readme: a smoke run measures nothing; the README takes only full-size GPU runs", file=sys.stderr)
+        return 2
+    if a.device.startswith("cuda") and not shutil.which("nvidia-smi"):
+        print("Error: --device cuda: nvidia-smi is not on PATH (it reads the driver and how busy the GPU is)", file=sys.stderr)
+        return 2
+    workdir.mkdir(parents=True, exist_ok=True)
+    results = workdir / "results.jsonl"
+    installed = install_wheels(Path(a.wheels)) if a.wheels else None
+    s = stamp(a.device, a.commit)
+    if a.device.startswith("cuda") and not s["gpu"]:
+        print("Error: --device cuda: torch sees no CUDA device", file=sys.stderr)
+        return 2
+    key = key_of(s, a.smoke)
+    if installed is not None:
+        append_record(results, {"part": "install", "key": key, "status": "done", "result": installed, "stamp": s})
+    done = latest(read_records(results), key)
+    t_all = time.perf_counter()
+    for name in parts:
+        if not a.redo and done.get(name, {}).get("status") == "done":
+            print(f"[{name}] done earlier for commit {key['commit']} on {key['gpu'] or key['device']}: skipped")
+            continue
+        print(f"[{name}] running" + ("" if a.in_process else f" (timeout {a.part_timeout:.0f} s)") + " ...", flush=True)
+        rec = (run_in_process(name, a.device, a.smoke, workdir) if a.in_process
+               else launch(name, a.device, a.smoke, workdir, a.part_timeout))
+        rec |= {"key": key, "stamp": s}
+        append_record(results, rec)
+        print(f"[{name}] {rec['status']} in {rec['seconds']:.1f} s" + (f"\n{rec['log_tail']}" if rec["log_tail"] else ""),
+              flush=True)
+    now = latest(read_records(results), key)
+    block = table(now, s, smoke=a.smoke)
+    (workdir / "report.md").write_text(block + "\n")
+    print(f"\n{block}\n\n({time.perf_counter() - t_all:.0f} s; results in {results})")
+    bad = [n for n in parts if now.get(n, {}).get("status") != "done"]
+    for n in bad:
+        print(f"part {n}: {now.get(n, {}).get('status', 'not run')}", file=sys.stderr)
+    if a.update_readme:
+        if not s["commit"] or not s["gpu"]:
+            print("Error: --update-readme: a figure needs its GPU and its commit (give --commit where git is missing)",
+                  file=sys.stderr)
+            return 2
+        update_readme(Path(a.readme), block)
+        print(f"rewrote the GPU rows of {a.readme}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
