@@ -71,8 +71,9 @@ def kruskal(
     """Estimate the Kruskal rank of a set of vectors: Monte-Carlo tests at candidate sizes, or a sweep."""
     from .. import validate
     from ..errors import InputError
-    from ..io import stamp
+    from ..io import MappedArray, stamp
     from ..kruskal import as_matrix, set_stats
+    from ..numerics.stream import peak_rss_bytes
     from ..progress import log, progress_enabled
     from ..render import render_kruskal
     from ..settings import Settings
@@ -104,6 +105,7 @@ def kruskal(
         threshold=settings.threshold, samples=settings.samples,
         inputs={"source": source, "T": T, "d": d, "n": n, "dtype": str(X.dtype).replace("torch.", "")},
         set_rank=stats.rank, timings_s=timings, total_s=round(time.perf_counter() - t0, 3),
+        storage="memory-mapped" if isinstance(X, MappedArray) else "memory", peak_rss_bytes=peak_rss_bytes(),
     )
     if captured:
         meta["capture"] = captured
