@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..numerics import EPS64, RankRule, row_norms, svd_rank, with_numerics
-from ..numerics.stream import unit_of
+from ..numerics import EPS64, RankRule, rounding_margin, row_norms, svd_rank, with_numerics
+from ..numerics.stream import tsqr, unit_of
 from .results import Bound, SetStats
 from .sampling import as_matrix, rows_of
 
@@ -33,24 +33,35 @@ BABEL_MAX_WORK = 2e12  # the Babel floor is computed when T^2 d is at most this 
 @with_numerics(threads=1)
 def set_stats(X, rule: RankRule) -> SetStats:
     """Singular values and row norms of the whole set, from the one streaming pass over its rows
-    (``numerics.stream.scan``: a chunked TSQR in float64 of the data divided by an exact power of
-    two, O(d^2) memory), and kept in those units. The singular values are those of the
-    triangular factor R (``R^T R = X^T X``); their error bound covers the QR of every chunk and
-    the SVD of R. This is the one place the whole-set statistics are derived."""
+    (``numerics.stream.scan``, O(d^2) memory, on the data divided by an exact power of two) and
+    kept in those units. The singular values are the square roots of the eigenvalues of the
+    streamed d x d Gram matrix when every one of them lies farther than the Gram's rounding
+    bound from every tolerance a subset can have (then each comparison with a tolerance comes out
+    as it would from the exact values); otherwise those of the TSQR factor R (``stream.tsqr``, a
+    second pass: the accuracy of an SVD of the rows). This is the one place the whole-set
+    statistics are derived: the rank rule is applied here and in ``SetStats.ceiling``."""
     X = as_matrix(X)
-    unit, sc = unit_of(rows_of(X), rule)
+    rows = rows_of(X)
+    unit, sc = unit_of(rows, rule)
     rule = unit.rule
     T, d = sc.T, sc.d
     m = min(T, d)
-    s = torch.linalg.svdvals(torch.from_numpy(sc.r)) if sc.r.size else torch.zeros(0, dtype=torch.float64)
+    lam = torch.linalg.eigvalsh(torch.from_numpy(sc.gram)).flip(0).clamp_min(0)[:m]
+    s = lam.sqrt()
+    s0 = float(s[0]) if m else 0.0
+    sv_error = math.sqrt(float(rounding_margin(max(T, d), m, torch.tensor(float(lam[0]) if m else 0.0))))
+    # every tolerance a subset can get lies between the smallest row's (one row) and the whole set's
+    tol_lo = rule.tol(float(sc.small_norms[0]), 1, d)
+    tol_hi = rule.tol(s0 + sv_error, T, d)
+    if not bool(((s + sv_error < tol_lo) | (s - sv_error > tol_hi)).all()):
+        s = torch.linalg.svdvals(torch.from_numpy(tsqr(rows, sc.exponent)))[:m]
+        s0 = float(s[0]) if m else 0.0
+        sv_error = 8.0 * (max(T, d) + d * sc.chunks) * EPS64 * s0
     s_list = tuple(float(v) for v in s)
-    # Householder QR is backward stable chunk by chunk (each a QR of at most d + chunk rows), and
-    # so is the SVD of R: the error is that of an SVD of the rows, plus d rows' worth per chunk.
-    sv_error = 8.0 * (max(T, d) + d * sc.chunks) * EPS64 * (s_list[0] if s_list else 0.0)
     sq = sc.proj * sc.proj
     smallest = np.sort(np.partition(sq, m - 1)[:m]) if m < T else np.sort(sq)
     proj_norms = np.sqrt(np.cumsum(smallest))
-    tol = rule.tol(s_list[0] if s_list else 0.0, T, d)
+    tol = rule.tol(s0, T, d)
     return SetStats(
         T=T,
         d=d,

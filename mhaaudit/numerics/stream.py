@@ -6,14 +6,18 @@
   ``chunk_rows(d)`` rows, each converted to float64 (exact) only then.
 * ``scan``: the one streaming pass, chunk by chunk in row order, with O(d^2 + T) memory (the
   T-vectors are 16 bytes a row): that the entries are finite; the power of two that brings the
-  largest entry into [0.5, 1) (``numerics.scale``); the triangular factor R of the rescaled rows
-  (a sequential TSQR in float64: ``R^T R = X^T X``, whose singular values are the set's); the
-  rows' squared norms and their projections on one unit vector ``u`` (the top right singular
-  direction of the first chunk: for any subset S, ``sigma_max(X_S) >= ||X_S u||``, whatever u);
+  largest entry into [0.5, 1) (``numerics.scale``); the d x d Gram matrix ``X^T X`` of the
+  rescaled rows in float64 (a sum of one symmetric product per chunk); the rows' squared norms
+  and their projections on one unit vector ``u`` (the top eigenvector of the first chunk's Gram:
+  for any subset S, ``sigma_max(X_S) >= ||X_S u||``, whatever u);
   the smallest min(T, d) row norms and the zero rows. Each chunk is rescaled by the largest
   exponent seen so far, and what was accumulated is rescaled (by an exact power of two) when a
   later chunk raises it, so every value is in the units of the whole set's exponent, and the
   result depends only on the data and on ``chunk_rows(d)``, never on where the rows lie.
+* ``tsqr``: a second pass, only when the Gram's eigenvalues are too coarse for a decision
+  (``kruskal.bounds.set_stats``): the triangular factor R of the rescaled rows by a sequential
+  TSQR in float64 (``R^T R = X^T X``), whose singular values are the set's to the accuracy of an
+  SVD of the rows.
 * ``Unit``: the rows divided by the whole set's power of two, gathered on demand (the lazy form
   of ``scale.Scaled``): the same float64 values as ``scaled(X).X[idx]``, bit for bit.
 
@@ -37,7 +41,7 @@ from .rule import RankRule, subnormals_kept
 from .scale import ldexp
 
 __all__ = ["CHUNK_BYTES", "Rows", "Scan", "Unit", "available_memory", "chunk_rows", "memory_needed", "peak_rss_bytes",
-           "refuse_unless_fits", "scan", "scan_of", "unit_of"]
+           "refuse_unless_fits", "scan", "scan_of", "tsqr", "unit_of"]
 
 CHUNK_BYTES = 32 << 20  # one chunk of the streaming pass holds this many float64 bytes
 
@@ -150,14 +154,14 @@ class Rows:
 @dataclass(frozen=True)
 class Scan:
     """What the one streaming pass learnt about the whole set, in the units of ``2**exponent``
-    (see the module docstring). ``r``: min(T, d) x d with ``r^T r = X^T X`` (TSQR); ``sqn``,
+    (see the module docstring). ``gram``: d x d, ``X^T X``; ``sqn``,
     ``proj``: each row's squared norm and its projection on ``u``; ``small_norms``: the smallest
     min(T, d) row norms, ascending; ``first_zero``: the first all-zero row, or None."""
 
     T: int
     d: int
     exponent: int
-    r: np.ndarray
+    gram: np.ndarray
     sqn: np.ndarray
     proj: np.ndarray
     u: np.ndarray
@@ -182,13 +186,13 @@ def _ldexp_np(x: np.ndarray, e: int) -> np.ndarray:
 
 
 def scan(rows: Rows) -> Scan:
-    """The one streaming pass over ``rows`` (module docstring): O(d^2) float64 for R, one float64
-    chunk at a time, two float64 numbers a row. Raises ``InputError`` on a NaN or Inf entry."""
+    """The one streaming pass over ``rows`` (module docstring): O(d^2) float64 for the Gram, one
+    float64 chunk at a time, two float64 numbers a row. Raises ``InputError`` on a NaN or Inf entry."""
     T, d = rows.T, rows.d
     step = chunk_rows(d)
     m = min(T, d)
     e_run = None  # the largest exponent so far: everything accumulated is in units of 2**e_run
-    r = np.zeros((0, d))
+    gram = np.zeros((d, d))
     sqn = np.empty(T)
     proj = np.empty(T)
     small = np.empty(0)
@@ -207,7 +211,7 @@ def scan(rows: Rows) -> Scan:
                 e_run = e_c
             elif e_c > e_run:  # a larger entry: what came before is rescaled, exactly
                 shift = e_run - e_c
-                _ldexp_np(r, shift)
+                _ldexp_np(gram, 2 * shift)
                 _ldexp_np(sqn[:s], 2 * shift)
                 _ldexp_np(proj[:s], shift)
                 _ldexp_np(small, shift)
@@ -218,21 +222,39 @@ def scan(rows: Rows) -> Scan:
                 if first_zero is None:
                     first_zero = s + int(np.flatnonzero(zero)[0])
             # row norms as ``scale.row_norms``: each row by its own power of two, then back
-            er = torch.from_numpy(np.frexp(rowmax)[1].astype(np.int64))
-            norms = ldexp(ldexp(torch.from_numpy(C), -er[:, None]).norm(dim=-1), er - e_run).numpy()
+            er = np.frexp(rowmax)[1]
+            Cr = np.ldexp(C, -er[:, None])
+            norms = np.ldexp(np.sqrt(np.einsum("ij,ij->i", Cr, Cr)), er - e_run)
+            del Cr
             Cs = _ldexp_np(C, -e_run)
         small = np.sort(np.concatenate([small, norms]))[:m]
         sqn[s : s + len(Cs)] = np.einsum("ij,ij->i", Cs, Cs)
-        r = np.linalg.qr(np.vstack([r, Cs]), mode="r")
-        if u is None:  # the top right singular direction of the first chunk
-            _, _, vt = np.linalg.svd(r, full_matrices=False)
-            u = vt[0] if vt.shape[0] and np.abs(r).max() > 0 else np.full(d, 1 / math.sqrt(d))
+        G = Cs.T @ Cs  # one symmetric rank-k update (syrk)
+        gram += G
+        if u is None:  # the top eigenvector of the first chunk's Gram
+            u = np.linalg.eigh(G)[1][:, -1] if np.abs(G).max() > 0 else np.full(d, 1 / math.sqrt(d))
             u = u / np.linalg.norm(u)
+        del G
         proj[s : s + len(Cs)] = Cs @ u
     if T == 0:  # pragma: no cover - as_matrix refuses empty sets
         u = np.full(d, 1 / math.sqrt(max(1, d)))
-    return Scan(T=T, d=d, exponent=int(e_run or 0), r=r, sqn=sqn, proj=proj, u=u, small_norms=small,
+    return Scan(T=T, d=d, exponent=int(e_run or 0), gram=gram, sqn=sqn, proj=proj, u=u, small_norms=small,
                 zero_rows=zero_rows, first_zero=first_zero, chunks=chunks)
+
+
+def tsqr(rows: Rows, exponent: int) -> np.ndarray:
+    """R (min(T, d) x d, upper triangular) with ``R^T R = X^T X`` for the rows divided by
+    ``2**exponent``: a sequential TSQR in float64, one chunk of ``chunk_rows(d)`` rows at a time
+    (Householder QR of the previous R stacked on the chunk). Backward stable: the singular values
+    of R are those of the rows up to ``8 (T + d * chunks) eps sigma_max``."""
+    T, d = rows.T, rows.d
+    step = chunk_rows(d)
+    r = torch.zeros(0, d, dtype=torch.float64)
+    for s in range(0, T, step):
+        with subnormals_kept():
+            C = ldexp(rows.chunk(s, min(T, s + step)).cpu(), -exponent)
+        r = torch.linalg.qr(torch.cat([r, C]), mode="r").R
+    return r.numpy()
 
 
 _CACHE: list = []  # (weak reference to the data, version, Scan), the most recent last
