@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from .rule import RankRule, subnormals_kept
+from .rule import RankRule, numerics, subnormals_kept
 from .scale import ldexp
 
 __all__ = ["CHUNK_BYTES", "Rows", "Scan", "Unit", "available_memory", "chunk_rows", "memory_needed", "peak_rss_bytes",
@@ -187,7 +187,14 @@ def _ldexp_np(x: np.ndarray, e: int) -> np.ndarray:
 
 def scan(rows: Rows) -> Scan:
     """The one streaming pass over ``rows`` (module docstring): O(d^2) float64 for the Gram, one
-    float64 chunk at a time, two float64 numbers a row. Raises ``InputError`` on a NaN or Inf entry."""
+    float64 chunk at a time, two float64 numbers a row. Raises ``InputError`` on a NaN or Inf entry.
+    It runs in the ``numerics`` setting wherever it is called from, so its numbers never depend on
+    the caller's."""
+    with numerics():
+        return _scan(rows)
+
+
+def _scan(rows: Rows) -> Scan:
     T, d = rows.T, rows.d
     step = chunk_rows(d)
     m = min(T, d)
@@ -200,13 +207,11 @@ def scan(rows: Rows) -> Scan:
     for s in range(0, T, step):
         chunks += 1
         with subnormals_kept():  # subnormal entries are converted and rescaled exactly
-            C = rows.chunk(s, min(T, s + step)).cpu().numpy()
-            A = np.abs(C)
-            if not np.isfinite(A).all():
+            C = rows.chunk(s, min(T, s + step)).cpu().numpy()  # the one float64 copy of this chunk
+            rowmax = np.maximum(C.max(axis=1), -C.min(axis=1))  # NaN and Inf carry through max and min
+            if not np.isfinite(rowmax).all():
                 raise InputError("features contain NaN or Inf values")
-            rowmax = A.max(axis=1)
             e_c = _exponent(float(rowmax.max()))
-            del A
             if e_run is None:
                 e_run = e_c
             elif e_c > e_run:  # a larger entry: what came before is rescaled, exactly
@@ -221,12 +226,11 @@ def scan(rows: Rows) -> Scan:
                 zero_rows += int(zero.sum())
                 if first_zero is None:
                     first_zero = s + int(np.flatnonzero(zero)[0])
-            # row norms as ``scale.row_norms``: each row by its own power of two, then back
-            er = np.frexp(rowmax)[1]
-            Cr = np.ldexp(C, -er[:, None])
-            norms = np.ldexp(np.sqrt(np.einsum("ij,ij->i", Cr, Cr)), er - e_run)
-            del Cr
-            Cs = _ldexp_np(C, -e_run)
+            # row norms as ``scale.row_norms``: each row by its own power of two, then back; in place
+            er = np.frexp(rowmax)[1][:, None]
+            np.ldexp(C, -er, out=C)
+            norms = np.ldexp(np.sqrt(np.einsum("ij,ij->i", C, C)), er[:, 0] - e_run)
+            Cs = np.ldexp(C, er - e_run, out=C)  # the chunk divided by 2**e_run (exact: one rounding at most)
         small = np.sort(np.concatenate([small, norms]))[:m]
         sqn[s : s + len(Cs)] = np.einsum("ij,ij->i", Cs, Cs)
         G = Cs.T @ Cs  # one symmetric rank-k update (syrk)
