@@ -259,7 +259,11 @@ def audit_main(a) -> None:
                 print(f"  route {r['gram']}: {r['satisfied']}/{r['samples']} independent, verdict {r['verdict']}, "
                       f"witness {w if w else 'none'}")
             else:
-                print(f"  sweep summary: {meta.get('sweep_summary')}")
+                sm = meta.get("sweep_summary") or {}
+                w = sm.get("witness") or {}
+                print(f"  route {sm.get('gram')}: estimate {sm.get('estimate')}, ceiling {sm.get('ceiling', {}).get('value')} "
+                      f"({sm.get('ceiling', {}).get('kind')}), floor {sm.get('floor', {}).get('value')}, witness of "
+                      f"{len(w.get('indices', []))} rows")
         if a.compare_in_memory:
             mem = _child(["--one-audit", "--file", str(path), f"--k={a.k}", f"--samples={a.samples}",
                           f"--sweep-samples={a.sweep_samples}"])
