@@ -253,6 +253,18 @@ class MappedArray:
         return f"MappedArray({str(self.path)!r}, shape={self.shape}, dtype={self.np_dtype})"
 
 
+def _refuse_unless_readable(p: Path) -> None:
+    """An input error, before reading, when a file that is read whole (not memory-mapped) is larger
+    than the memory available."""
+    from .numerics.stream import available_memory
+
+    size, avail = p.stat().st_size, available_memory()
+    if avail is not None and size > avail:
+        raise InputError(f"{p}: reading this {p.suffix} file whole needs at least {size / 1e9:.2f} GB, but "
+                         f"{avail / 1e9:.2f} GB are available; save the features as a float32 .npy or .safetensors "
+                         "file, which is memory-mapped instead of read")
+
+
 def _load_npy(p: Path):
     """A ``.npy`` array memory-mapped (read-only), or read when it cannot be mapped (an empty one)."""
     try:
@@ -350,6 +362,7 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple["torch.
                                    and not arr.flags.c_contiguous else "C"), f"{p} (npy, memory-mapped)"
             return torch.from_numpy(np.array(arr)), f"{p} (npy)"
         if ext in (".pt", ".pth"):
+            _refuse_unless_readable(p)
             import warnings
 
             with warnings.catch_warnings():  # a bad file is reported as one error, without warnings
@@ -371,6 +384,7 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple["torch.
             tensors = load_file(str(p))
             return _pick(tensors, key, p), f"{p} (safetensors{', ' + repr(key) if key else ''})"
         refuse_results_file(p)
+        _refuse_unless_readable(p)
         arr, what = _from_parquet(p, key)
         return torch.from_numpy(arr), f"{p} (parquet, {what})"
     except InputError:

@@ -379,3 +379,15 @@ def test_parquet_list_column_is_read_without_python_lists(tmp_path):
         tracemalloc.stop()
     assert t.dtype == torch.float32 and np.array_equal(t.numpy(), a)
     assert peak < 3 * a.nbytes
+
+
+def test_a_file_read_whole_that_would_not_fit_is_refused_before_reading(tmp_path, monkeypatch):
+    from mhaaudit.numerics import stream
+
+    torch.save(torch.randn(50, 4), tmp_path / "x.pt")
+    monkeypatch.setattr(stream, "available_memory", lambda: 100)
+    monkeypatch.setattr(torch, "load", lambda *a, **k: pytest.fail("read"))
+    with pytest.raises(InputError, match="memory-mapped instead of read"):
+        read_array(tmp_path / "x.pt")
+    np.save(tmp_path / "x.npy", np.ones((50, 4), dtype=np.float32))  # a mapped file is not read whole
+    assert isinstance(read_array(tmp_path / "x.npy")[0], MappedArray)
