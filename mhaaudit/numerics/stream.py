@@ -279,6 +279,7 @@ def scan_of(rows: Rows) -> Scan:
                 return result
     result = scan(rows)
     with _LOCK:
+        _CACHE[:] = [entry for entry in _CACHE if entry[0]() is not None]  # the scans of data gone go too
         try:
             _CACHE.append((weakref.ref(data), _version(data), result))
         except TypeError:  # pragma: no cover - an object without weak references is not remembered
