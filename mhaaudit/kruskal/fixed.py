@@ -7,8 +7,9 @@ independent k-subsets; a "holds" verdict is an estimate, not a proof. A dependen
 was drawn is a **proof** that the Kruskal rank is below k: ``shrink_witness`` looks for a smaller
 one inside it and keeps its indices and singular values. Sizes above d, T or the rank ceiling of
 the whole set (``SetStats.ceiling``) are answered without sampling, as proofs. The draws are
-decided on the data divided by an exact power of two (``numerics.scale``): the same data at any
-scale give the same draws, decisions and witness, whose singular values are in the data's units.
+decided on the data divided by an exact power of two (``numerics.scale``, applied to each draw's
+rows as they are gathered, ``numerics.stream.Unit``): the same data at any scale give the same
+draws, decisions and witness, whose singular values are in the data's units.
 Under torchrun the draws are divided among the ranks (``sampling.blocks_in_order``) and every rank
 gets the single-process result; rank 0's call brings the others in (``distributed.shared``).
 """

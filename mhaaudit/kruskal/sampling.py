@@ -12,12 +12,16 @@
   results, so every rank sees every block's result, in order, as one process does.
 * ``Gram``: Gram matrices of row subsets, gathered from the full T x T float64 Gram (formed once
   on the device) when it takes at most ``FULL_GRAM_MAX_BYTES`` on the CPU or
-  ``DEVICE_FULL_GRAM_MAX_BYTES`` on a GPU, else computed per draw from the rows (memory O(T d)
-  plus O(k d + k^2) per draw in flight); the route is reported with each result. Draws are
+  ``DEVICE_FULL_GRAM_MAX_BYTES`` on a GPU, else computed per draw from the draw's own rows,
+  gathered where the features lie (``per-draw``: in memory, in their own dtype; ``mmap``: from a
+  memory-mapped file) and converted to float64 then: no float64 copy of the whole set, O(k d +
+  k^2) per draw in flight. The route is reported with each result; every route gives the same
+  draws, decisions and witnesses. Drawing a k-subset (k <= T / 2) costs O(k log k), whatever T. Draws are
   decided by the CPU LAPACK kernels or by the batched torch kernels (``device_kernels``: any
   device but the CPU, or the CPU under ``MHAAUDIT_KERNELS=torch``), which then take as many
   blocks per call as ``DEVICE_BATCH_BYTES`` allows.
-* ``as_matrix``: the one check of a T x d feature matrix.
+* ``as_matrix``: the one check of a T x d feature matrix (a tensor, or an ``io.MappedArray``);
+  ``rows_of``: its rows where they lie (``numerics.stream.Rows``).
 """
 
 from __future__ import annotations
