@@ -24,7 +24,8 @@ Two more modes work on ``.npy`` files written (a chunk at a time) to ``--dir``, 
 memory-maps:
 
 - ``--sizes T1 T2 ...``: a draw costs the same at any T. For each T, in its own process: the
-  streaming pass (``set_stats``: one read of the file) timed beside a plain read of the same file,
+  streaming pass (``set_stats``: one read of the file, a second only where the d x d Gram is too
+  coarse for the rank) timed beside a plain read of the same file,
   then ``--samples`` draws of ``--k`` rows (``subset_test`` with the statistics given), their time,
   and the peak resident memory beside the file's size; then the ratio of each T's draw time to the
   first T's. ``python benchmarks/bench_large_t.py --sizes 20000 1000000 --d 768 --k 128 --samples 2000``
@@ -198,8 +199,8 @@ def sizes_main(a) -> None:
         print(f"{T:>10}{mb:>10.0f}{r['read_s']:>9.2f}{r['stats_s']:>9.2f}{mb / r['stats_s']:>8.0f}{r['draws_s']:>9.2f}"
               f"{r['draws_s'] / first:>9.2f}{r['peak_bytes'] / 2**20:>9.0f}{(r['peak_bytes'] / 2**20) - mb:>11.0f}  "
               f"{r['route']} (rank {r['rank']}, {r['satisfied']}/{a.samples} independent)")
-    print(f"(read s: one plain read of the file; stats s: the streaming pass (set_stats), the same read plus a "
-          f"float64 TSQR; draws s: the draws alone; x first: draws s over the first T's; above file: peak resident "
+    print(f"(read s: one plain read of the file; stats s: the streaming pass (set_stats): the same read plus the "
+          f"float64 Gram (and a TSQR pass where the Gram is too coarse); draws s: the draws alone; x first: draws s over the first T's; above file: peak resident "
           f"memory less the file; load average after {os.getloadavg()[0]:.2f})")
 
 
