@@ -19,6 +19,24 @@ O(T^2 d) and which is timed apart. Asserts nothing. Run:
 
 The features are seeded transformer-like rows (a dominant common direction and a decaying
 spectrum), float32 as the audit captures them; k = 197 is ViT-Base's n.
+
+Two more modes work on ``.npy`` files written (a chunk at a time) to ``--dir``, which the audit
+memory-maps:
+
+- ``--sizes T1 T2 ...``: a draw costs the same at any T. For each T, in its own process: the
+  streaming pass (``set_stats``: one read of the file, a second only where the d x d Gram is too
+  coarse for the rank) timed beside a plain read of the same file,
+  then ``--samples`` draws of ``--k`` rows (``subset_test`` with the statistics given), their time,
+  and the peak resident memory beside the file's size; then the ratio of each T's draw time to the
+  first T's. ``python benchmarks/bench_large_t.py --sizes 20000 1000000 --d 768 --k 128 --samples 2000``
+- ``--audit-rows T``: the command line on a T x d file, ``mhaaudit kruskal FILE --k K --samples N``
+  and ``mhaaudit kruskal FILE --sweep --samples M``, each in its own process: wall time, peak
+  resident memory (the record's ``peak_rss_bytes``), the route and what was found; with
+  ``--compare-in-memory`` the same library calls on the file read into memory, and whether the
+  verdicts, fractions and witnesses agree (only for files that fit in memory twice over).
+  ``python benchmarks/bench_large_t.py --audit-rows 4000000 --d 768 --k 197 --samples 5000 --sweep-samples 5000``
+
+Files are removed afterwards unless ``--keep`` is given.
 """
 
 from __future__ import annotations
@@ -95,6 +113,170 @@ def one(variant: str, a) -> dict:
             "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+def write_npy(path: Path, T: int, d: int, seed: int = 0) -> None:
+    """The rows of :func:`features` for T x d, written to a ``.npy`` file a chunk at a time."""
+    import numpy as np
+    import torch
+
+    mm = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(T, d))
+    g = torch.Generator().manual_seed(seed)
+    spectrum = torch.logspace(0, -3, d)
+    common = 5.0 * torch.randn(d, generator=g) / d**0.5
+    for s in range(0, T, 65536):
+        n = min(65536, T - s)
+        mm[s : s + n] = (torch.randn(n, d, generator=g) * spectrum + common).numpy()
+    mm.flush()
+    del mm
+
+
+def _plain_read_s(path: Path) -> float:
+    """Seconds to read the file once a chunk at a time (the speed the streaming pass can reach)."""
+    import numpy as np
+
+    arr = np.load(path, mmap_mode="r")
+    t0 = time.perf_counter()
+    step = max(1, (32 << 20) // (arr.shape[1] * arr.itemsize))
+    total = 0.0
+    for s in range(0, arr.shape[0], step):
+        total += float(np.asarray(arr[s : s + step]).sum(dtype=np.float64))
+    return time.perf_counter() - t0
+
+
+def one_size(a) -> dict:
+    """In this process: the streaming pass and the draws on the mapped file ``a.file``."""
+    import torch
+
+    from mhaaudit.io import read_array
+    from mhaaudit.kruskal import set_stats, subset_test
+    from mhaaudit.numerics import RankRule
+    from mhaaudit.numerics.stream import peak_rss_bytes
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    path = Path(a.file)
+    read_s = _plain_read_s(path)
+    X, _ = read_array(path)
+    rule = RankRule.for_dtype(X.dtype)
+    t0 = time.perf_counter()
+    stats = set_stats(X, rule)
+    stats_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    test = subset_test(X, a.k, samples=a.samples, seed=0, rule=rule, stats=stats).record()
+    draws_s = time.perf_counter() - t0
+    return {"T": X.shape[0], "file_bytes": path.stat().st_size, "read_s": read_s, "stats_s": stats_s, "draws_s": draws_s,
+            "peak_bytes": peak_rss_bytes(), "route": test["gram"], "satisfied": test["satisfied"], "rank": stats.rank,
+            "storage": type(X).__name__}
+
+
+def _child(args: list[str]) -> dict:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run([sys.executable, __file__, *args], env=env, capture_output=True, text=True)
+    if p.returncode:
+        raise SystemExit(p.stderr)
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def sizes_main(a) -> None:
+    folder = Path(a.dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"d = {a.d}, k = {a.k}, {a.samples} draws at each T; load average {os.getloadavg()[0]:.2f} on "
+          f"{os.cpu_count()} cores")
+    print(f"{'T':>10}{'file MB':>10}{'read s':>9}{'stats s':>9}{'MB/s':>8}{'draws s':>9}{'x first':>9}{'peak MB':>9}"
+          f"{'above file':>11}  route")
+    first = None
+    for T in a.sizes:
+        path = folder / f"bench_large_t_{T}x{a.d}.npy"
+        if not path.exists():
+            write_npy(path, T, a.d)
+        try:
+            r = _child(["--one-size", "--file", str(path), f"--k={a.k}", f"--samples={a.samples}",
+                        f"--threads={a.threads}"])
+        finally:
+            if not a.keep:
+                path.unlink(missing_ok=True)
+        first = first or r["draws_s"]
+        mb = r["file_bytes"] / 2**20
+        print(f"{T:>10}{mb:>10.0f}{r['read_s']:>9.2f}{r['stats_s']:>9.2f}{mb / r['stats_s']:>8.0f}{r['draws_s']:>9.2f}"
+              f"{r['draws_s'] / first:>9.2f}{r['peak_bytes'] / 2**20:>9.0f}{(r['peak_bytes'] / 2**20) - mb:>11.0f}  "
+              f"{r['route']} (rank {r['rank']}, {r['satisfied']}/{a.samples} independent)")
+    print(f"(read s: one plain read of the file; stats s: the streaming pass (set_stats): the same read plus the "
+          f"float64 Gram (and a TSQR pass where the Gram is too coarse); draws s: the draws alone; x first: draws s over the first T's; above file: peak resident "
+          f"memory less the file; load average after {os.getloadavg()[0]:.2f})")
+
+
+def _strip(record: dict) -> dict:
+    return {k: v for k, v in record.items() if k not in ("gram", "exact_rechecks", "timings_s")}
+
+
+def one_audit(a) -> dict:
+    """In this process: the library calls of the audit on the file read into memory (``--compare-in-memory``)."""
+    import numpy as np
+    import torch
+
+    from mhaaudit.kruskal import kruskal_sweep, set_stats, subset_test
+    from mhaaudit.numerics import RankRule
+    from mhaaudit.numerics.stream import peak_rss_bytes
+
+    X = torch.from_numpy(np.load(a.file))
+    rule = RankRule.for_dtype(X.dtype)
+    stats = set_stats(X, rule)
+    test = subset_test(X, a.k, samples=a.samples, seed=0, rule=rule, stats=stats).record()
+    sw = kruskal_sweep(X, samples=a.sweep_samples, seed=0, rule=rule, stats=stats) if a.sweep_samples else None
+    return {"test": _strip(test), "sweep": sw.rows() if sw else None, "rank": stats.rank, "peak_bytes": peak_rss_bytes()}
+
+
+def _cli(args: list[str]) -> tuple[float, dict]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "mhaaudit", *args, "--format", "json"], env=env, capture_output=True,
+                       text=True)
+    wall = time.perf_counter() - t0
+    if p.returncode not in (0, 1):
+        raise SystemExit(p.stderr)
+    return wall, json.loads(p.stdout)
+
+
+def audit_main(a) -> None:
+    folder = Path(a.dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    T = a.audit_rows
+    path = folder / f"bench_large_t_{T}x{a.d}.npy"
+    if not path.exists():
+        write_npy(path, T, a.d)
+    print(f"{T} x {a.d} float32 ({path.stat().st_size / 1e9:.2f} GB, memory-mapped); load average "
+          f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    try:
+        runs = {"test": _cli(["kruskal", str(path), "--k", str(a.k), "--samples", str(a.samples)])}
+        if a.sweep_samples:
+            runs["sweep"] = _cli(["kruskal", str(path), "--sweep", "--samples", str(a.sweep_samples)])
+        for name, (wall, doc) in runs.items():
+            meta = doc["meta"]
+            print(f"kruskal --{'k ' + str(a.k) + ' --samples ' + str(a.samples) if name == 'test' else 'sweep --samples ' + str(a.sweep_samples)}: "
+                  f"wall {wall:.1f} s, peak RSS {meta['peak_rss_bytes'] / 1e9:.2f} GB ({meta['storage']}), "
+                  f"whole-set rank {meta['set_rank']}, timings {meta['timings_s']}")
+            if name == "test":
+                r = doc["records"][0]
+                w = r.get("witness_indices")
+                print(f"  route {r['gram']}: {r['satisfied']}/{r['samples']} independent, verdict {r['verdict']}, "
+                      f"witness {w if w else 'none'}")
+            else:
+                sm = meta.get("sweep_summary") or {}
+                w = sm.get("witness") or {}
+                print(f"  route {sm.get('gram')}: estimate {sm.get('estimate')}, ceiling {sm.get('ceiling', {}).get('value')} "
+                      f"({sm.get('ceiling', {}).get('kind')}), floor {sm.get('floor', {}).get('value')}, witness of "
+                      f"{len(w.get('indices', []))} rows")
+        if a.compare_in_memory:
+            mem = _child(["--one-audit", "--file", str(path), f"--k={a.k}", f"--samples={a.samples}",
+                          f"--sweep-samples={a.sweep_samples}"])
+            same_test = mem["test"] == _strip(runs["test"][1]["records"][0])
+            same_sweep = (mem["sweep"] == runs["sweep"][1].get("sweep")) if a.sweep_samples else None
+            print(f"in memory: peak RSS {mem['peak_bytes'] / 1e9:.2f} GB; whole-set rank "
+                  f"{mem['rank']}; test record agrees: {same_test}; sweep rows agree: {same_sweep}")
+    finally:
+        if not a.keep:
+            path.unlink(missing_ok=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--T", type=int, default=50_000)
@@ -104,9 +286,29 @@ def main() -> None:
     ap.add_argument("--sweep-samples", type=int, default=32)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--variant", choices=("ours", "torch"), help=argparse.SUPPRESS)
+    ap.add_argument("--sizes", type=int, nargs="+", help="draws at each of these T, on memory-mapped files")
+    ap.add_argument("--audit-rows", type=int, help="the command line on a memory-mapped file of this many rows")
+    ap.add_argument("--compare-in-memory", action="store_true", help="with --audit-rows: the same on the data in memory")
+    ap.add_argument("--dir", default=os.environ.get("TMPDIR", "/tmp"), help="folder for the .npy files")
+    ap.add_argument("--keep", action="store_true", help="keep the .npy files")
+    ap.add_argument("--file", help=argparse.SUPPRESS)
+    ap.add_argument("--one-size", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--one-audit", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.variant:
         print(json.dumps(one(a.variant, a)))
+        return
+    if a.one_size:
+        print(json.dumps(one_size(a)))
+        return
+    if a.one_audit:
+        print(json.dumps(one_audit(a)))
+        return
+    if a.sizes:
+        sizes_main(a)
+        return
+    if a.audit_rows:
+        audit_main(a)
         return
     from mhaaudit.kruskal.sampling import FULL_GRAM_MAX_BYTES, full_gram_bytes
 

@@ -374,17 +374,11 @@ def _from_parquet(path: Path, key: str | None):
         value_type = table.schema.field(col).type.value_type
         # Floating vectors keep their dtype (the rank tolerance depends on it); others become float64.
         dtype = value_type.to_pandas_dtype() if pa.types.is_floating(value_type) else np.float64
-        rows = table.column(col).to_pylist()
-        if any(r is None for r in rows):
+        column = table.column(col)
+        if column.null_count:
             raise InputError(f"{path}: column {col!r} has missing vectors (nulls)")
-        if len({len(r) for r in rows}) > 1:
-            raise InputError(f"{path}: column {col!r} holds vectors of different lengths")
-        try:
-            arr = np.array(rows, dtype=dtype)
-        except (TypeError, ValueError) as exc:
-            raise InputError(f"{path}: column {col!r} does not hold numeric vectors") from exc
-        if arr.ndim != 2:
-            arr = arr.reshape(len(rows), -1)
+        del table
+        arr = _list_column_matrix(column, dtype, path, col)
         return arr, f"column {col!r}"
     num = [n for n in names if pa.types.is_floating(table.schema.field(n).type) or pa.types.is_integer(table.schema.field(n).type)]
     if not num:
@@ -393,10 +387,148 @@ def _from_parquet(path: Path, key: str | None):
     return arr, f"{len(num)} numeric columns"
 
 
-def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.Tensor, str]:
+_MAPPED_SAFETENSORS = {"F16": np.float16, "F32": np.float32, "F64": np.float64}  # dtypes NumPy can map
+
+
+class MappedArray:
+    """A floating-point feature array read where it lies: a read-only memory map of a ``.npy`` or
+    ``.safetensors`` file, by path, byte offset, dtype and shape, with the token ``index`` chosen
+    (``to_query_matrix``) for a T x n x d array. Only the pages a computation touches are read;
+    nothing is copied. Pickling sends the description, not the data (a torchrun rank maps the same
+    file). ``array`` is the NumPy view; ``shape``, ``ndim`` and ``dtype`` (a torch dtype) describe it."""
+
+    def __init__(self, path, offset: int, dtype, shape, order: str = "C", index: int | None = None):
+        self.path, self.offset, self.order, self.index = Path(path), int(offset), order, index
+        self.np_dtype = np.dtype(dtype)
+        self.file_shape = tuple(int(v) for v in shape)
+        self._array = None
+
+    @property
+    def array(self) -> np.ndarray:
+        if self._array is None:
+            mm = np.memmap(self.path, dtype=self.np_dtype, mode="r", offset=self.offset, shape=self.file_shape,
+                           order=self.order)
+            self._array = mm if self.index is None else mm[:, self.index, :]
+        return self._array
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        if self.index is None:
+            return self.file_shape
+        return (self.file_shape[0], self.file_shape[2])
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.from_numpy(np.empty(0, dtype=self.np_dtype.newbyteorder("="))).dtype
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.np_dtype.itemsize
+
+    def numpy(self) -> np.ndarray:
+        """The read-only NumPy view of the mapped rows (as ``torch.Tensor.numpy``)."""
+        return self.array
+
+    def token(self, index: int) -> "MappedArray":
+        """The T x d rows of token ``index`` of a T x n x d array (a strided view of the same map)."""
+        n = self.file_shape[1]
+        return MappedArray(self.path, self.offset, self.np_dtype, self.file_shape, self.order, index % n)
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_array"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, _array=None)
+
+    def __repr__(self) -> str:
+        return f"MappedArray({str(self.path)!r}, shape={self.shape}, dtype={self.np_dtype})"
+
+
+def _refuse_unless_readable(p: Path) -> None:
+    """An input error, before reading, when a file that is read whole (not memory-mapped) is larger
+    than the memory available."""
+    from .numerics.stream import available_memory
+
+    size, avail = p.stat().st_size, available_memory()
+    if avail is not None and size > avail:
+        raise InputError(f"{p}: reading this {p.suffix} file whole needs at least {size / 1e9:.2f} GB, but "
+                         f"{avail / 1e9:.2f} GB are available; save the features as a float32 .npy or .safetensors "
+                         "file, which is memory-mapped instead of read")
+
+
+def _load_npy(p: Path):
+    """A ``.npy`` array memory-mapped (read-only), or read when it cannot be mapped (an empty one)."""
+    try:
+        return np.load(p, allow_pickle=False, mmap_mode="r")
+    except ValueError:
+        return np.load(p, allow_pickle=False)
+
+
+def _map_safetensors(p: Path, key: str | None) -> MappedArray | None:
+    """The tensor ``key`` (or the only one) of a safetensors file as a memory map, or None when its
+    dtype cannot be mapped (bfloat16, integers: read into memory instead). The library's own reader
+    checks the header first; the data offset is the header's."""
+    from safetensors import safe_open
+
+    with safe_open(str(p), framework="np") as f:
+        names = list(f.keys())
+    if key is None and len(names) == 1:
+        key = names[0]
+    if key is None or key not in names:
+        return None  # _pick says what is wrong
+    with open(p, "rb") as fh:
+        n = int.from_bytes(fh.read(8), "little")
+        header = json.loads(fh.read(n))
+    info = header[key]
+    dtype = _MAPPED_SAFETENSORS.get(info["dtype"])
+    shape = tuple(int(v) for v in info["shape"])
+    if dtype is None or len(shape) not in (2, 3):
+        return None
+    begin, end = (int(v) for v in info["data_offsets"])
+    if end - begin != int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize or 0 in shape:
+        return None
+    return MappedArray(p, 8 + n + begin, np.dtype(dtype).newbyteorder("<"), shape)
+
+
+def _list_column_matrix(column, dtype, path: Path, col: str) -> np.ndarray:
+    """A list column of equal-length numeric vectors as one T x d array of ``dtype``, filled a
+    record batch at a time from Arrow's flat values (no Python list of the rows, no float64 copy
+    of the whole set)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    T = len(column)
+    lengths = pc.list_value_length(column) if T else pa.array([], pa.int32())
+    lo, hi = (pc.min(lengths).as_py(), pc.max(lengths).as_py()) if T else (0, 0)
+    if lo != hi:
+        raise InputError(f"{path}: column {col!r} holds vectors of different lengths")
+    if not pa.types.is_floating(column.type.value_type) and not pa.types.is_integer(column.type.value_type):
+        raise InputError(f"{path}: column {col!r} does not hold numeric vectors")
+    d = int(lo or 0)
+    out = np.empty((T, d), dtype=dtype)
+    row = 0
+    for chunk in column.chunks:
+        n = len(chunk)
+        if not n:
+            continue
+        values = chunk.flatten()  # the chunk's vectors, end to end (its offset applied)
+        if values.null_count:
+            raise InputError(f"{path}: column {col!r} has missing values inside its vectors")
+        out[row : row + n] = values.to_numpy(zero_copy_only=False).reshape(n, d)
+        row += n
+    return out
+
+
+def read_array(path: str | os.PathLike, key: str | None = None) -> tuple["torch.Tensor | MappedArray", str]:
     """Read a tensor from ``.npy``, ``.pt``, ``.safetensors`` or ``.parquet``.
 
-    Returns the tensor (dtype kept: the rank tolerance depends on it) and a description. A file
+    Returns the tensor (dtype kept: the rank tolerance depends on it) and a description. A
+    floating-point ``.npy`` or ``.safetensors`` matrix (or T x n x d array) is not read but
+    memory-mapped (``MappedArray``): its pages are read as the computation touches them. A file
     holding several tensors (or columns) needs ``key``; ``key`` on a file with nothing to choose
     is refused, as is a results file written by mhaaudit (recognised by its ``mhaaudit`` parquet
     metadata). A folder written by ``--save-features`` reads its ``features.safetensors``
@@ -418,13 +550,17 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.T
     try:
         if ext == ".npy":
             _check_npy(p)
-            arr = np.load(p, allow_pickle=False)
+            arr = _load_npy(p)
             if arr.dtype.kind not in "fiu":
                 raise InputError(f"{p}: array of dtype {arr.dtype} is not numeric")
             if not arr.dtype.isnative:  # big-endian data is read as numpy reads it, in the machine's order
-                arr = arr.astype(arr.dtype.newbyteorder("="))
-            return torch.from_numpy(np.ascontiguousarray(arr)), f"{p} (npy)"
+                arr = np.asarray(arr).astype(arr.dtype.newbyteorder("="))
+            if isinstance(arr, np.memmap) and arr.dtype.kind == "f" and arr.ndim in (2, 3) and arr.size:
+                return MappedArray(p, arr.offset, arr.dtype, arr.shape, "F" if arr.flags.f_contiguous and arr.ndim > 1
+                                   and not arr.flags.c_contiguous else "C"), f"{p} (npy, memory-mapped)"
+            return torch.from_numpy(np.array(arr)), f"{p} (npy)"
         if ext in (".pt", ".pth"):
+            _refuse_unless_readable(p)
             import warnings
 
             with warnings.catch_warnings():  # a bad file is reported as one error, without warnings
@@ -441,12 +577,16 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.T
                 raise InputError(f"--key has no effect on {p}: it holds one tensor, not a dict of them")
             return obj, f"{p} (torch)"
         if ext == ".safetensors":
+            safetensors_header(p)  # its stated length checked against the file before anything is read
+            mapped = _map_safetensors(p, key)
+            if mapped is not None:
+                return mapped, f"{p} (safetensors{', ' + repr(key) if key else ''}, memory-mapped)"
             from safetensors.torch import load_file
 
-            safetensors_header(p)  # its stated length checked against the file before anything is read
             tensors = load_file(str(p))
             return _pick(tensors, key, p), f"{p} (safetensors{', ' + repr(key) if key else ''})"
         refuse_results_file(p)
+        _refuse_unless_readable(p)
         arr, what = _from_parquet(p, key)
         return torch.from_numpy(arr), f"{p} (parquet, {what})"
     except InputError:
@@ -485,7 +625,7 @@ def _pick(tensors: dict, key: str | None, p: Path) -> torch.Tensor:
     raise InputError(f"{p} holds several tensors ({shown}); choose one with --key")
 
 
-def to_query_matrix(arr: torch.Tensor, query_index: int | None, source: str) -> tuple[torch.Tensor, str]:
+def to_query_matrix(arr: "torch.Tensor | MappedArray", query_index: int | None, source: str) -> tuple[torch.Tensor, str]:
     """A T x d matrix from a T x d array, or from T x n x d tokens with ``query_index``."""
     if arr.ndim == 2:
         if query_index is not None:
@@ -497,5 +637,7 @@ def to_query_matrix(arr: torch.Tensor, query_index: int | None, source: str) -> 
         n = arr.shape[1]
         if not -n <= query_index < n:
             raise InputError(f"--query-index {query_index} is out of range for n = {n} tokens")
+        if isinstance(arr, MappedArray):
+            return arr.token(query_index), f"{source}, token {query_index}"
         return arr[:, query_index, :], f"{source}, token {query_index}"
     raise InputError(f"{source}: expected a T x d matrix or T x n x d tokens, got shape {tuple(arr.shape)}")

@@ -77,8 +77,9 @@ TEST_COLUMNS = _cols(
     ("set_rank", "int64", "numerical rank of the whole T x d set, a ceiling for every subset; null for "
                           "Assumption 2"),
     ("device", "string", "where the draws were decided"),
-    ("gram", "string", "how each draw's Gram matrix was formed: full (one T x T Gram) or per-draw (from the "
-                       "draw's rows, for sets whose full Gram would exceed the memory bound); null for Assumption 2"),
+    ("gram", "string", "how each draw's Gram matrix was formed: full (one T x T Gram), per-draw (from the "
+                       "draw's rows, held in memory, for sets whose full Gram would exceed the memory bound) or mmap "
+                       "(the same, the rows read from a memory-mapped file); null for Assumption 2"),
     ("min_margin", "float64", "Assumption 2: the smallest sigma_n / tolerance over the examples (how far the "
                               "nearest context matrix is from rank deficiency); null for the other checks"),
 )

@@ -213,6 +213,48 @@ def test_kruskal_on_a_file_splits_its_draws(tmp_path):
     assert b["meta"]["sweep_summary"] == a["meta"]["sweep_summary"] and out1 == ""
 
 
+# A driver that notes, on each rank that follows rank 0, the type of the data each shared call received.
+SPY_DRIVER = textwrap.dedent("""
+    import os, sys
+    from mhaaudit import distributed
+
+    real = distributed._shared_call
+
+    def spy(key):
+        fn = real(key)
+
+        def call(*args, **kwargs):
+            with open(os.environ["SEEN"] + os.environ["RANK"], "a") as fh:
+                fh.write(f"{key} {type(args[0]).__name__ if args else '-'}\\n")
+            return fn(*args, **kwargs)
+
+        return call
+
+    distributed._shared_call = spy
+    from mhaaudit.__main__ import main
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+def test_ranks_map_the_same_file(tmp_path):
+    """``kruskal FILE`` on a .npy file: rank 0 sends the other ranks the file's description, not
+    its rows, and each of them maps the same file."""
+    import numpy as np
+
+    X = np.random.default_rng(1).standard_normal((300, 16)).astype(np.float32)
+    np.save(tmp_path / "X.npy", X)
+    driver = tmp_path / "spy.py"
+    driver.write_text(SPY_DRIVER)
+    args = ["kruskal", tmp_path / "X.npy", "--k", 8, "--samples", 200, "--device", "cpu", "--format", "json"]
+    rc, one, err = single(args)
+    assert rc == 0, err
+    (r0, out0, err0), (r1, _, err1) = launch(args, driver=driver, SEEN=str(tmp_path / "seen"))
+    assert (r0, r1) == (0, 0), err0 + err1
+    seen = (tmp_path / "seen1").read_text().split("\n")
+    assert "mhaaudit.kruskal.fixed:subset_test MappedArray" in seen
+    assert json.loads(out0)["records"] == json.loads(one)["records"]
+
+
 @pytest.mark.slow
 def test_two_ranks_give_the_capacity_of_one_process(bert_dir, tmp_path):
     """Text data, the Z builder and Proposition 2's shared context (rank 0's first example on every rank)."""

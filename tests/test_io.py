@@ -15,6 +15,7 @@ from safetensors.torch import save_file
 from mhaaudit import __version__
 from mhaaudit.errors import InputError, OutputError
 from mhaaudit.io import (
+    MappedArray,
     atomic_path,
     check_writable,
     parquet_bytes,
@@ -125,6 +126,11 @@ def _mat(dtype=np.float64, T=12, d=5, seed=0):
     return np.random.default_rng(seed).standard_normal((T, d)).astype(dtype)
 
 
+def _loaded(t) -> torch.Tensor:
+    """What ``read_array`` returned, as a tensor in memory (a memory map is read)."""
+    return torch.from_numpy(np.array(t.numpy())) if isinstance(t, MappedArray) else t
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
 def test_read_npy_keeps_dtype(tmp_path, dtype):
     a = _mat(dtype)
@@ -179,17 +185,17 @@ def test_read_safetensors_keys(tmp_path):
     with pytest.raises(InputError, match="--key"):
         read_array(tmp_path / "x.safetensors")
     t, desc = read_array(tmp_path / "x.safetensors", key="a")
-    assert t.dtype == torch.float64 and torch.equal(t, a) and "'a'" in desc
+    assert t.dtype == torch.float64 and torch.equal(_loaded(t), a) and "'a'" in desc
     with pytest.raises(InputError, match="no tensor named 'c'"):
         read_array(tmp_path / "x.safetensors", key="c")
     save_file({"only": b}, str(tmp_path / "one.safetensors"))
-    assert torch.equal(read_array(tmp_path / "one.safetensors")[0], b)
+    assert torch.equal(_loaded(read_array(tmp_path / "one.safetensors")[0]), b)
 
 
 def test_read_folder_with_features_file(tmp_path):
     q = torch.randn(5, 3)
     save_file({"queries": q, "a3": torch.randn(5, 3)}, str(tmp_path / "features.safetensors"))
-    assert torch.equal(read_array(tmp_path)[0], q)
+    assert torch.equal(_loaded(read_array(tmp_path)[0]), q)
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="features.safetensors"):
         read_array(tmp_path / "empty")
@@ -330,3 +336,83 @@ def test_safetensors_header_is_checked_against_the_file(tmp_path):
         safetensors_header(tmp_path / "cut.safetensors")
     with pytest.raises(InputError, match="no valid data offsets"):
         read_array(tmp_path / "cut.safetensors")
+# --------------------------------------------------------------------------- memory-mapped features
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_npy_features_are_mapped_not_read(tmp_path, dtype):
+    a = np.arange(60, dtype=dtype).reshape(12, 5)
+    np.save(tmp_path / "x.npy", a)
+    t, desc = read_array(tmp_path / "x.npy")
+    assert isinstance(t, MappedArray) and isinstance(t.array, np.memmap) and "memory-mapped" in desc
+    assert t.shape == (12, 5) and t.dtype == torch.from_numpy(a).dtype and not t.array.flags.writeable
+    assert np.array_equal(t.numpy(), a)
+
+
+def test_fortran_ordered_npy_is_mapped_in_its_order(tmp_path):
+    a = np.asfortranarray(np.random.default_rng(0).standard_normal((9, 4)).astype(np.float32))
+    np.save(tmp_path / "f.npy", a)
+    t, _ = read_array(tmp_path / "f.npy")
+    assert isinstance(t, MappedArray) and t.order == "F" and np.array_equal(t.numpy(), a)
+
+
+def test_safetensors_features_are_mapped_at_their_data_offset(tmp_path):
+    a, b = torch.randn(7, 3, dtype=torch.float64), torch.randn(7, 4)
+    save_file({"a": a, "b": b}, str(tmp_path / "x.safetensors"))
+    for key, want in (("a", a), ("b", b)):
+        t, desc = read_array(tmp_path / "x.safetensors", key=key)
+        assert isinstance(t, MappedArray) and "memory-mapped" in desc
+        assert torch.equal(torch.from_numpy(np.array(t.numpy())), want)
+
+
+def test_bfloat16_safetensors_are_read_not_mapped(tmp_path):
+    a = torch.randn(4, 3).to(torch.bfloat16)
+    save_file({"a": a}, str(tmp_path / "x.safetensors"))
+    t, _ = read_array(tmp_path / "x.safetensors")
+    assert isinstance(t, torch.Tensor) and torch.equal(t, a)
+
+
+def test_a_mapped_array_pickles_as_its_description(tmp_path):
+    """Under torchrun rank 0 sends its arguments to the others: a mapped file travels as its path,
+    offset, dtype and shape, and each rank maps the same file."""
+    import pickle
+
+    a = np.random.default_rng(1).standard_normal((2000, 3, 16)).astype(np.float32)
+    np.save(tmp_path / "tok.npy", a)
+    t, _ = read_array(tmp_path / "tok.npy")
+    q, _ = to_query_matrix(t, -1, "tok")
+    blob = pickle.dumps(q)
+    assert len(blob) < 1000 < a.nbytes
+    back = pickle.loads(blob)
+    assert isinstance(back, MappedArray) and back.shape == (2000, 16) and np.array_equal(back.numpy(), a[:, -1, :])
+
+
+def test_parquet_list_column_is_read_without_python_lists(tmp_path):
+    """The vectors go from Arrow's flat values into one T x d array: the reading allocates about
+    the array (Python lists of the rows would take some eight times more)."""
+    import tracemalloc
+
+    a = np.random.default_rng(2).standard_normal((4000, 64)).astype(np.float32)
+    table = pa.table({"emb": pa.FixedSizeListArray.from_arrays(pa.array(a.reshape(-1)), 64)})
+    pq.write_table(table, tmp_path / "x.parquet", row_group_size=1000)  # several chunks
+    del table
+    tracemalloc.start()
+    try:
+        t, _ = read_array(tmp_path / "x.parquet")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert t.dtype == torch.float32 and np.array_equal(t.numpy(), a)
+    assert peak < 3 * a.nbytes
+
+
+def test_a_file_read_whole_that_would_not_fit_is_refused_before_reading(tmp_path, monkeypatch):
+    from mhaaudit.numerics import stream
+
+    torch.save(torch.randn(50, 4), tmp_path / "x.pt")
+    monkeypatch.setattr(stream, "available_memory", lambda: 100)
+    monkeypatch.setattr(torch, "load", lambda *a, **k: pytest.fail("read"))
+    with pytest.raises(InputError, match="memory-mapped instead of read"):
+        read_array(tmp_path / "x.pt")
+    np.save(tmp_path / "x.npy", np.ones((50, 4), dtype=np.float32))  # a mapped file is not read whole
+    assert isinstance(read_array(tmp_path / "x.npy")[0], MappedArray)

@@ -205,3 +205,87 @@ def test_the_number_of_draws_sizes_no_allocation():
     few = 12 * DRAW_BLOCK
     peak(few)  # imports made once, outside the measurements
     assert peak(MAX_SAMPLES) < peak(few) + (1 << 20)
+# --------------------------------------------------------------------------- the size paths
+
+
+def _paths_data(tmp_path):
+    """300 x 12 float32 rows, 60 of them in a 4-dimensional subspace (so some draws of 8 are
+    dependent and leave witnesses), the last third of the rows larger by 2^3 (so the streaming pass
+    raises its exponent midway), saved as a .npy file."""
+    import numpy as np
+
+    g = torch.Generator().manual_seed(11)
+    X = torch.randn(300, 12, generator=g)
+    X[:60] = torch.randn(60, 4, generator=g) @ torch.randn(4, 12, generator=g)
+    X = X[torch.randperm(300, generator=g)]
+    X[200:] *= 8.0
+    np.save(tmp_path / "x.npy", X.numpy())
+    return X, tmp_path / "x.npy"
+
+
+@pytest.mark.parametrize("chunk_bytes", [None, 8 * 12 * 37])  # one chunk, or chunks of 37 rows
+def test_every_size_path_gives_the_same_numbers(tmp_path, monkeypatch, chunk_bytes):
+    """The full-Gram path (small T), the per-draw path (large T, rows in memory) and the mapped path
+    (rows in a memory-mapped file) give the same draws, decisions, witnesses, sweep and whole-set
+    statistics; each record names its path. The paths are forced with the byte limit of the full
+    Gram, as a large T would choose them."""
+    from mhaaudit.io import MappedArray, read_array
+    from mhaaudit.kruskal import draw_decisions, set_stats
+    from mhaaudit.kruskal import sampling
+    from mhaaudit.numerics import stream
+
+    if chunk_bytes:
+        monkeypatch.setattr(stream, "CHUNK_BYTES", chunk_bytes)
+    X, path = _paths_data(tmp_path)
+    rule = RankRule.for_dtype(X.dtype)
+    if chunk_bytes:  # the exponent rises midway through the pass
+        assert math.frexp(float(X[:37].abs().max()))[1] < math.frexp(float(X.abs().max()))[1]
+
+    def run(data, full: bool):
+        with pytest.MonkeyPatch.context() as m:
+            if not full:
+                m.setattr(sampling, "FULL_GRAM_MAX_BYTES", 0)
+            st = set_stats(data, rule)
+            idx, ok = draw_decisions(data, 8, samples=400, seed=3, rule=rule)
+            test = subset_test(data, 8, samples=400, seed=3, rule=rule, stats=st)
+            sw = kruskal_sweep(data, samples=150, seed=2, rule=rule, stats=st)
+        return st, idx, ok, test, sw
+
+    mapped, _ = read_array(path)
+    assert isinstance(mapped, MappedArray)
+    runs = {"full": run(X, True), "per-draw": run(X, False), "mmap": run(mapped, False), "mapped-full": run(mapped, True)}
+    base_st, base_idx, base_ok, base_test, base_sw = runs["full"]
+    assert 0 < int(base_ok.sum()) < 400 and base_test.witness is not None  # dependent draws were found
+    for name, (st, idx, ok, test, sw) in runs.items():
+        assert st == base_st, name  # rank, singular values, norms, projections: every field
+        assert torch.equal(idx, base_idx) and torch.equal(ok, base_ok), name
+        rec, base_rec = test.record(), base_test.record()
+        assert rec.pop("gram") == ("full" if "full" in name else name), name
+        base_rec.pop("gram")
+        rec.pop("exact_rechecks"), base_rec.pop("exact_rechecks")
+        assert rec == base_rec and test.witness == base_test.witness, name
+        assert test.rank_histogram == base_test.rank_histogram, name
+        assert sw.gram == ("full" if "full" in name else name), name
+        assert (sw.fractions, sw.witness, sw.ceiling, sw.estimate) == \
+               (base_sw.fractions, base_sw.witness, base_sw.ceiling, base_sw.estimate), name
+
+
+def test_a_draw_reads_only_its_own_rows(monkeypatch):
+    """Past the full Gram, a draw gathers its k rows and no others: no float64 copy of the set."""
+    from mhaaudit.kruskal import sampling
+    from mhaaudit.numerics import stream
+
+    import numpy as np
+
+    X = torch.randn(500, 10, generator=torch.Generator().manual_seed(4))
+    taken = []
+    real = stream.Rows.take
+
+    def spy(self, idx):
+        taken.append(int(np.prod(idx.shape)))
+        return real(self, idx)
+
+    monkeypatch.setattr(stream.Rows, "take", spy)
+    monkeypatch.setattr(sampling, "FULL_GRAM_MAX_BYTES", 0)
+    assert subset_test(X, 6, samples=128, seed=0).gram == "per-draw"
+    assert taken and max(taken) <= 6 * DRAW_BLOCK < X.shape[0] and sum(taken) >= 6 * 128

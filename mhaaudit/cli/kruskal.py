@@ -76,8 +76,9 @@ def kruskal(
     with importing(quiet):  # the library, torch with it: seconds
         from .. import validate
         from ..errors import InputError
-        from ..io import refuse_inputs, stamp
+        from ..io import MappedArray, refuse_inputs, stamp
         from ..kruskal import as_matrix, set_stats
+        from ..numerics.stream import peak_rss_bytes
         from ..progress import log, progress_enabled
         from ..render import render_kruskal
         from ..settings import Settings
@@ -111,6 +112,7 @@ def kruskal(
         threshold=settings.threshold, samples=settings.samples,
         inputs={"source": source, "T": T, "d": d, "n": n, "dtype": str(X.dtype).replace("torch.", "")},
         set_rank=stats.rank, timings_s=timings, total_s=round(time.perf_counter() - t0, 3),
+        storage="memory-mapped" if isinstance(X, MappedArray) else "memory", peak_rss_bytes=peak_rss_bytes(),
     )
     if captured:
         meta["capture"] = captured

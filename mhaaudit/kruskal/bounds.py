@@ -16,57 +16,62 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import torch
 
 from ..errors import InputError
 from ..numerics import EPS64, RankRule, rounding_margin, row_norms, scaled, svd_rank, with_numerics
+from ..numerics.stream import tsqr, unit_of
 from .results import Bound, SetStats, every_rows_independent
-from .sampling import as_matrix
+from .sampling import as_matrix, rows_of
 
-__all__ = ["babel_floor", "exact_kruskal_rank", "set_stats"]
+__all__ = ["BABEL_MAX_WORK", "babel_floor", "exact_kruskal_rank", "set_stats"]
+
+BABEL_MAX_WORK = 2e12  # the Babel floor is computed when T^2 d is at most this (T = 51 000 at d = 768)
 
 
 @with_numerics(threads=1)
-def set_stats(X: torch.Tensor, rule: RankRule) -> SetStats:
-    """Singular values and row norms of the whole set (eigenvalues of the smaller Gram matrix;
-    an SVD when one of them sits within rounding error of the tolerance), computed on the data
-    divided by an exact power of two (``numerics.scale``) and kept in those units. Always on the
-    CPU: one dense eigenvalue problem (or SVD) of this size is faster through LAPACK than on a
-    GPU, where it would also be the only unbatched step of a test."""
-    unit = scaled(X.cpu(), rule)
-    X64, rule = unit.X, unit.rule
-    T, d = X64.shape
-    norms = torch.sort(row_norms(X64)).values
-    G = X64.T @ X64 if d <= T else X64 @ X64.T
-    lam_asc, vecs = torch.linalg.eigh(G)
-    lam = lam_asc.flip(0).clamp_min(0)
-    lmax = float(lam[0])
-    top = vecs[:, -1]
-    v1 = top if d <= T else X64.T @ top
-    v1 = v1 / v1.norm().clamp_min(1e-300)
-    proj_norms = torch.cumsum(torch.sort((X64 @ v1) ** 2).values, 0).sqrt()
-    err = float(rounding_margin(max(T, d), min(T, d), torch.tensor(lmax)))
-    # The smallest tolerance any subset can get; the Gram route is used only when its rounding
-    # error is far below that, and otherwise the SVD of the rows.
-    tol_floor = rule.tol(float(norms[0]), 1, d)
-    if err * 1e4 < tol_floor**2:
-        s = lam.sqrt()
-        sv_error = math.sqrt(err * 1e4) / 100.0
-    else:
-        s = torch.linalg.svdvals(X64)
-        sv_error = 8.0 * max(T, d) * EPS64 * float(s[0]) if s.numel() else 0.0
-    s_list = tuple(float(v) for v in s.cpu())
-    tol = rule.tol(s_list[0] if s_list else 0.0, T, d)
+def set_stats(X, rule: RankRule) -> SetStats:
+    """Singular values and row norms of the whole set, from the one streaming pass over its rows
+    (``numerics.stream.scan``, O(d^2) memory, on the data divided by an exact power of two) and
+    kept in those units. The singular values are the square roots of the eigenvalues of the
+    streamed d x d Gram matrix when every one of them lies farther than the Gram's rounding
+    bound from every tolerance a subset can have (then each comparison with a tolerance comes out
+    as it would from the exact values); otherwise those of the TSQR factor R (``stream.tsqr``, a
+    second pass: the accuracy of an SVD of the rows). This is the one place the whole-set
+    statistics are derived: the rank rule is applied here and in ``SetStats.ceiling``."""
+    X = as_matrix(X)
+    rows = rows_of(X)
+    unit, sc = unit_of(rows, rule)
+    rule = unit.rule
+    T, d = sc.T, sc.d
+    m = min(T, d)
+    lam = torch.linalg.eigvalsh(torch.from_numpy(sc.gram)).flip(0).clamp_min(0)[:m]
+    s = lam.sqrt()
+    s0 = float(s[0]) if m else 0.0
+    sv_error = math.sqrt(float(rounding_margin(max(T, d), m, torch.tensor(float(lam[0]) if m else 0.0))))
+    # every tolerance a subset can get lies between the smallest row's (one row) and the whole set's
+    tol_lo = rule.tol(float(sc.small_norms[0]), 1, d)
+    tol_hi = rule.tol(s0 + sv_error, T, d)
+    if not bool(((s + sv_error < tol_lo) | (s - sv_error > tol_hi)).all()):
+        s = torch.linalg.svdvals(torch.from_numpy(tsqr(rows, sc.exponent)))[:m]
+        s0 = float(s[0]) if m else 0.0
+        sv_error = 8.0 * (max(T, d) + d * sc.chunks) * EPS64 * s0
+    s_list = tuple(float(v) for v in s)
+    sq = sc.proj * sc.proj
+    smallest = np.sort(np.partition(sq, m - 1)[:m]) if m < T else np.sort(sq)
+    proj_norms = np.sqrt(np.cumsum(smallest))
+    tol = rule.tol(s0, T, d)
     return SetStats(
         T=T,
         d=d,
         rank=int(sum(1 for v in s_list if v > tol)),
         unit_singular_values=s_list,
-        unit_row_norms=tuple(float(v) for v in norms.cpu()),
-        zero_rows=int((norms == 0).sum()),
+        unit_row_norms=tuple(float(v) for v in sc.small_norms),  # the smallest min(T, d), all a ceiling reads
+        zero_rows=sc.zero_rows,
         unit_sv_error=sv_error,
-        unit_proj_norms=tuple(float(v) for v in proj_norms.cpu()),
-        exponent=unit.exponent,
+        unit_proj_norms=tuple(float(v) for v in proj_norms),
+        exponent=sc.exponent,
     )
 
 
@@ -85,9 +90,13 @@ def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_bl
     torchrun, inside a shared call, the ranks divide the row blocks and take the maximum of their
     cumulative coherences, which is exactly one process's.
     """
-    unit = scaled(X, rule)
-    X64, rule = unit.X, unit.rule
-    T, d = X64.shape
+    X = as_matrix(X)
+    T, d = X.shape
+    if float(T) * T * d > BABEL_MAX_WORK:
+        return Bound(0, "babel", f"not computed: the Babel function of T = {T} rows takes O(T^2 d) time "
+                                 f"(computed up to T^2 d = {BABEL_MAX_WORK:.0e}); no floor above 0 is claimed")
+    unit, _ = unit_of(rows_of(X), rule)
+    X64, rule = unit.materialize(), unit.rule  # T x d float64: T is small here
     kmax = min(kmax or min(T, d), T, d)
     norms = row_norms(X64)
     nmin, nmax = float(norms.min()), float(norms.max())

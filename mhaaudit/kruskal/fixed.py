@@ -7,8 +7,9 @@ independent k-subsets; a "holds" verdict is an estimate, not a proof. A dependen
 was drawn is a **proof** that the Kruskal rank is below k: ``shrink_witness`` looks for a smaller
 one inside it and keeps its indices and singular values. Sizes above d, T or the rank ceiling of
 the whole set (``SetStats.ceiling``) are answered without sampling, as proofs. The draws are
-decided on the data divided by an exact power of two (``numerics.scale``): the same data at any
-scale give the same draws, decisions and witness, whose singular values are in the data's units.
+decided on the data divided by an exact power of two (``numerics.scale``, applied to each draw's
+rows as they are gathered, ``numerics.stream.Unit``): the same data at any scale give the same
+draws, decisions and witness, whose singular values are in the data's units.
 Under torchrun the draws are divided among the ranks (``sampling.blocks_in_order``) and every rank
 gets the single-process result; rank 0's call brings the others in (``distributed.shared``).
 """
@@ -23,19 +24,20 @@ import torch
 
 from .. import validate
 from ..distributed import shared
-from ..numerics import (Decision, RankRule, Scaled, decide_full_rank, gram_rank, lapack, scaled, svd_rank, tf32_is_off, tf32_off,
+from ..numerics import (Decision, RankRule, decide_full_rank, gram_rank, lapack, svd_rank, tf32_is_off, tf32_off,
                         with_numerics)
+from ..numerics.stream import Unit, unit_of
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, MAX_SAMPLES, device_name, resolve_device
 from .bounds import set_stats
 from .results import SetStats, SubsetTest, Witness, clopper_pearson, rows_phrase
-from .sampling import DRAW_BLOCK, Gram, Progress, as_matrix, blocks_in_order
+from .sampling import DRAW_BLOCK, Gram, Progress, as_matrix, blocks_in_order, rows_of
 
 __all__ = ["draw_decisions", "shrink_witness", "subset_test"]
 
 
-def _prove(unit: Scaled, idx: list[int]) -> Witness | None:
+def _prove(unit: Unit, idx: list[int]) -> Witness | None:
     """A Witness (in the data's units) when the rows ``idx`` are dependent under the rule, else None."""
-    rank, _, _, tol, s = svd_rank(unit.X[idx], unit.rule)
+    rank, _, _, tol, s = svd_rank(unit.rows(idx), unit.rule)
     if int(rank) >= len(idx):
         return None
     return Witness(tuple(idx), tuple(float(v) for v in unit.to_data(s).cpu()), float(unit.to_data(tol)), int(rank))
@@ -50,10 +52,11 @@ def shrink_witness(X: torch.Tensor, indices, rule: RankRule) -> Witness:
     candidate is verified with the exact rule, so the result is always a proof. The singular
     values and tolerance it keeps are in the data's own units.
     """
-    return _shrink(scaled(X, rule), indices)
+    X = as_matrix(X)
+    return _shrink(unit_of(rows_of(X), rule)[0], indices)
 
 
-def _shrink(unit: Scaled, indices) -> Witness:
+def _shrink(unit: Unit, indices) -> Witness:
     from scipy.linalg import qr
 
     best = _prove(unit, [int(i) for i in indices])
@@ -61,7 +64,7 @@ def _shrink(unit: Scaled, indices) -> Witness:
         raise ValueError("shrink_witness needs a dependent subset")
     for _ in range(8):
         idx = list(best.indices)
-        rows = unit.X[idx]
+        rows = unit.rows(idx)
         improved = False
         if best.rank < len(idx) - 1:
             _, _, piv = qr(rows.cpu().numpy().T, pivoting=True, mode="economic")
@@ -98,7 +101,7 @@ def _decided_draws(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, 
     certificates leave open, TF32 off. The order of the test that certifies dependence adapts to
     what earlier blocks showed. Neither route nor order changes any decision.
     """
-    d = gram.X.shape[1]
+    d = gram.d
     entries = gram.cpu_entries
     workers = 1 if gram.batched else torch.get_num_threads()
     per_call = gram.blocks_per_call(k, mats=3) if gram.batched else None
@@ -122,7 +125,7 @@ def _decided_draws(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, 
         return sub, Decision(full, exact)
 
     with lapack.blas_single_thread() if entries is not None else contextlib.nullcontext(), tf32_off():
-        for sub, dec in blocks_in_order(decide, gram.T, k, samples, seed, True, workers, gram.X.device, per_call):
+        for sub, dec in blocks_in_order(decide, gram.T, k, samples, seed, True, workers, gram.device, per_call):
             seen[0] += int(sub.shape[0])
             seen[1] += int((~dec.full).sum())
             yield sub, dec
@@ -135,8 +138,8 @@ def draw_decisions(X, k: int, *, samples: int = DEFAULT_SAMPLES, seed: int = 0, 
                    device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """The draws of ``subset_test`` and each one's decision: ``(indices (N, k), independent (N,))``."""
     X = as_matrix(X)
-    unit = scaled(X, rule or RankRule.for_dtype(X.dtype))
-    gram = Gram(unit.X, resolve_device(device))
+    unit, _ = unit_of(rows_of(X), rule or RankRule.for_dtype(X.dtype))
+    gram = Gram(unit, resolve_device(device))
     parts = [(sub.cpu(), dec.full.cpu()) for sub, dec in _decided_draws(gram, k, samples, seed, unit.rule)]
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
@@ -159,7 +162,7 @@ def _tally(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, histogra
     """Decide the seeded draws; stop early once more than ``max_fail`` are dependent (None: never),
     at the end of the block of ``DRAW_BLOCK`` draws where that happened, so where a test stops
     depends on nothing but the draws (not on how many blocks were decided at once)."""
-    d = gram.X.shape[1]
+    d = gram.d
     t = _Tally()
     for sub, dec in _decided_draws(gram, k, samples, seed, rule, progress):
         stop = False
@@ -206,7 +209,7 @@ def _reason(t: _Tally, k: int, threshold: float, witness: Witness | None, planne
     return reason
 
 
-def _without_sampling(X: torch.Tensor, unit: Scaled, k: int, rule: RankRule, stats: SetStats | None, base: dict):
+def _without_sampling(X, unit: Unit, k: int, rule: RankRule, stats: SetStats | None, base: dict, first_zero: int | None):
     """The answer when no sampling is needed (k > d, k > T, k above the set's rank ceiling, k = T),
     as ``(SubsetTest or None, stats)``."""
     T, d = X.shape
@@ -223,9 +226,8 @@ def _without_sampling(X: torch.Tensor, unit: Scaled, k: int, rule: RankRule, sta
     ceil_k = stats.ceiling(k, rule)
     if ceil_k < k:
         witness = None
-        zero = (unit.X == 0).all(dim=1).nonzero()
-        if stats.zero_rows and zero.numel():
-            witness = Witness((int(zero[0]),), (0.0,), 0.0, 0)
+        if stats.zero_rows and first_zero is not None:
+            witness = Witness((first_zero,), (0.0,), 0.0, 0)
         return known(
             f"the whole set has numerical rank {stats.rank} (at most {ceil_k} for any {k}-subset under the rule), "
             f"so no {rows_phrase(k)} {'is' if k == 1 else 'are'} independent (no sampling needed)",
@@ -281,14 +283,16 @@ def subset_test(
     dev = resolve_device(device)
     base = dict(check=check, k=k, T=X.shape[0], d=X.shape[1], threshold=threshold, rule=rule, seed=seed,
                 device=device_name(dev))
-    unit = scaled(X, rule)  # nothing squared overflows or underflows, whatever the data's scale
-    answer, stats = _without_sampling(X, unit, k, rule, stats, base)
+    # the rows divided by an exact power of two, gathered as the draws need them: nothing squared
+    # overflows or underflows, whatever the data's scale, and no float64 copy of the whole set
+    unit, sc = unit_of(rows_of(X), rule)
+    answer, stats = _without_sampling(X, unit, k, rule, stats, base, sc.first_zero)
     if answer is not None:
         return answer
     if histogram_limit is None:
         histogram_limit = int(min(100, max(10, 2e9 // k**3)))
     max_fail = math.floor((1 - threshold) * samples + 1e-9)
-    gram = Gram(unit.X, dev)
+    gram = Gram(unit, dev)
     t = _tally(gram, k, samples, seed, unit.rule, histogram_limit, max_fail if stop_when_decided else None, progress)
     if t.satisfied:
         t.histogram[k] = t.histogram.get(k, 0) + t.satisfied

@@ -150,7 +150,8 @@ class SubsetTest(ResultTable):
     set_rank: int | None = None
     proven: bool = False  # the verdict is a proof (no sampling needed / dependent subset found)
     planned_samples: int | None = None  # draws asked for, when sampling stopped early
-    gram: str | None = None  # how each draw's Gram was had: "full" (read from T x T) | "per-draw" (from the rows)
+    gram: str | None = None  # how each draw's Gram was had: "full" (read from T x T) | "per-draw" (from the rows in
+    # memory) | "mmap" (from the rows of a memory-mapped file)
 
     def record(self) -> dict:
         return {
@@ -228,7 +229,7 @@ class Sweep(ResultTable):
     exact_rechecks: int
     kmax_sampled: int
     raw_estimate: int = 0  # before capping at the certified ceiling
-    gram: str | None = None  # "full" | "per-draw" (see SubsetTest.gram); None when nothing was sampled
+    gram: str | None = None  # "full" | "per-draw" | "mmap" (see SubsetTest.gram); None when nothing was sampled
 
     def rows(self) -> list[dict]:
         return [

@@ -12,12 +12,16 @@
   results, so every rank sees every block's result, in order, as one process does.
 * ``Gram``: Gram matrices of row subsets, gathered from the full T x T float64 Gram (formed once
   on the device) when it takes at most ``FULL_GRAM_MAX_BYTES`` on the CPU or
-  ``DEVICE_FULL_GRAM_MAX_BYTES`` on a GPU, else computed per draw from the rows (memory O(T d)
-  plus O(k d + k^2) per draw in flight); the route is reported with each result. Draws are
+  ``DEVICE_FULL_GRAM_MAX_BYTES`` on a GPU, else computed per draw from the draw's own rows,
+  gathered where the features lie (``per-draw``: in memory, in their own dtype; ``mmap``: from a
+  memory-mapped file) and converted to float64 then: no float64 copy of the whole set, O(k d +
+  k^2) per draw in flight. The route is reported with each result; every route gives the same
+  draws, decisions and witnesses. Drawing a k-subset (k <= T / 2) costs O(k log k), whatever T. Draws are
   decided by the CPU LAPACK kernels or by the batched torch kernels (``device_kernels``: any
   device but the CPU, or the CPU under ``MHAAUDIT_KERNELS=torch``), which then take as many
   blocks per call as ``DEVICE_BATCH_BYTES`` allows.
-* ``as_matrix``: the one check of a T x d feature matrix.
+* ``as_matrix``: the one check of a T x d feature matrix (a tensor, or an ``io.MappedArray``);
+  ``rows_of``: its rows where they lie (``numerics.stream.Rows``).
 """
 
 from __future__ import annotations
@@ -32,13 +36,15 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..numerics import lapack, numerics, philox
+from ..io import MappedArray
+from ..numerics import RankRule, lapack, numerics, philox, subnormals_kept
 from ..numerics.philox import split_key
+from ..numerics.stream import Rows, Unit, chunk_rows, refuse_unless_fits, scan_of
 from ..settings import KERNELS_ENV, derive_seed, kernels_env
 
 __all__ = ["DRAW_BLOCK", "FULL_GRAM_MAX_BYTES", "Gram", "Progress", "as_matrix", "block_specs", "blocks_in_order",
            "DEVICE_BATCH_BYTES", "DEVICE_FULL_GRAM_MAX_BYTES",
-           "KERNELS_ENV", "Units", "device_kernels", "draw_block", "draw_blocks", "full_gram_bytes", "units"]
+           "KERNELS_ENV", "Units", "device_kernels", "draw_block", "draw_blocks", "full_gram_bytes", "rows_of", "units"]
 
 DRAW_BLOCK = 64  # draws come in fixed blocks, each with its own generator key
 FULL_GRAM_MAX_BYTES = 512 << 20  # on the CPU the full T x T float64 Gram is formed up to this size (T <= 8192)
@@ -48,8 +54,18 @@ DEVICE_BATCH_BYTES = 2 << 30  # one batched call of the device kernels holds thi
 Progress = Callable[[int], None]
 
 
-def as_matrix(X) -> torch.Tensor:
-    """Validate a T x d feature matrix (any float dtype); returns it unchanged as a tensor."""
+def as_matrix(X):
+    """Validate a T x d feature matrix (any float dtype); returns it unchanged: a tensor, or a
+    memory-mapped file (``io.MappedArray``: its entries are checked by the streaming pass,
+    ``numerics.stream.scan``, which is remembered for the statistics and the draws that follow)."""
+    if isinstance(X, MappedArray):
+        if X.ndim != 2:
+            raise InputError(f"expected a T x d matrix, got an array of shape {tuple(X.shape)}")
+        if X.shape[0] < 1 or X.shape[1] < 1:
+            raise InputError(f"empty feature matrix of shape {tuple(X.shape)}")
+        refuse_unless_fits(X.shape[0], X.shape[1], str(X.path))
+        scan_of(rows_of(X))  # NaN or Inf: an input error, before any work
+        return X
     if isinstance(X, np.ndarray):
         X = torch.from_numpy(X)
     if not isinstance(X, torch.Tensor):
@@ -60,9 +76,17 @@ def as_matrix(X) -> torch.Tensor:
         raise InputError(f"empty feature matrix of shape {tuple(X.shape)}")
     if not X.dtype.is_floating_point:
         X = X.to(torch.float64)
-    if not bool(torch.isfinite(X).all()):
+    step = chunk_rows(X.shape[1])  # a chunk at a time: no T x d mask
+    if not all(bool(torch.isfinite(X[s : s + step]).all()) for s in range(0, X.shape[0], step)):
         raise InputError("features contain NaN or Inf values")
     return X
+
+
+def rows_of(X) -> Rows:
+    """The rows of a validated feature matrix where they lie (``numerics.stream.Rows``)."""
+    if isinstance(X, MappedArray):
+        return Rows(X.array, mapped=True)
+    return Rows(X)
 
 
 def full_gram_bytes(T: int) -> int:
@@ -80,25 +104,46 @@ def device_kernels(device: torch.device) -> bool:
 
 
 class Gram:
-    """Gram matrices of row subsets: gathered from the full T x T float64 Gram, formed once on the
-    device, when it takes at most ``FULL_GRAM_MAX_BYTES`` (CPU) or ``DEVICE_FULL_GRAM_MAX_BYTES``
-    (GPU), else computed per draw from the rows (``route``: "full" or "per-draw"). Either way
-    every decision is the same; only time and memory differ. ``batched``: whether the batched
+    """Gram matrices of row subsets, by one of three routes (``route``):
+
+    * "full": the rows rescaled to float64 and their full T x T Gram, formed once on the device,
+      when it takes at most ``FULL_GRAM_MAX_BYTES`` (CPU) or ``DEVICE_FULL_GRAM_MAX_BYTES`` (GPU);
+    * "per-draw": past that, each draw's Gram computed from its own rows, gathered from the
+      features as they are held in memory (their own dtype) and converted to float64 then;
+    * "mmap": the same, the rows gathered from a memory-mapped file (only the pages of the rows
+      drawn are read).
+
+    Either way every decision is the same; only time and memory differ. The rows' squared norms
+    and their projections on one direction (``proj``) come from the streaming pass
+    (``numerics.stream.scan``), the same on every route. ``X``: a ``stream.Unit`` (the rows and
+    their power of two) or an already rescaled float64 matrix. ``batched``: whether the batched
     torch kernels decide (:func:`device_kernels`)."""
 
-    def __init__(self, X: torch.Tensor, device: torch.device):
-        self.X = X.to(device=device, dtype=torch.float64)
-        self.T = int(X.shape[0])
-        self.full = None
-        self.batched = device_kernels(self.X.device)
-        budget = FULL_GRAM_MAX_BYTES if self.X.device.type == "cpu" else DEVICE_FULL_GRAM_MAX_BYTES
+    def __init__(self, X, device: torch.device):
+        unit = X if isinstance(X, Unit) else Unit(Rows(X), 0, RankRule())
+        device = torch.device(device)
+        src = unit.src
+        self.T, self.d = src.T, src.d
+        self.device = device
+        self.batched = device_kernels(device)
+        sc = scan_of(src)
+        shift = sc.exponent - unit.exponent  # 0 unless X came rescaled already
+        with subnormals_kept():
+            self._proj = np.ldexp(sc.proj, shift) if shift else sc.proj
+            self._sqn = np.ldexp(sc.sqn, 2 * shift) if shift else sc.sqn
+        self.full = self.X = None
+        budget = FULL_GRAM_MAX_BYTES if device.type == "cpu" else DEVICE_FULL_GRAM_MAX_BYTES
         if full_gram_bytes(self.T) <= budget:
-            if self.X.device.type == "cpu":  # NumPy's X @ X.T is one symmetric rank-k update (syrk)
+            self.X = unit.materialize(device)
+            if device.type == "cpu":  # NumPy's X @ X.T is one symmetric rank-k update (syrk)
                 Xn = self.X.numpy()
                 self.full = torch.from_numpy(Xn @ Xn.T)
             else:
                 self.full = self.X @ self.X.T
-        self.route = "full" if self.full is not None else "per-draw"
+            self.route = "full"
+        else:
+            self.unit = Unit(src.to(device), unit.exponent, unit.rule)
+            self.route = "mmap" if src.mapped else "per-draw"
 
     @property
     def cpu_entries(self):
@@ -107,40 +152,29 @@ class Gram:
         if self.batched:
             return None
         if self.full is None:
-            return lapack.RowGramEntries(self.X.numpy())
+            return lapack.RowGramEntries(take=lambda s: self.unit.rows(s).numpy(), T=self.T, sqn=self._sqn)
         return lapack.FullGramEntries(self.full.numpy().reshape(-1), self.T)
 
-    @functools.cached_property
+    @property
     def proj(self) -> np.ndarray:
-        """Projections of the rows on the top right singular direction (power iteration).
-
-        For any subset S and unit vector u, sigma_max(X_S)^2 >= ||X_S u||^2: any u gives a valid
-        lower bound, the top direction a tight one on data with a dominant direction.
-        """
-        X = self.X
-        u = X.mean(0)
-        if not bool(u.norm() > 0):
-            u = X[int(X.norm(dim=1).argmax())]
-        for _ in range(30):
-            u = X.T @ (X @ u)
-            nu = u.norm()
-            if not bool(nu > 0):
-                break
-            u = u / nu
-        return (X @ u).cpu().numpy()
+        """Projections of the rows on one unit vector (the top right singular direction of the first
+        chunk of the streaming pass). For any subset S and unit vector u,
+        sigma_max(X_S)^2 >= ||X_S u||^2: any u gives a valid lower bound, a top direction a tight
+        one on data with a dominant direction."""
+        return self._proj
 
     @functools.cached_property
     def proj_t(self) -> torch.Tensor:
         """``proj`` as a float64 tensor on the rows' device."""
-        return torch.from_numpy(self.proj).to(self.X.device)
+        return torch.from_numpy(self._proj).to(self.device)
 
     def blocks_per_call(self, k: int, mats: int) -> int:
         """Blocks of draws one batched call takes: as many as fit ``DEVICE_BATCH_BYTES`` with
-        ``mats`` float64 k x k matrices per draw (plus its k x d rows on the per-draw route)."""
-        per_draw = 8 * (mats * k * k + (k * self.X.shape[1] if self.full is None else 0))
+        ``mats`` float64 k x k matrices per draw (plus its k x d rows on the per-draw routes)."""
+        per_draw = 8 * (mats * k * k + (k * self.d if self.full is None else 0))
         budget = DEVICE_BATCH_BYTES
-        if self.X.device.type == "cuda":  # a large GPU takes larger batches: an eighth of its memory
-            budget = max(budget, torch.cuda.get_device_properties(self.X.device).total_memory // 8)
+        if self.device.type == "cuda":  # a large GPU takes larger batches: an eighth of its memory
+            budget = max(budget, torch.cuda.get_device_properties(self.device).total_memory // 8)
         return max(1, budget // (DRAW_BLOCK * per_draw))
 
     def sub(self, idx: torch.Tensor) -> torch.Tensor:
@@ -148,11 +182,14 @@ class Gram:
             b, k = idx.shape
             lin = (idx[:, :, None] * self.T + idx[:, None, :]).reshape(-1)
             return torch.index_select(self.full.reshape(-1), 0, lin).reshape(b, k, k)
-        rows = self.X[idx]
+        rows = self.rows(idx)
         return rows @ rows.transpose(-1, -2)
 
     def rows(self, idx: torch.Tensor) -> torch.Tensor:
-        return self.X[idx]
+        """The rescaled float64 rows ``idx``, on the device."""
+        if self.X is not None:
+            return self.X[idx]
+        return self.unit.rows(idx).to(self.device)
 
 
 def draw_block(T: int, k: int, seed: int, block: int, size: int, sort: bool,
@@ -185,7 +222,8 @@ def draw_blocks(T: int, k: int, seed: int, group, sort: bool, device: torch.devi
     k0 = torch.tensor([w[0] for w, n in zip(keys, sizes) for _ in range(n)], dtype=torch.int64, device=device)
     k1 = torch.tensor([w[1] for w, n in zip(keys, sizes) for _ in range(n)], dtype=torch.int64, device=device)
     stream = torch.cat([torch.arange(n, dtype=torch.int64) for n in sizes]).to(device)
-    step = max(1, _DRAW_ELEMENTS // T)  # rows drawn at once: O(rows T) working memory
+    width = _candidates(T, k) if 2 * k <= T else T  # working entries per row: independent of T for k <= T / 2
+    step = max(1, _DRAW_ELEMENTS // width)  # rows drawn at once
     return torch.cat([_draw_rows(k0[i:i + step], k1[i:i + step], stream[i:i + step], T, k, sort)
                       for i in range(0, stream.shape[0], step)])
 
@@ -219,7 +257,8 @@ def _candidates(T: int, k: int) -> int:
 def _first_distinct(k0: torch.Tensor, k1: torch.Tensor, stream: torch.Tensor, T: int, k: int) -> torch.Tensor:
     """For each stream, its first k distinct uniform integers below T, in order of first appearance.
 
-    Reads ``_candidates(T, k)`` values of every stream; the rare stream with fewer than k distinct
+    Reads ``_candidates(T, k)`` values of every stream (memory and time O(k log k) a stream, not
+    O(T)); the rare stream with fewer than k distinct
     among them is read further (twice as far each time: the values read before are the same), so
     the result never depends on how far streams were read.
     """
@@ -231,10 +270,12 @@ def _first_distinct(k0: torch.Tensor, k1: torch.Tensor, stream: torch.Tensor, T:
         if m > 64 * T:  # pragma: no cover - probability far below 2^-64
             raise RuntimeError("the draw generator found too few distinct values")
         cand = philox.bounded(*philox.pairs(k0[todo], k1[todo], stream[todo], 0, m), T)
-        pos = torch.arange(m, dtype=torch.int64, device=stream.device).expand_as(cand)
-        first = torch.full((cand.shape[0], T), m, dtype=torch.int64, device=stream.device)
-        first.scatter_reduce_(1, cand, pos, "amin")  # where each value first appears
-        new = first.gather(1, cand) == pos
+        # where each value first appears: a stable sort puts a value's first appearance first among
+        # its copies (no T-sized table: the cost is that of the m values read, whatever T)
+        vals, order = torch.sort(cand, dim=1, stable=True)
+        head = torch.ones_like(vals, dtype=torch.bool)
+        head[:, 1:] = vals[:, 1:] != vals[:, :-1]
+        new = torch.empty_like(head).scatter_(1, order, head)
         ok = new.sum(1) >= k
         keep = new[ok] & (new[ok].cumsum(1) <= k)  # the first k first appearances, in order
         out[todo[ok]] = cand[ok][keep].reshape(-1, k)

@@ -21,13 +21,14 @@ import torch
 
 from .. import validate
 from ..distributed import shared
-from ..numerics import (TINY_GRAM, RankRule, cholesky_margins, decide_prefix_full_rank, lambda_max_bounds, lapack, scaled,
+from ..numerics import (TINY_GRAM, RankRule, cholesky_margins, decide_prefix_full_rank, lambda_max_bounds, lapack,
                         tf32_is_off, tf32_off, with_numerics)
+from ..numerics.stream import unit_of
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, MAX_SAMPLES, device_name, resolve_device
 from .bounds import babel_floor, set_stats
 from .fixed import shrink_witness
 from .results import Bound, SetStats, Sweep, Witness, clopper_pearson
-from .sampling import Gram, Progress, as_matrix, blocks_in_order
+from .sampling import Gram, Progress, as_matrix, blocks_in_order, rows_of
 
 __all__ = ["draw_critical_sizes", "kruskal_sweep"]
 
@@ -136,7 +137,7 @@ def _critical_sizes_of_draws(gram: Gram, K: int, samples: int, seed: int, rule: 
     decision. On the CPU LAPACK kernels (``lapack.SweepKernel``) a draw at a time, one worker
     thread per core; on the batched kernels (a GPU, or the CPU under ``MHAAUDIT_KERNELS=torch``)
     as many blocks at once as ``DEVICE_BATCH_BYTES`` allows, TF32 off."""
-    d = gram.X.shape[1]
+    d = gram.d
     entries = gram.cpu_entries
     kernel = (lapack.SweepKernel(entries, gram.proj, lambda s: gram.rows(torch.from_numpy(s)), K, d, rule)
               if entries is not None else None)
@@ -152,7 +153,7 @@ def _critical_sizes_of_draws(gram: Gram, K: int, samples: int, seed: int, rule: 
         return idx, kstar, rc
 
     with lapack.blas_single_thread() if kernel is not None else contextlib.nullcontext(), tf32_off():
-        for idx, kstar, rc in blocks_in_order(block, gram.T, K, samples, seed, False, workers, gram.X.device, per_call):
+        for idx, kstar, rc in blocks_in_order(block, gram.T, K, samples, seed, False, workers, gram.device, per_call):
             yield idx, kstar.cpu(), rc
             if progress:
                 progress(int(idx.shape[0]))
@@ -163,8 +164,8 @@ def draw_critical_sizes(X, K: int, *, samples: int = DEFAULT_SAMPLES, seed: int 
                         device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """The nested draws of ``kruskal_sweep`` up to size K and each one's k*: ``(orderings (N, K), kstar (N,))``."""
     X = as_matrix(X)
-    unit = scaled(X, rule or RankRule.for_dtype(X.dtype))
-    gram = Gram(unit.X, resolve_device(device))
+    unit, _ = unit_of(rows_of(X), rule or RankRule.for_dtype(X.dtype))
+    gram = Gram(unit, resolve_device(device))
     parts = [(idx.cpu(), kstar) for idx, kstar, _ in _critical_sizes_of_draws(gram, K, samples, seed, unit.rule, None)]
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
@@ -227,8 +228,8 @@ def kruskal_sweep(
     K = max((k for k in range(1, K_all + 1) if stats.ceiling(k, rule) >= k), default=0)
     counts, rechecks, smallest, gram = torch.zeros(K + 2, dtype=torch.long), 0, None, None
     if K > 0:
-        unit = scaled(X, rule)  # nothing squared overflows or underflows, whatever the data's scale
-        gram = Gram(unit.X, dev)
+        unit, _ = unit_of(rows_of(X), rule)  # rescaled by an exact power of two, gathered per draw
+        gram = Gram(unit, dev)
         for idx, kstar, rc in _critical_sizes_of_draws(gram, K, samples, seed, unit.rule, progress):
             rechecks += rc
             counts += torch.bincount(kstar, minlength=K + 2)[: K + 2]

@@ -9,6 +9,8 @@
 * ``numerics.lapack``: the same certificates per draw through LAPACK on the CPU (imported on use).
 * ``numerics.philox``: the counter-based generator of the Monte-Carlo draws, bit-identical on every
   device (imported on use).
+* ``numerics.stream``: rows read where they lie (in memory or a memory-mapped file) and the one
+  streaming pass over a whole set, O(d^2) memory (imported on use).
 """
 
 from .certificates import (

@@ -126,22 +126,27 @@ class FullGramEntries:
 
 class RowGramEntries:
     """Entries of the Gram matrix of the rows, computed for each draw from the rows themselves
-    (``R R^T`` of the draw's rows, one BLAS call): memory O(T d) for the rows plus O(k d + k^2) per
-    draw in flight, whatever T. Slower per draw than reading a full Gram, which for large T does
-    not fit in memory."""
+    (``R R^T`` of the draw's rows, one BLAS call): memory O(k d + k^2) per draw in flight, whatever
+    T, besides the rows. Slower per draw than reading a full Gram, which for large T does not fit
+    in memory. The rows: a float64 array ``X``, or ``take(s)`` giving the float64 rows ``s`` (of
+    ``T``, gathered from wherever they lie), with ``sqn`` their squared norms (the diagonal)."""
 
     route = "per-draw"
 
-    def __init__(self, X: np.ndarray):
-        self.X = np.ascontiguousarray(X, dtype=np.float64)
-        self.T = int(self.X.shape[0])
+    def __init__(self, X: np.ndarray | None = None, *, take=None, T: int | None = None, sqn: np.ndarray | None = None):
+        if X is not None:
+            self.X = np.ascontiguousarray(X, dtype=np.float64)
+            take, T = functools.partial(np.take, self.X, axis=0), self.X.shape[0]
+        self.take, self.T, self.sqn = take, int(T), sqn
 
     def diagonal(self) -> np.ndarray:
-        return np.einsum("ij,ij->i", self.X, self.X)
+        if self.sqn is None:
+            self.sqn = np.einsum("ij,ij->i", self.X, self.X)
+        return self.sqn
 
     def lower(self, s: np.ndarray, start: int, stop: int, lin: np.ndarray | None = None,
               vals: np.ndarray | None = None) -> np.ndarray:
-        R = np.take(self.X, s[:stop], axis=0)
+        R = self.take(s[:stop])
         block = R @ R.T if start == 0 else R[start:stop] @ R.T  # the first: a symmetric update (syrk)
         r, c, _, _ = lower_layout(len(s))
         a, b = start * (start + 1) // 2, stop * (stop + 1) // 2

@@ -1,0 +1,340 @@
+"""Feature sets of any size: rows read where they lie, and one streaming pass over the whole set.
+
+* ``Rows``: a T x d matrix kept as it was given (a tensor of any float dtype, or a NumPy array,
+  such as the read-only memory map of a ``.npy`` or ``.safetensors`` file). Nothing takes a
+  float64 copy of it: ``Rows.take`` gathers the rows of one draw, ``Rows.chunk`` one chunk of
+  ``chunk_rows(d)`` rows, each converted to float64 (exact) only then.
+* ``scan``: the one streaming pass, chunk by chunk in row order, with O(d^2 + T) memory (the
+  T-vectors are 16 bytes a row): that the entries are finite; the power of two that brings the
+  largest entry into [0.5, 1) (``numerics.scale``); the d x d Gram matrix ``X^T X`` of the
+  rescaled rows in float64 (a sum of one symmetric product per chunk); the rows' squared norms
+  and their projections on one unit vector ``u`` (the top eigenvector of the first chunk's Gram:
+  for any subset S, ``sigma_max(X_S) >= ||X_S u||``, whatever u);
+  the smallest min(T, d) row norms and the zero rows. Each chunk is rescaled by the largest
+  exponent seen so far, and what was accumulated is rescaled (by an exact power of two) when a
+  later chunk raises it, so every value is in the units of the whole set's exponent, and the
+  result depends only on the data and on ``chunk_rows(d)``, never on where the rows lie.
+* ``tsqr``: a second pass, only when the Gram's eigenvalues are too coarse for a decision
+  (``kruskal.bounds.set_stats``): the triangular factor R of the rescaled rows by a sequential
+  TSQR in float64 (``R^T R = X^T X``), whose singular values are the set's to the accuracy of an
+  SVD of the rows.
+* ``Unit``: the rows divided by the whole set's power of two, gathered on demand (the lazy form
+  of ``scale.Scaled``): the same float64 values as ``scaled(X).X[idx]``, bit for bit.
+
+``scan_of`` keeps the last few scans, so the statistics, the tests and the sweep of one run read
+the data once.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..errors import InputError
+from .rule import RankRule, numerics, subnormals_kept
+from .scale import ldexp
+
+__all__ = ["CHUNK_BYTES", "Rows", "Scan", "Unit", "available_memory", "chunk_rows", "memory_needed", "peak_rss_bytes",
+           "refuse_unless_fits", "scan", "scan_of", "tsqr", "unit_of"]
+
+CHUNK_BYTES = 32 << 20  # one chunk of the streaming pass holds this many float64 bytes
+
+
+def chunk_rows(d: int) -> int:
+    """Rows in one chunk of the streaming pass: a function of d alone, so that every place the rows
+    lie (memory, a mapped file, a device) is read in the same chunks and gives the same numbers."""
+    return max(1, CHUNK_BYTES // (8 * max(1, int(d))))
+
+
+DRAW_WORKING_BYTES = 256 << 20  # the draws in flight, their Gram matrices and the kernels' buffers (k <= d <= 4096)
+
+
+def memory_needed(T: int, d: int) -> int:
+    """Bytes a run holds besides the rows themselves: the streaming pass's two float64 numbers a row
+    (squared norms, projections), its O(d^2) factor and QR workspace, two float64 chunks, and the
+    draws in flight."""
+    return 16 * int(T) + 4 * 8 * int(d) * int(d) + 2 * CHUNK_BYTES + DRAW_WORKING_BYTES
+
+
+def available_memory() -> int | None:
+    """Memory the system can give this process now (``MemAvailable``), or None where unknown."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):  # pragma: no cover
+        return None
+
+
+def refuse_unless_fits(T: int, d: int, what: str) -> None:
+    """An input error, before any work, when a memory-mapped T x d set needs more memory besides
+    its file (``memory_needed``) than the system has available; it names the rows that would fit."""
+    avail = available_memory()
+    need = memory_needed(T, d)
+    if avail is None or need <= avail:
+        return
+    fit = max(0, (avail - memory_needed(0, d)) // 16)
+    raise InputError(f"{what}: {T} x {d} rows need about {need / 1e9:.2f} GB of memory besides the mapped file "
+                     f"(16 bytes a row for the streaming statistics, the O(d^2) factor and the draws), "
+                     f"but {avail / 1e9:.2f} GB are available: at most {fit} rows of width {d} fit")
+
+
+def peak_rss_bytes() -> int:
+    """The process's peak resident memory so far (mapped file pages it touched included): Linux's
+    ``VmHWM``, which, unlike ``ru_maxrss``, does not carry over the peak of the process that
+    started this one; ``ru_maxrss`` elsewhere."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    return torch.from_numpy(np.empty(0, dtype=np.dtype(dtype).newbyteorder("="))).dtype
+
+
+class Rows:
+    """A T x d matrix read a set of rows or a chunk at a time (a tensor, or a NumPy array such as a
+    read-only memory map). ``mapped``: the rows lie in a file, not in this process's memory."""
+
+    def __init__(self, data, mapped: bool | None = None):
+        if isinstance(data, Rows):
+            data, mapped = data.data, data.mapped if mapped is None else mapped
+        self.data = data
+        self.numpy = isinstance(data, np.ndarray)
+        self.mapped = bool(mapped if mapped is not None else isinstance(data, np.memmap))
+        self.T, self.d = int(data.shape[0]), int(data.shape[1])
+        self.dtype = _torch_dtype(data.dtype) if self.numpy else data.dtype
+        self.device = torch.device("cpu") if self.numpy else data.device
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.T, self.d)
+
+    def take(self, idx) -> torch.Tensor:
+        """The rows ``idx`` (any integer shape, last axis the rows of one draw) as float64, unscaled,
+        on the rows' device."""
+        if self.numpy:
+            flat = np.asarray(idx.cpu() if isinstance(idx, torch.Tensor) else idx, dtype=np.intp).reshape(-1)
+            out = torch.from_numpy(np.take(self.data, flat, axis=0).astype(np.float64))
+            shape = tuple(idx.shape) if hasattr(idx, "shape") else (len(flat),)
+            return out.reshape(*shape, self.d)
+        if not isinstance(idx, torch.Tensor):
+            idx = torch.as_tensor(idx, dtype=torch.long)
+        return self.data[idx.to(self.device)].to(torch.float64)
+
+    def chunk(self, start: int, stop: int) -> torch.Tensor:
+        """Rows ``start:stop`` as float64 (a copy of that chunk only), on the rows' device."""
+        part = self.data[start:stop]
+        return torch.from_numpy(np.array(part, dtype=np.float64)) if self.numpy else part.to(torch.float64, copy=True)
+
+    def to(self, device: torch.device) -> "Rows":
+        """The rows on ``device`` in their own dtype (a mapped file is copied a chunk at a time)."""
+        if device == self.device:
+            return self
+        if not self.numpy:
+            return Rows(self.data.to(device), mapped=False)
+        out = torch.empty(self.T, self.d, dtype=self.dtype, device=device)
+        step = chunk_rows(self.d)
+        for s in range(0, self.T, step):
+            out[s : s + step] = torch.from_numpy(np.array(self.data[s : s + step], dtype=self.data.dtype.newbyteorder("="))).to(device)
+        return Rows(out, mapped=False)
+
+
+@dataclass(frozen=True)
+class Scan:
+    """What the one streaming pass learnt about the whole set, in the units of ``2**exponent``
+    (see the module docstring). ``gram``: d x d, ``X^T X``; ``sqn``,
+    ``proj``: each row's squared norm and its projection on ``u``; ``small_norms``: the smallest
+    min(T, d) row norms, ascending; ``first_zero``: the first all-zero row, or None."""
+
+    T: int
+    d: int
+    exponent: int
+    gram: np.ndarray
+    sqn: np.ndarray
+    proj: np.ndarray
+    u: np.ndarray
+    small_norms: np.ndarray
+    zero_rows: int
+    first_zero: int | None
+    chunks: int
+
+
+def _exponent(m: float) -> int:
+    return math.frexp(m)[1] if m > 0 else 0
+
+
+def _ldexp_np(x: np.ndarray, e: int) -> np.ndarray:
+    """``x * 2**e`` exactly (two halves, as ``scale.ldexp``), in place where possible."""
+    if e == 0:
+        return x
+    h = e // 2
+    x *= math.ldexp(1.0, h)
+    x *= math.ldexp(1.0, e - h)
+    return x
+
+
+def scan(rows: Rows) -> Scan:
+    """The one streaming pass over ``rows`` (module docstring): O(d^2) float64 for the Gram, one
+    float64 chunk at a time, two float64 numbers a row. Raises ``InputError`` on a NaN or Inf entry.
+    It runs in the ``numerics`` setting wherever it is called from, so its numbers never depend on
+    the caller's."""
+    with numerics():
+        return _scan(rows)
+
+
+def _scan(rows: Rows) -> Scan:
+    T, d = rows.T, rows.d
+    step = chunk_rows(d)
+    m = min(T, d)
+    e_run = None  # the largest exponent so far: everything accumulated is in units of 2**e_run
+    gram = np.zeros((d, d))
+    sqn = np.empty(T)
+    proj = np.empty(T)
+    small = np.empty(0)
+    zero_rows, first_zero, u, chunks = 0, None, None, 0
+    for s in range(0, T, step):
+        chunks += 1
+        with subnormals_kept():  # subnormal entries are converted and rescaled exactly
+            C = rows.chunk(s, min(T, s + step)).cpu().numpy()  # the one float64 copy of this chunk
+            rowmax = np.maximum(C.max(axis=1), -C.min(axis=1))  # NaN and Inf carry through max and min
+            if not np.isfinite(rowmax).all():
+                raise InputError("features contain NaN or Inf values")
+            e_c = _exponent(float(rowmax.max()))
+            if e_run is None:
+                e_run = e_c
+            elif e_c > e_run:  # a larger entry: what came before is rescaled, exactly
+                shift = e_run - e_c
+                _ldexp_np(gram, 2 * shift)
+                _ldexp_np(sqn[:s], 2 * shift)
+                _ldexp_np(proj[:s], shift)
+                _ldexp_np(small, shift)
+                e_run = e_c
+            zero = rowmax == 0
+            if zero.any():
+                zero_rows += int(zero.sum())
+                if first_zero is None:
+                    first_zero = s + int(np.flatnonzero(zero)[0])
+            # row norms as ``scale.row_norms``: each row by its own power of two, then back; in place
+            er = np.frexp(rowmax)[1][:, None]
+            np.ldexp(C, -er, out=C)
+            norms = np.ldexp(np.sqrt(np.einsum("ij,ij->i", C, C)), er[:, 0] - e_run)
+            Cs = np.ldexp(C, er - e_run, out=C)  # the chunk divided by 2**e_run (exact: one rounding at most)
+        small = np.sort(np.concatenate([small, norms]))[:m]
+        sqn[s : s + len(Cs)] = np.einsum("ij,ij->i", Cs, Cs)
+        G = Cs.T @ Cs  # one symmetric rank-k update (syrk)
+        gram += G
+        if u is None:  # the top eigenvector of the first chunk's Gram
+            u = np.linalg.eigh(G)[1][:, -1] if np.abs(G).max() > 0 else np.full(d, 1 / math.sqrt(d))
+            u = u / np.linalg.norm(u)
+        del G
+        proj[s : s + len(Cs)] = Cs @ u
+    if T == 0:  # pragma: no cover - as_matrix refuses empty sets
+        u = np.full(d, 1 / math.sqrt(max(1, d)))
+    return Scan(T=T, d=d, exponent=int(e_run or 0), gram=gram, sqn=sqn, proj=proj, u=u, small_norms=small,
+                zero_rows=zero_rows, first_zero=first_zero, chunks=chunks)
+
+
+def tsqr(rows: Rows, exponent: int) -> np.ndarray:
+    """R (min(T, d) x d, upper triangular) with ``R^T R = X^T X`` for the rows divided by
+    ``2**exponent``: a sequential TSQR in float64, one chunk of ``chunk_rows(d)`` rows at a time
+    (Householder QR of the previous R stacked on the chunk). Backward stable: the singular values
+    of R are those of the rows up to ``8 (T + d * chunks) eps sigma_max``."""
+    T, d = rows.T, rows.d
+    step = chunk_rows(d)
+    r = torch.zeros(0, d, dtype=torch.float64)
+    for s in range(0, T, step):
+        with subnormals_kept():
+            C = ldexp(rows.chunk(s, min(T, s + step)).cpu(), -exponent)
+        r = torch.linalg.qr(torch.cat([r, C]), mode="r").R
+    return r.numpy()
+
+
+_CACHE: list = []  # (weak reference to the data, version, Scan), the most recent last
+_LOCK = threading.Lock()
+
+
+def _version(data) -> int:
+    return int(getattr(data, "_version", 0)) if isinstance(data, torch.Tensor) else 0
+
+
+def scan_of(rows: Rows) -> Scan:
+    """``scan(rows)``, remembered for the last few data objects (a tensor modified in place is
+    scanned again)."""
+    data = rows.data
+    with _LOCK:
+        for ref, version, result in _CACHE:
+            if ref() is data and version == _version(data):
+                return result
+    result = scan(rows)
+    with _LOCK:
+        _CACHE[:] = [entry for entry in _CACHE if entry[0]() is not None]  # the scans of data gone go too
+        try:
+            _CACHE.append((weakref.ref(data), _version(data), result))
+        except TypeError:  # pragma: no cover - an object without weak references is not remembered
+            return result
+        del _CACHE[:-4]
+    return result
+
+
+@dataclass(frozen=True)
+class Unit:
+    """The rows divided by ``2**exponent`` (the whole set's, from ``scan``), gathered on demand, and
+    the rank rule in those units: the lazy form of ``scale.Scaled``."""
+
+    src: Rows
+    exponent: int
+    rule: RankRule
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.src.shape
+
+    def rows(self, idx) -> torch.Tensor:
+        """The rescaled float64 rows ``idx`` (exactly ``scaled(X).X[idx]``)."""
+        with subnormals_kept():
+            return ldexp(self.src.take(idx), -self.exponent)
+
+    def chunk(self, start: int, stop: int) -> torch.Tensor:
+        with subnormals_kept():
+            return ldexp(self.src.chunk(start, stop), -self.exponent)
+
+    def materialize(self, device: torch.device | None = None) -> torch.Tensor:
+        """All rows rescaled, float64, on ``device`` (T x d x 8 bytes: for the small-T routes only)."""
+        device = device or self.src.device
+        out = torch.empty(self.src.T, self.src.d, dtype=torch.float64, device=device)
+        step = chunk_rows(self.src.d)
+        for s in range(0, self.src.T, step):
+            out[s : s + step] = self.chunk(s, min(self.src.T, s + step)).to(device)
+        return out
+
+    def to_data(self, v):
+        """A singular value or tolerance back in the data's own units (``Scaled.to_data``)."""
+        with subnormals_kept():
+            return ldexp(v, self.exponent)
+
+
+def unit_of(rows: Rows, rule: RankRule) -> tuple[Unit, Scan]:
+    """The rescaled rows and the scan that fixed their power of two (``rule`` in those units)."""
+    sc = scan_of(rows)
+    return Unit(rows, sc.exponent, rule.in_units(sc.exponent)), sc
