@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import json
 import os
 import platform
@@ -16,6 +15,7 @@ import torch
 
 from ._version import __version__
 from .errors import InputError, OutputError
+from .staging import _STAGED, StagedOutputs, _reason, make_output_folder, staged_outputs  # noqa: F401 - re-exported
 from .tables import METADATA_KEY
 
 FEATURE_EXTENSIONS = (".npy", ".pt", ".pth", ".safetensors", ".parquet")
@@ -136,85 +136,6 @@ def ordinary_mode(p: Path) -> int:
     mask = os.umask(0)
     os.umask(mask)
     return 0o666 & ~mask
-
-
-def _reason(exc: OSError) -> str:
-    return exc.strerror or " ".join(str(exc).split())
-
-
-class StagedOutputs:
-    """The outputs of one run, staged as temporaries in their target folders and put in place together.
-
-    Inside :func:`staged_outputs`, every :func:`atomic_path` (``--out``, ``--plot``,
-    ``--save-features``) writes a temporary beside its target; :meth:`commit` renames them all
-    into place at the end. When anything fails first (a full disk, an interruption, a bug),
-    :meth:`abort` removes every temporary and every folder the run created, so no output of the
-    run is left and no earlier file is replaced.
-    """
-
-    def __init__(self) -> None:
-        self.files: dict[Path, Path] = {}  # target -> its temporary
-        self.folders: list[Path] = []  # folders created for outputs, in order of creation
-
-    def stage(self, tmp: Path, target: Path) -> None:
-        earlier = self.files.pop(target, None)
-        if earlier is not None:  # written twice in one run: the last one counts
-            with contextlib.suppress(OSError):
-                earlier.unlink()
-        self.files[target] = tmp
-
-    def made(self, folder: Path) -> None:
-        self.folders.append(folder)
-
-    def commit(self) -> None:
-        for target, tmp in list(self.files.items()):
-            try:
-                os.replace(tmp, target)
-            except OSError as exc:
-                self.abort()
-                raise OutputError(f"cannot write {target}: {_reason(exc)}") from exc
-            del self.files[target]
-        self.folders.clear()
-
-    def abort(self) -> None:
-        for tmp in self.files.values():
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-        self.files.clear()
-        for folder in reversed(self.folders):
-            with contextlib.suppress(OSError):
-                folder.rmdir()  # only when empty: a folder that holds something else stays
-        self.folders.clear()
-
-
-_STAGED: contextvars.ContextVar[StagedOutputs | None] = contextvars.ContextVar("mhaaudit_staged_outputs", default=None)
-
-
-@contextlib.contextmanager
-def staged_outputs() -> Iterator[StagedOutputs]:
-    """Stage every output written inside (:class:`StagedOutputs`); all are put in place at the end, or none."""
-    outer = _STAGED.get()
-    if outer is not None:  # nested: the outer run decides
-        yield outer
-        return
-    staged = StagedOutputs()
-    token = _STAGED.set(staged)
-    try:
-        yield staged
-        staged.commit()
-    finally:
-        staged.abort()  # nothing left once committed; everything removed otherwise
-        _STAGED.reset(token)
-
-
-def make_output_folder(folder: Path) -> None:
-    """Create ``folder`` (an output's folder) unless it exists; a run that fails later removes it again."""
-    if folder.is_symlink() or folder.exists():
-        return
-    folder.mkdir()
-    staged = _STAGED.get()
-    if staged is not None:
-        staged.made(folder)
 
 
 @contextlib.contextmanager

@@ -545,8 +545,9 @@ def _end_run(folder, args: list[str], how: str) -> tuple[int, str]:
     if how == "sigterm-importing":  # Python reports each import on stderr: SIGTERM once click is imported
         env["PYTHONPROFILEIMPORTTIME"] = "1"
         marker, after = re.compile(r"^import time:.*\|\s+click$"), 0.0
-    else:  # SIGTERM a second after sampling has started
-        marker, after = re.compile(r"vectors in R\^300"), 1.0
+    else:  # SIGTERM while the work runs: 3 s after the estimator is imported (progress is quiet off a terminal)
+        env["PYTHONPROFILEIMPORTTIME"] = "1"
+        marker, after = re.compile(r"^import time:.*\|\s+mhaaudit\.kruskal$"), 3.0
     p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=folder, env=env, text=True)
     lines: list[str] = []
 

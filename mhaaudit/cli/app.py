@@ -5,7 +5,7 @@ and registers them. :data:`ERRORS` maps exception types to an exit status and a 
 message on stderr (known errors: status 2; anything else is a bug: status 3; Ctrl-C: status
 130 and SIGTERM: status 143, also while the libraries are still being imported; stdout's reader
 gone: status 141, quietly). Set ``MHAAUDIT_DEBUG=1`` to see the traceback instead. A command's
-file outputs are staged and put in place only when it ends well (:func:`mhaaudit.io.staged_outputs`).
+file outputs are staged and put in place only when it ends well (:func:`mhaaudit.staging.staged_outputs`).
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ try:  # Ctrl-C (or SIGTERM) while the libraries load (before main runs) gets the
 
     from .. import __version__
     from ..errors import MhaauditError, one_line
-    from ..io import staged_outputs
+    from ..staging import staged_outputs
     from .capacity import capacity
     from .check import check
     from .kruskal import kruskal
@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     error, or an output that cannot be written (one line on stderr); 3: an internal error (a bug);
     130: interrupted (Ctrl-C); 143: terminated (SIGTERM); 141: stdout's reader went away (quiet).
     Every file output of the command is staged and put in place when it succeeds
-    (:func:`mhaaudit.io.staged_outputs`): whichever way it ends otherwise, none is written.
+    (:func:`mhaaudit.staging.staged_outputs`): whichever way it ends otherwise, none is written.
     """
     debug = os.environ.get("MHAAUDIT_DEBUG", "").strip() not in ("", "0")
     args = sys.argv[1:] if argv is None else [str(a) for a in argv]
