@@ -7,11 +7,11 @@ The public API is imported lazily so that ``import mhaaudit`` stays cheap.
 from ._version import __version__
 
 _EXPORTS = {
-    "audit": "mhaaudit.audit",
-    "AuditResult": "mhaaudit.audit",
-    "check_features": "mhaaudit.audit",
-    "capture_features": "mhaaudit.audit",
-    "plan_probes": "mhaaudit.audit",
+    "audit": "mhaaudit.auditing",
+    "AuditResult": "mhaaudit.auditing",
+    "check_features": "mhaaudit.auditing",
+    "capture_features": "mhaaudit.auditing",
+    "plan_probes": "mhaaudit.auditing",
     "subset_test": "mhaaudit.kruskal",
     "kruskal_sweep": "mhaaudit.kruskal",
     "exact_kruskal_rank": "mhaaudit.kruskal",

@@ -401,7 +401,7 @@ def capacity_audit(
     for each h (default: all heads). ``attention="random"`` uses random key/query weights instead
     of the model's. ``layer`` is a deprecated alias of ``block``.
     """
-    from ..audit import data_request, model_request
+    from ..auditing import data_request, model_request
     from ..validate import choice, head_counts, split_list
 
     settings = Settings.resolve(device=device, samples=DEFAULT_SAMPLES if samples is None else samples,

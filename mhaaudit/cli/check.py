@@ -71,7 +71,7 @@ def check(
 ) -> None:
     """Audit a transformer: Assumptions 1-3 and General Position at each probe point."""
     from .. import validate
-    from ..audit import audit
+    from ..auditing import audit
     from ..io import check_folder_writable
     from ..progress import progress_enabled
     from ..render import render_audit

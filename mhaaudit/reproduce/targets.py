@@ -1,7 +1,7 @@
 """The paper's four experiments, each run through the library's own facades and held against
 the published values.
 
-* ``table1``: :func:`mhaaudit.audit.audit` on ViT-Base, the four columns of Table 1.
+* ``table1``: :func:`mhaaudit.auditing.audit` on ViT-Base, the four columns of Table 1.
 * ``table3``: the same on BERT-large and GPT-2-large at layers 0 and 1, plus a Kruskal-rank
   sweep (:func:`mhaaudit.kruskal.kruskal_sweep`) of the columns whose sweep the paper published.
 * ``figure1``: the sweep of the random-attention features of ViT-Base.
@@ -164,7 +164,7 @@ def table3(*, data: str | None = None, split: str = "train", limit: int | None =
 
 def _tables(target: str, o: dict) -> Reproduction:
     from .. import validate
-    from ..audit import audit
+    from ..auditing import audit
 
     spec = target_spec(target)
     keys = list(spec["models"])
@@ -222,7 +222,7 @@ def figure1(*, data: str | None = None, split: str = "train", limit: int | None 
             batch_size: int = 32, progress: bool = False) -> Reproduction:
     """Figure 1: the satisfied fraction against k for ViT-Base's random-attention features."""
     from .. import validate
-    from ..audit import capture_features
+    from ..auditing import capture_features
 
     spec = target_spec("figure1")
     (key,) = spec["models"]
