@@ -23,15 +23,17 @@ from typing import Callable, Sequence
 
 from ..errors import InputError
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
+from ..tables import Report
 from .compare import Comparison, RunFacts, compare, compare_memorization, setting_differences
 from .published import target_spec
 
 SWEEP_KINDS = ("sweep", "shape", "estimate")
 
 
-@dataclass
-class Reproduction:
-    """One target's comparisons, what the run was (``facts`` per model) and what it produced."""
+@dataclass(repr=False)
+class Reproduction(Report):
+    """One target's comparisons, what the run was (``facts`` per model) and what it produced;
+    ``print()`` shows it as ``mhaaudit reproduce`` prints it."""
 
     target: str
     title: str
@@ -55,6 +57,15 @@ class Reproduction:
     def counts(self) -> dict:
         c = Counter(x.status for x in self.comparisons)
         return {s: c.get(s, 0) for s in ("match", "differs", "undetermined", "unavailable")}
+
+    def renderables(self) -> list:
+        from ..render import reproduction_report
+
+        return reproduction_report(self)
+
+    def summary_line(self) -> str:
+        return f"{self.target}: " + ", ".join(f"{v} {k}" for k, v in self.counts().items()) + \
+            f" of {len(self.comparisons)} published values"
 
 
 # --------------------------------------------------------------------------- shared steps
