@@ -146,7 +146,7 @@ MEMORIZE_COLUMNS = _cols(
     ("steps_run", "int64", "optimisation steps made"),
     ("planned_steps", "int64", "steps the schedule planned"),
     ("final_loss", "float64", "training loss at the end"),
-    ("seconds", "float64", "training time"),
+    ("seconds", "float64", "the point's share of its group's training time (the group's wall time divided equally among the points training in it; a group's shares add up to its time)"),
     ("stopped_early", "bool", "whether training stopped once every example was memorised"),
     ("device", "string", "where the point was trained"),
     ("saturation", "saturation", "with --saturation: saturated heads per example (a struct: the "

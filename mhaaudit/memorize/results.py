@@ -30,8 +30,10 @@ class MemorizeRun:
 
     ``memorized`` is the fraction of training examples memorised (training accuracy, or the
     fraction within ``tolerance`` for regression), ``memorized_count`` the number.
-    ``seconds`` is the wall time from the start of the point's group to its last check (the
-    points of a group train in the same steps, so their times overlap).
+    ``seconds`` is the point's share of its group's training time: the points of a group train
+    in the same steps, padded to one shape, so the wall time of each stretch of steps is divided
+    equally among the points still training in it; the shares of a group add up to the group's
+    training time (``GroupRecord.seconds`` is its whole wall time, setup included).
     """
 
     heads: int
