@@ -166,3 +166,89 @@ def test_the_schema_table_is_the_documented_columns():
     start = README.index("| column | type | commands | meaning |")
     end = README.index("\n\n", start)
     assert README[start:end] == schema_markdown()
+
+
+# --------------------------------------------------------------------------- one truth: the results
+
+
+TABLE1_COLUMNS = {"embedding": "embedding", "random attention": "random-attention", "random ViT (L1)": "random"}
+TABLE1_ROWS = {"General Position": "general_position", "Assumption 1": "assumption_1", "Assumption 2": "assumption_2",
+               "Assumption 3": "assumption_3"}
+
+
+def table1_cells() -> dict[tuple[str, str], str]:
+    """The README's Table 1: (variant, check) -> the cell's text."""
+    text = section("Reproducing the paper's Table 1 offline")
+    rows = [ln for ln in text.splitlines() if ln.startswith("|")]
+    header = [c.strip() for c in rows[0].strip("|").split("|")]
+    cells = {}
+    for row in rows[2:]:
+        parts = [c.strip() for c in row.strip("|").split("|")]
+        check = TABLE1_ROWS[parts[0].split(" (")[0]]
+        for name, cell in zip(header[1:], parts[1:]):
+            cells[(TABLE1_COLUMNS[name], check)] = cell
+    return cells
+
+
+def claim_problems(cell: str, rec: dict) -> list[str]:
+    """What a README cell states that the record does not: the verdict, draws or examples counted
+    (a/b), the whole-set rank and its ceiling, the witness size, a proof."""
+    wrong = []
+    if cell.split()[0] != rec["verdict"]:
+        wrong.append(f"verdict {rec['verdict']}")
+    m = re.search(r"\b(\d+)/(\d+)\b", cell)
+    if m and (int(m[1]), int(m[2])) != (rec["satisfied"], rec["samples"]):
+        wrong.append(f"{rec['satisfied']}/{rec['samples']}")
+    m = re.search(r"whole-set rank (\d+)", cell)
+    if m and int(m[1]) != rec["set_rank"]:
+        wrong.append(f"whole-set rank {rec['set_rank']}")
+    m = re.search(r"at most (\d+) for any (\d+) rows", cell)
+    if m and f"at most {m[1]} for any {m[2]}-subset" not in rec["reason"]:
+        wrong.append(f"reason: {rec['reason']}")
+    m = re.search(r"dependent (\d+)-row subset", cell)
+    if m and int(m[1]) != rec["witness_size"]:
+        wrong.append(f"witness of {rec['witness_size']} rows")
+    if "every [CLS] query is the same vector" in cell and rec["set_rank"] != 1:
+        wrong.append(f"whole-set rank {rec['set_rank']}")
+    if "proven" in cell and not rec["proven"]:
+        wrong.append("not proven")
+    return wrong
+
+
+def _by_cell(records: list[dict]) -> dict:
+    return {(r["variant"], r["check"]): {**r, "witness_size": r.get("witness_size", len(r.get("witness") or []))}
+            for r in records}
+
+
+def _check_table1(records: list[dict]) -> None:
+    got = _by_cell(records)
+    cells = table1_cells()
+    assert len(cells) == 12
+    wrong = {key: (cell, claim_problems(cell, got[key])) for key, cell in cells.items() if claim_problems(cell, got[key])}
+    assert not wrong, f"README Table 1 cells the run contradicts: {wrong}"
+
+
+def _recorded(run: str) -> dict:
+    return json.loads(RESULTS.read_text())["runs"][run]
+
+
+def test_table1_states_the_recorded_run():
+    run = _recorded("check vit-base")
+    assert run["commit"] in section("Benchmarks") and run["commit"] in section("Reproducing the paper's Table 1 offline")
+    _check_table1(run["records"])
+
+
+def test_a_contradicting_cell_is_caught():
+    rec = {"verdict": "fails", "satisfied": 0, "samples": 64, "set_rank": 627, "reason": "", "witness_size": 570,
+           "proven": True}
+    assert not claim_problems("fails (0/64 draws, a dependent 570-row subset found)", rec)
+    assert claim_problems("fails (0/64 draws, a dependent 571-row subset found)", rec)
+    assert claim_problems("holds (0/64 draws)", rec) and claim_problems("fails (1/64 draws)", rec)
+    assert claim_problems("fails (proven: whole-set rank 432)", rec)
+
+
+@pytest.mark.slow
+def test_table1_states_what_check_vit_base_gives():
+    """The README's Table 1 against a fresh audit with the CLI's defaults (a few minutes of CPU)."""
+    result = mhaaudit.audit("vit-base", variants=["embedding", "random-attention", "random"])
+    _check_table1(result.records())
