@@ -258,3 +258,63 @@ def test_table1_states_what_check_vit_base_gives():
     """The README's Table 1 against a fresh audit with the CLI's defaults (a few minutes of CPU)."""
     result = mhaaudit.audit("vit-base", variants=["embedding", "random-attention", "random"])
     _check_table1(result.records())
+
+
+def bert_row() -> str:
+    """The README's row for check bert-base without the optional packages (the stand-in tokenizer)."""
+    rows = [ln for ln in section("Benchmarks").splitlines() if ln.startswith("| `mhaaudit check bert-base`")
+            and "stand-in tokenizer" in ln]
+    assert len(rows) == 1
+    return rows[0].split("|")[-2]
+
+
+def bert_problems(row: str, records: list[dict]) -> list[str]:
+    """What the bert-base row states (verdicts at L0 / L1, counts, ranks, witness) that the records do not."""
+    got = _by_cell(records)
+    L0, L1 = "random-L0", "random-L1"
+    checks = {"A1": "assumption_1", "A2": "assumption_2", "A3": "assumption_3", "GP": "general_position"}
+    wrong = []
+    stated = re.findall(r"\b(A1|A2|A3|GP) (holds|fails) / (holds|fails)", row)
+    assert {s[0] for s in stated} == set(checks), row
+    for name, v0, v1 in stated:
+        for variant, v in ((L0, v0), (L1, v1)):
+            if got[(variant, checks[name])]["verdict"] != v:
+                wrong.append(f"{name} {variant}: {got[(variant, checks[name])]['verdict']}")
+        part = row[row.index(f"{name} {v0} / {v1}"):]
+        part = part[: part.find(")") + 1]  # this check's parenthesis
+        pairs = re.findall(r"\b(\d+)/(\d+)\b", part)
+        if len(pairs) == 1 and "L1" not in part and "L0" not in part:  # one count for both layers
+            pairs = pairs * 2
+        for variant, (a, b) in zip((L0, L1), pairs if len(pairs) == 2 else []):
+            r = got[(variant, checks[name])]
+            if (int(a), int(b)) != (r["satisfied"], r["samples"]):
+                wrong.append(f"{name} {variant}: {r['satisfied']}/{r['samples']}")
+        if len(pairs) == 1:  # stated for L1 only (L0 is proven without sampling)
+            r = got[(L1, checks[name])]
+            if (int(pairs[0][0]), int(pairs[0][1])) != (r["satisfied"], r["samples"]):
+                wrong.append(f"{name} {L1}: {r['satisfied']}/{r['samples']}")
+        m = re.search(r"L0 proven: whole-set rank (\d+)", part)
+        if m and (got[(L0, checks[name])]["set_rank"] != int(m[1]) or not got[(L0, checks[name])]["proven"]):
+            wrong.append(f"{name} L0 whole-set rank {got[(L0, checks[name])]['set_rank']}")
+        m = re.search(r"dependent (\d+)-row subset", part)
+        if m and got[(L1, checks[name])]["witness_size"] != int(m[1]):
+            wrong.append(f"{name} L1 witness of {got[(L1, checks[name])]['witness_size']} rows")
+        if part.endswith("(proven)") and not (got[(L0, checks[name])]["proven"] and got[(L1, checks[name])]["proven"]):
+            wrong.append(f"{name}: not proven")
+    return wrong
+
+
+def test_bert_base_row_states_the_recorded_run():
+    run = _recorded("check bert-base")
+    assert "stand-in" in run["tokenizer"] and run["commit"] in bert_row() + section("Benchmarks")
+    assert not bert_problems(bert_row(), run["records"])
+
+
+def test_a_contradicting_bert_row_is_caught():
+    records = _recorded("check bert-base")["records"]
+    row = bert_row()
+    assert not bert_problems(row, records)
+    for true, false in (("307-row", "308-row"), ("A3 fails / fails", "A3 holds / fails"), ("46/128", "47/128"),
+                        ("(2000/2000)", "(1999/2000)"), ("whole-set rank 1;", "whole-set rank 2;")):
+        assert true in row
+        assert bert_problems(row.replace(true, false), records), false
