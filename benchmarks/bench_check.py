@@ -87,7 +87,7 @@ def naive(model: str, limit: int, batch: int, samples: int, threshold: float, se
 
 def ours(model: str, limit: int, batch: int, samples: int, threshold: float, seed: int,
          device: torch.device) -> tuple[float, dict, dict]:
-    from mhaaudit.audit import audit
+    from mhaaudit.auditing import audit
 
     t0 = time.perf_counter()
     result = audit(model, variants=["embedding", "random"], limit=limit, batch_size=batch, samples=samples,

@@ -10,11 +10,11 @@ from .notebook import quiet_tqdm_fallback as _quiet_tqdm_fallback
 _quiet_tqdm_fallback()  # in a Jupyter kernel without ipywidgets only (mhaaudit.notebook)
 
 _EXPORTS = {
-    "audit": "mhaaudit.audit",
-    "AuditResult": "mhaaudit.audit",
-    "check_features": "mhaaudit.audit",
-    "capture_features": "mhaaudit.audit",
-    "plan_probes": "mhaaudit.audit",
+    "audit": "mhaaudit.auditing",
+    "AuditResult": "mhaaudit.auditing",
+    "check_features": "mhaaudit.auditing",
+    "capture_features": "mhaaudit.auditing",
+    "plan_probes": "mhaaudit.auditing",
     "subset_test": "mhaaudit.kruskal",
     "kruskal_sweep": "mhaaudit.kruskal",
     "exact_kruskal_rank": "mhaaudit.kruskal",

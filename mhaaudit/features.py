@@ -28,7 +28,7 @@ META_FILE = "meta.json"
 _CONTEXT_ARRAYS = ("context_rank", "context_sigma_min", "context_sigma_max", "context_tol")
 
 
-@dataclass
+@dataclass(repr=False)
 class FeatureSet:
     """Reduced features of T examples at one probe point."""
 
@@ -47,6 +47,12 @@ class FeatureSet:
     @property
     def dtype(self) -> torch.dtype:
         return self.queries.dtype
+
+    def __repr__(self) -> str:
+        m = self.meta
+        where = " ".join(str(m[k]) for k in ("model", "variant") if m.get(k)) + (f" layer {m['layer']}" if "layer" in m else "")
+        return (f"<FeatureSet {where + ': ' if where else ''}T = {self.T}, n = {self.n}, d = {self.d}, "
+                f"{str(self.dtype).replace('torch.', '')}, query token {self.query_index}>")
 
     def rule(self, rtol: float | None = None, atol: float | None = None) -> RankRule:
         return RankRule.for_dtype(self.dtype, rtol=rtol, atol=atol)

@@ -26,9 +26,7 @@ if TYPE_CHECKING:
 VERDICT_STYLE = {"holds": "green", "fails": "red", "unavailable": "yellow"}
 
 
-# The width of reports sent to a file or a pipe when ``COLUMNS`` does not say: wide enough that
-# the tables need not wrap their cells, narrow enough to read in an editor or a pager.
-REDIRECTED_WIDTH = 100
+from .tables import REDIRECTED_WIDTH  # noqa: E402 - the width of reports sent to a file or a pipe
 
 
 def report_width() -> int | None:
@@ -665,31 +663,30 @@ def reproduction_table(result) -> tuple[Table, list[str]]:
     return t, [f"[{i}] {escape(reason)}" for reason, i in notes.items()]
 
 
-def render_reproduction(result, written: list[str] = ()) -> None:
+def reproduction_report(result, written: list[str] = ()) -> list:
     """``mhaaudit reproduce``: the comparison table, the reasons for every difference, what the run was."""
-    con = stdout_console()
     table, reasons = reproduction_table(result)
-    con.print(table)
     counts = result.counts()
-    con.print(f"{counts['match']} match, {counts['differs']} differ, {counts['undetermined']} undetermined, "
-              f"{counts['unavailable']} unavailable, of {len(result.comparisons)} published values "
-              f"(source: {escape(result.source)}). k: the paper's / ours where they differ.", highlight=False)
+    items: list = [table, f"{counts['match']} match, {counts['differs']} differ, {counts['undetermined']} undetermined, "
+                          f"{counts['unavailable']} unavailable, of {len(result.comparisons)} published values "
+                          f"(source: {escape(result.source)}). k: the paper's / ours where they differ."]
     if reasons:
-        con.print("[bold]Why they differ[/bold] (from this run's records)")
-        for line in reasons:
-            con.print(f"  {line}", highlight=False)
-    con.print("[bold]This run[/bold]")
-    for line in result.setting:
-        con.print(f"  {escape(line)}", highlight=False)
-    for note in dict.fromkeys(result.notes):
-        con.print(f"  note: {escape(note)}", highlight=False)
+        items.append("[bold]Why they differ[/bold] (from this run's records)")
+        items += [f"  {line}" for line in reasons]
+    items.append("[bold]This run[/bold]")
+    items += [f"  {escape(line)}" for line in result.setting]
+    items += [f"  note: {escape(note)}" for note in dict.fromkeys(result.notes)]
     parts = [f"{k} {v:.1f} s" for k, v in result.timings.items() if isinstance(v, (int, float)) and k != "total"]
     for what, sub in result.timings.items():
         if isinstance(sub, dict):
             parts += [f"{what} {k} {v:.1f} s" for k, v in sub.items() if isinstance(v, (int, float)) and k != "total"]
-    con.print(f"  time: {result.timings.get('total', 0):.1f} s" + (f" ({', '.join(parts)})" if parts else ""), highlight=False)
-    con.print("A match is the same verdict, not the same number: Monte-Carlo fractions are estimates (95% "
-              "Clopper-Pearson intervals); dependent subsets, rank ceilings and context-rank counts are proofs.",
-              highlight=False)
+    items.append(f"  time: {result.timings.get('total', 0):.1f} s" + (f" ({', '.join(parts)})" if parts else ""))
+    items.append("A match is the same verdict, not the same number: Monte-Carlo fractions are estimates (95% "
+                 "Clopper-Pearson intervals); dependent subsets, rank ceilings and context-rank counts are proofs.")
     if written:
-        con.print(escape(f"Wrote {', '.join(written)}"), highlight=False)
+        items.append(escape(f"Wrote {', '.join(written)}"))
+    return items
+
+
+def render_reproduction(result, written: list[str] = ()) -> None:
+    print_report(reproduction_report(result, written))

@@ -1,6 +1,7 @@
 """Results as tables: the columns of every command's records (their types and meanings), the
 typed Arrow table they make, and :class:`ResultTable`, the mixin that gives a result object that
-table (``to_arrow()``, ``to_pandas()``) and shows it in a notebook as the rich table the CLI prints.
+table (``to_arrow()``, ``to_pandas()``) and shows it as the CLI prints it: ``print(result)`` as
+text, a notebook with colours; ``repr(result)`` is one short line (:class:`Report`).
 
 The same table is what ``--out FILE.parquet`` writes and ``--format parquet`` prints; its schema
 metadata (key ``mhaaudit``) carries the run's provenance, the ``meta`` of the JSON document.
@@ -146,7 +147,7 @@ MEMORIZE_COLUMNS = _cols(
     ("steps_run", "int64", "optimisation steps made"),
     ("planned_steps", "int64", "steps the schedule planned"),
     ("final_loss", "float64", "training loss at the end"),
-    ("seconds", "float64", "training time"),
+    ("seconds", "float64", "the point's share of its group's training time (the group's wall time divided equally among the points training in it; a group's shares add up to its time)"),
     ("stopped_early", "bool", "whether training stopped once every example was memorised"),
     ("device", "string", "where the point was trained"),
     ("saturation", "saturation", "with --saturation: saturated heads per example (a struct: the "
@@ -271,36 +272,64 @@ def schema_markdown(command: str | None = None) -> str:
     return "\n".join(rows)
 
 
-# --------------------------------------------------------------------------- the mixin
+# --------------------------------------------------------------------------- the mixins
 
 
-class ResultTable:
-    """What every result object gives: its table and its notebook view.
+# The width of reports sent to a file or a pipe when ``COLUMNS`` does not say: wide enough that
+# the tables need not wrap their cells, narrow enough to read in an editor or a pager.
+REDIRECTED_WIDTH = 100
 
-    A class using it defines ``table_records()`` (the rows), ``table_meta()`` (the provenance
-    stamp, with ``command``) and ``renderables()`` (the rich tables and lines the CLI prints).
+
+def text_width() -> int:
+    """The width a report is laid out in as text, as the commands lay out theirs: ``COLUMNS`` when
+    set, else the terminal's when stdout is one, else :data:`REDIRECTED_WIDTH`."""
+    import os
+    import shutil
+    import sys
+
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        tty = sys.stdout.isatty()
+    except (AttributeError, ValueError):  # a replaced or closed stdout
+        tty = False
+    return shutil.get_terminal_size((REDIRECTED_WIDTH, 24)).columns if tty else REDIRECTED_WIDTH
+
+
+class Report:
+    """How a result shows itself: ``print(result)`` is the report its command prints (plain text),
+    ``repr(result)`` one short line, and a notebook the same report with its colours.
+
+    A class using it defines ``renderables()`` (the rich tables and lines the CLI prints) and
+    ``summary_line()`` (what ``repr`` says after the class name).
     """
-
-    def table_records(self) -> list[dict]:  # pragma: no cover - defined by each result
-        raise NotImplementedError
-
-    def table_meta(self) -> dict:  # pragma: no cover - defined by each result
-        raise NotImplementedError
 
     def renderables(self) -> list:  # pragma: no cover - defined by each result
         raise NotImplementedError
 
-    def to_arrow(self):
-        """The result as a pyarrow table: the rows ``--out`` writes, with the run's meta as schema metadata."""
-        return records_table(self.table_records(), self.table_meta())
-
-    def to_pandas(self):
-        """The result as a pandas DataFrame (nullable integer and boolean columns)."""
-        return to_pandas(self.to_arrow())
+    def summary_line(self) -> str:  # pragma: no cover - defined by each result
+        raise NotImplementedError
 
     def __rich_console__(self, console, options):
         for item in self.renderables():
             yield console.render_str(item, highlight=False) if isinstance(item, str) else item
+
+    def __str__(self) -> str:
+        from rich.console import Console
+
+        buf = _io.StringIO()
+        con = Console(file=buf, width=text_width(), color_system=None, force_terminal=False, force_jupyter=False)
+        for r in self.renderables():
+            con.print(r, highlight=False)
+        return buf.getvalue()
+
+    def __repr__(self) -> str:
+        try:
+            summary = self.summary_line()
+        except Exception as exc:  # noqa: BLE001 - a repr must not raise
+            summary = f"(summary unavailable: {type(exc).__name__})"
+        return f"<{type(self).__name__} {summary}>"
 
     def _blocks(self, width: int = 120) -> list:
         """The report as recorded consoles, one per run of tables (``"table"``) or of prose
@@ -341,6 +370,39 @@ class ResultTable:
         html = "".join(con.export_html(inline_styles=True, code_format=_HTML if kind == "table" else _PROSE)
                        for kind, con in blocks)
         return {"text/plain": text, "text/html": html}
+
+
+def verdict_tally(records: list[dict]) -> str:
+    """``8 holds, 4 fails`` over the records' verdicts (in that order: holds, fails, then any other)."""
+    from collections import Counter
+
+    c = Counter(r.get("verdict") for r in records if r.get("verdict"))
+    order = ["holds", "fails"] + sorted(v for v in c if v not in ("holds", "fails"))
+    return ", ".join(f"{c[v]} {v}" for v in order if c.get(v))
+
+
+class ResultTable(Report):
+    """What every result object gives: its table, its report as text and its notebook view.
+
+    A class using it defines ``table_records()`` (the rows), ``table_meta()`` (the provenance
+    stamp, with ``command``), ``renderables()`` (the rich tables and lines the CLI prints) and
+    ``summary_line()`` (see :class:`Report`). Result dataclasses are declared with ``repr=False``
+    so that ``repr`` is this one line, not every field (tensors included).
+    """
+
+    def table_records(self) -> list[dict]:  # pragma: no cover - defined by each result
+        raise NotImplementedError
+
+    def table_meta(self) -> dict:  # pragma: no cover - defined by each result
+        raise NotImplementedError
+
+    def to_arrow(self):
+        """The result as a pyarrow table: the rows ``--out`` writes, with the run's meta as schema metadata."""
+        return records_table(self.table_records(), self.table_meta())
+
+    def to_pandas(self):
+        """The result as a pandas DataFrame (nullable integer and boolean columns)."""
+        return to_pandas(self.to_arrow())
 
 
 _HTML = ('<pre style="white-space: pre; overflow-x: auto; margin: 0; line-height: normal; '

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mhaaudit import pipeline
-from mhaaudit.audit import audit, capture_features, plan_probes, probe_for_variant
+from mhaaudit.auditing import audit, capture_features, plan_probes, probe_for_variant
 from mhaaudit.errors import InputError, OfflineError
 
 pytest.importorskip("transformers")

@@ -71,7 +71,7 @@ def test_fixed_size_records_and_witnesses_are_equal(monkeypatch, name, make, k):
     X = make()
     rule = RankRule.for_dtype(X.dtype)
     for kw in ({}, {"stop_when_decided": True, "threshold": 0.999}):
-        a, b = _routes(monkeypatch, lambda kw=kw: subset_test(X, k, samples=700, seed=5, rule=rule, **kw))
+        a, b = _routes(monkeypatch, lambda kw=kw: subset_test(X, k, samples=700, seed=5, rule=rule, device="cpu", **kw))
         assert _same(a.record(), b.record()) and a.rank_histogram == b.rank_histogram
         assert a.witness == b.witness and b.device == "cpu"
 
@@ -93,7 +93,7 @@ def test_sweep_critical_sizes_draw_by_draw(monkeypatch, name, make, k, rule_kw):
 def test_sweep_results_are_equal(monkeypatch):
     X = dominant(200, 40, 7)
     rule = RankRule.for_dtype(X.dtype)
-    a, b = _routes(monkeypatch, lambda: kruskal_sweep(X, samples=300, seed=1, rule=rule))
+    a, b = _routes(monkeypatch, lambda: kruskal_sweep(X, samples=300, seed=1, rule=rule, device="cpu"))
     assert _same(a.summary(), b.summary()) and a.witness == b.witness and a.fractions == b.fractions
 
 
@@ -105,9 +105,9 @@ def test_batched_route_does_not_depend_on_blocks_per_call_or_the_gram_route(monk
     rule = RankRule.for_dtype(X.dtype)
 
     def run():
-        t = subset_test(X, 12, samples=900, seed=5, rule=rule, stop_when_decided=True, threshold=0.999).record()
-        return t, subset_test(X, 12, samples=900, seed=5, rule=rule).record(), kruskal_sweep(X, samples=500, seed=5,
-                                                                                             rule=rule).summary()
+        t = subset_test(X, 12, samples=900, seed=5, rule=rule, device="cpu", stop_when_decided=True, threshold=0.999).record()
+        return (t, subset_test(X, 12, samples=900, seed=5, rule=rule, device="cpu").record(),
+                kruskal_sweep(X, samples=500, seed=5, rule=rule, device="cpu").summary())
 
     many = run()
     assert many[0]["samples"] < 900 and many[0]["samples"] % DRAW_BLOCK == 0 and many[0]["planned_samples"] == 900

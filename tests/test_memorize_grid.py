@@ -103,6 +103,14 @@ def test_grouped_grid_matches_the_grid_point_by_point():
         assert a.final_loss == pytest.approx(b.final_loss, rel=1e-5)
     d = together.to_dict()
     assert d["memory_budget"] == 1 << 30 and {"runs", "heads", "head_dim", "n", "size", "bytes", "seconds"} <= set(d["groups"][0])
+    # each point's seconds is its share of its group's time, not the group's time repeated
+    for g in together.groups:
+        shares = [together.runs[i].seconds for i in g.runs]
+        assert all(0 < t for t in shares) and sum(shares) <= g.seconds
+        if len(shares) > 1:
+            assert all(t < g.seconds for t in shares)
+    for g in alone.groups:  # a group of one: its share is its whole training time
+        assert 0 < alone.runs[g.runs[0]].seconds <= g.seconds
 
 
 def test_seeds_mean_and_spread_resumable_and_plotted(tmp_path, monkeypatch):

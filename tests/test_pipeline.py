@@ -211,7 +211,7 @@ def _mixed_folder(folder, rgb: int, other: int, corrupt: int):
 
 
 def test_too_few_usable_images_refused_before_the_forward_pass(tmp_path, vit_dir, monkeypatch, capsys):
-    from mhaaudit.audit import audit
+    from mhaaudit.auditing import audit
     from mhaaudit.cli.app import main
     folder = _mixed_folder(tmp_path / "photos", rgb=12, other=9, corrupt=2)  # tiny ViT: n = 17
     monkeypatch.setattr(pipeline, "_prepare", lambda *a, **k: pytest.fail("a batch was prepared for the model"))
@@ -229,7 +229,7 @@ def test_too_few_usable_images_refused_before_the_forward_pass(tmp_path, vit_dir
 def test_asking_for_more_than_there_is_is_said(tmp_path, vit_dir, capsys):
     import json
 
-    from mhaaudit.audit import audit
+    from mhaaudit.auditing import audit
     from mhaaudit.cli.app import main
 
     folder = _mixed_folder(tmp_path / "photos", rgb=12, other=9, corrupt=2)

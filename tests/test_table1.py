@@ -7,7 +7,7 @@ random attention and random ViT: A1 holds, GP fails, A2 holds.
 
 import pytest
 
-from mhaaudit.audit import audit
+from mhaaudit.auditing import audit
 
 
 @pytest.mark.slow

@@ -106,7 +106,7 @@ def test_schema_markdown_names_every_column():
 
 def test_result_objects_give_their_table_and_their_report(vit_dir, image_dir, tmp_path):
     """AuditResult and CapacityResult: to_arrow() is the --out file's table; a notebook shows the CLI's report."""
-    from mhaaudit.audit import audit
+    from mhaaudit.auditing import audit
     from mhaaudit.capacity import capacity_audit
     from mhaaudit.cli.app import main
 

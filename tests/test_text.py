@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from mhaaudit.audit import audit
+from mhaaudit.auditing import audit
 from mhaaudit.cli.app import main
 from mhaaudit.errors import InputError, ModelError
 

@@ -76,7 +76,7 @@ class CapacityColumn:
     batch: dict = field(default_factory=dict)  # the batch size used and how it was chosen
 
 
-@dataclass
+@dataclass(repr=False)
 class CapacityResult(ResultTable):
     """Bound and certificate of every column; ``to_arrow()`` / ``to_pandas()`` give the rows
     ``capacity --out`` writes, and a notebook shows it as the report ``capacity`` prints."""
@@ -128,6 +128,16 @@ class CapacityResult(ResultTable):
         from ..render import capacity_report
 
         return capacity_report(self)
+
+    def summary_line(self) -> str:
+        parts = []
+        for c in self.columns:
+            if c.status != "ok" or not c.certificates:
+                parts.append(f"{c.variant} unavailable")
+            else:
+                top = max(c.certificates, key=lambda cert: cert.heads)
+                parts.append(f"{c.variant}: rank Z = {top.rank} with {top.heads} heads, T = {c.T}")
+        return f"{self.model!r} block {self.settings.get('layer')}; " + "; ".join(parts)
 
     def meta(self) -> dict:
         from ..io import stamp
@@ -405,7 +415,7 @@ def capacity_audit(
     for each h (default: all heads). ``attention="random"`` uses random key/query weights instead
     of the model's. ``layer`` is a deprecated alias of ``block``.
     """
-    from ..audit import data_request, model_request
+    from ..auditing import data_request, model_request
     from ..validate import choice, head_counts, split_list
 
     settings = Settings.resolve(device=device, samples=DEFAULT_SAMPLES if samples is None else samples,

@@ -82,7 +82,7 @@ def check(
     """Audit a transformer: Assumptions 1-3 and General Position at each probe point."""
     with importing(quiet):  # the library, torch with it: seconds
         from .. import validate
-        from ..audit import audit
+        from ..auditing import audit
         from ..io import check_folder_writable, refuse_inputs
         from ..progress import progress_enabled
         from ..render import render_audit

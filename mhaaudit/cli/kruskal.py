@@ -161,7 +161,7 @@ def _vectors(features: Path | None, capture: dict, key, vectors: Vectors | None,
 
 def _capture(capture: dict, settings):
     """The reduced features captured from ``--model``."""
-    from ..audit import capture_features
+    from ..auditing import capture_features
 
     return capture_features(**capture, device=settings.device, seed=settings.seed, progress=settings.progress)
 

@@ -254,7 +254,7 @@ def subset_test(
     threshold: float = DEFAULT_THRESHOLD,
     seed: int = 0,
     rule: RankRule | None = None,
-    device: torch.device | str = "cpu",
+    device: torch.device | str = "auto",
     check: str = "kruskal",
     stats: SetStats | None = None,
     histogram_limit: int | None = None,

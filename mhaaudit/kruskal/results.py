@@ -119,7 +119,7 @@ def _meta(result) -> dict:
                  threshold=result.threshold, samples=result.samples)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class SubsetTest(ResultTable):
     """Monte-Carlo test of "every k rows are independent" at one candidate size k.
 
@@ -192,6 +192,13 @@ class SubsetTest(ResultTable):
 
         return subset_test_report(self)
 
+    def summary_line(self) -> str:
+        s = (f"{self.check} at k = {self.k} of T = {self.T} rows in R^{self.d}: {self.verdict}, "
+             f"{self.satisfied}/{self.samples} draws independent")
+        if self.witness is not None:
+            s += f", a dependent {len(self.witness.indices)}-row subset"
+        return s + (" (proven)" if self.proven else "")
+
 
 @dataclass(frozen=True)
 class Bound:
@@ -203,7 +210,7 @@ class Bound:
         return {"value": self.value, "kind": self.kind, "proves": self.proves}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Sweep(ResultTable):
     """Satisfied fraction for every candidate size from one set of nested draws.
 
@@ -260,3 +267,7 @@ class Sweep(ResultTable):
         from ..render import sweep_report
 
         return sweep_report(self)
+
+    def summary_line(self) -> str:
+        return (f"T = {self.T} rows in R^{self.d}, {self.samples} draws: estimate {self.estimate} "
+                f"(certified floor {self.floor.value}, ceiling {self.ceiling.value})")

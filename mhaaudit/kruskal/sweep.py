@@ -206,7 +206,7 @@ def kruskal_sweep(
     threshold: float = DEFAULT_THRESHOLD,
     seed: int = 0,
     rule: RankRule | None = None,
-    device: torch.device | str = "cpu",
+    device: torch.device | str = "auto",
     kmax: int | None = None,
     stats: SetStats | None = None,
     progress: Progress | None = None,

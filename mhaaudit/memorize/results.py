@@ -30,8 +30,10 @@ class MemorizeRun:
 
     ``memorized`` is the fraction of training examples memorised (training accuracy, or the
     fraction within ``tolerance`` for regression), ``memorized_count`` the number.
-    ``seconds`` is the wall time from the start of the point's group to its last check (the
-    points of a group train in the same steps, so their times overlap).
+    ``seconds`` is the point's share of its group's training time: the points of a group train
+    in the same steps, padded to one shape, so the wall time of each stretch of steps is divided
+    equally among the points still training in it; the shares of a group add up to the group's
+    training time (``GroupRecord.seconds`` is its whole wall time, setup included).
     """
 
     heads: int
@@ -130,7 +132,7 @@ class GroupRecord:
         return asdict(self) | {"runs": list(self.runs)}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class MemorizeGrid(ResultTable):
     """Every point of a grid, in grid order (seeds innermost), the linear fits when H varies,
     the mean and spread over seeds, and how the points were grouped for training.
@@ -174,6 +176,15 @@ class MemorizeGrid(ResultTable):
         from ..render import memorize_report
 
         return memorize_report(self)
+
+    def summary_line(self) -> str:
+        s = f"{len(self.runs)} points"
+        if self.vary:
+            s += f", {self.vary} in {','.join(map(str, self.values))}"
+        s += f", T in {','.join(map(str, self.sizes))}, seeds {','.join(map(str, self.seeds))}"
+        if self.runs:
+            s += f": memorised {min(r.memorized for r in self.runs):.3f} to {max(r.memorized for r in self.runs):.3f}"
+        return s + (f" ({self.reused} read from {self.out})" if self.reused else "")
 
     def to_dict(self) -> dict:
         return {

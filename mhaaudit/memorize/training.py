@@ -238,7 +238,8 @@ class _GroupTrainer:
 
     def run(self, advance: Callable[[int], None], cancelled: Callable[[], bool]) -> list[dict]:
         """Train until every point has stopped; each point's record as of its last check."""
-        t0 = time.perf_counter()
+        self.spent = [0.0] * len(self.points)
+        self._mark = time.perf_counter()
         self._select(list(range(len(self.points))))
         step = reported = 0
         while self.live:
@@ -250,7 +251,7 @@ class _GroupTrainer:
                 self._step(step, *(b[:, step - start] for b in batches))
                 step += 1
                 if any(step in self.plans[i].checks for i in self.live):
-                    kept = self._check(step, time.perf_counter() - t0)
+                    kept = self._check(step)
                     if len(kept) < len(self.live):
                         batches = tuple(b[kept] for b in batches)
                         self._select([self.live[k] for k in kept])
@@ -304,9 +305,24 @@ class _GroupTrainer:
 
     # ------------------------------------------------------------------ checks
 
-    def _check(self, step: int, seconds: float) -> list[int]:
-        """Record the points that check at ``step``; the positions (in ``live``) of those that go on."""
+    def _charge(self) -> None:
+        """Share the wall time since the last mark equally among the live points: they are padded to one
+        shape and trained and evaluated in the same operations, so each costs the same."""
+        now = time.perf_counter()
+        share = (now - self._mark) / len(self.live)
+        for i in self.live:
+            self.spent[i] += share
+        self._mark = now
+
+    def _check(self, step: int) -> list[int]:
+        """Record the points that check at ``step``; the positions (in ``live``) of those that go on.
+
+        A point's ``seconds`` is its share of the group's time up to this check (see :meth:`_charge`):
+        the shares of a group's points add up to its training time, and a point that stops early stops
+        being charged.
+        """
         counts, sums = self._evaluate()
+        self._charge()
         kept = []
         for k, i in enumerate(self.live):
             plan, size = self.plans[i], self.points[i].size
@@ -315,7 +331,7 @@ class _GroupTrainer:
                 self.records[i] = dict(
                     memorized=counts[k] / size, memorized_count=counts[k], epochs_run=plan.checks[step],
                     steps_run=step, planned_steps=plan.total, final_loss=sums[k] / size,
-                    stopped_early=full and step < plan.total, seconds=seconds,
+                    stopped_early=full and step < plan.total, seconds=self.spent[i],
                 )
                 if full or step >= plan.total:
                     continue

@@ -1,7 +1,7 @@
 """The paper's four experiments, each run through the library's own facades and held against
 the published values.
 
-* ``table1``: :func:`mhaaudit.audit.audit` on ViT-Base, the four columns of Table 1.
+* ``table1``: :func:`mhaaudit.auditing.audit` on ViT-Base, the four columns of Table 1.
 * ``table3``: the same on BERT-large and GPT-2-large at layers 0 and 1, plus a Kruskal-rank
   sweep (:func:`mhaaudit.kruskal.kruskal_sweep`) of the columns whose sweep the paper published.
 * ``figure1``: the sweep of the random-attention features of ViT-Base.
@@ -23,15 +23,17 @@ from typing import Callable, Sequence
 
 from ..errors import InputError
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
+from ..tables import Report
 from .compare import Comparison, RunFacts, compare, compare_memorization, setting_differences
 from .published import target_spec
 
 SWEEP_KINDS = ("sweep", "shape", "estimate")
 
 
-@dataclass
-class Reproduction:
-    """One target's comparisons, what the run was (``facts`` per model) and what it produced."""
+@dataclass(repr=False)
+class Reproduction(Report):
+    """One target's comparisons, what the run was (``facts`` per model) and what it produced;
+    ``print()`` shows it as ``mhaaudit reproduce`` prints it."""
 
     target: str
     title: str
@@ -55,6 +57,15 @@ class Reproduction:
     def counts(self) -> dict:
         c = Counter(x.status for x in self.comparisons)
         return {s: c.get(s, 0) for s in ("match", "differs", "undetermined", "unavailable")}
+
+    def renderables(self) -> list:
+        from ..render import reproduction_report
+
+        return reproduction_report(self)
+
+    def summary_line(self) -> str:
+        return f"{self.target}: " + ", ".join(f"{v} {k}" for k, v in self.counts().items()) + \
+            f" of {len(self.comparisons)} published values"
 
 
 # --------------------------------------------------------------------------- shared steps
@@ -164,7 +175,7 @@ def table3(*, data: str | None = None, split: str = "train", limit: int | None =
 
 def _tables(target: str, o: dict) -> Reproduction:
     from .. import validate
-    from ..audit import audit
+    from ..auditing import audit
 
     spec = target_spec(target)
     keys = list(spec["models"])
@@ -222,7 +233,7 @@ def figure1(*, data: str | None = None, split: str = "train", limit: int | None 
             batch_size: int = 32, progress: bool = False) -> Reproduction:
     """Figure 1: the satisfied fraction against k for ViT-Base's random-attention features."""
     from .. import validate
-    from ..audit import capture_features
+    from ..auditing import capture_features
 
     spec = target_spec("figure1")
     (key,) = spec["models"]

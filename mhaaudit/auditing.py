@@ -27,7 +27,7 @@ from .features import FeatureSet, StreamingReducer
 from .kruskal import Sweep, kruskal_sweep, set_stats, subset_test
 from .pipeline import DataRequest, ModelRequest
 from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
-from .tables import ResultTable, table_rows
+from .tables import ResultTable, table_rows, verdict_tally
 
 IMAGE_VARIANTS = ("embedding", "random-attention", "random", "trained")
 VARIANT_HELP = {
@@ -105,7 +105,7 @@ def _inits_from_variants(variants: Sequence[str] | None) -> list[str]:
     return list(dict.fromkeys(ws))
 
 
-@dataclass
+@dataclass(repr=False)
 class Column:
     """The audit of one probe point."""
 
@@ -131,8 +131,13 @@ class Column:
             out.append({"model": model, "variant": self.probe.variant, "layer": self.probe.layer, **rec})
         return out
 
+    def __repr__(self) -> str:
+        what = verdict_tally(self.records("", 0)) if self.status == "ok" else f"unavailable: {self.reason}"
+        T = f", T = {self.features.T}" if self.features is not None else ""
+        return f"<Column {self.probe.variant} (layer {self.probe.layer}{T}): {what}>"
 
-@dataclass
+
+@dataclass(repr=False)
 class AuditResult(ResultTable):
     """The audit of every column; ``to_arrow()`` / ``to_pandas()`` give the rows ``check --out`` writes,
     and a notebook shows it as the report ``check`` prints."""
@@ -162,6 +167,11 @@ class AuditResult(ResultTable):
         from .render import audit_report
 
         return audit_report(self)
+
+    def summary_line(self) -> str:
+        T = next((c.features.T for c in self.columns if c.features is not None), None)
+        cols = ", ".join(c.probe.variant + ("" if c.status == "ok" else " (unavailable)") for c in self.columns)
+        return f"{self.model!r}" + ("" if T is None else f", T = {T}") + f"; columns {cols}: {verdict_tally(self.records())}"
 
     def meta(self) -> dict:
         """The provenance stamp of the audit, with what each column read and how (the JSON ``meta``)."""
@@ -468,10 +478,10 @@ def run_checks(fs: FeatureSet, settings: Settings, *, sweep: bool = False, label
 
 
 def check_features(fs: FeatureSet, *, samples: int = DEFAULT_SAMPLES, threshold: float = DEFAULT_THRESHOLD, seed: int = 0,
-                   rtol: float | None = None, atol: float | None = None, device="cpu", sweep: bool = False,
+                   rtol: float | None = None, atol: float | None = None, device="auto", sweep: bool = False,
                    progress: bool = False, label: str = "", stop_when_decided: bool = True) -> tuple[dict, Sweep | None, dict]:
     """GP, A1, A2, A3 (and optionally the sweep) on one reduced feature set (:func:`run_checks`
-    with the settings resolved from these arguments)."""
+    with the settings resolved from these arguments; the defaults are :func:`audit`'s)."""
     settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
                                 stop_when_decided=stop_when_decided, progress=progress)
     return run_checks(fs, settings, sweep=sweep, label=label)
@@ -536,8 +546,9 @@ def audit(
 
     ``weights`` is a local folder or file with trained weights for the ``trained`` column(s)
     (refused when no trained column is audited). ``layer`` (default 1) is the depth of the image
-    columns; ``layers`` audits several depths. ``stop_when_decided`` (default, as ``check`` without
-    ``--all-draws``) lets each Monte-Carlo test stop once its verdict is settled. Exact duplicate inputs are dropped before the forward pass
+    columns; ``layers`` audits several depths. ``stop_when_decided`` (default, as in ``check``
+    without ``--all-draws``) lets each Monte-Carlo test stop once its verdict is settled; False
+    makes every draw. Exact duplicate inputs are dropped before the forward pass
     (the same ones in every column) unless ``keep_duplicates``; what was found is in
     ``AuditResult.duplicates`` and the notes. ``batch_size="auto"`` chooses the batch (see
     :mod:`mhaaudit.batching`); ``revision`` and ``trust_remote_code`` are passed to the hub reads.

@@ -1,0 +1,279 @@
+"""The public names of ``import mhaaudit``: each is what the README says it is (the function, not a
+module of the same name, however the package was imported), its defaults are the CLI's, and every
+result object prints as its command prints and shows one short line as its ``repr``."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import re
+import types
+
+import numpy as np
+import pytest
+import torch
+
+import mhaaudit
+from mhaaudit.numerics import RankRule
+from mhaaudit.settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, resolve_device
+
+from clitools import run
+
+
+def _all_submodules() -> list[str]:
+    return [m.name for m in pkgutil.walk_packages(mhaaudit.__path__, "mhaaudit.")
+            if not m.name.startswith("mhaaudit.cli") and m.name != "mhaaudit.__main__"]
+
+
+def test_public_names_are_not_modules_even_after_every_submodule_is_imported():
+    first = {name: getattr(mhaaudit, name) for name in mhaaudit.__all__}
+    for name in _all_submodules():  # importing a submodule binds its name on the package
+        importlib.import_module(name)
+    for name in mhaaudit.__all__:
+        obj = getattr(mhaaudit, name)
+        assert not isinstance(obj, types.ModuleType), f"mhaaudit.{name} is a module"
+        assert obj is first[name] or name == "__version__", f"mhaaudit.{name} changed on second access"
+    from mhaaudit import audit
+
+    assert callable(audit) and audit.__name__ == "audit"
+    assert "model" in inspect.signature(audit).parameters
+
+
+# --------------------------------------------------------------------------- defaults: library == CLI
+
+
+class _Recorded(Exception):
+    """Raised by a recording stand-in once it has the arguments the CLI passed."""
+
+
+def _recorder(monkeypatch, module, name: str, calls: list, call_through: bool = False):
+    real = getattr(module, name)
+    sig = inspect.signature(real)
+
+    def stand_in(*args, **kwargs):
+        calls.append((sig, sig.bind(*args, **kwargs).arguments))
+        if call_through:
+            return real(*args, **kwargs)
+        raise _Recorded
+
+    monkeypatch.setattr(module, name, stand_in)
+    return sig
+
+
+# Parameters the CLI passes a value for that is not an option's default but a computed equivalent,
+# each with the reason it equals the library's default.
+EQUIVALENT = {
+    "on_note": "the CLI prints each note on stderr as it comes; the library keeps them in result.notes",
+    "progress": "the CLI passes its progress bar's callback (a no-op without a terminal); None draws no bar",
+    "stats": "the CLI computes the whole set's statistics once for every size; None computes them",
+    "check": "the CLI names the check after the size (n, min(T, d)); the library's default is a plain test",
+}
+
+
+def _same(name: str, lib, cli, X=None) -> bool:
+    if name in EQUIVALENT:
+        return True
+    if name == "device":  # every command's --device defaults to auto (the CLI may pass it resolved)
+        return lib == "auto" and resolve_device(lib) == resolve_device(cli)
+    if name in ("model", "weights", "context_length") and lib is None and cli == {}:
+        return True  # reproduce's per-model options: None and {} both override nothing
+    if name == "rule":
+        return lib is None and cli == RankRule.for_dtype(X.dtype)
+    if name in ("samples", "threshold") and lib is None:  # capacity_audit: None is the default, refused with --from
+        return cli == {"samples": DEFAULT_SAMPLES, "threshold": DEFAULT_THRESHOLD}[name]
+    if isinstance(lib, (int, float)) and not isinstance(lib, bool) and isinstance(cli, str):
+        return str(lib) == cli  # --batch-size is text (an integer or auto)
+    return lib == cli and type(lib) is type(cli) if isinstance(lib, bool) else lib == cli
+
+
+def _compare(sig, passed: dict, library_only: set, X=None) -> None:
+    """Every argument the CLI passed with no option given equals the library's default; every library
+    parameter the CLI does not pass is one the library alone has (``library_only``)."""
+    wrong = {}
+    for name, value in passed.items():
+        p = sig.parameters[name]
+        if p.default is inspect.Parameter.empty:
+            continue  # required (the model name, the matrix): no default to compare
+        if not _same(name, p.default, value, X):
+            wrong[name] = (p.default, value)
+    assert not wrong, f"library default != CLI default (library, CLI): {wrong}"
+    not_passed = {n for n, p in sig.parameters.items() if n not in passed and p.default is not inspect.Parameter.empty}
+    assert not_passed == library_only, f"parameters the CLI does not pass: {sorted(not_passed)}"
+
+
+def test_audit_defaults_are_check_defaults(monkeypatch, capsys):
+    import mhaaudit.auditing
+
+    calls: list = []
+    _recorder(monkeypatch, mhaaudit.auditing, "audit", calls)
+    run(capsys, "check", "vit-base")
+    (sig, passed), = calls
+    _compare(sig, passed, library_only=set())
+    assert passed["stop_when_decided"] is True and sig.parameters["stop_when_decided"].default is True
+
+
+def test_check_features_defaults_are_check_defaults(monkeypatch, capsys):
+    """check_features has no command of its own: it is what check runs on a captured feature set."""
+    import mhaaudit.auditing
+
+    calls: list = []
+    _recorder(monkeypatch, mhaaudit.auditing, "audit", calls)
+    run(capsys, "check", "vit-base")
+    (_, passed), = calls
+    sig = inspect.signature(mhaaudit.check_features)
+    shared = {n: passed[n] for n in sig.parameters if n in passed}
+    assert set(shared) == {"samples", "threshold", "seed", "rtol", "atol", "device", "sweep", "progress",
+                           "stop_when_decided"}
+    _compare(sig, shared, library_only={"label"})
+
+
+def test_capacity_audit_defaults_are_capacity_defaults(monkeypatch, capsys):
+    import mhaaudit.capacity
+
+    calls: list = []
+    _recorder(monkeypatch, mhaaudit.capacity, "capacity_audit", calls)
+    run(capsys, "capacity", "vit-base")
+    (sig, passed), = calls
+    _compare(sig, passed, library_only={"layer"})  # layer: the deprecated name of block, folded in by the CLI
+
+
+def test_run_memorize_grid_defaults_are_memorize_defaults(monkeypatch, capsys):
+    import mhaaudit.memorize
+
+    calls: list = []
+    _recorder(monkeypatch, mhaaudit.memorize, "run_memorize_grid", calls)
+    run(capsys, "memorize")
+    (sig, passed), = calls
+    # memory_budget and max_group shape how points are grouped for training, not what is trained
+    _compare(sig, passed, library_only={"memory_budget", "max_group"})
+
+
+@pytest.mark.parametrize("target", ["table1", "table3", "figure1", "figure2"])
+def test_reproduce_defaults_are_the_targets_defaults(monkeypatch, capsys, target):
+    import mhaaudit.reproduce
+    from mhaaudit.reproduce.targets import TARGET_FUNCTIONS
+
+    calls: list = []
+
+    def stand_in(name, **options):
+        calls.append(options)
+        raise _Recorded
+
+    monkeypatch.setattr(mhaaudit.reproduce, "reproduce_paper", stand_in)
+    run(capsys, "reproduce", target)
+    options, = calls
+    sig = inspect.signature(TARGET_FUNCTIONS[target])
+    _compare(sig, options, library_only=set())
+
+
+def test_kruskal_defaults_are_the_estimators_defaults(monkeypatch, capsys, tmp_path):
+    import mhaaudit.kruskal
+
+    X = np.random.default_rng(0).standard_normal((40, 6))
+    np.save(tmp_path / "x.npy", X)
+    tests: list = []
+    sweeps: list = []
+    _recorder(monkeypatch, mhaaudit.kruskal, "subset_test", tests, call_through=True)
+    _recorder(monkeypatch, mhaaudit.kruskal, "kruskal_sweep", sweeps, call_through=True)
+    rc, out, err = run(capsys, "kruskal", tmp_path / "x.npy", "--k", 3, "--sweep")
+    assert rc == 0, err
+    (sig, passed), = tests
+    Xt = torch.from_numpy(X)
+    # histogram_limit: how many draws' ranks are kept for the histogram (the CLI keeps the default)
+    _compare(sig, passed, library_only={"histogram_limit", "stop_when_decided"}, X=Xt)
+    assert sig.parameters["stop_when_decided"].default is False  # kruskal makes every draw, as the library does
+    (sig, passed), = sweeps
+    _compare(sig, passed, library_only={"kmax"}, X=Xt)
+
+
+def test_capture_features_defaults_are_kruskal_model_defaults(monkeypatch, capsys):
+    import mhaaudit.auditing
+
+    calls: list = []
+    _recorder(monkeypatch, mhaaudit.auditing, "capture_features", calls)
+    run(capsys, "kruskal")
+    (sig, passed), = calls
+    # settings: the resolved Settings object the audit passes in (the CLI passes its parts); rtol/atol:
+    # kruskal applies them to the vectors it tests, not to the capture; layer: kruskal names the depth in
+    # --variants (random-L<k>)
+    _compare(sig, passed, library_only={"settings", "rtol", "atol", "layer"})
+
+
+# --------------------------------------------------------------------------- print() and repr()
+
+
+def _untimed(text: str) -> str:
+    """The report with its timings masked (they differ from run to run)."""
+    return re.sub(r"\b\d+(\.\d+)? s\b", "# s", text)
+
+
+def _one_line(obj, cls: str) -> str:
+    text = repr(obj)
+    assert text.startswith(f"<{cls} ") and text.endswith(">") and "\n" not in text, text
+    assert len(text) <= 240 and "tensor(" not in text and "array(" not in text, text
+    return text
+
+
+def test_audit_prints_as_check_prints(vit_dir, image_dir, capsys):
+    small = dict(data=str(image_dir), limit=40, samples=50, batch_size=16)
+    result = mhaaudit.audit(str(vit_dir), variants=["embedding", "random"], **small)
+    rc, out, err = run(capsys, "check", vit_dir, "--data", image_dir, "--limit", 40, "--samples", 50, "--batch-size", 16,
+                       "--variants", "embedding", "--variants", "random")
+    assert rc == 0, err
+    assert _untimed(str(result)) == _untimed(out)
+    print(result)
+    assert capsys.readouterr().out == str(result) + "\n"
+    line = _one_line(result, "AuditResult")
+    assert "embedding, random" in line and "T = 40" in line
+    assert sum(int(w) for w in re.findall(r"(\d+) (?:holds|fails)", line)) == 8
+    col = _one_line(result.column("random"), "Column")
+    assert "random (layer 1, T = 40)" in col
+    fs = _one_line(result.column("random").features, "FeatureSet")
+    assert "T = 40" in fs and "d = 32" in fs
+
+
+def test_capacity_prints_as_capacity_prints(vit_dir, image_dir, capsys):
+    small = dict(data=str(image_dir), limit=40, samples=50, batch_size=16)
+    result = mhaaudit.capacity_audit(str(vit_dir), variants=["random"], heads="1-2", **small)
+    rc, out, err = run(capsys, "capacity", vit_dir, "--data", image_dir, "--limit", 40, "--samples", 50,
+                       "--batch-size", 16, "--variants", "random", "--heads", "1-2")
+    assert rc == 0, err
+    assert _untimed(str(result)) == _untimed(out)
+    line = _one_line(result, "CapacityResult")
+    top = max(result.columns[0].certificates, key=lambda c: c.heads)
+    assert f"rank Z = {top.rank} with 2 heads" in line
+
+
+def test_kruskal_results_print_as_kruskal_prints(tmp_path, capsys):
+    X = np.random.default_rng(1).standard_normal((40, 6))
+    X[7] = X[3]  # a dependent pair: a witness in the report
+    np.save(tmp_path / "x.npy", X)
+    t = mhaaudit.subset_test(torch.from_numpy(X), 3, samples=200)
+    sw = mhaaudit.kruskal_sweep(torch.from_numpy(X), samples=200)
+    rc, out, err = run(capsys, "kruskal", tmp_path / "x.npy", "--k", 3, "--samples", 200, "--sweep")
+    assert rc == 0, err
+    assert str(t) in out and str(sw) in out  # the command adds a title line and the run's facts
+    assert str(t).count("\n") >= 3 and "Kruskal-rank sweep" in str(sw)
+    assert "holds" in _one_line(t, "SubsetTest") or "fails" in repr(t)
+    assert f"estimate {sw.estimate}" in _one_line(sw, "Sweep")
+
+
+def test_memorize_grid_prints_as_memorize_prints(capsys):
+    from mhaaudit.render import render_memorize
+
+    grid = mhaaudit.run_memorize_grid(vary="heads", values="1,2", sizes=[16], max_steps=8, n=4, head_dim=8, device="cpu")
+    render_memorize(grid)  # what the command prints for this grid
+    assert str(grid) == capsys.readouterr().out
+    line = _one_line(grid, "MemorizeGrid")
+    assert "2 points" in line and "heads in 1,2" in line
+
+
+def test_reproduction_prints_as_reproduce_prints(vit_dir, image_dir, capsys):
+    from mhaaudit.render import render_reproduction
+
+    r = mhaaudit.reproduce_paper("table1", model={"vit": str(vit_dir)}, data=str(image_dir), limit=20, samples=40,
+                                 device="cpu")
+    render_reproduction(r)
+    assert str(r) == capsys.readouterr().out
+    assert "published values" in _one_line(r, "Reproduction")
