@@ -232,3 +232,19 @@ def test_split_without_splits_is_refused(tmp_path):
     Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(tmp_path / "pics" / "x.png")
     with pytest.raises(InputError, match="split 'validation' has no effect on an image folder"):
         image_source(str(tmp_path / "pics"), split="validation")
+
+
+@pytest.mark.parametrize("command", ["capacity", "kruskal"])
+def test_capacity_and_kruskal_take_the_column_options(tmp_path, capsys, bert_dir, command):
+    """``capacity`` and ``kruskal --model`` choose the data's column as ``check`` does: an
+    unfindable column is refused naming --text-column, and the option is then honoured."""
+    fields = tmp_path / "fields.jsonl"
+    fields.write_text("".join(json.dumps({"a": doc, "b": "y"}) + "\n" for doc in _documents(120)))
+    base = ["capacity", str(bert_dir), "--block", "1", "--variants", "random"] if command == "capacity" else \
+        ["kruskal", "--model", str(bert_dir), "--variants", "random", "--k", "3", "--samples", "20"]
+    args = [*base, "--data", str(fields), "--limit", "20", "--context-length", "16", "--format", "json"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "choose one with --text-column" in err and err.count("\n") == 1
+    assert main([*args, "--text-column", "a"]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["records"]

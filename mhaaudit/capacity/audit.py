@@ -405,6 +405,9 @@ def capacity_audit(
     layer: int | None = None,
     revision: str | None = None,
     trust_remote_code: bool = False,
+    text_column: str | None = None,
+    image_column: str | None = None,
+    convert_rgb: bool = False,
 ) -> CapacityResult:
     """Bound and certificate for each column (``variants``: random and/or trained; default both).
 
@@ -413,7 +416,8 @@ def capacity_audit(
     :data:`~mhaaudit.defaults.CAPACITY_BLOCK`), unless ``from_path`` gives a results file of ``mhaaudit check --out``
     to read them from. ``heads`` (e.g. ``"1-12"``) asks for the certificate with the first h heads
     for each h (default: all heads). ``attention="random"`` uses random key/query weights instead
-    of the model's. ``layer`` is a deprecated alias of ``block``.
+    of the model's. ``layer`` is a deprecated alias of ``block``. ``text_column``, ``image_column``
+    and ``convert_rgb`` choose the data's column and image policy as in :func:`mhaaudit.audit`.
     """
     from ..auditing import data_request, model_request
     from ..validate import choice, head_counts, split_list
@@ -421,7 +425,8 @@ def capacity_audit(
     settings = Settings.resolve(device=device, samples=DEFAULT_SAMPLES if samples is None else samples,
                                 threshold=DEFAULT_THRESHOLD if threshold is None else threshold, seed=seed,
                                 rtol=rtol, atol=atol, stop_when_decided=True, progress=progress)
-    data_req = data_request(data, split, limit, batch_size, keep_duplicates)
+    data_req = data_request(data, split, limit, batch_size, keep_duplicates, text_column=text_column,
+                            image_column=image_column, convert_rgb=convert_rgb)
     blk = _block_of(block, layer)
     attention = choice("--attention", attention, ATTENTION)
     vs = split_list(variants) or list(VARIANTS)

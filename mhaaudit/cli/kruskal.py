@@ -13,9 +13,11 @@ from .options import (
     DEFAULTS,
     Atol,
     BackendOpt,
+    ConvertRgb,
     Device,
     Format,
     FormatOpt,
+    ImageColumn,
     Out,
     Plot,
     Quiet,
@@ -23,6 +25,7 @@ from .options import (
     Rtol,
     Samples,
     Seed,
+    TextColumn,
     Threshold,
     TrustRemoteCode,
     emit,
@@ -70,6 +73,9 @@ def kruskal(
     revision: Revision = None,
     trust_remote_code: TrustRemoteCode = False,
     keep_duplicates: Annotated[bool, typer.Option("--keep-duplicates", help="With no FEATURES: keep exact duplicate inputs (by default they are found before the forward pass, reported and dropped).")] = False,
+    text_column: TextColumn = None,
+    image_column: ImageColumn = None,
+    convert_rgb: ConvertRgb = False,
     quiet: Quiet = False,
 ) -> None:
     """Estimate the Kruskal rank of a set of vectors: Monte-Carlo tests at candidate sizes, or a sweep."""
@@ -97,7 +103,8 @@ def kruskal(
     capture = dict(model=model or "vit-base", variant=variant or "random", weights_path=weights, data=data,
                    split=split, limit=limit, batch_size=batch_size, keep_duplicates=keep_duplicates,
                    backend=backend.value if backend else None, context_length=n, query_index=query_index,
-                   revision=revision, trust_remote_code=trust_remote_code)
+                   revision=revision, trust_remote_code=trust_remote_code, text_column=text_column,
+                   image_column=image_column, convert_rgb=convert_rgb)
     X, n, source, vectors, captured = _vectors(features, capture, key, vectors, settings)
     X = as_matrix(X)
     T, d = X.shape
@@ -130,7 +137,7 @@ def _refuse_unused(ctx: typer.Context, features: Path | None, data: str | None) 
     """Options that have no effect with what was given: the capture's with FEATURES, the file's without."""
     if features is not None:
         refuse_unused(ctx, ("model", "variants", "variant", "weights", "backend", "data", "split", "limit", "batch_size",
-                            "keep_duplicates", "revision", "trust_remote_code"),
+                            "keep_duplicates", "revision", "trust_remote_code", "text_column", "image_column", "convert_rgb"),
                       f"when FEATURES ({features}) is given: the capture options apply only without a file")
     else:
         refuse_unused(ctx, ("key",), "without FEATURES: --key chooses a tensor or column in a feature file")
