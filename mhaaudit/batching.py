@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 import torch
 
 from .errors import InputError, ModelError
+from .hostmem import available_memory
 
 __all__ = ["AUTO", "AUTO_MAX_BATCH", "BatchChoice", "available_memory", "choose_batch_size", "example_bytes",
            "halve_until_fits", "parse_batch_size"]
@@ -128,32 +129,6 @@ def _ffn_width(cfg, d: int) -> int:
             return v
     ratio = getattr(cfg, "mlp_ratio", None)
     return int(d * ratio) if isinstance(ratio, (int, float)) and ratio > 0 else 4 * d
-
-
-def available_memory() -> int:
-    """Bytes of memory this process can still use: the system's available memory, or less under a
-    cgroup limit."""
-    avail = None
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    avail = int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    if avail is None:
-        try:
-            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError, AttributeError):  # pragma: no cover - not a POSIX system
-            avail = 4 * 2**30
-    try:
-        limit = open("/sys/fs/cgroup/memory.max", encoding="ascii").read().strip()
-        used = int(open("/sys/fs/cgroup/memory.current", encoding="ascii").read().strip())
-        if limit != "max":
-            avail = min(avail, max(0, int(limit) - used))
-    except (OSError, ValueError):
-        pass
-    return int(avail)
 
 
 def _one_example(pm) -> dict[str, torch.Tensor]:

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import sys
 import time
 from typing import Callable
 
-__all__ = ["Trimmer", "release", "supported"]
+__all__ = ["Trimmer", "available_memory", "release", "supported"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -66,3 +67,29 @@ class Trimmer:
             return False
         self.last = now
         return release()
+
+
+def available_memory() -> int:
+    """Bytes of memory this process can still use: the system's available memory, or less under a
+    cgroup limit."""
+    avail = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    if avail is None:
+        try:
+            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):  # pragma: no cover - not a POSIX system
+            avail = 4 * 2**30
+    try:
+        limit = open("/sys/fs/cgroup/memory.max", encoding="ascii").read().strip()
+        used = int(open("/sys/fs/cgroup/memory.current", encoding="ascii").read().strip())
+        if limit != "max":
+            avail = min(avail, max(0, int(limit) - used))
+    except (OSError, ValueError):
+        pass
+    return int(avail)

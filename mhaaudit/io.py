@@ -381,6 +381,11 @@ def _refuse_unless_readable(p: Path) -> None:
                          "file, which is memory-mapped instead of read")
 
 
+# The floating dtypes a .npy file is memory-mapped in (torch has no long double: such a file is
+# read, and refused there in one line).
+_MAPPED_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
 def _load_npy(p: Path):
     """A ``.npy`` array memory-mapped (read-only), or read when it cannot be mapped (an empty one)."""
     try:
@@ -476,7 +481,7 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple["torch.
                 raise InputError(f"{p}: array of dtype {arr.dtype} is not numeric")
             if not arr.dtype.isnative:  # big-endian data is read as numpy reads it, in the machine's order
                 arr = np.asarray(arr).astype(arr.dtype.newbyteorder("="))
-            if isinstance(arr, np.memmap) and arr.dtype.kind == "f" and arr.ndim in (2, 3) and arr.size:
+            if isinstance(arr, np.memmap) and arr.dtype in _MAPPED_FLOATS and arr.ndim in (2, 3) and arr.size:
                 return MappedArray(p, arr.offset, arr.dtype, arr.shape, "F" if arr.flags.f_contiguous and arr.ndim > 1
                                    and not arr.flags.c_contiguous else "C"), f"{p} (npy, memory-mapped)"
             return torch.from_numpy(np.array(arr)), f"{p} (npy)"

@@ -60,7 +60,9 @@ def task(description: str, total: int | None, enabled: bool) -> Iterator[Callabl
 @contextlib.contextmanager
 def status(description: str, enabled: bool) -> Iterator[None]:
     """A spinner with ``description`` while a phase without a count runs (nothing when disabled)."""
-    if not enabled:
+    from .notebook import in_notebook
+
+    if not enabled or in_notebook():  # a notebook shows the phases' bars only (a spinner would be a widget)
         yield
         return
     with _stderr.status(description, spinner="dots"):
@@ -70,4 +72,9 @@ def status(description: str, enabled: bool) -> Iterator[None]:
 def log(message: str, enabled: bool) -> None:
     """A status line on stderr for a person watching (``enabled``: see :func:`progress_enabled`)."""
     if enabled:
-        _stderr.print(message, highlight=False)
+        from .notebook import in_notebook
+
+        if in_notebook():  # plain text on the cell's stderr stream, not a rich display
+            print(message, file=sys.stderr)
+        else:
+            _stderr.print(message, highlight=False)

@@ -539,12 +539,16 @@ def memorize_table(grid) -> Table:
     metric = "training accuracy" if s.get("task") == "classification" else f"fraction with |error| < {s.get('tolerance')}"
     table = Table(title=f"Memorisation ({s.get('task')}, {s.get('context')} context, d = {s.get('d')}; memorised = {metric})",
                   title_justify="left")
-    for col in ("setting", "size T", "memorised", "count", "epochs", "steps", "final loss", "time (s)"):
-        table.add_column(col, justify="left" if col == "setting" else "right")
     sat = any(r.saturation is not None for r in grid.runs)
     if sat:
-        table.add_column(">=2 heads saturated", justify="right")
-        table.add_column(">=1 head unsaturated", justify="right")
+        table.caption = ">=2 sat.: examples with >=2 heads saturated; >=1 unsat.: with >=1 head unsaturated"
+        table.caption_justify = "left"
+    table.add_column("setting", justify="left", no_wrap=True)
+    for col in ("size T", "memorised", "count", "epochs", "steps", "final loss", "time (s)"):
+        table.add_column(col, justify="right")
+    if sat:
+        table.add_column(">=2 sat.", justify="right")
+        table.add_column(">=1 unsat.", justify="right")
     for r in grid.runs:
         cells = [_setting(r), str(r.size), f"{r.memorized:.3f}", str(r.memorized_count),
                  str(r.epochs_run) + (" (early)" if r.stopped_early else ""), str(r.steps_run), f"{r.final_loss:.4g}",

@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import signal
+import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -46,14 +48,20 @@ class StagedOutputs:
         self.folders.append(folder)
 
     def commit(self) -> None:
-        for target, tmp in list(self.files.items()):
-            try:
-                os.replace(tmp, target)
-            except OSError as exc:
-                self.abort()
-                raise OutputError(f"cannot write {target}: {_reason(exc)}") from exc
-            del self.files[target]
-        self.folders.clear()
+        """Rename every staged output into place. Ctrl-C and SIGTERM are held back for the few
+        renames (delivered right after), so a run is never ended with some outputs in place."""
+        held = _hold_signals()
+        try:
+            for target, tmp in list(self.files.items()):
+                try:
+                    os.replace(tmp, target)
+                except OSError as exc:
+                    self.abort()
+                    raise OutputError(f"cannot write {target}: {_reason(exc)}") from exc
+                del self.files[target]
+            self.folders.clear()
+        finally:
+            _release_signals(held)
 
     def abort(self) -> None:
         for tmp in self.files.values():
@@ -64,6 +72,19 @@ class StagedOutputs:
             with contextlib.suppress(OSError):
                 folder.rmdir()  # only when empty: a folder that holds something else stays
         self.folders.clear()
+
+
+def _hold_signals():
+    """Block SIGINT and SIGTERM in this thread (the main thread: where Python handles them); the
+    previous mask, or None where signals cannot be blocked."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+def _release_signals(held) -> None:
+    if held is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 _STAGED: contextvars.ContextVar[StagedOutputs | None] = contextvars.ContextVar("mhaaudit_staged_outputs", default=None)

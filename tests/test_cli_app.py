@@ -22,6 +22,7 @@ import pytest
 from conftest import tmp_leftovers
 
 from clitools import help_text, run
+from mhaaudit.cli.app import main
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = ("check", "kruskal", "capacity", "memorize")
@@ -244,3 +245,27 @@ def test_interrupt_memorize_training(tmp_path):
                           "4000", "--max-steps", "100000", "--device", "cpu", "--out", "out.parquet"],
                          _imported("mhaaudit.cli.app"), tmp_path, after=3.0)
     _assert_interrupted(rc, err, tmp_path)
+
+
+def test_ctrl_c_after_an_output_was_staged_keeps_no_output(tmp_path, capsys, monkeypatch):
+    """Typer turns Ctrl-C into status 130 without raising: the outputs staged before it are still
+    discarded, and an earlier file at an output path is left as it was."""
+    import numpy as np
+
+    from mhaaudit import io
+
+    np.save(tmp_path / "X.npy", np.random.default_rng(0).standard_normal((40, 6)))
+    (tmp_path / "r.parquet").write_bytes(b"earlier")
+    real = io.write_parquet
+
+    def then_interrupt(*a, **k):
+        real(*a, **k)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(io, "write_parquet", then_interrupt)
+    rc = main([str(a) for a in ("kruskal", tmp_path / "X.npy", "--k", "3", "--samples", "64",
+                                "--out", tmp_path / "r.parquet", "--plot", tmp_path / "p.png", "--format", "json")])
+    err = capsys.readouterr().err
+    assert rc == 130 and err.strip() == "Error: interrupted", err
+    assert (tmp_path / "r.parquet").read_bytes() == b"earlier"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["X.npy", "r.parquet"]

@@ -32,9 +32,10 @@ def test_cli_table_end_to_end(capsys, tmp_path):
     )
     captured = capsys.readouterr()
     assert rc == 0, captured.err
-    assert "Memorisation" in captured.out and "H=2 n=4 d_h=8" in captured.out
-    assert "Linear fit" in captured.out
-    assert ">=2 heads saturated" in captured.out
+    flat = " ".join(captured.out.split())  # a caption may wrap at the report's width
+    assert "Memorisation" in flat and "H=2 n=4 d_h=8" in flat
+    assert "Linear fit" in flat
+    assert ">=2 sat." in flat and ">=2 heads saturated" in flat
     assert (tmp_path / "fig.png").stat().st_size > 1000
 
 
@@ -75,7 +76,7 @@ def test_library_takes_cli_argument_names():
     cmd = typer.main.get_command(app)
     ctx = click.Context(cmd)
     sub = cmd.get_command(ctx, "memorize")
-    cli_names = {p.name for p in sub.params} - {"format"}
+    cli_names = {p.name for p in sub.params} - {"format", "quiet"}
     lib_names = set(inspect.signature(run_memorize_grid).parameters) - {"progress"}
     assert cli_names <= lib_names
     assert lib_names - cli_names <= LIBRARY_ONLY

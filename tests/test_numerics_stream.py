@@ -122,3 +122,14 @@ def test_cli_record_names_the_storage_and_the_peak_memory(tmp_path, capsys):
     assert doc2["meta"]["storage"] == "memory"
     assert [r["satisfied"] for r in doc2["records"]] == [r["satisfied"] for r in doc["records"]]
     assert isinstance(read_array(tmp_path / "a.npy")[0], MappedArray)
+
+
+def test_an_all_zero_first_chunk_fixes_no_scale(monkeypatch):
+    """Zero rows first: the exponent is the first non-zero chunk's, as ``scaled`` gives it."""
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 8 * 16 * 50)
+    for e in (-600, -40, 0, 300):
+        X = torch.zeros(400, 16, dtype=torch.float64)
+        X[200:] = torch.randn(200, 16, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 2.0**e
+        rule = RankRule.for_dtype(X.dtype)
+        st = set_stats(X, rule)
+        assert st.exponent == scaled(X, rule).exponent and st.rank == 16, e

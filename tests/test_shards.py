@@ -329,3 +329,46 @@ def test_a_snapshot_folder_of_the_hub_cache_reads_its_blobs(llama_dir, tmp_path)
     ids = _ids()
     assert torch.equal(pm.capture({"input_ids": ids}, [1])[1], _reference(llama_dir, ids)[1])
     assert pm.info.weights_read["method"] == "partial"
+
+
+def test_a_file_linked_out_of_the_model_folder_is_refused(llama_dir, tmp_path):
+    """A model folder whose weights (or config, or tokenizer) file is a link to a file elsewhere is
+    refused before anything is read; a link inside the folder is fine."""
+    from mhaaudit.errors import ModelError
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    folder = tmp_path / "model"
+    shutil.copytree(llama_dir, folder)
+    weights = next(folder.glob("*.safetensors"))
+    shutil.move(weights, outside / weights.name)
+    os.symlink(outside / weights.name, weights)
+    with pytest.raises(ModelError, match="outside the model folder"):
+        load_model(str(folder), weights="trained", max_layer=1, context_length=12, device="cpu")
+    config = folder / "config.json"  # an unsharded file read by transformers, linked out
+    shutil.move(config, outside / "config.json")
+    os.symlink(outside / "config.json", config)
+    with pytest.raises(ModelError, match="symbolic link .* outside the model folder"):
+        from mhaaudit.models.shards import check_links_inside
+
+        check_links_inside(str(folder))
+    os.unlink(config)
+    shutil.move(outside / "config.json", config)
+    os.unlink(weights)
+    shutil.move(outside / weights.name, folder / "stored.bin")
+    os.symlink("stored.bin", weights)  # a link inside the folder
+    pm = load_model(str(folder), weights="trained", max_layer=1, context_length=12, device="cpu")
+    assert pm.info.n == 12
+
+
+def test_a_folder_named_snapshots_outside_the_hub_cache_gets_no_blobs_exception(llama_dir, tmp_path):
+    snap, blobs = tmp_path / "x" / "snapshots" / "m", tmp_path / "x" / "blobs"
+    snap.mkdir(parents=True)
+    blobs.mkdir()
+    for i, f in enumerate(sorted(llama_dir.iterdir())):
+        shutil.copy(f, blobs / f"blob{i}")
+        os.symlink(os.path.join("..", "..", "blobs", f"blob{i}"), snap / f.name)
+    from mhaaudit.errors import ModelError
+
+    with pytest.raises(ModelError, match="outside the model folder"):
+        load_model(str(snap), weights="trained", max_layer=1, context_length=12, device="cpu")

@@ -248,3 +248,42 @@ def test_capacity_and_kruskal_take_the_column_options(tmp_path, capsys, bert_dir
     assert "choose one with --text-column" in err and err.count("\n") == 1
     assert main([*args, "--text-column", "a"]) == 0, capsys.readouterr().err
     assert json.loads(capsys.readouterr().out)["records"]
+
+
+def test_image_paths_in_a_table_stay_inside_its_folder(tmp_path):
+    """A table may name its images by path: only regular files inside the table's own folder are
+    read; a path elsewhere (absolute, ``..``, a device) is an unreadable input, and whether such a
+    file exists is not said."""
+    from mhaaudit.sources.images import _decode
+
+    inside = tmp_path / "data"
+    inside.mkdir()
+    (inside / "ok.png").write_bytes(_png("RGB", 1))
+    (tmp_path / "secret.png").write_bytes(_png("RGB", 2))
+    image, cause, _ = _decode({"bytes": None, "path": "ok.png"}, inside)
+    assert image is not None and cause == ""
+    for path in (str(tmp_path / "secret.png"), "../secret.png", "/dev/zero", "/nonexistent/secret"):
+        image, cause, why = _decode({"bytes": None, "path": path}, inside)
+        assert image is None and cause == "unreadable" and "outside the data's folder" in why, (path, why)
+    image, cause, why = _decode({"bytes": None, "path": "ok.png"}, None)  # a streamed dataset: stored bytes only
+    assert image is None and "streamed" in why
+
+
+def test_a_corrupt_table_is_one_data_error(tmp_path):
+    """A parquet file that turns out corrupt while its rows are read ends in a DataError naming it."""
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"text": _documents(200)}), path, compression="none")
+    raw = bytearray(path.read_bytes())
+    for i in range(len(raw) // 3, len(raw) // 3 + 64):
+        raw[i] = 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(DataError):
+        list(text_source(str(path)))
+
+
+def test_deeply_nested_jsonl_is_an_invalid_line(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text("[" * 100000 + "]" * 100000 + "\n" + json.dumps({"text": "alpha beta"}) + "\n")
+    src = text_source(str(path))
+    assert list(src) == ["alpha beta"]
+    assert src.skips.count("invalid JSON") == 1

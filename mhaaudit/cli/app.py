@@ -326,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with staged_outputs():
             rv = app(args=args, prog_name="mhaaudit", standalone_mode=False)
+            if rv == INTERRUPTED_STATUS:  # newer Typer turns Ctrl-C into this status: no output is kept
+                raise KeyboardInterrupt
             sys.stdout.flush()  # a full disk or a closed pipe shows here, not in the interpreter's last flush
     except BaseException as exc:
         rule = next((r for r in ERRORS if isinstance(exc, r.types)), None)
@@ -340,9 +342,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"Error: {message}", file=sys.stderr)
         if isinstance(exc, StdoutClosed):
             _silence_stdout()
-    else:
-        if rv == INTERRUPTED_STATUS:  # newer Typer turns Ctrl-C into this status, silently: say it
-            print(f"Error: {INTERRUPTED}", file=sys.stderr)
     finally:
         sys.stdout = stdout
         _restore_sigterm(previous)

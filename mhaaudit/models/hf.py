@@ -40,7 +40,7 @@ from ..io import torch_load_reason
 from .checkpoints import is_ignorable, load_fitting, offline_weights_error, read_state_file
 from .families import Family, embedding_positions, family_of, query_words
 from .probe import ModelInfo, ProbedModel, measure_image_tokens, prepare_module
-from .shards import Checkpoint, NotPartial, WeightsRead, check_local_indexes, empty_init, used_parameters
+from .shards import Checkpoint, NotPartial, WeightsRead, check_links_inside, check_local_indexes, empty_init, used_parameters
 from .random_init import build_random, init_seed, reinit_hf, seeded
 from .registry import (BLOCK_PATHS, ConfigFields, ModelSpec, alias_list, check_config_numbers, classify_config,
                        is_timm_folder_config, read_json, supported_families)
@@ -83,6 +83,7 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
             if not hub.trust_remote_code:
                 refuse_repository_code(folder, spec.name)
             check_local_indexes(folder)
+            check_links_inside(folder)
             raw = read_json(os.path.join(folder, "config.json"))
             if raw is not None:
                 check_config_numbers(ConfigFields(raw), spec.name)

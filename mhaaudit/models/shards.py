@@ -266,15 +266,42 @@ def _check_shard_name(fn: str, index: str) -> None:
                          f"inside the model folder")
 
 
+def _roots(root: str) -> list[str]:
+    """Where the files of the model folder ``root`` (a real path) may lie: in it, and, for a
+    snapshot folder of the hub cache (``models--org--name/snapshots/<revision>``), whose files are
+    links into the repository's ``blobs``, there."""
+    roots = [root]
+    parent, repo = os.path.dirname(root), os.path.dirname(os.path.dirname(root))
+    if os.path.basename(parent) == "snapshots" and os.path.basename(repo).startswith("models--"):
+        roots.append(os.path.join(repo, "blobs"))
+    return roots
+
+
+def _within(path: str, roots: list[str]) -> bool:
+    return any(os.path.commonpath([r, path]) == r for r in roots)
+
+
+def check_links_inside(folder: str) -> None:
+    """Refuse, before anything is read, a model folder holding a symbolic link that leads outside
+    it (a config, tokenizer or weights file planted as a link to another file on the machine):
+    neither transformers nor the checkpoint readers then read outside the folder named."""
+    root = os.path.realpath(folder)
+    roots = _roots(root)
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.is_symlink():
+                path = os.path.realpath(entry.path)
+                if not _within(path, roots):
+                    raise ModelError(f"{entry.path} is a symbolic link to {path}, outside the model folder {root}: "
+                                     f"refused (copy the file into the folder to use it)")
+
+
 def _inside(folder: str, fn: str, index: str) -> str:
     """The real path of shard ``fn`` of a local checkpoint, which must lie inside ``folder`` (or, for a
     snapshot folder of the hub cache, whose files are links into the repository's ``blobs``, there)."""
     root = os.path.realpath(folder)
     path = os.path.realpath(os.path.join(root, fn))
-    roots = [root]
-    if os.path.basename(os.path.dirname(root)) == "snapshots":
-        roots.append(os.path.join(os.path.dirname(os.path.dirname(root)), "blobs"))
-    if path == root or not any(os.path.commonpath([r, path]) == r for r in roots):
+    if path == root or not _within(path, _roots(root)):
         raise ModelError(f"the checkpoint index {index} is malformed: the shard {fn[:80]!r} resolves to {path}, "
                          f"outside the model folder {root}")
     return path

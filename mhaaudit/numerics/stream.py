@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
+from ..hostmem import available_memory  # the one cgroup-aware figure (also batching's)
 from .rule import RankRule, numerics, subnormals_kept
 from .scale import ldexp
 
@@ -60,21 +61,6 @@ def memory_needed(T: int, d: int) -> int:
     (squared norms, projections), its O(d^2) factor and QR workspace, two float64 chunks, and the
     draws in flight."""
     return 16 * int(T) + 4 * 8 * int(d) * int(d) + 2 * CHUNK_BYTES + DRAW_WORKING_BYTES
-
-
-def available_memory() -> int | None:
-    """Memory the system can give this process now (``MemAvailable``), or None where unknown."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, AttributeError):  # pragma: no cover
-        return None
 
 
 def refuse_unless_fits(T: int, d: int, what: str) -> None:
@@ -220,8 +206,11 @@ def _scan(rows: Rows) -> Scan:
             rowmax = np.maximum(C.max(axis=1), -C.min(axis=1))  # NaN and Inf carry through max and min
             if not np.isfinite(rowmax).all():
                 raise InputError("features contain NaN or Inf values")
-            e_c = _exponent(float(rowmax.max()))
-            if e_run is None:
+            top = float(rowmax.max())
+            e_c = _exponent(top) if top > 0 else None  # an all-zero chunk fixes no scale
+            if e_c is None:
+                pass
+            elif e_run is None:  # the first non-zero chunk: what came before is zero in any units
                 e_run = e_c
             elif e_c > e_run:  # a larger entry: what came before is rescaled, exactly
                 shift = e_run - e_c
@@ -238,8 +227,9 @@ def _scan(rows: Rows) -> Scan:
             # row norms as ``scale.row_norms``: each row by its own power of two, then back; in place
             er = np.frexp(rowmax)[1][:, None]
             np.ldexp(C, -er, out=C)
-            norms = np.ldexp(np.sqrt(np.einsum("ij,ij->i", C, C)), er[:, 0] - e_run)
-            Cs = np.ldexp(C, er - e_run, out=C)  # the chunk divided by 2**e_run (exact: one rounding at most)
+            e_use = 0 if e_run is None else e_run
+            norms = np.ldexp(np.sqrt(np.einsum("ij,ij->i", C, C)), er[:, 0] - e_use)
+            Cs = np.ldexp(C, er - e_use, out=C)  # the chunk divided by 2**e_run (exact: one rounding at most)
         small = np.sort(np.concatenate([small, norms]))[:m]
         sqn[s : s + len(Cs)] = np.einsum("ij,ij->i", Cs, Cs)
         G = Cs.T @ Cs  # one symmetric rank-k update (syrk)

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..errors import DataError, InputError, one_line
+from ..errors import DataError, InputError, MhaauditError, one_line
 
 __all__ = ["IMAGE_NAMES", "TEXT_NAMES", "Table", "choose_column", "is_saved_dataset", "open_table"]
 
@@ -40,8 +40,16 @@ class Table:
         self.label, self.kinds, self.rows, self._values, self.base, self.split = label, kinds, rows, values, base, split
 
     def values(self, column: str) -> Iterator[Any]:
-        """The values of ``column`` in the stored order."""
-        return self._values(column)
+        """The values of ``column`` in the stored order; a file that turns out corrupt on the way
+        (a bad page, invalid UTF-8, a malformed Arrow batch) ends in a DataError naming it."""
+        from pyarrow import ArrowException
+
+        try:
+            yield from self._values(column)
+        except MhaauditError:
+            raise
+        except (OSError, ArrowException, UnicodeDecodeError, ValueError, TypeError, KeyError, IndexError) as exc:
+            raise DataError(f"reading {self.label} failed: {one_line(exc, 300, first_line=True)}") from None
 
     def listing(self) -> str:
         return ", ".join(f"{c} ({k})" for c, k in self.kinds.items())

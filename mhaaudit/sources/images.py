@@ -13,6 +13,7 @@ converts them as torchvision's ImageFolder does; files that cannot be decoded ar
 from __future__ import annotations
 
 import io
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -43,18 +44,45 @@ IMAGE_EXTENSIONS = frozenset(
 _OFFLINE_IMAGES = "a local image folder, a .parquet file of image bytes, or the built-in default (no --data)"
 
 
+# The most bytes one image file may hold (larger ones are refused unread, as PIL refuses
+# decompression bombs): a path in a table must not make the run read /dev/zero.
+MAX_IMAGE_BYTES = 256 << 20
+
+
+def _read_path(path: Path, base: Path | None) -> bytes:
+    """The bytes of an image file a table names by path: only a regular file inside the data's own
+    folder ``base`` (symbolic links resolved), and at most :data:`MAX_IMAGE_BYTES`; anything else
+    is unreadable (ValueError), without saying whether such a file exists."""
+    if base is None:
+        raise ValueError("an image given by path in a streamed dataset (only stored bytes are read)")
+    root = os.path.realpath(base)
+    real = os.path.realpath(path if path.is_absolute() else base / path)
+    if os.path.commonpath([root, real]) != root:
+        raise ValueError("an image path outside the data's folder (not read)")
+    if not os.path.isfile(real):
+        raise ValueError("an image path that is not a regular file in the data's folder")
+    with open(real, "rb") as fh:
+        raw = fh.read(MAX_IMAGE_BYTES + 1)
+    if len(raw) > MAX_IMAGE_BYTES:
+        raise ValueError(f"an image file of more than {MAX_IMAGE_BYTES >> 20} MiB (not read)")
+    return raw
+
+
 def _read_value(value: Any, base: Path | None) -> Any:
-    """Bytes (or a PIL image) from a PIL image, bytes, a path, or a {"bytes", "path"} dict."""
+    """Bytes (or a PIL image) from a PIL image, bytes, a file of an image folder (a ``Path``), or a
+    path or {"bytes", "path"} dict a table gives (:func:`_read_path`)."""
     if isinstance(value, dict):
         raw = value.get("bytes")
         if raw is None and value.get("path"):
-            path = Path(value["path"])
-            if not path.is_absolute() and base is not None:
-                path = base / path
-            raw = path.read_bytes()
+            raw = _read_path(Path(value["path"]), base)
         value = raw
-    if isinstance(value, (str, Path)):
-        value = Path(value).read_bytes()
+    if isinstance(value, Path):  # a file of an image folder the user named, found by listing it
+        with open(value, "rb") as fh:
+            value = fh.read(MAX_IMAGE_BYTES + 1)
+        if len(value) > MAX_IMAGE_BYTES:
+            raise ValueError(f"an image file of more than {MAX_IMAGE_BYTES >> 20} MiB (not read)")
+    elif isinstance(value, str):  # a path a table gives
+        value = _read_path(Path(value), base)
     return value
 
 

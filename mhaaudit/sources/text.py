@@ -217,6 +217,10 @@ class JsonlText(TextSource):
                         if skips is not None:
                             skips.add("invalid JSON", f"line {number}: {exc.msg}")
                         continue
+                    except (RecursionError, ValueError):  # nested too deeply, or a number too long
+                        if skips is not None:
+                            skips.add("invalid JSON", f"line {number}: nested too deeply or too large to read")
+                        continue
             except UnicodeDecodeError:
                 raise DataError(f"{self.path} is not UTF-8 text") from None
 
