@@ -25,7 +25,7 @@ test at one size), ``sweep`` (every size at once), ``bounds`` (floor, ceiling, b
 """
 
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
-from .bounds import babel_floor, exact_kruskal_rank, set_stats
+from .bounds import babel_floor, exact_kruskal_rank, fixed_rule, set_stats
 from .fixed import draw_decisions, shrink_witness, subset_test
 from .results import Bound, SetStats, SubsetTest, Sweep, Witness, clopper_pearson
 from .sampling import as_matrix
@@ -45,6 +45,7 @@ __all__ = [
     "draw_critical_sizes",
     "draw_decisions",
     "exact_kruskal_rank",
+    "fixed_rule",
     "kruskal_sweep",
     "set_stats",
     "shrink_witness",

@@ -23,7 +23,23 @@ from ..numerics import EPS64, RankRule, rounding_margin, row_norms, scaled, svd_
 from .results import Bound, SetStats
 from .sampling import as_matrix
 
-__all__ = ["babel_floor", "exact_kruskal_rank", "set_stats"]
+__all__ = ["babel_floor", "exact_kruskal_rank", "fixed_rule", "set_stats"]
+
+
+def fixed_rule(X: torch.Tensor, rule: RankRule, stats: SetStats | None = None,
+               need_stats: bool = True) -> tuple[RankRule, SetStats | None]:
+    """``rule`` fixed on the whole set X, and X's ``SetStats``: the one tolerance every result about X
+    and its subsets is decided under, ``max(atol, rtol * sigma_max(X))`` with ``rtol = max(T, d) *
+    eps`` by default (``RankRule.for_set``). The whole set's rank under it is ``stats.rank``, and
+    no subset's rank exceeds it (sigma_i(X_S) <= sigma_i(X)). ``stats`` are computed when not given
+    (for a rule already fixed, only when ``need_stats``)."""
+    if rule.fixed and (stats is not None or not need_stats):
+        return rule, stats
+    stats = stats if stats is not None else set_stats(X, rule)
+    if rule.fixed:
+        return rule, stats
+    s1 = stats.unit_singular_values[0] if stats.unit_singular_values else 0.0
+    return rule.for_set(s1, stats.T, stats.d, stats.exponent), stats
 
 
 @with_numerics(threads=1)
@@ -85,6 +101,8 @@ def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_bl
     torchrun, inside a shared call, the ranks divide the row blocks and take the maximum of their
     cumulative coherences, which is exactly one process's.
     """
+    X = as_matrix(X)
+    rule, _ = fixed_rule(X, rule, need_stats=False)
     unit = scaled(X, rule)
     X64, rule = unit.X, unit.rule
     T, d = X64.shape
@@ -137,7 +155,7 @@ def _babel(Xn: torch.Tensor, m: int, row_block: int | None) -> torch.Tensor:
 def exact_kruskal_rank(X, rule: RankRule | None = None, max_subsets: int = 2_000_000) -> int:
     """The Kruskal rank by enumerating every subset (small cases only; used to test the bounds)."""
     X = as_matrix(X)
-    rule = rule or RankRule.for_dtype(X.dtype)
+    rule, _ = fixed_rule(X, rule or RankRule.for_dtype(X.dtype), need_stats=False)
     T, d = X.shape
     X64 = X.to(torch.float64)
     best = 0

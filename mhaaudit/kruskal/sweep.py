@@ -24,7 +24,7 @@ from ..distributed import shared
 from ..numerics import (TINY_GRAM, RankRule, cholesky_margins, decide_prefix_full_rank, lambda_max_bounds, lapack, scaled,
                         tf32_is_off, tf32_off, with_numerics)
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, device_name, resolve_device
-from .bounds import babel_floor, set_stats
+from .bounds import babel_floor, fixed_rule
 from .fixed import shrink_witness
 from .results import Bound, SetStats, Sweep, Witness, clopper_pearson
 from .sampling import Gram, Progress, as_matrix, blocks_in_order
@@ -163,7 +163,8 @@ def draw_critical_sizes(X, K: int, *, samples: int = DEFAULT_SAMPLES, seed: int 
                         device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """The nested draws of ``kruskal_sweep`` up to size K and each one's k*: ``(orderings (N, K), kstar (N,))``."""
     X = as_matrix(X)
-    unit = scaled(X, rule or RankRule.for_dtype(X.dtype))
+    rule, _ = fixed_rule(X, rule or RankRule.for_dtype(X.dtype), need_stats=False)
+    unit = scaled(X, rule)
     gram = Gram(unit.X, resolve_device(device))
     parts = [(idx.cpu(), kstar) for idx, kstar, _ in _critical_sizes_of_draws(gram, K, samples, seed, unit.rule, None)]
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
@@ -223,7 +224,7 @@ def kruskal_sweep(
     dev = resolve_device(device)
     T, d = X.shape
     K_all = min(T, d) if kmax is None else max(1, min(T, d, kmax))
-    stats = stats or set_stats(X, rule)
+    rule, stats = fixed_rule(X, rule, stats)  # one tolerance for the set and every subset
     K = max((k for k in range(1, K_all + 1) if stats.ceiling(k, rule) >= k), default=0)
     counts, rechecks, smallest, gram = torch.zeros(K + 2, dtype=torch.long), 0, None, None
     if K > 0:
