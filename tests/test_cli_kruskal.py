@@ -184,9 +184,14 @@ def test_json_sweep_rows(capsys, npy):
     assert doc["records"] == []  # no --k and no n: the sweep only
     assert [r["k"] for r in doc["sweep"]] == list(range(1, D + 1))
     for r in doc["sweep"]:
-        assert set(r) == {"k", "fraction", "ci_low", "ci_high"}
+        assert set(r) == {"k", "fraction", "ci_low", "ci_high", "exact_status", "exact_basis"}
         assert 0 <= r["ci_low"] <= r["fraction"] <= r["ci_high"] <= 1
-    assert doc["meta"]["sweep_summary"]["estimate"] == D
+    summary = doc["meta"]["sweep_summary"]
+    assert summary["estimate"] == D
+    for r in doc["sweep"]:  # each size's exact status follows the certified floor and ceiling
+        expected = ("holds" if r["k"] <= summary["floor"]["value"] else
+                    "fails" if r["k"] > summary["ceiling"]["value"] else "undecided")
+        assert r["exact_status"] == expected and (r["exact_basis"] == "none") == (expected == "undecided")
 
 
 def test_json_proof_of_dependence_has_a_witness(capsys, tmp_path):
@@ -544,3 +549,54 @@ def test_json_is_strict_json(capsys, npy):
     assert rc == 0, err
     strict_json(out)
 
+
+
+# --------------------------------------------------------------------------- estimate and exact status, never mixed
+
+
+def test_a_witness_beside_a_holding_estimate_is_a_proven_failure(capsys, tmp_path):
+    """400 x 64 Gaussian rows with row 3 = row 1 + row 2: the paper's rule says holds (the dependent
+    triple is rarely drawn), the exact status is fails, proven by the witness [1, 2, 3]."""
+    X = np.random.default_rng(0).standard_normal((400, 64))
+    X[3] = X[1] + X[2]
+    np.save(tmp_path / "x.npy", X)
+    args = ("kruskal", tmp_path / "x.npy", "--k", "32", "--n", "32", "--samples", "2000")
+    doc = json_run(capsys, *args)
+    (r,) = doc["records"]
+    assert (r["verdict"], r["exact_status"], r["exact_basis"], r["proven"], r["witness"], r["scope"]) == \
+        ("holds", "fails", "witness", True, [1, 2, 3], "subsets")
+    assert "dependent 3-subset was found, so the exact Kruskal rank is below 3" in r["reason"]
+    rc, out, err = run(capsys, *args)
+    assert rc == 0, err
+    row = next(line for line in out.splitlines() if "Assumption 1" in line and "│" in line)
+    assert "holds (estimate)" in row and "fails (witness)" in row  # never a bare holds beside the proof
+
+
+def test_k_reaching_T_is_marked_whole_set_and_names_the_run_that_answers(capsys, tmp_path):
+    np.save(tmp_path / "x.npy", matrix(T=6, d=D))  # T = 6 < d = 8: General Position is k = T
+    doc = json_run(capsys, "kruskal", tmp_path / "x.npy", "--k", "6", *FAST)
+    (at_t,) = doc["records"]
+    assert (at_t["check"], at_t["verdict"], at_t["scope"], at_t["exact_status"], at_t["exact_basis"]) == \
+        ("general_position", "holds", "whole-set", "holds", "exhaustive")
+    assert "does not answer the paper's question" in at_t["reason"] and "raise --limit above d = 8" in at_t["reason"]
+    from mhaaudit.kruskal import subset_test
+
+    above_t = subset_test(matrix(T=6, d=D), 7, samples=60, check="assumption_1").record()  # k > T: no 7 rows exist
+    assert (above_t["scope"], above_t["exact_status"], above_t["exact_basis"]) == ("whole-set", "fails", "dimension")
+    assert "raise --limit above k = 7" in above_t["reason"]
+    rc, out, err = run(capsys, "kruskal", tmp_path / "x.npy", "--k", "6", *FAST)
+    assert rc == 0, err
+    row = next(line for line in out.splitlines() if "General Position" in line and "│" in line)
+    assert "holds (whole set)" in row
+    assert "does not answer the paper's question" in out
+
+
+def test_a_proven_failure_without_sampling_reads_proven(capsys, tmp_path):
+    X = matrix(T=30, d=D, dtype=np.float32)
+    X[:, -1] = X[:, 0]  # whole-set rank 7 < k = 8
+    np.save(tmp_path / "x.npy", X)
+    (r,) = json_run(capsys, "kruskal", tmp_path / "x.npy", "--k", "8", *FAST)["records"]
+    assert (r["verdict"], r["exact_status"], r["exact_basis"], r["proven"], r["sampled"]) == \
+        ("fails", "fails", "set-rank", True, False)
+    (r,) = json_run(capsys, "kruskal", tmp_path / "x.npy", "--k", "3", *FAST)["records"]
+    assert (r["exact_status"], r["exact_basis"], r["proven"]) == ("undecided", "none", False)

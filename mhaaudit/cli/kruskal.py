@@ -72,7 +72,7 @@ def kruskal(
     from .. import validate
     from ..errors import InputError
     from ..io import stamp
-    from ..kruskal import as_matrix, set_stats
+    from ..kruskal import as_matrix, fixed_rule
     from ..progress import log, progress_enabled
     from ..render import render_kruskal
     from ..settings import Settings
@@ -95,9 +95,8 @@ def kruskal(
     X = as_matrix(X)
     T, d = X.shape
     ks, sweep = _sizes(ks, n, T, d, sweep=sweep or plot is not None, vectors=vectors, fmt=fmt)
-    rule = settings.rule(X.dtype)
+    rule, stats = fixed_rule(X, settings.rule(X.dtype))  # one tolerance for the set and every subset
     log(f"{T} vectors in R^{d} from {source}; rank rule: {rule.describe()}", fmt.value)
-    stats = set_stats(X, rule)
     tests, sw, timings = _estimate(X, ks, sweep, n, vectors, settings, rule, stats)
     meta = stamp(
         command="kruskal", seed=settings.seed, device=settings.device_name, tolerance=rule.as_dict(),
