@@ -116,7 +116,8 @@ CAPACITY_COLUMNS = _WHERE + _cols(
     ("sigma_max", "float64", "largest singular value of Z with h heads"),
     ("prop2_bound", "int64", "h (n - 1) + 1, Proposition 2's ceiling on rank(Z) with a shared context"),
     ("prop2_verdict", "string", "with --shared-context: holds when rank <= prop2_bound, else fails; null otherwise"),
-    ("assumption_1", "string", "the Assumption 1 verdict the bound rests on (holds, fails or null)"),
+    ("assumption_1", "string", "the Assumption 1 status the bound rests on (holds, fails or null): its exact status "
+                               "where decided (a witness proves fails), else the estimate verdict"),
     ("assumption_2", "string", "the Assumption 2 verdict the bound rests on (holds, fails or null)"),
     ("kruskal_estimate", "int64", "the estimated Kruskal rank used by Remark 1; null when none"),
     ("reason", "string", "why the column is unavailable; empty otherwise"),
