@@ -177,8 +177,10 @@ def _from_parquet(path: Path, key: str | None):
     if list_cols:
         col = list_cols[0]
         value_type = table.schema.field(col).type.value_type
-        # Floating vectors keep their dtype (the rank tolerance depends on it); others become float64.
-        dtype = value_type.to_pandas_dtype() if pa.types.is_floating(value_type) else np.float64
+        # Floating vectors keep their dtype (the rank tolerance depends on it), and so do integers and
+        # booleans, which the feature check converts to float64 exactly or refuses (``as_matrix``).
+        exact = pa.types.is_floating(value_type) or pa.types.is_integer(value_type) or pa.types.is_boolean(value_type)
+        dtype = value_type.to_pandas_dtype() if exact else np.float64
         rows = table.column(col).to_pylist()
         if any(r is None for r in rows):
             raise InputError(f"{path}: column {col!r} has missing vectors (nulls)")
@@ -223,7 +225,11 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.T
     try:
         if ext == ".npy":
             arr = np.load(p, allow_pickle=False)
-            if arr.dtype.kind not in "fiu":
+            if arr.dtype.kind == "c":
+                raise InputError(f"{p}: complex features ({arr.dtype}) are not supported: linear independence is "
+                                 "decided over the reals, and dropping the imaginary part would prove false things; "
+                                 "give real features")
+            if arr.dtype.kind not in "fiub":
                 raise InputError(f"{p}: array of dtype {arr.dtype} is not numeric")
             return torch.from_numpy(np.ascontiguousarray(arr)), f"{p} (npy)"
         if ext in (".pt", ".pth"):

@@ -35,6 +35,11 @@ def fixed_rule(X: torch.Tensor, rule: RankRule, stats: SetStats | None = None,
     (for a rule already fixed, only when ``need_stats``)."""
     if rule.fixed and (stats is not None or not need_stats):
         return rule, stats
+    T, d = X.shape
+    if not rule.fixed and rule.formula_rtol(T, d) >= 1 and not rule.atol:
+        raise InputError(f"the rank rule's tolerance {rule.formula_rtol(T, d):.3g} * sigma_max (max(T, d) = {max(T, d)} "
+                         f"times eps({rule.dtype}) = {rule.eps:.3g}, or --rtol) is at least sigma_max, so no vector "
+                         f"could count as independent: give a smaller --rtol or an --atol, or features in a finer dtype")
     stats = stats if stats is not None else set_stats(X, rule)
     if rule.fixed:
         return rule, stats

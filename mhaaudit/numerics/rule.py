@@ -192,7 +192,7 @@ class RankRule:
             return self
         return replace(self, set_sigma=float(sigma_max), set_exponent=int(exponent), set_size=max(int(T), int(d)))
 
-    def _formula_rtol(self, rows: int, cols: int) -> float:
+    def formula_rtol(self, rows: int, cols: int) -> float:
         if self.rtol is not None:
             return float(self.rtol)
         if self.atol is not None and self.atol > 0:
@@ -204,14 +204,14 @@ class RankRule:
         (its tolerance is absolute, ``atol_value``)."""
         if self.fixed:
             return 0.0
-        return self._formula_rtol(rows, cols)
+        return self.formula_rtol(rows, cols)
 
     @property
     def set_tol(self) -> float:
         """A fixed rule's tolerance, in the units of the data it is for."""
         from .scale import ldexp
 
-        r = self._formula_rtol(self.set_size, self.set_size)
+        r = self.formula_rtol(self.set_size, self.set_size)
         return max(float(self.atol or 0.0), r * ldexp(float(self.set_sigma), self.set_exponent))
 
     @property
