@@ -30,7 +30,11 @@ from .bounds import fixed_rule
 from .results import SetStats, SubsetTest, Witness, clopper_pearson
 from .sampling import DRAW_BLOCK, Gram, Progress, as_matrix, blocks_in_order
 
-__all__ = ["draw_decisions", "shrink_witness", "subset_test"]
+__all__ = ["SET_WITNESS_MAX_ENTRIES", "draw_decisions", "shrink_witness", "subset_test"]
+
+#: When the whole set's rank proves that no k rows are independent, a witness (a small dependent
+#: subset) is also extracted from the set, up to this many entries (T * d): a few SVDs of the set.
+SET_WITNESS_MAX_ENTRIES = 1 << 22
 
 
 def _prove(unit: Scaled, idx: list[int]) -> Witness | None:
@@ -242,6 +246,8 @@ def _without_sampling(X: torch.Tensor, unit: Scaled, k: int, stats: SetStats, ba
         zero = (unit.X == 0).all(dim=1).nonzero()
         if stats.zero_rows and zero.numel():
             witness = Witness((int(zero[0]),), (0.0,), 0.0, 0)
+        elif stats.rank < T and T * d <= SET_WITNESS_MAX_ENTRIES:  # the set is dependent: a subset of it shows how
+            witness = _shrink(unit, list(range(T)))
         reason = (f"the whole set has numerical rank {stats.rank} (at most {ceil_k} for any {k}-subset under the rule), "
                   f"so no {k} rows are independent (no sampling needed; a proof)")
         scope = "whole-set" if k >= T else "subsets"

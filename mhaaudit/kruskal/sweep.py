@@ -25,7 +25,7 @@ from ..numerics import (TINY_GRAM, RankRule, cholesky_margins, decide_prefix_ful
                         tf32_is_off, tf32_off, with_numerics)
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, device_name, resolve_device
 from .bounds import babel_floor, fixed_rule
-from .fixed import shrink_witness
+from .fixed import SET_WITNESS_MAX_ENTRIES, shrink_witness
 from .results import Bound, SetStats, Sweep, Witness, clopper_pearson
 from .sampling import Gram, Progress, as_matrix, blocks_in_order
 
@@ -239,6 +239,8 @@ def kruskal_sweep(
     fractions, ci_low, ci_high = _fractions(counts, K, K_all, samples)
     raw_estimate = max((k for k, f in enumerate(fractions, 1) if f >= threshold), default=0)
     witness = shrink_witness(X, smallest[1], rule) if smallest else None
+    if witness is None and stats.rank < T and T * d <= SET_WITNESS_MAX_ENTRIES:  # the set is dependent: show how
+        witness = shrink_witness(X, list(range(T)), rule)
     ceiling = _ceiling(witness, K, T, d, stats.rank)
     return Sweep(
         T=T, d=d, samples=samples, threshold=threshold, seed=seed, rule=rule, device=device_name(dev),
