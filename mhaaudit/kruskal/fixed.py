@@ -255,7 +255,7 @@ def _without_sampling(X: torch.Tensor, unit: Scaled, k: int, stats: SetStats, ba
             reason += _whole_set_note(base["check"], k, T, d)
         return SubsetTest(samples=0, satisfied=0, fraction=0.0, ci_low=0.0, ci_high=0.0, verdict="fails",
                           reason=reason, sampled=False, set_rank=stats.rank, witness=witness, exact_status="fails",
-                          exact_basis="witness" if witness is not None else "set-rank", scope=scope, **base)
+                          exact_basis="set-rank", scope=scope, **base)
     if k == T:  # one subset only: decide it exactly, no sampling
         ok = _prove(unit, list(range(T))) is None
         witness = _shrink(unit, list(range(T))) if not ok else None
