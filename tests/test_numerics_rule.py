@@ -72,3 +72,39 @@ def test_numerics_flushes_subnormals_in_its_thread_only():
         pytest.skip("this CPU does not flush subnormals")
     assert seen["other"] == 1e-310  # another thread keeps its own setting
     assert float(tiny * 1.0) == 1e-310  # restored on exit
+
+
+# ------------------------------------------------------------------ the rule fixed on a whole set
+
+
+def test_a_rule_fixed_on_a_set_is_one_absolute_tolerance():
+    rule = RankRule.for_dtype(torch.float32).for_set(3.0, 100, 20)
+    tol = 3.0 * 100 * rule.eps  # sigma_max(whole set) * max(T, d) * eps
+    assert rule.fixed and rule.set_tol == tol and rule.atol_value == tol and rule.rtol_for(7, 20) == 0.0
+    assert rule.tol(1e9, 7, 20) == tol and rule.tol(0.0, 1, 1) == tol  # whatever the subset
+    assert torch.equal(rule.tol(torch.tensor([1.0, 5.0], dtype=torch.float64), 2, 20),
+                       torch.full((2,), tol, dtype=torch.float64))
+    assert rule.for_set(100.0, 5, 5) is rule  # fixed once
+    d = rule.as_dict()
+    assert (d["tol"], d["set_sigma_max"], d["set_size"], d["scope"]) == (tol, 3.0, 100, "whole set")
+    assert "every subset" in rule.describe() and f"{tol:.6g}" in rule.describe()
+
+
+def test_user_tolerances_stay_meaningful_on_a_set():
+    rtol = RankRule.for_dtype(torch.float32, rtol=1e-3).for_set(4.0, 10, 10)
+    assert rtol.set_tol == pytest.approx(4e-3)  # rtol * sigma_max(whole set)
+    atol = RankRule.for_dtype(torch.float32, atol=0.5).for_set(4.0, 10, 10)
+    assert atol.set_tol == 0.5
+    both = RankRule.for_dtype(torch.float32, rtol=0.1, atol=0.5).for_set(10.0, 10, 10)
+    assert both.set_tol == 1.0 and RankRule.for_dtype(torch.float32, rtol=0.1, atol=0.5).for_set(1.0, 10, 10).set_tol == 0.5
+
+
+@pytest.mark.parametrize("e", [-1070, -600, 0, 600, 1000])
+def test_a_fixed_rule_moves_between_units_exactly(e):
+    """The set's sigma_max is kept with its own exponent: in the units of the data divided by
+    2**e the tolerance is the same number, however small or large the data are."""
+    unit = RankRule.for_dtype(torch.float32).for_set(0.75, 64, 8)
+    in_data = RankRule.for_dtype(torch.float32).for_set(0.75, 64, 8, exponent=e)
+    assert in_data.in_units(e).set_tol == unit.set_tol
+    atol = RankRule.for_dtype(torch.float32, atol=2.0**-3).for_set(0.75, 64, 8, exponent=0)
+    assert atol.in_units(-4).set_tol == 2.0

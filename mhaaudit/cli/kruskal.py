@@ -77,7 +77,7 @@ def kruskal(
         from .. import validate
         from ..errors import InputError
         from ..io import MappedArray, refuse_inputs, stamp
-        from ..kruskal import as_matrix, set_stats
+        from ..kruskal import as_matrix, fixed_rule
         from ..numerics.stream import peak_rss_bytes
         from ..progress import log, progress_enabled
         from ..render import render_kruskal
@@ -102,10 +102,9 @@ def kruskal(
     X = as_matrix(X)
     T, d = X.shape
     ks, sweep = _sizes(ks, n, T, d, sweep=sweep or plot is not None, vectors=vectors, watched=settings.progress)
-    rule = settings.rule(X.dtype)
+    rule, stats = fixed_rule(X, settings.rule(X.dtype))
     # The table's first line describes the data; the JSON and parquet outputs have it in their meta.
     log(f"{T} vectors in R^{d} from {source}; rank rule: {rule.describe()}", settings.progress and fmt != Format.table)
-    stats = set_stats(X, rule)
     tests, sw, timings = _estimate(X, ks, sweep, n, vectors, settings, rule, stats)
     meta = stamp(
         command="kruskal", seed=settings.seed, device=settings.device_name, tolerance=rule.as_dict(),

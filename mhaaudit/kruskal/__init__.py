@@ -13,7 +13,13 @@ it proves:
 * a certified **floor**: the Babel-function (cumulative coherence) bound, which proves every
   subset up to a size is independent under the tolerance rule (``babel_floor``, in ``bounds``).
 
-All rank decisions use one ``RankRule`` and equal ``torch.linalg.matrix_rank`` on the same
+Every test at one size k carries both answers under separate names: the estimate verdict under
+the paper's rule (``verdict``) and the exact status (``exact_status``: fails, holds or undecided,
+with ``exact_basis``: witness, set-rank, dimension, exhaustive, certified-floor or none).
+
+All rank decisions of a result use one ``RankRule`` fixed on the whole set (``fixed_rule``: one
+absolute tolerance, sigma_max(whole set) * max(T, d) * eps by default, for the set and every
+subset, so no subset's rank exceeds the set's) and equal ``torch.linalg.matrix_rank`` on the same
 float64 rows with the same tolerance (see ``mhaaudit.numerics``). They are taken on the data
 divided by an exact power of two (``numerics.scale``), so the data's scale never changes a
 verdict, a fraction, a draw or a witness; singular values and tolerances are reported in the
@@ -25,7 +31,7 @@ test at one size), ``sweep`` (every size at once), ``bounds`` (floor, ceiling, b
 """
 
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
-from .bounds import babel_floor, exact_kruskal_rank, set_stats
+from .bounds import babel_floor, exact_kruskal_rank, fixed_rule, set_stats
 from .fixed import draw_decisions, shrink_witness, subset_test
 from .results import Bound, SetStats, SubsetTest, Sweep, Witness, clopper_pearson
 from .sampling import as_matrix
@@ -45,6 +51,7 @@ __all__ = [
     "draw_critical_sizes",
     "draw_decisions",
     "exact_kruskal_rank",
+    "fixed_rule",
     "kruskal_sweep",
     "set_stats",
     "shrink_witness",

@@ -25,9 +25,30 @@ from ..numerics.stream import tsqr, unit_of
 from .results import Bound, SetStats, every_rows_independent
 from .sampling import as_matrix, rows_of
 
-__all__ = ["BABEL_MAX_WORK", "babel_floor", "exact_kruskal_rank", "set_stats"]
+__all__ = ["BABEL_MAX_WORK", "babel_floor", "exact_kruskal_rank", "fixed_rule", "set_stats"]
 
 BABEL_MAX_WORK = 2e12  # the Babel floor is computed when T^2 d is at most this (T = 51 000 at d = 768)
+
+
+def fixed_rule(X: torch.Tensor, rule: RankRule, stats: SetStats | None = None,
+               need_stats: bool = True) -> tuple[RankRule, SetStats | None]:
+    """``rule`` fixed on the whole set X, and X's ``SetStats``: the one tolerance every result about X
+    and its subsets is decided under, ``max(atol, rtol * sigma_max(X))`` with ``rtol = max(T, d) *
+    eps`` by default (``RankRule.for_set``). The whole set's rank under it is ``stats.rank``, and
+    no subset's rank exceeds it (sigma_i(X_S) <= sigma_i(X)). ``stats`` are computed when not given
+    (for a rule already fixed, only when ``need_stats``)."""
+    if rule.fixed and (stats is not None or not need_stats):
+        return rule, stats
+    T, d = X.shape
+    if not rule.fixed and rule.formula_rtol(T, d) >= 1 and not rule.atol:
+        raise InputError(f"the rank rule's tolerance {rule.formula_rtol(T, d):.3g} * sigma_max (max(T, d) = {max(T, d)} "
+                         f"times eps({rule.dtype}) = {rule.eps:.3g}, or --rtol) is at least sigma_max, so no vector "
+                         f"could count as independent: give a smaller --rtol or an --atol, or features in a finer dtype")
+    stats = stats if stats is not None else set_stats(X, rule)
+    if rule.fixed:
+        return rule, stats
+    s1 = stats.unit_singular_values[0] if stats.unit_singular_values else 0.0
+    return rule.for_set(s1, stats.T, stats.d, stats.exponent), stats
 
 
 @with_numerics(threads=1)
@@ -95,6 +116,7 @@ def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_bl
     if float(T) * T * d > BABEL_MAX_WORK:
         return Bound(0, "babel", f"not computed: the Babel function of T = {T} rows takes O(T^2 d) time "
                                  f"(computed up to T^2 d = {BABEL_MAX_WORK:.0e}); no floor above 0 is claimed")
+    rule, _ = fixed_rule(X, rule, need_stats=False)
     unit, _ = unit_of(rows_of(X), rule)
     X64, rule = unit.materialize(), unit.rule  # T x d float64: T is small here
     kmax = min(kmax or min(T, d), T, d)
@@ -146,7 +168,7 @@ def _babel(Xn: torch.Tensor, m: int, row_block: int | None) -> torch.Tensor:
 def exact_kruskal_rank(X, rule: RankRule | None = None, max_subsets: int = 2_000_000) -> int:
     """The Kruskal rank by enumerating every subset (small cases only; used to test the bounds)."""
     X = as_matrix(X)
-    rule = rule or RankRule.for_dtype(X.dtype)
+    rule, _ = fixed_rule(X, rule or RankRule.for_dtype(X.dtype), need_stats=False)
     T, d = X.shape
     X64 = X.to(torch.float64)
     best = 0

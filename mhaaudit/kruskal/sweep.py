@@ -25,8 +25,8 @@ from ..numerics import (TINY_GRAM, RankRule, cholesky_margins, decide_prefix_ful
                         tf32_is_off, tf32_off, with_numerics)
 from ..numerics.stream import unit_of
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, MAX_SAMPLES, device_name, resolve_device
-from .bounds import babel_floor, set_stats
-from .fixed import shrink_witness
+from .bounds import babel_floor, fixed_rule
+from .fixed import SET_WITNESS_MAX_ENTRIES, shrink_witness
 from .results import Bound, SetStats, Sweep, Witness, clopper_pearson
 from .sampling import Gram, Progress, as_matrix, blocks_in_order, rows_of
 
@@ -164,7 +164,8 @@ def draw_critical_sizes(X, K: int, *, samples: int = DEFAULT_SAMPLES, seed: int 
                         device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """The nested draws of ``kruskal_sweep`` up to size K and each one's k*: ``(orderings (N, K), kstar (N,))``."""
     X = as_matrix(X)
-    unit, _ = unit_of(rows_of(X), rule or RankRule.for_dtype(X.dtype))
+    rule, _ = fixed_rule(X, rule or RankRule.for_dtype(X.dtype), need_stats=False)
+    unit, _ = unit_of(rows_of(X), rule)
     gram = Gram(unit, resolve_device(device))
     parts = [(idx.cpu(), kstar) for idx, kstar, _ in _critical_sizes_of_draws(gram, K, samples, seed, unit.rule, None)]
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
@@ -224,7 +225,7 @@ def kruskal_sweep(
     dev = resolve_device(device)
     T, d = X.shape
     K_all = min(T, d) if kmax is None else max(1, min(T, d, kmax))
-    stats = stats or set_stats(X, rule)
+    rule, stats = fixed_rule(X, rule, stats)  # one tolerance for the set and every subset
     K = max((k for k in range(1, K_all + 1) if stats.ceiling(k, rule) >= k), default=0)
     counts, rechecks, smallest, gram = torch.zeros(K + 2, dtype=torch.long), 0, None, None
     if K > 0:
@@ -239,6 +240,8 @@ def kruskal_sweep(
     fractions, ci_low, ci_high = _fractions(counts, K, K_all, samples)
     raw_estimate = max((k for k, f in enumerate(fractions, 1) if f >= threshold), default=0)
     witness = shrink_witness(X, smallest[1], rule) if smallest else None
+    if witness is None and stats.rank < T and T * d <= SET_WITNESS_MAX_ENTRIES:  # the set is dependent: show how
+        witness = shrink_witness(X, list(range(T)), rule)
     ceiling = _ceiling(witness, K, T, d, stats.rank)
     return Sweep(
         T=T, d=d, samples=samples, threshold=threshold, seed=seed, rule=rule, device=device_name(dev),
