@@ -83,8 +83,8 @@ TEST_COLUMNS = _cols(
     ("proven", "bool", "true exactly when exact_status is decided (fails or holds); always true with a witness"),
     ("planned_samples", "int64", "draws asked for (more than samples when a test stopped once decided); null "
                                  "where no draws are planned"),
-    ("set_rank", "int64", "numerical rank of the whole T x d set, a ceiling for every subset; null for "
-                          "Assumption 2"),
+    ("set_rank", "int64", "rank of the whole T x d set at the smallest tolerance any k-subset can have under "
+                          "the rule: a ceiling no k-subset's rank exceeds; null for Assumption 2"),
     ("device", "string", "where the draws were decided"),
     ("gram", "string", "how each draw's Gram matrix was formed: full (one T x T Gram), per-draw (from the "
                        "draw's rows, held in memory, for sets whose full Gram would exceed the memory bound) or mmap "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from mhaaudit.kruskal import fixed_rule
 from mhaaudit.kruskal.sampling import block_specs, draw_block
 from mhaaudit.numerics import RankRule
 
@@ -13,14 +12,8 @@ def gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def on_set(X: torch.Tensor, rule: RankRule) -> RankRule:
-    """``rule`` fixed on the whole set X: the one absolute tolerance every subset of X is decided under."""
-    return fixed_rule(X, rule, need_stats=False)[0] if not rule.fixed else rule
-
-
 def matrix_rank_full(X: torch.Tensor, rows, rule: RankRule) -> bool:
-    """Are the rows ``rows`` of X independent under ``rule``? (torch.linalg.matrix_rank, float64; a rule
-    fixed on a set (``on_set``) gives its one absolute tolerance, any other the matrix's own)"""
+    """Are the rows ``rows`` of X independent under ``rule``? (torch.linalg.matrix_rank, float64)"""
     S = X[rows].double()
     r = torch.linalg.matrix_rank(S, rtol=rule.rtol_for(S.shape[0], S.shape[1]), atol=rule.atol_value)
     return int(r) == S.shape[0]
@@ -57,9 +50,8 @@ def structured(T: int, d: int, rank: int, seed: int, dup: int = 0) -> torch.Tens
     return B.float()
 
 
-def near_tolerance_matrix(T: int, d: int, seed: int, fixed: bool = True) -> torch.Tensor:
-    """Rows whose d-subsets have a smallest singular value scattered around the float32 tolerance:
-    the one fixed on the whole set (``fixed``, the rule of every Kruskal result) or each subset's own.
+def near_tolerance_matrix(T: int, d: int, seed: int) -> torch.Tensor:
+    """Rows whose d-subsets have a smallest singular value scattered around the float32 tolerance.
 
     A rank d-1 part plus a small component along the last direction; the size of that component
     is chosen (by matrix_rank itself) so that about half of random d-subsets are full rank.
@@ -70,11 +62,11 @@ def near_tolerance_matrix(T: int, d: int, seed: int, fixed: bool = True) -> torc
     rule = RankRule.for_dtype(torch.float32)
     probe = torch.rand(100, T, generator=g).topk(d, dim=1).indices
     best, best_gap = None, 2.0
-    for eps in torch.logspace(-7, -1, 61, dtype=torch.float64):
+    for eps in torch.logspace(-7, -3, 41, dtype=torch.float64):
         scale = torch.ones(d, dtype=torch.float64)
         scale[-1] = eps
         X = ((coef * scale) @ Q.T).float()
-        frac = float(matrix_rank_decisions(X, probe, on_set(X, rule) if fixed else rule).float().mean())
+        frac = float(matrix_rank_decisions(X, probe, rule).float().mean())
         if abs(frac - 0.5) < best_gap:
             best, best_gap = X, abs(frac - 0.5)
     return best

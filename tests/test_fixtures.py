@@ -39,11 +39,10 @@ def rule_for(entry: dict) -> RankRule:
 
 def dependent(X: np.ndarray, rows, entry: dict) -> bool:
     """The tolerance rule of the index, applied with torch.linalg.matrix_rank (an independent oracle)."""
-    X64 = torch.from_numpy(np.asarray(X, dtype=np.float64))
-    sub = X64[list(rows)]
+    sub = torch.from_numpy(np.asarray(X, dtype=np.float64)[list(rows)])
+    k, d = sub.shape
     eps = INDEX["tolerance"]["eps"][entry["dtype"]]
-    tol = float(torch.linalg.svdvals(X64)[0]) * max(X64.shape) * eps  # one tolerance for the set and its subsets
-    return int(torch.linalg.matrix_rank(sub, rtol=0.0, atol=tol)) < len(rows)
+    return int(torch.linalg.matrix_rank(sub, rtol=max(k, d) * eps)) < k
 
 
 def test_the_fixtures_are_small_and_cover_the_planted_structures():
@@ -74,10 +73,9 @@ def test_index_describes_the_file(name):
         assert len(entry["witness"]) <= r + 1 and dependent(X, entry["witness"], entry)
     near = entry.get("near_tolerance")
     if near:
-        X64 = torch.from_numpy(X.astype(np.float64))
-        s = torch.linalg.svdvals(X64[near["subset"]])
-        tol = float(torch.linalg.svdvals(X64)[0]) * max(X64.shape) * INDEX["tolerance"]["eps"][entry["dtype"]]
-        ratio = float(s[-1]) / tol  # against the set's one tolerance
+        S = torch.from_numpy(X[near["subset"]].astype(np.float64))
+        s = torch.linalg.svdvals(S)
+        ratio = float(s[-1] / (s[0] * max(S.shape) * INDEX["tolerance"]["eps"][entry["dtype"]]))
         assert ratio == pytest.approx(near["sigma_min_over_tol"], abs=1e-5)
         assert (ratio > 1) == (near["side"] == "above") and abs(ratio - 1) < 0.01
         assert dependent(X, near["subset"], entry) == (near["side"] == "below")

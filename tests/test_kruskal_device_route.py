@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from matrices import on_set, dominant, kstar_brute, matrix_rank_decisions, near_tolerance_matrix, structured
+from matrices import dominant, kstar_brute, matrix_rank_decisions, near_tolerance_matrix, structured
 
 from mhaaudit.kruskal import draw_decisions, kruskal_sweep, sampling, subset_test
 from mhaaudit.kruskal.sampling import DRAW_BLOCK, KERNELS_ENV, Gram, device_kernels
@@ -61,7 +61,7 @@ def test_fixed_size_decisions_draw_by_draw(monkeypatch, name, make, k, rule_kw):
     rule = RankRule.for_dtype(X.dtype, **rule_kw)
     (i0, f0), (i1, f1) = _routes(monkeypatch, lambda: draw_decisions(X, k, samples=260, seed=3, rule=rule))
     assert torch.equal(i0, i1)
-    assert torch.equal(f1, matrix_rank_decisions(X, i1, on_set(X, rule)))
+    assert torch.equal(f1, matrix_rank_decisions(X, i1, rule))
     assert torch.equal(f0, f1)
 
 
@@ -86,7 +86,7 @@ def test_sweep_critical_sizes_draw_by_draw(monkeypatch, name, make, k, rule_kw):
     (o0, k0), (o1, k1) = _routes(monkeypatch, lambda: draw_critical_sizes(X, K, samples=130, seed=2, rule=rule))
     assert torch.equal(o0, o1) and torch.equal(k0, k1)
     for order, kstar in list(zip(o1, k1.tolist()))[::4]:  # every 4th draw against matrix_rank
-        assert kstar == kstar_brute(X, order, on_set(X, rule))
+        assert kstar == kstar_brute(X, order, rule)
 
 
 @needs_lapack

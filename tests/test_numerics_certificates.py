@@ -49,7 +49,7 @@ def test_lambda_max_bounds_bracket_lambda_max(k, common, seed):
 
 
 def _draws_and_grams(k: int, rule_kw: dict):
-    X = near_tolerance_matrix(60, 12, 0, fixed=False)
+    X = near_tolerance_matrix(60, 12, 0)
     rule = RankRule.for_dtype(X.dtype, **rule_kw)
     idx = all_draws(60, k, 200, 1, sort=True)
     rows = X.double()[idx]

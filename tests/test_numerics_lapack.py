@@ -85,7 +85,7 @@ def test_entries_from_the_rows_are_those_of_the_full_gram():
 @pytest.mark.parametrize("deficient_first", [False, True])
 @pytest.mark.parametrize("rule_kw", [{}, {"rtol": 1e-3}, {"atol": 0.5}])
 def test_decide_draws_agree_with_matrix_rank(deficient_first, rule_kw, route):
-    X = near_tolerance_matrix(60, 12, 0, fixed=False)
+    X = near_tolerance_matrix(60, 12, 0)
     rule = RankRule.for_dtype(X.dtype, **rule_kw)
     gram = Gram(X, torch.device("cpu"))
     idx = all_draws(60, 12, 300, 1, sort=True).numpy()  # 85-92% settled, depending on the seed

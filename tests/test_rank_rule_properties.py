@@ -1,8 +1,11 @@
-"""Properties of the one rank rule a result is decided under, over random matrices with planted
-structure (duplicated rows, low-rank blocks, directions next to the tolerance, permuted rows).
+"""Properties of the rank rule, over random matrices with planted structure (duplicated rows,
+low-rank blocks, directions next to the tolerance, permuted rows). Every matrix's rank is decided
+under the paper's rule on that matrix (sigma > sigma_max(M) * max(rows, cols) * eps); the whole
+set's rank reported at size k is its rank at the smallest tolerance any k-subset can have
+(``SetStats.ceiling``).
 
-* no subset's rank exceeds the whole set's, on every route (the reference SVD, the LAPACK
-  kernels, the batched torch kernels, the sweep);
+* no k-subset's rank exceeds the whole-set rank reported at k, on every route (the reference
+  SVD, torch.linalg.matrix_rank, the LAPACK kernels, the batched torch kernels, the sweep);
 * a witness means the exact status fails, and every decided exact status is true (brute force);
 * certified floor <= estimate <= certified ceiling;
 * the exact status does not change under a permutation of the rows or a power-of-ten scaling
@@ -20,7 +23,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mhaaudit.kruskal import exact_kruskal_rank, fixed_rule, kruskal_sweep, subset_test
+from mhaaudit.kruskal import exact_kruskal_rank, fixed_rule, kruskal_sweep, set_stats, subset_test
 from mhaaudit.kruskal.sampling import KERNELS_ENV
 from mhaaudit.numerics import RankRule, svd_rank
 
@@ -77,27 +80,37 @@ def _subsets(T: int, k: int, n: int, seed: int) -> list[list[int]]:
     return [sorted(torch.randperm(T, generator=g)[:k].tolist()) for _ in range(n)]
 
 
+def _own_rank(X: torch.Tensor, rows) -> int:
+    """torch.linalg.matrix_rank of the rows at their own tolerance (the paper's rule, an independent oracle)."""
+    S = X[list(rows)].double()
+    return int(torch.linalg.matrix_rank(S, rtol=max(S.shape) * RULE.eps))
+
+
 @FAST
 @given(planted(), st.integers(0, 1000))
-def test_no_subset_has_a_higher_rank_than_the_whole_set(case, seed):
+def test_no_subset_has_a_higher_rank_than_the_whole_set_rank_reported_at_its_size(case, seed):
     X, _ = case
     T, d = X.shape
     rule, stats = fixed_rule(X, RULE)
+    assert rule == RULE  # the per-matrix rule, as given
     for k in range(1, T + 1):
+        ceil = stats.ceiling(k, rule)
+        assert stats.rank <= ceil  # the set as one matrix has a tolerance no smaller than a k-subset's least
         for rows in _subsets(T, k, 6, seed + k):
             rank = int(svd_rank(X[rows], rule)[0])
-            assert rank <= stats.rank, (k, rows, rank, stats.rank)
-            assert rank <= stats.ceiling(k, rule)
+            assert rank == _own_rank(X, rows)
+            assert rank <= ceil, (k, rows, rank, ceil)
     for route in ("lapack", "torch"):
         with kernels(route):
             for k in {1, min(T, d), max(1, min(T, d) - 1)}:
                 res = subset_test(X, k, samples=64, seed=seed, rule=RULE)
-                assert max(res.rank_histogram, default=0) <= stats.rank, (route, k, res.rank_histogram)
-                if res.set_rank is not None:
-                    assert res.set_rank == stats.rank
+                assert res.set_rank == stats.ceiling(k, RULE)
+                assert max(res.rank_histogram, default=0) <= res.set_rank, (route, k, res.rank_histogram)
+                assert f"{res.set_rank}" in res.record()["reason"] or res.sampled or res.exact_basis != "set-rank"
             sw = kruskal_sweep(X, samples=64, seed=seed, rule=RULE)
-            assert sw.kmax_sampled <= stats.rank
-            assert all(f == 0.0 for k, f in zip(sw.ks, sw.fractions) if k > stats.rank)
+            for k, f in zip(sw.ks, sw.fractions):
+                if stats.ceiling(k, RULE) < k:
+                    assert f == 0.0 and sw.exact_at(k)[0] == "fails"
 
 
 @FAST
@@ -113,6 +126,8 @@ def test_a_witness_means_fails_and_every_decided_status_is_true(case, seed):
                 if res.witness is not None:
                     assert (res.exact_status, res.proven) == ("fails", True)
                     assert len(res.witness.indices) <= truth + 1
+                    w = res.witness.indices  # dependent under the rule at its own tolerance
+                    assert _own_rank(X, w) < len(w)
                 assert res.proven == (res.exact_status != "undecided")
                 if res.exact_status == "fails":
                     assert truth < k, (route, k, truth, res.reason)

@@ -110,7 +110,8 @@ def kruskal(
         command="kruskal", seed=settings.seed, device=settings.device_name, tolerance=rule.as_dict(),
         threshold=settings.threshold, samples=settings.samples,
         inputs={"source": source, "T": T, "d": d, "n": n, "dtype": str(X.dtype).replace("torch.", "")},
-        set_rank=stats.rank, timings_s=timings, total_s=round(time.perf_counter() - t0, 3),
+        set_rank=stats.rank, set_rank_ceilings={str(t.k): t.set_rank for t in tests if t.set_rank is not None},
+        timings_s=timings, total_s=round(time.perf_counter() - t0, 3),
         storage="memory-mapped" if isinstance(X, MappedArray) else "memory", peak_rss_bytes=peak_rss_bytes(),
     )
     if captured:

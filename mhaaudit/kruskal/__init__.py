@@ -17,10 +17,12 @@ Every test at one size k carries both answers under separate names: the estimate
 the paper's rule (``verdict``) and the exact status (``exact_status``: fails, holds or undecided,
 with ``exact_basis``: witness, set-rank, dimension, exhaustive, certified-floor or none).
 
-All rank decisions of a result use one ``RankRule`` fixed on the whole set (``fixed_rule``: one
-absolute tolerance, sigma_max(whole set) * max(T, d) * eps by default, for the set and every
-subset, so no subset's rank exceeds the set's) and equal ``torch.linalg.matrix_rank`` on the same
-float64 rows with the same tolerance (see ``mhaaudit.numerics``). They are taken on the data
+Every rank decision (a draw, a witness, the whole set) uses the paper's rule on that matrix, one
+``RankRule`` (``fixed_rule`` returns it as given: sigma_max(M) * max(rows, cols) * eps by default)
+and equals ``torch.linalg.matrix_rank`` on the same float64 rows with the same tolerance (see
+``mhaaudit.numerics``). The whole set's rank reported beside a test at size k (``set_rank``) is
+``SetStats.ceiling(k, rule)``: its rank at the smallest tolerance any k-subset can have, which no
+k-subset's rank exceeds. They are taken on the data
 divided by an exact power of two (``numerics.scale``), so the data's scale never changes a
 verdict, a fraction, a draw or a witness; singular values and tolerances are reported in the
 data's own units. The same draws and decisions come out on every device: the draws come from a

@@ -30,25 +30,27 @@ __all__ = ["BABEL_MAX_WORK", "babel_floor", "exact_kruskal_rank", "fixed_rule", 
 BABEL_MAX_WORK = 2e12  # the Babel floor is computed when T^2 d is at most this (T = 51 000 at d = 768)
 
 
-def fixed_rule(X: torch.Tensor, rule: RankRule, stats: SetStats | None = None,
+def fixed_rule(X, rule: RankRule, stats: SetStats | None = None,
                need_stats: bool = True) -> tuple[RankRule, SetStats | None]:
-    """``rule`` fixed on the whole set X, and X's ``SetStats``: the one tolerance every result about X
-    and its subsets is decided under, ``max(atol, rtol * sigma_max(X))`` with ``rtol = max(T, d) *
-    eps`` by default (``RankRule.for_set``). The whole set's rank under it is ``stats.rank``, and
-    no subset's rank exceeds it (sigma_i(X_S) <= sigma_i(X)). ``stats`` are computed when not given
-    (for a rule already fixed, only when ``need_stats``)."""
-    if rule.fixed and (stats is not None or not need_stats):
-        return rule, stats
+    """The rule every rank decision about X and its subsets is taken under, and X's ``SetStats``.
+
+    The rule is the paper's, per matrix: a matrix M (a draw, a witness, the whole set) has the
+    singular values above ``max(atol, rtol * sigma_max(M))`` as its rank, with ``rtol = max(rows,
+    cols) * eps`` by default, so ``rule`` is returned as it is. The whole set's rank that is
+    reported beside a test at size k is ``stats.ceiling(k, rule)``: its rank at the smallest
+    tolerance any k-subset can have under the rule. Since sigma_i(X_S) <= sigma_i(X), no k-subset's
+    rank exceeds it. ``stats`` are computed when not given and ``need_stats``.
+
+    A rule under which no vector of any subset could count as independent (its tolerance at
+    ``d`` columns, the smallest any subset has, is at least sigma_max) is refused."""
     T, d = X.shape
-    if not rule.fixed and rule.formula_rtol(T, d) >= 1 and not rule.atol:
-        raise InputError(f"the rank rule's tolerance {rule.formula_rtol(T, d):.3g} * sigma_max (max(T, d) = {max(T, d)} "
-                         f"times eps({rule.dtype}) = {rule.eps:.3g}, or --rtol) is at least sigma_max, so no vector "
-                         f"could count as independent: give a smaller --rtol or an --atol, or features in a finer dtype")
-    stats = stats if stats is not None else set_stats(X, rule)
-    if rule.fixed:
-        return rule, stats
-    s1 = stats.unit_singular_values[0] if stats.unit_singular_values else 0.0
-    return rule.for_set(s1, stats.T, stats.d, stats.exponent), stats
+    if rule.rtol_for(1, d) >= 1 and not rule.atol:
+        raise InputError(f"the rank rule's tolerance {rule.rtol_for(1, d):.3g} * sigma_max (at least d = {d} times "
+                         f"eps({rule.dtype}) = {rule.eps:.3g}, or --rtol) is at least sigma_max, so no vector could "
+                         "count as independent: give a smaller --rtol or an --atol, or features in a finer dtype")
+    if stats is None and need_stats:
+        stats = set_stats(X, rule)
+    return rule, stats
 
 
 @with_numerics(threads=1)

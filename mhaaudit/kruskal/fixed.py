@@ -93,6 +93,16 @@ def _shrink(unit: Unit, indices) -> Witness:
     return best
 
 
+def _set_witness(unit: Unit, T: int) -> Witness | None:
+    """A small dependent subset of the whole set, each candidate decided under the rule at its own
+    tolerance; None when the set as one matrix is independent under its own tolerance (a ceiling
+    below k can come from the smaller tolerance of a k-subset, which the set itself does not have)."""
+    try:
+        return _shrink(unit, list(range(T)))
+    except ValueError:
+        return None
+
+
 def _decided_draws(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, progress: Progress | None = None):
     """Yield ``(indices, decision)`` for consecutive groups of whole blocks of the seeded draws.
 
@@ -239,7 +249,8 @@ def _by_dimension(k: int, T: int, d: int, base: dict) -> SubsetTest | None:
 
 def _without_sampling(X, unit: Unit, k: int, stats: SetStats, base: dict, first_zero: int | None):
     """The answer when no sampling is needed (k above the set's rank ceiling, k = T), or None.
-    ``base["rule"]`` is the rule fixed on the whole set."""
+    The whole set's rank reported at size k is its ceiling there (``SetStats.ceiling``): its rank
+    at the smallest tolerance any k-subset can have under the rule, which no k-subset exceeds."""
     T, d = X.shape
     rule = base["rule"]
     ceil_k = stats.ceiling(k, rule)
@@ -247,15 +258,16 @@ def _without_sampling(X, unit: Unit, k: int, stats: SetStats, base: dict, first_
         witness = None
         if stats.zero_rows and first_zero is not None:
             witness = Witness((first_zero,), (0.0,), 0.0, 0)
-        elif stats.rank < T and T * d <= SET_WITNESS_MAX_ENTRIES:  # the set is dependent: a subset of it shows how
-            witness = _shrink(unit, list(range(T)))
-        reason = (f"the whole set has numerical rank {stats.rank} (at most {ceil_k} for any {k}-subset under the rule), "
-                  f"so no {rows_phrase(k)} {'is' if k == 1 else 'are'} independent (no sampling needed; a proof)")
+        elif T * d <= SET_WITNESS_MAX_ENTRIES:  # the set is dependent: a subset of it shows how
+            witness = _set_witness(unit, T)
+        reason = (f"the whole set has numerical rank {ceil_k} at the smallest tolerance any {k}-subset can have under "
+                  f"the rule, and no subset's rank exceeds it, so no {rows_phrase(k)} {'is' if k == 1 else 'are'} "
+                  "independent (no sampling needed; a proof)")
         scope = "whole-set" if k >= T else "subsets"
         if scope == "whole-set":
             reason += _whole_set_note(base["check"], k, T, d)
         return SubsetTest(samples=0, satisfied=0, fraction=0.0, ci_low=0.0, ci_high=0.0, verdict="fails",
-                          reason=reason, sampled=False, set_rank=stats.rank, witness=witness, exact_status="fails",
+                          reason=reason, sampled=False, set_rank=ceil_k, witness=witness, exact_status="fails",
                           exact_basis="set-rank", scope=scope, **base)
     if k == T:  # one subset only: decide it exactly, no sampling
         ok = _prove(unit, list(range(T))) is None
@@ -264,7 +276,7 @@ def _without_sampling(X, unit: Unit, k: int, stats: SetStats, base: dict, first_
                           verdict="holds" if ok else "fails", reason=f"k = T = {T}: the only subset is the whole set, "
                           f"which is {'independent' if ok else 'dependent'} (decided exactly, no sampling)"
                           + _whole_set_note(base["check"], k, T, d),
-                          sampled=False, set_rank=stats.rank, witness=witness,
+                          sampled=False, set_rank=ceil_k, witness=witness,
                           exact_status="holds" if ok else "fails", exact_basis="exhaustive" if ok else "witness",
                           scope="whole-set", **base)
     return None
@@ -335,6 +347,6 @@ def subset_test(
         verdict="holds" if frac >= threshold else "fails", reason=_reason(t, k, threshold, witness, samples, max_fail),
         witness=witness, exact_status="fails" if witness is not None else "undecided",
         exact_basis="witness" if witness is not None else "none", rank_histogram=t.histogram, histogram_draws=t.histogram_draws + t.satisfied,
-        exact_rechecks=t.rechecks, sampled=True, set_rank=stats.rank, planned_samples=samples if t.stopped else None,
+        exact_rechecks=t.rechecks, sampled=True, set_rank=stats.ceiling(k, rule), planned_samples=samples if t.stopped else None,
         gram=gram.route, **base,
     )

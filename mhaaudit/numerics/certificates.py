@@ -295,9 +295,7 @@ def decide_prefix_full_rank(G: torch.Tensor, ks: torch.Tensor, rows_fn, d: int, 
     Gm = G.masked_fill(pad[:, :, None] | pad[:, None, :], 0.0)
     lo, hi = lambda_max_bounds(Gm)
     kf = ks.to(G.dtype)
-    if rule.fixed:  # one absolute tolerance for every size
-        r = torch.zeros_like(kf)
-    elif rule.rtol is not None:
+    if rule.rtol is not None:
         r = torch.full_like(kf, float(rule.rtol))
     elif rule.atol is not None and rule.atol > 0:
         r = torch.zeros_like(kf)

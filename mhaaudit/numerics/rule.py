@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -148,27 +148,15 @@ def with_numerics(threads: int | None = None):
 class RankRule:
     """Which singular values count as non-zero.
 
-    A rule as given (``for_dtype``) is a formula: ``tol = max(atol, rtol * sigma_max)``; with
-    neither given, ``rtol = max(rows, cols) * eps`` (``eps`` of the features' dtype) and
-    ``atol = 0``; with only ``atol > 0`` given, ``rtol = 0``: ``torch.linalg.matrix_rank``'s
-    semantics for one matrix.
-
-    A result about the subsets of one set uses the rule *fixed on that set* (``for_set``): the
-    formula is evaluated once, on the whole T x d set, and the number it gives is the tolerance
-    of the set and of every subset of it: ``tol = max(atol, rtol * sigma_max(whole set))`` with
-    ``rtol = max(T, d) * eps`` by default. Deleting rows never raises a singular value
-    (sigma_i(X_S) <= sigma_i(X)), so under one absolute tolerance no subset has a higher rank
-    than the set. ``set_sigma * 2**set_exponent`` is the whole set's sigma_max (kept as a value
-    and an exponent so that rescaling by powers of two is exact whatever the data's scale).
+    ``tol = max(atol, rtol * sigma_max)``; with neither given, ``rtol = max(rows, cols) * eps``
+    (``eps`` of the features' dtype) and ``atol = 0``; with only ``atol > 0`` given, ``rtol = 0``.
+    These are ``torch.linalg.matrix_rank``'s semantics.
     """
 
     rtol: float | None = None
     atol: float | None = None
     eps: float = float(torch.finfo(torch.float32).eps)
     dtype: str = "float32"
-    set_sigma: float | None = None  # sigma_max of the whole set, divided by 2**set_exponent
-    set_exponent: int = 0
-    set_size: int = 0  # max(T, d) of the whole set
 
     @classmethod
     def for_dtype(cls, dtype: torch.dtype | str, rtol: float | None = None, atol: float | None = None) -> "RankRule":
@@ -180,54 +168,19 @@ class RankRule:
             dtype = torch.float64
         return cls(rtol=rtol, atol=atol, eps=float(torch.finfo(dtype).eps), dtype=str(dtype).replace("torch.", ""))
 
-    @property
-    def fixed(self) -> bool:
-        """Whether the rule is fixed on a whole set (one absolute tolerance for it and its subsets)."""
-        return self.set_sigma is not None
-
-    def for_set(self, sigma_max: float, T: int, d: int, exponent: int = 0) -> "RankRule":
-        """This rule fixed on a T x d set whose largest singular value is ``sigma_max * 2**exponent``
-        (in the units of the data the rule is for). A rule already fixed stays as it is."""
-        if self.fixed:
-            return self
-        return replace(self, set_sigma=float(sigma_max), set_exponent=int(exponent), set_size=max(int(T), int(d)))
-
-    def formula_rtol(self, rows: int, cols: int) -> float:
+    def rtol_for(self, rows: int, cols: int) -> float:
         if self.rtol is not None:
             return float(self.rtol)
         if self.atol is not None and self.atol > 0:
             return 0.0
         return max(rows, cols) * self.eps
 
-    def rtol_for(self, rows: int, cols: int) -> float:
-        """The relative part of the tolerance of a rows x cols matrix: 0 for a rule fixed on a set
-        (its tolerance is absolute, ``atol_value``)."""
-        if self.fixed:
-            return 0.0
-        return self.formula_rtol(rows, cols)
-
-    @property
-    def set_tol(self) -> float:
-        """A fixed rule's tolerance, in the units of the data it is for."""
-        from .scale import ldexp
-
-        r = self.formula_rtol(self.set_size, self.set_size)
-        return max(float(self.atol or 0.0), r * ldexp(float(self.set_sigma), self.set_exponent))
-
     @property
     def atol_value(self) -> float:
-        if self.fixed:
-            return self.set_tol
         return float(self.atol or 0.0)
 
     def tol(self, sigma_max: torch.Tensor | float, rows: int, cols: int):
-        """The tolerance for a rows x cols matrix with largest singular value ``sigma_max`` (for a
-        rule fixed on a set: the set's tolerance, whatever the matrix)."""
-        if self.fixed:
-            t = self.set_tol
-            if isinstance(sigma_max, torch.Tensor):
-                return torch.full_like(sigma_max, t)
-            return t
+        """The tolerance for a rows x cols matrix with largest singular value ``sigma_max``."""
         r = self.rtol_for(rows, cols)
         if isinstance(sigma_max, torch.Tensor):
             return torch.clamp(sigma_max * r, min=self.atol_value)
@@ -235,33 +188,15 @@ class RankRule:
 
     def in_units(self, exponent: int) -> "RankRule":
         """The same rule for data divided by ``2**exponent``: the absolute tolerance is divided with
-        them (``rtol`` stays 0 where only ``atol`` was given, even if the quotient underflows); a
-        fixed rule's sigma_max too, exactly (its exponent changes)."""
-        from .scale import ldexp
-
-        if self.fixed:
-            if not exponent:
-                return self
-            return replace(self, atol=ldexp(float(self.atol), -exponent) if self.atol else self.atol,
-                           set_exponent=self.set_exponent - exponent)
+        them (``rtol`` stays 0 where only ``atol`` was given, even if the quotient underflows)."""
         if not exponent or not self.atol:
             return self
+        from .scale import ldexp
+
         rtol = 0.0 if self.rtol is None else self.rtol
         return RankRule(rtol=rtol, atol=ldexp(float(self.atol), -exponent), eps=self.eps, dtype=self.dtype)
 
     def describe(self) -> str:
-        if self.fixed:
-            from .scale import ldexp
-
-            smax = ldexp(float(self.set_sigma), self.set_exponent)
-            if self.rtol is None and not (self.atol and self.atol > 0):
-                how = f"sigma_max(whole set) * max(T, d) * eps({self.dtype}) = {smax:.6g} * {self.set_size} * {self.eps:.3g}"
-            elif self.rtol is None:
-                how = f"atol = {float(self.atol):.3g}"
-            else:
-                how = f"max(atol = {float(self.atol or 0.0):.3g}, rtol = {float(self.rtol):.3g} * sigma_max(whole set) = {smax:.6g})"
-            return (f"sigma > tol = {self.set_tol:.6g}, where tol = {how}: one tolerance for the whole set and every "
-                    "subset of it (so no subset's rank exceeds the set's), computed in float64")
         if self.rtol is None and not (self.atol and self.atol > 0):
             return (
                 f"sigma > sigma_max * max(rows, cols) * eps({self.dtype}) with eps = {self.eps:.3g} "
@@ -270,10 +205,4 @@ class RankRule:
         return f"sigma > max(atol = {self.atol_value:.3g}, rtol = {self.rtol_for(1, 1):.3g} * sigma_max), computed in float64"
 
     def as_dict(self) -> dict:
-        out = {"rtol": self.rtol, "atol": self.atol, "eps": self.eps, "dtype": self.dtype, "rule": self.describe()}
-        if self.fixed:
-            from .scale import ldexp
-
-            out.update({"scope": "whole set", "tol": self.set_tol,
-                        "set_sigma_max": ldexp(float(self.set_sigma), self.set_exponent), "set_size": self.set_size})
-        return out
+        return {"rtol": self.rtol, "atol": self.atol, "eps": self.eps, "dtype": self.dtype, "rule": self.describe()}
