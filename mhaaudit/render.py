@@ -201,7 +201,7 @@ def kruskal_report(tests: list[SubsetTest], sw: Sweep | None, meta: dict, n: int
     ceilings = meta.get("set_rank_ceilings") or {}
     at_k = "".join(f"; at k = {k}: {c}" for k, c in ceilings.items())
     out.append(f"Whole set as one matrix: numerical rank {meta['set_rank']} under its own tolerance; whole-set rank at "
-               f"the smallest tolerance a k-subset can have (no k-subset's rank exceeds it){at_k or ': see each test'}. "
+               f"the smallest tolerance a k-subset can have (no k-subset's rank exceeds it){at_k or ': the sweep certifies its ceiling with it'}. "
                f"Rank rule: {meta['tolerance']['rule']}. "
                f"Threshold {meta['threshold']}, {meta['samples']} draws, seed {meta['seed']}, device {meta['device']}, "
                f"{meta['total_s']} s.")

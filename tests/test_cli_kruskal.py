@@ -692,3 +692,21 @@ def test_a_dtype_too_coarse_for_the_default_rule_is_refused(capsys, tmp_path):
     assert_one_error(rc, err, "no vector could count as independent")
     doc = json_run(capsys, "kruskal", _save("safetensors", tmp_path, X), "--k", "2", "--rtol", "1e-3", *FAST)
     assert doc["records"][0]["verdict"] in ("holds", "fails")
+
+
+def test_no_draw_out_ranks_the_whole_set_rank_reported_at_its_size(capsys, tmp_path):
+    """A small direction hidden from the whole set by its own tolerance but seen by small subsets:
+    the draws keep the paper's per-matrix rule, and the whole-set rank reported at k is the ceiling
+    at the smallest tolerance a k-subset can have, which no draw exceeds."""
+    g = np.random.default_rng(3)
+    X = g.standard_normal((40, 6))
+    X[:, -1] *= 3e-6  # below the set's own tolerance, sigma_max * 40 * eps32, above a 3-subset's
+    X[0] *= 1e3
+    np.save(tmp_path / "x.npy", X.astype(np.float32))
+    doc = json_run(capsys, "kruskal", tmp_path / "x.npy", "--k", "6", "--k", "3", "--samples", "200", "--all-draws")
+    own = doc["meta"]["set_rank"]
+    for r in doc["records"]:
+        top = max(int(k) for k in r["rank_histogram"])
+        assert top <= r["set_rank"] == doc["meta"]["set_rank_ceilings"][str(r["k"])]
+        assert r["set_rank"] >= own
+    assert any(max(int(k) for k in r["rank_histogram"]) > own for r in doc["records"])  # the ceiling is needed
