@@ -150,7 +150,8 @@ def record_evidence(rec: dict) -> str:
         size = len(rec["witness"])
         out += f"; a dependent {size}-subset was found, a proof that the Kruskal rank is below {size}"
     if rec.get("set_rank") is not None and rec["set_rank"] < min(rec["T"], d):
-        out += f"; the whole set has rank {rec['set_rank']} < min(T, d) = {min(rec['T'], d)}"
+        out += (f"; the whole set has rank {rec['set_rank']} < min(T, d) = {min(rec['T'], d)} at the smallest tolerance "
+                f"any {k}-subset can have (a ceiling for every draw)")
     return out
 
 
