@@ -23,7 +23,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mhaaudit.kruskal import exact_kruskal_rank, fixed_rule, kruskal_sweep, set_stats, subset_test
+from mhaaudit.kruskal import exact_kruskal_rank, fixed_rule, kruskal_sweep, subset_test
 from mhaaudit.kruskal.sampling import KERNELS_ENV
 from mhaaudit.numerics import RankRule, svd_rank
 

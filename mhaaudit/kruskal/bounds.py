@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..numerics import EPS64, RankRule, rounding_margin, row_norms, scaled, svd_rank, with_numerics
+from ..numerics import EPS64, RankRule, rounding_margin, row_norms, svd_rank, with_numerics
 from ..numerics.stream import tsqr, unit_of
 from .results import Bound, SetStats, every_rows_independent
 from .sampling import as_matrix, rows_of
