@@ -103,6 +103,22 @@ class ContextRankResult:
     deficient_examples: tuple[int, ...] = ()
     check: str = "assumption_2"
 
+    @property
+    def exact_status(self) -> str:
+        """Every example's rank is decided exactly, so the count is the exact answer (the estimate
+        verdict is the same): fails, holds, or undecided when there are no examples."""
+        return self.verdict if self.verdict in ("holds", "fails") else "undecided"
+
+    @property
+    def exact_basis(self) -> str:
+        if self.exact_status == "undecided":
+            return "none"
+        return "dimension" if self.n > self.d else "exhaustive"
+
+    @property
+    def proven(self) -> bool:
+        return self.exact_status != "undecided"
+
     def record(self, seed: int | None = None) -> dict:
         frac = self.full / self.T if self.T else 0.0
         return {
@@ -117,6 +133,9 @@ class ContextRankResult:
             "ci_high": frac,
             "threshold": 1.0,
             "verdict": self.verdict,
+            "exact_status": self.exact_status,
+            "exact_basis": self.exact_basis,
+            "scope": "per-example",
             "reason": self.reason,
             "tolerance": self.rule.describe(),
             "seed": seed,
@@ -125,7 +144,7 @@ class ContextRankResult:
             "rank_histogram": {str(k): v for k, v in sorted(self.rank_histogram.items())},
             "exact_rechecks": 0,
             "sampled": False,
-            "proven": True,
+            "proven": self.proven,
             "set_rank": None,
             "min_margin": self.min_margin,
         }

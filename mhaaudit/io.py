@@ -293,8 +293,10 @@ def _from_parquet(path: Path, key: str | None):
     if list_cols:
         col = list_cols[0]
         value_type = table.schema.field(col).type.value_type
-        # Floating vectors keep their dtype (the rank tolerance depends on it); others become float64.
-        dtype = value_type.to_pandas_dtype() if pa.types.is_floating(value_type) else np.float64
+        # Floating vectors keep their dtype (the rank tolerance depends on it), and so do integers and
+        # booleans, which the feature check converts to float64 exactly or refuses (``as_matrix``).
+        exact = pa.types.is_floating(value_type) or pa.types.is_integer(value_type) or pa.types.is_boolean(value_type)
+        dtype = value_type.to_pandas_dtype() if exact else np.float64
         column = table.column(col)
         if column.null_count:
             raise InputError(f"{path}: column {col!r} has missing vectors (nulls)")
@@ -432,7 +434,8 @@ def _list_column_matrix(column, dtype, path: Path, col: str) -> np.ndarray:
     lo, hi = (pc.min(lengths).as_py(), pc.max(lengths).as_py()) if T else (0, 0)
     if lo != hi:
         raise InputError(f"{path}: column {col!r} holds vectors of different lengths")
-    if not pa.types.is_floating(column.type.value_type) and not pa.types.is_integer(column.type.value_type):
+    vt = column.type.value_type
+    if not (pa.types.is_floating(vt) or pa.types.is_integer(vt) or pa.types.is_boolean(vt)):
         raise InputError(f"{path}: column {col!r} does not hold numeric vectors")
     d = int(lo or 0)
     out = np.empty((T, d), dtype=dtype)
@@ -477,7 +480,11 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple["torch.
         if ext == ".npy":
             _check_npy(p)
             arr = _load_npy(p)
-            if arr.dtype.kind not in "fiu":
+            if arr.dtype.kind == "c":
+                raise InputError(f"{p}: complex features ({arr.dtype}) are not supported: linear independence is "
+                                 "decided over the reals, and dropping the imaginary part would prove false things; "
+                                 "give real features")
+            if arr.dtype.kind not in "fiub":
                 raise InputError(f"{p}: array of dtype {arr.dtype} is not numeric")
             if not arr.dtype.isnative:  # big-endian data is read as numpy reads it, in the machine's order
                 arr = np.asarray(arr).astype(arr.dtype.newbyteorder("="))

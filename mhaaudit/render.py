@@ -58,16 +58,43 @@ def verdict_text(verdict: str) -> str:
     return f"[{style}]{verdict}[/{style}]"
 
 
+WHOLE_SET_MARK = "whole set"
+WHOLE_SET_LEGEND = ("[yellow]whole set[/yellow]: k reaches T, so the test is one set, not a sample of k-subsets: "
+                    "it does not answer the paper's question (the reason names the run that does).")
+
+
+def estimate_text(rec: dict) -> str:
+    """The estimate verdict as a table shows it: marked when it is one set, not a sample (k >= T),
+    and called an estimate when a proof says otherwise."""
+    v = rec.get("verdict", "")
+    if rec.get("scope") == "whole-set":
+        return f"[yellow]{v} ({WHOLE_SET_MARK})[/yellow]"
+    exact = rec.get("exact_status")
+    if exact in ("holds", "fails") and exact != v:
+        return f"{verdict_text(v)} (estimate)"
+    return verdict_text(v)
+
+
+def exact_text(rec: dict) -> str:
+    """The exact status as a table shows it: ``fails (witness)``, ``holds (exhaustive)``, ``undecided``."""
+    status = rec.get("exact_status", "undecided")
+    if status == "undecided":
+        return "undecided"
+    return f"{verdict_text(status)} ({rec.get('exact_basis')})"
+
+
 def cell(rec: dict) -> str:
-    """One table cell: verdict plus the evidence in brief."""
+    """One table cell: the estimate verdict, the evidence in brief, and the exact status when it
+    is decided (a table never shows a bare "holds" beside a proof of failure)."""
     v = rec.get("verdict", "")
     if v == "unavailable":
         return verdict_text(v)
-    if rec.get("check") == "assumption_2":
+    if rec.get("check") == "assumption_2":  # every example decided: the count is exact
         return f"{verdict_text(v)}\n{rec['satisfied']}/{rec['T']} full"
-    if not rec.get("sampled", True):
-        return f"{verdict_text(v)}\nproven"
-    return f"{verdict_text(v)}\n{rec['fraction']:.4f}"
+    lines = [estimate_text(rec), f"{rec['fraction']:.4f}" if rec.get("sampled", True) else "no sampling"]
+    if rec.get("exact_status", "undecided") != "undecided":
+        lines.append(f"exact: {exact_text(rec)}")
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- Kruskal tests and sweeps
@@ -75,13 +102,14 @@ def cell(rec: dict) -> str:
 
 def kruskal_table(tests: list[SubsetTest], title: str = "Kruskal-rank tests") -> Table:
     t = Table(title=title, title_justify="left")
-    for col in ("check", "k", "T", "d", "draws", "independent", "fraction", "95% CI", "verdict"):
-        t.add_column(col, justify="right" if col not in ("check", "verdict") else "left")
+    for col in ("check", "k", "T", "d", "draws", "independent", "fraction", "95% CI", "verdict", "exact"):
+        t.add_column(col, justify="right" if col not in ("check", "verdict", "exact") else "left")
     for r in tests:
+        rec = r.record()
         t.add_row(
             CHECK_TITLES.get(r.check, r.check), str(r.k), str(r.T), str(r.d), str(r.samples) if r.sampled else "-",
             str(r.satisfied) if r.sampled else "-", f"{r.fraction:.4f}" if r.sampled else "-",
-            f"[{r.ci_low:.4f}, {r.ci_high:.4f}]" if r.sampled else "-", verdict_text(r.verdict),
+            f"[{r.ci_low:.4f}, {r.ci_high:.4f}]" if r.sampled else "-", estimate_text(rec), exact_text(rec),
         )
     return t
 
@@ -110,6 +138,10 @@ def sweep_lines(sw: Sweep, label: str = "") -> list[str]:
         f"  certified ceiling {sw.ceiling.value}: {sw.ceiling.proves}.",
         f"  certified floor {sw.floor.value}: {sw.floor.proves}.",
     ]
+    if sw.exact_kruskal_rank is not None:
+        out.append(f"  exact: the floor meets the ceiling, so the Kruskal rank is {sw.exact_kruskal_rank} (a proof).")
+    else:
+        out.append(f"  exact: the Kruskal rank lies in [{sw.floor.value}, {sw.ceiling.value}] (proven); every k in between is undecided.")
     if sw.raw_estimate > sw.estimate:
         out.append(f"  (the sampled fraction stayed above the threshold up to k = {sw.raw_estimate}; capped at the proven ceiling)")
     return out
@@ -135,9 +167,18 @@ def sweep_table(sw: Sweep, marks: tuple[int, ...] = ()) -> Table:
     return t
 
 
+def kruskal_legend(tests) -> list[str]:
+    """The lines under a table of tests: what its two verdict columns mean, and the whole-set mark."""
+    out = ["verdict: the paper's rule (satisfied fraction of the draws >= threshold), an estimate; exact: "
+           "fails, holds or undecided, with what decides it (a witness or a whole-set rank below k proves fails)."]
+    if any(getattr(t, "scope", "") == "whole-set" for t in tests):
+        out.append(WHOLE_SET_LEGEND)
+    return out
+
+
 def subset_test_report(test: SubsetTest) -> list:
     """One test at one size: its table row and its evidence."""
-    return [kruskal_table([test]), *test_evidence_lines(test)]
+    return [kruskal_table([test]), *kruskal_legend([test]), *test_evidence_lines(test)]
 
 
 def sweep_report(sw: Sweep, marks: tuple[int, ...] = ()) -> list:
@@ -151,10 +192,15 @@ def kruskal_report(tests: list[SubsetTest], sw: Sweep | None, meta: dict, n: int
     out: list = [f"[bold]mhaaudit kruskal[/bold]: {inp['T']} vectors in R^{inp['d']} ({inp['dtype']}) from {inp['source']}"]
     if tests:
         out.append(kruskal_table(tests))
+        out += kruskal_legend(tests)
         out += [line for t in tests for line in test_evidence_lines(t)]
     if sw is not None:
         out += sweep_report(sw, marks=tuple(m for m in (n, d) if m))
-    out.append(f"Whole-set numerical rank {meta['set_rank']}. Rank rule: {meta['tolerance']['rule']}. "
+    ceilings = meta.get("set_rank_ceilings") or {}
+    at_k = "".join(f"; at k = {k}: {c}" for k, c in ceilings.items())
+    out.append(f"Whole set as one matrix: numerical rank {meta['set_rank']} under its own tolerance; whole-set rank at "
+               f"the smallest tolerance a k-subset can have (no k-subset's rank exceeds it){at_k or ': the sweep certifies its ceiling with it'}. "
+               f"Rank rule: {meta['tolerance']['rule']}. "
                f"Threshold {meta['threshold']}, {meta['samples']} draws, seed {meta['seed']}, device {meta['device']}, "
                f"{meta['total_s']} s.")
     return out
@@ -314,8 +360,9 @@ def audit_lines(result) -> list[str]:
     lines.append("[bold]What the checks mean[/bold]")
     for check in ROW_ORDER:
         lines.append(f"  {CHECK_TITLES[check]}: {meaning_line(check)}.")
-    lines.append("  Monte-Carlo fractions are estimates with 95% Clopper-Pearson intervals; a dependent subset found, a rank "
-                 "ceiling and Assumption 2's counts are proofs.")
+    lines.append("  Each cell gives the estimate under the paper's rule (Monte-Carlo fractions, with 95% Clopper-Pearson "
+                 "intervals) and, where it is decided, the exact status (exact: fails or holds, and what proves it: a dependent "
+                 "subset found, a whole-set rank below k, an exhaustive check); Assumption 2's counts are exact.")
     lines += bound_lines(result)
     return lines
 
@@ -381,6 +428,9 @@ def depth_tables(result) -> list[Table]:
 def audit_report(result, *, save_features=None, out=None, plot=None) -> list:
     """``mhaaudit check``: the table (or the depth profile), the findings, the files written."""
     items: list = depth_tables(result) if is_depth_profile(result) else [audit_table(result)]
+    if any(t.record().get("scope") == "whole-set" for c in result.columns if c.status == "ok"
+           for t in c.tests.values() if not hasattr(t, "deficient_examples")):
+        items.append(WHOLE_SET_LEGEND)
     items += audit_lines(result)
     written = [str(p) for p in (out, plot) if p is not None]
     if save_features is not None:

@@ -59,7 +59,16 @@ TEST_COLUMNS = _cols(
     ("ci_low", "float64", "lower end of its 95% Clopper-Pearson interval"),
     ("ci_high", "float64", "upper end of its 95% Clopper-Pearson interval"),
     ("threshold", "float64", "fraction needed for holds (Assumption 2: 1.0)"),
-    ("verdict", "string", "holds, fails or unavailable"),
+    ("verdict", "string", "the estimate under the paper's rule (the satisfied fraction of draws against the "
+                          "threshold): holds, fails or unavailable; the column the paper's tables report"),
+    ("exact_status", "string", "the exact answer to the same question: fails, holds or undecided (a witness or a "
+                               "whole-set rank below k proves fails; only an exhaustive check or a certified floor "
+                               "proves holds); sweep rows: for that k"),
+    ("exact_basis", "string", "what decides exact_status: witness, set-rank, dimension (k > d or k > T), "
+                              "exhaustive, certified-floor, or none (undecided)"),
+    ("scope", "string", "subsets (k-subsets of a larger set: the paper's question), whole-set (k >= T: the only "
+                        "subset is the whole set, which does not answer the paper's question; the reason names "
+                        "the run that does) or per-example (Assumption 2)"),
     ("reason", "string", "one sentence: why, and whether it is a proof or an estimate"),
     ("tolerance", "string", "the rank rule, in words"),
     ("seed", "int64", "the sampling seed"),
@@ -72,11 +81,11 @@ TEST_COLUMNS = _cols(
     ("exact_rechecks", "int64", "draws that sat near the tolerance and were decided from eigenvalues or by SVD "
                                 "(work done: it may differ between the CPU and GPU kernels, the decisions do not)"),
     ("sampled", "bool", "whether the verdict comes from Monte-Carlo draws (false: decided exactly)"),
-    ("proven", "bool", "whether the verdict is a proof (a witness, a rank ceiling, an exact count)"),
+    ("proven", "bool", "true exactly when exact_status is decided (fails or holds); always true with a witness"),
     ("planned_samples", "int64", "draws asked for (more than samples when a test stopped once decided); null "
                                  "where no draws are planned"),
-    ("set_rank", "int64", "numerical rank of the whole T x d set, a ceiling for every subset; null for "
-                          "Assumption 2"),
+    ("set_rank", "int64", "rank of the whole T x d set at the smallest tolerance any k-subset can have under "
+                          "the rule: a ceiling no k-subset's rank exceeds; null for Assumption 2"),
     ("device", "string", "where the draws were decided"),
     ("gram", "string", "how each draw's Gram matrix was formed: full (one T x T Gram), per-draw (from the "
                        "draw's rows, held in memory, for sets whose full Gram would exceed the memory bound) or mmap "
@@ -109,7 +118,8 @@ CAPACITY_COLUMNS = _WHERE + _cols(
     ("sigma_max", "float64", "largest singular value of Z with h heads"),
     ("prop2_bound", "int64", "h (n - 1) + 1, Proposition 2's ceiling on rank(Z) with a shared context"),
     ("prop2_verdict", "string", "with --shared-context: holds when rank <= prop2_bound, else fails; null otherwise"),
-    ("assumption_1", "string", "the Assumption 1 verdict the bound rests on (holds, fails or null)"),
+    ("assumption_1", "string", "the Assumption 1 status the bound rests on (holds, fails or null): its exact status "
+                               "where decided (a witness proves fails), else the estimate verdict"),
     ("assumption_2", "string", "the Assumption 2 verdict the bound rests on (holds, fails or null)"),
     ("kruskal_estimate", "int64", "the estimated Kruskal rank used by Remark 1; null when none"),
     ("reason", "string", "why the column is unavailable; empty otherwise"),

@@ -84,6 +84,16 @@ def test_hf_folder_end_to_end_json(hf_audit, vit_dir):
     emb = recs["embedding"]["assumption_1"]
     assert emb["verdict"] == "fails" and emb["samples"] == 0 and emb["proven"]
     assert recs["random"]["assumption_1"]["verdict"] == "holds"
+    # every record answers both questions apart: the estimate (verdict) and the exact status
+    for v in VARIANTS:
+        for check, r in recs[v].items():
+            assert r["exact_status"] in ("fails", "holds", "undecided") and r["proven"] == (r["exact_status"] != "undecided")
+            assert (r["exact_basis"] == "none") == (r["exact_status"] == "undecided")
+            if r["witness"] and check != "assumption_2":
+                assert (r["exact_status"], r["proven"]) == ("fails", True)
+            assert r["scope"] == ("per-example" if check == "assumption_2" else "subsets")
+    assert (emb["exact_status"], emb["exact_basis"]) == ("fails", "set-rank") and len(emb["witness"]) == 2  # two copies
+    assert recs["random"]["assumption_2"]["exact_basis"] == "exhaustive"
     # --plot implies the sweep: one curve per column
     assert {r["variant"] for r in doc["sweep"]} == set(VARIANTS)
     assert all(set(r) >= {"k", "fraction", "ci_low", "ci_high"} for r in doc["sweep"])

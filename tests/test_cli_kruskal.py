@@ -184,9 +184,14 @@ def test_json_sweep_rows(capsys, npy):
     assert doc["records"] == []  # no --k and no n: the sweep only
     assert [r["k"] for r in doc["sweep"]] == list(range(1, D + 1))
     for r in doc["sweep"]:
-        assert set(r) == {"k", "fraction", "ci_low", "ci_high"}
+        assert set(r) == {"k", "fraction", "ci_low", "ci_high", "exact_status", "exact_basis"}
         assert 0 <= r["ci_low"] <= r["fraction"] <= r["ci_high"] <= 1
-    assert doc["meta"]["sweep_summary"]["estimate"] == D
+    summary = doc["meta"]["sweep_summary"]
+    assert summary["estimate"] == D
+    for r in doc["sweep"]:  # each size's exact status follows the certified floor and ceiling
+        expected = ("holds" if r["k"] <= summary["floor"]["value"] else
+                    "fails" if r["k"] > summary["ceiling"]["value"] else "undecided")
+        assert r["exact_status"] == expected and (r["exact_basis"] == "none") == (expected == "undecided")
 
 
 def test_json_proof_of_dependence_has_a_witness(capsys, tmp_path):
@@ -561,3 +566,147 @@ def test_stops_once_decided_unless_all_draws(capsys, tmp_path):
     assert rc == 0, err
     (every,) = json.loads(out)["records"]
     assert every["verdict"] == "fails" and every["samples"] == 1000 and every["planned_samples"] is None
+
+
+# --------------------------------------------------------------------------- estimate and exact status, never mixed
+
+
+def test_a_witness_beside_a_holding_estimate_is_a_proven_failure(capsys, tmp_path, monkeypatch):
+    """400 x 64 Gaussian rows with row 3 = row 1 + row 2: the paper's rule says holds (the dependent
+    triple is rarely drawn), the exact status is fails, proven by the witness [1, 2, 3]."""
+    X = np.random.default_rng(0).standard_normal((400, 64))
+    X[3] = X[1] + X[2]
+    np.save(tmp_path / "x.npy", X)
+    args = ("kruskal", tmp_path / "x.npy", "--k", "32", "--n", "32", "--samples", "2000")
+    doc = json_run(capsys, *args)
+    (r,) = doc["records"]
+    assert (r["verdict"], r["exact_status"], r["exact_basis"], r["proven"], r["witness"], r["scope"]) == \
+        ("holds", "fails", "witness", True, [1, 2, 3], "subsets")
+    assert "dependent 3-subset was found, so the exact Kruskal rank is below 3" in r["reason"]
+    monkeypatch.setenv("COLUMNS", "200")  # one line per table row
+    rc, out, err = run(capsys, *args)
+    assert rc == 0, err
+    row = next(line for line in out.splitlines() if "Assumption 1" in line and "│" in line)
+    assert "holds (estimate)" in row and "fails (witness)" in row  # never a bare holds beside the proof
+
+
+def test_k_reaching_T_is_marked_whole_set_and_names_the_run_that_answers(capsys, tmp_path, monkeypatch):
+    np.save(tmp_path / "x.npy", matrix(T=6, d=D))  # T = 6 < d = 8: General Position is k = T
+    doc = json_run(capsys, "kruskal", tmp_path / "x.npy", "--k", "6", *FAST)
+    (at_t,) = doc["records"]
+    assert (at_t["check"], at_t["verdict"], at_t["scope"], at_t["exact_status"], at_t["exact_basis"]) == \
+        ("general_position", "holds", "whole-set", "holds", "exhaustive")
+    assert "does not answer the paper's question" in at_t["reason"] and "raise --limit above d = 8" in at_t["reason"]
+    from mhaaudit.kruskal import subset_test
+
+    above_t = subset_test(matrix(T=6, d=D), 7, samples=60, check="assumption_1").record()  # k > T: no 7 rows exist
+    assert (above_t["scope"], above_t["exact_status"], above_t["exact_basis"]) == ("whole-set", "fails", "dimension")
+    assert "raise --limit above k = 7" in above_t["reason"]
+    monkeypatch.setenv("COLUMNS", "200")  # one line per table row
+    rc, out, err = run(capsys, "kruskal", tmp_path / "x.npy", "--k", "6", *FAST)
+    assert rc == 0, err
+    row = next(line for line in out.splitlines() if "General Position" in line and "│" in line)
+    assert "holds (whole set)" in row
+    assert "does not answer the paper's question" in out
+
+
+def test_a_proven_failure_without_sampling_reads_proven(capsys, tmp_path):
+    X = matrix(T=30, d=D, dtype=np.float32)
+    X[:, -1] = X[:, 0]  # whole-set rank 7 < k = 8
+    np.save(tmp_path / "x.npy", X)
+    (r,) = json_run(capsys, "kruskal", tmp_path / "x.npy", "--k", "8", *FAST)["records"]
+    assert (r["verdict"], r["exact_status"], r["exact_basis"], r["proven"], r["sampled"]) == \
+        ("fails", "fails", "set-rank", True, False)
+    (r,) = json_run(capsys, "kruskal", tmp_path / "x.npy", "--k", "3", *FAST)["records"]
+    assert (r["exact_status"], r["exact_basis"], r["proven"]) == ("undecided", "none", False)
+
+
+# --------------------------------------------------------------------------- the dtype policy: exact or refused
+
+
+def _save(kind: str, folder, X: torch.Tensor):
+    p = folder / f"x.{kind}"
+    if kind == "npy":
+        np.save(p, X.numpy())
+    elif kind == "pt":
+        torch.save(X, p)
+    else:
+        save_file({"x": X.contiguous()}, str(p))
+    return p
+
+
+def _complex_kinds():
+    kinds = ["npy", "pt"]
+    try:  # safetensors stores complex64 from 0.6 on
+        save_file({"x": torch.zeros(1, dtype=torch.complex64)}, os.devnull)
+        kinds.append("safetensors")
+    except Exception:
+        pass
+    return kinds
+
+
+@pytest.mark.parametrize("kind", _complex_kinds())
+def test_complex_features_are_refused_in_one_line(capsys, tmp_path, kind):
+    """A purely imaginary 6 x 4 matrix of rank 4 would read as rank 0 if cast to its real part."""
+    X = (torch.randn(6, 4, dtype=torch.float64) * 1j).to(torch.complex64)
+    rc, out, err = run(capsys, "kruskal", _save(kind, tmp_path, X), "--k", "2", *FAST)
+    assert_one_error(rc, err, "complex features")
+    assert out == ""
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int32, torch.int64, torch.uint8, torch.bool])
+def test_integer_and_boolean_features_are_converted_exactly(capsys, tmp_path, dtype):
+    X = torch.randint(0 if dtype in (torch.uint8, torch.bool) else -20, 2 if dtype == torch.bool else 20, (30, 6))
+    got = json_run(capsys, "kruskal", _save("pt", tmp_path, X.to(dtype)), "--k", "3", *FAST)
+    ref = json_run(capsys, "kruskal", _save("npy", tmp_path, X.to(dtype).to(torch.float64)), "--k", "3", *FAST)
+    assert got["meta"]["tolerance"]["dtype"] == "float64" and got["meta"]["inputs"]["dtype"] == "float64"
+    for key in ("satisfied", "verdict", "exact_status", "witness", "set_rank"):
+        assert got["records"][0][key] == ref["records"][0][key]
+
+
+def test_int64_beyond_two_to_the_53_is_refused(capsys, tmp_path):
+    X = torch.randint(-20, 20, (30, 6))
+    X[3, 2] = 2**53 + 1  # float64 would round it to 2^53
+    rc, _, err = run(capsys, "kruskal", _save("pt", tmp_path, X), "--k", "3", *FAST)
+    assert_one_error(rc, err, "beyond 2^53")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2])
+@pytest.mark.parametrize("kind", ["pt", "safetensors"])
+def test_reduced_precision_features_are_upcast_exactly_with_their_own_eps(capsys, tmp_path, dtype, kind):
+    X = torch.randn(3, 3).to(dtype)  # max(T, d) * eps stays below 1 even for float8_e5m2 (eps 0.25)
+    doc = json_run(capsys, "kruskal", _save(kind, tmp_path, X), "--k", "2", *FAST)
+    name = str(dtype).replace("torch.", "")
+    tol = doc["meta"]["tolerance"]
+    assert doc["meta"]["inputs"]["dtype"] == name and tol["dtype"] == name
+    assert tol["eps"] == torch.finfo(dtype).eps
+    s = torch.linalg.svdvals(X.to(torch.float64))  # the exact values: the conversion loses nothing
+    own = float(s[0]) * 3 * torch.finfo(dtype).eps  # the whole set's own tolerance under the paper's rule
+    assert doc["meta"]["set_rank"] == int((s > own).sum())
+    assert doc["records"][0]["set_rank"] >= doc["meta"]["set_rank"]  # the ceiling at k = 2: a smaller tolerance
+
+
+def test_a_dtype_too_coarse_for_the_default_rule_is_refused(capsys, tmp_path):
+    X = torch.randn(40, 8).to(torch.float8_e4m3fn)  # 40 * eps(float8_e4m3fn) = 5: nothing could be independent
+    rc, _, err = run(capsys, "kruskal", _save("safetensors", tmp_path, X), "--k", "2", *FAST)
+    assert_one_error(rc, err, "no vector could count as independent")
+    doc = json_run(capsys, "kruskal", _save("safetensors", tmp_path, X), "--k", "2", "--rtol", "1e-3", *FAST)
+    assert doc["records"][0]["verdict"] in ("holds", "fails")
+
+
+def test_no_draw_out_ranks_the_whole_set_rank_reported_at_its_size(capsys, tmp_path):
+    """A small direction hidden from the whole set by its own tolerance but seen by small subsets:
+    the draws keep the paper's per-matrix rule, and the whole-set rank reported at k is the ceiling
+    at the smallest tolerance a k-subset can have, which no draw exceeds."""
+    g = np.random.default_rng(3)
+    X = g.standard_normal((40, 6))
+    X[:, -1] *= 3e-6  # below the set's own tolerance, sigma_max * 40 * eps32, above a 3-subset's
+    X[0] *= 1e3
+    np.save(tmp_path / "x.npy", X.astype(np.float32))
+    doc = json_run(capsys, "kruskal", tmp_path / "x.npy", "--k", "6", "--k", "3", "--samples", "200", "--all-draws")
+    own = doc["meta"]["set_rank"]
+    for r in doc["records"]:
+        top = max(int(k) for k in r["rank_histogram"])
+        assert top <= r["set_rank"] == doc["meta"]["set_rank_ceilings"][str(r["k"])]
+        assert r["set_rank"] >= own
+    assert any(max(int(k) for k in r["rank_histogram"]) > own for r in doc["records"])  # the ceiling is needed

@@ -72,3 +72,46 @@ def test_numerics_flushes_subnormals_in_its_thread_only():
         pytest.skip("this CPU does not flush subnormals")
     assert seen["other"] == 1e-310  # another thread keeps its own setting
     assert float(tiny * 1.0) == 1e-310  # restored on exit
+
+
+# ------------------------------------------------------------------ the per-matrix rule and the set's ceiling
+
+
+def test_the_rule_of_a_set_is_the_per_matrix_rule():
+    """Every rank decision about a set and its subsets is the paper's rule on that matrix:
+    ``fixed_rule`` hands the kernels the rule as given, never an absolute tolerance of the set."""
+    from mhaaudit.kruskal import fixed_rule
+
+    X = torch.randn(50, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 1e3
+    for rule in (RankRule.for_dtype(torch.float32), RankRule.for_dtype(torch.float32, rtol=1e-3),
+                 RankRule.for_dtype(torch.float32, atol=0.5)):
+        got, stats = fixed_rule(X, rule)
+        assert got == rule and stats is not None
+        for rows, cols in ((3, 8), (8, 8), (50, 8)):
+            assert got.rtol_for(rows, cols) == rule.rtol_for(rows, cols)
+    assert RankRule.for_dtype(torch.float32).tol(2.0, 5, 8) == 2.0 * 8 * RankRule.for_dtype(torch.float32).eps
+
+
+def test_the_set_rank_reported_at_k_is_a_ceiling_for_every_k_subset():
+    """A set whose own tolerance hides a direction that small subsets still see: their rank can
+    exceed the set's rank as one matrix, never the ceiling reported at their size."""
+    import itertools
+
+    from mhaaudit.kruskal import set_stats
+    from mhaaudit.numerics import svd_rank
+
+    g = torch.Generator().manual_seed(1)
+    T, d = 12, 4
+    X = torch.randn(T, d, dtype=torch.float64, generator=g)
+    X[:, -1] *= 1e-6  # below sigma_max * 12 * eps32 ~ 1.4e-5 * 4: hidden from the whole set
+    X[0] *= 1e3  # one large row: the whole set's sigma_max is large, a subset without it is not
+    rule = RankRule.for_dtype(torch.float32)
+    stats = set_stats(X, rule)
+    above = 0
+    for k in range(1, d + 1):
+        ceil = stats.ceiling(k, rule)
+        for rows in itertools.combinations(range(T), k):
+            r = int(svd_rank(X[list(rows)], rule)[0])
+            assert r <= ceil, (k, rows, r, ceil)
+            above += r > stats.rank
+    assert above > 0  # the ceiling is needed: some subsets out-rank the set as one matrix

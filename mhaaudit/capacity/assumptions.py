@@ -2,8 +2,11 @@
 
 Either audited on the tokens the attention block sees (:func:`audit_assumptions`, on the reduced
 features of the same examples that build Z), or read from a results file of ``mhaaudit check
---out`` (:func:`assumptions_from_file`). The Monte-Carlo verdict of Assumption 1 is an estimate;
-Assumption 2 is exact per example.
+--out`` (:func:`assumptions_from_file`). Assumption 2 is exact per example. For Assumption 1 the
+theorem needs the assumption to hold, not the paper's estimate of it: the status it rests on is
+the exact status where that is decided (a dependent n-subset found, or a whole-set rank below n,
+proves that A1 fails, whatever fraction of the draws was independent), and the estimate verdict
+otherwise, in which case the bound inherits the estimate's status (:func:`a1_status`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,23 @@ from pathlib import Path
 
 from ..errors import InputError
 
-__all__ = ["Assumptions", "assumptions_from_file", "audit_assumptions", "linear_algebra", "read_check_results"]
+__all__ = ["Assumptions", "a1_status", "assumptions_from_file", "audit_assumptions", "linear_algebra", "read_check_results"]
+
+
+def a1_status(verdict: str | None, exact_status: str | None) -> str | None:
+    """The Assumption 1 status Theorem 1 rests on: the exact status where it is decided, else the
+    estimate verdict (holds, fails, or None when not checked). A proven failure overrides a
+    holding estimate: the theorem needs the assumption itself, not the share of independent draws."""
+    if exact_status in ("holds", "fails"):
+        return exact_status
+    return verdict if verdict in ("holds", "fails") else None
+
+
+def _a1_reason(verdict: str | None, exact_status: str | None, reason: str) -> str:
+    if exact_status == "fails" and verdict == "holds":
+        return (f"{reason}; the estimate under the paper's rule holds, but the exact status is fails (proven), "
+                "and Theorem 1 needs the assumption itself")
+    return reason
 
 
 @dataclass
@@ -75,10 +94,10 @@ def audit_assumptions(fs, settings, label: str = "") -> tuple[Assumptions, dict]
     common = dict(samples=samples, threshold=threshold, seed=settings.seed, rule=rule, device=settings.device)
     with task(f"{label} assumption_1 (k = {fs.n})", samples, progress) as adv:
         a1 = subset_test(fs.queries, fs.n, check="assumption_1", stats=stats, progress=adv, stop_when_decided=True, **common)
-    out.a1, out.a1_reason = a1.verdict, a1.reason
+    out.a1, out.a1_reason = a1_status(a1.verdict, a1.exact_status), _a1_reason(a1.verdict, a1.exact_status, a1.reason)
     out.a1_fraction = a1.fraction if a1.sampled else None
     timings["assumptions 1-2"] = round(time.perf_counter() - t0, 3)
-    if a1.verdict == "fails" and a2.verdict == "holds" and fs.n < fs.d:
+    if out.a1 == "fails" and a2.verdict == "holds" and fs.n < fs.d:
         t0 = time.perf_counter()
         with task(f"{label} Kruskal-rank sweep (k <= {fs.n})", samples, progress) as adv:
             sw = kruskal_sweep(fs.queries, kmax=fs.n, stats=stats, progress=adv, **common)
@@ -163,8 +182,8 @@ def _assumptions_from_file(p: Path, results: tuple[dict, list[dict]], *, init: s
     out = Assumptions(source=f"read from {p} (column {chosen})")
     for r in mine:
         if r.get("check") == "assumption_1":
-            out.a1 = r.get("verdict") if r.get("verdict") in ("holds", "fails") else None
-            out.a1_reason = r.get("reason") or ""
+            out.a1 = a1_status(r.get("verdict"), r.get("exact_status"))
+            out.a1_reason = _a1_reason(r.get("verdict"), r.get("exact_status"), r.get("reason") or "")
             out.a1_fraction = r.get("fraction") if r.get("sampled") else None
         elif r.get("check") == "assumption_2":
             out.a2 = r.get("verdict") if r.get("verdict") in ("holds", "fails") else None

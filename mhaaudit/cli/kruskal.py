@@ -83,7 +83,7 @@ def kruskal(
         from .. import validate
         from ..errors import InputError
         from ..io import MappedArray, refuse_inputs, stamp
-        from ..kruskal import as_matrix, set_stats
+        from ..kruskal import as_matrix, fixed_rule
         from ..numerics.stream import peak_rss_bytes
         from ..progress import log, progress_enabled
         from ..render import render_kruskal
@@ -109,16 +109,16 @@ def kruskal(
     X = as_matrix(X)
     T, d = X.shape
     ks, sweep = _sizes(ks, n, T, d, sweep=sweep or plot is not None, vectors=vectors, watched=settings.progress)
-    rule = settings.rule(X.dtype)
+    rule, stats = fixed_rule(X, settings.rule(X.dtype))
     # The table's first line describes the data; the JSON and parquet outputs have it in their meta.
     log(f"{T} vectors in R^{d} from {source}; rank rule: {rule.describe()}", settings.progress and fmt != Format.table)
-    stats = set_stats(X, rule)
     tests, sw, timings = _estimate(X, ks, sweep, n, vectors, settings, rule, stats)
     meta = stamp(
         command="kruskal", seed=settings.seed, device=settings.device_name, tolerance=rule.as_dict(),
         threshold=settings.threshold, samples=settings.samples,
         inputs={"source": source, "T": T, "d": d, "n": n, "dtype": str(X.dtype).replace("torch.", "")},
-        set_rank=stats.rank, timings_s=timings, total_s=round(time.perf_counter() - t0, 3),
+        set_rank=stats.rank, set_rank_ceilings={str(t.k): t.set_rank for t in tests if t.set_rank is not None},
+        timings_s=timings, total_s=round(time.perf_counter() - t0, 3),
         storage="memory-mapped" if isinstance(X, MappedArray) else "memory", peak_rss_bytes=peak_rss_bytes(),
     )
     if captured:

@@ -13,8 +13,16 @@ it proves:
 * a certified **floor**: the Babel-function (cumulative coherence) bound, which proves every
   subset up to a size is independent under the tolerance rule (``babel_floor``, in ``bounds``).
 
-All rank decisions use one ``RankRule`` and equal ``torch.linalg.matrix_rank`` on the same
-float64 rows with the same tolerance (see ``mhaaudit.numerics``). They are taken on the data
+Every test at one size k carries both answers under separate names: the estimate verdict under
+the paper's rule (``verdict``) and the exact status (``exact_status``: fails, holds or undecided,
+with ``exact_basis``: witness, set-rank, dimension, exhaustive, certified-floor or none).
+
+Every rank decision (a draw, a witness, the whole set) uses the paper's rule on that matrix, one
+``RankRule`` (``fixed_rule`` returns it as given: sigma_max(M) * max(rows, cols) * eps by default)
+and equals ``torch.linalg.matrix_rank`` on the same float64 rows with the same tolerance (see
+``mhaaudit.numerics``). The whole set's rank reported beside a test at size k (``set_rank``) is
+``SetStats.ceiling(k, rule)``: its rank at the smallest tolerance any k-subset can have, which no
+k-subset's rank exceeds. They are taken on the data
 divided by an exact power of two (``numerics.scale``), so the data's scale never changes a
 verdict, a fraction, a draw or a witness; singular values and tolerances are reported in the
 data's own units. The same draws and decisions come out on every device: the draws come from a
@@ -25,7 +33,7 @@ test at one size), ``sweep`` (every size at once), ``bounds`` (floor, ceiling, b
 """
 
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
-from .bounds import babel_floor, exact_kruskal_rank, set_stats
+from .bounds import babel_floor, exact_kruskal_rank, fixed_rule, set_stats
 from .fixed import draw_decisions, shrink_witness, subset_test
 from .results import Bound, SetStats, SubsetTest, Sweep, Witness, clopper_pearson
 from .sampling import as_matrix
@@ -45,6 +53,7 @@ __all__ = [
     "draw_critical_sizes",
     "draw_decisions",
     "exact_kruskal_rank",
+    "fixed_rule",
     "kruskal_sweep",
     "set_stats",
     "shrink_witness",

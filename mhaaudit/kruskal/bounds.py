@@ -20,14 +20,37 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..numerics import EPS64, RankRule, rounding_margin, row_norms, scaled, svd_rank, with_numerics
+from ..numerics import EPS64, RankRule, rounding_margin, row_norms, svd_rank, with_numerics
 from ..numerics.stream import tsqr, unit_of
 from .results import Bound, SetStats, every_rows_independent
 from .sampling import as_matrix, rows_of
 
-__all__ = ["BABEL_MAX_WORK", "babel_floor", "exact_kruskal_rank", "set_stats"]
+__all__ = ["BABEL_MAX_WORK", "babel_floor", "exact_kruskal_rank", "fixed_rule", "set_stats"]
 
 BABEL_MAX_WORK = 2e12  # the Babel floor is computed when T^2 d is at most this (T = 51 000 at d = 768)
+
+
+def fixed_rule(X, rule: RankRule, stats: SetStats | None = None,
+               need_stats: bool = True) -> tuple[RankRule, SetStats | None]:
+    """The rule every rank decision about X and its subsets is taken under, and X's ``SetStats``.
+
+    The rule is the paper's, per matrix: a matrix M (a draw, a witness, the whole set) has the
+    singular values above ``max(atol, rtol * sigma_max(M))`` as its rank, with ``rtol = max(rows,
+    cols) * eps`` by default, so ``rule`` is returned as it is. The whole set's rank that is
+    reported beside a test at size k is ``stats.ceiling(k, rule)``: its rank at the smallest
+    tolerance any k-subset can have under the rule. Since sigma_i(X_S) <= sigma_i(X), no k-subset's
+    rank exceeds it. ``stats`` are computed when not given and ``need_stats``.
+
+    A rule under which no vector of any subset could count as independent (its tolerance at
+    ``d`` columns, the smallest any subset has, is at least sigma_max) is refused."""
+    T, d = X.shape
+    if rule.rtol_for(1, d) >= 1 and not rule.atol:
+        raise InputError(f"the rank rule's tolerance {rule.rtol_for(1, d):.3g} * sigma_max (at least d = {d} times "
+                         f"eps({rule.dtype}) = {rule.eps:.3g}, or --rtol) is at least sigma_max, so no vector could "
+                         "count as independent: give a smaller --rtol or an --atol, or features in a finer dtype")
+    if stats is None and need_stats:
+        stats = set_stats(X, rule)
+    return rule, stats
 
 
 @with_numerics(threads=1)
@@ -95,6 +118,7 @@ def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_bl
     if float(T) * T * d > BABEL_MAX_WORK:
         return Bound(0, "babel", f"not computed: the Babel function of T = {T} rows takes O(T^2 d) time "
                                  f"(computed up to T^2 d = {BABEL_MAX_WORK:.0e}); no floor above 0 is claimed")
+    rule, _ = fixed_rule(X, rule, need_stats=False)
     unit, _ = unit_of(rows_of(X), rule)
     X64, rule = unit.materialize(), unit.rule  # T x d float64: T is small here
     kmax = min(kmax or min(T, d), T, d)
@@ -146,7 +170,7 @@ def _babel(Xn: torch.Tensor, m: int, row_block: int | None) -> torch.Tensor:
 def exact_kruskal_rank(X, rule: RankRule | None = None, max_subsets: int = 2_000_000) -> int:
     """The Kruskal rank by enumerating every subset (small cases only; used to test the bounds)."""
     X = as_matrix(X)
-    rule = rule or RankRule.for_dtype(X.dtype)
+    rule, _ = fixed_rule(X, rule or RankRule.for_dtype(X.dtype), need_stats=False)
     T, d = X.shape
     X64 = X.to(torch.float64)
     best = 0

@@ -28,11 +28,15 @@ from ..numerics import (Decision, RankRule, decide_full_rank, gram_rank, lapack,
                         with_numerics)
 from ..numerics.stream import Unit, unit_of
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, MAX_SAMPLES, device_name, resolve_device
-from .bounds import set_stats
+from .bounds import fixed_rule
 from .results import SetStats, SubsetTest, Witness, clopper_pearson, rows_phrase
 from .sampling import DRAW_BLOCK, Gram, Progress, as_matrix, blocks_in_order, rows_of
 
-__all__ = ["draw_decisions", "shrink_witness", "subset_test"]
+__all__ = ["SET_WITNESS_MAX_ENTRIES", "draw_decisions", "shrink_witness", "subset_test"]
+
+#: When the whole set's rank proves that no k rows are independent, a witness (a small dependent
+#: subset) is also extracted from the set, up to this many entries (T * d): a few SVDs of the set.
+SET_WITNESS_MAX_ENTRIES = 1 << 22
 
 
 def _prove(unit: Unit, idx: list[int]) -> Witness | None:
@@ -53,6 +57,7 @@ def shrink_witness(X: torch.Tensor, indices, rule: RankRule) -> Witness:
     values and tolerance it keeps are in the data's own units.
     """
     X = as_matrix(X)
+    rule, _ = fixed_rule(X, rule or RankRule.for_dtype(X.dtype), need_stats=False)
     return _shrink(unit_of(rows_of(X), rule)[0], indices)
 
 
@@ -86,6 +91,16 @@ def _shrink(unit: Unit, indices) -> Witness:
         if not improved:
             break
     return best
+
+
+def _set_witness(unit: Unit, T: int) -> Witness | None:
+    """A small dependent subset of the whole set, each candidate decided under the rule at its own
+    tolerance; None when the set as one matrix is independent under its own tolerance (a ceiling
+    below k can come from the smaller tolerance of a k-subset, which the set itself does not have)."""
+    try:
+        return _shrink(unit, list(range(T)))
+    except ValueError:
+        return None
 
 
 def _decided_draws(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, progress: Progress | None = None):
@@ -138,7 +153,8 @@ def draw_decisions(X, k: int, *, samples: int = DEFAULT_SAMPLES, seed: int = 0, 
                    device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """The draws of ``subset_test`` and each one's decision: ``(indices (N, k), independent (N,))``."""
     X = as_matrix(X)
-    unit, _ = unit_of(rows_of(X), rule or RankRule.for_dtype(X.dtype))
+    rule, _ = fixed_rule(X, rule or RankRule.for_dtype(X.dtype), need_stats=False)
+    unit, _ = unit_of(rows_of(X), rule)
     gram = Gram(unit, resolve_device(device))
     parts = [(sub.cpu(), dec.full.cpu()) for sub, dec in _decided_draws(gram, k, samples, seed, unit.rule)]
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
@@ -209,39 +225,61 @@ def _reason(t: _Tally, k: int, threshold: float, witness: Witness | None, planne
     return reason
 
 
-def _without_sampling(X, unit: Unit, k: int, rule: RankRule, stats: SetStats | None, base: dict, first_zero: int | None):
-    """The answer when no sampling is needed (k > d, k > T, k above the set's rank ceiling, k = T),
-    as ``(SubsetTest or None, stats)``."""
-    T, d = X.shape
+def _whole_set_note(check: str, k: int, T: int, d: int) -> str:
+    """What a whole-set row says: it is one set, not a sample, and which run answers the question."""
+    need, what = (d, f"d = {d}") if check == "general_position" else (k, f"k = {k}")
+    return (f"; this is one set, not a sample of {k}-subsets of a larger set, so it does not answer the paper's "
+            f"question: a run with more than {need} vectors does (raise --limit above {what})")
 
-    def known(reason: str, set_rank=None, witness=None) -> SubsetTest:
-        return SubsetTest(samples=0, satisfied=0, fraction=0.0, ci_low=0.0, ci_high=0.0, verdict="fails",
-                          reason=reason, sampled=False, set_rank=set_rank, proven=True, witness=witness, **base)
 
+def _by_dimension(k: int, T: int, d: int, base: dict) -> SubsetTest | None:
+    """The answer when k > d or k > T: every k rows are dependent, or there are no k rows."""
+    if k <= d and k <= T:
+        return None
     if k > d:
-        return known(f"k = {k} > d = {d}: any {k} vectors in R^{d} are linearly dependent (no sampling needed)"), stats
-    if k > T:
-        return known(f"k = {k} > T = {T}: the Kruskal rank of {T} vectors is at most {T} (no sampling needed)"), stats
-    stats = stats or set_stats(X, rule)
+        reason = f"k = {k} > d = {d}: any {k} vectors in R^{d} are linearly dependent (no sampling needed)"
+    else:
+        reason = f"k = {k} > T = {T}: the Kruskal rank of {T} vectors is at most {T} (no sampling needed)"
+    scope = "whole-set" if k >= T else "subsets"
+    if scope == "whole-set":
+        reason += _whole_set_note(base["check"], k, T, d)
+    return SubsetTest(samples=0, satisfied=0, fraction=0.0, ci_low=0.0, ci_high=0.0, verdict="fails", reason=reason,
+                      sampled=False, exact_status="fails", exact_basis="dimension", scope=scope, **base)
+
+
+def _without_sampling(X, unit: Unit, k: int, stats: SetStats, base: dict, first_zero: int | None):
+    """The answer when no sampling is needed (k above the set's rank ceiling, k = T), or None.
+    The whole set's rank reported at size k is its ceiling there (``SetStats.ceiling``): its rank
+    at the smallest tolerance any k-subset can have under the rule, which no k-subset exceeds."""
+    T, d = X.shape
+    rule = base["rule"]
     ceil_k = stats.ceiling(k, rule)
     if ceil_k < k:
         witness = None
         if stats.zero_rows and first_zero is not None:
             witness = Witness((first_zero,), (0.0,), 0.0, 0)
-        return known(
-            f"the whole set has numerical rank {stats.rank} (at most {ceil_k} for any {k}-subset under the rule), "
-            f"so no {rows_phrase(k)} {'is' if k == 1 else 'are'} independent (no sampling needed)",
-            set_rank=stats.rank,
-            witness=witness,
-        ), stats
+        elif T * d <= SET_WITNESS_MAX_ENTRIES:  # the set is dependent: a subset of it shows how
+            witness = _set_witness(unit, T)
+        reason = (f"the whole set has numerical rank {ceil_k} at the smallest tolerance any {k}-subset can have under "
+                  f"the rule, and no subset's rank exceeds it, so no {rows_phrase(k)} {'is' if k == 1 else 'are'} "
+                  "independent (no sampling needed; a proof)")
+        scope = "whole-set" if k >= T else "subsets"
+        if scope == "whole-set":
+            reason += _whole_set_note(base["check"], k, T, d)
+        return SubsetTest(samples=0, satisfied=0, fraction=0.0, ci_low=0.0, ci_high=0.0, verdict="fails",
+                          reason=reason, sampled=False, set_rank=ceil_k, witness=witness, exact_status="fails",
+                          exact_basis="set-rank", scope=scope, **base)
     if k == T:  # one subset only: decide it exactly, no sampling
         ok = _prove(unit, list(range(T))) is None
+        witness = _shrink(unit, list(range(T))) if not ok else None
         return SubsetTest(samples=1, satisfied=int(ok), fraction=float(ok), ci_low=float(ok), ci_high=float(ok),
                           verdict="holds" if ok else "fails", reason=f"k = T = {T}: the only subset is the whole set, "
-                          f"which is {'independent' if ok else 'dependent'} (decided exactly, no sampling)",
-                          sampled=False, set_rank=stats.rank, proven=True,
-                          witness=_shrink(unit, list(range(T))) if not ok else None, **base), stats
-    return None, stats
+                          f"which is {'independent' if ok else 'dependent'} (decided exactly, no sampling)"
+                          + _whole_set_note(base["check"], k, T, d),
+                          sampled=False, set_rank=ceil_k, witness=witness,
+                          exact_status="holds" if ok else "fails", exact_basis="exhaustive" if ok else "witness",
+                          scope="whole-set", **base)
+    return None
 
 
 @shared
@@ -283,10 +321,15 @@ def subset_test(
     dev = resolve_device(device)
     base = dict(check=check, k=k, T=X.shape[0], d=X.shape[1], threshold=threshold, rule=rule, seed=seed,
                 device=device_name(dev))
+    answer = _by_dimension(k, X.shape[0], X.shape[1], base)
+    if answer is not None:
+        return answer
+    rule, stats = fixed_rule(X, rule, stats)  # the rule, and the whole set's statistics
+    base["rule"] = rule
     # the rows divided by an exact power of two, gathered as the draws need them: nothing squared
     # overflows or underflows, whatever the data's scale, and no float64 copy of the whole set
     unit, sc = unit_of(rows_of(X), rule)
-    answer, stats = _without_sampling(X, unit, k, rule, stats, base, sc.first_zero)
+    answer = _without_sampling(X, unit, k, stats, base, sc.first_zero)
     if answer is not None:
         return answer
     if histogram_limit is None:
@@ -302,7 +345,8 @@ def subset_test(
     return SubsetTest(
         samples=t.drawn, satisfied=t.satisfied, fraction=frac, ci_low=lo, ci_high=hi,
         verdict="holds" if frac >= threshold else "fails", reason=_reason(t, k, threshold, witness, samples, max_fail),
-        witness=witness, rank_histogram=t.histogram, histogram_draws=t.histogram_draws + t.satisfied,
-        exact_rechecks=t.rechecks, sampled=True, set_rank=stats.rank, planned_samples=samples if t.stopped else None,
+        witness=witness, exact_status="fails" if witness is not None else "undecided",
+        exact_basis="witness" if witness is not None else "none", rank_histogram=t.histogram, histogram_draws=t.histogram_draws + t.satisfied,
+        exact_rechecks=t.rechecks, sampled=True, set_rank=stats.ceiling(k, rule), planned_samples=samples if t.stopped else None,
         gram=gram.route, **base,
     )

@@ -5,8 +5,12 @@ Each result is frozen and carries its own evidence and the ``RankRule`` it was d
 * ``Witness``: a subset of rows proven dependent (a proof that the Kruskal rank is below its size);
 * ``SetStats``: facts about the whole set that hold for every subset (a certified ceiling),
   kept in the exactly rescaled units in which it is decided;
-* ``SubsetTest``: the Monte-Carlo test at one size k (an estimate, with a 95% Clopper-Pearson
-  interval from ``clopper_pearson``, unless the result says it is proven);
+* ``SubsetTest``: the test at one size k. It answers two questions and keeps them apart: the
+  estimate verdict under the paper's rule (``verdict``: the satisfied fraction of Monte-Carlo
+  draws against the threshold, with a 95% Clopper-Pearson interval from ``clopper_pearson``) and
+  the exact status (``exact_status``: fails, holds or undecided, with ``exact_basis``, what
+  decides it). ``proven`` is true exactly when the exact status is decided; ``scope`` says
+  whether the test is over k-subsets of a larger set (the paper's question) or k reaches T;
 * ``Bound``: a certified floor or ceiling, with what produced it and what it proves;
 * ``Sweep``: the satisfied fraction for every size from one set of nested draws (estimates),
   with the certified floor and ceiling.
@@ -19,7 +23,19 @@ from dataclasses import dataclass, field
 from ..numerics import RankRule, ldexp
 from ..tables import ResultTable, table_rows
 
-__all__ = ["Bound", "SetStats", "SubsetTest", "Sweep", "Witness", "clopper_pearson"]
+__all__ = ["EXACT_BASES", "EXACT_STATUSES", "SCOPES", "Bound", "SetStats", "SubsetTest", "Sweep", "Witness",
+           "clopper_pearson"]
+
+#: The exact status of "every k rows are independent", beside the estimate verdict.
+EXACT_STATUSES = ("fails", "holds", "undecided")
+#: What decides the exact status: a dependent subset found (witness), the whole set's numerical
+#: rank below k (set-rank), k above d or T (dimension), every subset decided (exhaustive: k = T,
+#: or every example of Assumption 2), the Babel-function floor (certified-floor), nothing (none).
+EXACT_BASES = ("witness", "set-rank", "dimension", "exhaustive", "certified-floor", "none")
+#: subsets: the test is over k-subsets of a larger set (the paper's question); whole-set: k >= T,
+#: the only subset is the set itself (or there is none), which does not answer the paper's
+#: question; per-example: Assumption 2, every example's context matrix.
+SCOPES = ("subsets", "whole-set", "per-example")
 
 
 def rows_phrase(k: int) -> str:
@@ -137,21 +153,36 @@ class SubsetTest(ResultTable):
     ci_low: float
     ci_high: float
     threshold: float
-    verdict: str  # holds | fails | unavailable
+    verdict: str  # the estimate under the paper's rule: holds | fails | unavailable
     reason: str
     rule: RankRule
     seed: int
     device: str
     witness: Witness | None = None
+    exact_status: str = "undecided"  # fails | holds | undecided (EXACT_STATUSES)
+    exact_basis: str = "none"  # what decides it (EXACT_BASES)
+    scope: str = "subsets"  # subsets | whole-set (SCOPES)
     rank_histogram: dict = field(default_factory=dict)  # rank -> count over the draws examined
     histogram_draws: int = 0
     exact_rechecks: int = 0
     sampled: bool = True
     set_rank: int | None = None
-    proven: bool = False  # the verdict is a proof (no sampling needed / dependent subset found)
     planned_samples: int | None = None  # draws asked for, when sampling stopped early
     gram: str | None = None  # how each draw's Gram was had: "full" (read from T x T) | "per-draw" (from the rows in
     # memory) | "mmap" (from the rows of a memory-mapped file)
+
+    def __post_init__(self):
+        if self.exact_status not in EXACT_STATUSES or self.exact_basis not in EXACT_BASES or self.scope not in SCOPES:
+            raise ValueError(f"bad exact status {self.exact_status!r} / basis {self.exact_basis!r} / scope {self.scope!r}")
+        if self.witness is not None and self.exact_status != "fails":
+            raise ValueError("a test with a witness has exact status fails")
+        if (self.exact_status == "undecided") != (self.exact_basis == "none"):
+            raise ValueError("an exact status is decided exactly when something decides it")
+
+    @property
+    def proven(self) -> bool:
+        """Whether the exact status is decided (fails or holds); a witness always decides it."""
+        return self.exact_status != "undecided"
 
     def record(self) -> dict:
         return {
@@ -166,6 +197,9 @@ class SubsetTest(ResultTable):
             "ci_high": self.ci_high,
             "threshold": self.threshold,
             "verdict": self.verdict,
+            "exact_status": self.exact_status,
+            "exact_basis": self.exact_basis,
+            "scope": self.scope,
             "reason": self.reason,
             "tolerance": self.rule.describe(),
             "seed": self.seed,
@@ -238,9 +272,24 @@ class Sweep(ResultTable):
     raw_estimate: int = 0  # before capping at the certified ceiling
     gram: str | None = None  # "full" | "per-draw" | "mmap" (see SubsetTest.gram); None when nothing was sampled
 
+    def exact_at(self, k: int) -> tuple[str, str]:
+        """``(exact_status, exact_basis)`` of "every k rows are independent": fails above the
+        certified ceiling, holds up to the certified floor, undecided between them."""
+        if k > self.ceiling.value:
+            return "fails", {"witness": "witness", "set-rank": "set-rank"}.get(self.ceiling.kind, "dimension")
+        if k <= self.floor.value:
+            return "holds", "certified-floor"
+        return "undecided", "none"
+
+    @property
+    def exact_kruskal_rank(self) -> int | None:
+        """The Kruskal rank when the certified floor meets the certified ceiling, else None."""
+        return self.floor.value if self.floor.value == self.ceiling.value else None
+
     def rows(self) -> list[dict]:
         return [
-            {"k": k, "fraction": f, "ci_low": lo, "ci_high": hi}
+            {"k": k, "fraction": f, "ci_low": lo, "ci_high": hi, "exact_status": self.exact_at(k)[0],
+             "exact_basis": self.exact_at(k)[1]}
             for k, f, lo, hi in zip(self.ks, self.fractions, self.ci_low, self.ci_high)
         ]
 
@@ -250,6 +299,9 @@ class Sweep(ResultTable):
             "estimate_means": f"largest k whose satisfied fraction is >= {self.threshold} over {self.samples} draws, "
             "capped at the certified ceiling (an estimate, not a proof)",
             "raw_estimate": self.raw_estimate,
+            "exact_kruskal_rank": self.exact_kruskal_rank,
+            "exact_means": "the Kruskal rank when the certified floor equals the certified ceiling (a proof); "
+            "null when they differ",
             "ceiling": self.ceiling.as_dict(),
             "floor": self.floor.as_dict(),
             "witness": self.witness.as_dict() if self.witness else None,

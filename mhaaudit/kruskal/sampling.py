@@ -54,10 +54,29 @@ DEVICE_BATCH_BYTES = 2 << 30  # one batched call of the device kernels holds thi
 Progress = Callable[[int], None]
 
 
+FLOAT8_DTYPES = frozenset(getattr(torch, name) for name in dir(torch) if name.startswith("float8_"))
+_EXACT_INT = 2**53  # every integer of at most this magnitude is a float64
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
 def as_matrix(X):
-    """Validate a T x d feature matrix (any float dtype); returns it unchanged: a tensor, or a
-    memory-mapped file (``io.MappedArray``: its entries are checked by the streaming pass,
-    ``numerics.stream.scan``, which is remembered for the statistics and the draws that follow)."""
+    """Validate a T x d feature matrix and apply the dtype policy; returns a tensor, or a
+    memory-mapped file unchanged (``io.MappedArray``: its entries are checked by the streaming
+    pass, ``numerics.stream.scan``, which is remembered for the statistics and the draws that follow).
+
+    Only what converts to float64 exactly is taken, never cast with a loss:
+
+    * real floating dtypes (float64, float32, float16, bfloat16, the float8 formats) are kept as
+      they are: every rank computation converts them to float64, which is exact for all of them,
+      and the rank rule takes the eps of this dtype;
+    * integers and booleans are converted to float64 here (exactly: an int64 or uint64 value of
+      magnitude above 2^53 is refused), and the rule takes float64's eps;
+    * complex dtypes are refused: independence is decided over the reals, and keeping the real
+      part would prove false things. So is anything else.
+    """
     if isinstance(X, MappedArray):
         if X.ndim != 2:
             raise InputError(f"expected a T x d matrix, got an array of shape {tuple(X.shape)}")
@@ -67,17 +86,28 @@ def as_matrix(X):
         scan_of(rows_of(X))  # NaN or Inf: an input error, before any work
         return X
     if isinstance(X, np.ndarray):
-        X = torch.from_numpy(X)
+        if X.dtype.kind == "c":
+            raise InputError(f"complex features ({X.dtype}) are not supported: linear independence is decided over "
+                             "the reals, and dropping the imaginary part would prove false things; give real features")
+        if X.dtype.kind not in "fiub":
+            raise InputError(f"features of dtype {X.dtype} are not numeric")
+        X = torch.from_numpy(np.ascontiguousarray(X))
     if not isinstance(X, torch.Tensor):
         raise InputError("features must be a tensor or array")
     if X.ndim != 2:
         raise InputError(f"expected a T x d matrix, got an array of shape {tuple(X.shape)}")
     if X.shape[0] < 1 or X.shape[1] < 1:
         raise InputError(f"empty feature matrix of shape {tuple(X.shape)}")
+    if X.dtype.is_complex:
+        raise InputError(f"complex features ({_dtype_name(X.dtype)}) are not supported: linear independence is "
+                         "decided over the reals, and dropping the imaginary part would prove false things; give "
+                         "real features")
     if not X.dtype.is_floating_point:
-        X = X.to(torch.float64)
+        X = _exact_float64(X)
     step = chunk_rows(X.shape[1])  # a chunk at a time: no T x d mask
-    if not all(bool(torch.isfinite(X[s : s + step]).all()) for s in range(0, X.shape[0], step)):
+    wide = X.dtype in FLOAT8_DTYPES  # exact; isfinite lacks some float8 kernels
+    if not all(bool(torch.isfinite(X[s : s + step].to(torch.float64) if wide else X[s : s + step]).all())
+               for s in range(0, X.shape[0], step)):
         raise InputError("features contain NaN or Inf values")
     return X
 
@@ -87,6 +117,27 @@ def rows_of(X) -> Rows:
     if isinstance(X, MappedArray):
         return Rows(X.array, mapped=True)
     return Rows(X)
+
+
+def _exact_float64(X: torch.Tensor) -> torch.Tensor:
+    """Integer or boolean features as float64, exactly, or an input error."""
+    if X.dtype == torch.bool:
+        return X.to(torch.float64)
+    try:
+        wide = X.dtype in (torch.int64, getattr(torch, "uint64", torch.int64))
+        if wide:
+            big = X.to(torch.int64) if X.dtype == torch.int64 else None
+            if big is None or bool(((big > _EXACT_INT) | (big < -_EXACT_INT)).any()):
+                if big is None:  # uint64: compare in NumPy, which has the type
+                    if bool((X.numpy() > np.uint64(_EXACT_INT)).any()):
+                        raise InputError(f"features of dtype {_dtype_name(X.dtype)} hold values beyond 2^53, which "
+                                         "float64 cannot represent exactly; rescale them or give floating features")
+                else:
+                    raise InputError(f"features of dtype {_dtype_name(X.dtype)} hold values beyond 2^53, which "
+                                     "float64 cannot represent exactly; rescale them or give floating features")
+        return X.to(torch.float64)
+    except (RuntimeError, TypeError) as exc:
+        raise InputError(f"features of dtype {_dtype_name(X.dtype)} are not supported ({exc})") from None
 
 
 def full_gram_bytes(T: int) -> int:

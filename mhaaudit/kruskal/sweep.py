@@ -25,8 +25,8 @@ from ..numerics import (TINY_GRAM, RankRule, cholesky_margins, decide_prefix_ful
                         tf32_is_off, tf32_off, with_numerics)
 from ..numerics.stream import unit_of
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, MAX_SAMPLES, device_name, resolve_device
-from .bounds import babel_floor, set_stats
-from .fixed import shrink_witness
+from .bounds import babel_floor, fixed_rule
+from .fixed import SET_WITNESS_MAX_ENTRIES, _set_witness, shrink_witness
 from .results import Bound, SetStats, Sweep, Witness, clopper_pearson
 from .sampling import Gram, Progress, as_matrix, blocks_in_order, rows_of
 
@@ -164,7 +164,8 @@ def draw_critical_sizes(X, K: int, *, samples: int = DEFAULT_SAMPLES, seed: int 
                         device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """The nested draws of ``kruskal_sweep`` up to size K and each one's k*: ``(orderings (N, K), kstar (N,))``."""
     X = as_matrix(X)
-    unit, _ = unit_of(rows_of(X), rule or RankRule.for_dtype(X.dtype))
+    rule, _ = fixed_rule(X, rule or RankRule.for_dtype(X.dtype), need_stats=False)
+    unit, _ = unit_of(rows_of(X), rule)
     gram = Gram(unit, resolve_device(device))
     parts = [(idx.cpu(), kstar) for idx, kstar, _ in _critical_sizes_of_draws(gram, K, samples, seed, unit.rule, None)]
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
@@ -184,14 +185,17 @@ def _fractions(counts: torch.Tensor, K: int, K_all: int, samples: int):
 
 
 def _ceiling(witness: Witness | None, K: int, T: int, d: int, set_rank: int) -> Bound:
+    """``set_rank``: the whole set's rank ceiling at size K + 1 (``SetStats.ceiling``)."""
     """The smallest certified ceiling: a dependent subset found, the set's rank, or min(T, d)."""
     candidates = []
     if witness is not None:
         n = len(witness.indices)
         candidates.append(Bound(n - 1, "witness", f"a dependent {n}-subset was found, so the Kruskal rank is at most {n - 1} (a proof)"))
     if K < min(T, d):
-        candidates.append(Bound(K, "set-rank", f"the whole set has numerical rank {set_rank}; no subset of more than {K} "
-                                               "rows can be independent under the rule (a proof)"))
+        candidates.append(Bound(K, "set-rank", f"the whole set has numerical rank {set_rank} at the smallest tolerance "
+                                               f"a {K + 1}-subset can have under the rule (its rank ceiling there), and "
+                                               f"above every larger size's ceiling too; no subset of more than {K} rows "
+                                               "can be independent under the rule (a proof)"))
     else:
         candidates.append(Bound(min(T, d), "dimension", f"the Kruskal rank of {T} vectors in R^{d} is at most min(T, d) = {min(T, d)}"))
     return min(candidates, key=lambda b: b.value)
@@ -224,7 +228,7 @@ def kruskal_sweep(
     dev = resolve_device(device)
     T, d = X.shape
     K_all = min(T, d) if kmax is None else max(1, min(T, d, kmax))
-    stats = stats or set_stats(X, rule)
+    rule, stats = fixed_rule(X, rule, stats)  # the per-matrix rule, and the set's ceilings
     K = max((k for k in range(1, K_all + 1) if stats.ceiling(k, rule) >= k), default=0)
     counts, rechecks, smallest, gram = torch.zeros(K + 2, dtype=torch.long), 0, None, None
     if K > 0:
@@ -239,7 +243,9 @@ def kruskal_sweep(
     fractions, ci_low, ci_high = _fractions(counts, K, K_all, samples)
     raw_estimate = max((k for k, f in enumerate(fractions, 1) if f >= threshold), default=0)
     witness = shrink_witness(X, smallest[1], rule) if smallest else None
-    ceiling = _ceiling(witness, K, T, d, stats.rank)
+    if witness is None and K < min(T, d) and T * d <= SET_WITNESS_MAX_ENTRIES:  # the set is dependent: show how
+        witness = _set_witness(unit_of(rows_of(X), rule)[0], T)
+    ceiling = _ceiling(witness, K, T, d, stats.ceiling(K + 1, rule))
     return Sweep(
         T=T, d=d, samples=samples, threshold=threshold, seed=seed, rule=rule, device=device_name(dev),
         ks=tuple(range(1, K_all + 1)), fractions=fractions, ci_low=ci_low, ci_high=ci_high,

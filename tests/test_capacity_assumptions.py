@@ -1,0 +1,45 @@
+"""What the capacity bound rests on: Assumption 1 itself, not the paper's estimate of it."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from mhaaudit.capacity.assumptions import a1_status, assumptions_from_file
+from mhaaudit.capacity.theory import theorem1_bound
+
+
+@pytest.mark.parametrize("verdict, exact, expected", [
+    ("holds", "fails", "fails"),  # a witness beside a holding estimate: the assumption fails, proven
+    ("holds", "undecided", "holds"),  # nothing proven: the estimate, as the paper uses it
+    ("fails", "undecided", "fails"),
+    ("fails", "fails", "fails"),
+    ("holds", "holds", "holds"),
+    ("unavailable", "undecided", None),
+    (None, None, None),  # a results file written before the exact status existed: its verdict
+])
+def test_the_exact_status_decides_where_it_is_decided(verdict, exact, expected):
+    assert a1_status(verdict, exact) == expected
+    assert a1_status("holds", None) == "holds"
+
+
+def test_a_proven_failure_read_from_a_results_file_moves_theorem_1_to_remark_1(tmp_path):
+    from mhaaudit.io import METADATA_KEY
+
+    rows = [
+        {"variant": "random", "check": "assumption_1", "verdict": "holds", "exact_status": "fails",
+         "reason": "1999/2000 draws independent, but a dependent 3-subset was found", "fraction": 0.9995, "sampled": True},
+        {"variant": "random", "check": "assumption_2", "verdict": "holds", "exact_status": "holds",
+         "reason": "all 40 context matrices have rank n", "fraction": 1.0, "sampled": False},
+    ]
+    meta = {"command": "check", "columns": {"random": {"weights": "random", "layer": 1, "status": "ok"}}}
+    import json
+
+    table = pa.Table.from_pylist(rows).replace_schema_metadata({METADATA_KEY: json.dumps(meta)})
+    pq.write_table(table, tmp_path / "r.parquet")
+    got, column, _ = assumptions_from_file(tmp_path / "r.parquet", init="random", layer=1)
+    assert column == "random" and got.a1 == "fails" and got.a2 == "holds"
+    assert "exact status is fails" in got.a1_reason
+    bound = theorem1_bound(heads=4, head_dim=8, n=6, d=16, a1_holds=got.holds(got.a1), a2_holds=got.holds(got.a2))
+    assert bound.which != "theorem-1"  # the theorem needs A1 to hold; without an estimate k < n it does not apply

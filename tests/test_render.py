@@ -1,0 +1,34 @@
+"""Renderers: the estimate and the exact status are shown apart, and a whole-set row is marked."""
+
+from __future__ import annotations
+
+from mhaaudit.render import WHOLE_SET_MARK, cell, estimate_text, exact_text
+
+
+def _rec(**kw) -> dict:
+    base = {"check": "general_position", "verdict": "holds", "fraction": 0.9995, "sampled": True, "T": 400,
+            "satisfied": 1999, "exact_status": "undecided", "exact_basis": "none", "scope": "subsets"}
+    return base | kw
+
+
+def test_a_holding_estimate_beside_a_proof_of_failure_is_never_a_bare_holds():
+    text = cell(_rec(exact_status="fails", exact_basis="witness"))
+    first, *rest = text.split("\n")
+    assert "holds" in first and "(estimate)" in first
+    assert any("exact:" in line and "fails" in line and "(witness)" in line for line in rest)
+
+
+def test_an_undecided_estimate_shows_its_fraction_only():
+    assert cell(_rec()) == "[green]holds[/green]\n0.9995"
+    assert exact_text(_rec()) == "undecided"
+
+
+def test_a_proof_without_sampling_names_its_basis():
+    text = cell(_rec(verdict="fails", sampled=False, fraction=0.0, exact_status="fails", exact_basis="set-rank"))
+    assert text == "[red]fails[/red]\nno sampling\nexact: [red]fails[/red] (set-rank)"
+
+
+def test_a_whole_set_row_is_marked_not_an_ordinary_verdict():
+    rec = _rec(sampled=False, fraction=1.0, exact_status="holds", exact_basis="exhaustive", scope="whole-set")
+    assert WHOLE_SET_MARK in estimate_text(rec) and estimate_text(rec) != "[green]holds[/green]"
+    assert cell(rec).startswith("[yellow]holds (whole set)[/yellow]")
