@@ -316,5 +316,5 @@ def test_a_source_that_fails_on_rank_0_ends_every_rank(vit_dir, tmp_path):
         Image.new("L", (20, 20), color=i * 40).save(gray / f"{i}.png")
     (r0, _, err0), (r1, _, err1) = launch(_check_args(vit_dir, gray))
     lines = err0.strip().splitlines()
-    assert (r0, r1) == (2, 2) and len(lines) == 1 and "no readable RGB images" in lines[0], err0
+    assert (r0, r1) == (2, 2) and len(lines) == 1 and "0 usable images" in lines[0], err0
     assert err1 == ""
