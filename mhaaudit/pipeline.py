@@ -319,10 +319,21 @@ def _assigned(pm, data: DataRequest, settings: Settings, notes: list[str], shard
         info, raw = example_batches(pm, data, settings.seed, notes, need, settings.progress)
         return info, _read_ahead(enumerate(raw), 2)
     if shard.rank == 0:
-        info, raw = example_batches(pm, data, settings.seed, notes, need, settings.progress)
+        try:
+            info, raw = example_batches(pm, data, settings.seed, notes, need, settings.progress)
+        except Exception as exc:  # refused before the first batch: the other ranks hear it as from a batch
+            for _ in shard.deal(_raising(exc)):
+                pass
+            raise  # pragma: no cover - deal raises it first
         info.shard = shard
         return info, shard.deal(_read_ahead(raw, 2 * shard.world_size))
     return DataInfo(shard=shard), shard.deal(None)
+
+
+def _raising(exc: BaseException) -> Iterator:
+    """A source whose first batch is the failure ``exc`` (rank 0 deals it, so every rank ends with it)."""
+    raise exc
+    yield  # pragma: no cover - makes this a generator
 
 
 def _settle(info: DataInfo, notes: list[str], first_note: int) -> None:
