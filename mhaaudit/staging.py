@@ -75,16 +75,31 @@ class StagedOutputs:
 
 
 def _hold_signals():
-    """Block SIGINT and SIGTERM in this thread (the main thread: where Python handles them); the
-    previous mask, or None where signals cannot be blocked."""
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+    """Hold Ctrl-C and SIGTERM back: their Python handlers (which run in the main thread, whatever
+    thread the signal reached) are swapped for ones that only note the signal. Returns what
+    :func:`_release_signals` needs, or None outside the main thread (where handlers cannot be set)."""
+    if threading.current_thread() is not threading.main_thread():
         return None
-    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    noted: list[int] = []
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(sig)
+        if handler is None or handler == signal.SIG_IGN:
+            continue  # not set from Python, or ignored: left as it is
+        previous[sig] = handler
+        signal.signal(sig, lambda signum, _frame: noted.append(signum))
+    return previous, noted
 
 
 def _release_signals(held) -> None:
-    if held is not None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    """Restore the handlers and deliver, once each, the signals that came meanwhile."""
+    if held is None:
+        return
+    previous, noted = held
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+    for sig in dict.fromkeys(noted):
+        signal.raise_signal(sig)
 
 
 _STAGED: contextvars.ContextVar[StagedOutputs | None] = contextvars.ContextVar("mhaaudit_staged_outputs", default=None)

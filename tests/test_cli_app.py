@@ -269,3 +269,31 @@ def test_ctrl_c_after_an_output_was_staged_keeps_no_output(tmp_path, capsys, mon
     assert rc == 130 and err.strip() == "Error: interrupted", err
     assert (tmp_path / "r.parquet").read_bytes() == b"earlier"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["X.npy", "r.parquet"]
+
+
+def test_a_signal_during_the_commit_of_outputs_is_delivered_after_it(tmp_path):
+    """The renames that put a run's outputs in place are not cut by Ctrl-C: the signal is held
+    back, every output is in place, and the signal is delivered right after."""
+    import signal
+
+    import mhaaudit.staging as staging_module
+    from mhaaudit.io import atomic_path
+    from mhaaudit.staging import staged_outputs
+
+    with pytest.raises(KeyboardInterrupt):
+        with staged_outputs() as staged:
+            for name in ("a.txt", "b.txt"):
+                with atomic_path(tmp_path / name) as tmp:
+                    tmp.write_text(name)
+            real = staged.files.copy()
+
+            def replace_then_interrupt(src, dst, _real=os.replace):
+                _real(src, dst)
+                signal.raise_signal(signal.SIGINT)  # arrives between the two renames
+
+            staging_module.os = type("os_proxy", (), {"replace": staticmethod(replace_then_interrupt)})
+            try:
+                staged.commit()
+            finally:
+                staging_module.os = os
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt"] and len(real) == 2
