@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .checks import CHECK_MEANING, CHECK_TITLES
+from .tables import text_width
 
 if TYPE_CHECKING:
     from .kruskal import SubsetTest, Sweep
@@ -26,18 +27,16 @@ if TYPE_CHECKING:
 VERDICT_STYLE = {"holds": "green", "fails": "red", "unavailable": "yellow"}
 
 
-from .tables import REDIRECTED_WIDTH  # noqa: E402 - the width of reports sent to a file or a pipe
-
 
 def report_width() -> int | None:
-    """The width reports on stdout are laid out for: ``COLUMNS`` when set, else the terminal's
-    (None: rich asks the terminal), else :data:`REDIRECTED_WIDTH` for a file or a pipe."""
+    """The width reports on stdout are laid out for: :func:`~mhaaudit.tables.text_width` (``COLUMNS``
+    when set, else :data:`~mhaaudit.tables.REDIRECTED_WIDTH` for a file or a pipe), except on a terminal without
+    ``COLUMNS`` (None: rich asks the terminal, and follows it)."""
     import os
 
-    columns = os.environ.get("COLUMNS", "").strip()
-    if columns.isdigit() and int(columns) > 0:
-        return int(columns)
-    return None if sys.stdout.isatty() else REDIRECTED_WIDTH
+    if sys.stdout.isatty() and not os.environ.get("COLUMNS", "").strip().isdigit():
+        return None
+    return text_width()
 
 
 def stdout_console() -> Console:

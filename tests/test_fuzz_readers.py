@@ -301,14 +301,7 @@ def test_model_config(capsys, tmp_path, vit_dir, image_dir, profile):
     docs = st.one_of(st.builds(lambda e: {**valid, **e}, edits), st.builds(lambda e: {**valid, **e}, edits), json_values,
                      mutated(json.dumps(valid).encode()))
 
-    def check(doc):
-        folder = where.folder() / "model"
-        shutil.copytree(vit_dir, folder)
-        (folder / "config.json").write_bytes(_json_bytes(doc))
-        assert_clean(*run(capsys, "check", folder, "--data", image_dir, "--variants", "random", "--layers", "1",
-                          "--limit", "20", "--samples", "10", "--format", "json"))
-
-    fuzz(profile, 15, docs, check)
+    fuzz(profile, 15, docs, _config_check(capsys, where, vit_dir, image_dir))
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -323,14 +316,20 @@ def test_timm_config(capsys, tmp_path, timm_dir, image_dir, profile):
     docs = st.one_of(st.builds(lambda a: {**valid, "model_args": a}, args), st.builds(lambda a: {**valid, "model_args": a}, args),
                      _replace_fields(valid, json_values))
 
+    fuzz(profile, 12, docs, _config_check(capsys, where, timm_dir, image_dir))
+
+
+def _config_check(capsys, where, model_dir, image_dir):
+    """A check of one config.json document: a copy of ``model_dir`` with it, audited by the CLI."""
+
     def check(doc):
         folder = where.folder() / "model"
-        shutil.copytree(timm_dir, folder)
+        shutil.copytree(model_dir, folder)
         (folder / "config.json").write_bytes(_json_bytes(doc))
         assert_clean(*run(capsys, "check", folder, "--data", image_dir, "--variants", "random", "--layers", "1",
                           "--limit", "20", "--samples", "10", "--format", "json"))
 
-    fuzz(profile, 12, docs, check)
+    return check
 
 
 @pytest.fixture(scope="module")

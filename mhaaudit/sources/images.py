@@ -61,7 +61,12 @@ def _read_path(path: Path, base: Path | None) -> bytes:
         raise ValueError("an image path outside the data's folder (not read)")
     if not os.path.isfile(real):
         raise ValueError("an image path that is not a regular file in the data's folder")
-    with open(real, "rb") as fh:
+    return _read_capped(real)
+
+
+def _read_capped(path: str | Path) -> bytes:
+    """The bytes of the image file ``path``, refused (ValueError) past :data:`MAX_IMAGE_BYTES`."""
+    with open(path, "rb") as fh:
         raw = fh.read(MAX_IMAGE_BYTES + 1)
     if len(raw) > MAX_IMAGE_BYTES:
         raise ValueError(f"an image file of more than {MAX_IMAGE_BYTES >> 20} MiB (not read)")
@@ -77,10 +82,7 @@ def _read_value(value: Any, base: Path | None) -> Any:
             raw = _read_path(Path(value["path"]), base)
         value = raw
     if isinstance(value, Path):  # a file of an image folder the user named, found by listing it
-        with open(value, "rb") as fh:
-            value = fh.read(MAX_IMAGE_BYTES + 1)
-        if len(value) > MAX_IMAGE_BYTES:
-            raise ValueError(f"an image file of more than {MAX_IMAGE_BYTES >> 20} MiB (not read)")
+        value = _read_capped(value)
     elif isinstance(value, str):  # a path a table gives
         value = _read_path(Path(value), base)
     return value
