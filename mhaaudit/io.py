@@ -377,7 +377,7 @@ def _refuse_unless_readable(p: Path) -> None:
     from .numerics.stream import available_memory
 
     size, avail = p.stat().st_size, available_memory()
-    if avail is not None and size > avail:
+    if size > avail:
         raise InputError(f"{p}: reading this {p.suffix} file whole needs at least {size / 1e9:.2f} GB, but "
                          f"{avail / 1e9:.2f} GB are available; save the features as a float32 .npy or .safetensors "
                          "file, which is memory-mapped instead of read")

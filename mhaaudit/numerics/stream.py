@@ -68,7 +68,7 @@ def refuse_unless_fits(T: int, d: int, what: str) -> None:
     its file (``memory_needed``) than the system has available; it names the rows that would fit."""
     avail = available_memory()
     need = memory_needed(T, d)
-    if avail is None or need <= avail:
+    if need <= avail:
         return
     fit = max(0, (avail - memory_needed(0, d)) // 16)
     raise InputError(f"{what}: {T} x {d} rows need about {need / 1e9:.2f} GB of memory besides the mapped file "
