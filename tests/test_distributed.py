@@ -43,8 +43,8 @@ DRIVER = textwrap.dedent("""
             raise ValueError("a bug on purpose")
 
         pipeline._prepare = broken
-    from mhaaudit.__main__ import main
-    sys.exit(main(sys.argv[1:]))
+    from mhaaudit.__main__ import entry
+    entry(sys.argv[1:])
 """)
 
 
@@ -231,8 +231,8 @@ SPY_DRIVER = textwrap.dedent("""
         return call
 
     distributed._shared_call = spy
-    from mhaaudit.__main__ import main
-    sys.exit(main(sys.argv[1:]))
+    from mhaaudit.__main__ import entry
+    entry(sys.argv[1:])
 """)
 
 

@@ -351,8 +351,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run() -> None:  # pragma: no cover - the console script; tested through a subprocess
-    try:
-        code = main()
-    except KeyboardInterrupt:  # between the commands' own handling and the exit
-        _interrupted()
-    sys.exit(code)
+    """The console script: the same as ``python -m mhaaudit`` (a rank of a torchrun job started
+    through the script joins the job too, and ends as :func:`mhaaudit.distributed.leave` says)."""
+    from ..__main__ import entry
+
+    entry()
