@@ -4,6 +4,8 @@
 :class:`AttentionWeights`. The layouts known (first match wins, in this order):
 
 - ``timm_vit``: timm ViT, a fused ``qkv`` Linear;
+- ``gpt_bigcode``: GPT-BigCode with a key/value head per query head, an ``nn.Linear`` ``c_attn``
+  holding each head's query, key and value side by side, causal;
 - ``gpt2``: GPT-2, a ``Conv1D`` ``c_attn``, causal;
 - ``hf_vit``: transformers ViT / DeiT / DINOv2, ``q_proj`` / ``k_proj`` after ``layernorm_before``;
 - ``bert``: BERT-style post-LN ``self.query`` / ``self.key`` (BERT, RoBERTa, ELECTRA);
@@ -23,6 +25,6 @@ from .registry import ADAPTERS, Adapter, BlockContext, adapter_for, first_attent
 from .weights import AttentionWeights
 
 # The adapters register themselves on import; the order is the order they are tried in.
-from . import timm_vit, gpt2, hf_vit, bert, self_attn, distilbert  # noqa: E402,F401  isort: skip
+from . import timm_vit, gpt_bigcode, gpt2, hf_vit, bert, self_attn, distilbert  # noqa: E402,F401  isort: skip
 
 __all__ = ["ADAPTERS", "Adapter", "AttentionWeights", "BlockContext", "adapter_for", "first_attention", "register_adapter"]
