@@ -7,8 +7,7 @@ The families come from the registry itself (:data:`mhaaudit.models.families.FAMI
 under ``fixtures/families/<backend>/<family>/``: ``config.json`` (a transformers config, or a timm
 folder's ``{"architecture", "model_args"}``) and ``expected.json`` (what mhaaudit must find: the
 query token, the positions at layer 0, the tokens before the patches, and the reasons capacity
-refuses the attention: empty where it reads it, ``"unread"`` where no adapter knows the block
-layout). A registered family without a fixture, or a
+refuses the attention, empty where it reads it). A registered family without a fixture, or a
 fixture of no registered family, fails here. A folder ``<family>@<variant>`` is a further case of
 the same family (another config of it).
 
@@ -17,7 +16,7 @@ the library's own ``output_hidden_states`` (transformers) or ``forward_intermedi
 the same inputs; the query row is the right token (the class token before any distillation or
 register tokens, [CLS] / <s>, the last token); ``first_attention`` either reproduces the
 library's eager attention maps or refuses with the reason (rotary positions, grouped key/value
-heads, query/key norms, soft-capping, relative attention, ALiBi). A family whose model type the
+heads, query/key norms, soft-capping, relative attention, ALiBi, local windows). A family whose model type the
 installed transformers lacks is skipped, saying so.
 """
 
@@ -43,7 +42,6 @@ timm = pytest.importorskip("timm")
 FAMILY_FIXTURES = FIXTURES / "families"
 D, HEADS = 32, 4  # every fixture's width and heads
 N_TEXT, PATCHES = 8, 16  # tokens of a text example; patches of a 32 x 32 image in 8 x 8 patches
-UNREAD = "unread"  # expected.json's "attention" where no adapter reads the block layout
 TIMM_NAMES = sorted({name for _pattern, name, _fam in TIMM_FAMILIES})
 
 
@@ -57,7 +55,7 @@ class Case:
     query: str  # first | last | none
     positions: str
     prefix: int  # image tokens before the patches (class, distillation, registers)
-    refused: tuple[str, ...]  # first_attention's reasons; empty: it matches the eager attention; (UNREAD,): no adapter
+    refused: tuple[str, ...]  # first_attention's reasons; empty: it matches the eager attention
 
     @property
     def family(self) -> str:
@@ -75,9 +73,8 @@ def case(backend: str, key: str) -> Case:
         pytest.fail(f"{backend} family {key!r} is registered but has no fixture: add {folder}/config.json and "
                     "expected.json")
     exp = json.loads((folder / "expected.json").read_text())
-    attention = exp["attention"]
     return Case(backend, key, json.loads((folder / "config.json").read_text()), exp.get("query", "first"),
-                exp["positions"], exp.get("prefix", 1), (UNREAD,) if attention == UNREAD else tuple(attention))
+                exp["positions"], exp.get("prefix", 1), tuple(exp["attention"]))
 
 
 def variants(backend: str) -> list[str]:
@@ -177,10 +174,6 @@ def _check_query_row(pm, case, x, out, text):
 
 
 def _check_attention(pm, case, folder, x):
-    if case.refused == (UNREAD,):  # no adapter knows the block layout: capacity says so (--attention random runs)
-        with pytest.raises(ModelError, match="first_attention does not know the attention layout"):
-            first_attention(pm, 1)
-        return
     if case.refused:
         with pytest.raises(ModelError, match="not of the form capacity expresses") as err:
             first_attention(pm, 1)
