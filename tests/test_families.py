@@ -89,7 +89,7 @@ TIMM_KEYS = TIMM_NAMES + variants("timm")
 @pytest.mark.parametrize("backend, registered", [("transformers", set(FAMILIES)), ("timm", set(TIMM_NAMES))])
 def test_every_fixture_is_of_a_registered_family(backend, registered):
     folders = {p.name.split("@")[0] for p in (FAMILY_FIXTURES / backend).iterdir()}
-    assert folders - registered == set(), f"fixtures of families the registry does not have in {FAMILY_FIXTURES / backend}"
+    assert folders - registered == set(), f"fixtures of unregistered families in {FAMILY_FIXTURES / backend}"
     assert registered - folders == set(), "registered families without a fixture"
 
 

@@ -185,7 +185,8 @@ def _column(p: Path, cols: dict, *, init: str, layer: int) -> tuple[str | None, 
             return None, f"column {variant!r} of {p} is unavailable: {c.get('reason', '')}"
         return variant, ""
     have = ", ".join(f"{v} ({c.get('weights')} weights, layer {c.get('layer')})" for v, c in cols.items()) or "none"
-    return None, f"{p} has no column with {init} weights at layer {layer} (the input of block {layer + 1}); it has: {have}"
+    return None, (f"{p} has no column with {init} weights at layer {layer} (the input of block {layer + 1}); "
+                  f"it has: {have}")
 
 
 def _verdicts(rows: list[dict], *, source: str) -> Assumptions:

@@ -4,8 +4,9 @@ An :class:`~.weights.AttentionWeights` describes logits ``scale (pre(x) W_q[h] +
 W_k[h] + b_k[h])^T`` of the block input alone. Attention that also depends on the positions
 (rotary, relative or ALiBi terms), shares key heads among query heads, normalises queries and keys
 per head, caps its logits, or lets a token see only a window of the others is not of that form,
-and Z built from it would certify a layer the model does not have. :data:`FEATURES` names each such feature with its test on the loaded model
-and its block; :func:`unsupported` lists those a block shows. A new feature is one entry here.
+and Z built from it would certify a layer the model does not have. :data:`FEATURES` names each
+such feature with its test on the loaded model and its block; :func:`unsupported` lists those a
+block shows. A new feature is one entry here.
 """
 
 from __future__ import annotations
