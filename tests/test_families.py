@@ -362,6 +362,8 @@ def test_siglip_needs_a_query_index(capsys, folder, image_dir, key):
     ("llama", "rotary positions, grouped key/value heads"),
     ("gemma2", "rotary positions, grouped key/value heads, logit soft-capping"),
     ("deberta-v2", "relative attention"),
+    ("gpt_neo@local", "local (windowed) attention"),
+    ("gpt_bigcode", "grouped key/value heads"),
     ("timm/beit", "relative attention"),
 ])
 def test_capacity_refuses_attention_it_cannot_express(capsys, folder, text_file, image_dir, key, reasons):
@@ -375,7 +377,7 @@ def test_capacity_refuses_attention_it_cannot_express(capsys, folder, text_file,
     assert rc == 0, err
 
 
-@pytest.mark.parametrize("key", ["opt", "distilbert", "clip_vision_model"])
+@pytest.mark.parametrize("key", ["opt", "distilbert", "clip_vision_model", "ctrl", "gpt_neo", "gpt_bigcode@multi-head"])
 def test_capacity_reads_supported_families(capsys, folder, text_file, image_dir, key):
     image = key.startswith("clip")
     extra = ["--data", image_dir] if image else ["--data", text_file, "--context-length", N_CLI]
