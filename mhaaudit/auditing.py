@@ -20,11 +20,11 @@ from typing import Callable, Sequence
 
 import torch
 
-from .checks import CHECKS, ContextRankResult
+from .checks import REGISTRY, ContextRankResult
 from .distributed import describe, shared
 from .errors import DataError, InputError, OfflineError
 from .features import FeatureSet, StreamingReducer
-from .kruskal import Sweep, kruskal_sweep, set_stats, subset_test
+from .kruskal import Sweep, kruskal_sweep, set_stats
 from .pipeline import DataRequest, ModelRequest
 from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 from .tables import ResultTable, table_rows, verdict_tally
@@ -120,7 +120,7 @@ class Column:
 
     def records(self, model: str, seed: int) -> list[dict]:
         out = []
-        for check in CHECKS:
+        for check in REGISTRY:
             r = self.tests.get(check)
             if r is None:
                 rec = {"check": check, "verdict": "unavailable", "reason": self.reason or "not run"}
@@ -447,32 +447,33 @@ def data_request(data: str | None, split: str, limit, batch_size, keep_duplicate
 
 
 def run_checks(fs: FeatureSet, settings: Settings, *, sweep: bool = False, label: str = "") -> tuple[dict, Sweep | None, dict]:
-    """GP, A1, A2, A3 (and optionally the sweep) on one reduced feature set, under ``settings``."""
+    """Every registered check (:data:`~mhaaudit.checks.REGISTRY`: GP, A1, A2, A3) and optionally the
+    sweep on one reduced feature set, under ``settings``: (results by check, sweep or None, timings in s)."""
     from .progress import task
 
     rule = settings.rule(fs.dtype)
-    T, n, d = fs.T, fs.n, fs.d
     timings: dict = {}
     tests: dict = {}
     t0 = time.perf_counter()
-    tests["assumption_2"] = fs.assumption_2(rule)
-    q_stats = set_stats(fs.queries, rule)
-    a3_stats = set_stats(fs.a3, rule)
+    exact = [c for c in REGISTRY.values() if not c.estimated]
+    sampled = [c for c in REGISTRY.values() if c.estimated]
+    for c in exact:
+        tests[c.name] = c.decide(fs, rule=rule)
+    swept = ["queries"] if sweep else []  # the sweep is the queries' Kruskal-rank curve (Figure 1)
+    stats = {v: set_stats(getattr(fs, v), rule) for v in dict.fromkeys([*(c.vectors for c in sampled), *swept])}
     timings["set ranks"] = round(time.perf_counter() - t0, 3)
-    common = dict(samples=settings.samples, threshold=settings.threshold, seed=settings.seed, rule=rule,
-                  device=settings.device)
-    for check, X, k, st in (("general_position", fs.queries, min(T, d), q_stats), ("assumption_1", fs.queries, n, q_stats),
-                            ("assumption_3", fs.a3, n, a3_stats)):
+    common = dict(samples=settings.samples, threshold=settings.threshold, seed=settings.seed, device=settings.device)
+    for c in sampled:
         t0 = time.perf_counter()
-        with task(f"{label} {check} (k = {k})", settings.samples, settings.progress) as adv:
-            tests[check] = subset_test(X, k, check=check, stats=st, progress=adv,
-                                       stop_when_decided=settings.stop_when_decided, **common)
-        timings[check] = round(time.perf_counter() - t0, 3)
+        with task(f"{label} {c.name} (k = {c.k(fs.n, fs.T, fs.d)})", settings.samples, settings.progress) as adv:
+            tests[c.name] = c.decide(fs, rule=rule, stats=stats[c.vectors], progress=adv,
+                                     stop_when_decided=settings.stop_when_decided, **common)
+        timings[c.name] = round(time.perf_counter() - t0, 3)
     sw = None
     if sweep:
         t0 = time.perf_counter()
         with task(f"{label} sweep", settings.samples, settings.progress) as adv:
-            sw = kruskal_sweep(fs.queries, stats=q_stats, progress=adv, **common)
+            sw = kruskal_sweep(fs.queries, stats=stats["queries"], progress=adv, rule=rule, **common)
         timings["sweep"] = round(time.perf_counter() - t0, 3)
     return tests, sw, timings
 

@@ -70,7 +70,7 @@ def plot_depth(result, path: str | Path) -> Path:
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    from .checks import CHECK_TITLES
+    from .checks import REGISTRY
 
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
     styles = {"random": "--", "trained": "-"}
@@ -79,10 +79,10 @@ def plot_depth(result, path: str | Path) -> Path:
         if not cols:
             continue
         xs = [c.probe.layer for c in cols]
-        for check, color in (("assumption_1", "C0"), ("assumption_2", "C1"), ("assumption_3", "C2"), ("general_position", "C3")):
-            ys = [c.tests[check].record(None)["fraction"] if check == "assumption_2" else c.tests[check].fraction for c in cols]
-            ax.plot(xs, ys, styles.get(weights, "-"), color=color, marker="o", ms=3,
-                    label=f"{CHECK_TITLES[check]} ({weights})")
+        fractions = [{r["check"]: r["fraction"] for r in c.records(result.model, 0)} for c in cols]
+        for i, check in enumerate(REGISTRY.values()):  # one line per registered check, in the registry's order
+            ax.plot(xs, [f[check.name] for f in fractions], styles.get(weights, "-"), color=f"C{i}", marker="o", ms=3,
+                    label=f"{check.title} ({weights})")
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
