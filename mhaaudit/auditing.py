@@ -395,9 +395,19 @@ def capture_features(model: str, *, variant: str = "random", layer: int = 1, dat
         raise InputError(f"--weights loads trained weights; use it with --variants trained (or trained-L<k>), not {variant!r}")
     request = model_request(model, backend=backend, weights=weights_path, context_length=context_length,
                             query_index=query_index, revision=revision, trust_remote_code=trust_remote_code)
-    got = collect_features(request, [probe], data_request(data, split, limit, batch_size, keep_duplicates,
-                                                          text_column=text_column, image_column=image_column,
-                                                          convert_rgb=convert_rgb), settings)
+    data_req = data_request(data, split, limit, batch_size, keep_duplicates, text_column=text_column,
+                            image_column=image_column, convert_rgb=convert_rgb)
+    return capture_probe(request, data_req, variant, settings=settings, layer=layer)
+
+
+@shared
+def capture_probe(request: ModelRequest, data: DataRequest, variant: str, *, settings: Settings,
+                  layer: int = 1) -> FeatureSet:
+    """Reduced features of one probe point (``variant`` at depth ``layer``, see :func:`probe_for_variant`)
+    from checked request objects; :func:`capture_features` with the objects built. Trained weights
+    that cannot be had offline raise :class:`~mhaaudit.errors.OfflineError`."""
+    probe = probe_for_variant(variant, layer)
+    got = collect_features(request, [probe], data, settings)
     if probe.variant in got.unavailable:
         raise OfflineError(got.unavailable[probe.variant])
     return got.features[probe.variant]

@@ -41,9 +41,6 @@ from .options import (
     refuse_data_options,
 )
 
-FAIL_ON = ("general_position", "assumption_1", "assumption_2", "assumption_3", "any")
-
-
 def check(
     ctx: typer.Context,
     model: ModelArg,
@@ -83,6 +80,7 @@ def check(
     with importing(quiet):  # the library, torch with it: seconds
         from .. import validate
         from ..auditing import audit
+        from ..checks import REGISTRY
         from ..io import check_folder_writable, refuse_inputs
         from ..progress import progress_enabled
         from ..render import render_audit
@@ -91,7 +89,7 @@ def check(
     settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol)
     prepare_outputs(out, plot, fmt)
     refuse_data_options(ctx, data)
-    fails = [validate.choice("--fail-on", f, FAIL_ON) for f in validate.split_list(fail_on) or []]
+    fails = [validate.choice("--fail-on", f, (*REGISTRY, "any")) for f in validate.split_list(fail_on) or []]
     if save_features is not None:
         check_folder_writable(save_features, "--save-features")
         refuse_planted_columns(save_features, [model, weights, data])
