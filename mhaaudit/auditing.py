@@ -14,15 +14,17 @@ what one process would, and the record ``meta`` names the world size and backend
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 
 from .checks import REGISTRY, ContextRankResult
 from .distributed import describe, shared
-from .errors import DataError, InputError, OfflineError
+from .errors import DataError, InputError, OfflineError, OutputError
 from .features import FeatureSet, StreamingReducer
 from .kruskal import Sweep, kruskal_sweep, set_stats
 from .pipeline import DataRequest, ModelRequest
@@ -200,6 +202,53 @@ class AuditResult(ResultTable):
                 return c
         raise KeyError(variant)
 
+    def save_features(self, folder: str | Path) -> Path:
+        """Write each audited column's reduced features to ``folder/<variant>`` (what ``check
+        --save-features`` writes, for ``mhaaudit kruskal`` or a later audit); staged with a run's
+        other outputs, all written or none. Returns the folder; raises
+        :class:`~mhaaudit.errors.OutputError` when it cannot be made."""
+        from .io import make_output_folder
+
+        folder = Path(folder)
+        try:
+            make_output_folder(folder)
+        except OSError as exc:
+            raise OutputError(f"--save-features {folder}: cannot create the folder ({exc.strerror or exc})") from exc
+        for c in self.columns:
+            if c.features is not None:
+                c.features.save(folder / c.probe.variant)
+        return folder
+
+
+# the subfolders AuditResult.save_features writes: a column's variant, at a depth or not
+COLUMN_FOLDER = rf"({'|'.join(re.escape(v) for v in IMAGE_VARIANTS)})(-L\d+)?"
+
+
+def check_features_folder(folder: str | Path, inputs: Sequence) -> Path:
+    """Before any work: the folder :meth:`AuditResult.save_features` will write must be writable, and
+    where a column's subfolder goes, a symbolic link (the features would be written wherever it
+    points) or one of ``inputs`` (paths the run reads) is refused with
+    :class:`~mhaaudit.errors.OutputError`."""
+    import os
+
+    from .io import check_folder_writable, real_path
+
+    folder = check_folder_writable(folder, "--save-features")
+    if folder.is_dir():
+        for entry in sorted(folder.iterdir()):
+            if entry.is_symlink() and re.fullmatch(COLUMN_FOLDER, entry.name):
+                raise OutputError(f"--save-features {folder}: {entry.name} is a symbolic link (to {os.readlink(entry)}); "
+                                  "the features are written into real folders only: remove it or choose another folder")
+    top = real_path(folder)
+    for i in inputs:
+        if i is None or not os.path.lexists(os.path.expanduser(str(i))):
+            continue
+        inside = real_path(i)
+        if top in inside.parents and re.fullmatch(COLUMN_FOLDER, inside.relative_to(top).parts[0]):
+            raise OutputError(f"--save-features {folder}: the input {i} lies where the features would be written; "
+                              "write them elsewhere")
+    return folder
+
 
 # --------------------------------------------------------------------------- capture
 
@@ -369,8 +418,6 @@ def _load_or_unavailable(request: ModelRequest, init: str, settings: Settings, m
 
 def probe_for_variant(variant: str, layer: int = 1) -> Probe:
     """The probe point a variant name stands for: a Table 1 column or ``random-L<k>`` / ``trained-L<k>``."""
-    import re
-
     if variant in IMAGE_VARIANTS:
         return plan_probes("image", [variant], layer=layer if variant in ("random", "trained") else None)[0]
     m = re.fullmatch(r"(random|trained)-L(\d+)", variant)

@@ -10,7 +10,10 @@
 
 A Monte-Carlo "holds" is an estimate (``mhaaudit.kruskal``); a dependent subset found is a
 proof. ``REGISTRY`` maps each check's name to a ``Check``: its function, what it means, which
-vectors it reads and what its size k is. Nothing here imports models or data.
+vectors it reads and what its size k is. The audit runs every registered check on every column,
+``mhaaudit kruskal`` names a test after the check whose size it is (``check_for_size``), and the
+table, the JSON and the parquet rows show whatever the registry holds: adding a check is one
+entry plus its function. Nothing here imports models or data.
 """
 
 from __future__ import annotations

@@ -63,6 +63,19 @@ def plot_sweeps(curves: list[tuple[str, Sweep]], path: str | Path, *, n: int | N
     return save_figure(fig, path)
 
 
+def plot_audit(result, path: str | Path) -> Path | None:
+    """An audit's figure (``check --plot``): the depth profile when it audited ``layers``, else the sweep
+    curve of each column. Returns the path written, or None when no column could be audited
+    (nothing was measured, so nothing is drawn)."""
+    if not any(c.status == "ok" for c in result.columns):
+        return None
+    if result.settings.get("layers") is not None:
+        return plot_depth(result, path)
+    curves = [(c.probe.variant, c.sweep) for c in result.columns if c.sweep is not None]
+    return plot_sweeps(curves, path, n=result.info.get("n"), d=result.info.get("d"),
+                       title=f"Kruskal-rank sweep: {result.model}")
+
+
 def plot_depth(result, path: str | Path) -> Path:
     """Satisfied fractions of each check against depth, one line style per set of weights."""
     import matplotlib
