@@ -237,8 +237,9 @@ def check_features_folder(folder: str | Path, inputs: Sequence) -> Path:
     if folder.is_dir():
         for entry in sorted(folder.iterdir()):
             if entry.is_symlink() and re.fullmatch(COLUMN_FOLDER, entry.name):
-                raise OutputError(f"--save-features {folder}: {entry.name} is a symbolic link (to {os.readlink(entry)}); "
-                                  "the features are written into real folders only: remove it or choose another folder")
+                raise OutputError(f"--save-features {folder}: {entry.name} is a symbolic link (to "
+                                  f"{os.readlink(entry)}); the features are written into real folders only: remove it "
+                                  "or choose another folder")
     top = real_path(folder)
     for i in inputs:
         if i is None or not os.path.lexists(os.path.expanduser(str(i))):

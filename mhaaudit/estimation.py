@@ -137,12 +137,14 @@ def kruskal_capture(model: str = "vit-base", *, variant: str = "random", n: int 
     weights, revision, trust_remote_code). Several columns, or ``weights`` without a trained
     column, are refused."""
     if len(validate.split_list(variant) or []) > 1:
-        raise InputError(f"--variants {variant}: kruskal captures one column at a time; give one (check audits several)")
+        raise InputError(f"--variants {variant}: kruskal captures one column at a time; give one "
+                         "(check audits several)")
     from .auditing import probe_for_variant
 
     probe = probe_for_variant(variant)
     if model_options.get("weights") is not None and probe.init != "trained":
-        raise InputError(f"--weights loads trained weights; use it with --variants trained (or trained-L<k>), not {variant!r}")
+        raise InputError("--weights loads trained weights; use it with --variants trained (or trained-L<k>), "
+                         f"not {variant!r}")
     request = model_request(model, context_length=n, query_index=query_index, **model_options)
     return Capture(model=request, data=data if data is not None else data_request(None, "train", 2000, 32),
                    variant=variant)
@@ -179,8 +181,8 @@ def _objects(features, request, capture, settings, keywords: dict):
         return request, None, settings
     if capture is None:
         model = pick(_MODEL_KEYS)
-        capture = kruskal_capture(model.pop("model", None) or "vit-base", variant=model.pop("variant", None) or "random",
-                                  n=request.n, query_index=request.query_index, **model)
+        name, variant = model.pop("model", None) or "vit-base", model.pop("variant", None) or "random"
+        capture = kruskal_capture(name, variant=variant, n=request.n, query_index=request.query_index, **model)
         d = {**_DATA_DEFAULTS, **pick(_DATA_KEYS)}  # checked after the model's options, as capture_features does
         capture = replace(capture, data=data_request(d.pop("data"), d.pop("split"), d.pop("limit"), d.pop("batch_size"),
                                                      d.pop("keep_duplicates"), **d))
@@ -307,8 +309,8 @@ def _estimate(X, ks, sweep: bool, n, vectors: str, settings: Settings, rule, sta
         check = check_for_size(kk, n=n, T=T, d=d, vectors=vectors)
         s = time.perf_counter()
         with task(f"k = {kk}", settings.samples, settings.progress) as adv:
-            tests.append(kruskal.subset_test(X, kk, check=check, progress=adv, stop_when_decided=settings.stop_when_decided,
-                                     **common))
+            tests.append(kruskal.subset_test(X, kk, check=check, progress=adv,
+                                             stop_when_decided=settings.stop_when_decided, **common))
         timings[f"k={kk}"] = round(time.perf_counter() - s, 3)
     if sweep:
         s = time.perf_counter()

@@ -206,7 +206,8 @@ def test_kruskal_command_defaults_are_estimate_kruskal_rank_defaults(monkeypatch
     (passed,) = calls
     assert passed["request"] == estimation.kruskal_request()
     assert passed["capture"] == estimation.kruskal_capture()
-    assert passed["capture"].data == estimation.kruskal_capture().data == estimation.data_request(None, "train", 2000, 32)
+    default_data = estimation.data_request(None, "train", 2000, 32)
+    assert passed["capture"].data == estimation.kruskal_capture().data == default_data
     # progress: the CLI shows bars only to a terminal, the library only when asked
     assert dataclasses.replace(passed["settings"], progress=False) == Settings.resolve(stop_when_decided=True)
     library = estimation._objects(None, None, None, None, {})
