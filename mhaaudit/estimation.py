@@ -179,6 +179,8 @@ def _objects(features, request, capture, settings, keywords: dict):
             raise InputError(f"{given} has no effect when features ({request.features}) are given: the capture options "
                              "apply only without a file")
         return request, None, settings
+    if request.key is not None:
+        raise InputError("--key has no effect without features: it chooses a tensor or column in a feature file")
     if capture is None:
         model = pick(_MODEL_KEYS)
         name, variant = model.pop("model", None) or "vit-base", model.pop("variant", None) or "random"
