@@ -15,6 +15,8 @@ _EXPORTS = {
     "check_features": "mhaaudit.auditing",
     "capture_features": "mhaaudit.auditing",
     "plan_probes": "mhaaudit.auditing",
+    "estimate_kruskal_rank": "mhaaudit.estimation",
+    "KruskalResult": "mhaaudit.estimation",
     "subset_test": "mhaaudit.kruskal",
     "kruskal_sweep": "mhaaudit.kruskal",
     "exact_kruskal_rank": "mhaaudit.kruskal",

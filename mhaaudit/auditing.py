@@ -14,17 +14,19 @@ what one process would, and the record ``meta`` names the world size and backend
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 
-from .checks import CHECKS, ContextRankResult
+from .checks import REGISTRY, ContextRankResult
 from .distributed import describe, shared
-from .errors import DataError, InputError, OfflineError
+from .errors import DataError, InputError, OfflineError, OutputError
 from .features import FeatureSet, StreamingReducer
-from .kruskal import Sweep, kruskal_sweep, set_stats, subset_test
+from .kruskal import Sweep, kruskal_sweep, set_stats
 from .pipeline import DataRequest, ModelRequest
 from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 from .tables import ResultTable, table_rows, verdict_tally
@@ -120,7 +122,7 @@ class Column:
 
     def records(self, model: str, seed: int) -> list[dict]:
         out = []
-        for check in CHECKS:
+        for check in REGISTRY:
             r = self.tests.get(check)
             if r is None:
                 rec = {"check": check, "verdict": "unavailable", "reason": self.reason or "not run"}
@@ -199,6 +201,54 @@ class AuditResult(ResultTable):
             if c.probe.variant == variant:
                 return c
         raise KeyError(variant)
+
+    def save_features(self, folder: str | Path) -> Path:
+        """Write each audited column's reduced features to ``folder/<variant>`` (what ``check
+        --save-features`` writes, for ``mhaaudit kruskal`` or a later audit); staged with a run's
+        other outputs, all written or none. Returns the folder; raises
+        :class:`~mhaaudit.errors.OutputError` when it cannot be made."""
+        from .io import make_output_folder
+
+        folder = Path(folder)
+        try:
+            make_output_folder(folder)
+        except OSError as exc:
+            raise OutputError(f"--save-features {folder}: cannot create the folder ({exc.strerror or exc})") from exc
+        for c in self.columns:
+            if c.features is not None:
+                c.features.save(folder / c.probe.variant)
+        return folder
+
+
+# the subfolders AuditResult.save_features writes: a column's variant, at a depth or not
+COLUMN_FOLDER = rf"({'|'.join(re.escape(v) for v in IMAGE_VARIANTS)})(-L\d+)?"
+
+
+def check_features_folder(folder: str | Path, inputs: Sequence) -> Path:
+    """Before any work: the folder :meth:`AuditResult.save_features` will write must be writable, and
+    where a column's subfolder goes, a symbolic link (the features would be written wherever it
+    points) or one of ``inputs`` (paths the run reads) is refused with
+    :class:`~mhaaudit.errors.OutputError`."""
+    import os
+
+    from .io import check_folder_writable, real_path
+
+    folder = check_folder_writable(folder, "--save-features")
+    if folder.is_dir():
+        for entry in sorted(folder.iterdir()):
+            if entry.is_symlink() and re.fullmatch(COLUMN_FOLDER, entry.name):
+                raise OutputError(f"--save-features {folder}: {entry.name} is a symbolic link (to "
+                                  f"{os.readlink(entry)}); the features are written into real folders only: remove it "
+                                  "or choose another folder")
+    top = real_path(folder)
+    for i in inputs:
+        if i is None or not os.path.lexists(os.path.expanduser(str(i))):
+            continue
+        inside = real_path(i)
+        if top in inside.parents and re.fullmatch(COLUMN_FOLDER, inside.relative_to(top).parts[0]):
+            raise OutputError(f"--save-features {folder}: the input {i} lies where the features would be written; "
+                              "write them elsewhere")
+    return folder
 
 
 # --------------------------------------------------------------------------- capture
@@ -369,8 +419,6 @@ def _load_or_unavailable(request: ModelRequest, init: str, settings: Settings, m
 
 def probe_for_variant(variant: str, layer: int = 1) -> Probe:
     """The probe point a variant name stands for: a Table 1 column or ``random-L<k>`` / ``trained-L<k>``."""
-    import re
-
     if variant in IMAGE_VARIANTS:
         return plan_probes("image", [variant], layer=layer if variant in ("random", "trained") else None)[0]
     m = re.fullmatch(r"(random|trained)-L(\d+)", variant)
@@ -395,9 +443,19 @@ def capture_features(model: str, *, variant: str = "random", layer: int = 1, dat
         raise InputError(f"--weights loads trained weights; use it with --variants trained (or trained-L<k>), not {variant!r}")
     request = model_request(model, backend=backend, weights=weights_path, context_length=context_length,
                             query_index=query_index, revision=revision, trust_remote_code=trust_remote_code)
-    got = collect_features(request, [probe], data_request(data, split, limit, batch_size, keep_duplicates,
-                                                          text_column=text_column, image_column=image_column,
-                                                          convert_rgb=convert_rgb), settings)
+    data_req = data_request(data, split, limit, batch_size, keep_duplicates, text_column=text_column,
+                            image_column=image_column, convert_rgb=convert_rgb)
+    return capture_probe(request, data_req, variant, settings=settings, layer=layer)
+
+
+@shared
+def capture_probe(request: ModelRequest, data: DataRequest, variant: str, *, settings: Settings,
+                  layer: int = 1) -> FeatureSet:
+    """Reduced features of one probe point (``variant`` at depth ``layer``, see :func:`probe_for_variant`)
+    from checked request objects; :func:`capture_features` with the objects built. Trained weights
+    that cannot be had offline raise :class:`~mhaaudit.errors.OfflineError`."""
+    probe = probe_for_variant(variant, layer)
+    got = collect_features(request, [probe], data, settings)
     if probe.variant in got.unavailable:
         raise OfflineError(got.unavailable[probe.variant])
     return got.features[probe.variant]
@@ -447,32 +505,33 @@ def data_request(data: str | None, split: str, limit, batch_size, keep_duplicate
 
 
 def run_checks(fs: FeatureSet, settings: Settings, *, sweep: bool = False, label: str = "") -> tuple[dict, Sweep | None, dict]:
-    """GP, A1, A2, A3 (and optionally the sweep) on one reduced feature set, under ``settings``."""
+    """Every registered check (:data:`~mhaaudit.checks.REGISTRY`: GP, A1, A2, A3) and optionally the
+    sweep on one reduced feature set, under ``settings``: (results by check, sweep or None, timings in s)."""
     from .progress import task
 
     rule = settings.rule(fs.dtype)
-    T, n, d = fs.T, fs.n, fs.d
     timings: dict = {}
     tests: dict = {}
     t0 = time.perf_counter()
-    tests["assumption_2"] = fs.assumption_2(rule)
-    q_stats = set_stats(fs.queries, rule)
-    a3_stats = set_stats(fs.a3, rule)
+    exact = [c for c in REGISTRY.values() if not c.estimated]
+    sampled = [c for c in REGISTRY.values() if c.estimated]
+    for c in exact:
+        tests[c.name] = c.decide(fs, rule=rule)
+    swept = ["queries"] if sweep else []  # the sweep is the queries' Kruskal-rank curve (Figure 1)
+    stats = {v: set_stats(getattr(fs, v), rule) for v in dict.fromkeys([*(c.vectors for c in sampled), *swept])}
     timings["set ranks"] = round(time.perf_counter() - t0, 3)
-    common = dict(samples=settings.samples, threshold=settings.threshold, seed=settings.seed, rule=rule,
-                  device=settings.device)
-    for check, X, k, st in (("general_position", fs.queries, min(T, d), q_stats), ("assumption_1", fs.queries, n, q_stats),
-                            ("assumption_3", fs.a3, n, a3_stats)):
+    common = dict(samples=settings.samples, threshold=settings.threshold, seed=settings.seed, device=settings.device)
+    for c in sampled:
         t0 = time.perf_counter()
-        with task(f"{label} {check} (k = {k})", settings.samples, settings.progress) as adv:
-            tests[check] = subset_test(X, k, check=check, stats=st, progress=adv,
-                                       stop_when_decided=settings.stop_when_decided, **common)
-        timings[check] = round(time.perf_counter() - t0, 3)
+        with task(f"{label} {c.name} (k = {c.k(fs.n, fs.T, fs.d)})", settings.samples, settings.progress) as adv:
+            tests[c.name] = c.decide(fs, rule=rule, stats=stats[c.vectors], progress=adv,
+                                     stop_when_decided=settings.stop_when_decided, **common)
+        timings[c.name] = round(time.perf_counter() - t0, 3)
     sw = None
     if sweep:
         t0 = time.perf_counter()
         with task(f"{label} sweep", settings.samples, settings.progress) as adv:
-            sw = kruskal_sweep(fs.queries, stats=q_stats, progress=adv, **common)
+            sw = kruskal_sweep(fs.queries, stats=stats["queries"], progress=adv, rule=rule, **common)
         timings["sweep"] = round(time.perf_counter() - t0, 3)
     return tests, sw, timings
 

@@ -57,6 +57,7 @@ late still stops the job before rank 0 writes any file.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import pickle
@@ -479,6 +480,8 @@ def _portable(kwargs: dict) -> dict:
     out = {k: (None if callable(v) else _on_cpu(v)) for k, v in kwargs.items()}
     if isinstance(out.get("progress"), bool):
         out["progress"] = False
+    if getattr(out.get("settings"), "progress", False):  # a Settings object: its bars too
+        out["settings"] = dataclasses.replace(out["settings"], progress=False)
     return out
 
 

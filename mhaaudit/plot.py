@@ -63,6 +63,19 @@ def plot_sweeps(curves: list[tuple[str, Sweep]], path: str | Path, *, n: int | N
     return save_figure(fig, path)
 
 
+def plot_audit(result, path: str | Path) -> Path | None:
+    """An audit's figure (``check --plot``): the depth profile when it audited ``layers``, else the sweep
+    curve of each column. Returns the path written, or None when no column could be audited
+    (nothing was measured, so nothing is drawn)."""
+    if not any(c.status == "ok" for c in result.columns):
+        return None
+    if result.settings.get("layers") is not None:
+        return plot_depth(result, path)
+    curves = [(c.probe.variant, c.sweep) for c in result.columns if c.sweep is not None]
+    return plot_sweeps(curves, path, n=result.info.get("n"), d=result.info.get("d"),
+                       title=f"Kruskal-rank sweep: {result.model}")
+
+
 def plot_depth(result, path: str | Path) -> Path:
     """Satisfied fractions of each check against depth, one line style per set of weights."""
     import matplotlib
@@ -70,7 +83,7 @@ def plot_depth(result, path: str | Path) -> Path:
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    from .checks import CHECK_TITLES
+    from .checks import REGISTRY
 
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
     styles = {"random": "--", "trained": "-"}
@@ -79,10 +92,10 @@ def plot_depth(result, path: str | Path) -> Path:
         if not cols:
             continue
         xs = [c.probe.layer for c in cols]
-        for check, color in (("assumption_1", "C0"), ("assumption_2", "C1"), ("assumption_3", "C2"), ("general_position", "C3")):
-            ys = [c.tests[check].record(None)["fraction"] if check == "assumption_2" else c.tests[check].fraction for c in cols]
-            ax.plot(xs, ys, styles.get(weights, "-"), color=color, marker="o", ms=3,
-                    label=f"{CHECK_TITLES[check]} ({weights})")
+        fractions = [{r["check"]: r["fraction"] for r in c.records(result.model, 0)} for c in cols]
+        for i, check in enumerate(REGISTRY.values()):  # one line per registered check, in the registry's order
+            ax.plot(xs, [f[check.name] for f in fractions], styles.get(weights, "-"), color=f"C{i}", marker="o", ms=3,
+                    label=f"{check.title} ({weights})")
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -187,17 +187,31 @@ def test_kruskal_defaults_are_the_estimators_defaults(monkeypatch, capsys, tmp_p
     _compare(sig, passed, library_only={"kmax"}, X=Xt)
 
 
-def test_capture_features_defaults_are_kruskal_model_defaults(monkeypatch, capsys):
-    import mhaaudit.auditing
+def test_kruskal_command_defaults_are_estimate_kruskal_rank_defaults(monkeypatch, capsys):
+    """``kruskal`` with no option asks for what ``estimate_kruskal_rank()`` builds from no keyword: the
+    same request, capture (vit-base, random column, built-in data) and settings."""
+    import dataclasses
+
+    import mhaaudit.estimation as estimation
+    from mhaaudit.settings import Settings
 
     calls: list = []
-    _recorder(monkeypatch, mhaaudit.auditing, "capture_features", calls)
+
+    def stand_in(features=None, **kwargs):
+        calls.append(kwargs)
+        raise _Recorded
+
+    monkeypatch.setattr(estimation, "estimate_kruskal_rank", stand_in)
     run(capsys, "kruskal")
-    (sig, passed), = calls
-    # settings: the resolved Settings object the audit passes in (the CLI passes its parts); rtol/atol:
-    # kruskal applies them to the vectors it tests, not to the capture; layer: kruskal names the depth in
-    # --variants (random-L<k>)
-    _compare(sig, passed, library_only={"settings", "rtol", "atol", "layer"})
+    (passed,) = calls
+    assert passed["request"] == estimation.kruskal_request()
+    assert passed["capture"] == estimation.kruskal_capture()
+    default_data = estimation.data_request(None, "train", 2000, 32)
+    assert passed["capture"].data == estimation.kruskal_capture().data == default_data
+    # progress: the CLI shows bars only to a terminal, the library only when asked
+    assert dataclasses.replace(passed["settings"], progress=False) == Settings.resolve(stop_when_decided=True)
+    library = estimation._objects(None, None, None, None, {})
+    assert library == (passed["request"], passed["capture"], dataclasses.replace(passed["settings"], progress=False))
 
 
 # --------------------------------------------------------------------------- print() and repr()
