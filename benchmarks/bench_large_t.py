@@ -253,7 +253,7 @@ def audit_main(a) -> None:
             meta = doc["meta"]
             print(f"kruskal --{'k ' + str(a.k) + ' --samples ' + str(a.samples) if name == 'test' else 'sweep --samples ' + str(a.sweep_samples)}: "
                   f"wall {wall:.1f} s, peak RSS {meta['peak_rss_bytes'] / 1e9:.2f} GB ({meta['storage']}), "
-                  f"whole-set rank {meta['set_rank']}, timings {meta['timings_s']}")
+                  f"the set's own rank (its own tolerance) {meta['set_rank']}, timings {meta['timings_s']}")
             if name == "test":
                 r = doc["records"][0]
                 w = r.get("witness_indices")
