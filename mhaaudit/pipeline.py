@@ -197,7 +197,7 @@ def _text_batches(pm, data: DataRequest, seed: int, notes: list[str],
         vocab = int(getattr(pm.config, "vocab_size", 0) or 0)
         tok, tok_desc = offline_tokenizer(info.family, vocab)
         notes.append(f"tokenizer: {tok_desc} (no tokenizer shipped with the model offline)")
-    decoder = info.query_index == info.n - 1 and info.n > 1
+    decoder = info.decoder  # decided at load (ModelInfo.decoder)
     build = gpt_window_examples if decoder else bert_pair_examples
     with status(f"Building {data.limit} text examples of n = {info.n} tokens", progress):
         ex = build(src, tok, info.n, data.limit, seed=seed, distinct=not data.keep_duplicates)

@@ -208,7 +208,7 @@ def attention_for(pm, block: int, attention: str, seed: int) -> _Attention:
     H, dh = info.num_heads, info.head_dim
     Wq, Wk = random_attention_weights(info.d, H, dh, seed)
     pre = torch.nn.LayerNorm(info.d, elementwise_affine=False)
-    causal = info.modality == "text" and info.query_index != 0
+    causal = info.decoder
     desc = (f"{H} random heads (seed {seed}): Xavier-uniform d x d_h key/query weights with d_h = {dh}, no biases, "
             f"logits 1/sqrt(d_h) on LayerNorm (no affine) of the tokens")
     return _Attention(Wq, Wk, None, None, pre, None, causal, desc)

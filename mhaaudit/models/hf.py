@@ -114,6 +114,7 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
         head_dim=int(getattr(cfg, "head_dim", None) or d // heads), weights=weights, weights_source=origin.description,
         positions=embedding_positions(fam, cfg) if fam is not None else "learned",
         query_token=query_words(query_index, n, modality=modality, why=fam.no_query if fam is not None else ""),
+        decoder=modality == "text" and is_decoder,
     )
     pm = ProbedModel(
         info, module, device, blocks=blocks, forward=_forward(module, modality), config=cfg,
