@@ -359,9 +359,7 @@ def _load_or_unavailable(request: ModelRequest, init: str, settings: Settings, m
         if init != "trained":
             raise
         reason = str(exc)
-    shard = distributed.session()
-    if shard is not None:
-        shard.same(reason is None, f"whether the {init} weights of {request.model} can be loaded")
+    distributed.current().same(reason is None, f"whether the {init} weights of {request.model} can be loaded")
     if reason is not None:
         out.unavailable.update({p.variant: reason for p in group})
     return pm

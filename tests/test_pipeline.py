@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mhaaudit import pipeline
+from mhaaudit import distributed, pipeline
 from mhaaudit.errors import DataError, InputError
 from mhaaudit.pipeline import DataRequest, ModelRequest
 from mhaaudit.settings import Settings
@@ -159,7 +159,7 @@ def test_builtin_images_are_made_on_the_models_device_and_read_ahead(vit_dir, se
         readers.append(threading.current_thread().name)
         yield from original()
 
-    info2, raw2 = pipeline._assigned(pm, DataRequest(limit=5, batch_size=2), settings, [], None)
+    info2, raw2 = pipeline._assigned(pm, DataRequest(limit=5, batch_size=2), settings, [], distributed.SingleProcess())
     info2.source._generate = spy
     batches = list(raw2)
     assert [i for i, _ in batches] == [0, 1, 2] and [len(b) for _, b in batches] == [2, 2, 1]

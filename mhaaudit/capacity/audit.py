@@ -38,7 +38,7 @@ from typing import Sequence
 import torch
 
 from ..defaults import CAPACITY_BLOCK, CAPACITY_BLOCK_WHY
-from ..distributed import describe, session, shared
+from ..distributed import current, describe, shared
 from ..errors import InputError, ModelError, OfflineError
 from ..pipeline import DataRequest, ModelRequest
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
@@ -246,9 +246,9 @@ def _capture(plan: _Plan, pm, attn: _Attention, col: CapacityColumn, notes: list
 
 
 class _SharedContext:
-    """Under torchrun, the one context E_0 of Proposition 2's setting is the first example's on
-    every rank: rank 0 (whose first batch is the data's first) publishes it, the others take it
-    before their first batch, so each rank's rows of Z are the rows one process computes."""
+    """The one context E_0 of Proposition 2's setting is the first example's on every rank: rank 0
+    (whose first batch is the data's first) publishes it, the others take it before their first
+    batch, so each rank's rows of Z are the rows one process computes (one process: rank 0 alone)."""
 
     def __init__(self, zb: ZBuilder, shard, key: str) -> None:
         self.zb, self.shard, self.key, self.done = zb, shard, key, False
@@ -264,9 +264,8 @@ class _SharedContext:
             self.done = True
 
 
-def _first_context(zb: ZBuilder, key: str) -> _SharedContext | None:
-    shard = session()
-    return None if shard is None else _SharedContext(zb, shard, key)
+def _first_context(zb: ZBuilder, key: str) -> _SharedContext:
+    return _SharedContext(zb, current(), key)
 
 
 def _column(plan: _Plan, variant: str, notes: list[str]) -> tuple[CapacityColumn, dict, str, list[int], int]:
@@ -282,9 +281,7 @@ def _column(plan: _Plan, variant: str, notes: list[str]) -> tuple[CapacityColumn
         if variant != "trained":
             raise
         col.status, col.reason = "unavailable", str(exc)
-    shard = session()
-    if shard is not None:
-        shard.same(pm is not None, f"whether the {variant} weights of {plan.request.model} can be loaded")
+    current().same(pm is not None, f"whether the {variant} weights of {plan.request.model} can be loaded")
     if pm is None:
         return col, {}, "", [], 0
     col.timings["load"] = round(time.perf_counter() - t0, 3)

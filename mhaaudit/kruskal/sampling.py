@@ -388,9 +388,6 @@ def blocks_in_order(job, T: int, k: int, samples: int, seed: int, sort: bool, wo
 
     groups = units(samples, workers, per_call)
     shard = lockstep()
-    if shard is None:
-        yield from _run_groups(job, groups, T, k, seed, sort, workers, device)
-        return
     n = shard.world_size
     mine = _run_groups(job, (groups[i] for i in range(shard.rank, len(groups), n)), T, k, seed, sort, workers, device)
     try:
