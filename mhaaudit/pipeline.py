@@ -34,38 +34,12 @@ import torch
 
 from . import distributed
 from .errors import DataError, InputError, ModelError
+from .request import DataRequest, ModelRequest
 from .settings import Settings
 
 __all__ = ["DataInfo", "DataRequest", "ModelRequest", "example_batches", "load", "stream"]
 
 Consumer = Callable[[dict[int, torch.Tensor]], None]
-
-
-@dataclass(frozen=True)
-class ModelRequest:
-    """What the user named: the model, how to load it, and which token is the query."""
-
-    model: str
-    backend: str | None = None  # "hf" | "timm" | None (detect)
-    weights_path: str | None = None  # local folder or file with trained weights
-    context_length: int | None = None  # text models: tokens per example n
-    query_index: int | None = None  # None: the model's own ([CLS] or last token)
-    revision: str | None = None  # branch, tag or commit of a hub model
-    trust_remote_code: bool = False  # let a repository's own model code run
-
-
-@dataclass(frozen=True)
-class DataRequest:
-    """Where the examples come from and how many are read per forward pass."""
-
-    data: str | None = None  # None: the built-in offline default
-    split: str = "train"
-    limit: int = 2000
-    batch_size: int | str = 32  # or "auto" (see mhaaudit.batching)
-    keep_duplicates: bool = False  # exact duplicate inputs are dropped unless asked to keep them
-    text_column: str | None = None  # the column/field holding text (None: found, see sources.choose_column)
-    image_column: str | None = None  # the column holding images (None: found)
-    convert_rgb: bool = False  # convert images of other modes to RGB (torchvision's rule) instead of skipping them
 
 
 @dataclass

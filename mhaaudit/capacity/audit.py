@@ -40,7 +40,7 @@ import torch
 from ..defaults import CAPACITY_BLOCK, CAPACITY_BLOCK_WHY
 from ..distributed import current, describe, shared
 from ..errors import InputError, ModelError, OfflineError
-from ..pipeline import DataRequest, ModelRequest
+from ..request import KEYWORDS, DataRequest, ModelRequest, Requests, build_requests, keyword_conveniences
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 from ..tables import ResultTable
 from .assumptions import (
@@ -375,8 +375,9 @@ def _block_of(block: int | None, layer: int | None) -> int:
 
 
 @shared
+@keyword_conveniences
 def capacity_audit(
-    model: str,
+    model: str | ModelRequest,
     *,
     heads: str | Sequence[int] | int | None = None,
     attention: str = "model",
@@ -385,7 +386,7 @@ def capacity_audit(
     variants: Sequence[str] | None = None,
     weights: str | None = None,
     block: int | None = None,
-    data: str | None = None,
+    data: str | DataRequest | None = None,
     split: str = "train",
     limit: int = 2000,
     batch_size: int | str = 32,
@@ -405,6 +406,8 @@ def capacity_audit(
     text_column: str | None = None,
     image_column: str | None = None,
     convert_rgb: bool = False,
+    settings: Settings | None = None,
+    given: frozenset[str] = frozenset(),
 ) -> CapacityResult:
     """Bound and certificate for each column (``variants``: random and/or trained; default both).
 
@@ -415,21 +418,25 @@ def capacity_audit(
     for each h (default: all heads). ``attention="random"`` uses random key/query weights instead
     of the model's. ``layer`` is a deprecated alias of ``block``. ``text_column``, ``image_column``
     and ``convert_rgb`` choose the data's column and image policy as in :func:`mhaaudit.audit`.
+
+    ``model``, ``data`` and ``settings`` may be the request objects, as in :func:`mhaaudit.audit`
+    (a keyword given beside an object that says otherwise is an InputError); the settings built
+    from keywords stop each test once it is decided. A ``ModelRequest`` naming a ``query_index`` is
+    refused: capacity reads the model's own query.
     """
-    from ..auditing import data_request, model_request
     from ..validate import choice, head_counts, split_list
 
-    settings = Settings.resolve(device=device, samples=DEFAULT_SAMPLES if samples is None else samples,
-                                threshold=DEFAULT_THRESHOLD if threshold is None else threshold, seed=seed,
-                                rtol=rtol, atol=atol, stop_when_decided=True, progress=progress)
-    data_req = data_request(data, split, limit, batch_size, keep_duplicates, text_column=text_column,
-                            image_column=image_column, convert_rgb=convert_rgb)
+    keywords = {k: v for k, v in locals().items() if k in KEYWORDS}
+    keywords.update(samples=DEFAULT_SAMPLES if samples is None else samples, stop_when_decided=True,
+                    threshold=DEFAULT_THRESHOLD if threshold is None else threshold)
+    unset = {k for k, v in (("samples", samples), ("threshold", threshold)) if v is None}  # None: the default
+    settings, request, data_req = _requests(build_requests(model, data, settings, keywords, given - unset))
     blk = _block_of(block, layer)
     attention = choice("--attention", attention, ATTENTION)
     vs = split_list(variants) or list(VARIANTS)
     for v in vs:
         choice("variant", v, VARIANTS)
-    if weights is not None and "trained" not in vs:
+    if request.weights_path is not None and "trained" not in vs:
         raise InputError("--weights has no effect without the trained column; add trained to --variants")
     if from_path is not None and (samples is not None or threshold is not None):
         raise InputError("--samples and --threshold have no effect with --from: Assumption 1 is read from the file, "
@@ -438,8 +445,6 @@ def capacity_audit(
     from_results = read_check_results(from_path) if from_path is not None else None
     if from_results is not None:
         check_same_examples(from_path, from_results, limit=data_req.limit)
-    request = model_request(model, backend=backend, weights=weights, context_length=context_length, revision=revision,
-                            trust_remote_code=trust_remote_code)
     plan = _Plan(request, data_req, settings, blk, heads, attention, bool(shared_context),
                  Path(from_path) if from_path is not None else None, from_results)
     result = _run(plan, vs)
@@ -447,6 +452,14 @@ def capacity_audit(
         result.notes.insert(0, CAPACITY_BLOCK_WHY)
     result.settings.update(describe())
     return result
+
+
+def _requests(req: Requests) -> tuple[Settings, ModelRequest, DataRequest]:
+    """The settings, model and data of a capacity run; a query token named by the request is refused."""
+    if req.model.query_index is not None:
+        raise InputError("{param:query_index}: capacity reads the model's own query token; check and kruskal --model "
+                         "take --query-index K")
+    return req.settings, req.model, req.data
 
 
 def _run(plan: _Plan, variants: list[str]) -> CapacityResult:
