@@ -57,6 +57,7 @@ late still stops the job before rank 0 writes any file.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import pickle
@@ -539,11 +540,19 @@ def shared(fn: Callable) -> Callable:
 
 def _portable(kwargs: dict) -> dict:
     """Arguments for the ranks that follow rank 0: no callbacks (they belong to rank 0's screen),
-    no progress bars, tensors on the CPU (each rank moves them to its own device)."""
-    out = {k: (None if callable(v) else _on_cpu(v)) for k, v in kwargs.items()}
+    no progress bars (neither the ``progress`` keyword nor a request object's, such as the
+    Settings'), tensors on the CPU (each rank moves them to its own device)."""
+    out = {k: (None if callable(v) else _without_progress(_on_cpu(v))) for k, v in kwargs.items()}
     if isinstance(out.get("progress"), bool):
         out["progress"] = False
     return out
+
+
+def _without_progress(value):
+    """A frozen request object (a dataclass instance with ``progress``) with its bars off; anything else as is."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type) and getattr(value, "progress", False) is True:
+        return dataclasses.replace(value, progress=False)
+    return value
 
 
 def _on_cpu(value):

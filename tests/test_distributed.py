@@ -146,6 +146,10 @@ def test_one_process_has_no_session(monkeypatch):
     assert entry(1, on_note=print) == (1, True, print)  # one process: a plain call
     assert distributed._portable({"progress": True, "on_note": print, "limit": 3}) == {"progress": False, "on_note": None,
                                                                                        "limit": 3}
+    from mhaaudit.settings import Settings
+
+    bars = Settings.resolve(device="cpu", seed=3, progress=True)
+    assert distributed._portable({"settings": bars}) == {"settings": bars.with_(progress=False)}  # the followers draw none
 
 
 def test_timeout_comes_from_the_environment(monkeypatch):

@@ -367,7 +367,7 @@ def _block_of(block: int | None, layer: int | None) -> int:
 
     if layer is not None:
         warnings.warn("capacity_audit(layer=K) is deprecated; use block=K (the same: the attention block K, whose input "
-                      "is the output of block K - 1)", DeprecationWarning, stacklevel=4)  # past the @shared wrapper
+                      "is the output of block K - 1)", DeprecationWarning, stacklevel=5)  # past both wrappers
         if block is not None and block != layer:
             raise InputError(f"--block {block} and --layer {layer} disagree; give only --block")
         block = layer
