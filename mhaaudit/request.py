@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 from .errors import InputError
 from .settings import Settings
@@ -137,8 +138,8 @@ def build_requests(model: str | ModelRequest, data: str | DataRequest | None, se
     if unknown:
         raise TypeError(f"not a request keyword: {', '.join(sorted(unknown))}")
     run = build_settings(settings, {k: v for k, v in keywords.items() if k in SETTINGS_KEYWORDS}, given)
-    load = _one(ModelRequest, model, "model", MODEL_KEYWORDS, keywords, given, lambda kw: ModelRequest(model, **kw))
-    examples = _one(DataRequest, data, "data", DATA_KEYWORDS, keywords, given, lambda kw: DataRequest(data, **kw))
+    load = _one(ModelRequest, model, "model", MODEL_KEYWORDS, keywords, given, lambda kw: ModelRequest(model, **kw))  # type: ignore[arg-type]
+    examples = _one(DataRequest, data, "data", DATA_KEYWORDS, keywords, given, lambda kw: DataRequest(data, **kw))  # type: ignore[arg-type]
     return Requests(load, examples, run)
 
 
@@ -159,7 +160,7 @@ def _one(cls: type, obj, what: str, names: Mapping[str, str], keywords: Mapping[
         field = names[k]
         said = getattr(obj, field)
         meant = getattr(Settings.resolve(**{field: mine[k]}), field) if cls is Settings else \
-            getattr(replace(obj, **{field: mine[k]}), field)
+            getattr(replace(obj, **{field: mine[k]}), field)  # type: ignore[type-var]
         if meant != said:
             raise InputError(f"{{param:{k}}} = {mine[k]!r} disagrees with the {cls.__name__} given as {what} "
                              f"({field} = {said!r}); give the value in one place")

@@ -39,15 +39,13 @@ def test_sets_torch_and_openmp_and_threads_started_inside_then_restores(two_thre
 
 
 def test_restores_on_error_and_none_changes_nothing(two_threads):
-    with pytest.raises(KeyError):
-        with intra_op_threads(1):
-            raise KeyError("x")
+    with pytest.raises(KeyError), intra_op_threads(1):
+        raise KeyError("x")
     assert torch.get_num_threads() == 2
     with intra_op_threads(None):
         assert torch.get_num_threads() == 2
-    with pytest.raises(ValueError, match="at least 1"):
-        with intra_op_threads(0):
-            pass
+    with pytest.raises(ValueError, match="at least 1"), intra_op_threads(0):
+        pass
     assert torch.get_num_threads() == 2
 
 

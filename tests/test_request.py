@@ -51,8 +51,8 @@ def test_objects_are_checked_and_normalised_where_they_are_made(tmp_path):
 
 
 def test_keywords_build_the_same_objects_as_the_objects_themselves():
-    keywords = dict(weights=None, context_length=16, split="test", limit=300, batch_size="auto", seed=3, device="cpu",
-                    samples=100, stop_when_decided=True)
+    keywords = {"weights": None, "context_length": 16, "split": "test", "limit": 300, "batch_size": "auto", "seed": 3, "device": "cpu",
+                    "samples": 100, "stop_when_decided": True}
     built = build_requests("bert-base", "docs.txt", None, keywords)
     assert built == Requests(ModelRequest("bert-base", context_length=16),
                              DataRequest("docs.txt", split="test", limit=300, batch_size="auto"),
@@ -65,11 +65,11 @@ def test_keywords_build_the_same_objects_as_the_objects_themselves():
 
 
 @pytest.mark.parametrize("keyword, value, objects", [
-    ("limit", 2000, dict(data=DataRequest(limit=500))),  # the keyword's default, given explicitly, still disagrees
-    ("batch_size", "auto", dict(data=DataRequest(batch_size=8))),
-    ("seed", 2, dict(settings=Settings.resolve(device="cpu", seed=1))),
-    ("progress", True, dict(settings=Settings.resolve(device="cpu"))),
-    ("context_length", 16, dict(model=ModelRequest("vit-base"))),
+    ("limit", 2000, {"data": DataRequest(limit=500)}),  # the keyword's default, given explicitly, still disagrees
+    ("batch_size", "auto", {"data": DataRequest(batch_size=8)}),
+    ("seed", 2, {"settings": Settings.resolve(device="cpu", seed=1)}),
+    ("progress", True, {"settings": Settings.resolve(device="cpu")}),
+    ("context_length", 16, {"model": ModelRequest("vit-base")}),
 ])
 @pytest.mark.parametrize("entry", ENTRY_POINTS, ids=lambda f: f.__name__)
 def test_a_keyword_that_disagrees_with_an_object_is_refused(no_data_pass, entry, keyword, value, objects):

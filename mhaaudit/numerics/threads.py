@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
-from threadpoolctl import ThreadpoolController
+from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
 __all__ = ["intra_op_threads"]
 
@@ -37,11 +37,11 @@ def intra_op_threads(threads: int | None) -> Iterator[None]:
     None, or a count torch already runs with, changes nothing. Refuses (ValueError) a count below 1.
     The setting belongs to the calling thread and to threads started inside the block.
     """
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be a whole number of at least 1, got {threads!r}")
     if threads is None or torch.get_num_threads() == threads:
         yield
         return
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"threads must be a whole number of at least 1, got {threads!r}")
     before = torch.get_num_threads()
     with _controller().limit(limits=threads, user_api="openmp"):
         torch.set_num_threads(threads)
