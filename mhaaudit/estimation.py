@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from . import validate
-from .auditing import capture_probe, data_request, model_request
+from .auditing import capture_probe
+from .request import DataRequest, ModelRequest
 from .checks import check_for_size
 from .errors import InputError
 from .features import FeatureSet
@@ -32,7 +33,6 @@ from .io import MappedArray, read_array, stamp, to_query_matrix
 from . import kruskal
 from .kruskal import SubsetTest, Sweep, as_matrix, fixed_rule
 from .numerics.stream import peak_rss_bytes
-from .pipeline import DataRequest, ModelRequest
 from .progress import log, task
 from .settings import Settings
 from .tables import ResultTable, table_rows
@@ -132,8 +132,8 @@ def kruskal_request(features: str | Path | None = None, *, k: int | Sequence[int
 def kruskal_capture(model: str = "vit-base", *, variant: str = "random", n: int | None = None,
                     query_index: int | None = None, data: DataRequest | None = None, **model_options) -> Capture:
     """A checked :class:`Capture` of one column of ``model``: ``n`` is a text model's context length,
-    ``data`` a :class:`~mhaaudit.pipeline.DataRequest` (default: the built-in data, 2000 examples,
-    batches of 32); ``model_options`` are :func:`~mhaaudit.auditing.model_request`'s (backend,
+    ``data`` a :class:`~mhaaudit.request.DataRequest` (default: the built-in data, 2000 examples,
+    batches of 32); ``model_options`` are :class:`~mhaaudit.request.ModelRequest`'s (backend,
     weights, revision, trust_remote_code). Several columns, or ``weights`` without a trained
     column, are refused."""
     if len(validate.split_list(variant) or []) > 1:
@@ -145,9 +145,10 @@ def kruskal_capture(model: str = "vit-base", *, variant: str = "random", n: int 
     if model_options.get("weights") is not None and probe.init != "trained":
         raise InputError("--weights loads trained weights; use it with --variants trained (or trained-L<k>), "
                          f"not {variant!r}")
-    request = model_request(model, context_length=n, query_index=query_index, **model_options)
-    return Capture(model=request, data=data if data is not None else data_request(None, "train", 2000, 32),
-                   variant=variant)
+    options = dict(model_options)
+    request = ModelRequest(model, context_length=n, query_index=query_index, weights_path=options.pop("weights", None),
+                           **options)
+    return Capture(model=request, data=data if data is not None else DataRequest(), variant=variant)
 
 
 _REQUEST_KEYS = ("k", "sweep", "n", "vectors", "key", "query_index")
@@ -186,8 +187,7 @@ def _objects(features, request, capture, settings, keywords: dict):
         name, variant = model.pop("model", None) or "vit-base", model.pop("variant", None) or "random"
         capture = kruskal_capture(name, variant=variant, n=request.n, query_index=request.query_index, **model)
         d = {**_DATA_DEFAULTS, **pick(_DATA_KEYS)}  # checked after the model's options, as capture_features does
-        capture = replace(capture, data=data_request(d.pop("data"), d.pop("split"), d.pop("limit"), d.pop("batch_size"),
-                                                     d.pop("keep_duplicates"), **d))
+        capture = replace(capture, data=DataRequest(**d))
     elif (capture.model.context_length, capture.model.query_index) != (request.n, request.query_index) and \
             (request.n, request.query_index) != (None, None):
         raise InputError("the request's n and query_index differ from the capture's model request "

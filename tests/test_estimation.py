@@ -73,7 +73,7 @@ def test_a_model_capture_gives_what_the_command_gives(vit_dir, image_dir, capsys
                 "--vectors", "a3")
     assert result.records() == doc["records"] and result.meta["capture"] == doc["meta"]["capture"]
     assert result.meta["inputs"] == doc["meta"]["inputs"] and result.records()[0]["check"] == "assumption_3"
-    data = mhaaudit.auditing.data_request(str(image_dir), "train", 40, 16)
+    data = mhaaudit.DataRequest(str(image_dir), "train", 40, 16)
     captured = estimate_kruskal_rank(capture=kruskal_capture(str(vit_dir), variant="embedding", data=data),
                                      vectors="a3", samples=50)
     assert captured.records() == result.records()

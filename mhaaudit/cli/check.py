@@ -84,9 +84,11 @@ def check(
         from ..plot import plot_audit
         from ..progress import progress_enabled
         from ..render import render_audit
+        from ..request import build_requests
         from ..settings import Settings
 
-    settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol)
+    settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
+                                stop_when_decided=not all_draws, progress=progress_enabled(quiet))
     prepare_outputs(out, plot, fmt)
     refuse_data_options(ctx, data)
     fails = [validate.choice("--fail-on", f, (*REGISTRY, "any")) for f in validate.split_list(fail_on) or []]
@@ -96,15 +98,13 @@ def check(
     layer_list = None if layers is None else validate.int_ranges(layers, "--layers", what="layers", minimum=0)
     if plot is not None and layer_list is None:
         sweep = True  # the plot is the sweep curve; with --layers it is the depth profile
-    result = audit(
-        model, variants=validate.split_list(variants), layer=layer, layers=layer_list, data=data, split=split,
-        limit=limit, batch_size=batch_size, samples=settings.samples, threshold=settings.threshold, seed=settings.seed,
-        rtol=settings.rtol, atol=settings.atol, device=settings.device, backend=backend.value if backend else None,
-        weights=weights, context_length=context_length, query_index=query_index, sweep=sweep,
-        progress=progress_enabled(quiet), stop_when_decided=not all_draws, keep_duplicates=keep_duplicates,
-        on_note=lambda m: print(f"Note: {m}", file=sys.stderr), revision=revision, trust_remote_code=trust_remote_code,
-        text_column=text_column, image_column=image_column, convert_rgb=convert_rgb,
-    )
+    request, examples, settings = build_requests(model, data, settings, dict(
+        backend=backend.value if backend else None, weights=weights, context_length=context_length,
+        query_index=query_index, revision=revision, trust_remote_code=trust_remote_code, split=split, limit=limit,
+        batch_size=batch_size, keep_duplicates=keep_duplicates, text_column=text_column, image_column=image_column,
+        convert_rgb=convert_rgb))
+    result = audit(request, data=examples, settings=settings, variants=validate.split_list(variants), layer=layer,
+                   layers=layer_list, sweep=sweep, on_note=lambda m: print(f"Note: {m}", file=sys.stderr))
     if save_features is not None:
         result.save_features(save_features)
     if plot is not None and plot_audit(result, plot) is None:

@@ -80,10 +80,10 @@ def kruskal(
 ) -> None:
     """Estimate the Kruskal rank of a set of vectors: Monte-Carlo tests at candidate sizes, or a sweep."""
     with importing(quiet):  # the library, torch with it: seconds
-        from ..auditing import data_request
         from ..estimation import estimate_kruskal_rank, kruskal_capture, kruskal_request
         from ..io import refuse_inputs
         from ..progress import log, progress_enabled
+        from ..request import DataRequest
         from ..render import render_kruskal
         from ..settings import Settings
 
@@ -100,9 +100,9 @@ def kruskal(
         capture = kruskal_capture(model or "vit-base", variant=variant or "random", n=request.n,
                                   query_index=request.query_index, backend=backend.value if backend else None,
                                   weights=weights, revision=revision, trust_remote_code=trust_remote_code)
-        capture = replace(capture, data=data_request(data, split, limit, batch_size, keep_duplicates,  # checked second
-                                                     text_column=text_column, image_column=image_column,
-                                                     convert_rgb=convert_rgb))
+        capture = replace(capture, data=DataRequest(data, split, limit, batch_size, keep_duplicates,  # checked second
+                                                    text_column=text_column, image_column=image_column,
+                                                    convert_rgb=convert_rgb))
     # The table's first line describes the data; the JSON and parquet outputs have it in their meta.
     result = estimate_kruskal_rank(request=request, capture=capture, settings=settings,
                                    on_note=lambda line: log(line, settings.progress and fmt != Format.table))

@@ -94,7 +94,7 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
         raise ModelError(f"{spec.name} cannot be probed: no list of transformer blocks found in {type(module).__name__} "
                          f"(supported: {supported_families()})")
     sources = list(dict.fromkeys(t for t in (origin.folder, spec.resolved) if t))
-    info = _model_info(spec, cfg, fam, family, modality, n, query_index, weights, origin)
+    info = _model_info(spec, cfg, fam, (family, modality, is_decoder), n, query_index, weights, origin)
     pm = ProbedModel(
         info, module, device, blocks=blocks, forward=_forward(module, modality), config=cfg,
         tokenizer=load_tokenizer(sources, hub) if modality == "text" else None,
@@ -136,9 +136,11 @@ def _hub_for(spec: ModelSpec, weights_path: str | None, revision: str | None, tr
     return hub
 
 
-def _model_info(spec: ModelSpec, cfg: Any, fam: Family | None, family: str, modality: str, n: int,
+def _model_info(spec: ModelSpec, cfg: Any, fam: Family | None, kind: tuple[str, str, bool], n: int,
                 query_index: int | None, weights: str, origin: _Weights) -> ModelInfo:
-    """What the loaded model is, from its config and family (before its weights are read)."""
+    """What the loaded model is, from its config and family (before its weights are read);
+    ``kind`` is ``classify_config``'s (family, modality, decoder)."""
+    family, modality, is_decoder = kind
     d, heads = int(getattr(cfg, "hidden_size")), int(getattr(cfg, "num_attention_heads"))
     return ModelInfo(
         name=spec.name, resolved=spec.resolved, backend="hf", family=family, modality=modality, d=d, n=n,
@@ -146,6 +148,7 @@ def _model_info(spec: ModelSpec, cfg: Any, fam: Family | None, family: str, moda
         head_dim=int(getattr(cfg, "head_dim", None) or d // heads), weights=weights, weights_source=origin.description,
         positions=embedding_positions(fam, cfg) if fam is not None else "learned",
         query_token=query_words(query_index, n, modality=modality, why=fam.no_query if fam is not None else ""),
+        decoder=modality == "text" and is_decoder,
     )
 
 
