@@ -187,7 +187,7 @@ def main() -> None:
     s = measure_sweep(X, N, dev, loop_draws=args.loop_draws, stats=stats)
     K = min(T, d)
     print(f"\n[sweep, {N} draws, both on {dev}]")
-    print("  paper's loop per call (measured, {} draws each): ".format(args.loop_draws)
+    print(f"  paper's loop per call (measured, {args.loop_draws} draws each): "
           + ", ".join(f"k={kk}: {v * 1e3:.1f} ms" for kk, v in s["loop_per_call_s"].items()))
     print(f"  paper's loop at every 10th k ({s['naive_sizes']} sizes x {N} draws), extrapolated from those timings: {s['naive_s']:9.1f} s")
     print(f"  mhaaudit kruskal_sweep, every k from 1 to {K}, measured:                                   {s['ours_s']:9.1f} s "

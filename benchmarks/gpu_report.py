@@ -45,7 +45,6 @@ import datetime
 import json
 import os
 import re
-import resource
 import shutil
 import signal
 import subprocess

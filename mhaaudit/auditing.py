@@ -15,8 +15,8 @@ what one process would, and the record ``meta`` names the world size and backend
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
 
 import torch
 

@@ -15,8 +15,8 @@ vectors it reads and what its size k is. Nothing here imports models or data.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
@@ -298,8 +298,8 @@ __all__ = [
     "CHECKS",
     "CHECK_MEANING",
     "CHECK_TITLES",
-    "Check",
     "REGISTRY",
+    "Check",
     "ContextRankResult",
     "ContextRanks",
     "SetStats",

@@ -63,8 +63,9 @@ import pickle
 import socket
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from .errors import InputError, MhaauditError, one_line
 

@@ -20,7 +20,7 @@ import functools
 import os
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["Trimmer", "available_memory", "release", "supported"]
 

@@ -7,8 +7,8 @@ import json
 import os
 import platform
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import torch
@@ -356,7 +356,7 @@ class MappedArray:
         """The read-only NumPy view of the mapped rows (as ``torch.Tensor.numpy``)."""
         return self.array
 
-    def token(self, index: int) -> "MappedArray":
+    def token(self, index: int) -> MappedArray:
         """The T x d rows of token ``index`` of a T x n x d array (a strided view of the same map)."""
         n = self.file_shape[1]
         return MappedArray(self.path, self.offset, self.np_dtype, self.file_shape, self.order, index % n)
@@ -452,7 +452,7 @@ def _list_column_matrix(column, dtype, path: Path, col: str) -> np.ndarray:
     return out
 
 
-def read_array(path: str | os.PathLike, key: str | None = None) -> tuple["torch.Tensor | MappedArray", str]:
+def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.Tensor | MappedArray, str]:
     """Read a tensor from ``.npy``, ``.pt``, ``.safetensors`` or ``.parquet``.
 
     Returns the tensor (dtype kept: the rank tolerance depends on it) and a description. A
@@ -500,7 +500,7 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple["torch.
                 warnings.simplefilter("ignore")
                 try:
                     obj = torch.load(p, map_location="cpu", weights_only=True)
-                except Exception as exc:  # noqa: BLE001 - corrupt, empty, or a pickle that is refused
+                except Exception as exc:  # corrupt, empty, or a pickle that is refused
                     raise InputError(f"cannot read {p}: {torch_load_reason(exc)}") from exc
             if isinstance(obj, dict):
                 return _pick(obj, key, p), f"{p} (torch{', ' + repr(key) if key else ''})"
@@ -558,7 +558,7 @@ def _pick(tensors: dict, key: str | None, p: Path) -> torch.Tensor:
     raise InputError(f"{p} holds several tensors ({shown}); choose one with --key")
 
 
-def to_query_matrix(arr: "torch.Tensor | MappedArray", query_index: int | None, source: str) -> tuple[torch.Tensor, str]:
+def to_query_matrix(arr: torch.Tensor | MappedArray, query_index: int | None, source: str) -> tuple[torch.Tensor, str]:
     """A T x d matrix from a T x d array, or from T x n x d tokens with ``query_index``."""
     if arr.ndim == 2:
         if query_index is not None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 
 def in_notebook() -> bool:

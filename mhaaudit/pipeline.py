@@ -26,9 +26,10 @@ returned :class:`DataInfo` knows how to put row-stacked results back into single
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import torch
 

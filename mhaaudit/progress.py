@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from rich.console import Console
 
@@ -42,7 +42,14 @@ def task(description: str, total: int | None, enabled: bool) -> Iterator[Callabl
         with notebook_task(description, total) as advance:
             yield advance
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     with Progress(
         TextColumn("[progress.description]{task.description}"),

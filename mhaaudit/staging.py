@@ -11,8 +11,8 @@ import contextvars
 import os
 import signal
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from .errors import OutputError
 

@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from clitools import assert_one_error, auto_device, help_text, run
 from conftest import FIXTURES, tmp_leftovers
 
-from clitools import assert_one_error, auto_device, help_text, run
 from mhaaudit import __version__
 from mhaaudit.cli.app import main
 from mhaaudit.cli.capacity import LAYER_DEPRECATED

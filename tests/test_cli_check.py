@@ -11,9 +11,9 @@ import sys
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from clitools import assert_one_error, auto_device, help_text, run
 from conftest import TINY_VIT_D, TINY_VIT_N, save_tiny_vit, strict_json, tmp_leftovers
 
-from clitools import assert_one_error, auto_device, help_text, run
 from mhaaudit import __version__
 from mhaaudit.checks import CHECKS
 from mhaaudit.cli.app import main

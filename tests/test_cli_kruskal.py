@@ -13,10 +13,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from clitools import assert_one_error, auto_device, help_text, run
 from conftest import strict_json, tmp_leftovers
 from safetensors.torch import save_file
 
-from clitools import assert_one_error, auto_device, help_text, run
 from mhaaudit import __version__
 from mhaaudit.cli.app import main
 from mhaaudit.cli.options import deprecation_line

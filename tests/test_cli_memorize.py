@@ -8,9 +8,9 @@ import sys
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from clitools import assert_one_error, auto_device, help_text, run
 from conftest import strict_json
 
-from clitools import assert_one_error, auto_device, help_text, run
 from mhaaudit import __version__
 
 # Two points, a few steps each: seconds on a CPU. The device is left at auto.

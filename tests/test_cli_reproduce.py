@@ -16,9 +16,9 @@ import sys
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from clitools import assert_one_error, help_text, run
 from conftest import strict_json, tiny
 
-from clitools import assert_one_error, help_text, run
 from mhaaudit.cli.app import main
 from mhaaudit.io import read_parquet_metadata
 from mhaaudit.reproduce import target_spec

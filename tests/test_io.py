@@ -51,10 +51,9 @@ def test_atomic_write_replaces_only_on_success(tmp_path):
     target = tmp_path / "out.txt"
     write_text(target, "first")
     assert target.read_text() == "first"
-    with pytest.raises(RuntimeError):
-        with atomic_path(target) as tmp:
-            tmp.write_text("half written")
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        tmp.write_text("half written")
+        raise RuntimeError("boom")
     assert target.read_text() == "first"
     assert tmp_leftovers(tmp_path) == []
     write_text(target, "second")
@@ -64,10 +63,9 @@ def test_atomic_write_replaces_only_on_success(tmp_path):
 
 def test_atomic_write_failure_leaves_no_file(tmp_path):
     target = tmp_path / "new.txt"
-    with pytest.raises(KeyboardInterrupt):
-        with atomic_path(target) as tmp:
-            tmp.write_bytes(b"x" * 100)
-            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt), atomic_path(target) as tmp:
+        tmp.write_bytes(b"x" * 100)
+        raise KeyboardInterrupt
     assert list(tmp_path.iterdir()) == []
 
 
@@ -95,9 +93,8 @@ def test_check_writable_rejects(tmp_path, case):
         target = tmp_path / "adir"
     with pytest.raises(OutputError, match="cannot write"):
         check_writable(target)
-    with pytest.raises(OutputError):
-        with atomic_path(target):
-            pass  # pragma: no cover
+    with pytest.raises(OutputError), atomic_path(target):
+        pass  # pragma: no cover
 
 
 def test_write_parquet_roundtrip_and_metadata(tmp_path):

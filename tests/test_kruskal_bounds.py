@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
 import pytest
+import torch
 from matrices import SCALES32, SCALES64, dominant, structured
 from threadranks import as_ranks
 

@@ -230,8 +230,7 @@ def test_every_size_path_gives_the_same_numbers(tmp_path, monkeypatch, chunk_byt
     statistics; each record names its path. The paths are forced with the byte limit of the full
     Gram, as a large T would choose them."""
     from mhaaudit.io import MappedArray, read_array
-    from mhaaudit.kruskal import draw_decisions, set_stats
-    from mhaaudit.kruskal import sampling
+    from mhaaudit.kruskal import draw_decisions, sampling, set_stats
     from mhaaudit.numerics import stream
 
     if chunk_bytes:
@@ -272,10 +271,10 @@ def test_every_size_path_gives_the_same_numbers(tmp_path, monkeypatch, chunk_byt
 
 def test_a_draw_reads_only_its_own_rows(monkeypatch):
     """Past the full Gram, a draw gathers its k rows and no others: no float64 copy of the set."""
+    import numpy as np
+
     from mhaaudit.kruskal import sampling
     from mhaaudit.numerics import stream
-
-    import numpy as np
 
     X = torch.randn(500, 10, generator=torch.Generator().manual_seed(4))
     taken = []

@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from mhaaudit.errors import InputError
-from mhaaudit.memorize.schedule import planned_schedule
 from mhaaudit.memorize.training import train_memorize
 
 TINY = dict(n=4, head_dim=8, device="cpu")

@@ -13,12 +13,11 @@ import types
 import numpy as np
 import pytest
 import torch
+from clitools import run
 
 import mhaaudit
 from mhaaudit.numerics import RankRule
 from mhaaudit.settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, resolve_device
-
-from clitools import run
 
 
 def _all_submodules() -> list[str]:

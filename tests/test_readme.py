@@ -87,7 +87,7 @@ def test_the_readme_has_python_and_command_examples():
 def test_python_block_runs_as_written(index, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # files the block writes land here
     code = compile(PY_BLOCKS[index], f"README.md (python block {index + 1})", "exec")
-    exec(code, {"__name__": "__readme__"})  # noqa: S102 - the README's own example
+    exec(code, {"__name__": "__readme__"})  # the README's own example
     out = capsys.readouterr().out
     assert out.strip(), "the block prints what it shows"
 

@@ -14,8 +14,8 @@ from mhaaudit.reproduce.compare import (
     band_of,
     compare,
     compare_memorization,
-    setting_differences,
     record_evidence,
+    setting_differences,
 )
 from mhaaudit.reproduce.published import TARGETS, missing_fields
 

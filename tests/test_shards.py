@@ -12,10 +12,9 @@ import shutil
 
 import pytest
 import torch
-
+from clitools import assert_one_error, run
 from hubtools import FakeHub, byte_tokenizer
 
-from clitools import assert_one_error, run
 from mhaaudit.errors import ModelError
 from mhaaudit.models import load_model
 from mhaaudit.models.shards import INDEX_FILE, WeightsRead, human_bytes, used_parameters

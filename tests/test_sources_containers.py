@@ -29,7 +29,7 @@ datasets = pytest.importorskip("datasets")
 
 def _documents(k: int = 40) -> list[str]:
     rng = np.random.default_rng(3)
-    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi".split()
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu", "nu", "xi", "omicron", "pi"]
     docs = [" ".join(rng.choice(words, size=int(rng.integers(16, 60)))) for _ in range(k)]
     docs[7] = "too short"
     return docs

@@ -78,7 +78,8 @@ try:  # Ctrl-C (or SIGTERM) while the libraries load (before main runs) gets the
     import contextlib
     import os
     import re
-    from typing import Callable, NamedTuple
+    from collections.abc import Callable
+    from typing import NamedTuple
 
     import click
     import typer
@@ -317,9 +318,8 @@ def main(argv: list[str] | None = None) -> int:
         return app(args=args, prog_name="mhaaudit")
     if not args:
         # No command: the help, on stderr (stdout carries data only), and status 2.
-        with contextlib.redirect_stdout(sys.stderr):
-            with contextlib.suppress(Exception):
-                app(args=["--help"], prog_name="mhaaudit", standalone_mode=False)
+        with contextlib.redirect_stdout(sys.stderr), contextlib.suppress(Exception):
+            app(args=["--help"], prog_name="mhaaudit", standalone_mode=False)
         return 2
     previous, stdout = _handle_sigterm(), sys.stdout
     sys.stdout = _Stdout(stdout)

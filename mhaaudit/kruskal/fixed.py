@@ -24,8 +24,17 @@ import torch
 
 from .. import validate
 from ..distributed import shared
-from ..numerics import (Decision, RankRule, decide_full_rank, gram_rank, lapack, svd_rank, tf32_is_off, tf32_off,
-                        with_numerics)
+from ..numerics import (
+    Decision,
+    RankRule,
+    decide_full_rank,
+    gram_rank,
+    lapack,
+    svd_rank,
+    tf32_is_off,
+    tf32_off,
+    with_numerics,
+)
 from ..numerics.stream import Unit, unit_of
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, MAX_SAMPLES, device_name, resolve_device
 from .bounds import fixed_rule

@@ -29,8 +29,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Iterable, Sequence
-from typing import Callable
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -42,9 +41,25 @@ from ..numerics.philox import split_key
 from ..numerics.stream import Rows, Unit, chunk_rows, refuse_unless_fits, scan_of
 from ..settings import KERNELS_ENV, derive_seed, kernels_env
 
-__all__ = ["DRAW_BLOCK", "FULL_GRAM_MAX_BYTES", "Gram", "Progress", "as_matrix", "block_specs", "blocks_in_order",
-           "DEVICE_BATCH_BYTES", "DEVICE_FULL_GRAM_MAX_BYTES",
-           "KERNELS_ENV", "Units", "device_kernels", "draw_block", "draw_blocks", "full_gram_bytes", "rows_of", "units"]
+__all__ = [
+    "DEVICE_BATCH_BYTES",
+    "DEVICE_FULL_GRAM_MAX_BYTES",
+    "DRAW_BLOCK",
+    "FULL_GRAM_MAX_BYTES",
+    "KERNELS_ENV",
+    "Gram",
+    "Progress",
+    "Units",
+    "as_matrix",
+    "block_specs",
+    "blocks_in_order",
+    "device_kernels",
+    "draw_block",
+    "draw_blocks",
+    "full_gram_bytes",
+    "rows_of",
+    "units",
+]
 
 DRAW_BLOCK = 64  # draws come in fixed blocks, each with its own generator key
 FULL_GRAM_MAX_BYTES = 512 << 20  # on the CPU the full T x T float64 Gram is formed up to this size (T <= 8192)
@@ -349,7 +364,7 @@ class Units(Sequence):
         self.blocks = -(-self.samples // DRAW_BLOCK)
 
     def __len__(self) -> int:
-        return -(-self.blocks // self.step)  # noqa: PLE0303 - a ceiling division of non-negative counts
+        return -(-self.blocks // self.step)  # a ceiling division of non-negative counts
 
     def __getitem__(self, i):
         if isinstance(i, slice):

@@ -21,8 +21,17 @@ import torch
 
 from .. import validate
 from ..distributed import shared
-from ..numerics import (TINY_GRAM, RankRule, cholesky_margins, decide_prefix_full_rank, lambda_max_bounds, lapack,
-                        tf32_is_off, tf32_off, with_numerics)
+from ..numerics import (
+    TINY_GRAM,
+    RankRule,
+    cholesky_margins,
+    decide_prefix_full_rank,
+    lambda_max_bounds,
+    lapack,
+    tf32_is_off,
+    tf32_off,
+    with_numerics,
+)
 from ..numerics.stream import unit_of
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, MAX_SAMPLES, device_name, resolve_device
 from .bounds import babel_floor, fixed_rule

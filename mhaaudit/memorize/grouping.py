@@ -19,8 +19,8 @@ available on the host for a CPU device.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 import torch
 

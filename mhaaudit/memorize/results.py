@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
 
 from .._version import __version__
 from ..tables import ResultTable

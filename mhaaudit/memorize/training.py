@@ -25,8 +25,8 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import Callable, Iterator, Sequence
 
 import torch
 
@@ -69,7 +69,7 @@ class Recipe:
 
     @classmethod
     def resolve(cls, *, task="classification", context="shared", classes=100, tolerance=0.01, epochs=None,
-                max_steps=None, lr=1e-3, batch_size=256, check_every=200) -> "Recipe":
+                max_steps=None, lr=1e-3, batch_size=256, check_every=200) -> Recipe:
         """Check every field; errors name the CLI option."""
         return cls(
             task=validate.choice("--task", task, TASKS),
@@ -102,7 +102,7 @@ class Point:
     seed: int = 0
 
     @classmethod
-    def resolve(cls, *, heads, n, head_dim, size, seed=0) -> "Point":
+    def resolve(cls, *, heads, n, head_dim, size, seed=0) -> Point:
         return cls(
             heads=validate.integer("--heads", heads), n=validate.integer("--n", n),
             head_dim=validate.integer("--head-dim", head_dim), size=validate.integer("--sizes", size),
@@ -113,7 +113,7 @@ class Point:
     def label(self) -> str:
         return f"H={self.heads} n={self.n} d_h={self.head_dim} T={self.size}"
 
-    def plan(self, recipe: "Recipe") -> Plan:
+    def plan(self, recipe: Recipe) -> Plan:
         return Plan.of(self.size, recipe.batch_size, recipe.epochs, recipe.max_steps, recipe.check_every)
 
 

@@ -55,7 +55,7 @@ def read_state_file(path: str) -> dict[str, torch.Tensor]:
             sd = load_file(path)
         else:
             sd = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - unreadable or not a checkpoint
+    except Exception as exc:  # unreadable or not a checkpoint
         raise ModelError(f"cannot read the checkpoint {path}: {torch_load_reason(exc)}") from exc
     for key in ("state_dict", "model", "module"):
         if isinstance(sd, dict) and key in sd and isinstance(sd[key], dict):

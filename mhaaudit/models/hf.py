@@ -27,9 +27,10 @@ import dataclasses
 import inspect
 import os
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -40,10 +41,27 @@ from ..io import torch_load_reason
 from .checkpoints import is_ignorable, load_fitting, offline_weights_error, read_state_file
 from .families import Family, embedding_positions, family_of, query_words
 from .probe import ModelInfo, ProbedModel, measure_image_tokens, prepare_module
-from .shards import Checkpoint, NotPartial, WeightsRead, check_links_inside, check_local_indexes, empty_init, used_parameters
 from .random_init import build_random, init_seed, reinit_hf, seeded
-from .registry import (BLOCK_PATHS, ConfigFields, ModelSpec, alias_list, check_config_numbers, classify_config,
-                       is_timm_folder_config, read_json, supported_families)
+from .registry import (
+    BLOCK_PATHS,
+    ConfigFields,
+    ModelSpec,
+    alias_list,
+    check_config_numbers,
+    classify_config,
+    is_timm_folder_config,
+    read_json,
+    supported_families,
+)
+from .shards import (
+    Checkpoint,
+    NotPartial,
+    WeightsRead,
+    check_links_inside,
+    check_local_indexes,
+    empty_init,
+    used_parameters,
+)
 
 __all__ = ["find_blocks", "image_transform", "load", "load_tokenizer"]
 
@@ -99,14 +117,14 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
     n, query_index = _text_shape(cfg, is_decoder, context_length, spec.name) if modality == "text" else (0, 0)
     if fam is not None and fam.query == "none":
         query_index = None
-    full_layers = int(getattr(cfg, "num_hidden_layers"))
+    full_layers = int(cfg.num_hidden_layers)
     built, checkpoint = _build(spec, cfg, origin, seed, hub, max_layer, partial)
     module = prepare_module(built, device)
     blocks = find_blocks(module)
     if blocks is None:
         raise ModelError(f"{spec.name} cannot be probed: no list of transformer blocks found in {type(module).__name__} "
                          f"(supported: {supported_families()})")
-    d, heads = int(getattr(cfg, "hidden_size")), int(getattr(cfg, "num_attention_heads"))
+    d, heads = int(cfg.hidden_size), int(cfg.num_attention_heads)
     sources = list(dict.fromkeys(t for t in (origin.folder, spec.resolved) if t))
     info = ModelInfo(
         name=spec.name, resolved=spec.resolved, backend="hf", family=family, modality=modality, d=d, n=n,

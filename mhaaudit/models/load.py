@@ -15,7 +15,7 @@ import logging
 import os
 import pickle
 import warnings
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 

@@ -13,8 +13,9 @@ its list of blocks, a function that runs the module on model inputs, and its pre
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 from torch import nn

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 from torch import nn
 
 from ..settings import derive_seed
-
 
 __all__ = ["build_random", "init_seed", "reinit_hf", "reinit_timm", "seeded"]
 

@@ -34,10 +34,10 @@ from .families import FAMILIES, TIMM_FAMILIES, UNPROBEABLE, Family, family_of, t
 __all__ = [
     "ALIASES",
     "BLOCK_PATHS",
-    "ConfigFields",
     "FAMILIES",
     "TIMM_FAMILIES",
     "UNPROBEABLE",
+    "ConfigFields",
     "Family",
     "ModelSpec",
     "alias_list",
@@ -153,8 +153,8 @@ def check_config_numbers(cfg: Any, name: str, shown: dict[str, str] | None = Non
         raise ModelError(f"the config of {name} is malformed: {kv} key/value heads do not divide {heads} attention heads")
     image, patch = got["image_size"], got["patch_size"]
     if image is not None and patch is not None and any(p > i for p, i in zip(patch * 2, image * 2)):
-        raise ModelError(f"the config of {name} is malformed: patch size {getattr(cfg, 'patch_size')} is larger than "
-                         f"the image size {getattr(cfg, 'image_size')}")
+        raise ModelError(f"the config of {name} is malformed: patch size {cfg.patch_size} is larger than "
+                         f"the image size {cfg.image_size}")
 
 
 def alias_list() -> str:

@@ -213,13 +213,13 @@ def _load_file(model: nn.Module, path: str, built: int, name: str) -> None:
 
     try:
         sd = load_state_dict(path, use_ema=True)
-    except Exception as exc:  # noqa: BLE001 - unreadable file
+    except Exception as exc:  # unreadable file
         raise ModelError(f"cannot read the timm checkpoint {path}: {one_line(exc, 160)}") from exc
     filt = getattr(sys.modules.get(type(model).__module__), "checkpoint_filter_fn", None)
     if filt is not None:
         try:
             sd = filt(sd, model)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise ModelError(f"the checkpoint {path} does not fit {name}: {one_line(exc, 160)}") from exc
     pat = re.compile(r"^blocks\.(\d+)\.")
     sd = {k: v for k, v in sd.items() if not ((m := pat.match(k)) and int(m.group(1)) >= built)}
@@ -237,7 +237,7 @@ def _transform(model: nn.Module, name: str):
             # The pretrained config may describe another resolution than the one the model was built for.
             data_cfg["input_size"] = (data_cfg["input_size"][0], *tuple(img_size))
         tf = timm.data.create_transform(**data_cfg)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise ModelError(f"{name}: cannot build timm preprocessing ({one_line(exc, 120)})") from exc
 
     def transform(images: list) -> torch.Tensor:

@@ -159,7 +159,7 @@ class RankRule:
     dtype: str = "float32"
 
     @classmethod
-    def for_dtype(cls, dtype: torch.dtype | str, rtol: float | None = None, atol: float | None = None) -> "RankRule":
+    def for_dtype(cls, dtype: torch.dtype | str, rtol: float | None = None, atol: float | None = None) -> RankRule:
         rtol = validate.tolerance("--rtol", rtol)
         atol = validate.tolerance("--atol", atol)
         if isinstance(dtype, str):
@@ -186,7 +186,7 @@ class RankRule:
             return torch.clamp(sigma_max * r, min=self.atol_value)
         return max(self.atol_value, r * float(sigma_max))
 
-    def in_units(self, exponent: int) -> "RankRule":
+    def in_units(self, exponent: int) -> RankRule:
         """The same rule for data divided by ``2**exponent``: the absolute tolerance is divided with
         them (``rtol`` stays 0 where only ``atol`` was given, even if the quotient underflows)."""
         if not exponent or not self.atol:

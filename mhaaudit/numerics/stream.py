@@ -28,7 +28,6 @@ the data once.
 from __future__ import annotations
 
 import math
-import os
 import threading
 import weakref
 from dataclasses import dataclass
@@ -133,7 +132,7 @@ class Rows:
         part = self.data[start:stop]
         return torch.from_numpy(np.array(part, dtype=np.float64)) if self.numpy else part.to(torch.float64, copy=True)
 
-    def to(self, device: torch.device) -> "Rows":
+    def to(self, device: torch.device) -> Rows:
         """The rows on ``device`` in their own dtype (a mapped file is copied a chunk at a time)."""
         if device == self.device:
             return self

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 from ..errors import InputError
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings

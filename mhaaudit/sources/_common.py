@@ -8,8 +8,9 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -241,7 +242,7 @@ class Skips:
         self.counts[cause] = self.counts.get(cause, 0) + count
         self.examples.setdefault(cause, example)
 
-    def merge(self, other: "Skips") -> None:
+    def merge(self, other: Skips) -> None:
         for cause, count in other.counts.items():
             self.counts[cause] = self.counts.get(cause, 0) + count
             self.examples.setdefault(cause, other.examples[cause])

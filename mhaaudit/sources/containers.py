@@ -14,8 +14,9 @@ Anything else is refused with the columns found and the parameter that chooses o
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from ..errors import DataError, InputError, MhaauditError, one_line
 

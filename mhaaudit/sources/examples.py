@@ -14,9 +14,9 @@ random choices come from ``numpy.random.default_rng(derive_seed(seed, "data"))``
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from PIL import Image, UnidentifiedImageError
 
@@ -26,15 +27,15 @@ from .containers import IMAGE_NAMES, Table, choose_column, is_saved_dataset, ope
 from .mosaics import BUILTIN_PHOTOS, CROP_SIZE, GRID, TILE_SIDE
 
 __all__ = [
-    "ImageSource",
+    "BUILTIN_PHOTOS",
+    "IMAGE_EXTENSIONS",
     "BuiltinImages",
+    "HubImages",
     "ImageFolder",
+    "ImageSource",
     "ParquetImages",
     "TableImages",
-    "HubImages",
     "image_source",
-    "IMAGE_EXTENSIONS",
-    "BUILTIN_PHOTOS",
 ]
 
 IMAGE_EXTENSIONS = frozenset(

@@ -30,8 +30,8 @@ import contextlib
 import functools
 import importlib.util
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 

@@ -11,22 +11,22 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
-
+from typing import Any
 
 from ..errors import DataError, InputError, one_line
 from ._common import Skips, classify, data_rng, is_builtin, is_local, no_split, open_hf_dataset, stream_rows
 from .containers import Table, choose_column, is_saved_dataset, open_table
 
 __all__ = [
-    "TextSource",
     "BuiltinText",
-    "TextFiles",
+    "HubText",
     "JsonlText",
     "ParquetText",
     "TableText",
-    "HubText",
+    "TextFiles",
+    "TextSource",
     "text_source",
 ]
 

@@ -23,6 +23,6 @@ from .registry import ADAPTERS, Adapter, BlockContext, adapter_for, first_attent
 from .weights import AttentionWeights
 
 # The adapters register themselves on import; the order is the order they are tried in.
-from . import timm_vit, gpt2, hf_vit, bert, self_attn, distilbert  # noqa: E402,F401  isort: skip
+from . import timm_vit, gpt2, hf_vit, bert, self_attn, distilbert  # noqa: F401  isort: skip
 
 __all__ = ["ADAPTERS", "Adapter", "AttentionWeights", "BlockContext", "adapter_for", "first_attention", "register_adapter"]

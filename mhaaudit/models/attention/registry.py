@@ -9,8 +9,9 @@ imported in ``attention/__init__.py``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
@@ -63,7 +64,7 @@ def adapter_for(block: nn.Module) -> Adapter | None:
     return next((a for a in ADAPTERS if a.matches(block)), None)
 
 
-def first_attention(pm: "ProbedModel", layer: int = 1) -> AttentionWeights:
+def first_attention(pm: ProbedModel, layer: int = 1) -> AttentionWeights:
     """Key/query weights of block ``layer`` (1-based) of a loaded model."""
     layer = validate.integer("layer", layer, minimum=None)
     if layer < 1 or layer > pm.built_layers:

@@ -7,8 +7,8 @@ attention maps) reads only this layout.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import nn
@@ -35,7 +35,7 @@ class AttentionWeights:
 
     @classmethod
     def from_linears(cls, q: nn.Linear, k: nn.Linear, heads: int, *, pre: Callable[[torch.Tensor], torch.Tensor],
-                     scale: float, causal: bool) -> "AttentionWeights":
+                     scale: float, causal: bool) -> AttentionWeights:
         """From separate query and key ``nn.Linear`` layers whose outputs are the heads side by side."""
         return cls(linear_heads(q.weight, heads), linear_heads(k.weight, heads), head_bias(q.bias, heads),
                    head_bias(k.bias, heads), pre, scale, causal)
