@@ -28,7 +28,7 @@ from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
 
 def _inverse_iteration_sigma(G: torch.Tensor, iters: int = 12):
     """Estimates of (sigma_min, sigma_max) of the rows behind positive-definite Gram matrices."""
-    L, info = torch.linalg.cholesky_ex(G)
+    L, _info = torch.linalg.cholesky_ex(G)
     B, k, _ = G.shape
     v = torch.ones(B, k, 1, dtype=G.dtype, device=G.device)
     w = v.clone()
@@ -163,7 +163,7 @@ class ContextRanks:
     tols: list = field(default_factory=list)
 
     def update(self, E: torch.Tensor) -> None:
-        B, n, d = E.shape
+        _B, n, d = E.shape
         if self.n is None:
             self.n, self.d = n, d
         elif (n, d) != (self.n, self.d):

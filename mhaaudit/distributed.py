@@ -193,7 +193,7 @@ class Session:
             msgs = None
             if source is not None:
                 try:
-                    items = [(start + i, b) for i, b in zip(range(self.world_size), source)]
+                    items = [(start + i, b) for i, b in zip(range(self.world_size), source, strict=False)]
                 except Exception as exc:  # the source failed on rank 0: tell the others, then raise here
                     self.note(exc)
                     self._scatter(dist, [("failed", None)] * self.world_size)
@@ -225,7 +225,7 @@ class Session:
 
         gathered = self.all_gather(({k: v.contiguous() for k, v in rows.items()}, header) if rows else None)
         chunks: list[tuple[int, dict]] = []
-        for got, fed_r in zip(gathered, parts):
+        for got, fed_r in zip(gathered, parts, strict=False):
             if not got or not fed_r:
                 continue
             split = {k: torch.split(v, [s for _, s in fed_r]) for k, v in got[0].items()}

@@ -172,7 +172,7 @@ class StreamingReducer:
     def update(self, tokens: torch.Tensor) -> None:
         if tokens.ndim != 3:
             raise InputError(f"token batches must be (B, n, d), got {tuple(tokens.shape)}")
-        B, n, d = tokens.shape
+        _B, n, d = tokens.shape
         if tokens.is_floating_point() and not bool(torch.isfinite(tokens).all()):
             raise ModelError("the activations at this probe point hold NaN or infinite values (the model's weights or "
                              "inputs overflow); no rank can be decided on them")

@@ -157,7 +157,7 @@ def sweep_table(sw: Sweep, marks: tuple[int, ...] = ()) -> Table:
         if 1 <= k <= K:
             keep.add(k)
     prev = None
-    for k, f in zip(sw.ks, sw.fractions):
+    for k, f in zip(sw.ks, sw.fractions, strict=False):
         if prev is None or abs(f - prev) >= 0.05:
             keep.add(k)
             prev = f

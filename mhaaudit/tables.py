@@ -248,7 +248,7 @@ def records_table(records: list[dict], metadata: dict):
     known = {c.name: c.type for c in COLUMNS.get(str(metadata.get("command")), ())}
     keys: list[str] = list(dict.fromkeys(k for r in records for k in r))
     arrays = [_column_array(k, [r.get(k) for r in records], known.get(k)) for k in keys]
-    table = pa.table(dict(zip(keys, arrays))) if keys else pa.table({})
+    table = pa.table(dict(zip(keys, arrays, strict=False))) if keys else pa.table({})
     meta = {b"pandas": _pandas_metadata(table.schema), METADATA_KEY: json.dumps(metadata, default=str).encode()}
     return table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
 
@@ -387,7 +387,7 @@ def verdict_tally(records: list[dict]) -> str:
     from collections import Counter
 
     c = Counter(r.get("verdict") for r in records if r.get("verdict"))
-    order = ["holds", "fails"] + sorted(v for v in c if v not in ("holds", "fails"))
+    order = ["holds", "fails", *sorted(v for v in c if v not in ("holds", "fails"))]
     return ", ".join(f"{c[v]} {v}" for v in order if c.get(v))
 
 

@@ -403,7 +403,7 @@ def test_results_written_by_mhaaudit_are_not_features_whatever_their_columns(cap
     rc, _, err = run(capsys, "kruskal", inputs["npy"], "--k", "3", "--samples", "50", "--out", tmp_path / "r.parquet",
                      "--format", "json")
     assert rc == 0, err
-    rc, out, err = run(capsys, "kruskal", tmp_path / "r.parquet", *JSON)
+    rc, _out, err = run(capsys, "kruskal", tmp_path / "r.parquet", *JSON)
     assert_one_error(rc, err, "results file written by 'mhaaudit kruskal' (its parquet metadata says so)")
     meta = json.loads(__import__("pyarrow.parquet").parquet.read_schema(tmp_path / "r.parquet").metadata[b"mhaaudit"])
     assert meta["command"] == "kruskal" and sys.version  # the file stays as it was

@@ -36,7 +36,7 @@ def test_context_ranks_equal_matrix_rank_on_mixed_batch():
     E[9, 4] = E[9, 0] + 1e-9 * torch.randn(d, generator=g)  # below the tolerance
     E[11, 2] = E[11, 0] + 1e-2 * torch.randn(d, generator=g)  # far above it
     rule = RankRule.for_dtype(E.dtype)
-    rank, smin, smax, tol = context_ranks(E, rule)
+    rank, smin, smax, _tol = context_ranks(E, rule)
     assert torch.equal(rank.cpu(), _ref_ranks(E, rule))
     assert rank[3] == n - 1 and rank[7] == 2 and rank[9] == n - 1 and rank[11] == n
     ref = torch.linalg.svdvals(E.double())

@@ -35,12 +35,12 @@ CONSOLE_SCRIPT = ("import sys; from mhaaudit.cli.app import run; "
 # --------------------------------------------------------------------------- help
 
 
-@pytest.mark.parametrize("command", ("",) + COMMANDS)
+@pytest.mark.parametrize("command", ("", *COMMANDS))
 def test_dash_h_is_help(capsys, command):
     args = [command, "-h"] if command else ["-h"]
     rc, out, err = run(capsys, *args)
     assert rc == 0 and "Usage" in out and err == ""
-    rc2, out2, _ = run(capsys, *[a if a != "-h" else "--help" for a in args])
+    _rc2, out2, _ = run(capsys, *[a if a != "-h" else "--help" for a in args])
     assert out2 == out
 
 

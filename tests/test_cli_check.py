@@ -419,7 +419,7 @@ def test_unwritable_out_folder(capsys, vit_dir, image_dir, tmp_path):
     ro.mkdir()
     ro.chmod(0o500)
     try:
-        rc, out, err = run(capsys, "check", vit_dir, "--data", image_dir, *RUN, "--out", ro / "r.parquet")
+        rc, _out, err = run(capsys, "check", vit_dir, "--data", image_dir, *RUN, "--out", ro / "r.parquet")
         assert_one_error(rc, err, "not writable")
         assert list(ro.iterdir()) == []
     finally:

@@ -117,7 +117,7 @@ def test_choices_are_choices(capsys):
     assert choices["vary"] == ["heads", "n", "head-dim"]
     text = help_text(capsys, "memorize")
     assert "<bool>" not in text and "1-8" in text
-    rc, out, err = run(capsys, *GRID, "--task", "sorting")
+    rc, _out, err = run(capsys, *GRID, "--task", "sorting")
     assert_one_error(rc, err, "--task")
 
 

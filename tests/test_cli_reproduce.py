@@ -204,5 +204,5 @@ def test_bad_input_is_one_line(capsys, args, match):
 
 
 def test_missing_weights_path_is_refused_before_work(capsys, vit_dir):
-    rc, out, err = run(capsys, "reproduce", "table1", "--model", f"vit={vit_dir}", "--weights", "/no/such/folder")
+    rc, _out, err = run(capsys, "reproduce", "table1", "--model", f"vit={vit_dir}", "--weights", "/no/such/folder")
     assert_one_error(rc, err, "does not exist")

@@ -136,10 +136,7 @@ def test_transformers_family(case, tmp_path):
                                                                     case.positions)
     assert i.n == (N_TEXT if text else PATCHES + case.prefix)
     assert i.query_index == {"first": 0, "last": i.n - 1, "none": None}[case.query]
-    if text:
-        x = pm.preprocess(_text_ids())
-    else:
-        x = pm.preprocess(images(3))
+    x = pm.preprocess(_text_ids()) if text else pm.preprocess(images(3))
     out = pm.capture(x, [0, 1])
     hs, _ = _reference(model, x)
     for k in (0, 1):
@@ -367,10 +364,10 @@ def test_capacity_refuses_attention_it_cannot_express(capsys, folder, text_file,
     extra = [] if key.startswith("beit") else ["--context-length", N_CLI]
     if key in _CASES:
         _needs(_CASES[key].cls)
-    rc, out, err = run(capsys, "capacity", folder(key), "--variants", "random", "--data", data, *extra, *SMALL)
+    rc, _out, err = run(capsys, "capacity", folder(key), "--variants", "random", "--data", data, *extra, *SMALL)
     line = assert_one_error(rc, err, "is not of the form capacity expresses")
     assert f"it has {reasons};" in line and "--attention random" in line
-    rc, out, err = run(capsys, "capacity", folder(key), "--variants", "random", "--attention", "random", "--data", data,
+    rc, _out, err = run(capsys, "capacity", folder(key), "--variants", "random", "--attention", "random", "--data", data,
                        *extra, "--format", "json", *SMALL)
     assert rc == 0, err
 
@@ -400,9 +397,9 @@ def test_unsupported_families_are_one_line_naming_the_supported_ones(capsys, tmp
     transformers.SwinConfig(image_size=32, patch_size=4, embed_dim=8, depths=[1, 1], num_heads=[1, 1],
                             window_size=2).save_pretrained(str(swin))
     capsys.readouterr()
-    rc, out, err = run(capsys, "check", swin, "--data", image_dir, *SMALL)
+    rc, _out, err = run(capsys, "check", swin, "--data", image_dir, *SMALL)
     line = assert_one_error(rc, err, "cannot be probed: Swin merges patches")
     assert "supported: transformers gpt2, " in line and "llama" in line and "timm vit_*siglip*" in line
-    rc, out, err = run(capsys, "check", "timm:resnet18", "--data", image_dir, *SMALL)
+    rc, _out, err = run(capsys, "check", "timm:resnet18", "--data", image_dir, *SMALL)
     line = assert_one_error(rc, err, "is not a ViT-style token transformer")
     assert "eva02*" in line

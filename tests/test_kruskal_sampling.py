@@ -39,7 +39,7 @@ def test_each_block_is_seeded_by_the_seed_rule():
     assert torch.equal(draw_block(30, 20, 4, 2, DRAW_BLOCK, sort=False), keys.topk(20, dim=1).indices)
     assert torch.equal(draw_block(30, 20, 4, 2, DRAW_BLOCK, sort=True), keys.topk(20, dim=1).indices.sort(dim=1).values)
     values = bounded(*pairs(torch.full_like(rows, k0), torch.full_like(rows, k1), rows, 0, 200), 30)
-    for row, got in zip(values.tolist(), draw_block(30, 5, 4, 2, DRAW_BLOCK, sort=False).tolist()):
+    for row, got in zip(values.tolist(), draw_block(30, 5, 4, 2, DRAW_BLOCK, sort=False).tolist(), strict=False):
         assert got == list(dict.fromkeys(row))[:5]  # k <= T / 2: the first k distinct values
     assert not torch.equal(draw_block(30, 5, 4, 1, DRAW_BLOCK, sort=False), draw_block(30, 5, 4, 2, DRAW_BLOCK, sort=False))
 
@@ -139,7 +139,7 @@ def test_ranks_dividing_the_groups_yield_what_one_process_yields(monkeypatch):
         one = list(blocks_in_order(job, 50, 5, 11 * DRAW_BLOCK - 3, 3, True, workers))
         assert len(one) == len(units(11 * DRAW_BLOCK - 3, workers))
         got = as_ranks(monkeypatch, 3, lambda: list(blocks_in_order(job, 50, 5, 11 * DRAW_BLOCK - 3, 3, True, workers)))
-        assert all(len(g) == len(one) and all(torch.equal(a, b) for a, b in zip(g, one)) for g in got)
+        assert all(len(g) == len(one) and all(torch.equal(a, b) for a, b in zip(g, one, strict=False)) for g in got)
 
     def first_five():
         out = []
@@ -150,7 +150,7 @@ def test_ranks_dividing_the_groups_yield_what_one_process_yields(monkeypatch):
         return out
 
     got = as_ranks(monkeypatch, 3, first_five)
-    assert all(all(torch.equal(a, b) for a, b in zip(g, one[:5])) for g in got)
+    assert all(all(torch.equal(a, b) for a, b in zip(g, one[:5], strict=False)) for g in got)
 
 
 def test_tests_split_among_ranks_give_one_process_records(monkeypatch):

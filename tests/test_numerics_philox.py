@@ -37,7 +37,7 @@ def test_batched_words_equal_the_integer_reference():
     C = torch.randint(0, 2**32, (200, 4), generator=g, dtype=torch.int64)
     K = torch.randint(0, 2**32, (200, 2), generator=g, dtype=torch.int64)
     out = torch.stack(philox(C[:, 0], C[:, 1], C[:, 2], C[:, 3], K[:, 0], K[:, 1]), dim=1)
-    for row, c, k in zip(out.tolist(), C.tolist(), K.tolist()):
+    for row, c, k in zip(out.tolist(), C.tolist(), K.tolist(), strict=False):
         assert tuple(row) == _reference(c, k)
 
 
@@ -61,7 +61,7 @@ def test_bounded_is_floor_of_the_scaled_64_bit_value():
     lo = torch.randint(0, 2**32, (500,), generator=g, dtype=torch.int64)
     for T in (1, 2, 3, 1000, 2**31 - 1):
         got = bounded(hi, lo, T).tolist()
-        assert got == [((h << 32 | l) * T) >> 64 for h, l in zip(hi.tolist(), lo.tolist())]
+        assert got == [((h << 32 | l) * T) >> 64 for h, l in zip(hi.tolist(), lo.tolist(), strict=False)]
     with pytest.raises(ValueError):
         bounded(hi, lo, 2**31)
 
@@ -84,4 +84,4 @@ def test_same_words_on_cuda():
     K = torch.randint(0, 2**32, (2, 10000), generator=g, dtype=torch.int64)
     cpu = philox(*C, *K)
     gpu = philox(*C.cuda(), *K.cuda())
-    assert all(torch.equal(a, b.cpu()) for a, b in zip(cpu, gpu))
+    assert all(torch.equal(a, b.cpu()) for a, b in zip(cpu, gpu, strict=False))

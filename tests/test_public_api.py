@@ -175,7 +175,7 @@ def test_kruskal_defaults_are_the_estimators_defaults(monkeypatch, capsys, tmp_p
     sweeps: list = []
     _recorder(monkeypatch, mhaaudit.kruskal, "subset_test", tests, call_through=True)
     _recorder(monkeypatch, mhaaudit.kruskal, "kruskal_sweep", sweeps, call_through=True)
-    rc, out, err = run(capsys, "kruskal", tmp_path / "x.npy", "--k", 3, "--sweep")
+    rc, _out, err = run(capsys, "kruskal", tmp_path / "x.npy", "--k", 3, "--sweep")
     assert rc == 0, err
     (sig, passed), = tests
     Xt = torch.from_numpy(X)

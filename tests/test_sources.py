@@ -332,7 +332,7 @@ def test_a_remote_stream_says_it_gave_its_first_documents(fake_hub):
     """A hub dataset is read only until enough documents qualify, and the description says so."""
     from mhaaudit.sources import FallbackTokenizer, gpt_window_examples
 
-    calls, served = fake_hub
+    _calls, served = fake_hub
     served["org/corpus"] = ([{"body": " ".join(f"w{i}x{j}" for j in range(20)), "id": i} for i in range(50)], None)
     source = text_source("org/corpus", text_column="body")
     assert source.streamed and not source.local and source.lazy

@@ -40,7 +40,7 @@ def _containers(tmp_path, docs: list[str], column: str = "body") -> dict:
     ids = list(range(len(docs)))
     out = {}
     out["jsonl"] = tmp_path / "docs.jsonl"
-    out["jsonl"].write_text("".join(json.dumps({"id": i, column: d}) + "\n" for i, d in zip(ids, docs)))
+    out["jsonl"].write_text("".join(json.dumps({"id": i, column: d}) + "\n" for i, d in zip(ids, docs, strict=False)))
     table = pa.table({"id": ids, column: docs})
     out["parquet"] = tmp_path / "docs.parquet"
     pq.write_table(table, out["parquet"])

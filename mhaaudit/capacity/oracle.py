@@ -123,7 +123,7 @@ def memorization_certificate(Z: torch.Tensor, *, seed: int = 0, rtol: float | No
         )
 
     # Column-pivoted QR of Z^T (m x T): the first r pivots are r well-separated rows of Z.
-    Q, R, piv = scipy.linalg.qr(A.T, mode="economic", pivoting=True)
+    _Q, _R, piv = scipy.linalg.qr(A.T, mode="economic", pivoting=True)
     rows = np.sort(piv[:r])
     ZS = A[rows]
     y = torch.randn(r, generator=gen, dtype=torch.float64).numpy()

@@ -150,10 +150,7 @@ def attention_combinations(
         if exclude_query_index is not None:
             s[..., exclude_query_index] = float("-inf")
         p = torch.softmax(s, dim=-1)  # (c, H, n)
-        if shared:
-            z = torch.einsum("chn,nd->chd", p, Ec)
-        else:
-            z = torch.einsum("chn,cnd->chd", p, Ec)
+        z = torch.einsum("chn,nd->chd", p, Ec) if shared else torch.einsum("chn,cnd->chd", p, Ec)
         out[start:stop] = z.reshape(stop - start, H * d)
     return out
 

@@ -43,7 +43,7 @@ def fixed_rule(X, rule: RankRule, stats: SetStats | None = None,
 
     A rule under which no vector of any subset could count as independent (its tolerance at
     ``d`` columns, the smallest any subset has, is at least sigma_max) is refused."""
-    T, d = X.shape
+    _T, d = X.shape
     if rule.rtol_for(1, d) >= 1 and not rule.atol:
         raise InputError(f"the rank rule's tolerance {rule.rtol_for(1, d):.3g} * sigma_max (at least d = {d} times "
                          f"eps({rule.dtype}) = {rule.eps:.3g}, or --rtol) is at least sigma_max, so no vector could "

@@ -84,7 +84,7 @@ def _shrink(unit: Unit, indices) -> Witness:
             _, _, piv = qr(rows.cpu().numpy().T, pivoting=True, mode="economic")
             base = [idx[p] for p in piv[: best.rank]]
             for extra in (idx[p] for p in piv[best.rank :]):
-                w = _prove(unit, base + [extra])
+                w = _prove(unit, [*base, extra])
                 if w is not None:
                     best, improved = w, True
                     break

@@ -285,8 +285,8 @@ def draw_blocks(T: int, k: int, seed: int, group, sort: bool, device: torch.devi
     device = torch.device(device)
     keys = [split_key(derive_seed(seed, "draws", b)) for b, _ in group]
     sizes = [size for _, size in group]
-    k0 = torch.tensor([w[0] for w, n in zip(keys, sizes) for _ in range(n)], dtype=torch.int64, device=device)
-    k1 = torch.tensor([w[1] for w, n in zip(keys, sizes) for _ in range(n)], dtype=torch.int64, device=device)
+    k0 = torch.tensor([w[0] for w, n in zip(keys, sizes, strict=False) for _ in range(n)], dtype=torch.int64, device=device)
+    k1 = torch.tensor([w[1] for w, n in zip(keys, sizes, strict=False) for _ in range(n)], dtype=torch.int64, device=device)
     stream = torch.cat([torch.arange(n, dtype=torch.int64) for n in sizes]).to(device)
     width = _candidates(T, k) if 2 * k <= T else T  # working entries per row: independent of T for k <= T / 2
     step = max(1, _DRAW_ELEMENTS // width)  # rows drawn at once

@@ -56,7 +56,7 @@ def _prefix_shifts(G: torch.Tensor, p: torch.Tensor, d: int, rule: RankRule, del
     Rayleigh quotients of a power-iteration vector; above, the prefix Frobenius norms and an
     upper bound on lambda_max of the whole draw.
     """
-    B, K, _ = G.shape
+    _B, K, _ = G.shape
     diag = torch.diagonal(G, dim1=-2, dim2=-1)
     maxdiag = torch.cummax(diag, dim=-1).values
     trace = torch.cumsum(diag, dim=-1)

@@ -250,7 +250,7 @@ def _train(pts: list[Point], todo: list[int], runs: list, keys: list[str], recip
                 g = plans[futures[future]]
                 trained, seconds = future.result()
                 members = [todo[k] for k in g.members]
-                for i, run in zip(members, trained):
+                for i, run in zip(members, trained, strict=False):
                     runs[i] = run
                 store.add({keys[i]: runs[i] for i in members})
                 records[futures[future]] = GroupRecord(runs=tuple(members), heads=g.shape.heads, head_dim=g.shape.head_dim,

@@ -24,10 +24,7 @@ __all__ = ["BatchOrder", "Plan", "lr_factor", "planned_schedule"]
 def planned_schedule(size: int, batch_size: int, epochs: int | None, max_steps: int | None) -> tuple[int, int, int]:
     """(steps per epoch, planned epochs, planned steps) under the paper rule or the overrides."""
     spe = math.ceil(size / batch_size)
-    if epochs is None:
-        epochs_planned = max(500, math.ceil(50_000 / spe))
-    else:
-        epochs_planned = epochs
+    epochs_planned = max(500, math.ceil(50000 / spe)) if epochs is None else epochs
     steps = epochs_planned * spe
     if max_steps is not None:
         steps = min(steps, max_steps)

@@ -122,7 +122,7 @@ class StackedModel:
     def params(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
         """Views of stacked rows (L, N) in the padded shapes (L, ...)."""
         chunks = torch.split(theta, self._sizes, dim=1)
-        return {k: c.view(theta.shape[0], *s) for (k, s), c in zip(self.shape.param_shapes().items(), chunks)}
+        return {k: c.view(theta.shape[0], *s) for (k, s), c in zip(self.shape.param_shapes().items(), chunks, strict=False)}
 
     def forward(self, theta: torch.Tensor, frame: Frame, x: torch.Tensor, ctx: torch.Tensor):
         """Outputs (L, B, classes) and attention weights (L, B, H, n) of L stacked rows ``theta``.

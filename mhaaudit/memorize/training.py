@@ -165,7 +165,7 @@ def train_group(points: Sequence[Point], recipe: Recipe, device: torch.device, *
         sats = [trainer.saturation(i) if saturation else None for i in range(len(points))]
     name = device_name(device)
     return [MemorizeRun(**asdict(p), **recipe.as_dict(), **o, device=name, saturation=s)
-            for p, o, s in zip(points, outcomes, sats)]
+            for p, o, s in zip(points, outcomes, sats, strict=False)]
 
 
 class Cancelled(Exception):
@@ -211,7 +211,7 @@ class _GroupTrainer:
         self._put_data(data)
         # One param group per schedule length: each group's learning rate follows its own plan.
         self.group_totals = sorted({pl.total for pl in self.plans})
-        self.opt = _adam([{"params": [r for r, pl in zip(self.stack.rows, self.plans) if pl.total == t], "lr": recipe.lr}
+        self.opt = _adam([{"params": [r for r, pl in zip(self.stack.rows, self.plans, strict=False) if pl.total == t], "lr": recipe.lr}
                           for t in self.group_totals])
         self.records: list[dict | None] = [None] * len(points)
 
@@ -285,7 +285,7 @@ class _GroupTrainer:
 
     def _step(self, step: int, idx: torch.Tensor, weight: torch.Tensor, count: torch.Tensor) -> None:
         """One Adam step of every live point on its batch ``idx`` (L, B)."""
-        for group, total in zip(self.opt.param_groups, self.group_totals):
+        for group, total in zip(self.opt.param_groups, self.group_totals, strict=False):
             group["lr"] = self.recipe.lr * lr_factor(step, total)
         x, ctx, labels = self._gather(idx)
         out, _ = self.stack.forward(torch.stack(self.rows), self.frame, x, ctx)

@@ -12,6 +12,7 @@ its list of blocks, a function that runs the module on model inputs, and its pre
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -221,10 +222,8 @@ class ProbedModel:
             if 0 in want:
                 handles.append(blocks[0].register_forward_pre_hook(pre_hook, with_kwargs=True))
             handles += [blocks[k - 1].register_forward_hook(make_post(k)) for k in want if k >= 1]
-            try:
+            with contextlib.suppress(_StopForward):
                 self._forward(inputs)
-            except _StopForward:
-                pass
         finally:
             for h in handles:
                 h.remove()

@@ -152,7 +152,7 @@ def check_config_numbers(cfg: Any, name: str, shown: dict[str, str] | None = Non
     if heads is not None and kv is not None and (kv > heads or heads % kv):
         raise ModelError(f"the config of {name} is malformed: {kv} key/value heads do not divide {heads} attention heads")
     image, patch = got["image_size"], got["patch_size"]
-    if image is not None and patch is not None and any(p > i for p, i in zip(patch * 2, image * 2)):
+    if image is not None and patch is not None and any(p > i for p, i in zip(patch * 2, image * 2, strict=False)):
         raise ModelError(f"the config of {name} is malformed: patch size {cfg.patch_size} is larger than "
                          f"the image size {cfg.image_size}")
 

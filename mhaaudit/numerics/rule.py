@@ -92,7 +92,7 @@ def tf32_off():
         yield
     finally:
         torch.set_float32_matmul_precision(saved[0])
-        for obj, old in zip(settings, saved[1]):
+        for obj, old in zip(settings, saved[1], strict=False):
             obj.fp32_precision = old
         for f, old in legacy or ():  # pragma: no cover
             f.allow_tf32 = old

@@ -12,6 +12,7 @@ a model or a test: the functions read records (plain dicts) and :class:`RunFacts
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -405,7 +406,7 @@ def _linear(target: str, item: dict, T: int, pts: list[dict], fit: dict | None, 
 def _monotone(target: str, item: dict, T: int, pts: list[dict], spec: dict) -> Comparison:
     base = _memo_base(target, item, f"T = {T}")
     counts = [(r["heads"], r["memorized_count"]) for r in pts]
-    drops = [(a, b) for a, b in zip(counts, counts[1:]) if b[1] < a[1]]
+    drops = [(a, b) for a, b in itertools.pairwise(counts) if b[1] < a[1]]
     rises = len(counts) > 1 and counts[-1][1] > counts[0][1]
     ok = not drops and rises
     detail = ", ".join(f"H = {h}: {c}" for h, c in counts)

@@ -171,7 +171,7 @@ def draw_params(rng: np.random.Generator, count: int, sizes: list[tuple[int, int
     top = np.minimum(np.floor(rng.random(shape) * (h - side + 1)).astype(np.int64), h - side)
     turns = rng.integers(4, size=shape)
     flip = rng.random(shape) < 0.5
-    jitter = rng.uniform(*JITTER, size=shape + (3,))
+    jitter = rng.uniform(*JITTER, size=(*shape, 3))
     return {"photo": photo, "side": side, "left": left, "top": top, "turns": turns, "flip": flip,
             "jitter": jitter}
 
@@ -223,8 +223,8 @@ def _oriented(y, x, turns, flip):
     odd = (turns % 2 == 1)[:, None]
     rev_rows = ((turns == 1) | (turns == 2))[:, None]
     rev_cols = (((turns == 2) | (turns == 3)) ^ flip)[:, None]
-    rows = tuple(torch.where(odd, b, a) for a, b in zip(y, x))
-    cols = tuple(torch.where(odd, a, b) for a, b in zip(y, x))
+    rows = tuple(torch.where(odd, b, a) for a, b in zip(y, x, strict=False))
+    cols = tuple(torch.where(odd, a, b) for a, b in zip(y, x, strict=False))
     rows = tuple(torch.where(rev_rows, r.flip(1), r) for r in rows)
     cols = tuple(torch.where(rev_cols, c.flip(1), c) for c in cols)
     return rows, cols

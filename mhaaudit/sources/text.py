@@ -193,7 +193,7 @@ class JsonlText(TextSource):
     def _fields(self) -> dict[str, str]:
         """The fields of the first lines' objects: ``"text"`` when some line has a string there."""
         kinds: dict[str, str] = {}
-        for _, record in zip(range(_JSONL_PROBE), self._records(None)):
+        for _, record in zip(range(_JSONL_PROBE), self._records(None), strict=False):
             if isinstance(record, dict):
                 for key, value in record.items():
                     kind = "text" if isinstance(value, str) else type(value).__name__
