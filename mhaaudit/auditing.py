@@ -76,7 +76,7 @@ def plan_probes(modality: str, variants: Sequence[str] | None = None, layers: Se
         if any(v < 0 for v in ls):
             raise InputError(f"layers must be >= 0, got {ls}")
         inits = _inits_from_variants(variants)
-        return [Probe(f"{w}-L{l}", w, l) for w in inits for l in ls]
+        return [Probe(f"{w}-L{layer}", w, layer) for w in inits for layer in ls]
     vs = list(dict.fromkeys(variants or IMAGE_VARIANTS))
     if given_layer and not {"random", "trained"} & set(vs):
         raise InputError(f"--layer has no effect on the columns {', '.join(vs)} (they read the embedding output); "

@@ -31,10 +31,8 @@ def library_versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     for name in ("transformers", "timm", "datasets", "pyarrow", "scipy"):
-        try:
+        with contextlib.suppress(PackageNotFoundError):
             out[name] = version(name)  # read from metadata: no slow imports
-        except PackageNotFoundError:  # pragma: no cover
-            pass
     return out
 
 

@@ -294,7 +294,7 @@ def _read_ahead(items: Iterator, depth: int) -> Iterator:
                 if not put((True, x)):
                     return
             put((True, end))
-        except BaseException as exc:  # handed to the reading side
+        except BaseException as exc:  # noqa: BLE001 - handed to the reading side
             put((False, exc))
 
     reader = threading.Thread(target=fill, name="mhaaudit-read", daemon=True)

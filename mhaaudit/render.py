@@ -235,7 +235,7 @@ def _default(o):
 
         if isinstance(o, np.generic):
             return o.item()
-    except Exception:  # pragma: no cover
+    except Exception:  # noqa: BLE001  # pragma: no cover - serialising a value must not raise
         pass
     if hasattr(o, "tolist"):
         return o.tolist()

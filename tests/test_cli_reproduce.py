@@ -68,7 +68,7 @@ def runs(argv, tmp_path_factory):
     for target, args in argv.items():
         kept = {}
 
-        def keep(*a, **kw):
+        def keep(*a, kept=kept, **kw):
             kept["result"] = real(*a, **kw)
             return kept["result"]
 

@@ -146,7 +146,7 @@ def test_default_corpus_is_large_enough_for_the_paper():
     assert {"numpy", "torch", "transformers"} <= set(names)  # dependencies of mhaaudit
     # 2000 GPT-2 windows of 1024 tokens need 2 million tokens; English averages over 1.3 tokens a word
     assert corpus.words > 2_000_000
-    for name, version in corpus.packages:
+    for _name, version in corpus.packages:
         assert version in corpus.description
     assert not any(">>>" in text for _, _, text in corpus.documents)  # no doctest anywhere
 

@@ -146,7 +146,7 @@ def test_transformers_family(case, tmp_path):
 
 
 def _check_query_row(pm, case, x, out, text):
-    n, qi = pm.info.n, pm.info.query_index
+    qi = pm.info.query_index
     if text:
         # at layer 0 the query row holds the query position's token alone: change that token, only that row moves
         ids = x["input_ids"].clone()

@@ -76,7 +76,7 @@ def test_write_parquet_failure_leaves_nothing(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(pq, "write_table", broken)
-    with pytest.raises(OutputError, match="cannot write .*r.parquet: disk full"):
+    with pytest.raises(OutputError, match=r"cannot write .*r.parquet: disk full"):
         write_parquet([{"a": 1}], tmp_path / "r.parquet", {"seed": 0})
     assert list(tmp_path.iterdir()) == []
 
@@ -162,9 +162,9 @@ def test_key_with_nothing_to_choose_is_refused(tmp_path):
     x = torch.randn(4, 3)
     np.save(tmp_path / "x.npy", x.numpy())
     torch.save(x, tmp_path / "x.pt")
-    with pytest.raises(InputError, match="--key has no effect on .*x.npy: a .npy file holds one array"):
+    with pytest.raises(InputError, match=r"--key has no effect on .*x.npy: a .npy file holds one array"):
         read_array(tmp_path / "x.npy", key="queries")
-    with pytest.raises(InputError, match="--key has no effect on .*x.pt: it holds one tensor"):
+    with pytest.raises(InputError, match=r"--key has no effect on .*x.pt: it holds one tensor"):
         read_array(tmp_path / "x.pt", key="queries")
 
 
@@ -194,7 +194,7 @@ def test_read_folder_with_features_file(tmp_path):
     save_file({"queries": q, "a3": torch.randn(5, 3)}, str(tmp_path / "features.safetensors"))
     assert torch.equal(_loaded(read_array(tmp_path)[0]), q)
     (tmp_path / "empty").mkdir()
-    with pytest.raises(InputError, match="features.safetensors"):
+    with pytest.raises(InputError, match=r"features.safetensors"):
         read_array(tmp_path / "empty")
 
 

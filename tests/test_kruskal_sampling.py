@@ -138,7 +138,7 @@ def test_ranks_dividing_the_groups_yield_what_one_process_yields(monkeypatch):
     for workers in (1, 2):
         one = list(blocks_in_order(job, 50, 5, 11 * DRAW_BLOCK - 3, 3, True, workers))
         assert len(one) == len(units(11 * DRAW_BLOCK - 3, workers))
-        got = as_ranks(monkeypatch, 3, lambda: list(blocks_in_order(job, 50, 5, 11 * DRAW_BLOCK - 3, 3, True, workers)))
+        got = as_ranks(monkeypatch, 3, lambda w=workers: list(blocks_in_order(job, 50, 5, 11 * DRAW_BLOCK - 3, 3, True, w)))
         assert all(len(g) == len(one) and all(torch.equal(a, b) for a, b in zip(g, one, strict=False)) for g in got)
 
     def first_five():

@@ -118,8 +118,8 @@ def test_a_gram_too_small_to_trust_goes_to_the_svd():
         G = rows @ rows.transpose(1, 2)
         assert float(G.diagonal(dim1=-2, dim2=-1).max()) < TINY_GRAM
         for deficient_first in (False, True):
-            dec = decide_full_rank(G.clone(), lambda j: rows[j], 3, 8, rule, deficient_first=deficient_first)
+            dec = decide_full_rank(G.clone(), lambda j, r=rows: r[j], 3, 8, rule, deficient_first=deficient_first)
             assert bool(dec.full[0]) == expected and bool(dec.exact[0])
-        assert int(gram_rank(G, lambda j: rows[j], 8, rule)[0]) == (3 if expected else 2)
-        dec = decide_prefix_full_rank(G, torch.tensor([3]), lambda b, k: rows[b, :k], 8, rule)
+        assert int(gram_rank(G, lambda j, r=rows: r[j], 8, rule)[0]) == (3 if expected else 2)
+        dec = decide_prefix_full_rank(G, torch.tensor([3]), lambda b, k, r=rows: r[b, :k], 8, rule)
         assert bool(dec.full[0]) == expected

@@ -87,7 +87,7 @@ def test_saved_dataset_dict_splits_and_single_dataset(tmp_path):
         text_source(str(paths["saved-dict"]), split="validation")
     single = text_source(str(paths["saved"]))
     assert "a Dataset saved with save_to_disk" in single.name and not single.lazy
-    with pytest.raises(InputError, match="single Dataset.*leave out split"):
+    with pytest.raises(InputError, match=r"single Dataset.*leave out split"):
         text_source(str(paths["saved"]), split="test")
 
 

@@ -316,7 +316,7 @@ def _candidates(T: int, k: int) -> int:
     plus six standard deviations (it is a sum of geometric variables), even."""
     mean = sum(T / (T - i) for i in range(k))
     var = sum(T * i / (T - i) ** 2 for i in range(k))
-    m = int(math.ceil(mean + 6 * math.sqrt(var))) + 4
+    m = math.ceil(mean + 6 * math.sqrt(var)) + 4
     return m + (m & 1)
 
 

@@ -270,7 +270,10 @@ def _auto_config(source: str, name: str, hub: _Hub, local: bool = False) -> Any:
     try:
         return AutoConfig.from_pretrained(source, **hub.kwargs(local))
     except (OSError, ValueError) as exc:
-        raise hub_problem(exc, name, hub.revision) or exc
+        problem = hub_problem(exc, name, hub.revision)
+        if problem is None:
+            raise
+        raise problem from exc
     except _config_errors() as exc:  # a field of the wrong type, refused by the config class itself
         raise ModelError(f"the config of {name} is malformed: {one_line(exc, 200, first_line=True)}") from exc
 

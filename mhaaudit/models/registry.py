@@ -263,7 +263,7 @@ def _timm_name(name: str) -> str | None:
         import timm
 
         return name if timm.is_model(name) else None
-    except Exception:  # pragma: no cover - timm missing
+    except Exception:  # noqa: BLE001  # pragma: no cover - timm missing
         return None
 
 

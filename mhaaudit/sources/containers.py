@@ -84,7 +84,7 @@ def _parquet(path: Path) -> Table:
 
     try:
         meta = pq.ParquetFile(path)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises many types; all mean an unreadable file here
         raise DataError(f"cannot read parquet file {path}: {one_line(exc, 300, first_line=True)}") from None
 
     def values(column: str) -> Iterator[Any]:
@@ -166,7 +166,7 @@ def _saved(folder: Path, split: str) -> Table:
         where = folder
     try:
         ds = datasets.load_from_disk(str(where))
-    except Exception as exc:  # the datasets library raises many types; all are data problems here
+    except Exception as exc:  # noqa: BLE001 - the datasets library raises many types; all are data problems here
         raise DataError(f"cannot read dataset folder {where}: {one_line(exc, 300, first_line=True)}") from None
     kinds: dict[str, str] = {}
     for name, feature in ds.features.items():

@@ -268,7 +268,7 @@ def _build_lock(path: Path):
     no lock)."""
     try:
         import fcntl
-        handle = open(path.with_name(path.name + ".lock"), "w")
+        handle = open(path.with_name(path.name + ".lock"), "w")  # noqa: SIM115 - closed by the `with` below
     except (ImportError, OSError):
         yield
         return

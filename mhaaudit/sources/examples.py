@@ -85,7 +85,7 @@ class _quiet_transformers:
         self.previous = None
         try:
             from transformers.utils import logging as hf_logging
-        except Exception:  # pragma: no cover - transformers is a dependency
+        except Exception:  # noqa: BLE001  # pragma: no cover - transformers is a dependency
             return self
         self.hf_logging = hf_logging
         self.previous = hf_logging.get_verbosity()

@@ -141,11 +141,11 @@ class Atlas:
         self.offsets, self.heights, self.widths = (np.zeros(shape, dtype=np.int64) for _ in range(3))
         at = 0
         for i, pyramid in enumerate(pyramids):
-            for l in range(self.levels):
-                level = pyramid[min(l, len(pyramid) - 1)]
-                if l < len(pyramid):
+            for lev in range(self.levels):
+                level = pyramid[min(lev, len(pyramid) - 1)]
+                if lev < len(pyramid):
                     start, at = at, at + level.size
-                self.offsets[i, l], (self.heights[i, l], self.widths[i, l]) = start, level.shape
+                self.offsets[i, lev], (self.heights[i, lev], self.widths[i, lev]) = start, level.shape
         self.table = torch.from_numpy(np.concatenate([lv.reshape(-1) for pyr in pyramids for lv in pyr])).to(self.device)
 
 
@@ -188,8 +188,8 @@ def _colour_coefficients(jitter: np.ndarray) -> np.ndarray:
 def _level(side: np.ndarray, photo: np.ndarray, atlas: Atlas) -> np.ndarray:
     """The pyramid level of each tile: the deepest l with side >= TILE * 2**l that its photograph has."""
     level = np.zeros_like(side)
-    for l in range(1, atlas.levels):
-        level += (side >= (TILE << l)) & (atlas.depth[photo] > l)
+    for lev in range(1, atlas.levels):
+        level += (side >= (TILE << lev)) & (atlas.depth[photo] > lev)
     return level
 
 

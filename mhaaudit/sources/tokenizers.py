@@ -159,7 +159,7 @@ def offline_tokenizer(family: str, vocab_size: int) -> tuple[Any, str]:
     if loader is not None:
         try:
             found = loader()
-        except Exception as exc:  # a broken install: fall back, and say so
+        except Exception as exc:  # noqa: BLE001 - a broken install: fall back, and say so
             found, reason = None, f"loading the {wanted} failed ({type(exc).__name__})"
         else:
             if found is None:
