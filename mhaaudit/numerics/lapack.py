@@ -137,6 +137,8 @@ class RowGramEntries:
         if X is not None:
             self.X = np.ascontiguousarray(X, dtype=np.float64)
             take, T = functools.partial(np.take, self.X, axis=0), self.X.shape[0]
+        if take is None or T is None:
+            raise TypeError("RowGramEntries needs X, or take and T")
         self.take, self.T, self.sqn = take, int(T), sqn
 
     def diagonal(self) -> np.ndarray:

@@ -162,11 +162,10 @@ class RankRule:
     def for_dtype(cls, dtype: torch.dtype | str, rtol: float | None = None, atol: float | None = None) -> RankRule:
         rtol = validate.tolerance("--rtol", rtol)
         atol = validate.tolerance("--atol", atol)
-        if isinstance(dtype, str):
-            dtype = getattr(torch, dtype)
-        if not dtype.is_floating_point:
-            dtype = torch.float64
-        return cls(rtol=rtol, atol=atol, eps=float(torch.finfo(dtype).eps), dtype=str(dtype).replace("torch.", ""))
+        dt: torch.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+        if not dt.is_floating_point:
+            dt = torch.float64
+        return cls(rtol=rtol, atol=atol, eps=float(torch.finfo(dt).eps), dtype=str(dt).replace("torch.", ""))
 
     def rtol_for(self, rows: int, cols: int) -> float:
         if self.rtol is not None:
