@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Literal, overload
 
 import numpy as np
 import torch
@@ -28,6 +29,16 @@ from .sampling import as_matrix, rows_of
 __all__ = ["BABEL_MAX_WORK", "babel_floor", "exact_kruskal_rank", "fixed_rule", "set_stats"]
 
 BABEL_MAX_WORK = 2e12  # the Babel floor is computed when T^2 d is at most this (T = 51 000 at d = 768)
+
+
+@overload
+def fixed_rule(X, rule: RankRule, stats: SetStats | None = None,
+               need_stats: Literal[True] = True) -> tuple[RankRule, SetStats]: ...
+
+
+@overload
+def fixed_rule(X, rule: RankRule, stats: SetStats | None = None,
+               need_stats: bool = True) -> tuple[RankRule, SetStats | None]: ...
 
 
 def fixed_rule(X, rule: RankRule, stats: SetStats | None = None,

@@ -222,7 +222,7 @@ def _reason(t: _Tally, k: int, threshold: float, witness: Witness | None, planne
     if ok / n >= threshold and witness is None:
         return (f"all {n} draws of {rows_phrase(k)} were independent" if ok == n else
                 f"{ok}/{n} draws of {rows_phrase(k)} independent, fraction >= threshold {threshold}") + "; an estimate, not a proof"
-    if ok / n >= threshold:
+    if witness is not None and ok / n >= threshold:
         return (f"{ok}/{n} draws independent (fraction >= threshold {threshold}), but a dependent "
                 f"{len(witness.indices)}-subset was found, so the exact Kruskal rank is below {len(witness.indices)}")
     reason = f"only {ok}/{n} draws of {rows_phrase(k)} independent, fraction < threshold {threshold}"
