@@ -95,7 +95,7 @@ def attention_combinations(
         raise InputError(f"Wq/Wk expect width {dw} but the tokens have width {d}")
     if dh < 1:
         raise InputError("head dimension d_h must be at least 1")
-    biases = []
+    biases: list[torch.Tensor | None] = []
     for name, b in (("bq", bq), ("bk", bk)):
         if b is None:
             biases.append(None)
