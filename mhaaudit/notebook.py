@@ -65,7 +65,10 @@ def notebook_task(description: str, total: int | None) -> Iterator[Callable[[int
                    dynamic_ncols=False, ncols=None if has_widgets() else 100)
     ok = False
     try:
-        yield lambda n=1: bar.update(n)
+        def advance(n: int = 1) -> None:
+            bar.update(n)
+
+        yield advance
         ok = True
     finally:
         if ok:
