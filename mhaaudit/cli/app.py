@@ -121,7 +121,7 @@ class _StandardHelp:
     option the type of one value (``<int>``, not ``<list[int]>``; its help says it repeats)."""
 
     def get_params(self, ctx):
-        params = super().get_params(ctx)  # type: ignore[misc]
+        params = super().get_params(ctx)
         for p in params:
             if p.metavar is not None or p.param_type_name != "option":
                 continue

@@ -12,7 +12,8 @@ import typer
 from ..defaults import MEMORIZE_PRESETS as PRESETS
 from .options import Device, Format, FormatOpt, Quiet, Seed, emit, importing, prepare_outputs, refuse_unused
 
-Preset = Enum("Preset", {name: name for name in PRESETS}, type=str)
+# The members are the presets' names, built at import; mypy cannot list them.
+Preset = Enum("Preset", {name: name for name in PRESETS}, type=str)  # type: ignore[misc]
 
 
 class Task(str, Enum):

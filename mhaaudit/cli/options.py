@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypedDict
 
 import typer
 
@@ -62,7 +62,14 @@ Revision = Annotated[str | None, typer.Option("--revision", help="Branch, tag or
 TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code", help="Let a hub model whose repository carries its own modelling code run that code on this machine (off by default).")]
 ContextLength = Annotated[int | None, typer.Option("--context-length", help="Text models: tokens per example n.")]
 
-DEFAULTS = dict(samples=DEFAULT_SAMPLES, threshold=DEFAULT_THRESHOLD, seed=0, device="auto")
+class _Defaults(TypedDict):
+    samples: int
+    threshold: float
+    seed: int
+    device: str
+
+
+DEFAULTS: _Defaults = {"samples": DEFAULT_SAMPLES, "threshold": DEFAULT_THRESHOLD, "seed": 0, "device": "auto"}
 
 
 # --------------------------------------------------------------------------- options given, unused, renamed

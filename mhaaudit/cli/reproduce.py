@@ -59,7 +59,7 @@ def reproduce(
     context_length: Annotated[list[str] | None, typer.Option("--context-length", help="table3: [KEY=]N tokens per example (the paper: bert 512, gpt2 1024).")] = None,
     models: Annotated[list[str] | None, typer.Option("--models", help="table3: which of bert, gpt2 to run (default both).")] = None,
     limit: Annotated[int | None, typer.Option("--limit", help="Examples T (default: the paper's, 1973 images or 2000 texts).")] = None,
-    batch_size: BatchSize = 32,
+    batch_size: BatchSize = "32",
     samples: Samples = DEFAULTS["samples"],
     threshold: Threshold = DEFAULTS["threshold"],
     seed: Seed = DEFAULTS["seed"],
