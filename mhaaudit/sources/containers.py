@@ -205,6 +205,15 @@ def open_table(target: Path, split: str = "train") -> Table | None:
     return None
 
 
+def table_of(target: Path, split: str = "train") -> Table:
+    """:func:`open_table` of a target already known to be a container (a saved-dataset folder,
+    ``.parquet``, ``.arrow``, ``.csv`` or ``.tsv``); DataError for anything else."""
+    table = open_table(target, split)
+    if table is None:
+        raise DataError(f"{target} is not a parquet, arrow, csv or tsv file or a folder written by save_to_disk")
+    return table
+
+
 def choose_column(label: str, kinds: dict[str, str], wanted: str | None, kind: str) -> tuple[str, str]:
     """The column of ``kind`` (``"text"`` or ``"image"``) to read, and how it was chosen.
 

@@ -259,7 +259,7 @@ def gpt_window_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int
             take(d, int(rng.integers(lengths[d] - n + 1)))
         how = "one per document, uniform random starts"
     if len(ids) < count:  # too few documents, or repeated text: disjoint tiles
-        tiles = []
+        tiles: list[tuple[int, int]] = []
         for d, length in enumerate(lengths):
             offset = int(rng.integers(length % n + 1))
             tiles.extend((d, offset + k * n) for k in range((length - offset) // n))

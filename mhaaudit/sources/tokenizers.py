@@ -129,7 +129,8 @@ def _gpt2_bpe() -> tuple[Any, str] | None:
             tmp = folder / f".{target}.{os.getpid()}.tmp"
             shutil.copyfile(src, tmp)
             os.replace(tmp, dst)
-    from transformers import GPT2TokenizerFast
+    # transformers 5 exports this name lazily (an alias of GPT2Tokenizer), so its stubs do not list it
+    from transformers import GPT2TokenizerFast  # type: ignore[attr-defined]
 
     tokenizer = _quiet_tokenizer_load(GPT2TokenizerFast.from_pretrained, folder)
     return tokenizer, (
