@@ -4,7 +4,8 @@ An adapter is a ``matches(block)`` test of what the block looks like (which subm
 and a ``read(block, ctx)`` that returns the block's :class:`~.weights.AttentionWeights`. Adapters
 register with :func:`register_adapter`; :func:`first_attention` asks them in registration
 order and uses the first that matches. Supporting a new block layout is one adapter file,
-imported in ``attention/__init__.py``.
+imported in ``attention/__init__.py``. A ``read`` takes the block as ``Any``: it looks up the
+submodules its ``matches`` found by name, which no static type of ``nn.Module`` lists.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import overload
 
 import torch
 from torch import nn
@@ -74,6 +75,14 @@ def linear_heads(weight: torch.Tensor, heads: int) -> torch.Tensor:
     """An ``nn.Linear`` weight (H*d_h, d) -> (H, d, d_h), so that ``x @ W[h]`` is head h's projection."""
     out, d = weight.shape
     return weight.detach().reshape(heads, out // heads, d).transpose(1, 2).contiguous().float()
+
+
+@overload
+def head_bias(bias: torch.Tensor, heads: int) -> torch.Tensor: ...
+
+
+@overload
+def head_bias(bias: None, heads: int) -> None: ...
 
 
 def head_bias(bias: torch.Tensor | None, heads: int) -> torch.Tensor | None:
