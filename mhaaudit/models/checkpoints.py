@@ -10,6 +10,7 @@ partially without saying so.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 from torch import nn
@@ -47,6 +48,7 @@ def read_state_file(path: str) -> dict[str, torch.Tensor]:
 
     A checkpoint that wraps its state dict (``state_dict``, ``model``, ``module``) is unwrapped.
     """
+    sd: Any  # whatever the file holds: checked below
     try:
         if path.endswith(".safetensors"):
             from safetensors.torch import load_file

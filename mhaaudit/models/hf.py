@@ -114,6 +114,7 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
     if fam is not None and fam.tower is not None:  # a two-tower model: its vision tower is probed
         cfg = getattr(cfg, fam.tower)
     check_config_numbers(cfg, spec.name)
+    query_index: int | None
     n, query_index = _text_shape(cfg, is_decoder, context_length, spec.name) if modality == "text" else (0, 0)
     if fam is not None and fam.query == "none":
         query_index = None
@@ -139,6 +140,7 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
         image_transform=image_transform(cfg, family, sources, hub) if modality == "image" else None,
     )
     whole = False
+    read: WeightsRead | None
     if checkpoint is not None:
         try:
             read = _read_needed(pm, checkpoint, spec.name)
@@ -290,7 +292,8 @@ def _config_errors() -> tuple[type[BaseException], ...]:
 def hub_problem(exc: BaseException, name: str, revision: str | None) -> Exception | None:
     """The one-line error for a revision that does not exist or a model that needs its own code, else None."""
     text = str(exc)
-    chain, e = [], exc
+    chain: list[str] = []
+    e: BaseException | None = exc
     while e is not None and len(chain) < 8:
         chain.append(type(e).__name__)
         e = e.__cause__ or e.__context__
@@ -311,7 +314,7 @@ def repository_code(folder: str) -> list[tuple[str, str]]:
         amap = data.get("auto_map") if data else None
         if not amap:
             continue
-        refs = []
+        refs: list[Any] = []  # what the JSON holds: checked below
         for value in (amap.values() if isinstance(amap, dict) else amap if isinstance(amap, list) else [amap]):
             refs += value if isinstance(value, (list, tuple)) else [value]
         mods = [r.rsplit(".", 1)[0] + ".py" for r in refs if isinstance(r, str) and r.strip()]
@@ -490,6 +493,7 @@ def _from_pretrained(spec: ModelSpec, origin: _Weights, cfg: Any, hub: _Hub) -> 
     from transformers import AutoModel
 
     folder, kw = origin.folder, hub.kwargs(local=not origin.hub)
+    assert folder is not None, "called for weights in a folder or hub repository"
     try:
         module, info = AutoModel.from_pretrained(folder, config=cfg, output_loading_info=True, **kw)
     except OSError as exc:

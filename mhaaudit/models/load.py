@@ -15,7 +15,7 @@ import logging
 import os
 import pickle
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -132,7 +132,7 @@ def check_revision(revision) -> str | None:
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
     """Silence library progress bars, warnings and info logs while loading."""
-    restore = []
+    restore: list[Callable[[], object]] = []
     try:
         from transformers.utils import logging as tlog
 
@@ -140,7 +140,13 @@ def _quiet() -> Iterator[None]:
         old_level = tlog.get_verbosity()
         tlog.disable_progress_bar()
         tlog.set_verbosity_error()
-        restore.append(lambda: (tlog.set_verbosity(old_level), tlog.enable_progress_bar() if was_bar else None))
+
+        def restore_transformers() -> None:
+            tlog.set_verbosity(old_level)
+            if was_bar:
+                tlog.enable_progress_bar()
+
+        restore.append(restore_transformers)
     except Exception:  # noqa: BLE001  # pragma: no cover - transformers missing or changed
         pass
     try:

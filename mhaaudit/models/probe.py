@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -233,7 +233,10 @@ class ProbedModel:
         return store
 
 
-def prepare_module(module: nn.Module, device: torch.device) -> nn.Module:
+_Module = TypeVar("_Module", bound=nn.Module)
+
+
+def prepare_module(module: _Module, device: torch.device) -> _Module:
     """A loaded module made ready for probing: float32 on ``device``, eval mode, no gradients."""
     module = module.to(device=device, dtype=torch.float32).eval()
     for p in module.parameters():

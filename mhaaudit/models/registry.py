@@ -143,7 +143,7 @@ def check_config_numbers(cfg: Any, name: str, shown: dict[str, str] | None = Non
         return values
 
     got = {f: ints(f) for f in _CONFIG_BOUNDS}
-    hidden, heads, kv = (got[f][0] if got[f] else None for f in ("hidden_size", "num_attention_heads", "num_key_value_heads"))
+    hidden, heads, kv = (vals[0] if (vals := got[f]) else None for f in ("hidden_size", "num_attention_heads", "num_key_value_heads"))
     if hidden is not None and heads is not None:
         if heads > hidden:
             raise ModelError(f"the config of {name} is malformed: {heads} attention heads for a width of {hidden}")

@@ -27,6 +27,7 @@ import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
+from typing import Literal, overload
 
 import torch
 from torch import nn
@@ -183,7 +184,7 @@ class Checkpoint:
                 if name in buffers:
                     continue  # a buffer the model computes itself (position ids, rotary frequencies)
                 raise NotPartial(f"no tensor for {name} in {self.where}")
-            dest = targets.get(name, buffers.get(name))
+            dest = targets[name] if name in targets else buffers[name]  # used: names of the module's own tensors
             plan.setdefault(self.weight_map[key], []).append((key, dest))
         dtype_bytes: dict[str, int] = {}
         read, count = 0, 0
@@ -232,7 +233,8 @@ def saved_names(module: nn.Module, names: set[str]) -> dict[str, str]:
     tensors = {**dict(module.named_buffers(remove_duplicate=False)), **dict(module.named_parameters(remove_duplicate=False))}
     mine = {n: tensors[n] for n in names if n in tensors}
     try:
-        written = revert_weight_conversion(module, dict(mine))
+        # any module: one transformers cannot map raises, and is caught below
+        written = revert_weight_conversion(module, dict(mine))  # type: ignore[arg-type]
     except Exception:  # noqa: BLE001 - a mapping this code cannot use: the names as they are
         return same
     by_id = {id(t): k for k, t in written.items()}
@@ -351,6 +353,16 @@ def _opened(path: str, where: str) -> Iterator:
 
 
 # ------------------------------------------------------------------ the hub
+
+
+@overload
+def hub_download(repo: str, filename: str, revision: str | None, offline: bool, *,
+                 missing_is_error: Literal[True]) -> str: ...
+
+
+@overload
+def hub_download(repo: str, filename: str, revision: str | None, offline: bool, *,
+                 missing_is_error: bool = False) -> str | None: ...
 
 
 def hub_download(repo: str, filename: str, revision: str | None, offline: bool, *, missing_is_error: bool = False) -> str | None:
