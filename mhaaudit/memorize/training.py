@@ -149,8 +149,12 @@ def train_memorize(
         return train_group([point], recipe, dev, saturation=saturation, advance=advance, cpu_threads=cpu_threads)[0]
 
 
+def _no_progress(n: int = 1) -> None:
+    """The default ``advance``: no progress shown."""
+
+
 def train_group(points: Sequence[Point], recipe: Recipe, device: torch.device, *, saturation: bool = False,
-                advance: Callable[[int], None] = lambda n=1: None, eval_chunk: int = 4096,
+                advance: Callable[[int], None] = _no_progress, eval_chunk: int = 4096,
                 cancelled: Callable[[], bool] = lambda: False, cpu_threads: int | None = 1) -> list[MemorizeRun]:
     """Train ``points`` stacked in the same steps; one run per point, in order.
 
@@ -246,7 +250,7 @@ class _GroupTrainer:
             if cancelled():
                 raise Cancelled
             start, stop = step, min(step + CHUNK_STEPS, max(self.plans[i].total for i in self.live))
-            batches = self._batches(start, stop)
+            batches: tuple[torch.Tensor, ...] = self._batches(start, stop)
             while step < stop and self.live:
                 self._step(step, *(b[:, step - start] for b in batches))
                 step += 1
