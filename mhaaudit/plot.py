@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from .errors import OutputError
@@ -11,7 +12,7 @@ from .kruskal import Sweep
 FORMATS = ("png", "pdf", "svg")
 
 
-def check_plot_path(path: str | Path) -> Path:
+def check_plot_path(path: str | os.PathLike) -> Path:
     """Validate a plot path before any work is done."""
     p = check_writable(path)
     if p.suffix.lower().lstrip(".") not in FORMATS:
@@ -155,8 +156,8 @@ def plot_memorize(grid, path: str | Path) -> Path:
             line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"T = {T}")
             ax.fill_between([p[0] for p in pts], [p[2] for p in pts], [p[3] for p in pts], color=line.get_color(), alpha=0.2)
         else:
-            pts = sorted(((getattr(r, param) if param else 0), r.memorized) for r in grid.runs if r.size == T)
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"T = {T}")
+            pairs = sorted(((getattr(r, param) if param else 0), r.memorized) for r in grid.runs if r.size == T)
+            ax.plot([p[0] for p in pairs], [p[1] for p in pairs], marker="o", label=f"T = {T}")
     s = grid.settings
     parts = [f"{label} = {s.get(key)}" for vary, label, key in (("heads", "H", "heads"), ("n", "n", "n"),
                                                                  ("head-dim", "d_h", "head_dim")) if grid.vary != vary]
