@@ -303,7 +303,7 @@ def explain(ours: Ours, paper_value: float | None, item: dict, diffs: list[Diffe
     """Our evidence, whether the published number lies in our interval, and how this run's setting differs."""
     parts = [ours.evidence]
     lo, hi = ours.ci
-    if paper_value is not None and lo is not None and lo <= paper_value <= hi:
+    if paper_value is not None and lo is not None and hi is not None and lo <= paper_value <= hi:
         parts.append(f"the published {paper_value:g} lies inside our 95% interval [{lo:.4f}, {hi:.4f}], "
                      "so the two estimates are within sampling error of each other")
     if diffs:

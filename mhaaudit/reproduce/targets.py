@@ -293,4 +293,4 @@ def figure2(*, preset: str | None = "cpu", values=None, sizes=None, max_steps: i
                         {"total": round(time.perf_counter() - t0, 3)}, grid=grid)
 
 
-TARGET_FUNCTIONS = {"table1": table1, "table3": table3, "figure1": figure1, "figure2": figure2}
+TARGET_FUNCTIONS: dict[str, Callable[..., Reproduction]] = {"table1": table1, "table3": table3, "figure1": figure1, "figure2": figure2}
