@@ -178,7 +178,7 @@ class Session:
             raise RankFailed(f"the {self.world_size} processes disagree about {what}: rank 0 has {values[0]!r}, "
                              f"rank {odd[0]} has {values[odd[0]]!r}; give every node the same files")
 
-    def deal(self, batches: Iterable | None) -> Iterator[tuple[int, Any]]:
+    def deal(self, batches: Iterable | None) -> Iterator[tuple[int | None, Any]]:
         """This rank's ``(batch index, batch)`` of the batches rank 0 reads: batch b goes to rank b mod N.
 
         Rank 0 passes the batches; the other ranks pass None. One round deals N batches and each
@@ -436,8 +436,9 @@ def _start() -> Session:
             raise RankFailed(f"cannot join the distributed job at {where} as rank {rank} of {world}: "
                              f"{one_line(exc, 200, first_line=True)}") from None
     s = Session(rank=rank, world_size=world, local_rank=local, backend=backend, group=group, store=store)
-    with contextlib.suppress(Exception):
-        store.set(f"{_PREFIX}proc/{rank}", f"{socket.gethostname()}\t{os.getpid()}")
+    if store is not None:  # (no store: nothing to record)
+        with contextlib.suppress(Exception):
+            store.set(f"{_PREFIX}proc/{rank}", f"{socket.gethostname()}\t{os.getpid()}")
     return s
 
 
