@@ -9,6 +9,7 @@ import platform
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -318,11 +319,11 @@ class MappedArray:
     nothing is copied. Pickling sends the description, not the data (a torchrun rank maps the same
     file). ``array`` is the NumPy view; ``shape``, ``ndim`` and ``dtype`` (a torch dtype) describe it."""
 
-    def __init__(self, path, offset: int, dtype, shape, order: str = "C", index: int | None = None):
+    def __init__(self, path, offset: int, dtype, shape, order: Literal["C", "F"] = "C", index: int | None = None):
         self.path, self.offset, self.order, self.index = Path(path), int(offset), order, index
         self.np_dtype = np.dtype(dtype)
         self.file_shape = tuple(int(v) for v in shape)
-        self._array = None
+        self._array: np.ndarray | None = None
 
     @property
     def array(self) -> np.ndarray:
@@ -556,7 +557,8 @@ def _pick(tensors: dict, key: str | None, p: Path) -> torch.Tensor:
     raise InputError(f"{p} holds several tensors ({shown}); choose one with --key")
 
 
-def to_query_matrix(arr: torch.Tensor | MappedArray, query_index: int | None, source: str) -> tuple[torch.Tensor, str]:
+def to_query_matrix(arr: torch.Tensor | MappedArray, query_index: int | None,
+                    source: str) -> tuple[torch.Tensor | MappedArray, str]:
     """A T x d matrix from a T x d array, or from T x n x d tokens with ``query_index``."""
     if arr.ndim == 2:
         if query_index is not None:
