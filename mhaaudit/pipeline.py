@@ -156,6 +156,8 @@ def example_batches(pm, data: DataRequest, seed: int, notes: list[str],
                            image_column=data.image_column, convert_rgb=data.convert_rgb)
         if need is not None:
             _refuse_too_few_images(src, need, data.limit)
+        if not isinstance(data.batch_size, int):  # stream() resolves "auto" before it reads examples
+            raise TypeError(f"example_batches needs a resolved batch size, got {data.batch_size!r}")
         return DataInfo(name=src.name, source=src, policy=src.policy), src.batches(data.batch_size)
     if data.image_column is not None or data.convert_rgb:
         given = "{param:image_column}" if data.image_column is not None else "{param:convert_rgb}"
@@ -263,10 +265,10 @@ def _prefetched(pm, raw_batches: Iterable[tuple[int, Any]]) -> Iterator[tuple[in
                 continue
             fut = (index, None if raw is None else pool.submit(_prepare, pm, raw))  # None: this rank's turn is empty
             if pending is not None:
-                yield pending[0], pending[1] and pending[1].result()
+                yield pending[0], None if pending[1] is None else pending[1].result()
             pending = fut
         if pending is not None:
-            yield pending[0], pending[1] and pending[1].result()
+            yield pending[0], None if pending[1] is None else pending[1].result()
 
 
 def _read_ahead(items: Iterator, depth: int) -> Iterator:
@@ -368,7 +370,10 @@ def _without_duplicates(finder, index: int | None, inputs: dict | None, shard) -
                            if x[1] is not None), key=lambda x: x[0]):
         mask = finder.add(keys)
         keep = mask if b == index else keep
-    if inputs is None or all(keep):
+    if inputs is None:
+        return inputs
+    assert keep is not None, "this rank's own keys came back from the exchange"
+    if all(keep):
         return inputs
     rows = [i for i, k in enumerate(keep) if k]
     return {name: v[torch.tensor(rows, dtype=torch.long, device=v.device)] if getattr(v, "ndim", 0) >= 1 else v
