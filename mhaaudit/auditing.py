@@ -188,7 +188,7 @@ class AuditResult(ResultTable):
         return meta
 
     def sweep_rows(self) -> list[dict]:
-        rows = []
+        rows: list[dict] = []
         for c in self.columns:
             if c.sweep is not None:
                 rows.extend({"model": self.model, "variant": c.probe.variant, "layer": c.probe.layer, **r} for r in c.sweep.rows())

@@ -198,6 +198,7 @@ class StreamingReducer:
         if rows is None:
             raise InputError("no examples were reduced")
         n, d = header
+        assert n is not None and d is not None, "a rank that reduced rows knows their n and d"
         queries, a3 = rows.pop("queries"), rows.pop("a3")
         return FeatureSet(queries=queries, a3=a3, context=rows, n=n, d=d, query_index=self.query_index % n,
                           meta=dict(meta or {}))

@@ -395,7 +395,7 @@ def _batch_choice(pm, data: DataRequest, layers: list[int], shard):
     return choice
 
 
-def stream(pm, data: DataRequest, layers: Sequence[int], consumers: Sequence[Consumer], settings: Settings,
+def stream(pm, data: DataRequest, layers: Iterable[int], consumers: Sequence[Consumer], settings: Settings,
            notes: list[str], label: str = "capture", need: int | None = None) -> DataInfo:
     """Feed every example of ``data`` through ``pm`` once and every captured batch to each consumer.
 
