@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
 
 import torch
 
@@ -78,7 +78,7 @@ def plan_probes(modality: str, variants: Sequence[str] | None = None, layers: Se
         if any(v < 0 for v in ls):
             raise InputError(f"layers must be >= 0, got {ls}")
         inits = _inits_from_variants(variants)
-        return [Probe(f"{w}-L{l}", w, l) for w in inits for l in ls]
+        return [Probe(f"{w}-L{layer}", w, layer) for w in inits for layer in ls]
     vs = list(dict.fromkeys(variants or IMAGE_VARIANTS))
     if given_layer and not {"random", "trained"} & set(vs):
         raise InputError(f"--layer has no effect on the columns {', '.join(vs)} (they read the embedding output); "
@@ -190,7 +190,7 @@ class AuditResult(ResultTable):
         return meta
 
     def sweep_rows(self) -> list[dict]:
-        rows = []
+        rows: list[dict] = []
         for c in self.columns:
             if c.sweep is not None:
                 rows.extend({"model": self.model, "variant": c.probe.variant, "layer": c.probe.layer, **r} for r in c.sweep.rows())

@@ -18,8 +18,8 @@ entry plus its function. Nothing here imports models or data.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 import torch
 
@@ -31,7 +31,7 @@ from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
 
 def _inverse_iteration_sigma(G: torch.Tensor, iters: int = 12):
     """Estimates of (sigma_min, sigma_max) of the rows behind positive-definite Gram matrices."""
-    L, info = torch.linalg.cholesky_ex(G)
+    L, _info = torch.linalg.cholesky_ex(G)
     B, k, _ = G.shape
     v = torch.ones(B, k, 1, dtype=G.dtype, device=G.device)
     w = v.clone()
@@ -166,7 +166,7 @@ class ContextRanks:
     tols: list = field(default_factory=list)
 
     def update(self, E: torch.Tensor) -> None:
-        B, n, d = E.shape
+        _B, n, d = E.shape
         if self.n is None:
             self.n, self.d = n, d
         elif (n, d) != (self.n, self.d):
@@ -373,9 +373,8 @@ __all__ = [
     "CHECKS",
     "CHECK_MEANING",
     "CHECK_TITLES",
-    "Check",
     "REGISTRY",
-    "check_for_size",
+    "Check",
     "ContextRankResult",
     "ContextRanks",
     "SetStats",
@@ -383,6 +382,7 @@ __all__ = [
     "assumption_2",
     "assumption_2_from_arrays",
     "assumption_3",
+    "check_for_size",
     "context_ranks",
     "general_position",
 ]

@@ -64,8 +64,9 @@ import pickle
 import socket
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from .errors import InputError, MhaauditError, one_line
 
@@ -179,7 +180,7 @@ class Session:
             raise RankFailed(f"the {self.world_size} processes disagree about {what}: rank 0 has {values[0]!r}, "
                              f"rank {odd[0]} has {values[odd[0]]!r}; give every node the same files")
 
-    def deal(self, batches: Iterable | None) -> Iterator[tuple[int, Any]]:
+    def deal(self, batches: Iterable | None) -> Iterator[tuple[int | None, Any]]:
         """This rank's ``(batch index, batch)`` of the batches rank 0 reads: batch b goes to rank b mod N.
 
         Rank 0 passes the batches; the other ranks pass None. One round deals N batches and each
@@ -194,7 +195,7 @@ class Session:
             msgs = None
             if source is not None:
                 try:
-                    items = [(start + i, b) for i, b in zip(range(self.world_size), source)]
+                    items = [(start + i, b) for i, b in zip(range(self.world_size), source, strict=False)]
                 except Exception as exc:  # the source failed on rank 0: tell the others, then raise here
                     self.note(exc)
                     self._scatter(dist, [("failed", None)] * self.world_size)
@@ -226,7 +227,7 @@ class Session:
 
         gathered = self.all_gather(({k: v.contiguous() for k, v in rows.items()}, header) if rows else None)
         chunks: list[tuple[int, dict]] = []
-        for got, fed_r in zip(gathered, parts):
+        for got, fed_r in zip(gathered, parts, strict=False):
             if not got or not fed_r:
                 continue
             split = {k: torch.split(v, [s for _, s in fed_r]) for k, v in got[0].items()}
@@ -500,8 +501,9 @@ def _start() -> Session:
             raise RankFailed(f"cannot join the distributed job at {where} as rank {rank} of {world}: "
                              f"{one_line(exc, 200, first_line=True)}") from None
     s = Session(rank=rank, world_size=world, local_rank=local, backend=backend, group=group, store=store)
-    with contextlib.suppress(Exception):
-        store.set(f"{_PREFIX}proc/{rank}", f"{socket.gethostname()}\t{os.getpid()}")
+    if store is not None:  # (no store: nothing to record)
+        with contextlib.suppress(Exception):
+            store.set(f"{_PREFIX}proc/{rank}", f"{socket.gethostname()}\t{os.getpid()}")
     return s
 
 

@@ -19,21 +19,20 @@ the same objects in :func:`kruskal_request`, :func:`kruskal_capture` and ``Setti
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Sequence
 
-from . import validate
+from . import kruskal, validate
 from .auditing import capture_probe
-from .request import DataRequest, ModelRequest
 from .checks import check_for_size
 from .errors import InputError
 from .features import FeatureSet
 from .io import MappedArray, read_array, stamp, to_query_matrix
-from . import kruskal
 from .kruskal import SubsetTest, Sweep, as_matrix, fixed_rule
 from .numerics.stream import peak_rss_bytes
 from .progress import log, task
+from .request import DataRequest, ModelRequest
 from .settings import Settings
 from .tables import ResultTable, table_rows
 

@@ -7,8 +7,9 @@ import json
 import os
 import platform
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
+from typing import Literal
 
 import numpy as np
 import torch
@@ -31,10 +32,8 @@ def library_versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     for name in ("transformers", "timm", "datasets", "pyarrow", "scipy"):
-        try:
+        with contextlib.suppress(PackageNotFoundError):
             out[name] = version(name)  # read from metadata: no slow imports
-        except PackageNotFoundError:  # pragma: no cover
-            pass
     return out
 
 
@@ -320,11 +319,11 @@ class MappedArray:
     nothing is copied. Pickling sends the description, not the data (a torchrun rank maps the same
     file). ``array`` is the NumPy view; ``shape``, ``ndim`` and ``dtype`` (a torch dtype) describe it."""
 
-    def __init__(self, path, offset: int, dtype, shape, order: str = "C", index: int | None = None):
+    def __init__(self, path, offset: int, dtype, shape, order: Literal["C", "F"] = "C", index: int | None = None):
         self.path, self.offset, self.order, self.index = Path(path), int(offset), order, index
         self.np_dtype = np.dtype(dtype)
         self.file_shape = tuple(int(v) for v in shape)
-        self._array = None
+        self._array: np.ndarray | None = None
 
     @property
     def array(self) -> np.ndarray:
@@ -356,7 +355,7 @@ class MappedArray:
         """The read-only NumPy view of the mapped rows (as ``torch.Tensor.numpy``)."""
         return self.array
 
-    def token(self, index: int) -> "MappedArray":
+    def token(self, index: int) -> MappedArray:
         """The T x d rows of token ``index`` of a T x n x d array (a strided view of the same map)."""
         n = self.file_shape[1]
         return MappedArray(self.path, self.offset, self.np_dtype, self.file_shape, self.order, index % n)
@@ -452,7 +451,7 @@ def _list_column_matrix(column, dtype, path: Path, col: str) -> np.ndarray:
     return out
 
 
-def read_array(path: str | os.PathLike, key: str | None = None) -> tuple["torch.Tensor | MappedArray", str]:
+def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.Tensor | MappedArray, str]:
     """Read a tensor from ``.npy``, ``.pt``, ``.safetensors`` or ``.parquet``.
 
     Returns the tensor (dtype kept: the rank tolerance depends on it) and a description. A
@@ -486,7 +485,7 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple["torch.
         raise InputError(f"cannot read {p}: {' '.join(str(exc).split())[:200]}") from exc
 
 
-def _read_npy(p: Path, key: None) -> tuple["torch.Tensor | MappedArray", str]:
+def _read_npy(p: Path, key: None) -> tuple[torch.Tensor | MappedArray, str]:
     """A real numeric ``.npy`` array; a floating-point matrix (or T x n x d array) memory-mapped."""
     _check_npy(p)
     arr = _load_npy(p)
@@ -513,7 +512,7 @@ def _read_torch(p: Path, key: str | None) -> tuple[torch.Tensor, str]:
         warnings.simplefilter("ignore")
         try:
             obj = torch.load(p, map_location="cpu", weights_only=True)
-        except Exception as exc:  # noqa: BLE001 - corrupt, empty, or a pickle that is refused
+        except Exception as exc:  # corrupt, empty, or a pickle that is refused
             raise InputError(f"cannot read {p}: {torch_load_reason(exc)}") from exc
     if isinstance(obj, dict):
         return _pick(obj, key, p), f"{p} (torch{', ' + repr(key) if key else ''})"
@@ -524,7 +523,7 @@ def _read_torch(p: Path, key: str | None) -> tuple[torch.Tensor, str]:
     return obj, f"{p} (torch)"
 
 
-def _read_safetensors(p: Path, key: str | None) -> tuple["torch.Tensor | MappedArray", str]:
+def _read_safetensors(p: Path, key: str | None) -> tuple[torch.Tensor | MappedArray, str]:
     """A ``.safetensors`` tensor (``key``, or the only one), memory-mapped where its dtype and shape allow."""
     safetensors_header(p)  # its stated length checked against the file before anything is read
     mapped = _map_safetensors(p, key)
@@ -574,7 +573,8 @@ def _pick(tensors: dict, key: str | None, p: Path) -> torch.Tensor:
     raise InputError(f"{p} holds several tensors ({shown}); choose one with --key")
 
 
-def to_query_matrix(arr: "torch.Tensor | MappedArray", query_index: int | None, source: str) -> tuple[torch.Tensor, str]:
+def to_query_matrix(arr: torch.Tensor | MappedArray, query_index: int | None,
+                    source: str) -> tuple[torch.Tensor | MappedArray, str]:
     """A T x d matrix from a T x d array, or from T x n x d tokens with ``query_index``."""
     if arr.ndim == 2:
         if query_index is not None:

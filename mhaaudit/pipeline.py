@@ -26,9 +26,10 @@ returned :class:`DataInfo` knows how to put row-stacked results back into single
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import torch
 
@@ -128,6 +129,8 @@ def example_batches(pm, data: DataRequest, seed: int, notes: list[str],
                            image_column=data.image_column, convert_rgb=data.convert_rgb)
         if need is not None:
             _refuse_too_few_images(src, need, data.limit)
+        if not isinstance(data.batch_size, int):  # stream() resolves "auto" before it reads examples
+            raise TypeError(f"example_batches needs a resolved batch size, got {data.batch_size!r}")
         return DataInfo(name=src.name, source=src, policy=src.policy), src.batches(data.batch_size)
     if data.image_column is not None or data.convert_rgb:
         given = "{param:image_column}" if data.image_column is not None else "{param:convert_rgb}"
@@ -235,10 +238,10 @@ def _prefetched(pm, raw_batches: Iterable[tuple[int, Any]]) -> Iterator[tuple[in
                 continue
             fut = (index, None if raw is None else pool.submit(_prepare, pm, raw))  # None: this rank's turn is empty
             if pending is not None:
-                yield pending[0], pending[1] and pending[1].result()
+                yield pending[0], None if pending[1] is None else pending[1].result()
             pending = fut
         if pending is not None:
-            yield pending[0], pending[1] and pending[1].result()
+            yield pending[0], None if pending[1] is None else pending[1].result()
 
 
 def _read_ahead(items: Iterator, depth: int) -> Iterator:
@@ -266,7 +269,7 @@ def _read_ahead(items: Iterator, depth: int) -> Iterator:
                 if not put((True, x)):
                     return
             put((True, end))
-        except BaseException as exc:  # handed to the reading side
+        except BaseException as exc:  # noqa: BLE001 - handed to the reading side
             put((False, exc))
 
     reader = threading.Thread(target=fill, name="mhaaudit-read", daemon=True)
@@ -332,7 +335,10 @@ def _without_duplicates(finder, index: int | None, inputs: dict | None, shard) -
                            if x[1] is not None), key=lambda x: x[0]):
         mask = finder.add(keys)
         keep = mask if b == index else keep
-    if inputs is None or all(keep):
+    if inputs is None:
+        return inputs
+    assert keep is not None, "this rank's own keys came back from the exchange"
+    if all(keep):
         return inputs
     rows = [i for i, k in enumerate(keep) if k]
     return {name: v[torch.tensor(rows, dtype=torch.long, device=v.device)] if getattr(v, "ndim", 0) >= 1 else v
@@ -354,7 +360,7 @@ def _batch_choice(pm, data: DataRequest, layers: list[int], shard):
     return choice
 
 
-def stream(pm, data: DataRequest, layers: Sequence[int], consumers: Sequence[Consumer], settings: Settings,
+def stream(pm, data: DataRequest, layers: Iterable[int], consumers: Sequence[Consumer], settings: Settings,
            notes: list[str], label: str = "capture", need: int | None = None) -> DataInfo:
     """Feed every example of ``data`` through ``pm`` once and every captured batch to each consumer.
 

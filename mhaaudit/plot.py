@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from .errors import OutputError
@@ -11,7 +12,7 @@ from .kruskal import Sweep
 FORMATS = ("png", "pdf", "svg")
 
 
-def check_plot_path(path: str | Path) -> Path:
+def check_plot_path(path: str | os.PathLike) -> Path:
     """Validate a plot path before any work is done."""
     p = check_writable(path)
     if p.suffix.lower().lstrip(".") not in FORMATS:

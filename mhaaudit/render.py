@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -157,7 +158,7 @@ def sweep_table(sw: Sweep, marks: tuple[int, ...] = ()) -> Table:
         if 1 <= k <= K:
             keep.add(k)
     prev = None
-    for k, f in zip(sw.ks, sw.fractions):
+    for k, f in zip(sw.ks, sw.fractions, strict=False):
         if prev is None or abs(f - prev) >= 0.05:
             keep.add(k)
             prev = f
@@ -235,7 +236,7 @@ def _default(o):
 
         if isinstance(o, np.generic):
             return o.item()
-    except Exception:  # pragma: no cover
+    except Exception:  # noqa: BLE001  # pragma: no cover - serialising a value must not raise
         pass
     if hasattr(o, "tolist"):
         return o.tolist()
@@ -292,7 +293,8 @@ def _rec(col, check) -> dict:
 def audit_lines(result) -> list[str]:
     """Findings (failures first), unavailable columns, evidence, meanings, the bound."""
     lines: list[str] = []
-    fails, holds = [], []
+    fails: list[tuple[str, str]] = []
+    holds: list[tuple[str, str]] = []
     for c in result.columns:
         if c.status != "ok":
             continue
@@ -550,9 +552,10 @@ def loading_lines(read: dict | None, settings: dict | None = None, label: str = 
     from .models.shards import WeightsRead
 
     lines = [escape(f"    {label}{WeightsRead(**read).describe()}")] if read else []
-    how = (settings or {}).get("batch_size_choice")
+    s = settings or {}
+    how = s.get("batch_size_choice")
     if how not in (None, "given"):
-        lines.append(escape(f"  batch size: {settings['batch_size']} (auto: {how})"))
+        lines.append(escape(f"  batch size: {s['batch_size']} (auto: {how})"))
     return lines
 
 
@@ -711,7 +714,7 @@ def reproduction_table(result) -> tuple[Table, list[str]]:
     return t, [f"[{i}] {escape(reason)}" for reason, i in notes.items()]
 
 
-def reproduction_report(result, written: list[str] = ()) -> list:
+def reproduction_report(result, written: Sequence[str] = ()) -> list:
     """``mhaaudit reproduce``: the comparison table, the reasons for every difference, what the run was."""
     table, reasons = reproduction_table(result)
     counts = result.counts()
@@ -736,5 +739,5 @@ def reproduction_report(result, written: list[str] = ()) -> list:
     return items
 
 
-def render_reproduction(result, written: list[str] = ()) -> None:
+def render_reproduction(result, written: Sequence[str] = ()) -> None:
     print_report(reproduction_report(result, written))

@@ -248,7 +248,7 @@ def records_table(records: list[dict], metadata: dict):
     known = {c.name: c.type for c in COLUMNS.get(str(metadata.get("command")), ())}
     keys: list[str] = list(dict.fromkeys(k for r in records for k in r))
     arrays = [_column_array(k, [r.get(k) for r in records], known.get(k)) for k in keys]
-    table = pa.table(dict(zip(keys, arrays))) if keys else pa.table({})
+    table = pa.table(dict(zip(keys, arrays, strict=False))) if keys else pa.table({})
     meta = {b"pandas": _pandas_metadata(table.schema), METADATA_KEY: json.dumps(metadata, default=str).encode()}
     return table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
 
@@ -268,7 +268,8 @@ def to_pandas(table):
 
 def schema_markdown(command: str | None = None) -> str:
     """The README's schema table: one row per column (of one command, or of all; saturation's fields too)."""
-    rows, seen = ["| column | type | commands | meaning |", "|---|---|---|---|"], {}
+    rows = ["| column | type | commands | meaning |", "|---|---|---|---|"]
+    seen: dict[tuple[str, str, str], list[str]] = {}
     for cmd, cols in COLUMNS.items():
         if command is None or cmd == command:
             for c in cols:
@@ -386,8 +387,8 @@ def verdict_tally(records: list[dict]) -> str:
     """``8 holds, 4 fails`` over the records' verdicts (in that order: holds, fails, then any other)."""
     from collections import Counter
 
-    c = Counter(r.get("verdict") for r in records if r.get("verdict"))
-    order = ["holds", "fails"] + sorted(v for v in c if v not in ("holds", "fails"))
+    c = Counter(r["verdict"] for r in records if r.get("verdict"))
+    order = ["holds", "fails", *sorted(v for v in c if v not in ("holds", "fails"))]
     return ", ".join(f"{c[v]} {v}" for v in order if c.get(v))
 
 

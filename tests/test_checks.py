@@ -36,7 +36,7 @@ def test_context_ranks_equal_matrix_rank_on_mixed_batch():
     E[9, 4] = E[9, 0] + 1e-9 * torch.randn(d, generator=g)  # below the tolerance
     E[11, 2] = E[11, 0] + 1e-2 * torch.randn(d, generator=g)  # far above it
     rule = RankRule.for_dtype(E.dtype)
-    rank, smin, smax, tol = context_ranks(E, rule)
+    rank, smin, smax, _tol = context_ranks(E, rule)
     assert torch.equal(rank.cpu(), _ref_ranks(E, rule))
     assert rank[3] == n - 1 and rank[7] == 2 and rank[9] == n - 1 and rank[11] == n
     ref = torch.linalg.svdvals(E.double())
@@ -193,7 +193,6 @@ def test_a_registered_check_is_in_the_table_the_json_and_the_parquet(toy_check, 
     import json
 
     import pyarrow.parquet as pq
-
     from clitools import run
 
     small = ["check", vit_dir, "--data", image_dir, "--limit", 40, "--samples", 50, "--batch-size", 16,
@@ -223,7 +222,6 @@ def test_a_registered_check_names_the_kruskal_test_at_its_size(toy_check, tmp_pa
     import json
 
     import numpy as np
-
     from clitools import run
 
     np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((40, 8)))

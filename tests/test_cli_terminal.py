@@ -26,9 +26,8 @@ from types import SimpleNamespace
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from rich.cells import cell_len
-
 from clitools import run
+from rich.cells import cell_len
 
 ROOT = Path(__file__).resolve().parents[1]
 ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import tmp_leftovers
+
 from mhaaudit import distributed
 from mhaaudit.errors import DataError
 

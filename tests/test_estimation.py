@@ -8,9 +8,9 @@ import re
 
 import numpy as np
 import pytest
+from clitools import run
 
 import mhaaudit
-from clitools import run
 from mhaaudit.errors import InputError
 from mhaaudit.estimation import KruskalResult, estimate_kruskal_rank, kruskal_capture, kruskal_request
 from mhaaudit.settings import Settings

@@ -149,7 +149,7 @@ def test_transformers_family(key, tmp_path):
 
 
 def _check_query_row(pm, case, x, out, text):
-    n, qi = pm.info.n, pm.info.query_index
+    qi = pm.info.query_index
     if text:
         # at layer 0 the query row holds the query position's token alone: change that token, only that row moves
         ids = x["input_ids"].clone()
@@ -369,10 +369,10 @@ def test_siglip_needs_a_query_index(capsys, folder, image_dir, key):
 def test_capacity_refuses_attention_it_cannot_express(capsys, folder, text_file, image_dir, key, reasons):
     data = image_dir if key.startswith("timm/") else text_file
     extra = [] if key.startswith("timm/") else ["--context-length", N_CLI]
-    rc, out, err = run(capsys, "capacity", folder(key), "--variants", "random", "--data", data, *extra, *SMALL)
+    rc, _out, err = run(capsys, "capacity", folder(key), "--variants", "random", "--data", data, *extra, *SMALL)
     line = assert_one_error(rc, err, "is not of the form capacity expresses")
     assert f"it has {reasons};" in line and "--attention random" in line
-    rc, out, err = run(capsys, "capacity", folder(key), "--variants", "random", "--attention", "random", "--data", data,
+    rc, _out, err = run(capsys, "capacity", folder(key), "--variants", "random", "--attention", "random", "--data", data,
                        *extra, "--format", "json", *SMALL)
     assert rc == 0, err
 
@@ -403,9 +403,9 @@ def test_unsupported_families_are_one_line_naming_the_supported_ones(capsys, tmp
     transformers.SwinConfig(image_size=32, patch_size=4, embed_dim=8, depths=[1, 1], num_heads=[1, 1],
                             window_size=2).save_pretrained(str(swin))
     capsys.readouterr()
-    rc, out, err = run(capsys, "check", swin, "--data", image_dir, *SMALL)
+    rc, _out, err = run(capsys, "check", swin, "--data", image_dir, *SMALL)
     line = assert_one_error(rc, err, "cannot be probed: Swin merges patches")
     assert "supported: transformers gpt2, " in line and "llama" in line and "timm vit_*siglip*" in line
-    rc, out, err = run(capsys, "check", "timm:resnet18", "--data", image_dir, *SMALL)
+    rc, _out, err = run(capsys, "check", "timm:resnet18", "--data", image_dir, *SMALL)
     line = assert_one_error(rc, err, "is not a ViT-style token transformer")
     assert "eva02*" in line

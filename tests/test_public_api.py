@@ -13,12 +13,11 @@ import types
 import numpy as np
 import pytest
 import torch
+from clitools import run
 
 import mhaaudit
 from mhaaudit.numerics import RankRule
 from mhaaudit.settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, resolve_device
-
-from clitools import run
 
 
 def _all_submodules() -> list[str]:
@@ -196,7 +195,7 @@ def test_kruskal_defaults_are_the_estimators_defaults(monkeypatch, capsys, tmp_p
     sweeps: list = []
     _recorder(monkeypatch, mhaaudit.kruskal, "subset_test", tests, call_through=True)
     _recorder(monkeypatch, mhaaudit.kruskal, "kruskal_sweep", sweeps, call_through=True)
-    rc, out, err = run(capsys, "kruskal", tmp_path / "x.npy", "--k", 3, "--sweep")
+    rc, _out, err = run(capsys, "kruskal", tmp_path / "x.npy", "--k", 3, "--sweep")
     assert rc == 0, err
     (sig, passed), = tests
     Xt = torch.from_numpy(X)

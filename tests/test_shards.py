@@ -12,10 +12,9 @@ import shutil
 
 import pytest
 import torch
-
+from clitools import assert_one_error, run
 from hubtools import FakeHub, byte_tokenizer
 
-from clitools import assert_one_error, run
 from mhaaudit.errors import ModelError
 from mhaaudit.models import load_model
 from mhaaudit.models.shards import INDEX_FILE, WeightsRead, human_bytes, used_parameters
@@ -330,7 +329,7 @@ def test_bytes_total_counts_only_the_files_in_the_folder(llama_dir, tmp_path):
 def test_a_hub_index_naming_a_path_is_refused(llama_dir, tmp_path, monkeypatch):
     folder, _ = _with_shard_name(llama_dir, tmp_path / "served", "../../outside/x.safetensors")
     hub = FakeHub("org/tiny-llama", folder, tmp_path / "cache").install(monkeypatch)
-    with pytest.raises(ModelError, match="is malformed: the shard name '../../outside/x.safetensors' is not a file name"):
+    with pytest.raises(ModelError, match=r"is malformed: the shard name '../../outside/x.safetensors' is not a file name"):
         load_model("org/tiny-llama", weights="trained", max_layer=1, context_length=12, device="cpu")
     assert not any(f.startswith("..") for f in hub.requested)
 
@@ -367,7 +366,7 @@ def test_a_file_linked_out_of_the_model_folder_is_refused(llama_dir, tmp_path):
     config = folder / "config.json"  # an unsharded file read by transformers, linked out
     shutil.move(config, outside / "config.json")
     os.symlink(outside / "config.json", config)
-    with pytest.raises(ModelError, match="symbolic link .* outside the model folder"):
+    with pytest.raises(ModelError, match=r"symbolic link .* outside the model folder"):
         from mhaaudit.models.shards import check_links_inside
 
         check_links_inside(str(folder))

@@ -11,11 +11,7 @@ from mhaaudit.auditing import audit
 from mhaaudit.cli.app import main
 from mhaaudit.errors import InputError, ModelError
 
-WORDS = (
-    "the of and to in is for on that with as by this be are or it from at an which can not if when "
-    "a statement expression value object function class module name type list return error call "
-    "attribute method number string loop else while import def lambda true false none"
-).split()
+WORDS = ["the", "of", "and", "to", "in", "is", "for", "on", "that", "with", "as", "by", "this", "be", "are", "or", "it", "from", "at", "an", "which", "can", "not", "if", "when", "a", "statement", "expression", "value", "object", "function", "class", "module", "name", "type", "list", "return", "error", "call", "attribute", "method", "number", "string", "loop", "else", "while", "import", "def", "lambda", "true", "false", "none"]
 
 
 @pytest.fixture(scope="module")

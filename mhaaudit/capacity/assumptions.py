@@ -122,7 +122,7 @@ def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
     try:
         meta = read_parquet_metadata(p)
         rows = pq.read_table(p).to_pylist()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure to read the file is the user's bad input
         raise InputError(f"--from {p}: cannot read it as a parquet file ({' '.join(str(exc).split())[:160]})") from None
     if not rows or "check" not in rows[0] or "variant" not in rows[0]:
         raise InputError(f"--from {p}: not a results file of 'mhaaudit check --out' (no check/variant columns)")

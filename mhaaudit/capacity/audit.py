@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
@@ -104,6 +104,7 @@ class CapacityResult(ResultTable):
                             "prop2_bound": None, "prop2_verdict": None, "reason": c.reason})
                 continue
             a = c.assumptions or Assumptions()
+            assert n is not None, "a column that ran has its model's context length n"
             for cert in c.certificates:
                 b = c.bounds[cert.heads]
                 p2 = shared_context_rank_bound(cert.heads, n)
@@ -180,7 +181,7 @@ class _Attention:
     Wk: torch.Tensor
     bq: torch.Tensor | None
     bk: torch.Tensor | None
-    pre: object
+    pre: Callable[[torch.Tensor], torch.Tensor] | None
     scale: float | None
     causal: bool
     describe: str
@@ -242,6 +243,7 @@ def _capture(plan: _Plan, pm, attn: _Attention, col: CapacityColumn, notes: list
     fs = None if reducer is None else reducer.result({"model": plan.request.model, "variant": col.variant, "layer": layer},
                                                      fed=fed)
     rows, _ = fed.gather_rows({"Z": zb.result()} if zb.T else None)
+    assert rows is not None, "no rank read an example"
     return rows["Z"], fs, fed.name
 
 
@@ -295,14 +297,14 @@ def _column(plan: _Plan, variant: str, notes: list[str]) -> tuple[CapacityColumn
                          "and capacity reads the model's own query; check and kruskal --model take --query-index K")
     attn = attention_for(pm, plan.block, plan.attention, plan.settings.seed)
     hs = _validated_heads(plan.heads, attn.num_heads)
-    if plan.from_results is not None:  # before the data pass: a file of another model is refused at once
+    if plan.from_path is not None and plan.from_results is not None:  # before the data pass: a file of another model is refused at once
         a, which, fnotes = assumptions_from_file(plan.from_path, init=variant, layer=plan.block - 1, n=info.n, d=info.d,
                                                  results=plan.from_results)
         notes.extend(x for x in fnotes if x not in notes)
         col.assumptions = a or Assumptions(a1_reason=which, a2_reason=which, source=which)
     Z, fs, data_name = _capture(plan, pm, attn, col, notes)
     col.T = int(Z.shape[0])
-    if plan.from_results is not None:
+    if plan.from_path is not None and plan.from_results is not None:
         check_same_examples(plan.from_path, plan.from_results, T=col.T, data=data_name)
     if fs is not None:
         with linear_algebra():
@@ -326,6 +328,7 @@ def _certify(plan: _Plan, col: CapacityColumn, Z: torch.Tensor, info, hs: list[i
     from ..progress import task
 
     a = col.assumptions
+    assert a is not None, "a column's assumptions are read or audited before it is certified"
     for h in hs:
         col.bounds[h] = theorem1_bound(heads=h, head_dim=head_dim, n=info.n, d=info.d, a1_holds=a.holds(a.a1),
                                        a2_holds=a.holds(a.a2), kruskal_estimate=a.kruskal_estimate)
@@ -442,8 +445,9 @@ def capacity_audit(
         raise InputError("--samples and --threshold have no effect with --from: Assumption 1 is read from the file, "
                          "not sampled")
     head_counts(heads)  # syntax and sizes below 1, before any work; the model's head count is checked once known
-    from_results = read_check_results(from_path) if from_path is not None else None
-    if from_results is not None:
+    from_results = None
+    if from_path is not None:
+        from_results = read_check_results(from_path)
         check_same_examples(from_path, from_results, limit=data_req.limit)
     plan = _Plan(request, data_req, settings, blk, heads, attention, bool(shared_context),
                  Path(from_path) if from_path is not None else None, from_results)
@@ -464,7 +468,8 @@ def _requests(req: Requests) -> tuple[Settings, ModelRequest, DataRequest]:
 
 def _run(plan: _Plan, variants: list[str]) -> CapacityResult:
     t_start = time.perf_counter()
-    columns, notes = [], []
+    columns: list[CapacityColumn] = []
+    notes: list[str] = []
     info_d: dict = {}
     data_name, hs, head_dim = "", None, None
     for variant in variants:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -12,9 +12,9 @@ from .options import (
     DEFAULTS,
     Atol,
     BackendOpt,
-    ConvertRgb,
     BatchSize,
     ContextLength,
+    ConvertRgb,
     Data,
     Device,
     Format,
@@ -53,14 +53,14 @@ class Attention(str, Enum):
 def capacity(
     ctx: typer.Context,
     model: ModelArg,
-    heads: Annotated[Optional[str], typer.Option("--heads", help="Certificate with the first h heads for each h: 1-12, 3 or 1,2,4 (default: all heads of the block).")] = None,
+    heads: Annotated[str | None, typer.Option("--heads", help="Certificate with the first h heads for each h: 1-12, 3 or 1,2,4 (default: all heads of the block).")] = None,
     attention: Annotated[Attention, typer.Option("--attention", help="Key/query weights of Z: the model's own attention block, or random (Xavier, seeded).")] = Attention.model,
     shared_context: Annotated[bool, typer.Option("--shared-context", help="Proposition 2: every example uses the context of example 0 with its own query; checks rank(Z) <= H (n - 1) + 1.")] = False,
-    from_path: Annotated[Optional[Path], typer.Option("--from", help="Read the Assumption 1/2 verdicts from a parquet file written by 'mhaaudit check --out' instead of auditing.")] = None,
-    variants: Annotated[Optional[list[str]], typer.Option("--variants", help="Columns: random and/or trained (default both; trained needs the hub or --weights).")] = None,
+    from_path: Annotated[Path | None, typer.Option("--from", help="Read the Assumption 1/2 verdicts from a parquet file written by 'mhaaudit check --out' instead of auditing.")] = None,
+    variants: Annotated[list[str] | None, typer.Option("--variants", help="Columns: random and/or trained (default both; trained needs the hub or --weights).")] = None,
     weights: Weights = None,
-    block: Annotated[Optional[int], typer.Option("--block", help="Attention block K whose heads build Z (default 2: the paper applies Theorem 1 to the second attention layer, whose input satisfies Assumptions 1 and 2). The tokens read, audited and certified, are its input: the output of block K-1 (for K = 1, the embedding output).")] = None,
-    layer: Annotated[Optional[int], typer.Option("--layer", help="Deprecated alias of --block (same meaning: the tokens read are the input of block K, the output of block K-1).")] = None,
+    block: Annotated[int | None, typer.Option("--block", help="Attention block K whose heads build Z (default 2: the paper applies Theorem 1 to the second attention layer, whose input satisfies Assumptions 1 and 2). The tokens read, audited and certified, are its input: the output of block K-1 (for K = 1, the embedding output).")] = None,
+    layer: Annotated[int | None, typer.Option("--layer", help="Deprecated alias of --block (same meaning: the tokens read are the input of block K, the output of block K-1).")] = None,
     backend: BackendOpt = None,
     data: Data = None,
     split: Split = "train",
@@ -80,8 +80,8 @@ def capacity(
     atol: Atol = None,
     device: Device = DEFAULTS["device"],
     fmt: FormatOpt = Format.table,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Write the records to this parquet file (atomically).")] = None,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="Draw rank(Z) against the number of heads, with the bound lines, to this .png/.pdf/.svg file.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Write the records to this parquet file (atomically).")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Draw rank(Z) against the number of heads, with the bound lines, to this .png/.pdf/.svg file.")] = None,
     quiet: Quiet = False,
 ) -> None:
     """Memorisation capacity: the Theorem 1 bound from the audited assumptions, and a certificate.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -40,12 +40,13 @@ from .options import (
     refuse_data_options,
 )
 
+
 def check(
     ctx: typer.Context,
     model: ModelArg,
-    variants: Annotated[Optional[list[str]], typer.Option("--variants", help="Columns: embedding, random-attention, random, trained (images; default all); random and/or trained with --layers or for text.")] = None,
-    layer: Annotated[Optional[int], typer.Option("--layer", help="Depth K of the random and trained image columns: the tokens read are the output of block K (default 1 = after the first block; --layers 0 reads the embedding output).", show_default=False)] = None,
-    layers: Annotated[Optional[str], typer.Option("--layers", help="Audit several depths in one pass, e.g. 0-6 or 0,1: the output of each block K (0 = embedding output). Text default: 0,1.")] = None,
+    variants: Annotated[list[str] | None, typer.Option("--variants", help="Columns: embedding, random-attention, random, trained (images; default all); random and/or trained with --layers or for text.")] = None,
+    layer: Annotated[int | None, typer.Option("--layer", help="Depth K of the random and trained image columns: the tokens read are the output of block K (default 1 = after the first block; --layers 0 reads the embedding output).", show_default=False)] = None,
+    layers: Annotated[str | None, typer.Option("--layers", help="Audit several depths in one pass, e.g. 0-6 or 0,1: the output of each block K (0 = embedding output). Text default: 0,1.")] = None,
     backend: BackendOpt = None,
     weights: Weights = None,
     data: Data = None,
@@ -59,7 +60,7 @@ def check(
     context_length: ContextLength = None,
     revision: Revision = None,
     trust_remote_code: TrustRemoteCode = False,
-    query_index: Annotated[Optional[int], typer.Option("--query-index", help="Token used as the query (default: 0 = [CLS] for encoders, last for decoders).")] = None,
+    query_index: Annotated[int | None, typer.Option("--query-index", help="Token used as the query (default: 0 = [CLS] for encoders, last for decoders).")] = None,
     samples: Samples = DEFAULTS["samples"],
     threshold: Threshold = DEFAULTS["threshold"],
     seed: Seed = DEFAULTS["seed"],
@@ -71,8 +72,8 @@ def check(
     fmt: FormatOpt = Format.table,
     out: Out = None,
     plot: Plot = None,
-    save_features: Annotated[Optional[Path], typer.Option("--save-features", help="Write each column's reduced features here, for mhaaudit kruskal.")] = None,
-    fail_on: Annotated[Optional[list[str]], typer.Option("--fail-on", help="Exit 1 when this check fails in any column: general_position, assumption_1, assumption_2, assumption_3 or any.")] = None,
+    save_features: Annotated[Path | None, typer.Option("--save-features", help="Write each column's reduced features here, for mhaaudit kruskal.")] = None,
+    fail_on: Annotated[list[str] | None, typer.Option("--fail-on", help="Exit 1 when this check fails in any column: general_position, assumption_1, assumption_2, assumption_3 or any.")] = None,
     quiet: Quiet = False,
 ) -> None:
     """Audit a transformer: Assumptions 1-3 and General Position at each probe point."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -44,8 +44,8 @@ class Vectors(str, Enum):
 
 def kruskal(
     ctx: typer.Context,
-    features: Annotated[Optional[Path], typer.Argument(help="A T x d matrix (.npy, .pt, .safetensors, .parquet), T x n x d tokens with --query-index, or a folder written by --save-features. Omit it to capture query vectors from --model.", show_default=False)] = None,
-    k: Annotated[Optional[list[int]], typer.Option("--k", help="Candidate size (repeatable). Default: n and min(T, d) when n is known, else --sweep.")] = None,
+    features: Annotated[Path | None, typer.Argument(help="A T x d matrix (.npy, .pt, .safetensors, .parquet), T x n x d tokens with --query-index, or a folder written by --save-features. Omit it to capture query vectors from --model.", show_default=False)] = None,
+    k: Annotated[list[int] | None, typer.Option("--k", help="Candidate size (repeatable). Default: n and min(T, d) when n is known, else --sweep.")] = None,
     sweep: Annotated[bool, typer.Option("--sweep", help="Satisfied fraction for every k from 1 to min(T, d) (the paper's Figure 1).")] = False,
     samples: Samples = DEFAULTS["samples"],
     threshold: Threshold = DEFAULTS["threshold"],
@@ -57,16 +57,16 @@ def kruskal(
     fmt: FormatOpt = Format.table,
     out: Out = None,
     plot: Plot = None,
-    query_index: Annotated[Optional[int], typer.Option("--query-index", help="Token used as the query: its row in a T x n x d array, or, with --model, in the model's tokens (0 = [CLS], -1 = last).")] = None,
-    key: Annotated[Optional[str], typer.Option("--key", help="Tensor name (.pt/.safetensors holding several) or column (.parquet) to read.")] = None,
-    vectors: Annotated[Optional[Vectors], typer.Option("--vectors", help="With a saved feature folder or --model: the query vectors or the Assumption 3 vectors (default: queries).", show_default=False)] = None,
-    n: Annotated[Optional[int], typer.Option("--n", "--context-length", help="Context length n: tested by default and marked on the plot. With --model it sets a text model's n (as check --context-length); a saved feature folder knows its n.")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", help="With no FEATURES: the model to capture query vectors from (default: vit-base).", show_default=False)] = None,
+    query_index: Annotated[int | None, typer.Option("--query-index", help="Token used as the query: its row in a T x n x d array, or, with --model, in the model's tokens (0 = [CLS], -1 = last).")] = None,
+    key: Annotated[str | None, typer.Option("--key", help="Tensor name (.pt/.safetensors holding several) or column (.parquet) to read.")] = None,
+    vectors: Annotated[Vectors | None, typer.Option("--vectors", help="With a saved feature folder or --model: the query vectors or the Assumption 3 vectors (default: queries).", show_default=False)] = None,
+    n: Annotated[int | None, typer.Option("--n", "--context-length", help="Context length n: tested by default and marked on the plot. With --model it sets a text model's n (as check --context-length); a saved feature folder knows its n.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="With no FEATURES: the model to capture query vectors from (default: vit-base).", show_default=False)] = None,
     backend: BackendOpt = None,
-    variants: Annotated[Optional[str], typer.Option("--variants", help="With no FEATURES: the one column to capture: embedding, random-attention, random, trained, random-L<k> or trained-L<k> (default: random).", show_default=False)] = None,
-    variant: Annotated[Optional[str], typer.Option("--variant", hidden=True, help="Deprecated name of --variants.")] = None,
-    weights: Annotated[Optional[str], typer.Option("--weights", help="With no FEATURES and a trained column: local folder (transformers) or file (timm) with the trained weights.")] = None,
-    data: Annotated[Optional[str], typer.Option("--data", help="With no FEATURES: data source (default: the built-in offline data).")] = None,
+    variants: Annotated[str | None, typer.Option("--variants", help="With no FEATURES: the one column to capture: embedding, random-attention, random, trained, random-L<k> or trained-L<k> (default: random).", show_default=False)] = None,
+    variant: Annotated[str | None, typer.Option("--variant", hidden=True, help="Deprecated name of --variants.")] = None,
+    weights: Annotated[str | None, typer.Option("--weights", help="With no FEATURES and a trained column: local folder (transformers) or file (timm) with the trained weights.")] = None,
+    data: Annotated[str | None, typer.Option("--data", help="With no FEATURES: data source (default: the built-in offline data).")] = None,
     split: Annotated[str, typer.Option("--split", help="With no FEATURES: dataset split for Hugging Face datasets.")] = "train",
     limit: Annotated[int, typer.Option("--limit", help="With no FEATURES: number of examples T.")] = 2000,
     batch_size: Annotated[str, typer.Option("--batch-size", help="With no FEATURES: examples per forward pass, an integer or auto.")] = "32",
@@ -83,8 +83,8 @@ def kruskal(
         from ..estimation import estimate_kruskal_rank, kruskal_capture, kruskal_request
         from ..io import refuse_inputs
         from ..progress import log, progress_enabled
-        from ..request import DataRequest
         from ..render import render_kruskal
+        from ..request import DataRequest
         from ..settings import Settings
 
     settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Literal, overload
 
 import numpy as np
 import torch
@@ -30,6 +31,16 @@ __all__ = ["BABEL_MAX_WORK", "babel_floor", "exact_kruskal_rank", "fixed_rule", 
 BABEL_MAX_WORK = 2e12  # the Babel floor is computed when T^2 d is at most this (T = 51 000 at d = 768)
 
 
+@overload
+def fixed_rule(X, rule: RankRule, stats: SetStats | None = None,
+               need_stats: Literal[True] = True) -> tuple[RankRule, SetStats]: ...
+
+
+@overload
+def fixed_rule(X, rule: RankRule, stats: SetStats | None = None,
+               need_stats: bool = True) -> tuple[RankRule, SetStats | None]: ...
+
+
 def fixed_rule(X, rule: RankRule, stats: SetStats | None = None,
                need_stats: bool = True) -> tuple[RankRule, SetStats | None]:
     """The rule every rank decision about X and its subsets is taken under, and X's ``SetStats``.
@@ -43,7 +54,7 @@ def fixed_rule(X, rule: RankRule, stats: SetStats | None = None,
 
     A rule under which no vector of any subset could count as independent (its tolerance at
     ``d`` columns, the smallest any subset has, is at least sigma_max) is refused."""
-    T, d = X.shape
+    _T, d = X.shape
     if rule.rtol_for(1, d) >= 1 and not rule.atol:
         raise InputError(f"the rank rule's tolerance {rule.rtol_for(1, d):.3g} * sigma_max (at least d = {d} times "
                          f"eps({rule.dtype}) = {rule.eps:.3g}, or --rtol) is at least sigma_max, so no vector could "

@@ -290,7 +290,7 @@ class Sweep(ResultTable):
         return [
             {"k": k, "fraction": f, "ci_low": lo, "ci_high": hi, "exact_status": self.exact_at(k)[0],
              "exact_basis": self.exact_at(k)[1]}
-            for k, f, lo, hi in zip(self.ks, self.fractions, self.ci_low, self.ci_high)
+            for k, f, lo, hi in zip(self.ks, self.fractions, self.ci_low, self.ci_high, strict=False)
         ]
 
     def summary(self) -> dict:

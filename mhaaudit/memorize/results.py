@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
 
 from .._version import __version__
 from ..tables import ResultTable
@@ -271,7 +271,7 @@ def row_to_run(row: dict) -> MemorizeRun:
 
 def fit_line(xs: Sequence[float], ys: Sequence[float], size: int | None = None) -> LinearFit | None:
     """Least squares ``y = slope * x + intercept`` with R^2; ``None`` with fewer than 2 distinct x."""
-    pts = list(zip(xs, ys))
+    pts = list(zip(xs, ys, strict=False))
     if len({x for x, _ in pts}) < 2:
         return None
     m = len(pts)

@@ -27,9 +27,10 @@ import dataclasses
 import inspect
 import os
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -40,10 +41,27 @@ from ..io import torch_load_reason
 from .checkpoints import is_ignorable, load_fitting, offline_weights_error, read_state_file
 from .families import Family, embedding_positions, family_of, query_words
 from .probe import ModelInfo, ProbedModel, measure_image_tokens, prepare_module
-from .shards import Checkpoint, NotPartial, WeightsRead, check_links_inside, check_local_indexes, empty_init, used_parameters
 from .random_init import build_random, init_seed, reinit_hf, seeded
-from .registry import (BLOCK_PATHS, ConfigFields, ModelSpec, alias_list, check_config_numbers, classify_config,
-                       is_timm_folder_config, read_json, supported_families)
+from .registry import (
+    BLOCK_PATHS,
+    ConfigFields,
+    ModelSpec,
+    alias_list,
+    check_config_numbers,
+    classify_config,
+    is_timm_folder_config,
+    read_json,
+    supported_families,
+)
+from .shards import (
+    Checkpoint,
+    NotPartial,
+    WeightsRead,
+    check_links_inside,
+    check_local_indexes,
+    empty_init,
+    used_parameters,
+)
 
 __all__ = ["find_blocks", "image_transform", "load", "load_tokenizer"]
 
@@ -84,6 +102,7 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
     if fam is not None and fam.tower is not None:  # a two-tower model: its vision tower is probed
         cfg = getattr(cfg, fam.tower)
     check_config_numbers(cfg, spec.name)
+    query_index: int | None
     n, query_index = _text_shape(cfg, is_decoder, context_length, spec.name) if modality == "text" else (0, 0)
     if fam is not None and fam.query == "none":
         query_index = None
@@ -141,10 +160,10 @@ def _model_info(spec: ModelSpec, cfg: Any, fam: Family | None, kind: tuple[str, 
     """What the loaded model is, from its config and family (before its weights are read);
     ``kind`` is ``classify_config``'s (family, modality, decoder)."""
     family, modality, is_decoder = kind
-    d, heads = int(getattr(cfg, "hidden_size")), int(getattr(cfg, "num_attention_heads"))
+    d, heads = int(cfg.hidden_size), int(cfg.num_attention_heads)
     return ModelInfo(
         name=spec.name, resolved=spec.resolved, backend="hf", family=family, modality=modality, d=d, n=n,
-        query_index=query_index, num_layers=int(getattr(cfg, "num_hidden_layers")), num_heads=heads,
+        query_index=query_index, num_layers=int(cfg.num_hidden_layers), num_heads=heads,
         head_dim=int(getattr(cfg, "head_dim", None) or d // heads), weights=weights, weights_source=origin.description,
         positions=embedding_positions(fam, cfg) if fam is not None else "learned",
         query_token=query_words(query_index, n, modality=modality, why=fam.no_query if fam is not None else ""),
@@ -272,7 +291,10 @@ def _auto_config(source: str, name: str, hub: _Hub, local: bool = False) -> Any:
     try:
         return AutoConfig.from_pretrained(source, **hub.kwargs(local))
     except (OSError, ValueError) as exc:
-        raise hub_problem(exc, name, hub.revision) or exc
+        problem = hub_problem(exc, name, hub.revision)
+        if problem is None:
+            raise
+        raise problem from exc
     except _config_errors() as exc:  # a field of the wrong type, refused by the config class itself
         raise ModelError(f"the config of {name} is malformed: {one_line(exc, 200, first_line=True)}") from exc
 
@@ -289,7 +311,8 @@ def _config_errors() -> tuple[type[BaseException], ...]:
 def hub_problem(exc: BaseException, name: str, revision: str | None) -> Exception | None:
     """The one-line error for a revision that does not exist or a model that needs its own code, else None."""
     text = str(exc)
-    chain, e = [], exc
+    chain: list[str] = []
+    e: BaseException | None = exc
     while e is not None and len(chain) < 8:
         chain.append(type(e).__name__)
         e = e.__cause__ or e.__context__
@@ -310,7 +333,7 @@ def repository_code(folder: str) -> list[tuple[str, str]]:
         amap = data.get("auto_map") if data else None
         if not amap:
             continue
-        refs = []
+        refs: list[Any] = []  # what the JSON holds: checked below
         for value in (amap.values() if isinstance(amap, dict) else amap if isinstance(amap, list) else [amap]):
             refs += value if isinstance(value, (list, tuple)) else [value]
         mods = [r.rsplit(".", 1)[0] + ".py" for r in refs if isinstance(r, str) and r.strip()]
@@ -489,6 +512,7 @@ def _from_pretrained(spec: ModelSpec, origin: _Weights, cfg: Any, hub: _Hub) -> 
     from transformers import AutoModel
 
     folder, kw = origin.folder, hub.kwargs(local=not origin.hub)
+    assert folder is not None, "called for weights in a folder or hub repository"
     try:
         module, info = AutoModel.from_pretrained(folder, config=cfg, output_loading_info=True, **kw)
     except OSError as exc:

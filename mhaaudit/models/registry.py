@@ -34,10 +34,10 @@ from .families import FAMILIES, TIMM_FAMILIES, UNPROBEABLE, Family, family_of, t
 __all__ = [
     "ALIASES",
     "BLOCK_PATHS",
-    "ConfigFields",
     "FAMILIES",
     "TIMM_FAMILIES",
     "UNPROBEABLE",
+    "ConfigFields",
     "Family",
     "ModelSpec",
     "alias_list",
@@ -143,7 +143,7 @@ def check_config_numbers(cfg: Any, name: str, shown: dict[str, str] | None = Non
         return values
 
     got = {f: ints(f) for f in _CONFIG_BOUNDS}
-    hidden, heads, kv = (got[f][0] if got[f] else None for f in ("hidden_size", "num_attention_heads", "num_key_value_heads"))
+    hidden, heads, kv = (vals[0] if (vals := got[f]) else None for f in ("hidden_size", "num_attention_heads", "num_key_value_heads"))
     if hidden is not None and heads is not None:
         if heads > hidden:
             raise ModelError(f"the config of {name} is malformed: {heads} attention heads for a width of {hidden}")
@@ -152,9 +152,9 @@ def check_config_numbers(cfg: Any, name: str, shown: dict[str, str] | None = Non
     if heads is not None and kv is not None and (kv > heads or heads % kv):
         raise ModelError(f"the config of {name} is malformed: {kv} key/value heads do not divide {heads} attention heads")
     image, patch = got["image_size"], got["patch_size"]
-    if image is not None and patch is not None and any(p > i for p, i in zip(patch * 2, image * 2)):
-        raise ModelError(f"the config of {name} is malformed: patch size {getattr(cfg, 'patch_size')} is larger than "
-                         f"the image size {getattr(cfg, 'image_size')}")
+    if image is not None and patch is not None and any(p > i for p, i in zip(patch * 2, image * 2, strict=False)):
+        raise ModelError(f"the config of {name} is malformed: patch size {cfg.patch_size} is larger than "
+                         f"the image size {cfg.image_size}")
 
 
 def alias_list() -> str:
@@ -263,7 +263,7 @@ def _timm_name(name: str) -> str | None:
         import timm
 
         return name if timm.is_model(name) else None
-    except Exception:  # pragma: no cover - timm missing
+    except Exception:  # noqa: BLE001  # pragma: no cover - timm missing
         return None
 
 

@@ -90,7 +90,7 @@ def tf32_off():
         yield
     finally:
         torch.set_float32_matmul_precision(saved[0])
-        for obj, old in zip(settings, saved[1]):
+        for obj, old in zip(settings, saved[1], strict=False):
             obj.fp32_precision = old
         for f, old in legacy or ():  # pragma: no cover
             f.allow_tf32 = old
@@ -157,14 +157,13 @@ class RankRule:
     dtype: str = "float32"
 
     @classmethod
-    def for_dtype(cls, dtype: torch.dtype | str, rtol: float | None = None, atol: float | None = None) -> "RankRule":
+    def for_dtype(cls, dtype: torch.dtype | str, rtol: float | None = None, atol: float | None = None) -> RankRule:
         rtol = validate.tolerance("--rtol", rtol)
         atol = validate.tolerance("--atol", atol)
-        if isinstance(dtype, str):
-            dtype = getattr(torch, dtype)
-        if not dtype.is_floating_point:
-            dtype = torch.float64
-        return cls(rtol=rtol, atol=atol, eps=float(torch.finfo(dtype).eps), dtype=str(dtype).replace("torch.", ""))
+        dt: torch.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+        if not dt.is_floating_point:
+            dt = torch.float64
+        return cls(rtol=rtol, atol=atol, eps=float(torch.finfo(dt).eps), dtype=str(dt).replace("torch.", ""))
 
     def rtol_for(self, rows: int, cols: int) -> float:
         if self.rtol is not None:
@@ -184,7 +183,7 @@ class RankRule:
             return torch.clamp(sigma_max * r, min=self.atol_value)
         return max(self.atol_value, r * float(sigma_max))
 
-    def in_units(self, exponent: int) -> "RankRule":
+    def in_units(self, exponent: int) -> RankRule:
         """The same rule for data divided by ``2**exponent``: the absolute tolerance is divided with
         them (``rtol`` stays 0 where only ``atol`` was given, even if the quotient underflows)."""
         if not exponent or not self.atol:

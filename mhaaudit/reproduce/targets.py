@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 from ..errors import InputError
 from ..io import stamp
@@ -310,4 +310,4 @@ def figure2(*, preset: str | None = "cpu", values=None, sizes=None, max_steps: i
                         {"total": round(time.perf_counter() - t0, 3)}, grid=grid)
 
 
-TARGET_FUNCTIONS = {"table1": table1, "table3": table3, "figure1": figure1, "figure2": figure2}
+TARGET_FUNCTIONS: dict[str, Callable[..., Reproduction]] = {"table1": table1, "table3": table3, "figure1": figure1, "figure2": figure2}

@@ -27,7 +27,7 @@ from .registry import ADAPTERS, Adapter, BlockContext, adapter_for, first_attent
 from .weights import AttentionWeights
 
 # The adapters register themselves on import; the order is the order they are tried in.
-from . import timm_vit, gpt_bigcode, gpt2, gpt_neo, ctrl  # noqa: E402,F401  isort: skip
-from . import hf_vit, bert, self_attn, distilbert  # noqa: E402,F401  isort: skip
+from . import timm_vit, gpt_bigcode, gpt2, gpt_neo, ctrl  # noqa: F401  isort: skip
+from . import hf_vit, bert, self_attn, distilbert  # noqa: F401  isort: skip
 
 __all__ = ["ADAPTERS", "Adapter", "AttentionWeights", "BlockContext", "adapter_for", "first_attention", "register_adapter"]
