@@ -3,6 +3,8 @@ pre-LN ``layernorm1``, causal."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import nn
 
 from .registry import BlockContext, register_adapter
@@ -15,7 +17,7 @@ def _matches(block: nn.Module) -> bool:
 
 
 @register_adapter("ctrl", _matches)
-def read(block: nn.Module, ctx: BlockContext) -> AttentionWeights:
+def read(block: Any, ctx: BlockContext) -> AttentionWeights:
     att = block.multi_head_attention
     scale = float(getattr(att, "scaling", None) or ctx.head_dim**-0.5)
     return AttentionWeights.from_linears(att.Wq, att.Wk, ctx.num_heads, pre=block.layernorm1, scale=scale, causal=True)

@@ -4,6 +4,8 @@ adapter is asked (:mod:`.support`)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import nn
 
 from .registry import BlockContext, register_adapter
@@ -16,6 +18,6 @@ def _matches(block: nn.Module) -> bool:
 
 
 @register_adapter("gpt_neo", _matches)
-def read(block: nn.Module, ctx: BlockContext) -> AttentionWeights:
+def read(block: Any, ctx: BlockContext) -> AttentionWeights:
     att = block.attn.attention
     return AttentionWeights.from_linears(att.q_proj, att.k_proj, ctx.num_heads, pre=block.ln_1, scale=1.0, causal=True)
