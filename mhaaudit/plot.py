@@ -80,7 +80,7 @@ def plot_depth(result, path: str | Path) -> Path:
             continue
         xs = [c.probe.layer for c in cols]
         for check, color in (("assumption_1", "C0"), ("assumption_2", "C1"), ("assumption_3", "C2"), ("general_position", "C3")):
-            ys = [c.tests[check].record(None)["fraction"] if check == "assumption_2" else c.tests[check].fraction for c in cols]
+            ys = [c.tests[check].record()["fraction"] for c in cols]
             ax.plot(xs, ys, styles.get(weights, "-"), color=color, marker="o", ms=3,
                     label=f"{CHECK_TITLES[check]} ({weights})")
     from matplotlib.ticker import MaxNLocator

@@ -162,7 +162,7 @@ class SubsetTest(ResultTable):
     exact_status: str = "undecided"  # fails | holds | undecided (EXACT_STATUSES)
     exact_basis: str = "none"  # what decides it (EXACT_BASES)
     scope: str = "subsets"  # subsets | whole-set (SCOPES)
-    rank_histogram: dict = field(default_factory=dict)  # rank -> count over the draws examined
+    rank_histogram: dict[int, int] = field(default_factory=dict)  # rank -> count over the draws examined
     histogram_draws: int = 0
     exact_rechecks: int = 0
     sampled: bool = True
@@ -185,6 +185,7 @@ class SubsetTest(ResultTable):
         return self.exact_status != "undecided"
 
     def record(self) -> dict:
+        """The row of a results table (the columns of ``tables.TEST_COLUMNS``)."""
         return {
             "check": self.check,
             "k": self.k,

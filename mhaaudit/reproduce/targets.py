@@ -83,7 +83,7 @@ def _data_for(spec: dict, data: str | None) -> tuple[str | None, bool]:
 
 def _facts(result, name: str, paper_data: bool, settings: Settings) -> RunFacts:
     cols = {c.probe.variant: (c.weights_source or c.reason) for c in result.columns}
-    T = next((c.features.T for c in result.columns if c.features is not None), None)
+    T = result.T
     return RunFacts(model=name, resolved=str(result.info.get("resolved", name)), n=result.info.get("n"),
                     d=result.info.get("d"), T=T, data=result.data, paper_data=paper_data, samples=settings.samples,
                     threshold=settings.threshold, seed=settings.seed, weights=cols)
