@@ -21,7 +21,7 @@ from .checks import CHECK_MEANING, CHECK_TITLES
 from .tables import text_width
 
 if TYPE_CHECKING:
-    from .kruskal import SubsetTest, Sweep
+    from .kruskal import KruskalResult, SubsetTest, Sweep
 
 VERDICT_STYLE = {"holds": "green", "fails": "red", "unavailable": "yellow"}
 
@@ -184,28 +184,27 @@ def sweep_report(sw: Sweep, marks: tuple[int, ...] = ()) -> list:
     return [sweep_table(sw, marks=marks), *sweep_lines(sw)]
 
 
-def kruskal_report(tests: list[SubsetTest], sw: Sweep | None, meta: dict, n: int | None, d: int) -> list:
-    """``mhaaudit kruskal``: the tests at each size, the sweep, and the run's facts from ``meta``."""
-    inp = meta["inputs"]
-    out: list = [f"[bold]mhaaudit kruskal[/bold]: {inp['T']} vectors in R^{inp['d']} ({inp['dtype']}) from {inp['source']}"]
+def kruskal_report(result: KruskalResult) -> list:
+    """``mhaaudit kruskal``: the tests at each size, the sweep, and the run's facts."""
+    inp, tests, sw = result.inputs, list(result.tests), result.sweep
+    out: list = [f"[bold]mhaaudit kruskal[/bold]: {inp.T} vectors in R^{inp.d} ({inp.dtype}) from {inp.source}"]
     if tests:
         out.append(kruskal_table(tests))
         out += kruskal_legend(tests)
         out += [line for t in tests for line in test_evidence_lines(t)]
     if sw is not None:
-        out += sweep_report(sw, marks=tuple(m for m in (n, d) if m))
-    ceilings = meta.get("set_rank_ceilings") or {}
-    at_k = "".join(f"; at k = {k}: {c}" for k, c in ceilings.items())
-    out.append(f"Whole set as one matrix: numerical rank {meta['set_rank']} under its own tolerance; whole-set rank at "
+        out += sweep_report(sw, marks=tuple(m for m in (inp.n, inp.d) if m))
+    at_k = "".join(f"; at k = {k}: {c}" for k, c in result.set_rank_ceilings.items())
+    out.append(f"Whole set as one matrix: numerical rank {result.set_rank} under its own tolerance; whole-set rank at "
                f"the smallest tolerance a k-subset can have (no k-subset's rank exceeds it){at_k or ': the sweep certifies its ceiling with it'}. "
-               f"Rank rule: {meta['tolerance']['rule']}. "
-               f"Threshold {meta['threshold']}, {meta['samples']} draws, seed {meta['seed']}, device {meta['device']}, "
-               f"{meta['total_s']} s.")
+               f"Rank rule: {result.rule.describe()}. "
+               f"Threshold {result.threshold}, {result.samples} draws, seed {result.seed}, device {result.device}, "
+               f"{result.total_s} s.")
     return out
 
 
-def render_kruskal(tests: list[SubsetTest], sw: Sweep | None, meta: dict, n: int | None, d: int) -> None:
-    print_report(kruskal_report(tests, sw, meta, n, d))
+def render_kruskal(result: KruskalResult) -> None:
+    print_report(kruskal_report(result))
 
 
 # --------------------------------------------------------------------------- strict JSON

@@ -82,8 +82,8 @@ def kruskal(
     with importing(quiet):  # the library, torch with it: seconds
         from .. import validate
         from ..errors import InputError
-        from ..io import MappedArray, refuse_inputs, stamp
-        from ..kruskal import as_matrix, fixed_rule
+        from ..io import MappedArray, refuse_inputs
+        from ..kruskal import KruskalInputs, KruskalResult, as_matrix, fixed_rule
         from ..numerics.stream import peak_rss_bytes
         from ..progress import log, progress_enabled
         from ..render import render_kruskal
@@ -113,24 +113,18 @@ def kruskal(
     # The table's first line describes the data; the JSON and parquet outputs have it in their meta.
     log(f"{T} vectors in R^{d} from {source}; rank rule: {rule.describe()}", settings.progress and fmt != Format.table)
     tests, sw, timings = _estimate(X, ks, sweep, n, vectors, settings, rule, stats)
-    meta = stamp(
-        command="kruskal", seed=settings.seed, device=settings.device_name, tolerance=rule.as_dict(),
-        threshold=settings.threshold, samples=settings.samples,
-        inputs={"source": source, "T": T, "d": d, "n": n, "dtype": str(X.dtype).replace("torch.", "")},
-        set_rank=stats.rank, set_rank_ceilings={str(t.k): t.set_rank for t in tests if t.set_rank is not None},
-        timings_s=timings, total_s=round(time.perf_counter() - t0, 3),
-        storage="memory-mapped" if isinstance(X, MappedArray) else "memory", peak_rss_bytes=peak_rss_bytes(),
+    result = KruskalResult(
+        inputs=KruskalInputs(source=str(source), T=T, d=d, n=n, dtype=str(X.dtype).replace("torch.", "")),
+        tests=tuple(tests), sweep=sw, rule=rule, seed=settings.seed, device=settings.device_name,
+        threshold=settings.threshold, samples=settings.samples, set_rank=stats.rank, timings=timings,
+        total_s=round(time.perf_counter() - t0, 3), storage="memory-mapped" if isinstance(X, MappedArray) else "memory",
+        peak_rss_bytes=peak_rss_bytes(), capture=captured,
     )
-    if captured:
-        meta["capture"] = captured
-    if sw is not None:
-        meta["sweep_summary"] = sw.summary()
     if plot is not None and sw is not None:
         from ..plot import plot_sweeps
 
         plot_sweeps([(Path(str(source)).name[:40] or "features", sw)], plot, n=n, d=d, title=f"Kruskal-rank sweep: {T} vectors in R^{d}")
-    emit(fmt, meta, [t.record() for t in tests], sweep=sw.rows() if sw else [], out=out,
-         render=lambda: render_kruskal(tests, sw, meta, n, d))
+    emit(fmt, result.meta(), result.records(), sweep=result.sweep_rows(), out=out, render=lambda: render_kruskal(result))
 
 
 def _refuse_unused(ctx: typer.Context, features: Path | None, data: str | None) -> None:

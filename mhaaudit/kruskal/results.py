@@ -13,18 +13,21 @@ Each result is frozen and carries its own evidence and the ``RankRule`` it was d
   whether the test is over k-subsets of a larger set (the paper's question) or k reaches T;
 * ``Bound``: a certified floor or ceiling, with what produced it and what it proves;
 * ``Sweep``: the satisfied fraction for every size from one set of nested draws (estimates),
-  with the certified floor and ceiling.
+  with the certified floor and ceiling;
+* ``KruskalResult``: what ``mhaaudit kruskal`` found: the tests, the sweep, the inputs and the run's
+  facts, as its table, JSON and parquet outputs give them (and read back from them).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from ..numerics import RankRule, ldexp
-from ..tables import ResultTable, table_rows
+from ..tables import ResultTable, StoredResult, table_rows
 
-__all__ = ["EXACT_BASES", "EXACT_STATUSES", "SCOPES", "Bound", "SetStats", "SubsetTest", "Sweep", "Witness",
-           "clopper_pearson"]
+__all__ = ["EXACT_BASES", "EXACT_STATUSES", "SCOPES", "Bound", "KruskalInputs", "KruskalResult", "SetStats",
+           "SubsetTest", "Sweep", "Witness", "clopper_pearson"]
 
 #: The exact status of "every k rows are independent", beside the estimate verdict.
 EXACT_STATUSES = ("fails", "holds", "undecided")
@@ -324,3 +327,88 @@ class Sweep(ResultTable):
     def summary_line(self) -> str:
         return (f"T = {self.T} rows in R^{self.d}, {self.samples} draws: estimate {self.estimate} "
                 f"(certified floor {self.floor.value}, ceiling {self.ceiling.value})")
+
+
+@dataclass(frozen=True)
+class KruskalInputs:
+    """The vectors ``mhaaudit kruskal`` tested: where from, how many (T), their width d, the
+    context length n when known (None otherwise) and their dtype."""
+
+    source: str
+    T: int
+    d: int
+    n: int | None
+    dtype: str
+
+    def as_dict(self) -> dict:
+        return {"source": self.source, "T": self.T, "d": self.d, "n": self.n, "dtype": self.dtype}
+
+
+@dataclass(frozen=True, repr=False)
+class KruskalResult(StoredResult):
+    """What ``mhaaudit kruskal`` found: a test at each size asked for, the sweep when one ran, and the
+    run's facts (the rank rule, the whole set's rank, the time it took).
+
+    Its table, JSON (``meta()``, ``records()``, ``sweep_rows()``) and parquet outputs are made from
+    these fields; ``KruskalResult.from_json`` / ``from_parquet`` read it back from them.
+    """
+
+    COMMAND: ClassVar[str] = "kruskal"
+
+    inputs: KruskalInputs
+    tests: tuple[SubsetTest, ...]
+    sweep: Sweep | None
+    rule: RankRule
+    seed: int
+    device: str
+    threshold: float
+    samples: int
+    set_rank: int  # the whole set's numerical rank under its own tolerance
+    timings: dict[str, float] = field(default_factory=dict)
+    total_s: float = 0.0
+    storage: str = "memory"  # memory | memory-mapped
+    peak_rss_bytes: int | None = None
+    capture: dict[str, Any] = field(default_factory=dict)  # with --model: the batch and the weights read
+
+    @property
+    def set_rank_ceilings(self) -> dict[str, int]:
+        """The whole-set rank at the smallest tolerance a k-subset can have, by k (as a string)."""
+        return {str(t.k): t.set_rank for t in self.tests if t.set_rank is not None}
+
+    def records(self) -> list[dict]:
+        return [t.record() for t in self.tests]
+
+    def sweep_rows(self) -> list[dict]:
+        return self.sweep.rows() if self.sweep is not None else []
+
+    def meta(self) -> dict:
+        """The provenance stamp and the run's facts (the JSON ``meta``, the parquet metadata)."""
+        from ..io import stamp
+
+        meta = stamp(command="kruskal", seed=self.seed, device=self.device, tolerance=self.rule.as_dict(),
+                     threshold=self.threshold, samples=self.samples, inputs=self.inputs.as_dict(),
+                     set_rank=self.set_rank, set_rank_ceilings=self.set_rank_ceilings, timings_s=dict(self.timings),
+                     total_s=self.total_s, storage=self.storage, peak_rss_bytes=self.peak_rss_bytes)
+        if self.capture:
+            meta["capture"] = dict(self.capture)
+        if self.sweep is not None:
+            meta["sweep_summary"] = self.sweep.summary()
+        meta["result"] = self.result_document()
+        return meta
+
+    def table_records(self) -> list[dict]:
+        return table_rows(self.records(), self.sweep_rows())
+
+    def table_meta(self) -> dict:
+        return self.meta()
+
+    def renderables(self) -> list:
+        from ..render import kruskal_report
+
+        return kruskal_report(self)
+
+    def summary_line(self) -> str:
+        parts = [f"k = {t.k}: {t.verdict}" + (" (proven)" if t.proven else "") for t in self.tests]
+        if self.sweep is not None:
+            parts.append(f"sweep estimate {self.sweep.estimate}")
+        return f"{self.inputs.T} vectors in R^{self.inputs.d}: " + ", ".join(parts)
