@@ -26,6 +26,7 @@ from .checks import CHECKS, ContextRankResult
 from .distributed import describe, shared
 from .errors import DataError, InputError, OfflineError
 from .features import FeatureSet, StreamingReducer
+from .models.shards import weights_read_text
 from .kruskal import SubsetTest, Sweep, kruskal_sweep, set_stats, subset_test
 from .pipeline import DataRequest, ModelRequest
 from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
@@ -249,6 +250,7 @@ class AuditResult(StoredResult):
                                              "weights": c.probe.init, "describe": c.probe.describe(),
                                              "weights_source": c.weights_source, "timings_s": c.timings,
                                              "weights_read": c.weights_read,
+                                             "weights_read_text": weights_read_text(c.weights_read),
                                              "sweep": c.sweep.summary() if c.sweep else None,
                                              "bound": c.bound.to_dict() if c.bound is not None else None,
                                              "bound_hint": c.bound_hint}

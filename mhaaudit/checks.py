@@ -143,6 +143,7 @@ class ContextRankResult:
             "seed": self.seed,
             "witness": list(self.deficient_examples[:20]),
             "witness_singular_values": [],
+            "witness_tol": None,
             "rank_histogram": {str(k): v for k, v in sorted(self.rank_histogram.items())},
             "exact_rechecks": 0,
             "sampled": False,

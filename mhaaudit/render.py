@@ -536,9 +536,9 @@ def capacity_evidence_lines(result) -> list[str]:
 
 def loading_lines(read: dict | None, settings: dict | None = None, label: str = "") -> list[str]:
     """What loading the trained weights read, and the batch size when it was chosen automatically."""
-    from .models.shards import WeightsRead
+    from .models.shards import weights_read_text
 
-    lines = [escape(f"    {label}{WeightsRead(**read).describe()}")] if read else []
+    lines = [escape(f"    {label}{weights_read_text(read)}")] if read else []
     how = (settings or {}).get("batch_size_choice")
     if how not in (None, "given"):
         lines.append(escape(f"  batch size: {settings['batch_size']} (auto: {how})"))

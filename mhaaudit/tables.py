@@ -78,6 +78,8 @@ TEST_COLUMNS = _cols(
                                "rank-deficient examples); empty when none"),
     ("witness_singular_values", "list<float64>", "singular values of the witness rows, largest first, in the "
                                                  "data's own scale; empty when none"),
+    ("witness_tol", "float64", "the rank tolerance of the witness rows, in the data's own scale: their smallest "
+                               "singular value is at most this; null when there is no witness (and for Assumption 2)"),
     ("rank_histogram", "map<int64, int64>", "numerical rank -> number of examined draws (Assumption 2: of "
                                             "context matrices) with that rank"),
     ("exact_rechecks", "int64", "draws that sat near the tolerance and were decided from eigenvalues or by SVD "
@@ -401,23 +403,18 @@ def _decode(tp, data, where: str):
         if not isinstance(data, dict):
             raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
         kt, vt = args if args else (str, typing.Any)
-        return {_decode(kt, k, f"{where} key") if kt is not str else k: _decode(vt, v, f"{where}.{k}")
-                for k, v in data.items()}
+        return {_decode_key(kt, k, where): _decode(vt, v, f"{where}.{k}") for k, v in data.items()}
     if tp is bool:
         if not isinstance(data, bool):
             raise ValueError(f"{where}: expected true or false, got {data!r}")
         return data
     if tp is int:
-        if isinstance(data, str):
-            return int(data)  # a map key
         if isinstance(data, bool) or not isinstance(data, int):
             raise ValueError(f"{where}: expected an integer, got {data!r}")
         return data
     if tp is float:
         if isinstance(data, str) and data in _NONFINITE:
             return _NONFINITE[data]
-        if isinstance(data, str):  # a map key
-            return float(data)
         if isinstance(data, bool) or not isinstance(data, (int, float)):
             raise ValueError(f"{where}: expected a number, got {data!r}")
         return float(data)
@@ -426,6 +423,16 @@ def _decode(tp, data, where: str):
             raise ValueError(f"{where}: expected a string, got {data!r}")
         return data
     raise TypeError(f"{where}: no rule to read a {tp}")
+
+
+def _decode_key(tp, key: str, where: str):
+    """A map key, which JSON writes as a string, as ``tp`` (str, int or float)."""
+    if tp is str or tp is object:
+        return key
+    try:
+        return tp(key) if tp in (int, float) else _decode(tp, key, f"{where} key")
+    except ValueError as exc:
+        raise ValueError(f"{where}: the key {key!r} is not a {tp.__name__}") from exc
 
 
 def result_from_meta(cls, meta: dict, source: str):

@@ -40,6 +40,7 @@ import torch
 from ..defaults import CAPACITY_BLOCK, CAPACITY_BLOCK_WHY
 from ..distributed import describe, session, shared
 from ..errors import InputError, ModelError, OfflineError
+from ..models.shards import weights_read_text
 from ..pipeline import DataRequest, ModelRequest
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 from ..tables import StoredResult
@@ -153,6 +154,7 @@ class CapacityResult(StoredResult):
                      timings_s=self.timings, **self.settings,
                      columns={c.variant: {"status": c.status, "reason": c.reason, "T": c.T,
                                           "weights_source": c.weights_source, "weights_read": c.weights_read,
+                                          "weights_read_text": weights_read_text(c.weights_read),
                                           "timings_s": c.timings,
                                           "assumptions": c.assumptions.to_dict() if c.assumptions else None,
                                           "bound": (c.bounds[max(c.bounds)].to_dict() if c.bounds else None)}

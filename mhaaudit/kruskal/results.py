@@ -209,6 +209,7 @@ class SubsetTest(ResultTable):
             "seed": self.seed,
             "witness": list(self.witness.indices) if self.witness else [],
             "witness_singular_values": list(self.witness.singular_values) if self.witness else [],
+            "witness_tol": self.witness.tol if self.witness else None,
             "rank_histogram": {str(k): v for k, v in sorted(self.rank_histogram.items())},
             "exact_rechecks": self.exact_rechecks,
             "sampled": self.sampled,
