@@ -97,7 +97,7 @@ def _column(col, settings: Settings, sweep=None) -> dict:
     """Our records of one audited column, as :func:`compare` reads them."""
     if col.status != "ok":
         return {"unavailable": col.reason}
-    recs = {r["check"]: r for r in col.records("", 0)}
+    recs = {r["check"]: r for r in col.records("")}
     out = {"records": recs, "sweep": _sweep_doc(sweep) if sweep is not None else None, "n": col.features.n}
     gp = recs.get("general_position")
     if gp is not None and not gp["sampled"] and gp["k"] <= gp["d"] and (gp.get("set_rank") or 0) > 1:
