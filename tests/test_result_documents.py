@@ -278,3 +278,25 @@ def test_every_result_has_one_record_shape():
 
     for r in (assumption_2(torch.randn(6, 3, 5, dtype=torch.float64)), subset_test(torch.randn(8, 4), 3, samples=20)):
         assert set(r.record()) <= names
+
+
+def test_the_memorize_grid_is_equal_after_the_round_trip(tmp_path, capsys):
+    from mhaaudit.io import parquet_bytes
+    from mhaaudit.memorize import run_memorize_grid
+    from mhaaudit.memorize.results import MemorizeGrid
+    from mhaaudit.render import print_json, render_memorize
+
+    grid = run_memorize_grid(vary="heads", values=[1, 2], n=3, head_dim=4, sizes=[12], max_steps=5, saturation=True,
+                             device="cpu")
+    capsys.readouterr()
+    print_json(grid.to_dict())  # what --format json prints
+    text = capsys.readouterr().out
+    (tmp_path / "g.parquet").write_bytes(parquet_bytes(grid.table_records(), grid.meta()))  # --format parquet
+    for back in (MemorizeGrid.from_json(text), MemorizeGrid.from_json(json.loads(text)),
+                 MemorizeGrid.from_parquet(tmp_path / "g.parquet")):
+        assert back == grid and back.runs[0].saturation == grid.runs[0].saturation is not None
+        assert rendered(capsys, lambda: render_memorize(back)) == rendered(capsys, lambda: render_memorize(grid))
+    with pytest.raises(InputError, match="not of 'kruskal'"):
+        KruskalResult.from_json({"meta": {"command": "memorize", "result": {}}})
+    with pytest.raises(InputError, match="not a memorize grid"):
+        MemorizeGrid.from_json({"meta": {"command": "check"}, "records": []})
