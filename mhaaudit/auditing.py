@@ -279,17 +279,17 @@ class AuditResult(StoredResult):
 class Captured:
     """Reduced features of every probe point that could be captured, and what the capture saw."""
 
-    features: dict = field(default_factory=dict)  # variant -> FeatureSet
-    unavailable: dict = field(default_factory=dict)  # variant -> reason
-    info: dict = field(default_factory=dict)  # the model's ModelInfo as a dict
+    features: dict[str, FeatureSet] = field(default_factory=dict)  # variant -> its reduced features
+    unavailable: dict[str, str] = field(default_factory=dict)  # variant -> why it could not be captured
+    info: dict[str, Any] = field(default_factory=dict)  # the model's ModelInfo as a dict
     data: str = ""
     skipped: int = 0
-    skips: dict = field(default_factory=dict)  # inputs skipped, by cause
+    skips: dict[str, dict[str, Any]] = field(default_factory=dict)  # inputs skipped, by cause
     image_policy: str = ""
-    duplicates: dict = field(default_factory=dict)
+    duplicates: dict[str, Any] = field(default_factory=dict)
     notes: list[Note] = field(default_factory=list)
-    timings: dict = field(default_factory=dict)
-    batch: dict = field(default_factory=dict)  # the batch size used and how it was chosen
+    timings: dict[str, float] = field(default_factory=dict)
+    batch: dict[str, Any] = field(default_factory=dict)  # the batch size used and how it was chosen
 
     def note(self, text: str, kind: NoteKind, on_note: Callable[[str], None] | None = None) -> None:
         """Keep a note (once: see :func:`add_note`), and pass it to ``on_note`` when it is new."""

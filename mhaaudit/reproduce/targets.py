@@ -19,13 +19,18 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..errors import InputError
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 from ..tables import Report
 from .compare import Comparison, RunFacts, compare, compare_memorization, setting_differences
 from .published import target_spec
+
+if TYPE_CHECKING:
+    from ..auditing import AuditResult
+    from ..kruskal import Sweep
+    from ..memorize import MemorizeGrid
 
 SWEEP_KINDS = ("sweep", "shape", "estimate")
 
@@ -39,14 +44,14 @@ class Reproduction(Report):
     title: str
     source: str
     comparisons: list[Comparison]
-    facts: dict  # model key -> RunFacts
+    facts: dict[str, RunFacts]  # model key -> what its run was
     setting: list[str]  # the run in words, with how it differs from the paper's
-    settings: dict  # for the output's meta
-    timings: dict
-    sweeps: dict = field(default_factory=dict)  # (model key, column) -> Sweep
-    audits: dict = field(default_factory=dict)  # model key -> AuditResult
-    grid: object | None = None  # figure2: the MemorizeGrid
-    notes: list = field(default_factory=list)
+    settings: dict[str, Any]  # for the output's meta
+    timings: dict[str, float | dict[str, float]]  # phase -> seconds (an audit's phases nested under its model)
+    sweeps: dict[tuple[str, str], Sweep] = field(default_factory=dict)  # (model key, column) -> its sweep
+    audits: dict[str, AuditResult] = field(default_factory=dict)  # model key -> its audit
+    grid: MemorizeGrid | None = None  # figure2: the grid trained
+    notes: list[str] = field(default_factory=list)
 
     def records(self) -> list[dict]:
         return [c.record() for c in self.comparisons]
