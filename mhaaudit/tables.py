@@ -13,6 +13,11 @@ metadata written with the table makes pandas read them as its nullable ``Int64``
 as it is.
 
 Nothing here computes a result: the columns are those the result objects' ``records()`` give.
+
+Each command's outputs also carry the whole result object, field by field, in the meta's
+``result`` (:func:`encode_result`): :class:`StoredResult` gives ``from_json`` / ``from_parquet``,
+which read it back (:func:`decode_result`, driven by the fields' type hints) equal to the object
+written, so a saved run can be rendered again, byte for byte, without running it.
 """
 
 from __future__ import annotations

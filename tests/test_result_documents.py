@@ -128,6 +128,8 @@ def test_a_file_of_another_command_or_without_a_result_is_refused(tmp_path, caps
     (tmp_path / "x.parquet").write_bytes(b"not parquet")
     with pytest.raises(InputError, match="not a readable parquet file"):
         KruskalResult.from_parquet(tmp_path / "x.parquet")
+    with pytest.raises(InputError, match="holds no AuditResult"):  # a file of an older version
+        AuditResult.from_parquet(FIXTURES / "results" / "check-v0.parquet")
     doc = json.loads(text)
     doc["meta"]["result"]["tests"][0]["k"] = "three"
     with pytest.raises(InputError, match=r"result\.tests\[\]\.k: expected an integer"):
