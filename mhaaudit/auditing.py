@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any, Callable, ClassVar, Sequence, Union
+from typing import Any, Callable, ClassVar, Sequence
 
 import torch
 
@@ -26,8 +26,8 @@ from .checks import CHECKS, ContextRankResult
 from .distributed import describe, shared
 from .errors import DataError, InputError, OfflineError
 from .features import FeatureSet, StreamingReducer
-from .models.shards import weights_read_text
 from .kruskal import SubsetTest, Sweep, kruskal_sweep, set_stats, subset_test
+from .models.shards import weights_read_text
 from .pipeline import DataRequest, ModelRequest
 from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 from .tables import StoredResult, table_rows, verdict_tally
@@ -109,7 +109,7 @@ def _inits_from_variants(variants: Sequence[str] | None) -> list[str]:
 
 
 #: What one check of a column returns: a Monte-Carlo / exact subset test, or Assumption 2's exact counts.
-CheckResult = Union[SubsetTest, ContextRankResult]
+CheckResult = SubsetTest | ContextRankResult
 
 
 class NoteKind(str, Enum):
@@ -127,7 +127,7 @@ class Note(str):
 
     kind: NoteKind
 
-    def __new__(cls, text: str, kind: NoteKind | str = NoteKind.DATA) -> "Note":
+    def __new__(cls, text: str, kind: NoteKind | str = NoteKind.DATA) -> Note:  # noqa: PYI034 - Note is not subclassed
         note = super().__new__(cls, text)
         note.kind = NoteKind(kind)
         return note
@@ -136,7 +136,7 @@ class Note(str):
         return {"kind": self.kind.value, "text": str(self)}
 
     @classmethod
-    def from_document(cls, data) -> "Note":
+    def from_document(cls, data) -> Note:
         if isinstance(data, str):
             return cls(data)
         if not isinstance(data, dict) or set(data) != {"kind", "text"} or not isinstance(data["text"], str):

@@ -8,23 +8,21 @@ checked on the kinds of value results hold.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import re
-from contextlib import redirect_stdout
 from dataclasses import dataclass, field
 from enum import Enum
 
 import pytest
+from clitools import run
 from conftest import FIXTURES, strict_json
 
-from clitools import run
 from mhaaudit.auditing import AuditResult, Note, NoteKind, add_note
 from mhaaudit.capacity import CapacityResult
 from mhaaudit.errors import InputError
 from mhaaudit.kruskal import KruskalResult
-from mhaaudit.render import print_report, render_audit, render_capacity, render_kruskal
+from mhaaudit.render import render_audit, render_capacity, render_kruskal
 from mhaaudit.tables import decode_result, encode_result
 
 CHECK = ["--limit", "40", "--samples", "50", "--batch-size", "8", "--device", "cpu"]
@@ -297,7 +295,7 @@ def test_the_memorize_grid_is_equal_after_the_round_trip(tmp_path, capsys):
     for back in (MemorizeGrid.from_json(text), MemorizeGrid.from_json(json.loads(text)),
                  MemorizeGrid.from_parquet(tmp_path / "g.parquet")):
         assert back == grid and back.runs[0].saturation == grid.runs[0].saturation is not None
-        assert rendered(capsys, lambda: render_memorize(back)) == rendered(capsys, lambda: render_memorize(grid))
+        assert rendered(capsys, lambda b=back: render_memorize(b)) == rendered(capsys, lambda: render_memorize(grid))
     with pytest.raises(InputError, match="not of 'kruskal'"):
         KruskalResult.from_json({"meta": {"command": "memorize", "result": {}}})
     with pytest.raises(InputError, match="not a memorize grid"):

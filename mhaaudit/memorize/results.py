@@ -162,7 +162,7 @@ class MemorizeGrid(StoredResult):
     COMMAND: ClassVar[str] = "memorize"
 
     @classmethod
-    def from_json(cls, source) -> "MemorizeGrid":
+    def from_json(cls, source) -> MemorizeGrid:
         """The grid ``memorize --format json`` printed (its document is the grid's :meth:`to_dict`):
         a parsed dict, the JSON text or a path to it."""
         from ..errors import InputError
@@ -173,7 +173,7 @@ class MemorizeGrid(StoredResult):
         return _decoded(cls, {k: v for k, v in doc.items() if k != "tool"}, "the JSON document")
 
     @classmethod
-    def from_parquet(cls, path) -> "MemorizeGrid":
+    def from_parquet(cls, path) -> MemorizeGrid:
         """The grid ``memorize --format parquet`` printed: the runs are its rows, the rest its metadata."""
         import os
 
