@@ -14,21 +14,23 @@ what one process would, and the record ``meta`` names the world size and backend
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from pathlib import Path
 from typing import Any, Callable, ClassVar, Sequence
 
 import torch
 
 from .capacity.theory import CapacityBound, theorem1_bound
-from .checks import CHECKS, ContextRankResult
+from .checks import REGISTRY, ContextRankResult
 from .distributed import describe, shared
-from .errors import DataError, InputError, OfflineError
+from .errors import DataError, InputError, OfflineError, OutputError
 from .features import FeatureSet, StreamingReducer
-from .kruskal import SubsetTest, Sweep, kruskal_sweep, set_stats, subset_test
+from .kruskal import SubsetTest, Sweep, kruskal_sweep, set_stats
 from .models.shards import weights_read_text
-from .pipeline import DataRequest, ModelRequest
+from .request import KEYWORDS, DataRequest, ModelRequest, Requests, build_requests, build_settings, keyword_conveniences
 from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 from .tables import StoredResult, table_rows, verdict_tally
 
@@ -184,7 +186,7 @@ class Column:
 
     def records(self, model: str) -> list[dict]:
         out = []
-        for check in CHECKS:
+        for check in REGISTRY:
             r = self.tests.get(check)
             rec = {"check": check, "verdict": "unavailable", "reason": self.reason or "not run"} if r is None else r.record()
             out.append({"model": model, "variant": self.probe.variant, "layer": self.probe.layer, **rec})
@@ -270,6 +272,54 @@ class AuditResult(StoredResult):
             if c.probe.variant == variant:
                 return c
         raise KeyError(variant)
+
+    def save_features(self, folder: str | Path) -> Path:
+        """Write each audited column's reduced features to ``folder/<variant>`` (what ``check
+        --save-features`` writes, for ``mhaaudit kruskal`` or a later audit); staged with a run's
+        other outputs, all written or none. Returns the folder; raises
+        :class:`~mhaaudit.errors.OutputError` when it cannot be made."""
+        from .io import make_output_folder
+
+        folder = Path(folder)
+        try:
+            make_output_folder(folder)
+        except OSError as exc:
+            raise OutputError(f"--save-features {folder}: cannot create the folder ({exc.strerror or exc})") from exc
+        for c in self.columns:
+            if c.features is not None:
+                c.features.save(folder / c.probe.variant)
+        return folder
+
+
+# the subfolders AuditResult.save_features writes: a column's variant, at a depth or not
+COLUMN_FOLDER = rf"({'|'.join(re.escape(v) for v in IMAGE_VARIANTS)})(-L\d+)?"
+
+
+def check_features_folder(folder: str | Path, inputs: Sequence) -> Path:
+    """Before any work: the folder :meth:`AuditResult.save_features` will write must be writable, and
+    where a column's subfolder goes, a symbolic link (the features would be written wherever it
+    points) or one of ``inputs`` (paths the run reads) is refused with
+    :class:`~mhaaudit.errors.OutputError`."""
+    import os
+
+    from .io import check_folder_writable, real_path
+
+    folder = check_folder_writable(folder, "--save-features")
+    if folder.is_dir():
+        for entry in sorted(folder.iterdir()):
+            if entry.is_symlink() and re.fullmatch(COLUMN_FOLDER, entry.name):
+                raise OutputError(f"--save-features {folder}: {entry.name} is a symbolic link (to "
+                                  f"{os.readlink(entry)}); the features are written into real folders only: remove it "
+                                  "or choose another folder")
+    top = real_path(folder)
+    for i in inputs:
+        if i is None or not os.path.lexists(os.path.expanduser(str(i))):
+            continue
+        inside = real_path(i)
+        if top in inside.parents and re.fullmatch(COLUMN_FOLDER, inside.relative_to(top).parts[0]):
+            raise OutputError(f"--save-features {folder}: the input {i} lies where the features would be written; "
+                              "write them elsewhere")
+    return folder
 
 
 # --------------------------------------------------------------------------- capture
@@ -435,9 +485,7 @@ def _load_or_unavailable(request: ModelRequest, init: str, settings: Settings, m
         if init != "trained":
             raise
         reason = str(exc)
-    shard = distributed.session()
-    if shard is not None:
-        shard.same(reason is None, f"whether the {init} weights of {request.model} can be loaded")
+    distributed.current().same(reason is None, f"whether the {init} weights of {request.model} can be loaded")
     if reason is not None:
         out.unavailable.update({p.variant: reason for p in group})
     return pm
@@ -445,8 +493,6 @@ def _load_or_unavailable(request: ModelRequest, init: str, settings: Settings, m
 
 def probe_for_variant(variant: str, layer: int = 1) -> Probe:
     """The probe point a variant name stands for: a Table 1 column or ``random-L<k>`` / ``trained-L<k>``."""
-    import re
-
     if variant in IMAGE_VARIANTS:
         return plan_probes("image", [variant], layer=layer if variant in ("random", "trained") else None)[0]
     m = re.fullmatch(r"(random|trained)-L(\d+)", variant)
@@ -456,111 +502,94 @@ def probe_for_variant(variant: str, layer: int = 1) -> Probe:
 
 
 @shared
-def capture_features(model: str, *, variant: str = "random", layer: int = 1, data: str | None = None, limit: int = 2000,
-                     batch_size: int | str = 32, device: str = "auto", seed: int = 0, progress: bool = False,
-                     split: str = "train", backend: str | None = None, weights_path: str | None = None,
-                     context_length: int | None = None, query_index: int | None = None,
-                     rtol: float | None = None, atol: float | None = None, keep_duplicates: bool = False,
-                     settings: Settings | None = None, revision: str | None = None,
-                     trust_remote_code: bool = False, text_column: str | None = None,
-                     image_column: str | None = None, convert_rgb: bool = False) -> FeatureSet:
-    """Reduced features of one probe point (what ``mhaaudit kruskal`` uses with no file)."""
-    settings = settings or Settings.resolve(device=device, seed=seed, rtol=rtol, atol=atol, progress=progress)
-    probe = probe_for_variant(variant, layer)
-    if weights_path is not None and probe.init != "trained":
-        raise InputError(f"--weights loads trained weights; use it with --variants trained (or trained-L<k>), not {variant!r}")
-    request = model_request(model, backend=backend, weights=weights_path, context_length=context_length,
-                            query_index=query_index, revision=revision, trust_remote_code=trust_remote_code)
-    got = collect_features(request, [probe], data_request(data, split, limit, batch_size, keep_duplicates,
-                                                          text_column=text_column, image_column=image_column,
-                                                          convert_rgb=convert_rgb), settings)
+@keyword_conveniences
+def capture_features(model: str | ModelRequest, *, variant: str = "random", layer: int = 1,
+                     data: str | DataRequest | None = None, limit: int = 2000, batch_size: int | str = 32,
+                     device: str = "auto", seed: int = 0, progress: bool = False, split: str = "train",
+                     backend: str | None = None, weights_path: str | None = None, context_length: int | None = None,
+                     query_index: int | None = None, rtol: float | None = None, atol: float | None = None,
+                     keep_duplicates: bool = False, settings: Settings | None = None, revision: str | None = None,
+                     trust_remote_code: bool = False, text_column: str | None = None, image_column: str | None = None,
+                     convert_rgb: bool = False, given: frozenset[str] = frozenset()) -> FeatureSet:
+    """Reduced features of one probe point (what ``mhaaudit kruskal`` uses with no file).
+
+    ``model``, ``data`` and ``settings`` may be the request objects (:mod:`mhaaudit.request`);
+    the other keywords are conveniences that build them (:func:`~mhaaudit.request.build_requests`:
+    a keyword given beside an object that says otherwise is an InputError).
+    """
+    req = build_requests(model, data, settings, {k: v for k, v in locals().items() if k in KEYWORDS}, given)
+    return capture_probe(req.model, req.data, variant, settings=req.settings, layer=layer)
+
+
+@shared
+def capture_probe(request: ModelRequest, data: DataRequest, variant: str, *, settings: Settings,
+                  layer: int = 1) -> FeatureSet:
+    """Reduced features of one probe point (``variant`` at depth ``layer``, see :func:`probe_for_variant`)
+    from checked request objects; :func:`capture_features` with the objects built. Trained weights
+    that cannot be had offline raise :class:`~mhaaudit.errors.OfflineError`."""
+    return _capture_one(Requests(request, data, settings), probe_for_variant(variant, layer))
+
+
+def _capture_one(req: Requests, probe: Probe) -> FeatureSet:
+    if req.model.weights_path is not None and probe.init != "trained":
+        raise InputError(f"--weights loads trained weights; use it with --variants trained (or trained-L<k>), "
+                         f"not {probe.variant!r}")
+    got = collect_features(req.model, [probe], req.data, req.settings)
     if probe.variant in got.unavailable:
         raise OfflineError(got.unavailable[probe.variant])
     return got.features[probe.variant]
-
-
-def model_request(model: str, *, backend: str | None = None, weights: str | None = None,
-                  context_length: int | None = None, query_index: int | None = None, revision: str | None = None,
-                  trust_remote_code: bool = False) -> ModelRequest:
-    """A checked :class:`ModelRequest`: a ``--weights`` path that does not exist is refused before any work."""
-    from pathlib import Path
-
-    from . import validate
-
-    if weights is not None and not Path(weights).expanduser().exists():
-        raise InputError(f"--weights {weights}: does not exist (no such file or folder)")
-    if context_length is not None:
-        context_length = validate.integer("--context-length", context_length)
-    if query_index is not None:
-        query_index = validate.integer("--query-index", query_index, minimum=None)
-    from .models import resolve
-    from .models.load import check_hub_options, check_revision
-
-    revision = check_revision(revision)
-    if revision is not None or trust_remote_code:  # refused before any work when they cannot apply
-        check_hub_options(resolve(model, backend=backend, weights_path=weights), revision, trust_remote_code)
-    return ModelRequest(model, backend=backend, weights_path=weights, context_length=context_length,
-                        query_index=query_index, revision=revision, trust_remote_code=bool(trust_remote_code))
-
-
-def data_request(data: str | None, split: str, limit, batch_size, keep_duplicates: bool = False, *,
-                 text_column: str | None = None, image_column: str | None = None,
-                 convert_rgb: bool = False) -> DataRequest:
-    """A checked :class:`DataRequest` (``batch_size``: a positive integer or ``"auto"``)."""
-    from . import validate
-    from .batching import available_memory, parse_batch_size
-
-    for name, value in (("text_column", text_column), ("image_column", image_column)):
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise InputError(f"{{param:{name}}} must name a column, got {value!r}")
-    # Whatever the model, every example kept costs its vectors (at least 64 bytes): a bound before any work.
-    return DataRequest(data=data, split=split, limit=validate.integer("--limit", limit, maximum=available_memory() // 64),
-                       batch_size=parse_batch_size(batch_size), keep_duplicates=bool(keep_duplicates),
-                       text_column=text_column, image_column=image_column, convert_rgb=bool(convert_rgb))
 
 
 # --------------------------------------------------------------------------- checks
 
 
 def run_checks(fs: FeatureSet, settings: Settings, *, sweep: bool = False, label: str = "") -> tuple[dict, Sweep | None, dict]:
-    """GP, A1, A2, A3 (and optionally the sweep) on one reduced feature set, under ``settings``."""
+    """Every registered check (:data:`~mhaaudit.checks.REGISTRY`: GP, A1, A2, A3) and optionally the
+    sweep on one reduced feature set, under ``settings``: (results by check, sweep or None, timings in s)."""
     from .progress import task
 
     rule = settings.rule(fs.dtype)
-    T, n, d = fs.T, fs.n, fs.d
     timings: dict = {}
     tests: dict = {}
     t0 = time.perf_counter()
-    tests["assumption_2"] = replace(fs.assumption_2(rule), seed=settings.seed)
-    q_stats = set_stats(fs.queries, rule)
-    a3_stats = set_stats(fs.a3, rule)
+    exact = [c for c in REGISTRY.values() if not c.estimated]
+    sampled = [c for c in REGISTRY.values() if c.estimated]
+    for c in exact:
+        tests[c.name] = _with_seed(c.decide(fs, rule=rule), settings.seed)
+    swept = ["queries"] if sweep else []  # the sweep is the queries' Kruskal-rank curve (Figure 1)
+    stats = {v: set_stats(getattr(fs, v), rule) for v in dict.fromkeys([*(c.vectors for c in sampled), *swept])}
     timings["set ranks"] = round(time.perf_counter() - t0, 3)
-    common = dict(samples=settings.samples, threshold=settings.threshold, seed=settings.seed, rule=rule,
-                  device=settings.device)
-    for check, X, k, st in (("general_position", fs.queries, min(T, d), q_stats), ("assumption_1", fs.queries, n, q_stats),
-                            ("assumption_3", fs.a3, n, a3_stats)):
+    common = dict(samples=settings.samples, threshold=settings.threshold, seed=settings.seed, device=settings.device)
+    for c in sampled:
         t0 = time.perf_counter()
-        with task(f"{label} {check} (k = {k})", settings.samples, settings.progress) as adv:
-            tests[check] = subset_test(X, k, check=check, stats=st, progress=adv,
-                                       stop_when_decided=settings.stop_when_decided, **common)
-        timings[check] = round(time.perf_counter() - t0, 3)
+        with task(f"{label} {c.name} (k = {c.k(fs.n, fs.T, fs.d)})", settings.samples, settings.progress) as adv:
+            tests[c.name] = c.decide(fs, rule=rule, stats=stats[c.vectors], progress=adv,
+                                     stop_when_decided=settings.stop_when_decided, **common)
+        timings[c.name] = round(time.perf_counter() - t0, 3)
     sw = None
     if sweep:
         t0 = time.perf_counter()
         with task(f"{label} sweep", settings.samples, settings.progress) as adv:
-            sw = kruskal_sweep(fs.queries, stats=q_stats, progress=adv, **common)
+            sw = kruskal_sweep(fs.queries, stats=stats["queries"], progress=adv, rule=rule, **common)
         timings["sweep"] = round(time.perf_counter() - t0, 3)
     return tests, sw, timings
 
 
+def _with_seed(result, seed: int):
+    """An exact check's result with the audit's seed in its record (a sampled check has its own)."""
+    return replace(result, seed=seed) if isinstance(result, ContextRankResult) else result
+
+
+@keyword_conveniences
 def check_features(fs: FeatureSet, *, samples: int = DEFAULT_SAMPLES, threshold: float = DEFAULT_THRESHOLD, seed: int = 0,
                    rtol: float | None = None, atol: float | None = None, device="auto", sweep: bool = False,
-                   progress: bool = False, label: str = "", stop_when_decided: bool = True) -> tuple[dict, Sweep | None, dict]:
+                   progress: bool = False, label: str = "", stop_when_decided: bool = True,
+                   settings: Settings | None = None, given: frozenset[str] = frozenset()) -> tuple[dict, Sweep | None, dict]:
     """GP, A1, A2, A3 (and optionally the sweep) on one reduced feature set (:func:`run_checks`
-    with the settings resolved from these arguments; the defaults are :func:`audit`'s)."""
-    settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
-                                stop_when_decided=stop_when_decided, progress=progress)
-    return run_checks(fs, settings, sweep=sweep, label=label)
+    under ``settings``, or the settings these keywords build; the defaults are :func:`audit`'s). A
+    keyword given beside ``settings`` that says otherwise is an InputError."""
+    run = build_settings(settings, {k: v for k, v in locals().items() if k in KEYWORDS}, given)
+    return run_checks(fs, run, sweep=sweep, label=label)
 
 
 def _column(p: Probe, got: Captured, settings: Settings, sweep: bool) -> Column:
@@ -606,13 +635,14 @@ def memorisation_bound(info: dict, col: Column) -> tuple[CapacityBound | None, s
 
 
 @shared
+@keyword_conveniences
 def audit(
-    model: str,
+    model: str | ModelRequest,
     *,
     variants: Sequence[str] | None = None,
     layer: int | None = None,
     layers: Sequence[int] | None = None,
-    data: str | None = None,
+    data: str | DataRequest | None = None,
     split: str = "train",
     limit: int = 2000,
     batch_size: int | str = 32,
@@ -636,8 +666,16 @@ def audit(
     text_column: str | None = None,
     image_column: str | None = None,
     convert_rgb: bool = False,
+    settings: Settings | None = None,
+    given: frozenset[str] = frozenset(),
 ) -> AuditResult:
     """Audit ``model`` on ``data``: the paper's Table 1 (images) or Table 3 (text) and more.
+
+    ``model``, ``data`` and ``settings`` may be the request objects (:class:`~mhaaudit.request.ModelRequest`,
+    :class:`~mhaaudit.request.DataRequest`, :class:`~mhaaudit.settings.Settings`); the loading,
+    data and settings keywords are conveniences that build them in one place
+    (:func:`~mhaaudit.request.build_requests`), and one given beside an object that says otherwise
+    is an InputError.
 
     ``weights`` is a local folder or file with trained weights for the ``trained`` column(s)
     (refused when no trained column is audited). ``layer`` (default 1) is the depth of the image
@@ -653,26 +691,37 @@ def audit(
     are in ``AuditResult.skips`` by cause; a run that gets fewer than ``limit`` examples says so
     in the notes and the table.
     """
+    req = build_requests(model, data, settings, {k: v for k, v in locals().items() if k in KEYWORDS}, given)
+    return _audit(req, _Columns(variants, layer, layers, sweep), on_note)
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """What the audit measures: the probe points (``plan_probes``) and whether each gets the sweep."""
+
+    variants: Sequence[str] | None
+    layer: int | None
+    layers: Sequence[int] | None
+    sweep: bool
+
+
+def _audit(req: Requests, cols: _Columns, on_note: Callable[[str], None] | None) -> AuditResult:
     from .models import modality_of
 
-    settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
-                                stop_when_decided=stop_when_decided, progress=progress)
-    request = model_request(model, backend=backend, weights=weights, context_length=context_length,
-                            query_index=query_index, revision=revision, trust_remote_code=trust_remote_code)
-    data_req = data_request(data, split, limit, batch_size, keep_duplicates, text_column=text_column,
-                            image_column=image_column, convert_rgb=convert_rgb)
+    request, data_req, settings = req
     t_start = time.perf_counter()
-    probes = plan_probes(modality_of(model, backend=backend, weights_path=weights), variants, layers, layer)
-    if weights is not None and not any(p.init == "trained" for p in probes):
+    probes = plan_probes(modality_of(request.model, backend=request.backend, weights_path=request.weights_path),
+                         cols.variants, cols.layers, cols.layer)
+    if request.weights_path is not None and not any(p.init == "trained" for p in probes):
         raise InputError("--weights has no effect without a trained column; add trained to --variants")
     got = collect_features(request, probes, data_req, settings, on_note=on_note)
     if not got.features:  # every column unavailable: there is nothing to audit, and that is no success
         raise OfflineError("no column could be audited: " + "; ".join(dict.fromkeys(got.unavailable.values())))
-    columns = [_column(p, got, settings, sweep) for p in probes]
+    columns = [_column(p, got, settings, cols.sweep) for p in probes]
     run = dict(settings.as_dict(), limit=data_req.limit, batch_size=got.batch.get("size", data_req.batch_size),
-               batch_size_choice=got.batch.get("how"), layer=1 if layer is None else layer,
-               layers=list(layers) if layers is not None else None, **describe())
+               batch_size_choice=got.batch.get("how"), layer=1 if cols.layer is None else cols.layer,
+               layers=list(cols.layers) if cols.layers is not None else None, **describe())
     got.timings["total"] = round(time.perf_counter() - t_start, 3)
-    return AuditResult(model=model, info=got.info, data=got.data, columns=columns, settings=run, timings=got.timings,
+    return AuditResult(model=request.model, info=got.info, data=got.data, columns=columns, settings=run, timings=got.timings,
                        skipped=got.skipped, notes=got.notes, duplicates=got.duplicates, skips=got.skips,
                        image_policy=got.image_policy)

@@ -476,56 +476,72 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple["torch.
         raise InputError(f"unknown feature file type {ext or '(none)'!r} for {p}; use one of {', '.join(FEATURE_EXTENSIONS)}")
     if key is not None and ext == ".npy":
         raise InputError(f"--key has no effect on {p}: a .npy file holds one array")
+    reader = {".npy": _read_npy, ".pt": _read_torch, ".pth": _read_torch, ".safetensors": _read_safetensors,
+              ".parquet": _read_parquet}[ext]
     try:
-        if ext == ".npy":
-            _check_npy(p)
-            arr = _load_npy(p)
-            if arr.dtype.kind == "c":
-                raise InputError(f"{p}: complex features ({arr.dtype}) are not supported: linear independence is "
-                                 "decided over the reals, and dropping the imaginary part would prove false things; "
-                                 "give real features")
-            if arr.dtype.kind not in "fiub":
-                raise InputError(f"{p}: array of dtype {arr.dtype} is not numeric")
-            if not arr.dtype.isnative:  # big-endian data is read as numpy reads it, in the machine's order
-                arr = np.asarray(arr).astype(arr.dtype.newbyteorder("="))
-            if isinstance(arr, np.memmap) and arr.dtype in _MAPPED_FLOATS and arr.ndim in (2, 3) and arr.size:
-                return MappedArray(p, arr.offset, arr.dtype, arr.shape, "F" if arr.flags.f_contiguous and arr.ndim > 1
-                                   and not arr.flags.c_contiguous else "C"), f"{p} (npy, memory-mapped)"
-            return torch.from_numpy(np.array(arr)), f"{p} (npy)"
-        if ext in (".pt", ".pth"):
-            _refuse_unless_readable(p)
-            import warnings
-
-            with warnings.catch_warnings():  # a bad file is reported as one error, without warnings
-                warnings.simplefilter("ignore")
-                try:
-                    obj = torch.load(p, map_location="cpu", weights_only=True)
-                except Exception as exc:  # noqa: BLE001 - corrupt, empty, or a pickle that is refused
-                    raise InputError(f"cannot read {p}: {torch_load_reason(exc)}") from exc
-            if isinstance(obj, dict):
-                return _pick(obj, key, p), f"{p} (torch{', ' + repr(key) if key else ''})"
-            if not isinstance(obj, torch.Tensor):
-                raise InputError(f"{p}: expected a tensor or a dict of tensors, found {type(obj).__name__}")
-            if key is not None:
-                raise InputError(f"--key has no effect on {p}: it holds one tensor, not a dict of them")
-            return obj, f"{p} (torch)"
-        if ext == ".safetensors":
-            safetensors_header(p)  # its stated length checked against the file before anything is read
-            mapped = _map_safetensors(p, key)
-            if mapped is not None:
-                return mapped, f"{p} (safetensors{', ' + repr(key) if key else ''}, memory-mapped)"
-            from safetensors.torch import load_file
-
-            tensors = load_file(str(p))
-            return _pick(tensors, key, p), f"{p} (safetensors{', ' + repr(key) if key else ''})"
-        refuse_results_file(p)
-        _refuse_unless_readable(p)
-        arr, what = _from_parquet(p, key)
-        return torch.from_numpy(arr), f"{p} (parquet, {what})"
+        return reader(p, key)
     except InputError:
         raise
     except Exception as exc:
         raise InputError(f"cannot read {p}: {' '.join(str(exc).split())[:200]}") from exc
+
+
+def _read_npy(p: Path, key: None) -> tuple["torch.Tensor | MappedArray", str]:
+    """A real numeric ``.npy`` array; a floating-point matrix (or T x n x d array) memory-mapped."""
+    _check_npy(p)
+    arr = _load_npy(p)
+    if arr.dtype.kind == "c":
+        raise InputError(f"{p}: complex features ({arr.dtype}) are not supported: linear independence is "
+                         "decided over the reals, and dropping the imaginary part would prove false things; "
+                         "give real features")
+    if arr.dtype.kind not in "fiub":
+        raise InputError(f"{p}: array of dtype {arr.dtype} is not numeric")
+    if not arr.dtype.isnative:  # big-endian data is read as numpy reads it, in the machine's order
+        arr = np.asarray(arr).astype(arr.dtype.newbyteorder("="))
+    if isinstance(arr, np.memmap) and arr.dtype in _MAPPED_FLOATS and arr.ndim in (2, 3) and arr.size:
+        return MappedArray(p, arr.offset, arr.dtype, arr.shape, "F" if arr.flags.f_contiguous and arr.ndim > 1
+                           and not arr.flags.c_contiguous else "C"), f"{p} (npy, memory-mapped)"
+    return torch.from_numpy(np.array(arr)), f"{p} (npy)"
+
+
+def _read_torch(p: Path, key: str | None) -> tuple[torch.Tensor, str]:
+    """A tensor saved with ``torch.save`` (weights only), or the ``key`` entry of a saved dict of them."""
+    _refuse_unless_readable(p)
+    import warnings
+
+    with warnings.catch_warnings():  # a bad file is reported as one error, without warnings
+        warnings.simplefilter("ignore")
+        try:
+            obj = torch.load(p, map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - corrupt, empty, or a pickle that is refused
+            raise InputError(f"cannot read {p}: {torch_load_reason(exc)}") from exc
+    if isinstance(obj, dict):
+        return _pick(obj, key, p), f"{p} (torch{', ' + repr(key) if key else ''})"
+    if not isinstance(obj, torch.Tensor):
+        raise InputError(f"{p}: expected a tensor or a dict of tensors, found {type(obj).__name__}")
+    if key is not None:
+        raise InputError(f"--key has no effect on {p}: it holds one tensor, not a dict of them")
+    return obj, f"{p} (torch)"
+
+
+def _read_safetensors(p: Path, key: str | None) -> tuple["torch.Tensor | MappedArray", str]:
+    """A ``.safetensors`` tensor (``key``, or the only one), memory-mapped where its dtype and shape allow."""
+    safetensors_header(p)  # its stated length checked against the file before anything is read
+    mapped = _map_safetensors(p, key)
+    if mapped is not None:
+        return mapped, f"{p} (safetensors{', ' + repr(key) if key else ''}, memory-mapped)"
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(p))
+    return _pick(tensors, key, p), f"{p} (safetensors{', ' + repr(key) if key else ''})"
+
+
+def _read_parquet(p: Path, key: str | None) -> tuple[torch.Tensor, str]:
+    """A T x d matrix from a parquet file's feature column(s); a results file of mhaaudit is refused."""
+    refuse_results_file(p)
+    _refuse_unless_readable(p)
+    arr, what = _from_parquet(p, key)
+    return torch.from_numpy(arr), f"{p} (parquet, {what})"
 
 
 def refuse_results_file(p: Path) -> None:

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .checks import CHECK_MEANING, CHECK_TITLES
+from .checks import CHECK_MEANING, CHECK_TITLES, REGISTRY
 from .tables import text_width
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def cell(rec: dict) -> str:
     v = rec.get("verdict", "")
     if v == "unavailable":
         return verdict_text(v)
-    if rec.get("check") == "assumption_2":  # every example decided: the count is exact
+    if rec.get("scope") == "per-example":  # every example decided (Assumption 2): the count is exact
         return f"{verdict_text(v)}\n{rec['satisfied']}/{rec['T']} full"
     lines = [estimate_text(rec), f"{rec['fraction']:.4f}" if rec.get("sampled", True) else "no sampling"]
     if rec.get("exact_status", "undecided") != "undecided":
@@ -246,9 +246,6 @@ def meaning_line(check: str) -> str:
 
 # --------------------------------------------------------------------------- the audit (Table 1 / Table 3)
 
-ROW_ORDER = ("general_position", "assumption_1", "assumption_2", "assumption_3")
-
-
 def audit_table(result) -> Table:
     info = result.info
     cols = result.columns
@@ -263,15 +260,13 @@ def audit_table(result) -> Table:
             else f"{c.probe.variant} (L{c.probe.layer})"
         t.add_column(head, justify="center")
     n, d = info.get("n"), info.get("d")
-    for check in ROW_ORDER:
-        k = {"general_position": f"k = {d if _T(result) is None else min(_T(result), d or 0)}", "assumption_1": f"k = {n}",
-             "assumption_2": f"rank {n}", "assumption_3": f"k = {n}"}[check]
-        row = [f"{CHECK_TITLES[check]}\n[dim]{k}[/dim]"]
+    for check in REGISTRY.values():  # one row per registered check, in the registry's order
+        row = [f"{check.title}\n[dim]{check.size_at(n, T if T is not None else d or 0, d or 0)}[/dim]"]
         for c in cols:
             if c.status != "ok":
                 row.append(verdict_text("unavailable"))
                 continue
-            row.append(cell(_rec(c, check)))
+            row.append(cell(_rec(c, check.name)))
         t.add_row(*row)
     return t
 
@@ -292,12 +287,12 @@ def audit_lines(result) -> list[str]:
     for c in result.columns:
         if c.status != "ok":
             continue
-        for check in ROW_ORDER:
-            r = c.tests.get(check)
+        for check in REGISTRY.values():
+            r = c.tests.get(check.name)
             if r is None:
                 continue
-            msg = escape(f"[{c.probe.variant}] {CHECK_TITLES[check]}: {r.reason}")
-            if check == "assumption_2":
+            msg = escape(f"[{c.probe.variant}] {check.title}: {r.reason}")
+            if check.vectors == "contexts":  # the context tokens: what their positions add
                 msg += escape(positions_note(result.info, c.probe.layer))
             w = getattr(r, "witness", None)
             if w is not None:
@@ -348,8 +343,8 @@ def audit_lines(result) -> list[str]:
         if c.timings:
             lines.append(f"    {c.probe.variant}: " + ", ".join(f"{k} {v:.1f} s" for k, v in c.timings.items()))
     lines.append("[bold]What the checks mean[/bold]")
-    for check in ROW_ORDER:
-        lines.append(f"  {CHECK_TITLES[check]}: {meaning_line(check)}.")
+    for check in REGISTRY.values():
+        lines.append(f"  {check.title}: {check.meaning}.")
     lines.append("  Each cell gives the estimate under the paper's rule (Monte-Carlo fractions, with 95% Clopper-Pearson "
                  "intervals) and, where it is decided, the exact status (exact: fails or holds, and what proves it: a dependent "
                  "subset found, a whole-set rank below k, an exhaustive check); Assumption 2's counts are exact.")
@@ -393,13 +388,13 @@ def depth_tables(result) -> list[Table]:
         t = Table(title=f"{result.model}: depth profile, {weights} weights (n = {info.get('n')}, d = {info.get('d')}, "
                         f"T = {_T(result)})", title_justify="left")
         t.add_column("layer", justify="right")
-        for check in ROW_ORDER:
-            t.add_column(CHECK_TITLES[check], justify="center")
+        for check in REGISTRY.values():
+            t.add_column(check.title, justify="center")
         if any(c.sweep is not None for c in cols):
             t.add_column("Kruskal estimate", justify="right")
         for c in cols:
             row = [str(c.probe.layer)]
-            for check in ROW_ORDER:
+            for check in REGISTRY:
                 row.append(verdict_text("unavailable") if c.status != "ok" else cell(_rec(c, check)).replace("\n", " "))
             if any(x.sweep is not None for x in cols):
                 row.append(str(c.sweep.estimate) if c.sweep is not None else "-")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mhaaudit import pipeline
+from mhaaudit import distributed, pipeline
 from mhaaudit.errors import DataError, InputError
 from mhaaudit.pipeline import DataRequest, ModelRequest
 from mhaaudit.settings import Settings
@@ -159,7 +159,7 @@ def test_builtin_images_are_made_on_the_models_device_and_read_ahead(vit_dir, se
         readers.append(threading.current_thread().name)
         yield from original()
 
-    info2, raw2 = pipeline._assigned(pm, DataRequest(limit=5, batch_size=2), settings, [], None)
+    info2, raw2 = pipeline._assigned(pm, DataRequest(limit=5, batch_size=2), settings, [], distributed.SingleProcess())
     info2.source._generate = spy
     batches = list(raw2)
     assert [i for i, _ in batches] == [0, 1, 2] and [len(b) for _, b in batches] == [2, 2, 1]
@@ -247,3 +247,42 @@ def test_asking_for_more_than_there_is_is_said(tmp_path, vit_dir, capsys):
                  "--samples", "20", "--convert-rgb", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert any("500 examples were asked for" in n for n in doc["meta"]["notes"])
+
+
+def _save_text_model(kind: str, folder) -> None:
+    import transformers
+
+    base = dict(hidden_size=32, num_attention_heads=4, vocab_size=100, max_position_embeddings=64)
+    cfg = {
+        "gpt2": lambda: transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=100, n_positions=64),
+        "opt": lambda: transformers.OPTConfig(num_hidden_layers=2, ffn_dim=64, word_embed_proj_dim=32, pad_token_id=0,
+                                              bos_token_id=1, eos_token_id=2, **base),
+        "bert": lambda: transformers.BertConfig(num_hidden_layers=2, intermediate_size=64, **base),
+        "distilbert": lambda: transformers.DistilBertConfig(dim=32, n_layers=2, n_heads=4, hidden_dim=64, vocab_size=100,
+                                                            max_position_embeddings=64),
+    }[kind]()
+    torch.manual_seed(0)
+    transformers.AutoModel.from_config(cfg).eval().save_pretrained(str(folder))
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "opt", "bert", "distilbert"])
+@pytest.mark.parametrize("n", [1, 16])
+def test_decoder_is_decided_at_load_and_every_reader_follows_it(tmp_path, settings, kind, n):
+    """Whether a model is a decoder is decided once at load (``ModelInfo.decoder``, from its family);
+    the text examples, the attention adapters and capacity's random heads read it. The guesses it
+    replaced (from the query position) took a decoder read at one token (``--context-length 1``)
+    for an encoder: BERT pairs were built for GPT-2."""
+    from mhaaudit.capacity.audit import attention_for
+    from mhaaudit.models import first_attention
+    from mhaaudit.models.families import family_of
+
+    _save_text_model(kind, tmp_path)
+    pm = pipeline.load(ModelRequest(str(tmp_path), context_length=n), "random", settings, max_layer=1)
+    decoder = family_of(kind).decoder
+    assert pm.info.decoder is decoder and pm.info.n == n
+    assert "decoder" not in pm.info.to_dict()  # the meta keeps its keys
+    assert first_attention(pm, 1).causal is decoder
+    assert attention_for(pm, 1, "random", 0).causal is decoder
+    if n > 1:
+        info, _ = pipeline.example_batches(pm, DataRequest(limit=4, batch_size=4), settings.seed, [])
+        assert ("GPT-style windows" in info.name) is decoder

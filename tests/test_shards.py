@@ -121,6 +121,25 @@ def test_final_norm_and_head_are_not_used(llama_dir):
     assert "norm.weight" not in used
 
 
+def test_a_weight_used_through_its_transpose_counts():
+    """``x @ self.weight.T`` (Falcon's Linear) uses the weight; reading its shape does not use it."""
+
+    class TLinear(torch.nn.Linear):
+        def forward(self, x):
+            return x @ self.weight.T
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = TLinear(4, 4, bias=False), torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.a(x) + self.b.weight.shape[0]
+
+    model = Model()
+    assert used_parameters(model, lambda: model(torch.ones(1, 4))) == {"a.weight"}
+
+
 @pytest.mark.parametrize("kind", ["gpt2", "bert"])
 def test_partial_load_of_other_layouts(tmp_path, kind):
     """Checkpoints saved from task models (prefixed names, tied heads, pooler) read in part."""

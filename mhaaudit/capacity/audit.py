@@ -38,10 +38,10 @@ from typing import Any, ClassVar, Sequence
 import torch
 
 from ..defaults import CAPACITY_BLOCK, CAPACITY_BLOCK_WHY
-from ..distributed import describe, session, shared
+from ..distributed import current, describe, shared
 from ..errors import InputError, ModelError, OfflineError
 from ..models.shards import weights_read_text
-from ..pipeline import DataRequest, ModelRequest
+from ..request import KEYWORDS, DataRequest, ModelRequest, Requests, build_requests, keyword_conveniences
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 from ..tables import StoredResult
 from .assumptions import (
@@ -218,7 +218,7 @@ def attention_for(pm, block: int, attention: str, seed: int) -> _Attention:
     H, dh = info.num_heads, info.head_dim
     Wq, Wk = random_attention_weights(info.d, H, dh, seed)
     pre = torch.nn.LayerNorm(info.d, elementwise_affine=False)
-    causal = info.modality == "text" and info.query_index != 0
+    causal = info.decoder
     desc = (f"{H} random heads (seed {seed}): Xavier-uniform d x d_h key/query weights with d_h = {dh}, no biases, "
             f"logits 1/sqrt(d_h) on LayerNorm (no affine) of the tokens")
     return _Attention(Wq, Wk, None, None, pre, None, causal, desc)
@@ -256,9 +256,9 @@ def _capture(plan: _Plan, pm, attn: _Attention, col: CapacityColumn, notes: list
 
 
 class _SharedContext:
-    """Under torchrun, the one context E_0 of Proposition 2's setting is the first example's on
-    every rank: rank 0 (whose first batch is the data's first) publishes it, the others take it
-    before their first batch, so each rank's rows of Z are the rows one process computes."""
+    """The one context E_0 of Proposition 2's setting is the first example's on every rank: rank 0
+    (whose first batch is the data's first) publishes it, the others take it before their first
+    batch, so each rank's rows of Z are the rows one process computes (one process: rank 0 alone)."""
 
     def __init__(self, zb: ZBuilder, shard, key: str) -> None:
         self.zb, self.shard, self.key, self.done = zb, shard, key, False
@@ -274,9 +274,8 @@ class _SharedContext:
             self.done = True
 
 
-def _first_context(zb: ZBuilder, key: str) -> _SharedContext | None:
-    shard = session()
-    return None if shard is None else _SharedContext(zb, shard, key)
+def _first_context(zb: ZBuilder, key: str) -> _SharedContext:
+    return _SharedContext(zb, current(), key)
 
 
 def _column(plan: _Plan, variant: str, notes: list[str]) -> tuple[CapacityColumn, dict, str, list[int], int]:
@@ -292,9 +291,7 @@ def _column(plan: _Plan, variant: str, notes: list[str]) -> tuple[CapacityColumn
         if variant != "trained":
             raise
         col.status, col.reason = "unavailable", str(exc)
-    shard = session()
-    if shard is not None:
-        shard.same(pm is not None, f"whether the {variant} weights of {plan.request.model} can be loaded")
+    current().same(pm is not None, f"whether the {variant} weights of {plan.request.model} can be loaded")
     if pm is None:
         return col, {}, "", [], 0
     col.timings["load"] = round(time.perf_counter() - t0, 3)
@@ -380,7 +377,7 @@ def _block_of(block: int | None, layer: int | None) -> int:
 
     if layer is not None:
         warnings.warn("capacity_audit(layer=K) is deprecated; use block=K (the same: the attention block K, whose input "
-                      "is the output of block K - 1)", DeprecationWarning, stacklevel=4)  # past the @shared wrapper
+                      "is the output of block K - 1)", DeprecationWarning, stacklevel=5)  # past both wrappers
         if block is not None and block != layer:
             raise InputError(f"--block {block} and --layer {layer} disagree; give only --block")
         block = layer
@@ -388,8 +385,9 @@ def _block_of(block: int | None, layer: int | None) -> int:
 
 
 @shared
+@keyword_conveniences
 def capacity_audit(
-    model: str,
+    model: str | ModelRequest,
     *,
     heads: str | Sequence[int] | int | None = None,
     attention: str = "model",
@@ -398,7 +396,7 @@ def capacity_audit(
     variants: Sequence[str] | None = None,
     weights: str | None = None,
     block: int | None = None,
-    data: str | None = None,
+    data: str | DataRequest | None = None,
     split: str = "train",
     limit: int = 2000,
     batch_size: int | str = 32,
@@ -418,6 +416,8 @@ def capacity_audit(
     text_column: str | None = None,
     image_column: str | None = None,
     convert_rgb: bool = False,
+    settings: Settings | None = None,
+    given: frozenset[str] = frozenset(),
 ) -> CapacityResult:
     """Bound and certificate for each column (``variants``: random and/or trained; default both).
 
@@ -428,21 +428,25 @@ def capacity_audit(
     for each h (default: all heads). ``attention="random"`` uses random key/query weights instead
     of the model's. ``layer`` is a deprecated alias of ``block``. ``text_column``, ``image_column``
     and ``convert_rgb`` choose the data's column and image policy as in :func:`mhaaudit.audit`.
+
+    ``model``, ``data`` and ``settings`` may be the request objects, as in :func:`mhaaudit.audit`
+    (a keyword given beside an object that says otherwise is an InputError); the settings built
+    from keywords stop each test once it is decided. A ``ModelRequest`` naming a ``query_index`` is
+    refused: capacity reads the model's own query.
     """
-    from ..auditing import data_request, model_request
     from ..validate import choice, head_counts, split_list
 
-    settings = Settings.resolve(device=device, samples=DEFAULT_SAMPLES if samples is None else samples,
-                                threshold=DEFAULT_THRESHOLD if threshold is None else threshold, seed=seed,
-                                rtol=rtol, atol=atol, stop_when_decided=True, progress=progress)
-    data_req = data_request(data, split, limit, batch_size, keep_duplicates, text_column=text_column,
-                            image_column=image_column, convert_rgb=convert_rgb)
+    keywords = {k: v for k, v in locals().items() if k in KEYWORDS}
+    keywords.update(samples=DEFAULT_SAMPLES if samples is None else samples, stop_when_decided=True,
+                    threshold=DEFAULT_THRESHOLD if threshold is None else threshold)
+    unset = {k for k, v in (("samples", samples), ("threshold", threshold)) if v is None}  # None: the default
+    settings, request, data_req = _requests(build_requests(model, data, settings, keywords, given - unset))
     blk = _block_of(block, layer)
     attention = choice("--attention", attention, ATTENTION)
     vs = split_list(variants) or list(VARIANTS)
     for v in vs:
         choice("variant", v, VARIANTS)
-    if weights is not None and "trained" not in vs:
+    if request.weights_path is not None and "trained" not in vs:
         raise InputError("--weights has no effect without the trained column; add trained to --variants")
     if from_path is not None and (samples is not None or threshold is not None):
         raise InputError("--samples and --threshold have no effect with --from: Assumption 1 is read from the file, "
@@ -451,8 +455,6 @@ def capacity_audit(
     from_results = read_check_results(from_path) if from_path is not None else None
     if from_results is not None:
         check_same_examples(from_path, from_results, limit=data_req.limit)
-    request = model_request(model, backend=backend, weights=weights, context_length=context_length, revision=revision,
-                            trust_remote_code=trust_remote_code)
     plan = _Plan(request, data_req, settings, blk, heads, attention, bool(shared_context),
                  Path(from_path) if from_path is not None else None, from_results)
     result = _run(plan, vs)
@@ -460,6 +462,14 @@ def capacity_audit(
         result.notes.insert(0, CAPACITY_BLOCK_WHY)
     result.settings.update(describe())
     return result
+
+
+def _requests(req: Requests) -> tuple[Settings, ModelRequest, DataRequest]:
+    """The settings, model and data of a capacity run; a query token named by the request is refused."""
+    if req.model.query_index is not None:
+        raise InputError("{param:query_index}: capacity reads the model's own query token; check and kruskal --model "
+                         "take --query-index K")
+    return req.settings, req.model, req.data
 
 
 def _run(plan: _Plan, variants: list[str]) -> CapacityResult:

@@ -103,9 +103,11 @@ def capacity(
         from ..plot import plot_capacity
         from ..progress import progress_enabled
         from ..render import render_capacity
+        from ..request import build_requests
         from ..settings import Settings
 
-    settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol)
+    settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
+                                stop_when_decided=True, progress=progress_enabled(quiet))
     prepare_outputs(out, plot, fmt)
     refuse_inputs({"--out": out, "--plot": plot}, [model, weights, data, from_path])
     refuse_data_options(ctx, data)
@@ -113,16 +115,13 @@ def capacity(
         refuse_unused(ctx, ("samples", "threshold"), "with --from: Assumption 1 is read from the file, not sampled")
     layer = None if layer is None else validate.integer("--layer", layer)
     K = renamed("--layer", layer, "--block", block, note=f"same meaning: {_READS}")
-    result = capacity_audit(
-        model, heads=heads, attention=attention.value, shared_context=shared_context, from_path=from_path,
-        variants=validate.split_list(variants), weights=weights, block=K, data=data, split=split, limit=limit,
-        batch_size=batch_size, samples=None if from_path else settings.samples,
-        threshold=None if from_path else settings.threshold, seed=settings.seed,
-        rtol=settings.rtol, atol=settings.atol, device=settings.device, backend=backend.value if backend else None,
-        context_length=context_length, progress=progress_enabled(quiet), keep_duplicates=keep_duplicates,
-        revision=revision, trust_remote_code=trust_remote_code, text_column=text_column, image_column=image_column,
-        convert_rgb=convert_rgb,
-    )
+    request, examples, settings = build_requests(model, data, settings, dict(
+        backend=backend.value if backend else None, weights=weights, context_length=context_length, revision=revision,
+        trust_remote_code=trust_remote_code, split=split, limit=limit, batch_size=batch_size,
+        keep_duplicates=keep_duplicates, text_column=text_column, image_column=image_column, convert_rgb=convert_rgb))
+    result = capacity_audit(request, data=examples, settings=settings, heads=heads, attention=attention.value,
+                            shared_context=shared_context, from_path=from_path, variants=validate.split_list(variants),
+                            block=K)
     if plot is not None:
         plot_capacity(result, plot)
     emit(fmt, result.meta(), result.records(), out=out, render=lambda: render_capacity(result, out=out, plot=plot))

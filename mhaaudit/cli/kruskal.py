@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -80,50 +80,37 @@ def kruskal(
 ) -> None:
     """Estimate the Kruskal rank of a set of vectors: Monte-Carlo tests at candidate sizes, or a sweep."""
     with importing(quiet):  # the library, torch with it: seconds
-        from .. import validate
-        from ..errors import InputError
-        from ..io import MappedArray, refuse_inputs
-        from ..kruskal import KruskalInputs, KruskalResult, as_matrix, fixed_rule
-        from ..numerics.stream import peak_rss_bytes
+        from ..estimation import estimate_kruskal_rank, kruskal_capture, kruskal_request
+        from ..io import refuse_inputs
         from ..progress import log, progress_enabled
+        from ..request import DataRequest
         from ..render import render_kruskal
         from ..settings import Settings
 
-    t0 = time.perf_counter()
     settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
                                 stop_when_decided=not all_draws, progress=progress_enabled(quiet))
     prepare_outputs(out, plot, fmt)
     refuse_inputs({"--out": out, "--plot": plot}, [features, weights, data])
-    ks = [validate.integer("--k", kk) for kk in dict.fromkeys(k or [])]
-    n = None if n is None else validate.integer("--n", n)
+    request = kruskal_request(features, k=k, sweep=sweep or plot is not None, n=n, vectors=vectors, key=key,
+                              query_index=query_index)
     _refuse_unused(ctx, features, data)
-    variant = renamed("--variant", variant, "--variants", variants)
-    if variant is not None and len(validate.split_list(variant) or []) > 1:
-        raise InputError(f"--variants {variant}: kruskal captures one column at a time; give one (check audits several)")
-    capture = dict(model=model or "vit-base", variant=variant or "random", weights_path=weights, data=data,
-                   split=split, limit=limit, batch_size=batch_size, keep_duplicates=keep_duplicates,
-                   backend=backend.value if backend else None, context_length=n, query_index=query_index,
-                   revision=revision, trust_remote_code=trust_remote_code, text_column=text_column,
-                   image_column=image_column, convert_rgb=convert_rgb)
-    X, n, source, vectors, captured = _vectors(features, capture, key, vectors, settings)
-    X = as_matrix(X)
-    T, d = X.shape
-    ks, sweep = _sizes(ks, n, T, d, sweep=sweep or plot is not None, vectors=vectors, watched=settings.progress)
-    rule, stats = fixed_rule(X, settings.rule(X.dtype))
+    capture = None
+    if features is None:
+        variant = renamed("--variant", variant, "--variants", variants)
+        capture = kruskal_capture(model or "vit-base", variant=variant or "random", n=request.n,
+                                  query_index=request.query_index, backend=backend.value if backend else None,
+                                  weights=weights, revision=revision, trust_remote_code=trust_remote_code)
+        capture = replace(capture, data=DataRequest(data, split, limit, batch_size, keep_duplicates,  # checked second
+                                                    text_column=text_column, image_column=image_column,
+                                                    convert_rgb=convert_rgb))
     # The table's first line describes the data; the JSON and parquet outputs have it in their meta.
-    log(f"{T} vectors in R^{d} from {source}; rank rule: {rule.describe()}", settings.progress and fmt != Format.table)
-    tests, sw, timings = _estimate(X, ks, sweep, n, vectors, settings, rule, stats)
-    result = KruskalResult(
-        inputs=KruskalInputs(source=str(source), T=T, d=d, n=n, dtype=str(X.dtype).replace("torch.", "")),
-        tests=tuple(tests), sweep=sw, rule=rule, seed=settings.seed, device=settings.device_name,
-        threshold=settings.threshold, samples=settings.samples, set_rank=stats.rank, timings=timings,
-        total_s=round(time.perf_counter() - t0, 3), storage="memory-mapped" if isinstance(X, MappedArray) else "memory",
-        peak_rss_bytes=peak_rss_bytes(), capture=captured,
-    )
-    if plot is not None and sw is not None:
+    result = estimate_kruskal_rank(request=request, capture=capture, settings=settings,
+                                   on_note=lambda line: log(line, settings.progress and fmt != Format.table))
+    if plot is not None and result.sweep is not None:
         from ..plot import plot_sweeps
 
-        plot_sweeps([(Path(str(source)).name[:40] or "features", sw)], plot, n=n, d=d, title=f"Kruskal-rank sweep: {T} vectors in R^{d}")
+        plot_sweeps([(Path(result.source).name[:40] or "features", result.sweep)], plot, n=result.n, d=result.d,
+                    title=f"Kruskal-rank sweep: {result.T} vectors in R^{result.d}")
     emit(fmt, result.meta(), result.records(), sweep=result.sweep_rows(), out=out, render=lambda: render_kruskal(result))
 
 
@@ -136,105 +123,3 @@ def _refuse_unused(ctx: typer.Context, features: Path | None, data: str | None) 
     else:
         refuse_unused(ctx, ("key",), "without FEATURES: --key chooses a tensor or column in a feature file")
         refuse_data_options(ctx, data)
-
-
-def _vectors(features: Path | None, capture: dict, key, vectors: Vectors | None, settings):
-    """The vectors to test, from FEATURES or captured from ``--model``: (matrix, n, source, which vectors,
-    how the capture ran: batch size and weights read, empty for a file).
-
-    ``capture["context_length"]`` is ``--n``: a captured text model's n, or the n of the file's
-    vectors; a saved feature folder knows its own.
-    """
-    from ..errors import InputError
-
-    n = capture["context_length"]
-    if features is None:
-        vectors = vectors or Vectors.queries
-        fs = _capture(capture, settings)
-        source = f"{fs.meta.get('model')} [{fs.meta.get('variant')}] {vectors.value} on {fs.meta.get('data')}"
-        captured = {k: fs.meta.get(k) for k in ("batch", "weights_read") if fs.meta.get(k) is not None}
-        return (fs.a3 if vectors == Vectors.a3 else fs.queries), fs.n, source, vectors, captured
-    X, n_known, source, vectors = _read(features, key, capture["query_index"], vectors)
-    if n is not None and n_known is not None and n != n_known:
-        raise InputError(f"--n {n}: the saved features in {features} were captured with n = {n_known}")
-    return X, n or n_known, source, vectors, {}
-
-
-def _capture(capture: dict, settings):
-    """The reduced features captured from ``--model``."""
-    from ..auditing import capture_features
-
-    return capture_features(**capture, device=settings.device, seed=settings.seed, progress=settings.progress)
-
-
-def _read(features: Path, key, query_index, vectors: Vectors | None):
-    """Vectors from a file or a ``--save-features`` folder: (matrix, n or None, source, which vectors)."""
-    from ..errors import InputError
-    from ..io import read_array, to_query_matrix
-
-    if features.is_dir():
-        from ..features import FeatureSet
-
-        for name, value in (("--key", key), ("--query-index", query_index)):
-            if value is not None:
-                raise InputError(f"{name} has no effect on a saved feature folder ({features}): it holds the query "
-                                 "and Assumption 3 vectors already; choose them with --vectors")
-        vectors = vectors or Vectors.queries
-        fs = FeatureSet.load(features)
-        m = fs.meta
-        source = f"{features} ({vectors.value}; {m.get('model', '?')} {m.get('variant', '')} layer {m.get('layer', '?')})"
-        return (fs.a3 if vectors == Vectors.a3 else fs.queries), fs.n, source, vectors
-    if vectors is not None:
-        raise InputError(f"--vectors has no effect on a single matrix ({features}): it chooses between the query and "
-                         "Assumption 3 vectors of a saved feature folder or of --model")
-    arr, desc = read_array(features, key=key)
-    X, source = to_query_matrix(arr, query_index, desc)
-    return X, None, source, Vectors.queries
-
-
-def _sizes(ks: list[int], n: int | None, T: int, d: int, *, sweep: bool, vectors: Vectors, watched: bool):
-    """The sizes to test and whether to sweep: ``--k``, else n and min(T, d) when n is known, else the sweep."""
-    from ..errors import InputError
-    from ..progress import log
-
-    for kk in ks:
-        if kk > T:
-            raise InputError(f"--k {kk} is larger than the number of vectors T = {T}")
-    if ks or sweep:
-        return ks, sweep
-    if n is None:
-        log("No --k given and n unknown: running the full sweep.", watched)
-        return ks, True
-    if n > T:
-        a = "3" if vectors == Vectors.a3 else "1"
-        raise InputError(f"only T = {T} vectors, but Assumption {a} at n = {n} needs at least n of them; "
-                         "supply more vectors or choose sizes with --k")
-    return list(dict.fromkeys([n, min(T, d)])), False
-
-
-def _estimate(X, ks, sweep: bool, n, vectors: Vectors, settings, rule, stats):
-    """The subset test at each size and the sweep when asked: (tests, sweep or None, timings in s)."""
-    from ..kruskal import kruskal_sweep, subset_test
-    from ..progress import task
-
-    T, d = X.shape
-    common = dict(samples=settings.samples, threshold=settings.threshold, seed=settings.seed, rule=rule,
-                  device=settings.device, stats=stats)
-    tests, timings, sw = [], {}, None
-    for kk in ks:
-        check = "kruskal"
-        if n is not None and kk == n:
-            check = "assumption_3" if vectors == Vectors.a3 else "assumption_1"
-        elif kk == min(T, d) and vectors == Vectors.queries:
-            check = "general_position"
-        s = time.perf_counter()
-        with task(f"k = {kk}", settings.samples, settings.progress) as adv:
-            tests.append(subset_test(X, kk, check=check, progress=adv, stop_when_decided=settings.stop_when_decided,
-                                     **common))
-        timings[f"k={kk}"] = round(time.perf_counter() - s, 3)
-    if sweep:
-        s = time.perf_counter()
-        with task("sweep", settings.samples, settings.progress) as adv:
-            sw = kruskal_sweep(X, progress=adv, **common)
-        timings["sweep"] = round(time.perf_counter() - s, 3)
-    return tests, sw, timings

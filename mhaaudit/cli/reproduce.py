@@ -109,8 +109,8 @@ def reproduce(
                         context_length={k: validate.integer("--context-length", v) for k, v in lengths.items()})
     result = reproduce_paper(target, **options)
     written = _plot(result, plot)
-    meta = _meta(result)
-    emit(fmt, meta, result.records(), sweep=result.sweep_rows() or None, document=_document(result, meta), out=out,
+    meta = result.meta()
+    emit(fmt, meta, result.records(), sweep=result.sweep_rows() or None, document=result.document(meta), out=out,
          render=lambda: _render(result, out, written))
 
 
@@ -144,24 +144,6 @@ def _refuse_inapplicable(ctx: typer.Context, target: str) -> None:
         if target not in targets and getattr(source, "name", "") == "COMMANDLINE":
             flag = "--" + param.replace("_", "-")
             raise InputError(f"{flag} does not apply to {target} (it applies to {', '.join(targets)})")
-
-
-def _meta(result) -> dict:
-    from ..io import stamp
-    from ..reproduce import published
-
-    return stamp(command="reproduce", target=result.target, title=result.title, source=result.source,
-                 paper=published()["paper"], counts=result.counts(), setting=result.setting, notes=result.notes,
-                 timings_s=result.timings, **result.settings)
-
-
-def _document(result, meta: dict) -> dict:
-    doc = {"meta": meta, "records": result.records()}
-    if result.sweeps:
-        doc["sweep"] = result.sweep_rows()
-    if result.grid is not None:
-        doc["runs"] = [r.to_dict() for r in result.grid.runs]
-    return doc
 
 
 def _plot(result, plot):

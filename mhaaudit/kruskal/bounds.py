@@ -152,8 +152,7 @@ def _babel(Xn: torch.Tensor, m: int, row_block: int | None) -> torch.Tensor:
     row_block = row_block or max(1, min(1024, (64 << 20) // (8 * T)))
     starts = list(range(0, T, row_block))
     shard = lockstep()
-    if shard is not None:
-        starts = starts[shard.rank::shard.world_size]
+    starts = starts[shard.rank::shard.world_size]
     for s in starts:
         C = (Xn[s : s + row_block] @ Xn.T).abs_()
         r = torch.arange(s, min(s + row_block, T), device=Xn.device)
@@ -162,8 +161,8 @@ def _babel(Xn: torch.Tensor, m: int, row_block: int | None) -> torch.Tensor:
         del C
         cums = torch.cumsum(top, dim=1).amax(0)
         mu1[1 : cums.numel() + 1] = torch.maximum(mu1[1 : cums.numel() + 1], cums)
-    if shard is not None:
-        mu1 = torch.stack([p.to(mu1.device) for p in shard.all_gather_tensors(mu1.cpu())]).amax(0)
+    # each rank took every N-th row block: the largest sums over all of them (one process: its own)
+    mu1 = torch.stack([p.to(mu1.device) for p in shard.all_gather_tensors(mu1.cpu())]).amax(0)
     return mu1
 
 

@@ -14,8 +14,9 @@ Each result is frozen and carries its own evidence and the ``RankRule`` it was d
 * ``Bound``: a certified floor or ceiling, with what produced it and what it proves;
 * ``Sweep``: the satisfied fraction for every size from one set of nested draws (estimates),
   with the certified floor and ceiling;
-* ``KruskalResult``: what ``mhaaudit kruskal`` found: the tests, the sweep, the inputs and the run's
-  facts, as its table, JSON and parquet outputs give them (and read back from them).
+* ``KruskalResult``: what ``mhaaudit kruskal`` and :func:`mhaaudit.estimate_kruskal_rank` found:
+  the tests, the sweep, the inputs and the run's facts, as its table, JSON and parquet outputs give
+  them (and read back from them).
 """
 
 from __future__ import annotations
@@ -347,8 +348,9 @@ class KruskalInputs:
 
 @dataclass(frozen=True, repr=False)
 class KruskalResult(StoredResult):
-    """What ``mhaaudit kruskal`` found: a test at each size asked for, the sweep when one ran, and the
-    run's facts (the rank rule, the whole set's rank, the time it took).
+    """What ``mhaaudit kruskal`` found (:func:`mhaaudit.estimate_kruskal_rank` returns it): a test at
+    each size asked for, the sweep when one ran, and the run's facts (the rank rule, the whole set's
+    rank, the time it took); ``T``, ``d``, ``n`` and ``source`` are the inputs'.
 
     Its table, JSON (``meta()``, ``records()``, ``sweep_rows()``) and parquet outputs are made from
     these fields; ``KruskalResult.from_json`` / ``from_parquet`` read it back from them.
@@ -370,6 +372,26 @@ class KruskalResult(StoredResult):
     storage: str = "memory"  # memory | memory-mapped
     peak_rss_bytes: int | None = None
     capture: dict[str, Any] = field(default_factory=dict)  # with --model: the batch and the weights read
+
+    @property
+    def T(self) -> int:
+        """The number of vectors tested (``inputs.T``)."""
+        return self.inputs.T
+
+    @property
+    def d(self) -> int:
+        """Their width (``inputs.d``)."""
+        return self.inputs.d
+
+    @property
+    def n(self) -> int | None:
+        """The context length when known (``inputs.n``), else None."""
+        return self.inputs.n
+
+    @property
+    def source(self) -> str:
+        """Where the vectors came from (``inputs.source``)."""
+        return self.inputs.source
 
     @property
     def set_rank_ceilings(self) -> dict[str, int]:
@@ -409,7 +431,6 @@ class KruskalResult(StoredResult):
         return kruskal_report(self)
 
     def summary_line(self) -> str:
-        parts = [f"k = {t.k}: {t.verdict}" + (" (proven)" if t.proven else "") for t in self.tests]
-        if self.sweep is not None:
-            parts.append(f"sweep estimate {self.sweep.estimate}")
-        return f"{self.inputs.T} vectors in R^{self.inputs.d}: " + ", ".join(parts)
+        tests = ", ".join(f"{t.check} k = {t.k}: {t.verdict}" + (" (proven)" if t.proven else "") for t in self.tests)
+        swept = f"; sweep estimate {self.sweep.estimate}" if self.sweep is not None else ""
+        return f"{self.T} vectors in R^{self.d} from {self.source}" + (f"; {tests}" if tests else "") + swept

@@ -40,6 +40,7 @@ from ..io import MappedArray
 from ..numerics import RankRule, lapack, numerics, philox, subnormals_kept
 from ..numerics.philox import split_key
 from ..numerics.stream import Rows, Unit, chunk_rows, refuse_unless_fits, scan_of
+from ..numerics.threads import intra_op_threads
 from ..settings import KERNELS_ENV, derive_seed, kernels_env
 
 __all__ = ["DRAW_BLOCK", "FULL_GRAM_MAX_BYTES", "Gram", "Progress", "as_matrix", "block_specs", "blocks_in_order",
@@ -388,9 +389,6 @@ def blocks_in_order(job, T: int, k: int, samples: int, seed: int, sort: bool, wo
 
     groups = units(samples, workers, per_call)
     shard = lockstep()
-    if shard is None:
-        yield from _run_groups(job, groups, T, k, seed, sort, workers, device)
-        return
     n = shard.world_size
     mine = _run_groups(job, (groups[i] for i in range(shard.rank, len(groups), n)), T, k, seed, sort, workers, device)
     try:
@@ -425,16 +423,14 @@ def _run_groups(job, groups: Iterable, T: int, k: int, seed: int, sort: bool, wo
         return
     todo = iter(groups)
     pool = ThreadPoolExecutor(workers)
-    old_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        pending = deque(pool.submit(run, g) for g in itertools.islice(todo, workers + 1))
-        while pending:
-            result = pending.popleft().result()
-            group = next(todo, None)
-            if group is not None:
-                pending.append(pool.submit(run, group))
-            yield result
-    finally:
-        torch.set_num_threads(old_threads)
-        pool.shutdown(cancel_futures=True)
+    with intra_op_threads(1):  # the workers, started inside, take one intra-op thread each
+        try:
+            pending = deque(pool.submit(run, g) for g in itertools.islice(todo, workers + 1))
+            while pending:
+                result = pending.popleft().result()
+                group = next(todo, None)
+                if group is not None:
+                    pending.append(pool.submit(run, group))
+                yield result
+        finally:
+            pool.shutdown(cancel_futures=True)

@@ -32,6 +32,7 @@ import torch
 
 from .. import validate
 from ..errors import InputError
+from ..numerics.threads import intra_op_threads as _intra_op_threads
 from ..settings import MAX_SEED, derive_seed, device_name, resolve_device
 from .data import CONTEXTS, DIM, TASKS, make_dataset
 from .model import MemorizeModel
@@ -179,14 +180,8 @@ def intra_op_threads(device: torch.device, threads: int | None = 1) -> Iterator[
     The model is tiny: on the CPU one intra-op thread per group is as fast as several, and
     several slow down badly when other processes share the cores; groups run side by side instead.
     """
-    before = torch.get_num_threads()
-    if device.type == "cpu" and threads is not None:
-        torch.set_num_threads(threads)
-    try:
+    with _intra_op_threads(threads if device.type == "cpu" else None):
         yield
-    finally:
-        if torch.get_num_threads() != before:
-            torch.set_num_threads(before)
 
 
 class _GroupTrainer:

@@ -74,19 +74,7 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
     hub read. Trained weights from a safetensors checkpoint are read only as far as the probed
     blocks need (:mod:`.shards`); ``info.weights_read`` says what was read.
     """
-    offline = is_offline()
-    if offline:
-        force_offline_env()
-    hub = _Hub(revision, bool(trust_remote_code), offline)
-    for folder in (spec.resolved if spec.local else None, weights_path):
-        if folder is not None and os.path.isdir(folder):  # before transformers reads anything from it
-            if not hub.trust_remote_code:
-                refuse_repository_code(folder, spec.name)
-            check_local_indexes(folder)
-            check_links_inside(folder)
-            raw = read_json(os.path.join(folder, "config.json"))
-            if raw is not None:
-                check_config_numbers(ConfigFields(raw), spec.name)
+    hub = _hub_for(spec, weights_path, revision, trust_remote_code)
     cfg, source = _config(spec, weights, weights_path, hub)
     family, modality, is_decoder = classify_config(cfg, spec.name)
     if modality == "image" and context_length is not None:
@@ -99,36 +87,24 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
     n, query_index = _text_shape(cfg, is_decoder, context_length, spec.name) if modality == "text" else (0, 0)
     if fam is not None and fam.query == "none":
         query_index = None
-    full_layers = int(getattr(cfg, "num_hidden_layers"))
     built, checkpoint = _build(spec, cfg, origin, seed, hub, max_layer, partial)
     module = prepare_module(built, device)
     blocks = find_blocks(module)
     if blocks is None:
         raise ModelError(f"{spec.name} cannot be probed: no list of transformer blocks found in {type(module).__name__} "
                          f"(supported: {supported_families()})")
-    d, heads = int(getattr(cfg, "hidden_size")), int(getattr(cfg, "num_attention_heads"))
     sources = list(dict.fromkeys(t for t in (origin.folder, spec.resolved) if t))
-    info = ModelInfo(
-        name=spec.name, resolved=spec.resolved, backend="hf", family=family, modality=modality, d=d, n=n,
-        query_index=query_index, num_layers=full_layers, num_heads=heads,
-        head_dim=int(getattr(cfg, "head_dim", None) or d // heads), weights=weights, weights_source=origin.description,
-        positions=embedding_positions(fam, cfg) if fam is not None else "learned",
-        query_token=query_words(query_index, n, modality=modality, why=fam.no_query if fam is not None else ""),
-    )
+    info = _model_info(spec, cfg, fam, (family, modality, is_decoder), n, query_index, weights, origin)
     pm = ProbedModel(
         info, module, device, blocks=blocks, forward=_forward(module, modality), config=cfg,
         tokenizer=load_tokenizer(sources, hub) if modality == "text" else None,
         image_transform=image_transform(cfg, family, sources, hub) if modality == "image" else None,
     )
-    whole = False
-    if checkpoint is not None:
-        try:
-            read = _read_needed(pm, checkpoint, spec.name)
-        except NotPartial:  # tensor names this module cannot map: from_pretrained reads it whole
-            whole = True
-    else:
-        read = whole_read(origin.file or origin.folder, cfg) if weights == "trained" else None
-    if whole:  # the partly read module is let go first, so that two models are never held at once
+    try:
+        read, whole = _read_weights(pm, checkpoint, origin, weights, cfg, spec.name), False
+    except NotPartial:  # tensor names this module cannot map: from_pretrained reads it whole
+        read, whole = None, True
+    if whole:  # the partly read module is let go first (outside the except), so that two models are never held at once
         del pm, module, built, blocks
         return load(spec, weights=weights, weights_path=weights_path, device=device, context_length=context_length,
                     max_layer=max_layer, seed=seed, revision=revision, trust_remote_code=trust_remote_code,
@@ -139,6 +115,50 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
         size, patch = getattr(cfg, "image_size", 0), getattr(cfg, "patch_size", 0)
         measure_image_tokens(pm, _count(size) // _count(patch) if patch else None)
     return pm
+
+
+def _hub_for(spec: ModelSpec, weights_path: str | None, revision: str | None, trust_remote_code: bool) -> _Hub:
+    """How this load reads the hub; the local folders checked before transformers reads anything from
+    them (code of their own unless trusted, shard indexes, links out of the folder, config numbers)."""
+    offline = is_offline()
+    if offline:
+        force_offline_env()
+    hub = _Hub(revision, bool(trust_remote_code), offline)
+    for folder in (spec.resolved if spec.local else None, weights_path):
+        if folder is not None and os.path.isdir(folder):
+            if not hub.trust_remote_code:
+                refuse_repository_code(folder, spec.name)
+            check_local_indexes(folder)
+            check_links_inside(folder)
+            raw = read_json(os.path.join(folder, "config.json"))
+            if raw is not None:
+                check_config_numbers(ConfigFields(raw), spec.name)
+    return hub
+
+
+def _model_info(spec: ModelSpec, cfg: Any, fam: Family | None, kind: tuple[str, str, bool], n: int,
+                query_index: int | None, weights: str, origin: _Weights) -> ModelInfo:
+    """What the loaded model is, from its config and family (before its weights are read);
+    ``kind`` is ``classify_config``'s (family, modality, decoder)."""
+    family, modality, is_decoder = kind
+    d, heads = int(getattr(cfg, "hidden_size")), int(getattr(cfg, "num_attention_heads"))
+    return ModelInfo(
+        name=spec.name, resolved=spec.resolved, backend="hf", family=family, modality=modality, d=d, n=n,
+        query_index=query_index, num_layers=int(getattr(cfg, "num_hidden_layers")), num_heads=heads,
+        head_dim=int(getattr(cfg, "head_dim", None) or d // heads), weights=weights, weights_source=origin.description,
+        positions=embedding_positions(fam, cfg) if fam is not None else "learned",
+        query_token=query_words(query_index, n, modality=modality, why=fam.no_query if fam is not None else ""),
+        decoder=modality == "text" and is_decoder,
+    )
+
+
+def _read_weights(pm: ProbedModel, checkpoint: Checkpoint | None, origin: _Weights, weights: str, cfg: Any,
+                  name: str) -> WeightsRead | None:
+    """The trained weights read into ``pm``: in part from a safetensors checkpoint (:class:`NotPartial`
+    when its names do not map), else what ``from_pretrained`` read whole; None for random weights."""
+    if checkpoint is not None:
+        return _read_needed(pm, checkpoint, name)
+    return whole_read(origin.file or origin.folder, cfg) if weights == "trained" else None
 
 
 def _count(size: Any) -> int:

@@ -46,9 +46,14 @@ class ModelInfo:
     positions: str = "learned"  # what layer 0 carries: learned | sinusoidal | rotary | relative | alibi | none
     query_token: str = ""  # the query token in words, e.g. "token 0 (class token; 1 more prefix token follows)"
     weights_read: dict | None = None  # trained weights: what loading read (:class:`.shards.WeightsRead` as a dict)
+    decoder: bool = False  # a causal (decoder) text model, decided once at load from its family or config
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The fields written into a run's ``meta`` (``model_info``). ``decoder`` is left out: the
+        query token (``query_index``, ``query_token``) already says it, and the outputs keep their keys."""
+        out = dataclasses.asdict(self)
+        del out["decoder"]
+        return out
 
 
 class _StopForward(Exception):

@@ -297,18 +297,9 @@ def resolve(name: str, *, backend: str | None = None, weights_path: str | None =
     name = name.strip()
     alias = ALIASES.get(name.lower())
     if alias is not None:
-        timm_wanted = backend == "timm" or (backend is None and "timm" in alias and _is_timm_checkpoint(weights_path))
-        if timm_wanted and "timm" not in alias:
-            raise ModelError(f"alias {name} has no timm version; use the transformers backend")
-        resolved = alias["timm"] if timm_wanted else alias["hf"]
-        return ModelSpec(name, "timm" if timm_wanted else "hf", resolved, alias["family"], alias["modality"], alias)
+        return _resolve_alias(name, alias, backend, weights_path)
     if is_path_like(name):
-        path = os.path.abspath(os.path.expanduser(name))
-        if backend == "timm" or (backend is None and _looks_like_timm_path(path)):
-            return ModelSpec(name, "timm", path, None, "image", local=True)
-        data = read_json(Path(path) / "config.json")
-        family = data.get("model_type") if data else None
-        return ModelSpec(name, "hf", path, family, _modality_of_type(family) if family else None, local=True)
+        return _resolve_path(name, backend)
     timm_name = _timm_name(name) if backend != "hf" else None
     if backend == "timm" or timm_name is not None:
         timm_name = timm_name or (name[5:] if name.startswith("timm:") else name)
@@ -318,6 +309,25 @@ def resolve(name: str, *, backend: str | None = None, weights_path: str | None =
         family = weights_cfg["model_type"]
         return ModelSpec(name, "hf", name, family, _modality_of_type(family))
     return ModelSpec(name, "hf", name)
+
+
+def _resolve_alias(name: str, alias: dict, backend: str | None, weights_path: str | None) -> ModelSpec:
+    """An alias's transformers model, or its timm version when asked for or given a timm checkpoint."""
+    timm_wanted = backend == "timm" or (backend is None and "timm" in alias and _is_timm_checkpoint(weights_path))
+    if timm_wanted and "timm" not in alias:
+        raise ModelError(f"alias {name} has no timm version; use the transformers backend")
+    resolved = alias["timm"] if timm_wanted else alias["hf"]
+    return ModelSpec(name, "timm" if timm_wanted else "hf", resolved, alias["family"], alias["modality"], alias)
+
+
+def _resolve_path(name: str, backend: str | None) -> ModelSpec:
+    """A local folder or file: timm's format when asked for or saved so, else a transformers folder."""
+    path = os.path.abspath(os.path.expanduser(name))
+    if backend == "timm" or (backend is None and _looks_like_timm_path(path)):
+        return ModelSpec(name, "timm", path, None, "image", local=True)
+    data = read_json(Path(path) / "config.json")
+    family = data.get("model_type") if data else None
+    return ModelSpec(name, "hf", path, family, _modality_of_type(family) if family else None, local=True)
 
 
 def modality_of(model: str, backend: str | None = None, weights_path: str | None = None) -> str:

@@ -44,6 +44,8 @@ INDEX_FILES = (INDEX_FILE, "pytorch_model.bin.index.json")
 # Tensor functions that read no values (a model asking for its dtype or device does not use that weight).
 _METADATA = frozenset({"__get__", "size", "dim", "numel", "nelement", "ndimension", "element_size", "stride",
                        "is_floating_point", "is_complex", "is_contiguous", "get_device", "data_ptr", "type"})
+# Tensor properties that are views of the data, not metadata: ``weight.T`` uses the weight (Falcon's Linear).
+_DATA_PROPERTIES = frozenset({"T", "mT", "H", "mH", "data", "real", "imag"})
 # Names older checkpoints give LayerNorm parameters (``from_pretrained`` renames them the same way).
 _LEGACY_SUFFIXES = ((".weight", ".gamma"), (".bias", ".beta"))
 
@@ -407,7 +409,9 @@ def used_parameters(module: nn.Module, run: Callable[[], object]) -> set[str]:
     class _Record(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if getattr(func, "__name__", "") in _METADATA:
+            name = getattr(func, "__name__", "")
+            if name in _METADATA and not (name == "__get__" and getattr(getattr(func, "__self__", None), "__name__", "")
+                                          in _DATA_PROPERTIES):
                 return func(*args, **kwargs)
             for a in tree_flatten((args, kwargs))[0]:
                 if isinstance(a, torch.Tensor) and id(a) in ids:

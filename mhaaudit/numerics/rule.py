@@ -42,18 +42,16 @@ def numerics(threads: int | None = None):
     (:func:`tf32_off`) is a process-wide setting, made once at a computation's entry point
     (:func:`with_numerics`), not here where threads would save and restore it concurrently.
     """
-    before = torch.get_num_threads()
+    from .threads import intra_op_threads
+
     depth = _depth()
     flushed = torch.set_flush_denormal(True) if depth == 0 else False
     _STATE.depth = depth + 1
-    if threads is not None:
-        torch.set_num_threads(threads)
     try:
-        yield
+        with intra_op_threads(threads):
+            yield
     finally:
         _STATE.depth = depth
-        if threads is not None:
-            torch.set_num_threads(before)
         if flushed:
             torch.set_flush_denormal(False)
 

@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..errors import InputError
+from ..io import stamp
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 from ..tables import Report
 from .compare import Comparison, RunFacts, compare, compare_memorization, setting_differences
-from .published import target_spec
+from .published import published, target_spec
 
 if TYPE_CHECKING:
     from ..auditing import AuditResult
@@ -62,6 +63,22 @@ class Reproduction(Report):
     def counts(self) -> dict:
         c = Counter(x.status for x in self.comparisons)
         return {s: c.get(s, 0) for s in ("match", "differs", "undetermined", "unavailable")}
+
+    def meta(self) -> dict:
+        """The run's provenance stamp (the JSON ``meta``): the target, the paper, the counts, the setting."""
+        return stamp(command="reproduce", target=self.target, title=self.title, source=self.source,
+                     paper=published()["paper"], counts=self.counts(), setting=self.setting, notes=self.notes,
+                     timings_s=self.timings, **self.settings)
+
+    def document(self, meta: dict | None = None) -> dict:
+        """What ``--format json`` prints: ``meta``, the records, and the sweep rows and memorize runs
+        when the target has them."""
+        doc = {"meta": self.meta() if meta is None else meta, "records": self.records()}
+        if self.sweeps:
+            doc["sweep"] = self.sweep_rows()
+        if self.grid is not None:
+            doc["runs"] = [r.to_dict() for r in self.grid.runs]
+        return doc
 
     def renderables(self) -> list:
         from ..render import reproduction_report

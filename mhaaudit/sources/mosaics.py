@@ -287,20 +287,13 @@ def atlas(device: str = "cpu") -> Atlas:
 def _one_thread(device) -> Iterator[None]:
     """On the CPU, synthesise on one intra-op thread. The synthesis runs on the pipeline's reader
     thread beside the forward pass, which takes the cores; a second team of threads on the same
-    cores made it ten times slower on a busy 2-core machine. ``torch.set_num_threads`` sets the
-    calling thread's OpenMP and MKL thread counts (other running threads keep theirs) and the
-    default of threads not yet started; it is restored at once."""
-    import torch
+    cores made it ten times slower on a busy 2-core machine. The count
+    (:func:`~mhaaudit.numerics.threads.intra_op_threads`) is the calling thread's (other running
+    threads keep theirs) and the default of threads not yet started; it is restored at once."""
+    from ..numerics.threads import intra_op_threads
 
-    if device.type != "cpu" or torch.get_num_threads() == 1:
+    with intra_op_threads(1 if device.type == "cpu" else None):
         yield
-        return
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(saved)
 
 
 def mosaics(seed: int, where: Atlas) -> Iterator:

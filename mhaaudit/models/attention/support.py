@@ -3,9 +3,10 @@
 An :class:`~.weights.AttentionWeights` describes logits ``scale (pre(x) W_q[h] + b_q[h]) (pre(y)
 W_k[h] + b_k[h])^T`` of the block input alone. Attention that also depends on the positions
 (rotary, relative or ALiBi terms), shares key heads among query heads, normalises queries and keys
-per head, or caps its logits is not of that form, and Z built from it would certify a layer the
-model does not have. :data:`FEATURES` names each such feature with its test on the loaded model
-and its block; :func:`unsupported` lists those a block shows. A new feature is one entry here.
+per head, caps its logits, or lets a token see only a window of the others is not of that form,
+and Z built from it would certify a layer the model does not have. :data:`FEATURES` names each
+such feature with its test on the loaded model and its block; :func:`unsupported` lists those a
+block shows. A new feature is one entry here.
 """
 
 from __future__ import annotations
@@ -64,6 +65,11 @@ def _softcap(pm: "ProbedModel", block: nn.Module) -> bool:
     return _cfg(pm, "attn_logit_softcapping") is not None
 
 
+def _local(pm: "ProbedModel", block: nn.Module) -> bool:
+    """A block whose tokens see only a window of the others (GPT-Neo's local blocks)."""
+    return any(getattr(m, "attention_type", None) == "local" for m in block.modules())
+
+
 #: (reason in words, test on the loaded model and one of its blocks), in the order they are named.
 FEATURES: tuple[tuple[str, Callable[["ProbedModel", nn.Module], bool]], ...] = (
     ("rotary positions", _rotary),
@@ -72,6 +78,7 @@ FEATURES: tuple[tuple[str, Callable[["ProbedModel", nn.Module], bool]], ...] = (
     ("grouped key/value heads", _grouped),
     ("query/key norms", _qk_norm),
     ("logit soft-capping", _softcap),
+    ("local (windowed) attention", _local),
 )
 
 
