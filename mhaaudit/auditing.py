@@ -18,18 +18,22 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from pathlib import Path
+from typing import Any, ClassVar
 
 import torch
 
+from .capacity.theory import CapacityBound, theorem1_bound
 from .checks import REGISTRY, ContextRankResult
 from .distributed import describe, shared
 from .errors import DataError, InputError, OfflineError, OutputError
 from .features import FeatureSet, StreamingReducer
-from .kruskal import Sweep, kruskal_sweep, set_stats
+from .kruskal import SubsetTest, Sweep, kruskal_sweep, set_stats
+from .models.shards import weights_read_text
 from .request import KEYWORDS, DataRequest, ModelRequest, Requests, build_requests, build_settings, keyword_conveniences
 from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
-from .tables import ResultTable, table_rows, verdict_tally
+from .tables import StoredResult, table_rows, verdict_tally
 
 IMAGE_VARIANTS = ("embedding", "random-attention", "random", "trained")
 VARIANT_HELP = {
@@ -107,57 +111,121 @@ def _inits_from_variants(variants: Sequence[str] | None) -> list[str]:
     return list(dict.fromkeys(ws))
 
 
+#: What one check of a column returns: a Monte-Carlo / exact subset test, or Assumption 2's exact counts.
+CheckResult = SubsetTest | ContextRankResult
+
+
+class NoteKind(str, Enum):
+    """What fact a note of an audit reports: the key notes are de-duplicated by."""
+
+    N_ABOVE_D = "n-above-d"  # n > d: Assumption 1 cannot hold (said once per run)
+    SHORT_OF_LIMIT = "short-of-limit"  # the data gave fewer examples than the limit
+    DUPLICATE_INPUTS = "duplicate-inputs"  # exact duplicate inputs were found
+    DATA = "data"  # what reading the data found (tokenizer, truncation, ...)
+
+
+class Note(str):
+    """One note of an audit: its text (a ``str``, as the report and the JSON ``notes`` give it)
+    and its :class:`NoteKind`. Equal to its text."""
+
+    kind: NoteKind
+
+    def __new__(cls, text: str, kind: NoteKind | str = NoteKind.DATA) -> Note:
+        note = super().__new__(cls, text)
+        note.kind = NoteKind(kind)
+        return note
+
+    def document(self) -> dict:
+        return {"kind": self.kind.value, "text": str(self)}
+
+    @classmethod
+    def from_document(cls, data) -> Note:
+        if isinstance(data, str):
+            return cls(data)
+        if not isinstance(data, dict) or set(data) != {"kind", "text"} or not isinstance(data["text"], str):
+            raise ValueError(f"a note is an object with kind and text, got {data!r}")
+        return cls(data["text"], data["kind"])
+
+
+#: Kinds of note one run says once, whatever their wording (the first one stays).
+ONCE_PER_RUN = frozenset({NoteKind.N_ABOVE_D})
+
+
+def add_note(notes: list, text: str, kind: NoteKind = NoteKind.DATA) -> Note | None:
+    """Append ``text`` as a :class:`Note` of ``kind`` unless the run has it already (the same
+    text, or any note of a kind said once per run); the note added, or None."""
+    if any((kind in ONCE_PER_RUN and getattr(n, "kind", None) == kind) or n == text for n in notes):
+        return None
+    note = Note(text, kind)
+    notes.append(note)
+    return note
+
+
 @dataclass(repr=False)
 class Column:
-    """The audit of one probe point."""
+    """The audit of one probe point.
+
+    ``T`` is the number of examples its checks read and ``weights_read`` what loading its trained
+    weights read (None for random weights). ``bound`` is what Theorem 1 / Remark 1 concludes from
+    its verdicts with the model's heads (None when the model does not say its heads, or the column
+    is unavailable), and ``bound_hint`` what would give a count when there is none.
+    ``features`` are the reduced features themselves (not stored in the results files).
+    """
 
     probe: Probe
     status: str = "ok"  # ok | unavailable
     reason: str = ""
-    features: FeatureSet | None = None
-    tests: dict = field(default_factory=dict)  # check -> SubsetTest | ContextRankResult
+    features: FeatureSet | None = field(default=None, compare=False, metadata={"document": False})
+    tests: dict[str, CheckResult] = field(default_factory=dict)  # check -> its result
     sweep: Sweep | None = None
-    timings: dict = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
     weights_source: str = ""
+    T: int | None = None
+    weights_read: dict[str, Any] | None = None
+    bound: CapacityBound | None = None
+    bound_hint: str = ""
 
-    def records(self, model: str, seed: int) -> list[dict]:
+    def records(self, model: str) -> list[dict]:
         out = []
         for check in REGISTRY:
             r = self.tests.get(check)
-            if r is None:
-                rec = {"check": check, "verdict": "unavailable", "reason": self.reason or "not run"}
-            elif isinstance(r, ContextRankResult):
-                rec = r.record(seed)
-            else:
-                rec = r.record()
+            rec = {"check": check, "verdict": "unavailable", "reason": self.reason or "not run"} if r is None else r.record()
             out.append({"model": model, "variant": self.probe.variant, "layer": self.probe.layer, **rec})
         return out
 
     def __repr__(self) -> str:
-        what = verdict_tally(self.records("", 0)) if self.status == "ok" else f"unavailable: {self.reason}"
-        T = f", T = {self.features.T}" if self.features is not None else ""
+        what = verdict_tally(self.records("")) if self.status == "ok" else f"unavailable: {self.reason}"
+        T = f", T = {self.T}" if self.T is not None else ""
         return f"<Column {self.probe.variant} (layer {self.probe.layer}{T}): {what}>"
 
 
 @dataclass(repr=False)
-class AuditResult(ResultTable):
+class AuditResult(StoredResult):
     """The audit of every column; ``to_arrow()`` / ``to_pandas()`` give the rows ``check --out`` writes,
-    and a notebook shows it as the report ``check`` prints."""
+    and a notebook shows it as the report ``check`` prints. ``AuditResult.from_json`` /
+    ``from_parquet`` read it back from what ``check --format json`` printed or ``--out`` wrote."""
+
+    COMMAND: ClassVar[str] = "check"
 
     model: str
-    info: dict
+    info: dict[str, Any]  # the model's ModelInfo as a dict, and the weights each column read
     data: str
     columns: list[Column]
-    settings: dict
-    timings: dict
+    settings: dict[str, Any]  # the run's settings, as the JSON meta gives them
+    timings: dict[str, float]
     skipped: int = 0
-    notes: list = field(default_factory=list)
-    duplicates: dict = field(default_factory=dict)  # exact duplicate inputs found: total, repeats, dropped, example
-    skips: dict = field(default_factory=dict)  # inputs skipped, by cause: {cause: {"count", "example"}}
+    notes: list[Note] = field(default_factory=list)
+    duplicates: dict[str, Any] = field(default_factory=dict)  # exact duplicate inputs found: total, repeats, dropped, example
+    skips: dict[str, dict[str, Any]] = field(default_factory=dict)  # inputs skipped, by cause: {cause: {"count", "example"}}
     image_policy: str = ""  # images: the rule for modes other than RGB (skipped, or converted)
 
+    @property
+    def T(self) -> int | None:
+        """The number of examples audited (that of the first column audited; None when none was)."""
+        return next((c.T for c in self.columns if c.T is not None), None)
+
     def records(self) -> list[dict]:
-        return [r for c in self.columns for r in c.records(self.model, self.settings["seed"])]
+        return [r for c in self.columns for r in c.records(self.model)]
 
     def table_records(self) -> list[dict]:
         return table_rows(self.records(), self.sweep_rows())
@@ -171,7 +239,7 @@ class AuditResult(ResultTable):
         return audit_report(self)
 
     def summary_line(self) -> str:
-        T = next((c.features.T for c in self.columns if c.features is not None), None)
+        T = self.T
         cols = ", ".join(c.probe.variant + ("" if c.status == "ok" else " (unavailable)") for c in self.columns)
         return f"{self.model!r}" + ("" if T is None else f", T = {T}") + f"; columns {cols}: {verdict_tally(self.records())}"
 
@@ -184,9 +252,13 @@ class AuditResult(ResultTable):
         meta["columns"] = {c.probe.variant: {"status": c.status, "reason": c.reason, "layer": c.probe.layer,
                                              "weights": c.probe.init, "describe": c.probe.describe(),
                                              "weights_source": c.weights_source, "timings_s": c.timings,
-                                             "weights_read": c.features.meta.get("weights_read") if c.features else None,
-                                             "sweep": c.sweep.summary() if c.sweep else None}
+                                             "weights_read": c.weights_read,
+                                             "weights_read_text": weights_read_text(c.weights_read),
+                                             "sweep": c.sweep.summary() if c.sweep else None,
+                                             "bound": c.bound.to_dict() if c.bound is not None else None,
+                                             "bound_hint": c.bound_hint}
                            for c in self.columns}
+        meta["result"] = self.result_document()
         return meta
 
     def sweep_rows(self) -> list[dict]:
@@ -258,17 +330,23 @@ def check_features_folder(folder: str | Path, inputs: Sequence) -> Path:
 class Captured:
     """Reduced features of every probe point that could be captured, and what the capture saw."""
 
-    features: dict = field(default_factory=dict)  # variant -> FeatureSet
-    unavailable: dict = field(default_factory=dict)  # variant -> reason
-    info: dict = field(default_factory=dict)  # the model's ModelInfo as a dict
+    features: dict[str, FeatureSet] = field(default_factory=dict)  # variant -> its reduced features
+    unavailable: dict[str, str] = field(default_factory=dict)  # variant -> why it could not be captured
+    info: dict[str, Any] = field(default_factory=dict)  # the model's ModelInfo as a dict
     data: str = ""
     skipped: int = 0
-    skips: dict = field(default_factory=dict)  # inputs skipped, by cause
+    skips: dict[str, dict[str, Any]] = field(default_factory=dict)  # inputs skipped, by cause
     image_policy: str = ""
-    duplicates: dict = field(default_factory=dict)
-    notes: list = field(default_factory=list)
-    timings: dict = field(default_factory=dict)
-    batch: dict = field(default_factory=dict)  # the batch size used and how it was chosen
+    duplicates: dict[str, Any] = field(default_factory=dict)
+    notes: list[Note] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    batch: dict[str, Any] = field(default_factory=dict)  # the batch size used and how it was chosen
+
+    def note(self, text: str, kind: NoteKind, on_note: Callable[[str], None] | None = None) -> None:
+        """Keep a note (once: see :func:`add_note`), and pass it to ``on_note`` when it is new."""
+        added = add_note(self.notes, text, kind)
+        if added is not None and on_note is not None:
+            on_note(added)
 
 
 def _n_above_d_note(info) -> str:
@@ -353,10 +431,8 @@ def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataR
         info = pm.info
         _check_limit_reaches_n(data, info)
         _check_limit_fits(data, info, len(group))
-        if info.n > info.d and not any("cannot hold" in x for x in out.notes):
-            out.notes.append(_n_above_d_note(info))
-            if on_note is not None:
-                on_note(out.notes[-1])
+        if info.n > info.d:
+            out.note(_n_above_d_note(info), NoteKind.N_ABOVE_D, on_note)
         if not out.info or init == "random":
             out.info = info.to_dict()
         out.info[f"{init}_weights_source"] = info.weights_source
@@ -371,8 +447,11 @@ def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataR
 
             ra = RandomAttention(info.d, seed=settings.seed, device=pm.device)
         reducers = {p.variant: StreamingReducer(qi, rule) for p in group}
+        data_notes: list[str] = []
         fed = pipeline.stream(pm, data, {p.layer for p in group}, [_reducer_consumer(group, reducers, ra)], settings,
-                              out.notes, label=f"{init} weights: capture", need=info.n)
+                              data_notes, label=f"{init} weights: capture", need=info.n)
+        for text in data_notes:
+            out.note(text, NoteKind.DATA)
         out.timings[f"capture {init}"] = fed.seconds
         out.batch = out.batch or fed.batch
         if data.batch_size == "auto":  # the other weights have the same shapes: the same batch, not a second search
@@ -380,13 +459,11 @@ def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataR
         out.data, out.skipped, out.duplicates = fed.name, max(out.skipped, fed.skipped), fed.duplicates
         out.skips, out.image_policy = fed.skips or out.skips, fed.policy or out.image_policy
         short = _short_of_limit_note(fed, data.limit)
-        if short and short not in out.notes:
-            out.notes.append(short)
-            if on_note is not None:
-                on_note(short)
-        if fed.duplicates.get("repeats") and fed.duplicates_line not in out.notes:
-            out.notes.append(f"duplicate inputs: {fed.duplicates_line} (identical inputs give identical vectors at "
-                             "every layer, a dependence that is about the data, not the model)")
+        if short:
+            out.note(short, NoteKind.SHORT_OF_LIMIT, on_note)
+        if fed.duplicates.get("repeats"):
+            out.note(f"duplicate inputs: {fed.duplicates_line} (identical inputs give identical vectors at "
+                     "every layer, a dependence that is about the data, not the model)", NoteKind.DUPLICATE_INPUTS)
         for p in group:
             out.features[p.variant] = reducers[p.variant].result(
                 {"model": request.model, "variant": p.variant, "layer": p.layer, "weights": init,
@@ -479,7 +556,7 @@ def run_checks(fs: FeatureSet, settings: Settings, *, sweep: bool = False, label
     exact = [c for c in REGISTRY.values() if not c.estimated]
     sampled = [c for c in REGISTRY.values() if c.estimated]
     for c in exact:
-        tests[c.name] = c.decide(fs, rule=rule)
+        tests[c.name] = _with_seed(c.decide(fs, rule=rule), settings.seed)
     swept = ["queries"] if sweep else []  # the sweep is the queries' Kruskal-rank curve (Figure 1)
     stats = {v: set_stats(getattr(fs, v), rule) for v in dict.fromkeys([*(c.vectors for c in sampled), *swept])}
     timings["set ranks"] = round(time.perf_counter() - t0, 3)
@@ -497,6 +574,11 @@ def run_checks(fs: FeatureSet, settings: Settings, *, sweep: bool = False, label
             sw = kruskal_sweep(fs.queries, stats=stats["queries"], progress=adv, rule=rule, **common)
         timings["sweep"] = round(time.perf_counter() - t0, 3)
     return tests, sw, timings
+
+
+def _with_seed(result, seed: int):
+    """An exact check's result with the audit's seed in its record (a sampled check has its own)."""
+    return replace(result, seed=seed) if isinstance(result, ContextRankResult) else result
 
 
 @keyword_conveniences
@@ -528,10 +610,29 @@ def _column(p: Probe, got: Captured, settings: Settings, sweep: bool) -> Column:
                 if "not RGB" in (got.skips or {}) and got.image_policy.startswith("RGB only") else "")
         raise DataError(f"the data gave only {fs.T} usable examples, but Assumptions 1 and 3 draw n = {fs.n} of the "
                         f"T examples, so T must be at least {fs.n}{skipped}{dropped}{hint}; supply more data")
-    col.features = fs
+    col.features, col.T = fs, fs.T
     col.weights_source = fs.meta.get("weights_source", "")
+    col.weights_read = fs.meta.get("weights_read")
     col.tests, col.sweep, col.timings = run_checks(fs, settings, sweep=sweep, label=p.variant)
+    col.bound, col.bound_hint = memorisation_bound(got.info, col)
     return col
+
+
+def memorisation_bound(info: dict, col: Column) -> tuple[CapacityBound | None, str]:
+    """What Theorem 1 / Remark 1 concludes from one audited column's verdicts, with the model's
+    heads: the bound (None when the model does not say its heads, width and length), and, when
+    the theorem gives no count, what would give one (else "")."""
+    H, dh, n, d = info.get("num_heads"), info.get("head_dim"), info.get("n"), info.get("d")
+    if col.status != "ok" or not all(isinstance(v, int) and v > 0 for v in (H, dh, n, d)):
+        return None, ""
+    a1, a2 = col.tests.get("assumption_1"), col.tests.get("assumption_2")
+    est = col.sweep.estimate if col.sweep is not None and col.sweep.estimate >= 1 else None
+    b = theorem1_bound(heads=H, head_dim=dh, n=n, d=d, a1_holds=a1.verdict == "holds" if a1 else None,
+                       a2_holds=a2.verdict == "holds" if a2 else None, kruskal_estimate=est)
+    hint = ""
+    if not b.applies and est is None and not (a1 and a1.verdict == "holds"):
+        hint = "run with --sweep for a Remark 1 count from the estimated Kruskal rank"
+    return b, hint
 
 
 @shared

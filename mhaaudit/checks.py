@@ -95,7 +95,7 @@ class ContextRankResult:
     d: int
     full: int
     deficient: int
-    rank_histogram: dict
+    rank_histogram: dict[int, int]
     min_margin: float  # min over examples of sigma_min / tol (> 1 means full rank with room)
     worst_example: int
     worst_sigma_min: float
@@ -105,6 +105,7 @@ class ContextRankResult:
     reason: str
     deficient_examples: tuple[int, ...] = ()
     check: str = "assumption_2"
+    seed: int | None = None  # the audit's seed, for the record (no draws are made: every example is decided)
 
     @property
     def exact_status(self) -> str:
@@ -122,7 +123,8 @@ class ContextRankResult:
     def proven(self) -> bool:
         return self.exact_status != "undecided"
 
-    def record(self, seed: int | None = None) -> dict:
+    def record(self) -> dict:
+        """The row of a results table (the columns of ``tables.TEST_COLUMNS``), as ``SubsetTest.record`` gives its own."""
         frac = self.full / self.T if self.T else 0.0
         return {
             "check": self.check,
@@ -141,9 +143,10 @@ class ContextRankResult:
             "scope": "per-example",
             "reason": self.reason,
             "tolerance": self.rule.describe(),
-            "seed": seed,
+            "seed": self.seed,
             "witness": list(self.deficient_examples[:20]),
             "witness_singular_values": [],
+            "witness_tol": None,
             "rank_histogram": {str(k): v for k, v in sorted(self.rank_histogram.items())},
             "exact_rechecks": 0,
             "sampled": False,

@@ -6,8 +6,9 @@ a model (one probe point, as ``check`` would), then runs the Monte-Carlo subset 
 asked for and the sweep when asked. A size that one of the registered checks tests
 (:data:`~mhaaudit.checks.REGISTRY`: n for Assumption 1 or 3, min(T, d) for General Position)
 carries that check's name; any other size is a plain ``kruskal`` test. The result is a
-:class:`KruskalResult`: the tests, the sweep and the run's provenance stamp (``meta``), which the
-command prints as a table, JSON or parquet.
+:class:`~mhaaudit.kruskal.KruskalResult` (``mhaaudit.KruskalResult``): the tests, the sweep, the
+inputs and the run's facts, which the command prints as a table, JSON or parquet (``meta()`` is the
+provenance stamp) and ``KruskalResult.from_json`` / ``from_parquet`` read back.
 
 What is asked travels as three frozen objects, each checked once when it is built:
 :class:`KruskalRequest` (the file and the sizes), :class:`Capture` (the model and data, when there
@@ -28,13 +29,12 @@ from .auditing import capture_probe
 from .checks import check_for_size
 from .errors import InputError
 from .features import FeatureSet
-from .io import MappedArray, read_array, stamp, to_query_matrix
-from .kruskal import SubsetTest, Sweep, as_matrix, fixed_rule
+from .io import MappedArray, read_array, to_query_matrix
+from .kruskal import KruskalInputs, KruskalResult, as_matrix, fixed_rule
 from .numerics.stream import peak_rss_bytes
 from .progress import log, task
 from .request import DataRequest, ModelRequest
 from .settings import Settings
-from .tables import ResultTable, table_rows
 
 VECTORS = ("queries", "a3")  # the query vectors, or the Assumption 3 vectors (query + mean of context rows)
 
@@ -71,42 +71,6 @@ class Capture:
     model: ModelRequest
     data: DataRequest
     variant: str = "random"
-
-
-@dataclass(repr=False)
-class KruskalResult(ResultTable):
-    """The tests at each size, the sweep (or None) and the run's stamp: what ``mhaaudit kruskal``
-    prints. ``records()`` are the JSON records, ``to_pandas()`` the rows of ``--out``."""
-
-    tests: list[SubsetTest]
-    sweep: Sweep | None
-    meta: dict
-    n: int | None
-    d: int
-    T: int
-    source: str
-
-    def records(self) -> list[dict]:
-        return [t.record() for t in self.tests]
-
-    def sweep_rows(self) -> list[dict]:
-        return self.sweep.rows() if self.sweep is not None else []
-
-    def table_records(self) -> list[dict]:
-        return table_rows(self.records(), self.sweep_rows())
-
-    def table_meta(self) -> dict:
-        return self.meta
-
-    def renderables(self) -> list:
-        from .render import kruskal_report
-
-        return kruskal_report(self.tests, self.sweep, self.meta, self.n, self.d)
-
-    def summary_line(self) -> str:
-        tests = ", ".join(f"{t.check} k = {t.k}: {t.verdict}" for t in self.tests)
-        swept = f"; sweep estimate {self.sweep.estimate}" if self.sweep is not None else ""
-        return f"{self.T} vectors in R^{self.d} from {self.source}" + (f"; {tests}" if tests else "") + swept
 
 
 # --------------------------------------------------------------------------- the requests
@@ -229,19 +193,13 @@ def estimate_kruskal_rank(features: str | Path | None = None, *, request: Kruska
     if on_note is not None:
         on_note(f"{T} vectors in R^{d} from {source}; rank rule: {rule.describe()}")
     tests, sw, timings = _estimate(X, ks, sweep, n, vectors, settings, rule, stats)
-    meta = stamp(
-        command="kruskal", seed=settings.seed, device=settings.device_name, tolerance=rule.as_dict(),
-        threshold=settings.threshold, samples=settings.samples,
-        inputs={"source": source, "T": T, "d": d, "n": n, "dtype": str(X.dtype).replace("torch.", "")},
-        set_rank=stats.rank, set_rank_ceilings={str(t.k): t.set_rank for t in tests if t.set_rank is not None},
-        timings_s=timings, total_s=round(time.perf_counter() - t0, 3),
-        storage="memory-mapped" if isinstance(X, MappedArray) else "memory", peak_rss_bytes=peak_rss_bytes(),
+    return KruskalResult(
+        inputs=KruskalInputs(source=str(source), T=T, d=d, n=n, dtype=str(X.dtype).replace("torch.", "")),
+        tests=tuple(tests), sweep=sw, rule=rule, seed=settings.seed, device=settings.device_name,
+        threshold=settings.threshold, samples=settings.samples, set_rank=stats.rank, timings=timings,
+        total_s=round(time.perf_counter() - t0, 3), storage="memory-mapped" if isinstance(X, MappedArray) else "memory",
+        peak_rss_bytes=peak_rss_bytes(), capture=captured,
     )
-    if captured:
-        meta["capture"] = captured
-    if sw is not None:
-        meta["sweep_summary"] = sw.summary()
-    return KruskalResult(tests=tests, sweep=sw, meta=meta, n=n, d=d, T=T, source=str(source))
 
 
 def _vectors(request: KruskalRequest, capture: Capture | None, settings: Settings):

@@ -93,7 +93,7 @@ def plot_depth(result, path: str | Path) -> Path:
         if not cols:
             continue
         xs = [c.probe.layer for c in cols]
-        fractions = [{r["check"]: r["fraction"] for r in c.records(result.model, 0)} for c in cols]
+        fractions = [{r["check"]: r["fraction"] for r in c.records(result.model)} for c in cols]
         for i, check in enumerate(REGISTRY.values()):  # one line per registered check, in the registry's order
             ax.plot(xs, [f[check.name] for f in fractions], styles.get(weights, "-"), color=f"C{i}", marker="o", ms=3,
                     label=f"{check.title} ({weights})")

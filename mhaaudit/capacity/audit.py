@@ -34,15 +34,17 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, ClassVar
 
 import torch
 
 from ..defaults import CAPACITY_BLOCK, CAPACITY_BLOCK_WHY
 from ..distributed import current, describe, shared
 from ..errors import InputError, ModelError, OfflineError
+from ..models.shards import weights_read_text
 from ..request import KEYWORDS, DataRequest, ModelRequest, Requests, build_requests, keyword_conveniences
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
-from ..tables import ResultTable
+from ..tables import StoredResult
 from .assumptions import (
     Assumptions,
     assumptions_from_file,
@@ -51,8 +53,8 @@ from .assumptions import (
     linear_algebra,
     read_check_results,
 )
-from .certificate import certify_head_prefixes
-from .theory import shared_context_rank_bound, theorem1_bound
+from .certificate import HeadCertificate, certify_head_prefixes
+from .theory import CapacityBound, shared_context_rank_bound, theorem1_bound
 from .z import ZBuilder, random_attention_weights
 
 __all__ = ["ATTENTION", "VARIANTS", "CapacityColumn", "CapacityResult", "attention_for", "capacity_audit"]
@@ -63,31 +65,38 @@ ATTENTION = ("model", "random")
 
 @dataclass
 class CapacityColumn:
+    """The bound and the certificate of one set of weights: the bound for each head count h
+    (``bounds[h]``), the certificate of each head prefix (``certificates``, by h), the assumptions
+    the bound rests on, and what the column read."""
+
     variant: str  # random | trained
     status: str = "ok"  # ok | unavailable
     reason: str = ""
     assumptions: Assumptions | None = None
-    bounds: dict = field(default_factory=dict)  # h -> CapacityBound
-    certificates: list = field(default_factory=list)  # HeadCertificate, by h
+    bounds: dict[int, CapacityBound] = field(default_factory=dict)  # h -> its bound
+    certificates: list[HeadCertificate] = field(default_factory=list)  # by h
     T: int = 0
     weights_source: str = ""
-    timings: dict = field(default_factory=dict)
-    weights_read: dict | None = None  # trained weights: what loading read (mhaaudit.models.shards.WeightsRead)
-    batch: dict = field(default_factory=dict)  # the batch size used and how it was chosen
+    timings: dict[str, float] = field(default_factory=dict)
+    weights_read: dict[str, Any] | None = None  # trained weights: what loading read (mhaaudit.models.shards.WeightsRead)
+    batch: dict[str, Any] = field(default_factory=dict)  # the batch size used and how it was chosen
 
 
 @dataclass(repr=False)
-class CapacityResult(ResultTable):
+class CapacityResult(StoredResult):
     """Bound and certificate of every column; ``to_arrow()`` / ``to_pandas()`` give the rows
-    ``capacity --out`` writes, and a notebook shows it as the report ``capacity`` prints."""
+    ``capacity --out`` writes, and a notebook shows it as the report ``capacity`` prints.
+    ``CapacityResult.from_json`` / ``from_parquet`` read it back from those outputs."""
+
+    COMMAND: ClassVar[str] = "capacity"
 
     model: str
-    info: dict
+    info: dict[str, Any]  # the model's ModelInfo as a dict
     data: str
     columns: list[CapacityColumn]
-    settings: dict
-    timings: dict
-    notes: list = field(default_factory=list)
+    settings: dict[str, Any]  # the run's settings, as the JSON meta gives them
+    timings: dict[str, float]
+    notes: list[str] = field(default_factory=list)
 
     def records(self) -> list[dict]:
         """One row per column and head count h (one 'unavailable' row for a column that could not run)."""
@@ -147,10 +156,12 @@ class CapacityResult(ResultTable):
                      timings_s=self.timings, **self.settings,
                      columns={c.variant: {"status": c.status, "reason": c.reason, "T": c.T,
                                           "weights_source": c.weights_source, "weights_read": c.weights_read,
+                                          "weights_read_text": weights_read_text(c.weights_read),
                                           "timings_s": c.timings,
                                           "assumptions": c.assumptions.to_dict() if c.assumptions else None,
                                           "bound": (c.bounds[max(c.bounds)].to_dict() if c.bounds else None)}
-                              for c in self.columns})
+                              for c in self.columns},
+                     result=self.result_document())
 
 
 # --------------------------------------------------------------------------------------------

@@ -111,8 +111,7 @@ def kruskal(
 
         plot_sweeps([(Path(result.source).name[:40] or "features", result.sweep)], plot, n=result.n, d=result.d,
                     title=f"Kruskal-rank sweep: {result.T} vectors in R^{result.d}")
-    emit(fmt, result.meta, result.records(), sweep=result.sweep_rows(), out=out,
-         render=lambda: render_kruskal(result.tests, result.sweep, result.meta, result.n, result.d))
+    emit(fmt, result.meta(), result.records(), sweep=result.sweep_rows(), out=out, render=lambda: render_kruskal(result))
 
 
 def _refuse_unused(ctx: typer.Context, features: Path | None, data: str | None) -> None:

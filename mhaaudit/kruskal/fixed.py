@@ -176,9 +176,9 @@ class _Tally:
     drawn: int = 0
     satisfied: int = 0
     rechecks: int = 0
-    histogram: dict = field(default_factory=dict)  # rank -> count over the dependent draws examined
+    histogram: dict[int, int] = field(default_factory=dict)  # rank -> count over the dependent draws examined
     histogram_draws: int = 0
-    first_dependent: list | None = None
+    first_dependent: list[int] | None = None
     stopped: bool = False
 
 

@@ -92,6 +92,11 @@ class WeightsRead:
         return f"read {human_bytes(self.bytes_read)}{total}{share} of the weights, stored in {self.stored_dtype}, from {files}{how}"
 
 
+def weights_read_text(read: dict | None) -> str:
+    """:meth:`WeightsRead.describe` of a ``WeightsRead`` stored as a dict ("" for None: nothing was read)."""
+    return WeightsRead(**read).describe() if read else ""
+
+
 def human_bytes(n: int | None) -> str:
     if n is None:
         return "?"

@@ -33,7 +33,7 @@ class RunFacts:
     samples: int
     threshold: float
     seed: int
-    weights: dict = field(default_factory=dict)  # column -> weights source, in words
+    weights: dict[str, str] = field(default_factory=dict)  # column -> weights source, in words
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
 from ..io import stamp
@@ -27,6 +28,11 @@ from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 from ..tables import Report
 from .compare import Comparison, RunFacts, compare, compare_memorization, setting_differences
 from .published import published, target_spec
+
+if TYPE_CHECKING:
+    from ..auditing import AuditResult
+    from ..kruskal import Sweep
+    from ..memorize import MemorizeGrid
 
 SWEEP_KINDS = ("sweep", "shape", "estimate")
 
@@ -40,14 +46,14 @@ class Reproduction(Report):
     title: str
     source: str
     comparisons: list[Comparison]
-    facts: dict  # model key -> RunFacts
+    facts: dict[str, RunFacts]  # model key -> what its run was
     setting: list[str]  # the run in words, with how it differs from the paper's
-    settings: dict  # for the output's meta
-    timings: dict
-    sweeps: dict = field(default_factory=dict)  # (model key, column) -> Sweep
-    audits: dict = field(default_factory=dict)  # model key -> AuditResult
-    grid: object | None = None  # figure2: the MemorizeGrid
-    notes: list = field(default_factory=list)
+    settings: dict[str, Any]  # for the output's meta
+    timings: dict[str, float | dict[str, float]]  # phase -> seconds (an audit's phases nested under its model)
+    sweeps: dict[tuple[str, str], Sweep] = field(default_factory=dict)  # (model key, column) -> its sweep
+    audits: dict[str, AuditResult] = field(default_factory=dict)  # model key -> its audit
+    grid: MemorizeGrid | None = None  # figure2: the grid trained
+    notes: list[str] = field(default_factory=list)
 
     def records(self) -> list[dict]:
         return [c.record() for c in self.comparisons]
@@ -100,7 +106,7 @@ def _data_for(spec: dict, data: str | None) -> tuple[str | None, bool]:
 
 def _facts(result, name: str, paper_data: bool, settings: Settings) -> RunFacts:
     cols = {c.probe.variant: (c.weights_source or c.reason) for c in result.columns}
-    T = next((c.features.T for c in result.columns if c.features is not None), None)
+    T = result.T
     return RunFacts(model=name, resolved=str(result.info.get("resolved", name)), n=result.info.get("n"),
                     d=result.info.get("d"), T=T, data=result.data, paper_data=paper_data, samples=settings.samples,
                     threshold=settings.threshold, seed=settings.seed, weights=cols)
@@ -114,7 +120,7 @@ def _column(col, settings: Settings, sweep=None) -> dict:
     """Our records of one audited column, as :func:`compare` reads them."""
     if col.status != "ok":
         return {"unavailable": col.reason}
-    recs = {r["check"]: r for r in col.records("", 0)}
+    recs = {r["check"]: r for r in col.records("")}
     out = {"records": recs, "sweep": _sweep_doc(sweep) if sweep is not None else None, "n": col.features.n}
     gp = recs.get("general_position")
     if gp is not None and not gp["sampled"] and gp["k"] <= gp["d"] and (gp.get("set_rank") or 0) > 1:
