@@ -623,7 +623,8 @@ def memorisation_bound(info: dict, col: Column) -> tuple[CapacityBound | None, s
     heads: the bound (None when the model does not say its heads, width and length), and, when
     the theorem gives no count, what would give one (else "")."""
     H, dh, n, d = info.get("num_heads"), info.get("head_dim"), info.get("n"), info.get("d")
-    if col.status != "ok" or not all(isinstance(v, int) and v > 0 for v in (H, dh, n, d)):
+    if col.status != "ok" or not (isinstance(H, int) and isinstance(dh, int) and isinstance(n, int) and isinstance(d, int)
+                                  and min(H, dh, n, d) > 0):
         return None, ""
     a1, a2 = col.tests.get("assumption_1"), col.tests.get("assumption_2")
     est = col.sweep.estimate if col.sweep is not None and col.sweep.estimate >= 1 else None

@@ -364,7 +364,7 @@ def check_for_size(k: int, *, n: int | None, T: int, d: int, vectors: str) -> st
     """
     big = 1 << 62
     fits = [c for c in REGISTRY.values() if c.estimated and c.vectors == vectors
-            and (n is not None or _sized_without_n(c)) and c.k(n, T, d) == k]
+            and (n is not None or _sized_without_n(c)) and c.k(n if n is not None else 0, T, d) == k]
     return min(fits, key=lambda c: c.k(n if n is not None else big, big, big)).name if fits else "kruskal"
 
 

@@ -547,8 +547,9 @@ def _portable(kwargs: dict) -> dict:
     out = {k: (None if callable(v) else _without_progress(_on_cpu(v))) for k, v in kwargs.items()}
     if isinstance(out.get("progress"), bool):
         out["progress"] = False
-    if getattr(out.get("settings"), "progress", False):  # a Settings object: its bars too
-        out["settings"] = dataclasses.replace(out["settings"], progress=False)
+    settings = out.get("settings")
+    if settings is not None and getattr(settings, "progress", False):  # a Settings object: its bars too
+        out["settings"] = dataclasses.replace(settings, progress=False)
     return out
 
 

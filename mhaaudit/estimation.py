@@ -206,6 +206,7 @@ def _vectors(request: KruskalRequest, capture: Capture | None, settings: Setting
     """The vectors to test: (matrix, n, source, which vectors, how the capture ran: batch size and
     weights read, empty for a file). A saved feature folder and a captured model know their n."""
     if request.features is None:
+        assert capture is not None, "a request without features comes with its capture"
         vectors = request.vectors or "queries"
         fs = capture_probe(capture.model, capture.data, capture.variant, settings=settings)
         source = f"{fs.meta.get('model')} [{fs.meta.get('variant')}] {vectors} on {fs.meta.get('data')}"
@@ -221,6 +222,7 @@ def _vectors(request: KruskalRequest, capture: Capture | None, settings: Setting
 def _read(request: KruskalRequest):
     """Vectors from a file or a ``--save-features`` folder: (matrix, n or None, source, which vectors)."""
     features, key, query_index, vectors = request.features, request.key, request.query_index, request.vectors
+    assert features is not None, "only a request with features is read"
     if features.is_dir():
         for name, value in (("--key", key), ("--query-index", query_index)):
             if value is not None:

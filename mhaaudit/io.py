@@ -7,9 +7,9 @@ import json
 import os
 import platform
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -475,8 +475,10 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.T
         raise InputError(f"unknown feature file type {ext or '(none)'!r} for {p}; use one of {', '.join(FEATURE_EXTENSIONS)}")
     if key is not None and ext == ".npy":
         raise InputError(f"--key has no effect on {p}: a .npy file holds one array")
-    reader = {".npy": _read_npy, ".pt": _read_torch, ".pth": _read_torch, ".safetensors": _read_safetensors,
-              ".parquet": _read_parquet}[ext]
+    readers: dict[str, Callable[[Path, Any], tuple[torch.Tensor | MappedArray, str]]] = {
+        ".npy": _read_npy, ".pt": _read_torch, ".pth": _read_torch, ".safetensors": _read_safetensors,
+        ".parquet": _read_parquet}
+    reader = readers[ext]
     try:
         return reader(p, key)
     except InputError:

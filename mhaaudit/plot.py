@@ -189,8 +189,8 @@ def _memorize_lines(ax, grid, seeds: bool) -> None:
             line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"T = {T}")
             ax.fill_between([p[0] for p in pts], [p[2] for p in pts], [p[3] for p in pts], color=line.get_color(), alpha=0.2)
         else:
-            pts = sorted(((getattr(r, param) if param else 0), r.memorized) for r in grid.runs if r.size == T)
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"T = {T}")
+            pairs = sorted(((getattr(r, param) if param else 0), r.memorized) for r in grid.runs if r.size == T)
+            ax.plot([p[0] for p in pairs], [p[1] for p in pairs], marker="o", label=f"T = {T}")
 
 
 def _memorize_title(grid, seeds: bool) -> str:

@@ -396,8 +396,8 @@ def depth_tables(result) -> list[Table]:
             t.add_column("Kruskal estimate", justify="right")
         for c in cols:
             row = [str(c.probe.layer)]
-            for check in REGISTRY:
-                row.append(verdict_text("unavailable") if c.status != "ok" else cell(_rec(c, check)).replace("\n", " "))
+            for name in REGISTRY:
+                row.append(verdict_text("unavailable") if c.status != "ok" else cell(_rec(c, name)).replace("\n", " "))
             if any(x.sweep is not None for x in cols):
                 row.append(str(c.sweep.estimate) if c.sweep is not None else "-")
             t.add_row(*row)

@@ -376,7 +376,7 @@ def _decode(tp, data, where: str):
         raise ValueError(f"{where}: {data!r} fits none of {tp}: {'; '.join(errors)}")
     if isinstance(tp, type) and hasattr(tp, "from_document"):
         return tp.from_document(data)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(data, dict):
             raise ValueError(f"{where}: expected an object for {tp.__name__}, got {type(data).__name__}")
         hints = typing.get_type_hints(tp)

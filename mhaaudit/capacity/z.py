@@ -71,10 +71,11 @@ def attention_combinations(
         raise InputError(f"chunk must be a positive integer, got {chunk!r}")
     E, x, Wq, Wk = _inputs(E, x, Wq, Wk)
     H, _d, dh = Wq.shape
-    bq, bk = (_head_bias(name, b, H, dh) for name, b in (("bq", bq), ("bk", bk)))
+    bq, bk = _head_bias("bq", bq, H, dh), _head_bias("bk", bk, H, dh)
     exclude_query_index = _excluded(exclude_query_index, E.shape[-2])
     device = x.device
-    Wq, Wk, bq, bk = (t.to(device=device, dtype=dtype) if t is not None else None for t in (Wq, Wk, bq, bk))
+    Wq, Wk = Wq.to(device=device, dtype=dtype), Wk.to(device=device, dtype=dtype)
+    bq, bk = (b.to(device=device, dtype=dtype) if b is not None else None for b in (bq, bk))
     out = torch.empty((x.shape[0], H * x.shape[1]), dtype=dtype, device=device)
     shared = None
     if E.ndim == 2:

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator
 
 import torch
-from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
+from threadpoolctl import ThreadpoolController
 
 __all__ = ["intra_op_threads"]
 

@@ -49,7 +49,7 @@ class Reproduction(Report):
     facts: dict[str, RunFacts]  # model key -> what its run was
     setting: list[str]  # the run in words, with how it differs from the paper's
     settings: dict[str, Any]  # for the output's meta
-    timings: dict[str, float | dict[str, float]]  # phase -> seconds (an audit's phases nested under its model)
+    timings: dict[str, float | dict[str, Any]]  # phase -> seconds (an audit's phases nested under its model, by column)
     sweeps: dict[tuple[str, str], Sweep] = field(default_factory=dict)  # (model key, column) -> its sweep
     audits: dict[str, AuditResult] = field(default_factory=dict)  # model key -> its audit
     grid: MemorizeGrid | None = None  # figure2: the grid trained
