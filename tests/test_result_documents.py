@@ -181,7 +181,8 @@ def shown_as(token: str, value: float) -> bool:
 
 @pytest.mark.parametrize("argv", ["check-image", "check-text", "capacity-image", "kruskal-k", "kruskal-sweep"],
                          indirect=True)
-def test_json_carries_every_number_the_table_prints(argv, tmp_path, capsys):
+def test_json_carries_every_number_the_table_prints(argv, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # wide enough that no cell folds a number in two
     cls, render = COMMANDS[argv[0]]
     out = tmp_path / "r.parquet"
     rc, text, err = run(capsys, *argv, "--format", "json", "--out", out)
