@@ -590,6 +590,26 @@ class ResultTable(Report):
 
 
 
+def read_json_document(source) -> tuple[object, str]:
+    """The JSON value in ``source`` (the JSON text, or a path to a file holding it), and where it
+    was read from, for messages. Unreadable or invalid input is an :class:`~mhaaudit.errors.InputError`."""
+    from .errors import InputError
+
+    if isinstance(source, str) and source.lstrip().startswith("{"):
+        text, where = source, "the JSON document"
+    else:
+        where = os.fspath(source)
+        try:
+            with open(where, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise InputError(f"{where}: cannot read it ({exc.strerror or exc})") from exc
+    try:
+        return json.loads(text), where
+    except ValueError as exc:
+        raise InputError(f"{where}: not a JSON document ({exc})") from exc
+
+
 class StoredResult(ResultTable):
     """A command's result that its output files give back: ``from_json`` / ``from_parquet`` read
     the object ``--format json`` printed or ``--out`` wrote (the meta's ``result``) and return it
@@ -608,22 +628,7 @@ class StoredResult(ResultTable):
         """The result in a ``--format json`` document: a parsed dict, the JSON text or a path to it."""
         from .errors import InputError
 
-        where = "the JSON document"
-        if isinstance(source, dict):
-            doc = source
-        else:
-            text = source if isinstance(source, str) and source.lstrip().startswith("{") else None
-            if text is None:
-                where = os.fspath(source)
-                try:
-                    with open(where, encoding="utf-8") as fh:
-                        text = fh.read()
-                except OSError as exc:
-                    raise InputError(f"{where}: cannot read it ({exc.strerror or exc})") from exc
-            try:
-                doc = json.loads(text)
-            except ValueError as exc:
-                raise InputError(f"{where}: not a JSON document ({exc})") from exc
+        doc, where = (source, "the JSON document") if isinstance(source, dict) else read_json_document(source)
         if not isinstance(doc, dict):
             raise InputError(f"{where}: not a results document (no meta)")
         return result_from_meta(cls, doc.get("meta"), where)

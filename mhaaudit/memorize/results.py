@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from .._version import __version__
-from ..tables import StoredResult, decode_result
+from ..tables import StoredResult, decode_result, read_json_document
 from .data import DIM
 from .saturation import SaturationSummary
 
@@ -168,7 +168,7 @@ class MemorizeGrid(StoredResult):
         a parsed dict, the JSON text or a path to it."""
         from ..errors import InputError
 
-        doc = source if isinstance(source, dict) else _json_document(source)
+        doc = source if isinstance(source, dict) else read_json_document(source)[0]
         if not isinstance(doc, dict) or not str(doc.get("tool", "")).startswith("mhaaudit"):
             raise InputError("the JSON document is not a memorize grid (no tool stamp)")
         return _decoded(cls, {k: v for k, v in doc.items() if k != "tool"}, "the JSON document")
@@ -244,26 +244,6 @@ class MemorizeGrid(StoredResult):
             "groups": [g.to_dict() for g in self.groups],
             "memory_budget": self.memory_budget,
         }
-
-
-def _json_document(source):
-    import os
-
-    from ..errors import InputError
-
-    if isinstance(source, str) and source.lstrip().startswith("{"):
-        text, where = source, "the JSON document"
-    else:
-        where = os.fspath(source)
-        try:
-            with open(where, encoding="utf-8") as fh:
-                text = fh.read()
-        except OSError as exc:
-            raise InputError(f"{where}: cannot read it ({exc.strerror or exc})") from exc
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise InputError(f"{where}: not a JSON document ({exc})") from exc
 
 
 def _decoded(cls, data: dict, where: str):
