@@ -33,7 +33,7 @@ from .kruskal import SubsetTest, Sweep, kruskal_sweep, set_stats
 from .models.shards import weights_read_text
 from .request import KEYWORDS, DataRequest, ModelRequest, Requests, build_requests, build_settings, keyword_conveniences
 from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
-from .tables import StoredResult, table_rows, verdict_tally
+from .tables import StoredSweepResult, verdict_tally
 
 IMAGE_VARIANTS = ("embedding", "random-attention", "random", "trained")
 VARIANT_HELP = {
@@ -200,7 +200,7 @@ class Column:
 
 
 @dataclass(repr=False)
-class AuditResult(StoredResult):
+class AuditResult(StoredSweepResult):
     """The audit of every column; ``to_arrow()`` / ``to_pandas()`` give the rows ``check --out`` writes,
     and a notebook shows it as the report ``check`` prints. ``AuditResult.from_json`` /
     ``from_parquet`` read it back from what ``check --format json`` printed or ``--out`` wrote."""
@@ -226,12 +226,6 @@ class AuditResult(StoredResult):
 
     def records(self) -> list[dict]:
         return [r for c in self.columns for r in c.records(self.model)]
-
-    def table_records(self) -> list[dict]:
-        return table_rows(self.records(), self.sweep_rows())
-
-    def table_meta(self) -> dict:
-        return self.meta()
 
     def renderables(self) -> list:
         from .render import audit_report

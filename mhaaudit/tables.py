@@ -653,6 +653,27 @@ class StoredResult(ResultTable):
             raise InputError(f"{where}: its mhaaudit metadata is not JSON ({exc})") from exc
         return result_from_meta(cls, doc, where)
 
+
+class StoredSweepResult(StoredResult):
+    """A stored result whose rows are its ``records()`` followed by its ``sweep_rows()`` (tagged
+    ``check = "sweep"``, see :func:`table_rows`), stamped with its ``meta()``."""
+
+    def records(self) -> list[dict]:  # pragma: no cover - defined by each result
+        raise NotImplementedError
+
+    def sweep_rows(self) -> list[dict] | None:  # pragma: no cover - defined by each result
+        raise NotImplementedError
+
+    def meta(self) -> dict:  # pragma: no cover - defined by each result
+        raise NotImplementedError
+
+    def table_records(self) -> list[dict]:
+        return table_rows(self.records(), self.sweep_rows())
+
+    def table_meta(self) -> dict:
+        return self.meta()
+
+
 _HTML = ('<pre style="white-space: pre; overflow-x: auto; margin: 0; line-height: normal; '
          'font-family: Menlo, \'DejaVu Sans Mono\', consolas, \'Courier New\', monospace">{code}</pre>')
 _PROSE = ('<pre style="white-space: pre-wrap; overflow-wrap: break-word; margin: 0; line-height: normal; '

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..numerics import RankRule, ldexp
-from ..tables import ResultTable, StoredResult, table_rows
+from ..tables import ResultTable, StoredSweepResult, table_rows
 
 __all__ = ["EXACT_BASES", "EXACT_STATUSES", "SCOPES", "Bound", "KruskalInputs", "KruskalResult", "SetStats",
            "SubsetTest", "Sweep", "Witness", "clopper_pearson"]
@@ -347,7 +347,7 @@ class KruskalInputs:
 
 
 @dataclass(frozen=True, repr=False)
-class KruskalResult(StoredResult):
+class KruskalResult(StoredSweepResult):
     """What ``mhaaudit kruskal`` found (:func:`mhaaudit.estimate_kruskal_rank` returns it): a test at
     each size asked for, the sweep when one ran, and the run's facts (the rank rule, the whole set's
     rank, the time it took); ``T``, ``d``, ``n`` and ``source`` are the inputs'.
@@ -418,12 +418,6 @@ class KruskalResult(StoredResult):
             meta["sweep_summary"] = self.sweep.summary()
         meta["result"] = self.result_document()
         return meta
-
-    def table_records(self) -> list[dict]:
-        return table_rows(self.records(), self.sweep_rows())
-
-    def table_meta(self) -> dict:
-        return self.meta()
 
     def renderables(self) -> list:
         from ..render import kruskal_report
