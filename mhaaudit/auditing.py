@@ -319,7 +319,7 @@ def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataR
         if any(p.random_attention for p in group):
             from .models import RandomAttention
 
-            ra = RandomAttention(info.d, seed=settings.seed, device=pm.device)
+            ra = RandomAttention(info.d, seed=settings.weights_seed_used, device=pm.device)
         reducers = {p.variant: StreamingReducer(qi, rule) for p in group}
         fed = pipeline.stream(pm, data, {p.layer for p in group}, [_reducer_consumer(group, reducers, ra)], settings,
                               out.notes, label=f"{init} weights: capture", need=info.n)
@@ -387,9 +387,14 @@ def capture_features(model: str, *, variant: str = "random", layer: int = 1, dat
                      rtol: float | None = None, atol: float | None = None, keep_duplicates: bool = False,
                      settings: Settings | None = None, revision: str | None = None,
                      trust_remote_code: bool = False, text_column: str | None = None,
-                     image_column: str | None = None, convert_rgb: bool = False) -> FeatureSet:
-    """Reduced features of one probe point (what ``mhaaudit kruskal`` uses with no file)."""
-    settings = settings or Settings.resolve(device=device, seed=seed, rtol=rtol, atol=atol, progress=progress)
+                     image_column: str | None = None, convert_rgb: bool = False, weights_seed: int | None = None,
+                     data_seed: int | None = None) -> FeatureSet:
+    """Reduced features of one probe point (what ``mhaaudit kruskal`` uses with no file).
+
+    ``weights_seed`` / ``data_seed`` draw the random weights / the data from a seed of their own
+    (default: ``seed``; see :mod:`mhaaudit.settings`)."""
+    settings = settings or Settings.resolve(device=device, seed=seed, rtol=rtol, atol=atol, progress=progress,
+                                            weights_seed=weights_seed, data_seed=data_seed)
     probe = probe_for_variant(variant, layer)
     if weights_path is not None and probe.init != "trained":
         raise InputError(f"--weights loads trained weights; use it with --variants trained (or trained-L<k>), not {variant!r}")
@@ -541,6 +546,10 @@ def audit(
     text_column: str | None = None,
     image_column: str | None = None,
     convert_rgb: bool = False,
+    weights_seed: int | None = None,
+    data_seed: int | None = None,
+    seeds: str | Sequence[int] | None = None,
+    vary: str = "both",
 ) -> AuditResult:
     """Audit ``model`` on ``data``: the paper's Table 1 (images) or Table 3 (text) and more.
 
@@ -557,11 +566,31 @@ def audit(
     (as torchvision's ImageFolder does) instead of skipping them, the paper's rule. Inputs skipped
     are in ``AuditResult.skips`` by cause; a run that gets fewer than ``limit`` examples says so
     in the notes and the table.
+
+    ``weights_seed`` / ``data_seed`` draw the random weights / the data from a seed of their own
+    (default: ``seed``). ``seeds`` (``"0-4"``, ``"0,3,7"`` or a list) runs the audit once per seed
+    and returns a :class:`mhaaudit.seeds.SeedsResult` (per-seed, summary and difference records);
+    ``vary`` says what the seeds vary: ``"both"`` (as ``seed``), ``"weights"`` or ``"data"``
+    (the other held at ``data_seed`` / ``weights_seed``, default the first seed).
     """
     from .models import modality_of
 
+    if seeds is not None:
+        from .seeds import audit_seeds
+
+        return audit_seeds(model, seeds=seeds, vary=vary, seed=seed, weights_seed=weights_seed, data_seed=data_seed,
+                           variants=variants, layer=layer, layers=layers, data=data, split=split, limit=limit,
+                           batch_size=batch_size, samples=samples, threshold=threshold, rtol=rtol, atol=atol,
+                           device=device, backend=backend, weights=weights, context_length=context_length,
+                           query_index=query_index, sweep=sweep, progress=progress, stop_when_decided=stop_when_decided,
+                           keep_duplicates=keep_duplicates, on_note=on_note, revision=revision,
+                           trust_remote_code=trust_remote_code, text_column=text_column, image_column=image_column,
+                           convert_rgb=convert_rgb)
+    if vary != "both":
+        raise InputError("--vary has no effect without --seeds: it says which seed --seeds varies")
     settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
-                                stop_when_decided=stop_when_decided, progress=progress)
+                                stop_when_decided=stop_when_decided, progress=progress, weights_seed=weights_seed,
+                                data_seed=data_seed)
     request = model_request(model, backend=backend, weights=weights, context_length=context_length,
                             query_index=query_index, revision=revision, trust_remote_code=trust_remote_code)
     data_req = data_request(data, split, limit, batch_size, keep_duplicates, text_column=text_column,

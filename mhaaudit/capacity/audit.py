@@ -296,7 +296,7 @@ def _column(plan: _Plan, variant: str, notes: list[str]) -> tuple[CapacityColumn
     if info.query_index is None:
         raise ModelError(f"{plan.request.model} has no query token of its own ({info.query_token.removeprefix('none: ')}), "
                          "and capacity reads the model's own query; check and kruskal --model take --query-index K")
-    attn = attention_for(pm, plan.block, plan.attention, plan.settings.seed)
+    attn = attention_for(pm, plan.block, plan.attention, plan.settings.weights_seed_used)
     hs = _validated_heads(plan.heads, attn.num_heads)
     if plan.from_results is not None:  # before the data pass: a file of another model is refused at once
         a, which, fnotes = assumptions_from_file(plan.from_path, init=variant, layer=plan.block - 1, n=info.n, d=info.d,
@@ -408,6 +408,10 @@ def capacity_audit(
     text_column: str | None = None,
     image_column: str | None = None,
     convert_rgb: bool = False,
+    weights_seed: int | None = None,
+    data_seed: int | None = None,
+    seeds: str | Sequence[int] | None = None,
+    vary: str = "both",
 ) -> CapacityResult:
     """Bound and certificate for each column (``variants``: random and/or trained; default both).
 
@@ -417,14 +421,32 @@ def capacity_audit(
     to read them from. ``heads`` (e.g. ``"1-12"``) asks for the certificate with the first h heads
     for each h (default: all heads). ``attention="random"`` uses random key/query weights instead
     of the model's. ``layer`` is a deprecated alias of ``block``. ``text_column``, ``image_column``
-    and ``convert_rgb`` choose the data's column and image policy as in :func:`mhaaudit.audit`.
+    and ``convert_rgb`` choose the data's column and image policy as in :func:`mhaaudit.audit`;
+    ``weights_seed``, ``data_seed``, ``seeds`` and ``vary`` too (with ``seeds``, the result is a
+    :class:`mhaaudit.seeds.SeedsResult`: rank(Z) per seed and its spread).
     """
     from ..auditing import data_request, model_request
     from ..validate import choice, head_counts, split_list
 
+    if seeds is not None:
+        from ..seeds import capacity_seeds
+
+        if from_path is not None:
+            raise InputError("--seeds has no effect with --from: the assumptions are read from one run's file")
+        return capacity_seeds(model, seeds=seeds, vary=vary, seed=seed, weights_seed=weights_seed, data_seed=data_seed,
+                              heads=heads, attention=attention, shared_context=shared_context, variants=variants,
+                              weights=weights, block=block, data=data, split=split, limit=limit, batch_size=batch_size,
+                              samples=samples, threshold=threshold, rtol=rtol, atol=atol, device=device,
+                              backend=backend, context_length=context_length, progress=progress,
+                              keep_duplicates=keep_duplicates, layer=layer, revision=revision,
+                              trust_remote_code=trust_remote_code, text_column=text_column,
+                              image_column=image_column, convert_rgb=convert_rgb)
+    if vary != "both":
+        raise InputError("--vary has no effect without --seeds: it says which seed --seeds varies")
     settings = Settings.resolve(device=device, samples=DEFAULT_SAMPLES if samples is None else samples,
                                 threshold=DEFAULT_THRESHOLD if threshold is None else threshold, seed=seed,
-                                rtol=rtol, atol=atol, stop_when_decided=True, progress=progress)
+                                rtol=rtol, atol=atol, stop_when_decided=True, progress=progress,
+                                weights_seed=weights_seed, data_seed=data_seed)
     data_req = data_request(data, split, limit, batch_size, keep_duplicates, text_column=text_column,
                             image_column=image_column, convert_rgb=convert_rgb)
     blk = _block_of(block, layer)
@@ -474,7 +496,8 @@ def _run(plan: _Plan, variants: list[str]) -> CapacityResult:
     s = plan.settings
     blk = plan.block
     settings = dict(layer=blk, attention=plan.attention, shared_context=plan.shared_context, heads=hs,
-                    head_dim=head_dim, samples=s.samples, threshold=s.threshold, seed=s.seed, device=s.device_name,
+                    head_dim=head_dim, samples=s.samples, threshold=s.threshold, seed=s.seed,
+                    **{k: v for k, v in s.as_dict().items() if k in ("weights_seed", "data_seed")}, device=s.device_name,
                     limit=plan.data.limit, batch_size=batch.get("size", plan.data.batch_size),
                     batch_size_choice=batch.get("how"),
                     from_path=str(plan.from_path) if plan.from_path is not None else None,

@@ -26,12 +26,17 @@ from .options import (
     Revision,
     Rtol,
     Samples,
+    DataSeed,
     Seed,
+    SeedsOpt,
     Split,
     TextColumn,
     Threshold,
     TrustRemoteCode,
+    Vary,
+    VaryOpt,
     Weights,
+    WeightsSeed,
     deprecation_line,
     emit,
     importing,
@@ -76,6 +81,10 @@ def capacity(
     samples: Samples = DEFAULTS["samples"],
     threshold: Threshold = DEFAULTS["threshold"],
     seed: Seed = DEFAULTS["seed"],
+    seeds: SeedsOpt = None,
+    vary: VaryOpt = Vary.both,
+    weights_seed: WeightsSeed = None,
+    data_seed: DataSeed = None,
     rtol: Rtol = None,
     atol: Atol = None,
     device: Device = DEFAULTS["device"],
@@ -105,8 +114,11 @@ def capacity(
         from ..render import render_capacity
         from ..settings import Settings
 
-    settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol)
+    settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
+                                weights_seed=weights_seed, data_seed=data_seed)
     prepare_outputs(out, plot, fmt)
+    if seeds is not None:
+        refuse_unused(ctx, ("plot",), "with --seeds: it draws one run's ranks; run that seed alone with --seed")
     refuse_inputs({"--out": out, "--plot": plot}, [model, weights, data, from_path])
     refuse_data_options(ctx, data)
     if from_path is not None:
@@ -121,8 +133,13 @@ def capacity(
         rtol=settings.rtol, atol=settings.atol, device=settings.device, backend=backend.value if backend else None,
         context_length=context_length, progress=progress_enabled(quiet), keep_duplicates=keep_duplicates,
         revision=revision, trust_remote_code=trust_remote_code, text_column=text_column, image_column=image_column,
-        convert_rgb=convert_rgb,
+        convert_rgb=convert_rgb, weights_seed=weights_seed, data_seed=data_seed, seeds=seeds, vary=vary.value,
     )
+    if seeds is not None:
+        from ..render_seeds import render_seeds
+
+        emit(fmt, result.meta(), result.records(), out=out, render=lambda: render_seeds(result))
+        return
     if plot is not None:
         plot_capacity(result, plot)
     emit(fmt, result.meta(), result.records(), out=out, render=lambda: render_capacity(result, out=out, plot=plot))

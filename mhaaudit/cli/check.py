@@ -29,16 +29,22 @@ from .options import (
     Revision,
     Rtol,
     Samples,
+    DataSeed,
     Seed,
+    SeedsOpt,
     Split,
     TextColumn,
     Threshold,
     TrustRemoteCode,
+    Vary,
+    VaryOpt,
     Weights,
+    WeightsSeed,
     emit,
     importing,
     prepare_outputs,
     refuse_data_options,
+    refuse_unused,
 )
 
 FAIL_ON = ("general_position", "assumption_1", "assumption_2", "assumption_3", "any")
@@ -67,6 +73,10 @@ def check(
     samples: Samples = DEFAULTS["samples"],
     threshold: Threshold = DEFAULTS["threshold"],
     seed: Seed = DEFAULTS["seed"],
+    seeds: SeedsOpt = None,
+    vary: VaryOpt = Vary.both,
+    weights_seed: WeightsSeed = None,
+    data_seed: DataSeed = None,
     rtol: Rtol = None,
     atol: Atol = None,
     device: Device = DEFAULTS["device"],
@@ -88,9 +98,13 @@ def check(
         from ..render import render_audit
         from ..settings import Settings
 
-    settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol)
+    settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
+                                weights_seed=weights_seed, data_seed=data_seed)
     prepare_outputs(out, plot, fmt)
     refuse_data_options(ctx, data)
+    if seeds is not None:
+        refuse_unused(ctx, ("save_features", "plot"), "with --seeds: they write one run's features or curves; "
+                      "run that seed alone with --seed")
     fails = [validate.choice("--fail-on", f, FAIL_ON) for f in validate.split_list(fail_on) or []]
     if save_features is not None:
         check_folder_writable(save_features, "--save-features")
@@ -107,13 +121,26 @@ def check(
         progress=progress_enabled(quiet), stop_when_decided=not all_draws, keep_duplicates=keep_duplicates,
         on_note=lambda m: print(f"Note: {m}", file=sys.stderr), revision=revision, trust_remote_code=trust_remote_code,
         text_column=text_column, image_column=image_column, convert_rgb=convert_rgb,
+        weights_seed=weights_seed, data_seed=data_seed, seeds=seeds, vary=vary.value,
     )
+    if seeds is not None:
+        from ..render_seeds import render_seeds
+
+        records = result.records()
+        emit(fmt, result.meta(), records, sweep=result.sweep_rows() or None, out=out, render=lambda: render_seeds(result))
+        _fail_on(fails, records)
+        return
     if save_features is not None:
         _save_features(result, save_features)
     plot = _plot(result, plot, depth=layer_list is not None, model=model)
     records = result.records()
     emit(fmt, result.meta(), records, sweep=result.sweep_rows(), out=out,
          render=lambda: render_audit(result, save_features=save_features, out=out, plot=plot))
+    _fail_on(fails, records)
+
+
+def _fail_on(fails: list[str], records: list[dict]) -> None:
+    """Exit 1 when a check named by ``--fail-on`` fails (with --seeds: in any seed)."""
     failed = {r["check"] for r in records if r.get("verdict") == "fails"}
     if ("any" in fails and failed) or failed.intersection(fails):
         raise typer.Exit(1)

@@ -24,10 +24,15 @@ from .options import (
     Revision,
     Rtol,
     Samples,
+    DataSeed,
     Seed,
+    SeedsOpt,
     TextColumn,
     Threshold,
     TrustRemoteCode,
+    Vary,
+    VaryOpt,
+    WeightsSeed,
     emit,
     importing,
     prepare_outputs,
@@ -50,6 +55,10 @@ def kruskal(
     samples: Samples = DEFAULTS["samples"],
     threshold: Threshold = DEFAULTS["threshold"],
     seed: Seed = DEFAULTS["seed"],
+    seeds: Annotated[Optional[str], typer.Option("--seeds", help="With --model: capture and estimate once per seed (e.g. 0-4 or 0,3,7; instead of --seed) and report the median and range over the seeds.")] = None,
+    vary: VaryOpt = Vary.both,
+    weights_seed: WeightsSeed = None,
+    data_seed: DataSeed = None,
     rtol: Rtol = None,
     atol: Atol = None,
     device: Device = DEFAULTS["device"],
@@ -105,6 +114,17 @@ def kruskal(
                    backend=backend.value if backend else None, context_length=n, query_index=query_index,
                    revision=revision, trust_remote_code=trust_remote_code, text_column=text_column,
                    image_column=image_column, convert_rgb=convert_rgb)
+    if features is not None:
+        refuse_unused(ctx, ("seeds", "vary", "weights_seed", "data_seed"), f"when FEATURES ({features}) is given: "
+                      "they seed the capture from --model (a file's vectors are fixed; --seed seeds the draws)")
+    if seeds is not None:
+        refuse_unused(ctx, ("plot",), "with --seeds: it draws one run's curve; run that seed alone with --seed")
+        _over_seeds(fmt, out, capture, key, vectors, settings, ks, n, sweep, seeds=seeds, vary=vary.value, seed=seed,
+                    weights_seed=weights_seed, data_seed=data_seed)
+        return
+    if vary != Vary.both:
+        raise InputError("--vary has no effect without --seeds: it says which seed --seeds varies")
+    settings = settings.with_(weights_seed=weights_seed, data_seed=data_seed) if features is None else settings
     X, n, source, vectors, captured = _vectors(features, capture, key, vectors, settings)
     X = as_matrix(X)
     T, d = X.shape
@@ -131,6 +151,44 @@ def kruskal(
         plot_sweeps([(Path(str(source)).name[:40] or "features", sw)], plot, n=n, d=d, title=f"Kruskal-rank sweep: {T} vectors in R^{d}")
     emit(fmt, meta, [t.record() for t in tests], sweep=sw.rows() if sw else [], out=out,
          render=lambda: render_kruskal(tests, sw, meta, n, d))
+
+
+def _over_seeds(fmt, out, capture: dict, key, vectors, settings, ks, n, sweep: bool, *, seeds, vary: str, seed: int,
+                weights_seed, data_seed) -> None:
+    """``--seeds`` with ``--model``: capture and estimate once per seed (the model loads shared), then
+    the per-seed, summary and difference records."""
+    from ..io import stamp
+    from ..kruskal import as_matrix, fixed_rule
+    from ..render_seeds import render_seeds
+    from ..seeds import data_seed_notes, is_trained, over_seeds, plan_seeds, spread, sweep_estimate_record
+
+    plan = plan_seeds(seeds, vary=vary, seed=seed, weights_seed=weights_seed, data_seed=data_seed)
+
+    def one(seed, weights_seed, data_seed) -> dict:
+        s = settings.with_(seed=seed, weights_seed=weights_seed, data_seed=data_seed)
+        X, n_, source, vec, captured = _vectors(None, dict(capture, context_length=n), key, vectors, s)
+        X = as_matrix(X)
+        T, d = X.shape
+        sizes, swept = _sizes(ks, n_, T, d, sweep=sweep, vectors=vec, watched=s.progress)
+        rule, stats = fixed_rule(X, s.rule(X.dtype))
+        tests, sw, timings = _estimate(X, sizes, swept, n_, vec, s, rule, stats)
+        return dict(tests=tests, sw=sw, source=source, T=T, d=d, n=n_, timings=timings, rule=rule, captured=captured)
+
+    runs = over_seeds(one, plan)
+    where = {"model": capture["model"], "variant": capture["variant"]}
+    first = runs[0]
+    meta = stamp(command="kruskal", device=settings.device_name, tolerance=first["rule"].as_dict(),
+                 threshold=settings.threshold, samples=settings.samples,
+                 inputs={"source": first["source"], "T": first["T"], "d": first["d"], "n": first["n"]},
+                 capture=first["captured"], timings_s={str(r.seed): x["timings"] for r, x in zip(plan.runs(), runs)})
+    result = spread("kruskal", plan, runs, records=lambda r: [where | t.record() for t in r["tests"]],
+                    key=("model", "variant", "check", "k"),
+                    estimates=lambda r: [sweep_estimate_record(r["sw"], **where)] if r["sw"] is not None else [],
+                    estimate_key=("model", "variant", "check"), trained=is_trained,
+                    sweep_rows=lambda r: r["sw"].rows() if r["sw"] is not None else [], meta=meta,
+                    notes=data_seed_notes(plan, capture["data"]))
+    emit(fmt, result.meta(), result.records(), sweep=result.sweep_rows() or None, out=out,
+         render=lambda: render_seeds(result))
 
 
 def _refuse_unused(ctx: typer.Context, features: Path | None, data: str | None) -> None:
@@ -170,7 +228,8 @@ def _capture(capture: dict, settings):
     """The reduced features captured from ``--model``."""
     from ..auditing import capture_features
 
-    return capture_features(**capture, device=settings.device, seed=settings.seed, progress=settings.progress)
+    return capture_features(**capture, device=settings.device, seed=settings.seed, progress=settings.progress,
+                            weights_seed=settings.weights_seed, data_seed=settings.data_seed)
 
 
 def _read(features: Path, key, query_index, vectors: Vectors | None):

@@ -18,9 +18,14 @@ from .options import (
     Plot,
     Quiet,
     Samples,
+    DataSeed,
     Seed,
+    SeedsOpt,
     Split,
     Threshold,
+    Vary,
+    VaryOpt,
+    WeightsSeed,
     emit,
     importing,
     prepare_outputs,
@@ -45,6 +50,10 @@ APPLIES = {
     "sizes": ("figure2",),
     "max_steps": ("figure2",),
     "plot": ("table3", "figure1", "figure2"),
+    "seeds": ("table1", "table3", "figure1"),
+    "vary": ("table1", "table3", "figure1"),
+    "weights_seed": ("table1", "table3", "figure1"),
+    "data_seed": ("table1", "table3", "figure1"),
 }
 MODEL_KEYS = {"table1": ("vit",), "figure1": ("vit",), "table3": ("bert", "gpt2")}
 
@@ -63,6 +72,10 @@ def reproduce(
     samples: Samples = DEFAULTS["samples"],
     threshold: Threshold = DEFAULTS["threshold"],
     seed: Seed = DEFAULTS["seed"],
+    seeds: Annotated[Optional[str], typer.Option("--seeds", help="table1, table3, figure1: run once per seed (e.g. 0-2; instead of --seed) and set each published value beside the between-seed range of ours.")] = None,
+    vary: VaryOpt = Vary.both,
+    weights_seed: WeightsSeed = None,
+    data_seed: DataSeed = None,
     device: Device = DEFAULTS["device"],
     all_draws: Annotated[bool, typer.Option("--all-draws", help="Always make every draw (by default a failing test stops once its verdict is settled).")] = False,
     preset: Annotated[Optional[str], typer.Option("--preset", help="figure2: the memorize grid (default cpu: minutes on a laptop; paper-fig2a is the paper's).")] = None,
@@ -82,6 +95,7 @@ def reproduce(
     """
     with importing(quiet):  # the library, torch with it: seconds
         from .. import validate
+        from ..errors import InputError
         from ..io import refuse_inputs
         from ..progress import progress_enabled
         from ..reproduce import reproduce_paper
@@ -89,7 +103,8 @@ def reproduce(
 
     target = validate.choice("target", target, TARGETS)
     _refuse_inapplicable(ctx, target)
-    Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed)  # bad values: before any work
+    Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, weights_seed=weights_seed,
+                     data_seed=data_seed)  # bad values: before any work
     prepare_outputs(out, plot, fmt)
     refuse_inputs({"--out": out, "--plot": plot}, [data, *(w.partition("=")[2] or w for w in weights or [])])
     keys = MODEL_KEYS.get(target, ())
@@ -107,6 +122,20 @@ def reproduce(
         lengths = keyed("--context-length", context_length, keys)
         options |= dict(models=validate.split_list(models),
                         context_length={k: validate.integer("--context-length", v) for k, v in lengths.items()})
+    for name, value in (("weights_seed", weights_seed), ("data_seed", data_seed)):
+        if value is not None:
+            options[name] = value
+    if seeds is not None:
+        from ..render_seeds import render_seeds
+
+        if plot is not None:
+            raise InputError("--plot has no effect with --seeds: it draws one run's curves; run that seed alone with --seed")
+        result = reproduce_paper(target, seeds=seeds, vary=vary.value, **options)
+        emit(fmt, result.meta(), result.records(), sweep=result.sweep_rows() or None, out=out,
+             render=lambda: render_seeds(result))
+        return
+    if vary != Vary.both:
+        raise InputError("--vary has no effect without --seeds: it says which seed --seeds varies")
     result = reproduce_paper(target, **options)
     written = _plot(result, plot)
     meta = _meta(result)
