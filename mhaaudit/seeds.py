@@ -349,7 +349,7 @@ def spread(command: str, plan: SeedPlan, runs: list, *, records: Callable, key: 
     sweeps = []
     if sweep_rows is not None:
         for run, res in zip(plan.runs(), runs):
-            sweeps += [r | {"seed": run.seed} for r in sweep_rows(res)]
+            sweeps += [r | {"aggregate": "seed", "seed": run.seed} for r in sweep_rows(res)]
     notes = [plan.describe(), *notes] + _trained_notes(plan, [r for _, recs in per_seed for r in recs], trained)
     return SeedsResult(command, plan, list(runs), per_seed, summaries, differences, sweeps,
                        (meta or {}) | {"seed": None, "seeds": list(plan.seeds), "seed_plan": plan.as_dict(),

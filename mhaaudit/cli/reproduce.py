@@ -122,9 +122,8 @@ def reproduce(
         lengths = keyed("--context-length", context_length, keys)
         options |= dict(models=validate.split_list(models),
                         context_length={k: validate.integer("--context-length", v) for k, v in lengths.items()})
-    for name, value in (("weights_seed", weights_seed), ("data_seed", data_seed)):
-        if value is not None:
-            options[name] = value
+    if target != "figure2":
+        options |= dict(weights_seed=weights_seed, data_seed=data_seed)
     if seeds is not None:
         from ..render_seeds import render_seeds
 
