@@ -254,3 +254,24 @@ def test_seeds_result_repr_and_text(vit_dir):
     assert "Over 2 seeds" in str(res)
     assert np.isfinite([r["median"] for r in res.summaries if r["median"] is not None]).all()
     assert isinstance(res.plan, SeedPlan)
+
+
+@pytest.mark.slow
+def test_two_ranks_give_the_seeds_records_of_one_process(vit_dir, image_dir, tmp_path):
+    """Under torchrun every rank runs the seeds in the same order, each seed's batches dealt among
+    the ranks: the per-seed, summary and difference records are those of one process."""
+    from test_distributed import _check_args, launch, single
+
+    cwds = [tmp_path / "rank0", tmp_path / "rank1"]
+    for c in cwds:
+        c.mkdir()
+    args = _check_args(vit_dir, image_dir, "--variants", "embedding,random", "--sweep", "--seeds", "0-1",
+                       "--vary", "weights")
+    rc, one, err = single(args, cwd=tmp_path)
+    assert rc == 0, err
+    (r0, out0, err0), (r1, out1, err1) = launch(args, cwds=cwds)
+    assert (r0, r1) == (0, 0), err0 + err1
+    a, b = json.loads(one), json.loads(out0)
+    assert b["records"] == a["records"] and b["sweep"] == a["sweep"]
+    assert {r["aggregate"] for r in a["records"]} == {"seed", "summary", "difference"}
+    assert out1 == ""
