@@ -353,7 +353,8 @@ def spread(command: str, plan: SeedPlan, runs: list, *, records: Callable, key: 
     notes = [plan.describe(), *notes] + _trained_notes(plan, [r for _, recs in per_seed for r in recs], trained)
     return SeedsResult(command, plan, list(runs), per_seed, summaries, differences, sweeps,
                        (meta or {}) | {"seed": None, "seeds": list(plan.seeds), "seed_plan": plan.as_dict(),
-                                       "seed_notes": notes}, notes)
+                                       "weights_seed": plan.as_dict()["weights_seed"],
+                                       "data_seed": plan.as_dict()["data_seed"], "seed_notes": notes}, notes)
 
 
 def _trained_notes(plan: SeedPlan, records: list[dict], trained: Callable[[dict], bool]) -> list[str]:
