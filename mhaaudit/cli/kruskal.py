@@ -26,7 +26,6 @@ from .options import (
     Samples,
     DataSeed,
     Seed,
-    SeedsOpt,
     TextColumn,
     Threshold,
     TrustRemoteCode,

@@ -20,7 +20,6 @@ from .options import (
     Samples,
     DataSeed,
     Seed,
-    SeedsOpt,
     Split,
     Threshold,
     Vary,
