@@ -358,7 +358,8 @@ def spread(command: str, plan: SeedPlan, runs: list, *, records: Callable, key: 
 
 
 def _trained_notes(plan: SeedPlan, records: list[dict], trained: Callable[[dict], bool]) -> list[str]:
-    names = list(dict.fromkeys(str(r.get("variant") or r.get("column") or "trained") for r in records if trained(r)))
+    names = list(dict.fromkeys(str(r.get("variant") or r.get("column") or "trained") for r in records
+                               if trained(r) and "unavailable" not in (r.get("verdict"), r.get("status"))))
     if not names:
         return []
     which = ", ".join(names)

@@ -275,3 +275,14 @@ def test_two_ranks_give_the_seeds_records_of_one_process(vit_dir, image_dir, tmp
     assert b["records"] == a["records"] and b["sweep"] == a["sweep"]
     assert {r["aggregate"] for r in a["records"]} == {"seed", "summary", "difference"}
     assert out1 == ""
+
+
+def test_trained_note_only_for_trained_columns_that_ran():
+    from mhaaudit.seeds import _trained_notes, is_trained
+
+    plan = plan_seeds("0-1")
+    ran = [{"variant": "trained", "verdict": "holds"}, {"variant": "random", "verdict": "holds"}]
+    (note,) = _trained_notes(plan, ran, is_trained)
+    assert "trained weights have no weights seed" in note and "trained" in note
+    assert _trained_notes(plan, [{"variant": "trained", "verdict": "unavailable"}], is_trained) == []
+    assert _trained_notes(plan, [{"column": "trained", "status": "unavailable"}], is_trained) == []
