@@ -10,8 +10,9 @@ Both sides audit the same columns of the same model on the built-in images:
 
 The naive procedure is the first side run once per seed, each loading its model again; the
 several-seed run should cost at most that (the seeds times one seed) and less wherever the loads
-are shared. Imports and one warm-up run are done before timing. Prints the times, the ratio to one
-seed and the ratio to the naive procedure; asserts nothing. Run:
+are shared. Imports and one warm-up run are done before timing. Prints the wall-clock and CPU
+times (this process's; the CPU time moves less with the machine's load), the ratio to one seed and
+the ratio to the naive procedure; asserts nothing. Run:
 
     python benchmarks/bench_seeds.py [--model vit-base] [--limit 200] [--samples 300] [--seeds-count 5]
                                      [--vary both|weights|data] [--variants random] [--device cpu]
@@ -43,23 +44,24 @@ def main() -> None:
     common = dict(variants=args.variants.split(","), limit=args.limit, samples=args.samples, device=args.device,
                   batch_size=32)
     audit(args.model, **{**common, "samples": 10})  # warm-up: imports, caches
-    t0 = time.perf_counter()
-    audit(args.model, seed=0, **common)
-    one = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    for s in range(args.seeds_count):  # the naive procedure: one independent run per seed
-        audit(args.model, seed=s, **common)
-    naive = time.perf_counter() - t0
-    print(f"model {args.model}, columns {args.variants}, T = {args.limit}, {args.samples} draws, device {args.device}")
-    print(f"1 seed:                                {one:8.2f} s")
-    print(f"{args.seeds_count} independent runs (naive):            {naive:8.2f} s  ({naive / one:.2f}x one seed)")
-    for vary in args.vary.split(","):
-        t0 = time.perf_counter()
-        res = audit(args.model, seeds=f"0-{args.seeds_count - 1}", vary=vary.strip(), **common)
-        many = time.perf_counter() - t0
-        print(f"--seeds 0-{args.seeds_count - 1} --vary {vary.strip():7s} in one run: {many:8.2f} s  "
-              f"({many / one:.2f}x one seed, {many / naive:.2f}x the naive runs; {len(res.summaries)} cells)")
+    def timed(fn):
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = fn()
+        return time.perf_counter() - t0, time.process_time() - c0, out
 
+    one, one_cpu, _ = timed(lambda: audit(args.model, seed=0, **common))
+    # the naive procedure: one independent run per seed
+    naive, naive_cpu, _ = timed(lambda: [audit(args.model, seed=s, **common) for s in range(args.seeds_count)])
+    print(f"model {args.model}, columns {args.variants}, T = {args.limit}, {args.samples} draws, device {args.device}")
+    print(f"1 seed:                                {one:8.2f} s wall, {one_cpu:8.2f} s CPU")
+    print(f"{args.seeds_count} independent runs (naive):            {naive:8.2f} s wall, {naive_cpu:8.2f} s CPU  "
+          f"({naive / one:.2f}x / {naive_cpu / one_cpu:.2f}x one seed)")
+    for vary in args.vary.split(","):
+        many, many_cpu, res = timed(lambda: audit(args.model, seeds=f"0-{args.seeds_count - 1}", vary=vary.strip(),
+                                                  **common))
+        print(f"--seeds 0-{args.seeds_count - 1} --vary {vary.strip():7s} in one run: {many:8.2f} s wall, {many_cpu:8.2f} s CPU  "
+              f"({many / one:.2f}x / {many_cpu / one_cpu:.2f}x one seed, {many_cpu / naive_cpu:.2f}x the naive runs' CPU; "
+              f"{len(res.summaries)} cells)")
 
 if __name__ == "__main__":
     main()
