@@ -26,7 +26,7 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from mhaaudit import audit  # noqa: E402
+from mhaaudit import audit
 
 
 def main() -> None:
@@ -56,9 +56,9 @@ def main() -> None:
     print(f"1 seed:                                {one:8.2f} s wall, {one_cpu:8.2f} s CPU")
     print(f"{args.seeds_count} independent runs (naive):            {naive:8.2f} s wall, {naive_cpu:8.2f} s CPU  "
           f"({naive / one:.2f}x / {naive_cpu / one_cpu:.2f}x one seed)")
-    for vary in args.vary.split(","):
-        many, many_cpu, res = timed(lambda: audit(args.model, seeds=f"0-{args.seeds_count - 1}", vary=vary.strip(),
-                                                  **common))
+    for vary in [v.strip() for v in args.vary.split(",")]:
+        many, many_cpu, res = timed(lambda v=vary: audit(args.model, seeds=f"0-{args.seeds_count - 1}", vary=v,
+                                                         **common))
         print(f"--seeds 0-{args.seeds_count - 1} --vary {vary.strip():7s} in one run: {many:8.2f} s wall, {many_cpu:8.2f} s CPU  "
               f"({many / one:.2f}x / {many_cpu / one_cpu:.2f}x one seed, {many_cpu / naive_cpu:.2f}x the naive runs' CPU; "
               f"{len(res.summaries)} cells)")

@@ -11,9 +11,8 @@ made are a :class:`BatchChoice`, which ``meta`` carries. An explicit integer is 
 
 from __future__ import annotations
 
-import os
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Callable, Sequence
 
 import torch
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 
-
 _PARAM = re.compile(r"\{param:([A-Za-z_][A-Za-z0-9_]*)\}")
 
 

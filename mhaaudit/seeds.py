@@ -29,9 +29,10 @@ seed's batches are dealt among the ranks as in a single run.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Callable, Sequence
+from typing import Any
 
 from . import validate
 from .errors import InputError
@@ -192,12 +193,12 @@ def summary_records(per_seed: list[tuple[SeedRun, list[dict]]], *, key: Sequence
         first = members[0][1]
         vals = [(run.seed, r.get(value)) for run, r in members if isinstance(r.get(value), (int, float))
                 and not isinstance(r.get(value), bool)]
-        rec = dict(zip(key, cell)) | {k: first.get(k) for k in extra} | {"aggregate": "summary", "seed": None,
+        rec = dict(zip(key, cell, strict=True)) | {k: first.get(k) for k in extra} | {"aggregate": "summary", "seed": None,
                                                                          "value": value}
         rec["seeds"] = [run.seed for run, _ in members]
         rec["runs"] = len(members)
         rec["values"] = [v for _, v in vals]
-        numbers = [v for _, v in vals]
+        numbers: list[Any] = [v for _, v in vals]
         rec["median"] = _median(numbers) if numbers else None
         rec["low"] = min(numbers) if numbers else None
         rec["high"] = max(numbers) if numbers else None
@@ -242,7 +243,7 @@ def difference_records(summaries: list[dict], per_seed: list[tuple[SeedRun, list
     varying = [k for i, k in enumerate(key) if len({c[i] for c in cells}) > 1] or list(key)
     out = []
     for a, b in combinations(cells, 2):
-        if any(dict(zip(key, a))[f] != dict(zip(key, b))[f] for f in same):
+        if any(dict(zip(key, a, strict=True))[f] != dict(zip(key, b, strict=True))[f] for f in same):
             continue
         common = [s for s in by_seed[a] if s in by_seed[b]]
         if not common:
@@ -268,7 +269,7 @@ def difference_records(summaries: list[dict], per_seed: list[tuple[SeedRun, list
 
 def _name(cell: tuple, key: Sequence[str], varying: Sequence[str]) -> str:
     """A cell's name in a difference: the fields that tell the cells apart (the variant names its depth)."""
-    parts = dict(zip(key, cell))
+    parts = dict(zip(key, cell, strict=True))
 
     def shown(fields) -> list[str]:
         return [f"h = {parts[k]}" if k == "heads" else str(parts[k]) for k in fields
@@ -334,23 +335,23 @@ def spread(command: str, plan: SeedPlan, runs: list, *, records: Callable, key: 
     makes the ordinary cells' pairs that agree on those fields give differences too (capacity:
     the rank of the columns at the same head count).
     """
-    per_seed = [(run, _tag(records(res), run, trained)) for run, res in zip(plan.runs(), runs)]
+    per_seed = [(run, _tag(records(res), run, trained)) for run, res in zip(plan.runs(), runs, strict=True)]
     summaries = summary_records(per_seed, key=key, value=value, extra=extra)
     differences = []
     if differences_same is not None:
         differences += difference_records(summaries, per_seed, key=key, value=value, same=differences_same)
     if estimates is not None:
-        est = [(run, _tag(estimates(res), run, trained)) for run, res in zip(plan.runs(), runs)]
+        est = [(run, _tag(estimates(res), run, trained)) for run, res in zip(plan.runs(), runs, strict=True)]
         est_summaries = summary_records(est, key=estimate_key, value="estimate")
         summaries += est_summaries
         differences += difference_records(est_summaries, est, key=estimate_key, value="estimate",
                                           check="sweep_estimate")
-        per_seed = [(run, recs + e) for (run, recs), (_, e) in zip(per_seed, est)]
+        per_seed = [(run, recs + e) for (run, recs), (_, e) in zip(per_seed, est, strict=True)]
     sweeps = []
     if sweep_rows is not None:
-        for run, res in zip(plan.runs(), runs):
+        for run, res in zip(plan.runs(), runs, strict=True):
             sweeps += [r | {"aggregate": "seed", "seed": run.seed} for r in sweep_rows(res)]
-    notes = [plan.describe(), *notes] + _trained_notes(plan, [r for _, recs in per_seed for r in recs], trained)
+    notes = [plan.describe(), *notes, *_trained_notes(plan, [r for _, recs in per_seed for r in recs], trained)]
     return SeedsResult(command, plan, list(runs), per_seed, summaries, differences, sweeps,
                        (meta or {}) | {"seed": None, "seeds": list(plan.seeds), "seed_plan": plan.as_dict(),
                                        "weights_seed": plan.as_dict()["weights_seed"],
@@ -390,34 +391,39 @@ def _sweep_estimates(model: str, columns) -> list[dict]:
 
 def _per_seed_meta(runs: list, plan: SeedPlan) -> dict:
     first = runs[0].meta()
-    timings = {str(run.seed): r.meta().get("timings_s") for run, r in zip(plan.runs(), runs)}
+    timings = {str(run.seed): r.meta().get("timings_s") for run, r in zip(plan.runs(), runs, strict=True)}
     return first | {"timings_s": timings}
 
 
-def audit_seeds(model: str, *, seeds, vary: str = "both", seed: int = 0, weights_seed: int | None = None,
-                data_seed: int | None = None, **options) -> SeedsResult:
-    """:func:`mhaaudit.audit` for each seed of ``seeds`` (what ``audit(..., seeds=...)`` returns)."""
-    from .auditing import audit
+def plan_for(settings, seeds, vary: str = "both") -> SeedPlan | None:
+    """The plan of an entry point's ``seeds`` and ``vary`` beside its settings (whose seed, weights
+    seed and data seed the plan holds or refuses, see :func:`plan_seeds`); None without ``seeds``,
+    where ``vary`` must stay at its default."""
+    if seeds is None:
+        if vary != "both":
+            raise InputError("--vary has no effect without --seeds: it says which seed --seeds varies")
+        return None
+    return plan_seeds(seeds, vary=vary, seed=settings.seed, weights_seed=settings.weights_seed,
+                      data_seed=settings.data_seed)
 
-    plan = plan_seeds(seeds, vary=vary, seed=seed, weights_seed=weights_seed, data_seed=data_seed)
-    runs = over_seeds(audit, plan, model=model, **options)
+
+def audit_seeds(run: Callable, plan: SeedPlan, data=None) -> SeedsResult:
+    """The audit ``run(seed=, weights_seed=, data_seed=)`` for each seed of ``plan`` (what
+    ``audit(..., seeds=...)`` returns); ``data`` is the data source the runs read."""
+    runs = over_seeds(run, plan)
     return spread("check", plan, runs, records=lambda r: r.records(), key=("model", "variant", "layer", "check", "k"),
                   estimates=lambda r: _sweep_estimates(r.model, r.columns), estimate_key=("model", "variant", "layer", "check"),
                   trained=is_trained, sweep_rows=lambda r: r.sweep_rows(), meta=_per_seed_meta(runs, plan),
-                  notes=data_seed_notes(plan, options.get("data")))
+                  notes=data_seed_notes(plan, data))
 
 
-def capacity_seeds(model: str, *, seeds, vary: str = "both", seed: int = 0, weights_seed: int | None = None,
-                   data_seed: int | None = None, **options) -> SeedsResult:
-    """:func:`mhaaudit.capacity_audit` for each seed: the spread of rank(Z) per column and head count,
-    and the difference between the columns' ranks."""
-    from .capacity import capacity_audit
-
-    plan = plan_seeds(seeds, vary=vary, seed=seed, weights_seed=weights_seed, data_seed=data_seed)
-    runs = over_seeds(capacity_audit, plan, model=model, **options)
+def capacity_seeds(run: Callable, plan: SeedPlan, data=None) -> SeedsResult:
+    """The capacity run ``run(seed=, weights_seed=, data_seed=)`` for each seed of ``plan``: the
+    spread of rank(Z) per column and head count, and the difference between the columns' ranks."""
+    runs = over_seeds(run, plan)
     return spread("capacity", plan, runs, records=lambda r: r.records(), key=("model", "variant", "layer", "heads"),
                   value="rank", trained=is_trained, meta=_per_seed_meta(runs, plan), differences_same=("layer", "heads"),
-                  notes=data_seed_notes(plan, options.get("data")))
+                  notes=data_seed_notes(plan, data))
 
 
 def reproduce_seeds(target: str, *, seeds, vary: str = "both", seed: int = 0, weights_seed: int | None = None,
@@ -445,7 +451,7 @@ def reproduce_seeds(target: str, *, seeds, vary: str = "both", seed: int = 0, we
 
     meta = stamp(command="reproduce", target=first.target, title=first.title, source=first.source,
                  paper=published()["paper"], setting=first.setting, notes=first.notes,
-                 timings_s={str(run.seed): r.timings for run, r in zip(plan.runs(), runs)}, **first.settings)
+                 timings_s={str(run.seed): r.timings for run, r in zip(plan.runs(), runs, strict=True)}, **first.settings)
     out = spread("reproduce", plan, runs, records=records, key=("model", "column", "kind", "check", "k"),
                  value="our_value", estimates=estimates, estimate_key=("model", "variant", "layer", "check"),
                  trained=is_trained, sweep_rows=lambda r: r.sweep_rows(), meta=meta,
@@ -460,3 +466,24 @@ def reproduce_seeds(target: str, *, seeds, vary: str = "both", seed: int = 0, we
         rec["paper_inside"] = None if p is None or lo is None else bool(lo <= p <= hi)
     out.title = first.title
     return out
+
+
+def kruskal_seeds(run: Callable, plan: SeedPlan, capture) -> SeedsResult:
+    """The Kruskal estimate ``run(seed=, weights_seed=, data_seed=)`` of a capture for each seed of
+    ``plan`` (what ``estimate_kruskal_rank(..., seeds=...)`` returns): the per-seed, summary and
+    difference records of its tests and its sweep's estimate; ``capture`` is the
+    :class:`~mhaaudit.estimation.Capture` the runs share."""
+    from .io import stamp
+
+    runs = over_seeds(run, plan)
+    where = {"model": capture.model.model, "variant": capture.variant}
+    first = runs[0]
+    meta = stamp(command="kruskal", device=first.device, tolerance=first.rule.as_dict(), threshold=first.threshold,
+                 samples=first.samples, inputs={"source": first.source, "T": first.T, "d": first.d, "n": first.n},
+                 capture=first.capture, timings_s={str(r.seed): x.timings for r, x in zip(plan.runs(), runs, strict=True)})
+    return spread("kruskal", plan, runs, records=lambda r: [where | t.record() for t in r.tests],
+                  key=("model", "variant", "check", "k"),
+                  estimates=lambda r: [sweep_estimate_record(r.sweep, **where)] if r.sweep is not None else [],
+                  estimate_key=("model", "variant", "check"), trained=is_trained,
+                  sweep_rows=lambda r: r.sweep.rows() if r.sweep is not None else [], meta=meta,
+                  notes=data_seed_notes(plan, capture.data.data))

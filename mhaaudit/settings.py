@@ -166,7 +166,7 @@ class Settings:
     @classmethod
     def resolve(cls, *, device: str | torch.device | None = "auto", samples=DEFAULT_SAMPLES,
                 threshold=DEFAULT_THRESHOLD, seed=0, rtol=None, atol=None, stop_when_decided: bool = False,
-                progress: bool = False, weights_seed=None, data_seed=None) -> "Settings":
+                progress: bool = False, weights_seed=None, data_seed=None) -> Settings:
         """Check every field and resolve the device (an unavailable device is an input error here)."""
         from . import validate
 
@@ -206,7 +206,7 @@ class Settings:
         """The seed the data derive from: ``data_seed``, else the run's seed."""
         return self.seed if self.data_seed is None else self.data_seed
 
-    def with_(self, **changes) -> "Settings":
+    def with_(self, **changes) -> Settings:
         """A copy with some fields changed (the device is not re-resolved)."""
         return replace(self, **changes)
 

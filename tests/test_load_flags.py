@@ -9,9 +9,9 @@ import shutil
 
 import pytest
 import torch
+from clitools import assert_one_error, run
 from hubtools import FakeHub, byte_tokenizer
 
-from clitools import assert_one_error, run
 from mhaaudit.batching import AUTO_MAX_BATCH, choose_batch_size, example_bytes, halve_until_fits, parse_batch_size
 from mhaaudit.errors import InputError, ModelError
 from mhaaudit.models import load_model

@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-
 from clitools import assert_one_error, run
+
 from mhaaudit import audit, pipeline
 from mhaaudit.auditing import capture_features
 from mhaaudit.errors import InputError

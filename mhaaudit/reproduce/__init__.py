@@ -13,15 +13,20 @@ paper's numbers are right; a difference names what differs, not which side is wr
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .compare import Comparison, RunFacts
 from .published import TARGETS, published, target_spec
 from .targets import TARGET_FUNCTIONS, Reproduction, figure1, figure2, table1, table3
+
+if TYPE_CHECKING:
+    from ..seeds import SeedsResult
 
 __all__ = ["TARGETS", "Comparison", "Reproduction", "RunFacts", "figure1", "figure2", "published", "reproduce_paper",
            "table1", "table3", "target_spec"]
 
 
-def reproduce_paper(target: str, **options) -> Reproduction:
+def reproduce_paper(target: str, **options) -> Reproduction | SeedsResult:
     """Run one target (``table1``, ``table3``, ``figure1``, ``figure2``) with ``options`` (the
     keyword arguments of the target's function) and compare it with the published values.
 
