@@ -286,3 +286,41 @@ def test_trained_note_only_for_trained_columns_that_ran():
     assert "trained weights have no weights seed" in note and "trained" in note
     assert _trained_notes(plan, [{"variant": "trained", "verdict": "unavailable"}], is_trained) == []
     assert _trained_notes(plan, [{"column": "trained", "status": "unavailable"}], is_trained) == []
+
+
+# --------------------------------------------------------------------------- the library's request objects
+
+
+def test_estimate_kruskal_rank_takes_seeds_for_a_capture(vit_dir):
+    from mhaaudit.estimation import estimate_kruskal_rank
+    from mhaaudit.seeds import SeedsResult
+
+    res = estimate_kruskal_rank(model=str(vit_dir), limit=40, batch_size=8, samples=60, device="cpu", seeds="0-1",
+                                vary="weights", data_seed=3)
+    assert isinstance(res, SeedsResult)
+    per = [r for r in res.records() if r["aggregate"] == "seed"]
+    assert {(r["seed"], r["weights_seed"], r["data_seed"]) for r in per} == {(0, 0, 3), (1, 1, 3)}
+    assert any(r["aggregate"] == "summary" and r["check"] == "assumption_1" for r in res.records())
+
+
+def test_estimate_kruskal_rank_refuses_seeds_with_a_file(tmp_path):
+    from mhaaudit.estimation import estimate_kruskal_rank
+
+    path = tmp_path / "x.npy"
+    np.save(path, np.random.default_rng(0).standard_normal((12, 6)).astype(np.float32))
+    for kw in (dict(seeds="0-1"), dict(weights_seed=2), dict(vary="data")):
+        with pytest.raises(InputError, match="no effect when features"):
+            estimate_kruskal_rank(path, k=3, samples=20, device="cpu", **kw)
+
+
+def test_seeds_beside_request_objects(vit_dir):
+    from mhaaudit.request import DataRequest, ModelRequest
+
+    settings = Settings.resolve(device="cpu", samples=60, data_seed=5)
+    res = audit(ModelRequest(str(vit_dir)), data=DataRequest(limit=40, batch_size=8), settings=settings,
+                variants=["random"], seeds="0-1", vary="weights")
+    per = [r for r in res.records() if r["aggregate"] == "seed"]
+    assert {(r["seed"], r["data_seed"]) for r in per} == {(0, 5), (1, 5)}  # the settings' data seed is held
+    with pytest.raises(InputError, match="weights_seed"):  # a keyword beside the settings that says otherwise
+        audit(ModelRequest(str(vit_dir)), data=DataRequest(limit=40, batch_size=8), settings=settings,
+              variants=["random"], weights_seed=2)
