@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -42,6 +42,10 @@ VARIANT_HELP = {
     "random": "random-initialised model, output of block {layer}",
     "trained": "trained weights, output of block {layer}",
 }
+
+if TYPE_CHECKING:
+    from .seeds import SeedsResult
+
 
 
 @dataclass(frozen=True)
@@ -439,7 +443,7 @@ def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataR
         if any(p.random_attention for p in group):
             from .models import RandomAttention
 
-            ra = RandomAttention(info.d, seed=settings.seed, device=pm.device)
+            ra = RandomAttention(info.d, seed=settings.weights_seed_used, device=pm.device)
         reducers = {p.variant: StreamingReducer(qi, rule) for p in group}
         data_notes: list[str] = []
         fed = pipeline.stream(pm, data, {p.layer for p in group}, [_reducer_consumer(group, reducers, ra)], settings,
@@ -505,8 +509,12 @@ def capture_features(model: str | ModelRequest, *, variant: str = "random", laye
                      query_index: int | None = None, rtol: float | None = None, atol: float | None = None,
                      keep_duplicates: bool = False, settings: Settings | None = None, revision: str | None = None,
                      trust_remote_code: bool = False, text_column: str | None = None, image_column: str | None = None,
-                     convert_rgb: bool = False, given: frozenset[str] = frozenset()) -> FeatureSet:
+                     convert_rgb: bool = False, weights_seed: int | None = None, data_seed: int | None = None,
+                     given: frozenset[str] = frozenset()) -> FeatureSet:
     """Reduced features of one probe point (what ``mhaaudit kruskal`` uses with no file).
+
+    ``weights_seed`` / ``data_seed`` draw the random weights / the data from a seed of their own
+    (default: ``seed``; see :mod:`mhaaudit.settings`).
 
     ``model``, ``data`` and ``settings`` may be the request objects (:mod:`mhaaudit.request`);
     the other keywords are conveniences that build them (:func:`~mhaaudit.request.build_requests`:
@@ -662,9 +670,13 @@ def audit(
     text_column: str | None = None,
     image_column: str | None = None,
     convert_rgb: bool = False,
+    weights_seed: int | None = None,
+    data_seed: int | None = None,
+    seeds: str | Sequence[int] | None = None,
+    vary: str = "both",
     settings: Settings | None = None,
     given: frozenset[str] = frozenset(),
-) -> AuditResult:
+) -> AuditResult | SeedsResult:
     """Audit ``model`` on ``data``: the paper's Table 1 (images) or Table 3 (text) and more.
 
     ``model``, ``data`` and ``settings`` may be the request objects (:class:`~mhaaudit.request.ModelRequest`,
@@ -686,9 +698,22 @@ def audit(
     (as torchvision's ImageFolder does) instead of skipping them, the paper's rule. Inputs skipped
     are in ``AuditResult.skips`` by cause; a run that gets fewer than ``limit`` examples says so
     in the notes and the table.
+
+    ``weights_seed`` / ``data_seed`` draw the random weights / the data from a seed of their own
+    (default: ``seed``). ``seeds`` (``"0-4"``, ``"0,3,7"`` or a list) runs the audit once per seed
+    and returns a :class:`mhaaudit.seeds.SeedsResult` (per-seed, summary and difference records);
+    ``vary`` says what the seeds vary: ``"both"`` (as ``seed``), ``"weights"`` or ``"data"``
+    (the other held at ``data_seed`` / ``weights_seed``, default the first seed).
     """
+    from .seeds import audit_seeds, plan_for
+
     req = build_requests(model, data, settings, {k: v for k, v in locals().items() if k in KEYWORDS}, given)
-    return _audit(req, _Columns(variants, layer, layers, sweep), on_note)
+    cols = _Columns(variants, layer, layers, sweep)
+    plan = plan_for(req.settings, seeds, vary)
+    if plan is None:
+        return _audit(req, cols, on_note)
+    return audit_seeds(lambda **run: _audit(req._replace(settings=req.settings.with_(**run)), cols, on_note), plan,
+                       req.data.data)
 
 
 @dataclass(frozen=True)

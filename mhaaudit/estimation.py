@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import kruskal, validate
 from .auditing import capture_probe
@@ -35,6 +36,9 @@ from .numerics.stream import peak_rss_bytes
 from .progress import log, task
 from .request import DataRequest, ModelRequest
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from .seeds import SeedsResult
 
 VECTORS = ("queries", "a3")  # the query vectors, or the Assumption 3 vectors (query + mean of context rows)
 
@@ -115,7 +119,8 @@ def kruskal_capture(model: str = "vit-base", *, variant: str = "random", n: int 
 
 
 _REQUEST_KEYS = ("k", "sweep", "n", "vectors", "key", "query_index")
-_SETTINGS_KEYS = ("samples", "threshold", "seed", "rtol", "atol", "device", "stop_when_decided", "progress")
+_SETTINGS_KEYS = ("samples", "threshold", "seed", "rtol", "atol", "device", "stop_when_decided", "progress",
+                  "weights_seed", "data_seed")
 _MODEL_KEYS = ("model", "variant", "backend", "weights", "revision", "trust_remote_code")
 _DATA_KEYS = ("data", "split", "limit", "batch_size", "keep_duplicates", "text_column", "image_column", "convert_rgb")
 _DATA_DEFAULTS = dict(data=None, split="train", limit=2000, batch_size=32, keep_duplicates=False)
@@ -163,7 +168,8 @@ def _objects(features, request, capture, settings, keywords: dict):
 
 def estimate_kruskal_rank(features: str | Path | None = None, *, request: KruskalRequest | None = None,
                           capture: Capture | None = None, settings: Settings | None = None,
-                          on_note: Callable[[str], None] | None = None, **keywords) -> KruskalResult:
+                          on_note: Callable[[str], None] | None = None, seeds: str | Sequence[int] | None = None,
+                          vary: str = "both", **keywords) -> KruskalResult | SeedsResult:
     """Estimate the Kruskal rank of a set of vectors: Monte-Carlo tests at candidate sizes, or a sweep.
 
     ``features`` is a T x d matrix (``.npy``, ``.pt``, ``.safetensors``, ``.parquet``), a
@@ -174,17 +180,39 @@ def estimate_kruskal_rank(features: str | Path | None = None, *, request: Kruska
     ``query_index``; ``samples``, ``threshold``, ``seed``, ``rtol``, ``atol``, ``device``,
     ``stop_when_decided``, ``progress``; ``model``, ``variant``, ``backend``, ``weights``,
     ``revision``, ``trust_remote_code``, ``data``, ``split``, ``limit``, ``batch_size``,
-    ``keep_duplicates``, ``text_column``, ``image_column``, ``convert_rgb``. Or give the objects:
+    ``keep_duplicates``, ``text_column``, ``image_column``, ``convert_rgb``; ``weights_seed`` and
+    ``data_seed`` seed a capture's random weights and data apart from ``seed``. Or give the objects:
     ``request`` (:func:`kruskal_request`), ``capture`` (:func:`kruskal_capture`) and
     ``settings``; an object and keywords for the same part are refused. ``on_note`` receives the
     line that describes the vectors and the rank rule before the tests run.
 
-    Returns a :class:`KruskalResult`. Raises :class:`~mhaaudit.errors.InputError` for a bad
+    ``seeds`` (``"0-4"``, ``"0,3,7"`` or a list; with a capture only) captures and estimates once per
+    seed, the model loads shared, and returns a :class:`~mhaaudit.seeds.SeedsResult` (per-seed,
+    summary and difference records); ``vary`` says what the seeds vary: ``"both"``, ``"weights"``
+    or ``"data"`` (see :func:`~mhaaudit.seeds.plan_seeds`).
+
+    Returns a :class:`KruskalResult` (with ``seeds``, a :class:`~mhaaudit.seeds.SeedsResult`). Raises :class:`~mhaaudit.errors.InputError` for a bad
     argument, a file that cannot be read as vectors, a size above T, or n above T when n sets the
     size; a capture raises what :func:`~mhaaudit.audit` raises.
     """
-    t0 = time.perf_counter()
+    from .seeds import kruskal_seeds, plan_for
+
     request, capture, settings = _objects(features, request, capture, settings, keywords)
+    if request.features is not None and (settings.weights_seed is not None or settings.data_seed is not None
+                                         or seeds is not None or vary != "both"):
+        raise InputError(f"--seeds, --vary, --weights-seed and --data-seed have no effect when features "
+                         f"({request.features}) are given: they seed the capture from --model (a file's vectors "
+                         "are fixed; --seed seeds the draws)")
+    plan = plan_for(settings, seeds, vary)
+    if plan is None:
+        return _estimate_one(request, capture, settings, on_note)
+    assert capture is not None, "a request without features comes with its capture"
+    return kruskal_seeds(lambda **run: _estimate_one(request, capture, settings.with_(**run), on_note), plan, capture)
+
+
+def _estimate_one(request: KruskalRequest, capture: Capture | None, settings: Settings,
+                  on_note: Callable[[str], None] | None) -> KruskalResult:
+    t0 = time.perf_counter()
     X, n, source, vectors, captured = _vectors(request, capture, settings)
     X = as_matrix(X)
     T, d = X.shape

@@ -28,6 +28,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -81,9 +82,44 @@ class DataInfo:
         return self.shard.gather_rows(rows, header, self.fed, self.parts)
 
 
+_SHARED_LOADS: dict | None = None  # while shared_loads() is open: load key -> the loaded model
+
+
+@contextmanager
+def shared_loads():
+    """While open, a model :func:`load` gave one run is handed to the next run that asks for the
+    same weights (the same model, init, weights seed, depth and device) instead of being loaded
+    again: the runs of several seeds share their loads. Trained weights do not depend on the
+    seed, so every seed shares them; random weights are shared while the weights seed stays. One
+    model per (request, init) is kept: a new weights seed replaces the last one's."""
+    global _SHARED_LOADS
+    outer = _SHARED_LOADS
+    if outer is None:
+        _SHARED_LOADS = {}
+    try:
+        yield
+    finally:
+        _SHARED_LOADS = outer
+
+
 def load(request: ModelRequest, init: str, settings: Settings, max_layer: int):
     """The model of ``request`` with ``init`` weights (``"random"`` | ``"trained"``) on the run's
-    device, with blocks built up to ``max_layer`` (at least 1)."""
+    device, with blocks built up to ``max_layer`` (at least 1); within :func:`shared_loads`, the
+    model already loaded for the same weights."""
+    cache = _SHARED_LOADS
+    if cache is None:
+        return _load(request, init, settings, max_layer)
+    key = (request, init, None if init == "trained" else settings.weights_seed_used, max(1, int(max_layer)),
+           str(settings.device))
+    if key not in cache:
+        pm = _load(request, init, settings, max_layer)
+        for other in [k for k in cache if k[:2] == key[:2]]:
+            del cache[other]
+        cache[key] = pm
+    return cache[key]
+
+
+def _load(request: ModelRequest, init: str, settings: Settings, max_layer: int):
     from .models import load_model
     from .progress import status
 
@@ -91,7 +127,7 @@ def load(request: ModelRequest, init: str, settings: Settings, max_layer: int):
         return load_model(request.model, weights=init, backend=request.backend,
                           weights_path=request.weights_path if init == "trained" else None,
                           device=settings.device, context_length=request.context_length,
-                          max_layer=max(1, int(max_layer)), seed=settings.seed, revision=request.revision,
+                          max_layer=max(1, int(max_layer)), seed=settings.weights_seed_used, revision=request.revision,
                           trust_remote_code=request.trust_remote_code)
 
 
@@ -293,7 +329,7 @@ def _assigned(pm, data: DataRequest, settings: Settings, notes: list[str], shard
     rank (every batch in one process), read ahead on a helper thread."""
     if shard.rank == 0:
         try:
-            info, raw = example_batches(pm, data, settings.seed, notes, need, settings.progress)
+            info, raw = example_batches(pm, data, settings.data_seed_used, notes, need, settings.progress)
         except Exception as exc:  # refused before the first batch: the other ranks hear it as from a batch
             for _ in shard.deal(_raising(exc)):
                 pass

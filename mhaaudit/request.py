@@ -119,7 +119,7 @@ MODEL_KEYWORDS = {"backend": "backend", "weights": "weights_path", "weights_path
 DATA_KEYWORDS = {name: name for name in ("split", "limit", "batch_size", "keep_duplicates", "text_column", "image_column",
                                          "convert_rgb")}
 SETTINGS_KEYWORDS = {name: name for name in ("device", "samples", "threshold", "seed", "rtol", "atol", "stop_when_decided",
-                                             "progress")}
+                                             "progress", "weights_seed", "data_seed")}
 KEYWORDS = {**MODEL_KEYWORDS, **DATA_KEYWORDS, **SETTINGS_KEYWORDS}
 
 

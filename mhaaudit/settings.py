@@ -26,6 +26,16 @@ Every random choice of a run derives from the one user seed through :func:`deriv
 
 Different purposes get independent streams, so adding a consumer never shifts another's numbers,
 and a part's stream does not depend on how many parts run or in which order.
+
+The weights seed and the data seed
+----------------------------------
+The random weights (``"model-init"``, ``"random-attention"``) derive from the *weights seed*
+and the data (``"data"``) from the *data seed*. Both are the run's seed unless set apart
+(``Settings.weights_seed`` / ``Settings.data_seed``, the CLI's ``--weights-seed`` /
+``--data-seed``), so a run that sets neither draws exactly what it always drew; the Monte-Carlo
+draws, labels and memorisation points always derive from the run's seed. Setting one apart holds
+that randomness fixed while the other moves (``mhaaudit.seeds``). Trained weights have no
+weights seed.
 """
 
 from __future__ import annotations
@@ -150,11 +160,13 @@ class Settings:
     atol: float | None = None
     stop_when_decided: bool = False
     progress: bool = False
+    weights_seed: int | None = None  # None: the run's seed (see the module docstring)
+    data_seed: int | None = None  # None: the run's seed
 
     @classmethod
     def resolve(cls, *, device: str | torch.device | None = "auto", samples=DEFAULT_SAMPLES,
                 threshold=DEFAULT_THRESHOLD, seed=0, rtol=None, atol=None, stop_when_decided: bool = False,
-                progress: bool = False) -> Settings:
+                progress: bool = False, weights_seed=None, data_seed=None) -> Settings:
         """Check every field and resolve the device (an unavailable device is an input error here)."""
         from . import validate
 
@@ -168,6 +180,10 @@ class Settings:
             atol=validate.tolerance("--atol", atol),
             stop_when_decided=bool(stop_when_decided),
             progress=bool(progress),
+            weights_seed=None if weights_seed is None else validate.integer("--weights-seed", weights_seed, minimum=0,
+                                                                            maximum=MAX_SEED),
+            data_seed=None if data_seed is None else validate.integer("--data-seed", data_seed, minimum=0,
+                                                                      maximum=MAX_SEED),
         )
 
     def rule(self, dtype: torch.dtype | str = torch.float32):
@@ -180,6 +196,16 @@ class Settings:
         """:func:`derive_seed` under this run's seed."""
         return derive_seed(self.seed, purpose, *index)
 
+    @property
+    def weights_seed_used(self) -> int:
+        """The seed the random weights derive from: ``weights_seed``, else the run's seed."""
+        return self.seed if self.weights_seed is None else self.weights_seed
+
+    @property
+    def data_seed_used(self) -> int:
+        """The seed the data derive from: ``data_seed``, else the run's seed."""
+        return self.seed if self.data_seed is None else self.data_seed
+
     def with_(self, **changes) -> Settings:
         """A copy with some fields changed (the device is not re-resolved)."""
         return replace(self, **changes)
@@ -190,5 +216,8 @@ class Settings:
 
     def as_dict(self) -> dict:
         """The settings as written into every output's ``meta``."""
-        return {"device": self.device_name, "samples": self.samples, "threshold": self.threshold, "seed": self.seed,
-                "tolerance": self.rule().as_dict(), "stop_when_decided": self.stop_when_decided}
+        out = {"device": self.device_name, "samples": self.samples, "threshold": self.threshold, "seed": self.seed,
+               "tolerance": self.rule().as_dict(), "stop_when_decided": self.stop_when_decided}
+        if self.weights_seed is not None or self.data_seed is not None:  # set apart: say which seed drew what
+            out.update(weights_seed=self.weights_seed_used, data_seed=self.data_seed_used)
+        return out

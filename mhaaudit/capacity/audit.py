@@ -34,7 +34,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -61,6 +61,10 @@ __all__ = ["ATTENTION", "VARIANTS", "CapacityColumn", "CapacityResult", "attenti
 
 VARIANTS = ("random", "trained")
 ATTENTION = ("model", "random")
+
+if TYPE_CHECKING:
+    from ..seeds import SeedsResult
+
 
 
 @dataclass
@@ -306,7 +310,7 @@ def _column(plan: _Plan, variant: str, notes: list[str]) -> tuple[CapacityColumn
     if info.query_index is None:
         raise ModelError(f"{plan.request.model} has no query token of its own ({info.query_token.removeprefix('none: ')}), "
                          "and capacity reads the model's own query; check and kruskal --model take --query-index K")
-    attn = attention_for(pm, plan.block, plan.attention, plan.settings.seed)
+    attn = attention_for(pm, plan.block, plan.attention, plan.settings.weights_seed_used)
     hs = _validated_heads(plan.heads, attn.num_heads)
     if plan.from_path is not None and plan.from_results is not None:  # before the data pass: a file of another model is refused at once
         a, which, fnotes = assumptions_from_file(plan.from_path, init=variant, layer=plan.block - 1, n=info.n, d=info.d,
@@ -420,9 +424,13 @@ def capacity_audit(
     text_column: str | None = None,
     image_column: str | None = None,
     convert_rgb: bool = False,
+    weights_seed: int | None = None,
+    data_seed: int | None = None,
+    seeds: str | Sequence[int] | None = None,
+    vary: str = "both",
     settings: Settings | None = None,
     given: frozenset[str] = frozenset(),
-) -> CapacityResult:
+) -> CapacityResult | SeedsResult:
     """Bound and certificate for each column (``variants``: random and/or trained; default both).
 
     The assumptions are audited on the tokens attention block ``block`` sees (its input: the output
@@ -431,13 +439,16 @@ def capacity_audit(
     to read them from. ``heads`` (e.g. ``"1-12"``) asks for the certificate with the first h heads
     for each h (default: all heads). ``attention="random"`` uses random key/query weights instead
     of the model's. ``layer`` is a deprecated alias of ``block``. ``text_column``, ``image_column``
-    and ``convert_rgb`` choose the data's column and image policy as in :func:`mhaaudit.audit`.
+    and ``convert_rgb`` choose the data's column and image policy as in :func:`mhaaudit.audit`;
+    ``weights_seed``, ``data_seed``, ``seeds`` and ``vary`` too (with ``seeds``, the result is a
+    :class:`mhaaudit.seeds.SeedsResult`: rank(Z) per seed and its spread).
 
     ``model``, ``data`` and ``settings`` may be the request objects, as in :func:`mhaaudit.audit`
     (a keyword given beside an object that says otherwise is an InputError); the settings built
     from keywords stop each test once it is decided. A ``ModelRequest`` naming a ``query_index`` is
     refused: capacity reads the model's own query.
     """
+    from ..seeds import capacity_seeds, plan_for
     from ..validate import choice, head_counts, split_list
 
     keywords = {k: v for k, v in locals().items() if k in KEYWORDS}
@@ -445,6 +456,9 @@ def capacity_audit(
                     threshold=DEFAULT_THRESHOLD if threshold is None else threshold)
     unset = {k for k, v in (("samples", samples), ("threshold", threshold)) if v is None}  # None: the default
     settings, request, data_req = _requests(build_requests(model, data, settings, keywords, given - unset))
+    over = plan_for(settings, seeds, vary)
+    if over is not None and from_path is not None:
+        raise InputError("--seeds has no effect with --from: the assumptions are read from one run's file")
     blk = _block_of(block, layer)
     attention = choice("--attention", attention, ATTENTION)
     vs = split_list(variants) or list(VARIANTS)
@@ -462,11 +476,18 @@ def capacity_audit(
         check_same_examples(from_path, from_results, limit=data_req.limit)
     plan = _Plan(request, data_req, settings, blk, heads, attention, bool(shared_context),
                  Path(from_path) if from_path is not None else None, from_results)
-    result = _run(plan, vs)
-    if block is None and layer is None:
-        result.notes.insert(0, CAPACITY_BLOCK_WHY)
-    result.settings.update(describe())
-    return result
+
+    def run(plan: _Plan) -> CapacityResult:
+        result = _run(plan, vs)
+        if block is None and layer is None:
+            result.notes.insert(0, CAPACITY_BLOCK_WHY)
+        result.settings.update(describe())
+        return result
+
+    if over is None:
+        return run(plan)
+    return capacity_seeds(lambda **seeds: run(replace(plan, settings=settings.with_(**seeds))), over,
+                          data_req.data)
 
 
 def _requests(req: Requests) -> tuple[Settings, ModelRequest, DataRequest]:
@@ -500,7 +521,8 @@ def _run(plan: _Plan, variants: list[str]) -> CapacityResult:
     s = plan.settings
     blk = plan.block
     settings = dict(layer=blk, attention=plan.attention, shared_context=plan.shared_context, heads=hs,
-                    head_dim=head_dim, samples=s.samples, threshold=s.threshold, seed=s.seed, device=s.device_name,
+                    head_dim=head_dim, samples=s.samples, threshold=s.threshold, seed=s.seed,
+                    **{k: v for k, v in s.as_dict().items() if k in ("weights_seed", "data_seed")}, device=s.device_name,
                     limit=plan.data.limit, batch_size=batch.get("size", plan.data.batch_size),
                     batch_size_choice=batch.get("how"),
                     from_path=str(plan.from_path) if plan.from_path is not None else None,

@@ -16,6 +16,7 @@ from .options import (
     ContextLength,
     ConvertRgb,
     Data,
+    DataSeed,
     Device,
     Format,
     FormatOpt,
@@ -27,11 +28,15 @@ from .options import (
     Rtol,
     Samples,
     Seed,
+    SeedsOpt,
     Split,
     TextColumn,
     Threshold,
     TrustRemoteCode,
+    Vary,
+    VaryOpt,
     Weights,
+    WeightsSeed,
     deprecation_line,
     emit,
     importing,
@@ -76,6 +81,10 @@ def capacity(
     samples: Samples = DEFAULTS["samples"],
     threshold: Threshold = DEFAULTS["threshold"],
     seed: Seed = DEFAULTS["seed"],
+    seeds: SeedsOpt = None,
+    vary: VaryOpt = Vary.both,
+    weights_seed: WeightsSeed = None,
+    data_seed: DataSeed = None,
     rtol: Rtol = None,
     atol: Atol = None,
     device: Device = DEFAULTS["device"],
@@ -107,8 +116,11 @@ def capacity(
         from ..settings import Settings
 
     settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
-                                stop_when_decided=True, progress=progress_enabled(quiet))
+                                stop_when_decided=True, progress=progress_enabled(quiet), weights_seed=weights_seed,
+                                data_seed=data_seed)
     prepare_outputs(out, plot, fmt)
+    if seeds is not None:
+        refuse_unused(ctx, ("plot",), "with --seeds: it draws one run's ranks; run that seed alone with --seed")
     refuse_inputs({"--out": out, "--plot": plot}, [model, weights, data, from_path])
     refuse_data_options(ctx, data)
     if from_path is not None:
@@ -121,7 +133,12 @@ def capacity(
         keep_duplicates=keep_duplicates, text_column=text_column, image_column=image_column, convert_rgb=convert_rgb))
     result = capacity_audit(request, data=examples, settings=settings, heads=heads, attention=attention.value,
                             shared_context=shared_context, from_path=from_path, variants=validate.split_list(variants),
-                            block=K)
+                            block=K, seeds=seeds, vary=vary.value)
+    if seeds is not None:
+        from ..render_seeds import render_seeds
+
+        emit(fmt, result.meta(), result.records(), out=out, render=lambda: render_seeds(result))
+        return
     if plot is not None:
         plot_capacity(result, plot)
     emit(fmt, result.meta(), result.records(), out=out, render=lambda: render_capacity(result, out=out, plot=plot))

@@ -16,6 +16,7 @@ from .options import (
     ContextLength,
     ConvertRgb,
     Data,
+    DataSeed,
     Device,
     Format,
     FormatOpt,
@@ -29,15 +30,20 @@ from .options import (
     Rtol,
     Samples,
     Seed,
+    SeedsOpt,
     Split,
     TextColumn,
     Threshold,
     TrustRemoteCode,
+    Vary,
+    VaryOpt,
     Weights,
+    WeightsSeed,
     emit,
     importing,
     prepare_outputs,
     refuse_data_options,
+    refuse_unused,
 )
 
 
@@ -64,6 +70,10 @@ def check(
     samples: Samples = DEFAULTS["samples"],
     threshold: Threshold = DEFAULTS["threshold"],
     seed: Seed = DEFAULTS["seed"],
+    seeds: SeedsOpt = None,
+    vary: VaryOpt = Vary.both,
+    weights_seed: WeightsSeed = None,
+    data_seed: DataSeed = None,
     rtol: Rtol = None,
     atol: Atol = None,
     device: Device = DEFAULTS["device"],
@@ -89,9 +99,13 @@ def check(
         from ..settings import Settings
 
     settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
-                                stop_when_decided=not all_draws, progress=progress_enabled(quiet))
+                                stop_when_decided=not all_draws, progress=progress_enabled(quiet),
+                                weights_seed=weights_seed, data_seed=data_seed)
     prepare_outputs(out, plot, fmt)
     refuse_data_options(ctx, data)
+    if seeds is not None:
+        refuse_unused(ctx, ("save_features", "plot"), "with --seeds: they write one run's features or curves; "
+                      "run that seed alone with --seed")
     fails = [validate.choice("--fail-on", f, (*REGISTRY, "any")) for f in validate.split_list(fail_on) or []]
     if save_features is not None:
         check_features_folder(save_features, [model, weights, data])
@@ -105,7 +119,15 @@ def check(
         batch_size=batch_size, keep_duplicates=keep_duplicates, text_column=text_column, image_column=image_column,
         convert_rgb=convert_rgb))
     result = audit(request, data=examples, settings=settings, variants=validate.split_list(variants), layer=layer,
-                   layers=layer_list, sweep=sweep, on_note=lambda m: print(f"Note: {m}", file=sys.stderr))
+                   layers=layer_list, sweep=sweep, on_note=lambda m: print(f"Note: {m}", file=sys.stderr),
+                   seeds=seeds, vary=vary.value)
+    if seeds is not None:
+        from ..render_seeds import render_seeds
+
+        records = result.records()
+        emit(fmt, result.meta(), records, sweep=result.sweep_rows() or None, out=out, render=lambda: render_seeds(result))
+        _fail_on(fails, records)
+        return
     if save_features is not None:
         result.save_features(save_features)
     if plot is not None and plot_audit(result, plot) is None:
@@ -115,6 +137,11 @@ def check(
     records = result.records()
     emit(fmt, result.meta(), records, sweep=result.sweep_rows(), out=out,
          render=lambda: render_audit(result, save_features=save_features, out=out, plot=plot))
+    _fail_on(fails, records)
+
+
+def _fail_on(fails: list[str], records: list[dict]) -> None:
+    """Exit 1 when a check named by ``--fail-on`` fails (with --seeds: in any seed)."""
     failed = {r["check"] for r in records if r.get("verdict") == "fails"}
     if ("any" in fails and failed) or failed.intersection(fails):
         raise typer.Exit(1)

@@ -14,6 +14,7 @@ from .options import (
     Atol,
     BackendOpt,
     ConvertRgb,
+    DataSeed,
     Device,
     Format,
     FormatOpt,
@@ -28,6 +29,9 @@ from .options import (
     TextColumn,
     Threshold,
     TrustRemoteCode,
+    Vary,
+    VaryOpt,
+    WeightsSeed,
     emit,
     importing,
     prepare_outputs,
@@ -50,6 +54,10 @@ def kruskal(
     samples: Samples = DEFAULTS["samples"],
     threshold: Threshold = DEFAULTS["threshold"],
     seed: Seed = DEFAULTS["seed"],
+    seeds: Annotated[str | None, typer.Option("--seeds", help="With --model: capture and estimate once per seed (e.g. 0-4 or 0,3,7; instead of --seed) and report the median and range over the seeds.")] = None,
+    vary: VaryOpt = Vary.both,
+    weights_seed: WeightsSeed = None,
+    data_seed: DataSeed = None,
     rtol: Rtol = None,
     atol: Atol = None,
     device: Device = DEFAULTS["device"],
@@ -85,11 +93,18 @@ def kruskal(
         from ..progress import log, progress_enabled
         from ..render import render_kruskal
         from ..request import DataRequest
+        from ..seeds import SeedsResult
         from ..settings import Settings
 
     settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
-                                stop_when_decided=not all_draws, progress=progress_enabled(quiet))
+                                stop_when_decided=not all_draws, progress=progress_enabled(quiet),
+                                weights_seed=weights_seed, data_seed=data_seed)
     prepare_outputs(out, plot, fmt)
+    if features is not None:
+        refuse_unused(ctx, ("seeds", "vary", "weights_seed", "data_seed"), f"when FEATURES ({features}) is given: "
+                      "they seed the capture from --model (a file's vectors are fixed; --seed seeds the draws)")
+    if seeds is not None:
+        refuse_unused(ctx, ("plot",), "with --seeds: it draws one run's curve; run that seed alone with --seed")
     refuse_inputs({"--out": out, "--plot": plot}, [features, weights, data])
     request = kruskal_request(features, k=k, sweep=sweep or plot is not None, n=n, vectors=vectors, key=key,
                               query_index=query_index)
@@ -105,7 +120,15 @@ def kruskal(
                                                     convert_rgb=convert_rgb))
     # The table's first line describes the data; the JSON and parquet outputs have it in their meta.
     result = estimate_kruskal_rank(request=request, capture=capture, settings=settings,
-                                   on_note=lambda line: log(line, settings.progress and fmt != Format.table))
+                                   on_note=lambda line: log(line, settings.progress and fmt != Format.table),
+                                   seeds=seeds, vary=vary.value)
+    if isinstance(result, SeedsResult):
+        from ..render_seeds import render_seeds
+
+        seeded = result
+        emit(fmt, seeded.meta(), seeded.records(), sweep=seeded.sweep_rows() or None, out=out,
+             render=lambda: render_seeds(seeded))
+        return
     if plot is not None and result.sweep is not None:
         from ..plot import plot_sweeps
 

@@ -36,6 +36,18 @@ class Format(str, Enum):
     parquet = "parquet"
 
 
+class Vary(str, Enum):
+    """What ``--seeds`` varies (mhaaudit.seeds.VARY)."""
+
+    both = "both"
+    weights = "weights"
+    data = "data"
+
+
+SeedsOpt = Annotated[str | None, typer.Option("--seeds", help="Run once per seed (e.g. 0-4 or 0,3,7; instead of --seed) and report each cell's median and range over the seeds, and the differences between columns with their range.")]
+VaryOpt = Annotated[Vary, typer.Option("--vary", help="With --seeds: what the seeds vary: both (weights and data, as --seed), weights (the data seed held fixed) or data (the weights seed held fixed).")]
+WeightsSeed = Annotated[int | None, typer.Option("--weights-seed", help="Seed of the random weights (default: --seed; trained weights have none).", show_default=False)]
+DataSeed = Annotated[int | None, typer.Option("--data-seed", help="Seed of the data: the built-in images or text and the choice of examples (default: --seed).", show_default=False)]
 KeepDuplicates = Annotated[bool, typer.Option("--keep-duplicates", help="Keep exact duplicate inputs (by default they are found before the forward pass, reported and dropped, the same ones in every column).")]
 FormatOpt = Annotated[Format, typer.Option("--format", help="table (people), json or parquet (stdout).")]
 Samples = Annotated[int, typer.Option("--samples", "-N", help="Monte-Carlo draws per candidate size.")]

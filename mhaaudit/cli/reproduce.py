@@ -11,6 +11,7 @@ from .options import (
     DEFAULTS,
     BatchSize,
     Data,
+    DataSeed,
     Device,
     Format,
     FormatOpt,
@@ -21,6 +22,9 @@ from .options import (
     Seed,
     Split,
     Threshold,
+    Vary,
+    VaryOpt,
+    WeightsSeed,
     emit,
     importing,
     prepare_outputs,
@@ -45,6 +49,10 @@ APPLIES = {
     "sizes": ("figure2",),
     "max_steps": ("figure2",),
     "plot": ("table3", "figure1", "figure2"),
+    "seeds": ("table1", "table3", "figure1"),
+    "vary": ("table1", "table3", "figure1"),
+    "weights_seed": ("table1", "table3", "figure1"),
+    "data_seed": ("table1", "table3", "figure1"),
 }
 MODEL_KEYS = {"table1": ("vit",), "figure1": ("vit",), "table3": ("bert", "gpt2")}
 
@@ -63,6 +71,10 @@ def reproduce(
     samples: Samples = DEFAULTS["samples"],
     threshold: Threshold = DEFAULTS["threshold"],
     seed: Seed = DEFAULTS["seed"],
+    seeds: Annotated[str | None, typer.Option("--seeds", help="table1, table3, figure1: run once per seed (e.g. 0-2; instead of --seed) and set each published value beside the between-seed range of ours.")] = None,
+    vary: VaryOpt = Vary.both,
+    weights_seed: WeightsSeed = None,
+    data_seed: DataSeed = None,
     device: Device = DEFAULTS["device"],
     all_draws: Annotated[bool, typer.Option("--all-draws", help="Always make every draw (by default a failing test stops once its verdict is settled).")] = False,
     preset: Annotated[str | None, typer.Option("--preset", help="figure2: the memorize grid (default cpu: minutes on a laptop; paper-fig2a is the paper's).")] = None,
@@ -82,14 +94,16 @@ def reproduce(
     """
     with importing(quiet):  # the library, torch with it: seconds
         from .. import validate
+        from ..errors import InputError
         from ..io import refuse_inputs
         from ..progress import progress_enabled
-        from ..reproduce import reproduce_paper
+        from ..reproduce import Reproduction, reproduce_paper
         from ..settings import Settings
 
     target = validate.choice("target", target, TARGETS)
     _refuse_inapplicable(ctx, target)
-    Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed)  # bad values: before any work
+    Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, weights_seed=weights_seed,
+                     data_seed=data_seed)  # bad values: before any work
     prepare_outputs(out, plot, fmt)
     refuse_inputs({"--out": out, "--plot": plot}, [data, *(w.partition("=")[2] or w for w in weights or [])])
     keys = MODEL_KEYS.get(target, ())
@@ -107,7 +121,21 @@ def reproduce(
         lengths = keyed("--context-length", context_length, keys)
         options |= dict(models=validate.split_list(models),
                         context_length={k: validate.integer("--context-length", v) for k, v in lengths.items()})
+    if target != "figure2":
+        options |= dict(weights_seed=weights_seed, data_seed=data_seed)
+    if seeds is not None:
+        from ..render_seeds import render_seeds
+
+        if plot is not None:
+            raise InputError("--plot has no effect with --seeds: it draws one run's curves; run that seed alone with --seed")
+        result = reproduce_paper(target, seeds=seeds, vary=vary.value, **options)
+        emit(fmt, result.meta(), result.records(), sweep=result.sweep_rows() or None, out=out,
+             render=lambda: render_seeds(result))
+        return
+    if vary != Vary.both:
+        raise InputError("--vary has no effect without --seeds: it says which seed --seeds varies")
     result = reproduce_paper(target, **options)
+    assert isinstance(result, Reproduction), "without --seeds, one run"
     written = _plot(result, plot)
     meta = result.meta()
     emit(fmt, meta, result.records(), sweep=result.sweep_rows() or None, document=result.document(meta), out=out,

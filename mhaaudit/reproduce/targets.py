@@ -176,24 +176,27 @@ def _check_keys(name: str, given: dict | None, allowed: Sequence[str]) -> dict:
 def table1(*, data: str | None = None, split: str = "train", limit: int | None = None, model: dict | None = None,
            weights: dict | None = None, samples: int = DEFAULT_SAMPLES, threshold: float = DEFAULT_THRESHOLD,
            seed: int = 0, device: str = "auto", batch_size: int = 32, stop_when_decided: bool = True,
-           progress: bool = False, on_note: Callable[[str], None] | None = None) -> Reproduction:
+           progress: bool = False, on_note: Callable[[str], None] | None = None, weights_seed: int | None = None,
+           data_seed: int | None = None) -> Reproduction:
     """Table 1: ViT-Base's four columns (embedding, random attention, random ViT, trained ViT)."""
     return _tables("table1", dict(data=data, split=split, limit=limit, model=model, weights=weights, samples=samples,
                                   threshold=threshold, seed=seed, device=device, batch_size=batch_size,
-                                  stop_when_decided=stop_when_decided, progress=progress, on_note=on_note))
+                                  stop_when_decided=stop_when_decided, progress=progress, on_note=on_note,
+                                  weights_seed=weights_seed, data_seed=data_seed))
 
 
 def table3(*, data: str | None = None, split: str = "train", limit: int | None = None, models: Sequence[str] | None = None,
            model: dict | None = None, weights: dict | None = None, context_length: dict | None = None,
            samples: int = DEFAULT_SAMPLES, threshold: float = DEFAULT_THRESHOLD, seed: int = 0, device: str = "auto",
            batch_size: int = 32, stop_when_decided: bool = True, progress: bool = False,
-           on_note: Callable[[str], None] | None = None) -> Reproduction:
+           on_note: Callable[[str], None] | None = None, weights_seed: int | None = None,
+           data_seed: int | None = None) -> Reproduction:
     """Table 3: BERT-large and GPT-2-large (``models``: a subset of ``bert``, ``gpt2``), random and
     trained, layers 0 and 1, and the Kruskal-rank sweep of the BERT layer-1 columns."""
     return _tables("table3", dict(data=data, split=split, limit=limit, models=models, model=model, weights=weights,
                                   context_length=context_length, samples=samples, threshold=threshold, seed=seed,
                                   device=device, batch_size=batch_size, stop_when_decided=stop_when_decided,
-                                  progress=progress, on_note=on_note))
+                                  progress=progress, on_note=on_note, weights_seed=weights_seed, data_seed=data_seed))
 
 
 def _tables(target: str, o: dict) -> Reproduction:
@@ -207,7 +210,8 @@ def _tables(target: str, o: dict) -> Reproduction:
     weights = _check_keys("--weights", o.get("weights"), keys)
     lengths = _check_keys("--context-length", o.get("context_length"), keys)
     settings = Settings.resolve(device=o["device"], samples=o["samples"], threshold=o["threshold"], seed=o["seed"],
-                                stop_when_decided=o["stop_when_decided"], progress=o["progress"])
+                                stop_when_decided=o["stop_when_decided"], progress=o["progress"],
+                                weights_seed=o.get("weights_seed"), data_seed=o.get("data_seed"))
     data, paper_data = _data_for(spec, o["data"])
     T = spec["data"]["T"] if o["limit"] is None else validate.integer("--limit", o["limit"])
     out = Reproduction(target, spec["title"], spec["source"], [], {}, [], {}, {})
@@ -218,7 +222,8 @@ def _tables(target: str, o: dict) -> Reproduction:
         result = audit(name, layers=layers, data=data, split=o["split"], limit=T, batch_size=o["batch_size"],
                        samples=settings.samples, threshold=settings.threshold, seed=settings.seed,
                        device=settings.device, weights=weights.get(key), context_length=lengths.get(key),
-                       progress=settings.progress, stop_when_decided=settings.stop_when_decided, on_note=o["on_note"])
+                       progress=settings.progress, stop_when_decided=settings.stop_when_decided, on_note=o["on_note"],
+                       weights_seed=settings.weights_seed, data_seed=settings.data_seed)
         out.audits[key] = result
         out.facts[key] = _facts(result, name, paper_data, settings)
         out.notes += result.notes
@@ -253,7 +258,8 @@ def _compare_model(target: str, spec: dict, key: str, result, out: Reproduction,
 
 def figure1(*, data: str | None = None, split: str = "train", limit: int | None = None, model: dict | None = None,
             samples: int = DEFAULT_SAMPLES, threshold: float = DEFAULT_THRESHOLD, seed: int = 0, device: str = "auto",
-            batch_size: int = 32, progress: bool = False) -> Reproduction:
+            batch_size: int = 32, progress: bool = False, weights_seed: int | None = None,
+            data_seed: int | None = None) -> Reproduction:
     """Figure 1: the satisfied fraction against k for ViT-Base's random-attention features."""
     from .. import validate
     from ..auditing import capture_features
@@ -262,7 +268,8 @@ def figure1(*, data: str | None = None, split: str = "train", limit: int | None 
     (key,) = spec["models"]
     (column,) = spec["columns"]
     name = _check_keys("--model", model, [key]).get(key, spec["models"][key]["alias"])
-    settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, progress=progress)
+    settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, progress=progress,
+                                weights_seed=weights_seed, data_seed=data_seed)
     data_arg, paper_data = _data_for(spec, data)
     T = spec["data"]["T"] if limit is None else validate.integer("--limit", limit)
     t0 = time.perf_counter()

@@ -1,0 +1,135 @@
+"""The report of a several-seed run (:class:`mhaaudit.seeds.SeedsResult`): each cell's median and
+range over the seeds, how many seeds hold under the paper's rule, the exact status where a seed
+proved it, the sweep estimates' spread, and the differences with their between-seed range.
+
+Nothing is computed here that :mod:`mhaaudit.seeds` did not put in the records.
+"""
+
+from __future__ import annotations
+
+from rich.markup import escape
+from rich.table import Table
+
+from .checks import CHECK_TITLES
+
+__all__ = ["render_seeds", "seeds_report"]
+
+
+def _num(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float) and not v.is_integer():
+        return f"{v:.4f}" if 0.0 <= v <= 1.0 else f"{v:.4g}"
+    return str(int(v))
+
+
+def _range(rec: dict) -> str:
+    if rec.get("median") is None:
+        return "-"
+    if rec.get("runs", 0) == 1:
+        return f"{_num(rec['median'])} (single run)"
+    if rec["low"] == rec["high"]:
+        return f"{_num(rec['median'])} (every seed)"
+    return f"{_num(rec['median'])} [{_num(rec['low'])}, {_num(rec['high'])}]"
+
+
+def _exact(rec: dict) -> str:
+    status = rec.get("exact_status")
+    if status in (None, "undecided"):
+        return "undecided"
+    seeds = rec.get("exact_seeds") or []
+    where = "every seed" if len(seeds) == rec.get("runs") else "seed" + ("s " if len(seeds) > 1 else " ") + \
+        ", ".join(map(str, seeds))
+    return f"{status} (proven in {where})"
+
+
+def _holds(rec: dict) -> str:
+    if "seeds_holding" not in rec:
+        return "-"
+    return f"{rec['seeds_holding']} of {rec['runs']}"
+
+
+def _cell_table(result) -> Table:
+    cells = [s for s in result.summaries if s.get("check") != "sweep_estimate" and s.get("value") != "our_value"]
+    what = "rank(Z)" if result.command == "capacity" else "fraction"
+    t = Table(title=f"Over {len(result.plan.seeds)} seeds: median \\[lowest, highest] of the {what}",
+              title_justify="left")
+    capacity = result.command == "capacity"
+    for col in (("column", "layer", "heads h") if capacity else ("column", "layer", "check", "k")):
+        t.add_column(col, no_wrap=True)
+    t.add_column(what + " median \\[range]", no_wrap=True)
+    if not capacity:
+        t.add_column("seeds holding (paper's rule)", no_wrap=True)
+        t.add_column("exact status", no_wrap=False)
+    for s in cells:
+        if capacity:
+            t.add_row(escape(str(s.get("variant"))), _num(s.get("layer")), _num(s.get("heads")), _range(s))
+        else:
+            t.add_row(escape(str(s.get("variant"))), _num(s.get("layer")), CHECK_TITLES.get(s.get("check"), str(s.get("check"))),
+                      _num(s.get("k")), _range(s), _holds(s), _exact(s))
+    return t
+
+
+def _estimate_table(result) -> Table | None:
+    est = [s for s in result.summaries if s.get("check") == "sweep_estimate"]
+    if not est:
+        return None
+    t = Table(title="Kruskal-rank estimate of the sweep (largest k with fraction >= threshold): over the seeds",
+              title_justify="left")
+    for col in ("column", "median \\[lowest, highest]", "per seed", "exact Kruskal rank"):
+        t.add_column(col, no_wrap=col != "exact Kruskal rank")
+    for s in est:
+        per = [(r.get("seed"), r.get("estimate"), r.get("exact_kruskal_rank")) for _, recs in result.per_seed for r in recs
+               if r.get("check") == "sweep_estimate" and r.get("model") == s.get("model")
+               and r.get("variant") == s.get("variant") and r.get("layer") == s.get("layer")]
+        proven = [f"{x} (seed {seed})" for seed, _, x in per if x is not None]
+        name = f"{s.get('model')} {s.get('variant')}" if result.command == "reproduce" else str(s.get("variant"))
+        t.add_row(escape(name), _range(s), ", ".join(f"{seed}: {e}" for seed, e, _ in per),
+                  escape(", ".join(proven)) if proven else "not proven")
+    return t
+
+
+def _reproduce_table(result) -> Table:
+    t = Table(title=f"{escape(result.title)}: the paper's values beside the between-seed range of ours",
+              title_justify="left")
+    for col in ("model", "column", "what", "k", "paper", f"ours over {len(result.plan.seeds)} seeds", "paper inside",
+                "seeds matching"):
+        t.add_column(col, no_wrap=col != "what")
+    for s in (s for s in result.summaries if s.get("value") == "our_value"):
+        what = CHECK_TITLES.get(s.get("check"), s.get("check")) if s.get("kind") == "check" else s.get("kind")
+        paper = s.get("paper_verdict") or ""
+        if s.get("paper_value") is not None:
+            paper += f" {_num(s['paper_value'])}"
+        inside = {True: "inside", False: "outside", None: "-"}[s.get("paper_inside")]
+        t.add_row(escape(str(s.get("model"))), escape(str(s.get("column"))), escape(str(what)), _num(s.get("k")),
+                  escape(paper), _range(s), inside, f"{s.get('seeds_matching', 0)} of {s.get('runs')}")
+    return t
+
+
+def seeds_report(result) -> list:
+    """The tables and lines of a several-seed run."""
+    items: list = [escape(f"{result.command}: {result.plan.describe()}.")]
+    items += [f"note: {escape(n)}" for n in result.notes[1:]]
+    if result.command == "reproduce":
+        items.append(_reproduce_table(result))
+    elif any(s.get("check") != "sweep_estimate" for s in result.summaries):
+        items.append(_cell_table(result))
+    est = _estimate_table(result)
+    if est is not None:
+        items.append(est)
+    if result.differences:
+        items.append("[bold]Differences[/bold] (seed by seed; called a difference only when the range excludes zero)")
+        items += [f"  {escape(d['conclusion'])}" for d in result.differences]
+    elif result.command == "check" and est is None:
+        items.append("No sweep estimates to compare: add --sweep for each column's Kruskal-rank estimate and the "
+                     "differences between columns.")
+    items.append("The ranges are between seeds: they show what a new seed moves. Each fraction's 95% interval "
+                 "(in the JSON and parquet records) covers its Monte-Carlo draws only. A proof holds for the weights "
+                 "and data of the seed that gave it.")
+    return items
+
+
+def render_seeds(result) -> None:
+    from .render import print_report
+
+    print_report(seeds_report(result))

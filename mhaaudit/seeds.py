@@ -1,0 +1,489 @@
+"""Several seeds in one run: the spread of an estimate over the randomness of the weights and the data.
+
+A Monte-Carlo fraction's interval covers the draws only. The random weights and the examples are
+random too, and a new seed moves the estimate by what they contribute. :func:`over_seeds` runs one
+audit per seed and :func:`spread` sets the runs side by side:
+
+- one record per seed (``aggregate = "seed"``, ``seed`` = the run's seed), exactly the records the
+  same run with ``--seed`` alone writes, plus the seeds that drew the weights and the data;
+- one summary record per cell (``aggregate = "summary"``, ``seed`` = null): the median, lowest and
+  highest value over the seeds (a fraction, a sweep estimate, a rank), how many seeds hold under the
+  paper's rule, and the exact status where a seed proved it (a proof holds for the weights and data
+  of that seed);
+- one difference record per pair of sweep estimates (``aggregate = "difference"``): the difference
+  seed by seed, its lowest and highest value, and whether that range excludes zero. A range that
+  contains zero is "not distinguishable with N seeds", never a difference.
+
+Which randomness varies (:class:`SeedPlan`): ``vary="both"`` runs seed s as ``--seed s`` does
+(weights and data from s); ``"weights"`` varies the weights seed and holds the data seed fixed;
+``"data"`` the other way round. The Monte-Carlo draws always derive from the run's seed s (their
+error is what the interval covers). Trained weights have no weights seed: their records say so
+(``weights_seed`` null) and, when only the weights vary, so does the report.
+
+Cost: the runs share their model loads (:func:`mhaaudit.pipeline.shared_loads`): a trained model is
+loaded once for every seed, a random one once per weights seed, so when only the data seed varies
+the model is built once. Under torchrun every rank runs the seeds in the same order, and each
+seed's batches are dealt among the ranks as in a single run.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+from typing import Any
+
+from . import validate
+from .errors import InputError
+from .settings import MAX_SEED
+from .tables import Report
+
+__all__ = ["VARY", "SeedPlan", "SeedRun", "SeedsResult", "difference_records", "over_seeds", "parse_seeds",
+           "plan_seeds", "spread", "summary_records"]
+
+#: What ``--seeds`` varies: the weights and data seeds together (as ``--seed``), or one of them.
+VARY = ("both", "weights", "data")
+SEEDS_EXAMPLE = "0-4 or 0,3,7"
+
+
+def parse_seeds(spec) -> list[int]:
+    """``"0-4"``, ``"0,3,7"``, ``"0-2,9"`` or a list of integers -> the sorted seeds (the syntax of
+    every command's ``--seeds``, memorize's included)."""
+    return validate.int_ranges(spec, "--seeds", what="seeds", example=SEEDS_EXAMPLE, minimum=0, maximum=MAX_SEED)
+
+
+@dataclass(frozen=True)
+class SeedRun:
+    """One run of a several-seed run: its seed and, where set apart, the weights and data seeds."""
+
+    seed: int
+    weights_seed: int | None = None  # None: the run's seed
+    data_seed: int | None = None  # None: the run's seed
+
+    def kwargs(self) -> dict:
+        """The keyword arguments of a library call for this run."""
+        return {"seed": self.seed, "weights_seed": self.weights_seed, "data_seed": self.data_seed}
+
+    @property
+    def weights(self) -> int:
+        return self.seed if self.weights_seed is None else self.weights_seed
+
+    @property
+    def data(self) -> int:
+        return self.seed if self.data_seed is None else self.data_seed
+
+
+@dataclass(frozen=True)
+class SeedPlan:
+    """The seeds of a run and which randomness they vary; :func:`plan_seeds` builds it."""
+
+    seeds: tuple[int, ...]
+    vary: str = "both"
+    weights_seed: int | None = None  # held fixed when vary == "data"
+    data_seed: int | None = None  # held fixed when vary == "weights"
+
+    def runs(self) -> list[SeedRun]:
+        if self.vary == "weights":
+            return [SeedRun(s, None, self.data_seed) for s in self.seeds]
+        if self.vary == "data":
+            return [SeedRun(s, self.weights_seed, None) for s in self.seeds]
+        return [SeedRun(s) for s in self.seeds]
+
+    def describe(self) -> str:
+        listed = ", ".join(map(str, self.seeds))
+        if self.vary == "weights":
+            what = f"the weights seed varies ({listed}); the data seed is held at {self.data_seed}"
+        elif self.vary == "data":
+            what = f"the data seed varies ({listed}); the weights seed is held at {self.weights_seed}"
+        else:
+            what = f"the weights and data seeds vary together ({listed})"
+        return f"{len(self.seeds)} seeds: {what}; the Monte-Carlo draws follow each run's seed"
+
+    def as_dict(self) -> dict:
+        return {"seeds": list(self.seeds), "vary": self.vary,
+                "weights_seed": "varied" if self.vary in ("both", "weights") else self.weights_seed,
+                "data_seed": "varied" if self.vary in ("both", "data") else self.data_seed,
+                "draws_seed": "each run's seed", "describe": self.describe()}
+
+
+def plan_seeds(seeds, *, vary: str = "both", seed: int = 0, weights_seed: int | None = None,
+               data_seed: int | None = None) -> SeedPlan:
+    """Check ``seeds`` (``"0-4"``, ``"0,3,7"`` or a list) and what they vary.
+
+    ``vary="weights"`` holds the data seed at ``data_seed`` (default: the first seed listed),
+    ``vary="data"`` the weights seed at ``weights_seed`` (default: the first seed); the seed that
+    varies cannot also be given, nor can ``seed`` (give ``--seed`` or ``--seeds``).
+    """
+    listed = parse_seeds(seeds)
+    vary = validate.choice("--vary", vary, VARY)
+    if seed not in (None, 0):
+        raise InputError("give either --seed or --seeds, not both")
+    varied = {"both": ("weights_seed", "data_seed"), "weights": ("weights_seed",), "data": ("data_seed",)}[vary]
+    for name, value in (("weights_seed", weights_seed), ("data_seed", data_seed)):
+        if value is not None and name in varied:
+            flag = "--" + name.replace("_", "-")
+            raise InputError(f"{flag} has no effect with --seeds --vary {vary}: --seeds sets it for every run"
+                             + ("; hold it fixed with --vary weights or --vary data" if vary == "both" else ""))
+        if value is not None:
+            validate.integer("--" + name.replace("_", "-"), value, minimum=0, maximum=MAX_SEED)
+    if vary == "weights":
+        return SeedPlan(tuple(listed), vary, None, listed[0] if data_seed is None else int(data_seed))
+    if vary == "data":
+        return SeedPlan(tuple(listed), vary, listed[0] if weights_seed is None else int(weights_seed), None)
+    return SeedPlan(tuple(listed), vary)
+
+
+# --------------------------------------------------------------------------- running
+
+
+IMAGE_FILES_NOTE = ("images read from a folder or file keep their own order, so the data seed does not change "
+                    "them: only the built-in images, text examples and samples of data depend on it")
+
+
+def data_seed_notes(plan: SeedPlan, data) -> list[str]:
+    """What a varied data seed cannot move: the images of a folder or file (read in their own order)."""
+    if plan.vary == "data" and data not in (None, "builtin"):
+        return [f"--data {data}: {IMAGE_FILES_NOTE}"]
+    return []
+
+
+def over_seeds(fn: Callable, plan: SeedPlan, **kwargs) -> list:
+    """``fn(**kwargs, seed=s, weights_seed=..., data_seed=...)`` for each run of ``plan``, in order,
+    sharing the model loads; the results, one per seed."""
+    from .pipeline import shared_loads
+
+    with shared_loads():
+        return [fn(**kwargs, **run.kwargs()) for run in plan.runs()]
+
+
+# --------------------------------------------------------------------------- spread
+
+
+def _median(values: Sequence[float]):
+    m = statistics.median(values)
+    return int(m) if float(m).is_integer() and all(isinstance(v, int) for v in values) else m
+
+
+def _cell(rec: dict, key: Sequence[str]) -> tuple:
+    return tuple(rec.get(k) for k in key)
+
+
+def _exact(statuses: dict) -> tuple[str, list[int]]:
+    """The exact status over the seeds: the one every proving seed found (fails or holds), mixed
+    when proving seeds disagree, undecided when none proved it; and the seeds that proved it."""
+    proved = {s: v for s, v in statuses.items() if v in ("fails", "holds")}
+    found = set(proved.values())
+    status = "undecided" if not found else found.pop() if len(found) == 1 else "mixed"
+    return status, sorted(proved)
+
+
+def summary_records(per_seed: list[tuple[SeedRun, list[dict]]], *, key: Sequence[str], value: str,
+                    extra: Sequence[str] = ()) -> list[dict]:
+    """One summary record per cell (the records that agree on ``key``): the median, lowest and
+    highest ``value`` over the seeds, the seeds whose verdict holds under the paper's rule (when
+    the records have one), and the exact status where a seed proved it. ``extra`` fields are
+    copied from the cell's first record."""
+    cells: dict[tuple, list[tuple[SeedRun, dict]]] = {}
+    for run, recs in per_seed:
+        for r in recs:
+            cells.setdefault(_cell(r, key), []).append((run, r))
+    out = []
+    for cell, members in cells.items():
+        first = members[0][1]
+        vals = [(run.seed, r.get(value)) for run, r in members if isinstance(r.get(value), (int, float))
+                and not isinstance(r.get(value), bool)]
+        rec = dict(zip(key, cell, strict=True)) | {k: first.get(k) for k in extra} | {"aggregate": "summary", "seed": None,
+                                                                         "value": value}
+        rec["seeds"] = [run.seed for run, _ in members]
+        rec["runs"] = len(members)
+        rec["values"] = [v for _, v in vals]
+        numbers: list[Any] = [v for _, v in vals]
+        rec["median"] = _median(numbers) if numbers else None
+        rec["low"] = min(numbers) if numbers else None
+        rec["high"] = max(numbers) if numbers else None
+        verdicts = [r.get("verdict") for _, r in members]
+        if any(v is not None for v in verdicts):
+            rec["seeds_holding"] = sum(v == "holds" for v in verdicts)
+            rec["seeds_decided"] = sum(v in ("holds", "fails") for v in verdicts)
+        if any("exact_status" in r for _, r in members):
+            status, proving = _exact({run.seed: r.get("exact_status") for run, r in members})
+            rec["exact_status"], rec["exact_seeds"] = status, proving
+        rec["spread"] = spread_phrase(numbers, len(members))
+        out.append(rec)
+    return out
+
+
+def spread_phrase(values: Sequence, runs: int) -> str:
+    """A value with its between-seed range in words; one value is labelled a single run."""
+    if not values:
+        return "no value"
+    if len(values) == 1:
+        return f"{_fmt(values[0])} (a single run: no spread over seeds)"
+    return f"median {_fmt(_median(values))}, range {_fmt(min(values))} to {_fmt(max(values))} over {len(values)} seeds"
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float) and not float(v).is_integer():
+        return f"{v:.4g}"
+    return str(int(v)) if isinstance(v, (int, float)) else str(v)
+
+
+def difference_records(summaries: list[dict], per_seed: list[tuple[SeedRun, list[dict]]], *, key: Sequence[str],
+                       value: str, check: str | None = None, same: Sequence[str] = ()) -> list[dict]:
+    """For every pair of cells (of ``check``, when given; agreeing on the fields ``same``), the
+    difference of their ``value`` seed by seed: its median and range, and whether the range
+    excludes zero (only then is it called a difference)."""
+    by_seed: dict[tuple, dict[int, float]] = {}
+    for run, recs in per_seed:
+        for r in recs:
+            if (check is None or r.get("check") == check) and isinstance(r.get(value), (int, float)):
+                by_seed.setdefault(_cell(r, key), {})[run.seed] = r[value]
+    cells = [_cell(s, key) for s in summaries if (check is None or s.get("check") == check) and _cell(s, key) in by_seed]
+    varying = [k for i, k in enumerate(key) if len({c[i] for c in cells}) > 1] or list(key)
+    out = []
+    for a, b in combinations(cells, 2):
+        if any(dict(zip(key, a, strict=True))[f] != dict(zip(key, b, strict=True))[f] for f in same):
+            continue
+        common = [s for s in by_seed[a] if s in by_seed[b]]
+        if not common:
+            continue
+        diffs = [by_seed[a][s] - by_seed[b][s] for s in common]
+        lo, hi = min(diffs), max(diffs)
+        excludes = len(diffs) > 1 and (lo > 0 or hi < 0)
+        name_a, name_b = _name(a, key, varying), _name(b, key, varying)
+        if len(diffs) == 1:
+            said = f"{name_a} minus {name_b}: {_fmt(diffs[0])} in a single run; not distinguishable with 1 seed"
+        elif excludes:
+            bigger = name_a if lo > 0 else name_b
+            said = (f"{name_a} minus {name_b}: median {_fmt(_median(diffs))}, range {_fmt(lo)} to {_fmt(hi)} over "
+                    f"{len(diffs)} seeds, which excludes zero: {bigger} is higher in every seed")
+        else:
+            said = (f"{name_a} minus {name_b}: median {_fmt(_median(diffs))}, range {_fmt(lo)} to {_fmt(hi)}, which "
+                    f"contains zero: not distinguishable with {len(diffs)} seeds")
+        out.append({"aggregate": "difference", "check": check or value, "value": value, "seed": None, "a": name_a, "b": name_b,
+                    "seeds": common, "runs": len(common), "values": diffs, "median": _median(diffs), "low": lo,
+                    "high": hi, "excludes_zero": excludes, "conclusion": said})
+    return out
+
+
+def _name(cell: tuple, key: Sequence[str], varying: Sequence[str]) -> str:
+    """A cell's name in a difference: the fields that tell the cells apart (the variant names its depth)."""
+    parts = dict(zip(key, cell, strict=True))
+
+    def shown(fields) -> list[str]:
+        return [f"h = {parts[k]}" if k == "heads" else str(parts[k]) for k in fields
+                if k not in ("check", "layer", "k") and parts.get(k) is not None]
+
+    return " ".join(shown(varying) or shown(key)) or "?"
+
+
+@dataclass(repr=False)
+class SeedsResult(Report):
+    """The runs of several seeds side by side (:func:`spread`); ``records()`` holds the per-seed,
+    summary and difference records, ``sweep_rows()`` every seed's sweep rows (tagged with the seed)."""
+
+    command: str
+    plan: SeedPlan
+    runs: list  # the per-seed results, in seed order
+    per_seed: list  # [(SeedRun, records)]
+    summaries: list
+    differences: list
+    sweeps: list = field(default_factory=list)
+    meta_: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
+    title: str = ""
+
+    def records(self) -> list[dict]:
+        return [r for _, recs in self.per_seed for r in recs] + self.summaries + self.differences
+
+    def sweep_rows(self) -> list[dict]:
+        return self.sweeps
+
+    def meta(self) -> dict:
+        return self.meta_
+
+    def summary(self, check: str | None = None) -> list[dict]:
+        return [s for s in self.summaries if check is None or s.get("check") == check]
+
+    def renderables(self) -> list:
+        from .render_seeds import seeds_report
+
+        return seeds_report(self)
+
+    def summary_line(self) -> str:
+        return (f"{self.command}: {len(self.plan.seeds)} seeds ({self.plan.vary} varied), {len(self.summaries)} cells, "
+                f"{len(self.differences)} differences")
+
+
+def _tag(records: list[dict], run: SeedRun, trained: Callable[[dict], bool]) -> list[dict]:
+    """A run's records as per-seed records: which aggregate, which seeds drew the weights and the data."""
+    return [r | {"aggregate": "seed", "seed": run.seed,
+                 "weights_seed": None if trained(r) else run.weights, "data_seed": run.data} for r in records]
+
+
+def spread(command: str, plan: SeedPlan, runs: list, *, records: Callable, key: Sequence[str], value: str = "fraction",
+           estimates: Callable | None = None, estimate_key: Sequence[str] = (), trained: Callable[[dict], bool] = lambda r: False,
+           sweep_rows: Callable | None = None, meta: dict | None = None, extra: Sequence[str] = (),
+           differences_same: Sequence[str] | None = None, notes: Sequence[str] = ()) -> SeedsResult:
+    """The runs of ``plan`` (``runs``, one result per seed) side by side.
+
+    ``records(result)`` gives a run's records, summarised per ``key`` over ``value``;
+    ``estimates(result)`` (optional) its sweep estimates as records of ``check = "sweep_estimate"``
+    keyed by ``estimate_key``, whose pairs give the difference records; ``trained(record)`` tells
+    which records come from trained weights (no weights seed). ``differences_same``, when given,
+    makes the ordinary cells' pairs that agree on those fields give differences too (capacity:
+    the rank of the columns at the same head count).
+    """
+    per_seed = [(run, _tag(records(res), run, trained)) for run, res in zip(plan.runs(), runs, strict=True)]
+    summaries = summary_records(per_seed, key=key, value=value, extra=extra)
+    differences = []
+    if differences_same is not None:
+        differences += difference_records(summaries, per_seed, key=key, value=value, same=differences_same)
+    if estimates is not None:
+        est = [(run, _tag(estimates(res), run, trained)) for run, res in zip(plan.runs(), runs, strict=True)]
+        est_summaries = summary_records(est, key=estimate_key, value="estimate")
+        summaries += est_summaries
+        differences += difference_records(est_summaries, est, key=estimate_key, value="estimate",
+                                          check="sweep_estimate")
+        per_seed = [(run, recs + e) for (run, recs), (_, e) in zip(per_seed, est, strict=True)]
+    sweeps = []
+    if sweep_rows is not None:
+        for run, res in zip(plan.runs(), runs, strict=True):
+            sweeps += [r | {"aggregate": "seed", "seed": run.seed} for r in sweep_rows(res)]
+    notes = [plan.describe(), *notes, *_trained_notes(plan, [r for _, recs in per_seed for r in recs], trained)]
+    return SeedsResult(command, plan, list(runs), per_seed, summaries, differences, sweeps,
+                       (meta or {}) | {"seed": None, "seeds": list(plan.seeds), "seed_plan": plan.as_dict(),
+                                       "weights_seed": plan.as_dict()["weights_seed"],
+                                       "data_seed": plan.as_dict()["data_seed"], "seed_notes": notes}, notes)
+
+
+def _trained_notes(plan: SeedPlan, records: list[dict], trained: Callable[[dict], bool]) -> list[str]:
+    names = list(dict.fromkeys(str(r.get("variant") or r.get("column") or "trained") for r in records
+                               if trained(r) and "unavailable" not in (r.get("verdict"), r.get("status"))))
+    if not names:
+        return []
+    which = ", ".join(names)
+    if plan.vary == "weights":
+        return [f"trained weights have no weights seed: in {which} only the Monte-Carlo draws vary between the runs "
+                "(the data seed is held fixed)"]
+    return [f"trained weights have no weights seed: the spread of {which} is that of the data and the draws"]
+
+
+def is_trained(record: dict) -> bool:
+    """Whether a record comes from trained weights (its variant or column names them)."""
+    return any(str(record.get(k) or "").startswith("trained") for k in ("variant", "column"))
+
+
+# --------------------------------------------------------------------------- the commands
+
+
+def sweep_estimate_record(sw, **where) -> dict:
+    """A sweep's Kruskal-rank estimate as a record (``check = "sweep_estimate"``) of the cell ``where``."""
+    return {"check": "sweep_estimate", **where, "estimate": sw.estimate, "raw_estimate": sw.raw_estimate,
+            "exact_kruskal_rank": sw.exact_kruskal_rank, "floor": sw.floor.value, "ceiling": sw.ceiling.value}
+
+
+def _sweep_estimates(model: str, columns) -> list[dict]:
+    return [sweep_estimate_record(c.sweep, model=model, variant=c.probe.variant, layer=c.probe.layer)
+            for c in columns if c.sweep is not None]
+
+
+def _per_seed_meta(runs: list, plan: SeedPlan) -> dict:
+    first = runs[0].meta()
+    timings = {str(run.seed): r.meta().get("timings_s") for run, r in zip(plan.runs(), runs, strict=True)}
+    return first | {"timings_s": timings}
+
+
+def plan_for(settings, seeds, vary: str = "both") -> SeedPlan | None:
+    """The plan of an entry point's ``seeds`` and ``vary`` beside its settings (whose seed, weights
+    seed and data seed the plan holds or refuses, see :func:`plan_seeds`); None without ``seeds``,
+    where ``vary`` must stay at its default."""
+    if seeds is None:
+        if vary != "both":
+            raise InputError("--vary has no effect without --seeds: it says which seed --seeds varies")
+        return None
+    return plan_seeds(seeds, vary=vary, seed=settings.seed, weights_seed=settings.weights_seed,
+                      data_seed=settings.data_seed)
+
+
+def audit_seeds(run: Callable, plan: SeedPlan, data=None) -> SeedsResult:
+    """The audit ``run(seed=, weights_seed=, data_seed=)`` for each seed of ``plan`` (what
+    ``audit(..., seeds=...)`` returns); ``data`` is the data source the runs read."""
+    runs = over_seeds(run, plan)
+    return spread("check", plan, runs, records=lambda r: r.records(), key=("model", "variant", "layer", "check", "k"),
+                  estimates=lambda r: _sweep_estimates(r.model, r.columns), estimate_key=("model", "variant", "layer", "check"),
+                  trained=is_trained, sweep_rows=lambda r: r.sweep_rows(), meta=_per_seed_meta(runs, plan),
+                  notes=data_seed_notes(plan, data))
+
+
+def capacity_seeds(run: Callable, plan: SeedPlan, data=None) -> SeedsResult:
+    """The capacity run ``run(seed=, weights_seed=, data_seed=)`` for each seed of ``plan``: the
+    spread of rank(Z) per column and head count, and the difference between the columns' ranks."""
+    runs = over_seeds(run, plan)
+    return spread("capacity", plan, runs, records=lambda r: r.records(), key=("model", "variant", "layer", "heads"),
+                  value="rank", trained=is_trained, meta=_per_seed_meta(runs, plan), differences_same=("layer", "heads"),
+                  notes=data_seed_notes(plan, data))
+
+
+def reproduce_seeds(target: str, *, seeds, vary: str = "both", seed: int = 0, weights_seed: int | None = None,
+                    data_seed: int | None = None, **options) -> SeedsResult:
+    """:func:`mhaaudit.reproduce_paper` for each seed: every published value beside the between-seed
+    range of ours (``paper_inside``: whether the published value lies in it), the seeds that match,
+    and the differences of the swept columns' Kruskal estimates."""
+    from .reproduce import reproduce_paper
+
+    if target == "figure2":
+        raise InputError("--seeds does not apply to figure2: its memorize grid takes its own seeds "
+                         "(mhaaudit memorize --preset paper-fig2a --seeds 0-4)")
+    plan = plan_seeds(seeds, vary=vary, seed=seed, weights_seed=weights_seed, data_seed=data_seed)
+    runs = over_seeds(reproduce_paper, plan, target=target, **options)
+
+    def records(res) -> list[dict]:
+        return [c.record() for c in res.comparisons]
+
+    def estimates(res) -> list[dict]:
+        return [sweep_estimate_record(sw, model=key, variant=variant, layer=None) for (key, variant), sw in res.sweeps.items()]
+
+    first = runs[0]
+    from .io import stamp
+    from .reproduce import published
+
+    meta = stamp(command="reproduce", target=first.target, title=first.title, source=first.source,
+                 paper=published()["paper"], setting=first.setting, notes=first.notes,
+                 timings_s={str(run.seed): r.timings for run, r in zip(plan.runs(), runs, strict=True)}, **first.settings)
+    out = spread("reproduce", plan, runs, records=records, key=("model", "column", "kind", "check", "k"),
+                 value="our_value", estimates=estimates, estimate_key=("model", "variant", "layer", "check"),
+                 trained=is_trained, sweep_rows=lambda r: r.sweep_rows(), meta=meta,
+                 extra=("paper_value", "paper_verdict", "source"))
+    for rec in out.summaries:
+        if rec.get("value") != "our_value":
+            continue
+        cell = [r for _, recs in out.per_seed for r in recs if _cell(r, ("model", "column", "kind", "check", "k"))
+                == _cell(rec, ("model", "column", "kind", "check", "k"))]
+        rec["seeds_matching"] = sum(r.get("status") == "match" for r in cell)
+        p, lo, hi = rec.get("paper_value"), rec.get("low"), rec.get("high")
+        rec["paper_inside"] = None if p is None or lo is None else bool(lo <= p <= hi)
+    out.title = first.title
+    return out
+
+
+def kruskal_seeds(run: Callable, plan: SeedPlan, capture) -> SeedsResult:
+    """The Kruskal estimate ``run(seed=, weights_seed=, data_seed=)`` of a capture for each seed of
+    ``plan`` (what ``estimate_kruskal_rank(..., seeds=...)`` returns): the per-seed, summary and
+    difference records of its tests and its sweep's estimate; ``capture`` is the
+    :class:`~mhaaudit.estimation.Capture` the runs share."""
+    from .io import stamp
+
+    runs = over_seeds(run, plan)
+    where = {"model": capture.model.model, "variant": capture.variant}
+    first = runs[0]
+    meta = stamp(command="kruskal", device=first.device, tolerance=first.rule.as_dict(), threshold=first.threshold,
+                 samples=first.samples, inputs={"source": first.source, "T": first.T, "d": first.d, "n": first.n},
+                 capture=first.capture, timings_s={str(r.seed): x.timings for r, x in zip(plan.runs(), runs, strict=True)})
+    return spread("kruskal", plan, runs, records=lambda r: [where | t.record() for t in r.tests],
+                  key=("model", "variant", "check", "k"),
+                  estimates=lambda r: [sweep_estimate_record(r.sweep, **where)] if r.sweep is not None else [],
+                  estimate_key=("model", "variant", "check"), trained=is_trained,
+                  sweep_rows=lambda r: r.sweep.rows() if r.sweep is not None else [], meta=meta,
+                  notes=data_seed_notes(plan, capture.data.data))

@@ -1,0 +1,326 @@
+"""Several seeds in one run (``mhaaudit.seeds``): the shared ``--seeds`` syntax, the weights and data
+seeds, per-seed / summary / difference records, shared model loads, and the commands' outputs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+from clitools import assert_one_error, run
+
+from mhaaudit import audit, pipeline
+from mhaaudit.auditing import capture_features
+from mhaaudit.errors import InputError
+from mhaaudit.seeds import (
+    SeedPlan,
+    SeedRun,
+    difference_records,
+    parse_seeds,
+    plan_seeds,
+    spread_phrase,
+    summary_records,
+)
+from mhaaudit.settings import Settings
+
+RUN = dict(limit=40, samples=60, batch_size=8)
+CLI_RUN = ["--limit", "40", "--samples", "60", "--batch-size", "8"]
+
+
+# --------------------------------------------------------------------------- the syntax and the plan
+
+
+def test_seeds_syntax_is_memorize_s():
+    from mhaaudit.memorize.grid import _seeds
+
+    assert parse_seeds("0-4") == [0, 1, 2, 3, 4]
+    assert parse_seeds("7,0,3") == [0, 3, 7]
+    assert parse_seeds([2, 1]) == [1, 2]
+    assert _seeds(None, "0-2,9") == parse_seeds("0-2,9")
+    for bad in ("a-b", "3-1", "", -1):
+        with pytest.raises(InputError, match="--seeds"):
+            parse_seeds(bad)
+
+
+def test_plan_holds_the_other_seed_fixed():
+    assert [r.kwargs() for r in plan_seeds("0-1").runs()] == [
+        {"seed": 0, "weights_seed": None, "data_seed": None}, {"seed": 1, "weights_seed": None, "data_seed": None}]
+    w = plan_seeds("3-4", vary="weights")
+    assert [(r.seed, r.weights, r.data) for r in w.runs()] == [(3, 3, 3), (4, 4, 3)]
+    d = plan_seeds("3-4", vary="data", weights_seed=9)
+    assert [(r.seed, r.weights, r.data) for r in d.runs()] == [(3, 9, 3), (4, 9, 4)]
+    assert "data seed varies" in d.describe() and "held at 9" in d.describe()
+    assert d.as_dict()["weights_seed"] == 9 and d.as_dict()["data_seed"] == "varied"
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(seed=2), "either --seed or --seeds"),
+    (dict(vary="weights", weights_seed=1), "--weights-seed has no effect"),
+    (dict(vary="data", data_seed=1), "--data-seed has no effect"),
+    (dict(weights_seed=1), "--vary weights or --vary data"),
+    (dict(vary="model"), "--vary"),
+])
+def test_plan_refuses_what_cannot_apply(kwargs, match):
+    with pytest.raises(InputError, match=match):
+        plan_seeds("0-1", **kwargs)
+
+
+def test_settings_weights_and_data_seeds_default_to_the_seed():
+    s = Settings.resolve(device="cpu", seed=5)
+    assert (s.weights_seed_used, s.data_seed_used) == (5, 5)
+    assert "weights_seed" not in s.as_dict() and "data_seed" not in s.as_dict()  # a --seed run's meta is unchanged
+    t = Settings.resolve(device="cpu", seed=5, data_seed=2)
+    assert (t.weights_seed_used, t.data_seed_used) == (5, 2)
+    assert t.as_dict()["weights_seed"] == 5 and t.as_dict()["data_seed"] == 2
+    with pytest.raises(InputError, match="--weights-seed"):
+        Settings.resolve(device="cpu", weights_seed=-1)
+
+
+# --------------------------------------------------------------------------- summaries and differences
+
+
+def _recs(seed: int, fraction: float, verdict: str, exact: str = "undecided") -> list[dict]:
+    return [{"check": "assumption_1", "variant": "random", "k": 5, "fraction": fraction, "verdict": verdict,
+             "exact_status": exact, "seed": seed}]
+
+
+def test_summary_median_range_holding_and_exact_status():
+    per = [(SeedRun(0), _recs(0, 0.99, "holds")), (SeedRun(1), _recs(1, 0.5, "fails", "fails")),
+           (SeedRun(2), _recs(2, 1.0, "holds"))]
+    (s,) = summary_records(per, key=("variant", "check", "k"), value="fraction")
+    assert s["aggregate"] == "summary" and s["seed"] is None and s["seeds"] == [0, 1, 2]
+    assert (s["median"], s["low"], s["high"]) == (0.99, 0.5, 1.0)
+    assert s["seeds_holding"] == 2 and s["runs"] == 3
+    assert s["exact_status"] == "fails" and s["exact_seeds"] == [1]
+    per[2] = (SeedRun(2), _recs(2, 1.0, "holds", "holds"))
+    (s,) = summary_records(per, key=("variant", "check", "k"), value="fraction")
+    assert s["exact_status"] == "mixed" and s["exact_seeds"] == [1, 2]
+
+
+def test_a_single_run_is_labelled_and_never_a_difference():
+    assert "single run" in spread_phrase([0.5], 1)
+    per = [(SeedRun(0), [{"check": "e", "variant": "a", "v": 10}, {"check": "e", "variant": "b", "v": 3}])]
+    sums = summary_records(per, key=("variant", "check"), value="v")
+    (d,) = difference_records(sums, per, key=("variant", "check"), value="v", check="e")
+    assert d["excludes_zero"] is False and "not distinguishable with 1 seed" in d["conclusion"]
+
+
+def test_difference_excludes_zero_only_when_every_seed_agrees():
+    def per(b_values):
+        return [(SeedRun(s), [{"check": "e", "variant": "a", "v": 10}, {"check": "e", "variant": "b", "v": bv}])
+                for s, bv in enumerate(b_values)]
+
+    for b_values, excludes in (([3, 4, 9], True), ([3, 12, 9], False), ([11, 12, 13], True)):
+        p = per(b_values)
+        (d,) = difference_records(summary_records(p, key=("variant", "check"), value="v"), p,
+                                  key=("variant", "check"), value="v", check="e")
+        assert d["excludes_zero"] is excludes
+        assert d["values"] == [10 - b for b in b_values] and (d["low"], d["high"]) == (min(d["values"]), max(d["values"]))
+        assert ("not distinguishable with 3 seeds" in d["conclusion"]) is (not excludes)
+
+
+# --------------------------------------------------------------------------- the weights and data seeds
+
+
+def test_weights_and_data_seeds_derive_from_the_seed_and_move_separately(vit_dir):
+    def q(**kw):
+        return capture_features(str(vit_dir), variant="random", device="cpu", limit=24, batch_size=8, **kw).queries
+
+    base = q(seed=3)
+    assert torch.equal(base, q(seed=9, weights_seed=3, data_seed=3))  # the default is the seed itself
+    w, d = q(seed=3, weights_seed=4), q(seed=3, data_seed=4)
+    assert not torch.equal(base, w) and not torch.equal(base, d) and not torch.equal(w, d)
+    emb = capture_features(str(vit_dir), variant="embedding", device="cpu", limit=24, batch_size=8, seed=3).queries
+    emb_w = capture_features(str(vit_dir), variant="embedding", device="cpu", limit=24, batch_size=8, seed=3,
+                             weights_seed=4).queries
+    assert not torch.equal(emb, emb_w)  # the random embedding is weights, not data
+
+
+def test_each_seed_s_records_are_those_of_seed_s_alone(vit_dir):
+    many = audit(str(vit_dir), variants=["random"], seeds="1-2", device="cpu", **RUN)
+    one = audit(str(vit_dir), variants=["random"], seed=2, device="cpu", **RUN)
+    got = [r for r in many.records() if r["aggregate"] == "seed" and r["seed"] == 2]
+    drop = ("aggregate", "weights_seed", "data_seed")
+    assert [{k: v for k, v in r.items() if k not in drop} for r in got] == one.records()
+    assert all(r["weights_seed"] == 2 and r["data_seed"] == 2 for r in got)
+
+
+def test_model_loads_are_shared_across_seeds(vit_dir, monkeypatch):
+    loads = []
+    real = pipeline._load
+
+    def counting(request, init, settings, max_layer):
+        loads.append((init, settings.weights_seed_used))
+        return real(request, init, settings, max_layer)
+
+    monkeypatch.setattr(pipeline, "_load", counting)
+    res = audit(str(vit_dir), variants=["random", "trained"], weights=str(vit_dir), seeds="0-2", vary="data",
+                device="cpu", **RUN)
+    assert sorted(loads) == [("random", 0), ("trained", 0)]  # only the data moved: each model built once
+    assert {r["weights_seed"] for r in res.records() if r["aggregate"] == "seed" and r["variant"] == "trained"} == {None}
+    loads.clear()
+    res = audit(str(vit_dir), variants=["random", "trained"], weights=str(vit_dir), seeds="0-2", vary="weights",
+                device="cpu", **RUN)
+    assert sorted(loads) == [("random", 0), ("random", 1), ("random", 2), ("trained", 0)]
+    assert any("trained weights have no weights seed" in n and "only the Monte-Carlo draws" in n for n in res.notes)
+    assert pipeline._SHARED_LOADS is None  # nothing is held after the run
+
+
+# --------------------------------------------------------------------------- the commands
+
+
+def test_check_seeds_json_parquet_and_table(capsys, vit_dir, tmp_path):
+    out = tmp_path / "seeds.parquet"
+    rc, stdout, err = run(capsys, "check", vit_dir, "--variants", "embedding,random", *CLI_RUN, "--seeds", "0-1",
+                          "--sweep", "--format", "json", "--out", out, "--device", "cpu")
+    assert rc == 0, err
+    doc = json.loads(stdout)
+    recs = doc["records"]
+    kinds = {r["aggregate"] for r in recs}
+    assert kinds == {"seed", "summary", "difference"}
+    assert {r["seed"] for r in recs if r["aggregate"] == "seed"} == {0, 1}
+    assert all(r["seed"] is None for r in recs if r["aggregate"] != "seed")
+    est = [r for r in recs if r["aggregate"] == "summary" and r["check"] == "sweep_estimate"]
+    assert {r["variant"] for r in est} == {"embedding", "random"}
+    (diff,) = [r for r in recs if r["aggregate"] == "difference"]
+    assert diff["a"] == "embedding" and diff["b"] == "random" and len(diff["values"]) == 2
+    assert diff["excludes_zero"] == (diff["low"] > 0 or diff["high"] < 0)
+    assert doc["meta"]["seeds"] == [0, 1] and doc["meta"]["seed_plan"]["vary"] == "both"
+    assert {r["seed"] for r in doc["sweep"]} == {0, 1}
+    table = pq.read_table(out).to_pylist()
+    assert {r["aggregate"] for r in table} == {"seed", "summary", "difference"}
+    rc, stdout, err = run(capsys, "check", vit_dir, "--variants", "embedding,random", *CLI_RUN, "--seeds", "0-1",
+                          "--sweep", "--device", "cpu")
+    assert rc == 0, err
+    assert "Over 2 seeds" in stdout and "seeds holding" in stdout and "Differences" in stdout
+    assert ("excludes zero" in stdout) or ("not distinguishable with 2 seeds" in stdout)
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--seeds", "0-1", "--seed", "3"], "either --seed or --seeds"),
+    (["--vary", "weights"], "--vary has no effect without --seeds"),
+    (["--seeds", "0-1", "--vary", "weights", "--weights-seed", "2"], "--weights-seed has no effect"),
+    (["--seeds", "0-x"], "--seeds"),
+    (["--weights-seed", "-3"], "--weights-seed"),
+])
+def test_check_seed_options_refused_in_one_line(capsys, vit_dir, args, match):
+    rc, _, err = run(capsys, "check", vit_dir, *CLI_RUN, "--device", "cpu", *args)
+    assert_one_error(rc, err, match)
+
+
+def test_check_seeds_refuses_save_features(capsys, vit_dir, tmp_path):
+    rc, _, err = run(capsys, "check", vit_dir, *CLI_RUN, "--seeds", "0-1", "--save-features", tmp_path / "f")
+    assert_one_error(rc, err, "--save-features")
+
+
+def test_kruskal_model_seeds_vary_data(capsys, vit_dir):
+    rc, stdout, err = run(capsys, "kruskal", "--model", vit_dir, *CLI_RUN, "--seeds", "0-1", "--vary", "data",
+                          "--weights-seed", "4", "--format", "json", "--device", "cpu")
+    assert rc == 0, err
+    recs = json.loads(stdout)["records"]
+    per = [r for r in recs if r["aggregate"] == "seed"]
+    assert {(r["seed"], r["weights_seed"], r["data_seed"]) for r in per} == {(0, 4, 0), (1, 4, 1)}
+    assert any(r["aggregate"] == "summary" and r["check"] == "assumption_1" for r in recs)
+
+
+def test_capacity_seeds(capsys, vit4):
+    rc, stdout, err = run(capsys, "capacity", vit4, "--variants", "random", "--limit", "40", "--batch-size", "8",
+                          "--seeds", "0-1", "--format", "json", "--device", "cpu")
+    assert rc == 0, err
+    recs = json.loads(stdout)["records"]
+    sums = [r for r in recs if r["aggregate"] == "summary"]
+    assert sums and all(r["value"] == "rank" and r["low"] <= r["median"] <= r["high"] for r in sums)
+
+
+def test_reproduce_seeds_marks_whether_the_published_value_is_inside(capsys, vit_dir):
+    rc, stdout, err = run(capsys, "reproduce", "table1", "--model", f"vit={vit_dir}", "--limit", "40", "--samples", "60",
+                          "--seeds", "0-1", "--format", "json", "--device", "cpu")
+    assert rc == 0, err
+    sums = [r for r in json.loads(stdout)["records"] if r["aggregate"] == "summary" and r["value"] == "our_value"]
+    assert sums
+    for r in sums:
+        if r["paper_value"] is not None and r["low"] is not None:
+            assert r["paper_inside"] == (r["low"] <= r["paper_value"] <= r["high"])
+        assert 0 <= r["seeds_matching"] <= r["runs"] == 2
+    rc, _, err = run(capsys, "reproduce", "figure2", "--seeds", "0-1")
+    assert_one_error(rc, err, "--seeds does not apply to figure2")
+
+
+def test_seeds_result_repr_and_text(vit_dir):
+    res = audit(str(vit_dir), variants=["embedding"], seeds=[0, 1], device="cpu", **RUN)
+    assert repr(res).startswith("<SeedsResult check: 2 seeds")
+    assert "Over 2 seeds" in str(res)
+    assert np.isfinite([r["median"] for r in res.summaries if r["median"] is not None]).all()
+    assert isinstance(res.plan, SeedPlan)
+
+
+@pytest.mark.slow
+def test_two_ranks_give_the_seeds_records_of_one_process(vit_dir, image_dir, tmp_path):
+    """Under torchrun every rank runs the seeds in the same order, each seed's batches dealt among
+    the ranks: the per-seed, summary and difference records are those of one process."""
+    from test_distributed import _check_args, launch, single
+
+    cwds = [tmp_path / "rank0", tmp_path / "rank1"]
+    for c in cwds:
+        c.mkdir()
+    args = _check_args(vit_dir, image_dir, "--variants", "embedding,random", "--sweep", "--seeds", "0-1",
+                       "--vary", "weights")
+    rc, one, err = single(args, cwd=tmp_path)
+    assert rc == 0, err
+    (r0, out0, err0), (r1, out1, err1) = launch(args, cwds=cwds)
+    assert (r0, r1) == (0, 0), err0 + err1
+    a, b = json.loads(one), json.loads(out0)
+    assert b["records"] == a["records"] and b["sweep"] == a["sweep"]
+    assert {r["aggregate"] for r in a["records"]} == {"seed", "summary", "difference"}
+    assert out1 == ""
+
+
+def test_trained_note_only_for_trained_columns_that_ran():
+    from mhaaudit.seeds import _trained_notes, is_trained
+
+    plan = plan_seeds("0-1")
+    ran = [{"variant": "trained", "verdict": "holds"}, {"variant": "random", "verdict": "holds"}]
+    (note,) = _trained_notes(plan, ran, is_trained)
+    assert "trained weights have no weights seed" in note and "trained" in note
+    assert _trained_notes(plan, [{"variant": "trained", "verdict": "unavailable"}], is_trained) == []
+    assert _trained_notes(plan, [{"column": "trained", "status": "unavailable"}], is_trained) == []
+
+
+# --------------------------------------------------------------------------- the library's request objects
+
+
+def test_estimate_kruskal_rank_takes_seeds_for_a_capture(vit_dir):
+    from mhaaudit.estimation import estimate_kruskal_rank
+    from mhaaudit.seeds import SeedsResult
+
+    res = estimate_kruskal_rank(model=str(vit_dir), limit=40, batch_size=8, samples=60, device="cpu", seeds="0-1",
+                                vary="weights", data_seed=3)
+    assert isinstance(res, SeedsResult)
+    per = [r for r in res.records() if r["aggregate"] == "seed"]
+    assert {(r["seed"], r["weights_seed"], r["data_seed"]) for r in per} == {(0, 0, 3), (1, 1, 3)}
+    assert any(r["aggregate"] == "summary" and r["check"] == "assumption_1" for r in res.records())
+
+
+def test_estimate_kruskal_rank_refuses_seeds_with_a_file(tmp_path):
+    from mhaaudit.estimation import estimate_kruskal_rank
+
+    path = tmp_path / "x.npy"
+    np.save(path, np.random.default_rng(0).standard_normal((12, 6)).astype(np.float32))
+    for kw in (dict(seeds="0-1"), dict(weights_seed=2), dict(vary="data")):
+        with pytest.raises(InputError, match="no effect when features"):
+            estimate_kruskal_rank(path, k=3, samples=20, device="cpu", **kw)
+
+
+def test_seeds_beside_request_objects(vit_dir):
+    from mhaaudit.request import DataRequest, ModelRequest
+
+    settings = Settings.resolve(device="cpu", samples=60, data_seed=5)
+    res = audit(ModelRequest(str(vit_dir)), data=DataRequest(limit=40, batch_size=8), settings=settings,
+                variants=["random"], seeds="0-1", vary="weights")
+    per = [r for r in res.records() if r["aggregate"] == "seed"]
+    assert {(r["seed"], r["data_seed"]) for r in per} == {(0, 5), (1, 5)}  # the settings' data seed is held
+    with pytest.raises(InputError, match="weights_seed"):  # a keyword beside the settings that says otherwise
+        audit(ModelRequest(str(vit_dir)), data=DataRequest(limit=40, batch_size=8), settings=settings,
+              variants=["random"], weights_seed=2)
