@@ -22,7 +22,7 @@ import torch
 
 from .checks import CHECKS, ContextRankResult
 from .distributed import describe, shared
-from .errors import DataError, InputError, OfflineError
+from .errors import DataError, InputError, OfflineError, param
 from .features import FeatureSet, StreamingReducer
 from .kruskal import Sweep, kruskal_sweep, set_stats, subset_test
 from .pipeline import DataRequest, ModelRequest
@@ -64,13 +64,13 @@ def plan_probes(modality: str, variants: Sequence[str] | None = None, layers: Se
     (the paper's Table 3 uses layers 0 and 1); ``layer`` has no effect there and is refused.
     """
     if layer is not None and layers is not None:
-        raise InputError("--layer has no effect with --layers: --layers names every depth to audit; give one of them")
+        raise InputError("{param:layer} has no effect with {param:layers}: {param:layers} names every depth to audit; give one of them")
     if layer is not None and modality == "text":
-        raise InputError("--layer has no effect on a text model (it sets the depth of the image columns); "
-                         "give --layers instead (default 0,1)")
+        raise InputError("{param:layer} has no effect on a text model (it sets the depth of the image columns); "
+                         "give {param:layers} instead (default 0,1)")
     given_layer, layer = layer is not None, 1 if layer is None else layer
     if layer < 1:
-        raise InputError(f"--layer must be at least 1 (block index; 0 is the embedding output), got {layer}")
+        raise InputError(f"{{param:layer}} must be at least 1 (block index; 0 is the embedding output), got {layer}")
     if layers is not None or modality == "text":
         ls = sorted(set(layers if layers is not None else (0, 1)))
         if any(v < 0 for v in ls):
@@ -79,7 +79,7 @@ def plan_probes(modality: str, variants: Sequence[str] | None = None, layers: Se
         return [Probe(f"{w}-L{l}", w, l) for w in inits for l in ls]
     vs = list(dict.fromkeys(variants or IMAGE_VARIANTS))
     if given_layer and not {"random", "trained"} & set(vs):
-        raise InputError(f"--layer has no effect on the columns {', '.join(vs)} (they read the embedding output); "
+        raise InputError(f"{{param:layer}} has no effect on the columns {', '.join(vs)} (they read the embedding output); "
                          "it sets the depth of the random and trained columns")
     out = []
     for v in vs:
@@ -222,7 +222,7 @@ class Captured:
 
 
 def _n_above_d_note(info) -> str:
-    fix = (f"pass --context-length below {info.d} to audit a setting where it can" if info.modality == "text"
+    fix = (f"pass {{param:context_length}} below {info.d} to audit a setting where it can" if info.modality == "text"
            else "use a wider model or a smaller input resolution (fewer patches) to audit a setting where it can")
     return (f"n = {info.n} > d = {info.d}: Assumption 1 cannot hold (any n vectors in R^d are dependent) and no "
             f"context matrix can have rank n; {fix}")
@@ -250,17 +250,17 @@ def _check_limit_fits(data: DataRequest, info, probes: int) -> None:
     per_example = probes * 2 * 4 * info.d + 2 * 8 * info.d
     most = available_memory() // max(per_example, 1)
     if data.limit > most:
-        raise InputError(f"--limit {data.limit}: the features of {info.name} (d = {info.d}, {probes} probe point(s)) "
-                         f"would need about {data.limit * per_example / 2**30:.3g} GiB; the largest --limit that fits "
+        raise InputError(f"{{param:limit}} {data.limit}: the features of {info.name} (d = {info.d}, {probes} probe point(s)) "
+                         f"would need about {data.limit * per_example / 2**30:.3g} GiB; the largest {{param:limit}} that fits "
                          f"in the memory available here is {most}")
 
 
 def _check_limit_reaches_n(data: DataRequest, info) -> None:
     """Assumptions 1 and 3 draw n of the T examples: T < n is refused before the data pass."""
     if data.limit < info.n:
-        way = (f"raise --limit to at least {info.n} or lower --context-length" if info.modality == "text"
-               else f"raise --limit to at least {info.n}")
-        raise InputError(f"--limit {data.limit} is below n = {info.n} tokens per example of {info.name}: Assumptions 1 "
+        way = (f"raise {{param:limit}} to at least {info.n} or lower {{param:context_length}}" if info.modality == "text"
+               else f"raise {{param:limit}} to at least {info.n}")
+        raise InputError(f"{{param:limit}} {data.limit} is below n = {info.n} tokens per example of {info.name}: Assumptions 1 "
                          f"and 3 draw n of the T examples, so T must be at least n; {way}")
 
 
@@ -392,7 +392,7 @@ def capture_features(model: str, *, variant: str = "random", layer: int = 1, dat
     settings = settings or Settings.resolve(device=device, seed=seed, rtol=rtol, atol=atol, progress=progress)
     probe = probe_for_variant(variant, layer)
     if weights_path is not None and probe.init != "trained":
-        raise InputError(f"--weights loads trained weights; use it with --variants trained (or trained-L<k>), not {variant!r}")
+        raise InputError(f"{{param:weights}} loads trained weights; use it with {{param:variants}} trained (or trained-L<k>), not {variant!r}")
     request = model_request(model, backend=backend, weights=weights_path, context_length=context_length,
                             query_index=query_index, revision=revision, trust_remote_code=trust_remote_code)
     got = collect_features(request, [probe], data_request(data, split, limit, batch_size, keep_duplicates,
@@ -412,11 +412,11 @@ def model_request(model: str, *, backend: str | None = None, weights: str | None
     from . import validate
 
     if weights is not None and not Path(weights).expanduser().exists():
-        raise InputError(f"--weights {weights}: does not exist (no such file or folder)")
+        raise InputError(f"{{param:weights}} {weights}: does not exist (no such file or folder)")
     if context_length is not None:
-        context_length = validate.integer("--context-length", context_length)
+        context_length = validate.integer(param("context_length"), context_length)
     if query_index is not None:
-        query_index = validate.integer("--query-index", query_index, minimum=None)
+        query_index = validate.integer(param("query_index"), query_index, minimum=None)
     from .models import resolve
     from .models.load import check_hub_options, check_revision
 
@@ -438,7 +438,7 @@ def data_request(data: str | None, split: str, limit, batch_size, keep_duplicate
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise InputError(f"{{param:{name}}} must name a column, got {value!r}")
     # Whatever the model, every example kept costs its vectors (at least 64 bytes): a bound before any work.
-    return DataRequest(data=data, split=split, limit=validate.integer("--limit", limit, maximum=available_memory() // 64),
+    return DataRequest(data=data, split=split, limit=validate.integer(param("limit"), limit, maximum=available_memory() // 64),
                        batch_size=parse_batch_size(batch_size), keep_duplicates=bool(keep_duplicates),
                        text_column=text_column, image_column=image_column, convert_rgb=bool(convert_rgb))
 
@@ -569,7 +569,7 @@ def audit(
     t_start = time.perf_counter()
     probes = plan_probes(modality_of(model, backend=backend, weights_path=weights), variants, layers, layer)
     if weights is not None and not any(p.init == "trained" for p in probes):
-        raise InputError("--weights has no effect without a trained column; add trained to --variants")
+        raise InputError("{param:weights} has no effect without a trained column; add trained to {param:variants}")
     got = collect_features(request, probes, data_req, settings, on_note=on_note)
     if not got.features:  # every column unavailable: there is nothing to audit, and that is no success
         raise OfflineError("no column could be audited: " + "; ".join(dict.fromkeys(got.unavailable.values())))

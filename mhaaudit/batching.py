@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from .errors import InputError, ModelError
+from .errors import InputError, ModelError, param
 from .hostmem import available_memory
 
 __all__ = ["AUTO", "AUTO_MAX_BATCH", "BatchChoice", "available_memory", "choose_batch_size", "example_bytes",
@@ -35,9 +35,9 @@ def parse_batch_size(value) -> int | str:
     if isinstance(value, str) and value.strip().lower() == AUTO:
         return AUTO
     try:
-        return validate.integer("--batch-size", value)
+        return validate.integer(param("batch_size"), value)
     except InputError as exc:
-        raise InputError(f"--batch-size takes a positive integer or auto, got {value!r}") from exc
+        raise InputError(f"{{param:batch_size}} takes a positive integer or auto, got {value!r}") from exc
 
 
 @dataclass(frozen=True)
@@ -66,9 +66,9 @@ def choose_batch_size(pm, layers: Sequence[int], asked: int | str, limit: int, *
             avail = available_memory() if memory is None else int(memory)
             most = max(1, avail // max(per, 1))
             if min(int(asked), int(limit)) > most:
-                raise InputError(f"--batch-size {asked}: one batch would need about "
+                raise InputError(f"{{param:batch_size}} {asked}: one batch would need about "
                                  f"{min(int(asked), int(limit)) * per / 2**30:.3g} GiB of activations; the largest "
-                                 f"--batch-size that fits in the memory available here is {most}")
+                                 f"{{param:batch_size}} that fits in the memory available here is {most}")
         return BatchChoice(int(asked), asked, "given")
     start = max(1, min(AUTO_MAX_BATCH, int(limit)))
     if halving is None:
@@ -103,7 +103,7 @@ def halve_until_fits(run: Callable[[int], None], start: int) -> tuple[int, list[
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
             if b == 1:
-                raise ModelError("out of memory with a batch of one example; try --device cpu") from None
+                raise ModelError("out of memory with a batch of one example; try {param:device} cpu") from None
             b = max(1, b // 2)
 
 

@@ -66,7 +66,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
-from .errors import InputError, MhaauditError, one_line
+from .errors import InputError, MhaauditError, one_line, param
 
 __all__ = ["RankCrashed", "RankFailed", "Session", "describe", "launched", "leave", "lockstep", "lost_rank_line", "run_cli", "session", "shared"]
 
@@ -262,7 +262,7 @@ class Session:
         if exc is not None:
             user = isinstance(exc, MhaauditError)
             code = 2 if user else 3
-            line = one_line(exc, 400) if user else f"{type(exc).__name__}: {one_line(exc, 400)}"
+            line = one_line(Exception(exc.message_for(param)), 400) if user else f"{type(exc).__name__}: {one_line(exc, 400)}"
         self.noted = True
         with contextlib.suppress(Exception):
             self.store.set(f"{_PREFIX}failed/{self.rank}", f"{code}\t{line}")

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ._version import __version__
-from .errors import InputError, OutputError
+from .errors import InputError, MhaauditError, OutputError
 from .staging import _STAGED, StagedOutputs, _reason, make_output_folder, staged_outputs  # noqa: F401 - re-exported
 from .tables import METADATA_KEY
 
@@ -160,6 +160,8 @@ def atomic_path(path: str | os.PathLike, *, now: bool = False) -> Iterator[Path]
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp_p.unlink()
+        if isinstance(exc, MhaauditError):  # an OutputError or OfflineError of the work inside says itself
+            raise
         # A full disk or a vanished folder is the user's to fix, not a bug: one line, exit 2.
         raise OutputError(f"cannot write {p}: {_reason(exc)}") from exc
     except BaseException:
@@ -467,7 +469,7 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple["torch.
     if p.is_dir():
         cand = p / "features.safetensors"
         if not cand.exists():
-            raise InputError(f"{p} is a folder without features.safetensors (write one with --save-features)")
+            raise InputError(f"{p} is a folder without features.safetensors (write one with {{param:save_features}})")
         p, key = cand, key or "queries"
     if not p.exists():
         raise InputError(f"no such file: {p}")
@@ -475,7 +477,7 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple["torch.
     if ext not in FEATURE_EXTENSIONS:
         raise InputError(f"unknown feature file type {ext or '(none)'!r} for {p}; use one of {', '.join(FEATURE_EXTENSIONS)}")
     if key is not None and ext == ".npy":
-        raise InputError(f"--key has no effect on {p}: a .npy file holds one array")
+        raise InputError(f"{{param:key}} has no effect on {p}: a .npy file holds one array")
     try:
         if ext == ".npy":
             _check_npy(p)
@@ -507,7 +509,7 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple["torch.
             if not isinstance(obj, torch.Tensor):
                 raise InputError(f"{p}: expected a tensor or a dict of tensors, found {type(obj).__name__}")
             if key is not None:
-                raise InputError(f"--key has no effect on {p}: it holds one tensor, not a dict of them")
+                raise InputError(f"{{param:key}} has no effect on {p}: it holds one tensor, not a dict of them")
             return obj, f"{p} (torch)"
         if ext == ".safetensors":
             safetensors_header(p)  # its stated length checked against the file before anything is read
@@ -540,7 +542,7 @@ def refuse_results_file(p: Path) -> None:
             command = None
         what = f"'mhaaudit {command}'" if command else "mhaaudit"
         raise InputError(f"{p} is a results file written by {what} (its parquet metadata says so), not features: "
-                         "give a T x d matrix, or the folder written by check --save-features")
+                         "give a T x d matrix, or the folder written by {param:check_save_features}")
 
 
 def _pick(tensors: dict, key: str | None, p: Path) -> torch.Tensor:
@@ -555,21 +557,21 @@ def _pick(tensors: dict, key: str | None, p: Path) -> torch.Tensor:
         raise InputError(f"{p} holds no tensors")
     names = sorted(map(str, tensors))
     shown = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
-    raise InputError(f"{p} holds several tensors ({shown}); choose one with --key")
+    raise InputError(f"{p} holds several tensors ({shown}); choose one with {{param:key}}")
 
 
 def to_query_matrix(arr: "torch.Tensor | MappedArray", query_index: int | None, source: str) -> tuple[torch.Tensor, str]:
     """A T x d matrix from a T x d array, or from T x n x d tokens with ``query_index``."""
     if arr.ndim == 2:
         if query_index is not None:
-            raise InputError(f"{source}: --query-index applies to T x n x d token arrays, this one is {tuple(arr.shape)}")
+            raise InputError(f"{source}: {{param:query_index}} applies to T x n x d token arrays, this one is {tuple(arr.shape)}")
         return arr, source
     if arr.ndim == 3:
         if query_index is None:
-            raise InputError(f"{source}: a T x n x d array needs --query-index (0 for [CLS], -1 for the last token)")
+            raise InputError(f"{source}: a T x n x d array needs {{param:query_index}} (0 for [CLS], -1 for the last token)")
         n = arr.shape[1]
         if not -n <= query_index < n:
-            raise InputError(f"--query-index {query_index} is out of range for n = {n} tokens")
+            raise InputError(f"{{param:query_index}} {query_index} is out of range for n = {n} tokens")
         if isinstance(arr, MappedArray):
             return arr.token(query_index), f"{source}, token {query_index}"
         return arr[:, query_index, :], f"{source}, token {query_index}"

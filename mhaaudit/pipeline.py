@@ -128,10 +128,10 @@ def query_index(pm, request: ModelRequest) -> int:
     n = pm.info.n
     if request.query_index is None and pm.info.query_index is None:
         raise ModelError(f"{pm.info.name} has no query token of its own ({pm.info.query_token.removeprefix('none: ')}); "
-                         f"name one with --query-index K (0 to {n - 1})")
+                         f"name one with {{param:query_index}} K (0 to {n - 1})")
     qi = pm.info.query_index if request.query_index is None else int(request.query_index)
     if not -n <= qi < n:
-        raise InputError(f"--query-index {qi} is out of range for n = {n} tokens")
+        raise InputError(f"{{param:query_index}} {qi} is out of range for n = {n} tokens")
     return qi % n
 
 

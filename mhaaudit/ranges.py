@@ -21,6 +21,8 @@ def parse_int_ranges(spec: str, option: str, what: str = "numbers", example: str
                 out.update(range(lo, hi + 1))
             else:
                 out.add(int(part))
+        except InputError:
+            raise
         except ValueError:
             raise InputError(f"{option} {spec!r}: use {what} and ranges such as {example}") from None
     return out

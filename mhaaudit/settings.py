@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from .defaults import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
-from .errors import InputError
+from .errors import InputError, param
 
 __all__ = ["DEFAULT_SAMPLES", "DEFAULT_THRESHOLD", "MAX_SAMPLES", "MAX_SEED", "PURPOSES", "Settings", "derive_seed", "device_name", "resolve_device"]
 
@@ -71,7 +71,7 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
     if isinstance(spec, torch.device):
         return spec
     if isinstance(spec, str) and not spec.strip():
-        raise InputError("--device is empty (use auto, cpu, cuda or cuda:N)")
+        raise InputError("{param:device} is empty (use auto, cpu, cuda or cuda:N)")
     spec = (spec or "auto").strip().lower()
     if spec == "auto":
         return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
@@ -79,13 +79,13 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
         return torch.device("cpu")
     if spec.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise InputError(f"--device {spec} was asked for but no CUDA device is available; use --device cpu or auto")
+            raise InputError(f"{{param:device}} {spec} was asked for but no CUDA device is available; use {{param:device}} cpu or auto")
         try:
             dev = torch.device(spec)
         except RuntimeError as exc:  # e.g. "cuda:x"
             raise InputError(f"not a device: {spec!r} (use auto, cpu, cuda or cuda:N)") from exc
         if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise InputError(f"--device {spec}: only {torch.cuda.device_count()} CUDA device(s) present")
+            raise InputError(f"{{param:device}} {spec}: only {torch.cuda.device_count()} CUDA device(s) present")
         return dev
     raise InputError(f"not a device: {spec!r} (use auto, cpu, cuda or cuda:N)")
 
@@ -161,11 +161,11 @@ class Settings:
         check_environment()
         return cls(
             device=resolve_device(device),
-            samples=validate.integer("--samples", samples, maximum=MAX_SAMPLES),
-            threshold=validate.fraction("--threshold", threshold),
-            seed=validate.integer("--seed", seed, minimum=0, maximum=MAX_SEED),
-            rtol=validate.tolerance("--rtol", rtol),
-            atol=validate.tolerance("--atol", atol),
+            samples=validate.integer(param("samples"), samples, maximum=MAX_SAMPLES),
+            threshold=validate.fraction(param("threshold"), threshold),
+            seed=validate.integer(param("seed"), seed, minimum=0, maximum=MAX_SEED),
+            rtol=validate.tolerance(param("rtol"), rtol),
+            atol=validate.tolerance(param("atol"), atol),
             stop_when_decided=bool(stop_when_decided),
             progress=bool(progress),
         )

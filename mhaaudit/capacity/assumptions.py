@@ -117,16 +117,16 @@ def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
 
     p = Path(path)
     if not p.is_file():
-        raise InputError(f"--from {p}: no such file")
+        raise InputError(f"{{param:from_path}} {p}: no such file")
     try:
         meta = read_parquet_metadata(p)
         rows = pq.read_table(p).to_pylist()
     except Exception as exc:
-        raise InputError(f"--from {p}: cannot read it as a parquet file ({' '.join(str(exc).split())[:160]})") from None
+        raise InputError(f"{{param:from_path}} {p}: cannot read it as a parquet file ({' '.join(str(exc).split())[:160]})") from None
     if not rows or "check" not in rows[0] or "variant" not in rows[0]:
-        raise InputError(f"--from {p}: not a results file of 'mhaaudit check --out' (no check/variant columns)")
+        raise InputError(f"{{param:from_path}} {p}: not a results file of {{param:check_out}} (no check/variant columns)")
     if not isinstance(meta, dict) or not all(isinstance(meta.get(k) or {}, dict) for k in ("model_info", "columns")):
-        raise InputError(f"--from {p}: its 'mhaaudit' parquet metadata is malformed (not what 'mhaaudit check --out' writes)")
+        raise InputError(f"{{param:from_path}} {p}: its 'mhaaudit' parquet metadata is malformed (not what {{param:check_out}} writes)")
     return meta, rows
 
 
@@ -135,8 +135,10 @@ def _malformed(p: Path):
     """A value of the wrong type or form in a results file is the file's fault: one InputError."""
     try:
         yield
+    except InputError:  # a refusal of its own inside (another limit, other data): said as such
+        raise
     except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
-        raise InputError(f"--from {p}: its 'mhaaudit' parquet metadata or rows are malformed "
+        raise InputError(f"{{param:from_path}} {p}: its 'mhaaudit' parquet metadata or rows are malformed "
                          f"({type(exc).__name__}: {' '.join(str(exc).split())[:120]})") from None
 
 
@@ -161,7 +163,7 @@ def _assumptions_from_file(p: Path, results: tuple[dict, list[dict]], *, init: s
     notes: list[str] = []
     info = meta.get("model_info") or {}
     if (n is not None and info.get("n") not in (None, n)) or (d is not None and info.get("d") not in (None, d)):
-        raise InputError(f"--from {p}: audited with n = {info.get('n')}, d = {info.get('d')}, but the model here has "
+        raise InputError(f"{{param:from_path}} {p}: audited with n = {info.get('n')}, d = {info.get('d')}, but the model here has "
                          f"n = {n}, d = {d}")
     if meta.get("command") not in (None, "check"):
         notes.append(f"--from {p} was written by 'mhaaudit {meta.get('command')}', not 'mhaaudit check'")
@@ -216,13 +218,13 @@ def _check_same_examples(path: str | Path, results: tuple[dict, list[dict]], *, 
                          T: int | None, data: str | None) -> None:
     meta, rows = results
     p = Path(path)
-    way = "run 'mhaaudit check' with the same --data and --limit, or give capacity the ones the file was made with"
+    way = "run 'mhaaudit check' with the same {param:data} and {param:limit}, or give capacity the ones the file was made with"
     file_limit = meta.get("limit")
     if limit is not None and file_limit is not None and int(file_limit) != int(limit):
-        raise InputError(f"--from {p}: its audit read --limit {file_limit} examples, this run --limit {limit}; {way}")
+        raise InputError(f"{{param:from_path}} {p}: its audit read {{param:limit}} {file_limit} examples, this run {{param:limit}} {limit}; {way}")
     file_T = next((r.get("T") for r in rows if r.get("check") == "assumption_2" and r.get("T") is not None), None)
     if T is not None and file_T is not None and int(file_T) != int(T):
-        raise InputError(f"--from {p}: its audit used T = {file_T} examples, this run T = {T}; {way}")
+        raise InputError(f"{{param:from_path}} {p}: its audit used T = {file_T} examples, this run T = {T}; {way}")
     file_data = meta.get("data")
     if data and file_data and file_data != data:
-        raise InputError(f"--from {p}: its audit used other data ({file_data}) than this run ({data}); {way}")
+        raise InputError(f"{{param:from_path}} {p}: its audit used other data ({file_data}) than this run ({data}); {way}")

@@ -39,7 +39,7 @@ import torch
 
 from ..defaults import CAPACITY_BLOCK, CAPACITY_BLOCK_WHY
 from ..distributed import describe, session, shared
-from ..errors import InputError, ModelError, OfflineError
+from ..errors import InputError, ModelError, OfflineError, param
 from ..pipeline import DataRequest, ModelRequest
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 from ..tables import ResultTable
@@ -291,11 +291,11 @@ def _column(plan: _Plan, variant: str, notes: list[str]) -> tuple[CapacityColumn
     info = pm.info
     col.weights_source, col.weights_read = info.weights_source, info.weights_read
     if plan.block > pm.built_layers:
-        raise InputError(f"--block {plan.block}: {plan.request.model} has {info.num_layers} blocks"
-                         + (" (block 2 is the default; give --block 1)" if info.num_layers == 1 else ""))
+        raise InputError(f"{{param:block}} {plan.block}: {plan.request.model} has {info.num_layers} blocks"
+                         + (" (block 2 is the default; give {param:block} 1)" if info.num_layers == 1 else ""))
     if info.query_index is None:
         raise ModelError(f"{plan.request.model} has no query token of its own ({info.query_token.removeprefix('none: ')}), "
-                         "and capacity reads the model's own query; check and kruskal --model take --query-index K")
+                         "and capacity reads the model's own query; check and kruskal {param:model} take {param:query_index} K")
     attn = attention_for(pm, plan.block, plan.attention, plan.settings.seed)
     hs = _validated_heads(plan.heads, attn.num_heads)
     if plan.from_results is not None:  # before the data pass: a file of another model is refused at once
@@ -372,9 +372,9 @@ def _block_of(block: int | None, layer: int | None) -> int:
         warnings.warn("capacity_audit(layer=K) is deprecated; use block=K (the same: the attention block K, whose input "
                       "is the output of block K - 1)", DeprecationWarning, stacklevel=4)  # past the @shared wrapper
         if block is not None and block != layer:
-            raise InputError(f"--block {block} and --layer {layer} disagree; give only --block")
+            raise InputError(f"{{param:block}} {block} and {{param:layer}} {layer} disagree; give only {{param:block}}")
         block = layer
-    return integer("--block", CAPACITY_BLOCK if block is None else block)
+    return integer(param("block"), CAPACITY_BLOCK if block is None else block)
 
 
 @shared
@@ -428,14 +428,14 @@ def capacity_audit(
     data_req = data_request(data, split, limit, batch_size, keep_duplicates, text_column=text_column,
                             image_column=image_column, convert_rgb=convert_rgb)
     blk = _block_of(block, layer)
-    attention = choice("--attention", attention, ATTENTION)
+    attention = choice(param("attention"), attention, ATTENTION)
     vs = split_list(variants) or list(VARIANTS)
     for v in vs:
         choice("variant", v, VARIANTS)
     if weights is not None and "trained" not in vs:
-        raise InputError("--weights has no effect without the trained column; add trained to --variants")
+        raise InputError("{param:weights} has no effect without the trained column; add trained to {param:variants}")
     if from_path is not None and (samples is not None or threshold is not None):
-        raise InputError("--samples and --threshold have no effect with --from: Assumption 1 is read from the file, "
+        raise InputError("{param:samples} and {param:threshold} have no effect with {param:from_path}: Assumption 1 is read from the file, "
                          "not sampled")
     head_counts(heads)  # syntax and sizes below 1, before any work; the model's head count is checked once known
     from_results = read_check_results(from_path) if from_path is not None else None

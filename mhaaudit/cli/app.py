@@ -85,7 +85,7 @@ try:  # Ctrl-C (or SIGTERM) while the libraries load (before main runs) gets the
     from typer.core import TyperCommand, TyperGroup
 
     from .. import __version__
-    from ..errors import MhaauditError, one_line
+    from ..errors import MhaauditError, one_line, parameter_names
     from ..staging import staged_outputs
     from .capacity import capacity
     from .check import check
@@ -196,9 +196,19 @@ def _internal(exc: BaseException) -> str:
             "rerun with MHAAUDIT_DEBUG=1 for the traceback and please report it")
 
 
+# The command line's name for each library parameter (or other name) an error message gives as
+# ``{param:...}`` (mhaaudit.errors), where it is not the parameter with dashes: ``text_column`` is
+# ``--text-column``, and these are the rest.
+FLAGS = {
+    "from_path": "--from",
+    "check_out": "'mhaaudit check --out'",
+    "check_save_features": "check --save-features",
+}
+
+
 def _flag(param: str) -> str:
     """The CLI's name of a library parameter that an error names (``text_column`` -> ``--text-column``)."""
-    return "--" + param.replace("_", "-")
+    return FLAGS.get(param, "--" + param.replace("_", "-"))
 
 
 def _known(exc: BaseException) -> str:
@@ -324,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     previous, stdout = _handle_sigterm(), sys.stdout
     sys.stdout = _Stdout(stdout)
     try:
-        with staged_outputs():
+        with staged_outputs(), parameter_names(_flag):
             rv = app(args=args, prog_name="mhaaudit", standalone_mode=False)
             if rv == INTERRUPTED_STATUS:  # newer Typer turns Ctrl-C into this status: no output is kept
                 raise KeyboardInterrupt

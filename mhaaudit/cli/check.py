@@ -126,6 +126,8 @@ def _save_features(result, folder: Path) -> None:
 
     try:
         make_output_folder(folder)
+    except OutputError:
+        raise
     except OSError as exc:
         raise OutputError(f"--save-features {folder}: cannot create the folder ({exc.strerror or exc})") from exc
     for c in result.columns:

@@ -46,8 +46,8 @@ def fixed_rule(X, rule: RankRule, stats: SetStats | None = None,
     T, d = X.shape
     if rule.rtol_for(1, d) >= 1 and not rule.atol:
         raise InputError(f"the rank rule's tolerance {rule.rtol_for(1, d):.3g} * sigma_max (at least d = {d} times "
-                         f"eps({rule.dtype}) = {rule.eps:.3g}, or --rtol) is at least sigma_max, so no vector could "
-                         "count as independent: give a smaller --rtol or an --atol, or features in a finer dtype")
+                         f"eps({rule.dtype}) = {rule.eps:.3g}, or {{param:rtol}}) is at least sigma_max, so no vector could "
+                         "count as independent: give a smaller {param:rtol} or an {param:atol}, or features in a finer dtype")
     if stats is None and need_stats:
         stats = set_stats(X, rule)
     return rule, stats

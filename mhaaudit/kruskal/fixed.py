@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .. import validate
+from ..errors import param
 from ..distributed import shared
 from ..numerics import (Decision, RankRule, decide_full_rank, gram_rank, lapack, svd_rank, tf32_is_off, tf32_off,
                         with_numerics)
@@ -314,9 +315,9 @@ def subset_test(
     draws made, which the result records as ``samples`` (``planned_samples``: those asked for).
     """
     X = as_matrix(X)
-    k = validate.integer("--k", k)
-    samples = validate.integer("--samples", samples, maximum=MAX_SAMPLES)
-    threshold = validate.fraction("--threshold", threshold)
+    k = validate.integer(param("k"), k)
+    samples = validate.integer(param("samples"), samples, maximum=MAX_SAMPLES)
+    threshold = validate.fraction(param("threshold"), threshold)
     rule = rule or RankRule.for_dtype(X.dtype)
     dev = resolve_device(device)
     base = dict(check=check, k=k, T=X.shape[0], d=X.shape[1], threshold=threshold, rule=rule, seed=seed,

@@ -20,6 +20,7 @@ import contextlib
 import torch
 
 from .. import validate
+from ..errors import param
 from ..distributed import shared
 from ..numerics import (TINY_GRAM, RankRule, cholesky_margins, decide_prefix_full_rank, lambda_max_bounds, lapack,
                         tf32_is_off, tf32_off, with_numerics)
@@ -222,8 +223,8 @@ def kruskal_sweep(
     the whole set are certified to fail and not sampled.
     """
     X = as_matrix(X)
-    samples = validate.integer("--samples", samples, maximum=MAX_SAMPLES)
-    threshold = validate.fraction("--threshold", threshold)
+    samples = validate.integer(param("samples"), samples, maximum=MAX_SAMPLES)
+    threshold = validate.fraction(param("threshold"), threshold)
     rule = rule or RankRule.for_dtype(X.dtype)
     dev = resolve_device(device)
     T, d = X.shape

@@ -15,7 +15,7 @@ import torch
 
 from .. import validate
 from ..defaults import MEMORIZE_PRESETS
-from ..errors import InputError
+from ..errors import InputError, param
 from ..settings import MAX_SEED, device_name, resolve_device
 from .data import DIM
 from .grouping import default_budget, device_memory, plan_groups
@@ -40,7 +40,7 @@ def resolve_grid(*, vary=None, values=None, n=None, heads=None, head_dim=None, s
     """Merge a preset with explicit options (explicit wins) and validate the grid."""
     base: dict = {}
     if preset is not None:
-        preset = validate.choice("--preset", preset, tuple(PRESETS))
+        preset = validate.choice(param("preset"), preset, tuple(PRESETS))
         base = dict(PRESETS[preset])
     explicit = dict(vary=vary, values=values, n=n, heads=heads, head_dim=head_dim, sizes=sizes, epochs=epochs, max_steps=max_steps)
     if vary is not None and values is None and base and _vary(vary) != base.get("vary"):
@@ -48,29 +48,29 @@ def resolve_grid(*, vary=None, values=None, n=None, heads=None, head_dim=None, s
     merged = {**base, **{k: v for k, v in explicit.items() if v is not None}}
 
     vary_v = _vary(merged["vary"]) if merged.get("vary") is not None else None
-    vals = validate.int_list("--values", merged.get("values"))
+    vals = validate.int_list(param("values"), merged.get("values"))
     if vary_v is not None and not vals:
-        raise InputError(f"--vary {vary_v} needs --values (e.g. --values 1,2,4,8)")
+        raise InputError(f"{{param:vary}} {vary_v} needs {{param:values}} (e.g. {{param:values}} 1,2,4,8)")
     if vary_v is None and merged.get("values") is not None:
-        raise InputError("--values needs --vary (heads, n or head-dim)")
-    sizes_v = validate.int_list("--sizes", merged.get("sizes"))
+        raise InputError("{param:values} needs {param:vary} (heads, n or head-dim)")
+    sizes_v = validate.int_list(param("sizes"), merged.get("sizes"))
     if not sizes_v:
-        raise InputError("the grid is empty: give --sizes (e.g. --sizes 500,1000) or a --preset")
+        raise InputError("the grid is empty: give {param:sizes} (e.g. {param:sizes} 500,1000) or a {param:preset}")
     fixed = {
-        "n": validate.integer("--n", merged.get("n", _DEFAULTS["n"])),
-        "heads": validate.integer("--heads", merged.get("heads", _DEFAULTS["heads"])),
-        "head_dim": validate.integer("--head-dim", merged.get("head_dim", _DEFAULTS["head_dim"])),
+        "n": validate.integer(param("n"), merged.get("n", _DEFAULTS["n"])),
+        "heads": validate.integer(param("heads"), merged.get("heads", _DEFAULTS["heads"])),
+        "head_dim": validate.integer(param("head_dim"), merged.get("head_dim", _DEFAULTS["head_dim"])),
     }
     ep, ms = merged.get("epochs"), merged.get("max_steps")
     return dict(
         vary=vary_v, values=vals, sizes=sizes_v, preset=preset, fixed=fixed,
-        epochs=validate.integer("--epochs", ep) if ep is not None else None,
-        max_steps=validate.integer("--max-steps", ms) if ms is not None else None,
+        epochs=validate.integer(param("epochs"), ep) if ep is not None else None,
+        max_steps=validate.integer(param("max_steps"), ms) if ms is not None else None,
     )
 
 
 def _vary(value) -> str:
-    return validate.choice("--vary", value, VARY, aliases=_VARY_ALIASES)
+    return validate.choice(param("vary"), value, VARY, aliases=_VARY_ALIASES)
 
 
 def points(grid: dict) -> list[dict]:
@@ -96,9 +96,9 @@ def _read_results(path: Path) -> dict[str, dict]:
     try:
         rows = pq.read_table(path).to_pylist()
     except Exception as exc:
-        raise InputError(f"cannot read the existing results file {path} ({exc.__class__.__name__}); move it away or pick another --out") from exc
+        raise InputError(f"cannot read the existing results file {path} ({exc.__class__.__name__}); move it away or pick another {{param:out}}") from exc
     if rows and "config_key" not in rows[0]:
-        raise InputError(f"{path} is not a results file of 'mhaaudit memorize' (no config_key column); pick another --out")
+        raise InputError(f"{path} is not a results file of 'mhaaudit memorize' (no config_key column); pick another {{param:out}}")
     return {r["config_key"]: r for r in rows}
 
 
@@ -161,7 +161,7 @@ def run_memorize_grid(
     seed_list = _seeds(seed, seeds)
     dev = resolve_device(device)
     budget = _budget(memory_budget, dev)
-    max_group = validate.integer("--max-group", max_group) if max_group is not None else None
+    max_group = validate.integer(param("max_group"), max_group) if max_group is not None else None
     out_path = check_writable(out) if out is not None else None
     plot_path = check_plot_path(plot) if plot is not None else None
 
@@ -190,19 +190,19 @@ def run_memorize_grid(
 
 
 def _seeds(seed, seeds) -> list[int]:
-    seed = validate.integer("--seed", 0 if seed is None else seed, minimum=0, maximum=MAX_SEED)
+    seed = validate.integer(param("seed"), 0 if seed is None else seed, minimum=0, maximum=MAX_SEED)
     if seeds is None:
         return [seed]
     if seed != 0:
-        raise InputError("give either --seed or --seeds, not both")
-    return validate.int_ranges(seeds, "--seeds", what="seeds", example="0-5 or 0,1,4", minimum=0, maximum=MAX_SEED)
+        raise InputError("give either {param:seed} or {param:seeds}, not both")
+    return validate.int_ranges(seeds, param("seeds"), what="seeds", example="0-5 or 0,1,4", minimum=0, maximum=MAX_SEED)
 
 
 def _budget(gib, device: torch.device) -> int:
     if gib is None:
         return default_budget(device)
     if isinstance(gib, bool) or not isinstance(gib, (int, float)) or not (gib > 0 and math.isfinite(gib)):
-        raise InputError(f"--memory-budget must be a positive number of GiB, got {gib!r}")
+        raise InputError(f"{{param:memory_budget}} must be a positive number of GiB, got {gib!r}")
     return int(gib * (1 << 30))
 
 

@@ -31,7 +31,7 @@ from typing import Callable, Iterator, Sequence
 import torch
 
 from .. import validate
-from ..errors import InputError
+from ..errors import InputError, param
 from ..settings import MAX_SEED, derive_seed, device_name, resolve_device
 from .data import CONTEXTS, DIM, TASKS, make_dataset
 from .model import MemorizeModel
@@ -72,15 +72,15 @@ class Recipe:
                 max_steps=None, lr=1e-3, batch_size=256, check_every=200) -> "Recipe":
         """Check every field; errors name the CLI option."""
         return cls(
-            task=validate.choice("--task", task, TASKS),
-            context=validate.choice("--context", context, CONTEXTS),
-            classes=validate.integer("--classes", classes, minimum=2),
-            tolerance=_positive("--tolerance", tolerance),
-            epochs=validate.integer("--epochs", epochs) if epochs is not None else None,
-            max_steps=validate.integer("--max-steps", max_steps) if max_steps is not None else None,
-            lr=_positive("--lr", lr),
-            batch_size=validate.integer("--batch-size", batch_size),
-            check_every=validate.integer("--check-every", check_every),
+            task=validate.choice(param("task"), task, TASKS),
+            context=validate.choice(param("context"), context, CONTEXTS),
+            classes=validate.integer(param("classes"), classes, minimum=2),
+            tolerance=_positive(param("tolerance"), tolerance),
+            epochs=validate.integer(param("epochs"), epochs) if epochs is not None else None,
+            max_steps=validate.integer(param("max_steps"), max_steps) if max_steps is not None else None,
+            lr=_positive(param("lr"), lr),
+            batch_size=validate.integer(param("batch_size"), batch_size),
+            check_every=validate.integer(param("check_every"), check_every),
         )
 
     def as_dict(self) -> dict:
@@ -104,9 +104,9 @@ class Point:
     @classmethod
     def resolve(cls, *, heads, n, head_dim, size, seed=0) -> "Point":
         return cls(
-            heads=validate.integer("--heads", heads), n=validate.integer("--n", n),
-            head_dim=validate.integer("--head-dim", head_dim), size=validate.integer("--sizes", size),
-            seed=validate.integer("--seed", seed, minimum=0, maximum=MAX_SEED),
+            heads=validate.integer(param("heads"), heads), n=validate.integer(param("n"), n),
+            head_dim=validate.integer(param("head_dim"), head_dim), size=validate.integer(param("sizes"), size),
+            seed=validate.integer(param("seed"), seed, minimum=0, maximum=MAX_SEED),
         )
 
     @property

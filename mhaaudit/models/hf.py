@@ -34,7 +34,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from ..errors import InputError, ModelError, OfflineError, one_line
+from ..errors import InputError, MhaauditError, ModelError, OfflineError, one_line
 from ..hub import force_offline_env, is_offline
 from ..io import torch_load_reason
 from .checkpoints import is_ignorable, load_fitting, offline_weights_error, read_state_file
@@ -224,6 +224,8 @@ def _config(spec: ModelSpec, weights: str, weights_path: str | None, hub: _Hub) 
             # Trained weights come with their own config (hub or local cache); decide offline at once.
             try:
                 return _auto_config(spec.resolved, spec.name, hub), "alias-hub"
+            except MhaauditError:  # a missing revision, code the repository would run: said as such
+                raise
             except (OSError, ValueError) as exc:
                 if offline:
                     raise offline_weights_error(spec.name, spec.resolved) from exc
@@ -236,10 +238,14 @@ def _config(spec: ModelSpec, weights: str, weights_path: str | None, hub: _Hub) 
         # The weights folder carries the architecture; the hub config is not needed.
         try:
             return _auto_config(spec.resolved, spec.name, hub), "cache"
+        except MhaauditError:
+            raise
         except (OSError, ValueError):
             return _auto_config(weights_path, spec.name, hub, local=True), "weights"
     try:
         return _auto_config(spec.resolved, spec.name, hub), ("cache" if offline else "hub")
+    except MhaauditError:
+        raise
     except (OSError, ValueError) as exc:
         raise _unknown_model(spec.name, weights, weights_path, offline, exc) from exc
 
@@ -274,9 +280,9 @@ def hub_problem(exc: BaseException, name: str, revision: str | None) -> Exceptio
         chain.append(type(e).__name__)
         e = e.__cause__ or e.__context__
     if revision is not None and ("RevisionNotFoundError" in chain or "is not a valid git identifier" in text):
-        return InputError(f"--revision {revision}: no such branch, tag or commit of {name}")
+        return InputError(f"{{param:revision}} {revision}: no such branch, tag or commit of {name}")
     if "trust_remote_code" in text:
-        return ModelError(f"{name} needs code from its own repository to load; pass --trust-remote-code if you trust "
+        return ModelError(f"{name} needs code from its own repository to load; pass {{param:trust_remote_code}} if you trust "
                           f"that code (it runs on this machine)")
     return None
 
@@ -304,7 +310,7 @@ def refuse_repository_code(folder: str, name: str) -> None:
     if code:
         fn, module = code[0]
         raise ModelError(f"{name} needs code from its own folder to load (the auto_map of its {fn} names {module}); "
-                         f"pass --trust-remote-code if you trust that code (it runs on this machine)")
+                         f"pass {{param:trust_remote_code}} if you trust that code (it runs on this machine)")
 
 
 def _folder_config(spec: ModelSpec, hub: _Hub) -> Any:

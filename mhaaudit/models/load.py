@@ -89,7 +89,7 @@ def load_model(
     except MhaauditError:
         raise
     except torch.cuda.OutOfMemoryError as exc:
-        raise ModelError(f"{name}: out of GPU memory while loading ({one_line(exc, 120)}); try --device cpu") from exc
+        raise ModelError(f"{name}: out of GPU memory while loading ({one_line(exc, 120)}); try {{param:device}} cpu") from exc
     except _LIBRARY_ERRORS as exc:
         problem = hub_problem(exc, name, revision) if spec.backend != "timm" else None
         raise (problem or ModelError(f"cannot load {name}: {one_line(exc, 240)}")) from exc
@@ -111,12 +111,12 @@ def check_hub_options(spec, revision: str | None, trust_remote_code: bool) -> di
     """The hub options of the backend ``spec`` resolves to; options that cannot apply are input errors."""
     options = {"revision": revision, "trust_remote_code": bool(trust_remote_code)}
     if spec.backend == "timm":
-        used = [f"--{k.replace('_', '-')}" for k, v in options.items() if v]
+        used = [f"{{param:{k}}}" for k, v in options.items() if v]
         if used:
             raise InputError(f"{', '.join(used)} applies to transformers models; {spec.name} is a timm model")
         return {}
     if spec.local and revision is not None:
-        raise InputError(f"--revision names a branch, tag or commit of a hub model; {spec.name} is a local folder")
+        raise InputError(f"{{param:revision}} names a branch, tag or commit of a hub model; {spec.name} is a local folder")
     return options
 
 
@@ -125,7 +125,7 @@ def check_revision(revision) -> str | None:
     if revision is None:
         return None
     if not isinstance(revision, str) or not revision.strip():
-        raise InputError("--revision: give a branch, tag or commit of the hub model")
+        raise InputError("{param:revision}: give a branch, tag or commit of the hub model")
     return revision.strip()
 
 

@@ -355,7 +355,7 @@ def hub_download(repo: str, filename: str, revision: str | None, offline: bool, 
     try:
         return huggingface_hub.hf_hub_download(repo, filename, revision=revision, local_files_only=offline)
     except RevisionNotFoundError as exc:
-        raise InputError(f"--revision {revision}: no such branch, tag or commit in {repo}") from exc
+        raise InputError(f"{{param:revision}} {revision}: no such branch, tag or commit in {repo}") from exc
     except LocalEntryNotFoundError as exc:  # (a kind of EntryNotFoundError in some releases: first)
         if missing_is_error:
             raise OfflineError(f"{filename} of {repo} is not in the local cache and the hub cannot be reached") from exc

@@ -96,7 +96,7 @@ def _architecture(spec: ModelSpec, weights: str, weights_path: str | None) -> _A
     if not data.get("architecture"):
         raise InputError(
             f"cannot tell the timm architecture of {spec.name}: give the timm model name as the model and "
-            f"the checkpoint file as --weights"
+            f"the checkpoint file as {{param:weights}}"
         )
     args = data.get("model_args") or {}
     if not isinstance(data["architecture"], str) or not isinstance(args, dict):

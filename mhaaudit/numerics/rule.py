@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import validate
+from ..errors import param
 
 __all__ = ["RankRule", "numerics", "subnormals_kept", "tf32_is_off", "tf32_off", "with_numerics"]
 
@@ -160,8 +161,8 @@ class RankRule:
 
     @classmethod
     def for_dtype(cls, dtype: torch.dtype | str, rtol: float | None = None, atol: float | None = None) -> "RankRule":
-        rtol = validate.tolerance("--rtol", rtol)
-        atol = validate.tolerance("--atol", atol)
+        rtol = validate.tolerance(param("rtol"), rtol)
+        atol = validate.tolerance(param("atol"), atol)
         if isinstance(dtype, str):
             dtype = getattr(torch, dtype)
         if not dtype.is_floating_point:

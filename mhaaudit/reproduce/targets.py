@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from ..errors import InputError
+from ..errors import InputError, param
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 from ..tables import Report
 from .compare import Comparison, RunFacts, compare, compare_memorization, setting_differences
@@ -180,13 +180,13 @@ def _tables(target: str, o: dict) -> Reproduction:
     spec = target_spec(target)
     keys = list(spec["models"])
     chosen = keys if not o.get("models") else [validate.choice("model key", m, keys) for m in o["models"]]
-    names = _check_keys("--model", o.get("model"), keys)
-    weights = _check_keys("--weights", o.get("weights"), keys)
-    lengths = _check_keys("--context-length", o.get("context_length"), keys)
+    names = _check_keys(param("model"), o.get("model"), keys)
+    weights = _check_keys(param("weights"), o.get("weights"), keys)
+    lengths = _check_keys(param("context_length"), o.get("context_length"), keys)
     settings = Settings.resolve(device=o["device"], samples=o["samples"], threshold=o["threshold"], seed=o["seed"],
                                 stop_when_decided=o["stop_when_decided"], progress=o["progress"])
     data, paper_data = _data_for(spec, o["data"])
-    T = spec["data"]["T"] if o["limit"] is None else validate.integer("--limit", o["limit"])
+    T = spec["data"]["T"] if o["limit"] is None else validate.integer(param("limit"), o["limit"])
     out = Reproduction(target, spec["title"], spec["source"], [], {}, [], {}, {})
     t0 = time.perf_counter()
     for key in chosen:
@@ -238,10 +238,10 @@ def figure1(*, data: str | None = None, split: str = "train", limit: int | None 
     spec = target_spec("figure1")
     (key,) = spec["models"]
     (column,) = spec["columns"]
-    name = _check_keys("--model", model, [key]).get(key, spec["models"][key]["alias"])
+    name = _check_keys(param("model"), model, [key]).get(key, spec["models"][key]["alias"])
     settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, progress=progress)
     data_arg, paper_data = _data_for(spec, data)
-    T = spec["data"]["T"] if limit is None else validate.integer("--limit", limit)
+    T = spec["data"]["T"] if limit is None else validate.integer(param("limit"), limit)
     t0 = time.perf_counter()
     fs = capture_features(name, variant=column, data=data_arg, split=split, limit=T, batch_size=batch_size,
                           settings=settings)

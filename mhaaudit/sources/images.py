@@ -41,7 +41,7 @@ IMAGE_EXTENSIONS = frozenset(
     {".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp",
      ".ppm", ".pgm", ".pbm", ".pnm"}
 )
-_OFFLINE_IMAGES = "a local image folder, a .parquet file of image bytes, or the built-in default (no --data)"
+_OFFLINE_IMAGES = "a local image folder, a .parquet file of image bytes, or the built-in default (no {param:data})"
 
 
 # The most bytes one image file may hold (larger ones are refused unread, as PIL refuses

@@ -32,7 +32,7 @@ __all__ = [
 
 WIKIPEDIA = ("wikimedia/wikipedia", "20231101.en")
 _OFFLINE_TEXT = ("a local .txt file or folder of .txt files, a .jsonl, .parquet, .arrow, .csv or .tsv file with a "
-                 "text column, a folder written by save_to_disk, or the built-in default (no --data)")
+                 "text column, a folder written by save_to_disk, or the built-in default (no {param:data})")
 _PARAGRAPH = re.compile(r"\n[ \t]*\n")
 
 
