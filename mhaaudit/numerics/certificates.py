@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .pow2 import exponent_of, ldexp
 from .rule import RankRule
-from .scale import exponent_of, ldexp
 
 __all__ = [
     "EPS64",

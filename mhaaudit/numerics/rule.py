@@ -20,6 +20,7 @@ import torch
 
 from .. import validate
 from ..errors import param
+from .pow2 import ldexp
 
 __all__ = ["RankRule", "numerics", "subnormals_kept", "tf32_is_off", "tf32_off", "with_numerics"]
 
@@ -192,8 +193,6 @@ class RankRule:
         them (``rtol`` stays 0 where only ``atol`` was given, even if the quotient underflows)."""
         if not exponent or not self.atol:
             return self
-        from .scale import ldexp
-
         rtol = 0.0 if self.rtol is None else self.rtol
         return RankRule(rtol=rtol, atol=ldexp(float(self.atol), -exponent), eps=self.eps, dtype=self.dtype)
 

@@ -38,8 +38,8 @@ import torch
 
 from ..errors import InputError
 from ..hostmem import available_memory  # the one cgroup-aware figure (also batching's)
+from .pow2 import ldexp
 from .rule import RankRule, numerics, subnormals_kept
-from .scale import ldexp
 
 __all__ = ["CHUNK_BYTES", "Rows", "Scan", "Unit", "available_memory", "chunk_rows", "memory_needed", "peak_rss_bytes",
            "refuse_unless_fits", "scan", "scan_of", "tsqr", "unit_of"]
