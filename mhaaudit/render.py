@@ -5,7 +5,7 @@ result object (an audit, Kruskal tests and sweeps, a capacity result, a memorisa
 rich tables and lines on stdout, or prints a document as strict JSON. What is proven and what is
 estimated is said in the words of the results themselves. One exception remains: the audit
 report's memorisation bound (:func:`bound_lines`) is derived here from the audit's verdicts with
-``capacity.theorem1_bound``, because the audit result does not carry it yet.
+``theory.theorem1_bound``, because the audit result does not carry it yet.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from rich.table import Table
 
 from .checks import CHECK_MEANING, CHECK_TITLES
 from .tables import text_width
+from .theory import theorem1_bound
 
 if TYPE_CHECKING:
     from .kruskal import SubsetTest, Sweep
@@ -374,8 +375,6 @@ def positions_note(info: dict, layer: int) -> str:
 
 def bound_lines(result) -> list[str]:
     """What the results imply for the memorisation bound (Theorem 1 / Remark 1)."""
-    from .capacity import theorem1_bound
-
     info = result.info
     H, dh, n, d = info.get("num_heads"), info.get("head_dim"), info.get("n"), info.get("d")
     if not all(isinstance(v, int) and v > 0 for v in (H, dh, n, d)):

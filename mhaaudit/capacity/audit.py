@@ -2,7 +2,7 @@
 
 Two numbers per column (random weights; trained weights when they can be had):
 
-- **The bound** (:mod:`.theory`). Theorem 1 (or Remark 1) turns the audit of the tokens an
+- **The bound** (:mod:`mhaaudit.theory`). Theorem 1 (or Remark 1) turns the audit of the tokens an
   attention layer sees (Assumption 1 at k = n, Assumption 2, and a Kruskal-rank estimate when
   Assumption 1 fails) into a number of examples a multi-head attention layer with H heads of
   key/query dimension d_h memorises for any labels. The counts are reconstructed from the
@@ -43,6 +43,7 @@ from ..errors import InputError, ModelError, OfflineError, param
 from ..pipeline import DataRequest, ModelRequest
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 from ..tables import ResultTable
+from ..theory import shared_context_rank_bound, theorem1_bound
 from .assumptions import (
     Assumptions,
     assumptions_from_file,
@@ -52,7 +53,6 @@ from .assumptions import (
     read_check_results,
 )
 from .certificate import certify_head_prefixes
-from .theory import shared_context_rank_bound, theorem1_bound
 from .z import ZBuilder, random_attention_weights
 
 __all__ = ["ATTENTION", "VARIANTS", "CapacityColumn", "CapacityResult", "attention_for", "capacity_audit"]
