@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from .checks import CHECKS, ContextRankResult
+from .checks import CHECK_TITLES, CHECKS, ContextRankResult
 from .distributed import describe, shared
 from .errors import DataError, InputError, OfflineError, param
 from .features import FeatureSet, StreamingReducer
@@ -465,7 +465,7 @@ def run_checks(fs: FeatureSet, settings: Settings, *, sweep: bool = False, label
                             ("assumption_3", fs.a3, n, a3_stats)):
         t0 = time.perf_counter()
         with task(f"{label} {check} (k = {k})", settings.samples, settings.progress) as adv:
-            tests[check] = subset_test(X, k, check=check, stats=st, progress=adv,
+            tests[check] = subset_test(X, k, check=check, title=CHECK_TITLES[check], stats=st, progress=adv,
                                        stop_when_decided=settings.stop_when_decided, **common)
         timings[check] = round(time.perf_counter() - t0, 3)
     sw = None

@@ -238,7 +238,7 @@ def assumption_2(E: torch.Tensor, rule: RankRule | None = None, batch_size: int 
 def _mc(check: str, X, k: int, **kw) -> SubsetTest:
     kw.setdefault("samples", DEFAULT_SAMPLES)
     kw.setdefault("threshold", DEFAULT_THRESHOLD)
-    return subset_test(X, k, check=check, **kw)
+    return subset_test(X, k, check=check, title=REGISTRY[check].title, **kw)
 
 
 def assumption_1(queries, n: int, **kw) -> SubsetTest:

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..checks import CHECK_TITLES
 from ..errors import InputError
 
 __all__ = ["Assumptions", "a1_status", "assumptions_from_file", "audit_assumptions", "linear_algebra", "read_check_results"]
@@ -93,7 +94,8 @@ def audit_assumptions(fs, settings, label: str = "") -> tuple[Assumptions, dict]
     stats = set_stats(fs.queries, rule)
     common = dict(samples=samples, threshold=threshold, seed=settings.seed, rule=rule, device=settings.device)
     with task(f"{label} assumption_1 (k = {fs.n})", samples, progress) as adv:
-        a1 = subset_test(fs.queries, fs.n, check="assumption_1", stats=stats, progress=adv, stop_when_decided=True, **common)
+        a1 = subset_test(fs.queries, fs.n, check="assumption_1", title=CHECK_TITLES["assumption_1"], stats=stats,
+                         progress=adv, stop_when_decided=True, **common)
     out.a1, out.a1_reason = a1_status(a1.verdict, a1.exact_status), _a1_reason(a1.verdict, a1.exact_status, a1.reason)
     out.a1_fraction = a1.fraction if a1.sampled else None
     timings["assumptions 1-2"] = round(time.perf_counter() - t0, 3)

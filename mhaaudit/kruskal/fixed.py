@@ -295,6 +295,7 @@ def subset_test(
     rule: RankRule | None = None,
     device: torch.device | str = "auto",
     check: str = "kruskal",
+    title: str | None = None,
     stats: SetStats | None = None,
     histogram_limit: int | None = None,
     stop_when_decided: bool = True,
@@ -313,6 +314,8 @@ def subset_test(
     ``--all-draws``) sampling stops as soon as the verdict can no longer change (more than
     ``(1 - threshold) * samples`` dependent draws); the fraction and interval are then over the
     draws made, which the result records as ``samples`` (``planned_samples``: those asked for).
+    ``check`` names the check the test is for in its record, ``title`` in its report (default:
+    "Kruskal test" for ``check="kruskal"``, else ``check``).
     """
     X = as_matrix(X)
     k = validate.integer(param("k"), k)
@@ -321,7 +324,7 @@ def subset_test(
     rule = rule or RankRule.for_dtype(X.dtype)
     dev = resolve_device(device)
     base = dict(check=check, k=k, T=X.shape[0], d=X.shape[1], threshold=threshold, rule=rule, seed=seed,
-                device=device_name(dev))
+                device=device_name(dev), title=title or ("Kruskal test" if check == "kruskal" else check))
     answer = _by_dimension(k, X.shape[0], X.shape[1], base)
     if answer is not None:
         return answer

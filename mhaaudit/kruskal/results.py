@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from ..numerics import RankRule, ldexp
 from ..tables import ResultTable, table_rows
+from .report import subset_test_report, sweep_report
 
 __all__ = ["EXACT_BASES", "EXACT_STATUSES", "SCOPES", "Bound", "SetStats", "SubsetTest", "Sweep", "Witness",
            "clopper_pearson"]
@@ -170,6 +171,7 @@ class SubsetTest(ResultTable):
     planned_samples: int | None = None  # draws asked for, when sampling stopped early
     gram: str | None = None  # how each draw's Gram was had: "full" (read from T x T) | "per-draw" (from the rows in
     # memory) | "mmap" (from the rows of a memory-mapped file)
+    title: str = ""  # how a report names the test ("Kruskal test", "Assumption 1"); empty: the check's name
 
     def __post_init__(self):
         if self.exact_status not in EXACT_STATUSES or self.exact_basis not in EXACT_BASES or self.scope not in SCOPES:
@@ -222,8 +224,6 @@ class SubsetTest(ResultTable):
         return _meta(self)
 
     def renderables(self) -> list:
-        from ..render import subset_test_report
-
         return subset_test_report(self)
 
     def summary_line(self) -> str:
@@ -316,8 +316,6 @@ class Sweep(ResultTable):
         return {**_meta(self), "sweep_summary": self.summary()}
 
     def renderables(self) -> list:
-        from ..render import sweep_report
-
         return sweep_report(self)
 
     def summary_line(self) -> str:
