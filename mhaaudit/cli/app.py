@@ -78,7 +78,7 @@ try:  # Ctrl-C (or SIGTERM) while the libraries load (before main runs) gets the
     import contextlib
     import os
     import re
-    from typing import Callable, NamedTuple
+    from typing import Callable, NamedTuple, NoReturn
 
     import click
     import typer
@@ -360,9 +360,17 @@ def main(argv: list[str] | None = None) -> int:
     return rv if isinstance(rv, int) else 0
 
 
-def run() -> None:  # pragma: no cover - the console script; tested through a subprocess
-    """The console script: the same as ``python -m mhaaudit`` (a rank of a torchrun job started
-    through the script joins the job too, and ends as :func:`mhaaudit.distributed.leave` says)."""
-    from ..__main__ import entry
+def run(argv: list[str] | None = None) -> NoReturn:  # pragma: no cover - tested through a subprocess
+    """The console script, and ``python -m mhaaudit`` once this module is imported: run the command
+    line and end the process with its exit status. A rank of a torchrun job (started either way)
+    joins the job, and ends through :func:`mhaaudit.distributed.leave`, never through the
+    interpreter's teardown."""
+    from ..distributed import launched, leave, run_cli
 
-    entry()
+    try:
+        code = run_cli(main, argv) if launched() else main(argv)
+    except KeyboardInterrupt:  # between the commands' own handling and the exit
+        _interrupted()
+    if launched():  # a rank of a torchrun job: see mhaaudit.distributed.leave
+        leave(code)
+    sys.exit(code)
