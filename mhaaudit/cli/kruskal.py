@@ -220,6 +220,7 @@ def _sizes(ks: list[int], n: int | None, T: int, d: int, *, sweep: bool, vectors
 
 def _estimate(X, ks, sweep: bool, n, vectors: Vectors, settings, rule, stats):
     """The subset test at each size and the sweep when asked: (tests, sweep or None, timings in s)."""
+    from ..checks import CHECK_TITLES
     from ..kruskal import kruskal_sweep, subset_test
     from ..progress import task
 
@@ -235,8 +236,9 @@ def _estimate(X, ks, sweep: bool, n, vectors: Vectors, settings, rule, stats):
             check = "general_position"
         s = time.perf_counter()
         with task(f"k = {kk}", settings.samples, settings.progress) as adv:
-            tests.append(subset_test(X, kk, check=check, progress=adv, stop_when_decided=settings.stop_when_decided,
-                                     **common))
+            title = None if check == "kruskal" else CHECK_TITLES[check]  # None: the estimator's own title
+            tests.append(subset_test(X, kk, check=check, title=title, progress=adv,
+                                     stop_when_decided=settings.stop_when_decided, **common))
         timings[f"k={kk}"] = round(time.perf_counter() - s, 3)
     if sweep:
         s = time.perf_counter()

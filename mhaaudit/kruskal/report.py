@@ -8,7 +8,7 @@ check by its own ``title``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
@@ -48,28 +48,22 @@ def exact_text(rec: dict) -> str:
     return f"{verdict_text(status)} ({rec.get('exact_basis')})"
 
 
-def _name(r: SubsetTest, titles: Mapping[str, str] | None) -> str:
-    """How a table names the check of ``r``: ``titles[r.check]`` when given, else the test's title."""
-    return (titles or {}).get(r.check) or r.title or r.check
-
-
-def kruskal_table(tests: list[SubsetTest], title: str = "Kruskal-rank tests",
-                  titles: Mapping[str, str] | None = None) -> Table:
+def kruskal_table(tests: list[SubsetTest], title: str = "Kruskal-rank tests") -> Table:
     t = Table(title=title, title_justify="left")
     for col in ("check", "k", "T", "d", "draws", "independent", "fraction", "95% CI", "verdict", "exact"):
         t.add_column(col, justify="right" if col not in ("check", "verdict", "exact") else "left")
     for r in tests:
         rec = r.record()
         t.add_row(
-            _name(r, titles), str(r.k), str(r.T), str(r.d), str(r.samples) if r.sampled else "-",
+            r.title or r.check, str(r.k), str(r.T), str(r.d), str(r.samples) if r.sampled else "-",
             str(r.satisfied) if r.sampled else "-", f"{r.fraction:.4f}" if r.sampled else "-",
             f"[{r.ci_low:.4f}, {r.ci_high:.4f}]" if r.sampled else "-", estimate_text(rec), exact_text(rec),
         )
     return t
 
 
-def test_evidence_lines(r: SubsetTest, titles: Mapping[str, str] | None = None) -> list[str]:
-    lines = [f"{_name(r, titles)} at k = {r.k}: {r.reason}."]
+def test_evidence_lines(r: SubsetTest) -> list[str]:
+    lines = [f"{r.title or r.check} at k = {r.k}: {r.reason}."]
     if r.witness is not None:
         sv = r.witness.singular_values
         lines.append(
