@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import math
 import os
+import resource
+import sys
 import threading
 import weakref
 from dataclasses import dataclass
@@ -87,8 +89,6 @@ def peak_rss_bytes() -> int:
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    import resource
-    import sys
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)
