@@ -19,6 +19,7 @@ import math
 import numpy as np
 import torch
 
+from ..distributed import lockstep
 from ..errors import InputError
 from ..numerics import EPS64, RankRule, rounding_margin, row_norms, svd_rank, with_numerics
 from ..numerics.stream import tsqr, unit_of
@@ -143,8 +144,6 @@ def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_bl
 
 def _babel(Xn: torch.Tensor, m: int, row_block: int | None) -> torch.Tensor:
     """mu1(0..m): the largest sum of the j largest |coherences| of one unit row with the others."""
-    from ..distributed import lockstep
-
     T = Xn.shape[0]
     mu1 = torch.zeros(m + 1, dtype=torch.float64, device=Xn.device)
     if m == 0:

@@ -14,12 +14,16 @@ Each result is frozen and carries its own evidence and the ``RankRule`` it was d
 * ``Bound``: a certified floor or ceiling, with what produced it and what it proves;
 * ``Sweep``: the satisfied fraction for every size from one set of nested draws (estimates),
   with the certified floor and ceiling.
+
+``scipy`` is imported where it is used: it takes a second or more to import, and a run that never
+needs it does not load it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..io import stamp
 from ..numerics import RankRule, ldexp
 from ..tables import ResultTable, table_rows
 from .report import subset_test_report, sweep_report
@@ -130,8 +134,6 @@ class SetStats:
 
 def _meta(result) -> dict:
     """The provenance stamp of a test or a sweep (the ``meta`` of ``mhaaudit kruskal``'s output)."""
-    from ..io import stamp
-
     return stamp(command="kruskal", seed=result.seed, device=result.device, tolerance=result.rule.as_dict(),
                  threshold=result.threshold, samples=result.samples)
 

@@ -29,12 +29,15 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from collections import deque
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import numpy as np
 import torch
 
+from ..distributed import RankFailed, lockstep
 from ..errors import InputError
 from ..io import MappedArray
 from ..numerics import RankRule, lapack, numerics, philox, subnormals_kept
@@ -384,8 +387,6 @@ def blocks_in_order(job, T: int, k: int, samples: int, seed: int, sort: bool, wo
     consumer that stops early stops at the same group on every rank (the rest of that round's
     groups are the only extra work).
     """
-    from ..distributed import lockstep
-
     groups = units(samples, workers, per_call)
     shard = lockstep()
     if shard is None:
@@ -398,7 +399,6 @@ def blocks_in_order(job, T: int, k: int, samples: int, seed: int, sort: bool, wo
             got = next(mine) if start + shard.rank < len(groups) else None
             parts = shard.all_gather_tensors((len(groups), got))
             if any(count != len(groups) for count, _ in parts):  # the groups follow the thread count
-                from ..distributed import RankFailed
 
                 raise RankFailed("the processes group their Monte-Carlo draws differently because they run with different "
                                  "thread counts or devices; give every process the same OMP_NUM_THREADS and device kind")
@@ -409,9 +409,6 @@ def blocks_in_order(job, T: int, k: int, samples: int, seed: int, sort: bool, wo
 
 def _run_groups(job, groups: Iterable, T: int, k: int, seed: int, sort: bool, workers: int, device):
     """``job`` on each group of blocks, in order (a pool of ``workers`` threads for one-block groups)."""
-    from collections import deque
-    from concurrent.futures import ThreadPoolExecutor
-
     def draws(group) -> torch.Tensor:
         return draw_blocks(T, k, seed, group, sort, device)
 
