@@ -18,6 +18,9 @@ A :class:`~.registry.ModelSpec` with backend ``hf`` becomes a :class:`~.probe.Pr
   that is probed (its vision tower).
 
 When the hub cannot be reached it is never called (``local_files_only=True``).
+
+``huggingface_hub``, ``PIL`` and ``transformers`` are imported where they are used: each takes a
+second or more to import, and a run that never needs them does not load them.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import dataclasses
 import inspect
 import os
 import pickle
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -40,10 +45,27 @@ from ..io import torch_load_reason
 from .checkpoints import is_ignorable, load_fitting, offline_weights_error, read_state_file
 from .families import Family, embedding_positions, family_of, query_words
 from .probe import ModelInfo, ProbedModel, measure_image_tokens, prepare_module
-from .shards import Checkpoint, NotPartial, WeightsRead, check_links_inside, check_local_indexes, empty_init, used_parameters
 from .random_init import build_random, init_seed, reinit_hf, seeded
-from .registry import (BLOCK_PATHS, ConfigFields, ModelSpec, alias_list, check_config_numbers, classify_config,
-                       is_timm_folder_config, read_json, supported_families)
+from .registry import (
+    BLOCK_PATHS,
+    ConfigFields,
+    ModelSpec,
+    alias_list,
+    check_config_numbers,
+    classify_config,
+    is_timm_folder_config,
+    read_json,
+    supported_families,
+)
+from .shards import (
+    Checkpoint,
+    NotPartial,
+    WeightsRead,
+    check_links_inside,
+    check_local_indexes,
+    empty_init,
+    used_parameters,
+)
 
 __all__ = ["find_blocks", "image_transform", "load", "load_tokenizer"]
 
@@ -545,9 +567,6 @@ def _load_state_file(module: nn.Module, path: str, cfg: Any, name: str, seed: in
 def _load_file_as_checkpoint(path: str, cfg: Any, seed: int, trust_remote_code: bool = False) -> nn.Module | None:
     """Load a single weights file through ``from_pretrained`` (checkpoint key renaming, task-head
     prefixes), staged in a temporary folder beside its config. None when it does not fit."""
-    import shutil
-    import tempfile
-
     from transformers import AutoModel
 
     fname = "model.safetensors" if path.endswith(".safetensors") else "pytorch_model.bin"

@@ -6,6 +6,9 @@ the model while library progress bars, warnings and info logs are silenced. Ever
 can get wrong ends in :class:`~mhaaudit.errors.ModelError`,
 :class:`~mhaaudit.errors.OfflineError` or :class:`~mhaaudit.errors.InputError` with a one-line
 message; the libraries' own exceptions are mapped to these here.
+
+``huggingface_hub`` and ``transformers`` are imported where they are used: each takes a second or
+more to import, and a run that never needs them does not load them.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import torch
 from .. import validate
 from ..errors import InputError, MhaauditError, ModelError, one_line
 from ..settings import resolve_device
+from . import hf, timm_backend
 from .probe import ProbedModel
 from .registry import resolve
 
@@ -76,14 +80,11 @@ def load_model(
     dev = resolve_device(device)
     spec = resolve(name, backend=backend, weights_path=weights_path)
     hub_options = check_hub_options(spec, revision, trust_remote_code)
-    if spec.backend == "timm":
-        from .timm_backend import load
-    else:
-        from .hf import hub_problem, load
+    builder = timm_backend if spec.backend == "timm" else hf
     try:
         with _quiet():
-            pm = load(spec, weights=weights, weights_path=weights_path, device=dev, context_length=context_length,
-                      max_layer=max_layer, seed=seed, **hub_options)
+            pm = builder.load(spec, weights=weights, weights_path=weights_path, device=dev, context_length=context_length,
+                         max_layer=max_layer, seed=seed, **hub_options)
         check_finite_weights(pm, name)
         return pm
     except MhaauditError:
@@ -91,7 +92,7 @@ def load_model(
     except torch.cuda.OutOfMemoryError as exc:
         raise ModelError(f"{name}: out of GPU memory while loading ({one_line(exc, 120)}); try {{param:device}} cpu") from exc
     except _LIBRARY_ERRORS as exc:
-        problem = hub_problem(exc, name, revision) if spec.backend != "timm" else None
+        problem = hf.hub_problem(exc, name, revision) if spec.backend != "timm" else None
         raise (problem or ModelError(f"cannot load {name}: {one_line(exc, 240)}")) from exc
 
 
