@@ -14,10 +14,10 @@ import re
 from pathlib import Path
 from typing import Any, Iterator
 
-
 from ..errors import DataError, InputError, one_line
 from ._common import Skips, classify, data_rng, is_builtin, is_local, no_split, open_hf_dataset, stream_rows
 from .containers import Table, choose_column, is_saved_dataset, open_table
+from .corpus import docstring_corpus
 
 __all__ = [
     "TextSource",
@@ -117,8 +117,6 @@ class BuiltinText(TextSource):
 
     def __init__(self, limit: int | None = None, seed: int = 0, packages: tuple[str, ...] | None = None,
                  progress: bool = False) -> None:
-        from .corpus import docstring_corpus
-
         self.corpus = docstring_corpus(packages, progress=progress)
         if not self.corpus.documents:
             raise DataError("the built-in text corpus is empty: no installed package documentation was found")
