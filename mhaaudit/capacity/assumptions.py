@@ -7,6 +7,9 @@ theorem needs the assumption to hold, not the paper's estimate of it: the status
 the exact status where that is decided (a dependent n-subset found, or a whole-set rank below n,
 proves that A1 fails, whatever fraction of the draws was independent), and the estimate verdict
 otherwise, in which case the bound inherits the estimate's status (:func:`a1_status`).
+
+``pyarrow`` is imported where it is used: it takes a second or more to import, and a run that never
+needs it does not load it.
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ from pathlib import Path
 
 from ..checks import CHECK_TITLES
 from ..errors import InputError
+from ..io import read_parquet_metadata
+from ..kruskal import kruskal_sweep, set_stats, subset_test
+from ..numerics import numerics, tf32_off
+from ..progress import task
 
 __all__ = ["Assumptions", "a1_status", "assumptions_from_file", "audit_assumptions", "linear_algebra", "read_check_results"]
 
@@ -70,17 +77,12 @@ def linear_algebra():
     eigenvalue problem took 11.6 s on two threads against 0.08 s on one, and the QR/SVD of a
     2000 x 9216 matrix was no faster on two). The model's forward pass runs outside this context.
     """
-    from ..numerics import numerics, tf32_off
-
     with tf32_off(), numerics(threads=1):
         yield
 
 
 def audit_assumptions(fs, settings, label: str = "") -> tuple[Assumptions, dict]:
     """A1 (k = n) and A2 on reduced features; a Kruskal-rank estimate when Remark 1 needs one."""
-    from ..kruskal import kruskal_sweep, set_stats, subset_test
-    from ..progress import task
-
     rule = settings.rule(fs.dtype)
     samples, threshold, progress = settings.samples, settings.threshold, settings.progress
     timings: dict = {}
@@ -114,8 +116,6 @@ def audit_assumptions(fs, settings, label: str = "") -> tuple[Assumptions, dict]
 def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
     """The metadata and records of a parquet file written by ``mhaaudit check --out``."""
     import pyarrow.parquet as pq
-
-    from ..io import read_parquet_metadata
 
     p = Path(path)
     if not p.is_file():

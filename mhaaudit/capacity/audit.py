@@ -37,13 +37,21 @@ from typing import Sequence
 
 import torch
 
+from .. import pipeline
+from ..auditing import data_request, model_request
 from ..defaults import CAPACITY_BLOCK, CAPACITY_BLOCK_WHY
 from ..distributed import describe, session, shared
 from ..errors import InputError, ModelError, OfflineError, param
+from ..features import StreamingReducer
+from ..io import stamp
+from ..models import first_attention
 from ..pipeline import DataRequest, ModelRequest
+from ..progress import task
+from ..render import capacity_report
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 from ..tables import ResultTable
 from ..theory import shared_context_rank_bound, theorem1_bound
+from ..validate import choice, head_counts, integer, split_list
 from .assumptions import (
     Assumptions,
     assumptions_from_file,
@@ -125,8 +133,6 @@ class CapacityResult(ResultTable):
         return self.meta()
 
     def renderables(self) -> list:
-        from ..render import capacity_report
-
         return capacity_report(self)
 
     def summary_line(self) -> str:
@@ -140,8 +146,6 @@ class CapacityResult(ResultTable):
         return f"{self.model!r} block {self.settings.get('layer')}; " + "; ".join(parts)
 
     def meta(self) -> dict:
-        from ..io import stamp
-
         return stamp(command="capacity", model=self.model, model_info=self.info, data=self.data, notes=self.notes,
                      timings_s=self.timings, **self.settings,
                      columns={c.variant: {"status": c.status, "reason": c.reason, "T": c.T,
@@ -196,8 +200,6 @@ class _Attention:
 
 def attention_for(pm, block: int, attention: str, seed: int) -> _Attention:
     """The key/query weights of block ``block`` of ``pm`` (``attention="model"``) or random ones."""
-    from ..models import first_attention
-
     info = pm.info
     if attention == "model":
         aw = first_attention(pm, block)
@@ -216,9 +218,6 @@ def attention_for(pm, block: int, attention: str, seed: int) -> _Attention:
 
 def _capture(plan: _Plan, pm, attn: _Attention, col: CapacityColumn, notes: list[str]):
     """One pass of the pipeline over the data: rows of Z and (when auditing) the reduced features."""
-    from .. import pipeline
-    from ..features import StreamingReducer
-
     info = pm.info
     zb = ZBuilder(Wq=attn.Wq, Wk=attn.Wk, bq=attn.bq, bk=attn.bk, pre=attn.pre, scale=attn.scale,
                   query_index=info.query_index, causal=attn.causal, shared_context=plan.shared_context)
@@ -271,8 +270,6 @@ def _first_context(zb: ZBuilder, key: str) -> _SharedContext | None:
 
 def _column(plan: _Plan, variant: str, notes: list[str]) -> tuple[CapacityColumn, dict, str, list[int], int]:
     """Load, capture, audit and certify one column. Returns (column, model info, data name, heads, d_h)."""
-    from .. import pipeline
-
     col = CapacityColumn(variant)
     t0 = time.perf_counter()
     pm = None
@@ -319,15 +316,11 @@ def _column(plan: _Plan, variant: str, notes: list[str]) -> tuple[CapacityColumn
 
 
 def _validated_heads(heads, num_heads: int) -> list[int]:
-    from ..validate import head_counts
-
     return head_counts(heads, num_heads) or [num_heads]
 
 
 def _certify(plan: _Plan, col: CapacityColumn, Z: torch.Tensor, info, hs: list[int], head_dim: int) -> None:
     """The bound for each head count from the column's assumptions, and the certificate from Z."""
-    from ..progress import task
-
     a = col.assumptions
     for h in hs:
         col.bounds[h] = theorem1_bound(heads=h, head_dim=head_dim, n=info.n, d=info.d, a1_holds=a.holds(a.a1),
@@ -366,8 +359,6 @@ def _run_notes(info: dict, columns: list[CapacityColumn], hs: list[int] | None, 
 def _block_of(block: int | None, layer: int | None) -> int:
     """``block`` (or the deprecated ``layer``, same meaning), checked; default
     :data:`~mhaaudit.defaults.CAPACITY_BLOCK` (2: see there why)."""
-    from ..validate import integer
-
     if layer is not None:
         warnings.warn("capacity_audit(layer=K) is deprecated; use block=K (the same: the attention block K, whose input "
                       "is the output of block K - 1)", DeprecationWarning, stacklevel=4)  # past the @shared wrapper
@@ -419,9 +410,6 @@ def capacity_audit(
     of the model's. ``layer`` is a deprecated alias of ``block``. ``text_column``, ``image_column``
     and ``convert_rgb`` choose the data's column and image policy as in :func:`mhaaudit.audit`.
     """
-    from ..auditing import data_request, model_request
-    from ..validate import choice, head_counts, split_list
-
     settings = Settings.resolve(device=device, samples=DEFAULT_SAMPLES if samples is None else samples,
                                 threshold=DEFAULT_THRESHOLD if threshold is None else threshold, seed=seed,
                                 rtol=rtol, atol=atol, stop_when_decided=True, progress=progress)
