@@ -1,5 +1,8 @@
 """A grid of memorisation points: the paper's presets, the grid's points and seeds, resuming from a
 results file, and :func:`run_memorize_grid`, the one entry point of the experiments.
+
+``pyarrow`` is imported where it is used: it takes a second or more to import, and a run that never
+needs it does not load it.
 """
 
 from __future__ import annotations
@@ -8,6 +11,7 @@ import math
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Sequence
 
@@ -16,11 +20,23 @@ import torch
 from .. import validate
 from ..defaults import MEMORIZE_PRESETS
 from ..errors import InputError, param
+from ..io import check_writable, stamp, write_parquet
+from ..plot import check_plot_path, plot_memorize
+from ..progress import task as progress_task
 from ..settings import MAX_SEED, device_name, resolve_device
 from .data import DIM
 from .grouping import default_budget, device_memory, plan_groups
-from .results import (GroupRecord, MemorizeGrid, MemorizeRun, config_dict, config_key, heads_fits, row_to_run,
-                      run_to_row, seed_summaries)
+from .results import (
+    GroupRecord,
+    MemorizeGrid,
+    MemorizeRun,
+    config_dict,
+    config_key,
+    heads_fits,
+    row_to_run,
+    run_to_row,
+    seed_summaries,
+)
 from .training import Point, Recipe, intra_op_threads, train_group
 
 __all__ = ["PRESETS", "VARY", "points", "resolve_grid", "run_memorize_grid"]
@@ -151,9 +167,6 @@ def run_memorize_grid(
     one line per size (the mean over seeds, the band between the lowest and highest seed).
     The linear fits against H take every seed's run as a point.
     """
-    from ..io import check_writable, stamp
-    from ..plot import check_plot_path, plot_memorize
-
     grid = resolve_grid(vary=vary, values=values, n=n, heads=heads, head_dim=head_dim, sizes=sizes,
                         preset=preset, epochs=epochs, max_steps=max_steps)
     recipe = Recipe.resolve(task=task, context=context, classes=classes, tolerance=tolerance, epochs=grid["epochs"],
@@ -213,10 +226,6 @@ def _train(pts: list[Point], todo: list[int], runs: list, keys: list[str], recip
     On the CPU the groups run side by side, one per core, each on one intra-op thread; on a GPU
     one after the other.
     """
-    from concurrent.futures import ThreadPoolExecutor, as_completed
-
-    from ..progress import task as progress_task
-
     totals = [pts[i].plan(recipe).total for i in todo]
     plans = plan_groups([pts[i] for i in todo], totals=totals, out_dim=recipe.out_dim, batch=recipe.batch_size,
                         shared=recipe.context == "shared", device=dev, budget=budget, max_points=max_group,
@@ -280,8 +289,6 @@ class _Store:
             return None  # a row from another version of the file layout: recompute it
 
     def add(self, runs: dict[str, MemorizeRun]) -> None:
-        from ..io import write_parquet
-
         if self.path is None:
             return
         self.rows.update({k: run_to_row(r) for k, r in runs.items()})

@@ -24,6 +24,7 @@ from typing import Sequence
 
 import torch
 
+from ..batching import available_memory
 from ..errors import InputError
 from .stack import StackShape
 
@@ -143,7 +144,6 @@ def device_memory(device: torch.device) -> int:
     """Bytes the device can hold for a grid: the free GPU memory, or the host memory available."""
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
-    from ..batching import available_memory
 
     return available_memory()
 

@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
 from .._version import __version__
+from ..io import stamp
+from ..render import memorize_report
 from ..tables import ResultTable
 from .data import DIM
 from .saturation import SaturationSummary
@@ -160,8 +162,6 @@ class MemorizeGrid(ResultTable):
 
     def meta(self) -> dict:
         """The provenance stamp of the grid: the ``meta`` of its parquet output."""
-        from ..io import stamp
-
         doc = self.to_dict()
         return stamp(command="memorize", seed=self.settings.get("seed"), device=self.settings.get("device"),
                      **{k: v for k, v in doc.items() if k not in ("tool", "runs")})
@@ -173,8 +173,6 @@ class MemorizeGrid(ResultTable):
         return self.meta()
 
     def renderables(self) -> list:
-        from ..render import memorize_report
-
         return memorize_report(self)
 
     def summary_line(self) -> str:

@@ -32,6 +32,7 @@ import torch
 
 from .. import validate
 from ..errors import InputError, param
+from ..progress import task as progress_task
 from ..settings import MAX_SEED, derive_seed, device_name, resolve_device
 from .data import CONTEXTS, DIM, TASKS, make_dataset
 from .model import MemorizeModel
@@ -139,8 +140,6 @@ def train_memorize(
     cpu_threads: int | None = 1,
 ) -> MemorizeRun:
     """Train one model on one random data set and measure how much of it is memorised."""
-    from ..progress import task as progress_task
-
     point = Point.resolve(heads=heads, n=n, head_dim=head_dim, size=size, seed=seed)
     recipe = Recipe.resolve(task=task, context=context, classes=classes, tolerance=tolerance, epochs=epochs,
                             max_steps=max_steps, lr=lr, batch_size=batch_size, check_every=check_every)
