@@ -13,6 +13,7 @@ paper's numbers are right; a difference names what differs, not which side is wr
 
 from __future__ import annotations
 
+from .. import validate
 from .compare import Comparison, RunFacts
 from .published import TARGETS, published, target_spec
 from .targets import TARGET_FUNCTIONS, Reproduction, figure1, figure2, table1, table3
@@ -24,6 +25,4 @@ __all__ = ["TARGETS", "Comparison", "Reproduction", "RunFacts", "figure1", "figu
 def reproduce_paper(target: str, **options) -> Reproduction:
     """Run one target (``table1``, ``table3``, ``figure1``, ``figure2``) with ``options`` (the
     keyword arguments of the target's function) and compare it with the published values."""
-    from .. import validate
-
     return TARGET_FUNCTIONS[validate.choice("target", target, TARGETS)](**options)

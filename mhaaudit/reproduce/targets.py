@@ -21,7 +21,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from .. import validate
+from ..auditing import audit, capture_features
+from ..capacity import theorem1_bound
 from ..errors import InputError, param
+from ..hub import is_offline
+from ..kruskal import draw_decisions, kruskal_sweep
+from ..memorize import run_memorize_grid
+from ..numerics import svd_rank
+from ..progress import task
+from ..render import reproduction_report
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 from ..tables import Report
 from .compare import Comparison, RunFacts, compare, compare_memorization, setting_differences
@@ -59,8 +68,6 @@ class Reproduction(Report):
         return {s: c.get(s, 0) for s in ("match", "differs", "undetermined", "unavailable")}
 
     def renderables(self) -> list:
-        from ..render import reproduction_report
-
         return reproduction_report(self)
 
     def summary_line(self) -> str:
@@ -73,8 +80,6 @@ class Reproduction(Report):
 
 def _data_for(spec: dict, data: str | None) -> tuple[str | None, bool]:
     """The data to read and whether it is the paper's dataset: the paper's online, the built-in offline."""
-    from ..hub import is_offline
-
     paper = spec["data"]["dataset"]
     if data is None:
         return (None, False) if is_offline() else (paper, True)
@@ -108,9 +113,6 @@ def _column(col, settings: Settings, sweep=None) -> dict:
 def _draw_ranks(X, k: int, settings: Settings, draws: int = 10) -> dict:
     """Ranks of the first ``draws`` draws of k rows that the test would make: the General Position
     test needs none when the whole set's rank already decides it, but the paper reports them."""
-    from ..kruskal import draw_decisions
-    from ..numerics import svd_rank
-
     rule = settings.rule(X.dtype)
     idx, _ = draw_decisions(X, k, samples=draws, seed=settings.seed, rule=rule, device=settings.device)
     ranks = svd_rank(X[idx.cpu()], rule)[0].tolist()
@@ -118,9 +120,6 @@ def _draw_ranks(X, k: int, settings: Settings, draws: int = 10) -> dict:
 
 
 def _sweep(fs, settings: Settings, kmax: int, label: str):
-    from ..kruskal import kruskal_sweep
-    from ..progress import task
-
     with task(f"{label} sweep", settings.samples, settings.progress) as adv:
         return kruskal_sweep(fs.queries, samples=settings.samples, threshold=settings.threshold, seed=settings.seed,
                              rule=settings.rule(fs.dtype), device=settings.device, kmax=kmax, progress=adv)
@@ -174,9 +173,6 @@ def table3(*, data: str | None = None, split: str = "train", limit: int | None =
 
 
 def _tables(target: str, o: dict) -> Reproduction:
-    from .. import validate
-    from ..auditing import audit
-
     spec = target_spec(target)
     keys = list(spec["models"])
     chosen = keys if not o.get("models") else [validate.choice("model key", m, keys) for m in o["models"]]
@@ -232,9 +228,6 @@ def figure1(*, data: str | None = None, split: str = "train", limit: int | None 
             samples: int = DEFAULT_SAMPLES, threshold: float = DEFAULT_THRESHOLD, seed: int = 0, device: str = "auto",
             batch_size: int = 32, progress: bool = False) -> Reproduction:
     """Figure 1: the satisfied fraction against k for ViT-Base's random-attention features."""
-    from .. import validate
-    from ..auditing import capture_features
-
     spec = target_spec("figure1")
     (key,) = spec["models"]
     (column,) = spec["columns"]
@@ -263,9 +256,6 @@ def figure1(*, data: str | None = None, split: str = "train", limit: int | None 
 def figure2(*, preset: str | None = "cpu", values=None, sizes=None, max_steps: int | None = None, seed: int = 0,
             device: str = "auto", progress: bool = False) -> Reproduction:
     """Figure 2(a): memorisation against H on a memorize grid (``cpu`` preset by default)."""
-    from ..capacity import theorem1_bound
-    from ..memorize import run_memorize_grid
-
     spec = target_spec("figure2")
     t0 = time.perf_counter()
     grid = run_memorize_grid(vary="heads" if preset is None else None, preset=preset, values=values, sizes=sizes,
