@@ -14,19 +14,29 @@ what one process would, and the record ``meta`` names the world size and backend
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 
+from . import distributed, pipeline, validate
+from .batching import available_memory, parse_batch_size
 from .checks import CHECK_TITLES, CHECKS, ContextRankResult
 from .distributed import describe, shared
 from .errors import DataError, InputError, OfflineError, param
 from .features import FeatureSet, StreamingReducer
+from .io import stamp
 from .kruskal import Sweep, kruskal_sweep, set_stats, subset_test
+from .models import RandomAttention, modality_of, resolve
+from .models.load import check_hub_options, check_revision
 from .pipeline import DataRequest, ModelRequest
+from .progress import task
+from .render import audit_report
 from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
+from .sources import describe_skips
 from .tables import ResultTable, table_rows, verdict_tally
 
 IMAGE_VARIANTS = ("embedding", "random-attention", "random", "trained")
@@ -164,8 +174,6 @@ class AuditResult(ResultTable):
         return self.meta()
 
     def renderables(self) -> list:
-        from .render import audit_report
-
         return audit_report(self)
 
     def summary_line(self) -> str:
@@ -175,8 +183,6 @@ class AuditResult(ResultTable):
 
     def meta(self) -> dict:
         """The provenance stamp of the audit, with what each column read and how (the JSON ``meta``)."""
-        from .io import stamp
-
         meta = stamp(command="check", model=self.model, model_info=self.info, data=self.data, skipped=self.skipped,
                      skips=self.skips, image_policy=self.image_policy or None, duplicates=self.duplicates, notes=self.notes, timings_s=self.timings, **self.settings)
         meta["columns"] = {c.probe.variant: {"status": c.status, "reason": c.reason, "layer": c.probe.layer,
@@ -245,8 +251,6 @@ def _reducer_consumer(group: Sequence[Probe], reducers: dict, ra):
 def _check_limit_fits(data: DataRequest, info, probes: int) -> None:
     """The reduced features of T examples must fit in memory: each probe point keeps two float32
     vectors of d per example, and the checks a float64 copy of one of them and a scaled copy."""
-    from .batching import available_memory
-
     per_example = probes * 2 * 4 * info.d + 2 * 8 * info.d
     most = available_memory() // max(per_example, 1)
     if data.limit > most:
@@ -270,8 +274,6 @@ def _short_of_limit_note(fed, limit: int) -> str:
         return ""
     why = []
     if fed.skips:
-        from .sources import describe_skips
-
         why.append(f"skipped: {describe_skips(fed.skips)}")
     if fed.duplicates.get("dropped"):
         why.append(f"{fed.duplicates['dropped']} exact duplicates dropped")
@@ -287,8 +289,6 @@ def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataR
     A ``trained`` group whose weights cannot be had offline is reported unavailable, not raised.
     ``data.limit`` below the model's n is refused as soon as the model's n is known.
     """
-    from . import pipeline
-
     out = Captured()
     by_init: dict[str, list[Probe]] = {}
     for p in probes:
@@ -317,8 +317,6 @@ def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataR
             out.info.update(query_index=qi, query_token=f"token {qi} (--query-index)")
         ra = None
         if any(p.random_attention for p in group):
-            from .models import RandomAttention
-
             ra = RandomAttention(info.d, seed=settings.seed, device=pm.device)
         reducers = {p.variant: StreamingReducer(qi, rule) for p in group}
         fed = pipeline.stream(pm, data, {p.layer for p in group}, [_reducer_consumer(group, reducers, ra)], settings,
@@ -350,8 +348,6 @@ def _load_or_unavailable(request: ModelRequest, init: str, settings: Settings, m
                          group: Sequence[Probe], out: Captured):
     """The model for ``group``, or None with the group marked unavailable when trained weights
     cannot be had offline. Under torchrun every rank must come to the same outcome."""
-    from . import distributed, pipeline
-
     pm, reason = None, None
     try:
         pm = pipeline.load(request, init, settings, max_layer)
@@ -369,8 +365,6 @@ def _load_or_unavailable(request: ModelRequest, init: str, settings: Settings, m
 
 def probe_for_variant(variant: str, layer: int = 1) -> Probe:
     """The probe point a variant name stands for: a Table 1 column or ``random-L<k>`` / ``trained-L<k>``."""
-    import re
-
     if variant in IMAGE_VARIANTS:
         return plan_probes("image", [variant], layer=layer if variant in ("random", "trained") else None)[0]
     m = re.fullmatch(r"(random|trained)-L(\d+)", variant)
@@ -407,18 +401,12 @@ def model_request(model: str, *, backend: str | None = None, weights: str | None
                   context_length: int | None = None, query_index: int | None = None, revision: str | None = None,
                   trust_remote_code: bool = False) -> ModelRequest:
     """A checked :class:`ModelRequest`: a ``--weights`` path that does not exist is refused before any work."""
-    from pathlib import Path
-
-    from . import validate
-
     if weights is not None and not Path(weights).expanduser().exists():
         raise InputError(f"{{param:weights}} {weights}: does not exist (no such file or folder)")
     if context_length is not None:
         context_length = validate.integer(param("context_length"), context_length)
     if query_index is not None:
         query_index = validate.integer(param("query_index"), query_index, minimum=None)
-    from .models import resolve
-    from .models.load import check_hub_options, check_revision
 
     revision = check_revision(revision)
     if revision is not None or trust_remote_code:  # refused before any work when they cannot apply
@@ -431,9 +419,6 @@ def data_request(data: str | None, split: str, limit, batch_size, keep_duplicate
                  text_column: str | None = None, image_column: str | None = None,
                  convert_rgb: bool = False) -> DataRequest:
     """A checked :class:`DataRequest` (``batch_size``: a positive integer or ``"auto"``)."""
-    from . import validate
-    from .batching import available_memory, parse_batch_size
-
     for name, value in (("text_column", text_column), ("image_column", image_column)):
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise InputError(f"{{param:{name}}} must name a column, got {value!r}")
@@ -448,8 +433,6 @@ def data_request(data: str | None, split: str, limit, batch_size, keep_duplicate
 
 def run_checks(fs: FeatureSet, settings: Settings, *, sweep: bool = False, label: str = "") -> tuple[dict, Sweep | None, dict]:
     """GP, A1, A2, A3 (and optionally the sweep) on one reduced feature set, under ``settings``."""
-    from .progress import task
-
     rule = settings.rule(fs.dtype)
     T, n, d = fs.T, fs.n, fs.d
     timings: dict = {}
@@ -495,7 +478,6 @@ def _column(p: Probe, got: Captured, settings: Settings, sweep: bool) -> Column:
     fs = got.features[p.variant]
     if fs.T < fs.n:
         # the limit is at least n (checked before the data pass), so the data ran out: raising it cannot help
-        from .sources import describe_skips
 
         skipped = f"; skipped: {describe_skips(got.skips)}" if got.skips else ""
         dups = got.duplicates.get("dropped") or 0
@@ -558,8 +540,6 @@ def audit(
     are in ``AuditResult.skips`` by cause; a run that gets fewer than ``limit`` examples says so
     in the notes and the table.
     """
-    from .models import modality_of
-
     settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
                                 stop_when_decided=stop_when_decided, progress=progress)
     request = model_request(model, backend=backend, weights=weights, context_length=context_length,

@@ -7,6 +7,9 @@ halved and tried again. On the CPU, where running out of memory means swapping o
 rather than an exception, the batch is computed: the memory one example's activations need (see
 :func:`example_bytes`) against half the memory available. Either way the choice and how it was
 made are a :class:`BatchChoice`, which ``meta`` carries. An explicit integer is used as given.
+
+``PIL`` is imported where it is used: it takes a second or more to import, and a run that never
+needs it does not load it.
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from typing import Callable, Sequence
 
 import torch
 
+from . import validate
 from .errors import InputError, ModelError, param
 from .hostmem import available_memory
+from .models.shards import human_bytes
 
 __all__ = ["AUTO", "AUTO_MAX_BATCH", "BatchChoice", "available_memory", "choose_batch_size", "example_bytes",
            "halve_until_fits", "parse_batch_size"]
@@ -30,8 +35,6 @@ CPU_MEMORY_SHARE = 0.5  # the share of the available memory one batch's activati
 
 def parse_batch_size(value) -> int | str:
     """A positive integer, or ``"auto"``."""
-    from . import validate
-
     if isinstance(value, str) and value.strip().lower() == AUTO:
         return AUTO
     try:
@@ -141,6 +144,4 @@ def _one_example(pm) -> dict[str, torch.Tensor]:
 
 
 def _mib(n: int) -> str:
-    from .models.shards import human_bytes
-
     return human_bytes(n)

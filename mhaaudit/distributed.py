@@ -52,18 +52,24 @@ the closed connection at their next collective (gloo notices at once), read the 
 (a bug: exit 3). A rank killed outright leaves no note; the others say which rank stopped when it
 ran on their host. Each shared call ends with an agreement of all ranks, so a rank that fails
 late still stops the job before rank 0 writes any file.
+
+torch is imported where it is used: ``python -m mhaaudit`` imports this module before it knows the
+command, and ``mhaaudit --help`` answers without torch.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
+import io
 import os
 import pickle
 import socket
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Callable, Iterable, Iterator
 
 from .errors import InputError, MhaauditError, one_line, param
@@ -150,8 +156,6 @@ class Session:
         """Every rank's ``obj`` (anything ``torch.save`` writes: tensors inside tuples, lists,
         dataclasses), by rank, with each tensor on this rank's device of its kind (a CUDA tensor
         of another rank lands on this rank's GPU)."""
-        import io
-
         import torch
 
         def here(storage, location: str):
@@ -408,8 +412,6 @@ def describe() -> dict:
 
 def _start() -> Session:
     """Join the job from the torchrun environment: rendezvous, process group, device, registry."""
-    from datetime import timedelta
-
     import torch
     import torch.distributed as dist
 
@@ -490,8 +492,6 @@ def _on_cpu(value):
 
 def _shared_call(key: str) -> Callable:
     """The :func:`shared` function named ``module:name`` (its module imported when not yet)."""
-    import importlib
-
     module, _, name = key.partition(":")
     if not module.startswith("mhaaudit."):
         raise RankFailed(f"rank 0 asked for {key!r}, which is not an mhaaudit function")

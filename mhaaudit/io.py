@@ -1,22 +1,31 @@
-"""Reading feature files and writing outputs atomically, stamped with provenance."""
+"""Reading feature files and writing outputs atomically, stamped with provenance.
+
+``pyarrow`` and ``safetensors`` are imported where they are used: each takes a second or more to
+import, and a run that never needs them does not load them.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import pickle
 import platform
 import tempfile
+import warnings
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 import torch
+from numpy.lib import format as npy_format
 
 from ._version import __version__
 from .errors import InputError, MhaauditError, OutputError
+from .numerics.stream import available_memory
 from .staging import _STAGED, StagedOutputs, _reason, make_output_folder, staged_outputs  # noqa: F401 - re-exported
-from .tables import METADATA_KEY
+from .tables import METADATA_KEY, records_table
 
 FEATURE_EXTENSIONS = (".npy", ".pt", ".pth", ".safetensors", ".parquet")
 # The largest safetensors header read (the safetensors library refuses larger ones too).
@@ -28,7 +37,6 @@ MAX_HEADER_BYTES = 100_000_000
 
 def library_versions() -> dict[str, str]:
     out = {"mhaaudit": __version__, "python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__}
-    from importlib.metadata import PackageNotFoundError, version
 
     for name in ("transformers", "timm", "datasets", "pyarrow", "scipy"):
         try:
@@ -178,8 +186,6 @@ def write_parquet(records: list[dict], path: str | os.PathLike, metadata: dict, 
     (``now``: see :func:`atomic_path`)."""
     import pyarrow.parquet as pq
 
-    from .tables import records_table
-
     table = records_table(records, metadata)
     with atomic_path(path, now=now) as tmp:
         pq.write_table(table, tmp)
@@ -189,8 +195,6 @@ def parquet_bytes(records: list[dict], metadata: dict) -> bytes:
     """The same parquet file as :func:`write_parquet`, as bytes (for ``--format parquet`` on stdout)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from .tables import records_table
 
     sink = pa.BufferOutputStream()
     pq.write_table(records_table(records, metadata), sink)
@@ -243,8 +247,6 @@ def safetensors_header(path: str | os.PathLike) -> dict:
 def _check_npy(p: Path) -> None:
     """An InputError unless ``p`` starts as a .npy file whose header's shape and dtype account for
     exactly the bytes that follow it (checked before numpy allocates what the header claims)."""
-    from numpy.lib import format as npy_format
-
     with open(p, "rb") as fh:
         if fh.read(6) != b"\x93NUMPY":  # else numpy calls any other file "pickled data"
             raise InputError(f"cannot read {p}: not a .npy file (it does not start with the .npy magic bytes)")
@@ -267,8 +269,6 @@ def _check_npy(p: Path) -> None:
 def torch_load_reason(exc: BaseException) -> str:
     """Why ``torch.load(..., weights_only=True)`` refused a file, in words for a user (torch's own
     message for a refused pickle suggests loading it unsafely, which mhaaudit never does)."""
-    import pickle
-
     if isinstance(exc, EOFError):
         return "the file is empty or truncated"
     if isinstance(exc, pickle.UnpicklingError):
@@ -376,8 +376,6 @@ class MappedArray:
 def _refuse_unless_readable(p: Path) -> None:
     """An input error, before reading, when a file that is read whole (not memory-mapped) is larger
     than the memory available."""
-    from .numerics.stream import available_memory
-
     size, avail = p.stat().st_size, available_memory()
     if size > avail:
         raise InputError(f"{p}: reading this {p.suffix} file whole needs at least {size / 1e9:.2f} GB, but "
@@ -496,7 +494,6 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple["torch.
             return torch.from_numpy(np.array(arr)), f"{p} (npy)"
         if ext in (".pt", ".pth"):
             _refuse_unless_readable(p)
-            import warnings
 
             with warnings.catch_warnings():  # a bad file is reported as one error, without warnings
                 warnings.simplefilter("ignore")

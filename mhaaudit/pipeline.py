@@ -25,6 +25,8 @@ returned :class:`DataInfo` knows how to put row-stacked results back into single
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -32,8 +34,23 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 
+from . import distributed
+from .batching import choose_batch_size
 from .errors import DataError, InputError, ModelError
+from .hostmem import Trimmer, release
+from .models import load_model
+from .models.probe import full_float32
+from .progress import status, task
 from .settings import Settings
+from .sources import (
+    DuplicateFinder,
+    bert_pair_examples,
+    gpt_window_examples,
+    image_source,
+    offline_tokenizer,
+    text_source,
+)
+from .sources.duplicates import batch_keys
 
 __all__ = ["DataInfo", "DataRequest", "ModelRequest", "example_batches", "load", "stream"]
 
@@ -110,9 +127,6 @@ class DataInfo:
 def load(request: ModelRequest, init: str, settings: Settings, max_layer: int):
     """The model of ``request`` with ``init`` weights (``"random"`` | ``"trained"``) on the run's
     device, with blocks built up to ``max_layer`` (at least 1)."""
-    from .models import load_model
-    from .progress import status
-
     with status(f"Loading {request.model} ({init} weights, blocks up to {max(1, int(max_layer))})", settings.progress):
         return load_model(request.model, weights=init, backend=request.backend,
                           weights_path=request.weights_path if init == "trained" else None,
@@ -123,8 +137,6 @@ def load(request: ModelRequest, init: str, settings: Settings, max_layer: int):
 
 def query_index(pm, request: ModelRequest) -> int:
     """The query row for ``pm``: the user's ``--query-index`` or the model's own."""
-    from .errors import InputError
-
     n = pm.info.n
     if request.query_index is None and pm.info.query_index is None:
         raise ModelError(f"{pm.info.name} has no query token of its own ({pm.info.query_token.removeprefix('none: ')}); "
@@ -146,8 +158,6 @@ def example_batches(pm, data: DataRequest, seed: int, notes: list[str],
     corpus and the examples shows on stderr.
     """
     if pm.info.modality == "image":
-        from .sources import image_source
-
         if data.text_column is not None:
             raise InputError(f"{{param:text_column}} names a column of text; {pm.info.name} reads images "
                              "(use {param:image_column})")
@@ -182,9 +192,6 @@ def _refuse_too_few_images(src, n: int, limit: int) -> None:
 
 def _text_batches(pm, data: DataRequest, seed: int, notes: list[str],
                   progress: bool = False) -> tuple[DataInfo, Iterator[Any]]:
-    from .progress import status
-    from .sources import bert_pair_examples, gpt_window_examples, offline_tokenizer, text_source
-
     info = pm.info
     src = text_source(data.data, split=data.split, seed=seed, text_column=data.text_column,
                       progress=progress)
@@ -271,9 +278,6 @@ def _prefetched(pm, raw_batches: Iterable[tuple[int, Any]]) -> Iterator[tuple[in
 def _read_ahead(items: Iterator, depth: int) -> Iterator:
     """``items``, read by a helper thread up to ``depth`` ahead (rank 0 reads the source while the
     batches it dealt are computed); an error of the reader is raised here, in order."""
-    import queue
-    import threading
-
     box: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
     end = object()
@@ -360,7 +364,6 @@ def _without_duplicates(finder, index: int | None, inputs: dict | None, shard) -
     feed them to their finders in batch order, so every rank drops what one process would."""
     if shard is None:
         return finder.filter(inputs)[0]
-    from .sources.duplicates import batch_keys
 
     keep = None
     for b, keys in sorted((x for x in shard.all_gather((index, batch_keys(inputs) if inputs is not None else None))
@@ -381,8 +384,6 @@ def _batch_size(inputs: dict[str, torch.Tensor]) -> int:
 
 def _batch_choice(pm, data: DataRequest, layers: list[int], shard):
     """The batch size of ``data`` for ``pm`` (``auto`` resolved; under torchrun the smallest any rank chose)."""
-    from .batching import choose_batch_size
-
     choice = choose_batch_size(pm, layers, data.batch_size, data.limit)
     if shard is not None and data.batch_size == "auto":
         choice = min(shard.all_gather(choice), key=lambda c: c.size)
@@ -401,12 +402,6 @@ def stream(pm, data: DataRequest, layers: Sequence[int], consumers: Sequence[Con
     passes and the consumers run with TF32 and reduced-precision float32 matmuls off
     (:func:`~mhaaudit.models.probe.full_float32`): these features feed rank decisions.
     """
-    from . import distributed
-    from .hostmem import Trimmer, release
-    from .models.probe import full_float32
-    from .progress import task
-    from .sources import DuplicateFinder
-
     t0 = time.perf_counter()
     first_note = len(notes)
     shard = distributed.session()

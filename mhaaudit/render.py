@@ -11,14 +11,16 @@ report's memorisation bound (:func:`bound_lines`) is derived here from the audit
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import TYPE_CHECKING
 
+import numpy as np
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .checks import CHECK_MEANING, CHECK_TITLES
+from .checks import CHECK_MEANING, CHECK_TITLES, ContextRankResult
 from .kruskal.report import (
     WHOLE_SET_LEGEND,
     estimate_text,
@@ -30,6 +32,9 @@ from .kruskal.report import (
     test_evidence_lines,
     verdict_text,
 )
+from .models.families import positions_note as note
+from .models.shards import WeightsRead
+from .sources import describe_skips
 from .tables import text_width
 from .theory import theorem1_bound
 
@@ -40,8 +45,6 @@ def report_width() -> int | None:
     """The width reports on stdout are laid out for: :func:`~mhaaudit.tables.text_width` (``COLUMNS``
     when set, else :data:`~mhaaudit.tables.REDIRECTED_WIDTH` for a file or a pipe), except on a terminal without
     ``COLUMNS`` (None: rich asks the terminal, and follows it)."""
-    import os
-
     if sys.stdout.isatty() and not os.environ.get("COLUMNS", "").strip().isdigit():
         return None
     return text_width()
@@ -82,9 +85,9 @@ def kruskal_report(tests: list[SubsetTest], sw: Sweep | None, meta: dict, n: int
     inp = meta["inputs"]
     out: list = [f"[bold]mhaaudit kruskal[/bold]: {inp['T']} vectors in R^{inp['d']} ({inp['dtype']}) from {inp['source']}"]
     if tests:
-        out.append(kruskal_table(tests, titles=CHECK_TITLES))
+        out.append(kruskal_table(tests))
         out += kruskal_legend(tests)
-        out += [line for t in tests for line in test_evidence_lines(t, titles=CHECK_TITLES)]
+        out += [line for t in tests for line in test_evidence_lines(t)]
     if sw is not None:
         out += sweep_report(sw, marks=tuple(m for m in (n, d) if m))
     ceilings = meta.get("set_rank_ceilings") or {}
@@ -123,8 +126,6 @@ def print_json(doc: dict) -> None:
 
 def _default(o):
     try:
-        import numpy as np
-
         if isinstance(o, np.generic):
             return o.item()
     except Exception:  # pragma: no cover
@@ -178,8 +179,6 @@ def _T(result):
 
 
 def _rec(col, check) -> dict:
-    from .checks import ContextRankResult
-
     r = col.tests.get(check)
     if r is None:
         return {"verdict": "unavailable"}
@@ -229,8 +228,6 @@ def audit_lines(result) -> list[str]:
     lines.append(escape(f"  data: {result.data}"))
     skips = getattr(result, "skips", None)
     if skips:
-        from .sources import describe_skips
-
         lines.append(escape(f"  skipped inputs: {describe_skips(skips)}"))
     elif result.skipped:
         lines.append(f"  skipped inputs: {result.skipped}")
@@ -259,8 +256,6 @@ def audit_lines(result) -> list[str]:
 
 
 def positions_note(info: dict, layer: int) -> str:
-    from .models.families import positions_note as note
-
     return note(info, layer)
 
 
@@ -442,8 +437,6 @@ def capacity_evidence_lines(result) -> list[str]:
 
 def loading_lines(read: dict | None, settings: dict | None = None, label: str = "") -> list[str]:
     """What loading the trained weights read, and the batch size when it was chosen automatically."""
-    from .models.shards import WeightsRead
-
     lines = [escape(f"    {label}{WeightsRead(**read).describe()}")] if read else []
     how = (settings or {}).get("batch_size_choice")
     if how not in (None, "given"):

@@ -37,8 +37,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from . import validate
 from .defaults import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
 from .errors import InputError, param
+from .numerics import RankRule
 
 __all__ = ["DEFAULT_SAMPLES", "DEFAULT_THRESHOLD", "MAX_SAMPLES", "MAX_SEED", "PURPOSES", "Settings", "derive_seed", "device_name", "resolve_device"]
 
@@ -156,8 +158,6 @@ class Settings:
                 threshold=DEFAULT_THRESHOLD, seed=0, rtol=None, atol=None, stop_when_decided: bool = False,
                 progress: bool = False) -> "Settings":
         """Check every field and resolve the device (an unavailable device is an input error here)."""
-        from . import validate
-
         check_environment()
         return cls(
             device=resolve_device(device),
@@ -172,8 +172,6 @@ class Settings:
 
     def rule(self, dtype: torch.dtype | str = torch.float32):
         """The rank rule for features of ``dtype`` under the user's tolerances."""
-        from .numerics import RankRule
-
         return RankRule.for_dtype(dtype, rtol=self.rtol, atol=self.atol)
 
     def seed_for(self, purpose: str, *index: int) -> int:

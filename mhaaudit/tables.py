@@ -13,13 +13,24 @@ metadata written with the table makes pandas read them as its nullable ``Int64``
 as it is.
 
 Nothing here computes a result: the columns are those the result objects' ``records()`` give.
+
+pyarrow is imported where it is used: it takes a moment to import, and a report printed as a
+table or JSON never needs it.
 """
 
 from __future__ import annotations
 
+import copy
 import io as _io
 import json
+import os
+import shutil
+import sys
+from collections import Counter
 from dataclasses import dataclass
+
+from rich.console import Console
+from rich.table import Table
 
 METADATA_KEY = b"mhaaudit"  # schema metadata of every results file: the run's meta, as JSON
 
@@ -293,10 +304,6 @@ REDIRECTED_WIDTH = 100
 def text_width() -> int:
     """The width a report is laid out in as text, as the commands lay out theirs: ``COLUMNS`` when
     set, else the terminal's when stdout is one, else :data:`REDIRECTED_WIDTH`."""
-    import os
-    import shutil
-    import sys
-
     columns = os.environ.get("COLUMNS", "").strip()
     if columns.isdigit() and int(columns) > 0:
         return int(columns)
@@ -326,8 +333,6 @@ class Report:
             yield console.render_str(item, highlight=False) if isinstance(item, str) else item
 
     def __str__(self) -> str:
-        from rich.console import Console
-
         buf = _io.StringIO()
         con = Console(file=buf, width=text_width(), color_system=None, force_terminal=False, force_jupyter=False)
         for r in self.renderables():
@@ -346,11 +351,6 @@ class Report:
         (``"prose"``). A table's title is printed as one line above it (rich wraps a title to
         its table's width, which breaks long titles over narrow tables); prose lines are never
         broken (``soft_wrap``): a notebook wraps them at its own width, between words."""
-        import copy
-
-        from rich.console import Console
-        from rich.table import Table
-
         blocks: list = []
         for r in self.renderables():
             kind = "prose" if isinstance(r, str) else "table"
@@ -384,8 +384,6 @@ class Report:
 
 def verdict_tally(records: list[dict]) -> str:
     """``8 holds, 4 fails`` over the records' verdicts (in that order: holds, fails, then any other)."""
-    from collections import Counter
-
     c = Counter(r.get("verdict") for r in records if r.get("verdict"))
     order = ["holds", "fails"] + sorted(v for v in c if v not in ("holds", "fails"))
     return ", ".join(f"{c[v]} {v}" for v in order if c.get(v))
