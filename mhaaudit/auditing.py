@@ -26,7 +26,7 @@ from . import distributed, pipeline, validate
 from .batching import available_memory, parse_batch_size
 from .checks import CHECK_TITLES, CHECKS, ContextRankResult
 from .distributed import describe, shared
-from .errors import DataError, InputError, OfflineError, param
+from .errors import DataError, InputError, OfflineError, param, plain
 from .features import FeatureSet, StreamingReducer
 from .io import stamp
 from .kruskal import Sweep, kruskal_sweep, set_stats, subset_test
@@ -230,8 +230,8 @@ class Captured:
 def _n_above_d_note(info) -> str:
     fix = (f"pass {{param:context_length}} below {info.d} to audit a setting where it can" if info.modality == "text"
            else "use a wider model or a smaller input resolution (fewer patches) to audit a setting where it can")
-    return (f"n = {info.n} > d = {info.d}: Assumption 1 cannot hold (any n vectors in R^d are dependent) and no "
-            f"context matrix can have rank n; {fix}")
+    return plain(f"n = {info.n} > d = {info.d}: Assumption 1 cannot hold (any n vectors in R^d are dependent) and no "
+                 f"context matrix can have rank n; {fix}")
 
 
 def _reducer_consumer(group: Sequence[Probe], reducers: dict, ra):

@@ -23,7 +23,7 @@ from numpy.lib import format as npy_format
 
 from ._version import __version__
 from .errors import InputError, MhaauditError, OutputError
-from .numerics.stream import available_memory
+from .numerics import stream
 from .staging import _STAGED, StagedOutputs, _reason, make_output_folder, staged_outputs  # noqa: F401 - re-exported
 from .tables import METADATA_KEY, records_table
 
@@ -376,7 +376,7 @@ class MappedArray:
 def _refuse_unless_readable(p: Path) -> None:
     """An input error, before reading, when a file that is read whole (not memory-mapped) is larger
     than the memory available."""
-    size, avail = p.stat().st_size, available_memory()
+    size, avail = p.stat().st_size, stream.available_memory()
     if size > avail:
         raise InputError(f"{p}: reading this {p.suffix} file whole needs at least {size / 1e9:.2f} GB, but "
                          f"{avail / 1e9:.2f} GB are available; save the features as a float32 .npy or .safetensors "

@@ -34,10 +34,9 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 
-from . import distributed
-from .batching import choose_batch_size
+from . import batching, distributed, hostmem
 from .errors import DataError, InputError, ModelError
-from .hostmem import Trimmer, release
+from .hostmem import Trimmer
 from .models import load_model
 from .models.probe import full_float32
 from .progress import status, task
@@ -384,7 +383,7 @@ def _batch_size(inputs: dict[str, torch.Tensor]) -> int:
 
 def _batch_choice(pm, data: DataRequest, layers: list[int], shard):
     """The batch size of ``data`` for ``pm`` (``auto`` resolved; under torchrun the smallest any rank chose)."""
-    choice = choose_batch_size(pm, layers, data.batch_size, data.limit)
+    choice = batching.choose_batch_size(pm, layers, data.batch_size, data.limit)
     if shard is not None and data.batch_size == "auto":
         choice = min(shard.all_gather(choice), key=lambda c: c.size)
     return choice
@@ -433,7 +432,7 @@ def stream(pm, data: DataRequest, layers: Sequence[int], consumers: Sequence[Con
             trim.maybe()
             info.fed.append((index, size))
             info.count += size
-    release()
+    hostmem.release()
     if finder is not None:
         found = finder.result()
         info.duplicates, info.duplicates_line = found.as_dict(), found.describe("images")

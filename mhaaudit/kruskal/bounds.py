@@ -19,7 +19,7 @@ import math
 import numpy as np
 import torch
 
-from ..distributed import lockstep
+from .. import distributed
 from ..errors import InputError
 from ..numerics import EPS64, RankRule, rounding_margin, row_norms, svd_rank, with_numerics
 from ..numerics.stream import tsqr, unit_of
@@ -150,7 +150,7 @@ def _babel(Xn: torch.Tensor, m: int, row_block: int | None) -> torch.Tensor:
         return mu1
     row_block = row_block or max(1, min(1024, (64 << 20) // (8 * T)))
     starts = list(range(0, T, row_block))
-    shard = lockstep()
+    shard = distributed.lockstep()
     if shard is not None:
         starts = starts[shard.rank::shard.world_size]
     for s in starts:

@@ -37,7 +37,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..distributed import RankFailed, lockstep
+from .. import distributed
+from ..distributed import RankFailed
 from ..errors import InputError
 from ..io import MappedArray
 from ..numerics import RankRule, lapack, numerics, philox, subnormals_kept
@@ -388,7 +389,7 @@ def blocks_in_order(job, T: int, k: int, samples: int, seed: int, sort: bool, wo
     groups are the only extra work).
     """
     groups = units(samples, workers, per_call)
-    shard = lockstep()
+    shard = distributed.lockstep()
     if shard is None:
         yield from _run_groups(job, groups, T, k, seed, sort, workers, device)
         return
