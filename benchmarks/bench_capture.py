@@ -22,11 +22,11 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
+import torch
 
-from mhaaudit.settings import device_name, resolve_device  # noqa: E402
-from mhaaudit.models import load_model  # noqa: E402
-from mhaaudit.models.probe import full_float32  # noqa: E402
+from mhaaudit.models import load_model
+from mhaaudit.models.probe import full_float32
+from mhaaudit.settings import device_name, resolve_device
 
 
 def _time(fn, repeats: int, device: torch.device) -> float:

@@ -29,10 +29,10 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-from mhaaudit.settings import device_name, resolve_device  # noqa: E402
+from mhaaudit.settings import device_name, resolve_device
 
 
 def _sync(device: torch.device) -> None:

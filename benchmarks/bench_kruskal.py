@@ -23,6 +23,7 @@ Kruskal rank and near-tolerance draws all occur.
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 
 import torch
@@ -113,7 +114,7 @@ def measure_sweep(X: torch.Tensor, samples: int, dev: torch.device, *, loop_draw
     stats = stats if stats is not None else set_stats(X, rule)
     N, Xd = samples, X.to(dev)
     K = min(T, d)
-    paper_ks = sorted(set(list(range(1, K + 1, 10)) + [K]))
+    paper_ks = sorted({*range(1, K + 1, 10), K})
     probe_ks = sorted(set([1, K // 4, K // 2, 3 * K // 4, K]) - {0})
     per_call = {}
     for kk in probe_ks:
@@ -122,7 +123,7 @@ def measure_sweep(X: torch.Tensor, samples: int, dev: torch.device, *, loop_draw
 
     def cost(kk: int) -> float:  # piecewise-linear interpolation of the per-call cost over k
         ks = sorted(per_call)
-        for a, b in zip(ks, ks[1:]):
+        for a, b in itertools.pairwise(ks):
             if a <= kk <= b:
                 w = (kk - a) / max(1, b - a)
                 return per_call[a] * (1 - w) + per_call[b] * w
@@ -187,7 +188,7 @@ def main() -> None:
     s = measure_sweep(X, N, dev, loop_draws=args.loop_draws, stats=stats)
     K = min(T, d)
     print(f"\n[sweep, {N} draws, both on {dev}]")
-    print("  paper's loop per call (measured, {} draws each): ".format(args.loop_draws)
+    print(f"  paper's loop per call (measured, {args.loop_draws} draws each): "
           + ", ".join(f"k={kk}: {v * 1e3:.1f} ms" for kk, v in s["loop_per_call_s"].items()))
     print(f"  paper's loop at every 10th k ({s['naive_sizes']} sizes x {N} draws), extrapolated from those timings: {s['naive_s']:9.1f} s")
     print(f"  mhaaudit kruskal_sweep, every k from 1 to {K}, measured:                                   {s['ours_s']:9.1f} s "

@@ -164,7 +164,7 @@ def one_size(a) -> dict:
     test = subset_test(X, a.k, samples=a.samples, seed=0, rule=rule, stats=stats).record()
     draws_s = time.perf_counter() - t0
     return {"T": X.shape[0], "file_bytes": path.stat().st_size, "read_s": read_s, "stats_s": stats_s, "draws_s": draws_s,
-            "peak_bytes": peak_rss_bytes(), "route": test["gram"], "satisfied": test["satisfied"], "rank": stats.rank,
+            "peak_bytes": peak_rss_bytes(), "route": test["gram"], "satisfied": test["satisfied"], "rank": test["set_rank"],
             "storage": type(X).__name__}
 
 
@@ -198,7 +198,7 @@ def sizes_main(a) -> None:
         mb = r["file_bytes"] / 2**20
         print(f"{T:>10}{mb:>10.0f}{r['read_s']:>9.2f}{r['stats_s']:>9.2f}{mb / r['stats_s']:>8.0f}{r['draws_s']:>9.2f}"
               f"{r['draws_s'] / first:>9.2f}{r['peak_bytes'] / 2**20:>9.0f}{(r['peak_bytes'] / 2**20) - mb:>11.0f}  "
-              f"{r['route']} (rank {r['rank']}, {r['satisfied']}/{a.samples} independent)")
+              f"{r['route']} (whole-set rank at k: {r['rank']}, {r['satisfied']}/{a.samples} independent)")
     print(f"(read s: one plain read of the file; stats s: the streaming pass (set_stats): the same read plus the "
           f"float64 Gram (and a TSQR pass where the Gram is too coarse); draws s: the draws alone; x first: draws s over the first T's; above file: peak resident "
           f"memory less the file; load average after {os.getloadavg()[0]:.2f})")
@@ -253,7 +253,7 @@ def audit_main(a) -> None:
             meta = doc["meta"]
             print(f"kruskal --{'k ' + str(a.k) + ' --samples ' + str(a.samples) if name == 'test' else 'sweep --samples ' + str(a.sweep_samples)}: "
                   f"wall {wall:.1f} s, peak RSS {meta['peak_rss_bytes'] / 1e9:.2f} GB ({meta['storage']}), "
-                  f"whole-set rank {meta['set_rank']}, timings {meta['timings_s']}")
+                  f"the set's own rank (its own tolerance) {meta['set_rank']}, timings {meta['timings_s']}")
             if name == "test":
                 r = doc["records"][0]
                 w = r.get("witness_indices")

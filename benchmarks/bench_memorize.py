@@ -69,7 +69,7 @@ def main() -> None:
         cpu = f"  cpu {c:8.1f} s" if dev.type == "cpu" else ""
         print(f"  {name:<34} wall {w:8.1f} s{cpu}  ratio {base / w:5.2f}x")
     if not args.skip_plain:
-        diff = max(abs(r.memorized_count - p["memorized_count"]) for r, p in zip(stacked.runs, plain))
+        diff = max(abs(r.memorized_count - p["memorized_count"]) for r, p in zip(stacked.runs, plain, strict=False))
         print(f"  largest difference in memorised count, plain vs stacked: {diff} "
               f"(counts {[p['memorized_count'] for p in plain]} vs {[r.memorized_count for r in stacked.runs]})")
 

@@ -45,7 +45,6 @@ import datetime
 import json
 import os
 import re
-import resource
 import shutil
 import signal
 import subprocess
@@ -460,7 +459,7 @@ def run_in_process(name: str, device: str, smoke: bool, workdir: Path) -> dict:
     t0 = time.perf_counter()
     try:
         result, status, tail = run_part(name, device, smoke, workdir), "done", ""
-    except Exception:  # a failed part is recorded, not raised: the other parts still run
+    except Exception:  # noqa: BLE001 - a failed part is recorded, not raised: the other parts still run
         result, status, tail = None, "failed", traceback.format_exc()[-1500:]
     return {"part": name, "status": status, "seconds": time.perf_counter() - t0, "timeout_s": None, "result": result,
             "log_tail": tail}

@@ -14,30 +14,34 @@ what one process would, and the record ``meta`` names the world size and backend
 
 from __future__ import annotations
 
+import os
 import re
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, ClassVar
 
 import torch
 
-from . import distributed, pipeline, validate
-from .batching import available_memory, parse_batch_size
-from .checks import CHECK_TITLES, CHECKS, ContextRankResult
+from . import distributed, pipeline
+from .batching import available_memory
+from .checks import REGISTRY, ContextRankResult
 from .distributed import describe, shared
-from .errors import DataError, InputError, OfflineError, param, plain
+from .errors import DataError, InputError, OfflineError, OutputError, param, plain
 from .features import FeatureSet, StreamingReducer
-from .io import stamp
-from .kruskal import Sweep, kruskal_sweep, set_stats, subset_test
-from .models import RandomAttention, modality_of, resolve
-from .models.load import check_hub_options, check_revision
-from .pipeline import DataRequest, ModelRequest
+from .io import check_folder_writable, make_output_folder, real_path, stamp
+from .kruskal import SubsetTest, Sweep, kruskal_sweep, set_stats
+from .models import RandomAttention, modality_of
+from .models.shards import weights_read_text
 from .progress import task
 from .render import audit_report
+from .request import KEYWORDS, DataRequest, ModelRequest, Requests, build_requests, build_settings, keyword_conveniences
 from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 from .sources import describe_skips
-from .tables import ResultTable, table_rows, verdict_tally
+from .tables import StoredResult, table_rows, verdict_tally
+from .theory import CapacityBound, theorem1_bound
 
 IMAGE_VARIANTS = ("embedding", "random-attention", "random", "trained")
 VARIANT_HELP = {
@@ -86,7 +90,7 @@ def plan_probes(modality: str, variants: Sequence[str] | None = None, layers: Se
         if any(v < 0 for v in ls):
             raise InputError(f"layers must be >= 0, got {ls}")
         inits = _inits_from_variants(variants)
-        return [Probe(f"{w}-L{l}", w, l) for w in inits for l in ls]
+        return [Probe(f"{w}-L{layer}", w, layer) for w in inits for layer in ls]
     vs = list(dict.fromkeys(variants or IMAGE_VARIANTS))
     if given_layer and not {"random", "trained"} & set(vs):
         raise InputError(f"{{param:layer}} has no effect on the columns {', '.join(vs)} (they read the embedding output); "
@@ -115,57 +119,121 @@ def _inits_from_variants(variants: Sequence[str] | None) -> list[str]:
     return list(dict.fromkeys(ws))
 
 
+#: What one check of a column returns: a Monte-Carlo / exact subset test, or Assumption 2's exact counts.
+CheckResult = SubsetTest | ContextRankResult
+
+
+class NoteKind(str, Enum):
+    """What fact a note of an audit reports: the key notes are de-duplicated by."""
+
+    N_ABOVE_D = "n-above-d"  # n > d: Assumption 1 cannot hold (said once per run)
+    SHORT_OF_LIMIT = "short-of-limit"  # the data gave fewer examples than the limit
+    DUPLICATE_INPUTS = "duplicate-inputs"  # exact duplicate inputs were found
+    DATA = "data"  # what reading the data found (tokenizer, truncation, ...)
+
+
+class Note(str):
+    """One note of an audit: its text (a ``str``, as the report and the JSON ``notes`` give it)
+    and its :class:`NoteKind`. Equal to its text."""
+
+    kind: NoteKind
+
+    def __new__(cls, text: str, kind: NoteKind | str = NoteKind.DATA) -> Note:
+        note = super().__new__(cls, text)
+        note.kind = NoteKind(kind)
+        return note
+
+    def document(self) -> dict:
+        return {"kind": self.kind.value, "text": str(self)}
+
+    @classmethod
+    def from_document(cls, data) -> Note:
+        if isinstance(data, str):
+            return cls(data)
+        if not isinstance(data, dict) or set(data) != {"kind", "text"} or not isinstance(data["text"], str):
+            raise ValueError(f"a note is an object with kind and text, got {data!r}")
+        return cls(data["text"], data["kind"])
+
+
+#: Kinds of note one run says once, whatever their wording (the first one stays).
+ONCE_PER_RUN = frozenset({NoteKind.N_ABOVE_D})
+
+
+def add_note(notes: list, text: str, kind: NoteKind = NoteKind.DATA) -> Note | None:
+    """Append ``text`` as a :class:`Note` of ``kind`` unless the run has it already (the same
+    text, or any note of a kind said once per run); the note added, or None."""
+    if any((kind in ONCE_PER_RUN and getattr(n, "kind", None) == kind) or n == text for n in notes):
+        return None
+    note = Note(text, kind)
+    notes.append(note)
+    return note
+
+
 @dataclass(repr=False)
 class Column:
-    """The audit of one probe point."""
+    """The audit of one probe point.
+
+    ``T`` is the number of examples its checks read and ``weights_read`` what loading its trained
+    weights read (None for random weights). ``bound`` is what Theorem 1 / Remark 1 concludes from
+    its verdicts with the model's heads (None when the model does not say its heads, or the column
+    is unavailable), and ``bound_hint`` what would give a count when there is none.
+    ``features`` are the reduced features themselves (not stored in the results files).
+    """
 
     probe: Probe
     status: str = "ok"  # ok | unavailable
     reason: str = ""
-    features: FeatureSet | None = None
-    tests: dict = field(default_factory=dict)  # check -> SubsetTest | ContextRankResult
+    features: FeatureSet | None = field(default=None, compare=False, metadata={"document": False})
+    tests: dict[str, CheckResult] = field(default_factory=dict)  # check -> its result
     sweep: Sweep | None = None
-    timings: dict = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
     weights_source: str = ""
+    T: int | None = None
+    weights_read: dict[str, Any] | None = None
+    bound: CapacityBound | None = None
+    bound_hint: str = ""
 
-    def records(self, model: str, seed: int) -> list[dict]:
+    def records(self, model: str) -> list[dict]:
         out = []
-        for check in CHECKS:
+        for check in REGISTRY:
             r = self.tests.get(check)
-            if r is None:
-                rec = {"check": check, "verdict": "unavailable", "reason": self.reason or "not run"}
-            elif isinstance(r, ContextRankResult):
-                rec = r.record(seed)
-            else:
-                rec = r.record()
+            rec = {"check": check, "verdict": "unavailable", "reason": self.reason or "not run"} if r is None else r.record()
             out.append({"model": model, "variant": self.probe.variant, "layer": self.probe.layer, **rec})
         return out
 
     def __repr__(self) -> str:
-        what = verdict_tally(self.records("", 0)) if self.status == "ok" else f"unavailable: {self.reason}"
-        T = f", T = {self.features.T}" if self.features is not None else ""
+        what = verdict_tally(self.records("")) if self.status == "ok" else f"unavailable: {self.reason}"
+        T = f", T = {self.T}" if self.T is not None else ""
         return f"<Column {self.probe.variant} (layer {self.probe.layer}{T}): {what}>"
 
 
 @dataclass(repr=False)
-class AuditResult(ResultTable):
+class AuditResult(StoredResult):
     """The audit of every column; ``to_arrow()`` / ``to_pandas()`` give the rows ``check --out`` writes,
-    and a notebook shows it as the report ``check`` prints."""
+    and a notebook shows it as the report ``check`` prints. ``AuditResult.from_json`` /
+    ``from_parquet`` read it back from what ``check --format json`` printed or ``--out`` wrote."""
+
+    COMMAND: ClassVar[str] = "check"
 
     model: str
-    info: dict
+    info: dict[str, Any]  # the model's ModelInfo as a dict, and the weights each column read
     data: str
     columns: list[Column]
-    settings: dict
-    timings: dict
+    settings: dict[str, Any]  # the run's settings, as the JSON meta gives them
+    timings: dict[str, float]
     skipped: int = 0
-    notes: list = field(default_factory=list)
-    duplicates: dict = field(default_factory=dict)  # exact duplicate inputs found: total, repeats, dropped, example
-    skips: dict = field(default_factory=dict)  # inputs skipped, by cause: {cause: {"count", "example"}}
+    notes: list[Note] = field(default_factory=list)
+    duplicates: dict[str, Any] = field(default_factory=dict)  # exact duplicate inputs found: total, repeats, dropped, example
+    skips: dict[str, dict[str, Any]] = field(default_factory=dict)  # inputs skipped, by cause: {cause: {"count", "example"}}
     image_policy: str = ""  # images: the rule for modes other than RGB (skipped, or converted)
 
+    @property
+    def T(self) -> int | None:
+        """The number of examples audited (that of the first column audited; None when none was)."""
+        return next((c.T for c in self.columns if c.T is not None), None)
+
     def records(self) -> list[dict]:
-        return [r for c in self.columns for r in c.records(self.model, self.settings["seed"])]
+        return [r for c in self.columns for r in c.records(self.model)]
 
     def table_records(self) -> list[dict]:
         return table_rows(self.records(), self.sweep_rows())
@@ -177,7 +245,7 @@ class AuditResult(ResultTable):
         return audit_report(self)
 
     def summary_line(self) -> str:
-        T = next((c.features.T for c in self.columns if c.features is not None), None)
+        T = self.T
         cols = ", ".join(c.probe.variant + ("" if c.status == "ok" else " (unavailable)") for c in self.columns)
         return f"{self.model!r}" + ("" if T is None else f", T = {T}") + f"; columns {cols}: {verdict_tally(self.records())}"
 
@@ -188,13 +256,17 @@ class AuditResult(ResultTable):
         meta["columns"] = {c.probe.variant: {"status": c.status, "reason": c.reason, "layer": c.probe.layer,
                                              "weights": c.probe.init, "describe": c.probe.describe(),
                                              "weights_source": c.weights_source, "timings_s": c.timings,
-                                             "weights_read": c.features.meta.get("weights_read") if c.features else None,
-                                             "sweep": c.sweep.summary() if c.sweep else None}
+                                             "weights_read": c.weights_read,
+                                             "weights_read_text": weights_read_text(c.weights_read),
+                                             "sweep": c.sweep.summary() if c.sweep else None,
+                                             "bound": c.bound.to_dict() if c.bound is not None else None,
+                                             "bound_hint": c.bound_hint}
                            for c in self.columns}
+        meta["result"] = self.result_document()
         return meta
 
     def sweep_rows(self) -> list[dict]:
-        rows = []
+        rows: list[dict] = []
         for c in self.columns:
             if c.sweep is not None:
                 rows.extend({"model": self.model, "variant": c.probe.variant, "layer": c.probe.layer, **r} for r in c.sweep.rows())
@@ -206,6 +278,52 @@ class AuditResult(ResultTable):
                 return c
         raise KeyError(variant)
 
+    def save_features(self, folder: str | Path) -> Path:
+        """Write each audited column's reduced features to ``folder/<variant>`` (what ``check
+        --save-features`` writes, for ``mhaaudit kruskal`` or a later audit); staged with a run's
+        other outputs, all written or none. Returns the folder; raises
+        :class:`~mhaaudit.errors.OutputError` when it cannot be made."""
+
+        folder = Path(folder)
+        try:
+            make_output_folder(folder)
+        except OutputError:
+            raise
+        except OSError as exc:
+            raise OutputError(f"{{param:save_features}} {folder}: cannot create the folder ({exc.strerror or exc})") from exc
+        for c in self.columns:
+            if c.features is not None:
+                c.features.save(folder / c.probe.variant)
+        return folder
+
+
+# the subfolders AuditResult.save_features writes: a column's variant, at a depth or not
+COLUMN_FOLDER = rf"({'|'.join(re.escape(v) for v in IMAGE_VARIANTS)})(-L\d+)?"
+
+
+def check_features_folder(folder: str | Path, inputs: Sequence) -> Path:
+    """Before any work: the folder :meth:`AuditResult.save_features` will write must be writable, and
+    where a column's subfolder goes, a symbolic link (the features would be written wherever it
+    points) or one of ``inputs`` (paths the run reads) is refused with
+    :class:`~mhaaudit.errors.OutputError`."""
+
+    folder = check_folder_writable(folder, param("save_features"))
+    if folder.is_dir():
+        for entry in sorted(folder.iterdir()):
+            if entry.is_symlink() and re.fullmatch(COLUMN_FOLDER, entry.name):
+                raise OutputError(f"{{param:save_features}} {folder}: {entry.name} is a symbolic link (to "
+                                  f"{os.readlink(entry)}); the features are written into real folders only: remove it "
+                                  "or choose another folder")
+    top = real_path(folder)
+    for i in inputs:
+        if i is None or not os.path.lexists(os.path.expanduser(str(i))):
+            continue
+        inside = real_path(i)
+        if top in inside.parents and re.fullmatch(COLUMN_FOLDER, inside.relative_to(top).parts[0]):
+            raise OutputError(f"{{param:save_features}} {folder}: the input {i} lies where the features would be written; "
+                              "write them elsewhere")
+    return folder
+
 
 # --------------------------------------------------------------------------- capture
 
@@ -214,17 +332,23 @@ class AuditResult(ResultTable):
 class Captured:
     """Reduced features of every probe point that could be captured, and what the capture saw."""
 
-    features: dict = field(default_factory=dict)  # variant -> FeatureSet
-    unavailable: dict = field(default_factory=dict)  # variant -> reason
-    info: dict = field(default_factory=dict)  # the model's ModelInfo as a dict
+    features: dict[str, FeatureSet] = field(default_factory=dict)  # variant -> its reduced features
+    unavailable: dict[str, str] = field(default_factory=dict)  # variant -> why it could not be captured
+    info: dict[str, Any] = field(default_factory=dict)  # the model's ModelInfo as a dict
     data: str = ""
     skipped: int = 0
-    skips: dict = field(default_factory=dict)  # inputs skipped, by cause
+    skips: dict[str, dict[str, Any]] = field(default_factory=dict)  # inputs skipped, by cause
     image_policy: str = ""
-    duplicates: dict = field(default_factory=dict)
-    notes: list = field(default_factory=list)
-    timings: dict = field(default_factory=dict)
-    batch: dict = field(default_factory=dict)  # the batch size used and how it was chosen
+    duplicates: dict[str, Any] = field(default_factory=dict)
+    notes: list[Note] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    batch: dict[str, Any] = field(default_factory=dict)  # the batch size used and how it was chosen
+
+    def note(self, text: str, kind: NoteKind, on_note: Callable[[str], None] | None = None) -> None:
+        """Keep a note (once: see :func:`add_note`), and pass it to ``on_note`` when it is new."""
+        added = add_note(self.notes, text, kind)
+        if added is not None and on_note is not None:
+            on_note(added)
 
 
 def _n_above_d_note(info) -> str:
@@ -303,10 +427,8 @@ def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataR
         info = pm.info
         _check_limit_reaches_n(data, info)
         _check_limit_fits(data, info, len(group))
-        if info.n > info.d and not any("cannot hold" in x for x in out.notes):
-            out.notes.append(_n_above_d_note(info))
-            if on_note is not None:
-                on_note(out.notes[-1])
+        if info.n > info.d:
+            out.note(_n_above_d_note(info), NoteKind.N_ABOVE_D, on_note)
         if not out.info or init == "random":
             out.info = info.to_dict()
         out.info[f"{init}_weights_source"] = info.weights_source
@@ -319,8 +441,11 @@ def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataR
         if any(p.random_attention for p in group):
             ra = RandomAttention(info.d, seed=settings.seed, device=pm.device)
         reducers = {p.variant: StreamingReducer(qi, rule) for p in group}
+        data_notes: list[str] = []
         fed = pipeline.stream(pm, data, {p.layer for p in group}, [_reducer_consumer(group, reducers, ra)], settings,
-                              out.notes, label=f"{init} weights: capture", need=info.n)
+                              data_notes, label=f"{init} weights: capture", need=info.n)
+        for text in data_notes:
+            out.note(text, NoteKind.DATA)
         out.timings[f"capture {init}"] = fed.seconds
         out.batch = out.batch or fed.batch
         if data.batch_size == "auto":  # the other weights have the same shapes: the same batch, not a second search
@@ -328,13 +453,11 @@ def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataR
         out.data, out.skipped, out.duplicates = fed.name, max(out.skipped, fed.skipped), fed.duplicates
         out.skips, out.image_policy = fed.skips or out.skips, fed.policy or out.image_policy
         short = _short_of_limit_note(fed, data.limit)
-        if short and short not in out.notes:
-            out.notes.append(short)
-            if on_note is not None:
-                on_note(short)
-        if fed.duplicates.get("repeats") and fed.duplicates_line not in out.notes:
-            out.notes.append(f"duplicate inputs: {fed.duplicates_line} (identical inputs give identical vectors at "
-                             "every layer, a dependence that is about the data, not the model)")
+        if short:
+            out.note(short, NoteKind.SHORT_OF_LIMIT, on_note)
+        if fed.duplicates.get("repeats"):
+            out.note(f"duplicate inputs: {fed.duplicates_line} (identical inputs give identical vectors at "
+                     "every layer, a dependence that is about the data, not the model)", NoteKind.DUPLICATE_INPUTS)
         for p in group:
             out.features[p.variant] = reducers[p.variant].result(
                 {"model": request.model, "variant": p.variant, "layer": p.layer, "weights": init,
@@ -355,9 +478,7 @@ def _load_or_unavailable(request: ModelRequest, init: str, settings: Settings, m
         if init != "trained":
             raise
         reason = str(exc)
-    shard = distributed.session()
-    if shard is not None:
-        shard.same(reason is None, f"whether the {init} weights of {request.model} can be loaded")
+    distributed.current().same(reason is None, f"whether the {init} weights of {request.model} can be loaded")
     if reason is not None:
         out.unavailable.update({p.variant: reason for p in group})
     return pm
@@ -374,100 +495,93 @@ def probe_for_variant(variant: str, layer: int = 1) -> Probe:
 
 
 @shared
-def capture_features(model: str, *, variant: str = "random", layer: int = 1, data: str | None = None, limit: int = 2000,
-                     batch_size: int | str = 32, device: str = "auto", seed: int = 0, progress: bool = False,
-                     split: str = "train", backend: str | None = None, weights_path: str | None = None,
-                     context_length: int | None = None, query_index: int | None = None,
-                     rtol: float | None = None, atol: float | None = None, keep_duplicates: bool = False,
-                     settings: Settings | None = None, revision: str | None = None,
-                     trust_remote_code: bool = False, text_column: str | None = None,
-                     image_column: str | None = None, convert_rgb: bool = False) -> FeatureSet:
-    """Reduced features of one probe point (what ``mhaaudit kruskal`` uses with no file)."""
-    settings = settings or Settings.resolve(device=device, seed=seed, rtol=rtol, atol=atol, progress=progress)
-    probe = probe_for_variant(variant, layer)
-    if weights_path is not None and probe.init != "trained":
-        raise InputError(f"{{param:weights}} loads trained weights; use it with {{param:variants}} trained (or trained-L<k>), not {variant!r}")
-    request = model_request(model, backend=backend, weights=weights_path, context_length=context_length,
-                            query_index=query_index, revision=revision, trust_remote_code=trust_remote_code)
-    got = collect_features(request, [probe], data_request(data, split, limit, batch_size, keep_duplicates,
-                                                          text_column=text_column, image_column=image_column,
-                                                          convert_rgb=convert_rgb), settings)
+@keyword_conveniences
+def capture_features(model: str | ModelRequest, *, variant: str = "random", layer: int = 1,
+                     data: str | DataRequest | None = None, limit: int = 2000, batch_size: int | str = 32,
+                     device: str = "auto", seed: int = 0, progress: bool = False, split: str = "train",
+                     backend: str | None = None, weights_path: str | None = None, context_length: int | None = None,
+                     query_index: int | None = None, rtol: float | None = None, atol: float | None = None,
+                     keep_duplicates: bool = False, settings: Settings | None = None, revision: str | None = None,
+                     trust_remote_code: bool = False, text_column: str | None = None, image_column: str | None = None,
+                     convert_rgb: bool = False, given: frozenset[str] = frozenset()) -> FeatureSet:
+    """Reduced features of one probe point (what ``mhaaudit kruskal`` uses with no file).
+
+    ``model``, ``data`` and ``settings`` may be the request objects (:mod:`mhaaudit.request`);
+    the other keywords are conveniences that build them (:func:`~mhaaudit.request.build_requests`:
+    a keyword given beside an object that says otherwise is an InputError).
+    """
+    req = build_requests(model, data, settings, {k: v for k, v in locals().items() if k in KEYWORDS}, given)
+    return capture_probe(req.model, req.data, variant, settings=req.settings, layer=layer)
+
+
+@shared
+def capture_probe(request: ModelRequest, data: DataRequest, variant: str, *, settings: Settings,
+                  layer: int = 1) -> FeatureSet:
+    """Reduced features of one probe point (``variant`` at depth ``layer``, see :func:`probe_for_variant`)
+    from checked request objects; :func:`capture_features` with the objects built. Trained weights
+    that cannot be had offline raise :class:`~mhaaudit.errors.OfflineError`."""
+    return _capture_one(Requests(request, data, settings), probe_for_variant(variant, layer))
+
+
+def _capture_one(req: Requests, probe: Probe) -> FeatureSet:
+    if req.model.weights_path is not None and probe.init != "trained":
+        raise InputError(f"{{param:weights}} loads trained weights; use it with {{param:variants}} trained (or trained-L<k>), "
+                         f"not {probe.variant!r}")
+    got = collect_features(req.model, [probe], req.data, req.settings)
     if probe.variant in got.unavailable:
         raise OfflineError(got.unavailable[probe.variant])
     return got.features[probe.variant]
-
-
-def model_request(model: str, *, backend: str | None = None, weights: str | None = None,
-                  context_length: int | None = None, query_index: int | None = None, revision: str | None = None,
-                  trust_remote_code: bool = False) -> ModelRequest:
-    """A checked :class:`ModelRequest`: a ``--weights`` path that does not exist is refused before any work."""
-    if weights is not None and not Path(weights).expanduser().exists():
-        raise InputError(f"{{param:weights}} {weights}: does not exist (no such file or folder)")
-    if context_length is not None:
-        context_length = validate.integer(param("context_length"), context_length)
-    if query_index is not None:
-        query_index = validate.integer(param("query_index"), query_index, minimum=None)
-
-    revision = check_revision(revision)
-    if revision is not None or trust_remote_code:  # refused before any work when they cannot apply
-        check_hub_options(resolve(model, backend=backend, weights_path=weights), revision, trust_remote_code)
-    return ModelRequest(model, backend=backend, weights_path=weights, context_length=context_length,
-                        query_index=query_index, revision=revision, trust_remote_code=bool(trust_remote_code))
-
-
-def data_request(data: str | None, split: str, limit, batch_size, keep_duplicates: bool = False, *,
-                 text_column: str | None = None, image_column: str | None = None,
-                 convert_rgb: bool = False) -> DataRequest:
-    """A checked :class:`DataRequest` (``batch_size``: a positive integer or ``"auto"``)."""
-    for name, value in (("text_column", text_column), ("image_column", image_column)):
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise InputError(f"{{param:{name}}} must name a column, got {value!r}")
-    # Whatever the model, every example kept costs its vectors (at least 64 bytes): a bound before any work.
-    return DataRequest(data=data, split=split, limit=validate.integer(param("limit"), limit, maximum=available_memory() // 64),
-                       batch_size=parse_batch_size(batch_size), keep_duplicates=bool(keep_duplicates),
-                       text_column=text_column, image_column=image_column, convert_rgb=bool(convert_rgb))
 
 
 # --------------------------------------------------------------------------- checks
 
 
 def run_checks(fs: FeatureSet, settings: Settings, *, sweep: bool = False, label: str = "") -> tuple[dict, Sweep | None, dict]:
-    """GP, A1, A2, A3 (and optionally the sweep) on one reduced feature set, under ``settings``."""
+    """Every registered check (:data:`~mhaaudit.checks.REGISTRY`: GP, A1, A2, A3) and optionally the
+    sweep on one reduced feature set, under ``settings``: (results by check, sweep or None, timings in s)."""
+
     rule = settings.rule(fs.dtype)
-    T, n, d = fs.T, fs.n, fs.d
     timings: dict = {}
     tests: dict = {}
     t0 = time.perf_counter()
-    tests["assumption_2"] = fs.assumption_2(rule)
-    q_stats = set_stats(fs.queries, rule)
-    a3_stats = set_stats(fs.a3, rule)
+    exact = [c for c in REGISTRY.values() if not c.estimated]
+    sampled = [c for c in REGISTRY.values() if c.estimated]
+    for c in exact:
+        tests[c.name] = _with_seed(c.decide(fs, rule=rule), settings.seed)
+    swept = ["queries"] if sweep else []  # the sweep is the queries' Kruskal-rank curve (Figure 1)
+    stats = {v: set_stats(getattr(fs, v), rule) for v in dict.fromkeys([*(c.vectors for c in sampled), *swept])}
     timings["set ranks"] = round(time.perf_counter() - t0, 3)
-    common = dict(samples=settings.samples, threshold=settings.threshold, seed=settings.seed, rule=rule,
-                  device=settings.device)
-    for check, X, k, st in (("general_position", fs.queries, min(T, d), q_stats), ("assumption_1", fs.queries, n, q_stats),
-                            ("assumption_3", fs.a3, n, a3_stats)):
+    common = dict(samples=settings.samples, threshold=settings.threshold, seed=settings.seed, device=settings.device)
+    for c in sampled:
         t0 = time.perf_counter()
-        with task(f"{label} {check} (k = {k})", settings.samples, settings.progress) as adv:
-            tests[check] = subset_test(X, k, check=check, title=CHECK_TITLES[check], stats=st, progress=adv,
-                                       stop_when_decided=settings.stop_when_decided, **common)
-        timings[check] = round(time.perf_counter() - t0, 3)
+        with task(f"{label} {c.name} (k = {c.k(fs.n, fs.T, fs.d)})", settings.samples, settings.progress) as adv:
+            tests[c.name] = c.decide(fs, rule=rule, stats=stats[c.vectors], progress=adv,
+                                     stop_when_decided=settings.stop_when_decided, **common)
+        timings[c.name] = round(time.perf_counter() - t0, 3)
     sw = None
     if sweep:
         t0 = time.perf_counter()
         with task(f"{label} sweep", settings.samples, settings.progress) as adv:
-            sw = kruskal_sweep(fs.queries, stats=q_stats, progress=adv, **common)
+            sw = kruskal_sweep(fs.queries, stats=stats["queries"], progress=adv, rule=rule, **common)
         timings["sweep"] = round(time.perf_counter() - t0, 3)
     return tests, sw, timings
 
 
+def _with_seed(result, seed: int):
+    """An exact check's result with the audit's seed in its record (a sampled check has its own)."""
+    return replace(result, seed=seed) if isinstance(result, ContextRankResult) else result
+
+
+@keyword_conveniences
 def check_features(fs: FeatureSet, *, samples: int = DEFAULT_SAMPLES, threshold: float = DEFAULT_THRESHOLD, seed: int = 0,
                    rtol: float | None = None, atol: float | None = None, device="auto", sweep: bool = False,
-                   progress: bool = False, label: str = "", stop_when_decided: bool = True) -> tuple[dict, Sweep | None, dict]:
+                   progress: bool = False, label: str = "", stop_when_decided: bool = True,
+                   settings: Settings | None = None, given: frozenset[str] = frozenset()) -> tuple[dict, Sweep | None, dict]:
     """GP, A1, A2, A3 (and optionally the sweep) on one reduced feature set (:func:`run_checks`
-    with the settings resolved from these arguments; the defaults are :func:`audit`'s)."""
-    settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
-                                stop_when_decided=stop_when_decided, progress=progress)
-    return run_checks(fs, settings, sweep=sweep, label=label)
+    under ``settings``, or the settings these keywords build; the defaults are :func:`audit`'s). A
+    keyword given beside ``settings`` that says otherwise is an InputError."""
+    run = build_settings(settings, {k: v for k, v in locals().items() if k in KEYWORDS}, given)
+    return run_checks(fs, run, sweep=sweep, label=label)
 
 
 def _column(p: Probe, got: Captured, settings: Settings, sweep: bool) -> Column:
@@ -486,20 +600,41 @@ def _column(p: Probe, got: Captured, settings: Settings, sweep: bool) -> Column:
                 if "not RGB" in (got.skips or {}) and got.image_policy.startswith("RGB only") else "")
         raise DataError(f"the data gave only {fs.T} usable examples, but Assumptions 1 and 3 draw n = {fs.n} of the "
                         f"T examples, so T must be at least {fs.n}{skipped}{dropped}{hint}; supply more data")
-    col.features = fs
+    col.features, col.T = fs, fs.T
     col.weights_source = fs.meta.get("weights_source", "")
+    col.weights_read = fs.meta.get("weights_read")
     col.tests, col.sweep, col.timings = run_checks(fs, settings, sweep=sweep, label=p.variant)
+    col.bound, col.bound_hint = memorisation_bound(got.info, col)
     return col
 
 
+def memorisation_bound(info: dict, col: Column) -> tuple[CapacityBound | None, str]:
+    """What Theorem 1 / Remark 1 concludes from one audited column's verdicts, with the model's
+    heads: the bound (None when the model does not say its heads, width and length), and, when
+    the theorem gives no count, what would give one (else "")."""
+    H, dh, n, d = info.get("num_heads"), info.get("head_dim"), info.get("n"), info.get("d")
+    if col.status != "ok" or not (isinstance(H, int) and isinstance(dh, int) and isinstance(n, int) and isinstance(d, int)
+                                  and min(H, dh, n, d) > 0):
+        return None, ""
+    a1, a2 = col.tests.get("assumption_1"), col.tests.get("assumption_2")
+    est = col.sweep.estimate if col.sweep is not None and col.sweep.estimate >= 1 else None
+    b = theorem1_bound(heads=H, head_dim=dh, n=n, d=d, a1_holds=a1.verdict == "holds" if a1 else None,
+                       a2_holds=a2.verdict == "holds" if a2 else None, kruskal_estimate=est)
+    hint = ""
+    if not b.applies and est is None and not (a1 and a1.verdict == "holds"):
+        hint = "run with --sweep for a Remark 1 count from the estimated Kruskal rank"
+    return b, hint
+
+
 @shared
+@keyword_conveniences
 def audit(
-    model: str,
+    model: str | ModelRequest,
     *,
     variants: Sequence[str] | None = None,
     layer: int | None = None,
     layers: Sequence[int] | None = None,
-    data: str | None = None,
+    data: str | DataRequest | None = None,
     split: str = "train",
     limit: int = 2000,
     batch_size: int | str = 32,
@@ -523,8 +658,16 @@ def audit(
     text_column: str | None = None,
     image_column: str | None = None,
     convert_rgb: bool = False,
+    settings: Settings | None = None,
+    given: frozenset[str] = frozenset(),
 ) -> AuditResult:
     """Audit ``model`` on ``data``: the paper's Table 1 (images) or Table 3 (text) and more.
+
+    ``model``, ``data`` and ``settings`` may be the request objects (:class:`~mhaaudit.request.ModelRequest`,
+    :class:`~mhaaudit.request.DataRequest`, :class:`~mhaaudit.settings.Settings`); the loading,
+    data and settings keywords are conveniences that build them in one place
+    (:func:`~mhaaudit.request.build_requests`), and one given beside an object that says otherwise
+    is an InputError.
 
     ``weights`` is a local folder or file with trained weights for the ``trained`` column(s)
     (refused when no trained column is audited). ``layer`` (default 1) is the depth of the image
@@ -540,24 +683,36 @@ def audit(
     are in ``AuditResult.skips`` by cause; a run that gets fewer than ``limit`` examples says so
     in the notes and the table.
     """
-    settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
-                                stop_when_decided=stop_when_decided, progress=progress)
-    request = model_request(model, backend=backend, weights=weights, context_length=context_length,
-                            query_index=query_index, revision=revision, trust_remote_code=trust_remote_code)
-    data_req = data_request(data, split, limit, batch_size, keep_duplicates, text_column=text_column,
-                            image_column=image_column, convert_rgb=convert_rgb)
+    req = build_requests(model, data, settings, {k: v for k, v in locals().items() if k in KEYWORDS}, given)
+    return _audit(req, _Columns(variants, layer, layers, sweep), on_note)
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """What the audit measures: the probe points (``plan_probes``) and whether each gets the sweep."""
+
+    variants: Sequence[str] | None
+    layer: int | None
+    layers: Sequence[int] | None
+    sweep: bool
+
+
+def _audit(req: Requests, cols: _Columns, on_note: Callable[[str], None] | None) -> AuditResult:
+
+    request, data_req, settings = req
     t_start = time.perf_counter()
-    probes = plan_probes(modality_of(model, backend=backend, weights_path=weights), variants, layers, layer)
-    if weights is not None and not any(p.init == "trained" for p in probes):
+    probes = plan_probes(modality_of(request.model, backend=request.backend, weights_path=request.weights_path),
+                         cols.variants, cols.layers, cols.layer)
+    if request.weights_path is not None and not any(p.init == "trained" for p in probes):
         raise InputError("{param:weights} has no effect without a trained column; add trained to {param:variants}")
     got = collect_features(request, probes, data_req, settings, on_note=on_note)
     if not got.features:  # every column unavailable: there is nothing to audit, and that is no success
         raise OfflineError("no column could be audited: " + "; ".join(dict.fromkeys(got.unavailable.values())))
-    columns = [_column(p, got, settings, sweep) for p in probes]
+    columns = [_column(p, got, settings, cols.sweep) for p in probes]
     run = dict(settings.as_dict(), limit=data_req.limit, batch_size=got.batch.get("size", data_req.batch_size),
-               batch_size_choice=got.batch.get("how"), layer=1 if layer is None else layer,
-               layers=list(layers) if layers is not None else None, **describe())
+               batch_size_choice=got.batch.get("how"), layer=1 if cols.layer is None else cols.layer,
+               layers=list(cols.layers) if cols.layers is not None else None, **describe())
     got.timings["total"] = round(time.perf_counter() - t_start, 3)
-    return AuditResult(model=model, info=got.info, data=got.data, columns=columns, settings=run, timings=got.timings,
+    return AuditResult(model=request.model, info=got.info, data=got.data, columns=columns, settings=run, timings=got.timings,
                        skipped=got.skipped, notes=got.notes, duplicates=got.duplicates, skips=got.skips,
                        image_policy=got.image_policy)

@@ -14,9 +14,8 @@ needs it does not load it.
 
 from __future__ import annotations
 
-import os
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Callable, Sequence
 
 import torch
 

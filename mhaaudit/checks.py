@@ -10,13 +10,16 @@
 
 A Monte-Carlo "holds" is an estimate (``mhaaudit.kruskal``); a dependent subset found is a
 proof. ``REGISTRY`` maps each check's name to a ``Check``: its function, what it means, which
-vectors it reads and what its size k is. Nothing here imports models or data.
+vectors it reads and what its size k is. The audit runs every registered check on every column,
+``mhaaudit kruskal`` names a test after the check whose size it is (``check_for_size``), and the
+table, the JSON and the parquet rows show whatever the registry holds: adding a check is one
+entry plus its function. Nothing here imports models or data.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
@@ -28,7 +31,7 @@ from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
 
 def _inverse_iteration_sigma(G: torch.Tensor, iters: int = 12):
     """Estimates of (sigma_min, sigma_max) of the rows behind positive-definite Gram matrices."""
-    L, info = torch.linalg.cholesky_ex(G)
+    L, _info = torch.linalg.cholesky_ex(G)
     B, k, _ = G.shape
     v = torch.ones(B, k, 1, dtype=G.dtype, device=G.device)
     w = v.clone()
@@ -92,7 +95,7 @@ class ContextRankResult:
     d: int
     full: int
     deficient: int
-    rank_histogram: dict
+    rank_histogram: dict[int, int]
     min_margin: float  # min over examples of sigma_min / tol (> 1 means full rank with room)
     worst_example: int
     worst_sigma_min: float
@@ -102,6 +105,7 @@ class ContextRankResult:
     reason: str
     deficient_examples: tuple[int, ...] = ()
     check: str = "assumption_2"
+    seed: int | None = None  # the audit's seed, for the record (no draws are made: every example is decided)
 
     @property
     def exact_status(self) -> str:
@@ -119,7 +123,8 @@ class ContextRankResult:
     def proven(self) -> bool:
         return self.exact_status != "undecided"
 
-    def record(self, seed: int | None = None) -> dict:
+    def record(self) -> dict:
+        """The row of a results table (the columns of ``tables.TEST_COLUMNS``), as ``SubsetTest.record`` gives its own."""
         frac = self.full / self.T if self.T else 0.0
         return {
             "check": self.check,
@@ -138,9 +143,10 @@ class ContextRankResult:
             "scope": "per-example",
             "reason": self.reason,
             "tolerance": self.rule.describe(),
-            "seed": seed,
+            "seed": self.seed,
             "witness": list(self.deficient_examples[:20]),
             "witness_singular_values": [],
+            "witness_tol": None,
             "rank_histogram": {str(k): v for k, v in sorted(self.rank_histogram.items())},
             "exact_rechecks": 0,
             "sampled": False,
@@ -163,7 +169,7 @@ class ContextRanks:
     tols: list = field(default_factory=list)
 
     def update(self, E: torch.Tensor) -> None:
-        B, n, d = E.shape
+        _B, n, d = E.shape
         if self.n is None:
             self.n, self.d = n, d
         elif (n, d) != (self.n, self.d):
@@ -262,16 +268,51 @@ def general_position(queries, **kw) -> SubsetTest:
 
 @dataclass(frozen=True)
 class Check:
-    """One of the paper's checks: what it runs, what it means, on which vectors, at which size."""
+    """One of the paper's checks: what it runs, what it means, on which vectors, at which size.
+
+    ``run`` is the check's public function on tensors. A run of the tool (the audit of a feature
+    set, ``mhaaudit kruskal``) decides the check with :meth:`decide`: on the ``vectors`` it names
+    (``queries`` or ``a3``: T x d; ``contexts``: the per-example context statistics of
+    :class:`ContextRanks`) at the size ``k(n, T, d)``. An estimated check is decided there by the
+    Monte-Carlo Kruskal test (:func:`~mhaaudit.kruskal.subset_test`, what ``run`` calls); a check
+    decided otherwise gives ``measure(features, k, rule)``. Adding a check is one entry in
+    :data:`REGISTRY` plus its function: the audit, ``kruskal``, the tables, the JSON and the
+    parquet rows all read the registry.
+    """
 
     name: str
     title: str
     meaning: str
     vectors: str  # queries | contexts | a3 (query + mean of context rows)
-    size: str  # what k is, in words
+    size: str  # what k is, in words: "k = ..." (a subset size) or "rank ..." (a matrix rank)
     k: Callable[[int, int, int], int]  # (n, T, d) -> the size k it tests
     run: Callable
     estimated: bool  # a Monte-Carlo estimate (True) or an exact count (False)
+    measure: Callable | None = None  # (features, k, rule) -> result, for a check not decided by subset_test
+
+    def size_at(self, n, T, d) -> str:
+        """The size as a table shows it, with the numbers put in (``k = 16``, ``rank 5``)."""
+        word = self.size.split(" ")[0]
+        return f"{word} = {self.k(n, T, d)}" if word == "k" else f"{word} {self.k(n, T, d)}"
+
+    def decide(self, features, *, rule: RankRule, stats=None, **draws):
+        """The check's result on ``features`` (anything with ``queries``, ``a3``, ``context``, ``n``,
+        ``d`` and ``T``, as a :class:`~mhaaudit.features.FeatureSet`), under ``rule``.
+
+        ``stats`` is the whole set's :class:`SetStats` of the vectors (computed here when None);
+        ``draws`` go to :func:`~mhaaudit.kruskal.subset_test` (samples, threshold, seed, device,
+        stop_when_decided, progress) and are unused by a check with its own ``measure``.
+        """
+        k = self.k(features.n, features.T, features.d)
+        if self.measure is not None:
+            return self.measure(features, k, rule)
+        return subset_test(getattr(features, self.vectors), k, check=self.name, title=self.title, rule=rule, stats=stats,
+                           **draws)
+
+
+def _assumption_2_of(features, k: int, rule: RankRule) -> ContextRankResult:
+    """Assumption 2 from the context statistics a streaming reduction kept (exact counts)."""
+    return assumption_2_from_arrays(features.context, n=features.n, d=features.d, rule=rule)
 
 
 REGISTRY: dict[str, Check] = {
@@ -284,22 +325,60 @@ REGISTRY: dict[str, Check] = {
               "queries", "k = n", lambda n, T, d: n, assumption_1, True),
         Check("assumption_2", "Assumption 2",
               "every example's n context tokens are linearly independent (rank E_t = n)",
-              "contexts", "rank n", lambda n, T, d: n, assumption_2, False),
+              "contexts", "rank n", lambda n, T, d: n, assumption_2, False, measure=_assumption_2_of),
         Check("assumption_3", "Assumption 3", "every n vectors query + mean(context) are linearly independent",
               "a3", "k = n", lambda n, T, d: n, assumption_3, True),
     )
 }
-CHECKS = tuple(REGISTRY)  # the names, in the order the report shows them
-CHECK_TITLES = {**{c.name: c.title for c in REGISTRY.values()}, "kruskal": "Kruskal test"}
-CHECK_MEANING = {c.name: c.meaning for c in REGISTRY.values()}
+CHECKS = tuple(REGISTRY)  # the built-in checks' names, in the order the report shows them
+
+
+class _Field(Mapping):
+    """A live view of one field of every registered check, by name (and ``extra`` names)."""
+
+    def __init__(self, field_name: str, extra: dict[str, str] | None = None):
+        self._field, self._extra = field_name, extra or {}
+
+    def __getitem__(self, name: str) -> str:
+        if name in REGISTRY:
+            return getattr(REGISTRY[name], self._field)
+        return self._extra[name]
+
+    def __iter__(self):
+        return iter([*REGISTRY, *(k for k in self._extra if k not in REGISTRY)])
+
+    def __len__(self) -> int:
+        return len(list(iter(self)))
+
+
+CHECK_TITLES: Mapping[str, str] = _Field("title", {"kruskal": "Kruskal test"})
+CHECK_MEANING: Mapping[str, str] = _Field("meaning")
+
+
+def check_for_size(k: int, *, n: int | None, T: int, d: int, vectors: str) -> str:
+    """The check a Kruskal test of ``vectors`` at size ``k`` answers, or ``"kruskal"`` when none does.
+
+    Of the estimated checks on those vectors whose size is ``k``, the one with the smallest size
+    in general wins: at k = n = min(T, d), Assumption 1 (k = n) names the test, not General
+    Position (k = min(T, d)), which asks the same there. Without n only the sizes that do not
+    depend on n are known.
+    """
+    big = 1 << 62
+    fits = [c for c in REGISTRY.values() if c.estimated and c.vectors == vectors
+            and (n is not None or _sized_without_n(c)) and c.k(n if n is not None else 0, T, d) == k]
+    return min(fits, key=lambda c: c.k(n if n is not None else big, big, big)).name if fits else "kruskal"
+
+
+def _sized_without_n(check: Check) -> bool:
+    return check.k(0, 1 << 62, 1 << 62) == check.k(1, 1 << 62, 1 << 62)
 
 
 __all__ = [
     "CHECKS",
     "CHECK_MEANING",
     "CHECK_TITLES",
-    "Check",
     "REGISTRY",
+    "Check",
     "ContextRankResult",
     "ContextRanks",
     "SetStats",
@@ -307,6 +386,7 @@ __all__ = [
     "assumption_2",
     "assumption_2_from_arrays",
     "assumption_3",
+    "check_for_size",
     "context_ranks",
     "general_position",
 ]

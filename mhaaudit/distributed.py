@@ -60,6 +60,7 @@ command, and ``mhaaudit --help`` answers without torch.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import importlib
 import io
@@ -68,13 +69,15 @@ import pickle
 import socket
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from .errors import InputError, MhaauditError, one_line, param
 
-__all__ = ["RankCrashed", "RankFailed", "Session", "describe", "launched", "leave", "lockstep", "lost_rank_line", "run_cli", "session", "shared"]
+__all__ = ["RankCrashed", "RankFailed", "Session", "SingleProcess", "current", "describe", "launched", "leave", "lockstep",
+           "lost_rank_line", "run_cli", "session", "shared"]
 
 TIMEOUT_ENV = "MHAAUDIT_DIST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 300.0
@@ -181,7 +184,7 @@ class Session:
             raise RankFailed(f"the {self.world_size} processes disagree about {what}: rank 0 has {values[0]!r}, "
                              f"rank {odd[0]} has {values[odd[0]]!r}; give every node the same files")
 
-    def deal(self, batches: Iterable | None) -> Iterator[tuple[int, Any]]:
+    def deal(self, batches: Iterable | None) -> Iterator[tuple[int | None, Any]]:
         """This rank's ``(batch index, batch)`` of the batches rank 0 reads: batch b goes to rank b mod N.
 
         Rank 0 passes the batches; the other ranks pass None. One round deals N batches and each
@@ -196,7 +199,7 @@ class Session:
             msgs = None
             if source is not None:
                 try:
-                    items = [(start + i, b) for i, b in zip(range(self.world_size), source)]
+                    items = [(start + i, b) for i, b in zip(range(self.world_size), source, strict=False)]
                 except Exception as exc:  # the source failed on rank 0: tell the others, then raise here
                     self.note(exc)
                     self._scatter(dist, [("failed", None)] * self.world_size)
@@ -228,7 +231,7 @@ class Session:
 
         gathered = self.all_gather(({k: v.contiguous() for k, v in rows.items()}, header) if rows else None)
         chunks: list[tuple[int, dict]] = []
-        for got, fed_r in zip(gathered, parts):
+        for got, fed_r in zip(gathered, parts, strict=False):
             if not got or not fed_r:
                 continue
             split = {k: torch.split(v, [s for _, s in fed_r]) for k, v in got[0].items()}
@@ -264,9 +267,10 @@ class Session:
         if self.noted or self.peer_failed or isinstance(exc, (RankFailed, RankCrashed)) or self.store is None:
             return
         if exc is not None:
-            user = isinstance(exc, MhaauditError)
-            code = 2 if user else 3
-            line = one_line(Exception(exc.message_for(param)), 400) if user else f"{type(exc).__name__}: {one_line(exc, 400)}"
+            if isinstance(exc, MhaauditError):
+                code, line = 2, one_line(Exception(exc.message_for(param)), 400)
+            else:
+                code, line = 3, f"{type(exc).__name__}: {one_line(exc, 400)}"
         self.noted = True
         with contextlib.suppress(Exception):
             self.store.set(f"{_PREFIX}failed/{self.rank}", f"{code}\t{line}")
@@ -318,6 +322,69 @@ class Session:
 
     def describe(self) -> dict:
         return {"world_size": self.world_size, "backend": self.backend}
+
+
+@dataclass
+class SingleProcess:
+    """One process as a job of one: the interface of :class:`Session`, with every collective the
+    identity (the code that moves data between ranks runs unchanged, and moves nothing).
+
+    Rank 0 of 1 reads the source and keeps every batch (:meth:`deal` numbers them); a gather returns
+    the one part; a broadcast and an agreement return what they are given; no other rank reads
+    what is published.
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    backend: str = ""
+
+    def all_gather(self, obj) -> list:
+        """``[obj]``: this process's part is every part."""
+        return [obj]
+
+    def all_gather_tensors(self, obj) -> list:
+        """``[obj]``, the tensors where they are."""
+        return [obj]
+
+    def broadcast(self, obj):
+        """``obj`` itself: this process is rank 0."""
+        return obj
+
+    def same(self, value, what: str) -> None:
+        """Nothing to refuse: one process agrees with itself."""
+
+    def deal(self, batches: Iterable | None) -> Iterator[tuple[int, Any]]:
+        """Every batch, numbered: ``(batch index, batch)``."""
+        return enumerate(batches if batches is not None else ())
+
+    def gather_rows(self, rows: dict | None, header, fed: list[tuple[int, int]],
+                    parts: list[list[tuple[int, int]]]) -> tuple[dict | None, Any]:
+        """``(rows, header)`` unchanged: the rows of one process are already in its order."""
+        return rows, header
+
+    def publish(self, key: str, obj) -> None:
+        """Nothing to do: no other rank reads it."""
+
+    def fetch(self, key: str):
+        """Only a rank other than 0 fetches, and a job of one has none: LookupError."""
+        raise LookupError(f"nothing is published to fetch in a single process ({key!r})")
+
+    def note(self, exc: BaseException | None = None, *, code: int | None = None, line: str | None = None) -> None:
+        """No other rank to tell."""
+
+    def describe(self) -> dict:
+        return {"world_size": 1, "backend": None}
+
+
+_ONE_PROCESS = SingleProcess()
+
+
+def current() -> Session | SingleProcess:
+    """The session the work of this process goes through: the :class:`Session` of a launched job
+    (joined on first use), else the :class:`SingleProcess` one."""
+    s = session()
+    return _ONE_PROCESS if s is None else s
 
 
 def lost_rank_line() -> str | None:
@@ -397,11 +464,11 @@ def session() -> Session | None:
     return _SESSION
 
 
-def lockstep() -> Session | None:
+def lockstep() -> Session | SingleProcess:
     """The session when this rank is inside a :func:`shared` call, which every rank makes together
-    (so work may be divided among them); None otherwise."""
+    (so work may be divided among them); otherwise the :class:`SingleProcess` one (all work here)."""
     s = _SESSION
-    return s if s is not None and s.depth > 0 else None
+    return s if s is not None and s.depth > 0 else _ONE_PROCESS
 
 
 def describe() -> dict:
@@ -437,8 +504,9 @@ def _start() -> Session:
             raise RankFailed(f"cannot join the distributed job at {where} as rank {rank} of {world}: "
                              f"{one_line(exc, 200, first_line=True)}") from None
     s = Session(rank=rank, world_size=world, local_rank=local, backend=backend, group=group, store=store)
-    with contextlib.suppress(Exception):
-        store.set(f"{_PREFIX}proc/{rank}", f"{socket.gethostname()}\t{os.getpid()}")
+    if store is not None:  # (no store: nothing to record)
+        with contextlib.suppress(Exception):
+            store.set(f"{_PREFIX}proc/{rank}", f"{socket.gethostname()}\t{os.getpid()}")
     return s
 
 
@@ -477,11 +545,22 @@ def shared(fn: Callable) -> Callable:
 
 def _portable(kwargs: dict) -> dict:
     """Arguments for the ranks that follow rank 0: no callbacks (they belong to rank 0's screen),
-    no progress bars, tensors on the CPU (each rank moves them to its own device)."""
-    out = {k: (None if callable(v) else _on_cpu(v)) for k, v in kwargs.items()}
+    no progress bars (neither the ``progress`` keyword nor a request object's, such as the
+    Settings'), tensors on the CPU (each rank moves them to its own device)."""
+    out = {k: (None if callable(v) else _without_progress(_on_cpu(v))) for k, v in kwargs.items()}
     if isinstance(out.get("progress"), bool):
         out["progress"] = False
+    settings = out.get("settings")
+    if settings is not None and getattr(settings, "progress", False):  # a Settings object: its bars too
+        out["settings"] = dataclasses.replace(settings, progress=False)
     return out
+
+
+def _without_progress(value):
+    """A frozen request object (a dataclass instance with ``progress``) with its bars off; anything else as is."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type) and getattr(value, "progress", False) is True:
+        return dataclasses.replace(value, progress=False)
+    return value
 
 
 def _on_cpu(value):

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
-from typing import Callable, Iterator
-
 
 _PARAM = re.compile(r"\{param:([A-Za-z_][A-Za-z0-9_]*)\}")
 

@@ -22,7 +22,7 @@ import torch
 
 from .checks import ContextRankResult, ContextRanks, assumption_2_from_arrays
 from .errors import InputError, ModelError, OutputError
-from .io import atomic_path, make_output_folder, ordinary_mode, safetensors_header, staged_outputs, stamp
+from .io import atomic_path, make_output_folder, safetensors_header, staged_outputs, stamp
 from .numerics import RankRule
 
 FEATURES_FILE = "features.safetensors"
@@ -102,7 +102,7 @@ class FeatureSet:
         return dest
 
     @classmethod
-    def load(cls, folder: str | Path) -> "FeatureSet":
+    def load(cls, folder: str | Path) -> FeatureSet:
         from safetensors.torch import load_file
 
         folder = Path(folder)
@@ -117,7 +117,7 @@ class FeatureSet:
             safetensors_header(f)  # its stated length checked against the file before anything is read
             t = load_file(str(f))
             meta = json.loads(m.read_text(encoding="utf-8"))
-        except Exception as exc:  # noqa: BLE001 - unreadable, truncated or not what --save-features writes
+        except Exception as exc:  # unreadable, truncated or not what --save-features writes
             raise InputError(f"cannot read saved features in {folder}: {' '.join(str(exc).split())[:200]}") from exc
         n, d, query_index = _check_saved(folder, meta, t)
         ctx = {k: v for k, v in t.items() if k.startswith("context_")}
@@ -175,7 +175,7 @@ class StreamingReducer:
     def update(self, tokens: torch.Tensor) -> None:
         if tokens.ndim != 3:
             raise InputError(f"token batches must be (B, n, d), got {tuple(tokens.shape)}")
-        B, n, d = tokens.shape
+        _B, n, d = tokens.shape
         if tokens.is_floating_point() and not bool(torch.isfinite(tokens).all()):
             raise ModelError("the activations at this probe point hold NaN or infinite values (the model's weights or "
                              "inputs overflow); no rank can be decided on them")
@@ -201,6 +201,7 @@ class StreamingReducer:
         if rows is None:
             raise InputError("no examples were reduced")
         n, d = header
+        assert n is not None and d is not None, "a rank that reduced rows knows their n and d"
         queries, a3 = rows.pop("queries"), rows.pop("a3")
         return FeatureSet(queries=queries, a3=a3, context=rows, n=n, d=d, query_index=self.query_index % n,
                           meta=dict(meta or {}))

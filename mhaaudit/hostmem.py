@@ -20,7 +20,7 @@ import functools
 import os
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["Trimmer", "available_memory", "release", "supported"]
 
@@ -86,8 +86,10 @@ def available_memory() -> int:
         except (ValueError, OSError, AttributeError):  # pragma: no cover - not a POSIX system
             avail = 4 * 2**30
     try:
-        limit = open("/sys/fs/cgroup/memory.max", encoding="ascii").read().strip()
-        used = int(open("/sys/fs/cgroup/memory.current", encoding="ascii").read().strip())
+        with open("/sys/fs/cgroup/memory.max", encoding="ascii") as f:
+            limit = f.read().strip()
+        with open("/sys/fs/cgroup/memory.current", encoding="ascii") as f:
+            used = int(f.read().strip())
         if limit != "max":
             avail = min(avail, max(0, int(limit) - used))
     except (OSError, ValueError):

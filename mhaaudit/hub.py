@@ -46,12 +46,12 @@ def force_offline_env() -> None:
         import huggingface_hub.constants as hc
 
         hc.HF_HUB_OFFLINE = True
-    except Exception:  # pragma: no cover - optional
+    except Exception:  # noqa: BLE001  # pragma: no cover - optional
         pass
     try:
         import datasets.config as dc
 
         dc.HF_HUB_OFFLINE = True
         dc.HF_DATASETS_OFFLINE = True
-    except Exception:  # pragma: no cover - optional
+    except Exception:  # noqa: BLE001  # pragma: no cover - optional
         pass

@@ -13,9 +13,10 @@ import pickle
 import platform
 import tempfile
 import warnings
+from collections.abc import Callable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -39,10 +40,8 @@ def library_versions() -> dict[str, str]:
     out = {"mhaaudit": __version__, "python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__}
 
     for name in ("transformers", "timm", "datasets", "pyarrow", "scipy"):
-        try:
+        with contextlib.suppress(PackageNotFoundError):
             out[name] = version(name)  # read from metadata: no slow imports
-        except PackageNotFoundError:  # pragma: no cover
-            pass
     return out
 
 
@@ -322,11 +321,11 @@ class MappedArray:
     nothing is copied. Pickling sends the description, not the data (a torchrun rank maps the same
     file). ``array`` is the NumPy view; ``shape``, ``ndim`` and ``dtype`` (a torch dtype) describe it."""
 
-    def __init__(self, path, offset: int, dtype, shape, order: str = "C", index: int | None = None):
+    def __init__(self, path, offset: int, dtype, shape, order: Literal["C", "F"] = "C", index: int | None = None):
         self.path, self.offset, self.order, self.index = Path(path), int(offset), order, index
         self.np_dtype = np.dtype(dtype)
         self.file_shape = tuple(int(v) for v in shape)
-        self._array = None
+        self._array: np.ndarray | None = None
 
     @property
     def array(self) -> np.ndarray:
@@ -358,7 +357,7 @@ class MappedArray:
         """The read-only NumPy view of the mapped rows (as ``torch.Tensor.numpy``)."""
         return self.array
 
-    def token(self, index: int) -> "MappedArray":
+    def token(self, index: int) -> MappedArray:
         """The T x d rows of token ``index`` of a T x n x d array (a strided view of the same map)."""
         n = self.file_shape[1]
         return MappedArray(self.path, self.offset, self.np_dtype, self.file_shape, self.order, index % n)
@@ -452,7 +451,7 @@ def _list_column_matrix(column, dtype, path: Path, col: str) -> np.ndarray:
     return out
 
 
-def read_array(path: str | os.PathLike, key: str | None = None) -> tuple["torch.Tensor | MappedArray", str]:
+def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.Tensor | MappedArray, str]:
     """Read a tensor from ``.npy``, ``.pt``, ``.safetensors`` or ``.parquet``.
 
     Returns the tensor (dtype kept: the rank tolerance depends on it) and a description. A
@@ -476,55 +475,73 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple["torch.
         raise InputError(f"unknown feature file type {ext or '(none)'!r} for {p}; use one of {', '.join(FEATURE_EXTENSIONS)}")
     if key is not None and ext == ".npy":
         raise InputError(f"{{param:key}} has no effect on {p}: a .npy file holds one array")
+    readers: dict[str, Callable[[Path, Any], tuple[torch.Tensor | MappedArray, str]]] = {
+        ".npy": _read_npy, ".pt": _read_torch, ".pth": _read_torch, ".safetensors": _read_safetensors,
+        ".parquet": _read_parquet}
+    reader = readers[ext]
     try:
-        if ext == ".npy":
-            _check_npy(p)
-            arr = _load_npy(p)
-            if arr.dtype.kind == "c":
-                raise InputError(f"{p}: complex features ({arr.dtype}) are not supported: linear independence is "
-                                 "decided over the reals, and dropping the imaginary part would prove false things; "
-                                 "give real features")
-            if arr.dtype.kind not in "fiub":
-                raise InputError(f"{p}: array of dtype {arr.dtype} is not numeric")
-            if not arr.dtype.isnative:  # big-endian data is read as numpy reads it, in the machine's order
-                arr = np.asarray(arr).astype(arr.dtype.newbyteorder("="))
-            if isinstance(arr, np.memmap) and arr.dtype in _MAPPED_FLOATS and arr.ndim in (2, 3) and arr.size:
-                return MappedArray(p, arr.offset, arr.dtype, arr.shape, "F" if arr.flags.f_contiguous and arr.ndim > 1
-                                   and not arr.flags.c_contiguous else "C"), f"{p} (npy, memory-mapped)"
-            return torch.from_numpy(np.array(arr)), f"{p} (npy)"
-        if ext in (".pt", ".pth"):
-            _refuse_unless_readable(p)
-
-            with warnings.catch_warnings():  # a bad file is reported as one error, without warnings
-                warnings.simplefilter("ignore")
-                try:
-                    obj = torch.load(p, map_location="cpu", weights_only=True)
-                except Exception as exc:  # noqa: BLE001 - corrupt, empty, or a pickle that is refused
-                    raise InputError(f"cannot read {p}: {torch_load_reason(exc)}") from exc
-            if isinstance(obj, dict):
-                return _pick(obj, key, p), f"{p} (torch{', ' + repr(key) if key else ''})"
-            if not isinstance(obj, torch.Tensor):
-                raise InputError(f"{p}: expected a tensor or a dict of tensors, found {type(obj).__name__}")
-            if key is not None:
-                raise InputError(f"{{param:key}} has no effect on {p}: it holds one tensor, not a dict of them")
-            return obj, f"{p} (torch)"
-        if ext == ".safetensors":
-            safetensors_header(p)  # its stated length checked against the file before anything is read
-            mapped = _map_safetensors(p, key)
-            if mapped is not None:
-                return mapped, f"{p} (safetensors{', ' + repr(key) if key else ''}, memory-mapped)"
-            from safetensors.torch import load_file
-
-            tensors = load_file(str(p))
-            return _pick(tensors, key, p), f"{p} (safetensors{', ' + repr(key) if key else ''})"
-        refuse_results_file(p)
-        _refuse_unless_readable(p)
-        arr, what = _from_parquet(p, key)
-        return torch.from_numpy(arr), f"{p} (parquet, {what})"
+        return reader(p, key)
     except InputError:
         raise
     except Exception as exc:
         raise InputError(f"cannot read {p}: {' '.join(str(exc).split())[:200]}") from exc
+
+
+def _read_npy(p: Path, key: None) -> tuple[torch.Tensor | MappedArray, str]:
+    """A real numeric ``.npy`` array; a floating-point matrix (or T x n x d array) memory-mapped."""
+    _check_npy(p)
+    arr = _load_npy(p)
+    if arr.dtype.kind == "c":
+        raise InputError(f"{p}: complex features ({arr.dtype}) are not supported: linear independence is "
+                         "decided over the reals, and dropping the imaginary part would prove false things; "
+                         "give real features")
+    if arr.dtype.kind not in "fiub":
+        raise InputError(f"{p}: array of dtype {arr.dtype} is not numeric")
+    if not arr.dtype.isnative:  # big-endian data is read as numpy reads it, in the machine's order
+        arr = np.asarray(arr).astype(arr.dtype.newbyteorder("="))
+    if isinstance(arr, np.memmap) and arr.dtype in _MAPPED_FLOATS and arr.ndim in (2, 3) and arr.size:
+        return MappedArray(p, arr.offset, arr.dtype, arr.shape, "F" if arr.flags.f_contiguous and arr.ndim > 1
+                           and not arr.flags.c_contiguous else "C"), f"{p} (npy, memory-mapped)"
+    return torch.from_numpy(np.array(arr)), f"{p} (npy)"
+
+
+def _read_torch(p: Path, key: str | None) -> tuple[torch.Tensor, str]:
+    """A tensor saved with ``torch.save`` (weights only), or the ``key`` entry of a saved dict of them."""
+    _refuse_unless_readable(p)
+
+    with warnings.catch_warnings():  # a bad file is reported as one error, without warnings
+        warnings.simplefilter("ignore")
+        try:
+            obj = torch.load(p, map_location="cpu", weights_only=True)
+        except Exception as exc:  # corrupt, empty, or a pickle that is refused
+            raise InputError(f"cannot read {p}: {torch_load_reason(exc)}") from exc
+    if isinstance(obj, dict):
+        return _pick(obj, key, p), f"{p} (torch{', ' + repr(key) if key else ''})"
+    if not isinstance(obj, torch.Tensor):
+        raise InputError(f"{p}: expected a tensor or a dict of tensors, found {type(obj).__name__}")
+    if key is not None:
+        raise InputError(f"{{param:key}} has no effect on {p}: it holds one tensor, not a dict of them")
+    return obj, f"{p} (torch)"
+
+
+def _read_safetensors(p: Path, key: str | None) -> tuple[torch.Tensor | MappedArray, str]:
+    """A ``.safetensors`` tensor (``key``, or the only one), memory-mapped where its dtype and shape allow."""
+    safetensors_header(p)  # its stated length checked against the file before anything is read
+    mapped = _map_safetensors(p, key)
+    if mapped is not None:
+        return mapped, f"{p} (safetensors{', ' + repr(key) if key else ''}, memory-mapped)"
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(p))
+    return _pick(tensors, key, p), f"{p} (safetensors{', ' + repr(key) if key else ''})"
+
+
+def _read_parquet(p: Path, key: str | None) -> tuple[torch.Tensor, str]:
+    """A T x d matrix from a parquet file's feature column(s); a results file of mhaaudit is refused."""
+    refuse_results_file(p)
+    _refuse_unless_readable(p)
+    arr, what = _from_parquet(p, key)
+    return torch.from_numpy(arr), f"{p} (parquet, {what})"
 
 
 def refuse_results_file(p: Path) -> None:
@@ -557,7 +574,8 @@ def _pick(tensors: dict, key: str | None, p: Path) -> torch.Tensor:
     raise InputError(f"{p} holds several tensors ({shown}); choose one with {{param:key}}")
 
 
-def to_query_matrix(arr: "torch.Tensor | MappedArray", query_index: int | None, source: str) -> tuple[torch.Tensor, str]:
+def to_query_matrix(arr: torch.Tensor | MappedArray, query_index: int | None,
+                    source: str) -> tuple[torch.Tensor | MappedArray, str]:
     """A T x d matrix from a T x d array, or from T x n x d tokens with ``query_index``."""
     if arr.ndim == 2:
         if query_index is not None:

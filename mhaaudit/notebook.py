@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import warnings
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 
 def in_notebook() -> bool:
@@ -28,7 +28,7 @@ def in_notebook() -> bool:
         return False
     try:
         shell = ipython.get_ipython()
-    except Exception:  # pragma: no cover - a broken IPython install: no notebook
+    except Exception:  # noqa: BLE001  # pragma: no cover - a broken IPython install: no notebook
         return False
     return shell is not None and getattr(shell, "kernel", None) is not None
 
@@ -37,7 +37,7 @@ def has_widgets() -> bool:
     """Whether ipywidgets can be imported (tqdm's notebook bars need it)."""
     try:
         import ipywidgets  # noqa: F401
-    except Exception:
+    except Exception:  # noqa: BLE001 - a broken ipywidgets install means no widgets
         return False
     return True
 
@@ -52,10 +52,8 @@ def quiet_tqdm_fallback() -> None:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        try:
+        with contextlib.suppress(Exception):  # tqdm is a dependency of transformers; never fail here
             import tqdm.autonotebook  # noqa: F401
-        except Exception:  # pragma: no cover - tqdm is a dependency of transformers
-            pass
 
 
 @contextlib.contextmanager
@@ -70,7 +68,10 @@ def notebook_task(description: str, total: int | None) -> Iterator[Callable[[int
                    dynamic_ncols=False, ncols=None if has_widgets() else 100)
     ok = False
     try:
-        yield lambda n=1: bar.update(n)
+        def advance(n: int = 1) -> None:
+            bar.update(n)
+
+        yield advance
         ok = True
     finally:
         if ok:

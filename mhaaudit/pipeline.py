@@ -28,9 +28,10 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import torch
 
@@ -40,6 +41,7 @@ from .hostmem import Trimmer
 from .models import load_model
 from .models.probe import full_float32
 from .progress import status, task
+from .request import DataRequest, ModelRequest
 from .settings import Settings
 from .sources import (
     DuplicateFinder,
@@ -54,33 +56,6 @@ from .sources.duplicates import batch_keys
 __all__ = ["DataInfo", "DataRequest", "ModelRequest", "example_batches", "load", "stream"]
 
 Consumer = Callable[[dict[int, torch.Tensor]], None]
-
-
-@dataclass(frozen=True)
-class ModelRequest:
-    """What the user named: the model, how to load it, and which token is the query."""
-
-    model: str
-    backend: str | None = None  # "hf" | "timm" | None (detect)
-    weights_path: str | None = None  # local folder or file with trained weights
-    context_length: int | None = None  # text models: tokens per example n
-    query_index: int | None = None  # None: the model's own ([CLS] or last token)
-    revision: str | None = None  # branch, tag or commit of a hub model
-    trust_remote_code: bool = False  # let a repository's own model code run
-
-
-@dataclass(frozen=True)
-class DataRequest:
-    """Where the examples come from and how many are read per forward pass."""
-
-    data: str | None = None  # None: the built-in offline default
-    split: str = "train"
-    limit: int = 2000
-    batch_size: int | str = 32  # or "auto" (see mhaaudit.batching)
-    keep_duplicates: bool = False  # exact duplicate inputs are dropped unless asked to keep them
-    text_column: str | None = None  # the column/field holding text (None: found, see sources.choose_column)
-    image_column: str | None = None  # the column holding images (None: found)
-    convert_rgb: bool = False  # convert images of other modes to RGB (torchvision's rule) instead of skipping them
 
 
 @dataclass
@@ -102,7 +77,7 @@ class DataInfo:
     source: Any = field(default=None, repr=False)  # learns how many items it skipped as it is read
     fed: list = field(default_factory=list)
     parts: list = field(default_factory=list)
-    shard: Any = field(default=None, repr=False)  # the distributed Session that dealt the batches, or None
+    shard: Any = field(default_factory=distributed.SingleProcess, repr=False)  # the session that dealt the batches
     batch: dict = field(default_factory=dict)  # the batch size used and how it was chosen (BatchChoice.as_dict())
 
     def settle(self) -> None:
@@ -118,8 +93,6 @@ class DataInfo:
         example, in single-process order, with their ``header`` (what describes them): every
         rank's rows, gathered, when the batches were dealt among ranks; ``(rows, header)`` itself
         in one process. The rows are None when no rank fed any batch."""
-        if self.shard is None:
-            return rows, header
         return self.shard.gather_rows(rows, header, self.fed, self.parts)
 
 
@@ -164,6 +137,8 @@ def example_batches(pm, data: DataRequest, seed: int, notes: list[str],
                            image_column=data.image_column, convert_rgb=data.convert_rgb)
         if need is not None:
             _refuse_too_few_images(src, need, data.limit)
+        if not isinstance(data.batch_size, int):  # stream() resolves "auto" before it reads examples
+            raise TypeError(f"example_batches needs a resolved batch size, got {data.batch_size!r}")
         return DataInfo(name=src.name, source=src, policy=src.policy), src.batches(data.batch_size)
     if data.image_column is not None or data.convert_rgb:
         given = "{param:image_column}" if data.image_column is not None else "{param:convert_rgb}"
@@ -203,7 +178,7 @@ def _text_batches(pm, data: DataRequest, seed: int, notes: list[str],
         vocab = int(getattr(pm.config, "vocab_size", 0) or 0)
         tok, tok_desc = offline_tokenizer(info.family, vocab)
         notes.append(f"tokenizer: {tok_desc} (no tokenizer shipped with the model offline)")
-    decoder = info.query_index == info.n - 1 and info.n > 1
+    decoder = info.decoder  # decided at load (ModelInfo.decoder)
     build = gpt_window_examples if decoder else bert_pair_examples
     with status(f"Building {data.limit} text examples of n = {info.n} tokens", progress):
         ex = build(src, tok, info.n, data.limit, seed=seed, distinct=not data.keep_duplicates)
@@ -268,10 +243,10 @@ def _prefetched(pm, raw_batches: Iterable[tuple[int, Any]]) -> Iterator[tuple[in
                 continue
             fut = (index, None if raw is None else pool.submit(_prepare, pm, raw))  # None: this rank's turn is empty
             if pending is not None:
-                yield pending[0], pending[1] and pending[1].result()
+                yield pending[0], None if pending[1] is None else pending[1].result()
             pending = fut
         if pending is not None:
-            yield pending[0], pending[1] and pending[1].result()
+            yield pending[0], None if pending[1] is None else pending[1].result()
 
 
 def _read_ahead(items: Iterator, depth: int) -> Iterator:
@@ -296,7 +271,7 @@ def _read_ahead(items: Iterator, depth: int) -> Iterator:
                 if not put((True, x)):
                     return
             put((True, end))
-        except BaseException as exc:  # handed to the reading side
+        except BaseException as exc:  # noqa: BLE001 - handed to the reading side
             put((False, exc))
 
     reader = threading.Thread(target=fill, name="mhaaudit-read", daemon=True)
@@ -316,11 +291,8 @@ def _read_ahead(items: Iterator, depth: int) -> Iterator:
 
 def _assigned(pm, data: DataRequest, settings: Settings, notes: list[str], shard,
               need: int | None = None) -> tuple[DataInfo, Iterator]:
-    """``(batch index, raw batch)`` for this process: every batch in one process; under a
-    distributed session, the batches rank 0 deals to this rank."""
-    if shard is None:
-        info, raw = example_batches(pm, data, settings.seed, notes, need, settings.progress)
-        return info, _read_ahead(enumerate(raw), 2)
+    """``(batch index, raw batch)`` for this process: the batches rank 0 reads and deals to this
+    rank (every batch in one process), read ahead on a helper thread."""
     if shard.rank == 0:
         try:
             info, raw = example_batches(pm, data, settings.seed, notes, need, settings.progress)
@@ -344,9 +316,6 @@ def _settle(info: DataInfo, notes: list[str], first_note: int) -> None:
     notes) and which batches every rank fed."""
     info.settle()
     shard = info.shard
-    if shard is None:
-        info.parts = [info.fed]
-        return
     info.parts = shard.all_gather(info.fed)
     name, skipped, skips, policy, dups, dups_line, new_notes = shard.broadcast(
         (info.name, info.skipped, info.skips, info.policy, info.duplicates, info.duplicates_line, notes[first_note:]))
@@ -361,15 +330,16 @@ def _without_duplicates(finder, index: int | None, inputs: dict | None, shard) -
     """``inputs`` less the examples that repeat an earlier input exactly (kept with
     ``--keep-duplicates``). Under torchrun the ranks exchange the keys of each round's batches and
     feed them to their finders in batch order, so every rank drops what one process would."""
-    if shard is None:
-        return finder.filter(inputs)[0]
 
     keep = None
     for b, keys in sorted((x for x in shard.all_gather((index, batch_keys(inputs) if inputs is not None else None))
                            if x[1] is not None), key=lambda x: x[0]):
         mask = finder.add(keys)
         keep = mask if b == index else keep
-    if inputs is None or all(keep):
+    if inputs is None:
+        return inputs
+    assert keep is not None, "this rank's own keys came back from the exchange"
+    if all(keep):
         return inputs
     rows = [i for i, k in enumerate(keep) if k]
     return {name: v[torch.tensor(rows, dtype=torch.long, device=v.device)] if getattr(v, "ndim", 0) >= 1 else v
@@ -384,12 +354,12 @@ def _batch_size(inputs: dict[str, torch.Tensor]) -> int:
 def _batch_choice(pm, data: DataRequest, layers: list[int], shard):
     """The batch size of ``data`` for ``pm`` (``auto`` resolved; under torchrun the smallest any rank chose)."""
     choice = batching.choose_batch_size(pm, layers, data.batch_size, data.limit)
-    if shard is not None and data.batch_size == "auto":
+    if data.batch_size == "auto":
         choice = min(shard.all_gather(choice), key=lambda c: c.size)
     return choice
 
 
-def stream(pm, data: DataRequest, layers: Sequence[int], consumers: Sequence[Consumer], settings: Settings,
+def stream(pm, data: DataRequest, layers: Iterable[int], consumers: Sequence[Consumer], settings: Settings,
            notes: list[str], label: str = "capture", need: int | None = None) -> DataInfo:
     """Feed every example of ``data`` through ``pm`` once and every captured batch to each consumer.
 
@@ -403,7 +373,7 @@ def stream(pm, data: DataRequest, layers: Sequence[int], consumers: Sequence[Con
     """
     t0 = time.perf_counter()
     first_note = len(notes)
-    shard = distributed.session()
+    shard = distributed.current()
     want = sorted(set(int(k) for k in layers))
     batch = _batch_choice(pm, data, want, shard)
     data = replace(data, batch_size=batch.size)
@@ -412,7 +382,7 @@ def stream(pm, data: DataRequest, layers: Sequence[int], consumers: Sequence[Con
     # Images: exact duplicates of what the model sees (its preprocessed pixels) are found before the
     # forward pass. Every pass over the same data (other weights) finds and drops the same ones.
     finder = DuplicateFinder(keep=data.keep_duplicates) if pm.info.modality == "image" else None
-    share, shown = (shard.world_size if shard is not None else 1), 0  # rank 0's bar stands for every rank
+    share, shown = shard.world_size, 0  # rank 0's bar stands for every rank
     trim = Trimmer(every=1.0)  # freed batch buffers go back to the system (see mhaaudit.hostmem)
     with task(label, data.limit, settings.progress) as advance, full_float32():
         for index, inputs in _prefetched(pm, raw):

@@ -6,11 +6,12 @@ never needs it does not load it.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 
-from .checks import CHECK_TITLES
+from .checks import REGISTRY
 from .errors import OutputError
 from .io import atomic_path, check_writable
 from .kruskal import Sweep
@@ -18,7 +19,7 @@ from .kruskal import Sweep
 FORMATS = ("png", "pdf", "svg")
 
 
-def check_plot_path(path: str | Path) -> Path:
+def check_plot_path(path: str | os.PathLike) -> Path:
     """Validate a plot path before any work is done."""
     p = check_writable(path)
     if p.suffix.lower().lstrip(".") not in FORMATS:
@@ -70,6 +71,19 @@ def plot_sweeps(curves: list[tuple[str, Sweep]], path: str | Path, *, n: int | N
     return save_figure(fig, path)
 
 
+def plot_audit(result, path: str | Path) -> Path | None:
+    """An audit's figure (``check --plot``): the depth profile when it audited ``layers``, else the sweep
+    curve of each column. Returns the path written, or None when no column could be audited
+    (nothing was measured, so nothing is drawn)."""
+    if not any(c.status == "ok" for c in result.columns):
+        return None
+    if result.settings.get("layers") is not None:
+        return plot_depth(result, path)
+    curves = [(c.probe.variant, c.sweep) for c in result.columns if c.sweep is not None]
+    return plot_sweeps(curves, path, n=result.info.get("n"), d=result.info.get("d"),
+                       title=f"Kruskal-rank sweep: {result.model}")
+
+
 def plot_depth(result, path: str | Path) -> Path:
     """Satisfied fractions of each check against depth, one line style per set of weights."""
     import matplotlib
@@ -84,10 +98,10 @@ def plot_depth(result, path: str | Path) -> Path:
         if not cols:
             continue
         xs = [c.probe.layer for c in cols]
-        for check, color in (("assumption_1", "C0"), ("assumption_2", "C1"), ("assumption_3", "C2"), ("general_position", "C3")):
-            ys = [c.tests[check].record(None)["fraction"] if check == "assumption_2" else c.tests[check].fraction for c in cols]
-            ax.plot(xs, ys, styles.get(weights, "-"), color=color, marker="o", ms=3,
-                    label=f"{CHECK_TITLES[check]} ({weights})")
+        fractions = [{r["check"]: r["fraction"] for r in c.records(result.model)} for c in cols]
+        for i, check in enumerate(REGISTRY.values()):  # one line per registered check, in the registry's order
+            ax.plot(xs, [f[check.name] for f in fractions], styles.get(weights, "-"), color=f"C{i}", marker="o", ms=3,
+                    label=f"{check.title} ({weights})")
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -150,26 +164,13 @@ def plot_memorize(grid, path: str | Path) -> Path:
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    param = {"heads": "heads", "n": "n", "head-dim": "head_dim"}.get(grid.vary or "")
     seeds = len(getattr(grid, "seeds", ()) or ()) > 1
     fig, ax = plt.subplots(figsize=(4.8, 3.6), dpi=150)
-    for T in grid.sizes:
-        if seeds:
-            pts = sorted(((getattr(m, param) if param else 0), m.mean, m.low, m.high) for m in grid.summary if m.size == T)
-            line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"T = {T}")
-            ax.fill_between([p[0] for p in pts], [p[2] for p in pts], [p[3] for p in pts], color=line.get_color(), alpha=0.2)
-        else:
-            pts = sorted(((getattr(r, param) if param else 0), r.memorized) for r in grid.runs if r.size == T)
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"T = {T}")
+    _memorize_lines(ax, grid, seeds)
     s = grid.settings
-    parts = [f"{label} = {s.get(key)}" for vary, label, key in (("heads", "H", "heads"), ("n", "n", "n"),
-                                                                 ("head-dim", "d_h", "head_dim")) if grid.vary != vary]
     if grid.vary == "head-dim":
         ax.axvline(s.get("n"), color="grey", linestyle="--", linewidth=1, label="d_h = n")
-    title = ", ".join(parts) + f" ({s.get('context', 'shared')} context)"
-    if seeds:
-        title += f"\nmean of {len(grid.seeds)} seeds; band from the lowest to the highest"
-    ax.set_title(title, fontsize=9)
+    ax.set_title(_memorize_title(grid, seeds), fontsize=9)
     ax.set_xlabel(_MEMORIZE_XLABEL.get(grid.vary, "setting"))
     if s.get("task") == "regression":
         ax.set_ylabel(f"fraction with |error| < {s.get('tolerance')}")
@@ -180,3 +181,28 @@ def plot_memorize(grid, path: str | Path) -> Path:
     ax.legend(fontsize=8)
     fig.tight_layout()
     return save_figure(fig, path)
+
+
+def _memorize_lines(ax, grid, seeds: bool) -> None:
+    """One line per size T over the varied parameter: the mean over seeds with a band from the
+    lowest to the highest (``seeds``), else each run's memorised fraction."""
+    param = {"heads": "heads", "n": "n", "head-dim": "head_dim"}.get(grid.vary or "")
+    for T in grid.sizes:
+        if seeds:
+            pts = sorted(((getattr(m, param) if param else 0), m.mean, m.low, m.high) for m in grid.summary if m.size == T)
+            line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"T = {T}")
+            ax.fill_between([p[0] for p in pts], [p[2] for p in pts], [p[3] for p in pts], color=line.get_color(), alpha=0.2)
+        else:
+            pairs = sorted(((getattr(r, param) if param else 0), r.memorized) for r in grid.runs if r.size == T)
+            ax.plot([p[0] for p in pairs], [p[1] for p in pairs], marker="o", label=f"T = {T}")
+
+
+def _memorize_title(grid, seeds: bool) -> str:
+    """The settings held fixed, the context, and (several seeds) what the line and band show."""
+    s = grid.settings
+    parts = [f"{label} = {s.get(key)}" for vary, label, key in (("heads", "H", "heads"), ("n", "n", "n"),
+                                                                 ("head-dim", "d_h", "head_dim")) if grid.vary != vary]
+    title = ", ".join(parts) + f" ({s.get('context', 'shared')} context)"
+    if seeds:
+        title += f"\nmean of {len(grid.seeds)} seeds; band from the lowest to the highest"
+    return title

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -35,7 +35,11 @@ def progress_enabled(quiet: bool = False) -> bool:
 def task(description: str, total: int | None, enabled: bool) -> Iterator[Callable[[int], None]]:
     """Yield an ``advance(n)`` callback driving one bar (a no-op when disabled)."""
     if not enabled:
-        yield lambda n=1: None
+
+        def nothing(n: int = 1) -> None:
+            pass
+
+        yield nothing
         return
 
     if notebook.in_notebook():  # a Jupyter kernel: one finished bar per phase (mhaaudit.notebook)
@@ -54,7 +58,11 @@ def task(description: str, total: int | None, enabled: bool) -> Iterator[Callabl
         transient=True,
     ) as prog:
         tid = prog.add_task(description, total=total)
-        yield lambda n=1: prog.advance(tid, n)
+
+        def advance(n: int = 1) -> None:
+            prog.advance(tid, n)
+
+        yield advance
 
 
 @contextlib.contextmanager

@@ -3,9 +3,8 @@
 Nothing is computed here that a result did not return: each function lays out the fields of a
 result object (an audit, Kruskal tests and sweeps, a capacity result, a memorisation grid) as
 rich tables and lines on stdout, or prints a document as strict JSON. What is proven and what is
-estimated is said in the words of the results themselves. One exception remains: the audit
-report's memorisation bound (:func:`bound_lines`) is derived here from the audit's verdicts with
-``theory.theorem1_bound``, because the audit result does not carry it yet.
+estimated is said in the words of the results themselves; the audit report's memorisation bound
+is the one each column carries (``Column.bound``), as the JSON and parquet outputs give it.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,26 +20,22 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .checks import CHECK_MEANING, CHECK_TITLES, ContextRankResult
+from .checks import CHECK_MEANING, CHECK_TITLES, REGISTRY
 from .kruskal.report import (
     WHOLE_SET_LEGEND,
     estimate_text,
     exact_text,
-    kruskal_legend,
-    kruskal_table,
+    kruskal_report,
     sweep_lines,
-    sweep_report,
-    test_evidence_lines,
     verdict_text,
 )
-from .models.families import positions_note as note
-from .models.shards import WeightsRead
+from .models.families import positions_note as family_positions_note
+from .models.shards import weights_read_text
 from .sources import describe_skips
 from .tables import text_width
-from .theory import theorem1_bound
 
 if TYPE_CHECKING:
-    from .kruskal import SubsetTest, Sweep
+    from .kruskal import KruskalResult
 
 def report_width() -> int | None:
     """The width reports on stdout are laid out for: :func:`~mhaaudit.tables.text_width` (``COLUMNS``
@@ -69,7 +65,7 @@ def cell(rec: dict) -> str:
     v = rec.get("verdict", "")
     if v == "unavailable":
         return verdict_text(v)
-    if rec.get("check") == "assumption_2":  # every example decided: the count is exact
+    if rec.get("scope") == "per-example":  # every example decided (Assumption 2): the count is exact
         return f"{verdict_text(v)}\n{rec['satisfied']}/{rec['T']} full"
     lines = [estimate_text(rec), f"{rec['fraction']:.4f}" if rec.get("sampled", True) else "no sampling"]
     if rec.get("exact_status", "undecided") != "undecided":
@@ -80,28 +76,8 @@ def cell(rec: dict) -> str:
 # --------------------------------------------------------------------------- Kruskal tests and sweeps
 
 
-def kruskal_report(tests: list[SubsetTest], sw: Sweep | None, meta: dict, n: int | None, d: int) -> list:
-    """``mhaaudit kruskal``: the tests at each size, the sweep, and the run's facts from ``meta``."""
-    inp = meta["inputs"]
-    out: list = [f"[bold]mhaaudit kruskal[/bold]: {inp['T']} vectors in R^{inp['d']} ({inp['dtype']}) from {inp['source']}"]
-    if tests:
-        out.append(kruskal_table(tests))
-        out += kruskal_legend(tests)
-        out += [line for t in tests for line in test_evidence_lines(t)]
-    if sw is not None:
-        out += sweep_report(sw, marks=tuple(m for m in (n, d) if m))
-    ceilings = meta.get("set_rank_ceilings") or {}
-    at_k = "".join(f"; at k = {k}: {c}" for k, c in ceilings.items())
-    out.append(f"Whole set as one matrix: numerical rank {meta['set_rank']} under its own tolerance; whole-set rank at "
-               f"the smallest tolerance a k-subset can have (no k-subset's rank exceeds it){at_k or ': the sweep certifies its ceiling with it'}. "
-               f"Rank rule: {meta['tolerance']['rule']}. "
-               f"Threshold {meta['threshold']}, {meta['samples']} draws, seed {meta['seed']}, device {meta['device']}, "
-               f"{meta['total_s']} s.")
-    return out
-
-
-def render_kruskal(tests: list[SubsetTest], sw: Sweep | None, meta: dict, n: int | None, d: int) -> None:
-    print_report(kruskal_report(tests, sw, meta, n, d))
+def render_kruskal(result: KruskalResult) -> None:
+    print_report(kruskal_report(result))
 
 
 # --------------------------------------------------------------------------- strict JSON
@@ -128,7 +104,7 @@ def _default(o):
     try:
         if isinstance(o, np.generic):
             return o.item()
-    except Exception:  # pragma: no cover
+    except Exception:  # noqa: BLE001  # pragma: no cover - serialising a value must not raise
         pass
     if hasattr(o, "tolist"):
         return o.tolist()
@@ -140,9 +116,6 @@ def meaning_line(check: str) -> str:
 
 
 # --------------------------------------------------------------------------- the audit (Table 1 / Table 3)
-
-ROW_ORDER = ("general_position", "assumption_1", "assumption_2", "assumption_3")
-
 
 def audit_table(result) -> Table:
     info = result.info
@@ -158,46 +131,40 @@ def audit_table(result) -> Table:
             else f"{c.probe.variant} (L{c.probe.layer})"
         t.add_column(head, justify="center")
     n, d = info.get("n"), info.get("d")
-    for check in ROW_ORDER:
-        k = {"general_position": f"k = {d if _T(result) is None else min(_T(result), d or 0)}", "assumption_1": f"k = {n}",
-             "assumption_2": f"rank {n}", "assumption_3": f"k = {n}"}[check]
-        row = [f"{CHECK_TITLES[check]}\n[dim]{k}[/dim]"]
+    for check in REGISTRY.values():  # one row per registered check, in the registry's order
+        row = [f"{check.title}\n[dim]{check.size_at(n, T if T is not None else d or 0, d or 0)}[/dim]"]
         for c in cols:
             if c.status != "ok":
                 row.append(verdict_text("unavailable"))
                 continue
-            row.append(cell(_rec(c, check)))
+            row.append(cell(_rec(c, check.name)))
         t.add_row(*row)
     return t
 
 
 def _T(result):
-    for c in result.columns:
-        if c.features is not None:
-            return c.features.T
-    return None
+    return result.T
 
 
 def _rec(col, check) -> dict:
     r = col.tests.get(check)
-    if r is None:
-        return {"verdict": "unavailable"}
-    return r.record(None) if isinstance(r, ContextRankResult) else r.record()
+    return {"verdict": "unavailable"} if r is None else r.record()
 
 
 def audit_lines(result) -> list[str]:
     """Findings (failures first), unavailable columns, evidence, meanings, the bound."""
     lines: list[str] = []
-    fails, holds = [], []
+    fails: list[tuple[str, str]] = []
+    holds: list[tuple[str, str]] = []
     for c in result.columns:
         if c.status != "ok":
             continue
-        for check in ROW_ORDER:
-            r = c.tests.get(check)
+        for check in REGISTRY.values():
+            r = c.tests.get(check.name)
             if r is None:
                 continue
-            msg = escape(f"[{c.probe.variant}] {CHECK_TITLES[check]}: {r.reason}")
-            if check == "assumption_2":
+            msg = escape(f"[{c.probe.variant}] {check.title}: {r.reason}")
+            if check.vectors == "contexts":  # the context tokens: what their positions add
                 msg += escape(positions_note(result.info, c.probe.layer))
             w = getattr(r, "witness", None)
             if w is not None:
@@ -236,7 +203,7 @@ def audit_lines(result) -> list[str]:
     for c in result.columns:
         if c.status == "ok":
             lines.append(f"  {c.probe.variant}: {c.probe.describe()}; weights: {c.weights_source}")
-            lines += loading_lines(c.features.meta.get("weights_read") if c.features else None)
+            lines += loading_lines(c.weights_read)
     lines += loading_lines(None, s)
     for note in result.notes:
         lines.append(f"  note: {note}")
@@ -246,8 +213,8 @@ def audit_lines(result) -> list[str]:
         if c.timings:
             lines.append(f"    {c.probe.variant}: " + ", ".join(f"{k} {v:.1f} s" for k, v in c.timings.items()))
     lines.append("[bold]What the checks mean[/bold]")
-    for check in ROW_ORDER:
-        lines.append(f"  {CHECK_TITLES[check]}: {meaning_line(check)}.")
+    for check in REGISTRY.values():
+        lines.append(f"  {check.title}: {check.meaning}.")
     lines.append("  Each cell gives the estimate under the paper's rule (Monte-Carlo fractions, with 95% Clopper-Pearson "
                  "intervals) and, where it is decided, the exact status (exact: fails or holds, and what proves it: a dependent "
                  "subset found, a whole-set rank below k, an exhaustive check); Assumption 2's counts are exact.")
@@ -256,27 +223,22 @@ def audit_lines(result) -> list[str]:
 
 
 def positions_note(info: dict, layer: int) -> str:
-    return note(info, layer)
+    return family_positions_note(info, layer)
 
 
 def bound_lines(result) -> list[str]:
-    """What the results imply for the memorisation bound (Theorem 1 / Remark 1)."""
-    info = result.info
-    H, dh, n, d = info.get("num_heads"), info.get("head_dim"), info.get("n"), info.get("d")
-    if not all(isinstance(v, int) and v > 0 for v in (H, dh, n, d)):
+    """The memorisation bound (Theorem 1 / Remark 1) each audited column carries."""
+    bounds = [(c, c.bound) for c in result.columns if c.status == "ok" and c.bound is not None]
+    if not bounds:
         return []
-    out = [f"[bold]Memorisation bound[/bold] (Theorem 1 with H = {H} heads of d_h = {dh}; the count is reconstructed from the proof)"]
-    for c in result.columns:
-        if c.status != "ok":
-            continue
-        a1, a2 = c.tests.get("assumption_1"), c.tests.get("assumption_2")
-        est = c.sweep.estimate if c.sweep is not None and c.sweep.estimate >= 1 else None
-        b = theorem1_bound(heads=H, head_dim=dh, n=n, d=d, a1_holds=a1.verdict == "holds" if a1 else None,
-                           a2_holds=a2.verdict == "holds" if a2 else None, kruskal_estimate=est)
+    b0 = bounds[0][1]
+    out = [f"[bold]Memorisation bound[/bold] (Theorem 1 with H = {b0.heads} heads of d_h = {b0.head_dim}; the count is "
+           "reconstructed from the proof)"]
+    for c, b in bounds:
         if b.applies:
             out.append(f"  {c.probe.variant}: {b.count} examples ({b.formula}; {b.reason})")
         else:
-            hint = "" if est is not None or (a1 and a1.verdict == "holds") else "; run with --sweep for a Remark 1 count from the estimated Kruskal rank"
+            hint = f"; {c.bound_hint}" if c.bound_hint else ""
             out.append(f"  {c.probe.variant}: no guarantee ({b.reason}{hint})")
     return out
 
@@ -294,14 +256,14 @@ def depth_tables(result) -> list[Table]:
         t = Table(title=f"{result.model}: depth profile, {weights} weights (n = {info.get('n')}, d = {info.get('d')}, "
                         f"T = {_T(result)})", title_justify="left")
         t.add_column("layer", justify="right")
-        for check in ROW_ORDER:
-            t.add_column(CHECK_TITLES[check], justify="center")
+        for check in REGISTRY.values():
+            t.add_column(check.title, justify="center")
         if any(c.sweep is not None for c in cols):
             t.add_column("Kruskal estimate", justify="right")
         for c in cols:
             row = [str(c.probe.layer)]
-            for check in ROW_ORDER:
-                row.append(verdict_text("unavailable") if c.status != "ok" else cell(_rec(c, check)).replace("\n", " "))
+            for name in REGISTRY:
+                row.append(verdict_text("unavailable") if c.status != "ok" else cell(_rec(c, name)).replace("\n", " "))
             if any(x.sweep is not None for x in cols):
                 row.append(str(c.sweep.estimate) if c.sweep is not None else "-")
             t.add_row(*row)
@@ -313,7 +275,7 @@ def audit_report(result, *, save_features=None, out=None, plot=None) -> list:
     """``mhaaudit check``: the table (or the depth profile), the findings, the files written."""
     items: list = depth_tables(result) if is_depth_profile(result) else [audit_table(result)]
     if any(t.record().get("scope") == "whole-set" for c in result.columns if c.status == "ok"
-           for t in c.tests.values() if not hasattr(t, "deficient_examples")):
+           for t in c.tests.values()):
         items.append(WHOLE_SET_LEGEND)
     items += audit_lines(result)
     written = [str(p) for p in (out, plot) if p is not None]
@@ -437,10 +399,11 @@ def capacity_evidence_lines(result) -> list[str]:
 
 def loading_lines(read: dict | None, settings: dict | None = None, label: str = "") -> list[str]:
     """What loading the trained weights read, and the batch size when it was chosen automatically."""
-    lines = [escape(f"    {label}{WeightsRead(**read).describe()}")] if read else []
-    how = (settings or {}).get("batch_size_choice")
+    lines = [escape(f"    {label}{weights_read_text(read)}")] if read else []
+    s = settings or {}
+    how = s.get("batch_size_choice")
     if how not in (None, "given"):
-        lines.append(escape(f"  batch size: {settings['batch_size']} (auto: {how})"))
+        lines.append(escape(f"  batch size: {s['batch_size']} (auto: {how})"))
     return lines
 
 
@@ -599,7 +562,7 @@ def reproduction_table(result) -> tuple[Table, list[str]]:
     return t, [f"[{i}] {escape(reason)}" for reason, i in notes.items()]
 
 
-def reproduction_report(result, written: list[str] = ()) -> list:
+def reproduction_report(result, written: Sequence[str] = ()) -> list:
     """``mhaaudit reproduce``: the comparison table, the reasons for every difference, what the run was."""
     table, reasons = reproduction_table(result)
     counts = result.counts()
@@ -624,5 +587,5 @@ def reproduction_report(result, written: list[str] = ()) -> list:
     return items
 
 
-def render_reproduction(result, written: list[str] = ()) -> None:
+def render_reproduction(result, written: Sequence[str] = ()) -> None:
     print_report(reproduction_report(result, written))

@@ -156,7 +156,7 @@ class Settings:
     @classmethod
     def resolve(cls, *, device: str | torch.device | None = "auto", samples=DEFAULT_SAMPLES,
                 threshold=DEFAULT_THRESHOLD, seed=0, rtol=None, atol=None, stop_when_decided: bool = False,
-                progress: bool = False) -> "Settings":
+                progress: bool = False) -> Settings:
         """Check every field and resolve the device (an unavailable device is an input error here)."""
         check_environment()
         return cls(
@@ -178,7 +178,7 @@ class Settings:
         """:func:`derive_seed` under this run's seed."""
         return derive_seed(self.seed, purpose, *index)
 
-    def with_(self, **changes) -> "Settings":
+    def with_(self, **changes) -> Settings:
         """A copy with some fields changed (the device is not re-resolved)."""
         return replace(self, **changes)
 

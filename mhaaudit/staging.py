@@ -11,8 +11,9 @@ import contextvars
 import os
 import signal
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
+from typing import Any
 
 from .errors import OutputError
 
@@ -74,14 +75,17 @@ class StagedOutputs:
         self.folders.clear()
 
 
-def _hold_signals():
+_Held = tuple[dict[signal.Signals, Any], list[int]]  # the handlers replaced, the signals noted meanwhile
+
+
+def _hold_signals() -> _Held | None:
     """Hold Ctrl-C and SIGTERM back: their Python handlers (which run in the main thread, whatever
     thread the signal reached) are swapped for ones that only note the signal. Returns what
     :func:`_release_signals` needs, or None outside the main thread (where handlers cannot be set)."""
     if threading.current_thread() is not threading.main_thread():
         return None
     noted: list[int] = []
-    previous = {}
+    previous: dict[signal.Signals, Any] = {}
     for sig in (signal.SIGINT, signal.SIGTERM):
         handler = signal.getsignal(sig)
         if handler is None or handler == signal.SIG_IGN:
@@ -91,15 +95,15 @@ def _hold_signals():
     return previous, noted
 
 
-def _release_signals(held) -> None:
+def _release_signals(held: _Held | None) -> None:
     """Restore the handlers and deliver, once each, the signals that came meanwhile."""
     if held is None:
         return
     previous, noted = held
     for sig, handler in previous.items():
         signal.signal(sig, handler)
-    for sig in dict.fromkeys(noted):
-        signal.raise_signal(sig)
+    for signum in dict.fromkeys(noted):
+        signal.raise_signal(signum)
 
 
 _STAGED: contextvars.ContextVar[StagedOutputs | None] = contextvars.ContextVar("mhaaudit_staged_outputs", default=None)

@@ -14,6 +14,11 @@ as it is.
 
 Nothing here computes a result: the columns are those the result objects' ``records()`` give.
 
+Each command's outputs also carry the whole result object, field by field, in the meta's
+``result`` (:func:`encode_result`): :class:`StoredResult` gives ``from_json`` / ``from_parquet``,
+which read it back (:func:`decode_result`, driven by the fields' type hints) equal to the object
+written, so a saved run can be rendered again, byte for byte, without running it.
+
 pyarrow is imported where it is used: it takes a moment to import, and a report printed as a
 table or JSON never needs it.
 """
@@ -21,16 +26,24 @@ table or JSON never needs it.
 from __future__ import annotations
 
 import copy
+import dataclasses
+import enum
 import io as _io
 import json
+import math
 import os
 import shutil
 import sys
+import types
+import typing
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import ClassVar
 
 from rich.console import Console
 from rich.table import Table
+
+from .errors import InputError
 
 METADATA_KEY = b"mhaaudit"  # schema metadata of every results file: the run's meta, as JSON
 
@@ -87,6 +100,8 @@ TEST_COLUMNS = _cols(
                                "rank-deficient examples); empty when none"),
     ("witness_singular_values", "list<float64>", "singular values of the witness rows, largest first, in the "
                                                  "data's own scale; empty when none"),
+    ("witness_tol", "float64", "the rank tolerance of the witness rows, in the data's own scale: their smallest "
+                               "singular value is at most this; null when there is no witness (and for Assumption 2)"),
     ("rank_histogram", "map<int64, int64>", "numerical rank -> number of examined draws (Assumption 2: of "
                                             "context matrices) with that rank"),
     ("exact_rechecks", "int64", "draws that sat near the tolerance and were decided from eigenvalues or by SVD "
@@ -259,7 +274,7 @@ def records_table(records: list[dict], metadata: dict):
     known = {c.name: c.type for c in COLUMNS.get(str(metadata.get("command")), ())}
     keys: list[str] = list(dict.fromkeys(k for r in records for k in r))
     arrays = [_column_array(k, [r.get(k) for r in records], known.get(k)) for k in keys]
-    table = pa.table(dict(zip(keys, arrays))) if keys else pa.table({})
+    table = pa.table(dict(zip(keys, arrays, strict=False))) if keys else pa.table({})
     meta = {b"pandas": _pandas_metadata(table.schema), METADATA_KEY: json.dumps(metadata, default=str).encode()}
     return table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
 
@@ -279,7 +294,8 @@ def to_pandas(table):
 
 def schema_markdown(command: str | None = None) -> str:
     """The README's schema table: one row per column (of one command, or of all; saturation's fields too)."""
-    rows, seen = ["| column | type | commands | meaning |", "|---|---|---|---|"], {}
+    rows = ["| column | type | commands | meaning |", "|---|---|---|---|"]
+    seen: dict[tuple[str, str, str], list[str]] = {}
     for cmd, cols in COLUMNS.items():
         if command is None or cmd == command:
             for c in cols:
@@ -291,6 +307,161 @@ def schema_markdown(command: str | None = None) -> str:
         shown = "struct" if typ == "saturation" else typ
         rows.append(f"| `{name}` | {shown} | {', '.join(cmds)} | {meaning.replace('|', chr(92) + '|')} |")
     return "\n".join(rows)
+
+
+# --------------------------------------------------------------------------- result documents
+
+#: The key of a results file's meta (JSON ``meta``, parquet schema metadata) that holds the whole
+#: result object, field by field, so that ``from_json`` / ``from_parquet`` give it back exactly.
+RESULT_KEY = "result"
+_NONFINITE = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
+
+
+def _document_fields(obj) -> list:
+
+    return [f for f in fields(obj) if f.metadata.get("document", True)]
+
+
+def encode_result(value):
+    """``value`` (a result dataclass, or what its fields hold) as JSON data, losslessly.
+
+    Dataclasses become objects of their fields (a field declared with ``metadata={"document":
+    False}``, such as the feature tensors, is left out), enums their values, tuples lists, map
+    keys strings, and non-finite floats the strings ``"nan"``, ``"inf"``, ``"-inf"`` (strict
+    JSON has no such numbers). :func:`decode_result` reverses it from the fields' type hints.
+    """
+
+    if hasattr(value, "document") and hasattr(type(value), "from_document"):  # a value that says how it is stored
+        return value.document()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: encode_result(getattr(value, f.name)) for f in _document_fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        value = float(value)
+        if math.isfinite(value):
+            return value
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {str(k): encode_result(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [encode_result(v) for v in value]
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:  # a numpy or torch scalar
+        return encode_result(value.item())
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    raise TypeError(f"cannot store a {type(value).__name__} in a result document")
+
+
+def decode_result(tp, data):
+    """The value of type ``tp`` that :func:`encode_result` wrote as ``data``.
+
+    ``tp`` is a type hint: a dataclass (read from its fields' hints), ``X | None``, ``tuple[X, ...]``,
+    ``list[X]``, ``dict[K, V]``, an enum, ``int``, ``float``, ``str``, ``bool`` or ``Any``. Data
+    that does not fit the hint is refused with a ``ValueError`` naming where.
+    """
+    return _decode(tp, data, "result")
+
+
+def _decode(tp, data, where: str):
+
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is typing.Any or tp is object:
+        return data
+    if origin in (typing.Union, types.UnionType):
+        if data is None and type(None) in args:
+            return None
+        options = [a for a in args if a is not type(None)]
+        errors = []
+        for option in options:
+            try:
+                return _decode(option, data, where)
+            except (TypeError, ValueError, KeyError) as exc:
+                errors.append(str(exc))
+        raise ValueError(f"{where}: {data!r} fits none of {tp}: {'; '.join(errors)}")
+    if isinstance(tp, type) and hasattr(tp, "from_document"):
+        return tp.from_document(data)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: expected an object for {tp.__name__}, got {type(data).__name__}")
+        hints = typing.get_type_hints(tp)
+        kept = _document_fields(tp)
+        missing = [f.name for f in kept if f.init and f.name not in data and
+                   f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise ValueError(f"{where}: {tp.__name__} lacks {', '.join(missing)}")
+        unknown = sorted(set(data) - {f.name for f in kept if f.init})
+        if unknown:
+            raise ValueError(f"{where}: {tp.__name__} has no field {', '.join(unknown)}")
+        values = {f.name: _decode(hints[f.name], data[f.name], f"{where}.{f.name}")
+                  for f in kept if f.init and f.name in data}
+        return tp(**values)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return tp(data)
+    if origin is tuple:
+        if not isinstance(data, list):
+            raise ValueError(f"{where}: expected a list, got {type(data).__name__}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_decode(args[0], v, f"{where}[]") for v in data)
+        if args and len(args) != len(data):
+            raise ValueError(f"{where}: expected {len(args)} values, got {len(data)}")
+        return tuple(_decode(a, v, f"{where}[]") for a, v in zip(args, data, strict=True)) if args else tuple(data)
+    if origin is list or tp is list:
+        if not isinstance(data, list):
+            raise ValueError(f"{where}: expected a list, got {type(data).__name__}")
+        return [_decode(args[0], v, f"{where}[]") for v in data] if args else list(data)
+    if origin is dict or tp is dict:
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
+        kt, vt = args if args else (str, typing.Any)
+        return {_decode_key(kt, k, where): _decode(vt, v, f"{where}.{k}") for k, v in data.items()}
+    if tp is bool:
+        if not isinstance(data, bool):
+            raise ValueError(f"{where}: expected true or false, got {data!r}")
+        return data
+    if tp is int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            raise ValueError(f"{where}: expected an integer, got {data!r}")
+        return data
+    if tp is float:
+        if isinstance(data, str) and data in _NONFINITE:
+            return _NONFINITE[data]
+        if isinstance(data, bool) or not isinstance(data, (int, float)):
+            raise ValueError(f"{where}: expected a number, got {data!r}")
+        return float(data)
+    if tp is str:
+        if not isinstance(data, str):
+            raise ValueError(f"{where}: expected a string, got {data!r}")
+        return data
+    raise TypeError(f"{where}: no rule to read a {tp}")
+
+
+def _decode_key(tp, key: str, where: str):
+    """A map key, which JSON writes as a string, as ``tp`` (str, int or float)."""
+    if tp is str or tp is object:
+        return key
+    try:
+        return tp(key) if tp in (int, float) else _decode(tp, key, f"{where} key")
+    except ValueError as exc:
+        raise ValueError(f"{where}: the key {key!r} is not a {tp.__name__}") from exc
+
+
+def result_from_meta(cls, meta: dict, source: str):
+    """The ``cls`` result stored under :data:`RESULT_KEY` in a results file's ``meta``."""
+
+    if not isinstance(meta, dict) or RESULT_KEY not in meta:
+        raise InputError(f"{source}: holds no {cls.__name__} (its meta has no {RESULT_KEY!r}; it was written by "
+                         "another command or an older version)")
+    if meta.get("command") != cls.COMMAND:
+        raise InputError(f"{source}: holds the results of {meta.get('command')!r}, not of {cls.COMMAND!r}")
+    try:
+        return decode_result(cls, meta[RESULT_KEY])
+    except (TypeError, ValueError, KeyError) as exc:
+        raise InputError(f"{source}: its {cls.__name__} cannot be read back: {exc}") from exc
 
 
 # --------------------------------------------------------------------------- the mixins
@@ -384,8 +555,8 @@ class Report:
 
 def verdict_tally(records: list[dict]) -> str:
     """``8 holds, 4 fails`` over the records' verdicts (in that order: holds, fails, then any other)."""
-    c = Counter(r.get("verdict") for r in records if r.get("verdict"))
-    order = ["holds", "fails"] + sorted(v for v in c if v not in ("holds", "fails"))
+    c = Counter(r["verdict"] for r in records if r.get("verdict"))
+    order = ["holds", "fails", *sorted(v for v in c if v not in ("holds", "fails"))]
     return ", ".join(f"{c[v]} {v}" for v in order if c.get(v))
 
 
@@ -412,6 +583,62 @@ class ResultTable(Report):
         """The result as a pandas DataFrame (nullable integer and boolean columns)."""
         return to_pandas(self.to_arrow())
 
+
+
+class StoredResult(ResultTable):
+    """A command's result that its output files give back: ``from_json`` / ``from_parquet`` read
+    the object ``--format json`` printed or ``--out`` wrote (the meta's ``result``) and return it
+    equal, field by field, to the one written (the reduced feature tensors, which those files do
+    not hold, excepted). A file of another command, or without the ``result``, is refused with an
+    :class:`~mhaaudit.errors.InputError`."""
+
+    COMMAND: ClassVar[str] = ""
+
+    def result_document(self) -> dict:
+        """The whole result as JSON data (the meta's ``result``): see :func:`encode_result`."""
+        return encode_result(self)
+
+    @classmethod
+    def from_json(cls, source):
+        """The result in a ``--format json`` document: a parsed dict, the JSON text or a path to it."""
+
+        where = "the JSON document"
+        if isinstance(source, dict):
+            doc = source
+        else:
+            text = source if isinstance(source, str) and source.lstrip().startswith("{") else None
+            if text is None:
+                where = os.fspath(source)
+                try:
+                    with open(where, encoding="utf-8") as fh:
+                        text = fh.read()
+                except OSError as exc:
+                    raise InputError(f"{where}: cannot read it ({exc.strerror or exc})") from exc
+            try:
+                doc = json.loads(text)
+            except ValueError as exc:
+                raise InputError(f"{where}: not a JSON document ({exc})") from exc
+        if not isinstance(doc, dict):
+            raise InputError(f"{where}: not a results document (no meta)")
+        return result_from_meta(cls, doc.get("meta"), where)
+
+    @classmethod
+    def from_parquet(cls, path):
+        """The result a ``--out FILE.parquet`` (or ``--format parquet``) file holds in its metadata."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        where = os.fspath(path)
+        try:
+            meta = pq.read_schema(where).metadata or {}
+        except (OSError, pa.ArrowException) as exc:
+            raise InputError(f"{where}: not a readable parquet file ({exc})") from exc
+        raw = meta.get(METADATA_KEY)
+        try:
+            doc = json.loads(raw) if raw else None
+        except ValueError as exc:
+            raise InputError(f"{where}: its mhaaudit metadata is not JSON ({exc})") from exc
+        return result_from_meta(cls, doc, where)
 
 _HTML = ('<pre style="white-space: pre; overflow-x: auto; margin: 0; line-height: normal; '
          'font-family: Menlo, \'DejaVu Sans Mono\', consolas, \'Courier New\', monospace">{code}</pre>')

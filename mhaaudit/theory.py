@@ -10,6 +10,8 @@ by all examples.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,20 +61,8 @@ class CapacityBound:
     kruskal_estimate: int | None = None
 
     def to_dict(self) -> dict:
-        return {
-            "applies": self.applies,
-            "count": self.count,
-            "formula": self.formula,
-            "which": self.which,
-            "reason": self.reason,
-            "reconstructed": self.reconstructed,
-            "notes": list(self.notes),
-            "heads": self.heads,
-            "head_dim": self.head_dim,
-            "n": self.n,
-            "d": self.d,
-            "kruskal_estimate": self.kruskal_estimate,
-        }
+        """Every field by name, in their order; ``notes`` as a list."""
+        return {**dataclasses.asdict(self), "notes": list(self.notes)}
 
 
 def theorem1_bound(
@@ -107,12 +97,12 @@ def theorem1_bound(
             raise InputError(f"{name} must be True, False or None, got {val!r}")
 
     notes: list[str] = [_RECONSTRUCTED_NOTE]
-    common = dict(heads=heads, head_dim=head_dim, n=n, d=d, kruskal_estimate=kruskal_estimate)
+    bound = functools.partial(CapacityBound, heads=heads, head_dim=head_dim, n=n, d=d, kruskal_estimate=kruskal_estimate)
 
     def not_applicable(reason: str) -> CapacityBound:
-        return CapacityBound(
+        return bound(
             applies=False, count=None, formula="", which="not-applicable", reason=reason,
-            notes=tuple(notes), **common,
+            notes=tuple(notes),
         )
 
     if a2_holds is None:
@@ -133,9 +123,9 @@ def theorem1_bound(
         formula = f"H*(min(n, d_h) - 1) + 1 = {heads}*(min({n}, {head_dim}) - 1) + 1 = {count}"
         if head_dim < n:
             notes.append(f"d_h = {head_dim} < n = {n} caps the bound: heads wider than n add nothing, narrower ones lose")
-        return CapacityBound(
+        return bound(
             applies=True, count=count, formula=formula, which="theorem-1",
-            reason="A1 and A2 hold and n < d", notes=tuple(notes), **common,
+            reason="A1 and A2 hold and n < d", notes=tuple(notes),
         )
 
     # A1 fails or was not checked: Remark 1 needs an estimate k < n.
@@ -148,10 +138,10 @@ def theorem1_bound(
             m = min(n, head_dim)
             count = heads * (m - 1) + 1
             formula = f"H*(min(n, d_h) - 1) + 1 = {heads}*(min({n}, {head_dim}) - 1) + 1 = {count}"
-            return CapacityBound(
+            return bound(
                 applies=True, count=count, formula=formula, which="theorem-1",
                 reason=f"Kruskal-rank estimate {kruskal_estimate} >= n, A2 holds and n < d",
-                notes=tuple(notes), **common,
+                notes=tuple(notes),
             )
         return not_applicable(
             f"inconsistent inputs: A1 fails but the Kruskal-rank estimate {kruskal_estimate} is not below n = {n}"
@@ -161,10 +151,10 @@ def theorem1_bound(
     count = heads * (m - 1) + 1
     formula = f"H*(min(k, d_h) - 1) + 1 = {heads}*(min({k}, {head_dim}) - 1) + 1 = {count}"
     notes.append("the Kruskal rank is an estimate unless it was proven; the count inherits that status")
-    return CapacityBound(
+    return bound(
         applies=True, count=count, formula=formula, which="remark-1",
         reason=f"A1 {state}, A2 holds, queries' Kruskal rank estimated at k = {k} < n = {n}",
-        notes=tuple(notes), **common,
+        notes=tuple(notes),
     )
 
 

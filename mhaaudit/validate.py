@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import SupportsInt, cast, overload
 
 from .errors import InputError
 
@@ -40,7 +41,7 @@ def _as_int(name: str, value, what: str = "an integer") -> int:
     if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, numbers.Real) and float(value).is_integer():
-        return int(value)
+        return int(cast(SupportsInt, value))  # numbers.Real's stub declares no __int__; every concrete Real has one
     raise InputError(f"{name} must be {what}, got {value!r}")
 
 
@@ -162,6 +163,14 @@ def tolerance(name: str, value) -> float | None:
     if not math.isfinite(v) or v < 0:
         raise InputError(f"{name} must be a finite number >= 0, got {value}")
     return v
+
+
+@overload
+def head_counts(spec: None, num_heads: int | None = None, name: str = "{param:heads}") -> None: ...
+
+
+@overload
+def head_counts(spec: str | int | Iterable[int], num_heads: int | None = None, name: str = "{param:heads}") -> list[int]: ...
 
 
 def head_counts(spec, num_heads: int | None = None, name: str = "{param:heads}") -> list[int] | None:

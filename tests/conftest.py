@@ -18,9 +18,9 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.pop("MHAAUDIT_DEBUG", None)
 
-import pytest  # noqa: E402
+import pytest
 
-from mhaaudit import hub  # noqa: E402
+from mhaaudit import hub
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

@@ -48,11 +48,39 @@ def test_nothing_to_audit_is_not_success(no_data_pass):
 
 
 def test_layer_that_would_do_nothing_is_refused():
-    with pytest.raises(InputError, match="^layer has no effect with layers"):
+    with pytest.raises(InputError, match=r"^layer has no effect with layers"):
         plan_probes("image", ["random"], layers=[0, 1], layer=2)
-    with pytest.raises(InputError, match="^layer has no effect on a text model"):
+    with pytest.raises(InputError, match=r"^layer has no effect on a text model"):
         plan_probes("text", layer=2)
-    with pytest.raises(InputError, match="^layer has no effect on the columns embedding"):
+    with pytest.raises(InputError, match=r"^layer has no effect on the columns embedding"):
         plan_probes("image", ["embedding"], layer=2)
     assert [p.layer for p in plan_probes("image", ["embedding", "random"], layer=2)] == [0, 2]
     assert probe_for_variant("embedding").layer == 0
+
+
+def test_save_features_writes_each_column_and_the_folder_is_checked_before_any_work(vit_dir, image_dir, tmp_path):
+    """What check --save-features does, from the library: one folder per column, loadable without the
+    model; a planted symbolic link or an input where a column's folder goes is refused first."""
+    import torch
+
+    from mhaaudit.auditing import check_features_folder
+    from mhaaudit.errors import OutputError
+    from mhaaudit.features import FeatureSet
+    from mhaaudit.plot import plot_audit
+
+    result = audit(str(vit_dir), variants=["embedding", "random"], data=str(image_dir), limit=40, samples=50,
+                   batch_size=16, sweep=True)
+    folder = check_features_folder(tmp_path / "feats", [str(vit_dir), str(image_dir)])
+    assert result.save_features(folder) == folder
+    assert sorted(p.name for p in folder.iterdir()) == ["embedding", "random"]
+    again = FeatureSet.load(folder / "random")
+    assert torch.equal(again.queries, result.column("random").features.queries)
+    (tmp_path / "elsewhere").mkdir()
+    (folder / "trained-L2").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(OutputError, match="trained-L2 is a symbolic link"):
+        check_features_folder(folder, [])
+    (folder / "trained-L2").unlink()
+    with pytest.raises(OutputError, match="lies where the features would be written"):
+        check_features_folder(folder, [folder / "random" / "meta.json"])
+    assert plot_audit(result, tmp_path / "sweeps.png") == tmp_path / "sweeps.png"
+    assert (tmp_path / "sweeps.png").stat().st_size > 0

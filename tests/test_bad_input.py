@@ -26,10 +26,10 @@ import sys
 import numpy as np
 import pytest
 import torch
+from clitools import assert_one_error, run
 from conftest import FIXTURES
 from safetensors.torch import save_file
 
-from clitools import assert_one_error, run
 from mhaaudit.features import reduce_tokens
 from mhaaudit.io import stamp, write_parquet
 
@@ -314,7 +314,7 @@ AFTER_THE_START = {"nothing-to-audit",  # known only once the model has been loo
 @pytest.fixture()
 def traps(monkeypatch):
     """Fail the test if an example reaches a model or a Monte-Carlo draw is made."""
-    import mhaaudit.auditing  # noqa: F401 - imported before the traps are set, so that no module binds one for good
+    import mhaaudit.auditing  # imported before the traps are set, so that no module binds one for good
     import mhaaudit.capacity  # noqa: F401
     from mhaaudit import kruskal, pipeline
 
@@ -403,7 +403,7 @@ def test_results_written_by_mhaaudit_are_not_features_whatever_their_columns(cap
     rc, _, err = run(capsys, "kruskal", inputs["npy"], "--k", "3", "--samples", "50", "--out", tmp_path / "r.parquet",
                      "--format", "json")
     assert rc == 0, err
-    rc, out, err = run(capsys, "kruskal", tmp_path / "r.parquet", *JSON)
+    rc, _out, err = run(capsys, "kruskal", tmp_path / "r.parquet", *JSON)
     assert_one_error(rc, err, "results file written by 'mhaaudit kruskal' (its parquet metadata says so)")
     meta = json.loads(__import__("pyarrow.parquet").parquet.read_schema(tmp_path / "r.parquet").metadata[b"mhaaudit"])
     assert meta["command"] == "kruskal" and sys.version  # the file stays as it was

@@ -9,7 +9,6 @@ from mhaaudit.capacity import attention_combinations, certify_head_prefixes, ran
 from mhaaudit.capacity.oracle import memorization_certificate
 from mhaaudit.errors import InputError
 
-
 # --------------------------------------------------------------------------------------------
 # Proposition 2 and the certificate
 # --------------------------------------------------------------------------------------------

@@ -131,7 +131,8 @@ def test_proposition2_never_exceeded(seed, H, n, dh):
 
 def test_proposition2_property():
     pytest.importorskip("hypothesis")
-    from hypothesis import given, settings, strategies as st
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
 
     @settings(max_examples=25, deadline=None)
     @given(

@@ -36,7 +36,7 @@ def test_context_ranks_equal_matrix_rank_on_mixed_batch():
     E[9, 4] = E[9, 0] + 1e-9 * torch.randn(d, generator=g)  # below the tolerance
     E[11, 2] = E[11, 0] + 1e-2 * torch.randn(d, generator=g)  # far above it
     rule = RankRule.for_dtype(E.dtype)
-    rank, smin, smax, tol = context_ranks(E, rule)
+    rank, smin, smax, _tol = context_ranks(E, rule)
     assert torch.equal(rank.cpu(), _ref_ranks(E, rule))
     assert rank[3] == n - 1 and rank[7] == 2 and rank[9] == n - 1 and rank[11] == n
     ref = torch.linalg.svdvals(E.double())
@@ -59,7 +59,7 @@ def test_assumption_2_counts_and_verdict():
     res = assumption_2(E)
     assert res.verdict == "fails" and res.full == 28 and res.deficient_examples == (4, 17)
     assert res.rank_histogram == {4: 2, 5: 28}
-    rec = res.record(0)
+    rec = res.record()
     assert rec["check"] == "assumption_2" and rec["satisfied"] == 28 and rec["witness"] == [4, 17]
 
 
@@ -118,3 +118,116 @@ def test_assumption_2_is_the_same_at_every_scale(dtype, scales):
         # in the data's own units (sigma_min of a deficient matrix is rounding noise: not compared)
         for a, b in ((smin[full], smin0[full]), (smax, smax0), (tol, tol0)):
             assert torch.allclose(a / scale, b, rtol=1e-6, atol=0)
+
+
+# --------------------------------------------------------------------------- the registry drives every run
+
+
+def _features(Q, E):
+    """What a run reads (the fields of a FeatureSet): queries, A3 vectors, context statistics."""
+    from types import SimpleNamespace
+
+    from mhaaudit.checks import ContextRanks
+
+    acc = ContextRanks(RankRule.for_dtype(E.dtype))
+    acc.update(E)
+    T, n, d = E.shape
+    return SimpleNamespace(queries=Q, a3=Q + E.mean(1), context=acc.arrays(), n=n, d=d, T=T)
+
+
+def test_each_registered_check_decides_what_its_function_returns():
+    """A run decides a check with Check.decide; for the built-in checks that is the result of the
+    check's own function on the same vectors, to the record."""
+    g = torch.Generator().manual_seed(3)
+    E = torch.randn(60, 5, 12, generator=g, dtype=torch.float64)
+    E[9, 4] = E[9, 0]
+    Q = E[:, 0].clone()
+    Q[7] = Q[2] + Q[3]  # a dependent triple the draws may find
+    fs = _features(Q, E)
+    rule = RankRule.for_dtype(torch.float64)
+    draws = dict(samples=300, threshold=0.99, seed=4)
+    for name in CHECKS:
+        c = REGISTRY[name]
+        got = c.decide(fs, rule=rule, **({} if not c.estimated else draws))
+        if name == "assumption_2":
+            want = c.run(E, rule=rule)
+        elif name == "general_position":
+            want = c.run(fs.queries, rule=rule, **draws)
+        else:
+            want = c.run(getattr(fs, c.vectors), fs.n, rule=rule, **draws)
+        assert got.record() == want.record(), name
+        assert got.check == name
+
+
+def test_check_for_size_names_a_test_after_the_registered_check_it_answers():
+    from mhaaudit.checks import check_for_size
+
+    assert check_for_size(5, n=5, T=80, d=16, vectors="queries") == "assumption_1"
+    assert check_for_size(16, n=5, T=80, d=16, vectors="queries") == "general_position"
+    assert check_for_size(16, n=16, T=80, d=16, vectors="queries") == "assumption_1"  # k = n = min(T, d)
+    assert check_for_size(5, n=5, T=80, d=16, vectors="a3") == "assumption_3"
+    assert check_for_size(16, n=None, T=80, d=16, vectors="queries") == "general_position"
+    assert check_for_size(5, n=None, T=80, d=16, vectors="queries") == "kruskal"
+    assert check_for_size(16, n=5, T=80, d=16, vectors="a3") == "kruskal"
+
+
+@pytest.fixture()
+def toy_check(monkeypatch):
+    """A check registered for one test, and removed after it: no two query vectors are parallel
+    (every pair independent, a Kruskal test at k = 2)."""
+    from mhaaudit.checks import Check
+    from mhaaudit.kruskal import subset_test
+
+    def pairs(queries, **kw):
+        return subset_test(queries, 2, check="pairs", **kw)
+
+    check = Check("pairs", "Pairs", "no two query vectors are parallel (Kruskal rank >= 2)", "queries", "k = 2",
+                  lambda n, T, d: 2, pairs, True)
+    monkeypatch.setitem(REGISTRY, "pairs", check)
+    return check
+
+
+def test_a_registered_check_is_in_the_table_the_json_and_the_parquet(toy_check, vit_dir, image_dir, capsys,
+                                                                      monkeypatch, tmp_path):
+    """One entry plus its function: check runs it in every column and every output shows it."""
+    import json
+
+    import pyarrow.parquet as pq
+    from clitools import run
+
+    small = ["check", vit_dir, "--data", image_dir, "--limit", 40, "--samples", 50, "--batch-size", 16,
+             "--variants", "embedding", "--variants", "random", "--fail-on", "pairs"]
+    monkeypatch.setenv("COLUMNS", "200")
+    rc, out, err = run(capsys, *small, "--out", tmp_path / "r.parquet")
+    assert rc in (0, 1), err
+    row = next(line for line in out.splitlines() if line.startswith("│ Pairs"))
+    assert out.count("│ Pairs") == 1 and "k = 2" in out.split("│ Pairs")[1].split("\n")[1]
+    assert "[random] Pairs: " in out and "Pairs: no two query vectors are parallel (Kruskal rank >= 2)." in out
+    assert row.count("holds") + row.count("fails") == 2  # a verdict in both columns
+
+    rc, out, err = run(capsys, *small, "--format", "json")
+    assert rc in (0, 1), err
+    doc = json.loads(out)
+    recs = [r for r in doc["records"] if r["check"] == "pairs"]
+    assert [(r["variant"], r["k"], r["samples"] <= 50) for r in recs] == [("embedding", 2, True), ("random", 2, True)]
+    assert [r["check"] for r in doc["records"][:5]] == [*CHECKS, "pairs"]
+
+    table = pq.read_table(tmp_path / "r.parquet").to_pylist()
+    by_check = [r for r in table if r["check"] == "pairs"]
+    assert [(r["variant"], r["k"], r["verdict"]) for r in by_check] == [(r["variant"], 2, r["verdict"]) for r in recs]
+    assert rc == (1 if any(r["verdict"] == "fails" for r in recs) else 0)  # --fail-on takes the registered name
+
+
+def test_a_registered_check_names_the_kruskal_test_at_its_size(toy_check, tmp_path, capsys):
+    import json
+
+    import numpy as np
+    from clitools import run
+
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((40, 8)))
+    rc, out, err = run(capsys, "kruskal", tmp_path / "x.npy", "--k", 2, "--k", 3, "--samples", 50, "--format", "json")
+    assert rc == 0, err
+    assert [r["check"] for r in json.loads(out)["records"]] == ["pairs", "kruskal"]
+    rc, out, err = run(capsys, "kruskal", tmp_path / "x.npy", "--k", 2, "--samples", 50)
+    assert rc == 0, err
+    assert "│ Pairs " in out

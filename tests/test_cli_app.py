@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from clitools import help_text, run
 from conftest import tmp_leftovers
 
-from clitools import help_text, run
 from mhaaudit.cli.app import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,12 +35,12 @@ CONSOLE_SCRIPT = ("import sys; from mhaaudit.cli.app import run; "
 # --------------------------------------------------------------------------- help
 
 
-@pytest.mark.parametrize("command", ("",) + COMMANDS)
+@pytest.mark.parametrize("command", ("", *COMMANDS))
 def test_dash_h_is_help(capsys, command):
     args = [command, "-h"] if command else ["-h"]
     rc, out, err = run(capsys, *args)
     assert rc == 0 and "Usage" in out and err == ""
-    rc2, out2, _ = run(capsys, *[a if a != "-h" else "--help" for a in args])
+    _rc2, out2, _ = run(capsys, *[a if a != "-h" else "--help" for a in args])
     assert out2 == out
 
 
@@ -280,20 +280,19 @@ def test_a_signal_during_the_commit_of_outputs_is_delivered_after_it(tmp_path):
     from mhaaudit.io import atomic_path
     from mhaaudit.staging import staged_outputs
 
-    with pytest.raises(KeyboardInterrupt):
-        with staged_outputs() as staged:
-            for name in ("a.txt", "b.txt"):
-                with atomic_path(tmp_path / name) as tmp:
-                    tmp.write_text(name)
-            real = staged.files.copy()
+    with pytest.raises(KeyboardInterrupt), staged_outputs() as staged:
+        for name in ("a.txt", "b.txt"):
+            with atomic_path(tmp_path / name) as tmp:
+                tmp.write_text(name)
+        real = staged.files.copy()
 
-            def replace_then_interrupt(src, dst, _real=os.replace):
-                _real(src, dst)
-                signal.raise_signal(signal.SIGINT)  # arrives between the two renames
+        def replace_then_interrupt(src, dst, _real=os.replace):
+            _real(src, dst)
+            signal.raise_signal(signal.SIGINT)  # arrives between the two renames
 
-            staging_module.os = type("os_proxy", (), {"replace": staticmethod(replace_then_interrupt)})
-            try:
-                staged.commit()
-            finally:
-                staging_module.os = os
+        staging_module.os = type("os_proxy", (), {"replace": staticmethod(replace_then_interrupt)})
+        try:
+            staged.commit()
+        finally:
+            staging_module.os = os
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt"] and len(real) == 2

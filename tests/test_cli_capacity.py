@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from clitools import assert_one_error, auto_device, help_text, run
 from conftest import FIXTURES, tmp_leftovers
 
-from clitools import assert_one_error, auto_device, help_text, run
 from mhaaudit import __version__
 from mhaaudit.cli.app import main
 from mhaaudit.cli.capacity import LAYER_DEPRECATED
@@ -137,7 +137,7 @@ def test_from_check_results(capsys, vit4, image_dir, tmp_path):
     doc3 = json_run(capsys, vit4, "--data", image_dir, *FROM, "--from", res, "--variants", "random", "--block", "2")
     assert doc3["records"] == doc2["records"] and doc3["meta"]["layer"] == 2
     # Options that sample Assumption 1 have no effect when it is read from the file: refused, not ignored.
-    rc, out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FROM, "--from", res, "--samples", "100",
+    rc, _out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FROM, "--from", res, "--samples", "100",
                        "--threshold", "0.9")
     assert_one_error(rc, err, "--samples, --threshold have no effect with --from")
 
@@ -245,14 +245,14 @@ def test_help_says_what_block_reads(capsys):
 def test_from_a_file_that_is_not_check_results(capsys, vit4, image_dir, tmp_path):
     bad = tmp_path / "bad.parquet"
     pq.write_table(pa.table({"a": [1, 2]}), bad)
-    rc, out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FROM, "--from", bad)
+    rc, _out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FROM, "--from", bad)
     assert_one_error(rc, err, "not a results file")
 
 
 def test_bad_output_paths(capsys, vit4, image_dir, tmp_path):
-    rc, out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FAST, "--plot", tmp_path / "p.txt")
+    rc, _out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FAST, "--plot", tmp_path / "p.txt")
     assert_one_error(rc, err, ".png")
-    rc, out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FAST, "--out", tmp_path / "missing" / "o.parquet")
+    rc, _out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FAST, "--out", tmp_path / "missing" / "o.parquet")
     assert_one_error(rc, err, "does not exist")
 
 

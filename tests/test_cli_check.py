@@ -11,9 +11,9 @@ import sys
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from clitools import assert_one_error, auto_device, help_text, run
 from conftest import TINY_VIT_D, TINY_VIT_N, save_tiny_vit, strict_json, tmp_leftovers
 
-from clitools import assert_one_error, auto_device, help_text, run
 from mhaaudit import __version__
 from mhaaudit.checks import CHECKS
 from mhaaudit.cli.app import main
@@ -419,7 +419,7 @@ def test_unwritable_out_folder(capsys, vit_dir, image_dir, tmp_path):
     ro.mkdir()
     ro.chmod(0o500)
     try:
-        rc, out, err = run(capsys, "check", vit_dir, "--data", image_dir, *RUN, "--out", ro / "r.parquet")
+        rc, _out, err = run(capsys, "check", vit_dir, "--data", image_dir, *RUN, "--out", ro / "r.parquet")
         assert_one_error(rc, err, "not writable")
         assert list(ro.iterdir()) == []
     finally:

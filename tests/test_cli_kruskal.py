@@ -13,10 +13,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from clitools import assert_one_error, auto_device, help_text, run
 from conftest import strict_json, tmp_leftovers
 from safetensors.torch import save_file
 
-from clitools import assert_one_error, auto_device, help_text, run
 from mhaaudit import __version__
 from mhaaudit.cli.app import main
 from mhaaudit.cli.options import deprecation_line
@@ -123,14 +123,14 @@ def test_saved_feature_folder_queries_and_a3(capsys, tmp_path):
     direct = json_run(capsys, "kruskal", tmp_path / "a3.npy", "--n", 5, *FAST)
     assert [{**r, "check": None} for r in direct["records"]] == [{**r, "check": None} for r in a3["records"]]
     # a single matrix has no query and A3 vectors to choose from: --vectors would be silently ignored
-    rc, out, err = run(capsys, "kruskal", tmp_path / "a3.npy", "--n", 5, "--vectors", "a3", *FAST)
+    rc, _out, err = run(capsys, "kruskal", tmp_path / "a3.npy", "--n", 5, "--vectors", "a3", *FAST)
     assert_one_error(rc, err, "--vectors has no effect on a single matrix")
 
 
 def test_n_above_T_is_refused_when_it_sets_the_test_size(capsys, npy):
-    rc, out, err = run(capsys, "kruskal", npy, "--n", 31, *FAST, "--format", "json")
+    rc, _out, err = run(capsys, "kruskal", npy, "--n", 31, *FAST, "--format", "json")
     assert_one_error(rc, err, "at least n")
-    rc, out, err = run(capsys, "kruskal", npy, "--n", 31, "--vectors", "a3", *FAST, "--format", "json")
+    rc, _out, err = run(capsys, "kruskal", npy, "--n", 31, "--vectors", "a3", *FAST, "--format", "json")
     assert_one_error(rc, err, "Assumption 3")
 
 
@@ -259,7 +259,7 @@ def test_out_file_is_stamped(capsys, npy, tmp_path):
 
 def test_plot_png(capsys, npy, tmp_path):
     png = tmp_path / "sweep.png"
-    rc, out, err = run(capsys, "kruskal", npy, *FAST, "--plot", png, "--n", 4)
+    rc, _out, err = run(capsys, "kruskal", npy, *FAST, "--plot", png, "--n", 4)
     assert rc == 0, err
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert tmp_leftovers(tmp_path) == []
@@ -381,7 +381,7 @@ def test_unwritable_out_folder(capsys, npy, tmp_path):
     ro.mkdir()
     ro.chmod(0o500)
     try:
-        rc, out, err = run(capsys, "kruskal", npy, "--k", 3, *FAST, "--out", ro / "r.parquet")
+        rc, _out, err = run(capsys, "kruskal", npy, "--k", 3, *FAST, "--out", ro / "r.parquet")
         assert_one_error(rc, err, "not writable")
         assert list(ro.iterdir()) == []
     finally:
@@ -406,7 +406,7 @@ def test_failure_while_writing_out_leaves_nothing(capsys, npy, tmp_path, monkeyp
 
     monkeypatch.setattr(pq, "write_table", broken)
     before = set(os.listdir(tmp_path))
-    rc, out, err = run(capsys, "kruskal", npy, "--k", 3, *FAST, "--out", tmp_path / "r.parquet", "--format", "json")
+    rc, _out, err = run(capsys, "kruskal", npy, "--k", 3, *FAST, "--out", tmp_path / "r.parquet", "--format", "json")
     assert_one_error(rc, err, "No space left on device")
     assert set(os.listdir(tmp_path)) == before
 
@@ -433,7 +433,7 @@ def test_help(capsys):
 
 
 def test_version(capsys):
-    rc, out, err = run(capsys, "--version")
+    rc, out, _err = run(capsys, "--version")
     assert rc == 0 and out.strip() == f"mhaaudit {__version__}"
 
 
@@ -531,12 +531,12 @@ def test_capture_errors(capsys, vit_dir, image_dir, tmp_path, args, match):
 
 
 def test_weights_without_model_capture_refused(capsys, npy):
-    rc, out, err = run(capsys, "kruskal", npy, "--weights", npy.parent)
+    rc, _out, err = run(capsys, "kruskal", npy, "--weights", npy.parent)
     assert_one_error(rc, err, "--weights")
 
 
 def test_capture_trained_alias_offline_points_to_weights(capsys):
-    rc, out, err = run(capsys, "kruskal", "--model", "vit-base", "--variants", "trained", *CAPTURE)
+    rc, _out, err = run(capsys, "kruskal", "--model", "vit-base", "--variants", "trained", *CAPTURE)
     line = assert_one_error(rc, err, "--weights")
     assert "vit-base" in line
 
@@ -640,7 +640,7 @@ def _complex_kinds():
     try:  # safetensors stores complex64 from 0.6 on
         save_file({"x": torch.zeros(1, dtype=torch.complex64)}, os.devnull)
         kinds.append("safetensors")
-    except Exception:
+    except Exception:  # noqa: BLE001 - any refusal means this safetensors cannot store complex64
         pass
     return kinds
 

@@ -8,9 +8,9 @@ import sys
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from clitools import assert_one_error, auto_device, help_text, run
 from conftest import strict_json
 
-from clitools import assert_one_error, auto_device, help_text, run
 from mhaaudit import __version__
 
 # Two points, a few steps each: seconds on a CPU. The device is left at auto.
@@ -117,7 +117,7 @@ def test_choices_are_choices(capsys):
     assert choices["vary"] == ["heads", "n", "head-dim"]
     text = help_text(capsys, "memorize")
     assert "<bool>" not in text and "1-8" in text
-    rc, out, err = run(capsys, *GRID, "--task", "sorting")
+    rc, _out, err = run(capsys, *GRID, "--task", "sorting")
     assert_one_error(rc, err, "--task")
 
 

@@ -16,9 +16,9 @@ import sys
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from clitools import assert_one_error, help_text, run
 from conftest import strict_json, tiny
 
-from clitools import assert_one_error, help_text, run
 from mhaaudit.cli.app import main
 from mhaaudit.io import read_parquet_metadata
 from mhaaudit.reproduce import target_spec
@@ -68,7 +68,7 @@ def runs(argv, tmp_path_factory):
     for target, args in argv.items():
         kept = {}
 
-        def keep(*a, **kw):
+        def keep(*a, kept=kept, **kw):
             kept["result"] = real(*a, **kw)
             return kept["result"]
 
@@ -204,5 +204,5 @@ def test_bad_input_is_one_line(capsys, args, match):
 
 
 def test_missing_weights_path_is_refused_before_work(capsys, vit_dir):
-    rc, out, err = run(capsys, "reproduce", "table1", "--model", f"vit={vit_dir}", "--weights", "/no/such/folder")
+    rc, _out, err = run(capsys, "reproduce", "table1", "--model", f"vit={vit_dir}", "--weights", "/no/such/folder")
     assert_one_error(rc, err, "does not exist")

@@ -26,9 +26,8 @@ from types import SimpleNamespace
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from rich.cells import cell_len
-
 from clitools import run
+from rich.cells import cell_len
 
 ROOT = Path(__file__).resolve().parents[1]
 ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
@@ -265,7 +264,7 @@ def test_unavailable_columns_are_named_once_per_reason():
     reason = "trained weights for m are not on this machine and the hub cannot be reached"
     cols = [SimpleNamespace(status="unavailable", reason=reason, probe=SimpleNamespace(variant=v), sweep=None,
                             features=None, timings={}, tests={}) for v in ("trained-L0", "trained-L1")]
-    result = SimpleNamespace(columns=cols, info={}, data="d", skipped=0, notes=[], timings={"total": 1.0},
+    result = SimpleNamespace(columns=cols, info={}, data="d", skipped=0, notes=[], timings={"total": 1.0}, T=None,
                              settings={"samples": 10, "threshold": 0.99, "seed": 0, "device": "cpu",
                                        "tolerance": {"rule": "r"}})
     text = "\n".join(audit_lines(result))

@@ -4,6 +4,7 @@ docstrings, offline, deterministic, free of code and repeated paragraphs, cached
 from __future__ import annotations
 
 import gzip
+import itertools
 import platform
 import re
 import sys
@@ -129,7 +130,7 @@ def test_blocks_cover_the_corpus_in_order(cache):
     blocks = corpus.blocks(min_words=500)
     assert len(blocks) > 3
     assert blocks[0][0] == 0 and blocks[-1][1] == len(corpus.documents)
-    assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:]))
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(blocks))
     for start, stop in blocks:
         assert len({g for g, _, _ in corpus.documents[start:stop]}) == 1  # one package per block
         words = sum(len(t.split()) for _, _, t in corpus.documents[start:stop])
@@ -145,7 +146,7 @@ def test_default_corpus_is_large_enough_for_the_paper():
     assert {"numpy", "torch", "transformers"} <= set(names)  # dependencies of mhaaudit
     # 2000 GPT-2 windows of 1024 tokens need 2 million tokens; English averages over 1.3 tokens a word
     assert corpus.words > 2_000_000
-    for name, version in corpus.packages:
+    for _name, version in corpus.packages:
         assert version in corpus.description
     assert not any(">>>" in text for _, _, text in corpus.documents)  # no doctest anywhere
 

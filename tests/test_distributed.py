@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import tmp_leftovers
+
 from mhaaudit import distributed
 from mhaaudit.errors import DataError
 
@@ -99,6 +99,39 @@ def _check_args(vit_dir, image_dir, *more):
 # --------------------------------------------------------------------------- one process
 
 
+def test_one_process_works_through_a_session_of_one(monkeypatch):
+    """One process goes through the same session interface as a job (every collective the
+    identity), so no code branches on whether a job was launched."""
+    import inspect
+    import re
+
+    for k in ("WORLD_SIZE", "RANK"):
+        monkeypatch.delenv(k, raising=False)
+    one = distributed.current()
+    assert isinstance(one, distributed.SingleProcess) and (one.rank, one.world_size) == (0, 1)
+    assert distributed.lockstep() is one
+    interface = {n for n, v in vars(distributed.Session).items() if not n.startswith("_") and callable(v)}
+    assert interface == {n for n, v in vars(distributed.SingleProcess).items() if not n.startswith("_") and callable(v)}
+    for name in interface:  # the same parameters, so a caller cannot tell which it holds
+        assert (inspect.signature(getattr(distributed.Session, name)).parameters.keys()
+                == inspect.signature(getattr(distributed.SingleProcess, name)).parameters.keys()), name
+    assert one.all_gather(3) == [3] and one.all_gather_tensors("t") == ["t"] and one.broadcast("x") == "x"
+    assert list(one.deal(iter(["a", "b"]))) == [(0, "a"), (1, "b")] and list(one.deal(None)) == []
+    rows = {"Z": torch.ones(2, 2)}
+    assert one.gather_rows(rows, "h", [(0, 2)], [[(0, 2)]]) == (rows, "h")
+    one.same(1, "anything")
+    one.publish("k", 1)
+    with pytest.raises(LookupError):
+        one.fetch("k")
+    import mhaaudit
+
+    root = Path(mhaaudit.__file__).parent
+    branches = [f"{p.relative_to(root)}:{i}" for p in sorted(root.rglob("*.py"))
+                for i, line in enumerate(p.read_text().splitlines(), 1)
+                if re.search(r"\b(shard|session\(\)) is (not )?None", line)]
+    assert not branches, branches
+
+
 def test_one_process_has_no_session(monkeypatch):
     for k in ("WORLD_SIZE", "RANK"):
         monkeypatch.delenv(k, raising=False)
@@ -113,6 +146,10 @@ def test_one_process_has_no_session(monkeypatch):
     assert entry(1, on_note=print) == (1, True, print)  # one process: a plain call
     assert distributed._portable({"progress": True, "on_note": print, "limit": 3}) == {"progress": False, "on_note": None,
                                                                                        "limit": 3}
+    from mhaaudit.settings import Settings
+
+    bars = Settings.resolve(device="cpu", seed=3, progress=True)
+    assert distributed._portable({"settings": bars}) == {"settings": bars.with_(progress=False)}  # the followers draw none
 
 
 def test_timeout_comes_from_the_environment(monkeypatch):

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from clitools import assert_one_error, run
+
 from mhaaudit.cli.app import FLAGS, _flag
 from mhaaudit.errors import (
     DataError,
@@ -39,7 +39,7 @@ def test_each_error_is_the_builtin_it_means():
         assert str(exc) == "samples must be at least 1, got 0" and exc.args == (str(exc),)
         assert exc.params == ("samples",)
         assert exc.message_for(_flag) == "--samples must be at least 1, got 0"
-    with pytest.raises(ValueError, match="^k must be at least 1"):
+    with pytest.raises(ValueError, match=r"^k must be at least 1"):
         raise InputError(f"{param('k')} must be at least 1, got 0")
 
 
@@ -105,7 +105,7 @@ def test_files_and_the_network_are_os_errors(tmp_path):
     from mhaaudit.models.checkpoints import offline_weights_error
 
     np.save(tmp_path / "x.npy", np.zeros((3, 2)))
-    with pytest.raises(ValueError, match="^key has no effect on") as info:
+    with pytest.raises(ValueError, match=r"^key has no effect on") as info:
         read_array(tmp_path / "x.npy", key="queries")
     assert "--" not in str(info.value)
     exc = offline_weights_error("vit-base", "google/vit-base-patch16-224")
@@ -123,7 +123,7 @@ def test_files_and_the_network_are_os_errors(tmp_path):
 ])
 def test_the_command_line_prints_its_flags(capsys, tmp_path, args, flag_line):
     np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((6, 4)))
-    rc, out, err = run(capsys, *args.format(x=tmp_path / "x.npy").split())
+    rc, _out, err = run(capsys, *args.format(x=tmp_path / "x.npy").split())
     assert_one_error(rc, err, flag_line.format(x=tmp_path / "x.npy"))
 
 

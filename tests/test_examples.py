@@ -5,6 +5,7 @@ the built-in corpus with the real vocabularies) are marked slow."""
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import math
 import re
 
@@ -96,7 +97,7 @@ def test_bert_pair_examples_errors():
     with pytest.raises(InputError):
         bert_pair_examples(_unique_corpus(5, [50]), tok, n=10, count=5)
     with pytest.raises(DataError, match="at least 2 documents"):
-        bert_pair_examples(_unique_corpus(1, [50]) + ["too short"], tok, n=20, count=5)
+        bert_pair_examples([*_unique_corpus(1, [50]), "too short"], tok, n=20, count=5)
     with pytest.raises(DataError, match="possible"):
         bert_pair_examples(_unique_corpus(2, [20]), tok, n=20, count=50)
 
@@ -114,7 +115,7 @@ def _assert_disjoint(ex, n: int) -> None:
         spans.setdefault(d, []).append(start)
     for starts in spans.values():
         starts.sort()
-        assert all(b - a >= n for a, b in zip(starts, starts[1:]))
+        assert all(b - a >= n for a, b in itertools.pairwise(starts))
 
 
 def test_gpt_window_examples_structure():

@@ -1,113 +1,113 @@
-"""Every model family mhaaudit supports, loaded through the real loading code from a tiny random
+"""Every model family mhaaudit registers, loaded through the real loading code from a tiny random
 model saved with its library's own writer (transformers ``save_pretrained``; timm
 ``create_model`` + safetensors ``save_file``), offline.
+
+The families come from the registry itself (:data:`mhaaudit.models.families.FAMILIES` and
+:data:`~mhaaudit.models.families.TIMM_FAMILIES`), and each has a hand-written tiny configuration
+under ``fixtures/families/<backend>/<family>/``: ``config.json`` (a transformers config, or a timm
+folder's ``{"architecture", "model_args"}``) and ``expected.json`` (what mhaaudit must find: the
+query token, the positions at layer 0, the tokens before the patches, and the reasons capacity
+refuses the attention, empty where it reads it). A registered family without a fixture, or a
+fixture of no registered family, fails here. A folder ``<family>@<variant>`` is a further case of
+the same family (another config of it).
 
 For each family: the probe points (layer 0 = embedding output, layer 1 = output of block 1) equal
 the library's own ``output_hidden_states`` (transformers) or ``forward_intermediates`` (timm) on
 the same inputs; the query row is the right token (the class token before any distillation or
 register tokens, [CLS] / <s>, the last token); ``first_attention`` either reproduces the
 library's eager attention maps or refuses with the reason (rotary positions, grouped key/value
-heads, query/key norms, soft-capping, relative attention). A family whose class the installed
-transformers lacks is skipped, saying so.
+heads, query/key norms, soft-capping, relative attention, ALiBi, local windows). A family whose model type the
+installed transformers lacks is skipped, saying so.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
+from conftest import FIXTURES
 from modeltools import TOL, images
 
 from mhaaudit.errors import ModelError
 from mhaaudit.models import first_attention, load_model
+from mhaaudit.models.families import FAMILIES, TIMM_FAMILIES
 
 transformers = pytest.importorskip("transformers")
 timm = pytest.importorskip("timm")
 
-D, LAYERS, HEADS = 32, 2, 4
-TEXT = dict(hidden_size=D, num_hidden_layers=LAYERS, num_attention_heads=HEADS, intermediate_size=64, vocab_size=100,
-            max_position_embeddings=64)
-IMAGE = dict(hidden_size=D, num_hidden_layers=LAYERS, num_attention_heads=HEADS, intermediate_size=64, image_size=32,
-             patch_size=8)
-SPECIAL = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
-N_TEXT, PATCHES = 8, 16
+FAMILY_FIXTURES = FIXTURES / "families"
+D, HEADS = 32, 4  # every fixture's width and heads
+N_TEXT, PATCHES = 8, 16  # tokens of a text example; patches of a 32 x 32 image in 8 x 8 patches
+TIMM_NAMES = sorted({name for _pattern, name, _fam in TIMM_FAMILIES})
 
 
 @dataclass(frozen=True)
-class HF:
-    """A transformers family: its model type, the class that builds it, its tiny config, and what
-    mhaaudit must find (query: first | last | none; prefix: tokens before the patches)."""
+class Case:
+    """One fixture folder ``fixtures/families/<backend>/<key>``: its config and what mhaaudit must find."""
 
-    model_type: str
-    cls: str
+    backend: str  # "transformers" | "timm"
+    key: str  # the family, or "<family>@<variant>"
     config: dict
-    query: str
-    positions: str = "learned"
-    prefix: int = 1
-    refused: tuple[str, ...] = ()  # first_attention's reasons; empty: it matches the eager attention
-    extra: dict = field(default_factory=dict)
+    query: str  # first | last | none
+    positions: str
+    prefix: int  # image tokens before the patches (class, distillation, registers)
+    refused: tuple[str, ...]  # first_attention's reasons; empty: it matches the eager attention
 
     @property
-    def id(self) -> str:
-        return self.model_type + ("-" + "-".join(f"{k}" for k in self.extra) if self.extra else "")
+    def family(self) -> str:
+        return self.key.split("@")[0]
+
+    @property
+    def folder(self) -> Path:
+        return FAMILY_FIXTURES / self.backend / self.key
 
 
-HF_FAMILIES = [
-    # decoders: the query is the last token
-    HF("llama", "LlamaModel", dict(TEXT, num_key_value_heads=2), "last", "rotary",
-       refused=("rotary positions", "grouped key/value heads")),
-    HF("mistral", "MistralModel", dict(TEXT, num_key_value_heads=2), "last", "rotary",
-       refused=("rotary positions", "grouped key/value heads")),
-    HF("qwen2", "Qwen2Model", dict(TEXT, num_key_value_heads=2), "last", "rotary",
-       refused=("rotary positions", "grouped key/value heads")),
-    HF("qwen3", "Qwen3Model", dict(TEXT, num_key_value_heads=2, head_dim=8), "last", "rotary",
-       refused=("rotary positions", "grouped key/value heads", "query/key norms")),
-    HF("gemma2", "Gemma2Model", dict(TEXT, num_key_value_heads=2, head_dim=8), "last", "rotary",
-       refused=("rotary positions", "grouped key/value heads", "logit soft-capping")),
-    HF("phi3", "Phi3Model", dict(TEXT, num_key_value_heads=HEADS, **SPECIAL), "last", "rotary", refused=("rotary positions",)),
-    HF("gpt_neox", "GPTNeoXModel", dict(TEXT), "last", "rotary", refused=("rotary positions",)),
-    HF("opt", "OPTModel", dict(hidden_size=D, num_hidden_layers=LAYERS, num_attention_heads=HEADS, ffn_dim=64, vocab_size=100,
-                               max_position_embeddings=64, word_embed_proj_dim=D, **SPECIAL), "last"),
-    # encoders: the query is token 0 ([CLS] / <s>)
-    HF("bert", "BertModel", dict(TEXT), "first"),
-    HF("roberta", "RobertaModel", dict(TEXT, max_position_embeddings=66, **SPECIAL), "first"),
-    HF("distilbert", "DistilBertModel", dict(dim=D, n_layers=LAYERS, n_heads=HEADS, hidden_dim=64, vocab_size=100,
-                                             max_position_embeddings=64), "first"),
-    HF("deberta-v2", "DebertaV2Model", dict(TEXT, relative_attention=True, position_biased_input=False,
-                                            pos_att_type=["p2c", "c2p"], max_relative_positions=16), "first", "relative",
-       refused=("relative attention",)),
-    HF("electra", "ElectraModel", dict(TEXT, embedding_size=16), "first"),
-    HF("modernbert", "ModernBertModel", dict(TEXT, global_attn_every_n_layers=2, local_attention=8, cls_token_id=1,
-                                             sep_token_id=2, **SPECIAL), "first", "rotary", refused=("rotary positions",)),
-    # vision: the query is the class token (token 0)
-    HF("vit", "ViTModel", IMAGE, "first"),
-    HF("deit", "DeiTModel", IMAGE, "first", prefix=2),  # class + distillation token
-    HF("dinov2", "Dinov2Model", IMAGE, "first"),
-    HF("dinov2_with_registers", "Dinov2WithRegistersModel", dict(IMAGE, num_register_tokens=3), "first", prefix=4),
-    HF("beit", "BeitModel", dict(IMAGE, use_relative_position_bias=True), "first", "relative",
-       refused=("relative attention",)),
-    HF("beit", "BeitModel", IMAGE, "first", "none", extra={"no-relative-bias": True}),
-    HF("data2vec-vision", "Data2VecVisionModel", dict(IMAGE, use_relative_position_bias=True), "first", "relative",
-       refused=("relative attention",)),
-    HF("clip_vision_model", "CLIPVisionModel", IMAGE, "first"),
-    HF("clip", "CLIPModel", dict(vision_config=IMAGE, text_config=dict(TEXT, **SPECIAL)), "first"),
-    HF("siglip_vision_model", "SiglipVisionModel", IMAGE, "none", prefix=0),
-    HF("siglip", "SiglipModel", dict(vision_config=IMAGE, text_config=dict(TEXT, **SPECIAL)), "none", prefix=0),
-]
+def case(backend: str, key: str) -> Case:
+    """The fixture of ``key``; a registered family without one fails the test that asks for it."""
+    folder = FAMILY_FIXTURES / backend / key
+    if not (folder / "config.json").is_file() or not (folder / "expected.json").is_file():
+        pytest.fail(f"{backend} family {key!r} is registered but has no fixture: add {folder}/config.json and "
+                    "expected.json")
+    exp = json.loads((folder / "expected.json").read_text())
+    return Case(backend, key, json.loads((folder / "config.json").read_text()), exp.get("query", "first"),
+                exp["positions"], exp.get("prefix", 1), tuple(exp["attention"]))
 
 
-def _needs(cls: str):
-    if not hasattr(transformers, cls):
-        pytest.skip(f"transformers {transformers.__version__} has no {cls}: the family is newer than this release")
+def variants(backend: str) -> list[str]:
+    """The further cases of registered families: fixture folders named ``<family>@<variant>``."""
+    return sorted(p.name for p in (FAMILY_FIXTURES / backend).iterdir() if "@" in p.name)
 
 
-def _save_hf(case: HF, folder):
-    _needs(case.cls)
-    cfg = transformers.AutoConfig.for_model(case.model_type, **case.config)
+HF_KEYS = sorted(FAMILIES) + variants("transformers")
+TIMM_KEYS = TIMM_NAMES + variants("timm")
+
+
+@pytest.mark.parametrize("backend, registered", [("transformers", set(FAMILIES)), ("timm", set(TIMM_NAMES))])
+def test_every_fixture_is_of_a_registered_family(backend, registered):
+    folders = {p.name.split("@")[0] for p in (FAMILY_FIXTURES / backend).iterdir()}
+    assert folders - registered == set(), f"fixtures of unregistered families in {FAMILY_FIXTURES / backend}"
+    assert registered - folders == set(), "registered families without a fixture"
+
+
+def test_every_fixture_is_tiny():
+    for path in FAMILY_FIXTURES.rglob("config.json"):
+        cfg = json.loads(path.read_text())
+        cfg = cfg.get("model_args", cfg.get("vision_config", cfg))
+        width = cfg.get("hidden_size", cfg.get("n_embd", cfg.get("dim", cfg.get("embed_dim"))))
+        assert width == D, path
+
+
+def _save_hf(case: Case, folder):
+    try:
+        cfg = transformers.AutoConfig.from_pretrained(str(case.folder))
+    except (KeyError, ValueError) as err:
+        pytest.skip(f"transformers {transformers.__version__} does not know model type {case.family!r}: {err}")
     torch.manual_seed(0)
-    model = getattr(transformers, case.cls)(cfg).eval()
+    model = transformers.AutoModel.from_config(cfg).eval()
     model.save_pretrained(str(folder))
     return model
 
@@ -126,30 +126,30 @@ def _text_ids(b=3, seed=0):
     return torch.randint(3, 100, (b, N_TEXT), generator=g)
 
 
-@pytest.mark.parametrize("case", HF_FAMILIES, ids=lambda c: c.id)
-def test_transformers_family(case, tmp_path):
-    model = _save_hf(case, tmp_path)
-    text = case.query != "none" and "image_size" not in case.config and "vision_config" not in case.config
+@pytest.mark.parametrize("key", HF_KEYS)
+def test_transformers_family(key, tmp_path):
+    case_ = case("transformers", key)
+    registered = FAMILIES[case_.family]
+    assert registered.query == case_.query
+    model = _save_hf(case_, tmp_path)
+    text = registered.modality == "text"
     pm = load_model(str(tmp_path), weights="trained", device="cpu", **({"context_length": N_TEXT} if text else {}))
     i = pm.info
-    assert (i.backend, i.family, i.modality, i.d, i.positions) == ("hf", case.model_type, "text" if text else "image", D,
-                                                                    case.positions)
-    assert i.n == (N_TEXT if text else PATCHES + case.prefix)
-    assert i.query_index == {"first": 0, "last": i.n - 1, "none": None}[case.query]
-    if text:
-        x = pm.preprocess(_text_ids())
-    else:
-        x = pm.preprocess(images(3))
+    assert (i.backend, i.family, i.modality, i.d, i.positions) == ("hf", case_.family, registered.modality, D,
+                                                                    case_.positions)
+    assert i.n == (N_TEXT if text else PATCHES + case_.prefix)
+    assert i.query_index == {"first": 0, "last": i.n - 1, "none": None}[case_.query]
+    x = pm.preprocess(_text_ids() if text else images(3))
     out = pm.capture(x, [0, 1])
     hs, _ = _reference(model, x)
     for k in (0, 1):
         torch.testing.assert_close(out[k], hs[k], atol=TOL, rtol=0)
-    _check_query_row(pm, case, x, out, text)
-    _check_attention(pm, case, tmp_path, x)
+    _check_query_row(pm, case_, x, out, text)
+    _check_attention(pm, case_, tmp_path, x)
 
 
 def _check_query_row(pm, case, x, out, text):
-    n, qi = pm.info.n, pm.info.query_index
+    qi = pm.info.query_index
     if text:
         # at layer 0 the query row holds the query position's token alone: change that token, only that row moves
         ids = x["input_ids"].clone()
@@ -180,7 +180,7 @@ def _check_attention(pm, case, folder, x):
         for reason in case.refused:
             assert reason in str(err.value)
         return
-    eager = getattr(transformers, case.cls).from_pretrained(str(folder), attn_implementation="eager").eval()
+    eager = transformers.AutoModel.from_pretrained(str(folder), attn_implementation="eager").eval()
     hs, att = _reference(eager, x, attentions=True)
     for k in (1, 2):
         torch.testing.assert_close(first_attention(pm, k).probs(hs[k - 1]), att[k - 1], atol=TOL, rtol=0)
@@ -188,35 +188,27 @@ def _check_attention(pm, case, folder, x):
 
 # ---------------------------------------------------------------------------------------------- timm
 
-TIMM_ARGS = dict(img_size=32, patch_size=8, embed_dim=D, depth=LAYERS, num_heads=HEADS)
-TIMM_FAMILIES = [
-    # (timm name, family, tokens before the patches, positions, capacity refusal reasons)
-    ("vit_tiny_patch16_224", "vit", 1, "learned", ()),
-    ("deit_tiny_distilled_patch16_224", "deit", 2, "learned", ()),
-    ("eva02_tiny_patch14_224", "eva02", 1, "learned + rotary", ("rotary positions",)),
-    ("beit_base_patch16_224", "beit", 1, "relative", ("relative attention",)),
-    ("vit_small_patch14_dinov2", "dinov2", 1, "learned", ()),
-    ("vit_small_patch14_reg4_dinov2", "dinov2", 5, "learned", ()),
-    ("vit_base_patch16_siglip_224", "siglip", 0, "learned", ()),
-]
 
-
-def _save_timm(name, folder):
+def _save_timm(case: Case, folder):
+    """The fixture's model built with random weights, saved as a timm folder (its config.json and model.safetensors)."""
     from safetensors.torch import save_file
 
     torch.manual_seed(0)
-    model = timm.create_model(name, pretrained=False, num_classes=0, **TIMM_ARGS).eval()
+    model = timm.create_model(case.config["architecture"], pretrained=False, num_classes=0,
+                              **case.config["model_args"]).eval()
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / "model.safetensors"))
-    (folder / "config.json").write_text(json.dumps({"architecture": name, "model_args": TIMM_ARGS}))
+    shutil.copyfile(case.folder / "config.json", folder / "config.json")
     return model
 
 
-@pytest.mark.parametrize("name, family, prefix, positions, refused", TIMM_FAMILIES, ids=[t[0] for t in TIMM_FAMILIES])
-def test_timm_family(name, family, prefix, positions, refused, tmp_path):
-    model = _save_timm(name, tmp_path)
+@pytest.mark.parametrize("key", TIMM_KEYS)
+def test_timm_family(key, tmp_path):
+    case_ = case("timm", key)
+    family, prefix, refused = case_.family, case_.prefix, case_.refused
+    model = _save_timm(case_, tmp_path)
     pm = load_model(str(tmp_path), weights="trained", device="cpu")
     i = pm.info
-    assert (i.backend, i.family, i.n, i.d, i.positions) == ("timm", family, PATCHES + prefix, D, positions)
+    assert (i.backend, i.family, i.n, i.d, i.positions) == ("timm", family, PATCHES + prefix, D, case_.positions)
     assert i.query_index == (0 if prefix else None)
     x = pm.preprocess(images(3))
     out = pm.capture(x, [0, 1, 2])
@@ -237,25 +229,36 @@ def test_timm_family(name, family, prefix, positions, refused, tmp_path):
             first_attention(pm, 1)
         assert all(r in str(err.value) for r in refused)
     else:
-        blk = model.blocks[0]
-        h = blk.norm1(out[0])
-        B, n, _ = h.shape
-        qkv = blk.attn.qkv(h).reshape(B, n, 3, HEADS, D // HEADS).permute(2, 0, 3, 1, 4)
-        ref = torch.softmax(qkv[0] @ qkv[1].transpose(-1, -2) * blk.attn.scale, -1)
-        torch.testing.assert_close(first_attention(pm, 1).probs(out[0]), ref, atol=TOL, rtol=0)
+        torch.testing.assert_close(first_attention(pm, 1).probs(out[0]), _timm_attention(model.blocks[0], out[0]),
+                                   atol=TOL, rtol=0)
+
+
+def _timm_attention(blk, x):
+    """The attention maps of a timm block on its input, from its own fused or separate projections."""
+    h = blk.norm1(x)
+    B, n, _ = h.shape
+    att = blk.attn
+    if getattr(att, "qkv", None) is not None:
+        qkv = att.qkv(h)
+        if getattr(att, "q_bias", None) is not None:  # EVA: the bias kept apart from the fused weight
+            qkv = qkv + torch.cat([att.q_bias, att.k_bias, att.v_bias])
+        q, k, _v = qkv.reshape(B, n, 3, HEADS, D // HEADS).permute(2, 0, 3, 1, 4)
+    else:
+        q, k = (p(h).reshape(B, n, HEADS, D // HEADS).transpose(1, 2) for p in (att.q_proj, att.k_proj))
+    return torch.softmax(q @ k.transpose(-1, -2) * att.scale, -1)
 
 
 def test_timm_eva_and_beit_layer0_is_the_input_of_block1(tmp_path):
     """EVA-02 and BEiT blocks take their position terms as arguments: layer 0 fed to block 1 with
     them gives block 1's output."""
-    for name in ("eva02_tiny_patch14_224", "beit_base_patch16_224"):
-        folder = tmp_path / name
+    for key in ("eva02", "beit"):
+        folder = tmp_path / key
         folder.mkdir()
-        model = _save_timm(name, folder)
+        model = _save_timm(case("timm", key), folder)
         pm = load_model(str(folder), weights="trained", device="cpu")
         out = pm.capture(pm.preprocess(images(2)), [0, 1])
         with torch.no_grad():
-            if name.startswith("eva"):
+            if key == "eva02":
                 _, rope = model._pos_embed(model.patch_embed(pm.preprocess(images(2))["pixel_values"]))
                 y = model.blocks[0](out[0], rope=rope)
             else:
@@ -268,23 +271,22 @@ def test_timm_eva_and_beit_layer0_is_the_input_of_block1(tmp_path):
 
 from clitools import assert_one_error, run  # noqa: E402
 
-_CASES = {c.id: c for c in HF_FAMILIES}
 N_CLI = 16  # BERT-style pairs need n >= 13
 SMALL = ["--limit", "24", "--samples", "40", "--batch-size", "8", "--device", "cpu"]
 
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    """Saved tiny folders by family id, made on first use."""
+    """Saved tiny folders by fixture key (``timm/<key>`` for timm's), made on first use."""
     made = {}
 
     def get(key):
         if key not in made:
-            folder = tmp_path_factory.mktemp(key)
-            if key in _CASES:
-                _save_hf(_CASES[key], folder)
+            folder = tmp_path_factory.mktemp(key.replace("/", "-"))
+            if key.startswith("timm/"):
+                _save_timm(case("timm", key[5:]), folder)
             else:
-                _save_timm(key, folder)
+                _save_hf(case("transformers", key), folder)
             made[key] = folder
         return made[key]
 
@@ -333,7 +335,7 @@ def test_check_text_families(capsys, folder, text_file, key):
     assert {r["layer"] for r in doc["records"]} == {0, 1}
 
 
-@pytest.mark.parametrize("key", ["dinov2_with_registers", "clip", "eva02_tiny_patch14_224", "deit_tiny_distilled_patch16_224"])
+@pytest.mark.parametrize("key", ["dinov2_with_registers", "clip", "timm/eva02", "timm/deit"])
 def test_check_image_families(capsys, folder, image_dir, key):
     rc, out, err = run(capsys, "check", folder(key), "--data", image_dir, "--format", "json", *SMALL)
     assert rc == 0, err
@@ -342,7 +344,7 @@ def test_check_image_families(capsys, folder, image_dir, key):
     assert {r["variant"] for r in doc["records"]} == {"embedding", "random-attention", "random", "trained"}
 
 
-@pytest.mark.parametrize("key", ["siglip_vision_model", "vit_base_patch16_siglip_224"])
+@pytest.mark.parametrize("key", ["siglip_vision_model", "timm/siglip"])
 def test_siglip_needs_a_query_index(capsys, folder, image_dir, key):
     """The one decision for both backends: no class token, so no query of its own; --query-index names one."""
     rc, out, err = run(capsys, "check", folder(key), "--data", image_dir, *SMALL)
@@ -360,22 +362,22 @@ def test_siglip_needs_a_query_index(capsys, folder, image_dir, key):
     ("llama", "rotary positions, grouped key/value heads"),
     ("gemma2", "rotary positions, grouped key/value heads, logit soft-capping"),
     ("deberta-v2", "relative attention"),
-    ("beit_base_patch16_224", "relative attention"),
+    ("gpt_neo@local", "local (windowed) attention"),
+    ("gpt_bigcode", "grouped key/value heads"),
+    ("timm/beit", "relative attention"),
 ])
 def test_capacity_refuses_attention_it_cannot_express(capsys, folder, text_file, image_dir, key, reasons):
-    data = image_dir if key.startswith("beit") else text_file
-    extra = [] if key.startswith("beit") else ["--context-length", N_CLI]
-    if key in _CASES:
-        _needs(_CASES[key].cls)
-    rc, out, err = run(capsys, "capacity", folder(key), "--variants", "random", "--data", data, *extra, *SMALL)
+    data = image_dir if key.startswith("timm/") else text_file
+    extra = [] if key.startswith("timm/") else ["--context-length", N_CLI]
+    rc, _out, err = run(capsys, "capacity", folder(key), "--variants", "random", "--data", data, *extra, *SMALL)
     line = assert_one_error(rc, err, "is not of the form capacity expresses")
     assert f"it has {reasons};" in line and "--attention random" in line
-    rc, out, err = run(capsys, "capacity", folder(key), "--variants", "random", "--attention", "random", "--data", data,
+    rc, _out, err = run(capsys, "capacity", folder(key), "--variants", "random", "--attention", "random", "--data", data,
                        *extra, "--format", "json", *SMALL)
     assert rc == 0, err
 
 
-@pytest.mark.parametrize("key", ["opt", "distilbert", "clip_vision_model"])
+@pytest.mark.parametrize("key", ["opt", "distilbert", "clip_vision_model", "ctrl", "gpt_neo", "gpt_bigcode@multi-head"])
 def test_capacity_reads_supported_families(capsys, folder, text_file, image_dir, key):
     image = key.startswith("clip")
     extra = ["--data", image_dir] if image else ["--data", text_file, "--context-length", N_CLI]
@@ -385,9 +387,10 @@ def test_capacity_reads_supported_families(capsys, folder, text_file, image_dir,
     assert any("the model's own block 2 attention" in n for n in doc["meta"]["notes"])  # the default block
 
 
-@pytest.mark.parametrize("name", [t[0] for t in TIMM_FAMILIES])
-def test_timm_random_weights_do_not_depend_on_the_depth_built(name, tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"architecture": name, "model_args": dict(TIMM_ARGS, depth=3)}))
+@pytest.mark.parametrize("key", TIMM_KEYS)
+def test_timm_random_weights_do_not_depend_on_the_depth_built(key, tmp_path):
+    cfg = case("timm", key).config
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "model_args": dict(cfg["model_args"], depth=3)}))
     full = load_model(str(tmp_path), backend="timm", seed=1, device="cpu")
     one = load_model(str(tmp_path), backend="timm", seed=1, device="cpu", max_layer=1)
     assert (full.built_layers, one.built_layers, one.info.num_layers) == (3, 1, 3)
@@ -400,9 +403,9 @@ def test_unsupported_families_are_one_line_naming_the_supported_ones(capsys, tmp
     transformers.SwinConfig(image_size=32, patch_size=4, embed_dim=8, depths=[1, 1], num_heads=[1, 1],
                             window_size=2).save_pretrained(str(swin))
     capsys.readouterr()
-    rc, out, err = run(capsys, "check", swin, "--data", image_dir, *SMALL)
+    rc, _out, err = run(capsys, "check", swin, "--data", image_dir, *SMALL)
     line = assert_one_error(rc, err, "cannot be probed: Swin merges patches")
     assert "supported: transformers gpt2, " in line and "llama" in line and "timm vit_*siglip*" in line
-    rc, out, err = run(capsys, "check", "timm:resnet18", "--data", image_dir, *SMALL)
+    rc, _out, err = run(capsys, "check", "timm:resnet18", "--data", image_dir, *SMALL)
     line = assert_one_error(rc, err, "is not a ViT-style token transformer")
     assert "eva02*" in line

@@ -17,8 +17,8 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from conftest import FIXTURES, fixture_module
+
 from mhaaudit import RankRule, exact_kruskal_rank, set_stats, subset_test
 
 INDEX = json.loads((FIXTURES / "matrices" / "index.json").read_text())

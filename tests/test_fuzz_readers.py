@@ -28,12 +28,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from clitools import assert_one_error, run
 from conftest import strict_json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import save as st_save
 
-from clitools import assert_one_error, run
 from mhaaudit.features import reduce_tokens
 
 _LONG = os.environ.get("MHAAUDIT_FUZZ", "").strip()
@@ -336,7 +336,6 @@ def _config_check(capsys, where, model_dir, image_dir):
 def sharded_vit(tmp_path_factory):
     """The tiny ViT saved in shards, with its index."""
     import transformers
-
     from conftest import TINY_VIT
 
     torch.manual_seed(0)

@@ -14,7 +14,6 @@ import json
 import re
 
 import pytest
-
 from clitools import run
 from conftest import FIXTURES, fixture_module
 

@@ -51,10 +51,9 @@ def test_atomic_write_replaces_only_on_success(tmp_path):
     target = tmp_path / "out.txt"
     write_text(target, "first")
     assert target.read_text() == "first"
-    with pytest.raises(RuntimeError):
-        with atomic_path(target) as tmp:
-            tmp.write_text("half written")
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        tmp.write_text("half written")
+        raise RuntimeError("boom")
     assert target.read_text() == "first"
     assert tmp_leftovers(tmp_path) == []
     write_text(target, "second")
@@ -64,10 +63,9 @@ def test_atomic_write_replaces_only_on_success(tmp_path):
 
 def test_atomic_write_failure_leaves_no_file(tmp_path):
     target = tmp_path / "new.txt"
-    with pytest.raises(KeyboardInterrupt):
-        with atomic_path(target) as tmp:
-            tmp.write_bytes(b"x" * 100)
-            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt), atomic_path(target) as tmp:
+        tmp.write_bytes(b"x" * 100)
+        raise KeyboardInterrupt
     assert list(tmp_path.iterdir()) == []
 
 
@@ -78,7 +76,7 @@ def test_write_parquet_failure_leaves_nothing(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(pq, "write_table", broken)
-    with pytest.raises(OutputError, match="cannot write .*r.parquet: disk full"):
+    with pytest.raises(OutputError, match=r"cannot write .*r.parquet: disk full"):
         write_parquet([{"a": 1}], tmp_path / "r.parquet", {"seed": 0})
     assert list(tmp_path.iterdir()) == []
 
@@ -95,9 +93,8 @@ def test_check_writable_rejects(tmp_path, case):
         target = tmp_path / "adir"
     with pytest.raises(OutputError, match="cannot write"):
         check_writable(target)
-    with pytest.raises(OutputError):
-        with atomic_path(target):
-            pass  # pragma: no cover
+    with pytest.raises(OutputError), atomic_path(target):
+        pass  # pragma: no cover
 
 
 def test_write_parquet_roundtrip_and_metadata(tmp_path):
@@ -165,9 +162,9 @@ def test_key_with_nothing_to_choose_is_refused(tmp_path):
     x = torch.randn(4, 3)
     np.save(tmp_path / "x.npy", x.numpy())
     torch.save(x, tmp_path / "x.pt")
-    with pytest.raises(InputError, match="^key has no effect on .*x.npy: a .npy file holds one array"):
+    with pytest.raises(InputError, match=r"^key has no effect on .*x.npy: a .npy file holds one array"):
         read_array(tmp_path / "x.npy", key="queries")
-    with pytest.raises(InputError, match="^key has no effect on .*x.pt: it holds one tensor"):
+    with pytest.raises(InputError, match=r"^key has no effect on .*x.pt: it holds one tensor"):
         read_array(tmp_path / "x.pt", key="queries")
 
 
@@ -182,7 +179,7 @@ def test_results_file_is_not_features(tmp_path):
 def test_read_safetensors_keys(tmp_path):
     a, b = torch.randn(6, 3, dtype=torch.float64), torch.randn(6, 3)
     save_file({"a": a, "b": b}, str(tmp_path / "x.safetensors"))
-    with pytest.raises(InputError, match="choose one with key$"):
+    with pytest.raises(InputError, match=r"choose one with key$"):
         read_array(tmp_path / "x.safetensors")
     t, desc = read_array(tmp_path / "x.safetensors", key="a")
     assert t.dtype == torch.float64 and torch.equal(_loaded(t), a) and "'a'" in desc
@@ -197,7 +194,7 @@ def test_read_folder_with_features_file(tmp_path):
     save_file({"queries": q, "a3": torch.randn(5, 3)}, str(tmp_path / "features.safetensors"))
     assert torch.equal(_loaded(read_array(tmp_path)[0]), q)
     (tmp_path / "empty").mkdir()
-    with pytest.raises(InputError, match="features.safetensors"):
+    with pytest.raises(InputError, match=r"features.safetensors"):
         read_array(tmp_path / "empty")
 
 

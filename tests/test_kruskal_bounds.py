@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
 import pytest
+import torch
 from matrices import SCALES32, SCALES64, dominant, structured
 from threadranks import as_ranks
 
@@ -13,11 +13,11 @@ from mhaaudit.numerics import RankRule
 
 
 def test_exact_kruskal_rank_small_cases():
-    I = torch.eye(4)
-    assert exact_kruskal_rank(I) == 4
-    X = torch.cat([I, I[:1]])  # a duplicated row: two equal rows are dependent
+    eye = torch.eye(4)
+    assert exact_kruskal_rank(eye) == 4
+    X = torch.cat([eye, eye[:1]])  # a duplicated row: two equal rows are dependent
     assert exact_kruskal_rank(X) == 1
-    X = torch.cat([I, torch.ones(1, 4)])  # 5 vectors in general position in R^4
+    X = torch.cat([eye, torch.ones(1, 4)])  # 5 vectors in general position in R^4
     assert exact_kruskal_rank(X) == 4
     X = torch.tensor([[1.0, 0, 0], [0, 1, 0], [1, 1, 0], [0, 0, 1]])  # rows 0,1,2 dependent
     assert exact_kruskal_rank(X) == 2

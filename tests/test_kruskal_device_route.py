@@ -85,7 +85,7 @@ def test_sweep_critical_sizes_draw_by_draw(monkeypatch, name, make, k, rule_kw):
     K = min(X.shape)
     (o0, k0), (o1, k1) = _routes(monkeypatch, lambda: draw_critical_sizes(X, K, samples=130, seed=2, rule=rule))
     assert torch.equal(o0, o1) and torch.equal(k0, k1)
-    for order, kstar in list(zip(o1, k1.tolist()))[::4]:  # every 4th draw against matrix_rank
+    for order, kstar in list(zip(o1, k1.tolist(), strict=False))[::4]:  # every 4th draw against matrix_rank
         assert kstar == kstar_brute(X, order, rule)
 
 

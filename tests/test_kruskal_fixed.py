@@ -121,7 +121,8 @@ def _same_test(a, b, scale: float) -> None:
     witness's singular values and tolerance, which are the data's own."""
     ra, rb = a.record(), b.record()
     sa, sb = ra.pop("witness_singular_values"), rb.pop("witness_singular_values")
-    assert ra == rb
+    ta, tb = ra.pop("witness_tol"), rb.pop("witness_tol")  # the witness's tolerance, also in the data's units
+    assert ra == rb and (ta is None) == (tb is None)
     assert np.allclose(np.array(sb) / scale, sa, rtol=1e-9, atol=1e-300)
     if a.witness is not None:
         assert b.witness.indices == a.witness.indices and b.witness.rank == a.witness.rank

@@ -39,7 +39,7 @@ def test_each_block_is_seeded_by_the_seed_rule():
     assert torch.equal(draw_block(30, 20, 4, 2, DRAW_BLOCK, sort=False), keys.topk(20, dim=1).indices)
     assert torch.equal(draw_block(30, 20, 4, 2, DRAW_BLOCK, sort=True), keys.topk(20, dim=1).indices.sort(dim=1).values)
     values = bounded(*pairs(torch.full_like(rows, k0), torch.full_like(rows, k1), rows, 0, 200), 30)
-    for row, got in zip(values.tolist(), draw_block(30, 5, 4, 2, DRAW_BLOCK, sort=False).tolist()):
+    for row, got in zip(values.tolist(), draw_block(30, 5, 4, 2, DRAW_BLOCK, sort=False).tolist(), strict=False):
         assert got == list(dict.fromkeys(row))[:5]  # k <= T / 2: the first k distinct values
     assert not torch.equal(draw_block(30, 5, 4, 1, DRAW_BLOCK, sort=False), draw_block(30, 5, 4, 2, DRAW_BLOCK, sort=False))
 
@@ -138,8 +138,8 @@ def test_ranks_dividing_the_groups_yield_what_one_process_yields(monkeypatch):
     for workers in (1, 2):
         one = list(blocks_in_order(job, 50, 5, 11 * DRAW_BLOCK - 3, 3, True, workers))
         assert len(one) == len(units(11 * DRAW_BLOCK - 3, workers))
-        got = as_ranks(monkeypatch, 3, lambda: list(blocks_in_order(job, 50, 5, 11 * DRAW_BLOCK - 3, 3, True, workers)))
-        assert all(len(g) == len(one) and all(torch.equal(a, b) for a, b in zip(g, one)) for g in got)
+        got = as_ranks(monkeypatch, 3, lambda w=workers: list(blocks_in_order(job, 50, 5, 11 * DRAW_BLOCK - 3, 3, True, w)))
+        assert all(len(g) == len(one) and all(torch.equal(a, b) for a, b in zip(g, one, strict=False)) for g in got)
 
     def first_five():
         out = []
@@ -150,7 +150,7 @@ def test_ranks_dividing_the_groups_yield_what_one_process_yields(monkeypatch):
         return out
 
     got = as_ranks(monkeypatch, 3, first_five)
-    assert all(all(torch.equal(a, b) for a, b in zip(g, one[:5])) for g in got)
+    assert all(all(torch.equal(a, b) for a, b in zip(g, one[:5], strict=False)) for g in got)
 
 
 def test_tests_split_among_ranks_give_one_process_records(monkeypatch):
@@ -230,8 +230,7 @@ def test_every_size_path_gives_the_same_numbers(tmp_path, monkeypatch, chunk_byt
     statistics; each record names its path. The paths are forced with the byte limit of the full
     Gram, as a large T would choose them."""
     from mhaaudit.io import MappedArray, read_array
-    from mhaaudit.kruskal import draw_decisions, set_stats
-    from mhaaudit.kruskal import sampling
+    from mhaaudit.kruskal import draw_decisions, sampling, set_stats
     from mhaaudit.numerics import stream
 
     if chunk_bytes:
@@ -272,10 +271,10 @@ def test_every_size_path_gives_the_same_numbers(tmp_path, monkeypatch, chunk_byt
 
 def test_a_draw_reads_only_its_own_rows(monkeypatch):
     """Past the full Gram, a draw gathers its k rows and no others: no float64 copy of the set."""
+    import numpy as np
+
     from mhaaudit.kruskal import sampling
     from mhaaudit.numerics import stream
-
-    import numpy as np
 
     X = torch.randn(500, 10, generator=torch.Generator().manual_seed(4))
     taken = []

@@ -19,15 +19,15 @@ PACKAGE = Path(__file__).resolve().parents[1] / "mhaaudit"
 
 # Bottom to top: a module imports only modules of its own layer or of layers below it.
 LAYERS: list[tuple[str, ...]] = [
-    ("_version", "errors", "defaults", "validate", "ranges", "hostmem", "staging", "notebook", "progress", "hub",
+    ("_version", "errors", "defaults", "validate", "hostmem", "staging", "notebook", "progress", "hub",
      "theory"),
     ("numerics",),
     ("settings", "tables", "io", "distributed"),
-    ("models", "sources", "batching", "pipeline"),
+    ("models", "sources", "batching", "request", "pipeline"),
     ("kruskal",),
     ("checks", "features"),
     ("render", "plot"),
-    ("auditing",),
+    ("auditing", "estimation"),
     ("capacity",),
     ("memorize", "reproduce"),
     ("cli", "__main__"),

@@ -9,9 +9,9 @@ import shutil
 
 import pytest
 import torch
+from clitools import assert_one_error, run
 from hubtools import FakeHub, byte_tokenizer
 
-from clitools import assert_one_error, run
 from mhaaudit.batching import AUTO_MAX_BATCH, choose_batch_size, example_bytes, halve_until_fits, parse_batch_size
 from mhaaudit.errors import InputError, ModelError
 from mhaaudit.models import load_model
@@ -126,14 +126,14 @@ def test_revision_reaches_every_hub_read(llama_dir, tmp_path, monkeypatch):
 def test_revision_that_does_not_exist(capsys, llama_dir, tmp_path, monkeypatch):
     FakeHub("org/tiny-llama", llama_dir, tmp_path / "cache").install(monkeypatch)
     monkeypatch.setattr("mhaaudit.models.hf.is_offline", lambda: False)  # the hub answers: the revision is unknown
-    with pytest.raises(InputError, match="^revision nope: no such branch, tag or commit of org/tiny-llama"):
+    with pytest.raises(InputError, match=r"^revision nope: no such branch, tag or commit of org/tiny-llama"):
         load_model("org/tiny-llama", weights="trained", max_layer=1, context_length=8, device="cpu", revision="nope")
     rc, _out, err = run(capsys, "check", "org/tiny-llama", "--variants", "trained", "--revision", "nope", *SMALL)
     assert_one_error(rc, err, "--revision nope: no such branch")
 
 
 def test_revision_refused_for_timm(timm_dir):
-    with pytest.raises(InputError, match="^revision applies to transformers models"):
+    with pytest.raises(InputError, match=r"^revision applies to transformers models"):
         load_model(str(timm_dir), backend="timm", weights="trained", device="cpu", revision="v1")
 
 

@@ -98,7 +98,7 @@ def test_grouped_grid_matches_the_grid_point_by_point():
     assert len(alone.groups) == len(alone.runs) == 6 and all(len(g.runs) == 1 for g in alone.groups)
     assert sorted(i for g in together.groups for i in g.runs) == list(range(6)) and len(together.groups) < 6
     assert together.memory_budget == 1 << 30
-    for a, b in zip(alone.runs, together.runs):
+    for a, b in zip(alone.runs, together.runs, strict=False):
         assert (a.heads, a.size, a.memorized_count, a.steps_run) == (b.heads, b.size, b.memorized_count, b.steps_run)
         assert a.final_loss == pytest.approx(b.final_loss, rel=1e-5)
     d = together.to_dict()

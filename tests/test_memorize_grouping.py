@@ -9,8 +9,10 @@ from mhaaudit.memorize.grouping import default_budget, group_bytes, plan_groups
 from mhaaudit.memorize.stack import StackShape
 from mhaaudit.memorize.training import Point, Recipe
 
+_RECIPE = Recipe()
 
-def _plan(pts, device="cpu", budget=8 << 30, max_points=None, recipe=Recipe()):
+
+def _plan(pts, device="cpu", budget=8 << 30, max_points=None, recipe=_RECIPE):
     return plan_groups(pts, totals=[p.plan(recipe).total for p in pts], out_dim=recipe.out_dim, batch=recipe.batch_size,
                        shared=recipe.context == "shared", device=torch.device(device), budget=budget,
                        max_points=max_points)

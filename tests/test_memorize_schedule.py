@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -17,7 +19,7 @@ def test_schedule_rules():
     lrs = [lr_factor(s, total) for s in range(total)]
     assert lrs[0] == pytest.approx(1 / 50) and lrs[49] == pytest.approx(1.0)
     assert max(lrs) == pytest.approx(1.0) and lrs[-1] < 1e-4
-    assert all(x >= y for x, y in zip(lrs[50:], lrs[51:]))  # decays monotonically after warm-up
+    assert all(x >= y for x, y in itertools.pairwise(lrs[50:]))  # decays monotonically after warm-up
 
 
 def _reference_checks(size, batch, epochs, max_steps, check_every):

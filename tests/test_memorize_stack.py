@@ -32,7 +32,7 @@ def test_stack_computes_each_model_and_its_gradients(per_example):
     theta = torch.stack(stack.rows)
     out, p = stack.forward(theta, stack.frame, x, ctx)
     out.square().sum().backward()
-    for i, (m, spec) in enumerate(zip(models, SPECS)):
+    for i, (m, spec) in enumerate(zip(models, SPECS, strict=False)):
         ref, ref_p = m(x[i], ctxs[i], return_attention=True)
         ref.square().sum().backward()
         h, n, e = spec.heads, spec.n, spec.head_dim
@@ -51,7 +51,7 @@ def test_stack_computes_each_model_and_its_gradients(per_example):
 def test_unpad_gives_back_each_model():
     models = _models()
     stack = StackedModel(models, StackShape.of(SPECS, 7), torch.device("cpu"))
-    for i, (m, p) in enumerate(zip(models, SPECS)):
+    for i, (m, p) in enumerate(zip(models, SPECS, strict=False)):
         fresh = MemorizeModel(d=64, n=p.n, heads=p.heads, head_dim=p.head_dim, out_dim=7)
         back = stack.unpad(i, fresh)
         for name in ("embed", "wq", "wk", "wv", "wo", "readout"):

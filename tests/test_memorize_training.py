@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from mhaaudit.errors import InputError
-from mhaaudit.memorize.schedule import planned_schedule
 from mhaaudit.memorize.training import train_memorize
 
 TINY = dict(n=4, head_dim=8, device="cpu")
@@ -56,7 +55,7 @@ def test_a_stacked_group_matches_its_points_trained_one_by_one(task, context):
                             batch_size=16, lr=1e-2, tolerance=0.2)
     together = train_group(MIXED, recipe, CPU, saturation=True)
     alone = [train_group([p], recipe, CPU, saturation=True)[0] for p in MIXED]
-    for a, b in zip(together, alone):
+    for a, b in zip(together, alone, strict=False):
         _same_record(a, b)
     if task == "classification":
         assert together[-1].stopped_early and together[-1].memorized == 1.0  # one point left the stack early
@@ -69,7 +68,7 @@ def test_points_with_different_schedules_in_one_group():
     recipe = Recipe(**{**recipe.as_dict(), "epochs": 40})
     together = train_group(pts, recipe, CPU)
     assert [r.planned_steps for r in together] == [40, 120]
-    for a, b in zip(together, [train_group([p], recipe, CPU)[0] for p in pts]):
+    for a, b in zip(together, [train_group([p], recipe, CPU)[0] for p in pts], strict=False):
         _same_record(a, b)
 
 
@@ -80,7 +79,7 @@ def test_the_stacked_training_is_the_plain_loop(task, context):
     recipe = Recipe.resolve(task=task, context=context, classes=5, max_steps=40, check_every=15, batch_size=16, lr=3e-3,
                             tolerance=0.2)
     pts = [Point(2, 4, 8, 40, 0), Point(3, 3, 5, 30, 1)]
-    for run, p in zip(train_group(pts, recipe, CPU), pts):
+    for run, p in zip(train_group(pts, recipe, CPU), pts, strict=False):
         with intra_op_threads(CPU, 1):
             plain = train_plain(p, recipe, CPU)
         assert {k: getattr(run, k) for k in plain if k != "final_loss"} == {k: v for k, v in plain.items() if k != "final_loss"}

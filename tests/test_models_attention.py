@@ -8,8 +8,7 @@ from modeltools import TOL, eager_attentions, ids, images, tiny_bert, tiny_gpt2 
 from torch import nn
 
 from mhaaudit.errors import InputError, ModelError
-from mhaaudit.models import AttentionWeights, first_attention, load_model
-from mhaaudit.models import attention
+from mhaaudit.models import AttentionWeights, attention, first_attention, load_model
 
 transformers = pytest.importorskip("transformers")
 

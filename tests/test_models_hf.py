@@ -100,7 +100,7 @@ def test_hf_single_weights_file(vit_dir, timm_dir, tmp_path):
         hs = ref(**x, output_hidden_states=True).hidden_states
     torch.testing.assert_close(pm.capture(x, [1])[1], hs[1], atol=TOL, rtol=0)
     # a timm checkpoint given with the vit-base alias goes to timm (and is too small for ViT-Base)
-    with pytest.raises(ModelError, match="timm|does not fit"):
+    with pytest.raises(ModelError, match=r"timm|does not fit"):
         load_model("vit-base", weights="trained", weights_path=str(timm_dir / "model.safetensors"), device="cpu")
 
 
@@ -229,7 +229,7 @@ def test_hf_weights_that_do_not_fit(vit_dir, tiny_bert, tmp_path):
 
 
 def test_hf_folder_errors(tmp_path, timm_dir):
-    with pytest.raises(ModelError, match="no config.json"):
+    with pytest.raises(ModelError, match=r"no config.json"):
         load_model(str(tmp_path), device="cpu", backend="hf")
     with pytest.raises(ModelError, match="timm model folder"):
         load_model(str(timm_dir), device="cpu", backend="hf")

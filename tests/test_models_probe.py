@@ -128,7 +128,7 @@ def test_prepare_module_and_tf32():
     from mhaaudit.numerics.rule import _precision_settings, tf32_is_off
 
     def state():  # the per-backend settings (reading the legacy flags can raise once they are set)
-        return (torch.get_float32_matmul_precision(),) + tuple(o.fp32_precision for o in _precision_settings())
+        return (torch.get_float32_matmul_precision(), *(o.fp32_precision for o in _precision_settings()))
 
     saved = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("high")  # a user's setting: TF32 allowed

@@ -13,8 +13,7 @@ import pytest
 import transformers
 
 from mhaaudit.errors import ModelError
-from mhaaudit.models import ALIASES, ModelSpec, modality_of, resolve
-from mhaaudit.models import registry
+from mhaaudit.models import ALIASES, ModelSpec, modality_of, registry, resolve
 
 
 def test_alias_table():

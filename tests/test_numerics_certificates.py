@@ -67,7 +67,7 @@ def test_decide_full_rank_equals_matrix_rank(deficient_first, rule_kw):
 
 
 def test_svd_rank_and_gram_rank_equal_matrix_rank():
-    X, rule, idx, rows, G = _draws_and_grams(12, {})
+    _X, rule, _idx, rows, G = _draws_and_grams(12, {})
     ref = torch.tensor([int(torch.linalg.matrix_rank(r, rtol=rule.rtol_for(12, 12))) for r in rows])
     rank, smin, smax, tol, s = svd_rank(rows, rule)
     assert torch.equal(rank, ref)
@@ -76,7 +76,7 @@ def test_svd_rank_and_gram_rank_equal_matrix_rank():
 
 
 def test_decide_prefix_full_rank_equals_matrix_rank_on_leading_blocks():
-    X, rule, idx, rows, G = _draws_and_grams(12, {})
+    _X, rule, idx, rows, G = _draws_and_grams(12, {})
     ks = torch.randint(1, 13, (idx.shape[0],), generator=torch.Generator().manual_seed(0))
     dec = decide_prefix_full_rank(G, ks, lambda b, k: rows[b, :k], 12, rule)
     ref = torch.tensor([int(torch.linalg.matrix_rank(rows[b, : int(k)], rtol=rule.rtol_for(int(k), 12))) == int(k)
@@ -89,9 +89,9 @@ def test_decide_prefix_full_rank_equals_matrix_rank_on_leading_blocks():
 
 @pytest.mark.parametrize("scale", [1e-300, 1e-150, 1.0, 1e150, 1e300])
 def test_svd_rank_does_not_depend_on_the_scale(scale):
-    X, rule, idx, rows, G = _draws_and_grams(12, {})
-    rank, smin, smax, tol, s = svd_rank(rows, rule)
-    r2, smin2, smax2, tol2, s2 = svd_rank(rows * scale, rule)
+    _X, rule, _idx, rows, _G = _draws_and_grams(12, {})
+    rank, _smin, _smax, tol, s = svd_rank(rows, rule)
+    r2, _smin2, _smax2, tol2, s2 = svd_rank(rows * scale, rule)
     assert torch.equal(rank, r2)
     assert torch.allclose(s2 / scale, s, rtol=1e-12) and torch.allclose(tol2 / scale, tol, rtol=1e-12)
     atol_rule = RankRule.for_dtype(torch.float32, atol=0.01)  # an absolute tolerance scales with the data
@@ -118,8 +118,8 @@ def test_a_gram_too_small_to_trust_goes_to_the_svd():
         G = rows @ rows.transpose(1, 2)
         assert float(G.diagonal(dim1=-2, dim2=-1).max()) < TINY_GRAM
         for deficient_first in (False, True):
-            dec = decide_full_rank(G.clone(), lambda j: rows[j], 3, 8, rule, deficient_first=deficient_first)
+            dec = decide_full_rank(G.clone(), lambda j, r=rows: r[j], 3, 8, rule, deficient_first=deficient_first)
             assert bool(dec.full[0]) == expected and bool(dec.exact[0])
-        assert int(gram_rank(G, lambda j: rows[j], 8, rule)[0]) == (3 if expected else 2)
-        dec = decide_prefix_full_rank(G, torch.tensor([3]), lambda b, k: rows[b, :k], 8, rule)
+        assert int(gram_rank(G, lambda j, r=rows: r[j], 8, rule)[0]) == (3 if expected else 2)
+        dec = decide_prefix_full_rank(G, torch.tensor([3]), lambda b, k, r=rows: r[b, :k], 8, rule)
         assert bool(dec.full[0]) == expected

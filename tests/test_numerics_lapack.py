@@ -90,7 +90,7 @@ def test_decide_draws_agree_with_matrix_rank(deficient_first, rule_kw, route):
     gram = Gram(X, torch.device("cpu"))
     idx = all_draws(60, 12, 300, 1, sort=True).numpy()  # 85-92% settled, depending on the seed
     full, decided = lapack.decide_draws(_entries(gram, route), idx, 12, rule, gram.proj, deficient_first=deficient_first)
-    for row, f, dcd in zip(idx, full, decided):
+    for row, f, dcd in zip(idx, full, decided, strict=False):
         if dcd:
             assert bool(f) == matrix_rank_full(X, torch.from_numpy(row), rule)
     assert decided.mean() > 0.8  # the certificates settle almost every draw
@@ -104,7 +104,7 @@ def test_decide_draws_leave_grams_too_small_to_trust_undecided():
     full, decided = lapack.decide_draws(gram.cpu_entries, idx, 12, rule, gram.proj)
     all_tiny = (idx < 30).all(1)
     assert all_tiny.sum() > 10 and not decided[all_tiny].any()
-    for row, f, dcd in zip(idx, full, decided):
+    for row, f, dcd in zip(idx, full, decided, strict=False):
         if dcd:
             assert bool(f) == matrix_rank_full(X, torch.from_numpy(row), rule)
 

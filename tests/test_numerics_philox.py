@@ -25,7 +25,7 @@ def test_known_answers(counter, key, expected):
 def _reference(counter, key):
     """Philox4x32-10 in Python integers, word by word."""
     c, (k0, k1) = list(counter), key
-    for r in range(10):
+    for _ in range(10):
         p0, p1 = 0xD2511F53 * c[0], 0xCD9E8D57 * c[2]
         c = [(p1 >> 32) ^ c[1] ^ k0, p1 & MASK32, (p0 >> 32) ^ c[3] ^ k1, p0 & MASK32]
         k0, k1 = (k0 + 0x9E3779B9) & MASK32, (k1 + 0xBB67AE85) & MASK32
@@ -37,7 +37,7 @@ def test_batched_words_equal_the_integer_reference():
     C = torch.randint(0, 2**32, (200, 4), generator=g, dtype=torch.int64)
     K = torch.randint(0, 2**32, (200, 2), generator=g, dtype=torch.int64)
     out = torch.stack(philox(C[:, 0], C[:, 1], C[:, 2], C[:, 3], K[:, 0], K[:, 1]), dim=1)
-    for row, c, k in zip(out.tolist(), C.tolist(), K.tolist()):
+    for row, c, k in zip(out.tolist(), C.tolist(), K.tolist(), strict=False):
         assert tuple(row) == _reference(c, k)
 
 
@@ -61,7 +61,7 @@ def test_bounded_is_floor_of_the_scaled_64_bit_value():
     lo = torch.randint(0, 2**32, (500,), generator=g, dtype=torch.int64)
     for T in (1, 2, 3, 1000, 2**31 - 1):
         got = bounded(hi, lo, T).tolist()
-        assert got == [((h << 32 | l) * T) >> 64 for h, l in zip(hi.tolist(), lo.tolist())]
+        assert got == [((h << 32 | lw) * T) >> 64 for h, lw in zip(hi.tolist(), lo.tolist(), strict=False)]
     with pytest.raises(ValueError):
         bounded(hi, lo, 2**31)
 
@@ -84,4 +84,4 @@ def test_same_words_on_cuda():
     K = torch.randint(0, 2**32, (2, 10000), generator=g, dtype=torch.int64)
     cpu = philox(*C, *K)
     gpu = philox(*C.cuda(), *K.cuda())
-    assert all(torch.equal(a, b.cpu()) for a, b in zip(cpu, gpu))
+    assert all(torch.equal(a, b.cpu()) for a, b in zip(cpu, gpu, strict=False))

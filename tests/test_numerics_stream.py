@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from clitools import assert_one_error, run
+
 from mhaaudit.errors import InputError
 from mhaaudit.io import MappedArray, read_array
 from mhaaudit.kruskal import set_stats

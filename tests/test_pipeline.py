@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mhaaudit import pipeline
+from mhaaudit import distributed, pipeline
 from mhaaudit.errors import DataError, InputError
 from mhaaudit.pipeline import DataRequest, ModelRequest
 from mhaaudit.settings import Settings
@@ -28,7 +28,7 @@ def test_stream_feeds_every_consumer_the_direct_capture(vit_dir, image_dir, sett
     assert fed.count == 21 and [len(t[0]) for t in seen_a] == [8, 8, 5]
     assert fed.name and fed.skipped == 0 and fed.seconds >= 0
     # The same examples captured directly, one batch: the pipeline changed nothing but the batching.
-    info, raw = pipeline.example_batches(pm, DataRequest(data=str(image_dir), limit=21, batch_size=21), settings.seed, [])
+    _info, raw = pipeline.example_batches(pm, DataRequest(data=str(image_dir), limit=21, batch_size=21), settings.seed, [])
     direct = pm.capture(pm.preprocess(next(raw)), [0, 2])
     for layer in (0, 2):
         got = torch.cat([t[layer] for t in seen_b])
@@ -47,7 +47,7 @@ def test_stream_runs_text_models_with_segments(tmp_path, settings):
     notes: list[str] = []
     text = tmp_path / "docs.txt"
     text.write_text("\n\n".join(" ".join(f"word{i}x{j}" for j in range(60)) for i in range(30)))
-    with pytest.raises(Exception):  # a trained text model needs its own tokenizer files
+    with pytest.raises(Exception):  # noqa: B017 - a trained text model needs its own tokenizer files; the loader's error type is its own
         pipeline.stream(pm, DataRequest(data=str(text), limit=6, batch_size=4), [1], [lambda t: None], settings, notes)
     pm_random = pipeline.load(ModelRequest(str(tmp_path), context_length=16), "random", settings, max_layer=1)
     shapes = []
@@ -102,7 +102,7 @@ def test_duplicate_images_are_dropped_before_the_forward_pass_unless_kept(vit_di
 def _precision() -> tuple:
     from mhaaudit.numerics.rule import _precision_settings
 
-    return (torch.get_float32_matmul_precision(),) + tuple(obj.fp32_precision for obj in _precision_settings())
+    return (torch.get_float32_matmul_precision(), *(obj.fp32_precision for obj in _precision_settings()))
 
 
 def test_capture_and_consumers_run_at_full_float32_precision_and_restore_it(vit_dir, image_dir, settings):
@@ -124,7 +124,7 @@ def test_inputs_are_staged_through_pinned_memory_only_for_cuda(vit_dir, image_di
     assert pipeline.staged(torch.device("cuda")) and pipeline.staged(torch.device("cuda:1"))
     assert not pipeline.staged(torch.device("cpu"))
     pm = pipeline.load(ModelRequest(str(vit_dir)), "random", settings, max_layer=1)
-    info, raw = pipeline.example_batches(pm, DataRequest(data=str(image_dir), limit=3, batch_size=3), 0, [])
+    _info, raw = pipeline.example_batches(pm, DataRequest(data=str(image_dir), limit=3, batch_size=3), 0, [])
     inputs = pipeline._prepare(pm, next(raw))
     assert inputs["pixel_values"].device == pm.device
     assert not inputs["pixel_values"].is_pinned() or pm.device.type == "cuda"
@@ -138,7 +138,7 @@ def test_inputs_are_staged_through_pinned_memory_only_for_cuda(vit_dir, image_di
 def test_cuda_inputs_come_through_pinned_memory(vit_dir, image_dir):
     cuda = Settings.resolve(device="cuda", seed=0)
     pm = pipeline.load(ModelRequest(str(vit_dir)), "random", cuda, max_layer=1)
-    info, raw = pipeline.example_batches(pm, DataRequest(data=str(image_dir), limit=3), 0, [])
+    _info, raw = pipeline.example_batches(pm, DataRequest(data=str(image_dir), limit=3), 0, [])
     batch = next(raw)
     inputs = pipeline._prepare(pm, batch)
     assert inputs["pixel_values"].device.type == "cuda"
@@ -147,7 +147,7 @@ def test_cuda_inputs_come_through_pinned_memory(vit_dir, image_dir):
 
 def test_builtin_images_are_made_on_the_models_device_and_read_ahead(vit_dir, settings):
     pm = pipeline.load(ModelRequest(str(vit_dir)), "random", settings, max_layer=1)
-    info, raw = pipeline.example_batches(pm, DataRequest(limit=5, batch_size=2), 0, [])
+    info, _raw = pipeline.example_batches(pm, DataRequest(limit=5, batch_size=2), 0, [])
     assert info.source.device == str(pm.device)
     # the single-process loop reads the source on a helper thread, in order
     import threading
@@ -159,7 +159,7 @@ def test_builtin_images_are_made_on_the_models_device_and_read_ahead(vit_dir, se
         readers.append(threading.current_thread().name)
         yield from original()
 
-    info2, raw2 = pipeline._assigned(pm, DataRequest(limit=5, batch_size=2), settings, [], None)
+    info2, raw2 = pipeline._assigned(pm, DataRequest(limit=5, batch_size=2), settings, [], distributed.SingleProcess())
     info2.source._generate = spy
     batches = list(raw2)
     assert [i for i, _ in batches] == [0, 1, 2] and [len(b) for _, b in batches] == [2, 2, 1]
@@ -247,3 +247,42 @@ def test_asking_for_more_than_there_is_is_said(tmp_path, vit_dir, capsys):
                  "--samples", "20", "--convert-rgb", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert any("500 examples were asked for" in n for n in doc["meta"]["notes"])
+
+
+def _save_text_model(kind: str, folder) -> None:
+    import transformers
+
+    base = dict(hidden_size=32, num_attention_heads=4, vocab_size=100, max_position_embeddings=64)
+    cfg = {
+        "gpt2": lambda: transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=100, n_positions=64),
+        "opt": lambda: transformers.OPTConfig(num_hidden_layers=2, ffn_dim=64, word_embed_proj_dim=32, pad_token_id=0,
+                                              bos_token_id=1, eos_token_id=2, **base),
+        "bert": lambda: transformers.BertConfig(num_hidden_layers=2, intermediate_size=64, **base),
+        "distilbert": lambda: transformers.DistilBertConfig(dim=32, n_layers=2, n_heads=4, hidden_dim=64, vocab_size=100,
+                                                            max_position_embeddings=64),
+    }[kind]()
+    torch.manual_seed(0)
+    transformers.AutoModel.from_config(cfg).eval().save_pretrained(str(folder))
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "opt", "bert", "distilbert"])
+@pytest.mark.parametrize("n", [1, 16])
+def test_decoder_is_decided_at_load_and_every_reader_follows_it(tmp_path, settings, kind, n):
+    """Whether a model is a decoder is decided once at load (``ModelInfo.decoder``, from its family);
+    the text examples, the attention adapters and capacity's random heads read it. The guesses it
+    replaced (from the query position) took a decoder read at one token (``--context-length 1``)
+    for an encoder: BERT pairs were built for GPT-2."""
+    from mhaaudit.capacity.audit import attention_for
+    from mhaaudit.models import first_attention
+    from mhaaudit.models.families import family_of
+
+    _save_text_model(kind, tmp_path)
+    pm = pipeline.load(ModelRequest(str(tmp_path), context_length=n), "random", settings, max_layer=1)
+    decoder = family_of(kind).decoder
+    assert pm.info.decoder is decoder and pm.info.n == n
+    assert "decoder" not in pm.info.to_dict()  # the meta keeps its keys
+    assert first_attention(pm, 1).causal is decoder
+    assert attention_for(pm, 1, "random", 0).causal is decoder
+    if n > 1:
+        info, _ = pipeline.example_batches(pm, DataRequest(limit=4, batch_size=4), settings.seed, [])
+        assert ("GPT-style windows" in info.name) is decoder

@@ -13,12 +13,11 @@ import types
 import numpy as np
 import pytest
 import torch
+from clitools import run
 
 import mhaaudit
 from mhaaudit.numerics import RankRule
 from mhaaudit.settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, resolve_device
-
-from clitools import run
 
 
 def _all_submodules() -> list[str]:
@@ -102,6 +101,22 @@ def _compare(sig, passed: dict, library_only: set, X=None) -> None:
     assert not_passed == library_only, f"parameters the CLI does not pass: {sorted(not_passed)}"
 
 
+def _compare_requests(sig, passed: dict, library_only: set, fixed: dict | None = None) -> None:
+    """The CLI passes the request objects it built once (model, data, settings): they equal the
+    objects the library builds from its own keyword defaults (``fixed``: settings the library sets
+    itself); every other argument is compared as :func:`_compare` does."""
+    from mhaaudit.request import KEYWORDS, build_requests
+
+    passed = dict(passed)
+    given = {k: passed.pop(k) for k in ("model", "data", "settings")}
+    defaults = {n: p.default for n, p in sig.parameters.items() if n in KEYWORDS}
+    defaults.update({n: {"samples": DEFAULT_SAMPLES, "threshold": DEFAULT_THRESHOLD}[n]  # capacity_audit: None
+                     for n in ("samples", "threshold") if n in defaults and defaults[n] is None})
+    built = build_requests(given["model"].model, sig.parameters["data"].default, None, {**defaults, **(fixed or {})})
+    assert built == (given["model"], given["data"], given["settings"])
+    _compare(sig, passed, library_only=library_only | set(defaults) | {"data", "settings"})
+
+
 def test_audit_defaults_are_check_defaults(monkeypatch, capsys):
     import mhaaudit.auditing
 
@@ -109,8 +124,8 @@ def test_audit_defaults_are_check_defaults(monkeypatch, capsys):
     _recorder(monkeypatch, mhaaudit.auditing, "audit", calls)
     run(capsys, "check", "vit-base")
     (sig, passed), = calls
-    _compare(sig, passed, library_only=set())
-    assert passed["stop_when_decided"] is True and sig.parameters["stop_when_decided"].default is True
+    _compare_requests(sig, passed, library_only=set())
+    assert passed["settings"].stop_when_decided is True and sig.parameters["stop_when_decided"].default is True
 
 
 def test_check_features_defaults_are_check_defaults(monkeypatch, capsys):
@@ -122,10 +137,14 @@ def test_check_features_defaults_are_check_defaults(monkeypatch, capsys):
     run(capsys, "check", "vit-base")
     (_, passed), = calls
     sig = inspect.signature(mhaaudit.check_features)
+    settings = passed.pop("settings")  # the CLI passes the Settings it built; check_features takes their parts
+    passed = {**passed, "samples": settings.samples, "threshold": settings.threshold, "seed": settings.seed,
+              "rtol": settings.rtol, "atol": settings.atol, "device": settings.device, "progress": settings.progress,
+              "stop_when_decided": settings.stop_when_decided}
     shared = {n: passed[n] for n in sig.parameters if n in passed}
     assert set(shared) == {"samples", "threshold", "seed", "rtol", "atol", "device", "sweep", "progress",
                            "stop_when_decided"}
-    _compare(sig, shared, library_only={"label"})
+    _compare(sig, shared, library_only={"label", "settings"})
 
 
 def test_capacity_audit_defaults_are_capacity_defaults(monkeypatch, capsys):
@@ -135,7 +154,7 @@ def test_capacity_audit_defaults_are_capacity_defaults(monkeypatch, capsys):
     _recorder(monkeypatch, mhaaudit.capacity, "capacity_audit", calls)
     run(capsys, "capacity", "vit-base")
     (sig, passed), = calls
-    _compare(sig, passed, library_only={"layer"})  # layer: the deprecated name of block, folded in by the CLI
+    _compare_requests(sig, passed, library_only={"layer"}, fixed={"stop_when_decided": True})  # layer: the deprecated name of block, folded in by the CLI
 
 
 def test_run_memorize_grid_defaults_are_memorize_defaults(monkeypatch, capsys):
@@ -176,7 +195,7 @@ def test_kruskal_defaults_are_the_estimators_defaults(monkeypatch, capsys, tmp_p
     sweeps: list = []
     _recorder(monkeypatch, mhaaudit.kruskal, "subset_test", tests, call_through=True)
     _recorder(monkeypatch, mhaaudit.kruskal, "kruskal_sweep", sweeps, call_through=True)
-    rc, out, err = run(capsys, "kruskal", tmp_path / "x.npy", "--k", 3, "--sweep")
+    rc, _out, err = run(capsys, "kruskal", tmp_path / "x.npy", "--k", 3, "--sweep")
     assert rc == 0, err
     (sig, passed), = tests
     Xt = torch.from_numpy(X)
@@ -187,17 +206,31 @@ def test_kruskal_defaults_are_the_estimators_defaults(monkeypatch, capsys, tmp_p
     _compare(sig, passed, library_only={"kmax"}, X=Xt)
 
 
-def test_capture_features_defaults_are_kruskal_model_defaults(monkeypatch, capsys):
-    import mhaaudit.auditing
+def test_kruskal_command_defaults_are_estimate_kruskal_rank_defaults(monkeypatch, capsys):
+    """``kruskal`` with no option asks for what ``estimate_kruskal_rank()`` builds from no keyword: the
+    same request, capture (vit-base, random column, built-in data) and settings."""
+    import dataclasses
+
+    import mhaaudit.estimation as estimation
+    from mhaaudit.settings import Settings
 
     calls: list = []
-    _recorder(monkeypatch, mhaaudit.auditing, "capture_features", calls)
+
+    def stand_in(features=None, **kwargs):
+        calls.append(kwargs)
+        raise _Recorded
+
+    monkeypatch.setattr(estimation, "estimate_kruskal_rank", stand_in)
     run(capsys, "kruskal")
-    (sig, passed), = calls
-    # settings: the resolved Settings object the audit passes in (the CLI passes its parts); rtol/atol:
-    # kruskal applies them to the vectors it tests, not to the capture; layer: kruskal names the depth in
-    # --variants (random-L<k>)
-    _compare(sig, passed, library_only={"settings", "rtol", "atol", "layer"})
+    (passed,) = calls
+    assert passed["request"] == estimation.kruskal_request()
+    assert passed["capture"] == estimation.kruskal_capture()
+    default_data = estimation.DataRequest(None, "train", 2000, 32)
+    assert passed["capture"].data == estimation.kruskal_capture().data == default_data
+    # progress: the CLI shows bars only to a terminal, the library only when asked
+    assert dataclasses.replace(passed["settings"], progress=False) == Settings.resolve(stop_when_decided=True)
+    library = estimation._objects(None, None, None, None, {})
+    assert library == (passed["request"], passed["capture"], dataclasses.replace(passed["settings"], progress=False))
 
 
 # --------------------------------------------------------------------------- print() and repr()

@@ -108,7 +108,7 @@ def test_no_subset_has_a_higher_rank_than_the_whole_set_rank_reported_at_its_siz
                 assert max(res.rank_histogram, default=0) <= res.set_rank, (route, k, res.rank_histogram)
                 assert f"{res.set_rank}" in res.record()["reason"] or res.sampled or res.exact_basis != "set-rank"
             sw = kruskal_sweep(X, samples=64, seed=seed, rule=RULE)
-            for k, f in zip(sw.ks, sw.fractions):
+            for k, f in zip(sw.ks, sw.fractions, strict=False):
                 if stats.ceiling(k, RULE) < k:
                     assert f == 0.0 and sw.exact_at(k)[0] == "fails"
 
@@ -117,7 +117,7 @@ def test_no_subset_has_a_higher_rank_than_the_whole_set_rank_reported_at_its_siz
 @given(planted(max_T=8, max_d=6), st.integers(0, 1000))
 def test_a_witness_means_fails_and_every_decided_status_is_true(case, seed):
     X, _ = case
-    T, d = X.shape
+    T, _d = X.shape
     truth = exact_kruskal_rank(X, RULE)
     for route in ("lapack", "torch"):
         with kernels(route):

@@ -87,7 +87,7 @@ def test_the_readme_has_python_and_command_examples():
 def test_python_block_runs_as_written(index, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # files the block writes land here
     code = compile(PY_BLOCKS[index], f"README.md (python block {index + 1})", "exec")
-    exec(code, {"__name__": "__readme__"})  # noqa: S102 - the README's own example
+    exec(code, {"__name__": "__readme__"})  # the README's own example
     out = capsys.readouterr().out
     assert out.strip(), "the block prints what it shows"
 
@@ -191,7 +191,7 @@ def table1_cells() -> dict[tuple[str, str], str]:
     for row in rows[2:]:
         parts = [c.strip() for c in row.strip("|").split("|")]
         check = TABLE1_ROWS[parts[0].split(" (")[0]]
-        for name, cell in zip(header[1:], parts[1:]):
+        for name, cell in zip(header[1:], parts[1:], strict=False):
             cells[(TABLE1_COLUMNS[name], check)] = cell
     return cells
 
@@ -285,7 +285,7 @@ def bert_problems(row: str, records: list[dict]) -> list[str]:
         pairs = re.findall(r"\b(\d+)/(\d+)\b", part)
         if len(pairs) == 1 and "L1" not in part and "L0" not in part:  # one count for both layers
             pairs = pairs * 2
-        for variant, (a, b) in zip((L0, L1), pairs if len(pairs) == 2 else []):
+        for variant, (a, b) in zip((L0, L1), pairs if len(pairs) == 2 else [], strict=False):
             r = got[(variant, checks[name])]
             if (int(a), int(b)) != (r["satisfied"], r["samples"]):
                 wrong.append(f"{name} {variant}: {r['satisfied']}/{r['samples']}")

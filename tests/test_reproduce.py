@@ -14,8 +14,8 @@ from mhaaudit.reproduce.compare import (
     band_of,
     compare,
     compare_memorization,
-    setting_differences,
     record_evidence,
+    setting_differences,
 )
 from mhaaudit.reproduce.published import TARGETS, missing_fields
 
@@ -178,10 +178,10 @@ def test_ranks_match_when_the_ranges_overlap():
 
 def _sweep(fractions, threshold=0.99, estimate=None, ceiling=None, sampled_up_to=None):
     ks = range(1, len(fractions) + 1)
-    est = estimate if estimate is not None else max([k for k, f in zip(ks, fractions) if f >= threshold] or [0])
+    est = estimate if estimate is not None else max([k for k, f in zip(ks, fractions, strict=False) if f >= threshold] or [0])
     top = sampled_up_to or len(fractions)  # sizes above it were not sampled: fraction 0, interval [0, 0]
     return {"rows": [{"k": k, "fraction": f, "ci_low": max(0.0, f - 0.01), "ci_high": min(1.0, f + 0.01) if k <= top else 0.0}
-                     for k, f in zip(ks, fractions)],
+                     for k, f in zip(ks, fractions, strict=False)],
             "summary": {"estimate": est, "ceiling": {"value": ceiling or len(fractions), "kind": "dimension",
                                                       "proves": "min(T, d)"},
                         "floor": {"value": 2, "kind": "babel", "proves": "..."}},
@@ -343,5 +343,5 @@ def test_the_target_is_checked():
 
     with pytest.raises(InputError, match="unknown target 'table2'"):
         reproduce_paper("table2")
-    with pytest.raises(InputError, match="^model foo=...: this target's models are vit"):
+    with pytest.raises(InputError, match=r"^model foo=...: this target's models are vit"):
         reproduce_paper("table1", model={"foo": "x"})

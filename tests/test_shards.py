@@ -12,10 +12,9 @@ import shutil
 
 import pytest
 import torch
-
+from clitools import assert_one_error, run
 from hubtools import FakeHub, byte_tokenizer
 
-from clitools import assert_one_error, run
 from mhaaudit.errors import ModelError
 from mhaaudit.models import load_model
 from mhaaudit.models.shards import INDEX_FILE, WeightsRead, human_bytes, used_parameters
@@ -119,6 +118,25 @@ def test_final_norm_and_head_are_not_used(llama_dir):
     used = used_parameters(pm.module, lambda: pm.capture({"input_ids": _ids()}, [1]))
     assert "embed_tokens.weight" in used and "layers.0.self_attn.q_proj.weight" in used
     assert "norm.weight" not in used
+
+
+def test_a_weight_used_through_its_transpose_counts():
+    """``x @ self.weight.T`` (Falcon's Linear) uses the weight; reading its shape does not use it."""
+
+    class TLinear(torch.nn.Linear):
+        def forward(self, x):
+            return x @ self.weight.T
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = TLinear(4, 4, bias=False), torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.a(x) + self.b.weight.shape[0]
+
+    model = Model()
+    assert used_parameters(model, lambda: model(torch.ones(1, 4))) == {"a.weight"}
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "bert"])
@@ -311,7 +329,7 @@ def test_bytes_total_counts_only_the_files_in_the_folder(llama_dir, tmp_path):
 def test_a_hub_index_naming_a_path_is_refused(llama_dir, tmp_path, monkeypatch):
     folder, _ = _with_shard_name(llama_dir, tmp_path / "served", "../../outside/x.safetensors")
     hub = FakeHub("org/tiny-llama", folder, tmp_path / "cache").install(monkeypatch)
-    with pytest.raises(ModelError, match="is malformed: the shard name '../../outside/x.safetensors' is not a file name"):
+    with pytest.raises(ModelError, match=r"is malformed: the shard name '../../outside/x.safetensors' is not a file name"):
         load_model("org/tiny-llama", weights="trained", max_layer=1, context_length=12, device="cpu")
     assert not any(f.startswith("..") for f in hub.requested)
 
@@ -348,7 +366,7 @@ def test_a_file_linked_out_of_the_model_folder_is_refused(llama_dir, tmp_path):
     config = folder / "config.json"  # an unsharded file read by transformers, linked out
     shutil.move(config, outside / "config.json")
     os.symlink(outside / "config.json", config)
-    with pytest.raises(ModelError, match="symbolic link .* outside the model folder"):
+    with pytest.raises(ModelError, match=r"symbolic link .* outside the model folder"):
         from mhaaudit.models.shards import check_links_inside
 
         check_links_inside(str(folder))

@@ -152,7 +152,7 @@ def test_image_folder(tmp_path):
 def test_image_folder_all_unreadable(tmp_path):
     (tmp_path / "x.png").write_bytes(b"garbage")
     source = image_source(str(tmp_path))
-    with pytest.raises(DataError, match="no usable images .1 unreadable .e.g. x.png: not an image file"):
+    with pytest.raises(DataError, match=r"no usable images .1 unreadable .e.g. x.png: not an image file"):
         list(source)
     assert source.skipped == 1
 
@@ -179,7 +179,7 @@ def test_wrong_file_kind(tmp_path):
     path.write_text("a,b\n")
     with pytest.raises(InputError):
         image_source(str(path))
-    with pytest.raises(DataError, match="x.csv has no string column; its columns: a .null., b .null.; choose one with text_column"):
+    with pytest.raises(DataError, match=r"x.csv has no string column; its columns: a .null., b .null.; choose one with text_column"):
         text_source(str(path))  # a .csv is a text container; this one holds no strings
     other = tmp_path / "x.xlsx"
     other.write_bytes(b"PK")
@@ -219,7 +219,7 @@ def test_parquet_image_bytes(tmp_path):
 
     no_images = tmp_path / "numbers.parquet"
     pq.write_table(pa.table({"x": [1, 2]}), no_images)
-    with pytest.raises(DataError, match="has no image column; its columns: x .int64.; choose one with image_column"):
+    with pytest.raises(DataError, match=r"has no image column; its columns: x .int64.; choose one with image_column"):
         image_source(str(no_images))
 
     bad = tmp_path / "bad.parquet"
@@ -332,7 +332,7 @@ def test_a_remote_stream_says_it_gave_its_first_documents(fake_hub):
     """A hub dataset is read only until enough documents qualify, and the description says so."""
     from mhaaudit.sources import FallbackTokenizer, gpt_window_examples
 
-    calls, served = fake_hub
+    _calls, served = fake_hub
     served["org/corpus"] = ([{"body": " ".join(f"w{i}x{j}" for j in range(20)), "id": i} for i in range(50)], None)
     source = text_source("org/corpus", text_column="body")
     assert source.streamed and not source.local and source.lazy
@@ -361,7 +361,7 @@ def test_local_dataset_folder_through_load_dataset(tmp_path):
     assert images[1].tobytes() == Image.open(io.BytesIO(_png(seed=1))).tobytes()
 
     assert len(list(image_source(f"hf:{root}", limit=2))) == 2
-    with pytest.raises(DataError, match="no split 'validation'.*train"):
+    with pytest.raises(DataError, match=r"no split 'validation'.*train"):
         image_source(str(root), split="validation")
 
 

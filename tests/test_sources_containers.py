@@ -29,7 +29,7 @@ datasets = pytest.importorskip("datasets")
 
 def _documents(k: int = 40) -> list[str]:
     rng = np.random.default_rng(3)
-    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi".split()
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu", "nu", "xi", "omicron", "pi"]
     docs = [" ".join(rng.choice(words, size=int(rng.integers(16, 60)))) for _ in range(k)]
     docs[7] = "too short"
     return docs
@@ -40,7 +40,7 @@ def _containers(tmp_path, docs: list[str], column: str = "body") -> dict:
     ids = list(range(len(docs)))
     out = {}
     out["jsonl"] = tmp_path / "docs.jsonl"
-    out["jsonl"].write_text("".join(json.dumps({"id": i, column: d}) + "\n" for i, d in zip(ids, docs)))
+    out["jsonl"].write_text("".join(json.dumps({"id": i, column: d}) + "\n" for i, d in zip(ids, docs, strict=False)))
     table = pa.table({"id": ids, column: docs})
     out["parquet"] = tmp_path / "docs.parquet"
     pq.write_table(table, out["parquet"])
@@ -87,7 +87,7 @@ def test_saved_dataset_dict_splits_and_single_dataset(tmp_path):
         text_source(str(paths["saved-dict"]), split="validation")
     single = text_source(str(paths["saved"]))
     assert "a Dataset saved with save_to_disk" in single.name and not single.lazy
-    with pytest.raises(InputError, match="single Dataset.*leave out split"):
+    with pytest.raises(InputError, match=r"single Dataset.*leave out split"):
         text_source(str(paths["saved"]), split="test")
 
 

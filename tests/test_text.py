@@ -11,11 +11,7 @@ from mhaaudit.auditing import audit
 from mhaaudit.cli.app import main
 from mhaaudit.errors import InputError, ModelError
 
-WORDS = (
-    "the of and to in is for on that with as by this be are or it from at an which can not if when "
-    "a statement expression value object function class module name type list return error call "
-    "attribute method number string loop else while import def lambda true false none"
-).split()
+WORDS = ["the", "of", "and", "to", "in", "is", "for", "on", "that", "with", "as", "by", "this", "be", "are", "or", "it", "from", "at", "an", "which", "can", "not", "if", "when", "a", "statement", "expression", "value", "object", "function", "class", "module", "name", "type", "list", "return", "error", "call", "attribute", "method", "number", "string", "loop", "else", "while", "import", "def", "lambda", "true", "false", "none"]
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +93,7 @@ def test_layers_in_one_pass_equal_single_layer_runs(tiny_bert):
         assert torch.equal(c.features.queries, c1.features.queries)
         assert torch.equal(c.features.a3, c1.features.a3)
         for check in c.tests:
-            assert c.tests[check].record(0) == c1.tests[check].record(0) if check == "assumption_2" else c.tests[check].record() == c1.tests[check].record()
+            assert c.tests[check].record() == c1.tests[check].record()
 
 
 def test_n_above_d_is_said_at_once(tiny_gpt2, capsys):

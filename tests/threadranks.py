@@ -23,7 +23,8 @@ def as_ranks(monkeypatch, world: int, body):
             barrier.wait()
             return out
 
-    monkeypatch.setattr(distributed, "lockstep", lambda: getattr(local, "session", None))
+    one_process = distributed.lockstep()  # outside the rank threads: the single-process session
+    monkeypatch.setattr(distributed, "lockstep", lambda: getattr(local, "session", one_process))
     results: list = [None] * world
 
     def rank(r: int) -> None:

@@ -18,6 +18,7 @@ import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..checks import CHECK_TITLES
 from ..errors import InputError
@@ -123,7 +124,7 @@ def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
     try:
         meta = read_parquet_metadata(p)
         rows = pq.read_table(p).to_pylist()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure to read the file is the user's bad input
         raise InputError(f"{{param:from_path}} {p}: cannot read it as a parquet file ({' '.join(str(exc).split())[:160]})") from None
     if not rows or "check" not in rows[0] or "variant" not in rows[0]:
         raise InputError(f"{{param:from_path}} {p}: not a results file of {{param:check_out}} (no check/variant columns)")
@@ -170,21 +171,32 @@ def _assumptions_from_file(p: Path, results: tuple[dict, list[dict]], *, init: s
     if meta.get("command") not in (None, "check"):
         notes.append(f"--from {p} was written by 'mhaaudit {meta.get('command')}', not 'mhaaudit check'")
     cols = meta.get("columns") or {}
-    chosen = None
+    chosen, why = _column(p, cols, init=init, layer=layer)
+    if chosen is None:
+        return None, why, notes
+    mine = [r for r in rows if r.get("variant") == chosen]
+    out = _verdicts(mine, source=f"read from {p} (column {chosen})")
+    _read_estimate(out, p, (cols.get(chosen) or {}).get("sweep"), mine, meta.get("threshold"))
+    return out, chosen, notes
+
+
+def _column(p: Path, cols: dict, *, init: str, layer: int) -> tuple[str | None, str]:
+    """(the column of ``init`` weights at ``layer``, "") or (None, why there is none to read)."""
     for variant, c in cols.items():
         if c.get("weights") != init or int(c.get("layer", -1)) != layer or variant == "random-attention":
             continue
         if c.get("status", "ok") != "ok":
-            return None, f"column {variant!r} of {p} is unavailable: {c.get('reason', '')}", notes
-        chosen = variant
-        break
-    if chosen is None:
-        have = ", ".join(f"{v} ({c.get('weights')} weights, layer {c.get('layer')})" for v, c in cols.items()) or "none"
-        return None, (f"{p} has no column with {init} weights at layer {layer} (the input of block {layer + 1}); "
-                      f"it has: {have}"), notes
-    mine = [r for r in rows if r.get("variant") == chosen]
-    out = Assumptions(source=f"read from {p} (column {chosen})")
-    for r in mine:
+            return None, f"column {variant!r} of {p} is unavailable: {c.get('reason', '')}"
+        return variant, ""
+    have = ", ".join(f"{v} ({c.get('weights')} weights, layer {c.get('layer')})" for v, c in cols.items()) or "none"
+    return None, (f"{p} has no column with {init} weights at layer {layer} (the input of block {layer + 1}); "
+                  f"it has: {have}")
+
+
+def _verdicts(rows: list[dict], *, source: str) -> Assumptions:
+    """The A1/A2 verdicts of one column's rows."""
+    out = Assumptions(source=source)
+    for r in rows:
         if r.get("check") == "assumption_1":
             out.a1 = a1_status(r.get("verdict"), r.get("exact_status"))
             out.a1_reason = _a1_reason(r.get("verdict"), r.get("exact_status"), r.get("reason") or "")
@@ -192,20 +204,23 @@ def _assumptions_from_file(p: Path, results: tuple[dict, list[dict]], *, init: s
         elif r.get("check") == "assumption_2":
             out.a2 = r.get("verdict") if r.get("verdict") in ("holds", "fails") else None
             out.a2_reason = r.get("reason") or ""
-    sweep = (cols.get(chosen) or {}).get("sweep")
+    return out
+
+
+def _read_estimate(out: Assumptions, p: Path, sweep: Any, rows: list[dict], threshold: Any) -> None:
+    """The column's Kruskal-rank estimate into ``out``: its sweep's own, else the largest k of its
+    sweep rows whose satisfied fraction reaches the file's threshold; none where neither says."""
     if isinstance(sweep, dict) and sweep.get("estimate"):
         out.kruskal_estimate = int(sweep["estimate"])
         out.estimate_note = f"the Kruskal-rank estimate of {p} ({sweep.get('estimate_means', 'an estimate')})"
-    else:
-        sw = [r for r in mine if r.get("check") == "sweep" and r.get("k") is not None]
-        thr = meta.get("threshold")
-        if sw and thr is not None:
-            ok = [int(r["k"]) for r in sw if (r.get("fraction") or 0.0) >= float(thr)]
-            if ok:
-                out.kruskal_estimate = max(ok)
-                out.estimate_note = f"largest k with satisfied fraction >= {thr} in the sweep rows of {p} (an estimate)"
-    return out, chosen, notes
-
+        return
+    sw = [r for r in rows if r.get("check") == "sweep" and r.get("k") is not None]
+    if not sw or threshold is None:
+        return
+    ok = [int(r["k"]) for r in sw if (r.get("fraction") or 0.0) >= float(threshold)]
+    if ok:
+        out.kruskal_estimate = max(ok)
+        out.estimate_note = f"largest k with satisfied fraction >= {threshold} in the sweep rows of {p} (an estimate)"
 
 
 def check_same_examples(path: str | Path, results: tuple[dict, list[dict]], *, limit: int | None = None,

@@ -31,26 +31,27 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Any, ClassVar
 
 import torch
 
 from .. import pipeline
-from ..auditing import data_request, model_request
 from ..defaults import CAPACITY_BLOCK, CAPACITY_BLOCK_WHY
-from ..distributed import describe, session, shared
+from ..distributed import current, describe, shared
 from ..errors import InputError, ModelError, OfflineError, param
 from ..features import StreamingReducer
 from ..io import stamp
 from ..models import first_attention
-from ..pipeline import DataRequest, ModelRequest
+from ..models.shards import weights_read_text
 from ..progress import task
 from ..render import capacity_report
+from ..request import KEYWORDS, DataRequest, ModelRequest, Requests, build_requests, keyword_conveniences
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
-from ..tables import ResultTable
-from ..theory import shared_context_rank_bound, theorem1_bound
+from ..tables import StoredResult
+from ..theory import CapacityBound, shared_context_rank_bound, theorem1_bound
 from ..validate import choice, head_counts, integer, split_list
 from .assumptions import (
     Assumptions,
@@ -60,7 +61,7 @@ from .assumptions import (
     linear_algebra,
     read_check_results,
 )
-from .certificate import certify_head_prefixes
+from .certificate import HeadCertificate, certify_head_prefixes
 from .z import ZBuilder, random_attention_weights
 
 __all__ = ["ATTENTION", "VARIANTS", "CapacityColumn", "CapacityResult", "attention_for", "capacity_audit"]
@@ -71,31 +72,38 @@ ATTENTION = ("model", "random")
 
 @dataclass
 class CapacityColumn:
+    """The bound and the certificate of one set of weights: the bound for each head count h
+    (``bounds[h]``), the certificate of each head prefix (``certificates``, by h), the assumptions
+    the bound rests on, and what the column read."""
+
     variant: str  # random | trained
     status: str = "ok"  # ok | unavailable
     reason: str = ""
     assumptions: Assumptions | None = None
-    bounds: dict = field(default_factory=dict)  # h -> CapacityBound
-    certificates: list = field(default_factory=list)  # HeadCertificate, by h
+    bounds: dict[int, CapacityBound] = field(default_factory=dict)  # h -> its bound
+    certificates: list[HeadCertificate] = field(default_factory=list)  # by h
     T: int = 0
     weights_source: str = ""
-    timings: dict = field(default_factory=dict)
-    weights_read: dict | None = None  # trained weights: what loading read (mhaaudit.models.shards.WeightsRead)
-    batch: dict = field(default_factory=dict)  # the batch size used and how it was chosen
+    timings: dict[str, float] = field(default_factory=dict)
+    weights_read: dict[str, Any] | None = None  # trained weights: what loading read (mhaaudit.models.shards.WeightsRead)
+    batch: dict[str, Any] = field(default_factory=dict)  # the batch size used and how it was chosen
 
 
 @dataclass(repr=False)
-class CapacityResult(ResultTable):
+class CapacityResult(StoredResult):
     """Bound and certificate of every column; ``to_arrow()`` / ``to_pandas()`` give the rows
-    ``capacity --out`` writes, and a notebook shows it as the report ``capacity`` prints."""
+    ``capacity --out`` writes, and a notebook shows it as the report ``capacity`` prints.
+    ``CapacityResult.from_json`` / ``from_parquet`` read it back from those outputs."""
+
+    COMMAND: ClassVar[str] = "capacity"
 
     model: str
-    info: dict
+    info: dict[str, Any]  # the model's ModelInfo as a dict
     data: str
     columns: list[CapacityColumn]
-    settings: dict
-    timings: dict
-    notes: list = field(default_factory=list)
+    settings: dict[str, Any]  # the run's settings, as the JSON meta gives them
+    timings: dict[str, float]
+    notes: list[str] = field(default_factory=list)
 
     def records(self) -> list[dict]:
         """One row per column and head count h (one 'unavailable' row for a column that could not run)."""
@@ -112,6 +120,7 @@ class CapacityResult(ResultTable):
                             "prop2_bound": None, "prop2_verdict": None, "reason": c.reason})
                 continue
             a = c.assumptions or Assumptions()
+            assert n is not None, "a column that ran has its model's context length n"
             for cert in c.certificates:
                 b = c.bounds[cert.heads]
                 p2 = shared_context_rank_bound(cert.heads, n)
@@ -150,10 +159,12 @@ class CapacityResult(ResultTable):
                      timings_s=self.timings, **self.settings,
                      columns={c.variant: {"status": c.status, "reason": c.reason, "T": c.T,
                                           "weights_source": c.weights_source, "weights_read": c.weights_read,
+                                          "weights_read_text": weights_read_text(c.weights_read),
                                           "timings_s": c.timings,
                                           "assumptions": c.assumptions.to_dict() if c.assumptions else None,
                                           "bound": (c.bounds[max(c.bounds)].to_dict() if c.bounds else None)}
-                              for c in self.columns})
+                              for c in self.columns},
+                     result=self.result_document())
 
 
 # --------------------------------------------------------------------------------------------
@@ -184,7 +195,7 @@ class _Attention:
     Wk: torch.Tensor
     bq: torch.Tensor | None
     bk: torch.Tensor | None
-    pre: object
+    pre: Callable[[torch.Tensor], torch.Tensor] | None
     scale: float | None
     causal: bool
     describe: str
@@ -210,7 +221,7 @@ def attention_for(pm, block: int, attention: str, seed: int) -> _Attention:
     H, dh = info.num_heads, info.head_dim
     Wq, Wk = random_attention_weights(info.d, H, dh, seed)
     pre = torch.nn.LayerNorm(info.d, elementwise_affine=False)
-    causal = info.modality == "text" and info.query_index != 0
+    causal = info.decoder
     desc = (f"{H} random heads (seed {seed}): Xavier-uniform d x d_h key/query weights with d_h = {dh}, no biases, "
             f"logits 1/sqrt(d_h) on LayerNorm (no affine) of the tokens")
     return _Attention(Wq, Wk, None, None, pre, None, causal, desc)
@@ -241,13 +252,14 @@ def _capture(plan: _Plan, pm, attn: _Attention, col: CapacityColumn, notes: list
     fs = None if reducer is None else reducer.result({"model": plan.request.model, "variant": col.variant, "layer": layer},
                                                      fed=fed)
     rows, _ = fed.gather_rows({"Z": zb.result()} if zb.T else None)
+    assert rows is not None, "no rank read an example"
     return rows["Z"], fs, fed.name
 
 
 class _SharedContext:
-    """Under torchrun, the one context E_0 of Proposition 2's setting is the first example's on
-    every rank: rank 0 (whose first batch is the data's first) publishes it, the others take it
-    before their first batch, so each rank's rows of Z are the rows one process computes."""
+    """The one context E_0 of Proposition 2's setting is the first example's on every rank: rank 0
+    (whose first batch is the data's first) publishes it, the others take it before their first
+    batch, so each rank's rows of Z are the rows one process computes (one process: rank 0 alone)."""
 
     def __init__(self, zb: ZBuilder, shard, key: str) -> None:
         self.zb, self.shard, self.key, self.done = zb, shard, key, False
@@ -263,9 +275,8 @@ class _SharedContext:
             self.done = True
 
 
-def _first_context(zb: ZBuilder, key: str) -> _SharedContext | None:
-    shard = session()
-    return None if shard is None else _SharedContext(zb, shard, key)
+def _first_context(zb: ZBuilder, key: str) -> _SharedContext:
+    return _SharedContext(zb, current(), key)
 
 
 def _column(plan: _Plan, variant: str, notes: list[str]) -> tuple[CapacityColumn, dict, str, list[int], int]:
@@ -279,9 +290,7 @@ def _column(plan: _Plan, variant: str, notes: list[str]) -> tuple[CapacityColumn
         if variant != "trained":
             raise
         col.status, col.reason = "unavailable", str(exc)
-    shard = session()
-    if shard is not None:
-        shard.same(pm is not None, f"whether the {variant} weights of {plan.request.model} can be loaded")
+    current().same(pm is not None, f"whether the {variant} weights of {plan.request.model} can be loaded")
     if pm is None:
         return col, {}, "", [], 0
     col.timings["load"] = round(time.perf_counter() - t0, 3)
@@ -295,14 +304,14 @@ def _column(plan: _Plan, variant: str, notes: list[str]) -> tuple[CapacityColumn
                          "and capacity reads the model's own query; check and kruskal {param:model} take {param:query_index} K")
     attn = attention_for(pm, plan.block, plan.attention, plan.settings.seed)
     hs = _validated_heads(plan.heads, attn.num_heads)
-    if plan.from_results is not None:  # before the data pass: a file of another model is refused at once
+    if plan.from_path is not None and plan.from_results is not None:  # before the data pass: a file of another model is refused at once
         a, which, fnotes = assumptions_from_file(plan.from_path, init=variant, layer=plan.block - 1, n=info.n, d=info.d,
                                                  results=plan.from_results)
         notes.extend(x for x in fnotes if x not in notes)
         col.assumptions = a or Assumptions(a1_reason=which, a2_reason=which, source=which)
     Z, fs, data_name = _capture(plan, pm, attn, col, notes)
     col.T = int(Z.shape[0])
-    if plan.from_results is not None:
+    if plan.from_path is not None and plan.from_results is not None:
         check_same_examples(plan.from_path, plan.from_results, T=col.T, data=data_name)
     if fs is not None:
         with linear_algebra():
@@ -322,6 +331,7 @@ def _validated_heads(heads, num_heads: int) -> list[int]:
 def _certify(plan: _Plan, col: CapacityColumn, Z: torch.Tensor, info, hs: list[int], head_dim: int) -> None:
     """The bound for each head count from the column's assumptions, and the certificate from Z."""
     a = col.assumptions
+    assert a is not None, "a column's assumptions are read or audited before it is certified"
     for h in hs:
         col.bounds[h] = theorem1_bound(heads=h, head_dim=head_dim, n=info.n, d=info.d, a1_holds=a.holds(a.a1),
                                        a2_holds=a.holds(a.a2), kruskal_estimate=a.kruskal_estimate)
@@ -361,7 +371,7 @@ def _block_of(block: int | None, layer: int | None) -> int:
     :data:`~mhaaudit.defaults.CAPACITY_BLOCK` (2: see there why)."""
     if layer is not None:
         warnings.warn("capacity_audit(layer=K) is deprecated; use block=K (the same: the attention block K, whose input "
-                      "is the output of block K - 1)", DeprecationWarning, stacklevel=4)  # past the @shared wrapper
+                      "is the output of block K - 1)", DeprecationWarning, stacklevel=5)  # past both wrappers
         if block is not None and block != layer:
             raise InputError(f"{{param:block}} {block} and {{param:layer}} {layer} disagree; give only {{param:block}}")
         block = layer
@@ -369,8 +379,9 @@ def _block_of(block: int | None, layer: int | None) -> int:
 
 
 @shared
+@keyword_conveniences
 def capacity_audit(
-    model: str,
+    model: str | ModelRequest,
     *,
     heads: str | Sequence[int] | int | None = None,
     attention: str = "model",
@@ -379,7 +390,7 @@ def capacity_audit(
     variants: Sequence[str] | None = None,
     weights: str | None = None,
     block: int | None = None,
-    data: str | None = None,
+    data: str | DataRequest | None = None,
     split: str = "train",
     limit: int = 2000,
     batch_size: int | str = 32,
@@ -399,6 +410,8 @@ def capacity_audit(
     text_column: str | None = None,
     image_column: str | None = None,
     convert_rgb: bool = False,
+    settings: Settings | None = None,
+    given: frozenset[str] = frozenset(),
 ) -> CapacityResult:
     """Bound and certificate for each column (``variants``: random and/or trained; default both).
 
@@ -409,28 +422,32 @@ def capacity_audit(
     for each h (default: all heads). ``attention="random"`` uses random key/query weights instead
     of the model's. ``layer`` is a deprecated alias of ``block``. ``text_column``, ``image_column``
     and ``convert_rgb`` choose the data's column and image policy as in :func:`mhaaudit.audit`.
+
+    ``model``, ``data`` and ``settings`` may be the request objects, as in :func:`mhaaudit.audit`
+    (a keyword given beside an object that says otherwise is an InputError); the settings built
+    from keywords stop each test once it is decided. A ``ModelRequest`` naming a ``query_index`` is
+    refused: capacity reads the model's own query.
     """
-    settings = Settings.resolve(device=device, samples=DEFAULT_SAMPLES if samples is None else samples,
-                                threshold=DEFAULT_THRESHOLD if threshold is None else threshold, seed=seed,
-                                rtol=rtol, atol=atol, stop_when_decided=True, progress=progress)
-    data_req = data_request(data, split, limit, batch_size, keep_duplicates, text_column=text_column,
-                            image_column=image_column, convert_rgb=convert_rgb)
+    keywords = {k: v for k, v in locals().items() if k in KEYWORDS}
+    keywords.update(samples=DEFAULT_SAMPLES if samples is None else samples, stop_when_decided=True,
+                    threshold=DEFAULT_THRESHOLD if threshold is None else threshold)
+    unset = {k for k, v in (("samples", samples), ("threshold", threshold)) if v is None}  # None: the default
+    settings, request, data_req = _requests(build_requests(model, data, settings, keywords, given - unset))
     blk = _block_of(block, layer)
     attention = choice(param("attention"), attention, ATTENTION)
     vs = split_list(variants) or list(VARIANTS)
     for v in vs:
         choice("variant", v, VARIANTS)
-    if weights is not None and "trained" not in vs:
+    if request.weights_path is not None and "trained" not in vs:
         raise InputError("{param:weights} has no effect without the trained column; add trained to {param:variants}")
     if from_path is not None and (samples is not None or threshold is not None):
         raise InputError("{param:samples} and {param:threshold} have no effect with {param:from_path}: Assumption 1 is read from the file, "
                          "not sampled")
     head_counts(heads)  # syntax and sizes below 1, before any work; the model's head count is checked once known
-    from_results = read_check_results(from_path) if from_path is not None else None
-    if from_results is not None:
+    from_results = None
+    if from_path is not None:
+        from_results = read_check_results(from_path)
         check_same_examples(from_path, from_results, limit=data_req.limit)
-    request = model_request(model, backend=backend, weights=weights, context_length=context_length, revision=revision,
-                            trust_remote_code=trust_remote_code)
     plan = _Plan(request, data_req, settings, blk, heads, attention, bool(shared_context),
                  Path(from_path) if from_path is not None else None, from_results)
     result = _run(plan, vs)
@@ -440,9 +457,18 @@ def capacity_audit(
     return result
 
 
+def _requests(req: Requests) -> tuple[Settings, ModelRequest, DataRequest]:
+    """The settings, model and data of a capacity run; a query token named by the request is refused."""
+    if req.model.query_index is not None:
+        raise InputError("{param:query_index}: capacity reads the model's own query token; check and kruskal "
+                         "{param:model} take {param:query_index} K")
+    return req.settings, req.model, req.data
+
+
 def _run(plan: _Plan, variants: list[str]) -> CapacityResult:
     t_start = time.perf_counter()
-    columns, notes = [], []
+    columns: list[CapacityColumn] = []
+    notes: list[str] = []
     info_d: dict = {}
     data_name, hs, head_dim = "", None, None
     for variant in variants:

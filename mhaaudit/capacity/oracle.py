@@ -99,9 +99,8 @@ def memorization_certificate(Z: torch.Tensor, *, seed: int = 0, rtol: float | No
 
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise InputError(f"seed must be an integer, got {seed!r}")
-    if rtol is not None:
-        if isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not (rtol >= 0):
-            raise InputError(f"rtol must be a non-negative number, got {rtol!r}")
+    if rtol is not None and (isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not (rtol >= 0)):
+        raise InputError(f"rtol must be a non-negative number, got {rtol!r}")
     Zt = as_real_tensor("Z", Z, (2,))
     A = Zt.detach().to("cpu", torch.float64).numpy()
     if not np.all(np.isfinite(A)):
@@ -126,7 +125,7 @@ def memorization_certificate(Z: torch.Tensor, *, seed: int = 0, rtol: float | No
         )
 
     # Column-pivoted QR of Z^T (m x T): the first r pivots are r well-separated rows of Z.
-    Q, R, piv = scipy.linalg.qr(A.T, mode="economic", pivoting=True)
+    _Q, _R, piv = scipy.linalg.qr(A.T, mode="economic", pivoting=True)
     rows = np.sort(piv[:r])
     ZS = A[rows]
     y = torch.randn(r, generator=gen, dtype=torch.float64).numpy()

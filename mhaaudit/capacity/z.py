@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -69,6 +69,32 @@ def attention_combinations(
     """
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise InputError(f"chunk must be a positive integer, got {chunk!r}")
+    E, x, Wq, Wk = _inputs(E, x, Wq, Wk)
+    H, _d, dh = Wq.shape
+    bq, bk = _head_bias("bq", bq, H, dh), _head_bias("bk", bk, H, dh)
+    exclude_query_index = _excluded(exclude_query_index, E.shape[-2])
+    device = x.device
+    Wq, Wk = Wq.to(device=device, dtype=dtype), Wk.to(device=device, dtype=dtype)
+    bq, bk = (b.to(device=device, dtype=dtype) if b is not None else None for b in (bq, bk))
+    out = torch.empty((x.shape[0], H * x.shape[1]), dtype=dtype, device=device)
+    shared = None
+    if E.ndim == 2:
+        E_raw_shared = E.to(device=device, dtype=dtype)
+        shared = (E_raw_shared, pre(E_raw_shared) if pre is not None else E_raw_shared)
+    for start in range(0, x.shape[0], chunk):
+        stop = min(start + chunk, x.shape[0])
+        if shared is None:
+            Ec = E[start:stop].to(device=device, dtype=dtype)
+            context = (Ec, pre(Ec) if pre is not None else Ec)
+        else:
+            context = shared
+        out[start:stop] = _chunk_rows(x[start:stop].to(dtype=dtype), context, Wq, Wk, bq, bk, pre=pre,
+                                      exclude=exclude_query_index, scale=1.0 / math.sqrt(dh))
+    return out
+
+
+def _inputs(E, x, Wq, Wk) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``E``, ``x``, ``Wq``, ``Wk`` as real tensors of consistent shapes (one head's (d, d_h) made (1, d, d_h))."""
     E = as_real_tensor("E", E, (2, 3))
     x = as_real_tensor("x", x, (2,))
     Wq = as_real_tensor("Wq", Wq, (2, 3))
@@ -77,14 +103,12 @@ def attention_combinations(
         Wq = Wq.unsqueeze(0)
     if Wk.ndim == 2:
         Wk = Wk.unsqueeze(0)
-    shared = E.ndim == 2
     T, d = x.shape
-    n = E.shape[-2]
     if E.shape[-1] != d:
         raise InputError(f"E has width {E.shape[-1]} but the queries x have width {d}")
-    if not shared and E.shape[0] != T:
+    if E.ndim == 3 and E.shape[0] != T:
         raise InputError(f"E has {E.shape[0]} examples but x has {T}")
-    if n < 1:
+    if E.shape[-2] < 1:
         raise InputError("the context must have at least one row")
     if Wq.shape != Wk.shape:
         raise InputError(f"Wq {tuple(Wq.shape)} and Wk {tuple(Wk.shape)} must have the same shape (H, d, d_h)")
@@ -95,67 +119,57 @@ def attention_combinations(
         raise InputError(f"Wq/Wk expect width {dw} but the tokens have width {d}")
     if dh < 1:
         raise InputError("head dimension d_h must be at least 1")
-    biases = []
-    for name, b in (("bq", bq), ("bk", bk)):
-        if b is None:
-            biases.append(None)
-            continue
-        b = as_real_tensor(name, b, (1, 2))
-        if b.ndim == 1:
-            b = b.unsqueeze(0)
-        if tuple(b.shape) != (H, dh):
-            raise InputError(f"{name} must have shape (H, d_h) = ({H}, {dh}), got {tuple(b.shape)}")
-        biases.append(b)
-    bq, bk = biases
-    if exclude_query_index is not None:
-        if isinstance(exclude_query_index, bool) or not isinstance(exclude_query_index, int):
-            raise InputError(f"exclude_query_index must be an integer, got {exclude_query_index!r}")
-        if exclude_query_index < 0:
-            exclude_query_index += n
-        if not 0 <= exclude_query_index < n:
-            raise InputError(f"exclude_query_index {exclude_query_index} is outside the context (n = {n})")
-        if n < 2:
-            raise InputError("excluding the query leaves an empty context (n = 1)")
+    return E, x, Wq, Wk
 
-    device = x.device
-    Wq = Wq.to(device=device, dtype=dtype)
-    Wk = Wk.to(device=device, dtype=dtype)
-    bq = bq.to(device=device, dtype=dtype) if bq is not None else None
-    bk = bk.to(device=device, dtype=dtype) if bk is not None else None
-    scale = 1.0 / math.sqrt(dh)
 
-    out = torch.empty((T, H * d), dtype=dtype, device=device)
-    if shared:
-        E_raw_shared = E.to(device=device, dtype=dtype)
-        E_pre_shared = pre(E_raw_shared) if pre is not None else E_raw_shared
-    for start in range(0, T, chunk):
-        stop = min(start + chunk, T)
-        xc = x[start:stop].to(dtype=dtype)
-        xp = pre(xc) if pre is not None else xc
-        q = torch.einsum("cd,hde->che", xp, Wq)  # (c, H, dh)
-        if bq is not None:
-            q = q + bq.unsqueeze(0)
-        # s[c,h,i] = pre(E)[c,i] . (Wk_h q[c,h]) + bk_h . q[c,h]: never forms (c, H, n, dh).
-        u = torch.einsum("hde,che->chd", Wk, q)  # (c, H, d)
-        if shared:
-            Ec, Ep = E_raw_shared, E_pre_shared
-            s = torch.einsum("nd,chd->chn", Ep, u)
-        else:
-            Ec = E[start:stop].to(device=device, dtype=dtype)
-            Ep = pre(Ec) if pre is not None else Ec
-            s = torch.einsum("cnd,chd->chn", Ep, u)
-        if bk is not None:
-            s = s + torch.einsum("he,che->ch", bk, q).unsqueeze(-1)
-        s = s * scale
-        if exclude_query_index is not None:
-            s[..., exclude_query_index] = float("-inf")
-        p = torch.softmax(s, dim=-1)  # (c, H, n)
-        if shared:
-            z = torch.einsum("chn,nd->chd", p, Ec)
-        else:
-            z = torch.einsum("chn,cnd->chd", p, Ec)
-        out[start:stop] = z.reshape(stop - start, H * d)
-    return out
+def _head_bias(name: str, b, H: int, dh: int) -> torch.Tensor | None:
+    """A bias as a real (H, d_h) tensor (one head's (d_h,) made (1, d_h)); None stays None."""
+    if b is None:
+        return None
+    b = as_real_tensor(name, b, (1, 2))
+    if b.ndim == 1:
+        b = b.unsqueeze(0)
+    if tuple(b.shape) != (H, dh):
+        raise InputError(f"{name} must have shape (H, d_h) = ({H}, {dh}), got {tuple(b.shape)}")
+    return b
+
+
+def _excluded(index, n: int) -> int | None:
+    """The context row the query may not attend to, counted from 0 (a negative index from the end)."""
+    if index is None:
+        return None
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise InputError(f"exclude_query_index must be an integer, got {index!r}")
+    if index < 0:
+        index += n
+    if not 0 <= index < n:
+        raise InputError(f"exclude_query_index {index} is outside the context (n = {n})")
+    if n < 2:
+        raise InputError("excluding the query leaves an empty context (n = 1)")
+    return index
+
+
+def _chunk_rows(xc: torch.Tensor, context: tuple[torch.Tensor, torch.Tensor], Wq: torch.Tensor, Wk: torch.Tensor,
+                bq: torch.Tensor | None, bk: torch.Tensor | None, *, pre: Callable[[torch.Tensor], torch.Tensor] | None,
+                exclude: int | None, scale: float) -> torch.Tensor:
+    """Rows of Z (c, H*d) for the queries ``xc`` (c, d); ``context``: the raw and the pre-processed
+    context rows, (c, n, d) or one (n, d) shared by all."""
+    Ec, Ep = context
+    xp = pre(xc) if pre is not None else xc
+    q = torch.einsum("cd,hde->che", xp, Wq)  # (c, H, dh)
+    if bq is not None:
+        q = q + bq.unsqueeze(0)
+    # s[c,h,i] = pre(E)[c,i] . (Wk_h q[c,h]) + bk_h . q[c,h]: never forms (c, H, n, dh).
+    u = torch.einsum("hde,che->chd", Wk, q)  # (c, H, d)
+    s = torch.einsum("nd,chd->chn" if Ep.ndim == 2 else "cnd,chd->chn", Ep, u)
+    if bk is not None:
+        s = s + torch.einsum("he,che->ch", bk, q).unsqueeze(-1)
+    s = s * scale
+    if exclude is not None:
+        s[..., exclude] = float("-inf")
+    p = torch.softmax(s, dim=-1)  # (c, H, n)
+    z = torch.einsum("chn,nd->chd" if Ec.ndim == 2 else "chn,cnd->chd", p, Ec)
+    return z.reshape(xc.shape[0], -1)
 
 
 def random_attention_weights(d: int, heads: int, head_dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -78,7 +78,8 @@ try:  # Ctrl-C (or SIGTERM) while the libraries load (before main runs) gets the
     import contextlib
     import os
     import re
-    from typing import Callable, NamedTuple, NoReturn
+    from collections.abc import Callable
+    from typing import NamedTuple, NoReturn
 
     import click
     import typer
@@ -120,7 +121,7 @@ class _StandardHelp:
     option the type of one value (``<int>``, not ``<list[int]>``; its help says it repeats)."""
 
     def get_params(self, ctx):
-        params = super().get_params(ctx)  # type: ignore[misc]
+        params = super().get_params(ctx)
         for p in params:
             if p.metavar is not None or p.param_type_name != "option":
                 continue
@@ -201,6 +202,7 @@ def _internal(exc: BaseException) -> str:
 # ``--text-column``, and these are the rest.
 FLAGS = {
     "from_path": "--from",
+    "variant": "--variants",  # kruskal captures one column; its flag keeps check's name
     "check_out": "'mhaaudit check --out'",
     "check_save_features": "check --save-features",
 }
@@ -327,9 +329,8 @@ def main(argv: list[str] | None = None) -> int:
         return app(args=args, prog_name="mhaaudit")
     if not args:
         # No command: the help, on stderr (stdout carries data only), and status 2.
-        with contextlib.redirect_stdout(sys.stderr):
-            with contextlib.suppress(Exception):
-                app(args=["--help"], prog_name="mhaaudit", standalone_mode=False)
+        with contextlib.redirect_stdout(sys.stderr), contextlib.suppress(Exception):
+            app(args=["--help"], prog_name="mhaaudit", standalone_mode=False)
         return 2
     previous, stdout = _handle_sigterm(), sys.stdout
     sys.stdout = _Stdout(stdout)

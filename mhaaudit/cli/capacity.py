@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -12,9 +12,9 @@ from .options import (
     DEFAULTS,
     Atol,
     BackendOpt,
-    ConvertRgb,
     BatchSize,
     ContextLength,
+    ConvertRgb,
     Data,
     Device,
     Format,
@@ -53,14 +53,14 @@ class Attention(str, Enum):
 def capacity(
     ctx: typer.Context,
     model: ModelArg,
-    heads: Annotated[Optional[str], typer.Option("--heads", help="Certificate with the first h heads for each h: 1-12, 3 or 1,2,4 (default: all heads of the block).")] = None,
+    heads: Annotated[str | None, typer.Option("--heads", help="Certificate with the first h heads for each h: 1-12, 3 or 1,2,4 (default: all heads of the block).")] = None,
     attention: Annotated[Attention, typer.Option("--attention", help="Key/query weights of Z: the model's own attention block, or random (Xavier, seeded).")] = Attention.model,
     shared_context: Annotated[bool, typer.Option("--shared-context", help="Proposition 2: every example uses the context of example 0 with its own query; checks rank(Z) <= H (n - 1) + 1.")] = False,
-    from_path: Annotated[Optional[Path], typer.Option("--from", help="Read the Assumption 1/2 verdicts from a parquet file written by 'mhaaudit check --out' instead of auditing.")] = None,
-    variants: Annotated[Optional[list[str]], typer.Option("--variants", help="Columns: random and/or trained (default both; trained needs the hub or --weights).")] = None,
+    from_path: Annotated[Path | None, typer.Option("--from", help="Read the Assumption 1/2 verdicts from a parquet file written by 'mhaaudit check --out' instead of auditing.")] = None,
+    variants: Annotated[list[str] | None, typer.Option("--variants", help="Columns: random and/or trained (default both; trained needs the hub or --weights).")] = None,
     weights: Weights = None,
-    block: Annotated[Optional[int], typer.Option("--block", help="Attention block K whose heads build Z (default 2: the paper applies Theorem 1 to the second attention layer, whose input satisfies Assumptions 1 and 2). The tokens read, audited and certified, are its input: the output of block K-1 (for K = 1, the embedding output).")] = None,
-    layer: Annotated[Optional[int], typer.Option("--layer", help="Deprecated alias of --block (same meaning: the tokens read are the input of block K, the output of block K-1).")] = None,
+    block: Annotated[int | None, typer.Option("--block", help="Attention block K whose heads build Z (default 2: the paper applies Theorem 1 to the second attention layer, whose input satisfies Assumptions 1 and 2). The tokens read, audited and certified, are its input: the output of block K-1 (for K = 1, the embedding output).")] = None,
+    layer: Annotated[int | None, typer.Option("--layer", help="Deprecated alias of --block (same meaning: the tokens read are the input of block K, the output of block K-1).")] = None,
     backend: BackendOpt = None,
     data: Data = None,
     split: Split = "train",
@@ -80,8 +80,8 @@ def capacity(
     atol: Atol = None,
     device: Device = DEFAULTS["device"],
     fmt: FormatOpt = Format.table,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Write the records to this parquet file (atomically).")] = None,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="Draw rank(Z) against the number of heads, with the bound lines, to this .png/.pdf/.svg file.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Write the records to this parquet file (atomically).")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Draw rank(Z) against the number of heads, with the bound lines, to this .png/.pdf/.svg file.")] = None,
     quiet: Quiet = False,
 ) -> None:
     """Memorisation capacity: the Theorem 1 bound from the audited assumptions, and a certificate.
@@ -103,9 +103,11 @@ def capacity(
         from ..plot import plot_capacity
         from ..progress import progress_enabled
         from ..render import render_capacity
+        from ..request import build_requests
         from ..settings import Settings
 
-    settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol)
+    settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
+                                stop_when_decided=True, progress=progress_enabled(quiet))
     prepare_outputs(out, plot, fmt)
     refuse_inputs({"--out": out, "--plot": plot}, [model, weights, data, from_path])
     refuse_data_options(ctx, data)
@@ -113,16 +115,13 @@ def capacity(
         refuse_unused(ctx, ("samples", "threshold"), "with --from: Assumption 1 is read from the file, not sampled")
     layer = None if layer is None else validate.integer("--layer", layer)
     K = renamed("--layer", layer, "--block", block, note=f"same meaning: {_READS}")
-    result = capacity_audit(
-        model, heads=heads, attention=attention.value, shared_context=shared_context, from_path=from_path,
-        variants=validate.split_list(variants), weights=weights, block=K, data=data, split=split, limit=limit,
-        batch_size=batch_size, samples=None if from_path else settings.samples,
-        threshold=None if from_path else settings.threshold, seed=settings.seed,
-        rtol=settings.rtol, atol=settings.atol, device=settings.device, backend=backend.value if backend else None,
-        context_length=context_length, progress=progress_enabled(quiet), keep_duplicates=keep_duplicates,
-        revision=revision, trust_remote_code=trust_remote_code, text_column=text_column, image_column=image_column,
-        convert_rgb=convert_rgb,
-    )
+    request, examples, settings = build_requests(model, data, settings, dict(
+        backend=backend.value if backend else None, weights=weights, context_length=context_length, revision=revision,
+        trust_remote_code=trust_remote_code, split=split, limit=limit, batch_size=batch_size,
+        keep_duplicates=keep_duplicates, text_column=text_column, image_column=image_column, convert_rgb=convert_rgb))
+    result = capacity_audit(request, data=examples, settings=settings, heads=heads, attention=attention.value,
+                            shared_context=shared_context, from_path=from_path, variants=validate.split_list(variants),
+                            block=K)
     if plot is not None:
         plot_capacity(result, plot)
     emit(fmt, result.meta(), result.records(), out=out, render=lambda: render_capacity(result, out=out, plot=plot))

@@ -5,14 +5,15 @@ from __future__ import annotations
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from ..defaults import MEMORIZE_PRESETS as PRESETS
 from .options import Device, Format, FormatOpt, Quiet, Seed, emit, importing, prepare_outputs, refuse_unused
 
-Preset = Enum("Preset", {name: name for name in PRESETS}, type=str)
+# The members are the presets' names, built at import; mypy cannot list them.
+Preset = Enum("Preset", {name: name for name in PRESETS}, type=str)  # type: ignore[misc]
 
 
 class Task(str, Enum):
@@ -38,28 +39,28 @@ _RANGE = "one value, a range or a list: 4, 1-8 or 1,2,4,8; several values vary i
 
 def memorize(
     ctx: typer.Context,
-    vary: Annotated[Optional[Vary], typer.Option(help="Parameter to vary (omit for one setting); the same as giving several values to --heads, --n or --head-dim.", show_default=False)] = None,
-    values: Annotated[Optional[str], typer.Option(help="Values of the varied parameter, comma-separated integers, e.g. 1,2,4,8.")] = None,
-    n: Annotated[Optional[str], typer.Option("--n", "--context-length", help=f"Context length n (default 32): {_RANGE}.")] = None,
-    heads: Annotated[Optional[str], typer.Option("--heads", help=f"Number of heads H (default 4): {_RANGE}.")] = None,
-    head_dim: Annotated[Optional[str], typer.Option("--head-dim", help=f"Key/query dimension d_h (default 64): {_RANGE}.")] = None,
-    sizes: Annotated[Optional[str], typer.Option(help="Training-set sizes T, comma-separated, e.g. 500,1000.")] = None,
-    preset: Annotated[Optional[Preset], typer.Option(help="A ready grid (see above). Explicit options override it.", show_default=False)] = None,
+    vary: Annotated[Vary | None, typer.Option(help="Parameter to vary (omit for one setting); the same as giving several values to --heads, --n or --head-dim.", show_default=False)] = None,
+    values: Annotated[str | None, typer.Option(help="Values of the varied parameter, comma-separated integers, e.g. 1,2,4,8.")] = None,
+    n: Annotated[str | None, typer.Option("--n", "--context-length", help=f"Context length n (default 32): {_RANGE}.")] = None,
+    heads: Annotated[str | None, typer.Option("--heads", help=f"Number of heads H (default 4): {_RANGE}.")] = None,
+    head_dim: Annotated[str | None, typer.Option("--head-dim", help=f"Key/query dimension d_h (default 64): {_RANGE}.")] = None,
+    sizes: Annotated[str | None, typer.Option(help="Training-set sizes T, comma-separated, e.g. 500,1000.")] = None,
+    preset: Annotated[Preset | None, typer.Option(help="A ready grid (see above). Explicit options override it.", show_default=False)] = None,
     task: Annotated[Task, typer.Option(help="classification (random classes) or regression (U[0,1] labels).")] = Task.classification,
     context: Annotated[Context, typer.Option(help="shared (one context for all examples) or per-example.")] = Context.shared,
     classes: Annotated[int, typer.Option(help="Number of classes (classification only).")] = 100,
     tolerance: Annotated[float, typer.Option(help="Regression only: an example is memorised when |error| < tolerance.")] = 0.01,
-    epochs: Annotated[Optional[int], typer.Option(help="Epochs per point (default: max(500 epochs, 50k steps), the paper's rule).")] = None,
-    max_steps: Annotated[Optional[int], typer.Option("--max-steps", help="Cap on optimisation steps per point.")] = None,
+    epochs: Annotated[int | None, typer.Option(help="Epochs per point (default: max(500 epochs, 50k steps), the paper's rule).")] = None,
+    max_steps: Annotated[int | None, typer.Option("--max-steps", help="Cap on optimisation steps per point.")] = None,
     lr: Annotated[float, typer.Option(help="Adam learning rate (peak of the warm-up/cosine schedule).")] = 1e-3,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Training batch size.")] = 256,
     check_every: Annotated[int, typer.Option("--check-every", help="Check for full memorisation (and stop) every this many steps.")] = 200,
     seed: Seed = 0,
-    seeds: Annotated[Optional[str], typer.Option("--seeds", help="Train every point for several seeds (e.g. 0-5 or 0,3,7) and report the mean and spread; instead of --seed.")] = None,
+    seeds: Annotated[str | None, typer.Option("--seeds", help="Train every point for several seeds (e.g. 0-5 or 0,3,7) and report the mean and spread; instead of --seed.")] = None,
     device: Device = "auto",
     saturation: Annotated[bool, typer.Option("--saturation", help="Count saturated heads (softmax weight > 0.99) per example.")] = False,
-    out: Annotated[Optional[Path], typer.Option(help="Parquet file of results; existing points in it are not recomputed.")] = None,
-    plot: Annotated[Optional[Path], typer.Option(help="Memorisation vs the varied parameter, one line per size, to this .png/.pdf/.svg file.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Parquet file of results; existing points in it are not recomputed.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Memorisation vs the varied parameter, one line per size, to this .png/.pdf/.svg file.")] = None,
     format: FormatOpt = Format.table,
     quiet: Quiet = False,
 ) -> None:

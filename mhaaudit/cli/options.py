@@ -13,9 +13,10 @@ naming the conflict. A renamed option keeps its old name for one release through
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Callable, Optional
+from typing import Annotated, TypedDict
 
 import typer
 
@@ -40,28 +41,35 @@ FormatOpt = Annotated[Format, typer.Option("--format", help="table (people), jso
 Samples = Annotated[int, typer.Option("--samples", "-N", help="Monte-Carlo draws per candidate size.")]
 Threshold = Annotated[float, typer.Option("--threshold", help="Satisfied fraction at which a size counts as independent (0.99 reproduces the paper).")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed from which all sampling derives (the same seed gives the same results).")]
-Rtol = Annotated[Optional[float], typer.Option("--rtol", help="Relative rank tolerance (default: max(rows, cols) * eps of the features' dtype).")]
-Atol = Annotated[Optional[float], typer.Option("--atol", help="Absolute rank tolerance (default 0).")]
+Rtol = Annotated[float | None, typer.Option("--rtol", help="Relative rank tolerance (default: max(rows, cols) * eps of the features' dtype).")]
+Atol = Annotated[float | None, typer.Option("--atol", help="Absolute rank tolerance (default 0).")]
 Device = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
-Out = Annotated[Optional[Path], typer.Option("--out", help="Write the records to this parquet file (atomically).")]
-Plot = Annotated[Optional[Path], typer.Option("--plot", help="Draw the sweep curve(s) to this .png/.pdf/.svg file.")]
+Out = Annotated[Path | None, typer.Option("--out", help="Write the records to this parquet file (atomically).")]
+Plot = Annotated[Path | None, typer.Option("--plot", help="Draw the sweep curve(s) to this .png/.pdf/.svg file.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr (shown only when stderr is a terminal).")]
 
 # Options of the commands that run a model over data (check, capacity).
 ModelArg = Annotated[str, typer.Argument(help="An alias (vit-base, bert-base, bert-large, gpt2, gpt2-large), a Hugging Face id, a local folder, or timm:<name>.")]
-BackendOpt = Annotated[Optional[Backend], typer.Option("--backend", help="Force transformers (hf) or timm.")]
-Weights = Annotated[Optional[str], typer.Option("--weights", help="Local folder (transformers) or file (timm) with trained weights for the trained column.")]
-Data = Annotated[Optional[str], typer.Option("--data", help="Image folder; .parquet or .arrow file; .txt, .jsonl, .csv or .tsv text file; a folder written by save_to_disk; a Hugging Face dataset id (wikipedia, imagenet-1k, ...). Default: built-in offline data.")]
+BackendOpt = Annotated[Backend | None, typer.Option("--backend", help="Force transformers (hf) or timm.")]
+Weights = Annotated[str | None, typer.Option("--weights", help="Local folder (transformers) or file (timm) with trained weights for the trained column.")]
+Data = Annotated[str | None, typer.Option("--data", help="Image folder; .parquet or .arrow file; .txt, .jsonl, .csv or .tsv text file; a folder written by save_to_disk; a Hugging Face dataset id (wikipedia, imagenet-1k, ...). Default: built-in offline data.")]
 Split = Annotated[str, typer.Option("--split", help="Split of a Hugging Face dataset or of a DatasetDict saved with save_to_disk.")]
-TextColumn = Annotated[Optional[str], typer.Option("--text-column", help="Column (or .jsonl field) holding the text. Default: one named text, content, body, sentence, document, ..., else the only string column.")]
-ImageColumn = Annotated[Optional[str], typer.Option("--image-column", help="Column holding the images. Default: one named image, img, ..., else the only image column.")]
+TextColumn = Annotated[str | None, typer.Option("--text-column", help="Column (or .jsonl field) holding the text. Default: one named text, content, body, sentence, document, ..., else the only string column.")]
+ImageColumn = Annotated[str | None, typer.Option("--image-column", help="Column holding the images. Default: one named image, img, ..., else the only image column.")]
 ConvertRgb = Annotated[bool, typer.Option("--convert-rgb", help="Convert grayscale, RGBA, paletted and other images to RGB, as torchvision's ImageFolder does (by default only RGB images are kept, as in the paper, and the others are counted as skipped).")]
 BatchSize = Annotated[str, typer.Option("--batch-size", help="Examples per forward pass: an integer, or auto (on a GPU the largest batch that fits, on the CPU from the memory available).")]
-Revision = Annotated[Optional[str], typer.Option("--revision", help="Branch, tag or commit of a Hugging Face hub model (config, weights and tokenizer).")]
+Revision = Annotated[str | None, typer.Option("--revision", help="Branch, tag or commit of a Hugging Face hub model (config, weights and tokenizer).")]
 TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code", help="Let a hub model whose repository carries its own modelling code run that code on this machine (off by default).")]
-ContextLength = Annotated[Optional[int], typer.Option("--context-length", help="Text models: tokens per example n.")]
+ContextLength = Annotated[int | None, typer.Option("--context-length", help="Text models: tokens per example n.")]
 
-DEFAULTS = dict(samples=DEFAULT_SAMPLES, threshold=DEFAULT_THRESHOLD, seed=0, device="auto")
+class _Defaults(TypedDict):
+    samples: int
+    threshold: float
+    seed: int
+    device: str
+
+
+DEFAULTS: _Defaults = {"samples": DEFAULT_SAMPLES, "threshold": DEFAULT_THRESHOLD, "seed": 0, "device": "auto"}
 
 
 # --------------------------------------------------------------------------- options given, unused, renamed

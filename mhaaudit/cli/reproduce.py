@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -54,21 +54,21 @@ def reproduce(
     target: Annotated[str, typer.Argument(help="table1 (ViT, Table 1), table3 (BERT/GPT-2, Table 3), figure1 (Kruskal-rank sweep) or figure2 (memorisation against H).")],
     data: Data = None,
     split: Split = "train",
-    model: Annotated[Optional[list[str]], typer.Option("--model", help="KEY=NAME: run the protocol on another model in place of the paper's (keys: vit for table1/figure1; bert, gpt2 for table3).")] = None,
-    weights: Annotated[Optional[list[str]], typer.Option("--weights", help="[KEY=]PATH: local trained weights for the trained column(s); without them offline, those columns are unavailable.")] = None,
-    context_length: Annotated[Optional[list[str]], typer.Option("--context-length", help="table3: [KEY=]N tokens per example (the paper: bert 512, gpt2 1024).")] = None,
-    models: Annotated[Optional[list[str]], typer.Option("--models", help="table3: which of bert, gpt2 to run (default both).")] = None,
-    limit: Annotated[Optional[int], typer.Option("--limit", help="Examples T (default: the paper's, 1973 images or 2000 texts).")] = None,
-    batch_size: BatchSize = 32,
+    model: Annotated[list[str] | None, typer.Option("--model", help="KEY=NAME: run the protocol on another model in place of the paper's (keys: vit for table1/figure1; bert, gpt2 for table3).")] = None,
+    weights: Annotated[list[str] | None, typer.Option("--weights", help="[KEY=]PATH: local trained weights for the trained column(s); without them offline, those columns are unavailable.")] = None,
+    context_length: Annotated[list[str] | None, typer.Option("--context-length", help="table3: [KEY=]N tokens per example (the paper: bert 512, gpt2 1024).")] = None,
+    models: Annotated[list[str] | None, typer.Option("--models", help="table3: which of bert, gpt2 to run (default both).")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", help="Examples T (default: the paper's, 1973 images or 2000 texts).")] = None,
+    batch_size: BatchSize = "32",
     samples: Samples = DEFAULTS["samples"],
     threshold: Threshold = DEFAULTS["threshold"],
     seed: Seed = DEFAULTS["seed"],
     device: Device = DEFAULTS["device"],
     all_draws: Annotated[bool, typer.Option("--all-draws", help="Always make every draw (by default a failing test stops once its verdict is settled).")] = False,
-    preset: Annotated[Optional[str], typer.Option("--preset", help="figure2: the memorize grid (default cpu: minutes on a laptop; paper-fig2a is the paper's).")] = None,
-    values: Annotated[Optional[str], typer.Option("--values", help="figure2: the numbers of heads H, e.g. 1,2,4,8.")] = None,
-    sizes: Annotated[Optional[str], typer.Option("--sizes", help="figure2: training-set sizes T, e.g. 500,1000.")] = None,
-    max_steps: Annotated[Optional[int], typer.Option("--max-steps", help="figure2: cap on optimisation steps per point.")] = None,
+    preset: Annotated[str | None, typer.Option("--preset", help="figure2: the memorize grid (default cpu: minutes on a laptop; paper-fig2a is the paper's).")] = None,
+    values: Annotated[str | None, typer.Option("--values", help="figure2: the numbers of heads H, e.g. 1,2,4,8.")] = None,
+    sizes: Annotated[str | None, typer.Option("--sizes", help="figure2: training-set sizes T, e.g. 500,1000.")] = None,
+    max_steps: Annotated[int | None, typer.Option("--max-steps", help="figure2: cap on optimisation steps per point.")] = None,
     fmt: FormatOpt = Format.table,
     out: Out = None,
     plot: Plot = None,
@@ -109,8 +109,8 @@ def reproduce(
                         context_length={k: validate.integer("--context-length", v) for k, v in lengths.items()})
     result = reproduce_paper(target, **options)
     written = _plot(result, plot)
-    meta = _meta(result)
-    emit(fmt, meta, result.records(), sweep=result.sweep_rows() or None, document=_document(result, meta), out=out,
+    meta = result.meta()
+    emit(fmt, meta, result.records(), sweep=result.sweep_rows() or None, document=result.document(meta), out=out,
          render=lambda: _render(result, out, written))
 
 
@@ -144,24 +144,6 @@ def _refuse_inapplicable(ctx: typer.Context, target: str) -> None:
         if target not in targets and getattr(source, "name", "") == "COMMANDLINE":
             flag = "--" + param.replace("_", "-")
             raise InputError(f"{flag} does not apply to {target} (it applies to {', '.join(targets)})")
-
-
-def _meta(result) -> dict:
-    from ..io import stamp
-    from ..reproduce import published
-
-    return stamp(command="reproduce", target=result.target, title=result.title, source=result.source,
-                 paper=published()["paper"], counts=result.counts(), setting=result.setting, notes=result.notes,
-                 timings_s=result.timings, **result.settings)
-
-
-def _document(result, meta: dict) -> dict:
-    doc = {"meta": meta, "records": result.records()}
-    if result.sweeps:
-        doc["sweep"] = result.sweep_rows()
-    if result.grid is not None:
-        doc["runs"] = [r.to_dict() for r in result.grid.runs]
-    return doc
 
 
 def _plot(result, plot):

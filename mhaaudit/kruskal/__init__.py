@@ -35,7 +35,16 @@ test at one size), ``sweep`` (every size at once), ``bounds`` (floor, ceiling, b
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
 from .bounds import babel_floor, exact_kruskal_rank, fixed_rule, set_stats
 from .fixed import draw_decisions, shrink_witness, subset_test
-from .results import Bound, SetStats, SubsetTest, Sweep, Witness, clopper_pearson
+from .results import (
+    Bound,
+    KruskalInputs,
+    KruskalResult,
+    SetStats,
+    SubsetTest,
+    Sweep,
+    Witness,
+    clopper_pearson,
+)
 from .sampling import as_matrix
 from .sweep import draw_critical_sizes, kruskal_sweep
 
@@ -43,6 +52,8 @@ __all__ = [
     "DEFAULT_SAMPLES",
     "DEFAULT_THRESHOLD",
     "Bound",
+    "KruskalInputs",
+    "KruskalResult",
     "SetStats",
     "SubsetTest",
     "Sweep",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Literal, overload
 
 import numpy as np
 import torch
@@ -31,6 +32,16 @@ __all__ = ["BABEL_MAX_WORK", "babel_floor", "exact_kruskal_rank", "fixed_rule", 
 BABEL_MAX_WORK = 2e12  # the Babel floor is computed when T^2 d is at most this (T = 51 000 at d = 768)
 
 
+@overload
+def fixed_rule(X, rule: RankRule, stats: SetStats | None = None,
+               need_stats: Literal[True] = True) -> tuple[RankRule, SetStats]: ...
+
+
+@overload
+def fixed_rule(X, rule: RankRule, stats: SetStats | None = None,
+               need_stats: bool = True) -> tuple[RankRule, SetStats | None]: ...
+
+
 def fixed_rule(X, rule: RankRule, stats: SetStats | None = None,
                need_stats: bool = True) -> tuple[RankRule, SetStats | None]:
     """The rule every rank decision about X and its subsets is taken under, and X's ``SetStats``.
@@ -44,7 +55,7 @@ def fixed_rule(X, rule: RankRule, stats: SetStats | None = None,
 
     A rule under which no vector of any subset could count as independent (its tolerance at
     ``d`` columns, the smallest any subset has, is at least sigma_max) is refused."""
-    T, d = X.shape
+    _T, d = X.shape
     if rule.rtol_for(1, d) >= 1 and not rule.atol:
         raise InputError(f"the rank rule's tolerance {rule.rtol_for(1, d):.3g} * sigma_max (at least d = {d} times "
                          f"eps({rule.dtype}) = {rule.eps:.3g}, or {{param:rtol}}) is at least sigma_max, so no vector could "
@@ -151,8 +162,7 @@ def _babel(Xn: torch.Tensor, m: int, row_block: int | None) -> torch.Tensor:
     row_block = row_block or max(1, min(1024, (64 << 20) // (8 * T)))
     starts = list(range(0, T, row_block))
     shard = distributed.lockstep()
-    if shard is not None:
-        starts = starts[shard.rank::shard.world_size]
+    starts = starts[shard.rank::shard.world_size]
     for s in starts:
         C = (Xn[s : s + row_block] @ Xn.T).abs_()
         r = torch.arange(s, min(s + row_block, T), device=Xn.device)
@@ -161,8 +171,8 @@ def _babel(Xn: torch.Tensor, m: int, row_block: int | None) -> torch.Tensor:
         del C
         cums = torch.cumsum(top, dim=1).amax(0)
         mu1[1 : cums.numel() + 1] = torch.maximum(mu1[1 : cums.numel() + 1], cums)
-    if shard is not None:
-        mu1 = torch.stack([p.to(mu1.device) for p in shard.all_gather_tensors(mu1.cpu())]).amax(0)
+    # each rank took every N-th row block: the largest sums over all of them (one process: its own)
+    mu1 = torch.stack([p.to(mu1.device) for p in shard.all_gather_tensors(mu1.cpu())]).amax(0)
     return mu1
 
 

@@ -26,10 +26,19 @@ from dataclasses import dataclass, field
 import torch
 
 from .. import validate
-from ..errors import param
 from ..distributed import shared
-from ..numerics import (Decision, RankRule, decide_full_rank, gram_rank, lapack, svd_rank, tf32_is_off, tf32_off,
-                        with_numerics)
+from ..errors import param
+from ..numerics import (
+    Decision,
+    RankRule,
+    decide_full_rank,
+    gram_rank,
+    lapack,
+    svd_rank,
+    tf32_is_off,
+    tf32_off,
+    with_numerics,
+)
 from ..numerics.stream import Unit, unit_of
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, MAX_SAMPLES, device_name, resolve_device
 from .bounds import fixed_rule
@@ -79,7 +88,7 @@ def _shrink(unit: Unit, indices) -> Witness:
             _, _, piv = qr(rows.cpu().numpy().T, pivoting=True, mode="economic")
             base = [idx[p] for p in piv[: best.rank]]
             for extra in (idx[p] for p in piv[best.rank :]):
-                w = _prove(unit, base + [extra])
+                w = _prove(unit, [*base, extra])
                 if w is not None:
                     best, improved = w, True
                     break
@@ -171,9 +180,9 @@ class _Tally:
     drawn: int = 0
     satisfied: int = 0
     rechecks: int = 0
-    histogram: dict = field(default_factory=dict)  # rank -> count over the dependent draws examined
+    histogram: dict[int, int] = field(default_factory=dict)  # rank -> count over the dependent draws examined
     histogram_draws: int = 0
-    first_dependent: list | None = None
+    first_dependent: list[int] | None = None
     stopped: bool = False
 
 
@@ -217,7 +226,7 @@ def _reason(t: _Tally, k: int, threshold: float, witness: Witness | None, planne
     if ok / n >= threshold and witness is None:
         return (f"all {n} draws of {rows_phrase(k)} were independent" if ok == n else
                 f"{ok}/{n} draws of {rows_phrase(k)} independent, fraction >= threshold {threshold}") + "; an estimate, not a proof"
-    if ok / n >= threshold:
+    if witness is not None and ok / n >= threshold:
         return (f"{ok}/{n} draws independent (fraction >= threshold {threshold}), but a dependent "
                 f"{len(witness.indices)}-subset was found, so the exact Kruskal rank is below {len(witness.indices)}")
     reason = f"only {ok}/{n} draws of {rows_phrase(k)} independent, fraction < threshold {threshold}"

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from .results import SubsetTest, Sweep
+    from .results import KruskalResult, SubsetTest, Sweep
 
 VERDICT_STYLE = {"holds": "green", "fails": "red", "unavailable": "yellow"}
 
@@ -106,7 +106,7 @@ def sweep_table(sw: Sweep, marks: tuple[int, ...] = ()) -> Table:
         if 1 <= k <= K:
             keep.add(k)
     prev = None
-    for k, f in zip(sw.ks, sw.fractions):
+    for k, f in zip(sw.ks, sw.fractions, strict=False):
         if prev is None or abs(f - prev) >= 0.05:
             keep.add(k)
             prev = f
@@ -132,3 +132,22 @@ def subset_test_report(test: SubsetTest) -> list:
 def sweep_report(sw: Sweep, marks: tuple[int, ...] = ()) -> list:
     """A sweep: the compact curve and what it estimates and proves."""
     return [sweep_table(sw, marks=marks), *sweep_lines(sw)]
+
+
+def kruskal_report(result: KruskalResult) -> list:
+    """``mhaaudit kruskal``: the tests at each size, the sweep, and the run's facts."""
+    inp, tests, sw = result.inputs, list(result.tests), result.sweep
+    out: list = [f"[bold]mhaaudit kruskal[/bold]: {inp.T} vectors in R^{inp.d} ({inp.dtype}) from {inp.source}"]
+    if tests:
+        out.append(kruskal_table(tests))
+        out += kruskal_legend(tests)
+        out += [line for t in tests for line in test_evidence_lines(t)]
+    if sw is not None:
+        out += sweep_report(sw, marks=tuple(m for m in (inp.n, inp.d) if m))
+    at_k = "".join(f"; at k = {k}: {c}" for k, c in result.set_rank_ceilings.items())
+    out.append(f"Whole set as one matrix: numerical rank {result.set_rank} under its own tolerance; whole-set rank at "
+               f"the smallest tolerance a k-subset can have (no k-subset's rank exceeds it){at_k or ': the sweep certifies its ceiling with it'}. "
+               f"Rank rule: {result.rule.describe()}. "
+               f"Threshold {result.threshold}, {result.samples} draws, seed {result.seed}, device {result.device}, "
+               f"{result.total_s} s.")
+    return out

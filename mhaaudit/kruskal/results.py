@@ -13,7 +13,10 @@ Each result is frozen and carries its own evidence and the ``RankRule`` it was d
   whether the test is over k-subsets of a larger set (the paper's question) or k reaches T;
 * ``Bound``: a certified floor or ceiling, with what produced it and what it proves;
 * ``Sweep``: the satisfied fraction for every size from one set of nested draws (estimates),
-  with the certified floor and ceiling.
+  with the certified floor and ceiling;
+* ``KruskalResult``: what ``mhaaudit kruskal`` and :func:`mhaaudit.estimate_kruskal_rank` found:
+  the tests, the sweep, the inputs and the run's facts, as its table, JSON and parquet outputs give
+  them (and read back from them).
 
 ``scipy`` is imported where it is used: it takes a second or more to import, and a run that never
 needs it does not load it.
@@ -22,14 +25,15 @@ needs it does not load it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from ..io import stamp
 from ..numerics import RankRule, ldexp
-from ..tables import ResultTable, table_rows
-from .report import subset_test_report, sweep_report
+from ..tables import ResultTable, StoredResult, table_rows
+from .report import kruskal_report, subset_test_report, sweep_report
 
-__all__ = ["EXACT_BASES", "EXACT_STATUSES", "SCOPES", "Bound", "SetStats", "SubsetTest", "Sweep", "Witness",
-           "clopper_pearson"]
+__all__ = ["EXACT_BASES", "EXACT_STATUSES", "SCOPES", "Bound", "KruskalInputs", "KruskalResult", "SetStats",
+           "SubsetTest", "Sweep", "Witness", "clopper_pearson"]
 
 #: The exact status of "every k rows are independent", beside the estimate verdict.
 EXACT_STATUSES = ("fails", "holds", "undecided")
@@ -165,7 +169,7 @@ class SubsetTest(ResultTable):
     exact_status: str = "undecided"  # fails | holds | undecided (EXACT_STATUSES)
     exact_basis: str = "none"  # what decides it (EXACT_BASES)
     scope: str = "subsets"  # subsets | whole-set (SCOPES)
-    rank_histogram: dict = field(default_factory=dict)  # rank -> count over the draws examined
+    rank_histogram: dict[int, int] = field(default_factory=dict)  # rank -> count over the draws examined
     histogram_draws: int = 0
     exact_rechecks: int = 0
     sampled: bool = True
@@ -189,6 +193,7 @@ class SubsetTest(ResultTable):
         return self.exact_status != "undecided"
 
     def record(self) -> dict:
+        """The row of a results table (the columns of ``tables.TEST_COLUMNS``)."""
         return {
             "check": self.check,
             "k": self.k,
@@ -209,6 +214,7 @@ class SubsetTest(ResultTable):
             "seed": self.seed,
             "witness": list(self.witness.indices) if self.witness else [],
             "witness_singular_values": list(self.witness.singular_values) if self.witness else [],
+            "witness_tol": self.witness.tol if self.witness else None,
             "rank_histogram": {str(k): v for k, v in sorted(self.rank_histogram.items())},
             "exact_rechecks": self.exact_rechecks,
             "sampled": self.sampled,
@@ -292,7 +298,7 @@ class Sweep(ResultTable):
         return [
             {"k": k, "fraction": f, "ci_low": lo, "ci_high": hi, "exact_status": self.exact_at(k)[0],
              "exact_basis": self.exact_at(k)[1]}
-            for k, f, lo, hi in zip(self.ks, self.fractions, self.ci_low, self.ci_high)
+            for k, f, lo, hi in zip(self.ks, self.fractions, self.ci_low, self.ci_high, strict=False)
         ]
 
     def summary(self) -> dict:
@@ -323,3 +329,104 @@ class Sweep(ResultTable):
     def summary_line(self) -> str:
         return (f"T = {self.T} rows in R^{self.d}, {self.samples} draws: estimate {self.estimate} "
                 f"(certified floor {self.floor.value}, ceiling {self.ceiling.value})")
+
+
+@dataclass(frozen=True)
+class KruskalInputs:
+    """The vectors ``mhaaudit kruskal`` tested: where from, how many (T), their width d, the
+    context length n when known (None otherwise) and their dtype."""
+
+    source: str
+    T: int
+    d: int
+    n: int | None
+    dtype: str
+
+    def as_dict(self) -> dict:
+        return {"source": self.source, "T": self.T, "d": self.d, "n": self.n, "dtype": self.dtype}
+
+
+@dataclass(frozen=True, repr=False)
+class KruskalResult(StoredResult):
+    """What ``mhaaudit kruskal`` found (:func:`mhaaudit.estimate_kruskal_rank` returns it): a test at
+    each size asked for, the sweep when one ran, and the run's facts (the rank rule, the whole set's
+    rank, the time it took); ``T``, ``d``, ``n`` and ``source`` are the inputs'.
+
+    Its table, JSON (``meta()``, ``records()``, ``sweep_rows()``) and parquet outputs are made from
+    these fields; ``KruskalResult.from_json`` / ``from_parquet`` read it back from them.
+    """
+
+    COMMAND: ClassVar[str] = "kruskal"
+
+    inputs: KruskalInputs
+    tests: tuple[SubsetTest, ...]
+    sweep: Sweep | None
+    rule: RankRule
+    seed: int
+    device: str
+    threshold: float
+    samples: int
+    set_rank: int  # the whole set's numerical rank under its own tolerance
+    timings: dict[str, float] = field(default_factory=dict)
+    total_s: float = 0.0
+    storage: str = "memory"  # memory | memory-mapped
+    peak_rss_bytes: int | None = None
+    capture: dict[str, Any] = field(default_factory=dict)  # with --model: the batch and the weights read
+
+    @property
+    def T(self) -> int:
+        """The number of vectors tested (``inputs.T``)."""
+        return self.inputs.T
+
+    @property
+    def d(self) -> int:
+        """Their width (``inputs.d``)."""
+        return self.inputs.d
+
+    @property
+    def n(self) -> int | None:
+        """The context length when known (``inputs.n``), else None."""
+        return self.inputs.n
+
+    @property
+    def source(self) -> str:
+        """Where the vectors came from (``inputs.source``)."""
+        return self.inputs.source
+
+    @property
+    def set_rank_ceilings(self) -> dict[str, int]:
+        """The whole-set rank at the smallest tolerance a k-subset can have, by k (as a string)."""
+        return {str(t.k): t.set_rank for t in self.tests if t.set_rank is not None}
+
+    def records(self) -> list[dict]:
+        return [t.record() for t in self.tests]
+
+    def sweep_rows(self) -> list[dict]:
+        return self.sweep.rows() if self.sweep is not None else []
+
+    def meta(self) -> dict:
+        """The provenance stamp and the run's facts (the JSON ``meta``, the parquet metadata)."""
+        meta = stamp(command="kruskal", seed=self.seed, device=self.device, tolerance=self.rule.as_dict(),
+                     threshold=self.threshold, samples=self.samples, inputs=self.inputs.as_dict(),
+                     set_rank=self.set_rank, set_rank_ceilings=self.set_rank_ceilings, timings_s=dict(self.timings),
+                     total_s=self.total_s, storage=self.storage, peak_rss_bytes=self.peak_rss_bytes)
+        if self.capture:
+            meta["capture"] = dict(self.capture)
+        if self.sweep is not None:
+            meta["sweep_summary"] = self.sweep.summary()
+        meta["result"] = self.result_document()
+        return meta
+
+    def table_records(self) -> list[dict]:
+        return table_rows(self.records(), self.sweep_rows())
+
+    def table_meta(self) -> dict:
+        return self.meta()
+
+    def renderables(self) -> list:
+        return kruskal_report(self)
+
+    def summary_line(self) -> str:
+        tests = ", ".join(f"{t.check} k = {t.k}: {t.verdict}" + (" (proven)" if t.proven else "") for t in self.tests)
+        swept = f"; sweep estimate {self.sweep.estimate}" if self.sweep is not None else ""
+        return f"{self.T} vectors in R^{self.d} from {self.source}" + (f"; {tests}" if tests else "") + swept

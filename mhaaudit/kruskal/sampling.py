@@ -30,9 +30,8 @@ import functools
 import itertools
 import math
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 import numpy as np
 import torch
@@ -44,11 +43,28 @@ from ..io import MappedArray
 from ..numerics import RankRule, lapack, numerics, philox, subnormals_kept
 from ..numerics.philox import split_key
 from ..numerics.stream import Rows, Unit, chunk_rows, refuse_unless_fits, scan_of
+from ..numerics.threads import intra_op_threads
 from ..settings import KERNELS_ENV, derive_seed, kernels_env
 
-__all__ = ["DRAW_BLOCK", "FULL_GRAM_MAX_BYTES", "Gram", "Progress", "as_matrix", "block_specs", "blocks_in_order",
-           "DEVICE_BATCH_BYTES", "DEVICE_FULL_GRAM_MAX_BYTES",
-           "KERNELS_ENV", "Units", "device_kernels", "draw_block", "draw_blocks", "full_gram_bytes", "rows_of", "units"]
+__all__ = [
+    "DEVICE_BATCH_BYTES",
+    "DEVICE_FULL_GRAM_MAX_BYTES",
+    "DRAW_BLOCK",
+    "FULL_GRAM_MAX_BYTES",
+    "KERNELS_ENV",
+    "Gram",
+    "Progress",
+    "Units",
+    "as_matrix",
+    "block_specs",
+    "blocks_in_order",
+    "device_kernels",
+    "draw_block",
+    "draw_blocks",
+    "full_gram_bytes",
+    "rows_of",
+    "units",
+]
 
 DRAW_BLOCK = 64  # draws come in fixed blocks, each with its own generator key
 FULL_GRAM_MAX_BYTES = 512 << 20  # on the CPU the full T x T float64 Gram is formed up to this size (T <= 8192)
@@ -274,8 +290,8 @@ def draw_blocks(T: int, k: int, seed: int, group, sort: bool, device: torch.devi
     device = torch.device(device)
     keys = [split_key(derive_seed(seed, "draws", b)) for b, _ in group]
     sizes = [size for _, size in group]
-    k0 = torch.tensor([w[0] for w, n in zip(keys, sizes) for _ in range(n)], dtype=torch.int64, device=device)
-    k1 = torch.tensor([w[1] for w, n in zip(keys, sizes) for _ in range(n)], dtype=torch.int64, device=device)
+    k0 = torch.tensor([w[0] for w, n in zip(keys, sizes, strict=False) for _ in range(n)], dtype=torch.int64, device=device)
+    k1 = torch.tensor([w[1] for w, n in zip(keys, sizes, strict=False) for _ in range(n)], dtype=torch.int64, device=device)
     stream = torch.cat([torch.arange(n, dtype=torch.int64) for n in sizes]).to(device)
     width = _candidates(T, k) if 2 * k <= T else T  # working entries per row: independent of T for k <= T / 2
     step = max(1, _DRAW_ELEMENTS // width)  # rows drawn at once
@@ -305,7 +321,7 @@ def _candidates(T: int, k: int) -> int:
     plus six standard deviations (it is a sum of geometric variables), even."""
     mean = sum(T / (T - i) for i in range(k))
     var = sum(T * i / (T - i) ** 2 for i in range(k))
-    m = int(math.ceil(mean + 6 * math.sqrt(var))) + 4
+    m = math.ceil(mean + 6 * math.sqrt(var)) + 4
     return m + (m & 1)
 
 
@@ -353,7 +369,7 @@ class Units(Sequence):
         self.blocks = -(-self.samples // DRAW_BLOCK)
 
     def __len__(self) -> int:
-        return -(-self.blocks // self.step)  # noqa: PLE0303 - a ceiling division of non-negative counts
+        return -(-self.blocks // self.step)  # a ceiling division of non-negative counts
 
     def __getitem__(self, i):
         if isinstance(i, slice):
@@ -390,9 +406,6 @@ def blocks_in_order(job, T: int, k: int, samples: int, seed: int, sort: bool, wo
     """
     groups = units(samples, workers, per_call)
     shard = distributed.lockstep()
-    if shard is None:
-        yield from _run_groups(job, groups, T, k, seed, sort, workers, device)
-        return
     n = shard.world_size
     mine = _run_groups(job, (groups[i] for i in range(shard.rank, len(groups), n)), T, k, seed, sort, workers, device)
     try:
@@ -423,16 +436,14 @@ def _run_groups(job, groups: Iterable, T: int, k: int, seed: int, sort: bool, wo
         return
     todo = iter(groups)
     pool = ThreadPoolExecutor(workers)
-    old_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        pending = deque(pool.submit(run, g) for g in itertools.islice(todo, workers + 1))
-        while pending:
-            result = pending.popleft().result()
-            group = next(todo, None)
-            if group is not None:
-                pending.append(pool.submit(run, group))
-            yield result
-    finally:
-        torch.set_num_threads(old_threads)
-        pool.shutdown(cancel_futures=True)
+    with intra_op_threads(1):  # the workers, started inside, take one intra-op thread each
+        try:
+            pending = deque(pool.submit(run, g) for g in itertools.islice(todo, workers + 1))
+            while pending:
+                result = pending.popleft().result()
+                group = next(todo, None)
+                if group is not None:
+                    pending.append(pool.submit(run, group))
+                yield result
+        finally:
+            pool.shutdown(cancel_futures=True)

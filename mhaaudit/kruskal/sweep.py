@@ -20,10 +20,19 @@ import contextlib
 import torch
 
 from .. import validate
-from ..errors import param
 from ..distributed import shared
-from ..numerics import (TINY_GRAM, RankRule, cholesky_margins, decide_prefix_full_rank, lambda_max_bounds, lapack,
-                        tf32_is_off, tf32_off, with_numerics)
+from ..errors import param
+from ..numerics import (
+    TINY_GRAM,
+    RankRule,
+    cholesky_margins,
+    decide_prefix_full_rank,
+    lambda_max_bounds,
+    lapack,
+    tf32_is_off,
+    tf32_off,
+    with_numerics,
+)
 from ..numerics.stream import unit_of
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, MAX_SAMPLES, device_name, resolve_device
 from .bounds import babel_floor, fixed_rule
@@ -48,7 +57,7 @@ def _prefix_shifts(G: torch.Tensor, p: torch.Tensor, d: int, rule: RankRule, del
     Rayleigh quotients of a power-iteration vector; above, the prefix Frobenius norms and an
     upper bound on lambda_max of the whole draw.
     """
-    B, K, _ = G.shape
+    _B, K, _ = G.shape
     diag = torch.diagonal(G, dim1=-2, dim2=-1)
     maxdiag = torch.cummax(diag, dim=-1).values
     trace = torch.cumsum(diag, dim=-1)
@@ -109,13 +118,13 @@ def _critical_sizes(G: torch.Tensor, p: torch.Tensor, rows_fn, d: int, rule: Ran
         j = hi[idx]
         info = _first_failure(G, idx, int(j.max()), s_hi[idx, j - 1])
         lo[idx] = torch.maximum(lo[idx], torch.where(info == 0, j, torch.minimum(j, info - 1)))
-        l, h = lo[idx], hi[idx]
-        shift = t_lo[idx, l.clamp(max=K - 1)] - m_def[idx, h - 1]
-        go = (l < h) & (shift > 0)
-        sel, l, h = idx[go], l[go], h[go]
+        low, h = lo[idx], hi[idx]
+        shift = t_lo[idx, low.clamp(max=K - 1)] - m_def[idx, h - 1]
+        go = (low < h) & (shift > 0)
+        sel, low, h = idx[go], low[go], h[go]
         if sel.numel():
             info = _first_failure(G, sel, int(h.max()), shift[go])
-            hi[sel] = torch.where((info > l) & (info <= h), info - 1, h)
+            hi[sel] = torch.where((info > low) & (info <= h), info - 1, h)
         if not bool((hi[idx] - lo[idx] < before).any()):
             break
     rechecks = 0
@@ -125,7 +134,7 @@ def _critical_sizes(G: torch.Tensor, p: torch.Tensor, rows_fn, d: int, rule: Ran
             break
         mid = (lo[open_] + hi[open_] + 1) // 2
         M = int(mid.max())
-        dec = decide_prefix_full_rank(G[open_, :M, :M], mid, lambda b, m: rows_fn(open_[b : b + 1], m)[0], d, rule)
+        dec = decide_prefix_full_rank(G[open_, :M, :M], mid, lambda b, m, o=open_: rows_fn(o[b : b + 1], m)[0], d, rule)
         rechecks += int(dec.exact.sum())
         lo[open_] = torch.where(dec.full, mid, lo[open_])
         hi[open_] = torch.where(dec.full, hi[open_], mid - 1)

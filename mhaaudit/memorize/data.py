@@ -32,10 +32,7 @@ def sinusoidal_positions(length: int, d: int) -> torch.Tensor:
 
 def make_dataset(*, size: int, n: int, task: str, context: str, classes: int, generator: torch.Generator, d: int = DIM):
     """Random queries (size, d), contexts ((n, d) shared or (size, n, d)) and labels, in that order of draws."""
-    if context == "shared":
-        ctx = torch.rand(n, d, generator=generator)
-    else:
-        ctx = torch.rand(size, n, d, generator=generator)
+    ctx = torch.rand(n, d, generator=generator) if context == "shared" else torch.rand(size, n, d, generator=generator)
     queries = torch.rand(size, d, generator=generator)
     if task == "classification":
         labels = torch.randint(0, classes, (size,), generator=generator)

@@ -11,9 +11,9 @@ import math
 import os
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
@@ -220,7 +220,7 @@ def _budget(gib, device: torch.device) -> int:
 
 
 def _train(pts: list[Point], todo: list[int], runs: list, keys: list[str], recipe: Recipe, dev: torch.device,
-           store: "_Store", *, saturation: bool, budget: int, max_group: int | None, progress: bool) -> list[GroupRecord]:
+           store: _Store, *, saturation: bool, budget: int, max_group: int | None, progress: bool) -> list[GroupRecord]:
     """Train the points ``todo`` group by group, filling ``runs`` and the results file; the groups' records.
 
     On the CPU the groups run side by side, one per core, each on one intra-op thread; on a GPU
@@ -250,7 +250,7 @@ def _train(pts: list[Point], todo: list[int], runs: list, keys: list[str], recip
                 g = plans[futures[future]]
                 trained, seconds = future.result()
                 members = [todo[k] for k in g.members]
-                for i, run in zip(members, trained):
+                for i, run in zip(members, trained, strict=False):
                     runs[i] = run
                 store.add({keys[i]: runs[i] for i in members})
                 records[futures[future]] = GroupRecord(runs=tuple(members), heads=g.shape.heads, head_dim=g.shape.head_dim,

@@ -19,8 +19,8 @@ available on the host for a CPU device.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 import torch
 
@@ -118,12 +118,13 @@ def plan_groups(points: Sequence, *, totals: Sequence[int], out_dim: int, batch:
         return GroupPlan(members=tuple(members), shape=s, eval_chunk=chunk, work=cost(members),
                          bytes=group_bytes(s, batch=batch, shared=shared, eval_chunk=chunk, chunk_steps=chunk_steps))
 
-    for i in range(len(points) if ceiling is not None else 0):  # a point the device cannot hold: refused now
-        alone = StackShape.of([points[i]], out_dim)
-        if group_bytes(alone, batch=batch, shared=shared, eval_chunk=_eval_chunk(alone, batch, shared, budget),
-                       chunk_steps=chunk_steps) > ceiling:
-            raise InputError(_too_large(alone, batch=batch, shared=shared, budget=budget, ceiling=ceiling,
-                                        chunk_steps=chunk_steps))
+    if ceiling is not None:  # a point the device cannot hold: refused now
+        for i in range(len(points)):
+            alone = StackShape.of([points[i]], out_dim)
+            if group_bytes(alone, batch=batch, shared=shared, eval_chunk=_eval_chunk(alone, batch, shared, budget),
+                           chunk_steps=chunk_steps) > ceiling:
+                raise InputError(_too_large(alone, batch=batch, shared=shared, budget=budget, ceiling=ceiling,
+                                            chunk_steps=chunk_steps))
     groups: list[list[int]] = []
     for i in sorted(range(len(points)), key=lambda i: (cost([i]), points[i].size)):
         joined = groups[-1] + [i] if groups else None

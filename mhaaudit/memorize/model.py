@@ -22,6 +22,8 @@ __all__ = ["MemorizeModel"]
 class MemorizeModel(torch.nn.Module):
     """Embedding + positions + one multi-head attention layer (d_v = 1 per head) + read-out."""
 
+    pos: torch.Tensor  # a buffer: the sinusoidal positions (n + 1, d)
+
     def __init__(self, *, d: int, n: int, heads: int, head_dim: int, out_dim: int, generator: torch.Generator | None = None):
         super().__init__()
         self.d, self.n, self.heads, self.head_dim = d, n, heads, head_dim

@@ -3,19 +3,25 @@
 A run's memorised fraction is measured on its training set (exact for the trained model); the
 linear fit of the count memorised against H is an ordinary least-squares line, an estimate of
 the slope Theorem 1 bounds (H (n - 1) + 1 examples).
+
+pyarrow is imported where it is used (reading a grid back from its parquet output): it takes a
+moment to import, and a grid printed as a table or JSON never needs it.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
+from typing import Any, ClassVar
 
 from .._version import __version__
+from ..errors import InputError
 from ..io import stamp
 from ..render import memorize_report
-from ..tables import ResultTable
+from ..tables import METADATA_KEY, StoredResult, decode_result
 from .data import DIM
 from .saturation import SaturationSummary
 
@@ -135,11 +141,12 @@ class GroupRecord:
 
 
 @dataclass(frozen=True, repr=False)
-class MemorizeGrid(ResultTable):
+class MemorizeGrid(StoredResult):
     """Every point of a grid, in grid order (seeds innermost), the linear fits when H varies,
     the mean and spread over seeds, and how the points were grouped for training.
     ``to_arrow()`` / ``to_pandas()`` give the runs as ``--format parquet`` prints them, and a
-    notebook shows the grid as ``mhaaudit memorize`` prints it.
+    notebook shows the grid as ``mhaaudit memorize`` prints it. ``MemorizeGrid.from_json`` /
+    ``from_parquet`` read it back from ``--format json`` / ``--format parquet`` outputs.
 
     ``groups`` covers the runs trained now (not those read back from ``out``);
     ``memory_budget`` is the bytes the groups were planned within.
@@ -154,11 +161,44 @@ class MemorizeGrid(ResultTable):
     reused: int = 0
     out: str | None = None
     plot: str | None = None
-    settings: dict = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
     seeds: tuple[int, ...] = (0,)
     summary: tuple[SeedSummary, ...] = ()
     groups: tuple[GroupRecord, ...] = ()
     memory_budget: int | None = None
+
+    COMMAND: ClassVar[str] = "memorize"
+
+    @classmethod
+    def from_json(cls, source) -> MemorizeGrid:
+        """The grid ``memorize --format json`` printed (its document is the grid's :meth:`to_dict`):
+        a parsed dict, the JSON text or a path to it."""
+
+        doc = source if isinstance(source, dict) else _json_document(source)
+        if not isinstance(doc, dict) or not str(doc.get("tool", "")).startswith("mhaaudit"):
+            raise InputError("the JSON document is not a memorize grid (no tool stamp)")
+        return _decoded(cls, {k: v for k, v in doc.items() if k != "tool"}, "the JSON document")
+
+    @classmethod
+    def from_parquet(cls, path) -> MemorizeGrid:
+        """The grid ``memorize --format parquet`` printed: the runs are its rows, the rest its metadata."""
+
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        where = os.fspath(path)
+        try:
+            table = pq.read_table(where)
+        except (OSError, pa.ArrowException) as exc:
+            raise InputError(f"{where}: not a readable parquet file ({exc})") from exc
+        raw = (table.schema.metadata or {}).get(METADATA_KEY)
+        meta = json.loads(raw) if raw else {}
+        if meta.get("command") != cls.COMMAND:
+            raise InputError(f"{where}: holds the results of {meta.get('command')!r}, not of 'memorize' "
+                             "(the --out file of memorize is its resume file: read it with --out again)")
+        data = {k: meta[k] for k in cls.__dataclass_fields__ if k in meta and k != "runs"}
+        data["runs"] = table.to_pylist()
+        return _decoded(cls, data, where)
 
     def meta(self) -> dict:
         """The provenance stamp of the grid: the ``meta`` of its parquet output."""
@@ -202,6 +242,31 @@ class MemorizeGrid(ResultTable):
             "groups": [g.to_dict() for g in self.groups],
             "memory_budget": self.memory_budget,
         }
+
+
+def _json_document(source):
+
+    if isinstance(source, str) and source.lstrip().startswith("{"):
+        text, where = source, "the JSON document"
+    else:
+        where = os.fspath(source)
+        try:
+            with open(where, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise InputError(f"{where}: cannot read it ({exc.strerror or exc})") from exc
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise InputError(f"{where}: not a JSON document ({exc})") from exc
+
+
+def _decoded(cls, data: dict, where: str):
+
+    try:
+        return decode_result(cls, data)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise InputError(f"{where}: its {cls.__name__} cannot be read back: {exc}") from exc
 
 
 # --------------------------------------------------------------------------- configuration keys
@@ -269,7 +334,7 @@ def row_to_run(row: dict) -> MemorizeRun:
 
 def fit_line(xs: Sequence[float], ys: Sequence[float], size: int | None = None) -> LinearFit | None:
     """Least squares ``y = slope * x + intercept`` with R^2; ``None`` with fewer than 2 distinct x."""
-    pts = list(zip(xs, ys))
+    pts = list(zip(xs, ys, strict=False))
     if len({x for x, _ in pts}) < 2:
         return None
     m = len(pts)

@@ -24,10 +24,7 @@ __all__ = ["BatchOrder", "Plan", "lr_factor", "planned_schedule"]
 def planned_schedule(size: int, batch_size: int, epochs: int | None, max_steps: int | None) -> tuple[int, int, int]:
     """(steps per epoch, planned epochs, planned steps) under the paper rule or the overrides."""
     spe = math.ceil(size / batch_size)
-    if epochs is None:
-        epochs_planned = max(500, math.ceil(50_000 / spe))
-    else:
-        epochs_planned = epochs
+    epochs_planned = max(500, math.ceil(50000 / spe)) if epochs is None else epochs
     steps = epochs_planned * spe
     if max_steps is not None:
         steps = min(steps, max_steps)
@@ -55,7 +52,7 @@ class Plan:
     checks: dict[int, int]
 
     @classmethod
-    def of(cls, size: int, batch_size: int, epochs: int | None, max_steps: int | None, check_every: int) -> "Plan":
+    def of(cls, size: int, batch_size: int, epochs: int | None, max_steps: int | None, check_every: int) -> Plan:
         spe, _, total = planned_schedule(size, batch_size, epochs, max_steps)
         last = math.ceil(total / spe)  # the last epoch may be cut short by max_steps
         every = math.ceil(check_every / spe)  # epochs between checks

@@ -29,12 +29,12 @@ step, so its weights stay as they were when it stopped.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
-from .data import DIM, sinusoidal_positions
+from .data import DIM
 from .model import MemorizeModel
 
 __all__ = ["StackShape", "StackedModel"]
@@ -55,7 +55,7 @@ class StackShape:
     d: int = DIM
 
     @classmethod
-    def of(cls, points: Sequence, out_dim: int) -> "StackShape":
+    def of(cls, points: Sequence, out_dim: int) -> StackShape:
         """The padded shape of ``points`` (objects with heads, head_dim, n and size)."""
         return cls(points=len(points), heads=max(p.heads for p in points), head_dim=max(p.head_dim for p in points),
                    n=max(p.n for p in points), size=max(p.size for p in points), out_dim=out_dim)
@@ -77,7 +77,7 @@ class Frame:
     mask: torch.Tensor | None  # (L, 1, 1, n): 0, or -inf at padded context rows; None without padding
     scale: torch.Tensor  # (L, 1, 1, 1): 1 / sqrt(d_h)
 
-    def take(self, index: torch.Tensor) -> "Frame":
+    def take(self, index: torch.Tensor) -> Frame:
         return Frame(self.pos[index], None if self.mask is None else self.mask[index], self.scale[index])
 
 
@@ -122,7 +122,7 @@ class StackedModel:
     def params(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
         """Views of stacked rows (L, N) in the padded shapes (L, ...)."""
         chunks = torch.split(theta, self._sizes, dim=1)
-        return {k: c.view(theta.shape[0], *s) for (k, s), c in zip(self.shape.param_shapes().items(), chunks)}
+        return {k: c.view(theta.shape[0], *s) for (k, s), c in zip(self.shape.param_shapes().items(), chunks, strict=False)}
 
     def forward(self, theta: torch.Tensor, frame: Frame, x: torch.Tensor, ctx: torch.Tensor):
         """Outputs (L, B, classes) and attention weights (L, B, H, n) of L stacked rows ``theta``.

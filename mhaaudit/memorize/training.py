@@ -25,13 +25,14 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import Callable, Iterator, Sequence
 
 import torch
 
 from .. import validate
 from ..errors import InputError, param
+from ..numerics.threads import intra_op_threads as _intra_op_threads
 from ..progress import task as progress_task
 from ..settings import MAX_SEED, derive_seed, device_name, resolve_device
 from .data import CONTEXTS, DIM, TASKS, make_dataset
@@ -70,7 +71,7 @@ class Recipe:
 
     @classmethod
     def resolve(cls, *, task="classification", context="shared", classes=100, tolerance=0.01, epochs=None,
-                max_steps=None, lr=1e-3, batch_size=256, check_every=200) -> "Recipe":
+                max_steps=None, lr=1e-3, batch_size=256, check_every=200) -> Recipe:
         """Check every field; errors name the CLI option."""
         return cls(
             task=validate.choice(param("task"), task, TASKS),
@@ -103,7 +104,7 @@ class Point:
     seed: int = 0
 
     @classmethod
-    def resolve(cls, *, heads, n, head_dim, size, seed=0) -> "Point":
+    def resolve(cls, *, heads, n, head_dim, size, seed=0) -> Point:
         return cls(
             heads=validate.integer(param("heads"), heads), n=validate.integer(param("n"), n),
             head_dim=validate.integer(param("head_dim"), head_dim), size=validate.integer(param("sizes"), size),
@@ -114,7 +115,7 @@ class Point:
     def label(self) -> str:
         return f"H={self.heads} n={self.n} d_h={self.head_dim} T={self.size}"
 
-    def plan(self, recipe: "Recipe") -> Plan:
+    def plan(self, recipe: Recipe) -> Plan:
         return Plan.of(self.size, recipe.batch_size, recipe.epochs, recipe.max_steps, recipe.check_every)
 
 
@@ -148,8 +149,12 @@ def train_memorize(
         return train_group([point], recipe, dev, saturation=saturation, advance=advance, cpu_threads=cpu_threads)[0]
 
 
+def _no_progress(n: int = 1) -> None:
+    """The default ``advance``: no progress shown."""
+
+
 def train_group(points: Sequence[Point], recipe: Recipe, device: torch.device, *, saturation: bool = False,
-                advance: Callable[[int], None] = lambda n=1: None, eval_chunk: int = 4096,
+                advance: Callable[[int], None] = _no_progress, eval_chunk: int = 4096,
                 cancelled: Callable[[], bool] = lambda: False, cpu_threads: int | None = 1) -> list[MemorizeRun]:
     """Train ``points`` stacked in the same steps; one run per point, in order.
 
@@ -164,7 +169,7 @@ def train_group(points: Sequence[Point], recipe: Recipe, device: torch.device, *
         sats = [trainer.saturation(i) if saturation else None for i in range(len(points))]
     name = device_name(device)
     return [MemorizeRun(**asdict(p), **recipe.as_dict(), **o, device=name, saturation=s)
-            for p, o, s in zip(points, outcomes, sats)]
+            for p, o, s in zip(points, outcomes, sats, strict=False)]
 
 
 class Cancelled(Exception):
@@ -178,14 +183,8 @@ def intra_op_threads(device: torch.device, threads: int | None = 1) -> Iterator[
     The model is tiny: on the CPU one intra-op thread per group is as fast as several, and
     several slow down badly when other processes share the cores; groups run side by side instead.
     """
-    before = torch.get_num_threads()
-    if device.type == "cpu" and threads is not None:
-        torch.set_num_threads(threads)
-    try:
+    with _intra_op_threads(threads if device.type == "cpu" else None):
         yield
-    finally:
-        if torch.get_num_threads() != before:
-            torch.set_num_threads(before)
 
 
 class _GroupTrainer:
@@ -210,7 +209,7 @@ class _GroupTrainer:
         self._put_data(data)
         # One param group per schedule length: each group's learning rate follows its own plan.
         self.group_totals = sorted({pl.total for pl in self.plans})
-        self.opt = _adam([{"params": [r for r, pl in zip(self.stack.rows, self.plans) if pl.total == t], "lr": recipe.lr}
+        self.opt = _adam([{"params": [r for r, pl in zip(self.stack.rows, self.plans, strict=False) if pl.total == t], "lr": recipe.lr}
                           for t in self.group_totals])
         self.records: list[dict | None] = [None] * len(points)
 
@@ -245,7 +244,7 @@ class _GroupTrainer:
             if cancelled():
                 raise Cancelled
             start, stop = step, min(step + CHUNK_STEPS, max(self.plans[i].total for i in self.live))
-            batches = self._batches(start, stop)
+            batches: tuple[torch.Tensor, ...] = self._batches(start, stop)
             while step < stop and self.live:
                 self._step(step, *(b[:, step - start] for b in batches))
                 step += 1
@@ -284,7 +283,7 @@ class _GroupTrainer:
 
     def _step(self, step: int, idx: torch.Tensor, weight: torch.Tensor, count: torch.Tensor) -> None:
         """One Adam step of every live point on its batch ``idx`` (L, B)."""
-        for group, total in zip(self.opt.param_groups, self.group_totals):
+        for group, total in zip(self.opt.param_groups, self.group_totals, strict=False):
             group["lr"] = self.recipe.lr * lr_factor(step, total)
         x, ctx, labels = self._gather(idx)
         out, _ = self.stack.forward(torch.stack(self.rows), self.frame, x, ctx)

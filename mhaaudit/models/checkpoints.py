@@ -13,6 +13,7 @@ never needs it does not load it.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 from torch import nn
@@ -50,6 +51,7 @@ def read_state_file(path: str) -> dict[str, torch.Tensor]:
 
     A checkpoint that wraps its state dict (``state_dict``, ``model``, ``module``) is unwrapped.
     """
+    sd: Any  # whatever the file holds: checked below
     try:
         if path.endswith(".safetensors"):
             from safetensors.torch import load_file
@@ -58,7 +60,7 @@ def read_state_file(path: str) -> dict[str, torch.Tensor]:
             sd = load_file(path)
         else:
             sd = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - unreadable or not a checkpoint
+    except Exception as exc:  # unreadable or not a checkpoint
         raise ModelError(f"cannot read the checkpoint {path}: {torch_load_reason(exc)}") from exc
     for key in ("state_dict", "model", "module"):
         if isinstance(sd, dict) and key in sd and isinstance(sd[key], dict):

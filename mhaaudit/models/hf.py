@@ -32,9 +32,10 @@ import os
 import pickle
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -96,19 +97,7 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
     hub read. Trained weights from a safetensors checkpoint are read only as far as the probed
     blocks need (:mod:`.shards`); ``info.weights_read`` says what was read.
     """
-    offline = is_offline()
-    if offline:
-        force_offline_env()
-    hub = _Hub(revision, bool(trust_remote_code), offline)
-    for folder in (spec.resolved if spec.local else None, weights_path):
-        if folder is not None and os.path.isdir(folder):  # before transformers reads anything from it
-            if not hub.trust_remote_code:
-                refuse_repository_code(folder, spec.name)
-            check_local_indexes(folder)
-            check_links_inside(folder)
-            raw = read_json(os.path.join(folder, "config.json"))
-            if raw is not None:
-                check_config_numbers(ConfigFields(raw), spec.name)
+    hub = _hub_for(spec, weights_path, revision, trust_remote_code)
     cfg, source = _config(spec, weights, weights_path, hub)
     family, modality, is_decoder = classify_config(cfg, spec.name)
     if modality == "image" and context_length is not None:
@@ -118,39 +107,28 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
     if fam is not None and fam.tower is not None:  # a two-tower model: its vision tower is probed
         cfg = getattr(cfg, fam.tower)
     check_config_numbers(cfg, spec.name)
+    query_index: int | None
     n, query_index = _text_shape(cfg, is_decoder, context_length, spec.name) if modality == "text" else (0, 0)
     if fam is not None and fam.query == "none":
         query_index = None
-    full_layers = int(getattr(cfg, "num_hidden_layers"))
     built, checkpoint = _build(spec, cfg, origin, seed, hub, max_layer, partial)
     module = prepare_module(built, device)
     blocks = find_blocks(module)
     if blocks is None:
         raise ModelError(f"{spec.name} cannot be probed: no list of transformer blocks found in {type(module).__name__} "
                          f"(supported: {supported_families()})")
-    d, heads = int(getattr(cfg, "hidden_size")), int(getattr(cfg, "num_attention_heads"))
     sources = list(dict.fromkeys(t for t in (origin.folder, spec.resolved) if t))
-    info = ModelInfo(
-        name=spec.name, resolved=spec.resolved, backend="hf", family=family, modality=modality, d=d, n=n,
-        query_index=query_index, num_layers=full_layers, num_heads=heads,
-        head_dim=int(getattr(cfg, "head_dim", None) or d // heads), weights=weights, weights_source=origin.description,
-        positions=embedding_positions(fam, cfg) if fam is not None else "learned",
-        query_token=query_words(query_index, n, modality=modality, why=fam.no_query if fam is not None else ""),
-    )
+    info = _model_info(spec, cfg, fam, (family, modality, is_decoder), n, query_index, weights, origin)
     pm = ProbedModel(
         info, module, device, blocks=blocks, forward=_forward(module, modality), config=cfg,
         tokenizer=load_tokenizer(sources, hub) if modality == "text" else None,
         image_transform=image_transform(cfg, family, sources, hub) if modality == "image" else None,
     )
-    whole = False
-    if checkpoint is not None:
-        try:
-            read = _read_needed(pm, checkpoint, spec.name)
-        except NotPartial:  # tensor names this module cannot map: from_pretrained reads it whole
-            whole = True
-    else:
-        read = whole_read(origin.file or origin.folder, cfg) if weights == "trained" else None
-    if whole:  # the partly read module is let go first, so that two models are never held at once
+    try:
+        read, whole = _read_weights(pm, checkpoint, origin, weights, cfg, spec.name), False
+    except NotPartial:  # tensor names this module cannot map: from_pretrained reads it whole
+        read, whole = None, True
+    if whole:  # the partly read module is let go first (outside the except), so that two models are never held at once
         del pm, module, built, blocks
         return load(spec, weights=weights, weights_path=weights_path, device=device, context_length=context_length,
                     max_layer=max_layer, seed=seed, revision=revision, trust_remote_code=trust_remote_code,
@@ -161,6 +139,50 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
         size, patch = getattr(cfg, "image_size", 0), getattr(cfg, "patch_size", 0)
         measure_image_tokens(pm, _count(size) // _count(patch) if patch else None)
     return pm
+
+
+def _hub_for(spec: ModelSpec, weights_path: str | None, revision: str | None, trust_remote_code: bool) -> _Hub:
+    """How this load reads the hub; the local folders checked before transformers reads anything from
+    them (code of their own unless trusted, shard indexes, links out of the folder, config numbers)."""
+    offline = is_offline()
+    if offline:
+        force_offline_env()
+    hub = _Hub(revision, bool(trust_remote_code), offline)
+    for folder in (spec.resolved if spec.local else None, weights_path):
+        if folder is not None and os.path.isdir(folder):
+            if not hub.trust_remote_code:
+                refuse_repository_code(folder, spec.name)
+            check_local_indexes(folder)
+            check_links_inside(folder)
+            raw = read_json(os.path.join(folder, "config.json"))
+            if raw is not None:
+                check_config_numbers(ConfigFields(raw), spec.name)
+    return hub
+
+
+def _model_info(spec: ModelSpec, cfg: Any, fam: Family | None, kind: tuple[str, str, bool], n: int,
+                query_index: int | None, weights: str, origin: _Weights) -> ModelInfo:
+    """What the loaded model is, from its config and family (before its weights are read);
+    ``kind`` is ``classify_config``'s (family, modality, decoder)."""
+    family, modality, is_decoder = kind
+    d, heads = int(cfg.hidden_size), int(cfg.num_attention_heads)
+    return ModelInfo(
+        name=spec.name, resolved=spec.resolved, backend="hf", family=family, modality=modality, d=d, n=n,
+        query_index=query_index, num_layers=int(cfg.num_hidden_layers), num_heads=heads,
+        head_dim=int(getattr(cfg, "head_dim", None) or d // heads), weights=weights, weights_source=origin.description,
+        positions=embedding_positions(fam, cfg) if fam is not None else "learned",
+        query_token=query_words(query_index, n, modality=modality, why=fam.no_query if fam is not None else ""),
+        decoder=modality == "text" and is_decoder,
+    )
+
+
+def _read_weights(pm: ProbedModel, checkpoint: Checkpoint | None, origin: _Weights, weights: str, cfg: Any,
+                  name: str) -> WeightsRead | None:
+    """The trained weights read into ``pm``: in part from a safetensors checkpoint (:class:`NotPartial`
+    when its names do not map), else what ``from_pretrained`` read whole; None for random weights."""
+    if checkpoint is not None:
+        return _read_needed(pm, checkpoint, name)
+    return whole_read(origin.file or origin.folder, cfg) if weights == "trained" else None
 
 
 def _count(size: Any) -> int:
@@ -280,7 +302,10 @@ def _auto_config(source: str, name: str, hub: _Hub, local: bool = False) -> Any:
     try:
         return AutoConfig.from_pretrained(source, **hub.kwargs(local))
     except (OSError, ValueError) as exc:
-        raise hub_problem(exc, name, hub.revision) or exc
+        problem = hub_problem(exc, name, hub.revision)
+        if problem is None:
+            raise
+        raise problem from exc
     except _config_errors() as exc:  # a field of the wrong type, refused by the config class itself
         raise ModelError(f"the config of {name} is malformed: {one_line(exc, 200, first_line=True)}") from exc
 
@@ -297,7 +322,8 @@ def _config_errors() -> tuple[type[BaseException], ...]:
 def hub_problem(exc: BaseException, name: str, revision: str | None) -> Exception | None:
     """The one-line error for a revision that does not exist or a model that needs its own code, else None."""
     text = str(exc)
-    chain, e = [], exc
+    chain: list[str] = []
+    e: BaseException | None = exc
     while e is not None and len(chain) < 8:
         chain.append(type(e).__name__)
         e = e.__cause__ or e.__context__
@@ -318,7 +344,7 @@ def repository_code(folder: str) -> list[tuple[str, str]]:
         amap = data.get("auto_map") if data else None
         if not amap:
             continue
-        refs = []
+        refs: list[Any] = []  # what the JSON holds: checked below
         for value in (amap.values() if isinstance(amap, dict) else amap if isinstance(amap, list) else [amap]):
             refs += value if isinstance(value, (list, tuple)) else [value]
         mods = [r.rsplit(".", 1)[0] + ".py" for r in refs if isinstance(r, str) and r.strip()]
@@ -497,6 +523,7 @@ def _from_pretrained(spec: ModelSpec, origin: _Weights, cfg: Any, hub: _Hub) -> 
     from transformers import AutoModel
 
     folder, kw = origin.folder, hub.kwargs(local=not origin.hub)
+    assert folder is not None, "called for weights in a folder or hub repository"
     try:
         module, info = AutoModel.from_pretrained(folder, config=cfg, output_loading_info=True, **kw)
     except OSError as exc:

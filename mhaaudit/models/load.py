@@ -18,7 +18,7 @@ import logging
 import os
 import pickle
 import warnings
-from typing import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -133,7 +133,7 @@ def check_revision(revision) -> str | None:
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
     """Silence library progress bars, warnings and info logs while loading."""
-    restore = []
+    restore: list[Callable[[], object]] = []
     try:
         from transformers.utils import logging as tlog
 
@@ -141,8 +141,14 @@ def _quiet() -> Iterator[None]:
         old_level = tlog.get_verbosity()
         tlog.disable_progress_bar()
         tlog.set_verbosity_error()
-        restore.append(lambda: (tlog.set_verbosity(old_level), tlog.enable_progress_bar() if was_bar else None))
-    except Exception:  # pragma: no cover - transformers missing or changed
+
+        def restore_transformers() -> None:
+            tlog.set_verbosity(old_level)
+            if was_bar:
+                tlog.enable_progress_bar()
+
+        restore.append(restore_transformers)
+    except Exception:  # noqa: BLE001  # pragma: no cover - transformers missing or changed
         pass
     try:
         from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
@@ -150,7 +156,7 @@ def _quiet() -> Iterator[None]:
         hub_was = are_progress_bars_disabled()
         disable_progress_bars()
         restore.append(lambda: None if hub_was else enable_progress_bars())
-    except Exception:  # pragma: no cover
+    except Exception:  # noqa: BLE001  # pragma: no cover - a hub client without these switches: nothing to silence
         pass
     tlogger = logging.getLogger("timm")
     old_timm = tlogger.level

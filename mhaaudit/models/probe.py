@@ -15,9 +15,11 @@ needs it does not load it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -50,9 +52,14 @@ class ModelInfo:
     positions: str = "learned"  # what layer 0 carries: learned | sinusoidal | rotary | relative | alibi | none
     query_token: str = ""  # the query token in words, e.g. "token 0 (class token; 1 more prefix token follows)"
     weights_read: dict | None = None  # trained weights: what loading read (:class:`.shards.WeightsRead` as a dict)
+    decoder: bool = False  # a causal (decoder) text model, decided once at load from its family or config
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The fields written into a run's ``meta`` (``model_info``). ``decoder`` is left out: the
+        query token (``query_index``, ``query_token``) already says it, and the outputs keep their keys."""
+        out = dataclasses.asdict(self)
+        del out["decoder"]
+        return out
 
 
 class _StopForward(Exception):
@@ -224,10 +231,8 @@ class ProbedModel:
             if 0 in want:
                 handles.append(blocks[0].register_forward_pre_hook(pre_hook, with_kwargs=True))
             handles += [blocks[k - 1].register_forward_hook(make_post(k)) for k in want if k >= 1]
-            try:
+            with contextlib.suppress(_StopForward):
                 self._forward(inputs)
-            except _StopForward:
-                pass
         finally:
             for h in handles:
                 h.remove()
@@ -237,7 +242,10 @@ class ProbedModel:
         return store
 
 
-def prepare_module(module: nn.Module, device: torch.device) -> nn.Module:
+_Module = TypeVar("_Module", bound=nn.Module)
+
+
+def prepare_module(module: _Module, device: torch.device) -> _Module:
     """A loaded module made ready for probing: float32 on ``device``, eval mode, no gradients."""
     module = module.to(device=device, dtype=torch.float32).eval()
     for p in module.parameters():

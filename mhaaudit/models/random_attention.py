@@ -27,6 +27,12 @@ class RandomAttention(nn.Module):
     ``Attn(h) = softmax(h W_Q (h W_K)^T / sqrt(d)) (h W_V) W_O``.
     """
 
+    # buffers, registered in __init__
+    W_Q: torch.Tensor
+    W_K: torch.Tensor
+    W_V: torch.Tensor
+    W_O: torch.Tensor
+
     def __init__(self, d: int, seed: int = 0, eps: float = 1e-5, device: torch.device | str | None = None) -> None:
         super().__init__()
         if int(d) < 1:

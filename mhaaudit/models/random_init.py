@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 from torch import nn
 
 from ..settings import derive_seed
-
 
 __all__ = ["build_random", "init_seed", "reinit_hf", "reinit_timm", "seeded"]
 
@@ -77,7 +77,7 @@ def reinit_hf(model: nn.Module, blocks: nn.ModuleList, seed: int, full_layers: i
     cfg = getattr(model, "config", None)
     if init_fn is None or cfg is None:
         return
-    units = [(None, _postorder(model, {id(b) for b in blocks}))]
+    units: list[tuple[int | None, list[nn.Module]]] = [(None, _postorder(model, {id(b) for b in blocks}))]
     units += [(i + 1, _postorder(b, set())) for i, b in enumerate(blocks)]
     try:
         from transformers import initialization as hf_init
@@ -118,6 +118,7 @@ def reinit_timm(model: nn.Module, seed: int) -> None:
         with seeded(init_seed(seed)):
             model.init_weights(mode, needs_reset=True)
         fn = get_init_weights_vit(mode, 0.0, needs_reset=True)
+        blk: Any  # a timm block: its attn.proj and mlp.fc2 are looked up by name
         for i, blk in enumerate(model.blocks):
             with seeded(init_seed(seed, i + 1)):
                 named_apply(fn, blk, name=f"blocks.{i}")

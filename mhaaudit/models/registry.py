@@ -39,10 +39,10 @@ from .families import FAMILIES, TIMM_FAMILIES, UNPROBEABLE, Family, family_of, t
 __all__ = [
     "ALIASES",
     "BLOCK_PATHS",
-    "ConfigFields",
     "FAMILIES",
     "TIMM_FAMILIES",
     "UNPROBEABLE",
+    "ConfigFields",
     "Family",
     "ModelSpec",
     "alias_list",
@@ -148,7 +148,7 @@ def check_config_numbers(cfg: Any, name: str, shown: dict[str, str] | None = Non
         return values
 
     got = {f: ints(f) for f in _CONFIG_BOUNDS}
-    hidden, heads, kv = (got[f][0] if got[f] else None for f in ("hidden_size", "num_attention_heads", "num_key_value_heads"))
+    hidden, heads, kv = (vals[0] if (vals := got[f]) else None for f in ("hidden_size", "num_attention_heads", "num_key_value_heads"))
     if hidden is not None and heads is not None:
         if heads > hidden:
             raise ModelError(f"the config of {name} is malformed: {heads} attention heads for a width of {hidden}")
@@ -157,9 +157,9 @@ def check_config_numbers(cfg: Any, name: str, shown: dict[str, str] | None = Non
     if heads is not None and kv is not None and (kv > heads or heads % kv):
         raise ModelError(f"the config of {name} is malformed: {kv} key/value heads do not divide {heads} attention heads")
     image, patch = got["image_size"], got["patch_size"]
-    if image is not None and patch is not None and any(p > i for p, i in zip(patch * 2, image * 2)):
-        raise ModelError(f"the config of {name} is malformed: patch size {getattr(cfg, 'patch_size')} is larger than "
-                         f"the image size {getattr(cfg, 'image_size')}")
+    if image is not None and patch is not None and any(p > i for p, i in zip(patch * 2, image * 2, strict=False)):
+        raise ModelError(f"the config of {name} is malformed: patch size {cfg.patch_size} is larger than "
+                         f"the image size {cfg.image_size}")
 
 
 def alias_list() -> str:
@@ -268,7 +268,7 @@ def _timm_name(name: str) -> str | None:
         import timm
 
         return name if timm.is_model(name) else None
-    except Exception:  # pragma: no cover - timm missing
+    except Exception:  # noqa: BLE001  # pragma: no cover - timm missing
         return None
 
 
@@ -301,18 +301,9 @@ def resolve(name: str, *, backend: str | None = None, weights_path: str | None =
     name = name.strip()
     alias = ALIASES.get(name.lower())
     if alias is not None:
-        timm_wanted = backend == "timm" or (backend is None and "timm" in alias and _is_timm_checkpoint(weights_path))
-        if timm_wanted and "timm" not in alias:
-            raise ModelError(f"alias {name} has no timm version; use the transformers backend")
-        resolved = alias["timm"] if timm_wanted else alias["hf"]
-        return ModelSpec(name, "timm" if timm_wanted else "hf", resolved, alias["family"], alias["modality"], alias)
+        return _resolve_alias(name, alias, backend, weights_path)
     if is_path_like(name):
-        path = os.path.abspath(os.path.expanduser(name))
-        if backend == "timm" or (backend is None and _looks_like_timm_path(path)):
-            return ModelSpec(name, "timm", path, None, "image", local=True)
-        data = read_json(Path(path) / "config.json")
-        family = data.get("model_type") if data else None
-        return ModelSpec(name, "hf", path, family, _modality_of_type(family) if family else None, local=True)
+        return _resolve_path(name, backend)
     timm_name = _timm_name(name) if backend != "hf" else None
     if backend == "timm" or timm_name is not None:
         timm_name = timm_name or (name[5:] if name.startswith("timm:") else name)
@@ -322,6 +313,25 @@ def resolve(name: str, *, backend: str | None = None, weights_path: str | None =
         family = weights_cfg["model_type"]
         return ModelSpec(name, "hf", name, family, _modality_of_type(family))
     return ModelSpec(name, "hf", name)
+
+
+def _resolve_alias(name: str, alias: dict, backend: str | None, weights_path: str | None) -> ModelSpec:
+    """An alias's transformers model, or its timm version when asked for or given a timm checkpoint."""
+    timm_wanted = backend == "timm" or (backend is None and "timm" in alias and _is_timm_checkpoint(weights_path))
+    if timm_wanted and "timm" not in alias:
+        raise ModelError(f"alias {name} has no timm version; use the transformers backend")
+    resolved = alias["timm"] if timm_wanted else alias["hf"]
+    return ModelSpec(name, "timm" if timm_wanted else "hf", resolved, alias["family"], alias["modality"], alias)
+
+
+def _resolve_path(name: str, backend: str | None) -> ModelSpec:
+    """A local folder or file: timm's format when asked for or saved so, else a transformers folder."""
+    path = os.path.abspath(os.path.expanduser(name))
+    if backend == "timm" or (backend is None and _looks_like_timm_path(path)):
+        return ModelSpec(name, "timm", path, None, "image", local=True)
+    data = read_json(Path(path) / "config.json")
+    family = data.get("model_type") if data else None
+    return ModelSpec(name, "hf", path, family, _modality_of_type(family) if family else None, local=True)
 
 
 def modality_of(model: str, backend: str | None = None, weights_path: str | None = None) -> str:

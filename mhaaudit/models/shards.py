@@ -28,8 +28,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Callable, Iterator
+from typing import Literal, overload
 
 import torch
 from torch import nn
@@ -39,8 +40,19 @@ from torch.utils._pytree import tree_flatten
 from ..errors import InputError, ModelError, OfflineError, one_line
 from ..io import safetensors_header
 
-__all__ = ["INDEX_FILE", "INDEX_FILES", "SINGLE_FILE", "Checkpoint", "check_local_indexes", "NotPartial", "WeightsRead", "empty_init", "used_parameters",
-           "hub_download", "human_bytes"]
+__all__ = [
+    "INDEX_FILE",
+    "INDEX_FILES",
+    "SINGLE_FILE",
+    "Checkpoint",
+    "NotPartial",
+    "WeightsRead",
+    "check_local_indexes",
+    "empty_init",
+    "hub_download",
+    "human_bytes",
+    "used_parameters",
+]
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -49,6 +61,8 @@ INDEX_FILES = (INDEX_FILE, "pytorch_model.bin.index.json")
 # Tensor functions that read no values (a model asking for its dtype or device does not use that weight).
 _METADATA = frozenset({"__get__", "size", "dim", "numel", "nelement", "ndimension", "element_size", "stride",
                        "is_floating_point", "is_complex", "is_contiguous", "get_device", "data_ptr", "type"})
+# Tensor properties that are views of the data, not metadata: ``weight.T`` uses the weight (Falcon's Linear).
+_DATA_PROPERTIES = frozenset({"T", "mT", "H", "mH", "data", "real", "imag"})
 # Names older checkpoints give LayerNorm parameters (``from_pretrained`` renames them the same way).
 _LEGACY_SUFFIXES = ((".weight", ".gamma"), (".bias", ".beta"))
 
@@ -83,6 +97,11 @@ class WeightsRead:
         return f"read {human_bytes(self.bytes_read)}{total}{share} of the weights, stored in {self.stored_dtype}, from {files}{how}"
 
 
+def weights_read_text(read: dict | None) -> str:
+    """:meth:`WeightsRead.describe` of a ``WeightsRead`` stored as a dict ("" for None: nothing was read)."""
+    return WeightsRead(**read).describe() if read else ""
+
+
 def human_bytes(n: int | None) -> str:
     if n is None:
         return "?"
@@ -114,7 +133,7 @@ class Checkpoint:
         return sorted(set(self.weight_map.values()))
 
     @classmethod
-    def local(cls, folder: str) -> "Checkpoint":
+    def local(cls, folder: str) -> Checkpoint:
         """The checkpoint in a folder: its index, else its single ``model.safetensors``."""
         index = os.path.join(folder, INDEX_FILE)
         if os.path.exists(index):
@@ -125,14 +144,14 @@ class Checkpoint:
         raise NotPartial(f"no {INDEX_FILE} or {SINGLE_FILE} in {folder}")
 
     @classmethod
-    def file(cls, path: str, where: str | None = None) -> "Checkpoint":
+    def file(cls, path: str, where: str | None = None) -> Checkpoint:
         """A single safetensors file (opened once, here, to list its tensors)."""
         names, size = _file_header(path)
         fn = os.path.basename(path)
         return cls(where or path, {k: fn for k in names}, size, lambda _fn: path)
 
     @classmethod
-    def hub(cls, repo: str, revision: str | None, offline: bool) -> "Checkpoint":
+    def hub(cls, repo: str, revision: str | None, offline: bool) -> Checkpoint:
         """A hub repository's checkpoint: its index first (each shard is fetched only when needed),
         else its single ``model.safetensors`` (fetched whole), else :class:`NotPartial`."""
         def fetch(fn: str) -> str:
@@ -147,7 +166,7 @@ class Checkpoint:
         raise NotPartial(f"{repo} has no safetensors checkpoint")
 
     @classmethod
-    def _from_index(cls, where: str, index: str, fetch: Callable[[str], str], folder: str | None = None) -> "Checkpoint":
+    def _from_index(cls, where: str, index: str, fetch: Callable[[str], str], folder: str | None = None) -> Checkpoint:
         """The checkpoint an index describes; ``folder``: the local folder every shard must lie in."""
         doc, weight_map = read_index(index, folder)
         meta = doc.get("metadata")
@@ -177,7 +196,7 @@ class Checkpoint:
                 if name in buffers:
                     continue  # a buffer the model computes itself (position ids, rotary frequencies)
                 raise NotPartial(f"no tensor for {name} in {self.where}")
-            dest = targets.get(name, buffers.get(name))
+            dest = targets[name] if name in targets else buffers[name]  # used: names of the module's own tensors
             plan.setdefault(self.weight_map[key], []).append((key, dest))
         dtype_bytes: dict[str, int] = {}
         read, count = 0, 0
@@ -187,7 +206,7 @@ class Checkpoint:
                 for key, dest in plan[fn]:
                     try:
                         t = fh.get_tensor(key)
-                    except Exception as exc:  # noqa: BLE001 - the index names a shard that does not hold it
+                    except Exception as exc:  # the index names a shard that does not hold it
                         raise ModelError(f"the checkpoint {self.where} is malformed: its index puts {key} in {fn}, "
                                          f"which does not hold it ({one_line(exc, 80)})") from exc
                     if tuple(t.shape) != tuple(dest.shape):
@@ -226,7 +245,8 @@ def saved_names(module: nn.Module, names: set[str]) -> dict[str, str]:
     tensors = {**dict(module.named_buffers(remove_duplicate=False)), **dict(module.named_parameters(remove_duplicate=False))}
     mine = {n: tensors[n] for n in names if n in tensors}
     try:
-        written = revert_weight_conversion(module, dict(mine))
+        # any module: one transformers cannot map raises, and is caught below
+        written = revert_weight_conversion(module, dict(mine))  # type: ignore[arg-type]
     except Exception:  # noqa: BLE001 - a mapping this code cannot use: the names as they are
         return same
     by_id = {id(t): k for k, t in written.items()}
@@ -337,7 +357,7 @@ def _opened(path: str, where: str) -> Iterator:
 
     try:
         fh = safe_open(path, framework="pt", device="cpu")
-    except Exception as exc:  # noqa: BLE001 - unreadable, truncated or not safetensors
+    except Exception as exc:  # unreadable, truncated or not safetensors
         raise ModelError(f"cannot read {os.path.basename(path)} of the checkpoint {where}, which holds tensors the "
                          f"audit needs: {one_line(exc, 160)}") from exc
     with fh:
@@ -345,6 +365,16 @@ def _opened(path: str, where: str) -> Iterator:
 
 
 # ------------------------------------------------------------------ the hub
+
+
+@overload
+def hub_download(repo: str, filename: str, revision: str | None, offline: bool, *,
+                 missing_is_error: Literal[True]) -> str: ...
+
+
+@overload
+def hub_download(repo: str, filename: str, revision: str | None, offline: bool, *,
+                 missing_is_error: bool = False) -> str | None: ...
 
 
 def hub_download(repo: str, filename: str, revision: str | None, offline: bool, *, missing_is_error: bool = False) -> str | None:
@@ -404,7 +434,9 @@ def used_parameters(module: nn.Module, run: Callable[[], object]) -> set[str]:
     class _Record(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if getattr(func, "__name__", "") in _METADATA:
+            name = getattr(func, "__name__", "")
+            if name in _METADATA and not (name == "__get__" and getattr(getattr(func, "__self__", None), "__name__", "")
+                                          in _DATA_PROPERTIES):
                 return func(*args, **kwargs)
             for a in tree_flatten((args, kwargs))[0]:
                 if isinstance(a, torch.Tensor) and id(a) in ids:

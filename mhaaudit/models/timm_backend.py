@@ -24,6 +24,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -129,6 +130,7 @@ def _shape(arch: _Arch, name: str) -> tuple[int, int, int, int, _Shape]:
     """(blocks, heads, d, head_dim, shape) of the full-depth model, read from a build on the meta device."""
     import timm
 
+    probe: Any
     with torch.device("meta"):
         probe = timm.create_model(arch.name, pretrained=False, num_classes=0, **arch.model_args)
     _check_structure(probe, name)
@@ -148,7 +150,7 @@ def _block_seeded(model: nn.Module) -> bool:
     return isinstance(model, VisionTransformer) and hasattr(model, "weight_init_mode")
 
 
-def _positions(model: nn.Module) -> str:
+def _positions(model: Any) -> str:
     """What the embedding output carries about positions: learned (added), and what acts inside the attention."""
     inside = []
     if getattr(model, "rope", None) is not None:
@@ -161,6 +163,8 @@ def _positions(model: nn.Module) -> str:
     return inside[0] if inside else "none"
 
 
+# The timm models below are typed Any: what they hold (blocks, patch_embed, ...) is checked by
+# _check_structure at run time, not declared by their classes.
 def _check_structure(model: nn.Module, name: str) -> None:
     blocks = getattr(model, "blocks", None)
     if not all(hasattr(model, a) for a in _NEEDED) or not isinstance(blocks, (nn.ModuleList, nn.Sequential)) \
@@ -172,7 +176,7 @@ def _check_structure(model: nn.Module, name: str) -> None:
 
 
 def _build(spec: ModelSpec, arch: _Arch, weights: str, weights_path: str | None, built: int, full_layers: int,
-           seed: int, offline: bool, block_seeded: bool) -> tuple[nn.Module, str]:
+           seed: int, offline: bool, block_seeded: bool) -> tuple[Any, str]:
     """(model with ``built`` blocks and its weights, where the weights came from).
 
     Random weights of a model whose init :func:`.random_init.reinit_timm` re-draws block by block
@@ -194,7 +198,9 @@ def _build(spec: ModelSpec, arch: _Arch, weights: str, weights_path: str | None,
         reinit_timm(model, seed)
         _truncate(model, built)
         return model, f"random init of timm {arch.name}" + (f" (config from {spec.resolved})" if arch.model_args else "")
-    path = os.path.abspath(weights_path or arch.file)  # type: ignore[arg-type]
+    source = weights_path or arch.file
+    assert source is not None, "trained weights without a file come from the hub (returned above)"
+    path = os.path.abspath(source)
     if os.path.isdir(path):
         found = find_checkpoint(path)
         if found is None:
@@ -204,7 +210,7 @@ def _build(spec: ModelSpec, arch: _Arch, weights: str, weights_path: str | None,
     return model, f"timm checkpoint {path}"
 
 
-def _truncate(model: nn.Module, built: int) -> None:
+def _truncate(model: Any, built: int) -> None:
     """Keep the first ``built`` blocks of ``model`` (in the container type it had)."""
     if len(model.blocks) > built:
         model.blocks = type(model.blocks)(list(model.blocks)[:built])
@@ -216,13 +222,13 @@ def _load_file(model: nn.Module, path: str, built: int, name: str) -> None:
 
     try:
         sd = load_state_dict(path, use_ema=True)
-    except Exception as exc:  # noqa: BLE001 - unreadable file
+    except Exception as exc:  # unreadable file
         raise ModelError(f"cannot read the timm checkpoint {path}: {one_line(exc, 160)}") from exc
     filt = getattr(sys.modules.get(type(model).__module__), "checkpoint_filter_fn", None)
     if filt is not None:
         try:
             sd = filt(sd, model)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise ModelError(f"the checkpoint {path} does not fit {name}: {one_line(exc, 160)}") from exc
     pat = re.compile(r"^blocks\.(\d+)\.")
     sd = {k: v for k, v in sd.items() if not ((m := pat.match(k)) and int(m.group(1)) >= built)}
@@ -240,7 +246,7 @@ def _transform(model: nn.Module, name: str):
             # The pretrained config may describe another resolution than the one the model was built for.
             data_cfg["input_size"] = (data_cfg["input_size"][0], *tuple(img_size))
         tf = timm.data.create_transform(**data_cfg)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise ModelError(f"{name}: cannot build timm preprocessing ({one_line(exc, 120)})") from exc
 
     def transform(images: list) -> torch.Tensor:

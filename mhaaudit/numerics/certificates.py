@@ -121,7 +121,7 @@ def lambda_max_bounds(G: torch.Tensor, iters: int = 8):
     """
     diag = torch.diagonal(G, dim1=-2, dim2=-1)
     lo = diag.amax(-1)
-    v = torch.ones(G.shape[:-1] + (1,), dtype=G.dtype, device=G.device)
+    v = torch.ones((*G.shape[:-1], 1), dtype=G.dtype, device=G.device)
     for _ in range(iters):
         v = G @ v
         v = v / v.norm(dim=-2, keepdim=True).clamp_min(1e-300)

@@ -53,7 +53,7 @@ def lapack_dpotrf():
         ptr = api.PyCapsule_GetPointer(capsule, api.PyCapsule_GetName(capsule))
         c_int_p = ctypes.POINTER(ctypes.c_int)
         fn = ctypes.CFUNCTYPE(None, ctypes.c_char_p, c_int_p, ctypes.c_void_p, c_int_p, c_int_p)(ptr)
-    except Exception:  # pragma: no cover - a SciPy without its Cython LAPACK API
+    except Exception:  # noqa: BLE001  # pragma: no cover - a SciPy without its Cython LAPACK API
         return None
     # self-test: a wrong binding must never decide anything
     a = np.array([[4.0, 2.0], [2.0, 3.0]])
@@ -141,6 +141,8 @@ class RowGramEntries:
         if X is not None:
             self.X = np.ascontiguousarray(X, dtype=np.float64)
             take, T = functools.partial(np.take, self.X, axis=0), self.X.shape[0]
+        if take is None or T is None:
+            raise TypeError("RowGramEntries needs X, or take and T")
         self.take, self.T, self.sqn = take, int(T), sqn
 
     def diagonal(self) -> np.ndarray:
@@ -166,7 +168,7 @@ def blas_single_thread():
     """A context in which BLAS/LAPACK libraries use one thread each (our workers parallelise)."""
     try:
         return threadpool_limits(limits=1, user_api="blas")
-    except Exception:  # pragma: no cover - threadpoolctl missing or unable to inspect
+    except Exception:  # noqa: BLE001  # pragma: no cover - threadpoolctl missing or unable to inspect
         return contextlib.nullcontext()
 
 
@@ -239,12 +241,13 @@ def decide_draws(entries: FullGramEntries | RowGramEntries, subsets: np.ndarray,
         fro = math.sqrt(max(2.0 * float(vals @ vals) - float(dg @ dg), 0.0))  # >= lambda_max
         lam_lo = max(maxdiag, float(proj[s] @ proj[s]))  # <= lambda_max
 
-        def independent(lam_hi: float) -> bool:  # lambda_min > the largest squared tolerance
+        # m_full and m_def are bound at definition: both functions are called within this draw only
+        def independent(lam_hi: float, m_full: float = m_full) -> bool:  # lambda_min > the largest squared tolerance
             flat_buf[pos] = vals
             flat_buf[:: k + 1] -= shift_for(lam_hi, 1, m_full)
             return potrf(buf, k) == 0
 
-        def dependent(lam_lo: float) -> bool:  # lambda_min < the smallest squared tolerance
+        def dependent(lam_lo: float, m_def: float = m_def) -> bool:  # lambda_min < the smallest squared tolerance
             shift = shift_for(lam_lo, -1, m_def)
             if shift <= 0:
                 return False

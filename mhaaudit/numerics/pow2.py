@@ -19,8 +19,8 @@ def exponent_of(x: torch.Tensor, dims=None):
     if dims is None:
         m = float(x.abs().max()) if x.numel() else 0.0
         return math.frexp(m)[1] if math.isfinite(m) else 0
-    m = x.abs().amax(dim=dims)
-    return torch.frexp(m)[1].to(torch.int64)
+    mx = x.abs().amax(dim=dims)
+    return torch.frexp(mx)[1].to(torch.int64)
 
 
 def _pow2(e: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

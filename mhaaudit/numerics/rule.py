@@ -21,6 +21,7 @@ import torch
 from .. import validate
 from ..errors import param
 from .pow2 import ldexp
+from .threads import intra_op_threads
 
 __all__ = ["RankRule", "numerics", "subnormals_kept", "tf32_is_off", "tf32_off", "with_numerics"]
 
@@ -44,18 +45,14 @@ def numerics(threads: int | None = None):
     (:func:`tf32_off`) is a process-wide setting, made once at a computation's entry point
     (:func:`with_numerics`), not here where threads would save and restore it concurrently.
     """
-    before = torch.get_num_threads()
     depth = _depth()
     flushed = torch.set_flush_denormal(True) if depth == 0 else False
     _STATE.depth = depth + 1
-    if threads is not None:
-        torch.set_num_threads(threads)
     try:
-        yield
+        with intra_op_threads(threads):
+            yield
     finally:
         _STATE.depth = depth
-        if threads is not None:
-            torch.set_num_threads(before)
         if flushed:
             torch.set_flush_denormal(False)
 
@@ -94,7 +91,7 @@ def tf32_off():
         yield
     finally:
         torch.set_float32_matmul_precision(saved[0])
-        for obj, old in zip(settings, saved[1]):
+        for obj, old in zip(settings, saved[1], strict=False):
             obj.fp32_precision = old
         for f, old in legacy or ():  # pragma: no cover
             f.allow_tf32 = old
@@ -161,14 +158,13 @@ class RankRule:
     dtype: str = "float32"
 
     @classmethod
-    def for_dtype(cls, dtype: torch.dtype | str, rtol: float | None = None, atol: float | None = None) -> "RankRule":
+    def for_dtype(cls, dtype: torch.dtype | str, rtol: float | None = None, atol: float | None = None) -> RankRule:
         rtol = validate.tolerance(param("rtol"), rtol)
         atol = validate.tolerance(param("atol"), atol)
-        if isinstance(dtype, str):
-            dtype = getattr(torch, dtype)
-        if not dtype.is_floating_point:
-            dtype = torch.float64
-        return cls(rtol=rtol, atol=atol, eps=float(torch.finfo(dtype).eps), dtype=str(dtype).replace("torch.", ""))
+        dt: torch.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+        if not dt.is_floating_point:
+            dt = torch.float64
+        return cls(rtol=rtol, atol=atol, eps=float(torch.finfo(dt).eps), dtype=str(dt).replace("torch.", ""))
 
     def rtol_for(self, rows: int, cols: int) -> float:
         if self.rtol is not None:
@@ -188,7 +184,7 @@ class RankRule:
             return torch.clamp(sigma_max * r, min=self.atol_value)
         return max(self.atol_value, r * float(sigma_max))
 
-    def in_units(self, exponent: int) -> "RankRule":
+    def in_units(self, exponent: int) -> RankRule:
         """The same rule for data divided by ``2**exponent``: the absolute tolerance is divided with
         them (``rtol`` stays 0 where only ``atol`` was given, even if the quotient underflows)."""
         if not exponent or not self.atol:

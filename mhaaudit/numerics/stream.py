@@ -28,7 +28,6 @@ the data once.
 from __future__ import annotations
 
 import math
-import os
 import resource
 import sys
 import threading
@@ -105,7 +104,7 @@ class Rows:
     def __init__(self, data, mapped: bool | None = None):
         if isinstance(data, Rows):
             data, mapped = data.data, data.mapped if mapped is None else mapped
-        self.data = data
+        self.data: torch.Tensor | np.ndarray = data
         self.numpy = isinstance(data, np.ndarray)
         self.mapped = bool(mapped if mapped is not None else isinstance(data, np.memmap))
         self.T, self.d = int(data.shape[0]), int(data.shape[1])
@@ -131,13 +130,13 @@ class Rows:
     def chunk(self, start: int, stop: int) -> torch.Tensor:
         """Rows ``start:stop`` as float64 (a copy of that chunk only), on the rows' device."""
         part = self.data[start:stop]
-        return torch.from_numpy(np.array(part, dtype=np.float64)) if self.numpy else part.to(torch.float64, copy=True)
+        return torch.from_numpy(np.array(part, dtype=np.float64)) if isinstance(part, np.ndarray) else part.to(torch.float64, copy=True)
 
-    def to(self, device: torch.device) -> "Rows":
+    def to(self, device: torch.device) -> Rows:
         """The rows on ``device`` in their own dtype (a mapped file is copied a chunk at a time)."""
         if device == self.device:
             return self
-        if not self.numpy:
+        if isinstance(self.data, torch.Tensor):  # (not self.numpy)
             return Rows(self.data.to(device), mapped=False)
         out = torch.empty(self.T, self.d, dtype=self.dtype, device=device)
         step = chunk_rows(self.d)
@@ -239,7 +238,7 @@ def _scan(rows: Rows) -> Scan:
             u = u / np.linalg.norm(u)
         del G
         proj[s : s + len(Cs)] = Cs @ u
-    if T == 0:  # pragma: no cover - as_matrix refuses empty sets
+    if u is None:  # T == 0 (no chunk)  # pragma: no cover - as_matrix refuses empty sets
         u = np.full(d, 1 / math.sqrt(max(1, d)))
     return Scan(T=T, d=d, exponent=int(e_run or 0), gram=gram, sqn=sqn, proj=proj, u=u, small_norms=small,
                 zero_rows=zero_rows, first_zero=first_zero, chunks=chunks)

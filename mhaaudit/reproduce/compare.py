@@ -12,6 +12,7 @@ a model or a test: the functions read records (plain dicts) and :class:`RunFacts
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -32,7 +33,7 @@ class RunFacts:
     samples: int
     threshold: float
     seed: int
-    weights: dict = field(default_factory=dict)  # column -> weights source, in words
+    weights: dict[str, str] = field(default_factory=dict)  # column -> weights source, in words
 
 
 @dataclass(frozen=True)
@@ -302,7 +303,7 @@ def explain(ours: Ours, paper_value: float | None, item: dict, diffs: list[Diffe
     """Our evidence, whether the published number lies in our interval, and how this run's setting differs."""
     parts = [ours.evidence]
     lo, hi = ours.ci
-    if paper_value is not None and lo is not None and lo <= paper_value <= hi:
+    if paper_value is not None and lo is not None and hi is not None and lo <= paper_value <= hi:
         parts.append(f"the published {paper_value:g} lies inside our 95% interval [{lo:.4f}, {hi:.4f}], "
                      "so the two estimates are within sampling error of each other")
     if diffs:
@@ -405,7 +406,7 @@ def _linear(target: str, item: dict, T: int, pts: list[dict], fit: dict | None, 
 def _monotone(target: str, item: dict, T: int, pts: list[dict], spec: dict) -> Comparison:
     base = _memo_base(target, item, f"T = {T}")
     counts = [(r["heads"], r["memorized_count"]) for r in pts]
-    drops = [(a, b) for a, b in zip(counts, counts[1:]) if b[1] < a[1]]
+    drops = [(a, b) for a, b in itertools.pairwise(counts) if b[1] < a[1]]
     rises = len(counts) > 1 and counts[-1][1] > counts[0][1]
     ok = not drops and rises
     detail = ", ".join(f"H = {h}: {c}" for h, c in counts)

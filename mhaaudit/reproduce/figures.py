@@ -48,7 +48,7 @@ def _sweeps(ax, result) -> None:
         pts = [it for it in spec["values"] if it["model"] == key and it.get("column") == column]
         sweep = [(it["k"], it["fraction"]) for it in pts if it["kind"] == "sweep"]
         if sweep:
-            ax.plot(*zip(*sweep), "x", color=color, ms=5, label=f"paper: {key} {column}")
+            ax.plot(*zip(*sweep, strict=False), "x", color=color, ms=5, label=f"paper: {key} {column}")
         for it in (p for p in pts if p["kind"] == "shape"):
             lo, hi = bands[it["verdict"]]
             ax.errorbar(it["k"], (lo + hi) / 2, yerr=(hi - lo) / 2, fmt="none", color="k", capsize=3, lw=1)
@@ -68,13 +68,13 @@ def _memorization(ax, result) -> None:
     grid = result.grid
     for i, T in enumerate(grid.sizes):
         pts = sorted((r.heads, r.memorized_count) for r in grid.runs if r.size == T)
-        ax.plot(*zip(*pts), marker="o", color=f"C{i}", label=f"ours: memorised of T = {T}")
+        ax.plot(*zip(*pts, strict=False), marker="o", color=f"C{i}", label=f"ours: memorised of T = {T}")
         ax.axhline(T, color=f"C{i}", lw=0.5, ls=":")
     s = grid.settings
-    bounds = [(h, theorem1_bound(heads=h, head_dim=s["head_dim"], n=s["n"], d=s.get("d", 64), a1_holds=True, a2_holds=True))
-              for h in sorted({r.heads for r in grid.runs})]
-    bounds = [(h, b.count) for h, b in bounds if b.applies]
+    theorem = [(h, theorem1_bound(heads=h, head_dim=s["head_dim"], n=s["n"], d=s.get("d", 64), a1_holds=True, a2_holds=True))
+               for h in sorted({r.heads for r in grid.runs})]
+    bounds = [(h, b.count) for h, b in theorem if b.applies]
     if bounds:
-        ax.plot(*zip(*bounds), "k--", lw=1, label="Theorem 1: H (min(n, d_h) - 1) + 1")
+        ax.plot(*zip(*bounds, strict=False), "k--", lw=1, label="Theorem 1: H (min(n, d_h) - 1) + 1")
     ax.set_xlabel("number of heads H")
     ax.set_ylabel("examples memorised")

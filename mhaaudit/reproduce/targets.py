@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .. import validate
 from ..auditing import audit, capture_features
 from ..capacity import theorem1_bound
 from ..errors import InputError, param
 from ..hub import is_offline
+from ..io import stamp
 from ..kruskal import draw_decisions, kruskal_sweep
 from ..memorize import run_memorize_grid
 from ..numerics import svd_rank
@@ -34,7 +36,12 @@ from ..render import reproduction_report
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 from ..tables import Report
 from .compare import Comparison, RunFacts, compare, compare_memorization, setting_differences
-from .published import target_spec
+from .published import published, target_spec
+
+if TYPE_CHECKING:
+    from ..auditing import AuditResult
+    from ..kruskal import Sweep
+    from ..memorize import MemorizeGrid
 
 SWEEP_KINDS = ("sweep", "shape", "estimate")
 
@@ -48,14 +55,14 @@ class Reproduction(Report):
     title: str
     source: str
     comparisons: list[Comparison]
-    facts: dict  # model key -> RunFacts
+    facts: dict[str, RunFacts]  # model key -> what its run was
     setting: list[str]  # the run in words, with how it differs from the paper's
-    settings: dict  # for the output's meta
-    timings: dict
-    sweeps: dict = field(default_factory=dict)  # (model key, column) -> Sweep
-    audits: dict = field(default_factory=dict)  # model key -> AuditResult
-    grid: object | None = None  # figure2: the MemorizeGrid
-    notes: list = field(default_factory=list)
+    settings: dict[str, Any]  # for the output's meta
+    timings: dict[str, float | dict[str, Any]]  # phase -> seconds (an audit's phases nested under its model, by column)
+    sweeps: dict[tuple[str, str], Sweep] = field(default_factory=dict)  # (model key, column) -> its sweep
+    audits: dict[str, AuditResult] = field(default_factory=dict)  # model key -> its audit
+    grid: MemorizeGrid | None = None  # figure2: the grid trained
+    notes: list[str] = field(default_factory=list)
 
     def records(self) -> list[dict]:
         return [c.record() for c in self.comparisons]
@@ -66,6 +73,22 @@ class Reproduction(Report):
     def counts(self) -> dict:
         c = Counter(x.status for x in self.comparisons)
         return {s: c.get(s, 0) for s in ("match", "differs", "undetermined", "unavailable")}
+
+    def meta(self) -> dict:
+        """The run's provenance stamp (the JSON ``meta``): the target, the paper, the counts, the setting."""
+        return stamp(command="reproduce", target=self.target, title=self.title, source=self.source,
+                     paper=published()["paper"], counts=self.counts(), setting=self.setting, notes=self.notes,
+                     timings_s=self.timings, **self.settings)
+
+    def document(self, meta: dict | None = None) -> dict:
+        """What ``--format json`` prints: ``meta``, the records, and the sweep rows and memorize runs
+        when the target has them."""
+        doc = {"meta": self.meta() if meta is None else meta, "records": self.records()}
+        if self.sweeps:
+            doc["sweep"] = self.sweep_rows()
+        if self.grid is not None:
+            doc["runs"] = [r.to_dict() for r in self.grid.runs]
+        return doc
 
     def renderables(self) -> list:
         return reproduction_report(self)
@@ -88,7 +111,7 @@ def _data_for(spec: dict, data: str | None) -> tuple[str | None, bool]:
 
 def _facts(result, name: str, paper_data: bool, settings: Settings) -> RunFacts:
     cols = {c.probe.variant: (c.weights_source or c.reason) for c in result.columns}
-    T = next((c.features.T for c in result.columns if c.features is not None), None)
+    T = result.T
     return RunFacts(model=name, resolved=str(result.info.get("resolved", name)), n=result.info.get("n"),
                     d=result.info.get("d"), T=T, data=result.data, paper_data=paper_data, samples=settings.samples,
                     threshold=settings.threshold, seed=settings.seed, weights=cols)
@@ -102,7 +125,7 @@ def _column(col, settings: Settings, sweep=None) -> dict:
     """Our records of one audited column, as :func:`compare` reads them."""
     if col.status != "ok":
         return {"unavailable": col.reason}
-    recs = {r["check"]: r for r in col.records("", 0)}
+    recs = {r["check"]: r for r in col.records("")}
     out = {"records": recs, "sweep": _sweep_doc(sweep) if sweep is not None else None, "n": col.features.n}
     gp = recs.get("general_position")
     if gp is not None and not gp["sampled"] and gp["k"] <= gp["d"] and (gp.get("set_rank") or 0) > 1:
@@ -283,4 +306,4 @@ def figure2(*, preset: str | None = "cpu", values=None, sizes=None, max_steps: i
                         {"total": round(time.perf_counter() - t0, 3)}, grid=grid)
 
 
-TARGET_FUNCTIONS = {"table1": table1, "table3": table3, "figure1": figure1, "figure2": figure2}
+TARGET_FUNCTIONS: dict[str, Callable[..., Reproduction]] = {"table1": table1, "table3": table3, "figure1": figure1, "figure2": figure2}

@@ -11,6 +11,11 @@ constructions are :func:`bert_pair_examples` and :func:`gpt_window_examples`;
 :func:`find_duplicates` and :class:`DuplicateFinder` find exact duplicate inputs.
 """
 
+from ._common import SKIP_CAUSES, Skips, describe_skips
+from .containers import Table, choose_column, open_table
+from .corpus import Corpus, docstring_corpus
+from .duplicates import DuplicateFinder, Duplicates, find_duplicates
+from .examples import TextExamples, bert_pair_examples, gpt_window_examples
 from .images import (
     BUILTIN_PHOTOS,
     IMAGE_EXTENSIONS,
@@ -22,17 +27,13 @@ from .images import (
     TableImages,
     image_source,
 )
-from .corpus import Corpus, docstring_corpus
-from .duplicates import DuplicateFinder, Duplicates, find_duplicates
-from .examples import TextExamples, bert_pair_examples, gpt_window_examples
-from ._common import SKIP_CAUSES, Skips, describe_skips
-from .containers import Table, choose_column, open_table
 from .text import BuiltinText, HubText, JsonlText, ParquetText, TableText, TextFiles, TextSource, text_source
 from .tokenizers import FallbackTokenizer, offline_tokenizer
 
 __all__ = [
     "BUILTIN_PHOTOS",
     "IMAGE_EXTENSIONS",
+    "SKIP_CAUSES",
     "BuiltinImages",
     "BuiltinText",
     "Corpus",
@@ -46,7 +47,6 @@ __all__ = [
     "JsonlText",
     "ParquetImages",
     "ParquetText",
-    "SKIP_CAUSES",
     "Skips",
     "Table",
     "TableImages",

@@ -12,9 +12,10 @@ import os
 import re
 import tempfile
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -184,7 +185,7 @@ def open_hf_dataset(data: str, *, split: str, config: str | None = None, what: s
                 f"cannot reach the Hugging Face hub for '{data}' ({one_line(exc, 300, first_line=True)}); use {instead}"
             ) from None
         raise DataError(f"cannot open {what} dataset {label}: {one_line(exc, 300, first_line=True)}") from None
-    except Exception as exc:  # the datasets library raises many types; all are data problems here
+    except Exception as exc:  # noqa: BLE001 - the datasets library raises many types; all are data problems here
         name = type(exc).__name__
         if "NotFound" in name or isinstance(exc, FileNotFoundError):
             hint = "" if local else " (check the id; gated or private datasets need `hf auth login`)"
@@ -205,7 +206,7 @@ def _available_splits(message: str, data: str, config: str | None) -> list[str]:
         import datasets
 
         return list(datasets.get_dataset_split_names(data, config))
-    except Exception:
+    except Exception:  # noqa: BLE001 - the split names only improve an error message
         return []
 
 
@@ -241,7 +242,7 @@ class Skips:
         self.counts[cause] = self.counts.get(cause, 0) + count
         self.examples.setdefault(cause, example)
 
-    def merge(self, other: "Skips") -> None:
+    def merge(self, other: Skips) -> None:
         for cause, count in other.counts.items():
             self.counts[cause] = self.counts.get(cause, 0) + count
             self.examples.setdefault(cause, other.examples[cause])

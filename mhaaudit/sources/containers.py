@@ -17,8 +17,9 @@ import, and a run that never needs them does not load them.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from ..errors import DataError, InputError, MhaauditError, one_line
 
@@ -86,7 +87,7 @@ def _parquet(path: Path) -> Table:
 
     try:
         meta = pq.ParquetFile(path)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises many types; all mean an unreadable file here
         raise DataError(f"cannot read parquet file {path}: {one_line(exc, 300, first_line=True)}") from None
 
     def values(column: str) -> Iterator[Any]:
@@ -168,7 +169,7 @@ def _saved(folder: Path, split: str) -> Table:
         where = folder
     try:
         ds = datasets.load_from_disk(str(where))
-    except Exception as exc:  # the datasets library raises many types; all are data problems here
+    except Exception as exc:  # noqa: BLE001 - the datasets library raises many types; all are data problems here
         raise DataError(f"cannot read dataset folder {where}: {one_line(exc, 300, first_line=True)}") from None
     kinds: dict[str, str] = {}
     for name, feature in ds.features.items():
@@ -205,6 +206,15 @@ def open_table(target: Path, split: str = "train") -> Table | None:
     if kind in ("csv", "tsv"):
         return _delimited(target, "\t" if kind == "tsv" else ",")
     return None
+
+
+def table_of(target: Path, split: str = "train") -> Table:
+    """:func:`open_table` of a target already known to be a container (a saved-dataset folder,
+    ``.parquet``, ``.arrow``, ``.csv`` or ``.tsv``); DataError for anything else."""
+    table = open_table(target, split)
+    if table is None:
+        raise DataError(f"{target} is not a parquet, arrow, csv or tsv file or a folder written by save_to_disk")
+    return table
 
 
 def choose_column(label: str, kinds: dict[str, str], wanted: str | None, kind: str) -> tuple[str, str]:

@@ -35,6 +35,7 @@ import json
 import os
 import platform
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,7 +117,7 @@ class Corpus:
 
 def _module_files(root: Path) -> list[Path]:
     """The ``.py`` files under a package folder, tests and tools left out, in sorted order."""
-    found = []
+    found: list[Path] = []
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
         found.extend(Path(folder) / name for name in sorted(files)
@@ -155,7 +156,7 @@ def _stdlib_names() -> list[str]:
 
 
 @functools.lru_cache(maxsize=1)
-def _distributions() -> dict[str, list[str]]:
+def _distributions() -> Mapping[str, list[str]]:
     return importlib.metadata.packages_distributions()
 
 
@@ -181,7 +182,7 @@ def _installed(packages: tuple[str, ...]) -> list[tuple[str, str]]:
 
 def _files(packages: list[tuple[str, str]]) -> list[tuple[str, str, Path]]:
     """``(group, module path, file)`` of every source file to read, in corpus order."""
-    files = []
+    files: list[tuple[str, str, Path]] = []
     for name, _ in packages:
         names = _stdlib_names() if name == STDLIB else [name]
         files.extend((name, module, path) for each in names for module, path in _module_paths(each))
@@ -266,7 +267,7 @@ def _build_lock(path: Path):
     together build it once (POSIX ``flock``; elsewhere, or when the lock file cannot be made,
     no lock)."""
     try:
-        handle = open(path.with_name(path.name + ".lock"), "w")
+        handle = open(path.with_name(path.name + ".lock"), "w")  # noqa: SIM115 - closed by the `with` below
     except (ImportError, OSError):
         yield
         return

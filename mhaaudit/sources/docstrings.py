@@ -123,65 +123,90 @@ def _split(doc: str) -> tuple[list[list[str]], int]:
     code = 0
     i = 0
     while i < len(lines):
-        line = lines[i]
-        stripped = line.strip()
-        if not stripped:
-            literal = out.flush()
+        for step in _STEPS:
+            took = step(lines, i, out)
+            if took is not None:
+                i, removed = took
+                code += removed
+                break
+        else:
+            out.current.append(lines[i])
             i += 1
-            if literal is not None:  # the indented block after "::" is a literal (code) block
-                j = i
-                while j < len(lines) and not lines[j].strip():
-                    j += 1
-                if j < len(lines) and _indent(lines[j]) > literal:
-                    i = _skip_block(lines, j, literal)
-                    code += 1
-            continue
-        if _FENCE.match(line):
-            out.flush()
-            fence = stripped[:3]
-            i += 1
-            while i < len(lines) and not lines[i].strip().startswith(fence):
-                i += 1
-            i += 1
-            code += 1
-            continue
-        if stripped.startswith(">>>"):
-            out.flush()
-            while i < len(lines) and lines[i].strip():
-                i += 1
-            code += 1
-            continue
-        directive = _DIRECTIVE.match(line)
-        if directive:
-            out.flush()
-            name = directive.group(2).lower().split(":")[-1]
-            indent = len(directive.group(1))
-            if name in _PROSE_DIRECTIVES:
-                argument = directive.group(3).strip()
-                if argument and name not in _VERSION_DIRECTIVES:
-                    out.current.append(argument)
-                i += 1  # the body follows as ordinary (indented) lines
-            else:
-                i = _skip_block(lines, i + 1, indent)
-                code += name in _CODE_DIRECTIVES
-            continue
-        if _COMMENT.match(line):
-            out.flush()
-            i = _skip_block(lines, i + 1, _indent(line))
-            continue
-        if _RULE.match(line):
-            # a section underline: the line above is a heading, a paragraph of its own
-            heading = out.current.pop() if out.current else None
-            out.flush()
-            if heading is not None:
-                out.current.append(heading)
-                out.flush()
-            i += 1
-            continue
-        out.current.append(line)
-        i += 1
     out.flush()
     return out.done, code
+
+
+# Each step reads the line at ``i`` when it is of its kind: it returns (the next line to read, code
+# blocks removed), or None when the line is not of its kind.
+
+def _blank(lines: list[str], i: int, out: _Paragraphs) -> tuple[int, int] | None:
+    if lines[i].strip():
+        return None
+    literal = out.flush()
+    i += 1
+    if literal is not None:  # the indented block after "::" is a literal (code) block
+        j = i
+        while j < len(lines) and not lines[j].strip():
+            j += 1
+        if j < len(lines) and _indent(lines[j]) > literal:
+            return _skip_block(lines, j, literal), 1
+    return i, 0
+
+
+def _fence(lines: list[str], i: int, out: _Paragraphs) -> tuple[int, int] | None:
+    if not _FENCE.match(lines[i]):
+        return None
+    out.flush()
+    fence = lines[i].strip()[:3]
+    i += 1
+    while i < len(lines) and not lines[i].strip().startswith(fence):
+        i += 1
+    return i + 1, 1
+
+
+def _doctest(lines: list[str], i: int, out: _Paragraphs) -> tuple[int, int] | None:
+    if not lines[i].strip().startswith(">>>"):
+        return None
+    out.flush()
+    while i < len(lines) and lines[i].strip():
+        i += 1
+    return i, 1
+
+
+def _directive(lines: list[str], i: int, out: _Paragraphs) -> tuple[int, int] | None:
+    directive = _DIRECTIVE.match(lines[i])
+    if not directive:
+        return None
+    out.flush()
+    name = directive.group(2).lower().split(":")[-1]
+    if name not in _PROSE_DIRECTIVES:
+        return _skip_block(lines, i + 1, len(directive.group(1))), int(name in _CODE_DIRECTIVES)
+    argument = directive.group(3).strip()
+    if argument and name not in _VERSION_DIRECTIVES:
+        out.current.append(argument)
+    return i + 1, 0  # the body follows as ordinary (indented) lines
+
+
+def _comment(lines: list[str], i: int, out: _Paragraphs) -> tuple[int, int] | None:
+    if not _COMMENT.match(lines[i]):
+        return None
+    out.flush()
+    return _skip_block(lines, i + 1, _indent(lines[i])), 0
+
+
+def _rule(lines: list[str], i: int, out: _Paragraphs) -> tuple[int, int] | None:
+    if not _RULE.match(lines[i]):
+        return None
+    # a section underline: the line above is a heading, a paragraph of its own
+    heading = out.current.pop() if out.current else None
+    out.flush()
+    if heading is not None:
+        out.current.append(heading)
+        out.flush()
+    return i + 1, 0
+
+
+_STEPS = (_blank, _fence, _doctest, _directive, _comment, _rule)
 
 
 def _is_prose(lines: list[str]) -> bool:

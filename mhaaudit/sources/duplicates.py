@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -90,8 +90,8 @@ def batch_keys(batch: Any) -> list[bytes]:
     """One key per example of a batch: a mapping of arrays/tensors with the examples along the
     first axis (a model's preprocessed inputs), one array/tensor, or a sequence of inputs."""
     if isinstance(batch, Mapping):
-        columns = {name: _as_numpy(value) for name, value in batch.items()}
-        columns = {name: value for name, value in columns.items() if value is not None and value.ndim >= 1}
+        arrays = ((name, _as_numpy(value)) for name, value in batch.items())
+        columns = {name: value for name, value in arrays if value is not None and value.ndim >= 1}
         if not columns:
             raise TypeError("a batch mapping needs at least one array or tensor with a batch axis")
         sizes = {len(value) for value in columns.values()}
@@ -114,7 +114,8 @@ def _take_rows(batch: Any, rows: list[int]) -> Any:
     if isinstance(batch, Mapping):
         out = {name: value[rows] if getattr(value, "ndim", 0) >= 1 and _as_numpy(value) is not None else value
                for name, value in batch.items()}
-        return out if type(batch) is dict else type(batch)(out)
+        # a Mapping subclass that builds from a dict (transformers' BatchEncoding); Mapping itself declares no constructor
+        return out if type(batch) is dict else type(batch)(out)  # type: ignore[call-arg]
     if _as_numpy(batch) is not None:
         return batch[rows]
     return [batch[i] for i in rows]
@@ -143,6 +144,7 @@ class Duplicates:
         """One line for the report."""
         if not self.repeats:
             return f"no duplicate {what}: all {self.total} are distinct"
+        assert self.example is not None, "a repeat was counted, so its first pair was kept"
         first, repeat = self.example
         fate = f"dropped, {len(self.kept)} kept" if self.dropped else "kept (asked for)"
         return (f"{self.repeats} of {self.total} {what} repeat an earlier one exactly "

@@ -17,9 +17,9 @@ never needs it does not load it.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -88,7 +88,7 @@ class _quiet_transformers:
         self.previous = None
         try:
             from transformers.utils import logging as hf_logging
-        except Exception:  # pragma: no cover - transformers is a dependency
+        except Exception:  # noqa: BLE001  # pragma: no cover - transformers is a dependency
             return self
         self.hf_logging = hf_logging
         self.previous = hf_logging.get_verbosity()
@@ -262,7 +262,7 @@ def gpt_window_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int
             take(d, int(rng.integers(lengths[d] - n + 1)))
         how = "one per document, uniform random starts"
     if len(ids) < count:  # too few documents, or repeated text: disjoint tiles
-        tiles = []
+        tiles: list[tuple[int, int]] = []
         for d, length in enumerate(lengths):
             offset = int(rng.integers(length % n + 1))
             tiles.extend((d, offset + k * n) for k in range((length - offset) // n))

@@ -17,27 +17,28 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from PIL import Image, UnidentifiedImageError
 
 from ..errors import DataError, InputError, one_line
 from ._common import Skips, classify, is_builtin, is_local, no_split, open_hf_dataset, ordered_map, stream_rows
-from .containers import IMAGE_NAMES, Table, choose_column, is_saved_dataset, open_table
+from .containers import IMAGE_NAMES, Table, choose_column, is_saved_dataset, table_of
 from .mosaics import BUILTIN_PHOTOS, CROP_SIZE, GRID, TILE_SIDE, atlas, load_photos, mosaics
 
 __all__ = [
-    "ImageSource",
+    "BUILTIN_PHOTOS",
+    "IMAGE_EXTENSIONS",
     "BuiltinImages",
+    "HubImages",
     "ImageFolder",
+    "ImageSource",
     "ParquetImages",
     "TableImages",
-    "HubImages",
     "image_source",
-    "IMAGE_EXTENSIONS",
-    "BUILTIN_PHOTOS",
 ]
 
 IMAGE_EXTENSIONS = frozenset(
@@ -397,7 +398,7 @@ class ParquetImages(TableImages):
     def __init__(self, path: Path, limit: int = 2000, image_column: str | None = None,
                  convert_rgb: bool = False) -> None:
         self.path = path
-        super().__init__(open_table(path), limit, image_column, convert_rgb)
+        super().__init__(table_of(path), limit, image_column, convert_rgb)
 
 
 class HubImages(ImageSource):
@@ -410,6 +411,7 @@ class HubImages(ImageSource):
 
         features = dataset.features
         label = f"dataset '{data}'"
+        column: str | None
         if features is not None:
             kinds = {c: "image" if isinstance(f, datasets.Image) else
                      ("bytes" if isinstance(f, datasets.Value) and f.dtype in ("binary", "large_binary") else
@@ -481,7 +483,7 @@ def image_source(data: str | None = None, *, split: str = "train", limit: int = 
     """
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise InputError(f"limit must be a positive number of images, got {limit!r}")
-    if is_builtin(data):
+    if data is None or is_builtin(data):
         given = [p for p, v in (("image_column", image_column), ("convert_rgb", convert_rgb)) if v]
         if given:
             raise InputError(f"{' and '.join('{param:' + p + '}' for p in given)} "
@@ -492,7 +494,7 @@ def image_source(data: str | None = None, *, split: str = "train", limit: int = 
     kind, target = classify(data)
     if kind == "dir":
         if is_saved_dataset(target):
-            return TableImages(open_table(target, split), limit=limit, image_column=image_column,
+            return TableImages(table_of(target, split), limit=limit, image_column=image_column,
                                convert_rgb=convert_rgb)
         if not _has_image_files(target) and _has_dataset_files(target):
             # a dataset folder as the hub stores them (data/*.parquet ...): the datasets library reads it
@@ -509,7 +511,7 @@ def image_source(data: str | None = None, *, split: str = "train", limit: int = 
         if suffix == ".parquet":
             return ParquetImages(target, limit=limit, image_column=image_column, convert_rgb=convert_rgb)
         if suffix == ".arrow":
-            return TableImages(open_table(target), limit=limit, image_column=image_column, convert_rgb=convert_rgb)
+            return TableImages(table_of(target), limit=limit, image_column=image_column, convert_rgb=convert_rgb)
         if suffix in IMAGE_EXTENSIONS:
             raise InputError(f"{target} is a single image; give the folder that holds the images")
         raise InputError(f"{target}: not an image source (give an image folder, a .parquet or .arrow file, a folder "

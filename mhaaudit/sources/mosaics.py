@@ -33,12 +33,13 @@ import contextlib
 import functools
 import importlib.util
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import torch
 
+from ..numerics.threads import intra_op_threads
 from ._common import data_rng
 
 __all__ = ["BUILTIN_PHOTOS", "CHUNK", "CROP_SIZE", "GRID", "JITTER", "SLICE", "TILE", "TILE_SIDE", "VERSION",
@@ -145,11 +146,11 @@ class Atlas:
         self.offsets, self.heights, self.widths = (np.zeros(shape, dtype=np.int64) for _ in range(3))
         at = 0
         for i, pyramid in enumerate(pyramids):
-            for l in range(self.levels):
-                level = pyramid[min(l, len(pyramid) - 1)]
-                if l < len(pyramid):
+            for lev in range(self.levels):
+                level = pyramid[min(lev, len(pyramid) - 1)]
+                if lev < len(pyramid):
                     start, at = at, at + level.size
-                self.offsets[i, l], (self.heights[i, l], self.widths[i, l]) = start, level.shape
+                self.offsets[i, lev], (self.heights[i, lev], self.widths[i, lev]) = start, level.shape
         self.table = torch.from_numpy(np.concatenate([lv.reshape(-1) for pyr in pyramids for lv in pyr])).to(self.device)
 
 
@@ -175,7 +176,7 @@ def draw_params(rng: np.random.Generator, count: int, sizes: list[tuple[int, int
     top = np.minimum(np.floor(rng.random(shape) * (h - side + 1)).astype(np.int64), h - side)
     turns = rng.integers(4, size=shape)
     flip = rng.random(shape) < 0.5
-    jitter = rng.uniform(*JITTER, size=shape + (3,))
+    jitter = rng.uniform(*JITTER, size=(*shape, 3))
     return {"photo": photo, "side": side, "left": left, "top": top, "turns": turns, "flip": flip,
             "jitter": jitter}
 
@@ -192,8 +193,8 @@ def _colour_coefficients(jitter: np.ndarray) -> np.ndarray:
 def _level(side: np.ndarray, photo: np.ndarray, atlas: Atlas) -> np.ndarray:
     """The pyramid level of each tile: the deepest l with side >= TILE * 2**l that its photograph has."""
     level = np.zeros_like(side)
-    for l in range(1, atlas.levels):
-        level += (side >= (TILE << l)) & (atlas.depth[photo] > l)
+    for lev in range(1, atlas.levels):
+        level += (side >= (TILE << lev)) & (atlas.depth[photo] > lev)
     return level
 
 
@@ -223,8 +224,8 @@ def _oriented(y, x, turns, flip):
     odd = (turns % 2 == 1)[:, None]
     rev_rows = ((turns == 1) | (turns == 2))[:, None]
     rev_cols = (((turns == 2) | (turns == 3)) ^ flip)[:, None]
-    rows = tuple(torch.where(odd, b, a) for a, b in zip(y, x))
-    cols = tuple(torch.where(odd, a, b) for a, b in zip(y, x))
+    rows = tuple(torch.where(odd, b, a) for a, b in zip(y, x, strict=False))
+    cols = tuple(torch.where(odd, a, b) for a, b in zip(y, x, strict=False))
     rows = tuple(torch.where(rev_rows, r.flip(1), r) for r in rows)
     cols = tuple(torch.where(rev_cols, c.flip(1), c) for c in cols)
     return rows, cols
@@ -285,18 +286,11 @@ def atlas(device: str = "cpu") -> Atlas:
 def _one_thread(device) -> Iterator[None]:
     """On the CPU, synthesise on one intra-op thread. The synthesis runs on the pipeline's reader
     thread beside the forward pass, which takes the cores; a second team of threads on the same
-    cores made it ten times slower on a busy 2-core machine. ``torch.set_num_threads`` sets the
-    calling thread's OpenMP and MKL thread counts (other running threads keep theirs) and the
-    default of threads not yet started; it is restored at once."""
-    if device.type != "cpu" or torch.get_num_threads() == 1:
+    cores made it ten times slower on a busy 2-core machine. The count
+    (:func:`~mhaaudit.numerics.threads.intra_op_threads`) is the calling thread's (other running
+    threads keep theirs) and the default of threads not yet started; it is restored at once."""
+    with intra_op_threads(1 if device.type == "cpu" else None):
         yield
-        return
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(saved)
 
 
 def mosaics(seed: int, where: Atlas) -> Iterator:

@@ -11,22 +11,23 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ..errors import DataError, InputError, one_line
 from ._common import Skips, classify, data_rng, is_builtin, is_local, no_split, open_hf_dataset, stream_rows
-from .containers import Table, choose_column, is_saved_dataset, open_table
+from .containers import Table, choose_column, is_saved_dataset, open_table, table_of
 from .corpus import docstring_corpus
 
 __all__ = [
-    "TextSource",
     "BuiltinText",
-    "TextFiles",
+    "HubText",
     "JsonlText",
     "ParquetText",
     "TableText",
-    "HubText",
+    "TextFiles",
+    "TextSource",
     "text_source",
 ]
 
@@ -191,7 +192,7 @@ class JsonlText(TextSource):
     def _fields(self) -> dict[str, str]:
         """The fields of the first lines' objects: ``"text"`` when some line has a string there."""
         kinds: dict[str, str] = {}
-        for _, record in zip(range(_JSONL_PROBE), self._records(None)):
+        for _, record in zip(range(_JSONL_PROBE), self._records(None), strict=False):
             if isinstance(record, dict):
                 for key, value in record.items():
                     kind = "text" if isinstance(value, str) else type(value).__name__
@@ -260,7 +261,7 @@ class ParquetText(TableText):
 
     def __init__(self, path: Path, limit: int | None = None, text_column: str | None = None) -> None:
         self.path = path
-        super().__init__(open_table(path), limit, text_column)
+        super().__init__(table_of(path), limit, text_column)
 
 
 class HubText(TextSource):
@@ -331,14 +332,14 @@ def text_source(data: str | None = None, *, split: str = "train", limit: int | N
     """
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise InputError(f"limit must be a positive number of documents, got {limit!r}")
-    if is_builtin(data):
+    if data is None or is_builtin(data):
         _no_columns(text_column, "the built-in text")
         no_split(split, "the built-in text")
         return BuiltinText(limit=limit, seed=seed, progress=progress)
     kind, target = classify(data)
     if kind == "dir":
         if is_saved_dataset(target):
-            return TableText(open_table(target, split), limit=limit, text_column=text_column)
+            return TableText(table_of(target, split), limit=limit, text_column=text_column)
         if not any(p.suffix.lower() == ".txt" for p in target.rglob("*")) and any(
             p.suffix.lower() in {".parquet", ".arrow", ".jsonl", ".csv", ".tsv"} for p in target.rglob("*")
         ):

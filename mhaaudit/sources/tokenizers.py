@@ -132,7 +132,8 @@ def _gpt2_bpe() -> tuple[Any, str] | None:
             tmp = folder / f".{target}.{os.getpid()}.tmp"
             shutil.copyfile(src, tmp)
             os.replace(tmp, dst)
-    from transformers import GPT2TokenizerFast
+    # transformers 5 exports this name lazily (an alias of GPT2Tokenizer), so its stubs do not list it
+    from transformers import GPT2TokenizerFast  # type: ignore[attr-defined]
 
     tokenizer = _quiet_tokenizer_load(GPT2TokenizerFast.from_pretrained, folder)
     return tokenizer, (
@@ -162,7 +163,7 @@ def offline_tokenizer(family: str, vocab_size: int) -> tuple[Any, str]:
     if loader is not None:
         try:
             found = loader()
-        except Exception as exc:  # a broken install: fall back, and say so
+        except Exception as exc:  # noqa: BLE001 - a broken install: fall back, and say so
             found, reason = None, f"loading the {wanted} failed ({type(exc).__name__})"
         else:
             if found is None:

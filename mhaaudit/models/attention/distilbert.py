@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import nn
 
 from .registry import BlockContext, register_adapter
@@ -14,7 +16,7 @@ def _matches(block: nn.Module) -> bool:
 
 
 @register_adapter("distilbert", _matches)
-def read(block: nn.Module, ctx: BlockContext) -> AttentionWeights:
+def read(block: Any, ctx: BlockContext) -> AttentionWeights:
     att = block.attention
     return AttentionWeights.from_linears(att.q_lin, att.k_lin, ctx.num_heads, pre=nn.Identity(),
                                          scale=ctx.head_dim**-0.5, causal=ctx.causal)

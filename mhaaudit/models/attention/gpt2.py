@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import nn
 
 from .registry import BlockContext, register_adapter
@@ -13,7 +15,7 @@ def _matches(block: nn.Module) -> bool:
 
 
 @register_adapter("gpt2", _matches)
-def read(block: nn.Module, ctx: BlockContext) -> AttentionWeights:
+def read(block: Any, ctx: BlockContext) -> AttentionWeights:
     heads, dh = ctx.num_heads, ctx.head_dim
     c_attn = block.attn.c_attn
     w = c_attn.weight.detach().float()

@@ -4,6 +4,8 @@ front of the attention). Two layouts of the same attention: ``attention.q_proj``
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import nn
 
 from .registry import BlockContext, register_adapter
@@ -11,10 +13,10 @@ from .weights import AttentionWeights
 
 
 def _linears(block: nn.Module) -> tuple[nn.Linear, nn.Linear] | None:
-    att = getattr(block, "attention", None)
+    att: Any = getattr(block, "attention", None)  # a module of either layout, or None
     if hasattr(att, "q_proj") and hasattr(att, "k_proj"):
         return att.q_proj, att.k_proj
-    inner = getattr(att, "attention", None)
+    inner: Any = getattr(att, "attention", None)
     if hasattr(inner, "query") and hasattr(inner, "key"):
         return inner.query, inner.key
     return None
@@ -26,6 +28,8 @@ def _matches(block: nn.Module) -> bool:
 
 @register_adapter("hf-vit", _matches)
 def read(block: nn.Module, ctx: BlockContext) -> AttentionWeights:
-    pre = getattr(block, "layernorm_before", None) or getattr(block, "norm1", None)  # _matches requires one
-    q, k = _linears(block)
+    pre = getattr(block, "layernorm_before", None) or getattr(block, "norm1", None)
+    linears = _linears(block)
+    assert pre is not None and linears is not None, "_matches requires both"
+    q, k = linears
     return AttentionWeights.from_linears(q, k, ctx.num_heads, pre=pre, scale=ctx.head_dim**-0.5, causal=ctx.causal)

@@ -4,13 +4,15 @@ An adapter is a ``matches(block)`` test of what the block looks like (which subm
 and a ``read(block, ctx)`` that returns the block's :class:`~.weights.AttentionWeights`. Adapters
 register with :func:`register_adapter`; :func:`first_attention` asks them in registration
 order and uses the first that matches. Supporting a new block layout is one adapter file,
-imported in ``attention/__init__.py``.
+imported in ``attention/__init__.py``. A ``read`` takes the block as ``Any``: it looks up the
+submodules its ``matches`` found by name, which no static type of ``nn.Module`` lists.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
@@ -63,7 +65,7 @@ def adapter_for(block: nn.Module) -> Adapter | None:
     return next((a for a in ADAPTERS if a.matches(block)), None)
 
 
-def first_attention(pm: "ProbedModel", layer: int = 1) -> AttentionWeights:
+def first_attention(pm: ProbedModel, layer: int = 1) -> AttentionWeights:
     """Key/query weights of block ``layer`` (1-based) of a loaded model."""
     layer = validate.integer("layer", layer, minimum=None)
     if layer < 1 or layer > pm.built_layers:
@@ -83,5 +85,5 @@ def first_attention(pm: "ProbedModel", layer: int = 1) -> AttentionWeights:
         raise ModelError(f"{pm.info.name}: first_attention does not know the attention layout of {type(block).__name__}")
     info = pm.info
     ctx = BlockContext(model=info.name, layer=layer, num_heads=info.num_heads, head_dim=info.head_dim,
-                       causal=info.query_index != 0 and info.modality == "text", config=pm.config)
+                       causal=info.decoder, config=pm.config)
     return adapter.read(block, ctx)

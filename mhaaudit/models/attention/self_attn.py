@@ -5,6 +5,8 @@ are refused before an adapter is asked, see :mod:`.support`)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import nn
 
 from ...errors import ModelError
@@ -17,14 +19,14 @@ def _matches(block: nn.Module) -> bool:
     return hasattr(att, "q_proj") and hasattr(att, "k_proj")
 
 
-def _pre(block: nn.Module, ctx: BlockContext) -> nn.Module | None:
+def _pre(block: Any, ctx: BlockContext) -> nn.Module | None:
     if hasattr(block, "self_attn_layer_norm"):  # OPT: pre-LN unless do_layer_norm_before is off
         return block.self_attn_layer_norm if getattr(ctx.config, "do_layer_norm_before", True) else nn.Identity()
     return getattr(block, "layer_norm1", None) or getattr(block, "input_layernorm", None)
 
 
 @register_adapter("self-attn", _matches)
-def read(block: nn.Module, ctx: BlockContext) -> AttentionWeights:
+def read(block: Any, ctx: BlockContext) -> AttentionWeights:
     pre = _pre(block, ctx)
     if pre is None:
         raise ModelError(f"{ctx.model}: cannot find the pre-attention norm of block {ctx.layer}")

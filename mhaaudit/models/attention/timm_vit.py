@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -15,7 +17,7 @@ def _matches(block: nn.Module) -> bool:
 
 
 @register_adapter("timm-vit", _matches)
-def read(block: nn.Module, ctx: BlockContext) -> AttentionWeights:
+def read(block: Any, ctx: BlockContext) -> AttentionWeights:
     attn = block.attn
     heads = int(getattr(attn, "num_heads", ctx.num_heads))
     d = attn.qkv.in_features

@@ -7,8 +7,9 @@ attention maps) reads only this layout.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
+from typing import overload
 
 import torch
 from torch import nn
@@ -35,7 +36,7 @@ class AttentionWeights:
 
     @classmethod
     def from_linears(cls, q: nn.Linear, k: nn.Linear, heads: int, *, pre: Callable[[torch.Tensor], torch.Tensor],
-                     scale: float, causal: bool) -> "AttentionWeights":
+                     scale: float, causal: bool) -> AttentionWeights:
         """From separate query and key ``nn.Linear`` layers whose outputs are the heads side by side."""
         return cls(linear_heads(q.weight, heads), linear_heads(k.weight, heads), head_bias(q.bias, heads),
                    head_bias(k.bias, heads), pre, scale, causal)
@@ -74,6 +75,14 @@ def linear_heads(weight: torch.Tensor, heads: int) -> torch.Tensor:
     """An ``nn.Linear`` weight (H*d_h, d) -> (H, d, d_h), so that ``x @ W[h]`` is head h's projection."""
     out, d = weight.shape
     return weight.detach().reshape(heads, out // heads, d).transpose(1, 2).contiguous().float()
+
+
+@overload
+def head_bias(bias: torch.Tensor, heads: int) -> torch.Tensor: ...
+
+
+@overload
+def head_bias(bias: None, heads: int) -> None: ...
 
 
 def head_bias(bias: torch.Tensor | None, heads: int) -> torch.Tensor | None:

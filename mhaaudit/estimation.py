@@ -1,0 +1,284 @@
+"""The Kruskal-rank estimator on a set of vectors: what ``mhaaudit kruskal`` runs.
+
+:func:`estimate_kruskal_rank` takes its vectors from a file (a T x d matrix, a T x n x d token
+array with a query index, or a folder written by ``check --save-features``) or captures them from
+a model (one probe point, as ``check`` would), then runs the Monte-Carlo subset test at each size
+asked for and the sweep when asked. A size that one of the registered checks tests
+(:data:`~mhaaudit.checks.REGISTRY`: n for Assumption 1 or 3, min(T, d) for General Position)
+carries that check's name; any other size is a plain ``kruskal`` test. The result is a
+:class:`~mhaaudit.kruskal.KruskalResult` (``mhaaudit.KruskalResult``): the tests, the sweep, the
+inputs and the run's facts, which the command prints as a table, JSON or parquet (``meta()`` is the
+provenance stamp) and ``KruskalResult.from_json`` / ``from_parquet`` read back.
+
+What is asked travels as three frozen objects, each checked once when it is built:
+:class:`KruskalRequest` (the file and the sizes), :class:`Capture` (the model and data, when there
+is no file) and :class:`~mhaaudit.settings.Settings` (draws, threshold, seed, tolerances, device).
+The keyword arguments of :func:`estimate_kruskal_rank` are the command's option names; they build
+the same objects in :func:`kruskal_request`, :func:`kruskal_capture` and ``Settings.resolve``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from . import kruskal, validate
+from .auditing import capture_probe, probe_for_variant
+from .checks import REGISTRY, check_for_size
+from .errors import InputError, param
+from .features import FeatureSet
+from .io import MappedArray, read_array, to_query_matrix
+from .kruskal import KruskalInputs, KruskalResult, as_matrix, fixed_rule
+from .numerics.stream import peak_rss_bytes
+from .progress import log, task
+from .request import DataRequest, ModelRequest
+from .settings import Settings
+
+VECTORS = ("queries", "a3")  # the query vectors, or the Assumption 3 vectors (query + mean of context rows)
+
+
+@dataclass(frozen=True)
+class KruskalRequest:
+    """What is estimated: the vectors' file (None: a model's capture), and the sizes.
+
+    ``ks`` are the candidate sizes (none: n and min(T, d) when n is known, else the sweep);
+    ``n`` is the vectors' context length (tested by default; a saved feature folder and a
+    captured model know their own); ``vectors`` chooses the query or the Assumption 3 vectors of a
+    feature folder or a capture; ``key`` a tensor or column of a file; ``query_index`` the query
+    row of a T x n x d token array (with a model: :class:`~mhaaudit.pipeline.ModelRequest`'s).
+    Build it with :func:`kruskal_request`, which checks every field.
+    """
+
+    features: Path | None = None
+    ks: tuple[int, ...] = ()
+    sweep: bool = False
+    n: int | None = None
+    vectors: str | None = None
+    key: str | None = None
+    query_index: int | None = None
+
+
+@dataclass(frozen=True)
+class Capture:
+    """Where the vectors come from without a file: one probe point of a model over data.
+
+    ``variant`` is one column (``embedding``, ``random-attention``, ``random``, ``trained``,
+    ``random-L<k>`` or ``trained-L<k>``); build it with :func:`kruskal_capture`.
+    """
+
+    model: ModelRequest
+    data: DataRequest
+    variant: str = "random"
+
+
+# --------------------------------------------------------------------------- the requests
+
+
+def kruskal_request(features: str | Path | None = None, *, k: int | Sequence[int] | None = None, sweep: bool = False,
+                    n: int | None = None, vectors: str | None = None, key: str | None = None,
+                    query_index: int | None = None) -> KruskalRequest:
+    """A checked :class:`KruskalRequest`: sizes and n positive integers (repeated sizes once),
+    ``vectors`` queries or a3. Raises :class:`~mhaaudit.errors.InputError` otherwise."""
+    sizes = [k] if isinstance(k, int) else list(k or [])
+    ks = tuple(validate.integer(param("k"), kk) for kk in dict.fromkeys(sizes))
+    n = None if n is None else validate.integer(param("n"), n)
+    if vectors is not None:
+        vectors = validate.choice(param("vectors"), getattr(vectors, "value", vectors), VECTORS)
+    if query_index is not None:
+        query_index = validate.integer(param("query_index"), query_index, minimum=None)
+    return KruskalRequest(features=None if features is None else Path(features), ks=ks, sweep=bool(sweep), n=n,
+                          vectors=vectors, key=key, query_index=query_index)
+
+
+def kruskal_capture(model: str = "vit-base", *, variant: str = "random", n: int | None = None,
+                    query_index: int | None = None, data: DataRequest | None = None, **model_options) -> Capture:
+    """A checked :class:`Capture` of one column of ``model``: ``n`` is a text model's context length,
+    ``data`` a :class:`~mhaaudit.request.DataRequest` (default: the built-in data, 2000 examples,
+    batches of 32); ``model_options`` are :class:`~mhaaudit.request.ModelRequest`'s (backend,
+    weights, revision, trust_remote_code). Several columns, or ``weights`` without a trained
+    column, are refused."""
+    if len(validate.split_list(variant) or []) > 1:
+        raise InputError(f"{{param:variant}} {variant}: kruskal captures one column at a time; give one "
+                         "(check audits several)")
+
+    probe = probe_for_variant(variant)
+    if model_options.get("weights") is not None and probe.init != "trained":
+        raise InputError("{param:weights} loads trained weights; use it with {param:variant} trained (or trained-L<k>), "
+                         f"not {variant!r}")
+    options = dict(model_options)
+    request = ModelRequest(model, context_length=n, query_index=query_index, weights_path=options.pop("weights", None),
+                           **options)
+    return Capture(model=request, data=data if data is not None else DataRequest(), variant=variant)
+
+
+_REQUEST_KEYS = ("k", "sweep", "n", "vectors", "key", "query_index")
+_SETTINGS_KEYS = ("samples", "threshold", "seed", "rtol", "atol", "device", "stop_when_decided", "progress")
+_MODEL_KEYS = ("model", "variant", "backend", "weights", "revision", "trust_remote_code")
+_DATA_KEYS = ("data", "split", "limit", "batch_size", "keep_duplicates", "text_column", "image_column", "convert_rgb")
+_DATA_DEFAULTS = dict(data=None, split="train", limit=2000, batch_size=32, keep_duplicates=False)
+
+
+def _objects(features, request, capture, settings, keywords: dict):
+    """The three objects from the keyword conveniences (an object and a keyword for the same part
+    is an error: the two could disagree)."""
+    unknown = set(keywords) - {*_REQUEST_KEYS, *_SETTINGS_KEYS, *_MODEL_KEYS, *_DATA_KEYS}
+    if unknown:
+        raise TypeError(f"estimate_kruskal_rank() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
+    for obj, keys, what in ((request, _REQUEST_KEYS, "request"), (settings, _SETTINGS_KEYS, "settings"),
+                            (capture, (*_MODEL_KEYS, *_DATA_KEYS), "capture")):
+        clash = [k for k in keys if k in keywords]
+        if obj is not None and clash:
+            raise InputError(f"give {', '.join(clash)} in {what}= or as keywords, not both")
+    if request is not None and features is not None:
+        raise InputError("give the features in request= or as the first argument, not both")
+    pick = lambda keys: {k: keywords[k] for k in keys if k in keywords}  # noqa: E731
+    request = request or kruskal_request(features, **pick(_REQUEST_KEYS))
+    settings = settings or Settings.resolve(**{"stop_when_decided": True, **pick(_SETTINGS_KEYS)})  # as subset_test
+    if request.features is not None:
+        if capture is not None or pick((*_MODEL_KEYS, *_DATA_KEYS)):
+            given = ", ".join(pick((*_MODEL_KEYS, *_DATA_KEYS))) or "capture"
+            raise InputError(f"{given} has no effect when features ({request.features}) are given: the capture options "
+                             "apply only without a file")
+        return request, None, settings
+    if request.key is not None:
+        raise InputError("{param:key} has no effect without features: it chooses a tensor or column in a feature file")
+    if capture is None:
+        model = pick(_MODEL_KEYS)
+        name, variant = model.pop("model", None) or "vit-base", model.pop("variant", None) or "random"
+        capture = kruskal_capture(name, variant=variant, n=request.n, query_index=request.query_index, **model)
+        d = {**_DATA_DEFAULTS, **pick(_DATA_KEYS)}  # checked after the model's options, as capture_features does
+        capture = replace(capture, data=DataRequest(**d))
+    elif (capture.model.context_length, capture.model.query_index) != (request.n, request.query_index) and \
+            (request.n, request.query_index) != (None, None):
+        raise InputError("the request's n and query_index differ from the capture's model request "
+                         "(context_length, query_index); give them in one place")
+    return request, capture, settings
+
+
+# --------------------------------------------------------------------------- the estimate
+
+
+def estimate_kruskal_rank(features: str | Path | None = None, *, request: KruskalRequest | None = None,
+                          capture: Capture | None = None, settings: Settings | None = None,
+                          on_note: Callable[[str], None] | None = None, **keywords) -> KruskalResult:
+    """Estimate the Kruskal rank of a set of vectors: Monte-Carlo tests at candidate sizes, or a sweep.
+
+    ``features`` is a T x d matrix (``.npy``, ``.pt``, ``.safetensors``, ``.parquet``), a
+    T x n x d token array with ``query_index``, or a folder written by ``check --save-features``;
+    without it the query vectors (or ``vectors="a3"``) of one column of ``model`` are captured
+    (default ``vit-base``, ``variant="random"``, on the built-in data). The keywords are the
+    command's options: ``k`` (one size or several), ``sweep``, ``n``, ``vectors``, ``key``,
+    ``query_index``; ``samples``, ``threshold``, ``seed``, ``rtol``, ``atol``, ``device``,
+    ``stop_when_decided``, ``progress``; ``model``, ``variant``, ``backend``, ``weights``,
+    ``revision``, ``trust_remote_code``, ``data``, ``split``, ``limit``, ``batch_size``,
+    ``keep_duplicates``, ``text_column``, ``image_column``, ``convert_rgb``. Or give the objects:
+    ``request`` (:func:`kruskal_request`), ``capture`` (:func:`kruskal_capture`) and
+    ``settings``; an object and keywords for the same part are refused. ``on_note`` receives the
+    line that describes the vectors and the rank rule before the tests run.
+
+    Returns a :class:`KruskalResult`. Raises :class:`~mhaaudit.errors.InputError` for a bad
+    argument, a file that cannot be read as vectors, a size above T, or n above T when n sets the
+    size; a capture raises what :func:`~mhaaudit.audit` raises.
+    """
+    t0 = time.perf_counter()
+    request, capture, settings = _objects(features, request, capture, settings, keywords)
+    X, n, source, vectors, captured = _vectors(request, capture, settings)
+    X = as_matrix(X)
+    T, d = X.shape
+    ks, sweep = _sizes(request, n, T, d, vectors, settings.progress)
+    rule, stats = fixed_rule(X, settings.rule(X.dtype))
+    if on_note is not None:
+        on_note(f"{T} vectors in R^{d} from {source}; rank rule: {rule.describe()}")
+    tests, sw, timings = _estimate(X, ks, sweep, n, vectors, settings, rule, stats)
+    return KruskalResult(
+        inputs=KruskalInputs(source=str(source), T=T, d=d, n=n, dtype=str(X.dtype).replace("torch.", "")),
+        tests=tuple(tests), sweep=sw, rule=rule, seed=settings.seed, device=settings.device_name,
+        threshold=settings.threshold, samples=settings.samples, set_rank=stats.rank, timings=timings,
+        total_s=round(time.perf_counter() - t0, 3), storage="memory-mapped" if isinstance(X, MappedArray) else "memory",
+        peak_rss_bytes=peak_rss_bytes(), capture=captured,
+    )
+
+
+def _vectors(request: KruskalRequest, capture: Capture | None, settings: Settings):
+    """The vectors to test: (matrix, n, source, which vectors, how the capture ran: batch size and
+    weights read, empty for a file). A saved feature folder and a captured model know their n."""
+    if request.features is None:
+        assert capture is not None, "a request without features comes with its capture"
+        vectors = request.vectors or "queries"
+        fs = capture_probe(capture.model, capture.data, capture.variant, settings=settings)
+        source = f"{fs.meta.get('model')} [{fs.meta.get('variant')}] {vectors} on {fs.meta.get('data')}"
+        captured = {k: fs.meta.get(k) for k in ("batch", "weights_read") if fs.meta.get(k) is not None}
+        return (fs.a3 if vectors == "a3" else fs.queries), fs.n, source, vectors, captured
+    X, n_known, source, vectors = _read(request)
+    n = request.n
+    if n is not None and n_known is not None and n != n_known:
+        raise InputError(f"{{param:n}} {n}: the saved features in {request.features} were captured with n = {n_known}")
+    return X, n or n_known, source, vectors, {}
+
+
+def _read(request: KruskalRequest):
+    """Vectors from a file or a ``--save-features`` folder: (matrix, n or None, source, which vectors)."""
+    features, key, query_index, vectors = request.features, request.key, request.query_index, request.vectors
+    assert features is not None, "only a request with features is read"
+    if features.is_dir():
+        for name, value in (("key", key), ("query_index", query_index)):
+            if value is not None:
+                raise InputError(f"{{param:{name}}} has no effect on a saved feature folder ({features}): it holds the query "
+                                 "and Assumption 3 vectors already; choose them with {param:vectors}")
+        vectors = vectors or "queries"
+        fs = FeatureSet.load(features)
+        m = fs.meta
+        source = f"{features} ({vectors}; {m.get('model', '?')} {m.get('variant', '')} layer {m.get('layer', '?')})"
+        return (fs.a3 if vectors == "a3" else fs.queries), fs.n, source, vectors
+    if vectors is not None:
+        raise InputError(f"{{param:vectors}} has no effect on a single matrix ({features}): it chooses between the query and "
+                         "Assumption 3 vectors of a saved feature folder or of {param:model}")
+    arr, desc = read_array(features, key=key)
+    X, source = to_query_matrix(arr, query_index, desc)
+    return X, None, source, "queries"
+
+
+def _sizes(request: KruskalRequest, n: int | None, T: int, d: int, vectors: str, watched: bool):
+    """The sizes to test and whether to sweep: ``k``, else n and min(T, d) when n is known, else the sweep."""
+    ks, sweep = list(request.ks), request.sweep
+    for kk in ks:
+        if kk > T:
+            raise InputError(f"{{param:k}} {kk} is larger than the number of vectors T = {T}")
+    if ks or sweep:
+        return ks, sweep
+    if n is None:
+        log("No --k given and n unknown: running the full sweep.", watched)
+        return ks, True
+    if n > T:
+        a = "3" if vectors == "a3" else "1"
+        raise InputError(f"only T = {T} vectors, but Assumption {a} at n = {n} needs at least n of them; "
+                         "supply more vectors or choose sizes with {param:k}")
+    return list(dict.fromkeys([n, min(T, d)])), False
+
+
+def _estimate(X, ks, sweep: bool, n, vectors: str, settings: Settings, rule, stats):
+    """The subset test at each size (named for the registered check it answers) and the sweep when
+    asked: (tests, sweep or None, timings in s)."""
+    T, d = X.shape
+    common = dict(samples=settings.samples, threshold=settings.threshold, seed=settings.seed, rule=rule,
+                  device=settings.device, stats=stats)
+    tests, timings, sw = [], {}, None
+    for kk in ks:
+        check = check_for_size(kk, n=n, T=T, d=d, vectors=vectors)
+        s = time.perf_counter()
+        with task(f"k = {kk}", settings.samples, settings.progress) as adv:
+            title = REGISTRY[check].title if check in REGISTRY else None  # None: the estimator's own title
+            tests.append(kruskal.subset_test(X, kk, check=check, title=title, progress=adv,
+                                             stop_when_decided=settings.stop_when_decided, **common))
+        timings[f"k={kk}"] = round(time.perf_counter() - s, 3)
+    if sweep:
+        s = time.perf_counter()
+        with task("sweep", settings.samples, settings.progress) as adv:
+            sw = kruskal.kruskal_sweep(X, progress=adv, **common)
+        timings["sweep"] = round(time.perf_counter() - s, 3)
+    return tests, sw, timings
+
+
+__all__ = ["Capture", "KruskalRequest", "KruskalResult", "estimate_kruskal_rank", "kruskal_capture", "kruskal_request"]

@@ -1,0 +1,144 @@
+"""A user's request as frozen objects: checked once where they are made, built from keywords in one
+place, and a keyword that disagrees with an object given beside it refused, never resolved."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+from pathlib import Path
+
+import pytest
+import torch
+
+import mhaaudit
+from mhaaudit import pipeline
+from mhaaudit.auditing import audit, capture_features
+from mhaaudit.capacity import capacity_audit
+from mhaaudit.errors import InputError
+from mhaaudit.request import DataRequest, ModelRequest, Requests, build_requests
+from mhaaudit.settings import Settings
+
+pytest.importorskip("transformers")
+
+ENTRY_POINTS = (audit, capacity_audit, capture_features)
+
+
+@pytest.fixture()
+def no_data_pass(monkeypatch):
+    """Fail the test if any example reaches a model: the refusal must come first."""
+    def refuse(*a, **k):
+        raise AssertionError("the data pass started before the input was refused")
+
+    monkeypatch.setattr(pipeline, "stream", refuse)
+
+
+def test_objects_are_checked_and_normalised_where_they_are_made(tmp_path):
+    assert DataRequest(limit="12", batch_size="8") == DataRequest(limit=12, batch_size=8)
+    assert DataRequest(batch_size="auto").batch_size == "auto"
+    with pytest.raises(InputError, match="--limit"):
+        DataRequest(limit=0)
+    with pytest.raises(InputError, match="must name a column"):
+        DataRequest(text_column=" ")
+    with pytest.raises(InputError, match="does not exist"):
+        ModelRequest("vit-base", weights_path=str(tmp_path / "missing"))
+    assert ModelRequest("x", context_length="16", query_index="-1") == ModelRequest("x", context_length=16, query_index=-1)
+    request = DataRequest()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        request.limit = 5  # type: ignore[misc]
+    assert pipeline.DataRequest is DataRequest and pipeline.ModelRequest is ModelRequest
+    assert mhaaudit.DataRequest is DataRequest and mhaaudit.ModelRequest is ModelRequest and mhaaudit.Settings is Settings
+
+
+def test_keywords_build_the_same_objects_as_the_objects_themselves():
+    keywords = {"weights": None, "context_length": 16, "split": "test", "limit": 300, "batch_size": "auto", "seed": 3, "device": "cpu",
+                    "samples": 100, "stop_when_decided": True}
+    built = build_requests("bert-base", "docs.txt", None, keywords)
+    assert built == Requests(ModelRequest("bert-base", context_length=16),
+                             DataRequest("docs.txt", split="test", limit=300, batch_size="auto"),
+                             Settings.resolve(device="cpu", seed=3, samples=100, stop_when_decided=True))
+    # the objects themselves pass through unchanged, and keywords that agree with them are accepted
+    again = build_requests(built.model, built.data, built.settings, keywords, frozenset(keywords))
+    assert again == built and again.model is built.model and again.settings is built.settings
+    with pytest.raises(TypeError, match="not a request keyword"):
+        build_requests("bert-base", None, None, {"limt": 3})
+
+
+@pytest.mark.parametrize("keyword, value, objects", [
+    ("limit", 2000, {"data": DataRequest(limit=500)}),  # the keyword's default, given explicitly, still disagrees
+    ("batch_size", "auto", {"data": DataRequest(batch_size=8)}),
+    ("seed", 2, {"settings": Settings.resolve(device="cpu", seed=1)}),
+    ("progress", True, {"settings": Settings.resolve(device="cpu")}),
+    ("context_length", 16, {"model": ModelRequest("vit-base")}),
+])
+@pytest.mark.parametrize("entry", ENTRY_POINTS, ids=lambda f: f.__name__)
+def test_a_keyword_that_disagrees_with_an_object_is_refused(no_data_pass, entry, keyword, value, objects):
+    if keyword not in inspect.signature(entry).parameters:
+        pytest.skip(f"{entry.__name__} has no {keyword} keyword")
+    args = {"model": "vit-base", **objects, keyword: value}
+    with pytest.raises(InputError, match=rf"^{keyword} = .* disagrees with the (DataRequest|Settings|ModelRequest) given"):
+        entry(args.pop("model"), **args)
+
+
+def test_capture_features_no_longer_ignores_keywords_beside_settings(no_data_pass, vit_dir):
+    """``capture_features(settings=...)`` once dropped the flat keywords silently."""
+    with pytest.raises(InputError, match="seed = 5 disagrees"):
+        capture_features(str(vit_dir), settings=Settings.resolve(device="cpu", seed=0), seed=5)
+    # a keyword that says what the object says is no conflict: the run goes on to the limit check
+    with pytest.raises(InputError, match="below n = 17"):
+        capture_features(str(vit_dir), settings=Settings.resolve(device="cpu", seed=5), seed=5, limit=5)
+    with pytest.raises(InputError, match="below n = 17"):
+        audit(ModelRequest(str(vit_dir)), data=DataRequest(limit=5), settings=Settings.resolve(device="cpu"))
+
+
+def test_capacity_refuses_a_query_index_it_would_not_read(no_data_pass, vit_dir):
+    with pytest.raises(InputError, match="query_index: capacity reads the model's own query token"):
+        capacity_audit(ModelRequest(str(vit_dir), query_index=3))
+
+
+def test_entry_points_show_their_keywords_and_hide_the_given_names():
+    for entry in ENTRY_POINTS:
+        params = inspect.signature(entry).parameters
+        assert "given" not in params and {"model", "data", "settings"} <= set(params)
+        with pytest.raises(TypeError, match="given"):
+            entry("vit-base", given=frozenset())
+
+
+def _parameters(node: ast.FunctionDef) -> int:
+    a = node.args
+    names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+    return len([n for n in names if n not in ("self", "cls")])
+
+
+def test_no_function_of_the_request_path_takes_more_than_8_parameters():
+    """The rule of the README's code layout: at most 8 parameters, except the keyword-convenience
+    entry points (``@keyword_conveniences``), which hand every keyword to ``build_requests``."""
+    root = Path(mhaaudit.__file__).parent
+    long = []
+    for rel in ("request.py", "auditing.py", "pipeline.py", "capacity/audit.py"):
+        for node in ast.walk(ast.parse((root / rel).read_text())):
+            if isinstance(node, ast.FunctionDef) and _parameters(node) > 8:
+                decorators = {d.id if isinstance(d, ast.Name) else getattr(d, "attr", "") for d in node.decorator_list}
+                if "keyword_conveniences" not in decorators:
+                    long.append(f"{rel}:{node.name} ({_parameters(node)})")
+    assert long == [], long
+
+
+def test_the_cli_builds_the_objects_once(monkeypatch, capsys):
+    """``check`` hands audit() the objects it built, with no convenience keyword beside them."""
+    from clitools import run
+
+    import mhaaudit.auditing
+
+    calls = []
+
+    def stand_in(model, **kwargs):
+        calls.append((model, kwargs))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mhaaudit.auditing, "audit", stand_in)
+    run(capsys, "check", "vit-base", "--limit", "300", "--seed", "4", "--device", "cpu")
+    (model, kwargs), = calls
+    assert isinstance(model, ModelRequest) and kwargs["data"].limit == 300 and kwargs["settings"].seed == 4
+    assert kwargs["settings"].device == torch.device("cpu")
+    assert not set(kwargs) & {"limit", "seed", "device", "samples", "backend", "weights", "split"}

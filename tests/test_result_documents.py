@@ -1,0 +1,303 @@
+"""Results know everything they show: each command's JSON and parquet outputs give back the result
+object they were made from (``from_json`` / ``from_parquet``), equal field by field, whose report
+is the same bytes the command printed; and ``--format json`` carries every number the table prints.
+
+The lossless encoding itself (:func:`mhaaudit.tables.encode_result` / ``decode_result``) is
+checked on the kinds of value results hold.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+
+import pytest
+from clitools import run
+from conftest import FIXTURES, strict_json
+
+from mhaaudit.auditing import AuditResult, Note, NoteKind, add_note
+from mhaaudit.capacity import CapacityResult
+from mhaaudit.errors import InputError
+from mhaaudit.kruskal import KruskalResult
+from mhaaudit.render import render_audit, render_capacity, render_kruskal
+from mhaaudit.tables import decode_result, encode_result
+
+CHECK = ["--limit", "40", "--samples", "50", "--batch-size", "8", "--device", "cpu"]
+CAPACITY = ["--limit", "30", "--samples", "50", "--batch-size", "8", "--device", "cpu"]
+KRUSKAL = ["--samples", "300", "--device", "cpu"]
+
+# command -> (its result class, how the command renders a result it wrote to --out)
+COMMANDS = {
+    "check": (AuditResult, lambda r, out: render_audit(r, out=out)),
+    "capacity": (CapacityResult, lambda r, out: render_capacity(r, out=out)),
+    "kruskal": (KruskalResult, lambda r, out: render_kruskal(r)),
+}
+
+
+@pytest.fixture
+def argv(request, vit_dir, bert_dir, image_dir):
+    """The command lines of each case, with the tiny fixtures put in."""
+    matrices = FIXTURES / "matrices" / "subspaces.npy"
+    cases = {
+        "check-image": ["check", vit_dir, "--data", image_dir, "--sweep", *CHECK],
+        "check-text": ["check", bert_dir, "--context-length", "16", "--limit", "30", "--samples", "50",
+                       "--batch-size", "8", "--device", "cpu"],
+        "check-depth": ["check", bert_dir, "--context-length", "16", "--layers", "0-2", "--limit", "30",
+                        "--samples", "50", "--batch-size", "8", "--device", "cpu"],
+        "capacity-image": ["capacity", vit_dir, "--data", image_dir, *CAPACITY],
+        "kruskal-k": ["kruskal", matrices, "--k", "3", "--k", "4", "--n", "4", *KRUSKAL],
+        "kruskal-sweep": ["kruskal", matrices, "--sweep", "--n", "4", *KRUSKAL],
+    }
+    return [str(a) for a in cases[request.param]]
+
+
+CASES = ["check-image", "check-text", "check-depth", "capacity-image", "kruskal-k", "kruskal-sweep"]
+
+
+def rendered(capsys, render) -> str:
+    capsys.readouterr()
+    render()
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", CASES, indirect=True)
+def test_the_table_is_rendered_again_from_the_parquet_file(argv, tmp_path, capsys):
+    cls, render = COMMANDS[argv[0]]
+    out = tmp_path / "r.parquet"
+    rc, table, err = run(capsys, *argv, "--out", out)
+    assert rc == 0, err
+    back = cls.from_parquet(out)
+    assert isinstance(back, cls)
+    assert rendered(capsys, lambda: render(back, out)) == table  # the same bytes as the command printed
+
+
+@pytest.mark.parametrize("argv", CASES, indirect=True)
+def test_json_and_parquet_give_back_the_same_result(argv, tmp_path, capsys):
+    cls, render = COMMANDS[argv[0]]
+    out = tmp_path / "r.parquet"
+    rc, text, err = run(capsys, *argv, "--format", "json", "--out", out)
+    assert rc == 0, err
+    doc = strict_json(text)
+    a, b = cls.from_json(doc), cls.from_parquet(out)
+    assert a == b and encode_result(a) == encode_result(b) == doc["meta"]["result"]
+    assert cls.from_json(text) == a  # the JSON text, as well as the parsed document
+    # The object read back writes the same records and result again.
+    assert json.loads(json.dumps(a.records() if hasattr(a, "records") else a.table_records())) == doc["records"]
+    assert rendered(capsys, lambda: render(a, None)) == rendered(capsys, lambda: render(b, None))
+
+
+def test_the_audit_result_is_equal_after_the_round_trip(vit_dir, image_dir, tmp_path, capsys):
+    from mhaaudit.auditing import audit
+    from mhaaudit.io import write_parquet
+    from mhaaudit.render import print_json
+
+    r = audit(str(vit_dir), data=str(image_dir), limit=40, samples=50, batch_size=8, device="cpu", sweep=True)
+    capsys.readouterr()
+    print_json({"meta": r.meta(), "records": r.records(), "sweep": r.sweep_rows()})
+    back = AuditResult.from_json(capsys.readouterr().out)
+    assert back == r and encode_result(back) == encode_result(r)
+    assert back.columns[0].features is None and r.columns[0].features is not None  # the tensors are not stored
+    write_parquet(r.table_records(), tmp_path / "a.parquet", r.meta())
+    assert AuditResult.from_parquet(tmp_path / "a.parquet") == r
+    assert str(back) == str(r) and back.records() == r.records()
+    # The bound the report prints is the column's own, and in the JSON meta.
+    col = next(c for c in r.columns if c.bound is not None)
+    assert col.bound.count is None or f"{col.probe.variant}: {col.bound.count} examples" in str(r)
+    assert r.meta()["columns"][col.probe.variant]["bound"] == col.bound.to_dict()
+
+
+def test_a_file_of_another_command_or_without_a_result_is_refused(tmp_path, capsys):
+    matrices = FIXTURES / "matrices" / "subspaces.npy"
+    rc, text, err = run(capsys, "kruskal", matrices, "--k", "3", *KRUSKAL, "--format", "json")
+    assert rc == 0, err
+    doc = json.loads(text)
+    with pytest.raises(InputError, match="not of 'check'"):
+        AuditResult.from_json(doc)
+    del doc["meta"]["result"]
+    with pytest.raises(InputError, match="holds no KruskalResult"):
+        KruskalResult.from_json(doc)
+    with pytest.raises(InputError, match="not a JSON document"):
+        KruskalResult.from_json("{not json")
+    with pytest.raises(InputError, match="cannot read it"):
+        KruskalResult.from_json(tmp_path / "missing.json")
+    (tmp_path / "x.parquet").write_bytes(b"not parquet")
+    with pytest.raises(InputError, match="not a readable parquet file"):
+        KruskalResult.from_parquet(tmp_path / "x.parquet")
+    with pytest.raises(InputError, match="holds no AuditResult"):  # a file of an older version
+        AuditResult.from_parquet(FIXTURES / "results" / "check-v0.parquet")
+    doc = json.loads(text)
+    doc["meta"]["result"]["tests"][0]["k"] = "three"
+    with pytest.raises(InputError, match=r"result\.tests\[\]\.k: expected an integer"):
+        KruskalResult.from_json(doc)
+    doc = json.loads(text)
+    doc["meta"]["result"]["planted"] = 1
+    with pytest.raises(InputError, match="has no field planted"):
+        KruskalResult.from_json(doc)
+
+
+# --------------------------------------------------------------------------- every number the table prints
+
+NUMBER = re.compile(r"(?<![A-Za-z_.\d])-?\d+(?:\.\d+)?(?:e[+-]?\d+)?")
+# The one number of the report's wording that is no fact of the run: the level of the intervals
+# ("95% CI", "95% Clopper-Pearson intervals"), fixed for every run and named by the columns' meanings.
+WORDING = re.compile(r"95%")
+
+
+def json_numbers(doc) -> list[float]:
+    """Every number of a JSON document: its values, and the numbers written in its strings and keys."""
+    out: list[float] = []
+
+    def walk(v):
+        if isinstance(v, bool) or v is None:
+            return
+        if isinstance(v, (int, float)):
+            out.append(float(v))
+        elif isinstance(v, str):
+            out.extend(float(x) for x in NUMBER.findall(v))
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                walk(k)
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+
+    walk(doc)
+    return out
+
+
+def shown_as(token: str, value: float) -> bool:
+    """Whether ``value`` prints as ``token`` in a report (to the token's decimals or significant digits)."""
+    x = float(token)
+    if "e" in token:
+        digits = len(token.split("e")[0].replace("-", "").replace(".", "").lstrip("0")) or 1
+        return math.isclose(float(f"{value:.{digits}g}"), x, rel_tol=1e-9)
+    decimals = len(token.split(".")[1]) if "." in token else 0
+    return math.isclose(round(value, decimals), x, rel_tol=1e-12, abs_tol=10 ** -(decimals + 3))
+
+
+@pytest.mark.parametrize("argv", ["check-image", "check-text", "capacity-image", "kruskal-k", "kruskal-sweep"],
+                         indirect=True)
+def test_json_carries_every_number_the_table_prints(argv, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # wide enough that no cell folds a number in two
+    cls, render = COMMANDS[argv[0]]
+    out = tmp_path / "r.parquet"
+    rc, text, err = run(capsys, *argv, "--format", "json", "--out", out)
+    assert rc == 0, err
+    doc = strict_json(text)
+    visible = {k: v for k, v in doc["meta"].items() if k != "result"}  # not the stored object: what readers read
+    numbers = json_numbers({"meta": visible, "records": doc["records"], "sweep": doc.get("sweep")})
+    table = rendered(capsys, lambda: render(cls.from_json(doc), None))  # the table of this very run (see above)
+    missing = sorted({t for t in NUMBER.findall(WORDING.sub("", table)) if not any(shown_as(t, v) for v in numbers)}, key=float)
+    assert missing == [], f"numbers the table prints that the JSON lacks: {missing}"
+
+
+def test_the_memorisation_bound_the_check_table_prints_is_in_the_json(vit_dir, image_dir, capsys):
+    rc, text, err = run(capsys, "check", vit_dir, "--data", image_dir, "--sweep", *CHECK, "--format", "json")
+    assert rc == 0, err
+    doc = strict_json(text)
+    table = rendered(capsys, lambda: render_audit(AuditResult.from_json(doc)))
+    lines = table[table.index("Memorisation bound"):]
+    for variant, col in doc["meta"]["columns"].items():
+        b = col["bound"]
+        assert b is not None and b["heads"] == doc["meta"]["model_info"]["num_heads"]
+        if b["applies"]:
+            assert f"{variant}: {b['count']} examples" in " ".join(lines.split())
+            assert b["formula"].split(" = ")[-1] == str(b["count"])
+
+
+# --------------------------------------------------------------------------- the encoding, and notes
+
+
+class Colour(str, Enum):
+    red = "red"
+
+
+@dataclass(frozen=True)
+class Inner:
+    xs: tuple[int, ...]
+    pair: tuple[str, float]
+
+
+@dataclass
+class Outer:
+    hist: dict[int, int]
+    inner: Inner | None
+    items: list[Inner]
+    colour: Colour
+    value: float
+    maybe: int | None = None
+    notes: list[Note] = field(default_factory=list)
+    hidden: object = field(default=None, compare=False, metadata={"document": False})
+
+
+def test_encoding_is_lossless_and_strict_json():
+    o = Outer({3: 10, 1: 2}, Inner((1, 2), ("a", 0.1 + 0.2)), [Inner((), ("b", -0.0))], Colour.red, float("inf"),
+              notes=[Note("n > d", NoteKind.N_ABOVE_D)], hidden=object())
+    data = encode_result(o)
+    text = json.dumps(data, allow_nan=False)  # strict JSON: the infinity is a string
+    back = decode_result(Outer, json.loads(text))
+    assert back == o and back.hidden is None and back.value == float("inf")
+    assert back.inner.pair[1] == 0.1 + 0.2 and back.notes[0].kind is NoteKind.N_ABOVE_D
+    nan = decode_result(Outer, {**data, "value": "nan"})
+    assert math.isnan(nan.value)
+    with pytest.raises(ValueError, match=r"result\.inner\.xs\[\]: expected an integer"):
+        decode_result(Outer, {**data, "inner": {"xs": [1.5], "pair": ["a", 1.0]}})
+    with pytest.raises(ValueError, match="lacks colour"):
+        decode_result(Outer, {k: v for k, v in data.items() if k != "colour"})
+
+
+def test_notes_are_kept_once_by_kind_and_text():
+    notes: list = []
+    assert add_note(notes, "n = 20 > d = 16: Assumption 1 cannot hold", NoteKind.N_ABOVE_D) is not None
+    assert add_note(notes, "n = 24 > d = 16: Assumption 1 cannot hold (trained)", NoteKind.N_ABOVE_D) is None
+    assert add_note(notes, "tokenizer: x") is not None and add_note(notes, "tokenizer: x") is None
+    assert add_note(notes, "duplicate inputs: 2", NoteKind.DUPLICATE_INPUTS) is not None
+    assert add_note(notes, "duplicate inputs: 2", NoteKind.DUPLICATE_INPUTS) is None
+    assert [n.kind for n in notes] == [NoteKind.N_ABOVE_D, NoteKind.DATA, NoteKind.DUPLICATE_INPUTS]
+    assert notes[1] == "tokenizer: x" and json.dumps(notes[1]) == '"tokenizer: x"'  # a note is its text
+
+
+def test_every_result_has_one_record_shape():
+    """Both kinds of check result answer ``record()`` with no argument and the same table's columns."""
+    import inspect
+
+    from mhaaudit.checks import ContextRankResult
+    from mhaaudit.kruskal import SubsetTest
+    from mhaaudit.tables import TEST_COLUMNS
+
+    names = {c.name for c in TEST_COLUMNS}
+    for cls in (SubsetTest, ContextRankResult):
+        assert list(inspect.signature(cls.record).parameters) == ["self"]
+    import torch
+
+    from mhaaudit.checks import assumption_2
+    from mhaaudit.kruskal import subset_test
+
+    for r in (assumption_2(torch.randn(6, 3, 5, dtype=torch.float64)), subset_test(torch.randn(8, 4), 3, samples=20)):
+        assert set(r.record()) <= names
+
+
+def test_the_memorize_grid_is_equal_after_the_round_trip(tmp_path, capsys):
+    from mhaaudit.io import parquet_bytes
+    from mhaaudit.memorize import run_memorize_grid
+    from mhaaudit.memorize.results import MemorizeGrid
+    from mhaaudit.render import print_json, render_memorize
+
+    grid = run_memorize_grid(vary="heads", values=[1, 2], n=3, head_dim=4, sizes=[12], max_steps=5, saturation=True,
+                             device="cpu")
+    capsys.readouterr()
+    print_json(grid.to_dict())  # what --format json prints
+    text = capsys.readouterr().out
+    (tmp_path / "g.parquet").write_bytes(parquet_bytes(grid.table_records(), grid.meta()))  # --format parquet
+    for back in (MemorizeGrid.from_json(text), MemorizeGrid.from_json(json.loads(text)),
+                 MemorizeGrid.from_parquet(tmp_path / "g.parquet")):
+        assert back == grid and back.runs[0].saturation == grid.runs[0].saturation is not None
+        assert rendered(capsys, lambda b=back: render_memorize(b)) == rendered(capsys, lambda: render_memorize(grid))
+    with pytest.raises(InputError, match="not of 'kruskal'"):
+        KruskalResult.from_json({"meta": {"command": "memorize", "result": {}}})
+    with pytest.raises(InputError, match="not a memorize grid"):
+        MemorizeGrid.from_json({"meta": {"command": "check"}, "records": []})
