@@ -195,7 +195,7 @@ class MemorizeGrid(StoredResult):
         meta = json.loads(raw) if raw else {}
         if meta.get("command") != cls.COMMAND:
             raise InputError(f"{where}: holds the results of {meta.get('command')!r}, not of 'memorize' "
-                             "(the --out file of memorize is its resume file: read it with --out again)")
+                             "(the {param:out} file of memorize is its resume file: read it with {param:out} again)")
         data = {k: meta[k] for k in cls.__dataclass_fields__ if k in meta and k != "runs"}
         data["runs"] = table.to_pylist()
         return _decoded(cls, data, where)
