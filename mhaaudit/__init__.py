@@ -4,6 +4,9 @@ theory of multi-head attention (Mahdavi, Liao, Thrampoulidis, ICLR 2024).
 The public API is imported lazily so that ``import mhaaudit`` stays cheap.
 """
 
+import importlib
+import warnings
+
 from ._version import __version__
 from .notebook import quiet_tqdm_fallback as _quiet_tqdm_fallback
 
@@ -56,8 +59,6 @@ __all__ = ["__version__", *_EXPORTS]
 
 
 def __getattr__(name: str):
-    import importlib
-
     if name in _EXPORTS:
         value = getattr(importlib.import_module(_EXPORTS[name]), name)
         # Importing the submodule mhaaudit.audit binds the package's name ``audit`` to that module,
@@ -65,8 +66,6 @@ def __getattr__(name: str):
         globals()[name] = value
         return value
     if name in _DEPRECATED:
-        import warnings
-
         module, instead = _DEPRECATED[name]
         warnings.warn(f"mhaaudit.{name} is deprecated and will be removed in the next release; it is the reference "
                       f"implementation the tests use ({module}.{name}); use {instead}", DeprecationWarning, stacklevel=2)

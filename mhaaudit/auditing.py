@@ -14,26 +14,35 @@ what one process would, and the record ``meta`` names the world size and backend
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 
-from .capacity.theory import CapacityBound, theorem1_bound
+from . import distributed, pipeline
+from .batching import available_memory
 from .checks import REGISTRY, ContextRankResult
 from .distributed import describe, shared
-from .errors import DataError, InputError, OfflineError, OutputError
+from .errors import DataError, InputError, OfflineError, OutputError, param, plain
 from .features import FeatureSet, StreamingReducer
+from .io import check_folder_writable, make_output_folder, real_path, stamp
 from .kruskal import SubsetTest, Sweep, kruskal_sweep, set_stats
+from .models import RandomAttention, modality_of
 from .models.shards import weights_read_text
+from .progress import task
+from .render import audit_report
 from .request import KEYWORDS, DataRequest, ModelRequest, Requests, build_requests, build_settings, keyword_conveniences
+from .seeds import SeedsResult, audit_seeds, plan_for
 from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
+from .sources import describe_skips
 from .tables import StoredSweepResult, verdict_tally
+from .theory import CapacityBound, theorem1_bound
 
 IMAGE_VARIANTS = ("embedding", "random-attention", "random", "trained")
 VARIANT_HELP = {
@@ -42,9 +51,6 @@ VARIANT_HELP = {
     "random": "random-initialised model, output of block {layer}",
     "trained": "trained weights, output of block {layer}",
 }
-
-if TYPE_CHECKING:
-    from .seeds import SeedsResult
 
 
 
@@ -74,13 +80,13 @@ def plan_probes(modality: str, variants: Sequence[str] | None = None, layers: Se
     (the paper's Table 3 uses layers 0 and 1); ``layer`` has no effect there and is refused.
     """
     if layer is not None and layers is not None:
-        raise InputError("--layer has no effect with --layers: --layers names every depth to audit; give one of them")
+        raise InputError("{param:layer} has no effect with {param:layers}: {param:layers} names every depth to audit; give one of them")
     if layer is not None and modality == "text":
-        raise InputError("--layer has no effect on a text model (it sets the depth of the image columns); "
-                         "give --layers instead (default 0,1)")
+        raise InputError("{param:layer} has no effect on a text model (it sets the depth of the image columns); "
+                         "give {param:layers} instead (default 0,1)")
     given_layer, layer = layer is not None, 1 if layer is None else layer
     if layer < 1:
-        raise InputError(f"--layer must be at least 1 (block index; 0 is the embedding output), got {layer}")
+        raise InputError(f"{{param:layer}} must be at least 1 (block index; 0 is the embedding output), got {layer}")
     if layers is not None or modality == "text":
         ls = sorted(set(layers if layers is not None else (0, 1)))
         if any(v < 0 for v in ls):
@@ -89,7 +95,7 @@ def plan_probes(modality: str, variants: Sequence[str] | None = None, layers: Se
         return [Probe(f"{w}-L{layer}", w, layer) for w in inits for layer in ls]
     vs = list(dict.fromkeys(variants or IMAGE_VARIANTS))
     if given_layer and not {"random", "trained"} & set(vs):
-        raise InputError(f"--layer has no effect on the columns {', '.join(vs)} (they read the embedding output); "
+        raise InputError(f"{{param:layer}} has no effect on the columns {', '.join(vs)} (they read the embedding output); "
                          "it sets the depth of the random and trained columns")
     out = []
     for v in vs:
@@ -232,8 +238,6 @@ class AuditResult(StoredSweepResult):
         return [r for c in self.columns for r in c.records(self.model)]
 
     def renderables(self) -> list:
-        from .render import audit_report
-
         return audit_report(self)
 
     def summary_line(self) -> str:
@@ -243,8 +247,6 @@ class AuditResult(StoredSweepResult):
 
     def meta(self) -> dict:
         """The provenance stamp of the audit, with what each column read and how (the JSON ``meta``)."""
-        from .io import stamp
-
         meta = stamp(command="check", model=self.model, model_info=self.info, data=self.data, skipped=self.skipped,
                      skips=self.skips, image_policy=self.image_policy or None, duplicates=self.duplicates, notes=self.notes, timings_s=self.timings, **self.settings)
         meta["columns"] = {c.probe.variant: {"status": c.status, "reason": c.reason, "layer": c.probe.layer,
@@ -277,13 +279,14 @@ class AuditResult(StoredSweepResult):
         --save-features`` writes, for ``mhaaudit kruskal`` or a later audit); staged with a run's
         other outputs, all written or none. Returns the folder; raises
         :class:`~mhaaudit.errors.OutputError` when it cannot be made."""
-        from .io import make_output_folder
 
         folder = Path(folder)
         try:
             make_output_folder(folder)
+        except OutputError:
+            raise
         except OSError as exc:
-            raise OutputError(f"--save-features {folder}: cannot create the folder ({exc.strerror or exc})") from exc
+            raise OutputError(f"{{param:save_features}} {folder}: cannot create the folder ({exc.strerror or exc})") from exc
         for c in self.columns:
             if c.features is not None:
                 c.features.save(folder / c.probe.variant)
@@ -299,15 +302,12 @@ def check_features_folder(folder: str | Path, inputs: Sequence) -> Path:
     where a column's subfolder goes, a symbolic link (the features would be written wherever it
     points) or one of ``inputs`` (paths the run reads) is refused with
     :class:`~mhaaudit.errors.OutputError`."""
-    import os
 
-    from .io import check_folder_writable, real_path
-
-    folder = check_folder_writable(folder, "--save-features")
+    folder = check_folder_writable(folder, param("save_features"))
     if folder.is_dir():
         for entry in sorted(folder.iterdir()):
             if entry.is_symlink() and re.fullmatch(COLUMN_FOLDER, entry.name):
-                raise OutputError(f"--save-features {folder}: {entry.name} is a symbolic link (to "
+                raise OutputError(f"{{param:save_features}} {folder}: {entry.name} is a symbolic link (to "
                                   f"{os.readlink(entry)}); the features are written into real folders only: remove it "
                                   "or choose another folder")
     top = real_path(folder)
@@ -316,7 +316,7 @@ def check_features_folder(folder: str | Path, inputs: Sequence) -> Path:
             continue
         inside = real_path(i)
         if top in inside.parents and re.fullmatch(COLUMN_FOLDER, inside.relative_to(top).parts[0]):
-            raise OutputError(f"--save-features {folder}: the input {i} lies where the features would be written; "
+            raise OutputError(f"{{param:save_features}} {folder}: the input {i} lies where the features would be written; "
                               "write them elsewhere")
     return folder
 
@@ -348,10 +348,10 @@ class Captured:
 
 
 def _n_above_d_note(info) -> str:
-    fix = (f"pass --context-length below {info.d} to audit a setting where it can" if info.modality == "text"
+    fix = (f"pass {{param:context_length}} below {info.d} to audit a setting where it can" if info.modality == "text"
            else "use a wider model or a smaller input resolution (fewer patches) to audit a setting where it can")
-    return (f"n = {info.n} > d = {info.d}: Assumption 1 cannot hold (any n vectors in R^d are dependent) and no "
-            f"context matrix can have rank n; {fix}")
+    return plain(f"n = {info.n} > d = {info.d}: Assumption 1 cannot hold (any n vectors in R^d are dependent) and no "
+                 f"context matrix can have rank n; {fix}")
 
 
 def _reducer_consumer(group: Sequence[Probe], reducers: dict, ra):
@@ -371,22 +371,20 @@ def _reducer_consumer(group: Sequence[Probe], reducers: dict, ra):
 def _check_limit_fits(data: DataRequest, info, probes: int) -> None:
     """The reduced features of T examples must fit in memory: each probe point keeps two float32
     vectors of d per example, and the checks a float64 copy of one of them and a scaled copy."""
-    from .batching import available_memory
-
     per_example = probes * 2 * 4 * info.d + 2 * 8 * info.d
     most = available_memory() // max(per_example, 1)
     if data.limit > most:
-        raise InputError(f"--limit {data.limit}: the features of {info.name} (d = {info.d}, {probes} probe point(s)) "
-                         f"would need about {data.limit * per_example / 2**30:.3g} GiB; the largest --limit that fits "
+        raise InputError(f"{{param:limit}} {data.limit}: the features of {info.name} (d = {info.d}, {probes} probe point(s)) "
+                         f"would need about {data.limit * per_example / 2**30:.3g} GiB; the largest {{param:limit}} that fits "
                          f"in the memory available here is {most}")
 
 
 def _check_limit_reaches_n(data: DataRequest, info) -> None:
     """Assumptions 1 and 3 draw n of the T examples: T < n is refused before the data pass."""
     if data.limit < info.n:
-        way = (f"raise --limit to at least {info.n} or lower --context-length" if info.modality == "text"
-               else f"raise --limit to at least {info.n}")
-        raise InputError(f"--limit {data.limit} is below n = {info.n} tokens per example of {info.name}: Assumptions 1 "
+        way = (f"raise {{param:limit}} to at least {info.n} or lower {{param:context_length}}" if info.modality == "text"
+               else f"raise {{param:limit}} to at least {info.n}")
+        raise InputError(f"{{param:limit}} {data.limit} is below n = {info.n} tokens per example of {info.name}: Assumptions 1 "
                          f"and 3 draw n of the T examples, so T must be at least n; {way}")
 
 
@@ -396,8 +394,6 @@ def _short_of_limit_note(fed, limit: int) -> str:
         return ""
     why = []
     if fed.skips:
-        from .sources import describe_skips
-
         why.append(f"skipped: {describe_skips(fed.skips)}")
     if fed.duplicates.get("dropped"):
         why.append(f"{fed.duplicates['dropped']} exact duplicates dropped")
@@ -413,8 +409,6 @@ def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataR
     A ``trained`` group whose weights cannot be had offline is reported unavailable, not raised.
     ``data.limit`` below the model's n is refused as soon as the model's n is known.
     """
-    from . import pipeline
-
     out = Captured()
     by_init: dict[str, list[Probe]] = {}
     for p in probes:
@@ -441,8 +435,6 @@ def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataR
             out.info.update(query_index=qi, query_token=f"token {qi} (--query-index)")
         ra = None
         if any(p.random_attention for p in group):
-            from .models import RandomAttention
-
             ra = RandomAttention(info.d, seed=settings.weights_seed_used, device=pm.device)
         reducers = {p.variant: StreamingReducer(qi, rule) for p in group}
         data_notes: list[str] = []
@@ -475,8 +467,6 @@ def _load_or_unavailable(request: ModelRequest, init: str, settings: Settings, m
                          group: Sequence[Probe], out: Captured):
     """The model for ``group``, or None with the group marked unavailable when trained weights
     cannot be had offline. Under torchrun every rank must come to the same outcome."""
-    from . import distributed, pipeline
-
     pm, reason = None, None
     try:
         pm = pipeline.load(request, init, settings, max_layer)
@@ -535,7 +525,7 @@ def capture_probe(request: ModelRequest, data: DataRequest, variant: str, *, set
 
 def _capture_one(req: Requests, probe: Probe) -> FeatureSet:
     if req.model.weights_path is not None and probe.init != "trained":
-        raise InputError(f"--weights loads trained weights; use it with --variants trained (or trained-L<k>), "
+        raise InputError(f"{{param:weights}} loads trained weights; use it with {{param:variants}} trained (or trained-L<k>), "
                          f"not {probe.variant!r}")
     got = collect_features(req.model, [probe], req.data, req.settings)
     if probe.variant in got.unavailable:
@@ -549,7 +539,6 @@ def _capture_one(req: Requests, probe: Probe) -> FeatureSet:
 def run_checks(fs: FeatureSet, settings: Settings, *, sweep: bool = False, label: str = "") -> tuple[dict, Sweep | None, dict]:
     """Every registered check (:data:`~mhaaudit.checks.REGISTRY`: GP, A1, A2, A3) and optionally the
     sweep on one reduced feature set, under ``settings``: (results by check, sweep or None, timings in s)."""
-    from .progress import task
 
     rule = settings.rule(fs.dtype)
     timings: dict = {}
@@ -603,7 +592,6 @@ def _column(p: Probe, got: Captured, settings: Settings, sweep: bool) -> Column:
     fs = got.features[p.variant]
     if fs.T < fs.n:
         # the limit is at least n (checked before the data pass), so the data ran out: raising it cannot help
-        from .sources import describe_skips
 
         skipped = f"; skipped: {describe_skips(got.skips)}" if got.skips else ""
         dups = got.duplicates.get("dropped") or 0
@@ -705,8 +693,6 @@ def audit(
     ``vary`` says what the seeds vary: ``"both"`` (as ``seed``), ``"weights"`` or ``"data"``
     (the other held at ``data_seed`` / ``weights_seed``, default the first seed).
     """
-    from .seeds import audit_seeds, plan_for
-
     req = build_requests(model, data, settings, {k: v for k, v in locals().items() if k in KEYWORDS}, given)
     cols = _Columns(variants, layer, layers, sweep)
     plan = plan_for(req.settings, seeds, vary)
@@ -727,14 +713,13 @@ class _Columns:
 
 
 def _audit(req: Requests, cols: _Columns, on_note: Callable[[str], None] | None) -> AuditResult:
-    from .models import modality_of
 
     request, data_req, settings = req
     t_start = time.perf_counter()
     probes = plan_probes(modality_of(request.model, backend=request.backend, weights_path=request.weights_path),
                          cols.variants, cols.layers, cols.layer)
     if request.weights_path is not None and not any(p.init == "trained" for p in probes):
-        raise InputError("--weights has no effect without a trained column; add trained to --variants")
+        raise InputError("{param:weights} has no effect without a trained column; add trained to {param:variants}")
     got = collect_features(request, probes, data_req, settings, on_note=on_note)
     if not got.features:  # every column unavailable: there is nothing to audit, and that is no success
         raise OfflineError("no column could be audited: " + "; ".join(dict.fromkeys(got.unavailable.values())))

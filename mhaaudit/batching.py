@@ -7,6 +7,9 @@ halved and tried again. On the CPU, where running out of memory means swapping o
 rather than an exception, the batch is computed: the memory one example's activations need (see
 :func:`example_bytes`) against half the memory available. Either way the choice and how it was
 made are a :class:`BatchChoice`, which ``meta`` carries. An explicit integer is used as given.
+
+``PIL`` is imported where it is used: it takes a second or more to import, and a run that never
+needs it does not load it.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .errors import InputError, ModelError
+from . import validate
+from .errors import InputError, ModelError, param
 from .hostmem import available_memory
+from .models.shards import human_bytes
 
 __all__ = ["AUTO", "AUTO_MAX_BATCH", "BatchChoice", "available_memory", "choose_batch_size", "example_bytes",
            "halve_until_fits", "parse_batch_size"]
@@ -29,14 +34,12 @@ CPU_MEMORY_SHARE = 0.5  # the share of the available memory one batch's activati
 
 def parse_batch_size(value) -> int | str:
     """A positive integer, or ``"auto"``."""
-    from . import validate
-
     if isinstance(value, str) and value.strip().lower() == AUTO:
         return AUTO
     try:
-        return validate.integer("--batch-size", value)
+        return validate.integer(param("batch_size"), value)
     except InputError as exc:
-        raise InputError(f"--batch-size takes a positive integer or auto, got {value!r}") from exc
+        raise InputError(f"{{param:batch_size}} takes a positive integer or auto, got {value!r}") from exc
 
 
 @dataclass(frozen=True)
@@ -65,9 +68,9 @@ def choose_batch_size(pm, layers: Sequence[int], asked: int | str, limit: int, *
             avail = available_memory() if memory is None else int(memory)
             most = max(1, avail // max(per, 1))
             if min(int(asked), int(limit)) > most:
-                raise InputError(f"--batch-size {asked}: one batch would need about "
+                raise InputError(f"{{param:batch_size}} {asked}: one batch would need about "
                                  f"{min(int(asked), int(limit)) * per / 2**30:.3g} GiB of activations; the largest "
-                                 f"--batch-size that fits in the memory available here is {most}")
+                                 f"{{param:batch_size}} that fits in the memory available here is {most}")
         return BatchChoice(int(asked), asked, "given")
     start = max(1, min(AUTO_MAX_BATCH, int(limit)))
     if halving is None:
@@ -102,7 +105,7 @@ def halve_until_fits(run: Callable[[int], None], start: int) -> tuple[int, list[
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
             if b == 1:
-                raise ModelError("out of memory with a batch of one example; try --device cpu") from None
+                raise ModelError("out of memory with a batch of one example; try {param:device} cpu") from None
             b = max(1, b // 2)
 
 
@@ -140,6 +143,4 @@ def _one_example(pm) -> dict[str, torch.Tensor]:
 
 
 def _mib(n: int) -> str:
-    from .models.shards import human_bytes
-
     return human_bytes(n)

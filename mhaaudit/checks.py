@@ -244,7 +244,7 @@ def assumption_2(E: torch.Tensor, rule: RankRule | None = None, batch_size: int 
 def _mc(check: str, X, k: int, **kw) -> SubsetTest:
     kw.setdefault("samples", DEFAULT_SAMPLES)
     kw.setdefault("threshold", DEFAULT_THRESHOLD)
-    return subset_test(X, k, check=check, **kw)
+    return subset_test(X, k, check=check, title=REGISTRY[check].title, **kw)
 
 
 def assumption_1(queries, n: int, **kw) -> SubsetTest:
@@ -306,7 +306,8 @@ class Check:
         k = self.k(features.n, features.T, features.d)
         if self.measure is not None:
             return self.measure(features, k, rule)
-        return subset_test(getattr(features, self.vectors), k, check=self.name, rule=rule, stats=stats, **draws)
+        return subset_test(getattr(features, self.vectors), k, check=self.name, title=self.title, rule=rule, stats=stats,
+                           **draws)
 
 
 def _assumption_2_of(features, k: int, rule: RankRule) -> ContextRankResult:

@@ -52,6 +52,9 @@ the closed connection at their next collective (gloo notices at once), read the 
 (a bug: exit 3). A rank killed outright leaves no note; the others say which rank stopped when it
 ran on their host. Each shared call ends with an agreement of all ranks, so a rank that fails
 late still stops the job before rank 0 writes any file.
+
+torch is imported where it is used: ``python -m mhaaudit`` imports this module before it knows the
+command, and ``mhaaudit --help`` answers without torch.
 """
 
 from __future__ import annotations
@@ -59,6 +62,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import importlib
+import io
 import os
 import pickle
 import socket
@@ -66,9 +71,10 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
-from .errors import InputError, MhaauditError, one_line
+from .errors import InputError, MhaauditError, one_line, param
 
 __all__ = ["RankCrashed", "RankFailed", "Session", "SingleProcess", "current", "describe", "launched", "leave", "lockstep",
            "lost_rank_line", "run_cli", "session", "shared"]
@@ -153,8 +159,6 @@ class Session:
         """Every rank's ``obj`` (anything ``torch.save`` writes: tensors inside tuples, lists,
         dataclasses), by rank, with each tensor on this rank's device of its kind (a CUDA tensor
         of another rank lands on this rank's GPU)."""
-        import io
-
         import torch
 
         def here(storage, location: str):
@@ -263,9 +267,10 @@ class Session:
         if self.noted or self.peer_failed or isinstance(exc, (RankFailed, RankCrashed)) or self.store is None:
             return
         if exc is not None:
-            user = isinstance(exc, MhaauditError)
-            code = 2 if user else 3
-            line = one_line(exc, 400) if user else f"{type(exc).__name__}: {one_line(exc, 400)}"
+            if isinstance(exc, MhaauditError):
+                code, line = 2, one_line(Exception(exc.message_for(param)), 400)
+            else:
+                code, line = 3, f"{type(exc).__name__}: {one_line(exc, 400)}"
         self.noted = True
         with contextlib.suppress(Exception):
             self.store.set(f"{_PREFIX}failed/{self.rank}", f"{code}\t{line}")
@@ -474,8 +479,6 @@ def describe() -> dict:
 
 def _start() -> Session:
     """Join the job from the torchrun environment: rendezvous, process group, device, registry."""
-    from datetime import timedelta
-
     import torch
     import torch.distributed as dist
 
@@ -568,8 +571,6 @@ def _on_cpu(value):
 
 def _shared_call(key: str) -> Callable:
     """The :func:`shared` function named ``module:name`` (its module imported when not yet)."""
-    import importlib
-
     module, _, name = key.partition(":")
     if not module.startswith("mhaaudit."):
         raise RankFailed(f"rank 0 asked for {key!r}, which is not an mhaaudit function")

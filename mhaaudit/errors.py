@@ -2,13 +2,60 @@
 
 Every error a user can cause is one of these; the CLI prints ``Error: <message>`` on one line
 and exits with status 2. Anything else escaping to the CLI is a bug.
+
+Each type is also the built-in exception it means (:class:`InputError`, :class:`ModelError` and
+:class:`DataError` are ``ValueError``; :class:`OfflineError` and :class:`OutputError` are
+``OSError``), so a library caller's ``except ValueError`` catches a bad argument. Messages name
+the library's parameters (``samples``, ``k``), never a command-line flag: a message names one as
+``{param:samples}`` (write it with :func:`param`), ``str(exc)`` says ``samples``, and the command
+line writes its own flag there (``--samples``) from one table in ``mhaaudit.cli.app``, both in
+the one line it prints for an error and, running a command in :func:`parameter_names`, in every
+message the run keeps (an unavailable column's reason).
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 
 _PARAM = re.compile(r"\{param:([A-Za-z_][A-Za-z0-9_]*)\}")
+
+# What a library caller reads for the names a message gives that are not parameters of a library
+# function (what the command line writes there is in mhaaudit.cli.app's table of flags).
+LIBRARY_NAMES = {
+    "check_out": "a parquet file of AuditResult.to_arrow()",
+    "check_save_features": "FeatureSet.save()",
+    "save_features": "FeatureSet.save()",
+}
+
+
+def param(name: str) -> str:
+    """``{param:name}``: how a message names the library parameter ``name`` (see :class:`MhaauditError`)."""
+    return "{param:" + name + "}"
+
+
+_NAMES: ContextVar[Callable[[str], str] | None] = ContextVar("mhaaudit_parameter_names", default=None)
+
+
+@contextlib.contextmanager
+def parameter_names(name_of: Callable[[str], str]) -> Iterator[None]:
+    """Inside it, messages made in this thread name each parameter as ``name_of(parameter)``: the
+    command line runs a command in it with its own names (``--samples``), so that a message kept
+    in a result (an unavailable column's reason) names them too. Outside it, the library's names."""
+    token = _NAMES.set(name_of)
+    try:
+        yield
+    finally:
+        _NAMES.reset(token)
+
+
+def plain(message: str) -> str:
+    """``message`` with each ``{param:...}`` written as the current interface names it (see
+    :func:`parameter_names`; by default the library's parameter): what ``str()`` of an error says."""
+    name_of = _NAMES.get()
+    return _PARAM.sub(lambda m: name_of(m.group(1)) if name_of else LIBRARY_NAMES.get(m.group(1), m.group(1)), message)
 
 
 class MhaauditError(Exception):
@@ -22,7 +69,7 @@ class MhaauditError(Exception):
     def __init__(self, *args) -> None:
         self.template = str(args[0]) if len(args) == 1 and isinstance(args[0], str) else None
         if self.template is not None and _PARAM.search(self.template):
-            args = (_PARAM.sub(lambda m: m.group(1), self.template),)
+            args = (plain(self.template),)
         super().__init__(*args)
 
     @property
@@ -37,23 +84,23 @@ class MhaauditError(Exception):
         return _PARAM.sub(lambda m: name_of(m.group(1)), self.template)
 
 
-class InputError(MhaauditError):
+class InputError(MhaauditError, ValueError):
     """Bad arguments or unreadable / malformed input files."""
 
 
-class ModelError(MhaauditError):
+class ModelError(MhaauditError, ValueError):
     """A model that cannot be found, loaded or probed."""
 
 
-class DataError(MhaauditError):
+class DataError(MhaauditError, ValueError):
     """A data source that cannot be read or yields too few examples."""
 
 
-class OfflineError(MhaauditError):
+class OfflineError(MhaauditError, OSError):
     """Something that needs the network was asked for while offline."""
 
 
-class OutputError(MhaauditError):
+class OutputError(MhaauditError, OSError):
     """An output path that cannot be written."""
 
 

@@ -23,22 +23,19 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from . import kruskal, validate
-from .auditing import capture_probe
-from .checks import check_for_size
-from .errors import InputError
+from .auditing import capture_probe, probe_for_variant
+from .checks import REGISTRY, check_for_size
+from .errors import InputError, param
 from .features import FeatureSet
 from .io import MappedArray, read_array, to_query_matrix
 from .kruskal import KruskalInputs, KruskalResult, as_matrix, fixed_rule
 from .numerics.stream import peak_rss_bytes
 from .progress import log, task
 from .request import DataRequest, ModelRequest
+from .seeds import SeedsResult, kruskal_seeds, plan_for
 from .settings import Settings
-
-if TYPE_CHECKING:
-    from .seeds import SeedsResult
 
 VECTORS = ("queries", "a3")  # the query vectors, or the Assumption 3 vectors (query + mean of context rows)
 
@@ -86,12 +83,12 @@ def kruskal_request(features: str | Path | None = None, *, k: int | Sequence[int
     """A checked :class:`KruskalRequest`: sizes and n positive integers (repeated sizes once),
     ``vectors`` queries or a3. Raises :class:`~mhaaudit.errors.InputError` otherwise."""
     sizes = [k] if isinstance(k, int) else list(k or [])
-    ks = tuple(validate.integer("--k", kk) for kk in dict.fromkeys(sizes))
-    n = None if n is None else validate.integer("--n", n)
+    ks = tuple(validate.integer(param("k"), kk) for kk in dict.fromkeys(sizes))
+    n = None if n is None else validate.integer(param("n"), n)
     if vectors is not None:
-        vectors = validate.choice("--vectors", getattr(vectors, "value", vectors), VECTORS)
+        vectors = validate.choice(param("vectors"), getattr(vectors, "value", vectors), VECTORS)
     if query_index is not None:
-        query_index = validate.integer("--query-index", query_index, minimum=None)
+        query_index = validate.integer(param("query_index"), query_index, minimum=None)
     return KruskalRequest(features=None if features is None else Path(features), ks=ks, sweep=bool(sweep), n=n,
                           vectors=vectors, key=key, query_index=query_index)
 
@@ -104,13 +101,12 @@ def kruskal_capture(model: str = "vit-base", *, variant: str = "random", n: int 
     weights, revision, trust_remote_code). Several columns, or ``weights`` without a trained
     column, are refused."""
     if len(validate.split_list(variant) or []) > 1:
-        raise InputError(f"--variants {variant}: kruskal captures one column at a time; give one "
+        raise InputError(f"{{param:variant}} {variant}: kruskal captures one column at a time; give one "
                          "(check audits several)")
-    from .auditing import probe_for_variant
 
     probe = probe_for_variant(variant)
     if model_options.get("weights") is not None and probe.init != "trained":
-        raise InputError("--weights loads trained weights; use it with --variants trained (or trained-L<k>), "
+        raise InputError("{param:weights} loads trained weights; use it with {param:variant} trained (or trained-L<k>), "
                          f"not {variant!r}")
     options = dict(model_options)
     request = ModelRequest(model, context_length=n, query_index=query_index, weights_path=options.pop("weights", None),
@@ -149,7 +145,7 @@ def _objects(features, request, capture, settings, keywords: dict):
                              "apply only without a file")
         return request, None, settings
     if request.key is not None:
-        raise InputError("--key has no effect without features: it chooses a tensor or column in a feature file")
+        raise InputError("{param:key} has no effect without features: it chooses a tensor or column in a feature file")
     if capture is None:
         model = pick(_MODEL_KEYS)
         name, variant = model.pop("model", None) or "vit-base", model.pop("variant", None) or "random"
@@ -195,14 +191,12 @@ def estimate_kruskal_rank(features: str | Path | None = None, *, request: Kruska
     argument, a file that cannot be read as vectors, a size above T, or n above T when n sets the
     size; a capture raises what :func:`~mhaaudit.audit` raises.
     """
-    from .seeds import kruskal_seeds, plan_for
-
     request, capture, settings = _objects(features, request, capture, settings, keywords)
     if request.features is not None and (settings.weights_seed is not None or settings.data_seed is not None
                                          or seeds is not None or vary != "both"):
-        raise InputError(f"--seeds, --vary, --weights-seed and --data-seed have no effect when features "
-                         f"({request.features}) are given: they seed the capture from --model (a file's vectors "
-                         "are fixed; --seed seeds the draws)")
+        raise InputError(f"{{param:seeds}}, {{param:vary}}, {{param:weights_seed}} and {{param:data_seed}} have no "
+                         f"effect when features ({request.features}) are given: they seed the capture from "
+                         "{param:model} (a file's vectors are fixed; {param:seed} seeds the draws)")
     plan = plan_for(settings, seeds, vary)
     if plan is None:
         return _estimate_one(request, capture, settings, on_note)
@@ -243,7 +237,7 @@ def _vectors(request: KruskalRequest, capture: Capture | None, settings: Setting
     X, n_known, source, vectors = _read(request)
     n = request.n
     if n is not None and n_known is not None and n != n_known:
-        raise InputError(f"--n {n}: the saved features in {request.features} were captured with n = {n_known}")
+        raise InputError(f"{{param:n}} {n}: the saved features in {request.features} were captured with n = {n_known}")
     return X, n or n_known, source, vectors, {}
 
 
@@ -252,18 +246,18 @@ def _read(request: KruskalRequest):
     features, key, query_index, vectors = request.features, request.key, request.query_index, request.vectors
     assert features is not None, "only a request with features is read"
     if features.is_dir():
-        for name, value in (("--key", key), ("--query-index", query_index)):
+        for name, value in (("key", key), ("query_index", query_index)):
             if value is not None:
-                raise InputError(f"{name} has no effect on a saved feature folder ({features}): it holds the query "
-                                 "and Assumption 3 vectors already; choose them with --vectors")
+                raise InputError(f"{{param:{name}}} has no effect on a saved feature folder ({features}): it holds the query "
+                                 "and Assumption 3 vectors already; choose them with {param:vectors}")
         vectors = vectors or "queries"
         fs = FeatureSet.load(features)
         m = fs.meta
         source = f"{features} ({vectors}; {m.get('model', '?')} {m.get('variant', '')} layer {m.get('layer', '?')})"
         return (fs.a3 if vectors == "a3" else fs.queries), fs.n, source, vectors
     if vectors is not None:
-        raise InputError(f"--vectors has no effect on a single matrix ({features}): it chooses between the query and "
-                         "Assumption 3 vectors of a saved feature folder or of --model")
+        raise InputError(f"{{param:vectors}} has no effect on a single matrix ({features}): it chooses between the query and "
+                         "Assumption 3 vectors of a saved feature folder or of {param:model}")
     arr, desc = read_array(features, key=key)
     X, source = to_query_matrix(arr, query_index, desc)
     return X, None, source, "queries"
@@ -274,7 +268,7 @@ def _sizes(request: KruskalRequest, n: int | None, T: int, d: int, vectors: str,
     ks, sweep = list(request.ks), request.sweep
     for kk in ks:
         if kk > T:
-            raise InputError(f"--k {kk} is larger than the number of vectors T = {T}")
+            raise InputError(f"{{param:k}} {kk} is larger than the number of vectors T = {T}")
     if ks or sweep:
         return ks, sweep
     if n is None:
@@ -283,7 +277,7 @@ def _sizes(request: KruskalRequest, n: int | None, T: int, d: int, vectors: str,
     if n > T:
         a = "3" if vectors == "a3" else "1"
         raise InputError(f"only T = {T} vectors, but Assumption {a} at n = {n} needs at least n of them; "
-                         "supply more vectors or choose sizes with --k")
+                         "supply more vectors or choose sizes with {param:k}")
     return list(dict.fromkeys([n, min(T, d)])), False
 
 
@@ -298,7 +292,8 @@ def _estimate(X, ks, sweep: bool, n, vectors: str, settings: Settings, rule, sta
         check = check_for_size(kk, n=n, T=T, d=d, vectors=vectors)
         s = time.perf_counter()
         with task(f"k = {kk}", settings.samples, settings.progress) as adv:
-            tests.append(kruskal.subset_test(X, kk, check=check, progress=adv,
+            title = REGISTRY[check].title if check in REGISTRY else None  # None: the estimator's own title
+            tests.append(kruskal.subset_test(X, kk, check=check, title=title, progress=adv,
                                              stop_when_decided=settings.stop_when_decided, **common))
         timings[f"k={kk}"] = round(time.perf_counter() - s, 3)
     if sweep:

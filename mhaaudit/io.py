@@ -1,23 +1,32 @@
-"""Reading feature files and writing outputs atomically, stamped with provenance."""
+"""Reading feature files and writing outputs atomically, stamped with provenance.
+
+``pyarrow`` and ``safetensors`` are imported where they are used: each takes a second or more to
+import, and a run that never needs them does not load them.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import pickle
 import platform
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch
+from numpy.lib import format as npy_format
 
 from ._version import __version__
-from .errors import InputError, OutputError
+from .errors import InputError, MhaauditError, OutputError
+from .numerics import stream
 from .staging import _STAGED, StagedOutputs, _reason, make_output_folder, staged_outputs  # noqa: F401 - re-exported
-from .tables import METADATA_KEY
+from .tables import METADATA_KEY, records_table
 
 FEATURE_EXTENSIONS = (".npy", ".pt", ".pth", ".safetensors", ".parquet")
 # The largest safetensors header read (the safetensors library refuses larger ones too).
@@ -29,7 +38,6 @@ MAX_HEADER_BYTES = 100_000_000
 
 def library_versions() -> dict[str, str]:
     out = {"mhaaudit": __version__, "python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__}
-    from importlib.metadata import PackageNotFoundError, version
 
     for name in ("transformers", "timm", "datasets", "pyarrow", "scipy"):
         with contextlib.suppress(PackageNotFoundError):
@@ -159,6 +167,8 @@ def atomic_path(path: str | os.PathLike, *, now: bool = False) -> Iterator[Path]
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp_p.unlink()
+        if isinstance(exc, MhaauditError):  # an OutputError or OfflineError of the work inside says itself
+            raise
         # A full disk or a vanished folder is the user's to fix, not a bug: one line, exit 2.
         raise OutputError(f"cannot write {p}: {_reason(exc)}") from exc
     except BaseException:
@@ -175,8 +185,6 @@ def write_parquet(records: list[dict], path: str | os.PathLike, metadata: dict, 
     (``now``: see :func:`atomic_path`)."""
     import pyarrow.parquet as pq
 
-    from .tables import records_table
-
     table = records_table(records, metadata)
     with atomic_path(path, now=now) as tmp:
         pq.write_table(table, tmp)
@@ -186,8 +194,6 @@ def parquet_bytes(records: list[dict], metadata: dict) -> bytes:
     """The same parquet file as :func:`write_parquet`, as bytes (for ``--format parquet`` on stdout)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from .tables import records_table
 
     sink = pa.BufferOutputStream()
     pq.write_table(records_table(records, metadata), sink)
@@ -240,8 +246,6 @@ def safetensors_header(path: str | os.PathLike) -> dict:
 def _check_npy(p: Path) -> None:
     """An InputError unless ``p`` starts as a .npy file whose header's shape and dtype account for
     exactly the bytes that follow it (checked before numpy allocates what the header claims)."""
-    from numpy.lib import format as npy_format
-
     with open(p, "rb") as fh:
         if fh.read(6) != b"\x93NUMPY":  # else numpy calls any other file "pickled data"
             raise InputError(f"cannot read {p}: not a .npy file (it does not start with the .npy magic bytes)")
@@ -264,8 +268,6 @@ def _check_npy(p: Path) -> None:
 def torch_load_reason(exc: BaseException) -> str:
     """Why ``torch.load(..., weights_only=True)`` refused a file, in words for a user (torch's own
     message for a refused pickle suggests loading it unsafely, which mhaaudit never does)."""
-    import pickle
-
     if isinstance(exc, EOFError):
         return "the file is empty or truncated"
     if isinstance(exc, pickle.UnpicklingError):
@@ -373,9 +375,7 @@ class MappedArray:
 def _refuse_unless_readable(p: Path) -> None:
     """An input error, before reading, when a file that is read whole (not memory-mapped) is larger
     than the memory available."""
-    from .numerics.stream import available_memory
-
-    size, avail = p.stat().st_size, available_memory()
+    size, avail = p.stat().st_size, stream.available_memory()
     if size > avail:
         raise InputError(f"{p}: reading this {p.suffix} file whole needs at least {size / 1e9:.2f} GB, but "
                          f"{avail / 1e9:.2f} GB are available; save the features as a float32 .npy or .safetensors "
@@ -466,7 +466,7 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.T
     if p.is_dir():
         cand = p / "features.safetensors"
         if not cand.exists():
-            raise InputError(f"{p} is a folder without features.safetensors (write one with --save-features)")
+            raise InputError(f"{p} is a folder without features.safetensors (write one with {{param:save_features}})")
         p, key = cand, key or "queries"
     if not p.exists():
         raise InputError(f"no such file: {p}")
@@ -474,7 +474,7 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.T
     if ext not in FEATURE_EXTENSIONS:
         raise InputError(f"unknown feature file type {ext or '(none)'!r} for {p}; use one of {', '.join(FEATURE_EXTENSIONS)}")
     if key is not None and ext == ".npy":
-        raise InputError(f"--key has no effect on {p}: a .npy file holds one array")
+        raise InputError(f"{{param:key}} has no effect on {p}: a .npy file holds one array")
     readers: dict[str, Callable[[Path, Any], tuple[torch.Tensor | MappedArray, str]]] = {
         ".npy": _read_npy, ".pt": _read_torch, ".pth": _read_torch, ".safetensors": _read_safetensors,
         ".parquet": _read_parquet}
@@ -508,7 +508,6 @@ def _read_npy(p: Path, key: None) -> tuple[torch.Tensor | MappedArray, str]:
 def _read_torch(p: Path, key: str | None) -> tuple[torch.Tensor, str]:
     """A tensor saved with ``torch.save`` (weights only), or the ``key`` entry of a saved dict of them."""
     _refuse_unless_readable(p)
-    import warnings
 
     with warnings.catch_warnings():  # a bad file is reported as one error, without warnings
         warnings.simplefilter("ignore")
@@ -521,7 +520,7 @@ def _read_torch(p: Path, key: str | None) -> tuple[torch.Tensor, str]:
     if not isinstance(obj, torch.Tensor):
         raise InputError(f"{p}: expected a tensor or a dict of tensors, found {type(obj).__name__}")
     if key is not None:
-        raise InputError(f"--key has no effect on {p}: it holds one tensor, not a dict of them")
+        raise InputError(f"{{param:key}} has no effect on {p}: it holds one tensor, not a dict of them")
     return obj, f"{p} (torch)"
 
 
@@ -557,7 +556,7 @@ def refuse_results_file(p: Path) -> None:
             command = None
         what = f"'mhaaudit {command}'" if command else "mhaaudit"
         raise InputError(f"{p} is a results file written by {what} (its parquet metadata says so), not features: "
-                         "give a T x d matrix, or the folder written by check --save-features")
+                         "give a T x d matrix, or the folder written by {param:check_save_features}")
 
 
 def _pick(tensors: dict, key: str | None, p: Path) -> torch.Tensor:
@@ -572,7 +571,7 @@ def _pick(tensors: dict, key: str | None, p: Path) -> torch.Tensor:
         raise InputError(f"{p} holds no tensors")
     names = sorted(map(str, tensors))
     shown = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
-    raise InputError(f"{p} holds several tensors ({shown}); choose one with --key")
+    raise InputError(f"{p} holds several tensors ({shown}); choose one with {{param:key}}")
 
 
 def to_query_matrix(arr: torch.Tensor | MappedArray, query_index: int | None,
@@ -580,14 +579,14 @@ def to_query_matrix(arr: torch.Tensor | MappedArray, query_index: int | None,
     """A T x d matrix from a T x d array, or from T x n x d tokens with ``query_index``."""
     if arr.ndim == 2:
         if query_index is not None:
-            raise InputError(f"{source}: --query-index applies to T x n x d token arrays, this one is {tuple(arr.shape)}")
+            raise InputError(f"{source}: {{param:query_index}} applies to T x n x d token arrays, this one is {tuple(arr.shape)}")
         return arr, source
     if arr.ndim == 3:
         if query_index is None:
-            raise InputError(f"{source}: a T x n x d array needs --query-index (0 for [CLS], -1 for the last token)")
+            raise InputError(f"{source}: a T x n x d array needs {{param:query_index}} (0 for [CLS], -1 for the last token)")
         n = arr.shape[1]
         if not -n <= query_index < n:
-            raise InputError(f"--query-index {query_index} is out of range for n = {n} tokens")
+            raise InputError(f"{{param:query_index}} {query_index} is out of range for n = {n} tokens")
         if isinstance(arr, MappedArray):
             return arr.token(query_index), f"{source}, token {query_index}"
         return arr[:, query_index, :], f"{source}, token {query_index}"

@@ -8,12 +8,16 @@ missing widgets: :func:`quiet_tqdm_fallback`, run when mhaaudit is imported in a
 ``tqdm.auto``'s from showing too). When a phase ends before its announced total (a test decided before all its
 draws were made, or without sampling at all), the bar's total is set to what was done, so every
 finished phase shows a finished bar; an interrupted phase keeps its bar where it stopped.
+
+ipywidgets and tqdm are imported where they are used: ``import mhaaudit`` runs this module, and
+stays cheap outside a notebook.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 
 
@@ -45,7 +49,6 @@ def quiet_tqdm_fallback() -> None:
     on. Elsewhere, and when the widgets exist, it does nothing."""
     if "tqdm.autonotebook" in sys.modules or not in_notebook() or has_widgets():
         return
-    import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -25,6 +25,8 @@ returned :class:`DataInfo` knows how to put row-stacked results back into single
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,10 +36,23 @@ from typing import Any
 
 import torch
 
-from . import distributed
+from . import batching, distributed, hostmem
 from .errors import DataError, InputError, ModelError
+from .hostmem import Trimmer
+from .models import load_model
+from .models.probe import full_float32
+from .progress import status, task
 from .request import DataRequest, ModelRequest
 from .settings import Settings
+from .sources import (
+    DuplicateFinder,
+    bert_pair_examples,
+    gpt_window_examples,
+    image_source,
+    offline_tokenizer,
+    text_source,
+)
+from .sources.duplicates import batch_keys
 
 __all__ = ["DataInfo", "DataRequest", "ModelRequest", "example_batches", "load", "stream"]
 
@@ -120,9 +135,6 @@ def load(request: ModelRequest, init: str, settings: Settings, max_layer: int):
 
 
 def _load(request: ModelRequest, init: str, settings: Settings, max_layer: int):
-    from .models import load_model
-    from .progress import status
-
     with status(f"Loading {request.model} ({init} weights, blocks up to {max(1, int(max_layer))})", settings.progress):
         return load_model(request.model, weights=init, backend=request.backend,
                           weights_path=request.weights_path if init == "trained" else None,
@@ -133,15 +145,13 @@ def _load(request: ModelRequest, init: str, settings: Settings, max_layer: int):
 
 def query_index(pm, request: ModelRequest) -> int:
     """The query row for ``pm``: the user's ``--query-index`` or the model's own."""
-    from .errors import InputError
-
     n = pm.info.n
     if request.query_index is None and pm.info.query_index is None:
         raise ModelError(f"{pm.info.name} has no query token of its own ({pm.info.query_token.removeprefix('none: ')}); "
-                         f"name one with --query-index K (0 to {n - 1})")
+                         f"name one with {{param:query_index}} K (0 to {n - 1})")
     qi = pm.info.query_index if request.query_index is None else int(request.query_index)
     if not -n <= qi < n:
-        raise InputError(f"--query-index {qi} is out of range for n = {n} tokens")
+        raise InputError(f"{{param:query_index}} {qi} is out of range for n = {n} tokens")
     return qi % n
 
 
@@ -156,8 +166,6 @@ def example_batches(pm, data: DataRequest, seed: int, notes: list[str],
     corpus and the examples shows on stderr.
     """
     if pm.info.modality == "image":
-        from .sources import image_source
-
         if data.text_column is not None:
             raise InputError(f"{{param:text_column}} names a column of text; {pm.info.name} reads images "
                              "(use {param:image_column})")
@@ -194,9 +202,6 @@ def _refuse_too_few_images(src, n: int, limit: int) -> None:
 
 def _text_batches(pm, data: DataRequest, seed: int, notes: list[str],
                   progress: bool = False) -> tuple[DataInfo, Iterator[Any]]:
-    from .progress import status
-    from .sources import bert_pair_examples, gpt_window_examples, offline_tokenizer, text_source
-
     info = pm.info
     src = text_source(data.data, split=data.split, seed=seed, text_column=data.text_column,
                       progress=progress)
@@ -283,9 +288,6 @@ def _prefetched(pm, raw_batches: Iterable[tuple[int, Any]]) -> Iterator[tuple[in
 def _read_ahead(items: Iterator, depth: int) -> Iterator:
     """``items``, read by a helper thread up to ``depth`` ahead (rank 0 reads the source while the
     batches it dealt are computed); an error of the reader is raised here, in order."""
-    import queue
-    import threading
-
     box: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
     end = object()
@@ -364,7 +366,6 @@ def _without_duplicates(finder, index: int | None, inputs: dict | None, shard) -
     """``inputs`` less the examples that repeat an earlier input exactly (kept with
     ``--keep-duplicates``). Under torchrun the ranks exchange the keys of each round's batches and
     feed them to their finders in batch order, so every rank drops what one process would."""
-    from .sources.duplicates import batch_keys
 
     keep = None
     for b, keys in sorted((x for x in shard.all_gather((index, batch_keys(inputs) if inputs is not None else None))
@@ -388,9 +389,7 @@ def _batch_size(inputs: dict[str, torch.Tensor]) -> int:
 
 def _batch_choice(pm, data: DataRequest, layers: list[int], shard):
     """The batch size of ``data`` for ``pm`` (``auto`` resolved; under torchrun the smallest any rank chose)."""
-    from .batching import choose_batch_size
-
-    choice = choose_batch_size(pm, layers, data.batch_size, data.limit)
+    choice = batching.choose_batch_size(pm, layers, data.batch_size, data.limit)
     if data.batch_size == "auto":
         choice = min(shard.all_gather(choice), key=lambda c: c.size)
     return choice
@@ -408,11 +407,6 @@ def stream(pm, data: DataRequest, layers: Iterable[int], consumers: Sequence[Con
     passes and the consumers run with TF32 and reduced-precision float32 matmuls off
     (:func:`~mhaaudit.models.probe.full_float32`): these features feed rank decisions.
     """
-    from .hostmem import Trimmer, release
-    from .models.probe import full_float32
-    from .progress import task
-    from .sources import DuplicateFinder
-
     t0 = time.perf_counter()
     first_note = len(notes)
     shard = distributed.current()
@@ -444,7 +438,7 @@ def stream(pm, data: DataRequest, layers: Iterable[int], consumers: Sequence[Con
             trim.maybe()
             info.fed.append((index, size))
             info.count += size
-    release()
+    hostmem.release()
     if finder is not None:
         found = finder.result()
         info.duplicates, info.duplicates_line = found.as_dict(), found.describe("images")

@@ -1,10 +1,17 @@
-"""The Kruskal-rank curve (the paper's Figure 1): satisfied fraction against subset size."""
+"""The Kruskal-rank curve (the paper's Figure 1): satisfied fraction against subset size.
+
+``matplotlib`` is imported where it is used: it takes a second or more to import, and a run that
+never needs it does not load it.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+import numpy as np
+
+from .checks import REGISTRY
 from .errors import OutputError
 from .io import atomic_path, check_writable
 from .kruskal import Sweep
@@ -84,8 +91,6 @@ def plot_depth(result, path: str | Path) -> Path:
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    from .checks import REGISTRY
-
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
     styles = {"random": "--", "trained": "-"}
     for weights in dict.fromkeys(c.probe.init for c in result.columns):
@@ -116,7 +121,6 @@ def plot_capacity(result, path: str | Path) -> Path:
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
-    import numpy as np
 
     info, s = result.info, result.settings
     n, d, dh = info.get("n"), info.get("d"), s.get("head_dim")

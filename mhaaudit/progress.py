@@ -14,6 +14,9 @@ import sys
 from collections.abc import Callable, Iterator
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from . import notebook
 
 _stderr = Console(stderr=True)  # writes to sys.stderr as it is at each call
 
@@ -38,22 +41,12 @@ def task(description: str, total: int | None, enabled: bool) -> Iterator[Callabl
 
         yield nothing
         return
-    from .notebook import in_notebook
 
-    if in_notebook():  # a Jupyter kernel: one finished bar per phase (mhaaudit.notebook)
-        from .notebook import notebook_task
+    if notebook.in_notebook():  # a Jupyter kernel: one finished bar per phase (mhaaudit.notebook)
 
-        with notebook_task(description, total) as advance:
+        with notebook.notebook_task(description, total) as advance:
             yield advance
         return
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
 
     with Progress(
         TextColumn("[progress.description]{task.description}"),
@@ -75,9 +68,7 @@ def task(description: str, total: int | None, enabled: bool) -> Iterator[Callabl
 @contextlib.contextmanager
 def status(description: str, enabled: bool) -> Iterator[None]:
     """A spinner with ``description`` while a phase without a count runs (nothing when disabled)."""
-    from .notebook import in_notebook
-
-    if not enabled or in_notebook():  # a notebook shows the phases' bars only (a spinner would be a widget)
+    if not enabled or notebook.in_notebook():  # a notebook shows the phases' bars only (a spinner would be a widget)
         yield
         return
     with _stderr.status(description, spinner="dots"):
@@ -87,9 +78,7 @@ def status(description: str, enabled: bool) -> Iterator[None]:
 def log(message: str, enabled: bool) -> None:
     """A status line on stderr for a person watching (``enabled``: see :func:`progress_enabled`)."""
     if enabled:
-        from .notebook import in_notebook
-
-        if in_notebook():  # plain text on the cell's stderr stream, not a rich display
+        if notebook.in_notebook():  # plain text on the cell's stderr stream, not a rich display
             print(message, file=sys.stderr)
         else:
             _stderr.print(message, highlight=False)

@@ -10,30 +10,37 @@ is the one each column carries (``Column.bound``), as the JSON and parquet outpu
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from .checks import CHECK_MEANING, CHECK_TITLES, REGISTRY
+from .kruskal.report import (
+    WHOLE_SET_LEGEND,
+    estimate_text,
+    exact_text,
+    kruskal_report,
+    sweep_lines,
+    verdict_text,
+)
+from .models.families import positions_note as family_positions_note
+from .models.shards import weights_read_text
+from .sources import describe_skips
 from .tables import text_width
 
 if TYPE_CHECKING:
-    from .kruskal import KruskalResult, SubsetTest, Sweep
-
-VERDICT_STYLE = {"holds": "green", "fails": "red", "unavailable": "yellow"}
-
-
+    from .kruskal import KruskalResult
 
 def report_width() -> int | None:
     """The width reports on stdout are laid out for: :func:`~mhaaudit.tables.text_width` (``COLUMNS``
     when set, else :data:`~mhaaudit.tables.REDIRECTED_WIDTH` for a file or a pipe), except on a terminal without
     ``COLUMNS`` (None: rich asks the terminal, and follows it)."""
-    import os
-
     if sys.stdout.isatty() and not os.environ.get("COLUMNS", "").strip().isdigit():
         return None
     return text_width()
@@ -52,36 +59,6 @@ def print_report(items: list) -> None:
         con.print(item, highlight=False)
 
 
-def verdict_text(verdict: str) -> str:
-    style = VERDICT_STYLE.get(verdict, "white")
-    return f"[{style}]{verdict}[/{style}]"
-
-
-WHOLE_SET_MARK = "whole set"
-WHOLE_SET_LEGEND = ("[yellow]whole set[/yellow]: k reaches T, so the test is one set, not a sample of k-subsets: "
-                    "it does not answer the paper's question (the reason names the run that does).")
-
-
-def estimate_text(rec: dict) -> str:
-    """The estimate verdict as a table shows it: marked when it is one set, not a sample (k >= T),
-    and called an estimate when a proof says otherwise."""
-    v = rec.get("verdict", "")
-    if rec.get("scope") == "whole-set":
-        return f"[yellow]{v} ({WHOLE_SET_MARK})[/yellow]"
-    exact = rec.get("exact_status")
-    if exact in ("holds", "fails") and exact != v:
-        return f"{verdict_text(v)} (estimate)"
-    return verdict_text(v)
-
-
-def exact_text(rec: dict) -> str:
-    """The exact status as a table shows it: ``fails (witness)``, ``holds (exhaustive)``, ``undecided``."""
-    status = rec.get("exact_status", "undecided")
-    if status == "undecided":
-        return "undecided"
-    return f"{verdict_text(status)} ({rec.get('exact_basis')})"
-
-
 def cell(rec: dict) -> str:
     """One table cell: the estimate verdict, the evidence in brief, and the exact status when it
     is decided (a table never shows a bare "holds" beside a proof of failure)."""
@@ -97,111 +74,6 @@ def cell(rec: dict) -> str:
 
 
 # --------------------------------------------------------------------------- Kruskal tests and sweeps
-
-
-def kruskal_table(tests: list[SubsetTest], title: str = "Kruskal-rank tests") -> Table:
-    t = Table(title=title, title_justify="left")
-    for col in ("check", "k", "T", "d", "draws", "independent", "fraction", "95% CI", "verdict", "exact"):
-        t.add_column(col, justify="right" if col not in ("check", "verdict", "exact") else "left")
-    for r in tests:
-        rec = r.record()
-        t.add_row(
-            CHECK_TITLES.get(r.check, r.check), str(r.k), str(r.T), str(r.d), str(r.samples) if r.sampled else "-",
-            str(r.satisfied) if r.sampled else "-", f"{r.fraction:.4f}" if r.sampled else "-",
-            f"[{r.ci_low:.4f}, {r.ci_high:.4f}]" if r.sampled else "-", estimate_text(rec), exact_text(rec),
-        )
-    return t
-
-
-def test_evidence_lines(r: SubsetTest) -> list[str]:
-    lines = [f"{CHECK_TITLES.get(r.check, r.check)} at k = {r.k}: {r.reason}."]
-    if r.witness is not None:
-        sv = r.witness.singular_values
-        lines.append(
-            f"  witness: rows {list(r.witness.indices)[:12]}{' ...' if len(r.witness.indices) > 12 else ''} "
-            f"have rank {r.witness.rank} < {len(r.witness.indices)} (smallest singular value {sv[-1]:.3g} <= tolerance {r.witness.tol:.3g})"
-        )
-    if r.rank_histogram and r.sampled:
-        items = sorted(r.rank_histogram.items())
-        shown = ", ".join(f"{k}: {v}" for k, v in items[:8]) + (" ..." if len(items) > 8 else "")
-        lines.append(f"  ranks of examined draws: {shown}")
-    if r.exact_rechecks:
-        lines.append(f"  {r.exact_rechecks} draw(s) sat near the tolerance and were decided from eigenvalues or by SVD")
-    return lines
-
-
-def sweep_lines(sw: Sweep, label: str = "") -> list[str]:
-    pre = f"{label}: " if label else ""
-    out = [
-        f"{pre}Kruskal-rank estimate {sw.estimate} (largest k with satisfied fraction >= {sw.threshold} over {sw.samples} nested draws; an estimate).",
-        f"  certified ceiling {sw.ceiling.value}: {sw.ceiling.proves}.",
-        f"  certified floor {sw.floor.value}: {sw.floor.proves}.",
-    ]
-    if sw.exact_kruskal_rank is not None:
-        out.append(f"  exact: the floor meets the ceiling, so the Kruskal rank is {sw.exact_kruskal_rank} (a proof).")
-    else:
-        out.append(f"  exact: the Kruskal rank lies in [{sw.floor.value}, {sw.ceiling.value}] (proven); every k in between is undecided.")
-    if sw.raw_estimate > sw.estimate:
-        out.append(f"  (the sampled fraction stayed above the threshold up to k = {sw.raw_estimate}; capped at the proven ceiling)")
-    return out
-
-
-def sweep_table(sw: Sweep, marks: tuple[int, ...] = ()) -> Table:
-    """A compact view of the curve: every k where the fraction changes noticeably, plus marks."""
-    t = Table(title="Kruskal-rank sweep (satisfied fraction by subset size)", title_justify="left")
-    for col in ("k", "fraction", "95% CI"):
-        t.add_column(col, justify="right")
-    keep = set(m for m in marks if 1 <= m <= len(sw.ks))
-    K = len(sw.ks)
-    for k in (1, K, sw.estimate, sw.estimate + 1):
-        if 1 <= k <= K:
-            keep.add(k)
-    prev = None
-    for k, f in zip(sw.ks, sw.fractions, strict=False):
-        if prev is None or abs(f - prev) >= 0.05:
-            keep.add(k)
-            prev = f
-    for k in sorted(keep)[:40]:
-        t.add_row(str(k), f"{sw.fractions[k - 1]:.4f}", f"[{sw.ci_low[k - 1]:.4f}, {sw.ci_high[k - 1]:.4f}]")
-    return t
-
-
-def kruskal_legend(tests) -> list[str]:
-    """The lines under a table of tests: what its two verdict columns mean, and the whole-set mark."""
-    out = ["verdict: the paper's rule (satisfied fraction of the draws >= threshold), an estimate; exact: "
-           "fails, holds or undecided, with what decides it (a witness or a whole-set rank below k proves fails)."]
-    if any(getattr(t, "scope", "") == "whole-set" for t in tests):
-        out.append(WHOLE_SET_LEGEND)
-    return out
-
-
-def subset_test_report(test: SubsetTest) -> list:
-    """One test at one size: its table row and its evidence."""
-    return [kruskal_table([test]), *kruskal_legend([test]), *test_evidence_lines(test)]
-
-
-def sweep_report(sw: Sweep, marks: tuple[int, ...] = ()) -> list:
-    """A sweep: the compact curve and what it estimates and proves."""
-    return [sweep_table(sw, marks=marks), *sweep_lines(sw)]
-
-
-def kruskal_report(result: KruskalResult) -> list:
-    """``mhaaudit kruskal``: the tests at each size, the sweep, and the run's facts."""
-    inp, tests, sw = result.inputs, list(result.tests), result.sweep
-    out: list = [f"[bold]mhaaudit kruskal[/bold]: {inp.T} vectors in R^{inp.d} ({inp.dtype}) from {inp.source}"]
-    if tests:
-        out.append(kruskal_table(tests))
-        out += kruskal_legend(tests)
-        out += [line for t in tests for line in test_evidence_lines(t)]
-    if sw is not None:
-        out += sweep_report(sw, marks=tuple(m for m in (inp.n, inp.d) if m))
-    at_k = "".join(f"; at k = {k}: {c}" for k, c in result.set_rank_ceilings.items())
-    out.append(f"Whole set as one matrix: numerical rank {result.set_rank} under its own tolerance; whole-set rank at "
-               f"the smallest tolerance a k-subset can have (no k-subset's rank exceeds it){at_k or ': the sweep certifies its ceiling with it'}. "
-               f"Rank rule: {result.rule.describe()}. "
-               f"Threshold {result.threshold}, {result.samples} draws, seed {result.seed}, device {result.device}, "
-               f"{result.total_s} s.")
-    return out
 
 
 def render_kruskal(result: KruskalResult) -> None:
@@ -230,8 +102,6 @@ def print_json(doc: dict) -> None:
 
 def _default(o):
     try:
-        import numpy as np
-
         if isinstance(o, np.generic):
             return o.item()
     except Exception:  # noqa: BLE001  # pragma: no cover - serialising a value must not raise
@@ -325,8 +195,6 @@ def audit_lines(result) -> list[str]:
     lines.append(escape(f"  data: {result.data}"))
     skips = getattr(result, "skips", None)
     if skips:
-        from .sources import describe_skips
-
         lines.append(escape(f"  skipped inputs: {describe_skips(skips)}"))
     elif result.skipped:
         lines.append(f"  skipped inputs: {result.skipped}")
@@ -355,9 +223,7 @@ def audit_lines(result) -> list[str]:
 
 
 def positions_note(info: dict, layer: int) -> str:
-    from .models.families import positions_note as note
-
-    return note(info, layer)
+    return family_positions_note(info, layer)
 
 
 def bound_lines(result) -> list[str]:
@@ -533,8 +399,6 @@ def capacity_evidence_lines(result) -> list[str]:
 
 def loading_lines(read: dict | None, settings: dict | None = None, label: str = "") -> list[str]:
     """What loading the trained weights read, and the batch size when it was chosen automatically."""
-    from .models.shards import weights_read_text
-
     lines = [escape(f"    {label}{weights_read_text(read)}")] if read else []
     s = settings or {}
     how = s.get("batch_size_choice")

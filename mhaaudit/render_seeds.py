@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .checks import CHECK_TITLES
+from .render import print_report
 
 __all__ = ["render_seeds", "seeds_report"]
 
@@ -130,6 +131,4 @@ def seeds_report(result) -> list:
 
 
 def render_seeds(result) -> None:
-    from .render import print_report
-
     print_report(seeds_report(result))

@@ -29,7 +29,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .errors import InputError
+from . import validate
+from .batching import available_memory, parse_batch_size
+from .errors import InputError, param
+from .models import resolve
+from .models.load import check_hub_options, check_revision
 from .settings import Settings
 
 __all__ = ["DataRequest", "ModelRequest", "Requests", "build_requests", "build_settings", "keyword_conveniences"]
@@ -53,19 +57,16 @@ class ModelRequest:
     trust_remote_code: bool = False  # let a repository's own model code run
 
     def __post_init__(self) -> None:
-        from . import validate
-        from .models.load import check_hub_options, check_revision
 
         if self.weights_path is not None and not Path(self.weights_path).expanduser().exists():
-            raise InputError(f"--weights {self.weights_path}: does not exist (no such file or folder)")
+            raise InputError(f"{{param:weights}} {self.weights_path}: does not exist (no such file or folder)")
         if self.context_length is not None:
-            object.__setattr__(self, "context_length", validate.integer("--context-length", self.context_length))
+            object.__setattr__(self, "context_length", validate.integer(param("context_length"), self.context_length))
         if self.query_index is not None:
-            object.__setattr__(self, "query_index", validate.integer("--query-index", self.query_index, minimum=None))
+            object.__setattr__(self, "query_index", validate.integer(param("query_index"), self.query_index, minimum=None))
         object.__setattr__(self, "revision", check_revision(self.revision))
         object.__setattr__(self, "trust_remote_code", bool(self.trust_remote_code))
         if self.revision is not None or self.trust_remote_code:  # refused before any work when they cannot apply
-            from .models import resolve
 
             check_hub_options(resolve(self.model, backend=self.backend, weights_path=self.weights_path), self.revision,
                               self.trust_remote_code)
@@ -90,15 +91,13 @@ class DataRequest:
     convert_rgb: bool = False  # convert images of other modes to RGB (torchvision's rule) instead of skipping them
 
     def __post_init__(self) -> None:
-        from . import validate
-        from .batching import available_memory, parse_batch_size
 
         for name in ("text_column", "image_column"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value.strip()):
                 raise InputError(f"{{param:{name}}} must name a column, got {value!r}")
         # Whatever the model, every example kept costs its vectors (at least 64 bytes): a bound before any work.
-        object.__setattr__(self, "limit", validate.integer("--limit", self.limit, maximum=available_memory() // 64))
+        object.__setattr__(self, "limit", validate.integer(param("limit"), self.limit, maximum=available_memory() // 64))
         object.__setattr__(self, "batch_size", parse_batch_size(self.batch_size))
         object.__setattr__(self, "keep_duplicates", bool(self.keep_duplicates))
         object.__setattr__(self, "convert_rgb", bool(self.convert_rgb))

@@ -35,7 +35,10 @@ from itertools import combinations
 from typing import Any
 
 from . import validate
-from .errors import InputError
+from .errors import InputError, param, plain
+from .io import stamp
+from .pipeline import shared_loads
+from .render_seeds import seeds_report
 from .settings import MAX_SEED
 from .tables import Report
 
@@ -50,7 +53,7 @@ SEEDS_EXAMPLE = "0-4 or 0,3,7"
 def parse_seeds(spec) -> list[int]:
     """``"0-4"``, ``"0,3,7"``, ``"0-2,9"`` or a list of integers -> the sorted seeds (the syntax of
     every command's ``--seeds``, memorize's included)."""
-    return validate.int_ranges(spec, "--seeds", what="seeds", example=SEEDS_EXAMPLE, minimum=0, maximum=MAX_SEED)
+    return validate.int_ranges(spec, param("seeds"), what="seeds", example=SEEDS_EXAMPLE, minimum=0, maximum=MAX_SEED)
 
 
 @dataclass(frozen=True)
@@ -116,17 +119,18 @@ def plan_seeds(seeds, *, vary: str = "both", seed: int = 0, weights_seed: int | 
     varies cannot also be given, nor can ``seed`` (give ``--seed`` or ``--seeds``).
     """
     listed = parse_seeds(seeds)
-    vary = validate.choice("--vary", vary, VARY)
+    vary = validate.choice(param("vary"), vary, VARY)
     if seed not in (None, 0):
-        raise InputError("give either --seed or --seeds, not both")
+        raise InputError("give either {param:seed} or {param:seeds}, not both")
     varied = {"both": ("weights_seed", "data_seed"), "weights": ("weights_seed",), "data": ("data_seed",)}[vary]
     for name, value in (("weights_seed", weights_seed), ("data_seed", data_seed)):
         if value is not None and name in varied:
-            flag = "--" + name.replace("_", "-")
-            raise InputError(f"{flag} has no effect with --seeds --vary {vary}: --seeds sets it for every run"
-                             + ("; hold it fixed with --vary weights or --vary data" if vary == "both" else ""))
+            raise InputError(f"{{param:{name}}} has no effect with {{param:seeds}} and {{param:vary}} {vary}: "
+                             "{param:seeds} sets it for every run"
+                             + ("; hold it fixed with {param:vary} weights or {param:vary} data" if vary == "both"
+                                else ""))
         if value is not None:
-            validate.integer("--" + name.replace("_", "-"), value, minimum=0, maximum=MAX_SEED)
+            validate.integer(param(name), value, minimum=0, maximum=MAX_SEED)
     if vary == "weights":
         return SeedPlan(tuple(listed), vary, None, listed[0] if data_seed is None else int(data_seed))
     if vary == "data":
@@ -144,15 +148,13 @@ IMAGE_FILES_NOTE = ("images read from a folder or file keep their own order, so 
 def data_seed_notes(plan: SeedPlan, data) -> list[str]:
     """What a varied data seed cannot move: the images of a folder or file (read in their own order)."""
     if plan.vary == "data" and data not in (None, "builtin"):
-        return [f"--data {data}: {IMAGE_FILES_NOTE}"]
+        return [plain("{param:data} ") + f"{data}: {IMAGE_FILES_NOTE}"]
     return []
 
 
 def over_seeds(fn: Callable, plan: SeedPlan, **kwargs) -> list:
     """``fn(**kwargs, seed=s, weights_seed=..., data_seed=...)`` for each run of ``plan``, in order,
     sharing the model loads; the results, one per seed."""
-    from .pipeline import shared_loads
-
     with shared_loads():
         return [fn(**kwargs, **run.kwargs()) for run in plan.runs()]
 
@@ -165,7 +167,7 @@ def _median(values: Sequence[float]):
     return int(m) if float(m).is_integer() and all(isinstance(v, int) for v in values) else m
 
 
-def _cell(rec: dict, key: Sequence[str]) -> tuple:
+def cell_of(rec: dict, key: Sequence[str]) -> tuple:
     return tuple(rec.get(k) for k in key)
 
 
@@ -187,7 +189,7 @@ def summary_records(per_seed: list[tuple[SeedRun, list[dict]]], *, key: Sequence
     cells: dict[tuple, list[tuple[SeedRun, dict]]] = {}
     for run, recs in per_seed:
         for r in recs:
-            cells.setdefault(_cell(r, key), []).append((run, r))
+            cells.setdefault(cell_of(r, key), []).append((run, r))
     out = []
     for cell, members in cells.items():
         first = members[0][1]
@@ -238,8 +240,8 @@ def difference_records(summaries: list[dict], per_seed: list[tuple[SeedRun, list
     for run, recs in per_seed:
         for r in recs:
             if (check is None or r.get("check") == check) and isinstance(r.get(value), (int, float)):
-                by_seed.setdefault(_cell(r, key), {})[run.seed] = r[value]
-    cells = [_cell(s, key) for s in summaries if (check is None or s.get("check") == check) and _cell(s, key) in by_seed]
+                by_seed.setdefault(cell_of(r, key), {})[run.seed] = r[value]
+    cells = [cell_of(s, key) for s in summaries if (check is None or s.get("check") == check) and cell_of(s, key) in by_seed]
     varying = [k for i, k in enumerate(key) if len({c[i] for c in cells}) > 1] or list(key)
     out = []
     for a, b in combinations(cells, 2):
@@ -307,8 +309,6 @@ class SeedsResult(Report):
         return [s for s in self.summaries if check is None or s.get("check") == check]
 
     def renderables(self) -> list:
-        from .render_seeds import seeds_report
-
         return seeds_report(self)
 
     def summary_line(self) -> str:
@@ -401,7 +401,7 @@ def plan_for(settings, seeds, vary: str = "both") -> SeedPlan | None:
     where ``vary`` must stay at its default."""
     if seeds is None:
         if vary != "both":
-            raise InputError("--vary has no effect without --seeds: it says which seed --seeds varies")
+            raise InputError("{param:vary} has no effect without {param:seeds}: it says which seed {param:seeds} varies")
         return None
     return plan_seeds(seeds, vary=vary, seed=settings.seed, weights_seed=settings.weights_seed,
                       data_seed=settings.data_seed)
@@ -426,55 +426,11 @@ def capacity_seeds(run: Callable, plan: SeedPlan, data=None) -> SeedsResult:
                   notes=data_seed_notes(plan, data))
 
 
-def reproduce_seeds(target: str, *, seeds, vary: str = "both", seed: int = 0, weights_seed: int | None = None,
-                    data_seed: int | None = None, **options) -> SeedsResult:
-    """:func:`mhaaudit.reproduce_paper` for each seed: every published value beside the between-seed
-    range of ours (``paper_inside``: whether the published value lies in it), the seeds that match,
-    and the differences of the swept columns' Kruskal estimates."""
-    from .reproduce import reproduce_paper
-
-    if target == "figure2":
-        raise InputError("--seeds does not apply to figure2: its memorize grid takes its own seeds "
-                         "(mhaaudit memorize --preset paper-fig2a --seeds 0-4)")
-    plan = plan_seeds(seeds, vary=vary, seed=seed, weights_seed=weights_seed, data_seed=data_seed)
-    runs = over_seeds(reproduce_paper, plan, target=target, **options)
-
-    def records(res) -> list[dict]:
-        return [c.record() for c in res.comparisons]
-
-    def estimates(res) -> list[dict]:
-        return [sweep_estimate_record(sw, model=key, variant=variant, layer=None) for (key, variant), sw in res.sweeps.items()]
-
-    first = runs[0]
-    from .io import stamp
-    from .reproduce import published
-
-    meta = stamp(command="reproduce", target=first.target, title=first.title, source=first.source,
-                 paper=published()["paper"], setting=first.setting, notes=first.notes,
-                 timings_s={str(run.seed): r.timings for run, r in zip(plan.runs(), runs, strict=True)}, **first.settings)
-    out = spread("reproduce", plan, runs, records=records, key=("model", "column", "kind", "check", "k"),
-                 value="our_value", estimates=estimates, estimate_key=("model", "variant", "layer", "check"),
-                 trained=is_trained, sweep_rows=lambda r: r.sweep_rows(), meta=meta,
-                 extra=("paper_value", "paper_verdict", "source"))
-    for rec in out.summaries:
-        if rec.get("value") != "our_value":
-            continue
-        cell = [r for _, recs in out.per_seed for r in recs if _cell(r, ("model", "column", "kind", "check", "k"))
-                == _cell(rec, ("model", "column", "kind", "check", "k"))]
-        rec["seeds_matching"] = sum(r.get("status") == "match" for r in cell)
-        p, lo, hi = rec.get("paper_value"), rec.get("low"), rec.get("high")
-        rec["paper_inside"] = None if p is None or lo is None else bool(lo <= p <= hi)
-    out.title = first.title
-    return out
-
-
 def kruskal_seeds(run: Callable, plan: SeedPlan, capture) -> SeedsResult:
     """The Kruskal estimate ``run(seed=, weights_seed=, data_seed=)`` of a capture for each seed of
     ``plan`` (what ``estimate_kruskal_rank(..., seeds=...)`` returns): the per-seed, summary and
     difference records of its tests and its sweep's estimate; ``capture`` is the
     :class:`~mhaaudit.estimation.Capture` the runs share."""
-    from .io import stamp
-
     runs = over_seeds(run, plan)
     where = {"model": capture.model.model, "variant": capture.variant}
     first = runs[0]

@@ -47,8 +47,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from . import validate
 from .defaults import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
-from .errors import InputError
+from .errors import InputError, param
+from .numerics import RankRule
 
 __all__ = ["DEFAULT_SAMPLES", "DEFAULT_THRESHOLD", "MAX_SAMPLES", "MAX_SEED", "PURPOSES", "Settings", "derive_seed", "device_name", "resolve_device"]
 
@@ -81,7 +83,7 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
     if isinstance(spec, torch.device):
         return spec
     if isinstance(spec, str) and not spec.strip():
-        raise InputError("--device is empty (use auto, cpu, cuda or cuda:N)")
+        raise InputError("{param:device} is empty (use auto, cpu, cuda or cuda:N)")
     spec = (spec or "auto").strip().lower()
     if spec == "auto":
         return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
@@ -89,13 +91,13 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
         return torch.device("cpu")
     if spec.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise InputError(f"--device {spec} was asked for but no CUDA device is available; use --device cpu or auto")
+            raise InputError(f"{{param:device}} {spec} was asked for but no CUDA device is available; use {{param:device}} cpu or auto")
         try:
             dev = torch.device(spec)
         except RuntimeError as exc:  # e.g. "cuda:x"
             raise InputError(f"not a device: {spec!r} (use auto, cpu, cuda or cuda:N)") from exc
         if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise InputError(f"--device {spec}: only {torch.cuda.device_count()} CUDA device(s) present")
+            raise InputError(f"{{param:device}} {spec}: only {torch.cuda.device_count()} CUDA device(s) present")
         return dev
     raise InputError(f"not a device: {spec!r} (use auto, cpu, cuda or cuda:N)")
 
@@ -168,28 +170,24 @@ class Settings:
                 threshold=DEFAULT_THRESHOLD, seed=0, rtol=None, atol=None, stop_when_decided: bool = False,
                 progress: bool = False, weights_seed=None, data_seed=None) -> Settings:
         """Check every field and resolve the device (an unavailable device is an input error here)."""
-        from . import validate
-
         check_environment()
         return cls(
             device=resolve_device(device),
-            samples=validate.integer("--samples", samples, maximum=MAX_SAMPLES),
-            threshold=validate.fraction("--threshold", threshold),
-            seed=validate.integer("--seed", seed, minimum=0, maximum=MAX_SEED),
-            rtol=validate.tolerance("--rtol", rtol),
-            atol=validate.tolerance("--atol", atol),
+            samples=validate.integer(param("samples"), samples, maximum=MAX_SAMPLES),
+            threshold=validate.fraction(param("threshold"), threshold),
+            seed=validate.integer(param("seed"), seed, minimum=0, maximum=MAX_SEED),
+            rtol=validate.tolerance(param("rtol"), rtol),
+            atol=validate.tolerance(param("atol"), atol),
             stop_when_decided=bool(stop_when_decided),
             progress=bool(progress),
-            weights_seed=None if weights_seed is None else validate.integer("--weights-seed", weights_seed, minimum=0,
+            weights_seed=None if weights_seed is None else validate.integer(param("weights_seed"), weights_seed, minimum=0,
                                                                             maximum=MAX_SEED),
-            data_seed=None if data_seed is None else validate.integer("--data-seed", data_seed, minimum=0,
+            data_seed=None if data_seed is None else validate.integer(param("data_seed"), data_seed, minimum=0,
                                                                       maximum=MAX_SEED),
         )
 
     def rule(self, dtype: torch.dtype | str = torch.float32):
         """The rank rule for features of ``dtype`` under the user's tolerances."""
-        from .numerics import RankRule
-
         return RankRule.for_dtype(dtype, rtol=self.rtol, atol=self.atol)
 
     def seed_for(self, purpose: str, *index: int) -> int:

@@ -18,15 +18,32 @@ Each command's outputs also carry the whole result object, field by field, in th
 ``result`` (:func:`encode_result`): :class:`StoredResult` gives ``from_json`` / ``from_parquet``,
 which read it back (:func:`decode_result`, driven by the fields' type hints) equal to the object
 written, so a saved run can be rendered again, byte for byte, without running it.
+
+pyarrow is imported where it is used: it takes a moment to import, and a report printed as a
+table or JSON never needs it.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import enum
 import io as _io
 import json
+import math
 import os
-from dataclasses import dataclass
+import shutil
+import sys
+import types
+import typing
+from collections import Counter
+from dataclasses import dataclass, fields
 from typing import ClassVar
+
+from rich.console import Console
+from rich.table import Table
+
+from .errors import InputError
 
 METADATA_KEY = b"mhaaudit"  # schema metadata of every results file: the run's meta, as JSON
 
@@ -301,7 +318,6 @@ _NONFINITE = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
 
 
 def _document_fields(obj) -> list:
-    from dataclasses import fields
 
     return [f for f in fields(obj) if f.metadata.get("document", True)]
 
@@ -314,9 +330,6 @@ def encode_result(value):
     keys strings, and non-finite floats the strings ``"nan"``, ``"inf"``, ``"-inf"`` (strict
     JSON has no such numbers). :func:`decode_result` reverses it from the fields' type hints.
     """
-    import dataclasses
-    import enum
-    import math
 
     if hasattr(value, "document") and hasattr(type(value), "from_document"):  # a value that says how it is stored
         return value.document()
@@ -355,10 +368,6 @@ def decode_result(tp, data):
 
 
 def _decode(tp, data, where: str):
-    import dataclasses
-    import enum
-    import types
-    import typing
 
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is typing.Any or tp is object:
@@ -443,7 +452,6 @@ def _decode_key(tp, key: str, where: str):
 
 def result_from_meta(cls, meta: dict, source: str):
     """The ``cls`` result stored under :data:`RESULT_KEY` in a results file's ``meta``."""
-    from .errors import InputError
 
     if not isinstance(meta, dict) or RESULT_KEY not in meta:
         raise InputError(f"{source}: holds no {cls.__name__} (its meta has no {RESULT_KEY!r}; it was written by "
@@ -467,10 +475,6 @@ REDIRECTED_WIDTH = 100
 def text_width() -> int:
     """The width a report is laid out in as text, as the commands lay out theirs: ``COLUMNS`` when
     set, else the terminal's when stdout is one, else :data:`REDIRECTED_WIDTH`."""
-    import os
-    import shutil
-    import sys
-
     columns = os.environ.get("COLUMNS", "").strip()
     if columns.isdigit() and int(columns) > 0:
         return int(columns)
@@ -500,8 +504,6 @@ class Report:
             yield console.render_str(item, highlight=False) if isinstance(item, str) else item
 
     def __str__(self) -> str:
-        from rich.console import Console
-
         buf = _io.StringIO()
         con = Console(file=buf, width=text_width(), color_system=None, force_terminal=False, force_jupyter=False)
         for r in self.renderables():
@@ -520,11 +522,6 @@ class Report:
         (``"prose"``). A table's title is printed as one line above it (rich wraps a title to
         its table's width, which breaks long titles over narrow tables); prose lines are never
         broken (``soft_wrap``): a notebook wraps them at its own width, between words."""
-        import copy
-
-        from rich.console import Console
-        from rich.table import Table
-
         blocks: list = []
         for r in self.renderables():
             kind = "prose" if isinstance(r, str) else "table"
@@ -558,8 +555,6 @@ class Report:
 
 def verdict_tally(records: list[dict]) -> str:
     """``8 holds, 4 fails`` over the records' verdicts (in that order: holds, fails, then any other)."""
-    from collections import Counter
-
     c = Counter(r["verdict"] for r in records if r.get("verdict"))
     order = ["holds", "fails", *sorted(v for v in c if v not in ("holds", "fails"))]
     return ", ".join(f"{c[v]} {v}" for v in order if c.get(v))
@@ -593,8 +588,6 @@ class ResultTable(Report):
 def read_json_document(source) -> tuple[object, str]:
     """The JSON value in ``source`` (the JSON text, or a path to a file holding it), and where it
     was read from, for messages. Unreadable or invalid input is an :class:`~mhaaudit.errors.InputError`."""
-    from .errors import InputError
-
     if isinstance(source, str) and source.lstrip().startswith("{"):
         text, where = source, "the JSON document"
     else:
@@ -626,7 +619,6 @@ class StoredResult(ResultTable):
     @classmethod
     def from_json(cls, source):
         """The result in a ``--format json`` document: a parsed dict, the JSON text or a path to it."""
-        from .errors import InputError
 
         doc, where = (source, "the JSON document") if isinstance(source, dict) else read_json_document(source)
         if not isinstance(doc, dict):
@@ -638,8 +630,6 @@ class StoredResult(ResultTable):
         """The result a ``--out FILE.parquet`` (or ``--format parquet``) file holds in its metadata."""
         import pyarrow as pa
         import pyarrow.parquet as pq
-
-        from .errors import InputError
 
         where = os.fspath(path)
         try:

@@ -1,8 +1,9 @@
 """Every argument check, written once: integers, integer lists and ranges, choices, fractions,
 tolerances, output paths.
 
-Each function takes the option's name as the user typed it (``"--limit"``) so that its one-line
-error names it, and returns the value in its checked form. The CLI and the library call the same
+Each function takes the name its one-line error gives the value: a library parameter as
+``param("limit")`` (:func:`mhaaudit.errors.param`: the library's message says ``limit``, the command
+line's ``--limit``), or a word (``"target"``). It returns the value in its checked form. The CLI and the library call the same
 functions, so an argument is refused the same way whichever door it came through.
 """
 
@@ -102,6 +103,8 @@ def int_ranges(spec, name: str, *, what: str = "numbers", example: str = "0-6 or
                     out.update(range(lo, hi + 1))
                 else:
                     out.add(int(part))
+            except InputError:
+                raise
             except ValueError:
                 raise InputError(f"{name} {spec!r}: use {what} and ranges such as {example}") from None
     elif isinstance(spec, Iterable):
@@ -163,14 +166,14 @@ def tolerance(name: str, value) -> float | None:
 
 
 @overload
-def head_counts(spec: None, num_heads: int | None = None, name: str = "--heads") -> None: ...
+def head_counts(spec: None, num_heads: int | None = None, name: str = "{param:heads}") -> None: ...
 
 
 @overload
-def head_counts(spec: str | int | Iterable[int], num_heads: int | None = None, name: str = "--heads") -> list[int]: ...
+def head_counts(spec: str | int | Iterable[int], num_heads: int | None = None, name: str = "{param:heads}") -> list[int]: ...
 
 
-def head_counts(spec, num_heads: int | None = None, name: str = "--heads") -> list[int] | None:
+def head_counts(spec, num_heads: int | None = None, name: str = "{param:heads}") -> list[int] | None:
     """``"1-12"``, ``"3"``, ``"1,2,4"`` (or integers) -> sorted head counts; None means all heads.
 
     Counts start at 1 and, when ``num_heads`` is known, are at most ``num_heads``.
@@ -183,7 +186,7 @@ def head_counts(spec, num_heads: int | None = None, name: str = "--heads") -> li
     return out
 
 
-def layers(spec, name: str = "--layers") -> list[int] | None:
+def layers(spec, name: str = "{param:layers}") -> list[int] | None:
     """``"0-6"``, ``"0,1,4"`` or ``"0-2,6"`` -> the sorted layers (0 = the embedding output)."""
     if spec is None:
         return None

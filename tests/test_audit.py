@@ -35,7 +35,7 @@ def test_missing_weights_path_is_refused_at_once(no_data_pass, vit_dir):
 
 
 def test_limit_below_n_is_refused_before_the_data_pass(no_data_pass, vit_dir):
-    with pytest.raises(InputError, match=r"--limit 5 is below n = 17.*raise --limit"):
+    with pytest.raises(InputError, match=r"^limit 5 is below n = 17.*raise limit"):
         audit(str(vit_dir), limit=5, samples=10)
     with pytest.raises(InputError, match="below n = 17"):
         capture_features(str(vit_dir), variant="random", limit=5)
@@ -48,11 +48,11 @@ def test_nothing_to_audit_is_not_success(no_data_pass):
 
 
 def test_layer_that_would_do_nothing_is_refused():
-    with pytest.raises(InputError, match="--layer has no effect with --layers"):
+    with pytest.raises(InputError, match=r"^layer has no effect with layers"):
         plan_probes("image", ["random"], layers=[0, 1], layer=2)
-    with pytest.raises(InputError, match="--layer has no effect on a text model"):
+    with pytest.raises(InputError, match=r"^layer has no effect on a text model"):
         plan_probes("text", layer=2)
-    with pytest.raises(InputError, match="--layer has no effect on the columns embedding"):
+    with pytest.raises(InputError, match=r"^layer has no effect on the columns embedding"):
         plan_probes("image", ["embedding"], layer=2)
     assert [p.layer for p in plan_probes("image", ["embedding", "random"], layer=2)] == [0, 2]
     assert probe_for_variant("embedding").layer == 0

@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mhaaudit.capacity.assumptions import a1_status, assumptions_from_file
-from mhaaudit.capacity.theory import theorem1_bound
+from mhaaudit.theory import theorem1_bound
 
 
 @pytest.mark.parametrize("verdict, exact, expected", [

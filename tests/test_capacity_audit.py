@@ -44,7 +44,7 @@ def test_from_results_of_other_examples_is_refused(vit4, image_dir, tmp_path):
     res = tmp_path / "check.parquet"
     assert main(["check", str(vit4), "--data", str(image_dir), "--limit", "40", "--samples", "50", "--batch-size", "16",
                  "--variants", "random", "--layer", "1", "--out", str(res), "--format", "json"]) == 0
-    with pytest.raises(InputError, match="--limit 40 examples, this run --limit 30"):
+    with pytest.raises(InputError, match="limit 40 examples, this run limit 30"):
         capacity_audit(str(vit4), from_path=res, data=str(image_dir), limit=30, variants=["random"], block=2)
     other = tmp_path / "other"
     other.mkdir()
@@ -52,7 +52,7 @@ def test_from_results_of_other_examples_is_refused(vit4, image_dir, tmp_path):
         (other / p.name).write_bytes(p.read_bytes())
     with pytest.raises(InputError, match="other data"):
         capacity_audit(str(vit4), from_path=res, data=str(other), limit=40, variants=["random"], block=2)
-    with pytest.raises(InputError, match="no effect with --from"):  # nothing is sampled: samples would be ignored
+    with pytest.raises(InputError, match="no effect with from_path"):  # nothing is sampled: samples would be ignored
         capacity_audit(str(vit4), from_path=res, data=str(image_dir), limit=40, samples=50, variants=["random"], block=2)
     r = capacity_audit(str(vit4), from_path=res, data=str(image_dir), limit=40, variants=["random"], block=2)
     assert r.columns[0].T == 40 and r.columns[0].assumptions.source.startswith("read from")

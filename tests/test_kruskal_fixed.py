@@ -178,10 +178,10 @@ def test_determinism_for_a_seed():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(k=0), "--k"),
-        (dict(k=2, samples=0), "--samples"),
-        (dict(k=2, threshold=0.0), "--threshold"),
-        (dict(k=2, threshold=1.5), "--threshold"),
+        (dict(k=0), "^k must"),
+        (dict(k=2, samples=0), "^samples must"),
+        (dict(k=2, threshold=0.0), "^threshold must"),
+        (dict(k=2, threshold=1.5), "^threshold must"),
     ],
 )
 def test_bad_parameters(kwargs, match):

@@ -73,4 +73,4 @@ def test_find_checkpoint(tmp_path):
 
 def test_offline_weights_error():
     err = checkpoints.offline_weights_error("vit-base", "timm vit_base_patch16_224")
-    assert isinstance(err, OfflineError) and "--weights PATH" in str(err) and "vit-base" in str(err)
+    assert isinstance(err, OfflineError) and "pass weights PATH" in str(err) and "vit-base" in str(err)

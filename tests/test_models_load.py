@@ -41,11 +41,11 @@ def test_argument_checks(vit_dir):
 
 def test_offline_trained_hub_id_raises_offline_error():
     t0 = time.perf_counter()
-    with pytest.raises(OfflineError, match="--weights"):
+    with pytest.raises(OfflineError, match="pass weights PATH"):
         load_model("google/vit-base-patch16-224-in21k", weights="trained", device="cpu")
-    with pytest.raises(OfflineError, match="--weights"):
+    with pytest.raises(OfflineError, match="pass weights PATH"):
         load_model("vit-base", weights="trained", device="cpu", max_layer=1)
-    with pytest.raises(OfflineError, match="--weights"):
+    with pytest.raises(OfflineError, match="pass weights PATH"):
         load_model("vit-base", backend="timm", weights="trained", device="cpu")
     with pytest.raises(OfflineError):
         load_model("some-org/some-model", device="cpu")

@@ -79,7 +79,7 @@ def test_timm_without_class_token_needs_a_query_index(tmp_path):
     pm = load_model(str(tmp_path), backend="timm", device="cpu")
     assert (pm.info.query_index, pm.info.n) == (None, 16)
     assert pm.info.query_token == "none: vit_tiny_patch16_224 has no class token (global_pool='avg')"
-    with pytest.raises(ModelError, match=r"no query token of its own \(.*no class token.*--query-index K \(0 to 15\)"):
+    with pytest.raises(ModelError, match=r"no query token of its own \(.*no class token.*query_index K \(0 to 15\)"):
         query_index(pm, ModelRequest(str(tmp_path)))
     assert query_index(pm, ModelRequest(str(tmp_path), query_index=-1)) == 15
 

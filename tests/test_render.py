@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from mhaaudit.render import WHOLE_SET_MARK, cell, estimate_text, exact_text
+from mhaaudit.kruskal.report import WHOLE_SET_MARK, estimate_text, exact_text
+from mhaaudit.render import cell
 
 
 def _rec(**kw) -> dict:

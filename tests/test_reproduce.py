@@ -343,5 +343,5 @@ def test_the_target_is_checked():
 
     with pytest.raises(InputError, match="unknown target 'table2'"):
         reproduce_paper("table2")
-    with pytest.raises(InputError, match=r"--model foo=...: this target's models are vit"):
+    with pytest.raises(InputError, match=r"^model foo=...: this target's models are vit"):
         reproduce_paper("table1", model={"foo": "x"})

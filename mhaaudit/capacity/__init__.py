@@ -1,6 +1,7 @@
 """From assumptions to capacity: Theorem 1's bound and a memorisation certificate.
 
-- :mod:`.theory`: Theorem 1 / Remark 1 counts and Proposition 2's ceiling (pure functions on numbers).
+- :mod:`mhaaudit.theory` (re-exported here): Theorem 1 / Remark 1 counts and Proposition 2's ceiling (pure
+  functions on numbers, below the audit and its report, which print the bound too).
 - :mod:`.z`: the matrix Z of per-head convex combinations of context rows, and its streaming builder.
 - :mod:`.certificate`: the rank of Z's head prefixes and the solved value/output weights (a proof).
 - :mod:`.assumptions`: Assumptions 1 and 2 and the Kruskal estimate, audited or read from a file.
@@ -10,10 +11,10 @@
 
 from __future__ import annotations
 
+from ..theory import CapacityBound, shared_context_rank_bound, theorem1_bound
 from .assumptions import Assumptions, assumptions_from_file, read_check_results
 from .audit import CapacityColumn, CapacityResult, attention_for, capacity_audit
 from .certificate import HeadCertificate, certify_head_prefixes
-from .theory import CapacityBound, shared_context_rank_bound, theorem1_bound
 from .z import ZBuilder, attention_combinations, random_attention_weights
 
 __all__ = [

@@ -7,6 +7,9 @@ theorem needs the assumption to hold, not the paper's estimate of it: the status
 the exact status where that is decided (a dependent n-subset found, or a whole-set rank below n,
 proves that A1 fails, whatever fraction of the draws was independent), and the estimate verdict
 otherwise, in which case the bound inherits the estimate's status (:func:`a1_status`).
+
+``pyarrow`` is imported where it is used: it takes a second or more to import, and a run that never
+needs it does not load it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..checks import CHECK_TITLES
 from ..errors import InputError
+from ..io import read_parquet_metadata
+from ..kruskal import kruskal_sweep, set_stats, subset_test
+from ..numerics import numerics, tf32_off
+from ..progress import task
 
 __all__ = ["Assumptions", "a1_status", "assumptions_from_file", "audit_assumptions", "linear_algebra", "read_check_results"]
 
@@ -70,17 +78,12 @@ def linear_algebra():
     eigenvalue problem took 11.6 s on two threads against 0.08 s on one, and the QR/SVD of a
     2000 x 9216 matrix was no faster on two). The model's forward pass runs outside this context.
     """
-    from ..numerics import numerics, tf32_off
-
     with tf32_off(), numerics(threads=1):
         yield
 
 
 def audit_assumptions(fs, settings, label: str = "") -> tuple[Assumptions, dict]:
     """A1 (k = n) and A2 on reduced features; a Kruskal-rank estimate when Remark 1 needs one."""
-    from ..kruskal import kruskal_sweep, set_stats, subset_test
-    from ..progress import task
-
     rule = settings.rule(fs.dtype)
     samples, threshold, progress = settings.samples, settings.threshold, settings.progress
     timings: dict = {}
@@ -94,7 +97,8 @@ def audit_assumptions(fs, settings, label: str = "") -> tuple[Assumptions, dict]
     stats = set_stats(fs.queries, rule)
     common = dict(samples=samples, threshold=threshold, seed=settings.seed, rule=rule, device=settings.device)
     with task(f"{label} assumption_1 (k = {fs.n})", samples, progress) as adv:
-        a1 = subset_test(fs.queries, fs.n, check="assumption_1", stats=stats, progress=adv, stop_when_decided=True, **common)
+        a1 = subset_test(fs.queries, fs.n, check="assumption_1", title=CHECK_TITLES["assumption_1"], stats=stats,
+                         progress=adv, stop_when_decided=True, **common)
     out.a1, out.a1_reason = a1_status(a1.verdict, a1.exact_status), _a1_reason(a1.verdict, a1.exact_status, a1.reason)
     out.a1_fraction = a1.fraction if a1.sampled else None
     timings["assumptions 1-2"] = round(time.perf_counter() - t0, 3)
@@ -114,20 +118,18 @@ def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
     """The metadata and records of a parquet file written by ``mhaaudit check --out``."""
     import pyarrow.parquet as pq
 
-    from ..io import read_parquet_metadata
-
     p = Path(path)
     if not p.is_file():
-        raise InputError(f"--from {p}: no such file")
+        raise InputError(f"{{param:from_path}} {p}: no such file")
     try:
         meta = read_parquet_metadata(p)
         rows = pq.read_table(p).to_pylist()
     except Exception as exc:  # noqa: BLE001 - any failure to read the file is the user's bad input
-        raise InputError(f"--from {p}: cannot read it as a parquet file ({' '.join(str(exc).split())[:160]})") from None
+        raise InputError(f"{{param:from_path}} {p}: cannot read it as a parquet file ({' '.join(str(exc).split())[:160]})") from None
     if not rows or "check" not in rows[0] or "variant" not in rows[0]:
-        raise InputError(f"--from {p}: not a results file of 'mhaaudit check --out' (no check/variant columns)")
+        raise InputError(f"{{param:from_path}} {p}: not a results file of {{param:check_out}} (no check/variant columns)")
     if not isinstance(meta, dict) or not all(isinstance(meta.get(k) or {}, dict) for k in ("model_info", "columns")):
-        raise InputError(f"--from {p}: its 'mhaaudit' parquet metadata is malformed (not what 'mhaaudit check --out' writes)")
+        raise InputError(f"{{param:from_path}} {p}: its 'mhaaudit' parquet metadata is malformed (not what {{param:check_out}} writes)")
     return meta, rows
 
 
@@ -136,8 +138,10 @@ def _malformed(p: Path):
     """A value of the wrong type or form in a results file is the file's fault: one InputError."""
     try:
         yield
+    except InputError:  # a refusal of its own inside (another limit, other data): said as such
+        raise
     except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
-        raise InputError(f"--from {p}: its 'mhaaudit' parquet metadata or rows are malformed "
+        raise InputError(f"{{param:from_path}} {p}: its 'mhaaudit' parquet metadata or rows are malformed "
                          f"({type(exc).__name__}: {' '.join(str(exc).split())[:120]})") from None
 
 
@@ -162,7 +166,7 @@ def _assumptions_from_file(p: Path, results: tuple[dict, list[dict]], *, init: s
     notes: list[str] = []
     info = meta.get("model_info") or {}
     if (n is not None and info.get("n") not in (None, n)) or (d is not None and info.get("d") not in (None, d)):
-        raise InputError(f"--from {p}: audited with n = {info.get('n')}, d = {info.get('d')}, but the model here has "
+        raise InputError(f"{{param:from_path}} {p}: audited with n = {info.get('n')}, d = {info.get('d')}, but the model here has "
                          f"n = {n}, d = {d}")
     if meta.get("command") not in (None, "check"):
         notes.append(f"--from {p} was written by 'mhaaudit {meta.get('command')}', not 'mhaaudit check'")
@@ -231,13 +235,13 @@ def _check_same_examples(path: str | Path, results: tuple[dict, list[dict]], *, 
                          T: int | None, data: str | None) -> None:
     meta, rows = results
     p = Path(path)
-    way = "run 'mhaaudit check' with the same --data and --limit, or give capacity the ones the file was made with"
+    way = "run 'mhaaudit check' with the same {param:data} and {param:limit}, or give capacity the ones the file was made with"
     file_limit = meta.get("limit")
     if limit is not None and file_limit is not None and int(file_limit) != int(limit):
-        raise InputError(f"--from {p}: its audit read --limit {file_limit} examples, this run --limit {limit}; {way}")
+        raise InputError(f"{{param:from_path}} {p}: its audit read {{param:limit}} {file_limit} examples, this run {{param:limit}} {limit}; {way}")
     file_T = next((r.get("T") for r in rows if r.get("check") == "assumption_2" and r.get("T") is not None), None)
     if T is not None and file_T is not None and int(file_T) != int(T):
-        raise InputError(f"--from {p}: its audit used T = {file_T} examples, this run T = {T}; {way}")
+        raise InputError(f"{{param:from_path}} {p}: its audit used T = {file_T} examples, this run T = {T}; {way}")
     file_data = meta.get("data")
     if data and file_data and file_data != data:
-        raise InputError(f"--from {p}: its audit used other data ({file_data}) than this run ({data}); {way}")
+        raise InputError(f"{{param:from_path}} {p}: its audit used other data ({file_data}) than this run ({data}); {way}")

@@ -2,7 +2,7 @@
 
 Two numbers per column (random weights; trained weights when they can be had):
 
-- **The bound** (:mod:`.theory`). Theorem 1 (or Remark 1) turns the audit of the tokens an
+- **The bound** (:mod:`mhaaudit.theory`). Theorem 1 (or Remark 1) turns the audit of the tokens an
   attention layer sees (Assumption 1 at k = n, Assumption 2, and a Kruskal-rank estimate when
   Assumption 1 fails) into a number of examples a multi-head attention layer with H heads of
   key/query dimension d_h memorises for any labels. The counts are reconstructed from the
@@ -34,17 +34,26 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 
+from .. import pipeline
 from ..defaults import CAPACITY_BLOCK, CAPACITY_BLOCK_WHY
 from ..distributed import current, describe, shared
-from ..errors import InputError, ModelError, OfflineError
+from ..errors import InputError, ModelError, OfflineError, param
+from ..features import StreamingReducer
+from ..io import stamp
+from ..models import first_attention
 from ..models.shards import weights_read_text
+from ..progress import task
+from ..render import capacity_report
 from ..request import KEYWORDS, DataRequest, ModelRequest, Requests, build_requests, keyword_conveniences
+from ..seeds import SeedsResult, capacity_seeds, plan_for
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 from ..tables import StoredResult
+from ..theory import CapacityBound, shared_context_rank_bound, theorem1_bound
+from ..validate import choice, head_counts, integer, split_list
 from .assumptions import (
     Assumptions,
     assumptions_from_file,
@@ -54,16 +63,12 @@ from .assumptions import (
     read_check_results,
 )
 from .certificate import HeadCertificate, certify_head_prefixes
-from .theory import CapacityBound, shared_context_rank_bound, theorem1_bound
 from .z import ZBuilder, random_attention_weights
 
 __all__ = ["ATTENTION", "VARIANTS", "CapacityColumn", "CapacityResult", "attention_for", "capacity_audit"]
 
 VARIANTS = ("random", "trained")
 ATTENTION = ("model", "random")
-
-if TYPE_CHECKING:
-    from ..seeds import SeedsResult
 
 
 
@@ -139,8 +144,6 @@ class CapacityResult(StoredResult):
         return self.meta()
 
     def renderables(self) -> list:
-        from ..render import capacity_report
-
         return capacity_report(self)
 
     def summary_line(self) -> str:
@@ -154,8 +157,6 @@ class CapacityResult(StoredResult):
         return f"{self.model!r} block {self.settings.get('layer')}; " + "; ".join(parts)
 
     def meta(self) -> dict:
-        from ..io import stamp
-
         return stamp(command="capacity", model=self.model, model_info=self.info, data=self.data, notes=self.notes,
                      timings_s=self.timings, **self.settings,
                      columns={c.variant: {"status": c.status, "reason": c.reason, "T": c.T,
@@ -212,8 +213,6 @@ class _Attention:
 
 def attention_for(pm, block: int, attention: str, seed: int) -> _Attention:
     """The key/query weights of block ``block`` of ``pm`` (``attention="model"``) or random ones."""
-    from ..models import first_attention
-
     info = pm.info
     if attention == "model":
         aw = first_attention(pm, block)
@@ -232,9 +231,6 @@ def attention_for(pm, block: int, attention: str, seed: int) -> _Attention:
 
 def _capture(plan: _Plan, pm, attn: _Attention, col: CapacityColumn, notes: list[str]):
     """One pass of the pipeline over the data: rows of Z and (when auditing) the reduced features."""
-    from .. import pipeline
-    from ..features import StreamingReducer
-
     info = pm.info
     zb = ZBuilder(Wq=attn.Wq, Wk=attn.Wk, bq=attn.bq, bk=attn.bk, pre=attn.pre, scale=attn.scale,
                   query_index=info.query_index, causal=attn.causal, shared_context=plan.shared_context)
@@ -287,8 +283,6 @@ def _first_context(zb: ZBuilder, key: str) -> _SharedContext:
 
 def _column(plan: _Plan, variant: str, notes: list[str]) -> tuple[CapacityColumn, dict, str, list[int], int]:
     """Load, capture, audit and certify one column. Returns (column, model info, data name, heads, d_h)."""
-    from .. import pipeline
-
     col = CapacityColumn(variant)
     t0 = time.perf_counter()
     pm = None
@@ -305,11 +299,11 @@ def _column(plan: _Plan, variant: str, notes: list[str]) -> tuple[CapacityColumn
     info = pm.info
     col.weights_source, col.weights_read = info.weights_source, info.weights_read
     if plan.block > pm.built_layers:
-        raise InputError(f"--block {plan.block}: {plan.request.model} has {info.num_layers} blocks"
-                         + (" (block 2 is the default; give --block 1)" if info.num_layers == 1 else ""))
+        raise InputError(f"{{param:block}} {plan.block}: {plan.request.model} has {info.num_layers} blocks"
+                         + (" (block 2 is the default; give {param:block} 1)" if info.num_layers == 1 else ""))
     if info.query_index is None:
         raise ModelError(f"{plan.request.model} has no query token of its own ({info.query_token.removeprefix('none: ')}), "
-                         "and capacity reads the model's own query; check and kruskal --model take --query-index K")
+                         "and capacity reads the model's own query; check and kruskal {param:model} take {param:query_index} K")
     attn = attention_for(pm, plan.block, plan.attention, plan.settings.weights_seed_used)
     hs = _validated_heads(plan.heads, attn.num_heads)
     if plan.from_path is not None and plan.from_results is not None:  # before the data pass: a file of another model is refused at once
@@ -333,15 +327,11 @@ def _column(plan: _Plan, variant: str, notes: list[str]) -> tuple[CapacityColumn
 
 
 def _validated_heads(heads, num_heads: int) -> list[int]:
-    from ..validate import head_counts
-
     return head_counts(heads, num_heads) or [num_heads]
 
 
 def _certify(plan: _Plan, col: CapacityColumn, Z: torch.Tensor, info, hs: list[int], head_dim: int) -> None:
     """The bound for each head count from the column's assumptions, and the certificate from Z."""
-    from ..progress import task
-
     a = col.assumptions
     assert a is not None, "a column's assumptions are read or audited before it is certified"
     for h in hs:
@@ -381,15 +371,13 @@ def _run_notes(info: dict, columns: list[CapacityColumn], hs: list[int] | None, 
 def _block_of(block: int | None, layer: int | None) -> int:
     """``block`` (or the deprecated ``layer``, same meaning), checked; default
     :data:`~mhaaudit.defaults.CAPACITY_BLOCK` (2: see there why)."""
-    from ..validate import integer
-
     if layer is not None:
         warnings.warn("capacity_audit(layer=K) is deprecated; use block=K (the same: the attention block K, whose input "
                       "is the output of block K - 1)", DeprecationWarning, stacklevel=5)  # past both wrappers
         if block is not None and block != layer:
-            raise InputError(f"--block {block} and --layer {layer} disagree; give only --block")
+            raise InputError(f"{{param:block}} {block} and {{param:layer}} {layer} disagree; give only {{param:block}}")
         block = layer
-    return integer("--block", CAPACITY_BLOCK if block is None else block)
+    return integer(param("block"), CAPACITY_BLOCK if block is None else block)
 
 
 @shared
@@ -448,9 +436,6 @@ def capacity_audit(
     from keywords stop each test once it is decided. A ``ModelRequest`` naming a ``query_index`` is
     refused: capacity reads the model's own query.
     """
-    from ..seeds import capacity_seeds, plan_for
-    from ..validate import choice, head_counts, split_list
-
     keywords = {k: v for k, v in locals().items() if k in KEYWORDS}
     keywords.update(samples=DEFAULT_SAMPLES if samples is None else samples, stop_when_decided=True,
                     threshold=DEFAULT_THRESHOLD if threshold is None else threshold)
@@ -458,16 +443,16 @@ def capacity_audit(
     settings, request, data_req = _requests(build_requests(model, data, settings, keywords, given - unset))
     over = plan_for(settings, seeds, vary)
     if over is not None and from_path is not None:
-        raise InputError("--seeds has no effect with --from: the assumptions are read from one run's file")
+        raise InputError("{param:seeds} has no effect with {param:from_path}: the assumptions are read from one run's file")
     blk = _block_of(block, layer)
-    attention = choice("--attention", attention, ATTENTION)
+    attention = choice(param("attention"), attention, ATTENTION)
     vs = split_list(variants) or list(VARIANTS)
     for v in vs:
         choice("variant", v, VARIANTS)
     if request.weights_path is not None and "trained" not in vs:
-        raise InputError("--weights has no effect without the trained column; add trained to --variants")
+        raise InputError("{param:weights} has no effect without the trained column; add trained to {param:variants}")
     if from_path is not None and (samples is not None or threshold is not None):
-        raise InputError("--samples and --threshold have no effect with --from: Assumption 1 is read from the file, "
+        raise InputError("{param:samples} and {param:threshold} have no effect with {param:from_path}: Assumption 1 is read from the file, "
                          "not sampled")
     head_counts(heads)  # syntax and sizes below 1, before any work; the model's head count is checked once known
     from_results = None
@@ -493,8 +478,8 @@ def capacity_audit(
 def _requests(req: Requests) -> tuple[Settings, ModelRequest, DataRequest]:
     """The settings, model and data of a capacity run; a query token named by the request is refused."""
     if req.model.query_index is not None:
-        raise InputError("{param:query_index}: capacity reads the model's own query token; check and kruskal --model "
-                         "take --query-index K")
+        raise InputError("{param:query_index}: capacity reads the model's own query token; check and kruskal "
+                         "{param:model} take {param:query_index} K")
     return req.settings, req.model, req.data
 
 

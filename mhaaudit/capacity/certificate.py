@@ -13,6 +13,9 @@ row rank, larger prefixes inherit it when its sigma_min clears their largest pos
 (adding columns never lowers sigma_min). Rows are chosen and value/output weights solved through
 the T x T Gram matrix, accumulated head by head; ill-conditioned rows fall back to a
 column-pivoted QR.
+
+``scipy`` is imported where it is used: it takes a second or more to import, and a run that never
+needs it does not load it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
+from ..numerics import RankRule
 from ..settings import derive_seed
 from ..validate import head_counts, integer
 
@@ -168,8 +172,6 @@ def certify_head_prefixes(Z: torch.Tensor, d: int, heads: Sequence[int], *, rule
     the residual is recomputed from ``Z``.
     """
     import scipy.linalg
-
-    from ..numerics import RankRule
 
     Z = torch.as_tensor(Z).to("cpu", torch.float64)
     if Z.ndim != 2:

@@ -79,14 +79,14 @@ try:  # Ctrl-C (or SIGTERM) while the libraries load (before main runs) gets the
     import os
     import re
     from collections.abc import Callable
-    from typing import NamedTuple
+    from typing import NamedTuple, NoReturn
 
     import click
     import typer
     from typer.core import TyperCommand, TyperGroup
 
     from .. import __version__
-    from ..errors import MhaauditError, one_line
+    from ..errors import MhaauditError, one_line, parameter_names
     from ..staging import staged_outputs
     from .capacity import capacity
     from .check import check
@@ -197,9 +197,20 @@ def _internal(exc: BaseException) -> str:
             "rerun with MHAAUDIT_DEBUG=1 for the traceback and please report it")
 
 
+# The command line's name for each library parameter (or other name) an error message gives as
+# ``{param:...}`` (mhaaudit.errors), where it is not the parameter with dashes: ``text_column`` is
+# ``--text-column``, and these are the rest.
+FLAGS = {
+    "from_path": "--from",
+    "variant": "--variants",  # kruskal captures one column; its flag keeps check's name
+    "check_out": "'mhaaudit check --out'",
+    "check_save_features": "check --save-features",
+}
+
+
 def _flag(param: str) -> str:
     """The CLI's name of a library parameter that an error names (``text_column`` -> ``--text-column``)."""
-    return "--" + param.replace("_", "-")
+    return FLAGS.get(param, "--" + param.replace("_", "-"))
 
 
 def _known(exc: BaseException) -> str:
@@ -324,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     previous, stdout = _handle_sigterm(), sys.stdout
     sys.stdout = _Stdout(stdout)
     try:
-        with staged_outputs():
+        with staged_outputs(), parameter_names(_flag):
             rv = app(args=args, prog_name="mhaaudit", standalone_mode=False)
             if rv == INTERRUPTED_STATUS:  # newer Typer turns Ctrl-C into this status: no output is kept
                 raise KeyboardInterrupt
@@ -350,9 +361,17 @@ def main(argv: list[str] | None = None) -> int:
     return rv if isinstance(rv, int) else 0
 
 
-def run() -> None:  # pragma: no cover - the console script; tested through a subprocess
-    """The console script: the same as ``python -m mhaaudit`` (a rank of a torchrun job started
-    through the script joins the job too, and ends as :func:`mhaaudit.distributed.leave` says)."""
-    from ..__main__ import entry
+def run(argv: list[str] | None = None) -> NoReturn:  # pragma: no cover - tested through a subprocess
+    """The console script, and ``python -m mhaaudit`` once this module is imported: run the command
+    line and end the process with its exit status. A rank of a torchrun job (started either way)
+    joins the job, and ends through :func:`mhaaudit.distributed.leave`, never through the
+    interpreter's teardown."""
+    from ..distributed import launched, leave, run_cli
 
-    entry()
+    try:
+        code = run_cli(main, argv) if launched() else main(argv)
+    except KeyboardInterrupt:  # between the commands' own handling and the exit
+        _interrupted()
+    if launched():  # a rank of a torchrun job: see mhaaudit.distributed.leave
+        leave(code)
+    sys.exit(code)

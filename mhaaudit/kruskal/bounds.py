@@ -20,6 +20,7 @@ from typing import Literal, overload
 import numpy as np
 import torch
 
+from .. import distributed
 from ..errors import InputError
 from ..numerics import EPS64, RankRule, rounding_margin, row_norms, svd_rank, with_numerics
 from ..numerics.stream import tsqr, unit_of
@@ -57,8 +58,8 @@ def fixed_rule(X, rule: RankRule, stats: SetStats | None = None,
     _T, d = X.shape
     if rule.rtol_for(1, d) >= 1 and not rule.atol:
         raise InputError(f"the rank rule's tolerance {rule.rtol_for(1, d):.3g} * sigma_max (at least d = {d} times "
-                         f"eps({rule.dtype}) = {rule.eps:.3g}, or --rtol) is at least sigma_max, so no vector could "
-                         "count as independent: give a smaller --rtol or an --atol, or features in a finer dtype")
+                         f"eps({rule.dtype}) = {rule.eps:.3g}, or {{param:rtol}}) is at least sigma_max, so no vector could "
+                         "count as independent: give a smaller {param:rtol} or an {param:atol}, or features in a finer dtype")
     if stats is None and need_stats:
         stats = set_stats(X, rule)
     return rule, stats
@@ -154,15 +155,13 @@ def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_bl
 
 def _babel(Xn: torch.Tensor, m: int, row_block: int | None) -> torch.Tensor:
     """mu1(0..m): the largest sum of the j largest |coherences| of one unit row with the others."""
-    from ..distributed import lockstep
-
     T = Xn.shape[0]
     mu1 = torch.zeros(m + 1, dtype=torch.float64, device=Xn.device)
     if m == 0:
         return mu1
     row_block = row_block or max(1, min(1024, (64 << 20) // (8 * T)))
     starts = list(range(0, T, row_block))
-    shard = lockstep()
+    shard = distributed.lockstep()
     starts = starts[shard.rank::shard.world_size]
     for s in starts:
         C = (Xn[s : s + row_block] @ Xn.T).abs_()

@@ -12,6 +12,9 @@ rows as they are gathered, ``numerics.stream.Unit``): the same data at any scale
 draws, decisions and witness, whose singular values are in the data's units.
 Under torchrun the draws are divided among the ranks (``sampling.blocks_in_order``) and every rank
 gets the single-process result; rank 0's call brings the others in (``distributed.shared``).
+
+``scipy`` is imported where it is used: it takes a second or more to import, and a run that never
+needs it does not load it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import torch
 
 from .. import validate
 from ..distributed import shared
+from ..errors import param
 from ..numerics import (
     Decision,
     RankRule,
@@ -303,6 +307,7 @@ def subset_test(
     rule: RankRule | None = None,
     device: torch.device | str = "auto",
     check: str = "kruskal",
+    title: str | None = None,
     stats: SetStats | None = None,
     histogram_limit: int | None = None,
     stop_when_decided: bool = True,
@@ -321,15 +326,17 @@ def subset_test(
     ``--all-draws``) sampling stops as soon as the verdict can no longer change (more than
     ``(1 - threshold) * samples`` dependent draws); the fraction and interval are then over the
     draws made, which the result records as ``samples`` (``planned_samples``: those asked for).
+    ``check`` names the check the test is for in its record, ``title`` in its report (default:
+    "Kruskal test" for ``check="kruskal"``, else ``check``).
     """
     X = as_matrix(X)
-    k = validate.integer("--k", k)
-    samples = validate.integer("--samples", samples, maximum=MAX_SAMPLES)
-    threshold = validate.fraction("--threshold", threshold)
+    k = validate.integer(param("k"), k)
+    samples = validate.integer(param("samples"), samples, maximum=MAX_SAMPLES)
+    threshold = validate.fraction(param("threshold"), threshold)
     rule = rule or RankRule.for_dtype(X.dtype)
     dev = resolve_device(device)
     base = dict(check=check, k=k, T=X.shape[0], d=X.shape[1], threshold=threshold, rule=rule, seed=seed,
-                device=device_name(dev))
+                device=device_name(dev), title=title or ("Kruskal test" if check == "kruskal" else check))
     answer = _by_dimension(k, X.shape[0], X.shape[1], base)
     if answer is not None:
         return answer

@@ -17,6 +17,9 @@ Each result is frozen and carries its own evidence and the ``RankRule`` it was d
 * ``KruskalResult``: what ``mhaaudit kruskal`` and :func:`mhaaudit.estimate_kruskal_rank` found:
   the tests, the sweep, the inputs and the run's facts, as its table, JSON and parquet outputs give
   them (and read back from them).
+
+``scipy`` is imported where it is used: it takes a second or more to import, and a run that never
+needs it does not load it.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ..io import stamp
 from ..numerics import RankRule, ldexp
 from ..tables import ResultTable, StoredSweepResult, table_rows
+from .report import kruskal_report, subset_test_report, sweep_report
 
 __all__ = ["EXACT_BASES", "EXACT_STATUSES", "SCOPES", "Bound", "KruskalInputs", "KruskalResult", "SetStats",
            "SubsetTest", "Sweep", "Witness", "clopper_pearson"]
@@ -133,8 +138,6 @@ class SetStats:
 
 def _meta(result) -> dict:
     """The provenance stamp of a test or a sweep (the ``meta`` of ``mhaaudit kruskal``'s output)."""
-    from ..io import stamp
-
     return stamp(command="kruskal", seed=result.seed, device=result.device, tolerance=result.rule.as_dict(),
                  threshold=result.threshold, samples=result.samples)
 
@@ -174,6 +177,7 @@ class SubsetTest(ResultTable):
     planned_samples: int | None = None  # draws asked for, when sampling stopped early
     gram: str | None = None  # how each draw's Gram was had: "full" (read from T x T) | "per-draw" (from the rows in
     # memory) | "mmap" (from the rows of a memory-mapped file)
+    title: str = ""  # how a report names the test ("Kruskal test", "Assumption 1"); empty: the check's name
 
     def __post_init__(self):
         if self.exact_status not in EXACT_STATUSES or self.exact_basis not in EXACT_BASES or self.scope not in SCOPES:
@@ -228,8 +232,6 @@ class SubsetTest(ResultTable):
         return _meta(self)
 
     def renderables(self) -> list:
-        from ..render import subset_test_report
-
         return subset_test_report(self)
 
     def summary_line(self) -> str:
@@ -322,8 +324,6 @@ class Sweep(ResultTable):
         return {**_meta(self), "sweep_summary": self.summary()}
 
     def renderables(self) -> list:
-        from ..render import sweep_report
-
         return sweep_report(self)
 
     def summary_line(self) -> str:
@@ -406,8 +406,6 @@ class KruskalResult(StoredSweepResult):
 
     def meta(self) -> dict:
         """The provenance stamp and the run's facts (the JSON ``meta``, the parquet metadata)."""
-        from ..io import stamp
-
         meta = stamp(command="kruskal", seed=self.seed, device=self.device, tolerance=self.rule.as_dict(),
                      threshold=self.threshold, samples=self.samples, inputs=self.inputs.as_dict(),
                      set_rank=self.set_rank, set_rank_ceilings=self.set_rank_ceilings, timings_s=dict(self.timings),
@@ -420,8 +418,6 @@ class KruskalResult(StoredSweepResult):
         return meta
 
     def renderables(self) -> list:
-        from ..render import kruskal_report
-
         return kruskal_report(self)
 
     def summary_line(self) -> str:

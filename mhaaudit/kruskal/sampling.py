@@ -29,11 +29,15 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
 
+from .. import distributed
+from ..distributed import RankFailed
 from ..errors import InputError
 from ..io import MappedArray
 from ..numerics import RankRule, lapack, numerics, philox, subnormals_kept
@@ -400,10 +404,8 @@ def blocks_in_order(job, T: int, k: int, samples: int, seed: int, sort: bool, wo
     consumer that stops early stops at the same group on every rank (the rest of that round's
     groups are the only extra work).
     """
-    from ..distributed import lockstep
-
     groups = units(samples, workers, per_call)
-    shard = lockstep()
+    shard = distributed.lockstep()
     n = shard.world_size
     mine = _run_groups(job, (groups[i] for i in range(shard.rank, len(groups), n)), T, k, seed, sort, workers, device)
     try:
@@ -411,7 +413,6 @@ def blocks_in_order(job, T: int, k: int, samples: int, seed: int, sort: bool, wo
             got = next(mine) if start + shard.rank < len(groups) else None
             parts = shard.all_gather_tensors((len(groups), got))
             if any(count != len(groups) for count, _ in parts):  # the groups follow the thread count
-                from ..distributed import RankFailed
 
                 raise RankFailed("the processes group their Monte-Carlo draws differently because they run with different "
                                  "thread counts or devices; give every process the same OMP_NUM_THREADS and device kind")
@@ -422,9 +423,6 @@ def blocks_in_order(job, T: int, k: int, samples: int, seed: int, sort: bool, wo
 
 def _run_groups(job, groups: Iterable, T: int, k: int, seed: int, sort: bool, workers: int, device):
     """``job`` on each group of blocks, in order (a pool of ``workers`` threads for one-block groups)."""
-    from collections import deque
-    from concurrent.futures import ThreadPoolExecutor
-
     def draws(group) -> torch.Tensor:
         return draw_blocks(T, k, seed, group, sort, device)
 

@@ -21,6 +21,7 @@ import torch
 
 from .. import validate
 from ..distributed import shared
+from ..errors import param
 from ..numerics import (
     TINY_GRAM,
     RankRule,
@@ -231,8 +232,8 @@ def kruskal_sweep(
     the whole set are certified to fail and not sampled.
     """
     X = as_matrix(X)
-    samples = validate.integer("--samples", samples, maximum=MAX_SAMPLES)
-    threshold = validate.fraction("--threshold", threshold)
+    samples = validate.integer(param("samples"), samples, maximum=MAX_SAMPLES)
+    threshold = validate.fraction(param("threshold"), threshold)
     rule = rule or RankRule.for_dtype(X.dtype)
     dev = resolve_device(device)
     T, d = X.shape

@@ -1,5 +1,8 @@
 """A grid of memorisation points: the paper's presets, the grid's points and seeds, resuming from a
 results file, and :func:`run_memorize_grid`, the one entry point of the experiments.
+
+``pyarrow`` is imported where it is used: it takes a second or more to import, and a run that never
+needs it does not load it.
 """
 
 from __future__ import annotations
@@ -9,13 +12,17 @@ import os
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import torch
 
 from .. import validate
 from ..defaults import MEMORIZE_PRESETS
-from ..errors import InputError
+from ..errors import InputError, param
+from ..io import check_writable, stamp, write_parquet
+from ..plot import check_plot_path, plot_memorize
+from ..progress import task as progress_task
 from ..settings import MAX_SEED, device_name, resolve_device
 from .data import DIM
 from .grouping import default_budget, device_memory, plan_groups
@@ -49,7 +56,7 @@ def resolve_grid(*, vary=None, values=None, n=None, heads=None, head_dim=None, s
     """Merge a preset with explicit options (explicit wins) and validate the grid."""
     base: dict = {}
     if preset is not None:
-        preset = validate.choice("--preset", preset, tuple(PRESETS))
+        preset = validate.choice(param("preset"), preset, tuple(PRESETS))
         base = dict(PRESETS[preset])
     explicit = dict(vary=vary, values=values, n=n, heads=heads, head_dim=head_dim, sizes=sizes, epochs=epochs, max_steps=max_steps)
     if vary is not None and values is None and base and _vary(vary) != base.get("vary"):
@@ -57,29 +64,29 @@ def resolve_grid(*, vary=None, values=None, n=None, heads=None, head_dim=None, s
     merged = {**base, **{k: v for k, v in explicit.items() if v is not None}}
 
     vary_v = _vary(merged["vary"]) if merged.get("vary") is not None else None
-    vals = validate.int_list("--values", merged.get("values"))
+    vals = validate.int_list(param("values"), merged.get("values"))
     if vary_v is not None and not vals:
-        raise InputError(f"--vary {vary_v} needs --values (e.g. --values 1,2,4,8)")
+        raise InputError(f"{{param:vary}} {vary_v} needs {{param:values}} (e.g. {{param:values}} 1,2,4,8)")
     if vary_v is None and merged.get("values") is not None:
-        raise InputError("--values needs --vary (heads, n or head-dim)")
-    sizes_v = validate.int_list("--sizes", merged.get("sizes"))
+        raise InputError("{param:values} needs {param:vary} (heads, n or head-dim)")
+    sizes_v = validate.int_list(param("sizes"), merged.get("sizes"))
     if not sizes_v:
-        raise InputError("the grid is empty: give --sizes (e.g. --sizes 500,1000) or a --preset")
+        raise InputError("the grid is empty: give {param:sizes} (e.g. {param:sizes} 500,1000) or a {param:preset}")
     fixed = {
-        "n": validate.integer("--n", merged.get("n", _DEFAULTS["n"])),
-        "heads": validate.integer("--heads", merged.get("heads", _DEFAULTS["heads"])),
-        "head_dim": validate.integer("--head-dim", merged.get("head_dim", _DEFAULTS["head_dim"])),
+        "n": validate.integer(param("n"), merged.get("n", _DEFAULTS["n"])),
+        "heads": validate.integer(param("heads"), merged.get("heads", _DEFAULTS["heads"])),
+        "head_dim": validate.integer(param("head_dim"), merged.get("head_dim", _DEFAULTS["head_dim"])),
     }
     ep, ms = merged.get("epochs"), merged.get("max_steps")
     return dict(
         vary=vary_v, values=vals, sizes=sizes_v, preset=preset, fixed=fixed,
-        epochs=validate.integer("--epochs", ep) if ep is not None else None,
-        max_steps=validate.integer("--max-steps", ms) if ms is not None else None,
+        epochs=validate.integer(param("epochs"), ep) if ep is not None else None,
+        max_steps=validate.integer(param("max_steps"), ms) if ms is not None else None,
     )
 
 
 def _vary(value) -> str:
-    return validate.choice("--vary", value, VARY, aliases=_VARY_ALIASES)
+    return validate.choice(param("vary"), value, VARY, aliases=_VARY_ALIASES)
 
 
 def points(grid: dict) -> list[dict]:
@@ -105,9 +112,9 @@ def _read_results(path: Path) -> dict[str, dict]:
     try:
         rows = pq.read_table(path).to_pylist()
     except Exception as exc:
-        raise InputError(f"cannot read the existing results file {path} ({exc.__class__.__name__}); move it away or pick another --out") from exc
+        raise InputError(f"cannot read the existing results file {path} ({exc.__class__.__name__}); move it away or pick another {{param:out}}") from exc
     if rows and "config_key" not in rows[0]:
-        raise InputError(f"{path} is not a results file of 'mhaaudit memorize' (no config_key column); pick another --out")
+        raise InputError(f"{path} is not a results file of 'mhaaudit memorize' (no config_key column); pick another {{param:out}}")
     return {r["config_key"]: r for r in rows}
 
 
@@ -160,9 +167,6 @@ def run_memorize_grid(
     one line per size (the mean over seeds, the band between the lowest and highest seed).
     The linear fits against H take every seed's run as a point.
     """
-    from ..io import check_writable, stamp
-    from ..plot import check_plot_path, plot_memorize
-
     grid = resolve_grid(vary=vary, values=values, n=n, heads=heads, head_dim=head_dim, sizes=sizes,
                         preset=preset, epochs=epochs, max_steps=max_steps)
     recipe = Recipe.resolve(task=task, context=context, classes=classes, tolerance=tolerance, epochs=grid["epochs"],
@@ -170,7 +174,7 @@ def run_memorize_grid(
     seed_list = _seeds(seed, seeds)
     dev = resolve_device(device)
     budget = _budget(memory_budget, dev)
-    max_group = validate.integer("--max-group", max_group) if max_group is not None else None
+    max_group = validate.integer(param("max_group"), max_group) if max_group is not None else None
     out_path = check_writable(out) if out is not None else None
     plot_path = check_plot_path(plot) if plot is not None else None
 
@@ -199,19 +203,19 @@ def run_memorize_grid(
 
 
 def _seeds(seed, seeds) -> list[int]:
-    seed = validate.integer("--seed", 0 if seed is None else seed, minimum=0, maximum=MAX_SEED)
+    seed = validate.integer(param("seed"), 0 if seed is None else seed, minimum=0, maximum=MAX_SEED)
     if seeds is None:
         return [seed]
     if seed != 0:
-        raise InputError("give either --seed or --seeds, not both")
-    return validate.int_ranges(seeds, "--seeds", what="seeds", example="0-5 or 0,1,4", minimum=0, maximum=MAX_SEED)
+        raise InputError("give either {param:seed} or {param:seeds}, not both")
+    return validate.int_ranges(seeds, param("seeds"), what="seeds", example="0-5 or 0,1,4", minimum=0, maximum=MAX_SEED)
 
 
 def _budget(gib, device: torch.device) -> int:
     if gib is None:
         return default_budget(device)
     if isinstance(gib, bool) or not isinstance(gib, (int, float)) or not (gib > 0 and math.isfinite(gib)):
-        raise InputError(f"--memory-budget must be a positive number of GiB, got {gib!r}")
+        raise InputError(f"{{param:memory_budget}} must be a positive number of GiB, got {gib!r}")
     return int(gib * (1 << 30))
 
 
@@ -222,10 +226,6 @@ def _train(pts: list[Point], todo: list[int], runs: list, keys: list[str], recip
     On the CPU the groups run side by side, one per core, each on one intra-op thread; on a GPU
     one after the other.
     """
-    from concurrent.futures import ThreadPoolExecutor, as_completed
-
-    from ..progress import task as progress_task
-
     totals = [pts[i].plan(recipe).total for i in todo]
     plans = plan_groups([pts[i] for i in todo], totals=totals, out_dim=recipe.out_dim, batch=recipe.batch_size,
                         shared=recipe.context == "shared", device=dev, budget=budget, max_points=max_group,
@@ -289,8 +289,6 @@ class _Store:
             return None  # a row from another version of the file layout: recompute it
 
     def add(self, runs: dict[str, MemorizeRun]) -> None:
-        from ..io import write_parquet
-
         if self.path is None:
             return
         self.rows.update({k: run_to_row(r) for k, r in runs.items()})

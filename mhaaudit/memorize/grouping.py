@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from ..batching import available_memory
 from ..errors import InputError
 from .stack import StackShape
 
@@ -135,16 +136,15 @@ def plan_groups(points: Sequence, *, totals: Sequence[int], out_dim: int, batch:
     return [plan(g) for g in groups]
 
 
-# What the user can lower, as StackShape fields or the batch, with the option that sets each.
-_KNOBS = (("size", "--sizes"), ("heads", "--heads"), ("n", "--n"), ("head_dim", "--head-dim"),
-          ("out_dim", "--classes"), ("batch", "--batch-size"))
+# What the user can lower, as StackShape fields or the batch, with the parameter that sets each.
+_KNOBS = (("size", "sizes"), ("heads", "heads"), ("n", "n"), ("head_dim", "head_dim"),
+          ("out_dim", "classes"), ("batch", "batch_size"))
 
 
 def device_memory(device: torch.device) -> int:
     """Bytes the device can hold for a grid: the free GPU memory, or the host memory available."""
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
-    from ..batching import available_memory
 
     return available_memory()
 
@@ -176,4 +176,4 @@ def _too_large(s: StackShape, *, batch: int, shared: bool, budget: int, ceiling:
     if best is None:
         return head + "; lower its sizes"
     _, option, value, current = best
-    return head + f"; the largest {option} that fits is {value} (given: {current})"
+    return head + f"; the largest {{param:{option}}} that fits is {value} (given: {current})"

@@ -3,18 +3,25 @@
 A run's memorised fraction is measured on its training set (exact for the trained model); the
 linear fit of the count memorised against H is an ordinary least-squares line, an estimate of
 the slope Theorem 1 bounds (H (n - 1) + 1 examples).
+
+pyarrow is imported where it is used (reading a grid back from its parquet output): it takes a
+moment to import, and a grid printed as a table or JSON never needs it.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from .._version import __version__
-from ..tables import StoredResult, decode_result, read_json_document
+from ..errors import InputError
+from ..io import stamp
+from ..render import memorize_report
+from ..tables import METADATA_KEY, StoredResult, decode_result, read_json_document
 from .data import DIM
 from .saturation import SaturationSummary
 
@@ -166,7 +173,6 @@ class MemorizeGrid(StoredResult):
     def from_json(cls, source) -> MemorizeGrid:
         """The grid ``memorize --format json`` printed (its document is the grid's :meth:`to_dict`):
         a parsed dict, the JSON text or a path to it."""
-        from ..errors import InputError
 
         doc = source if isinstance(source, dict) else read_json_document(source)[0]
         if not isinstance(doc, dict) or not str(doc.get("tool", "")).startswith("mhaaudit"):
@@ -176,13 +182,9 @@ class MemorizeGrid(StoredResult):
     @classmethod
     def from_parquet(cls, path) -> MemorizeGrid:
         """The grid ``memorize --format parquet`` printed: the runs are its rows, the rest its metadata."""
-        import os
 
         import pyarrow as pa
         import pyarrow.parquet as pq
-
-        from ..errors import InputError
-        from ..tables import METADATA_KEY
 
         where = os.fspath(path)
         try:
@@ -193,15 +195,13 @@ class MemorizeGrid(StoredResult):
         meta = json.loads(raw) if raw else {}
         if meta.get("command") != cls.COMMAND:
             raise InputError(f"{where}: holds the results of {meta.get('command')!r}, not of 'memorize' "
-                             "(the --out file of memorize is its resume file: read it with --out again)")
+                             "(the {param:out} file of memorize is its resume file: read it with {param:out} again)")
         data = {k: meta[k] for k in cls.__dataclass_fields__ if k in meta and k != "runs"}
         data["runs"] = table.to_pylist()
         return _decoded(cls, data, where)
 
     def meta(self) -> dict:
         """The provenance stamp of the grid: the ``meta`` of its parquet output."""
-        from ..io import stamp
-
         doc = self.to_dict()
         return stamp(command="memorize", seed=self.settings.get("seed"), device=self.settings.get("device"),
                      **{k: v for k, v in doc.items() if k not in ("tool", "runs")})
@@ -213,8 +213,6 @@ class MemorizeGrid(StoredResult):
         return self.meta()
 
     def renderables(self) -> list:
-        from ..render import memorize_report
-
         return memorize_report(self)
 
     def summary_line(self) -> str:
@@ -247,7 +245,6 @@ class MemorizeGrid(StoredResult):
 
 
 def _decoded(cls, data: dict, where: str):
-    from ..errors import InputError
 
     try:
         return decode_result(cls, data)

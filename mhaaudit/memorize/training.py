@@ -31,8 +31,9 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .. import validate
-from ..errors import InputError
+from ..errors import InputError, param
 from ..numerics.threads import intra_op_threads as _intra_op_threads
+from ..progress import task as progress_task
 from ..settings import MAX_SEED, derive_seed, device_name, resolve_device
 from .data import CONTEXTS, DIM, TASKS, make_dataset
 from .model import MemorizeModel
@@ -73,15 +74,15 @@ class Recipe:
                 max_steps=None, lr=1e-3, batch_size=256, check_every=200) -> Recipe:
         """Check every field; errors name the CLI option."""
         return cls(
-            task=validate.choice("--task", task, TASKS),
-            context=validate.choice("--context", context, CONTEXTS),
-            classes=validate.integer("--classes", classes, minimum=2),
-            tolerance=_positive("--tolerance", tolerance),
-            epochs=validate.integer("--epochs", epochs) if epochs is not None else None,
-            max_steps=validate.integer("--max-steps", max_steps) if max_steps is not None else None,
-            lr=_positive("--lr", lr),
-            batch_size=validate.integer("--batch-size", batch_size),
-            check_every=validate.integer("--check-every", check_every),
+            task=validate.choice(param("task"), task, TASKS),
+            context=validate.choice(param("context"), context, CONTEXTS),
+            classes=validate.integer(param("classes"), classes, minimum=2),
+            tolerance=_positive(param("tolerance"), tolerance),
+            epochs=validate.integer(param("epochs"), epochs) if epochs is not None else None,
+            max_steps=validate.integer(param("max_steps"), max_steps) if max_steps is not None else None,
+            lr=_positive(param("lr"), lr),
+            batch_size=validate.integer(param("batch_size"), batch_size),
+            check_every=validate.integer(param("check_every"), check_every),
         )
 
     def as_dict(self) -> dict:
@@ -105,9 +106,9 @@ class Point:
     @classmethod
     def resolve(cls, *, heads, n, head_dim, size, seed=0) -> Point:
         return cls(
-            heads=validate.integer("--heads", heads), n=validate.integer("--n", n),
-            head_dim=validate.integer("--head-dim", head_dim), size=validate.integer("--sizes", size),
-            seed=validate.integer("--seed", seed, minimum=0, maximum=MAX_SEED),
+            heads=validate.integer(param("heads"), heads), n=validate.integer(param("n"), n),
+            head_dim=validate.integer(param("head_dim"), head_dim), size=validate.integer(param("sizes"), size),
+            seed=validate.integer(param("seed"), seed, minimum=0, maximum=MAX_SEED),
         )
 
     @property
@@ -140,8 +141,6 @@ def train_memorize(
     cpu_threads: int | None = 1,
 ) -> MemorizeRun:
     """Train one model on one random data set and measure how much of it is memorised."""
-    from ..progress import task as progress_task
-
     point = Point.resolve(heads=heads, n=n, head_dim=head_dim, size=size, seed=seed)
     recipe = Recipe.resolve(task=task, context=context, classes=classes, tolerance=tolerance, epochs=epochs,
                             max_steps=max_steps, lr=lr, batch_size=batch_size, check_every=check_every)

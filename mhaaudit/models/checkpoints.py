@@ -5,6 +5,9 @@ Both backends read single weights files (``.safetensors`` or a torch checkpoint,
 parameter of another shape, a parameter missing) is refused with a one-line
 :class:`~mhaaudit.errors.ModelError` naming the first offending parameter; nothing is loaded
 partially without saying so.
+
+``safetensors`` is imported where it is used: it takes a second or more to import, and a run that
+never needs it does not load it.
 """
 
 from __future__ import annotations
@@ -110,5 +113,5 @@ def offline_weights_error(name: str, what: str) -> OfflineError:
     """The error for trained weights that would have to come from the hub while offline."""
     return OfflineError(
         f"trained weights for {name} ({what}) are not on this machine and the hub cannot be reached; "
-        f"pass --weights PATH (a folder saved with save_pretrained, or a timm checkpoint file), or use random weights"
+        f"pass {{param:weights}} PATH (a folder saved with save_pretrained, or a timm checkpoint file), or use random weights"
     )

@@ -18,6 +18,9 @@ A :class:`~.registry.ModelSpec` with backend ``hf`` becomes a :class:`~.probe.Pr
   that is probed (its vision tower).
 
 When the hub cannot be reached it is never called (``local_files_only=True``).
+
+``huggingface_hub``, ``PIL`` and ``transformers`` are imported where they are used: each takes a
+second or more to import, and a run that never needs them does not load them.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import dataclasses
 import inspect
 import os
 import pickle
+import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +40,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import InputError, ModelError, OfflineError, one_line
+from ..errors import InputError, MhaauditError, ModelError, OfflineError, one_line
 from ..hub import force_offline_env, is_offline
 from ..io import torch_load_reason
 from .checkpoints import is_ignorable, load_fitting, offline_weights_error, read_state_file
@@ -263,6 +268,8 @@ def _config(spec: ModelSpec, weights: str, weights_path: str | None, hub: _Hub) 
             # Trained weights come with their own config (hub or local cache); decide offline at once.
             try:
                 return _auto_config(spec.resolved, spec.name, hub), "alias-hub"
+            except MhaauditError:  # a missing revision, code the repository would run: said as such
+                raise
             except (OSError, ValueError) as exc:
                 if offline:
                     raise offline_weights_error(spec.name, spec.resolved) from exc
@@ -275,10 +282,14 @@ def _config(spec: ModelSpec, weights: str, weights_path: str | None, hub: _Hub) 
         # The weights folder carries the architecture; the hub config is not needed.
         try:
             return _auto_config(spec.resolved, spec.name, hub), "cache"
+        except MhaauditError:
+            raise
         except (OSError, ValueError):
             return _auto_config(weights_path, spec.name, hub, local=True), "weights"
     try:
         return _auto_config(spec.resolved, spec.name, hub), ("cache" if offline else "hub")
+    except MhaauditError:
+        raise
     except (OSError, ValueError) as exc:
         raise _unknown_model(spec.name, weights, weights_path, offline, exc) from exc
 
@@ -317,9 +328,9 @@ def hub_problem(exc: BaseException, name: str, revision: str | None) -> Exceptio
         chain.append(type(e).__name__)
         e = e.__cause__ or e.__context__
     if revision is not None and ("RevisionNotFoundError" in chain or "is not a valid git identifier" in text):
-        return InputError(f"--revision {revision}: no such branch, tag or commit of {name}")
+        return InputError(f"{{param:revision}} {revision}: no such branch, tag or commit of {name}")
     if "trust_remote_code" in text:
-        return ModelError(f"{name} needs code from its own repository to load; pass --trust-remote-code if you trust "
+        return ModelError(f"{name} needs code from its own repository to load; pass {{param:trust_remote_code}} if you trust "
                           f"that code (it runs on this machine)")
     return None
 
@@ -347,7 +358,7 @@ def refuse_repository_code(folder: str, name: str) -> None:
     if code:
         fn, module = code[0]
         raise ModelError(f"{name} needs code from its own folder to load (the auto_map of its {fn} names {module}); "
-                         f"pass --trust-remote-code if you trust that code (it runs on this machine)")
+                         f"pass {{param:trust_remote_code}} if you trust that code (it runs on this machine)")
 
 
 def _folder_config(spec: ModelSpec, hub: _Hub) -> Any:
@@ -583,9 +594,6 @@ def _load_state_file(module: nn.Module, path: str, cfg: Any, name: str, seed: in
 def _load_file_as_checkpoint(path: str, cfg: Any, seed: int, trust_remote_code: bool = False) -> nn.Module | None:
     """Load a single weights file through ``from_pretrained`` (checkpoint key renaming, task-head
     prefixes), staged in a temporary folder beside its config. None when it does not fit."""
-    import shutil
-    import tempfile
-
     from transformers import AutoModel
 
     fname = "model.safetensors" if path.endswith(".safetensors") else "pytorch_model.bin"

@@ -6,6 +6,9 @@ the model while library progress bars, warnings and info logs are silenced. Ever
 can get wrong ends in :class:`~mhaaudit.errors.ModelError`,
 :class:`~mhaaudit.errors.OfflineError` or :class:`~mhaaudit.errors.InputError` with a one-line
 message; the libraries' own exceptions are mapped to these here.
+
+``huggingface_hub`` and ``transformers`` are imported where they are used: each takes a second or
+more to import, and a run that never needs them does not load them.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import torch
 from .. import validate
 from ..errors import InputError, MhaauditError, ModelError, one_line
 from ..settings import resolve_device
+from . import hf, timm_backend
 from .probe import ProbedModel
 from .registry import resolve
 
@@ -76,22 +80,19 @@ def load_model(
     dev = resolve_device(device)
     spec = resolve(name, backend=backend, weights_path=weights_path)
     hub_options = check_hub_options(spec, revision, trust_remote_code)
-    if spec.backend == "timm":
-        from .timm_backend import load
-    else:
-        from .hf import hub_problem, load
+    builder = timm_backend if spec.backend == "timm" else hf
     try:
         with _quiet():
-            pm = load(spec, weights=weights, weights_path=weights_path, device=dev, context_length=context_length,
-                      max_layer=max_layer, seed=seed, **hub_options)
+            pm = builder.load(spec, weights=weights, weights_path=weights_path, device=dev, context_length=context_length,
+                         max_layer=max_layer, seed=seed, **hub_options)
         check_finite_weights(pm, name)
         return pm
     except MhaauditError:
         raise
     except torch.cuda.OutOfMemoryError as exc:
-        raise ModelError(f"{name}: out of GPU memory while loading ({one_line(exc, 120)}); try --device cpu") from exc
+        raise ModelError(f"{name}: out of GPU memory while loading ({one_line(exc, 120)}); try {{param:device}} cpu") from exc
     except _LIBRARY_ERRORS as exc:
-        problem = hub_problem(exc, name, revision) if spec.backend != "timm" else None
+        problem = hf.hub_problem(exc, name, revision) if spec.backend != "timm" else None
         raise (problem or ModelError(f"cannot load {name}: {one_line(exc, 240)}")) from exc
 
 
@@ -111,12 +112,12 @@ def check_hub_options(spec, revision: str | None, trust_remote_code: bool) -> di
     """The hub options of the backend ``spec`` resolves to; options that cannot apply are input errors."""
     options = {"revision": revision, "trust_remote_code": bool(trust_remote_code)}
     if spec.backend == "timm":
-        used = [f"--{k.replace('_', '-')}" for k, v in options.items() if v]
+        used = [f"{{param:{k}}}" for k, v in options.items() if v]
         if used:
             raise InputError(f"{', '.join(used)} applies to transformers models; {spec.name} is a timm model")
         return {}
     if spec.local and revision is not None:
-        raise InputError(f"--revision names a branch, tag or commit of a hub model; {spec.name} is a local folder")
+        raise InputError(f"{{param:revision}} names a branch, tag or commit of a hub model; {spec.name} is a local folder")
     return options
 
 
@@ -125,7 +126,7 @@ def check_revision(revision) -> str | None:
     if revision is None:
         return None
     if not isinstance(revision, str) or not revision.strip():
-        raise InputError("--revision: give a branch, tag or commit of the hub model")
+        raise InputError("{param:revision}: give a branch, tag or commit of the hub model")
     return revision.strip()
 
 

@@ -8,6 +8,9 @@ fails. Features come out in float32 with TF32 switched off, since they feed rank
 
 The backends (:mod:`.hf`, :mod:`.timm_backend`) build a :class:`ProbedModel` from the module,
 its list of blocks, a function that runs the module on model inputs, and its preprocessing.
+
+``PIL`` is imported where it is used: it takes a second or more to import, and a run that never
+needs it does not load it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from torch import nn
 from .. import validate
 from ..errors import InputError, ModelError
 from ..numerics.rule import tf32_off
+from .families import query_words
 
 __all__ = ["ModelInfo", "ProbedModel", "full_float32", "measure_image_tokens", "measure_tokens", "no_tf32", "prepare_module"]
 
@@ -260,8 +264,6 @@ def measure_tokens(pm: ProbedModel) -> int:
 def measure_image_tokens(pm: ProbedModel, patches: int | None) -> None:
     """Set ``n`` of an image model (measured) and its query token in words: the tokens before its
     ``patches`` patch tokens are the class token and what follows it (distillation, registers)."""
-    from .families import query_words
-
     n = measure_tokens(pm)
     prefix = n - patches if patches is not None and 0 < patches < n else 1
     words = query_words(pm.info.query_index, n, prefix, modality="image", why=pm.info.query_token.removeprefix("none: "))

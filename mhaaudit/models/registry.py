@@ -18,6 +18,9 @@ timm's format (``config.json`` with ``"architecture"``), else ``transformers``.
 
 Adding a transformers family is one entry in :data:`FAMILIES`; adding a block layout for reading
 attention weights is one file in :mod:`mhaaudit.models.attention`.
+
+``timm`` and ``transformers`` are imported where they are used: each takes a second or more to
+import, and a run that never needs them does not load them.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MhaauditError, ModelError
+from ..hub import is_offline
+from .checkpoints import state_file_keys
 from .families import FAMILIES, TIMM_FAMILIES, UNPROBEABLE, Family, family_of, timm_family_of
 
 __all__ = [
@@ -277,7 +282,6 @@ def _looks_like_timm_path(path: str) -> bool:
 def _is_timm_checkpoint(path: str | None) -> bool:
     if not path or not os.path.isfile(path):
         return False
-    from .checkpoints import state_file_keys
 
     return any(k.startswith(_TIMM_KEY_PREFIXES) for k in state_file_keys(path))
 
@@ -351,8 +355,6 @@ def modality_of(model: str, backend: str | None = None, weights_path: str | None
         return "image"  # no config.json: the loader says what is missing
     try:
         from transformers import AutoConfig
-
-        from ..hub import is_offline
 
         # Never the repository's own code here (nor a prompt asking for it): the loader decides that.
         cfg = AutoConfig.from_pretrained(spec.resolved, local_files_only=is_offline(), trust_remote_code=False)

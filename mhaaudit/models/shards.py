@@ -18,6 +18,9 @@ A checkpoint this module cannot read in part (no safetensors files, or tensor na
 map onto the model) raises :class:`NotPartial` and the caller loads it whole with
 ``from_pretrained``; a needed shard that is missing or unreadable is a one-line
 :class:`~mhaaudit.errors.ModelError`.
+
+``huggingface_hub``, ``safetensors`` and ``transformers`` are imported where they are used: each
+takes a second or more to import, and a run that never needs them does not load them.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from typing import Literal, overload
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten
 
 from ..errors import InputError, ModelError, OfflineError, one_line
 from ..io import safetensors_header
@@ -385,7 +390,7 @@ def hub_download(repo: str, filename: str, revision: str | None, offline: bool, 
     try:
         return huggingface_hub.hf_hub_download(repo, filename, revision=revision, local_files_only=offline)
     except RevisionNotFoundError as exc:
-        raise InputError(f"--revision {revision}: no such branch, tag or commit in {repo}") from exc
+        raise InputError(f"{{param:revision}} {revision}: no such branch, tag or commit in {repo}") from exc
     except LocalEntryNotFoundError as exc:  # (a kind of EntryNotFoundError in some releases: first)
         if missing_is_error:
             raise OfflineError(f"{filename} of {repo} is not in the local cache and the hub cannot be reached") from exc
@@ -422,9 +427,6 @@ def used_parameters(module: nn.Module, run: Callable[[], object]) -> set[str]:
     ``run`` is one forward pass as far as the deepest probed block: whatever it does not touch
     (deeper blocks, final norms, heads) is not needed. Tied parameters count under every name.
     """
-    from torch.overrides import TorchFunctionMode
-    from torch.utils._pytree import tree_flatten
-
     named = list(module.named_parameters(remove_duplicate=False)) + list(module.named_buffers(remove_duplicate=False))
     ids = {id(t) for _, t in named}
     seen: set[int] = set()

@@ -12,6 +12,9 @@ A :class:`~.registry.ModelSpec` with backend ``timm`` becomes a :class:`~.probe.
 - trained weights come from a checkpoint file (timm's own filter adapts other layouts) or the
   hub; random weights are drawn as :mod:`.random_init` says; ``max_layer`` builds that many blocks;
 - images are preprocessed with timm's data config at the resolution the model was built for.
+
+``timm`` is imported where it is used: it takes a second or more to import, and a run that never
+needs it does not load it.
 """
 
 from __future__ import annotations
@@ -97,7 +100,7 @@ def _architecture(spec: ModelSpec, weights: str, weights_path: str | None) -> _A
     if not data.get("architecture"):
         raise InputError(
             f"cannot tell the timm architecture of {spec.name}: give the timm model name as the model and "
-            f"the checkpoint file as --weights"
+            f"the checkpoint file as {{param:weights}}"
         )
     args = data.get("model_args") or {}
     if not isinstance(data["architecture"], str) or not isinstance(args, dict):

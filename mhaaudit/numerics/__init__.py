@@ -2,6 +2,7 @@
 
 * ``numerics.rule``: ``RankRule`` (which singular values count) and ``numerics`` (the setting
   rank computations run in: subnormals flushed, thread count).
+* ``numerics.pow2``: exact powers of two (``exponent_of``, ``ldexp``), under the rule and the scaling.
 * ``numerics.scale``: exact power-of-two rescaling, so that nothing squared over- or underflows
   and the data's scale never reaches a decision.
 * ``numerics.certificates``: torch decisions that equal ``torch.linalg.matrix_rank`` under the
@@ -26,8 +27,9 @@ from .certificates import (
     rounding_margin,
     svd_rank,
 )
+from .pow2 import exponent_of, ldexp
 from .rule import RankRule, numerics, subnormals_kept, tf32_is_off, tf32_off, with_numerics
-from .scale import Scaled, exponent_of, ldexp, row_norms, scaled
+from .scale import Scaled, row_norms, scaled
 
 __all__ = [
     "EPS64",

@@ -26,10 +26,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
+from .pow2 import exponent_of, ldexp
 from .rule import RankRule
-from .scale import exponent_of, ldexp
 
 __all__ = [
     "EPS64",
@@ -83,8 +84,6 @@ def eigvalsh(G: torch.Tensor) -> torch.Tensor:
     """Ascending eigenvalues of symmetric matrices: NumPy's LAPACK on the CPU (faster than
     torch's on many machines), torch elsewhere."""
     if G.device.type == "cpu" and G.dtype == torch.float64:
-        import numpy as np
-
         return torch.from_numpy(np.linalg.eigvalsh(G.numpy()))
     return torch.linalg.eigvalsh(G)
 

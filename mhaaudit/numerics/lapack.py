@@ -15,6 +15,9 @@ entries computed per draw from the rows (``RowGramEntries``).
 So every decision still equals ``matrix_rank`` on the same rows with the same tolerance: these
 kernels prove, they do not estimate. Like the torch certificates they take Gram matrices of
 rescaled rows (``numerics.scale``) and leave those below ``TINY_GRAM`` to the SVD.
+
+``scipy`` is imported where it is used: it takes a second or more to import, and a run that never
+needs it does not load it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import math
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 
 from .certificates import TINY_GRAM, cholesky_margins, decide_full_rank
 from .rule import RankRule
@@ -163,8 +167,6 @@ class RowGramEntries:
 def blas_single_thread():
     """A context in which BLAS/LAPACK libraries use one thread each (our workers parallelise)."""
     try:
-        from threadpoolctl import threadpool_limits
-
         return threadpool_limits(limits=1, user_api="blas")
     except Exception:  # noqa: BLE001  # pragma: no cover - threadpoolctl missing or unable to inspect
         return contextlib.nullcontext()

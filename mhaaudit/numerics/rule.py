@@ -19,6 +19,9 @@ from dataclasses import dataclass
 import torch
 
 from .. import validate
+from ..errors import param
+from .pow2 import ldexp
+from .threads import intra_op_threads
 
 __all__ = ["RankRule", "numerics", "subnormals_kept", "tf32_is_off", "tf32_off", "with_numerics"]
 
@@ -42,8 +45,6 @@ def numerics(threads: int | None = None):
     (:func:`tf32_off`) is a process-wide setting, made once at a computation's entry point
     (:func:`with_numerics`), not here where threads would save and restore it concurrently.
     """
-    from .threads import intra_op_threads
-
     depth = _depth()
     flushed = torch.set_flush_denormal(True) if depth == 0 else False
     _STATE.depth = depth + 1
@@ -158,8 +159,8 @@ class RankRule:
 
     @classmethod
     def for_dtype(cls, dtype: torch.dtype | str, rtol: float | None = None, atol: float | None = None) -> RankRule:
-        rtol = validate.tolerance("--rtol", rtol)
-        atol = validate.tolerance("--atol", atol)
+        rtol = validate.tolerance(param("rtol"), rtol)
+        atol = validate.tolerance(param("atol"), atol)
         dt: torch.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
         if not dt.is_floating_point:
             dt = torch.float64
@@ -188,8 +189,6 @@ class RankRule:
         them (``rtol`` stays 0 where only ``atol`` was given, even if the quotient underflows)."""
         if not exponent or not self.atol:
             return self
-        from .scale import ldexp
-
         rtol = 0.0 if self.rtol is None else self.rtol
         return RankRule(rtol=rtol, atol=ldexp(float(self.atol), -exponent), eps=self.eps, dtype=self.dtype)
 

@@ -17,50 +17,14 @@ below 2**-1022 times the largest entry still count as zero inside ``numerics``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
+from .pow2 import exponent_of, ldexp
 from .rule import RankRule, subnormals_kept
 
-__all__ = ["Scaled", "exponent_of", "ldexp", "row_norms", "scaled"]
-
-
-def exponent_of(x: torch.Tensor, dims=None):
-    """The exponent e with ``max|x| / 2**e`` in [0.5, 1): an int, or a tensor of ints per slice
-    when ``dims`` (the dimensions reduced over) is given. 0 for an all-zero (or empty) input."""
-    if dims is None:
-        m = float(x.abs().max()) if x.numel() else 0.0
-        return math.frexp(m)[1] if math.isfinite(m) else 0
-    mx = x.abs().amax(dim=dims)
-    return torch.frexp(mx)[1].to(torch.int64)
-
-
-def _pow2(e: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """2**e for integer tensors e in [-1022, 1023], exactly (built from the float64 bits)."""
-    return ((e.to(torch.int64) + 1023) << 52).view(torch.float64).to(dtype)
-
-
-def ldexp(x, e):
-    """``x * 2**e`` without rounding, also where ``2**e`` itself is not a float64 (|e| > 1023).
-
-    ``x`` and ``e``: numbers or tensors (``e`` broadcasts against ``x``). The factor is applied in
-    two halves of the same sign, so an intermediate is never smaller than the result.
-    """
-    if isinstance(e, torch.Tensor):
-        h = torch.div(e, 2, rounding_mode="floor")
-        return x * _pow2(h, x.dtype) * _pow2(e - h, x.dtype)
-    e = int(e)
-    if e == 0:
-        return x
-    h = e // 2
-    if isinstance(x, torch.Tensor):
-        return x * math.ldexp(1.0, h) * math.ldexp(1.0, e - h)
-    try:
-        return math.ldexp(float(x), e)
-    except OverflowError:
-        return math.copysign(math.inf, x)
+__all__ = ["Scaled", "row_norms", "scaled"]
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,8 @@ the data once.
 from __future__ import annotations
 
 import math
+import resource
+import sys
 import threading
 import weakref
 from dataclasses import dataclass
@@ -37,8 +39,8 @@ import torch
 
 from ..errors import InputError
 from ..hostmem import available_memory  # the one cgroup-aware figure (also batching's)
+from .pow2 import ldexp
 from .rule import RankRule, numerics, subnormals_kept
-from .scale import ldexp
 
 __all__ = ["CHUNK_BYTES", "Rows", "Scan", "Unit", "available_memory", "chunk_rows", "memory_needed", "peak_rss_bytes",
            "refuse_unless_fits", "scan", "scan_of", "tsqr", "unit_of"]
@@ -86,8 +88,6 @@ def peak_rss_bytes() -> int:
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    import resource
-    import sys
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)

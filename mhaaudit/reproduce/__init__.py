@@ -13,16 +13,15 @@ paper's numbers are right; a difference names what differs, not which side is wr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from .. import validate
+from ..errors import InputError
+from ..io import stamp
+from ..seeds import SeedsResult, cell_of, is_trained, over_seeds, plan_seeds, spread, sweep_estimate_record
 from .compare import Comparison, RunFacts
 from .published import TARGETS, published, target_spec
 from .targets import TARGET_FUNCTIONS, Reproduction, figure1, figure2, table1, table3
 
-if TYPE_CHECKING:
-    from ..seeds import SeedsResult
-
-__all__ = ["TARGETS", "Comparison", "Reproduction", "RunFacts", "figure1", "figure2", "published", "reproduce_paper",
+__all__ = ["TARGETS", "Comparison", "Reproduction", "RunFacts", "figure1", "figure2", "published", "reproduce_paper", "reproduce_seeds",
            "table1", "table3", "target_spec"]
 
 
@@ -33,17 +32,48 @@ def reproduce_paper(target: str, **options) -> Reproduction | SeedsResult:
     ``seeds`` (``"0-4"``, ``"0,3,7"`` or a list; with ``vary``, ``weights_seed``, ``data_seed`` as in
     :func:`mhaaudit.audit`) runs the target once per seed and returns a
     :class:`mhaaudit.seeds.SeedsResult`: each published value beside the between-seed range of ours."""
-    from .. import validate
-
     if options.get("seeds") is not None:
-        from ..seeds import reproduce_seeds
-
         return reproduce_seeds(validate.choice("target", target, TARGETS), **options)
     options.pop("seeds", None)
     if options.get("vary", "both") != "both":
-        from ..errors import InputError
-
-        raise InputError("--vary has no effect without --seeds: it says which seed --seeds varies")
+        raise InputError("{param:vary} has no effect without {param:seeds}: it says which seed {param:seeds} varies")
     options.pop("vary", None)
 
     return TARGET_FUNCTIONS[validate.choice("target", target, TARGETS)](**options)
+
+
+def reproduce_seeds(target: str, *, seeds, vary: str = "both", seed: int = 0, weights_seed: int | None = None,
+                    data_seed: int | None = None, **options) -> SeedsResult:
+    """:func:`mhaaudit.reproduce_paper` for each seed: every published value beside the between-seed
+    range of ours (``paper_inside``: whether the published value lies in it), the seeds that match,
+    and the differences of the swept columns' Kruskal estimates."""
+    if target == "figure2":
+        raise InputError("{param:seeds} does not apply to figure2: its memorize grid takes its own seeds "
+                         "(those of memorize, e.g. the preset paper-fig2a with seeds 0-4)")
+    plan = plan_seeds(seeds, vary=vary, seed=seed, weights_seed=weights_seed, data_seed=data_seed)
+    runs = over_seeds(reproduce_paper, plan, target=target, **options)
+
+    def records(res) -> list[dict]:
+        return [c.record() for c in res.comparisons]
+
+    def estimates(res) -> list[dict]:
+        return [sweep_estimate_record(sw, model=key, variant=variant, layer=None) for (key, variant), sw in res.sweeps.items()]
+
+    first = runs[0]
+    meta = stamp(command="reproduce", target=first.target, title=first.title, source=first.source,
+                 paper=published()["paper"], setting=first.setting, notes=first.notes,
+                 timings_s={str(run.seed): r.timings for run, r in zip(plan.runs(), runs, strict=True)}, **first.settings)
+    out = spread("reproduce", plan, runs, records=records, key=("model", "column", "kind", "check", "k"),
+                 value="our_value", estimates=estimates, estimate_key=("model", "variant", "layer", "check"),
+                 trained=is_trained, sweep_rows=lambda r: r.sweep_rows(), meta=meta,
+                 extra=("paper_value", "paper_verdict", "source"))
+    for rec in out.summaries:
+        if rec.get("value") != "our_value":
+            continue
+        cell = [r for _, recs in out.per_seed for r in recs if cell_of(r, ("model", "column", "kind", "check", "k"))
+                == cell_of(rec, ("model", "column", "kind", "check", "k"))]
+        rec["seeds_matching"] = sum(r.get("status") == "match" for r in cell)
+        p, lo, hi = rec.get("paper_value"), rec.get("low"), rec.get("high")
+        rec["paper_inside"] = None if p is None or lo is None else bool(lo <= p <= hi)
+    out.title = first.title
+    return out

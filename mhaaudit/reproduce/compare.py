@@ -352,7 +352,7 @@ def setting_differences(spec: dict, key: str, facts: RunFacts, column: str = "")
 def compare_memorization(target: str, spec: dict, runs: list[dict], fits: list[dict], bound) -> list[Comparison]:
     """Figure 2's claims against a grid over H: a linear fit and a monotone rise per size T, and
     each point's memorised count against Theorem 1's count (``bound(run)``: a
-    :class:`~mhaaudit.capacity.theory.CapacityBound`)."""
+    :class:`~mhaaudit.theory.CapacityBound`)."""
     items = {it["kind"]: it for it in spec["values"]}
     out = []
     sizes = sorted({r["size"] for r in runs})

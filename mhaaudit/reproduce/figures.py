@@ -6,11 +6,18 @@
   count H (min(n, d_h) - 1) + 1.
 
 Every figure is written through :func:`mhaaudit.plot.save_figure` (atomically).
+
+``matplotlib`` is imported where it is used: it takes a second or more to import, and a run that
+never needs it does not load it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from ..capacity import theorem1_bound
+from ..plot import save_figure
+from .published import target_spec
 
 
 def plot_reproduction(result, path: str | Path) -> Path:
@@ -19,8 +26,6 @@ def plot_reproduction(result, path: str | Path) -> Path:
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
-
-    from ..plot import save_figure
 
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
     if result.target == "figure2":
@@ -34,8 +39,6 @@ def plot_reproduction(result, path: str | Path) -> Path:
 
 
 def _sweeps(ax, result) -> None:
-    from .published import target_spec
-
     spec = target_spec(result.target)
     bands = spec.get("bands", {})
     for i, ((key, column), sw) in enumerate(result.sweeps.items()):
@@ -62,8 +65,6 @@ def _sweeps(ax, result) -> None:
 
 
 def _memorization(ax, result) -> None:
-    from ..capacity import theorem1_bound
-
     grid = result.grid
     for i, T in enumerate(grid.sizes):
         pts = sorted((r.heads, r.memorized_count) for r in grid.runs if r.size == T)

@@ -23,6 +23,8 @@ import functools
 import json
 from importlib import resources
 
+from .. import validate
+
 TARGETS = ("table1", "table3", "figure1", "figure2")
 KINDS = ("check", "ranks", "sweep", "shape", "estimate", "linear", "monotone", "theorem1")
 
@@ -57,8 +59,6 @@ def published() -> dict:
 def target_spec(target: str) -> dict:
     """One target's published document: title, source, data, models, items (``values``), and the
     paper's Monte-Carlo ``protocol`` (draws, threshold, rank rule)."""
-    from .. import validate
-
     doc = _load()
     spec = copy.deepcopy(doc["targets"][validate.choice("target", target, TARGETS)])
     return spec | {"protocol": copy.deepcopy(doc["protocol"])}

@@ -22,8 +22,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InputError
+from .. import validate
+from ..auditing import audit, capture_features
+from ..capacity import theorem1_bound
+from ..errors import InputError, param
+from ..hub import is_offline
 from ..io import stamp
+from ..kruskal import draw_decisions, kruskal_sweep
+from ..memorize import run_memorize_grid
+from ..numerics import svd_rank
+from ..progress import task
+from ..render import reproduction_report
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 from ..tables import Report
 from .compare import Comparison, RunFacts, compare, compare_memorization, setting_differences
@@ -82,8 +91,6 @@ class Reproduction(Report):
         return doc
 
     def renderables(self) -> list:
-        from ..render import reproduction_report
-
         return reproduction_report(self)
 
     def summary_line(self) -> str:
@@ -96,8 +103,6 @@ class Reproduction(Report):
 
 def _data_for(spec: dict, data: str | None) -> tuple[str | None, bool]:
     """The data to read and whether it is the paper's dataset: the paper's online, the built-in offline."""
-    from ..hub import is_offline
-
     paper = spec["data"]["dataset"]
     if data is None:
         return (None, False) if is_offline() else (paper, True)
@@ -131,9 +136,6 @@ def _column(col, settings: Settings, sweep=None) -> dict:
 def _draw_ranks(X, k: int, settings: Settings, draws: int = 10) -> dict:
     """Ranks of the first ``draws`` draws of k rows that the test would make: the General Position
     test needs none when the whole set's rank already decides it, but the paper reports them."""
-    from ..kruskal import draw_decisions
-    from ..numerics import svd_rank
-
     rule = settings.rule(X.dtype)
     idx, _ = draw_decisions(X, k, samples=draws, seed=settings.seed, rule=rule, device=settings.device)
     ranks = svd_rank(X[idx.cpu()], rule)[0].tolist()
@@ -141,9 +143,6 @@ def _draw_ranks(X, k: int, settings: Settings, draws: int = 10) -> dict:
 
 
 def _sweep(fs, settings: Settings, kmax: int, label: str):
-    from ..kruskal import kruskal_sweep
-    from ..progress import task
-
     with task(f"{label} sweep", settings.samples, settings.progress) as adv:
         return kruskal_sweep(fs.queries, samples=settings.samples, threshold=settings.threshold, seed=settings.seed,
                              rule=settings.rule(fs.dtype), device=settings.device, kmax=kmax, progress=adv)
@@ -200,20 +199,17 @@ def table3(*, data: str | None = None, split: str = "train", limit: int | None =
 
 
 def _tables(target: str, o: dict) -> Reproduction:
-    from .. import validate
-    from ..auditing import audit
-
     spec = target_spec(target)
     keys = list(spec["models"])
     chosen = keys if not o.get("models") else [validate.choice("model key", m, keys) for m in o["models"]]
-    names = _check_keys("--model", o.get("model"), keys)
-    weights = _check_keys("--weights", o.get("weights"), keys)
-    lengths = _check_keys("--context-length", o.get("context_length"), keys)
+    names = _check_keys(param("model"), o.get("model"), keys)
+    weights = _check_keys(param("weights"), o.get("weights"), keys)
+    lengths = _check_keys(param("context_length"), o.get("context_length"), keys)
     settings = Settings.resolve(device=o["device"], samples=o["samples"], threshold=o["threshold"], seed=o["seed"],
                                 stop_when_decided=o["stop_when_decided"], progress=o["progress"],
                                 weights_seed=o.get("weights_seed"), data_seed=o.get("data_seed"))
     data, paper_data = _data_for(spec, o["data"])
-    T = spec["data"]["T"] if o["limit"] is None else validate.integer("--limit", o["limit"])
+    T = spec["data"]["T"] if o["limit"] is None else validate.integer(param("limit"), o["limit"])
     out = Reproduction(target, spec["title"], spec["source"], [], {}, [], {}, {})
     t0 = time.perf_counter()
     for key in chosen:
@@ -261,17 +257,14 @@ def figure1(*, data: str | None = None, split: str = "train", limit: int | None 
             batch_size: int = 32, progress: bool = False, weights_seed: int | None = None,
             data_seed: int | None = None) -> Reproduction:
     """Figure 1: the satisfied fraction against k for ViT-Base's random-attention features."""
-    from .. import validate
-    from ..auditing import capture_features
-
     spec = target_spec("figure1")
     (key,) = spec["models"]
     (column,) = spec["columns"]
-    name = _check_keys("--model", model, [key]).get(key, spec["models"][key]["alias"])
+    name = _check_keys(param("model"), model, [key]).get(key, spec["models"][key]["alias"])
     settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, progress=progress,
                                 weights_seed=weights_seed, data_seed=data_seed)
     data_arg, paper_data = _data_for(spec, data)
-    T = spec["data"]["T"] if limit is None else validate.integer("--limit", limit)
+    T = spec["data"]["T"] if limit is None else validate.integer(param("limit"), limit)
     t0 = time.perf_counter()
     fs = capture_features(name, variant=column, data=data_arg, split=split, limit=T, batch_size=batch_size,
                           settings=settings)
@@ -293,9 +286,6 @@ def figure1(*, data: str | None = None, split: str = "train", limit: int | None 
 def figure2(*, preset: str | None = "cpu", values=None, sizes=None, max_steps: int | None = None, seed: int = 0,
             device: str = "auto", progress: bool = False) -> Reproduction:
     """Figure 2(a): memorisation against H on a memorize grid (``cpu`` preset by default)."""
-    from ..capacity import theorem1_bound
-    from ..memorize import run_memorize_grid
-
     spec = target_spec("figure2")
     t0 = time.perf_counter()
     grid = run_memorize_grid(vary="heads" if preset is None else None, preset=preset, values=values, sizes=sizes,

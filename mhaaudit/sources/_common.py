@@ -1,6 +1,9 @@
 """Helpers shared by the sources: deciding what a ``data`` argument names, opening Hugging Face
 datasets (hub ids or local dataset folders) with user-facing errors, the generator of the
 sources' sampling (the seed rule's ``"data"`` purpose), and the cache folder.
+
+``datasets`` is imported where it is used: it takes a second or more to import, and a run that never
+needs it does not load it.
 """
 
 from __future__ import annotations
@@ -8,7 +11,9 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +21,7 @@ import numpy as np
 
 from ..errors import DataError, InputError, OfflineError, one_line
 from ..hub import is_offline
+from ..settings import decode_workers_env, derive_seed
 
 BUILTIN_NAMES = {"builtin", "built-in", "default"}
 HUB_PREFIXES = ("hf:", "hub:")
@@ -32,15 +38,11 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
 def data_rng(seed: int, *index: int) -> np.random.Generator:
     """The generator of the sources' sampling under the user's ``seed``:
     ``numpy.random.default_rng(derive_seed(seed, "data", *index))``."""
-    from ..settings import derive_seed  # imported here: settings imports torch, the sources need not
-
     return np.random.default_rng(derive_seed(seed, "data", *index))
 
 
 def decode_workers() -> int:
     """Threads that decode images: ``$MHAAUDIT_DECODE_WORKERS``, else the usable cores, at most 8."""
-    from ..settings import decode_workers_env  # imported here, as above
-
     value = decode_workers_env()
     if value is not None:
         return value
@@ -61,8 +63,6 @@ def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int | N
     if workers == 1:
         yield from map(fn, items)
         return
-    from collections import deque
-    from concurrent.futures import ThreadPoolExecutor
 
     pending: deque = deque()
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mhaaudit-decode") as pool:

@@ -25,6 +25,7 @@ atomically, and a cache file that cannot be read back is rebuilt.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import gzip
 import hashlib
@@ -39,6 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._version import __version__
+from ..errors import OutputError
+from ..io import atomic_path
+from ..progress import log, task
 from ._common import cache_dir
 from .docstrings import module_docstrings, prose_paragraphs
 
@@ -186,8 +190,6 @@ def _files(packages: list[tuple[str, str]]) -> list[tuple[str, str, Path]]:
 
 
 def _build(versions: list[tuple[str, str]], progress: bool = False, cached_in: Path | None = None) -> Corpus:
-    from ..progress import log, task
-
     files = _files(versions)
     log("Building the built-in text corpus from the docstrings of " + ", ".join(n for n, _ in versions)
         + (f" (once; the result is cached in {cached_in})" if cached_in is not None else ""), progress)
@@ -249,9 +251,6 @@ def _read_cache(path: Path, key: str) -> Corpus | None:
 
 
 def _write_cache(path: Path, key: str, corpus: Corpus) -> None:
-    from ..errors import OutputError
-    from ..io import atomic_path
-
     data = {"key": key, "documents": corpus.documents, "packages": corpus.packages, "words": corpus.words,
             "duplicates": corpus.duplicates, "code": corpus.code}
     try:
@@ -268,7 +267,6 @@ def _build_lock(path: Path):
     together build it once (POSIX ``flock``; elsewhere, or when the lock file cannot be made,
     no lock)."""
     try:
-        import fcntl
         handle = open(path.with_name(path.name + ".lock"), "w")  # noqa: SIM115 - closed by the `with` below
     except (ImportError, OSError):
         yield

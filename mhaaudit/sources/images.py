@@ -8,6 +8,9 @@ images among 2000 ImageNet images), sources keep images whose mode is already RG
 other image (grayscale, CMYK, RGBA, palette) as skipped ("not RGB"), unless ``convert_rgb``
 converts them as torchvision's ImageFolder does; files that cannot be decoded are skipped as
 "unreadable". ``limit`` caps the number of images yielded.
+
+``datasets`` is imported where it is used: it takes a second or more to import, and a run that never
+needs it does not load it.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from PIL import Image, UnidentifiedImageError
 from ..errors import DataError, InputError, one_line
 from ._common import Skips, classify, is_builtin, is_local, no_split, open_hf_dataset, ordered_map, stream_rows
 from .containers import IMAGE_NAMES, Table, choose_column, is_saved_dataset, table_of
-from .mosaics import BUILTIN_PHOTOS, CROP_SIZE, GRID, TILE_SIDE
+from .mosaics import BUILTIN_PHOTOS, CROP_SIZE, GRID, TILE_SIDE, atlas, load_photos, mosaics
 
 __all__ = [
     "BUILTIN_PHOTOS",
@@ -42,7 +45,7 @@ IMAGE_EXTENSIONS = frozenset(
     {".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp",
      ".ppm", ".pgm", ".pbm", ".pnm"}
 )
-_OFFLINE_IMAGES = "a local image folder, a .parquet file of image bytes, or the built-in default (no --data)"
+_OFFLINE_IMAGES = "a local image folder, a .parquet file of image bytes, or the built-in default (no {param:data})"
 
 
 # The most bytes one image file may hold (larger ones are refused unread, as PIL refuses
@@ -298,8 +301,6 @@ class BuiltinImages(ImageSource):
     GRID = GRID
 
     def __init__(self, limit: int = 2000, seed: int = 0, device: Any = None) -> None:
-        from .mosaics import load_photos
-
         found = load_photos()
         if not found:
             raise DataError("the built-in photographs (scikit-image, scikit-learn) could not be found")
@@ -322,8 +323,6 @@ class BuiltinImages(ImageSource):
     def arrays(self) -> Iterator:
         """The images as ``(m, 224, 224, 3)`` uint8 tensors on ``device``, chunk by chunk (endless:
         iterate the source itself for ``limit`` images)."""
-        from .mosaics import atlas, mosaics
-
         return mosaics(self.seed, atlas(self.device))
 
     def _generate(self) -> Iterator[Image.Image]:

@@ -22,6 +22,9 @@ uint8 images on the CPU and on a GPU (the test suite checks every device it find
 of version 1 (PIL resizes and ``ImageEnhance``, one tile at a time) differ.
 
 ``VERSION`` names this synthesis; it changes whenever the images of a seed change.
+
+``PIL`` is imported where it is used: it takes a second or more to import, and a run that never
+needs it does not load it.
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import torch
+
+from ..numerics.threads import intra_op_threads
+from ._common import data_rng
 
 __all__ = ["BUILTIN_PHOTOS", "CHUNK", "CROP_SIZE", "GRID", "JITTER", "SLICE", "TILE", "TILE_SIDE", "VERSION",
            "Atlas", "atlas", "draw_params", "load_photos", "mosaics", "synthesize"]
@@ -121,8 +128,6 @@ class Atlas:
     """
 
     def __init__(self, photos: list[np.ndarray], device) -> None:
-        import torch
-
         self.device = torch.device(device)
         self.sizes = [(int(p.shape[0]), int(p.shape[1])) for p in photos]  # level-0 (height, width)
         pyramids = []  # packed int64 levels, built one at a time with numpy (exact integers)
@@ -201,8 +206,6 @@ def _axis(start, side, level, limit, row_stride):
     ``(start + (j + 1/2) side / TILE) / 2**level - 1/2``, written as an integer fraction; its floor
     and its remainder in units of 1/2048 (rounded half up) are exact integer results.
     """
-    import torch
-
     j = torch.arange(TILE, device=start.device, dtype=torch.int64)[None, :]
     scale = torch.bitwise_left_shift(torch.ones_like(level), level)[:, None]  # 2**level
     num = 2 * TILE * start[:, None] + (2 * j + 1) * side[:, None] - TILE * scale
@@ -218,8 +221,6 @@ def _oriented(y, x, turns, flip):
     """The taps of the output's rows and columns once a tile is turned by ``turns`` quarter turns
     counter-clockwise (``torch.rot90``) and then flipped left-right: a turn swaps the axes and
     reverses one, so the turned tile is sampled directly (``y`` and ``x``: tuples of (N, TILE))."""
-    import torch
-
     odd = (turns % 2 == 1)[:, None]
     rev_rows = ((turns == 1) | (turns == 2))[:, None]
     rev_cols = (((turns == 2) | (turns == 3)) ^ flip)[:, None]
@@ -238,8 +239,6 @@ def _luma(r, g, b):
 def synthesize(params: dict[str, np.ndarray], atlas: Atlas):
     """The ``(count, 224, 224, 3)`` uint8 images of ``params`` (from :func:`draw_params`), computed
     on the atlas's device with integer operations only."""
-    import torch
-
     dev = atlas.device
     count = params["photo"].shape[0]
     photo, side = params["photo"].reshape(-1), params["side"].reshape(-1)
@@ -290,8 +289,6 @@ def _one_thread(device) -> Iterator[None]:
     cores made it ten times slower on a busy 2-core machine. The count
     (:func:`~mhaaudit.numerics.threads.intra_op_threads`) is the calling thread's (other running
     threads keep theirs) and the default of threads not yet started; it is restored at once."""
-    from ..numerics.threads import intra_op_threads
-
     with intra_op_threads(1 if device.type == "cpu" else None):
         yield
 
@@ -300,8 +297,6 @@ def mosaics(seed: int, where: Atlas) -> Iterator:
     """Endless ``(m, 224, 224, 3)`` uint8 tensors (on the atlas's device, m <= ``SLICE``) of
     distinct mosaics for ``seed``; their parameters are drawn ``CHUNK`` images at a time, and a
     drawn image whose parameters repeat an earlier image's is dropped, so all are distinct."""
-    from ._common import data_rng
-
     rng = data_rng(seed)
     seen: set[bytes] = set()
     while True:

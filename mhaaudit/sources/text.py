@@ -18,6 +18,7 @@ from typing import Any
 from ..errors import DataError, InputError, one_line
 from ._common import Skips, classify, data_rng, is_builtin, is_local, no_split, open_hf_dataset, stream_rows
 from .containers import Table, choose_column, is_saved_dataset, open_table, table_of
+from .corpus import docstring_corpus
 
 __all__ = [
     "BuiltinText",
@@ -32,7 +33,7 @@ __all__ = [
 
 WIKIPEDIA = ("wikimedia/wikipedia", "20231101.en")
 _OFFLINE_TEXT = ("a local .txt file or folder of .txt files, a .jsonl, .parquet, .arrow, .csv or .tsv file with a "
-                 "text column, a folder written by save_to_disk, or the built-in default (no --data)")
+                 "text column, a folder written by save_to_disk, or the built-in default (no {param:data})")
 _PARAGRAPH = re.compile(r"\n[ \t]*\n")
 
 
@@ -117,8 +118,6 @@ class BuiltinText(TextSource):
 
     def __init__(self, limit: int | None = None, seed: int = 0, packages: tuple[str, ...] | None = None,
                  progress: bool = False) -> None:
-        from .corpus import docstring_corpus
-
         self.corpus = docstring_corpus(packages, progress=progress)
         if not self.corpus.documents:
             raise DataError("the built-in text corpus is empty: no installed package documentation was found")

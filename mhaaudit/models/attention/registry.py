@@ -78,7 +78,7 @@ def first_attention(pm: ProbedModel, layer: int = 1) -> AttentionWeights:
         raise ModelError(
             f"{pm.info.name} ({pm.info.family}): the attention of block {layer} is not of the form capacity expresses "
             f"(softmax of scale (x W_q + b_q)(y W_k + b_k)^T on the block input): it has {', '.join(reasons)}; "
-            f"--attention random uses random heads on the same tokens"
+            f"{{param:attention}} random uses random heads on the same tokens"
         )
     adapter = adapter_for(block)
     if adapter is None:

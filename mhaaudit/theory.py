@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InputError
-from ..validate import integer
+from .errors import InputError
+from .validate import integer
 
 __all__ = ["CapacityBound", "shared_context_rank_bound", "theorem1_bound"]
 

@@ -1,0 +1,157 @@
+"""Errors for library callers: built-in types, the library's parameter names, the CLI's flags.
+
+A library caller catches a bad argument with ``except ValueError`` and reads the name of the
+argument it passed (``samples``), never a command-line flag; the command line prints the same
+error with its own flag (``--samples``), written from one table in ``mhaaudit.cli.app``.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from clitools import assert_one_error, run
+
+from mhaaudit.cli.app import FLAGS, _flag
+from mhaaudit.errors import (
+    DataError,
+    InputError,
+    MhaauditError,
+    ModelError,
+    OfflineError,
+    OutputError,
+    param,
+)
+
+PACKAGE = Path(__file__).resolve().parents[1] / "mhaaudit"
+FLAG = re.compile(r"--[a-z]")
+
+
+def test_each_error_is_the_builtin_it_means():
+    for cls, builtin in ((InputError, ValueError), (ModelError, ValueError), (DataError, ValueError),
+                         (OfflineError, OSError), (OutputError, OSError)):
+        exc = cls(f"{param('samples')} must be at least 1, got 0")
+        assert isinstance(exc, MhaauditError) and isinstance(exc, builtin)
+        assert str(exc) == "samples must be at least 1, got 0" and exc.args == (str(exc),)
+        assert exc.params == ("samples",)
+        assert exc.message_for(_flag) == "--samples must be at least 1, got 0"
+    with pytest.raises(ValueError, match=r"^k must be at least 1"):
+        raise InputError(f"{param('k')} must be at least 1, got 0")
+
+
+def test_one_table_names_the_flags_that_are_not_the_parameter_with_dashes():
+    assert _flag("text_column") == "--text-column" and _flag("k") == "--k"
+    assert _flag("from_path") == "--from" and FLAGS["from_path"] == "--from"
+    exc = InputError("{param:from_path} x.parquet: not a results file of {param:check_out}")
+    assert str(exc) == "from_path x.parquet: not a results file of a parquet file of AuditResult.to_arrow()"
+    assert exc.message_for(_flag) == "--from x.parquet: not a results file of 'mhaaudit check --out'"
+
+
+def test_an_interface_names_the_parameters_its_own_way():
+    from mhaaudit.errors import parameter_names, plain
+
+    with parameter_names(_flag):
+        assert str(InputError(f"{param('k')} must be at least 1")) == "--k must be at least 1"
+        assert plain("give {param:from_path}") == "give --from"
+    assert str(InputError(f"{param('k')} must be at least 1")) == "k must be at least 1"
+    assert plain("give {param:from_path}") == "give from_path"
+
+
+def _library_errors():
+    """Each error path through the library's public functions (none loads a model or reads data)."""
+    from mhaaudit import RankRule, capacity_audit, kruskal_sweep, run_memorize_grid, subset_test
+    from mhaaudit.auditing import plan_probes
+    from mhaaudit.models.load import check_revision
+    from mhaaudit.settings import Settings
+
+    X = torch.randn(6, 4, dtype=torch.float64)
+    return [
+        (lambda: subset_test(X, 0), "k must be at least 1"),
+        (lambda: subset_test(X, 2, samples=0), "samples must be at least 1"),
+        (lambda: subset_test(X, 2, threshold=1.5), "threshold must be"),
+        (lambda: kruskal_sweep(X, samples=0), "samples must be at least 1"),
+        (lambda: Settings.resolve(device=""), "device is empty"),
+        (lambda: Settings.resolve(seed=-1), "seed must be at least 0"),
+        (lambda: RankRule.for_dtype(torch.float32, atol=float("nan")), "atol must be a finite number"),
+        (lambda: plan_probes("image", ["random"], layers=[0, 1], layer=2),
+         "layer has no effect with layers: layers names every depth"),
+        (lambda: check_revision(" "), "revision: give a branch"),
+        (lambda: run_memorize_grid(vary="heads", sizes="16"), "vary heads needs values (e.g. values 1,2,4,8)"),
+        (lambda: run_memorize_grid(sizes="16", seed=1, seeds="0-2"), None),
+        (lambda: run_memorize_grid(sizes="16", memory_budget=-1), "memory_budget must be a positive number"),
+        (lambda: capacity_audit("vit-base", from_path="x.parquet", samples=10),
+         "samples and threshold have no effect with from_path"),
+        (lambda: capacity_audit("vit-base", block=0), "block must be at least 1"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_library_errors())))
+def test_a_library_caller_reads_parameters_never_flags(case, tmp_path):
+    call, match = _library_errors()[case]
+    with pytest.raises(ValueError) as info:
+        call()
+    assert isinstance(info.value, MhaauditError)
+    assert "--" not in str(info.value) and "{param:" not in str(info.value), str(info.value)
+    if match is not None:
+        assert match in str(info.value)
+
+
+def test_files_and_the_network_are_os_errors(tmp_path):
+    from mhaaudit.io import read_array
+    from mhaaudit.models.checkpoints import offline_weights_error
+
+    np.save(tmp_path / "x.npy", np.zeros((3, 2)))
+    with pytest.raises(ValueError, match=r"^key has no effect on") as info:
+        read_array(tmp_path / "x.npy", key="queries")
+    assert "--" not in str(info.value)
+    exc = offline_weights_error("vit-base", "google/vit-base-patch16-224")
+    assert isinstance(exc, OSError) and "pass weights PATH" in str(exc) and "--" not in str(exc)
+    assert "pass --weights PATH" in exc.message_for(_flag)
+
+
+@pytest.mark.parametrize("args, flag_line", [
+    ("kruskal {x} --k 0", "--k must be at least 1"),
+    ("kruskal {x} --k 2 --samples 0", "--samples must be at least 1"),
+    ("memorize --vary heads --sizes 16", "--vary heads needs --values (e.g. --values 1,2,4,8)"),
+    ("memorize --sizes 0", "--sizes values must be at least 1, got 0"),
+    ("capacity vit-base --from {x}.parquet", "--from {x}.parquet: no such file"),
+    ("capacity vit-base --block 0", "--block must be at least 1"),
+])
+def test_the_command_line_prints_its_flags(capsys, tmp_path, args, flag_line):
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((6, 4)))
+    rc, _out, err = run(capsys, *args.format(x=tmp_path / "x.npy").split())
+    assert_one_error(rc, err, flag_line.format(x=tmp_path / "x.npy"))
+
+
+_ERRORS = {"InputError", "ModelError", "DataError", "OfflineError", "OutputError", "MhaauditError", "RankFailed"}
+_CHECKS = {"integer", "int_list", "int_ranges", "choice", "fraction", "tolerance", "head_counts", "layers", "_positive",
+           "_check_keys", "_as_int"}
+
+
+def _strings(node: ast.AST):
+    for n in ast.walk(node):
+        if isinstance(n, ast.Constant) and isinstance(n.value, str):
+            yield n
+
+
+def test_no_library_error_is_written_with_a_flag():
+    """Every message the library (all of it but mhaaudit/cli) builds an error from, and every name
+    it gives an argument check, names parameters as {param:...}: none spells a flag."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).as_posix()
+        if rel.startswith("mhaaudit/cli/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in _ERRORS:
+                found += [f"{rel}:{s.lineno}" for a in node.args for s in _strings(a) if FLAG.search(s.value)]
+            elif name in _CHECKS:
+                found += [f"{rel}:{s.lineno}" for a in node.args[:2] for s in _strings(a) if FLAG.search(s.value)]
+    assert not found, found

@@ -1,0 +1,183 @@
+"""The package's import graph: no cycle, no upward import, imports at module top.
+
+Built from the source (``ast``), with every import a module makes, inside functions too:
+``from .x import y`` is an edge to ``mhaaudit.x`` (or to ``mhaaudit.x.y`` where that is a
+module), and a module outside a package that imports one of its modules also runs the package's
+``__init__`` (an edge to the package). Imports under ``if TYPE_CHECKING:`` are annotations only
+and never run. The package root ``mhaaudit/__init__.py`` is the front door (its exports are
+imported on first use) and is left out; the README's "Code layout" says why the layers are these.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "mhaaudit"
+
+# Bottom to top: a module imports only modules of its own layer or of layers below it.
+LAYERS: list[tuple[str, ...]] = [
+    ("_version", "errors", "defaults", "validate", "hostmem", "staging", "notebook", "progress", "hub",
+     "theory"),
+    ("numerics",),
+    ("settings", "tables", "io", "distributed"),
+    ("models", "sources", "batching", "request", "pipeline"),
+    ("kruskal",),
+    ("checks", "features"),
+    ("render", "plot", "render_seeds", "seeds"),
+    ("auditing", "estimation"),
+    ("capacity",),
+    ("memorize", "reproduce"),
+    ("cli", "__main__"),
+]
+
+# Where an import may wait until a function runs: the command line defers the library until a
+# command runs (``mhaaudit --help`` imports no torch), and these heavy optional dependencies are
+# imported where they are used (each module that does so says why in its docstring; torch too, where a
+# module must stay light: distributed.py, which `python -m mhaaudit` imports before it knows the command).
+DEFERRING = ("mhaaudit.cli", "mhaaudit.__main__")
+HEAVY = {"datasets", "huggingface_hub", "ipywidgets", "IPython", "matplotlib", "PIL", "pyarrow", "safetensors",
+         "scipy", "timm", "transformers", "torchvision", "tokenizers", "nbformat", "tqdm", "torch"}
+
+
+def _name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _imports(name: str, path: Path):
+    """(target, in_function, line) for every import of ``name``, TYPE_CHECKING blocks left out."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+    def visit(node, in_function):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                for alt in child.orelse:
+                    yield from visit(alt, in_function)
+                continue
+            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    yield alias.name, inner, child.lineno
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = package.split(".")[: len(package.split(".")) - child.level + 1]
+                    module = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    module = child.module or ""
+                for alias in child.names:
+                    sub = f"{module}.{alias.name}"
+                    yield (sub if sub in MODULES else module), inner, child.lineno
+            yield from visit(child, inner)
+
+    yield from visit(tree, False)
+
+
+def _graph() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = defaultdict(set)
+    for name, path in MODULES.items():
+        if name == "mhaaudit":
+            continue
+        for target, _, _ in _imports(name, path):
+            if target not in MODULES or target in ("mhaaudit", name):
+                continue
+            edges[name].add(target)
+            # Importing a.b.c from outside a.b runs a.b's __init__ first.
+            parts = target.split(".")
+            for i in range(2, len(parts)):
+                parent = ".".join(parts[:i])
+                if parent in MODULES and not (name + ".").startswith(parent + "."):
+                    edges[name].add(parent)
+    return edges
+
+
+def _layer(name: str) -> int:
+    top = name.split(".")[1]
+    for i, layer in enumerate(LAYERS):
+        if top in layer:
+            return i
+    raise AssertionError(f"{name} is in no layer: add it to LAYERS (and to the README's code layout)")
+
+
+def test_every_module_has_a_layer():
+    for name in MODULES:
+        if name != "mhaaudit":
+            _layer(name)
+
+
+def test_no_import_goes_up_a_layer():
+    up = [f"{a} ({_layer(a)}) imports {b} ({_layer(b)})" for a, targets in _graph().items() for b in targets
+          if _layer(b) > _layer(a)]
+    assert not up, "\n".join(sorted(up))
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_import_graph_has_no_cycle():
+    assert not _cycles(_graph())
+
+
+def test_the_cycle_finder_finds_one():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_imports_sit_at_module_top():
+    """Outside the command line, a function imports nothing of the package, of the standard
+    library or of the light dependencies; only the heavy ones (HEAVY), in modules that say why."""
+    late = []
+    for name, path in MODULES.items():
+        if name.startswith(DEFERRING):
+            continue
+        heavy_here = False
+        for target, in_function, line in _imports(name, path):
+            if not in_function:
+                continue
+            if target.split(".")[0] in HEAVY:
+                heavy_here = True
+                continue
+            late.append(f"{name}:{line} imports {target}")
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        if heavy_here and "imported where" not in doc:
+            late.append(f"{name}: defers a heavy import; its docstring must say why ('... imported where ...')")
+    assert not late, "\n".join(late)
