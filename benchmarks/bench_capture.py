@@ -70,10 +70,19 @@ def measure(device: torch.device, *, model: str = "vit-base", batch: int = 16, r
     # Same features either way (same weights for the full model; the truncated build is
     # seeded identically, so its block 1 matches too when the init order agrees).
     ref = naive()
-    return {"model": model, "batch": batch, "image_size": size, "repeats": repeats, "load_full_s": t_load_full,
-            "load_trunc_s": t_load_trunc, "diff_hooks": (ours_hooks() - ref).abs().max().item(),
-            "diff_trunc": (ours_trunc() - ref).abs().max().item(), "naive_s": _time(naive, repeats, device),
-            "ours_s": _time(ours_trunc, repeats, device), "hooks_s": _time(ours_hooks, repeats, device)}
+    return {
+        "model": model,
+        "batch": batch,
+        "image_size": size,
+        "repeats": repeats,
+        "load_full_s": t_load_full,
+        "load_trunc_s": t_load_trunc,
+        "diff_hooks": (ours_hooks() - ref).abs().max().item(),
+        "diff_trunc": (ours_trunc() - ref).abs().max().item(),
+        "naive_s": _time(naive, repeats, device),
+        "ours_s": _time(ours_trunc, repeats, device),
+        "hooks_s": _time(ours_hooks, repeats, device),
+    }
 
 
 def main() -> None:
@@ -93,7 +102,9 @@ def main() -> None:
     print(f"naive full forward, output_hidden_states=True : {t_naive * 1e3:9.1f} ms")
     print(f"capture(layers=[1]), max_layer=1 build         : {t_trunc * 1e3:9.1f} ms   ratio {t_naive / t_trunc:5.1f}x")
     print(f"capture(layers=[1]), full build + early stop   : {t_hooks * 1e3:9.1f} ms   ratio {t_naive / t_hooks:5.1f}x")
-    print(f"max |difference| to hidden_states[1]: early stop {r['diff_hooks']:.2e}, truncated build {r['diff_trunc']:.2e}")
+    print(
+        f"max |difference| to hidden_states[1]: early stop {r['diff_hooks']:.2e}, truncated build {r['diff_trunc']:.2e}"
+    )
 
 
 if __name__ == "__main__":

@@ -51,8 +51,9 @@ def _fraction_independent(rows: torch.Tensor, k: int, draws: int, rng: np.random
     return full / draws
 
 
-def naive(model: str, limit: int, batch: int, samples: int, threshold: float, seed: int,
-          device: torch.device) -> tuple[float, dict]:
+def naive(
+    model: str, limit: int, batch: int, samples: int, threshold: float, seed: int, device: torch.device
+) -> tuple[float, dict]:
     """The paper's procedure; returns (seconds, {column: {check: holds}})."""
     from mhaaudit.models import load_model
     from mhaaudit.models.probe import full_float32
@@ -85,13 +86,23 @@ def naive(model: str, limit: int, batch: int, samples: int, threshold: float, se
     return time.perf_counter() - t0, verdicts
 
 
-def ours(model: str, limit: int, batch: int, samples: int, threshold: float, seed: int,
-         device: torch.device) -> tuple[float, dict, dict]:
+def ours(
+    model: str, limit: int, batch: int, samples: int, threshold: float, seed: int, device: torch.device
+) -> tuple[float, dict, dict]:
     from mhaaudit.auditing import audit
 
     t0 = time.perf_counter()
-    result = audit(model, variants=["embedding", "random"], limit=limit, batch_size=batch, samples=samples,
-                   threshold=threshold, seed=seed, device=str(device), stop_when_decided=True)
+    result = audit(
+        model,
+        variants=["embedding", "random"],
+        limit=limit,
+        batch_size=batch,
+        samples=samples,
+        threshold=threshold,
+        seed=seed,
+        device=str(device),
+        stop_when_decided=True,
+    )
     _sync(device)
     seconds = time.perf_counter() - t0
     verdicts = {}
@@ -121,8 +132,10 @@ def main() -> None:
     where = device_name(device)
     if device.type == "cuda":
         where += f" ({torch.cuda.get_device_name(device)})"
-    print(f"device {where}, torch {torch.__version__}, {torch.get_num_threads()} CPU threads; "
-          f"{args.model}, T = {args.limit}, {args.samples} draws per test, batch {args.batch}")
+    print(
+        f"device {where}, torch {torch.__version__}, {torch.get_num_threads()} CPU threads; "
+        f"{args.model}, T = {args.limit}, {args.samples} draws per test, batch {args.batch}"
+    )
     t_ours, v_ours, timings = ours(args.model, args.limit, args.batch, args.samples, args.threshold, args.seed, device)
     t_naive, v_naive = naive(args.model, args.limit, args.batch, args.samples, args.threshold, args.seed, device)
     print(f"naive (full forward with output_hidden_states, one matrix_rank per draw): {t_naive:8.2f} s")

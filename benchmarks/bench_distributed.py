@@ -31,8 +31,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _env(threads: int, **extra) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), HF_HUB_OFFLINE="1",
-               HF_DATASETS_OFFLINE="1", PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    )
     for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
     env.update({k: str(v) for k, v in extra.items()})
@@ -60,9 +66,16 @@ def run(args: list[str], nproc: int, threads: int) -> tuple[float, float, dict]:
             raise SystemExit(p.stderr)
         return time.perf_counter() - t0, _cpu_s() - c0, json.loads(p.stdout)
     port = _port()
-    procs = [subprocess.Popen(cmd, env=_env(threads, RANK=r, LOCAL_RANK=r, WORLD_SIZE=nproc, MASTER_ADDR="127.0.0.1",
-                                            MASTER_PORT=port),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(nproc)]
+    procs = [
+        subprocess.Popen(
+            cmd,
+            env=_env(threads, RANK=r, LOCAL_RANK=r, WORLD_SIZE=nproc, MASTER_ADDR="127.0.0.1", MASTER_PORT=port),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(nproc)
+    ]
     outs = [p.communicate() for p in procs]
     wall = time.perf_counter() - t0
     if any(p.returncode for p in procs):
@@ -84,22 +97,44 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--layer", type=int, default=1, help="depth of the probe: the forward pass runs blocks 1..K")
     a = ap.parse_args()
-    args = ["check", a.model, "--variants", "random", "--layer", str(a.layer), "--limit", str(a.limit),
-            "--batch-size", str(a.batch_size), "--samples", str(a.samples), "--device", "cpu", "--format", "json"]
+    args = [
+        "check",
+        a.model,
+        "--variants",
+        "random",
+        "--layer",
+        str(a.layer),
+        "--limit",
+        str(a.limit),
+        "--batch-size",
+        str(a.batch_size),
+        "--samples",
+        str(a.samples),
+        "--device",
+        "cpu",
+        "--format",
+        "json",
+    ]
     print(f"mhaaudit {' '.join(args)}; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     one_wall, one_cpu, one = run(args, 1, a.threads)
     many_wall, many_cpu, many = run(args, a.nproc, a.threads)
     wide_wall, wide_cpu, wide = run(args, 1, a.threads * a.nproc)
     same = many["records"] == one["records"]
     print(f"{'run':<34}{'wall s':>9}{'CPU s':>9}{'load+capture s':>16}")
-    for label, wall, cpu_s, doc in ((f"1 process x {a.threads} thread(s)", one_wall, one_cpu, one),
-                                    (f"{a.nproc} processes x {a.threads} thread(s)", many_wall, many_cpu, many),
-                                    (f"1 process x {a.threads * a.nproc} thread(s)", wide_wall, wide_cpu, wide)):
+    for label, wall, cpu_s, doc in (
+        (f"1 process x {a.threads} thread(s)", one_wall, one_cpu, one),
+        (f"{a.nproc} processes x {a.threads} thread(s)", many_wall, many_cpu, many),
+        (f"1 process x {a.threads * a.nproc} thread(s)", wide_wall, wide_cpu, wide),
+    ):
         print(f"{label:<34}{wall:>9.2f}{cpu_s:>9.2f}{_capture_s(doc):>16.2f}")
-    print(f"speed-up of {a.nproc} processes: {one_wall / many_wall:.2f}x wall, "
-          f"{_capture_s(one) / _capture_s(many):.2f}x load+capture (against 1 process x {a.threads} thread(s)); "
-          f"{wide_wall / many_wall:.2f}x wall against 1 process x {a.threads * a.nproc} threads")
-    print(f"records equal to the single process's with the same threads: {same}; meta: {many['meta'].get('distributed')}")
+    print(
+        f"speed-up of {a.nproc} processes: {one_wall / many_wall:.2f}x wall, "
+        f"{_capture_s(one) / _capture_s(many):.2f}x load+capture (against 1 process x {a.threads} thread(s)); "
+        f"{wide_wall / many_wall:.2f}x wall against 1 process x {a.threads * a.nproc} threads"
+    )
+    print(
+        f"records equal to the single process's with the same threads: {same}; meta: {many['meta'].get('distributed')}"
+    )
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 

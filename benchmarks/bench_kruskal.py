@@ -69,8 +69,17 @@ def timed(fn, device: torch.device):
     return time.perf_counter() - t, out
 
 
-def measure_test(X: torch.Tensor, k: int, samples: int, dev: torch.device, *, naive_draws: int | None = None,
-                 check_draws: int = 1000, repeats: int = 1, stats=None) -> dict:
+def measure_test(
+    X: torch.Tensor,
+    k: int,
+    samples: int,
+    dev: torch.device,
+    *,
+    naive_draws: int | None = None,
+    check_draws: int = 1000,
+    repeats: int = 1,
+    stats=None,
+) -> dict:
     """Time the paper's loop and ``subset_test`` at one candidate size on ``dev``, and check ours.
 
     ``ours_s`` is the median of ``repeats`` timed runs after a warm-up. The decisions of
@@ -84,19 +93,36 @@ def measure_test(X: torch.Tensor, k: int, samples: int, dev: torch.device, *, na
     Xd = X.to(dev)
     subset_test(X, k, samples=64, rule=rule, device=dev, stats=stats)  # warm-up
     paper_loop(Xd, k, 3)
-    runs = [timed(lambda: subset_test(X, k, samples=N, rule=rule, device=dev, stats=stats), dev) for _ in range(repeats)]
+    runs = [
+        timed(lambda: subset_test(X, k, samples=N, rule=rule, device=dev, stats=stats), dev) for _ in range(repeats)
+    ]
     ours, res = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
     n_naive = min(N, naive_draws or N)
     naive, naive_dec = paper_loop(Xd, k, n_naive)
-    out = {"T": T, "d": d, "k": k, "samples": N, "naive_s": naive * N / n_naive, "naive_draws": n_naive,
-           "naive_fraction": sum(naive_dec) / n_naive, "ours_s": ours, "ours_runs_s": [r[0] for r in runs],
-           "fraction": res.fraction, "exact_rechecks": res.exact_rechecks, "gram": res.gram}
+    out = {
+        "T": T,
+        "d": d,
+        "k": k,
+        "samples": N,
+        "naive_s": naive * N / n_naive,
+        "naive_draws": n_naive,
+        "naive_fraction": sum(naive_dec) / n_naive,
+        "ours_s": ours,
+        "ours_runs_s": [r[0] for r in runs],
+        "fraction": res.fraction,
+        "exact_rechecks": res.exact_rechecks,
+        "gram": res.gram,
+    }
     # same decisions: ours against matrix_rank (float64, same rule) on our own draws, and the CPU's draws
     check_n = min(N, check_draws)
     idx, full = draw_decisions(X, k, samples=check_n, rule=rule, device=dev)
     ref = torch.tensor([int(torch.linalg.matrix_rank(X[i].double(), rtol=rule.rtol_for(k, d))) == k for i in idx])
     ref32 = torch.tensor([int(torch.linalg.matrix_rank(X[i])) == k for i in idx])
-    out |= {"check_draws": check_n, "equal_float64": int((full == ref).sum()), "equal_float32": int((full == ref32).sum())}
+    out |= {
+        "check_draws": check_n,
+        "equal_float64": int((full == ref).sum()),
+        "equal_float32": int((full == ref32).sum()),
+    }
     if dev.type != "cpu":
         idx_c, full_c = draw_decisions(X, k, samples=check_n, rule=rule, device="cpu")
         out["equal_cpu"] = int(((idx_c == idx).all(1) & (full_c == full)).sum())
@@ -130,11 +156,23 @@ def measure_sweep(X: torch.Tensor, samples: int, dev: torch.device, *, loop_draw
         return per_call[ks[-1]]
 
     ours, sw = timed(lambda: kruskal_sweep(X, samples=N, rule=rule, device=dev, stats=stats), dev)
-    return {"T": T, "d": d, "samples": N, "naive_s": sum(cost(kk) for kk in paper_ks) * N, "naive_sizes": len(paper_ks),
-            "loop_per_call_s": {str(kk): v for kk, v in per_call.items()}, "loop_draws": loop_draws, "ours_s": ours,
-            "exact_rechecks": sw.exact_rechecks, "kmax_sampled": sw.kmax_sampled, "estimate": sw.estimate,
-            "ceiling": sw.ceiling.value, "ceiling_kind": sw.ceiling.kind, "floor": sw.floor.value,
-            "fractions": [float(f) for f in sw.fractions]}
+    return {
+        "T": T,
+        "d": d,
+        "samples": N,
+        "naive_s": sum(cost(kk) for kk in paper_ks) * N,
+        "naive_sizes": len(paper_ks),
+        "loop_per_call_s": {str(kk): v for kk, v in per_call.items()},
+        "loop_draws": loop_draws,
+        "ours_s": ours,
+        "exact_rechecks": sw.exact_rechecks,
+        "kmax_sampled": sw.kmax_sampled,
+        "estimate": sw.estimate,
+        "ceiling": sw.ceiling.value,
+        "ceiling_kind": sw.ceiling.kind,
+        "floor": sw.floor.value,
+        "fractions": [float(f) for f in sw.fractions],
+    }
 
 
 def main() -> None:
@@ -162,8 +200,10 @@ def main() -> None:
     dev = resolve_device(args.device)
     kernels = "batched torch kernels" if device_kernels(dev) else "CPU LAPACK kernels"
     where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
-    print(f"features: {T} x {d} {X.dtype} ({what}); torch {torch.__version__} (CUDA {torch.version.cuda}); "
-          f"device {dev} ({where}); ours on the {kernels}")
+    print(
+        f"features: {T} x {d} {X.dtype} ({what}); torch {torch.__version__} (CUDA {torch.version.cuda}); "
+        f"device {dev} ({where}); ours on the {kernels}"
+    )
     stats = set_stats(X, rule)
     print(f"whole-set numerical rank {stats.rank}")
 
@@ -172,9 +212,13 @@ def main() -> None:
     r = measure_test(X, k, N, dev, naive_draws=args.naive_draws, stats=stats)
     scaled_note = f" (timed on {r['naive_draws']} draws, scaled to {N})" if r["naive_draws"] < N else ""
     print(f"\n[k = {k}, {N} draws, both on {dev}]")
-    print(f"  paper's loop (matrix_rank per draw, float32): {r['naive_s']:8.3f} s{scaled_note}   fraction {r['naive_fraction']:.4f}")
-    print(f"  mhaaudit subset_test:                          {r['ours_s']:8.3f} s   fraction {r['fraction']:.4f}  "
-          f"({r['exact_rechecks']} exact re-checks, Gram {r['gram']})")
+    print(
+        f"  paper's loop (matrix_rank per draw, float32): {r['naive_s']:8.3f} s{scaled_note}   fraction {r['naive_fraction']:.4f}"
+    )
+    print(
+        f"  mhaaudit subset_test:                          {r['ours_s']:8.3f} s   fraction {r['fraction']:.4f}  "
+        f"({r['exact_rechecks']} exact re-checks, Gram {r['gram']})"
+    )
     print(f"  ratio (loop / ours): {r['naive_s'] / r['ours_s']:.1f}x")
     check_n = r["check_draws"]
     print(f"  decisions equal to matrix_rank (float64, same rule) on {check_n} draws: {r['equal_float64']}/{check_n}")
@@ -188,13 +232,21 @@ def main() -> None:
     s = measure_sweep(X, N, dev, loop_draws=args.loop_draws, stats=stats)
     K = min(T, d)
     print(f"\n[sweep, {N} draws, both on {dev}]")
-    print(f"  paper's loop per call (measured, {args.loop_draws} draws each): "
-          + ", ".join(f"k={kk}: {v * 1e3:.1f} ms" for kk, v in s["loop_per_call_s"].items()))
-    print(f"  paper's loop at every 10th k ({s['naive_sizes']} sizes x {N} draws), extrapolated from those timings: {s['naive_s']:9.1f} s")
-    print(f"  mhaaudit kruskal_sweep, every k from 1 to {K}, measured:                                   {s['ours_s']:9.1f} s "
-          f"({s['exact_rechecks']} exact re-checks; sizes above {s['kmax_sampled']} certified by the set rank)")
-    print(f"  ratio (loop / ours): {s['naive_s'] / s['ours_s']:.0f}x; estimate {s['estimate']}, ceiling {s['ceiling']} "
-          f"({s['ceiling_kind']}), floor {s['floor']}")
+    print(
+        f"  paper's loop per call (measured, {args.loop_draws} draws each): "
+        + ", ".join(f"k={kk}: {v * 1e3:.1f} ms" for kk, v in s["loop_per_call_s"].items())
+    )
+    print(
+        f"  paper's loop at every 10th k ({s['naive_sizes']} sizes x {N} draws), extrapolated from those timings: {s['naive_s']:9.1f} s"
+    )
+    print(
+        f"  mhaaudit kruskal_sweep, every k from 1 to {K}, measured:                                   {s['ours_s']:9.1f} s "
+        f"({s['exact_rechecks']} exact re-checks; sizes above {s['kmax_sampled']} certified by the set rank)"
+    )
+    print(
+        f"  ratio (loop / ours): {s['naive_s'] / s['ours_s']:.0f}x; estimate {s['estimate']}, ceiling {s['ceiling']} "
+        f"({s['ceiling_kind']}), floor {s['floor']}"
+    )
 
 
 if __name__ == "__main__":

@@ -108,9 +108,16 @@ def one(variant: str, a) -> dict:
     sweep = kruskal_sweep(X, samples=a.sweep_samples, seed=0, rule=rule, stats=stats) if a.sweep_samples else None
     t_sweep = time.perf_counter() - t0 - floor_s[0]
     t_floor = floor_s[0]
-    return {"stats_s": t_stats, "test_s": t_test, "sweep_s": t_sweep, "floor_s": t_floor, "test": test,
-            "sweep": list(sweep.fractions) if sweep else None, "held_mb": held,
-            "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {
+        "stats_s": t_stats,
+        "test_s": t_test,
+        "sweep_s": t_sweep,
+        "floor_s": t_floor,
+        "test": test,
+        "sweep": list(sweep.fractions) if sweep else None,
+        "held_mb": held,
+        "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 def write_npy(path: Path, T: int, d: int, seed: int = 0) -> None:
@@ -163,9 +170,18 @@ def one_size(a) -> dict:
     t0 = time.perf_counter()
     test = subset_test(X, a.k, samples=a.samples, seed=0, rule=rule, stats=stats).record()
     draws_s = time.perf_counter() - t0
-    return {"T": X.shape[0], "file_bytes": path.stat().st_size, "read_s": read_s, "stats_s": stats_s, "draws_s": draws_s,
-            "peak_bytes": peak_rss_bytes(), "route": test["gram"], "satisfied": test["satisfied"], "rank": test["set_rank"],
-            "storage": type(X).__name__}
+    return {
+        "T": X.shape[0],
+        "file_bytes": path.stat().st_size,
+        "read_s": read_s,
+        "stats_s": stats_s,
+        "draws_s": draws_s,
+        "peak_bytes": peak_rss_bytes(),
+        "route": test["gram"],
+        "satisfied": test["satisfied"],
+        "rank": test["set_rank"],
+        "storage": type(X).__name__,
+    }
 
 
 def _child(args: list[str]) -> dict:
@@ -179,29 +195,38 @@ def _child(args: list[str]) -> dict:
 def sizes_main(a) -> None:
     folder = Path(a.dir)
     folder.mkdir(parents=True, exist_ok=True)
-    print(f"d = {a.d}, k = {a.k}, {a.samples} draws at each T; load average {os.getloadavg()[0]:.2f} on "
-          f"{os.cpu_count()} cores")
-    print(f"{'T':>10}{'file MB':>10}{'read s':>9}{'stats s':>9}{'MB/s':>8}{'draws s':>9}{'x first':>9}{'peak MB':>9}"
-          f"{'above file':>11}  route")
+    print(
+        f"d = {a.d}, k = {a.k}, {a.samples} draws at each T; load average {os.getloadavg()[0]:.2f} on "
+        f"{os.cpu_count()} cores"
+    )
+    print(
+        f"{'T':>10}{'file MB':>10}{'read s':>9}{'stats s':>9}{'MB/s':>8}{'draws s':>9}{'x first':>9}{'peak MB':>9}"
+        f"{'above file':>11}  route"
+    )
     first = None
     for T in a.sizes:
         path = folder / f"bench_large_t_{T}x{a.d}.npy"
         if not path.exists():
             write_npy(path, T, a.d)
         try:
-            r = _child(["--one-size", "--file", str(path), f"--k={a.k}", f"--samples={a.samples}",
-                        f"--threads={a.threads}"])
+            r = _child(
+                ["--one-size", "--file", str(path), f"--k={a.k}", f"--samples={a.samples}", f"--threads={a.threads}"]
+            )
         finally:
             if not a.keep:
                 path.unlink(missing_ok=True)
         first = first or r["draws_s"]
         mb = r["file_bytes"] / 2**20
-        print(f"{T:>10}{mb:>10.0f}{r['read_s']:>9.2f}{r['stats_s']:>9.2f}{mb / r['stats_s']:>8.0f}{r['draws_s']:>9.2f}"
-              f"{r['draws_s'] / first:>9.2f}{r['peak_bytes'] / 2**20:>9.0f}{(r['peak_bytes'] / 2**20) - mb:>11.0f}  "
-              f"{r['route']} (whole-set rank at k: {r['rank']}, {r['satisfied']}/{a.samples} independent)")
-    print(f"(read s: one plain read of the file; stats s: the streaming pass (set_stats): the same read plus the "
-          f"float64 Gram (and a TSQR pass where the Gram is too coarse); draws s: the draws alone; x first: draws s over the first T's; above file: peak resident "
-          f"memory less the file; load average after {os.getloadavg()[0]:.2f})")
+        print(
+            f"{T:>10}{mb:>10.0f}{r['read_s']:>9.2f}{r['stats_s']:>9.2f}{mb / r['stats_s']:>8.0f}{r['draws_s']:>9.2f}"
+            f"{r['draws_s'] / first:>9.2f}{r['peak_bytes'] / 2**20:>9.0f}{(r['peak_bytes'] / 2**20) - mb:>11.0f}  "
+            f"{r['route']} (whole-set rank at k: {r['rank']}, {r['satisfied']}/{a.samples} independent)"
+        )
+    print(
+        f"(read s: one plain read of the file; stats s: the streaming pass (set_stats): the same read plus the "
+        f"float64 Gram (and a TSQR pass where the Gram is too coarse); draws s: the draws alone; x first: draws s over the first T's; above file: peak resident "
+        f"memory less the file; load average after {os.getloadavg()[0]:.2f})"
+    )
 
 
 def _strip(record: dict) -> dict:
@@ -222,14 +247,20 @@ def one_audit(a) -> dict:
     stats = set_stats(X, rule)
     test = subset_test(X, a.k, samples=a.samples, seed=0, rule=rule, stats=stats).record()
     sw = kruskal_sweep(X, samples=a.sweep_samples, seed=0, rule=rule, stats=stats) if a.sweep_samples else None
-    return {"test": _strip(test), "sweep": sw.rows() if sw else None, "rank": stats.rank, "peak_bytes": peak_rss_bytes()}
+    return {
+        "test": _strip(test),
+        "sweep": sw.rows() if sw else None,
+        "rank": stats.rank,
+        "peak_bytes": peak_rss_bytes(),
+    }
 
 
 def _cli(args: list[str]) -> tuple[float, dict]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "mhaaudit", *args, "--format", "json"], env=env, capture_output=True,
-                       text=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "mhaaudit", *args, "--format", "json"], env=env, capture_output=True, text=True
+    )
     wall = time.perf_counter() - t0
     if p.returncode not in (0, 1):
         raise SystemExit(p.stderr)
@@ -243,35 +274,53 @@ def audit_main(a) -> None:
     path = folder / f"bench_large_t_{T}x{a.d}.npy"
     if not path.exists():
         write_npy(path, T, a.d)
-    print(f"{T} x {a.d} float32 ({path.stat().st_size / 1e9:.2f} GB, memory-mapped); load average "
-          f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    print(
+        f"{T} x {a.d} float32 ({path.stat().st_size / 1e9:.2f} GB, memory-mapped); load average "
+        f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
+    )
     try:
         runs = {"test": _cli(["kruskal", str(path), "--k", str(a.k), "--samples", str(a.samples)])}
         if a.sweep_samples:
             runs["sweep"] = _cli(["kruskal", str(path), "--sweep", "--samples", str(a.sweep_samples)])
         for name, (wall, doc) in runs.items():
             meta = doc["meta"]
-            print(f"kruskal --{'k ' + str(a.k) + ' --samples ' + str(a.samples) if name == 'test' else 'sweep --samples ' + str(a.sweep_samples)}: "
-                  f"wall {wall:.1f} s, peak RSS {meta['peak_rss_bytes'] / 1e9:.2f} GB ({meta['storage']}), "
-                  f"the set's own rank (its own tolerance) {meta['set_rank']}, timings {meta['timings_s']}")
+            print(
+                f"kruskal --{'k ' + str(a.k) + ' --samples ' + str(a.samples) if name == 'test' else 'sweep --samples ' + str(a.sweep_samples)}: "
+                f"wall {wall:.1f} s, peak RSS {meta['peak_rss_bytes'] / 1e9:.2f} GB ({meta['storage']}), "
+                f"the set's own rank (its own tolerance) {meta['set_rank']}, timings {meta['timings_s']}"
+            )
             if name == "test":
                 r = doc["records"][0]
                 w = r.get("witness_indices")
-                print(f"  route {r['gram']}: {r['satisfied']}/{r['samples']} independent, verdict {r['verdict']}, "
-                      f"witness {w if w else 'none'}")
+                print(
+                    f"  route {r['gram']}: {r['satisfied']}/{r['samples']} independent, verdict {r['verdict']}, "
+                    f"witness {w if w else 'none'}"
+                )
             else:
                 sm = meta.get("sweep_summary") or {}
                 w = sm.get("witness") or {}
-                print(f"  route {sm.get('gram')}: estimate {sm.get('estimate')}, ceiling {sm.get('ceiling', {}).get('value')} "
-                      f"({sm.get('ceiling', {}).get('kind')}), floor {sm.get('floor', {}).get('value')}, witness of "
-                      f"{len(w.get('indices', []))} rows")
+                print(
+                    f"  route {sm.get('gram')}: estimate {sm.get('estimate')}, ceiling {sm.get('ceiling', {}).get('value')} "
+                    f"({sm.get('ceiling', {}).get('kind')}), floor {sm.get('floor', {}).get('value')}, witness of "
+                    f"{len(w.get('indices', []))} rows"
+                )
         if a.compare_in_memory:
-            mem = _child(["--one-audit", "--file", str(path), f"--k={a.k}", f"--samples={a.samples}",
-                          f"--sweep-samples={a.sweep_samples}"])
+            mem = _child(
+                [
+                    "--one-audit",
+                    "--file",
+                    str(path),
+                    f"--k={a.k}",
+                    f"--samples={a.samples}",
+                    f"--sweep-samples={a.sweep_samples}",
+                ]
+            )
             same_test = mem["test"] == _strip(runs["test"][1]["records"][0])
             same_sweep = (mem["sweep"] == runs["sweep"][1].get("sweep")) if a.sweep_samples else None
-            print(f"in memory: peak RSS {mem['peak_bytes'] / 1e9:.2f} GB; whole-set rank "
-                  f"{mem['rank']}; test record agrees: {same_test}; sweep rows agree: {same_sweep}")
+            print(
+                f"in memory: peak RSS {mem['peak_bytes'] / 1e9:.2f} GB; whole-set rank "
+                f"{mem['rank']}; test record agrees: {same_test}; sweep rows agree: {same_sweep}"
+            )
     finally:
         if not a.keep:
             path.unlink(missing_ok=True)
@@ -288,7 +337,9 @@ def main() -> None:
     ap.add_argument("--variant", choices=("ours", "torch"), help=argparse.SUPPRESS)
     ap.add_argument("--sizes", type=int, nargs="+", help="draws at each of these T, on memory-mapped files")
     ap.add_argument("--audit-rows", type=int, help="the command line on a memory-mapped file of this many rows")
-    ap.add_argument("--compare-in-memory", action="store_true", help="with --audit-rows: the same on the data in memory")
+    ap.add_argument(
+        "--compare-in-memory", action="store_true", help="with --audit-rows: the same on the data in memory"
+    )
     ap.add_argument("--dir", default=os.environ.get("TMPDIR", "/tmp"), help="folder for the .npy files")
     ap.add_argument("--keep", action="store_true", help="keep the .npy files")
     ap.add_argument("--file", help=argparse.SUPPRESS)
@@ -312,14 +363,17 @@ def main() -> None:
         return
     from mhaaudit.kruskal.sampling import FULL_GRAM_MAX_BYTES, full_gram_bytes
 
-    print(f"T = {a.T}, d = {a.d}, k = {a.k}, {a.samples} draws (sweep: {a.sweep_samples}); the full Gram would take "
-          f"{full_gram_bytes(a.T) / 1e9:.1f} GB (formed up to {FULL_GRAM_MAX_BYTES / 2**20:.0f} MiB); "
-          f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    print(
+        f"T = {a.T}, d = {a.d}, k = {a.k}, {a.samples} draws (sweep: {a.sweep_samples}); the full Gram would take "
+        f"{full_gram_bytes(a.T) / 1e9:.1f} GB (formed up to {FULL_GRAM_MAX_BYTES / 2**20:.0f} MiB); "
+        f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
+    )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     out = {}
     for variant in ("ours", "torch"):
-        args = [sys.executable, __file__, "--variant", variant] + [f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items()
-                                                                   if k != "variant"]
+        args = [sys.executable, __file__, "--variant", variant] + [
+            f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items() if k != "variant"
+        ]
         p = subprocess.run(args, env=env, capture_output=True, text=True)
         if p.returncode:
             raise SystemExit(p.stderr)
@@ -328,17 +382,26 @@ def main() -> None:
     print(f"{'':<28}{'test s':>9}{'sweep s':>9}{'floor s':>9}{'peak MB':>9}{'above X':>9}")
     for variant, label in (("ours", "ours (LAPACK, per draw)"), ("torch", "batched torch")):
         r = out[variant]
-        print(f"{label:<28}{r['test_s']:>9.2f}{r['sweep_s']:>9.2f}{r['floor_s']:>9.2f}{r['peak_mb']:>9.0f}"
-              f"{r['peak_mb'] - r['held_mb']:>9.0f}")
-    print(f"(sweep s: its draws; floor s: its Babel floor, the same code in both, O(T^2 d); above X: peak less the "
-          f"process holding its float32 features, {o['held_mb']:.0f} MB)")
-    print(f"speed-up: {t['test_s'] / o['test_s']:.2f}x on the test"
-          + (f", {t['sweep_s'] / o['sweep_s']:.2f}x on the sweep's draws" if o["sweep_s"] else ""))
-    same = {k: v for k, v in o["test"].items() if k != "exact_rechecks"} == \
-           {k: v for k, v in t["test"].items() if k != "exact_rechecks"}
-    print(f"test records agree: {same} (satisfied {o['test']['satisfied']}/{o['test']['samples']}, route "
-          f"{o['test']['gram']}); sweep fractions agree: {o['sweep'] == t['sweep']}; "
-          f"load average after {os.getloadavg()[0]:.2f}")
+        print(
+            f"{label:<28}{r['test_s']:>9.2f}{r['sweep_s']:>9.2f}{r['floor_s']:>9.2f}{r['peak_mb']:>9.0f}"
+            f"{r['peak_mb'] - r['held_mb']:>9.0f}"
+        )
+    print(
+        f"(sweep s: its draws; floor s: its Babel floor, the same code in both, O(T^2 d); above X: peak less the "
+        f"process holding its float32 features, {o['held_mb']:.0f} MB)"
+    )
+    print(
+        f"speed-up: {t['test_s'] / o['test_s']:.2f}x on the test"
+        + (f", {t['sweep_s'] / o['sweep_s']:.2f}x on the sweep's draws" if o["sweep_s"] else "")
+    )
+    same = {k: v for k, v in o["test"].items() if k != "exact_rechecks"} == {
+        k: v for k, v in t["test"].items() if k != "exact_rechecks"
+    }
+    print(
+        f"test records agree: {same} (satisfied {o['test']['satisfied']}/{o['test']['samples']}, route "
+        f"{o['test']['gram']}); sweep fractions agree: {o['sweep'] == t['sweep']}; "
+        f"load average after {os.getloadavg()[0]:.2f}"
+    )
 
 
 if __name__ == "__main__":

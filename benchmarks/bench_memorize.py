@@ -53,9 +53,11 @@ def main() -> None:
     kw = dict(preset=args.preset, max_steps=args.max_steps, seeds=args.seeds, device=dev)
     stacked, w3, c3 = _timed(lambda: run_memorize_grid(**kw))
     pts = [Point(**p, seed=s) for p in points(grid) for s in stacked.seeds]
-    print(f"grid {args.preset}: {len(pts)} points, {max(r.planned_steps for r in stacked.runs)} steps at most, "
-          f"on {device_name(dev)}, torch {torch.__version__}, {os.cpu_count()} CPU cores, "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"grid {args.preset}: {len(pts)} points, {max(r.planned_steps for r in stacked.runs)} steps at most, "
+        f"on {device_name(dev)}, torch {torch.__version__}, {os.cpu_count()} CPU cores, "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
     rows = []
     if not args.skip_plain:
         with intra_op_threads(dev, 1):
@@ -70,8 +72,10 @@ def main() -> None:
         print(f"  {name:<34} wall {w:8.1f} s{cpu}  ratio {base / w:5.2f}x")
     if not args.skip_plain:
         diff = max(abs(r.memorized_count - p["memorized_count"]) for r, p in zip(stacked.runs, plain, strict=False))
-        print(f"  largest difference in memorised count, plain vs stacked: {diff} "
-              f"(counts {[p['memorized_count'] for p in plain]} vs {[r.memorized_count for r in stacked.runs]})")
+        print(
+            f"  largest difference in memorised count, plain vs stacked: {diff} "
+            f"(counts {[p['memorized_count'] for p in plain]} vs {[r.memorized_count for r in stacked.runs]})"
+        )
 
 
 if __name__ == "__main__":

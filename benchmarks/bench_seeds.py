@@ -31,19 +31,26 @@ from mhaaudit import audit
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="vit-base", help="an alias, a folder or timm:<name> (random weights build offline)")
+    ap.add_argument(
+        "--model", default="vit-base", help="an alias, a folder or timm:<name> (random weights build offline)"
+    )
     ap.add_argument("--variants", default="random", help="columns, comma-separated (default: random)")
     ap.add_argument("--limit", type=int, default=200, help="examples T")
     ap.add_argument("--samples", type=int, default=300, help="Monte-Carlo draws per test")
     ap.add_argument("--seeds-count", type=int, default=5, help="how many seeds the several-seed run has")
-    ap.add_argument("--vary", default="both,data", help="what the seeds vary, one run each: both, weights, data "
-                    "(comma-separated; default both,data)")
+    ap.add_argument(
+        "--vary",
+        default="both,data",
+        help="what the seeds vary, one run each: both, weights, data (comma-separated; default both,data)",
+    )
     ap.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     args = ap.parse_args()
 
-    common = dict(variants=args.variants.split(","), limit=args.limit, samples=args.samples, device=args.device,
-                  batch_size=32)
+    common = dict(
+        variants=args.variants.split(","), limit=args.limit, samples=args.samples, device=args.device, batch_size=32
+    )
     audit(args.model, **{**common, "samples": 10})  # warm-up: imports, caches
+
     def timed(fn):
         t0, c0 = time.perf_counter(), time.process_time()
         out = fn()
@@ -54,14 +61,20 @@ def main() -> None:
     naive, naive_cpu, _ = timed(lambda: [audit(args.model, seed=s, **common) for s in range(args.seeds_count)])
     print(f"model {args.model}, columns {args.variants}, T = {args.limit}, {args.samples} draws, device {args.device}")
     print(f"1 seed:                                {one:8.2f} s wall, {one_cpu:8.2f} s CPU")
-    print(f"{args.seeds_count} independent runs (naive):            {naive:8.2f} s wall, {naive_cpu:8.2f} s CPU  "
-          f"({naive / one:.2f}x / {naive_cpu / one_cpu:.2f}x one seed)")
+    print(
+        f"{args.seeds_count} independent runs (naive):            {naive:8.2f} s wall, {naive_cpu:8.2f} s CPU  "
+        f"({naive / one:.2f}x / {naive_cpu / one_cpu:.2f}x one seed)"
+    )
     for vary in [v.strip() for v in args.vary.split(",")]:
-        many, many_cpu, res = timed(lambda v=vary: audit(args.model, seeds=f"0-{args.seeds_count - 1}", vary=v,
-                                                         **common))
-        print(f"--seeds 0-{args.seeds_count - 1} --vary {vary.strip():7s} in one run: {many:8.2f} s wall, {many_cpu:8.2f} s CPU  "
-              f"({many / one:.2f}x / {many_cpu / one_cpu:.2f}x one seed, {many_cpu / naive_cpu:.2f}x the naive runs' CPU; "
-              f"{len(res.summaries)} cells)")
+        many, many_cpu, res = timed(
+            lambda v=vary: audit(args.model, seeds=f"0-{args.seeds_count - 1}", vary=v, **common)
+        )
+        print(
+            f"--seeds 0-{args.seeds_count - 1} --vary {vary.strip():7s} in one run: {many:8.2f} s wall, {many_cpu:8.2f} s CPU  "
+            f"({many / one:.2f}x / {many_cpu / one_cpu:.2f}x one seed, {many_cpu / naive_cpu:.2f}x the naive runs' CPU; "
+            f"{len(res.summaries)} cells)"
+        )
+
 
 if __name__ == "__main__":
     main()

@@ -57,18 +57,58 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
 RESULT_TAG = "GPU-REPORT-RESULT "
 BEGIN, END = "<!-- gpu-report:begin -->", "<!-- gpu-report:end -->"
-PARTS = ("tests", "kruskal", "sweep", "capture", "check-small", "check-paper", "check-vit-base", "memorize",
-         "check-paper-naive")
+PARTS = (
+    "tests",
+    "kruskal",
+    "sweep",
+    "capture",
+    "check-small",
+    "check-paper",
+    "check-vit-base",
+    "memorize",
+    "check-paper-naive",
+)
 
 # The paper's sizes, and the tiny ones of --smoke (the same code at sizes a 2-core CPU runs in seconds).
 SIZES = {
-    False: dict(T=2000, d=768, k=197, samples=5000, naive_draws=1000, loop_draws=100, check_draws=1000, repeats=3,
-                model="vit-base", batch=16, capture_repeats=3, small_limit=200, small_samples=300, paper_limit=2000,
-                paper_samples=5000, check_args=[], memorize=dict(preset="paper-fig2a")),
-    True: dict(T=120, d=32, k=17, samples=64, naive_draws=32, loop_draws=4, check_draws=32, repeats=1,
-               model=None, batch=2, capture_repeats=1, small_limit=20, small_samples=8, paper_limit=24,
-               paper_samples=16, check_args=["--limit", "20", "--samples", "8"],
-               memorize=dict(vary="heads", values=[1, 2], sizes=[24], n=4, head_dim=4, max_steps=4, check_every=2)),
+    False: dict(
+        T=2000,
+        d=768,
+        k=197,
+        samples=5000,
+        naive_draws=1000,
+        loop_draws=100,
+        check_draws=1000,
+        repeats=3,
+        model="vit-base",
+        batch=16,
+        capture_repeats=3,
+        small_limit=200,
+        small_samples=300,
+        paper_limit=2000,
+        paper_samples=5000,
+        check_args=[],
+        memorize=dict(preset="paper-fig2a"),
+    ),
+    True: dict(
+        T=120,
+        d=32,
+        k=17,
+        samples=64,
+        naive_draws=32,
+        loop_draws=4,
+        check_draws=32,
+        repeats=1,
+        model=None,
+        batch=2,
+        capture_repeats=1,
+        small_limit=20,
+        small_samples=8,
+        paper_limit=24,
+        paper_samples=16,
+        check_args=["--limit", "20", "--samples", "8"],
+        memorize=dict(vary="heads", values=[1, 2], sizes=[24], n=4, head_dim=4, max_steps=4, check_every=2),
+    ),
 }
 
 # --prepare: what a GPU machine without a registry gets carried. The roots are what the project
@@ -77,8 +117,25 @@ SIZES = {
 # (gigabytes), and the large compiled packages that the lent machine had (the installer reports
 # with `pip check` whether they are recent enough there).
 WHEEL_ROOTS = ("transformers", "timm", "datasets", "huggingface_hub", "safetensors", "tokenizers")
-NOT_CARRIED = ("torch", "torchvision", "triton", "numpy", "scipy", "pyarrow", "pandas", "pillow", "matplotlib",
-               "scikit-image", "scikit-learn", "sympy", "networkx", "jinja2", "markupsafe", "setuptools", "pip")
+NOT_CARRIED = (
+    "torch",
+    "torchvision",
+    "triton",
+    "numpy",
+    "scipy",
+    "pyarrow",
+    "pandas",
+    "pillow",
+    "matplotlib",
+    "scikit-image",
+    "scikit-learn",
+    "sympy",
+    "networkx",
+    "jinja2",
+    "markupsafe",
+    "setuptools",
+    "pip",
+)
 CARRY_LIMIT_MB = 64.0
 
 
@@ -88,9 +145,16 @@ CARRY_LIMIT_MB = 64.0
 def commit(given: str | None = None) -> str | None:
     """The commit measured: git's HEAD (``+dirty`` with tracked changes), else ``--commit`` / ``$MHAAUDIT_COMMIT``."""
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                               text=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         return head[:12] + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return given or os.environ.get("MHAAUDIT_COMMIT") or None
@@ -98,8 +162,12 @@ def commit(given: str | None = None) -> str | None:
 
 def _nvidia_smi(*query: str) -> list[str]:
     try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(query)}", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={','.join(query)}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return []
     return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
@@ -117,9 +185,17 @@ def stamp(device: str, given_commit: str | None) -> dict:
         except PackageNotFoundError:
             return None
 
-    s = {"commit": commit(given_commit), "device": device, "torch": torch.__version__, "cuda": torch.version.cuda,
-         "python": sys.version.split()[0], "transformers": ver("transformers"), "timm": ver("timm"),
-         "cpu_cores": os.cpu_count(), "date": datetime.date.today().isoformat()}
+    s = {
+        "commit": commit(given_commit),
+        "device": device,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": sys.version.split()[0],
+        "transformers": ver("transformers"),
+        "timm": ver("timm"),
+        "cpu_cores": os.cpu_count(),
+        "date": datetime.date.today().isoformat(),
+    }
     if device.startswith("cuda"):
         idx = int(device.split(":")[1]) if ":" in device else 0
         s["gpu"] = torch.cuda.get_device_name(idx)
@@ -178,8 +254,11 @@ def _tiny_vit(workdir: Path) -> str:
 
 def cuda_test_files() -> list[str]:
     """The test files with a CUDA path: those that mention CUDA (the list follows the suite)."""
-    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py")
-                  if "cuda" in p.read_text() and p.name != "test_gpu_report.py")
+    return sorted(
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "tests").glob("test_*.py")
+        if "cuda" in p.read_text() and p.name != "test_gpu_report.py"
+    )
 
 
 def part_tests(dev, sz, smoke, workdir):
@@ -187,7 +266,18 @@ def part_tests(dev, sz, smoke, workdir):
 
     files = ["tests/test_numerics_philox.py"] if smoke else cuda_test_files()
     xml = workdir / "tests.xml"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow", f"--junitxml={xml}", *files]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-m",
+        "not slow",
+        f"--junitxml={xml}",
+        *files,
+    ]
     cmd += ["-k", "cuda"] if smoke else []  # smoke: the CUDA-only test, collected and skipped on a CPU
     try:
         import xdist  # noqa: F401
@@ -208,8 +298,14 @@ def part_tests(dev, sz, smoke, workdir):
             if case.find("failure") is not None or case.find("error") is not None:
                 failed.append(f"{case.get('classname')}::{case.get('name')}")
     passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
-    return {"files": files, "returncode": p.returncode, "passed": passed, "failed": counts["failures"] + counts["errors"],
-            "skipped": counts["skipped"], "failed_tests": failed[:20]}
+    return {
+        "files": files,
+        "returncode": p.returncode,
+        "passed": passed,
+        "failed": counts["failures"] + counts["errors"],
+        "skipped": counts["skipped"],
+        "failed_tests": failed[:20],
+    }
 
 
 def part_kruskal(dev, sz, smoke, workdir):
@@ -222,13 +318,23 @@ def part_kruskal(dev, sz, smoke, workdir):
     X = bk.synthetic(sz["T"], sz["d"])
     rule = RankRule.for_dtype(X.dtype)
     stats = set_stats(X, rule)
-    r = bk.measure_test(X, sz["k"], sz["samples"], dev, naive_draws=sz["naive_draws"], check_draws=sz["check_draws"],
-                        repeats=sz["repeats"], stats=stats)
+    r = bk.measure_test(
+        X,
+        sz["k"],
+        sz["samples"],
+        dev,
+        naive_draws=sz["naive_draws"],
+        check_draws=sz["check_draws"],
+        repeats=sz["repeats"],
+        stats=stats,
+    )
     # the whole test's record on the CPU for the same seed: only the work done (exact_rechecks) may differ
     here = subset_test(X, sz["k"], samples=sz["samples"], rule=rule, device=dev, stats=stats).record()
     cpu = subset_test(X, sz["k"], samples=sz["samples"], rule=rule, device=torch.device("cpu"), stats=stats).record()
     drop = {"exact_rechecks", "device", "gram"}
-    r["record_equal_cpu"] = {k: v for k, v in here.items() if k not in drop} == {k: v for k, v in cpu.items() if k not in drop}
+    r["record_equal_cpu"] = {k: v for k, v in here.items() if k not in drop} == {
+        k: v for k, v in cpu.items() if k not in drop
+    }
     r.setdefault("equal_cpu", r["check_draws"] if dev.type == "cpu" else None)
     return r
 
@@ -293,8 +399,15 @@ class GpuSampler:
     read every ``period_ms``; ``busy_s`` is the sum of utilisation x interval over the run."""
 
     def __init__(self, index: int = 0, period_ms: int = 100):
-        self.cmd = ["nvidia-smi", "-i", str(index), "--query-gpu=utilization.gpu,memory.used",
-                    "--format=csv,noheader,nounits", "-lms", str(period_ms)]
+        self.cmd = [
+            "nvidia-smi",
+            "-i",
+            str(index),
+            "--query-gpu=utilization.gpu,memory.used",
+            "--format=csv,noheader,nounits",
+            "-lms",
+            str(period_ms),
+        ]
         self.samples: list[tuple[float, float, float]] = []  # (time, percent busy, MiB used)
         self.proc = None
 
@@ -364,18 +477,30 @@ def run_cli(args: list[str], workdir: Path, sample_gpu: bool) -> dict:
     env = dict(os.environ, GPU_REPORT_PEAK=str(peak_file))
     out_file = workdir / "cli-out.json"
     sampler = GpuSampler() if sample_gpu else None
-    with (sampler if sampler is not None else _Null()):
+    with sampler if sampler is not None else _Null():
         t0 = time.perf_counter()
         with open(out_file, "w") as fh:
-            proc = subprocess.Popen([sys.executable, "-c", _PEAK_WRAPPER, *args], stdout=fh, stderr=subprocess.PIPE,
-                                    text=True, cwd=workdir, env=env)
+            proc = subprocess.Popen(
+                [sys.executable, "-c", _PEAK_WRAPPER, *args],
+                stdout=fh,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=workdir,
+                env=env,
+            )
             err = proc.stderr.read()
             _, status, usage = os.wait4(proc.pid, 0)
             proc.returncode = os.waitstatus_to_exitcode(status)
         t1 = time.perf_counter()
         time.sleep(0.3 if sampler else 0)  # the sample that covers the run's last moments
-    out = {"args": args, "returncode": proc.returncode, "wall_s": t1 - t0, "peak_rss_gb": usage.ru_maxrss / 2**20,
-           "cpu_s": usage.ru_utime + usage.ru_stime, "stderr_tail": err[-500:]}
+    out = {
+        "args": args,
+        "returncode": proc.returncode,
+        "wall_s": t1 - t0,
+        "peak_rss_gb": usage.ru_maxrss / 2**20,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "stderr_tail": err[-500:],
+    }
     if peak_file.exists():
         peak = json.loads(peak_file.read_text())
         out["peak_gpu_gb"] = peak["allocated"] / 2**30 if peak["allocated"] is not None else None
@@ -430,16 +555,29 @@ def part_memorize(dev, sz, smoke, workdir):
     stop.set()
     seconds = spent + time.perf_counter() - t0
     spent_file.write_text(str(seconds))
-    return {"preset": sz["memorize"].get("preset"), "points": len(grid.runs), "reused": grid.reused,
-            "groups": len(grid.groups), "seconds": seconds, "attempts_s_before": spent,
-            "steps_max": max(r.planned_steps for r in grid.runs),
-            "memorized": [r.memorized for r in grid.runs]}
+    return {
+        "preset": sz["memorize"].get("preset"),
+        "points": len(grid.runs),
+        "reused": grid.reused,
+        "groups": len(grid.groups),
+        "seconds": seconds,
+        "attempts_s_before": spent,
+        "steps_max": max(r.planned_steps for r in grid.runs),
+        "memorized": [r.memorized for r in grid.runs],
+    }
 
 
-PART_FUNCS = {"tests": part_tests, "kruskal": part_kruskal, "sweep": part_sweep, "capture": part_capture,
-              "check-small": part_check_small, "check-paper": part_check_paper,
-              "check-paper-naive": part_check_paper_naive, "check-vit-base": part_check_vit_base,
-              "memorize": part_memorize}
+PART_FUNCS = {
+    "tests": part_tests,
+    "kruskal": part_kruskal,
+    "sweep": part_sweep,
+    "capture": part_capture,
+    "check-small": part_check_small,
+    "check-paper": part_check_paper,
+    "check-paper-naive": part_check_paper_naive,
+    "check-vit-base": part_check_vit_base,
+    "memorize": part_memorize,
+}
 
 
 def run_part(name: str, device: str, smoke: bool, workdir: Path) -> dict:
@@ -461,21 +599,41 @@ def run_in_process(name: str, device: str, smoke: bool, workdir: Path) -> dict:
         result, status, tail = run_part(name, device, smoke, workdir), "done", ""
     except Exception:  # noqa: BLE001 - a failed part is recorded, not raised: the other parts still run
         result, status, tail = None, "failed", traceback.format_exc()[-1500:]
-    return {"part": name, "status": status, "seconds": time.perf_counter() - t0, "timeout_s": None, "result": result,
-            "log_tail": tail}
+    return {
+        "part": name,
+        "status": status,
+        "seconds": time.perf_counter() - t0,
+        "timeout_s": None,
+        "result": result,
+        "log_tail": tail,
+    }
 
 
 def launch(name: str, device: str, smoke: bool, workdir: Path, timeout: float) -> dict:
     """Run one part in a subprocess (its own process group, killed whole at the timeout)."""
     log = workdir / f"{name}.log"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-               HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--run-part", name, "--device", device, "--results", str(workdir)]
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+    )
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--run-part",
+        name,
+        "--device",
+        device,
+        "--results",
+        str(workdir),
+    ]
     cmd += ["--smoke"] if smoke else []
     t0 = time.perf_counter()
     with open(log, "w") as fh:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=fh, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=fh, text=True, start_new_session=True
+        )
         try:
             stdout, _ = proc.communicate(timeout=timeout)
             status = "done" if proc.returncode == 0 else "failed"
@@ -486,12 +644,18 @@ def launch(name: str, device: str, smoke: bool, workdir: Path, timeout: float) -
     result = None
     for line in stdout.splitlines():
         if line.startswith(RESULT_TAG):
-            result = json.loads(line[len(RESULT_TAG):])
+            result = json.loads(line[len(RESULT_TAG) :])
     if status == "done" and result is None:
         status = "failed"
     tail = log.read_text()[-1500:] if status != "done" else ""
-    return {"part": name, "status": status, "seconds": time.perf_counter() - t0, "timeout_s": timeout,
-            "result": result, "log_tail": tail}
+    return {
+        "part": name,
+        "status": status,
+        "seconds": time.perf_counter() - t0,
+        "timeout_s": timeout,
+        "result": result,
+        "log_tail": tail,
+    }
 
 
 # --------------------------------------------------------------------------- wheels
@@ -507,9 +671,17 @@ def wheel_closure(roots=WHEEL_ROOTS, skip=NOT_CARRIED, python="3.12") -> dict[st
 
     from packaging.requirements import Requirement
 
-    env = {"python_version": python, "python_full_version": python + ".0", "sys_platform": "linux",
-           "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
-           "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
+    env = {
+        "python_version": python,
+        "python_full_version": python + ".0",
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": "x86_64",
+        "os_name": "posix",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "extra": "",
+    }
     skip = {_norm(s) for s in skip}
     found: dict[str, str] = {}
     todo = list(roots)
@@ -533,19 +705,49 @@ def prepare(folder: Path, python: str) -> None:
     pins = wheel_closure(python=python)
     folder.mkdir(parents=True, exist_ok=True)
     abi = "cp" + python.replace(".", "")
-    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "-d", str(folder),
-           "--python-version", python, "--implementation", "cp", "--abi", abi, "--abi", "abi3", "--abi", "none",
-           "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
-           "--platform", "manylinux2014_x86_64", "--platform", "any", *[f"{k}=={v}" for k, v in pins.items()]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--no-deps",
+        "--only-binary=:all:",
+        "-d",
+        str(folder),
+        "--python-version",
+        python,
+        "--implementation",
+        "cp",
+        "--abi",
+        abi,
+        "--abi",
+        "abi3",
+        "--abi",
+        "none",
+        "--platform",
+        "manylinux_2_28_x86_64",
+        "--platform",
+        "manylinux_2_17_x86_64",
+        "--platform",
+        "manylinux2014_x86_64",
+        "--platform",
+        "any",
+        *[f"{k}=={v}" for k, v in pins.items()],
+    ]
     subprocess.run(cmd, check=True)
     wheels = sorted(folder.glob("*.whl"))
     total = sum(w.stat().st_size for w in wheels) / 2**20
     for w in wheels:
         print(f"  {w.stat().st_size / 2**20:7.2f} MiB  {w.name}")
-    print(f"{len(wheels)} wheels, {total:.1f} MiB in {folder} (carry limit {CARRY_LIMIT_MB:.0f} MiB; not carried: "
-          f"{', '.join(NOT_CARRIED)})")
+    print(
+        f"{len(wheels)} wheels, {total:.1f} MiB in {folder} (carry limit {CARRY_LIMIT_MB:.0f} MiB; not carried: "
+        f"{', '.join(NOT_CARRIED)})"
+    )
     if total > CARRY_LIMIT_MB:
-        raise SystemExit(f"Error: the wheels take {total:.1f} MiB, more than the {CARRY_LIMIT_MB:.0f} MiB that can be carried")
+        raise SystemExit(
+            f"Error: the wheels take {total:.1f} MiB, more than the {CARRY_LIMIT_MB:.0f} MiB that can be carried"
+        )
 
 
 def _wheel_name(path: Path) -> tuple[str, str]:
@@ -573,7 +775,9 @@ def install_wheels(folder: Path) -> dict:
         else:
             report["kept"][name] = have
     if chosen:
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", *chosen], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", *chosen], check=True
+        )
     check = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
     report["pip_check"] = check.stdout.strip().splitlines()[:30]
     for name, (was, now) in report["installed"].items():
@@ -623,23 +827,46 @@ def targets(parts: dict, gpu: str | None) -> list[tuple[str, str, str]]:
     if cv:
         busy = cv.get("gpu_busy_fraction")
         ok = cv["wall_s"] <= 10 and busy is not None and busy >= 0.5
-        measured = f"{cv['wall_s']:.1f} s, GPU busy {busy:.0%}" if busy is not None else f"{cv['wall_s']:.1f} s, GPU busy unmeasured"
-        rows.append(("`check vit-base` (defaults) <= 10 s on an H100, GPU busy most of it", measured,
-                     ("PASS" if ok else "MISS") if h100 else "not an H100"))
+        measured = (
+            f"{cv['wall_s']:.1f} s, GPU busy {busy:.0%}"
+            if busy is not None
+            else f"{cv['wall_s']:.1f} s, GPU busy unmeasured"
+        )
+        rows.append(
+            (
+                "`check vit-base` (defaults) <= 10 s on an H100, GPU busy most of it",
+                measured,
+                ("PASS" if ok else "MISS") if h100 else "not an H100",
+            )
+        )
     else:
         rows.append(("`check vit-base` (defaults) <= 10 s on an H100, GPU busy most of it", "unmeasured", "unmeasured"))
     kr = _res(parts, "kruskal")
-    rows.append(("k = 197 test, 5000 draws <= 50 ms", _s(kr["ours_s"]) if kr else "unmeasured",
-                 ("PASS" if kr["ours_s"] <= 0.05 else "MISS") if kr else "unmeasured"))
+    rows.append(
+        (
+            "k = 197 test, 5000 draws <= 50 ms",
+            _s(kr["ours_s"]) if kr else "unmeasured",
+            ("PASS" if kr["ours_s"] <= 0.05 else "MISS") if kr else "unmeasured",
+        )
+    )
     sw = _res(parts, "sweep")
-    rows.append(("sweep to d = 768, 5000 draws <= 1 s", _s(sw["ours_s"]) if sw else "unmeasured",
-                 ("PASS" if sw["ours_s"] <= 1 else "MISS") if sw else "unmeasured"))
+    rows.append(
+        (
+            "sweep to d = 768, 5000 draws <= 1 s",
+            _s(sw["ours_s"]) if sw else "unmeasured",
+            ("PASS" if sw["ours_s"] <= 1 else "MISS") if sw else "unmeasured",
+        )
+    )
     mz = _res(parts, "memorize")
     m = parts.get("memorize")
     if mz:
-        rows.append(("Figure 2a grid <= 10 min per seed", _s(mz["seconds"]), "PASS" if mz["seconds"] <= 600 else "MISS"))
+        rows.append(
+            ("Figure 2a grid <= 10 min per seed", _s(mz["seconds"]), "PASS" if mz["seconds"] <= 600 else "MISS")
+        )
     elif m and m["status"] == "timeout":
-        rows.append(("Figure 2a grid <= 10 min per seed", f"unfinished after {_s(m['seconds'])} (resumes)", "unmeasured"))
+        rows.append(
+            ("Figure 2a grid <= 10 min per seed", f"unfinished after {_s(m['seconds'])} (resumes)", "unmeasured")
+        )
     else:
         rows.append(("Figure 2a grid <= 10 min per seed", "unmeasured", "unmeasured"))
     return rows
@@ -649,63 +876,134 @@ def table(parts: dict, s: dict | None, smoke: bool = False) -> str:
     """The stamped markdown block (the README's GPU rows): every row, ``unmeasured`` where nothing was."""
     lines = []
     if s and parts:
-        lines.append(f"Measured{' (smoke sizes, not figures)' if smoke else ''} by `python benchmarks/gpu_report.py` on "
-                     f"{s.get('gpu') or 'the CPU'} (driver {s.get('driver') or 'n/a'}, {s.get('cpu_cores')} CPU cores), "
-                     f"torch {s['torch']} (CUDA {s['cuda']}), transformers {s.get('transformers')}, timm {s.get('timm')}, "
-                     f"Python {s['python']}, commit {s['commit']}, {s['date']}.")
+        lines.append(
+            f"Measured{' (smoke sizes, not figures)' if smoke else ''} by `python benchmarks/gpu_report.py` on "
+            f"{s.get('gpu') or 'the CPU'} (driver {s.get('driver') or 'n/a'}, {s.get('cpu_cores')} CPU cores), "
+            f"torch {s['torch']} (CUDA {s['cuda']}), transformers {s.get('transformers')}, timm {s.get('timm')}, "
+            f"Python {s['python']}, commit {s['commit']}, {s['date']}."
+        )
     else:
-        lines.append("Nothing measured yet: every row says `unmeasured` until `python benchmarks/gpu_report.py "
-                     "--device cuda --update-readme` has run on a GPU.")
+        lines.append(
+            "Nothing measured yet: every row says `unmeasured` until `python benchmarks/gpu_report.py "
+            "--device cuda --update-readme` has run on a GPU."
+        )
     lines += ["", "| what (GPU) | naive | mhaaudit | ratio | checked | script |", "|---|---|---|---|---|---|"]
     u = "unmeasured"
 
     def row(what: str, r: dict | None, cells, script: str) -> str:  # naive | mhaaudit | ratio | checked
         return f"| {what} | " + " | ".join(cells(r) if r else [u] * 4) + f" | {script} |"
 
-    lines.append(row("Monte-Carlo test, k = 197, 2000 x 768, 5000 draws", _res(parts, "kruskal"), lambda r: [
-        f"{_s(r['naive_s'])} (`matrix_rank` loop, timed on {r['naive_draws']} draws)", _s(r["ours_s"]),
-        _ratio(r["naive_s"], r["ours_s"]),
-        f"{r['equal_float64']}/{r['check_draws']} decisions equal to `matrix_rank`; same draws and decisions as the CPU "
-        f"{r['equal_cpu']}/{r['check_draws']}, same test record {'yes' if r['record_equal_cpu'] else 'NO'}"],
-        "`bench_kruskal.py --device cuda`"))
-    lines.append(row("Sweep over every k up to d = 768, 5000 draws", _res(parts, "sweep"), lambda r: [
-        f"{_s(r['naive_s'])} (extrapolated)", _s(r["ours_s"]), _ratio(r["naive_s"], r["ours_s"]),
-        f"fractions equal to the CPU's: {'yes' if r['fractions_equal_cpu'] else 'NO'}"], "`bench_kruskal.py --device cuda`"))
-    lines.append(row("`check` end to end, embedding + random columns, T = 200, 300 draws (the script's defaults)",
-                     _res(parts, "check-small"), lambda r: [
-                         _s(r["naive_s"]), _s(r["ours_s"]), _ratio(r["naive_s"], r["ours_s"]),
-                         "same verdicts" if r.get("same_verdicts") else "verdicts DIFFER"], "`bench_check.py --device cuda`"))
+    lines.append(
+        row(
+            "Monte-Carlo test, k = 197, 2000 x 768, 5000 draws",
+            _res(parts, "kruskal"),
+            lambda r: [
+                f"{_s(r['naive_s'])} (`matrix_rank` loop, timed on {r['naive_draws']} draws)",
+                _s(r["ours_s"]),
+                _ratio(r["naive_s"], r["ours_s"]),
+                f"{r['equal_float64']}/{r['check_draws']} decisions equal to `matrix_rank`; same draws and decisions as the CPU "
+                f"{r['equal_cpu']}/{r['check_draws']}, same test record {'yes' if r['record_equal_cpu'] else 'NO'}",
+            ],
+            "`bench_kruskal.py --device cuda`",
+        )
+    )
+    lines.append(
+        row(
+            "Sweep over every k up to d = 768, 5000 draws",
+            _res(parts, "sweep"),
+            lambda r: [
+                f"{_s(r['naive_s'])} (extrapolated)",
+                _s(r["ours_s"]),
+                _ratio(r["naive_s"], r["ours_s"]),
+                f"fractions equal to the CPU's: {'yes' if r['fractions_equal_cpu'] else 'NO'}",
+            ],
+            "`bench_kruskal.py --device cuda`",
+        )
+    )
+    lines.append(
+        row(
+            "`check` end to end, embedding + random columns, T = 200, 300 draws (the script's defaults)",
+            _res(parts, "check-small"),
+            lambda r: [
+                _s(r["naive_s"]),
+                _s(r["ours_s"]),
+                _ratio(r["naive_s"], r["ours_s"]),
+                "same verdicts" if r.get("same_verdicts") else "verdicts DIFFER",
+            ],
+            "`bench_check.py --device cuda`",
+        )
+    )
     cp, cn = _res(parts, "check-paper"), _res(parts, "check-paper-naive")
     naive_row = parts.get("check-paper-naive")
-    naive_cell = (_s(cn["naive_s"]) if cn else f"over {_s(naive_row['timeout_s'])} (stopped)"
-                  if naive_row and naive_row["status"] == "timeout" else u)
-    same = (("same verdicts" if all(cp["ours_verdicts"].get(c) == v for c, v in cn["naive_verdicts"].items())
-             else "verdicts DIFFER") if cp and cn else u)
-    lines.append(f"| same at the paper's size, T = 2000, 5000 draws | {naive_cell} | {_s(cp['ours_s']) if cp else u} | "
-                 f"{_ratio(cn['naive_s'], cp['ours_s']) if cp and cn else u} | {same} | "
-                 "`bench_check.py --device cuda --limit 2000 --samples 5000` |")
-    lines.append(row("first-block capture, random ViT-Base, batch of 16", _res(parts, "capture"), lambda r: [
-        _s(r["naive_s"]), _s(r["ours_s"]), _ratio(r["naive_s"], r["ours_s"]),
-        f"max difference {max(r['diff_trunc'], r['diff_hooks']):.1e}"], "`bench_capture.py --device cuda`"))
+    naive_cell = (
+        _s(cn["naive_s"])
+        if cn
+        else f"over {_s(naive_row['timeout_s'])} (stopped)"
+        if naive_row and naive_row["status"] == "timeout"
+        else u
+    )
+    same = (
+        (
+            "same verdicts"
+            if all(cp["ours_verdicts"].get(c) == v for c, v in cn["naive_verdicts"].items())
+            else "verdicts DIFFER"
+        )
+        if cp and cn
+        else u
+    )
+    lines.append(
+        f"| same at the paper's size, T = 2000, 5000 draws | {naive_cell} | {_s(cp['ours_s']) if cp else u} | "
+        f"{_ratio(cn['naive_s'], cp['ours_s']) if cp and cn else u} | {same} | "
+        "`bench_check.py --device cuda --limit 2000 --samples 5000` |"
+    )
+    lines.append(
+        row(
+            "first-block capture, random ViT-Base, batch of 16",
+            _res(parts, "capture"),
+            lambda r: [
+                _s(r["naive_s"]),
+                _s(r["ours_s"]),
+                _ratio(r["naive_s"], r["ours_s"]),
+                f"max difference {max(r['diff_trunc'], r['diff_hooks']):.1e}",
+            ],
+            "`bench_capture.py --device cuda`",
+        )
+    )
     cv = _res(parts, "check-vit-base")
     if cv:
         busy = cv.get("gpu_busy_s")
-        cell = (f"{cv['wall_s']:.1f} s wall (first run {cv['first_run_wall_s']:.1f} s), peak host memory "
-                f"{cv['peak_rss_gb']:.2f} GB, peak GPU memory "
-                + (f"{cv['peak_gpu_gb']:.2f} GB" if cv.get("peak_gpu_gb") is not None else "n/a")
-                + (f", GPU busy {busy:.1f} s ({cv['gpu_busy_fraction']:.0%})" if busy is not None else ""))
-    lines.append("| `mhaaudit check vit-base` (defaults): wall clock, peak host and GPU memory, GPU busy | – | "
-                 + (cell if cv else u) + " | – | " + ("exit 0" if cv else u) + " | `gpu_report.py --parts check-vit-base` |")
+        cell = (
+            f"{cv['wall_s']:.1f} s wall (first run {cv['first_run_wall_s']:.1f} s), peak host memory "
+            f"{cv['peak_rss_gb']:.2f} GB, peak GPU memory "
+            + (f"{cv['peak_gpu_gb']:.2f} GB" if cv.get("peak_gpu_gb") is not None else "n/a")
+            + (f", GPU busy {busy:.1f} s ({cv['gpu_busy_fraction']:.0%})" if busy is not None else "")
+        )
+    lines.append(
+        "| `mhaaudit check vit-base` (defaults): wall clock, peak host and GPU memory, GPU busy | – | "
+        + (cell if cv else u)
+        + " | – | "
+        + ("exit 0" if cv else u)
+        + " | `gpu_report.py --parts check-vit-base` |"
+    )
     mz = _res(parts, "memorize")
     m = parts.get("memorize")
-    mcell = (f"{_s(mz['seconds'])} ({mz['points']} points, {mz['groups']} groups)" if mz
-             else f"unfinished after {_s(m['seconds'])}" if m and m["status"] == "timeout" else u)
-    lines.append(f"| `mhaaudit memorize --preset paper-fig2a`, one seed | – | {mcell} | – | – | "
-                 "`gpu_report.py --parts memorize` |")
+    mcell = (
+        f"{_s(mz['seconds'])} ({mz['points']} points, {mz['groups']} groups)"
+        if mz
+        else f"unfinished after {_s(m['seconds'])}"
+        if m and m["status"] == "timeout"
+        else u
+    )
+    lines.append(
+        f"| `mhaaudit memorize --preset paper-fig2a`, one seed | – | {mcell} | – | – | "
+        "`gpu_report.py --parts memorize` |"
+    )
     te = _res(parts, "tests")
-    lines.append("| the suite's CUDA test files (`-m 'not slow'`) | – | "
-                 + (f"{te['passed']} passed, {te['failed']} failed, {te['skipped']} skipped" if te else u)
-                 + " | – | – | `gpu_report.py --parts tests` |")
+    lines.append(
+        "| the suite's CUDA test files (`-m 'not slow'`) | – | "
+        + (f"{te['passed']} passed, {te['failed']} failed, {te['skipped']} skipped" if te else u)
+        + " | – | – | `gpu_report.py --parts tests` |"
+    )
     lines += ["", "| target | measured | |", "|---|---|---|"]
     lines += [f"| {t} | {m_} | {st} |" for t, m_, st in targets(parts, s.get("gpu") if s else None)]
     return "\n".join(lines)
@@ -727,8 +1025,9 @@ def update_readme(readme: Path, block: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], epilog=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (default cuda)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks that every part runs, measures nothing")
     ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of: {', '.join(PARTS)}")
@@ -739,10 +1038,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--readme", default=str(ROOT / "README.md"), help=argparse.SUPPRESS)
     ap.add_argument("--commit", help="the commit measured, where the copy has no git history")
     ap.add_argument("--wheels", help="a folder of wheels (from --prepare) to install offline first")
-    ap.add_argument("--prepare", action="store_true", help="download the wheels to carry into --wheels (default wheels/)")
+    ap.add_argument(
+        "--prepare", action="store_true", help="download the wheels to carry into --wheels (default wheels/)"
+    )
     ap.add_argument("--python", default="3.12", help="--prepare: the GPU machine's Python (default 3.12)")
-    ap.add_argument("--in-process", action="store_true",
-                    help="run the parts in this process, without timeouts (the test suite's smoke run)")
+    ap.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run the parts in this process, without timeouts (the test suite's smoke run)",
+    )
     ap.add_argument("--run-part", choices=PARTS, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     workdir = Path(a.results).resolve()
@@ -758,10 +1062,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Error: --parts: unknown part {bad[0]!r} (choose from {', '.join(PARTS)})", file=sys.stderr)
         return 2
     if a.update_readme and a.smoke:
-        print("Error: --update-readme: a smoke run measures nothing; the README takes only full-size GPU runs", file=sys.stderr)
+        print(
+            "Error: --update-readme: a smoke run measures nothing; the README takes only full-size GPU runs",
+            file=sys.stderr,
+        )
         return 2
     if a.device.startswith("cuda") and not shutil.which("nvidia-smi"):
-        print("Error: --device cuda: nvidia-smi is not on PATH (it reads the driver and how busy the GPU is)", file=sys.stderr)
+        print(
+            "Error: --device cuda: nvidia-smi is not on PATH (it reads the driver and how busy the GPU is)",
+            file=sys.stderr,
+        )
         return 2
     workdir.mkdir(parents=True, exist_ok=True)
     results = workdir / "results.jsonl"
@@ -780,12 +1090,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{name}] done earlier for commit {key['commit']} on {key['gpu'] or key['device']}: skipped")
             continue
         print(f"[{name}] running" + ("" if a.in_process else f" (timeout {a.part_timeout:.0f} s)") + " ...", flush=True)
-        rec = (run_in_process(name, a.device, a.smoke, workdir) if a.in_process
-               else launch(name, a.device, a.smoke, workdir, a.part_timeout))
+        rec = (
+            run_in_process(name, a.device, a.smoke, workdir)
+            if a.in_process
+            else launch(name, a.device, a.smoke, workdir, a.part_timeout)
+        )
         rec |= {"key": key, "stamp": s}
         append_record(results, rec)
-        print(f"[{name}] {rec['status']} in {rec['seconds']:.1f} s" + (f"\n{rec['log_tail']}" if rec["log_tail"] else ""),
-              flush=True)
+        print(
+            f"[{name}] {rec['status']} in {rec['seconds']:.1f} s" + (f"\n{rec['log_tail']}" if rec["log_tail"] else ""),
+            flush=True,
+        )
     now = latest(read_records(results), key)
     block = table(now, s, smoke=a.smoke)
     (workdir / "report.md").write_text(block + "\n")
@@ -795,8 +1110,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"part {n}: {now.get(n, {}).get('status', 'not run')}", file=sys.stderr)
     if a.update_readme:
         if not s["commit"] or not s["gpu"]:
-            print("Error: --update-readme: a figure needs its GPU and its commit (give --commit where git is missing)",
-                  file=sys.stderr)
+            print(
+                "Error: --update-readme: a figure needs its GPU and its commit (give --commit where git is missing)",
+                file=sys.stderr,
+            )
             return 2
         update_readme(Path(a.readme), block)
         print(f"rewrote the GPU rows of {a.readme}")

@@ -67,7 +67,11 @@ def __getattr__(name: str):
         return value
     if name in _DEPRECATED:
         module, instead = _DEPRECATED[name]
-        warnings.warn(f"mhaaudit.{name} is deprecated and will be removed in the next release; it is the reference "
-                      f"implementation the tests use ({module}.{name}); use {instead}", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"mhaaudit.{name} is deprecated and will be removed in the next release; it is the reference "
+            f"implementation the tests use ({module}.{name}); use {instead}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return getattr(importlib.import_module(module), name)
     raise AttributeError(f"module 'mhaaudit' has no attribute {name!r}")

@@ -53,7 +53,6 @@ VARIANT_HELP = {
 }
 
 
-
 @dataclass(frozen=True)
 class Probe:
     """One column: weights, depth and whether the random attention head is applied."""
@@ -71,8 +70,9 @@ class Probe:
         return f"{self.init} weights, output of block {self.layer}"
 
 
-def plan_probes(modality: str, variants: Sequence[str] | None = None, layers: Sequence[int] | None = None,
-                layer: int | None = None) -> list[Probe]:
+def plan_probes(
+    modality: str, variants: Sequence[str] | None = None, layers: Sequence[int] | None = None, layer: int | None = None
+) -> list[Probe]:
     """The columns to audit.
 
     Images: the paper's Table 1 columns (``variants``; ``layer`` sets the depth of ``random`` and
@@ -80,10 +80,14 @@ def plan_probes(modality: str, variants: Sequence[str] | None = None, layers: Se
     (the paper's Table 3 uses layers 0 and 1); ``layer`` has no effect there and is refused.
     """
     if layer is not None and layers is not None:
-        raise InputError("{param:layer} has no effect with {param:layers}: {param:layers} names every depth to audit; give one of them")
+        raise InputError(
+            "{param:layer} has no effect with {param:layers}: {param:layers} names every depth to audit; give one of them"
+        )
     if layer is not None and modality == "text":
-        raise InputError("{param:layer} has no effect on a text model (it sets the depth of the image columns); "
-                         "give {param:layers} instead (default 0,1)")
+        raise InputError(
+            "{param:layer} has no effect on a text model (it sets the depth of the image columns); "
+            "give {param:layers} instead (default 0,1)"
+        )
     given_layer, layer = layer is not None, 1 if layer is None else layer
     if layer < 1:
         raise InputError(f"{{param:layer}} must be at least 1 (block index; 0 is the embedding output), got {layer}")
@@ -95,8 +99,10 @@ def plan_probes(modality: str, variants: Sequence[str] | None = None, layers: Se
         return [Probe(f"{w}-L{layer}", w, layer) for w in inits for layer in ls]
     vs = list(dict.fromkeys(variants or IMAGE_VARIANTS))
     if given_layer and not {"random", "trained"} & set(vs):
-        raise InputError(f"{{param:layer}} has no effect on the columns {', '.join(vs)} (they read the embedding output); "
-                         "it sets the depth of the random and trained columns")
+        raise InputError(
+            f"{{param:layer}} has no effect on the columns {', '.join(vs)} (they read the embedding output); "
+            "it sets the depth of the random and trained columns"
+        )
     out = []
     for v in vs:
         if v not in IMAGE_VARIANTS:
@@ -199,7 +205,11 @@ class Column:
         out = []
         for check in REGISTRY:
             r = self.tests.get(check)
-            rec = {"check": check, "verdict": "unavailable", "reason": self.reason or "not run"} if r is None else r.record()
+            rec = (
+                {"check": check, "verdict": "unavailable", "reason": self.reason or "not run"}
+                if r is None
+                else r.record()
+            )
             out.append({"model": model, "variant": self.probe.variant, "layer": self.probe.layer, **rec})
         return out
 
@@ -225,8 +235,12 @@ class AuditResult(StoredSweepResult):
     timings: dict[str, float]
     skipped: int = 0
     notes: list[Note] = field(default_factory=list)
-    duplicates: dict[str, Any] = field(default_factory=dict)  # exact duplicate inputs found: total, repeats, dropped, example
-    skips: dict[str, dict[str, Any]] = field(default_factory=dict)  # inputs skipped, by cause: {cause: {"count", "example"}}
+    duplicates: dict[str, Any] = field(
+        default_factory=dict
+    )  # exact duplicate inputs found: total, repeats, dropped, example
+    skips: dict[str, dict[str, Any]] = field(
+        default_factory=dict
+    )  # inputs skipped, by cause: {cause: {"count", "example"}}
     image_policy: str = ""  # images: the rule for modes other than RGB (skipped, or converted)
 
     @property
@@ -243,21 +257,44 @@ class AuditResult(StoredSweepResult):
     def summary_line(self) -> str:
         T = self.T
         cols = ", ".join(c.probe.variant + ("" if c.status == "ok" else " (unavailable)") for c in self.columns)
-        return f"{self.model!r}" + ("" if T is None else f", T = {T}") + f"; columns {cols}: {verdict_tally(self.records())}"
+        return (
+            f"{self.model!r}"
+            + ("" if T is None else f", T = {T}")
+            + f"; columns {cols}: {verdict_tally(self.records())}"
+        )
 
     def meta(self) -> dict:
         """The provenance stamp of the audit, with what each column read and how (the JSON ``meta``)."""
-        meta = stamp(command="check", model=self.model, model_info=self.info, data=self.data, skipped=self.skipped,
-                     skips=self.skips, image_policy=self.image_policy or None, duplicates=self.duplicates, notes=self.notes, timings_s=self.timings, **self.settings)
-        meta["columns"] = {c.probe.variant: {"status": c.status, "reason": c.reason, "layer": c.probe.layer,
-                                             "weights": c.probe.init, "describe": c.probe.describe(),
-                                             "weights_source": c.weights_source, "timings_s": c.timings,
-                                             "weights_read": c.weights_read,
-                                             "weights_read_text": weights_read_text(c.weights_read),
-                                             "sweep": c.sweep.summary() if c.sweep else None,
-                                             "bound": c.bound.to_dict() if c.bound is not None else None,
-                                             "bound_hint": c.bound_hint}
-                           for c in self.columns}
+        meta = stamp(
+            command="check",
+            model=self.model,
+            model_info=self.info,
+            data=self.data,
+            skipped=self.skipped,
+            skips=self.skips,
+            image_policy=self.image_policy or None,
+            duplicates=self.duplicates,
+            notes=self.notes,
+            timings_s=self.timings,
+            **self.settings,
+        )
+        meta["columns"] = {
+            c.probe.variant: {
+                "status": c.status,
+                "reason": c.reason,
+                "layer": c.probe.layer,
+                "weights": c.probe.init,
+                "describe": c.probe.describe(),
+                "weights_source": c.weights_source,
+                "timings_s": c.timings,
+                "weights_read": c.weights_read,
+                "weights_read_text": weights_read_text(c.weights_read),
+                "sweep": c.sweep.summary() if c.sweep else None,
+                "bound": c.bound.to_dict() if c.bound is not None else None,
+                "bound_hint": c.bound_hint,
+            }
+            for c in self.columns
+        }
         meta["result"] = self.result_document()
         return meta
 
@@ -265,7 +302,10 @@ class AuditResult(StoredSweepResult):
         rows: list[dict] = []
         for c in self.columns:
             if c.sweep is not None:
-                rows.extend({"model": self.model, "variant": c.probe.variant, "layer": c.probe.layer, **r} for r in c.sweep.rows())
+                rows.extend(
+                    {"model": self.model, "variant": c.probe.variant, "layer": c.probe.layer, **r}
+                    for r in c.sweep.rows()
+                )
         return rows
 
     def column(self, variant: str) -> Column:
@@ -286,7 +326,9 @@ class AuditResult(StoredSweepResult):
         except OutputError:
             raise
         except OSError as exc:
-            raise OutputError(f"{{param:save_features}} {folder}: cannot create the folder ({exc.strerror or exc})") from exc
+            raise OutputError(
+                f"{{param:save_features}} {folder}: cannot create the folder ({exc.strerror or exc})"
+            ) from exc
         for c in self.columns:
             if c.features is not None:
                 c.features.save(folder / c.probe.variant)
@@ -307,17 +349,21 @@ def check_features_folder(folder: str | Path, inputs: Sequence) -> Path:
     if folder.is_dir():
         for entry in sorted(folder.iterdir()):
             if entry.is_symlink() and re.fullmatch(COLUMN_FOLDER, entry.name):
-                raise OutputError(f"{{param:save_features}} {folder}: {entry.name} is a symbolic link (to "
-                                  f"{os.readlink(entry)}); the features are written into real folders only: remove it "
-                                  "or choose another folder")
+                raise OutputError(
+                    f"{{param:save_features}} {folder}: {entry.name} is a symbolic link (to "
+                    f"{os.readlink(entry)}); the features are written into real folders only: remove it "
+                    "or choose another folder"
+                )
     top = real_path(folder)
     for i in inputs:
         if i is None or not os.path.lexists(os.path.expanduser(str(i))):
             continue
         inside = real_path(i)
         if top in inside.parents and re.fullmatch(COLUMN_FOLDER, inside.relative_to(top).parts[0]):
-            raise OutputError(f"{{param:save_features}} {folder}: the input {i} lies where the features would be written; "
-                              "write them elsewhere")
+            raise OutputError(
+                f"{{param:save_features}} {folder}: the input {i} lies where the features would be written; "
+                "write them elsewhere"
+            )
     return folder
 
 
@@ -348,10 +394,15 @@ class Captured:
 
 
 def _n_above_d_note(info) -> str:
-    fix = (f"pass {{param:context_length}} below {info.d} to audit a setting where it can" if info.modality == "text"
-           else "use a wider model or a smaller input resolution (fewer patches) to audit a setting where it can")
-    return plain(f"n = {info.n} > d = {info.d}: Assumption 1 cannot hold (any n vectors in R^d are dependent) and no "
-                 f"context matrix can have rank n; {fix}")
+    fix = (
+        f"pass {{param:context_length}} below {info.d} to audit a setting where it can"
+        if info.modality == "text"
+        else "use a wider model or a smaller input resolution (fewer patches) to audit a setting where it can"
+    )
+    return plain(
+        f"n = {info.n} > d = {info.d}: Assumption 1 cannot hold (any n vectors in R^d are dependent) and no "
+        f"context matrix can have rank n; {fix}"
+    )
 
 
 def _reducer_consumer(group: Sequence[Probe], reducers: dict, ra):
@@ -374,18 +425,25 @@ def _check_limit_fits(data: DataRequest, info, probes: int) -> None:
     per_example = probes * 2 * 4 * info.d + 2 * 8 * info.d
     most = available_memory() // max(per_example, 1)
     if data.limit > most:
-        raise InputError(f"{{param:limit}} {data.limit}: the features of {info.name} (d = {info.d}, {probes} probe point(s)) "
-                         f"would need about {data.limit * per_example / 2**30:.3g} GiB; the largest {{param:limit}} that fits "
-                         f"in the memory available here is {most}")
+        raise InputError(
+            f"{{param:limit}} {data.limit}: the features of {info.name} (d = {info.d}, {probes} probe point(s)) "
+            f"would need about {data.limit * per_example / 2**30:.3g} GiB; the largest {{param:limit}} that fits "
+            f"in the memory available here is {most}"
+        )
 
 
 def _check_limit_reaches_n(data: DataRequest, info) -> None:
     """Assumptions 1 and 3 draw n of the T examples: T < n is refused before the data pass."""
     if data.limit < info.n:
-        way = (f"raise {{param:limit}} to at least {info.n} or lower {{param:context_length}}" if info.modality == "text"
-               else f"raise {{param:limit}} to at least {info.n}")
-        raise InputError(f"{{param:limit}} {data.limit} is below n = {info.n} tokens per example of {info.name}: Assumptions 1 "
-                         f"and 3 draw n of the T examples, so T must be at least n; {way}")
+        way = (
+            f"raise {{param:limit}} to at least {info.n} or lower {{param:context_length}}"
+            if info.modality == "text"
+            else f"raise {{param:limit}} to at least {info.n}"
+        )
+        raise InputError(
+            f"{{param:limit}} {data.limit} is below n = {info.n} tokens per example of {info.name}: Assumptions 1 "
+            f"and 3 draw n of the T examples, so T must be at least n; {way}"
+        )
 
 
 def _short_of_limit_note(fed, limit: int) -> str:
@@ -398,12 +456,19 @@ def _short_of_limit_note(fed, limit: int) -> str:
     if fed.duplicates.get("dropped"):
         why.append(f"{fed.duplicates['dropped']} exact duplicates dropped")
     because = f" ({'; '.join(why)})" if why else ""
-    return (f"{limit} examples were asked for (limit) but the data gave only {fed.count} usable ones{because}: "
-            f"the audit uses T = {fed.count}")
+    return (
+        f"{limit} examples were asked for (limit) but the data gave only {fed.count} usable ones{because}: "
+        f"the audit uses T = {fed.count}"
+    )
 
 
-def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataRequest, settings: Settings,
-                     on_note: Callable[[str], None] | None = None) -> Captured:
+def collect_features(
+    request: ModelRequest,
+    probes: Sequence[Probe],
+    data: DataRequest,
+    settings: Settings,
+    on_note: Callable[[str], None] | None = None,
+) -> Captured:
     """Run the model over the data once per set of weights and reduce every probe point.
 
     A ``trained`` group whose weights cannot be had offline is reported unavailable, not raised.
@@ -438,8 +503,16 @@ def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataR
             ra = RandomAttention(info.d, seed=settings.weights_seed_used, device=pm.device)
         reducers = {p.variant: StreamingReducer(qi, rule) for p in group}
         data_notes: list[str] = []
-        fed = pipeline.stream(pm, data, {p.layer for p in group}, [_reducer_consumer(group, reducers, ra)], settings,
-                              data_notes, label=f"{init} weights: capture", need=info.n)
+        fed = pipeline.stream(
+            pm,
+            data,
+            {p.layer for p in group},
+            [_reducer_consumer(group, reducers, ra)],
+            settings,
+            data_notes,
+            label=f"{init} weights: capture",
+            need=info.n,
+        )
         for text in data_notes:
             out.note(text, NoteKind.DATA)
         out.timings[f"capture {init}"] = fed.seconds
@@ -452,19 +525,33 @@ def collect_features(request: ModelRequest, probes: Sequence[Probe], data: DataR
         if short:
             out.note(short, NoteKind.SHORT_OF_LIMIT, on_note)
         if fed.duplicates.get("repeats"):
-            out.note(f"duplicate inputs: {fed.duplicates_line} (identical inputs give identical vectors at "
-                     "every layer, a dependence that is about the data, not the model)", NoteKind.DUPLICATE_INPUTS)
+            out.note(
+                f"duplicate inputs: {fed.duplicates_line} (identical inputs give identical vectors at "
+                "every layer, a dependence that is about the data, not the model)",
+                NoteKind.DUPLICATE_INPUTS,
+            )
         for p in group:
             out.features[p.variant] = reducers[p.variant].result(
-                {"model": request.model, "variant": p.variant, "layer": p.layer, "weights": init,
-                 "weights_source": info.weights_source, "weights_read": info.weights_read, "batch": fed.batch,
-                 "data": fed.name, "resolved": info.resolved,
-                 "random_attention": p.random_attention}, fed=fed)
+                {
+                    "model": request.model,
+                    "variant": p.variant,
+                    "layer": p.layer,
+                    "weights": init,
+                    "weights_source": info.weights_source,
+                    "weights_read": info.weights_read,
+                    "batch": fed.batch,
+                    "data": fed.name,
+                    "resolved": info.resolved,
+                    "random_attention": p.random_attention,
+                },
+                fed=fed,
+            )
     return out
 
 
-def _load_or_unavailable(request: ModelRequest, init: str, settings: Settings, max_layer: int,
-                         group: Sequence[Probe], out: Captured):
+def _load_or_unavailable(
+    request: ModelRequest, init: str, settings: Settings, max_layer: int, group: Sequence[Probe], out: Captured
+):
     """The model for ``group``, or None with the group marked unavailable when trained weights
     cannot be had offline. Under torchrun every rank must come to the same outcome."""
     pm, reason = None, None
@@ -486,21 +573,43 @@ def probe_for_variant(variant: str, layer: int = 1) -> Probe:
         return plan_probes("image", [variant], layer=layer if variant in ("random", "trained") else None)[0]
     m = re.fullmatch(r"(random|trained)-L(\d+)", variant)
     if not m:
-        raise InputError(f"unknown variant {variant!r}; choose from {', '.join(IMAGE_VARIANTS)} or random-L<k>/trained-L<k>")
+        raise InputError(
+            f"unknown variant {variant!r}; choose from {', '.join(IMAGE_VARIANTS)} or random-L<k>/trained-L<k>"
+        )
     return Probe(variant, m.group(1), int(m.group(2)))
 
 
 @shared
 @keyword_conveniences
-def capture_features(model: str | ModelRequest, *, variant: str = "random", layer: int = 1,
-                     data: str | DataRequest | None = None, limit: int = 2000, batch_size: int | str = 32,
-                     device: str = "auto", seed: int = 0, progress: bool = False, split: str = "train",
-                     backend: str | None = None, weights_path: str | None = None, context_length: int | None = None,
-                     query_index: int | None = None, rtol: float | None = None, atol: float | None = None,
-                     keep_duplicates: bool = False, settings: Settings | None = None, revision: str | None = None,
-                     trust_remote_code: bool = False, text_column: str | None = None, image_column: str | None = None,
-                     convert_rgb: bool = False, weights_seed: int | None = None, data_seed: int | None = None,
-                     given: frozenset[str] = frozenset()) -> FeatureSet:
+def capture_features(
+    model: str | ModelRequest,
+    *,
+    variant: str = "random",
+    layer: int = 1,
+    data: str | DataRequest | None = None,
+    limit: int = 2000,
+    batch_size: int | str = 32,
+    device: str = "auto",
+    seed: int = 0,
+    progress: bool = False,
+    split: str = "train",
+    backend: str | None = None,
+    weights_path: str | None = None,
+    context_length: int | None = None,
+    query_index: int | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    keep_duplicates: bool = False,
+    settings: Settings | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+    text_column: str | None = None,
+    image_column: str | None = None,
+    convert_rgb: bool = False,
+    weights_seed: int | None = None,
+    data_seed: int | None = None,
+    given: frozenset[str] = frozenset(),
+) -> FeatureSet:
     """Reduced features of one probe point (what ``mhaaudit kruskal`` uses with no file).
 
     ``weights_seed`` / ``data_seed`` draw the random weights / the data from a seed of their own
@@ -515,8 +624,9 @@ def capture_features(model: str | ModelRequest, *, variant: str = "random", laye
 
 
 @shared
-def capture_probe(request: ModelRequest, data: DataRequest, variant: str, *, settings: Settings,
-                  layer: int = 1) -> FeatureSet:
+def capture_probe(
+    request: ModelRequest, data: DataRequest, variant: str, *, settings: Settings, layer: int = 1
+) -> FeatureSet:
     """Reduced features of one probe point (``variant`` at depth ``layer``, see :func:`probe_for_variant`)
     from checked request objects; :func:`capture_features` with the objects built. Trained weights
     that cannot be had offline raise :class:`~mhaaudit.errors.OfflineError`."""
@@ -525,8 +635,10 @@ def capture_probe(request: ModelRequest, data: DataRequest, variant: str, *, set
 
 def _capture_one(req: Requests, probe: Probe) -> FeatureSet:
     if req.model.weights_path is not None and probe.init != "trained":
-        raise InputError(f"{{param:weights}} loads trained weights; use it with {{param:variants}} trained (or trained-L<k>), "
-                         f"not {probe.variant!r}")
+        raise InputError(
+            f"{{param:weights}} loads trained weights; use it with {{param:variants}} trained (or trained-L<k>), "
+            f"not {probe.variant!r}"
+        )
     got = collect_features(req.model, [probe], req.data, req.settings)
     if probe.variant in got.unavailable:
         raise OfflineError(got.unavailable[probe.variant])
@@ -536,7 +648,9 @@ def _capture_one(req: Requests, probe: Probe) -> FeatureSet:
 # --------------------------------------------------------------------------- checks
 
 
-def run_checks(fs: FeatureSet, settings: Settings, *, sweep: bool = False, label: str = "") -> tuple[dict, Sweep | None, dict]:
+def run_checks(
+    fs: FeatureSet, settings: Settings, *, sweep: bool = False, label: str = ""
+) -> tuple[dict, Sweep | None, dict]:
     """Every registered check (:data:`~mhaaudit.checks.REGISTRY`: GP, A1, A2, A3) and optionally the
     sweep on one reduced feature set, under ``settings``: (results by check, sweep or None, timings in s)."""
 
@@ -555,8 +669,14 @@ def run_checks(fs: FeatureSet, settings: Settings, *, sweep: bool = False, label
     for c in sampled:
         t0 = time.perf_counter()
         with task(f"{label} {c.name} (k = {c.k(fs.n, fs.T, fs.d)})", settings.samples, settings.progress) as adv:
-            tests[c.name] = c.decide(fs, rule=rule, stats=stats[c.vectors], progress=adv,
-                                     stop_when_decided=settings.stop_when_decided, **common)
+            tests[c.name] = c.decide(
+                fs,
+                rule=rule,
+                stats=stats[c.vectors],
+                progress=adv,
+                stop_when_decided=settings.stop_when_decided,
+                **common,
+            )
         timings[c.name] = round(time.perf_counter() - t0, 3)
     sw = None
     if sweep:
@@ -573,10 +693,22 @@ def _with_seed(result, seed: int):
 
 
 @keyword_conveniences
-def check_features(fs: FeatureSet, *, samples: int = DEFAULT_SAMPLES, threshold: float = DEFAULT_THRESHOLD, seed: int = 0,
-                   rtol: float | None = None, atol: float | None = None, device="auto", sweep: bool = False,
-                   progress: bool = False, label: str = "", stop_when_decided: bool = True,
-                   settings: Settings | None = None, given: frozenset[str] = frozenset()) -> tuple[dict, Sweep | None, dict]:
+def check_features(
+    fs: FeatureSet,
+    *,
+    samples: int = DEFAULT_SAMPLES,
+    threshold: float = DEFAULT_THRESHOLD,
+    seed: int = 0,
+    rtol: float | None = None,
+    atol: float | None = None,
+    device="auto",
+    sweep: bool = False,
+    progress: bool = False,
+    label: str = "",
+    stop_when_decided: bool = True,
+    settings: Settings | None = None,
+    given: frozenset[str] = frozenset(),
+) -> tuple[dict, Sweep | None, dict]:
     """GP, A1, A2, A3 (and optionally the sweep) on one reduced feature set (:func:`run_checks`
     under ``settings``, or the settings these keywords build; the defaults are :func:`audit`'s). A
     keyword given beside ``settings`` that says otherwise is an InputError."""
@@ -596,10 +728,15 @@ def _column(p: Probe, got: Captured, settings: Settings, sweep: bool) -> Column:
         skipped = f"; skipped: {describe_skips(got.skips)}" if got.skips else ""
         dups = got.duplicates.get("dropped") or 0
         dropped = f"; {dups} exact duplicates dropped (keep them with {{param:keep_duplicates}})" if dups else ""
-        hint = ("; convert the other modes to RGB with {param:convert_rgb} (as torchvision's ImageFolder does)"
-                if "not RGB" in (got.skips or {}) and got.image_policy.startswith("RGB only") else "")
-        raise DataError(f"the data gave only {fs.T} usable examples, but Assumptions 1 and 3 draw n = {fs.n} of the "
-                        f"T examples, so T must be at least {fs.n}{skipped}{dropped}{hint}; supply more data")
+        hint = (
+            "; convert the other modes to RGB with {param:convert_rgb} (as torchvision's ImageFolder does)"
+            if "not RGB" in (got.skips or {}) and got.image_policy.startswith("RGB only")
+            else ""
+        )
+        raise DataError(
+            f"the data gave only {fs.T} usable examples, but Assumptions 1 and 3 draw n = {fs.n} of the "
+            f"T examples, so T must be at least {fs.n}{skipped}{dropped}{hint}; supply more data"
+        )
     col.features, col.T = fs, fs.T
     col.weights_source = fs.meta.get("weights_source", "")
     col.weights_read = fs.meta.get("weights_read")
@@ -613,13 +750,25 @@ def memorisation_bound(info: dict, col: Column) -> tuple[CapacityBound | None, s
     heads: the bound (None when the model does not say its heads, width and length), and, when
     the theorem gives no count, what would give one (else "")."""
     H, dh, n, d = info.get("num_heads"), info.get("head_dim"), info.get("n"), info.get("d")
-    if col.status != "ok" or not (isinstance(H, int) and isinstance(dh, int) and isinstance(n, int) and isinstance(d, int)
-                                  and min(H, dh, n, d) > 0):
+    if col.status != "ok" or not (
+        isinstance(H, int)
+        and isinstance(dh, int)
+        and isinstance(n, int)
+        and isinstance(d, int)
+        and min(H, dh, n, d) > 0
+    ):
         return None, ""
     a1, a2 = col.tests.get("assumption_1"), col.tests.get("assumption_2")
     est = col.sweep.estimate if col.sweep is not None and col.sweep.estimate >= 1 else None
-    b = theorem1_bound(heads=H, head_dim=dh, n=n, d=d, a1_holds=a1.verdict == "holds" if a1 else None,
-                       a2_holds=a2.verdict == "holds" if a2 else None, kruskal_estimate=est)
+    b = theorem1_bound(
+        heads=H,
+        head_dim=dh,
+        n=n,
+        d=d,
+        a1_holds=a1.verdict == "holds" if a1 else None,
+        a2_holds=a2.verdict == "holds" if a2 else None,
+        kruskal_estimate=est,
+    )
     hint = ""
     if not b.applies and est is None and not (a1 and a1.verdict == "holds"):
         hint = "run with --sweep for a Remark 1 count from the estimated Kruskal rank"
@@ -698,8 +847,9 @@ def audit(
     plan = plan_for(req.settings, seeds, vary)
     if plan is None:
         return _audit(req, cols, on_note)
-    return audit_seeds(lambda **run: _audit(req._replace(settings=req.settings.with_(**run)), cols, on_note), plan,
-                       req.data.data)
+    return audit_seeds(
+        lambda **run: _audit(req._replace(settings=req.settings.with_(**run)), cols, on_note), plan, req.data.data
+    )
 
 
 @dataclass(frozen=True)
@@ -716,18 +866,38 @@ def _audit(req: Requests, cols: _Columns, on_note: Callable[[str], None] | None)
 
     request, data_req, settings = req
     t_start = time.perf_counter()
-    probes = plan_probes(modality_of(request.model, backend=request.backend, weights_path=request.weights_path),
-                         cols.variants, cols.layers, cols.layer)
+    probes = plan_probes(
+        modality_of(request.model, backend=request.backend, weights_path=request.weights_path),
+        cols.variants,
+        cols.layers,
+        cols.layer,
+    )
     if request.weights_path is not None and not any(p.init == "trained" for p in probes):
         raise InputError("{param:weights} has no effect without a trained column; add trained to {param:variants}")
     got = collect_features(request, probes, data_req, settings, on_note=on_note)
     if not got.features:  # every column unavailable: there is nothing to audit, and that is no success
         raise OfflineError("no column could be audited: " + "; ".join(dict.fromkeys(got.unavailable.values())))
     columns = [_column(p, got, settings, cols.sweep) for p in probes]
-    run = dict(settings.as_dict(), limit=data_req.limit, batch_size=got.batch.get("size", data_req.batch_size),
-               batch_size_choice=got.batch.get("how"), layer=1 if cols.layer is None else cols.layer,
-               layers=list(cols.layers) if cols.layers is not None else None, **describe())
+    run = dict(
+        settings.as_dict(),
+        limit=data_req.limit,
+        batch_size=got.batch.get("size", data_req.batch_size),
+        batch_size_choice=got.batch.get("how"),
+        layer=1 if cols.layer is None else cols.layer,
+        layers=list(cols.layers) if cols.layers is not None else None,
+        **describe(),
+    )
     got.timings["total"] = round(time.perf_counter() - t_start, 3)
-    return AuditResult(model=request.model, info=got.info, data=got.data, columns=columns, settings=run, timings=got.timings,
-                       skipped=got.skipped, notes=got.notes, duplicates=got.duplicates, skips=got.skips,
-                       image_policy=got.image_policy)
+    return AuditResult(
+        model=request.model,
+        info=got.info,
+        data=got.data,
+        columns=columns,
+        settings=run,
+        timings=got.timings,
+        skipped=got.skipped,
+        notes=got.notes,
+        duplicates=got.duplicates,
+        skips=got.skips,
+        image_policy=got.image_policy,
+    )

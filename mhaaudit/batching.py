@@ -24,8 +24,16 @@ from .errors import InputError, ModelError, param
 from .hostmem import available_memory
 from .models.shards import human_bytes
 
-__all__ = ["AUTO", "AUTO_MAX_BATCH", "BatchChoice", "available_memory", "choose_batch_size", "example_bytes",
-           "halve_until_fits", "parse_batch_size"]
+__all__ = [
+    "AUTO",
+    "AUTO_MAX_BATCH",
+    "BatchChoice",
+    "available_memory",
+    "choose_batch_size",
+    "example_bytes",
+    "halve_until_fits",
+    "parse_batch_size",
+]
 
 AUTO = "auto"
 AUTO_MAX_BATCH = 512  # the most examples one automatic batch holds (more gains little and delays progress)
@@ -54,8 +62,9 @@ class BatchChoice:
         return asdict(self)
 
 
-def choose_batch_size(pm, layers: Sequence[int], asked: int | str, limit: int, *, halving: bool | None = None,
-                      memory: int | None = None) -> BatchChoice:
+def choose_batch_size(
+    pm, layers: Sequence[int], asked: int | str, limit: int, *, halving: bool | None = None, memory: int | None = None
+) -> BatchChoice:
     """The batch size for running ``pm`` to ``max(layers)`` over ``limit`` examples.
 
     ``halving`` (default: on a CUDA device) finds the largest batch that fits by halving on
@@ -68,9 +77,11 @@ def choose_batch_size(pm, layers: Sequence[int], asked: int | str, limit: int, *
             avail = available_memory() if memory is None else int(memory)
             most = max(1, avail // max(per, 1))
             if min(int(asked), int(limit)) > most:
-                raise InputError(f"{{param:batch_size}} {asked}: one batch would need about "
-                                 f"{min(int(asked), int(limit)) * per / 2**30:.3g} GiB of activations; the largest "
-                                 f"{{param:batch_size}} that fits in the memory available here is {most}")
+                raise InputError(
+                    f"{{param:batch_size}} {asked}: one batch would need about "
+                    f"{min(int(asked), int(limit)) * per / 2**30:.3g} GiB of activations; the largest "
+                    f"{{param:batch_size}} that fits in the memory available here is {most}"
+                )
         return BatchChoice(int(asked), asked, "given")
     start = max(1, min(AUTO_MAX_BATCH, int(limit)))
     if halving is None:
@@ -89,8 +100,12 @@ def choose_batch_size(pm, layers: Sequence[int], asked: int | str, limit: int, *
     per = example_bytes(pm, layers)
     avail = available_memory() if memory is None else int(memory)
     size = max(1, min(start, int(avail * CPU_MEMORY_SHARE) // max(per, 1)))
-    return BatchChoice(size, AUTO, f"{_mib(per)} of activations per example, {_mib(avail)} of memory available "
-                                   f"({CPU_MEMORY_SHARE:.0%} used), at most {start}")
+    return BatchChoice(
+        size,
+        AUTO,
+        f"{_mib(per)} of activations per example, {_mib(avail)} of memory available "
+        f"({CPU_MEMORY_SHARE:.0%} used), at most {start}",
+    )
 
 
 def halve_until_fits(run: Callable[[int], None], start: int) -> tuple[int, list[int]]:

@@ -205,8 +205,9 @@ def assumption_2_from_arrays(a: dict[str, torch.Tensor], *, n: int, d: int, rule
     if T and n <= d:
         smin, tol = a["context_sigma_min"], a["context_tol"]
         # sigma_min / tol in the data's units: a ratio, so the same at every scale (0 for a zero matrix)
-        margin = torch.where(tol > 0, smin / torch.where(tol > 0, tol, 1.0),
-                             torch.where(smin > 0, float("inf"), 0.0).to(smin.dtype))
+        margin = torch.where(
+            tol > 0, smin / torch.where(tol > 0, tol, 1.0), torch.where(smin > 0, float("inf"), 0.0).to(smin.dtype)
+        )
         worst = int(margin.argmin())
         min_margin = float(margin[worst])
         worst_smin, worst_tol = float(a["context_sigma_min"][worst]), float(a["context_tol"][worst])
@@ -224,11 +225,24 @@ def assumption_2_from_arrays(a: dict[str, torch.Tensor], *, n: int, d: int, rule
     else:
         verdict = "fails"
         lo = min(hist)
-        reason = f"{T - full} of {T} context matrices have rank < n = {n} (lowest rank {lo}); first: example {deficient[0]}"
+        reason = (
+            f"{T - full} of {T} context matrices have rank < n = {n} (lowest rank {lo}); first: example {deficient[0]}"
+        )
     return ContextRankResult(
-        T=T, n=n, d=d, full=full, deficient=T - full, rank_histogram=hist, min_margin=min_margin,
-        worst_example=worst, worst_sigma_min=worst_smin, worst_tol=worst_tol, rule=rule,
-        verdict=verdict, reason=reason, deficient_examples=deficient,
+        T=T,
+        n=n,
+        d=d,
+        full=full,
+        deficient=T - full,
+        rank_histogram=hist,
+        min_margin=min_margin,
+        worst_example=worst,
+        worst_sigma_min=worst_smin,
+        worst_tol=worst_tol,
+        rule=rule,
+        verdict=verdict,
+        reason=reason,
+        deficient_examples=deficient,
     )
 
 
@@ -306,8 +320,9 @@ class Check:
         k = self.k(features.n, features.T, features.d)
         if self.measure is not None:
             return self.measure(features, k, rule)
-        return subset_test(getattr(features, self.vectors), k, check=self.name, title=self.title, rule=rule, stats=stats,
-                           **draws)
+        return subset_test(
+            getattr(features, self.vectors), k, check=self.name, title=self.title, rule=rule, stats=stats, **draws
+        )
 
 
 def _assumption_2_of(features, k: int, rule: RankRule) -> ContextRankResult:
@@ -318,16 +333,47 @@ def _assumption_2_of(features, k: int, rule: RankRule) -> ContextRankResult:
 REGISTRY: dict[str, Check] = {
     c.name: c
     for c in (
-        Check("general_position", "General Position",
-              "every d query vectors are linearly independent (Kruskal rank = min(T, d))",
-              "queries", "k = min(T, d)", lambda n, T, d: min(T, d), general_position, True),
-        Check("assumption_1", "Assumption 1", "every n query vectors are linearly independent (Kruskal rank >= n)",
-              "queries", "k = n", lambda n, T, d: n, assumption_1, True),
-        Check("assumption_2", "Assumption 2",
-              "every example's n context tokens are linearly independent (rank E_t = n)",
-              "contexts", "rank n", lambda n, T, d: n, assumption_2, False, measure=_assumption_2_of),
-        Check("assumption_3", "Assumption 3", "every n vectors query + mean(context) are linearly independent",
-              "a3", "k = n", lambda n, T, d: n, assumption_3, True),
+        Check(
+            "general_position",
+            "General Position",
+            "every d query vectors are linearly independent (Kruskal rank = min(T, d))",
+            "queries",
+            "k = min(T, d)",
+            lambda n, T, d: min(T, d),
+            general_position,
+            True,
+        ),
+        Check(
+            "assumption_1",
+            "Assumption 1",
+            "every n query vectors are linearly independent (Kruskal rank >= n)",
+            "queries",
+            "k = n",
+            lambda n, T, d: n,
+            assumption_1,
+            True,
+        ),
+        Check(
+            "assumption_2",
+            "Assumption 2",
+            "every example's n context tokens are linearly independent (rank E_t = n)",
+            "contexts",
+            "rank n",
+            lambda n, T, d: n,
+            assumption_2,
+            False,
+            measure=_assumption_2_of,
+        ),
+        Check(
+            "assumption_3",
+            "Assumption 3",
+            "every n vectors query + mean(context) are linearly independent",
+            "a3",
+            "k = n",
+            lambda n, T, d: n,
+            assumption_3,
+            True,
+        ),
     )
 }
 CHECKS = tuple(REGISTRY)  # the built-in checks' names, in the order the report shows them
@@ -364,8 +410,14 @@ def check_for_size(k: int, *, n: int | None, T: int, d: int, vectors: str) -> st
     depend on n are known.
     """
     big = 1 << 62
-    fits = [c for c in REGISTRY.values() if c.estimated and c.vectors == vectors
-            and (n is not None or _sized_without_n(c)) and c.k(n if n is not None else 0, T, d) == k]
+    fits = [
+        c
+        for c in REGISTRY.values()
+        if c.estimated
+        and c.vectors == vectors
+        and (n is not None or _sized_without_n(c))
+        and c.k(n if n is not None else 0, T, d) == k
+    ]
     return min(fits, key=lambda c: c.k(n if n is not None else big, big, big)).name if fits else "kruskal"
 
 

@@ -7,7 +7,14 @@ keyword defaults, so a run through either gets the same settings.
 
 from __future__ import annotations
 
-__all__ = ["CAPACITY_BLOCK", "CAPACITY_BLOCK_WHY", "DEFAULT_SAMPLES", "DEFAULT_THRESHOLD", "MEMORIZE_PRESETS", "PAPER_VALUES"]
+__all__ = [
+    "CAPACITY_BLOCK",
+    "CAPACITY_BLOCK_WHY",
+    "DEFAULT_SAMPLES",
+    "DEFAULT_THRESHOLD",
+    "MEMORIZE_PRESETS",
+    "PAPER_VALUES",
+]
 
 #: Monte-Carlo draws per candidate size of a Kruskal test (the paper's).
 DEFAULT_SAMPLES = 5000
@@ -21,9 +28,11 @@ DEFAULT_THRESHOLD = 0.99
 #: (Section 4.4): block 2, whose input is the output of block 1. Block 1 would read the embedding
 #: output, where the bound for images is a single example.
 CAPACITY_BLOCK = 2
-CAPACITY_BLOCK_WHY = ("block 2 is the default: the paper applies Theorem 1 to the second attention layer, whose input "
-                      "(the output of block 1) satisfies Assumptions 1 and 2 in its Tables 1 and 3; block 1 reads the "
-                      "embedding output, where the image queries are one vector (--block K chooses another)")
+CAPACITY_BLOCK_WHY = (
+    "block 2 is the default: the paper applies Theorem 1 to the second attention layer, whose input "
+    "(the output of block 1) satisfies Assumptions 1 and 2 in its Tables 1 and 3; block 1 reads the "
+    "embedding output, where the image queries are one vector (--block K chooses another)"
+)
 
 PAPER_VALUES = (1, 5, 10, 20, 30, 40, 50, 60)
 
@@ -38,6 +47,8 @@ PAPER_VALUES = (1, 5, 10, 20, 30, 40, 50, 60)
 MEMORIZE_PRESETS: dict[str, dict] = {
     "paper-fig2a": dict(vary="heads", values=PAPER_VALUES, n=32, head_dim=64, sizes=(1000, 2000, 5000, 10000)),
     "paper-fig2b": dict(vary="n", values=PAPER_VALUES, heads=20, head_dim=64, sizes=(1000, 2000, 5000)),
-    "paper-fig2c": dict(vary="head-dim", values=(10, 16, 24, 32, 40, 48, 56, 64), heads=30, n=32, sizes=(2000, 5000, 10000)),
+    "paper-fig2c": dict(
+        vary="head-dim", values=(10, 16, 24, 32, 40, 48, 56, 64), heads=30, n=32, sizes=(2000, 5000, 10000)
+    ),
     "cpu": dict(vary="heads", values=(1, 2, 4, 8), n=32, head_dim=64, sizes=(500, 1000), max_steps=6000),
 }

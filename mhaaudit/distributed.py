@@ -76,8 +76,21 @@ from typing import Any
 
 from .errors import InputError, MhaauditError, one_line, param
 
-__all__ = ["RankCrashed", "RankFailed", "Session", "SingleProcess", "current", "describe", "launched", "leave", "lockstep",
-           "lost_rank_line", "run_cli", "session", "shared"]
+__all__ = [
+    "RankCrashed",
+    "RankFailed",
+    "Session",
+    "SingleProcess",
+    "current",
+    "describe",
+    "launched",
+    "leave",
+    "lockstep",
+    "lost_rank_line",
+    "run_cli",
+    "session",
+    "shared",
+]
 
 TIMEOUT_ENV = "MHAAUDIT_DIST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 300.0
@@ -106,8 +119,10 @@ def _env_int(name: str) -> int:
     try:
         return int(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise InputError(f"launched with WORLD_SIZE = {os.environ.get('WORLD_SIZE')} but {name} is "
-                         f"{'unset' if value is None else repr(value)}; start the job with torchrun or accelerate launch") from None
+        raise InputError(
+            f"launched with WORLD_SIZE = {os.environ.get('WORLD_SIZE')} but {name} is "
+            f"{'unset' if value is None else repr(value)}; start the job with torchrun or accelerate launch"
+        ) from None
 
 
 def timeout_s() -> float:
@@ -166,7 +181,9 @@ class Session:
 
         buf = io.BytesIO()
         torch.save(obj, buf)
-        return [torch.load(io.BytesIO(b), map_location=here, weights_only=False) for b in self.all_gather(buf.getvalue())]
+        return [
+            torch.load(io.BytesIO(b), map_location=here, weights_only=False) for b in self.all_gather(buf.getvalue())
+        ]
 
     def broadcast(self, obj):
         """Rank 0's ``obj`` on every rank."""
@@ -181,8 +198,10 @@ class Session:
         values = self.all_gather(value)
         odd = [r for r, v in enumerate(values) if v != values[0]]
         if odd:
-            raise RankFailed(f"the {self.world_size} processes disagree about {what}: rank 0 has {values[0]!r}, "
-                             f"rank {odd[0]} has {values[odd[0]]!r}; give every node the same files")
+            raise RankFailed(
+                f"the {self.world_size} processes disagree about {what}: rank 0 has {values[0]!r}, "
+                f"rank {odd[0]} has {values[odd[0]]!r}; give every node the same files"
+            )
 
     def deal(self, batches: Iterable | None) -> Iterator[tuple[int | None, Any]]:
         """This rank's ``(batch index, batch)`` of the batches rank 0 reads: batch b goes to rank b mod N.
@@ -219,8 +238,9 @@ class Session:
         self._call(dist.scatter_object_list, box, msgs, src=0)
         return box[0]
 
-    def gather_rows(self, rows: dict | None, header, fed: list[tuple[int, int]],
-                    parts: list[list[tuple[int, int]]]) -> tuple[dict | None, Any]:
+    def gather_rows(
+        self, rows: dict | None, header, fed: list[tuple[int, int]], parts: list[list[tuple[int, int]]]
+    ) -> tuple[dict | None, Any]:
         """Row-stacked results of every rank, back in single-process order, on every rank.
 
         ``rows``: name -> tensor whose rows are this rank's batches ``fed`` ((index, size) in the
@@ -301,8 +321,10 @@ class Session:
             return RankFailed(msg) if code == 2 else RankCrashed(msg)
         detail = one_line(exc, 200, first_line=True) if exc is not None else "no detail"
         if "timed out" in detail.lower() or "timeout" in detail.lower():
-            return RankFailed(f"no answer from the other processes within {timeout_s():g} s ({TIMEOUT_ENV}); the job is "
-                              f"ended ({detail})")
+            return RankFailed(
+                f"no answer from the other processes within {timeout_s():g} s ({TIMEOUT_ENV}); the job is "
+                f"ended ({detail})"
+            )
         dead = self._dead_ranks()
         who = f"rank {', '.join(map(str, dead))} of {self.world_size}" if dead else "a process of the job"
         return RankFailed(f"{who} stopped without reporting an error (killed, or out of memory); the job is ended")
@@ -358,8 +380,9 @@ class SingleProcess:
         """Every batch, numbered: ``(batch index, batch)``."""
         return enumerate(batches if batches is not None else ())
 
-    def gather_rows(self, rows: dict | None, header, fed: list[tuple[int, int]],
-                    parts: list[list[tuple[int, int]]]) -> tuple[dict | None, Any]:
+    def gather_rows(
+        self, rows: dict | None, header, fed: list[tuple[int, int]], parts: list[list[tuple[int, int]]]
+    ) -> tuple[dict | None, Any]:
         """``(rows, header)`` unchanged: the rows of one process are already in its order."""
         return rows, header
 
@@ -401,8 +424,10 @@ def lost_rank_line() -> str | None:
             return f"rank {r} of {s.world_size} failed: {notes[r][1]}"
         dead = s._dead_ranks()
         if dead:
-            return (f"rank {', '.join(map(str, dead))} of {s.world_size} stopped without reporting an error "
-                    "(killed, or out of memory); the job is ended")
+            return (
+                f"rank {', '.join(map(str, dead))} of {s.world_size} stopped without reporting an error "
+                "(killed, or out of memory); the job is ended"
+            )
     return None
 
 
@@ -501,8 +526,10 @@ def _start() -> Session:
             dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
         except (RuntimeError, ValueError) as exc:
             where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
-            raise RankFailed(f"cannot join the distributed job at {where} as rank {rank} of {world}: "
-                             f"{one_line(exc, 200, first_line=True)}") from None
+            raise RankFailed(
+                f"cannot join the distributed job at {where} as rank {rank} of {world}: "
+                f"{one_line(exc, 200, first_line=True)}"
+            ) from None
     s = Session(rank=rank, world_size=world, local_rank=local, backend=backend, group=group, store=store)
     if store is not None:  # (no store: nothing to record)
         with contextlib.suppress(Exception):

@@ -77,9 +77,16 @@ class Capture:
 # --------------------------------------------------------------------------- the requests
 
 
-def kruskal_request(features: str | Path | None = None, *, k: int | Sequence[int] | None = None, sweep: bool = False,
-                    n: int | None = None, vectors: str | None = None, key: str | None = None,
-                    query_index: int | None = None) -> KruskalRequest:
+def kruskal_request(
+    features: str | Path | None = None,
+    *,
+    k: int | Sequence[int] | None = None,
+    sweep: bool = False,
+    n: int | None = None,
+    vectors: str | None = None,
+    key: str | None = None,
+    query_index: int | None = None,
+) -> KruskalRequest:
     """A checked :class:`KruskalRequest`: sizes and n positive integers (repeated sizes once),
     ``vectors`` queries or a3. Raises :class:`~mhaaudit.errors.InputError` otherwise."""
     sizes = [k] if isinstance(k, int) else list(k or [])
@@ -89,34 +96,62 @@ def kruskal_request(features: str | Path | None = None, *, k: int | Sequence[int
         vectors = validate.choice(param("vectors"), getattr(vectors, "value", vectors), VECTORS)
     if query_index is not None:
         query_index = validate.integer(param("query_index"), query_index, minimum=None)
-    return KruskalRequest(features=None if features is None else Path(features), ks=ks, sweep=bool(sweep), n=n,
-                          vectors=vectors, key=key, query_index=query_index)
+    return KruskalRequest(
+        features=None if features is None else Path(features),
+        ks=ks,
+        sweep=bool(sweep),
+        n=n,
+        vectors=vectors,
+        key=key,
+        query_index=query_index,
+    )
 
 
-def kruskal_capture(model: str = "vit-base", *, variant: str = "random", n: int | None = None,
-                    query_index: int | None = None, data: DataRequest | None = None, **model_options) -> Capture:
+def kruskal_capture(
+    model: str = "vit-base",
+    *,
+    variant: str = "random",
+    n: int | None = None,
+    query_index: int | None = None,
+    data: DataRequest | None = None,
+    **model_options,
+) -> Capture:
     """A checked :class:`Capture` of one column of ``model``: ``n`` is a text model's context length,
     ``data`` a :class:`~mhaaudit.request.DataRequest` (default: the built-in data, 2000 examples,
     batches of 32); ``model_options`` are :class:`~mhaaudit.request.ModelRequest`'s (backend,
     weights, revision, trust_remote_code). Several columns, or ``weights`` without a trained
     column, are refused."""
     if len(validate.split_list(variant) or []) > 1:
-        raise InputError(f"{{param:variant}} {variant}: kruskal captures one column at a time; give one "
-                         "(check audits several)")
+        raise InputError(
+            f"{{param:variant}} {variant}: kruskal captures one column at a time; give one (check audits several)"
+        )
 
     probe = probe_for_variant(variant)
     if model_options.get("weights") is not None and probe.init != "trained":
-        raise InputError("{param:weights} loads trained weights; use it with {param:variant} trained (or trained-L<k>), "
-                         f"not {variant!r}")
+        raise InputError(
+            "{param:weights} loads trained weights; use it with {param:variant} trained (or trained-L<k>), "
+            f"not {variant!r}"
+        )
     options = dict(model_options)
-    request = ModelRequest(model, context_length=n, query_index=query_index, weights_path=options.pop("weights", None),
-                           **options)
+    request = ModelRequest(
+        model, context_length=n, query_index=query_index, weights_path=options.pop("weights", None), **options
+    )
     return Capture(model=request, data=data if data is not None else DataRequest(), variant=variant)
 
 
 _REQUEST_KEYS = ("k", "sweep", "n", "vectors", "key", "query_index")
-_SETTINGS_KEYS = ("samples", "threshold", "seed", "rtol", "atol", "device", "stop_when_decided", "progress",
-                  "weights_seed", "data_seed")
+_SETTINGS_KEYS = (
+    "samples",
+    "threshold",
+    "seed",
+    "rtol",
+    "atol",
+    "device",
+    "stop_when_decided",
+    "progress",
+    "weights_seed",
+    "data_seed",
+)
 _MODEL_KEYS = ("model", "variant", "backend", "weights", "revision", "trust_remote_code")
 _DATA_KEYS = ("data", "split", "limit", "batch_size", "keep_duplicates", "text_column", "image_column", "convert_rgb")
 _DATA_DEFAULTS = dict(data=None, split="train", limit=2000, batch_size=32, keep_duplicates=False)
@@ -128,8 +163,11 @@ def _objects(features, request, capture, settings, keywords: dict):
     unknown = set(keywords) - {*_REQUEST_KEYS, *_SETTINGS_KEYS, *_MODEL_KEYS, *_DATA_KEYS}
     if unknown:
         raise TypeError(f"estimate_kruskal_rank() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
-    for obj, keys, what in ((request, _REQUEST_KEYS, "request"), (settings, _SETTINGS_KEYS, "settings"),
-                            (capture, (*_MODEL_KEYS, *_DATA_KEYS), "capture")):
+    for obj, keys, what in (
+        (request, _REQUEST_KEYS, "request"),
+        (settings, _SETTINGS_KEYS, "settings"),
+        (capture, (*_MODEL_KEYS, *_DATA_KEYS), "capture"),
+    ):
         clash = [k for k in keys if k in keywords]
         if obj is not None and clash:
             raise InputError(f"give {', '.join(clash)} in {what}= or as keywords, not both")
@@ -141,8 +179,10 @@ def _objects(features, request, capture, settings, keywords: dict):
     if request.features is not None:
         if capture is not None or pick((*_MODEL_KEYS, *_DATA_KEYS)):
             given = ", ".join(pick((*_MODEL_KEYS, *_DATA_KEYS))) or "capture"
-            raise InputError(f"{given} has no effect when features ({request.features}) are given: the capture options "
-                             "apply only without a file")
+            raise InputError(
+                f"{given} has no effect when features ({request.features}) are given: the capture options "
+                "apply only without a file"
+            )
         return request, None, settings
     if request.key is not None:
         raise InputError("{param:key} has no effect without features: it chooses a tensor or column in a feature file")
@@ -152,20 +192,31 @@ def _objects(features, request, capture, settings, keywords: dict):
         capture = kruskal_capture(name, variant=variant, n=request.n, query_index=request.query_index, **model)
         d = {**_DATA_DEFAULTS, **pick(_DATA_KEYS)}  # checked after the model's options, as capture_features does
         capture = replace(capture, data=DataRequest(**d))
-    elif (capture.model.context_length, capture.model.query_index) != (request.n, request.query_index) and \
-            (request.n, request.query_index) != (None, None):
-        raise InputError("the request's n and query_index differ from the capture's model request "
-                         "(context_length, query_index); give them in one place")
+    elif (capture.model.context_length, capture.model.query_index) != (request.n, request.query_index) and (
+        request.n,
+        request.query_index,
+    ) != (None, None):
+        raise InputError(
+            "the request's n and query_index differ from the capture's model request "
+            "(context_length, query_index); give them in one place"
+        )
     return request, capture, settings
 
 
 # --------------------------------------------------------------------------- the estimate
 
 
-def estimate_kruskal_rank(features: str | Path | None = None, *, request: KruskalRequest | None = None,
-                          capture: Capture | None = None, settings: Settings | None = None,
-                          on_note: Callable[[str], None] | None = None, seeds: str | Sequence[int] | None = None,
-                          vary: str = "both", **keywords) -> KruskalResult | SeedsResult:
+def estimate_kruskal_rank(
+    features: str | Path | None = None,
+    *,
+    request: KruskalRequest | None = None,
+    capture: Capture | None = None,
+    settings: Settings | None = None,
+    on_note: Callable[[str], None] | None = None,
+    seeds: str | Sequence[int] | None = None,
+    vary: str = "both",
+    **keywords,
+) -> KruskalResult | SeedsResult:
     """Estimate the Kruskal rank of a set of vectors: Monte-Carlo tests at candidate sizes, or a sweep.
 
     ``features`` is a T x d matrix (``.npy``, ``.pt``, ``.safetensors``, ``.parquet``), a
@@ -192,11 +243,14 @@ def estimate_kruskal_rank(features: str | Path | None = None, *, request: Kruska
     size; a capture raises what :func:`~mhaaudit.audit` raises.
     """
     request, capture, settings = _objects(features, request, capture, settings, keywords)
-    if request.features is not None and (settings.weights_seed is not None or settings.data_seed is not None
-                                         or seeds is not None or vary != "both"):
-        raise InputError(f"{{param:seeds}}, {{param:vary}}, {{param:weights_seed}} and {{param:data_seed}} have no "
-                         f"effect when features ({request.features}) are given: they seed the capture from "
-                         "{param:model} (a file's vectors are fixed; {param:seed} seeds the draws)")
+    if request.features is not None and (
+        settings.weights_seed is not None or settings.data_seed is not None or seeds is not None or vary != "both"
+    ):
+        raise InputError(
+            f"{{param:seeds}}, {{param:vary}}, {{param:weights_seed}} and {{param:data_seed}} have no "
+            f"effect when features ({request.features}) are given: they seed the capture from "
+            "{param:model} (a file's vectors are fixed; {param:seed} seeds the draws)"
+        )
     plan = plan_for(settings, seeds, vary)
     if plan is None:
         return _estimate_one(request, capture, settings, on_note)
@@ -204,8 +258,9 @@ def estimate_kruskal_rank(features: str | Path | None = None, *, request: Kruska
     return kruskal_seeds(lambda **run: _estimate_one(request, capture, settings.with_(**run), on_note), plan, capture)
 
 
-def _estimate_one(request: KruskalRequest, capture: Capture | None, settings: Settings,
-                  on_note: Callable[[str], None] | None) -> KruskalResult:
+def _estimate_one(
+    request: KruskalRequest, capture: Capture | None, settings: Settings, on_note: Callable[[str], None] | None
+) -> KruskalResult:
     t0 = time.perf_counter()
     X, n, source, vectors, captured = _vectors(request, capture, settings)
     X = as_matrix(X)
@@ -217,10 +272,19 @@ def _estimate_one(request: KruskalRequest, capture: Capture | None, settings: Se
     tests, sw, timings = _estimate(X, ks, sweep, n, vectors, settings, rule, stats)
     return KruskalResult(
         inputs=KruskalInputs(source=str(source), T=T, d=d, n=n, dtype=str(X.dtype).replace("torch.", "")),
-        tests=tuple(tests), sweep=sw, rule=rule, seed=settings.seed, device=settings.device_name,
-        threshold=settings.threshold, samples=settings.samples, set_rank=stats.rank, timings=timings,
-        total_s=round(time.perf_counter() - t0, 3), storage="memory-mapped" if isinstance(X, MappedArray) else "memory",
-        peak_rss_bytes=peak_rss_bytes(), capture=captured,
+        tests=tuple(tests),
+        sweep=sw,
+        rule=rule,
+        seed=settings.seed,
+        device=settings.device_name,
+        threshold=settings.threshold,
+        samples=settings.samples,
+        set_rank=stats.rank,
+        timings=timings,
+        total_s=round(time.perf_counter() - t0, 3),
+        storage="memory-mapped" if isinstance(X, MappedArray) else "memory",
+        peak_rss_bytes=peak_rss_bytes(),
+        capture=captured,
     )
 
 
@@ -248,16 +312,20 @@ def _read(request: KruskalRequest):
     if features.is_dir():
         for name, value in (("key", key), ("query_index", query_index)):
             if value is not None:
-                raise InputError(f"{{param:{name}}} has no effect on a saved feature folder ({features}): it holds the query "
-                                 "and Assumption 3 vectors already; choose them with {param:vectors}")
+                raise InputError(
+                    f"{{param:{name}}} has no effect on a saved feature folder ({features}): it holds the query "
+                    "and Assumption 3 vectors already; choose them with {param:vectors}"
+                )
         vectors = vectors or "queries"
         fs = FeatureSet.load(features)
         m = fs.meta
         source = f"{features} ({vectors}; {m.get('model', '?')} {m.get('variant', '')} layer {m.get('layer', '?')})"
         return (fs.a3 if vectors == "a3" else fs.queries), fs.n, source, vectors
     if vectors is not None:
-        raise InputError(f"{{param:vectors}} has no effect on a single matrix ({features}): it chooses between the query and "
-                         "Assumption 3 vectors of a saved feature folder or of {param:model}")
+        raise InputError(
+            f"{{param:vectors}} has no effect on a single matrix ({features}): it chooses between the query and "
+            "Assumption 3 vectors of a saved feature folder or of {param:model}"
+        )
     arr, desc = read_array(features, key=key)
     X, source = to_query_matrix(arr, query_index, desc)
     return X, None, source, "queries"
@@ -276,8 +344,10 @@ def _sizes(request: KruskalRequest, n: int | None, T: int, d: int, vectors: str,
         return ks, True
     if n > T:
         a = "3" if vectors == "a3" else "1"
-        raise InputError(f"only T = {T} vectors, but Assumption {a} at n = {n} needs at least n of them; "
-                         "supply more vectors or choose sizes with {param:k}")
+        raise InputError(
+            f"only T = {T} vectors, but Assumption {a} at n = {n} needs at least n of them; "
+            "supply more vectors or choose sizes with {param:k}"
+        )
     return list(dict.fromkeys([n, min(T, d)])), False
 
 
@@ -285,16 +355,31 @@ def _estimate(X, ks, sweep: bool, n, vectors: str, settings: Settings, rule, sta
     """The subset test at each size (named for the registered check it answers) and the sweep when
     asked: (tests, sweep or None, timings in s)."""
     T, d = X.shape
-    common = dict(samples=settings.samples, threshold=settings.threshold, seed=settings.seed, rule=rule,
-                  device=settings.device, stats=stats)
+    common = dict(
+        samples=settings.samples,
+        threshold=settings.threshold,
+        seed=settings.seed,
+        rule=rule,
+        device=settings.device,
+        stats=stats,
+    )
     tests, timings, sw = [], {}, None
     for kk in ks:
         check = check_for_size(kk, n=n, T=T, d=d, vectors=vectors)
         s = time.perf_counter()
         with task(f"k = {kk}", settings.samples, settings.progress) as adv:
             title = REGISTRY[check].title if check in REGISTRY else None  # None: the estimator's own title
-            tests.append(kruskal.subset_test(X, kk, check=check, title=title, progress=adv,
-                                             stop_when_decided=settings.stop_when_decided, **common))
+            tests.append(
+                kruskal.subset_test(
+                    X,
+                    kk,
+                    check=check,
+                    title=title,
+                    progress=adv,
+                    stop_when_decided=settings.stop_when_decided,
+                    **common,
+                )
+            )
         timings[f"k={kk}"] = round(time.perf_counter() - s, 3)
     if sweep:
         s = time.perf_counter()

@@ -53,9 +53,13 @@ class FeatureSet:
 
     def __repr__(self) -> str:
         m = self.meta
-        where = " ".join(str(m[k]) for k in ("model", "variant") if m.get(k)) + (f" layer {m['layer']}" if "layer" in m else "")
-        return (f"<FeatureSet {where + ': ' if where else ''}T = {self.T}, n = {self.n}, d = {self.d}, "
-                f"{str(self.dtype).replace('torch.', '')}, query token {self.query_index}>")
+        where = " ".join(str(m[k]) for k in ("model", "variant") if m.get(k)) + (
+            f" layer {m['layer']}" if "layer" in m else ""
+        )
+        return (
+            f"<FeatureSet {where + ': ' if where else ''}T = {self.T}, n = {self.n}, d = {self.d}, "
+            f"{str(self.dtype).replace('torch.', '')}, query token {self.query_index}>"
+        )
 
     def rule(self, rtol: float | None = None, atol: float | None = None) -> RankRule:
         return RankRule.for_dtype(self.dtype, rtol=rtol, atol=atol)
@@ -74,8 +78,10 @@ class FeatureSet:
 
         dest = Path(folder)
         if dest.is_symlink():
-            raise OutputError(f"cannot write features to {dest}: it is a symbolic link (to {os.readlink(dest)}); "
-                              "features are written into a real folder only")
+            raise OutputError(
+                f"cannot write features to {dest}: it is a symbolic link (to {os.readlink(dest)}); "
+                "features are written into a real folder only"
+            )
         if dest.exists() and not dest.is_dir():
             raise OutputError(f"cannot write features to {dest}: it is a file")
         parent = dest.parent if str(dest.parent) else Path(".")
@@ -83,8 +89,15 @@ class FeatureSet:
             raise OutputError(f"cannot write features to {dest}: folder {parent} does not exist")
         tensors = {"queries": self.queries.contiguous().cpu(), "a3": self.a3.contiguous().cpu()}
         tensors.update({k: v.contiguous().cpu() for k, v in self.context.items()})
-        meta = {**self.meta, "n": self.n, "d": self.d, "T": self.T, "query_index": self.query_index,
-                "dtype": str(self.dtype).replace("torch.", ""), "stamp": stamp()}
+        meta = {
+            **self.meta,
+            "n": self.n,
+            "d": self.d,
+            "T": self.T,
+            "query_index": self.query_index,
+            "dtype": str(self.dtype).replace("torch.", ""),
+            "stamp": stamp(),
+        }
         with staged_outputs():
             try:
                 make_output_folder(dest)
@@ -108,10 +121,14 @@ class FeatureSet:
         folder = Path(folder)
         f, m = folder / FEATURES_FILE, folder / META_FILE
         if not f.exists() or not m.exists():
-            columns = sorted(p.name for p in folder.iterdir() if (p / FEATURES_FILE).is_file()) if folder.is_dir() else []
+            columns = (
+                sorted(p.name for p in folder.iterdir() if (p / FEATURES_FILE).is_file()) if folder.is_dir() else []
+            )
             if columns:  # the folder given to check --save-features: one subfolder per column
-                raise InputError(f"{folder} holds one saved feature folder per column ({', '.join(columns)}); "
-                                 f"pass one of them, e.g. {folder / columns[0]}")
+                raise InputError(
+                    f"{folder} holds one saved feature folder per column ({', '.join(columns)}); "
+                    f"pass one of them, e.g. {folder / columns[0]}"
+                )
             raise InputError(f"{folder} is not a saved feature folder (expected {FEATURES_FILE} and {META_FILE})")
         try:
             safetensors_header(f)  # its stated length checked against the file before anything is read
@@ -127,6 +144,7 @@ class FeatureSet:
 def _check_saved(folder: Path, meta, tensors: dict) -> tuple[int, int, int]:
     """(n, d, query_index) of a saved feature folder, after checking that meta.json and the tensors
     agree with what ``FeatureSet.save`` writes; anything else is an InputError naming the field."""
+
     def bad(what: str) -> InputError:
         return InputError(f"saved features in {folder} are malformed: {what}")
 
@@ -177,8 +195,10 @@ class StreamingReducer:
             raise InputError(f"token batches must be (B, n, d), got {tuple(tokens.shape)}")
         _B, n, d = tokens.shape
         if tokens.is_floating_point() and not bool(torch.isfinite(tokens).all()):
-            raise ModelError("the activations at this probe point hold NaN or infinite values (the model's weights or "
-                             "inputs overflow); no rank can be decided on them")
+            raise ModelError(
+                "the activations at this probe point hold NaN or infinite values (the model's weights or "
+                "inputs overflow); no rank can be decided on them"
+            )
         if self._ctx is None:
             self.n, self.d, self.dtype = n, d, tokens.dtype
             self._ctx = ContextRanks(self.rule or RankRule.for_dtype(tokens.dtype))
@@ -203,8 +223,9 @@ class StreamingReducer:
         n, d = header
         assert n is not None and d is not None, "a rank that reduced rows knows their n and d"
         queries, a3 = rows.pop("queries"), rows.pop("a3")
-        return FeatureSet(queries=queries, a3=a3, context=rows, n=n, d=d, query_index=self.query_index % n,
-                          meta=dict(meta or {}))
+        return FeatureSet(
+            queries=queries, a3=a3, context=rows, n=n, d=d, query_index=self.query_index % n, meta=dict(meta or {})
+        )
 
 
 def reduce_tokens(tokens: torch.Tensor, query_index: int, batch_size: int = 64, meta: dict | None = None) -> FeatureSet:

@@ -37,7 +37,12 @@ MAX_HEADER_BYTES = 100_000_000
 
 
 def library_versions() -> dict[str, str]:
-    out = {"mhaaudit": __version__, "python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__}
+    out = {
+        "mhaaudit": __version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+    }
 
     for name in ("transformers", "timm", "datasets", "pyarrow", "scipy"):
         with contextlib.suppress(PackageNotFoundError):
@@ -56,8 +61,10 @@ def stamp(**extra) -> dict:
 def _refuse_symlink(p: Path, what: str) -> None:
     """A dangling symbolic link at an output path is refused (writing would create a file wherever it points)."""
     if p.is_symlink() and not p.exists():
-        raise OutputError(f"{what}: it is a symbolic link to {os.readlink(p)}, which does not exist; "
-                          "remove the link or choose another path")
+        raise OutputError(
+            f"{what}: it is a symbolic link to {os.readlink(p)}, which does not exist; "
+            "remove the link or choose another path"
+        )
 
 
 def check_writable(path: str | os.PathLike) -> Path:
@@ -222,13 +229,17 @@ def safetensors_header(path: str | os.PathLike) -> dict:
             raise ValueError(f"not a safetensors file: {size} bytes, too short for the 8-byte header length")
         n = int.from_bytes(head, "little")
         if n > size - 8 or n > MAX_HEADER_BYTES:
-            raise ValueError(f"not a safetensors file: its header claims {n} bytes, the file has {size - 8} after the "
-                             f"length" + (f" (at most {MAX_HEADER_BYTES} are read)" if n <= size - 8 else ""))
+            raise ValueError(
+                f"not a safetensors file: its header claims {n} bytes, the file has {size - 8} after the "
+                f"length" + (f" (at most {MAX_HEADER_BYTES} are read)" if n <= size - 8 else "")
+            )
         raw = fh.read(n)
     try:
         header = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
-        raise ValueError(f"not a safetensors file: its header is not JSON ({' '.join(str(exc).split())[:80]})") from None
+        raise ValueError(
+            f"not a safetensors file: its header is not JSON ({' '.join(str(exc).split())[:80]})"
+        ) from None
     if not isinstance(header, dict):
         raise ValueError("not a safetensors file: its header is not a JSON object")
     body = size - 8 - n
@@ -236,9 +247,12 @@ def safetensors_header(path: str | os.PathLike) -> dict:
         if k == "__metadata__":
             continue
         offsets = v.get("data_offsets") if isinstance(v, dict) else None
-        if (not isinstance(offsets, list) or len(offsets) != 2 or not all(isinstance(o, int) and not isinstance(o, bool)
-                                                                           for o in offsets)
-                or not 0 <= offsets[0] <= offsets[1] <= body):
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+            or not 0 <= offsets[0] <= offsets[1] <= body
+        ):
             raise ValueError(f"not a safetensors file: tensor {k[:60]!r} has no valid data offsets within the file")
     return header
 
@@ -255,14 +269,18 @@ def _check_npy(p: Path) -> None:
             read_header = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
             shape, _fortran, dtype = read_header(fh)
         except (ValueError, TypeError, SyntaxError, OverflowError, MemoryError, UnicodeError) as exc:
-            raise InputError(f"cannot read {p}: its .npy header is malformed ({' '.join(str(exc).split())[:120]})") from None
+            raise InputError(
+                f"cannot read {p}: its .npy header is malformed ({' '.join(str(exc).split())[:120]})"
+            ) from None
         body = os.fstat(fh.fileno()).st_size - fh.tell()
     if dtype.hasobject:
         return  # np.load refuses it below, without unpickling
     need = int(np.prod(shape, dtype=object)) * dtype.itemsize
     if need != body:
-        raise InputError(f"cannot read {p}: its .npy header claims shape {tuple(shape)} of {dtype} ({need} bytes), "
-                         f"the file holds {body} bytes of data")
+        raise InputError(
+            f"cannot read {p}: its .npy header claims shape {tuple(shape)} of {dtype} ({need} bytes), "
+            f"the file holds {body} bytes of data"
+        )
 
 
 def torch_load_reason(exc: BaseException) -> str:
@@ -304,7 +322,11 @@ def _from_parquet(path: Path, key: str | None):
         del table
         arr = _list_column_matrix(column, dtype, path, col)
         return arr, f"column {col!r}"
-    num = [n for n in names if pa.types.is_floating(table.schema.field(n).type) or pa.types.is_integer(table.schema.field(n).type)]
+    num = [
+        n
+        for n in names
+        if pa.types.is_floating(table.schema.field(n).type) or pa.types.is_integer(table.schema.field(n).type)
+    ]
     if not num:
         raise InputError(f"{path}: no numeric or list-of-number columns to read as a T x d matrix")
     arr = np.stack([table.column(n).to_numpy(zero_copy_only=False) for n in num], axis=1)
@@ -330,8 +352,9 @@ class MappedArray:
     @property
     def array(self) -> np.ndarray:
         if self._array is None:
-            mm = np.memmap(self.path, dtype=self.np_dtype, mode="r", offset=self.offset, shape=self.file_shape,
-                           order=self.order)
+            mm = np.memmap(
+                self.path, dtype=self.np_dtype, mode="r", offset=self.offset, shape=self.file_shape, order=self.order
+            )
             self._array = mm if self.index is None else mm[:, self.index, :]
         return self._array
 
@@ -377,9 +400,11 @@ def _refuse_unless_readable(p: Path) -> None:
     than the memory available."""
     size, avail = p.stat().st_size, stream.available_memory()
     if size > avail:
-        raise InputError(f"{p}: reading this {p.suffix} file whole needs at least {size / 1e9:.2f} GB, but "
-                         f"{avail / 1e9:.2f} GB are available; save the features as a float32 .npy or .safetensors "
-                         "file, which is memory-mapped instead of read")
+        raise InputError(
+            f"{p}: reading this {p.suffix} file whole needs at least {size / 1e9:.2f} GB, but "
+            f"{avail / 1e9:.2f} GB are available; save the features as a float32 .npy or .safetensors "
+            "file, which is memory-mapped instead of read"
+        )
 
 
 # The floating dtypes a .npy file is memory-mapped in (torch has no long double: such a file is
@@ -472,12 +497,18 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.T
         raise InputError(f"no such file: {p}")
     ext = p.suffix.lower()
     if ext not in FEATURE_EXTENSIONS:
-        raise InputError(f"unknown feature file type {ext or '(none)'!r} for {p}; use one of {', '.join(FEATURE_EXTENSIONS)}")
+        raise InputError(
+            f"unknown feature file type {ext or '(none)'!r} for {p}; use one of {', '.join(FEATURE_EXTENSIONS)}"
+        )
     if key is not None and ext == ".npy":
         raise InputError(f"{{param:key}} has no effect on {p}: a .npy file holds one array")
     readers: dict[str, Callable[[Path, Any], tuple[torch.Tensor | MappedArray, str]]] = {
-        ".npy": _read_npy, ".pt": _read_torch, ".pth": _read_torch, ".safetensors": _read_safetensors,
-        ".parquet": _read_parquet}
+        ".npy": _read_npy,
+        ".pt": _read_torch,
+        ".pth": _read_torch,
+        ".safetensors": _read_safetensors,
+        ".parquet": _read_parquet,
+    }
     reader = readers[ext]
     try:
         return reader(p, key)
@@ -492,16 +523,23 @@ def _read_npy(p: Path, key: None) -> tuple[torch.Tensor | MappedArray, str]:
     _check_npy(p)
     arr = _load_npy(p)
     if arr.dtype.kind == "c":
-        raise InputError(f"{p}: complex features ({arr.dtype}) are not supported: linear independence is "
-                         "decided over the reals, and dropping the imaginary part would prove false things; "
-                         "give real features")
+        raise InputError(
+            f"{p}: complex features ({arr.dtype}) are not supported: linear independence is "
+            "decided over the reals, and dropping the imaginary part would prove false things; "
+            "give real features"
+        )
     if arr.dtype.kind not in "fiub":
         raise InputError(f"{p}: array of dtype {arr.dtype} is not numeric")
     if not arr.dtype.isnative:  # big-endian data is read as numpy reads it, in the machine's order
         arr = np.asarray(arr).astype(arr.dtype.newbyteorder("="))
     if isinstance(arr, np.memmap) and arr.dtype in _MAPPED_FLOATS and arr.ndim in (2, 3) and arr.size:
-        return MappedArray(p, arr.offset, arr.dtype, arr.shape, "F" if arr.flags.f_contiguous and arr.ndim > 1
-                           and not arr.flags.c_contiguous else "C"), f"{p} (npy, memory-mapped)"
+        return MappedArray(
+            p,
+            arr.offset,
+            arr.dtype,
+            arr.shape,
+            "F" if arr.flags.f_contiguous and arr.ndim > 1 and not arr.flags.c_contiguous else "C",
+        ), f"{p} (npy, memory-mapped)"
     return torch.from_numpy(np.array(arr)), f"{p} (npy)"
 
 
@@ -555,8 +593,10 @@ def refuse_results_file(p: Path) -> None:
         except (ValueError, AttributeError):
             command = None
         what = f"'mhaaudit {command}'" if command else "mhaaudit"
-        raise InputError(f"{p} is a results file written by {what} (its parquet metadata says so), not features: "
-                         "give a T x d matrix, or the folder written by {param:check_save_features}")
+        raise InputError(
+            f"{p} is a results file written by {what} (its parquet metadata says so), not features: "
+            "give a T x d matrix, or the folder written by {param:check_save_features}"
+        )
 
 
 def _pick(tensors: dict, key: str | None, p: Path) -> torch.Tensor:
@@ -574,16 +614,21 @@ def _pick(tensors: dict, key: str | None, p: Path) -> torch.Tensor:
     raise InputError(f"{p} holds several tensors ({shown}); choose one with {{param:key}}")
 
 
-def to_query_matrix(arr: torch.Tensor | MappedArray, query_index: int | None,
-                    source: str) -> tuple[torch.Tensor | MappedArray, str]:
+def to_query_matrix(
+    arr: torch.Tensor | MappedArray, query_index: int | None, source: str
+) -> tuple[torch.Tensor | MappedArray, str]:
     """A T x d matrix from a T x d array, or from T x n x d tokens with ``query_index``."""
     if arr.ndim == 2:
         if query_index is not None:
-            raise InputError(f"{source}: {{param:query_index}} applies to T x n x d token arrays, this one is {tuple(arr.shape)}")
+            raise InputError(
+                f"{source}: {{param:query_index}} applies to T x n x d token arrays, this one is {tuple(arr.shape)}"
+            )
         return arr, source
     if arr.ndim == 3:
         if query_index is None:
-            raise InputError(f"{source}: a T x n x d array needs {{param:query_index}} (0 for [CLS], -1 for the last token)")
+            raise InputError(
+                f"{source}: a T x n x d array needs {{param:query_index}} (0 for [CLS], -1 for the last token)"
+            )
         n = arr.shape[1]
         if not -n <= query_index < n:
             raise InputError(f"{{param:query_index}} {query_index} is out of range for n = {n} tokens")

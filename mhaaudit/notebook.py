@@ -64,10 +64,18 @@ def notebook_task(description: str, total: int | None) -> Iterator[Callable[[int
         from tqdm.notebook import tqdm as bar_type
     else:
         from tqdm.std import tqdm as bar_type
-    bar = bar_type(total=total, desc=description, leave=True, file=sys.stderr, mininterval=0.2,
-                   dynamic_ncols=False, ncols=None if has_widgets() else 100)
+    bar = bar_type(
+        total=total,
+        desc=description,
+        leave=True,
+        file=sys.stderr,
+        mininterval=0.2,
+        dynamic_ncols=False,
+        ncols=None if has_widgets() else 100,
+    )
     ok = False
     try:
+
         def advance(n: int = 1) -> None:
             bar.update(n)
 
@@ -90,8 +98,9 @@ def finish(bar) -> None:
     if done == 0:
         total = 1  # nothing was needed: a full bar, labelled
         bar.n = 1
-        bar.set_postfix_str(f"done: 0 of {planned} needed" if planned is not None else "done: nothing to read",
-                            refresh=False)
+        bar.set_postfix_str(
+            f"done: 0 of {planned} needed" if planned is not None else "done: nothing to read", refresh=False
+        )
     else:
         total = done
         if planned is not None:

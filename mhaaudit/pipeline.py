@@ -124,8 +124,13 @@ def load(request: ModelRequest, init: str, settings: Settings, max_layer: int):
     cache = _SHARED_LOADS
     if cache is None:
         return _load(request, init, settings, max_layer)
-    key = (request, init, None if init == "trained" else settings.weights_seed_used, max(1, int(max_layer)),
-           str(settings.device))
+    key = (
+        request,
+        init,
+        None if init == "trained" else settings.weights_seed_used,
+        max(1, int(max_layer)),
+        str(settings.device),
+    )
     if key not in cache:
         pm = _load(request, init, settings, max_layer)
         for other in [k for k in cache if k[:2] == key[:2]]:
@@ -136,27 +141,37 @@ def load(request: ModelRequest, init: str, settings: Settings, max_layer: int):
 
 def _load(request: ModelRequest, init: str, settings: Settings, max_layer: int):
     with status(f"Loading {request.model} ({init} weights, blocks up to {max(1, int(max_layer))})", settings.progress):
-        return load_model(request.model, weights=init, backend=request.backend,
-                          weights_path=request.weights_path if init == "trained" else None,
-                          device=settings.device, context_length=request.context_length,
-                          max_layer=max(1, int(max_layer)), seed=settings.weights_seed_used, revision=request.revision,
-                          trust_remote_code=request.trust_remote_code)
+        return load_model(
+            request.model,
+            weights=init,
+            backend=request.backend,
+            weights_path=request.weights_path if init == "trained" else None,
+            device=settings.device,
+            context_length=request.context_length,
+            max_layer=max(1, int(max_layer)),
+            seed=settings.weights_seed_used,
+            revision=request.revision,
+            trust_remote_code=request.trust_remote_code,
+        )
 
 
 def query_index(pm, request: ModelRequest) -> int:
     """The query row for ``pm``: the user's ``--query-index`` or the model's own."""
     n = pm.info.n
     if request.query_index is None and pm.info.query_index is None:
-        raise ModelError(f"{pm.info.name} has no query token of its own ({pm.info.query_token.removeprefix('none: ')}); "
-                         f"name one with {{param:query_index}} K (0 to {n - 1})")
+        raise ModelError(
+            f"{pm.info.name} has no query token of its own ({pm.info.query_token.removeprefix('none: ')}); "
+            f"name one with {{param:query_index}} K (0 to {n - 1})"
+        )
     qi = pm.info.query_index if request.query_index is None else int(request.query_index)
     if not -n <= qi < n:
         raise InputError(f"{{param:query_index}} {qi} is out of range for n = {n} tokens")
     return qi % n
 
 
-def example_batches(pm, data: DataRequest, seed: int, notes: list[str],
-                    need: int | None = None, progress: bool = False) -> tuple[DataInfo, Iterator[Any]]:
+def example_batches(
+    pm, data: DataRequest, seed: int, notes: list[str], need: int | None = None, progress: bool = False
+) -> tuple[DataInfo, Iterator[Any]]:
     """Raw batches of examples for ``pm`` (not yet model inputs) and the data's description.
 
     Images: lists of PIL images; with ``need``, a finite source whose headers show fewer usable
@@ -167,10 +182,19 @@ def example_batches(pm, data: DataRequest, seed: int, notes: list[str],
     """
     if pm.info.modality == "image":
         if data.text_column is not None:
-            raise InputError(f"{{param:text_column}} names a column of text; {pm.info.name} reads images "
-                             "(use {param:image_column})")
-        src = image_source(data.data, split=data.split, limit=data.limit, seed=seed, device=pm.device,
-                           image_column=data.image_column, convert_rgb=data.convert_rgb)
+            raise InputError(
+                f"{{param:text_column}} names a column of text; {pm.info.name} reads images "
+                "(use {param:image_column})"
+            )
+        src = image_source(
+            data.data,
+            split=data.split,
+            limit=data.limit,
+            seed=seed,
+            device=pm.device,
+            image_column=data.image_column,
+            convert_rgb=data.convert_rgb,
+        )
         if need is not None:
             _refuse_too_few_images(src, need, data.limit)
         if not isinstance(data.batch_size, int):  # stream() resolves "auto" before it reads examples
@@ -194,22 +218,28 @@ def _refuse_too_few_images(src, n: int, limit: int) -> None:
     skipped = f"; skipped: {scan.skips.describe()}" if scan.skips else ""
     hint = ""
     if scan.skips.count("not RGB") and not src.convert_rgb:
-        hint = ("; convert the other modes to RGB with {param:convert_rgb} (as torchvision's ImageFolder does; "
-                "the paper kept RGB images only)")
-    raise DataError(f"{src.name}: only {scan.usable} usable images of {scan.scanned}, but Assumptions 1 and 3 draw "
-                    f"n = {n} of the T examples, so T must be at least {n}{skipped}{hint}; or add images")
+        hint = (
+            "; convert the other modes to RGB with {param:convert_rgb} (as torchvision's ImageFolder does; "
+            "the paper kept RGB images only)"
+        )
+    raise DataError(
+        f"{src.name}: only {scan.usable} usable images of {scan.scanned}, but Assumptions 1 and 3 draw "
+        f"n = {n} of the T examples, so T must be at least {n}{skipped}{hint}; or add images"
+    )
 
 
-def _text_batches(pm, data: DataRequest, seed: int, notes: list[str],
-                  progress: bool = False) -> tuple[DataInfo, Iterator[Any]]:
+def _text_batches(
+    pm, data: DataRequest, seed: int, notes: list[str], progress: bool = False
+) -> tuple[DataInfo, Iterator[Any]]:
     info = pm.info
-    src = text_source(data.data, split=data.split, seed=seed, text_column=data.text_column,
-                      progress=progress)
+    src = text_source(data.data, split=data.split, seed=seed, text_column=data.text_column, progress=progress)
     tok = pm.tokenizer
     if tok is None and info.weights == "trained":
-        raise ModelError(f"{info.name} has trained weights but no tokenizer files (vocab.txt, vocab.json, "
-                         "tokenizer.json); a trained text model must be fed its own vocabulary: save the tokenizer "
-                         "beside the weights with tokenizer.save_pretrained(folder)")
+        raise ModelError(
+            f"{info.name} has trained weights but no tokenizer files (vocab.txt, vocab.json, "
+            "tokenizer.json); a trained text model must be fed its own vocabulary: save the tokenizer "
+            "beside the weights with tokenizer.save_pretrained(folder)"
+        )
     if tok is None:
         vocab = int(getattr(pm.config, "vocab_size", 0) or 0)
         tok, tok_desc = offline_tokenizer(info.family, vocab)
@@ -226,13 +256,20 @@ def _text_batches(pm, data: DataRequest, seed: int, notes: list[str],
 
     def gen():
         for i in range(0, len(ex.ids), step):
-            yield ex.ids[i:i + step], (segments[i:i + step] if segments is not None else None)
+            yield ex.ids[i : i + step], (segments[i : i + step] if segments is not None else None)
 
     fate = "kept, as asked" if data.keep_duplicates else "redrawn"
-    dups = {"total": len(ex.ids) + (0 if data.keep_duplicates else ex.repeats), "repeats": ex.repeats,
-            "dropped": 0 if data.keep_duplicates else ex.repeats, "example": None}
-    line = (f"{ex.repeats} candidate token sequences repeated an earlier example exactly ({fate})" if ex.repeats
-            else f"no duplicate token sequences: all {len(ex.ids)} are distinct")
+    dups = {
+        "total": len(ex.ids) + (0 if data.keep_duplicates else ex.repeats),
+        "repeats": ex.repeats,
+        "dropped": 0 if data.keep_duplicates else ex.repeats,
+        "example": None,
+    }
+    line = (
+        f"{ex.repeats} candidate token sequences repeated an earlier example exactly ({fate})"
+        if ex.repeats
+        else f"no duplicate token sequences: all {len(ex.ids)} are distinct"
+    )
     info = DataInfo(name=ex.description, source=src, duplicates=dups, duplicates_line=line)
     info.skips = ex.skips
     info.skipped = sum(v["count"] for v in ex.skips.values())
@@ -325,8 +362,9 @@ def _read_ahead(items: Iterator, depth: int) -> Iterator:
         reader.join(timeout=5)
 
 
-def _assigned(pm, data: DataRequest, settings: Settings, notes: list[str], shard,
-              need: int | None = None) -> tuple[DataInfo, Iterator]:
+def _assigned(
+    pm, data: DataRequest, settings: Settings, notes: list[str], shard, need: int | None = None
+) -> tuple[DataInfo, Iterator]:
     """``(batch index, raw batch)`` for this process: the batches rank 0 reads and deals to this
     rank (every batch in one process), read ahead on a helper thread."""
     if shard.rank == 0:
@@ -354,7 +392,8 @@ def _settle(info: DataInfo, notes: list[str], first_note: int) -> None:
     shard = info.shard
     info.parts = shard.all_gather(info.fed)
     name, skipped, skips, policy, dups, dups_line, new_notes = shard.broadcast(
-        (info.name, info.skipped, info.skips, info.policy, info.duplicates, info.duplicates_line, notes[first_note:]))
+        (info.name, info.skipped, info.skips, info.policy, info.duplicates, info.duplicates_line, notes[first_note:])
+    )
     info.name, info.skipped, info.duplicates, info.duplicates_line = name, skipped, dups, dups_line
     info.skips, info.policy = skips, policy
     if shard.rank != 0:
@@ -368,8 +407,10 @@ def _without_duplicates(finder, index: int | None, inputs: dict | None, shard) -
     feed them to their finders in batch order, so every rank drops what one process would."""
 
     keep = None
-    for b, keys in sorted((x for x in shard.all_gather((index, batch_keys(inputs) if inputs is not None else None))
-                           if x[1] is not None), key=lambda x: x[0]):
+    for b, keys in sorted(
+        (x for x in shard.all_gather((index, batch_keys(inputs) if inputs is not None else None)) if x[1] is not None),
+        key=lambda x: x[0],
+    ):
         mask = finder.add(keys)
         keep = mask if b == index else keep
     if inputs is None:
@@ -378,8 +419,10 @@ def _without_duplicates(finder, index: int | None, inputs: dict | None, shard) -
     if all(keep):
         return inputs
     rows = [i for i, k in enumerate(keep) if k]
-    return {name: v[torch.tensor(rows, dtype=torch.long, device=v.device)] if getattr(v, "ndim", 0) >= 1 else v
-            for name, v in inputs.items()}
+    return {
+        name: v[torch.tensor(rows, dtype=torch.long, device=v.device)] if getattr(v, "ndim", 0) >= 1 else v
+        for name, v in inputs.items()
+    }
 
 
 def _batch_size(inputs: dict[str, torch.Tensor]) -> int:
@@ -395,8 +438,16 @@ def _batch_choice(pm, data: DataRequest, layers: list[int], shard):
     return choice
 
 
-def stream(pm, data: DataRequest, layers: Iterable[int], consumers: Sequence[Consumer], settings: Settings,
-           notes: list[str], label: str = "capture", need: int | None = None) -> DataInfo:
+def stream(
+    pm,
+    data: DataRequest,
+    layers: Iterable[int],
+    consumers: Sequence[Consumer],
+    settings: Settings,
+    notes: list[str],
+    label: str = "capture",
+    need: int | None = None,
+) -> DataInfo:
     """Feed every example of ``data`` through ``pm`` once and every captured batch to each consumer.
 
     ``need``: the fewest examples the caller can use; a source known to hold fewer (read from

@@ -40,8 +40,14 @@ def save_figure(fig, path: str | Path) -> Path:
     return Path(path)
 
 
-def plot_sweeps(curves: list[tuple[str, Sweep]], path: str | Path, *, n: int | None = None, d: int | None = None,
-                title: str | None = None) -> Path:
+def plot_sweeps(
+    curves: list[tuple[str, Sweep]],
+    path: str | Path,
+    *,
+    n: int | None = None,
+    d: int | None = None,
+    title: str | None = None,
+) -> Path:
     """One line per (label, sweep); vertical lines at n and d when known. Written atomically."""
     import matplotlib
 
@@ -80,8 +86,9 @@ def plot_audit(result, path: str | Path) -> Path | None:
     if result.settings.get("layers") is not None:
         return plot_depth(result, path)
     curves = [(c.probe.variant, c.sweep) for c in result.columns if c.sweep is not None]
-    return plot_sweeps(curves, path, n=result.info.get("n"), d=result.info.get("d"),
-                       title=f"Kruskal-rank sweep: {result.model}")
+    return plot_sweeps(
+        curves, path, n=result.info.get("n"), d=result.info.get("d"), title=f"Kruskal-rank sweep: {result.model}"
+    )
 
 
 def plot_depth(result, path: str | Path) -> Path:
@@ -100,8 +107,15 @@ def plot_depth(result, path: str | Path) -> Path:
         xs = [c.probe.layer for c in cols]
         fractions = [{r["check"]: r["fraction"] for r in c.records(result.model)} for c in cols]
         for i, check in enumerate(REGISTRY.values()):  # one line per registered check, in the registry's order
-            ax.plot(xs, [f[check.name] for f in fractions], styles.get(weights, "-"), color=f"C{i}", marker="o", ms=3,
-                    label=f"{check.title} ({weights})")
+            ax.plot(
+                xs,
+                [f[check.name] for f in fractions],
+                styles.get(weights, "-"),
+                color=f"C{i}",
+                marker="o",
+                ms=3,
+                label=f"{check.title} ({weights})",
+            )
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -134,8 +148,14 @@ def plot_capacity(result, path: str | Path) -> Path:
         ax.plot(hs, [x.rank for x in c.certificates], marker="o", lw=1.6, label=f"rank(Z), {c.variant} weights")
         bh = [h for h in hs if c.bounds[h].applies]
         if bh:
-            ax.plot(bh, [c.bounds[h].count for h in bh], ls="--", lw=1, marker="x",
-                    label=f"bound ({c.variant}: {c.bounds[bh[-1]].which})")
+            ax.plot(
+                bh,
+                [c.bounds[h].count for h in bh],
+                ls="--",
+                lw=1,
+                marker="x",
+                label=f"bound ({c.variant}: {c.bounds[bh[-1]].which})",
+            )
     if hs_all and n and dh:
         hx = np.arange(1, max(hs_all) + 1)
         ax.plot(hx, hx * (min(n, dh) - 1) + 1, color="k", ls=":", lw=1, label="H (min(n, d_h) - 1) + 1")
@@ -189,9 +209,13 @@ def _memorize_lines(ax, grid, seeds: bool) -> None:
     param = {"heads": "heads", "n": "n", "head-dim": "head_dim"}.get(grid.vary or "")
     for T in grid.sizes:
         if seeds:
-            pts = sorted(((getattr(m, param) if param else 0), m.mean, m.low, m.high) for m in grid.summary if m.size == T)
-            line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"T = {T}")
-            ax.fill_between([p[0] for p in pts], [p[2] for p in pts], [p[3] for p in pts], color=line.get_color(), alpha=0.2)
+            pts = sorted(
+                ((getattr(m, param) if param else 0), m.mean, m.low, m.high) for m in grid.summary if m.size == T
+            )
+            (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"T = {T}")
+            ax.fill_between(
+                [p[0] for p in pts], [p[2] for p in pts], [p[3] for p in pts], color=line.get_color(), alpha=0.2
+            )
         else:
             pairs = sorted(((getattr(r, param) if param else 0), r.memorized) for r in grid.runs if r.size == T)
             ax.plot([p[0] for p in pairs], [p[1] for p in pairs], marker="o", label=f"T = {T}")
@@ -200,8 +224,11 @@ def _memorize_lines(ax, grid, seeds: bool) -> None:
 def _memorize_title(grid, seeds: bool) -> str:
     """The settings held fixed, the context, and (several seeds) what the line and band show."""
     s = grid.settings
-    parts = [f"{label} = {s.get(key)}" for vary, label, key in (("heads", "H", "heads"), ("n", "n", "n"),
-                                                                 ("head-dim", "d_h", "head_dim")) if grid.vary != vary]
+    parts = [
+        f"{label} = {s.get(key)}"
+        for vary, label, key in (("heads", "H", "heads"), ("n", "n", "n"), ("head-dim", "d_h", "head_dim"))
+        if grid.vary != vary
+    ]
     title = ", ".join(parts) + f" ({s.get('context', 'shared')} context)"
     if seeds:
         title += f"\nmean of {len(grid.seeds)} seeds; band from the lowest to the highest"

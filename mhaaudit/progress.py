@@ -43,7 +43,6 @@ def task(description: str, total: int | None, enabled: bool) -> Iterator[Callabl
         return
 
     if notebook.in_notebook():  # a Jupyter kernel: one finished bar per phase (mhaaudit.notebook)
-
         with notebook.notebook_task(description, total) as advance:
             yield advance
         return

@@ -37,6 +37,7 @@ from .tables import text_width
 if TYPE_CHECKING:
     from .kruskal import KruskalResult
 
+
 def report_width() -> int | None:
     """The width reports on stdout are laid out for: :func:`~mhaaudit.tables.text_width` (``COLUMNS``
     when set, else :data:`~mhaaudit.tables.REDIRECTED_WIDTH` for a file or a pipe), except on a terminal without
@@ -96,7 +97,9 @@ def _finite(o):
 
 def print_json(doc: dict) -> None:
     """``doc`` as strict JSON on stdout: non-finite numbers become null, numpy values plain numbers."""
-    sys.stdout.write(json.dumps(_finite(json.loads(json.dumps(doc, default=_default))), indent=2, allow_nan=False) + "\n")
+    sys.stdout.write(
+        json.dumps(_finite(json.loads(json.dumps(doc, default=_default))), indent=2, allow_nan=False) + "\n"
+    )
     sys.stdout.flush()
 
 
@@ -117,18 +120,24 @@ def meaning_line(check: str) -> str:
 
 # --------------------------------------------------------------------------- the audit (Table 1 / Table 3)
 
+
 def audit_table(result) -> Table:
     info = result.info
     cols = result.columns
     T, asked = _T(result), result.settings.get("limit")
     short = f" ({asked} asked; the data gave no more)" if T is not None and asked and T < asked else ""
-    title = (f"{result.model}: {info.get('family', '?')} ({info.get('backend', '?')}), n = {info.get('n')}, "
-             f"d = {info.get('d')}, T = {T} examples{short}")
+    title = (
+        f"{result.model}: {info.get('family', '?')} ({info.get('backend', '?')}), n = {info.get('n')}, "
+        f"d = {info.get('d')}, T = {T} examples{short}"
+    )
     t = Table(title=title, title_justify="left", show_lines=True)
     t.add_column("check")
     for c in cols:
-        head = c.probe.variant if c.probe.variant.endswith(f"L{c.probe.layer}") or c.probe.variant in ("embedding", "random-attention") \
+        head = (
+            c.probe.variant
+            if c.probe.variant.endswith(f"L{c.probe.layer}") or c.probe.variant in ("embedding", "random-attention")
             else f"{c.probe.variant} (L{c.probe.layer})"
+        )
         t.add_column(head, justify="center")
     n, d = info.get("n"), info.get("d")
     for check in REGISTRY.values():  # one row per registered check, in the registry's order
@@ -168,7 +177,9 @@ def audit_lines(result) -> list[str]:
                 msg += escape(positions_note(result.info, c.probe.layer))
             w = getattr(r, "witness", None)
             if w is not None:
-                msg += escape(f" Witness rows {list(w.indices)[:8]}{' ...' if len(w.indices) > 8 else ''} (sigma_min {w.singular_values[-1]:.3g} <= tol {w.tol:.3g}).")
+                msg += escape(
+                    f" Witness rows {list(w.indices)[:8]}{' ...' if len(w.indices) > 8 else ''} (sigma_min {w.singular_values[-1]:.3g} <= tol {w.tol:.3g})."
+                )
             (fails if r.verdict == "fails" else holds).append((verdict_text(r.verdict), msg))
     if fails:
         lines.append("[bold]Failures[/bold]")
@@ -189,8 +200,10 @@ def audit_lines(result) -> list[str]:
     s = result.settings
     info = result.info
     T = _T(result)
-    lines.append(f"  n = {info.get('n')} tokens (query = token {info.get('query_index')}), d = {info.get('d')}, T = {T} examples, "
-                 f"{s['samples']} draws per test, threshold {s['threshold']}, seed {s['seed']}, device {s['device']}")
+    lines.append(
+        f"  n = {info.get('n')} tokens (query = token {info.get('query_index')}), d = {info.get('d')}, T = {T} examples, "
+        f"{s['samples']} draws per test, threshold {s['threshold']}, seed {s['seed']}, device {s['device']}"
+    )
     lines.append(f"  rank rule: {s['tolerance']['rule']}")
     lines.append(escape(f"  data: {result.data}"))
     skips = getattr(result, "skips", None)
@@ -215,9 +228,11 @@ def audit_lines(result) -> list[str]:
     lines.append("[bold]What the checks mean[/bold]")
     for check in REGISTRY.values():
         lines.append(f"  {check.title}: {check.meaning}.")
-    lines.append("  Each cell gives the estimate under the paper's rule (Monte-Carlo fractions, with 95% Clopper-Pearson "
-                 "intervals) and, where it is decided, the exact status (exact: fails or holds, and what proves it: a dependent "
-                 "subset found, a whole-set rank below k, an exhaustive check); Assumption 2's counts are exact.")
+    lines.append(
+        "  Each cell gives the estimate under the paper's rule (Monte-Carlo fractions, with 95% Clopper-Pearson "
+        "intervals) and, where it is decided, the exact status (exact: fails or holds, and what proves it: a dependent "
+        "subset found, a whole-set rank below k, an exhaustive check); Assumption 2's counts are exact."
+    )
     lines += bound_lines(result)
     return lines
 
@@ -232,8 +247,10 @@ def bound_lines(result) -> list[str]:
     if not bounds:
         return []
     b0 = bounds[0][1]
-    out = [f"[bold]Memorisation bound[/bold] (Theorem 1 with H = {b0.heads} heads of d_h = {b0.head_dim}; the count is "
-           "reconstructed from the proof)"]
+    out = [
+        f"[bold]Memorisation bound[/bold] (Theorem 1 with H = {b0.heads} heads of d_h = {b0.head_dim}; the count is "
+        "reconstructed from the proof)"
+    ]
     for c, b in bounds:
         if b.applies:
             out.append(f"  {c.probe.variant}: {b.count} examples ({b.formula}; {b.reason})")
@@ -253,8 +270,11 @@ def depth_tables(result) -> list[Table]:
     tables = []
     for weights in dict.fromkeys(c.probe.init for c in result.columns):
         cols = [c for c in result.columns if c.probe.init == weights]
-        t = Table(title=f"{result.model}: depth profile, {weights} weights (n = {info.get('n')}, d = {info.get('d')}, "
-                        f"T = {_T(result)})", title_justify="left")
+        t = Table(
+            title=f"{result.model}: depth profile, {weights} weights (n = {info.get('n')}, d = {info.get('d')}, "
+            f"T = {_T(result)})",
+            title_justify="left",
+        )
         t.add_column("layer", justify="right")
         for check in REGISTRY.values():
             t.add_column(check.title, justify="center")
@@ -274,8 +294,9 @@ def depth_tables(result) -> list[Table]:
 def audit_report(result, *, save_features=None, out=None, plot=None) -> list:
     """``mhaaudit check``: the table (or the depth profile), the findings, the files written."""
     items: list = depth_tables(result) if is_depth_profile(result) else [audit_table(result)]
-    if any(t.record().get("scope") == "whole-set" for c in result.columns if c.status == "ok"
-           for t in c.tests.values()):
+    if any(
+        t.record().get("scope") == "whole-set" for c in result.columns if c.status == "ok" for t in c.tests.values()
+    ):
         items.append(WHOLE_SET_LEGEND)
     items += audit_lines(result)
     written = [str(p) for p in (out, plot) if p is not None]
@@ -296,9 +317,11 @@ def render_audit(result, *, save_features=None, out=None, plot=None) -> None:
 def capacity_table(result) -> Table:
     """One row per column and head count h, from the result's records."""
     info, s = result.info, result.settings
-    title = (f"{result.model}: memorisation capacity of the attention of block {s['layer']} "
-             f"(n = {info.get('n')}, d = {info.get('d')}, H = {info.get('num_heads')}, d_h = {s.get('head_dim')}; "
-             f"{s['attention']} key/query weights" + ("; shared context" if s["shared_context"] else "") + ")")
+    title = (
+        f"{result.model}: memorisation capacity of the attention of block {s['layer']} "
+        f"(n = {info.get('n')}, d = {info.get('d')}, H = {info.get('num_heads')}, d_h = {s.get('head_dim')}; "
+        f"{s['attention']} key/query weights" + ("; shared context" if s["shared_context"] else "") + ")"
+    )
     t = Table(title=title, title_justify="left")
     cols = ["column", "heads h", "T", "rank(Z) = certified", "min(T, h d)", "bound", "bound from", "residual"]
     if s["shared_context"]:
@@ -311,8 +334,16 @@ def capacity_table(result) -> Table:
             if s["shared_context"]:
                 row += ["-", "-"]
         else:
-            row = [r["variant"], str(r["heads"]), str(r["T"]), str(r["rank"]), str(r["rank_cap"]),
-                   "none" if r["bound"] is None else str(r["bound"]), r["bound_kind"], f"{r['residual']:.1e}"]
+            row = [
+                r["variant"],
+                str(r["heads"]),
+                str(r["T"]),
+                str(r["rank"]),
+                str(r["rank_cap"]),
+                "none" if r["bound"] is None else str(r["bound"]),
+                r["bound_kind"],
+                f"{r['residual']:.1e}",
+            ]
             if s["shared_context"]:
                 row += [str(r["prop2_bound"]), verdict_text(r["prop2_verdict"])]
         t.add_row(*row)
@@ -322,8 +353,10 @@ def capacity_table(result) -> Table:
 def capacity_bound_lines(result) -> list[str]:
     """The bound of each column (largest h), with the assumptions it rests on."""
     n, s = result.info.get("n"), result.settings
-    lines = ["[bold]The bound[/bold] (Theorem 1 / Remark 1; the counts H (min(n, d_h) - 1) + 1 and "
-             "H (min(k, d_h) - 1) + 1 are reconstructed from the paper's proof, not read verbatim)"]
+    lines = [
+        "[bold]The bound[/bold] (Theorem 1 / Remark 1; the counts H (min(n, d_h) - 1) + 1 and "
+        "H (min(k, d_h) - 1) + 1 are reconstructed from the paper's proof, not read verbatim)"
+    ]
     for c in result.columns:
         if c.status != "ok":
             lines.append(f"  [yellow]{c.variant} unavailable[/yellow]: {escape(c.reason)}")
@@ -331,31 +364,43 @@ def capacity_bound_lines(result) -> list[str]:
         a = c.assumptions
         b = c.bounds[max(c.bounds)]
         if b.applies:
-            lines.append(escape(f"  {c.variant}: {b.count} examples with H = {b.heads} heads ({b.formula}); {b.reason}"))
+            lines.append(
+                escape(f"  {c.variant}: {b.count} examples with H = {b.heads} heads ({b.formula}); {b.reason}")
+            )
         else:
             lines.append(escape(f"  {c.variant}: the theorem does not apply: {b.reason}"))
         if a is not None:
             frac = f" (satisfied fraction {a.a1_fraction:.4f})" if a.a1_fraction is not None else ""
             lines.append(escape(f"    Assumption 1 (k = n = {n}): {a.a1 or 'not checked'}{frac}; {a.a1_reason}"))
-            lines.append(escape(f"    Assumption 2 (rank E_t = n): {a.a2 or 'not checked'}; {a.a2_reason}"
-                                + positions_note(result.info, s["layer"] - 1)))
+            lines.append(
+                escape(
+                    f"    Assumption 2 (rank E_t = n): {a.a2 or 'not checked'}; {a.a2_reason}"
+                    + positions_note(result.info, s["layer"] - 1)
+                )
+            )
             if a.kruskal_estimate is not None:
                 lines.append(escape(f"    Kruskal-rank estimate k = {a.kruskal_estimate}: {a.estimate_note}"))
             lines.append(escape(f"    assumptions {a.source}"))
         for note in b.notes[1:]:
             lines.append(escape(f"    note: {note}"))
         if a is not None and a.kruskal_estimate == 1 and s["layer"] == 1:
-            lines.append(escape("    hint: the queries are numerically one vector (e.g. a [CLS] token before any attention, "
-                                "the same for every input), so Remark 1 guarantees a single example; --block 2 audits and "
-                                "certifies block 2's attention on the output of block 1, where the paper finds Assumption 1 holding"))
+            lines.append(
+                escape(
+                    "    hint: the queries are numerically one vector (e.g. a [CLS] token before any attention, "
+                    "the same for every input), so Remark 1 guarantees a single example; --block 2 audits and "
+                    "certifies block 2's attention on the output of block 1, where the paper finds Assumption 1 holding"
+                )
+            )
     return lines
 
 
 def certificate_lines(result) -> list[str]:
     """What rank(Z) certifies for each column (largest h), beside its bound."""
-    lines = ["[bold]The certificate[/bold]",
-             "  rank(Z) = r: one attention layer with these key/query weights memorises the r chosen examples for ANY "
-             "labels; checked by solving the value/output weights for random N(0, 1) labels (residual = max |Z_S w - y| / max |y|)."]
+    lines = [
+        "[bold]The certificate[/bold]",
+        "  rank(Z) = r: one attention layer with these key/query weights memorises the r chosen examples for ANY "
+        "labels; checked by solving the value/output weights for random N(0, 1) labels (residual = max |Z_S w - y| / max |y|).",
+    ]
     for c in result.columns:
         if c.status != "ok" or not c.certificates:
             continue
@@ -368,24 +413,36 @@ def certificate_lines(result) -> list[str]:
             cmp = f"; the bound {b.count} exceeds T = {c.T}, so every example is certified (raise --limit to compare)"
         elif b.applies:
             cmp = f"; below the bound {b.count} (the theorem speaks of the best key/query weights; these certify fewer)"
-        lines.append(escape(f"  {c.variant}: r = {last.rank} of T = {c.T} examples with h = {last.heads} heads "
-                            f"(at most min(T, h d) = {last.rank_cap}){cmp}; residual {last.residual:.2e}; "
-                            f"method: {last.method}"))
+        lines.append(
+            escape(
+                f"  {c.variant}: r = {last.rank} of T = {c.T} examples with h = {last.heads} heads "
+                f"(at most min(T, h d) = {last.rank_cap}){cmp}; residual {last.residual:.2e}; "
+                f"method: {last.method}"
+            )
+        )
         if last.rank == c.T:
-            lines.append(escape(f"    the rank is capped by T: the certificate memorises all {c.T} examples; "
-                                "more examples could certify more"))
+            lines.append(
+                escape(
+                    f"    the rank is capped by T: the certificate memorises all {c.T} examples; "
+                    "more examples could certify more"
+                )
+            )
     return lines
 
 
 def capacity_evidence_lines(result) -> list[str]:
     s = result.settings
-    lines = ["[bold]Evidence[/bold]",
-             escape(f"  tokens: {s['tokens']}; query = token {result.info.get('query_index')}; data: {result.data}"),
-             escape(f"  Z rank rule: {s['z_tolerance']}"),
-             escape(f"  assumption rank rule: {s['assumption_tolerance']}")]
+    lines = [
+        "[bold]Evidence[/bold]",
+        escape(f"  tokens: {s['tokens']}; query = token {result.info.get('query_index')}; data: {result.data}"),
+        escape(f"  Z rank rule: {s['z_tolerance']}"),
+        escape(f"  assumption rank rule: {s['assumption_tolerance']}"),
+    ]
     if s.get("from_path") is None:
-        lines.append(f"  Assumption 1: {s['samples']} draws (stopping once decided), threshold {s['threshold']}, seed {s['seed']}, "
-                     f"device {s['device']}")
+        lines.append(
+            f"  Assumption 1: {s['samples']} draws (stopping once decided), threshold {s['threshold']}, seed {s['seed']}, "
+            f"device {s['device']}"
+        )
     for c in result.columns:
         lines += loading_lines(c.weights_read, label=f"{c.variant} weights ")
     lines += loading_lines(None, s)
@@ -409,8 +466,12 @@ def loading_lines(read: dict | None, settings: dict | None = None, label: str = 
 
 def capacity_report(result, *, out=None, plot=None) -> list:
     """``mhaaudit capacity``: the table, the bound, the certificate and the evidence."""
-    items: list = [capacity_table(result), *capacity_bound_lines(result), *certificate_lines(result),
-                   *capacity_evidence_lines(result)]
+    items: list = [
+        capacity_table(result),
+        *capacity_bound_lines(result),
+        *certificate_lines(result),
+        *capacity_evidence_lines(result),
+    ]
     written = [str(p) for p in (out, plot) if p is not None]
     if written:
         items.append(escape(f"Wrote {', '.join(written)}"))
@@ -431,9 +492,13 @@ def _setting(run) -> str:
 def memorize_table(grid) -> Table:
     """One row per trained point of the grid (with the saturation columns when counted)."""
     s = grid.settings
-    metric = "training accuracy" if s.get("task") == "classification" else f"fraction with |error| < {s.get('tolerance')}"
-    table = Table(title=f"Memorisation ({s.get('task')}, {s.get('context')} context, d = {s.get('d')}; memorised = {metric})",
-                  title_justify="left")
+    metric = (
+        "training accuracy" if s.get("task") == "classification" else f"fraction with |error| < {s.get('tolerance')}"
+    )
+    table = Table(
+        title=f"Memorisation ({s.get('task')}, {s.get('context')} context, d = {s.get('d')}; memorised = {metric})",
+        title_justify="left",
+    )
     sat = any(r.saturation is not None for r in grid.runs)
     if sat:
         table.caption = ">=2 sat.: examples with >=2 heads saturated; >=1 unsat.: with >=1 head unsaturated"
@@ -445,9 +510,16 @@ def memorize_table(grid) -> Table:
         table.add_column(">=2 sat.", justify="right")
         table.add_column(">=1 unsat.", justify="right")
     for r in grid.runs:
-        cells = [_setting(r), str(r.size), f"{r.memorized:.3f}", str(r.memorized_count),
-                 str(r.epochs_run) + (" (early)" if r.stopped_early else ""), str(r.steps_run), f"{r.final_loss:.4g}",
-                 f"{r.seconds:.1f}" + (" (file)" if r.reused else "")]
+        cells = [
+            _setting(r),
+            str(r.size),
+            f"{r.memorized:.3f}",
+            str(r.memorized_count),
+            str(r.epochs_run) + (" (early)" if r.stopped_early else ""),
+            str(r.steps_run),
+            f"{r.final_loss:.4g}",
+            f"{r.seconds:.1f}" + (" (file)" if r.reused else ""),
+        ]
         if sat and r.saturation is None:
             cells += ["-", "-"]
         elif sat:
@@ -462,8 +534,14 @@ def fit_table(grid) -> Table:
     for col in ("size T", "slope (examples per head)", "intercept", "R^2", "points", "H values"):
         ft.add_column(col, justify="left" if col == "size T" else "right")
     for f in grid.fits:
-        ft.add_row("all" if f.size is None else str(f.size), f"{f.slope:.2f}", f"{f.intercept:.2f}", f"{f.r2:.4f}",
-                   str(f.points), ",".join(str(x) for x in f.xs))
+        ft.add_row(
+            "all" if f.size is None else str(f.size),
+            f"{f.slope:.2f}",
+            f"{f.intercept:.2f}",
+            f"{f.r2:.4f}",
+            str(f.points),
+            ",".join(str(x) for x in f.xs),
+        )
     return ft
 
 
@@ -473,8 +551,16 @@ def seed_summary_table(grid) -> Table:
     for col in ("setting", "size T", "seeds", "mean", "std", "lowest", "highest", "mean count"):
         t.add_column(col, justify="left" if col == "setting" else "right")
     for m in grid.summary:
-        t.add_row(_setting(m), str(m.size), str(m.seeds), f"{m.mean:.3f}", "-" if m.std is None else f"{m.std:.3f}",
-                  f"{m.low:.3f}", f"{m.high:.3f}", f"{m.mean_count:.1f}")
+        t.add_row(
+            _setting(m),
+            str(m.size),
+            str(m.seeds),
+            f"{m.mean:.3f}",
+            "-" if m.std is None else f"{m.std:.3f}",
+            f"{m.low:.3f}",
+            f"{m.high:.3f}",
+            f"{m.mean_count:.1f}",
+        )
     return t
 
 
@@ -489,8 +575,10 @@ def memorize_report(grid) -> list:
         items.append("Linear fit against H: fewer than two non-saturated values of H per size; none computed.")
     for r in grid.runs:
         if r.saturation is not None:
-            items.append(f"saturated heads per example, {_setting(r)} T={r.size}: "
-                         + ", ".join(f"{k}: {c}" for k, c in enumerate(r.saturation.histogram) if c))
+            items.append(
+                f"saturated heads per example, {_setting(r)} T={r.size}: "
+                + ", ".join(f"{k}: {c}" for k, c in enumerate(r.saturation.histogram) if c)
+            )
     for what, path in (("results", grid.out), ("plot", grid.plot)):
         if path:
             items.append(escape(f"{what}: {path}"))
@@ -503,8 +591,12 @@ def render_memorize(grid) -> None:
 
 # --------------------------------------------------------------------------- reproduce (the paper's values beside ours)
 
-STATUS_MARK = {"match": "[green]yes[/green]", "differs": "[red]no[/red]", "undetermined": "[yellow]?[/yellow]",
-               "unavailable": "[yellow]n/a[/yellow]"}
+STATUS_MARK = {
+    "match": "[green]yes[/green]",
+    "differs": "[red]no[/red]",
+    "undetermined": "[yellow]?[/yellow]",
+    "unavailable": "[yellow]n/a[/yellow]",
+}
 
 
 def published_number(value: float) -> str:
@@ -532,9 +624,15 @@ def _our_cell(c) -> str:
     return escape(f"{c.our_verdict}{value}{ci}")
 
 
-KIND_TITLES = {"ranks": "ranks of d-subsets", "sweep": "sweep fraction", "shape": "Figure 1 level",
-               "estimate": "Kruskal estimate", "linear": "linear in H", "monotone": "rises with H",
-               "theorem1": "Theorem 1 count"}
+KIND_TITLES = {
+    "ranks": "ranks of d-subsets",
+    "sweep": "sweep fraction",
+    "shape": "Figure 1 level",
+    "estimate": "Kruskal estimate",
+    "linear": "linear in H",
+    "monotone": "rises with H",
+    "theorem1": "Theorem 1 count",
+}
 
 
 def reproduction_table(result) -> tuple[Table, list[str]]:
@@ -566,9 +664,12 @@ def reproduction_report(result, written: Sequence[str] = ()) -> list:
     """``mhaaudit reproduce``: the comparison table, the reasons for every difference, what the run was."""
     table, reasons = reproduction_table(result)
     counts = result.counts()
-    items: list = [table, f"{counts['match']} match, {counts['differs']} differ, {counts['undetermined']} undetermined, "
-                          f"{counts['unavailable']} unavailable, of {len(result.comparisons)} published values "
-                          f"(source: {escape(result.source)}). k: the paper's / ours where they differ."]
+    items: list = [
+        table,
+        f"{counts['match']} match, {counts['differs']} differ, {counts['undetermined']} undetermined, "
+        f"{counts['unavailable']} unavailable, of {len(result.comparisons)} published values "
+        f"(source: {escape(result.source)}). k: the paper's / ours where they differ.",
+    ]
     if reasons:
         items.append("[bold]Why they differ[/bold] (from this run's records)")
         items += [f"  {line}" for line in reasons]
@@ -580,8 +681,10 @@ def reproduction_report(result, written: Sequence[str] = ()) -> list:
         if isinstance(sub, dict):
             parts += [f"{what} {k} {v:.1f} s" for k, v in sub.items() if isinstance(v, (int, float)) and k != "total"]
     items.append(f"  time: {result.timings.get('total', 0):.1f} s" + (f" ({', '.join(parts)})" if parts else ""))
-    items.append("A match is the same verdict, not the same number: Monte-Carlo fractions are estimates (95% "
-                 "Clopper-Pearson intervals); dependent subsets, rank ceilings and context-rank counts are proofs.")
+    items.append(
+        "A match is the same verdict, not the same number: Monte-Carlo fractions are estimates (95% "
+        "Clopper-Pearson intervals); dependent subsets, rank ceilings and context-rank counts are proofs."
+    )
     if written:
         items.append(escape(f"Wrote {', '.join(written)}"))
     return items

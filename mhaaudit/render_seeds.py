@@ -39,8 +39,11 @@ def _exact(rec: dict) -> str:
     if status in (None, "undecided"):
         return "undecided"
     seeds = rec.get("exact_seeds") or []
-    where = "every seed" if len(seeds) == rec.get("runs") else "seed" + ("s " if len(seeds) > 1 else " ") + \
-        ", ".join(map(str, seeds))
+    where = (
+        "every seed"
+        if len(seeds) == rec.get("runs")
+        else "seed" + ("s " if len(seeds) > 1 else " ") + ", ".join(map(str, seeds))
+    )
     return f"{status} (proven in {where})"
 
 
@@ -53,10 +56,11 @@ def _holds(rec: dict) -> str:
 def _cell_table(result) -> Table:
     cells = [s for s in result.summaries if s.get("check") != "sweep_estimate" and s.get("value") != "our_value"]
     what = "rank(Z)" if result.command == "capacity" else "fraction"
-    t = Table(title=f"Over {len(result.plan.seeds)} seeds: median \\[lowest, highest] of the {what}",
-              title_justify="left")
+    t = Table(
+        title=f"Over {len(result.plan.seeds)} seeds: median \\[lowest, highest] of the {what}", title_justify="left"
+    )
     capacity = result.command == "capacity"
-    for col in (("column", "layer", "heads h") if capacity else ("column", "layer", "check", "k")):
+    for col in ("column", "layer", "heads h") if capacity else ("column", "layer", "check", "k"):
         t.add_column(col, no_wrap=True)
     t.add_column(what + " median \\[range]", no_wrap=True)
     if not capacity:
@@ -66,8 +70,15 @@ def _cell_table(result) -> Table:
         if capacity:
             t.add_row(escape(str(s.get("variant"))), _num(s.get("layer")), _num(s.get("heads")), _range(s))
         else:
-            t.add_row(escape(str(s.get("variant"))), _num(s.get("layer")), CHECK_TITLES.get(s.get("check"), str(s.get("check"))),
-                      _num(s.get("k")), _range(s), _holds(s), _exact(s))
+            t.add_row(
+                escape(str(s.get("variant"))),
+                _num(s.get("layer")),
+                CHECK_TITLES.get(s.get("check"), str(s.get("check"))),
+                _num(s.get("k")),
+                _range(s),
+                _holds(s),
+                _exact(s),
+            )
     return t
 
 
@@ -75,26 +86,47 @@ def _estimate_table(result) -> Table | None:
     est = [s for s in result.summaries if s.get("check") == "sweep_estimate"]
     if not est:
         return None
-    t = Table(title="Kruskal-rank estimate of the sweep (largest k with fraction >= threshold): over the seeds",
-              title_justify="left")
+    t = Table(
+        title="Kruskal-rank estimate of the sweep (largest k with fraction >= threshold): over the seeds",
+        title_justify="left",
+    )
     for col in ("column", "median \\[lowest, highest]", "per seed", "exact Kruskal rank"):
         t.add_column(col, no_wrap=col != "exact Kruskal rank")
     for s in est:
-        per = [(r.get("seed"), r.get("estimate"), r.get("exact_kruskal_rank")) for _, recs in result.per_seed for r in recs
-               if r.get("check") == "sweep_estimate" and r.get("model") == s.get("model")
-               and r.get("variant") == s.get("variant") and r.get("layer") == s.get("layer")]
+        per = [
+            (r.get("seed"), r.get("estimate"), r.get("exact_kruskal_rank"))
+            for _, recs in result.per_seed
+            for r in recs
+            if r.get("check") == "sweep_estimate"
+            and r.get("model") == s.get("model")
+            and r.get("variant") == s.get("variant")
+            and r.get("layer") == s.get("layer")
+        ]
         proven = [f"{x} (seed {seed})" for seed, _, x in per if x is not None]
         name = f"{s.get('model')} {s.get('variant')}" if result.command == "reproduce" else str(s.get("variant"))
-        t.add_row(escape(name), _range(s), ", ".join(f"{seed}: {e}" for seed, e, _ in per),
-                  escape(", ".join(proven)) if proven else "not proven")
+        t.add_row(
+            escape(name),
+            _range(s),
+            ", ".join(f"{seed}: {e}" for seed, e, _ in per),
+            escape(", ".join(proven)) if proven else "not proven",
+        )
     return t
 
 
 def _reproduce_table(result) -> Table:
-    t = Table(title=f"{escape(result.title)}: the paper's values beside the between-seed range of ours",
-              title_justify="left")
-    for col in ("model", "column", "what", "k", "paper", f"ours over {len(result.plan.seeds)} seeds", "paper inside",
-                "seeds matching"):
+    t = Table(
+        title=f"{escape(result.title)}: the paper's values beside the between-seed range of ours", title_justify="left"
+    )
+    for col in (
+        "model",
+        "column",
+        "what",
+        "k",
+        "paper",
+        f"ours over {len(result.plan.seeds)} seeds",
+        "paper inside",
+        "seeds matching",
+    ):
         t.add_column(col, no_wrap=col != "what")
     for s in (s for s in result.summaries if s.get("value") == "our_value"):
         what = CHECK_TITLES.get(s.get("check"), s.get("check")) if s.get("kind") == "check" else s.get("kind")
@@ -102,8 +134,16 @@ def _reproduce_table(result) -> Table:
         if s.get("paper_value") is not None:
             paper += f" {_num(s['paper_value'])}"
         inside = {True: "inside", False: "outside", None: "-"}[s.get("paper_inside")]
-        t.add_row(escape(str(s.get("model"))), escape(str(s.get("column"))), escape(str(what)), _num(s.get("k")),
-                  escape(paper), _range(s), inside, f"{s.get('seeds_matching', 0)} of {s.get('runs')}")
+        t.add_row(
+            escape(str(s.get("model"))),
+            escape(str(s.get("column"))),
+            escape(str(what)),
+            _num(s.get("k")),
+            escape(paper),
+            _range(s),
+            inside,
+            f"{s.get('seeds_matching', 0)} of {s.get('runs')}",
+        )
     return t
 
 
@@ -122,11 +162,15 @@ def seeds_report(result) -> list:
         items.append("[bold]Differences[/bold] (seed by seed; called a difference only when the range excludes zero)")
         items += [f"  {escape(d['conclusion'])}" for d in result.differences]
     elif result.command == "check" and est is None:
-        items.append("No sweep estimates to compare: add --sweep for each column's Kruskal-rank estimate and the "
-                     "differences between columns.")
-    items.append("The ranges are between seeds: they show what a new seed moves. Each fraction's 95% interval "
-                 "(in the JSON and parquet records) covers its Monte-Carlo draws only. A proof holds for the weights "
-                 "and data of the seed that gave it.")
+        items.append(
+            "No sweep estimates to compare: add --sweep for each column's Kruskal-rank estimate and the "
+            "differences between columns."
+        )
+    items.append(
+        "The ranges are between seeds: they show what a new seed moves. Each fraction's 95% interval "
+        "(in the JSON and parquet records) covers its Monte-Carlo draws only. A proof holds for the weights "
+        "and data of the seed that gave it."
+    )
     return items
 
 

@@ -63,13 +63,17 @@ class ModelRequest:
         if self.context_length is not None:
             object.__setattr__(self, "context_length", validate.integer(param("context_length"), self.context_length))
         if self.query_index is not None:
-            object.__setattr__(self, "query_index", validate.integer(param("query_index"), self.query_index, minimum=None))
+            object.__setattr__(
+                self, "query_index", validate.integer(param("query_index"), self.query_index, minimum=None)
+            )
         object.__setattr__(self, "revision", check_revision(self.revision))
         object.__setattr__(self, "trust_remote_code", bool(self.trust_remote_code))
         if self.revision is not None or self.trust_remote_code:  # refused before any work when they cannot apply
-
-            check_hub_options(resolve(self.model, backend=self.backend, weights_path=self.weights_path), self.revision,
-                              self.trust_remote_code)
+            check_hub_options(
+                resolve(self.model, backend=self.backend, weights_path=self.weights_path),
+                self.revision,
+                self.trust_remote_code,
+            )
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,9 @@ class DataRequest:
             if value is not None and (not isinstance(value, str) or not value.strip()):
                 raise InputError(f"{{param:{name}}} must name a column, got {value!r}")
         # Whatever the model, every example kept costs its vectors (at least 64 bytes): a bound before any work.
-        object.__setattr__(self, "limit", validate.integer(param("limit"), self.limit, maximum=available_memory() // 64))
+        object.__setattr__(
+            self, "limit", validate.integer(param("limit"), self.limit, maximum=available_memory() // 64)
+        )
         object.__setattr__(self, "batch_size", parse_batch_size(self.batch_size))
         object.__setattr__(self, "keep_duplicates", bool(self.keep_duplicates))
         object.__setattr__(self, "convert_rgb", bool(self.convert_rgb))
@@ -112,18 +118,44 @@ class Requests(NamedTuple):
 
 
 # keyword -> the field it sets, per object
-MODEL_KEYWORDS = {"backend": "backend", "weights": "weights_path", "weights_path": "weights_path",
-                  "context_length": "context_length", "query_index": "query_index", "revision": "revision",
-                  "trust_remote_code": "trust_remote_code"}
-DATA_KEYWORDS = {name: name for name in ("split", "limit", "batch_size", "keep_duplicates", "text_column", "image_column",
-                                         "convert_rgb")}
-SETTINGS_KEYWORDS = {name: name for name in ("device", "samples", "threshold", "seed", "rtol", "atol", "stop_when_decided",
-                                             "progress", "weights_seed", "data_seed")}
+MODEL_KEYWORDS = {
+    "backend": "backend",
+    "weights": "weights_path",
+    "weights_path": "weights_path",
+    "context_length": "context_length",
+    "query_index": "query_index",
+    "revision": "revision",
+    "trust_remote_code": "trust_remote_code",
+}
+DATA_KEYWORDS = {
+    name: name
+    for name in ("split", "limit", "batch_size", "keep_duplicates", "text_column", "image_column", "convert_rgb")
+}
+SETTINGS_KEYWORDS = {
+    name: name
+    for name in (
+        "device",
+        "samples",
+        "threshold",
+        "seed",
+        "rtol",
+        "atol",
+        "stop_when_decided",
+        "progress",
+        "weights_seed",
+        "data_seed",
+    )
+}
 KEYWORDS = {**MODEL_KEYWORDS, **DATA_KEYWORDS, **SETTINGS_KEYWORDS}
 
 
-def build_requests(model: str | ModelRequest, data: str | DataRequest | None, settings: Settings | None,
-                   keywords: Mapping[str, Any], given: frozenset[str] = frozenset()) -> Requests:
+def build_requests(
+    model: str | ModelRequest,
+    data: str | DataRequest | None,
+    settings: Settings | None,
+    keywords: Mapping[str, Any],
+    given: frozenset[str] = frozenset(),
+) -> Requests:
     """The model, data and settings of one call: the one place keywords become request objects.
 
     ``model``, ``data`` and ``settings`` are the objects themselves or, for ``model`` and ``data``,
@@ -142,15 +174,24 @@ def build_requests(model: str | ModelRequest, data: str | DataRequest | None, se
     return Requests(load, examples, run)
 
 
-def build_settings(settings: Settings | None, keywords: Mapping[str, Any], given: frozenset[str] = frozenset()) -> Settings:
+def build_settings(
+    settings: Settings | None, keywords: Mapping[str, Any], given: frozenset[str] = frozenset()
+) -> Settings:
     """The settings part of :func:`build_requests`, for an entry point that takes settings only
     (:func:`mhaaudit.check_features`): ``settings`` itself, checked against the keywords given, or
     ``Settings.resolve`` of the keywords."""
     return _one(Settings, settings, "settings", SETTINGS_KEYWORDS, keywords, given, lambda kw: Settings.resolve(**kw))
 
 
-def _one(cls: type, obj, what: str, names: Mapping[str, str], keywords: Mapping[str, Any], given: frozenset[str],
-         build: Callable[[dict], Any]):
+def _one(
+    cls: type,
+    obj,
+    what: str,
+    names: Mapping[str, str],
+    keywords: Mapping[str, Any],
+    given: frozenset[str],
+    build: Callable[[dict], Any],
+):
     """The ``cls`` object of a call: ``obj`` itself, checked against the keywords given, or built."""
     mine = {k: v for k, v in keywords.items() if k in names}
     if not isinstance(obj, cls):
@@ -158,11 +199,16 @@ def _one(cls: type, obj, what: str, names: Mapping[str, str], keywords: Mapping[
     for k in sorted(given & set(mine)):
         field = names[k]
         said = getattr(obj, field)
-        meant = getattr(Settings.resolve(**{field: mine[k]}), field) if cls is Settings else \
-            getattr(replace(obj, **{field: mine[k]}), field)  # type: ignore[type-var]
+        meant = (
+            getattr(Settings.resolve(**{field: mine[k]}), field)
+            if cls is Settings
+            else getattr(replace(obj, **{field: mine[k]}), field)  # type: ignore[type-var]  # obj is a cls instance
+        )
         if meant != said:
-            raise InputError(f"{{param:{k}}} = {mine[k]!r} disagrees with the {cls.__name__} given as {what} "
-                             f"({field} = {said!r}); give the value in one place")
+            raise InputError(
+                f"{{param:{k}}} = {mine[k]!r} disagrees with the {cls.__name__} given as {what} "
+                f"({field} = {said!r}); give the value in one place"
+            )
     return obj
 
 

@@ -42,8 +42,18 @@ from .render_seeds import seeds_report
 from .settings import MAX_SEED
 from .tables import Report
 
-__all__ = ["VARY", "SeedPlan", "SeedRun", "SeedsResult", "difference_records", "over_seeds", "parse_seeds",
-           "plan_seeds", "spread", "summary_records"]
+__all__ = [
+    "VARY",
+    "SeedPlan",
+    "SeedRun",
+    "SeedsResult",
+    "difference_records",
+    "over_seeds",
+    "parse_seeds",
+    "plan_seeds",
+    "spread",
+    "summary_records",
+]
 
 #: What ``--seeds`` varies: the weights and data seeds together (as ``--seed``), or one of them.
 VARY = ("both", "weights", "data")
@@ -104,14 +114,19 @@ class SeedPlan:
         return f"{len(self.seeds)} seeds: {what}; the Monte-Carlo draws follow each run's seed"
 
     def as_dict(self) -> dict:
-        return {"seeds": list(self.seeds), "vary": self.vary,
-                "weights_seed": "varied" if self.vary in ("both", "weights") else self.weights_seed,
-                "data_seed": "varied" if self.vary in ("both", "data") else self.data_seed,
-                "draws_seed": "each run's seed", "describe": self.describe()}
+        return {
+            "seeds": list(self.seeds),
+            "vary": self.vary,
+            "weights_seed": "varied" if self.vary in ("both", "weights") else self.weights_seed,
+            "data_seed": "varied" if self.vary in ("both", "data") else self.data_seed,
+            "draws_seed": "each run's seed",
+            "describe": self.describe(),
+        }
 
 
-def plan_seeds(seeds, *, vary: str = "both", seed: int = 0, weights_seed: int | None = None,
-               data_seed: int | None = None) -> SeedPlan:
+def plan_seeds(
+    seeds, *, vary: str = "both", seed: int = 0, weights_seed: int | None = None, data_seed: int | None = None
+) -> SeedPlan:
     """Check ``seeds`` (``"0-4"``, ``"0,3,7"`` or a list) and what they vary.
 
     ``vary="weights"`` holds the data seed at ``data_seed`` (default: the first seed listed),
@@ -125,10 +140,11 @@ def plan_seeds(seeds, *, vary: str = "both", seed: int = 0, weights_seed: int | 
     varied = {"both": ("weights_seed", "data_seed"), "weights": ("weights_seed",), "data": ("data_seed",)}[vary]
     for name, value in (("weights_seed", weights_seed), ("data_seed", data_seed)):
         if value is not None and name in varied:
-            raise InputError(f"{{param:{name}}} has no effect with {{param:seeds}} and {{param:vary}} {vary}: "
-                             "{param:seeds} sets it for every run"
-                             + ("; hold it fixed with {param:vary} weights or {param:vary} data" if vary == "both"
-                                else ""))
+            raise InputError(
+                f"{{param:{name}}} has no effect with {{param:seeds}} and {{param:vary}} {vary}: "
+                "{param:seeds} sets it for every run"
+                + ("; hold it fixed with {param:vary} weights or {param:vary} data" if vary == "both" else "")
+            )
         if value is not None:
             validate.integer(param(name), value, minimum=0, maximum=MAX_SEED)
     if vary == "weights":
@@ -141,8 +157,10 @@ def plan_seeds(seeds, *, vary: str = "both", seed: int = 0, weights_seed: int | 
 # --------------------------------------------------------------------------- running
 
 
-IMAGE_FILES_NOTE = ("images read from a folder or file keep their own order, so the data seed does not change "
-                    "them: only the built-in images, text examples and samples of data depend on it")
+IMAGE_FILES_NOTE = (
+    "images read from a folder or file keep their own order, so the data seed does not change "
+    "them: only the built-in images, text examples and samples of data depend on it"
+)
 
 
 def data_seed_notes(plan: SeedPlan, data) -> list[str]:
@@ -180,8 +198,9 @@ def _exact(statuses: dict) -> tuple[str, list[int]]:
     return status, sorted(proved)
 
 
-def summary_records(per_seed: list[tuple[SeedRun, list[dict]]], *, key: Sequence[str], value: str,
-                    extra: Sequence[str] = ()) -> list[dict]:
+def summary_records(
+    per_seed: list[tuple[SeedRun, list[dict]]], *, key: Sequence[str], value: str, extra: Sequence[str] = ()
+) -> list[dict]:
     """One summary record per cell (the records that agree on ``key``): the median, lowest and
     highest ``value`` over the seeds, the seeds whose verdict holds under the paper's rule (when
     the records have one), and the exact status where a seed proved it. ``extra`` fields are
@@ -193,10 +212,16 @@ def summary_records(per_seed: list[tuple[SeedRun, list[dict]]], *, key: Sequence
     out = []
     for cell, members in cells.items():
         first = members[0][1]
-        vals = [(run.seed, r.get(value)) for run, r in members if isinstance(r.get(value), (int, float))
-                and not isinstance(r.get(value), bool)]
-        rec = dict(zip(key, cell, strict=True)) | {k: first.get(k) for k in extra} | {"aggregate": "summary", "seed": None,
-                                                                         "value": value}
+        vals = [
+            (run.seed, r.get(value))
+            for run, r in members
+            if isinstance(r.get(value), (int, float)) and not isinstance(r.get(value), bool)
+        ]
+        rec = (
+            dict(zip(key, cell, strict=True))
+            | {k: first.get(k) for k in extra}
+            | {"aggregate": "summary", "seed": None, "value": value}
+        )
         rec["seeds"] = [run.seed for run, _ in members]
         rec["runs"] = len(members)
         rec["values"] = [v for _, v in vals]
@@ -231,8 +256,15 @@ def _fmt(v) -> str:
     return str(int(v)) if isinstance(v, (int, float)) else str(v)
 
 
-def difference_records(summaries: list[dict], per_seed: list[tuple[SeedRun, list[dict]]], *, key: Sequence[str],
-                       value: str, check: str | None = None, same: Sequence[str] = ()) -> list[dict]:
+def difference_records(
+    summaries: list[dict],
+    per_seed: list[tuple[SeedRun, list[dict]]],
+    *,
+    key: Sequence[str],
+    value: str,
+    check: str | None = None,
+    same: Sequence[str] = (),
+) -> list[dict]:
     """For every pair of cells (of ``check``, when given; agreeing on the fields ``same``), the
     difference of their ``value`` seed by seed: its median and range, and whether the range
     excludes zero (only then is it called a difference)."""
@@ -241,7 +273,9 @@ def difference_records(summaries: list[dict], per_seed: list[tuple[SeedRun, list
         for r in recs:
             if (check is None or r.get("check") == check) and isinstance(r.get(value), (int, float)):
                 by_seed.setdefault(cell_of(r, key), {})[run.seed] = r[value]
-    cells = [cell_of(s, key) for s in summaries if (check is None or s.get("check") == check) and cell_of(s, key) in by_seed]
+    cells = [
+        cell_of(s, key) for s in summaries if (check is None or s.get("check") == check) and cell_of(s, key) in by_seed
+    ]
     varying = [k for i, k in enumerate(key) if len({c[i] for c in cells}) > 1] or list(key)
     out = []
     for a, b in combinations(cells, 2):
@@ -258,14 +292,33 @@ def difference_records(summaries: list[dict], per_seed: list[tuple[SeedRun, list
             said = f"{name_a} minus {name_b}: {_fmt(diffs[0])} in a single run; not distinguishable with 1 seed"
         elif excludes:
             bigger = name_a if lo > 0 else name_b
-            said = (f"{name_a} minus {name_b}: median {_fmt(_median(diffs))}, range {_fmt(lo)} to {_fmt(hi)} over "
-                    f"{len(diffs)} seeds, which excludes zero: {bigger} is higher in every seed")
+            said = (
+                f"{name_a} minus {name_b}: median {_fmt(_median(diffs))}, range {_fmt(lo)} to {_fmt(hi)} over "
+                f"{len(diffs)} seeds, which excludes zero: {bigger} is higher in every seed"
+            )
         else:
-            said = (f"{name_a} minus {name_b}: median {_fmt(_median(diffs))}, range {_fmt(lo)} to {_fmt(hi)}, which "
-                    f"contains zero: not distinguishable with {len(diffs)} seeds")
-        out.append({"aggregate": "difference", "check": check or value, "value": value, "seed": None, "a": name_a, "b": name_b,
-                    "seeds": common, "runs": len(common), "values": diffs, "median": _median(diffs), "low": lo,
-                    "high": hi, "excludes_zero": excludes, "conclusion": said})
+            said = (
+                f"{name_a} minus {name_b}: median {_fmt(_median(diffs))}, range {_fmt(lo)} to {_fmt(hi)}, which "
+                f"contains zero: not distinguishable with {len(diffs)} seeds"
+            )
+        out.append(
+            {
+                "aggregate": "difference",
+                "check": check or value,
+                "value": value,
+                "seed": None,
+                "a": name_a,
+                "b": name_b,
+                "seeds": common,
+                "runs": len(common),
+                "values": diffs,
+                "median": _median(diffs),
+                "low": lo,
+                "high": hi,
+                "excludes_zero": excludes,
+                "conclusion": said,
+            }
+        )
     return out
 
 
@@ -274,8 +327,11 @@ def _name(cell: tuple, key: Sequence[str], varying: Sequence[str]) -> str:
     parts = dict(zip(key, cell, strict=True))
 
     def shown(fields) -> list[str]:
-        return [f"h = {parts[k]}" if k == "heads" else str(parts[k]) for k in fields
-                if k not in ("check", "layer", "k") and parts.get(k) is not None]
+        return [
+            f"h = {parts[k]}" if k == "heads" else str(parts[k])
+            for k in fields
+            if k not in ("check", "layer", "k") and parts.get(k) is not None
+        ]
 
     return " ".join(shown(varying) or shown(key)) or "?"
 
@@ -312,20 +368,43 @@ class SeedsResult(Report):
         return seeds_report(self)
 
     def summary_line(self) -> str:
-        return (f"{self.command}: {len(self.plan.seeds)} seeds ({self.plan.vary} varied), {len(self.summaries)} cells, "
-                f"{len(self.differences)} differences")
+        return (
+            f"{self.command}: {len(self.plan.seeds)} seeds ({self.plan.vary} varied), {len(self.summaries)} cells, "
+            f"{len(self.differences)} differences"
+        )
 
 
 def _tag(records: list[dict], run: SeedRun, trained: Callable[[dict], bool]) -> list[dict]:
     """A run's records as per-seed records: which aggregate, which seeds drew the weights and the data."""
-    return [r | {"aggregate": "seed", "seed": run.seed,
-                 "weights_seed": None if trained(r) else run.weights, "data_seed": run.data} for r in records]
+    return [
+        r
+        | {
+            "aggregate": "seed",
+            "seed": run.seed,
+            "weights_seed": None if trained(r) else run.weights,
+            "data_seed": run.data,
+        }
+        for r in records
+    ]
 
 
-def spread(command: str, plan: SeedPlan, runs: list, *, records: Callable, key: Sequence[str], value: str = "fraction",
-           estimates: Callable | None = None, estimate_key: Sequence[str] = (), trained: Callable[[dict], bool] = lambda r: False,
-           sweep_rows: Callable | None = None, meta: dict | None = None, extra: Sequence[str] = (),
-           differences_same: Sequence[str] | None = None, notes: Sequence[str] = ()) -> SeedsResult:
+def spread(
+    command: str,
+    plan: SeedPlan,
+    runs: list,
+    *,
+    records: Callable,
+    key: Sequence[str],
+    value: str = "fraction",
+    estimates: Callable | None = None,
+    estimate_key: Sequence[str] = (),
+    trained: Callable[[dict], bool] = lambda r: False,
+    sweep_rows: Callable | None = None,
+    meta: dict | None = None,
+    extra: Sequence[str] = (),
+    differences_same: Sequence[str] | None = None,
+    notes: Sequence[str] = (),
+) -> SeedsResult:
     """The runs of ``plan`` (``runs``, one result per seed) side by side.
 
     ``records(result)`` gives a run's records, summarised per ``key`` over ``value``;
@@ -344,29 +423,52 @@ def spread(command: str, plan: SeedPlan, runs: list, *, records: Callable, key: 
         est = [(run, _tag(estimates(res), run, trained)) for run, res in zip(plan.runs(), runs, strict=True)]
         est_summaries = summary_records(est, key=estimate_key, value="estimate")
         summaries += est_summaries
-        differences += difference_records(est_summaries, est, key=estimate_key, value="estimate",
-                                          check="sweep_estimate")
+        differences += difference_records(
+            est_summaries, est, key=estimate_key, value="estimate", check="sweep_estimate"
+        )
         per_seed = [(run, recs + e) for (run, recs), (_, e) in zip(per_seed, est, strict=True)]
     sweeps = []
     if sweep_rows is not None:
         for run, res in zip(plan.runs(), runs, strict=True):
             sweeps += [r | {"aggregate": "seed", "seed": run.seed} for r in sweep_rows(res)]
     notes = [plan.describe(), *notes, *_trained_notes(plan, [r for _, recs in per_seed for r in recs], trained)]
-    return SeedsResult(command, plan, list(runs), per_seed, summaries, differences, sweeps,
-                       (meta or {}) | {"seed": None, "seeds": list(plan.seeds), "seed_plan": plan.as_dict(),
-                                       "weights_seed": plan.as_dict()["weights_seed"],
-                                       "data_seed": plan.as_dict()["data_seed"], "seed_notes": notes}, notes)
+    return SeedsResult(
+        command,
+        plan,
+        list(runs),
+        per_seed,
+        summaries,
+        differences,
+        sweeps,
+        (meta or {})
+        | {
+            "seed": None,
+            "seeds": list(plan.seeds),
+            "seed_plan": plan.as_dict(),
+            "weights_seed": plan.as_dict()["weights_seed"],
+            "data_seed": plan.as_dict()["data_seed"],
+            "seed_notes": notes,
+        },
+        notes,
+    )
 
 
 def _trained_notes(plan: SeedPlan, records: list[dict], trained: Callable[[dict], bool]) -> list[str]:
-    names = list(dict.fromkeys(str(r.get("variant") or r.get("column") or "trained") for r in records
-                               if trained(r) and "unavailable" not in (r.get("verdict"), r.get("status"))))
+    names = list(
+        dict.fromkeys(
+            str(r.get("variant") or r.get("column") or "trained")
+            for r in records
+            if trained(r) and "unavailable" not in (r.get("verdict"), r.get("status"))
+        )
+    )
     if not names:
         return []
     which = ", ".join(names)
     if plan.vary == "weights":
-        return [f"trained weights have no weights seed: in {which} only the Monte-Carlo draws vary between the runs "
-                "(the data seed is held fixed)"]
+        return [
+            f"trained weights have no weights seed: in {which} only the Monte-Carlo draws vary between the runs "
+            "(the data seed is held fixed)"
+        ]
     return [f"trained weights have no weights seed: the spread of {which} is that of the data and the draws"]
 
 
@@ -380,13 +482,23 @@ def is_trained(record: dict) -> bool:
 
 def sweep_estimate_record(sw, **where) -> dict:
     """A sweep's Kruskal-rank estimate as a record (``check = "sweep_estimate"``) of the cell ``where``."""
-    return {"check": "sweep_estimate", **where, "estimate": sw.estimate, "raw_estimate": sw.raw_estimate,
-            "exact_kruskal_rank": sw.exact_kruskal_rank, "floor": sw.floor.value, "ceiling": sw.ceiling.value}
+    return {
+        "check": "sweep_estimate",
+        **where,
+        "estimate": sw.estimate,
+        "raw_estimate": sw.raw_estimate,
+        "exact_kruskal_rank": sw.exact_kruskal_rank,
+        "floor": sw.floor.value,
+        "ceiling": sw.ceiling.value,
+    }
 
 
 def _sweep_estimates(model: str, columns) -> list[dict]:
-    return [sweep_estimate_record(c.sweep, model=model, variant=c.probe.variant, layer=c.probe.layer)
-            for c in columns if c.sweep is not None]
+    return [
+        sweep_estimate_record(c.sweep, model=model, variant=c.probe.variant, layer=c.probe.layer)
+        for c in columns
+        if c.sweep is not None
+    ]
 
 
 def _per_seed_meta(runs: list, plan: SeedPlan) -> dict:
@@ -401,29 +513,50 @@ def plan_for(settings, seeds, vary: str = "both") -> SeedPlan | None:
     where ``vary`` must stay at its default."""
     if seeds is None:
         if vary != "both":
-            raise InputError("{param:vary} has no effect without {param:seeds}: it says which seed {param:seeds} varies")
+            raise InputError(
+                "{param:vary} has no effect without {param:seeds}: it says which seed {param:seeds} varies"
+            )
         return None
-    return plan_seeds(seeds, vary=vary, seed=settings.seed, weights_seed=settings.weights_seed,
-                      data_seed=settings.data_seed)
+    return plan_seeds(
+        seeds, vary=vary, seed=settings.seed, weights_seed=settings.weights_seed, data_seed=settings.data_seed
+    )
 
 
 def audit_seeds(run: Callable, plan: SeedPlan, data=None) -> SeedsResult:
     """The audit ``run(seed=, weights_seed=, data_seed=)`` for each seed of ``plan`` (what
     ``audit(..., seeds=...)`` returns); ``data`` is the data source the runs read."""
     runs = over_seeds(run, plan)
-    return spread("check", plan, runs, records=lambda r: r.records(), key=("model", "variant", "layer", "check", "k"),
-                  estimates=lambda r: _sweep_estimates(r.model, r.columns), estimate_key=("model", "variant", "layer", "check"),
-                  trained=is_trained, sweep_rows=lambda r: r.sweep_rows(), meta=_per_seed_meta(runs, plan),
-                  notes=data_seed_notes(plan, data))
+    return spread(
+        "check",
+        plan,
+        runs,
+        records=lambda r: r.records(),
+        key=("model", "variant", "layer", "check", "k"),
+        estimates=lambda r: _sweep_estimates(r.model, r.columns),
+        estimate_key=("model", "variant", "layer", "check"),
+        trained=is_trained,
+        sweep_rows=lambda r: r.sweep_rows(),
+        meta=_per_seed_meta(runs, plan),
+        notes=data_seed_notes(plan, data),
+    )
 
 
 def capacity_seeds(run: Callable, plan: SeedPlan, data=None) -> SeedsResult:
     """The capacity run ``run(seed=, weights_seed=, data_seed=)`` for each seed of ``plan``: the
     spread of rank(Z) per column and head count, and the difference between the columns' ranks."""
     runs = over_seeds(run, plan)
-    return spread("capacity", plan, runs, records=lambda r: r.records(), key=("model", "variant", "layer", "heads"),
-                  value="rank", trained=is_trained, meta=_per_seed_meta(runs, plan), differences_same=("layer", "heads"),
-                  notes=data_seed_notes(plan, data))
+    return spread(
+        "capacity",
+        plan,
+        runs,
+        records=lambda r: r.records(),
+        key=("model", "variant", "layer", "heads"),
+        value="rank",
+        trained=is_trained,
+        meta=_per_seed_meta(runs, plan),
+        differences_same=("layer", "heads"),
+        notes=data_seed_notes(plan, data),
+    )
 
 
 def kruskal_seeds(run: Callable, plan: SeedPlan, capture) -> SeedsResult:
@@ -434,12 +567,26 @@ def kruskal_seeds(run: Callable, plan: SeedPlan, capture) -> SeedsResult:
     runs = over_seeds(run, plan)
     where = {"model": capture.model.model, "variant": capture.variant}
     first = runs[0]
-    meta = stamp(command="kruskal", device=first.device, tolerance=first.rule.as_dict(), threshold=first.threshold,
-                 samples=first.samples, inputs={"source": first.source, "T": first.T, "d": first.d, "n": first.n},
-                 capture=first.capture, timings_s={str(r.seed): x.timings for r, x in zip(plan.runs(), runs, strict=True)})
-    return spread("kruskal", plan, runs, records=lambda r: [where | t.record() for t in r.tests],
-                  key=("model", "variant", "check", "k"),
-                  estimates=lambda r: [sweep_estimate_record(r.sweep, **where)] if r.sweep is not None else [],
-                  estimate_key=("model", "variant", "check"), trained=is_trained,
-                  sweep_rows=lambda r: r.sweep.rows() if r.sweep is not None else [], meta=meta,
-                  notes=data_seed_notes(plan, capture.data.data))
+    meta = stamp(
+        command="kruskal",
+        device=first.device,
+        tolerance=first.rule.as_dict(),
+        threshold=first.threshold,
+        samples=first.samples,
+        inputs={"source": first.source, "T": first.T, "d": first.d, "n": first.n},
+        capture=first.capture,
+        timings_s={str(r.seed): x.timings for r, x in zip(plan.runs(), runs, strict=True)},
+    )
+    return spread(
+        "kruskal",
+        plan,
+        runs,
+        records=lambda r: [where | t.record() for t in r.tests],
+        key=("model", "variant", "check", "k"),
+        estimates=lambda r: [sweep_estimate_record(r.sweep, **where)] if r.sweep is not None else [],
+        estimate_key=("model", "variant", "check"),
+        trained=is_trained,
+        sweep_rows=lambda r: r.sweep.rows() if r.sweep is not None else [],
+        meta=meta,
+        notes=data_seed_notes(plan, capture.data.data),
+    )

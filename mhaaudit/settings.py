@@ -52,7 +52,17 @@ from .defaults import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
 from .errors import InputError, param
 from .numerics import RankRule
 
-__all__ = ["DEFAULT_SAMPLES", "DEFAULT_THRESHOLD", "MAX_SAMPLES", "MAX_SEED", "PURPOSES", "Settings", "derive_seed", "device_name", "resolve_device"]
+__all__ = [
+    "DEFAULT_SAMPLES",
+    "DEFAULT_THRESHOLD",
+    "MAX_SAMPLES",
+    "MAX_SEED",
+    "PURPOSES",
+    "Settings",
+    "derive_seed",
+    "device_name",
+    "resolve_device",
+]
 
 # The draws are made in blocks and counted, never held, so their number sizes no allocation; the
 # counts and fractions are exact in float64 up to 2^53 draws, the most a test takes.
@@ -91,7 +101,9 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
         return torch.device("cpu")
     if spec.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise InputError(f"{{param:device}} {spec} was asked for but no CUDA device is available; use {{param:device}} cpu or auto")
+            raise InputError(
+                f"{{param:device}} {spec} was asked for but no CUDA device is available; use {{param:device}} cpu or auto"
+            )
         try:
             dev = torch.device(spec)
         except RuntimeError as exc:  # e.g. "cuda:x"
@@ -126,8 +138,9 @@ def decode_workers_env() -> int | None:
     except ValueError:
         value = 0
     if not 1 <= value <= MAX_DECODE_WORKERS:
-        raise InputError(f"{DECODE_WORKERS_ENV}={raw!r}: give a whole number of threads from 1 to {MAX_DECODE_WORKERS}, "
-                         "or unset it")
+        raise InputError(
+            f"{DECODE_WORKERS_ENV}={raw!r}: give a whole number of threads from 1 to {MAX_DECODE_WORKERS}, or unset it"
+        )
     return value
 
 
@@ -166,9 +179,20 @@ class Settings:
     data_seed: int | None = None  # None: the run's seed
 
     @classmethod
-    def resolve(cls, *, device: str | torch.device | None = "auto", samples=DEFAULT_SAMPLES,
-                threshold=DEFAULT_THRESHOLD, seed=0, rtol=None, atol=None, stop_when_decided: bool = False,
-                progress: bool = False, weights_seed=None, data_seed=None) -> Settings:
+    def resolve(
+        cls,
+        *,
+        device: str | torch.device | None = "auto",
+        samples=DEFAULT_SAMPLES,
+        threshold=DEFAULT_THRESHOLD,
+        seed=0,
+        rtol=None,
+        atol=None,
+        stop_when_decided: bool = False,
+        progress: bool = False,
+        weights_seed=None,
+        data_seed=None,
+    ) -> Settings:
         """Check every field and resolve the device (an unavailable device is an input error here)."""
         check_environment()
         return cls(
@@ -180,10 +204,12 @@ class Settings:
             atol=validate.tolerance(param("atol"), atol),
             stop_when_decided=bool(stop_when_decided),
             progress=bool(progress),
-            weights_seed=None if weights_seed is None else validate.integer(param("weights_seed"), weights_seed, minimum=0,
-                                                                            maximum=MAX_SEED),
-            data_seed=None if data_seed is None else validate.integer(param("data_seed"), data_seed, minimum=0,
-                                                                      maximum=MAX_SEED),
+            weights_seed=None
+            if weights_seed is None
+            else validate.integer(param("weights_seed"), weights_seed, minimum=0, maximum=MAX_SEED),
+            data_seed=None
+            if data_seed is None
+            else validate.integer(param("data_seed"), data_seed, minimum=0, maximum=MAX_SEED),
         )
 
     def rule(self, dtype: torch.dtype | str = torch.float32):
@@ -214,8 +240,14 @@ class Settings:
 
     def as_dict(self) -> dict:
         """The settings as written into every output's ``meta``."""
-        out = {"device": self.device_name, "samples": self.samples, "threshold": self.threshold, "seed": self.seed,
-               "tolerance": self.rule().as_dict(), "stop_when_decided": self.stop_when_decided}
+        out = {
+            "device": self.device_name,
+            "samples": self.samples,
+            "threshold": self.threshold,
+            "seed": self.seed,
+            "tolerance": self.rule().as_dict(),
+            "stop_when_decided": self.stop_when_decided,
+        }
         if self.weights_seed is not None or self.data_seed is not None:  # set apart: say which seed drew what
             out.update(weights_seed=self.weights_seed_used, data_seed=self.data_seed_used)
         return out

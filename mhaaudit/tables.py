@@ -64,17 +64,29 @@ def _cols(*specs: tuple[str, str, str]) -> tuple[Column, ...]:
 _WHERE = _cols(
     ("model", "string", "the model audited, as given"),
     ("variant", "string", "the column: embedding, random-attention, random, trained, or random-L<k> / trained-L<k>"),
-    ("layer", "int64", "depth of the tokens read: 0 = embedding output, k = output of block k (capacity: the block K "
-                       "whose attention builds Z)"),
+    (
+        "layer",
+        "int64",
+        "depth of the tokens read: 0 = embedding output, k = output of block k (capacity: the block K "
+        "whose attention builds Z)",
+    ),
 )
 
 #: A Monte-Carlo or exact test at one size k (``kruskal``; ``check`` adds model, variant, layer),
 #: and the sweep rows (``check = "sweep"``: k, fraction, ci_low, ci_high).
 TEST_COLUMNS = _cols(
-    ("check", "string", "general_position, assumption_1, assumption_2, assumption_3 or kruskal; sweep for the rows "
-                        "of the Kruskal-rank curve"),
-    ("k", "int64", "candidate size: n for Assumptions 1 and 3, min(T, d) for General Position; the rank n for "
-                   "Assumption 2; the subset size of a sweep row"),
+    (
+        "check",
+        "string",
+        "general_position, assumption_1, assumption_2, assumption_3 or kruskal; sweep for the rows "
+        "of the Kruskal-rank curve",
+    ),
+    (
+        "k",
+        "int64",
+        "candidate size: n for Assumptions 1 and 3, min(T, d) for General Position; the rank n for "
+        "Assumption 2; the subset size of a sweep row",
+    ),
     ("T", "int64", "number of vectors (Assumption 2: examples)"),
     ("d", "int64", "width of the vectors"),
     ("samples", "int64", "draws made (Assumption 2: examples examined)"),
@@ -83,41 +95,90 @@ TEST_COLUMNS = _cols(
     ("ci_low", "float64", "lower end of its 95% Clopper-Pearson interval"),
     ("ci_high", "float64", "upper end of its 95% Clopper-Pearson interval"),
     ("threshold", "float64", "fraction needed for holds (Assumption 2: 1.0)"),
-    ("verdict", "string", "the estimate under the paper's rule (the satisfied fraction of draws against the "
-                          "threshold): holds, fails or unavailable; the column the paper's tables report"),
-    ("exact_status", "string", "the exact answer to the same question: fails, holds or undecided (a witness or a "
-                               "whole-set rank below k proves fails; only an exhaustive check or a certified floor "
-                               "proves holds); sweep rows: for that k"),
-    ("exact_basis", "string", "what decides exact_status: witness, set-rank, dimension (k > d or k > T), "
-                              "exhaustive, certified-floor, or none (undecided)"),
-    ("scope", "string", "subsets (k-subsets of a larger set: the paper's question), whole-set (k >= T: the only "
-                        "subset is the whole set, which does not answer the paper's question; the reason names "
-                        "the run that does) or per-example (Assumption 2)"),
+    (
+        "verdict",
+        "string",
+        "the estimate under the paper's rule (the satisfied fraction of draws against the "
+        "threshold): holds, fails or unavailable; the column the paper's tables report",
+    ),
+    (
+        "exact_status",
+        "string",
+        "the exact answer to the same question: fails, holds or undecided (a witness or a "
+        "whole-set rank below k proves fails; only an exhaustive check or a certified floor "
+        "proves holds); sweep rows: for that k",
+    ),
+    (
+        "exact_basis",
+        "string",
+        "what decides exact_status: witness, set-rank, dimension (k > d or k > T), "
+        "exhaustive, certified-floor, or none (undecided)",
+    ),
+    (
+        "scope",
+        "string",
+        "subsets (k-subsets of a larger set: the paper's question), whole-set (k >= T: the only "
+        "subset is the whole set, which does not answer the paper's question; the reason names "
+        "the run that does) or per-example (Assumption 2)",
+    ),
     ("reason", "string", "one sentence: why, and whether it is a proof or an estimate"),
     ("tolerance", "string", "the rank rule, in words"),
     ("seed", "int64", "the sampling seed"),
-    ("witness", "list<int64>", "row indices of the smallest dependent subset found (Assumption 2: the first "
-                               "rank-deficient examples); empty when none"),
-    ("witness_singular_values", "list<float64>", "singular values of the witness rows, largest first, in the "
-                                                 "data's own scale; empty when none"),
-    ("witness_tol", "float64", "the rank tolerance of the witness rows, in the data's own scale: their smallest "
-                               "singular value is at most this; null when there is no witness (and for Assumption 2)"),
-    ("rank_histogram", "map<int64, int64>", "numerical rank -> number of examined draws (Assumption 2: of "
-                                            "context matrices) with that rank"),
-    ("exact_rechecks", "int64", "draws that sat near the tolerance and were decided from eigenvalues or by SVD "
-                                "(work done: it may differ between the CPU and GPU kernels, the decisions do not)"),
+    (
+        "witness",
+        "list<int64>",
+        "row indices of the smallest dependent subset found (Assumption 2: the first "
+        "rank-deficient examples); empty when none",
+    ),
+    (
+        "witness_singular_values",
+        "list<float64>",
+        "singular values of the witness rows, largest first, in the data's own scale; empty when none",
+    ),
+    (
+        "witness_tol",
+        "float64",
+        "the rank tolerance of the witness rows, in the data's own scale: their smallest "
+        "singular value is at most this; null when there is no witness (and for Assumption 2)",
+    ),
+    (
+        "rank_histogram",
+        "map<int64, int64>",
+        "numerical rank -> number of examined draws (Assumption 2: of context matrices) with that rank",
+    ),
+    (
+        "exact_rechecks",
+        "int64",
+        "draws that sat near the tolerance and were decided from eigenvalues or by SVD "
+        "(work done: it may differ between the CPU and GPU kernels, the decisions do not)",
+    ),
     ("sampled", "bool", "whether the verdict comes from Monte-Carlo draws (false: decided exactly)"),
     ("proven", "bool", "true exactly when exact_status is decided (fails or holds); always true with a witness"),
-    ("planned_samples", "int64", "draws asked for (more than samples when a test stopped once decided); null "
-                                 "where no draws are planned"),
-    ("set_rank", "int64", "rank of the whole T x d set at the smallest tolerance any k-subset can have under "
-                          "the rule: a ceiling no k-subset's rank exceeds; null for Assumption 2"),
+    (
+        "planned_samples",
+        "int64",
+        "draws asked for (more than samples when a test stopped once decided); null where no draws are planned",
+    ),
+    (
+        "set_rank",
+        "int64",
+        "rank of the whole T x d set at the smallest tolerance any k-subset can have under "
+        "the rule: a ceiling no k-subset's rank exceeds; null for Assumption 2",
+    ),
     ("device", "string", "where the draws were decided"),
-    ("gram", "string", "how each draw's Gram matrix was formed: full (one T x T Gram), per-draw (from the "
-                       "draw's rows, held in memory, for sets whose full Gram would exceed the memory bound) or mmap "
-                       "(the same, the rows read from a memory-mapped file); null for Assumption 2"),
-    ("min_margin", "float64", "Assumption 2: the smallest sigma_n / tolerance over the examples (how far the "
-                              "nearest context matrix is from rank deficiency); null for the other checks"),
+    (
+        "gram",
+        "string",
+        "how each draw's Gram matrix was formed: full (one T x T Gram), per-draw (from the "
+        "draw's rows, held in memory, for sets whose full Gram would exceed the memory bound) or mmap "
+        "(the same, the rows read from a memory-mapped file); null for Assumption 2",
+    ),
+    (
+        "min_margin",
+        "float64",
+        "Assumption 2: the smallest sigma_n / tolerance over the examples (how far the "
+        "nearest context matrix is from rank deficiency); null for the other checks",
+    ),
 )
 
 CAPACITY_COLUMNS = _WHERE + _cols(
@@ -144,8 +205,12 @@ CAPACITY_COLUMNS = _WHERE + _cols(
     ("sigma_max", "float64", "largest singular value of Z with h heads"),
     ("prop2_bound", "int64", "h (n - 1) + 1, Proposition 2's ceiling on rank(Z) with a shared context"),
     ("prop2_verdict", "string", "with --shared-context: holds when rank <= prop2_bound, else fails; null otherwise"),
-    ("assumption_1", "string", "the Assumption 1 status the bound rests on (holds, fails or null): its exact status "
-                               "where decided (a witness proves fails), else the estimate verdict"),
+    (
+        "assumption_1",
+        "string",
+        "the Assumption 1 status the bound rests on (holds, fails or null): its exact status "
+        "where decided (a witness proves fails), else the estimate verdict",
+    ),
     ("assumption_2", "string", "the Assumption 2 verdict the bound rests on (holds, fails or null)"),
     ("kruskal_estimate", "int64", "the estimated Kruskal rank used by Remark 1; null when none"),
     ("reason", "string", "why the column is unavailable; empty otherwise"),
@@ -183,11 +248,18 @@ MEMORIZE_COLUMNS = _cols(
     ("steps_run", "int64", "optimisation steps made"),
     ("planned_steps", "int64", "steps the schedule planned"),
     ("final_loss", "float64", "training loss at the end"),
-    ("seconds", "float64", "the point's share of its group's training time (the group's wall time divided equally among the points training in it; a group's shares add up to its time)"),
+    (
+        "seconds",
+        "float64",
+        "the point's share of its group's training time (the group's wall time divided equally among the points training in it; a group's shares add up to its time)",
+    ),
     ("stopped_early", "bool", "whether training stopped once every example was memorised"),
     ("device", "string", "where the point was trained"),
-    ("saturation", "saturation", "with --saturation: saturated heads per example (a struct: the "
-                                 "saturation.* fields); null otherwise"),
+    (
+        "saturation",
+        "saturation",
+        "with --saturation: saturated heads per example (a struct: the saturation.* fields); null otherwise",
+    ),
     ("reused", "bool", "whether the point was read from the --out file instead of trained"),
     # The --out file of memorize (the grid's own results, for resuming) stores saturation flat:
     ("config_key", "string", "--out file: the point's full configuration, the key it is stored under"),
@@ -212,9 +284,15 @@ def arrow_type(spec: str):
     """The pyarrow type a :class:`Column` names."""
     import pyarrow as pa
 
-    simple = {"int64": pa.int64(), "float64": pa.float64(), "string": pa.string(), "bool": pa.bool_(),
-              "list<int64>": pa.list_(pa.int64()), "list<float64>": pa.list_(pa.float64()),
-              "map<int64, int64>": pa.map_(pa.int64(), pa.int64())}
+    simple = {
+        "int64": pa.int64(),
+        "float64": pa.float64(),
+        "string": pa.string(),
+        "bool": pa.bool_(),
+        "list<int64>": pa.list_(pa.int64()),
+        "list<float64>": pa.list_(pa.float64()),
+        "map<int64, int64>": pa.map_(pa.int64(), pa.int64()),
+    }
     if spec in simple:
         return simple[spec]
     if spec == "saturation":
@@ -256,9 +334,13 @@ def _pandas_metadata(schema) -> bytes:
     cols = []
     for f in schema:
         if pa.types.is_integer(f.type):
-            cols.append({"name": f.name, "field_name": f.name, "pandas_type": "int64", "numpy_type": "Int64", "metadata": None})
+            cols.append(
+                {"name": f.name, "field_name": f.name, "pandas_type": "int64", "numpy_type": "Int64", "metadata": None}
+            )
         elif pa.types.is_boolean(f.type):
-            cols.append({"name": f.name, "field_name": f.name, "pandas_type": "bool", "numpy_type": "boolean", "metadata": None})
+            cols.append(
+                {"name": f.name, "field_name": f.name, "pandas_type": "bool", "numpy_type": "boolean", "metadata": None}
+            )
     return json.dumps({"index_columns": [], "column_indexes": [], "columns": cols}).encode()
 
 
@@ -390,15 +472,22 @@ def _decode(tp, data, where: str):
             raise ValueError(f"{where}: expected an object for {tp.__name__}, got {type(data).__name__}")
         hints = typing.get_type_hints(tp)
         kept = _document_fields(tp)
-        missing = [f.name for f in kept if f.init and f.name not in data and
-                   f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        missing = [
+            f.name
+            for f in kept
+            if f.init
+            and f.name not in data
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+        ]
         if missing:
             raise ValueError(f"{where}: {tp.__name__} lacks {', '.join(missing)}")
         unknown = sorted(set(data) - {f.name for f in kept if f.init})
         if unknown:
             raise ValueError(f"{where}: {tp.__name__} has no field {', '.join(unknown)}")
-        values = {f.name: _decode(hints[f.name], data[f.name], f"{where}.{f.name}")
-                  for f in kept if f.init and f.name in data}
+        values = {
+            f.name: _decode(hints[f.name], data[f.name], f"{where}.{f.name}") for f in kept if f.init and f.name in data
+        }
         return tp(**values)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return tp(data)
@@ -454,8 +543,10 @@ def result_from_meta(cls, meta: dict, source: str):
     """The ``cls`` result stored under :data:`RESULT_KEY` in a results file's ``meta``."""
 
     if not isinstance(meta, dict) or RESULT_KEY not in meta:
-        raise InputError(f"{source}: holds no {cls.__name__} (its meta has no {RESULT_KEY!r}; it was written by "
-                         "another command or an older version)")
+        raise InputError(
+            f"{source}: holds no {cls.__name__} (its meta has no {RESULT_KEY!r}; it was written by "
+            "another command or an older version)"
+        )
     if meta.get("command") != cls.COMMAND:
         raise InputError(f"{source}: holds the results of {meta.get('command')!r}, not of {cls.COMMAND!r}")
     try:
@@ -526,16 +617,30 @@ class Report:
         for r in self.renderables():
             kind = "prose" if isinstance(r, str) else "table"
             if not blocks or blocks[-1][0] != kind:
-                blocks.append((kind, Console(record=True, file=_io.StringIO(), width=width, color_system="truecolor",
-                                             force_jupyter=False, force_terminal=True)))
+                blocks.append(
+                    (
+                        kind,
+                        Console(
+                            record=True,
+                            file=_io.StringIO(),
+                            width=width,
+                            color_system="truecolor",
+                            force_jupyter=False,
+                            force_terminal=True,
+                        ),
+                    )
+                )
             con = blocks[-1][1]
             if isinstance(r, str):
                 con.print(r, highlight=False, soft_wrap=True)
             elif isinstance(r, Table) and r.title:
                 untitled = copy.copy(r)
                 untitled.title = None
-                title = r.title if not isinstance(r.title, str) else con.render_str(
-                    r.title, style=r.title_style or "table.title", highlight=False)
+                title = (
+                    r.title
+                    if not isinstance(r.title, str)
+                    else con.render_str(r.title, style=r.title_style or "table.title", highlight=False)
+                )
                 con.print(title, soft_wrap=True)
                 con.print(untitled, highlight=False)
             else:
@@ -548,8 +653,10 @@ class Report:
     def _repr_mimebundle_(self, include=None, exclude=None, **kwargs) -> dict:
         blocks = self._blocks()
         text = "".join(con.export_text(clear=False) for _, con in blocks)
-        html = "".join(con.export_html(inline_styles=True, code_format=_HTML if kind == "table" else _PROSE)
-                       for kind, con in blocks)
+        html = "".join(
+            con.export_html(inline_styles=True, code_format=_HTML if kind == "table" else _PROSE)
+            for kind, con in blocks
+        )
         return {"text/plain": text, "text/html": html}
 
 
@@ -582,7 +689,6 @@ class ResultTable(Report):
     def to_pandas(self):
         """The result as a pandas DataFrame (nullable integer and boolean columns)."""
         return to_pandas(self.to_arrow())
-
 
 
 def read_json_document(source) -> tuple[object, str]:
@@ -664,8 +770,11 @@ class StoredSweepResult(StoredResult):
         return self.meta()
 
 
-_HTML = ('<pre style="white-space: pre; overflow-x: auto; margin: 0; line-height: normal; '
-         'font-family: Menlo, \'DejaVu Sans Mono\', consolas, \'Courier New\', monospace">{code}</pre>')
-_PROSE = ('<pre style="white-space: pre-wrap; overflow-wrap: break-word; margin: 0; line-height: normal; '
-          'font-family: Menlo, \'DejaVu Sans Mono\', consolas, \'Courier New\', monospace">{code}</pre>')
-
+_HTML = (
+    '<pre style="white-space: pre; overflow-x: auto; margin: 0; line-height: normal; '
+    "font-family: Menlo, 'DejaVu Sans Mono', consolas, 'Courier New', monospace\">{code}</pre>"
+)
+_PROSE = (
+    '<pre style="white-space: pre-wrap; overflow-wrap: break-word; margin: 0; line-height: normal; '
+    "font-family: Menlo, 'DejaVu Sans Mono', consolas, 'Courier New', monospace\">{code}</pre>"
+)

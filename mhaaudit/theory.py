@@ -97,11 +97,17 @@ def theorem1_bound(
             raise InputError(f"{name} must be True, False or None, got {val!r}")
 
     notes: list[str] = [_RECONSTRUCTED_NOTE]
-    bound = functools.partial(CapacityBound, heads=heads, head_dim=head_dim, n=n, d=d, kruskal_estimate=kruskal_estimate)
+    bound = functools.partial(
+        CapacityBound, heads=heads, head_dim=head_dim, n=n, d=d, kruskal_estimate=kruskal_estimate
+    )
 
     def not_applicable(reason: str) -> CapacityBound:
         return bound(
-            applies=False, count=None, formula="", which="not-applicable", reason=reason,
+            applies=False,
+            count=None,
+            formula="",
+            which="not-applicable",
+            reason=reason,
             notes=tuple(notes),
         )
 
@@ -122,10 +128,16 @@ def theorem1_bound(
         count = heads * (m - 1) + 1
         formula = f"H*(min(n, d_h) - 1) + 1 = {heads}*(min({n}, {head_dim}) - 1) + 1 = {count}"
         if head_dim < n:
-            notes.append(f"d_h = {head_dim} < n = {n} caps the bound: heads wider than n add nothing, narrower ones lose")
+            notes.append(
+                f"d_h = {head_dim} < n = {n} caps the bound: heads wider than n add nothing, narrower ones lose"
+            )
         return bound(
-            applies=True, count=count, formula=formula, which="theorem-1",
-            reason="A1 and A2 hold and n < d", notes=tuple(notes),
+            applies=True,
+            count=count,
+            formula=formula,
+            which="theorem-1",
+            reason="A1 and A2 hold and n < d",
+            notes=tuple(notes),
         )
 
     # A1 fails or was not checked: Remark 1 needs an estimate k < n.
@@ -134,12 +146,17 @@ def theorem1_bound(
         return not_applicable(f"A1 {state} and no Kruskal-rank estimate of the queries was given")
     if kruskal_estimate >= n:
         if a1_holds is None:
-            notes.append(f"A1 was not checked; the Kruskal-rank estimate {kruskal_estimate} >= n = {n} was used in its place")
+            notes.append(
+                f"A1 was not checked; the Kruskal-rank estimate {kruskal_estimate} >= n = {n} was used in its place"
+            )
             m = min(n, head_dim)
             count = heads * (m - 1) + 1
             formula = f"H*(min(n, d_h) - 1) + 1 = {heads}*(min({n}, {head_dim}) - 1) + 1 = {count}"
             return bound(
-                applies=True, count=count, formula=formula, which="theorem-1",
+                applies=True,
+                count=count,
+                formula=formula,
+                which="theorem-1",
                 reason=f"Kruskal-rank estimate {kruskal_estimate} >= n, A2 holds and n < d",
                 notes=tuple(notes),
             )
@@ -152,7 +169,10 @@ def theorem1_bound(
     formula = f"H*(min(k, d_h) - 1) + 1 = {heads}*(min({k}, {head_dim}) - 1) + 1 = {count}"
     notes.append("the Kruskal rank is an estimate unless it was proven; the count inherits that status")
     return bound(
-        applies=True, count=count, formula=formula, which="remark-1",
+        applies=True,
+        count=count,
+        formula=formula,
+        which="remark-1",
         reason=f"A1 {state}, A2 holds, queries' Kruskal rank estimated at k = {k} < n = {n}",
         notes=tuple(notes),
     )
@@ -163,4 +183,3 @@ def shared_context_rank_bound(H: int, n: int) -> int:
     H = integer("H", H)
     n = integer("n", n)
     return H * (n - 1) + 1
-

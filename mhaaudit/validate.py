@@ -75,8 +75,16 @@ def int_list(name: str, value, minimum: int | None = 1) -> tuple[int, ...]:
     return tuple(out)
 
 
-def int_ranges(spec, name: str, *, what: str = "numbers", example: str = "0-6 or 0,1,4",
-               minimum: int | None = None, maximum: int | None = None, non_empty: bool = True) -> list[int]:
+def int_ranges(
+    spec,
+    name: str,
+    *,
+    what: str = "numbers",
+    example: str = "0-6 or 0,1,4",
+    minimum: int | None = None,
+    maximum: int | None = None,
+    non_empty: bool = True,
+) -> list[int]:
     """``"0-6"``, ``"3"``, ``"1,2,4"``, ``"0-2,6"`` (or integers) -> the sorted integers named.
 
     Empty parts are ignored; errors name ``name``. ``minimum`` / ``maximum`` bound every value.
@@ -94,10 +102,11 @@ def int_ranges(spec, name: str, *, what: str = "numbers", example: str = "0-6 or
             try:
                 if "-" in part[1:]:
                     cut = part.index("-", 1)
-                    lo, hi = int(part[:cut]), int(part[cut + 1:])
+                    lo, hi = int(part[:cut]), int(part[cut + 1 :])
                     if hi < lo:
-                        raise InputError(f"{name} {spec!r}: the range {part} is empty "
-                                         f"(use low-high, e.g. {example.split(' ')[0]})")
+                        raise InputError(
+                            f"{name} {spec!r}: the range {part} is empty (use low-high, e.g. {example.split(' ')[0]})"
+                        )
                     if hi - lo + 1 + len(out) > MAX_LIST:
                         raise InputError(f"{name} {spec!r} names more than {MAX_LIST} {what}, the most a list may hold")
                     out.update(range(lo, hi + 1))
@@ -170,7 +179,9 @@ def head_counts(spec: None, num_heads: int | None = None, name: str = "{param:he
 
 
 @overload
-def head_counts(spec: str | int | Iterable[int], num_heads: int | None = None, name: str = "{param:heads}") -> list[int]: ...
+def head_counts(
+    spec: str | int | Iterable[int], num_heads: int | None = None, name: str = "{param:heads}"
+) -> list[int]: ...
 
 
 def head_counts(spec, num_heads: int | None = None, name: str = "{param:heads}") -> list[int] | None:
@@ -182,7 +193,9 @@ def head_counts(spec, num_heads: int | None = None, name: str = "{param:heads}")
         return None
     out = int_ranges(spec, name, what="head counts", example="1-12, 3 or 1,2,4", minimum=1)
     if num_heads is not None and max(out) > num_heads:
-        raise InputError(f"{name} {spec!r}: the attention layer has {num_heads} heads, so at most {num_heads} can be used")
+        raise InputError(
+            f"{name} {spec!r}: the attention layer has {num_heads} heads, so at most {num_heads} can be used"
+        )
     return out
 
 

@@ -19,8 +19,21 @@ timm = pytest.importorskip("timm")
 
 TOL = 1e-5
 
-__all__ = ["TIMM_ARGS", "TOL", "bert_config", "eager_attentions", "gpt2_config", "hidden_states", "ids", "images", "save_hf",
-           "timm_reference", "tiny_bert", "tiny_gpt2", "vit_config"]
+__all__ = [
+    "TIMM_ARGS",
+    "TOL",
+    "bert_config",
+    "eager_attentions",
+    "gpt2_config",
+    "hidden_states",
+    "ids",
+    "images",
+    "save_hf",
+    "timm_reference",
+    "tiny_bert",
+    "tiny_gpt2",
+    "vit_config",
+]
 
 
 def vit_config(**kw):
@@ -28,7 +41,14 @@ def vit_config(**kw):
 
 
 def bert_config(**kw):
-    base = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=100, max_position_embeddings=64)
+    base = dict(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        vocab_size=100,
+        max_position_embeddings=64,
+    )
     return transformers.BertConfig(**{**base, **kw})
 
 

@@ -14,6 +14,7 @@ pytest.importorskip("transformers")
 @pytest.fixture()
 def no_data_pass(monkeypatch):
     """Fail the test if any example reaches a model: the refusal must come first."""
+
     def refuse(*a, **k):
         raise AssertionError("the data pass started before the input was refused")
 
@@ -22,7 +23,12 @@ def no_data_pass(monkeypatch):
 
 def test_plan_probes_images_and_text():
     assert [p.variant for p in plan_probes("image")] == ["embedding", "random-attention", "random", "trained"]
-    assert [(p.init, p.layer) for p in plan_probes("text")] == [("random", 0), ("random", 1), ("trained", 0), ("trained", 1)]
+    assert [(p.init, p.layer) for p in plan_probes("text")] == [
+        ("random", 0),
+        ("random", 1),
+        ("trained", 0),
+        ("trained", 1),
+    ]
     assert [p.variant for p in plan_probes("image", ["random"], layers=[0, 2])] == ["random-L0", "random-L2"]
     assert probe_for_variant("trained-L3").layer == 3 and probe_for_variant("random-attention").random_attention
     with pytest.raises(InputError, match="unknown variant"):
@@ -68,8 +74,15 @@ def test_save_features_writes_each_column_and_the_folder_is_checked_before_any_w
     from mhaaudit.features import FeatureSet
     from mhaaudit.plot import plot_audit
 
-    result = audit(str(vit_dir), variants=["embedding", "random"], data=str(image_dir), limit=40, samples=50,
-                   batch_size=16, sweep=True)
+    result = audit(
+        str(vit_dir),
+        variants=["embedding", "random"],
+        data=str(image_dir),
+        limit=40,
+        samples=50,
+        batch_size=16,
+        sweep=True,
+    )
     folder = check_features_folder(tmp_path / "feats", [str(vit_dir), str(image_dir)])
     assert result.save_features(folder) == folder
     assert sorted(p.name for p in folder.iterdir()) == ["embedding", "random"]

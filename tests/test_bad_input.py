@@ -54,10 +54,16 @@ def inputs(tmp_path_factory, vit_dir, bert_dir, image_dir, timm_dir):
     np.save(d / "m.npy", X)
     torch.save({"queries": torch.from_numpy(X), "a3": torch.from_numpy(X[::-1].copy())}, d / "two.pt")
     save_file({"queries": torch.from_numpy(X), "other": torch.zeros(3)}, str(d / "two.safetensors"))
-    write_parquet([{"check": "assumption_1", "k": 3, "T": 40, "d": 8, "fraction": 1.0, "witness": [1, 2]}],
-                  d / "results.parquet", stamp(command="kruskal"))
-    fs = reduce_tokens(torch.randn(40, 5, 8, generator=torch.Generator().manual_seed(1)), 0,
-                       meta={"model": "m", "variant": "random", "layer": 1})
+    write_parquet(
+        [{"check": "assumption_1", "k": 3, "T": 40, "d": 8, "fraction": 1.0, "witness": [1, 2]}],
+        d / "results.parquet",
+        stamp(command="kruskal"),
+    )
+    fs = reduce_tokens(
+        torch.randn(40, 5, 8, generator=torch.Generator().manual_seed(1)),
+        0,
+        meta={"model": "m", "variant": "random", "layer": 1},
+    )
     fs.save(d / "feat")
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -76,13 +82,28 @@ def inputs(tmp_path_factory, vit_dir, bert_dir, image_dir, timm_dir):
     marker = d / "marker"
     np.save(d / "pickled.npy", np.array([_Planted(str(marker)), 1], dtype=object), allow_pickle=True)
     torch.save({"queries": torch.from_numpy(X), "planted": _Planted(str(marker))}, d / "pickled.pt")
-    paths = {"npy": d / "m.npy", "pt2": d / "two.pt", "st2": d / "two.safetensors", "results": d / "results.parquet",
-             "feat": d / "feat", "vit": vit_dir, "bert": bert_dir, "images": image_dir,
-             "v0": FIXTURES / "results" / "check-v0.parquet", "fpq": d / "f.parquet", "fpq_link": d / "f-link.parquet",
-             "dangling_pq": d / "dangling.parquet", "dangling_png": d / "dangling.png",
-             "dangling_folder": d / "dangling-folder", "planted": d / "planted", "holder": d / "holder",
-             "inside_column": d / "holder" / "random", "pickled_npy": d / "pickled.npy",
-             "pickled_pt": d / "pickled.pt", "marker": marker}
+    paths = {
+        "npy": d / "m.npy",
+        "pt2": d / "two.pt",
+        "st2": d / "two.safetensors",
+        "results": d / "results.parquet",
+        "feat": d / "feat",
+        "vit": vit_dir,
+        "bert": bert_dir,
+        "images": image_dir,
+        "v0": FIXTURES / "results" / "check-v0.parquet",
+        "fpq": d / "f.parquet",
+        "fpq_link": d / "f-link.parquet",
+        "dangling_pq": d / "dangling.parquet",
+        "dangling_png": d / "dangling.png",
+        "dangling_folder": d / "dangling-folder",
+        "planted": d / "planted",
+        "holder": d / "holder",
+        "inside_column": d / "holder" / "random",
+        "pickled_npy": d / "pickled.npy",
+        "pickled_pt": d / "pickled.pt",
+        "marker": marker,
+    }
     paths.update(_malformed_files(d, X, vit_dir, bert_dir, timm_dir))
     return {k: str(v) for k, v in paths.items()}
 
@@ -110,10 +131,21 @@ def _malformed_files(d, X, vit_dir, bert_dir, timm_dir) -> dict:
     Xn = X.copy()
     Xn[3, 2] = np.inf
     np.save(d / "inf.npy", Xn)
-    out.update(bomb=d / "bomb.npy", magic=d / "magic.npy", emptypt=d / "empty.pt", codept=d / "code.pt", hugest=d / "huge.safetensors",
-               infnpy=d / "inf.npy")
-    for name, change in (("featneg", {"n": -3}), ("featqi", {"query_index": 9}), ("featnoq", "drop"),
-                         ("featlist", [1, 2]), ("featT", {"T": 7})):
+    out.update(
+        bomb=d / "bomb.npy",
+        magic=d / "magic.npy",
+        emptypt=d / "empty.pt",
+        codept=d / "code.pt",
+        hugest=d / "huge.safetensors",
+        infnpy=d / "inf.npy",
+    )
+    for name, change in (
+        ("featneg", {"n": -3}),
+        ("featqi", {"query_index": 9}),
+        ("featnoq", "drop"),
+        ("featlist", [1, 2]),
+        ("featT", {"T": 7}),
+    ):
         shutil.copytree(d / "feat", d / name)
         meta = json.loads((d / "feat" / "meta.json").read_text())
         if change == "drop":
@@ -140,6 +172,7 @@ def _malformed_files(d, X, vit_dir, bert_dir, timm_dir) -> dict:
     os.replace(model("vitbin") / "model.safetensors", d / "vitbin" / "pytorch_model.bin")
     (d / "vitbin" / "pytorch_model.bin").write_bytes(b"\x80\x02garbage" * 50)
     from safetensors.torch import load_file
+
     weights = load_file(str(model("vitnan") / "model.safetensors"))
     weights["embeddings.cls_token"][..., 0] = float("nan")
     save_file(weights, str(d / "vitnan" / "model.safetensors"), metadata={"format": "pt"})
@@ -173,7 +206,11 @@ CASES = [
     ("kruskal-n-against-folder", "kruskal {feat} --n 7", "captured with n = 5"),
     ("kruskal-n-on-image-model", "kruskal --model {vit} --n 7 --limit 20", "text models only"),
     ("kruskal-split-without-data", "kruskal --model {vit} --split test", "--split has no effect without --data"),
-    ("kruskal-variant-and-variants", "kruskal --model {vit} --variant random --variants random", "give --variants only"),
+    (
+        "kruskal-variant-and-variants",
+        "kruskal --model {vit} --variant random --variants random",
+        "give --variants only",
+    ),
     ("kruskal-several-variants", "kruskal --model {vit} --variants random,trained", "one column at a time"),
     ("kruskal-weights-random", "kruskal --model {vit} --variants random --weights {vit}", "--variants trained"),
     ("pt-several-tensors", "kruskal {pt2}", "several tensors (a3, queries); choose one with --key"),
@@ -187,7 +224,11 @@ CASES = [
     ("check-split-on-folder-file", "check {vit} --data {npy} --split test", "--split has no effect on a local file"),
     ("capacity-weights-no-trained", "capacity {vit} --variants random --weights {vit}", "--weights has no effect"),
     ("capacity-from-and-samples", "capacity {vit} --from {v0} --limit 40 --samples 100", "--samples has no effect"),
-    ("capacity-from-and-threshold", "capacity {vit} --from {v0} --limit 40 --threshold 0.9", "--threshold has no effect"),
+    (
+        "capacity-from-and-threshold",
+        "capacity {vit} --from {v0} --limit 40 --threshold 0.9",
+        "--threshold has no effect",
+    ),
     ("capacity-split-without-data", "capacity {vit} --split test", "--split has no effect"),
     ("capacity-layer-and-block", "capacity {vit} --layer 2 --block 2", "give --block only"),
     ("memorize-classes-regression", "memorize --sizes 16 --task regression --classes 5", "--classes has no effect"),
@@ -195,7 +236,11 @@ CASES = [
     ("memorize-vary-and-heads", "memorize --sizes 16 --vary n --heads 1,2", "only one parameter varies"),
     ("memorize-two-varied", "memorize --sizes 16 --heads 1,2 --n 4,8", "only one parameter varies"),
     ("memorize-seed-and-seeds", "memorize --sizes 16 --seed 3 --seeds 0-2", "--seed has no effect with --seeds"),
-    ("memorize-values-and-heads", "memorize --sizes 16 --vary heads --values 1,2 --heads 3", "only one parameter varies"),
+    (
+        "memorize-values-and-heads",
+        "memorize --sizes 16 --vary heads --values 1,2 --heads 3",
+        "only one parameter varies",
+    ),
     # --- item 4: nothing to audit is not success
     ("nothing-to-audit", "check vit-base --variants trained --limit 200", "no column could be audited"),
     # --- item 5: outputs refused before the work, as in every command
@@ -255,7 +300,7 @@ CASES = [
     ("config-heads-not-dividing", "check {vitheads7}", "7 attention heads do not divide the width 32"),
     ("config-huge-width", "check {vitwide}", "hidden_size is 1000000000000"),
     ("timm-config-heads-zero", "check {timmheads0}", "num_heads is 0"),
-    ("timm-config-args-not-an-object", "check {timmargs}", "needs an \"architecture\" name and a \"model_args\" object"),
+    ("timm-config-args-not-an-object", "check {timmargs}", 'needs an "architecture" name and a "model_args" object'),
     ("weights-huge-header", "check {vithdr} --variants trained", "its header claims"),
     ("weights-corrupt-bin", "check {vitbin} --variants trained", "not a torch file of plain tensors"),
     ("weights-nan", "check {vitnan} --variants trained", "hold NaN values (e.g. embeddings.cls_token)"),
@@ -272,8 +317,11 @@ CASES = [
     ("out-is-the-input-through-a-link", "kruskal {fpq} --out {fpq_link}", "is an input of this run"),
     ("out-is-capacity-from", "capacity {vit} --from {v0} --limit 40 --out {v0}", "is an input of this run"),
     ("save-features-is-the-model", "check {vit} --save-features {vit}", "is an input of this run"),
-    ("save-features-over-an-input", "check {vit} --data {inside_column} --save-features {holder}",
-     "lies where the features would be written"),
+    (
+        "save-features-over-an-input",
+        "check {vit} --data {inside_column} --save-features {holder}",
+        "lies where the features would be written",
+    ),
     ("save-features-planted-link", "check {vit} --save-features {planted}", "random is a symbolic link"),
     ("save-features-dangling-link", "check {vit} --save-features {dangling_folder}", "which does not exist"),
     ("out-dangling-link", "kruskal {npy} --out {dangling_pq}", "symbolic link to"),
@@ -285,12 +333,19 @@ CASES = [
     # --- every count that sizes an allocation is bounded before the work, the refusal names the largest that fits
     ("samples-huge", "kruskal {npy} --samples 99999999999999999999", "--samples must be at most 9007199254740992"),
     ("limit-huge", "check {vit} --limit 99999999999999999999", "--limit must be at most"),
-    ("batch-size-huge", "check {vit} --device cpu --variants random --limit 1000000 --batch-size 1000000",
-     "the largest --batch-size that fits in the memory available here is"),
+    (
+        "batch-size-huge",
+        "check {vit} --device cpu --variants random --limit 1000000 --batch-size 1000000",
+        "the largest --batch-size that fits in the memory available here is",
+    ),
     ("memorize-sizes-huge", "memorize --sizes 100000000000 --device cpu", "the largest --sizes that fits is"),
     ("memorize-heads-huge", "memorize --sizes 16 --heads 100000000 --device cpu", "the largest --heads that fits is"),
     ("memorize-n-huge", "memorize --sizes 16 --n 100000000 --device cpu", "the largest --n that fits is"),
-    ("memorize-classes-huge", "memorize --sizes 16 --classes 1000000000000 --device cpu", "the largest --classes that fits"),
+    (
+        "memorize-classes-huge",
+        "memorize --sizes 16 --classes 1000000000000 --device cpu",
+        "the largest --classes that fits",
+    ),
     ("memorize-seeds-range-huge", "memorize --sizes 16 --seeds 0-99999999999", "names more than 100000 seeds"),
     ("layers-range-huge", "check {vit} --layers 0-99999999999", "names more than 100000 layers"),
     # --- seeds: 0 to 2^63 - 1, refused at parse time outside
@@ -307,8 +362,10 @@ CASES = [
 ]
 
 # Refused before any work: the data pass and the sampler are traps for these.
-AFTER_THE_START = {"nothing-to-audit",  # known only once the model has been looked for
-                   "batch-size-huge"}  # known once the model is loaded: refused as the data pass begins, unread
+AFTER_THE_START = {
+    "nothing-to-audit",  # known only once the model has been looked for
+    "batch-size-huge",
+}  # known once the model is loaded: refused as the data pass begins, unread
 
 
 @pytest.fixture()
@@ -343,8 +400,9 @@ def test_refused_with_one_line(request, monkeypatch, capsys, inputs, tmp_path, c
     assert stdout == ""
     assert os.listdir(os.path.join(os.path.dirname(inputs["npy"]), "outside")) == []
     assert not os.path.exists(inputs["marker"]), "a pickle was unpickled"
-    assert sorted(os.listdir(out)) == ["folder.parquet"] and os.listdir(out / "folder.parquet") == [], \
+    assert sorted(os.listdir(out)) == ["folder.parquet"] and os.listdir(out / "folder.parquet") == [], (
         "a file was left behind"
+    )
 
 
 def test_no_case_ran_code_from_an_input(capsys, inputs):
@@ -376,32 +434,96 @@ def umask_022():
 
 def test_outputs_have_ordinary_permissions(capsys, inputs, tmp_path, umask_022):
     """--out, --plot and --save-features files: 0666 less the umask, like any program's files."""
-    rc, _, err = run(capsys, "kruskal", inputs["npy"], "--sweep", "--samples", "50", "--out", tmp_path / "k.parquet",
-                     "--plot", tmp_path / "k.png", "--format", "json")
+    rc, _, err = run(
+        capsys,
+        "kruskal",
+        inputs["npy"],
+        "--sweep",
+        "--samples",
+        "50",
+        "--out",
+        tmp_path / "k.parquet",
+        "--plot",
+        tmp_path / "k.png",
+        "--format",
+        "json",
+    )
     assert rc == 0, err
-    rc, _, err = run(capsys, "check", inputs["vit"], "--data", inputs["images"], "--limit", "40", "--samples", "50",
-                     "--variants", "random", "--out", tmp_path / "c.parquet", "--save-features", tmp_path / "feat",
-                     "--format", "json")
+    rc, _, err = run(
+        capsys,
+        "check",
+        inputs["vit"],
+        "--data",
+        inputs["images"],
+        "--limit",
+        "40",
+        "--samples",
+        "50",
+        "--variants",
+        "random",
+        "--out",
+        tmp_path / "c.parquet",
+        "--save-features",
+        tmp_path / "feat",
+        "--format",
+        "json",
+    )
     assert rc == 0, err
-    files = [tmp_path / "k.parquet", tmp_path / "k.png", tmp_path / "c.parquet",
-             tmp_path / "feat" / "random" / "features.safetensors", tmp_path / "feat" / "random" / "meta.json"]
-    assert {str(p.relative_to(tmp_path)): oct(_mode(p)) for p in files} == \
-           {str(p.relative_to(tmp_path)): oct(umask_022) for p in files}
+    files = [
+        tmp_path / "k.parquet",
+        tmp_path / "k.png",
+        tmp_path / "c.parquet",
+        tmp_path / "feat" / "random" / "features.safetensors",
+        tmp_path / "feat" / "random" / "meta.json",
+    ]
+    assert {str(p.relative_to(tmp_path)): oct(_mode(p)) for p in files} == {
+        str(p.relative_to(tmp_path)): oct(umask_022) for p in files
+    }
     assert oct(_mode(tmp_path / "feat")) == oct(0o755) and oct(_mode(tmp_path / "feat" / "random")) == oct(0o755)
 
 
 def test_memorize_outputs_have_ordinary_permissions(capsys, tmp_path, umask_022):
-    rc, _, err = run(capsys, "memorize", "--heads", "1,2", "--n", "4", "--head-dim", "8", "--sizes", "16",
-                     "--max-steps", "3", "--device", "cpu", "--out", tmp_path / "m.parquet", "--plot", tmp_path / "m.png",
-                     "--format", "json")
+    rc, _, err = run(
+        capsys,
+        "memorize",
+        "--heads",
+        "1,2",
+        "--n",
+        "4",
+        "--head-dim",
+        "8",
+        "--sizes",
+        "16",
+        "--max-steps",
+        "3",
+        "--device",
+        "cpu",
+        "--out",
+        tmp_path / "m.parquet",
+        "--plot",
+        tmp_path / "m.png",
+        "--format",
+        "json",
+    )
     assert rc == 0, err
     assert oct(_mode(tmp_path / "m.parquet")) == oct(umask_022) and oct(_mode(tmp_path / "m.png")) == oct(umask_022)
 
 
 def test_results_written_by_mhaaudit_are_not_features_whatever_their_columns(capsys, inputs, tmp_path):
     """Recognised by the 'mhaaudit' schema metadata, not by column types: an all-numeric results file too."""
-    rc, _, err = run(capsys, "kruskal", inputs["npy"], "--k", "3", "--samples", "50", "--out", tmp_path / "r.parquet",
-                     "--format", "json")
+    rc, _, err = run(
+        capsys,
+        "kruskal",
+        inputs["npy"],
+        "--k",
+        "3",
+        "--samples",
+        "50",
+        "--out",
+        tmp_path / "r.parquet",
+        "--format",
+        "json",
+    )
     assert rc == 0, err
     rc, _out, err = run(capsys, "kruskal", tmp_path / "r.parquet", *JSON)
     assert_one_error(rc, err, "results file written by 'mhaaudit kruskal' (its parquet metadata says so)")
@@ -431,7 +553,9 @@ def _full_disk(monkeypatch, writer: str) -> None:
             try:
                 fail(path)
             except OSError:
-                raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)") from None
+                raise SafetensorError(
+                    "Error while serializing: I/O error: No space left on device (os error 28)"
+                ) from None
 
         monkeypatch.setattr(safetensors.torch, "save_file", save_file)
     elif writer == "savefig":
@@ -457,26 +581,70 @@ FULL_DISK = [
 def test_a_full_disk_leaves_no_output_and_clobbers_nothing(monkeypatch, capsys, inputs, tmp_path, case, writer):
     feat = tmp_path / "feat" / "random"
     feat.mkdir(parents=True)
-    earlier = {tmp_path / "out.parquet": b"earlier out", tmp_path / "out.png": b"earlier plot",
-               feat / "features.safetensors": b"earlier features", feat / "meta.json": b"earlier meta"}
+    earlier = {
+        tmp_path / "out.parquet": b"earlier out",
+        tmp_path / "out.png": b"earlier plot",
+        feat / "features.safetensors": b"earlier features",
+        feat / "meta.json": b"earlier meta",
+    }
     for path, data in earlier.items():
         path.write_bytes(data)
     _full_disk(monkeypatch, writer)
-    rc, stdout, err = run(capsys, "check", inputs["vit"], "--data", inputs["images"], "--limit", "40", "--samples", "20",
-                          "--variants", "random", "--out", tmp_path / "out.parquet", "--plot", tmp_path / "out.png",
-                          "--save-features", tmp_path / "feat", "--format", "json")
+    rc, stdout, err = run(
+        capsys,
+        "check",
+        inputs["vit"],
+        "--data",
+        inputs["images"],
+        "--limit",
+        "40",
+        "--samples",
+        "20",
+        "--variants",
+        "random",
+        "--out",
+        tmp_path / "out.parquet",
+        "--plot",
+        tmp_path / "out.png",
+        "--save-features",
+        tmp_path / "feat",
+        "--format",
+        "json",
+    )
     assert_one_error(rc, err, "No space left on device")
     assert stdout == ""
     assert {p: p.read_bytes() for p in earlier} == earlier
-    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == \
-        ["feat", "feat/random", "feat/random/features.safetensors", "feat/random/meta.json", "out.parquet", "out.png"]
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
+        "feat",
+        "feat/random",
+        "feat/random/features.safetensors",
+        "feat/random/meta.json",
+        "out.parquet",
+        "out.png",
+    ]
 
 
 def test_a_failed_run_removes_the_folders_it_made(monkeypatch, capsys, inputs, tmp_path):
     _full_disk(monkeypatch, "savefig")
-    rc, _, err = run(capsys, "check", inputs["vit"], "--data", inputs["images"], "--limit", "40", "--samples", "20",
-                     "--variants", "random", "--plot", tmp_path / "out.png", "--save-features", tmp_path / "feat",
-                     "--format", "json")
+    rc, _, err = run(
+        capsys,
+        "check",
+        inputs["vit"],
+        "--data",
+        inputs["images"],
+        "--limit",
+        "40",
+        "--samples",
+        "20",
+        "--variants",
+        "random",
+        "--plot",
+        tmp_path / "out.png",
+        "--save-features",
+        tmp_path / "feat",
+        "--format",
+        "json",
+    )
     assert_one_error(rc, err, "No space left on device")
     assert list(tmp_path.iterdir()) == []
 
@@ -487,8 +655,23 @@ def test_save_features_replaces_a_planted_file_link_without_following_it(capsys,
     outside.write_text("outside")
     (tmp_path / "feat" / "random").mkdir(parents=True)
     (tmp_path / "feat" / "random" / "meta.json").symlink_to(outside)
-    rc, _, err = run(capsys, "check", inputs["vit"], "--data", inputs["images"], "--limit", "40", "--samples", "20",
-                     "--variants", "random", "--save-features", tmp_path / "feat", "--format", "json")
+    rc, _, err = run(
+        capsys,
+        "check",
+        inputs["vit"],
+        "--data",
+        inputs["images"],
+        "--limit",
+        "40",
+        "--samples",
+        "20",
+        "--variants",
+        "random",
+        "--save-features",
+        tmp_path / "feat",
+        "--format",
+        "json",
+    )
     assert rc == 0, err
     meta = tmp_path / "feat" / "random" / "meta.json"
     assert not meta.is_symlink() and json.loads(meta.read_text())["n"] > 0
@@ -503,18 +686,40 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # none). Each runs `python -m mhaaudit ARGS --out out.parquet --plot out.png` in a folder holding m.npy (40 x 8) and
 # big.npy (300 x 300); unless it ends with 0, no output and no temporary file is left there.
 ENDINGS = [
-    ("stdout-full-json", "kruskal m.npy --k 3 --samples 50 --format json", "stdout-full", 2,
-     "cannot write to stdout: No space left on device"),
+    (
+        "stdout-full-json",
+        "kruskal m.npy --k 3 --samples 50 --format json",
+        "stdout-full",
+        2,
+        "cannot write to stdout: No space left on device",
+    ),
     ("stdout-full-table", "kruskal m.npy --k 3 --samples 50", "stdout-full", 2, "cannot write to stdout"),
-    ("stdout-full-parquet", "kruskal m.npy --k 3 --samples 50 --format parquet", "stdout-full", 2, "cannot write to stdout"),
+    (
+        "stdout-full-parquet",
+        "kruskal m.npy --k 3 --samples 50 --format parquet",
+        "stdout-full",
+        2,
+        "cannot write to stdout",
+    ),
     ("pipe-closed-json", "kruskal m.npy --k 3 --samples 50 --format json", "reader-gone", 141, ""),
     ("pipe-closed-parquet", "kruskal m.npy --k 3 --samples 50 --format parquet", "reader-gone", 141, ""),
     ("pipe-closed-table", "kruskal m.npy --k 3 --samples 50", "reader-gone", 141, ""),
     ("pipe-closed-after-10-bytes", "kruskal big.npy --sweep --samples 10 --format json", "reader-reads-10", 141, ""),
     ("sigterm-while-sampling", "kruskal big.npy --sweep --samples 100000000", "sigterm", 143, "terminated (SIGTERM)"),
-    ("sigterm-while-importing", "kruskal big.npy --sweep --samples 100000000", "sigterm-importing", 143,
-     "terminated (SIGTERM)"),
-    ("disk-full-on-a-tmpfs", "kruskal m.npy --k 3 --samples 50 --format json", "disk-full", 2, "No space left on device"),
+    (
+        "sigterm-while-importing",
+        "kruskal big.npy --sweep --samples 100000000",
+        "sigterm-importing",
+        143,
+        "terminated (SIGTERM)",
+    ),
+    (
+        "disk-full-on-a-tmpfs",
+        "kruskal m.npy --k 3 --samples 50 --format json",
+        "disk-full",
+        2,
+        "No space left on device",
+    ),
 ]
 
 
@@ -530,8 +735,9 @@ def _end_run(folder, args: list[str], how: str) -> tuple[int, str]:
     argv = [sys.executable, "-m", "mhaaudit", *args]
     if how == "stdout-full":
         with open("/dev/full", "wb") as full:
-            p = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, cwd=folder, env=env, timeout=300, text=True,
-                               check=False)
+            p = subprocess.run(
+                argv, stdout=full, stderr=subprocess.PIPE, cwd=folder, env=env, timeout=300, text=True, check=False
+            )
         return p.returncode, p.stderr
     if how in ("reader-gone", "reader-reads-10"):
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=folder, env=env, text=False)
@@ -578,8 +784,13 @@ def tmpfs_full(tmp_path):
 
     mnt = tmp_path / "full"
     mnt.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
-                                           capture_output=True, check=False).returncode != 0:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True, check=False
+        ).returncode
+        != 0
+    ):
         pytest.skip("cannot mount a tmpfs here")
     try:
         with open(mnt / "filler", "wb", buffering=0) as fh:
@@ -606,9 +817,24 @@ def test_every_ending_is_one_line(request, tmp_path, case, args, how, status, ma
         full = request.getfixturevalue("tmpfs_full")
         env = dict(os.environ, PYTHONPATH=ROOT, HF_HUB_OFFLINE="1")
         env.pop("MHAAUDIT_DEBUG", None)
-        p = subprocess.run([sys.executable, "-m", "mhaaudit", *shlex.split(args), "--out", str(full / "out.parquet"),
-                            "--plot", "out.png"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-                           check=False)
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mhaaudit",
+                *shlex.split(args),
+                "--out",
+                str(full / "out.parquet"),
+                "--plot",
+                "out.png",
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         rc, err = p.returncode, p.stderr
         assert sorted(os.listdir(full)) == ["filler"], "a temporary was left on the full disk"
     else:

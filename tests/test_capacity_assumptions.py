@@ -10,15 +10,18 @@ from mhaaudit.capacity.assumptions import a1_status, assumptions_from_file
 from mhaaudit.theory import theorem1_bound
 
 
-@pytest.mark.parametrize("verdict, exact, expected", [
-    ("holds", "fails", "fails"),  # a witness beside a holding estimate: the assumption fails, proven
-    ("holds", "undecided", "holds"),  # nothing proven: the estimate, as the paper uses it
-    ("fails", "undecided", "fails"),
-    ("fails", "fails", "fails"),
-    ("holds", "holds", "holds"),
-    ("unavailable", "undecided", None),
-    (None, None, None),  # a results file written before the exact status existed: its verdict
-])
+@pytest.mark.parametrize(
+    "verdict, exact, expected",
+    [
+        ("holds", "fails", "fails"),  # a witness beside a holding estimate: the assumption fails, proven
+        ("holds", "undecided", "holds"),  # nothing proven: the estimate, as the paper uses it
+        ("fails", "undecided", "fails"),
+        ("fails", "fails", "fails"),
+        ("holds", "holds", "holds"),
+        ("unavailable", "undecided", None),
+        (None, None, None),  # a results file written before the exact status existed: its verdict
+    ],
+)
 def test_the_exact_status_decides_where_it_is_decided(verdict, exact, expected):
     assert a1_status(verdict, exact) == expected
     assert a1_status("holds", None) == "holds"
@@ -28,10 +31,24 @@ def test_a_proven_failure_read_from_a_results_file_moves_theorem_1_to_remark_1(t
     from mhaaudit.io import METADATA_KEY
 
     rows = [
-        {"variant": "random", "check": "assumption_1", "verdict": "holds", "exact_status": "fails",
-         "reason": "1999/2000 draws independent, but a dependent 3-subset was found", "fraction": 0.9995, "sampled": True},
-        {"variant": "random", "check": "assumption_2", "verdict": "holds", "exact_status": "holds",
-         "reason": "all 40 context matrices have rank n", "fraction": 1.0, "sampled": False},
+        {
+            "variant": "random",
+            "check": "assumption_1",
+            "verdict": "holds",
+            "exact_status": "fails",
+            "reason": "1999/2000 draws independent, but a dependent 3-subset was found",
+            "fraction": 0.9995,
+            "sampled": True,
+        },
+        {
+            "variant": "random",
+            "check": "assumption_2",
+            "verdict": "holds",
+            "exact_status": "holds",
+            "reason": "all 40 context matrices have rank n",
+            "fraction": 1.0,
+            "sampled": False,
+        },
     ]
     meta = {"command": "check", "columns": {"random": {"weights": "random", "layer": 1, "status": "ok"}}}
     import json

@@ -7,8 +7,23 @@ import pytest
 from mhaaudit.capacity import capacity_audit
 
 D = 32  # the tiny ViT's width
-RECORD_FIELDS = {"model", "variant", "heads", "rank", "bound", "bound_kind", "shared_context", "residual", "T", "n", "d",
-                 "d_h", "H", "tolerance", "seed"}
+RECORD_FIELDS = {
+    "model",
+    "variant",
+    "heads",
+    "rank",
+    "bound",
+    "bound_kind",
+    "shared_context",
+    "residual",
+    "T",
+    "n",
+    "d",
+    "d_h",
+    "H",
+    "tolerance",
+    "seed",
+}
 
 transformers = pytest.importorskip("transformers")
 
@@ -19,8 +34,9 @@ transformers = pytest.importorskip("transformers")
 
 
 def test_capacity_audit_library(vit4, image_dir):
-    r = capacity_audit(str(vit4), heads="1-4", data=str(image_dir), limit=40, samples=100, batch_size=16,
-                       variants=["random"], block=1)
+    r = capacity_audit(
+        str(vit4), heads="1-4", data=str(image_dir), limit=40, samples=100, batch_size=16, variants=["random"], block=1
+    )
     (col,) = r.columns
     assert col.status == "ok" and col.T == 40
     assert [c.heads for c in col.certificates] == [1, 2, 3, 4]
@@ -36,14 +52,36 @@ def test_capacity_audit_library(vit4, image_dir):
     assert all(rec["residual"] < 1e-6 for rec in recs)
 
 
-
 def test_from_results_of_other_examples_is_refused(vit4, image_dir, tmp_path):
     from mhaaudit.cli.app import main
     from mhaaudit.errors import InputError
 
     res = tmp_path / "check.parquet"
-    assert main(["check", str(vit4), "--data", str(image_dir), "--limit", "40", "--samples", "50", "--batch-size", "16",
-                 "--variants", "random", "--layer", "1", "--out", str(res), "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "check",
+                str(vit4),
+                "--data",
+                str(image_dir),
+                "--limit",
+                "40",
+                "--samples",
+                "50",
+                "--batch-size",
+                "16",
+                "--variants",
+                "random",
+                "--layer",
+                "1",
+                "--out",
+                str(res),
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     with pytest.raises(InputError, match="limit 40 examples, this run limit 30"):
         capacity_audit(str(vit4), from_path=res, data=str(image_dir), limit=30, variants=["random"], block=2)
     other = tmp_path / "other"
@@ -53,6 +91,8 @@ def test_from_results_of_other_examples_is_refused(vit4, image_dir, tmp_path):
     with pytest.raises(InputError, match="other data"):
         capacity_audit(str(vit4), from_path=res, data=str(other), limit=40, variants=["random"], block=2)
     with pytest.raises(InputError, match="no effect with from_path"):  # nothing is sampled: samples would be ignored
-        capacity_audit(str(vit4), from_path=res, data=str(image_dir), limit=40, samples=50, variants=["random"], block=2)
+        capacity_audit(
+            str(vit4), from_path=res, data=str(image_dir), limit=40, samples=50, variants=["random"], block=2
+        )
     r = capacity_audit(str(vit4), from_path=res, data=str(image_dir), limit=40, variants=["random"], block=2)
     assert r.columns[0].T == 40 and r.columns[0].assumptions.source.startswith("read from")

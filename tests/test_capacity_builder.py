@@ -55,8 +55,16 @@ def test_zbuilder_matches_brute_force(scale):
     Z = zb.result()
     ln64 = copy.deepcopy(ln).double()
     with torch.no_grad():
-        want = _brute_z(E.float().double(), E.float().double()[:, 0], Wq, Wk, bq, bk, ln64,
-                        scale if scale is not None else 1 / math.sqrt(dh))
+        want = _brute_z(
+            E.float().double(),
+            E.float().double()[:, 0],
+            Wq,
+            Wk,
+            bq,
+            bk,
+            ln64,
+            scale if scale is not None else 1 / math.sqrt(dh),
+        )
     assert Z.shape == (T, Hh * d) and Z.dtype == torch.float64
     torch.testing.assert_close(Z, want, rtol=1e-10, atol=1e-12)
     assert ln.weight.dtype == torch.float32  # the model's module is not converted
@@ -129,14 +137,19 @@ def test_z_decoder_last_query_sees_every_token(tmp_path):
     torch.testing.assert_close(zb2.result(), want2, rtol=1e-5, atol=1e-6)
 
 
-
 def test_z_uses_the_models_own_attention_bert(tmp_path):
     """BERT (post-LN): the keys/queries read the block input directly; Z matches its attention."""
     from mhaaudit.capacity import attention_for
     from mhaaudit.models import load_model
 
-    cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                                  vocab_size=100, max_position_embeddings=64)
+    cfg = transformers.BertConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        vocab_size=100,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     transformers.BertModel(cfg).eval().save_pretrained(str(tmp_path))
     pm = load_model(str(tmp_path), weights="trained", max_layer=1, device="cpu", context_length=10)
@@ -166,4 +179,3 @@ def test_z_matches_attention_weights_probs_timm(timm_dir):
     P = first_attention(pm, 1).probs(tokens).double()[:, :, 0, :]
     want = torch.einsum("bhn,bnd->bhd", P, tokens.double()).reshape(4, -1)
     torch.testing.assert_close(zb.result(), want, rtol=1e-5, atol=1e-6)
-

@@ -38,7 +38,7 @@ def test_certificate_ranks_match_matrix_rank_and_memorization_certificate():
     T, d, Hh = 30, 6, 5
     # Low-rank pieces so that several head prefixes are rank deficient below T.
     Z = torch.randn(T, 4, generator=g, dtype=torch.float64) @ torch.randn(4, Hh * d, generator=g, dtype=torch.float64)
-    Z[:, 2 * d:] += torch.randn(T, (Hh - 2) * d, generator=g, dtype=torch.float64)
+    Z[:, 2 * d :] += torch.randn(T, (Hh - 2) * d, generator=g, dtype=torch.float64)
     certs = certify_head_prefixes(Z, d, [1, 2, 3, 5], seed=7)
     for c in certs:
         Zh = Z[:, : c.heads * d]
@@ -69,7 +69,11 @@ def test_full_row_rank_is_inherited_by_more_heads():
     g = torch.Generator().manual_seed(6)
     Z = torch.randn(10, 5 * 8, generator=g, dtype=torch.float64)
     certs = certify_head_prefixes(Z, 8, range(1, 6))
-    assert [c.rank for c in certs] == [int(torch.linalg.matrix_rank(Z[:, : h * 8])) for h in range(1, 6)] == [8, 10, 10, 10, 10]
+    assert (
+        [c.rank for c in certs]
+        == [int(torch.linalg.matrix_rank(Z[:, : h * 8])) for h in range(1, 6)]
+        == [8, 10, 10, 10, 10]
+    )
     assert "QR" in certs[1].method or "singular values" in certs[1].method
     assert all("inherited" in c.method for c in certs[2:])
     assert all(c.residual < 1e-10 for c in certs)
@@ -84,4 +88,3 @@ def test_certify_rejects_bad_input():
         certify_head_prefixes(torch.zeros(3, 8), 4, [3])
     with pytest.raises(InputError, match="NaN"):
         certify_head_prefixes(torch.full((3, 8), float("nan")), 4, [1])
-

@@ -63,7 +63,15 @@ def test_theorem1_conflict_noted():
 
 @pytest.mark.parametrize(
     "kw",
-    [dict(heads=0), dict(head_dim=0), dict(n=0), dict(d=-1), dict(heads=2.5), dict(kruskal_estimate=0), dict(a1_holds="yes")],
+    [
+        dict(heads=0),
+        dict(head_dim=0),
+        dict(n=0),
+        dict(d=-1),
+        dict(heads=2.5),
+        dict(kruskal_estimate=0),
+        dict(a1_holds="yes"),
+    ],
 )
 def test_theorem1_bad_input(kw):
     args = dict(heads=4, head_dim=64, n=32, d=64, a1_holds=True, a2_holds=True)

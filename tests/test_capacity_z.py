@@ -35,7 +35,7 @@ def _brute_force_Z(E, x, Wq, Wk, bq=None, bk=None, pre=None, exclude=None):
             z = torch.zeros(d, dtype=torch.float64)
             for i in range(n):
                 z += (w[i] / s) * Et[i]
-            Z[t, h * d:(h + 1) * d] = z
+            Z[t, h * d : (h + 1) * d] = z
     return Z
 
 
@@ -136,8 +136,11 @@ def test_proposition2_property():
 
     @settings(max_examples=25, deadline=None)
     @given(
-        H=st.integers(1, 4), n=st.integers(1, 6), dh=st.integers(1, 8),
-        d=st.integers(8, 24), seed=st.integers(0, 10_000),
+        H=st.integers(1, 4),
+        n=st.integers(1, 6),
+        dh=st.integers(1, 8),
+        d=st.integers(8, 24),
+        seed=st.integers(0, 10_000),
     )
     def check(H, n, dh, d, seed):
         T = H * (n - 1) + 6

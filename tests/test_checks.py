@@ -91,8 +91,10 @@ def test_registry_names_each_check_and_its_size():
     assert CHECK_MEANING["assumption_1"].startswith("every n query vectors")
 
 
-@pytest.mark.parametrize("dtype, scales", [(torch.float64, (1e-300, 1e-150, 1e150, 1e300)),
-                                           (torch.float32, (2.0**-100, 2.0**-50, 2.0**50, 2.0**100))])
+@pytest.mark.parametrize(
+    "dtype, scales",
+    [(torch.float64, (1e-300, 1e-150, 1e150, 1e300)), (torch.float32, (2.0**-100, 2.0**-50, 2.0**50, 2.0**100))],
+)
 def test_assumption_2_is_the_same_at_every_scale(dtype, scales):
     g = torch.Generator().manual_seed(1)
     E = torch.randn(30, 5, 12, generator=g).to(dtype)
@@ -107,12 +109,21 @@ def test_assumption_2_is_the_same_at_every_scale(dtype, scales):
     full = r0 == 5
     for scale in scales:
         res, fail = assumption_2(E * scale, rule), assumption_2(failing * scale, rule)
-        assert (res.verdict, res.reason, res.full, res.worst_example) == (base.verdict, base.reason, base.full,
-                                                                          base.worst_example)
+        assert (res.verdict, res.reason, res.full, res.worst_example) == (
+            base.verdict,
+            base.reason,
+            base.full,
+            base.worst_example,
+        )
         assert res.min_margin == pytest.approx(base.min_margin, rel=1e-6)  # an inverse-iteration estimate
-        assert (fail.verdict, fail.reason, fail.full, fail.deficient, fail.rank_histogram, fail.deficient_examples) == \
-            (base_fail.verdict, base_fail.reason, base_fail.full, base_fail.deficient, base_fail.rank_histogram,
-             base_fail.deficient_examples)
+        assert (fail.verdict, fail.reason, fail.full, fail.deficient, fail.rank_histogram, fail.deficient_examples) == (
+            base_fail.verdict,
+            base_fail.reason,
+            base_fail.full,
+            base_fail.deficient,
+            base_fail.rank_histogram,
+            base_fail.deficient_examples,
+        )
         r, smin, smax, tol = context_ranks(failing * scale, rule)
         assert torch.equal(r, r0)
         # in the data's own units (sigma_min of a deficient matrix is rounding noise: not compared)
@@ -181,22 +192,47 @@ def toy_check(monkeypatch):
     def pairs(queries, **kw):
         return subset_test(queries, 2, check="pairs", **kw)
 
-    check = Check("pairs", "Pairs", "no two query vectors are parallel (Kruskal rank >= 2)", "queries", "k = 2",
-                  lambda n, T, d: 2, pairs, True)
+    check = Check(
+        "pairs",
+        "Pairs",
+        "no two query vectors are parallel (Kruskal rank >= 2)",
+        "queries",
+        "k = 2",
+        lambda n, T, d: 2,
+        pairs,
+        True,
+    )
     monkeypatch.setitem(REGISTRY, "pairs", check)
     return check
 
 
-def test_a_registered_check_is_in_the_table_the_json_and_the_parquet(toy_check, vit_dir, image_dir, capsys,
-                                                                      monkeypatch, tmp_path):
+def test_a_registered_check_is_in_the_table_the_json_and_the_parquet(
+    toy_check, vit_dir, image_dir, capsys, monkeypatch, tmp_path
+):
     """One entry plus its function: check runs it in every column and every output shows it."""
     import json
 
     import pyarrow.parquet as pq
     from clitools import run
 
-    small = ["check", vit_dir, "--data", image_dir, "--limit", 40, "--samples", 50, "--batch-size", 16,
-             "--variants", "embedding", "--variants", "random", "--fail-on", "pairs"]
+    small = [
+        "check",
+        vit_dir,
+        "--data",
+        image_dir,
+        "--limit",
+        40,
+        "--samples",
+        50,
+        "--batch-size",
+        16,
+        "--variants",
+        "embedding",
+        "--variants",
+        "random",
+        "--fail-on",
+        "pairs",
+    ]
     monkeypatch.setenv("COLUMNS", "200")
     rc, out, err = run(capsys, *small, "--out", tmp_path / "r.parquet")
     assert rc in (0, 1), err

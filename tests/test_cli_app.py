@@ -28,8 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = ("check", "kruskal", "capacity", "memorize")
 
 # What pip's generated console script for ``mhaaudit = "mhaaudit.cli.app:run"`` runs.
-CONSOLE_SCRIPT = ("import sys; from mhaaudit.cli.app import run; "
-                  "sys.argv[0] = 'mhaaudit'; sys.exit(run())")
+CONSOLE_SCRIPT = "import sys; from mhaaudit.cli.app import run; sys.argv[0] = 'mhaaudit'; sys.exit(run())"
 
 
 # --------------------------------------------------------------------------- help
@@ -89,8 +88,19 @@ def test_no_command_prints_help_on_stderr(capsys):
 # --------------------------------------------------------------------------- a fast start
 
 # The heavy libraries a command needs; help and the version must answer without any of them.
-HEAVY = ("torch", "transformers", "timm", "numpy", "scipy", "mhaaudit.settings", "mhaaudit.audit", "mhaaudit.kruskal",
-         "mhaaudit.memorize", "mhaaudit.capacity", "mhaaudit.reproduce")
+HEAVY = (
+    "torch",
+    "transformers",
+    "timm",
+    "numpy",
+    "scipy",
+    "mhaaudit.settings",
+    "mhaaudit.audit",
+    "mhaaudit.kruskal",
+    "mhaaudit.memorize",
+    "mhaaudit.capacity",
+    "mhaaudit.reproduce",
+)
 
 # Runs the command line as an entry point does, then reports on stderr which modules were imported.
 _REPORT_MODULES = """
@@ -110,19 +120,23 @@ print("MODULES " + json.dumps({"code": code, "modules": sorted(sys.modules)}), f
 
 
 @pytest.mark.parametrize("entry", ["python -m mhaaudit", "console script"])
-@pytest.mark.parametrize("args", [["--help"], ["-h"], ["--version"], *([c, "--help"] for c in (*COMMANDS, "reproduce"))],
-                         ids=lambda a: " ".join(a))
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["-h"], ["--version"], *([c, "--help"] for c in (*COMMANDS, "reproduce"))],
+    ids=lambda a: " ".join(a),
+)
 def test_help_and_version_do_not_import_the_library(args, entry):
     """``--help`` and ``--version`` answer without importing torch or the library's modules."""
     import json
 
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
     argv = (["--entry=console"] if entry == "console script" else []) + args
-    proc = subprocess.run([sys.executable, "-c", _REPORT_MODULES, json.dumps(argv)], env=env, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", _REPORT_MODULES, json.dumps(argv)], env=env, capture_output=True, text=True, timeout=120
+    )
     report = [ln for ln in proc.stderr.splitlines() if ln.startswith("MODULES ")]
     assert report, proc.stderr
-    seen = json.loads(report[-1][len("MODULES "):])
+    seen = json.loads(report[-1][len("MODULES ") :])
     assert seen["code"] in (0, None), proc.stderr
     assert ("Usage" in proc.stdout) if args != ["--version"] else proc.stdout.startswith("mhaaudit ")
     imported = set(seen["modules"])
@@ -132,16 +146,27 @@ def test_help_and_version_do_not_import_the_library(args, entry):
 
 def _complete(words: str, shell: str = "bash") -> subprocess.CompletedProcess:
     """What the completion script of ``mhaaudit --install-completion`` asks the program for ``words``."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", _MHAAUDIT_COMPLETE=f"complete_{shell}",
-               COMP_WORDS=words, COMP_CWORD=str(len(words.split()) - (0 if words.endswith(" ") else 1)))
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT),
+        HF_HUB_OFFLINE="1",
+        _MHAAUDIT_COMPLETE=f"complete_{shell}",
+        COMP_WORDS=words,
+        COMP_CWORD=str(len(words.split()) - (0 if words.endswith(" ") else 1)),
+    )
     return subprocess.run([sys.executable, "-c", CONSOLE_SCRIPT], env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_shell_completion():
     """The script --show-completion prints calls the program back, which completes commands and choices."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
-    script = subprocess.run([sys.executable, "-c", CONSOLE_SCRIPT, "--show-completion", "bash"], env=env,
-                            capture_output=True, text=True, timeout=120)
+    script = subprocess.run(
+        [sys.executable, "-c", CONSOLE_SCRIPT, "--show-completion", "bash"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert script.returncode == 0, script.stderr
     assert "_MHAAUDIT_COMPLETE=complete_bash" in script.stdout and "complete " in script.stdout
     commands = _complete("mhaaudit ca")
@@ -164,11 +189,24 @@ def _sigint_as_in_a_terminal() -> None:
 def _interrupt(argv: list[str], marker, cwd: Path, after: float = 0.0, timeout: float = 120.0) -> tuple[int, list[str]]:
     """Start ``python argv``; send SIGINT ``after`` seconds past the first stderr line ``marker``
     accepts. Returns (status, stderr lines without the ``-X importtime`` ones)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONPROFILEIMPORTTIME="1", HF_HUB_OFFLINE="1",
-               HF_DATASETS_OFFLINE="1", PYTHONUNBUFFERED="1")
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT),
+        PYTHONPROFILEIMPORTTIME="1",
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        PYTHONUNBUFFERED="1",
+    )
     env.pop("MHAAUDIT_DEBUG", None)
-    proc = subprocess.Popen([sys.executable, *argv], cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_as_in_a_terminal)
+    proc = subprocess.Popen(
+        [sys.executable, *argv],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_sigint_as_in_a_terminal,
+    )
     lines: list[str] = []
     sent = threading.Event()
 
@@ -222,9 +260,24 @@ def test_interrupt_while_importing(tmp_path, entry):
 
 def test_interrupt_while_sampling(tmp_path):
     np.save(tmp_path / "m.npy", np.random.default_rng(0).standard_normal((3000, 200)).astype(np.float32))
-    rc, err = _interrupt(["-m", "mhaaudit", "kruskal", "m.npy", "--sweep", "--samples", "200000",
-                          "--out", "out.parquet", "--plot", "out.png"],
-                         _imported("mhaaudit.kruskal"), tmp_path, after=2.0)
+    rc, err = _interrupt(
+        [
+            "-m",
+            "mhaaudit",
+            "kruskal",
+            "m.npy",
+            "--sweep",
+            "--samples",
+            "200000",
+            "--out",
+            "out.parquet",
+            "--plot",
+            "out.png",
+        ],
+        _imported("mhaaudit.kruskal"),
+        tmp_path,
+        after=2.0,
+    )
     _assert_interrupted(rc, err, tmp_path)
 
 
@@ -232,18 +285,59 @@ def test_interrupt_while_sampling(tmp_path):
 @pytest.mark.parametrize("phase, after", [("model loading", 0.0), ("forward pass", 1.5), ("checks", 6.0)])
 def test_interrupt_check(tmp_path, vit_dir, image_dir, phase, after):
     """Ctrl-C while check loads the model, runs it, or samples: one line, nothing written."""
-    rc, err = _interrupt(["-m", "mhaaudit", "check", str(vit_dir), "--data", str(image_dir), "--limit", "60",
-                          "--batch-size", "4", "--samples", "200000", "--sweep", "--out", "out.parquet",
-                          "--save-features", "out-features"],
-                         _imported("mhaaudit.models"), tmp_path, after=after)
+    rc, err = _interrupt(
+        [
+            "-m",
+            "mhaaudit",
+            "check",
+            str(vit_dir),
+            "--data",
+            str(image_dir),
+            "--limit",
+            "60",
+            "--batch-size",
+            "4",
+            "--samples",
+            "200000",
+            "--sweep",
+            "--out",
+            "out.parquet",
+            "--save-features",
+            "out-features",
+        ],
+        _imported("mhaaudit.models"),
+        tmp_path,
+        after=after,
+    )
     _assert_interrupted(rc, err, tmp_path)
 
 
 @pytest.mark.slow
 def test_interrupt_memorize_training(tmp_path):
-    rc, err = _interrupt(["-m", "mhaaudit", "memorize", "--heads", "1,2", "--n", "4", "--head-dim", "8", "--sizes",
-                          "4000", "--max-steps", "100000", "--device", "cpu", "--out", "out.parquet"],
-                         _imported("mhaaudit.cli.app"), tmp_path, after=3.0)
+    rc, err = _interrupt(
+        [
+            "-m",
+            "mhaaudit",
+            "memorize",
+            "--heads",
+            "1,2",
+            "--n",
+            "4",
+            "--head-dim",
+            "8",
+            "--sizes",
+            "4000",
+            "--max-steps",
+            "100000",
+            "--device",
+            "cpu",
+            "--out",
+            "out.parquet",
+        ],
+        _imported("mhaaudit.cli.app"),
+        tmp_path,
+        after=3.0,
+    )
     _assert_interrupted(rc, err, tmp_path)
 
 
@@ -263,8 +357,25 @@ def test_ctrl_c_after_an_output_was_staged_keeps_no_output(tmp_path, capsys, mon
         raise KeyboardInterrupt
 
     monkeypatch.setattr(io, "write_parquet", then_interrupt)
-    rc = main([str(a) for a in ("kruskal", tmp_path / "X.npy", "--k", "3", "--samples", "64",
-                                "--out", tmp_path / "r.parquet", "--plot", tmp_path / "p.png", "--format", "json")])
+    rc = main(
+        [
+            str(a)
+            for a in (
+                "kruskal",
+                tmp_path / "X.npy",
+                "--k",
+                "3",
+                "--samples",
+                "64",
+                "--out",
+                tmp_path / "r.parquet",
+                "--plot",
+                tmp_path / "p.png",
+                "--format",
+                "json",
+            )
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 130 and err.strip() == "Error: interrupted", err
     assert (tmp_path / "r.parquet").read_bytes() == b"earlier"

@@ -26,17 +26,29 @@ transformers = pytest.importorskip("transformers")
 N, D, H = 17, 32, 4  # tiny ViT: 1 + (32 / 8)^2 tokens, width 32, 4 heads of d_h = 8
 FAST = ["--limit", "40", "--samples", "100", "--batch-size", "16"]
 FROM = ["--limit", "40", "--batch-size", "16"]  # with --from nothing is sampled: --samples would be refused
-RECORD_FIELDS = {"model", "variant", "heads", "rank", "bound", "bound_kind", "shared_context", "residual", "T", "n", "d",
-                 "d_h", "H", "tolerance", "seed"}
-
-
+RECORD_FIELDS = {
+    "model",
+    "variant",
+    "heads",
+    "rank",
+    "bound",
+    "bound_kind",
+    "shared_context",
+    "residual",
+    "T",
+    "n",
+    "d",
+    "d_h",
+    "H",
+    "tolerance",
+    "seed",
+}
 
 
 def json_run(capsys, *args):
     rc, out, err = run(capsys, "capacity", *args, "--format", "json")
     assert rc == 0, err
     return json.loads(out)
-
 
 
 # --------------------------------------------------------------------------------------------
@@ -72,8 +84,9 @@ def test_json_document(capsys, vit4, image_dir):
 def test_heads_sweep_and_plot(capsys, vit4, image_dir, tmp_path):
     plot = tmp_path / "cap.png"
     out = tmp_path / "cap.parquet"
-    doc = json_run(capsys, vit4, "--data", image_dir, *FAST, "--heads", "1-4", "--variants", "random",
-                   "--plot", plot, "--out", out)
+    doc = json_run(
+        capsys, vit4, "--data", image_dir, *FAST, "--heads", "1-4", "--variants", "random", "--plot", plot, "--out", out
+    )
     ranks = [r["rank"] for r in doc["records"]]
     assert [r["heads"] for r in doc["records"]] == [1, 2, 3, 4]
     assert ranks == sorted(ranks) and ranks[0] == min(40, D)
@@ -85,8 +98,21 @@ def test_heads_sweep_and_plot(capsys, vit4, image_dir, tmp_path):
 
 
 def test_shared_context(capsys, vit4, image_dir):
-    doc = json_run(capsys, vit4, "--data", image_dir, "--limit", "60", "--samples", "100", "--heads", "1,2",
-                   "--variants", "random", "--shared-context")
+    doc = json_run(
+        capsys,
+        vit4,
+        "--data",
+        image_dir,
+        "--limit",
+        "60",
+        "--samples",
+        "100",
+        "--heads",
+        "1,2",
+        "--variants",
+        "random",
+        "--shared-context",
+    )
     for r in doc["records"]:
         assert r["shared_context"] is True
         assert r["prop2_bound"] == r["heads"] * (N - 1) + 1
@@ -117,11 +143,28 @@ def test_parquet_to_stdout(capsysbinary, vit4, image_dir, monkeypatch):
 
 def test_from_check_results(capsys, vit4, image_dir, tmp_path):
     res = tmp_path / "results.parquet"
-    rc, _, err = run(capsys, "check", vit4, "--data", image_dir, "--limit", "40", "--samples", "100",
-                     "--variants", "embedding", "--variants", "random", "--sweep", "--out", res)
+    rc, _, err = run(
+        capsys,
+        "check",
+        vit4,
+        "--data",
+        image_dir,
+        "--limit",
+        "40",
+        "--samples",
+        "100",
+        "--variants",
+        "embedding",
+        "--variants",
+        "random",
+        "--sweep",
+        "--out",
+        res,
+    )
     assert rc == 0, err
-    doc = json_run(capsys, vit4, "--data", image_dir, *FROM, "--from", res, "--variants", "random,trained",
-                   "--block", "1")
+    doc = json_run(
+        capsys, vit4, "--data", image_dir, *FROM, "--from", res, "--variants", "random,trained", "--block", "1"
+    )
     rec = {r["variant"]: r for r in doc["records"]}
     # The 'embedding' column of check is the random weights' layer 0: the input of block 1.
     col = doc["meta"]["columns"]["random"]["assumptions"]
@@ -137,8 +180,9 @@ def test_from_check_results(capsys, vit4, image_dir, tmp_path):
     doc3 = json_run(capsys, vit4, "--data", image_dir, *FROM, "--from", res, "--variants", "random", "--block", "2")
     assert doc3["records"] == doc2["records"] and doc3["meta"]["layer"] == 2
     # Options that sample Assumption 1 have no effect when it is read from the file: refused, not ignored.
-    rc, _out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FROM, "--from", res, "--samples", "100",
-                       "--threshold", "0.9")
+    rc, _out, err = run(
+        capsys, "capacity", vit4, "--data", image_dir, *FROM, "--from", res, "--samples", "100", "--threshold", "0.9"
+    )
     assert_one_error(rc, err, "--samples, --threshold have no effect with --from")
 
 
@@ -166,7 +210,9 @@ def test_default_block_is_the_one_the_paper_applies_theorem_1_to(capsys, vit4, i
     assert rec["bound_kind"] == "theorem-1" and rec["bound"] > 1  # not the embedding output's single example
     rc, out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FAST, "--variants", "random")
     assert rc == 0, err
-    assert "attention of block 2" in out and "block 2 is the default: the paper applies Theorem 1" in " ".join(out.split())
+    assert "attention of block 2" in out and "block 2 is the default: the paper applies Theorem 1" in " ".join(
+        out.split()
+    )
     lib = capacity_audit(str(vit4), data=str(image_dir), limit=40, samples=100, batch_size=16, variants=["random"])
     assert lib.settings["layer"] == 2 and lib.notes[0] == CAPACITY_BLOCK_WHY
     # a block given is no default: no such note
@@ -175,8 +221,22 @@ def test_default_block_is_the_one_the_paper_applies_theorem_1_to(capsys, vit4, i
 
 
 def test_trained_unavailable_offline(capsys, image_dir):
-    doc = json_run(capsys, "vit-base", "--data", image_dir, "--limit", "8", "--samples", "20", "--heads", "1",
-                   "--variants", "trained,random", "--attention", "random")
+    doc = json_run(
+        capsys,
+        "vit-base",
+        "--data",
+        image_dir,
+        "--limit",
+        "8",
+        "--samples",
+        "20",
+        "--heads",
+        "1",
+        "--variants",
+        "trained,random",
+        "--attention",
+        "random",
+    )
     rec = {r["variant"]: r for r in doc["records"]}
     assert rec["trained"]["status"] == "unavailable" and rec["trained"]["rank"] is None
     assert "offline" in rec["trained"]["reason"].lower() or "hub" in rec["trained"]["reason"].lower()
@@ -188,30 +248,34 @@ def test_trained_unavailable_offline(capsys, image_dir):
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("args,match", [
-    (["--heads", "5"], "at most 4"),
-    (["--heads", "1-9"], "at most 4"),
-    (["--heads", "0"], "start at 1"),
-    (["--heads", ""], "names no head"),
-    (["--heads", "x"], "--heads"),
-    (["--limit", "0"], "--limit"),
-    (["--batch-size", "0"], "--batch-size"),
-    (["--samples", "0"], "--samples"),
-    (["--layer", "0"], "--layer"),
-    (["--block", "0"], "--block"),
-    (["--block", "3"], "--block 3"),
-    (["--block", "2", "--layer", "2"], "--block only"),
-    (["--threshold", "0"], "--threshold"),
-    (["--variants", "embedding"], "unknown variant"),
-    (["--attention", "other"], "--attention"),
-    (["--from", "missing.parquet"], "no such file"),
-    (["--rtol", "-1"], "rtol"),
-])
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (["--heads", "5"], "at most 4"),
+        (["--heads", "1-9"], "at most 4"),
+        (["--heads", "0"], "start at 1"),
+        (["--heads", ""], "names no head"),
+        (["--heads", "x"], "--heads"),
+        (["--limit", "0"], "--limit"),
+        (["--batch-size", "0"], "--batch-size"),
+        (["--samples", "0"], "--samples"),
+        (["--layer", "0"], "--layer"),
+        (["--block", "0"], "--block"),
+        (["--block", "3"], "--block 3"),
+        (["--block", "2", "--layer", "2"], "--block only"),
+        (["--threshold", "0"], "--threshold"),
+        (["--variants", "embedding"], "unknown variant"),
+        (["--attention", "other"], "--attention"),
+        (["--from", "missing.parquet"], "no such file"),
+        (["--rtol", "-1"], "rtol"),
+    ],
+)
 def test_bad_input(capsys, vit4, image_dir, tmp_path, args, match):
     out = tmp_path / "o.parquet"
     plot = tmp_path / "p.png"
-    rc, stdout, err = run(capsys, "capacity", vit4, "--data", image_dir, "--limit", "20", "--out", out, "--plot", plot,
-                          *args)
+    rc, stdout, err = run(
+        capsys, "capacity", vit4, "--data", image_dir, "--limit", "20", "--out", out, "--plot", plot, *args
+    )
     assert_one_error(rc, err, match)
     assert stdout == ""
     assert not out.exists() and not plot.exists() and tmp_leftovers(tmp_path) == []
@@ -219,12 +283,14 @@ def test_bad_input(capsys, vit4, image_dir, tmp_path, args, match):
 
 def test_layer_is_a_deprecated_alias_of_block(capsys, vit4, image_dir):
     """--layer K still works, means --block K, and says so in one warning line on stderr."""
-    rc, out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FAST, "--variants", "random", "--layer", "2",
-                       "--format", "json")
+    rc, out, err = run(
+        capsys, "capacity", vit4, "--data", image_dir, *FAST, "--variants", "random", "--layer", "2", "--format", "json"
+    )
     assert rc == 0, err
     assert err.splitlines() == [LAYER_DEPRECATED]
-    assert err.startswith("Warning: --layer is deprecated and will be removed in the next release; use --block "
-                          "(same meaning: ")
+    assert err.startswith(
+        "Warning: --layer is deprecated and will be removed in the next release; use --block (same meaning: "
+    )
     via_block = json_run(capsys, vit4, "--data", image_dir, *FAST, "--variants", "random", "--block", "2")
     assert json.loads(out)["records"] == via_block["records"]
     assert via_block["meta"]["layer"] == 2 and "input of block 2" in via_block["meta"]["tokens"]
@@ -252,14 +318,29 @@ def test_from_a_file_that_is_not_check_results(capsys, vit4, image_dir, tmp_path
 def test_bad_output_paths(capsys, vit4, image_dir, tmp_path):
     rc, _out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FAST, "--plot", tmp_path / "p.txt")
     assert_one_error(rc, err, ".png")
-    rc, _out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FAST, "--out", tmp_path / "missing" / "o.parquet")
+    rc, _out, err = run(
+        capsys, "capacity", vit4, "--data", image_dir, *FAST, "--out", tmp_path / "missing" / "o.parquet"
+    )
     assert_one_error(rc, err, "does not exist")
 
 
 def test_from_results_of_another_model_is_refused(capsys, vit4, vit_dir_wide, image_dir, tmp_path):
     res = tmp_path / "results.parquet"
-    rc, _, err = run(capsys, "check", vit4, "--data", image_dir, "--limit", "40", "--samples", "20",
-                     "--variants", "embedding", "--out", res)
+    rc, _, err = run(
+        capsys,
+        "check",
+        vit4,
+        "--data",
+        image_dir,
+        "--limit",
+        "40",
+        "--samples",
+        "20",
+        "--variants",
+        "embedding",
+        "--out",
+        res,
+    )
     assert rc == 0, err
     rc, out, err = run(capsys, "capacity", vit_dir_wide, "--data", image_dir, *FROM, "--from", res)
     assert_one_error(rc, err, "d = 32")
@@ -271,11 +352,21 @@ def test_text_decoder_end_to_end(capsys, tmp_path):
     cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=100, n_positions=64)
     torch.manual_seed(0)
     transformers.GPT2Model(cfg).eval().save_pretrained(str(tmp_path / "gpt2"))
-    doc = json_run(capsys, tmp_path / "gpt2", "--context-length", "8", "--limit", "30", "--samples", "50",
-                   "--variants", "random", "--heads", "1,4")
+    doc = json_run(
+        capsys,
+        tmp_path / "gpt2",
+        "--context-length",
+        "8",
+        "--limit",
+        "30",
+        "--samples",
+        "50",
+        "--variants",
+        "random",
+        "--heads",
+        "1,4",
+    )
     recs = doc["records"]
     assert [r["heads"] for r in recs] == [1, 4] and all(r["n"] == 8 and r["d"] == 32 for r in recs)
     assert all(r["rank"] <= min(r["T"], r["heads"] * 32) and r["residual"] < 1e-6 for r in recs)
     assert any("causal mask" in n and "changes nothing" in n for n in doc["meta"]["notes"])
-
-

@@ -21,8 +21,26 @@ from mhaaudit.io import read_parquet_metadata
 
 VARIANTS = ["embedding", "random-attention", "random", "trained"]
 RUN = ["--limit", "40", "--samples", "100", "--batch-size", "8"]
-RECORD_FIELDS = {"check", "k", "T", "d", "samples", "satisfied", "fraction", "ci_low", "ci_high", "threshold", "verdict",
-                 "reason", "tolerance", "seed", "witness", "model", "variant", "layer"}
+RECORD_FIELDS = {
+    "check",
+    "k",
+    "T",
+    "d",
+    "samples",
+    "satisfied",
+    "fraction",
+    "ci_low",
+    "ci_high",
+    "threshold",
+    "verdict",
+    "reason",
+    "tolerance",
+    "seed",
+    "witness",
+    "model",
+    "variant",
+    "layer",
+}
 
 
 def run_captured(*args):
@@ -31,8 +49,6 @@ def run_captured(*args):
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         rc = main([str(a) for a in args])
     return rc, out.getvalue(), err.getvalue()
-
-
 
 
 def by_variant(records):
@@ -50,9 +66,25 @@ def hf_audit(vit_dir, image_dir, tmp_path_factory):
     """The tiny ViT folder as the model and as --weights, with every file output at once."""
     work = tmp_path_factory.mktemp("hf_audit")
     files = dict(out=work / "audit.parquet", plot=work / "sweep.png", features=work / "feat")
-    rc, out, err = run_captured("check", vit_dir, "--weights", vit_dir, "--data", image_dir, *RUN, "--seed", "3",
-                                "--format", "json", "--out", files["out"], "--plot", files["plot"],
-                                "--save-features", files["features"])
+    rc, out, err = run_captured(
+        "check",
+        vit_dir,
+        "--weights",
+        vit_dir,
+        "--data",
+        image_dir,
+        *RUN,
+        "--seed",
+        "3",
+        "--format",
+        "json",
+        "--out",
+        files["out"],
+        "--plot",
+        files["plot"],
+        "--save-features",
+        files["features"],
+    )
     return dict(rc=rc, stdout=out, err=err, work=work, **files)
 
 
@@ -87,7 +119,9 @@ def test_hf_folder_end_to_end_json(hf_audit, vit_dir):
     # every record answers both questions apart: the estimate (verdict) and the exact status
     for v in VARIANTS:
         for check, r in recs[v].items():
-            assert r["exact_status"] in ("fails", "holds", "undecided") and r["proven"] == (r["exact_status"] != "undecided")
+            assert r["exact_status"] in ("fails", "holds", "undecided") and r["proven"] == (
+                r["exact_status"] != "undecided"
+            )
             assert (r["exact_basis"] == "none") == (r["exact_status"] == "undecided")
             if r["witness"] and check != "assumption_2":
                 assert (r["exact_status"], r["proven"]) == ("fails", True)
@@ -121,8 +155,9 @@ def test_saved_features_reaudited_by_kruskal(hf_audit, capsys):
     for variant in ("trained", "random-attention"):
         folder = hf_audit["features"] / variant
         for vectors, check in (("queries", "assumption_1"), ("a3", "assumption_3")):
-            rc, out, err = run(capsys, "kruskal", folder, "--vectors", vectors, "--samples", "100", "--seed", "3",
-                               "--format", "json")
+            rc, out, err = run(
+                capsys, "kruskal", folder, "--vectors", vectors, "--samples", "100", "--seed", "3", "--format", "json"
+            )
             assert rc == 0, err
             k = json.loads(out)
             assert k["meta"]["inputs"]["n"] == TINY_VIT_N and k["meta"]["inputs"]["T"] == 40
@@ -139,8 +174,17 @@ def test_table_format(capsys, vit_dir, image_dir):
     rc, out, err = run(capsys, "check", vit_dir, "--weights", vit_dir, "--data", image_dir, *RUN)
     assert rc == 0, err
     flat = " ".join(out.split())
-    for word in ("embedding", "random-attention", "random (L1)", "trained (L1)", "General Position", "Assumption 1",
-                 "Assumption 2", "Assumption 3", "rank rule"):
+    for word in (
+        "embedding",
+        "random-attention",
+        "random (L1)",
+        "trained (L1)",
+        "General Position",
+        "Assumption 1",
+        "Assumption 2",
+        "Assumption 3",
+        "rank rule",
+    ):
         assert word in flat, word
     assert not out.lstrip().startswith("{")
 
@@ -160,8 +204,22 @@ def test_parquet_with_out_file(capsysbinary, monkeypatch, vit_dir, image_dir, tm
     """--format parquet and --out at once: the same rows, the same stamp, on stdout and in the file."""
     monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
     res = tmp_path / "r.parquet"
-    rc = main(["check", str(vit_dir), "--data", str(image_dir), *RUN, "--variants", "random", "--sweep",
-               "--format", "parquet", "--out", str(res)])
+    rc = main(
+        [
+            "check",
+            str(vit_dir),
+            "--data",
+            str(image_dir),
+            *RUN,
+            "--variants",
+            "random",
+            "--sweep",
+            "--format",
+            "parquet",
+            "--out",
+            str(res),
+        ]
+    )
     out, err = capsysbinary.readouterr()
     assert rc == 0, err
     t = pq.read_table(pa.BufferReader(out))
@@ -187,16 +245,39 @@ def test_builtin_data_default(capsys, vit_dir):
 
 
 def test_same_seed_same_records(capsys, vit_dir, image_dir):
-    args = ("check", vit_dir, "--data", image_dir, *RUN, "--variants", "random-attention", "--format", "json",
-            "--seed", "5")
+    args = (
+        "check",
+        vit_dir,
+        "--data",
+        image_dir,
+        *RUN,
+        "--variants",
+        "random-attention",
+        "--format",
+        "json",
+        "--seed",
+        "5",
+    )
     a = json.loads(run(capsys, *args)[1])
     b = json.loads(run(capsys, *args)[1])
     assert a["records"] == b["records"]
 
 
 def _trained_records(capsys, vit_dir, image_dir, weights):
-    rc, out, err = run(capsys, "check", vit_dir, "--variants", "trained", "--weights", weights, "--data", image_dir, *RUN,
-                       "--format", "json")
+    rc, out, err = run(
+        capsys,
+        "check",
+        vit_dir,
+        "--variants",
+        "trained",
+        "--weights",
+        weights,
+        "--data",
+        image_dir,
+        *RUN,
+        "--format",
+        "json",
+    )
     assert rc == 0, err
     doc = json.loads(out)
     return doc["records"], doc["meta"]["columns"]["trained"]["weights_source"]
@@ -235,8 +316,20 @@ def test_single_weights_files_in_checkpoint_format(capsys, vit_dir, image_dir, t
     ],
 )
 def test_fail_on(capsys, vit_dir, image_dir, variants, fail_on, expect):
-    rc, out, err = run(capsys, "check", vit_dir, "--data", image_dir, *RUN, "--variants", variants,
-                       "--fail-on", fail_on, "--format", "json")
+    rc, out, err = run(
+        capsys,
+        "check",
+        vit_dir,
+        "--data",
+        image_dir,
+        *RUN,
+        "--variants",
+        variants,
+        "--fail-on",
+        fail_on,
+        "--format",
+        "json",
+    )
     assert rc == expect, err
     doc = json.loads(out)  # the report is written either way
     failed = {r["check"] for r in doc["records"] if r["verdict"] == "fails"}
@@ -249,8 +342,9 @@ def test_fail_on(capsys, vit_dir, image_dir, variants, fail_on, expect):
 
 def test_timm_checkpoint_file(capsys, timm_dir, image_dir):
     ckpt = timm_dir / "model.safetensors"
-    rc, out, err = run(capsys, "check", ckpt, "--backend", "timm", "--weights", ckpt, "--data", image_dir, *RUN,
-                       "--format", "json")
+    rc, out, err = run(
+        capsys, "check", ckpt, "--backend", "timm", "--weights", ckpt, "--data", image_dir, *RUN, "--format", "json"
+    )
     assert rc == 0, err
     doc = json.loads(out)
     assert doc["meta"]["model_info"]["n"] == TINY_VIT_N and doc["meta"]["model_info"]["d"] == 32
@@ -261,8 +355,20 @@ def test_timm_checkpoint_file(capsys, timm_dir, image_dir):
 
 
 def test_timm_folder_with_backend(capsys, timm_dir, image_dir):
-    rc, out, err = run(capsys, "check", timm_dir, "--backend", "timm", "--data", image_dir, *RUN,
-                       "--variants", "random,trained", "--format", "json")
+    rc, out, err = run(
+        capsys,
+        "check",
+        timm_dir,
+        "--backend",
+        "timm",
+        "--data",
+        image_dir,
+        *RUN,
+        "--variants",
+        "random,trained",
+        "--format",
+        "json",
+    )
     assert rc == 0, err
     doc = json.loads(out)
     assert list(doc["meta"]["columns"]) == ["random", "trained"]
@@ -270,8 +376,18 @@ def test_timm_folder_with_backend(capsys, timm_dir, image_dir):
 
 
 def test_timm_folder_is_an_image_model(capsys, timm_dir, image_dir):
-    rc, out, err = run(capsys, "check", timm_dir, "--weights", timm_dir / "model.safetensors", "--data", image_dir, *RUN,
-                       "--format", "json")
+    rc, out, err = run(
+        capsys,
+        "check",
+        timm_dir,
+        "--weights",
+        timm_dir / "model.safetensors",
+        "--data",
+        image_dir,
+        *RUN,
+        "--format",
+        "json",
+    )
     assert rc == 0, err
     assert list(json.loads(out)["meta"]["columns"]) == VARIANTS
 
@@ -294,8 +410,25 @@ def test_timm_name_with_a_weights_file(capsys, tmp_path):
     rng = np.random.default_rng(0)
     for i in range(200):
         Image.fromarray(rng.integers(0, 256, size=(24, 24, 3), dtype=np.uint8)).save(images / f"{i:03d}.png")
-    rc, out, err = run(capsys, "check", "timm:vit_tiny_patch16_224", "--weights", ckpt, "--variants", "trained",
-                       "--data", images, "--limit", "200", "--samples", "10", "--batch-size", "50", "--format", "json")
+    rc, out, err = run(
+        capsys,
+        "check",
+        "timm:vit_tiny_patch16_224",
+        "--weights",
+        ckpt,
+        "--variants",
+        "trained",
+        "--data",
+        images,
+        "--limit",
+        "200",
+        "--samples",
+        "10",
+        "--batch-size",
+        "50",
+        "--format",
+        "json",
+    )
     assert rc == 0, err
     doc = json.loads(out)
     col = doc["meta"]["columns"]["trained"]
@@ -308,8 +441,20 @@ def test_timm_name_with_a_weights_file(capsys, tmp_path):
 
 def test_timm_name_with_weights_that_do_not_fit(capsys, timm_dir, image_dir, tmp_path):
     # timm:vit_tiny_patch16_224 is 224 px / d = 192; the tiny checkpoint is d = 32
-    rc, out, err = run(capsys, "check", "timm:vit_tiny_patch16_224", "--weights", timm_dir / "model.safetensors",
-                       "--variants", "trained", "--data", image_dir, *RUN, "--out", tmp_path / "r.parquet")
+    rc, out, err = run(
+        capsys,
+        "check",
+        "timm:vit_tiny_patch16_224",
+        "--weights",
+        timm_dir / "model.safetensors",
+        "--variants",
+        "trained",
+        "--data",
+        image_dir,
+        *RUN,
+        "--out",
+        tmp_path / "r.parquet",
+    )
     assert rc == 2 and out == ""
     last = err.strip().splitlines()[-1]
     assert last.startswith("Error: ") and "does not fit" in last and "Traceback" not in err
@@ -322,8 +467,21 @@ def test_timm_name_with_weights_that_do_not_fit(capsys, timm_dir, image_dir, tmp
 @pytest.mark.slow
 def test_vit_base_alias_offline_trained_unavailable(capsys):
     # n = 197 for vit-base, so T >= 197 examples are needed
-    rc, out, err = run(capsys, "check", "vit-base", "--variants", "trained,embedding", "--limit", "200", "--samples", "20",
-                       "--batch-size", "50", "--format", "json")
+    rc, out, err = run(
+        capsys,
+        "check",
+        "vit-base",
+        "--variants",
+        "trained,embedding",
+        "--limit",
+        "200",
+        "--samples",
+        "20",
+        "--batch-size",
+        "50",
+        "--format",
+        "json",
+    )
     assert rc == 0, err
     doc = json.loads(out)
     cols = doc["meta"]["columns"]
@@ -337,8 +495,23 @@ def test_vit_base_alias_offline_trained_unavailable(capsys):
 
 def test_vit_base_alias_offline_trained_only(capsys, tmp_path):
     """Only the trained column asked for, offline: nothing to audit is no success (exit 2, the reason, no file)."""
-    rc, out, err = run(capsys, "check", "vit-base", "--variants", "trained", "--limit", "200", "--samples", "20",
-                       "--format", "json", "--out", tmp_path / "r.parquet", "--plot", tmp_path / "p.png")
+    rc, out, err = run(
+        capsys,
+        "check",
+        "vit-base",
+        "--variants",
+        "trained",
+        "--limit",
+        "200",
+        "--samples",
+        "20",
+        "--format",
+        "json",
+        "--out",
+        tmp_path / "r.parquet",
+        "--plot",
+        tmp_path / "p.png",
+    )
     assert_one_error(rc, err, "no column could be audited")
     assert "--weights" in err and out == ""
     assert list(tmp_path.iterdir()) == []
@@ -367,7 +540,10 @@ def _bad_case(case, vit_dir, vit_dir_wide, image_dir, tmp_path):
         "layers_negative": ([str(vit_dir), *base, "--layers", "0,-1"], "start at 0"),
         "layers_empty": ([str(vit_dir), *base, "--layers", ","], "names no layers"),
         "weights_misfit": ([str(vit_dir), *base, "--weights", str(vit_dir_wide)], "do not fit"),
-        "weights_file_misfit": ([str(vit_dir), *base, "--weights", str(vit_dir_wide / "model.safetensors")], "do not fit"),
+        "weights_file_misfit": (
+            [str(vit_dir), *base, "--weights", str(vit_dir_wide / "model.safetensors")],
+            "do not fit",
+        ),
         "weights_missing": ([str(vit_dir), *base, "--weights", str(tmp_path / "nope")], "does not exist"),
         "out_parent_file": ([str(vit_dir), *base, "--out", str(npy / "r.parquet")], "is a file"),
         "out_missing_folder": ([str(vit_dir), *base, "--out", str(tmp_path / "no" / "r.parquet")], "does not exist"),
@@ -375,7 +551,10 @@ def _bad_case(case, vit_dir, vit_dir_wide, image_dir, tmp_path):
         "plot_ext": ([str(vit_dir), *base, "--plot", str(tmp_path / "p.gif")], ".png"),
         "save_features_file": ([str(vit_dir), *base, "--save-features", str(npy)], "not a folder"),
         "save_features_parent_file": ([str(vit_dir), *base, "--save-features", str(npy / "f")], "is a file"),
-        "save_features_missing": ([str(vit_dir), *base, "--save-features", str(tmp_path / "no" / "f")], "does not exist"),
+        "save_features_missing": (
+            [str(vit_dir), *base, "--save-features", str(tmp_path / "no" / "f")],
+            "does not exist",
+        ),
         "fail_on": ([str(vit_dir), *base, "--fail-on", "assumption_9"], "--fail-on"),
         "variant": ([str(vit_dir), *base, "--variants", "bogus"], "bogus"),
         "query_index": ([str(vit_dir), *base, "--query-index", "17"], "--query-index"),
@@ -390,11 +569,41 @@ def _bad_case(case, vit_dir, vit_dir_wide, image_dir, tmp_path):
     }[case]
 
 
-BAD_CASES = ["unknown_model", "conv_timm", "missing_data", "empty_data", "file_as_data", "too_few", "layer_0",
-             "layer_deep", "layers_deep", "layers_bad", "layers_negative", "layers_empty", "weights_misfit", "weights_file_misfit", "weights_missing", "out_parent_file",
-             "out_missing_folder", "out_not_parquet", "plot_ext", "save_features_file", "save_features_parent_file",
-             "save_features_missing", "fail_on", "variant", "query_index", "batch_size", "limit", "samples", "threshold",
-             "rtol", "device", "context_length", "backend"]
+BAD_CASES = [
+    "unknown_model",
+    "conv_timm",
+    "missing_data",
+    "empty_data",
+    "file_as_data",
+    "too_few",
+    "layer_0",
+    "layer_deep",
+    "layers_deep",
+    "layers_bad",
+    "layers_negative",
+    "layers_empty",
+    "weights_misfit",
+    "weights_file_misfit",
+    "weights_missing",
+    "out_parent_file",
+    "out_missing_folder",
+    "out_not_parquet",
+    "plot_ext",
+    "save_features_file",
+    "save_features_parent_file",
+    "save_features_missing",
+    "fail_on",
+    "variant",
+    "query_index",
+    "batch_size",
+    "limit",
+    "samples",
+    "threshold",
+    "rtol",
+    "device",
+    "context_length",
+    "backend",
+]
 
 
 @pytest.mark.parametrize("case", BAD_CASES)

@@ -24,11 +24,24 @@ from mhaaudit.features import reduce_tokens
 from mhaaudit.io import read_parquet_metadata
 
 T, D = 30, 8
-RECORD_FIELDS = {"check", "k", "T", "d", "samples", "satisfied", "fraction", "ci_low", "ci_high", "threshold", "verdict",
-                 "reason", "tolerance", "seed", "witness"}
+RECORD_FIELDS = {
+    "check",
+    "k",
+    "T",
+    "d",
+    "samples",
+    "satisfied",
+    "fraction",
+    "ci_low",
+    "ci_high",
+    "threshold",
+    "verdict",
+    "reason",
+    "tolerance",
+    "seed",
+    "witness",
+}
 FAST = ["--samples", "60"]
-
-
 
 
 def matrix(T=T, d=D, dtype=np.float64, seed=0):
@@ -189,8 +202,13 @@ def test_json_sweep_rows(capsys, npy):
     summary = doc["meta"]["sweep_summary"]
     assert summary["estimate"] == D
     for r in doc["sweep"]:  # each size's exact status follows the certified floor and ceiling
-        expected = ("holds" if r["k"] <= summary["floor"]["value"] else
-                    "fails" if r["k"] > summary["ceiling"]["value"] else "undecided")
+        expected = (
+            "holds"
+            if r["k"] <= summary["floor"]["value"]
+            else "fails"
+            if r["k"] > summary["ceiling"]["value"]
+            else "undecided"
+        )
         assert r["exact_status"] == expected and (r["exact_basis"] == "none") == (expected == "undecided")
 
 
@@ -242,7 +260,9 @@ def test_parquet_to_terminal_refused(capsys, npy, monkeypatch, tmp_path):
 
 def test_out_file_is_stamped(capsys, npy, tmp_path):
     out = tmp_path / "res.parquet"
-    rc, stdout, err = run(capsys, "kruskal", npy, "--k", 3, "--k", 5, *FAST, "--seed", 9, "--out", out, "--rtol", "1e-10")
+    rc, stdout, err = run(
+        capsys, "kruskal", npy, "--k", 3, "--k", 5, *FAST, "--seed", 9, "--out", out, "--rtol", "1e-10"
+    )
     assert rc == 0, err
     meta = read_parquet_metadata(out)
     assert meta["tool"] == "mhaaudit" and meta["version"] == __version__
@@ -310,8 +330,9 @@ def _bad_file(tmp_path, case):
     raise AssertionError(case)
 
 
-@pytest.mark.parametrize("case", ["missing", "garbage", "extension", "rank1", "rank4", "tokens", "nan", "inf", "empty",
-                                  "empty_folder"])
+@pytest.mark.parametrize(
+    "case", ["missing", "garbage", "extension", "rank1", "rank4", "tokens", "nan", "inf", "empty", "empty_folder"]
+)
 @pytest.mark.parametrize("fmt", ["table", "json"])
 def test_bad_feature_files(capsys, tmp_path, case, fmt):
     path, match = _bad_file(tmp_path, case)
@@ -390,8 +411,12 @@ def test_unwritable_out_folder(capsys, npy, tmp_path):
 
 @pytest.mark.parametrize("case", ["extension", "no_extension", "missing_folder", "parent_is_file"])
 def test_bad_plot_path(capsys, npy, tmp_path, case):
-    plot = {"extension": tmp_path / "p.gif", "no_extension": tmp_path / "plot",
-            "missing_folder": tmp_path / "no" / "p.png", "parent_is_file": npy / "p.png"}[case]
+    plot = {
+        "extension": tmp_path / "p.gif",
+        "no_extension": tmp_path / "plot",
+        "missing_folder": tmp_path / "no" / "p.png",
+        "parent_is_file": npy / "p.png",
+    }[case]
     before = set(os.listdir(tmp_path))
     rc, out, err = run(capsys, "kruskal", npy, *FAST, "--plot", plot, "--out", tmp_path / "r.parquet")
     assert_one_error(rc, err, "cannot")
@@ -438,8 +463,13 @@ def test_version(capsys):
 
 
 def test_python_dash_m_help():
-    r = subprocess.run([sys.executable, "-m", "mhaaudit", "--help"], capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    r = subprocess.run(
+        [sys.executable, "-m", "mhaaudit", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert r.returncode == 0, r.stderr
     for cmd in ("kruskal", "check", "memorize"):
         assert cmd in r.stdout
@@ -449,7 +479,9 @@ def test_console_script_version():
     exe = shutil.which("mhaaudit") or os.path.join(os.path.dirname(sys.executable), "mhaaudit")
     if not os.path.exists(exe):
         pytest.skip("the mhaaudit console script is not installed")
-    r = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    r = subprocess.run(
+        [exe, "--version"], capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == f"mhaaudit {__version__}"
 
@@ -458,8 +490,13 @@ def test_console_script_error_exit_code(tmp_path):
     exe = shutil.which("mhaaudit") or os.path.join(os.path.dirname(sys.executable), "mhaaudit")
     if not os.path.exists(exe):
         pytest.skip("the mhaaudit console script is not installed")
-    r = subprocess.run([exe, "kruskal", str(tmp_path / "missing.npy")], capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    r = subprocess.run(
+        [exe, "kruskal", str(tmp_path / "missing.npy")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [f"Error: no such file: {tmp_path / 'missing.npy'}"]
     assert r.stdout == ""
@@ -481,13 +518,38 @@ CAPTURE = ["--limit", "40", "--batch-size", "8", "--samples", "100"]
 
 def test_capture_from_model_matches_check(capsys, vit_dir, image_dir):
     """``kruskal --model`` runs the same capture as ``check``: the same A1 and A3 records."""
-    rc, out, err = run(capsys, "check", vit_dir, "--variants", "trained", "--weights", vit_dir, "--data", image_dir,
-                       *CAPTURE, "--format", "json")
+    rc, out, err = run(
+        capsys,
+        "check",
+        vit_dir,
+        "--variants",
+        "trained",
+        "--weights",
+        vit_dir,
+        "--data",
+        image_dir,
+        *CAPTURE,
+        "--format",
+        "json",
+    )
     assert rc == 0, err
     ref = {r["check"]: r for r in json.loads(out)["records"]}
     for vectors, check in (("queries", "assumption_1"), ("a3", "assumption_3")):
-        doc = json_run(capsys, "kruskal", "--model", vit_dir, "--variants", "trained", "--weights", vit_dir,
-                       "--data", image_dir, "--vectors", vectors, *CAPTURE)
+        doc = json_run(
+            capsys,
+            "kruskal",
+            "--model",
+            vit_dir,
+            "--variants",
+            "trained",
+            "--weights",
+            vit_dir,
+            "--data",
+            image_dir,
+            "--vectors",
+            vectors,
+            *CAPTURE,
+        )
         assert doc["meta"]["inputs"]["n"] == 17 and doc["meta"]["inputs"]["T"] == 40
         assert doc["meta"]["inputs"]["dtype"] == "float32"
         first = doc["records"][0]
@@ -503,8 +565,19 @@ def test_capture_from_model_variants(capsys, vit_dir, image_dir):
 
 
 def test_variant_is_a_deprecated_alias_of_variants(capsys, vit_dir, image_dir):
-    rc, out, err = run(capsys, "kruskal", "--model", vit_dir, "--variant", "embedding", "--data", image_dir, *CAPTURE,
-                       "--format", "json")
+    rc, out, err = run(
+        capsys,
+        "kruskal",
+        "--model",
+        vit_dir,
+        "--variant",
+        "embedding",
+        "--data",
+        image_dir,
+        *CAPTURE,
+        "--format",
+        "json",
+    )
     assert rc == 0 and err.strip() == deprecation_line("--variant", "--variants")
     new = json_run(capsys, "kruskal", "--model", vit_dir, "--variants", "embedding", "--data", image_dir, *CAPTURE)
     assert json.loads(out)["records"] == new["records"]
@@ -524,8 +597,9 @@ def test_variant_is_a_deprecated_alias_of_variants(capsys, vit_dir, image_dir):
 )
 def test_capture_errors(capsys, vit_dir, image_dir, tmp_path, args, match):
     args = [a.format(vit=vit_dir, missing=tmp_path / "nope") for a in args]
-    rc, out, err = run(capsys, "kruskal", "--model", vit_dir, *CAPTURE, "--data", image_dir, *args,
-                       "--out", tmp_path / "o.parquet")
+    rc, out, err = run(
+        capsys, "kruskal", "--model", vit_dir, *CAPTURE, "--data", image_dir, *args, "--out", tmp_path / "o.parquet"
+    )
     assert_one_error(rc, err, match)
     assert out == "" and list(tmp_path.iterdir()) == []
 
@@ -548,7 +622,6 @@ def test_json_is_strict_json(capsys, npy):
     rc, out, err = run(capsys, "kruskal", npy, "--k", 3, "--sweep", *FAST, "--format", "json")
     assert rc == 0, err
     strict_json(out)
-
 
 
 def test_stops_once_decided_unless_all_draws(capsys, tmp_path):
@@ -580,8 +653,14 @@ def test_a_witness_beside_a_holding_estimate_is_a_proven_failure(capsys, tmp_pat
     args = ("kruskal", tmp_path / "x.npy", "--k", "32", "--n", "32", "--samples", "2000")
     doc = json_run(capsys, *args)
     (r,) = doc["records"]
-    assert (r["verdict"], r["exact_status"], r["exact_basis"], r["proven"], r["witness"], r["scope"]) == \
-        ("holds", "fails", "witness", True, [1, 2, 3], "subsets")
+    assert (r["verdict"], r["exact_status"], r["exact_basis"], r["proven"], r["witness"], r["scope"]) == (
+        "holds",
+        "fails",
+        "witness",
+        True,
+        [1, 2, 3],
+        "subsets",
+    )
     assert "dependent 3-subset was found, so the exact Kruskal rank is below 3" in r["reason"]
     monkeypatch.setenv("COLUMNS", "200")  # one line per table row
     rc, out, err = run(capsys, *args)
@@ -594,8 +673,13 @@ def test_k_reaching_T_is_marked_whole_set_and_names_the_run_that_answers(capsys,
     np.save(tmp_path / "x.npy", matrix(T=6, d=D))  # T = 6 < d = 8: General Position is k = T
     doc = json_run(capsys, "kruskal", tmp_path / "x.npy", "--k", "6", *FAST)
     (at_t,) = doc["records"]
-    assert (at_t["check"], at_t["verdict"], at_t["scope"], at_t["exact_status"], at_t["exact_basis"]) == \
-        ("general_position", "holds", "whole-set", "holds", "exhaustive")
+    assert (at_t["check"], at_t["verdict"], at_t["scope"], at_t["exact_status"], at_t["exact_basis"]) == (
+        "general_position",
+        "holds",
+        "whole-set",
+        "holds",
+        "exhaustive",
+    )
     assert "does not answer the paper's question" in at_t["reason"] and "raise --limit above d = 8" in at_t["reason"]
     from mhaaudit.kruskal import subset_test
 
@@ -615,8 +699,13 @@ def test_a_proven_failure_without_sampling_reads_proven(capsys, tmp_path):
     X[:, -1] = X[:, 0]  # whole-set rank 7 < k = 8
     np.save(tmp_path / "x.npy", X)
     (r,) = json_run(capsys, "kruskal", tmp_path / "x.npy", "--k", "8", *FAST)["records"]
-    assert (r["verdict"], r["exact_status"], r["exact_basis"], r["proven"], r["sampled"]) == \
-        ("fails", "fails", "set-rank", True, False)
+    assert (r["verdict"], r["exact_status"], r["exact_basis"], r["proven"], r["sampled"]) == (
+        "fails",
+        "fails",
+        "set-rank",
+        True,
+        False,
+    )
     (r,) = json_run(capsys, "kruskal", tmp_path / "x.npy", "--k", "3", *FAST)["records"]
     assert (r["exact_status"], r["exact_basis"], r["proven"]) == ("undecided", "none", False)
 

@@ -14,10 +14,37 @@ from conftest import strict_json
 from mhaaudit import __version__
 
 # Two points, a few steps each: seconds on a CPU. The device is left at auto.
-GRID = ["memorize", "--vary", "heads", "--values", "1,2", "--n", "4", "--head-dim", "8", "--sizes", "16",
-        "--max-steps", "6", "--seed", "2"]
-RUN_FIELDS = {"heads", "n", "head_dim", "size", "memorized", "memorized_count", "epochs_run", "steps_run", "final_loss",
-              "seconds", "device", "saturation"}
+GRID = [
+    "memorize",
+    "--vary",
+    "heads",
+    "--values",
+    "1,2",
+    "--n",
+    "4",
+    "--head-dim",
+    "8",
+    "--sizes",
+    "16",
+    "--max-steps",
+    "6",
+    "--seed",
+    "2",
+]
+RUN_FIELDS = {
+    "heads",
+    "n",
+    "head_dim",
+    "size",
+    "memorized",
+    "memorized_count",
+    "epochs_run",
+    "steps_run",
+    "final_loss",
+    "seconds",
+    "device",
+    "saturation",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -39,8 +66,23 @@ def test_json_document(capsys):
     rc, out, err = run(capsys, *GRID, "--format", "json")
     assert rc == 0, err
     doc = strict_json(out)  # the one strict printer: no NaN or Infinity tokens
-    assert set(doc) == {"tool", "vary", "values", "sizes", "preset", "settings", "runs", "fits", "reused", "out", "plot", "seeds",
-                        "summary", "groups", "memory_budget"}
+    assert set(doc) == {
+        "tool",
+        "vary",
+        "values",
+        "sizes",
+        "preset",
+        "settings",
+        "runs",
+        "fits",
+        "reused",
+        "out",
+        "plot",
+        "seeds",
+        "summary",
+        "groups",
+        "memory_budget",
+    }
     assert doc["tool"] == f"mhaaudit {__version__}"
     assert doc["vary"] == "heads" and doc["values"] == [1, 2] and doc["sizes"] == [16]
     assert [r["heads"] for r in doc["runs"]] == [1, 2]
@@ -89,8 +131,9 @@ def test_heads_takes_a_range_as_in_capacity(capsys):
     a, b = json.loads(out), json.loads(out2)
     assert (b["vary"], b["values"]) == ("heads", [1, 2])
     drop = ("seconds",)
-    assert [{k: v for k, v in r.items() if k not in drop} for r in a["runs"]] == \
-           [{k: v for k, v in r.items() if k not in drop} for r in b["runs"]]
+    assert [{k: v for k, v in r.items() if k not in drop} for r in a["runs"]] == [
+        {k: v for k, v in r.items() if k not in drop} for r in b["runs"]
+    ]
     # --context-length is n, as in the other commands
     rc, out3, err = run(capsys, *[("--context-length" if x == "--n" else x) for x in GRID], "--format", "json")
     assert rc == 0, err
@@ -107,8 +150,9 @@ def test_choices_are_choices(capsys):
     cmd = typer.main.get_command(app).commands["memorize"]
 
     def values(p) -> list[str]:  # click's Choice, or the newer Typer's own type descriptor
-        found = getattr(getattr(p, "type", None), "choices", None) or getattr(getattr(p, "type_descriptor", None),
-                                                                               "choices", None)
+        found = getattr(getattr(p, "type", None), "choices", None) or getattr(
+            getattr(p, "type_descriptor", None), "choices", None
+        )
         return [str(getattr(c, "value", c)) for c in found or []]
 
     choices = {p.name: values(p) for p in cmd.params}

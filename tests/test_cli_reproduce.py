@@ -24,9 +24,28 @@ from mhaaudit.io import read_parquet_metadata
 from mhaaudit.reproduce import target_spec
 
 SMALL = ["--samples", "40", "--device", "cpu"]
-RECORD_KEYS = {"target", "model", "column", "kind", "check", "k", "our_k", "paper_verdict", "paper_value", "paper_detail",
-               "source", "our_verdict", "our_value", "ci_low", "ci_high", "our_detail", "status", "match", "reason",
-               "differences"}
+RECORD_KEYS = {
+    "target",
+    "model",
+    "column",
+    "kind",
+    "check",
+    "k",
+    "our_k",
+    "paper_verdict",
+    "paper_value",
+    "paper_detail",
+    "source",
+    "our_verdict",
+    "our_value",
+    "ci_low",
+    "ci_high",
+    "our_detail",
+    "status",
+    "match",
+    "reason",
+    "differences",
+}
 
 
 def run_captured(*args):
@@ -51,8 +70,22 @@ def argv(vit_dir, bert_dir, gpt2_dir, image_dir):
     return {
         "table1": ["table1", *images, "--weights", vit_dir],
         "figure1": ["figure1", *images],
-        "table3": ["table3", "--model", f"bert={bert_dir}", "--model", f"gpt2={gpt2_dir}", "--weights", f"bert={bert_dir}",
-                   "--context-length", "bert=14", "--context-length", "gpt2=8", "--limit", "20", *SMALL],
+        "table3": [
+            "table3",
+            "--model",
+            f"bert={bert_dir}",
+            "--model",
+            f"gpt2={gpt2_dir}",
+            "--weights",
+            f"bert={bert_dir}",
+            "--context-length",
+            "bert=14",
+            "--context-length",
+            "gpt2=8",
+            "--limit",
+            "20",
+            *SMALL,
+        ],
         "figure2": ["figure2", "--values", "1,2", "--sizes", "16", "--max-steps", "6", "--device", "cpu"],
     }
 
@@ -180,23 +213,26 @@ def test_help(capsys):
         assert word in text
 
 
-@pytest.mark.parametrize("args, match", [
-    (["table2"], "unknown target 'table2'"),
-    (["table1", "--preset", "cpu"], "--preset does not apply to table1"),
-    (["figure1", "--weights", "x"], "--weights does not apply to figure1"),
-    (["figure2", "--samples", "10"], "--samples does not apply to figure2"),
-    (["table1", "--context-length", "8"], "--context-length does not apply to table1"),
-    (["table1", "--plot", "x.png"], "--plot does not apply to table1"),
-    (["table3", "--model", "vit=x"], "--model 'vit=x': name the model it is for (bert=... or gpt2=...)"),
-    (["table3", "--weights", "/nowhere"], "--weights '/nowhere': name the model it is for"),
-    (["table3", "--context-length", "bert=abc"], "--context-length"),
-    (["table3", "--models", "roberta"], "unknown model key 'roberta'"),
-    (["table1", "--model", "vit="], "no value after '='"),
-    (["table1", "--limit", "0"], "--limit"),
-    (["table1", "--samples", "0"], "--samples"),
-    (["table1", "--out", "x.csv"], "parquet"),
-    (["figure2", "--preset", "nope"], "unknown --preset 'nope'"),
-])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (["table2"], "unknown target 'table2'"),
+        (["table1", "--preset", "cpu"], "--preset does not apply to table1"),
+        (["figure1", "--weights", "x"], "--weights does not apply to figure1"),
+        (["figure2", "--samples", "10"], "--samples does not apply to figure2"),
+        (["table1", "--context-length", "8"], "--context-length does not apply to table1"),
+        (["table1", "--plot", "x.png"], "--plot does not apply to table1"),
+        (["table3", "--model", "vit=x"], "--model 'vit=x': name the model it is for (bert=... or gpt2=...)"),
+        (["table3", "--weights", "/nowhere"], "--weights '/nowhere': name the model it is for"),
+        (["table3", "--context-length", "bert=abc"], "--context-length"),
+        (["table3", "--models", "roberta"], "unknown model key 'roberta'"),
+        (["table1", "--model", "vit="], "no value after '='"),
+        (["table1", "--limit", "0"], "--limit"),
+        (["table1", "--samples", "0"], "--samples"),
+        (["table1", "--out", "x.csv"], "parquet"),
+        (["figure2", "--preset", "nope"], "unknown --preset 'nope'"),
+    ],
+)
 def test_bad_input_is_one_line(capsys, args, match):
     rc, out, err = run(capsys, "reproduce", *args)
     assert_one_error(rc, err, match)

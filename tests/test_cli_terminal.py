@@ -54,11 +54,14 @@ def _drain(source, into: dict, key: str) -> None:
     into[key] = b"".join(chunks)
 
 
-def in_terminal(args, *, stdout_tty: bool, stderr_tty: bool, columns: int = 100, env: dict | None = None,
-                cwd: Path | None = None) -> tuple[int, bytes, bytes]:
+def in_terminal(
+    args, *, stdout_tty: bool, stderr_tty: bool, columns: int = 100, env: dict | None = None, cwd: Path | None = None
+) -> tuple[int, bytes, bytes]:
     """Run ``python -m mhaaudit ARGS`` with stdout and/or stderr on a pseudo-terminal ``columns`` wide
     (the others on pipes). Returns (status, stdout bytes, stderr bytes) as the terminal or pipe got them."""
-    full_env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TERM="xterm-256color")
+    full_env = dict(
+        os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TERM="xterm-256color"
+    )
     for var in ("COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR", "MHAAUDIT_DEBUG"):
         full_env.pop(var, None)
     full_env.update(env or {})
@@ -67,15 +70,21 @@ def in_terminal(args, *, stdout_tty: bool, stderr_tty: bool, columns: int = 100,
         ends["out"] = _terminal(columns)
     if stderr_tty:
         ends["err"] = _terminal(columns)
-    proc = subprocess.Popen([sys.executable, "-m", "mhaaudit", *map(str, args)], cwd=cwd, env=full_env,
-                            stdin=subprocess.DEVNULL,
-                            stdout=ends["out"][1] if stdout_tty else subprocess.PIPE,
-                            stderr=ends["err"][1] if stderr_tty else subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mhaaudit", *map(str, args)],
+        cwd=cwd,
+        env=full_env,
+        stdin=subprocess.DEVNULL,
+        stdout=ends["out"][1] if stdout_tty else subprocess.PIPE,
+        stderr=ends["err"][1] if stderr_tty else subprocess.PIPE,
+    )
     for _, slave in ends.values():
         os.close(slave)
     got: dict = {}
-    readers = [threading.Thread(target=_drain, args=(ends["out"][0] if stdout_tty else proc.stdout, got, "out")),
-               threading.Thread(target=_drain, args=(ends["err"][0] if stderr_tty else proc.stderr, got, "err"))]
+    readers = [
+        threading.Thread(target=_drain, args=(ends["out"][0] if stdout_tty else proc.stdout, got, "out")),
+        threading.Thread(target=_drain, args=(ends["err"][0] if stderr_tty else proc.stderr, got, "err")),
+    ]
     for r in readers:
         r.start()
     try:
@@ -115,7 +124,7 @@ def visible_lines(raw: bytes) -> list[str]:
             for ch in tok.decode("utf-8", "replace"):
                 line = screen[row]
                 line.extend(" " * (col - len(line)))
-                line[col:col + 1] = [ch]
+                line[col : col + 1] = [ch]
                 col += 1
         while len(screen) <= row:
             screen.append([])
@@ -161,8 +170,9 @@ def test_no_progress_when_stderr_is_not_a_terminal(npy, fmt):
 
 
 def test_quiet_silences_progress(npy):
-    rc, out, err = in_terminal(["kruskal", npy, *KRUSKAL, "--format", "json", "--quiet"], stdout_tty=False,
-                               stderr_tty=True)
+    rc, out, err = in_terminal(
+        ["kruskal", npy, *KRUSKAL, "--format", "json", "--quiet"], stdout_tty=False, stderr_tty=True
+    )
     assert rc == 0 and ANSI.sub(b"", err).strip() == b"", err
     assert json.loads(out)["records"]
 
@@ -221,8 +231,9 @@ def test_every_format_and_out_on_a_terminal_and_a_pipe(npy, tmp_path, fmt, with_
 
 @pytest.mark.parametrize("columns", [80, 120])
 def test_tables_fit_the_terminal(npy, columns):
-    rc, out, err = in_terminal(["kruskal", npy, *KRUSKAL, "--sweep"], stdout_tty=True, stderr_tty=False,
-                               columns=columns)
+    rc, out, err = in_terminal(
+        ["kruskal", npy, *KRUSKAL, "--sweep"], stdout_tty=True, stderr_tty=False, columns=columns
+    )
     assert rc == 0, err
     lines = visible_lines(out)
     assert "Kruskal-rank tests" in lines[1] or "Kruskal-rank tests" in "\n".join(lines)
@@ -236,8 +247,19 @@ def test_redirected_reports_respect_columns(capsys, monkeypatch, vit_dir, image_
         monkeypatch.delenv("COLUMNS", raising=False)
     else:
         monkeypatch.setenv("COLUMNS", columns)
-    rc, out, err = run(capsys, "check", vit_dir, "--data", image_dir, "--limit", "24", "--samples", "50",
-                       "--variants", "embedding,random")
+    rc, out, err = run(
+        capsys,
+        "check",
+        vit_dir,
+        "--data",
+        image_dir,
+        "--limit",
+        "24",
+        "--samples",
+        "50",
+        "--variants",
+        "embedding,random",
+    )
     assert rc == 0, err
     widths = [cell_len(line) for line in out.splitlines()]
     assert max(widths) <= int(columns or 100)
@@ -246,8 +268,19 @@ def test_redirected_reports_respect_columns(capsys, monkeypatch, vit_dir, image_
 
 def test_reproduce_table1_fits_100_columns_and_prints_the_papers_values(capsys, monkeypatch, vit_dir, image_dir):
     monkeypatch.setenv("COLUMNS", "100")
-    rc, out, err = run(capsys, "reproduce", "table1", "--model", f"vit={vit_dir}", "--data", image_dir, "--limit", "24",
-                       "--samples", "50")
+    rc, out, err = run(
+        capsys,
+        "reproduce",
+        "table1",
+        "--model",
+        f"vit={vit_dir}",
+        "--data",
+        image_dir,
+        "--limit",
+        "24",
+        "--samples",
+        "50",
+    )
     assert rc == 0, err
     lines = out.splitlines()
     assert max(cell_len(line) for line in lines) <= 100
@@ -262,10 +295,27 @@ def test_unavailable_columns_are_named_once_per_reason():
     from mhaaudit.render import audit_lines
 
     reason = "trained weights for m are not on this machine and the hub cannot be reached"
-    cols = [SimpleNamespace(status="unavailable", reason=reason, probe=SimpleNamespace(variant=v), sweep=None,
-                            features=None, timings={}, tests={}) for v in ("trained-L0", "trained-L1")]
-    result = SimpleNamespace(columns=cols, info={}, data="d", skipped=0, notes=[], timings={"total": 1.0}, T=None,
-                             settings={"samples": 10, "threshold": 0.99, "seed": 0, "device": "cpu",
-                                       "tolerance": {"rule": "r"}})
+    cols = [
+        SimpleNamespace(
+            status="unavailable",
+            reason=reason,
+            probe=SimpleNamespace(variant=v),
+            sweep=None,
+            features=None,
+            timings={},
+            tests={},
+        )
+        for v in ("trained-L0", "trained-L1")
+    ]
+    result = SimpleNamespace(
+        columns=cols,
+        info={},
+        data="d",
+        skipped=0,
+        notes=[],
+        timings={"total": 1.0},
+        T=None,
+        settings={"samples": 10, "threshold": 0.99, "seed": 0, "device": "cpu", "tolerance": {"rule": "r"}},
+    )
     text = "\n".join(audit_lines(result))
     assert text.count(reason) == 1 and "trained-L0, trained-L1 unavailable" in text

@@ -61,8 +61,9 @@ def test_deterministic_and_free_of_code_and_repeats(cache):
 def test_nothing_is_imported(cache, tmp_path, monkeypatch):
     package = tmp_path / "lib" / "trap_package"
     package.mkdir(parents=True)
-    (package / "__init__.py").write_text('"""A package that must never be imported by the corpus."""\n'
-                                         'raise RuntimeError("imported")\n')
+    (package / "__init__.py").write_text(
+        '"""A package that must never be imported by the corpus."""\nraise RuntimeError("imported")\n'
+    )
     (package / "part.py").write_text('def f():\n    """The part explains what the function does here."""\n')
     tests = package / "tests"
     tests.mkdir()
@@ -71,8 +72,10 @@ def test_nothing_is_imported(cache, tmp_path, monkeypatch):
     corpus = docstring_corpus(("trap_package", "no_such_package_xyz"))
     assert "trap_package" not in sys.modules
     assert corpus.packages == (("trap_package", "(version unknown)"),)
-    assert [(g, m) for g, m, _ in corpus.documents] == [("trap_package", "trap_package/__init__.py"),
-                                                       ("trap_package", "trap_package/part.py")]
+    assert [(g, m) for g, m, _ in corpus.documents] == [
+        ("trap_package", "trap_package/__init__.py"),
+        ("trap_package", "trap_package/part.py"),
+    ]
 
 
 def test_cached_and_reused(cache, monkeypatch):
@@ -136,7 +139,7 @@ def test_blocks_cover_the_corpus_in_order(cache):
         words = sum(len(t.split()) for _, _, t in corpus.documents[start:stop])
         last_of_package = stop == len(corpus.documents) or corpus.documents[stop][0] != corpus.documents[start][0]
         assert words >= 500 or last_of_package
-        assert stop - start == 1 or sum(len(t.split()) for _, _, t in corpus.documents[start:stop - 1]) < 500
+        assert stop - start == 1 or sum(len(t.split()) for _, _, t in corpus.documents[start : stop - 1]) < 500
 
 
 def test_default_corpus_is_large_enough_for_the_paper():

@@ -55,8 +55,15 @@ def _free_port() -> int:
 
 
 def _env(**extra) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-               MHAAUDIT_DIST_TIMEOUT="60", PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        MHAAUDIT_DIST_TIMEOUT="60",
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    )
     for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "MHAAUDIT_DEBUG"):
         env.pop(k, None)
     env.update({k: str(v) for k, v in extra.items()})
@@ -70,8 +77,15 @@ def launch(args, world: int = 2, cwds=None, driver: Path | None = None, **extra)
     procs = []
     for r in range(world):
         env = _env(RANK=r, LOCAL_RANK=r, WORLD_SIZE=world, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, **extra)
-        procs.append(subprocess.Popen(cmd + [str(a) for a in args], env=env, cwd=(cwds or [None] * world)[r],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        procs.append(
+            subprocess.Popen(
+                cmd + [str(a) for a in args],
+                env=env,
+                cwd=(cwds or [None] * world)[r],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        )
     out = []
     try:
         for p in procs:
@@ -86,14 +100,34 @@ def launch(args, world: int = 2, cwds=None, driver: Path | None = None, **extra)
 
 
 def single(args, cwd=None) -> tuple[int, str, str]:
-    p = subprocess.run([sys.executable, "-m", "mhaaudit"] + [str(a) for a in args], env=_env(), cwd=cwd,
-                       capture_output=True, timeout=LIMIT_S)
+    p = subprocess.run(
+        [sys.executable, "-m", "mhaaudit"] + [str(a) for a in args],
+        env=_env(),
+        cwd=cwd,
+        capture_output=True,
+        timeout=LIMIT_S,
+    )
     return p.returncode, p.stdout.decode(), p.stderr.decode()
 
 
 def _check_args(vit_dir, image_dir, *more):
-    return ["check", vit_dir, "--data", image_dir, "--limit", 30, "--batch-size", 4, "--samples", 100,
-            "--device", "cpu", "--format", "json", *more]
+    return [
+        "check",
+        vit_dir,
+        "--data",
+        image_dir,
+        "--limit",
+        30,
+        "--batch-size",
+        4,
+        "--samples",
+        100,
+        "--device",
+        "cpu",
+        "--format",
+        "json",
+        *more,
+    ]
 
 
 # --------------------------------------------------------------------------- one process
@@ -113,8 +147,10 @@ def test_one_process_works_through_a_session_of_one(monkeypatch):
     interface = {n for n, v in vars(distributed.Session).items() if not n.startswith("_") and callable(v)}
     assert interface == {n for n, v in vars(distributed.SingleProcess).items() if not n.startswith("_") and callable(v)}
     for name in interface:  # the same parameters, so a caller cannot tell which it holds
-        assert (inspect.signature(getattr(distributed.Session, name)).parameters.keys()
-                == inspect.signature(getattr(distributed.SingleProcess, name)).parameters.keys()), name
+        assert (
+            inspect.signature(getattr(distributed.Session, name)).parameters.keys()
+            == inspect.signature(getattr(distributed.SingleProcess, name)).parameters.keys()
+        ), name
     assert one.all_gather(3) == [3] and one.all_gather_tensors("t") == ["t"] and one.broadcast("x") == "x"
     assert list(one.deal(iter(["a", "b"]))) == [(0, "a"), (1, "b")] and list(one.deal(None)) == []
     rows = {"Z": torch.ones(2, 2)}
@@ -126,9 +162,12 @@ def test_one_process_works_through_a_session_of_one(monkeypatch):
     import mhaaudit
 
     root = Path(mhaaudit.__file__).parent
-    branches = [f"{p.relative_to(root)}:{i}" for p in sorted(root.rglob("*.py"))
-                for i, line in enumerate(p.read_text().splitlines(), 1)
-                if re.search(r"\b(shard|session\(\)) is (not )?None", line)]
+    branches = [
+        f"{p.relative_to(root)}:{i}"
+        for p in sorted(root.rglob("*.py"))
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if re.search(r"\b(shard|session\(\)) is (not )?None", line)
+    ]
     assert not branches, branches
 
 
@@ -144,12 +183,17 @@ def test_one_process_has_no_session(monkeypatch):
         return x, progress, on_note
 
     assert entry(1, on_note=print) == (1, True, print)  # one process: a plain call
-    assert distributed._portable({"progress": True, "on_note": print, "limit": 3}) == {"progress": False, "on_note": None,
-                                                                                       "limit": 3}
+    assert distributed._portable({"progress": True, "on_note": print, "limit": 3}) == {
+        "progress": False,
+        "on_note": None,
+        "limit": 3,
+    }
     from mhaaudit.settings import Settings
 
     bars = Settings.resolve(device="cpu", seed=3, progress=True)
-    assert distributed._portable({"settings": bars}) == {"settings": bars.with_(progress=False)}  # the followers draw none
+    assert distributed._portable({"settings": bars}) == {
+        "settings": bars.with_(progress=False)
+    }  # the followers draw none
 
 
 def test_timeout_comes_from_the_environment(monkeypatch):
@@ -239,8 +283,21 @@ def test_kruskal_on_a_file_splits_its_draws(tmp_path):
     X[:, 18:] = X[:, :6] @ g.standard_normal((6, 6)) * 1e-3
     X[5] = 2 * X[7]
     np.save(tmp_path / "X.npy", X)
-    args = ["kruskal", tmp_path / "X.npy", "--k", 8, "--k", 20, "--sweep", "--samples", 300, "--device", "cpu",
-            "--format", "json"]
+    args = [
+        "kruskal",
+        tmp_path / "X.npy",
+        "--k",
+        8,
+        "--k",
+        20,
+        "--sweep",
+        "--samples",
+        300,
+        "--device",
+        "cpu",
+        "--format",
+        "json",
+    ]
     rc, one, err = single(args)
     assert rc == 0, err
     (r0, out0, err0), (r1, out1, err1) = launch(args)
@@ -295,8 +352,25 @@ def test_ranks_map_the_same_file(tmp_path):
 @pytest.mark.slow
 def test_two_ranks_give_the_capacity_of_one_process(bert_dir, tmp_path):
     """Text data, the Z builder and Proposition 2's shared context (rank 0's first example on every rank)."""
-    args = ["capacity", bert_dir, "--context-length", 16, "--limit", 26, "--batch-size", 4, "--samples", 100,
-            "--variants", "random", "--shared-context", "--device", "cpu", "--format", "json"]
+    args = [
+        "capacity",
+        bert_dir,
+        "--context-length",
+        16,
+        "--limit",
+        26,
+        "--batch-size",
+        4,
+        "--samples",
+        100,
+        "--variants",
+        "random",
+        "--shared-context",
+        "--device",
+        "cpu",
+        "--format",
+        "json",
+    ]
     rc, one, err = single(args)
     assert rc == 0, err
     (r0, out0, err0), (r1, out1, err1) = launch(args)
@@ -306,17 +380,21 @@ def test_two_ranks_give_the_capacity_of_one_process(bert_dir, tmp_path):
     assert b["meta"]["distributed"]["world_size"] == 2 and out1 == ""
 
 
-@pytest.mark.parametrize("mode, code, words", [
-    ("kill", 2, "rank 1 of 2 stopped without reporting an error"),
-    pytest.param("data", 2, "rank 1 of 2 failed: batch unreadable on purpose", marks=pytest.mark.slow),
-    pytest.param("bug", 3, "rank 1 of 2 failed: ValueError: a bug on purpose", marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    "mode, code, words",
+    [
+        ("kill", 2, "rank 1 of 2 stopped without reporting an error"),
+        pytest.param("data", 2, "rank 1 of 2 failed: batch unreadable on purpose", marks=pytest.mark.slow),
+        pytest.param("bug", 3, "rank 1 of 2 failed: ValueError: a bug on purpose", marks=pytest.mark.slow),
+    ],
+)
 def test_a_failing_rank_ends_the_job_with_one_line(vit_dir, image_dir, tmp_path, mode, code, words):
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
     out = tmp_path / "out.parquet"
-    (r0, out0, err0), (r1, _, err1) = launch(_check_args(vit_dir, image_dir, "--out", out), driver=driver,
-                                             FAIL_RANK=1, FAIL_MODE=mode)
+    (r0, out0, err0), (r1, _, err1) = launch(
+        _check_args(vit_dir, image_dir, "--out", out), driver=driver, FAIL_RANK=1, FAIL_MODE=mode
+    )
     lines = err0.strip().splitlines()
     assert r0 == code and len(lines) == 1 and lines[0].startswith("Error: ") and words in lines[0], err0
     assert "Traceback" not in err0 and out0 == ""
@@ -332,14 +410,30 @@ def test_a_rank_killed_under_torchrun_is_named_by_rank_0(vit_dir, image_dir, tmp
     driver.write_text(DRIVER)
     out = tmp_path / "out.parquet"
     env = _env(FAIL_RANK=1, FAIL_MODE="kill")
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                        "--master-port", str(_free_port()), str(driver),
-                        *map(str, _check_args(vit_dir, image_dir, "--out", out))],
-                       env=env, capture_output=True, text=True, timeout=LIMIT_S, cwd=tmp_path, check=False)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(_free_port()),
+            str(driver),
+            *map(str, _check_args(vit_dir, image_dir, "--out", out)),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=LIMIT_S,
+        cwd=tmp_path,
+        check=False,
+    )
     ours = [ln for ln in p.stderr.splitlines() if ln.startswith("Error: ")]
     assert p.returncode != 0 and p.stdout == ""
-    assert ours == ["Error: rank 1 of 2 stopped without reporting an error (killed, or out of memory); the job is ended"], \
-        p.stderr
+    assert ours == [
+        "Error: rank 1 of 2 stopped without reporting an error (killed, or out of memory); the job is ended"
+    ], p.stderr
     assert not out.exists() and tmp_leftovers(tmp_path) == []
 
 

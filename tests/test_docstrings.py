@@ -50,7 +50,8 @@ def _prose(doc: str) -> list[str]:
 
 
 def test_doctest_blocks_and_fences_are_dropped():
-    paragraphs, code = prose_paragraphs(inspect.cleandoc('''
+    paragraphs, code = prose_paragraphs(
+        inspect.cleandoc("""
         Add two arrays element by element and return the sum.
 
         >>> import numpy as np
@@ -68,7 +69,8 @@ def test_doctest_blocks_and_fences_are_dropped():
         raw block
         ~~~
         The last paragraph stays in the text.
-    '''))
+    """)
+    )
     assert paragraphs == [
         "Add two arrays element by element and return the sum.",
         "The result has the broadcast shape of both inputs.",
@@ -78,7 +80,7 @@ def test_doctest_blocks_and_fences_are_dropped():
 
 
 def test_rest_literal_blocks_and_directives():
-    assert _prose('''
+    assert _prose("""
         Use it like this::
 
             value = compute(x, y)
@@ -115,7 +117,7 @@ def test_rest_literal_blocks_and_directives():
 
            numpy.add
         The paragraph after all that is kept as well.
-    ''') == [
+    """) == [
         "Use it like this:",
         "and then read the value back from the cache.",
         "A second form of the example",
@@ -126,7 +128,7 @@ def test_rest_literal_blocks_and_directives():
 
 
 def test_sections_and_code_like_paragraphs():
-    assert _prose('''
+    assert _prose("""
         Solve a linear system with a few words of explanation.
 
         Parameters
@@ -146,7 +148,7 @@ def test_sections_and_code_like_paragraphs():
         Returns the solution of the system as an array.
         ======  ======
         Short
-    ''') == [
+    """) == [
         "Solve a linear system with a few words of explanation.",
         "a : array_like The coefficient matrix of the system.",
         "Build a small problem first:",
@@ -155,10 +157,10 @@ def test_sections_and_code_like_paragraphs():
 
 
 def test_formulas_and_name_lists_are_not_prose():
-    assert _prose('''
+    assert _prose("""
         x_1, x_2, x_3 = (a_1 * b_1) / c_2 ** 2
 
         numpy.add, numpy.subtract, numpy.multiply, numpy.divide
 
         Plain words about the functions above.
-    ''') == ["Plain words about the functions above."]
+    """) == ["Plain words about the functions above."]

@@ -27,7 +27,8 @@ def test_token_sequences_with_planted_duplicates():
     assert found.repeats == found.dropped == 3
     assert found.example == (0, 2)  # the first repeat found, with its earlier twin
     assert found.describe("token windows") == (
-        "3 of 7 token windows repeat an earlier one exactly (e.g. #2 = #0); dropped, 4 kept")
+        "3 of 7 token windows repeat an earlier one exactly (e.g. #2 = #0); dropped, 4 kept"
+    )
     assert found.as_dict() == {"total": 7, "repeats": 3, "dropped": 3, "example": [0, 2]}
     # the integer type does not matter, the order of the tokens does
     assert sequence_key(np.array([5, 6, 7], dtype=np.int32)) == sequence_key([5, 6, 7])
@@ -82,7 +83,7 @@ def test_finder_over_a_stream_of_batches():
     finder = DuplicateFinder()
     kept_rows = []
     for start in range(0, 12, 4):
-        batch = _preprocess(images[start:start + 4])
+        batch = _preprocess(images[start : start + 4])
         batch["attention_like"] = torch.ones(4, 3, dtype=torch.long)
         batch["scale"] = 0.5  # not a batch axis: passed through
         out, mask = finder.filter(batch)
@@ -95,7 +96,7 @@ def test_finder_over_a_stream_of_batches():
     want = _preprocess(images[:5])["pixel_values"]
     assert torch.equal(torch.stack(kept_rows), want)
     # another pass over the same inputs (another model's weights) drops the same examples
-    again = [result.select(_preprocess(images[s:s + 4]), s)["pixel_values"] for s in range(0, 12, 4)]
+    again = [result.select(_preprocess(images[s : s + 4]), s)["pixel_values"] for s in range(0, 12, 4)]
     assert torch.equal(torch.cat(again), want)
     whole = _preprocess(images[:4])
     assert result.select(whole, 0) is whole  # nothing to drop: the batch itself

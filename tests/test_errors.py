@@ -32,8 +32,13 @@ FLAG = re.compile(r"--[a-z]")
 
 
 def test_each_error_is_the_builtin_it_means():
-    for cls, builtin in ((InputError, ValueError), (ModelError, ValueError), (DataError, ValueError),
-                         (OfflineError, OSError), (OutputError, OSError)):
+    for cls, builtin in (
+        (InputError, ValueError),
+        (ModelError, ValueError),
+        (DataError, ValueError),
+        (OfflineError, OSError),
+        (OutputError, OSError),
+    ):
         exc = cls(f"{param('samples')} must be at least 1, got 0")
         assert isinstance(exc, MhaauditError) and isinstance(exc, builtin)
         assert str(exc) == "samples must be at least 1, got 0" and exc.args == (str(exc),)
@@ -77,14 +82,18 @@ def _library_errors():
         (lambda: Settings.resolve(device=""), "device is empty"),
         (lambda: Settings.resolve(seed=-1), "seed must be at least 0"),
         (lambda: RankRule.for_dtype(torch.float32, atol=float("nan")), "atol must be a finite number"),
-        (lambda: plan_probes("image", ["random"], layers=[0, 1], layer=2),
-         "layer has no effect with layers: layers names every depth"),
+        (
+            lambda: plan_probes("image", ["random"], layers=[0, 1], layer=2),
+            "layer has no effect with layers: layers names every depth",
+        ),
         (lambda: check_revision(" "), "revision: give a branch"),
         (lambda: run_memorize_grid(vary="heads", sizes="16"), "vary heads needs values (e.g. values 1,2,4,8)"),
         (lambda: run_memorize_grid(sizes="16", seed=1, seeds="0-2"), None),
         (lambda: run_memorize_grid(sizes="16", memory_budget=-1), "memory_budget must be a positive number"),
-        (lambda: capacity_audit("vit-base", from_path="x.parquet", samples=10),
-         "samples and threshold have no effect with from_path"),
+        (
+            lambda: capacity_audit("vit-base", from_path="x.parquet", samples=10),
+            "samples and threshold have no effect with from_path",
+        ),
         (lambda: capacity_audit("vit-base", block=0), "block must be at least 1"),
     ]
 
@@ -113,14 +122,17 @@ def test_files_and_the_network_are_os_errors(tmp_path):
     assert "pass --weights PATH" in exc.message_for(_flag)
 
 
-@pytest.mark.parametrize("args, flag_line", [
-    ("kruskal {x} --k 0", "--k must be at least 1"),
-    ("kruskal {x} --k 2 --samples 0", "--samples must be at least 1"),
-    ("memorize --vary heads --sizes 16", "--vary heads needs --values (e.g. --values 1,2,4,8)"),
-    ("memorize --sizes 0", "--sizes values must be at least 1, got 0"),
-    ("capacity vit-base --from {x}.parquet", "--from {x}.parquet: no such file"),
-    ("capacity vit-base --block 0", "--block must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "args, flag_line",
+    [
+        ("kruskal {x} --k 0", "--k must be at least 1"),
+        ("kruskal {x} --k 2 --samples 0", "--samples must be at least 1"),
+        ("memorize --vary heads --sizes 16", "--vary heads needs --values (e.g. --values 1,2,4,8)"),
+        ("memorize --sizes 0", "--sizes values must be at least 1, got 0"),
+        ("capacity vit-base --from {x}.parquet", "--from {x}.parquet: no such file"),
+        ("capacity vit-base --block 0", "--block must be at least 1"),
+    ],
+)
 def test_the_command_line_prints_its_flags(capsys, tmp_path, args, flag_line):
     np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((6, 4)))
     rc, _out, err = run(capsys, *args.format(x=tmp_path / "x.npy").split())
@@ -128,8 +140,19 @@ def test_the_command_line_prints_its_flags(capsys, tmp_path, args, flag_line):
 
 
 _ERRORS = {"InputError", "ModelError", "DataError", "OfflineError", "OutputError", "MhaauditError", "RankFailed"}
-_CHECKS = {"integer", "int_list", "int_ranges", "choice", "fraction", "tolerance", "head_counts", "layers", "_positive",
-           "_check_keys", "_as_int"}
+_CHECKS = {
+    "integer",
+    "int_list",
+    "int_ranges",
+    "choice",
+    "fraction",
+    "tolerance",
+    "head_counts",
+    "layers",
+    "_positive",
+    "_check_keys",
+    "_as_int",
+}
 
 
 def _strings(node: ast.AST):

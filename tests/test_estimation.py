@@ -45,8 +45,9 @@ def test_a_file_gives_the_records_and_the_report_the_command_gives(npy, capsys):
     assert result.records() == doc["records"] and result.sweep_rows() == doc["sweep"]
     assert [r["check"] for r in result.records()] == ["assumption_1", "general_position"]
     untimed = ("total_s", "timings_s", "peak_rss_bytes", "created", "result")  # result: the object, with its times
-    assert {k: v for k, v in result.meta().items() if k not in untimed} == \
-        {k: v for k, v in doc["meta"].items() if k not in untimed}
+    assert {k: v for k, v in result.meta().items() if k not in untimed} == {
+        k: v for k, v in doc["meta"].items() if k not in untimed
+    }
     # the command's JSON reads back as the library's result, but for the run's times
     untimed_result = {"timings": {}, "total_s": 0.0, "peak_rss_bytes": None}
     assert replace(KruskalResult.from_json(doc), **untimed_result) == replace(result, **untimed_result)
@@ -66,38 +67,59 @@ def test_without_sizes_n_and_min_T_d_are_tested_and_without_n_the_sweep_runs(npy
 
 def test_the_request_objects_give_what_the_keywords_give(npy):
     by_keywords = estimate_kruskal_rank(npy, k=3, samples=100, seed=2)
-    by_objects = estimate_kruskal_rank(request=kruskal_request(npy, k=[3]),
-                                       settings=Settings.resolve(samples=100, seed=2, stop_when_decided=True))
+    by_objects = estimate_kruskal_rank(
+        request=kruskal_request(npy, k=[3]), settings=Settings.resolve(samples=100, seed=2, stop_when_decided=True)
+    )
     assert by_keywords.records() == by_objects.records()
 
 
 def test_a_model_capture_gives_what_the_command_gives(vit_dir, image_dir, capsys):
-    result = estimate_kruskal_rank(model=str(vit_dir), variant="embedding", data=str(image_dir), limit=40,
-                                   batch_size=16, samples=50, vectors="a3")
-    doc = _json(capsys, "kruskal", "--model", vit_dir, "--variants", "embedding", "--data", image_dir, *CAPTURE,
-                "--vectors", "a3")
+    result = estimate_kruskal_rank(
+        model=str(vit_dir), variant="embedding", data=str(image_dir), limit=40, batch_size=16, samples=50, vectors="a3"
+    )
+    doc = _json(
+        capsys,
+        "kruskal",
+        "--model",
+        vit_dir,
+        "--variants",
+        "embedding",
+        "--data",
+        image_dir,
+        *CAPTURE,
+        "--vectors",
+        "a3",
+    )
     assert result.records() == doc["records"] and result.meta()["capture"] == doc["meta"]["capture"]
     assert result.meta()["inputs"] == doc["meta"]["inputs"] and result.records()[0]["check"] == "assumption_3"
     data = mhaaudit.DataRequest(str(image_dir), "train", 40, 16)
-    captured = estimate_kruskal_rank(capture=kruskal_capture(str(vit_dir), variant="embedding", data=data),
-                                     vectors="a3", samples=50)
+    captured = estimate_kruskal_rank(
+        capture=kruskal_capture(str(vit_dir), variant="embedding", data=data), vectors="a3", samples=50
+    )
     assert captured.records() == result.records()
 
 
-@pytest.mark.parametrize("call, error, match", [
-    (lambda f: estimate_kruskal_rank(f, request=kruskal_request(f)), InputError, "not both"),
-    (lambda f: estimate_kruskal_rank(request=kruskal_request(f), k=3), InputError, "k in request= or as keywords"),
-    (lambda f: estimate_kruskal_rank(f, settings=Settings.resolve(), samples=10), InputError, "samples in settings="),
-    (lambda f: estimate_kruskal_rank(f, limit=10), InputError, "limit has no effect when features"),
-    (lambda f: estimate_kruskal_rank(f, capture=kruskal_capture()), InputError, "capture has no effect"),
-    (lambda f: estimate_kruskal_rank(f, vectors="keys"), InputError, "unknown vectors 'keys'"),
-    (lambda f: estimate_kruskal_rank(f, k=0), InputError, "k must be at least 1"),
-    (lambda f: estimate_kruskal_rank(f, k=31), InputError, "larger than the number of vectors T = 30"),
-    (lambda f: estimate_kruskal_rank(f, sizes=3), TypeError, "unexpected keyword arguments: sizes"),
-    (lambda f: estimate_kruskal_rank(key="x"), InputError, "key has no effect without features"),
-    (lambda f: estimate_kruskal_rank(variant="random,trained"), InputError, "one column at a time"),
-    (lambda f: estimate_kruskal_rank(n=5, capture=kruskal_capture(n=7)), InputError, "in one place"),
-])
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda f: estimate_kruskal_rank(f, request=kruskal_request(f)), InputError, "not both"),
+        (lambda f: estimate_kruskal_rank(request=kruskal_request(f), k=3), InputError, "k in request= or as keywords"),
+        (
+            lambda f: estimate_kruskal_rank(f, settings=Settings.resolve(), samples=10),
+            InputError,
+            "samples in settings=",
+        ),
+        (lambda f: estimate_kruskal_rank(f, limit=10), InputError, "limit has no effect when features"),
+        (lambda f: estimate_kruskal_rank(f, capture=kruskal_capture()), InputError, "capture has no effect"),
+        (lambda f: estimate_kruskal_rank(f, vectors="keys"), InputError, "unknown vectors 'keys'"),
+        (lambda f: estimate_kruskal_rank(f, k=0), InputError, "k must be at least 1"),
+        (lambda f: estimate_kruskal_rank(f, k=31), InputError, "larger than the number of vectors T = 30"),
+        (lambda f: estimate_kruskal_rank(f, sizes=3), TypeError, "unexpected keyword arguments: sizes"),
+        (lambda f: estimate_kruskal_rank(key="x"), InputError, "key has no effect without features"),
+        (lambda f: estimate_kruskal_rank(variant="random,trained"), InputError, "one column at a time"),
+        (lambda f: estimate_kruskal_rank(n=5, capture=kruskal_capture(n=7)), InputError, "in one place"),
+    ],
+)
 def test_refused_arguments(npy, call, error, match):
     with pytest.raises(error, match=re.escape(match)):
         call(npy)

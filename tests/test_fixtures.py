@@ -96,7 +96,9 @@ def test_subset_test_holds_at_fraction_one_up_to_the_rank(name):
         assert res.fraction == 1.0 and res.satisfied == res.samples and res.witness is None, (k, res.reason)
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if ENTRIES[n]["kruskal_rank"] < min(ENTRIES[n]["T"], ENTRIES[n]["d"])])
+@pytest.mark.parametrize(
+    "name", [n for n in NAMES if ENTRIES[n]["kruskal_rank"] < min(ENTRIES[n]["T"], ENTRIES[n]["d"])]
+)
 def test_subset_test_proves_the_dependence_above_the_rank(name):
     entry, X = load(name)
     k = entry["kruskal_rank"] + 1

@@ -41,16 +41,30 @@ LONG_EXAMPLES = int(_LONG) if _LONG.isdigit() else 300
 
 PROFILES = [
     pytest.param("short", id="short"),
-    pytest.param("long", id="long", marks=[pytest.mark.fuzz, pytest.mark.skipif(
-        not _LONG, reason="the long fuzz run: set MHAAUDIT_FUZZ (the examples a reader) and select -m fuzz")]),
+    pytest.param(
+        "long",
+        id="long",
+        marks=[
+            pytest.mark.fuzz,
+            pytest.mark.skipif(
+                not _LONG, reason="the long fuzz run: set MHAAUDIT_FUZZ (the examples a reader) and select -m fuzz"
+            ),
+        ],
+    ),
 ]
 
 
 def fuzz(profile: str, short: int, strategy, check) -> None:
     """Run ``check`` on examples of ``strategy``: ``short`` of them (always the same), or the long run's."""
     long_run = profile == "long"
-    conf = settings(max_examples=LONG_EXAMPLES if long_run else short, deadline=None, derandomize=not long_run,
-                    database=None, suppress_health_check=list(HealthCheck), print_blob=long_run)
+    conf = settings(
+        max_examples=LONG_EXAMPLES if long_run else short,
+        deadline=None,
+        derandomize=not long_run,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        print_blob=long_run,
+    )
     given(strategy)(conf(check))()
 
 
@@ -82,36 +96,53 @@ class Files:
 # --------------------------------------------------------------------------- strategies
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(10**20), 10**20) | st.floats(allow_nan=True, allow_infinity=True)
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**20), 10**20)
+    | st.floats(allow_nan=True, allow_infinity=True)
     | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
     max_leaves=6,
 )
 # Numbers near the edges a reader must check, without mid-sized values that would only make a run slow.
-edge_numbers = st.one_of(st.integers(-3, 40), st.sampled_from([0, -1, 2**31, 2**63, 10**12, 2**17 + 1]),
-                         st.floats(-2, 50), st.just(float("nan")), st.text(max_size=4), st.none(),
-                         st.lists(st.integers(-2, 40), max_size=3))
+edge_numbers = st.one_of(
+    st.integers(-3, 40),
+    st.sampled_from([0, -1, 2**31, 2**63, 10**12, 2**17 + 1]),
+    st.floats(-2, 50),
+    st.just(float("nan")),
+    st.text(max_size=4),
+    st.none(),
+    st.lists(st.integers(-2, 40), max_size=3),
+)
 
 
 @st.composite
 def mutated(draw, seed: bytes, head: int | None = None):
     """``seed`` with a few byte mutations, most of them in its first ``head`` bytes (the header)."""
     data = bytearray(seed)
-    ops = draw(st.lists(st.tuples(st.sampled_from(["flip", "set", "cut", "insert", "delete"]),
-                                  st.integers(0, head if head is not None else max(len(seed) - 1, 0)),
-                                  st.binary(min_size=1, max_size=12)), min_size=1, max_size=4))
+    ops = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["flip", "set", "cut", "insert", "delete"]),
+                st.integers(0, head if head is not None else max(len(seed) - 1, 0)),
+                st.binary(min_size=1, max_size=12),
+            ),
+            min_size=1,
+            max_size=4,
+        )
+    )
     for op, pos, blob in ops:
         pos = min(pos, len(data))
         if op == "flip" and data:
             data[min(pos, len(data) - 1)] ^= blob[0] or 0x80
         elif op == "set":
-            data[pos:pos + len(blob)] = blob
+            data[pos : pos + len(blob)] = blob
         elif op == "cut":
             del data[pos:]
         elif op == "insert":
             data[pos:pos] = blob
         else:
-            del data[pos:pos + len(blob)]
+            del data[pos : pos + len(blob)]
     return bytes(data)
 
 
@@ -148,20 +179,39 @@ npy_headers = st.builds(
     lambda descr, fortran, shape: repr({"descr": descr, "fortran_order": fortran, "shape": shape}),
     st.sampled_from(["<f8", ">f8", "<f4", ">i4", "|b1", "<c16", "<f2", "O", "<U3", "|V8", "zz", "<M8[s]"]),
     st.one_of(st.booleans(), st.integers(0, 2)),
-    st.one_of(st.tuples(st.integers(-2, 20), st.integers(-2, 20)), st.tuples(st.integers(0, 10**12)),
-              st.tuples(st.integers(0, 6), st.integers(0, 6), st.integers(0, 6)), st.just(()), st.just((12, 4))),
+    st.one_of(
+        st.tuples(st.integers(-2, 20), st.integers(-2, 20)),
+        st.tuples(st.integers(0, 10**12)),
+        st.tuples(st.integers(0, 6), st.integers(0, 6), st.integers(0, 6)),
+        st.just(()),
+        st.just((12, 4)),
+    ),
 )
-NPY = st.one_of(mutated(_npy_bytes(X), head=128), st.builds(_npy_with_header, npy_headers, st.binary(max_size=400)),
-                st.binary(max_size=300))
+NPY = st.one_of(
+    mutated(_npy_bytes(X), head=128),
+    st.builds(_npy_with_header, npy_headers, st.binary(max_size=400)),
+    st.binary(max_size=300),
+)
 
 ST_VALID = st_save({"x": torch.from_numpy(X)})
 safetensors_headers = st.dictionaries(
     st.sampled_from(["x", "y", "__metadata__"]),
-    st.one_of(st.fixed_dictionaries({
-        "dtype": st.sampled_from(["F64", "F32", "F16", "BF16", "I64", "I8", "BOOL", "F8_E4M3", "C64", "U8", "XX"]),
-        "shape": st.lists(st.integers(-1, 10**12) | st.sampled_from([0, 1, 4, 12]), max_size=3),
-        "data_offsets": st.lists(st.integers(-1, 10**12) | st.sampled_from([0, 96, 384]), min_size=0, max_size=3),
-    }), json_values), max_size=3)
+    st.one_of(
+        st.fixed_dictionaries(
+            {
+                "dtype": st.sampled_from(
+                    ["F64", "F32", "F16", "BF16", "I64", "I8", "BOOL", "F8_E4M3", "C64", "U8", "XX"]
+                ),
+                "shape": st.lists(st.integers(-1, 10**12) | st.sampled_from([0, 1, 4, 12]), max_size=3),
+                "data_offsets": st.lists(
+                    st.integers(-1, 10**12) | st.sampled_from([0, 96, 384]), min_size=0, max_size=3
+                ),
+            }
+        ),
+        json_values,
+    ),
+    max_size=3,
+)
 
 
 def _safetensors_with_header(header: dict, body: bytes) -> bytes:
@@ -169,8 +219,11 @@ def _safetensors_with_header(header: dict, body: bytes) -> bytes:
     return len(raw).to_bytes(8, "little") + raw + body
 
 
-SAFETENSORS = st.one_of(mutated(ST_VALID, head=96), st.builds(_safetensors_with_header, safetensors_headers,
-                                                              st.binary(max_size=400)), st.binary(max_size=200))
+SAFETENSORS = st.one_of(
+    mutated(ST_VALID, head=96),
+    st.builds(_safetensors_with_header, safetensors_headers, st.binary(max_size=400)),
+    st.binary(max_size=200),
+)
 
 
 def _pt_bytes(obj) -> bytes:
@@ -179,15 +232,19 @@ def _pt_bytes(obj) -> bytes:
     return buf.getvalue()
 
 
-PT = st.one_of(mutated(_pt_bytes(torch.from_numpy(X))), mutated(_pt_bytes({"queries": torch.from_numpy(X)}), head=200),
-               st.binary(max_size=300))
+PT = st.one_of(
+    mutated(_pt_bytes(torch.from_numpy(X))),
+    mutated(_pt_bytes({"queries": torch.from_numpy(X)}), head=200),
+    st.binary(max_size=300),
+)
 
 
 # --------------------------------------------------------------------------- feature files
 
 
-@pytest.mark.parametrize("ext, files", [(".npy", NPY), (".safetensors", SAFETENSORS), (".pt", PT)],
-                         ids=["npy", "safetensors", "pt"])
+@pytest.mark.parametrize(
+    "ext, files", [(".npy", NPY), (".safetensors", SAFETENSORS), (".pt", PT)], ids=["npy", "safetensors", "pt"]
+)
 @pytest.mark.parametrize("profile", PROFILES)
 def test_feature_files(capsys, tmp_path, profile, ext, files):
     where = Files(tmp_path)
@@ -212,8 +269,9 @@ def saved_features(tmp_path_factory):
 def test_meta_json(capsys, tmp_path, saved_features, profile):
     valid = json.loads((saved_features / "meta.json").read_text())
     where = Files(tmp_path)
-    docs = st.one_of(_replace_fields(valid, json_values), _replace_fields(valid, edge_numbers),
-                     mutated(json.dumps(valid).encode()))
+    docs = st.one_of(
+        _replace_fields(valid, json_values), _replace_fields(valid, edge_numbers), mutated(json.dumps(valid).encode())
+    )
 
     def check(doc):
         folder = where.folder() / "feat"
@@ -262,8 +320,26 @@ def check_results(tmp_path_factory, vit_dir, image_dir):
     from mhaaudit.cli.app import main
 
     path = tmp_path_factory.mktemp("from") / "check.parquet"
-    rc = main(["check", str(vit_dir), "--data", str(image_dir), "--limit", "20", "--samples", "10", "--variants",
-               "random", "--layers", "1", "--out", str(path), "--format", "json"])
+    rc = main(
+        [
+            "check",
+            str(vit_dir),
+            "--data",
+            str(image_dir),
+            "--limit",
+            "20",
+            "--samples",
+            "10",
+            "--variants",
+            "random",
+            "--layers",
+            "1",
+            "--out",
+            str(path),
+            "--format",
+            "json",
+        ]
+    )
     assert rc == 0 and path.is_file()
     return path
 
@@ -274,21 +350,54 @@ def test_parquet_metadata_of_results(capsys, tmp_path, check_results, vit_dir, i
     table = pq.read_table(check_results)
     valid = json.loads(table.schema.metadata[b"mhaaudit"])
     where = Files(tmp_path)
-    metas = st.one_of(_replace_fields(valid, json_values), _replace_fields(valid, edge_numbers),
-                      st.builds(lambda c: {**valid, "columns": c}, json_values), st.binary(max_size=30))
+    metas = st.one_of(
+        _replace_fields(valid, json_values),
+        _replace_fields(valid, edge_numbers),
+        st.builds(lambda c: {**valid, "columns": c}, json_values),
+        st.binary(max_size=30),
+    )
 
     def check(meta):
         path = where.folder() / "r.parquet"
         pq.write_table(table.replace_schema_metadata({b"mhaaudit": _json_bytes(meta)}), path)
-        assert_clean(*run(capsys, "capacity", vit_dir, "--data", image_dir, "--limit", "20", "--from", path,
-                          "--variants", "random", "--block", "2", "--format", "json"))
+        assert_clean(
+            *run(
+                capsys,
+                "capacity",
+                vit_dir,
+                "--data",
+                image_dir,
+                "--limit",
+                "20",
+                "--from",
+                path,
+                "--variants",
+                "random",
+                "--block",
+                "2",
+                "--format",
+                "json",
+            )
+        )
 
     fuzz(profile, 12, metas, check)
 
 
-VIT_FIELDS = ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size", "image_size",
-              "patch_size", "num_channels", "layer_norm_eps", "hidden_act", "qkv_bias", "model_type",
-              "encoder_stride", "hidden_dropout_prob")
+VIT_FIELDS = (
+    "hidden_size",
+    "num_attention_heads",
+    "num_hidden_layers",
+    "intermediate_size",
+    "image_size",
+    "patch_size",
+    "num_channels",
+    "layer_norm_eps",
+    "hidden_act",
+    "qkv_bias",
+    "model_type",
+    "encoder_stride",
+    "hidden_dropout_prob",
+)
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -298,8 +407,12 @@ def test_model_config(capsys, tmp_path, vit_dir, image_dir, profile):
     where = Files(tmp_path)
     values = st.one_of(edge_numbers, json_values, st.sampled_from(["vit", "bert", "gpt2", "nope", ""]))
     edits = st.dictionaries(st.sampled_from(VIT_FIELDS), values, min_size=1, max_size=3)
-    docs = st.one_of(st.builds(lambda e: {**valid, **e}, edits), st.builds(lambda e: {**valid, **e}, edits), json_values,
-                     mutated(json.dumps(valid).encode()))
+    docs = st.one_of(
+        st.builds(lambda e: {**valid, **e}, edits),
+        st.builds(lambda e: {**valid, **e}, edits),
+        json_values,
+        mutated(json.dumps(valid).encode()),
+    )
 
     fuzz(profile, 15, docs, _config_check(capsys, where, vit_dir, image_dir))
 
@@ -309,12 +422,22 @@ def test_timm_config(capsys, tmp_path, timm_dir, image_dir, profile):
     """A timm folder's config.json: its architecture and build arguments at the edges or of other types."""
     valid = json.loads((timm_dir / "config.json").read_text())
     where = Files(tmp_path)
-    args = st.builds(lambda e: {**valid["model_args"], **e},
-                     st.dictionaries(st.sampled_from(["img_size", "patch_size", "embed_dim", "depth", "num_heads",
-                                                      "in_chans", "mlp_ratio", "class_token"]), edge_numbers,
-                                     min_size=1, max_size=3))
-    docs = st.one_of(st.builds(lambda a: {**valid, "model_args": a}, args), st.builds(lambda a: {**valid, "model_args": a}, args),
-                     _replace_fields(valid, json_values))
+    args = st.builds(
+        lambda e: {**valid["model_args"], **e},
+        st.dictionaries(
+            st.sampled_from(
+                ["img_size", "patch_size", "embed_dim", "depth", "num_heads", "in_chans", "mlp_ratio", "class_token"]
+            ),
+            edge_numbers,
+            min_size=1,
+            max_size=3,
+        ),
+    )
+    docs = st.one_of(
+        st.builds(lambda a: {**valid, "model_args": a}, args),
+        st.builds(lambda a: {**valid, "model_args": a}, args),
+        _replace_fields(valid, json_values),
+    )
 
     fuzz(profile, 12, docs, _config_check(capsys, where, timm_dir, image_dir))
 
@@ -326,8 +449,25 @@ def _config_check(capsys, where, model_dir, image_dir):
         folder = where.folder() / "model"
         shutil.copytree(model_dir, folder)
         (folder / "config.json").write_bytes(_json_bytes(doc))
-        assert_clean(*run(capsys, "check", folder, "--data", image_dir, "--variants", "random", "--layers", "1",
-                          "--limit", "20", "--samples", "10", "--format", "json"))
+        assert_clean(
+            *run(
+                capsys,
+                "check",
+                folder,
+                "--data",
+                image_dir,
+                "--variants",
+                "random",
+                "--layers",
+                "1",
+                "--limit",
+                "20",
+                "--samples",
+                "10",
+                "--format",
+                "json",
+            )
+        )
 
     return check
 
@@ -351,25 +491,67 @@ def test_safetensors_index(capsys, tmp_path, sharded_vit, image_dir, profile):
     valid = json.loads((sharded_vit / "model.safetensors.index.json").read_text())
     names = sorted(valid["weight_map"])
     where = Files(tmp_path)
-    shard_names = st.one_of(st.sampled_from(sorted(set(valid["weight_map"].values()))),
-                            st.sampled_from(["../outside.safetensors", "/etc/passwd", "", ".", "sub/../../x",
-                                             "missing.safetensors", "config.json", "C:\\x", "a\x00b", "~/x"]),
-                            st.text(max_size=12), json_values)
-    maps = st.one_of(st.builds(lambda e: {**valid["weight_map"], **e},
-                               st.dictionaries(st.sampled_from(names), shard_names, min_size=1, max_size=3)),
-                     st.just({}), st.builds(lambda keep: {k: valid["weight_map"][k] for k in keep},
-                                            st.lists(st.sampled_from(names), max_size=4)))
-    docs = st.one_of(st.builds(lambda m, t: {"metadata": {"total_size": t}, "weight_map": m}, maps,
-                               st.one_of(st.just(valid["metadata"]["total_size"]), json_values)),
-                     _replace_fields(valid, json_values), mutated(json.dumps(valid).encode()))
+    shard_names = st.one_of(
+        st.sampled_from(sorted(set(valid["weight_map"].values()))),
+        st.sampled_from(
+            [
+                "../outside.safetensors",
+                "/etc/passwd",
+                "",
+                ".",
+                "sub/../../x",
+                "missing.safetensors",
+                "config.json",
+                "C:\\x",
+                "a\x00b",
+                "~/x",
+            ]
+        ),
+        st.text(max_size=12),
+        json_values,
+    )
+    maps = st.one_of(
+        st.builds(
+            lambda e: {**valid["weight_map"], **e},
+            st.dictionaries(st.sampled_from(names), shard_names, min_size=1, max_size=3),
+        ),
+        st.just({}),
+        st.builds(lambda keep: {k: valid["weight_map"][k] for k in keep}, st.lists(st.sampled_from(names), max_size=4)),
+    )
+    docs = st.one_of(
+        st.builds(
+            lambda m, t: {"metadata": {"total_size": t}, "weight_map": m},
+            maps,
+            st.one_of(st.just(valid["metadata"]["total_size"]), json_values),
+        ),
+        _replace_fields(valid, json_values),
+        mutated(json.dumps(valid).encode()),
+    )
 
     def check(doc):
         folder = where.folder() / "model"
         shutil.copytree(sharded_vit, folder)
         (folder / "model.safetensors.index.json").write_bytes(_json_bytes(doc))
         (folder / "outside.safetensors").unlink(missing_ok=True)
-        assert_clean(*run(capsys, "check", folder, "--data", image_dir, "--variants", "trained", "--layers", "1",
-                          "--limit", "20", "--samples", "10", "--format", "json"))
+        assert_clean(
+            *run(
+                capsys,
+                "check",
+                folder,
+                "--data",
+                image_dir,
+                "--variants",
+                "trained",
+                "--layers",
+                "1",
+                "--limit",
+                "20",
+                "--samples",
+                "10",
+                "--format",
+                "json",
+            )
+        )
 
     fuzz(profile, 12, docs, check)
 
@@ -385,7 +567,24 @@ def test_checkpoint_bodies(capsys, tmp_path, vit_dir, image_dir, profile):
         folder = where.folder() / "model"
         shutil.copytree(vit_dir, folder)
         (folder / "model.safetensors").write_bytes(content)
-        assert_clean(*run(capsys, "check", folder, "--data", image_dir, "--variants", "trained", "--layers", "1",
-                          "--limit", "20", "--samples", "10", "--format", "json"))
+        assert_clean(
+            *run(
+                capsys,
+                "check",
+                folder,
+                "--data",
+                image_dir,
+                "--variants",
+                "trained",
+                "--layers",
+                "1",
+                "--limit",
+                "20",
+                "--samples",
+                "10",
+                "--format",
+                "json",
+            )
+        )
 
     fuzz(profile, 12, st.one_of(mutated(valid, head=head), st.binary(max_size=64)), check)

@@ -125,18 +125,21 @@ def test_a_document_matches_its_own_structure():
     assert len(golden["records"]) == 2  # two element structures: the assumption 2 record has min_margin
 
 
-@pytest.mark.parametrize("change, expected", [
-    (lambda d: d["meta"].update(extra=1), "meta.extra: not in the golden document (got integer)"),
-    (lambda d: d["meta"].pop("seed"), "meta.seed: missing (the golden has integer)"),
-    (lambda d: d["meta"].update(seed="0"), "meta.seed: expected integer, got string"),
-    (lambda d: d["meta"].update(seed=None), "meta.seed: expected integer, got null"),
-    (lambda d: d["meta"].update(n=3), "meta.n: expected null, got integer"),
-    (lambda d: d["meta"]["versions"].update(timm=2), "meta.versions.timm: expected string, got integer"),
-    (lambda d: d["records"][0].update(k=3.0), "records[].k: expected integer, got number"),
-    (lambda d: d["records"][0]["witness"].append("x"), "records[].witness[]: expected integer, got string"),
-    (lambda d: d["records"].append({"check": "x"}), "records[].k: missing (the golden has integer)"),
-    (lambda d: d.update(sweep=[]), "sweep: expected an object, got list"),
-])
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (lambda d: d["meta"].update(extra=1), "meta.extra: not in the golden document (got integer)"),
+        (lambda d: d["meta"].pop("seed"), "meta.seed: missing (the golden has integer)"),
+        (lambda d: d["meta"].update(seed="0"), "meta.seed: expected integer, got string"),
+        (lambda d: d["meta"].update(seed=None), "meta.seed: expected integer, got null"),
+        (lambda d: d["meta"].update(n=3), "meta.n: expected null, got integer"),
+        (lambda d: d["meta"]["versions"].update(timm=2), "meta.versions.timm: expected string, got integer"),
+        (lambda d: d["records"][0].update(k=3.0), "records[].k: expected integer, got number"),
+        (lambda d: d["records"][0]["witness"].append("x"), "records[].witness[]: expected integer, got string"),
+        (lambda d: d["records"].append({"check": "x"}), "records[].k: missing (the golden has integer)"),
+        (lambda d: d.update(sweep=[]), "sweep: expected an object, got list"),
+    ],
+)
 def test_every_kind_of_change_is_reported(change, expected):
     golden = MAKE.structure(DOC)
     doc = json.loads(json.dumps(DOC))

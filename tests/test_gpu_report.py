@@ -63,8 +63,19 @@ def test_smoke_runs_every_part_and_resumes(tmp_path, capsys, monkeypatch):
     # a smoke run never reaches the README
     readme = tmp_path / "README.md"
     readme.write_text(f"a\n{g.BEGIN}\nold\n{g.END}\nb\n")
-    rc = g.main(["--device", "cpu", "--smoke", "--in-process", "--results", str(res), "--update-readme",
-                 "--readme", str(readme)])
+    rc = g.main(
+        [
+            "--device",
+            "cpu",
+            "--smoke",
+            "--in-process",
+            "--results",
+            str(res),
+            "--update-readme",
+            "--readme",
+            str(readme),
+        ]
+    )
     assert rc == 2 and "smoke" in capsys.readouterr().err and "old" in readme.read_text()
 
 
@@ -101,14 +112,24 @@ def test_the_readme_block_is_the_scripts_table():
 
 
 def _record(part, result, status="done", key=None):
-    return {"part": part, "status": status, "result": result, "seconds": 1.0, "timeout_s": 540.0, "log_tail": "",
-            "key": key or {"commit": "c", "device": "cuda", "gpu": "NVIDIA H100 80GB HBM3", "smoke": False}}
+    return {
+        "part": part,
+        "status": status,
+        "result": result,
+        "seconds": 1.0,
+        "timeout_s": 540.0,
+        "log_tail": "",
+        "key": key or {"commit": "c", "device": "cuda", "gpu": "NVIDIA H100 80GB HBM3", "smoke": False},
+    }
 
 
 def test_targets_pass_and_miss():
-    fine = {"check-vit-base": _record("check-vit-base", {"wall_s": 8.0, "gpu_busy_fraction": 0.8}),
-            "kruskal": _record("kruskal", {"ours_s": 0.04}), "sweep": _record("sweep", {"ours_s": 1.5}),
-            "memorize": _record("memorize", {"seconds": 700.0})}
+    fine = {
+        "check-vit-base": _record("check-vit-base", {"wall_s": 8.0, "gpu_busy_fraction": 0.8}),
+        "kruskal": _record("kruskal", {"ours_s": 0.04}),
+        "sweep": _record("sweep", {"ours_s": 1.5}),
+        "memorize": _record("memorize", {"seconds": 700.0}),
+    }
     got = {t.split()[0]: st for t, _, st in g.targets(fine, "NVIDIA H100 80GB HBM3")}
     assert got == {"`check": "PASS", "k": "PASS", "sweep": "MISS", "Figure": "MISS"}
     idle = dict(fine, **{"check-vit-base": _record("check-vit-base", {"wall_s": 8.0, "gpu_busy_fraction": 0.3})})
@@ -120,8 +141,11 @@ def test_targets_pass_and_miss():
 
 def test_latest_keeps_a_done_part_over_a_later_failure_and_ignores_other_keys():
     key = {"commit": "a", "device": "cuda", "gpu": "G", "smoke": False}
-    recs = [_record("sweep", {"ours_s": 1}, key=key), _record("sweep", None, status="failed", key=key),
-            _record("kruskal", {"ours_s": 1}, key=dict(key, commit="b"))]
+    recs = [
+        _record("sweep", {"ours_s": 1}, key=key),
+        _record("sweep", None, status="failed", key=key),
+        _record("kruskal", {"ours_s": 1}, key=dict(key, commit="b")),
+    ]
     got = g.latest(recs, key)
     assert set(got) == {"sweep"} and got["sweep"]["status"] == "done"
 

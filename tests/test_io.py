@@ -98,8 +98,10 @@ def test_check_writable_rejects(tmp_path, case):
 
 
 def test_write_parquet_roundtrip_and_metadata(tmp_path):
-    recs = [{"check": "assumption_1", "k": 3, "witness": [1, 2], "fraction": 0.5},
-            {"check": "sweep", "k": 1, "fraction": 1.0}]
+    recs = [
+        {"check": "assumption_1", "k": 3, "witness": [1, 2], "fraction": 0.5},
+        {"check": "sweep", "k": 1, "fraction": 1.0},
+    ]
     meta = stamp(command="kruskal", seed=7, device="cpu", tolerance={"rule": "r"})
     out = tmp_path / "r.parquet"
     write_parquet(recs, out, meta)
@@ -333,6 +335,8 @@ def test_safetensors_header_is_checked_against_the_file(tmp_path):
         safetensors_header(tmp_path / "cut.safetensors")
     with pytest.raises(InputError, match="no valid data offsets"):
         read_array(tmp_path / "cut.safetensors")
+
+
 # --------------------------------------------------------------------------- memory-mapped features
 
 

@@ -105,9 +105,14 @@ def test_batched_route_does_not_depend_on_blocks_per_call_or_the_gram_route(monk
     rule = RankRule.for_dtype(X.dtype)
 
     def run():
-        t = subset_test(X, 12, samples=900, seed=5, rule=rule, device="cpu", stop_when_decided=True, threshold=0.999).record()
-        return (t, subset_test(X, 12, samples=900, seed=5, rule=rule, device="cpu").record(),
-                kruskal_sweep(X, samples=500, seed=5, rule=rule, device="cpu").summary())
+        t = subset_test(
+            X, 12, samples=900, seed=5, rule=rule, device="cpu", stop_when_decided=True, threshold=0.999
+        ).record()
+        return (
+            t,
+            subset_test(X, 12, samples=900, seed=5, rule=rule, device="cpu").record(),
+            kruskal_sweep(X, samples=500, seed=5, rule=rule, device="cpu").summary(),
+        )
 
     many = run()
     assert many[0]["samples"] < 900 and many[0]["samples"] % DRAW_BLOCK == 0 and many[0]["planned_samples"] == 900
@@ -131,6 +136,7 @@ def test_rank_decisions_run_without_tf32(monkeypatch):
         def inner(*a, **kw):
             seen.append(tf32_is_off())
             return real(*a, **kw)
+
         return inner
 
     monkeypatch.setattr(fixed, "decide_full_rank", spy(real_fixed))

@@ -44,7 +44,9 @@ def test_duplicated_rows_give_expected_fraction():
     r = subset_test(X, k, samples=N, seed=3)
     # P(no pair fully included) by inclusion-exclusion over the 10 pairs
     T = 50
-    p_ok = sum((-1) ** j * math.comb(10, j) * math.comb(T - 2 * j, k - 2 * j) / math.comb(T, k) for j in range(0, k // 2 + 1))
+    p_ok = sum(
+        (-1) ** j * math.comb(10, j) * math.comb(T - 2 * j, k - 2 * j) / math.comb(T, k) for j in range(0, k // 2 + 1)
+    )
     assert r.ci_low <= p_ok <= r.ci_high
     assert r.witness is not None and len(r.witness.indices) == 2  # shrunk to the duplicated pair
     a, b = r.witness.indices
@@ -78,7 +80,11 @@ def test_every_draw_agrees_with_matrix_rank_near_tolerance(seed):
 
 def test_every_draw_agrees_with_matrix_rank_user_tolerances():
     X = structured(40, 10, 10, seed=5)
-    for rule in (RankRule.for_dtype(X.dtype, rtol=1e-3), RankRule.for_dtype(X.dtype, atol=0.5), RankRule.for_dtype(X.dtype, rtol=0.05, atol=0.1)):
+    for rule in (
+        RankRule.for_dtype(X.dtype, rtol=1e-3),
+        RankRule.for_dtype(X.dtype, atol=0.5),
+        RankRule.for_dtype(X.dtype, rtol=0.05, atol=0.1),
+    ):
         idx, full = draw_decisions(X, 7, samples=200, seed=1, rule=rule)
         assert torch.equal(full, matrix_rank_decisions(X, idx, rule))
 

@@ -41,16 +41,27 @@ def test_each_block_is_seeded_by_the_seed_rule():
     values = bounded(*pairs(torch.full_like(rows, k0), torch.full_like(rows, k1), rows, 0, 200), 30)
     for row, got in zip(values.tolist(), draw_block(30, 5, 4, 2, DRAW_BLOCK, sort=False).tolist(), strict=False):
         assert got == list(dict.fromkeys(row))[:5]  # k <= T / 2: the first k distinct values
-    assert not torch.equal(draw_block(30, 5, 4, 1, DRAW_BLOCK, sort=False), draw_block(30, 5, 4, 2, DRAW_BLOCK, sort=False))
+    assert not torch.equal(
+        draw_block(30, 5, 4, 1, DRAW_BLOCK, sort=False), draw_block(30, 5, 4, 2, DRAW_BLOCK, sort=False)
+    )
 
 
 def test_pinned_draws():
     """The draws a seed gives (changing them changes every published number)."""
-    assert draw_block(2000, 5, 0, 0, 3, False).tolist() == [[930, 1714, 1471, 192, 643], [403, 875, 224, 1689, 737],
-                                                           [296, 140, 427, 1720, 1007]]
-    assert draw_block(2000, 5, 0, 1, 3, True).tolist() == [[463, 1070, 1116, 1235, 1817], [102, 532, 1490, 1495, 1987],
-                                                          [155, 775, 1201, 1297, 1470]]
-    assert draw_block(12, 10, 7, 3, 2, False).tolist() == [[1, 10, 2, 9, 4, 7, 3, 5, 11, 8], [9, 3, 4, 8, 2, 5, 7, 6, 11, 1]]
+    assert draw_block(2000, 5, 0, 0, 3, False).tolist() == [
+        [930, 1714, 1471, 192, 643],
+        [403, 875, 224, 1689, 737],
+        [296, 140, 427, 1720, 1007],
+    ]
+    assert draw_block(2000, 5, 0, 1, 3, True).tolist() == [
+        [463, 1070, 1116, 1235, 1817],
+        [102, 532, 1490, 1495, 1987],
+        [155, 775, 1201, 1297, 1470],
+    ]
+    assert draw_block(12, 10, 7, 3, 2, False).tolist() == [
+        [1, 10, 2, 9, 4, 7, 3, 5, 11, 8],
+        [9, 3, 4, 8, 2, 5, 7, 6, 11, 1],
+    ]
 
 
 def test_draws_are_distinct_and_in_range():
@@ -120,8 +131,12 @@ def test_results_do_not_depend_on_the_number_of_threads():
     try:
         for threads in (1, 3):
             torch.set_num_threads(threads)
-            out.append((subset_test(X, 30, samples=700, seed=5, rule=rule).record(),
-                        kruskal_sweep(X, samples=300, seed=5, rule=rule).fractions))
+            out.append(
+                (
+                    subset_test(X, 30, samples=700, seed=5, rule=rule).record(),
+                    kruskal_sweep(X, samples=300, seed=5, rule=rule).fractions,
+                )
+            )
     finally:
         torch.set_num_threads(before)
     assert out[0] == out[1]
@@ -138,7 +153,9 @@ def test_ranks_dividing_the_groups_yield_what_one_process_yields(monkeypatch):
     for workers in (1, 2):
         one = list(blocks_in_order(job, 50, 5, 11 * DRAW_BLOCK - 3, 3, True, workers))
         assert len(one) == len(units(11 * DRAW_BLOCK - 3, workers))
-        got = as_ranks(monkeypatch, 3, lambda w=workers: list(blocks_in_order(job, 50, 5, 11 * DRAW_BLOCK - 3, 3, True, w)))
+        got = as_ranks(
+            monkeypatch, 3, lambda w=workers: list(blocks_in_order(job, 50, 5, 11 * DRAW_BLOCK - 3, 3, True, w))
+        )
         assert all(len(g) == len(one) and all(torch.equal(a, b) for a, b in zip(g, one, strict=False)) for g in got)
 
     def first_five():
@@ -162,9 +179,11 @@ def test_tests_split_among_ranks_give_one_process_records(monkeypatch):
     rule = RankRule.for_dtype(X.dtype)
 
     def run():
-        return (subset_test(X, 12, samples=900, seed=5, rule=rule, stop_when_decided=True, threshold=0.999).record(),
-                subset_test(X, 12, samples=900, seed=5, rule=rule).record(),
-                kruskal_sweep(X, samples=500, seed=5, rule=rule).summary())
+        return (
+            subset_test(X, 12, samples=900, seed=5, rule=rule, stop_when_decided=True, threshold=0.999).record(),
+            subset_test(X, 12, samples=900, seed=5, rule=rule).record(),
+            kruskal_sweep(X, samples=500, seed=5, rule=rule).summary(),
+        )
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)  # the thread count the ranks below run with
@@ -205,6 +224,8 @@ def test_the_number_of_draws_sizes_no_allocation():
     few = 12 * DRAW_BLOCK
     peak(few)  # imports made once, outside the measurements
     assert peak(MAX_SAMPLES) < peak(few) + (1 << 20)
+
+
 # --------------------------------------------------------------------------- the size paths
 
 
@@ -252,7 +273,12 @@ def test_every_size_path_gives_the_same_numbers(tmp_path, monkeypatch, chunk_byt
 
     mapped, _ = read_array(path)
     assert isinstance(mapped, MappedArray)
-    runs = {"full": run(X, True), "per-draw": run(X, False), "mmap": run(mapped, False), "mapped-full": run(mapped, True)}
+    runs = {
+        "full": run(X, True),
+        "per-draw": run(X, False),
+        "mmap": run(mapped, False),
+        "mapped-full": run(mapped, True),
+    }
     base_st, base_idx, base_ok, base_test, base_sw = runs["full"]
     assert 0 < int(base_ok.sum()) < 400 and base_test.witness is not None  # dependent draws were found
     for name, (st, idx, ok, test, sw) in runs.items():
@@ -265,8 +291,12 @@ def test_every_size_path_gives_the_same_numbers(tmp_path, monkeypatch, chunk_byt
         assert rec == base_rec and test.witness == base_test.witness, name
         assert test.rank_histogram == base_test.rank_histogram, name
         assert sw.gram == ("full" if "full" in name else name), name
-        assert (sw.fractions, sw.witness, sw.ceiling, sw.estimate) == \
-               (base_sw.fractions, base_sw.witness, base_sw.ceiling, base_sw.estimate), name
+        assert (sw.fractions, sw.witness, sw.ceiling, sw.estimate) == (
+            base_sw.fractions,
+            base_sw.witness,
+            base_sw.ceiling,
+            base_sw.estimate,
+        ), name
 
 
 def test_a_draw_reads_only_its_own_rows(monkeypatch):

@@ -107,8 +107,14 @@ def test_sweep_is_the_same_at_every_scale(dtype, scales):
     assert base.witness is not None and 0 < base.fractions[11] < 1
     for scale in scales:
         sw = kruskal_sweep(X * scale, samples=200, seed=2, rule=rule)
-        assert (sw.fractions, sw.ci_low, sw.ci_high, sw.estimate, sw.raw_estimate, sw.kmax_sampled) == \
-            (base.fractions, base.ci_low, base.ci_high, base.estimate, base.raw_estimate, base.kmax_sampled)
+        assert (sw.fractions, sw.ci_low, sw.ci_high, sw.estimate, sw.raw_estimate, sw.kmax_sampled) == (
+            base.fractions,
+            base.ci_low,
+            base.ci_high,
+            base.estimate,
+            base.raw_estimate,
+            base.kmax_sampled,
+        )
         assert sw.ceiling == base.ceiling and sw.floor == base.floor
         assert sw.witness.indices == base.witness.indices
         assert sw.witness.singular_values[0] / scale == pytest.approx(base.witness.singular_values[0], rel=1e-9)

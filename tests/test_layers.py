@@ -19,8 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "mhaaudit"
 
 # Bottom to top: a module imports only modules of its own layer or of layers below it.
 LAYERS: list[tuple[str, ...]] = [
-    ("_version", "errors", "defaults", "validate", "hostmem", "staging", "notebook", "progress", "hub",
-     "theory"),
+    ("_version", "errors", "defaults", "validate", "hostmem", "staging", "notebook", "progress", "hub", "theory"),
     ("numerics",),
     ("settings", "tables", "io", "distributed"),
     ("models", "sources", "batching", "request", "pipeline"),
@@ -38,8 +37,24 @@ LAYERS: list[tuple[str, ...]] = [
 # imported where they are used (each module that does so says why in its docstring; torch too, where a
 # module must stay light: distributed.py, which `python -m mhaaudit` imports before it knows the command).
 DEFERRING = ("mhaaudit.cli", "mhaaudit.__main__")
-HEAVY = {"datasets", "huggingface_hub", "ipywidgets", "IPython", "matplotlib", "PIL", "pyarrow", "safetensors",
-         "scipy", "timm", "transformers", "torchvision", "tokenizers", "nbformat", "tqdm", "torch"}
+HEAVY = {
+    "datasets",
+    "huggingface_hub",
+    "ipywidgets",
+    "IPython",
+    "matplotlib",
+    "PIL",
+    "pyarrow",
+    "safetensors",
+    "scipy",
+    "timm",
+    "transformers",
+    "torchvision",
+    "tokenizers",
+    "nbformat",
+    "tqdm",
+    "torch",
+}
 
 
 def _name(path: Path) -> str:
@@ -112,8 +127,12 @@ def test_every_module_has_a_layer():
 
 
 def test_no_import_goes_up_a_layer():
-    up = [f"{a} ({_layer(a)}) imports {b} ({_layer(b)})" for a, targets in _graph().items() for b in targets
-          if _layer(b) > _layer(a)]
+    up = [
+        f"{a} ({_layer(a)}) imports {b} ({_layer(b)})"
+        for a, targets in _graph().items()
+        for b in targets
+        if _layer(b) > _layer(a)
+    ]
     assert not up, "\n".join(sorted(up))
 
 

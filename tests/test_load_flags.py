@@ -24,8 +24,15 @@ SMALL = ("--limit", "40", "--context-length", "16", "--samples", "30", "--format
 @pytest.fixture(scope="module")
 def llama_dir(tmp_path_factory):
     """A 4-block Llama stored in bfloat16, in shards of about two blocks, with a byte-level tokenizer."""
-    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-                                   num_key_value_heads=2, vocab_size=300, max_position_embeddings=64)
+    cfg = transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=300,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     folder = tmp_path_factory.mktemp("llama")
     transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(str(folder), max_shard_size="100KB")
@@ -34,7 +41,9 @@ def llama_dir(tmp_path_factory):
 
 
 def test_check_meta_names_bytes_read_stored_dtype_and_auto_batch(capsys, llama_dir):
-    rc, out, err = run(capsys, "check", llama_dir, "--variants", "trained", "--layers", "0,1", "--batch-size", "auto", *SMALL)
+    rc, out, err = run(
+        capsys, "check", llama_dir, "--variants", "trained", "--layers", "0,1", "--batch-size", "auto", *SMALL
+    )
     assert rc == 0, err
     meta = json.loads(out)["meta"]
     read = meta["model_info"]["trained_weights_read"]
@@ -52,10 +61,25 @@ def test_auto_batch_is_chosen_once_for_both_sets_of_weights(capsys, llama_dir, m
 
     asked = []
     real = batching.choose_batch_size
-    monkeypatch.setattr(batching, "choose_batch_size", lambda pm, layers, a, limit, **kw: asked.append(a) or real(pm, layers, a, limit, **kw))
+    monkeypatch.setattr(
+        batching,
+        "choose_batch_size",
+        lambda pm, layers, a, limit, **kw: asked.append(a) or real(pm, layers, a, limit, **kw),
+    )
     extra = ("--attention", "random") if command == "capacity" else ("--layers", "1")
-    rc, out, err = run(capsys, command, llama_dir, "--variants", "random,trained", "--weights", llama_dir,
-                       "--batch-size", "auto", *extra, *SMALL)
+    rc, out, err = run(
+        capsys,
+        command,
+        llama_dir,
+        "--variants",
+        "random,trained",
+        "--weights",
+        llama_dir,
+        "--batch-size",
+        "auto",
+        *extra,
+        *SMALL,
+    )
     assert rc == 0, err
     meta = json.loads(out)["meta"]
     assert asked[0] == "auto" and asked[1:] == [meta["batch_size"]]  # the second set of weights reuses the choice
@@ -63,8 +87,9 @@ def test_auto_batch_is_chosen_once_for_both_sets_of_weights(capsys, llama_dir, m
 
 
 def test_capacity_meta_names_bytes_read(capsys, llama_dir):
-    rc, out, err = run(capsys, "capacity", llama_dir, "--variants", "trained", "--attention", "random", "--batch-size", "8",
-                       *SMALL)
+    rc, out, err = run(
+        capsys, "capacity", llama_dir, "--variants", "trained", "--attention", "random", "--batch-size", "8", *SMALL
+    )
     assert rc == 0, err
     meta = json.loads(out)["meta"]
     assert meta["batch_size"] == 8 and meta["batch_size_choice"] == "given"
@@ -72,18 +97,37 @@ def test_capacity_meta_names_bytes_read(capsys, llama_dir):
 
 
 def test_kruskal_model_meta_names_capture(capsys, llama_dir):
-    rc, out, err = run(capsys, "kruskal", "--model", llama_dir, "--variants", "trained-L1", "--batch-size", "auto",
-                       "--limit", "40", "--n", "16", "--samples", "30", "--format", "json")
+    rc, out, err = run(
+        capsys,
+        "kruskal",
+        "--model",
+        llama_dir,
+        "--variants",
+        "trained-L1",
+        "--batch-size",
+        "auto",
+        "--limit",
+        "40",
+        "--n",
+        "16",
+        "--samples",
+        "30",
+        "--format",
+        "json",
+    )
     assert rc == 0, err
     capture = json.loads(out)["meta"]["capture"]
     assert capture["weights_read"]["stored_dtype"] == "bfloat16" and capture["batch"]["asked"] == "auto"
 
 
-@pytest.mark.parametrize("args, match", [
-    (("--batch-size", "many"), "--batch-size takes a positive integer or auto"),
-    (("--batch-size", "0"), "--batch-size takes a positive integer or auto"),
-    (("--revision", "main"), "is a local folder"),
-])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (("--batch-size", "many"), "--batch-size takes a positive integer or auto"),
+        (("--batch-size", "0"), "--batch-size takes a positive integer or auto"),
+        (("--revision", "main"), "is a local folder"),
+    ],
+)
 def test_bad_flags_are_one_line(capsys, llama_dir, args, match):
     rc, _out, err = run(capsys, "check", llama_dir, "--variants", "trained", *args, *SMALL)
     assert_one_error(rc, err, match)
@@ -147,13 +191,17 @@ def custom_dir(tmp_path_factory, llama_dir):
     for f in llama_dir.iterdir():
         shutil.copy(f, folder / f.name)
     (folder / "configuration_tiny.py").write_text(
-        "from transformers import LlamaConfig\n\n\nclass TinyConfig(LlamaConfig):\n    model_type = 'tinycustom'\n")
+        "from transformers import LlamaConfig\n\n\nclass TinyConfig(LlamaConfig):\n    model_type = 'tinycustom'\n"
+    )
     (folder / "modeling_tiny.py").write_text(
         "from transformers import LlamaModel\n\nfrom .configuration_tiny import TinyConfig\n\n\n"
-        "class TinyModel(LlamaModel):\n    config_class = TinyConfig\n")
+        "class TinyModel(LlamaModel):\n    config_class = TinyConfig\n"
+    )
     cfg = json.loads((folder / "config.json").read_text())
-    cfg.update(model_type="tinycustom", auto_map={"AutoConfig": "configuration_tiny.TinyConfig",
-                                                  "AutoModel": "modeling_tiny.TinyModel"})
+    cfg.update(
+        model_type="tinycustom",
+        auto_map={"AutoConfig": "configuration_tiny.TinyConfig", "AutoModel": "modeling_tiny.TinyModel"},
+    )
     (folder / "config.json").write_text(json.dumps(cfg))
     return folder
 
@@ -166,8 +214,9 @@ def test_remote_code_needs_the_flag(capsys, custom_dir):
 
 
 def test_remote_code_runs_with_the_flag(custom_dir, llama_dir):
-    pm = load_model(str(custom_dir), weights="trained", max_layer=1, context_length=8, device="cpu",
-                    trust_remote_code=True)
+    pm = load_model(
+        str(custom_dir), weights="trained", max_layer=1, context_length=8, device="cpu", trust_remote_code=True
+    )
     assert type(pm.module).__name__ == "TinyModel" and pm.info.weights_read["method"] == "partial"
     ref = load_model(str(llama_dir), weights="trained", max_layer=1, context_length=8, device="cpu")
     ids = torch.randint(0, 250, (2, 8), generator=torch.Generator().manual_seed(0))
@@ -234,20 +283,27 @@ def _planted(folder, marker, where: str):
     """A copy of a BERT folder whose ``where`` (config, model or tokenizer) maps to code that leaves ``marker`` when imported."""
     leave = f"import pathlib\npathlib.Path({str(marker)!r}).write_text('imported')\n"
     (folder / "configuration_planted.py").write_text(
-        leave + "from transformers import BertConfig\n\n\nclass PlantedConfig(BertConfig):\n    model_type = 'planted'\n")
+        leave
+        + "from transformers import BertConfig\n\n\nclass PlantedConfig(BertConfig):\n    model_type = 'planted'\n"
+    )
     (folder / "modeling_planted.py").write_text(
         leave + "from transformers import BertModel\n\nfrom .configuration_planted import PlantedConfig\n\n\n"
-        "class PlantedModel(BertModel):\n    config_class = PlantedConfig\n")
+        "class PlantedModel(BertModel):\n    config_class = PlantedConfig\n"
+    )
     (folder / "tokenization_planted.py").write_text(
-        leave + "from transformers import BertTokenizer\n\n\nclass PlantedTokenizer(BertTokenizer):\n    pass\n")
+        leave + "from transformers import BertTokenizer\n\n\nclass PlantedTokenizer(BertTokenizer):\n    pass\n"
+    )
     if where == "tokenizer":
         tok = json.loads((folder / "tokenizer_config.json").read_text())
         tok["auto_map"] = {"AutoTokenizer": ["tokenization_planted.PlantedTokenizer", None]}
         (folder / "tokenizer_config.json").write_text(json.dumps(tok))
         return folder
     cfg = json.loads((folder / "config.json").read_text())
-    cfg["auto_map"] = ({"AutoConfig": "configuration_planted.PlantedConfig", "AutoModel": "modeling_planted.PlantedModel"}
-                       if where == "config" else {"AutoModel": "modeling_planted.PlantedModel"})
+    cfg["auto_map"] = (
+        {"AutoConfig": "configuration_planted.PlantedConfig", "AutoModel": "modeling_planted.PlantedModel"}
+        if where == "config"
+        else {"AutoModel": "modeling_planted.PlantedModel"}
+    )
     if where == "config":
         cfg["model_type"] = "planted"
     (folder / "config.json").write_text(json.dumps(cfg))
@@ -260,12 +316,14 @@ def test_planted_code_never_runs_without_the_flag(capsys, bert_dir, tmp_path, wh
     shutil.copytree(bert_dir, folder)
     _planted(folder, marker, where)
     for command in ("check", "capacity"):
-        rc, out, err = run(capsys, command, folder, "--limit", "20", "--context-length", "8", "--samples", "20",
-                           "--format", "json")
+        rc, out, err = run(
+            capsys, command, folder, "--limit", "20", "--context-length", "8", "--samples", "20", "--format", "json"
+        )
         line = assert_one_error(rc, err, "pass --trust-remote-code")
         assert "auto_map" in line and out == ""
-    rc, out, err = run(capsys, "kruskal", "--model", folder, "--limit", "20", "--n", "8", "--samples", "20",
-                       "--format", "json")
+    rc, out, err = run(
+        capsys, "kruskal", "--model", folder, "--limit", "20", "--n", "8", "--samples", "20", "--format", "json"
+    )
     assert_one_error(rc, err, "pass --trust-remote-code")
     with pytest.raises(ModelError, match="needs code from its own folder"):
         load_model(str(folder), weights="trained", max_layer=1, context_length=8, device="cpu")
@@ -283,8 +341,26 @@ def test_planted_code_never_runs_when_stdin_says_yes(bert_dir, tmp_path):
     _planted(folder, marker, "config")
     root = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "mhaaudit", "check", str(folder), "--limit", "20", "--context-length", "8",
-                           "--format", "json"], input="y\ny\n", capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mhaaudit",
+            "check",
+            str(folder),
+            "--limit",
+            "20",
+            "--context-length",
+            "8",
+            "--format",
+            "json",
+        ],
+        input="y\ny\n",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == "" and "[y/N]" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("Error: ")
@@ -300,8 +376,19 @@ def test_planted_code_of_a_hub_repository_never_runs_without_the_flag(bert_dir, 
     FakeHub("org/planted", folder, tmp_path / "cache").install(monkeypatch)
     with pytest.raises(ModelError, match="pass trust_remote_code "):
         load_model("org/planted", weights="trained", max_layer=1, context_length=8, device="cpu")
-    rc, out, err = run(capsys, "check", "org/planted", "--variants", "trained", "--limit", "20", "--context-length", "8",
-                       "--format", "json")
+    rc, out, err = run(
+        capsys,
+        "check",
+        "org/planted",
+        "--variants",
+        "trained",
+        "--limit",
+        "20",
+        "--context-length",
+        "8",
+        "--format",
+        "json",
+    )
     assert_one_error(rc, err, "--trust-remote-code")
     assert out == "" and not marker.exists()
 
@@ -328,14 +415,24 @@ def test_every_loading_call_says_whether_code_may_run(bert_dir, vit_dir, monkeyp
 
         monkeypatch.setattr(owner, name, wrapper)
 
-    for owner in (transformers.AutoConfig, transformers.AutoModel, transformers.AutoTokenizer,
-                  transformers.AutoImageProcessor):
+    for owner in (
+        transformers.AutoConfig,
+        transformers.AutoModel,
+        transformers.AutoTokenizer,
+        transformers.AutoImageProcessor,
+    ):
         for name in ("from_pretrained", "from_config"):
             if hasattr(owner, name):
                 recording(owner, name)
     for flag in (False, True):
         calls.clear()
-        load_model(str(bert_dir), weights="trained", max_layer=1, context_length=8, device="cpu", trust_remote_code=flag)
+        load_model(
+            str(bert_dir), weights="trained", max_layer=1, context_length=8, device="cpu", trust_remote_code=flag
+        )
         load_model(str(vit_dir), weights="random", max_layer=1, device="cpu", trust_remote_code=flag)
-        assert {c for c, _ in calls} >= {"AutoConfig.from_pretrained", "AutoModel.from_config", "AutoTokenizer.from_pretrained"}
+        assert {c for c, _ in calls} >= {
+            "AutoConfig.from_pretrained",
+            "AutoModel.from_config",
+            "AutoTokenizer.from_pretrained",
+        }
         assert all(v is flag for _c, v in calls), calls

@@ -27,8 +27,26 @@ def _main():
 
 def test_cli_table_end_to_end(capsys, tmp_path):
     rc = _main()(
-        ["memorize", "--vary", "heads", "--values", "1,2,3", "--n", "4", "--head-dim", "8", "--sizes", "24",
-         "--max-steps", "20", "--device", "cpu", "--saturation", "--plot", str(tmp_path / "fig.png")]
+        [
+            "memorize",
+            "--vary",
+            "heads",
+            "--values",
+            "1,2,3",
+            "--n",
+            "4",
+            "--head-dim",
+            "8",
+            "--sizes",
+            "24",
+            "--max-steps",
+            "20",
+            "--device",
+            "cpu",
+            "--saturation",
+            "--plot",
+            str(tmp_path / "fig.png"),
+        ]
     )
     captured = capsys.readouterr()
     assert rc == 0, captured.err
@@ -41,8 +59,26 @@ def test_cli_table_end_to_end(capsys, tmp_path):
 
 def test_cli_json_parses(capsys):
     rc = _main()(
-        ["memorize", "--vary", "n", "--values", "2,3", "--heads", "2", "--head-dim", "8", "--sizes", "16,24",
-         "--max-steps", "10", "--device", "cpu", "--format", "json", "--saturation"]
+        [
+            "memorize",
+            "--vary",
+            "n",
+            "--values",
+            "2,3",
+            "--heads",
+            "2",
+            "--head-dim",
+            "8",
+            "--sizes",
+            "16,24",
+            "--max-steps",
+            "10",
+            "--device",
+            "cpu",
+            "--format",
+            "json",
+            "--saturation",
+        ]
     )
     captured = capsys.readouterr()
     assert rc == 0, captured.err
@@ -58,8 +94,27 @@ def test_cli_json_parses(capsys):
 
 def test_cli_regression_task(capsys):
     rc = _main()(
-        ["memorize", "--heads", "2", "--n", "3", "--head-dim", "4", "--sizes", "12", "--task", "regression",
-         "--context", "per-example", "--max-steps", "5", "--device", "cpu", "--format", "json"]
+        [
+            "memorize",
+            "--heads",
+            "2",
+            "--n",
+            "3",
+            "--head-dim",
+            "4",
+            "--sizes",
+            "12",
+            "--task",
+            "regression",
+            "--context",
+            "per-example",
+            "--max-steps",
+            "5",
+            "--device",
+            "cpu",
+            "--format",
+            "json",
+        ]
     )
     captured = capsys.readouterr()
     assert rc == 0, captured.err

@@ -51,8 +51,25 @@ def test_resumable_parquet(tmp_path, monkeypatch, capsys):
 
     # The CLI says so.
     rc = _main()(
-        ["memorize", "--vary", "heads", "--values", "1,2", "--n", "4", "--head-dim", "8", "--sizes", "16",
-         "--max-steps", "8", "--device", "cpu", "--out", str(out)]
+        [
+            "memorize",
+            "--vary",
+            "heads",
+            "--values",
+            "1,2",
+            "--n",
+            "4",
+            "--head-dim",
+            "8",
+            "--sizes",
+            "16",
+            "--max-steps",
+            "8",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+        ]
     )
     err = capsys.readouterr().err
     assert rc == 0 and "2 of 2 points" in err and "not recomputed" in err
@@ -92,7 +109,9 @@ def test_results_file_that_is_not_ours(tmp_path):
 
 
 def test_grouped_grid_matches_the_grid_point_by_point():
-    kw = dict(vary="heads", values="1,2,3", sizes="12,30", classes=4, max_steps=30, check_every=10, batch_size=8, **TINY)
+    kw = dict(
+        vary="heads", values="1,2,3", sizes="12,30", classes=4, max_steps=30, check_every=10, batch_size=8, **TINY
+    )
     alone = run_memorize_grid(**kw, max_group=1)
     together = run_memorize_grid(**kw, memory_budget=1.0)
     assert len(alone.groups) == len(alone.runs) == 6 and all(len(g.runs) == 1 for g in alone.groups)
@@ -102,7 +121,9 @@ def test_grouped_grid_matches_the_grid_point_by_point():
         assert (a.heads, a.size, a.memorized_count, a.steps_run) == (b.heads, b.size, b.memorized_count, b.steps_run)
         assert a.final_loss == pytest.approx(b.final_loss, rel=1e-5)
     d = together.to_dict()
-    assert d["memory_budget"] == 1 << 30 and {"runs", "heads", "head_dim", "n", "size", "bytes", "seconds"} <= set(d["groups"][0])
+    assert d["memory_budget"] == 1 << 30 and {"runs", "heads", "head_dim", "n", "size", "bytes", "seconds"} <= set(
+        d["groups"][0]
+    )
     # each point's seconds is its share of its group's time, not the group's time repeated
     for g in together.groups:
         shares = [together.runs[i].seconds for i in g.runs]
@@ -129,7 +150,9 @@ def test_seeds_mean_and_spread_resumable_and_plotted(tmp_path, monkeypatch):
 
     monkeypatch.setattr(grid_mod, "train_group", lambda *a, **k: pytest.fail("recomputed a stored point"))
     again = run_memorize_grid(**kw, seeds=[0, 1, 2])
-    assert again.reused == 6 and again.groups == () and [m.mean for m in again.summary] == [m.mean for m in grid.summary]
+    assert (
+        again.reused == 6 and again.groups == () and [m.mean for m in again.summary] == [m.mean for m in grid.summary]
+    )
     monkeypatch.undo()
     more = run_memorize_grid(**kw, seeds="0-3")  # one more seed: only its points are trained
     assert more.reused == 6 and len(more.runs) == 8 and sum(len(g.runs) for g in more.groups) == 2
@@ -139,7 +162,13 @@ def test_seeds_mean_and_spread_resumable_and_plotted(tmp_path, monkeypatch):
 
 
 def test_bad_seeds_and_budgets():
-    for bad in (dict(seeds="3-1"), dict(seeds="x"), dict(seeds="0-2", seed=4), dict(memory_budget=0),
-                dict(memory_budget=-1.0), dict(max_group=0)):
+    for bad in (
+        dict(seeds="3-1"),
+        dict(seeds="x"),
+        dict(seeds="0-2", seed=4),
+        dict(memory_budget=0),
+        dict(memory_budget=-1.0),
+        dict(max_group=0),
+    ):
         with pytest.raises(InputError):
             run_memorize_grid(sizes=[8], max_steps=1, **TINY, **bad)

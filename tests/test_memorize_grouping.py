@@ -13,9 +13,16 @@ _RECIPE = Recipe()
 
 
 def _plan(pts, device="cpu", budget=8 << 30, max_points=None, recipe=_RECIPE):
-    return plan_groups(pts, totals=[p.plan(recipe).total for p in pts], out_dim=recipe.out_dim, batch=recipe.batch_size,
-                       shared=recipe.context == "shared", device=torch.device(device), budget=budget,
-                       max_points=max_points)
+    return plan_groups(
+        pts,
+        totals=[p.plan(recipe).total for p in pts],
+        out_dim=recipe.out_dim,
+        batch=recipe.batch_size,
+        shared=recipe.context == "shared",
+        device=torch.device(device),
+        budget=budget,
+        max_points=max_points,
+    )
 
 
 def _cpu_points():

@@ -21,7 +21,9 @@ def test_row_round_trip():
     row = run_to_row(run)
     back = row_to_run(row)
     assert back.reused and back.saturation == run.saturation
-    assert {k: v for k, v in back.to_dict().items() if k != "reused"} == {k: v for k, v in run.to_dict().items() if k != "reused"}
+    assert {k: v for k, v in back.to_dict().items() if k != "reused"} == {
+        k: v for k, v in run.to_dict().items() if k != "reused"
+    }
     # The shared parquet writer stores lists as JSON text: read back the same.
     assert row_to_run(row | {"sat_histogram": json.dumps(row["sat_histogram"])}).saturation == run.saturation
     assert "seed_rule" in json.loads(row["config_key"])

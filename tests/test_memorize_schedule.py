@@ -38,10 +38,19 @@ def _reference_checks(size, batch, epochs, max_steps, check_every):
     return out
 
 
-@pytest.mark.parametrize("size,batch,epochs,max_steps,check_every", [
-    (8, 256, 3000, None, 20), (550, 256, None, None, 200), (1000, 256, None, 6000, 200), (500, 256, None, 6000, 200),
-    (300, 7, 3, None, 5), (10, 3, None, 11, 4), (24, 256, None, 20, 200), (100, 10, 2, None, 1000),
-])
+@pytest.mark.parametrize(
+    "size,batch,epochs,max_steps,check_every",
+    [
+        (8, 256, 3000, None, 20),
+        (550, 256, None, None, 200),
+        (1000, 256, None, 6000, 200),
+        (500, 256, None, 6000, 200),
+        (300, 7, 3, None, 5),
+        (10, 3, None, 11, 4),
+        (24, 256, None, 20, 200),
+        (100, 10, 2, None, 1000),
+    ],
+)
 def test_plan_checks_match_the_plain_loop(size, batch, epochs, max_steps, check_every):
     plan = Plan.of(size, batch, epochs, max_steps, check_every)
     assert plan.checks == _reference_checks(size, batch, epochs, max_steps, check_every)
@@ -54,6 +63,6 @@ def test_batch_order_is_one_permutation_per_epoch():
     rows = torch.cat([order.take(0, 2), order.take(2, 7), order.take(7, 9)])
     assert rows.shape == (9, 4)
     for e in range(3):
-        epoch = rows[3 * e: 3 * e + 3].reshape(-1)
+        epoch = rows[3 * e : 3 * e + 3].reshape(-1)
         assert (epoch[-2:] == -1).all() and sorted(epoch[:10].tolist()) == list(range(10))
         assert epoch[:10].tolist() == torch.randperm(10, generator=g2).tolist()  # the generator's own order

@@ -13,8 +13,12 @@ SPECS = [Point(1, 4, 8, 10), Point(3, 6, 5, 10), Point(2, 5, 8, 10)]  # H, n, d_
 
 
 def _models(out_dim=7):
-    return [MemorizeModel(d=64, n=p.n, heads=p.heads, head_dim=p.head_dim, out_dim=out_dim,
-                          generator=torch.Generator().manual_seed(i)) for i, p in enumerate(SPECS)]
+    return [
+        MemorizeModel(
+            d=64, n=p.n, heads=p.heads, head_dim=p.head_dim, out_dim=out_dim, generator=torch.Generator().manual_seed(i)
+        )
+        for i, p in enumerate(SPECS)
+    ]
 
 
 @pytest.mark.parametrize("per_example", [False, True])
@@ -40,8 +44,14 @@ def test_stack_computes_each_model_and_its_gradients(per_example):
         torch.testing.assert_close(p[i, :, :h, :n], ref_p)
         assert (p[i, :, :, n:] == 0).all()  # padded context rows get no weight
         g = stack.params(stack.rows[i].grad[None])
-        for name, padded in (("embed", g["embed"][0]), ("wq", g["wq"][0, :h, :, :e]), ("wk", g["wk"][0, :h, :, :e]),
-                             ("wv", g["wv"][0, :h]), ("wo", g["wo"][0, :, :h]), ("readout", g["readout"][0])):
+        for name, padded in (
+            ("embed", g["embed"][0]),
+            ("wq", g["wq"][0, :h, :, :e]),
+            ("wk", g["wk"][0, :h, :, :e]),
+            ("wv", g["wv"][0, :h]),
+            ("wo", g["wo"][0, :, :h]),
+            ("readout", g["readout"][0]),
+        ):
             torch.testing.assert_close(padded, getattr(m, name).grad, rtol=1e-4, atol=1e-5)
         # Padding receives exactly zero gradient, so it stays zero under Adam.
         assert (g["wq"][0, h:] == 0).all() and (g["wq"][0, :, :, e:] == 0).all() and (g["wk"][0, :, :, e:] == 0).all()

@@ -43,16 +43,37 @@ MIXED = [Point(1, 4, 8, 24, 0), Point(3, 5, 6, 40, 1), Point(2, 3, 8, 70, 2), Po
 
 
 def _same_record(a, b):
-    assert (a.memorized_count, a.steps_run, a.epochs_run, a.stopped_early) == (b.memorized_count, b.steps_run, b.epochs_run, b.stopped_early)
+    assert (a.memorized_count, a.steps_run, a.epochs_run, a.stopped_early) == (
+        b.memorized_count,
+        b.steps_run,
+        b.epochs_run,
+        b.stopped_early,
+    )
     assert a.final_loss == pytest.approx(b.final_loss, rel=1e-5, abs=1e-7)
     assert a.saturation == b.saturation
 
 
-@pytest.mark.parametrize("task,context", [("classification", "shared"), ("classification", "per-example"),
-                                          ("regression", "shared"), ("regression", "per-example")])
+@pytest.mark.parametrize(
+    "task,context",
+    [
+        ("classification", "shared"),
+        ("classification", "per-example"),
+        ("regression", "shared"),
+        ("regression", "per-example"),
+    ],
+)
 def test_a_stacked_group_matches_its_points_trained_one_by_one(task, context):
-    recipe = Recipe.resolve(task=task, context=context, classes=3, epochs=80, max_steps=80, check_every=10,
-                            batch_size=16, lr=1e-2, tolerance=0.2)
+    recipe = Recipe.resolve(
+        task=task,
+        context=context,
+        classes=3,
+        epochs=80,
+        max_steps=80,
+        check_every=10,
+        batch_size=16,
+        lr=1e-2,
+        tolerance=0.2,
+    )
     together = train_group(MIXED, recipe, CPU, saturation=True)
     alone = [train_group([p], recipe, CPU, saturation=True)[0] for p in MIXED]
     for a, b in zip(together, alone, strict=False):
@@ -76,11 +97,14 @@ def test_points_with_different_schedules_in_one_group():
 def test_the_stacked_training_is_the_plain_loop(task, context):
     from mhaaudit.memorize.reference import train_plain
 
-    recipe = Recipe.resolve(task=task, context=context, classes=5, max_steps=40, check_every=15, batch_size=16, lr=3e-3,
-                            tolerance=0.2)
+    recipe = Recipe.resolve(
+        task=task, context=context, classes=5, max_steps=40, check_every=15, batch_size=16, lr=3e-3, tolerance=0.2
+    )
     pts = [Point(2, 4, 8, 40, 0), Point(3, 3, 5, 30, 1)]
     for run, p in zip(train_group(pts, recipe, CPU), pts, strict=False):
         with intra_op_threads(CPU, 1):
             plain = train_plain(p, recipe, CPU)
-        assert {k: getattr(run, k) for k in plain if k != "final_loss"} == {k: v for k, v in plain.items() if k != "final_loss"}
+        assert {k: getattr(run, k) for k in plain if k != "final_loss"} == {
+            k: v for k, v in plain.items() if k != "final_loss"
+        }
         assert run.final_loss == pytest.approx(plain["final_loss"], rel=1e-4)

@@ -113,8 +113,9 @@ def test_unknown_layout_and_a_new_adapter(vit_dir, monkeypatch):
 
     @attention.register_adapter("two-linears", lambda b: isinstance(b, _TwoLinears))
     def read(block, ctx):
-        return AttentionWeights.from_linears(block.wq, block.wk, ctx.num_heads, pre=nn.Identity(),
-                                             scale=ctx.head_dim**-0.5, causal=ctx.causal)
+        return AttentionWeights.from_linears(
+            block.wq, block.wk, ctx.num_heads, pre=nn.Identity(), scale=ctx.head_dim**-0.5, causal=ctx.causal
+        )
 
     aw = first_attention(pm, 1)
     assert aw.W_q.shape == (2, 32, 16) and aw.b_k is None and aw.b_q.shape == (2, 16)

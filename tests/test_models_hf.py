@@ -63,11 +63,15 @@ def test_vit_capture_matches_hidden_states(vit_dir):
 
 def test_vit_uses_saved_image_processor(tmp_path):
     save_hf(transformers.ViTModel, vit_config(), tmp_path)
-    proc = transformers.ViTImageProcessor(size={"height": 32, "width": 32}, image_mean=[0.1, 0.2, 0.3], image_std=[0.4, 0.5, 0.6])
+    proc = transformers.ViTImageProcessor(
+        size={"height": 32, "width": 32}, image_mean=[0.1, 0.2, 0.3], image_std=[0.4, 0.5, 0.6]
+    )
     proc.save_pretrained(str(tmp_path))
     pm = load_model(str(tmp_path), weights="trained", device="cpu")
     imgs = images(2)
-    torch.testing.assert_close(pm.preprocess(imgs)["pixel_values"], proc(images=imgs, return_tensors="pt")["pixel_values"])
+    torch.testing.assert_close(
+        pm.preprocess(imgs)["pixel_values"], proc(images=imgs, return_tensors="pt")["pixel_values"]
+    )
 
 
 def test_image_family_normalisation_without_processor(vit_dir, tmp_path):
@@ -76,14 +80,24 @@ def test_image_family_normalisation_without_processor(vit_dir, tmp_path):
     img = images(1)
     ref = transformers.ViTImageProcessor(size={"height": 32, "width": 32}, image_mean=[0.5] * 3, image_std=[0.5] * 3)
     torch.testing.assert_close(pm.preprocess(img)["pixel_values"], ref(images=img, return_tensors="pt")["pixel_values"])
-    cfg = transformers.AutoConfig.for_model("deit", hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                            intermediate_size=64, image_size=32, patch_size=8)
+    cfg = transformers.AutoConfig.for_model(
+        "deit",
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        image_size=32,
+        patch_size=8,
+    )
     torch.manual_seed(0)
     transformers.AutoModel.from_config(cfg).save_pretrained(str(tmp_path))
     deit = load_model(str(tmp_path), weights="trained", device="cpu")
-    ref = transformers.ViTImageProcessor(size={"height": 32, "width": 32}, image_mean=[0.485, 0.456, 0.406],
-                                         image_std=[0.229, 0.224, 0.225])
-    torch.testing.assert_close(deit.preprocess(img)["pixel_values"], ref(images=img, return_tensors="pt")["pixel_values"])
+    ref = transformers.ViTImageProcessor(
+        size={"height": 32, "width": 32}, image_mean=[0.485, 0.456, 0.406], image_std=[0.229, 0.224, 0.225]
+    )
+    torch.testing.assert_close(
+        deit.preprocess(img)["pixel_values"], ref(images=img, return_tensors="pt")["pixel_values"]
+    )
 
 
 def test_hf_single_weights_file(vit_dir, timm_dir, tmp_path):
@@ -105,7 +119,9 @@ def test_hf_single_weights_file(vit_dir, timm_dir, tmp_path):
 
 
 def test_bert_capture_matches_hidden_states(tiny_bert):
-    pm = load_model("bert-base-uncased", weights="trained", weights_path=str(tiny_bert), device="cpu", context_length=12)
+    pm = load_model(
+        "bert-base-uncased", weights="trained", weights_path=str(tiny_bert), device="cpu", context_length=12
+    )
     assert (pm.info.family, pm.info.modality, pm.info.n, pm.info.query_index, pm.info.d) == ("bert", "text", 12, 0, 32)
     assert pm.tokenizer is None
     inputs = pm.preprocess(ids(pm))
@@ -207,7 +223,9 @@ def test_random_init_does_not_depend_on_max_layer(tiny_gpt2):
 
 
 def test_hf_hierarchical_model_rejected(tmp_path):
-    cfg = transformers.SwinConfig(image_size=32, patch_size=4, embed_dim=8, depths=[1, 1], num_heads=[1, 1], window_size=2)
+    cfg = transformers.SwinConfig(
+        image_size=32, patch_size=4, embed_dim=8, depths=[1, 1], num_heads=[1, 1], window_size=2
+    )
     cfg.save_pretrained(str(tmp_path))
     with pytest.raises(ModelError, match="cannot be probed"):
         load_model(str(tmp_path), device="cpu")

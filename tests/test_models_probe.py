@@ -115,8 +115,19 @@ def test_text_preprocess_checks(tiny_bert):
 
 def test_public_types():
     assert {f for f in ModelInfo.__dataclass_fields__} >= {
-        "name", "resolved", "backend", "family", "modality", "d", "n", "query_index",
-        "num_layers", "num_heads", "head_dim", "weights", "weights_source",
+        "name",
+        "resolved",
+        "backend",
+        "family",
+        "modality",
+        "d",
+        "n",
+        "query_index",
+        "num_layers",
+        "num_heads",
+        "head_dim",
+        "weights",
+        "weights_source",
     }
     assert callable(ProbedModel.capture) and callable(ProbedModel.preprocess)
 

@@ -57,6 +57,7 @@ def test_build_random_draws_once_and_gives_the_ordinary_weights(monkeypatch):
     check = random_init._all_written
     monkeypatch.setattr(random_init, "_all_written", lambda m: written.append(check(m)) or written[-1])
     for name, cfg in _tiny_configs().items():
+
         def redraw(module, cfg=cfg):
             random_init.reinit_hf(module, find_blocks(module), 5, cfg.num_hidden_layers)
 

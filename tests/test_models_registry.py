@@ -41,7 +41,9 @@ def test_resolve_aliases(timm_dir, vit_dir):
 
 
 def test_resolve_timm_names():
-    assert resolve("timm:vit_tiny_patch16_224") == ModelSpec("timm:vit_tiny_patch16_224", "timm", "vit_tiny_patch16_224", "vit", "image")
+    assert resolve("timm:vit_tiny_patch16_224") == ModelSpec(
+        "timm:vit_tiny_patch16_224", "timm", "vit_tiny_patch16_224", "vit", "image"
+    )
     assert resolve("vit_small_patch16_224.augreg_in21k").family == "vit"
     assert resolve("deit_tiny_patch16_224").backend == "timm"
     assert resolve("some_name", backend="timm").resolved == "some_name"
@@ -51,7 +53,13 @@ def test_resolve_timm_names():
 
 def test_resolve_local_paths(vit_dir, timm_dir, tmp_path):
     spec = resolve(str(vit_dir))
-    assert (spec.backend, spec.resolved, spec.family, spec.modality, spec.local) == ("hf", str(vit_dir), "vit", "image", True)
+    assert (spec.backend, spec.resolved, spec.family, spec.modality, spec.local) == (
+        "hf",
+        str(vit_dir),
+        "vit",
+        "image",
+        True,
+    )
     assert resolve(str(timm_dir)) == ModelSpec(str(timm_dir), "timm", str(timm_dir), None, "image", local=True)
     assert resolve(str(timm_dir / "model.safetensors")).backend == "timm"
     assert resolve(str(timm_dir), backend="hf").backend == "hf"
@@ -102,9 +110,15 @@ def test_classify_config():
     assert registry.classify_config(_Cfg(model_type="x", vocab_size=10, architectures=["XForCausalLM"]), "m")[2]
     with pytest.raises(ModelError, match="m cannot be probed: Swin merges"):
         registry.classify_config(_Cfg(model_type="swin"), "m")
-    with pytest.raises(ModelError, match=r"image family 'mystery' is not one mhaaudit knows \(supported: transformers vit, "):
+    with pytest.raises(
+        ModelError, match=r"image family 'mystery' is not one mhaaudit knows \(supported: transformers vit, "
+    ):
         registry.classify_config(_Cfg(model_type="mystery", image_size=224), "m")
-    assert registry.classify_config(_Cfg(model_type="beit", image_size=224, vocab_size=8192), "m") == ("beit", "image", False)
+    assert registry.classify_config(_Cfg(model_type="beit", image_size=224, vocab_size=8192), "m") == (
+        "beit",
+        "image",
+        False,
+    )
     with pytest.raises(ModelError, match="encoder-decoder"):
         registry.classify_config(_Cfg(model_type="t5", vocab_size=10, is_encoder_decoder=True), "m")
     with pytest.raises(ModelError, match="neither"):
@@ -123,7 +137,9 @@ def test_a_family_is_one_registry_entry(monkeypatch):
 
 
 def test_unsupported_families_name_the_supported_ones():
-    with pytest.raises(ModelError, match=r"Swin merges .*\(supported: transformers gpt2, .*llama.*; timm vit_\*siglip\*"):
+    with pytest.raises(
+        ModelError, match=r"Swin merges .*\(supported: transformers gpt2, .*llama.*; timm vit_\*siglip\*"
+    ):
         registry.classify_config(_Cfg(model_type="swin"), "m")
     assert registry.timm_family("vit_small_patch14_reg4_dinov2.lvd142m") == "dinov2"
     assert registry.timm_family("vit_base_patch16_siglip_224") == "siglip"

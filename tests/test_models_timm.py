@@ -22,7 +22,15 @@ def test_timm_capture_matches_manual_blocks(timm_dir):
     file = timm_dir / "model.safetensors"
     pm = load_model(str(file), backend="timm", weights="trained", device="cpu")
     i = pm.info
-    assert (i.backend, i.modality, i.d, i.n, i.query_index, i.num_layers, i.num_heads) == ("timm", "image", 32, 17, 0, 2, 2)
+    assert (i.backend, i.modality, i.d, i.n, i.query_index, i.num_layers, i.num_heads) == (
+        "timm",
+        "image",
+        32,
+        17,
+        0,
+        2,
+        2,
+    )
     assert str(file) in i.weights_source
     inputs = pm.preprocess(images())
     assert inputs["pixel_values"].shape == (3, 3, 32, 32)
@@ -87,7 +95,9 @@ def test_timm_without_class_token_needs_a_query_index(tmp_path):
 def test_timm_weights_that_do_not_fit(timm_dir, tmp_path):
     # a timm file for a different size of the architecture
     with pytest.raises(ModelError, match="does not fit"):
-        load_model("vit_tiny_patch16_224", weights="trained", weights_path=str(timm_dir / "model.safetensors"), device="cpu")
+        load_model(
+            "vit_tiny_patch16_224", weights="trained", weights_path=str(timm_dir / "model.safetensors"), device="cpu"
+        )
     garbage = tmp_path / "garbage.safetensors"
     garbage.write_bytes(b"not a checkpoint")
     with pytest.raises(ModelError):

@@ -30,13 +30,17 @@ def quickstart(tmp_path_factory):
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
     nb = nbformat.read(QUICKSTART, as_version=4)
-    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), "HF_HUB_OFFLINE": "1",
-           "MHAAUDIT_CACHE": str(tmp_path_factory.mktemp("cache"))}
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "HF_HUB_OFFLINE": "1",
+        "MHAAUDIT_CACHE": str(tmp_path_factory.mktemp("cache")),
+    }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # the kernel inherits them: this checkout's mhaaudit, offline
     try:
-        client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                                         resources={"metadata": {"path": str(tmp_path_factory.mktemp("nb"))}})
+        client = nbclient.NotebookClient(
+            nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path_factory.mktemp("nb"))}}
+        )
         client.execute()
     finally:
         for k, v in saved.items():
@@ -98,7 +102,12 @@ def test_text_progress_without_widgets_finishes_every_bar(monkeypatch):
         advance(7)
         raise KeyboardInterrupt
     finals = [line.split("\r")[-1] for line in err.getvalue().split("\n") if line.strip()]
-    assert [f.split(":")[0] for f in finals] == ["decided without sampling", "decided early", "all draws", "interrupted"]
+    assert [f.split(":")[0] for f in finals] == [
+        "decided without sampling",
+        "decided early",
+        "all draws",
+        "interrupted",
+    ]
     assert "100%" in finals[0] and "done: 0 of 300 needed" in finals[0]
     assert "100%" in finals[1] and "40/40" in finals[1] and "done after 40 of 300" in finals[1]
     assert "100%" in finals[2] and "5/5" in finals[2]

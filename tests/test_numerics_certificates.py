@@ -41,7 +41,9 @@ def test_rounding_margin_scales_with_lambda_max():
 @given(st.integers(2, 12), st.floats(0.0, 20.0), st.integers(0, 10_000))
 def test_lambda_max_bounds_bracket_lambda_max(k, common, seed):
     g = torch.Generator().manual_seed(seed)
-    X = torch.randn(3, k, 10, generator=g, dtype=torch.float64) + common * torch.randn(10, generator=g, dtype=torch.float64)
+    X = torch.randn(3, k, 10, generator=g, dtype=torch.float64) + common * torch.randn(
+        10, generator=g, dtype=torch.float64
+    )
     G = X @ X.transpose(1, 2)
     lam = torch.linalg.eigvalsh(G)[:, -1]
     lo, hi = lambda_max_bounds(G)
@@ -71,7 +73,9 @@ def test_svd_rank_and_gram_rank_equal_matrix_rank():
     ref = torch.tensor([int(torch.linalg.matrix_rank(r, rtol=rule.rtol_for(12, 12))) for r in rows])
     rank, smin, smax, tol, s = svd_rank(rows, rule)
     assert torch.equal(rank, ref)
-    assert torch.equal(smax, s[:, 0]) and torch.equal(smin, s[:, -1]) and torch.allclose(tol, smax * rule.rtol_for(12, 12))
+    assert (
+        torch.equal(smax, s[:, 0]) and torch.equal(smin, s[:, -1]) and torch.allclose(tol, smax * rule.rtol_for(12, 12))
+    )
     assert torch.equal(gram_rank(G, lambda j: rows[j], 12, rule), ref)
 
 
@@ -79,8 +83,12 @@ def test_decide_prefix_full_rank_equals_matrix_rank_on_leading_blocks():
     _X, rule, idx, rows, G = _draws_and_grams(12, {})
     ks = torch.randint(1, 13, (idx.shape[0],), generator=torch.Generator().manual_seed(0))
     dec = decide_prefix_full_rank(G, ks, lambda b, k: rows[b, :k], 12, rule)
-    ref = torch.tensor([int(torch.linalg.matrix_rank(rows[b, : int(k)], rtol=rule.rtol_for(int(k), 12))) == int(k)
-                        for b, k in enumerate(ks)])
+    ref = torch.tensor(
+        [
+            int(torch.linalg.matrix_rank(rows[b, : int(k)], rtol=rule.rtol_for(int(k), 12))) == int(k)
+            for b, k in enumerate(ks)
+        ]
+    )
     assert torch.equal(dec.full, ref)
 
 
@@ -95,7 +103,9 @@ def test_svd_rank_does_not_depend_on_the_scale(scale):
     assert torch.equal(rank, r2)
     assert torch.allclose(s2 / scale, s, rtol=1e-12) and torch.allclose(tol2 / scale, tol, rtol=1e-12)
     atol_rule = RankRule.for_dtype(torch.float32, atol=0.01)  # an absolute tolerance scales with the data
-    assert torch.equal(svd_rank(rows, atol_rule)[0], svd_rank(rows * scale, RankRule.for_dtype(torch.float32, atol=0.01 * scale))[0])
+    assert torch.equal(
+        svd_rank(rows, atol_rule)[0], svd_rank(rows * scale, RankRule.for_dtype(torch.float32, atol=0.01 * scale))[0]
+    )
 
 
 def _tiny_near_dependent(k: int = 3, d: int = 8, ratio: float = 1e-7, scale: float = 2.0**-300):

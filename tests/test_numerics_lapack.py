@@ -89,7 +89,9 @@ def test_decide_draws_agree_with_matrix_rank(deficient_first, rule_kw, route):
     rule = RankRule.for_dtype(X.dtype, **rule_kw)
     gram = Gram(X, torch.device("cpu"))
     idx = all_draws(60, 12, 300, 1, sort=True).numpy()  # 85-92% settled, depending on the seed
-    full, decided = lapack.decide_draws(_entries(gram, route), idx, 12, rule, gram.proj, deficient_first=deficient_first)
+    full, decided = lapack.decide_draws(
+        _entries(gram, route), idx, 12, rule, gram.proj, deficient_first=deficient_first
+    )
     for row, f, dcd in zip(idx, full, decided, strict=False):
         if dcd:
             assert bool(f) == matrix_rank_full(X, torch.from_numpy(row), rule)

@@ -31,8 +31,9 @@ def test_user_tolerances_follow_matrix_rank():
     assert both.as_dict()["rtol"] == 0.1 and "atol = 0.5" in both.describe()
 
 
-@pytest.mark.parametrize("kw, match", [({"rtol": -1.0}, "^rtol"), ({"atol": float("inf")}, "^atol"),
-                                       ({"atol": float("nan")}, "^atol")])
+@pytest.mark.parametrize(
+    "kw, match", [({"rtol": -1.0}, "^rtol"), ({"atol": float("inf")}, "^atol"), ({"atol": float("nan")}, "^atol")]
+)
 def test_bad_tolerances_are_refused(kw, match):
     with pytest.raises(InputError, match=f"{match} must be a finite number >= 0"):
         RankRule.for_dtype(torch.float32, **kw)
@@ -83,8 +84,11 @@ def test_the_rule_of_a_set_is_the_per_matrix_rule():
     from mhaaudit.kruskal import fixed_rule
 
     X = torch.randn(50, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 1e3
-    for rule in (RankRule.for_dtype(torch.float32), RankRule.for_dtype(torch.float32, rtol=1e-3),
-                 RankRule.for_dtype(torch.float32, atol=0.5)):
+    for rule in (
+        RankRule.for_dtype(torch.float32),
+        RankRule.for_dtype(torch.float32, rtol=1e-3),
+        RankRule.for_dtype(torch.float32, atol=0.5),
+    ):
         got, stats = fixed_rule(X, rule)
         assert got == rule and stats is not None
         for rows, cols in ((3, 8), (8, 8), (50, 8)):

@@ -19,7 +19,7 @@ from mhaaudit.numerics.stream import Rows, Unit, scan, tsqr
 
 def _low_rank(T: int, d: int, r: int, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(T, r, generator=g, dtype=torch.float64) @ torch.randn(r, d, generator=g, dtype=torch.float64))
+    return torch.randn(T, r, generator=g, dtype=torch.float64) @ torch.randn(r, d, generator=g, dtype=torch.float64)
 
 
 @pytest.mark.parametrize("chunk_rows", [7, 1000])
@@ -38,7 +38,9 @@ def test_scan_is_the_whole_set_rescaled(monkeypatch, chunk_rows):
     assert np.allclose(sc.sqn, (unit.X**2).sum(1).numpy(), rtol=1e-13)
     assert np.array_equal(sc.small_norms, np.sort(row_norms(unit.X).numpy())[:5])
     assert (sc.zero_rows, sc.first_zero) == (1, 3)
-    assert np.allclose(sc.proj, (unit.X.numpy() @ sc.u), rtol=1e-12, atol=1e-15) and math.isclose(np.linalg.norm(sc.u), 1)
+    assert np.allclose(sc.proj, (unit.X.numpy() @ sc.u), rtol=1e-12, atol=1e-15) and math.isclose(
+        np.linalg.norm(sc.u), 1
+    )
 
 
 def test_scan_refuses_nan_wherever_it_lies(monkeypatch):

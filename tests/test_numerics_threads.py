@@ -64,6 +64,11 @@ def test_the_rank_setting_and_the_memorize_groups_use_it(two_threads):
 
 def test_no_other_module_sets_the_thread_count():
     root = Path(mhaaudit.__file__).parent
-    setters = [f"{p.relative_to(root)}:{i}" for p in sorted(root.rglob("*.py")) if p.name != "threads.py"
-               for i, line in enumerate(p.read_text().splitlines(), 1) if re.search(r"\bset_num_threads\(", line)]
+    setters = [
+        f"{p.relative_to(root)}:{i}"
+        for p in sorted(root.rglob("*.py"))
+        if p.name != "threads.py"
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if re.search(r"\bset_num_threads\(", line)
+    ]
     assert not setters, setters

@@ -23,12 +23,20 @@ def test_stream_feeds_every_consumer_the_direct_capture(vit_dir, image_dir, sett
     pm = pipeline.load(req, "random", settings, max_layer=2)
     data = DataRequest(data=str(image_dir), limit=21, batch_size=8)
     seen_a, seen_b = [], []
-    fed = pipeline.stream(pm, data, [0, 2], [lambda t: seen_a.append(t), lambda t: seen_b.append({k: v.clone() for k, v in t.items()})],
-                          settings, notes=[])
+    fed = pipeline.stream(
+        pm,
+        data,
+        [0, 2],
+        [lambda t: seen_a.append(t), lambda t: seen_b.append({k: v.clone() for k, v in t.items()})],
+        settings,
+        notes=[],
+    )
     assert fed.count == 21 and [len(t[0]) for t in seen_a] == [8, 8, 5]
     assert fed.name and fed.skipped == 0 and fed.seconds >= 0
     # The same examples captured directly, one batch: the pipeline changed nothing but the batching.
-    _info, raw = pipeline.example_batches(pm, DataRequest(data=str(image_dir), limit=21, batch_size=21), settings.seed, [])
+    _info, raw = pipeline.example_batches(
+        pm, DataRequest(data=str(image_dir), limit=21, batch_size=21), settings.seed, []
+    )
     direct = pm.capture(pm.preprocess(next(raw)), [0, 2])
     for layer in (0, 2):
         got = torch.cat([t[layer] for t in seen_b])
@@ -39,8 +47,14 @@ def test_stream_feeds_every_consumer_the_direct_capture(vit_dir, image_dir, sett
 def test_stream_runs_text_models_with_segments(tmp_path, settings):
     import transformers
 
-    cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                                  vocab_size=30522, max_position_embeddings=64)
+    cfg = transformers.BertConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        vocab_size=30522,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     transformers.BertModel(cfg).eval().save_pretrained(str(tmp_path))
     pm = pipeline.load(ModelRequest(str(tmp_path), context_length=16), "trained", settings, max_layer=1)
@@ -51,8 +65,14 @@ def test_stream_runs_text_models_with_segments(tmp_path, settings):
         pipeline.stream(pm, DataRequest(data=str(text), limit=6, batch_size=4), [1], [lambda t: None], settings, notes)
     pm_random = pipeline.load(ModelRequest(str(tmp_path), context_length=16), "random", settings, max_layer=1)
     shapes = []
-    fed = pipeline.stream(pm_random, DataRequest(data=str(text), limit=6, batch_size=4), [1],
-                          [lambda t: shapes.append(tuple(t[1].shape))], settings, notes)
+    fed = pipeline.stream(
+        pm_random,
+        DataRequest(data=str(text), limit=6, batch_size=4),
+        [1],
+        [lambda t: shapes.append(tuple(t[1].shape))],
+        settings,
+        notes,
+    )
     assert fed.count == 6 and shapes == [(4, 16, 32), (2, 16, 32)]
     assert any(n.startswith("tokenizer:") for n in notes)
 
@@ -89,13 +109,25 @@ def test_duplicate_images_are_dropped_before_the_forward_pass_unless_kept(vit_di
     (folder / "zz_copy_b.png").write_bytes((image_dir / names[5]).read_bytes())
     pm = pipeline.load(ModelRequest(str(vit_dir)), "random", settings, max_layer=1)
     sizes: list[int] = []
-    fed = pipeline.stream(pm, DataRequest(data=str(folder), limit=14, batch_size=5), [1],
-                          [lambda t: sizes.append(len(t[1]))], settings, notes=[])
+    fed = pipeline.stream(
+        pm,
+        DataRequest(data=str(folder), limit=14, batch_size=5),
+        [1],
+        [lambda t: sizes.append(len(t[1]))],
+        settings,
+        notes=[],
+    )
     assert fed.count == 12 == sum(sizes)
     assert fed.duplicates["repeats"] == 2 and fed.duplicates["dropped"] == 2 and fed.duplicates["example"] == [3, 12]
     assert "2 of 14 images repeat" in fed.duplicates_line
-    kept = pipeline.stream(pm, DataRequest(data=str(folder), limit=14, batch_size=5, keep_duplicates=True), [1],
-                           [lambda t: None], settings, notes=[])
+    kept = pipeline.stream(
+        pm,
+        DataRequest(data=str(folder), limit=14, batch_size=5, keep_duplicates=True),
+        [1],
+        [lambda t: None],
+        settings,
+        notes=[],
+    )
     assert kept.count == 14 and kept.duplicates["repeats"] == 2 and kept.duplicates["dropped"] == 0
 
 
@@ -112,8 +144,14 @@ def test_capture_and_consumers_run_at_full_float32_precision_and_restore_it(vit_
     try:
         allowed = _precision()
         seen = []
-        pipeline.stream(pm, DataRequest(data=str(image_dir), limit=4, batch_size=2), [1],
-                        [lambda t: seen.append(_precision())], settings, notes=[])
+        pipeline.stream(
+            pm,
+            DataRequest(data=str(image_dir), limit=4, batch_size=2),
+            [1],
+            [lambda t: seen.append(_precision())],
+            settings,
+            notes=[],
+        )
         assert seen and all(p[0] == "highest" and all(x == "ieee" for x in p[1:]) for p in seen)
         assert _precision() == allowed
     finally:
@@ -128,8 +166,9 @@ def test_inputs_are_staged_through_pinned_memory_only_for_cuda(vit_dir, image_di
     inputs = pipeline._prepare(pm, next(raw))
     assert inputs["pixel_values"].device == pm.device
     assert not inputs["pixel_values"].is_pinned() or pm.device.type == "cuda"
-    on_cpu = pm.preprocess(next(pipeline.example_batches(pm, DataRequest(data=str(image_dir), limit=3), 0, [])[1]),
-                           device="cpu")
+    on_cpu = pm.preprocess(
+        next(pipeline.example_batches(pm, DataRequest(data=str(image_dir), limit=3), 0, [])[1]), device="cpu"
+    )
     assert on_cpu["pixel_values"].device.type == "cpu"
     assert torch.equal(on_cpu["pixel_values"], inputs["pixel_values"].cpu())
 
@@ -142,7 +181,9 @@ def test_cuda_inputs_come_through_pinned_memory(vit_dir, image_dir):
     batch = next(raw)
     inputs = pipeline._prepare(pm, batch)
     assert inputs["pixel_values"].device.type == "cuda"
-    torch.testing.assert_close(inputs["pixel_values"].cpu(), pm.preprocess(batch, device="cpu")["pixel_values"], rtol=0, atol=0)
+    torch.testing.assert_close(
+        inputs["pixel_values"].cpu(), pm.preprocess(batch, device="cpu")["pixel_values"], rtol=0, atol=0
+    )
 
 
 def test_builtin_images_are_made_on_the_models_device_and_read_ahead(vit_dir, settings):
@@ -175,8 +216,14 @@ def test_freed_memory_is_handed_back_during_and_after_the_capture(vit_dir, image
     monkeypatch.setattr(hostmem, "release", lambda: events.append("release") or True)
     monkeypatch.setattr(pipeline, "_prefetched", _recording(pipeline._prefetched, events))
     pm = pipeline.load(ModelRequest(str(vit_dir)), "random", settings, max_layer=1)
-    pipeline.stream(pm, DataRequest(data=str(image_dir), limit=9, batch_size=4), [1],
-                    [lambda t: events.append("consumed")], settings, notes=[])
+    pipeline.stream(
+        pm,
+        DataRequest(data=str(image_dir), limit=9, batch_size=4),
+        [1],
+        [lambda t: events.append("consumed")],
+        settings,
+        notes=[],
+    )
     # The first batch releases at once (the Trimmer's first call), later ones at most once a second,
     # and the end of the capture always does.
     assert events[:3] == ["batch", "consumed", "release"]
@@ -189,6 +236,7 @@ def _recording(prefetched, events):
         for item in prefetched(pm, raw):
             events.append("batch")
             yield item
+
     return wrapped
 
 
@@ -204,7 +252,9 @@ def _mixed_folder(folder, rgb: int, other: int, corrupt: int):
     (folder / "cls").mkdir(parents=True)
     modes = ["RGB"] * rgb + [("L", "RGBA", "P")[i % 3] for i in range(other)]
     for i, mode in enumerate(modes):
-        Image.fromarray(rng.integers(0, 256, (36, 36, 3), dtype=np.uint8)).convert(mode).save(folder / "cls" / f"{i:03d}.png")
+        Image.fromarray(rng.integers(0, 256, (36, 36, 3), dtype=np.uint8)).convert(mode).save(
+            folder / "cls" / f"{i:03d}.png"
+        )
     for i in range(corrupt):
         (folder / "cls" / f"broken{i}.jpg").write_bytes(b"\xff\xd8 not really a jpeg")
     return folder
@@ -213,6 +263,7 @@ def _mixed_folder(folder, rgb: int, other: int, corrupt: int):
 def test_too_few_usable_images_refused_before_the_forward_pass(tmp_path, vit_dir, monkeypatch, capsys):
     from mhaaudit.auditing import audit
     from mhaaudit.cli.app import main
+
     folder = _mixed_folder(tmp_path / "photos", rgb=12, other=9, corrupt=2)  # tiny ViT: n = 17
     monkeypatch.setattr(pipeline, "_prepare", lambda *a, **k: pytest.fail("a batch was prepared for the model"))
     with pytest.raises(DataError) as caught:
@@ -236,15 +287,34 @@ def test_asking_for_more_than_there_is_is_said(tmp_path, vit_dir, capsys):
     result = audit(str(vit_dir), data=str(folder), limit=500, variants=["embedding"], samples=20, convert_rgb=True)
     T = result.columns[0].features.T
     assert T == 21
-    assert any("500 examples were asked for" in note and "T = 21" in note and "2 unreadable" in note
-               for note in result.notes)
+    assert any(
+        "500 examples were asked for" in note and "T = 21" in note and "2 unreadable" in note for note in result.notes
+    )
     assert result.skips["unreadable"]["count"] == 2 and "not RGB" not in result.skips
     assert "torchvision" in result.image_policy
     assert result.meta()["skips"] == result.skips and result.meta()["image_policy"] == result.image_policy
     html = result._repr_html_()
     assert "T = 21 examples (500 asked; the data gave no more)" in html
-    assert main(["check", str(vit_dir), "--data", str(folder), "--limit", "500", "--variants", "embedding",
-                 "--samples", "20", "--convert-rgb", "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "check",
+                str(vit_dir),
+                "--data",
+                str(folder),
+                "--limit",
+                "500",
+                "--variants",
+                "embedding",
+                "--samples",
+                "20",
+                "--convert-rgb",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     assert any("500 examples were asked for" in n for n in doc["meta"]["notes"])
 
@@ -255,11 +325,19 @@ def _save_text_model(kind: str, folder) -> None:
     base = dict(hidden_size=32, num_attention_heads=4, vocab_size=100, max_position_embeddings=64)
     cfg = {
         "gpt2": lambda: transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=100, n_positions=64),
-        "opt": lambda: transformers.OPTConfig(num_hidden_layers=2, ffn_dim=64, word_embed_proj_dim=32, pad_token_id=0,
-                                              bos_token_id=1, eos_token_id=2, **base),
+        "opt": lambda: transformers.OPTConfig(
+            num_hidden_layers=2,
+            ffn_dim=64,
+            word_embed_proj_dim=32,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            **base,
+        ),
         "bert": lambda: transformers.BertConfig(num_hidden_layers=2, intermediate_size=64, **base),
-        "distilbert": lambda: transformers.DistilBertConfig(dim=32, n_layers=2, n_heads=4, hidden_dim=64, vocab_size=100,
-                                                            max_position_embeddings=64),
+        "distilbert": lambda: transformers.DistilBertConfig(
+            dim=32, n_layers=2, n_heads=4, hidden_dim=64, vocab_size=100, max_position_embeddings=64
+        ),
     }[kind]()
     torch.manual_seed(0)
     transformers.AutoModel.from_config(cfg).eval().save_pretrained(str(folder))

@@ -21,8 +21,11 @@ from mhaaudit.settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, resolve_device
 
 
 def _all_submodules() -> list[str]:
-    return [m.name for m in pkgutil.walk_packages(mhaaudit.__path__, "mhaaudit.")
-            if not m.name.startswith("mhaaudit.cli") and m.name != "mhaaudit.__main__"]
+    return [
+        m.name
+        for m in pkgutil.walk_packages(mhaaudit.__path__, "mhaaudit.")
+        if not m.name.startswith("mhaaudit.cli") and m.name != "mhaaudit.__main__"
+    ]
 
 
 def test_public_names_are_not_modules_even_after_every_submodule_is_imported():
@@ -110,8 +113,13 @@ def _compare_requests(sig, passed: dict, library_only: set, fixed: dict | None =
     passed = dict(passed)
     given = {k: passed.pop(k) for k in ("model", "data", "settings")}
     defaults = {n: p.default for n, p in sig.parameters.items() if n in KEYWORDS}
-    defaults.update({n: {"samples": DEFAULT_SAMPLES, "threshold": DEFAULT_THRESHOLD}[n]  # capacity_audit: None
-                     for n in ("samples", "threshold") if n in defaults and defaults[n] is None})
+    defaults.update(
+        {
+            n: {"samples": DEFAULT_SAMPLES, "threshold": DEFAULT_THRESHOLD}[n]  # capacity_audit: None
+            for n in ("samples", "threshold")
+            if n in defaults and defaults[n] is None
+        }
+    )
     built = build_requests(given["model"].model, sig.parameters["data"].default, None, {**defaults, **(fixed or {})})
     assert built == (given["model"], given["data"], given["settings"])
     _compare(sig, passed, library_only=library_only | set(defaults) | {"data", "settings"})
@@ -123,7 +131,7 @@ def test_audit_defaults_are_check_defaults(monkeypatch, capsys):
     calls: list = []
     _recorder(monkeypatch, mhaaudit.auditing, "audit", calls)
     run(capsys, "check", "vit-base")
-    (sig, passed), = calls
+    ((sig, passed),) = calls
     _compare_requests(sig, passed, library_only=set())
     assert passed["settings"].stop_when_decided is True and sig.parameters["stop_when_decided"].default is True
 
@@ -135,15 +143,32 @@ def test_check_features_defaults_are_check_defaults(monkeypatch, capsys):
     calls: list = []
     _recorder(monkeypatch, mhaaudit.auditing, "audit", calls)
     run(capsys, "check", "vit-base")
-    (_, passed), = calls
+    ((_, passed),) = calls
     sig = inspect.signature(mhaaudit.check_features)
     settings = passed.pop("settings")  # the CLI passes the Settings it built; check_features takes their parts
-    passed = {**passed, "samples": settings.samples, "threshold": settings.threshold, "seed": settings.seed,
-              "rtol": settings.rtol, "atol": settings.atol, "device": settings.device, "progress": settings.progress,
-              "stop_when_decided": settings.stop_when_decided}
+    passed = {
+        **passed,
+        "samples": settings.samples,
+        "threshold": settings.threshold,
+        "seed": settings.seed,
+        "rtol": settings.rtol,
+        "atol": settings.atol,
+        "device": settings.device,
+        "progress": settings.progress,
+        "stop_when_decided": settings.stop_when_decided,
+    }
     shared = {n: passed[n] for n in sig.parameters if n in passed}
-    assert set(shared) == {"samples", "threshold", "seed", "rtol", "atol", "device", "sweep", "progress",
-                           "stop_when_decided"}
+    assert set(shared) == {
+        "samples",
+        "threshold",
+        "seed",
+        "rtol",
+        "atol",
+        "device",
+        "sweep",
+        "progress",
+        "stop_when_decided",
+    }
     _compare(sig, shared, library_only={"label", "settings"})
 
 
@@ -153,8 +178,10 @@ def test_capacity_audit_defaults_are_capacity_defaults(monkeypatch, capsys):
     calls: list = []
     _recorder(monkeypatch, mhaaudit.capacity, "capacity_audit", calls)
     run(capsys, "capacity", "vit-base")
-    (sig, passed), = calls
-    _compare_requests(sig, passed, library_only={"layer"}, fixed={"stop_when_decided": True})  # layer: the deprecated name of block, folded in by the CLI
+    ((sig, passed),) = calls
+    _compare_requests(
+        sig, passed, library_only={"layer"}, fixed={"stop_when_decided": True}
+    )  # layer: the deprecated name of block, folded in by the CLI
 
 
 def test_run_memorize_grid_defaults_are_memorize_defaults(monkeypatch, capsys):
@@ -163,7 +190,7 @@ def test_run_memorize_grid_defaults_are_memorize_defaults(monkeypatch, capsys):
     calls: list = []
     _recorder(monkeypatch, mhaaudit.memorize, "run_memorize_grid", calls)
     run(capsys, "memorize")
-    (sig, passed), = calls
+    ((sig, passed),) = calls
     # memory_budget and max_group shape how points are grouped for training, not what is trained
     _compare(sig, passed, library_only={"memory_budget", "max_group"})
 
@@ -181,7 +208,7 @@ def test_reproduce_defaults_are_the_targets_defaults(monkeypatch, capsys, target
 
     monkeypatch.setattr(mhaaudit.reproduce, "reproduce_paper", stand_in)
     run(capsys, "reproduce", target)
-    options, = calls
+    (options,) = calls
     sig = inspect.signature(TARGET_FUNCTIONS[target])
     _compare(sig, options, library_only=set())
 
@@ -197,12 +224,12 @@ def test_kruskal_defaults_are_the_estimators_defaults(monkeypatch, capsys, tmp_p
     _recorder(monkeypatch, mhaaudit.kruskal, "kruskal_sweep", sweeps, call_through=True)
     rc, _out, err = run(capsys, "kruskal", tmp_path / "x.npy", "--k", 3, "--sweep")
     assert rc == 0, err
-    (sig, passed), = tests
+    ((sig, passed),) = tests
     Xt = torch.from_numpy(X)
     # histogram_limit: how many draws' ranks are kept for the histogram (the CLI keeps the default)
     _compare(sig, passed, library_only={"histogram_limit"}, X=Xt)
     assert sig.parameters["stop_when_decided"].default is True  # kruskal stops a decided test, as the library does
-    (sig, passed), = sweeps
+    ((sig, passed),) = sweeps
     _compare(sig, passed, library_only={"kmax"}, X=Xt)
 
 
@@ -251,8 +278,23 @@ def _one_line(obj, cls: str) -> str:
 def test_audit_prints_as_check_prints(vit_dir, image_dir, capsys):
     small = dict(data=str(image_dir), limit=40, samples=50, batch_size=16)
     result = mhaaudit.audit(str(vit_dir), variants=["embedding", "random"], **small)
-    rc, out, err = run(capsys, "check", vit_dir, "--data", image_dir, "--limit", 40, "--samples", 50, "--batch-size", 16,
-                       "--variants", "embedding", "--variants", "random")
+    rc, out, err = run(
+        capsys,
+        "check",
+        vit_dir,
+        "--data",
+        image_dir,
+        "--limit",
+        40,
+        "--samples",
+        50,
+        "--batch-size",
+        16,
+        "--variants",
+        "embedding",
+        "--variants",
+        "random",
+    )
     assert rc == 0, err
     assert _untimed(str(result)) == _untimed(out)
     print(result)
@@ -269,8 +311,23 @@ def test_audit_prints_as_check_prints(vit_dir, image_dir, capsys):
 def test_capacity_prints_as_capacity_prints(vit_dir, image_dir, capsys):
     small = dict(data=str(image_dir), limit=40, samples=50, batch_size=16)
     result = mhaaudit.capacity_audit(str(vit_dir), variants=["random"], heads="1-2", **small)
-    rc, out, err = run(capsys, "capacity", vit_dir, "--data", image_dir, "--limit", 40, "--samples", 50,
-                       "--batch-size", 16, "--variants", "random", "--heads", "1-2")
+    rc, out, err = run(
+        capsys,
+        "capacity",
+        vit_dir,
+        "--data",
+        image_dir,
+        "--limit",
+        40,
+        "--samples",
+        50,
+        "--batch-size",
+        16,
+        "--variants",
+        "random",
+        "--heads",
+        "1-2",
+    )
     assert rc == 0, err
     assert _untimed(str(result)) == _untimed(out)
     line = _one_line(result, "CapacityResult")
@@ -295,7 +352,9 @@ def test_kruskal_results_print_as_kruskal_prints(tmp_path, capsys):
 def test_memorize_grid_prints_as_memorize_prints(capsys):
     from mhaaudit.render import render_memorize
 
-    grid = mhaaudit.run_memorize_grid(vary="heads", values="1,2", sizes=[16], max_steps=8, n=4, head_dim=8, device="cpu")
+    grid = mhaaudit.run_memorize_grid(
+        vary="heads", values="1,2", sizes=[16], max_steps=8, n=4, head_dim=8, device="cpu"
+    )
     render_memorize(grid)  # what the command prints for this grid
     assert str(grid) == capsys.readouterr().out
     line = _one_line(grid, "MemorizeGrid")
@@ -305,8 +364,9 @@ def test_memorize_grid_prints_as_memorize_prints(capsys):
 def test_reproduction_prints_as_reproduce_prints(vit_dir, image_dir, capsys):
     from mhaaudit.render import render_reproduction
 
-    r = mhaaudit.reproduce_paper("table1", model={"vit": str(vit_dir)}, data=str(image_dir), limit=20, samples=40,
-                                 device="cpu")
+    r = mhaaudit.reproduce_paper(
+        "table1", model={"vit": str(vit_dir)}, data=str(image_dir), limit=20, samples=40, device="cpu"
+    )
     render_reproduction(r)
     assert str(r) == capsys.readouterr().out
     assert "published values" in _one_line(r, "Reproduction")

@@ -62,7 +62,9 @@ def planted(draw, max_T: int = 10, max_d: int = 7):
     elif kind == "low-rank":
         r = draw(st.integers(1, max(1, min(T, d) - 1)))
         rows = draw(st.integers(r + 1, T))
-        X[:rows] = torch.randn(rows, r, generator=g, dtype=torch.float64) @ torch.randn(r, d, generator=g, dtype=torch.float64)
+        X[:rows] = torch.randn(rows, r, generator=g, dtype=torch.float64) @ torch.randn(
+            r, d, generator=g, dtype=torch.float64
+        )
     elif kind == "near-tolerance":  # one direction at a chosen multiple of the set's tolerance
         factor = draw(st.sampled_from([0.25, 0.9, 1.1, 4.0]))
         Q = torch.linalg.qr(torch.randn(d, d, generator=g, dtype=torch.float64))[0]
@@ -163,7 +165,9 @@ def _statuses(X, seed):
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(planted(max_T=6, max_d=5).filter(lambda c: c[1] != "near-tolerance"), st.integers(-300, 300), st.integers(0, 1000))
+@given(
+    planted(max_T=6, max_d=5).filter(lambda c: c[1] != "near-tolerance"), st.integers(-300, 300), st.integers(0, 1000)
+)
 def test_exact_status_is_the_same_under_permutation_and_powers_of_ten(case, p, seed):
     """Planted structures with room around the tolerance: rounding from the scaling changes no decision."""
     X, _ = case
@@ -186,7 +190,10 @@ def test_a_duplicated_row_is_a_two_row_witness(d, seed, data):
     for route in ("lapack", "torch"):
         with kernels(route):
             exact = subset_test(X, T, samples=10, seed=seed, rule=RULE)  # k = T: the exact path
-            assert (exact.exact_status, exact.exact_basis) == ("fails", "set-rank")  # rank T - 1 < k = T, and the pair shows how
+            assert (exact.exact_status, exact.exact_basis) == (
+                "fails",
+                "set-rank",
+            )  # rank T - 1 < k = T, and the pair shows how
             assert tuple(sorted(exact.witness.indices)) == pair
             sw = kruskal_sweep(X, samples=64, seed=seed, rule=RULE)  # every draw orders all T rows
             assert sw.witness is not None and tuple(sorted(sw.witness.indices)) == pair

@@ -41,7 +41,7 @@ def inline_spans() -> list[str]:
 def section(title: str) -> str:
     start = README.index(f"\n## {title}\n")
     end = README.find("\n## ", start + 1)
-    return README[start:end if end > 0 else None]
+    return README[start : end if end > 0 else None]
 
 
 def _command() -> click.Group:
@@ -66,7 +66,7 @@ def command_lines() -> list[tuple[str, list[str]]]:
             continue  # not a shell line (prose with a quote)
         for i, tok in enumerate(tokens[:-1]):
             if tok == "mhaaudit" and tokens[i + 1] in commands:
-                args = tokens[i + 1:]
+                args = tokens[i + 1 :]
                 cut = next((j for j, a in enumerate(args) if a in _SHELL_OPERATORS), len(args))
                 out.append((line.strip(), args[:cut]))
                 break
@@ -178,8 +178,12 @@ def test_the_schema_table_is_the_documented_columns():
 
 
 TABLE1_COLUMNS = {"embedding": "embedding", "random attention": "random-attention", "random ViT (L1)": "random"}
-TABLE1_ROWS = {"General Position": "general_position", "Assumption 1": "assumption_1", "Assumption 2": "assumption_2",
-               "Assumption 3": "assumption_3"}
+TABLE1_ROWS = {
+    "General Position": "general_position",
+    "Assumption 1": "assumption_1",
+    "Assumption 2": "assumption_2",
+    "Assumption 3": "assumption_3",
+}
 
 
 def table1_cells() -> dict[tuple[str, str], str]:
@@ -222,15 +226,19 @@ def claim_problems(cell: str, rec: dict) -> list[str]:
 
 
 def _by_cell(records: list[dict]) -> dict:
-    return {(r["variant"], r["check"]): {**r, "witness_size": r.get("witness_size", len(r.get("witness") or []))}
-            for r in records}
+    return {
+        (r["variant"], r["check"]): {**r, "witness_size": r.get("witness_size", len(r.get("witness") or []))}
+        for r in records
+    }
 
 
 def _check_table1(records: list[dict]) -> None:
     got = _by_cell(records)
     cells = table1_cells()
     assert len(cells) == 12
-    wrong = {key: (cell, claim_problems(cell, got[key])) for key, cell in cells.items() if claim_problems(cell, got[key])}
+    wrong = {
+        key: (cell, claim_problems(cell, got[key])) for key, cell in cells.items() if claim_problems(cell, got[key])
+    }
     assert not wrong, f"README Table 1 cells the run contradicts: {wrong}"
 
 
@@ -240,13 +248,22 @@ def _recorded(run: str) -> dict:
 
 def test_table1_states_the_recorded_run():
     run = _recorded("check vit-base")
-    assert run["commit"] in section("Benchmarks") and run["commit"] in section("Reproducing the paper's Table 1 offline")
+    assert run["commit"] in section("Benchmarks") and run["commit"] in section(
+        "Reproducing the paper's Table 1 offline"
+    )
     _check_table1(run["records"])
 
 
 def test_a_contradicting_cell_is_caught():
-    rec = {"verdict": "fails", "satisfied": 0, "samples": 64, "set_rank": 627, "reason": "", "witness_size": 570,
-           "proven": True}
+    rec = {
+        "verdict": "fails",
+        "satisfied": 0,
+        "samples": 64,
+        "set_rank": 627,
+        "reason": "",
+        "witness_size": 570,
+        "proven": True,
+    }
     assert not claim_problems("fails (0/64 draws, a dependent 570-row subset found)", rec)
     assert claim_problems("fails (0/64 draws, a dependent 571-row subset found)", rec)
     assert claim_problems("holds (0/64 draws)", rec) and claim_problems("fails (1/64 draws)", rec)
@@ -262,8 +279,11 @@ def test_table1_states_what_check_vit_base_gives():
 
 def bert_row() -> str:
     """The README's row for check bert-base without the optional packages (the stand-in tokenizer)."""
-    rows = [ln for ln in section("Benchmarks").splitlines() if ln.startswith("| `mhaaudit check bert-base`")
-            and "stand-in tokenizer" in ln]
+    rows = [
+        ln
+        for ln in section("Benchmarks").splitlines()
+        if ln.startswith("| `mhaaudit check bert-base`") and "stand-in tokenizer" in ln
+    ]
     assert len(rows) == 1
     return rows[0].split("|")[-2]
 
@@ -280,7 +300,7 @@ def bert_problems(row: str, records: list[dict]) -> list[str]:
         for variant, v in ((L0, v0), (L1, v1)):
             if got[(variant, checks[name])]["verdict"] != v:
                 wrong.append(f"{name} {variant}: {got[(variant, checks[name])]['verdict']}")
-        part = row[row.index(f"{name} {v0} / {v1}"):]
+        part = row[row.index(f"{name} {v0} / {v1}") :]
         part = part[: part.find(")") + 1]  # this check's parenthesis
         pairs = re.findall(r"\b(\d+)/(\d+)\b", part)
         if len(pairs) == 1 and "L1" not in part and "L0" not in part:  # one count for both layers
@@ -314,7 +334,12 @@ def test_a_contradicting_bert_row_is_caught():
     records = _recorded("check bert-base")["records"]
     row = bert_row()
     assert not bert_problems(row, records)
-    for true, false in (("307-row", "308-row"), ("A3 fails / fails", "A3 holds / fails"), ("46/128", "47/128"),
-                        ("(2000/2000)", "(1999/2000)"), ("whole-set rank 1;", "whole-set rank 2;")):
+    for true, false in (
+        ("307-row", "308-row"),
+        ("A3 fails / fails", "A3 holds / fails"),
+        ("46/128", "47/128"),
+        ("(2000/2000)", "(1999/2000)"),
+        ("whole-set rank 1;", "whole-set rank 2;"),
+    ):
         assert true in row
         assert bert_problems(row.replace(true, false), records), false

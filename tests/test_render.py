@@ -7,8 +7,17 @@ from mhaaudit.render import cell
 
 
 def _rec(**kw) -> dict:
-    base = {"check": "general_position", "verdict": "holds", "fraction": 0.9995, "sampled": True, "T": 400,
-            "satisfied": 1999, "exact_status": "undecided", "exact_basis": "none", "scope": "subsets"}
+    base = {
+        "check": "general_position",
+        "verdict": "holds",
+        "fraction": 0.9995,
+        "sampled": True,
+        "T": 400,
+        "satisfied": 1999,
+        "exact_status": "undecided",
+        "exact_basis": "none",
+        "scope": "subsets",
+    }
     return base | kw
 
 

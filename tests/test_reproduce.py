@@ -44,8 +44,10 @@ def test_published_data_loads_and_is_complete():
 
 
 def test_published_values_are_the_papers():
-    a1 = {c: _one("table1", column=c, check="assumption_1")["fraction"]
-          for c in ("random", "random-attention", "trained", "embedding")}
+    a1 = {
+        c: _one("table1", column=c, check="assumption_1")["fraction"]
+        for c in ("random", "random-attention", "trained", "embedding")
+    }
     assert a1 == {"random": 1.0, "random-attention": 1.0, "trained": 0.9982, "embedding": 0.0}
     assert _one("table1", column="trained", check="assumption_1")["counts"] == {"197": 4991, "196": 9}
     ranks = {c: _one("table1", column=c, kind="ranks")["ranks"] for c in ("random", "random-attention", "trained")}
@@ -54,8 +56,14 @@ def test_published_values_are_the_papers():
     shape = {it["k"]: it["verdict"] for it in _items("figure1", kind="shape")}
     assert shape == {250: "about 1", 290: "about 0.5", 330: "about 0"}
     sweep = {(it["column"], it["k"]): it["fraction"] for it in _items("table3", kind="sweep")}
-    for key, value in {("random-L1", 341): 1.0, ("random-L1", 350): 0.9878, ("random-L1", 354): 0.9318,
-                       ("trained-L1", 290): 0.9996, ("trained-L1", 300): 0.9554, ("trained-L1", 304): 0.767}.items():
+    for key, value in {
+        ("random-L1", 341): 1.0,
+        ("random-L1", 350): 0.9878,
+        ("random-L1", 354): 0.9318,
+        ("trained-L1", 290): 0.9996,
+        ("trained-L1", 300): 0.9554,
+        ("trained-L1", 304): 0.767,
+    }.items():
         assert sweep[key] == value
     for col in ("random-L1", "trained-L1"):
         assert _one("table3", model="gpt2", column=col, check="assumption_1")["fraction"] == 1.0
@@ -89,17 +97,42 @@ def test_published_copies_are_independent():
 
 # --------------------------------------------------------------------------- holding records against items
 
-FACTS = RunFacts(model="vit-base", resolved="google/vit-base-patch16-224-in21k", n=197, d=768, T=1973,
-                 data="imagenet-1k train", paper_data=True, samples=5000, threshold=0.99, seed=0,
-                 weights={"random": "random init", "trained": "hub google/vit-base-patch16-224-in21k"})
+FACTS = RunFacts(
+    model="vit-base",
+    resolved="google/vit-base-patch16-224-in21k",
+    n=197,
+    d=768,
+    T=1973,
+    data="imagenet-1k train",
+    paper_data=True,
+    samples=5000,
+    threshold=0.99,
+    seed=0,
+    weights={"random": "random init", "trained": "hub google/vit-base-patch16-224-in21k"},
+)
 
 
 def rec(check="assumption_1", k=197, verdict="holds", satisfied=5000, samples=5000, **kw):
     f = satisfied / samples if samples else 0.0
-    r = dict(check=check, k=k, T=1973, d=768, samples=samples, satisfied=satisfied, fraction=f,
-             ci_low=max(0.0, f - 0.001), ci_high=min(1.0, f + 0.001), threshold=0.99,
-             verdict=verdict, reason="", witness=[], rank_histogram={str(k): satisfied}, sampled=True, set_rank=768,
-             planned_samples=None)
+    r = dict(
+        check=check,
+        k=k,
+        T=1973,
+        d=768,
+        samples=samples,
+        satisfied=satisfied,
+        fraction=f,
+        ci_low=max(0.0, f - 0.001),
+        ci_high=min(1.0, f + 0.001),
+        threshold=0.99,
+        verdict=verdict,
+        reason="",
+        witness=[],
+        rank_histogram={str(k): satisfied},
+        sampled=True,
+        set_rank=768,
+        planned_samples=None,
+    )
     return r | kw
 
 
@@ -129,11 +162,28 @@ def test_a_difference_is_explained_from_the_witness_and_the_interval():
 
 def test_a_whole_set_rank_below_k_and_n_above_d_are_the_reason():
     item = _one("table3", model="gpt2", column="random-L1", check="assumption_1")  # the paper: holds
-    facts = RunFacts(model="gpt2-large", resolved="gpt2-large", n=1024, d=1280, T=2000, data="built-in text",
-                     paper_data=False, samples=5000, threshold=0.99, seed=0)
-    proven = rec(k=1024, verdict="fails", satisfied=0, samples=0, sampled=False, set_rank=900,
-                 reason="the whole set has numerical rank 900 (at most 900 for any 1024-subset under the rule), so no "
-                        "1024 rows are independent (no sampling needed)")
+    facts = RunFacts(
+        model="gpt2-large",
+        resolved="gpt2-large",
+        n=1024,
+        d=1280,
+        T=2000,
+        data="built-in text",
+        paper_data=False,
+        samples=5000,
+        threshold=0.99,
+        seed=0,
+    )
+    proven = rec(
+        k=1024,
+        verdict="fails",
+        satisfied=0,
+        samples=0,
+        sampled=False,
+        set_rank=900,
+        reason="the whole set has numerical rank 900 (at most 900 for any 1024-subset under the rule), so no "
+        "1024 rows are independent (no sampling needed)",
+    )
     c = compare("table3", item, col(proven, n=1024), facts, target_spec("table3"), 0.99)
     assert c.status == "differs" and "whole set has numerical rank 900" in c.reason
     assert "this run differs from the paper's in data" in c.reason
@@ -148,8 +198,14 @@ def test_a_whole_set_rank_below_k_and_n_above_d_are_the_reason():
 
 def test_unavailable_columns_say_why():
     item = _one("table1", column="trained", check="assumption_1")
-    c = compare("table1", item, {"unavailable": "trained weights for vit-base are not on this machine"}, FACTS,
-                target_spec("table1"), 0.99)
+    c = compare(
+        "table1",
+        item,
+        {"unavailable": "trained weights for vit-base are not on this machine"},
+        FACTS,
+        target_spec("table1"),
+        0.99,
+    )
     assert c.status == "unavailable" and c.match is None and "not on this machine" in c.reason
     assert compare("table1", item, None, FACTS, target_spec("table1"), 0.99).status == "unavailable"
 
@@ -157,19 +213,27 @@ def test_unavailable_columns_say_why():
 def test_ranks_match_when_the_ranges_overlap():
     spec = target_spec("table1")
     item = _one("table1", column="random", kind="ranks")  # 710-723
-    gp = rec(check="general_position", k=768, verdict="fails", satisfied=0, samples=51,
-             rank_histogram={"715": 6, "730": 4})
+    gp = rec(
+        check="general_position", k=768, verdict="fails", satisfied=0, samples=51, rank_histogram={"715": 6, "730": 4}
+    )
     c = compare("table1", item, col(gp), FACTS, spec, 0.99)
     assert (c.our_verdict, c.status) == ("ranks 715-730", "match")
     far = gp | {"rank_histogram": {"600": 10}}
     c = compare("table1", item, col(far), FACTS, spec, 0.99)
     assert c.status == "differs" and c.our_verdict == "ranks 600"
     # decided without draws (the whole set's rank): the ranks of a few draws computed for the comparison
-    proven = gp | {"sampled": False, "set_rank": 500, "rank_histogram": {},
-                   "reason": "the whole set has numerical rank 500 (at most 520 for any 768-subset under the rule)"}
+    proven = gp | {
+        "sampled": False,
+        "set_rank": 500,
+        "rank_histogram": {},
+        "reason": "the whole set has numerical rank 500 (at most 520 for any 768-subset under the rule)",
+    }
     c = compare("table1", item, col(proven) | {"draw_ranks": {"498": 4, "500": 6}}, FACTS, spec, 0.99)
     assert (c.our_verdict, c.status) == ("ranks 498-500", "differs")
-    assert "whole set has numerical rank 500" in c.reason and "the ranks of 10 draws of 768 queries were computed" in c.reason
+    assert (
+        "whole set has numerical rank 500" in c.reason
+        and "the ranks of 10 draws of 768 queries were computed" in c.reason
+    )
     assert compare("table1", item, col(proven), FACTS, spec, 0.99).status == "undetermined"  # no draw ranks
     emb = _one("table1", column="embedding", kind="ranks")  # rank 1: every [CLS] query is the same vector
     one = proven | {"set_rank": 1}
@@ -178,23 +242,47 @@ def test_ranks_match_when_the_ranges_overlap():
 
 def _sweep(fractions, threshold=0.99, estimate=None, ceiling=None, sampled_up_to=None):
     ks = range(1, len(fractions) + 1)
-    est = estimate if estimate is not None else max([k for k, f in zip(ks, fractions, strict=False) if f >= threshold] or [0])
+    est = (
+        estimate
+        if estimate is not None
+        else max([k for k, f in zip(ks, fractions, strict=False) if f >= threshold] or [0])
+    )
     top = sampled_up_to or len(fractions)  # sizes above it were not sampled: fraction 0, interval [0, 0]
-    return {"rows": [{"k": k, "fraction": f, "ci_low": max(0.0, f - 0.01), "ci_high": min(1.0, f + 0.01) if k <= top else 0.0}
-                     for k, f in zip(ks, fractions, strict=False)],
-            "summary": {"estimate": est, "ceiling": {"value": ceiling or len(fractions), "kind": "dimension",
-                                                      "proves": "min(T, d)"},
-                        "floor": {"value": 2, "kind": "babel", "proves": "..."}},
-            "samples": 5000, "threshold": threshold}
+    return {
+        "rows": [
+            {"k": k, "fraction": f, "ci_low": max(0.0, f - 0.01), "ci_high": min(1.0, f + 0.01) if k <= top else 0.0}
+            for k, f in zip(ks, fractions, strict=False)
+        ],
+        "summary": {
+            "estimate": est,
+            "ceiling": {"value": ceiling or len(fractions), "kind": "dimension", "proves": "min(T, d)"},
+            "floor": {"value": 2, "kind": "babel", "proves": "..."},
+        },
+        "samples": 5000,
+        "threshold": threshold,
+    }
 
 
 def test_sweep_points_and_estimates():
     spec = target_spec("table3")
-    facts = RunFacts(model="bert-large", resolved="bert-large-uncased", n=512, d=1024, T=2000, data="wikipedia 20220301.en",
-                     paper_data=True, samples=5000, threshold=0.99, seed=0)
+    facts = RunFacts(
+        model="bert-large",
+        resolved="bert-large-uncased",
+        n=512,
+        d=1024,
+        T=2000,
+        data="wikipedia 20220301.en",
+        paper_data=True,
+        samples=5000,
+        threshold=0.99,
+        seed=0,
+    )
     fr = [1.0] * 345 + [0.985] * 10 + [0.0] * 200
     c = col(sweep=_sweep(fr), n=512)
-    at = {it["k"]: compare("table3", it, c, facts, spec, 0.99) for it in _items("table3", column="random-L1", kind="sweep")}
+    at = {
+        it["k"]: compare("table3", it, c, facts, spec, 0.99)
+        for it in _items("table3", column="random-L1", kind="sweep")
+    }
     assert at[341].status == "match" and at[341].our_verdict == "holds"
     assert at[349].status == "differs" and "fraction 0.9850 at k = 349" in at[349].reason  # the paper: .9928
     assert "the published 0.9928 lies inside our 95% interval" in at[349].reason
@@ -210,7 +298,10 @@ def test_sweep_points_and_estimates():
     assert beyond.our_value == 0.0 and "k = 341 > min(T, d) = 32" in beyond.reason
     # sizes above the whole set's rank are not sampled: a proof; a sampled 0 is an estimate
     cut = col(sweep=_sweep([1.0] * 340 + [0.0] * 100, sampled_up_to=342), n=512)
-    at = {it["k"]: compare("table3", it, cut, facts, spec, 0.99) for it in _items("table3", column="random-L1", kind="sweep")}
+    at = {
+        it["k"]: compare("table3", it, cut, facts, spec, 0.99)
+        for it in _items("table3", column="random-L1", kind="sweep")
+    }
     assert "above every size the whole set's numerical rank allows" in at[345].reason and at[345].ci_high == 0.0
     assert "fraction 0.0000 at k = 341 (95% CI [0.0000, 0.0100])" in at[341].reason
     none = compare("table3", _one("table3", column="random-L1", kind="sweep", k=341), col(), facts, spec, 0.99)
@@ -234,15 +325,42 @@ def test_figure1_levels_use_the_published_bands():
 def test_setting_differences_name_each_change():
     spec = target_spec("table1")
     assert setting_differences(spec, "vit", FACTS, "trained") == []
-    other = RunFacts(model="/tiny", resolved="/tiny", n=17, d=32, T=40, data="image folder /imgs", paper_data=False,
-                     samples=100, threshold=0.95, seed=3, weights={"trained": "local folder /tiny"})
+    other = RunFacts(
+        model="/tiny",
+        resolved="/tiny",
+        n=17,
+        d=32,
+        T=40,
+        data="image folder /imgs",
+        paper_data=False,
+        samples=100,
+        threshold=0.95,
+        seed=3,
+        weights={"trained": "local folder /tiny"},
+    )
     labels = [d.label for d in setting_differences(spec, "vit", other, "trained")]
-    assert labels == ["data", "model (n = 17, d = 32)", "trained weights (local folder /tiny)", "T (40)", "draws (100)",
-                      "threshold (0.95)"]
+    assert labels == [
+        "data",
+        "model (n = 17, d = 32)",
+        "trained weights (local folder /tiny)",
+        "T (40)",
+        "draws (100)",
+        "threshold (0.95)",
+    ]
     texts = [d.text for d in setting_differences(spec, "vit", other, "random")]
     assert not any("trained" in t for t in texts)
-    snap = RunFacts(model="bert-large", resolved="bert-large-uncased", n=512, d=1024, T=2000,
-                    data="hub wikimedia/wikipedia 20231101.en", paper_data=True, samples=5000, threshold=0.99, seed=0)
+    snap = RunFacts(
+        model="bert-large",
+        resolved="bert-large-uncased",
+        n=512,
+        d=1024,
+        T=2000,
+        data="hub wikimedia/wikipedia 20231101.en",
+        paper_data=True,
+        samples=5000,
+        threshold=0.99,
+        seed=0,
+    )
     assert [d.label for d in setting_differences(target_spec("table3"), "bert", snap)] == ["data snapshot"]
 
 
@@ -262,8 +380,18 @@ def test_evidence_of_an_early_stop():
 
 
 def run_(H, T, count, steps=6000, epochs=1500):
-    return dict(heads=H, n=32, head_dim=64, size=T, memorized=count / T, memorized_count=count, steps_run=steps,
-                planned_steps=steps, epochs_run=epochs, final_loss=0.5)
+    return dict(
+        heads=H,
+        n=32,
+        head_dim=64,
+        size=T,
+        memorized=count / T,
+        memorized_count=count,
+        steps_run=steps,
+        planned_steps=steps,
+        epochs_run=epochs,
+        final_loss=0.5,
+    )
 
 
 def fit_(T, slope, r2, xs=(1, 2, 4, 8)):
@@ -292,7 +420,10 @@ def test_figure2_differences_are_explained_from_the_runs():
     comps = compare_memorization("figure2", spec, runs, [fit_(500, 5.0, 0.6, xs=(1, 2))], bound)
     lin = next(c for c in comps if c.kind == "linear")
     assert lin.status == "differs" and "r2 = 0.6000 < 0.95" in lin.reason
-    assert "trained at most 300 steps" in lin.reason and "the paper trains at least 500 epochs and 50000 steps" in lin.reason
+    assert (
+        "trained at most 300 steps" in lin.reason
+        and "the paper trains at least 500 epochs and 50000 steps" in lin.reason
+    )
     mono = next(c for c in comps if c.kind == "monotone")
     assert mono.status == "differs" and "falls from 20 at H = 1 to 10 at H = 2" in mono.reason
     th1 = next(c for c in comps if c.kind == "theorem1" and c.column.startswith("H = 1,"))
@@ -307,8 +438,9 @@ def test_figure2_differences_are_explained_from_the_runs():
 def test_figure2_nan_fit_is_not_linear():
     spec = target_spec("figure2")
     runs = [run_(h, 60, 3) for h in (1, 2, 4)]
-    lin = next(c for c in compare_memorization("figure2", spec, runs, [fit_(60, 0.0, math.nan)], bound)
-               if c.kind == "linear")
+    lin = next(
+        c for c in compare_memorization("figure2", spec, runs, [fit_(60, 0.0, math.nan)], bound) if c.kind == "linear"
+    )
     assert lin.status == "differs" and lin.our_value is None and "slope 0.00 <= 0" in lin.reason
 
 
@@ -317,8 +449,9 @@ def test_figure2_nan_fit_is_not_linear():
 
 @pytest.fixture(scope="module")
 def tiny_table1(vit_dir, image_dir):
-    return reproduce_paper("table1", model={"vit": str(vit_dir)}, data=str(image_dir), limit=20, samples=40,
-                           device="cpu")
+    return reproduce_paper(
+        "table1", model={"vit": str(vit_dir)}, data=str(image_dir), limit=20, samples=40, device="cpu"
+    )
 
 
 def test_table1_on_a_tiny_vit(tiny_table1, vit_dir):
@@ -334,7 +467,9 @@ def test_table1_on_a_tiny_vit(tiny_table1, vit_dir):
     for c in r.comparisons:
         if c.status == "differs":
             assert "model (n = 17, d = 32)" in c.reason and "T (20)" in c.reason, c
-    assert any("differs from the paper's: data (the paper: the first 2000 images of ImageNet-1k" in line for line in r.setting)
+    assert any(
+        "differs from the paper's: data (the paper: the first 2000 images of ImageNet-1k" in line for line in r.setting
+    )
     assert r.counts()["match"] + r.counts()["differs"] + r.counts()["undetermined"] == len(r.comparisons)
 
 

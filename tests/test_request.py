@@ -27,6 +27,7 @@ ENTRY_POINTS = (audit, capacity_audit, capture_features)
 @pytest.fixture()
 def no_data_pass(monkeypatch):
     """Fail the test if any example reaches a model: the refusal must come first."""
+
     def refuse(*a, **k):
         raise AssertionError("the data pass started before the input was refused")
 
@@ -42,21 +43,36 @@ def test_objects_are_checked_and_normalised_where_they_are_made(tmp_path):
         DataRequest(text_column=" ")
     with pytest.raises(InputError, match="does not exist"):
         ModelRequest("vit-base", weights_path=str(tmp_path / "missing"))
-    assert ModelRequest("x", context_length="16", query_index="-1") == ModelRequest("x", context_length=16, query_index=-1)
+    assert ModelRequest("x", context_length="16", query_index="-1") == ModelRequest(
+        "x", context_length=16, query_index=-1
+    )
     request = DataRequest()
     with pytest.raises(dataclasses.FrozenInstanceError):
         request.limit = 5  # type: ignore[misc]
     assert pipeline.DataRequest is DataRequest and pipeline.ModelRequest is ModelRequest
-    assert mhaaudit.DataRequest is DataRequest and mhaaudit.ModelRequest is ModelRequest and mhaaudit.Settings is Settings
+    assert (
+        mhaaudit.DataRequest is DataRequest and mhaaudit.ModelRequest is ModelRequest and mhaaudit.Settings is Settings
+    )
 
 
 def test_keywords_build_the_same_objects_as_the_objects_themselves():
-    keywords = {"weights": None, "context_length": 16, "split": "test", "limit": 300, "batch_size": "auto", "seed": 3, "device": "cpu",
-                    "samples": 100, "stop_when_decided": True}
+    keywords = {
+        "weights": None,
+        "context_length": 16,
+        "split": "test",
+        "limit": 300,
+        "batch_size": "auto",
+        "seed": 3,
+        "device": "cpu",
+        "samples": 100,
+        "stop_when_decided": True,
+    }
     built = build_requests("bert-base", "docs.txt", None, keywords)
-    assert built == Requests(ModelRequest("bert-base", context_length=16),
-                             DataRequest("docs.txt", split="test", limit=300, batch_size="auto"),
-                             Settings.resolve(device="cpu", seed=3, samples=100, stop_when_decided=True))
+    assert built == Requests(
+        ModelRequest("bert-base", context_length=16),
+        DataRequest("docs.txt", split="test", limit=300, batch_size="auto"),
+        Settings.resolve(device="cpu", seed=3, samples=100, stop_when_decided=True),
+    )
     # the objects themselves pass through unchanged, and keywords that agree with them are accepted
     again = build_requests(built.model, built.data, built.settings, keywords, frozenset(keywords))
     assert again == built and again.model is built.model and again.settings is built.settings
@@ -64,19 +80,24 @@ def test_keywords_build_the_same_objects_as_the_objects_themselves():
         build_requests("bert-base", None, None, {"limt": 3})
 
 
-@pytest.mark.parametrize("keyword, value, objects", [
-    ("limit", 2000, {"data": DataRequest(limit=500)}),  # the keyword's default, given explicitly, still disagrees
-    ("batch_size", "auto", {"data": DataRequest(batch_size=8)}),
-    ("seed", 2, {"settings": Settings.resolve(device="cpu", seed=1)}),
-    ("progress", True, {"settings": Settings.resolve(device="cpu")}),
-    ("context_length", 16, {"model": ModelRequest("vit-base")}),
-])
+@pytest.mark.parametrize(
+    "keyword, value, objects",
+    [
+        ("limit", 2000, {"data": DataRequest(limit=500)}),  # the keyword's default, given explicitly, still disagrees
+        ("batch_size", "auto", {"data": DataRequest(batch_size=8)}),
+        ("seed", 2, {"settings": Settings.resolve(device="cpu", seed=1)}),
+        ("progress", True, {"settings": Settings.resolve(device="cpu")}),
+        ("context_length", 16, {"model": ModelRequest("vit-base")}),
+    ],
+)
 @pytest.mark.parametrize("entry", ENTRY_POINTS, ids=lambda f: f.__name__)
 def test_a_keyword_that_disagrees_with_an_object_is_refused(no_data_pass, entry, keyword, value, objects):
     if keyword not in inspect.signature(entry).parameters:
         pytest.skip(f"{entry.__name__} has no {keyword} keyword")
     args = {"model": "vit-base", **objects, keyword: value}
-    with pytest.raises(InputError, match=rf"^{keyword} = .* disagrees with the (DataRequest|Settings|ModelRequest) given"):
+    with pytest.raises(
+        InputError, match=rf"^{keyword} = .* disagrees with the (DataRequest|Settings|ModelRequest) given"
+    ):
         entry(args.pop("model"), **args)
 
 
@@ -138,7 +159,7 @@ def test_the_cli_builds_the_objects_once(monkeypatch, capsys):
 
     monkeypatch.setattr(mhaaudit.auditing, "audit", stand_in)
     run(capsys, "check", "vit-base", "--limit", "300", "--seed", "4", "--device", "cpu")
-    (model, kwargs), = calls
+    ((model, kwargs),) = calls
     assert isinstance(model, ModelRequest) and kwargs["data"].limit == 300 and kwargs["settings"].seed == 4
     assert kwargs["settings"].device == torch.device("cpu")
     assert not set(kwargs) & {"limit", "seed", "device", "samples", "backend", "weights", "split"}

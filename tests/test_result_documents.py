@@ -43,10 +43,36 @@ def argv(request, vit_dir, bert_dir, image_dir):
     matrices = FIXTURES / "matrices" / "subspaces.npy"
     cases = {
         "check-image": ["check", vit_dir, "--data", image_dir, "--sweep", *CHECK],
-        "check-text": ["check", bert_dir, "--context-length", "16", "--limit", "30", "--samples", "50",
-                       "--batch-size", "8", "--device", "cpu"],
-        "check-depth": ["check", bert_dir, "--context-length", "16", "--layers", "0-2", "--limit", "30",
-                        "--samples", "50", "--batch-size", "8", "--device", "cpu"],
+        "check-text": [
+            "check",
+            bert_dir,
+            "--context-length",
+            "16",
+            "--limit",
+            "30",
+            "--samples",
+            "50",
+            "--batch-size",
+            "8",
+            "--device",
+            "cpu",
+        ],
+        "check-depth": [
+            "check",
+            bert_dir,
+            "--context-length",
+            "16",
+            "--layers",
+            "0-2",
+            "--limit",
+            "30",
+            "--samples",
+            "50",
+            "--batch-size",
+            "8",
+            "--device",
+            "cpu",
+        ],
         "capacity-image": ["capacity", vit_dir, "--data", image_dir, *CAPACITY],
         "kruskal-k": ["kruskal", matrices, "--k", "3", "--k", "4", "--n", "4", *KRUSKAL],
         "kruskal-sweep": ["kruskal", matrices, "--sweep", "--n", "4", *KRUSKAL],
@@ -179,8 +205,9 @@ def shown_as(token: str, value: float) -> bool:
     return math.isclose(round(value, decimals), x, rel_tol=1e-12, abs_tol=10 ** -(decimals + 3))
 
 
-@pytest.mark.parametrize("argv", ["check-image", "check-text", "capacity-image", "kruskal-k", "kruskal-sweep"],
-                         indirect=True)
+@pytest.mark.parametrize(
+    "argv", ["check-image", "check-text", "capacity-image", "kruskal-k", "kruskal-sweep"], indirect=True
+)
 def test_json_carries_every_number_the_table_prints(argv, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")  # wide enough that no cell folds a number in two
     cls, render = COMMANDS[argv[0]]
@@ -191,7 +218,9 @@ def test_json_carries_every_number_the_table_prints(argv, tmp_path, capsys, monk
     visible = {k: v for k, v in doc["meta"].items() if k != "result"}  # not the stored object: what readers read
     numbers = json_numbers({"meta": visible, "records": doc["records"], "sweep": doc.get("sweep")})
     table = rendered(capsys, lambda: render(cls.from_json(doc), None))  # the table of this very run (see above)
-    missing = sorted({t for t in NUMBER.findall(WORDING.sub("", table)) if not any(shown_as(t, v) for v in numbers)}, key=float)
+    missing = sorted(
+        {t for t in NUMBER.findall(WORDING.sub("", table)) if not any(shown_as(t, v) for v in numbers)}, key=float
+    )
     assert missing == [], f"numbers the table prints that the JSON lacks: {missing}"
 
 
@@ -200,7 +229,7 @@ def test_the_memorisation_bound_the_check_table_prints_is_in_the_json(vit_dir, i
     assert rc == 0, err
     doc = strict_json(text)
     table = rendered(capsys, lambda: render_audit(AuditResult.from_json(doc)))
-    lines = table[table.index("Memorisation bound"):]
+    lines = table[table.index("Memorisation bound") :]
     for variant, col in doc["meta"]["columns"].items():
         b = col["bound"]
         assert b is not None and b["heads"] == doc["meta"]["model_info"]["num_heads"]
@@ -235,8 +264,15 @@ class Outer:
 
 
 def test_encoding_is_lossless_and_strict_json():
-    o = Outer({3: 10, 1: 2}, Inner((1, 2), ("a", 0.1 + 0.2)), [Inner((), ("b", -0.0))], Colour.red, float("inf"),
-              notes=[Note("n > d", NoteKind.N_ABOVE_D)], hidden=object())
+    o = Outer(
+        {3: 10, 1: 2},
+        Inner((1, 2), ("a", 0.1 + 0.2)),
+        [Inner((), ("b", -0.0))],
+        Colour.red,
+        float("inf"),
+        notes=[Note("n > d", NoteKind.N_ABOVE_D)],
+        hidden=object(),
+    )
     data = encode_result(o)
     text = json.dumps(data, allow_nan=False)  # strict JSON: the infinity is a string
     back = decode_result(Outer, json.loads(text))
@@ -287,14 +323,18 @@ def test_the_memorize_grid_is_equal_after_the_round_trip(tmp_path, capsys):
     from mhaaudit.memorize.results import MemorizeGrid
     from mhaaudit.render import print_json, render_memorize
 
-    grid = run_memorize_grid(vary="heads", values=[1, 2], n=3, head_dim=4, sizes=[12], max_steps=5, saturation=True,
-                             device="cpu")
+    grid = run_memorize_grid(
+        vary="heads", values=[1, 2], n=3, head_dim=4, sizes=[12], max_steps=5, saturation=True, device="cpu"
+    )
     capsys.readouterr()
     print_json(grid.to_dict())  # what --format json prints
     text = capsys.readouterr().out
     (tmp_path / "g.parquet").write_bytes(parquet_bytes(grid.table_records(), grid.meta()))  # --format parquet
-    for back in (MemorizeGrid.from_json(text), MemorizeGrid.from_json(json.loads(text)),
-                 MemorizeGrid.from_parquet(tmp_path / "g.parquet")):
+    for back in (
+        MemorizeGrid.from_json(text),
+        MemorizeGrid.from_json(json.loads(text)),
+        MemorizeGrid.from_parquet(tmp_path / "g.parquet"),
+    ):
         assert back == grid and back.runs[0].saturation == grid.runs[0].saturation is not None
         assert rendered(capsys, lambda b=back: render_memorize(b)) == rendered(capsys, lambda: render_memorize(grid))
     with pytest.raises(InputError, match="not of 'kruskal'"):

@@ -46,7 +46,9 @@ def test_seeds_syntax_is_memorize_s():
 
 def test_plan_holds_the_other_seed_fixed():
     assert [r.kwargs() for r in plan_seeds("0-1").runs()] == [
-        {"seed": 0, "weights_seed": None, "data_seed": None}, {"seed": 1, "weights_seed": None, "data_seed": None}]
+        {"seed": 0, "weights_seed": None, "data_seed": None},
+        {"seed": 1, "weights_seed": None, "data_seed": None},
+    ]
     w = plan_seeds("3-4", vary="weights")
     assert [(r.seed, r.weights, r.data) for r in w.runs()] == [(3, 3, 3), (4, 4, 3)]
     d = plan_seeds("3-4", vary="data", weights_seed=9)
@@ -55,13 +57,16 @@ def test_plan_holds_the_other_seed_fixed():
     assert d.as_dict()["weights_seed"] == 9 and d.as_dict()["data_seed"] == "varied"
 
 
-@pytest.mark.parametrize("kwargs, match", [  # the library's parameters (the command line names its flags)
-    (dict(seed=2), "either seed or seeds"),
-    (dict(vary="weights", weights_seed=1), "weights_seed has no effect"),
-    (dict(vary="data", data_seed=1), "data_seed has no effect"),
-    (dict(weights_seed=1), "vary weights or vary data"),
-    (dict(vary="model"), "^unknown vary|^vary"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [  # the library's parameters (the command line names its flags)
+        (dict(seed=2), "either seed or seeds"),
+        (dict(vary="weights", weights_seed=1), "weights_seed has no effect"),
+        (dict(vary="data", data_seed=1), "data_seed has no effect"),
+        (dict(weights_seed=1), "vary weights or vary data"),
+        (dict(vary="model"), "^unknown vary|^vary"),
+    ],
+)
 def test_plan_refuses_what_cannot_apply(kwargs, match):
     with pytest.raises(InputError, match=match):
         plan_seeds("0-1", **kwargs)
@@ -82,13 +87,25 @@ def test_settings_weights_and_data_seeds_default_to_the_seed():
 
 
 def _recs(seed: int, fraction: float, verdict: str, exact: str = "undecided") -> list[dict]:
-    return [{"check": "assumption_1", "variant": "random", "k": 5, "fraction": fraction, "verdict": verdict,
-             "exact_status": exact, "seed": seed}]
+    return [
+        {
+            "check": "assumption_1",
+            "variant": "random",
+            "k": 5,
+            "fraction": fraction,
+            "verdict": verdict,
+            "exact_status": exact,
+            "seed": seed,
+        }
+    ]
 
 
 def test_summary_median_range_holding_and_exact_status():
-    per = [(SeedRun(0), _recs(0, 0.99, "holds")), (SeedRun(1), _recs(1, 0.5, "fails", "fails")),
-           (SeedRun(2), _recs(2, 1.0, "holds"))]
+    per = [
+        (SeedRun(0), _recs(0, 0.99, "holds")),
+        (SeedRun(1), _recs(1, 0.5, "fails", "fails")),
+        (SeedRun(2), _recs(2, 1.0, "holds")),
+    ]
     (s,) = summary_records(per, key=("variant", "check", "k"), value="fraction")
     assert s["aggregate"] == "summary" and s["seed"] is None and s["seeds"] == [0, 1, 2]
     assert (s["median"], s["low"], s["high"]) == (0.99, 0.5, 1.0)
@@ -109,15 +126,21 @@ def test_a_single_run_is_labelled_and_never_a_difference():
 
 def test_difference_excludes_zero_only_when_every_seed_agrees():
     def per(b_values):
-        return [(SeedRun(s), [{"check": "e", "variant": "a", "v": 10}, {"check": "e", "variant": "b", "v": bv}])
-                for s, bv in enumerate(b_values)]
+        return [
+            (SeedRun(s), [{"check": "e", "variant": "a", "v": 10}, {"check": "e", "variant": "b", "v": bv}])
+            for s, bv in enumerate(b_values)
+        ]
 
     for b_values, excludes in (([3, 4, 9], True), ([3, 12, 9], False), ([11, 12, 13], True)):
         p = per(b_values)
-        (d,) = difference_records(summary_records(p, key=("variant", "check"), value="v"), p,
-                                  key=("variant", "check"), value="v", check="e")
+        (d,) = difference_records(
+            summary_records(p, key=("variant", "check"), value="v"), p, key=("variant", "check"), value="v", check="e"
+        )
         assert d["excludes_zero"] is excludes
-        assert d["values"] == [10 - b for b in b_values] and (d["low"], d["high"]) == (min(d["values"]), max(d["values"]))
+        assert d["values"] == [10 - b for b in b_values] and (d["low"], d["high"]) == (
+            min(d["values"]),
+            max(d["values"]),
+        )
         assert ("not distinguishable with 3 seeds" in d["conclusion"]) is (not excludes)
 
 
@@ -133,8 +156,9 @@ def test_weights_and_data_seeds_derive_from_the_seed_and_move_separately(vit_dir
     w, d = q(seed=3, weights_seed=4), q(seed=3, data_seed=4)
     assert not torch.equal(base, w) and not torch.equal(base, d) and not torch.equal(w, d)
     emb = capture_features(str(vit_dir), variant="embedding", device="cpu", limit=24, batch_size=8, seed=3).queries
-    emb_w = capture_features(str(vit_dir), variant="embedding", device="cpu", limit=24, batch_size=8, seed=3,
-                             weights_seed=4).queries
+    emb_w = capture_features(
+        str(vit_dir), variant="embedding", device="cpu", limit=24, batch_size=8, seed=3, weights_seed=4
+    ).queries
     assert not torch.equal(emb, emb_w)  # the random embedding is weights, not data
 
 
@@ -156,13 +180,29 @@ def test_model_loads_are_shared_across_seeds(vit_dir, monkeypatch):
         return real(request, init, settings, max_layer)
 
     monkeypatch.setattr(pipeline, "_load", counting)
-    res = audit(str(vit_dir), variants=["random", "trained"], weights=str(vit_dir), seeds="0-2", vary="data",
-                device="cpu", **RUN)
+    res = audit(
+        str(vit_dir),
+        variants=["random", "trained"],
+        weights=str(vit_dir),
+        seeds="0-2",
+        vary="data",
+        device="cpu",
+        **RUN,
+    )
     assert sorted(loads) == [("random", 0), ("trained", 0)]  # only the data moved: each model built once
-    assert {r["weights_seed"] for r in res.records() if r["aggregate"] == "seed" and r["variant"] == "trained"} == {None}
+    assert {r["weights_seed"] for r in res.records() if r["aggregate"] == "seed" and r["variant"] == "trained"} == {
+        None
+    }
     loads.clear()
-    res = audit(str(vit_dir), variants=["random", "trained"], weights=str(vit_dir), seeds="0-2", vary="weights",
-                device="cpu", **RUN)
+    res = audit(
+        str(vit_dir),
+        variants=["random", "trained"],
+        weights=str(vit_dir),
+        seeds="0-2",
+        vary="weights",
+        device="cpu",
+        **RUN,
+    )
     assert sorted(loads) == [("random", 0), ("random", 1), ("random", 2), ("trained", 0)]
     assert any("trained weights have no weights seed" in n and "only the Monte-Carlo draws" in n for n in res.notes)
     assert pipeline._SHARED_LOADS is None  # nothing is held after the run
@@ -173,8 +213,23 @@ def test_model_loads_are_shared_across_seeds(vit_dir, monkeypatch):
 
 def test_check_seeds_json_parquet_and_table(capsys, vit_dir, tmp_path):
     out = tmp_path / "seeds.parquet"
-    rc, stdout, err = run(capsys, "check", vit_dir, "--variants", "embedding,random", *CLI_RUN, "--seeds", "0-1",
-                          "--sweep", "--format", "json", "--out", out, "--device", "cpu")
+    rc, stdout, err = run(
+        capsys,
+        "check",
+        vit_dir,
+        "--variants",
+        "embedding,random",
+        *CLI_RUN,
+        "--seeds",
+        "0-1",
+        "--sweep",
+        "--format",
+        "json",
+        "--out",
+        out,
+        "--device",
+        "cpu",
+    )
     assert rc == 0, err
     doc = json.loads(stdout)
     recs = doc["records"]
@@ -191,20 +246,34 @@ def test_check_seeds_json_parquet_and_table(capsys, vit_dir, tmp_path):
     assert {r["seed"] for r in doc["sweep"]} == {0, 1}
     table = pq.read_table(out).to_pylist()
     assert {r["aggregate"] for r in table} == {"seed", "summary", "difference"}
-    rc, stdout, err = run(capsys, "check", vit_dir, "--variants", "embedding,random", *CLI_RUN, "--seeds", "0-1",
-                          "--sweep", "--device", "cpu")
+    rc, stdout, err = run(
+        capsys,
+        "check",
+        vit_dir,
+        "--variants",
+        "embedding,random",
+        *CLI_RUN,
+        "--seeds",
+        "0-1",
+        "--sweep",
+        "--device",
+        "cpu",
+    )
     assert rc == 0, err
     assert "Over 2 seeds" in stdout and "seeds holding" in stdout and "Differences" in stdout
     assert ("excludes zero" in stdout) or ("not distinguishable with 2 seeds" in stdout)
 
 
-@pytest.mark.parametrize("args, match", [
-    (["--seeds", "0-1", "--seed", "3"], "either --seed or --seeds"),
-    (["--vary", "weights"], "--vary has no effect without --seeds"),
-    (["--seeds", "0-1", "--vary", "weights", "--weights-seed", "2"], "--weights-seed has no effect"),
-    (["--seeds", "0-x"], "--seeds"),
-    (["--weights-seed", "-3"], "--weights-seed"),
-])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (["--seeds", "0-1", "--seed", "3"], "either --seed or --seeds"),
+        (["--vary", "weights"], "--vary has no effect without --seeds"),
+        (["--seeds", "0-1", "--vary", "weights", "--weights-seed", "2"], "--weights-seed has no effect"),
+        (["--seeds", "0-x"], "--seeds"),
+        (["--weights-seed", "-3"], "--weights-seed"),
+    ],
+)
 def test_check_seed_options_refused_in_one_line(capsys, vit_dir, args, match):
     rc, _, err = run(capsys, "check", vit_dir, *CLI_RUN, "--device", "cpu", *args)
     assert_one_error(rc, err, match)
@@ -216,8 +285,23 @@ def test_check_seeds_refuses_save_features(capsys, vit_dir, tmp_path):
 
 
 def test_kruskal_model_seeds_vary_data(capsys, vit_dir):
-    rc, stdout, err = run(capsys, "kruskal", "--model", vit_dir, *CLI_RUN, "--seeds", "0-1", "--vary", "data",
-                          "--weights-seed", "4", "--format", "json", "--device", "cpu")
+    rc, stdout, err = run(
+        capsys,
+        "kruskal",
+        "--model",
+        vit_dir,
+        *CLI_RUN,
+        "--seeds",
+        "0-1",
+        "--vary",
+        "data",
+        "--weights-seed",
+        "4",
+        "--format",
+        "json",
+        "--device",
+        "cpu",
+    )
     assert rc == 0, err
     recs = json.loads(stdout)["records"]
     per = [r for r in recs if r["aggregate"] == "seed"]
@@ -226,8 +310,23 @@ def test_kruskal_model_seeds_vary_data(capsys, vit_dir):
 
 
 def test_capacity_seeds(capsys, vit4):
-    rc, stdout, err = run(capsys, "capacity", vit4, "--variants", "random", "--limit", "40", "--batch-size", "8",
-                          "--seeds", "0-1", "--format", "json", "--device", "cpu")
+    rc, stdout, err = run(
+        capsys,
+        "capacity",
+        vit4,
+        "--variants",
+        "random",
+        "--limit",
+        "40",
+        "--batch-size",
+        "8",
+        "--seeds",
+        "0-1",
+        "--format",
+        "json",
+        "--device",
+        "cpu",
+    )
     assert rc == 0, err
     recs = json.loads(stdout)["records"]
     sums = [r for r in recs if r["aggregate"] == "summary"]
@@ -235,8 +334,23 @@ def test_capacity_seeds(capsys, vit4):
 
 
 def test_reproduce_seeds_marks_whether_the_published_value_is_inside(capsys, vit_dir):
-    rc, stdout, err = run(capsys, "reproduce", "table1", "--model", f"vit={vit_dir}", "--limit", "40", "--samples", "60",
-                          "--seeds", "0-1", "--format", "json", "--device", "cpu")
+    rc, stdout, err = run(
+        capsys,
+        "reproduce",
+        "table1",
+        "--model",
+        f"vit={vit_dir}",
+        "--limit",
+        "40",
+        "--samples",
+        "60",
+        "--seeds",
+        "0-1",
+        "--format",
+        "json",
+        "--device",
+        "cpu",
+    )
     assert rc == 0, err
     sums = [r for r in json.loads(stdout)["records"] if r["aggregate"] == "summary" and r["value"] == "our_value"]
     assert sums
@@ -265,8 +379,9 @@ def test_two_ranks_give_the_seeds_records_of_one_process(vit_dir, image_dir, tmp
     cwds = [tmp_path / "rank0", tmp_path / "rank1"]
     for c in cwds:
         c.mkdir()
-    args = _check_args(vit_dir, image_dir, "--variants", "embedding,random", "--sweep", "--seeds", "0-1",
-                       "--vary", "weights")
+    args = _check_args(
+        vit_dir, image_dir, "--variants", "embedding,random", "--sweep", "--seeds", "0-1", "--vary", "weights"
+    )
     rc, one, err = single(args, cwd=tmp_path)
     assert rc == 0, err
     (r0, out0, err0), (r1, out1, err1) = launch(args, cwds=cwds)
@@ -295,8 +410,9 @@ def test_estimate_kruskal_rank_takes_seeds_for_a_capture(vit_dir):
     from mhaaudit.estimation import estimate_kruskal_rank
     from mhaaudit.seeds import SeedsResult
 
-    res = estimate_kruskal_rank(model=str(vit_dir), limit=40, batch_size=8, samples=60, device="cpu", seeds="0-1",
-                                vary="weights", data_seed=3)
+    res = estimate_kruskal_rank(
+        model=str(vit_dir), limit=40, batch_size=8, samples=60, device="cpu", seeds="0-1", vary="weights", data_seed=3
+    )
     assert isinstance(res, SeedsResult)
     per = [r for r in res.records() if r["aggregate"] == "seed"]
     assert {(r["seed"], r["weights_seed"], r["data_seed"]) for r in per} == {(0, 0, 3), (1, 1, 3)}
@@ -317,10 +433,21 @@ def test_seeds_beside_request_objects(vit_dir):
     from mhaaudit.request import DataRequest, ModelRequest
 
     settings = Settings.resolve(device="cpu", samples=60, data_seed=5)
-    res = audit(ModelRequest(str(vit_dir)), data=DataRequest(limit=40, batch_size=8), settings=settings,
-                variants=["random"], seeds="0-1", vary="weights")
+    res = audit(
+        ModelRequest(str(vit_dir)),
+        data=DataRequest(limit=40, batch_size=8),
+        settings=settings,
+        variants=["random"],
+        seeds="0-1",
+        vary="weights",
+    )
     per = [r for r in res.records() if r["aggregate"] == "seed"]
     assert {(r["seed"], r["data_seed"]) for r in per} == {(0, 5), (1, 5)}  # the settings' data seed is held
     with pytest.raises(InputError, match="weights_seed"):  # a keyword beside the settings that says otherwise
-        audit(ModelRequest(str(vit_dir)), data=DataRequest(limit=40, batch_size=8), settings=settings,
-              variants=["random"], weights_seed=2)
+        audit(
+            ModelRequest(str(vit_dir)),
+            data=DataRequest(limit=40, batch_size=8),
+            settings=settings,
+            variants=["random"],
+            weights_seed=2,
+        )

@@ -44,9 +44,15 @@ def test_resolve_checks_every_field_and_the_device():
     assert s.rule(torch.float64).rtol == 1e-3 and s.rule().dtype == "float32"
     assert s.seed_for("draws", 1) == derive_seed(3, "draws", 1)
     assert s.as_dict()["tolerance"]["rtol"] == 1e-3 and s.as_dict()["device"] == "cpu"
-    for kw, match in ((dict(samples=0), "^samples must"), (dict(threshold=1.5), "^threshold must"), (dict(threshold=0), "^threshold must"),
-                      (dict(seed=-1), "^seed must"), (dict(rtol=-1.0), "^rtol must"), (dict(atol=float("nan")), "^atol must"),
-                      (dict(device="tpu"), "not a device")):
+    for kw, match in (
+        (dict(samples=0), "^samples must"),
+        (dict(threshold=1.5), "^threshold must"),
+        (dict(threshold=0), "^threshold must"),
+        (dict(seed=-1), "^seed must"),
+        (dict(rtol=-1.0), "^rtol must"),
+        (dict(atol=float("nan")), "^atol must"),
+        (dict(device="tpu"), "not a device"),
+    ):
         with pytest.raises(InputError, match=match):
             Settings.resolve(**kw)
 

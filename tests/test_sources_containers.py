@@ -29,7 +29,24 @@ datasets = pytest.importorskip("datasets")
 
 def _documents(k: int = 40) -> list[str]:
     rng = np.random.default_rng(3)
-    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu", "nu", "xi", "omicron", "pi"]
+    words = [
+        "alpha",
+        "beta",
+        "gamma",
+        "delta",
+        "epsilon",
+        "zeta",
+        "eta",
+        "theta",
+        "iota",
+        "kappa",
+        "lambda",
+        "mu",
+        "nu",
+        "xi",
+        "omicron",
+        "pi",
+    ]
     docs = [" ".join(rng.choice(words, size=int(rng.integers(16, 60)))) for _ in range(k)]
     docs[7] = "too short"
     return docs
@@ -114,8 +131,18 @@ def test_columns_found_or_refused_with_what_was_found(tmp_path):
 
 def test_jsonl_skips_by_cause(tmp_path):
     path = tmp_path / "mixed.jsonl"
-    path.write_text("\n".join([json.dumps({"text": "one"}), "{broken", json.dumps({"title": "no text"}),
-                               json.dumps({"text": "   "}), json.dumps({"text": "two"})]) + "\n")
+    path.write_text(
+        "\n".join(
+            [
+                json.dumps({"text": "one"}),
+                "{broken",
+                json.dumps({"title": "no text"}),
+                json.dumps({"text": "   "}),
+                json.dumps({"text": "two"}),
+            ]
+        )
+        + "\n"
+    )
     source = text_source(str(path))
     assert list(source) == ["one", "two"]
     got = source.skips.as_dict()
@@ -125,8 +152,11 @@ def test_jsonl_skips_by_cause(tmp_path):
     nothing = tmp_path / "nothing.jsonl"
     nothing.write_text(json.dumps({"text": "x"}) + "\n" + json.dumps({"body": 3}) * 0 + "{oops\n")
     wrong = text_source(str(nothing), text_column="body")
-    with pytest.raises(DataError, match=r"no text documents \(1 invalid JSON.*1 missing field.*choose the field "
-                                        "with text_column"):
+    with pytest.raises(
+        DataError,
+        match=r"no text documents \(1 invalid JSON.*1 missing field.*choose the field "
+        "with text_column",
+    ):
         list(wrong)
 
 
@@ -141,9 +171,10 @@ def _png(mode: str, seed: int, size: int = 24) -> bytes:
 def test_images_from_saved_datasets_and_arrow_with_skips_and_conversion(tmp_path):
     modes = ["RGB", "L", "RGBA", "P", "RGB", "RGB"]
     pictures = [Image.open(io.BytesIO(_png(m, i))) for i, m in enumerate(modes)]
-    ds = datasets.Dataset.from_dict({"picture": pictures, "label": list(range(len(modes)))},
-                                    features=datasets.Features({"picture": datasets.Image(),
-                                                                "label": datasets.Value("int64")}))
+    ds = datasets.Dataset.from_dict(
+        {"picture": pictures, "label": list(range(len(modes)))},
+        features=datasets.Features({"picture": datasets.Image(), "label": datasets.Value("int64")}),
+    )
     saved = tmp_path / "saved"
     ds.save_to_disk(str(saved))
     source = image_source(str(saved))
@@ -171,8 +202,23 @@ def test_images_from_saved_datasets_and_arrow_with_skips_and_conversion(tmp_path
 def test_cli_names_its_own_options(tmp_path, capsys, bert_dir):
     fields = tmp_path / "fields.jsonl"
     fields.write_text("".join(json.dumps({"a": "x", "b": "y"}) + "\n" for _ in range(3)))
-    assert main(["check", str(bert_dir), "--data", str(fields), "--limit", "40", "--context-length", "16",
-                 "--variants", "random"]) == 2
+    assert (
+        main(
+            [
+                "check",
+                str(bert_dir),
+                "--data",
+                str(fields),
+                "--limit",
+                "40",
+                "--context-length",
+                "16",
+                "--variants",
+                "random",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "choose one with --text-column" in err and "text_column" not in err and err.count("\n") == 1
 
@@ -202,13 +248,35 @@ def test_too_short_counts_documents_also_when_parts_were_joined(tmp_path):
 
 def test_cli_reads_a_dataset_dict_split_and_names_it(tmp_path, capsys, bert_dir):
     paths = _containers(tmp_path, _documents(), column="passage_text")
-    argv = ["check", str(bert_dir), "--data", str(paths["saved-dict"]), "--split", "test", "--limit", "20",
-            "--context-length", "16", "--variants", "random", "--layers", "0", "--samples", "50", "--format", "json"]
+    argv = [
+        "check",
+        str(bert_dir),
+        "--data",
+        str(paths["saved-dict"]),
+        "--split",
+        "test",
+        "--limit",
+        "20",
+        "--context-length",
+        "16",
+        "--variants",
+        "random",
+        "--layers",
+        "0",
+        "--samples",
+        "50",
+        "--format",
+        "json",
+    ]
     assert main(argv) == 0
     meta = json.loads(capsys.readouterr().out)["meta"]
-    assert "(a DatasetDict saved with save_to_disk), split 'test', column 'passage_text' (the only string column" \
+    assert (
+        "(a DatasetDict saved with save_to_disk), split 'test', column 'passage_text' (the only string column"
         in meta["data"]
-    assert meta["skips"]["too short"]["count"] == 1 and meta["skips"]["too short"]["example"].startswith("'too short' (")
+    )
+    assert meta["skips"]["too short"]["count"] == 1 and meta["skips"]["too short"]["example"].startswith(
+        "'too short' ("
+    )
 
     ds = datasets.Dataset.from_dict({"title": ["t"] * 40, "abstract": _documents()})
     ds.save_to_disk(str(tmp_path / "two"))
@@ -240,8 +308,11 @@ def test_capacity_and_kruskal_take_the_column_options(tmp_path, capsys, bert_dir
     unfindable column is refused naming --text-column, and the option is then honoured."""
     fields = tmp_path / "fields.jsonl"
     fields.write_text("".join(json.dumps({"a": doc, "b": "y"}) + "\n" for doc in _documents(120)))
-    base = ["capacity", str(bert_dir), "--block", "1", "--variants", "random"] if command == "capacity" else \
-        ["kruskal", "--model", str(bert_dir), "--variants", "random", "--k", "3", "--samples", "20"]
+    base = (
+        ["capacity", str(bert_dir), "--block", "1", "--variants", "random"]
+        if command == "capacity"
+        else ["kruskal", "--model", str(bert_dir), "--variants", "random", "--k", "3", "--samples", "20"]
+    )
     args = [*base, "--data", str(fields), "--limit", "20", "--context-length", "16", "--format", "json"]
     assert main(args) == 2
     err = capsys.readouterr().err

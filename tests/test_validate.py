@@ -64,8 +64,18 @@ def test_choice_split_fraction_tolerance():
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("spec,want", [("1-12", list(range(1, 13))), ("3", [3]), ("1,2,4", [1, 2, 4]),
-                                       ("4,1-2", [1, 2, 4]), (" 2 , 2 ", [2]), ([3, 1], [1, 3]), (5, [5])])
+@pytest.mark.parametrize(
+    "spec,want",
+    [
+        ("1-12", list(range(1, 13))),
+        ("3", [3]),
+        ("1,2,4", [1, 2, 4]),
+        ("4,1-2", [1, 2, 4]),
+        (" 2 , 2 ", [2]),
+        ([3, 1], [1, 3]),
+        (5, [5]),
+    ],
+)
 def test_parse_heads(spec, want):
     assert validate.head_counts(spec, 12) == want
 
@@ -74,11 +84,21 @@ def test_parse_heads_none_means_all():
     assert validate.head_counts(None, 12) is None
 
 
-@pytest.mark.parametrize("spec,match", [("", "names no head"), (" , ", "names no head"), ("0", "start at 1"),
-                                        ("0-3", "start at 1"), ("-2", "head counts"), ("5-3", "empty"),
-                                        ("a", "head counts"), ("13", "at most 12"), ("1-13", "at most 12"),
-                                        (True, "head counts")])
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        ("", "names no head"),
+        (" , ", "names no head"),
+        ("0", "start at 1"),
+        ("0-3", "start at 1"),
+        ("-2", "head counts"),
+        ("5-3", "empty"),
+        ("a", "head counts"),
+        ("13", "at most 12"),
+        ("1-13", "at most 12"),
+        (True, "head counts"),
+    ],
+)
 def test_parse_heads_errors(spec, match):
     with pytest.raises(InputError, match=match):
         validate.head_counts(spec, 12)
-

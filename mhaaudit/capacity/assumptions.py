@@ -27,7 +27,14 @@ from ..kruskal import kruskal_sweep, set_stats, subset_test
 from ..numerics import numerics, tf32_off
 from ..progress import task
 
-__all__ = ["Assumptions", "a1_status", "assumptions_from_file", "audit_assumptions", "linear_algebra", "read_check_results"]
+__all__ = [
+    "Assumptions",
+    "a1_status",
+    "assumptions_from_file",
+    "audit_assumptions",
+    "linear_algebra",
+    "read_check_results",
+]
 
 
 def a1_status(verdict: str | None, exact_status: str | None) -> str | None:
@@ -41,8 +48,10 @@ def a1_status(verdict: str | None, exact_status: str | None) -> str | None:
 
 def _a1_reason(verdict: str | None, exact_status: str | None, reason: str) -> str:
     if exact_status == "fails" and verdict == "holds":
-        return (f"{reason}; the estimate under the paper's rule holds, but the exact status is fails (proven), "
-                "and Theorem 1 needs the assumption itself")
+        return (
+            f"{reason}; the estimate under the paper's rule holds, but the exact status is fails (proven), "
+            "and Theorem 1 needs the assumption itself"
+        )
     return reason
 
 
@@ -63,10 +72,16 @@ class Assumptions:
         return None if v not in ("holds", "fails") else v == "holds"
 
     def to_dict(self) -> dict:
-        return {"assumption_1": self.a1, "assumption_1_reason": self.a1_reason, "assumption_1_fraction": self.a1_fraction,
-                "assumption_2": self.a2, "assumption_2_reason": self.a2_reason,
-                "kruskal_estimate": self.kruskal_estimate, "kruskal_estimate_note": self.estimate_note,
-                "source": self.source}
+        return {
+            "assumption_1": self.a1,
+            "assumption_1_reason": self.a1_reason,
+            "assumption_1_fraction": self.a1_fraction,
+            "assumption_2": self.a2,
+            "assumption_2_reason": self.a2_reason,
+            "kruskal_estimate": self.kruskal_estimate,
+            "kruskal_estimate_note": self.estimate_note,
+            "source": self.source,
+        }
 
 
 @contextlib.contextmanager
@@ -97,8 +112,16 @@ def audit_assumptions(fs, settings, label: str = "") -> tuple[Assumptions, dict]
     stats = set_stats(fs.queries, rule)
     common = dict(samples=samples, threshold=threshold, seed=settings.seed, rule=rule, device=settings.device)
     with task(f"{label} assumption_1 (k = {fs.n})", samples, progress) as adv:
-        a1 = subset_test(fs.queries, fs.n, check="assumption_1", title=CHECK_TITLES["assumption_1"], stats=stats,
-                         progress=adv, stop_when_decided=True, **common)
+        a1 = subset_test(
+            fs.queries,
+            fs.n,
+            check="assumption_1",
+            title=CHECK_TITLES["assumption_1"],
+            stats=stats,
+            progress=adv,
+            stop_when_decided=True,
+            **common,
+        )
     out.a1, out.a1_reason = a1_status(a1.verdict, a1.exact_status), _a1_reason(a1.verdict, a1.exact_status, a1.reason)
     out.a1_fraction = a1.fraction if a1.sampled else None
     timings["assumptions 1-2"] = round(time.perf_counter() - t0, 3)
@@ -109,8 +132,10 @@ def audit_assumptions(fs, settings, label: str = "") -> tuple[Assumptions, dict]
         timings["kruskal sweep"] = round(time.perf_counter() - t0, 3)
         if sw.estimate >= 1:
             out.kruskal_estimate = int(sw.estimate)
-            out.estimate_note = (f"largest k <= {fs.n} with satisfied fraction >= {threshold} over {samples} nested draws "
-                                 f"(an estimate); certified ceiling {sw.ceiling.value} ({sw.ceiling.kind})")
+            out.estimate_note = (
+                f"largest k <= {fs.n} with satisfied fraction >= {threshold} over {samples} nested draws "
+                f"(an estimate); certified ceiling {sw.ceiling.value} ({sw.ceiling.kind})"
+            )
     return out, timings
 
 
@@ -125,11 +150,17 @@ def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
         meta = read_parquet_metadata(p)
         rows = pq.read_table(p).to_pylist()
     except Exception as exc:  # noqa: BLE001 - any failure to read the file is the user's bad input
-        raise InputError(f"{{param:from_path}} {p}: cannot read it as a parquet file ({' '.join(str(exc).split())[:160]})") from None
+        raise InputError(
+            f"{{param:from_path}} {p}: cannot read it as a parquet file ({' '.join(str(exc).split())[:160]})"
+        ) from None
     if not rows or "check" not in rows[0] or "variant" not in rows[0]:
-        raise InputError(f"{{param:from_path}} {p}: not a results file of {{param:check_out}} (no check/variant columns)")
+        raise InputError(
+            f"{{param:from_path}} {p}: not a results file of {{param:check_out}} (no check/variant columns)"
+        )
     if not isinstance(meta, dict) or not all(isinstance(meta.get(k) or {}, dict) for k in ("model_info", "columns")):
-        raise InputError(f"{{param:from_path}} {p}: its 'mhaaudit' parquet metadata is malformed (not what {{param:check_out}} writes)")
+        raise InputError(
+            f"{{param:from_path}} {p}: its 'mhaaudit' parquet metadata is malformed (not what {{param:check_out}} writes)"
+        )
     return meta, rows
 
 
@@ -141,13 +172,21 @@ def _malformed(p: Path):
     except InputError:  # a refusal of its own inside (another limit, other data): said as such
         raise
     except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
-        raise InputError(f"{{param:from_path}} {p}: its 'mhaaudit' parquet metadata or rows are malformed "
-                         f"({type(exc).__name__}: {' '.join(str(exc).split())[:120]})") from None
+        raise InputError(
+            f"{{param:from_path}} {p}: its 'mhaaudit' parquet metadata or rows are malformed "
+            f"({type(exc).__name__}: {' '.join(str(exc).split())[:120]})"
+        ) from None
 
 
-def assumptions_from_file(path: str | Path, *, init: str, layer: int, n: int | None = None,
-                          d: int | None = None, results: tuple[dict, list[dict]] | None = None,
-                          ) -> tuple[Assumptions | None, str, list[str]]:
+def assumptions_from_file(
+    path: str | Path,
+    *,
+    init: str,
+    layer: int,
+    n: int | None = None,
+    d: int | None = None,
+    results: tuple[dict, list[dict]] | None = None,
+) -> tuple[Assumptions | None, str, list[str]]:
     """The A1/A2 verdicts and Kruskal estimate of the column of ``path`` with ``init`` weights at ``layer``.
 
     ``path`` is a parquet file written by ``mhaaudit check --out`` (``results``: its contents,
@@ -160,14 +199,17 @@ def assumptions_from_file(path: str | Path, *, init: str, layer: int, n: int | N
         return _assumptions_from_file(p, results, init=init, layer=layer, n=n, d=d)
 
 
-def _assumptions_from_file(p: Path, results: tuple[dict, list[dict]], *, init: str, layer: int, n: int | None,
-                           d: int | None) -> tuple[Assumptions | None, str, list[str]]:
+def _assumptions_from_file(
+    p: Path, results: tuple[dict, list[dict]], *, init: str, layer: int, n: int | None, d: int | None
+) -> tuple[Assumptions | None, str, list[str]]:
     meta, rows = results
     notes: list[str] = []
     info = meta.get("model_info") or {}
     if (n is not None and info.get("n") not in (None, n)) or (d is not None and info.get("d") not in (None, d)):
-        raise InputError(f"{{param:from_path}} {p}: audited with n = {info.get('n')}, d = {info.get('d')}, but the model here has "
-                         f"n = {n}, d = {d}")
+        raise InputError(
+            f"{{param:from_path}} {p}: audited with n = {info.get('n')}, d = {info.get('d')}, but the model here has "
+            f"n = {n}, d = {d}"
+        )
     if meta.get("command") not in (None, "check"):
         notes.append(f"--from {p} was written by 'mhaaudit {meta.get('command')}', not 'mhaaudit check'")
     cols = meta.get("columns") or {}
@@ -189,8 +231,9 @@ def _column(p: Path, cols: dict, *, init: str, layer: int) -> tuple[str | None, 
             return None, f"column {variant!r} of {p} is unavailable: {c.get('reason', '')}"
         return variant, ""
     have = ", ".join(f"{v} ({c.get('weights')} weights, layer {c.get('layer')})" for v, c in cols.items()) or "none"
-    return None, (f"{p} has no column with {init} weights at layer {layer} (the input of block {layer + 1}); "
-                  f"it has: {have}")
+    return None, (
+        f"{p} has no column with {init} weights at layer {layer} (the input of block {layer + 1}); it has: {have}"
+    )
 
 
 def _verdicts(rows: list[dict], *, source: str) -> Assumptions:
@@ -223,25 +266,36 @@ def _read_estimate(out: Assumptions, p: Path, sweep: Any, rows: list[dict], thre
         out.estimate_note = f"largest k with satisfied fraction >= {threshold} in the sweep rows of {p} (an estimate)"
 
 
-def check_same_examples(path: str | Path, results: tuple[dict, list[dict]], *, limit: int | None = None,
-                        T: int | None = None, data: str | None = None) -> None:
+def check_same_examples(
+    path: str | Path,
+    results: tuple[dict, list[dict]],
+    *,
+    limit: int | None = None,
+    T: int | None = None,
+    data: str | None = None,
+) -> None:
     """Refuse verdicts audited on other examples than this run's: another ``--limit`` (known before
     the data pass), another number of examples T or another data source (known after it)."""
     with _malformed(Path(path)):
         _check_same_examples(path, results, limit=limit, T=T, data=data)
 
 
-def _check_same_examples(path: str | Path, results: tuple[dict, list[dict]], *, limit: int | None,
-                         T: int | None, data: str | None) -> None:
+def _check_same_examples(
+    path: str | Path, results: tuple[dict, list[dict]], *, limit: int | None, T: int | None, data: str | None
+) -> None:
     meta, rows = results
     p = Path(path)
     way = "run 'mhaaudit check' with the same {param:data} and {param:limit}, or give capacity the ones the file was made with"
     file_limit = meta.get("limit")
     if limit is not None and file_limit is not None and int(file_limit) != int(limit):
-        raise InputError(f"{{param:from_path}} {p}: its audit read {{param:limit}} {file_limit} examples, this run {{param:limit}} {limit}; {way}")
+        raise InputError(
+            f"{{param:from_path}} {p}: its audit read {{param:limit}} {file_limit} examples, this run {{param:limit}} {limit}; {way}"
+        )
     file_T = next((r.get("T") for r in rows if r.get("check") == "assumption_2" and r.get("T") is not None), None)
     if T is not None and file_T is not None and int(file_T) != int(T):
         raise InputError(f"{{param:from_path}} {p}: its audit used T = {file_T} examples, this run T = {T}; {way}")
     file_data = meta.get("data")
     if data and file_data and file_data != data:
-        raise InputError(f"{{param:from_path}} {p}: its audit used other data ({file_data}) than this run ({data}); {way}")
+        raise InputError(
+            f"{{param:from_path}} {p}: its audit used other data ({file_data}) than this run ({data}); {way}"
+        )

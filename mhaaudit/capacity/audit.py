@@ -71,7 +71,6 @@ VARIANTS = ("random", "trained")
 ATTENTION = ("model", "random")
 
 
-
 @dataclass
 class CapacityColumn:
     """The bound and the certificate of one set of weights: the bound for each head count h
@@ -87,7 +86,9 @@ class CapacityColumn:
     T: int = 0
     weights_source: str = ""
     timings: dict[str, float] = field(default_factory=dict)
-    weights_read: dict[str, Any] | None = None  # trained weights: what loading read (mhaaudit.models.shards.WeightsRead)
+    weights_read: dict[str, Any] | None = (
+        None  # trained weights: what loading read (mhaaudit.models.shards.WeightsRead)
+    )
     batch: dict[str, Any] = field(default_factory=dict)  # the batch size used and how it was chosen
 
 
@@ -113,28 +114,65 @@ class CapacityResult(StoredResult):
         H, dh, n, d = info.get("num_heads"), s["head_dim"], info.get("n"), info.get("d")
         out = []
         for c in self.columns:
-            base = {"model": self.model, "variant": c.variant, "layer": s["layer"], "attention": s["attention"],
-                    "shared_context": s["shared_context"], "T": c.T or None, "n": n, "d": d, "d_h": dh, "H": H,
-                    "tolerance": s["z_tolerance"], "seed": s["seed"], "status": c.status}
+            base = {
+                "model": self.model,
+                "variant": c.variant,
+                "layer": s["layer"],
+                "attention": s["attention"],
+                "shared_context": s["shared_context"],
+                "T": c.T or None,
+                "n": n,
+                "d": d,
+                "d_h": dh,
+                "H": H,
+                "tolerance": s["z_tolerance"],
+                "seed": s["seed"],
+                "status": c.status,
+            }
             if c.status != "ok":
-                out.append({**base, "heads": None, "rank": None, "rank_cap": None, "bound": None,
-                            "bound_kind": "unavailable", "bound_reason": c.reason, "residual": None,
-                            "prop2_bound": None, "prop2_verdict": None, "reason": c.reason})
+                out.append(
+                    {
+                        **base,
+                        "heads": None,
+                        "rank": None,
+                        "rank_cap": None,
+                        "bound": None,
+                        "bound_kind": "unavailable",
+                        "bound_reason": c.reason,
+                        "residual": None,
+                        "prop2_bound": None,
+                        "prop2_verdict": None,
+                        "reason": c.reason,
+                    }
+                )
                 continue
             a = c.assumptions or Assumptions()
             assert n is not None, "a column that ran has its model's context length n"
             for cert in c.certificates:
                 b = c.bounds[cert.heads]
                 p2 = shared_context_rank_bound(cert.heads, n)
-                out.append({
-                    **base, "heads": cert.heads, "rank": cert.rank, "rank_cap": cert.rank_cap,
-                    "bound": b.count, "bound_kind": b.which, "bound_reason": b.reason, "bound_formula": b.formula,
-                    "residual": cert.residual, "rank_method": cert.method, "z_tolerance_value": cert.tolerance,
-                    "sigma_max": cert.sigma_max, "prop2_bound": p2,
-                    "prop2_verdict": ("holds" if cert.rank <= p2 else "fails") if s["shared_context"] else None,
-                    "assumption_1": a.a1, "assumption_2": a.a2, "kruskal_estimate": a.kruskal_estimate,
-                    "reason": "",
-                })
+                out.append(
+                    {
+                        **base,
+                        "heads": cert.heads,
+                        "rank": cert.rank,
+                        "rank_cap": cert.rank_cap,
+                        "bound": b.count,
+                        "bound_kind": b.which,
+                        "bound_reason": b.reason,
+                        "bound_formula": b.formula,
+                        "residual": cert.residual,
+                        "rank_method": cert.method,
+                        "z_tolerance_value": cert.tolerance,
+                        "sigma_max": cert.sigma_max,
+                        "prop2_bound": p2,
+                        "prop2_verdict": ("holds" if cert.rank <= p2 else "fails") if s["shared_context"] else None,
+                        "assumption_1": a.a1,
+                        "assumption_2": a.a2,
+                        "kruskal_estimate": a.kruskal_estimate,
+                        "reason": "",
+                    }
+                )
         return out
 
     def table_records(self) -> list[dict]:
@@ -157,16 +195,30 @@ class CapacityResult(StoredResult):
         return f"{self.model!r} block {self.settings.get('layer')}; " + "; ".join(parts)
 
     def meta(self) -> dict:
-        return stamp(command="capacity", model=self.model, model_info=self.info, data=self.data, notes=self.notes,
-                     timings_s=self.timings, **self.settings,
-                     columns={c.variant: {"status": c.status, "reason": c.reason, "T": c.T,
-                                          "weights_source": c.weights_source, "weights_read": c.weights_read,
-                                          "weights_read_text": weights_read_text(c.weights_read),
-                                          "timings_s": c.timings,
-                                          "assumptions": c.assumptions.to_dict() if c.assumptions else None,
-                                          "bound": (c.bounds[max(c.bounds)].to_dict() if c.bounds else None)}
-                              for c in self.columns},
-                     result=self.result_document())
+        return stamp(
+            command="capacity",
+            model=self.model,
+            model_info=self.info,
+            data=self.data,
+            notes=self.notes,
+            timings_s=self.timings,
+            **self.settings,
+            columns={
+                c.variant: {
+                    "status": c.status,
+                    "reason": c.reason,
+                    "T": c.T,
+                    "weights_source": c.weights_source,
+                    "weights_read": c.weights_read,
+                    "weights_read_text": weights_read_text(c.weights_read),
+                    "timings_s": c.timings,
+                    "assumptions": c.assumptions.to_dict() if c.assumptions else None,
+                    "bound": (c.bounds[max(c.bounds)].to_dict() if c.bounds else None),
+                }
+                for c in self.columns
+            },
+            result=self.result_document(),
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -216,25 +268,41 @@ def attention_for(pm, block: int, attention: str, seed: int) -> _Attention:
     info = pm.info
     if attention == "model":
         aw = first_attention(pm, block)
-        desc = (f"the model's own block {block} attention ({aw.num_heads} heads, d_h = {aw.head_dim}, its pre-attention "
-                f"map {type(aw.pre).__name__} inside the logits, scale {aw.scale:.4g}"
-                + (", biases" if aw.b_q is not None else "") + ")")
+        desc = (
+            f"the model's own block {block} attention ({aw.num_heads} heads, d_h = {aw.head_dim}, its pre-attention "
+            f"map {type(aw.pre).__name__} inside the logits, scale {aw.scale:.4g}"
+            + (", biases" if aw.b_q is not None else "")
+            + ")"
+        )
         return _Attention(aw.W_q, aw.W_k, aw.b_q, aw.b_k, aw.pre, aw.scale, aw.causal, desc)
     H, dh = info.num_heads, info.head_dim
     Wq, Wk = random_attention_weights(info.d, H, dh, seed)
     pre = torch.nn.LayerNorm(info.d, elementwise_affine=False)
     causal = info.decoder
-    desc = (f"{H} random heads (seed {seed}): Xavier-uniform d x d_h key/query weights with d_h = {dh}, no biases, "
-            f"logits 1/sqrt(d_h) on LayerNorm (no affine) of the tokens")
+    desc = (
+        f"{H} random heads (seed {seed}): Xavier-uniform d x d_h key/query weights with d_h = {dh}, no biases, "
+        f"logits 1/sqrt(d_h) on LayerNorm (no affine) of the tokens"
+    )
     return _Attention(Wq, Wk, None, None, pre, None, causal, desc)
 
 
 def _capture(plan: _Plan, pm, attn: _Attention, col: CapacityColumn, notes: list[str]):
     """One pass of the pipeline over the data: rows of Z and (when auditing) the reduced features."""
     info = pm.info
-    zb = ZBuilder(Wq=attn.Wq, Wk=attn.Wk, bq=attn.bq, bk=attn.bk, pre=attn.pre, scale=attn.scale,
-                  query_index=info.query_index, causal=attn.causal, shared_context=plan.shared_context)
-    reducer = None if plan.from_path is not None else StreamingReducer(info.query_index, plan.settings.rule(torch.float32))
+    zb = ZBuilder(
+        Wq=attn.Wq,
+        Wk=attn.Wk,
+        bq=attn.bq,
+        bk=attn.bk,
+        pre=attn.pre,
+        scale=attn.scale,
+        query_index=info.query_index,
+        causal=attn.causal,
+        shared_context=plan.shared_context,
+    )
+    reducer = (
+        None if plan.from_path is not None else StreamingReducer(info.query_index, plan.settings.rule(torch.float32))
+    )
     layer = plan.block - 1
     first = _first_context(zb, f"capacity/{col.variant}/E0") if plan.shared_context else None
 
@@ -247,12 +315,16 @@ def _capture(plan: _Plan, pm, attn: _Attention, col: CapacityColumn, notes: list
         if reducer is not None:
             reducer.update(tokens[layer])
 
-    fed = pipeline.stream(pm, plan.data, [layer], [consume], plan.settings, notes,
-                          label=f"{col.variant} weights: tokens and Z")
+    fed = pipeline.stream(
+        pm, plan.data, [layer], [consume], plan.settings, notes, label=f"{col.variant} weights: tokens and Z"
+    )
     col.timings["capture and Z"] = fed.seconds
     col.batch = fed.batch
-    fs = None if reducer is None else reducer.result({"model": plan.request.model, "variant": col.variant, "layer": layer},
-                                                     fed=fed)
+    fs = (
+        None
+        if reducer is None
+        else reducer.result({"model": plan.request.model, "variant": col.variant, "layer": layer}, fed=fed)
+    )
     rows, _ = fed.gather_rows({"Z": zb.result()} if zb.T else None)
     assert rows is not None, "no rank read an example"
     return rows["Z"], fs, fed.name
@@ -299,16 +371,23 @@ def _column(plan: _Plan, variant: str, notes: list[str]) -> tuple[CapacityColumn
     info = pm.info
     col.weights_source, col.weights_read = info.weights_source, info.weights_read
     if plan.block > pm.built_layers:
-        raise InputError(f"{{param:block}} {plan.block}: {plan.request.model} has {info.num_layers} blocks"
-                         + (" (block 2 is the default; give {param:block} 1)" if info.num_layers == 1 else ""))
+        raise InputError(
+            f"{{param:block}} {plan.block}: {plan.request.model} has {info.num_layers} blocks"
+            + (" (block 2 is the default; give {param:block} 1)" if info.num_layers == 1 else "")
+        )
     if info.query_index is None:
-        raise ModelError(f"{plan.request.model} has no query token of its own ({info.query_token.removeprefix('none: ')}), "
-                         "and capacity reads the model's own query; check and kruskal {param:model} take {param:query_index} K")
+        raise ModelError(
+            f"{plan.request.model} has no query token of its own ({info.query_token.removeprefix('none: ')}), "
+            "and capacity reads the model's own query; check and kruskal {param:model} take {param:query_index} K"
+        )
     attn = attention_for(pm, plan.block, plan.attention, plan.settings.weights_seed_used)
     hs = _validated_heads(plan.heads, attn.num_heads)
-    if plan.from_path is not None and plan.from_results is not None:  # before the data pass: a file of another model is refused at once
-        a, which, fnotes = assumptions_from_file(plan.from_path, init=variant, layer=plan.block - 1, n=info.n, d=info.d,
-                                                 results=plan.from_results)
+    if (
+        plan.from_path is not None and plan.from_results is not None
+    ):  # before the data pass: a file of another model is refused at once
+        a, which, fnotes = assumptions_from_file(
+            plan.from_path, init=variant, layer=plan.block - 1, n=info.n, d=info.d, results=plan.from_results
+        )
         notes.extend(x for x in fnotes if x not in notes)
         col.assumptions = a or Assumptions(a1_reason=which, a2_reason=which, source=which)
     Z, fs, data_name = _capture(plan, pm, attn, col, notes)
@@ -335,8 +414,15 @@ def _certify(plan: _Plan, col: CapacityColumn, Z: torch.Tensor, info, hs: list[i
     a = col.assumptions
     assert a is not None, "a column's assumptions are read or audited before it is certified"
     for h in hs:
-        col.bounds[h] = theorem1_bound(heads=h, head_dim=head_dim, n=info.n, d=info.d, a1_holds=a.holds(a.a1),
-                                       a2_holds=a.holds(a.a2), kruskal_estimate=a.kruskal_estimate)
+        col.bounds[h] = theorem1_bound(
+            heads=h,
+            head_dim=head_dim,
+            n=info.n,
+            d=info.d,
+            a1_holds=a.holds(a.a1),
+            a2_holds=a.holds(a.a2),
+            kruskal_estimate=a.kruskal_estimate,
+        )
     t0 = time.perf_counter()
     z_rule = plan.settings.rule(torch.float64)
     with task(f"{col.variant} weights: rank and certificate", len(hs), plan.settings.progress) as adv, linear_algebra():
@@ -350,21 +436,29 @@ def _run_notes(info: dict, columns: list[CapacityColumn], hs: list[int] | None, 
     n, d = info["n"], info["d"]
     if info.get("modality") == "text" and info.get("query_index") not in (0, None):
         if info["query_index"] % n == n - 1:
-            notes.append("the model is a decoder with a causal mask; its query (the last token) attends to every token, "
-                         "so the mask changes nothing")
+            notes.append(
+                "the model is a decoder with a causal mask; its query (the last token) attends to every token, "
+                "so the mask changes nothing"
+            )
         else:
             notes.append("the model is a decoder with a causal mask; the context was cut after the query row")
     Tcap = max((c.T for c in columns if c.status == "ok"), default=0)
     if hs and Tcap and Tcap <= max(hs) * d:
-        notes.append(f"Z has T = {Tcap} rows and H d = {max(hs)} * {d} = {max(hs) * d} columns: its rank is at most "
-                     f"min(T, h d); where it reaches T, the certificate memorises all T examples and more data could "
-                     "certify more")
+        notes.append(
+            f"Z has T = {Tcap} rows and H d = {max(hs)} * {d} = {max(hs) * d} columns: its rank is at most "
+            f"min(T, h d); where it reaches T, the certificate memorises all T examples and more data could "
+            "certify more"
+        )
     if shared_context:
-        notes.append("shared context: every example uses the context E_0 of the first example, with its own query; "
-                     "Proposition 2 says rank(Z) <= h (n - 1) + 1 for any weights")
+        notes.append(
+            "shared context: every example uses the context E_0 of the first example, with its own query; "
+            "Proposition 2 says rank(Z) <= h (n - 1) + 1 for any weights"
+        )
         if hs and Tcap and all(min(Tcap, h * d) <= h * (n - 1) + 1 for h in hs):
-            notes.append(f"with T = {Tcap}, min(T, h d) <= h (n - 1) + 1 for every h asked for, so the check cannot fail "
-                         "here; raise --limit or use fewer heads for an informative test")
+            notes.append(
+                f"with T = {Tcap}, min(T, h d) <= h (n - 1) + 1 for every h asked for, so the check cannot fail "
+                "here; raise --limit or use fewer heads for an informative test"
+            )
     return notes
 
 
@@ -372,8 +466,12 @@ def _block_of(block: int | None, layer: int | None) -> int:
     """``block`` (or the deprecated ``layer``, same meaning), checked; default
     :data:`~mhaaudit.defaults.CAPACITY_BLOCK` (2: see there why)."""
     if layer is not None:
-        warnings.warn("capacity_audit(layer=K) is deprecated; use block=K (the same: the attention block K, whose input "
-                      "is the output of block K - 1)", DeprecationWarning, stacklevel=5)  # past both wrappers
+        warnings.warn(
+            "capacity_audit(layer=K) is deprecated; use block=K (the same: the attention block K, whose input "
+            "is the output of block K - 1)",
+            DeprecationWarning,
+            stacklevel=5,
+        )  # past both wrappers
         if block is not None and block != layer:
             raise InputError(f"{{param:block}} {block} and {{param:layer}} {layer} disagree; give only {{param:block}}")
         block = layer
@@ -437,13 +535,18 @@ def capacity_audit(
     refused: capacity reads the model's own query.
     """
     keywords = {k: v for k, v in locals().items() if k in KEYWORDS}
-    keywords.update(samples=DEFAULT_SAMPLES if samples is None else samples, stop_when_decided=True,
-                    threshold=DEFAULT_THRESHOLD if threshold is None else threshold)
+    keywords.update(
+        samples=DEFAULT_SAMPLES if samples is None else samples,
+        stop_when_decided=True,
+        threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
+    )
     unset = {k for k, v in (("samples", samples), ("threshold", threshold)) if v is None}  # None: the default
     settings, request, data_req = _requests(build_requests(model, data, settings, keywords, given - unset))
     over = plan_for(settings, seeds, vary)
     if over is not None and from_path is not None:
-        raise InputError("{param:seeds} has no effect with {param:from_path}: the assumptions are read from one run's file")
+        raise InputError(
+            "{param:seeds} has no effect with {param:from_path}: the assumptions are read from one run's file"
+        )
     blk = _block_of(block, layer)
     attention = choice(param("attention"), attention, ATTENTION)
     vs = split_list(variants) or list(VARIANTS)
@@ -452,15 +555,26 @@ def capacity_audit(
     if request.weights_path is not None and "trained" not in vs:
         raise InputError("{param:weights} has no effect without the trained column; add trained to {param:variants}")
     if from_path is not None and (samples is not None or threshold is not None):
-        raise InputError("{param:samples} and {param:threshold} have no effect with {param:from_path}: Assumption 1 is read from the file, "
-                         "not sampled")
+        raise InputError(
+            "{param:samples} and {param:threshold} have no effect with {param:from_path}: Assumption 1 is read from the file, "
+            "not sampled"
+        )
     head_counts(heads)  # syntax and sizes below 1, before any work; the model's head count is checked once known
     from_results = None
     if from_path is not None:
         from_results = read_check_results(from_path)
         check_same_examples(from_path, from_results, limit=data_req.limit)
-    plan = _Plan(request, data_req, settings, blk, heads, attention, bool(shared_context),
-                 Path(from_path) if from_path is not None else None, from_results)
+    plan = _Plan(
+        request,
+        data_req,
+        settings,
+        blk,
+        heads,
+        attention,
+        bool(shared_context),
+        Path(from_path) if from_path is not None else None,
+        from_results,
+    )
 
     def run(plan: _Plan) -> CapacityResult:
         result = _run(plan, vs)
@@ -471,15 +585,16 @@ def capacity_audit(
 
     if over is None:
         return run(plan)
-    return capacity_seeds(lambda **seeds: run(replace(plan, settings=settings.with_(**seeds))), over,
-                          data_req.data)
+    return capacity_seeds(lambda **seeds: run(replace(plan, settings=settings.with_(**seeds))), over, data_req.data)
 
 
 def _requests(req: Requests) -> tuple[Settings, ModelRequest, DataRequest]:
     """The settings, model and data of a capacity run; a query token named by the request is refused."""
     if req.model.query_index is not None:
-        raise InputError("{param:query_index}: capacity reads the model's own query token; check and kruskal "
-                         "{param:model} take {param:query_index} K")
+        raise InputError(
+            "{param:query_index}: capacity reads the model's own query token; check and kruskal "
+            "{param:model} take {param:query_index} K"
+        )
     return req.settings, req.model, req.data
 
 
@@ -505,16 +620,34 @@ def _run(plan: _Plan, variants: list[str]) -> CapacityResult:
     batch = next((c.batch for c in columns if c.batch), {})
     s = plan.settings
     blk = plan.block
-    settings = dict(layer=blk, attention=plan.attention, shared_context=plan.shared_context, heads=hs,
-                    head_dim=head_dim, samples=s.samples, threshold=s.threshold, seed=s.seed,
-                    **{k: v for k, v in s.as_dict().items() if k in ("weights_seed", "data_seed")}, device=s.device_name,
-                    limit=plan.data.limit, batch_size=batch.get("size", plan.data.batch_size),
-                    batch_size_choice=batch.get("how"),
-                    from_path=str(plan.from_path) if plan.from_path is not None else None,
-                    z_tolerance=s.rule(torch.float64).describe() + " (Z is computed in float64 from the tokens)",
-                    assumption_tolerance=s.rule(torch.float32).describe(),
-                    tokens=f"input of block {blk} (layer {blk - 1}: "
-                           + ("the embedding output" if blk == 1 else f"the output of block {blk - 1}") + ")")
+    settings = dict(
+        layer=blk,
+        attention=plan.attention,
+        shared_context=plan.shared_context,
+        heads=hs,
+        head_dim=head_dim,
+        samples=s.samples,
+        threshold=s.threshold,
+        seed=s.seed,
+        **{k: v for k, v in s.as_dict().items() if k in ("weights_seed", "data_seed")},
+        device=s.device_name,
+        limit=plan.data.limit,
+        batch_size=batch.get("size", plan.data.batch_size),
+        batch_size_choice=batch.get("how"),
+        from_path=str(plan.from_path) if plan.from_path is not None else None,
+        z_tolerance=s.rule(torch.float64).describe() + " (Z is computed in float64 from the tokens)",
+        assumption_tolerance=s.rule(torch.float32).describe(),
+        tokens=f"input of block {blk} (layer {blk - 1}: "
+        + ("the embedding output" if blk == 1 else f"the output of block {blk - 1}")
+        + ")",
+    )
     timings = {"total": round(time.perf_counter() - t_start, 3)}
-    return CapacityResult(model=plan.request.model, info=info_d, data=data_name, columns=columns, settings=settings,
-                          timings=timings, notes=notes)
+    return CapacityResult(
+        model=plan.request.model,
+        info=info_d,
+        data=data_name,
+        columns=columns,
+        settings=settings,
+        timings=timings,
+        notes=notes,
+    )

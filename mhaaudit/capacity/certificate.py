@@ -63,9 +63,16 @@ class HeadCertificate:
     seconds: float
 
     def to_dict(self) -> dict:
-        return {"heads": self.heads, "rank": self.rank, "rank_cap": self.rank_cap, "residual": self.residual,
-                "tolerance": self.tolerance, "sigma_max": self.sigma_max, "method": self.method,
-                "seconds": self.seconds}
+        return {
+            "heads": self.heads,
+            "rank": self.rank,
+            "rank_cap": self.rank_cap,
+            "residual": self.residual,
+            "tolerance": self.tolerance,
+            "sigma_max": self.sigma_max,
+            "method": self.method,
+            "seconds": self.seconds,
+        }
 
 
 def _r_factor(Zh: torch.Tensor) -> torch.Tensor:
@@ -160,8 +167,15 @@ def _solve_qr(ZS: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return Q @ c
 
 
-def certify_head_prefixes(Z: torch.Tensor, d: int, heads: Sequence[int], *, rule=None, seed: int = 0,
-                          progress: Callable[[int], None] | None = None) -> list[HeadCertificate]:
+def certify_head_prefixes(
+    Z: torch.Tensor,
+    d: int,
+    heads: Sequence[int],
+    *,
+    rule=None,
+    seed: int = 0,
+    progress: Callable[[int], None] | None = None,
+) -> list[HeadCertificate]:
     """The certificate of :func:`mhaaudit.capacity.oracle.memorization_certificate` for Z[:, : h d], each h.
 
     The rank of each prefix counts its float64 singular values above the rule. The T x T Gram
@@ -192,7 +206,7 @@ def certify_head_prefixes(Z: torch.Tensor, d: int, heads: Sequence[int], *, rule
     for h in hs:
         t0 = time.perf_counter()
         while done < h:
-            Zj = Z[:, done * d:(done + 1) * d]
+            Zj = Z[:, done * d : (done + 1) * d]
             G.addmm_(Zj, Zj.T)
             done += 1
         Zh = Z[:, : h * d]
@@ -225,10 +239,19 @@ def certify_head_prefixes(Z: torch.Tensor, d: int, heads: Sequence[int], *, rule
                 rq = _residual(Zh[idx_q], _solve_qr(Zh[idx_q], y), y)
                 if rq < residual:
                     rows, residual, solver = rows_q, rq, "qr"
-        out.append(HeadCertificate(heads=h, rank=r, rank_cap=min(T, h * d), rows=tuple(int(i) for i in rows),
-                                   residual=residual, tolerance=tol, sigma_max=smax, method=f"rank: {how}; weights: {solver} solve",
-                                   seconds=round(time.perf_counter() - t0, 3)))
+        out.append(
+            HeadCertificate(
+                heads=h,
+                rank=r,
+                rank_cap=min(T, h * d),
+                rows=tuple(int(i) for i in rows),
+                residual=residual,
+                tolerance=tol,
+                sigma_max=smax,
+                method=f"rank: {how}; weights: {solver} solve",
+                seconds=round(time.perf_counter() - t0, 3),
+            )
+        )
         if progress:
             progress(1)
     return out
-

@@ -118,9 +118,17 @@ def memorization_certificate(Z: torch.Tensor, *, seed: int = 0, rtol: float | No
     gen.manual_seed(derive_seed(int(seed), "labels"))
     if r == 0:
         return Certificate(
-            rank=0, rows=(), weights=torch.zeros(m, dtype=torch.float64), labels=torch.zeros(0, dtype=torch.float64),
-            residual=0.0, cond=float("nan"), tolerance=tol, tolerance_rule=rule,
-            singular_values=torch.from_numpy(sv.copy()), shape=(T, m), seed=int(seed),
+            rank=0,
+            rows=(),
+            weights=torch.zeros(m, dtype=torch.float64),
+            labels=torch.zeros(0, dtype=torch.float64),
+            residual=0.0,
+            cond=float("nan"),
+            tolerance=tol,
+            tolerance_rule=rule,
+            singular_values=torch.from_numpy(sv.copy()),
+            shape=(T, m),
+            seed=int(seed),
             notes=("Z is numerically zero: nothing is certified",),
         )
 
@@ -140,8 +148,16 @@ def memorization_certificate(Z: torch.Tensor, *, seed: int = 0, rtol: float | No
     if r < T:
         notes.append(f"Z has {T} rows but rank {r}: only the {r} chosen examples are certified")
     return Certificate(
-        rank=r, rows=tuple(int(i) for i in rows), weights=torch.from_numpy(w), labels=torch.from_numpy(y),
-        residual=residual, cond=cond, tolerance=tol, tolerance_rule=rule,
-        singular_values=torch.from_numpy(sv.copy()), shape=(T, m), seed=int(seed), notes=tuple(notes),
+        rank=r,
+        rows=tuple(int(i) for i in rows),
+        weights=torch.from_numpy(w),
+        labels=torch.from_numpy(y),
+        residual=residual,
+        cond=cond,
+        tolerance=tol,
+        tolerance_rule=rule,
+        singular_values=torch.from_numpy(sv.copy()),
+        shape=(T, m),
+        seed=int(seed),
+        notes=tuple(notes),
     )
-

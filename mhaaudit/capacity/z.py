@@ -88,8 +88,17 @@ def attention_combinations(
             context = (Ec, pre(Ec) if pre is not None else Ec)
         else:
             context = shared
-        out[start:stop] = _chunk_rows(x[start:stop].to(dtype=dtype), context, Wq, Wk, bq, bk, pre=pre,
-                                      exclude=exclude_query_index, scale=1.0 / math.sqrt(dh))
+        out[start:stop] = _chunk_rows(
+            x[start:stop].to(dtype=dtype),
+            context,
+            Wq,
+            Wk,
+            bq,
+            bk,
+            pre=pre,
+            exclude=exclude_query_index,
+            scale=1.0 / math.sqrt(dh),
+        )
     return out
 
 
@@ -149,9 +158,18 @@ def _excluded(index, n: int) -> int | None:
     return index
 
 
-def _chunk_rows(xc: torch.Tensor, context: tuple[torch.Tensor, torch.Tensor], Wq: torch.Tensor, Wk: torch.Tensor,
-                bq: torch.Tensor | None, bk: torch.Tensor | None, *, pre: Callable[[torch.Tensor], torch.Tensor] | None,
-                exclude: int | None, scale: float) -> torch.Tensor:
+def _chunk_rows(
+    xc: torch.Tensor,
+    context: tuple[torch.Tensor, torch.Tensor],
+    Wq: torch.Tensor,
+    Wk: torch.Tensor,
+    bq: torch.Tensor | None,
+    bk: torch.Tensor | None,
+    *,
+    pre: Callable[[torch.Tensor], torch.Tensor] | None,
+    exclude: int | None,
+    scale: float,
+) -> torch.Tensor:
     """Rows of Z (c, H*d) for the queries ``xc`` (c, d); ``context``: the raw and the pre-processed
     context rows, (c, n, d) or one (n, d) shared by all."""
     Ec, Ep = context
@@ -208,9 +226,19 @@ class ZBuilder:
     with its own query ``x_t`` (Proposition 2's setting).
     """
 
-    def __init__(self, *, Wq: torch.Tensor, Wk: torch.Tensor, bq: torch.Tensor | None = None,
-                 bk: torch.Tensor | None = None, pre: Callable | None = None, scale: float | None = None,
-                 query_index: int = 0, causal: bool = False, shared_context: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        Wq: torch.Tensor,
+        Wk: torch.Tensor,
+        bq: torch.Tensor | None = None,
+        bk: torch.Tensor | None = None,
+        pre: Callable | None = None,
+        scale: float | None = None,
+        query_index: int = 0,
+        causal: bool = False,
+        shared_context: bool = False,
+    ) -> None:
         Wq = Wq.detach().to(torch.float64)
         Wk = Wk.detach().to(torch.float64)
         if Wq.ndim != 3 or Wq.shape != Wk.shape:
@@ -247,10 +275,16 @@ class ZBuilder:
         else:
             E = tokens[:, :keep, :]
         with torch.no_grad():
-            z = attention_combinations(E, x, self.Wq.to(tokens.device), self.Wk.to(tokens.device),
-                                       None if self.bq is None else self.bq.to(tokens.device),
-                                       None if self.bk is None else self.bk.to(tokens.device),
-                                       pre=self._pre_on(tokens.device), chunk=max(1, B))
+            z = attention_combinations(
+                E,
+                x,
+                self.Wq.to(tokens.device),
+                self.Wk.to(tokens.device),
+                None if self.bq is None else self.bq.to(tokens.device),
+                None if self.bk is None else self.bk.to(tokens.device),
+                pre=self._pre_on(tokens.device),
+                chunk=max(1, B),
+            )
         self._parts.append(z.cpu())
 
     def _pre_on(self, device):
@@ -266,4 +300,3 @@ class ZBuilder:
         if not self._parts:
             raise DataError("no examples reached the attention layer")
         return torch.cat(self._parts)
-

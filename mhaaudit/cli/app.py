@@ -170,13 +170,20 @@ def _version_callback(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."
+    ),
 ) -> None:
     """mhaaudit: audit the assumptions behind the memorisation capacity of multi-head attention."""
 
 
-for _name, _command in (("check", check), ("kruskal", kruskal), ("capacity", capacity), ("memorize", memorize),
-                        ("reproduce", reproduce)):
+for _name, _command in (
+    ("check", check),
+    ("kruskal", kruskal),
+    ("capacity", capacity),
+    ("memorize", memorize),
+    ("reproduce", reproduce),
+):
     app.command(_name, cls=Command)(_command)
 
 
@@ -193,8 +200,10 @@ class ErrorRule(NamedTuple):
 
 
 def _internal(exc: BaseException) -> str:
-    return (f"internal error ({type(exc).__name__}: {one_line(exc)}); "
-            "rerun with MHAAUDIT_DEBUG=1 for the traceback and please report it")
+    return (
+        f"internal error ({type(exc).__name__}: {one_line(exc)}); "
+        "rerun with MHAAUDIT_DEBUG=1 for the traceback and please report it"
+    )
 
 
 # The command line's name for each library parameter (or other name) an error message gives as
@@ -224,7 +233,10 @@ def _usage(exc: BaseException) -> str:
 
 # Typer releases that vendor click raise their own usage-error and abort types besides click's.
 _USAGE = tuple(dict.fromkeys(t for t in (click.exceptions.ClickException, getattr(typer, "TyperException", None)) if t))
-_ABORTS = tuple(dict.fromkeys(t for t in (click.exceptions.Abort, getattr(typer, "Abort", None), KeyboardInterrupt) if t))
+_ABORTS = tuple(
+    dict.fromkeys(t for t in (click.exceptions.Abort, getattr(typer, "Abort", None), KeyboardInterrupt) if t)
+)
+
 
 class StdoutClosed(Exception):
     """The reader of stdout went away (a closed pipe: ``| head``, ``| true``): a quiet end, status 141."""
@@ -264,7 +276,7 @@ class _Stdout:
         self._stream.flush()
         view = memoryview(raw)
         while view:
-            view = view[os.write(self._fd, view):]
+            view = view[os.write(self._fd, view) :]
 
     def write(self, data):
         if self._fd is None:

@@ -58,14 +58,54 @@ class Attention(str, Enum):
 def capacity(
     ctx: typer.Context,
     model: ModelArg,
-    heads: Annotated[str | None, typer.Option("--heads", help="Certificate with the first h heads for each h: 1-12, 3 or 1,2,4 (default: all heads of the block).")] = None,
-    attention: Annotated[Attention, typer.Option("--attention", help="Key/query weights of Z: the model's own attention block, or random (Xavier, seeded).")] = Attention.model,
-    shared_context: Annotated[bool, typer.Option("--shared-context", help="Proposition 2: every example uses the context of example 0 with its own query; checks rank(Z) <= H (n - 1) + 1.")] = False,
-    from_path: Annotated[Path | None, typer.Option("--from", help="Read the Assumption 1/2 verdicts from a parquet file written by 'mhaaudit check --out' instead of auditing.")] = None,
-    variants: Annotated[list[str] | None, typer.Option("--variants", help="Columns: random and/or trained (default both; trained needs the hub or --weights).")] = None,
+    heads: Annotated[
+        str | None,
+        typer.Option(
+            "--heads",
+            help="Certificate with the first h heads for each h: 1-12, 3 or 1,2,4 (default: all heads of the block).",
+        ),
+    ] = None,
+    attention: Annotated[
+        Attention,
+        typer.Option(
+            "--attention", help="Key/query weights of Z: the model's own attention block, or random (Xavier, seeded)."
+        ),
+    ] = Attention.model,
+    shared_context: Annotated[
+        bool,
+        typer.Option(
+            "--shared-context",
+            help="Proposition 2: every example uses the context of example 0 with its own query; checks rank(Z) <= H (n - 1) + 1.",
+        ),
+    ] = False,
+    from_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--from",
+            help="Read the Assumption 1/2 verdicts from a parquet file written by 'mhaaudit check --out' instead of auditing.",
+        ),
+    ] = None,
+    variants: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--variants", help="Columns: random and/or trained (default both; trained needs the hub or --weights)."
+        ),
+    ] = None,
     weights: Weights = None,
-    block: Annotated[int | None, typer.Option("--block", help="Attention block K whose heads build Z (default 2: the paper applies Theorem 1 to the second attention layer, whose input satisfies Assumptions 1 and 2). The tokens read, audited and certified, are its input: the output of block K-1 (for K = 1, the embedding output).")] = None,
-    layer: Annotated[int | None, typer.Option("--layer", help="Deprecated alias of --block (same meaning: the tokens read are the input of block K, the output of block K-1).")] = None,
+    block: Annotated[
+        int | None,
+        typer.Option(
+            "--block",
+            help="Attention block K whose heads build Z (default 2: the paper applies Theorem 1 to the second attention layer, whose input satisfies Assumptions 1 and 2). The tokens read, audited and certified, are its input: the output of block K-1 (for K = 1, the embedding output).",
+        ),
+    ] = None,
+    layer: Annotated[
+        int | None,
+        typer.Option(
+            "--layer",
+            help="Deprecated alias of --block (same meaning: the tokens read are the input of block K, the output of block K-1).",
+        ),
+    ] = None,
     backend: BackendOpt = None,
     data: Data = None,
     split: Split = "train",
@@ -89,8 +129,16 @@ def capacity(
     atol: Atol = None,
     device: Device = DEFAULTS["device"],
     fmt: FormatOpt = Format.table,
-    out: Annotated[Path | None, typer.Option("--out", help="Write the records to this parquet file (atomically).")] = None,
-    plot: Annotated[Path | None, typer.Option("--plot", help="Draw rank(Z) against the number of heads, with the bound lines, to this .png/.pdf/.svg file.")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write the records to this parquet file (atomically).")
+    ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            help="Draw rank(Z) against the number of heads, with the bound lines, to this .png/.pdf/.svg file.",
+        ),
+    ] = None,
     quiet: Quiet = False,
 ) -> None:
     """Memorisation capacity: the Theorem 1 bound from the audited assumptions, and a certificate.
@@ -115,9 +163,18 @@ def capacity(
         from ..request import build_requests
         from ..settings import Settings
 
-    settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
-                                stop_when_decided=True, progress=progress_enabled(quiet), weights_seed=weights_seed,
-                                data_seed=data_seed)
+    settings = Settings.resolve(
+        device=device,
+        samples=samples,
+        threshold=threshold,
+        seed=seed,
+        rtol=rtol,
+        atol=atol,
+        stop_when_decided=True,
+        progress=progress_enabled(quiet),
+        weights_seed=weights_seed,
+        data_seed=data_seed,
+    )
     prepare_outputs(out, plot, fmt)
     if seeds is not None:
         refuse_unused(ctx, ("plot",), "with --seeds: it draws one run's ranks; run that seed alone with --seed")
@@ -127,13 +184,38 @@ def capacity(
         refuse_unused(ctx, ("samples", "threshold"), "with --from: Assumption 1 is read from the file, not sampled")
     layer = None if layer is None else validate.integer("--layer", layer)
     K = renamed("--layer", layer, "--block", block, note=f"same meaning: {_READS}")
-    request, examples, settings = build_requests(model, data, settings, dict(
-        backend=backend.value if backend else None, weights=weights, context_length=context_length, revision=revision,
-        trust_remote_code=trust_remote_code, split=split, limit=limit, batch_size=batch_size,
-        keep_duplicates=keep_duplicates, text_column=text_column, image_column=image_column, convert_rgb=convert_rgb))
-    result = capacity_audit(request, data=examples, settings=settings, heads=heads, attention=attention.value,
-                            shared_context=shared_context, from_path=from_path, variants=validate.split_list(variants),
-                            block=K, seeds=seeds, vary=vary.value)
+    request, examples, settings = build_requests(
+        model,
+        data,
+        settings,
+        dict(
+            backend=backend.value if backend else None,
+            weights=weights,
+            context_length=context_length,
+            revision=revision,
+            trust_remote_code=trust_remote_code,
+            split=split,
+            limit=limit,
+            batch_size=batch_size,
+            keep_duplicates=keep_duplicates,
+            text_column=text_column,
+            image_column=image_column,
+            convert_rgb=convert_rgb,
+        ),
+    )
+    result = capacity_audit(
+        request,
+        data=examples,
+        settings=settings,
+        heads=heads,
+        attention=attention.value,
+        shared_context=shared_context,
+        from_path=from_path,
+        variants=validate.split_list(variants),
+        block=K,
+        seeds=seeds,
+        vary=vary.value,
+    )
     if seeds is not None:
         from ..render_seeds import render_seeds
 

@@ -48,39 +48,121 @@ class Vectors(str, Enum):
 
 def kruskal(
     ctx: typer.Context,
-    features: Annotated[Path | None, typer.Argument(help="A T x d matrix (.npy, .pt, .safetensors, .parquet), T x n x d tokens with --query-index, or a folder written by --save-features. Omit it to capture query vectors from --model.", show_default=False)] = None,
-    k: Annotated[list[int] | None, typer.Option("--k", help="Candidate size (repeatable). Default: n and min(T, d) when n is known, else --sweep.")] = None,
-    sweep: Annotated[bool, typer.Option("--sweep", help="Satisfied fraction for every k from 1 to min(T, d) (the paper's Figure 1).")] = False,
+    features: Annotated[
+        Path | None,
+        typer.Argument(
+            help="A T x d matrix (.npy, .pt, .safetensors, .parquet), T x n x d tokens with --query-index, or a folder written by --save-features. Omit it to capture query vectors from --model.",
+            show_default=False,
+        ),
+    ] = None,
+    k: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--k", help="Candidate size (repeatable). Default: n and min(T, d) when n is known, else --sweep."
+        ),
+    ] = None,
+    sweep: Annotated[
+        bool, typer.Option("--sweep", help="Satisfied fraction for every k from 1 to min(T, d) (the paper's Figure 1).")
+    ] = False,
     samples: Samples = DEFAULTS["samples"],
     threshold: Threshold = DEFAULTS["threshold"],
     seed: Seed = DEFAULTS["seed"],
-    seeds: Annotated[str | None, typer.Option("--seeds", help="With --model: capture and estimate once per seed (e.g. 0-4 or 0,3,7; instead of --seed) and report the median and range over the seeds.")] = None,
+    seeds: Annotated[
+        str | None,
+        typer.Option(
+            "--seeds",
+            help="With --model: capture and estimate once per seed (e.g. 0-4 or 0,3,7; instead of --seed) and report the median and range over the seeds.",
+        ),
+    ] = None,
     vary: VaryOpt = Vary.both,
     weights_seed: WeightsSeed = None,
     data_seed: DataSeed = None,
     rtol: Rtol = None,
     atol: Atol = None,
     device: Device = DEFAULTS["device"],
-    all_draws: Annotated[bool, typer.Option("--all-draws", help="Always make every draw (by default a test stops once its verdict can no longer change).")] = False,
+    all_draws: Annotated[
+        bool,
+        typer.Option(
+            "--all-draws",
+            help="Always make every draw (by default a test stops once its verdict can no longer change).",
+        ),
+    ] = False,
     fmt: FormatOpt = Format.table,
     out: Out = None,
     plot: Plot = None,
-    query_index: Annotated[int | None, typer.Option("--query-index", help="Token used as the query: its row in a T x n x d array, or, with --model, in the model's tokens (0 = [CLS], -1 = last).")] = None,
-    key: Annotated[str | None, typer.Option("--key", help="Tensor name (.pt/.safetensors holding several) or column (.parquet) to read.")] = None,
-    vectors: Annotated[Vectors | None, typer.Option("--vectors", help="With a saved feature folder or --model: the query vectors or the Assumption 3 vectors (default: queries).", show_default=False)] = None,
-    n: Annotated[int | None, typer.Option("--n", "--context-length", help="Context length n: tested by default and marked on the plot. With --model it sets a text model's n (as check --context-length); a saved feature folder knows its n.")] = None,
-    model: Annotated[str | None, typer.Option("--model", help="With no FEATURES: the model to capture query vectors from (default: vit-base).", show_default=False)] = None,
+    query_index: Annotated[
+        int | None,
+        typer.Option(
+            "--query-index",
+            help="Token used as the query: its row in a T x n x d array, or, with --model, in the model's tokens (0 = [CLS], -1 = last).",
+        ),
+    ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option("--key", help="Tensor name (.pt/.safetensors holding several) or column (.parquet) to read."),
+    ] = None,
+    vectors: Annotated[
+        Vectors | None,
+        typer.Option(
+            "--vectors",
+            help="With a saved feature folder or --model: the query vectors or the Assumption 3 vectors (default: queries).",
+            show_default=False,
+        ),
+    ] = None,
+    n: Annotated[
+        int | None,
+        typer.Option(
+            "--n",
+            "--context-length",
+            help="Context length n: tested by default and marked on the plot. With --model it sets a text model's n (as check --context-length); a saved feature folder knows its n.",
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            help="With no FEATURES: the model to capture query vectors from (default: vit-base).",
+            show_default=False,
+        ),
+    ] = None,
     backend: BackendOpt = None,
-    variants: Annotated[str | None, typer.Option("--variants", help="With no FEATURES: the one column to capture: embedding, random-attention, random, trained, random-L<k> or trained-L<k> (default: random).", show_default=False)] = None,
-    variant: Annotated[str | None, typer.Option("--variant", hidden=True, help="Deprecated name of --variants.")] = None,
-    weights: Annotated[str | None, typer.Option("--weights", help="With no FEATURES and a trained column: local folder (transformers) or file (timm) with the trained weights.")] = None,
-    data: Annotated[str | None, typer.Option("--data", help="With no FEATURES: data source (default: the built-in offline data).")] = None,
-    split: Annotated[str, typer.Option("--split", help="With no FEATURES: dataset split for Hugging Face datasets.")] = "train",
+    variants: Annotated[
+        str | None,
+        typer.Option(
+            "--variants",
+            help="With no FEATURES: the one column to capture: embedding, random-attention, random, trained, random-L<k> or trained-L<k> (default: random).",
+            show_default=False,
+        ),
+    ] = None,
+    variant: Annotated[
+        str | None, typer.Option("--variant", hidden=True, help="Deprecated name of --variants.")
+    ] = None,
+    weights: Annotated[
+        str | None,
+        typer.Option(
+            "--weights",
+            help="With no FEATURES and a trained column: local folder (transformers) or file (timm) with the trained weights.",
+        ),
+    ] = None,
+    data: Annotated[
+        str | None, typer.Option("--data", help="With no FEATURES: data source (default: the built-in offline data).")
+    ] = None,
+    split: Annotated[
+        str, typer.Option("--split", help="With no FEATURES: dataset split for Hugging Face datasets.")
+    ] = "train",
     limit: Annotated[int, typer.Option("--limit", help="With no FEATURES: number of examples T.")] = 2000,
-    batch_size: Annotated[str, typer.Option("--batch-size", help="With no FEATURES: examples per forward pass, an integer or auto.")] = "32",
+    batch_size: Annotated[
+        str, typer.Option("--batch-size", help="With no FEATURES: examples per forward pass, an integer or auto.")
+    ] = "32",
     revision: Revision = None,
     trust_remote_code: TrustRemoteCode = False,
-    keep_duplicates: Annotated[bool, typer.Option("--keep-duplicates", help="With no FEATURES: keep exact duplicate inputs (by default they are found before the forward pass, reported and dropped).")] = False,
+    keep_duplicates: Annotated[
+        bool,
+        typer.Option(
+            "--keep-duplicates",
+            help="With no FEATURES: keep exact duplicate inputs (by default they are found before the forward pass, reported and dropped).",
+        ),
+    ] = False,
     text_column: TextColumn = None,
     image_column: ImageColumn = None,
     convert_rgb: ConvertRgb = False,
@@ -96,53 +178,120 @@ def kruskal(
         from ..seeds import SeedsResult
         from ..settings import Settings
 
-    settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, rtol=rtol, atol=atol,
-                                stop_when_decided=not all_draws, progress=progress_enabled(quiet),
-                                weights_seed=weights_seed, data_seed=data_seed)
+    settings = Settings.resolve(
+        device=device,
+        samples=samples,
+        threshold=threshold,
+        seed=seed,
+        rtol=rtol,
+        atol=atol,
+        stop_when_decided=not all_draws,
+        progress=progress_enabled(quiet),
+        weights_seed=weights_seed,
+        data_seed=data_seed,
+    )
     prepare_outputs(out, plot, fmt)
     if features is not None:
-        refuse_unused(ctx, ("seeds", "vary", "weights_seed", "data_seed"), f"when FEATURES ({features}) is given: "
-                      "they seed the capture from --model (a file's vectors are fixed; --seed seeds the draws)")
+        refuse_unused(
+            ctx,
+            ("seeds", "vary", "weights_seed", "data_seed"),
+            f"when FEATURES ({features}) is given: "
+            "they seed the capture from --model (a file's vectors are fixed; --seed seeds the draws)",
+        )
     if seeds is not None:
         refuse_unused(ctx, ("plot",), "with --seeds: it draws one run's curve; run that seed alone with --seed")
     refuse_inputs({"--out": out, "--plot": plot}, [features, weights, data])
-    request = kruskal_request(features, k=k, sweep=sweep or plot is not None, n=n, vectors=vectors, key=key,
-                              query_index=query_index)
+    request = kruskal_request(
+        features, k=k, sweep=sweep or plot is not None, n=n, vectors=vectors, key=key, query_index=query_index
+    )
     _refuse_unused(ctx, features, data)
     capture = None
     if features is None:
         variant = renamed("--variant", variant, "--variants", variants)
-        capture = kruskal_capture(model or "vit-base", variant=variant or "random", n=request.n,
-                                  query_index=request.query_index, backend=backend.value if backend else None,
-                                  weights=weights, revision=revision, trust_remote_code=trust_remote_code)
-        capture = replace(capture, data=DataRequest(data, split, limit, batch_size, keep_duplicates,  # checked second
-                                                    text_column=text_column, image_column=image_column,
-                                                    convert_rgb=convert_rgb))
+        capture = kruskal_capture(
+            model or "vit-base",
+            variant=variant or "random",
+            n=request.n,
+            query_index=request.query_index,
+            backend=backend.value if backend else None,
+            weights=weights,
+            revision=revision,
+            trust_remote_code=trust_remote_code,
+        )
+        capture = replace(
+            capture,
+            data=DataRequest(
+                data,
+                split,
+                limit,
+                batch_size,
+                keep_duplicates,  # checked second
+                text_column=text_column,
+                image_column=image_column,
+                convert_rgb=convert_rgb,
+            ),
+        )
     # The table's first line describes the data; the JSON and parquet outputs have it in their meta.
-    result = estimate_kruskal_rank(request=request, capture=capture, settings=settings,
-                                   on_note=lambda line: log(line, settings.progress and fmt != Format.table),
-                                   seeds=seeds, vary=vary.value)
+    result = estimate_kruskal_rank(
+        request=request,
+        capture=capture,
+        settings=settings,
+        on_note=lambda line: log(line, settings.progress and fmt != Format.table),
+        seeds=seeds,
+        vary=vary.value,
+    )
     if isinstance(result, SeedsResult):
         from ..render_seeds import render_seeds
 
         seeded = result
-        emit(fmt, seeded.meta(), seeded.records(), sweep=seeded.sweep_rows() or None, out=out,
-             render=lambda: render_seeds(seeded))
+        emit(
+            fmt,
+            seeded.meta(),
+            seeded.records(),
+            sweep=seeded.sweep_rows() or None,
+            out=out,
+            render=lambda: render_seeds(seeded),
+        )
         return
     if plot is not None and result.sweep is not None:
         from ..plot import plot_sweeps
 
-        plot_sweeps([(Path(result.source).name[:40] or "features", result.sweep)], plot, n=result.n, d=result.d,
-                    title=f"Kruskal-rank sweep: {result.T} vectors in R^{result.d}")
-    emit(fmt, result.meta(), result.records(), sweep=result.sweep_rows(), out=out, render=lambda: render_kruskal(result))
+        plot_sweeps(
+            [(Path(result.source).name[:40] or "features", result.sweep)],
+            plot,
+            n=result.n,
+            d=result.d,
+            title=f"Kruskal-rank sweep: {result.T} vectors in R^{result.d}",
+        )
+    emit(
+        fmt, result.meta(), result.records(), sweep=result.sweep_rows(), out=out, render=lambda: render_kruskal(result)
+    )
 
 
 def _refuse_unused(ctx: typer.Context, features: Path | None, data: str | None) -> None:
     """Options that have no effect with what was given: the capture's with FEATURES, the file's without."""
     if features is not None:
-        refuse_unused(ctx, ("model", "variants", "variant", "weights", "backend", "data", "split", "limit", "batch_size",
-                            "keep_duplicates", "revision", "trust_remote_code", "text_column", "image_column", "convert_rgb"),
-                      f"when FEATURES ({features}) is given: the capture options apply only without a file")
+        refuse_unused(
+            ctx,
+            (
+                "model",
+                "variants",
+                "variant",
+                "weights",
+                "backend",
+                "data",
+                "split",
+                "limit",
+                "batch_size",
+                "keep_duplicates",
+                "revision",
+                "trust_remote_code",
+                "text_column",
+                "image_column",
+                "convert_rgb",
+            ),
+            f"when FEATURES ({features}) is given: the capture options apply only without a file",
+        )
     else:
         refuse_unused(ctx, ("key",), "without FEATURES: --key chooses a tensor or column in a feature file")
         refuse_data_options(ctx, data)

@@ -39,28 +39,65 @@ _RANGE = "one value, a range or a list: 4, 1-8 or 1,2,4,8; several values vary i
 
 def memorize(
     ctx: typer.Context,
-    vary: Annotated[Vary | None, typer.Option(help="Parameter to vary (omit for one setting); the same as giving several values to --heads, --n or --head-dim.", show_default=False)] = None,
-    values: Annotated[str | None, typer.Option(help="Values of the varied parameter, comma-separated integers, e.g. 1,2,4,8.")] = None,
-    n: Annotated[str | None, typer.Option("--n", "--context-length", help=f"Context length n (default 32): {_RANGE}.")] = None,
+    vary: Annotated[
+        Vary | None,
+        typer.Option(
+            help="Parameter to vary (omit for one setting); the same as giving several values to --heads, --n or --head-dim.",
+            show_default=False,
+        ),
+    ] = None,
+    values: Annotated[
+        str | None, typer.Option(help="Values of the varied parameter, comma-separated integers, e.g. 1,2,4,8.")
+    ] = None,
+    n: Annotated[
+        str | None, typer.Option("--n", "--context-length", help=f"Context length n (default 32): {_RANGE}.")
+    ] = None,
     heads: Annotated[str | None, typer.Option("--heads", help=f"Number of heads H (default 4): {_RANGE}.")] = None,
-    head_dim: Annotated[str | None, typer.Option("--head-dim", help=f"Key/query dimension d_h (default 64): {_RANGE}.")] = None,
+    head_dim: Annotated[
+        str | None, typer.Option("--head-dim", help=f"Key/query dimension d_h (default 64): {_RANGE}.")
+    ] = None,
     sizes: Annotated[str | None, typer.Option(help="Training-set sizes T, comma-separated, e.g. 500,1000.")] = None,
-    preset: Annotated[Preset | None, typer.Option(help="A ready grid (see above). Explicit options override it.", show_default=False)] = None,
-    task: Annotated[Task, typer.Option(help="classification (random classes) or regression (U[0,1] labels).")] = Task.classification,
-    context: Annotated[Context, typer.Option(help="shared (one context for all examples) or per-example.")] = Context.shared,
+    preset: Annotated[
+        Preset | None, typer.Option(help="A ready grid (see above). Explicit options override it.", show_default=False)
+    ] = None,
+    task: Annotated[
+        Task, typer.Option(help="classification (random classes) or regression (U[0,1] labels).")
+    ] = Task.classification,
+    context: Annotated[
+        Context, typer.Option(help="shared (one context for all examples) or per-example.")
+    ] = Context.shared,
     classes: Annotated[int, typer.Option(help="Number of classes (classification only).")] = 100,
-    tolerance: Annotated[float, typer.Option(help="Regression only: an example is memorised when |error| < tolerance.")] = 0.01,
-    epochs: Annotated[int | None, typer.Option(help="Epochs per point (default: max(500 epochs, 50k steps), the paper's rule).")] = None,
+    tolerance: Annotated[
+        float, typer.Option(help="Regression only: an example is memorised when |error| < tolerance.")
+    ] = 0.01,
+    epochs: Annotated[
+        int | None, typer.Option(help="Epochs per point (default: max(500 epochs, 50k steps), the paper's rule).")
+    ] = None,
     max_steps: Annotated[int | None, typer.Option("--max-steps", help="Cap on optimisation steps per point.")] = None,
     lr: Annotated[float, typer.Option(help="Adam learning rate (peak of the warm-up/cosine schedule).")] = 1e-3,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Training batch size.")] = 256,
-    check_every: Annotated[int, typer.Option("--check-every", help="Check for full memorisation (and stop) every this many steps.")] = 200,
+    check_every: Annotated[
+        int, typer.Option("--check-every", help="Check for full memorisation (and stop) every this many steps.")
+    ] = 200,
     seed: Seed = 0,
-    seeds: Annotated[str | None, typer.Option("--seeds", help="Train every point for several seeds (e.g. 0-5 or 0,3,7) and report the mean and spread; instead of --seed.")] = None,
+    seeds: Annotated[
+        str | None,
+        typer.Option(
+            "--seeds",
+            help="Train every point for several seeds (e.g. 0-5 or 0,3,7) and report the mean and spread; instead of --seed.",
+        ),
+    ] = None,
     device: Device = "auto",
-    saturation: Annotated[bool, typer.Option("--saturation", help="Count saturated heads (softmax weight > 0.99) per example.")] = False,
-    out: Annotated[Path | None, typer.Option(help="Parquet file of results; existing points in it are not recomputed.")] = None,
-    plot: Annotated[Path | None, typer.Option(help="Memorisation vs the varied parameter, one line per size, to this .png/.pdf/.svg file.")] = None,
+    saturation: Annotated[
+        bool, typer.Option("--saturation", help="Count saturated heads (softmax weight > 0.99) per example.")
+    ] = False,
+    out: Annotated[
+        Path | None, typer.Option(help="Parquet file of results; existing points in it are not recomputed.")
+    ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(help="Memorisation vs the varied parameter, one line per size, to this .png/.pdf/.svg file."),
+    ] = None,
     format: FormatOpt = Format.table,
     quiet: Quiet = False,
 ) -> None:
@@ -93,12 +130,31 @@ def memorize(
         refuse_unused(ctx, ("tolerance",), "with --task classification: a class is right or wrong")
     if seeds is not None:
         refuse_unused(ctx, ("seed",), "with --seeds: every point is trained for each seed listed")
-    grid_axes = _axes(vary.value if vary else None, values, preset.value if preset else None,
-                      {"heads": heads, "n": n, "head_dim": head_dim})
+    grid_axes = _axes(
+        vary.value if vary else None,
+        values,
+        preset.value if preset else None,
+        {"heads": heads, "n": n, "head_dim": head_dim},
+    )
     grid = run_memorize_grid(
-        **grid_axes, sizes=sizes, preset=preset.value if preset else None, task=task.value, context=context.value,
-        classes=classes, tolerance=tolerance, epochs=epochs, max_steps=max_steps, lr=lr, batch_size=batch_size,
-        check_every=check_every, seed=seed, seeds=seeds, device=device, saturation=saturation, out=out, plot=plot,
+        **grid_axes,
+        sizes=sizes,
+        preset=preset.value if preset else None,
+        task=task.value,
+        context=context.value,
+        classes=classes,
+        tolerance=tolerance,
+        epochs=epochs,
+        max_steps=max_steps,
+        lr=lr,
+        batch_size=batch_size,
+        check_every=check_every,
+        seed=seed,
+        seeds=seeds,
+        device=device,
+        saturation=saturation,
+        out=out,
+        plot=plot,
         progress=progress_enabled(quiet),
     )
     if grid.reused:
@@ -107,8 +163,15 @@ def memorize(
             file=sys.stderr,
         )
     # --out is the grid's own results file (written point by point, for resuming): not emit's to write.
-    emit(format, grid.meta(), grid.table_records(), document=grid.to_dict(), render=lambda: render_memorize(grid),
-         out=out, write_out=False)
+    emit(
+        format,
+        grid.meta(),
+        grid.table_records(),
+        document=grid.to_dict(),
+        render=lambda: render_memorize(grid),
+        out=out,
+        write_out=False,
+    )
 
 
 def _axes(vary: str | None, values: str | None, preset: str | None, given: dict[str, str | None]) -> dict:
@@ -132,11 +195,14 @@ def _axes(vary: str | None, values: str | None, preset: str | None, given: dict[
             out[name] = vals[0]
             continue
         if vary is not None and axis != vary:
-            raise InputError(f"{flag} {spec} gives several values, but --vary {vary} varies another parameter; "
-                             "only one parameter varies")
+            raise InputError(
+                f"{flag} {spec} gives several values, but --vary {vary} varies another parameter; "
+                "only one parameter varies"
+            )
         if source is not None:
-            raise InputError(f"{flag} {spec} and {source} both give the values of the varied parameter; "
-                             "only one parameter varies")
+            raise InputError(
+                f"{flag} {spec} and {source} both give the values of the varied parameter; only one parameter varies"
+            )
         out.update(vary=axis, values=",".join(map(str, vals)))
         source = f"{flag} {spec}"
     return out

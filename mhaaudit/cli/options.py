@@ -44,35 +44,133 @@ class Vary(str, Enum):
     data = "data"
 
 
-SeedsOpt = Annotated[str | None, typer.Option("--seeds", help="Run once per seed (e.g. 0-4 or 0,3,7; instead of --seed) and report each cell's median and range over the seeds, and the differences between columns with their range.")]
-VaryOpt = Annotated[Vary, typer.Option("--vary", help="With --seeds: what the seeds vary: both (weights and data, as --seed), weights (the data seed held fixed) or data (the weights seed held fixed).")]
-WeightsSeed = Annotated[int | None, typer.Option("--weights-seed", help="Seed of the random weights (default: --seed; trained weights have none).", show_default=False)]
-DataSeed = Annotated[int | None, typer.Option("--data-seed", help="Seed of the data: the built-in images or text and the choice of examples (default: --seed).", show_default=False)]
-KeepDuplicates = Annotated[bool, typer.Option("--keep-duplicates", help="Keep exact duplicate inputs (by default they are found before the forward pass, reported and dropped, the same ones in every column).")]
+SeedsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--seeds",
+        help="Run once per seed (e.g. 0-4 or 0,3,7; instead of --seed) and report each cell's median and range over the seeds, and the differences between columns with their range.",
+    ),
+]
+VaryOpt = Annotated[
+    Vary,
+    typer.Option(
+        "--vary",
+        help="With --seeds: what the seeds vary: both (weights and data, as --seed), weights (the data seed held fixed) or data (the weights seed held fixed).",
+    ),
+]
+WeightsSeed = Annotated[
+    int | None,
+    typer.Option(
+        "--weights-seed",
+        help="Seed of the random weights (default: --seed; trained weights have none).",
+        show_default=False,
+    ),
+]
+DataSeed = Annotated[
+    int | None,
+    typer.Option(
+        "--data-seed",
+        help="Seed of the data: the built-in images or text and the choice of examples (default: --seed).",
+        show_default=False,
+    ),
+]
+KeepDuplicates = Annotated[
+    bool,
+    typer.Option(
+        "--keep-duplicates",
+        help="Keep exact duplicate inputs (by default they are found before the forward pass, reported and dropped, the same ones in every column).",
+    ),
+]
 FormatOpt = Annotated[Format, typer.Option("--format", help="table (people), json or parquet (stdout).")]
 Samples = Annotated[int, typer.Option("--samples", "-N", help="Monte-Carlo draws per candidate size.")]
-Threshold = Annotated[float, typer.Option("--threshold", help="Satisfied fraction at which a size counts as independent (0.99 reproduces the paper).")]
-Seed = Annotated[int, typer.Option("--seed", help="Seed from which all sampling derives (the same seed gives the same results).")]
-Rtol = Annotated[float | None, typer.Option("--rtol", help="Relative rank tolerance (default: max(rows, cols) * eps of the features' dtype).")]
+Threshold = Annotated[
+    float,
+    typer.Option(
+        "--threshold", help="Satisfied fraction at which a size counts as independent (0.99 reproduces the paper)."
+    ),
+]
+Seed = Annotated[
+    int, typer.Option("--seed", help="Seed from which all sampling derives (the same seed gives the same results).")
+]
+Rtol = Annotated[
+    float | None,
+    typer.Option("--rtol", help="Relative rank tolerance (default: max(rows, cols) * eps of the features' dtype)."),
+]
 Atol = Annotated[float | None, typer.Option("--atol", help="Absolute rank tolerance (default 0).")]
 Device = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
 Out = Annotated[Path | None, typer.Option("--out", help="Write the records to this parquet file (atomically).")]
 Plot = Annotated[Path | None, typer.Option("--plot", help="Draw the sweep curve(s) to this .png/.pdf/.svg file.")]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr (shown only when stderr is a terminal).")]
+Quiet = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No progress on stderr (shown only when stderr is a terminal).")
+]
 
 # Options of the commands that run a model over data (check, capacity).
-ModelArg = Annotated[str, typer.Argument(help="An alias (vit-base, bert-base, bert-large, gpt2, gpt2-large), a Hugging Face id, a local folder, or timm:<name>.")]
+ModelArg = Annotated[
+    str,
+    typer.Argument(
+        help="An alias (vit-base, bert-base, bert-large, gpt2, gpt2-large), a Hugging Face id, a local folder, or timm:<name>."
+    ),
+]
 BackendOpt = Annotated[Backend | None, typer.Option("--backend", help="Force transformers (hf) or timm.")]
-Weights = Annotated[str | None, typer.Option("--weights", help="Local folder (transformers) or file (timm) with trained weights for the trained column.")]
-Data = Annotated[str | None, typer.Option("--data", help="Image folder; .parquet or .arrow file; .txt, .jsonl, .csv or .tsv text file; a folder written by save_to_disk; a Hugging Face dataset id (wikipedia, imagenet-1k, ...). Default: built-in offline data.")]
-Split = Annotated[str, typer.Option("--split", help="Split of a Hugging Face dataset or of a DatasetDict saved with save_to_disk.")]
-TextColumn = Annotated[str | None, typer.Option("--text-column", help="Column (or .jsonl field) holding the text. Default: one named text, content, body, sentence, document, ..., else the only string column.")]
-ImageColumn = Annotated[str | None, typer.Option("--image-column", help="Column holding the images. Default: one named image, img, ..., else the only image column.")]
-ConvertRgb = Annotated[bool, typer.Option("--convert-rgb", help="Convert grayscale, RGBA, paletted and other images to RGB, as torchvision's ImageFolder does (by default only RGB images are kept, as in the paper, and the others are counted as skipped).")]
-BatchSize = Annotated[str, typer.Option("--batch-size", help="Examples per forward pass: an integer, or auto (on a GPU the largest batch that fits, on the CPU from the memory available).")]
-Revision = Annotated[str | None, typer.Option("--revision", help="Branch, tag or commit of a Hugging Face hub model (config, weights and tokenizer).")]
-TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code", help="Let a hub model whose repository carries its own modelling code run that code on this machine (off by default).")]
+Weights = Annotated[
+    str | None,
+    typer.Option(
+        "--weights", help="Local folder (transformers) or file (timm) with trained weights for the trained column."
+    ),
+]
+Data = Annotated[
+    str | None,
+    typer.Option(
+        "--data",
+        help="Image folder; .parquet or .arrow file; .txt, .jsonl, .csv or .tsv text file; a folder written by save_to_disk; a Hugging Face dataset id (wikipedia, imagenet-1k, ...). Default: built-in offline data.",
+    ),
+]
+Split = Annotated[
+    str, typer.Option("--split", help="Split of a Hugging Face dataset or of a DatasetDict saved with save_to_disk.")
+]
+TextColumn = Annotated[
+    str | None,
+    typer.Option(
+        "--text-column",
+        help="Column (or .jsonl field) holding the text. Default: one named text, content, body, sentence, document, ..., else the only string column.",
+    ),
+]
+ImageColumn = Annotated[
+    str | None,
+    typer.Option(
+        "--image-column",
+        help="Column holding the images. Default: one named image, img, ..., else the only image column.",
+    ),
+]
+ConvertRgb = Annotated[
+    bool,
+    typer.Option(
+        "--convert-rgb",
+        help="Convert grayscale, RGBA, paletted and other images to RGB, as torchvision's ImageFolder does (by default only RGB images are kept, as in the paper, and the others are counted as skipped).",
+    ),
+]
+BatchSize = Annotated[
+    str,
+    typer.Option(
+        "--batch-size",
+        help="Examples per forward pass: an integer, or auto (on a GPU the largest batch that fits, on the CPU from the memory available).",
+    ),
+]
+Revision = Annotated[
+    str | None,
+    typer.Option(
+        "--revision", help="Branch, tag or commit of a Hugging Face hub model (config, weights and tokenizer)."
+    ),
+]
+TrustRemoteCode = Annotated[
+    bool,
+    typer.Option(
+        "--trust-remote-code",
+        help="Let a hub model whose repository carries its own modelling code run that code on this machine (off by default).",
+    ),
+]
 ContextLength = Annotated[int | None, typer.Option("--context-length", help="Text models: tokens per example n.")]
+
 
 class _Defaults(TypedDict):
     samples: int
@@ -125,8 +223,9 @@ def refuse_data_options(ctx: typer.Context, data: str | None) -> None:
 
 def deprecation_line(old_flag: str, new_flag: str, note: str = "") -> str:
     """The warning a deprecated option name prints on stderr."""
-    return (f"Warning: {old_flag} is deprecated and will be removed in the next release; use {new_flag}"
-            + (f" ({note})" if note else ""))
+    return f"Warning: {old_flag} is deprecated and will be removed in the next release; use {new_flag}" + (
+        f" ({note})" if note else ""
+    )
 
 
 def renamed(old_flag: str, old_value, new_flag: str, new_value, note: str = ""):
@@ -162,7 +261,9 @@ def check_stdout(fmt: Format, out: Path | None = None) -> None:
     from ..errors import InputError
 
     if fmt == Format.parquet and sys.stdout.isatty() and out is None:
-        raise InputError("--format parquet writes binary data to stdout; redirect it to a file or pipe, or use --out FILE.parquet")
+        raise InputError(
+            "--format parquet writes binary data to stdout; redirect it to a file or pipe, or use --out FILE.parquet"
+        )
 
 
 def prepare_outputs(out: Path | None, plot: Path | None, fmt: Format) -> None:
@@ -180,9 +281,17 @@ def prepare_outputs(out: Path | None, plot: Path | None, fmt: Format) -> None:
     check_stdout(fmt, out)
 
 
-def emit(fmt: Format, meta: dict, records: list[dict], *, render: Callable[[], None],
-         sweep: list[dict] | None = None, document: dict | None = None, out: Path | None = None,
-         write_out: bool = True) -> None:
+def emit(
+    fmt: Format,
+    meta: dict,
+    records: list[dict],
+    *,
+    render: Callable[[], None],
+    sweep: list[dict] | None = None,
+    document: dict | None = None,
+    out: Path | None = None,
+    write_out: bool = True,
+) -> None:
     """The one output path of every command.
 
     ``records`` (and the ``sweep`` rows, which follow them in parquet tagged ``check = "sweep"``)

@@ -59,28 +59,73 @@ MODEL_KEYS = {"table1": ("vit",), "figure1": ("vit",), "table3": ("bert", "gpt2"
 
 def reproduce(
     ctx: typer.Context,
-    target: Annotated[str, typer.Argument(help="table1 (ViT, Table 1), table3 (BERT/GPT-2, Table 3), figure1 (Kruskal-rank sweep) or figure2 (memorisation against H).")],
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="table1 (ViT, Table 1), table3 (BERT/GPT-2, Table 3), figure1 (Kruskal-rank sweep) or figure2 (memorisation against H)."
+        ),
+    ],
     data: Data = None,
     split: Split = "train",
-    model: Annotated[list[str] | None, typer.Option("--model", help="KEY=NAME: run the protocol on another model in place of the paper's (keys: vit for table1/figure1; bert, gpt2 for table3).")] = None,
-    weights: Annotated[list[str] | None, typer.Option("--weights", help="[KEY=]PATH: local trained weights for the trained column(s); without them offline, those columns are unavailable.")] = None,
-    context_length: Annotated[list[str] | None, typer.Option("--context-length", help="table3: [KEY=]N tokens per example (the paper: bert 512, gpt2 1024).")] = None,
-    models: Annotated[list[str] | None, typer.Option("--models", help="table3: which of bert, gpt2 to run (default both).")] = None,
-    limit: Annotated[int | None, typer.Option("--limit", help="Examples T (default: the paper's, 1973 images or 2000 texts).")] = None,
+    model: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model",
+            help="KEY=NAME: run the protocol on another model in place of the paper's (keys: vit for table1/figure1; bert, gpt2 for table3).",
+        ),
+    ] = None,
+    weights: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--weights",
+            help="[KEY=]PATH: local trained weights for the trained column(s); without them offline, those columns are unavailable.",
+        ),
+    ] = None,
+    context_length: Annotated[
+        list[str] | None,
+        typer.Option("--context-length", help="table3: [KEY=]N tokens per example (the paper: bert 512, gpt2 1024)."),
+    ] = None,
+    models: Annotated[
+        list[str] | None, typer.Option("--models", help="table3: which of bert, gpt2 to run (default both).")
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", help="Examples T (default: the paper's, 1973 images or 2000 texts).")
+    ] = None,
     batch_size: BatchSize = "32",
     samples: Samples = DEFAULTS["samples"],
     threshold: Threshold = DEFAULTS["threshold"],
     seed: Seed = DEFAULTS["seed"],
-    seeds: Annotated[str | None, typer.Option("--seeds", help="table1, table3, figure1: run once per seed (e.g. 0-2; instead of --seed) and set each published value beside the between-seed range of ours.")] = None,
+    seeds: Annotated[
+        str | None,
+        typer.Option(
+            "--seeds",
+            help="table1, table3, figure1: run once per seed (e.g. 0-2; instead of --seed) and set each published value beside the between-seed range of ours.",
+        ),
+    ] = None,
     vary: VaryOpt = Vary.both,
     weights_seed: WeightsSeed = None,
     data_seed: DataSeed = None,
     device: Device = DEFAULTS["device"],
-    all_draws: Annotated[bool, typer.Option("--all-draws", help="Always make every draw (by default a failing test stops once its verdict is settled).")] = False,
-    preset: Annotated[str | None, typer.Option("--preset", help="figure2: the memorize grid (default cpu: minutes on a laptop; paper-fig2a is the paper's).")] = None,
-    values: Annotated[str | None, typer.Option("--values", help="figure2: the numbers of heads H, e.g. 1,2,4,8.")] = None,
+    all_draws: Annotated[
+        bool,
+        typer.Option(
+            "--all-draws", help="Always make every draw (by default a failing test stops once its verdict is settled)."
+        ),
+    ] = False,
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            "--preset",
+            help="figure2: the memorize grid (default cpu: minutes on a laptop; paper-fig2a is the paper's).",
+        ),
+    ] = None,
+    values: Annotated[
+        str | None, typer.Option("--values", help="figure2: the numbers of heads H, e.g. 1,2,4,8.")
+    ] = None,
     sizes: Annotated[str | None, typer.Option("--sizes", help="figure2: training-set sizes T, e.g. 500,1000.")] = None,
-    max_steps: Annotated[int | None, typer.Option("--max-steps", help="figure2: cap on optimisation steps per point.")] = None,
+    max_steps: Annotated[
+        int | None, typer.Option("--max-steps", help="figure2: cap on optimisation steps per point.")
+    ] = None,
     fmt: FormatOpt = Format.table,
     out: Out = None,
     plot: Plot = None,
@@ -102,35 +147,60 @@ def reproduce(
 
     target = validate.choice("target", target, TARGETS)
     _refuse_inapplicable(ctx, target)
-    Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, weights_seed=weights_seed,
-                     data_seed=data_seed)  # bad values: before any work
+    Settings.resolve(
+        device=device, samples=samples, threshold=threshold, seed=seed, weights_seed=weights_seed, data_seed=data_seed
+    )  # bad values: before any work
     prepare_outputs(out, plot, fmt)
     refuse_inputs({"--out": out, "--plot": plot}, [data, *(w.partition("=")[2] or w for w in weights or [])])
     keys = MODEL_KEYS.get(target, ())
     options = dict(seed=seed, device=device, progress=progress_enabled(quiet))
     if target == "figure2":
-        options |= dict(preset=preset if preset is not None or values is not None else "cpu", values=values, sizes=sizes,
-                        max_steps=max_steps)
+        options |= dict(
+            preset=preset if preset is not None or values is not None else "cpu",
+            values=values,
+            sizes=sizes,
+            max_steps=max_steps,
+        )
     else:
-        options |= dict(data=data, split=split, limit=limit, batch_size=batch_size, samples=samples, threshold=threshold,
-                        model=keyed("--model", model, keys))
+        options |= dict(
+            data=data,
+            split=split,
+            limit=limit,
+            batch_size=batch_size,
+            samples=samples,
+            threshold=threshold,
+            model=keyed("--model", model, keys),
+        )
     if target in ("table1", "table3"):
-        options |= dict(weights=keyed("--weights", weights, keys), stop_when_decided=not all_draws,
-                        on_note=lambda m: print(f"Note: {m}", file=sys.stderr))
+        options |= dict(
+            weights=keyed("--weights", weights, keys),
+            stop_when_decided=not all_draws,
+            on_note=lambda m: print(f"Note: {m}", file=sys.stderr),
+        )
     if target == "table3":
         lengths = keyed("--context-length", context_length, keys)
-        options |= dict(models=validate.split_list(models),
-                        context_length={k: validate.integer("--context-length", v) for k, v in lengths.items()})
+        options |= dict(
+            models=validate.split_list(models),
+            context_length={k: validate.integer("--context-length", v) for k, v in lengths.items()},
+        )
     if target != "figure2":
         options |= dict(weights_seed=weights_seed, data_seed=data_seed)
     if seeds is not None:
         from ..render_seeds import render_seeds
 
         if plot is not None:
-            raise InputError("--plot has no effect with --seeds: it draws one run's curves; run that seed alone with --seed")
+            raise InputError(
+                "--plot has no effect with --seeds: it draws one run's curves; run that seed alone with --seed"
+            )
         result = reproduce_paper(target, seeds=seeds, vary=vary.value, **options)
-        emit(fmt, result.meta(), result.records(), sweep=result.sweep_rows() or None, out=out,
-             render=lambda: render_seeds(result))
+        emit(
+            fmt,
+            result.meta(),
+            result.records(),
+            sweep=result.sweep_rows() or None,
+            out=out,
+            render=lambda: render_seeds(result),
+        )
         return
     if vary != Vary.both:
         raise InputError("--vary has no effect without --seeds: it says which seed --seeds varies")
@@ -138,8 +208,15 @@ def reproduce(
     assert isinstance(result, Reproduction), "without --seeds, one run"
     written = _plot(result, plot)
     meta = result.meta()
-    emit(fmt, meta, result.records(), sweep=result.sweep_rows() or None, document=result.document(meta), out=out,
-         render=lambda: _render(result, out, written))
+    emit(
+        fmt,
+        meta,
+        result.records(),
+        sweep=result.sweep_rows() or None,
+        document=result.document(meta),
+        out=out,
+        render=lambda: _render(result, out, written),
+    )
 
 
 def keyed(name: str, values: list[str] | None, keys: tuple[str, ...]) -> dict:

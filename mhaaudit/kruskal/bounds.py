@@ -33,17 +33,20 @@ BABEL_MAX_WORK = 2e12  # the Babel floor is computed when T^2 d is at most this 
 
 
 @overload
-def fixed_rule(X, rule: RankRule, stats: SetStats | None = None,
-               need_stats: Literal[True] = True) -> tuple[RankRule, SetStats]: ...
+def fixed_rule(
+    X, rule: RankRule, stats: SetStats | None = None, need_stats: Literal[True] = True
+) -> tuple[RankRule, SetStats]: ...
 
 
 @overload
-def fixed_rule(X, rule: RankRule, stats: SetStats | None = None,
-               need_stats: bool = True) -> tuple[RankRule, SetStats | None]: ...
+def fixed_rule(
+    X, rule: RankRule, stats: SetStats | None = None, need_stats: bool = True
+) -> tuple[RankRule, SetStats | None]: ...
 
 
-def fixed_rule(X, rule: RankRule, stats: SetStats | None = None,
-               need_stats: bool = True) -> tuple[RankRule, SetStats | None]:
+def fixed_rule(
+    X, rule: RankRule, stats: SetStats | None = None, need_stats: bool = True
+) -> tuple[RankRule, SetStats | None]:
     """The rule every rank decision about X and its subsets is taken under, and X's ``SetStats``.
 
     The rule is the paper's, per matrix: a matrix M (a draw, a witness, the whole set) has the
@@ -57,9 +60,11 @@ def fixed_rule(X, rule: RankRule, stats: SetStats | None = None,
     ``d`` columns, the smallest any subset has, is at least sigma_max) is refused."""
     _T, d = X.shape
     if rule.rtol_for(1, d) >= 1 and not rule.atol:
-        raise InputError(f"the rank rule's tolerance {rule.rtol_for(1, d):.3g} * sigma_max (at least d = {d} times "
-                         f"eps({rule.dtype}) = {rule.eps:.3g}, or {{param:rtol}}) is at least sigma_max, so no vector could "
-                         "count as independent: give a smaller {param:rtol} or an {param:atol}, or features in a finer dtype")
+        raise InputError(
+            f"the rank rule's tolerance {rule.rtol_for(1, d):.3g} * sigma_max (at least d = {d} times "
+            f"eps({rule.dtype}) = {rule.eps:.3g}, or {{param:rtol}}) is at least sigma_max, so no vector could "
+            "count as independent: give a smaller {param:rtol} or an {param:atol}, or features in a finer dtype"
+        )
     if stats is None and need_stats:
         stats = set_stats(X, rule)
     return rule, stats
@@ -128,8 +133,12 @@ def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_bl
     X = as_matrix(X)
     T, d = X.shape
     if float(T) * T * d > BABEL_MAX_WORK:
-        return Bound(0, "babel", f"not computed: the Babel function of T = {T} rows takes O(T^2 d) time "
-                                 f"(computed up to T^2 d = {BABEL_MAX_WORK:.0e}); no floor above 0 is claimed")
+        return Bound(
+            0,
+            "babel",
+            f"not computed: the Babel function of T = {T} rows takes O(T^2 d) time "
+            f"(computed up to T^2 d = {BABEL_MAX_WORK:.0e}); no floor above 0 is claimed",
+        )
     rule, _ = fixed_rule(X, rule, need_stats=False)
     unit, _ = unit_of(rows_of(X), rule)
     X64, rule = unit.materialize(), unit.rule  # T x d float64: T is small here
@@ -162,7 +171,7 @@ def _babel(Xn: torch.Tensor, m: int, row_block: int | None) -> torch.Tensor:
     row_block = row_block or max(1, min(1024, (64 << 20) // (8 * T)))
     starts = list(range(0, T, row_block))
     shard = distributed.lockstep()
-    starts = starts[shard.rank::shard.world_size]
+    starts = starts[shard.rank :: shard.world_size]
     for s in starts:
         C = (Xn[s : s + row_block] @ Xn.T).abs_()
         r = torch.arange(s, min(s + row_block, T), device=Xn.device)

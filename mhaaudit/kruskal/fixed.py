@@ -140,9 +140,19 @@ def _decided_draws(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, 
         if entries is None:
             assert tf32_is_off(), "a rank decision never runs in TF32"
             lam_lo = (gram.proj_t[sub] ** 2).sum(-1)  # sigma_max^2 >= ||X_S u||^2 for the top direction u
-            return sub, decide_full_rank(gram.sub(sub), lambda j: gram.rows(sub[j]), k, d, rule, delta=1e-6,
-                                         deficient_first=deficient_first, lam_lo=lam_lo)
-        full_np, decided = lapack.decide_draws(entries, sub.numpy(), d, rule, gram.proj, deficient_first=deficient_first)
+            return sub, decide_full_rank(
+                gram.sub(sub),
+                lambda j: gram.rows(sub[j]),
+                k,
+                d,
+                rule,
+                delta=1e-6,
+                deficient_first=deficient_first,
+                lam_lo=lam_lo,
+            )
+        full_np, decided = lapack.decide_draws(
+            entries, sub.numpy(), d, rule, gram.proj, deficient_first=deficient_first
+        )
         full = torch.from_numpy(full_np)
         exact = torch.zeros_like(full)
         rest = torch.from_numpy(~decided).nonzero().squeeze(-1)
@@ -162,8 +172,15 @@ def _decided_draws(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, 
 
 
 @with_numerics()
-def draw_decisions(X, k: int, *, samples: int = DEFAULT_SAMPLES, seed: int = 0, rule: RankRule | None = None,
-                   device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+def draw_decisions(
+    X,
+    k: int,
+    *,
+    samples: int = DEFAULT_SAMPLES,
+    seed: int = 0,
+    rule: RankRule | None = None,
+    device: torch.device | str = "cpu",
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The draws of ``subset_test`` and each one's decision: ``(indices (N, k), independent (N,))``."""
     X = as_matrix(X)
     rule, _ = fixed_rule(X, rule or RankRule.for_dtype(X.dtype), need_stats=False)
@@ -186,8 +203,16 @@ class _Tally:
     stopped: bool = False
 
 
-def _tally(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, histogram_limit: int, max_fail: int | None,
-           progress: Progress | None) -> _Tally:
+def _tally(
+    gram: Gram,
+    k: int,
+    samples: int,
+    seed: int,
+    rule: RankRule,
+    histogram_limit: int,
+    max_fail: int | None,
+    progress: Progress | None,
+) -> _Tally:
     """Decide the seeded draws; stop early once more than ``max_fail`` are dependent (None: never),
     at the end of the block of ``DRAW_BLOCK`` draws where that happened, so where a test stops
     depends on nothing but the draws (not on how many blocks were decided at once)."""
@@ -224,15 +249,22 @@ def _tally(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, histogra
 def _reason(t: _Tally, k: int, threshold: float, witness: Witness | None, planned: int, max_fail: int) -> str:
     n, ok = t.drawn, t.satisfied
     if ok / n >= threshold and witness is None:
-        return (f"all {n} draws of {rows_phrase(k)} were independent" if ok == n else
-                f"{ok}/{n} draws of {rows_phrase(k)} independent, fraction >= threshold {threshold}") + "; an estimate, not a proof"
+        return (
+            f"all {n} draws of {rows_phrase(k)} were independent"
+            if ok == n
+            else f"{ok}/{n} draws of {rows_phrase(k)} independent, fraction >= threshold {threshold}"
+        ) + "; an estimate, not a proof"
     if witness is not None and ok / n >= threshold:
-        return (f"{ok}/{n} draws independent (fraction >= threshold {threshold}), but a dependent "
-                f"{len(witness.indices)}-subset was found, so the exact Kruskal rank is below {len(witness.indices)}")
+        return (
+            f"{ok}/{n} draws independent (fraction >= threshold {threshold}), but a dependent "
+            f"{len(witness.indices)}-subset was found, so the exact Kruskal rank is below {len(witness.indices)}"
+        )
     reason = f"only {ok}/{n} draws of {rows_phrase(k)} independent, fraction < threshold {threshold}"
     if t.stopped:
-        reason += (f"; sampling stopped after {n} of {planned} draws because more than "
-                   f"{max_fail} dependent draws settle the verdict")
+        reason += (
+            f"; sampling stopped after {n} of {planned} draws because more than "
+            f"{max_fail} dependent draws settle the verdict"
+        )
     if witness is not None:
         reason += f"; dependent {len(witness.indices)}-subset found (proof that Kruskal rank < {len(witness.indices)})"
     return reason
@@ -241,8 +273,10 @@ def _reason(t: _Tally, k: int, threshold: float, witness: Witness | None, planne
 def _whole_set_note(check: str, k: int, T: int, d: int) -> str:
     """What a whole-set row says: it is one set, not a sample, and which run answers the question."""
     need, what = (d, f"d = {d}") if check == "general_position" else (k, f"k = {k}")
-    return (f"; this is one set, not a sample of {k}-subsets of a larger set, so it does not answer the paper's "
-            f"question: a run with more than {need} vectors does (raise --limit above {what})")
+    return (
+        f"; this is one set, not a sample of {k}-subsets of a larger set, so it does not answer the paper's "
+        f"question: a run with more than {need} vectors does (raise --limit above {what})"
+    )
 
 
 def _by_dimension(k: int, T: int, d: int, base: dict) -> SubsetTest | None:
@@ -256,8 +290,20 @@ def _by_dimension(k: int, T: int, d: int, base: dict) -> SubsetTest | None:
     scope = "whole-set" if k >= T else "subsets"
     if scope == "whole-set":
         reason += _whole_set_note(base["check"], k, T, d)
-    return SubsetTest(samples=0, satisfied=0, fraction=0.0, ci_low=0.0, ci_high=0.0, verdict="fails", reason=reason,
-                      sampled=False, exact_status="fails", exact_basis="dimension", scope=scope, **base)
+    return SubsetTest(
+        samples=0,
+        satisfied=0,
+        fraction=0.0,
+        ci_low=0.0,
+        ci_high=0.0,
+        verdict="fails",
+        reason=reason,
+        sampled=False,
+        exact_status="fails",
+        exact_basis="dimension",
+        scope=scope,
+        **base,
+    )
 
 
 def _without_sampling(X, unit: Unit, k: int, stats: SetStats, base: dict, first_zero: int | None):
@@ -273,25 +319,51 @@ def _without_sampling(X, unit: Unit, k: int, stats: SetStats, base: dict, first_
             witness = Witness((first_zero,), (0.0,), 0.0, 0)
         elif T * d <= SET_WITNESS_MAX_ENTRIES:  # the set is dependent: a subset of it shows how
             witness = _set_witness(unit, T)
-        reason = (f"the whole set has numerical rank {ceil_k} at the smallest tolerance any {k}-subset can have under "
-                  f"the rule, and no subset's rank exceeds it, so no {rows_phrase(k)} {'is' if k == 1 else 'are'} "
-                  "independent (no sampling needed; a proof)")
+        reason = (
+            f"the whole set has numerical rank {ceil_k} at the smallest tolerance any {k}-subset can have under "
+            f"the rule, and no subset's rank exceeds it, so no {rows_phrase(k)} {'is' if k == 1 else 'are'} "
+            "independent (no sampling needed; a proof)"
+        )
         scope = "whole-set" if k >= T else "subsets"
         if scope == "whole-set":
             reason += _whole_set_note(base["check"], k, T, d)
-        return SubsetTest(samples=0, satisfied=0, fraction=0.0, ci_low=0.0, ci_high=0.0, verdict="fails",
-                          reason=reason, sampled=False, set_rank=ceil_k, witness=witness, exact_status="fails",
-                          exact_basis="set-rank", scope=scope, **base)
+        return SubsetTest(
+            samples=0,
+            satisfied=0,
+            fraction=0.0,
+            ci_low=0.0,
+            ci_high=0.0,
+            verdict="fails",
+            reason=reason,
+            sampled=False,
+            set_rank=ceil_k,
+            witness=witness,
+            exact_status="fails",
+            exact_basis="set-rank",
+            scope=scope,
+            **base,
+        )
     if k == T:  # one subset only: decide it exactly, no sampling
         ok = _prove(unit, list(range(T))) is None
         witness = _shrink(unit, list(range(T))) if not ok else None
-        return SubsetTest(samples=1, satisfied=int(ok), fraction=float(ok), ci_low=float(ok), ci_high=float(ok),
-                          verdict="holds" if ok else "fails", reason=f"k = T = {T}: the only subset is the whole set, "
-                          f"which is {'independent' if ok else 'dependent'} (decided exactly, no sampling)"
-                          + _whole_set_note(base["check"], k, T, d),
-                          sampled=False, set_rank=ceil_k, witness=witness,
-                          exact_status="holds" if ok else "fails", exact_basis="exhaustive" if ok else "witness",
-                          scope="whole-set", **base)
+        return SubsetTest(
+            samples=1,
+            satisfied=int(ok),
+            fraction=float(ok),
+            ci_low=float(ok),
+            ci_high=float(ok),
+            verdict="holds" if ok else "fails",
+            reason=f"k = T = {T}: the only subset is the whole set, "
+            f"which is {'independent' if ok else 'dependent'} (decided exactly, no sampling)"
+            + _whole_set_note(base["check"], k, T, d),
+            sampled=False,
+            set_rank=ceil_k,
+            witness=witness,
+            exact_status="holds" if ok else "fails",
+            exact_basis="exhaustive" if ok else "witness",
+            scope="whole-set",
+            **base,
+        )
     return None
 
 
@@ -335,8 +407,17 @@ def subset_test(
     threshold = validate.fraction(param("threshold"), threshold)
     rule = rule or RankRule.for_dtype(X.dtype)
     dev = resolve_device(device)
-    base = dict(check=check, k=k, T=X.shape[0], d=X.shape[1], threshold=threshold, rule=rule, seed=seed,
-                device=device_name(dev), title=title or ("Kruskal test" if check == "kruskal" else check))
+    base = dict(
+        check=check,
+        k=k,
+        T=X.shape[0],
+        d=X.shape[1],
+        threshold=threshold,
+        rule=rule,
+        seed=seed,
+        device=device_name(dev),
+        title=title or ("Kruskal test" if check == "kruskal" else check),
+    )
     answer = _by_dimension(k, X.shape[0], X.shape[1], base)
     if answer is not None:
         return answer
@@ -359,10 +440,22 @@ def subset_test(
     witness = _shrink(unit, t.first_dependent) if t.first_dependent is not None else None
     frac = t.satisfied / t.drawn
     return SubsetTest(
-        samples=t.drawn, satisfied=t.satisfied, fraction=frac, ci_low=lo, ci_high=hi,
-        verdict="holds" if frac >= threshold else "fails", reason=_reason(t, k, threshold, witness, samples, max_fail),
-        witness=witness, exact_status="fails" if witness is not None else "undecided",
-        exact_basis="witness" if witness is not None else "none", rank_histogram=t.histogram, histogram_draws=t.histogram_draws + t.satisfied,
-        exact_rechecks=t.rechecks, sampled=True, set_rank=stats.ceiling(k, rule), planned_samples=samples if t.stopped else None,
-        gram=gram.route, **base,
+        samples=t.drawn,
+        satisfied=t.satisfied,
+        fraction=frac,
+        ci_low=lo,
+        ci_high=hi,
+        verdict="holds" if frac >= threshold else "fails",
+        reason=_reason(t, k, threshold, witness, samples, max_fail),
+        witness=witness,
+        exact_status="fails" if witness is not None else "undecided",
+        exact_basis="witness" if witness is not None else "none",
+        rank_histogram=t.histogram,
+        histogram_draws=t.histogram_draws + t.satisfied,
+        exact_rechecks=t.rechecks,
+        sampled=True,
+        set_rank=stats.ceiling(k, rule),
+        planned_samples=samples if t.stopped else None,
+        gram=gram.route,
+        **base,
     )

@@ -24,8 +24,10 @@ def verdict_text(verdict: str) -> str:
 
 
 WHOLE_SET_MARK = "whole set"
-WHOLE_SET_LEGEND = ("[yellow]whole set[/yellow]: k reaches T, so the test is one set, not a sample of k-subsets: "
-                    "it does not answer the paper's question (the reason names the run that does).")
+WHOLE_SET_LEGEND = (
+    "[yellow]whole set[/yellow]: k reaches T, so the test is one set, not a sample of k-subsets: "
+    "it does not answer the paper's question (the reason names the run that does)."
+)
 
 
 def estimate_text(rec: dict) -> str:
@@ -55,9 +57,16 @@ def kruskal_table(tests: list[SubsetTest], title: str = "Kruskal-rank tests") ->
     for r in tests:
         rec = r.record()
         t.add_row(
-            r.title or r.check, str(r.k), str(r.T), str(r.d), str(r.samples) if r.sampled else "-",
-            str(r.satisfied) if r.sampled else "-", f"{r.fraction:.4f}" if r.sampled else "-",
-            f"[{r.ci_low:.4f}, {r.ci_high:.4f}]" if r.sampled else "-", estimate_text(rec), exact_text(rec),
+            r.title or r.check,
+            str(r.k),
+            str(r.T),
+            str(r.d),
+            str(r.samples) if r.sampled else "-",
+            str(r.satisfied) if r.sampled else "-",
+            f"{r.fraction:.4f}" if r.sampled else "-",
+            f"[{r.ci_low:.4f}, {r.ci_high:.4f}]" if r.sampled else "-",
+            estimate_text(rec),
+            exact_text(rec),
         )
     return t
 
@@ -89,9 +98,13 @@ def sweep_lines(sw: Sweep, label: str = "") -> list[str]:
     if sw.exact_kruskal_rank is not None:
         out.append(f"  exact: the floor meets the ceiling, so the Kruskal rank is {sw.exact_kruskal_rank} (a proof).")
     else:
-        out.append(f"  exact: the Kruskal rank lies in [{sw.floor.value}, {sw.ceiling.value}] (proven); every k in between is undecided.")
+        out.append(
+            f"  exact: the Kruskal rank lies in [{sw.floor.value}, {sw.ceiling.value}] (proven); every k in between is undecided."
+        )
     if sw.raw_estimate > sw.estimate:
-        out.append(f"  (the sampled fraction stayed above the threshold up to k = {sw.raw_estimate}; capped at the proven ceiling)")
+        out.append(
+            f"  (the sampled fraction stayed above the threshold up to k = {sw.raw_estimate}; capped at the proven ceiling)"
+        )
     return out
 
 
@@ -117,8 +130,10 @@ def sweep_table(sw: Sweep, marks: tuple[int, ...] = ()) -> Table:
 
 def kruskal_legend(tests) -> list[str]:
     """The lines under a table of tests: what its two verdict columns mean, and the whole-set mark."""
-    out = ["verdict: the paper's rule (satisfied fraction of the draws >= threshold), an estimate; exact: "
-           "fails, holds or undecided, with what decides it (a witness or a whole-set rank below k proves fails)."]
+    out = [
+        "verdict: the paper's rule (satisfied fraction of the draws >= threshold), an estimate; exact: "
+        "fails, holds or undecided, with what decides it (a witness or a whole-set rank below k proves fails)."
+    ]
     if any(getattr(t, "scope", "") == "whole-set" for t in tests):
         out.append(WHOLE_SET_LEGEND)
     return out
@@ -145,9 +160,11 @@ def kruskal_report(result: KruskalResult) -> list:
     if sw is not None:
         out += sweep_report(sw, marks=tuple(m for m in (inp.n, inp.d) if m))
     at_k = "".join(f"; at k = {k}: {c}" for k, c in result.set_rank_ceilings.items())
-    out.append(f"Whole set as one matrix: numerical rank {result.set_rank} under its own tolerance; whole-set rank at "
-               f"the smallest tolerance a k-subset can have (no k-subset's rank exceeds it){at_k or ': the sweep certifies its ceiling with it'}. "
-               f"Rank rule: {result.rule.describe()}. "
-               f"Threshold {result.threshold}, {result.samples} draws, seed {result.seed}, device {result.device}, "
-               f"{result.total_s} s.")
+    out.append(
+        f"Whole set as one matrix: numerical rank {result.set_rank} under its own tolerance; whole-set rank at "
+        f"the smallest tolerance a k-subset can have (no k-subset's rank exceeds it){at_k or ': the sweep certifies its ceiling with it'}. "
+        f"Rank rule: {result.rule.describe()}. "
+        f"Threshold {result.threshold}, {result.samples} draws, seed {result.seed}, device {result.device}, "
+        f"{result.total_s} s."
+    )
     return out

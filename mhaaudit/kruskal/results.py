@@ -32,8 +32,19 @@ from ..numerics import RankRule, ldexp
 from ..tables import ResultTable, StoredSweepResult, table_rows
 from .report import kruskal_report, subset_test_report, sweep_report
 
-__all__ = ["EXACT_BASES", "EXACT_STATUSES", "SCOPES", "Bound", "KruskalInputs", "KruskalResult", "SetStats",
-           "SubsetTest", "Sweep", "Witness", "clopper_pearson"]
+__all__ = [
+    "EXACT_BASES",
+    "EXACT_STATUSES",
+    "SCOPES",
+    "Bound",
+    "KruskalInputs",
+    "KruskalResult",
+    "SetStats",
+    "SubsetTest",
+    "Sweep",
+    "Witness",
+    "clopper_pearson",
+]
 
 #: The exact status of "every k rows are independent", beside the estimate verdict.
 EXACT_STATUSES = ("fails", "holds", "undecided")
@@ -53,7 +64,7 @@ def rows_phrase(k: int) -> str:
 
 
 def every_rows_independent(k: int) -> str:
-    """"every k rows are independent" as English for every k (0 and 1 included)."""
+    """ "every k rows are independent" as English for every k (0 and 1 included)."""
     if k <= 0:
         return "no size of subset is proven independent"
     if k == 1:
@@ -83,7 +94,12 @@ class Witness:
     rank: int
 
     def as_dict(self) -> dict:
-        return {"indices": list(self.indices), "singular_values": list(self.singular_values), "tol": self.tol, "rank": self.rank}
+        return {
+            "indices": list(self.indices),
+            "singular_values": list(self.singular_values),
+            "tol": self.tol,
+            "rank": self.rank,
+        }
 
 
 @dataclass(frozen=True)
@@ -138,8 +154,14 @@ class SetStats:
 
 def _meta(result) -> dict:
     """The provenance stamp of a test or a sweep (the ``meta`` of ``mhaaudit kruskal``'s output)."""
-    return stamp(command="kruskal", seed=result.seed, device=result.device, tolerance=result.rule.as_dict(),
-                 threshold=result.threshold, samples=result.samples)
+    return stamp(
+        command="kruskal",
+        seed=result.seed,
+        device=result.device,
+        tolerance=result.rule.as_dict(),
+        threshold=result.threshold,
+        samples=result.samples,
+    )
 
 
 @dataclass(frozen=True, repr=False)
@@ -181,7 +203,9 @@ class SubsetTest(ResultTable):
 
     def __post_init__(self):
         if self.exact_status not in EXACT_STATUSES or self.exact_basis not in EXACT_BASES or self.scope not in SCOPES:
-            raise ValueError(f"bad exact status {self.exact_status!r} / basis {self.exact_basis!r} / scope {self.scope!r}")
+            raise ValueError(
+                f"bad exact status {self.exact_status!r} / basis {self.exact_basis!r} / scope {self.scope!r}"
+            )
         if self.witness is not None and self.exact_status != "fails":
             raise ValueError("a test with a witness has exact status fails")
         if (self.exact_status == "undecided") != (self.exact_basis == "none"):
@@ -235,8 +259,10 @@ class SubsetTest(ResultTable):
         return subset_test_report(self)
 
     def summary_line(self) -> str:
-        s = (f"{self.check} at k = {self.k} of T = {self.T} rows in R^{self.d}: {self.verdict}, "
-             f"{self.satisfied}/{self.samples} draws independent")
+        s = (
+            f"{self.check} at k = {self.k} of T = {self.T} rows in R^{self.d}: {self.verdict}, "
+            f"{self.satisfied}/{self.samples} draws independent"
+        )
         if self.witness is not None:
             s += f", a dependent {len(self.witness.indices)}-row subset"
         return s + (" (proven)" if self.proven else "")
@@ -296,8 +322,14 @@ class Sweep(ResultTable):
 
     def rows(self) -> list[dict]:
         return [
-            {"k": k, "fraction": f, "ci_low": lo, "ci_high": hi, "exact_status": self.exact_at(k)[0],
-             "exact_basis": self.exact_at(k)[1]}
+            {
+                "k": k,
+                "fraction": f,
+                "ci_low": lo,
+                "ci_high": hi,
+                "exact_status": self.exact_at(k)[0],
+                "exact_basis": self.exact_at(k)[1],
+            }
             for k, f, lo, hi in zip(self.ks, self.fractions, self.ci_low, self.ci_high, strict=False)
         ]
 
@@ -327,8 +359,10 @@ class Sweep(ResultTable):
         return sweep_report(self)
 
     def summary_line(self) -> str:
-        return (f"T = {self.T} rows in R^{self.d}, {self.samples} draws: estimate {self.estimate} "
-                f"(certified floor {self.floor.value}, ceiling {self.ceiling.value})")
+        return (
+            f"T = {self.T} rows in R^{self.d}, {self.samples} draws: estimate {self.estimate} "
+            f"(certified floor {self.floor.value}, ceiling {self.ceiling.value})"
+        )
 
 
 @dataclass(frozen=True)
@@ -406,10 +440,21 @@ class KruskalResult(StoredSweepResult):
 
     def meta(self) -> dict:
         """The provenance stamp and the run's facts (the JSON ``meta``, the parquet metadata)."""
-        meta = stamp(command="kruskal", seed=self.seed, device=self.device, tolerance=self.rule.as_dict(),
-                     threshold=self.threshold, samples=self.samples, inputs=self.inputs.as_dict(),
-                     set_rank=self.set_rank, set_rank_ceilings=self.set_rank_ceilings, timings_s=dict(self.timings),
-                     total_s=self.total_s, storage=self.storage, peak_rss_bytes=self.peak_rss_bytes)
+        meta = stamp(
+            command="kruskal",
+            seed=self.seed,
+            device=self.device,
+            tolerance=self.rule.as_dict(),
+            threshold=self.threshold,
+            samples=self.samples,
+            inputs=self.inputs.as_dict(),
+            set_rank=self.set_rank,
+            set_rank_ceilings=self.set_rank_ceilings,
+            timings_s=dict(self.timings),
+            total_s=self.total_s,
+            storage=self.storage,
+            peak_rss_bytes=self.peak_rss_bytes,
+        )
         if self.capture:
             meta["capture"] = dict(self.capture)
         if self.sweep is not None:

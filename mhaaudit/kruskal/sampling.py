@@ -107,8 +107,10 @@ def as_matrix(X):
         return X
     if isinstance(X, np.ndarray):
         if X.dtype.kind == "c":
-            raise InputError(f"complex features ({X.dtype}) are not supported: linear independence is decided over "
-                             "the reals, and dropping the imaginary part would prove false things; give real features")
+            raise InputError(
+                f"complex features ({X.dtype}) are not supported: linear independence is decided over "
+                "the reals, and dropping the imaginary part would prove false things; give real features"
+            )
         if X.dtype.kind not in "fiub":
             raise InputError(f"features of dtype {X.dtype} are not numeric")
         X = torch.from_numpy(np.ascontiguousarray(X))
@@ -119,15 +121,19 @@ def as_matrix(X):
     if X.shape[0] < 1 or X.shape[1] < 1:
         raise InputError(f"empty feature matrix of shape {tuple(X.shape)}")
     if X.dtype.is_complex:
-        raise InputError(f"complex features ({_dtype_name(X.dtype)}) are not supported: linear independence is "
-                         "decided over the reals, and dropping the imaginary part would prove false things; give "
-                         "real features")
+        raise InputError(
+            f"complex features ({_dtype_name(X.dtype)}) are not supported: linear independence is "
+            "decided over the reals, and dropping the imaginary part would prove false things; give "
+            "real features"
+        )
     if not X.dtype.is_floating_point:
         X = _exact_float64(X)
     step = chunk_rows(X.shape[1])  # a chunk at a time: no T x d mask
     wide = X.dtype in FLOAT8_DTYPES  # exact; isfinite lacks some float8 kernels
-    if not all(bool(torch.isfinite(X[s : s + step].to(torch.float64) if wide else X[s : s + step]).all())
-               for s in range(0, X.shape[0], step)):
+    if not all(
+        bool(torch.isfinite(X[s : s + step].to(torch.float64) if wide else X[s : s + step]).all())
+        for s in range(0, X.shape[0], step)
+    ):
         raise InputError("features contain NaN or Inf values")
     return X
 
@@ -150,11 +156,15 @@ def _exact_float64(X: torch.Tensor) -> torch.Tensor:
             if big is None or bool(((big > _EXACT_INT) | (big < -_EXACT_INT)).any()):
                 if big is None:  # uint64: compare in NumPy, which has the type
                     if bool((X.numpy() > np.uint64(_EXACT_INT)).any()):
-                        raise InputError(f"features of dtype {_dtype_name(X.dtype)} hold values beyond 2^53, which "
-                                         "float64 cannot represent exactly; rescale them or give floating features")
+                        raise InputError(
+                            f"features of dtype {_dtype_name(X.dtype)} hold values beyond 2^53, which "
+                            "float64 cannot represent exactly; rescale them or give floating features"
+                        )
                 else:
-                    raise InputError(f"features of dtype {_dtype_name(X.dtype)} hold values beyond 2^53, which "
-                                     "float64 cannot represent exactly; rescale them or give floating features")
+                    raise InputError(
+                        f"features of dtype {_dtype_name(X.dtype)} hold values beyond 2^53, which "
+                        "float64 cannot represent exactly; rescale them or give floating features"
+                    )
         return X.to(torch.float64)
     except (RuntimeError, TypeError) as exc:
         raise InputError(f"features of dtype {_dtype_name(X.dtype)} are not supported ({exc})") from None
@@ -263,8 +273,9 @@ class Gram:
         return self.unit.rows(idx).to(self.device)
 
 
-def draw_block(T: int, k: int, seed: int, block: int, size: int, sort: bool,
-               device: torch.device | str = "cpu") -> torch.Tensor:
+def draw_block(
+    T: int, k: int, seed: int, block: int, size: int, sort: bool, device: torch.device | str = "cpu"
+) -> torch.Tensor:
     """Block ``block`` of the draws for ``seed``: ``size`` rows of k distinct row indices (:func:`draw_blocks`)."""
     return draw_blocks(T, k, seed, [(block, size)], sort, device)
 
@@ -290,13 +301,21 @@ def draw_blocks(T: int, k: int, seed: int, group, sort: bool, device: torch.devi
     device = torch.device(device)
     keys = [split_key(derive_seed(seed, "draws", b)) for b, _ in group]
     sizes = [size for _, size in group]
-    k0 = torch.tensor([w[0] for w, n in zip(keys, sizes, strict=False) for _ in range(n)], dtype=torch.int64, device=device)
-    k1 = torch.tensor([w[1] for w, n in zip(keys, sizes, strict=False) for _ in range(n)], dtype=torch.int64, device=device)
+    k0 = torch.tensor(
+        [w[0] for w, n in zip(keys, sizes, strict=False) for _ in range(n)], dtype=torch.int64, device=device
+    )
+    k1 = torch.tensor(
+        [w[1] for w, n in zip(keys, sizes, strict=False) for _ in range(n)], dtype=torch.int64, device=device
+    )
     stream = torch.cat([torch.arange(n, dtype=torch.int64) for n in sizes]).to(device)
     width = _candidates(T, k) if 2 * k <= T else T  # working entries per row: independent of T for k <= T / 2
     step = max(1, _DRAW_ELEMENTS // width)  # rows drawn at once
-    return torch.cat([_draw_rows(k0[i:i + step], k1[i:i + step], stream[i:i + step], T, k, sort)
-                      for i in range(0, stream.shape[0], step)])
+    return torch.cat(
+        [
+            _draw_rows(k0[i : i + step], k1[i : i + step], stream[i : i + step], T, k, sort)
+            for i in range(0, stream.shape[0], step)
+        ]
+    )
 
 
 _DRAW_ELEMENTS = 1 << 24  # at most this many int64 working entries (128 MiB) while drawing
@@ -308,8 +327,9 @@ def _draw_rows(k0: torch.Tensor, k1: torch.Tensor, stream: torch.Tensor, T: int,
         out = _first_distinct(k0, k1, stream, T, k)
         return out.sort(dim=1).values if sort else out
     hi, lo = philox.pairs(k0, k1, stream, 0, T)
-    keyed = philox.sort_keys(hi, lo, torch.arange(T, dtype=torch.int64, device=stream.device),
-                             max(1, (T - 1).bit_length()))
+    keyed = philox.sort_keys(
+        hi, lo, torch.arange(T, dtype=torch.int64, device=stream.device), max(1, (T - 1).bit_length())
+    )
     if sort:
         return keyed.topk(k, dim=1, sorted=False).indices.sort(dim=1).values
     return keyed.topk(k, dim=1).indices
@@ -379,7 +399,10 @@ class Units(Sequence):
         if not 0 <= i < len(self):
             raise IndexError(i)
         first = i * self.step
-        return [(b, min(DRAW_BLOCK, self.samples - b * DRAW_BLOCK)) for b in range(first, min(first + self.step, self.blocks))]
+        return [
+            (b, min(DRAW_BLOCK, self.samples - b * DRAW_BLOCK))
+            for b in range(first, min(first + self.step, self.blocks))
+        ]
 
 
 def units(samples: int, workers: int, per_call: int | None = None) -> Units:
@@ -391,8 +414,17 @@ def units(samples: int, workers: int, per_call: int | None = None) -> Units:
     return Units(samples, per_call or (4 if workers <= 1 else 1))
 
 
-def blocks_in_order(job, T: int, k: int, samples: int, seed: int, sort: bool, workers: int,
-                    device: torch.device | str = "cpu", per_call: int | None = None):
+def blocks_in_order(
+    job,
+    T: int,
+    k: int,
+    samples: int,
+    seed: int,
+    sort: bool,
+    workers: int,
+    device: torch.device | str = "cpu",
+    per_call: int | None = None,
+):
     """``job(indices)`` for every group of blocks of the seeded draws (:func:`units`), yielded in order;
     the draws are made on ``device`` (the same draws on every device).
 
@@ -413,9 +445,10 @@ def blocks_in_order(job, T: int, k: int, samples: int, seed: int, sort: bool, wo
             got = next(mine) if start + shard.rank < len(groups) else None
             parts = shard.all_gather_tensors((len(groups), got))
             if any(count != len(groups) for count, _ in parts):  # the groups follow the thread count
-
-                raise RankFailed("the processes group their Monte-Carlo draws differently because they run with different "
-                                 "thread counts or devices; give every process the same OMP_NUM_THREADS and device kind")
+                raise RankFailed(
+                    "the processes group their Monte-Carlo draws differently because they run with different "
+                    "thread counts or devices; give every process the same OMP_NUM_THREADS and device kind"
+                )
             yield from (result for _, result in parts[: len(groups) - start])
     finally:
         mine.close()
@@ -423,6 +456,7 @@ def blocks_in_order(job, T: int, k: int, samples: int, seed: int, sort: bool, wo
 
 def _run_groups(job, groups: Iterable, T: int, k: int, seed: int, sort: bool, workers: int, device):
     """``job`` on each group of blocks, in order (a pool of ``workers`` threads for one-block groups)."""
+
     def draws(group) -> torch.Tensor:
         return draw_blocks(T, k, seed, group, sort, device)
 

@@ -91,8 +91,9 @@ def _first_failure(G: torch.Tensor, idx: torch.Tensor, M: int, shift: torch.Tens
     return torch.linalg.cholesky_ex(A)[1].to(torch.long)
 
 
-def _critical_sizes(G: torch.Tensor, p: torch.Tensor, rows_fn, d: int, rule: RankRule, rounds: int = 4,
-                    delta: float = 1e-6):
+def _critical_sizes(
+    G: torch.Tensor, p: torch.Tensor, rows_fn, d: int, rule: RankRule, rounds: int = 4, delta: float = 1e-6
+):
     """For each draw, k* = the largest k whose leading k rows are independent (0 if none), and
     how many sizes needed an exact decision. The batched form of ``lapack.SweepKernel``.
 
@@ -149,8 +150,11 @@ def _critical_sizes_of_draws(gram: Gram, K: int, samples: int, seed: int, rule: 
     as many blocks at once as ``DEVICE_BATCH_BYTES`` allows, TF32 off."""
     d = gram.d
     entries = gram.cpu_entries
-    kernel = (lapack.SweepKernel(entries, gram.proj, lambda s: gram.rows(torch.from_numpy(s)), K, d, rule)
-              if entries is not None else None)
+    kernel = (
+        lapack.SweepKernel(entries, gram.proj, lambda s: gram.rows(torch.from_numpy(s)), K, d, rule)
+        if entries is not None
+        else None
+    )
     workers = torch.get_num_threads() if kernel is not None else 1
     per_call = gram.blocks_per_call(K, mats=5) if kernel is None else None
 
@@ -170,8 +174,15 @@ def _critical_sizes_of_draws(gram: Gram, K: int, samples: int, seed: int, rule: 
 
 
 @with_numerics()
-def draw_critical_sizes(X, K: int, *, samples: int = DEFAULT_SAMPLES, seed: int = 0, rule: RankRule | None = None,
-                        device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+def draw_critical_sizes(
+    X,
+    K: int,
+    *,
+    samples: int = DEFAULT_SAMPLES,
+    seed: int = 0,
+    rule: RankRule | None = None,
+    device: torch.device | str = "cpu",
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The nested draws of ``kruskal_sweep`` up to size K and each one's k*: ``(orderings (N, K), kstar (N,))``."""
     X = as_matrix(X)
     rule, _ = fixed_rule(X, rule or RankRule.for_dtype(X.dtype), need_stats=False)
@@ -200,14 +211,28 @@ def _ceiling(witness: Witness | None, K: int, T: int, d: int, set_rank: int) -> 
     candidates = []
     if witness is not None:
         n = len(witness.indices)
-        candidates.append(Bound(n - 1, "witness", f"a dependent {n}-subset was found, so the Kruskal rank is at most {n - 1} (a proof)"))
+        candidates.append(
+            Bound(
+                n - 1, "witness", f"a dependent {n}-subset was found, so the Kruskal rank is at most {n - 1} (a proof)"
+            )
+        )
     if K < min(T, d):
-        candidates.append(Bound(K, "set-rank", f"the whole set has numerical rank {set_rank} at the smallest tolerance "
-                                               f"a {K + 1}-subset can have under the rule (its rank ceiling there), and "
-                                               f"above every larger size's ceiling too; no subset of more than {K} rows "
-                                               "can be independent under the rule (a proof)"))
+        candidates.append(
+            Bound(
+                K,
+                "set-rank",
+                f"the whole set has numerical rank {set_rank} at the smallest tolerance "
+                f"a {K + 1}-subset can have under the rule (its rank ceiling there), and "
+                f"above every larger size's ceiling too; no subset of more than {K} rows "
+                "can be independent under the rule (a proof)",
+            )
+        )
     else:
-        candidates.append(Bound(min(T, d), "dimension", f"the Kruskal rank of {T} vectors in R^{d} is at most min(T, d) = {min(T, d)}"))
+        candidates.append(
+            Bound(
+                min(T, d), "dimension", f"the Kruskal rank of {T} vectors in R^{d} is at most min(T, d) = {min(T, d)}"
+            )
+        )
     return min(candidates, key=lambda b: b.value)
 
 
@@ -257,9 +282,23 @@ def kruskal_sweep(
         witness = _set_witness(unit_of(rows_of(X), rule)[0], T)
     ceiling = _ceiling(witness, K, T, d, stats.ceiling(K + 1, rule))
     return Sweep(
-        T=T, d=d, samples=samples, threshold=threshold, seed=seed, rule=rule, device=device_name(dev),
-        ks=tuple(range(1, K_all + 1)), fractions=fractions, ci_low=ci_low, ci_high=ci_high,
+        T=T,
+        d=d,
+        samples=samples,
+        threshold=threshold,
+        seed=seed,
+        rule=rule,
+        device=device_name(dev),
+        ks=tuple(range(1, K_all + 1)),
+        fractions=fractions,
+        ci_low=ci_low,
+        ci_high=ci_high,
         estimate=min(raw_estimate, ceiling.value),  # an estimate never exceeds what is proven
-        ceiling=ceiling, floor=babel_floor(X, rule, kmax=min(K_all, ceiling.value) or 1), witness=witness,
-        exact_rechecks=rechecks, kmax_sampled=K, raw_estimate=raw_estimate, gram=gram.route if gram else None,
+        ceiling=ceiling,
+        floor=babel_floor(X, rule, kmax=min(K_all, ceiling.value) or 1),
+        witness=witness,
+        exact_rechecks=rechecks,
+        kmax_sampled=K,
+        raw_estimate=raw_estimate,
+        gram=gram.route if gram else None,
     )

@@ -51,14 +51,17 @@ PRESETS: dict[str, dict] = MEMORIZE_PRESETS
 _DEFAULTS = dict(n=32, heads=4, head_dim=64)
 
 
-def resolve_grid(*, vary=None, values=None, n=None, heads=None, head_dim=None, sizes=None, preset=None, epochs=None,
-                 max_steps=None) -> dict:
+def resolve_grid(
+    *, vary=None, values=None, n=None, heads=None, head_dim=None, sizes=None, preset=None, epochs=None, max_steps=None
+) -> dict:
     """Merge a preset with explicit options (explicit wins) and validate the grid."""
     base: dict = {}
     if preset is not None:
         preset = validate.choice(param("preset"), preset, tuple(PRESETS))
         base = dict(PRESETS[preset])
-    explicit = dict(vary=vary, values=values, n=n, heads=heads, head_dim=head_dim, sizes=sizes, epochs=epochs, max_steps=max_steps)
+    explicit = dict(
+        vary=vary, values=values, n=n, heads=heads, head_dim=head_dim, sizes=sizes, epochs=epochs, max_steps=max_steps
+    )
     if vary is not None and values is None and base and _vary(vary) != base.get("vary"):
         base.pop("values", None)  # the preset's values belong to another parameter
     merged = {**base, **{k: v for k, v in explicit.items() if v is not None}}
@@ -79,7 +82,11 @@ def resolve_grid(*, vary=None, values=None, n=None, heads=None, head_dim=None, s
     }
     ep, ms = merged.get("epochs"), merged.get("max_steps")
     return dict(
-        vary=vary_v, values=vals, sizes=sizes_v, preset=preset, fixed=fixed,
+        vary=vary_v,
+        values=vals,
+        sizes=sizes_v,
+        preset=preset,
+        fixed=fixed,
         epochs=validate.integer(param("epochs"), ep) if ep is not None else None,
         max_steps=validate.integer(param("max_steps"), ms) if ms is not None else None,
     )
@@ -112,9 +119,13 @@ def _read_results(path: Path) -> dict[str, dict]:
     try:
         rows = pq.read_table(path).to_pylist()
     except Exception as exc:
-        raise InputError(f"cannot read the existing results file {path} ({exc.__class__.__name__}); move it away or pick another {{param:out}}") from exc
+        raise InputError(
+            f"cannot read the existing results file {path} ({exc.__class__.__name__}); move it away or pick another {{param:out}}"
+        ) from exc
     if rows and "config_key" not in rows[0]:
-        raise InputError(f"{path} is not a results file of 'mhaaudit memorize' (no config_key column); pick another {{param:out}}")
+        raise InputError(
+            f"{path} is not a results file of 'mhaaudit memorize' (no config_key column); pick another {{param:out}}"
+        )
     return {r["config_key"]: r for r in rows}
 
 
@@ -167,10 +178,28 @@ def run_memorize_grid(
     one line per size (the mean over seeds, the band between the lowest and highest seed).
     The linear fits against H take every seed's run as a point.
     """
-    grid = resolve_grid(vary=vary, values=values, n=n, heads=heads, head_dim=head_dim, sizes=sizes,
-                        preset=preset, epochs=epochs, max_steps=max_steps)
-    recipe = Recipe.resolve(task=task, context=context, classes=classes, tolerance=tolerance, epochs=grid["epochs"],
-                            max_steps=grid["max_steps"], lr=lr, batch_size=batch_size, check_every=check_every)
+    grid = resolve_grid(
+        vary=vary,
+        values=values,
+        n=n,
+        heads=heads,
+        head_dim=head_dim,
+        sizes=sizes,
+        preset=preset,
+        epochs=epochs,
+        max_steps=max_steps,
+    )
+    recipe = Recipe.resolve(
+        task=task,
+        context=context,
+        classes=classes,
+        tolerance=tolerance,
+        epochs=grid["epochs"],
+        max_steps=grid["max_steps"],
+        lr=lr,
+        batch_size=batch_size,
+        check_every=check_every,
+    )
     seed_list = _seeds(seed, seeds)
     dev = resolve_device(device)
     budget = _budget(memory_budget, dev)
@@ -179,22 +208,49 @@ def run_memorize_grid(
     plot_path = check_plot_path(plot) if plot is not None else None
 
     pts = [Point(**p, seed=s) for p in points(grid) for s in seed_list]
-    store = _Store(out_path, meta=stamp(command="memorize", seed=seed_list[0], seeds=seed_list, device=device_name(dev),
-                                        preset=grid["preset"]))
+    store = _Store(
+        out_path,
+        meta=stamp(
+            command="memorize", seed=seed_list[0], seeds=seed_list, device=device_name(dev), preset=grid["preset"]
+        ),
+    )
     keys = [config_key(config_dict(**p.__dict__, **recipe.as_dict(), device=device_name(dev))) for p in pts]
     runs: list[MemorizeRun | None] = [store.run(k, saturation) for k in keys]
     todo = [i for i, r in enumerate(runs) if r is None]
-    groups = _train(pts, todo, runs, keys, recipe, dev, store, saturation=saturation, budget=budget,
-                    max_group=max_group, progress=progress)
+    groups = _train(
+        pts,
+        todo,
+        runs,
+        keys,
+        recipe,
+        dev,
+        store,
+        saturation=saturation,
+        budget=budget,
+        max_group=max_group,
+        progress=progress,
+    )
 
     done: tuple[MemorizeRun, ...] = tuple(runs)  # type: ignore[arg-type]
-    settings = dict(grid["fixed"]) | recipe.as_dict() | {"seed": seed_list[0], "seeds": list(seed_list),
-                                                         "device": device_name(dev), "d": DIM}
+    settings = (
+        dict(grid["fixed"])
+        | recipe.as_dict()
+        | {"seed": seed_list[0], "seeds": list(seed_list), "device": device_name(dev), "d": DIM}
+    )
     result = MemorizeGrid(
-        vary=grid["vary"], values=grid["values"], sizes=grid["sizes"], preset=grid["preset"], runs=done,
-        fits=heads_fits(done, grid["sizes"]) if grid["vary"] == "heads" else (), reused=len(pts) - len(todo),
-        out=str(out_path) if out_path is not None else None, plot=str(plot_path) if plot_path is not None else None,
-        settings=settings, seeds=tuple(seed_list), summary=seed_summaries(done), groups=tuple(groups),
+        vary=grid["vary"],
+        values=grid["values"],
+        sizes=grid["sizes"],
+        preset=grid["preset"],
+        runs=done,
+        fits=heads_fits(done, grid["sizes"]) if grid["vary"] == "heads" else (),
+        reused=len(pts) - len(todo),
+        out=str(out_path) if out_path is not None else None,
+        plot=str(plot_path) if plot_path is not None else None,
+        settings=settings,
+        seeds=tuple(seed_list),
+        summary=seed_summaries(done),
+        groups=tuple(groups),
         memory_budget=budget,
     )
     if plot_path is not None:
@@ -219,30 +275,61 @@ def _budget(gib, device: torch.device) -> int:
     return int(gib * (1 << 30))
 
 
-def _train(pts: list[Point], todo: list[int], runs: list, keys: list[str], recipe: Recipe, dev: torch.device,
-           store: _Store, *, saturation: bool, budget: int, max_group: int | None, progress: bool) -> list[GroupRecord]:
+def _train(
+    pts: list[Point],
+    todo: list[int],
+    runs: list,
+    keys: list[str],
+    recipe: Recipe,
+    dev: torch.device,
+    store: _Store,
+    *,
+    saturation: bool,
+    budget: int,
+    max_group: int | None,
+    progress: bool,
+) -> list[GroupRecord]:
     """Train the points ``todo`` group by group, filling ``runs`` and the results file; the groups' records.
 
     On the CPU the groups run side by side, one per core, each on one intra-op thread; on a GPU
     one after the other.
     """
     totals = [pts[i].plan(recipe).total for i in todo]
-    plans = plan_groups([pts[i] for i in todo], totals=totals, out_dim=recipe.out_dim, batch=recipe.batch_size,
-                        shared=recipe.context == "shared", device=dev, budget=budget, max_points=max_group,
-                        ceiling=max(budget, device_memory(dev)))
+    plans = plan_groups(
+        [pts[i] for i in todo],
+        totals=totals,
+        out_dim=recipe.out_dim,
+        batch=recipe.batch_size,
+        shared=recipe.context == "shared",
+        device=dev,
+        budget=budget,
+        max_points=max_group,
+        ceiling=max(budget, device_memory(dev)),
+    )
     records: list = [None] * len(plans)
     stop = threading.Event()
 
     def job(g) -> tuple[list[MemorizeRun], float]:
         t0 = time.perf_counter()
         members = [pts[todo[k]] for k in g.members]
-        trained = train_group(members, recipe, dev, saturation=saturation, advance=advance, eval_chunk=g.eval_chunk,
-                              cancelled=stop.is_set, cpu_threads=None)
+        trained = train_group(
+            members,
+            recipe,
+            dev,
+            saturation=saturation,
+            advance=advance,
+            eval_chunk=g.eval_chunk,
+            cancelled=stop.is_set,
+            cpu_threads=None,
+        )
         return trained, time.perf_counter() - t0
 
     steps = sum(max(totals[k] for k in g.members) for g in plans)
-    with progress_task(f"memorize: {len(todo)} points in {len(plans)} groups", steps, progress) as advance, \
-            intra_op_threads(dev, 1), ThreadPoolExecutor(_workers(dev, len(plans))) as pool:
+    with (
+        progress_task(f"memorize: {len(todo)} points in {len(plans)} groups", steps, progress) as advance,
+        intra_op_threads(dev, 1),
+        ThreadPoolExecutor(_workers(dev, len(plans))) as pool,
+    ):
         # The longest groups first, so that the last to finish is a short one.
         futures = {pool.submit(job, plans[k]): k for k in sorted(range(len(plans)), key=lambda k: -plans[k].work)}
         try:
@@ -253,8 +340,15 @@ def _train(pts: list[Point], todo: list[int], runs: list, keys: list[str], recip
                 for i, run in zip(members, trained, strict=False):
                     runs[i] = run
                 store.add({keys[i]: runs[i] for i in members})
-                records[futures[future]] = GroupRecord(runs=tuple(members), heads=g.shape.heads, head_dim=g.shape.head_dim,
-                                                       n=g.shape.n, size=g.shape.size, bytes=g.bytes, seconds=seconds)
+                records[futures[future]] = GroupRecord(
+                    runs=tuple(members),
+                    heads=g.shape.heads,
+                    head_dim=g.shape.head_dim,
+                    n=g.shape.n,
+                    size=g.shape.size,
+                    bytes=g.bytes,
+                    seconds=seconds,
+                )
         except BaseException:
             stop.set()
             raise

@@ -76,7 +76,9 @@ def group_bytes(s: StackShape, *, batch: int, shared: bool, eval_chunk: int, chu
     weights = 7 * s.points * s.numel  # rows, stacked rows, their gradients, Adam's two moments
     data = s.points * s.size * (s.d + 2) + s.points * s.n * s.d * (1 if shared else s.size)
     batches = 3 * s.points * chunk_steps * batch * 3  # indices (int64) and weights, twice on a GPU
-    floats = weights + data + batches + _step_floats(s, batch, shared, True) + _step_floats(s, eval_chunk, shared, False)
+    floats = (
+        weights + data + batches + _step_floats(s, batch, shared, True) + _step_floats(s, eval_chunk, shared, False)
+    )
     return int(_MARGIN * _F32 * floats)
 
 
@@ -96,9 +98,19 @@ def _work(s: StackShape, batch: int, shared: bool) -> float:
     return 3.0 * s.points * per_point
 
 
-def plan_groups(points: Sequence, *, totals: Sequence[int], out_dim: int, batch: int, shared: bool,
-                device: torch.device, budget: int, max_points: int | None = None,
-                chunk_steps: int = 256, ceiling: int | None = None) -> list[GroupPlan]:
+def plan_groups(
+    points: Sequence,
+    *,
+    totals: Sequence[int],
+    out_dim: int,
+    batch: int,
+    shared: bool,
+    device: torch.device,
+    budget: int,
+    max_points: int | None = None,
+    chunk_steps: int = 256,
+    ceiling: int | None = None,
+) -> list[GroupPlan]:
     """Split ``points`` (objects with heads, head_dim, n, size) into groups within ``budget`` bytes.
 
     ``totals``: each point's planned steps (points of one group run as long as the longest);
@@ -110,26 +122,47 @@ def plan_groups(points: Sequence, *, totals: Sequence[int], out_dim: int, batch:
 
     def cost(members: list[int]) -> float:
         return (overhead + _work(StackShape.of([points[i] for i in members], out_dim), batch, shared)) * max(
-            totals[i] for i in members)
+            totals[i] for i in members
+        )
 
     def plan(members: list[int]) -> GroupPlan:
         s = StackShape.of([points[i] for i in members], out_dim)
         chunk = _eval_chunk(s, batch, shared, budget)
-        return GroupPlan(members=tuple(members), shape=s, eval_chunk=chunk, work=cost(members),
-                         bytes=group_bytes(s, batch=batch, shared=shared, eval_chunk=chunk, chunk_steps=chunk_steps))
+        return GroupPlan(
+            members=tuple(members),
+            shape=s,
+            eval_chunk=chunk,
+            work=cost(members),
+            bytes=group_bytes(s, batch=batch, shared=shared, eval_chunk=chunk, chunk_steps=chunk_steps),
+        )
 
     if ceiling is not None:  # a point the device cannot hold: refused now
         for i in range(len(points)):
             alone = StackShape.of([points[i]], out_dim)
-            if group_bytes(alone, batch=batch, shared=shared, eval_chunk=_eval_chunk(alone, batch, shared, budget),
-                           chunk_steps=chunk_steps) > ceiling:
-                raise InputError(_too_large(alone, batch=batch, shared=shared, budget=budget, ceiling=ceiling,
-                                            chunk_steps=chunk_steps))
+            if (
+                group_bytes(
+                    alone,
+                    batch=batch,
+                    shared=shared,
+                    eval_chunk=_eval_chunk(alone, batch, shared, budget),
+                    chunk_steps=chunk_steps,
+                )
+                > ceiling
+            ):
+                raise InputError(
+                    _too_large(
+                        alone, batch=batch, shared=shared, budget=budget, ceiling=ceiling, chunk_steps=chunk_steps
+                    )
+                )
     groups: list[list[int]] = []
     for i in sorted(range(len(points)), key=lambda i: (cost([i]), points[i].size)):
         joined = groups[-1] + [i] if groups else None
-        if (joined is not None and (max_points is None or len(joined) <= max_points)
-                and plan(joined).bytes <= budget and cost(joined) <= cost(groups[-1]) + cost([i])):
+        if (
+            joined is not None
+            and (max_points is None or len(joined) <= max_points)
+            and plan(joined).bytes <= budget
+            and cost(joined) <= cost(groups[-1]) + cost([i])
+        ):
             groups[-1] = joined
         else:
             groups.append([i])
@@ -137,8 +170,14 @@ def plan_groups(points: Sequence, *, totals: Sequence[int], out_dim: int, batch:
 
 
 # What the user can lower, as StackShape fields or the batch, with the parameter that sets each.
-_KNOBS = (("size", "sizes"), ("heads", "heads"), ("n", "n"), ("head_dim", "head_dim"),
-          ("out_dim", "classes"), ("batch", "batch_size"))
+_KNOBS = (
+    ("size", "sizes"),
+    ("heads", "heads"),
+    ("n", "n"),
+    ("head_dim", "head_dim"),
+    ("out_dim", "classes"),
+    ("batch", "batch_size"),
+)
 
 
 def device_memory(device: torch.device) -> int:
@@ -152,11 +191,16 @@ def device_memory(device: torch.device) -> int:
 def _too_large(s: StackShape, *, batch: int, shared: bool, budget: int, ceiling: int, chunk_steps: int) -> str:
     """The one line refusing a point that needs more than ``ceiling`` bytes: the largest value of the
     option that needs the least lowering (the others kept) that fits."""
+
     def fits(field: str, value: int) -> bool:
         t = replace(s, **{field: value}) if field != "batch" else s
         b = value if field == "batch" else batch
-        return group_bytes(t, batch=b, shared=shared, eval_chunk=_eval_chunk(t, b, shared, budget),
-                           chunk_steps=chunk_steps) <= ceiling
+        return (
+            group_bytes(
+                t, batch=b, shared=shared, eval_chunk=_eval_chunk(t, b, shared, budget), chunk_steps=chunk_steps
+            )
+            <= ceiling
+        )
 
     best = None
     for field, option in _KNOBS:
@@ -169,10 +213,13 @@ def _too_large(s: StackShape, *, batch: int, shared: bool, budget: int, ceiling:
             lo, hi = (mid, hi) if fits(field, mid) else (lo, mid)
         if best is None or lo / current > best[2] / best[3]:
             best = (field, option, lo, current)
-    need = group_bytes(s, batch=batch, shared=shared, eval_chunk=_eval_chunk(s, batch, shared, budget),
-                       chunk_steps=chunk_steps)
-    head = (f"a memorize point with H = {s.heads}, n = {s.n}, d_h = {s.head_dim}, T = {s.size} needs about "
-            f"{need / 2**30:.3g} GiB, more than the {ceiling / 2**30:.3g} GiB the device has free here")
+    need = group_bytes(
+        s, batch=batch, shared=shared, eval_chunk=_eval_chunk(s, batch, shared, budget), chunk_steps=chunk_steps
+    )
+    head = (
+        f"a memorize point with H = {s.heads}, n = {s.n}, d_h = {s.head_dim}, T = {s.size} needs about "
+        f"{need / 2**30:.3g} GiB, more than the {ceiling / 2**30:.3g} GiB the device has free here"
+    )
     if best is None:
         return head + "; lower its sizes"
     _, option, value, current = best

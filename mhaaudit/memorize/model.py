@@ -24,7 +24,9 @@ class MemorizeModel(torch.nn.Module):
 
     pos: torch.Tensor  # a buffer: the sinusoidal positions (n + 1, d)
 
-    def __init__(self, *, d: int, n: int, heads: int, head_dim: int, out_dim: int, generator: torch.Generator | None = None):
+    def __init__(
+        self, *, d: int, n: int, heads: int, head_dim: int, out_dim: int, generator: torch.Generator | None = None
+    ):
         super().__init__()
         self.d, self.n, self.heads, self.head_dim = d, n, heads, head_dim
         self.embed = torch.nn.Parameter(torch.empty(d, d))  # acts as x @ embed.T

@@ -23,10 +23,12 @@ __all__ = ["train_plain"]
 def train_plain(point, recipe, device: torch.device) -> dict:
     """Train ``point`` (a :class:`~.training.Point`) alone; its record's training fields."""
     gen = torch.Generator().manual_seed(derive_seed(point.seed, "memorize"))
-    q, ctx, y = make_dataset(size=point.size, n=point.n, task=recipe.task, context=recipe.context,
-                             classes=recipe.classes, generator=gen)
-    model = MemorizeModel(d=DIM, n=point.n, heads=point.heads, head_dim=point.head_dim, out_dim=recipe.out_dim,
-                          generator=gen).to(device)
+    q, ctx, y = make_dataset(
+        size=point.size, n=point.n, task=recipe.task, context=recipe.context, classes=recipe.classes, generator=gen
+    )
+    model = MemorizeModel(
+        d=DIM, n=point.n, heads=point.heads, head_dim=point.head_dim, out_dim=recipe.out_dim, generator=gen
+    ).to(device)
     q, ctx, y = q.to(device), ctx.to(device), y.to(device)
     opt = torch.optim.Adam(model.parameters(), lr=recipe.lr)
     plan = Plan.of(point.size, recipe.batch_size, recipe.epochs, recipe.max_steps, recipe.check_every)
@@ -36,7 +38,7 @@ def train_plain(point, recipe, device: torch.device) -> dict:
         for s in range(0, point.size, recipe.batch_size):
             if step >= plan.total:
                 break
-            idx = perm[s: s + recipe.batch_size]
+            idx = perm[s : s + recipe.batch_size]
             for g in opt.param_groups:
                 g["lr"] = recipe.lr * lr_factor(step, plan.total)
             loss = example_losses(recipe, model(q[idx], ctx if ctx.ndim == 2 else ctx[idx]), y[idx]).mean()
@@ -48,9 +50,13 @@ def train_plain(point, recipe, device: torch.device) -> dict:
             with torch.no_grad():
                 out = model(q, ctx)
             count = int(memorised(recipe, out, y).sum())
-            record = dict(memorized_count=count, final_loss=float(example_losses(recipe, out, y).sum()) / point.size,
-                          steps_run=step, epochs_run=plan.checks[step], stopped_early=count == point.size and step < plan.total)
+            record = dict(
+                memorized_count=count,
+                final_loss=float(example_losses(recipe, out, y).sum()) / point.size,
+                steps_run=step,
+                epochs_run=plan.checks[step],
+                stopped_early=count == point.size and step < plan.total,
+            )
             if count == point.size:
                 break
     return record
-

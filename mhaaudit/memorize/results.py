@@ -28,8 +28,16 @@ from .saturation import SaturationSummary
 #: How a point's generator is seeded (part of every stored configuration).
 SEED_RULE = "derive_seed(seed, 'memorize')"
 
-__all__ = ["GroupRecord", "LinearFit", "MemorizeGrid", "MemorizeRun", "SeedSummary", "fit_line", "heads_fits",
-           "seed_summaries"]
+__all__ = [
+    "GroupRecord",
+    "LinearFit",
+    "MemorizeGrid",
+    "MemorizeRun",
+    "SeedSummary",
+    "fit_line",
+    "heads_fits",
+    "seed_summaries",
+]
 
 
 @dataclass(frozen=True)
@@ -72,9 +80,21 @@ class MemorizeRun:
 
     def config(self) -> dict:
         return config_dict(
-            heads=self.heads, n=self.n, head_dim=self.head_dim, size=self.size, task=self.task, context=self.context,
-            classes=self.classes, tolerance=self.tolerance, epochs=self.epochs, max_steps=self.max_steps, lr=self.lr,
-            batch_size=self.batch_size, check_every=self.check_every, seed=self.seed, device=self.device,
+            heads=self.heads,
+            n=self.n,
+            head_dim=self.head_dim,
+            size=self.size,
+            task=self.task,
+            context=self.context,
+            classes=self.classes,
+            tolerance=self.tolerance,
+            epochs=self.epochs,
+            max_steps=self.max_steps,
+            lr=self.lr,
+            batch_size=self.batch_size,
+            check_every=self.check_every,
+            seed=self.seed,
+            device=self.device,
         )
 
     def to_dict(self) -> dict:
@@ -194,8 +214,10 @@ class MemorizeGrid(StoredResult):
         raw = (table.schema.metadata or {}).get(METADATA_KEY)
         meta = json.loads(raw) if raw else {}
         if meta.get("command") != cls.COMMAND:
-            raise InputError(f"{where}: holds the results of {meta.get('command')!r}, not of 'memorize' "
-                             "(the {param:out} file of memorize is its resume file: read it with {param:out} again)")
+            raise InputError(
+                f"{where}: holds the results of {meta.get('command')!r}, not of 'memorize' "
+                "(the {param:out} file of memorize is its resume file: read it with {param:out} again)"
+            )
         data = {k: meta[k] for k in cls.__dataclass_fields__ if k in meta and k != "runs"}
         data["runs"] = table.to_pylist()
         return _decoded(cls, data, where)
@@ -203,8 +225,12 @@ class MemorizeGrid(StoredResult):
     def meta(self) -> dict:
         """The provenance stamp of the grid: the ``meta`` of its parquet output."""
         doc = self.to_dict()
-        return stamp(command="memorize", seed=self.settings.get("seed"), device=self.settings.get("device"),
-                     **{k: v for k, v in doc.items() if k not in ("tool", "runs")})
+        return stamp(
+            command="memorize",
+            seed=self.settings.get("seed"),
+            device=self.settings.get("device"),
+            **{k: v for k, v in doc.items() if k not in ("tool", "runs")},
+        )
 
     def table_records(self) -> list[dict]:
         return [r.to_dict() for r in self.runs]
@@ -304,10 +330,14 @@ def row_to_run(row: dict) -> MemorizeRun:
         hist = row["sat_histogram"]
         hist = tuple(int(v) for v in (json.loads(hist) if isinstance(hist, str) else hist))
         sat = SaturationSummary(
-            threshold=float(row["sat_threshold"]), heads=int(row["heads"]), examples=int(sum(hist)), histogram=hist,
+            threshold=float(row["sat_threshold"]),
+            heads=int(row["heads"]),
+            examples=int(sum(hist)),
+            histogram=hist,
             frac_at_least_two_saturated=float(row["sat_frac_ge2"]),
             frac_some_unsaturated=float(row["sat_frac_some_unsaturated"]),
-            frac_any_saturated=float(row["sat_frac_any"]), mean_saturated=float(row["sat_mean"]),
+            frac_any_saturated=float(row["sat_frac_any"]),
+            mean_saturated=float(row["sat_mean"]),
         )
     return MemorizeRun(**{k: row[k] for k in _STORED}, saturation=sat, reused=True)
 
@@ -330,7 +360,9 @@ def fit_line(xs: Sequence[float], ys: Sequence[float], size: int | None = None) 
     ss_res = sum((y - (slope * x + intercept)) ** 2 for x, y in pts)
     ss_tot = sum((y - my) ** 2 for _, y in pts)
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan")
-    return LinearFit(size=size, slope=slope, intercept=intercept, r2=r2, points=m, xs=tuple(sorted({int(x) for x, _ in pts})))
+    return LinearFit(
+        size=size, slope=slope, intercept=intercept, r2=r2, points=m, xs=tuple(sorted({int(x) for x, _ in pts}))
+    )
 
 
 def heads_fits(runs: Sequence[MemorizeRun], sizes: Sequence[int], saturated_at: float = 0.99) -> tuple[LinearFit, ...]:
@@ -361,6 +393,18 @@ def seed_summaries(runs: Sequence[MemorizeRun]) -> tuple[SeedSummary, ...]:
         fr = [r.memorized for r in rs]
         mean = sum(fr) / len(fr)
         std = math.sqrt(sum((f - mean) ** 2 for f in fr) / (len(fr) - 1)) if len(fr) > 1 else None
-        out.append(SeedSummary(heads=h, n=n, head_dim=e, size=T, seeds=len(rs), mean=mean, std=std, low=min(fr),
-                               high=max(fr), mean_count=sum(r.memorized_count for r in rs) / len(rs)))
+        out.append(
+            SeedSummary(
+                heads=h,
+                n=n,
+                head_dim=e,
+                size=T,
+                seeds=len(rs),
+                mean=mean,
+                std=std,
+                low=min(fr),
+                high=max(fr),
+                mean_count=sum(r.memorized_count for r in rs) / len(rs),
+            )
+        )
     return tuple(out)

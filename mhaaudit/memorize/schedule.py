@@ -72,7 +72,7 @@ class BatchOrder:
 
     def take(self, start: int, stop: int) -> torch.Tensor:
         """The batches of steps ``start`` to ``stop - 1`` (int64, (stop - start, batch)); calls must not go back."""
-        self._rows = self._rows[start - self._first:]
+        self._rows = self._rows[start - self._first :]
         self._first = start
         need = stop - start - self._rows.shape[0]
         if need > 0:

@@ -57,8 +57,14 @@ class StackShape:
     @classmethod
     def of(cls, points: Sequence, out_dim: int) -> StackShape:
         """The padded shape of ``points`` (objects with heads, head_dim, n and size)."""
-        return cls(points=len(points), heads=max(p.heads for p in points), head_dim=max(p.head_dim for p in points),
-                   n=max(p.n for p in points), size=max(p.size for p in points), out_dim=out_dim)
+        return cls(
+            points=len(points),
+            heads=max(p.heads for p in points),
+            head_dim=max(p.head_dim for p in points),
+            n=max(p.n for p in points),
+            size=max(p.size for p in points),
+            out_dim=out_dim,
+        )
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         d, H, e, C = self.d, self.heads, self.head_dim, self.out_dim
@@ -92,10 +98,13 @@ class StackedModel:
         for i, m in enumerate(models):
             self.rows.append(self._pad(m).to(device).requires_grad_(True))
             pos[i, : m.n + 1] = m.pos
-            mask[i, m.n:] = float("-inf")
+            mask[i, m.n :] = float("-inf")
             scale[i] = 1.0 / math.sqrt(m.head_dim)
-        self.frame = Frame(pos.to(device), mask.to(device)[:, None, None, :] if bool((mask != 0).any()) else None,
-                           scale.to(device)[:, None, None, None])
+        self.frame = Frame(
+            pos.to(device),
+            mask.to(device)[:, None, None, :] if bool((mask != 0).any()) else None,
+            scale.to(device)[:, None, None, None],
+        )
         self._sizes = [math.prod(s) for s in shape.param_shapes().values()]
 
     def _pad(self, m: MemorizeModel) -> torch.Tensor:
@@ -108,8 +117,14 @@ class StackedModel:
     def _slots(parts: dict[str, torch.Tensor], m: MemorizeModel) -> dict[str, torch.Tensor]:
         """The views of padded weights ``parts`` that hold the weights of ``m``."""
         h, e = m.heads, m.head_dim
-        return {"embed": parts["embed"], "wq": parts["wq"][:h, :, :e], "wk": parts["wk"][:h, :, :e],
-                "wv": parts["wv"][:h], "wo": parts["wo"][:, :h], "readout": parts["readout"]}
+        return {
+            "embed": parts["embed"],
+            "wq": parts["wq"][:h, :, :e],
+            "wk": parts["wk"][:h, :, :e],
+            "wv": parts["wv"][:h],
+            "wo": parts["wo"][:, :h],
+            "readout": parts["readout"],
+        }
 
     def unpad(self, i: int, m: MemorizeModel) -> MemorizeModel:
         """Copy point ``i``'s current weights into ``m``, a model of the point's own shape."""
@@ -122,7 +137,9 @@ class StackedModel:
     def params(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
         """Views of stacked rows (L, N) in the padded shapes (L, ...)."""
         chunks = torch.split(theta, self._sizes, dim=1)
-        return {k: c.view(theta.shape[0], *s) for (k, s), c in zip(self.shape.param_shapes().items(), chunks, strict=False)}
+        return {
+            k: c.view(theta.shape[0], *s) for (k, s), c in zip(self.shape.param_shapes().items(), chunks, strict=False)
+        }
 
     def forward(self, theta: torch.Tensor, frame: Frame, x: torch.Tensor, ctx: torch.Tensor):
         """Outputs (L, B, classes) and attention weights (L, B, H, n) of L stacked rows ``theta``.

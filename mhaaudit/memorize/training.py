@@ -42,8 +42,16 @@ from .saturation import saturation_summary
 from .schedule import BatchOrder, Plan, lr_factor
 from .stack import StackedModel, StackShape
 
-__all__ = ["Cancelled", "Point", "Recipe", "example_losses", "intra_op_threads", "memorised", "train_group",
-           "train_memorize"]
+__all__ = [
+    "Cancelled",
+    "Point",
+    "Recipe",
+    "example_losses",
+    "intra_op_threads",
+    "memorised",
+    "train_group",
+    "train_memorize",
+]
 
 #: Steps whose batches are drawn and sent to the device at once.
 CHUNK_STEPS = 256
@@ -70,8 +78,19 @@ class Recipe:
     check_every: int = 200
 
     @classmethod
-    def resolve(cls, *, task="classification", context="shared", classes=100, tolerance=0.01, epochs=None,
-                max_steps=None, lr=1e-3, batch_size=256, check_every=200) -> Recipe:
+    def resolve(
+        cls,
+        *,
+        task="classification",
+        context="shared",
+        classes=100,
+        tolerance=0.01,
+        epochs=None,
+        max_steps=None,
+        lr=1e-3,
+        batch_size=256,
+        check_every=200,
+    ) -> Recipe:
         """Check every field; errors name the CLI option."""
         return cls(
             task=validate.choice(param("task"), task, TASKS),
@@ -106,8 +125,10 @@ class Point:
     @classmethod
     def resolve(cls, *, heads, n, head_dim, size, seed=0) -> Point:
         return cls(
-            heads=validate.integer(param("heads"), heads), n=validate.integer(param("n"), n),
-            head_dim=validate.integer(param("head_dim"), head_dim), size=validate.integer(param("sizes"), size),
+            heads=validate.integer(param("heads"), heads),
+            n=validate.integer(param("n"), n),
+            head_dim=validate.integer(param("head_dim"), head_dim),
+            size=validate.integer(param("sizes"), size),
             seed=validate.integer(param("seed"), seed, minimum=0, maximum=MAX_SEED),
         )
 
@@ -142,8 +163,17 @@ def train_memorize(
 ) -> MemorizeRun:
     """Train one model on one random data set and measure how much of it is memorised."""
     point = Point.resolve(heads=heads, n=n, head_dim=head_dim, size=size, seed=seed)
-    recipe = Recipe.resolve(task=task, context=context, classes=classes, tolerance=tolerance, epochs=epochs,
-                            max_steps=max_steps, lr=lr, batch_size=batch_size, check_every=check_every)
+    recipe = Recipe.resolve(
+        task=task,
+        context=context,
+        classes=classes,
+        tolerance=tolerance,
+        epochs=epochs,
+        max_steps=max_steps,
+        lr=lr,
+        batch_size=batch_size,
+        check_every=check_every,
+    )
     dev = resolve_device(device)
     with progress_task(point.label, point.plan(recipe).total, progress) as advance:
         return train_group([point], recipe, dev, saturation=saturation, advance=advance, cpu_threads=cpu_threads)[0]
@@ -153,9 +183,17 @@ def _no_progress(n: int = 1) -> None:
     """The default ``advance``: no progress shown."""
 
 
-def train_group(points: Sequence[Point], recipe: Recipe, device: torch.device, *, saturation: bool = False,
-                advance: Callable[[int], None] = _no_progress, eval_chunk: int = 4096,
-                cancelled: Callable[[], bool] = lambda: False, cpu_threads: int | None = 1) -> list[MemorizeRun]:
+def train_group(
+    points: Sequence[Point],
+    recipe: Recipe,
+    device: torch.device,
+    *,
+    saturation: bool = False,
+    advance: Callable[[int], None] = _no_progress,
+    eval_chunk: int = 4096,
+    cancelled: Callable[[], bool] = lambda: False,
+    cpu_threads: int | None = 1,
+) -> list[MemorizeRun]:
     """Train ``points`` stacked in the same steps; one run per point, in order.
 
     ``advance(k)`` is called as the group's steps are done (the longest plan's steps in all).
@@ -168,8 +206,10 @@ def train_group(points: Sequence[Point], recipe: Recipe, device: torch.device, *
         outcomes = trainer.run(advance, cancelled)
         sats = [trainer.saturation(i) if saturation else None for i in range(len(points))]
     name = device_name(device)
-    return [MemorizeRun(**asdict(p), **recipe.as_dict(), **o, device=name, saturation=s)
-            for p, o, s in zip(points, outcomes, sats, strict=False)]
+    return [
+        MemorizeRun(**asdict(p), **recipe.as_dict(), **o, device=name, saturation=s)
+        for p, o, s in zip(points, outcomes, sats, strict=False)
+    ]
 
 
 class Cancelled(Exception):
@@ -199,18 +239,29 @@ class _GroupTrainer:
         for p in points:
             gen = torch.Generator(device="cpu")
             gen.manual_seed(derive_seed(p.seed, "memorize"))
-            data.append(make_dataset(size=p.size, n=p.n, task=recipe.task, context=recipe.context,
-                                     classes=recipe.classes, generator=gen))
-            models.append(MemorizeModel(d=DIM, n=p.n, heads=p.heads, head_dim=p.head_dim, out_dim=recipe.out_dim,
-                                        generator=gen))
+            data.append(
+                make_dataset(
+                    size=p.size, n=p.n, task=recipe.task, context=recipe.context, classes=recipe.classes, generator=gen
+                )
+            )
+            models.append(
+                MemorizeModel(d=DIM, n=p.n, heads=p.heads, head_dim=p.head_dim, out_dim=recipe.out_dim, generator=gen)
+            )
             self.orders.append(BatchOrder(gen, p.size, recipe.batch_size))
         self.models = models
         self.stack = StackedModel(models, self.shape, device)
         self._put_data(data)
         # One param group per schedule length: each group's learning rate follows its own plan.
         self.group_totals = sorted({pl.total for pl in self.plans})
-        self.opt = _adam([{"params": [r for r, pl in zip(self.stack.rows, self.plans, strict=False) if pl.total == t], "lr": recipe.lr}
-                          for t in self.group_totals])
+        self.opt = _adam(
+            [
+                {
+                    "params": [r for r, pl in zip(self.stack.rows, self.plans, strict=False) if pl.total == t],
+                    "lr": recipe.lr,
+                }
+                for t in self.group_totals
+            ]
+        )
         self.records: list[dict | None] = [None] * len(points)
 
     def _put_data(self, data) -> None:
@@ -327,9 +378,14 @@ class _GroupTrainer:
             if step in plan.checks:
                 full = counts[k] == size
                 self.records[i] = dict(
-                    memorized=counts[k] / size, memorized_count=counts[k], epochs_run=plan.checks[step],
-                    steps_run=step, planned_steps=plan.total, final_loss=sums[k] / size,
-                    stopped_early=full and step < plan.total, seconds=self.spent[i],
+                    memorized=counts[k] / size,
+                    memorized_count=counts[k],
+                    epochs_run=plan.checks[step],
+                    steps_run=step,
+                    planned_steps=plan.total,
+                    final_loss=sums[k] / size,
+                    stopped_early=full and step < plan.total,
+                    seconds=self.spent[i],
                 )
                 if full or step >= plan.total:
                     continue
@@ -359,18 +415,21 @@ class _GroupTrainer:
         p = self.points[i]
         model = self.stack.unpad(i, self.models[i]).to(self.device)
         lo = i * self.shape.size
-        queries = self.queries[lo: lo + p.size]
-        ctx = self.ctx[i, : p.n] if self.recipe.context == "shared" else self.ctx[lo: lo + p.size, : p.n]
-        parts = [model.attention(queries[s: s + self.eval_chunk], ctx if ctx.ndim == 2 else ctx[s: s + self.eval_chunk])[0]
-                 for s in range(0, p.size, self.eval_chunk)]
+        queries = self.queries[lo : lo + p.size]
+        ctx = self.ctx[i, : p.n] if self.recipe.context == "shared" else self.ctx[lo : lo + p.size, : p.n]
+        parts = [
+            model.attention(queries[s : s + self.eval_chunk], ctx if ctx.ndim == 2 else ctx[s : s + self.eval_chunk])[0]
+            for s in range(0, p.size, self.eval_chunk)
+        ]
         return saturation_summary(torch.cat(parts))
 
 
 def example_losses(recipe: Recipe, out: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Per-example loss (..., B) of outputs (..., B, classes): cross-entropy, or the squared error for regression."""
     if recipe.task == "classification":
-        return torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), labels.reshape(-1),
-                                                 reduction="none").view(labels.shape)
+        return torch.nn.functional.cross_entropy(
+            out.reshape(-1, out.shape[-1]), labels.reshape(-1), reduction="none"
+        ).view(labels.shape)
     return (out[..., 0] - labels) ** 2
 
 

@@ -122,9 +122,12 @@ FAMILIES: dict[str, Family] = {
     "data2vec-vision": _img("Data2Vec-vision", positions="relative", mean=HALF, std=HALF),
     "clip_vision_model": _img("CLIP vision tower", mean=CLIP_MEAN, std=CLIP_STD),
     "clip": _img("CLIP vision tower", mean=CLIP_MEAN, std=CLIP_STD, tower="vision_config"),
-    "siglip_vision_model": _img("SigLIP vision tower", query="none", mean=HALF, std=HALF, no_query=_NO_CLASS_TOKEN_SIGLIP),
-    "siglip": _img("SigLIP vision tower", query="none", mean=HALF, std=HALF, tower="vision_config",
-                   no_query=_NO_CLASS_TOKEN_SIGLIP),
+    "siglip_vision_model": _img(
+        "SigLIP vision tower", query="none", mean=HALF, std=HALF, no_query=_NO_CLASS_TOKEN_SIGLIP
+    ),
+    "siglip": _img(
+        "SigLIP vision tower", query="none", mean=HALF, std=HALF, tower="vision_config", no_query=_NO_CLASS_TOKEN_SIGLIP
+    ),
 }
 
 #: timm families by model-name pattern, first match wins. What the embedding output carries and
@@ -185,7 +188,9 @@ def embedding_positions(family: Family, cfg: Any) -> str:
     if hasattr(cfg, "use_absolute_position_embeddings"):  # BEiT, Data2Vec-vision
         if cfg.use_absolute_position_embeddings:
             return "learned"
-        rel = getattr(cfg, "use_relative_position_bias", False) or getattr(cfg, "use_shared_relative_position_bias", False)
+        rel = getattr(cfg, "use_relative_position_bias", False) or getattr(
+            cfg, "use_shared_relative_position_bias", False
+        )
         return "relative" if rel else "none"
     if hasattr(cfg, "position_biased_input"):  # DeBERTa
         return "learned" if cfg.position_biased_input else "relative"
@@ -215,5 +220,7 @@ def positions_note(info: dict, layer: int) -> str:
     if layer != 0 or pos not in NO_POSITIONS_AT_LAYER_0:
         return ""
     how = "it has no position embedding" if pos == "none" else f"its positions are {pos}, applied inside the attention"
-    return (f" At layer 0, {info.get('family')} adds no position embedding to its embedding output ({how}), so two "
-            "equal tokens of one example are two equal rows there and its context matrix has rank < n.")
+    return (
+        f" At layer 0, {info.get('family')} adds no position embedding to its embedding output ({how}), so two "
+        "equal tokens of one example are two equal rows there and its context matrix has rank < n."
+    )

@@ -72,7 +72,14 @@ __all__ = ["find_blocks", "image_transform", "load", "load_tokenizer"]
 
 _ENCODER_DEFAULT_MAX_N = 512
 _DECODER_DEFAULT_MAX_N = 1024  # the paper's GPT-2 context; decoders with longer positions take --context-length
-_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "tokenizer.model", "sentencepiece.bpe.model")
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "vocab.txt",
+    "vocab.json",
+    "spiece.model",
+    "tokenizer.model",
+    "sentencepiece.bpe.model",
+)
 _FIT_FIELDS = ("model_type", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
 # The files of a model folder whose ``auto_map`` makes transformers import Python code from the folder.
 _CODE_MAP_FILES = ("config.json", "tokenizer_config.json", "preprocessor_config.json", "processor_config.json")
@@ -88,9 +95,19 @@ class _Weights:
     hub: bool = False
 
 
-def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: torch.device,
-         context_length: int | None, max_layer: int | None, seed: int, revision: str | None = None,
-         trust_remote_code: bool = False, partial: bool = True) -> ProbedModel:
+def load(
+    spec: ModelSpec,
+    *,
+    weights: str,
+    weights_path: str | None,
+    device: torch.device,
+    context_length: int | None,
+    max_layer: int | None,
+    seed: int,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+    partial: bool = True,
+) -> ProbedModel:
     """Build the transformers model ``spec`` names, ready for probing.
 
     ``revision`` (a branch, tag or commit of a hub model) and ``trust_remote_code`` go to every
@@ -115,12 +132,19 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
     module = prepare_module(built, device)
     blocks = find_blocks(module)
     if blocks is None:
-        raise ModelError(f"{spec.name} cannot be probed: no list of transformer blocks found in {type(module).__name__} "
-                         f"(supported: {supported_families()})")
+        raise ModelError(
+            f"{spec.name} cannot be probed: no list of transformer blocks found in {type(module).__name__} "
+            f"(supported: {supported_families()})"
+        )
     sources = list(dict.fromkeys(t for t in (origin.folder, spec.resolved) if t))
     info = _model_info(spec, cfg, fam, (family, modality, is_decoder), n, query_index, weights, origin)
     pm = ProbedModel(
-        info, module, device, blocks=blocks, forward=_forward(module, modality), config=cfg,
+        info,
+        module,
+        device,
+        blocks=blocks,
+        forward=_forward(module, modality),
+        config=cfg,
         tokenizer=load_tokenizer(sources, hub) if modality == "text" else None,
         image_transform=image_transform(cfg, family, sources, hub) if modality == "image" else None,
     )
@@ -130,9 +154,18 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
         read, whole = None, True
     if whole:  # the partly read module is let go first (outside the except), so that two models are never held at once
         del pm, module, built, blocks
-        return load(spec, weights=weights, weights_path=weights_path, device=device, context_length=context_length,
-                    max_layer=max_layer, seed=seed, revision=revision, trust_remote_code=trust_remote_code,
-                    partial=False)
+        return load(
+            spec,
+            weights=weights,
+            weights_path=weights_path,
+            device=device,
+            context_length=context_length,
+            max_layer=max_layer,
+            seed=seed,
+            revision=revision,
+            trust_remote_code=trust_remote_code,
+            partial=False,
+        )
     if read is not None:
         pm.info = dataclasses.replace(pm.info, weights_read=read.as_dict())
     if modality == "image":
@@ -160,24 +193,43 @@ def _hub_for(spec: ModelSpec, weights_path: str | None, revision: str | None, tr
     return hub
 
 
-def _model_info(spec: ModelSpec, cfg: Any, fam: Family | None, kind: tuple[str, str, bool], n: int,
-                query_index: int | None, weights: str, origin: _Weights) -> ModelInfo:
+def _model_info(
+    spec: ModelSpec,
+    cfg: Any,
+    fam: Family | None,
+    kind: tuple[str, str, bool],
+    n: int,
+    query_index: int | None,
+    weights: str,
+    origin: _Weights,
+) -> ModelInfo:
     """What the loaded model is, from its config and family (before its weights are read);
     ``kind`` is ``classify_config``'s (family, modality, decoder)."""
     family, modality, is_decoder = kind
     d, heads = int(cfg.hidden_size), int(cfg.num_attention_heads)
     return ModelInfo(
-        name=spec.name, resolved=spec.resolved, backend="hf", family=family, modality=modality, d=d, n=n,
-        query_index=query_index, num_layers=int(cfg.num_hidden_layers), num_heads=heads,
-        head_dim=int(getattr(cfg, "head_dim", None) or d // heads), weights=weights, weights_source=origin.description,
+        name=spec.name,
+        resolved=spec.resolved,
+        backend="hf",
+        family=family,
+        modality=modality,
+        d=d,
+        n=n,
+        query_index=query_index,
+        num_layers=int(cfg.num_hidden_layers),
+        num_heads=heads,
+        head_dim=int(getattr(cfg, "head_dim", None) or d // heads),
+        weights=weights,
+        weights_source=origin.description,
         positions=embedding_positions(fam, cfg) if fam is not None else "learned",
         query_token=query_words(query_index, n, modality=modality, why=fam.no_query if fam is not None else ""),
         decoder=modality == "text" and is_decoder,
     )
 
 
-def _read_weights(pm: ProbedModel, checkpoint: Checkpoint | None, origin: _Weights, weights: str, cfg: Any,
-                  name: str) -> WeightsRead | None:
+def _read_weights(
+    pm: ProbedModel, checkpoint: Checkpoint | None, origin: _Weights, weights: str, cfg: Any, name: str
+) -> WeightsRead | None:
     """The trained weights read into ``pm``: in part from a safetensors checkpoint (:class:`NotPartial`
     when its names do not map), else what ``from_pretrained`` read whole; None for random weights."""
     if checkpoint is not None:
@@ -221,7 +273,9 @@ def _read_needed(pm: ProbedModel, checkpoint: Checkpoint, name: str) -> WeightsR
         tiny = {"input_ids": torch.zeros((1, 2), dtype=torch.long, device=pm.device)}
     used = used_parameters(module, lambda: pm.capture(tiny, [pm.built_layers]))
     prefix = getattr(module, "base_model_prefix", "") or ""
-    return checkpoint.load_into(module, used, prefix=prefix, misfit=f"the weights at {checkpoint.where} do not fit {name}")
+    return checkpoint.load_into(
+        module, used, prefix=prefix, misfit=f"the weights at {checkpoint.where} do not fit {name}"
+    )
 
 
 def find_blocks(module: nn.Module) -> nn.ModuleList | None:
@@ -273,7 +327,9 @@ def _config(spec: ModelSpec, weights: str, weights_path: str | None, hub: _Hub) 
             except (OSError, ValueError) as exc:
                 if offline:
                     raise offline_weights_error(spec.name, spec.resolved) from exc
-                raise ModelError(f"cannot fetch the config of {spec.resolved} for {spec.name}: {one_line(exc, 160)}") from exc
+                raise ModelError(
+                    f"cannot fetch the config of {spec.resolved} for {spec.name}: {one_line(exc, 160)}"
+                ) from exc
         from transformers import AutoConfig
 
         kw = dict(spec.alias["config"])
@@ -330,8 +386,10 @@ def hub_problem(exc: BaseException, name: str, revision: str | None) -> Exceptio
     if revision is not None and ("RevisionNotFoundError" in chain or "is not a valid git identifier" in text):
         return InputError(f"{{param:revision}} {revision}: no such branch, tag or commit of {name}")
     if "trust_remote_code" in text:
-        return ModelError(f"{name} needs code from its own repository to load; pass {{param:trust_remote_code}} if you trust "
-                          f"that code (it runs on this machine)")
+        return ModelError(
+            f"{name} needs code from its own repository to load; pass {{param:trust_remote_code}} if you trust "
+            f"that code (it runs on this machine)"
+        )
     return None
 
 
@@ -345,7 +403,7 @@ def repository_code(folder: str) -> list[tuple[str, str]]:
         if not amap:
             continue
         refs: list[Any] = []  # what the JSON holds: checked below
-        for value in (amap.values() if isinstance(amap, dict) else amap if isinstance(amap, list) else [amap]):
+        for value in amap.values() if isinstance(amap, dict) else amap if isinstance(amap, list) else [amap]:
             refs += value if isinstance(value, (list, tuple)) else [value]
         mods = [r.rsplit(".", 1)[0] + ".py" for r in refs if isinstance(r, str) and r.strip()]
         found += [(fn, m) for m in mods] or [(fn, "auto_map")]  # an auto_map of no usable entry still asks for code
@@ -357,8 +415,10 @@ def refuse_repository_code(folder: str, name: str) -> None:
     code = repository_code(folder)
     if code:
         fn, module = code[0]
-        raise ModelError(f"{name} needs code from its own folder to load (the auto_map of its {fn} names {module}); "
-                         f"pass {{param:trust_remote_code}} if you trust that code (it runs on this machine)")
+        raise ModelError(
+            f"{name} needs code from its own folder to load (the auto_map of its {fn} names {module}); "
+            f"pass {{param:trust_remote_code}} if you trust that code (it runs on this machine)"
+        )
 
 
 def _folder_config(spec: ModelSpec, hub: _Hub) -> Any:
@@ -430,8 +490,9 @@ def _text_shape(cfg: Any, is_decoder: bool, context_length: int | None, name: st
 # ------------------------------------------------------------------ weights
 
 
-def _weights_origin(spec: ModelSpec, cfg: Any, source: str, weights: str, weights_path: str | None,
-                    hub: _Hub) -> tuple[Any, _Weights]:
+def _weights_origin(
+    spec: ModelSpec, cfg: Any, source: str, weights: str, weights_path: str | None, hub: _Hub
+) -> tuple[Any, _Weights]:
     """(config, where the weights come from); a weights folder's own config replaces the named one if it fits."""
     if weights == "random":
         origin = {
@@ -454,13 +515,16 @@ def _weights_origin(spec: ModelSpec, cfg: Any, source: str, weights: str, weight
         for f in _FIT_FIELDS:
             a, b = getattr(cfg, f, None), getattr(wcfg, f, None)
             if a is not None and b is not None and a != b:
-                raise ModelError(f"the weights at {weights_path} do not fit {spec.name}: {f} is {b} there but {a} in {spec.name}")
+                raise ModelError(
+                    f"the weights at {weights_path} do not fit {spec.name}: {f} is {b} there but {a} in {spec.name}"
+                )
         cfg = wcfg
     return cfg, _Weights(f"local folder {wp}", folder=wp)
 
 
-def _build(spec: ModelSpec, cfg: Any, origin: _Weights, seed: int, hub: _Hub, max_layer: int | None,
-           partial: bool = True) -> tuple[nn.Module, Checkpoint | None]:
+def _build(
+    spec: ModelSpec, cfg: Any, origin: _Weights, seed: int, hub: _Hub, max_layer: int | None, partial: bool = True
+) -> tuple[nn.Module, Checkpoint | None]:
     """The module built with at most ``max_layer`` blocks, and the checkpoint still to be read into it.
 
     A safetensors checkpoint (a folder, a hub repository or a single file) is read after building,
@@ -512,8 +576,15 @@ def whole_read(path: str | None, cfg: Any) -> WeightsRead | None:
     """What a whole load read: every checkpoint file of a local folder or a single file (None from the hub)."""
     if path is None or not os.path.exists(path):
         return None
-    files = [path] if os.path.isfile(path) else [
-        os.path.join(path, f) for f in sorted(os.listdir(path)) if f.endswith((".safetensors", ".bin", ".pth", ".pt"))]
+    files = (
+        [path]
+        if os.path.isfile(path)
+        else [
+            os.path.join(path, f)
+            for f in sorted(os.listdir(path))
+            if f.endswith((".safetensors", ".bin", ".pth", ".pt"))
+        ]
+    )
     size = sum(os.path.getsize(f) for f in files)
     stored = getattr(cfg, "dtype", None) or getattr(cfg, "torch_dtype", None) or "unknown"
     return WeightsRead("whole", str(stored).removeprefix("torch."), size, size, len(files), len(files), 0, None)
@@ -569,7 +640,9 @@ def _describe_mismatch(weights_dir: str, cfg: Any, kw: dict) -> str | None:
     return f"{len(mism)} parameter(s) of the wrong shape, e.g. {first}"
 
 
-def _load_state_file(module: nn.Module, path: str, cfg: Any, name: str, seed: int, trust_remote_code: bool = False) -> nn.Module:
+def _load_state_file(
+    module: nn.Module, path: str, cfg: Any, name: str, seed: int, trust_remote_code: bool = False
+) -> nn.Module:
     """Load a single weights file into a transformers model, checking that it fits.
 
     A file in the library's checkpoint format (what save_pretrained writes and the hub serves)
@@ -605,8 +678,13 @@ def _load_file_as_checkpoint(path: str, cfg: Any, seed: int, trust_remote_code: 
         cfg.to_json_file(os.path.join(tmp, "config.json"))
         try:
             with seeded(init_seed(seed)):
-                module, info = AutoModel.from_pretrained(tmp, config=cfg, local_files_only=True, output_loading_info=True,
-                                                         trust_remote_code=trust_remote_code)
+                module, info = AutoModel.from_pretrained(
+                    tmp,
+                    config=cfg,
+                    local_files_only=True,
+                    output_loading_info=True,
+                    trust_remote_code=trust_remote_code,
+                )
         except Exception:  # noqa: BLE001 - the caller reports the direct load's clearer error
             return None
     missing = [k for k in info.get("missing_keys", []) if not is_ignorable(k)]
@@ -643,7 +721,9 @@ def load_tokenizer(candidates: list[str], hub: _Hub | None = None) -> object | N
     return None
 
 
-def image_transform(cfg: Any, family: str, sources: list[str], hub: _Hub | None = None) -> Callable[[list], torch.Tensor]:
+def image_transform(
+    cfg: Any, family: str, sources: list[str], hub: _Hub | None = None
+) -> Callable[[list], torch.Tensor]:
     """The model's own image preprocessing: its saved processor when present, else from the config."""
     proc = None
     for source in sources:

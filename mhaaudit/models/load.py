@@ -32,8 +32,18 @@ from .registry import resolve
 __all__ = ["check_hub_options", "check_revision", "load_model"]
 
 # A corrupt weights file surfaces as an UnpicklingError or EOFError from torch.load, inside the libraries.
-_LIBRARY_ERRORS = (OSError, RuntimeError, ValueError, KeyError, TypeError, ImportError, AttributeError, AssertionError,
-                   pickle.UnpicklingError, EOFError)
+_LIBRARY_ERRORS = (
+    OSError,
+    RuntimeError,
+    ValueError,
+    KeyError,
+    TypeError,
+    ImportError,
+    AttributeError,
+    AssertionError,
+    pickle.UnpicklingError,
+    EOFError,
+)
 
 
 def load_model(
@@ -83,14 +93,24 @@ def load_model(
     builder = timm_backend if spec.backend == "timm" else hf
     try:
         with _quiet():
-            pm = builder.load(spec, weights=weights, weights_path=weights_path, device=dev, context_length=context_length,
-                         max_layer=max_layer, seed=seed, **hub_options)
+            pm = builder.load(
+                spec,
+                weights=weights,
+                weights_path=weights_path,
+                device=dev,
+                context_length=context_length,
+                max_layer=max_layer,
+                seed=seed,
+                **hub_options,
+            )
         check_finite_weights(pm, name)
         return pm
     except MhaauditError:
         raise
     except torch.cuda.OutOfMemoryError as exc:
-        raise ModelError(f"{name}: out of GPU memory while loading ({one_line(exc, 120)}); try {{param:device}} cpu") from exc
+        raise ModelError(
+            f"{name}: out of GPU memory while loading ({one_line(exc, 120)}); try {{param:device}} cpu"
+        ) from exc
     except _LIBRARY_ERRORS as exc:
         problem = hf.hub_problem(exc, name, revision) if spec.backend != "timm" else None
         raise (problem or ModelError(f"cannot load {name}: {one_line(exc, 240)}")) from exc
@@ -104,8 +124,10 @@ def check_finite_weights(pm: ProbedModel, name: str) -> None:
             continue
         if not bool(torch.isfinite(t).all()):
             what = "NaN" if bool(torch.isnan(t).any()) else "infinite"
-            raise ModelError(f"the weights of {name} hold {what} values (e.g. {pname}); "
-                             f"the checkpoint is corrupt or was saved after training diverged")
+            raise ModelError(
+                f"the weights of {name} hold {what} values (e.g. {pname}); "
+                f"the checkpoint is corrupt or was saved after training diverged"
+            )
 
 
 def check_hub_options(spec, revision: str | None, trust_remote_code: bool) -> dict:
@@ -117,7 +139,9 @@ def check_hub_options(spec, revision: str | None, trust_remote_code: bool) -> di
             raise InputError(f"{', '.join(used)} applies to transformers models; {spec.name} is a timm model")
         return {}
     if spec.local and revision is not None:
-        raise InputError(f"{{param:revision}} names a branch, tag or commit of a hub model; {spec.name} is a local folder")
+        raise InputError(
+            f"{{param:revision}} names a branch, tag or commit of a hub model; {spec.name} is a local folder"
+        )
     return options
 
 

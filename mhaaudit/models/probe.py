@@ -29,7 +29,15 @@ from ..errors import InputError, ModelError
 from ..numerics.rule import tf32_off
 from .families import query_words
 
-__all__ = ["ModelInfo", "ProbedModel", "full_float32", "measure_image_tokens", "measure_tokens", "no_tf32", "prepare_module"]
+__all__ = [
+    "ModelInfo",
+    "ProbedModel",
+    "full_float32",
+    "measure_image_tokens",
+    "measure_tokens",
+    "no_tf32",
+    "prepare_module",
+]
 
 
 @dataclass(frozen=True)
@@ -266,5 +274,7 @@ def measure_image_tokens(pm: ProbedModel, patches: int | None) -> None:
     ``patches`` patch tokens are the class token and what follows it (distillation, registers)."""
     n = measure_tokens(pm)
     prefix = n - patches if patches is not None and 0 < patches < n else 1
-    words = query_words(pm.info.query_index, n, prefix, modality="image", why=pm.info.query_token.removeprefix("none: "))
+    words = query_words(
+        pm.info.query_index, n, prefix, modality="image", why=pm.info.query_token.removeprefix("none: ")
+    )
     pm.info = dataclasses.replace(pm.info, n=n, query_token=words)

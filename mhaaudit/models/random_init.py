@@ -131,8 +131,11 @@ def reinit_timm(model: nn.Module, seed: int) -> None:
 def _fill_sentinel(module: nn.Module) -> None:
     with torch.no_grad():
         for t in list(module.parameters()) + list(module.buffers()):
-            t.fill_(float("nan") if t.is_floating_point() or t.is_complex() else
-                    (False if t.dtype == torch.bool else torch.iinfo(t.dtype).min))
+            t.fill_(
+                float("nan")
+                if t.is_floating_point() or t.is_complex()
+                else (False if t.dtype == torch.bool else torch.iinfo(t.dtype).min)
+            )
 
 
 def _all_written(module: nn.Module) -> bool:

@@ -106,8 +106,18 @@ ALIASES: dict[str, dict] = {
 # Families: see .families (one entry per transformers model_type or timm name pattern)
 # --------------------------------------------------------------------------------------------
 
-BLOCK_PATHS = ("layers", "encoder.layer", "encoder.layers", "h", "transformer.h", "decoder.layers", "transformer.layer",
-               "vision_model.encoder.layers", "layer", "blocks")
+BLOCK_PATHS = (
+    "layers",
+    "encoder.layer",
+    "encoder.layers",
+    "h",
+    "transformer.h",
+    "decoder.layers",
+    "transformer.layer",
+    "vision_model.encoder.layers",
+    "layer",
+    "blocks",
+)
 
 # State-dict keys that mark a timm ViT checkpoint (as opposed to a transformers one).
 _TIMM_KEY_PREFIXES = ("blocks.", "patch_embed.", "module.blocks.")
@@ -116,10 +126,19 @@ _CHECKPOINT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt", ".ckpt", ".npz")
 
 # The sizes of a config checked before anything is built, each with its upper bound: far above every
 # published model, far below what would make a build allocate without end or divide by zero.
-_CONFIG_BOUNDS = {"hidden_size": 1 << 17, "num_attention_heads": 1 << 12, "num_key_value_heads": 1 << 12,
-                  "head_dim": 1 << 14, "num_hidden_layers": 1 << 12, "intermediate_size": 1 << 20,
-                  "vocab_size": 1 << 24, "max_position_embeddings": 1 << 24, "image_size": 1 << 15,
-                  "patch_size": 1 << 15, "num_channels": 1 << 10}
+_CONFIG_BOUNDS = {
+    "hidden_size": 1 << 17,
+    "num_attention_heads": 1 << 12,
+    "num_key_value_heads": 1 << 12,
+    "head_dim": 1 << 14,
+    "num_hidden_layers": 1 << 12,
+    "intermediate_size": 1 << 20,
+    "vocab_size": 1 << 24,
+    "max_position_embeddings": 1 << 24,
+    "image_size": 1 << 15,
+    "patch_size": 1 << 15,
+    "num_channels": 1 << 10,
+}
 
 
 class ConfigFields:
@@ -136,6 +155,7 @@ def check_config_numbers(cfg: Any, name: str, shown: dict[str, str] | None = Non
     """A ModelError, before anything is built, when a size in the config is not a positive integer
     within :data:`_CONFIG_BOUNDS`, the heads do not divide the width, or the patch does not fit the image.
     ``shown``: the names the config itself gives the fields, where they differ (timm's)."""
+
     def ints(field: str) -> list[int] | None:
         value = getattr(cfg, field, None)
         if value is None:
@@ -143,23 +163,33 @@ def check_config_numbers(cfg: Any, name: str, shown: dict[str, str] | None = Non
         values = list(value) if isinstance(value, (list, tuple)) and field in ("image_size", "patch_size") else [value]
         bound = _CONFIG_BOUNDS[field]
         if not values or not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= bound for v in values):
-            raise ModelError(f"the config of {name} is malformed: {(shown or {}).get(field, field)} is {value!r}, "
-                             f"expected a positive integer of at most {bound}")
+            raise ModelError(
+                f"the config of {name} is malformed: {(shown or {}).get(field, field)} is {value!r}, "
+                f"expected a positive integer of at most {bound}"
+            )
         return values
 
     got = {f: ints(f) for f in _CONFIG_BOUNDS}
-    hidden, heads, kv = (vals[0] if (vals := got[f]) else None for f in ("hidden_size", "num_attention_heads", "num_key_value_heads"))
+    hidden, heads, kv = (
+        vals[0] if (vals := got[f]) else None for f in ("hidden_size", "num_attention_heads", "num_key_value_heads")
+    )
     if hidden is not None and heads is not None:
         if heads > hidden:
             raise ModelError(f"the config of {name} is malformed: {heads} attention heads for a width of {hidden}")
         if got["head_dim"] is None and hidden % heads:
-            raise ModelError(f"the config of {name} is malformed: {heads} attention heads do not divide the width {hidden}")
+            raise ModelError(
+                f"the config of {name} is malformed: {heads} attention heads do not divide the width {hidden}"
+            )
     if heads is not None and kv is not None and (kv > heads or heads % kv):
-        raise ModelError(f"the config of {name} is malformed: {kv} key/value heads do not divide {heads} attention heads")
+        raise ModelError(
+            f"the config of {name} is malformed: {kv} key/value heads do not divide {heads} attention heads"
+        )
     image, patch = got["image_size"], got["patch_size"]
     if image is not None and patch is not None and any(p > i for p, i in zip(patch * 2, image * 2, strict=False)):
-        raise ModelError(f"the config of {name} is malformed: patch size {cfg.patch_size} is larger than "
-                         f"the image size {cfg.image_size}")
+        raise ModelError(
+            f"the config of {name} is malformed: patch size {cfg.patch_size} is larger than "
+            f"the image size {cfg.image_size}"
+        )
 
 
 def alias_list() -> str:
@@ -186,8 +216,10 @@ def classify_config(cfg: Any, name: str) -> tuple[str, str, bool]:
     if family in UNPROBEABLE:
         raise ModelError(f"{name} cannot be probed: {UNPROBEABLE[family]} (supported: {supported_families()})")
     if getattr(cfg, "is_encoder_decoder", False):
-        raise ModelError(f"{name} cannot be probed: encoder-decoder models ({family}) are not supported "
-                         f"(supported: {supported_families()})")
+        raise ModelError(
+            f"{name} cannot be probed: encoder-decoder models ({family}) are not supported "
+            f"(supported: {supported_families()})"
+        )
     known = family_of(family)
     if known is not None:
         return family, known.modality, known.decoder
@@ -198,8 +230,10 @@ def classify_config(cfg: Any, name: str) -> tuple[str, str, bool]:
             f"(supported: {supported_families('image')}); a ViT-style token transformer is needed"
         )
     if not hasattr(cfg, "vocab_size"):
-        raise ModelError(f"{name} cannot be probed: {family or 'this model'} is neither a ViT-style image model nor a "
-                         f"text transformer (supported: {supported_families()})")
+        raise ModelError(
+            f"{name} cannot be probed: {family or 'this model'} is neither a ViT-style image model nor a "
+            f"text transformer (supported: {supported_families()})"
+        )
     archs = getattr(cfg, "architectures", None) or []
     is_decoder = bool(getattr(cfg, "is_decoder", False)) or any(a.endswith(("CausalLM", "LMHeadModel")) for a in archs)
     return family, "text", is_decoder

@@ -59,8 +59,24 @@ SINGLE_FILE = "model.safetensors"
 # Every index of a sharded checkpoint that a loader follows (ours, or transformers' for a whole load).
 INDEX_FILES = (INDEX_FILE, "pytorch_model.bin.index.json")
 # Tensor functions that read no values (a model asking for its dtype or device does not use that weight).
-_METADATA = frozenset({"__get__", "size", "dim", "numel", "nelement", "ndimension", "element_size", "stride",
-                       "is_floating_point", "is_complex", "is_contiguous", "get_device", "data_ptr", "type"})
+_METADATA = frozenset(
+    {
+        "__get__",
+        "size",
+        "dim",
+        "numel",
+        "nelement",
+        "ndimension",
+        "element_size",
+        "stride",
+        "is_floating_point",
+        "is_complex",
+        "is_contiguous",
+        "get_device",
+        "data_ptr",
+        "type",
+    }
+)
 # Tensor properties that are views of the data, not metadata: ``weight.T`` uses the weight (Falcon's Linear).
 _DATA_PROPERTIES = frozenset({"T", "mT", "H", "mH", "data", "real", "imag"})
 # Names older checkpoints give LayerNorm parameters (``from_pretrained`` renames them the same way).
@@ -154,6 +170,7 @@ class Checkpoint:
     def hub(cls, repo: str, revision: str | None, offline: bool) -> Checkpoint:
         """A hub repository's checkpoint: its index first (each shard is fetched only when needed),
         else its single ``model.safetensors`` (fetched whole), else :class:`NotPartial`."""
+
         def fetch(fn: str) -> str:
             return hub_download(repo, fn, revision, offline, missing_is_error=True)
 
@@ -207,10 +224,14 @@ class Checkpoint:
                     try:
                         t = fh.get_tensor(key)
                     except Exception as exc:  # the index names a shard that does not hold it
-                        raise ModelError(f"the checkpoint {self.where} is malformed: its index puts {key} in {fn}, "
-                                         f"which does not hold it ({one_line(exc, 80)})") from exc
+                        raise ModelError(
+                            f"the checkpoint {self.where} is malformed: its index puts {key} in {fn}, "
+                            f"which does not hold it ({one_line(exc, 80)})"
+                        ) from exc
                     if tuple(t.shape) != tuple(dest.shape):
-                        raise ModelError(f"{misfit}: {key} has shape {tuple(t.shape)}, the model expects {tuple(dest.shape)}")
+                        raise ModelError(
+                            f"{misfit}: {key} has shape {tuple(t.shape)}, the model expects {tuple(dest.shape)}"
+                        )
                     with torch.no_grad():
                         dest.copy_(t)
                     nbytes = t.numel() * t.element_size()
@@ -218,7 +239,9 @@ class Checkpoint:
                     dtype_bytes[dt] = dtype_bytes.get(dt, 0) + nbytes
                     read, count = read + nbytes, count + 1
         stored = "+".join(sorted(dtype_bytes, key=lambda d: -dtype_bytes[d])) or "none"
-        return WeightsRead("partial", stored, read, self.total_size, len(plan), len(self.files), count, len(self.weight_map))
+        return WeightsRead(
+            "partial", stored, read, self.total_size, len(plan), len(self.files), count, len(self.weight_map)
+        )
 
     def _key_for(self, name: str, prefix: str) -> str | None:
         candidates = [name, f"{prefix}.{name}"] if prefix else [name]
@@ -242,7 +265,10 @@ def saved_names(module: nn.Module, names: set[str]) -> dict[str, str]:
         from transformers.core_model_loading import revert_weight_conversion
     except ImportError:  # releases without renamed modules
         return same
-    tensors = {**dict(module.named_buffers(remove_duplicate=False)), **dict(module.named_parameters(remove_duplicate=False))}
+    tensors = {
+        **dict(module.named_buffers(remove_duplicate=False)),
+        **dict(module.named_parameters(remove_duplicate=False)),
+    }
     mine = {n: tensors[n] for n in names if n in tensors}
     try:
         # any module: one transformers cannot map raises, and is caught below
@@ -266,8 +292,9 @@ def read_index(index: str, folder: str | None = None) -> tuple[dict, dict[str, s
         raise ModelError(f"cannot read the checkpoint index {index}: {one_line(exc, 160)}") from exc
     wm = doc.get("weight_map") if isinstance(doc, dict) else None
     if not isinstance(wm, dict) or not wm or not all(isinstance(k, str) and isinstance(v, str) for k, v in wm.items()):
-        raise ModelError(f"the checkpoint index {index} is malformed: it needs a \"weight_map\" of tensor names to "
-                         f"shard file names")
+        raise ModelError(
+            f'the checkpoint index {index} is malformed: it needs a "weight_map" of tensor names to shard file names'
+        )
     for fn in set(wm.values()):
         _check_shard_name(fn, index)
         if folder is not None:
@@ -285,10 +312,18 @@ def check_local_indexes(folder: str) -> None:
 
 def _check_shard_name(fn: str, index: str) -> None:
     parts = fn.replace("\\", "/").split("/")
-    if (not fn.strip() or "\0" in fn or os.path.isabs(fn) or fn.startswith(("/", "\\")) or ".." in parts
-            or (len(fn) > 1 and fn[1] == ":")):
-        raise ModelError(f"the checkpoint index {index} is malformed: the shard name {fn[:80]!r} is not a file name "
-                         f"inside the model folder")
+    if (
+        not fn.strip()
+        or "\0" in fn
+        or os.path.isabs(fn)
+        or fn.startswith(("/", "\\"))
+        or ".." in parts
+        or (len(fn) > 1 and fn[1] == ":")
+    ):
+        raise ModelError(
+            f"the checkpoint index {index} is malformed: the shard name {fn[:80]!r} is not a file name "
+            f"inside the model folder"
+        )
 
 
 def _roots(root: str) -> list[str]:
@@ -317,8 +352,10 @@ def check_links_inside(folder: str) -> None:
             if entry.is_symlink():
                 path = os.path.realpath(entry.path)
                 if not _within(path, roots):
-                    raise ModelError(f"{entry.path} is a symbolic link to {path}, outside the model folder {root}: "
-                                     f"refused (copy the file into the folder to use it)")
+                    raise ModelError(
+                        f"{entry.path} is a symbolic link to {path}, outside the model folder {root}: "
+                        f"refused (copy the file into the folder to use it)"
+                    )
 
 
 def _inside(folder: str, fn: str, index: str) -> str:
@@ -327,16 +364,20 @@ def _inside(folder: str, fn: str, index: str) -> str:
     root = os.path.realpath(folder)
     path = os.path.realpath(os.path.join(root, fn))
     if path == root or not _within(path, _roots(root)):
-        raise ModelError(f"the checkpoint index {index} is malformed: the shard {fn[:80]!r} resolves to {path}, "
-                         f"outside the model folder {root}")
+        raise ModelError(
+            f"the checkpoint index {index} is malformed: the shard {fn[:80]!r} resolves to {path}, "
+            f"outside the model folder {root}"
+        )
     return path
 
 
 def _local_file(folder: str, fn: str) -> str:
     path = _inside(folder, fn, os.path.join(folder, INDEX_FILE))
     if not os.path.isfile(path):
-        raise ModelError(f"the checkpoint in {folder} is incomplete: its index names {fn}, which holds tensors the audit "
-                         f"needs, but the file is missing")
+        raise ModelError(
+            f"the checkpoint in {folder} is incomplete: its index names {fn}, which holds tensors the audit "
+            f"needs, but the file is missing"
+        )
     return path
 
 
@@ -358,8 +399,10 @@ def _opened(path: str, where: str) -> Iterator:
     try:
         fh = safe_open(path, framework="pt", device="cpu")
     except Exception as exc:  # unreadable, truncated or not safetensors
-        raise ModelError(f"cannot read {os.path.basename(path)} of the checkpoint {where}, which holds tensors the "
-                         f"audit needs: {one_line(exc, 160)}") from exc
+        raise ModelError(
+            f"cannot read {os.path.basename(path)} of the checkpoint {where}, which holds tensors the "
+            f"audit needs: {one_line(exc, 160)}"
+        ) from exc
     with fh:
         yield fh
 
@@ -368,16 +411,20 @@ def _opened(path: str, where: str) -> Iterator:
 
 
 @overload
-def hub_download(repo: str, filename: str, revision: str | None, offline: bool, *,
-                 missing_is_error: Literal[True]) -> str: ...
+def hub_download(
+    repo: str, filename: str, revision: str | None, offline: bool, *, missing_is_error: Literal[True]
+) -> str: ...
 
 
 @overload
-def hub_download(repo: str, filename: str, revision: str | None, offline: bool, *,
-                 missing_is_error: bool = False) -> str | None: ...
+def hub_download(
+    repo: str, filename: str, revision: str | None, offline: bool, *, missing_is_error: bool = False
+) -> str | None: ...
 
 
-def hub_download(repo: str, filename: str, revision: str | None, offline: bool, *, missing_is_error: bool = False) -> str | None:
+def hub_download(
+    repo: str, filename: str, revision: str | None, offline: bool, *, missing_is_error: bool = False
+) -> str | None:
     """The local path of ``filename`` of hub ``repo`` at ``revision``, downloaded when needed.
 
     A file the repository does not have is None (or a ModelError with ``missing_is_error``); a
@@ -397,8 +444,10 @@ def hub_download(repo: str, filename: str, revision: str | None, offline: bool, 
         return None
     except EntryNotFoundError as exc:
         if missing_is_error:
-            raise ModelError(f"the checkpoint of {repo} is incomplete: its index names {filename}, which holds tensors "
-                             f"the audit needs, but the hub has no such file") from exc
+            raise ModelError(
+                f"the checkpoint of {repo} is incomplete: its index names {filename}, which holds tensors "
+                f"the audit needs, but the hub has no such file"
+            ) from exc
         return None
 
 
@@ -435,8 +484,9 @@ def used_parameters(module: nn.Module, run: Callable[[], object]) -> set[str]:
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             name = getattr(func, "__name__", "")
-            if name in _METADATA and not (name == "__get__" and getattr(getattr(func, "__self__", None), "__name__", "")
-                                          in _DATA_PROPERTIES):
+            if name in _METADATA and not (
+                name == "__get__" and getattr(getattr(func, "__self__", None), "__name__", "") in _DATA_PROPERTIES
+            ):
                 return func(*args, **kwargs)
             for a in tree_flatten((args, kwargs))[0]:
                 if isinstance(a, torch.Tensor) and id(a) in ids:

@@ -38,8 +38,14 @@ from .random_init import init_seed, reinit_timm, seeded
 from .registry import ConfigFields, ModelSpec, check_config_numbers, read_json, supported_families, timm_family_of
 
 # timm's build arguments that size the model, and their transformers names (see check_config_numbers).
-_TIMM_SIZES = {"embed_dim": "hidden_size", "num_heads": "num_attention_heads", "depth": "num_hidden_layers",
-               "img_size": "image_size", "patch_size": "patch_size", "in_chans": "num_channels"}
+_TIMM_SIZES = {
+    "embed_dim": "hidden_size",
+    "num_heads": "num_attention_heads",
+    "depth": "num_hidden_layers",
+    "img_size": "image_size",
+    "patch_size": "patch_size",
+    "in_chans": "num_channels",
+}
 
 __all__ = ["load"]
 
@@ -55,8 +61,16 @@ class _Arch:
     file: str | None = None
 
 
-def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: torch.device,
-         context_length: int | None, max_layer: int | None, seed: int) -> ProbedModel:
+def load(
+    spec: ModelSpec,
+    *,
+    weights: str,
+    weights_path: str | None,
+    device: torch.device,
+    context_length: int | None,
+    max_layer: int | None,
+    seed: int,
+) -> ProbedModel:
     """Build the timm model ``spec`` names, ready for probing."""
     import timm
 
@@ -76,14 +90,31 @@ def load(spec: ModelSpec, *, weights: str, weights_path: str | None, device: tor
     model, wsource = _build(spec, arch, weights, weights_path, built, full_layers, seed, offline, shape.block_seeded)
     model = prepare_module(model, device)
     info = ModelInfo(
-        name=spec.name, resolved=arch.name if arch.file is None else spec.resolved, backend="timm",
-        family=family, modality="image", d=d, n=0, query_index=query_index, num_layers=full_layers,
-        num_heads=heads, head_dim=head_dim, weights=weights, weights_source=wsource, positions=shape.positions,
+        name=spec.name,
+        resolved=arch.name if arch.file is None else spec.resolved,
+        backend="timm",
+        family=family,
+        modality="image",
+        d=d,
+        n=0,
+        query_index=query_index,
+        num_layers=full_layers,
+        num_heads=heads,
+        head_dim=head_dim,
+        weights=weights,
+        weights_source=wsource,
+        positions=shape.positions,
         query_token=query_words(query_index, 0, modality="image", why=why),
     )
-    pm = ProbedModel(info, model, device, blocks=model.blocks, image_transform=_transform(model, spec.name),
-                     forward=lambda inputs: model.forward_features(inputs["pixel_values"]),
-                     config=getattr(model, "pretrained_cfg", None))
+    pm = ProbedModel(
+        info,
+        model,
+        device,
+        blocks=model.blocks,
+        image_transform=_transform(model, spec.name),
+        forward=lambda inputs: model.forward_features(inputs["pixel_values"]),
+        config=getattr(model, "pretrained_cfg", None),
+    )
     measure_image_tokens(pm, shape.patches)
     return pm
 
@@ -104,11 +135,15 @@ def _architecture(spec: ModelSpec, weights: str, weights_path: str | None) -> _A
         )
     args = data.get("model_args") or {}
     if not isinstance(data["architecture"], str) or not isinstance(args, dict):
-        raise ModelError(f"the config of {spec.name} is malformed: it needs an \"architecture\" name and a "
-                         f"\"model_args\" object")
+        raise ModelError(
+            f'the config of {spec.name} is malformed: it needs an "architecture" name and a "model_args" object'
+        )
     # timm's names for the sizes the transformers check knows, checked before anything is built
-    check_config_numbers(ConfigFields({hf: args[t] for t, hf in _TIMM_SIZES.items() if t in args}), spec.name,
-                         shown={hf: t for t, hf in _TIMM_SIZES.items()})
+    check_config_numbers(
+        ConfigFields({hf: args[t] for t, hf in _TIMM_SIZES.items() if t in args}),
+        spec.name,
+        shown={hf: t for t, hf in _TIMM_SIZES.items()},
+    )
     file = path if os.path.isfile(path) else find_checkpoint(folder)
     if weights == "trained" and weights_path is None and file is None:
         raise ModelError(f"no checkpoint file found in {folder}")
@@ -138,9 +173,13 @@ def _shape(arch: _Arch, name: str) -> tuple[int, int, int, int, _Shape]:
     heads = int(getattr(attn, "num_heads", 1))
     d = int(probe.embed_dim if hasattr(probe, "embed_dim") else probe.num_features)
     patches = getattr(probe.patch_embed, "num_patches", None)
-    shape = _Shape(class_token=getattr(probe, "cls_token", None) is not None, pool=str(getattr(probe, "global_pool", "")),
-                   patches=int(patches) if patches else None, positions=_positions(probe),
-                   block_seeded=_block_seeded(probe))
+    shape = _Shape(
+        class_token=getattr(probe, "cls_token", None) is not None,
+        pool=str(getattr(probe, "global_pool", "")),
+        patches=int(patches) if patches else None,
+        positions=_positions(probe),
+        block_seeded=_block_seeded(probe),
+    )
     return len(probe.blocks), heads, d, int(getattr(attn, "head_dim", d // heads)), shape
 
 
@@ -156,7 +195,8 @@ def _positions(model: Any) -> str:
     if getattr(model, "rope", None) is not None:
         inside.append("rotary")
     if getattr(model, "rel_pos_bias", None) is not None or any(
-            getattr(getattr(b, "attn", None), "relative_position_bias_table", None) is not None for b in model.blocks):
+        getattr(getattr(b, "attn", None), "relative_position_bias_table", None) is not None for b in model.blocks
+    ):
         inside.append("relative")
     if getattr(model, "pos_embed", None) is not None:
         return " + ".join(["learned", *inside])
@@ -167,16 +207,28 @@ def _positions(model: Any) -> str:
 # _check_structure at run time, not declared by their classes.
 def _check_structure(model: nn.Module, name: str) -> None:
     blocks = getattr(model, "blocks", None)
-    if not all(hasattr(model, a) for a in _NEEDED) or not isinstance(blocks, (nn.ModuleList, nn.Sequential)) \
-            or not all(hasattr(b, "attn") for b in blocks):
+    if (
+        not all(hasattr(model, a) for a in _NEEDED)
+        or not isinstance(blocks, (nn.ModuleList, nn.Sequential))
+        or not all(hasattr(b, "attn") for b in blocks)
+    ):
         raise ModelError(
             f"{name} cannot be probed: timm {type(model).__name__} is not a ViT-style token transformer "
             f"(needs a patch embedding and a flat list of attention blocks; supported: {supported_families('image')})"
         )
 
 
-def _build(spec: ModelSpec, arch: _Arch, weights: str, weights_path: str | None, built: int, full_layers: int,
-           seed: int, offline: bool, block_seeded: bool) -> tuple[Any, str]:
+def _build(
+    spec: ModelSpec,
+    arch: _Arch,
+    weights: str,
+    weights_path: str | None,
+    built: int,
+    full_layers: int,
+    seed: int,
+    offline: bool,
+    block_seeded: bool,
+) -> tuple[Any, str]:
     """(model with ``built`` blocks and its weights, where the weights came from).
 
     Random weights of a model whose init :func:`.random_init.reinit_timm` re-draws block by block
@@ -197,7 +249,9 @@ def _build(spec: ModelSpec, arch: _Arch, weights: str, weights_path: str | None,
     if weights == "random":
         reinit_timm(model, seed)
         _truncate(model, built)
-        return model, f"random init of timm {arch.name}" + (f" (config from {spec.resolved})" if arch.model_args else "")
+        return model, f"random init of timm {arch.name}" + (
+            f" (config from {spec.resolved})" if arch.model_args else ""
+        )
     source = weights_path or arch.file
     assert source is not None, "trained weights without a file come from the hub (returned above)"
     path = os.path.abspath(source)

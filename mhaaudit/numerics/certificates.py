@@ -182,8 +182,16 @@ class Decision:
     exact: torch.Tensor  # bool (B,): decided from eigenvalues or by SVD, not by the Cholesky certificates
 
 
-def decide_full_rank(G: torch.Tensor, rows_fn, k: int, d: int, rule: RankRule, delta: float = 1e-3,
-                     deficient_first: bool = False, lam_lo: torch.Tensor | None = None) -> Decision:
+def decide_full_rank(
+    G: torch.Tensor,
+    rows_fn,
+    k: int,
+    d: int,
+    rule: RankRule,
+    delta: float = 1e-3,
+    deficient_first: bool = False,
+    lam_lo: torch.Tensor | None = None,
+) -> Decision:
     """Is each of a batch of k-row subsets of full rank k under ``rule``?
 
     ``G`` is the ``(B, k, k)`` float64 Gram matrix of each subset (it is used as scratch space
@@ -275,8 +283,9 @@ def decide_full_rank(G: torch.Tensor, rows_fn, k: int, d: int, rule: RankRule, d
     return Decision(full, exact)
 
 
-def decide_prefix_full_rank(G: torch.Tensor, ks: torch.Tensor, rows_fn, d: int, rule: RankRule,
-                            delta: float = 1e-3) -> Decision:
+def decide_prefix_full_rank(
+    G: torch.Tensor, ks: torch.Tensor, rows_fn, d: int, rule: RankRule, delta: float = 1e-3
+) -> Decision:
     """``decide_full_rank`` for the leading ``ks[b] x ks[b]`` block of each ``G[b]`` at once.
 
     The blocks have different sizes; each is padded to a block-diagonal matrix whose padding
@@ -328,7 +337,8 @@ def decide_prefix_full_rank(G: torch.Tensor, ks: torch.Tensor, rows_fn, d: int, 
         left_ks = ks[left]
         for k in torch.unique(left_ks).tolist():
             bs = left[left_ks == k]
-            sub = decide_full_rank(G[bs, :k, :k], lambda j, bs=bs, k=k: torch.stack([rows_fn(int(b), k) for b in bs[j]]),
-                                   k, d, rule, delta)
+            sub = decide_full_rank(
+                G[bs, :k, :k], lambda j, bs=bs, k=k: torch.stack([rows_fn(int(b), k) for b in bs[j]]), k, d, rule, delta
+            )
             full[bs], exact[bs] = sub.full, sub.exact
     return Decision(full, exact)

@@ -34,8 +34,19 @@ from threadpoolctl import threadpool_limits
 from .certificates import TINY_GRAM, cholesky_margins, decide_full_rank
 from .rule import RankRule
 
-__all__ = ["FullGramEntries", "Potrf", "RowGramEntries", "SweepKernel", "available", "blas_single_thread", "decide_draws",
-           "gather_lower", "lapack_dpotrf", "lower_layout", "power_bounds"]
+__all__ = [
+    "FullGramEntries",
+    "Potrf",
+    "RowGramEntries",
+    "SweepKernel",
+    "available",
+    "blas_single_thread",
+    "decide_draws",
+    "gather_lower",
+    "lapack_dpotrf",
+    "lower_layout",
+    "power_bounds",
+]
 
 
 @functools.lru_cache(maxsize=1)
@@ -95,8 +106,15 @@ def lower_layout(k: int):
     return r, c, r * k + c, np.flatnonzero(r == c)
 
 
-def gather_lower(gram_flat: np.ndarray, T: int, s: np.ndarray, start: int, stop: int,
-                 lin: np.ndarray | None = None, vals: np.ndarray | None = None) -> np.ndarray:
+def gather_lower(
+    gram_flat: np.ndarray,
+    T: int,
+    s: np.ndarray,
+    start: int,
+    stop: int,
+    lin: np.ndarray | None = None,
+    vals: np.ndarray | None = None,
+) -> np.ndarray:
     """Rows ``start:stop`` of the lower triangle of ``G[s][:, s]``, row by row, from the flat
     row-major T x T Gram matrix. ``lin`` and ``vals`` are optional buffers of the right length
     (fresh 150 kB arrays per draw cost page faults on a hot path)."""
@@ -122,8 +140,9 @@ class FullGramEntries:
         """The squared row norms (the Gram's diagonal)."""
         return self.flat[:: self.T + 1]
 
-    def lower(self, s: np.ndarray, start: int, stop: int, lin: np.ndarray | None = None,
-              vals: np.ndarray | None = None) -> np.ndarray:
+    def lower(
+        self, s: np.ndarray, start: int, stop: int, lin: np.ndarray | None = None, vals: np.ndarray | None = None
+    ) -> np.ndarray:
         """Rows ``start:stop`` of the lower triangle of ``G[s][:, s]``, row by row (``gather_lower``)."""
         return gather_lower(self.flat, self.T, s, start, stop, lin, vals)
 
@@ -150,8 +169,9 @@ class RowGramEntries:
             self.sqn = np.einsum("ij,ij->i", self.X, self.X)
         return self.sqn
 
-    def lower(self, s: np.ndarray, start: int, stop: int, lin: np.ndarray | None = None,
-              vals: np.ndarray | None = None) -> np.ndarray:
+    def lower(
+        self, s: np.ndarray, start: int, stop: int, lin: np.ndarray | None = None, vals: np.ndarray | None = None
+    ) -> np.ndarray:
         R = self.take(s[:stop])
         block = R @ R.T if start == 0 else R[start:stop] @ R.T  # the first: a symmetric update (syrk)
         r, c, _, _ = lower_layout(len(s))
@@ -204,8 +224,15 @@ def power_bounds(L: np.ndarray, v: np.ndarray, trace: float, iters: int = 12) ->
     return rq * (1 - 1e-12), upper
 
 
-def decide_draws(entries: FullGramEntries | RowGramEntries, subsets: np.ndarray, d: int, rule: RankRule,
-                 proj: np.ndarray, delta: float = 1e-6, deficient_first: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def decide_draws(
+    entries: FullGramEntries | RowGramEntries,
+    subsets: np.ndarray,
+    d: int,
+    rule: RankRule,
+    proj: np.ndarray,
+    delta: float = 1e-6,
+    deficient_first: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
     """Shifted-Cholesky decisions for k-row draws: ``(full, decided)`` boolean arrays.
 
     ``entries`` gives the float64 Gram entries of the rows (read from the full Gram or computed
@@ -297,8 +324,16 @@ class SweepKernel:
     the float64 rows with indices ``s`` (a NumPy array) as a tensor, for exact re-checks.
     """
 
-    def __init__(self, entries: FullGramEntries | RowGramEntries, proj: np.ndarray, rows_fn, K: int, d: int,
-                 rule: RankRule, delta: float = 1e-6):
+    def __init__(
+        self,
+        entries: FullGramEntries | RowGramEntries,
+        proj: np.ndarray,
+        rows_fn,
+        K: int,
+        d: int,
+        rule: RankRule,
+        delta: float = 1e-6,
+    ):
         self.entries, self.proj, self.rows_fn = entries, proj, rows_fn
         self.K, self.d, self.rule, self.delta = K, d, rule, delta
         self.sqn = entries.diagonal()  # squared row norms: the Gram's diagonal
@@ -423,6 +458,7 @@ class SweepKernel:
     def _decide(self, s: np.ndarray, Gp: np.ndarray, k: int) -> tuple[bool, int]:
         A = np.tril(Gp[:k, :k])
         A = A + np.tril(A, -1).T
-        dec = decide_full_rank(torch.from_numpy(A)[None], lambda j: self.rows_fn(s[:k])[None], k, self.d, self.rule,
-                               self.delta)
+        dec = decide_full_rank(
+            torch.from_numpy(A)[None], lambda j: self.rows_fn(s[:k])[None], k, self.d, self.rule, self.delta
+        )
         return bool(dec.full[0]), int(dec.exact[0])

@@ -65,7 +65,9 @@ def philox(c0, c1, c2, c3, k0, k1, rounds: int = ROUNDS) -> tuple[torch.Tensor, 
     return c0, c1, c2, c3
 
 
-def pairs(k0: torch.Tensor, k1: torch.Tensor, stream: torch.Tensor, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+def pairs(
+    k0: torch.Tensor, k1: torch.Tensor, stream: torch.Tensor, start: int, n: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Values ``start .. start + n - 1`` of N streams of 64-bit random values, as ``(hi, lo)``
     32-bit words, each ``(N, n)`` int64.
 

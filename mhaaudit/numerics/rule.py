@@ -60,8 +60,14 @@ def numerics(threads: int | None = None):
 # Where torch has the per-backend precision settings (2.9 and later), they are the ones to set:
 # reading a legacy flag after one of them was set raises, and cuDNN convolutions (ViT's patch
 # embedding) default to TF32 there.
-_FP32_PRECISION = (("cuda", "matmul"), ("cudnn", "conv"), ("cudnn", "rnn"), ("mkldnn", "matmul"),
-                   ("mkldnn", "conv"), ("mkldnn", "rnn"))
+_FP32_PRECISION = (
+    ("cuda", "matmul"),
+    ("cudnn", "conv"),
+    ("cudnn", "rnn"),
+    ("mkldnn", "matmul"),
+    ("mkldnn", "conv"),
+    ("mkldnn", "rnn"),
+)
 
 
 def _precision_settings() -> list:
@@ -101,7 +107,9 @@ def tf32_is_off() -> bool:
     """Whether float32 matrix products run at full precision now (what :func:`tf32_off` sets)."""
     settings = _precision_settings()
     if settings:
-        return torch.get_float32_matmul_precision() == "highest" and all(obj.fp32_precision == "ieee" for obj in settings)
+        return torch.get_float32_matmul_precision() == "highest" and all(
+            obj.fp32_precision == "ieee" for obj in settings
+        )
     return not torch.backends.cuda.matmul.allow_tf32  # pragma: no cover - torch < 2.9
 
 

@@ -42,8 +42,21 @@ from ..hostmem import available_memory  # the one cgroup-aware figure (also batc
 from .pow2 import ldexp
 from .rule import RankRule, numerics, subnormals_kept
 
-__all__ = ["CHUNK_BYTES", "Rows", "Scan", "Unit", "available_memory", "chunk_rows", "memory_needed", "peak_rss_bytes",
-           "refuse_unless_fits", "scan", "scan_of", "tsqr", "unit_of"]
+__all__ = [
+    "CHUNK_BYTES",
+    "Rows",
+    "Scan",
+    "Unit",
+    "available_memory",
+    "chunk_rows",
+    "memory_needed",
+    "peak_rss_bytes",
+    "refuse_unless_fits",
+    "scan",
+    "scan_of",
+    "tsqr",
+    "unit_of",
+]
 
 CHUNK_BYTES = 32 << 20  # one chunk of the streaming pass holds this many float64 bytes
 
@@ -72,9 +85,11 @@ def refuse_unless_fits(T: int, d: int, what: str) -> None:
     if need <= avail:
         return
     fit = max(0, (avail - memory_needed(0, d)) // 16)
-    raise InputError(f"{what}: {T} x {d} rows need about {need / 1e9:.2f} GB of memory besides the mapped file "
-                     f"(16 bytes a row for the streaming statistics, the O(d^2) factor and the draws), "
-                     f"but {avail / 1e9:.2f} GB are available: at most {fit} rows of width {d} fit")
+    raise InputError(
+        f"{what}: {T} x {d} rows need about {need / 1e9:.2f} GB of memory besides the mapped file "
+        f"(16 bytes a row for the streaming statistics, the O(d^2) factor and the draws), "
+        f"but {avail / 1e9:.2f} GB are available: at most {fit} rows of width {d} fit"
+    )
 
 
 def peak_rss_bytes() -> int:
@@ -130,7 +145,11 @@ class Rows:
     def chunk(self, start: int, stop: int) -> torch.Tensor:
         """Rows ``start:stop`` as float64 (a copy of that chunk only), on the rows' device."""
         part = self.data[start:stop]
-        return torch.from_numpy(np.array(part, dtype=np.float64)) if isinstance(part, np.ndarray) else part.to(torch.float64, copy=True)
+        return (
+            torch.from_numpy(np.array(part, dtype=np.float64))
+            if isinstance(part, np.ndarray)
+            else part.to(torch.float64, copy=True)
+        )
 
     def to(self, device: torch.device) -> Rows:
         """The rows on ``device`` in their own dtype (a mapped file is copied a chunk at a time)."""
@@ -141,7 +160,9 @@ class Rows:
         out = torch.empty(self.T, self.d, dtype=self.dtype, device=device)
         step = chunk_rows(self.d)
         for s in range(0, self.T, step):
-            out[s : s + step] = torch.from_numpy(np.array(self.data[s : s + step], dtype=self.data.dtype.newbyteorder("="))).to(device)
+            out[s : s + step] = torch.from_numpy(
+                np.array(self.data[s : s + step], dtype=self.data.dtype.newbyteorder("="))
+            ).to(device)
         return Rows(out, mapped=False)
 
 
@@ -240,8 +261,19 @@ def _scan(rows: Rows) -> Scan:
         proj[s : s + len(Cs)] = Cs @ u
     if u is None:  # T == 0 (no chunk)  # pragma: no cover - as_matrix refuses empty sets
         u = np.full(d, 1 / math.sqrt(max(1, d)))
-    return Scan(T=T, d=d, exponent=int(e_run or 0), gram=gram, sqn=sqn, proj=proj, u=u, small_norms=small,
-                zero_rows=zero_rows, first_zero=first_zero, chunks=chunks)
+    return Scan(
+        T=T,
+        d=d,
+        exponent=int(e_run or 0),
+        gram=gram,
+        sqn=sqn,
+        proj=proj,
+        u=u,
+        small_norms=small,
+        zero_rows=zero_rows,
+        first_zero=first_zero,
+        chunks=chunks,
+    )
 
 
 def tsqr(rows: Rows, exponent: int) -> np.ndarray:

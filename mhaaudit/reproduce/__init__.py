@@ -21,8 +21,20 @@ from .compare import Comparison, RunFacts
 from .published import TARGETS, published, target_spec
 from .targets import TARGET_FUNCTIONS, Reproduction, figure1, figure2, table1, table3
 
-__all__ = ["TARGETS", "Comparison", "Reproduction", "RunFacts", "figure1", "figure2", "published", "reproduce_paper", "reproduce_seeds",
-           "table1", "table3", "target_spec"]
+__all__ = [
+    "TARGETS",
+    "Comparison",
+    "Reproduction",
+    "RunFacts",
+    "figure1",
+    "figure2",
+    "published",
+    "reproduce_paper",
+    "reproduce_seeds",
+    "table1",
+    "table3",
+    "target_spec",
+]
 
 
 def reproduce_paper(target: str, **options) -> Reproduction | SeedsResult:
@@ -42,14 +54,24 @@ def reproduce_paper(target: str, **options) -> Reproduction | SeedsResult:
     return TARGET_FUNCTIONS[validate.choice("target", target, TARGETS)](**options)
 
 
-def reproduce_seeds(target: str, *, seeds, vary: str = "both", seed: int = 0, weights_seed: int | None = None,
-                    data_seed: int | None = None, **options) -> SeedsResult:
+def reproduce_seeds(
+    target: str,
+    *,
+    seeds,
+    vary: str = "both",
+    seed: int = 0,
+    weights_seed: int | None = None,
+    data_seed: int | None = None,
+    **options,
+) -> SeedsResult:
     """:func:`mhaaudit.reproduce_paper` for each seed: every published value beside the between-seed
     range of ours (``paper_inside``: whether the published value lies in it), the seeds that match,
     and the differences of the swept columns' Kruskal estimates."""
     if target == "figure2":
-        raise InputError("{param:seeds} does not apply to figure2: its memorize grid takes its own seeds "
-                         "(those of memorize, e.g. the preset paper-fig2a with seeds 0-4)")
+        raise InputError(
+            "{param:seeds} does not apply to figure2: its memorize grid takes its own seeds "
+            "(those of memorize, e.g. the preset paper-fig2a with seeds 0-4)"
+        )
     plan = plan_seeds(seeds, vary=vary, seed=seed, weights_seed=weights_seed, data_seed=data_seed)
     runs = over_seeds(reproduce_paper, plan, target=target, **options)
 
@@ -57,21 +79,47 @@ def reproduce_seeds(target: str, *, seeds, vary: str = "both", seed: int = 0, we
         return [c.record() for c in res.comparisons]
 
     def estimates(res) -> list[dict]:
-        return [sweep_estimate_record(sw, model=key, variant=variant, layer=None) for (key, variant), sw in res.sweeps.items()]
+        return [
+            sweep_estimate_record(sw, model=key, variant=variant, layer=None)
+            for (key, variant), sw in res.sweeps.items()
+        ]
 
     first = runs[0]
-    meta = stamp(command="reproduce", target=first.target, title=first.title, source=first.source,
-                 paper=published()["paper"], setting=first.setting, notes=first.notes,
-                 timings_s={str(run.seed): r.timings for run, r in zip(plan.runs(), runs, strict=True)}, **first.settings)
-    out = spread("reproduce", plan, runs, records=records, key=("model", "column", "kind", "check", "k"),
-                 value="our_value", estimates=estimates, estimate_key=("model", "variant", "layer", "check"),
-                 trained=is_trained, sweep_rows=lambda r: r.sweep_rows(), meta=meta,
-                 extra=("paper_value", "paper_verdict", "source"))
+    meta = stamp(
+        command="reproduce",
+        target=first.target,
+        title=first.title,
+        source=first.source,
+        paper=published()["paper"],
+        setting=first.setting,
+        notes=first.notes,
+        timings_s={str(run.seed): r.timings for run, r in zip(plan.runs(), runs, strict=True)},
+        **first.settings,
+    )
+    out = spread(
+        "reproduce",
+        plan,
+        runs,
+        records=records,
+        key=("model", "column", "kind", "check", "k"),
+        value="our_value",
+        estimates=estimates,
+        estimate_key=("model", "variant", "layer", "check"),
+        trained=is_trained,
+        sweep_rows=lambda r: r.sweep_rows(),
+        meta=meta,
+        extra=("paper_value", "paper_verdict", "source"),
+    )
     for rec in out.summaries:
         if rec.get("value") != "our_value":
             continue
-        cell = [r for _, recs in out.per_seed for r in recs if cell_of(r, ("model", "column", "kind", "check", "k"))
-                == cell_of(rec, ("model", "column", "kind", "check", "k"))]
+        cell = [
+            r
+            for _, recs in out.per_seed
+            for r in recs
+            if cell_of(r, ("model", "column", "kind", "check", "k"))
+            == cell_of(rec, ("model", "column", "kind", "check", "k"))
+        ]
         rec["seeds_matching"] = sum(r.get("status") == "match" for r in cell)
         p, lo, hi = rec.get("paper_value"), rec.get("low"), rec.get("high")
         rec["paper_inside"] = None if p is None or lo is None else bool(lo <= p <= hi)

@@ -143,23 +143,31 @@ def record_evidence(rec: dict) -> str:
     if not rec.get("sampled", True):
         return rec["reason"]
     rows = "query + context-mean vectors" if check == "assumption_3" else "queries"
-    out = (f"{rec['satisfied']}/{rec['samples']} draws of {k} {rows} independent (fraction {rec['fraction']:.4f}, "
-           f"95% CI [{rec['ci_low']:.4f}, {rec['ci_high']:.4f}], threshold {rec['threshold']})")
+    out = (
+        f"{rec['satisfied']}/{rec['samples']} draws of {k} {rows} independent (fraction {rec['fraction']:.4f}, "
+        f"95% CI [{rec['ci_low']:.4f}, {rec['ci_high']:.4f}], threshold {rec['threshold']})"
+    )
     if rec.get("planned_samples"):
-        out += f"; sampling stopped after {rec['samples']} of {rec['planned_samples']} draws once the verdict was settled"
+        out += (
+            f"; sampling stopped after {rec['samples']} of {rec['planned_samples']} draws once the verdict was settled"
+        )
     if rec.get("witness"):
         size = len(rec["witness"])
         out += f"; a dependent {size}-subset was found, a proof that the Kruskal rank is below {size}"
     if rec.get("set_rank") is not None and rec["set_rank"] < min(rec["T"], d):
-        out += (f"; the whole set has rank {rec['set_rank']} < min(T, d) = {min(rec['T'], d)} at the smallest tolerance "
-                f"any {k}-subset can have (a ceiling for every draw)")
+        out += (
+            f"; the whole set has rank {rec['set_rank']} < min(T, d) = {min(rec['T'], d)} at the smallest tolerance "
+            f"any {k}-subset can have (a ceiling for every draw)"
+        )
     return out
 
 
 def _sweep_evidence(sweep: dict) -> str:
     s = sweep["summary"]
-    return (f"Kruskal-rank estimate {s['estimate']} over {sweep['samples']} nested draws (threshold {sweep['threshold']}); "
-            f"certified ceiling {s['ceiling']['value']} ({s['ceiling']['kind']}), floor {s['floor']['value']}")
+    return (
+        f"Kruskal-rank estimate {s['estimate']} over {sweep['samples']} nested draws (threshold {sweep['threshold']}); "
+        f"certified ceiling {s['ceiling']['value']} ({s['ceiling']['kind']}), floor {s['floor']['value']}"
+    )
 
 
 # --------------------------------------------------------------------------- our side, by kind
@@ -182,9 +190,18 @@ def _ours_check(item: dict, col: dict) -> Ours:
     if rec.get("exact_status") in ("holds", "fails") and item["check"] != "assumption_2":
         detail += f"; exact: {rec['exact_status']} ({rec.get('exact_basis')})"
     if rec.get("scope") == "whole-set":
-        return Ours(rec["verdict"], rec["fraction"], detail + "; whole set only (k >= T), not the paper's test",
-                    record_evidence(rec), None, ci, rec["k"])
-    return Ours(rec["verdict"], rec["fraction"], detail, record_evidence(rec), rec["verdict"] == item["verdict"], ci, rec["k"])
+        return Ours(
+            rec["verdict"],
+            rec["fraction"],
+            detail + "; whole set only (k >= T), not the paper's test",
+            record_evidence(rec),
+            None,
+            ci,
+            rec["k"],
+        )
+    return Ours(
+        rec["verdict"], rec["fraction"], detail, record_evidence(rec), rec["verdict"] == item["verdict"], ci, rec["k"]
+    )
 
 
 def _ours_ranks(item: dict, col: dict) -> Ours:
@@ -206,8 +223,14 @@ def _ours_ranks(item: dict, col: dict) -> Ours:
     if not ranks:
         return Ours(None, None, "no ranks recorded", evidence, None)
     lo, hi = min(ranks), max(ranks)
-    return Ours(_range_text(lo, hi), None, f"ranks of {sum(hist.values())} examined draws", evidence,
-                lo <= phi and plo <= hi, k=k)
+    return Ours(
+        _range_text(lo, hi),
+        None,
+        f"ranks of {sum(hist.values())} examined draws",
+        evidence,
+        lo <= phi and plo <= hi,
+        k=k,
+    )
 
 
 def _sweep_point(item: dict, col: dict) -> tuple[dict | None, str]:
@@ -218,13 +241,23 @@ def _sweep_point(item: dict, col: dict) -> tuple[dict | None, str]:
     k = item["k"]
     if k not in rows:
         K = max(rows) if rows else 0
-        return ({"k": k, "fraction": 0.0, "ci_low": 0.0, "ci_high": 0.0, "proven": True},
-                f"k = {k} > min(T, d) = {K}: no {k} rows can be independent (a proof)")
+        return (
+            {"k": k, "fraction": 0.0, "ci_low": 0.0, "ci_high": 0.0, "proven": True},
+            f"k = {k} > min(T, d) = {K}: no {k} rows can be independent (a proof)",
+        )
     row = rows[k]
-    if row["fraction"] == 0.0 and row["ci_high"] == 0.0:  # not sampled: the whole set's rank leaves no k rows independent
-        return row | {"proven": True}, (f"k = {k} is above every size the whole set's numerical rank allows, so no {k} "
-                                        f"rows are independent (a proof); " + _sweep_evidence(sweep))
-    return row, f"fraction {row['fraction']:.4f} at k = {k} (95% CI [{row['ci_low']:.4f}, {row['ci_high']:.4f}]); " + _sweep_evidence(sweep)
+    if (
+        row["fraction"] == 0.0 and row["ci_high"] == 0.0
+    ):  # not sampled: the whole set's rank leaves no k rows independent
+        return row | {"proven": True}, (
+            f"k = {k} is above every size the whole set's numerical rank allows, so no {k} "
+            f"rows are independent (a proof); " + _sweep_evidence(sweep)
+        )
+    return (
+        row,
+        f"fraction {row['fraction']:.4f} at k = {k} (95% CI [{row['ci_low']:.4f}, {row['ci_high']:.4f}]); "
+        + _sweep_evidence(sweep),
+    )
 
 
 def _ours_sweep(item: dict, col: dict) -> Ours:
@@ -234,8 +267,15 @@ def _ours_sweep(item: dict, col: dict) -> Ours:
     thr = col["sweep"]["threshold"]
     verdict = "holds" if row["fraction"] >= thr else "fails"
     paper = "holds" if item["fraction"] >= thr else "fails"
-    return Ours(verdict, row["fraction"], "proven" if row.get("proven") else "", ev, verdict == paper,
-                (row["ci_low"], row["ci_high"]), item["k"])
+    return Ours(
+        verdict,
+        row["fraction"],
+        "proven" if row.get("proven") else "",
+        ev,
+        verdict == paper,
+        (row["ci_low"], row["ci_high"]),
+        item["k"],
+    )
 
 
 def band_of(fraction: float, bands: dict) -> str:
@@ -252,8 +292,15 @@ def _ours_shape(item: dict, col: dict, bands: dict) -> Ours:
         return Ours(None, None, "", ev, None)
     label = band_of(row["fraction"], bands)
     lo, hi = bands[item["verdict"]]
-    return Ours(label, row["fraction"], f"band of '{item['verdict']}': {lo}-{hi}", ev, label == item["verdict"],
-                (row["ci_low"], row["ci_high"]), item["k"])
+    return Ours(
+        label,
+        row["fraction"],
+        f"band of '{item['verdict']}': {lo}-{hi}",
+        ev,
+        label == item["verdict"],
+        (row["ci_low"], row["ci_high"]),
+        item["k"],
+    )
 
 
 def _ours_estimate(item: dict, col: dict) -> Ours:
@@ -263,14 +310,17 @@ def _ours_estimate(item: dict, col: dict) -> Ours:
     n = col.get("n") or item["k"]
     est = sweep["summary"]["estimate"]
     verdict = "below n" if est < n else "at least n"
-    return Ours(verdict, float(est), f"estimate {est}, n = {n}", _sweep_evidence(sweep), verdict == item["verdict"], k=n)
+    return Ours(
+        verdict, float(est), f"estimate {est}, n = {n}", _sweep_evidence(sweep), verdict == item["verdict"], k=n
+    )
 
 
 # --------------------------------------------------------------------------- the comparison
 
 
-def compare(target: str, item: dict, col: dict | None, facts: RunFacts | None, spec: dict,
-            threshold: float) -> Comparison:
+def compare(
+    target: str, item: dict, col: dict | None, facts: RunFacts | None, spec: dict, threshold: float
+) -> Comparison:
     """Hold ``item`` (a published item of ``spec``) against ``col``: our records of its column.
 
     ``col`` is ``{"records": {check: record}, "sweep": {...} | None, "n": n}`` or
@@ -278,25 +328,54 @@ def compare(target: str, item: dict, col: dict | None, facts: RunFacts | None, s
     """
     verdict, value, detail = paper_side(item, threshold)
     diffs = setting_differences(spec, item["model"], facts, item.get("column", "")) if facts is not None else []
-    base = dict(target=target, model=item["model"], column=item.get("column", ""), kind=item["kind"],
-                check=item.get("check"), k=item.get("k"), paper_verdict=verdict, paper_value=value,
-                paper_detail=detail, source=item["source"], differences=tuple(d.text for d in diffs))
+    base = dict(
+        target=target,
+        model=item["model"],
+        column=item.get("column", ""),
+        kind=item["kind"],
+        check=item.get("check"),
+        k=item.get("k"),
+        paper_verdict=verdict,
+        paper_value=value,
+        paper_detail=detail,
+        source=item["source"],
+        differences=tuple(d.text for d in diffs),
+    )
     if col is None or col.get("unavailable"):
         reason = (col or {}).get("unavailable") or f"column {item.get('column')} was not run"
-        return Comparison(**base, our_verdict=None, our_value=None, ci_low=None, ci_high=None, our_detail="",
-                          status="unavailable", reason=reason)
+        return Comparison(
+            **base,
+            our_verdict=None,
+            our_value=None,
+            ci_low=None,
+            ci_high=None,
+            our_detail="",
+            status="unavailable",
+            reason=reason,
+        )
     kind = item["kind"]
     if kind == "shape":
         ours = _ours_shape(item, col, spec["bands"])
     else:
-        ours = {"check": _ours_check, "ranks": _ours_ranks, "sweep": _ours_sweep, "estimate": _ours_estimate}[kind](item, col)
+        ours = {"check": _ours_check, "ranks": _ours_ranks, "sweep": _ours_sweep, "estimate": _ours_estimate}[kind](
+            item, col
+        )
     if ours.agrees:
         status, reason = "match", ""
     else:
         status = "differs" if ours.agrees is False else "undetermined"
         reason = explain(ours, value, item, diffs, facts)
-    return Comparison(**base, our_verdict=ours.verdict, our_value=ours.value, ci_low=ours.ci[0], ci_high=ours.ci[1],
-                      our_detail=ours.detail, status=status, reason=reason, our_k=ours.k)
+    return Comparison(
+        **base,
+        our_verdict=ours.verdict,
+        our_value=ours.value,
+        ci_low=ours.ci[0],
+        ci_high=ours.ci[1],
+        our_detail=ours.detail,
+        status=status,
+        reason=reason,
+        our_k=ours.k,
+    )
 
 
 def explain(ours: Ours, paper_value: float | None, item: dict, diffs: list[Difference], facts: RunFacts | None) -> str:
@@ -304,13 +383,17 @@ def explain(ours: Ours, paper_value: float | None, item: dict, diffs: list[Diffe
     parts = [ours.evidence]
     lo, hi = ours.ci
     if paper_value is not None and lo is not None and hi is not None and lo <= paper_value <= hi:
-        parts.append(f"the published {paper_value:g} lies inside our 95% interval [{lo:.4f}, {hi:.4f}], "
-                     "so the two estimates are within sampling error of each other")
+        parts.append(
+            f"the published {paper_value:g} lies inside our 95% interval [{lo:.4f}, {hi:.4f}], "
+            "so the two estimates are within sampling error of each other"
+        )
     if diffs:
         parts.append("this run differs from the paper's in " + ", ".join(d.label for d in diffs))
     elif facts is not None and item.get("column", "").startswith(("random", "embedding")):
-        parts.append(f"same data, model and draws as the paper's; the random weights are another draw (seed {facts.seed}; "
-                     "the paper's were unseeded)")
+        parts.append(
+            f"same data, model and draws as the paper's; the random weights are another draw (seed {facts.seed}; "
+            "the paper's were unseeded)"
+        )
     return "; ".join(p for p in parts if p)
 
 
@@ -330,8 +413,11 @@ def setting_differences(spec: dict, key: str, facts: RunFacts, column: str = "")
         add("data snapshot", f"data: {facts.data}", f"the {data['snapshot']} snapshot")
     checkpoint = paper_model.get("checkpoint")
     if (facts.n, facts.d) != (paper_model.get("n"), paper_model.get("d")):
-        add(f"model (n = {facts.n}, d = {facts.d})", f"model {facts.model}: n = {facts.n}, d = {facts.d}",
-            f"{checkpoint}, n = {paper_model.get('n')}, d = {paper_model.get('d')}")
+        add(
+            f"model (n = {facts.n}, d = {facts.d})",
+            f"model {facts.model}: n = {facts.n}, d = {facts.d}",
+            f"{checkpoint}, n = {paper_model.get('n')}, d = {paper_model.get('d')}",
+        )
     elif facts.model.lower() not in (paper_model.get("alias", ""), checkpoint):
         add(f"model ({facts.model})", f"model {facts.model}", checkpoint)
     source = facts.weights.get(column, "")
@@ -367,9 +453,18 @@ def compare_memorization(target: str, spec: dict, runs: list[dict], fits: list[d
 
 
 def _memo_base(target: str, item: dict, column: str, paper_value=None) -> dict:
-    return dict(target=target, model=item["model"], column=column, kind=item["kind"], check=None, k=None,
-                paper_verdict=item["verdict"], paper_value=paper_value, paper_detail=item.get("formula", item.get("note", "")),
-                source=item["source"])
+    return dict(
+        target=target,
+        model=item["model"],
+        column=column,
+        kind=item["kind"],
+        check=None,
+        k=None,
+        paper_verdict=item["verdict"],
+        paper_value=paper_value,
+        paper_detail=item.get("formula", item.get("note", "")),
+        source=item["source"],
+    )
 
 
 def _training_evidence(pts: list[dict], spec: dict, steps_said: bool = False) -> str:
@@ -388,10 +483,20 @@ def _linear(target: str, item: dict, T: int, pts: list[dict], fit: dict | None, 
     base["paper_detail"] = f"r2 >= {item['min_r2']} over the non-saturated points"
     if fit is None:
         sat = [r["heads"] for r in pts if r["memorized"] >= 0.99]
-        reason = (f"at T = {T} fewer than two of the {len(pts)} points are below saturation (memorised fraction "
-                  f"0.99 or more at H = {sat}), so no line can be fitted; " + _training_evidence(pts, spec))
-        return Comparison(**base, our_verdict=None, our_value=None, ci_low=None, ci_high=None, our_detail="",
-                          status="undetermined", reason=reason)
+        reason = (
+            f"at T = {T} fewer than two of the {len(pts)} points are below saturation (memorised fraction "
+            f"0.99 or more at H = {sat}), so no line can be fitted; " + _training_evidence(pts, spec)
+        )
+        return Comparison(
+            **base,
+            our_verdict=None,
+            our_value=None,
+            ci_low=None,
+            ci_high=None,
+            our_detail="",
+            status="undetermined",
+            reason=reason,
+        )
     ok = fit["slope"] > 0 and math.isfinite(fit["r2"]) and fit["r2"] >= item["min_r2"]
     detail = f"slope {fit['slope']:.1f} examples per head, r2 {fit['r2']:.4f} over H = {list(fit['xs'])}"
     reason = ""
@@ -399,8 +504,16 @@ def _linear(target: str, item: dict, T: int, pts: list[dict], fit: dict | None, 
         why = f"slope {fit['slope']:.2f} <= 0" if fit["slope"] <= 0 else f"r2 = {fit['r2']:.4f} < {item['min_r2']}"
         reason = f"{why} over {fit['points']} non-saturated points at T = {T}; " + _training_evidence(pts, spec)
     r2 = fit["r2"] if math.isfinite(fit["r2"]) else None
-    return Comparison(**base, our_verdict="linear" if ok else "not linear", our_value=r2, ci_low=None,
-                      ci_high=None, our_detail=detail, status="match" if ok else "differs", reason=reason)
+    return Comparison(
+        **base,
+        our_verdict="linear" if ok else "not linear",
+        our_value=r2,
+        ci_low=None,
+        ci_high=None,
+        our_detail=detail,
+        status="match" if ok else "differs",
+        reason=reason,
+    )
 
 
 def _monotone(target: str, item: dict, T: int, pts: list[dict], spec: dict) -> Comparison:
@@ -413,14 +526,24 @@ def _monotone(target: str, item: dict, T: int, pts: list[dict], spec: dict) -> C
     reason = ""
     if not ok:
         if drops:
-            reason = "memorised count falls from " + ", ".join(f"{a[1]} at H = {a[0]} to {b[1]} at H = {b[0]}" for a, b in drops)
+            reason = "memorised count falls from " + ", ".join(
+                f"{a[1]} at H = {a[0]} to {b[1]} at H = {b[0]}" for a, b in drops
+            )
         elif len(counts) < 2:
             reason = f"only one value of H at T = {T}"
         else:
             reason = f"the count does not rise from H = {counts[0][0]} to H = {counts[-1][0]}"
         reason += "; " + _training_evidence(pts, spec)
-    return Comparison(**base, our_verdict="increasing" if ok else "not increasing", our_value=None, ci_low=None,
-                      ci_high=None, our_detail=detail, status="match" if ok else "differs", reason=reason)
+    return Comparison(
+        **base,
+        our_verdict="increasing" if ok else "not increasing",
+        our_value=None,
+        ci_low=None,
+        ci_high=None,
+        our_detail=detail,
+        status="match" if ok else "differs",
+        reason=reason,
+    )
 
 
 def _theorem1(target: str, item: dict, run: dict, bound, spec: dict) -> Comparison:
@@ -428,20 +551,35 @@ def _theorem1(target: str, item: dict, run: dict, bound, spec: dict) -> Comparis
     column = f"H = {run['heads']}, n = {run['n']}, d_h = {run['head_dim']}, T = {T}"
     base = _memo_base(target, item, column, float(bound.count) if bound.applies else None)
     if not bound.applies:
-        return Comparison(**base, our_verdict=None, our_value=float(run["memorized_count"]), ci_low=None, ci_high=None,
-                          our_detail=f"{run['memorized_count']}/{T} memorised", status="undetermined",
-                          reason=f"Theorem 1 gives no count here: {bound.reason}")
+        return Comparison(
+            **base,
+            our_verdict=None,
+            our_value=float(run["memorized_count"]),
+            ci_low=None,
+            ci_high=None,
+            our_detail=f"{run['memorized_count']}/{T} memorised",
+            status="undetermined",
+            reason=f"Theorem 1 gives no count here: {bound.reason}",
+        )
     base["paper_detail"] = bound.formula
     need = min(bound.count, T)
     ok = run["memorized_count"] >= need
     reason = ""
     if not ok:
-        reason = (f"gradient descent memorised {run['memorized_count']} of {T} examples after {run['steps_run']} of "
-                  f"{run['planned_steps']} planned steps (final loss {run['final_loss']:.3g}), below "
-                  f"min(T, {bound.count}) = {need}")
+        reason = (
+            f"gradient descent memorised {run['memorized_count']} of {T} examples after {run['steps_run']} of "
+            f"{run['planned_steps']} planned steps (final loss {run['final_loss']:.3g}), below "
+            f"min(T, {bound.count}) = {need}"
+        )
         more = _training_evidence([run], spec, steps_said=True)
         reason += f"; {more}" if more else ""
-    return Comparison(**base, our_verdict="at least the count" if ok else "below the count",
-                      our_value=float(run["memorized_count"]), ci_low=None, ci_high=None,
-                      our_detail=f"{run['memorized_count']}/{T} memorised", status="match" if ok else "differs",
-                      reason=reason)
+    return Comparison(
+        **base,
+        our_verdict="at least the count" if ok else "below the count",
+        our_value=float(run["memorized_count"]),
+        ci_low=None,
+        ci_high=None,
+        our_detail=f"{run['memorized_count']}/{T} memorised",
+        status="match" if ok else "differs",
+        reason=reason,
+    )

@@ -71,8 +71,10 @@ def _memorization(ax, result) -> None:
         ax.plot(*zip(*pts, strict=False), marker="o", color=f"C{i}", label=f"ours: memorised of T = {T}")
         ax.axhline(T, color=f"C{i}", lw=0.5, ls=":")
     s = grid.settings
-    theorem = [(h, theorem1_bound(heads=h, head_dim=s["head_dim"], n=s["n"], d=s.get("d", 64), a1_holds=True, a2_holds=True))
-               for h in sorted({r.heads for r in grid.runs})]
+    theorem = [
+        (h, theorem1_bound(heads=h, head_dim=s["head_dim"], n=s["n"], d=s.get("d", 64), a1_holds=True, a2_holds=True))
+        for h in sorted({r.heads for r in grid.runs})
+    ]
     bounds = [(h, b.count) for h, b in theorem if b.applies]
     if bounds:
         ax.plot(*zip(*bounds, strict=False), "k--", lw=1, label="Theorem 1: H (min(n, d_h) - 1) + 1")

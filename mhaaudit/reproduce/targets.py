@@ -76,9 +76,18 @@ class Reproduction(Report):
 
     def meta(self) -> dict:
         """The run's provenance stamp (the JSON ``meta``): the target, the paper, the counts, the setting."""
-        return stamp(command="reproduce", target=self.target, title=self.title, source=self.source,
-                     paper=published()["paper"], counts=self.counts(), setting=self.setting, notes=self.notes,
-                     timings_s=self.timings, **self.settings)
+        return stamp(
+            command="reproduce",
+            target=self.target,
+            title=self.title,
+            source=self.source,
+            paper=published()["paper"],
+            counts=self.counts(),
+            setting=self.setting,
+            notes=self.notes,
+            timings_s=self.timings,
+            **self.settings,
+        )
 
     def document(self, meta: dict | None = None) -> dict:
         """What ``--format json`` prints: ``meta``, the records, and the sweep rows and memorize runs
@@ -94,8 +103,11 @@ class Reproduction(Report):
         return reproduction_report(self)
 
     def summary_line(self) -> str:
-        return f"{self.target}: " + ", ".join(f"{v} {k}" for k, v in self.counts().items()) + \
-            f" of {len(self.comparisons)} published values"
+        return (
+            f"{self.target}: "
+            + ", ".join(f"{v} {k}" for k, v in self.counts().items())
+            + f" of {len(self.comparisons)} published values"
+        )
 
 
 # --------------------------------------------------------------------------- shared steps
@@ -112,9 +124,19 @@ def _data_for(spec: dict, data: str | None) -> tuple[str | None, bool]:
 def _facts(result, name: str, paper_data: bool, settings: Settings) -> RunFacts:
     cols = {c.probe.variant: (c.weights_source or c.reason) for c in result.columns}
     T = result.T
-    return RunFacts(model=name, resolved=str(result.info.get("resolved", name)), n=result.info.get("n"),
-                    d=result.info.get("d"), T=T, data=result.data, paper_data=paper_data, samples=settings.samples,
-                    threshold=settings.threshold, seed=settings.seed, weights=cols)
+    return RunFacts(
+        model=name,
+        resolved=str(result.info.get("resolved", name)),
+        n=result.info.get("n"),
+        d=result.info.get("d"),
+        T=T,
+        data=result.data,
+        paper_data=paper_data,
+        samples=settings.samples,
+        threshold=settings.threshold,
+        seed=settings.seed,
+        weights=cols,
+    )
 
 
 def _sweep_doc(sw) -> dict:
@@ -144,8 +166,16 @@ def _draw_ranks(X, k: int, settings: Settings, draws: int = 10) -> dict:
 
 def _sweep(fs, settings: Settings, kmax: int, label: str):
     with task(f"{label} sweep", settings.samples, settings.progress) as adv:
-        return kruskal_sweep(fs.queries, samples=settings.samples, threshold=settings.threshold, seed=settings.seed,
-                             rule=settings.rule(fs.dtype), device=settings.device, kmax=kmax, progress=adv)
+        return kruskal_sweep(
+            fs.queries,
+            samples=settings.samples,
+            threshold=settings.threshold,
+            seed=settings.seed,
+            rule=settings.rule(fs.dtype),
+            device=settings.device,
+            kmax=kmax,
+            progress=adv,
+        )
 
 
 def _setting_lines(spec: dict, facts: dict, settings: Settings) -> list[str]:
@@ -155,9 +185,14 @@ def _setting_lines(spec: dict, facts: dict, settings: Settings) -> list[str]:
         lines.append(f"{key}: {f.model} ({f.resolved}), n = {f.n}, d = {f.d}, T = {f.T}; data: {f.data}")
         for col, src in f.weights.items():
             lines.append(f"  {col}: {src}")
-        lines.append("  differs from the paper's: " + ("; ".join(d.brief() for d in diffs) if diffs else "nothing in data, model, T or draws"))
-    lines.append(f"{settings.samples} draws per test, threshold {settings.threshold}, seed {settings.seed}, "
-                 f"device {settings.device_name}, rank rule: {settings.rule().describe()}")
+        lines.append(
+            "  differs from the paper's: "
+            + ("; ".join(d.brief() for d in diffs) if diffs else "nothing in data, model, T or draws")
+        )
+    lines.append(
+        f"{settings.samples} draws per test, threshold {settings.threshold}, seed {settings.seed}, "
+        f"device {settings.device_name}, rank rule: {settings.rule().describe()}"
+    )
     return lines
 
 
@@ -172,30 +207,91 @@ def _check_keys(name: str, given: dict | None, allowed: Sequence[str]) -> dict:
 # --------------------------------------------------------------------------- Table 1 and Table 3
 
 
-def table1(*, data: str | None = None, split: str = "train", limit: int | None = None, model: dict | None = None,
-           weights: dict | None = None, samples: int = DEFAULT_SAMPLES, threshold: float = DEFAULT_THRESHOLD,
-           seed: int = 0, device: str = "auto", batch_size: int = 32, stop_when_decided: bool = True,
-           progress: bool = False, on_note: Callable[[str], None] | None = None, weights_seed: int | None = None,
-           data_seed: int | None = None) -> Reproduction:
+def table1(
+    *,
+    data: str | None = None,
+    split: str = "train",
+    limit: int | None = None,
+    model: dict | None = None,
+    weights: dict | None = None,
+    samples: int = DEFAULT_SAMPLES,
+    threshold: float = DEFAULT_THRESHOLD,
+    seed: int = 0,
+    device: str = "auto",
+    batch_size: int = 32,
+    stop_when_decided: bool = True,
+    progress: bool = False,
+    on_note: Callable[[str], None] | None = None,
+    weights_seed: int | None = None,
+    data_seed: int | None = None,
+) -> Reproduction:
     """Table 1: ViT-Base's four columns (embedding, random attention, random ViT, trained ViT)."""
-    return _tables("table1", dict(data=data, split=split, limit=limit, model=model, weights=weights, samples=samples,
-                                  threshold=threshold, seed=seed, device=device, batch_size=batch_size,
-                                  stop_when_decided=stop_when_decided, progress=progress, on_note=on_note,
-                                  weights_seed=weights_seed, data_seed=data_seed))
+    return _tables(
+        "table1",
+        dict(
+            data=data,
+            split=split,
+            limit=limit,
+            model=model,
+            weights=weights,
+            samples=samples,
+            threshold=threshold,
+            seed=seed,
+            device=device,
+            batch_size=batch_size,
+            stop_when_decided=stop_when_decided,
+            progress=progress,
+            on_note=on_note,
+            weights_seed=weights_seed,
+            data_seed=data_seed,
+        ),
+    )
 
 
-def table3(*, data: str | None = None, split: str = "train", limit: int | None = None, models: Sequence[str] | None = None,
-           model: dict | None = None, weights: dict | None = None, context_length: dict | None = None,
-           samples: int = DEFAULT_SAMPLES, threshold: float = DEFAULT_THRESHOLD, seed: int = 0, device: str = "auto",
-           batch_size: int = 32, stop_when_decided: bool = True, progress: bool = False,
-           on_note: Callable[[str], None] | None = None, weights_seed: int | None = None,
-           data_seed: int | None = None) -> Reproduction:
+def table3(
+    *,
+    data: str | None = None,
+    split: str = "train",
+    limit: int | None = None,
+    models: Sequence[str] | None = None,
+    model: dict | None = None,
+    weights: dict | None = None,
+    context_length: dict | None = None,
+    samples: int = DEFAULT_SAMPLES,
+    threshold: float = DEFAULT_THRESHOLD,
+    seed: int = 0,
+    device: str = "auto",
+    batch_size: int = 32,
+    stop_when_decided: bool = True,
+    progress: bool = False,
+    on_note: Callable[[str], None] | None = None,
+    weights_seed: int | None = None,
+    data_seed: int | None = None,
+) -> Reproduction:
     """Table 3: BERT-large and GPT-2-large (``models``: a subset of ``bert``, ``gpt2``), random and
     trained, layers 0 and 1, and the Kruskal-rank sweep of the BERT layer-1 columns."""
-    return _tables("table3", dict(data=data, split=split, limit=limit, models=models, model=model, weights=weights,
-                                  context_length=context_length, samples=samples, threshold=threshold, seed=seed,
-                                  device=device, batch_size=batch_size, stop_when_decided=stop_when_decided,
-                                  progress=progress, on_note=on_note, weights_seed=weights_seed, data_seed=data_seed))
+    return _tables(
+        "table3",
+        dict(
+            data=data,
+            split=split,
+            limit=limit,
+            models=models,
+            model=model,
+            weights=weights,
+            context_length=context_length,
+            samples=samples,
+            threshold=threshold,
+            seed=seed,
+            device=device,
+            batch_size=batch_size,
+            stop_when_decided=stop_when_decided,
+            progress=progress,
+            on_note=on_note,
+            weights_seed=weights_seed,
+            data_seed=data_seed,
+        ),
+    )
 
 
 def _tables(target: str, o: dict) -> Reproduction:
@@ -205,9 +301,16 @@ def _tables(target: str, o: dict) -> Reproduction:
     names = _check_keys(param("model"), o.get("model"), keys)
     weights = _check_keys(param("weights"), o.get("weights"), keys)
     lengths = _check_keys(param("context_length"), o.get("context_length"), keys)
-    settings = Settings.resolve(device=o["device"], samples=o["samples"], threshold=o["threshold"], seed=o["seed"],
-                                stop_when_decided=o["stop_when_decided"], progress=o["progress"],
-                                weights_seed=o.get("weights_seed"), data_seed=o.get("data_seed"))
+    settings = Settings.resolve(
+        device=o["device"],
+        samples=o["samples"],
+        threshold=o["threshold"],
+        seed=o["seed"],
+        stop_when_decided=o["stop_when_decided"],
+        progress=o["progress"],
+        weights_seed=o.get("weights_seed"),
+        data_seed=o.get("data_seed"),
+    )
     data, paper_data = _data_for(spec, o["data"])
     T = spec["data"]["T"] if o["limit"] is None else validate.integer(param("limit"), o["limit"])
     out = Reproduction(target, spec["title"], spec["source"], [], {}, [], {}, {})
@@ -215,23 +318,41 @@ def _tables(target: str, o: dict) -> Reproduction:
     for key in chosen:
         name = names.get(key, spec["models"][key]["alias"])
         layers = [0, 1] if target == "table3" else None
-        result = audit(name, layers=layers, data=data, split=o["split"], limit=T, batch_size=o["batch_size"],
-                       samples=settings.samples, threshold=settings.threshold, seed=settings.seed,
-                       device=settings.device, weights=weights.get(key), context_length=lengths.get(key),
-                       progress=settings.progress, stop_when_decided=settings.stop_when_decided, on_note=o["on_note"],
-                       weights_seed=settings.weights_seed, data_seed=settings.data_seed)
+        result = audit(
+            name,
+            layers=layers,
+            data=data,
+            split=o["split"],
+            limit=T,
+            batch_size=o["batch_size"],
+            samples=settings.samples,
+            threshold=settings.threshold,
+            seed=settings.seed,
+            device=settings.device,
+            weights=weights.get(key),
+            context_length=lengths.get(key),
+            progress=settings.progress,
+            stop_when_decided=settings.stop_when_decided,
+            on_note=o["on_note"],
+            weights_seed=settings.weights_seed,
+            data_seed=settings.data_seed,
+        )
         out.audits[key] = result
         out.facts[key] = _facts(result, name, paper_data, settings)
         out.notes += result.notes
         out.comparisons += _compare_model(target, spec, key, result, out, settings)
-    out.timings |= {f"audit {key}": a.timings | {c.probe.variant: c.timings for c in a.columns if c.timings}
-                    for key, a in out.audits.items()} | {"total": round(time.perf_counter() - t0, 3)}
+    out.timings |= {
+        f"audit {key}": a.timings | {c.probe.variant: c.timings for c in a.columns if c.timings}
+        for key, a in out.audits.items()
+    } | {"total": round(time.perf_counter() - t0, 3)}
     out.setting = _setting_lines(spec, out.facts, settings)
     out.settings = dict(settings.as_dict(), limit=T, data=data, models=chosen)
     return out
 
 
-def _compare_model(target: str, spec: dict, key: str, result, out: Reproduction, settings: Settings) -> list[Comparison]:
+def _compare_model(
+    target: str, spec: dict, key: str, result, out: Reproduction, settings: Settings
+) -> list[Comparison]:
     """Sweep the columns whose sweep the paper published (into ``out.sweeps``), then hold every
     published item of model ``key`` against the audit's records."""
     swept = [it for it in spec["values"] if it["model"] == key and it["kind"] in SWEEP_KINDS]
@@ -245,57 +366,117 @@ def _compare_model(target: str, spec: dict, key: str, result, out: Reproduction,
             out.sweeps[(key, c.probe.variant)] = sw
             out.timings[f"sweep {key} {c.probe.variant}"] = round(time.perf_counter() - t0, 3)
         cols[c.probe.variant] = _column(c, settings, sw)
-    return [compare(target, it, cols.get(it["column"]), out.facts[key], spec, spec["protocol"]["threshold"])
-            for it in spec["values"] if it["model"] == key]
+    return [
+        compare(target, it, cols.get(it["column"]), out.facts[key], spec, spec["protocol"]["threshold"])
+        for it in spec["values"]
+        if it["model"] == key
+    ]
 
 
 # --------------------------------------------------------------------------- Figure 1
 
 
-def figure1(*, data: str | None = None, split: str = "train", limit: int | None = None, model: dict | None = None,
-            samples: int = DEFAULT_SAMPLES, threshold: float = DEFAULT_THRESHOLD, seed: int = 0, device: str = "auto",
-            batch_size: int = 32, progress: bool = False, weights_seed: int | None = None,
-            data_seed: int | None = None) -> Reproduction:
+def figure1(
+    *,
+    data: str | None = None,
+    split: str = "train",
+    limit: int | None = None,
+    model: dict | None = None,
+    samples: int = DEFAULT_SAMPLES,
+    threshold: float = DEFAULT_THRESHOLD,
+    seed: int = 0,
+    device: str = "auto",
+    batch_size: int = 32,
+    progress: bool = False,
+    weights_seed: int | None = None,
+    data_seed: int | None = None,
+) -> Reproduction:
     """Figure 1: the satisfied fraction against k for ViT-Base's random-attention features."""
     spec = target_spec("figure1")
     (key,) = spec["models"]
     (column,) = spec["columns"]
     name = _check_keys(param("model"), model, [key]).get(key, spec["models"][key]["alias"])
-    settings = Settings.resolve(device=device, samples=samples, threshold=threshold, seed=seed, progress=progress,
-                                weights_seed=weights_seed, data_seed=data_seed)
+    settings = Settings.resolve(
+        device=device,
+        samples=samples,
+        threshold=threshold,
+        seed=seed,
+        progress=progress,
+        weights_seed=weights_seed,
+        data_seed=data_seed,
+    )
     data_arg, paper_data = _data_for(spec, data)
     T = spec["data"]["T"] if limit is None else validate.integer(param("limit"), limit)
     t0 = time.perf_counter()
-    fs = capture_features(name, variant=column, data=data_arg, split=split, limit=T, batch_size=batch_size,
-                          settings=settings)
+    fs = capture_features(
+        name, variant=column, data=data_arg, split=split, limit=T, batch_size=batch_size, settings=settings
+    )
     kmax = max(max(it["k"] for it in spec["values"]), fs.d)
     sw = _sweep(fs, settings, kmax, column)
-    facts = RunFacts(model=name, resolved=str(fs.meta.get("resolved", name)), n=fs.n, d=fs.d, T=fs.T,
-                     data=str(fs.meta.get("data", "")), paper_data=paper_data, samples=settings.samples,
-                     threshold=settings.threshold, seed=settings.seed, weights={column: str(fs.meta.get("weights_source", ""))})
+    facts = RunFacts(
+        model=name,
+        resolved=str(fs.meta.get("resolved", name)),
+        n=fs.n,
+        d=fs.d,
+        T=fs.T,
+        data=str(fs.meta.get("data", "")),
+        paper_data=paper_data,
+        samples=settings.samples,
+        threshold=settings.threshold,
+        seed=settings.seed,
+        weights={column: str(fs.meta.get("weights_source", ""))},
+    )
     col = {"records": {}, "sweep": _sweep_doc(sw), "n": fs.n}
     comps = [compare("figure1", it, col, facts, spec, spec["protocol"]["threshold"]) for it in spec["values"]]
-    return Reproduction("figure1", spec["title"], spec["source"], comps, {key: facts},
-                        _setting_lines(spec, {key: facts}, settings), dict(settings.as_dict(), limit=T, data=data_arg),
-                        {"total": round(time.perf_counter() - t0, 3)}, sweeps={(key, column): sw})
+    return Reproduction(
+        "figure1",
+        spec["title"],
+        spec["source"],
+        comps,
+        {key: facts},
+        _setting_lines(spec, {key: facts}, settings),
+        dict(settings.as_dict(), limit=T, data=data_arg),
+        {"total": round(time.perf_counter() - t0, 3)},
+        sweeps={(key, column): sw},
+    )
 
 
 # --------------------------------------------------------------------------- Figure 2
 
 
-def figure2(*, preset: str | None = "cpu", values=None, sizes=None, max_steps: int | None = None, seed: int = 0,
-            device: str = "auto", progress: bool = False) -> Reproduction:
+def figure2(
+    *,
+    preset: str | None = "cpu",
+    values=None,
+    sizes=None,
+    max_steps: int | None = None,
+    seed: int = 0,
+    device: str = "auto",
+    progress: bool = False,
+) -> Reproduction:
     """Figure 2(a): memorisation against H on a memorize grid (``cpu`` preset by default)."""
     spec = target_spec("figure2")
     t0 = time.perf_counter()
-    grid = run_memorize_grid(vary="heads" if preset is None else None, preset=preset, values=values, sizes=sizes,
-                             max_steps=max_steps, seed=seed, device=device, progress=progress)
+    grid = run_memorize_grid(
+        vary="heads" if preset is None else None,
+        preset=preset,
+        values=values,
+        sizes=sizes,
+        max_steps=max_steps,
+        seed=seed,
+        device=device,
+        progress=progress,
+    )
     if grid.vary != "heads":
-        raise InputError(f"figure2 compares memorisation against the number of heads; preset {preset!r} varies {grid.vary}")
+        raise InputError(
+            f"figure2 compares memorisation against the number of heads; preset {preset!r} varies {grid.vary}"
+        )
     d = grid.settings.get("d", 64)
 
     def bound(run: dict):
-        return theorem1_bound(heads=run["heads"], head_dim=run["head_dim"], n=run["n"], d=d, a1_holds=True, a2_holds=True)
+        return theorem1_bound(
+            heads=run["heads"], head_dim=run["head_dim"], n=run["n"], d=d, a1_holds=True, a2_holds=True
+        )
 
     runs = [r.to_dict() for r in grid.runs]
     comps = compare_memorization("figure2", spec, runs, [f.to_dict() for f in grid.fits], bound)
@@ -304,13 +485,25 @@ def figure2(*, preset: str | None = "cpu", values=None, sizes=None, max_steps: i
     setting = [
         f"grid {grid.preset or 'custom'}: H in {list(grid.values)}, n = {s.get('n')}, d_h = {s.get('head_dim')}, d = {d}, "
         f"T in {list(grid.sizes)}, {s.get('context')} context, {s.get('task')}, seed {s.get('seed')}, device {s.get('device')}",
-        f"training: at most {s.get('max_steps') or 'the paper rule of'} steps per point "
-        f"(the paper: {tr['rule']})",
+        f"training: at most {s.get('max_steps') or 'the paper rule of'} steps per point (the paper: {tr['rule']})",
         f"data: {spec['data']['description']}",
     ]
-    return Reproduction("figure2", spec["title"], spec["source"], comps, {}, setting,
-                        dict(seed=seed, device=s.get("device"), preset=grid.preset, grid=grid.to_dict() | {"runs": None}),
-                        {"total": round(time.perf_counter() - t0, 3)}, grid=grid)
+    return Reproduction(
+        "figure2",
+        spec["title"],
+        spec["source"],
+        comps,
+        {},
+        setting,
+        dict(seed=seed, device=s.get("device"), preset=grid.preset, grid=grid.to_dict() | {"runs": None}),
+        {"total": round(time.perf_counter() - t0, 3)},
+        grid=grid,
+    )
 
 
-TARGET_FUNCTIONS: dict[str, Callable[..., Reproduction]] = {"table1": table1, "table3": table3, "figure1": figure1, "figure2": figure2}
+TARGET_FUNCTIONS: dict[str, Callable[..., Reproduction]] = {
+    "table1": table1,
+    "table3": table3,
+    "figure1": figure1,
+    "figure2": figure2,
+}

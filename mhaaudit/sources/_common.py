@@ -28,9 +28,28 @@ HUB_PREFIXES = ("hf:", "hub:")
 
 # Suffixes that mark a string as a file name rather than a hub dataset id.
 _FILE_SUFFIXES = {
-    ".parquet", ".arrow", ".jsonl", ".json", ".txt", ".csv", ".tsv", ".npy", ".npz",
-    ".safetensors", ".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp",
-    ".zip", ".tar", ".gz", ".md",
+    ".parquet",
+    ".arrow",
+    ".jsonl",
+    ".json",
+    ".txt",
+    ".csv",
+    ".tsv",
+    ".npy",
+    ".npz",
+    ".safetensors",
+    ".jpg",
+    ".jpeg",
+    ".png",
+    ".bmp",
+    ".gif",
+    ".tif",
+    ".tiff",
+    ".webp",
+    ".zip",
+    ".tar",
+    ".gz",
+    ".md",
 }
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
 
@@ -123,7 +142,7 @@ def classify(data: str) -> tuple[str, Any]:
         raise InputError("empty data argument: give a path, a Hugging Face dataset id, or 'builtin'")
     for prefix in HUB_PREFIXES:
         if text.lower().startswith(prefix):
-            rest = text[len(prefix):].strip()
+            rest = text[len(prefix) :].strip()
             if not rest:
                 raise InputError(f"'{text}': nothing after '{prefix}'; give a Hugging Face dataset id")
             return "hub", rest
@@ -140,8 +159,10 @@ def classify(data: str) -> tuple[str, Any]:
 def no_split(split: str, what: str) -> None:
     """``split`` names a split of a dataset: refused (unless the default, ``"train"``) for data without splits."""
     if split != "train":
-        raise InputError(f"{{param:split}} '{split}' has no effect on {what}: it has no splits (a split is chosen "
-                         "in a Hugging Face dataset or a DatasetDict saved with save_to_disk)")
+        raise InputError(
+            f"{{param:split}} '{split}' has no effect on {what}: it has no splits (a split is chosen "
+            "in a Hugging Face dataset or a DatasetDict saved with save_to_disk)"
+        )
 
 
 def is_local(data: str) -> bool:
@@ -166,8 +187,9 @@ def open_hf_dataset(data: str, *, split: str, config: str | None = None, what: s
     try:
         import datasets
     except ImportError as exc:  # pragma: no cover - a declared dependency
-        raise DataError(f"reading '{data}' needs the 'datasets' package: "
-                        f"{one_line(exc, 300, first_line=True)}") from None
+        raise DataError(
+            f"reading '{data}' needs the 'datasets' package: {one_line(exc, 300, first_line=True)}"
+        ) from None
 
     label = f"'{data}'" + (f" (config {config})" if config else "")
     try:
@@ -220,8 +242,9 @@ def stream_rows(dataset, data: str):
         except StopIteration:
             return
         except (OSError, ConnectionError, ValueError, KeyError) as exc:
-            raise DataError(f"reading dataset '{data}' failed after {count} rows: "
-                            f"{one_line(exc, 300, first_line=True)}") from None
+            raise DataError(
+                f"reading dataset '{data}' failed after {count} rows: {one_line(exc, 300, first_line=True)}"
+            ) from None
         count += 1
         yield row
 

@@ -39,8 +39,15 @@ class Table:
     feature or ``{bytes, path}`` structs), ``"bytes"`` (raw binary) or its type, ``rows`` is the
     number of rows, ``base`` the folder relative image paths are read from."""
 
-    def __init__(self, label: str, kinds: dict[str, str], rows: int | None, values: Callable[[str], Iterator[Any]],
-                 base: Path | None = None, split: str | None = None) -> None:
+    def __init__(
+        self,
+        label: str,
+        kinds: dict[str, str],
+        rows: int | None,
+        values: Callable[[str], Iterator[Any]],
+        base: Path | None = None,
+        split: str | None = None,
+    ) -> None:
         self.label, self.kinds, self.rows, self._values, self.base, self.split = label, kinds, rows, values, base, split
 
     def values(self, column: str) -> Iterator[Any]:
@@ -117,8 +124,13 @@ def _arrow_table(path: Path):
 
 def _arrow(path: Path) -> Table:
     table = _arrow_table(path)
-    return Table(f"Arrow file {path}", _kinds_of(table.schema), table.num_rows,
-                 lambda column: _batches_of_table(table, column), path.parent)
+    return Table(
+        f"Arrow file {path}",
+        _kinds_of(table.schema),
+        table.num_rows,
+        lambda column: _batches_of_table(table, column),
+        path.parent,
+    )
 
 
 def _delimited(path: Path, delimiter: str) -> Table:
@@ -131,41 +143,59 @@ def _delimited(path: Path, delimiter: str) -> Table:
         try:
             table = pcsv.read_csv(path, parse_options=parse)
         except pa.ArrowInvalid:  # a column whose type the first rows suggested holds other values: all strings
-            names = pcsv.read_csv(path, parse_options=parse, read_options=pcsv.ReadOptions(block_size=1 << 16)
-                                  ).column_names
-            table = pcsv.read_csv(path, parse_options=parse,
-                                  convert_options=pcsv.ConvertOptions(column_types={n: pa.string() for n in names}))
+            names = pcsv.read_csv(
+                path, parse_options=parse, read_options=pcsv.ReadOptions(block_size=1 << 16)
+            ).column_names
+            table = pcsv.read_csv(
+                path,
+                parse_options=parse,
+                convert_options=pcsv.ConvertOptions(column_types={n: pa.string() for n in names}),
+            )
     except (OSError, pa.ArrowException) as exc:
         raise DataError(f"cannot read {what} file {path}: {one_line(exc, 300, first_line=True)}") from None
-    return Table(f"{what} file {path}", _kinds_of(table.schema), table.num_rows,
-                 lambda column: _batches_of_table(table, column), path.parent)
+    return Table(
+        f"{what} file {path}",
+        _kinds_of(table.schema),
+        table.num_rows,
+        lambda column: _batches_of_table(table, column),
+        path.parent,
+    )
 
 
 def is_saved_dataset(folder: Path) -> bool:
     """True for a folder written by ``Dataset.save_to_disk`` or ``DatasetDict.save_to_disk``."""
     return (folder / "dataset_dict.json").is_file() or (
-        (folder / "state.json").is_file() and (folder / "dataset_info.json").is_file())
+        (folder / "state.json").is_file() and (folder / "dataset_info.json").is_file()
+    )
 
 
 def _saved(folder: Path, split: str) -> Table:
     try:
         import datasets
     except ImportError as exc:  # pragma: no cover - a declared dependency
-        raise DataError(f"reading {folder} needs the 'datasets' package: {one_line(exc, 300, first_line=True)}") from None
+        raise DataError(
+            f"reading {folder} needs the 'datasets' package: {one_line(exc, 300, first_line=True)}"
+        ) from None
     is_dict = (folder / "dataset_dict.json").is_file()
     if is_dict:
         try:
             splits = list(json.loads((folder / "dataset_dict.json").read_text(encoding="utf-8")).get("splits", []))
         except (OSError, ValueError, AttributeError) as exc:
-            raise DataError(f"cannot read {folder / 'dataset_dict.json'}: {one_line(exc, 300, first_line=True)}") from None
+            raise DataError(
+                f"cannot read {folder / 'dataset_dict.json'}: {one_line(exc, 300, first_line=True)}"
+            ) from None
         if split not in splits:
-            raise DataError(f"dataset folder {folder} (a DatasetDict saved with save_to_disk) has no split '{split}'; "
-                            f"its splits: {', '.join(splits) or 'none'}; choose one with {{param:split}}")
+            raise DataError(
+                f"dataset folder {folder} (a DatasetDict saved with save_to_disk) has no split '{split}'; "
+                f"its splits: {', '.join(splits) or 'none'}; choose one with {{param:split}}"
+            )
         where = folder / split
     else:
         if split != "train":
-            raise InputError(f"dataset folder {folder} holds a single Dataset saved with save_to_disk, which has no "
-                             f"splits; leave out {{param:split}} (it names a split of a DatasetDict), got '{split}'")
+            raise InputError(
+                f"dataset folder {folder} holds a single Dataset saved with save_to_disk, which has no "
+                f"splits; leave out {{param:split}} (it names a split of a DatasetDict), got '{split}'"
+            )
         where = folder
     try:
         ds = datasets.load_from_disk(str(where))
@@ -189,8 +219,11 @@ def _saved(folder: Path, split: str) -> Table:
         for batch in part.iter(batch_size=256):
             yield from batch[column]
 
-    label = (f"dataset folder {folder} (a DatasetDict saved with save_to_disk), split '{split}'" if is_dict
-             else f"dataset folder {folder} (a Dataset saved with save_to_disk)")
+    label = (
+        f"dataset folder {folder} (a DatasetDict saved with save_to_disk), split '{split}'"
+        if is_dict
+        else f"dataset folder {folder} (a Dataset saved with save_to_disk)"
+    )
     return Table(label, kinds, len(ds), values, where, split if is_dict else None)
 
 
@@ -246,7 +279,8 @@ def choose_column(label: str, kinds: dict[str, str], wanted: str | None, kind: s
         return good[0], f"the only {_WORDS[kind]} column"
     known = ", ".join(names)
     if good:
-        raise DataError(f"{label} has {len(good)} {_WORDS[kind]} columns ({', '.join(good)}) and none is named "
-                        f"{known}; choose one with {{param:{param}}}")
-    raise DataError(f"{label} has no {_WORDS[kind]} column; its columns: {listing}; "
-                    f"choose one with {{param:{param}}}")
+        raise DataError(
+            f"{label} has {len(good)} {_WORDS[kind]} columns ({', '.join(good)}) and none is named "
+            f"{known}; choose one with {{param:{param}}}"
+        )
+    raise DataError(f"{label} has no {_WORDS[kind]} column; its columns: {listing}; choose one with {{param:{param}}}")

@@ -59,10 +59,23 @@ BLOCK_WORDS = 3000
 CORPUS_FORMAT = 1
 
 # Folders and stdlib modules that hold tests, tools or vendored copies rather than documentation.
-_SKIP_DIRS = frozenset({"test", "tests", "testing", "__pycache__", "_vendor", "vendored", "externals",
-                        "site-packages", "dist-packages", "benchmarks"})
-_SKIP_STDLIB = frozenset({"test", "idlelib", "turtledemo", "lib2to3", "ensurepip", "pydoc_data", "__phello__",
-                          "this", "antigravity"})
+_SKIP_DIRS = frozenset(
+    {
+        "test",
+        "tests",
+        "testing",
+        "__pycache__",
+        "_vendor",
+        "vendored",
+        "externals",
+        "site-packages",
+        "dist-packages",
+        "benchmarks",
+    }
+)
+_SKIP_STDLIB = frozenset(
+    {"test", "idlelib", "turtledemo", "lib2to3", "ensurepip", "pydoc_data", "__phello__", "this", "antigravity"}
+)
 
 
 @dataclass(frozen=True)
@@ -104,9 +117,12 @@ class Corpus:
     def description(self) -> str:
         """Plain words for the report: what the text is, its size and the versions read."""
         versions = ", ".join(
-            f"the Python {v} standard library" if name == STDLIB
-            else f"{name} (Python {v} standard library)" if name in sys.stdlib_module_names
-            else f"{name} {v}" for name, v in self.packages
+            f"the Python {v} standard library"
+            if name == STDLIB
+            else f"{name} (Python {v} standard library)"
+            if name in sys.stdlib_module_names
+            else f"{name} {v}"
+            for name, v in self.packages
         )
         return (
             f"built-in: technical English from the docstrings of installed package documentation ({versions}): "
@@ -120,9 +136,14 @@ def _module_files(root: Path) -> list[Path]:
     found: list[Path] = []
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
-        found.extend(Path(folder) / name for name in sorted(files)
-                     if name.endswith(".py") and not name.startswith("test_") and not name.endswith("_test.py")
-                     and name != "conftest.py")
+        found.extend(
+            Path(folder) / name
+            for name in sorted(files)
+            if name.endswith(".py")
+            and not name.startswith("test_")
+            and not name.endswith("_test.py")
+            and name != "conftest.py"
+        )
     return found
 
 
@@ -191,8 +212,12 @@ def _files(packages: list[tuple[str, str]]) -> list[tuple[str, str, Path]]:
 
 def _build(versions: list[tuple[str, str]], progress: bool = False, cached_in: Path | None = None) -> Corpus:
     files = _files(versions)
-    log("Building the built-in text corpus from the docstrings of " + ", ".join(n for n, _ in versions)
-        + (f" (once; the result is cached in {cached_in})" if cached_in is not None else ""), progress)
+    log(
+        "Building the built-in text corpus from the docstrings of "
+        + ", ".join(n for n, _ in versions)
+        + (f" (once; the result is cached in {cached_in})" if cached_in is not None else ""),
+        progress,
+    )
     with task("reading docstrings", len(files), progress) as advance:
         documents, words, duplicates, code = _read_files(files, advance)
     return Corpus(tuple(documents), tuple(versions), words, duplicates, code)
@@ -228,8 +253,12 @@ def _read_files(files: list[tuple[str, str, Path]], advance) -> tuple[list, int,
 
 
 def _cache_key(versions: list[tuple[str, str]]) -> str:
-    facts = {"mhaaudit": __version__, "format": CORPUS_FORMAT, "python": platform.python_version(),
-             "packages": versions}
+    facts = {
+        "mhaaudit": __version__,
+        "format": CORPUS_FORMAT,
+        "python": platform.python_version(),
+        "packages": versions,
+    }
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:20]
 
 
@@ -251,8 +280,14 @@ def _read_cache(path: Path, key: str) -> Corpus | None:
 
 
 def _write_cache(path: Path, key: str, corpus: Corpus) -> None:
-    data = {"key": key, "documents": corpus.documents, "packages": corpus.packages, "words": corpus.words,
-            "duplicates": corpus.duplicates, "code": corpus.code}
+    data = {
+        "key": key,
+        "documents": corpus.documents,
+        "packages": corpus.packages,
+        "words": corpus.words,
+        "duplicates": corpus.duplicates,
+        "code": corpus.code,
+    }
     try:
         payload = gzip.compress(json.dumps(data).encode("utf-8"), compresslevel=3)
         with atomic_path(path, now=True) as tmp:
@@ -282,8 +317,9 @@ def _build_lock(path: Path):
 _LOADED: dict[Path, Corpus] = {}
 
 
-def docstring_corpus(packages: tuple[str, ...] | list[str] | None = None, *, cache: bool = True,
-                     progress: bool = False) -> Corpus:
+def docstring_corpus(
+    packages: tuple[str, ...] | list[str] | None = None, *, cache: bool = True, progress: bool = False
+) -> Corpus:
     """The corpus of the installed ``packages`` (default :data:`DEFAULT_PACKAGES`; ``"stdlib"``
     is the standard library, any other name a top-level module), cached on disk (``cache``).
 

@@ -29,18 +29,48 @@ import warnings
 __all__ = ["module_docstrings", "prose_paragraphs"]
 
 # Directives whose body is prose (kept); every other directive is dropped with its body.
-_PROSE_DIRECTIVES = frozenset({
-    "note", "warning", "tip", "hint", "important", "caution", "attention", "danger", "error",
-    "admonition", "seealso", "topic", "sidebar", "deprecated", "versionadded", "versionchanged",
-    "versionremoved",
-})
+_PROSE_DIRECTIVES = frozenset(
+    {
+        "note",
+        "warning",
+        "tip",
+        "hint",
+        "important",
+        "caution",
+        "attention",
+        "danger",
+        "error",
+        "admonition",
+        "seealso",
+        "topic",
+        "sidebar",
+        "deprecated",
+        "versionadded",
+        "versionchanged",
+        "versionremoved",
+    }
+)
 # Of those, the ones whose argument (after ``::``) is a version number, not text.
 _VERSION_DIRECTIVES = frozenset({"deprecated", "versionadded", "versionchanged", "versionremoved"})
 # Directives that hold code (counted as code blocks when dropped).
-_CODE_DIRECTIVES = frozenset({
-    "code", "code-block", "sourcecode", "testcode", "testsetup", "testcleanup", "testoutput",
-    "doctest", "ipython", "plot", "literalinclude", "jupyter-execute", "highlight", "parsed-literal",
-})
+_CODE_DIRECTIVES = frozenset(
+    {
+        "code",
+        "code-block",
+        "sourcecode",
+        "testcode",
+        "testsetup",
+        "testcleanup",
+        "testoutput",
+        "doctest",
+        "ipython",
+        "plot",
+        "literalinclude",
+        "jupyter-execute",
+        "highlight",
+        "parsed-literal",
+    }
+)
 
 _DIRECTIVE = re.compile(r"^(\s*)\.\.\s+([A-Za-z][\w:.-]*)::(.*)$")
 _COMMENT = re.compile(r"^(\s*)\.\.(\s|$)")
@@ -138,6 +168,7 @@ def _split(doc: str) -> tuple[list[list[str]], int]:
 
 # Each step reads the line at ``i`` when it is of its kind: it returns (the next line to read, code
 # blocks removed), or None when the line is not of its kind.
+
 
 def _blank(lines: list[str], i: int, out: _Paragraphs) -> tuple[int, int] | None:
     if lines[i].strip():

@@ -112,8 +112,10 @@ def _batch_size(batch: Any) -> int:
 
 def _take_rows(batch: Any, rows: list[int]) -> Any:
     if isinstance(batch, Mapping):
-        out = {name: value[rows] if getattr(value, "ndim", 0) >= 1 and _as_numpy(value) is not None else value
-               for name, value in batch.items()}
+        out = {
+            name: value[rows] if getattr(value, "ndim", 0) >= 1 and _as_numpy(value) is not None else value
+            for name, value in batch.items()
+        }
         # a Mapping subclass that builds from a dict (transformers' BatchEncoding); Mapping itself declares no constructor
         return out if type(batch) is dict else type(batch)(out)  # type: ignore[call-arg]
     if _as_numpy(batch) is not None:
@@ -147,12 +149,17 @@ class Duplicates:
         assert self.example is not None, "a repeat was counted, so its first pair was kept"
         first, repeat = self.example
         fate = f"dropped, {len(self.kept)} kept" if self.dropped else "kept (asked for)"
-        return (f"{self.repeats} of {self.total} {what} repeat an earlier one exactly "
-                f"(e.g. #{repeat} = #{first}); {fate}")
+        return (
+            f"{self.repeats} of {self.total} {what} repeat an earlier one exactly (e.g. #{repeat} = #{first}); {fate}"
+        )
 
     def as_dict(self) -> dict:
-        return {"total": self.total, "repeats": self.repeats, "dropped": self.dropped,
-                "example": list(self.example) if self.example else None}
+        return {
+            "total": self.total,
+            "repeats": self.repeats,
+            "dropped": self.dropped,
+            "example": list(self.example) if self.example else None,
+        }
 
     @functools.cached_property
     def _kept_set(self) -> frozenset[int]:

@@ -135,9 +135,13 @@ def _collect(docs: Any, tokenizer: Any, min_tokens: int, wanted: int, drop: set[
         nonlocal pending, pending_parts, too_short
         if pending_parts:
             too_short += pending_parts
-            short.add("too short", f"{pending_first} ({len(pending)} tokens in {pending_parts} joined parts, "
-                                   f"{min_tokens} needed)" if pending_parts > 1 else
-                      f"{pending_first} ({len(pending)} tokens, {min_tokens} needed)", pending_parts)
+            short.add(
+                "too short",
+                f"{pending_first} ({len(pending)} tokens in {pending_parts} joined parts, {min_tokens} needed)"
+                if pending_parts > 1
+                else f"{pending_first} ({len(pending)} tokens, {min_tokens} needed)",
+                pending_parts,
+            )
         pending, pending_parts = [], 0
 
     with _quiet_transformers():
@@ -177,25 +181,39 @@ def _collect(docs: Any, tokenizer: Any, min_tokens: int, wanted: int, drop: set[
 
 
 def _check_common(n: int, count: int, seed: int) -> tuple[int, int, int]:
-    return (validate.integer("n", n, minimum=None), validate.integer("count", count),
-            validate.integer("seed", seed, minimum=None))
+    return (
+        validate.integer("n", n, minimum=None),
+        validate.integer("count", count),
+        validate.integer("seed", seed, minimum=None),
+    )
 
 
 def _corpus_words(corpus: _Corpus, min_tokens: int, what: str) -> str:
-    joined = (f", {corpus.joined} of them made by joining consecutive paragraphs/documents of the "
-              "same source" if corpus.joined else "")
-    first = (f"; the stream was read only until enough documents qualified, so the examples come from its first "
-             f"{corpus.read} documents, not from a sample of the whole dataset" if corpus.stopped else "")
+    joined = (
+        f", {corpus.joined} of them made by joining consecutive paragraphs/documents of the same source"
+        if corpus.joined
+        else ""
+    )
+    first = (
+        f"; the stream was read only until enough documents qualified, so the examples come from its first "
+        f"{corpus.read} documents, not from a sample of the whole dataset"
+        if corpus.stopped
+        else ""
+    )
     skipped = f"; skipped: {corpus.skips.describe()}" if corpus.skips else ""
-    return (f"{len(corpus.docs)} {what} with at least {min_tokens} tokens{joined} "
-            f"(of {corpus.read} documents read from {corpus.source_name}{first}{skipped})")
+    return (
+        f"{len(corpus.docs)} {what} with at least {min_tokens} tokens{joined} "
+        f"(of {corpus.read} documents read from {corpus.source_name}{first}{skipped})"
+    )
 
 
 def _repeats_words(repeats: int, what: str, distinct: bool) -> str:
     if not repeats:
         return ""
-    return (f"; {repeats} candidate {what} repeated an earlier one's tokens exactly "
-            f"({'redrawn' if distinct else 'kept, as asked'})")
+    return (
+        f"; {repeats} candidate {what} repeated an earlier one's tokens exactly "
+        f"({'redrawn' if distinct else 'kept, as asked'})"
+    )
 
 
 def _doc_picker(rng: np.random.Generator, n_docs: int, count: int):
@@ -211,8 +229,9 @@ def _doc_picker(rng: np.random.Generator, n_docs: int, count: int):
     return pick
 
 
-def gpt_window_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int, count: int,
-                        seed: int = 0, distinct: bool = True) -> TextExamples:
+def gpt_window_examples(
+    docs: Sequence[str] | TextSource, tokenizer: Any, n: int, count: int, seed: int = 0, distinct: bool = True
+) -> TextExamples:
     """The paper's GPT-2 inputs: ``count`` windows of ``n`` consecutive tokens, each from a
     document with at least 1.5 n tokens; no two windows overlap.
 
@@ -235,8 +254,10 @@ def gpt_window_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int
     possible = sum(length // n for length in lengths)
     words = _corpus_words(corpus, min_tokens, "documents")
     if possible < count:
-        raise DataError(f"only {possible} disjoint {n}-token windows are possible from {words}; "
-                        f"{count} were asked for (use more text or a smaller count)")
+        raise DataError(
+            f"only {possible} disjoint {n}-token windows are possible from {words}; "
+            f"{count} were asked for (use more text or a smaller count)"
+        )
     rng = data_rng(seed)
     ids: list[list[int]] = []
     doc_index: list[int] = []
@@ -247,7 +268,7 @@ def gpt_window_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int
     def take(d: int, start: int) -> None:
         if any(abs(start - s) < n for s in taken.get(d, ())):
             return
-        window = corpus.docs[d][start:start + n]
+        window = corpus.docs[d][start : start + n]
         if not finder.add([sequence_key(window)])[0]:  # the same text elsewhere: not a new example
             return
         taken.setdefault(d, []).append(start)
@@ -270,20 +291,26 @@ def gpt_window_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int
             if len(ids) == count:
                 break
             take(*tiles[i])
-        how = (f"documents cut into consecutive {n}-token tiles from a random offset, tiles drawn uniformly "
-               "without replacement")
+        how = (
+            f"documents cut into consecutive {n}-token tiles from a random offset, tiles drawn uniformly "
+            "without replacement"
+        )
     if len(ids) < count:
-        raise DataError(f"could build only {len(ids)} distinct disjoint {n}-token windows from {words}; "
-                        f"{count} were asked for")
-    description = (f"{count} GPT-style windows of {n} consecutive tokens, no two overlapping ({how}; seed {seed}; "
-                   f"{possible} disjoint windows possible) from {words}")
+        raise DataError(
+            f"could build only {len(ids)} distinct disjoint {n}-token windows from {words}; {count} were asked for"
+        )
+    description = (
+        f"{count} GPT-style windows of {n} consecutive tokens, no two overlapping ({how}; seed {seed}; "
+        f"{possible} disjoint windows possible) from {words}"
+    )
     repeats = finder.result().repeats
     description += _repeats_words(repeats, "windows", distinct)
     return TextExamples(ids, None, description, doc_index, starts, None, repeats, corpus.skips.as_dict())
 
 
-def bert_pair_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int, count: int,
-                       seed: int = 0, distinct: bool = True) -> TextExamples:
+def bert_pair_examples(
+    docs: Sequence[str] | TextSource, tokenizer: Any, n: int, count: int, seed: int = 0, distinct: bool = True
+) -> TextExamples:
     """The paper's BERT inputs: ``[CLS] s1 [SEP] s2`` of exactly ``n`` token ids.
 
     For each example: len(s1) is uniform in
@@ -309,12 +336,13 @@ def bert_pair_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int,
     lengths = [len(d) for d in corpus.docs]
     words = _corpus_words(corpus, body, "documents")
     if len(lengths) < 2:
-        raise DataError(f"BERT-style pairs need at least 2 documents with at least {body} tokens; "
-                        f"found {words}")
+        raise DataError(f"BERT-style pairs need at least 2 documents with at least {body} tokens; found {words}")
     possible = sum(length - body + 1 for length in lengths)
     if possible < count:
-        raise DataError(f"only about {possible} distinct {n}-token pairs are possible from {words}; "
-                        f"{count} were asked for (use more text or a smaller count)")
+        raise DataError(
+            f"only about {possible} distinct {n}-token pairs are possible from {words}; "
+            f"{count} were asked for (use more text or a smaller count)"
+        )
     rng = data_rng(seed)
     pick = _doc_picker(rng, len(lengths), count)
     ids: list[list[int]] = []
@@ -329,23 +357,24 @@ def bert_pair_examples(docs: Sequence[str] | TextSource, tokenizer: Any, n: int,
         attempts += 1
         a = pick()
         if attempts > max_attempts:
-            raise DataError(f"could build only {len(ids)} distinct {n}-token pairs from {words}; "
-                            f"{count} were asked for")
+            raise DataError(
+                f"could build only {len(ids)} distinct {n}-token pairs from {words}; {count} were asked for"
+            )
         s1_len = int(rng.integers(5, n - 7))
         s2_len = body - s1_len
         nxt = bool(rng.random() < 0.5)
         doc_a = corpus.docs[a]
         if nxt:
             start = int(rng.integers(lengths[a] - body + 1))
-            s1 = doc_a[start:start + s1_len]
-            s2 = doc_a[start + s1_len:start + body]
+            s1 = doc_a[start : start + s1_len]
+            s2 = doc_a[start + s1_len : start + body]
         else:
             start = int(rng.integers(lengths[a] - s1_len + 1))
-            s1 = doc_a[start:start + s1_len]
+            s1 = doc_a[start : start + s1_len]
             b = int(rng.integers(len(lengths) - 1))
             b += b >= a
             cut = int(rng.integers(lengths[b] - s2_len + 1))
-            s2 = corpus.docs[b][cut:cut + s2_len]
+            s2 = corpus.docs[b][cut : cut + s2_len]
         example = [cls_id, *s1, sep_id, *s2]
         if not finder.add([sequence_key(example)])[0]:
             continue

@@ -42,8 +42,7 @@ __all__ = [
 ]
 
 IMAGE_EXTENSIONS = frozenset(
-    {".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp",
-     ".ppm", ".pgm", ".pbm", ".pnm"}
+    {".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm", ".pnm"}
 )
 _OFFLINE_IMAGES = "a local image folder, a .parquet file of image bytes, or the built-in default (no {param:data})"
 
@@ -145,8 +144,10 @@ def _header_mode(value: Any, base: Path | None = None) -> tuple[str | None, str]
 
 
 RGB_ONLY = "RGB only (the paper's rule): images of any other mode are skipped and counted"
-CONVERT_RGB = ("every mode converted to RGB with PIL's convert('RGB'), as torchvision's ImageFolder does "
-               "(alpha dropped, grayscale repeated, palettes expanded)")
+CONVERT_RGB = (
+    "every mode converted to RGB with PIL's convert('RGB'), as torchvision's ImageFolder does "
+    "(alpha dropped, grayscale repeated, palettes expanded)"
+)
 
 
 @dataclass
@@ -214,8 +215,9 @@ class ImageSource:
                 labels.append(label)
                 yield value
 
-        for i, (image, cause, why) in enumerate(ordered_map(lambda v: _decode(v, self._base, self.convert_rgb),
-                                                            values())):
+        for i, (image, cause, why) in enumerate(
+            ordered_map(lambda v: _decode(v, self._base, self.convert_rgb), values())
+        ):
             if image is None:
                 self.skips.add(cause, f"{labels[i]}: {why}")
                 continue
@@ -259,15 +261,18 @@ class ImageSource:
             if yielded >= self.limit:
                 return
         if yielded == 0:
-            raise DataError(f"{self.name}: no usable images ({self.skips.describe() or 'none found'})"
-                            + self.convert_hint())
+            raise DataError(
+                f"{self.name}: no usable images ({self.skips.describe() or 'none found'})" + self.convert_hint()
+            )
 
     def convert_hint(self) -> str:
         """Advice when images were skipped for their mode and conversion is off."""
         if self.convert_rgb or not self.skips.count("not RGB"):
             return ""
-        return ("; to audit them, convert them to RGB with {param:convert_rgb} (as torchvision's ImageFolder does; "
-                "the paper kept RGB images only)")
+        return (
+            "; to audit them, convert them to RGB with {param:convert_rgb} (as torchvision's ImageFolder does; "
+            "the paper kept RGB images only)"
+        )
 
     def batches(self, batch_size: int) -> Iterator[list[Image.Image]]:
         """Lists of up to ``batch_size`` images (the last one may be shorter)."""
@@ -343,8 +348,10 @@ class ImageFolder(ImageSource):
         self.root = root
         try:
             files = [
-                p for p in root.rglob("*")
-                if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file()
+                p
+                for p in root.rglob("*")
+                if p.suffix.lower() in IMAGE_EXTENSIONS
+                and p.is_file()
                 and not any(part.startswith(".") for part in p.relative_to(root).parts)
             ]
         except OSError as exc:
@@ -356,8 +363,10 @@ class ImageFolder(ImageSource):
         mode = "RGB only" if not convert_rgb else "converted to RGB"
         super().__init__(
             f"image folder {root} ({len(self.files)} files, {mode}"
-            f"{_first(limit, len(self.files), 'images', 'sorted path order')})", limit,
-            total=min(limit, len(self.files)), convert_rgb=convert_rgb,
+            f"{_first(limit, len(self.files), 'images', 'sorted path order')})",
+            limit,
+            total=min(limit, len(self.files)),
+            convert_rgb=convert_rgb,
         )
 
     def _items(self) -> Iterator[tuple[str, Any]]:
@@ -372,8 +381,9 @@ class TableImages(ImageSource):
     saved ``Dataset`` or a split of a ``DatasetDict``): ``{"bytes": ..., "path": ...}`` structs as
     Hugging Face writes them, or raw bytes, read a batch at a time in the stored order."""
 
-    def __init__(self, table: Table, limit: int = 2000, image_column: str | None = None,
-                 convert_rgb: bool = False) -> None:
+    def __init__(
+        self, table: Table, limit: int = 2000, image_column: str | None = None, convert_rgb: bool = False
+    ) -> None:
         self.table = table
         self.column, how = choose_column(table.label, table.kinds, image_column, "image")
         self._base = table.base
@@ -381,8 +391,10 @@ class TableImages(ImageSource):
         mode = "RGB only" if not convert_rgb else "converted to RGB"
         super().__init__(
             f"{table.label}, column '{self.column}' ({how}; {table.rows} rows, {mode}"
-            f"{_first(limit, rows, 'images', 'stored order')})", limit,
-            total=min(limit, rows), convert_rgb=convert_rgb,
+            f"{_first(limit, rows, 'images', 'stored order')})",
+            limit,
+            total=min(limit, rows),
+            convert_rgb=convert_rgb,
         )
 
     def _items(self) -> Iterator[tuple[str, Any]]:
@@ -395,8 +407,9 @@ class TableImages(ImageSource):
 class ParquetImages(TableImages):
     """A column of encoded images in a parquet file (:class:`TableImages` of the file)."""
 
-    def __init__(self, path: Path, limit: int = 2000, image_column: str | None = None,
-                 convert_rgb: bool = False) -> None:
+    def __init__(
+        self, path: Path, limit: int = 2000, image_column: str | None = None, convert_rgb: bool = False
+    ) -> None:
         self.path = path
         super().__init__(table_of(path), limit, image_column, convert_rgb)
 
@@ -404,8 +417,14 @@ class ParquetImages(TableImages):
 class HubImages(ImageSource):
     """A Hugging Face dataset (hub id or local dataset folder), streamed in its own order."""
 
-    def __init__(self, data: str, split: str = "train", limit: int = 2000,
-                 image_column: str | None = None, convert_rgb: bool = False) -> None:
+    def __init__(
+        self,
+        data: str,
+        split: str = "train",
+        limit: int = 2000,
+        image_column: str | None = None,
+        convert_rgb: bool = False,
+    ) -> None:
         dataset = open_hf_dataset(data, split=split, what="image", instead=_OFFLINE_IMAGES)
         import datasets  # after the offline check: importing it takes seconds
 
@@ -413,10 +432,18 @@ class HubImages(ImageSource):
         label = f"dataset '{data}'"
         column: str | None
         if features is not None:
-            kinds = {c: "image" if isinstance(f, datasets.Image) else
-                     ("bytes" if isinstance(f, datasets.Value) and f.dtype in ("binary", "large_binary") else
-                      "image" if c in ("image", "img") else getattr(f, "dtype", None) or type(f).__name__)
-                     for c, f in features.items()}
+            kinds = {
+                c: "image"
+                if isinstance(f, datasets.Image)
+                else (
+                    "bytes"
+                    if isinstance(f, datasets.Value) and f.dtype in ("binary", "large_binary")
+                    else "image"
+                    if c in ("image", "img")
+                    else getattr(f, "dtype", None) or type(f).__name__
+                )
+                for c, f in features.items()
+            }
             column, _ = choose_column(label, kinds, image_column, "image")
         else:
             column = image_column  # features unknown until the first row: a well-known name, else refused
@@ -429,8 +456,12 @@ class HubImages(ImageSource):
         self.dataset = dataset
         where = f"dataset folder {data}" if is_local(data) else f"hub dataset {data}"
         mode = "RGB only" if not convert_rgb else "converted to RGB"
-        super().__init__(f"{where} split {split} (streamed in the dataset's order: the first {limit} usable images "
-                         f"are read; {mode})", limit, convert_rgb=convert_rgb)
+        super().__init__(
+            f"{where} split {split} (streamed in the dataset's order: the first {limit} usable images "
+            f"are read; {mode})",
+            limit,
+            convert_rgb=convert_rgb,
+        )
 
     def _values(self) -> Iterator[tuple[str, Any]]:
         for i, row in enumerate(stream_rows(self.dataset, self.data)):
@@ -438,8 +469,10 @@ class HubImages(ImageSource):
                 self.column = next((c for c in IMAGE_NAMES if c in row), None)
             if self.column is None or self.column not in row:
                 wanted = f"column '{self.column}'" if self.column else f"column named {', '.join(IMAGE_NAMES)}"
-                raise DataError(f"dataset '{self.data}' has no {wanted}; its columns: "
-                                f"{', '.join(row)}; choose one with {{param:image_column}}")
+                raise DataError(
+                    f"dataset '{self.data}' has no {wanted}; its columns: "
+                    f"{', '.join(row)}; choose one with {{param:image_column}}"
+                )
             yield f"row {i}", row[self.column]
 
     def _generate(self) -> Iterator[Image.Image]:
@@ -457,8 +490,16 @@ def _has_dataset_files(root: Path) -> bool:
     return any(p.suffix.lower() in _DATASET_SUFFIXES for p in root.rglob("*"))
 
 
-def image_source(data: str | None = None, *, split: str = "train", limit: int = 2000, seed: int = 0,
-                 image_column: str | None = None, device: Any = None, convert_rgb: bool = False) -> ImageSource:
+def image_source(
+    data: str | None = None,
+    *,
+    split: str = "train",
+    limit: int = 2000,
+    seed: int = 0,
+    image_column: str | None = None,
+    device: Any = None,
+    convert_rgb: bool = False,
+) -> ImageSource:
     """The image source that ``data`` names.
 
     - ``None`` or ``"builtin"``: the built-in offline default (:class:`BuiltinImages`; uses ``seed``,
@@ -486,20 +527,20 @@ def image_source(data: str | None = None, *, split: str = "train", limit: int = 
     if data is None or is_builtin(data):
         given = [p for p, v in (("image_column", image_column), ("convert_rgb", convert_rgb)) if v]
         if given:
-            raise InputError(f"{' and '.join('{param:' + p + '}' for p in given)} "
-                             f"{'has' if len(given) == 1 else 'have'} no effect on the built-in images "
-                             "(RGB mosaics, no columns)")
+            raise InputError(
+                f"{' and '.join('{param:' + p + '}' for p in given)} "
+                f"{'has' if len(given) == 1 else 'have'} no effect on the built-in images "
+                "(RGB mosaics, no columns)"
+            )
         no_split(split, "the built-in images")
         return BuiltinImages(limit=limit, seed=seed, device=device)
     kind, target = classify(data)
     if kind == "dir":
         if is_saved_dataset(target):
-            return TableImages(table_of(target, split), limit=limit, image_column=image_column,
-                               convert_rgb=convert_rgb)
+            return TableImages(table_of(target, split), limit=limit, image_column=image_column, convert_rgb=convert_rgb)
         if not _has_image_files(target) and _has_dataset_files(target):
             # a dataset folder as the hub stores them (data/*.parquet ...): the datasets library reads it
-            return HubImages(str(target), split=split, limit=limit, image_column=image_column,
-                             convert_rgb=convert_rgb)
+            return HubImages(str(target), split=split, limit=limit, image_column=image_column, convert_rgb=convert_rgb)
         if image_column is not None:
             raise InputError(f"{{param:image_column}} has no effect on an image folder ({target}): it has no columns")
         no_split(split, f"an image folder ({target})")
@@ -514,6 +555,8 @@ def image_source(data: str | None = None, *, split: str = "train", limit: int = 
             return TableImages(table_of(target), limit=limit, image_column=image_column, convert_rgb=convert_rgb)
         if suffix in IMAGE_EXTENSIONS:
             raise InputError(f"{target} is a single image; give the folder that holds the images")
-        raise InputError(f"{target}: not an image source (give an image folder, a .parquet or .arrow file, a folder "
-                         "written by save_to_disk, a Hugging Face dataset id, or nothing for the built-in default)")
+        raise InputError(
+            f"{target}: not an image source (give an image folder, a .parquet or .arrow file, a folder "
+            "written by save_to_disk, a Hugging Face dataset id, or nothing for the built-in default)"
+        )
     return HubImages(target, split=split, limit=limit, image_column=image_column, convert_rgb=convert_rgb)

@@ -42,8 +42,23 @@ import torch
 from ..numerics.threads import intra_op_threads
 from ._common import data_rng
 
-__all__ = ["BUILTIN_PHOTOS", "CHUNK", "CROP_SIZE", "GRID", "JITTER", "SLICE", "TILE", "TILE_SIDE", "VERSION",
-           "Atlas", "atlas", "draw_params", "load_photos", "mosaics", "synthesize"]
+__all__ = [
+    "BUILTIN_PHOTOS",
+    "CHUNK",
+    "CROP_SIZE",
+    "GRID",
+    "JITTER",
+    "SLICE",
+    "TILE",
+    "TILE_SIDE",
+    "VERSION",
+    "Atlas",
+    "atlas",
+    "draw_params",
+    "load_photos",
+    "mosaics",
+    "synthesize",
+]
 
 VERSION = 2
 CROP_SIZE = 224
@@ -136,8 +151,9 @@ class Atlas:
             pyramid = [_pack(level)]
             while min(level.shape[:2]) // 2 >= TILE:
                 h, w = level.shape[0] // 2 * 2, level.shape[1] // 2 * 2
-                level = ((level[:h, :w].reshape(h // 2, 2, w // 2, 2, 3).sum((1, 3), dtype=np.uint16) + 2) // 4
-                         ).astype(np.uint16)
+                level = ((level[:h, :w].reshape(h // 2, 2, w // 2, 2, 3).sum((1, 3), dtype=np.uint16) + 2) // 4).astype(
+                    np.uint16
+                )
                 pyramid.append(_pack(level))
             pyramids.append(pyramid)
         self.depth = np.array([len(p) for p in pyramids], dtype=np.int64)
@@ -151,7 +167,9 @@ class Atlas:
                 if lev < len(pyramid):
                     start, at = at, at + level.size
                 self.offsets[i, lev], (self.heights[i, lev], self.widths[i, lev]) = start, level.shape
-        self.table = torch.from_numpy(np.concatenate([lv.reshape(-1) for pyr in pyramids for lv in pyr])).to(self.device)
+        self.table = torch.from_numpy(np.concatenate([lv.reshape(-1) for pyr in pyramids for lv in pyr])).to(
+            self.device
+        )
 
 
 def _pack(level: np.ndarray) -> np.ndarray:
@@ -177,8 +195,7 @@ def draw_params(rng: np.random.Generator, count: int, sizes: list[tuple[int, int
     turns = rng.integers(4, size=shape)
     flip = rng.random(shape) < 0.5
     jitter = rng.uniform(*JITTER, size=(*shape, 3))
-    return {"photo": photo, "side": side, "left": left, "top": top, "turns": turns, "flip": flip,
-            "jitter": jitter}
+    return {"photo": photo, "side": side, "left": left, "top": top, "turns": turns, "flip": flip, "jitter": jitter}
 
 
 def _colour_coefficients(jitter: np.ndarray) -> np.ndarray:
@@ -301,8 +318,13 @@ def mosaics(seed: int, where: Atlas) -> Iterator:
     seen: set[bytes] = set()
     while True:
         params = draw_params(rng, CHUNK, where.sizes)
-        keys = np.concatenate([np.stack([params[k] for k in ("photo", "side", "left", "top", "turns", "flip")], -1)
-                               .reshape(CHUNK, -1), params["jitter"].reshape(CHUNK, -1).view(np.int64)], 1)
+        keys = np.concatenate(
+            [
+                np.stack([params[k] for k in ("photo", "side", "left", "top", "turns", "flip")], -1).reshape(CHUNK, -1),
+                params["jitter"].reshape(CHUNK, -1).view(np.int64),
+            ],
+            1,
+        )
         keep = []
         for i in range(CHUNK):
             key = keys[i].tobytes()
@@ -311,5 +333,5 @@ def mosaics(seed: int, where: Atlas) -> Iterator:
                 keep.append(i)
         for i in range(0, len(keep), SLICE):
             with _one_thread(where.device):
-                images = synthesize({k: v[keep[i:i + SLICE]] for k, v in params.items()}, where)
+                images = synthesize({k: v[keep[i : i + SLICE]] for k, v in params.items()}, where)
             yield images

@@ -32,8 +32,10 @@ __all__ = [
 ]
 
 WIKIPEDIA = ("wikimedia/wikipedia", "20231101.en")
-_OFFLINE_TEXT = ("a local .txt file or folder of .txt files, a .jsonl, .parquet, .arrow, .csv or .tsv file with a "
-                 "text column, a folder written by save_to_disk, or the built-in default (no {param:data})")
+_OFFLINE_TEXT = (
+    "a local .txt file or folder of .txt files, a .jsonl, .parquet, .arrow, .csv or .tsv file with a "
+    "text column, a folder written by save_to_disk, or the built-in default (no {param:data})"
+)
 _PARAGRAPH = re.compile(r"\n[ \t]*\n")
 
 
@@ -88,8 +90,7 @@ class TextSource:
             if self.limit is not None and count >= self.limit:
                 return
         if count == 0:
-            raise DataError(f"{self.name}: no text documents ({self.skips.describe() or 'none found'})"
-                            + self._hint())
+            raise DataError(f"{self.name}: no text documents ({self.skips.describe() or 'none found'})" + self._hint())
 
     def _hint(self) -> str:
         return ""
@@ -116,15 +117,19 @@ class BuiltinText(TextSource):
 
     sampled = True
 
-    def __init__(self, limit: int | None = None, seed: int = 0, packages: tuple[str, ...] | None = None,
-                 progress: bool = False) -> None:
+    def __init__(
+        self, limit: int | None = None, seed: int = 0, packages: tuple[str, ...] | None = None, progress: bool = False
+    ) -> None:
         self.corpus = docstring_corpus(packages, progress=progress)
         if not self.corpus.documents:
             raise DataError("the built-in text corpus is empty: no installed package documentation was found")
         self.seed = seed
         self.blocks = self.corpus.blocks()
-        super().__init__(f"{self.corpus.description}; read in {len(self.blocks)} blocks of consecutive modules "
-                         f"in a seeded order (seed {seed})", limit)
+        super().__init__(
+            f"{self.corpus.description}; read in {len(self.blocks)} blocks of consecutive modules "
+            f"in a seeded order (seed {seed})",
+            limit,
+        )
 
     def _generate(self) -> Iterator[tuple[str | None, str]]:
         rng = data_rng(self.seed, 1)
@@ -155,8 +160,10 @@ class TextFiles(TextSource):
             )
             if not files:
                 raise DataError(f"text folder {path} holds no .txt files")
-            name = (f"text folder {path} ({len(files)} .txt files; documents separated by blank lines, "
-                    "short consecutive paragraphs of a file joined)")
+            name = (
+                f"text folder {path} ({len(files)} .txt files; documents separated by blank lines, "
+                "short consecutive paragraphs of a file joined)"
+            )
         else:
             files = [path]
             name = f"text file {path} (documents separated by blank lines, short consecutive paragraphs joined)"
@@ -272,21 +279,33 @@ class HubText(TextSource):
 
     streamed = True
 
-    def __init__(self, data: str, split: str = "train", limit: int | None = None,
-                 text_column: str | None = None, config: str | None = None, label: str | None = None) -> None:
+    def __init__(
+        self,
+        data: str,
+        split: str = "train",
+        limit: int | None = None,
+        text_column: str | None = None,
+        config: str | None = None,
+        label: str | None = None,
+    ) -> None:
         dataset = open_hf_dataset(data, split=split, config=config, what="text", instead=_OFFLINE_TEXT)
         features = dataset.features
         self.local = is_local(data)
         how = "as asked" if text_column else "the default name: the dataset declares no columns"
         column = text_column or "text"
         if features is not None:
-            kinds = {c: "text" if getattr(f, "dtype", None) in ("string", "large_string") else
-                     getattr(f, "dtype", None) or type(f).__name__ for c, f in features.items()}
+            kinds = {
+                c: "text"
+                if getattr(f, "dtype", None) in ("string", "large_string")
+                else getattr(f, "dtype", None) or type(f).__name__
+                for c, f in features.items()
+            }
             column, how = choose_column(f"dataset '{data}'", kinds, text_column, "text")
             dataset = dataset.select_columns([column])
         self.data, self.split, self.column, self.dataset = data, split, column, dataset
         where = (f"dataset folder {data}" if self.local else f"hub dataset {data}") + (
-            f" config {config}" if config else "")
+            f" config {config}" if config else ""
+        )
         order = "streamed and read whole" if self.local else "streamed in the dataset's order"
         super().__init__(label or f"{where} split {split}, column '{column}' ({how}; {order})", limit)
 
@@ -294,8 +313,9 @@ class HubText(TextSource):
         for row_number, row in enumerate(stream_rows(self.dataset, self.data)):
             value = row.get(self.column)
             if not isinstance(value, str):
-                self.skips.add("missing field", f"row {row_number}: no string '{self.column}' "
-                                                f"(columns: {', '.join(row)})")
+                self.skips.add(
+                    "missing field", f"row {row_number}: no string '{self.column}' (columns: {', '.join(row)})"
+                )
                 continue
             yield None, value
 
@@ -308,8 +328,15 @@ def _no_columns(text_column: str | None, what: str) -> None:
         raise InputError(f"{{param:text_column}} has no effect on {what}: it has no columns")
 
 
-def text_source(data: str | None = None, *, split: str = "train", limit: int | None = None, seed: int = 0,
-                text_column: str | None = None, progress: bool = False) -> TextSource:
+def text_source(
+    data: str | None = None,
+    *,
+    split: str = "train",
+    limit: int | None = None,
+    seed: int = 0,
+    text_column: str | None = None,
+    progress: bool = False,
+) -> TextSource:
     """The text source that ``data`` names.
 
     - ``None`` or ``"builtin"``: the prose of the installed packages' docstrings, read in a
@@ -360,12 +387,20 @@ def text_source(data: str | None = None, *, split: str = "train", limit: int | N
         table = open_table(target)
         if table is not None:
             return TableText(table, limit=limit, text_column=text_column)
-        raise InputError(f"{target}: not a text source (give a .txt, .jsonl, .parquet, .arrow, .csv or .tsv file, a "
-                         "folder of .txt files, a folder written by save_to_disk, a Hugging Face dataset id, or "
-                         "nothing for the built-in default)")
+        raise InputError(
+            f"{target}: not a text source (give a .txt, .jsonl, .parquet, .arrow, .csv or .tsv file, a "
+            "folder of .txt files, a folder written by save_to_disk, a Hugging Face dataset id, or "
+            "nothing for the built-in default)"
+        )
     if target.strip().lower() == "wikipedia":
         repo, config = WIKIPEDIA
-        return HubText(repo, split=split, limit=limit, text_column=text_column, config=config,
-                       label=f"hub dataset {repo} config {config} split {split}, column 'text' (English Wikipedia, "
-                             "streamed in the dataset's order; the paper's data)")
+        return HubText(
+            repo,
+            split=split,
+            limit=limit,
+            text_column=text_column,
+            config=config,
+            label=f"hub dataset {repo} config {config} split {split}, column 'text' (English Wikipedia, "
+            "streamed in the dataset's order; the paper's data)",
+        )
     return HubText(target, split=split, limit=limit, text_column=text_column)

@@ -172,7 +172,6 @@ def offline_tokenizer(family: str, vocab_size: int) -> tuple[Any, str]:
             tokenizer, description = found
             if len(tokenizer) <= vocab_size:
                 return tokenizer, description
-            reason = (f"the {wanted} has {len(tokenizer)} tokens, more than the model's "
-                      f"vocabulary of {vocab_size}")
+            reason = f"the {wanted} has {len(tokenizer)} tokens, more than the model's vocabulary of {vocab_size}"
     fallback = FallbackTokenizer(vocab_size)
     return fallback, f"{fallback.name}; used because {reason}"

@@ -30,4 +30,12 @@ from .weights import AttentionWeights
 from . import timm_vit, gpt_bigcode, gpt2, gpt_neo, ctrl  # noqa: F401  isort: skip
 from . import hf_vit, bert, self_attn, distilbert  # noqa: F401  isort: skip
 
-__all__ = ["ADAPTERS", "Adapter", "AttentionWeights", "BlockContext", "adapter_for", "first_attention", "register_adapter"]
+__all__ = [
+    "ADAPTERS",
+    "Adapter",
+    "AttentionWeights",
+    "BlockContext",
+    "adapter_for",
+    "first_attention",
+    "register_adapter",
+]

@@ -18,5 +18,6 @@ def _matches(block: nn.Module) -> bool:
 @register_adapter("bert", _matches)
 def read(block: Any, ctx: BlockContext) -> AttentionWeights:
     selfatt = block.attention.self
-    return AttentionWeights.from_linears(selfatt.query, selfatt.key, ctx.num_heads, pre=nn.Identity(),
-                                         scale=ctx.head_dim**-0.5, causal=ctx.causal)
+    return AttentionWeights.from_linears(
+        selfatt.query, selfatt.key, ctx.num_heads, pre=nn.Identity(), scale=ctx.head_dim**-0.5, causal=ctx.causal
+    )

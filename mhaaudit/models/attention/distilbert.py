@@ -18,5 +18,6 @@ def _matches(block: nn.Module) -> bool:
 @register_adapter("distilbert", _matches)
 def read(block: Any, ctx: BlockContext) -> AttentionWeights:
     att = block.attention
-    return AttentionWeights.from_linears(att.q_lin, att.k_lin, ctx.num_heads, pre=nn.Identity(),
-                                         scale=ctx.head_dim**-0.5, causal=ctx.causal)
+    return AttentionWeights.from_linears(
+        att.q_lin, att.k_lin, ctx.num_heads, pre=nn.Identity(), scale=ctx.head_dim**-0.5, causal=ctx.causal
+    )

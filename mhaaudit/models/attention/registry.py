@@ -82,8 +82,16 @@ def first_attention(pm: ProbedModel, layer: int = 1) -> AttentionWeights:
         )
     adapter = adapter_for(block)
     if adapter is None:
-        raise ModelError(f"{pm.info.name}: first_attention does not know the attention layout of {type(block).__name__}")
+        raise ModelError(
+            f"{pm.info.name}: first_attention does not know the attention layout of {type(block).__name__}"
+        )
     info = pm.info
-    ctx = BlockContext(model=info.name, layer=layer, num_heads=info.num_heads, head_dim=info.head_dim,
-                       causal=info.decoder, config=pm.config)
+    ctx = BlockContext(
+        model=info.name,
+        layer=layer,
+        num_heads=info.num_heads,
+        head_dim=info.head_dim,
+        causal=info.decoder,
+        config=pm.config,
+    )
     return adapter.read(block, ctx)

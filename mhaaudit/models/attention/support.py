@@ -40,12 +40,16 @@ def _relative(pm: ProbedModel, block: nn.Module) -> bool:
     if "relative" in pm.info.positions:
         return True
     flags = ("relative_attention", "use_relative_position_bias", "use_shared_relative_position_bias")
-    if any(bool(_cfg(pm, f, False)) for f in flags) or str(_cfg(pm, "position_embedding_type", "")).startswith("relative"):
+    if any(bool(_cfg(pm, f, False)) for f in flags) or str(_cfg(pm, "position_embedding_type", "")).startswith(
+        "relative"
+    ):
         return True
     if getattr(pm.module, "rel_pos_bias", None) is not None:  # timm BEiT's shared bias
         return True
-    return any("relativeposition" in type(m).__name__.lower() or hasattr(m, "relative_position_bias_table")
-               for m in block.modules())
+    return any(
+        "relativeposition" in type(m).__name__.lower() or hasattr(m, "relative_position_bias_table")
+        for m in block.modules()
+    )
 
 
 def _alibi(pm: ProbedModel, block: nn.Module) -> bool:
@@ -59,7 +63,9 @@ def _grouped(pm: ProbedModel, block: nn.Module) -> bool:
 
 
 def _qk_norm(pm: ProbedModel, block: nn.Module) -> bool:
-    return any(name.rsplit(".", 1)[-1] in _QK_NORMS and not isinstance(m, nn.Identity) for name, m in block.named_modules())
+    return any(
+        name.rsplit(".", 1)[-1] in _QK_NORMS and not isinstance(m, nn.Identity) for name, m in block.named_modules()
+    )
 
 
 def _softcap(pm: ProbedModel, block: nn.Module) -> bool:

@@ -31,4 +31,6 @@ def read(block: Any, ctx: BlockContext) -> AttentionWeights:
         b_q = head_bias(attn.q_bias, heads)
         b_k = torch.zeros_like(b_q)
     scale = float(getattr(attn, "scale", dh**-0.5))
-    return AttentionWeights(linear_heads(w[q_rows], heads), linear_heads(w[k_rows], heads), b_q, b_k, block.norm1, scale, False)
+    return AttentionWeights(
+        linear_heads(w[q_rows], heads), linear_heads(w[k_rows], heads), b_q, b_k, block.norm1, scale, False
+    )

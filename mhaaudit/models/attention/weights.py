@@ -35,11 +35,26 @@ class AttentionWeights:
     causal: bool = False
 
     @classmethod
-    def from_linears(cls, q: nn.Linear, k: nn.Linear, heads: int, *, pre: Callable[[torch.Tensor], torch.Tensor],
-                     scale: float, causal: bool) -> AttentionWeights:
+    def from_linears(
+        cls,
+        q: nn.Linear,
+        k: nn.Linear,
+        heads: int,
+        *,
+        pre: Callable[[torch.Tensor], torch.Tensor],
+        scale: float,
+        causal: bool,
+    ) -> AttentionWeights:
         """From separate query and key ``nn.Linear`` layers whose outputs are the heads side by side."""
-        return cls(linear_heads(q.weight, heads), linear_heads(k.weight, heads), head_bias(q.bias, heads),
-                   head_bias(k.bias, heads), pre, scale, causal)
+        return cls(
+            linear_heads(q.weight, heads),
+            linear_heads(k.weight, heads),
+            head_bias(q.bias, heads),
+            head_bias(k.bias, heads),
+            pre,
+            scale,
+            causal,
+        )
 
     @property
     def num_heads(self) -> int:
