@@ -633,12 +633,18 @@ def capture_probe(
     return _capture_one(Requests(request, data, settings), probe_for_variant(variant, layer))
 
 
-def _capture_one(req: Requests, probe: Probe) -> FeatureSet:
-    if req.model.weights_path is not None and probe.init != "trained":
+def refuse_weights_without_trained(weights_path, probe: Probe, variants: str = "variants") -> None:
+    """Trained weights given for a column that does not read them are refused (InputError);
+    ``variants`` is the parameter that chose the column."""
+    if weights_path is not None and probe.init != "trained":
         raise InputError(
-            f"{{param:weights}} loads trained weights; use it with {{param:variants}} trained (or trained-L<k>), "
+            f"{{param:weights}} loads trained weights; use it with {{param:{variants}}} trained (or trained-L<k>), "
             f"not {probe.variant!r}"
         )
+
+
+def _capture_one(req: Requests, probe: Probe) -> FeatureSet:
+    refuse_weights_without_trained(req.model.weights_path, probe)
     got = collect_features(req.model, [probe], req.data, req.settings)
     if probe.variant in got.unavailable:
         raise OfflineError(got.unavailable[probe.variant])

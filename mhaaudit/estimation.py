@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from . import kruskal, validate
-from .auditing import capture_probe, probe_for_variant
+from .auditing import capture_probe, probe_for_variant, refuse_weights_without_trained
 from .checks import REGISTRY, check_for_size
 from .errors import InputError, param
 from .features import FeatureSet
@@ -126,12 +126,7 @@ def kruskal_capture(
             f"{{param:variant}} {variant}: kruskal captures one column at a time; give one (check audits several)"
         )
 
-    probe = probe_for_variant(variant)
-    if model_options.get("weights") is not None and probe.init != "trained":
-        raise InputError(
-            "{param:weights} loads trained weights; use it with {param:variant} trained (or trained-L<k>), "
-            f"not {variant!r}"
-        )
+    refuse_weights_without_trained(model_options.get("weights"), probe_for_variant(variant), "variant")
     options = dict(model_options)
     request = ModelRequest(
         model, context_length=n, query_index=query_index, weights_path=options.pop("weights", None), **options
