@@ -417,26 +417,35 @@ def encode_result(value):
         return value.document()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: encode_result(getattr(value, f.name)) for f in _document_fields(value)}
-    if isinstance(value, enum.Enum):
+    if isinstance(value, enum.Enum):  # before str and int: an enum may be either
         return value.value
+    if isinstance(value, dict):
+        return {str(k): encode_result(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [encode_result(v) for v in value]
+    return _encode_scalar(value)
+
+
+def _encode_scalar(value):
+    """A number, string, boolean, None, path, or numpy/torch scalar as JSON data."""
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return value
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
-        value = float(value)
-        if math.isfinite(value):
-            return value
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, dict):
-        return {str(k): encode_result(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [encode_result(v) for v in value]
+        return _encode_float(float(value))
     if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:  # a numpy or torch scalar
         return encode_result(value.item())
     if isinstance(value, os.PathLike):
         return os.fspath(value)
     raise TypeError(f"cannot store a {type(value).__name__} in a result document")
+
+
+def _encode_float(value: float) -> float | str:
+    """A float as JSON data: itself when finite, else ``"nan"``, ``"inf"`` or ``"-inf"``."""
+    if math.isfinite(value):
+        return value
+    return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
 
 
 def decode_result(tp, data):
@@ -450,83 +459,122 @@ def decode_result(tp, data):
 
 
 def _decode(tp, data, where: str):
-
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    """The value of hint ``tp`` in ``data`` (at ``where``, for messages): dispatched to the
+    reader of that kind of hint."""
     if tp is typing.Any or tp is object:
         return data
+    origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
-        if data is None and type(None) in args:
-            return None
-        options = [a for a in args if a is not type(None)]
-        errors = []
-        for option in options:
-            try:
-                return _decode(option, data, where)
-            except (TypeError, ValueError, KeyError) as exc:
-                errors.append(str(exc))
-        raise ValueError(f"{where}: {data!r} fits none of {tp}: {'; '.join(errors)}")
-    if isinstance(tp, type) and hasattr(tp, "from_document"):
-        return tp.from_document(data)
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        if not isinstance(data, dict):
-            raise ValueError(f"{where}: expected an object for {tp.__name__}, got {type(data).__name__}")
-        hints = typing.get_type_hints(tp)
-        kept = _document_fields(tp)
-        missing = [
-            f.name
-            for f in kept
-            if f.init
-            and f.name not in data
-            and f.default is dataclasses.MISSING
-            and f.default_factory is dataclasses.MISSING
-        ]
-        if missing:
-            raise ValueError(f"{where}: {tp.__name__} lacks {', '.join(missing)}")
-        unknown = sorted(set(data) - {f.name for f in kept if f.init})
-        if unknown:
-            raise ValueError(f"{where}: {tp.__name__} has no field {', '.join(unknown)}")
-        values = {
-            f.name: _decode(hints[f.name], data[f.name], f"{where}.{f.name}") for f in kept if f.init and f.name in data
-        }
-        return tp(**values)
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return tp(data)
-    if origin is tuple:
-        if not isinstance(data, list):
-            raise ValueError(f"{where}: expected a list, got {type(data).__name__}")
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_decode(args[0], v, f"{where}[]") for v in data)
-        if args and len(args) != len(data):
-            raise ValueError(f"{where}: expected {len(args)} values, got {len(data)}")
-        return tuple(_decode(a, v, f"{where}[]") for a, v in zip(args, data, strict=True)) if args else tuple(data)
-    if origin is list or tp is list:
-        if not isinstance(data, list):
-            raise ValueError(f"{where}: expected a list, got {type(data).__name__}")
-        return [_decode(args[0], v, f"{where}[]") for v in data] if args else list(data)
-    if origin is dict or tp is dict:
-        if not isinstance(data, dict):
-            raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
-        kt, vt = args if args else (str, typing.Any)
-        return {_decode_key(kt, k, where): _decode(vt, v, f"{where}.{k}") for k, v in data.items()}
-    if tp is bool:
-        if not isinstance(data, bool):
-            raise ValueError(f"{where}: expected true or false, got {data!r}")
-        return data
-    if tp is int:
-        if isinstance(data, bool) or not isinstance(data, int):
-            raise ValueError(f"{where}: expected an integer, got {data!r}")
-        return data
-    if tp is float:
-        if isinstance(data, str) and data in _NONFINITE:
-            return _NONFINITE[data]
-        if isinstance(data, bool) or not isinstance(data, (int, float)):
-            raise ValueError(f"{where}: expected a number, got {data!r}")
-        return float(data)
-    if tp is str:
-        if not isinstance(data, str):
-            raise ValueError(f"{where}: expected a string, got {data!r}")
-        return data
-    raise TypeError(f"{where}: no rule to read a {tp}")
+        return _decode_union(tp, data, where)
+    if isinstance(tp, type):
+        if hasattr(tp, "from_document"):
+            return tp.from_document(data)
+        if dataclasses.is_dataclass(tp):
+            return _decode_dataclass(tp, data, where)
+        if issubclass(tp, enum.Enum):
+            return tp(data)
+        if tp in _SCALAR_READERS:
+            return _SCALAR_READERS[tp](data, where)
+    reader = _CONTAINER_READERS.get(origin or tp)
+    if reader is None:
+        raise TypeError(f"{where}: no rule to read a {tp}")
+    return reader(typing.get_args(tp), data, where)
+
+
+def _decode_union(tp, data, where: str):
+    """``X | Y | None``: None when allowed, else the first option ``data`` fits."""
+    args = typing.get_args(tp)
+    if data is None and type(None) in args:
+        return None
+    errors = []
+    for option in (a for a in args if a is not type(None)):
+        try:
+            return _decode(option, data, where)
+        except (TypeError, ValueError, KeyError) as exc:
+            errors.append(str(exc))
+    raise ValueError(f"{where}: {data!r} fits none of {tp}: {'; '.join(errors)}")
+
+
+def _decode_dataclass(tp, data, where: str):
+    """A dataclass from the object of its stored fields: each read from its type hint; a missing
+    required field or an unknown one is refused."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected an object for {tp.__name__}, got {type(data).__name__}")
+    hints = typing.get_type_hints(tp)
+    kept = [f for f in _document_fields(tp) if f.init]
+    required = [f.name for f in kept if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [name for name in required if name not in data]
+    if missing:
+        raise ValueError(f"{where}: {tp.__name__} lacks {', '.join(missing)}")
+    unknown = sorted(set(data) - {f.name for f in kept})
+    if unknown:
+        raise ValueError(f"{where}: {tp.__name__} has no field {', '.join(unknown)}")
+    values = {f.name: _decode(hints[f.name], data[f.name], f"{where}.{f.name}") for f in kept if f.name in data}
+    return tp(**values)
+
+
+def _decode_tuple(args: tuple, data, where: str) -> tuple:
+    """``tuple[X, ...]`` or ``tuple[X, Y]`` from a list."""
+    if not isinstance(data, list):
+        raise ValueError(f"{where}: expected a list, got {type(data).__name__}")
+    if len(args) == 2 and args[1] is Ellipsis:
+        return tuple(_decode(args[0], v, f"{where}[]") for v in data)
+    if not args:
+        return tuple(data)
+    if len(args) != len(data):
+        raise ValueError(f"{where}: expected {len(args)} values, got {len(data)}")
+    return tuple(_decode(a, v, f"{where}[]") for a, v in zip(args, data, strict=True))
+
+
+def _decode_list(args: tuple, data, where: str) -> list:
+    """``list[X]`` from a list."""
+    if not isinstance(data, list):
+        raise ValueError(f"{where}: expected a list, got {type(data).__name__}")
+    return [_decode(args[0], v, f"{where}[]") for v in data] if args else list(data)
+
+
+def _decode_dict(args: tuple, data, where: str) -> dict:
+    """``dict[K, V]`` from an object (its keys strings, as JSON writes them)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
+    kt, vt = args if args else (str, typing.Any)
+    return {_decode_key(kt, k, where): _decode(vt, v, f"{where}.{k}") for k, v in data.items()}
+
+
+def _decode_bool(data, where: str) -> bool:
+    if not isinstance(data, bool):
+        raise ValueError(f"{where}: expected true or false, got {data!r}")
+    return data
+
+
+def _decode_int(data, where: str) -> int:
+    if isinstance(data, bool) or not isinstance(data, int):
+        raise ValueError(f"{where}: expected an integer, got {data!r}")
+    return data
+
+
+def _decode_float(data, where: str) -> float:
+    if isinstance(data, str) and data in _NONFINITE:
+        return _NONFINITE[data]
+    if isinstance(data, bool) or not isinstance(data, (int, float)):
+        raise ValueError(f"{where}: expected a number, got {data!r}")
+    return float(data)
+
+
+def _decode_str(data, where: str) -> str:
+    if not isinstance(data, str):
+        raise ValueError(f"{where}: expected a string, got {data!r}")
+    return data
+
+
+#: The reader of each scalar hint, and of each container (by its origin: ``list[int]`` -> list).
+_SCALAR_READERS: dict[type, typing.Callable] = {
+    bool: _decode_bool,
+    int: _decode_int,
+    float: _decode_float,
+    str: _decode_str,
+}
+_CONTAINER_READERS: dict[object, typing.Callable] = {tuple: _decode_tuple, list: _decode_list, dict: _decode_dict}
 
 
 def _decode_key(tp, key: str, where: str):
