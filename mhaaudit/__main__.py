@@ -13,7 +13,11 @@ from typing import NoReturn
 def entry(argv: list[str] | None = None) -> NoReturn:
     """Run the command line and end the process with its exit status: what ``python -m mhaaudit``
     does, also for a script that starts the command line itself (:func:`mhaaudit.cli.app.run`, with
-    Ctrl-C while the command line is still being imported answered the same way)."""
+    Ctrl-C while the command line is still being imported answered the same way).
+
+    Raises:
+        SystemExit: always: the command's exit status, or 130 for Ctrl-C while the command line is imported.
+    """
     try:
         from .cli.app import run  # loads the libraries; Ctrl-C there gets the app's own one line
     except KeyboardInterrupt:  # Ctrl-C before the app's own guard is reached

@@ -41,7 +41,11 @@ CPU_MEMORY_SHARE = 0.5  # the share of the available memory one batch's activati
 
 
 def parse_batch_size(value) -> int | str:
-    """A positive integer, or ``"auto"``."""
+    """A positive integer, or ``"auto"`` (any case, spaces around ignored).
+
+    Raises:
+        InputError: when ``value`` is neither ``auto`` nor a positive integer.
+    """
     if isinstance(value, str) and value.strip().lower() == AUTO:
         return AUTO
     try:
@@ -59,6 +63,7 @@ class BatchChoice:
     how: str
 
     def as_dict(self) -> dict:
+        """``size``, ``asked`` and ``how`` as a plain dict, for the JSON ``meta``."""
         return asdict(self)
 
 
@@ -69,7 +74,12 @@ def choose_batch_size(
 
     ``halving`` (default: on a CUDA device) finds the largest batch that fits by halving on
     out-of-memory; otherwise the batch is computed from :func:`example_bytes` and ``memory``
-    (default: :func:`available_memory`).
+    (default: :func:`available_memory`). A size given is used as it is.
+
+    Raises:
+        InputError: on the CPU, when a batch of the size given (or of ``limit`` examples, if fewer) would need
+            more memory than is available.
+        ModelError: when halving reaches one example and it still runs out of memory.
     """
     if asked != AUTO:
         if getattr(getattr(pm, "device", None), "type", "cpu") == "cpu":  # refused before the work, not killed later
@@ -109,7 +119,11 @@ def choose_batch_size(
 
 
 def halve_until_fits(run: Callable[[int], None], start: int) -> tuple[int, list[int]]:
-    """The first of ``start, start/2, ...`` for which ``run(b)`` does not run out of memory, and the sizes tried."""
+    """The first of ``start, start/2, ...`` for which ``run(b)`` does not run out of memory, and the sizes tried.
+
+    Raises:
+        ModelError: when a batch of one example runs out of CUDA memory too.
+    """
     b, tried = int(start), []
     while True:
         tried.append(b)

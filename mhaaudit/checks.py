@@ -59,6 +59,9 @@ def context_ranks(E: torch.Tensor, rule: RankRule):
     The batch is divided by an exact power of two first (``numerics.scale``), so no Gram entry
     over- or underflows whatever the data's scale; the singular values and tolerances returned
     are in the data's own units.
+
+    Raises:
+        InputError: when ``E`` is not 3-D.
     """
     if E.ndim != 3:
         raise InputError(f"context matrices must be (B, n, d), got shape {tuple(E.shape)}")
@@ -115,12 +118,14 @@ class ContextRankResult:
 
     @property
     def exact_basis(self) -> str:
+        """What the exact answer rests on: "dimension" (n > d), "exhaustive" (every example decided), or "none"."""
         if self.exact_status == "undecided":
             return "none"
         return "dimension" if self.n > self.d else "exhaustive"
 
     @property
     def proven(self) -> bool:
+        """True when the verdict is exact (there was at least one example to decide)."""
         return self.exact_status != "undecided"
 
     def record(self) -> dict:
@@ -169,6 +174,11 @@ class ContextRanks:
     tols: list = field(default_factory=list)
 
     def update(self, E: torch.Tensor) -> None:
+        """Decide the rank of each (n, d) context matrix of the batch ``E`` and keep the statistics on the CPU.
+
+        Raises:
+            InputError: when the batch's (n, d) differs from the first batch's.
+        """
         _B, n, d = E.shape
         if self.n is None:
             self.n, self.d = n, d
@@ -181,6 +191,8 @@ class ContextRanks:
         self.tols.append(tol.cpu())
 
     def arrays(self) -> dict[str, torch.Tensor]:
+        """The per-example statistics fed so far, each of length T: ``context_rank`` (int64; -1 when n > d),
+        ``context_sigma_min``, ``context_sigma_max`` and ``context_tol`` (float64, in the data's units)."""
         cat = lambda xs, dt: torch.cat(xs) if xs else torch.zeros(0, dtype=dt)  # noqa: E731
         return {
             "context_rank": cat(self.ranks, torch.long),
@@ -190,11 +202,15 @@ class ContextRanks:
         }
 
     def result(self) -> ContextRankResult:
+        """Assumption 2 over every example fed (verdict "unavailable" when none was)."""
         a = self.arrays()
         return assumption_2_from_arrays(a, n=self.n or 0, d=self.d or 0, rule=self.rule)
 
 
 def assumption_2_from_arrays(a: dict[str, torch.Tensor], *, n: int, d: int, rule: RankRule) -> ContextRankResult:
+    """Assumption 2 from the per-example statistics of :meth:`ContextRanks.arrays`: the exact count of context
+    matrices of rank n among T, the rank histogram, the worst sigma_min / tolerance margin and the verdict
+    ("holds", "fails", or "unavailable" when T = 0; n > d fails by dimension alone)."""
     rank = a["context_rank"]
     T = int(rank.numel())
     full_mask = rank == n

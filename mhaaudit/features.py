@@ -45,10 +45,12 @@ class FeatureSet:
 
     @property
     def T(self) -> int:
+        """The number of examples (rows of ``queries``)."""
         return int(self.queries.shape[0])
 
     @property
     def dtype(self) -> torch.dtype:
+        """The dtype of the features (the activations' own), which sets the default rank tolerance."""
         return self.queries.dtype
 
     def __repr__(self) -> str:
@@ -62,9 +64,11 @@ class FeatureSet:
         )
 
     def rule(self, rtol: float | None = None, atol: float | None = None) -> RankRule:
+        """The rank rule for these features' dtype, with ``rtol`` / ``atol`` in place of its defaults when given."""
         return RankRule.for_dtype(self.dtype, rtol=rtol, atol=atol)
 
     def assumption_2(self, rule: RankRule) -> ContextRankResult:
+        """Assumption 2 (full-rank n x d context matrices), decided from the per-example statistics under ``rule``."""
         return assumption_2_from_arrays(self.context, n=self.n, d=self.d, rule=rule)
 
     def save(self, folder: str | Path) -> Path:
@@ -73,6 +77,13 @@ class FeatureSet:
         The files are staged as temporaries in ``folder`` and renamed into place (inside a run's
         :func:`~mhaaudit.io.staged_outputs`, with the run's other outputs). A symbolic link at
         ``folder`` is refused rather than followed; one at a file's place is replaced by the rename.
+        Returns ``folder`` as a ``Path``.
+
+        Raises:
+            OutputError: when ``folder`` is a symbolic link or a file, its parent folder does not exist, or the
+                folder or either file cannot be made or written.
+            OSError: a failure of safetensors while writing (re-raised as an OSError when it is not one), which
+                :func:`~mhaaudit.io.atomic_path` reports as an OutputError.
         """
         from safetensors.torch import save_file
 
@@ -116,6 +127,13 @@ class FeatureSet:
 
     @classmethod
     def load(cls, folder: str | Path) -> FeatureSet:
+        """The features a :meth:`save` wrote into ``folder``, checked against what it writes.
+
+        Raises:
+            InputError: when ``folder`` lacks ``features.safetensors`` or ``meta.json`` (naming its per-column
+                subfolders when it holds some), either file cannot be read, or their contents disagree with what
+                :meth:`save` writes.
+        """
         from safetensors.torch import load_file
 
         folder = Path(folder)
@@ -143,42 +161,51 @@ class FeatureSet:
 
 def _check_saved(folder: Path, meta, tensors: dict) -> tuple[int, int, int]:
     """(n, d, query_index) of a saved feature folder, after checking that meta.json and the tensors
-    agree with what ``FeatureSet.save`` writes; anything else is an InputError naming the field."""
+    agree with what ``FeatureSet.save`` writes.
 
-    def bad(what: str) -> InputError:
-        return InputError(f"saved features in {folder} are malformed: {what}")
+    Raises:
+        InputError: naming the field, when meta.json is not an object, n, d or query_index is not an integer in
+            range, a tensor is missing, or a tensor's shape disagrees with (T, d) or with meta.json's T.
+    """
+
+    def malformed(what: str) -> str:
+        return f"saved features in {folder} are malformed: {what}"
 
     if not isinstance(meta, dict):
-        raise bad(f"{META_FILE} holds {type(meta).__name__}, not a JSON object")
+        raise InputError(malformed(f"{META_FILE} holds {type(meta).__name__}, not a JSON object"))
 
     def count(key: str, minimum: int) -> int:
         v = meta.get(key)
         if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-            raise bad(f"{META_FILE} gives {key} = {v!r}, expected an integer of at least {minimum}")
+            raise InputError(malformed(f"{META_FILE} gives {key} = {v!r}, expected an integer of at least {minimum}"))
         return v
 
     n, d, query_index = count("n", 1), count("d", 1), count("query_index", 0)
     if query_index >= n:
-        raise bad(f"{META_FILE} gives query_index = {query_index}, outside the n = {n} tokens")
+        raise InputError(malformed(f"{META_FILE} gives query_index = {query_index}, outside the n = {n} tokens"))
     missing = [k for k in ("queries", "a3", *_CONTEXT_ARRAYS) if k not in tensors]
     if missing:
-        raise bad(f"{FEATURES_FILE} has no tensor {missing[0]!r}")
+        raise InputError(malformed(f"{FEATURES_FILE} has no tensor {missing[0]!r}"))
     q = tensors["queries"]
     if q.ndim != 2 or q.shape[1] != d:
-        raise bad(f"queries have shape {tuple(q.shape)}, expected (T, d) with d = {d}")
+        raise InputError(malformed(f"queries have shape {tuple(q.shape)}, expected (T, d) with d = {d}"))
     T = q.shape[0]
     if "T" in meta and meta["T"] != T:
-        raise bad(f"{META_FILE} gives T = {meta['T']!r}, the tensors hold {T} examples")
+        raise InputError(malformed(f"{META_FILE} gives T = {meta['T']!r}, the tensors hold {T} examples"))
     if tuple(tensors["a3"].shape) != tuple(q.shape):
-        raise bad(f"a3 has shape {tuple(tensors['a3'].shape)}, queries {tuple(q.shape)}")
+        raise InputError(malformed(f"a3 has shape {tuple(tensors['a3'].shape)}, queries {tuple(q.shape)}"))
     for k in _CONTEXT_ARRAYS:
         if tuple(tensors[k].shape) != (T,):
-            raise bad(f"{k} has shape {tuple(tensors[k].shape)}, expected ({T},)")
+            raise InputError(malformed(f"{k} has shape {tuple(tensors[k].shape)}, expected ({T},)"))
     return n, d, query_index
 
 
 class StreamingReducer:
-    """Feed token batches; keep O(T d) state."""
+    """Feed token batches; keep O(T d) state.
+
+    ``query_index`` picks the query token of each example; ``rule`` decides the context ranks (the first
+    batch's dtype's rule when None). Constructing refuses nothing.
+    """
 
     def __init__(self, query_index: int, rule: RankRule | None = None):
         self.query_index = query_index
@@ -191,6 +218,12 @@ class StreamingReducer:
         self.dtype: torch.dtype | None = None
 
     def update(self, tokens: torch.Tensor) -> None:
+        """Reduce one (B, n, d) batch: keep its query rows, its Assumption 3 rows and its context-rank statistics.
+
+        Raises:
+            InputError: when ``tokens`` is not 3-D.
+            ModelError: when floating-point activations hold NaN or infinite values.
+        """
         if tokens.ndim != 3:
             raise InputError(f"token batches must be (B, n, d), got {tuple(tokens.shape)}")
         _B, n, d = tokens.shape
@@ -211,7 +244,11 @@ class StreamingReducer:
     def result(self, meta: dict | None = None, fed=None) -> FeatureSet:
         """The reduced features of every example fed. ``fed``: the :class:`~mhaaudit.pipeline.DataInfo`
         of the stream, when batches may have been dealt among ranks: every rank's rows are then
-        gathered back into single-process order, so every rank holds the same FeatureSet."""
+        gathered back into single-process order, so every rank holds the same FeatureSet.
+
+        Raises:
+            InputError: when no examples were fed (on any rank).
+        """
         rows = None
         if self._ctx is not None:
             rows = {"queries": torch.cat(self._q), "a3": torch.cat(self._a3), **self._ctx.arrays()}
@@ -229,7 +266,12 @@ class StreamingReducer:
 
 
 def reduce_tokens(tokens: torch.Tensor, query_index: int, batch_size: int = 64, meta: dict | None = None) -> FeatureSet:
-    """Reduce an in-memory (T, n, d) tensor (for tests and small inputs)."""
+    """Reduce an in-memory (T, n, d) tensor (for tests and small inputs), ``batch_size`` examples at a time.
+
+    Raises:
+        InputError: when ``tokens`` is not 3-D.
+        ModelError: when floating-point ``tokens`` hold NaN or infinite values.
+    """
     red = StreamingReducer(query_index)
     for part in tokens.split(batch_size):
         red.update(part)

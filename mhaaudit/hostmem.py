@@ -62,6 +62,8 @@ class Trimmer:
         self.last: float | None = None
 
     def maybe(self) -> bool:
+        """Call :func:`release` when ``every`` seconds have passed since the last call (or on the first); its
+        answer, or False when it is not yet time."""
         now = self.clock()
         if self.last is not None and now - self.last < self.every:
             return False

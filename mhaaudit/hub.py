@@ -19,6 +19,7 @@ _TRUE = {"1", "true", "yes", "on"}
 
 
 def hub_endpoint() -> str:
+    """The Hugging Face hub's URL: ``HF_ENDPOINT`` when set, else https://huggingface.co."""
     return os.environ.get("HF_ENDPOINT", "https://huggingface.co")
 
 

@@ -37,6 +37,10 @@ MAX_HEADER_BYTES = 100_000_000
 
 
 def library_versions() -> dict[str, str]:
+    """The versions of mhaaudit, Python, torch, NumPy and the optional libraries installed, by name.
+
+    Libraries not installed are left out; versions are read from package metadata, nothing is imported.
+    """
     out = {
         "mhaaudit": __version__,
         "python": platform.python_version(),
@@ -59,7 +63,11 @@ def stamp(**extra) -> dict:
 
 
 def _refuse_symlink(p: Path, what: str) -> None:
-    """A dangling symbolic link at an output path is refused (writing would create a file wherever it points)."""
+    """Refuse a dangling symbolic link at an output path (writing would create a file wherever it points).
+
+    Raises:
+        OutputError: when ``p`` is a symbolic link whose target does not exist; ``what`` begins the message.
+    """
     if p.is_symlink() and not p.exists():
         raise OutputError(
             f"{what}: it is a symbolic link to {os.readlink(p)}, which does not exist; "
@@ -68,10 +76,14 @@ def _refuse_symlink(p: Path, what: str) -> None:
 
 
 def check_writable(path: str | os.PathLike) -> Path:
-    """Fail early, before any work, when ``path`` cannot be written.
+    """Fail early, before any work, when ``path`` cannot be written; return it as a ``Path``.
 
     The file is replaced by a rename, so a symbolic link at ``path`` is replaced, never followed;
     a dangling one is refused.
+
+    Raises:
+        OutputError: when ``path`` is a folder or a dangling symbolic link, its folder is missing, is a file or
+            is not writable (tried, not only read from the permission bits), or the file itself is not writable.
     """
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
@@ -96,7 +108,12 @@ def check_writable(path: str | os.PathLike) -> Path:
 
 
 def check_folder_writable(folder: str | os.PathLike, option: str) -> Path:
-    """Fail early, before any work, when the folder ``option`` names cannot be made or written into."""
+    """Fail early, before any work, when the folder ``option`` names cannot be made or written into; return it.
+
+    Raises:
+        OutputError: when ``folder`` is a dangling symbolic link or a file, its parent is missing or a file, or the
+            folder (or its parent, when it does not exist yet) is not writable.
+    """
     folder = Path(folder)
     parent = folder.parent if str(folder.parent) else Path(".")
     _refuse_symlink(folder, f"{option} {folder}")
@@ -119,7 +136,10 @@ def refuse_inputs(outputs: dict[str, str | os.PathLike | None], inputs: list[str
     """An output error, before any work, when an output path (``{option: path}``) is one of the inputs.
 
     An output is refused when it is the same file or folder as an input (symbolic links and
-    relative paths resolved).
+    relative paths resolved). Inputs that do not exist and outputs that are None are passed over.
+
+    Raises:
+        OutputError: when an output path resolves to the same path as an existing input.
     """
     ins = [(str(i), real_path(i)) for i in inputs if i is not None and os.path.lexists(os.path.expanduser(str(i)))]
     for option, out in outputs.items():
@@ -157,7 +177,13 @@ def atomic_path(path: str | os.PathLike, *, now: bool = False) -> Iterator[Path]
     """Yield a temporary path beside ``path``; rename it into place only on success.
 
     Inside :func:`staged_outputs` the rename waits for the end of the run (all outputs or none),
-    unless ``now`` (a cache, or a results file kept up to date for resuming).
+    unless ``now`` (a cache, or a results file kept up to date for resuming). On any failure the
+    temporary file is removed and ``path`` is left as it was.
+
+    Raises:
+        OutputError: when ``path`` cannot be written (:func:`check_writable`), or when writing or renaming fails
+            with an OSError (a full disk, a vanished folder).
+        OSError: an mhaaudit error of the work inside (an OutputError, an OfflineError), re-raised as it is.
     """
     p = check_writable(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent if str(p.parent) else ".")
@@ -208,6 +234,7 @@ def parquet_bytes(records: list[dict], metadata: dict) -> bytes:
 
 
 def read_parquet_metadata(path: str | os.PathLike) -> dict:
+    """The mhaaudit metadata (provenance, command) stored in a parquet file's schema; empty when it has none."""
     import pyarrow.parquet as pq
 
     meta = pq.read_schema(path).metadata or {}
@@ -221,7 +248,13 @@ def read_parquet_metadata(path: str | os.PathLike) -> dict:
 def safetensors_header(path: str | os.PathLike) -> dict:
     """The JSON header of a safetensors file, checked before it is read: its stated length must fit
     the file and :data:`MAX_HEADER_BYTES`, and every tensor's data must lie inside the file.
-    Raises ValueError (or OSError) with the reason; callers word it for their input."""
+    Callers word the reason for their input; an OSError of opening or reading the file passes through.
+
+    Raises:
+        ValueError: when the file is shorter than the 8-byte length, the stated header length does not fit the
+            file or :data:`MAX_HEADER_BYTES`, the header is not a JSON object, or a tensor's data offsets are
+            missing or lie outside the file.
+    """
     with open(path, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         head = fh.read(8)
@@ -258,8 +291,13 @@ def safetensors_header(path: str | os.PathLike) -> dict:
 
 
 def _check_npy(p: Path) -> None:
-    """An InputError unless ``p`` starts as a .npy file whose header's shape and dtype account for
-    exactly the bytes that follow it (checked before numpy allocates what the header claims)."""
+    """Check that ``p`` starts as a .npy file whose header's shape and dtype account for exactly the
+    bytes that follow it (checked before numpy allocates what the header claims).
+
+    Raises:
+        InputError: when ``p`` lacks the .npy magic bytes, its header is malformed, or the header's shape and
+            dtype do not account for the bytes of data (an object dtype is left to ``np.load`` to refuse).
+    """
     with open(p, "rb") as fh:
         if fh.read(6) != b"\x93NUMPY":  # else numpy calls any other file "pickled data"
             raise InputError(f"cannot read {p}: not a .npy file (it does not start with the .npy magic bytes)")
@@ -351,6 +389,7 @@ class MappedArray:
 
     @property
     def array(self) -> np.ndarray:
+        """The read-only NumPy view: the file's memory map, or token ``index``'s T x d rows of it (mapped once)."""
         if self._array is None:
             mm = np.memmap(
                 self.path, dtype=self.np_dtype, mode="r", offset=self.offset, shape=self.file_shape, order=self.order
@@ -360,20 +399,24 @@ class MappedArray:
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The shape of the view: the file's, or (T, d) when a token ``index`` is chosen."""
         if self.index is None:
             return self.file_shape
         return (self.file_shape[0], self.file_shape[2])
 
     @property
     def ndim(self) -> int:
+        """The number of dimensions of the view (2, or 3 for T x n x d tokens with no ``index``)."""
         return len(self.shape)
 
     @property
     def dtype(self) -> torch.dtype:
+        """The torch dtype of the elements (the file's NumPy dtype in the machine's byte order)."""
         return torch.from_numpy(np.empty(0, dtype=self.np_dtype.newbyteorder("="))).dtype
 
     @property
     def nbytes(self) -> int:
+        """The size of the view in bytes (its elements times the item size; not the whole file's)."""
         return int(np.prod(self.shape, dtype=np.int64)) * self.np_dtype.itemsize
 
     def numpy(self) -> np.ndarray:
@@ -396,8 +439,11 @@ class MappedArray:
 
 
 def _refuse_unless_readable(p: Path) -> None:
-    """An input error, before reading, when a file that is read whole (not memory-mapped) is larger
-    than the memory available."""
+    """Check, before reading, that a file that is read whole (not memory-mapped) fits the memory available.
+
+    Raises:
+        InputError: when the file is larger than the memory available.
+    """
     size, avail = p.stat().st_size, stream.available_memory()
     if size > avail:
         raise InputError(
@@ -449,7 +495,11 @@ def _map_safetensors(p: Path, key: str | None) -> MappedArray | None:
 def _list_column_matrix(column, dtype, path: Path, col: str) -> np.ndarray:
     """A list column of equal-length numeric vectors as one T x d array of ``dtype``, filled a
     record batch at a time from Arrow's flat values (no Python list of the rows, no float64 copy
-    of the whole set)."""
+    of the whole set).
+
+    Raises:
+        InputError: when the vectors differ in length, are not numeric, or hold missing values.
+    """
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -486,6 +536,11 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.T
     is refused, as is a results file written by mhaaudit (recognised by its ``mhaaudit`` parquet
     metadata). A folder written by ``--save-features`` reads its ``features.safetensors``
     (tensor ``queries`` unless ``key`` says otherwise).
+
+    Raises:
+        InputError: when the path does not exist, is a folder without ``features.safetensors``, has an unknown
+            extension, is given ``key`` as a .npy file, or cannot be read as features (any error of its reader,
+            worded in one line).
     """
     p = Path(path)
     if p.is_dir():
@@ -519,7 +574,11 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.T
 
 
 def _read_npy(p: Path, key: None) -> tuple[torch.Tensor | MappedArray, str]:
-    """A real numeric ``.npy`` array; a floating-point matrix (or T x n x d array) memory-mapped."""
+    """A real numeric ``.npy`` array; a floating-point matrix (or T x n x d array) memory-mapped.
+
+    Raises:
+        InputError: when the file is not a well-formed .npy file, or its dtype is complex or not numeric.
+    """
     _check_npy(p)
     arr = _load_npy(p)
     if arr.dtype.kind == "c":
@@ -544,7 +603,13 @@ def _read_npy(p: Path, key: None) -> tuple[torch.Tensor | MappedArray, str]:
 
 
 def _read_torch(p: Path, key: str | None) -> tuple[torch.Tensor, str]:
-    """A tensor saved with ``torch.save`` (weights only), or the ``key`` entry of a saved dict of them."""
+    """A tensor saved with ``torch.save`` (weights only), or the ``key`` entry of a saved dict of them.
+
+    Raises:
+        InputError: when the file is larger than the memory available, torch refuses to load it (corrupt, empty,
+            or a pickle beyond plain tensors), it holds neither a tensor nor a dict of them, ``key`` is given for a
+            single tensor, or the dict has no tensor to pick (:func:`_pick`).
+    """
     _refuse_unless_readable(p)
 
     with warnings.catch_warnings():  # a bad file is reported as one error, without warnings
@@ -583,7 +648,11 @@ def _read_parquet(p: Path, key: str | None) -> tuple[torch.Tensor, str]:
 
 
 def refuse_results_file(p: Path) -> None:
-    """An input error when the parquet file ``p`` is a results file written by mhaaudit, not features."""
+    """Check that the parquet file ``p`` is not a results file written by mhaaudit.
+
+    Raises:
+        InputError: when ``p``'s parquet metadata carries mhaaudit's key (a results file, not features).
+    """
     import pyarrow.parquet as pq
 
     raw = (pq.read_schema(p).metadata or {}).get(METADATA_KEY)
@@ -600,7 +669,11 @@ def refuse_results_file(p: Path) -> None:
 
 
 def _pick(tensors: dict, key: str | None, p: Path) -> torch.Tensor:
-    """The tensor named ``key``, or the only one; several without ``key`` is an input error."""
+    """The tensor named ``key``, or the only one.
+
+    Raises:
+        InputError: when ``key`` names no tensor, the dict is empty, or it holds several and ``key`` is None.
+    """
     if key is not None:
         if key not in tensors:
             raise InputError(f"{p}: no tensor named {key!r} (found: {', '.join(sorted(map(str, tensors)))})")
@@ -617,7 +690,12 @@ def _pick(tensors: dict, key: str | None, p: Path) -> torch.Tensor:
 def to_query_matrix(
     arr: torch.Tensor | MappedArray, query_index: int | None, source: str
 ) -> tuple[torch.Tensor | MappedArray, str]:
-    """A T x d matrix from a T x d array, or from T x n x d tokens with ``query_index``."""
+    """A T x d matrix from a T x d array, or from T x n x d tokens with ``query_index``, and its description.
+
+    Raises:
+        InputError: when ``query_index`` is given for a T x d array, missing for a T x n x d one, or out of range
+            for its n tokens, or when the array is neither 2-D nor 3-D.
+    """
     if arr.ndim == 2:
         if query_index is not None:
             raise InputError(

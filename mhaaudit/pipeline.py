@@ -156,7 +156,13 @@ def _load(request: ModelRequest, init: str, settings: Settings, max_layer: int):
 
 
 def query_index(pm, request: ModelRequest) -> int:
-    """The query row for ``pm``: the user's ``--query-index`` or the model's own."""
+    """The query row for ``pm``, in 0..n-1: the user's ``--query-index`` (negative counts from the end) or the
+    model's own.
+
+    Raises:
+        ModelError: when the model has no query token of its own and none is asked for.
+        InputError: when the index asked for is out of range for the model's n tokens.
+    """
     n = pm.info.n
     if request.query_index is None and pm.info.query_index is None:
         raise ModelError(
@@ -179,6 +185,12 @@ def example_batches(
     segment-id rows or None)`` built with the paper's constructions (BERT pairs
     ``[CLS] s1 [SEP] s2``, GPT windows of n tokens); with ``progress``, building the built-in
     corpus and the examples shows on stderr.
+
+    Raises:
+        InputError: when a text column is named for an image model, or an image column or RGB conversion for a
+            text model.
+        TypeError: when ``data.batch_size`` is not yet resolved to an integer (a caller's bug: :func:`stream`
+            resolves "auto").
     """
     if pm.info.modality == "image":
         if data.text_column is not None:
@@ -209,7 +221,11 @@ def example_batches(
 def _refuse_too_few_images(src, n: int, limit: int) -> None:
     """Before any forward pass: when the headers of a finite source (read cheaply, no pixels
     decoded) show fewer usable images than Assumptions 1 and 3 need (n), refuse with what was
-    skipped and why. The caller asks for at least n (``limit``), so raising it cannot help."""
+    skipped and why. The caller asks for at least n (``limit``), so raising it cannot help.
+
+    Raises:
+        DataError: when a complete scan of the source's headers finds fewer than ``n`` usable images.
+    """
     if limit < n:
         return
     scan = src.scan(limit)
@@ -454,9 +470,12 @@ def stream(
     image headers) is refused before the first forward pass.
 
     ``layers``: the probe points (0 = embedding output, k = output of block k); only blocks up to
-    the deepest run. Returns what was fed. An empty source is a :class:`DataError`. The forward
+    the deepest run. Returns what was fed. The forward
     passes and the consumers run with TF32 and reduced-precision float32 matmuls off
     (:func:`~mhaaudit.models.probe.full_float32`): these features feed rank decisions.
+
+    Raises:
+        DataError: when the source yields no usable example (or, with ``need``, is known to hold too few).
     """
     t0 = time.perf_counter()
     first_note = len(notes)

@@ -20,7 +20,12 @@ FORMATS = ("png", "pdf", "svg")
 
 
 def check_plot_path(path: str | os.PathLike) -> Path:
-    """Validate a plot path before any work is done."""
+    """Validate a plot path before any work is done; return it as a ``Path``.
+
+    Raises:
+        OutputError: when the path cannot be written (:func:`~mhaaudit.io.check_writable`) or its suffix is not
+            .png, .pdf or .svg.
+    """
     p = check_writable(path)
     if p.suffix.lower().lstrip(".") not in FORMATS:
         raise OutputError(f"cannot plot to {p}: use a .png, .pdf or .svg file name")

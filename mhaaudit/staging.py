@@ -39,6 +39,7 @@ class StagedOutputs:
         self.folders: list[Path] = []  # folders created for outputs, in order of creation
 
     def stage(self, tmp: Path, target: Path) -> None:
+        """Note that ``tmp`` goes to ``target`` at :meth:`commit`; one staged earlier for ``target`` is removed."""
         earlier = self.files.pop(target, None)
         if earlier is not None:  # written twice in one run: the last one counts
             with contextlib.suppress(OSError):
@@ -46,11 +47,16 @@ class StagedOutputs:
         self.files[target] = tmp
 
     def made(self, folder: Path) -> None:
+        """Note a folder created for an output, for :meth:`abort` to remove (when empty)."""
         self.folders.append(folder)
 
     def commit(self) -> None:
         """Rename every staged output into place. Ctrl-C and SIGTERM are held back for the few
-        renames (delivered right after), so a run is never ended with some outputs in place."""
+        renames (delivered right after), so a run is never ended with some outputs in place.
+
+        Raises:
+            OutputError: when a rename fails; every output not yet renamed is removed first (:meth:`abort`).
+        """
         held = _hold_signals()
         try:
             for target, tmp in list(self.files.items()):
@@ -65,6 +71,7 @@ class StagedOutputs:
             _release_signals(held)
 
     def abort(self) -> None:
+        """Remove every temporary still staged and every folder the run created that is empty; forget them."""
         for tmp in self.files.values():
             with contextlib.suppress(OSError):
                 tmp.unlink()

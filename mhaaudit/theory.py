@@ -85,6 +85,10 @@ def theorem1_bound(
 
     ``a1_holds`` decides between Theorem 1 and Remark 1; an estimate that contradicts it is
     recorded in ``notes``. Both counts are reconstructed from the proof (``reconstructed=True``).
+
+    Raises:
+        InputError: when ``heads``, ``head_dim``, ``n``, ``d`` or a given ``kruskal_estimate`` is not a positive
+            integer, or ``a1_holds`` / ``a2_holds`` is not True, False or None.
     """
     heads = integer("heads", heads)
     head_dim = integer("head_dim", head_dim)

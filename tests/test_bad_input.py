@@ -371,7 +371,7 @@ AFTER_THE_START = {
 @pytest.fixture()
 def traps(monkeypatch):
     """Fail the test if an example reaches a model or a Monte-Carlo draw is made."""
-    import mhaaudit.auditing  # imported before the traps are set, so that no module binds one for good
+    import mhaaudit.auditing  # noqa: F401  # imported before the traps are set, so that no module binds one for good
     import mhaaudit.capacity  # noqa: F401
     from mhaaudit import kruskal, pipeline
 

@@ -69,9 +69,11 @@ class Assumptions:
     source: str = ""
 
     def holds(self, v: str | None) -> bool | None:
+        """True for the verdict "holds", False for "fails", None for anything else (not checked, unavailable)."""
         return None if v not in ("holds", "fails") else v == "holds"
 
     def to_dict(self) -> dict:
+        """The verdicts, reasons, A1 fraction, Kruskal estimate and source under their JSON names."""
         return {
             "assumption_1": self.a1,
             "assumption_1_reason": self.a1_reason,
@@ -140,7 +142,12 @@ def audit_assumptions(fs, settings, label: str = "") -> tuple[Assumptions, dict]
 
 
 def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
-    """The metadata and records of a parquet file written by ``mhaaudit check --out``."""
+    """The metadata and records of a parquet file written by ``mhaaudit check --out``.
+
+    Raises:
+        InputError: when ``path`` is not a file, cannot be read as parquet, has no check/variant columns (or no
+            rows), or carries malformed mhaaudit metadata.
+    """
     import pyarrow.parquet as pq
 
     p = Path(path)
@@ -166,7 +173,12 @@ def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
 
 @contextlib.contextmanager
 def _malformed(p: Path):
-    """A value of the wrong type or form in a results file is the file's fault: one InputError."""
+    """Word a value of the wrong type or form in a results file as the file's fault.
+
+    Raises:
+        InputError: for a TypeError, ValueError, AttributeError, KeyError or OverflowError inside, naming ``p``;
+            an InputError inside is re-raised as it is.
+    """
     try:
         yield
     except InputError:  # a refusal of its own inside (another limit, other data): said as such

@@ -63,6 +63,7 @@ class HeadCertificate:
     seconds: float
 
     def to_dict(self) -> dict:
+        """The fields under their own names for the JSON output, without ``rows`` (as many as the rank)."""
         return {
             "heads": self.heads,
             "rank": self.rank,
@@ -183,7 +184,12 @@ def certify_head_prefixes(
     (the same greedy choice as a column-pivoted QR of Z^T) and the value/output weights solved
     through it, unless the residual shows the rows too ill-conditioned for that, in which case a
     column-pivoted QR of Z_h^T and a QR solve are used. Labels are ``N(0, 1)`` from ``derive_seed(seed, "labels")``;
-    the residual is recomputed from ``Z``.
+    the residual is recomputed from ``Z``. Returns one certificate per head count in ``heads``, in
+    increasing order; ``progress`` is called with each count as it is done.
+
+    Raises:
+        InputError: when ``Z`` is not a non-empty T x (H d) matrix of finite values, ``d`` is not a positive
+            integer, or ``heads`` names a count outside 1..H.
     """
     import scipy.linalg
 

@@ -58,6 +58,7 @@ class Certificate:
     notes: tuple[str, ...] = field(default=())
 
     def to_dict(self) -> dict:
+        """The fields for the JSON output, without the tensors (weights, labels, singular values)."""
         return {
             "rank": self.rank,
             "rows": list(self.rows),
@@ -94,6 +95,10 @@ def memorization_certificate(Z: torch.Tensor, *, seed: int = 0, rtol: float | No
     3. Random labels ``y ~ N(0, 1)`` (seeded) and the minimum-norm ``w`` with ``Z_S w = y``,
        solved through the same QR factors.
     4. The residual ``max |Z_S w - y| / max |y|`` recomputed from ``Z`` itself.
+
+    Raises:
+        InputError: when ``seed`` is not an integer, ``rtol`` is not a number >= 0, or ``Z`` is not a real,
+            finite, non-empty matrix.
     """
     import scipy.linalg
 

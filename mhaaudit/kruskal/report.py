@@ -19,6 +19,7 @@ VERDICT_STYLE = {"holds": "green", "fails": "red", "unavailable": "yellow"}
 
 
 def verdict_text(verdict: str) -> str:
+    """``verdict`` in rich markup, coloured by :data:`VERDICT_STYLE` (white for any other word)."""
     style = VERDICT_STYLE.get(verdict, "white")
     return f"[{style}]{verdict}[/{style}]"
 
@@ -51,6 +52,8 @@ def exact_text(rec: dict) -> str:
 
 
 def kruskal_table(tests: list[SubsetTest], title: str = "Kruskal-rank tests") -> Table:
+    """A rich table of ``tests``, one row each: check, k, T, d, the draws and their fraction with its 95 % CI
+    ("-" for a test that drew nothing), the estimate verdict and the exact status."""
     t = Table(title=title, title_justify="left")
     for col in ("check", "k", "T", "d", "draws", "independent", "fraction", "95% CI", "verdict", "exact"):
         t.add_column(col, justify="right" if col not in ("check", "verdict", "exact") else "left")
@@ -72,6 +75,8 @@ def kruskal_table(tests: list[SubsetTest], title: str = "Kruskal-rank tests") ->
 
 
 def test_evidence_lines(r: SubsetTest) -> list[str]:
+    """The lines under a test's row: its reason, its witness (rows, rank, smallest singular value against the
+    tolerance), the rank histogram of its draws, and how many draws were rechecked near the tolerance."""
     lines = [f"{r.title or r.check} at k = {r.k}: {r.reason}."]
     if r.witness is not None:
         sv = r.witness.singular_values
@@ -89,6 +94,8 @@ def test_evidence_lines(r: SubsetTest) -> list[str]:
 
 
 def sweep_lines(sw: Sweep, label: str = "") -> list[str]:
+    """What a sweep estimates and proves, in lines: the estimate, the certified ceiling and floor, and the exact
+    Kruskal rank or the interval it lies in; ``label`` begins the first line."""
     pre = f"{label}: " if label else ""
     out = [
         f"{pre}Kruskal-rank estimate {sw.estimate} (largest k with satisfied fraction >= {sw.threshold} over {sw.samples} nested draws; an estimate).",

@@ -50,6 +50,10 @@ def read_state_file(path: str) -> dict[str, torch.Tensor]:
     """A state dict from a .safetensors file or a torch checkpoint (weights only).
 
     A checkpoint that wraps its state dict (``state_dict``, ``model``, ``module``) is unwrapped.
+
+    Raises:
+        ModelError: when the file cannot be read (unreadable, corrupt, or a pickle beyond plain tensors), or does
+            not hold a dict of tensors.
     """
     sd: Any  # whatever the file holds: checked below
     try:
@@ -87,10 +91,13 @@ def state_file_keys(path: str) -> list[str]:
 
 
 def load_fitting(module: nn.Module, sd: dict[str, torch.Tensor], misfit: str) -> None:
-    """Load ``sd`` into ``module`` when it fits, else ModelError ``"<misfit>: <first problem>"``.
+    """Load ``sd`` into ``module`` when it fits.
 
-    Entries the module does not have are ignored; a parameter of another shape, or a parameter
-    of the module the state lacks (except :data:`IGNORABLE_MISSING`), is refused.
+    Entries the module does not have are ignored.
+
+    Raises:
+        ModelError: ``"<misfit>: <first problem>"``, when an entry has another shape than the module's
+            parameter, or the state lacks a parameter of the module (except :data:`IGNORABLE_MISSING`).
     """
     own = module.state_dict()
     mismatched = [k for k, v in sd.items() if k in own and tuple(own[k].shape) != tuple(v.shape)]

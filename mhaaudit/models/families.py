@@ -66,6 +66,7 @@ class Family:
 
     @property
     def decoder(self) -> bool:
+        """True for a causal decoder (its query token is the last)."""
         return self.query == "last"
 
 

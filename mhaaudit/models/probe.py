@@ -214,7 +214,12 @@ class ProbedModel:
         return {k: out[k] for k in want}
 
     def _run_hooked(self, inputs: dict, want: list[int]) -> dict[int, torch.Tensor]:
-        """Run the model with hooks that copy out the requested token matrices and stop at the deepest."""
+        """Run the model with hooks that copy out the requested token matrices (float32, (B, n, d) each, by probe
+        point) and stop at the deepest.
+
+        Raises:
+            ModelError: when a requested block was not reached during the forward pass.
+        """
         blocks, top = self._blocks, want[-1]
         store: dict[int, torch.Tensor] = {}
 

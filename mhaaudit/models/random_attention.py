@@ -24,7 +24,8 @@ class RandomAttention(nn.Module):
     in that order on the CPU from ``torch.Generator().manual_seed(derive_seed(seed,
     "random-attention"))`` (``seed`` is the user's seed); no biases; logits
     scaled by 1/sqrt(d); softmax over the tokens; no MLP. With row-vector tokens:
-    ``Attn(h) = softmax(h W_Q (h W_K)^T / sqrt(d)) (h W_V) W_O``.
+    ``Attn(h) = softmax(h W_Q (h W_K)^T / sqrt(d)) (h W_V) W_O``. Constructing refuses a width
+    ``d`` below 1 (an InputError).
     """
 
     # buffers, registered in __init__
@@ -50,6 +51,7 @@ class RandomAttention(nn.Module):
         self.eval()
 
     def extra_repr(self) -> str:
+        """``d``, ``seed`` and ``eps``, for the module's repr."""
         return f"d={self.d}, seed={self.seed}, eps={self.eps}"
 
     def attention(self, x: torch.Tensor) -> torch.Tensor:
@@ -62,6 +64,11 @@ class RandomAttention(nn.Module):
         return torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(self.d), dim=-1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x + Attn(LN(x))`` for tokens ``x`` (B, n, d): the same shape.
+
+        Raises:
+            InputError: when ``x`` is not (B, n, d) with this head's d.
+        """
         if x.ndim != 3 or x.shape[-1] != self.d:
             raise InputError(f"RandomAttention expects (B, n, {self.d}) tokens, got shape {tuple(x.shape)}")
         h = nn.functional.layer_norm(x, (self.d,), eps=self.eps)

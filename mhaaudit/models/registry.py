@@ -152,9 +152,14 @@ class ConfigFields:
 
 
 def check_config_numbers(cfg: Any, name: str, shown: dict[str, str] | None = None) -> None:
-    """A ModelError, before anything is built, when a size in the config is not a positive integer
-    within :data:`_CONFIG_BOUNDS`, the heads do not divide the width, or the patch does not fit the image.
-    ``shown``: the names the config itself gives the fields, where they differ (timm's)."""
+    """Check the sizes in a config before anything is built. ``shown``: the names the config itself gives
+    the fields, where they differ (timm's).
+
+    Raises:
+        ModelError: when a size is not a positive integer within :data:`_CONFIG_BOUNDS`, there are more heads
+            than the width or they do not divide it (with no ``head_dim``), the key/value heads do not divide the
+            attention heads, or the patch is larger than the image.
+    """
 
     def ints(field: str) -> list[int] | None:
         value = getattr(cfg, field, None)
@@ -207,10 +212,14 @@ def supported_families(modality: str | None = None) -> str:
 
 
 def classify_config(cfg: Any, name: str) -> tuple[str, str, bool]:
-    """(family, modality, is_decoder) of a transformers config, or ModelError when it cannot be probed.
+    """(family, modality, is_decoder) of a transformers config.
 
     A family of :data:`~.families.FAMILIES` is taken as the table says; another text model with
     a vocabulary is probed as an encoder, or as a decoder when its config or architecture says so.
+
+    Raises:
+        ModelError: when the family cannot be probed (known as unprobeable, encoder-decoder, an unknown image
+            family, or neither an image model nor a text transformer with a vocabulary).
     """
     family = getattr(cfg, "model_type", "") or ""
     if family in UNPROBEABLE:
@@ -350,7 +359,11 @@ def resolve(name: str, *, backend: str | None = None, weights_path: str | None =
 
 
 def _resolve_alias(name: str, alias: dict, backend: str | None, weights_path: str | None) -> ModelSpec:
-    """An alias's transformers model, or its timm version when asked for or given a timm checkpoint."""
+    """An alias's transformers model, or its timm version when asked for or given a timm checkpoint.
+
+    Raises:
+        ModelError: when the timm backend is wanted and the alias has no timm version.
+    """
     timm_wanted = backend == "timm" or (backend is None and "timm" in alias and _is_timm_checkpoint(weights_path))
     if timm_wanted and "timm" not in alias:
         raise ModelError(f"alias {name} has no timm version; use the transformers backend")

@@ -102,6 +102,7 @@ class WeightsRead:
     tensors_total: int | None
 
     def as_dict(self) -> dict:
+        """The fields as a plain dict (for the JSON ``meta``; :func:`weights_read_text` reads it back)."""
         return asdict(self)
 
     def describe(self) -> str:
@@ -119,6 +120,7 @@ def weights_read_text(read: dict | None) -> str:
 
 
 def human_bytes(n: int | None) -> str:
+    """``n`` bytes in binary units to three significant digits (``1.1 GiB``), whole bytes below 1 KiB; "?" for None."""
     if n is None:
         return "?"
     x = float(n)
@@ -146,11 +148,18 @@ class Checkpoint:
 
     @property
     def files(self) -> list[str]:
+        """The file names that hold the checkpoint's tensors, sorted, each once."""
         return sorted(set(self.weight_map.values()))
 
     @classmethod
     def local(cls, folder: str) -> Checkpoint:
-        """The checkpoint in a folder: its index, else its single ``model.safetensors``."""
+        """The checkpoint in a folder: its index, else its single ``model.safetensors``.
+
+        Raises:
+            NotPartial: when the folder has neither an index nor a ``model.safetensors``.
+            ModelError: when the index is malformed or names a shard outside the folder (:func:`read_index`), or
+                the single file's header cannot be read.
+        """
         index = os.path.join(folder, INDEX_FILE)
         if os.path.exists(index):
             return cls._from_index(folder, index, lambda fn: _local_file(folder, fn), folder=folder)
@@ -161,7 +170,11 @@ class Checkpoint:
 
     @classmethod
     def file(cls, path: str, where: str | None = None) -> Checkpoint:
-        """A single safetensors file (opened once, here, to list its tensors)."""
+        """A single safetensors file (opened once, here, to list its tensors).
+
+        Raises:
+            ModelError: when the file cannot be opened or its header is not a valid safetensors header.
+        """
         names, size = _file_header(path)
         fn = os.path.basename(path)
         return cls(where or path, {k: fn for k in names}, size, lambda _fn: path)
@@ -169,7 +182,13 @@ class Checkpoint:
     @classmethod
     def hub(cls, repo: str, revision: str | None, offline: bool) -> Checkpoint:
         """A hub repository's checkpoint: its index first (each shard is fetched only when needed),
-        else its single ``model.safetensors`` (fetched whole), else :class:`NotPartial`."""
+        else its single ``model.safetensors`` (fetched whole).
+
+        Raises:
+            NotPartial: when the repository has neither an index nor a ``model.safetensors``.
+            InputError: when ``revision`` is no branch, tag or commit of ``repo``.
+            ModelError: when the index is malformed (:func:`read_index`) or the single file's header cannot be read.
+        """
 
         def fetch(fn: str) -> str:
             return hub_download(repo, fn, revision, offline, missing_is_error=True)
@@ -200,8 +219,13 @@ class Checkpoint:
     def load_into(self, module: nn.Module, used: set[str], *, prefix: str, misfit: str) -> WeightsRead:
         """Copy the tensors of the ``used`` parameters / buffers of ``module`` from the checkpoint.
 
-        Raises :class:`NotPartial` when a used parameter has no tensor here under any name the
-        loading code of transformers would accept (the caller then loads the checkpoint whole).
+        Returns what was read: bytes, files and tensors, and the dtype(s) they are stored in.
+
+        Raises:
+            NotPartial: when a used parameter has no tensor here under any name the loading code of
+                transformers would accept (the caller then loads the checkpoint whole).
+            ModelError: when the file the index names does not hold a needed tensor, or a tensor's shape differs
+                from the model's (``misfit`` begins the message).
         """
         targets = dict(module.named_parameters(remove_duplicate=False))
         buffers = dict(module.named_buffers(remove_duplicate=False))
@@ -280,10 +304,14 @@ def saved_names(module: nn.Module, names: set[str]) -> dict[str, str]:
 
 
 def read_index(index: str, folder: str | None = None) -> tuple[dict, dict[str, str]]:
-    """(document, weight_map) of a sharded checkpoint's index, or a one-line ModelError.
+    """(document, weight_map) of a sharded checkpoint's index.
 
     Every shard name must be a plain relative file name (no absolute path, no ``..``); with a
     local ``folder``, it must also resolve inside that folder, symlinks followed.
+
+    Raises:
+        ModelError: when the index cannot be read or is not JSON, has no non-empty ``weight_map`` of names to
+            file names, or names a shard that is not a plain file name or (with ``folder``) lies outside it.
     """
     try:
         with open(index, encoding="utf-8") as fh:
@@ -344,7 +372,12 @@ def _within(path: str, roots: list[str]) -> bool:
 def check_links_inside(folder: str) -> None:
     """Refuse, before anything is read, a model folder holding a symbolic link that leads outside
     it (a config, tokenizer or weights file planted as a link to another file on the machine):
-    neither transformers nor the checkpoint readers then read outside the folder named."""
+    neither transformers nor the checkpoint readers then read outside the folder named.
+
+    Raises:
+        ModelError: when an entry of ``folder`` is a symbolic link resolving outside it (and outside the hub
+            cache's ``blobs`` for a snapshot folder).
+    """
     root = os.path.realpath(folder)
     roots = _roots(root)
     with os.scandir(folder) as entries:
@@ -360,7 +393,11 @@ def check_links_inside(folder: str) -> None:
 
 def _inside(folder: str, fn: str, index: str) -> str:
     """The real path of shard ``fn`` of a local checkpoint, which must lie inside ``folder`` (or, for a
-    snapshot folder of the hub cache, whose files are links into the repository's ``blobs``, there)."""
+    snapshot folder of the hub cache, whose files are links into the repository's ``blobs``, there).
+
+    Raises:
+        ModelError: when ``fn`` resolves to the folder itself or outside it; ``index`` is named as malformed.
+    """
     root = os.path.realpath(folder)
     path = os.path.realpath(os.path.join(root, fn))
     if path == root or not _within(path, _roots(root)):
@@ -382,7 +419,11 @@ def _local_file(folder: str, fn: str) -> str:
 
 
 def _file_header(path: str) -> tuple[list[str], int]:
-    """The tensor names of a safetensors file and the bytes of their data (from the header only)."""
+    """The tensor names of a safetensors file and the bytes of their data (from the header only).
+
+    Raises:
+        ModelError: when the file cannot be opened or its header is not a valid safetensors header.
+    """
     try:
         header = safetensors_header(path)
     except (OSError, ValueError) as exc:
@@ -427,9 +468,13 @@ def hub_download(
 ) -> str | None:
     """The local path of ``filename`` of hub ``repo`` at ``revision``, downloaded when needed.
 
-    A file the repository does not have is None (or a ModelError with ``missing_is_error``); a
-    revision that does not exist is an InputError; a file not cached while offline is an
-    OfflineError when it is needed, else None.
+    A file the repository does not have is None, and so is a file not cached while offline,
+    unless ``missing_is_error``.
+
+    Raises:
+        InputError: when ``revision`` is no branch, tag or commit of ``repo``.
+        OfflineError: with ``missing_is_error``, when the file is not cached and the hub cannot be reached.
+        ModelError: with ``missing_is_error``, when the repository has no such file.
     """
     import huggingface_hub
     from huggingface_hub.utils import EntryNotFoundError, LocalEntryNotFoundError, RevisionNotFoundError

@@ -178,6 +178,9 @@ def cholesky_margins(k, d: int, trace, maxdiag):
 
 @dataclass
 class Decision:
+    """What :func:`decide_full_rank` decided for each subset of the batch: ``full`` (rank k under the rule) and
+    ``exact`` (decided from eigenvalues or by SVD, not by a Cholesky certificate). Constructing checks nothing."""
+
     full: torch.Tensor  # bool (B,)
     exact: torch.Tensor  # bool (B,): decided from eigenvalues or by SVD, not by the Cholesky certificates
 

@@ -89,12 +89,14 @@ class Potrf:
         self.refs = (ctypes.byref(self.n), ctypes.byref(self.lda), ctypes.byref(self.info))
 
     def __call__(self, buf: np.ndarray, m: int) -> int:
+        """Factor the leading ``m x m`` block of ``buf`` in place; LAPACK's ``info`` (0 when positive definite)."""
         self.n.value = m
         self.fn(b"U", self.refs[0], buf.ctypes.data, self.refs[1], self.refs[2])
         return int(self.info.value)
 
 
 def available() -> bool:
+    """True when SciPy's LAPACK ``dpotrf`` can be called directly and passed its self-test."""
     return lapack_dpotrf() is not None
 
 
@@ -152,7 +154,8 @@ class RowGramEntries:
     (``R R^T`` of the draw's rows, one BLAS call): memory O(k d + k^2) per draw in flight, whatever
     T, besides the rows. Slower per draw than reading a full Gram, which for large T does not fit
     in memory. The rows: a float64 array ``X``, or ``take(s)`` giving the float64 rows ``s`` (of
-    ``T``, gathered from wherever they lie), with ``sqn`` their squared norms (the diagonal)."""
+    ``T``, gathered from wherever they lie), with ``sqn`` their squared norms (the diagonal).
+    Constructing without ``X`` and without both ``take`` and ``T`` is refused (a TypeError: a caller's bug)."""
 
     route = "per-draw"
 
@@ -165,6 +168,7 @@ class RowGramEntries:
         self.take, self.T, self.sqn = take, int(T), sqn
 
     def diagonal(self) -> np.ndarray:
+        """The squared row norms (the Gram's diagonal): ``sqn``, or computed once from ``X``."""
         if self.sqn is None:
             self.sqn = np.einsum("ij,ij->i", self.X, self.X)
         return self.sqn
@@ -172,6 +176,7 @@ class RowGramEntries:
     def lower(
         self, s: np.ndarray, start: int, stop: int, lin: np.ndarray | None = None, vals: np.ndarray | None = None
     ) -> np.ndarray:
+        """Rows ``start:stop`` of the lower triangle of ``G[s][:, s]``, row by row, from the rows ``s[:stop]``."""
         R = self.take(s[:stop])
         block = R @ R.T if start == 0 else R[start:stop] @ R.T  # the first: a symmetric update (syrk)
         r, c, _, _ = lower_layout(len(s))

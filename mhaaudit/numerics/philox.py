@@ -90,7 +90,11 @@ def pairs(
 def bounded(hi: torch.Tensor, lo: torch.Tensor, T: int) -> torch.Tensor:
     """floor(u T / 2^64) for the 64-bit values u = 2^32 hi + lo: integers in [0, T), each with
     probability 1/T up to T 2^-64 (``T < 2^31``). Exact in int64:
-    floor(u T / 2^64) = floor((hi T + floor(lo T / 2^32)) / 2^32)."""
+    floor(u T / 2^64) = floor((hi T + floor(lo T / 2^32)) / 2^32).
+
+    Raises:
+        ValueError: when ``T`` is not in 1 .. 2^31 - 1.
+    """
     if not 0 < T < 2**31:
         raise ValueError(f"bounded integers need 0 < T < 2^31, got {T}")
     return ((lo * T) >> 32).add_(hi * T).bitwise_right_shift_(32)

@@ -157,7 +157,8 @@ class RankRule:
 
     ``tol = max(atol, rtol * sigma_max)``; with neither given, ``rtol = max(rows, cols) * eps``
     (``eps`` of the features' dtype) and ``atol = 0``; with only ``atol > 0`` given, ``rtol = 0``.
-    These are ``torch.linalg.matrix_rank``'s semantics.
+    These are ``torch.linalg.matrix_rank``'s semantics. Constructing checks nothing: build one with
+    :meth:`for_dtype`, which refuses a bad tolerance.
     """
 
     rtol: float | None = None
@@ -167,6 +168,12 @@ class RankRule:
 
     @classmethod
     def for_dtype(cls, dtype: torch.dtype | str, rtol: float | None = None, atol: float | None = None) -> RankRule:
+        """The rule for features of ``dtype`` (its eps; float64's for a non-floating dtype), with ``rtol`` /
+        ``atol`` when given.
+
+        Raises:
+            InputError: when ``rtol`` or ``atol`` is not a finite number >= 0.
+        """
         rtol = validate.tolerance(param("rtol"), rtol)
         atol = validate.tolerance(param("atol"), atol)
         dt: torch.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
@@ -175,6 +182,8 @@ class RankRule:
         return cls(rtol=rtol, atol=atol, eps=float(torch.finfo(dt).eps), dtype=str(dt).replace("torch.", ""))
 
     def rtol_for(self, rows: int, cols: int) -> float:
+        """The relative tolerance for a rows x cols matrix: ``rtol``, else 0 when only ``atol > 0`` was given,
+        else ``max(rows, cols) * eps``."""
         if self.rtol is not None:
             return float(self.rtol)
         if self.atol is not None and self.atol > 0:
@@ -183,6 +192,7 @@ class RankRule:
 
     @property
     def atol_value(self) -> float:
+        """The absolute tolerance, in the data's units (0 when none was given)."""
         return float(self.atol or 0.0)
 
     def tol(self, sigma_max: torch.Tensor | float, rows: int, cols: int):
@@ -201,6 +211,7 @@ class RankRule:
         return RankRule(rtol=rtol, atol=ldexp(float(self.atol), -exponent), eps=self.eps, dtype=self.dtype)
 
     def describe(self) -> str:
+        """The rule in one line for reports, e.g. ``sigma > max(atol = 0, rtol = 1e-06 * sigma_max), ...``."""
         if self.rtol is None and not (self.atol and self.atol > 0):
             return (
                 f"sigma > sigma_max * max(rows, cols) * eps({self.dtype}) with eps = {self.eps:.3g} "
@@ -209,4 +220,5 @@ class RankRule:
         return f"sigma > max(atol = {self.atol_value:.3g}, rtol = {self.rtol_for(1, 1):.3g} * sigma_max), computed in float64"
 
     def as_dict(self) -> dict:
+        """``rtol``, ``atol``, ``eps``, ``dtype`` and the ``rule`` in words, for the JSON ``meta``."""
         return {"rtol": self.rtol, "atol": self.atol, "eps": self.eps, "dtype": self.dtype, "rule": self.describe()}

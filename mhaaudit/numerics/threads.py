@@ -34,8 +34,11 @@ def _controller() -> ThreadpoolController:
 def intra_op_threads(threads: int | None) -> Iterator[None]:
     """Run the block with ``threads`` intra-op CPU threads; restored afterwards.
 
-    None, or a count torch already runs with, changes nothing. Refuses (ValueError) a count below 1.
+    None, or a count torch already runs with, changes nothing.
     The setting belongs to the calling thread and to threads started inside the block.
+
+    Raises:
+        ValueError: when ``threads`` is not None and not a whole number of at least 1.
     """
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a whole number of at least 1, got {threads!r}")

@@ -135,7 +135,11 @@ def classify(data: str) -> tuple[str, Any]:
 
     Returns ``("hub", id_or_path)`` for a Hugging Face dataset (a hub id, or any string prefixed
     with ``hf:``/``hub:``, which may also be a local dataset folder), ``("file", Path)``,
-    ``("dir", Path)``. A string that looks like a local path but does not exist raises DataError.
+    ``("dir", Path)``.
+
+    Raises:
+        InputError: when ``data`` is empty, or a hub prefix is followed by nothing.
+        DataError: when ``data`` looks like a local path but does not exist.
     """
     text = data.strip()
     if not text:
@@ -157,7 +161,11 @@ def classify(data: str) -> tuple[str, Any]:
 
 
 def no_split(split: str, what: str) -> None:
-    """``split`` names a split of a dataset: refused (unless the default, ``"train"``) for data without splits."""
+    """Refuse a ``split`` other than the default, ``"train"``, for data without splits (``what`` names it).
+
+    Raises:
+        InputError: when ``split`` is not ``"train"``.
+    """
     if split != "train":
         raise InputError(
             f"{{param:split}} '{split}' has no effect on {what}: it has no splits (a split is chosen "
@@ -166,6 +174,7 @@ def no_split(split: str, what: str) -> None:
 
 
 def is_local(data: str) -> bool:
+    """True when ``data`` (``~`` expanded) is an existing local file or folder."""
     return Path(os.path.expanduser(data)).exists()
 
 
@@ -174,7 +183,12 @@ def open_hf_dataset(data: str, *, split: str, config: str | None = None, what: s
 
     ``data`` is a hub id or a local dataset folder. For a hub id while offline this raises
     OfflineError at once, without touching the ``datasets`` library. ``what`` names the kind of
-    data ("image", "text") and ``instead`` says what to use offline.
+    data ("image", "text") and ``instead`` says what to use offline. Returns the streaming dataset.
+
+    Raises:
+        OfflineError: when ``data`` is not local and the hub is offline or cannot be reached.
+        DataError: when the dataset has no such split, is not found, is gated or private, or cannot be opened
+            for any other reason (the ``datasets`` package missing included).
     """
     local = is_local(data)
     if local:
@@ -233,7 +247,12 @@ def _available_splits(message: str, data: str, config: str | None) -> list[str]:
 
 
 def stream_rows(dataset, data: str):
-    """Rows of a streamed dataset; read errors become one DataError saying how far it got."""
+    """Rows of a streamed dataset, as it yields them.
+
+    Raises:
+        DataError: saying how many rows were read, when reading fails (an OSError, ValueError or KeyError of the
+            reader).
+    """
     iterator = iter(dataset)
     count = 0
     while True:

@@ -51,8 +51,13 @@ class Table:
         self.label, self.kinds, self.rows, self._values, self.base, self.split = label, kinds, rows, values, base, split
 
     def values(self, column: str) -> Iterator[Any]:
-        """The values of ``column`` in the stored order; a file that turns out corrupt on the way
-        (a bad page, invalid UTF-8, a malformed Arrow batch) ends in a DataError naming it."""
+        """The values of ``column`` in the stored order, as Python objects (``str``, ``bytes``, dicts for images).
+
+        Raises:
+            DataError: naming the file, when it turns out corrupt on the way (a bad page, invalid UTF-8, a
+                malformed Arrow batch).
+            MhaauditError: an mhaaudit error of the reader, re-raised as it is.
+        """
         from pyarrow import ArrowException
 
         try:
@@ -63,6 +68,7 @@ class Table:
             raise DataError(f"reading {self.label} failed: {one_line(exc, 300, first_line=True)}") from None
 
     def listing(self) -> str:
+        """The columns and their kinds for a message, e.g. ``text (text), label (int64)``."""
         return ", ".join(f"{c} ({k})" for c, k in self.kinds.items())
 
 
@@ -108,7 +114,11 @@ def _parquet(path: Path) -> Table:
 
 
 def _arrow_table(path: Path):
-    """An Arrow IPC file (random-access format) or stream (what ``save_to_disk`` writes), memory-mapped."""
+    """An Arrow IPC file (random-access format) or stream (what ``save_to_disk`` writes), memory-mapped.
+
+    Raises:
+        DataError: when the file cannot be mapped or read as either format.
+    """
     import pyarrow as pa
 
     try:
@@ -243,7 +253,11 @@ def open_table(target: Path, split: str = "train") -> Table | None:
 
 def table_of(target: Path, split: str = "train") -> Table:
     """:func:`open_table` of a target already known to be a container (a saved-dataset folder,
-    ``.parquet``, ``.arrow``, ``.csv`` or ``.tsv``); DataError for anything else."""
+    ``.parquet``, ``.arrow``, ``.csv`` or ``.tsv``).
+
+    Raises:
+        DataError: when ``target`` is none of these, or cannot be read as the container it claims to be.
+    """
     table = open_table(target, split)
     if table is None:
         raise DataError(f"{target} is not a parquet, arrow, csv or tsv file or a folder written by save_to_disk")
@@ -254,8 +268,12 @@ def choose_column(label: str, kinds: dict[str, str], wanted: str | None, kind: s
     """The column of ``kind`` (``"text"`` or ``"image"``) to read, and how it was chosen.
 
     ``wanted`` (the user's ``text_column`` / ``image_column``) must exist and hold that kind.
-    Otherwise a column with a well-known name, else the only column of that kind; anything else
-    raises DataError listing the columns found and naming the parameter that chooses one.
+    Otherwise a column with a well-known name, else the only column of that kind.
+
+    Raises:
+        InputError: when ``wanted`` is not a column, or holds another kind.
+        DataError: listing the columns found and naming the parameter that chooses one, when ``wanted`` is None
+            and there is no column of ``kind``, or several and none with a well-known name.
     """
     param = f"{kind}_column"
     good = [c for c, k in kinds.items() if k in _KINDS[kind]]

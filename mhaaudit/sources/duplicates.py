@@ -70,8 +70,12 @@ def _as_numpy(value: Any) -> np.ndarray | None:
 
 def input_key(item: Any) -> bytes:
     """The key of one input: a PIL image (mode, size, pixels), a numpy array or torch tensor
-    (dtype, shape, bytes), a sequence of integers (token ids), or a mapping of such (one
-    example's model inputs, keys sorted)."""
+    (dtype, shape, bytes), a string or bytes, a sequence of integers (token ids), or a mapping of
+    such (one example's model inputs, keys sorted). Equal inputs, and only they, have equal keys.
+
+    Raises:
+        TypeError: when ``item`` is none of these.
+    """
     if isinstance(item, Mapping):
         return _digest(b"map", *(part for name in sorted(item) for part in (str(name).encode(), input_key(item[name]))))
     array = _as_numpy(item)
@@ -88,7 +92,12 @@ def input_key(item: Any) -> bytes:
 
 def batch_keys(batch: Any) -> list[bytes]:
     """One key per example of a batch: a mapping of arrays/tensors with the examples along the
-    first axis (a model's preprocessed inputs), one array/tensor, or a sequence of inputs."""
+    first axis (a model's preprocessed inputs), one array/tensor, or a sequence of inputs.
+
+    Raises:
+        TypeError: when a mapping holds no array or tensor with a batch axis (or an input cannot be keyed).
+        ValueError: when the arrays of a mapping differ in their first axis.
+    """
     if isinstance(batch, Mapping):
         arrays = ((name, _as_numpy(value)) for name, value in batch.items())
         columns = {name: value for name, value in arrays if value is not None and value.ndim >= 1}
@@ -140,6 +149,7 @@ class Duplicates:
 
     @property
     def dropped(self) -> int:
+        """The inputs dropped as repeats (``total - len(kept)``; 0 when duplicates are kept)."""
         return self.total - len(self.kept)
 
     def describe(self, what: str = "inputs") -> str:
@@ -154,6 +164,7 @@ class Duplicates:
         )
 
     def as_dict(self) -> dict:
+        """``total``, ``repeats``, ``dropped`` and ``example`` (a list, or None) for the JSON ``meta``."""
         return {
             "total": self.total,
             "repeats": self.repeats,
@@ -193,6 +204,7 @@ class DuplicateFinder:
         self._example: tuple[int, int] | None = None
 
     def add(self, keys: Iterable[bytes]) -> list[bool]:
+        """Count the next inputs by their keys; one bool per key: keep it (a first occurrence, or ``keep``)."""
         mask = []
         for key in keys:
             index = self._total
@@ -209,12 +221,19 @@ class DuplicateFinder:
         return mask
 
     def filter(self, batch: Any) -> tuple[Any, list[bool]]:
+        """``batch`` without its repeats (the same object when nothing is dropped) and the keep mask.
+
+        Raises:
+            TypeError: when the batch cannot be keyed (:func:`batch_keys`).
+            ValueError: when the arrays of a mapping batch differ in their first axis.
+        """
         mask = self.add(batch_keys(batch))
         if all(mask):
             return batch, mask
         return _take_rows(batch, [i for i, keep in enumerate(mask) if keep]), mask
 
     def result(self) -> Duplicates:
+        """The :class:`Duplicates` over every input added so far."""
         return Duplicates(tuple(self._kept), self._total, self._repeats, self._example)
 
 

@@ -242,8 +242,11 @@ def gpt_window_examples(
     Documents of one source that are individually too short (paragraphs of a .txt file, modules
     of the built-in corpus) are joined with their consecutive neighbours until long enough; the
     description says how many were. A window with the same tokens as an earlier one is skipped
-    (``distinct=False`` keeps it). Raises DataError when fewer than ``count`` disjoint windows of
-    distinct content exist.
+    (``distinct=False`` keeps it). Returns :class:`TextExamples`.
+
+    Raises:
+        InputError: when ``n``, ``count`` or ``seed`` is not an integer, or ``n`` or ``count`` is below 1.
+        DataError: when fewer than ``count`` disjoint windows of distinct content exist.
     """
     n, count, seed = _check_common(n, count, seed)
     if n < 1:
@@ -321,7 +324,12 @@ def bert_pair_examples(
     and [SEP] ids come from ``tokenizer.cls_token_id`` / ``sep_token_id`` and are removed from
     the documents' own tokens, so each example holds exactly one [SEP], at ``len(s1) + 1``.
     A pair with the same tokens as an earlier one is redrawn (``distinct=False`` keeps it).
-    Returns :class:`TextExamples`; DataError when too few documents or distinct examples exist.
+    Returns :class:`TextExamples`.
+
+    Raises:
+        InputError: when ``n``, ``count`` or ``seed`` is not an integer, ``count`` is below 1, ``n`` is below 13,
+            or the tokenizer has no [CLS] or [SEP] id.
+        DataError: when fewer than 2 long enough documents exist, or too few distinct pairs can be built.
     """
     n, count, seed = _check_common(n, count, seed)
     if n < 13:

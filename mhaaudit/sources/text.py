@@ -65,6 +65,7 @@ class TextSource:
 
     @property
     def skipped(self) -> int:
+        """The number of records the current (or last) pass skipped."""
         return self.skips.total
 
     @property
@@ -77,6 +78,14 @@ class TextSource:
         raise NotImplementedError
 
     def grouped(self) -> Iterator[tuple[str | None, str]]:
+        """``(group, document)`` pairs in the source's order, empty documents skipped and counted, at most ``limit``.
+
+        ``group`` names the file or part a document comes from (None when the source has none); consecutive
+        documents of one group may be joined by the example builders.
+
+        Raises:
+            DataError: when the pass yields no non-empty document.
+        """
         self.skips = Skips()
         count = 0
         if self.limit is not None and self.limit <= 0:
@@ -354,8 +363,15 @@ def text_source(
     content, body, sentence, document, ...), else the only string column; anything else is
     refused with the columns found. ``limit`` caps the number of documents. ``seed`` orders the
     built-in corpus; the other sources keep their own order. ``progress``: building the built-in
-    corpus (once) shows on stderr. Raises OfflineError at once for a hub dataset while offline,
-    DataError for missing or empty data, InputError for bad arguments.
+    corpus (once) shows on stderr. Data with no text document is refused when it is read
+    (:meth:`TextSource.grouped`).
+
+    Raises:
+        InputError: when ``limit`` is not a positive integer, ``data`` is empty, ``text_column`` or ``split`` is
+            given for data without columns or splits, or ``data`` is a file of no text kind.
+        OfflineError: at once, for a hub dataset while offline.
+        DataError: when ``data`` looks like a local path that does not exist, a container cannot be read, or a
+            hub dataset cannot be opened (not found, gated, no such split).
     """
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise InputError(f"limit must be a positive number of documents, got {limit!r}")

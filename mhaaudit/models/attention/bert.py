@@ -17,6 +17,8 @@ def _matches(block: nn.Module) -> bool:
 
 @register_adapter("bert", _matches)
 def read(block: Any, ctx: BlockContext) -> AttentionWeights:
+    """The key/query weights of a BERT layer (``attention.self.query`` / ``key``): the block input is not normed
+    first (post-LN), scale 1/sqrt(d_h)."""
     selfatt = block.attention.self
     return AttentionWeights.from_linears(
         selfatt.query, selfatt.key, ctx.num_heads, pre=nn.Identity(), scale=ctx.head_dim**-0.5, causal=ctx.causal

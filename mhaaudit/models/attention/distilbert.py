@@ -17,6 +17,7 @@ def _matches(block: nn.Module) -> bool:
 
 @register_adapter("distilbert", _matches)
 def read(block: Any, ctx: BlockContext) -> AttentionWeights:
+    """The key/query weights of a DistilBERT layer (``q_lin`` / ``k_lin``): no pre-norm (post-LN), scale 1/sqrt(d_h)."""
     att = block.attention
     return AttentionWeights.from_linears(
         att.q_lin, att.k_lin, ctx.num_heads, pre=nn.Identity(), scale=ctx.head_dim**-0.5, causal=ctx.causal

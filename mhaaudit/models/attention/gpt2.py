@@ -16,6 +16,8 @@ def _matches(block: nn.Module) -> bool:
 
 @register_adapter("gpt2", _matches)
 def read(block: Any, ctx: BlockContext) -> AttentionWeights:
+    """The key/query weights of a GPT-2 block, split from the fused ``c_attn`` Conv1D (d, 3d) after ``ln_1``, causal;
+    scale 1/sqrt(d_h) unless the config turns it off, divided by the layer number when the config asks."""
     heads, dh = ctx.num_heads, ctx.head_dim
     c_attn = block.attn.c_attn
     w = c_attn.weight.detach().float()

@@ -19,6 +19,8 @@ def _matches(block: nn.Module) -> bool:
 
 @register_adapter("gpt_bigcode", _matches)
 def read(block: Any, ctx: BlockContext) -> AttentionWeights:
+    """The key/query weights of a GPTBigCode block, split from the fused per-head ``c_attn`` rows after ``ln_1``,
+    causal; scale 1/sqrt(d_h) unless the config turns it off."""
     heads, dh = ctx.num_heads, ctx.head_dim
     c_attn = block.attn.c_attn
     w = c_attn.weight.detach().float().reshape(heads, 3, dh, -1)  # (H, q|k|v, d_h, d)

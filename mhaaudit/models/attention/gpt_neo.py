@@ -19,5 +19,7 @@ def _matches(block: nn.Module) -> bool:
 
 @register_adapter("gpt_neo", _matches)
 def read(block: Any, ctx: BlockContext) -> AttentionWeights:
+    """The key/query weights of a GPT-Neo block (``q_proj`` / ``k_proj``) after ``ln_1``, causal, unscaled (GPT-Neo
+    applies no 1/sqrt(d_h))."""
     att = block.attn.attention
     return AttentionWeights.from_linears(att.q_proj, att.k_proj, ctx.num_heads, pre=block.ln_1, scale=1.0, causal=True)

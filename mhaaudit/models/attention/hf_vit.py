@@ -28,6 +28,8 @@ def _matches(block: nn.Module) -> bool:
 
 @register_adapter("hf-vit", _matches)
 def read(block: nn.Module, ctx: BlockContext) -> AttentionWeights:
+    """The key/query linears of a transformers ViT-style layer after its pre-attention norm
+    (``layernorm_before`` or ``norm1``), scale 1/sqrt(d_h)."""
     pre = getattr(block, "layernorm_before", None) or getattr(block, "norm1", None)
     linears = _linears(block)
     assert pre is not None and linears is not None, "_matches requires both"

@@ -42,6 +42,9 @@ class BlockContext:
 
 @dataclass(frozen=True)
 class Adapter:
+    """A reader of one attention layout: ``matches(block)`` says whether a block has it, ``read(block, ctx)``
+    returns its key/query weights. Constructing checks nothing (see :func:`register_adapter`)."""
+
     name: str
     matches: Callable[[nn.Module], bool]
     read: Callable[[nn.Module, BlockContext], AttentionWeights]
@@ -66,7 +69,13 @@ def adapter_for(block: nn.Module) -> Adapter | None:
 
 
 def first_attention(pm: ProbedModel, layer: int = 1) -> AttentionWeights:
-    """Key/query weights of block ``layer`` (1-based) of a loaded model."""
+    """Key/query weights of block ``layer`` (1-based) of a loaded model.
+
+    Raises:
+        InputError: when ``layer`` is not an integer or not one of the blocks the model was built with.
+        ModelError: when the block's attention is not of the form capacity expresses, or no registered adapter
+            knows its layout.
+    """
     layer = validate.integer("layer", layer, minimum=None)
     if layer < 1 or layer > pm.built_layers:
         raise InputError(

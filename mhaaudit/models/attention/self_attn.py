@@ -27,6 +27,12 @@ def _pre(block: Any, ctx: BlockContext) -> nn.Module | None:
 
 @register_adapter("self-attn", _matches)
 def read(block: Any, ctx: BlockContext) -> AttentionWeights:
+    """The key/query weights of a block with a ``self_attn`` module (``q_proj`` / ``k_proj``) after its pre-attention
+    norm, with the module's own scaling (1/sqrt(d_h) when it states none).
+
+    Raises:
+        ModelError: when the block's pre-attention norm cannot be found.
+    """
     pre = _pre(block, ctx)
     if pre is None:
         raise ModelError(f"{ctx.model}: cannot find the pre-attention norm of block {ctx.layer}")

@@ -18,6 +18,8 @@ def _matches(block: nn.Module) -> bool:
 
 @register_adapter("timm-vit", _matches)
 def read(block: Any, ctx: BlockContext) -> AttentionWeights:
+    """The key/query weights of a timm ViT block, split from the fused ``attn.qkv`` linear after ``norm1``; a
+    BEiT-style query bias without key bias gets a zero key bias; the module's own scale (1/sqrt(d_h) by default)."""
     attn = block.attn
     heads = int(getattr(attn, "num_heads", ctx.num_heads))
     d = attn.qkv.in_features

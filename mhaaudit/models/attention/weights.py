@@ -58,10 +58,12 @@ class AttentionWeights:
 
     @property
     def num_heads(self) -> int:
+        """H, the number of heads."""
         return int(self.W_q.shape[0])
 
     @property
     def head_dim(self) -> int:
+        """d_h, the width of one head's query and key."""
         return int(self.W_q.shape[2])
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
