@@ -121,7 +121,8 @@ class BuiltinText(TextSource):
     blocks are read in a random order drawn from ``derive_seed(seed, "data", 1)``; the modules of
     a block are consecutive parts of one group, so the example builders may join short modules
     within a block. Reading stops once enough documents qualify, so a small run reads a random
-    sample of blocks and a run at the paper's size reads the corpus.
+    sample of blocks and a run at the paper's size reads the corpus. Constructing builds (or reads
+    from the cache) the corpus, and refuses an empty one (a DataError).
     """
 
     sampled = True
@@ -159,7 +160,8 @@ def _read_text(path: Path) -> str:
 
 class TextFiles(TextSource):
     """A .txt file, or the .txt files under a folder (recursive, sorted); documents are separated
-    by blank lines, and the documents of one file form one group."""
+    by blank lines, and the documents of one file form one group. Constructing refuses a folder with
+    no .txt file (a DataError); a file that is not UTF-8 is refused when it is read."""
 
     def __init__(self, path: Path, limit: int | None = None) -> None:
         if path.is_dir():
@@ -370,8 +372,9 @@ def text_source(
         InputError: when ``limit`` is not a positive integer, ``data`` is empty, ``text_column`` or ``split`` is
             given for data without columns or splits, or ``data`` is a file of no text kind.
         OfflineError: at once, for a hub dataset while offline.
-        DataError: when ``data`` looks like a local path that does not exist, a container cannot be read, or a
-            hub dataset cannot be opened (not found, gated, no such split).
+        DataError: when ``data`` looks like a local path that does not exist, a folder holds no .txt file, a
+            container cannot be read, a hub dataset cannot be opened (not found, gated, no such split), or the
+            built-in corpus is empty.
     """
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise InputError(f"limit must be a positive number of documents, got {limit!r}")
