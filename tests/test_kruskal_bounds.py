@@ -83,3 +83,100 @@ def test_babel_floor_says_its_count_in_english():
     assert one.value == 1 and "every row is independent (non-zero)" in one.proves and "1 rows" not in one.proves
     many = babel_floor(torch.eye(4, dtype=torch.float64), rule)
     assert many.value == 4 and many.proves.startswith("every 4 rows are independent")
+
+
+def _tsqr_only(monkeypatch):
+    """set_stats with the Gram's brackets never deciding: every value from the TSQR pass."""
+    from mhaaudit.kruskal import bounds
+
+    real = bounds._gram_brackets
+
+    def undecided(lam, delta, c):
+        a, b, top = real(lam, delta, c)
+        return np.zeros_like(a), np.full_like(b, np.inf), np.full_like(top, np.inf)
+
+    monkeypatch.setattr(bounds, "_gram_brackets", undecided)
+
+
+def _spectrum(T: int, d: int, s, seed: int) -> torch.Tensor:
+    """T x d float64 rows with singular values ``s`` (orthonormal factors)."""
+    g = torch.Generator().manual_seed(seed)
+    U = torch.linalg.qr(torch.randn(T, d, generator=g, dtype=torch.float64)).Q
+    V = torch.linalg.qr(torch.randn(d, d, generator=g, dtype=torch.float64)).Q
+    return U @ torch.diag(torch.as_tensor(s, dtype=torch.float64)) @ V.T
+
+
+CASES = [
+    ("structured", lambda: structured(70, 30, 12, seed=9), RankRule.for_dtype(torch.float32)),
+    ("structured64", lambda: structured(70, 30, 12, seed=9).double(), RankRule.for_dtype(torch.float64)),
+    ("dominant", lambda: dominant(300, 16, seed=1), RankRule.for_dtype(torch.float32)),
+    ("spread", lambda: _spectrum(400, 24, np.logspace(0, -7, 24), 3), RankRule.for_dtype(torch.float32)),
+    ("wide", lambda: torch.randn(6, 20, generator=torch.Generator().manual_seed(4)), RankRule.for_dtype(torch.float32)),
+    ("atol", lambda: _spectrum(90, 10, np.logspace(1, -4, 10), 5), RankRule(rtol=1e-3, atol=2e-3)),
+    ("zero", lambda: torch.zeros(40, 5), RankRule.for_dtype(torch.float32)),
+]
+
+
+@pytest.mark.parametrize("name, make, rule", CASES, ids=[c[0] for c in CASES])
+def test_gram_values_give_the_tsqr_passs_rank_and_every_ceiling(monkeypatch, name, make, rule):
+    """Whichever values the whole set's statistics come from (the streamed Gram's, or the TSQR
+    pass's), the rank and the ceiling at every size are the same numbers."""
+    X = make()
+    st = set_stats(X, rule)
+    with monkeypatch.context() as m:
+        _tsqr_only(m)
+        ref = set_stats(X, rule)
+    assert ref.gram_brackets is None
+    assert st.rank == ref.rank
+    T = X.shape[0]
+    assert [st.ceiling(k, rule) for k in range(1, T + 3)] == [ref.ceiling(k, rule) for k in range(1, T + 3)]
+
+
+def test_a_value_at_the_sets_own_tolerance_takes_the_tsqr_pass(monkeypatch):
+    """A singular value within the Gram's error of the whole set's tolerance: the rank is the TSQR
+    pass's, computed at once."""
+    from mhaaudit.kruskal import bounds
+
+    rule = RankRule(rtol=1e-3)
+    X = _spectrum(200, 8, [1.0, 0.5, 0.2, 0.1, 0.05, 0.01, 1e-3, 1e-4], 6)  # s_7 = rtol * s_0
+    calls = []
+    real = bounds.tsqr
+    monkeypatch.setattr(bounds, "tsqr", lambda *a: calls.append(1) or real(*a))
+    st = set_stats(X, rule)
+    assert calls and st.gram_brackets is None
+    assert st.rank == int(sum(1 for v in st.unit_singular_values if v > 1e-3 * st.unit_singular_values[0]))
+
+
+def test_a_value_at_a_ceilings_tolerance_takes_the_tsqr_pass_then(monkeypatch):
+    """A singular value within the Gram's error of the tolerance one ceiling compares with (here
+    atol, while the whole set's own tolerance rtol * s_0 is far from every value): the statistics
+    come from the Gram, and that ceiling runs the TSQR pass once, and agrees with it."""
+    from mhaaudit.kruskal import bounds
+
+    rule = RankRule(rtol=0.02, atol=0.1)
+    X = _spectrum(50, 6, [10.0, 5.0, 2.0, 1.0, 0.1, 0.01], 7)
+    calls = []
+    real = bounds.tsqr
+    monkeypatch.setattr(bounds, "tsqr", lambda *a: calls.append(1) or real(*a))
+    st = set_stats(X, rule)
+    assert not calls and st.gram_brackets is not None and st.gram_brackets.refined is None
+    assert st.gram_brackets.count_above(rule.in_units(st.exponent).atol_value) is None  # s_4 = atol: in its bracket
+    first = st.ceiling(1, rule)  # tol_min(1) = max(atol, rtol * smallest row norm) = atol
+    assert calls == [1] and st.gram_brackets.refined is not None
+    assert [st.ceiling(k, rule) for k in range(1, 8)] and calls == [1]  # once
+    with monkeypatch.context() as m:
+        _tsqr_only(m)
+        ref = set_stats(X, rule)
+    assert first == ref.ceiling(1, rule)
+    assert [st.ceiling(k, rule) for k in range(1, 52)] == [ref.ceiling(k, rule) for k in range(1, 52)]
+    assert st.rank == ref.rank == 4  # above rtol * s_0 = 0.2
+
+
+def test_gram_brackets_hold_the_exact_singular_values():
+    """Every exact singular value lies within its bracket and within sv_error of the Gram's value."""
+    for seed, X in enumerate([dominant(300, 16, seed=1).double(), _spectrum(400, 24, np.logspace(0, -7, 24), 3)]):
+        st = set_stats(X, RankRule.for_dtype(torch.float32))
+        assert st.gram_brackets is not None, seed
+        exact = torch.linalg.svdvals(X * 2.0**-st.exponent).numpy()
+        assert np.all(np.array(st.gram_brackets.lo) <= exact) and np.all(exact <= np.array(st.gram_brackets.hi))
+        assert np.all(np.abs(np.array(st.unit_singular_values) - exact) <= st.unit_sv_error)

@@ -22,9 +22,9 @@ import torch
 
 from .. import distributed
 from ..errors import InputError
-from ..numerics import EPS64, RankRule, rounding_margin, row_norms, svd_rank, with_numerics
+from ..numerics import EPS64, RankRule, row_norms, svd_rank, with_numerics
 from ..numerics.stream import tsqr, unit_of
-from .results import Bound, SetStats, every_rows_independent
+from .results import Bound, GramBrackets, SetStats, every_rows_independent
 from .sampling import as_matrix, rows_of
 
 __all__ = ["BABEL_MAX_WORK", "babel_floor", "exact_kruskal_rank", "fixed_rule", "set_stats"]
@@ -74,45 +74,107 @@ def fixed_rule(
 def set_stats(X, rule: RankRule) -> SetStats:
     """Singular values and row norms of the whole set, from the one streaming pass over its rows
     (``numerics.stream.scan``, O(d^2) memory, on the data divided by an exact power of two) and
-    kept in those units. The singular values are the square roots of the eigenvalues of the
-    streamed d x d Gram matrix when every one of them lies farther than the Gram's rounding
-    bound from every tolerance a subset can have (then each comparison with a tolerance comes out
-    as it would from the exact values); otherwise those of the TSQR factor R (``stream.tsqr``, a
-    second pass: the accuracy of an SVD of the rows). This is the one place the whole-set
-    statistics are derived: the rank rule is applied here and in ``SetStats.ceiling``."""
+    kept in those units. This is the one place the whole-set statistics are derived: the rank rule
+    is applied here and in ``SetStats.ceiling``.
+
+    The singular values are used in two kinds of comparison only: the whole set's rank counts those
+    above its own tolerance ``tol(s_0)``, and ``SetStats.ceiling(k)`` counts those with
+    ``s_i + sv_error`` above one tolerance ``tol_min(k)`` per size k. The values may come from the
+    streamed Gram matrix (square roots of its eigenvalues) or from the TSQR factor R of the rows
+    (``stream.tsqr``, a second pass, accurate to an SVD of the rows). The Gram's are used whenever
+    every comparison made comes out as it would with the TSQR pass's values, and as with the exact
+    ones; so the rank and every ceiling are the same numbers whichever is used. The argument:
+
+    * The Gram ``G^ = G + E1`` of the rescaled rows (entries at most 1) is a sum of T products per
+      entry in some order, so ``|E1| <= gamma_T |X|^T |X|`` entrywise and
+      ``||E1|| <= gamma_T trace(G)`` (a non-negative matrix's norm is at most that of a larger one,
+      and a Gram's at most its trace); products flushed or rounded in the subnormal range add at
+      most ``2 d T 2**-1022``. The eigenvalues of G^ (LAPACK, backward stable) are those of a matrix
+      within ``16 d eps ||G^||`` of it. By Weyl's theorem, ``|lam^_i - sigma_i^2| <= delta`` with
+      ``delta`` twice the sum of these (``_gram_error``), so ``sigma_i`` lies in
+      ``[lo_i, hi_i] = [sqrt(max(0, lam^_i - delta)), sqrt(lam^_i + delta)]``, each rounded outward.
+    * The TSQR values ``t_i`` satisfy ``|t_i - sigma_i| <= c sigma_0`` with
+      ``c = 8 (max(T, d) + d chunks) eps`` (``stream.tsqr``), and that pass reports the error
+      ``c t_0``. With ``w = c hi_0 >= c sigma_0``: ``t_i`` lies in ``[a_i, b_i] = [max(0, lo_i - w),
+      hi_i + w]``, ``t_0`` in ``[a_0, b_0]``, and ``fl(t_i + c t_0)`` in
+      ``[a_i, b_i + c (hi_0 + w)]`` (outward-rounded: rounding is monotone, so ``fl(x + y) >= x``
+      for y >= 0, and ``tol`` is non-decreasing in its argument).
+    * The rank is taken from the Gram when, for every i, ``a_i > tol(b_0)`` or ``b_i <= tol(a_0)``:
+      then every count, by the exact values or the TSQR pass's, agrees; otherwise the TSQR pass
+      runs here. A ceiling is taken from the brackets when its tolerance lies in none of them
+      (``GramBrackets``); otherwise the TSQR pass runs then (once) and decides it, as it would have.
+
+    ``unit_singular_values`` are then the Gram's, within ``unit_sv_error = sqrt(delta)`` of the
+    exact values; after a TSQR pass, its values and its error ``c s_0``."""
     X = as_matrix(X)
     rows = rows_of(X)
     unit, sc = unit_of(rows, rule)
     rule = unit.rule
     T, d = sc.T, sc.d
     m = min(T, d)
-    lam = torch.linalg.eigvalsh(torch.from_numpy(sc.gram)).flip(0).clamp_min(0)[:m]
-    s = lam.sqrt()
-    s0 = float(s[0]) if m else 0.0
-    sv_error = math.sqrt(float(rounding_margin(max(T, d), m, torch.tensor(float(lam[0]) if m else 0.0))))
-    # every tolerance a subset can get lies between the smallest row's (one row) and the whole set's
-    tol_lo = rule.tol(float(sc.small_norms[0]), 1, d)
-    tol_hi = rule.tol(s0 + sv_error, T, d)
-    if not bool(((s + sv_error < tol_lo) | (s - sv_error > tol_hi)).all()):
-        s = torch.linalg.svdvals(torch.from_numpy(tsqr(rows, sc.exponent)))[:m]
-        s0 = float(s[0]) if m else 0.0
-        sv_error = 8.0 * (max(T, d) + d * sc.chunks) * EPS64 * s0
-    s_list = tuple(float(v) for v in s)
+    c = 8.0 * (max(T, d) + d * sc.chunks) * EPS64  # the TSQR pass's error, relative to sigma_max
+    lam_raw = torch.linalg.eigvalsh(torch.from_numpy(sc.gram)).flip(0)[:m]
+    delta = _gram_error(sc.gram, T, d)
+    a, b, top = _gram_brackets(lam_raw.numpy(), delta, c)
+    tol_hi, tol_lo = rule.tol(float(b[0]), T, d), rule.tol(float(a[0]), T, d)
+    brackets = None
+    if bool(np.all((a > tol_hi) | (b <= tol_lo))):  # every value on one side of the whole set's tolerance
+        s_list = tuple(float(v) for v in lam_raw.clamp_min(0).sqrt())
+        rank = int(np.count_nonzero(a > tol_hi))
+        sv_error = math.sqrt(delta) * (1 + 4 * EPS64)
+        brackets = GramBrackets(a.tolist(), top.tolist(), lambda: _tsqr_values(rows, sc.exponent, m, c))
+    else:
+        s_list, sv_error = _tsqr_values(rows, sc.exponent, m, c)
+        rank = int(sum(1 for v in s_list if v > rule.tol(s_list[0], T, d)))
     sq = sc.proj * sc.proj
     smallest = np.sort(np.partition(sq, m - 1)[:m]) if m < T else np.sort(sq)
     proj_norms = np.sqrt(np.cumsum(smallest))
-    tol = rule.tol(s0, T, d)
     return SetStats(
         T=T,
         d=d,
-        rank=int(sum(1 for v in s_list if v > tol)),
+        rank=rank,
         unit_singular_values=s_list,
         unit_row_norms=tuple(float(v) for v in sc.small_norms),  # the smallest min(T, d), all a ceiling reads
         zero_rows=sc.zero_rows,
         unit_sv_error=sv_error,
         unit_proj_norms=tuple(float(v) for v in proj_norms),
         exponent=sc.exponent,
+        gram_brackets=brackets,
     )
+
+
+def _gram_error(gram: np.ndarray, T: int, d: int) -> float:
+    """``delta``: a bound on ``|lam^_i - sigma_i^2|`` for the eigenvalues of the streamed Gram of T
+    rescaled rows of length d (``set_stats``): twice ``gamma_T trace(G) + 16 d eps ||G^|| +
+    2 d T 2**-1022``, with trace(G) and ||G^|| bounded by the computed trace, enlarged."""
+    n = T * EPS64
+    trace = float(np.trace(gram)) / (1 - 2 * (n + d * EPS64))  # >= trace(G) and >= ||G^||
+    return 2.0 * ((n / (1 - n) + 16 * d * EPS64) * trace + 2.0 * d * T * 2.0**-1022) * (1 + 8 * EPS64)
+
+
+def _gram_brackets(lam: np.ndarray, delta: float, c: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(a, b, top)`` from the Gram's eigenvalues ``lam`` (descending) and their error ``delta``:
+    ``a_i <= t_i <= b_i`` for the TSQR pass's singular values t_i, ``a_i <= fl(t_i + c t_0) <=
+    top_i`` for what a ceiling compares, and ``a_i <= sigma_i <= b_i`` (``set_stats``); every
+    step rounded outward."""
+    up, down = 1 + 4 * EPS64, 1 - 4 * EPS64
+    lo = np.sqrt(np.maximum(lam - delta, 0.0)) * down
+    hi = np.sqrt(np.maximum(lam + delta, 0.0)) * up
+    h0 = float(hi[0]) if len(hi) else 0.0
+    w = c * h0 * up  # >= c sigma_0
+    a = np.maximum(lo - w, 0.0) * down
+    b = (hi + w) * up
+    top = (b + c * (h0 + w) * up) * up
+    return a, b, top
+
+
+@with_numerics(threads=1)
+def _tsqr_values(rows, exponent: int, m: int, c: float) -> tuple[tuple[float, ...], float]:
+    """The singular values of the TSQR factor R of the rescaled rows (``stream.tsqr``, a second
+    pass) and their error bound ``c s_0``."""
+    s = torch.linalg.svdvals(torch.from_numpy(tsqr(rows, exponent)))[:m]
+    s_list = tuple(float(v) for v in s)
+    return s_list, c * (s_list[0] if m else 0.0)
 
 
 @with_numerics()

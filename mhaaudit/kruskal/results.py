@@ -24,6 +24,8 @@ needs it does not load it.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -37,6 +39,7 @@ __all__ = [
     "EXACT_STATUSES",
     "SCOPES",
     "Bound",
+    "GramBrackets",
     "KruskalInputs",
     "KruskalResult",
     "SetStats",
@@ -102,6 +105,41 @@ class Witness:
         }
 
 
+class GramBrackets:
+    """Where each comparison of ``SetStats.ceiling`` lands, known from the streamed Gram matrix
+    before (and mostly instead of) the TSQR pass: ``lo[i] <= fl(s_i + sv_error) <= hi[i]`` for the
+    singular values s_i and the error bound the TSQR pass would give (``kruskal.bounds.set_stats``
+    derives them), and ``lo[i] <= sigma_i <= hi[i]`` for the exact ones. At a tolerance outside every
+    bracket, the count above it is the TSQR pass's and the exact values' alike; at one inside a
+    bracket, ``refine()`` runs the pass (once, then kept) and returns its (singular values, error)."""
+
+    def __init__(self, lo: Sequence[float], hi: Sequence[float], refine: Callable[[], tuple[tuple[float, ...], float]]):
+        self.lo, self.hi = tuple(lo), tuple(hi)
+        self._refine: Callable[[], tuple[tuple[float, ...], float]] | None = refine
+        self._refined: tuple[tuple[float, ...], float] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def refined(self) -> tuple[tuple[float, ...], float] | None:
+        """The TSQR pass's (singular values, error) once it ran, else None."""
+        return self._refined
+
+    def count_above(self, tol: float) -> int | None:
+        """How many values lie above ``tol`` when no bracket holds it; None when one does."""
+        if any(lo <= tol < hi for lo, hi in zip(self.lo, self.hi, strict=True)):
+            return None
+        return sum(1 for lo in self.lo if lo > tol)
+
+    def refine(self) -> tuple[tuple[float, ...], float]:
+        """The TSQR pass's (singular values, error), computed on the first call."""
+        with self._lock:
+            if self._refined is None:
+                assert self._refine is not None
+                self._refined = self._refine()
+                self._refine = None  # the rows it read are no longer held
+            return self._refined
+
+
 @dataclass(frozen=True)
 class SetStats:
     """Facts about the whole T x d set that hold for every subset.
@@ -123,6 +161,9 @@ class SetStats:
     # for any k-subset, sigma_max(X_S) >= the norm of its k projections >= the k-th of these
     unit_proj_norms: tuple[float, ...] = ()
     exponent: int = 0
+    # set when the singular values are the streamed Gram's: the brackets that decide the ceiling, and
+    # the TSQR pass for a tolerance that falls inside one (see GramBrackets)
+    gram_brackets: GramBrackets | None = field(default=None, compare=False, repr=False)
 
     @property
     def singular_values(self) -> tuple[float, ...]:
@@ -148,8 +189,15 @@ class SetStats:
         if self.unit_proj_norms:
             smax_lo = max(smax_lo, self.unit_proj_norms[kk - 1] * (1 - 1e-12))
         tol_min = rule.tol(smax_lo, k, self.d)
+        values, error = self.unit_singular_values, self.unit_sv_error
+        if self.gram_brackets is not None:  # the Gram's values: decided by the brackets, or refined
+            if self.gram_brackets.refined is None:
+                count = self.gram_brackets.count_above(tol_min)
+                if count is not None:
+                    return count
+            values, error = self.gram_brackets.refine()
         # Counting values within rounding error of the tolerance keeps the ceiling safe.
-        return int(sum(1 for s in self.unit_singular_values if s + self.unit_sv_error > tol_min))
+        return int(sum(1 for s in values if s + error > tol_min))
 
 
 def _meta(result) -> dict:
