@@ -23,9 +23,9 @@ import time
 import torch
 
 from mhaaudit.memorize import run_memorize_grid
-from mhaaudit.memorize.grid import points, resolve_grid
+from mhaaudit.memorize.grid import MemorizeRequest, points, resolve_grid
 from mhaaudit.memorize.reference import train_plain
-from mhaaudit.memorize.training import Point, Recipe, intra_op_threads
+from mhaaudit.memorize.training import Point, intra_op_threads
 from mhaaudit.settings import device_name, resolve_device
 
 
@@ -48,8 +48,8 @@ def main() -> None:
     ap.add_argument("--skip-plain", action="store_true", help="skip the plain loop (slow on large grids)")
     args = ap.parse_args()
     dev = resolve_device(args.device)
-    grid = resolve_grid(preset=args.preset, max_steps=args.max_steps)
-    recipe = Recipe.resolve(epochs=grid["epochs"], max_steps=grid["max_steps"])
+    request = MemorizeRequest(preset=args.preset, max_steps=args.max_steps)
+    grid, recipe = resolve_grid(request), request.recipe
     kw = dict(preset=args.preset, max_steps=args.max_steps, seeds=args.seeds, device=dev)
     stacked, w3, c3 = _timed(lambda: run_memorize_grid(**kw))
     pts = [Point(**p, seed=s) for p in points(grid) for s in stacked.seeds]

@@ -36,7 +36,15 @@ from .models import resolve
 from .models.load import check_hub_options, check_revision
 from .settings import Settings
 
-__all__ = ["DataRequest", "ModelRequest", "Requests", "build_requests", "build_settings", "keyword_conveniences"]
+__all__ = [
+    "DataRequest",
+    "ModelRequest",
+    "Requests",
+    "build_request",
+    "build_requests",
+    "build_settings",
+    "keyword_conveniences",
+]
 
 
 @dataclass(frozen=True)
@@ -181,6 +189,16 @@ def build_settings(
     (:func:`mhaaudit.check_features`): ``settings`` itself, checked against the keywords given, or
     ``Settings.resolve`` of the keywords."""
     return _one(Settings, settings, "settings", SETTINGS_KEYWORDS, keywords, given, lambda kw: Settings.resolve(**kw))
+
+
+def build_request(cls: type, obj, keywords: Mapping[str, Any], given: frozenset[str] = frozenset()):
+    """The one request object of an entry point that takes one of its own (``cls``: memorize's
+    ``MemorizeRequest``), the same way :func:`build_requests` makes its three: ``obj`` itself,
+    a keyword the caller gave beside it refused where it says otherwise (InputError), or, without
+    ``obj``, ``cls(**keywords)``. Each keyword is the field of the same name."""
+    if obj is not None and not isinstance(obj, cls):
+        raise TypeError(f"request must be a {cls.__name__}, got {type(obj).__name__}")
+    return _one(cls, obj, "request", {k: k for k in keywords}, keywords, given, lambda kw: cls(**kw))
 
 
 def _one(

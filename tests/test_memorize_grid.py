@@ -8,7 +8,7 @@ import torch
 from mhaaudit import __version__
 from mhaaudit.errors import InputError
 from mhaaudit.memorize import grid as grid_mod
-from mhaaudit.memorize.grid import points, resolve_grid, run_memorize_grid
+from mhaaudit.memorize.grid import MemorizeRequest, points, resolve_grid, run_memorize_grid
 
 TINY = dict(n=4, head_dim=8, device="cpu")
 
@@ -80,15 +80,15 @@ def test_resumable_parquet(tmp_path, monkeypatch, capsys):
 
 
 def test_presets_resolve_and_override():
-    g = resolve_grid(preset="paper-fig2a")
+    g = resolve_grid(MemorizeRequest(preset="paper-fig2a"))
     assert g["vary"] == "heads" and g["values"] == (1, 5, 10, 20, 30, 40, 50, 60) and g["fixed"]["n"] == 32
-    g = resolve_grid(preset="paper-fig2b")
+    g = resolve_grid(MemorizeRequest(preset="paper-fig2b"))
     assert g["vary"] == "n" and g["fixed"]["heads"] == 20
-    g = resolve_grid(preset="paper-fig2c")
+    g = resolve_grid(MemorizeRequest(preset="paper-fig2c"))
     assert g["vary"] == "head-dim" and g["fixed"]["heads"] == 30 and g["fixed"]["n"] == 32
-    g = resolve_grid(preset="cpu", sizes="100")
+    g = resolve_grid(MemorizeRequest(preset="cpu", sizes="100"))
     assert g["sizes"] == (100,) and g["values"] == (1, 2, 4, 8) and g["max_steps"] == 6000
-    assert len(points(resolve_grid(preset="cpu"))) == 8
+    assert len(points(resolve_grid(MemorizeRequest(preset="cpu")))) == 8
 
 
 def test_bad_input_library():
@@ -172,3 +172,19 @@ def test_bad_seeds_and_budgets():
     ):
         with pytest.raises(InputError):
             run_memorize_grid(sizes=[8], max_steps=1, **TINY, **bad)
+
+
+def test_the_request_is_one_frozen_object_and_keywords_that_disagree_are_refused():
+    import dataclasses
+
+    request = MemorizeRequest(vary="h", values="2,1", sizes="8", max_steps="1", seed="3", **TINY)
+    assert request == MemorizeRequest(vary="heads", values=[2, 1], sizes=[8], max_steps=1, seed=3, **TINY)
+    assert request.seed_list == [3] and request.recipe.max_steps == 1 and request.device == torch.device("cpu")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        request.seed = 4  # type: ignore[misc]
+    # keywords that say what the request says are accepted; one that says otherwise is refused
+    assert run_memorize_grid(request, seed=3, values="2,1").seeds == (3,)
+    with pytest.raises(InputError, match=r"^seed = 0 disagrees with the MemorizeRequest given as request \(seed = 3\)"):
+        run_memorize_grid(request, seed=0)
+    with pytest.raises(TypeError, match="MemorizeRequest"):
+        run_memorize_grid({"sizes": [8]})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from mhaaudit.memorize.grid import points, resolve_grid
+from mhaaudit.memorize.grid import MemorizeRequest, points, resolve_grid
 from mhaaudit.memorize.grouping import default_budget, group_bytes, plan_groups
 from mhaaudit.memorize.stack import StackShape
 from mhaaudit.memorize.training import Point, Recipe
@@ -14,19 +14,12 @@ _RECIPE = Recipe()
 
 def _plan(pts, device="cpu", budget=8 << 30, max_points=None, recipe=_RECIPE):
     return plan_groups(
-        pts,
-        totals=[p.plan(recipe).total for p in pts],
-        out_dim=recipe.out_dim,
-        batch=recipe.batch_size,
-        shared=recipe.context == "shared",
-        device=torch.device(device),
-        budget=budget,
-        max_points=max_points,
+        pts, [p.plan(recipe).total for p in pts], recipe, torch.device(device), budget, max_points=max_points
     )
 
 
 def _cpu_points():
-    g = resolve_grid(preset="cpu")
+    g = resolve_grid(MemorizeRequest(preset="cpu"))
     return [Point(**p) for p in points(g)]
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from mhaaudit.memorize.results import fit_line, row_to_run, run_to_row
-from mhaaudit.memorize.training import train_memorize
+from mhaaudit.memorize.training import Point, Recipe, train_memorize
 
 
 def test_heads_fit():
@@ -17,7 +17,7 @@ def test_heads_fit():
 
 
 def test_row_round_trip():
-    run = train_memorize(heads=2, n=3, head_dim=4, size=12, max_steps=3, device="cpu", saturation=True)
+    run = train_memorize(Point(2, 3, 4, 12), Recipe(max_steps=3), device="cpu", saturation=True)
     row = run_to_row(run)
     back = row_to_run(row)
     assert back.reused and back.saturation == run.saturation

@@ -6,21 +6,23 @@ import pytest
 import torch
 
 from mhaaudit.errors import InputError
-from mhaaudit.memorize.training import train_memorize
+from mhaaudit.memorize.training import Point, Recipe, train_memorize
 
-TINY = dict(n=4, head_dim=8, device="cpu")
+
+def _point(heads, size, seed=0, n=4, head_dim=8):
+    return Point.resolve(heads=heads, n=n, head_dim=head_dim, size=size, seed=seed)
 
 
 def test_determinism_for_a_seed():
-    a = train_memorize(heads=2, size=40, max_steps=15, seed=3, **TINY)
-    b = train_memorize(heads=2, size=40, max_steps=15, seed=3, **TINY)
-    c = train_memorize(heads=2, size=40, max_steps=15, seed=4, **TINY)
+    a = train_memorize(_point(2, 40, seed=3), Recipe(max_steps=15), device="cpu")
+    b = train_memorize(_point(2, 40, seed=3), Recipe(max_steps=15), device="cpu")
+    c = train_memorize(_point(2, 40, seed=4), Recipe(max_steps=15), device="cpu")
     assert a.final_loss == b.final_loss and a.memorized_count == b.memorized_count
     assert a.final_loss != c.final_loss
 
 
 def test_early_stop_when_memorised():
-    run = train_memorize(heads=4, size=8, epochs=3000, check_every=20, seed=0, classes=4, **TINY)
+    run = train_memorize(_point(4, 8), Recipe(epochs=3000, check_every=20, classes=4), device="cpu")
     assert run.memorized == 1.0 and run.memorized_count == 8
     assert run.stopped_early and run.steps_run < run.planned_steps == 3000
     assert run.steps_run % 20 == 0
@@ -28,14 +30,17 @@ def test_early_stop_when_memorised():
 
 def test_bad_input_training():
     with pytest.raises(InputError):
-        train_memorize(heads=0, n=4, size=10, device="cpu")
+        _point(0, 10)
     with pytest.raises(InputError):
-        train_memorize(heads=1, n=4, size=0, device="cpu")
+        _point(1, 0)
+    with pytest.raises(InputError, match=r"^classes must be at least 2"):
+        Recipe(classes=1)
+    assert Recipe(classes="4", lr=1) == Recipe(classes=4, lr=1.0)
 
 
 # ------------------------------------------------------------------ a group trains each point as if alone
 
-from mhaaudit.memorize.training import Point, Recipe, intra_op_threads, train_group  # noqa: E402
+from mhaaudit.memorize.training import intra_op_threads, train_group  # noqa: E402
 
 CPU = torch.device("cpu")
 # Different H, n, d_h, T and seeds; the last memorises its 6 examples and stops early.
@@ -63,7 +68,7 @@ def _same_record(a, b):
     ],
 )
 def test_a_stacked_group_matches_its_points_trained_one_by_one(task, context):
-    recipe = Recipe.resolve(
+    recipe = Recipe(
         task=task,
         context=context,
         classes=3,
@@ -84,7 +89,7 @@ def test_a_stacked_group_matches_its_points_trained_one_by_one(task, context):
 
 
 def test_points_with_different_schedules_in_one_group():
-    recipe = Recipe.resolve(classes=4, check_every=7, batch_size=8)  # the paper rule: epochs differ by T
+    recipe = Recipe(classes=4, check_every=7, batch_size=8)  # the paper rule: epochs differ by T
     pts = [Point(2, 3, 4, 8, 0), Point(2, 3, 4, 20, 0)]  # 1 and 3 steps per epoch
     recipe = Recipe(**{**recipe.as_dict(), "epochs": 40})
     together = train_group(pts, recipe, CPU)
@@ -97,7 +102,7 @@ def test_points_with_different_schedules_in_one_group():
 def test_the_stacked_training_is_the_plain_loop(task, context):
     from mhaaudit.memorize.reference import train_plain
 
-    recipe = Recipe.resolve(
+    recipe = Recipe(
         task=task, context=context, classes=5, max_steps=40, check_every=15, batch_size=16, lr=3e-3, tolerance=0.2
     )
     pts = [Point(2, 4, 8, 40, 0), Point(3, 3, 5, 30, 1)]

@@ -189,10 +189,15 @@ def test_run_memorize_grid_defaults_are_memorize_defaults(monkeypatch, capsys):
 
     calls: list = []
     _recorder(monkeypatch, mhaaudit.memorize, "run_memorize_grid", calls)
-    run(capsys, "memorize")
+    run(capsys, "memorize", "--sizes", "10")
     ((sig, passed),) = calls
-    # memory_budget and max_group shape how points are grouped for training, not what is trained
-    _compare(sig, passed, library_only={"memory_budget", "max_group"})
+    # The CLI builds the request once; it is the one the library's keyword defaults build (memory_budget
+    # and max_group, which shape how points are grouped for training, not what is trained, included).
+    (request,) = passed.values()
+    defaults = {n: p.default for n, p in sig.parameters.items() if n != "request"}
+    assert EQUIVALENT["progress"] and request == mhaaudit.memorize.MemorizeRequest(
+        **{**defaults, "sizes": "10", "progress": request.progress}
+    )
 
 
 @pytest.mark.parametrize("target", ["table1", "table3", "figure1", "figure2"])

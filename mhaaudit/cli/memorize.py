@@ -32,8 +32,6 @@ class Vary(str, Enum):
     head_dim = "head-dim"
 
 
-# The grid's parameters: (Python name, option, the --vary value naming it).
-_AXES = (("heads", "--heads", "heads"), ("n", "--n", "n"), ("head_dim", "--head-dim", "head-dim"))
 _RANGE = "one value, a range or a list: 4, 1-8 or 1,2,4,8; several values vary it"
 
 
@@ -118,7 +116,7 @@ def memorize(
     """
     with importing(quiet):  # the library, torch with it: seconds
         from ..io import refuse_inputs
-        from ..memorize import run_memorize_grid
+        from ..memorize import MemorizeRequest, grid_axes, run_memorize_grid
         from ..progress import progress_enabled
         from ..render import render_memorize
 
@@ -130,16 +128,11 @@ def memorize(
         refuse_unused(ctx, ("tolerance",), "with --task classification: a class is right or wrong")
     if seeds is not None:
         refuse_unused(ctx, ("seed",), "with --seeds: every point is trained for each seed listed")
-    grid_axes = _axes(
-        vary.value if vary else None,
-        values,
-        preset.value if preset else None,
-        {"heads": heads, "n": n, "head_dim": head_dim},
-    )
-    grid = run_memorize_grid(
-        **grid_axes,
+    name = preset.value if preset else None
+    request = MemorizeRequest(
+        **grid_axes(vary.value if vary else None, values, name, {"heads": heads, "n": n, "head_dim": head_dim}),
         sizes=sizes,
-        preset=preset.value if preset else None,
+        preset=name,
         task=task.value,
         context=context.value,
         classes=classes,
@@ -157,6 +150,7 @@ def memorize(
         plot=plot,
         progress=progress_enabled(quiet),
     )
+    grid = run_memorize_grid(request)
     if grid.reused:
         print(
             f"{grid.reused} of {len(grid.runs)} points were already in {grid.out} with the same configuration; not recomputed",
@@ -172,37 +166,3 @@ def memorize(
         out=out,
         write_out=False,
     )
-
-
-def _axes(vary: str | None, values: str | None, preset: str | None, given: dict[str, str | None]) -> dict:
-    """``vary``/``values`` and the fixed ``heads``/``n``/``head_dim`` from the options.
-
-    A parameter given several values is the one varied (as ``--vary P --values ...``); given to
-    the parameter the grid varies (by ``--vary`` or the preset), even one value replaces the values.
-    """
-    from .. import validate
-    from ..errors import InputError
-
-    varied = vary or (PRESETS[preset]["vary"] if preset else None)
-    out: dict = {"vary": vary, "values": values, "heads": None, "n": None, "head_dim": None}
-    source = "--values" if values is not None else None  # what gave the varied parameter's values
-    for name, flag, axis in _AXES:
-        spec = given[name]
-        if spec is None:
-            continue
-        vals = validate.int_ranges(spec, flag, what="values", example="4, 1-8 or 1,2,4,8", minimum=1)
-        if axis != varied and len(vals) == 1:
-            out[name] = vals[0]
-            continue
-        if vary is not None and axis != vary:
-            raise InputError(
-                f"{flag} {spec} gives several values, but --vary {vary} varies another parameter; "
-                "only one parameter varies"
-            )
-        if source is not None:
-            raise InputError(
-                f"{flag} {spec} and {source} both give the values of the varied parameter; only one parameter varies"
-            )
-        out.update(vary=axis, values=",".join(map(str, vals)))
-        source = f"{flag} {spec}"
-    return out

@@ -26,14 +26,17 @@ Modules:
 - :mod:`.reference`: the plain one-point training loop the stacked training is tested against;
 - :mod:`.saturation`: saturated heads per example (Appendix H);
 - :mod:`.results`: the run, fit, seed-summary, group and grid records, and the results file's rows;
-- :mod:`.grid`: the presets, the grid's points and seeds, resuming, :func:`run_memorize_grid`.
+- :mod:`.request`: :class:`MemorizeRequest`, a run as one frozen object, checked where it is made;
+  the presets and the grid it asks for;
+- :mod:`.grid`: the grid's points and seeds, resuming, :func:`run_memorize_grid`.
 """
 
 from __future__ import annotations
 
 from .data import CONTEXTS, DIM, TASKS, make_dataset, sinusoidal_positions
-from .grid import PRESETS, VARY, resolve_grid, run_memorize_grid
+from .grid import PRESETS, VARY, memorize_grid, resolve_grid, run_memorize_grid
 from .model import MemorizeModel
+from .request import MemorizeRequest, grid_axes
 from .results import GroupRecord, LinearFit, MemorizeGrid, MemorizeRun, SeedSummary, fit_line
 from .saturation import SATURATION_THRESHOLD, SaturationSummary, saturation_summary
 from .schedule import planned_schedule
@@ -50,11 +53,14 @@ __all__ = [
     "LinearFit",
     "MemorizeGrid",
     "MemorizeModel",
+    "MemorizeRequest",
     "MemorizeRun",
     "SaturationSummary",
     "SeedSummary",
     "fit_line",
+    "grid_axes",
     "make_dataset",
+    "memorize_grid",
     "planned_schedule",
     "resolve_grid",
     "run_memorize_grid",

@@ -1,5 +1,6 @@
-"""A grid of memorisation points: the paper's presets, the grid's points and seeds, resuming from a
-results file, and :func:`run_memorize_grid`, the one entry point of the experiments.
+"""A grid of memorisation points: the grid's points and seeds, resuming from a results file, and
+:func:`run_memorize_grid`, the one entry point of the experiments (its request is
+:class:`~.request.MemorizeRequest`; the presets are in :mod:`.request`).
 
 ``pyarrow`` is imported where it is used: it takes a second or more to import, and a run that never
 needs it does not load it.
@@ -7,7 +8,6 @@ needs it does not load it.
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 import time
@@ -17,15 +17,15 @@ from pathlib import Path
 
 import torch
 
-from .. import validate
-from ..defaults import MEMORIZE_PRESETS
-from ..errors import InputError, param
-from ..io import check_writable, stamp, write_parquet
-from ..plot import check_plot_path, plot_memorize
+from ..errors import InputError
+from ..io import stamp, write_parquet
+from ..plot import plot_memorize
 from ..progress import task as progress_task
-from ..settings import MAX_SEED, device_name, resolve_device
+from ..request import build_request, keyword_conveniences
+from ..settings import device_name, resolve_device
 from .data import DIM
-from .grouping import default_budget, device_memory, plan_groups
+from .grouping import GroupPlan, device_memory, plan_groups
+from .request import PRESETS, VARY, MemorizeRequest, grid_axes, resolve_grid
 from .results import (
     GroupRecord,
     MemorizeGrid,
@@ -37,63 +37,20 @@ from .results import (
     run_to_row,
     seed_summaries,
 )
-from .training import Point, Recipe, intra_op_threads, train_group
+from .training import Point, intra_op_threads, train_group
 
-__all__ = ["PRESETS", "VARY", "points", "resolve_grid", "run_memorize_grid"]
+__all__ = [
+    "PRESETS",
+    "VARY",
+    "MemorizeRequest",
+    "grid_axes",
+    "memorize_grid",
+    "points",
+    "resolve_grid",
+    "run_memorize_grid",
+]
 
-VARY = ("heads", "n", "head-dim")
-_VARY_ALIASES = {"h": "heads", "head_dim": "head-dim", "dh": "head-dim"}
 _PARAM = {"heads": "heads", "n": "n", "head-dim": "head_dim"}
-
-#: The paper's grids (Figure 2) and the small ``cpu`` grid: see :data:`mhaaudit.defaults.MEMORIZE_PRESETS`.
-PRESETS: dict[str, dict] = MEMORIZE_PRESETS
-
-_DEFAULTS = dict(n=32, heads=4, head_dim=64)
-
-
-def resolve_grid(
-    *, vary=None, values=None, n=None, heads=None, head_dim=None, sizes=None, preset=None, epochs=None, max_steps=None
-) -> dict:
-    """Merge a preset with explicit options (explicit wins) and validate the grid."""
-    base: dict = {}
-    if preset is not None:
-        preset = validate.choice(param("preset"), preset, tuple(PRESETS))
-        base = dict(PRESETS[preset])
-    explicit = dict(
-        vary=vary, values=values, n=n, heads=heads, head_dim=head_dim, sizes=sizes, epochs=epochs, max_steps=max_steps
-    )
-    if vary is not None and values is None and base and _vary(vary) != base.get("vary"):
-        base.pop("values", None)  # the preset's values belong to another parameter
-    merged = {**base, **{k: v for k, v in explicit.items() if v is not None}}
-
-    vary_v = _vary(merged["vary"]) if merged.get("vary") is not None else None
-    vals = validate.int_list(param("values"), merged.get("values"))
-    if vary_v is not None and not vals:
-        raise InputError(f"{{param:vary}} {vary_v} needs {{param:values}} (e.g. {{param:values}} 1,2,4,8)")
-    if vary_v is None and merged.get("values") is not None:
-        raise InputError("{param:values} needs {param:vary} (heads, n or head-dim)")
-    sizes_v = validate.int_list(param("sizes"), merged.get("sizes"))
-    if not sizes_v:
-        raise InputError("the grid is empty: give {param:sizes} (e.g. {param:sizes} 500,1000) or a {param:preset}")
-    fixed = {
-        "n": validate.integer(param("n"), merged.get("n", _DEFAULTS["n"])),
-        "heads": validate.integer(param("heads"), merged.get("heads", _DEFAULTS["heads"])),
-        "head_dim": validate.integer(param("head_dim"), merged.get("head_dim", _DEFAULTS["head_dim"])),
-    }
-    ep, ms = merged.get("epochs"), merged.get("max_steps")
-    return dict(
-        vary=vary_v,
-        values=vals,
-        sizes=sizes_v,
-        preset=preset,
-        fixed=fixed,
-        epochs=validate.integer(param("epochs"), ep) if ep is not None else None,
-        max_steps=validate.integer(param("max_steps"), ms) if ms is not None else None,
-    )
-
-
-def _vary(value) -> str:
-    return validate.choice(param("vary"), value, VARY, aliases=_VARY_ALIASES)
 
 
 def points(grid: dict) -> list[dict]:
@@ -132,7 +89,9 @@ def _read_results(path: Path) -> dict[str, dict]:
 # --------------------------------------------------------------------------- the grid
 
 
+@keyword_conveniences
 def run_memorize_grid(
+    request: MemorizeRequest | None = None,
     *,
     vary: str | None = None,
     values: str | Sequence[int] | None = None,
@@ -159,8 +118,13 @@ def run_memorize_grid(
     seeds: str | Sequence[int] | None = None,
     memory_budget: float | None = None,
     max_group: int | None = None,
+    given: frozenset[str] = frozenset(),
 ) -> MemorizeGrid:
     """Train every point of a grid (values of the varied parameter x sizes T x seeds).
+
+    ``request``: the run as a :class:`~.request.MemorizeRequest`; the keywords are conveniences
+    that build it (:func:`mhaaudit.request.build_request`: a keyword given beside a request that
+    says otherwise is an InputError).
 
     ``seeds``: several seeds (``"0-5"``, ``"0,3,7"`` or a list), every point trained once per
     seed; the result's ``summary`` gives the mean and spread of the memorised fraction over them
@@ -178,59 +142,25 @@ def run_memorize_grid(
     one line per size (the mean over seeds, the band between the lowest and highest seed).
     The linear fits against H take every seed's run as a point.
     """
-    grid = resolve_grid(
-        vary=vary,
-        values=values,
-        n=n,
-        heads=heads,
-        head_dim=head_dim,
-        sizes=sizes,
-        preset=preset,
-        epochs=epochs,
-        max_steps=max_steps,
-    )
-    recipe = Recipe.resolve(
-        task=task,
-        context=context,
-        classes=classes,
-        tolerance=tolerance,
-        epochs=grid["epochs"],
-        max_steps=grid["max_steps"],
-        lr=lr,
-        batch_size=batch_size,
-        check_every=check_every,
-    )
-    seed_list = _seeds(seed, seeds)
-    dev = resolve_device(device)
-    budget = _budget(memory_budget, dev)
-    max_group = validate.integer(param("max_group"), max_group) if max_group is not None else None
-    out_path = check_writable(out) if out is not None else None
-    plot_path = check_plot_path(plot) if plot is not None else None
+    keywords = {k: v for k, v in locals().items() if k not in ("request", "given")}
+    return memorize_grid(build_request(MemorizeRequest, request, keywords, given))
 
+
+def memorize_grid(request: MemorizeRequest) -> MemorizeGrid:
+    """:func:`run_memorize_grid` of a checked request."""
+    grid, recipe, dev = request.grid, request.recipe, resolve_device(request.device)
+    seed_list = request.seed_list
     pts = [Point(**p, seed=s) for p in points(grid) for s in seed_list]
     store = _Store(
-        out_path,
+        Path(request.out) if request.out is not None else None,
         meta=stamp(
             command="memorize", seed=seed_list[0], seeds=seed_list, device=device_name(dev), preset=grid["preset"]
         ),
     )
     keys = [config_key(config_dict(**p.__dict__, **recipe.as_dict(), device=device_name(dev))) for p in pts]
-    runs: list[MemorizeRun | None] = [store.run(k, saturation) for k in keys]
+    runs: list[MemorizeRun | None] = [store.run(k, request.saturation) for k in keys]
     todo = [i for i, r in enumerate(runs) if r is None]
-    groups = _train(
-        pts,
-        todo,
-        runs,
-        keys,
-        recipe,
-        dev,
-        store,
-        saturation=saturation,
-        budget=budget,
-        max_group=max_group,
-        progress=progress,
-    )
-
+    groups = _Training(request, pts, todo, runs, store, keys).run()
     done: tuple[MemorizeRun, ...] = tuple(runs)  # type: ignore[arg-type]
     settings = (
         dict(grid["fixed"])
@@ -245,114 +175,103 @@ def run_memorize_grid(
         runs=done,
         fits=heads_fits(done, grid["sizes"]) if grid["vary"] == "heads" else (),
         reused=len(pts) - len(todo),
-        out=str(out_path) if out_path is not None else None,
-        plot=str(plot_path) if plot_path is not None else None,
+        out=str(request.out) if request.out is not None else None,
+        plot=str(request.plot) if request.plot is not None else None,
         settings=settings,
         seeds=tuple(seed_list),
         summary=seed_summaries(done),
         groups=tuple(groups),
-        memory_budget=budget,
+        memory_budget=request.budget(),
     )
-    if plot_path is not None:
-        plot_memorize(result, plot_path)
+    if request.plot is not None:
+        plot_memorize(result, Path(request.plot))
     return result
 
 
-def _seeds(seed, seeds) -> list[int]:
-    seed = validate.integer(param("seed"), 0 if seed is None else seed, minimum=0, maximum=MAX_SEED)
-    if seeds is None:
-        return [seed]
-    if seed != 0:
-        raise InputError("give either {param:seed} or {param:seeds}, not both")
-    return validate.int_ranges(seeds, param("seeds"), what="seeds", example="0-5 or 0,1,4", minimum=0, maximum=MAX_SEED)
-
-
-def _budget(gib, device: torch.device) -> int:
-    if gib is None:
-        return default_budget(device)
-    if isinstance(gib, bool) or not isinstance(gib, (int, float)) or not (gib > 0 and math.isfinite(gib)):
-        raise InputError(f"{{param:memory_budget}} must be a positive number of GiB, got {gib!r}")
-    return int(gib * (1 << 30))
-
-
-def _train(
-    pts: list[Point],
-    todo: list[int],
-    runs: list,
-    keys: list[str],
-    recipe: Recipe,
-    dev: torch.device,
-    store: _Store,
-    *,
-    saturation: bool,
-    budget: int,
-    max_group: int | None,
-    progress: bool,
-) -> list[GroupRecord]:
-    """Train the points ``todo`` group by group, filling ``runs`` and the results file; the groups' records.
+class _Training:
+    """The points ``todo`` of a grid trained group by group, filling ``runs`` and the results file.
 
     On the CPU the groups run side by side, one per core, each on one intra-op thread; on a GPU
     one after the other.
     """
-    totals = [pts[i].plan(recipe).total for i in todo]
-    plans = plan_groups(
-        [pts[i] for i in todo],
-        totals=totals,
-        out_dim=recipe.out_dim,
-        batch=recipe.batch_size,
-        shared=recipe.context == "shared",
-        device=dev,
-        budget=budget,
-        max_points=max_group,
-        ceiling=max(budget, device_memory(dev)),
-    )
-    records: list = [None] * len(plans)
-    stop = threading.Event()
 
-    def job(g) -> tuple[list[MemorizeRun], float]:
+    def __init__(
+        self,
+        request: MemorizeRequest,
+        pts: list[Point],
+        todo: list[int],
+        runs: list,
+        store: _Store,
+        keys: list[str],
+    ):
+        self.request, self.pts, self.todo, self.runs, self.store, self.keys = request, pts, todo, runs, store, keys
+        self.recipe, self.dev = request.recipe, resolve_device(request.device)
+        self.totals = [pts[i].plan(self.recipe).total for i in todo]
+        budget = request.budget()
+        self.plans = plan_groups(
+            [pts[i] for i in todo],
+            self.totals,
+            self.recipe,
+            self.dev,
+            budget,
+            max_points=request.max_group,
+            ceiling=max(budget, device_memory(self.dev)),
+        )
+        self.stop = threading.Event()
+
+    def run(self) -> list[GroupRecord]:
+        """Train every group; the groups' records, in plan order."""
+        plans = self.plans
+        records: list = [None] * len(plans)
+        steps = sum(max(self.totals[k] for k in g.members) for g in plans)
+        with (
+            progress_task(
+                f"memorize: {len(self.todo)} points in {len(plans)} groups", steps, self.request.progress
+            ) as advance,
+            intra_op_threads(self.dev, 1),
+            ThreadPoolExecutor(_workers(self.dev, len(plans))) as pool,
+        ):
+            # The longest groups first, so that the last to finish is a short one.
+            order = sorted(range(len(plans)), key=lambda k: -plans[k].work)
+            futures = {pool.submit(self._job, plans[k], advance): k for k in order}
+            try:
+                for future in as_completed(futures):
+                    trained, seconds = future.result()
+                    records[futures[future]] = self._keep(plans[futures[future]], trained, seconds)
+            except BaseException:
+                self.stop.set()
+                raise
+        return records
+
+    def _job(self, g: GroupPlan, advance) -> tuple[list[MemorizeRun], float]:
         t0 = time.perf_counter()
-        members = [pts[todo[k]] for k in g.members]
         trained = train_group(
-            members,
-            recipe,
-            dev,
-            saturation=saturation,
+            [self.pts[self.todo[k]] for k in g.members],
+            self.recipe,
+            self.dev,
+            saturation=self.request.saturation,
             advance=advance,
             eval_chunk=g.eval_chunk,
-            cancelled=stop.is_set,
+            cancelled=self.stop.is_set,
             cpu_threads=None,
         )
         return trained, time.perf_counter() - t0
 
-    steps = sum(max(totals[k] for k in g.members) for g in plans)
-    with (
-        progress_task(f"memorize: {len(todo)} points in {len(plans)} groups", steps, progress) as advance,
-        intra_op_threads(dev, 1),
-        ThreadPoolExecutor(_workers(dev, len(plans))) as pool,
-    ):
-        # The longest groups first, so that the last to finish is a short one.
-        futures = {pool.submit(job, plans[k]): k for k in sorted(range(len(plans)), key=lambda k: -plans[k].work)}
-        try:
-            for future in as_completed(futures):
-                g = plans[futures[future]]
-                trained, seconds = future.result()
-                members = [todo[k] for k in g.members]
-                for i, run in zip(members, trained, strict=False):
-                    runs[i] = run
-                store.add({keys[i]: runs[i] for i in members})
-                records[futures[future]] = GroupRecord(
-                    runs=tuple(members),
-                    heads=g.shape.heads,
-                    head_dim=g.shape.head_dim,
-                    n=g.shape.n,
-                    size=g.shape.size,
-                    bytes=g.bytes,
-                    seconds=seconds,
-                )
-        except BaseException:
-            stop.set()
-            raise
-    return records
+    def _keep(self, g: GroupPlan, trained: list[MemorizeRun], seconds: float) -> GroupRecord:
+        """Put a group's runs in place and in the results file; the group's record."""
+        members = [self.todo[k] for k in g.members]
+        for i, run in zip(members, trained, strict=False):
+            self.runs[i] = run
+        self.store.add({self.keys[i]: self.runs[i] for i in members})
+        return GroupRecord(
+            runs=tuple(members),
+            heads=g.shape.heads,
+            head_dim=g.shape.head_dim,
+            n=g.shape.n,
+            size=g.shape.size,
+            bytes=g.bytes,
+            seconds=seconds,
+        )
 
 
 def _workers(device: torch.device, groups: int) -> int:

@@ -21,12 +21,16 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..batching import available_memory
 from ..errors import InputError
 from .stack import StackShape
+
+if TYPE_CHECKING:
+    from .training import Recipe
 
 __all__ = ["GroupPlan", "default_budget", "device_memory", "group_bytes", "plan_groups"]
 
@@ -100,73 +104,85 @@ def _work(s: StackShape, batch: int, shared: bool) -> float:
 
 def plan_groups(
     points: Sequence,
-    *,
     totals: Sequence[int],
-    out_dim: int,
-    batch: int,
-    shared: bool,
+    recipe: Recipe,
     device: torch.device,
     budget: int,
+    *,
     max_points: int | None = None,
-    chunk_steps: int = 256,
     ceiling: int | None = None,
+    chunk_steps: int = 256,
 ) -> list[GroupPlan]:
     """Split ``points`` (objects with heads, head_dim, n, size) into groups within ``budget`` bytes.
 
     ``totals``: each point's planned steps (points of one group run as long as the longest);
+    ``recipe``: how they train (the classes, batch and context size the memory);
     ``max_points`` caps a group's size (1: every point alone). A point larger than the budget
     trains alone; one larger than ``ceiling`` bytes (the memory the device has) is refused before
     any work, naming the largest value that fits.
     """
-    overhead = STEP_OVERHEAD.get(device.type, STEP_OVERHEAD["cuda"])
+    sizing = _Sizing(
+        recipe.out_dim,
+        recipe.batch_size,
+        recipe.context == "shared",
+        budget,
+        chunk_steps,
+        STEP_OVERHEAD.get(device.type, STEP_OVERHEAD["cuda"]),
+    )
+    if ceiling is not None:  # a point the device cannot hold: refused now
+        for p in points:
+            alone = StackShape.of([p], sizing.out_dim)
+            if sizing.bytes(alone, sizing.batch) > ceiling:
+                raise InputError(_too_large(alone, sizing, ceiling))
 
     def cost(members: list[int]) -> float:
-        return (overhead + _work(StackShape.of([points[i] for i in members], out_dim), batch, shared)) * max(
-            totals[i] for i in members
-        )
+        return sizing.cost([points[i] for i in members], max(totals[i] for i in members))
 
-    def plan(members: list[int]) -> GroupPlan:
-        s = StackShape.of([points[i] for i in members], out_dim)
-        chunk = _eval_chunk(s, batch, shared, budget)
-        return GroupPlan(
-            members=tuple(members),
-            shape=s,
-            eval_chunk=chunk,
-            work=cost(members),
-            bytes=group_bytes(s, batch=batch, shared=shared, eval_chunk=chunk, chunk_steps=chunk_steps),
-        )
-
-    if ceiling is not None:  # a point the device cannot hold: refused now
-        for i in range(len(points)):
-            alone = StackShape.of([points[i]], out_dim)
-            if (
-                group_bytes(
-                    alone,
-                    batch=batch,
-                    shared=shared,
-                    eval_chunk=_eval_chunk(alone, batch, shared, budget),
-                    chunk_steps=chunk_steps,
-                )
-                > ceiling
-            ):
-                raise InputError(
-                    _too_large(
-                        alone, batch=batch, shared=shared, budget=budget, ceiling=ceiling, chunk_steps=chunk_steps
-                    )
-                )
     groups: list[list[int]] = []
     for i in sorted(range(len(points)), key=lambda i: (cost([i]), points[i].size)):
         joined = groups[-1] + [i] if groups else None
         if (
             joined is not None
             and (max_points is None or len(joined) <= max_points)
-            and plan(joined).bytes <= budget
+            and sizing.plan(joined, [points[k] for k in joined], 0.0).bytes <= budget
             and cost(joined) <= cost(groups[-1]) + cost([i])
         ):
             groups[-1] = joined
         else:
             groups.append([i])
-    return [plan(g) for g in groups]
+    return [sizing.plan(g, [points[k] for k in g], cost(g)) for g in groups]
+
+
+@dataclass(frozen=True)
+class _Sizing:
+    """What sizes a group's memory and cost beside its points: the recipe's output width, batch and
+    context, the budget, the steps whose batches are sent at once, and a step's fixed overhead."""
+
+    out_dim: int
+    batch: int
+    shared: bool
+    budget: int
+    chunk_steps: int
+    overhead: float
+
+    def bytes(self, s: StackShape, batch: int) -> int:
+        """The estimated memory of a group of shape ``s`` trained with batches of ``batch``."""
+        chunk = _eval_chunk(s, batch, self.shared, self.budget)
+        return group_bytes(s, batch=batch, shared=self.shared, eval_chunk=chunk, chunk_steps=self.chunk_steps)
+
+    def cost(self, points: Sequence, steps: int) -> float:
+        """Multiply-adds of training ``points`` together for ``steps`` steps (overhead included)."""
+        return (self.overhead + _work(StackShape.of(points, self.out_dim), self.batch, self.shared)) * steps
+
+    def plan(self, members: list[int], points: Sequence, work: float) -> GroupPlan:
+        s = StackShape.of(points, self.out_dim)
+        return GroupPlan(
+            members=tuple(members),
+            shape=s,
+            eval_chunk=_eval_chunk(s, self.batch, self.shared, self.budget),
+            work=work,
+            bytes=self.bytes(s, self.batch),
+        )
 
 
 # What the user can lower, as StackShape fields or the batch, with the parameter that sets each.
@@ -188,20 +204,15 @@ def device_memory(device: torch.device) -> int:
     return available_memory()
 
 
-def _too_large(s: StackShape, *, batch: int, shared: bool, budget: int, ceiling: int, chunk_steps: int) -> str:
+def _too_large(s: StackShape, sizing: _Sizing, ceiling: int) -> str:
     """The one line refusing a point that needs more than ``ceiling`` bytes: the largest value of the
     option that needs the least lowering (the others kept) that fits."""
 
     def fits(field: str, value: int) -> bool:
         t = replace(s, **{field: value}) if field != "batch" else s
-        b = value if field == "batch" else batch
-        return (
-            group_bytes(
-                t, batch=b, shared=shared, eval_chunk=_eval_chunk(t, b, shared, budget), chunk_steps=chunk_steps
-            )
-            <= ceiling
-        )
+        return sizing.bytes(t, value if field == "batch" else sizing.batch) <= ceiling
 
+    batch = sizing.batch
     best = None
     for field, option in _KNOBS:
         current = batch if field == "batch" else getattr(s, field)
@@ -213,9 +224,7 @@ def _too_large(s: StackShape, *, batch: int, shared: bool, budget: int, ceiling:
             lo, hi = (mid, hi) if fits(field, mid) else (lo, mid)
         if best is None or lo / current > best[2] / best[3]:
             best = (field, option, lo, current)
-    need = group_bytes(
-        s, batch=batch, shared=shared, eval_chunk=_eval_chunk(s, batch, shared, budget), chunk_steps=chunk_steps
-    )
+    need = sizing.bytes(s, batch)
     head = (
         f"a memorize point with H = {s.heads}, n = {s.n}, d_h = {s.head_dim}, T = {s.size} needs about "
         f"{need / 2**30:.3g} GiB, more than the {ceiling / 2**30:.3g} GiB the device has free here"

@@ -65,7 +65,12 @@ def _positive(name: str, value) -> float:
 
 @dataclass(frozen=True)
 class Recipe:
-    """How every point of a grid is trained and judged (Appendix A); build it with :meth:`resolve`."""
+    """How every point of a grid is trained and judged (Appendix A).
+
+    Checked and normalised on construction (InputError naming the parameter): ``task`` and
+    ``context`` one of :data:`~.data.TASKS` / :data:`~.data.CONTEXTS`, ``classes`` at least 2,
+    ``tolerance`` and ``lr`` positive, the step counts whole numbers of at least 1.
+    """
 
     task: str = "classification"
     context: str = "shared"
@@ -77,32 +82,20 @@ class Recipe:
     batch_size: int = 256
     check_every: int = 200
 
-    @classmethod
-    def resolve(
-        cls,
-        *,
-        task="classification",
-        context="shared",
-        classes=100,
-        tolerance=0.01,
-        epochs=None,
-        max_steps=None,
-        lr=1e-3,
-        batch_size=256,
-        check_every=200,
-    ) -> Recipe:
-        """Check every field; errors name the CLI option."""
-        return cls(
-            task=validate.choice(param("task"), task, TASKS),
-            context=validate.choice(param("context"), context, CONTEXTS),
-            classes=validate.integer(param("classes"), classes, minimum=2),
-            tolerance=_positive(param("tolerance"), tolerance),
-            epochs=validate.integer(param("epochs"), epochs) if epochs is not None else None,
-            max_steps=validate.integer(param("max_steps"), max_steps) if max_steps is not None else None,
-            lr=_positive(param("lr"), lr),
-            batch_size=validate.integer(param("batch_size"), batch_size),
-            check_every=validate.integer(param("check_every"), check_every),
+    def __post_init__(self) -> None:
+        checked = dict(
+            task=validate.choice(param("task"), self.task, TASKS),
+            context=validate.choice(param("context"), self.context, CONTEXTS),
+            classes=validate.integer(param("classes"), self.classes, minimum=2),
+            tolerance=_positive(param("tolerance"), self.tolerance),
+            epochs=validate.integer(param("epochs"), self.epochs) if self.epochs is not None else None,
+            max_steps=validate.integer(param("max_steps"), self.max_steps) if self.max_steps is not None else None,
+            lr=_positive(param("lr"), self.lr),
+            batch_size=validate.integer(param("batch_size"), self.batch_size),
+            check_every=validate.integer(param("check_every"), self.check_every),
         )
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -141,39 +134,17 @@ class Point:
 
 
 def train_memorize(
+    point: Point,
+    recipe: Recipe | None = None,
     *,
-    heads: int,
-    n: int,
-    head_dim: int = 64,
-    size: int,
-    task: str = "classification",
-    context: str = "shared",
-    classes: int = 100,
-    tolerance: float = 0.01,
-    epochs: int | None = None,
-    max_steps: int | None = None,
-    lr: float = 1e-3,
-    batch_size: int = 256,
-    check_every: int = 200,
-    seed: int = 0,
     device: str | torch.device = "auto",
     saturation: bool = False,
     progress: bool = False,
     cpu_threads: int | None = 1,
 ) -> MemorizeRun:
-    """Train one model on one random data set and measure how much of it is memorised."""
-    point = Point.resolve(heads=heads, n=n, head_dim=head_dim, size=size, seed=seed)
-    recipe = Recipe.resolve(
-        task=task,
-        context=context,
-        classes=classes,
-        tolerance=tolerance,
-        epochs=epochs,
-        max_steps=max_steps,
-        lr=lr,
-        batch_size=batch_size,
-        check_every=check_every,
-    )
+    """Train one model (``point``, see :meth:`Point.resolve`) on one random data set by ``recipe``
+    (default: the paper's, ``Recipe()``) and measure how much of it is memorised."""
+    recipe = Recipe() if recipe is None else recipe
     dev = resolve_device(device)
     with progress_task(point.label, point.plan(recipe).total, progress) as advance:
         return train_group([point], recipe, dev, saturation=saturation, advance=advance, cpu_threads=cpu_threads)[0]

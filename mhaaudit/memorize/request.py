@@ -1,0 +1,239 @@
+"""A memorize run as one frozen object: :class:`MemorizeRequest`, checked where it is made, then
+passed down; :func:`resolve_grid`, the grid it asks for (a preset merged with explicit values); and
+:func:`grid_axes`, which reads several values given to ``heads``, ``n`` or ``head_dim`` as the
+parameter varied (what ``mhaaudit memorize --heads 1,2,4`` means).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .. import validate
+from ..defaults import MEMORIZE_PRESETS
+from ..errors import InputError, param
+from ..io import check_writable
+from ..plot import check_plot_path
+from ..settings import MAX_SEED, resolve_device
+from .grouping import default_budget
+from .training import Recipe
+
+__all__ = ["PRESETS", "VARY", "MemorizeRequest", "grid_axes", "resolve_grid"]
+
+VARY = ("heads", "n", "head-dim")
+_VARY_ALIASES = {"h": "heads", "head_dim": "head-dim", "dh": "head-dim"}
+
+#: The paper's grids (Figure 2) and the small ``cpu`` grid: see :data:`mhaaudit.defaults.MEMORIZE_PRESETS`.
+PRESETS: dict[str, dict] = MEMORIZE_PRESETS
+
+_DEFAULTS = dict(n=32, heads=4, head_dim=64)
+# The fields that say what the grid is (the preset's keys among them).
+GRID_FIELDS = ("vary", "values", "n", "heads", "head_dim", "sizes", "epochs", "max_steps")
+# The grid's parameters: (name, the --vary value naming it).
+_AXES = (("heads", "heads"), ("n", "n"), ("head_dim", "head-dim"))
+
+
+@dataclass(frozen=True)
+class MemorizeRequest:
+    """What a memorize run trains (the grid: values of the varied parameter x sizes T x seeds),
+    how (the recipe of Appendix A), where, and what it writes.
+
+    Checked and normalised on construction (InputError naming the parameter), in this order: the
+    grid (:func:`resolve_grid`), the recipe (:class:`~.training.Recipe`), ``seed``/``seeds``, the
+    device, ``memory_budget`` (GiB) and ``max_group``, then the ``out`` and ``plot`` paths.
+    :func:`~.grid.run_memorize_grid` describes each field.
+    """
+
+    vary: str | None = None
+    values: str | Sequence[int] | None = None
+    n: int | None = None
+    heads: int | None = None
+    head_dim: int | None = None
+    sizes: str | Sequence[int] | None = None
+    preset: str | None = None
+    task: str = "classification"
+    context: str = "shared"
+    classes: int = 100
+    tolerance: float = 0.01
+    epochs: int | None = None
+    max_steps: int | None = None
+    lr: float = 1e-3
+    batch_size: int = 256
+    check_every: int = 200
+    seed: int = 0
+    device: str | torch.device = "auto"
+    saturation: bool = False
+    out: str | os.PathLike | None = None
+    plot: str | os.PathLike | None = None
+    progress: bool = False
+    seeds: str | Sequence[int] | None = None
+    memory_budget: float | None = None
+    max_group: int | None = None
+
+    def __post_init__(self) -> None:
+        grid = resolve_grid(self)
+        recipe = _recipe(self, grid)
+        seeds = _seeds(self.seed, self.seeds)
+        checked = {name: getattr(recipe, name) for name in ("task", "context", "classes", "tolerance", "lr")}
+        checked |= {name: getattr(recipe, name) for name in ("batch_size", "check_every")}
+        checked |= _own_grid_fields(self)
+        checked |= dict(
+            seed=seeds[0] if self.seeds is None else 0,
+            seeds=tuple(seeds) if self.seeds is not None else None,
+            device=resolve_device(self.device),
+            memory_budget=_gib(self.memory_budget),
+            max_group=validate.integer(param("max_group"), self.max_group) if self.max_group is not None else None,
+            out=check_writable(self.out) if self.out is not None else None,
+            plot=check_plot_path(self.plot) if self.plot is not None else None,
+            saturation=bool(self.saturation),
+            progress=bool(self.progress),
+        )
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
+    @property
+    def grid(self) -> dict:
+        """The grid asked for: see :func:`resolve_grid`."""
+        return resolve_grid(self)
+
+    @property
+    def recipe(self) -> Recipe:
+        """How every point is trained (the preset's ``epochs``/``max_steps`` where none are given)."""
+        return _recipe(self, self.grid)
+
+    @property
+    def seed_list(self) -> list[int]:
+        """The seeds every point is trained for: ``seeds``, or ``seed`` alone."""
+        return [self.seed] if self.seeds is None else [int(s) for s in self.seeds]  # a tuple of ints once made
+
+    def budget(self) -> int:
+        """Bytes a group may use: ``memory_budget`` GiB, or what the device has free (see :mod:`.grouping`)."""
+        if self.memory_budget is None:
+            return default_budget(resolve_device(self.device))
+        return int(self.memory_budget * (1 << 30))
+
+
+def resolve_grid(request: MemorizeRequest) -> dict:
+    """The grid ``request`` asks for: its preset merged with its explicit values (explicit wins), checked.
+
+    A dict: ``vary``, ``values``, ``sizes``, ``preset``, ``fixed`` (``n``, ``heads``, ``head_dim``),
+    ``epochs`` and ``max_steps``.
+    """
+    base: dict = {}
+    preset = request.preset
+    if preset is not None:
+        preset = validate.choice(param("preset"), preset, tuple(PRESETS))
+        base = dict(PRESETS[preset])
+    explicit = {name: getattr(request, name) for name in GRID_FIELDS}
+    if request.vary is not None and request.values is None and base and _vary(request.vary) != base.get("vary"):
+        base.pop("values", None)  # the preset's values belong to another parameter
+    merged = {**base, **{k: v for k, v in explicit.items() if v is not None}}
+
+    vary_v = _vary(merged["vary"]) if merged.get("vary") is not None else None
+    vals = validate.int_list(param("values"), merged.get("values"))
+    if vary_v is not None and not vals:
+        raise InputError(f"{{param:vary}} {vary_v} needs {{param:values}} (e.g. {{param:values}} 1,2,4,8)")
+    if vary_v is None and merged.get("values") is not None:
+        raise InputError("{param:values} needs {param:vary} (heads, n or head-dim)")
+    sizes_v = validate.int_list(param("sizes"), merged.get("sizes"))
+    if not sizes_v:
+        raise InputError("the grid is empty: give {param:sizes} (e.g. {param:sizes} 500,1000) or a {param:preset}")
+    fixed = {
+        name: validate.integer(param(name), merged.get(name, _DEFAULTS[name])) for name in ("n", "heads", "head_dim")
+    }
+    ep, ms = merged.get("epochs"), merged.get("max_steps")
+    return dict(
+        vary=vary_v,
+        values=vals,
+        sizes=sizes_v,
+        preset=preset,
+        fixed=fixed,
+        epochs=validate.integer(param("epochs"), ep) if ep is not None else None,
+        max_steps=validate.integer(param("max_steps"), ms) if ms is not None else None,
+    )
+
+
+def grid_axes(vary: str | None, values: str | None, preset: str | None, given: Mapping[str, str | None]) -> dict:
+    """``vary``/``values`` and the fixed ``heads``/``n``/``head_dim`` of a request, from ``given``:
+    each of those parameters as one value, a range or a list (``4``, ``1-8``, ``1,2,4,8``).
+
+    A parameter given several values is the one varied (as ``vary=P, values=...``); given to the
+    parameter the grid varies (by ``vary`` or the preset), even one value replaces the values.
+    """
+    varied = vary or (PRESETS[preset]["vary"] if preset else None)
+    out: dict = {"vary": vary, "values": values, "heads": None, "n": None, "head_dim": None}
+    source = f"{param('values')}" if values is not None else None  # what gave the varied parameter's values
+    for name, axis in _AXES:
+        spec = given.get(name)
+        if spec is None:
+            continue
+        vals = validate.int_ranges(spec, param(name), what="values", example="4, 1-8 or 1,2,4,8", minimum=1)
+        if axis != varied and len(vals) == 1:
+            out[name] = vals[0]
+            continue
+        if vary is not None and axis != vary:
+            raise InputError(
+                f"{param(name)} {spec} gives several values, but {param('vary')} {vary} varies another parameter; "
+                "only one parameter varies"
+            )
+        if source is not None:
+            raise InputError(
+                f"{param(name)} {spec} and {source} both give the values of the varied parameter; "
+                "only one parameter varies"
+            )
+        out.update(vary=axis, values=",".join(map(str, vals)))
+        source = f"{param(name)} {spec}"
+    return out
+
+
+def _vary(value) -> str:
+    return validate.choice(param("vary"), value, VARY, aliases=_VARY_ALIASES)
+
+
+def _recipe(request: MemorizeRequest, grid: dict) -> Recipe:
+    return Recipe(
+        task=request.task,
+        context=request.context,
+        classes=request.classes,
+        tolerance=request.tolerance,
+        epochs=grid["epochs"],
+        max_steps=grid["max_steps"],
+        lr=request.lr,
+        batch_size=request.batch_size,
+        check_every=request.check_every,
+    )
+
+
+def _own_grid_fields(request: MemorizeRequest) -> dict:
+    """The grid fields ``request`` gives itself, normalised (those it leaves to the preset stay None)."""
+    out: dict = {"vary": _vary(request.vary) if request.vary is not None else None}
+    for name in ("values", "sizes"):
+        value = getattr(request, name)
+        out[name] = validate.int_list(param(name), value) if value is not None else None
+    for name in ("n", "heads", "head_dim", "epochs", "max_steps"):
+        value = getattr(request, name)
+        out[name] = validate.integer(param(name), value) if value is not None else None
+    if request.preset is not None:
+        out["preset"] = validate.choice(param("preset"), request.preset, tuple(PRESETS))
+    return out
+
+
+def _seeds(seed, seeds) -> list[int]:
+    seed = validate.integer(param("seed"), 0 if seed is None else seed, minimum=0, maximum=MAX_SEED)
+    if seeds is None:
+        return [seed]
+    if seed != 0:
+        raise InputError("give either {param:seed} or {param:seeds}, not both")
+    return validate.int_ranges(seeds, param("seeds"), what="seeds", example="0-5 or 0,1,4", minimum=0, maximum=MAX_SEED)
+
+
+def _gib(gib) -> float | None:
+    if gib is None:
+        return None
+    if isinstance(gib, bool) or not isinstance(gib, (int, float)) or not (gib > 0 and math.isfinite(gib)):
+        raise InputError(f"{{param:memory_budget}} must be a positive number of GiB, got {gib!r}")
+    return gib
