@@ -20,9 +20,10 @@ the same objects in :func:`kruskal_request`, :func:`kruskal_capture` and ``Setti
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from . import kruskal, validate
 from .auditing import capture_probe, probe_for_variant, refuse_weights_without_trained
@@ -33,7 +34,15 @@ from .io import MappedArray, read_array, to_query_matrix
 from .kruskal import KruskalInputs, KruskalResult, as_matrix, fixed_rule
 from .numerics.stream import peak_rss_bytes
 from .progress import log, task
-from .request import DataRequest, ModelRequest
+from .request import (
+    DATA_KEYWORDS,
+    SETTINGS_KEYWORDS,
+    DataRequest,
+    ModelRequest,
+    build_requests,
+    build_settings,
+    refuse_disagreement,
+)
 from .seeds import SeedsResult, kruskal_seeds, plan_for
 from .settings import Settings
 
@@ -121,12 +130,7 @@ def kruskal_capture(
     batches of 32); ``model_options`` are :class:`~mhaaudit.request.ModelRequest`'s (backend,
     weights, revision, trust_remote_code). Several columns, or ``weights`` without a trained
     column, are refused."""
-    if len(validate.split_list(variant) or []) > 1:
-        raise InputError(
-            f"{{param:variant}} {variant}: kruskal captures one column at a time; give one (check audits several)"
-        )
-
-    refuse_weights_without_trained(model_options.get("weights"), probe_for_variant(variant), "variant")
+    _check_column(variant, model_options.get("weights"))
     options = dict(model_options)
     request = ModelRequest(
         model, context_length=n, query_index=query_index, weights_path=options.pop("weights", None), **options
@@ -134,68 +138,97 @@ def kruskal_capture(
     return Capture(model=request, data=data if data is not None else DataRequest(), variant=variant)
 
 
-_REQUEST_KEYS = ("k", "sweep", "n", "vectors", "key", "query_index")
-_SETTINGS_KEYS = (
-    "samples",
-    "threshold",
-    "seed",
-    "rtol",
-    "atol",
-    "device",
-    "stop_when_decided",
-    "progress",
-    "weights_seed",
-    "data_seed",
-)
+def _check_column(variant: str, weights) -> None:
+    """One column to capture, and trained weights only for a trained one (InputError otherwise)."""
+    if len(validate.split_list(variant) or []) > 1:
+        raise InputError(
+            f"{{param:variant}} {variant}: kruskal captures one column at a time; give one (check audits several)"
+        )
+    refuse_weights_without_trained(weights, probe_for_variant(variant), "variant")
+
+
+# keyword -> the KruskalRequest field it sets
+_REQUEST_FIELDS = {
+    "features": "features",
+    "k": "ks",
+    "sweep": "sweep",
+    "n": "n",
+    "vectors": "vectors",
+    "key": "key",
+    "query_index": "query_index",
+}
+_REQUEST_KEYS = tuple(k for k in _REQUEST_FIELDS if k != "features")
 _MODEL_KEYS = ("model", "variant", "backend", "weights", "revision", "trust_remote_code")
-_DATA_KEYS = ("data", "split", "limit", "batch_size", "keep_duplicates", "text_column", "image_column", "convert_rgb")
-_DATA_DEFAULTS = dict(data=None, split="train", limit=2000, batch_size=32, keep_duplicates=False)
+_DATA_KEYS = ("data", *DATA_KEYWORDS)
+_CAPTURE_KEYS = (*_MODEL_KEYS, *_DATA_KEYS)
 
 
-def _objects(features, request, capture, settings, keywords: dict):
-    """The three objects from the keyword conveniences (an object and a keyword for the same part
-    is an error: the two could disagree)."""
-    unknown = set(keywords) - {*_REQUEST_KEYS, *_SETTINGS_KEYS, *_MODEL_KEYS, *_DATA_KEYS}
+def _pick(keywords: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+    return {k: keywords[k] for k in keys if k in keywords}
+
+
+def _objects(features, request, capture, settings, keywords: Mapping[str, Any]):
+    """The three objects from the keyword conveniences: an object is taken as it is, and a keyword
+    given beside it must say what it says (:func:`~mhaaudit.request.refuse_disagreement`, the rule
+    of :func:`~mhaaudit.request.build_requests`); without an object, the keywords build it."""
+    unknown = set(keywords) - {*_REQUEST_KEYS, *SETTINGS_KEYWORDS, *_CAPTURE_KEYS}
     if unknown:
         raise TypeError(f"estimate_kruskal_rank() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
-    for obj, keys, what in (
-        (request, _REQUEST_KEYS, "request"),
-        (settings, _SETTINGS_KEYS, "settings"),
-        (capture, (*_MODEL_KEYS, *_DATA_KEYS), "capture"),
-    ):
-        clash = [k for k in keys if k in keywords]
-        if obj is not None and clash:
-            raise InputError(f"give {', '.join(clash)} in {what}= or as keywords, not both")
-    if request is not None and features is not None:
-        raise InputError("give the features in request= or as the first argument, not both")
-    pick = lambda keys: {k: keywords[k] for k in keys if k in keywords}  # noqa: E731
-    request = request or kruskal_request(features, **pick(_REQUEST_KEYS))
-    settings = settings or Settings.resolve(**{"stop_when_decided": True, **pick(_SETTINGS_KEYS)})  # as subset_test
+    given = frozenset(keywords) | ({"features"} if features is not None else frozenset())
+    request = _request_object(request, {"features": features, **_pick(keywords, _REQUEST_KEYS)}, given)
+    # stop_when_decided defaults to True, as in subset_test
+    settings = build_settings(settings, {"stop_when_decided": True, **_pick(keywords, SETTINGS_KEYWORDS)}, given)
+    capturing = _pick(keywords, _CAPTURE_KEYS)
     if request.features is not None:
-        if capture is not None or pick((*_MODEL_KEYS, *_DATA_KEYS)):
-            given = ", ".join(pick((*_MODEL_KEYS, *_DATA_KEYS))) or "capture"
+        if capture is not None or capturing:
             raise InputError(
-                f"{given} has no effect when features ({request.features}) are given: the capture options "
-                "apply only without a file"
+                f"{', '.join(capturing) or 'capture'} has no effect when features ({request.features}) are given: "
+                "the capture options apply only without a file"
             )
         return request, None, settings
     if request.key is not None:
         raise InputError("{param:key} has no effect without features: it chooses a tensor or column in a feature file")
+    return request, _capture_object(request, capture, settings, capturing, given), settings
+
+
+def _request_object(request: KruskalRequest | None, keywords: dict[str, Any], given: frozenset[str]) -> KruskalRequest:
+    if request is None:
+        return kruskal_request(**keywords)
+    meant = lambda k, value: getattr(kruskal_request(**{k: value}), _REQUEST_FIELDS[k])  # noqa: E731
+    refuse_disagreement(request, "request", _REQUEST_FIELDS, keywords, given, meant)
+    return request
+
+
+def build_capture(request: KruskalRequest, settings: Settings, keywords: Mapping[str, Any]) -> Capture:
+    """The :class:`Capture` of a request without features, built from the capture keywords
+    (``model``, ``variant``, ``backend``, ``weights``, ..., ``data``, ``split``, ``limit``, ...)
+    and the request's n and query index, as :func:`estimate_kruskal_rank` builds it."""
+    return _capture_object(request, None, settings, dict(keywords), frozenset(keywords))
+
+
+def _capture_object(
+    request: KruskalRequest, capture: Capture | None, settings: Settings, keywords: dict, given: frozenset[str]
+) -> Capture:
+    """The capture: ``capture`` checked against the keywords given and the request's n and query
+    index, or built from them by :func:`~mhaaudit.request.build_requests`."""
+    requests = {k: v for k, v in keywords.items() if k not in ("model", "variant", "data")}
     if capture is None:
-        model = pick(_MODEL_KEYS)
-        name, variant = model.pop("model", None) or "vit-base", model.pop("variant", None) or "random"
-        capture = kruskal_capture(name, variant=variant, n=request.n, query_index=request.query_index, **model)
-        d = {**_DATA_DEFAULTS, **pick(_DATA_KEYS)}  # checked after the model's options, as capture_features does
-        capture = replace(capture, data=DataRequest(**d))
-    elif (capture.model.context_length, capture.model.query_index) != (request.n, request.query_index) and (
-        request.n,
-        request.query_index,
-    ) != (None, None):
-        raise InputError(
-            "the request's n and query_index differ from the capture's model request "
-            "(context_length, query_index); give them in one place"
-        )
-    return request, capture, settings
+        variant = keywords.get("variant") or "random"
+        _check_column(variant, keywords.get("weights"))
+        requests |= {"context_length": request.n, "query_index": request.query_index}
+        built = build_requests(keywords.get("model") or "vit-base", keywords.get("data"), settings, requests, given)
+        return Capture(model=built.model, data=built.data, variant=variant)
+    same = lambda k, value: value  # noqa: E731
+    refuse_disagreement(capture, "capture", {"variant": "variant"}, keywords, given, same)
+    refuse_disagreement(capture.model, "capture", {"model": "model"}, keywords, given, same)
+    refuse_disagreement(capture.data, "capture", {"data": "data"}, keywords, given, same)
+    said = {"n": request.n, "query_index": request.query_index}
+    said_by_request = frozenset(k for k, v in said.items() if v is not None)
+    refuse_disagreement(
+        capture.model, "capture", {"n": "context_length", "query_index": "query_index"}, said, said_by_request, same
+    )
+    build_requests(capture.model, capture.data, settings, requests, given)
+    return capture
 
 
 # --------------------------------------------------------------------------- the estimate
@@ -384,4 +417,12 @@ def _estimate(X, ks, sweep: bool, n, vectors: str, settings: Settings, rule, sta
     return tests, sw, timings
 
 
-__all__ = ["Capture", "KruskalRequest", "KruskalResult", "estimate_kruskal_rank", "kruskal_capture", "kruskal_request"]
+__all__ = [
+    "Capture",
+    "KruskalRequest",
+    "KruskalResult",
+    "build_capture",
+    "estimate_kruskal_rank",
+    "kruskal_capture",
+    "kruskal_request",
+]

@@ -44,6 +44,7 @@ __all__ = [
     "build_requests",
     "build_settings",
     "keyword_conveniences",
+    "refuse_disagreement",
 ]
 
 
@@ -214,20 +215,40 @@ def _one(
     mine = {k: v for k, v in keywords.items() if k in names}
     if not isinstance(obj, cls):
         return build({names[k]: v for k, v in mine.items()})
-    for k in sorted(given & set(mine)):
+
+    def meant(k: str, value):
+        field = names[k]
+        if cls is Settings:
+            return getattr(Settings.resolve(**{field: value}), field)
+        return getattr(replace(obj, **{field: value}), field)  # type: ignore[type-var]  # obj is a cls instance
+
+    refuse_disagreement(obj, what, names, mine, given, meant)
+    return obj
+
+
+def refuse_disagreement(
+    obj,
+    what: str,
+    names: Mapping[str, str],
+    keywords: Mapping[str, Any],
+    given: frozenset[str],
+    meant: Callable[[str, Any], Any],
+) -> None:
+    """The one rule for a keyword given beside an object: it must say what the object says.
+
+    ``names`` maps each keyword to the field of ``obj`` it sets; ``meant(keyword, value)`` is the
+    field's value the keyword stands for (checked and normalised as the object would hold it). A
+    keyword in ``given`` whose value differs from the field raises InputError naming both (one of
+    them is a mistake, and which one cannot be known); one left at its default is not compared.
+    """
+    for k in sorted(given & set(keywords) & set(names)):
         field = names[k]
         said = getattr(obj, field)
-        meant = (
-            getattr(Settings.resolve(**{field: mine[k]}), field)
-            if cls is Settings
-            else getattr(replace(obj, **{field: mine[k]}), field)  # type: ignore[type-var]  # obj is a cls instance
-        )
-        if meant != said:
+        if meant(k, keywords[k]) != said:
             raise InputError(
-                f"{{param:{k}}} = {mine[k]!r} disagrees with the {cls.__name__} given as {what} "
+                f"{{param:{k}}} = {keywords[k]!r} disagrees with the {type(obj).__name__} given as {what} "
                 f"({field} = {said!r}); give the value in one place"
             )
-    return obj
 
 
 def keyword_conveniences(fn: Callable) -> Callable:

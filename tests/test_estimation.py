@@ -102,12 +102,30 @@ def test_a_model_capture_gives_what_the_command_gives(vit_dir, image_dir, capsys
 @pytest.mark.parametrize(
     "call, error, match",
     [
-        (lambda f: estimate_kruskal_rank(f, request=kruskal_request(f)), InputError, "not both"),
-        (lambda f: estimate_kruskal_rank(request=kruskal_request(f), k=3), InputError, "k in request= or as keywords"),
+        (
+            lambda f: estimate_kruskal_rank(f, request=kruskal_request(f.with_name("other.npy"))),
+            InputError,
+            "features = ",
+        ),
+        (
+            lambda f: estimate_kruskal_rank(request=kruskal_request(f), k=3),
+            InputError,
+            "k = 3 disagrees with the KruskalRequest given as request (ks = ())",
+        ),
         (
             lambda f: estimate_kruskal_rank(f, settings=Settings.resolve(), samples=10),
             InputError,
-            "samples in settings=",
+            "samples = 10 disagrees with the Settings given as settings",
+        ),
+        (
+            lambda f: estimate_kruskal_rank(capture=kruskal_capture(), limit=10),
+            InputError,
+            "limit = 10 disagrees with the DataRequest given",
+        ),
+        (
+            lambda f: estimate_kruskal_rank(capture=kruskal_capture(), variant="trained"),
+            InputError,
+            "variant = 'trained' disagrees with the Capture given as capture",
         ),
         (lambda f: estimate_kruskal_rank(f, limit=10), InputError, "limit has no effect when features"),
         (lambda f: estimate_kruskal_rank(f, capture=kruskal_capture()), InputError, "capture has no effect"),
@@ -123,3 +141,30 @@ def test_a_model_capture_gives_what_the_command_gives(vit_dir, image_dir, capsys
 def test_refused_arguments(npy, call, error, match):
     with pytest.raises(error, match=re.escape(match)):
         call(npy)
+
+
+def test_keywords_that_agree_with_the_objects_are_accepted(npy):
+    """The rule of mhaaudit.request: a keyword beside an object is refused only when it says otherwise."""
+    alone = estimate_kruskal_rank(request=kruskal_request(npy, k=[3]), samples=50, seed=2)
+    both = estimate_kruskal_rank(
+        npy, request=kruskal_request(npy, k=[3]), k=3, settings=Settings.resolve(samples=50, seed=2), seed=2
+    )
+    assert both.records() == alone.records()
+
+
+def test_a_conflicting_keyword_is_refused_the_same_way_by_audit_and_kruskal(npy):
+    """One rule for a keyword beside an object (mhaaudit.request.refuse_disagreement), for audit()
+    and estimate_kruskal_rank() alike, before any model or data is read."""
+    settings = Settings.resolve(device="cpu", seed=1)
+    with pytest.raises(InputError) as by_audit:
+        mhaaudit.audit("vit-base", settings=settings, seed=2)
+    with pytest.raises(InputError) as by_kruskal:
+        estimate_kruskal_rank(npy, settings=settings, seed=2)
+    assert str(by_audit.value) == str(by_kruskal.value)
+    assert "seed = 2 disagrees with the Settings given as settings (seed = 1)" in str(by_kruskal.value)
+    data = mhaaudit.DataRequest(limit=500)
+    with pytest.raises(InputError) as by_audit:
+        mhaaudit.audit("vit-base", data=data, limit=300)
+    with pytest.raises(InputError) as by_kruskal:
+        estimate_kruskal_rank(capture=kruskal_capture(data=data), limit=300)
+    assert str(by_audit.value) == str(by_kruskal.value)

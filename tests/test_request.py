@@ -16,7 +16,7 @@ from mhaaudit import pipeline
 from mhaaudit.auditing import audit, capture_features
 from mhaaudit.capacity import capacity_audit
 from mhaaudit.errors import InputError
-from mhaaudit.request import DataRequest, ModelRequest, Requests, build_requests
+from mhaaudit.request import KEYWORDS, DataRequest, ModelRequest, Requests, build_requests
 from mhaaudit.settings import Settings
 
 pytest.importorskip("transformers")
@@ -131,9 +131,29 @@ def _parameters(node: ast.FunctionDef) -> int:
     return len([n for n in names if n not in ("self", "cls")])
 
 
+def _decorators(node: ast.FunctionDef) -> set[str]:
+    return {d.id if isinstance(d, ast.Name) else getattr(d, "attr", "") for d in node.decorator_list}
+
+
 def _typer_command(node: ast.FunctionDef) -> bool:
     """A command of the CLI: it takes the ``typer.Context`` (then one parameter per option)."""
     return any(a.annotation is not None and ast.unparse(a.annotation) == "typer.Context" for a in node.args.args)
+
+
+#: the modules the 8-parameter rule holds (README, code layout)
+RULED = (
+    "request.py",
+    "auditing.py",
+    "pipeline.py",
+    "capacity/audit.py",
+    "estimation.py",
+    *(f"memorize/{p.name}" for p in sorted((Path(mhaaudit.__file__).parent / "memorize").glob("*.py"))),
+    "cli/memorize.py",
+    "cli/check.py",
+    "cli/capacity.py",
+    "cli/kruskal.py",
+    "cli/options.py",
+)
 
 
 def test_no_function_of_the_request_path_takes_more_than_8_parameters():
@@ -142,20 +162,33 @@ def test_no_function_of_the_request_path_takes_more_than_8_parameters():
     the CLI's commands (``typer.Context`` first), one parameter per option."""
     root = Path(mhaaudit.__file__).parent
     long = []
-    for rel in (
-        "request.py",
-        "auditing.py",
-        "pipeline.py",
-        "capacity/audit.py",
-        *(f"memorize/{p.name}" for p in sorted((root / "memorize").glob("*.py"))),
-        "cli/memorize.py",
-    ):
+    for rel in RULED:
         for node in ast.walk(ast.parse((root / rel).read_text())):
-            if isinstance(node, ast.FunctionDef) and _parameters(node) > 8:
-                decorators = {d.id if isinstance(d, ast.Name) else getattr(d, "attr", "") for d in node.decorator_list}
-                if "keyword_conveniences" not in decorators and not _typer_command(node):
-                    long.append(f"{rel}:{node.name} ({_parameters(node)})")
+            if not isinstance(node, ast.FunctionDef) or _parameters(node) <= 8 or _typer_command(node):
+                continue
+            if "keyword_conveniences" not in _decorators(node):
+                long.append(f"{rel}:{node.name} ({_parameters(node)})")
     assert long == [], long
+
+
+def test_entry_points_hand_their_request_keywords_to_the_builder():
+    """A ``@keyword_conveniences`` entry point (exempt from the 8-parameter rule) hands its keywords
+    to the builder (``build_requests`` / ``build_settings``: every keyword of ``request.KEYWORDS``
+    in its signature; ``build_request``: its own request's), with the names of those given."""
+    root = Path(mhaaudit.__file__).parent
+    marked = 0
+    for rel in RULED:
+        for node in ast.walk(ast.parse((root / rel).read_text())):
+            if not isinstance(node, ast.FunctionDef) or "keyword_conveniences" not in _decorators(node):
+                continue
+            marked += 1
+            source = ast.unparse(node)
+            keywords = {x.arg for x in node.args.kwonlyargs}
+            assert "for k, v in locals().items() if k" in source and "given" in keywords, (rel, node.name)
+            if "build_request(" not in source:
+                assert "build_requests(" in source or "build_settings(" in source, (rel, node.name)
+                assert "if k in KEYWORDS}" in source and keywords & set(KEYWORDS), (rel, node.name)
+    assert marked >= 5  # audit, capture_features, check_features, capacity_audit, run_memorize_grid
 
 
 def test_the_cli_builds_the_objects_once(monkeypatch, capsys):

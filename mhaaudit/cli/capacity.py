@@ -38,12 +38,15 @@ from .options import (
     Weights,
     WeightsSeed,
     deprecation_line,
-    emit,
+    emit_result,
+    emit_seeds,
     importing,
     prepare_outputs,
     refuse_data_options,
     refuse_unused,
     renamed,
+    run_requests,
+    run_settings,
 )
 
 _READS = "the attention of block K builds Z and the tokens read are its input, the output of block K-1"
@@ -154,27 +157,13 @@ def capacity(
     the output of block K: capacity --block K+1 certifies the tokens check --layer K audits.
     """
     with importing(quiet):  # the library, torch with it: seconds
-        from .. import validate
         from ..capacity import capacity_audit
         from ..io import refuse_inputs
         from ..plot import plot_capacity
-        from ..progress import progress_enabled
         from ..render import render_capacity
-        from ..request import build_requests
-        from ..settings import Settings
+        from ..validate import integer, split_list
 
-    settings = Settings.resolve(
-        device=device,
-        samples=samples,
-        threshold=threshold,
-        seed=seed,
-        rtol=rtol,
-        atol=atol,
-        stop_when_decided=True,
-        progress=progress_enabled(quiet),
-        weights_seed=weights_seed,
-        data_seed=data_seed,
-    )
+    settings = run_settings(locals(), stop_when_decided=True)
     prepare_outputs(out, plot, fmt)
     if seeds is not None:
         refuse_unused(ctx, ("plot",), "with --seeds: it draws one run's ranks; run that seed alone with --seed")
@@ -182,45 +171,25 @@ def capacity(
     refuse_data_options(ctx, data)
     if from_path is not None:
         refuse_unused(ctx, ("samples", "threshold"), "with --from: Assumption 1 is read from the file, not sampled")
-    layer = None if layer is None else validate.integer("--layer", layer)
+    layer = None if layer is None else integer("--layer", layer)
     K = renamed("--layer", layer, "--block", block, note=f"same meaning: {_READS}")
-    request, examples, settings = build_requests(
-        model,
-        data,
-        settings,
-        dict(
-            backend=backend.value if backend else None,
-            weights=weights,
-            context_length=context_length,
-            revision=revision,
-            trust_remote_code=trust_remote_code,
-            split=split,
-            limit=limit,
-            batch_size=batch_size,
-            keep_duplicates=keep_duplicates,
-            text_column=text_column,
-            image_column=image_column,
-            convert_rgb=convert_rgb,
-        ),
-    )
+    req = run_requests(model, data, settings, locals())
     result = capacity_audit(
-        request,
-        data=examples,
-        settings=settings,
+        req.model,
+        data=req.data,
+        settings=req.settings,
         heads=heads,
         attention=attention.value,
         shared_context=shared_context,
         from_path=from_path,
-        variants=validate.split_list(variants),
+        variants=split_list(variants),
         block=K,
         seeds=seeds,
         vary=vary.value,
     )
     if seeds is not None:
-        from ..render_seeds import render_seeds
-
-        emit(fmt, result.meta(), result.records(), out=out, render=lambda: render_seeds(result))
+        emit_seeds(fmt, result, out)
         return
     if plot is not None:
         plot_capacity(result, plot)
-    emit(fmt, result.meta(), result.records(), out=out, render=lambda: render_capacity(result, out=out, plot=plot))
+    emit_result(fmt, result, out, lambda: render_capacity(result, out=out, plot=plot), sweep=False)

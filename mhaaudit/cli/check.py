@@ -10,6 +10,7 @@ import typer
 
 from .options import (
     DEFAULTS,
+    AllDraws,
     Atol,
     BackendOpt,
     BatchSize,
@@ -39,11 +40,14 @@ from .options import (
     VaryOpt,
     Weights,
     WeightsSeed,
-    emit,
+    emit_result,
+    emit_seeds,
     importing,
     prepare_outputs,
     refuse_data_options,
     refuse_unused,
+    run_requests,
+    run_settings,
 )
 
 
@@ -104,13 +108,7 @@ def check(
     sweep: Annotated[
         bool, typer.Option("--sweep", help="Also compute the Kruskal-rank curve (Figure 1) of each column.")
     ] = False,
-    all_draws: Annotated[
-        bool,
-        typer.Option(
-            "--all-draws",
-            help="Always make every draw (by default a test stops once its verdict can no longer change).",
-        ),
-    ] = False,
+    all_draws: AllDraws = False,
     fmt: FormatOpt = Format.table,
     out: Out = None,
     plot: Plot = None,
@@ -129,28 +127,11 @@ def check(
 ) -> None:
     """Audit a transformer: Assumptions 1-3 and General Position at each probe point."""
     with importing(quiet):  # the library, torch with it: seconds
-        from .. import validate
-        from ..auditing import audit, check_features_folder
-        from ..checks import REGISTRY
-        from ..io import refuse_inputs
-        from ..plot import plot_audit
-        from ..progress import progress_enabled
+        from ..auditing import audit
         from ..render import render_audit
-        from ..request import build_requests
-        from ..settings import Settings
+        from ..validate import int_ranges, split_list
 
-    settings = Settings.resolve(
-        device=device,
-        samples=samples,
-        threshold=threshold,
-        seed=seed,
-        rtol=rtol,
-        atol=atol,
-        stop_when_decided=not all_draws,
-        progress=progress_enabled(quiet),
-        weights_seed=weights_seed,
-        data_seed=data_seed,
-    )
+    settings = run_settings(locals(), stop_when_decided=not all_draws)
     prepare_outputs(out, plot, fmt)
     refuse_data_options(ctx, data)
     if seeds is not None:
@@ -159,38 +140,16 @@ def check(
             ("save_features", "plot"),
             "with --seeds: they write one run's features or curves; run that seed alone with --seed",
         )
-    fails = [validate.choice("--fail-on", f, (*REGISTRY, "any")) for f in validate.split_list(fail_on) or []]
-    if save_features is not None:
-        check_features_folder(save_features, [model, weights, data])
-    refuse_inputs({"--out": out, "--plot": plot, "--save-features": save_features}, [model, weights, data])
-    layer_list = None if layers is None else validate.int_ranges(layers, "--layers", what="layers", minimum=0)
-    if plot is not None and layer_list is None:
-        sweep = True  # the plot is the sweep curve; with --layers it is the depth profile
-    request, examples, settings = build_requests(
-        model,
-        data,
-        settings,
-        dict(
-            backend=backend.value if backend else None,
-            weights=weights,
-            context_length=context_length,
-            query_index=query_index,
-            revision=revision,
-            trust_remote_code=trust_remote_code,
-            split=split,
-            limit=limit,
-            batch_size=batch_size,
-            keep_duplicates=keep_duplicates,
-            text_column=text_column,
-            image_column=image_column,
-            convert_rgb=convert_rgb,
-        ),
-    )
+    fails = _fail_checks(fail_on)
+    _check_output_paths(out, plot, save_features, [model, weights, data])
+    layer_list = None if layers is None else int_ranges(layers, "--layers", what="layers", minimum=0)
+    sweep = sweep or (plot is not None and layer_list is None)  # the plot is the sweep curve, or the depth profile
+    req = run_requests(model, data, settings, locals())
     result = audit(
-        request,
-        data=examples,
-        settings=settings,
-        variants=validate.split_list(variants),
+        req.model,
+        data=req.data,
+        settings=req.settings,
+        variants=split_list(variants),
         layer=layer,
         layers=layer_list,
         sweep=sweep,
@@ -198,31 +157,43 @@ def check(
         seeds=seeds,
         vary=vary.value,
     )
-    if seeds is not None:
-        from ..render_seeds import render_seeds
+    if seeds is None:
+        plot = _save_features_and_plot(result, save_features, plot)
+        emit_result(fmt, result, out, lambda: render_audit(result, save_features=save_features, out=out, plot=plot))
+    else:
+        emit_seeds(fmt, result, out)
+    _fail_on(fails, result.records())
 
-        records = result.records()
-        emit(
-            fmt, result.meta(), records, sweep=result.sweep_rows() or None, out=out, render=lambda: render_seeds(result)
-        )
-        _fail_on(fails, records)
-        return
+
+def _fail_checks(fail_on: list[str] | None) -> list[str]:
+    """The checks named by --fail-on (comma lists and repeats alike), each a registered check or any."""
+    from ..checks import REGISTRY
+    from ..validate import choice, split_list
+
+    return [choice("--fail-on", f, (*REGISTRY, "any")) for f in split_list(fail_on) or []]
+
+
+def _check_output_paths(out: Path | None, plot: Path | None, save_features: Path | None, inputs: list) -> None:
+    """Before any work: the --save-features folder is writable, and no output path is one of the inputs."""
+    from ..auditing import check_features_folder
+    from ..io import refuse_inputs
+
+    if save_features is not None:
+        check_features_folder(save_features, inputs)
+    refuse_inputs({"--out": out, "--plot": plot, "--save-features": save_features}, inputs)
+
+
+def _save_features_and_plot(result, save_features: Path | None, plot: Path | None) -> Path | None:
+    """Write the features (--save-features) and the figure (--plot) of one audit; the figure written, or None."""
+    from ..plot import plot_audit
+
     if save_features is not None:
         result.save_features(save_features)
     if plot is not None and plot_audit(result, plot) is None:
         # Nothing was measured (every column unavailable): say so rather than claim a plot.
         print(f"Note: no column could be audited, so no plot was written to {plot}", file=sys.stderr)
-        plot = None
-    records = result.records()
-    emit(
-        fmt,
-        result.meta(),
-        records,
-        sweep=result.sweep_rows(),
-        out=out,
-        render=lambda: render_audit(result, save_features=save_features, out=out, plot=plot),
-    )
-    _fail_on(fails, records)
+        return None
+    return plot
 
 
 def _fail_on(fails: list[str], records: list[dict]) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -11,6 +10,7 @@ import typer
 
 from .options import (
     DEFAULTS,
+    AllDraws,
     Atol,
     BackendOpt,
     ConvertRgb,
@@ -32,12 +32,15 @@ from .options import (
     Vary,
     VaryOpt,
     WeightsSeed,
-    emit,
+    emit_result,
+    emit_seeds,
     importing,
     prepare_outputs,
     refuse_data_options,
     refuse_unused,
     renamed,
+    request_keywords,
+    run_settings,
 )
 
 
@@ -80,13 +83,7 @@ def kruskal(
     rtol: Rtol = None,
     atol: Atol = None,
     device: Device = DEFAULTS["device"],
-    all_draws: Annotated[
-        bool,
-        typer.Option(
-            "--all-draws",
-            help="Always make every draw (by default a test stops once its verdict can no longer change).",
-        ),
-    ] = False,
+    all_draws: AllDraws = False,
     fmt: FormatOpt = Format.table,
     out: Out = None,
     plot: Plot = None,
@@ -170,26 +167,13 @@ def kruskal(
 ) -> None:
     """Estimate the Kruskal rank of a set of vectors: Monte-Carlo tests at candidate sizes, or a sweep."""
     with importing(quiet):  # the library, torch with it: seconds
-        from ..estimation import estimate_kruskal_rank, kruskal_capture, kruskal_request
+        from ..estimation import build_capture, estimate_kruskal_rank, kruskal_request
         from ..io import refuse_inputs
-        from ..progress import log, progress_enabled
+        from ..progress import log
         from ..render import render_kruskal
-        from ..request import DataRequest
         from ..seeds import SeedsResult
-        from ..settings import Settings
 
-    settings = Settings.resolve(
-        device=device,
-        samples=samples,
-        threshold=threshold,
-        seed=seed,
-        rtol=rtol,
-        atol=atol,
-        stop_when_decided=not all_draws,
-        progress=progress_enabled(quiet),
-        weights_seed=weights_seed,
-        data_seed=data_seed,
-    )
+    settings = run_settings(locals(), stop_when_decided=not all_draws)
     prepare_outputs(out, plot, fmt)
     if features is not None:
         refuse_unused(
@@ -208,29 +192,8 @@ def kruskal(
     capture = None
     if features is None:
         variant = renamed("--variant", variant, "--variants", variants)
-        capture = kruskal_capture(
-            model or "vit-base",
-            variant=variant or "random",
-            n=request.n,
-            query_index=request.query_index,
-            backend=backend.value if backend else None,
-            weights=weights,
-            revision=revision,
-            trust_remote_code=trust_remote_code,
-        )
-        capture = replace(
-            capture,
-            data=DataRequest(
-                data,
-                split,
-                limit,
-                batch_size,
-                keep_duplicates,  # checked second
-                text_column=text_column,
-                image_column=image_column,
-                convert_rgb=convert_rgb,
-            ),
-        )
+        options = {"model": model, "variant": variant, "data": data, **request_keywords(locals())}
+        capture = build_capture(request, settings, {k: v for k, v in options.items() if k != "query_index"})
     # The table's first line describes the data; the JSON and parquet outputs have it in their meta.
     result = estimate_kruskal_rank(
         request=request,
@@ -241,30 +204,22 @@ def kruskal(
         vary=vary.value,
     )
     if isinstance(result, SeedsResult):
-        from ..render_seeds import render_seeds
-
-        seeded = result
-        emit(
-            fmt,
-            seeded.meta(),
-            seeded.records(),
-            sweep=seeded.sweep_rows() or None,
-            out=out,
-            render=lambda: render_seeds(seeded),
-        )
+        emit_seeds(fmt, result, out)
         return
     if plot is not None and result.sweep is not None:
-        from ..plot import plot_sweeps
+        _plot_sweep(result, plot)
+    emit_result(fmt, result, out, lambda: render_kruskal(result))
 
-        plot_sweeps(
-            [(Path(result.source).name[:40] or "features", result.sweep)],
-            plot,
-            n=result.n,
-            d=result.d,
-            title=f"Kruskal-rank sweep: {result.T} vectors in R^{result.d}",
-        )
-    emit(
-        fmt, result.meta(), result.records(), sweep=result.sweep_rows(), out=out, render=lambda: render_kruskal(result)
+
+def _plot_sweep(result, plot: Path) -> None:
+    from ..plot import plot_sweeps
+
+    plot_sweeps(
+        [(Path(result.source).name[:40] or "features", result.sweep)],
+        plot,
+        n=result.n,
+        d=result.d,
+        title=f"Kruskal-rank sweep: {result.T} vectors in R^{result.d}",
     )
 
 

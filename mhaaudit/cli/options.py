@@ -13,14 +13,18 @@ naming the conflict. A renamed option keeps its old name for one release through
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 import typer
 
 from ..defaults import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
+
+if TYPE_CHECKING:  # the library is imported only when a command runs
+    from ..request import Requests
+    from ..settings import Settings
 
 
 class Backend(str, Enum):
@@ -170,6 +174,60 @@ TrustRemoteCode = Annotated[
     ),
 ]
 ContextLength = Annotated[int | None, typer.Option("--context-length", help="Text models: tokens per example n.")]
+
+
+# --------------------------------------------------------------------------- options and request objects of
+# the commands that run checks (check, capacity, kruskal)
+
+AllDraws = Annotated[
+    bool,
+    typer.Option(
+        "--all-draws",
+        help="Always make every draw (by default a test stops once its verdict can no longer change).",
+    ),
+]
+
+
+def run_settings(options: Mapping[str, Any], *, stop_when_decided: bool) -> Settings:
+    """The run's :class:`~mhaaudit.settings.Settings` from a command's options, by their Python names
+    (``device``, ``samples``, ..., ``quiet``: progress only for a watched terminal)."""
+    from ..progress import progress_enabled
+    from ..request import SETTINGS_KEYWORDS, build_settings
+
+    keywords = {k: v for k, v in options.items() if k in SETTINGS_KEYWORDS}
+    keywords |= {"stop_when_decided": stop_when_decided, "progress": progress_enabled(options.get("quiet", False))}
+    return build_settings(None, keywords)
+
+
+def request_keywords(options: Mapping[str, Any]) -> dict[str, Any]:
+    """A command's model and data options, by their Python names, as :func:`mhaaudit.request.build_requests`
+    takes them (an enum choice as its value)."""
+    from ..request import DATA_KEYWORDS, MODEL_KEYWORDS
+
+    return {k: getattr(v, "value", v) for k, v in options.items() if k in MODEL_KEYWORDS or k in DATA_KEYWORDS}
+
+
+def run_requests(model: str, data: str | None, settings: Settings, options: Mapping[str, Any]) -> Requests:
+    """The model and data requests of ``check`` and ``capacity``, built from the options (by their
+    Python names) in the library's one place (:func:`mhaaudit.request.build_requests`)."""
+    from ..request import build_requests
+
+    return build_requests(model, data, settings, request_keywords(options))
+
+
+def emit_result(fmt: Format, result, out: Path | None, render: Callable[[], None], sweep: bool = True) -> None:
+    """:func:`emit` of a result object (an audit, a capacity audit, an estimate, or their seeds):
+    its meta, its records and (``sweep``) its sweep rows."""
+    rows = result.sweep_rows() if sweep else None
+    emit(fmt, result.meta(), result.records(), sweep=rows, out=out, render=render)
+
+
+def emit_seeds(fmt: Format, result, out: Path | None) -> None:
+    """:func:`emit` of a :class:`~mhaaudit.seeds.SeedsResult`: its records, and its sweep rows when it has any."""
+    from ..render_seeds import render_seeds
+
+    rows = result.sweep_rows() or None
+    emit(fmt, result.meta(), result.records(), sweep=rows, out=out, render=lambda: render_seeds(result))
 
 
 class _Defaults(TypedDict):
