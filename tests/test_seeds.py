@@ -40,7 +40,7 @@ CLI_RUN = ["--limit", "40", "--samples", "60", "--batch-size", "8"]
 
 
 def test_seeds_syntax_is_memorize_s():
-    from mhaaudit.memorize.grid import _seeds
+    from mhaaudit.memorize.request import _seeds
 
     assert parse_seeds("0-4") == [0, 1, 2, 3, 4]
     assert parse_seeds("7,0,3") == [0, 3, 7]
