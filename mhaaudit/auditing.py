@@ -30,6 +30,7 @@ from .batching import available_memory
 from .checks import REGISTRY, ContextRankResult
 from .distributed import describe, shared
 from .errors import DataError, InputError, OfflineError, OutputError, param, plain
+from .facts import AuditSettings, DuplicateInputs, JobFacts, ModelFacts, SkipCounts
 from .features import FeatureSet, StreamingReducer
 from .io import check_folder_writable, make_output_folder, real_path, stamp
 from .kruskal import SubsetTest, Sweep, kruskal_sweep, set_stats
@@ -228,19 +229,15 @@ class AuditResult(StoredSweepResult):
     COMMAND: ClassVar[str] = "check"
 
     model: str
-    info: dict[str, Any]  # the model's ModelInfo as a dict, and the weights each column read
+    info: ModelFacts  # the model's ModelInfo, and the weights each column read
     data: str
     columns: list[Column]
-    settings: dict[str, Any]  # the run's settings, as the JSON meta gives them
+    settings: AuditSettings  # the run's settings, as the JSON meta gives them
     timings: dict[str, float]
     skipped: int = 0
     notes: list[Note] = field(default_factory=list)
-    duplicates: dict[str, Any] = field(
-        default_factory=dict
-    )  # exact duplicate inputs found: total, repeats, dropped, example
-    skips: dict[str, dict[str, Any]] = field(
-        default_factory=dict
-    )  # inputs skipped, by cause: {cause: {"count", "example"}}
+    duplicates: DuplicateInputs | None = None  # exact duplicate inputs found (None: none looked for)
+    skips: SkipCounts = field(default_factory=SkipCounts)  # inputs skipped, by cause
     image_policy: str = ""  # images: the rule for modes other than RGB (skipped, or converted)
 
     @property
@@ -268,15 +265,15 @@ class AuditResult(StoredSweepResult):
         meta = stamp(
             command="check",
             model=self.model,
-            model_info=self.info,
+            model_info=self.info.as_dict(),
             data=self.data,
             skipped=self.skipped,
-            skips=self.skips,
+            skips=self.skips.as_dict(),
             image_policy=self.image_policy or None,
-            duplicates=self.duplicates,
+            duplicates=self.duplicates.as_dict() if self.duplicates is not None else {},
             notes=self.notes,
             timings_s=self.timings,
-            **self.settings,
+            **self.settings.as_dict(),
         )
         meta["columns"] = {
             c.probe.variant: {
@@ -376,12 +373,12 @@ class Captured:
 
     features: dict[str, FeatureSet] = field(default_factory=dict)  # variant -> its reduced features
     unavailable: dict[str, str] = field(default_factory=dict)  # variant -> why it could not be captured
-    info: dict[str, Any] = field(default_factory=dict)  # the model's ModelInfo as a dict
+    info: ModelFacts | None = None  # the model's ModelInfo, and the weights each set of weights read
     data: str = ""
     skipped: int = 0
-    skips: dict[str, dict[str, Any]] = field(default_factory=dict)  # inputs skipped, by cause
+    skips: SkipCounts = field(default_factory=SkipCounts)  # inputs skipped, by cause
     image_policy: str = ""
-    duplicates: dict[str, Any] = field(default_factory=dict)
+    duplicates: DuplicateInputs | None = None
     notes: list[Note] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     batch: dict[str, Any] = field(default_factory=dict)  # the batch size used and how it was chosen
@@ -490,14 +487,12 @@ def collect_features(
         _check_limit_fits(data, info, len(group))
         if info.n > info.d:
             out.note(_n_above_d_note(info), NoteKind.N_ABOVE_D, on_note)
-        if not out.info or init == "random":
-            out.info = info.to_dict()
-        out.info[f"{init}_weights_source"] = info.weights_source
-        if info.weights_read is not None:
-            out.info[f"{init}_weights_read"] = info.weights_read
+        if out.info is None or init == "random":
+            out.info = ModelFacts.of(info)
+        out.info = out.info.with_weights(init, info.weights_source, info.weights_read)
         qi = pipeline.query_index(pm, request)
         if request.query_index is not None:  # the report and meta name the query the audit read
-            out.info.update(query_index=qi, query_token=f"token {qi} (--query-index)")
+            out.info = replace(out.info, query_index=qi, query_token=f"token {qi} (--query-index)")
         ra = None
         if any(p.random_attention for p in group):
             ra = RandomAttention(info.d, seed=settings.weights_seed_used, device=pm.device)
@@ -519,8 +514,12 @@ def collect_features(
         out.batch = out.batch or fed.batch
         if data.batch_size == "auto":  # the other weights have the same shapes: the same batch, not a second search
             data = replace(data, batch_size=fed.batch["size"])
-        out.data, out.skipped, out.duplicates = fed.name, max(out.skipped, fed.skipped), fed.duplicates
-        out.skips, out.image_policy = fed.skips or out.skips, fed.policy or out.image_policy
+        out.data, out.skipped, out.duplicates = (
+            fed.name,
+            max(out.skipped, fed.skipped),
+            DuplicateInputs.of(fed.duplicates),
+        )
+        out.skips, out.image_policy = SkipCounts.of(fed.skips) or out.skips, fed.policy or out.image_policy
         short = _short_of_limit_note(fed, data.limit)
         if short:
             out.note(short, NoteKind.SHORT_OF_LIMIT, on_note)
@@ -731,12 +730,12 @@ def _column(p: Probe, got: Captured, settings: Settings, sweep: bool) -> Column:
     if fs.T < fs.n:
         # the limit is at least n (checked before the data pass), so the data ran out: raising it cannot help
 
-        skipped = f"; skipped: {describe_skips(got.skips)}" if got.skips else ""
-        dups = got.duplicates.get("dropped") or 0
+        skipped = f"; skipped: {describe_skips(got.skips.as_dict())}" if got.skips else ""
+        dups = got.duplicates.dropped if got.duplicates is not None else 0
         dropped = f"; {dups} exact duplicates dropped (keep them with {{param:keep_duplicates}})" if dups else ""
         hint = (
             "; convert the other modes to RGB with {param:convert_rgb} (as torchvision's ImageFolder does)"
-            if "not RGB" in (got.skips or {}) and got.image_policy.startswith("RGB only")
+            if "not RGB" in got.skips and got.image_policy.startswith("RGB only")
             else ""
         )
         raise DataError(
@@ -747,15 +746,16 @@ def _column(p: Probe, got: Captured, settings: Settings, sweep: bool) -> Column:
     col.weights_source = fs.meta.get("weights_source", "")
     col.weights_read = fs.meta.get("weights_read")
     col.tests, col.sweep, col.timings = run_checks(fs, settings, sweep=sweep, label=p.variant)
+    assert got.info is not None, "a column with features has its model's facts"
     col.bound, col.bound_hint = memorisation_bound(got.info, col)
     return col
 
 
-def memorisation_bound(info: dict, col: Column) -> tuple[CapacityBound | None, str]:
+def memorisation_bound(info: ModelFacts, col: Column) -> tuple[CapacityBound | None, str]:
     """What Theorem 1 / Remark 1 concludes from one audited column's verdicts, with the model's
     heads: the bound (None when the model does not say its heads, width and length), and, when
     the theorem gives no count, what would give one (else "")."""
-    H, dh, n, d = info.get("num_heads"), info.get("head_dim"), info.get("n"), info.get("d")
+    H, dh, n, d = info.num_heads, info.head_dim, info.n, info.d
     if col.status != "ok" or not (
         isinstance(H, int)
         and isinstance(dh, int)
@@ -884,16 +884,17 @@ def _audit(req: Requests, cols: _Columns, on_note: Callable[[str], None] | None)
     if not got.features:  # every column unavailable: there is nothing to audit, and that is no success
         raise OfflineError("no column could be audited: " + "; ".join(dict.fromkeys(got.unavailable.values())))
     columns = [_column(p, got, settings, cols.sweep) for p in probes]
-    run = dict(
+    run = AuditSettings.of(
         settings.as_dict(),
         limit=data_req.limit,
         batch_size=got.batch.get("size", data_req.batch_size),
         batch_size_choice=got.batch.get("how"),
         layer=1 if cols.layer is None else cols.layer,
-        layers=list(cols.layers) if cols.layers is not None else None,
-        **describe(),
+        layers=tuple(cols.layers) if cols.layers is not None else None,
+        distributed=JobFacts.of(describe()),
     )
     got.timings["total"] = round(time.perf_counter() - t_start, 3)
+    assert got.info is not None, "a run with features has its model's facts"
     return AuditResult(
         model=request.model,
         info=got.info,

@@ -28,8 +28,8 @@ from typing import Any
 from . import kruskal, validate
 from .auditing import capture_probe, probe_for_variant, refuse_weights_without_trained
 from .checks import REGISTRY, check_for_size
-from .distributed import shared
 from .errors import InputError, param
+from .facts import CaptureFacts
 from .features import FeatureSet
 from .io import MappedArray, read_array, to_query_matrix
 from .kruskal import KruskalInputs, KruskalResult, as_matrix, fixed_rule
@@ -44,7 +44,7 @@ from .request import (
     build_settings,
     refuse_disagreement,
 )
-from .seeds import SeedPlan, SeedsResult, kruskal_seeds, plan_for
+from .seeds import SeedsResult, kruskal_seeds, plan_for
 from .settings import Settings
 
 VECTORS = ("queries", "a3")  # the query vectors, or the Assumption 3 vectors (query + mean of context rows)
@@ -284,20 +284,6 @@ def estimate_kruskal_rank(
     if plan is None:
         return _estimate_one(request, capture, settings, on_note)
     assert capture is not None, "a request without features comes with its capture"
-    return _estimate_seeds(request=request, capture=capture, settings=settings, plan=plan, on_note=on_note)
-
-
-@shared
-def _estimate_seeds(
-    *,
-    request: KruskalRequest,
-    capture: Capture,
-    settings: Settings,
-    plan: SeedPlan,
-    on_note: Callable[[str], None] | None = None,
-) -> SeedsResult:
-    """The estimate of a capture for each seed of ``plan``: a call every rank of a torchrun job
-    makes, so that the seeds can be spread over the ranks (:func:`mhaaudit.seeds.over_seeds`)."""
     return kruskal_seeds(lambda **run: _estimate_one(request, capture, settings.with_(**run), on_note), plan, capture)
 
 
@@ -339,13 +325,13 @@ def _vectors(request: KruskalRequest, capture: Capture | None, settings: Setting
         vectors = request.vectors or "queries"
         fs = capture_probe(capture.model, capture.data, capture.variant, settings=settings)
         source = f"{fs.meta.get('model')} [{fs.meta.get('variant')}] {vectors} on {fs.meta.get('data')}"
-        captured = {k: fs.meta.get(k) for k in ("batch", "weights_read") if fs.meta.get(k) is not None}
+        captured = CaptureFacts.of(fs.meta.get("batch"), fs.meta.get("weights_read"))
         return (fs.a3 if vectors == "a3" else fs.queries), fs.n, source, vectors, captured
     X, n_known, source, vectors = _read(request)
     n = request.n
     if n is not None and n_known is not None and n != n_known:
         raise InputError(f"{{param:n}} {n}: the saved features in {request.features} were captured with n = {n_known}")
-    return X, n or n_known, source, vectors, {}
+    return X, n or n_known, source, vectors, CaptureFacts()
 
 
 def _read(request: KruskalRequest):

@@ -88,12 +88,10 @@ def plot_audit(result, path: str | Path) -> Path | None:
     (nothing was measured, so nothing is drawn)."""
     if not any(c.status == "ok" for c in result.columns):
         return None
-    if result.settings.get("layers") is not None:
+    if result.settings.layers is not None:
         return plot_depth(result, path)
     curves = [(c.probe.variant, c.sweep) for c in result.columns if c.sweep is not None]
-    return plot_sweeps(
-        curves, path, n=result.info.get("n"), d=result.info.get("d"), title=f"Kruskal-rank sweep: {result.model}"
-    )
+    return plot_sweeps(curves, path, n=result.info.n, d=result.info.d, title=f"Kruskal-rank sweep: {result.model}")
 
 
 def plot_depth(result, path: str | Path) -> Path:
@@ -128,7 +126,7 @@ def plot_depth(result, path: str | Path) -> Path:
     ax.set_ylabel("satisfied fraction")
     ax.set_ylim(-0.02, 1.02)
     info = result.info
-    ax.set_title(f"{result.model}: assumptions by depth (n = {info.get('n')}, d = {info.get('d')})")
+    ax.set_title(f"{result.model}: assumptions by depth (n = {info.n}, d = {info.d})")
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     return save_figure(fig, path)
@@ -142,7 +140,7 @@ def plot_capacity(result, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     info, s = result.info, result.settings
-    n, d, dh = info.get("n"), info.get("d"), s.get("head_dim")
+    n, d, dh = info.n, info.d, s.head_dim
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
     hs_all: list[int] = []
     for c in result.columns:
@@ -169,7 +167,7 @@ def plot_capacity(result, path: str | Path) -> Path:
         ax.plot(hx, np.minimum(T, hx * d), color="r", lw=0.8, alpha=0.6, label=f"min(T, h d), T = {T} examples")
     ax.set_xlabel("heads used h")
     ax.set_ylabel("examples")
-    ax.set_title(f"Memorisation certificate: {result.model}" + (" (shared context)" if s.get("shared_context") else ""))
+    ax.set_title(f"Memorisation certificate: {result.model}" + (" (shared context)" if s.shared_context else ""))
     ax.legend(fontsize=7, loc="best", framealpha=0.8)
     fig.tight_layout()
     return save_figure(fig, path)

@@ -21,6 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .checks import CHECK_MEANING, CHECK_TITLES, REGISTRY
+from .facts import AuditSettings, CapacitySettings, ModelFacts
 from .kruskal.report import (
     WHOLE_SET_LEGEND,
     estimate_text,
@@ -124,12 +125,9 @@ def meaning_line(check: str) -> str:
 def audit_table(result) -> Table:
     info = result.info
     cols = result.columns
-    T, asked = _T(result), result.settings.get("limit")
+    T, asked = _T(result), result.settings.limit
     short = f" ({asked} asked; the data gave no more)" if T is not None and asked and T < asked else ""
-    title = (
-        f"{result.model}: {info.get('family', '?')} ({info.get('backend', '?')}), n = {info.get('n')}, "
-        f"d = {info.get('d')}, T = {T} examples{short}"
-    )
+    title = f"{result.model}: {info.family} ({info.backend}), n = {info.n}, d = {info.d}, T = {T} examples{short}"
     t = Table(title=title, title_justify="left", show_lines=True)
     t.add_column("check")
     for c in cols:
@@ -139,7 +137,7 @@ def audit_table(result) -> Table:
             else f"{c.probe.variant} (L{c.probe.layer})"
         )
         t.add_column(head, justify="center")
-    n, d = info.get("n"), info.get("d")
+    n, d = info.n, info.d
     for check in REGISTRY.values():  # one row per registered check, in the registry's order
         row = [f"{check.title}\n[dim]{check.size_at(n, T if T is not None else d or 0, d or 0)}[/dim]"]
         for c in cols:
@@ -201,14 +199,14 @@ def audit_lines(result) -> list[str]:
     info = result.info
     T = _T(result)
     lines.append(
-        f"  n = {info.get('n')} tokens (query = token {info.get('query_index')}), d = {info.get('d')}, T = {T} examples, "
-        f"{s['samples']} draws per test, threshold {s['threshold']}, seed {s['seed']}, device {s['device']}"
+        f"  n = {info.n} tokens (query = token {info.query_index}), d = {info.d}, T = {T} examples, "
+        f"{s.samples} draws per test, threshold {s.threshold}, seed {s.seed}, device {s.device}"
     )
-    lines.append(f"  rank rule: {s['tolerance']['rule']}")
+    lines.append(f"  rank rule: {s.tolerance.rule}")
     lines.append(escape(f"  data: {result.data}"))
     skips = getattr(result, "skips", None)
     if skips:
-        lines.append(escape(f"  skipped inputs: {describe_skips(skips)}"))
+        lines.append(escape(f"  skipped inputs: {describe_skips(skips.as_dict())}"))
     elif result.skipped:
         lines.append(f"  skipped inputs: {result.skipped}")
     if getattr(result, "image_policy", ""):
@@ -237,8 +235,8 @@ def audit_lines(result) -> list[str]:
     return lines
 
 
-def positions_note(info: dict, layer: int) -> str:
-    return family_positions_note(info, layer)
+def positions_note(info: ModelFacts, layer: int) -> str:
+    return family_positions_note(info.as_dict(), layer)
 
 
 def bound_lines(result) -> list[str]:
@@ -261,7 +259,7 @@ def bound_lines(result) -> list[str]:
 
 
 def is_depth_profile(result) -> bool:
-    return result.settings.get("layers") is not None and len({c.probe.layer for c in result.columns}) > 2
+    return result.settings.layers is not None and len({c.probe.layer for c in result.columns}) > 2
 
 
 def depth_tables(result) -> list[Table]:
@@ -271,8 +269,7 @@ def depth_tables(result) -> list[Table]:
     for weights in dict.fromkeys(c.probe.init for c in result.columns):
         cols = [c for c in result.columns if c.probe.init == weights]
         t = Table(
-            title=f"{result.model}: depth profile, {weights} weights (n = {info.get('n')}, d = {info.get('d')}, "
-            f"T = {_T(result)})",
+            title=f"{result.model}: depth profile, {weights} weights (n = {info.n}, d = {info.d}, T = {_T(result)})",
             title_justify="left",
         )
         t.add_column("layer", justify="right")
@@ -318,20 +315,20 @@ def capacity_table(result) -> Table:
     """One row per column and head count h, from the result's records."""
     info, s = result.info, result.settings
     title = (
-        f"{result.model}: memorisation capacity of the attention of block {s['layer']} "
-        f"(n = {info.get('n')}, d = {info.get('d')}, H = {info.get('num_heads')}, d_h = {s.get('head_dim')}; "
-        f"{s['attention']} key/query weights" + ("; shared context" if s["shared_context"] else "") + ")"
+        f"{result.model}: memorisation capacity of the attention of block {s.layer} "
+        f"(n = {info.n}, d = {info.d}, H = {info.num_heads}, d_h = {s.head_dim}; "
+        f"{s.attention} key/query weights" + ("; shared context" if s.shared_context else "") + ")"
     )
     t = Table(title=title, title_justify="left")
     cols = ["column", "heads h", "T", "rank(Z) = certified", "min(T, h d)", "bound", "bound from", "residual"]
-    if s["shared_context"]:
+    if s.shared_context:
         cols += ["h (n - 1) + 1", "Prop. 2"]
     for c in cols:
         t.add_column(c, justify="left" if c in ("column", "bound from", "Prop. 2") else "right")
     for r in result.records():
         if r["status"] != "ok":
             row = [r["variant"], "-", "-", verdict_text("unavailable"), "-", "-", "-", "-"]
-            if s["shared_context"]:
+            if s.shared_context:
                 row += ["-", "-"]
         else:
             row = [
@@ -344,7 +341,7 @@ def capacity_table(result) -> Table:
                 r["bound_kind"],
                 f"{r['residual']:.1e}",
             ]
-            if s["shared_context"]:
+            if s.shared_context:
                 row += [str(r["prop2_bound"]), verdict_text(r["prop2_verdict"])]
         t.add_row(*row)
     return t
@@ -352,7 +349,7 @@ def capacity_table(result) -> Table:
 
 def capacity_bound_lines(result) -> list[str]:
     """The bound of each column (largest h), with the assumptions it rests on."""
-    n, s = result.info.get("n"), result.settings
+    n, s = result.info.n, result.settings
     lines = [
         "[bold]The bound[/bold] (Theorem 1 / Remark 1; the counts H (min(n, d_h) - 1) + 1 and "
         "H (min(k, d_h) - 1) + 1 are reconstructed from the paper's proof, not read verbatim)"
@@ -375,7 +372,7 @@ def capacity_bound_lines(result) -> list[str]:
             lines.append(
                 escape(
                     f"    Assumption 2 (rank E_t = n): {a.a2 or 'not checked'}; {a.a2_reason}"
-                    + positions_note(result.info, s["layer"] - 1)
+                    + positions_note(result.info, s.layer - 1)
                 )
             )
             if a.kruskal_estimate is not None:
@@ -383,7 +380,7 @@ def capacity_bound_lines(result) -> list[str]:
             lines.append(escape(f"    assumptions {a.source}"))
         for note in b.notes[1:]:
             lines.append(escape(f"    note: {note}"))
-        if a is not None and a.kruskal_estimate == 1 and s["layer"] == 1:
+        if a is not None and a.kruskal_estimate == 1 and s.layer == 1:
             lines.append(
                 escape(
                     "    hint: the queries are numerically one vector (e.g. a [CLS] token before any attention, "
@@ -434,14 +431,14 @@ def capacity_evidence_lines(result) -> list[str]:
     s = result.settings
     lines = [
         "[bold]Evidence[/bold]",
-        escape(f"  tokens: {s['tokens']}; query = token {result.info.get('query_index')}; data: {result.data}"),
-        escape(f"  Z rank rule: {s['z_tolerance']}"),
-        escape(f"  assumption rank rule: {s['assumption_tolerance']}"),
+        escape(f"  tokens: {s.tokens}; query = token {result.info.query_index}; data: {result.data}"),
+        escape(f"  Z rank rule: {s.z_tolerance}"),
+        escape(f"  assumption rank rule: {s.assumption_tolerance}"),
     ]
-    if s.get("from_path") is None:
+    if s.from_path is None:
         lines.append(
-            f"  Assumption 1: {s['samples']} draws (stopping once decided), threshold {s['threshold']}, seed {s['seed']}, "
-            f"device {s['device']}"
+            f"  Assumption 1: {s.samples} draws (stopping once decided), threshold {s.threshold}, seed {s.seed}, "
+            f"device {s.device}"
         )
     for c in result.columns:
         lines += loading_lines(c.weights_read, label=f"{c.variant} weights ")
@@ -454,13 +451,14 @@ def capacity_evidence_lines(result) -> list[str]:
     return lines
 
 
-def loading_lines(read: dict | None, settings: dict | None = None, label: str = "") -> list[str]:
+def loading_lines(
+    read: dict | None, settings: AuditSettings | CapacitySettings | None = None, label: str = ""
+) -> list[str]:
     """What loading the trained weights read, and the batch size when it was chosen automatically."""
     lines = [escape(f"    {label}{weights_read_text(read)}")] if read else []
-    s = settings or {}
-    how = s.get("batch_size_choice")
-    if how not in (None, "given"):
-        lines.append(escape(f"  batch size: {s['batch_size']} (auto: {how})"))
+    how = settings.batch_size_choice if settings is not None else None
+    if settings is not None and how not in (None, "given"):
+        lines.append(escape(f"  batch size: {settings.batch_size} (auto: {how})"))
     return lines
 
 

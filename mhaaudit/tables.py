@@ -397,6 +397,9 @@ def schema_markdown(command: str | None = None) -> str:
 #: result object, field by field, so that ``from_json`` / ``from_parquet`` give it back exactly.
 RESULT_KEY = "result"
 _NONFINITE = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
+#: The metadata of a field that a document (and a ``meta``) leaves out while it is None; it reads
+#: back as None, its default.
+OMITTED_WHEN_NONE = {"omit_none": True}
 
 
 def _document_fields(obj) -> list:
@@ -408,7 +411,8 @@ def encode_result(value):
     """``value`` (a result dataclass, or what its fields hold) as JSON data, losslessly.
 
     Dataclasses become objects of their fields (a field declared with ``metadata={"document":
-    False}``, such as the feature tensors, is left out), enums their values, tuples lists, map
+    False}``, such as the feature tensors, is left out, and one declared with
+    :data:`OMITTED_WHEN_NONE` while it is None), enums their values, tuples lists, map
     keys strings, and non-finite floats the strings ``"nan"``, ``"inf"``, ``"-inf"`` (strict
     JSON has no such numbers). :func:`decode_result` reverses it from the fields' type hints.
     """
@@ -416,7 +420,11 @@ def encode_result(value):
     if hasattr(value, "document") and hasattr(type(value), "from_document"):  # a value that says how it is stored
         return value.document()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: encode_result(getattr(value, f.name)) for f in _document_fields(value)}
+        return {
+            f.name: encode_result(getattr(value, f.name))
+            for f in _document_fields(value)
+            if not (f.metadata.get("omit_none") and getattr(value, f.name) is None)
+        }
     if isinstance(value, enum.Enum):  # before str and int: an enum may be either
         return value.value
     if isinstance(value, dict):
@@ -493,6 +501,12 @@ def _decode_union(tp, data, where: str):
         except (TypeError, ValueError, KeyError) as exc:
             errors.append(str(exc))
     raise ValueError(f"{where}: {data!r} fits none of {tp}: {'; '.join(errors)}")
+
+
+def decode_fields(tp, data, where: str):
+    """The dataclass ``tp`` from the object of its stored fields, read field by field from their
+    type hints (what a ``from_document`` that stores its fields under other keys reads them with)."""
+    return _decode_dataclass(tp, data, where)
 
 
 def _decode_dataclass(tp, data, where: str):
@@ -595,11 +609,8 @@ def result_from_meta(cls, meta: dict, source: str):
             f"{source}: holds no {cls.__name__} (its meta has no {RESULT_KEY!r}; it was written by "
             "another command or an older version)"
         )
-    commands = cls.COMMANDS or (cls.COMMAND,)
-    if meta.get("command") not in commands:
-        raise InputError(
-            f"{source}: holds the results of {meta.get('command')!r}, not of {' or '.join(map(repr, commands))}"
-        )
+    if meta.get("command") != cls.COMMAND:
+        raise InputError(f"{source}: holds the results of {meta.get('command')!r}, not of {cls.COMMAND!r}")
     try:
         return decode_result(cls, meta[RESULT_KEY])
     except (TypeError, ValueError, KeyError) as exc:
@@ -768,7 +779,6 @@ class StoredResult(ResultTable):
     :class:`~mhaaudit.errors.InputError`."""
 
     COMMAND: ClassVar[str] = ""
-    COMMANDS: ClassVar[tuple[str, ...]] = ()  # a result several commands write: their names (else COMMAND)
 
     def result_document(self) -> dict:
         """The whole result as JSON data (the meta's ``result``): see :func:`encode_result`."""

@@ -214,7 +214,7 @@ def test_default_block_is_the_one_the_paper_applies_theorem_1_to(capsys, vit4, i
         out.split()
     )
     lib = capacity_audit(str(vit4), data=str(image_dir), limit=40, samples=100, batch_size=16, variants=["random"])
-    assert lib.settings["layer"] == 2 and lib.notes[0] == CAPACITY_BLOCK_WHY
+    assert lib.settings.layer == 2 and lib.notes[0] == CAPACITY_BLOCK_WHY
     # a block given is no default: no such note
     given = json_run(capsys, vit4, "--data", image_dir, *FAST, "--variants", "random", "--block", "2")
     assert CAPACITY_BLOCK_WHY not in given["meta"]["notes"] and given["records"] == doc["records"]

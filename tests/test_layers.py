@@ -21,7 +21,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "mhaaudit"
 LAYERS: list[tuple[str, ...]] = [
     ("_version", "errors", "defaults", "validate", "hostmem", "staging", "notebook", "progress", "hub", "theory"),
     ("numerics",),
-    ("settings", "tables", "io", "distributed"),
+    ("settings", "tables", "io", "distributed", "facts"),
     ("models", "sources", "batching", "request", "pipeline"),
     ("kruskal",),
     ("checks", "features"),

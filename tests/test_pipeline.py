@@ -290,9 +290,9 @@ def test_asking_for_more_than_there_is_is_said(tmp_path, vit_dir, capsys):
     assert any(
         "500 examples were asked for" in note and "T = 21" in note and "2 unreadable" in note for note in result.notes
     )
-    assert result.skips["unreadable"]["count"] == 2 and "not RGB" not in result.skips
+    assert result.skips["unreadable"].count == 2 and "not RGB" not in result.skips
     assert "torchvision" in result.image_policy
-    assert result.meta()["skips"] == result.skips and result.meta()["image_policy"] == result.image_policy
+    assert result.meta()["skips"] == result.skips.as_dict() and result.meta()["image_policy"] == result.image_policy
     html = result._repr_html_()
     assert "T = 21 examples (500 asked; the data gave no more)" in html
     assert (

@@ -21,7 +21,7 @@ def test_table1_offline_columns():
         seed=0,
         stop_when_decided=True,
     )
-    assert r.info["n"] == 197 and r.info["d"] == 768
+    assert r.info.n == 197 and r.info.d == 768
     v = {c.probe.variant: {k: t.verdict for k, t in c.tests.items()} for c in r.columns}
     emb, ra, rnd = (r.column(x) for x in ("embedding", "random-attention", "random"))
     assert emb.features.T == 2000

@@ -133,7 +133,7 @@ def _small(**kw):
 def test_bert_table3_columns_and_segments(tiny_bert):
     r = audit(str(tiny_bert), context_length=24, **_small())
     assert [c.probe.variant for c in r.columns] == ["random-L0", "random-L1", "trained-L0", "trained-L1"]
-    assert r.info["query_index"] == 0 and r.info["n"] == 24 and r.info["d"] == 32
+    assert r.info.query_index == 0 and r.info.n == 24 and r.info.d == 32
     for c in r.columns:
         assert c.status == "ok" and c.features.T == 60
         assert set(c.tests) == {"general_position", "assumption_1", "assumption_2", "assumption_3"}
@@ -144,7 +144,7 @@ def test_bert_table3_columns_and_segments(tiny_bert):
 
 def test_gpt2_uses_the_last_token_and_windows(tiny_gpt2):
     r = audit(str(tiny_gpt2), context_length=20, **_small())
-    assert r.info["query_index"] == 19
+    assert r.info.query_index == 19
     assert "consecutive" in r.data or "window" in r.data
     # the offline default: the installed packages' documentation, windows that never overlap
     assert "docstrings" in r.data and "not Wikipedia" in r.data and "no two overlapping" in r.data
@@ -224,7 +224,7 @@ def test_trained_minilm_offline_end_to_end():
     r = audit(
         str(path), layers=[0, 1, 6], variants=["trained"], context_length=128, limit=300, samples=1000, batch_size=32
     )
-    assert r.info["d"] == 384 and r.info["n"] == 128
+    assert r.info.d == 384 and r.info.n == 128
     cols = {c.probe.layer: c for c in r.columns}
     assert all(c.status == "ok" for c in cols.values())
     # all queries at L0 are the same [CLS] embedding: A1 fails; the context matrices have rank n

@@ -42,6 +42,7 @@ from .. import pipeline
 from ..defaults import CAPACITY_BLOCK, CAPACITY_BLOCK_WHY
 from ..distributed import current, describe, shared
 from ..errors import InputError, ModelError, OfflineError, param
+from ..facts import CapacitySettings, JobFacts, ModelFacts
 from ..features import StreamingReducer
 from ..io import stamp
 from ..models import first_attention
@@ -90,6 +91,24 @@ class CapacityColumn:
         None  # trained weights: what loading read (mhaaudit.models.shards.WeightsRead)
     )
     batch: dict[str, Any] = field(default_factory=dict)  # the batch size used and how it was chosen
+    # Proposition 2 for each certificate (by h), filled when the result is built (CapacityResult)
+    prop2: dict[int, SharedContextCheck] = field(default_factory=dict, metadata={"document": False})
+
+
+@dataclass(frozen=True)
+class SharedContextCheck:
+    """Proposition 2 for one head count h: ``bound`` = h (n - 1) + 1, its ceiling on rank(Z) when
+    every example shares one context, and, when the run shared it (``--shared-context``), the
+    ``verdict``: holds when rank(Z) <= bound, else fails (None when the context was not shared)."""
+
+    heads: int
+    bound: int
+    verdict: str | None
+
+    @classmethod
+    def of(cls, cert: HeadCertificate, n: int, shared_context: bool) -> SharedContextCheck:
+        bound = shared_context_rank_bound(cert.heads, n)
+        return cls(cert.heads, bound, ("holds" if cert.rank <= bound else "fails") if shared_context else None)
 
 
 @dataclass(repr=False)
@@ -101,32 +120,39 @@ class CapacityResult(StoredResult):
     COMMAND: ClassVar[str] = "capacity"
 
     model: str
-    info: dict[str, Any]  # the model's ModelInfo as a dict
+    info: ModelFacts  # the model's ModelInfo
     data: str
     columns: list[CapacityColumn]
-    settings: dict[str, Any]  # the run's settings, as the JSON meta gives them
+    settings: CapacitySettings  # the run's settings, as the JSON meta gives them
     timings: dict[str, float]
     notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        """Proposition 2 for each certificate of each column that ran (``CapacityColumn.prop2``)."""
+        for c in self.columns:
+            c.prop2 = {
+                cert.heads: SharedContextCheck.of(cert, self.info.n, self.settings.shared_context)
+                for cert in c.certificates
+            }
 
     def records(self) -> list[dict]:
         """One row per column and head count h (one 'unavailable' row for a column that could not run)."""
         s, info = self.settings, self.info
-        H, dh, n, d = info.get("num_heads"), s["head_dim"], info.get("n"), info.get("d")
         out = []
         for c in self.columns:
             base = {
                 "model": self.model,
                 "variant": c.variant,
-                "layer": s["layer"],
-                "attention": s["attention"],
-                "shared_context": s["shared_context"],
+                "layer": s.layer,
+                "attention": s.attention,
+                "shared_context": s.shared_context,
                 "T": c.T or None,
-                "n": n,
-                "d": d,
-                "d_h": dh,
-                "H": H,
-                "tolerance": s["z_tolerance"],
-                "seed": s["seed"],
+                "n": info.n,
+                "d": info.d,
+                "d_h": s.head_dim,
+                "H": info.num_heads,
+                "tolerance": s.z_tolerance,
+                "seed": s.seed,
                 "status": c.status,
             }
             if c.status != "ok":
@@ -147,10 +173,8 @@ class CapacityResult(StoredResult):
                 )
                 continue
             a = c.assumptions or Assumptions()
-            assert n is not None, "a column that ran has its model's context length n"
             for cert in c.certificates:
-                b = c.bounds[cert.heads]
-                p2 = shared_context_rank_bound(cert.heads, n)
+                b, p2 = c.bounds[cert.heads], c.prop2[cert.heads]
                 out.append(
                     {
                         **base,
@@ -165,8 +189,8 @@ class CapacityResult(StoredResult):
                         "rank_method": cert.method,
                         "z_tolerance_value": cert.tolerance,
                         "sigma_max": cert.sigma_max,
-                        "prop2_bound": p2,
-                        "prop2_verdict": ("holds" if cert.rank <= p2 else "fails") if s["shared_context"] else None,
+                        "prop2_bound": p2.bound,
+                        "prop2_verdict": p2.verdict,
                         "assumption_1": a.a1,
                         "assumption_2": a.a2,
                         "kruskal_estimate": a.kruskal_estimate,
@@ -192,17 +216,17 @@ class CapacityResult(StoredResult):
             else:
                 top = max(c.certificates, key=lambda cert: cert.heads)
                 parts.append(f"{c.variant}: rank Z = {top.rank} with {top.heads} heads, T = {c.T}")
-        return f"{self.model!r} block {self.settings.get('layer')}; " + "; ".join(parts)
+        return f"{self.model!r} block {self.settings.layer}; " + "; ".join(parts)
 
     def meta(self) -> dict:
         return stamp(
             command="capacity",
             model=self.model,
-            model_info=self.info,
+            model_info=self.info.as_dict(),
             data=self.data,
             notes=self.notes,
             timings_s=self.timings,
-            **self.settings,
+            **self.settings.as_dict(),
             columns={
                 c.variant: {
                     "status": c.status,
@@ -353,7 +377,9 @@ def _first_context(zb: ZBuilder, key: str) -> _SharedContext:
     return _SharedContext(zb, current(), key)
 
 
-def _column(plan: _Plan, variant: str, notes: list[str]) -> tuple[CapacityColumn, dict, str, list[int], int]:
+def _column(
+    plan: _Plan, variant: str, notes: list[str]
+) -> tuple[CapacityColumn, ModelFacts | None, str, list[int], int]:
     """Load, capture, audit and certify one column. Returns (column, model info, data name, heads, d_h)."""
     col = CapacityColumn(variant)
     t0 = time.perf_counter()
@@ -366,7 +392,7 @@ def _column(plan: _Plan, variant: str, notes: list[str]) -> tuple[CapacityColumn
         col.status, col.reason = "unavailable", str(exc)
     current().same(pm is not None, f"whether the {variant} weights of {plan.request.model} can be loaded")
     if pm is None:
-        return col, {}, "", [], 0
+        return col, None, "", [], 0
     col.timings["load"] = round(time.perf_counter() - t0, 3)
     info = pm.info
     col.weights_source, col.weights_read = info.weights_source, info.weights_read
@@ -402,7 +428,7 @@ def _column(plan: _Plan, variant: str, notes: list[str]) -> tuple[CapacityColumn
     line = f"key/query weights: {attn.describe}"
     if line not in notes:
         notes.append(line)
-    return col, info.to_dict(), data_name, hs, attn.head_dim
+    return col, ModelFacts.of(info), data_name, hs, attn.head_dim
 
 
 def _validated_heads(heads, num_heads: int) -> list[int]:
@@ -430,12 +456,14 @@ def _certify(plan: _Plan, col: CapacityColumn, Z: torch.Tensor, info, hs: list[i
     col.timings["rank and certificate"] = round(time.perf_counter() - t0, 3)
 
 
-def _run_notes(info: dict, columns: list[CapacityColumn], hs: list[int] | None, shared_context: bool) -> list[str]:
+def _run_notes(
+    info: ModelFacts, columns: list[CapacityColumn], hs: list[int] | None, shared_context: bool
+) -> list[str]:
     """What the reader must know to read the numbers: causal masks, caps by T, Proposition 2's reach."""
     notes = []
-    n, d = info["n"], info["d"]
-    if info.get("modality") == "text" and info.get("query_index") not in (0, None):
-        if info["query_index"] % n == n - 1:
+    n, d = info.n, info.d
+    if info.modality == "text" and info.query_index not in (0, None):
+        if info.query_index % n == n - 1:
             notes.append(
                 "the model is a decoder with a causal mask; its query (the last token) attends to every token, "
                 "so the mask changes nothing"
@@ -580,7 +608,7 @@ def capacity_audit(
         result = _run(plan, vs)
         if block is None and layer is None:
             result.notes.insert(0, CAPACITY_BLOCK_WHY)
-        result.settings.update(describe())
+        result.settings = replace(result.settings, distributed=JobFacts.of(describe()))
         return result
 
     if over is None:
@@ -602,7 +630,7 @@ def _run(plan: _Plan, variants: list[str]) -> CapacityResult:
     t_start = time.perf_counter()
     columns: list[CapacityColumn] = []
     notes: list[str] = []
-    info_d: dict = {}
+    info_d: ModelFacts | None = None
     data_name, hs, head_dim = "", None, None
     for variant in variants:
         col, info, name, col_hs, dh = _column(plan, variant, notes)
@@ -611,20 +639,20 @@ def _run(plan: _Plan, variants: list[str]) -> CapacityResult:
             plan = replace(plan, data=replace(plan.data, batch_size=col.batch["size"]))
         if col.status != "ok":
             continue
-        if not info_d or variant == "random":
+        if info is not None and (info_d is None or variant == "random"):
             info_d = info
         data_name, hs, head_dim = name, col_hs, dh
-    if not info_d:
+    if info_d is None:
         raise OfflineError(columns[0].reason if columns else f"{plan.request.model}: no column could be loaded")
     notes.extend(_run_notes(info_d, columns, hs, plan.shared_context))
     batch = next((c.batch for c in columns if c.batch), {})
     s = plan.settings
     blk = plan.block
-    settings = dict(
+    settings = CapacitySettings(
         layer=blk,
         attention=plan.attention,
         shared_context=plan.shared_context,
-        heads=hs,
+        heads=tuple(hs) if hs is not None else None,
         head_dim=head_dim,
         samples=s.samples,
         threshold=s.threshold,

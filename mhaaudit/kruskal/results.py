@@ -27,8 +27,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
+from ..facts import CaptureFacts
 from ..io import stamp
 from ..numerics import RankRule, ldexp
 from ..tables import ResultTable, StoredSweepResult, table_rows
@@ -453,7 +454,7 @@ class KruskalResult(StoredSweepResult):
     total_s: float = 0.0
     storage: str = "memory"  # memory | memory-mapped
     peak_rss_bytes: int | None = None
-    capture: dict[str, Any] = field(default_factory=dict)  # with --model: the batch and the weights read
+    capture: CaptureFacts = field(default_factory=CaptureFacts)  # with --model: the batch and the weights read
 
     @property
     def T(self) -> int:
@@ -504,7 +505,7 @@ class KruskalResult(StoredSweepResult):
             peak_rss_bytes=self.peak_rss_bytes,
         )
         if self.capture:
-            meta["capture"] = dict(self.capture)
+            meta["capture"] = self.capture.as_dict()
         if self.sweep is not None:
             meta["sweep_summary"] = self.sweep.summary()
         meta["result"] = self.result_document()

@@ -126,9 +126,9 @@ def _facts(result, name: str, paper_data: bool, settings: Settings) -> RunFacts:
     T = result.T
     return RunFacts(
         model=name,
-        resolved=str(result.info.get("resolved", name)),
-        n=result.info.get("n"),
-        d=result.info.get("d"),
+        resolved=result.info.resolved,
+        n=result.info.n,
+        d=result.info.d,
         T=T,
         data=result.data,
         paper_data=paper_data,

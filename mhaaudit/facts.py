@@ -1,0 +1,383 @@
+"""The facts a result records about its run, as typed records: the model (:class:`ModelFacts`, a
+view of :class:`~mhaaudit.models.ModelInfo` with the weights each column read), the settings
+(:class:`AuditSettings` for ``check``, :class:`CapacitySettings` for ``capacity``), the data read
+(:class:`DuplicateInputs`, :class:`SkipCounts`) and a Kruskal capture (:class:`CaptureFacts`).
+
+Each is a frozen dataclass whose fields are the keys the JSON ``meta`` has always given, in the
+same order: ``as_dict()`` is that ``meta`` entry and the result document stores the same data, so
+the outputs read the same and ``from_json`` / ``from_parquet`` rebuild these records exactly.
+A field that the ``meta`` leaves out when it does not apply (the seeds set apart, the torchrun
+job) is declared with :data:`OMITTED_WHEN_NONE`. For code written against the former dicts, the
+model and settings records also answer ``record["key"]`` and ``record.get("key")`` with the
+``meta``'s keys.
+
+Nothing here computes a result: the records are filled where the run learns the facts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from .tables import OMITTED_WHEN_NONE, decode_fields, encode_result
+
+__all__ = [
+    "AuditSettings",
+    "BatchFacts",
+    "CapacitySettings",
+    "CaptureFacts",
+    "DuplicateInputs",
+    "JobFacts",
+    "ModelFacts",
+    "RuleFacts",
+    "SkipCause",
+    "SkipCounts",
+    "WeightsUsed",
+    "plain",
+]
+
+
+def plain(value):
+    """``value`` as the plain data a ``meta`` holds: records as dicts of their fields (those
+    :data:`OMITTED_WHEN_NONE` left out when None), tuples as lists."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if hasattr(value, "as_dict"):
+            return value.as_dict()
+        return {
+            f.name: plain(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if not (f.metadata.get("omit_none") and getattr(value, f.name) is None)
+        }
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return value
+
+
+def _fields_dict(record) -> dict:
+    return {
+        f.name: plain(getattr(record, f.name))
+        for f in dataclasses.fields(record)
+        if not (f.metadata.get("omit_none") and getattr(record, f.name) is None)
+    }
+
+
+class _ByName:
+    """``record["key"]`` and ``record.get("key", default)``: the ``meta``'s keys (``as_dict()``)."""
+
+    def as_dict(self) -> dict:  # pragma: no cover - defined by each record
+        raise NotImplementedError
+
+    def __getitem__(self, key: str):
+        return self.as_dict()[key]
+
+    def get(self, key: str, default=None):
+        """The value the ``meta`` gives under ``key``, else ``default``."""
+        return self.as_dict().get(key, default)
+
+
+# --------------------------------------------------------------------------- the model
+
+
+@dataclass(frozen=True)
+class WeightsUsed:
+    """One set of weights a run built its model with: ``init`` (random or trained), where they came
+    from, and what loading read (:class:`~mhaaudit.models.shards.WeightsRead` as a dict; None for
+    random weights)."""
+
+    init: str
+    source: str
+    read: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ModelFacts(_ByName):
+    """The model a result audited: the fields of its :class:`~mhaaudit.models.ModelInfo` (the
+    ``meta``'s ``model_info``), and for ``check`` the weights of each initialisation the columns
+    read (``weights_used``: in ``model_info`` as ``<init>_weights_source`` and
+    ``<init>_weights_read``)."""
+
+    name: str
+    resolved: str
+    backend: str
+    family: str
+    modality: str
+    d: int
+    n: int
+    query_index: int | None
+    num_layers: int
+    num_heads: int
+    head_dim: int
+    weights: str
+    weights_source: str
+    positions: str = "learned"
+    query_token: str = ""
+    weights_read: dict[str, Any] | None = None
+    weights_used: tuple[WeightsUsed, ...] = ()
+
+    @classmethod
+    def of(cls, info) -> ModelFacts:
+        """The facts of a loaded model's :class:`~mhaaudit.models.ModelInfo`."""
+        return cls(**info.to_dict())
+
+    def with_weights(self, init: str, source: str, read: dict | None) -> ModelFacts:
+        """These facts with the weights of ``init`` recorded (after any recorded before)."""
+        return dataclasses.replace(self, weights_used=(*self.weights_used, WeightsUsed(init, source, read)))
+
+    def as_dict(self) -> dict:
+        """``model_info`` as the ``meta`` gives it."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "weights_used"}
+        for w in self.weights_used:
+            out[f"{w.init}_weights_source"] = w.source
+            if w.read is not None:
+                out[f"{w.init}_weights_read"] = w.read
+        return out
+
+    def document(self) -> dict:
+        """``model_info`` as the result document stores it (:meth:`as_dict`, as JSON data)."""
+        return encode_result(self.as_dict())
+
+    @classmethod
+    def from_document(cls, data) -> ModelFacts:
+        """The facts :meth:`document` wrote.
+
+        Raises:
+            ValueError: ``data`` is not an object, has a key that is neither a field nor
+                ``<init>_weights_source`` / ``<init>_weights_read``, or a value of the wrong type.
+        """
+        if not isinstance(data, dict):
+            raise ValueError(f"model facts are an object, got {type(data).__name__}")
+        own = {f.name for f in dataclasses.fields(cls)} - {"weights_used"}
+        used: dict[str, dict] = {}
+        for key, value in data.items():
+            if key in own:
+                continue
+            init, sep, what = key.partition("_weights_")
+            if not sep or what not in ("source", "read"):
+                raise ValueError(f"ModelFacts has no field {key}")
+            used.setdefault(init, {})[what] = value
+        base = decode_fields(cls, {k: v for k, v in data.items() if k in own}, "model_info")
+        weights = tuple(
+            decode_fields(WeightsUsed, {"init": init, **parts}, f"model_info.{init}_weights")
+            for init, parts in used.items()
+        )
+        return dataclasses.replace(base, weights_used=weights)
+
+
+# --------------------------------------------------------------------------- the settings
+
+
+@dataclass(frozen=True)
+class RuleFacts:
+    """A rank rule as the ``meta`` gives it (:meth:`~mhaaudit.numerics.RankRule.as_dict`)."""
+
+    rtol: float | None
+    atol: float | None
+    eps: float
+    dtype: str
+    rule: str
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """The torchrun job a run was part of: its world size and backend."""
+
+    world_size: int
+    backend: str | None
+
+    @classmethod
+    def of(cls, described: dict) -> JobFacts | None:
+        """From :func:`mhaaudit.distributed.describe` (``{}`` in one process: None)."""
+        job = described.get("distributed")
+        return None if job is None else cls(**job)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditSettings(_ByName):
+    """The settings of a ``check`` run, as its ``meta`` gives them (in that order): the draws,
+    threshold, seeds and rank rule (:meth:`~mhaaudit.settings.Settings.as_dict`), the data's limit
+    and batch, the depth(s) asked for, and the torchrun job."""
+
+    device: str
+    samples: int
+    threshold: float
+    seed: int
+    tolerance: RuleFacts
+    stop_when_decided: bool
+    weights_seed: int | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    data_seed: int | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    limit: int
+    batch_size: int | str
+    batch_size_choice: str | None
+    layer: int
+    layers: tuple[int, ...] | None
+    distributed: JobFacts | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+
+    @classmethod
+    def of(cls, settings: dict, **run) -> AuditSettings:
+        """From :meth:`~mhaaudit.settings.Settings.as_dict` and the run's own facts (``run``)."""
+        return cls(**{**settings, "tolerance": RuleFacts(**settings["tolerance"])}, **run)
+
+    def as_dict(self) -> dict:
+        """The settings as the ``meta`` gives them."""
+        return _fields_dict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapacitySettings(_ByName):
+    """The settings of a ``capacity`` run, as its ``meta`` gives them (in that order)."""
+
+    layer: int  # the attention block K
+    attention: str  # model | random
+    shared_context: bool
+    heads: tuple[int, ...] | None
+    head_dim: int | None
+    samples: int
+    threshold: float
+    seed: int
+    weights_seed: int | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    data_seed: int | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    device: str
+    limit: int
+    batch_size: int | str
+    batch_size_choice: str | None
+    from_path: str | None
+    z_tolerance: str
+    assumption_tolerance: str
+    tokens: str
+    distributed: JobFacts | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+
+    def as_dict(self) -> dict:
+        """The settings as the ``meta`` gives them."""
+        return _fields_dict(self)
+
+
+# --------------------------------------------------------------------------- the data
+
+
+@dataclass(frozen=True)
+class DuplicateInputs:
+    """Exact duplicate inputs a run found: ``total`` inputs seen, ``repeats`` that repeat an earlier
+    one, ``dropped`` of them, and one pair ``(earlier, repeat)`` (None when there is none, and for
+    text, which redraws a repeat)."""
+
+    total: int
+    repeats: int
+    dropped: int
+    example: tuple[int, int] | None = None
+
+    @classmethod
+    def of(cls, found: dict) -> DuplicateInputs | None:
+        """From the data pass's dict (:meth:`mhaaudit.sources.Duplicates.as_dict`); None when empty."""
+        if not found:
+            return None
+        example = found.get("example")
+        return cls(found["total"], found["repeats"], found["dropped"], None if example is None else tuple(example))
+
+    def as_dict(self) -> dict:
+        """``{"total", "repeats", "dropped", "example"}``, as the ``meta`` gives them."""
+        return _fields_dict(self)
+
+
+@dataclass(frozen=True)
+class SkipCause:
+    """Inputs skipped for one cause: how many, and the first one, with why."""
+
+    cause: str
+    count: int
+    example: str
+
+
+@dataclass(frozen=True)
+class SkipCounts:
+    """The inputs a run skipped, by cause, in report order (``skips["unreadable"].count``). Stored
+    as the ``meta`` gives it: ``{cause: {"count": n, "example": "..."}}``."""
+
+    causes: tuple[SkipCause, ...] = ()
+
+    @classmethod
+    def of(cls, skips: dict) -> SkipCounts:
+        """From ``{cause: {"count", "example"}}`` (:meth:`mhaaudit.sources.Skips.as_dict`)."""
+        return cls(tuple(SkipCause(c, int(v["count"]), str(v["example"])) for c, v in (skips or {}).items()))
+
+    def __bool__(self) -> bool:
+        return bool(self.causes)
+
+    def __contains__(self, cause: object) -> bool:
+        return any(c.cause == cause for c in self.causes)
+
+    def __getitem__(self, cause: str) -> SkipCause:
+        """The inputs skipped for ``cause``.
+
+        Raises:
+            KeyError: none was skipped for that cause.
+        """
+        for c in self.causes:
+            if c.cause == cause:
+                return c
+        raise KeyError(cause)
+
+    @property
+    def total(self) -> int:
+        """The inputs skipped, all causes together."""
+        return sum(c.count for c in self.causes)
+
+    def as_dict(self) -> dict:
+        """``{cause: {"count": n, "example": "..."}}``, as the ``meta`` gives it."""
+        return {c.cause: {"count": c.count, "example": c.example} for c in self.causes}
+
+    def document(self) -> dict:
+        """As the result document stores it: :meth:`as_dict`."""
+        return self.as_dict()
+
+    @classmethod
+    def from_document(cls, data) -> SkipCounts:
+        """The causes :meth:`document` wrote.
+
+        Raises:
+            ValueError: ``data`` is not an object of causes, each with a count and an example.
+        """
+        if not isinstance(data, dict):
+            raise ValueError(f"skipped inputs are an object of causes, got {type(data).__name__}")
+        causes = []
+        for cause, v in data.items():
+            if not isinstance(v, dict) or set(v) != {"count", "example"}:
+                raise ValueError(f"skipped inputs: {cause!r} is not an object with count and example")
+            causes.append(decode_fields(SkipCause, {"cause": cause, **v}, f"skips.{cause}"))
+        return cls(tuple(causes))
+
+
+# --------------------------------------------------------------------------- a capture
+
+
+@dataclass(frozen=True)
+class BatchFacts:
+    """The batch size a capture used and how it was chosen (``asked``: the integer given, or ``"auto"``)."""
+
+    size: int
+    asked: int | str
+    how: str
+
+
+@dataclass(frozen=True)
+class CaptureFacts:
+    """How ``kruskal --model`` captured its vectors: the batch, and what loading trained weights
+    read (each None when it does not apply: then the ``meta`` leaves it out, and a run on a file
+    has no capture at all)."""
+
+    batch: BatchFacts | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    weights_read: dict[str, Any] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+
+    @classmethod
+    def of(cls, batch: dict | None, weights_read: dict | None) -> CaptureFacts:
+        """From the capture's batch (:meth:`mhaaudit.batching.BatchChoice.as_dict`; empty: none) and weights read."""
+        return cls(BatchFacts(**batch) if batch else None, weights_read)
+
+    def __bool__(self) -> bool:
+        return self.batch is not None or self.weights_read is not None
+
+    def as_dict(self) -> dict:
+        """The ``meta``'s ``capture``: what applies of the batch and the weights read."""
+        return _fields_dict(self)
