@@ -28,6 +28,9 @@ What is split and what is gathered
 - Rank 0 alone reads the data source, so it alone fixes the examples (unreadable and non-RGB
   items skipped, ``--limit`` applied) and the batches, exactly as one process would; it deals
   batch b to rank b mod N (:meth:`Session.deal`). Reading and decoding stay on rank 0.
+- Several seeds (``--seeds``) with at least one seed per rank are spread over the ranks instead:
+  rank r runs the seeds r, r + N, ... whole, as one process (:func:`alone`: it reads the data
+  itself), and the per-seed results are gathered into seed order (:func:`mhaaudit.seeds.over_seeds`).
 - Each rank loads the model itself (the same seed gives the same random weights), prepares and
   runs the batches dealt to it and reduces them: each batch is computed whole, by one process, as
   one process computes it.
@@ -81,6 +84,7 @@ __all__ = [
     "RankFailed",
     "Session",
     "SingleProcess",
+    "alone",
     "current",
     "describe",
     "launched",
@@ -153,6 +157,7 @@ class Session:
     depth: int = 0  # shared calls under way on this rank
     noted: bool = False  # this rank has left its failure note
     peer_failed: bool = False  # a collective found another rank gone
+    solo: bool = False  # inside alone(): this rank works as one process (current() and lockstep() say so)
 
     # ------------------------------------------------------------------ collectives
 
@@ -407,7 +412,24 @@ def current() -> Session | SingleProcess:
     """The session the work of this process goes through: the :class:`Session` of a launched job
     (joined on first use), else the :class:`SingleProcess` one."""
     s = session()
-    return _ONE_PROCESS if s is None else s
+    return _ONE_PROCESS if s is None or s.solo else s
+
+
+@contextlib.contextmanager
+def alone() -> Iterator[None]:
+    """Within, this rank works as one process: :func:`current` and :func:`lockstep` give the
+    :class:`SingleProcess` session, so it reads its own data and deals, gathers and agrees on
+    nothing with the other ranks (several seeds spread over the ranks, one whole seed per rank:
+    :func:`mhaaudit.seeds.over_seeds`). Nothing changes in one process."""
+    s = _SESSION
+    if s is None:
+        yield
+        return
+    was, s.solo = s.solo, True
+    try:
+        yield
+    finally:
+        s.solo = was
 
 
 def lost_rank_line() -> str | None:
@@ -493,7 +515,7 @@ def lockstep() -> Session | SingleProcess:
     """The session when this rank is inside a :func:`shared` call, which every rank makes together
     (so work may be divided among them); otherwise the :class:`SingleProcess` one (all work here)."""
     s = _SESSION
-    return s if s is not None and s.depth > 0 else _ONE_PROCESS
+    return s if s is not None and s.depth > 0 and not s.solo else _ONE_PROCESS
 
 
 def describe() -> dict:

@@ -28,6 +28,7 @@ from typing import Any
 from . import kruskal, validate
 from .auditing import capture_probe, probe_for_variant, refuse_weights_without_trained
 from .checks import REGISTRY, check_for_size
+from .distributed import shared
 from .errors import InputError, param
 from .facts import CaptureFacts
 from .features import FeatureSet
@@ -44,7 +45,7 @@ from .request import (
     build_settings,
     refuse_disagreement,
 )
-from .seeds import SeedsResult, kruskal_seeds, plan_for
+from .seeds import SeedPlan, SeedsResult, kruskal_seeds, plan_for
 from .settings import Settings
 
 VECTORS = ("queries", "a3")  # the query vectors, or the Assumption 3 vectors (query + mean of context rows)
@@ -284,6 +285,20 @@ def estimate_kruskal_rank(
     if plan is None:
         return _estimate_one(request, capture, settings, on_note)
     assert capture is not None, "a request without features comes with its capture"
+    return _estimate_seeds(request=request, capture=capture, settings=settings, plan=plan, on_note=on_note)
+
+
+@shared
+def _estimate_seeds(
+    *,
+    request: KruskalRequest,
+    capture: Capture,
+    settings: Settings,
+    plan: SeedPlan,
+    on_note: Callable[[str], None] | None = None,
+) -> SeedsResult:
+    """The estimate of a capture for each seed of ``plan``: a call every rank of a torchrun job
+    makes, so that the seeds can be spread over the ranks (:func:`mhaaudit.seeds.over_seeds`)."""
     return kruskal_seeds(lambda **run: _estimate_one(request, capture, settings.with_(**run), on_note), plan, capture)
 
 

@@ -22,8 +22,15 @@ error is what the interval covers). Trained weights have no weights seed: their 
 
 Cost: the runs share their model loads (:func:`mhaaudit.pipeline.shared_loads`): a trained model is
 loaded once for every seed, a random one once per weights seed, so when only the data seed varies
-the model is built once. Under torchrun every rank runs the seeds in the same order, and each
-seed's batches are dealt among the ranks as in a single run.
+the model is built once.
+
+Under torchrun (N processes) with at least N seeds, the seeds are spread over the ranks: rank r
+runs the seeds r, r + N, ... whole, as one process does (reading the data itself and sharing its
+own model loads), and the per-seed results are gathered back into seed order on every rank, where
+the summaries and differences are made exactly as in one process (:func:`over_seeds`). With fewer
+seeds than ranks every rank runs every seed and each seed's batches are dealt among the ranks, as
+in a single run. Either way the records are those of one process; the meta's ``distributed``
+says which (``seeds_by_rank``).
 """
 
 from __future__ import annotations
@@ -32,18 +39,21 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Any
+from typing import Any, ClassVar
 
-from . import validate
+from . import distributed, validate
 from .errors import InputError, param, plain
 from .io import stamp
 from .pipeline import shared_loads
 from .render_seeds import seeds_report
 from .settings import MAX_SEED
-from .tables import Report
+from .tables import RESULT_KEY, StoredSweepResult
 
 __all__ = [
+    "CAPACITY_LAYOUT",
+    "CHECK_LAYOUT",
     "VARY",
+    "Layout",
     "SeedPlan",
     "SeedRun",
     "SeedsResult",
@@ -51,7 +61,9 @@ __all__ = [
     "over_seeds",
     "parse_seeds",
     "plan_seeds",
+    "runs_meta",
     "spread",
+    "spread_over_ranks",
     "summary_records",
 ]
 
@@ -78,13 +90,12 @@ class SeedRun:
         """The keyword arguments of a library call for this run."""
         return {"seed": self.seed, "weights_seed": self.weights_seed, "data_seed": self.data_seed}
 
-    @property
-    def weights(self) -> int:
-        return self.seed if self.weights_seed is None else self.weights_seed
-
-    @property
-    def data(self) -> int:
-        return self.seed if self.data_seed is None else self.data_seed
+    def seeds_used(self) -> tuple[int, int]:
+        """The seeds that draw the weights and the data: those set apart, else the run's seed."""
+        return (
+            self.seed if self.weights_seed is None else self.weights_seed,
+            self.seed if self.data_seed is None else self.data_seed,
+        )
 
 
 @dataclass(frozen=True)
@@ -172,9 +183,48 @@ def data_seed_notes(plan: SeedPlan, data) -> list[str]:
 
 def over_seeds(fn: Callable, plan: SeedPlan, **kwargs) -> list:
     """``fn(**kwargs, seed=s, weights_seed=..., data_seed=...)`` for each run of ``plan``, in order,
-    sharing the model loads; the results, one per seed."""
-    with shared_loads():
-        return [fn(**kwargs, **run.kwargs()) for run in plan.runs()]
+    sharing the model loads; the results, one per seed, on every rank.
+
+    Inside a call that every rank of a torchrun job makes (:func:`mhaaudit.distributed.lockstep`)
+    with at least as many seeds as ranks, the seeds are spread over the ranks: rank r runs the
+    runs r, r + N, ... whole, as one process (its own model loads shared), and the results are
+    gathered back into seed order on every rank. With fewer seeds than ranks (or one process)
+    every rank runs every seed and each seed's batches are dealt among the ranks."""
+    shard = distributed.lockstep()
+    runs = plan.runs()
+    if not spread_over_ranks(plan, shard.world_size):
+        with shared_loads():
+            return [fn(**kwargs, **run.kwargs()) for run in runs]
+    world = shard.world_size
+    with distributed.alone(), shared_loads():
+        mine = [fn(**kwargs, **run.kwargs()) for run in runs[shard.rank :: world]]
+    parts = shard.all_gather_tensors(mine)
+    return [parts[i % world][i // world] for i in range(len(runs))]
+
+
+def spread_over_ranks(plan: SeedPlan, world_size: int) -> bool:
+    """Whether a job of ``world_size`` processes runs the seeds of ``plan`` spread over its ranks
+    (each seed whole on one rank): when it has at least one seed per rank."""
+    return 1 < world_size <= len(plan.seeds)
+
+
+def ranks_meta(plan: SeedPlan) -> tuple[dict, list[str]]:
+    """How the seeds ran over the ranks of the job the call is part of: the meta's ``distributed``
+    (with ``seeds_by_rank``, or None where each seed's batches were dealt) and a note; nothing in
+    one process."""
+    shard = distributed.lockstep()
+    world = shard.world_size
+    if world == 1:
+        return {}, []
+    how = {"world_size": world, "backend": shard.backend or None}
+    if not spread_over_ranks(plan, world):
+        return how | {"seeds_by_rank": None}, [
+            f"{len(plan.seeds)} seeds on {world} processes (fewer seeds than processes): every process ran every "
+            "seed, each seed's batches dealt among the processes"
+        ]
+    by_rank = {str(r): list(plan.seeds[r::world]) for r in range(world)}
+    said = "; ".join(f"rank {r} seeds {', '.join(map(str, s))}" for r, s in by_rank.items())
+    return how | {"seeds_by_rank": by_rank}, [f"the seeds were spread over {world} processes, each seed whole: {said}"]
 
 
 # --------------------------------------------------------------------------- spread
@@ -198,6 +248,44 @@ def _exact(statuses: dict) -> tuple[str, list[int]]:
     return status, sorted(proved)
 
 
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _cells(per_seed: list[tuple[SeedRun, list[dict]]], key: Sequence[str]) -> dict[tuple, list[tuple[SeedRun, dict]]]:
+    """The records grouped by cell (their values of ``key``), each with its run, in first-seen order."""
+    cells: dict[tuple, list[tuple[SeedRun, dict]]] = {}
+    for run, recs in per_seed:
+        for r in recs:
+            cells.setdefault(cell_of(r, key), []).append((run, r))
+    return cells
+
+
+def _spread_fields(numbers: list, runs: int) -> dict:
+    """The median, lowest and highest of a cell's values, and the phrase that says them."""
+    if not numbers:
+        return {"median": None, "low": None, "high": None, "spread": spread_phrase(numbers, runs)}
+    return {
+        "median": _median(numbers),
+        "low": min(numbers),
+        "high": max(numbers),
+        "spread": spread_phrase(numbers, runs),
+    }
+
+
+def _verdict_fields(members: list[tuple[SeedRun, dict]]) -> dict:
+    """How many seeds hold and decide under the paper's rule, and the exact status over the seeds,
+    where the cell's records have them."""
+    out: dict = {}
+    verdicts = [r.get("verdict") for _, r in members]
+    if any(v is not None for v in verdicts):
+        out["seeds_holding"] = sum(v == "holds" for v in verdicts)
+        out["seeds_decided"] = sum(v in ("holds", "fails") for v in verdicts)
+    if any("exact_status" in r for _, r in members):
+        out["exact_status"], out["exact_seeds"] = _exact({run.seed: r.get("exact_status") for run, r in members})
+    return out
+
+
 def summary_records(
     per_seed: list[tuple[SeedRun, list[dict]]], *, key: Sequence[str], value: str, extra: Sequence[str] = ()
 ) -> list[dict]:
@@ -205,38 +293,20 @@ def summary_records(
     highest ``value`` over the seeds, the seeds whose verdict holds under the paper's rule (when
     the records have one), and the exact status where a seed proved it. ``extra`` fields are
     copied from the cell's first record."""
-    cells: dict[tuple, list[tuple[SeedRun, dict]]] = {}
-    for run, recs in per_seed:
-        for r in recs:
-            cells.setdefault(cell_of(r, key), []).append((run, r))
     out = []
-    for cell, members in cells.items():
+    for cell, members in _cells(per_seed, key).items():
         first = members[0][1]
-        vals = [
-            (run.seed, r.get(value))
-            for run, r in members
-            if isinstance(r.get(value), (int, float)) and not isinstance(r.get(value), bool)
-        ]
+        numbers: list[Any] = [r.get(value) for _, r in members if _is_number(r.get(value))]
         rec = (
             dict(zip(key, cell, strict=True))
             | {k: first.get(k) for k in extra}
             | {"aggregate": "summary", "seed": None, "value": value}
         )
-        rec["seeds"] = [run.seed for run, _ in members]
-        rec["runs"] = len(members)
-        rec["values"] = [v for _, v in vals]
-        numbers: list[Any] = [v for _, v in vals]
-        rec["median"] = _median(numbers) if numbers else None
-        rec["low"] = min(numbers) if numbers else None
-        rec["high"] = max(numbers) if numbers else None
-        verdicts = [r.get("verdict") for _, r in members]
-        if any(v is not None for v in verdicts):
-            rec["seeds_holding"] = sum(v == "holds" for v in verdicts)
-            rec["seeds_decided"] = sum(v in ("holds", "fails") for v in verdicts)
-        if any("exact_status" in r for _, r in members):
-            status, proving = _exact({run.seed: r.get("exact_status") for run, r in members})
-            rec["exact_status"], rec["exact_seeds"] = status, proving
-        rec["spread"] = spread_phrase(numbers, len(members))
+        rec |= {"seeds": [run.seed for run, _ in members], "runs": len(members), "values": numbers}
+        spread_fields = _spread_fields(numbers, len(members))
+        rec |= {k: spread_fields[k] for k in ("median", "low", "high")}
+        rec |= _verdict_fields(members)
+        rec["spread"] = spread_fields["spread"]
         out.append(rec)
     return out
 
@@ -256,6 +326,56 @@ def _fmt(v) -> str:
     return str(int(v)) if isinstance(v, (int, float)) else str(v)
 
 
+def _values_by_seed(
+    per_seed: list[tuple[SeedRun, list[dict]]], key: Sequence[str], value: str, check: str | None
+) -> dict[tuple, dict[int, float]]:
+    """Each cell's ``value`` by seed (the records of ``check`` only, when given)."""
+    by_seed: dict[tuple, dict[int, float]] = {}
+    for run, recs in per_seed:
+        for r in recs:
+            if (check is None or r.get("check") == check) and isinstance(r.get(value), (int, float)):
+                by_seed.setdefault(cell_of(r, key), {})[run.seed] = r[value]
+    return by_seed
+
+
+def _conclusion(name_a: str, name_b: str, diffs: list) -> tuple[bool, str]:
+    """Whether the seed-by-seed differences exclude zero (never with one seed), and what that says."""
+    lo, hi = min(diffs), max(diffs)
+    if len(diffs) == 1:
+        return False, f"{name_a} minus {name_b}: {_fmt(diffs[0])} in a single run; not distinguishable with 1 seed"
+    ranged = f"{name_a} minus {name_b}: median {_fmt(_median(diffs))}, range {_fmt(lo)} to {_fmt(hi)}"
+    if lo > 0 or hi < 0:
+        bigger = name_a if lo > 0 else name_b
+        return True, f"{ranged} over {len(diffs)} seeds, which excludes zero: {bigger} is higher in every seed"
+    return False, f"{ranged}, which contains zero: not distinguishable with {len(diffs)} seeds"
+
+
+def _difference(a: dict[int, float], b: dict[int, float], names: tuple[str, str], what: tuple[str, str]) -> dict | None:
+    """The difference record of two cells (their values by seed, their ``names``; ``what`` = the
+    record's check and value), over the seeds they share; None when they share none."""
+    common = [s for s in a if s in b]
+    if not common:
+        return None
+    diffs = [a[s] - b[s] for s in common]
+    excludes, said = _conclusion(*names, diffs)
+    return {
+        "aggregate": "difference",
+        "check": what[0],
+        "value": what[1],
+        "seed": None,
+        "a": names[0],
+        "b": names[1],
+        "seeds": common,
+        "runs": len(common),
+        "values": diffs,
+        "median": _median(diffs),
+        "low": min(diffs),
+        "high": max(diffs),
+        "excludes_zero": excludes,
+        "conclusion": said,
+    }
+
+
 def difference_records(
     summaries: list[dict],
     per_seed: list[tuple[SeedRun, list[dict]]],
@@ -268,57 +388,20 @@ def difference_records(
     """For every pair of cells (of ``check``, when given; agreeing on the fields ``same``), the
     difference of their ``value`` seed by seed: its median and range, and whether the range
     excludes zero (only then is it called a difference)."""
-    by_seed: dict[tuple, dict[int, float]] = {}
-    for run, recs in per_seed:
-        for r in recs:
-            if (check is None or r.get("check") == check) and isinstance(r.get(value), (int, float)):
-                by_seed.setdefault(cell_of(r, key), {})[run.seed] = r[value]
+    by_seed = _values_by_seed(per_seed, key, value, check)
     cells = [
         cell_of(s, key) for s in summaries if (check is None or s.get("check") == check) and cell_of(s, key) in by_seed
     ]
     varying = [k for i, k in enumerate(key) if len({c[i] for c in cells}) > 1] or list(key)
     out = []
     for a, b in combinations(cells, 2):
-        if any(dict(zip(key, a, strict=True))[f] != dict(zip(key, b, strict=True))[f] for f in same):
+        fields_a, fields_b = dict(zip(key, a, strict=True)), dict(zip(key, b, strict=True))
+        if any(fields_a[f] != fields_b[f] for f in same):
             continue
-        common = [s for s in by_seed[a] if s in by_seed[b]]
-        if not common:
-            continue
-        diffs = [by_seed[a][s] - by_seed[b][s] for s in common]
-        lo, hi = min(diffs), max(diffs)
-        excludes = len(diffs) > 1 and (lo > 0 or hi < 0)
-        name_a, name_b = _name(a, key, varying), _name(b, key, varying)
-        if len(diffs) == 1:
-            said = f"{name_a} minus {name_b}: {_fmt(diffs[0])} in a single run; not distinguishable with 1 seed"
-        elif excludes:
-            bigger = name_a if lo > 0 else name_b
-            said = (
-                f"{name_a} minus {name_b}: median {_fmt(_median(diffs))}, range {_fmt(lo)} to {_fmt(hi)} over "
-                f"{len(diffs)} seeds, which excludes zero: {bigger} is higher in every seed"
-            )
-        else:
-            said = (
-                f"{name_a} minus {name_b}: median {_fmt(_median(diffs))}, range {_fmt(lo)} to {_fmt(hi)}, which "
-                f"contains zero: not distinguishable with {len(diffs)} seeds"
-            )
-        out.append(
-            {
-                "aggregate": "difference",
-                "check": check or value,
-                "value": value,
-                "seed": None,
-                "a": name_a,
-                "b": name_b,
-                "seeds": common,
-                "runs": len(common),
-                "values": diffs,
-                "median": _median(diffs),
-                "low": lo,
-                "high": hi,
-                "excludes_zero": excludes,
-                "conclusion": said,
-            }
-        )
+        names = (_name(a, key, varying), _name(b, key, varying))
+        rec = _difference(by_seed[a], by_seed[b], names, (check or value, value))
+        if rec is not None:
+            out.append(rec)
     return out
 
 
@@ -337,20 +420,27 @@ def _name(cell: tuple, key: Sequence[str], varying: Sequence[str]) -> str:
 
 
 @dataclass(repr=False)
-class SeedsResult(Report):
+class SeedsResult(StoredSweepResult):
     """The runs of several seeds side by side (:func:`spread`); ``records()`` holds the per-seed,
-    summary and difference records, ``sweep_rows()`` every seed's sweep rows (tagged with the seed)."""
+    summary and difference records, ``sweep_rows()`` every seed's sweep rows (tagged with the seed).
+
+    ``SeedsResult.from_json`` / ``from_parquet`` read it back from what ``--seeds`` printed or
+    wrote (``check``, ``kruskal --model``, ``capacity``, ``reproduce``), equal field by field. The
+    per-seed result objects (``runs``) are not in those files (their records are, in
+    ``per_seed``): a result read back has none."""
+
+    COMMANDS: ClassVar[tuple[str, ...]] = ("check", "kruskal", "capacity", "reproduce")
 
     command: str
     plan: SeedPlan
-    runs: list  # the per-seed results, in seed order
-    per_seed: list  # [(SeedRun, records)]
-    summaries: list
-    differences: list
-    sweeps: list = field(default_factory=list)
-    meta_: dict = field(default_factory=dict)
-    notes: list = field(default_factory=list)
+    per_seed: list[tuple[SeedRun, list[dict[str, Any]]]]  # each run's records, tagged with its seeds
+    summaries: list[dict[str, Any]]
+    differences: list[dict[str, Any]]
+    sweeps: list[dict[str, Any]] = field(default_factory=list)
+    meta_: dict[str, Any] = field(default_factory=dict)  # the meta, less the result itself
+    notes: list[str] = field(default_factory=list)
     title: str = ""
+    runs: list = field(default_factory=list, compare=False, metadata={"document": False})  # per-seed results
 
     def records(self) -> list[dict]:
         return [r for _, recs in self.per_seed for r in recs] + self.summaries + self.differences
@@ -359,7 +449,7 @@ class SeedsResult(Report):
         return self.sweeps
 
     def meta(self) -> dict:
-        return self.meta_
+        return self.meta_ | {RESULT_KEY: self.result_document()}
 
     def summary(self, check: str | None = None) -> list[dict]:
         return [s for s in self.summaries if check is None or s.get("check") == check]
@@ -376,80 +466,105 @@ class SeedsResult(Report):
 
 def _tag(records: list[dict], run: SeedRun, trained: Callable[[dict], bool]) -> list[dict]:
     """A run's records as per-seed records: which aggregate, which seeds drew the weights and the data."""
+    weights, data = run.seeds_used()
     return [
-        r
-        | {
-            "aggregate": "seed",
-            "seed": run.seed,
-            "weights_seed": None if trained(r) else run.weights,
-            "data_seed": run.data,
-        }
+        r | {"aggregate": "seed", "seed": run.seed, "weights_seed": None if trained(r) else weights, "data_seed": data}
         for r in records
     ]
 
 
-def spread(
-    command: str,
-    plan: SeedPlan,
-    runs: list,
-    *,
-    records: Callable,
-    key: Sequence[str],
-    value: str = "fraction",
-    estimates: Callable | None = None,
-    estimate_key: Sequence[str] = (),
-    trained: Callable[[dict], bool] = lambda r: False,
-    sweep_rows: Callable | None = None,
-    meta: dict | None = None,
-    extra: Sequence[str] = (),
-    differences_same: Sequence[str] | None = None,
-    notes: Sequence[str] = (),
-) -> SeedsResult:
-    """The runs of ``plan`` (``runs``, one result per seed) side by side.
+def is_trained(record: dict) -> bool:
+    """Whether a record comes from trained weights (its variant or column names them)."""
+    return any(str(record.get(k) or "").startswith("trained") for k in ("variant", "column"))
 
-    ``records(result)`` gives a run's records, summarised per ``key`` over ``value``;
-    ``estimates(result)`` (optional) its sweep estimates as records of ``check = "sweep_estimate"``
-    keyed by ``estimate_key``, whose pairs give the difference records; ``trained(record)`` tells
-    which records come from trained weights (no weights seed). ``differences_same``, when given,
-    makes the ordinary cells' pairs that agree on those fields give differences too (capacity:
-    the rank of the columns at the same head count).
+
+@dataclass(frozen=True)
+class Layout:
+    """How a command's runs are set side by side by :func:`spread`.
+
+    ``records(result)`` gives a run's records, summarised per ``key`` over ``value`` (``extra``
+    fields copied from each cell's first record); ``estimates(result)`` (optional) its sweep
+    estimates as records of ``check = "sweep_estimate"`` keyed by ``estimate_key``, whose pairs give
+    the difference records; ``trained(record)`` tells which records come from trained weights (no
+    weights seed); ``sweep_rows(result)`` its sweep rows. ``differences_same``, when given, makes
+    the ordinary cells' pairs that agree on those fields give differences too (capacity: the rank
+    of the columns at the same head count).
     """
-    per_seed = [(run, _tag(records(res), run, trained)) for run, res in zip(plan.runs(), runs, strict=True)]
-    summaries = summary_records(per_seed, key=key, value=value, extra=extra)
-    differences = []
-    if differences_same is not None:
-        differences += difference_records(summaries, per_seed, key=key, value=value, same=differences_same)
-    if estimates is not None:
-        est = [(run, _tag(estimates(res), run, trained)) for run, res in zip(plan.runs(), runs, strict=True)]
-        est_summaries = summary_records(est, key=estimate_key, value="estimate")
-        summaries += est_summaries
-        differences += difference_records(
-            est_summaries, est, key=estimate_key, value="estimate", check="sweep_estimate"
-        )
-        per_seed = [(run, recs + e) for (run, recs), (_, e) in zip(per_seed, est, strict=True)]
-    sweeps = []
-    if sweep_rows is not None:
-        for run, res in zip(plan.runs(), runs, strict=True):
-            sweeps += [r | {"aggregate": "seed", "seed": run.seed} for r in sweep_rows(res)]
-    notes = [plan.describe(), *notes, *_trained_notes(plan, [r for _, recs in per_seed for r in recs], trained)]
-    return SeedsResult(
-        command,
-        plan,
-        list(runs),
-        per_seed,
-        summaries,
-        differences,
-        sweeps,
-        (meta or {})
+
+    command: str
+    records: Callable[[Any], list[dict]]
+    key: tuple[str, ...]
+    value: str = "fraction"
+    estimates: Callable[[Any], list[dict]] | None = None
+    estimate_key: tuple[str, ...] = ()
+    trained: Callable[[dict], bool] = is_trained
+    sweep_rows: Callable[[Any], list[dict]] | None = None
+    extra: tuple[str, ...] = ()
+    differences_same: tuple[str, ...] | None = None
+
+
+def _estimated(layout: Layout, plan: SeedPlan, runs: list) -> tuple[list, list, list]:
+    """The runs' sweep estimates: (per-seed records, summaries, differences); none without ``estimates``."""
+    if layout.estimates is None:
+        return [[] for _ in runs], [], []
+    est = [(run, _tag(layout.estimates(res), run, layout.trained)) for run, res in zip(plan.runs(), runs, strict=True)]
+    summaries = summary_records(est, key=layout.estimate_key, value="estimate")
+    differences = difference_records(summaries, est, key=layout.estimate_key, value="estimate", check="sweep_estimate")
+    return [e for _, e in est], summaries, differences
+
+
+def _seeds_meta(plan: SeedPlan, meta: dict | None, notes: list[str]) -> dict:
+    """The meta of a several-seed run: the first run's (less its result), the plan and the notes;
+    under torchrun, how the seeds ran over the ranks."""
+    base = {k: v for k, v in (meta or {}).items() if k != RESULT_KEY}
+    ranks, _ = ranks_meta(plan)
+    described = plan.as_dict()
+    return (
+        base
         | {
             "seed": None,
             "seeds": list(plan.seeds),
-            "seed_plan": plan.as_dict(),
-            "weights_seed": plan.as_dict()["weights_seed"],
-            "data_seed": plan.as_dict()["data_seed"],
+            "seed_plan": described,
+            "weights_seed": described["weights_seed"],
+            "data_seed": described["data_seed"],
             "seed_notes": notes,
-        },
-        notes,
+        }
+        | ({"distributed": ranks} if ranks else {})
+    )
+
+
+def spread(
+    layout: Layout, plan: SeedPlan, runs: list, *, meta: dict | None = None, notes: Sequence[str] = ()
+) -> SeedsResult:
+    """The runs of ``plan`` (``runs``, one result per seed) side by side, as ``layout`` says: the
+    per-seed records, one summary per cell, the differences; ``meta`` is the first run's."""
+    per_seed = [
+        (run, _tag(layout.records(res), run, layout.trained)) for run, res in zip(plan.runs(), runs, strict=True)
+    ]
+    summaries = summary_records(per_seed, key=layout.key, value=layout.value, extra=layout.extra)
+    differences = []
+    if layout.differences_same is not None:
+        differences += difference_records(
+            summaries, per_seed, key=layout.key, value=layout.value, same=layout.differences_same
+        )
+    est, est_summaries, est_differences = _estimated(layout, plan, runs)
+    per_seed = [(run, recs + e) for (run, recs), e in zip(per_seed, est, strict=True)]
+    sweeps = []
+    if layout.sweep_rows is not None:
+        for run, res in zip(plan.runs(), runs, strict=True):
+            sweeps += [r | {"aggregate": "seed", "seed": run.seed} for r in layout.sweep_rows(res)]
+    trained = _trained_notes(plan, [r for _, recs in per_seed for r in recs], layout.trained)
+    all_notes = [plan.describe(), *notes, *trained, *ranks_meta(plan)[1]]
+    return SeedsResult(
+        command=layout.command,
+        plan=plan,
+        per_seed=per_seed,
+        summaries=summaries + est_summaries,
+        differences=differences + est_differences,
+        sweeps=sweeps,
+        meta_=_seeds_meta(plan, meta, all_notes),
+        notes=all_notes,
+        runs=list(runs),
     )
 
 
@@ -472,11 +587,6 @@ def _trained_notes(plan: SeedPlan, records: list[dict], trained: Callable[[dict]
     return [f"trained weights have no weights seed: the spread of {which} is that of the data and the draws"]
 
 
-def is_trained(record: dict) -> bool:
-    """Whether a record comes from trained weights (its variant or column names them)."""
-    return any(str(record.get(k) or "").startswith("trained") for k in ("variant", "column"))
-
-
 # --------------------------------------------------------------------------- the commands
 
 
@@ -493,15 +603,42 @@ def sweep_estimate_record(sw, **where) -> dict:
     }
 
 
-def _sweep_estimates(model: str, columns) -> list[dict]:
+def _sweep_estimates(result) -> list[dict]:
     return [
-        sweep_estimate_record(c.sweep, model=model, variant=c.probe.variant, layer=c.probe.layer)
-        for c in columns
+        sweep_estimate_record(c.sweep, model=result.model, variant=c.probe.variant, layer=c.probe.layer)
+        for c in result.columns
         if c.sweep is not None
     ]
 
 
-def _per_seed_meta(runs: list, plan: SeedPlan) -> dict:
+def _records(result) -> list[dict]:
+    return result.records()
+
+
+def _sweep_rows(result) -> list[dict]:
+    return result.sweep_rows()
+
+
+#: How ``check --seeds`` sets its runs side by side: the fractions per column, layer, check and
+#: size, and the columns' sweep estimates.
+CHECK_LAYOUT = Layout(
+    "check",
+    _records,
+    ("model", "variant", "layer", "check", "k"),
+    estimates=_sweep_estimates,
+    estimate_key=("model", "variant", "layer", "check"),
+    sweep_rows=_sweep_rows,
+)
+
+#: How ``capacity --seeds`` sets its runs side by side: rank(Z) per column and head count, and
+#: the columns' difference at the same head count.
+CAPACITY_LAYOUT = Layout(
+    "capacity", _records, ("model", "variant", "layer", "heads"), value="rank", differences_same=("layer", "heads")
+)
+
+
+def runs_meta(runs: list, plan: SeedPlan) -> dict:
+    """The first run's meta, with every seed's timings."""
     first = runs[0].meta()
     timings = {str(run.seed): r.meta().get("timings_s") for run, r in zip(plan.runs(), runs, strict=True)}
     return first | {"timings_s": timings}
@@ -522,41 +659,21 @@ def plan_for(settings, seeds, vary: str = "both") -> SeedPlan | None:
     )
 
 
+def _seeds_of(layout: Layout, run: Callable, plan: SeedPlan, data) -> SeedsResult:
+    runs = over_seeds(run, plan)
+    return spread(layout, plan, runs, meta=runs_meta(runs, plan), notes=data_seed_notes(plan, data))
+
+
 def audit_seeds(run: Callable, plan: SeedPlan, data=None) -> SeedsResult:
     """The audit ``run(seed=, weights_seed=, data_seed=)`` for each seed of ``plan`` (what
     ``audit(..., seeds=...)`` returns); ``data`` is the data source the runs read."""
-    runs = over_seeds(run, plan)
-    return spread(
-        "check",
-        plan,
-        runs,
-        records=lambda r: r.records(),
-        key=("model", "variant", "layer", "check", "k"),
-        estimates=lambda r: _sweep_estimates(r.model, r.columns),
-        estimate_key=("model", "variant", "layer", "check"),
-        trained=is_trained,
-        sweep_rows=lambda r: r.sweep_rows(),
-        meta=_per_seed_meta(runs, plan),
-        notes=data_seed_notes(plan, data),
-    )
+    return _seeds_of(CHECK_LAYOUT, run, plan, data)
 
 
 def capacity_seeds(run: Callable, plan: SeedPlan, data=None) -> SeedsResult:
     """The capacity run ``run(seed=, weights_seed=, data_seed=)`` for each seed of ``plan``: the
     spread of rank(Z) per column and head count, and the difference between the columns' ranks."""
-    runs = over_seeds(run, plan)
-    return spread(
-        "capacity",
-        plan,
-        runs,
-        records=lambda r: r.records(),
-        key=("model", "variant", "layer", "heads"),
-        value="rank",
-        trained=is_trained,
-        meta=_per_seed_meta(runs, plan),
-        differences_same=("layer", "heads"),
-        notes=data_seed_notes(plan, data),
-    )
+    return _seeds_of(CAPACITY_LAYOUT, run, plan, data)
 
 
 def kruskal_seeds(run: Callable, plan: SeedPlan, capture) -> SeedsResult:
@@ -577,16 +694,12 @@ def kruskal_seeds(run: Callable, plan: SeedPlan, capture) -> SeedsResult:
         capture=first.capture.as_dict(),
         timings_s={str(r.seed): x.timings for r, x in zip(plan.runs(), runs, strict=True)},
     )
-    return spread(
+    layout = Layout(
         "kruskal",
-        plan,
-        runs,
-        records=lambda r: [where | t.record() for t in r.tests],
-        key=("model", "variant", "check", "k"),
+        lambda r: [where | t.record() for t in r.tests],
+        ("model", "variant", "check", "k"),
         estimates=lambda r: [sweep_estimate_record(r.sweep, **where)] if r.sweep is not None else [],
         estimate_key=("model", "variant", "check"),
-        trained=is_trained,
         sweep_rows=lambda r: r.sweep.rows() if r.sweep is not None else [],
-        meta=meta,
-        notes=data_seed_notes(plan, capture.data.data),
     )
+    return spread(layout, plan, runs, meta=meta, notes=data_seed_notes(plan, capture.data.data))

@@ -609,8 +609,11 @@ def result_from_meta(cls, meta: dict, source: str):
             f"{source}: holds no {cls.__name__} (its meta has no {RESULT_KEY!r}; it was written by "
             "another command or an older version)"
         )
-    if meta.get("command") != cls.COMMAND:
-        raise InputError(f"{source}: holds the results of {meta.get('command')!r}, not of {cls.COMMAND!r}")
+    commands = cls.COMMANDS or (cls.COMMAND,)
+    if meta.get("command") not in commands:
+        raise InputError(
+            f"{source}: holds the results of {meta.get('command')!r}, not of {' or '.join(map(repr, commands))}"
+        )
     try:
         return decode_result(cls, meta[RESULT_KEY])
     except (TypeError, ValueError, KeyError) as exc:
@@ -779,6 +782,7 @@ class StoredResult(ResultTable):
     :class:`~mhaaudit.errors.InputError`."""
 
     COMMAND: ClassVar[str] = ""
+    COMMANDS: ClassVar[tuple[str, ...]] = ()  # a result several commands write: their names (else COMMAND)
 
     def result_document(self) -> dict:
         """The whole result as JSON data (the meta's ``result``): see :func:`encode_result`."""

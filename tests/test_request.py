@@ -147,6 +147,8 @@ RULED = (
     "pipeline.py",
     "capacity/audit.py",
     "estimation.py",
+    "seeds.py",
+    "render_seeds.py",
     *(f"memorize/{p.name}" for p in sorted((Path(mhaaudit.__file__).parent / "memorize").glob("*.py"))),
     "cli/memorize.py",
     "cli/check.py",

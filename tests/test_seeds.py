@@ -3,20 +3,26 @@ seeds, per-seed / summary / difference records, shared model loads, and the comm
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
 from clitools import assert_one_error, run
+from conftest import strict_json
 
 from mhaaudit import audit, pipeline
-from mhaaudit.auditing import capture_features
+from mhaaudit.auditing import AuditResult, capture_features
 from mhaaudit.errors import InputError
+from mhaaudit.render import print_json
 from mhaaudit.seeds import (
     SeedPlan,
     SeedRun,
+    SeedsResult,
     difference_records,
     parse_seeds,
     plan_seeds,
@@ -24,6 +30,7 @@ from mhaaudit.seeds import (
     summary_records,
 )
 from mhaaudit.settings import Settings
+from mhaaudit.tables import encode_result
 
 RUN = dict(limit=40, samples=60, batch_size=8)
 CLI_RUN = ["--limit", "40", "--samples", "60", "--batch-size", "8"]
@@ -33,7 +40,7 @@ CLI_RUN = ["--limit", "40", "--samples", "60", "--batch-size", "8"]
 
 
 def test_seeds_syntax_is_memorize_s():
-    from mhaaudit.memorize.grid import _seeds
+    from mhaaudit.memorize.request import _seeds
 
     assert parse_seeds("0-4") == [0, 1, 2, 3, 4]
     assert parse_seeds("7,0,3") == [0, 3, 7]
@@ -50,9 +57,9 @@ def test_plan_holds_the_other_seed_fixed():
         {"seed": 1, "weights_seed": None, "data_seed": None},
     ]
     w = plan_seeds("3-4", vary="weights")
-    assert [(r.seed, r.weights, r.data) for r in w.runs()] == [(3, 3, 3), (4, 4, 3)]
+    assert [(r.seed, *r.seeds_used()) for r in w.runs()] == [(3, 3, 3), (4, 4, 3)]
     d = plan_seeds("3-4", vary="data", weights_seed=9)
-    assert [(r.seed, r.weights, r.data) for r in d.runs()] == [(3, 9, 3), (4, 9, 4)]
+    assert [(r.seed, *r.seeds_used()) for r in d.runs()] == [(3, 9, 3), (4, 9, 4)]
     assert "data seed varies" in d.describe() and "held at 9" in d.describe()
     assert d.as_dict()["weights_seed"] == 9 and d.as_dict()["data_seed"] == "varied"
 
@@ -211,6 +218,29 @@ def test_model_loads_are_shared_across_seeds(vit_dir, monkeypatch):
 # --------------------------------------------------------------------------- the commands
 
 
+def reads_back(text: str, out=None) -> SeedsResult:
+    """The SeedsResult a command's ``--format json`` output (and ``--out`` file) holds, checked to give
+    back exactly what was written: the result document, the meta, the records, the sweep rows."""
+    doc = strict_json(text)
+    back = SeedsResult.from_json(doc)
+    assert isinstance(back, SeedsResult) and back.runs == []  # the per-seed objects are not in the file
+    assert SeedsResult.from_json(text) == back and encode_result(back) == doc["meta"]["result"]
+    assert json.loads(json.dumps(back.meta())) == doc["meta"]
+    assert json.loads(json.dumps(back.records())) == doc["records"]
+    assert back.sweep_rows() == doc.get("sweep", [])
+    if out is not None:
+        assert SeedsResult.from_parquet(out) == back
+    return back
+
+
+def printed(result) -> str:
+    """What ``--format json`` prints for ``result``."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        print_json({"meta": result.meta(), "records": result.records(), "sweep": result.sweep_rows()})
+    return buf.getvalue()
+
+
 def test_check_seeds_json_parquet_and_table(capsys, vit_dir, tmp_path):
     out = tmp_path / "seeds.parquet"
     rc, stdout, err = run(
@@ -232,6 +262,10 @@ def test_check_seeds_json_parquet_and_table(capsys, vit_dir, tmp_path):
     )
     assert rc == 0, err
     doc = json.loads(stdout)
+    back = reads_back(stdout, out)
+    assert back.command == "check" and back.plan == SeedPlan((0, 1))
+    with pytest.raises(InputError, match="AuditResult cannot be read back"):
+        AuditResult.from_json(doc)  # a several-seed file holds no one run
     recs = doc["records"]
     kinds = {r["aggregate"] for r in recs}
     assert kinds == {"seed", "summary", "difference"}
@@ -304,6 +338,7 @@ def test_kruskal_model_seeds_vary_data(capsys, vit_dir):
     )
     assert rc == 0, err
     recs = json.loads(stdout)["records"]
+    assert reads_back(stdout).command == "kruskal"
     per = [r for r in recs if r["aggregate"] == "seed"]
     assert {(r["seed"], r["weights_seed"], r["data_seed"]) for r in per} == {(0, 4, 0), (1, 4, 1)}
     assert any(r["aggregate"] == "summary" and r["check"] == "assumption_1" for r in recs)
@@ -329,6 +364,7 @@ def test_capacity_seeds(capsys, vit4):
     )
     assert rc == 0, err
     recs = json.loads(stdout)["records"]
+    assert reads_back(stdout).command == "capacity"
     sums = [r for r in recs if r["aggregate"] == "summary"]
     assert sums and all(r["value"] == "rank" and r["low"] <= r["median"] <= r["high"] for r in sums)
 
@@ -352,6 +388,8 @@ def test_reproduce_seeds_marks_whether_the_published_value_is_inside(capsys, vit
         "cpu",
     )
     assert rc == 0, err
+    back = reads_back(stdout)
+    assert back.command == "reproduce" and back.title
     sums = [r for r in json.loads(stdout)["records"] if r["aggregate"] == "summary" and r["value"] == "our_value"]
     assert sums
     for r in sums:
@@ -368,12 +406,14 @@ def test_seeds_result_repr_and_text(vit_dir):
     assert "Over 2 seeds" in str(res)
     assert np.isfinite([r["median"] for r in res.summaries if r["median"] is not None]).all()
     assert isinstance(res.plan, SeedPlan)
+    back = SeedsResult.from_json(printed(res))  # the object itself, read back: equal field by field
+    assert back == res and str(back) == str(res) and back.records() == res.records() and back.meta() == res.meta()
 
 
 @pytest.mark.slow
 def test_two_ranks_give_the_seeds_records_of_one_process(vit_dir, image_dir, tmp_path):
-    """Under torchrun every rank runs the seeds in the same order, each seed's batches dealt among
-    the ranks: the per-seed, summary and difference records are those of one process."""
+    """Under torchrun with a seed per rank, each rank runs its seeds whole and rank 0 gathers them:
+    the per-seed, summary and difference records are those of one process, and only rank 0 writes."""
     from test_distributed import _check_args, launch, single
 
     cwds = [tmp_path / "rank0", tmp_path / "rank1"]
@@ -389,7 +429,10 @@ def test_two_ranks_give_the_seeds_records_of_one_process(vit_dir, image_dir, tmp
     a, b = json.loads(one), json.loads(out0)
     assert b["records"] == a["records"] and b["sweep"] == a["sweep"]
     assert {r["aggregate"] for r in a["records"]} == {"seed", "summary", "difference"}
-    assert out1 == ""
+    assert b["meta"]["distributed"] == {"world_size": 2, "backend": "gloo", "seeds_by_rank": {"0": [0], "1": [1]}}
+    assert "distributed" not in a["meta"]
+    assert any("spread over 2 processes" in n for n in b["meta"]["seed_notes"])
+    assert out1 == "" and os.listdir(cwds[1]) == []
 
 
 def test_trained_note_only_for_trained_columns_that_ran():
@@ -414,6 +457,8 @@ def test_estimate_kruskal_rank_takes_seeds_for_a_capture(vit_dir):
         model=str(vit_dir), limit=40, batch_size=8, samples=60, device="cpu", seeds="0-1", vary="weights", data_seed=3
     )
     assert isinstance(res, SeedsResult)
+    back = SeedsResult.from_json(printed(res))
+    assert back == res and str(back) == str(res) and back.meta() == res.meta()
     per = [r for r in res.records() if r["aggregate"] == "seed"]
     assert {(r["seed"], r["weights_seed"], r["data_seed"]) for r in per} == {(0, 0, 3), (1, 1, 3)}
     assert any(r["aggregate"] == "summary" and r["check"] == "assumption_1" for r in res.records())

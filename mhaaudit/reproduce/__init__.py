@@ -14,9 +14,9 @@ paper's numbers are right; a difference names what differs, not which side is wr
 from __future__ import annotations
 
 from .. import validate
+from ..distributed import shared
 from ..errors import InputError
-from ..io import stamp
-from ..seeds import SeedsResult, cell_of, is_trained, over_seeds, plan_seeds, spread, sweep_estimate_record
+from ..seeds import Layout, SeedsResult, cell_of, over_seeds, plan_seeds, runs_meta, spread, sweep_estimate_record
 from .compare import Comparison, RunFacts
 from .published import TARGETS, published, target_spec
 from .targets import TARGET_FUNCTIONS, Reproduction, figure1, figure2, table1, table3
@@ -54,6 +54,39 @@ def reproduce_paper(target: str, **options) -> Reproduction | SeedsResult:
     return TARGET_FUNCTIONS[validate.choice("target", target, TARGETS)](**options)
 
 
+_CELL = ("model", "column", "kind", "check", "k")
+
+
+def _comparison_records(result: Reproduction) -> list[dict]:
+    return [c.record() for c in result.comparisons]
+
+
+def _sweep_estimates(result: Reproduction) -> list[dict]:
+    return [
+        sweep_estimate_record(sw, model=key, variant=variant, layer=None)
+        for (key, variant), sw in result.sweeps.items()
+    ]
+
+
+def _sweep_rows(result: Reproduction) -> list[dict]:
+    return result.sweep_rows()
+
+
+#: How ``reproduce --seeds`` sets its runs side by side: our value per published value (with the
+#: paper's value, verdict and source beside it), and the swept columns' Kruskal estimates.
+REPRODUCE_LAYOUT = Layout(
+    "reproduce",
+    _comparison_records,
+    _CELL,
+    value="our_value",
+    estimates=_sweep_estimates,
+    estimate_key=("model", "variant", "layer", "check"),
+    sweep_rows=_sweep_rows,
+    extra=("paper_value", "paper_verdict", "source"),
+)
+
+
+@shared
 def reproduce_seeds(
     target: str,
     *,
@@ -66,7 +99,8 @@ def reproduce_seeds(
 ) -> SeedsResult:
     """:func:`mhaaudit.reproduce_paper` for each seed: every published value beside the between-seed
     range of ours (``paper_inside``: whether the published value lies in it), the seeds that match,
-    and the differences of the swept columns' Kruskal estimates."""
+    and the differences of the swept columns' Kruskal estimates. Under torchrun every rank makes
+    this call (the seeds spread over the ranks, see :func:`mhaaudit.seeds.over_seeds`)."""
     if target == "figure2":
         raise InputError(
             "{param:seeds} does not apply to figure2: its memorize grid takes its own seeds "
@@ -74,54 +108,20 @@ def reproduce_seeds(
         )
     plan = plan_seeds(seeds, vary=vary, seed=seed, weights_seed=weights_seed, data_seed=data_seed)
     runs = over_seeds(reproduce_paper, plan, target=target, **options)
-
-    def records(res) -> list[dict]:
-        return [c.record() for c in res.comparisons]
-
-    def estimates(res) -> list[dict]:
-        return [
-            sweep_estimate_record(sw, model=key, variant=variant, layer=None)
-            for (key, variant), sw in res.sweeps.items()
-        ]
-
-    first = runs[0]
-    meta = stamp(
-        command="reproduce",
-        target=first.target,
-        title=first.title,
-        source=first.source,
-        paper=published()["paper"],
-        setting=first.setting,
-        notes=first.notes,
-        timings_s={str(run.seed): r.timings for run, r in zip(plan.runs(), runs, strict=True)},
-        **first.settings,
-    )
-    out = spread(
-        "reproduce",
-        plan,
-        runs,
-        records=records,
-        key=("model", "column", "kind", "check", "k"),
-        value="our_value",
-        estimates=estimates,
-        estimate_key=("model", "variant", "layer", "check"),
-        trained=is_trained,
-        sweep_rows=lambda r: r.sweep_rows(),
-        meta=meta,
-        extra=("paper_value", "paper_verdict", "source"),
-    )
+    meta = {k: v for k, v in runs_meta(runs, plan).items() if k != "counts"}  # counts are per seed: in the records
+    out = spread(REPRODUCE_LAYOUT, plan, runs, meta=meta)
     for rec in out.summaries:
-        if rec.get("value") != "our_value":
-            continue
-        cell = [
-            r
-            for _, recs in out.per_seed
-            for r in recs
-            if cell_of(r, ("model", "column", "kind", "check", "k"))
-            == cell_of(rec, ("model", "column", "kind", "check", "k"))
-        ]
-        rec["seeds_matching"] = sum(r.get("status") == "match" for r in cell)
-        p, lo, hi = rec.get("paper_value"), rec.get("low"), rec.get("high")
-        rec["paper_inside"] = None if p is None or lo is None else bool(lo <= p <= hi)
-    out.title = first.title
+        if rec.get("value") == "our_value":
+            rec |= _against_paper(rec, out.per_seed)
+    out.title = runs[0].title
     return out
+
+
+def _against_paper(summary: dict, per_seed: list) -> dict:
+    """A summary's seeds that match the paper, and whether the published value lies in our range."""
+    cell = [r for _, recs in per_seed for r in recs if cell_of(r, _CELL) == cell_of(summary, _CELL)]
+    p, lo, hi = summary.get("paper_value"), summary.get("low"), summary.get("high")
+    return {
+        "seeds_matching": sum(r.get("status") == "match" for r in cell),
+        "paper_inside": None if p is None or lo is None else bool(lo <= p <= hi),
+    }
