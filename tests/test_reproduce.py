@@ -480,3 +480,25 @@ def test_the_target_is_checked():
         reproduce_paper("table2")
     with pytest.raises(InputError, match=r"^model foo=...: this target's models are vit"):
         reproduce_paper("table1", model={"foo": "x"})
+
+
+def test_a_target_takes_its_run_as_one_request_and_refuses_a_keyword_that_disagrees():
+    import dataclasses
+
+    from mhaaudit.errors import InputError
+    from mhaaudit.reproduce.request import TargetRequest, target_request
+    from mhaaudit.reproduce.targets import figure1, table1
+    from mhaaudit.settings import Settings
+
+    request = target_request(None, {"limit": "12", "seed": 3, "device": "cpu", "models": []})
+    assert request == TargetRequest(limit=12, settings=Settings.resolve(seed=3, device="cpu"))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        request.limit = 5  # type: ignore[misc]
+    with pytest.raises(InputError, match=r"^seed = 4 disagrees with the Settings given"):
+        table1(request, seed=4)
+    with pytest.raises(
+        InputError, match=r"^limit = 5 disagrees with the TargetRequest given as request \(limit = 12\)"
+    ):
+        table1(request, limit=5)
+    with pytest.raises(InputError, match="weights does not apply to figure1"):
+        figure1(dataclasses.replace(request, weights={"vit": "x"}))

@@ -151,6 +151,8 @@ RULED = (
     "render_seeds.py",
     *(f"memorize/{p.name}" for p in sorted((Path(mhaaudit.__file__).parent / "memorize").glob("*.py"))),
     "cli/memorize.py",
+    *(f"reproduce/{p.name}" for p in sorted((Path(mhaaudit.__file__).parent / "reproduce").glob("*.py"))),
+    "cli/reproduce.py",
     "cli/check.py",
     "cli/capacity.py",
     "cli/kruskal.py",

@@ -152,60 +152,25 @@ def reproduce(
     )  # bad values: before any work
     prepare_outputs(out, plot, fmt)
     refuse_inputs({"--out": out, "--plot": plot}, [data, *(w.partition("=")[2] or w for w in weights or [])])
-    keys = MODEL_KEYS.get(target, ())
-    options = dict(seed=seed, device=device, progress=progress_enabled(quiet))
-    if target == "figure2":
-        options |= dict(
-            preset=preset if preset is not None or values is not None else "cpu",
-            values=values,
-            sizes=sizes,
-            max_steps=max_steps,
+    options = _options(target, ctx.params, progress_enabled(quiet))
+    if seeds is not None and plot is not None:
+        raise InputError(
+            "--plot has no effect with --seeds: it draws one run's curves; run that seed alone with --seed"
         )
-    else:
-        options |= dict(
-            data=data,
-            split=split,
-            limit=limit,
-            batch_size=batch_size,
-            samples=samples,
-            threshold=threshold,
-            model=keyed("--model", model, keys),
-        )
-    if target in ("table1", "table3"):
-        options |= dict(
-            weights=keyed("--weights", weights, keys),
-            stop_when_decided=not all_draws,
-            on_note=lambda m: print(f"Note: {m}", file=sys.stderr),
-        )
-    if target == "table3":
-        lengths = keyed("--context-length", context_length, keys)
-        options |= dict(
-            models=validate.split_list(models),
-            context_length={k: validate.integer("--context-length", v) for k, v in lengths.items()},
-        )
-    if target != "figure2":
-        options |= dict(weights_seed=weights_seed, data_seed=data_seed)
-    if seeds is not None:
+    result = reproduce_paper(target, seeds=seeds, vary=vary.value, **options)
+    if not isinstance(result, Reproduction):  # --seeds: one run per seed
         from ..render_seeds import render_seeds
 
-        if plot is not None:
-            raise InputError(
-                "--plot has no effect with --seeds: it draws one run's curves; run that seed alone with --seed"
-            )
-        result = reproduce_paper(target, seeds=seeds, vary=vary.value, **options)
+        seeds_result = result
         emit(
             fmt,
             result.meta(),
             result.records(),
             sweep=result.sweep_rows() or None,
             out=out,
-            render=lambda: render_seeds(result),
+            render=lambda: render_seeds(seeds_result),
         )
         return
-    if vary != Vary.both:
-        raise InputError("--vary has no effect without --seeds: it says which seed --seeds varies")
-    result = reproduce_paper(target, **options)
-    assert isinstance(result, Reproduction), "without --seeds, one run"
     written = _plot(result, plot)
     meta = result.meta()
     emit(
@@ -217,6 +182,33 @@ def reproduce(
         out=out,
         render=lambda: _render(result, out, written),
     )
+
+
+def _options(target: str, params: dict, progress: bool) -> dict:
+    """The keywords of ``target``'s library function from the command's options (``params``)."""
+    from .. import validate
+
+    p = params
+    keys = MODEL_KEYS.get(target, ())
+    options = dict(seed=p["seed"], device=p["device"], progress=progress)
+    if target == "figure2":
+        preset = p["preset"] if p["preset"] is not None or p["values"] is not None else "cpu"
+        return options | dict(preset=preset, values=p["values"], sizes=p["sizes"], max_steps=p["max_steps"])
+    options |= {name: p[name] for name in ("data", "split", "limit", "batch_size", "samples", "threshold")}
+    options |= dict(model=keyed("--model", p["model"], keys), weights_seed=p["weights_seed"], data_seed=p["data_seed"])
+    if target in ("table1", "table3"):
+        options |= dict(
+            weights=keyed("--weights", p["weights"], keys),
+            stop_when_decided=not p["all_draws"],
+            on_note=lambda m: print(f"Note: {m}", file=sys.stderr),
+        )
+    if target == "table3":
+        lengths = keyed("--context-length", p["context_length"], keys)
+        options |= dict(
+            models=validate.split_list(p["models"]),
+            context_length={k: validate.integer("--context-length", v) for k, v in lengths.items()},
+        )
+    return options
 
 
 def keyed(name: str, values: list[str] | None, keys: tuple[str, ...]) -> dict:

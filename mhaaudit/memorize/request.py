@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -38,9 +38,9 @@ _AXES = (("heads", "heads"), ("n", "n"), ("head_dim", "head-dim"))
 
 
 @dataclass(frozen=True)
-class MemorizeRequest:
+class MemorizeRequest(Recipe):
     """What a memorize run trains (the grid: values of the varied parameter x sizes T x seeds),
-    how (the recipe of Appendix A), where, and what it writes.
+    how (the fields of :class:`~.training.Recipe`, of Appendix A), where, and what it writes.
 
     Checked and normalised on construction (InputError naming the parameter), in this order: the
     grid (:func:`resolve_grid`), the recipe (:class:`~.training.Recipe`), ``seed``/``seeds``, the
@@ -55,15 +55,6 @@ class MemorizeRequest:
     head_dim: int | None = None
     sizes: str | Sequence[int] | None = None
     preset: str | None = None
-    task: str = "classification"
-    context: str = "shared"
-    classes: int = 100
-    tolerance: float = 0.01
-    epochs: int | None = None
-    max_steps: int | None = None
-    lr: float = 1e-3
-    batch_size: int = 256
-    check_every: int = 200
     seed: int = 0
     device: str | torch.device = "auto"
     saturation: bool = False
@@ -76,11 +67,10 @@ class MemorizeRequest:
 
     def __post_init__(self) -> None:
         grid = resolve_grid(self)
-        recipe = _recipe(self, grid)
+        _recipe(self, grid)
+        super().__post_init__()  # the recipe's own fields
         seeds = _seeds(self.seed, self.seeds)
-        checked = {name: getattr(recipe, name) for name in ("task", "context", "classes", "tolerance", "lr")}
-        checked |= {name: getattr(recipe, name) for name in ("batch_size", "check_every")}
-        checked |= _own_grid_fields(self)
+        checked = _own_grid_fields(self)
         checked |= dict(
             seed=seeds[0] if self.seeds is None else 0,
             seeds=tuple(seeds) if self.seeds is not None else None,
@@ -195,17 +185,9 @@ def _vary(value) -> str:
 
 
 def _recipe(request: MemorizeRequest, grid: dict) -> Recipe:
-    return Recipe(
-        task=request.task,
-        context=request.context,
-        classes=request.classes,
-        tolerance=request.tolerance,
-        epochs=grid["epochs"],
-        max_steps=grid["max_steps"],
-        lr=request.lr,
-        batch_size=request.batch_size,
-        check_every=request.check_every,
-    )
+    """The request's recipe, its ``epochs``/``max_steps`` the grid's (the preset's where it gives none)."""
+    own = {f.name: getattr(request, f.name) for f in fields(Recipe)}
+    return Recipe(**(own | {"epochs": grid["epochs"], "max_steps": grid["max_steps"]}))
 
 
 def _own_grid_fields(request: MemorizeRequest) -> dict:
@@ -214,7 +196,7 @@ def _own_grid_fields(request: MemorizeRequest) -> dict:
     for name in ("values", "sizes"):
         value = getattr(request, name)
         out[name] = validate.int_list(param(name), value) if value is not None else None
-    for name in ("n", "heads", "head_dim", "epochs", "max_steps"):
+    for name in ("n", "heads", "head_dim"):
         value = getattr(request, name)
         out[name] = validate.integer(param(name), value) if value is not None else None
     if request.preset is not None:

@@ -343,16 +343,7 @@ def compare(
     )
     if col is None or col.get("unavailable"):
         reason = (col or {}).get("unavailable") or f"column {item.get('column')} was not run"
-        return Comparison(
-            **base,
-            our_verdict=None,
-            our_value=None,
-            ci_low=None,
-            ci_high=None,
-            our_detail="",
-            status="unavailable",
-            reason=reason,
-        )
+        return _no_value(base, "unavailable", reason)
     kind = item["kind"]
     if kind == "shape":
         ours = _ours_shape(item, col, spec["bands"])
@@ -478,6 +469,20 @@ def _training_evidence(pts: list[dict], spec: dict, steps_said: bool = False) ->
     return "; ".join(out)
 
 
+def _no_value(base: dict, status: str, reason: str) -> Comparison:
+    """A comparison with no value of ours (``status``: unavailable or undetermined), and why."""
+    return Comparison(
+        **base,
+        our_verdict=None,
+        our_value=None,
+        ci_low=None,
+        ci_high=None,
+        our_detail="",
+        status=status,
+        reason=reason,
+    )
+
+
 def _linear(target: str, item: dict, T: int, pts: list[dict], fit: dict | None, spec: dict) -> Comparison:
     base = _memo_base(target, item, f"T = {T}")
     base["paper_detail"] = f"r2 >= {item['min_r2']} over the non-saturated points"
@@ -487,16 +492,7 @@ def _linear(target: str, item: dict, T: int, pts: list[dict], fit: dict | None, 
             f"at T = {T} fewer than two of the {len(pts)} points are below saturation (memorised fraction "
             f"0.99 or more at H = {sat}), so no line can be fitted; " + _training_evidence(pts, spec)
         )
-        return Comparison(
-            **base,
-            our_verdict=None,
-            our_value=None,
-            ci_low=None,
-            ci_high=None,
-            our_detail="",
-            status="undetermined",
-            reason=reason,
-        )
+        return _no_value(base, "undetermined", reason)
     ok = fit["slope"] > 0 and math.isfinite(fit["r2"]) and fit["r2"] >= item["min_r2"]
     detail = f"slope {fit['slope']:.1f} examples per head, r2 {fit['r2']:.4f} over H = {list(fit['xs'])}"
     reason = ""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,10 +33,12 @@ from ..memorize import run_memorize_grid
 from ..numerics import svd_rank
 from ..progress import task
 from ..render import reproduction_report
+from ..request import keyword_conveniences
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 from ..tables import Report
 from .compare import Comparison, RunFacts, compare, compare_memorization, setting_differences
 from .published import published, target_spec
+from .request import TargetRequest, target_request
 
 if TYPE_CHECKING:
     from ..auditing import AuditResult
@@ -196,7 +198,7 @@ def _setting_lines(spec: dict, facts: dict, settings: Settings) -> list[str]:
     return lines
 
 
-def _check_keys(name: str, given: dict | None, allowed: Sequence[str]) -> dict:
+def _check_keys(name: str, given: Mapping | None, allowed: Sequence[str]) -> dict:
     given = dict(given or {})
     for key in given:
         if key not in allowed:
@@ -207,7 +209,9 @@ def _check_keys(name: str, given: dict | None, allowed: Sequence[str]) -> dict:
 # --------------------------------------------------------------------------- Table 1 and Table 3
 
 
+@keyword_conveniences
 def table1(
+    request: TargetRequest | None = None,
     *,
     data: str | None = None,
     split: str = "train",
@@ -224,31 +228,19 @@ def table1(
     on_note: Callable[[str], None] | None = None,
     weights_seed: int | None = None,
     data_seed: int | None = None,
+    given: frozenset[str] = frozenset(),
 ) -> Reproduction:
-    """Table 1: ViT-Base's four columns (embedding, random attention, random ViT, trained ViT)."""
-    return _tables(
-        "table1",
-        dict(
-            data=data,
-            split=split,
-            limit=limit,
-            model=model,
-            weights=weights,
-            samples=samples,
-            threshold=threshold,
-            seed=seed,
-            device=device,
-            batch_size=batch_size,
-            stop_when_decided=stop_when_decided,
-            progress=progress,
-            on_note=on_note,
-            weights_seed=weights_seed,
-            data_seed=data_seed,
-        ),
-    )
+    """Table 1: ViT-Base's four columns (embedding, random attention, random ViT, trained ViT).
+
+    ``request``: the run as a :class:`~.request.TargetRequest`; the keywords are conveniences that
+    build it (:func:`~.request.target_request`)."""
+    keywords = {k: v for k, v in locals().items() if k not in ("request", "given")}
+    return _tables("table1", target_request(request, keywords, given))
 
 
+@keyword_conveniences
 def table3(
+    request: TargetRequest | None = None,
     *,
     data: str | None = None,
     split: str = "train",
@@ -267,75 +259,42 @@ def table3(
     on_note: Callable[[str], None] | None = None,
     weights_seed: int | None = None,
     data_seed: int | None = None,
+    given: frozenset[str] = frozenset(),
 ) -> Reproduction:
     """Table 3: BERT-large and GPT-2-large (``models``: a subset of ``bert``, ``gpt2``), random and
-    trained, layers 0 and 1, and the Kruskal-rank sweep of the BERT layer-1 columns."""
-    return _tables(
-        "table3",
-        dict(
-            data=data,
-            split=split,
-            limit=limit,
-            models=models,
-            model=model,
-            weights=weights,
-            context_length=context_length,
-            samples=samples,
-            threshold=threshold,
-            seed=seed,
-            device=device,
-            batch_size=batch_size,
-            stop_when_decided=stop_when_decided,
-            progress=progress,
-            on_note=on_note,
-            weights_seed=weights_seed,
-            data_seed=data_seed,
-        ),
-    )
+    trained, layers 0 and 1, and the Kruskal-rank sweep of the BERT layer-1 columns.
+
+    ``request``: the run as a :class:`~.request.TargetRequest`; the keywords are conveniences that
+    build it (:func:`~.request.target_request`)."""
+    keywords = {k: v for k, v in locals().items() if k not in ("request", "given")}
+    return _tables("table3", target_request(request, keywords, given))
 
 
-def _tables(target: str, o: dict) -> Reproduction:
+def _tables(target: str, request: TargetRequest) -> Reproduction:
     spec = target_spec(target)
     keys = list(spec["models"])
-    chosen = keys if not o.get("models") else [validate.choice("model key", m, keys) for m in o["models"]]
-    names = _check_keys(param("model"), o.get("model"), keys)
-    weights = _check_keys(param("weights"), o.get("weights"), keys)
-    lengths = _check_keys(param("context_length"), o.get("context_length"), keys)
-    settings = Settings.resolve(
-        device=o["device"],
-        samples=o["samples"],
-        threshold=o["threshold"],
-        seed=o["seed"],
-        stop_when_decided=o["stop_when_decided"],
-        progress=o["progress"],
-        weights_seed=o.get("weights_seed"),
-        data_seed=o.get("data_seed"),
-    )
-    data, paper_data = _data_for(spec, o["data"])
-    T = spec["data"]["T"] if o["limit"] is None else validate.integer(param("limit"), o["limit"])
+    chosen = keys if not request.models else [validate.choice("model key", m, keys) for m in request.models]
+    names = _check_keys(param("model"), request.model, keys)
+    weights = _check_keys(param("weights"), request.weights, keys)
+    lengths = _check_keys(param("context_length"), request.context_length, keys)
+    settings = request.settings
+    data, paper_data = _data_for(spec, request.data)
+    T = spec["data"]["T"] if request.limit is None else request.limit
     out = Reproduction(target, spec["title"], spec["source"], [], {}, [], {}, {})
     t0 = time.perf_counter()
     for key in chosen:
         name = names.get(key, spec["models"][key]["alias"])
-        layers = [0, 1] if target == "table3" else None
         result = audit(
             name,
-            layers=layers,
+            layers=[0, 1] if target == "table3" else None,
             data=data,
-            split=o["split"],
+            split=request.split,
             limit=T,
-            batch_size=o["batch_size"],
-            samples=settings.samples,
-            threshold=settings.threshold,
-            seed=settings.seed,
-            device=settings.device,
+            batch_size=request.batch_size,
             weights=weights.get(key),
             context_length=lengths.get(key),
-            progress=settings.progress,
-            stop_when_decided=settings.stop_when_decided,
-            on_note=o["on_note"],
-            weights_seed=settings.weights_seed,
-            data_seed=settings.data_seed,
+            on_note=request.on_note,
+            settings=settings,
         )
         out.audits[key] = result
         out.facts[key] = _facts(result, name, paper_data, settings)
@@ -376,7 +335,9 @@ def _compare_model(
 # --------------------------------------------------------------------------- Figure 1
 
 
+@keyword_conveniences
 def figure1(
+    request: TargetRequest | None = None,
     *,
     data: str | None = None,
     split: str = "train",
@@ -390,30 +351,58 @@ def figure1(
     progress: bool = False,
     weights_seed: int | None = None,
     data_seed: int | None = None,
+    given: frozenset[str] = frozenset(),
 ) -> Reproduction:
-    """Figure 1: the satisfied fraction against k for ViT-Base's random-attention features."""
+    """Figure 1: the satisfied fraction against k for ViT-Base's random-attention features.
+
+    ``request``: the run as a :class:`~.request.TargetRequest` (its weights, context lengths and
+    models are refused: the figure has one model and one column); the keywords are conveniences
+    that build it (:func:`~.request.target_request`)."""
+    keywords = {k: v for k, v in locals().items() if k not in ("request", "given")}
+    return _figure1(target_request(request, keywords, given))
+
+
+def _figure1(request: TargetRequest) -> Reproduction:
     spec = target_spec("figure1")
     (key,) = spec["models"]
     (column,) = spec["columns"]
-    name = _check_keys(param("model"), model, [key]).get(key, spec["models"][key]["alias"])
-    settings = Settings.resolve(
-        device=device,
-        samples=samples,
-        threshold=threshold,
-        seed=seed,
-        progress=progress,
-        weights_seed=weights_seed,
-        data_seed=data_seed,
-    )
-    data_arg, paper_data = _data_for(spec, data)
-    T = spec["data"]["T"] if limit is None else validate.integer(param("limit"), limit)
+    for name in ("weights", "context_length", "models"):
+        if getattr(request, name):
+            raise InputError(f"{{param:{name}}} does not apply to figure1 (one model, one random column)")
+    name = _check_keys(param("model"), request.model, [key]).get(key, spec["models"][key]["alias"])
+    settings = request.settings
+    data, paper_data = _data_for(spec, request.data)
+    T = spec["data"]["T"] if request.limit is None else request.limit
     t0 = time.perf_counter()
     fs = capture_features(
-        name, variant=column, data=data_arg, split=split, limit=T, batch_size=batch_size, settings=settings
+        name,
+        variant=column,
+        data=data,
+        split=request.split,
+        limit=T,
+        batch_size=request.batch_size,
+        settings=settings,
     )
-    kmax = max(max(it["k"] for it in spec["values"]), fs.d)
-    sw = _sweep(fs, settings, kmax, column)
-    facts = RunFacts(
+    sw = _sweep(fs, settings, max(max(it["k"] for it in spec["values"]), fs.d), column)
+    facts = _features_facts(fs, name, paper_data, settings, column)
+    col = {"records": {}, "sweep": _sweep_doc(sw), "n": fs.n}
+    comps = [compare("figure1", it, col, facts, spec, spec["protocol"]["threshold"]) for it in spec["values"]]
+    return Reproduction(
+        "figure1",
+        spec["title"],
+        spec["source"],
+        comps,
+        {key: facts},
+        _setting_lines(spec, {key: facts}, settings),
+        dict(settings.as_dict(), limit=T, data=data),
+        {"total": round(time.perf_counter() - t0, 3)},
+        sweeps={(key, column): sw},
+    )
+
+
+def _features_facts(fs, name: str, paper_data: bool, settings: Settings, column: str) -> RunFacts:
+    """What a capture of one column was (figure1's one model)."""
+    return RunFacts(
         model=name,
         resolved=str(fs.meta.get("resolved", name)),
         n=fs.n,
@@ -425,19 +414,6 @@ def figure1(
         threshold=settings.threshold,
         seed=settings.seed,
         weights={column: str(fs.meta.get("weights_source", ""))},
-    )
-    col = {"records": {}, "sweep": _sweep_doc(sw), "n": fs.n}
-    comps = [compare("figure1", it, col, facts, spec, spec["protocol"]["threshold"]) for it in spec["values"]]
-    return Reproduction(
-        "figure1",
-        spec["title"],
-        spec["source"],
-        comps,
-        {key: facts},
-        _setting_lines(spec, {key: facts}, settings),
-        dict(settings.as_dict(), limit=T, data=data_arg),
-        {"total": round(time.perf_counter() - t0, 3)},
-        sweeps={(key, column): sw},
     )
 
 

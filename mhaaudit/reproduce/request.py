@@ -1,0 +1,60 @@
+"""A run of one of the paper's audited targets (``table1``, ``table3``, ``figure1``) as one frozen
+object, :class:`TargetRequest`, and :func:`target_request`, the one place the targets' keywords
+become it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import validate
+from ..errors import param
+from ..request import SETTINGS_KEYWORDS, build_request, build_settings
+from ..settings import Settings
+
+__all__ = ["TargetRequest", "target_request"]
+
+
+@dataclass(frozen=True)
+class TargetRequest:
+    """What a target audits and how: the data (``None``: the paper's online, the built-in offline),
+    the examples T (``None``: the paper's), the models run (``table3``: a subset of its keys), the
+    models, trained weights and context lengths put in place of the paper's (by model key), the
+    batch size, the settings, and where notes go as they come.
+
+    Checked on construction: ``limit`` a whole number of at least 1, ``models`` a list of names
+    (the keys themselves are checked against the target's, which knows them).
+    """
+
+    data: str | None = None
+    split: str = "train"
+    limit: int | None = None
+    models: tuple[str, ...] | None = None
+    model: Mapping[str, str] | None = None
+    weights: Mapping[str, str] | None = None
+    context_length: Mapping[str, int] | None = None
+    batch_size: int | str = 32
+    settings: Settings = field(default_factory=lambda: Settings.resolve(stop_when_decided=True))
+    on_note: Callable[[str], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.limit is not None:
+            object.__setattr__(self, "limit", validate.integer(param("limit"), self.limit))
+        if self.models is not None:
+            object.__setattr__(self, "models", tuple(self.models) or None)
+
+
+def target_request(
+    request: TargetRequest | None, keywords: Mapping[str, Any], given: frozenset[str] = frozenset()
+) -> TargetRequest:
+    """The request of a target called with ``keywords`` (its keyword conveniences, given or at their
+    defaults; ``given``: those the caller passed): ``request`` itself, a keyword given beside it
+    refused where it says otherwise (InputError), or, without one, the request the keywords make
+    (the settings keywords make its :class:`~mhaaudit.settings.Settings`)."""
+    settings = {k: v for k, v in keywords.items() if k in SETTINGS_KEYWORDS}
+    rest: dict[str, Any] = {k: v for k, v in keywords.items() if k not in SETTINGS_KEYWORDS}
+    if request is None:
+        return TargetRequest(**rest, settings=build_settings(None, settings))
+    build_settings(request.settings, settings, given)
+    return build_request(TargetRequest, request, rest, given)
