@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
 
 from .tables import OMITTED_WHEN_NONE, decode_fields, encode_result
 
@@ -30,6 +29,7 @@ __all__ = [
     "DuplicateInputs",
     "JobFacts",
     "ModelFacts",
+    "ReadFacts",
     "RuleFacts",
     "SkipCause",
     "SkipCounts",
@@ -82,14 +82,36 @@ class _ByName:
 
 
 @dataclass(frozen=True)
+class ReadFacts:
+    """What loading trained weights read (the fields of :class:`~mhaaudit.models.shards.WeightsRead`):
+    bytes of tensor data read of the bytes the checkpoint stores, files opened of the files it has,
+    tensors read of the tensors it has, and the dtype(s) they are stored in."""
+
+    method: str  # partial | whole
+    stored_dtype: str
+    bytes_read: int
+    bytes_total: int | None
+    files_read: int
+    files_total: int
+    tensors_read: int
+    tensors_total: int | None
+
+    @classmethod
+    def of(cls, read) -> ReadFacts | None:
+        """From a ``WeightsRead`` or its dict (None: nothing was read)."""
+        if read is None:
+            return None
+        return cls(**(read if isinstance(read, dict) else read.as_dict()))
+
+
+@dataclass(frozen=True)
 class WeightsUsed:
     """One set of weights a run built its model with: ``init`` (random or trained), where they came
-    from, and what loading read (:class:`~mhaaudit.models.shards.WeightsRead` as a dict; None for
-    random weights)."""
+    from, and what loading read (None for random weights)."""
 
     init: str
     source: str
-    read: dict[str, Any] | None = None
+    read: ReadFacts | None = None
 
 
 @dataclass(frozen=True)
@@ -114,25 +136,28 @@ class ModelFacts(_ByName):
     weights_source: str
     positions: str = "learned"
     query_token: str = ""
-    weights_read: dict[str, Any] | None = None
+    weights_read: ReadFacts | None = None
     weights_used: tuple[WeightsUsed, ...] = ()
 
     @classmethod
     def of(cls, info) -> ModelFacts:
         """The facts of a loaded model's :class:`~mhaaudit.models.ModelInfo`."""
-        return cls(**info.to_dict())
+        facts = info.to_dict()
+        return cls(**{**facts, "weights_read": ReadFacts.of(facts.get("weights_read"))})
 
-    def with_weights(self, init: str, source: str, read: dict | None) -> ModelFacts:
-        """These facts with the weights of ``init`` recorded (after any recorded before)."""
-        return dataclasses.replace(self, weights_used=(*self.weights_used, WeightsUsed(init, source, read)))
+    def with_weights(self, init: str, source: str, read) -> ModelFacts:
+        """These facts with the weights of ``init`` recorded (after any recorded before); ``read``:
+        what loading them read (a ``WeightsRead`` or its dict), None for random weights."""
+        used = WeightsUsed(init, source, ReadFacts.of(read))
+        return dataclasses.replace(self, weights_used=(*self.weights_used, used))
 
     def as_dict(self) -> dict:
         """``model_info`` as the ``meta`` gives it."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "weights_used"}
+        out = {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "weights_used"}
         for w in self.weights_used:
             out[f"{w.init}_weights_source"] = w.source
             if w.read is not None:
-                out[f"{w.init}_weights_read"] = w.read
+                out[f"{w.init}_weights_read"] = plain(w.read)
         return out
 
     def document(self) -> dict:
@@ -368,12 +393,13 @@ class CaptureFacts:
     has no capture at all)."""
 
     batch: BatchFacts | None = field(default=None, metadata=OMITTED_WHEN_NONE)
-    weights_read: dict[str, Any] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    weights_read: ReadFacts | None = field(default=None, metadata=OMITTED_WHEN_NONE)
 
     @classmethod
-    def of(cls, batch: dict | None, weights_read: dict | None) -> CaptureFacts:
-        """From the capture's batch (:meth:`mhaaudit.batching.BatchChoice.as_dict`; empty: none) and weights read."""
-        return cls(BatchFacts(**batch) if batch else None, weights_read)
+    def of(cls, batch: dict | None, weights_read) -> CaptureFacts:
+        """From the capture's batch (:meth:`mhaaudit.batching.BatchChoice.as_dict`; empty: none) and
+        what loading the weights read (a ``WeightsRead`` or its dict; None: nothing)."""
+        return cls(BatchFacts(**batch) if batch else None, ReadFacts.of(weights_read))
 
     def __bool__(self) -> bool:
         return self.batch is not None or self.weights_read is not None

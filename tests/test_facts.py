@@ -14,6 +14,7 @@ from mhaaudit.facts import (
     DuplicateInputs,
     JobFacts,
     ModelFacts,
+    ReadFacts,
     SkipCounts,
 )
 from mhaaudit.models.probe import ModelInfo
@@ -35,7 +36,16 @@ INFO = ModelInfo(
     weights="random",
     weights_source="random init",
 )
-READ = {"method": "partial", "stored_dtype": "float32", "bytes_read": 10, "bytes_total": 20}
+READ = {
+    "method": "partial",
+    "stored_dtype": "float32",
+    "bytes_read": 10,
+    "bytes_total": 20,
+    "files_read": 1,
+    "files_total": 1,
+    "tensors_read": 4,
+    "tensors_total": None,
+}
 
 
 def _again(tp, value):
@@ -49,7 +59,8 @@ def test_model_facts_give_model_info_and_each_weights_read_as_the_meta_did():
     legacy["trained_weights_read"] = READ
     assert facts.as_dict() == legacy and list(facts.as_dict()) == list(legacy)
     assert facts.n == 17 and facts["n"] == 17 and facts.get("trained_weights_read") == READ
-    assert [w.init for w in facts.weights_used] == ["random", "trained"] and facts.weights_used[1].read == READ
+    assert [w.init for w in facts.weights_used] == ["random", "trained"]
+    assert facts.weights_used[1].read == ReadFacts(**READ) and facts.weights_used[0].read is None
     assert encode_result(facts) == legacy
     assert _again(ModelFacts, facts) == facts
 
@@ -143,3 +154,6 @@ def test_a_capture_leaves_out_what_it_did_not_do():
     cap = CaptureFacts.of(batch, None)
     assert cap and cap.batch is not None and cap.batch.asked == "auto" and cap.as_dict() == {"batch": batch}
     assert _again(CaptureFacts, cap) == cap
+    read = CaptureFacts.of(batch, READ)
+    assert read.weights_read is not None and read.weights_read.tensors_total is None
+    assert read.as_dict() == {"batch": batch, "weights_read": READ} and _again(CaptureFacts, read) == read
