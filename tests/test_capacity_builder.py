@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from mhaaudit.capacity import ZBuilder, random_attention_weights
+from mhaaudit.capacity import Heads, ZBuilder, random_attention_weights
 
 transformers = pytest.importorskip("transformers")
 
@@ -49,7 +49,7 @@ def test_zbuilder_matches_brute_force(scale):
     with torch.no_grad():
         ln.weight.uniform_(0.5, 1.5)
         ln.bias.uniform_(-0.3, 0.3)
-    zb = ZBuilder(Wq=Wq, Wk=Wk, bq=bq, bk=bk, pre=ln, scale=scale, query_index=0)
+    zb = ZBuilder(Heads(Wq, Wk, bq, bk, ln, scale), query_index=0)
     for part in E.float().split(3):  # streamed in batches of float32 tokens, like the model's output
         zb.update(part)
     Z = zb.result()
@@ -75,7 +75,7 @@ def test_shared_context_uses_example_zero():
     T, n, d = 6, 4, 5
     E = torch.randn(T, n, d, generator=g, dtype=torch.float64)
     Wq, Wk = random_attention_weights(d, 2, 3, seed=2)
-    zb = ZBuilder(Wq=Wq, Wk=Wk, query_index=1, shared_context=True)
+    zb = ZBuilder(Heads(Wq, Wk), query_index=1, shared_context=True)
     zb.update(E[:2])
     zb.update(E[2:])  # later batches still use the context of the very first example
     shared = E[0:1].expand(T, n, d)
@@ -99,9 +99,9 @@ def test_z_uses_the_models_own_attention_vit(vit4):
     px = torch.randn(5, 3, 32, 32, generator=g)
     tokens = pm.capture({"pixel_values": px}, [0])[0]
     a = attention_for(pm, 1, "model", 0)
-    Wq, Wk, bq, bk, pre, scale, causal = a.Wq, a.Wk, a.bq, a.bk, a.pre, a.scale, a.causal
+    causal = a.causal
     assert not causal
-    zb = ZBuilder(Wq=Wq, Wk=Wk, bq=bq, bk=bk, pre=pre, scale=scale, query_index=pm.info.query_index)
+    zb = ZBuilder(a.heads, query_index=pm.info.query_index)
     zb.update(tokens)
     model = transformers.ViTModel.from_pretrained(str(vit4), attn_implementation="eager").eval()
     P = _hf_probs(model, {"pixel_values": px})[:, :, 0, :]  # (B, H, n): the [CLS] query's row
@@ -121,9 +121,9 @@ def test_z_decoder_last_query_sees_every_token(tmp_path):
     ids = torch.randint(0, 100, (4, 12), generator=torch.Generator().manual_seed(1))
     tokens = pm.capture({"input_ids": ids}, [0])[0]
     a = attention_for(pm, 1, "model", 0)
-    Wq, Wk, bq, bk, pre, scale, causal = a.Wq, a.Wk, a.bq, a.bk, a.pre, a.scale, a.causal
+    causal = a.causal
     assert causal and pm.info.query_index == 11
-    zb = ZBuilder(Wq=Wq, Wk=Wk, bq=bq, bk=bk, pre=pre, scale=scale, query_index=pm.info.query_index, causal=causal)
+    zb = ZBuilder(a.heads, query_index=pm.info.query_index, causal=causal)
     zb.update(tokens)
     model = transformers.GPT2Model.from_pretrained(str(tmp_path), attn_implementation="eager").eval()
     P = _hf_probs(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)})
@@ -131,7 +131,7 @@ def test_z_decoder_last_query_sees_every_token(tmp_path):
     want = torch.einsum("bhn,bnd->bhd", P[:, :, 11, :], tokens.double()).reshape(4, -1)
     torch.testing.assert_close(zb.result(), want, rtol=1e-5, atol=1e-6)
     # An earlier query position: the context is cut after the query row, as the mask does.
-    zb2 = ZBuilder(Wq=Wq, Wk=Wk, bq=bq, bk=bk, pre=pre, scale=scale, query_index=5, causal=True)
+    zb2 = ZBuilder(a.heads, query_index=5, causal=True)
     zb2.update(tokens)
     want2 = torch.einsum("bhn,bnd->bhd", P[:, :, 5, :6], tokens[:, :6].double()).reshape(4, -1)
     torch.testing.assert_close(zb2.result(), want2, rtol=1e-5, atol=1e-6)
@@ -156,7 +156,7 @@ def test_z_uses_the_models_own_attention_bert(tmp_path):
     ids = torch.randint(0, 100, (3, 10), generator=torch.Generator().manual_seed(2))
     tokens = pm.capture({"input_ids": ids}, [0])[0]
     a = attention_for(pm, 1, "model", 0)
-    zb = ZBuilder(Wq=a.Wq, Wk=a.Wk, bq=a.bq, bk=a.bk, pre=a.pre, scale=a.scale, query_index=0, causal=a.causal)
+    zb = ZBuilder(a.heads, query_index=0, causal=a.causal)
     zb.update(tokens)
     model = transformers.BertModel.from_pretrained(str(tmp_path), attn_implementation="eager").eval()
     P = _hf_probs(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)})[:, :, 0, :]
@@ -174,7 +174,7 @@ def test_z_matches_attention_weights_probs_timm(timm_dir):
     px = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(3))
     tokens = pm.capture({"pixel_values": px}, [0])[0]
     a = attention_for(pm, 1, "model", 0)
-    zb = ZBuilder(Wq=a.Wq, Wk=a.Wk, bq=a.bq, bk=a.bk, pre=a.pre, scale=a.scale, query_index=0, causal=a.causal)
+    zb = ZBuilder(a.heads, query_index=0, causal=a.causal)
     zb.update(tokens)
     P = first_attention(pm, 1).probs(tokens).double()[:, :, 0, :]
     want = torch.einsum("bhn,bnd->bhd", P, tokens.double()).reshape(4, -1)

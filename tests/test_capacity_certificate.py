@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mhaaudit.capacity import attention_combinations, certify_head_prefixes, random_attention_weights
+from mhaaudit.capacity import Heads, attention_combinations, certify_head_prefixes, random_attention_weights
 from mhaaudit.capacity.oracle import memorization_certificate
 from mhaaudit.errors import InputError
 
@@ -23,7 +23,7 @@ def test_proposition_2_shared_context_rank(Hh, n, seed):
     E = torch.randn(n, d, generator=g, dtype=torch.float64)
     x = torch.randn(T, d, generator=g, dtype=torch.float64) * 2
     Wq, Wk = random_attention_weights(d, Hh, dh, seed)
-    Z = attention_combinations(E, x, Wq * 3, Wk * 3)
+    Z = attention_combinations(E, x, Heads(Wq * 3, Wk * 3))
     bound = Hh * (n - 1) + 1
     exact = int(torch.linalg.matrix_rank(Z))
     certs = certify_head_prefixes(Z, d, range(1, Hh + 1))

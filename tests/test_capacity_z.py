@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from mhaaudit.capacity import attention_combinations, random_attention_weights, shared_context_rank_bound
+from mhaaudit.capacity import Heads, attention_combinations, random_attention_weights, shared_context_rank_bound
 from mhaaudit.capacity.oracle import memorization_certificate
 from mhaaudit.errors import InputError
 
@@ -60,7 +60,7 @@ def test_attention_combinations_matches_brute_force(use_pre, use_bias, exclude):
     pre = _layernorm if use_pre else None
     want = _brute_force_Z(E, x, Wq, Wk, bq, bk, pre, exclude)
     for chunk in (1, 2, 256):
-        got = attention_combinations(E, x, Wq, Wk, bq, bk, pre=pre, exclude_query_index=exclude, chunk=chunk)
+        got = attention_combinations(E, x, Heads(Wq, Wk, bq, bk, pre), exclude_query_index=exclude, chunk=chunk)
         assert got.shape == (T, H * d)
         assert got.dtype == torch.float64
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
@@ -72,8 +72,8 @@ def test_shared_context_2d_equals_broadcast():
     E = torch.rand(n, d, generator=g, dtype=torch.float64)
     x = torch.rand(T, d, generator=g, dtype=torch.float64)
     Wq, Wk = random_attention_weights(d, H, dh, seed=3)
-    a = attention_combinations(E, x, Wq, Wk, chunk=3)
-    b = attention_combinations(E.expand(T, n, d), x, Wq, Wk)
+    a = attention_combinations(E, x, Heads(Wq, Wk), chunk=3)
+    b = attention_combinations(E.expand(T, n, d), x, Heads(Wq, Wk))
     torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-13)
 
 
@@ -83,7 +83,7 @@ def test_rows_are_convex_combinations():
     E = torch.rand(T, n, d, generator=g, dtype=torch.float64)
     x = torch.rand(T, d, generator=g, dtype=torch.float64)
     Wq, Wk = random_attention_weights(d, H, 3, seed=0)
-    Z = attention_combinations(E, x, Wq, Wk).reshape(T, H, d)
+    Z = attention_combinations(E, x, Heads(Wq, Wk)).reshape(T, H, d)
     # Each z_h lies in the convex hull of the context rows: per coordinate within [min, max].
     lo = E.min(dim=1).values.unsqueeze(1)
     hi = E.max(dim=1).values.unsqueeze(1)
@@ -107,7 +107,7 @@ def _shared_Z(H, n, d, T, dh, seed):
     E = torch.rand(n, d, generator=g, dtype=torch.float64)
     x = torch.rand(T, d, generator=g, dtype=torch.float64)
     Wq, Wk = random_attention_weights(d, H, dh, seed=seed)
-    return attention_combinations(E, x, Wq, Wk)
+    return attention_combinations(E, x, Heads(Wq, Wk))
 
 
 @pytest.mark.parametrize("H", [1, 2, 3, 5])
@@ -157,7 +157,7 @@ def test_per_example_context_can_exceed_shared_bound():
     E = torch.rand(T, n, d, generator=g, dtype=torch.float64)
     x = torch.rand(T, d, generator=g, dtype=torch.float64)
     Wq, Wk = random_attention_weights(d, H, 8, seed=1)
-    cert = memorization_certificate(attention_combinations(E, x, Wq, Wk))
+    cert = memorization_certificate(attention_combinations(E, x, Heads(Wq, Wk)))
     assert cert.rank > shared_context_rank_bound(H, n)
 
 
@@ -205,21 +205,21 @@ def test_attention_combinations_bad_input():
     x = torch.rand(4, 5, dtype=torch.float64)
     Wq, Wk = random_attention_weights(5, 2, 3, seed=0)
     with pytest.raises(InputError):
-        attention_combinations(E, torch.rand(3, 5), Wq, Wk)  # T mismatch
+        attention_combinations(E, torch.rand(3, 5), Heads(Wq, Wk))  # T mismatch
     with pytest.raises(InputError):
-        attention_combinations(E, torch.rand(4, 6), Wq, Wk)  # width mismatch
+        attention_combinations(E, torch.rand(4, 6), Heads(Wq, Wk))  # width mismatch
     with pytest.raises(InputError):
-        attention_combinations(E, x, Wq, Wk[:, :, :2])  # Wq/Wk mismatch
+        attention_combinations(E, x, Heads(Wq, Wk[:, :, :2]))  # Wq/Wk mismatch
     with pytest.raises(InputError):
-        attention_combinations(E, x, Wq[:0], Wk[:0])  # zero heads
+        attention_combinations(E, x, Heads(Wq[:0], Wk[:0]))  # zero heads
     with pytest.raises(InputError):
-        attention_combinations(E, x, Wq, Wk, bq=torch.zeros(2, 4))  # bias shape
+        attention_combinations(E, x, Heads(Wq, Wk, bq=torch.zeros(2, 4)))  # bias shape
     with pytest.raises(InputError):
-        attention_combinations(E, x, Wq, Wk, exclude_query_index=3)
+        attention_combinations(E, x, Heads(Wq, Wk), exclude_query_index=3)
     with pytest.raises(InputError):
-        attention_combinations(E, x, Wq, Wk, chunk=0)
+        attention_combinations(E, x, Heads(Wq, Wk), chunk=0)
     with pytest.raises(InputError):
-        attention_combinations(torch.rand(4, 5), x[:, :4], Wq, Wk)
+        attention_combinations(torch.rand(4, 5), x[:, :4], Heads(Wq, Wk))
     with pytest.raises(InputError):
         random_attention_weights(5, 0, 3, seed=0)
     with pytest.raises(InputError):

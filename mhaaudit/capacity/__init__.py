@@ -15,7 +15,7 @@ from ..theory import CapacityBound, shared_context_rank_bound, theorem1_bound
 from .assumptions import Assumptions, assumptions_from_file, read_check_results
 from .audit import CapacityColumn, CapacityResult, attention_for, capacity_audit
 from .certificate import HeadCertificate, certify_head_prefixes
-from .z import ZBuilder, attention_combinations, random_attention_weights
+from .z import Heads, ZBuilder, attention_combinations, random_attention_weights
 
 __all__ = [
     "Assumptions",
@@ -23,6 +23,7 @@ __all__ = [
     "CapacityColumn",
     "CapacityResult",
     "HeadCertificate",
+    "Heads",
     "ZBuilder",
     "assumptions_from_file",
     "attention_combinations",

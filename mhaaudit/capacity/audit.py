@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -64,7 +64,7 @@ from .assumptions import (
     read_check_results,
 )
 from .certificate import HeadCertificate, certify_head_prefixes
-from .z import ZBuilder, random_attention_weights
+from .z import Heads, ZBuilder, random_attention_weights
 
 __all__ = ["ATTENTION", "VARIANTS", "CapacityColumn", "CapacityResult", "attention_for", "capacity_audit"]
 
@@ -269,22 +269,17 @@ class _Plan:
 class _Attention:
     """Key/query weights the rows of Z use, as ZBuilder takes them, and their description."""
 
-    Wq: torch.Tensor
-    Wk: torch.Tensor
-    bq: torch.Tensor | None
-    bk: torch.Tensor | None
-    pre: Callable[[torch.Tensor], torch.Tensor] | None
-    scale: float | None
+    heads: Heads
     causal: bool
     describe: str
 
     @property
     def num_heads(self) -> int:
-        return int(self.Wq.shape[0])
+        return self.heads.num_heads
 
     @property
     def head_dim(self) -> int:
-        return int(self.Wq.shape[2])
+        return self.heads.head_dim
 
 
 def attention_for(pm, block: int, attention: str, seed: int) -> _Attention:
@@ -298,7 +293,7 @@ def attention_for(pm, block: int, attention: str, seed: int) -> _Attention:
             + (", biases" if aw.b_q is not None else "")
             + ")"
         )
-        return _Attention(aw.W_q, aw.W_k, aw.b_q, aw.b_k, aw.pre, aw.scale, aw.causal, desc)
+        return _Attention(Heads(aw.W_q, aw.W_k, aw.b_q, aw.b_k, aw.pre, aw.scale), aw.causal, desc)
     H, dh = info.num_heads, info.head_dim
     Wq, Wk = random_attention_weights(info.d, H, dh, seed)
     pre = torch.nn.LayerNorm(info.d, elementwise_affine=False)
@@ -307,23 +302,13 @@ def attention_for(pm, block: int, attention: str, seed: int) -> _Attention:
         f"{H} random heads (seed {seed}): Xavier-uniform d x d_h key/query weights with d_h = {dh}, no biases, "
         f"logits 1/sqrt(d_h) on LayerNorm (no affine) of the tokens"
     )
-    return _Attention(Wq, Wk, None, None, pre, None, causal, desc)
+    return _Attention(Heads(Wq, Wk, pre=pre), causal, desc)
 
 
 def _capture(plan: _Plan, pm, attn: _Attention, col: CapacityColumn, notes: list[str]):
     """One pass of the pipeline over the data: rows of Z and (when auditing) the reduced features."""
     info = pm.info
-    zb = ZBuilder(
-        Wq=attn.Wq,
-        Wk=attn.Wk,
-        bq=attn.bq,
-        bk=attn.bk,
-        pre=attn.pre,
-        scale=attn.scale,
-        query_index=info.query_index,
-        causal=attn.causal,
-        shared_context=plan.shared_context,
-    )
+    zb = ZBuilder(attn.heads, query_index=info.query_index, causal=attn.causal, shared_context=plan.shared_context)
     reducer = (
         None if plan.from_path is not None else StreamingReducer(info.query_index, plan.settings.rule(torch.float32))
     )

@@ -1,7 +1,8 @@
 """The matrix Z of the proof of Theorem 1, and the builder that streams it batch by batch.
 
 Row t of ``Z`` is ``[z_1; ...; z_H]`` with ``z_h = E_t^T softmax(s_h)``: a convex combination of
-the context rows of example t chosen by head h (:func:`attention_combinations`). :class:`ZBuilder`
+the context rows of example t chosen by head h (:func:`attention_combinations`; the heads'
+key/query side is a :class:`Heads`). :class:`ZBuilder`
 accumulates the rows from (B, n, d) token batches (memory O(T H d); the (T, n, d) activations are
 never held). Everything is computed in float64.
 """
@@ -11,6 +12,8 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,7 +22,7 @@ from ..errors import DataError, InputError
 from ..settings import derive_seed
 from ..validate import integer
 
-__all__ = ["ZBuilder", "as_real_tensor", "attention_combinations", "random_attention_weights"]
+__all__ = ["Heads", "ZBuilder", "as_real_tensor", "attention_combinations", "random_attention_weights"]
 
 
 def as_real_tensor(name: str, value, ndims: tuple[int, ...]) -> torch.Tensor:
@@ -36,32 +39,56 @@ def as_real_tensor(name: str, value, ndims: tuple[int, ...]) -> torch.Tensor:
     return value
 
 
+@dataclass(frozen=True)
+class Heads:
+    """The key/query side of H attention heads, as the rows of ``Z`` read it.
+
+    Head h's logits over the context rows ``E[i]`` for the query ``x`` are
+    ``s_h[i] = (pre(E)[i] Wk_h + bk_h) . (pre(x) Wq_h + bq_h) * scale``.
+
+    Attributes:
+        Wq, Wk: query/key weights, (H, d, d_h) (a (d, d_h) matrix means one head).
+        bq, bk: optional biases, (H, d_h). (``bk`` shifts all logits of a head equally, so it
+            cannot change ``Z``; it is accepted for fidelity to real layers.)
+        pre: what the keys and queries see, e.g. a LayerNorm; applied to ``E`` and ``x`` along
+            the last dimension. ``z_h`` always combines the raw rows of ``E_t`` (the value input).
+        scale: the logits' scale; None: ``1 / sqrt(d_h)``.
+    """
+
+    Wq: Any
+    Wk: Any
+    bq: Any = None
+    bk: Any = None
+    pre: Callable[[torch.Tensor], torch.Tensor] | None = None
+    scale: float | None = None
+
+    @property
+    def num_heads(self) -> int:
+        return int(self.Wq.shape[0]) if self.Wq.ndim == 3 else 1
+
+    @property
+    def head_dim(self) -> int:
+        return int(self.Wq.shape[-1])
+
+
 def attention_combinations(
     E: torch.Tensor,
     x: torch.Tensor,
-    Wq: torch.Tensor,
-    Wk: torch.Tensor,
-    bq: torch.Tensor | None = None,
-    bk: torch.Tensor | None = None,
+    heads: Heads,
     *,
-    pre: Callable[[torch.Tensor], torch.Tensor] | None = None,
     exclude_query_index: int | None = None,
     chunk: int = 256,
     dtype: torch.dtype = torch.float64,
 ) -> torch.Tensor:
     """The matrix ``Z`` (T, H*d) of the proof of Theorem 1.
 
-    Row t is ``[z_1; ...; z_H]`` with ``z_h = E_t^T softmax(s_h)`` and logits
-    ``s_h[i] = (pre(E_t)[i] Wk_h + bk_h) . (pre(x_t) Wq_h + bq_h) / sqrt(d_h)``.
+    Row t is ``[z_1; ...; z_H]`` with ``z_h = E_t^T softmax(s_h)`` and the logits ``s_h`` of
+    ``heads`` (:class:`Heads`) for the context ``E_t`` and the query ``x_t``.
 
     Args:
         E: contexts, (T, n, d). A (n, d) matrix is taken as one context shared by all examples.
         x: queries, (T, d).
-        Wq, Wk: query/key weights, (H, d, d_h) (a (d, d_h) matrix means one head).
-        bq, bk: optional biases, (H, d_h). (``bk`` shifts all logits of a head equally, so it
-            cannot change ``Z``; it is accepted for fidelity to real layers.)
-        pre: what the keys and queries see, e.g. a LayerNorm; applied to ``E`` and ``x`` along
-            the last dimension. ``z_h`` always combines the raw rows of ``E_t`` (the value input).
+        heads: the key/query weights, biases, pre-attention map and scale.
         exclude_query_index: a context row the query may not attend to (self-attention where the
             query is that row of the context and should not see itself); ``None`` for none.
         chunk: examples processed at once; memory is O(chunk * n * d + T * H * d).
@@ -69,37 +96,35 @@ def attention_combinations(
     """
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise InputError(f"chunk must be a positive integer, got {chunk!r}")
-    E, x, Wq, Wk = _inputs(E, x, Wq, Wk)
+    E, x, Wq, Wk = _inputs(E, x, heads.Wq, heads.Wk)
     H, _d, dh = Wq.shape
-    bq, bk = _head_bias("bq", bq, H, dh), _head_bias("bk", bk, H, dh)
     exclude_query_index = _excluded(exclude_query_index, E.shape[-2])
-    device = x.device
-    Wq, Wk = Wq.to(device=device, dtype=dtype), Wk.to(device=device, dtype=dtype)
-    bq, bk = (b.to(device=device, dtype=dtype) if b is not None else None for b in (bq, bk))
-    out = torch.empty((x.shape[0], H * x.shape[1]), dtype=dtype, device=device)
-    shared = None
-    if E.ndim == 2:
-        E_raw_shared = E.to(device=device, dtype=dtype)
-        shared = (E_raw_shared, pre(E_raw_shared) if pre is not None else E_raw_shared)
+    on = _on(x.device, dtype)
+    scale = 1.0 / math.sqrt(dh) if heads.scale is None else float(heads.scale)
+    prepared = Heads(on(Wq), on(Wk), on(_head_bias("bq", heads.bq, H, dh)), on(_head_bias("bk", heads.bk, H, dh)))
+    pre = heads.pre
+    out = torch.empty((x.shape[0], H * x.shape[1]), dtype=dtype, device=x.device)
+    shared = _context(on(E), pre) if E.ndim == 2 else None
     for start in range(0, x.shape[0], chunk):
         stop = min(start + chunk, x.shape[0])
-        if shared is None:
-            Ec = E[start:stop].to(device=device, dtype=dtype)
-            context = (Ec, pre(Ec) if pre is not None else Ec)
-        else:
-            context = shared
-        out[start:stop] = _chunk_rows(
-            x[start:stop].to(dtype=dtype),
-            context,
-            Wq,
-            Wk,
-            bq,
-            bk,
-            pre=pre,
-            exclude=exclude_query_index,
-            scale=1.0 / math.sqrt(dh),
-        )
+        context = shared if shared is not None else _context(on(E[start:stop]), pre)
+        xc = x[start:stop].to(dtype=dtype)
+        out[start:stop] = _chunk_rows(pre(xc) if pre is not None else xc, context, prepared, exclude_query_index, scale)
     return out
+
+
+def _on(device: torch.device, dtype: torch.dtype) -> Callable:
+    """A tensor (None stays None) moved to ``device`` in ``dtype``."""
+
+    def move(t: torch.Tensor | None) -> torch.Tensor | None:
+        return None if t is None else t.to(device=device, dtype=dtype)
+
+    return move
+
+
+def _context(E: torch.Tensor, pre: Callable[[torch.Tensor], torch.Tensor] | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The raw context rows and what the keys see of them."""
+    return E, pre(E) if pre is not None else E
 
 
 def _inputs(E, x, Wq, Wk) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -159,35 +184,30 @@ def _excluded(index, n: int) -> int | None:
 
 
 def _chunk_rows(
-    xc: torch.Tensor,
+    xp: torch.Tensor,
     context: tuple[torch.Tensor, torch.Tensor],
-    Wq: torch.Tensor,
-    Wk: torch.Tensor,
-    bq: torch.Tensor | None,
-    bk: torch.Tensor | None,
-    *,
-    pre: Callable[[torch.Tensor], torch.Tensor] | None,
+    heads: Heads,
     exclude: int | None,
     scale: float,
 ) -> torch.Tensor:
-    """Rows of Z (c, H*d) for the queries ``xc`` (c, d); ``context``: the raw and the pre-processed
-    context rows, (c, n, d) or one (n, d) shared by all."""
+    """Rows of Z (c, H*d) for the queries ``xp`` (c, d) as the queries see them (after ``pre``);
+    ``context``: the raw and the pre-processed context rows, (c, n, d) or one (n, d) shared by all;
+    ``heads``: (H, d, d_h) weights and (H, d_h) biases on the device and in the dtype of the rows."""
     Ec, Ep = context
-    xp = pre(xc) if pre is not None else xc
-    q = torch.einsum("cd,hde->che", xp, Wq)  # (c, H, dh)
-    if bq is not None:
-        q = q + bq.unsqueeze(0)
+    q = torch.einsum("cd,hde->che", xp, heads.Wq)  # (c, H, dh)
+    if heads.bq is not None:
+        q = q + heads.bq.unsqueeze(0)
     # s[c,h,i] = pre(E)[c,i] . (Wk_h q[c,h]) + bk_h . q[c,h]: never forms (c, H, n, dh).
-    u = torch.einsum("hde,che->chd", Wk, q)  # (c, H, d)
+    u = torch.einsum("hde,che->chd", heads.Wk, q)  # (c, H, d)
     s = torch.einsum("nd,chd->chn" if Ep.ndim == 2 else "cnd,chd->chn", Ep, u)
-    if bk is not None:
-        s = s + torch.einsum("he,che->ch", bk, q).unsqueeze(-1)
+    if heads.bk is not None:
+        s = s + torch.einsum("he,che->ch", heads.bk, q).unsqueeze(-1)
     s = s * scale
     if exclude is not None:
         s[..., exclude] = float("-inf")
     p = torch.softmax(s, dim=-1)  # (c, H, n)
     z = torch.einsum("chn,nd->chd" if Ec.ndim == 2 else "chn,cnd->chd", p, Ec)
-    return z.reshape(xc.shape[0], -1)
+    return z.reshape(xp.shape[0], -1)
 
 
 def random_attention_weights(d: int, heads: int, head_dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -222,35 +242,25 @@ def _pre64(pre: Callable | None) -> Callable | None:
 class ZBuilder:
     """Accumulates the rows of ``Z`` (T, H d) one batch of (B, n, d) tokens at a time.
 
+    ``heads``: the key/query side of the attention (:class:`Heads`, weights (H, d, d_h)); the query
+    of an example is its row ``query_index``; ``causal``: the query sees the tokens up to itself.
     ``shared_context``: every example uses the context of the first example seen (``E_t = E_0``)
     with its own query ``x_t`` (Proposition 2's setting).
     """
 
-    def __init__(
-        self,
-        *,
-        Wq: torch.Tensor,
-        Wk: torch.Tensor,
-        bq: torch.Tensor | None = None,
-        bk: torch.Tensor | None = None,
-        pre: Callable | None = None,
-        scale: float | None = None,
-        query_index: int = 0,
-        causal: bool = False,
-        shared_context: bool = False,
-    ) -> None:
-        Wq = Wq.detach().to(torch.float64)
-        Wk = Wk.detach().to(torch.float64)
+    def __init__(self, heads: Heads, *, query_index: int = 0, causal: bool = False, shared_context: bool = False):
+        Wq = heads.Wq.detach().to(torch.float64)
+        Wk = heads.Wk.detach().to(torch.float64)
         if Wq.ndim != 3 or Wq.shape != Wk.shape:
             raise InputError(f"key/query weights must both be (H, d, d_h), got {tuple(Wq.shape)} and {tuple(Wk.shape)}")
         H, d, dh = Wq.shape
         # attention_combinations scales the logits by 1/sqrt(d_h); another scale is folded into W_q, b_q.
-        f = 1.0 if scale is None else float(scale) * math.sqrt(dh)
+        f = 1.0 if heads.scale is None else float(heads.scale) * math.sqrt(dh)
         self.Wq = Wq * f
         self.Wk = Wk
-        self.bq = bq.detach().to(torch.float64) * f if bq is not None else None
-        self.bk = bk.detach().to(torch.float64) if bk is not None else None
-        self.pre = _pre64(pre)
+        self.bq = heads.bq.detach().to(torch.float64) * f if heads.bq is not None else None
+        self.bk = heads.bk.detach().to(torch.float64) if heads.bk is not None else None
+        self.pre = _pre64(heads.pre)
         self.H, self.d, self.dh = int(H), int(d), int(dh)
         self.query_index = int(query_index)
         self.causal = bool(causal)
@@ -275,16 +285,9 @@ class ZBuilder:
         else:
             E = tokens[:, :keep, :]
         with torch.no_grad():
-            z = attention_combinations(
-                E,
-                x,
-                self.Wq.to(tokens.device),
-                self.Wk.to(tokens.device),
-                None if self.bq is None else self.bq.to(tokens.device),
-                None if self.bk is None else self.bk.to(tokens.device),
-                pre=self._pre_on(tokens.device),
-                chunk=max(1, B),
-            )
+            on = _on(tokens.device, torch.float64)
+            heads = Heads(on(self.Wq), on(self.Wk), on(self.bq), on(self.bk), self._pre_on(tokens.device))
+            z = attention_combinations(E, x, heads, chunk=max(1, B))
         self._parts.append(z.cpu())
 
     def _pre_on(self, device):
