@@ -42,7 +42,9 @@ from __future__ import annotations
 
 import os
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -158,6 +160,29 @@ def device_name(device: torch.device) -> str:
     return "cpu"
 
 
+def _seed(name: str) -> Callable[[Any], int]:
+    return lambda value: validate.integer(param(name), value, minimum=0, maximum=MAX_SEED)
+
+
+def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: None if value is None else check(value)
+
+
+# How each field of Settings is checked and normalised, in the order the fields are checked.
+_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "device": resolve_device,
+    "samples": lambda value: validate.integer(param("samples"), value, maximum=MAX_SAMPLES),
+    "threshold": lambda value: validate.fraction(param("threshold"), value),
+    "seed": _seed("seed"),
+    "rtol": lambda value: validate.tolerance(param("rtol"), value),
+    "atol": lambda value: validate.tolerance(param("atol"), value),
+    "stop_when_decided": bool,
+    "progress": bool,
+    "weights_seed": _optional(_seed("weights_seed")),
+    "data_seed": _optional(_seed("data_seed")),
+}
+
+
 @dataclass(frozen=True)
 class Settings:
     """What every consumer of a run agrees on; build it with :meth:`resolve`.
@@ -165,6 +190,8 @@ class Settings:
     ``rtol``/``atol`` are the user's tolerances (None: the paper's rule); :meth:`rule` turns them
     into the rank rule for features of a dtype, the same rule for Assumptions 1, 2, 3 and General
     Position. ``stop_when_decided`` lets a Monte-Carlo test stop once its verdict cannot change.
+    Every field is checked and normalised where the object is made (InputError), the device
+    resolved from ``auto``/``cpu``/``cuda``/``cuda:N`` (an unavailable device is an input error).
     """
 
     device: torch.device
@@ -178,39 +205,16 @@ class Settings:
     weights_seed: int | None = None  # None: the run's seed (see the module docstring)
     data_seed: int | None = None  # None: the run's seed
 
+    def __post_init__(self) -> None:
+        for name, check in _CHECKS.items():
+            object.__setattr__(self, name, check(getattr(self, name)))
+
     @classmethod
-    def resolve(
-        cls,
-        *,
-        device: str | torch.device | None = "auto",
-        samples=DEFAULT_SAMPLES,
-        threshold=DEFAULT_THRESHOLD,
-        seed=0,
-        rtol=None,
-        atol=None,
-        stop_when_decided: bool = False,
-        progress: bool = False,
-        weights_seed=None,
-        data_seed=None,
-    ) -> Settings:
-        """Check every field and resolve the device (an unavailable device is an input error here)."""
+    def resolve(cls, *, device: str | torch.device | None = "auto", **fields: Any) -> Settings:
+        """The settings of ``fields`` (any field but the device, by name; the rest keep their
+        defaults) on ``device``, after the environment's settings are checked."""
         check_environment()
-        return cls(
-            device=resolve_device(device),
-            samples=validate.integer(param("samples"), samples, maximum=MAX_SAMPLES),
-            threshold=validate.fraction(param("threshold"), threshold),
-            seed=validate.integer(param("seed"), seed, minimum=0, maximum=MAX_SEED),
-            rtol=validate.tolerance(param("rtol"), rtol),
-            atol=validate.tolerance(param("atol"), atol),
-            stop_when_decided=bool(stop_when_decided),
-            progress=bool(progress),
-            weights_seed=None
-            if weights_seed is None
-            else validate.integer(param("weights_seed"), weights_seed, minimum=0, maximum=MAX_SEED),
-            data_seed=None
-            if data_seed is None
-            else validate.integer(param("data_seed"), data_seed, minimum=0, maximum=MAX_SEED),
-        )
+        return cls(device, **fields)  # type: ignore[arg-type]  # __post_init__ resolves the device
 
     def rule(self, dtype: torch.dtype | str = torch.float32):
         """The rank rule for features of ``dtype`` under the user's tolerances."""
@@ -231,7 +235,7 @@ class Settings:
         return self.seed if self.data_seed is None else self.data_seed
 
     def with_(self, **changes) -> Settings:
-        """A copy with some fields changed (the device is not re-resolved)."""
+        """A copy with some fields changed, checked as any Settings is (a ``torch.device`` stays as it is)."""
         return replace(self, **changes)
 
     @property
