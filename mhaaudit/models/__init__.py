@@ -12,7 +12,8 @@ Where each concept lives:
 - ``registry``: aliases, backend and modality detection (:func:`resolve`, :func:`modality_of`);
 - ``families``: every family's query token and what its embedding output carries; adding a
   transformers family is one entry there;
-- ``load``: :func:`load_model`, the one entry point (argument checks, error mapping);
+- ``load``: :func:`load_model`, the one entry point (error mapping); ``plan``: :class:`LoadPlan`,
+  how to load it (the arguments, checked where they are made), what a backend reads;
 - ``hf`` and ``timm_backend``: one module per backend (config, weights, tokenizer, images);
 - ``checkpoints``: reading state files and loading them only where they fit;
 - ``shards``: reading only the tensors the probed blocks use from a safetensors checkpoint
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 from .attention import AttentionWeights, first_attention
 from .load import load_model
+from .plan import LoadPlan
 from .probe import ModelInfo, ProbedModel
 from .random_attention import RandomAttention
 from .registry import ALIASES, ModelSpec, modality_of, resolve
@@ -35,6 +37,7 @@ from .registry import ALIASES, ModelSpec, modality_of, resolve
 __all__ = [
     "ALIASES",
     "AttentionWeights",
+    "LoadPlan",
     "ModelInfo",
     "ModelSpec",
     "ProbedModel",

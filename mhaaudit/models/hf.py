@@ -45,6 +45,7 @@ from ..hub import force_offline_env, is_offline
 from ..io import torch_load_reason
 from .checkpoints import is_ignorable, load_fitting, offline_weights_error, read_state_file
 from .families import Family, embedding_positions, family_of, query_words
+from .plan import LoadPlan
 from .probe import ModelInfo, ProbedModel, measure_image_tokens, prepare_module
 from .random_init import build_random, init_seed, reinit_hf, seeded
 from .registry import (
@@ -95,41 +96,27 @@ class _Weights:
     hub: bool = False
 
 
-def load(
-    spec: ModelSpec,
-    *,
-    weights: str,
-    weights_path: str | None,
-    device: torch.device,
-    context_length: int | None,
-    max_layer: int | None,
-    seed: int,
-    revision: str | None = None,
-    trust_remote_code: bool = False,
-    partial: bool = True,
-) -> ProbedModel:
-    """Build the transformers model ``spec`` names, ready for probing.
+def load(spec: ModelSpec, plan: LoadPlan, partial: bool = True) -> ProbedModel:
+    """Build the transformers model ``spec`` names as ``plan`` says, ready for probing.
 
-    ``revision`` (a branch, tag or commit of a hub model) and ``trust_remote_code`` go to every
-    hub read. Trained weights from a safetensors checkpoint are read only as far as the probed
-    blocks need (:mod:`.shards`); ``info.weights_read`` says what was read.
+    ``plan.revision`` (a branch, tag or commit of a hub model) and ``plan.trust_remote_code`` go to
+    every hub read. Trained weights from a safetensors checkpoint are read only as far as the
+    probed blocks need (:mod:`.shards`); ``info.weights_read`` says what was read.
     """
-    hub = _hub_for(spec, weights_path, revision, trust_remote_code)
-    cfg, source = _config(spec, weights, weights_path, hub)
-    family, modality, is_decoder = classify_config(cfg, spec.name)
-    if modality == "image" and context_length is not None:
+    hub = _hub_for(spec, plan.weights_path, plan.revision, plan.trust_remote_code)
+    cfg, source = _config(spec, plan.weights, plan.weights_path, hub)
+    kind = classify_config(cfg, spec.name)
+    family, modality, _ = kind
+    if modality == "image" and plan.context_length is not None:
         raise InputError("context length applies to text models only; image models take n from the image size")
-    cfg, origin = _weights_origin(spec, cfg, source, weights, weights_path, hub)
+    cfg, origin = _weights_origin(spec, cfg, source, plan.weights, plan.weights_path, hub)
     fam = family_of(family)
     if fam is not None and fam.tower is not None:  # a two-tower model: its vision tower is probed
         cfg = getattr(cfg, fam.tower)
     check_config_numbers(cfg, spec.name)
-    query_index: int | None
-    n, query_index = _text_shape(cfg, is_decoder, context_length, spec.name) if modality == "text" else (0, 0)
-    if fam is not None and fam.query == "none":
-        query_index = None
-    built, checkpoint = _build(spec, cfg, origin, seed, hub, max_layer, partial)
-    module = prepare_module(built, device)
+    tokens = _tokens(cfg, kind, fam, plan.context_length, spec.name)
+    built, checkpoint = _build(spec, cfg, origin, plan.seed, hub, plan.max_layer, partial)
+    module = prepare_module(built, plan.device)
     blocks = find_blocks(module)
     if blocks is None:
         raise ModelError(
@@ -137,11 +124,10 @@ def load(
             f"(supported: {supported_families()})"
         )
     sources = list(dict.fromkeys(t for t in (origin.folder, spec.resolved) if t))
-    info = _model_info(spec, cfg, fam, (family, modality, is_decoder), n, query_index, weights, origin)
     pm = ProbedModel(
-        info,
+        _model_info(spec, cfg, fam, kind, tokens, plan, origin),
         module,
-        device,
+        plan.device,
         blocks=blocks,
         forward=_forward(module, modality),
         config=cfg,
@@ -149,23 +135,12 @@ def load(
         image_transform=image_transform(cfg, family, sources, hub) if modality == "image" else None,
     )
     try:
-        read, whole = _read_weights(pm, checkpoint, origin, weights, cfg, spec.name), False
+        read, whole = _read_weights(pm, checkpoint, origin, plan.weights, cfg, spec.name), False
     except NotPartial:  # tensor names this module cannot map: from_pretrained reads it whole
         read, whole = None, True
     if whole:  # the partly read module is let go first (outside the except), so that two models are never held at once
         del pm, module, built, blocks
-        return load(
-            spec,
-            weights=weights,
-            weights_path=weights_path,
-            device=device,
-            context_length=context_length,
-            max_layer=max_layer,
-            seed=seed,
-            revision=revision,
-            trust_remote_code=trust_remote_code,
-            partial=False,
-        )
+        return load(spec, plan, partial=False)
     if read is not None:
         pm.info = dataclasses.replace(pm.info, weights_read=read.as_dict())
     if modality == "image":
@@ -198,14 +173,14 @@ def _model_info(
     cfg: Any,
     fam: Family | None,
     kind: tuple[str, str, bool],
-    n: int,
-    query_index: int | None,
-    weights: str,
+    tokens: tuple[int, int | None],
+    plan: LoadPlan,
     origin: _Weights,
 ) -> ModelInfo:
     """What the loaded model is, from its config and family (before its weights are read);
-    ``kind`` is ``classify_config``'s (family, modality, decoder)."""
+    ``kind`` is ``classify_config``'s (family, modality, decoder), ``tokens`` (n, query index)."""
     family, modality, is_decoder = kind
+    n, query_index = tokens
     d, heads = int(cfg.hidden_size), int(cfg.num_attention_heads)
     return ModelInfo(
         name=spec.name,
@@ -219,7 +194,7 @@ def _model_info(
         num_layers=int(cfg.num_hidden_layers),
         num_heads=heads,
         head_dim=int(getattr(cfg, "head_dim", None) or d // heads),
-        weights=weights,
+        weights=plan.weights,
         weights_source=origin.description,
         positions=embedding_positions(fam, cfg) if fam is not None else "learned",
         query_token=query_words(query_index, n, modality=modality, why=fam.no_query if fam is not None else ""),
@@ -472,6 +447,19 @@ def _max_positions(cfg: Any) -> int | None:
     if getattr(cfg, "model_type", "") in ("roberta", "xlm-roberta", "camembert", "longformer"):
         mp -= int(getattr(cfg, "pad_token_id", 1) or 1) + 1  # positions start after the padding index
     return mp
+
+
+def _tokens(
+    cfg: Any, kind: tuple[str, str, bool], fam: Family | None, context_length: int | None, name: str
+) -> tuple[int, int | None]:
+    """(n, query index): a text model's (:func:`_text_shape`), (0, 0) for an image model until its n is
+    measured; no query index for a family without a query token of its own."""
+    _, modality, is_decoder = kind
+    query_index: int | None
+    n, query_index = _text_shape(cfg, is_decoder, context_length, name) if modality == "text" else (0, 0)
+    if fam is not None and fam.query == "none":
+        query_index = None
+    return n, query_index
 
 
 def _text_shape(cfg: Any, is_decoder: bool, context_length: int | None, name: str) -> tuple[int, int]:

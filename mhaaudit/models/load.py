@@ -1,6 +1,6 @@
 """load_model: a model name becomes a :class:`~.probe.ProbedModel`, through the backend it resolves to.
 
-The arguments are checked (:mod:`mhaaudit.validate`), the name is resolved by the registry
+The arguments are checked where they become a :class:`~.plan.LoadPlan`, the name is resolved by the registry
 (:func:`~.registry.resolve`), and the backend (:mod:`.hf` or :mod:`.timm_backend`) builds
 the model while library progress bars, warnings and info logs are silenced. Everything a user
 can get wrong ends in :class:`~mhaaudit.errors.ModelError`,
@@ -15,21 +15,20 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import pickle
 import warnings
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
-from .. import validate
 from ..errors import InputError, MhaauditError, ModelError, one_line
-from ..settings import resolve_device
 from . import hf, timm_backend
+from .plan import LoadPlan, check_revision
 from .probe import ProbedModel
 from .registry import resolve
 
-__all__ = ["check_hub_options", "check_revision", "load_model"]
+__all__ = ["LoadPlan", "check_hub_options", "check_revision", "load_model"]
 
 # A corrupt weights file surfaces as an UnpicklingError or EOFError from torch.load, inside the libraries.
 _LIBRARY_ERRORS = (
@@ -46,63 +45,30 @@ _LIBRARY_ERRORS = (
 )
 
 
-def load_model(
-    name: str,
-    *,
-    weights: str = "random",
-    backend: str | None = None,
-    weights_path: str | None = None,
-    device="auto",
-    context_length: int | None = None,
-    max_layer: int | None = None,
-    seed: int = 0,
-    revision: str | None = None,
-    trust_remote_code: bool = False,
-) -> ProbedModel:
+def load_model(name: str, **options: Any) -> ProbedModel:
     """Load a model by alias, hub id, local folder/file or timm name, ready for probing.
 
-    ``weights="random"`` builds from the config with a random init drawn from
+    ``options`` are the fields of a :class:`~.plan.LoadPlan`, by name, checked as it checks them:
+    ``weights="random"`` (the default) builds from the config with a random init drawn from
     ``derive_seed(seed, "model-init")`` (see :mod:`.random_init`); ``"trained"`` loads weights
-    from ``weights_path``, else the hub (online) or the local cache (offline). ``max_layer``
-    builds only that many blocks (``info.num_layers`` still reports the full depth).
-    ``context_length`` sets n for text models. ``revision`` is a branch, tag or commit of a hub
-    model; ``trust_remote_code`` lets a transformers model whose repository carries its own code
-    run that code. Trained weights in safetensors form are read only as far as ``max_layer``
-    needs; ``info.weights_read`` says how many bytes of how many that was.
+    from ``weights_path``, else the hub (online) or the local cache (offline). ``backend``
+    (``"hf"``, ``"timm"``; default: detected) says which library builds it; ``device`` where
+    (default ``"auto"``). ``max_layer`` builds only that many blocks (``info.num_layers`` still
+    reports the full depth). ``context_length`` sets n for text models. ``revision`` is a branch,
+    tag or commit of a hub model; ``trust_remote_code`` lets a transformers model whose repository
+    carries its own code run that code. Trained weights in safetensors form are read only as far
+    as ``max_layer`` needs; ``info.weights_read`` says how many bytes of how many that was.
     """
     if not isinstance(name, str) or not name.strip():
         raise InputError("a model name is required (an alias such as vit-base, a hub id, a folder or a timm name)")
     name = name.strip()
-    weights = validate.choice("weights", weights or "random", ("random", "trained"))
-    if backend is not None:
-        backend = validate.choice("backend", backend, ("hf", "timm"))
-    if weights_path is not None:
-        weights_path = os.path.expanduser(str(weights_path))
-        if not os.path.exists(weights_path):
-            raise InputError(f"weights path does not exist: {weights_path}")
-        if weights == "random":
-            raise InputError("a weights path was given together with random weights; use weights='trained' to load it")
-    if max_layer is not None:
-        max_layer = validate.integer("max_layer", max_layer, minimum=0)
-    if context_length is not None:
-        context_length = validate.integer("context length", context_length, minimum=1)
-    revision = check_revision(revision)
-    dev = resolve_device(device)
-    spec = resolve(name, backend=backend, weights_path=weights_path)
-    hub_options = check_hub_options(spec, revision, trust_remote_code)
+    plan = LoadPlan(**options)
+    spec = resolve(name, backend=plan.backend, weights_path=plan.weights_path)
+    check_hub_options(spec, plan.revision, plan.trust_remote_code)
     builder = timm_backend if spec.backend == "timm" else hf
     try:
         with _quiet():
-            pm = builder.load(
-                spec,
-                weights=weights,
-                weights_path=weights_path,
-                device=dev,
-                context_length=context_length,
-                max_layer=max_layer,
-                seed=seed,
-                **hub_options,
-            )
+            pm = builder.load(spec, plan)
         check_finite_weights(pm, name)
         return pm
     except MhaauditError:
@@ -112,7 +78,7 @@ def load_model(
             f"{name}: out of GPU memory while loading ({one_line(exc, 120)}); try {{param:device}} cpu"
         ) from exc
     except _LIBRARY_ERRORS as exc:
-        problem = hf.hub_problem(exc, name, revision) if spec.backend != "timm" else None
+        problem = hf.hub_problem(exc, name, plan.revision) if spec.backend != "timm" else None
         raise (problem or ModelError(f"cannot load {name}: {one_line(exc, 240)}")) from exc
 
 
@@ -143,15 +109,6 @@ def check_hub_options(spec, revision: str | None, trust_remote_code: bool) -> di
             f"{{param:revision}} names a branch, tag or commit of a hub model; {spec.name} is a local folder"
         )
     return options
-
-
-def check_revision(revision) -> str | None:
-    """A revision as given (None: the default branch); an empty one is an input error."""
-    if revision is None:
-        return None
-    if not isinstance(revision, str) or not revision.strip():
-        raise InputError("{param:revision}: give a branch, tag or commit of the hub model")
-    return revision.strip()
 
 
 @contextlib.contextmanager

@@ -33,6 +33,7 @@ from ..errors import InputError, ModelError, one_line
 from ..hub import force_offline_env, is_offline
 from .checkpoints import find_checkpoint, load_fitting, offline_weights_error
 from .families import query_words
+from .plan import LoadPlan
 from .probe import ModelInfo, ProbedModel, measure_image_tokens, prepare_module
 from .random_init import init_seed, reinit_timm, seeded
 from .registry import ConfigFields, ModelSpec, check_config_numbers, read_json, supported_families, timm_family_of
@@ -61,34 +62,27 @@ class _Arch:
     file: str | None = None
 
 
-def load(
-    spec: ModelSpec,
-    *,
-    weights: str,
-    weights_path: str | None,
-    device: torch.device,
-    context_length: int | None,
-    max_layer: int | None,
-    seed: int,
-) -> ProbedModel:
-    """Build the timm model ``spec`` names, ready for probing."""
+def load(spec: ModelSpec, plan: LoadPlan) -> ProbedModel:
+    """Build the timm model ``spec`` names as ``plan`` says, ready for probing (its hub options do
+    not apply to timm: :func:`~.load.check_hub_options` refuses them before)."""
     import timm
 
-    if context_length is not None:
+    if plan.context_length is not None:
         raise InputError("context length applies to text models only; image models take n from the image size")
     offline = is_offline()
     if offline:
         force_offline_env()
-    arch = _architecture(spec, weights, weights_path)
+    arch = _architecture(spec, plan.weights, plan.weights_path)
     if not timm.is_model(arch.name):
         raise ModelError(f"unknown timm model {arch.name!r}: not in timm.list_models()")
     full_layers, heads, d, head_dim, shape = _shape(arch, spec.name)
     family, fam = timm_family_of(arch.name)
     query_index = 0 if shape.class_token else None
     why = fam.no_query or f"{arch.name} has no class token (global_pool={shape.pool!r})"
+    max_layer = plan.max_layer
     built = full_layers if max_layer is None or max_layer >= full_layers else max(1, max_layer)
-    model, wsource = _build(spec, arch, weights, weights_path, built, full_layers, seed, offline, shape.block_seeded)
-    model = prepare_module(model, device)
+    model, wsource = _build(spec, arch, plan, built, full_layers, offline, shape.block_seeded)
+    model = prepare_module(model, plan.device)
     info = ModelInfo(
         name=spec.name,
         resolved=arch.name if arch.file is None else spec.resolved,
@@ -101,7 +95,7 @@ def load(
         num_layers=full_layers,
         num_heads=heads,
         head_dim=head_dim,
-        weights=weights,
+        weights=plan.weights,
         weights_source=wsource,
         positions=shape.positions,
         query_token=query_words(query_index, 0, modality="image", why=why),
@@ -109,7 +103,7 @@ def load(
     pm = ProbedModel(
         info,
         model,
-        device,
+        plan.device,
         blocks=model.blocks,
         image_transform=_transform(model, spec.name),
         forward=lambda inputs: model.forward_features(inputs["pixel_values"]),
@@ -219,15 +213,7 @@ def _check_structure(model: nn.Module, name: str) -> None:
 
 
 def _build(
-    spec: ModelSpec,
-    arch: _Arch,
-    weights: str,
-    weights_path: str | None,
-    built: int,
-    full_layers: int,
-    seed: int,
-    offline: bool,
-    block_seeded: bool,
+    spec: ModelSpec, arch: _Arch, plan: LoadPlan, built: int, full_layers: int, offline: bool, block_seeded: bool
 ) -> tuple[Any, str]:
     """(model with ``built`` blocks and its weights, where the weights came from).
 
@@ -236,6 +222,7 @@ def _build(
     that their first blocks do not depend on how many are built."""
     import timm
 
+    weights, weights_path, seed = plan.weights, plan.weights_path, plan.seed
     if weights == "trained" and weights_path is None and arch.file is None:
         if offline:
             raise offline_weights_error(spec.name, f"timm {arch.name}")
