@@ -145,22 +145,22 @@ def test_results_do_not_depend_on_the_number_of_threads():
 def test_ranks_dividing_the_groups_yield_what_one_process_yields(monkeypatch):
     """Rank r runs groups r, r + N, ...; every rank yields every group's result in order, and a
     consumer that stops early stops every rank at the same group."""
-    from mhaaudit.kruskal.sampling import blocks_in_order, units
+    from mhaaudit.kruskal.sampling import Draws, blocks_in_order, units
 
     def job(idx):
         return idx * 1  # the draws themselves
 
     for workers in (1, 2):
-        one = list(blocks_in_order(job, 50, 5, 11 * DRAW_BLOCK - 3, 3, True, workers))
+        one = list(blocks_in_order(job, Draws(50, 5, 11 * DRAW_BLOCK - 3, 3, True), workers))
         assert len(one) == len(units(11 * DRAW_BLOCK - 3, workers))
         got = as_ranks(
-            monkeypatch, 3, lambda w=workers: list(blocks_in_order(job, 50, 5, 11 * DRAW_BLOCK - 3, 3, True, w))
+            monkeypatch, 3, lambda w=workers: list(blocks_in_order(job, Draws(50, 5, 11 * DRAW_BLOCK - 3, 3, True), w))
         )
         assert all(len(g) == len(one) and all(torch.equal(a, b) for a, b in zip(g, one, strict=False)) for g in got)
 
     def first_five():
         out = []
-        for x in blocks_in_order(job, 50, 5, 11 * DRAW_BLOCK, 3, True, 2):
+        for x in blocks_in_order(job, Draws(50, 5, 11 * DRAW_BLOCK, 3, True), 2):
             out.append(x)
             if len(out) == 5:
                 break
@@ -201,7 +201,7 @@ def test_the_number_of_draws_sizes_no_allocation():
     memory to start than a few (it once built the list of every block first)."""
     import tracemalloc
 
-    from mhaaudit.kruskal.sampling import blocks_in_order, units
+    from mhaaudit.kruskal.sampling import Draws, blocks_in_order, units
     from mhaaudit.settings import MAX_SAMPLES
 
     groups = units(MAX_SAMPLES, 1)
@@ -212,7 +212,7 @@ def test_the_number_of_draws_sizes_no_allocation():
     def peak(samples: int) -> int:
         tracemalloc.start()
         try:
-            draws = blocks_in_order(lambda idx: idx.shape, 50, 3, samples, 0, True, 1)
+            draws = blocks_in_order(lambda idx: idx.shape, Draws(50, 3, samples, 0, True), 1)
             shapes = [next(draws) for _ in range(3)]
             draws.close()
             used = tracemalloc.get_traced_memory()[1]

@@ -43,7 +43,7 @@ from ..numerics.stream import Unit, unit_of
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, MAX_SAMPLES, device_name, resolve_device
 from .bounds import fixed_rule
 from .results import SetStats, SubsetTest, Witness, clopper_pearson, rows_phrase
-from .sampling import DRAW_BLOCK, Gram, Progress, as_matrix, blocks_in_order, rows_of
+from .sampling import DRAW_BLOCK, Draws, Gram, Progress, as_matrix, blocks_in_order, rows_of
 
 __all__ = ["SET_WITNESS_MAX_ENTRIES", "draw_decisions", "shrink_witness", "subset_test"]
 
@@ -163,7 +163,7 @@ def _decided_draws(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, 
         return sub, Decision(full, exact)
 
     with lapack.blas_single_thread() if entries is not None else contextlib.nullcontext(), tf32_off():
-        for sub, dec in blocks_in_order(decide, gram.T, k, samples, seed, True, workers, gram.device, per_call):
+        for sub, dec in blocks_in_order(decide, Draws(gram.T, k, samples, seed, True, gram.device), workers, per_call):
             seen[0] += int(sub.shape[0])
             seen[1] += int((~dec.full).sum())
             yield sub, dec
@@ -182,11 +182,23 @@ def draw_decisions(
     device: torch.device | str = "cpu",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The draws of ``subset_test`` and each one's decision: ``(indices (N, k), independent (N,))``."""
+    gram, rule = draws_gram(X, rule, device)
+    return joined((sub, dec.full) for sub, dec in _decided_draws(gram, k, samples, seed, rule))
+
+
+def draws_gram(X, rule: RankRule | None, device: torch.device | str) -> tuple[Gram, RankRule]:
+    """The Gram of the rows of ``X`` on ``device`` that the draws of :func:`draw_decisions` and
+    :func:`~.sweep.draw_critical_sizes` are decided from (rescaled), and the rule they are decided
+    under (``rule`` fixed for ``X``)."""
     X = as_matrix(X)
     rule, _ = fixed_rule(X, rule or RankRule.for_dtype(X.dtype), need_stats=False)
     unit, _ = unit_of(rows_of(X), rule)
-    gram = Gram(unit, resolve_device(device))
-    parts = [(sub.cpu(), dec.full.cpu()) for sub, dec in _decided_draws(gram, k, samples, seed, unit.rule)]
+    return Gram(unit, resolve_device(device)), unit.rule
+
+
+def joined(pairs) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pairs of tensors (the draws, what was decided of each) concatenated on the CPU, each side."""
+    parts = [(a.cpu(), b.cpu()) for a, b in pairs]
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
 
@@ -287,6 +299,13 @@ def _by_dimension(k: int, T: int, d: int, base: dict) -> SubsetTest | None:
         reason = f"k = {k} > d = {d}: any {k} vectors in R^{d} are linearly dependent (no sampling needed)"
     else:
         reason = f"k = {k} > T = {T}: the Kruskal rank of {T} vectors is at most {T} (no sampling needed)"
+    return _proved_failure(reason, "dimension", base)
+
+
+def _proved_failure(reason: str, basis: str, base: dict, **found) -> SubsetTest:
+    """A test that fails without a draw, proved by ``basis`` (dimension, set-rank); ``base``: the
+    fields every test has (k, T, d, check, ...), ``found``: what the proof found (set rank, witness)."""
+    k, T, d = base["k"], base["T"], base["d"]
     scope = "whole-set" if k >= T else "subsets"
     if scope == "whole-set":
         reason += _whole_set_note(base["check"], k, T, d)
@@ -300,8 +319,9 @@ def _by_dimension(k: int, T: int, d: int, base: dict) -> SubsetTest | None:
         reason=reason,
         sampled=False,
         exact_status="fails",
-        exact_basis="dimension",
+        exact_basis=basis,
         scope=scope,
+        **found,
         **base,
     )
 
@@ -324,25 +344,7 @@ def _without_sampling(X, unit: Unit, k: int, stats: SetStats, base: dict, first_
             f"the rule, and no subset's rank exceeds it, so no {rows_phrase(k)} {'is' if k == 1 else 'are'} "
             "independent (no sampling needed; a proof)"
         )
-        scope = "whole-set" if k >= T else "subsets"
-        if scope == "whole-set":
-            reason += _whole_set_note(base["check"], k, T, d)
-        return SubsetTest(
-            samples=0,
-            satisfied=0,
-            fraction=0.0,
-            ci_low=0.0,
-            ci_high=0.0,
-            verdict="fails",
-            reason=reason,
-            sampled=False,
-            set_rank=ceil_k,
-            witness=witness,
-            exact_status="fails",
-            exact_basis="set-rank",
-            scope=scope,
-            **base,
-        )
+        return _proved_failure(reason, "set-rank", base, set_rank=ceil_k, witness=witness)
     if k == T:  # one subset only: decide it exactly, no sampling
         ok = _prove(unit, list(range(T))) is None
         witness = _shrink(unit, list(range(T))) if not ok else None
@@ -434,6 +436,15 @@ def subset_test(
     max_fail = math.floor((1 - threshold) * samples + 1e-9)
     gram = Gram(unit, dev)
     t = _tally(gram, k, samples, seed, unit.rule, histogram_limit, max_fail if stop_when_decided else None, progress)
+    return _sampled(t, unit, base, samples, max_fail, stats.ceiling(k, rule), gram.route)
+
+
+def _sampled(
+    t: _Tally, unit: Unit, base: dict, samples: int, max_fail: int, set_rank: int, route: str | None
+) -> SubsetTest:
+    """The test of what the draws showed (``t``): ``samples`` draws were asked for, more than
+    ``max_fail`` dependent ones settle the verdict; ``base``: the fields every test has."""
+    k, threshold = base["k"], base["threshold"]
     if t.satisfied:
         t.histogram[k] = t.histogram.get(k, 0) + t.satisfied
     lo, hi = clopper_pearson(t.satisfied, t.drawn)
@@ -454,8 +465,8 @@ def subset_test(
         histogram_draws=t.histogram_draws + t.satisfied,
         exact_rechecks=t.rechecks,
         sampled=True,
-        set_rank=stats.ceiling(k, rule),
+        set_rank=set_rank,
         planned_samples=samples if t.stopped else None,
-        gram=gram.route,
+        gram=route,
         **base,
     )

@@ -32,6 +32,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -52,6 +53,7 @@ __all__ = [
     "DRAW_BLOCK",
     "FULL_GRAM_MAX_BYTES",
     "KERNELS_ENV",
+    "Draws",
     "Gram",
     "Progress",
     "Units",
@@ -414,19 +416,26 @@ def units(samples: int, workers: int, per_call: int | None = None) -> Units:
     return Units(samples, per_call or (4 if workers <= 1 else 1))
 
 
-def blocks_in_order(
-    job,
-    T: int,
-    k: int,
-    samples: int,
-    seed: int,
-    sort: bool,
-    workers: int,
-    device: torch.device | str = "cpu",
-    per_call: int | None = None,
-):
-    """``job(indices)`` for every group of blocks of the seeded draws (:func:`units`), yielded in order;
-    the draws are made on ``device`` (the same draws on every device).
+@dataclass(frozen=True)
+class Draws:
+    """Which seeded draws: ``samples`` draws of ``k`` of the ``T`` rows under ``seed``, each sorted
+    (``sort``: a subset) or in the order drawn (an ordering: the sweep's nested subsets), made on
+    ``device`` (the same draws on every device)."""
+
+    T: int
+    k: int
+    samples: int
+    seed: int
+    sort: bool
+    device: torch.device | str = "cpu"
+
+    def of(self, group) -> torch.Tensor:
+        """The draws of the blocks ``group`` (:func:`draw_blocks`)."""
+        return draw_blocks(self.T, self.k, self.seed, group, self.sort, self.device)
+
+
+def blocks_in_order(job, draws: Draws, workers: int, per_call: int | None = None):
+    """``job(indices)`` for every group of blocks of the seeded ``draws`` (:func:`units`), yielded in order.
 
     With several workers each block is drawn and processed by one worker thread (torch with one
     intra-op thread: small factorisations parallelise better across matrices than within
@@ -436,10 +445,10 @@ def blocks_in_order(
     consumer that stops early stops at the same group on every rank (the rest of that round's
     groups are the only extra work).
     """
-    groups = units(samples, workers, per_call)
+    groups = units(draws.samples, workers, per_call)
     shard = distributed.lockstep()
     n = shard.world_size
-    mine = _run_groups(job, (groups[i] for i in range(shard.rank, len(groups), n)), T, k, seed, sort, workers, device)
+    mine = _run_groups(job, (groups[i] for i in range(shard.rank, len(groups), n)), draws, workers)
     try:
         for start in range(0, len(groups), n):
             got = next(mine) if start + shard.rank < len(groups) else None
@@ -454,19 +463,16 @@ def blocks_in_order(
         mine.close()
 
 
-def _run_groups(job, groups: Iterable, T: int, k: int, seed: int, sort: bool, workers: int, device):
+def _run_groups(job, groups: Iterable, draws: Draws, workers: int):
     """``job`` on each group of blocks, in order (a pool of ``workers`` threads for one-block groups)."""
-
-    def draws(group) -> torch.Tensor:
-        return draw_blocks(T, k, seed, group, sort, device)
 
     def run(group):
         with numerics():  # flushing subnormals is a per-thread setting
-            return job(draws(group))
+            return job(draws.of(group))
 
     if workers <= 1:  # one caller (a GPU): larger batches, several blocks per call
         for group in groups:
-            yield job(draws(group))
+            yield job(draws.of(group))
         return
     todo = iter(groups)
     pool = ThreadPoolExecutor(workers)

@@ -36,9 +36,9 @@ from ..numerics import (
 from ..numerics.stream import unit_of
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, MAX_SAMPLES, device_name, resolve_device
 from .bounds import babel_floor, fixed_rule
-from .fixed import SET_WITNESS_MAX_ENTRIES, _set_witness, shrink_witness
+from .fixed import SET_WITNESS_MAX_ENTRIES, _set_witness, draws_gram, joined, shrink_witness
 from .results import Bound, SetStats, Sweep, Witness, clopper_pearson
-from .sampling import Gram, Progress, as_matrix, blocks_in_order, rows_of
+from .sampling import Draws, Gram, Progress, as_matrix, blocks_in_order, rows_of
 
 __all__ = ["draw_critical_sizes", "kruskal_sweep"]
 
@@ -167,7 +167,9 @@ def _critical_sizes_of_draws(gram: Gram, K: int, samples: int, seed: int, rule: 
         return idx, kstar, rc
 
     with lapack.blas_single_thread() if kernel is not None else contextlib.nullcontext(), tf32_off():
-        for idx, kstar, rc in blocks_in_order(block, gram.T, K, samples, seed, False, workers, gram.device, per_call):
+        for idx, kstar, rc in blocks_in_order(
+            block, Draws(gram.T, K, samples, seed, False, gram.device), workers, per_call
+        ):
             yield idx, kstar.cpu(), rc
             if progress:
                 progress(int(idx.shape[0]))
@@ -184,12 +186,21 @@ def draw_critical_sizes(
     device: torch.device | str = "cpu",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The nested draws of ``kruskal_sweep`` up to size K and each one's k*: ``(orderings (N, K), kstar (N,))``."""
-    X = as_matrix(X)
-    rule, _ = fixed_rule(X, rule or RankRule.for_dtype(X.dtype), need_stats=False)
-    unit, _ = unit_of(rows_of(X), rule)
-    gram = Gram(unit, resolve_device(device))
-    parts = [(idx.cpu(), kstar) for idx, kstar, _ in _critical_sizes_of_draws(gram, K, samples, seed, unit.rule, None)]
-    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+    gram, rule = draws_gram(X, rule, device)
+    return joined((idx, kstar) for idx, kstar, _ in _critical_sizes_of_draws(gram, K, samples, seed, rule, None))
+
+
+def _counted(gram: Gram, K: int, samples: int, seed: int, rule: RankRule, progress: Progress | None):
+    """What the nested draws showed: how many draws have each k* (``counts[k]``, k = 0 .. K + 1), the
+    exact decisions they needed, and the smallest dependent prefix drawn as (size, indices), or None."""
+    counts, rechecks, smallest = torch.zeros(K + 2, dtype=torch.long), 0, None
+    for idx, kstar, rc in _critical_sizes_of_draws(gram, K, samples, seed, rule, progress):
+        rechecks += rc
+        counts += torch.bincount(kstar, minlength=K + 2)[: K + 2]
+        small = int(kstar.min())
+        if small < K and (smallest is None or small + 1 < smallest[0]):
+            smallest = (small + 1, idx[int(kstar.argmin()), : small + 1].cpu().tolist())
+    return counts, rechecks, smallest
 
 
 def _fractions(counts: torch.Tensor, K: int, K_all: int, samples: int):
@@ -269,12 +280,7 @@ def kruskal_sweep(
     if K > 0:
         unit, _ = unit_of(rows_of(X), rule)  # rescaled by an exact power of two, gathered per draw
         gram = Gram(unit, dev)
-        for idx, kstar, rc in _critical_sizes_of_draws(gram, K, samples, seed, unit.rule, progress):
-            rechecks += rc
-            counts += torch.bincount(kstar, minlength=K + 2)[: K + 2]
-            small = int(kstar.min())
-            if small < K and (smallest is None or small + 1 < smallest[0]):
-                smallest = (small + 1, idx[int(kstar.argmin()), : small + 1].cpu().tolist())
+        counts, rechecks, smallest = _counted(gram, K, samples, seed, unit.rule, progress)
     fractions, ci_low, ci_high = _fractions(counts, K, K_all, samples)
     raw_estimate = max((k for k, f in enumerate(fractions, 1) if f >= threshold), default=0)
     witness = shrink_witness(X, smallest[1], rule) if smallest else None
