@@ -157,6 +157,13 @@ RULED = (
     "cli/capacity.py",
     "cli/kruskal.py",
     "cli/options.py",
+    "capacity/z.py",
+    "settings.py",
+    "models/load.py",
+    "models/plan.py",
+    "models/hf.py",
+    "models/timm_backend.py",
+    "kruskal/sampling.py",
 )
 
 
