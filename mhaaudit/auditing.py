@@ -80,6 +80,14 @@ def plan_probes(
     ``trained``, default 1). Text, or any model with ``layers`` given: random/trained x each layer
     (the paper's Table 3 uses layers 0 and 1); ``layer`` has no effect there and is refused.
     """
+    _check_layer(modality, layer, layers)
+    if layers is not None or modality == "text":
+        return _depth_probes(variants, layers)
+    return _image_probes(variants, layer)
+
+
+def _check_layer(modality: str, layer: int | None, layers: Sequence[int] | None) -> None:
+    """``layer`` is refused beside ``layers`` and for a text model, and must be a block (at least 1)."""
     if layer is not None and layers is not None:
         raise InputError(
             "{param:layer} has no effect with {param:layers}: {param:layers} names every depth to audit; give one of them"
@@ -89,17 +97,23 @@ def plan_probes(
             "{param:layer} has no effect on a text model (it sets the depth of the image columns); "
             "give {param:layers} instead (default 0,1)"
         )
-    given_layer, layer = layer is not None, 1 if layer is None else layer
-    if layer < 1:
+    if layer is not None and layer < 1:
         raise InputError(f"{{param:layer}} must be at least 1 (block index; 0 is the embedding output), got {layer}")
-    if layers is not None or modality == "text":
-        ls = sorted(set(layers if layers is not None else (0, 1)))
-        if any(v < 0 for v in ls):
-            raise InputError(f"layers must be >= 0, got {ls}")
-        inits = _inits_from_variants(variants)
-        return [Probe(f"{w}-L{layer}", w, layer) for w in inits for layer in ls]
+
+
+def _depth_probes(variants: Sequence[str] | None, layers: Sequence[int] | None) -> list[Probe]:
+    """random and/or trained weights at each depth (default 0 and 1, the paper's Table 3)."""
+    ls = sorted(set(layers if layers is not None else (0, 1)))
+    if any(v < 0 for v in ls):
+        raise InputError(f"layers must be >= 0, got {ls}")
+    inits = _inits_from_variants(variants)
+    return [Probe(f"{w}-L{depth}", w, depth) for w in inits for depth in ls]
+
+
+def _image_probes(variants: Sequence[str] | None, layer: int | None) -> list[Probe]:
+    """The paper's Table 1 columns, the random and trained ones at depth ``layer`` (default 1)."""
     vs = list(dict.fromkeys(variants or IMAGE_VARIANTS))
-    if given_layer and not {"random", "trained"} & set(vs):
+    if layer is not None and not {"random", "trained"} & set(vs):
         raise InputError(
             f"{{param:layer}} has no effect on the columns {', '.join(vs)} (they read the embedding output); "
             "it sets the depth of the random and trained columns"
@@ -113,7 +127,7 @@ def plan_probes(
         elif v == "random-attention":
             out.append(Probe(v, "random", 0, random_attention=True))
         else:
-            out.append(Probe(v, v, layer))
+            out.append(Probe(v, v, 1 if layer is None else layer))
     return out
 
 
@@ -475,77 +489,117 @@ def collect_features(
     by_init: dict[str, list[Probe]] = {}
     for p in probes:
         by_init.setdefault(p.init, []).append(p)
-    rule = settings.rule(torch.float32)  # features that feed a rank decision are float32
     for init, group in by_init.items():
         t0 = time.perf_counter()
         pm = _load_or_unavailable(request, init, settings, max(p.layer for p in group), group, out)
         if pm is None:
             continue
         out.timings[f"load {init}"] = round(time.perf_counter() - t0, 3)
-        info = pm.info
-        _check_limit_reaches_n(data, info)
-        _check_limit_fits(data, info, len(group))
-        if info.n > info.d:
-            out.note(_n_above_d_note(info), NoteKind.N_ABOVE_D, on_note)
-        if out.info is None or init == "random":
-            out.info = ModelFacts.of(info)
-        out.info = out.info.with_weights(init, info.weights_source, info.weights_read)
-        qi = pipeline.query_index(pm, request)
-        if request.query_index is not None:  # the report and meta name the query the audit read
-            out.info = replace(out.info, query_index=qi, query_token=f"token {qi} (--query-index)")
-        ra = None
-        if any(p.random_attention for p in group):
-            ra = RandomAttention(info.d, seed=settings.weights_seed_used, device=pm.device)
-        reducers = {p.variant: StreamingReducer(qi, rule) for p in group}
-        data_notes: list[str] = []
-        fed = pipeline.stream(
-            pm,
-            data,
-            {p.layer for p in group},
-            [_reducer_consumer(group, reducers, ra)],
-            settings,
-            data_notes,
-            label=f"{init} weights: capture",
-            need=info.n,
-        )
-        for text in data_notes:
-            out.note(text, NoteKind.DATA)
-        out.timings[f"capture {init}"] = fed.seconds
-        out.batch = out.batch or fed.batch
-        if data.batch_size == "auto":  # the other weights have the same shapes: the same batch, not a second search
-            data = replace(data, batch_size=fed.batch["size"])
-        out.data, out.skipped, out.duplicates = (
-            fed.name,
-            max(out.skipped, fed.skipped),
-            DuplicateInputs.of(fed.duplicates),
-        )
-        out.skips, out.image_policy = SkipCounts.of(fed.skips) or out.skips, fed.policy or out.image_policy
-        short = _short_of_limit_note(fed, data.limit)
-        if short:
-            out.note(short, NoteKind.SHORT_OF_LIMIT, on_note)
-        if fed.duplicates.get("repeats"):
-            out.note(
-                f"duplicate inputs: {fed.duplicates_line} (identical inputs give identical vectors at "
-                "every layer, a dependence that is about the data, not the model)",
-                NoteKind.DUPLICATE_INPUTS,
-            )
+        qi = _take_model(out, pm, request, init, data, len(group), on_note)
+        fed, reducers, data_notes = _capture_group(pm, init, group, qi, data, settings)
+        data = _take_pass(out, fed, data_notes, init, data, on_note)
         for p in group:
-            out.features[p.variant] = reducers[p.variant].result(
-                {
-                    "model": request.model,
-                    "variant": p.variant,
-                    "layer": p.layer,
-                    "weights": init,
-                    "weights_source": info.weights_source,
-                    "weights_read": info.weights_read,
-                    "batch": fed.batch,
-                    "data": fed.name,
-                    "resolved": info.resolved,
-                    "random_attention": p.random_attention,
-                },
-                fed=fed,
-            )
+            out.features[p.variant] = reducers[p.variant].result(_feature_meta(request, p, pm.info, fed), fed=fed)
     return out
+
+
+def _take_model(
+    out: Captured,
+    pm,
+    request: ModelRequest,
+    init: str,
+    data: DataRequest,
+    probes: int,
+    on_note: Callable[[str], None] | None,
+) -> int:
+    """Check the limit against the model loaded for ``probes`` probe points, keep what it says
+    (its info, weights, the n > d note) in ``out``; the query token's index."""
+    info = pm.info
+    _check_limit_reaches_n(data, info)
+    _check_limit_fits(data, info, probes)
+    if info.n > info.d:
+        out.note(_n_above_d_note(info), NoteKind.N_ABOVE_D, on_note)
+    if out.info is None or init == "random":
+        out.info = ModelFacts.of(info)
+    out.info = out.info.with_weights(init, info.weights_source, info.weights_read)
+    qi = pipeline.query_index(pm, request)
+    if request.query_index is not None:  # the report and meta name the query the audit read
+        out.info = replace(out.info, query_index=qi, query_token=f"token {qi} (--query-index)")
+    return qi
+
+
+def _capture_group(pm, init: str, group: Sequence[Probe], qi: int, data: DataRequest, settings: Settings):
+    """One pass of the model over the data, every probe point of ``group`` reduced on the way:
+    (what the pass fed, the reducers by variant, the notes of reading the data)."""
+    info = pm.info
+    ra = None
+    if any(p.random_attention for p in group):
+        ra = RandomAttention(info.d, seed=settings.weights_seed_used, device=pm.device)
+    rule = settings.rule(torch.float32)  # features that feed a rank decision are float32
+    reducers = {p.variant: StreamingReducer(qi, rule) for p in group}
+    data_notes: list[str] = []
+    fed = pipeline.stream(
+        pm,
+        data,
+        {p.layer for p in group},
+        [_reducer_consumer(group, reducers, ra)],
+        settings,
+        data_notes,
+        label=f"{init} weights: capture",
+        need=info.n,
+    )
+    return fed, reducers, data_notes
+
+
+def _take_pass(
+    out: Captured,
+    fed,
+    data_notes: list[str],
+    init: str,
+    data: DataRequest,
+    on_note: Callable[[str], None] | None,
+) -> DataRequest:
+    """Keep what the pass of the ``init`` weights over the data found in ``out`` (notes, timings,
+    batch, skips, duplicates); the data request of the next pass (an automatic batch size, once
+    found, kept)."""
+    for text in data_notes:
+        out.note(text, NoteKind.DATA)
+    out.timings[f"capture {init}"] = fed.seconds
+    out.batch = out.batch or fed.batch
+    if data.batch_size == "auto":  # the other weights have the same shapes: the same batch, not a second search
+        data = replace(data, batch_size=fed.batch["size"])
+    out.data, out.skipped, out.duplicates = (
+        fed.name,
+        max(out.skipped, fed.skipped),
+        DuplicateInputs.of(fed.duplicates),
+    )
+    out.skips, out.image_policy = SkipCounts.of(fed.skips) or out.skips, fed.policy or out.image_policy
+    short = _short_of_limit_note(fed, data.limit)
+    if short:
+        out.note(short, NoteKind.SHORT_OF_LIMIT, on_note)
+    if fed.duplicates.get("repeats"):
+        out.note(
+            f"duplicate inputs: {fed.duplicates_line} (identical inputs give identical vectors at "
+            "every layer, a dependence that is about the data, not the model)",
+            NoteKind.DUPLICATE_INPUTS,
+        )
+    return data
+
+
+def _feature_meta(request: ModelRequest, p: Probe, info, fed) -> dict[str, Any]:
+    """The meta of one probe point's reduced features: what was read, with which weights, how."""
+    return {
+        "model": request.model,
+        "variant": p.variant,
+        "layer": p.layer,
+        "weights": p.init,
+        "weights_source": info.weights_source,
+        "weights_read": info.weights_read,
+        "batch": fed.batch,
+        "data": fed.name,
+        "resolved": info.resolved,
+        "random_attention": p.random_attention,
+    }
 
 
 def _load_or_unavailable(

@@ -160,7 +160,15 @@ def _rec(col, check) -> dict:
 
 def audit_lines(result) -> list[str]:
     """Findings (failures first), unavailable columns, evidence, meanings, the bound."""
-    lines: list[str] = []
+    lines = finding_lines(result) + unavailable_lines(result)
+    for c in result.columns:
+        if c.sweep is not None:
+            lines += [escape(x) for x in sweep_lines(c.sweep, label=f"[{c.probe.variant}]")]
+    return lines + evidence_lines(result) + meaning_lines() + bound_lines(result)
+
+
+def finding_lines(result) -> list[str]:
+    """What each audited column's checks found: the failures, then what holds."""
     fails: list[tuple[str, str]] = []
     holds: list[tuple[str, str]] = []
     for c in result.columns:
@@ -168,33 +176,48 @@ def audit_lines(result) -> list[str]:
             continue
         for check in REGISTRY.values():
             r = c.tests.get(check.name)
-            if r is None:
-                continue
-            msg = escape(f"[{c.probe.variant}] {check.title}: {r.reason}")
-            if check.vectors == "contexts":  # the context tokens: what their positions add
-                msg += escape(positions_note(result.info, c.probe.layer))
-            w = getattr(r, "witness", None)
-            if w is not None:
-                msg += escape(
-                    f" Witness rows {list(w.indices)[:8]}{' ...' if len(w.indices) > 8 else ''} (sigma_min {w.singular_values[-1]:.3g} <= tol {w.tol:.3g})."
+            if r is not None:
+                (fails if r.verdict == "fails" else holds).append(
+                    (verdict_text(r.verdict), _finding(result, c, check, r))
                 )
-            (fails if r.verdict == "fails" else holds).append((verdict_text(r.verdict), msg))
+    lines: list[str] = []
     if fails:
         lines.append("[bold]Failures[/bold]")
         lines += [f"  {v} {m}" for v, m in fails]
     if holds:
         lines.append("[bold]Holds[/bold]")
         lines += [f"  {v} {m}" for v, m in holds]
-    unavailable: dict[str, list[str]] = {}  # one line per reason: the trained columns at every depth share theirs
+    return lines
+
+
+def _finding(result, c, check, r) -> str:
+    """One check's finding in one column: its reason, what the positions add, its witness."""
+    msg = escape(f"[{c.probe.variant}] {check.title}: {r.reason}")
+    if check.vectors == "contexts":  # the context tokens: what their positions add
+        msg += escape(positions_note(result.info, c.probe.layer))
+    w = getattr(r, "witness", None)
+    if w is not None:
+        msg += escape(
+            f" Witness rows {list(w.indices)[:8]}{' ...' if len(w.indices) > 8 else ''} (sigma_min {w.singular_values[-1]:.3g} <= tol {w.tol:.3g})."
+        )
+    return msg
+
+
+def unavailable_lines(result) -> list[str]:
+    """One line per reason a column is unavailable: the trained columns at every depth share theirs."""
+    unavailable: dict[str, list[str]] = {}
     for c in result.columns:
         if c.status != "ok":
             unavailable.setdefault(c.reason, []).append(c.probe.variant)
-    for reason, variants in unavailable.items():
-        lines.append(f"[yellow]{escape(', '.join(variants))} unavailable[/yellow]: {escape(reason)}")
-    for c in result.columns:
-        if c.sweep is not None:
-            lines += [escape(x) for x in sweep_lines(c.sweep, label=f"[{c.probe.variant}]")]
-    lines.append("[bold]Evidence[/bold]")
+    return [
+        f"[yellow]{escape(', '.join(variants))} unavailable[/yellow]: {escape(reason)}"
+        for reason, variants in unavailable.items()
+    ]
+
+
+def evidence_lines(result) -> list[str]:
+    """What the audit read and how: sizes and settings, the data, each column's weights, notes, time."""
+    lines = ["[bold]Evidence[/bold]"]
     s = result.settings
     info = result.info
     T = _T(result)
@@ -203,14 +226,7 @@ def audit_lines(result) -> list[str]:
         f"{s.samples} draws per test, threshold {s.threshold}, seed {s.seed}, device {s.device}"
     )
     lines.append(f"  rank rule: {s.tolerance.rule}")
-    lines.append(escape(f"  data: {result.data}"))
-    skips = getattr(result, "skips", None)
-    if skips:
-        lines.append(escape(f"  skipped inputs: {describe_skips(skips.as_dict())}"))
-    elif result.skipped:
-        lines.append(f"  skipped inputs: {result.skipped}")
-    if getattr(result, "image_policy", ""):
-        lines.append(escape(f"  image modes: {result.image_policy}"))
+    lines += _data_lines(result)
     for c in result.columns:
         if c.status == "ok":
             lines.append(f"  {c.probe.variant}: {c.probe.describe()}; weights: {c.weights_source}")
@@ -218,12 +234,34 @@ def audit_lines(result) -> list[str]:
     lines += loading_lines(None, s)
     for note in result.notes:
         lines.append(f"  note: {note}")
-    tm = ", ".join(f"{k} {v:.1f} s" for k, v in result.timings.items())
-    lines.append(f"  time: {tm}")
-    for c in result.columns:
-        if c.timings:
-            lines.append(f"    {c.probe.variant}: " + ", ".join(f"{k} {v:.1f} s" for k, v in c.timings.items()))
-    lines.append("[bold]What the checks mean[/bold]")
+    return lines + time_lines(result.timings, [(c.probe.variant, c.timings) for c in result.columns])
+
+
+def _data_lines(result) -> list[str]:
+    """The data read, the inputs skipped and the image policy."""
+    lines = [escape(f"  data: {result.data}")]
+    skips = getattr(result, "skips", None)
+    if skips:
+        lines.append(escape(f"  skipped inputs: {describe_skips(skips.as_dict())}"))
+    elif result.skipped:
+        lines.append(f"  skipped inputs: {result.skipped}")
+    if getattr(result, "image_policy", ""):
+        lines.append(escape(f"  image modes: {result.image_policy}"))
+    return lines
+
+
+def time_lines(timings: dict[str, float], columns) -> list[str]:
+    """The run's timings, then each column's: ``columns`` are (name, timings) pairs."""
+    lines = ["  time: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())]
+    for name, spent in columns:
+        if spent:
+            lines.append(f"    {name}: " + ", ".join(f"{k} {v:.1f} s" for k, v in spent.items()))
+    return lines
+
+
+def meaning_lines() -> list[str]:
+    """What each registered check means, and how a cell reads."""
+    lines = ["[bold]What the checks mean[/bold]"]
     for check in REGISTRY.values():
         lines.append(f"  {check.title}: {check.meaning}.")
     lines.append(
@@ -231,7 +269,6 @@ def audit_lines(result) -> list[str]:
         "intervals) and, where it is decided, the exact status (exact: fails or holds, and what proves it: a dependent "
         "subset found, a whole-set rank below k, an exhaustive check); Assumption 2's counts are exact."
     )
-    lines += bound_lines(result)
     return lines
 
 
@@ -444,11 +481,7 @@ def capacity_evidence_lines(result) -> list[str]:
         lines += loading_lines(c.weights_read, label=f"{c.variant} weights ")
     lines += loading_lines(None, s)
     lines += [escape(f"  note: {note}") for note in result.notes]
-    lines.append("  time: " + ", ".join(f"{k} {v:.1f} s" for k, v in result.timings.items()))
-    for c in result.columns:
-        if c.timings:
-            lines.append(f"    {c.variant}: " + ", ".join(f"{k} {v:.1f} s" for k, v in c.timings.items()))
-    return lines
+    return lines + time_lines(result.timings, [(c.variant, c.timings) for c in result.columns])
 
 
 def loading_lines(

@@ -89,37 +89,7 @@ def int_ranges(
 
     Empty parts are ignored; errors name ``name``. ``minimum`` / ``maximum`` bound every value.
     """
-    out: set[int] = set()
-    if isinstance(spec, bool):
-        raise InputError(f"{name} must name {what} such as {example}, got {spec!r}")
-    if isinstance(spec, numbers.Integral):
-        out.add(int(spec))
-    elif isinstance(spec, str):
-        for part in spec.split(","):
-            part = part.strip()
-            if not part:
-                continue
-            try:
-                if "-" in part[1:]:
-                    cut = part.index("-", 1)
-                    lo, hi = int(part[:cut]), int(part[cut + 1 :])
-                    if hi < lo:
-                        raise InputError(
-                            f"{name} {spec!r}: the range {part} is empty (use low-high, e.g. {example.split(' ')[0]})"
-                        )
-                    if hi - lo + 1 + len(out) > MAX_LIST:
-                        raise InputError(f"{name} {spec!r} names more than {MAX_LIST} {what}, the most a list may hold")
-                    out.update(range(lo, hi + 1))
-                else:
-                    out.add(int(part))
-            except InputError:
-                raise
-            except ValueError:
-                raise InputError(f"{name} {spec!r}: use {what} and ranges such as {example}") from None
-    elif isinstance(spec, Iterable):
-        out.update(_as_int(name, v, what) for v in spec)
-    else:
-        raise InputError(f"{name} must name {what} such as {example}, got {spec!r}")
+    out = _named_ints(spec, name, what, example)
     if non_empty and not out:
         raise InputError(f"{name} {spec!r} names no {what} (use e.g. {example})")
     if out and minimum is not None and min(out) < minimum:
@@ -127,6 +97,41 @@ def int_ranges(
     if out and maximum is not None and max(out) > maximum:
         raise InputError(f"{name} {spec!r}: at most {maximum}, got {max(out)}")
     return sorted(out)
+
+
+def _named_ints(spec, name: str, what: str, example: str) -> set[int]:
+    """The integers ``spec`` names (an integer, a text of parts and ranges, or integers)."""
+    if isinstance(spec, bool):
+        raise InputError(f"{name} must name {what} such as {example}, got {spec!r}")
+    if isinstance(spec, numbers.Integral):
+        return {int(spec)}
+    if isinstance(spec, str):
+        out: set[int] = set()
+        for part in spec.split(","):
+            part = part.strip()
+            if part:
+                out.update(_part_ints(part, spec, name, what, example, len(out)))
+        return out
+    if isinstance(spec, Iterable):
+        return {_as_int(name, v, what) for v in spec}
+    raise InputError(f"{name} must name {what} such as {example}, got {spec!r}")
+
+
+def _part_ints(part: str, spec: str, name: str, what: str, example: str, held: int) -> Iterable[int]:
+    """The integers of one part of ``spec``: ``"3"`` or the range ``"0-6"`` (``held``: how many
+    the parts before it named, for the list's size limit)."""
+    try:
+        if "-" not in part[1:]:
+            return (int(part),)
+        cut = part.index("-", 1)
+        lo, hi = int(part[:cut]), int(part[cut + 1 :])
+    except ValueError:
+        raise InputError(f"{name} {spec!r}: use {what} and ranges such as {example}") from None
+    if hi < lo:
+        raise InputError(f"{name} {spec!r}: the range {part} is empty (use low-high, e.g. {example.split(' ')[0]})")
+    if hi - lo + 1 + held > MAX_LIST:
+        raise InputError(f"{name} {spec!r} names more than {MAX_LIST} {what}, the most a list may hold")
+    return range(lo, hi + 1)
 
 
 def choice(name: str, value, choices: Sequence[str], *, aliases: dict[str, str] | None = None) -> str:

@@ -562,31 +562,15 @@ def capacity_audit(
         )
     blk = _block_of(block, layer)
     attention = choice(param("attention"), attention, ATTENTION)
-    vs = split_list(variants) or list(VARIANTS)
-    for v in vs:
-        choice("variant", v, VARIANTS)
-    if request.weights_path is not None and "trained" not in vs:
-        raise InputError("{param:weights} has no effect without the trained column; add trained to {param:variants}")
+    vs = _variants(variants, request)
     if from_path is not None and (samples is not None or threshold is not None):
         raise InputError(
             "{param:samples} and {param:threshold} have no effect with {param:from_path}: Assumption 1 is read from the file, "
             "not sampled"
         )
     head_counts(heads)  # syntax and sizes below 1, before any work; the model's head count is checked once known
-    from_results = None
-    if from_path is not None:
-        from_results = read_check_results(from_path)
-        check_same_examples(from_path, from_results, limit=data_req.limit)
     plan = _Plan(
-        request,
-        data_req,
-        settings,
-        blk,
-        heads,
-        attention,
-        bool(shared_context),
-        Path(from_path) if from_path is not None else None,
-        from_results,
+        request, data_req, settings, blk, heads, attention, bool(shared_context), *_read_from(from_path, data_req)
     )
 
     def run(plan: _Plan) -> CapacityResult:
@@ -599,6 +583,26 @@ def capacity_audit(
     if over is None:
         return run(plan)
     return capacity_seeds(lambda **seeds: run(replace(plan, settings=settings.with_(**seeds))), over, data_req.data)
+
+
+def _variants(variants, request: ModelRequest) -> list[str]:
+    """The columns asked for (default both); trained weights without the trained column are refused."""
+    vs = split_list(variants) or list(VARIANTS)
+    for v in vs:
+        choice("variant", v, VARIANTS)
+    if request.weights_path is not None and "trained" not in vs:
+        raise InputError("{param:weights} has no effect without the trained column; add trained to {param:variants}")
+    return vs
+
+
+def _read_from(from_path, data: DataRequest) -> tuple[Path | None, Any]:
+    """``from_path`` and the check results read from it, checked against the examples asked for
+    (None, None without a file)."""
+    if from_path is None:
+        return None, None
+    from_results = read_check_results(from_path)
+    check_same_examples(from_path, from_results, limit=data.limit)
+    return Path(from_path), from_results
 
 
 def _requests(req: Requests) -> tuple[Settings, ModelRequest, DataRequest]:

@@ -525,38 +525,53 @@ def image_source(
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise InputError(f"limit must be a positive number of images, got {limit!r}")
     if data is None or is_builtin(data):
-        given = [p for p, v in (("image_column", image_column), ("convert_rgb", convert_rgb)) if v]
-        if given:
-            raise InputError(
-                f"{' and '.join('{param:' + p + '}' for p in given)} "
-                f"{'has' if len(given) == 1 else 'have'} no effect on the built-in images "
-                "(RGB mosaics, no columns)"
-            )
-        no_split(split, "the built-in images")
-        return BuiltinImages(limit=limit, seed=seed, device=device)
+        return _builtin_images(split, limit, seed, image_column, device, convert_rgb)
     kind, target = classify(data)
     if kind == "dir":
-        if is_saved_dataset(target):
-            return TableImages(table_of(target, split), limit=limit, image_column=image_column, convert_rgb=convert_rgb)
-        if not _has_image_files(target) and _has_dataset_files(target):
-            # a dataset folder as the hub stores them (data/*.parquet ...): the datasets library reads it
-            return HubImages(str(target), split=split, limit=limit, image_column=image_column, convert_rgb=convert_rgb)
-        if image_column is not None:
-            raise InputError(f"{{param:image_column}} has no effect on an image folder ({target}): it has no columns")
-        no_split(split, f"an image folder ({target})")
-        return ImageFolder(target, limit=limit, convert_rgb=convert_rgb)
+        return _folder_images(target, split, limit, image_column, convert_rgb)
     if kind == "file":
-        suffix = target.suffix.lower()
-        if suffix in (".parquet", ".arrow"):
-            no_split(split, f"a file ({target})")
-        if suffix == ".parquet":
-            return ParquetImages(target, limit=limit, image_column=image_column, convert_rgb=convert_rgb)
-        if suffix == ".arrow":
-            return TableImages(table_of(target), limit=limit, image_column=image_column, convert_rgb=convert_rgb)
-        if suffix in IMAGE_EXTENSIONS:
-            raise InputError(f"{target} is a single image; give the folder that holds the images")
-        raise InputError(
-            f"{target}: not an image source (give an image folder, a .parquet or .arrow file, a folder "
-            "written by save_to_disk, a Hugging Face dataset id, or nothing for the built-in default)"
-        )
+        return _file_images(target, split, limit, image_column, convert_rgb)
     return HubImages(target, split=split, limit=limit, image_column=image_column, convert_rgb=convert_rgb)
+
+
+def _builtin_images(split: str, limit: int, seed: int, image_column, device, convert_rgb: bool) -> ImageSource:
+    """The built-in images: no columns, no splits, RGB already."""
+    given = [p for p, v in (("image_column", image_column), ("convert_rgb", convert_rgb)) if v]
+    if given:
+        raise InputError(
+            f"{' and '.join('{param:' + p + '}' for p in given)} "
+            f"{'has' if len(given) == 1 else 'have'} no effect on the built-in images "
+            "(RGB mosaics, no columns)"
+        )
+    no_split(split, "the built-in images")
+    return BuiltinImages(limit=limit, seed=seed, device=device)
+
+
+def _folder_images(target: Path, split: str, limit: int, image_column, convert_rgb: bool) -> ImageSource:
+    """A folder: one written by ``save_to_disk``, a hub dataset's files, or image files."""
+    if is_saved_dataset(target):
+        return TableImages(table_of(target, split), limit=limit, image_column=image_column, convert_rgb=convert_rgb)
+    if not _has_image_files(target) and _has_dataset_files(target):
+        # a dataset folder as the hub stores them (data/*.parquet ...): the datasets library reads it
+        return HubImages(str(target), split=split, limit=limit, image_column=image_column, convert_rgb=convert_rgb)
+    if image_column is not None:
+        raise InputError(f"{{param:image_column}} has no effect on an image folder ({target}): it has no columns")
+    no_split(split, f"an image folder ({target})")
+    return ImageFolder(target, limit=limit, convert_rgb=convert_rgb)
+
+
+def _file_images(target: Path, split: str, limit: int, image_column, convert_rgb: bool) -> ImageSource:
+    """A file: a ``.parquet`` or ``.arrow`` table of encoded images; anything else is refused."""
+    suffix = target.suffix.lower()
+    if suffix in (".parquet", ".arrow"):
+        no_split(split, f"a file ({target})")
+    if suffix == ".parquet":
+        return ParquetImages(target, limit=limit, image_column=image_column, convert_rgb=convert_rgb)
+    if suffix == ".arrow":
+        return TableImages(table_of(target), limit=limit, image_column=image_column, convert_rgb=convert_rgb)
+    if suffix in IMAGE_EXTENSIONS:
+        raise InputError(f"{target} is a single image; give the folder that holds the images")
+    raise InputError(
+        f"{target}: not an image source (give an image folder, a .parquet or .arrow file, a folder "
+        "written by save_to_disk, a Hugging Face dataset id, or nothing for the built-in default)"
+    )
