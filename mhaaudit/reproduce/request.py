@@ -1,19 +1,44 @@
 """A run of one of the paper's audited targets (``table1``, ``table3``, ``figure1``) as one frozen
-object, :class:`TargetRequest`, and :func:`target_request`, the one place the targets' keywords
-become it."""
+object, :class:`TargetRequest`; :func:`target_request`, the one place the targets' keywords become
+it; and :func:`target_conveniences`, which gives a target its keywords, with their defaults from
+one table (:data:`KEYWORDS`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import functools
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import validate
 from ..errors import param
 from ..request import SETTINGS_KEYWORDS, build_request, build_settings
-from ..settings import Settings
+from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 
-__all__ = ["TargetRequest", "target_request"]
+__all__ = ["KEYWORDS", "TargetRequest", "target_conveniences", "target_request"]
+
+#: The audited targets' keyword conveniences in signature order: name -> (default, annotation).
+#: A target takes those :func:`target_conveniences` names; their defaults are the command's.
+KEYWORDS: dict[str, tuple[Any, Any]] = {
+    "data": (None, str | None),
+    "split": ("train", str),
+    "limit": (None, int | None),
+    "models": (None, Sequence[str] | None),
+    "model": (None, dict | None),
+    "weights": (None, dict | None),
+    "context_length": (None, dict | None),
+    "samples": (DEFAULT_SAMPLES, int),
+    "threshold": (DEFAULT_THRESHOLD, float),
+    "seed": (0, int),
+    "device": ("auto", str),
+    "batch_size": (32, int),
+    "stop_when_decided": (True, bool),
+    "progress": (False, bool),
+    "on_note": (None, Callable[[str], None] | None),
+    "weights_seed": (None, int | None),
+    "data_seed": (None, int | None),
+}
 
 
 @dataclass(frozen=True)
@@ -58,3 +83,36 @@ def target_request(
         return TargetRequest(**rest, settings=build_settings(None, settings))
     build_settings(request.settings, settings, given)
     return build_request(TargetRequest, request, rest, given)
+
+
+_REQUEST = TargetRequest | None
+
+
+def target_conveniences(*without: str) -> Callable[[Callable[[TargetRequest], Any]], Callable[..., Any]]:
+    """Give a target ``fn(request)`` the keywords of :data:`KEYWORDS` but ``without`` as conveniences.
+
+    The target is then called as ``fn(request=None, **keywords)``: its signature shows the request
+    and the keywords with their defaults; :func:`target_request` makes the request of them (the
+    names of those the caller gave decide what disagrees with a request given); a keyword not
+    among them is a TypeError, as for any function.
+    """
+    names = [name for name in KEYWORDS if name not in without]
+
+    def wrap(fn: Callable[[TargetRequest], Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def entry(request: TargetRequest | None = None, **keywords):
+            for name in keywords:
+                if name not in names:
+                    raise TypeError(f"{fn.__name__}() got an unexpected keyword argument {name!r}")
+            defaults = {name: KEYWORDS[name][0] for name in names}
+            return fn(target_request(request, defaults | keywords, frozenset(keywords)))
+
+        kind = inspect.Parameter.KEYWORD_ONLY
+        entry.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=_REQUEST)]
+            + [inspect.Parameter(n, kind, default=KEYWORDS[n][0], annotation=KEYWORDS[n][1]) for n in names],
+            return_annotation=inspect.signature(fn).return_annotation,
+        )
+        return entry
+
+    return wrap

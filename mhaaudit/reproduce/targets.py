@@ -33,12 +33,11 @@ from ..memorize import run_memorize_grid
 from ..numerics import svd_rank
 from ..progress import task
 from ..render import reproduction_report
-from ..request import keyword_conveniences
-from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
+from ..settings import Settings
 from ..tables import Report
 from .compare import Comparison, RunFacts, compare, compare_memorization, setting_differences
 from .published import published, target_spec
-from .request import TargetRequest, target_request
+from .request import TargetRequest, target_conveniences
 
 if TYPE_CHECKING:
     from ..auditing import AuditResult
@@ -209,65 +208,23 @@ def _check_keys(name: str, given: Mapping | None, allowed: Sequence[str]) -> dic
 # --------------------------------------------------------------------------- Table 1 and Table 3
 
 
-@keyword_conveniences
-def table1(
-    request: TargetRequest | None = None,
-    *,
-    data: str | None = None,
-    split: str = "train",
-    limit: int | None = None,
-    model: dict | None = None,
-    weights: dict | None = None,
-    samples: int = DEFAULT_SAMPLES,
-    threshold: float = DEFAULT_THRESHOLD,
-    seed: int = 0,
-    device: str = "auto",
-    batch_size: int = 32,
-    stop_when_decided: bool = True,
-    progress: bool = False,
-    on_note: Callable[[str], None] | None = None,
-    weights_seed: int | None = None,
-    data_seed: int | None = None,
-    given: frozenset[str] = frozenset(),
-) -> Reproduction:
+@target_conveniences("models", "context_length")
+def table1(request: TargetRequest) -> Reproduction:
     """Table 1: ViT-Base's four columns (embedding, random attention, random ViT, trained ViT).
 
-    ``request``: the run as a :class:`~.request.TargetRequest`; the keywords are conveniences that
-    build it (:func:`~.request.target_request`)."""
-    keywords = {k: v for k, v in locals().items() if k not in ("request", "given")}
-    return _tables("table1", target_request(request, keywords, given))
+    Called with a :class:`~.request.TargetRequest` or with its keywords (see
+    :func:`~.request.target_conveniences`)."""
+    return _tables("table1", request)
 
 
-@keyword_conveniences
-def table3(
-    request: TargetRequest | None = None,
-    *,
-    data: str | None = None,
-    split: str = "train",
-    limit: int | None = None,
-    models: Sequence[str] | None = None,
-    model: dict | None = None,
-    weights: dict | None = None,
-    context_length: dict | None = None,
-    samples: int = DEFAULT_SAMPLES,
-    threshold: float = DEFAULT_THRESHOLD,
-    seed: int = 0,
-    device: str = "auto",
-    batch_size: int = 32,
-    stop_when_decided: bool = True,
-    progress: bool = False,
-    on_note: Callable[[str], None] | None = None,
-    weights_seed: int | None = None,
-    data_seed: int | None = None,
-    given: frozenset[str] = frozenset(),
-) -> Reproduction:
+@target_conveniences()
+def table3(request: TargetRequest) -> Reproduction:
     """Table 3: BERT-large and GPT-2-large (``models``: a subset of ``bert``, ``gpt2``), random and
     trained, layers 0 and 1, and the Kruskal-rank sweep of the BERT layer-1 columns.
 
-    ``request``: the run as a :class:`~.request.TargetRequest`; the keywords are conveniences that
-    build it (:func:`~.request.target_request`)."""
-    keywords = {k: v for k, v in locals().items() if k not in ("request", "given")}
-    return _tables("table3", target_request(request, keywords, given))
+    Called with a :class:`~.request.TargetRequest` or with its keywords (see
+    :func:`~.request.target_conveniences`)."""
+    return _tables("table3", request)
 
 
 def _tables(target: str, request: TargetRequest) -> Reproduction:
@@ -335,34 +292,13 @@ def _compare_model(
 # --------------------------------------------------------------------------- Figure 1
 
 
-@keyword_conveniences
-def figure1(
-    request: TargetRequest | None = None,
-    *,
-    data: str | None = None,
-    split: str = "train",
-    limit: int | None = None,
-    model: dict | None = None,
-    samples: int = DEFAULT_SAMPLES,
-    threshold: float = DEFAULT_THRESHOLD,
-    seed: int = 0,
-    device: str = "auto",
-    batch_size: int = 32,
-    progress: bool = False,
-    weights_seed: int | None = None,
-    data_seed: int | None = None,
-    given: frozenset[str] = frozenset(),
-) -> Reproduction:
+@target_conveniences("models", "weights", "context_length", "stop_when_decided", "on_note")
+def figure1(request: TargetRequest) -> Reproduction:
     """Figure 1: the satisfied fraction against k for ViT-Base's random-attention features.
 
-    ``request``: the run as a :class:`~.request.TargetRequest` (its weights, context lengths and
-    models are refused: the figure has one model and one column); the keywords are conveniences
-    that build it (:func:`~.request.target_request`)."""
-    keywords = {k: v for k, v in locals().items() if k not in ("request", "given")}
-    return _figure1(target_request(request, keywords, given))
-
-
-def _figure1(request: TargetRequest) -> Reproduction:
+    Called with a :class:`~.request.TargetRequest` (its weights, context lengths and models are
+    refused: the figure has one model and one column) or with its keywords (see
+    :func:`~.request.target_conveniences`)."""
     spec = target_spec("figure1")
     (key,) = spec["models"]
     (column,) = spec["columns"]
