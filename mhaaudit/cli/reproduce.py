@@ -56,6 +56,21 @@ APPLIES = {
 }
 MODEL_KEYS = {"table1": ("vit",), "figure1": ("vit",), "table3": ("bert", "gpt2")}
 
+# The options whose help is reproduce's own.
+TargetSeeds = Annotated[
+    str | None,
+    typer.Option(
+        "--seeds",
+        help="table1, table3, figure1: run once per seed (e.g. 0-2; instead of --seed) and set each published value beside the between-seed range of ours.",
+    ),
+]
+AllDraws = Annotated[
+    bool,
+    typer.Option(
+        "--all-draws", help="Always make every draw (by default a failing test stops once its verdict is settled)."
+    ),
+]
+
 
 def reproduce(
     ctx: typer.Context,
@@ -95,23 +110,12 @@ def reproduce(
     samples: Samples = DEFAULTS["samples"],
     threshold: Threshold = DEFAULTS["threshold"],
     seed: Seed = DEFAULTS["seed"],
-    seeds: Annotated[
-        str | None,
-        typer.Option(
-            "--seeds",
-            help="table1, table3, figure1: run once per seed (e.g. 0-2; instead of --seed) and set each published value beside the between-seed range of ours.",
-        ),
-    ] = None,
+    seeds: TargetSeeds = None,
     vary: VaryOpt = Vary.both,
     weights_seed: WeightsSeed = None,
     data_seed: DataSeed = None,
     device: Device = DEFAULTS["device"],
-    all_draws: Annotated[
-        bool,
-        typer.Option(
-            "--all-draws", help="Always make every draw (by default a failing test stops once its verdict is settled)."
-        ),
-    ] = False,
+    all_draws: AllDraws = False,
     preset: Annotated[
         str | None,
         typer.Option(
