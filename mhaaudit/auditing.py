@@ -30,7 +30,7 @@ from .batching import available_memory
 from .checks import REGISTRY, ContextRankResult
 from .distributed import describe, shared
 from .errors import DataError, InputError, OfflineError, OutputError, param, plain
-from .facts import AuditSettings, DuplicateInputs, JobFacts, ModelFacts, SkipCounts
+from .facts import AuditSettings, DuplicateInputs, JobFacts, ModelFacts, ReadFacts, SkipCounts, meta_value
 from .features import FeatureSet, StreamingReducer
 from .io import check_folder_writable, make_output_folder, real_path, stamp
 from .kruskal import SubsetTest, Sweep, kruskal_sweep, set_stats
@@ -212,7 +212,7 @@ class Column:
     timings: dict[str, float] = field(default_factory=dict)
     weights_source: str = ""
     T: int | None = None
-    weights_read: dict[str, Any] | None = None
+    weights_read: ReadFacts | None = None
     bound: CapacityBound | None = None
     bound_hint: str = ""
 
@@ -298,8 +298,8 @@ class AuditResult(StoredSweepResult):
                 "describe": c.probe.describe(),
                 "weights_source": c.weights_source,
                 "timings_s": c.timings,
-                "weights_read": c.weights_read,
-                "weights_read_text": weights_read_text(c.weights_read),
+                "weights_read": meta_value(c.weights_read),
+                "weights_read_text": weights_read_text(meta_value(c.weights_read)),
                 "sweep": c.sweep.summary() if c.sweep else None,
                 "bound": c.bound.to_dict() if c.bound is not None else None,
                 "bound_hint": c.bound_hint,
@@ -798,7 +798,7 @@ def _column(p: Probe, got: Captured, settings: Settings, sweep: bool) -> Column:
         )
     col.features, col.T = fs, fs.T
     col.weights_source = fs.meta.get("weights_source", "")
-    col.weights_read = fs.meta.get("weights_read")
+    col.weights_read = ReadFacts.of(fs.meta.get("weights_read"))
     col.tests, col.sweep, col.timings = run_checks(fs, settings, sweep=sweep, label=p.variant)
     assert got.info is not None, "a column with features has its model's facts"
     col.bound, col.bound_hint = memorisation_bound(got.info, col)

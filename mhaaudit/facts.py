@@ -34,31 +34,31 @@ __all__ = [
     "SkipCause",
     "SkipCounts",
     "WeightsUsed",
-    "plain",
+    "meta_value",
 ]
 
 
-def plain(value):
+def meta_value(value):
     """``value`` as the plain data a ``meta`` holds: records as dicts of their fields (those
     :data:`OMITTED_WHEN_NONE` left out when None), tuples as lists."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         if hasattr(value, "as_dict"):
             return value.as_dict()
         return {
-            f.name: plain(getattr(value, f.name))
+            f.name: meta_value(getattr(value, f.name))
             for f in dataclasses.fields(value)
             if not (f.metadata.get("omit_none") and getattr(value, f.name) is None)
         }
     if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
+        return [meta_value(v) for v in value]
     if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
+        return {k: meta_value(v) for k, v in value.items()}
     return value
 
 
 def _fields_dict(record) -> dict:
     return {
-        f.name: plain(getattr(record, f.name))
+        f.name: meta_value(getattr(record, f.name))
         for f in dataclasses.fields(record)
         if not (f.metadata.get("omit_none") and getattr(record, f.name) is None)
     }
@@ -153,11 +153,11 @@ class ModelFacts(_ByName):
 
     def as_dict(self) -> dict:
         """``model_info`` as the ``meta`` gives it."""
-        out = {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "weights_used"}
+        out = {f.name: meta_value(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "weights_used"}
         for w in self.weights_used:
             out[f"{w.init}_weights_source"] = w.source
             if w.read is not None:
-                out[f"{w.init}_weights_read"] = plain(w.read)
+                out[f"{w.init}_weights_read"] = meta_value(w.read)
         return out
 
     def document(self) -> dict:

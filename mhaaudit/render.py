@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .checks import CHECK_MEANING, CHECK_TITLES, REGISTRY
-from .facts import AuditSettings, CapacitySettings, ModelFacts
+from .facts import AuditSettings, CapacitySettings, ModelFacts, ReadFacts, meta_value
 from .kruskal.report import (
     WHOLE_SET_LEGEND,
     estimate_text,
@@ -485,10 +485,10 @@ def capacity_evidence_lines(result) -> list[str]:
 
 
 def loading_lines(
-    read: dict | None, settings: AuditSettings | CapacitySettings | None = None, label: str = ""
+    read: ReadFacts | None, settings: AuditSettings | CapacitySettings | None = None, label: str = ""
 ) -> list[str]:
     """What loading the trained weights read, and the batch size when it was chosen automatically."""
-    lines = [escape(f"    {label}{weights_read_text(read)}")] if read else []
+    lines = [escape(f"    {label}{weights_read_text(meta_value(read))}")] if read else []
     how = settings.batch_size_choice if settings is not None else None
     if settings is not None and how not in (None, "given"):
         lines.append(escape(f"  batch size: {settings.batch_size} (auto: {how})"))

@@ -42,7 +42,7 @@ from .. import pipeline
 from ..defaults import CAPACITY_BLOCK, CAPACITY_BLOCK_WHY
 from ..distributed import current, describe, shared
 from ..errors import InputError, ModelError, OfflineError, param
-from ..facts import CapacitySettings, JobFacts, ModelFacts
+from ..facts import CapacitySettings, JobFacts, ModelFacts, ReadFacts, meta_value
 from ..features import StreamingReducer
 from ..io import stamp
 from ..models import first_attention
@@ -87,9 +87,7 @@ class CapacityColumn:
     T: int = 0
     weights_source: str = ""
     timings: dict[str, float] = field(default_factory=dict)
-    weights_read: dict[str, Any] | None = (
-        None  # trained weights: what loading read (mhaaudit.models.shards.WeightsRead)
-    )
+    weights_read: ReadFacts | None = None  # trained weights: what loading read
     batch: dict[str, Any] = field(default_factory=dict)  # the batch size used and how it was chosen
     # Proposition 2 for each certificate (by h), filled when the result is built (CapacityResult)
     prop2: dict[int, SharedContextCheck] = field(default_factory=dict, metadata={"document": False})
@@ -233,8 +231,8 @@ class CapacityResult(StoredResult):
                     "reason": c.reason,
                     "T": c.T,
                     "weights_source": c.weights_source,
-                    "weights_read": c.weights_read,
-                    "weights_read_text": weights_read_text(c.weights_read),
+                    "weights_read": meta_value(c.weights_read),
+                    "weights_read_text": weights_read_text(meta_value(c.weights_read)),
                     "timings_s": c.timings,
                     "assumptions": c.assumptions.to_dict() if c.assumptions else None,
                     "bound": (c.bounds[max(c.bounds)].to_dict() if c.bounds else None),
@@ -380,7 +378,7 @@ def _column(
         return col, None, "", [], 0
     col.timings["load"] = round(time.perf_counter() - t0, 3)
     info = pm.info
-    col.weights_source, col.weights_read = info.weights_source, info.weights_read
+    col.weights_source, col.weights_read = info.weights_source, ReadFacts.of(info.weights_read)
     if plan.block > pm.built_layers:
         raise InputError(
             f"{{param:block}} {plan.block}: {plan.request.model} has {info.num_layers} blocks"
