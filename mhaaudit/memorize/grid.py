@@ -70,7 +70,11 @@ def points(grid: dict) -> list[dict]:
 
 
 def _read_results(path: Path) -> dict[str, dict]:
-    """The rows of an existing results file by configuration key."""
+    """The rows of an existing results file by configuration key.
+
+    Raises:
+        InputError: the file cannot be read, or is not a results file of memorize.
+    """
     import pyarrow.parquet as pq
 
     try:

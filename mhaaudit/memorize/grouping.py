@@ -120,6 +120,9 @@ def plan_groups(
     ``max_points`` caps a group's size (1: every point alone). A point larger than the budget
     trains alone; one larger than ``ceiling`` bytes (the memory the device has) is refused before
     any work, naming the largest value that fits.
+
+    Raises:
+        InputError: a point needs more than ``ceiling`` bytes alone.
     """
     sizing = _Sizing(
         recipe.out_dim,

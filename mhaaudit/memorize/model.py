@@ -61,6 +61,8 @@ class MemorizeModel(torch.nn.Module):
         return torch.softmax(logits / math.sqrt(self.head_dim), dim=-1), c_tok
 
     def forward(self, x: torch.Tensor, ctx: torch.Tensor, return_attention: bool = False):
+        """The outputs (B, out_dim) for queries ``x`` (B, d) and contexts ``ctx`` ((n, d) shared or
+        (B, n, d) per example); with ``return_attention``, also the softmax weights (B, H, n)."""
         p, c_tok = self.attention(x, ctx)
         if c_tok.ndim == 2:
             v = torch.einsum("nd,hd->hn", c_tok, self.wv)

@@ -112,6 +112,10 @@ def resolve_grid(request: MemorizeRequest) -> dict:
 
     A dict: ``vary``, ``values``, ``sizes``, ``preset``, ``fixed`` (``n``, ``heads``, ``head_dim``),
     ``epochs`` and ``max_steps``.
+
+    Raises:
+        InputError: an unknown preset or varied parameter, values without a varied parameter or
+            the reverse, no sizes, or a value that is not a whole number of at least 1.
     """
     base: dict = {}
     preset = request.preset
@@ -153,6 +157,9 @@ def grid_axes(vary: str | None, values: str | None, preset: str | None, given: M
 
     A parameter given several values is the one varied (as ``vary=P, values=...``); given to the
     parameter the grid varies (by ``vary`` or the preset), even one value replaces the values.
+
+    Raises:
+        InputError: a value is not a whole number of at least 1, or two parameters would vary.
     """
     varied = vary or (PRESETS[preset]["vary"] if preset else None)
     out: dict = {"vary": vary, "values": values, "heads": None, "n": None, "head_dim": None}

@@ -79,6 +79,7 @@ class MemorizeRun:
     reused: bool = False
 
     def config(self) -> dict:
+        """The run's full configuration, as the results file keys it (see :func:`config_dict`)."""
         return config_dict(
             heads=self.heads,
             n=self.n,
@@ -98,6 +99,7 @@ class MemorizeRun:
         )
 
     def to_dict(self) -> dict:
+        """The run as plain JSON types (its saturation summary a dict or None)."""
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "saturation"}
         d["saturation"] = self.saturation.to_dict() if self.saturation is not None else None
         return d
@@ -115,6 +117,7 @@ class LinearFit:
     xs: tuple[int, ...] = ()  # the distinct values of H among them
 
     def to_dict(self) -> dict:
+        """The fit as plain JSON types."""
         return asdict(self) | {"xs": list(self.xs)}
 
 
@@ -137,6 +140,7 @@ class SeedSummary:
     mean_count: float
 
     def to_dict(self) -> dict:
+        """The summary as plain JSON types."""
         return asdict(self)
 
 
@@ -157,6 +161,7 @@ class GroupRecord:
     seconds: float
 
     def to_dict(self) -> dict:
+        """The group's record as plain JSON types."""
         return asdict(self) | {"runs": list(self.runs)}
 
 
@@ -192,7 +197,11 @@ class MemorizeGrid(StoredResult):
     @classmethod
     def from_json(cls, source) -> MemorizeGrid:
         """The grid ``memorize --format json`` printed (its document is the grid's :meth:`to_dict`):
-        a parsed dict, the JSON text or a path to it."""
+        a parsed dict, the JSON text or a path to it.
+
+        Raises:
+            InputError: ``source`` is not such a document.
+        """
 
         doc = source if isinstance(source, dict) else read_json_document(source)[0]
         if not isinstance(doc, dict) or not str(doc.get("tool", "")).startswith("mhaaudit"):
@@ -201,7 +210,11 @@ class MemorizeGrid(StoredResult):
 
     @classmethod
     def from_parquet(cls, path) -> MemorizeGrid:
-        """The grid ``memorize --format parquet`` printed: the runs are its rows, the rest its metadata."""
+        """The grid ``memorize --format parquet`` printed: the runs are its rows, the rest its metadata.
+
+        Raises:
+            InputError: the file is not such a parquet file.
+        """
 
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -233,15 +246,19 @@ class MemorizeGrid(StoredResult):
         )
 
     def table_records(self) -> list[dict]:
+        """The rows of the table and of ``--format parquet``: one per run."""
         return [r.to_dict() for r in self.runs]
 
     def table_meta(self) -> dict:
+        """The metadata of ``--format parquet``: :meth:`meta`."""
         return self.meta()
 
     def renderables(self) -> list:
+        """What ``print(grid)`` shows, as ``mhaaudit memorize`` prints it."""
         return memorize_report(self)
 
     def summary_line(self) -> str:
+        """The grid in one line: its points, values, sizes and seeds."""
         s = f"{len(self.runs)} points"
         if self.vary:
             s += f", {self.vary} in {','.join(map(str, self.values))}"
@@ -251,6 +268,7 @@ class MemorizeGrid(StoredResult):
         return s + (f" ({self.reused} read from {self.out})" if self.reused else "")
 
     def to_dict(self) -> dict:
+        """The document ``memorize --format json`` prints."""
         return {
             "tool": f"mhaaudit {__version__}",
             "vary": self.vary,

@@ -33,13 +33,18 @@ class SaturationSummary:
     mean_saturated: float
 
     def to_dict(self) -> dict:
+        """The summary as plain JSON types."""
         d = asdict(self)
         d["histogram"] = list(self.histogram)
         return d
 
 
 def saturation_summary(attention: torch.Tensor, threshold: float = SATURATION_THRESHOLD) -> SaturationSummary:
-    """Per-example count of saturated heads from softmax weights (T, H, n)."""
+    """Per-example count of saturated heads from softmax weights (T, H, n).
+
+    Raises:
+        InputError: ``attention`` is not a (T, H, n) tensor.
+    """
     if not isinstance(attention, torch.Tensor) or attention.ndim != 3:
         raise InputError("attention weights must be a (T, H, n) tensor")
     T, H, _ = attention.shape

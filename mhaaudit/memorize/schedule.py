@@ -53,6 +53,7 @@ class Plan:
 
     @classmethod
     def of(cls, size: int, batch_size: int, epochs: int | None, max_steps: int | None, check_every: int) -> Plan:
+        """The plan of a point of ``size`` examples (see :func:`planned_schedule`): its steps and checks."""
         spe, _, total = planned_schedule(size, batch_size, epochs, max_steps)
         last = math.ceil(total / spe)  # the last epoch may be cut short by max_steps
         every = math.ceil(check_every / spe)  # epochs between checks

@@ -67,11 +67,13 @@ class StackShape:
         )
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The shape of each parameter of one padded model, by name."""
         d, H, e, C = self.d, self.heads, self.head_dim, self.out_dim
         return {"embed": (d, d), "wq": (H, d, e), "wk": (H, d, e), "wv": (H, d), "wo": (d, H), "readout": (C, d)}
 
     @property
     def numel(self) -> int:
+        """The parameters of one padded model."""
         return sum(math.prod(s) for s in self.param_shapes().values())
 
 

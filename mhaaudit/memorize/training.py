@@ -98,10 +98,12 @@ class Recipe:
             object.__setattr__(self, name, value)
 
     def as_dict(self) -> dict:
+        """The recipe's fields by name."""
         return asdict(self)
 
     @property
     def out_dim(self) -> int:
+        """The model's outputs: one per class, or one number for regression."""
         return self.classes if self.task == "classification" else 1
 
 
@@ -117,6 +119,11 @@ class Point:
 
     @classmethod
     def resolve(cls, *, heads, n, head_dim, size, seed=0) -> Point:
+        """A point from values given as the user gave them (``"4"``, 4.0), checked.
+
+        Raises:
+            InputError: a value is not a whole number of at least 1 (a seed: 0 to ``MAX_SEED``).
+        """
         return cls(
             heads=validate.integer(param("heads"), heads),
             n=validate.integer(param("n"), n),
@@ -127,9 +134,11 @@ class Point:
 
     @property
     def label(self) -> str:
+        """The point in a few words, as the progress bar shows it."""
         return f"H={self.heads} n={self.n} d_h={self.head_dim} T={self.size}"
 
     def plan(self, recipe: Recipe) -> Plan:
+        """The point's steps and checks under ``recipe``."""
         return Plan.of(self.size, recipe.batch_size, recipe.epochs, recipe.max_steps, recipe.check_every)
 
 
@@ -257,7 +266,11 @@ class _GroupTrainer:
     # ------------------------------------------------------------------ the loop
 
     def run(self, advance: Callable[[int], None], cancelled: Callable[[], bool]) -> list[dict]:
-        """Train until every point has stopped; each point's record as of its last check."""
+        """Train until every point has stopped; each point's record as of its last check.
+
+        Raises:
+            Cancelled: ``cancelled()`` said so.
+        """
         self.spent = [0.0] * len(self.points)
         self._mark = time.perf_counter()
         self._select(list(range(len(self.points))))

@@ -62,9 +62,11 @@ class Comparison:
 
     @property
     def match(self) -> bool | None:
+        """Whether ours matches the paper's: True, False, or None where it cannot be said."""
         return {"match": True, "differs": False}.get(self.status)
 
     def record(self) -> dict:
+        """The comparison as one row of the output (its differences a list, ``match`` with them)."""
         return asdict(self) | {"differences": list(self.differences), "match": self.match}
 
 
@@ -78,6 +80,7 @@ class Difference:
     paper: str
 
     def brief(self) -> str:
+        """The difference in a few words: ours, then the paper's."""
         return f"{self.label} (the paper: {self.paper})"
 
 

@@ -66,12 +66,15 @@ class Reproduction(Report):
     notes: list[str] = field(default_factory=list)
 
     def records(self) -> list[dict]:
+        """One row per published value: the comparisons' records."""
         return [c.record() for c in self.comparisons]
 
     def sweep_rows(self) -> list[dict]:
+        """The sweeps' rows, each with its model key and column."""
         return [{"model": key, "column": col, **row} for (key, col), sw in self.sweeps.items() for row in sw.rows()]
 
     def counts(self) -> dict:
+        """How many comparisons have each status (match, differs, undetermined, unavailable)."""
         c = Counter(x.status for x in self.comparisons)
         return {s: c.get(s, 0) for s in ("match", "differs", "undetermined", "unavailable")}
 
@@ -101,9 +104,11 @@ class Reproduction(Report):
         return doc
 
     def renderables(self) -> list:
+        """What ``print(reproduction)`` shows, as ``mhaaudit reproduce`` prints it."""
         return reproduction_report(self)
 
     def summary_line(self) -> str:
+        """The target in one line: how many published values have each status."""
         return (
             f"{self.target}: "
             + ", ".join(f"{v} {k}" for k, v in self.counts().items())
@@ -298,7 +303,11 @@ def figure1(request: TargetRequest) -> Reproduction:
 
     Called with a :class:`~.request.TargetRequest` (its weights, context lengths and models are
     refused: the figure has one model and one column) or with its keywords (see
-    :func:`~.request.target_conveniences`)."""
+    :func:`~.request.target_conveniences`).
+
+    Raises:
+        InputError: the request gives weights, context lengths or models.
+    """
     spec = target_spec("figure1")
     (key,) = spec["models"]
     (column,) = spec["columns"]
@@ -366,7 +375,11 @@ def figure2(
     device: str = "auto",
     progress: bool = False,
 ) -> Reproduction:
-    """Figure 2(a): memorisation against H on a memorize grid (``cpu`` preset by default)."""
+    """Figure 2(a): memorisation against H on a memorize grid (``cpu`` preset by default).
+
+    Raises:
+        InputError: the grid does not vary the number of heads.
+    """
     spec = target_spec("figure2")
     t0 = time.perf_counter()
     grid = run_memorize_grid(
