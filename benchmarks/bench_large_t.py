@@ -25,7 +25,9 @@ memory-maps:
 
 - ``--sizes T1 T2 ...``: a draw costs the same at any T. For each T, in its own process: the
   streaming pass (``set_stats``: one read of the file, a second only where the d x d Gram is too
-  coarse for the rank) timed beside a plain read of the same file,
+  coarse for the rank) timed beside a cold read of the same file (its pages dropped from the page
+  cache first), a warm read, and the float64 arithmetic floor (T d^2 multiply-adds at the dgemm
+  rate measured in that process),
   then ``--samples`` draws of ``--k`` rows (``subset_test`` with the statistics given), their time,
   and the peak resident memory beside the file's size; then the ratio of each T's draw time to the
   first T's. ``python benchmarks/bench_large_t.py --sizes 20000 1000000 --d 768 --k 128 --samples 2000``
@@ -149,6 +151,49 @@ def _plain_read_s(path: Path) -> float:
     return time.perf_counter() - t0
 
 
+def _drop_from_cache(path: Path) -> bool:
+    """Write the benchmark's own file out and ask the kernel to drop its pages from the page cache
+    (fsync, then POSIX_FADV_DONTNEED), so the next read comes from the disk. False where the
+    system has no posix_fadvise."""
+    if not hasattr(os, "posix_fadvise"):
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    return True
+
+
+def _dgemm_rate(d: int) -> float:
+    """Float64 multiply-adds a second of this process's BLAS on the streaming pass's shape (the
+    d x d product of a chunk of ``chunk_rows(d)`` rows with itself, as a general product), the best
+    of three, at NumPy's own thread count."""
+    import numpy as np
+
+    from mhaaudit.numerics.stream import chunk_rows
+
+    n = chunk_rows(d)
+    A = np.random.default_rng(0).standard_normal((n, d))
+    B = A.copy()  # another buffer: a general product, not the symmetric one
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        A.T @ B
+        best = min(best, time.perf_counter() - t0)
+    return n * d * d / best
+
+
+def _tsqr_ran(stats) -> bool | None:
+    """Whether the statistics needed the TSQR pass (at once, or for a ceiling since); None where
+    this version of the statistics does not say."""
+    brackets = getattr(stats, "gram_brackets", False)
+    if brackets is False:
+        return None
+    return brackets is None or brackets.refined is not None
+
+
 def one_size(a) -> dict:
     """In this process: the streaming pass and the draws on the mapped file ``a.file``."""
     import torch
@@ -161,9 +206,12 @@ def one_size(a) -> dict:
     if a.threads:
         torch.set_num_threads(a.threads)
     path = Path(a.file)
-    read_s = _plain_read_s(path)
+    cold_s = _plain_read_s(path) if _drop_from_cache(path) else float("nan")
+    read_s = _plain_read_s(path)  # the pages are cached now: a warm read
     X, _ = read_array(path)
     rule = RankRule.for_dtype(X.dtype)
+    rate = _dgemm_rate(X.shape[1])
+    load = os.getloadavg()[0]
     t0 = time.perf_counter()
     stats = set_stats(X, rule)
     stats_s = time.perf_counter() - t0
@@ -174,6 +222,11 @@ def one_size(a) -> dict:
         "T": X.shape[0],
         "file_bytes": path.stat().st_size,
         "read_s": read_s,
+        "cold_s": cold_s,
+        "floor_s": X.shape[0] * X.shape[1] ** 2 / rate,
+        "gflops": 2 * rate / 1e9,
+        "load": load,
+        "tsqr": _tsqr_ran(stats),
         "stats_s": stats_s,
         "draws_s": draws_s,
         "peak_bytes": peak_rss_bytes(),
@@ -200,8 +253,8 @@ def sizes_main(a) -> None:
         f"{os.cpu_count()} cores"
     )
     print(
-        f"{'T':>10}{'file MB':>10}{'read s':>9}{'stats s':>9}{'MB/s':>8}{'draws s':>9}{'x first':>9}{'peak MB':>9}"
-        f"{'above file':>11}  route"
+        f"{'T':>10}{'file MB':>10}{'read s':>9}{'cold s':>9}{'floor s':>9}{'stats s':>9}{'MB/s':>8}{'draws s':>9}"
+        f"{'x first':>9}{'peak MB':>9}{'above file':>11}{'load':>6}  route"
     )
     first = None
     for T in a.sizes:
@@ -218,14 +271,21 @@ def sizes_main(a) -> None:
         first = first or r["draws_s"]
         mb = r["file_bytes"] / 2**20
         print(
-            f"{T:>10}{mb:>10.0f}{r['read_s']:>9.2f}{r['stats_s']:>9.2f}{mb / r['stats_s']:>8.0f}{r['draws_s']:>9.2f}"
-            f"{r['draws_s'] / first:>9.2f}{r['peak_bytes'] / 2**20:>9.0f}{(r['peak_bytes'] / 2**20) - mb:>11.0f}  "
-            f"{r['route']} (whole-set rank at k: {r['rank']}, {r['satisfied']}/{a.samples} independent)"
+            f"{T:>10}{mb:>10.0f}{r['read_s']:>9.2f}{r['cold_s']:>9.2f}{r['floor_s']:>9.2f}{r['stats_s']:>9.2f}"
+            f"{mb / r['stats_s']:>8.0f}{r['draws_s']:>9.2f}{r['draws_s'] / first:>9.2f}{r['peak_bytes'] / 2**20:>9.0f}"
+            f"{(r['peak_bytes'] / 2**20) - mb:>11.0f}{r['load']:>6.1f}  "
+            f"{r['route']} (whole-set rank at k: {r['rank']}, {r['satisfied']}/{a.samples} independent; "
+            f"{ {True: 'a TSQR pass ran', False: 'the Gram decided', None: 'TSQR pass not reported'}[r['tsqr']] }; "
+            f"dgemm {r['gflops']:.1f} GFLOP/s)"
         )
     print(
-        f"(read s: one plain read of the file; stats s: the streaming pass (set_stats): the same read plus the "
-        f"float64 Gram (and a TSQR pass where the Gram is too coarse); draws s: the draws alone; x first: draws s over the first T's; above file: peak resident "
-        f"memory less the file; load average after {os.getloadavg()[0]:.2f})"
+        f"(read s: one plain read of the file from the page cache (warm); cold s: the same read after the file's "
+        f"pages were dropped from the cache (fsync, POSIX_FADV_DONTNEED), from the disk; floor s: T d^2 float64 "
+        f"multiply-adds at the dgemm rate measured in the same process (the Gram as a general product; a "
+        f"symmetric one does half); stats s: the streaming pass (set_stats): the same read plus the float64 Gram "
+        f"(and a TSQR pass where the Gram's brackets do not decide the rank); MB/s: file MB over stats s; draws s: "
+        f"the draws alone; x first: draws s over the first T's; above file: peak resident memory less the file; "
+        f"load: the 1-minute load average before the pass; load average after {os.getloadavg()[0]:.2f})"
     )
 
 

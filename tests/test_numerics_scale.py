@@ -86,3 +86,17 @@ def test_kruskal_command_reports_what_matrix_rank_says_at_any_scale(tmp_path, sc
     assert rank == 32 and doc["meta"]["set_rank"] == rank
     (rec,) = doc["records"]
     assert rec["verdict"] == "holds" and rec["sampled"] and rec["satisfied"] == 300 and not rec["witness"]
+
+
+def test_ldexp_by_one_product_is_the_two_halves_wherever_the_result_is_normal():
+    """Where 2**e is a normal float64 a tensor is multiplied once: the same bits as the two halves
+    wherever the result is a normal number."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4000, dtype=torch.float64, generator=g) * torch.exp2(
+        torch.randint(-300, 300, (4000,), generator=g).double()
+    )
+    for e in [*range(-1022, 1024, 31), -1022, 1023]:
+        h = e // 2
+        two = x * math.ldexp(1.0, h) * math.ldexp(1.0, e - h)
+        normal = (two.abs() >= 2.0**-1022) & torch.isfinite(two)
+        assert torch.equal(ldexp(x, e)[normal], two[normal]), e

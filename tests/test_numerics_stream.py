@@ -135,3 +135,26 @@ def test_an_all_zero_first_chunk_fixes_no_scale(monkeypatch):
         rule = RankRule.for_dtype(X.dtype)
         st = set_stats(X, rule)
         assert st.exponent == scaled(X, rule).exponent and st.rank == 16, e
+
+
+def test_scan_is_the_same_whatever_the_callers_blas_threads(monkeypatch):
+    """The pass runs its products on one BLAS thread, with the next chunk read on a second thread:
+    the same bits whatever thread count the caller set, over chunks whose exponent rises and rows
+    whose rescaled entries are subnormal."""
+    from threadpoolctl import threadpool_limits
+
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 8 * 12 * 50)
+    g = torch.Generator().manual_seed(8)
+    X = torch.randn(400, 12, dtype=torch.float64, generator=g) * torch.exp2(
+        torch.randint(-1060, 200, (400, 1), generator=g).double()
+    )
+    X[17] = 0.0
+    scans = []
+    for threads in (1, 2):
+        with threadpool_limits(limits=threads, user_api="blas"):
+            scans.append(scan(Rows(X)))
+    a, b = scans
+    for f in a.__dataclass_fields__:
+        va, vb = getattr(a, f), getattr(b, f)
+        assert np.array_equal(va, vb) if isinstance(va, np.ndarray) else va == vb, f
+    assert a.zero_rows == 1 and a.first_zero == 17

@@ -31,8 +31,11 @@ def _pow2(e: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def ldexp(x, e):
     """``x * 2**e`` without rounding, also where ``2**e`` itself is not a float64 (|e| > 1023).
 
-    ``x`` and ``e``: numbers or tensors (``e`` broadcasts against ``x``). The factor is applied in
-    two halves of the same sign, so an intermediate is never smaller than the result.
+    ``x`` and ``e``: numbers or tensors (``e`` broadcasts against ``x``). For a whole-number ``e``
+    with ``2**e`` a normal float64 (-1022 <= e <= 1023), a tensor is multiplied once by ``2**e``:
+    exact wherever the result is a normal number (where it is subnormal, rounded once, as any
+    product). Otherwise the factor is applied in two halves of the same sign, so an intermediate is
+    never smaller than the result. The two give the same bits wherever the result is normal.
     """
     if isinstance(e, torch.Tensor):
         h = torch.div(e, 2, rounding_mode="floor")
@@ -42,6 +45,8 @@ def ldexp(x, e):
         return x
     h = e // 2
     if isinstance(x, torch.Tensor):
+        if -1022 <= e <= 1023:
+            return x * math.ldexp(1.0, e)
         return x * math.ldexp(1.0, h) * math.ldexp(1.0, e - h)
     try:
         return math.ldexp(float(x), e)

@@ -13,7 +13,9 @@
   the smallest min(T, d) row norms and the zero rows. Each chunk is rescaled by the largest
   exponent seen so far, and what was accumulated is rescaled (by an exact power of two) when a
   later chunk raises it, so every value is in the units of the whole set's exponent, and the
-  result depends only on the data and on ``chunk_rows(d)``, never on where the rows lie.
+  result depends only on the data and on ``chunk_rows(d)``, never on where the rows lie. The
+  next chunk is read and rescaled on a second thread while the products of this one run, on one
+  BLAS thread, so the numbers do not depend on the machine's thread count either.
 * ``tsqr``: a second pass, only when the Gram's eigenvalues are too coarse for a decision
   (``kruskal.bounds.set_stats``): the triangular factor R of the rescaled rows by a sequential
   TSQR in float64 (``R^T R = X^T X``), whose singular values are the set's to the accuracy of an
@@ -27,15 +29,19 @@ the data once.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import resource
 import sys
 import threading
 import weakref
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 
 from ..errors import InputError
 from ..hostmem import available_memory  # the one cgroup-aware figure (also batching's)
@@ -204,9 +210,75 @@ def scan(rows: Rows) -> Scan:
     """The one streaming pass over ``rows`` (module docstring): O(d^2) float64 for the Gram, one
     float64 chunk at a time, two float64 numbers a row. Raises ``InputError`` on a NaN or Inf entry.
     It runs in the ``numerics`` setting wherever it is called from, so its numbers never depend on
-    the caller's."""
-    with numerics():
+    the caller's, and with one BLAS thread (the numbers never depend on the machine's count either;
+    on shared cores a BLAS team that waits for busy cores made the pass several times slower)."""
+    with numerics(), _one_blas_thread():
         return _scan(rows)
+
+
+_BLAS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """NumPy's BLAS on one thread for the block (a process-wide setting, restored after)."""
+    with _BLAS_LOCK, threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
+def _times_pow2(x: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """``x * 2**e`` in place (``e`` broadcasts against ``x``): one product by ``2**e`` where that is a
+    float64 (a product by a power of two is exact, or rounded once where the result is subnormal,
+    as ``np.ldexp`` rounds it: the same bits), ``np.ldexp`` where it is not."""
+    if e.size and -1074 <= int(e.min()) and int(e.max()) <= 1023:
+        return np.multiply(x, np.ldexp(1.0, e), out=x)
+    return np.ldexp(x, e, out=x)
+
+
+@dataclass
+class _Chunk:
+    """One chunk made ready for the Gram (``_prepare``): its rows divided by ``2**e_run``."""
+
+    start: int
+    Cs: np.ndarray
+    norms: np.ndarray
+    zero: np.ndarray
+    e_before: int | None  # the largest exponent before this chunk, and with it
+    e_run: int | None
+
+
+class _Preparer:
+    """Reads and rescales the chunks in order (the state: the largest exponent so far); run one
+    chunk ahead of the Gram on a second thread, so reading the rows (page faults of a mapped file)
+    and the elementwise work overlap the matrix products."""
+
+    def __init__(self, rows: Rows):
+        self.rows = rows
+        self.e_run: int | None = None
+
+    def __call__(self, s: int, stop: int) -> _Chunk:
+        with numerics():  # this thread's own setting, as the caller's
+            return self._prepare(s, stop)
+
+    def _prepare(self, s: int, stop: int) -> _Chunk:
+        e_before = self.e_run
+        with subnormals_kept():  # subnormal entries are converted and rescaled exactly
+            C = self.rows.chunk(s, stop).cpu().numpy()  # the one float64 copy of this chunk
+            rowmax = np.maximum(C.max(axis=1), -C.min(axis=1))  # NaN and Inf carry through max and min
+            if not np.isfinite(rowmax).all():
+                raise InputError("features contain NaN or Inf values")
+            top = float(rowmax.max())
+            e_c = _exponent(top) if top > 0 else None  # an all-zero chunk fixes no scale
+            if e_c is not None and (self.e_run is None or e_c > self.e_run):
+                self.e_run = e_c
+            # row norms as ``scale.row_norms``: each row by its own power of two, then back; in place
+            er = np.frexp(rowmax)[1][:, None]
+            _times_pow2(C, -er)
+            e_use = 0 if self.e_run is None else self.e_run
+            norms = np.ldexp(np.sqrt(np.einsum("ij,ij->i", C, C)), er[:, 0] - e_use)
+            Cs = _times_pow2(C, er - e_use)  # the chunk divided by 2**e_run (exact: one rounding at most)
+            zero = rowmax == 0  # (a subnormal maximum is not zero: compared with subnormals kept)
+        return _Chunk(s, Cs, norms, zero, e_before, self.e_run)
 
 
 def _scan(rows: Rows) -> Scan:
@@ -218,47 +290,42 @@ def _scan(rows: Rows) -> Scan:
     sqn = np.empty(T)
     proj = np.empty(T)
     small = np.empty(0)
-    zero_rows, first_zero, u, chunks = 0, None, None, 0
-    for s in range(0, T, step):
-        chunks += 1
-        with subnormals_kept():  # subnormal entries are converted and rescaled exactly
-            C = rows.chunk(s, min(T, s + step)).cpu().numpy()  # the one float64 copy of this chunk
-            rowmax = np.maximum(C.max(axis=1), -C.min(axis=1))  # NaN and Inf carry through max and min
-            if not np.isfinite(rowmax).all():
-                raise InputError("features contain NaN or Inf values")
-            top = float(rowmax.max())
-            e_c = _exponent(top) if top > 0 else None  # an all-zero chunk fixes no scale
-            if e_c is None:
-                pass
-            elif e_run is None:  # the first non-zero chunk: what came before is zero in any units
-                e_run = e_c
-            elif e_c > e_run:  # a larger entry: what came before is rescaled, exactly
-                shift = e_run - e_c
-                _ldexp_np(gram, 2 * shift)
-                _ldexp_np(sqn[:s], 2 * shift)
-                _ldexp_np(proj[:s], shift)
-                _ldexp_np(small, shift)
-                e_run = e_c
-            zero = rowmax == 0
-            if zero.any():
-                zero_rows += int(zero.sum())
+    zero_rows, first_zero, chunks = 0, None, 0
+    u: np.ndarray | None = None
+    starts = list(range(0, T, step))
+    prepare = _Preparer(rows)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mhaaudit-scan") as ahead:
+        pending = ahead.submit(prepare, 0, min(T, step)) if starts else None
+        for i, s in enumerate(starts):
+            assert pending is not None
+            ch = pending.result()
+            pending = (
+                ahead.submit(prepare, starts[i + 1], min(T, starts[i + 1] + step)) if i + 1 < len(starts) else None
+            )
+            chunks += 1
+            if ch.e_before is not None and ch.e_run is not None and ch.e_run > ch.e_before:
+                shift = ch.e_before - ch.e_run  # a larger entry: what came before is rescaled, exactly
+                with subnormals_kept():
+                    _ldexp_np(gram, 2 * shift)
+                    _ldexp_np(sqn[:s], 2 * shift)
+                    _ldexp_np(proj[:s], shift)
+                    _ldexp_np(small, shift)
+            e_run = ch.e_run
+            if ch.zero.any():
+                zero_rows += int(ch.zero.sum())
                 if first_zero is None:
-                    first_zero = s + int(np.flatnonzero(zero)[0])
-            # row norms as ``scale.row_norms``: each row by its own power of two, then back; in place
-            er = np.frexp(rowmax)[1][:, None]
-            np.ldexp(C, -er, out=C)
-            e_use = 0 if e_run is None else e_run
-            norms = np.ldexp(np.sqrt(np.einsum("ij,ij->i", C, C)), er[:, 0] - e_use)
-            Cs = np.ldexp(C, er - e_use, out=C)  # the chunk divided by 2**e_run (exact: one rounding at most)
-        small = np.sort(np.concatenate([small, norms]))[:m]
-        sqn[s : s + len(Cs)] = np.einsum("ij,ij->i", Cs, Cs)
-        G = Cs.T @ Cs  # one symmetric rank-k update (syrk)
-        gram += G
-        if u is None:  # the top eigenvector of the first chunk's Gram
-            u = np.linalg.eigh(G)[1][:, -1] if np.abs(G).max() > 0 else np.full(d, 1 / math.sqrt(d))
-            u = u / np.linalg.norm(u)
-        del G
-        proj[s : s + len(Cs)] = Cs @ u
+                    first_zero = s + int(np.flatnonzero(ch.zero)[0])
+            Cs = ch.Cs
+            small = np.sort(np.concatenate([small, ch.norms]))[:m]
+            sqn[s : s + len(Cs)] = np.einsum("ij,ij->i", Cs, Cs)
+            G = Cs.T @ Cs  # one symmetric rank-k update (syrk)
+            gram += G
+            if u is None:  # the top eigenvector of the first chunk's Gram
+                u = np.linalg.eigh(G)[1][:, -1] if np.abs(G).max() > 0 else np.full(d, 1 / math.sqrt(d))
+                u = u / np.linalg.norm(u)
+            del G
+            proj[s : s + len(Cs)] = Cs @ u
+            del ch, Cs
     if u is None:  # T == 0 (no chunk)  # pragma: no cover - as_matrix refuses empty sets
         u = np.full(d, 1 / math.sqrt(max(1, d)))
     return Scan(
@@ -283,12 +350,16 @@ def tsqr(rows: Rows, exponent: int) -> np.ndarray:
     of R are those of the rows up to ``8 (T + d * chunks) eps sigma_max``."""
     T, d = rows.T, rows.d
     step = chunk_rows(d)
-    r = torch.zeros(0, d, dtype=torch.float64)
+    buf = torch.empty(min(T, d) + step, d, dtype=torch.float64)  # R on top of the next chunk, no copy per chunk
+    n_r = 0
     for s in range(0, T, step):
+        n = min(T, s + step) - s
         with subnormals_kept():
-            C = ldexp(rows.chunk(s, min(T, s + step)).cpu(), -exponent)
-        r = torch.linalg.qr(torch.cat([r, C]), mode="r").R
-    return r.numpy()
+            buf[n_r : n_r + n] = ldexp(rows.chunk(s, s + n).cpu(), -exponent)
+        r = torch.linalg.qr(buf[: n_r + n], mode="r").R
+        n_r = r.shape[0]
+        buf[:n_r] = r
+    return buf[:n_r].clone().numpy()
 
 
 _CACHE: list = []  # (weak reference to the data, version, Scan), the most recent last
