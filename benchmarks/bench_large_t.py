@@ -169,8 +169,9 @@ def _drop_from_cache(path: Path) -> bool:
 def _dgemm_rate(d: int) -> float:
     """Float64 multiply-adds a second of this process's BLAS on the streaming pass's shape (the
     d x d product of a chunk of ``chunk_rows(d)`` rows with itself, as a general product), the best
-    of three, at NumPy's own thread count."""
+    of three at NumPy's own thread count and three on one thread."""
     import numpy as np
+    from threadpoolctl import threadpool_limits
 
     from mhaaudit.numerics.stream import chunk_rows
 
@@ -178,10 +179,12 @@ def _dgemm_rate(d: int) -> float:
     A = np.random.default_rng(0).standard_normal((n, d))
     B = A.copy()  # another buffer: a general product, not the symmetric one
     best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        A.T @ B
-        best = min(best, time.perf_counter() - t0)
+    for threads in (None, 1):
+        with threadpool_limits(limits=threads, user_api="blas"):
+            for _ in range(3):
+                t0 = time.perf_counter()
+                A.T @ B
+                best = min(best, time.perf_counter() - t0)
     return n * d * d / best
 
 
@@ -281,7 +284,7 @@ def sizes_main(a) -> None:
     print(
         f"(read s: one plain read of the file from the page cache (warm); cold s: the same read after the file's "
         f"pages were dropped from the cache (fsync, POSIX_FADV_DONTNEED), from the disk; floor s: T d^2 float64 "
-        f"multiply-adds at the dgemm rate measured in the same process (the Gram as a general product; a "
+        f"multiply-adds at the best dgemm rate measured in the same process (the Gram as a general product; a "
         f"symmetric one does half); stats s: the streaming pass (set_stats): the same read plus the float64 Gram "
         f"(and a TSQR pass where the Gram's brackets do not decide the rank); MB/s: file MB over stats s; draws s: "
         f"the draws alone; x first: draws s over the first T's; above file: peak resident memory less the file; "
