@@ -435,6 +435,54 @@ def test_two_ranks_give_the_seeds_records_of_one_process(vit_dir, image_dir, tmp
     assert out1 == "" and os.listdir(cwds[1]) == []
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "command, seeds, by_rank",
+    [
+        ("kruskal", "0-2", {"0": [0, 2], "1": [1]}),  # more seeds than ranks: rank 0 runs two
+        ("reproduce", "0-1", {"0": [0], "1": [1]}),
+        ("capacity", "0-1", {"0": [0], "1": [1]}),
+        ("kruskal", "0", None),  # fewer seeds than ranks: the seed's batches are dealt, as without --seeds
+    ],
+)
+def test_two_ranks_give_each_command_s_seeds_records_of_one_process(
+    command, seeds, by_rank, vit_dir, image_dir, tmp_path
+):
+    from test_distributed import launch, single
+
+    common = ["--limit", 30, "--batch-size", 4, "--samples", 100, "--device", "cpu", "--format", "json"]
+    if command == "kruskal":
+        args = ["kruskal", "--model", vit_dir, "--data", image_dir, "--sweep", *common, "--seeds", seeds]
+    elif command == "capacity":
+        args = ["capacity", vit_dir, "--data", image_dir, "--variants", "random", *common, "--seeds", seeds]
+    else:
+        args = ["reproduce", "table1", "--model", f"vit={vit_dir}", "--data", image_dir, *common, "--seeds", seeds]
+    rc, one, err = single(args, cwd=tmp_path)
+    assert rc == 0, err
+    (r0, out0, err0), (r1, out1, err1) = launch(args)
+    assert (r0, r1) == (0, 0), err0 + err1
+    a, b = json.loads(one), json.loads(out0)
+    assert b["records"] == a["records"] and b.get("sweep") == a.get("sweep")
+    assert b["meta"]["distributed"]["seeds_by_rank"] == by_rank and out1 == ""
+    assert SeedsResult.from_json(b).per_seed == SeedsResult.from_json(a).per_seed
+
+
+@pytest.mark.slow
+def test_a_rank_that_fails_on_its_own_seeds_ends_the_job_with_one_line(vit_dir, image_dir, tmp_path):
+    """The seeds spread over the ranks: rank 1 fails in its seed while rank 0 runs its own; rank 0
+    says so in one line when it gathers, exit 2, and writes nothing."""
+    from test_distributed import DRIVER, _check_args, launch
+
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    out = tmp_path / "out.parquet"
+    args = _check_args(vit_dir, image_dir, "--variants", "random", "--seeds", "0-1", "--out", out)
+    (r0, out0, err0), (r1, _, err1) = launch(args, driver=driver, FAIL_RANK=1, FAIL_MODE="data")
+    lines = err0.strip().splitlines()
+    assert r0 == 2 and len(lines) == 1 and "rank 1 of 2 failed: batch unreadable on purpose" in lines[0], err0
+    assert out0 == "" and r1 != 0 and err1 == "" and not out.exists()
+
+
 def test_trained_note_only_for_trained_columns_that_ran():
     from mhaaudit.seeds import _trained_notes, is_trained
 
