@@ -192,14 +192,17 @@ def build_settings(
     return _one(Settings, settings, "settings", SETTINGS_KEYWORDS, keywords, given, lambda kw: Settings.resolve(**kw))
 
 
-def build_request(cls: type, obj, keywords: Mapping[str, Any], given: frozenset[str] = frozenset()):
+def build_request(
+    cls: type, obj, keywords: Mapping[str, Any], given: frozenset[str] = frozenset(), what: str = "request"
+):
     """The one request object of an entry point that takes one of its own (``cls``: memorize's
-    ``MemorizeRequest``), the same way :func:`build_requests` makes its three: ``obj`` itself,
-    a keyword the caller gave beside it refused where it says otherwise (InputError), or, without
-    ``obj``, ``cls(**keywords)``. Each keyword is the field of the same name."""
+    ``MemorizeRequest``, kruskal's ``Sampling``), the same way :func:`build_requests` makes its
+    three: ``obj`` itself, a keyword the caller gave beside it refused where it says otherwise
+    (InputError), or, without ``obj``, ``cls(**keywords)``. Each keyword is the field of the same
+    name; ``what`` is the entry point's name for the object."""
     if obj is not None and not isinstance(obj, cls):
-        raise TypeError(f"request must be a {cls.__name__}, got {type(obj).__name__}")
-    return _one(cls, obj, "request", {k: k for k in keywords}, keywords, given, lambda kw: cls(**kw))
+        raise TypeError(f"{what} must be a {cls.__name__}, got {type(obj).__name__}")
+    return _one(cls, obj, what, {k: k for k in keywords}, keywords, given, lambda kw: cls(**kw))
 
 
 def _one(

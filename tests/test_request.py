@@ -145,7 +145,6 @@ RULED = (
     "request.py",
     "auditing.py",
     "pipeline.py",
-    "capacity/audit.py",
     "estimation.py",
     "seeds.py",
     "render_seeds.py",
@@ -157,13 +156,12 @@ RULED = (
     "cli/capacity.py",
     "cli/kruskal.py",
     "cli/options.py",
-    "capacity/z.py",
     "settings.py",
-    "models/load.py",
-    "models/plan.py",
-    "models/hf.py",
-    "models/timm_backend.py",
-    "kruskal/sampling.py",
+    *(
+        str(p.relative_to(Path(mhaaudit.__file__).parent))
+        for package in ("capacity", "kruskal", "models")
+        for p in sorted((Path(mhaaudit.__file__).parent / package).rglob("*.py"))
+    ),
 )
 
 

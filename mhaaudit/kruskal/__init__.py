@@ -28,7 +28,8 @@ verdict, a fraction, a draw or a witness; singular values and tolerances are rep
 data's own units. The same draws and decisions come out on every device: the draws come from a
 counter-based generator (``numerics.philox``), and on a GPU the batched kernels decide what the
 CPU LAPACK kernels decide on the CPU. The modules: ``results``
-(the result objects), ``sampling`` (the block-seeded draws and Gram gathers), ``fixed`` (the
+(the result objects), ``sampling`` (the block-seeded draws and Gram gathers, and ``Sampling``,
+how a test draws and decides: samples, threshold, seed, rule, device), ``fixed`` (the
 test at one size), ``sweep`` (every size at once), ``bounds`` (floor, ceiling, brute force).
 """
 
@@ -45,7 +46,7 @@ from .results import (
     Witness,
     clopper_pearson,
 )
-from .sampling import as_matrix
+from .sampling import Sampling, as_matrix
 from .sweep import draw_critical_sizes, kruskal_sweep
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "Bound",
     "KruskalInputs",
     "KruskalResult",
+    "Sampling",
     "SetStats",
     "SubsetTest",
     "Sweep",

@@ -40,10 +40,21 @@ from ..numerics import (
     with_numerics,
 )
 from ..numerics.stream import Unit, unit_of
-from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, MAX_SAMPLES, device_name, resolve_device
+from ..request import build_request, keyword_conveniences
+from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, device_name, resolve_device
 from .bounds import fixed_rule
 from .results import SetStats, SubsetTest, Witness, clopper_pearson, rows_phrase
-from .sampling import DRAW_BLOCK, Draws, Gram, Progress, as_matrix, blocks_in_order, rows_of
+from .sampling import (
+    DRAW_BLOCK,
+    SAMPLING_KEYWORDS,
+    Draws,
+    Gram,
+    Progress,
+    Sampling,
+    as_matrix,
+    blocks_in_order,
+    rows_of,
+)
 
 __all__ = ["SET_WITNESS_MAX_ENTRIES", "draw_decisions", "shrink_witness", "subset_test"]
 
@@ -371,21 +382,24 @@ def _without_sampling(X, unit: Unit, k: int, stats: SetStats, base: dict, first_
 
 @shared
 @with_numerics()
+@keyword_conveniences
 def subset_test(
     X,
     k: int,
     *,
+    sampling: Sampling | None = None,
+    check: str = "kruskal",
+    title: str | None = None,
+    stats: SetStats | None = None,
+    histogram_limit: int | None = None,
+    progress: Progress | None = None,
     samples: int = DEFAULT_SAMPLES,
     threshold: float = DEFAULT_THRESHOLD,
     seed: int = 0,
     rule: RankRule | None = None,
     device: torch.device | str = "auto",
-    check: str = "kruskal",
-    title: str | None = None,
-    stats: SetStats | None = None,
-    histogram_limit: int | None = None,
     stop_when_decided: bool = True,
-    progress: Progress | None = None,
+    given: frozenset[str] = frozenset(),
 ) -> SubsetTest:
     """Estimate whether every k rows of X are independent: N draws of k distinct rows.
 
@@ -402,13 +416,18 @@ def subset_test(
     draws made, which the result records as ``samples`` (``planned_samples``: those asked for).
     ``check`` names the check the test is for in its record, ``title`` in its report (default:
     "Kruskal test" for ``check="kruskal"``, else ``check``).
+
+    ``sampling`` holds how the draws are made and decided (a :class:`~.sampling.Sampling`);
+    ``samples``, ``threshold``, ``seed``, ``rule``, ``device`` and ``stop_when_decided`` are
+    conveniences that build it when it is not given. A keyword given beside it must say what it
+    says (InputError otherwise).
     """
+    keywords = {k: v for k, v in locals().items() if k in SAMPLING_KEYWORDS}
     X = as_matrix(X)
     k = validate.integer(param("k"), k)
-    samples = validate.integer(param("samples"), samples, maximum=MAX_SAMPLES)
-    threshold = validate.fraction(param("threshold"), threshold)
-    rule = rule or RankRule.for_dtype(X.dtype)
-    dev = resolve_device(device)
+    run = build_request(Sampling, sampling, keywords, given, "sampling")
+    samples, threshold, seed, dev = run.samples, run.threshold, run.seed, run.device
+    rule = run.rule or RankRule.for_dtype(X.dtype)
     base = dict(
         check=check,
         k=k,
@@ -435,7 +454,9 @@ def subset_test(
         histogram_limit = int(min(100, max(10, 2e9 // k**3)))
     max_fail = math.floor((1 - threshold) * samples + 1e-9)
     gram = Gram(unit, dev)
-    t = _tally(gram, k, samples, seed, unit.rule, histogram_limit, max_fail if stop_when_decided else None, progress)
+    t = _tally(
+        gram, k, samples, seed, unit.rule, histogram_limit, max_fail if run.stop_when_decided else None, progress
+    )
     return _sampled(t, unit, base, samples, max_fail, stats.ceiling(k, rule), gram.route)
 
 

@@ -32,20 +32,29 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 import torch
 
-from .. import distributed
+from .. import distributed, validate
 from ..distributed import RankFailed
-from ..errors import InputError
+from ..errors import InputError, param
 from ..io import MappedArray
 from ..numerics import RankRule, lapack, numerics, philox, subnormals_kept
 from ..numerics.philox import split_key
 from ..numerics.stream import Rows, Unit, chunk_rows, refuse_unless_fits, scan_of
 from ..numerics.threads import intra_op_threads
-from ..settings import KERNELS_ENV, derive_seed, kernels_env
+from ..settings import (
+    DEFAULT_SAMPLES,
+    DEFAULT_THRESHOLD,
+    KERNELS_ENV,
+    MAX_SAMPLES,
+    derive_seed,
+    kernels_env,
+    resolve_device,
+)
 
 __all__ = [
     "DEVICE_BATCH_BYTES",
@@ -53,9 +62,11 @@ __all__ = [
     "DRAW_BLOCK",
     "FULL_GRAM_MAX_BYTES",
     "KERNELS_ENV",
+    "SAMPLING_KEYWORDS",
     "Draws",
     "Gram",
     "Progress",
+    "Sampling",
     "Units",
     "as_matrix",
     "block_specs",
@@ -414,6 +425,36 @@ def units(samples: int, workers: int, per_call: int | None = None) -> Units:
     torchrun job must group alike, as they divide the groups among them. The groups are made as
     they are reached, so the number of draws sizes no allocation."""
     return Units(samples, per_call or (4 if workers <= 1 else 1))
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How a Monte-Carlo test draws and decides (:func:`~.fixed.subset_test`, :func:`~.sweep.kruskal_sweep`):
+    ``samples`` draws under ``seed``, the verdict's ``threshold``, the rank ``rule`` (None: the
+    paper's rule for the data's dtype), the ``device`` that decides them, and whether a test stops
+    once its verdict cannot change (``stop_when_decided``; a sweep makes every draw).
+
+    Checked on construction (InputError): ``samples`` is a whole number from 1 to 2^53,
+    ``threshold`` a fraction; ``device`` (``auto``/``cpu``/``cuda``/``cuda:N``) is resolved to a
+    ``torch.device``.
+    """
+
+    samples: int = DEFAULT_SAMPLES
+    threshold: float = DEFAULT_THRESHOLD
+    seed: int = 0
+    rule: RankRule | None = None
+    device: Any = "auto"  # a torch.device once made
+    stop_when_decided: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "samples", validate.integer(param("samples"), self.samples, maximum=MAX_SAMPLES))
+        object.__setattr__(self, "threshold", validate.fraction(param("threshold"), self.threshold))
+        object.__setattr__(self, "device", resolve_device(self.device))
+        object.__setattr__(self, "stop_when_decided", bool(self.stop_when_decided))
+
+
+#: The fields of a Sampling: the keywords that build one (subset_test, kruskal_sweep).
+SAMPLING_KEYWORDS = tuple(f.name for f in fields(Sampling))
 
 
 @dataclass(frozen=True)

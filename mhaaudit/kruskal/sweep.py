@@ -19,9 +19,7 @@ import contextlib
 
 import torch
 
-from .. import validate
 from ..distributed import shared
-from ..errors import param
 from ..numerics import (
     TINY_GRAM,
     RankRule,
@@ -34,11 +32,12 @@ from ..numerics import (
     with_numerics,
 )
 from ..numerics.stream import unit_of
-from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, MAX_SAMPLES, device_name, resolve_device
+from ..request import build_request, keyword_conveniences
+from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, device_name
 from .bounds import babel_floor, fixed_rule
 from .fixed import SET_WITNESS_MAX_ENTRIES, _set_witness, draws_gram, joined, shrink_witness
 from .results import Bound, SetStats, Sweep, Witness, clopper_pearson
-from .sampling import Draws, Gram, Progress, as_matrix, blocks_in_order, rows_of
+from .sampling import SAMPLING_KEYWORDS, Draws, Gram, Progress, Sampling, as_matrix, blocks_in_order, rows_of
 
 __all__ = ["draw_critical_sizes", "kruskal_sweep"]
 
@@ -249,29 +248,37 @@ def _ceiling(witness: Witness | None, K: int, T: int, d: int, set_rank: int) -> 
 
 @shared
 @with_numerics()
+@keyword_conveniences
 def kruskal_sweep(
     X,
     *,
+    sampling: Sampling | None = None,
+    kmax: int | None = None,
+    stats: SetStats | None = None,
+    progress: Progress | None = None,
     samples: int = DEFAULT_SAMPLES,
     threshold: float = DEFAULT_THRESHOLD,
     seed: int = 0,
     rule: RankRule | None = None,
     device: torch.device | str = "auto",
-    kmax: int | None = None,
-    stats: SetStats | None = None,
-    progress: Progress | None = None,
+    given: frozenset[str] = frozenset(),
 ) -> Sweep:
     """The satisfied fraction for every k = 1 .. min(T, d) from one set of nested draws.
 
     Each draw is a random ordering of K rows; its leading k rows are the k-subset of that draw
     for every k, so one factorisation per draw answers all k. Sizes above the rank ceiling of
     the whole set are certified to fail and not sampled.
+
+    ``sampling`` holds how the draws are made and decided (a :class:`~.sampling.Sampling`; a sweep
+    makes every draw, whatever its ``stop_when_decided``); ``samples``, ``threshold``, ``seed``,
+    ``rule`` and ``device`` are conveniences that build it when it is not given. A keyword given
+    beside it must say what it says (InputError otherwise).
     """
+    keywords = {k: v for k, v in locals().items() if k in SAMPLING_KEYWORDS}
     X = as_matrix(X)
-    samples = validate.integer(param("samples"), samples, maximum=MAX_SAMPLES)
-    threshold = validate.fraction(param("threshold"), threshold)
-    rule = rule or RankRule.for_dtype(X.dtype)
-    dev = resolve_device(device)
+    run = build_request(Sampling, sampling, keywords, given, "sampling")
+    samples, threshold, seed, dev = run.samples, run.threshold, run.seed, run.device
+    rule = run.rule or RankRule.for_dtype(X.dtype)
     T, d = X.shape
     K_all = min(T, d) if kmax is None else max(1, min(T, d, kmax))
     rule, stats = fixed_rule(X, rule, stats)  # the per-matrix rule, and the set's ceilings
