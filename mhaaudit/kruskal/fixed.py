@@ -380,6 +380,21 @@ def _without_sampling(X, unit: Unit, k: int, stats: SetStats, base: dict, first_
     return None
 
 
+def _base(shape: tuple[int, int], k: int, run: Sampling, rule: RankRule, check: str, title: str | None) -> dict:
+    """The fields every test at size ``k`` of a (T, d) set has, whatever answers it."""
+    return dict(
+        check=check,
+        k=k,
+        T=shape[0],
+        d=shape[1],
+        threshold=run.threshold,
+        rule=rule,
+        seed=run.seed,
+        device=device_name(run.device),
+        title=title or ("Kruskal test" if check == "kruskal" else check),
+    )
+
+
 @shared
 @with_numerics()
 @keyword_conveniences
@@ -428,17 +443,7 @@ def subset_test(
     run = build_request(Sampling, sampling, keywords, given, "sampling")
     samples, threshold, seed, dev = run.samples, run.threshold, run.seed, run.device
     rule = run.rule or RankRule.for_dtype(X.dtype)
-    base = dict(
-        check=check,
-        k=k,
-        T=X.shape[0],
-        d=X.shape[1],
-        threshold=threshold,
-        rule=rule,
-        seed=seed,
-        device=device_name(dev),
-        title=title or ("Kruskal test" if check == "kruskal" else check),
-    )
+    base = _base(X.shape, k, run, rule, check, title)
     answer = _by_dimension(k, X.shape[0], X.shape[1], base)
     if answer is not None:
         return answer
