@@ -242,3 +242,19 @@ def test_bad_input_is_one_line(capsys, args, match):
 def test_missing_weights_path_is_refused_before_work(capsys, vit_dir):
     rc, _out, err = run(capsys, "reproduce", "table1", "--model", f"vit={vit_dir}", "--weights", "/no/such/folder")
     assert_one_error(rc, err, "does not exist")
+
+
+def test_every_option_applies_to_a_target_whose_library_function_takes_it():
+    import click
+    import typer.main
+
+    from mhaaudit.cli.app import app
+    from mhaaudit.cli.reproduce import EVERY_TARGET, applies
+
+    cmd = typer.main.get_command(app)
+    sub = cmd.get_command(click.Context(cmd), "reproduce")
+    assert applies("weights") == ("table1", "table3") and applies("max_steps") == ("figure2",)
+    assert applies("all_draws") == ("table1", "table3")  # stop_when_decided
+    for p in sub.params:
+        if p.name not in EVERY_TARGET:
+            assert applies(p.name), p.name

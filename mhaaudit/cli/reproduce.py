@@ -31,30 +31,16 @@ from .options import (
 )
 
 TARGETS = ("table1", "table3", "figure1", "figure2")
-# Which target takes which option (the others refuse it: it would be silently ignored).
-APPLIES = {
-    "data": ("table1", "table3", "figure1"),
-    "split": ("table1", "table3", "figure1"),
-    "model": ("table1", "table3", "figure1"),
-    "limit": ("table1", "table3", "figure1"),
-    "batch_size": ("table1", "table3", "figure1"),
-    "samples": ("table1", "table3", "figure1"),
-    "threshold": ("table1", "table3", "figure1"),
-    "weights": ("table1", "table3"),
-    "all_draws": ("table1", "table3"),
-    "context_length": ("table3",),
-    "models": ("table3",),
-    "preset": ("figure2",),
-    "values": ("figure2",),
-    "sizes": ("figure2",),
-    "max_steps": ("figure2",),
+# The command's own options, with the targets they apply to. Every other option is a keyword of
+# the target's library function (all_draws: stop_when_decided) and applies to the targets whose
+# function takes it (see applies); the others refuse it: it would be silently ignored.
+COMMAND_OPTIONS = {
     "plot": ("table3", "figure1", "figure2"),
     "seeds": ("table1", "table3", "figure1"),
     "vary": ("table1", "table3", "figure1"),
-    "weights_seed": ("table1", "table3", "figure1"),
-    "data_seed": ("table1", "table3", "figure1"),
 }
-MODEL_KEYS = {"table1": ("vit",), "figure1": ("vit",), "table3": ("bert", "gpt2")}
+KEYWORD = {"all_draws": "stop_when_decided"}
+EVERY_TARGET = ("target", "fmt", "out", "quiet")
 
 # The options whose help is reproduce's own.
 TargetSeeds = Annotated[
@@ -193,11 +179,13 @@ def _options(target: str, params: dict, progress: bool) -> dict:
     from .. import validate
 
     p = params
-    keys = MODEL_KEYS.get(target, ())
+    from ..reproduce import target_spec
+
     options = dict(seed=p["seed"], device=p["device"], progress=progress)
     if target == "figure2":
         preset = p["preset"] if p["preset"] is not None or p["values"] is not None else "cpu"
         return options | dict(preset=preset, values=p["values"], sizes=p["sizes"], max_steps=p["max_steps"])
+    keys = tuple(target_spec(target)["models"])
     options |= {name: p[name] for name in ("data", "split", "limit", "batch_size", "samples", "threshold")}
     options |= dict(model=keyed("--model", p["model"], keys), weights_seed=p["weights_seed"], data_seed=p["data_seed"])
     if target in ("table1", "table3"):
@@ -237,12 +225,27 @@ def keyed(name: str, values: list[str] | None, keys: tuple[str, ...]) -> dict:
     return out
 
 
+def applies(param: str) -> tuple[str, ...]:
+    """The targets the option ``param`` (its Python name) applies to."""
+    import inspect
+
+    from ..reproduce.targets import TARGET_FUNCTIONS
+
+    if param in COMMAND_OPTIONS:
+        return COMMAND_OPTIONS[param]
+    name = KEYWORD.get(param, param)
+    return tuple(t for t in TARGETS if name in inspect.signature(TARGET_FUNCTIONS[t]).parameters)
+
+
 def _refuse_inapplicable(ctx: typer.Context, target: str) -> None:
     from ..errors import InputError
 
-    for param, targets in APPLIES.items():
+    for param in ctx.params:
         source = ctx.get_parameter_source(param)  # typer's vendored click has its own enum: compare by name
-        if target not in targets and getattr(source, "name", "") == "COMMANDLINE":
+        if param in EVERY_TARGET or getattr(source, "name", "") != "COMMANDLINE":
+            continue
+        targets = applies(param)
+        if target not in targets:
             flag = "--" + param.replace("_", "-")
             raise InputError(f"{flag} does not apply to {target} (it applies to {', '.join(targets)})")
 
