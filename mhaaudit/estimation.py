@@ -141,7 +141,12 @@ def kruskal_capture(
 
 
 def _check_column(variant: str, weights) -> None:
-    """One column to capture, and trained weights only for a trained one (InputError otherwise)."""
+    """One column to capture, and trained weights only for a trained one.
+
+    Raises:
+        InputError: when ``variant`` names several columns, or ``weights`` is given for a column without trained
+            weights.
+    """
     if len(validate.split_list(variant) or []) > 1:
         raise InputError(
             f"{{param:variant}} {variant}: kruskal captures one column at a time; give one (check audits several)"
@@ -172,7 +177,16 @@ def _pick(keywords: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
 def _objects(features, request, capture, settings, keywords: Mapping[str, Any]):
     """The three objects from the keyword conveniences: an object is taken as it is, and a keyword
     given beside it must say what it says (:func:`~mhaaudit.request.refuse_disagreement`, the rule
-    of :func:`~mhaaudit.request.build_requests`); without an object, the keywords build it."""
+    of :func:`~mhaaudit.request.build_requests`); without an object, the keywords build it.
+
+    Returns:
+        ``(request, capture, settings)``; capture is None when the request reads features from a file.
+
+    Raises:
+        TypeError: when ``keywords`` holds a name :func:`estimate_kruskal_rank` does not take.
+        InputError: when capture keywords (or ``capture``) come with features, ``key`` comes without them, or
+            a keyword disagrees with the object beside it.
+    """
     unknown = set(keywords) - {*_REQUEST_KEYS, *SETTINGS_KEYWORDS, *_CAPTURE_KEYS}
     if unknown:
         raise TypeError(f"estimate_kruskal_rank() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
@@ -268,9 +282,13 @@ def estimate_kruskal_rank(
     summary and difference records); ``vary`` says what the seeds vary: ``"both"``, ``"weights"``
     or ``"data"`` (see :func:`~mhaaudit.seeds.plan_seeds`).
 
-    Returns a :class:`KruskalResult` (with ``seeds``, a :class:`~mhaaudit.seeds.SeedsResult`). Raises :class:`~mhaaudit.errors.InputError` for a bad
-    argument, a file that cannot be read as vectors, a size above T, or n above T when n sets the
-    size; a capture raises what :func:`~mhaaudit.audit` raises.
+    Returns:
+        A :class:`KruskalResult` (with ``seeds``, a :class:`~mhaaudit.seeds.SeedsResult`).
+
+    Raises:
+        InputError: for a bad argument, seed options given with ``features``, a file that cannot be read as
+            vectors, a size above T, or n above T when n sets the size; a capture raises what
+            :func:`~mhaaudit.audit` raises.
     """
     request, capture, settings = _objects(features, request, capture, settings, keywords)
     if request.features is not None and (
@@ -334,7 +352,11 @@ def _estimate_one(
 
 def _vectors(request: KruskalRequest, capture: Capture | None, settings: Settings):
     """The vectors to test: (matrix, n, source, which vectors, how the capture ran: batch size and
-    weights read, empty for a file). A saved feature folder and a captured model know their n."""
+    weights read, empty for a file). A saved feature folder and a captured model know their n.
+
+    Raises:
+        InputError: when ``n`` differs from the n a saved feature folder was captured with.
+    """
     if request.features is None:
         assert capture is not None, "a request without features comes with its capture"
         vectors = request.vectors or "queries"
@@ -350,7 +372,12 @@ def _vectors(request: KruskalRequest, capture: Capture | None, settings: Setting
 
 
 def _read(request: KruskalRequest):
-    """Vectors from a file or a ``--save-features`` folder: (matrix, n or None, source, which vectors)."""
+    """Vectors from a file or a ``--save-features`` folder: (matrix, n or None, source, which vectors).
+
+    Raises:
+        InputError: when ``key`` or ``query_index`` is given for a folder, ``vectors`` for a single matrix, or
+            the file cannot be read as vectors.
+    """
     features, key, query_index, vectors = request.features, request.key, request.query_index, request.vectors
     assert features is not None, "only a request with features is read"
     if features.is_dir():
@@ -376,7 +403,11 @@ def _read(request: KruskalRequest):
 
 
 def _sizes(request: KruskalRequest, n: int | None, T: int, d: int, vectors: str, watched: bool):
-    """The sizes to test and whether to sweep: ``k``, else n and min(T, d) when n is known, else the sweep."""
+    """The sizes to test and whether to sweep: ``k``, else n and min(T, d) when n is known, else the sweep.
+
+    Raises:
+        InputError: when a size ``k`` is above T, or n (setting the sizes) is above T.
+    """
     ks, sweep = list(request.ks), request.sweep
     for kk in ks:
         if kk > T:

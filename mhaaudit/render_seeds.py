@@ -175,4 +175,5 @@ def seeds_report(result) -> list:
 
 
 def render_seeds(result) -> None:
+    """Print the terminal report of a :class:`mhaaudit.seeds.SeedsResult` (its per-seed tables and ranges)."""
     print_report(seeds_report(result))

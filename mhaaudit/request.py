@@ -173,6 +173,14 @@ def build_requests(
     An object is taken as it is; a keyword the caller gave beside it must say what the object says
     (InputError otherwise: one of them is a mistake, and which one cannot be known). Without an
     object, the keywords build it, checked as any object is.
+
+    Returns:
+        The :class:`Requests` (model, data, settings); data is None where ``data`` is None.
+
+    Raises:
+        TypeError: when ``keywords`` holds a name that is not a request keyword (a bug in the entry point).
+        InputError: when a keyword given disagrees with the object beside it, or a value is refused as the
+            object's own check refuses it.
     """
     unknown = set(keywords) - set(KEYWORDS)
     if unknown:
@@ -199,7 +207,12 @@ def build_request(
     ``MemorizeRequest``, kruskal's ``Sampling``), the same way :func:`build_requests` makes its
     three: ``obj`` itself, a keyword the caller gave beside it refused where it says otherwise
     (InputError), or, without ``obj``, ``cls(**keywords)``. Each keyword is the field of the same
-    name; ``what`` is the entry point's name for the object."""
+    name; ``what`` is the entry point's name for the object.
+
+    Raises:
+        TypeError: when ``obj`` is neither None nor a ``cls``.
+        InputError: when a keyword given disagrees with ``obj``, or ``cls`` refuses a keyword's value.
+    """
     if obj is not None and not isinstance(obj, cls):
         raise TypeError(f"{what} must be a {cls.__name__}, got {type(obj).__name__}")
     return _one(cls, obj, what, {k: k for k in keywords}, keywords, given, lambda kw: cls(**kw))
@@ -243,6 +256,9 @@ def refuse_disagreement(
     field's value the keyword stands for (checked and normalised as the object would hold it). A
     keyword in ``given`` whose value differs from the field raises InputError naming both (one of
     them is a mistake, and which one cannot be known); one left at its default is not compared.
+
+    Raises:
+        InputError: when a keyword in ``given`` means a value other than the field of ``obj`` it sets.
     """
     for k in sorted(given & set(keywords) & set(names)):
         field = names[k]

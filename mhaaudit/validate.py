@@ -46,7 +46,11 @@ def _as_int(name: str, value, what: str = "an integer") -> int:
 
 
 def integer(name: str, value, minimum: int | None = 1, maximum: int | None = None) -> int:
-    """An integer (ints, integral floats and numeric strings accepted) within the bounds."""
+    """An integer (ints, integral floats and numeric strings accepted) within the bounds; return it as an ``int``.
+
+    Raises:
+        InputError: when ``value`` is a bool, not an integer, or below ``minimum`` / above ``maximum``.
+    """
     v = _as_int(name, value)
     if minimum is not None and v < minimum:
         raise InputError(f"{name} must be at least {minimum}, got {v}")
@@ -56,7 +60,11 @@ def integer(name: str, value, minimum: int | None = 1, maximum: int | None = Non
 
 
 def int_list(name: str, value, minimum: int | None = 1) -> tuple[int, ...]:
-    """``"1,2,4"`` (or a sequence of integers) -> a tuple without duplicates, order kept."""
+    """``"1,2,4"`` (or a sequence of integers) -> a tuple without duplicates, order kept; ``()`` for None.
+
+    Raises:
+        InputError: when a value is not an integer or is below ``minimum``.
+    """
     if value is None:
         return ()
     if isinstance(value, str):
@@ -88,6 +96,10 @@ def int_ranges(
     """``"0-6"``, ``"3"``, ``"1,2,4"``, ``"0-2,6"`` (or integers) -> the sorted integers named.
 
     Empty parts are ignored; errors name ``name``. ``minimum`` / ``maximum`` bound every value.
+
+    Raises:
+        InputError: when ``spec`` is not integers or ranges, a range is empty, it names more than ``MAX_LIST``
+            values, it names none (with ``non_empty``), or a value is outside ``minimum`` / ``maximum``.
     """
     out = _named_ints(spec, name, what, example)
     if non_empty and not out:
@@ -100,7 +112,11 @@ def int_ranges(
 
 
 def _named_ints(spec, name: str, what: str, example: str) -> set[int]:
-    """The integers ``spec`` names (an integer, a text of parts and ranges, or integers)."""
+    """The integers ``spec`` names (an integer, a text of parts and ranges, or integers).
+
+    Raises:
+        InputError: when ``spec`` is a bool or none of these, or a part is not an integer or range.
+    """
     if isinstance(spec, bool):
         raise InputError(f"{name} must name {what} such as {example}, got {spec!r}")
     if isinstance(spec, numbers.Integral):
@@ -119,7 +135,12 @@ def _named_ints(spec, name: str, what: str, example: str) -> set[int]:
 
 def _part_ints(part: str, spec: str, name: str, what: str, example: str, held: int) -> Iterable[int]:
     """The integers of one part of ``spec``: ``"3"`` or the range ``"0-6"`` (``held``: how many
-    the parts before it named, for the list's size limit)."""
+    the parts before it named, for the list's size limit).
+
+    Raises:
+        InputError: when the part is not an integer or range, the range is empty, or the list would pass
+            ``MAX_LIST`` values.
+    """
     try:
         if "-" not in part[1:]:
             return (int(part),)
@@ -135,7 +156,11 @@ def _part_ints(part: str, spec: str, name: str, what: str, example: str, held: i
 
 
 def choice(name: str, value, choices: Sequence[str], *, aliases: dict[str, str] | None = None) -> str:
-    """``value`` (case-insensitive, surrounding spaces ignored) if it is one of ``choices``."""
+    """``value`` (case-insensitive, surrounding spaces ignored) if it is one of ``choices``; return it lowercased.
+
+    Raises:
+        InputError: when ``value``, after ``aliases``, is not one of ``choices``.
+    """
     v = str(value).strip().lower()
     if aliases:
         v = aliases.get(v, v)
@@ -155,7 +180,11 @@ def split_list(values) -> list[str] | None:
 
 
 def fraction(name: str, value, *, low_open: bool = True) -> float:
-    """A number in (0, 1] (or [0, 1] with ``low_open=False``)."""
+    """A number in (0, 1] (or [0, 1] with ``low_open=False``); return it as a ``float``.
+
+    Raises:
+        InputError: when ``value`` is not a number or is outside the interval.
+    """
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -167,7 +196,11 @@ def fraction(name: str, value, *, low_open: bool = True) -> float:
 
 
 def tolerance(name: str, value) -> float | None:
-    """A finite number >= 0, or None (the default rule)."""
+    """A finite number >= 0 as a ``float``, or None (the default rule).
+
+    Raises:
+        InputError: when ``value`` is not a number, is not finite or is negative.
+    """
     if value is None:
         return None
     try:
@@ -193,6 +226,9 @@ def head_counts(spec, num_heads: int | None = None, name: str = "{param:heads}")
     """``"1-12"``, ``"3"``, ``"1,2,4"`` (or integers) -> sorted head counts; None means all heads.
 
     Counts start at 1 and, when ``num_heads`` is known, are at most ``num_heads``.
+
+    Raises:
+        InputError: when ``spec`` is not counts or ranges, names none, names a count below 1 or above ``num_heads``.
     """
     if spec is None:
         return None
@@ -205,7 +241,11 @@ def head_counts(spec, num_heads: int | None = None, name: str = "{param:heads}")
 
 
 def layers(spec, name: str = "{param:layers}") -> list[int] | None:
-    """``"0-6"``, ``"0,1,4"`` or ``"0-2,6"`` -> the sorted layers (0 = the embedding output)."""
+    """``"0-6"``, ``"0,1,4"`` or ``"0-2,6"`` -> the sorted layers (0 = the embedding output); None for None.
+
+    Raises:
+        InputError: when ``spec`` is not layers or ranges, names none, or names a negative layer.
+    """
     if spec is None:
         return None
     out = int_ranges(spec, name, what="layers", example="0-6 or 0,1,4")

@@ -43,7 +43,16 @@ def reproduce_paper(target: str, **options) -> Reproduction | SeedsResult:
 
     ``seeds`` (``"0-4"``, ``"0,3,7"`` or a list; with ``vary``, ``weights_seed``, ``data_seed`` as in
     :func:`mhaaudit.audit`) runs the target once per seed and returns a
-    :class:`mhaaudit.seeds.SeedsResult`: each published value beside the between-seed range of ours."""
+    :class:`mhaaudit.seeds.SeedsResult`: each published value beside the between-seed range of ours.
+
+    Returns:
+        The target's :class:`Reproduction` (ours beside the published values), or a
+        :class:`mhaaudit.seeds.SeedsResult` with ``seeds``.
+
+    Raises:
+        InputError: when ``target`` is not one of the targets, or ``vary`` is given other than ``"both"``
+            without ``seeds``.
+    """
     if options.get("seeds") is not None:
         return reproduce_seeds(validate.choice("target", target, TARGETS), **options)
     options.pop("seeds", None)
@@ -100,7 +109,12 @@ def reproduce_seeds(
     """:func:`mhaaudit.reproduce_paper` for each seed: every published value beside the between-seed
     range of ours (``paper_inside``: whether the published value lies in it), the seeds that match,
     and the differences of the swept columns' Kruskal estimates. Under torchrun every rank makes
-    this call (the seeds spread over the ranks, see :func:`mhaaudit.seeds.over_seeds`)."""
+    this call (the seeds spread over the ranks, see :func:`mhaaudit.seeds.over_seeds`).
+
+    Raises:
+        InputError: when ``target`` is ``figure2`` (its memorize grid takes its own seeds), or ``seeds`` /
+            ``vary`` / the seed options are refused by :func:`mhaaudit.seeds.plan_seeds`.
+    """
     if target == "figure2":
         raise InputError(
             "{param:seeds} does not apply to figure2: its memorize grid takes its own seeds "
