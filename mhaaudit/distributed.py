@@ -130,7 +130,11 @@ def _env_int(name: str) -> int:
 
 
 def timeout_s() -> float:
-    """The collective timeout in seconds: ``MHAAUDIT_DIST_TIMEOUT``, else 300."""
+    """The collective timeout in seconds: ``MHAAUDIT_DIST_TIMEOUT``, else 300.
+
+    Raises:
+        InputError: when ``MHAAUDIT_DIST_TIMEOUT`` is set to something other than a positive number.
+    """
     raw = os.environ.get(TIMEOUT_ENV, "").strip()
     if not raw:
         return DEFAULT_TIMEOUT_S
@@ -199,7 +203,12 @@ class Session:
         return box[0]
 
     def same(self, value, what: str) -> None:
-        """Refuse to go on when the ranks disagree about ``value`` (e.g. one node lacks the weights)."""
+        """Refuse to go on when the ranks disagree about ``value`` (e.g. one node lacks the weights).
+
+        Raises:
+            RankFailed: when a rank's ``value`` differs from rank 0's (the message names ``what`` and both values);
+                also when another rank is gone.
+        """
         values = self.all_gather(value)
         odd = [r for r, v in enumerate(values) if v != values[0]]
         if odd:
@@ -348,6 +357,7 @@ class Session:
         return dead
 
     def describe(self) -> dict:
+        """``{"world_size": N, "backend": ...}`` for a run's meta."""
         return {"world_size": self.world_size, "backend": self.backend}
 
 
@@ -395,13 +405,18 @@ class SingleProcess:
         """Nothing to do: no other rank reads it."""
 
     def fetch(self, key: str):
-        """Only a rank other than 0 fetches, and a job of one has none: LookupError."""
+        """Only a rank other than 0 fetches, and a job of one has none.
+
+        Raises:
+            LookupError: always, naming ``key``.
+        """
         raise LookupError(f"nothing is published to fetch in a single process ({key!r})")
 
     def note(self, exc: BaseException | None = None, *, code: int | None = None, line: str | None = None) -> None:
         """No other rank to tell."""
 
     def describe(self) -> dict:
+        """``{"world_size": 1, "backend": None}``."""
         return {"world_size": 1, "backend": None}
 
 
@@ -525,7 +540,12 @@ def describe() -> dict:
 
 
 def _start() -> Session:
-    """Join the job from the torchrun environment: rendezvous, process group, device, registry."""
+    """Join the job from the torchrun environment: rendezvous, process group, device, registry.
+
+    Raises:
+        InputError: when ``RANK`` or ``WORLD_SIZE`` is unset or not an integer, or the timeout is refused.
+        RankFailed: when the rendezvous or the process group cannot be made.
+    """
     import torch
     import torch.distributed as dist
 
@@ -619,7 +639,11 @@ def _on_cpu(value):
 
 
 def _shared_call(key: str) -> Callable:
-    """The :func:`shared` function named ``module:name`` (its module imported when not yet)."""
+    """The :func:`shared` function named ``module:name`` (its module imported when not yet).
+
+    Raises:
+        RankFailed: when ``key`` names a module outside mhaaudit.
+    """
     module, _, name = key.partition(":")
     if not module.startswith("mhaaudit."):
         raise RankFailed(f"rank 0 asked for {key!r}, which is not an mhaaudit function")

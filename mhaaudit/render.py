@@ -79,6 +79,7 @@ def cell(rec: dict) -> str:
 
 
 def render_kruskal(result: KruskalResult) -> None:
+    """Print the terminal report of a Kruskal-rank estimate (:func:`kruskal_report`)."""
     print_report(kruskal_report(result))
 
 
@@ -116,6 +117,7 @@ def _default(o):
 
 
 def meaning_line(check: str) -> str:
+    """What passing ``check`` means, in one line; empty for a check without one."""
     return CHECK_MEANING.get(check, "")
 
 
@@ -123,6 +125,7 @@ def meaning_line(check: str) -> str:
 
 
 def audit_table(result) -> Table:
+    """The audit table: a row per registered check, a column per audited column (unavailable where it failed)."""
     info = result.info
     cols = result.columns
     T, asked = _T(result), result.settings.limit
@@ -273,6 +276,8 @@ def meaning_lines() -> list[str]:
 
 
 def positions_note(info: ModelFacts, layer: int) -> str:
+    """What an Assumption 2 verdict at ``layer`` owes to the model's kind of positions (only layer 0 of a model
+    without a position term in its embedding output has one); empty where it does not apply."""
     return family_positions_note(info.as_dict(), layer)
 
 
@@ -296,6 +301,7 @@ def bound_lines(result) -> list[str]:
 
 
 def is_depth_profile(result) -> bool:
+    """Whether the audit ran over more than two layers, so that it reads as a depth profile."""
     return result.settings.layers is not None and len({c.probe.layer for c in result.columns}) > 2
 
 
@@ -342,6 +348,7 @@ def audit_report(result, *, save_features=None, out=None, plot=None) -> list:
 
 
 def render_audit(result, *, save_features=None, out=None, plot=None) -> None:
+    """Print the report of ``mhaaudit check`` (:func:`audit_report`); the paths name the files written."""
     print_report(audit_report(result, save_features=save_features, out=out, plot=plot))
 
 
@@ -465,6 +472,7 @@ def certificate_lines(result) -> list[str]:
 
 
 def capacity_evidence_lines(result) -> list[str]:
+    """The evidence of a capacity audit: tokens, rank rules, draws, weights read, notes and timings, as lines."""
     s = result.settings
     lines = [
         "[bold]Evidence[/bold]",
@@ -510,6 +518,7 @@ def capacity_report(result, *, out=None, plot=None) -> list:
 
 
 def render_capacity(result, *, out=None, plot=None) -> None:
+    """Print the report of ``mhaaudit capacity`` (:func:`capacity_report`); the paths name the files written."""
     print_report(capacity_report(result, out=out, plot=plot))
 
 
@@ -617,6 +626,7 @@ def memorize_report(grid) -> list:
 
 
 def render_memorize(grid) -> None:
+    """Print the report of ``mhaaudit memorize`` (:func:`memorize_report`)."""
     print_report(memorize_report(grid))
 
 
@@ -722,4 +732,5 @@ def reproduction_report(result, written: Sequence[str] = ()) -> list:
 
 
 def render_reproduction(result, written: Sequence[str] = ()) -> None:
+    """Print the report of ``mhaaudit reproduce`` (:func:`reproduction_report`); ``written`` names the files written."""
     print_report(reproduction_report(result, written))

@@ -108,6 +108,7 @@ class SeedPlan:
     data_seed: int | None = None  # held fixed when vary == "weights"
 
     def runs(self) -> list[SeedRun]:
+        """The runs in seed order, each with the seeds it holds fixed."""
         if self.vary == "weights":
             return [SeedRun(s, None, self.data_seed) for s in self.seeds]
         if self.vary == "data":
@@ -115,6 +116,7 @@ class SeedPlan:
         return [SeedRun(s) for s in self.seeds]
 
     def describe(self) -> str:
+        """One sentence: how many seeds, which seed varies and where the other is held."""
         listed = ", ".join(map(str, self.seeds))
         if self.vary == "weights":
             what = f"the weights seed varies ({listed}); the data seed is held at {self.data_seed}"
@@ -125,6 +127,7 @@ class SeedPlan:
         return f"{len(self.seeds)} seeds: {what}; the Monte-Carlo draws follow each run's seed"
 
     def as_dict(self) -> dict:
+        """The plan as the JSON meta writes it (a varied seed as ``"varied"``), with :meth:`describe`."""
         return {
             "seeds": list(self.seeds),
             "vary": self.vary,
@@ -143,6 +146,10 @@ def plan_seeds(
     ``vary="weights"`` holds the data seed at ``data_seed`` (default: the first seed listed),
     ``vary="data"`` the weights seed at ``weights_seed`` (default: the first seed); the seed that
     varies cannot also be given, nor can ``seed`` (give ``--seed`` or ``--seeds``).
+
+    Raises:
+        InputError: when ``seeds`` or ``vary`` is refused, ``seed`` is given (other than 0), the varied seed is
+            given, or the held seed is not an integer in [0, ``MAX_SEED``].
     """
     listed = parse_seeds(seeds)
     vary = validate.choice(param("vary"), vary, VARY)
@@ -443,21 +450,27 @@ class SeedsResult(StoredSweepResult):
     runs: list = field(default_factory=list, compare=False, metadata={"document": False})  # per-seed results
 
     def records(self) -> list[dict]:
+        """Every record: the per-seed records in seed order, then the summaries, then the differences."""
         return [r for _, recs in self.per_seed for r in recs] + self.summaries + self.differences
 
     def sweep_rows(self) -> list[dict]:
+        """The swept columns' sweep rows of every seed, each tagged with its seed."""
         return self.sweeps
 
     def meta(self) -> dict:
+        """The meta of the files written, with this result as a document under ``RESULT_KEY``."""
         return self.meta_ | {RESULT_KEY: self.result_document()}
 
     def summary(self, check: str | None = None) -> list[dict]:
+        """The summary records (one per cell: the between-seed range), of ``check`` only when given."""
         return [s for s in self.summaries if check is None or s.get("check") == check]
 
     def renderables(self) -> list:
+        """The tables and lines of the terminal report."""
         return seeds_report(self)
 
     def summary_line(self) -> str:
+        """One line: the command, how many seeds, cells and differences."""
         return (
             f"{self.command}: {len(self.plan.seeds)} seeds ({self.plan.vary} varied), {len(self.summaries)} cells, "
             f"{len(self.differences)} differences"
@@ -647,7 +660,11 @@ def runs_meta(runs: list, plan: SeedPlan) -> dict:
 def plan_for(settings, seeds, vary: str = "both") -> SeedPlan | None:
     """The plan of an entry point's ``seeds`` and ``vary`` beside its settings (whose seed, weights
     seed and data seed the plan holds or refuses, see :func:`plan_seeds`); None without ``seeds``,
-    where ``vary`` must stay at its default."""
+    where ``vary`` must stay at its default.
+
+    Raises:
+        InputError: when ``vary`` is given without ``seeds``, or :func:`plan_seeds` refuses the seeds.
+    """
     if seeds is None:
         if vary != "both":
             raise InputError(

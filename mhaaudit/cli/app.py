@@ -61,14 +61,22 @@ def _settle_interrupt() -> None:
 
 
 def _interrupted() -> None:
-    """Ctrl-C: one line on stderr and status 130, whenever it comes."""
+    """Ctrl-C: one line on stderr and status 130, whenever it comes.
+
+    Raises:
+        SystemExit: always, with status 130.
+    """
     print(f"Error: {INTERRUPTED}", file=sys.stderr)
     _settle_interrupt()
     raise SystemExit(INTERRUPTED_STATUS)
 
 
 def _terminated() -> None:
-    """SIGTERM: one line on stderr and status 143, whenever it comes."""
+    """SIGTERM: one line on stderr and status 143, whenever it comes.
+
+    Raises:
+        SystemExit: always, with status 143.
+    """
     print(f"Error: {TERMINATED}", file=sys.stderr)
     raise SystemExit(TERMINATED_STATUS)
 
@@ -140,11 +148,11 @@ class _StandardHelp:
 
 
 class Command(_StandardHelp, TyperCommand):
-    pass
+    """A command whose help reads like a standard CLI's (see ``_StandardHelp``)."""
 
 
 class Group(_StandardHelp, TyperGroup):
-    pass
+    """The group of commands, its help read like a standard CLI's (see ``_StandardHelp``)."""
 
 
 app = typer.Typer(
@@ -333,6 +341,14 @@ def main(argv: list[str] | None = None) -> int:
     130: interrupted (Ctrl-C); 143: terminated (SIGTERM); 141: stdout's reader went away (quiet).
     Every file output of the command is staged and put in place when it succeeds
     (:func:`mhaaudit.staging.staged_outputs`): whichever way it ends otherwise, none is written.
+
+    Returns:
+        The exit status; errors are mapped to it, not raised.
+
+    Raises:
+        KeyboardInterrupt: only within, where Typer answers Ctrl-C with status 130: it is mapped as Ctrl-C is.
+            An error no rule maps (a ``SystemExit``), or one that keeps its traceback under ``MHAAUDIT_DEBUG``,
+            passes through as it came.
     """
     debug = os.environ.get("MHAAUDIT_DEBUG", "").strip() not in ("", "0")
     args = sys.argv[1:] if argv is None else [str(a) for a in argv]

@@ -54,6 +54,8 @@ LAYER_DEPRECATED = deprecation_line("--layer", "--block", f"same meaning: {_READ
 
 
 class Attention(str, Enum):
+    """The key/query weights of Z that ``--attention`` names: the model's own block, or random ones."""
+
     model = "model"
     random = "random"
 

@@ -197,7 +197,12 @@ def _save_features_and_plot(result, save_features: Path | None, plot: Path | Non
 
 
 def _fail_on(fails: list[str], records: list[dict]) -> None:
-    """Exit 1 when a check named by ``--fail-on`` fails (with --seeds: in any seed)."""
+    """Exit 1 when a check named by ``--fail-on`` fails (with --seeds: in any seed).
+
+    Raises:
+        typer.Exit: with code 1 when a check named in ``fails`` (or any check, for ``any``) has the verdict
+            ``fails`` in ``records``.
+    """
     failed = {r["check"] for r in records if r.get("verdict") == "fails"}
     if ("any" in fails and failed) or failed.intersection(fails):
         raise typer.Exit(1)

@@ -45,6 +45,8 @@ from .options import (
 
 
 class Vectors(str, Enum):
+    """The vectors ``--vectors`` names: the query vectors, or the Assumption 3 vectors."""
+
     queries = "queries"
     a3 = "a3"
 

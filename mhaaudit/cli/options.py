@@ -28,6 +28,8 @@ if TYPE_CHECKING:  # the library is imported only when a command runs
 
 
 class Backend(str, Enum):
+    """The model library ``--backend`` names: Hugging Face transformers or timm."""
+
     hf = "hf"
     timm = "timm"
 
@@ -262,7 +264,11 @@ def flag(ctx: typer.Context, name: str) -> str:
 
 
 def refuse_unused(ctx: typer.Context, names, why: str) -> None:
-    """An input error when any of ``names`` was given: they have no effect ``why`` (e.g. "with --from")."""
+    """An input error when any of ``names`` was given: they have no effect ``why`` (e.g. "with --from").
+
+    Raises:
+        InputError: when any of ``names`` was given on the command line, naming their options.
+    """
     from ..errors import InputError
 
     used = [flag(ctx, n) for n in given(ctx, *names)]
@@ -290,6 +296,9 @@ def renamed(old_flag: str, old_value, new_flag: str, new_value, note: str = ""):
     """The value of an option renamed from ``old_flag`` to ``new_flag`` (both default None).
 
     The old name still works for one release and warns on stderr; giving both is an input error.
+
+    Raises:
+        InputError: when both ``old_flag`` and ``new_flag`` are given.
     """
     from ..errors import InputError
 
@@ -315,7 +324,11 @@ def parquet_to_stdout(fmt: Format) -> bool:
 
 
 def check_stdout(fmt: Format, out: Path | None = None) -> None:
-    """Binary parquet is not for a terminal: refuse it before any work, unless ``--out`` takes the records."""
+    """Binary parquet is not for a terminal: refuse it before any work, unless ``--out`` takes the records.
+
+    Raises:
+        InputError: when ``fmt`` is parquet, stdout is a terminal and ``out`` is None.
+    """
     from ..errors import InputError
 
     if fmt == Format.parquet and sys.stdout.isatty() and out is None:
@@ -325,7 +338,12 @@ def check_stdout(fmt: Format, out: Path | None = None) -> None:
 
 
 def prepare_outputs(out: Path | None, plot: Path | None, fmt: Format) -> None:
-    """Check every output path (``--out`` parquet, ``--plot`` figure, stdout) before any work."""
+    """Check every output path (``--out`` parquet, ``--plot`` figure, stdout) before any work.
+
+    Raises:
+        InputError: when ``out`` is not a ``.parquet`` file name, or parquet would go to a terminal.
+        OutputError: when ``out`` or ``plot`` cannot be written, or ``plot`` is not a figure file name.
+    """
     from ..errors import InputError
     from ..io import check_writable
     from ..plot import check_plot_path

@@ -55,7 +55,12 @@ MAX_IMAGE_BYTES = 256 << 20
 def _read_path(path: Path, base: Path | None) -> bytes:
     """The bytes of an image file a table names by path: only a regular file inside the data's own
     folder ``base`` (symbolic links resolved), and at most :data:`MAX_IMAGE_BYTES`; anything else
-    is unreadable (ValueError), without saying whether such a file exists."""
+    is unreadable (ValueError), without saying whether such a file exists.
+
+    Raises:
+        ValueError: when ``base`` is None (a streamed dataset), or the path leaves ``base``, is not a regular file
+            or holds more than :data:`MAX_IMAGE_BYTES`.
+    """
     if base is None:
         raise ValueError("an image given by path in a streamed dataset (only stored bytes are read)")
     root = os.path.realpath(base)
@@ -68,7 +73,11 @@ def _read_path(path: Path, base: Path | None) -> bytes:
 
 
 def _read_capped(path: str | Path) -> bytes:
-    """The bytes of the image file ``path``, refused (ValueError) past :data:`MAX_IMAGE_BYTES`."""
+    """The bytes of the image file ``path``.
+
+    Raises:
+        ValueError: when the file holds more than :data:`MAX_IMAGE_BYTES`.
+    """
     with open(path, "rb") as fh:
         raw = fh.read(MAX_IMAGE_BYTES + 1)
     if len(raw) > MAX_IMAGE_BYTES:
@@ -191,10 +200,12 @@ class ImageSource:
 
     @property
     def skipped(self) -> int:
+        """How many images were skipped so far (not RGB, unreadable, ...), all reasons together."""
         return self.skips.total
 
     @property
     def policy(self) -> str:
+        """The mode rule in one line: RGB only (the paper's), or every mode converted to RGB."""
         return CONVERT_RGB if self.convert_rgb else RGB_ONLY
 
     def _generate(self) -> Iterator[Image.Image]:  # pragma: no cover - abstract
@@ -275,7 +286,11 @@ class ImageSource:
         )
 
     def batches(self, batch_size: int) -> Iterator[list[Image.Image]]:
-        """Lists of up to ``batch_size`` images (the last one may be shorter)."""
+        """Lists of up to ``batch_size`` images (the last one may be shorter).
+
+        Raises:
+            InputError: when ``batch_size`` is below 1.
+        """
         if batch_size < 1:
             raise InputError(f"batch size must be at least 1, got {batch_size}")
         batch: list[Image.Image] = []
@@ -518,9 +533,13 @@ def image_source(
     not RGB are skipped and counted (the paper's rule) unless ``convert_rgb``, which converts
     every mode with PIL's ``convert("RGB")`` as torchvision's ImageFolder does. ``limit`` caps
     the number of images yielded; folders and files keep their own order (``seed`` is not used)
-    and the source's name says when only the first ``limit`` are read. Raises DataError for a
-    missing path, an empty folder or an unknown split, OfflineError for a hub id while offline,
-    InputError for bad arguments.
+    and the source's name says when only the first ``limit`` are read.
+
+    Raises:
+        DataError: for a missing path, an empty folder or an unknown split.
+        OfflineError: for a hub id while offline.
+        InputError: for bad arguments: ``limit`` not a positive integer, an option that has no effect on the
+            source, a single image file or a file that is not an image source.
     """
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise InputError(f"limit must be a positive number of images, got {limit!r}")
@@ -535,7 +554,11 @@ def image_source(
 
 
 def _builtin_images(split: str, limit: int, seed: int, image_column, device, convert_rgb: bool) -> ImageSource:
-    """The built-in images: no columns, no splits, RGB already."""
+    """The built-in images: no columns, no splits, RGB already.
+
+    Raises:
+        InputError: when ``image_column``, ``convert_rgb`` or a split is given.
+    """
     given = [p for p, v in (("image_column", image_column), ("convert_rgb", convert_rgb)) if v]
     if given:
         raise InputError(
@@ -548,7 +571,11 @@ def _builtin_images(split: str, limit: int, seed: int, image_column, device, con
 
 
 def _folder_images(target: Path, split: str, limit: int, image_column, convert_rgb: bool) -> ImageSource:
-    """A folder: one written by ``save_to_disk``, a hub dataset's files, or image files."""
+    """A folder: one written by ``save_to_disk``, a hub dataset's files, or image files.
+
+    Raises:
+        InputError: when ``image_column`` or a split is given for a folder of image files.
+    """
     if is_saved_dataset(target):
         return TableImages(table_of(target, split), limit=limit, image_column=image_column, convert_rgb=convert_rgb)
     if not _has_image_files(target) and _has_dataset_files(target):
@@ -561,7 +588,11 @@ def _folder_images(target: Path, split: str, limit: int, image_column, convert_r
 
 
 def _file_images(target: Path, split: str, limit: int, image_column, convert_rgb: bool) -> ImageSource:
-    """A file: a ``.parquet`` or ``.arrow`` table of encoded images; anything else is refused."""
+    """A file: a ``.parquet`` or ``.arrow`` table of encoded images; anything else is refused.
+
+    Raises:
+        InputError: when ``target`` is a single image, any other file, or a split is given for a table file.
+    """
     suffix = target.suffix.lower()
     if suffix in (".parquet", ".arrow"):
         no_split(split, f"a file ({target})")
