@@ -64,6 +64,7 @@ class Probe:
     random_attention: bool = False
 
     def describe(self) -> str:
+        """What the column reads, in words: its weights and the layer whose output it takes."""
         if self.random_attention:
             return VARIANT_HELP["random-attention"]
         if self.layer == 0:
@@ -79,6 +80,10 @@ def plan_probes(
     Images: the paper's Table 1 columns (``variants``; ``layer`` sets the depth of ``random`` and
     ``trained``, default 1). Text, or any model with ``layers`` given: random/trained x each layer
     (the paper's Table 3 uses layers 0 and 1); ``layer`` has no effect there and is refused.
+
+    Raises:
+        InputError: when ``layer`` is given beside ``layers`` or for a text model, or is below 1; a layer is
+            negative; or a variant is unknown or has no column at the depth asked.
     """
     _check_layer(modality, layer, layers)
     if layers is not None or modality == "text":
@@ -87,7 +92,11 @@ def plan_probes(
 
 
 def _check_layer(modality: str, layer: int | None, layers: Sequence[int] | None) -> None:
-    """``layer`` is refused beside ``layers`` and for a text model, and must be a block (at least 1)."""
+    """``layer`` is refused beside ``layers`` and for a text model, and must be a block (at least 1).
+
+    Raises:
+        InputError: when ``layer`` is given beside ``layers`` or for a text model, or is below 1.
+    """
     if layer is not None and layers is not None:
         raise InputError(
             "{param:layer} has no effect with {param:layers}: {param:layers} names every depth to audit; give one of them"
@@ -102,7 +111,11 @@ def _check_layer(modality: str, layer: int | None, layers: Sequence[int] | None)
 
 
 def _depth_probes(variants: Sequence[str] | None, layers: Sequence[int] | None) -> list[Probe]:
-    """random and/or trained weights at each depth (default 0 and 1, the paper's Table 3)."""
+    """random and/or trained weights at each depth (default 0 and 1, the paper's Table 3).
+
+    Raises:
+        InputError: when a layer is negative, or a variant is not random or trained.
+    """
     ls = sorted(set(layers if layers is not None else (0, 1)))
     if any(v < 0 for v in ls):
         raise InputError(f"layers must be >= 0, got {ls}")
@@ -111,7 +124,11 @@ def _depth_probes(variants: Sequence[str] | None, layers: Sequence[int] | None) 
 
 
 def _image_probes(variants: Sequence[str] | None, layer: int | None) -> list[Probe]:
-    """The paper's Table 1 columns, the random and trained ones at depth ``layer`` (default 1)."""
+    """The paper's Table 1 columns, the random and trained ones at depth ``layer`` (default 1).
+
+    Raises:
+        InputError: when ``layer`` is given without a random or trained column, or a variant is unknown.
+    """
     vs = list(dict.fromkeys(variants or IMAGE_VARIANTS))
     if layer is not None and not {"random", "trained"} & set(vs):
         raise InputError(
@@ -162,15 +179,26 @@ class Note(str):
     kind: NoteKind
 
     def __new__(cls, text: str, kind: NoteKind | str = NoteKind.DATA) -> Note:
+        """The note ``text`` of ``kind`` (a :class:`NoteKind` or its value).
+
+        Raises:
+            ValueError: when ``kind`` is not a :class:`NoteKind` value.
+        """
         note = super().__new__(cls, text)
         note.kind = NoteKind(kind)
         return note
 
     def document(self) -> dict:
+        """The note as JSON data: ``{"kind": ..., "text": ...}``."""
         return {"kind": self.kind.value, "text": str(self)}
 
     @classmethod
     def from_document(cls, data) -> Note:
+        """The note :meth:`document` wrote (a bare string is read as a data note).
+
+        Raises:
+            ValueError: when ``data`` is neither a string nor an object of exactly ``kind`` and a text string.
+        """
         if isinstance(data, str):
             return cls(data)
         if not isinstance(data, dict) or set(data) != {"kind", "text"} or not isinstance(data["text"], str):
@@ -217,6 +245,8 @@ class Column:
     bound_hint: str = ""
 
     def records(self, model: str) -> list[dict]:
+        """One record per registered check, tagged with ``model`` and the column; ``unavailable`` with the
+        reason where the check did not run."""
         out = []
         for check in REGISTRY:
             r = self.tests.get(check)
@@ -260,12 +290,15 @@ class AuditResult(StoredSweepResult):
         return next((c.T for c in self.columns if c.T is not None), None)
 
     def records(self) -> list[dict]:
+        """Every column's records (:meth:`Column.records`), column by column."""
         return [r for c in self.columns for r in c.records(self.model)]
 
     def renderables(self) -> list:
+        """The tables and lines ``check`` prints (:func:`~mhaaudit.render.audit_report`)."""
         return audit_report(self)
 
     def summary_line(self) -> str:
+        """The model, T, the columns (those unavailable said so) and the tally of verdicts."""
         T = self.T
         cols = ", ".join(c.probe.variant + ("" if c.status == "ok" else " (unavailable)") for c in self.columns)
         return (
@@ -310,6 +343,7 @@ class AuditResult(StoredSweepResult):
         return meta
 
     def sweep_rows(self) -> list[dict]:
+        """The sweep rows of every column swept, tagged with the model, the column and its layer."""
         rows: list[dict] = []
         for c in self.columns:
             if c.sweep is not None:
@@ -320,6 +354,11 @@ class AuditResult(StoredSweepResult):
         return rows
 
     def column(self, variant: str) -> Column:
+        """The column named ``variant``.
+
+        Raises:
+            KeyError: when no column is named ``variant``.
+        """
         for c in self.columns:
             if c.probe.variant == variant:
                 return c
@@ -328,9 +367,11 @@ class AuditResult(StoredSweepResult):
     def save_features(self, folder: str | Path) -> Path:
         """Write each audited column's reduced features to ``folder/<variant>`` (what ``check
         --save-features`` writes, for ``mhaaudit kruskal`` or a later audit); staged with a run's
-        other outputs, all written or none. Returns the folder; raises
-        :class:`~mhaaudit.errors.OutputError` when it cannot be made."""
+        other outputs, all written or none. Returns the folder.
 
+        Raises:
+            OutputError: when the folder cannot be made.
+        """
         folder = Path(folder)
         try:
             make_output_folder(folder)
@@ -354,8 +395,15 @@ def check_features_folder(folder: str | Path, inputs: Sequence) -> Path:
     """Before any work: the folder :meth:`AuditResult.save_features` will write must be writable, and
     where a column's subfolder goes, a symbolic link (the features would be written wherever it
     points) or one of ``inputs`` (paths the run reads) is refused with
-    :class:`~mhaaudit.errors.OutputError`."""
+    :class:`~mhaaudit.errors.OutputError`.
 
+    Returns:
+        The folder as a ``Path``.
+
+    Raises:
+        OutputError: when the folder cannot be made or written, a column's subfolder in it is a symbolic link, or
+            an input lies where a column's features would be written.
+    """
     folder = check_folder_writable(folder, param("save_features"))
     if folder.is_dir():
         for entry in sorted(folder.iterdir()):
@@ -432,7 +480,11 @@ def _reducer_consumer(group: Sequence[Probe], reducers: dict, ra):
 
 def _check_limit_fits(data: DataRequest, info, probes: int) -> None:
     """The reduced features of T examples must fit in memory: each probe point keeps two float32
-    vectors of d per example, and the checks a float64 copy of one of them and a scaled copy."""
+    vectors of d per example, and the checks a float64 copy of one of them and a scaled copy.
+
+    Raises:
+        InputError: when ``limit`` examples would need more memory than is available here.
+    """
     per_example = probes * 2 * 4 * info.d + 2 * 8 * info.d
     most = available_memory() // max(per_example, 1)
     if data.limit > most:
@@ -444,7 +496,11 @@ def _check_limit_fits(data: DataRequest, info, probes: int) -> None:
 
 
 def _check_limit_reaches_n(data: DataRequest, info) -> None:
-    """Assumptions 1 and 3 draw n of the T examples: T < n is refused before the data pass."""
+    """Assumptions 1 and 3 draw n of the T examples: T < n is refused before the data pass.
+
+    Raises:
+        InputError: when ``limit`` is below the model's n tokens per example.
+    """
     if data.limit < info.n:
         way = (
             f"raise {{param:limit}} to at least {info.n} or lower {{param:context_length}}"
@@ -606,7 +662,12 @@ def _load_or_unavailable(
     request: ModelRequest, init: str, settings: Settings, max_layer: int, group: Sequence[Probe], out: Captured
 ):
     """The model for ``group``, or None with the group marked unavailable when trained weights
-    cannot be had offline. Under torchrun every rank must come to the same outcome."""
+    cannot be had offline. Under torchrun every rank must come to the same outcome.
+
+    Raises:
+        OfflineError: when random weights (the model's configuration) cannot be had offline.
+        RankFailed: when the ranks of a torchrun job disagree about whether the weights can be loaded.
+    """
     pm, reason = None, None
     try:
         pm = pipeline.load(request, init, settings, max_layer)
@@ -621,7 +682,11 @@ def _load_or_unavailable(
 
 
 def probe_for_variant(variant: str, layer: int = 1) -> Probe:
-    """The probe point a variant name stands for: a Table 1 column or ``random-L<k>`` / ``trained-L<k>``."""
+    """The probe point a variant name stands for: a Table 1 column or ``random-L<k>`` / ``trained-L<k>``.
+
+    Raises:
+        InputError: when ``variant`` is neither.
+    """
     if variant in IMAGE_VARIANTS:
         return plan_probes("image", [variant], layer=layer if variant in ("random", "trained") else None)[0]
     m = re.fullmatch(r"(random|trained)-L(\d+)", variant)
@@ -687,8 +752,12 @@ def capture_probe(
 
 
 def refuse_weights_without_trained(weights_path, probe: Probe, variants: str = "variants") -> None:
-    """Trained weights given for a column that does not read them are refused (InputError);
-    ``variants`` is the parameter that chose the column."""
+    """Trained weights given for a column that does not read them are refused;
+    ``variants`` is the parameter that chose the column.
+
+    Raises:
+        InputError: when ``weights_path`` is given and ``probe`` does not read trained weights.
+    """
     if weights_path is not None and probe.init != "trained":
         raise InputError(
             f"{{param:weights}} loads trained weights; use it with {{param:{variants}}} trained (or trained-L<k>), "

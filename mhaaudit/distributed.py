@@ -206,8 +206,8 @@ class Session:
         """Refuse to go on when the ranks disagree about ``value`` (e.g. one node lacks the weights).
 
         Raises:
-            RankFailed: when a rank's ``value`` differs from rank 0's (the message names ``what`` and both values);
-                also when another rank is gone.
+            RankFailed: when a rank's ``value`` differs from rank 0's (the message names ``what`` and both values),
+                or another rank is gone (:class:`RankCrashed` where it ended with a bug).
         """
         values = self.all_gather(value)
         odd = [r for r, v in enumerate(values) if v != values[0]]

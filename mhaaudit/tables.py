@@ -281,7 +281,11 @@ COLUMNS: dict[str, tuple[Column, ...]] = {
 
 
 def arrow_type(spec: str):
-    """The pyarrow type a :class:`Column` names."""
+    """The pyarrow type a :class:`Column` names.
+
+    Raises:
+        KeyError: when ``spec`` names no known column type.
+    """
     import pyarrow as pa
 
     simple = {
@@ -435,7 +439,11 @@ def encode_result(value):
 
 
 def _encode_scalar(value):
-    """A number, string, boolean, None, path, or numpy/torch scalar as JSON data."""
+    """A number, string, boolean, None, path, or numpy/torch scalar as JSON data.
+
+    Raises:
+        TypeError: when ``value`` is none of these.
+    """
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return value
     if isinstance(value, int):
@@ -468,7 +476,11 @@ def decode_result(tp, data):
 
 def _decode(tp, data, where: str):
     """The value of hint ``tp`` in ``data`` (at ``where``, for messages): dispatched to the
-    reader of that kind of hint."""
+    reader of that kind of hint.
+
+    Raises:
+        TypeError: when no reader reads a ``tp`` (a bug in the result's type hints).
+    """
     if tp is typing.Any or tp is object:
         return data
     origin = typing.get_origin(tp)
@@ -490,7 +502,11 @@ def _decode(tp, data, where: str):
 
 
 def _decode_union(tp, data, where: str):
-    """``X | Y | None``: None when allowed, else the first option ``data`` fits."""
+    """``X | Y | None``: None when allowed, else the first option ``data`` fits.
+
+    Raises:
+        ValueError: when ``data`` fits none of the options, with each option's reason.
+    """
     args = typing.get_args(tp)
     if data is None and type(None) in args:
         return None
@@ -511,7 +527,11 @@ def decode_fields(tp, data, where: str):
 
 def _decode_dataclass(tp, data, where: str):
     """A dataclass from the object of its stored fields: each read from its type hint; a missing
-    required field or an unknown one is refused."""
+    required field or an unknown one is refused.
+
+    Raises:
+        ValueError: when ``data`` is not an object, lacks a required field or has a field ``tp`` does not.
+    """
     if not isinstance(data, dict):
         raise ValueError(f"{where}: expected an object for {tp.__name__}, got {type(data).__name__}")
     hints = typing.get_type_hints(tp)
@@ -528,7 +548,11 @@ def _decode_dataclass(tp, data, where: str):
 
 
 def _decode_tuple(args: tuple, data, where: str) -> tuple:
-    """``tuple[X, ...]`` or ``tuple[X, Y]`` from a list."""
+    """``tuple[X, ...]`` or ``tuple[X, Y]`` from a list.
+
+    Raises:
+        ValueError: when ``data`` is not a list, or not as long as a fixed-length tuple.
+    """
     if not isinstance(data, list):
         raise ValueError(f"{where}: expected a list, got {type(data).__name__}")
     if len(args) == 2 and args[1] is Ellipsis:
@@ -541,14 +565,22 @@ def _decode_tuple(args: tuple, data, where: str) -> tuple:
 
 
 def _decode_list(args: tuple, data, where: str) -> list:
-    """``list[X]`` from a list."""
+    """``list[X]`` from a list.
+
+    Raises:
+        ValueError: when ``data`` is not a list.
+    """
     if not isinstance(data, list):
         raise ValueError(f"{where}: expected a list, got {type(data).__name__}")
     return [_decode(args[0], v, f"{where}[]") for v in data] if args else list(data)
 
 
 def _decode_dict(args: tuple, data, where: str) -> dict:
-    """``dict[K, V]`` from an object (its keys strings, as JSON writes them)."""
+    """``dict[K, V]`` from an object (its keys strings, as JSON writes them).
+
+    Raises:
+        ValueError: when ``data`` is not an object.
+    """
     if not isinstance(data, dict):
         raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
     kt, vt = args if args else (str, typing.Any)
@@ -592,7 +624,11 @@ _CONTAINER_READERS: dict[object, typing.Callable] = {tuple: _decode_tuple, list:
 
 
 def _decode_key(tp, key: str, where: str):
-    """A map key, which JSON writes as a string, as ``tp`` (str, int or float)."""
+    """A map key, which JSON writes as a string, as ``tp`` (str, int or float).
+
+    Raises:
+        ValueError: when ``key`` is not a ``tp``.
+    """
     if tp is str or tp is object:
         return key
     try:
@@ -602,8 +638,12 @@ def _decode_key(tp, key: str, where: str):
 
 
 def result_from_meta(cls, meta: dict, source: str):
-    """The ``cls`` result stored under :data:`RESULT_KEY` in a results file's ``meta``."""
+    """The ``cls`` result stored under :data:`RESULT_KEY` in a results file's ``meta``.
 
+    Raises:
+        InputError: when ``meta`` holds no result, one of another command, or one that cannot be read back as a
+            ``cls``; ``source`` begins the message.
+    """
     if not isinstance(meta, dict) or RESULT_KEY not in meta:
         raise InputError(
             f"{source}: holds no {cls.__name__} (its meta has no {RESULT_KEY!r}; it was written by "
@@ -650,9 +690,11 @@ class Report:
     """
 
     def renderables(self) -> list:  # pragma: no cover - defined by each result
+        """The rich tables and lines (markup strings) of the report, in order."""
         raise NotImplementedError
 
     def summary_line(self) -> str:  # pragma: no cover - defined by each result
+        """One short line on the result, for ``repr``."""
         raise NotImplementedError
 
     def __rich_console__(self, console, options):
@@ -742,9 +784,11 @@ class ResultTable(Report):
     """
 
     def table_records(self) -> list[dict]:  # pragma: no cover - defined by each result
+        """The rows of the result's table, one dict per row (the columns of :data:`COLUMNS`)."""
         raise NotImplementedError
 
     def table_meta(self) -> dict:  # pragma: no cover - defined by each result
+        """The provenance stamp of the table, with ``command``."""
         raise NotImplementedError
 
     def to_arrow(self):
@@ -758,7 +802,11 @@ class ResultTable(Report):
 
 def read_json_document(source) -> tuple[object, str]:
     """The JSON value in ``source`` (the JSON text, or a path to a file holding it), and where it
-    was read from, for messages. Unreadable or invalid input is an :class:`~mhaaudit.errors.InputError`."""
+    was read from, for messages. Unreadable or invalid input is an :class:`~mhaaudit.errors.InputError`.
+
+    Raises:
+        InputError: when the file cannot be read, or the text is not JSON.
+    """
     if isinstance(source, str) and source.lstrip().startswith("{"):
         text, where = source, "the JSON document"
     else:
@@ -790,8 +838,12 @@ class StoredResult(ResultTable):
 
     @classmethod
     def from_json(cls, source):
-        """The result in a ``--format json`` document: a parsed dict, the JSON text or a path to it."""
+        """The result in a ``--format json`` document: a parsed dict, the JSON text or a path to it.
 
+        Raises:
+            InputError: when ``source`` cannot be read, is not JSON or not a results document, or holds no
+                result of this class (see :func:`result_from_meta`).
+        """
         doc, where = (source, "the JSON document") if isinstance(source, dict) else read_json_document(source)
         if not isinstance(doc, dict):
             raise InputError(f"{where}: not a results document (no meta)")
@@ -799,7 +851,12 @@ class StoredResult(ResultTable):
 
     @classmethod
     def from_parquet(cls, path):
-        """The result a ``--out FILE.parquet`` (or ``--format parquet``) file holds in its metadata."""
+        """The result a ``--out FILE.parquet`` (or ``--format parquet``) file holds in its metadata.
+
+        Raises:
+            InputError: when ``path`` is not a readable parquet file, its mhaaudit metadata is not JSON, or it
+                holds no result of this class (see :func:`result_from_meta`).
+        """
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -821,18 +878,23 @@ class StoredSweepResult(StoredResult):
     ``check = "sweep"``, see :func:`table_rows`), stamped with its ``meta()``."""
 
     def records(self) -> list[dict]:  # pragma: no cover - defined by each result
+        """The result's records, one dict per row."""
         raise NotImplementedError
 
     def sweep_rows(self) -> list[dict] | None:  # pragma: no cover - defined by each result
+        """The sweep's rows, or None for a result without a sweep."""
         raise NotImplementedError
 
     def meta(self) -> dict:  # pragma: no cover - defined by each result
+        """The run's meta (provenance stamp), with ``command``."""
         raise NotImplementedError
 
     def table_records(self) -> list[dict]:
+        """The records, then the sweep rows tagged ``check = "sweep"``."""
         return table_rows(self.records(), self.sweep_rows())
 
     def table_meta(self) -> dict:
+        """The result's ``meta()``."""
         return self.meta()
 
 

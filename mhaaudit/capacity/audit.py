@@ -198,15 +198,19 @@ class CapacityResult(StoredResult):
         return out
 
     def table_records(self) -> list[dict]:
+        """The rows of the table: :meth:`records`."""
         return self.records()
 
     def table_meta(self) -> dict:
+        """The provenance stamp of the table: :meth:`meta`."""
         return self.meta()
 
     def renderables(self) -> list:
+        """The tables and lines ``capacity`` prints (:func:`~mhaaudit.render.capacity_report`)."""
         return capacity_report(self)
 
     def summary_line(self) -> str:
+        """The model, the block, and per column rank(Z) with the most heads and T (or that it is unavailable)."""
         parts = []
         for c in self.columns:
             if c.status != "ok" or not c.certificates:
@@ -217,6 +221,7 @@ class CapacityResult(StoredResult):
         return f"{self.model!r} block {self.settings.layer}; " + "; ".join(parts)
 
     def meta(self) -> dict:
+        """The provenance stamp of the run (the JSON ``meta``), with the result itself under ``result``."""
         return stamp(
             command="capacity",
             model=self.model,
@@ -363,7 +368,13 @@ def _first_context(zb: ZBuilder, key: str) -> _SharedContext:
 def _column(
     plan: _Plan, variant: str, notes: list[str]
 ) -> tuple[CapacityColumn, ModelFacts | None, str, list[int], int]:
-    """Load, capture, audit and certify one column. Returns (column, model info, data name, heads, d_h)."""
+    """Load, capture, audit and certify one column. Returns (column, model info, data name, heads, d_h).
+
+    Raises:
+        OfflineError: when random weights (the model's configuration) cannot be had offline.
+        InputError: when ``block`` is past the model's last block, or a head count is above its heads.
+        ModelError: when the model has no query token of its own.
+    """
     col = CapacityColumn(variant)
     t0 = time.perf_counter()
     pm = None
@@ -475,7 +486,12 @@ def _run_notes(
 
 def _block_of(block: int | None, layer: int | None) -> int:
     """``block`` (or the deprecated ``layer``, same meaning), checked; default
-    :data:`~mhaaudit.defaults.CAPACITY_BLOCK` (2: see there why)."""
+    :data:`~mhaaudit.defaults.CAPACITY_BLOCK` (2: see there why).
+
+    Raises:
+        InputError: when ``block`` and ``layer`` are both given and differ, or the block is not an integer of at
+            least 1.
+    """
     if layer is not None:
         warnings.warn(
             "capacity_audit(layer=K) is deprecated; use block=K (the same: the attention block K, whose input "
@@ -544,6 +560,16 @@ def capacity_audit(
     (a keyword given beside an object that says otherwise is an InputError); the settings built
     from keywords stop each test once it is decided. A ``ModelRequest`` naming a ``query_index`` is
     refused: capacity reads the model's own query.
+
+    Returns:
+        A :class:`CapacityResult`, or a :class:`mhaaudit.seeds.SeedsResult` with ``seeds``.
+
+    Raises:
+        InputError: for a bad argument: ``seeds`` with ``from_path``, ``samples`` or ``threshold`` with
+            ``from_path``, an unknown attention or variant, head counts below 1, a ``query_index``, a keyword
+            that disagrees with an object beside it; a results file that cannot be read or holds other examples.
+        OfflineError: when random weights cannot be had offline (trained ones leave their column unavailable).
+        ModelError: when the model has no query token of its own.
     """
     keywords = {k: v for k, v in locals().items() if k in KEYWORDS}
     keywords.update(
@@ -584,7 +610,11 @@ def capacity_audit(
 
 
 def _variants(variants, request: ModelRequest) -> list[str]:
-    """The columns asked for (default both); trained weights without the trained column are refused."""
+    """The columns asked for (default both); trained weights without the trained column are refused.
+
+    Raises:
+        InputError: when a variant is unknown, or ``weights_path`` is given without the trained column.
+    """
     vs = split_list(variants) or list(VARIANTS)
     for v in vs:
         choice("variant", v, VARIANTS)
@@ -604,7 +634,11 @@ def _read_from(from_path, data: DataRequest) -> tuple[Path | None, Any]:
 
 
 def _requests(req: Requests) -> tuple[Settings, ModelRequest, DataRequest]:
-    """The settings, model and data of a capacity run; a query token named by the request is refused."""
+    """The settings, model and data of a capacity run; a query token named by the request is refused.
+
+    Raises:
+        InputError: when the model request names a ``query_index``.
+    """
     if req.model.query_index is not None:
         raise InputError(
             "{param:query_index}: capacity reads the model's own query token; check and kruskal "
