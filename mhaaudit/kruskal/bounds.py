@@ -57,7 +57,11 @@ def fixed_rule(
     rank exceeds it. ``stats`` are computed when not given and ``need_stats``.
 
     A rule under which no vector of any subset could count as independent (its tolerance at
-    ``d`` columns, the smallest any subset has, is at least sigma_max) is refused."""
+    ``d`` columns, the smallest any subset has, is at least sigma_max) is refused.
+
+    Raises:
+        InputError: when, with no ``atol``, the rule's relative tolerance at d columns is at least 1.
+    """
     _T, d = X.shape
     if rule.rtol_for(1, d) >= 1 and not rule.atol:
         raise InputError(
@@ -248,7 +252,15 @@ def _babel(Xn: torch.Tensor, m: int, row_block: int | None) -> torch.Tensor:
 
 
 def exact_kruskal_rank(X, rule: RankRule | None = None, max_subsets: int = 2_000_000) -> int:
-    """The Kruskal rank by enumerating every subset (small cases only; used to test the bounds)."""
+    """The Kruskal rank by enumerating every subset (small cases only; used to test the bounds).
+
+    Returns the largest k such that every k-subset of the rows has rank k under ``rule`` (the
+    rule for X's dtype when None).
+
+    Raises:
+        InputError: when a size k still to check has more than ``max_subsets`` subsets, or when the
+            rule could count no vector as independent (``fixed_rule``).
+    """
     X = as_matrix(X)
     rule, _ = fixed_rule(X, rule or RankRule.for_dtype(X.dtype), need_stats=False)
     T, d = X.shape

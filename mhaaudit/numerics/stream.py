@@ -85,7 +85,11 @@ def memory_needed(T: int, d: int) -> int:
 
 def refuse_unless_fits(T: int, d: int, what: str) -> None:
     """An input error, before any work, when a memory-mapped T x d set needs more memory besides
-    its file (``memory_needed``) than the system has available; it names the rows that would fit."""
+    its file (``memory_needed``) than the system has available; it names the rows that would fit.
+
+    Raises:
+        InputError: when ``memory_needed(T, d)`` exceeds the available memory.
+    """
     avail = available_memory()
     need = memory_needed(T, d)
     if need <= avail:
@@ -134,6 +138,7 @@ class Rows:
 
     @property
     def shape(self) -> tuple[int, int]:
+        """``(T, d)``: the number of rows and their width."""
         return (self.T, self.d)
 
     def take(self, idx) -> torch.Tensor:
@@ -400,6 +405,7 @@ class Unit:
 
     @property
     def shape(self) -> tuple[int, int]:
+        """``(T, d)`` of the rows it rescales."""
         return self.src.shape
 
     def rows(self, idx) -> torch.Tensor:
@@ -408,6 +414,7 @@ class Unit:
             return ldexp(self.src.take(idx), -self.exponent)
 
     def chunk(self, start: int, stop: int) -> torch.Tensor:
+        """The rescaled float64 rows ``start:stop`` (exactly ``scaled(X).X[start:stop]``)."""
         with subnormals_kept():
             return ldexp(self.src.chunk(start, stop), -self.exponent)
 
