@@ -309,13 +309,21 @@ def test_unavailable_columns_are_named_once_per_reason():
     ]
     result = SimpleNamespace(
         columns=cols,
-        info={},
+        info=SimpleNamespace(n=197, query_index=0, d=768),  # the attributes of a facts.ModelFacts the report reads
         data="d",
         skipped=0,
         notes=[],
         timings={"total": 1.0},
         T=None,
-        settings={"samples": 10, "threshold": 0.99, "seed": 0, "device": "cpu", "tolerance": {"rule": "r"}},
+        settings=SimpleNamespace(  # those of a facts.AuditSettings
+            samples=10,
+            threshold=0.99,
+            seed=0,
+            device="cpu",
+            tolerance=SimpleNamespace(rule="r"),
+            batch_size=None,
+            batch_size_choice=None,
+        ),
     )
     text = "\n".join(audit_lines(result))
     assert text.count(reason) == 1 and "trained-L0, trained-L1 unavailable" in text

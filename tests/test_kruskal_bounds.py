@@ -180,3 +180,29 @@ def test_gram_brackets_hold_the_exact_singular_values():
         exact = torch.linalg.svdvals(X * 2.0**-st.exponent).numpy()
         assert np.all(np.array(st.gram_brackets.lo) <= exact) and np.all(exact <= np.array(st.gram_brackets.hi))
         assert np.all(np.abs(np.array(st.unit_singular_values) - exact) <= st.unit_sv_error)
+
+
+def test_statistics_sent_to_another_rank_carry_no_rows_and_take_that_ranks_own(monkeypatch):
+    """Pickled (a torchrun rank sends them with a shared call), the statistics carry their brackets
+    but not the rows; ``fixed_rule`` given them with the rows attaches the rows, and a ceiling whose
+    tolerance falls in a bracket runs the TSQR pass there and agrees with the sender's."""
+    import pickle
+
+    from mhaaudit.kruskal import fixed_rule
+
+    rule = RankRule(rtol=0.02, atol=0.1)
+    X = _spectrum(50, 6, [10.0, 5.0, 2.0, 1.0, 0.1, 0.01], 7)  # s_4 = atol: ceiling(1) needs the pass
+    sent = set_stats(X, rule)
+    data = pickle.dumps(sent)
+    assert len(data) < X.numel() * 8  # not the rows
+    got = pickle.loads(data)
+    assert got.gram_brackets is not None and not got.gram_brackets.attached
+    with pytest.raises(RuntimeError, match="carry no rows"):
+        got.ceiling(1, rule)
+    _, got = fixed_rule(X, rule, got)
+    assert got is not None and got.gram_brackets is not None and got.gram_brackets.attached
+    assert [got.ceiling(k, rule) for k in range(1, 52)] == [sent.ceiling(k, rule) for k in range(1, 52)]
+    assert got.gram_brackets.refined == sent.gram_brackets.refined  # the same pass, the same bits
+    again = pickle.loads(pickle.dumps(got))  # once the pass ran, its values travel and no rows are needed
+    assert again.gram_brackets is not None and again.gram_brackets.attached
+    assert again.ceiling(1, rule) == sent.ceiling(1, rule)

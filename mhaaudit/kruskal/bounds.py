@@ -13,6 +13,7 @@ it does not have to, so the bounds do not depend on the data's scale.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from typing import Literal, overload
@@ -54,7 +55,9 @@ def fixed_rule(
     cols) * eps`` by default, so ``rule`` is returned as it is. The whole set's rank that is
     reported beside a test at size k is ``stats.ceiling(k, rule)``: its rank at the smallest
     tolerance any k-subset can have under the rule. Since sigma_i(X_S) <= sigma_i(X), no k-subset's
-    rank exceeds it. ``stats`` are computed when not given and ``need_stats``.
+    rank exceeds it. ``stats`` are computed when not given and ``need_stats``; given statistics whose
+    Gram brackets came without their rows (pickled: another rank computed them) get X's rows for the
+    TSQR pass a ceiling may need.
 
     A rule under which no vector of any subset could count as independent (its tolerance at
     ``d`` columns, the smallest any subset has, is at least sigma_max) is refused.
@@ -71,6 +74,10 @@ def fixed_rule(
         )
     if stats is None and need_stats:
         stats = set_stats(X, rule)
+    elif stats is not None and stats.gram_brackets is not None and not stats.gram_brackets.attached:
+        # statistics sent without their rows (another rank computed them): this process's rows
+        b = stats.gram_brackets
+        b.attach(functools.partial(_tsqr_values, rows_of(as_matrix(X)), stats.exponent, min(_T, d), b.error_factor))
     return rule, stats
 
 
@@ -126,7 +133,7 @@ def set_stats(X, rule: RankRule) -> SetStats:
         s_list = tuple(float(v) for v in lam_raw.clamp_min(0).sqrt())
         rank = int(np.count_nonzero(a > tol_hi))
         sv_error = math.sqrt(delta) * (1 + 4 * EPS64)
-        brackets = GramBrackets(a.tolist(), top.tolist(), lambda: _tsqr_values(rows, sc.exponent, m, c))
+        brackets = GramBrackets(a.tolist(), top.tolist(), functools.partial(_tsqr_values, rows, sc.exponent, m, c), c)
     else:
         s_list, sv_error = _tsqr_values(rows, sc.exponent, m, c)
         rank = int(sum(1 for v in s_list if v > rule.tol(s_list[0], T, d)))

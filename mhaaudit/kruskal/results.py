@@ -114,16 +114,47 @@ class GramBrackets:
     bracket, the count above it is the TSQR pass's and the exact values' alike; at one inside a
     bracket, ``refine()`` runs the pass (once, then kept) and returns its (singular values, error)."""
 
-    def __init__(self, lo: Sequence[float], hi: Sequence[float], refine: Callable[[], tuple[tuple[float, ...], float]]):
+    def __init__(
+        self,
+        lo: Sequence[float],
+        hi: Sequence[float],
+        refine: Callable[[], tuple[tuple[float, ...], float]] | None,
+        error_factor: float = 0.0,
+    ):
         self.lo, self.hi = tuple(lo), tuple(hi)
+        self.error_factor = error_factor  # c: the TSQR pass's error relative to sigma_max
         self._refine: Callable[[], tuple[tuple[float, ...], float]] | None = refine
         self._refined: tuple[tuple[float, ...], float] | None = None
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        """Pickled (a torchrun rank sends the statistics to the others): the brackets and the TSQR
+        pass's values if it ran, never the rows; the receiver attaches its own (``attach``)."""
+        return {"lo": self.lo, "hi": self.hi, "c": self.error_factor, "refined": self._refined}
+
+    def __setstate__(self, state: dict) -> None:
+        """Rebuilt from ``__getstate__``'s state, with no rows attached."""
+        self.lo, self.hi, self._refined = state["lo"], state["hi"], state["refined"]
+        self.error_factor = state["c"]
+        self._refine = None
         self._lock = threading.Lock()
 
     @property
     def refined(self) -> tuple[tuple[float, ...], float] | None:
         """The TSQR pass's (singular values, error) once it ran, else None."""
         return self._refined
+
+    @property
+    def attached(self) -> bool:
+        """Whether ``refine()`` can run: the pass ran, or the rows it reads are attached."""
+        return self._refined is not None or self._refine is not None
+
+    def attach(self, refine: Callable[[], tuple[tuple[float, ...], float]]) -> None:
+        """Give brackets that were sent without their rows the TSQR pass over the same rows (where the
+        pass already ran or rows are attached, nothing changes)."""
+        with self._lock:
+            if self._refined is None and self._refine is None:
+                self._refine = refine
 
     def count_above(self, tol: float) -> int | None:
         """How many values lie above ``tol`` when no bracket holds it; None when one does."""
@@ -132,10 +163,16 @@ class GramBrackets:
         return sum(1 for lo in self.lo if lo > tol)
 
     def refine(self) -> tuple[tuple[float, ...], float]:
-        """The TSQR pass's (singular values, error), computed on the first call."""
+        """The TSQR pass's (singular values, error), computed on the first call.
+
+        Raises:
+            RuntimeError: when the pass has not run and no rows are attached (brackets unpickled
+                and used without ``attach``): a bug in the caller.
+        """
         with self._lock:
             if self._refined is None:
-                assert self._refine is not None
+                if self._refine is None:
+                    raise RuntimeError("the Gram brackets need the TSQR pass but carry no rows: attach them first")
                 self._refined = self._refine()
                 self._refine = None  # the rows it read are no longer held
             return self._refined
