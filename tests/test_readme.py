@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import itertools
 import json
 import re
 import shlex
@@ -189,7 +190,9 @@ TABLE1_ROWS = {
 def table1_cells() -> dict[tuple[str, str], str]:
     """The README's Table 1: (variant, check) -> the cell's text."""
     text = section("Reproducing the paper's Table 1 offline")
-    rows = [ln for ln in text.splitlines() if ln.startswith("|")]
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("|"))
+    rows = list(itertools.takewhile(lambda ln: ln.startswith("|"), lines[start:]))  # the first table
     header = [c.strip() for c in rows[0].strip("|").split("|")]
     cells = {}
     for row in rows[2:]:
