@@ -109,6 +109,11 @@ def as_matrix(X):
       magnitude above 2^53 is refused), and the rule takes float64's eps;
     * complex dtypes are refused: independence is decided over the reals, and keeping the real
       part would prove false things. So is anything else.
+
+    Raises:
+        InputError: when X is not a tensor or array, is not 2-D, has no rows or no columns, is
+            complex or not numeric, holds integers beyond 2^53 or NaN or Inf values, or (a mapped
+            file) needs more memory besides the file than the system has available.
     """
     if isinstance(X, MappedArray):
         if X.ndim != 2:
@@ -159,7 +164,12 @@ def rows_of(X) -> Rows:
 
 
 def _exact_float64(X: torch.Tensor) -> torch.Tensor:
-    """Integer or boolean features as float64, exactly, or an input error."""
+    """Integer or boolean features as float64, exactly, or an input error.
+
+    Raises:
+        InputError: when an int64 or uint64 value exceeds 2^53 in magnitude, or torch cannot
+            convert the dtype.
+    """
     if X.dtype == torch.bool:
         return X.to(torch.float64)
     try:
@@ -272,6 +282,7 @@ class Gram:
         return max(1, budget // (DRAW_BLOCK * per_draw))
 
     def sub(self, idx: torch.Tensor) -> torch.Tensor:
+        """The float64 Gram matrices of the row subsets ``idx`` (b x k indices): b x k x k, on the device."""
         if self.full is not None:  # one flat gather: about twice as fast as 2-D advanced indexing
             b, k = idx.shape
             lin = (idx[:, :, None] * self.T + idx[:, None, :]).reshape(-1)
@@ -364,7 +375,11 @@ def _first_distinct(k0: torch.Tensor, k1: torch.Tensor, stream: torch.Tensor, T:
     Reads ``_candidates(T, k)`` values of every stream (memory and time O(k log k) a stream, not
     O(T)); the rare stream with fewer than k distinct
     among them is read further (twice as far each time: the values read before are the same), so
-    the result never depends on how far streams were read.
+    the result never depends on how far streams were read. Returns N x k int64 indices.
+
+    Raises:
+        RuntimeError: when a stream still lacks k distinct values after 64 T reads (probability
+            far below 2^-64).
     """
     N = stream.shape[0]
     out = torch.empty(N, k, dtype=torch.int64, device=stream.device)
@@ -485,6 +500,10 @@ def blocks_in_order(job, draws: Draws, workers: int, per_call: int | None = None
     results are gathered, so every rank yields every result in the same order as one process: a
     consumer that stops early stops at the same group on every rank (the rest of that round's
     groups are the only extra work).
+
+    Raises:
+        RankFailed: when the ranks split the draws into different numbers of groups (different
+            thread counts or device kinds).
     """
     groups = units(draws.samples, workers, per_call)
     shard = distributed.lockstep()

@@ -58,6 +58,15 @@ def load_model(name: str, **options: Any) -> ProbedModel:
     tag or commit of a hub model; ``trust_remote_code`` lets a transformers model whose repository
     carries its own code run that code. Trained weights in safetensors form are read only as far
     as ``max_layer`` needs; ``info.weights_read`` says how many bytes of how many that was.
+
+    Raises:
+        InputError: when ``name`` is empty or not a string, an option is invalid or cannot apply
+            to the backend the name resolves to, or the hub has no such ``revision``.
+        ModelError: when the model cannot be built or loaded (the libraries' errors, out of GPU
+            memory), or its weights hold NaN or infinite values.
+        MhaauditError: any of the project's errors from resolving or building, as raised (an
+            :class:`~mhaaudit.errors.OfflineError` when the weights are neither given nor cached
+            offline).
     """
     if not isinstance(name, str) or not name.strip():
         raise InputError("a model name is required (an alias such as vit-base, a hub id, a folder or a timm name)")
@@ -84,7 +93,11 @@ def load_model(name: str, **options: Any) -> ProbedModel:
 
 def check_finite_weights(pm: ProbedModel, name: str) -> None:
     """A ModelError naming the first parameter that holds NaN or infinite values (a rank decision on
-    what such weights compute would mean nothing)."""
+    what such weights compute would mean nothing).
+
+    Raises:
+        ModelError: when a floating or complex parameter holds NaN or infinite values.
+    """
     for pname, t in pm.module.named_parameters():
         if t.is_meta or not (t.is_floating_point() or t.is_complex()):
             continue
@@ -97,7 +110,14 @@ def check_finite_weights(pm: ProbedModel, name: str) -> None:
 
 
 def check_hub_options(spec, revision: str | None, trust_remote_code: bool) -> dict:
-    """The hub options of the backend ``spec`` resolves to; options that cannot apply are input errors."""
+    """The hub options of the backend ``spec`` resolves to; options that cannot apply are input errors.
+
+    Returns ``{"revision": ..., "trust_remote_code": ...}`` for a transformers model, ``{}`` for a timm model.
+
+    Raises:
+        InputError: when ``revision`` or ``trust_remote_code`` is given for a timm model, or
+            ``revision`` for a local folder.
+    """
     options = {"revision": revision, "trust_remote_code": bool(trust_remote_code)}
     if spec.backend == "timm":
         used = [f"{{param:{k}}}" for k, v in options.items() if v]
