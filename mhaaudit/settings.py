@@ -79,6 +79,9 @@ def derive_seed(seed: int, purpose: str, *index: int) -> int:
 
     See the module docstring for the rule and the purposes. The result is accepted by
     ``torch.Generator.manual_seed`` and ``numpy.random.default_rng``.
+
+    Raises:
+        ValueError: when ``purpose`` is not one of :data:`PURPOSES` (a bug: purposes are the code's, not the user's).
     """
     if purpose not in PURPOSES:
         raise ValueError(f"unknown seed purpose {purpose!r}; known: {', '.join(PURPOSES)}")
@@ -90,7 +93,11 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
     """Turn ``auto``/``cpu``/``cuda``/``cuda:N`` into a ``torch.device``.
 
     ``auto`` picks the first CUDA device when one is available, else the CPU. Asking for CUDA
-    on a machine without it is an error, not a silent fallback.
+    on a machine without it is an error, not a silent fallback. A ``torch.device`` is returned as it is.
+
+    Raises:
+        InputError: when ``spec`` is empty or names no device, or names CUDA on a machine without it, or a CUDA
+            index past the devices present.
     """
     if isinstance(spec, torch.device):
         return spec
@@ -122,7 +129,11 @@ MAX_DECODE_WORKERS = 256
 
 
 def kernels_env() -> str:
-    """``$MHAAUDIT_KERNELS``: "" (unset: the kernels follow the device) or "torch"; anything else is refused."""
+    """``$MHAAUDIT_KERNELS``: "" (unset: the kernels follow the device) or "torch"; anything else is refused.
+
+    Raises:
+        InputError: when the variable is set to anything but ``torch`` (any case, blanks around it allowed).
+    """
     raw = os.environ.get(KERNELS_ENV, "")
     value = raw.strip().lower()
     if value not in ("", "torch"):
@@ -131,7 +142,11 @@ def kernels_env() -> str:
 
 
 def decode_workers_env() -> int | None:
-    """``$MHAAUDIT_DECODE_WORKERS``: a whole number of threads from 1 to 256, or None when unset."""
+    """``$MHAAUDIT_DECODE_WORKERS``: a whole number of threads from 1 to 256, or None when unset.
+
+    Raises:
+        InputError: when the variable is set (not blank) to anything but a whole number from 1 to 256.
+    """
     raw = os.environ.get(DECODE_WORKERS_ENV, "")
     if not raw.strip():
         return None
@@ -147,7 +162,11 @@ def decode_workers_env() -> int | None:
 
 
 def check_environment() -> None:
-    """Refuse, before any work, a setting of mhaaudit's environment variables that means nothing."""
+    """Refuse, before any work, a setting of mhaaudit's environment variables that means nothing.
+
+    Raises:
+        InputError: from :func:`kernels_env` or :func:`decode_workers_env`.
+    """
     kernels_env()
     decode_workers_env()
 
@@ -212,7 +231,12 @@ class Settings:
     @classmethod
     def resolve(cls, *, device: str | torch.device | None = "auto", **fields: Any) -> Settings:
         """The settings of ``fields`` (any field but the device, by name; the rest keep their
-        defaults) on ``device``, after the environment's settings are checked."""
+        defaults) on ``device``, after the environment's settings are checked.
+
+        Raises:
+            InputError: when an environment variable is set to nothing meaningful (:func:`check_environment`), or a
+                field is out of range or the device unavailable (checked as the object is made).
+        """
         check_environment()
         return cls(device, **fields)  # type: ignore[arg-type]  # __post_init__ resolves the device
 
@@ -240,6 +264,7 @@ class Settings:
 
     @property
     def device_name(self) -> str:
+        """The device described for reports and file metadata (:func:`device_name`), e.g. ``cpu``."""
         return device_name(self.device)
 
     def as_dict(self) -> dict:

@@ -50,6 +50,14 @@ def test_flags_show_no_value_type(capsys, command):
     assert "-h" in text and "--help" in text
 
 
+@pytest.mark.parametrize("command", (*COMMANDS, "reproduce"))
+def test_docstring_sections_stay_out_of_the_help(capsys, command):
+    """A command's docstring may end with a "Raises:" section for the code's readers, after a form feed
+    (``\\f``): the help stops there."""
+    text = help_text(capsys, command)
+    assert "Raises:" not in text and "InputError" not in text
+
+
 def test_defaults_of_optional_options_are_shown(capsys):
     text = help_text(capsys, "kruskal")
     assert "(default: queries)" in text and "(default: random)" in text and "(default: vit-base)" in text

@@ -26,6 +26,13 @@ __all__ = ["Heads", "ZBuilder", "as_real_tensor", "attention_combinations", "ran
 
 
 def as_real_tensor(name: str, value, ndims: tuple[int, ...]) -> torch.Tensor:
+    """``value`` as a real tensor with one of ``ndims`` dimensions: a tensor as it is (dtype and device kept),
+    anything else converted through float64 NumPy.
+
+    Raises:
+        InputError: when ``value`` cannot be read as a real numeric array, is complex, or has a number of
+            dimensions not in ``ndims``; ``name`` begins the message.
+    """
     if not isinstance(value, torch.Tensor):
         try:
             value = torch.as_tensor(np.asarray(value, dtype=np.float64))
@@ -64,10 +71,12 @@ class Heads:
 
     @property
     def num_heads(self) -> int:
+        """H: the leading size of ``Wq``, or 1 for a single (d, d_h) matrix."""
         return int(self.Wq.shape[0]) if self.Wq.ndim == 3 else 1
 
     @property
     def head_dim(self) -> int:
+        """d_h: the last size of ``Wq``."""
         return int(self.Wq.shape[-1])
 
 
@@ -93,6 +102,14 @@ def attention_combinations(
             query is that row of the context and should not see itself); ``None`` for none.
         chunk: examples processed at once; memory is O(chunk * n * d + T * H * d).
         dtype: computation dtype (float64 by default).
+
+    Returns:
+        ``Z`` in ``dtype`` on the device of ``x``, (T, H*d).
+
+    Raises:
+        InputError: when ``chunk`` is not a positive integer; ``E``, ``x``, the weights or biases are not real
+            arrays of consistent shapes (widths, example counts, (H, d, d_h) weights, (H, d_h) biases); the
+            context is empty; or ``exclude_query_index`` is not an integer row of a context of at least 2 rows.
     """
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise InputError(f"chunk must be a positive integer, got {chunk!r}")
@@ -128,7 +145,13 @@ def _context(E: torch.Tensor, pre: Callable[[torch.Tensor], torch.Tensor] | None
 
 
 def _inputs(E, x, Wq, Wk) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``E``, ``x``, ``Wq``, ``Wk`` as real tensors of consistent shapes (one head's (d, d_h) made (1, d, d_h))."""
+    """``E``, ``x``, ``Wq``, ``Wk`` as real tensors of consistent shapes (one head's (d, d_h) made (1, d, d_h)).
+
+    Raises:
+        InputError: when one is not a real array of the dimensions allowed, the widths of ``E``, ``x`` and the
+            weights differ, ``E`` and ``x`` have different numbers of examples, the context has no row, ``Wq`` and
+            ``Wk`` differ in shape, or there is no head or a zero head dimension.
+    """
     E = as_real_tensor("E", E, (2, 3))
     x = as_real_tensor("x", x, (2,))
     Wq = as_real_tensor("Wq", Wq, (2, 3))
@@ -157,7 +180,11 @@ def _inputs(E, x, Wq, Wk) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tor
 
 
 def _head_bias(name: str, b, H: int, dh: int) -> torch.Tensor | None:
-    """A bias as a real (H, d_h) tensor (one head's (d_h,) made (1, d_h)); None stays None."""
+    """A bias as a real (H, d_h) tensor (one head's (d_h,) made (1, d_h)); None stays None.
+
+    Raises:
+        InputError: when ``b`` is not a real array of shape (H, d_h) or (d_h,) for one head.
+    """
     if b is None:
         return None
     b = as_real_tensor(name, b, (1, 2))
@@ -169,7 +196,12 @@ def _head_bias(name: str, b, H: int, dh: int) -> torch.Tensor | None:
 
 
 def _excluded(index, n: int) -> int | None:
-    """The context row the query may not attend to, counted from 0 (a negative index from the end)."""
+    """The context row the query may not attend to, counted from 0 (a negative index from the end).
+
+    Raises:
+        InputError: when ``index`` is not an integer, falls outside the ``n`` rows, or ``n`` is 1 (excluding the
+            query would leave no row).
+    """
     if index is None:
         return None
     if isinstance(index, bool) or not isinstance(index, int):
@@ -216,6 +248,9 @@ def random_attention_weights(d: int, heads: int, head_dim: int, seed: int) -> tu
     Each head's (d, head_dim) matrix is Xavier-uniform: U(-a, a) with a = sqrt(6 / (d + head_dim)).
     Seeded from ``derive_seed(seed, "random-attention")`` through one CPU ``torch.Generator``: the
     same seed gives the same weights.
+
+    Raises:
+        InputError: when ``d``, ``heads`` or ``head_dim`` is not a positive integer, or ``seed`` is not an integer.
     """
     d = integer("d", d)
     heads = integer("heads", heads)
@@ -245,7 +280,8 @@ class ZBuilder:
     ``heads``: the key/query side of the attention (:class:`Heads`, weights (H, d, d_h)); the query
     of an example is its row ``query_index``; ``causal``: the query sees the tokens up to itself.
     ``shared_context``: every example uses the context of the first example seen (``E_t = E_0``)
-    with its own query ``x_t`` (Proposition 2's setting).
+    with its own query ``x_t`` (Proposition 2's setting). Key/query weights that are not both
+    (H, d, d_h) are refused where the builder is made (InputError).
     """
 
     def __init__(self, heads: Heads, *, query_index: int = 0, causal: bool = False, shared_context: bool = False):
@@ -270,6 +306,11 @@ class ZBuilder:
         self.n: int | None = None
 
     def update(self, tokens: torch.Tensor) -> None:
+        """Add the rows of ``Z`` of one batch of token rows, (B, n, d); the rows are kept on the CPU.
+
+        Raises:
+            InputError: when ``tokens`` is not (B, n, d) with the weights' d.
+        """
         if tokens.ndim != 3 or tokens.shape[-1] != self.d:
             raise InputError(f"token batches must be (B, n, {self.d}), got {tuple(tokens.shape)}")
         B, n, _ = tokens.shape
@@ -297,9 +338,15 @@ class ZBuilder:
 
     @property
     def T(self) -> int:
+        """The number of rows accumulated so far."""
         return sum(int(p.shape[0]) for p in self._parts)
 
     def result(self) -> torch.Tensor:
+        """``Z``: every row accumulated, in the order of the batches, (T, H d) float64 on the CPU.
+
+        Raises:
+            DataError: when no batch was added.
+        """
         if not self._parts:
             raise DataError("no examples reached the attention layer")
         return torch.cat(self._parts)

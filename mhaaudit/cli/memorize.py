@@ -17,16 +17,22 @@ Preset = Enum("Preset", {name: name for name in PRESETS}, type=str)  # type: ign
 
 
 class Task(str, Enum):
+    """The labels ``--task`` names: random classes, or numbers in [0, 1] to regress."""
+
     classification = "classification"
     regression = "regression"
 
 
 class Context(str, Enum):
+    """The contexts ``--context`` names: one context for every example, or one per example."""
+
     shared = "shared"
     per_example = "per-example"
 
 
 class Vary(str, Enum):
+    """The parameter ``--vary`` names: the number of heads H, the context length n, or the head dimension d_h."""
+
     heads = "heads"
     n = "n"
     head_dim = "head-dim"

@@ -126,6 +126,13 @@ def reproduce(
     Online, the data are the paper's (imagenet-1k train, Wikipedia) and the trained columns use the
     paper's checkpoints; offline, the built-in data and random weights (trained columns need --weights).
     A row matches when the verdicts agree; every difference comes with its reason, taken from the run.
+    \f
+
+    Raises:
+        InputError: before any work, when ``target`` is not a published target, an option given does not apply
+            to it, a setting is out of range, a ``KEY=VALUE`` option is malformed, or ``--plot`` is given with
+            ``--seeds``.
+        OutputError: before any work, when ``--out`` or ``--plot`` cannot be written or is one of the inputs.
     """
     with importing(quiet):  # the library, torch with it: seconds
         from .. import validate
@@ -204,7 +211,12 @@ def _options(target: str, params: dict, progress: bool) -> dict:
 
 
 def keyed(name: str, values: list[str] | None, keys: tuple[str, ...]) -> dict:
-    """``KEY=VALUE`` options (``VALUE`` alone when the target has one model) -> {key: value}."""
+    """``KEY=VALUE`` options (``VALUE`` alone when the target has one model) -> {key: value}.
+
+    Raises:
+        InputError: when a value names no key of ``keys`` (and the target has several models), has no value
+            after ``=``, or a key is given twice; ``name`` (the option) begins the message.
+    """
     from ..errors import InputError
 
     out: dict = {}
