@@ -64,7 +64,12 @@ class _Arch:
 
 def load(spec: ModelSpec, plan: LoadPlan) -> ProbedModel:
     """Build the timm model ``spec`` names as ``plan`` says, ready for probing (its hub options do
-    not apply to timm: :func:`~.load.check_hub_options` refuses them before)."""
+    not apply to timm: :func:`~.load.check_hub_options` refuses them before).
+
+    Raises:
+        InputError: when ``plan`` sets a context length (image models take n from the image size).
+        ModelError: when timm does not know the architecture.
+    """
     import timm
 
     if plan.context_length is not None:
@@ -114,7 +119,13 @@ def load(spec: ModelSpec, plan: LoadPlan) -> ProbedModel:
 
 
 def _architecture(spec: ModelSpec, weights: str, weights_path: str | None) -> _Arch:
-    """The timm name, build arguments and local checkpoint of a name, folder or checkpoint file."""
+    """The timm name, build arguments and local checkpoint of a name, folder or checkpoint file.
+
+    Raises:
+        InputError: when a local path does not exist or its config.json names no architecture.
+        ModelError: when the config's architecture is not a string or its model_args not an object,
+            or trained weights are asked for and the folder holds no checkpoint file.
+    """
     if not spec.local:
         return _Arch(spec.resolved, {})
     path = spec.resolved
@@ -219,7 +230,13 @@ def _build(
 
     Random weights of a model whose init :func:`.random_init.reinit_timm` re-draws block by block
     are drawn at the depth built; other models (EVA, BEiT) are drawn at full depth and cut, so
-    that their first blocks do not depend on how many are built."""
+    that their first blocks do not depend on how many are built.
+
+    Raises:
+        offline_weights_error: its :class:`~mhaaudit.errors.OfflineError`, when trained hub weights
+            are asked for offline.
+        ModelError: when a weights folder holds no checkpoint file.
+    """
     import timm
 
     weights, weights_path, seed = plan.weights, plan.weights_path, plan.seed
@@ -258,7 +275,11 @@ def _truncate(model: Any, built: int) -> None:
 
 
 def _load_file(model: nn.Module, path: str, built: int, name: str) -> None:
-    """Load a timm checkpoint (EMA weights when present) into a model with ``built`` blocks."""
+    """Load a timm checkpoint (EMA weights when present) into a model with ``built`` blocks.
+
+    Raises:
+        ModelError: when the file cannot be read or its weights do not fit the model.
+    """
     from timm.models import load_state_dict
 
     try:
@@ -277,7 +298,12 @@ def _load_file(model: nn.Module, path: str, built: int, name: str) -> None:
 
 
 def _transform(model: nn.Module, name: str):
-    """timm's preprocessing for ``model``, at the resolution it was built for."""
+    """timm's preprocessing for ``model``, at the resolution it was built for: a function from a list
+    of images to one B x 3 x H x W tensor.
+
+    Raises:
+        ModelError: when timm cannot build the preprocessing.
+    """
     import timm.data
 
     try:
