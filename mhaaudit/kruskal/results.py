@@ -77,7 +77,12 @@ def every_rows_independent(k: int) -> str:
 
 
 def clopper_pearson(successes: int, trials: int, level: float = 0.95) -> tuple[float, float]:
-    """Exact two-sided binomial confidence interval."""
+    """Exact two-sided binomial confidence interval.
+
+    Returns:
+        ``(low, high)``, the bounds of the ``level`` interval on the success probability after
+        ``successes`` of ``trials``; ``(0.0, 1.0)`` when there were no trials.
+    """
     if trials <= 0:
         return (0.0, 1.0)
     from scipy.special import betaincinv  # the beta quantile; scipy.stats takes ~1 s to import
@@ -98,6 +103,7 @@ class Witness:
     rank: int
 
     def as_dict(self) -> dict:
+        """The witness as JSON data: its row indices, their singular values, the tolerance and the rank."""
         return {
             "indices": list(self.indices),
             "singular_values": list(self.singular_values),
@@ -205,14 +211,17 @@ class SetStats:
 
     @property
     def singular_values(self) -> tuple[float, ...]:
+        """The whole set's singular values in the data's own units, descending."""
         return tuple(ldexp(v, self.exponent) for v in self.unit_singular_values)
 
     @property
     def row_norms_sorted(self) -> tuple[float, ...]:
+        """The row norms it keeps (the smallest ones, those a ceiling reads) in the data's own units, ascending."""
         return tuple(ldexp(v, self.exponent) for v in self.unit_row_norms)
 
     @property
     def sv_error(self) -> float:
+        """The absolute rounding bound on the singular values, in the data's own units."""
         return ldexp(self.unit_sv_error, self.exponent)
 
     def ceiling(self, k: int, rule: RankRule) -> int:
@@ -255,7 +264,10 @@ class SubsetTest(ResultTable):
     """Monte-Carlo test of "every k rows are independent" at one candidate size k.
 
     ``to_arrow()`` / ``to_pandas()`` give its record as the one row of a table, and a notebook
-    shows it as ``mhaaudit kruskal`` prints it.
+    shows it as ``mhaaudit kruskal`` prints it. An exact status, basis or scope that is not one of
+    :data:`EXACT_STATUSES`, :data:`EXACT_BASES`, :data:`SCOPES`, a witness without the status
+    fails, or a status decided with no basis (or undecided with one) is refused where the test is
+    made (ValueError).
     """
 
     check: str
@@ -336,15 +348,19 @@ class SubsetTest(ResultTable):
         }
 
     def table_records(self) -> list[dict]:
+        """The rows of the table: the one :meth:`record`."""
         return [self.record()]
 
     def table_meta(self) -> dict:
+        """The provenance stamp of the test (the ``meta`` of ``mhaaudit kruskal``'s output)."""
         return _meta(self)
 
     def renderables(self) -> list:
+        """The tables and lines ``kruskal`` prints for one test (:func:`~mhaaudit.kruskal.report.subset_test_report`)."""
         return subset_test_report(self)
 
     def summary_line(self) -> str:
+        """The check, k, T, d, the verdict and the draws found independent; a witness and a proof said so."""
         s = (
             f"{self.check} at k = {self.k} of T = {self.T} rows in R^{self.d}: {self.verdict}, "
             f"{self.satisfied}/{self.samples} draws independent"
@@ -356,11 +372,14 @@ class SubsetTest(ResultTable):
 
 @dataclass(frozen=True)
 class Bound:
+    """A certified floor or ceiling on the Kruskal rank: its value, what produced it and what it proves."""
+
     value: int
     kind: str  # what produced it
     proves: str  # what it proves, in words
 
     def as_dict(self) -> dict:
+        """The bound as JSON data: ``value``, ``kind`` and ``proves``."""
         return {"value": self.value, "kind": self.kind, "proves": self.proves}
 
 
@@ -407,6 +426,7 @@ class Sweep(ResultTable):
         return self.floor.value if self.floor.value == self.ceiling.value else None
 
     def rows(self) -> list[dict]:
+        """One row per size k swept: the satisfied fraction, its interval and the exact status and basis at k."""
         return [
             {
                 "k": k,
@@ -420,6 +440,8 @@ class Sweep(ResultTable):
         ]
 
     def summary(self) -> dict:
+        """The sweep's findings as JSON data (the ``sweep_summary`` of the ``meta``): the estimate and the
+        exact Kruskal rank with what each means, the certified bounds, the witness, the rechecks and the Gram."""
         return {
             "estimate": self.estimate,
             "estimate_means": f"largest k whose satisfied fraction is >= {self.threshold} over {self.samples} draws, "
@@ -436,15 +458,19 @@ class Sweep(ResultTable):
         }
 
     def table_records(self) -> list[dict]:
+        """The rows of the table: :meth:`rows`, tagged ``check = "sweep"``."""
         return table_rows([], self.rows())
 
     def table_meta(self) -> dict:
+        """The provenance stamp of the sweep, with its :meth:`summary` as ``sweep_summary``."""
         return {**_meta(self), "sweep_summary": self.summary()}
 
     def renderables(self) -> list:
+        """The tables and lines ``kruskal`` prints for a sweep (:func:`~mhaaudit.kruskal.report.sweep_report`)."""
         return sweep_report(self)
 
     def summary_line(self) -> str:
+        """T, d, the draws, the estimate and the certified floor and ceiling."""
         return (
             f"T = {self.T} rows in R^{self.d}, {self.samples} draws: estimate {self.estimate} "
             f"(certified floor {self.floor.value}, ceiling {self.ceiling.value})"
@@ -463,6 +489,7 @@ class KruskalInputs:
     dtype: str
 
     def as_dict(self) -> dict:
+        """The inputs as JSON data: ``source``, ``T``, ``d``, ``n`` and ``dtype``."""
         return {"source": self.source, "T": self.T, "d": self.d, "n": self.n, "dtype": self.dtype}
 
 
@@ -519,9 +546,11 @@ class KruskalResult(StoredSweepResult):
         return {str(t.k): t.set_rank for t in self.tests if t.set_rank is not None}
 
     def records(self) -> list[dict]:
+        """One record per test, in the order of ``tests`` (:meth:`SubsetTest.record`)."""
         return [t.record() for t in self.tests]
 
     def sweep_rows(self) -> list[dict]:
+        """The sweep's rows (:meth:`Sweep.rows`); empty when no sweep ran."""
         return self.sweep.rows() if self.sweep is not None else []
 
     def meta(self) -> dict:
@@ -549,9 +578,11 @@ class KruskalResult(StoredSweepResult):
         return meta
 
     def renderables(self) -> list:
+        """The tables and lines ``kruskal`` prints (:func:`~mhaaudit.kruskal.report.kruskal_report`)."""
         return kruskal_report(self)
 
     def summary_line(self) -> str:
+        """The vectors tested (T, d, source), each test's verdict and the sweep's estimate."""
         tests = ", ".join(f"{t.check} k = {t.k}: {t.verdict}" + (" (proven)" if t.proven else "") for t in self.tests)
         swept = f"; sweep estimate {self.sweep.estimate}" if self.sweep is not None else ""
         return f"{self.T} vectors in R^{self.d} from {self.source}" + (f"; {tests}" if tests else "") + swept
