@@ -102,6 +102,10 @@ def load(spec: ModelSpec, plan: LoadPlan, partial: bool = True) -> ProbedModel:
     ``plan.revision`` (a branch, tag or commit of a hub model) and ``plan.trust_remote_code`` go to
     every hub read. Trained weights from a safetensors checkpoint are read only as far as the
     probed blocks need (:mod:`.shards`); ``info.weights_read`` says what was read.
+
+    Raises:
+        InputError: when ``plan`` sets a context length for an image model.
+        ModelError: when the built model has no list of transformer blocks to probe.
     """
     hub = _hub_for(spec, plan.weights_path, plan.revision, plan.trust_remote_code)
     cfg, source = _config(spec, plan.weights, plan.weights_path, hub)
@@ -288,7 +292,16 @@ def _forward(module: nn.Module, modality: str) -> Callable[[dict], Any]:
 
 
 def _config(spec: ModelSpec, weights: str, weights_path: str | None, hub: _Hub) -> tuple[Any, str]:
-    """(config, source) -- source: 'folder' | 'alias' | 'alias-hub' | 'hub' | 'cache' | 'weights'."""
+    """(config, source) -- source: 'folder' | 'alias' | 'alias-hub' | 'hub' | 'cache' | 'weights'.
+
+    Raises:
+        MhaauditError: the project's errors of reading the config, as raised (a revision that does
+            not exist, code the repository would run, a malformed config).
+        offline_weights_error: its :class:`~mhaaudit.errors.OfflineError`, when an alias's trained
+            config is neither cached nor reachable offline.
+        ModelError: when an alias's trained config cannot be fetched online.
+        _unknown_model: its ModelError or OfflineError, when a hub id's config cannot be had.
+    """
     offline = hub.offline
     if spec.local:
         return _folder_config(spec, hub), "folder"
@@ -327,7 +340,15 @@ def _config(spec: ModelSpec, weights: str, weights_path: str | None, hub: _Hub) 
 
 def _auto_config(source: str, name: str, hub: _Hub, local: bool = False) -> Any:
     """``AutoConfig.from_pretrained`` at the run's revision; a revision that does not exist and code
-    the repository would have to run are named as such, other failures are the caller's to word."""
+    the repository would have to run are named as such, other failures are the caller's to word.
+
+    Raises:
+        InputError: when the hub has no such revision (:func:`hub_problem`).
+        ModelError: when the repository's code would have to run without ``trust_remote_code``
+            (:func:`hub_problem`), or the config class refuses a field's value.
+        OSError: the library's, re-raised, when :func:`hub_problem` does not name it.
+        ValueError: the library's, re-raised, likewise.
+    """
     from transformers import AutoConfig
 
     try:
@@ -386,7 +407,11 @@ def repository_code(folder: str) -> list[tuple[str, str]]:
 
 
 def refuse_repository_code(folder: str, name: str) -> None:
-    """A ModelError, before anything is imported, when ``folder`` carries code of its own for transformers to run."""
+    """A ModelError, before anything is imported, when ``folder`` carries code of its own for transformers to run.
+
+    Raises:
+        ModelError: when a config file's ``auto_map`` names code (:func:`repository_code`).
+    """
     code = repository_code(folder)
     if code:
         fn, module = code[0]
@@ -463,7 +488,11 @@ def _tokens(
 
 
 def _text_shape(cfg: Any, is_decoder: bool, context_length: int | None, name: str) -> tuple[int, int]:
-    """(n, query_index) of a text model: the context length, at most the position embeddings."""
+    """(n, query_index) of a text model: the context length, at most the position embeddings.
+
+    Raises:
+        InputError: when ``context_length`` exceeds the model's position embeddings.
+    """
     maxpos = _max_positions(cfg)
     if context_length is None:
         n = maxpos if maxpos is not None else _ENCODER_DEFAULT_MAX_N
@@ -481,7 +510,11 @@ def _text_shape(cfg: Any, is_decoder: bool, context_length: int | None, name: st
 def _weights_origin(
     spec: ModelSpec, cfg: Any, source: str, weights: str, weights_path: str | None, hub: _Hub
 ) -> tuple[Any, _Weights]:
-    """(config, where the weights come from); a weights folder's own config replaces the named one if it fits."""
+    """(config, where the weights come from); a weights folder's own config replaces the named one if it fits.
+
+    Raises:
+        ModelError: when a weights folder's config differs from the named model's in a size field.
+    """
     if weights == "random":
         origin = {
             "alias": f"random init from the built-in {spec.name.lower()} config",
@@ -636,6 +669,9 @@ def _load_state_file(
     A file in the library's checkpoint format (what save_pretrained writes and the hub serves)
     may name parameters differently from the modules; when the direct load fails, the file is
     loaded through ``from_pretrained``, which renames them.
+
+    Raises:
+        ModelError: when the file fits the model neither directly nor through ``from_pretrained``.
     """
     sd = read_state_file(path)
     prefix = getattr(module, "base_model_prefix", "") or ""
