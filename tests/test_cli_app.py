@@ -399,6 +399,19 @@ def test_a_signal_during_the_commit_of_outputs_is_delivered_after_it(tmp_path):
     from mhaaudit.io import atomic_path
     from mhaaudit.staging import staged_outputs
 
+    # Python's own Ctrl-C handler, as in a terminal: a process started in the background of a
+    # non-interactive shell inherits SIGINT ignored, and an ignored signal is not held back.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _commit_interrupted(tmp_path, staging_module, atomic_path, staged_outputs)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _commit_interrupted(tmp_path, staging_module, atomic_path, staged_outputs):
+    """Stage two outputs and send SIGINT between the two renames of their commit."""
+    import signal
+
     with pytest.raises(KeyboardInterrupt), staged_outputs() as staged:
         for name in ("a.txt", "b.txt"):
             with atomic_path(tmp_path / name) as tmp:
