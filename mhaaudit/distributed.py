@@ -162,6 +162,7 @@ class Session:
     noted: bool = False  # this rank has left its failure note
     peer_failed: bool = False  # a collective found another rank gone
     solo: bool = False  # inside alone(): this rank works as one process (current() and lockstep() say so)
+    waits: int = 0  # wait_for_all calls made (every rank makes the same ones)
 
     # ------------------------------------------------------------------ collectives
 
@@ -276,6 +277,24 @@ class Session:
         first = next(got[1] for got in gathered if got)
         return {k: torch.cat([c[k] for _, c in chunks]) for k in chunks[0][1]}, first
 
+    def wait_for_all(self, what: str) -> None:
+        """Return once every rank has reached this call, however long the others take: a rank that
+        arrives early polls the job's store (no collective, so no timeout), and stops with the
+        others' failure when one leaves a note or its process is gone.
+
+        Raises:
+            RankFailed: when another rank failed on bad input, or its process is gone.
+            RankCrashed: when another rank failed on a bug.
+        """
+        self.waits += 1
+        key = f"{_PREFIX}reached/{what}/{self.waits}/"
+        self._store_call(self.store.set, key + str(self.rank), "1")
+        everyone = [key + str(r) for r in range(self.world_size)]
+        while not self._store_call(self.store.check, everyone):
+            if self._notes() or self._dead_ranks():
+                raise self._lost(None)
+            time.sleep(0.2)
+
     # ------------------------------------------------------------------ values through the store
 
     def publish(self, key: str, obj) -> None:
@@ -379,6 +398,9 @@ class SingleProcess:
     def all_gather(self, obj) -> list:
         """``[obj]``: this process's part is every part."""
         return [obj]
+
+    def wait_for_all(self, what: str) -> None:
+        """One process is every rank: nothing to wait for."""
 
     def all_gather_tensors(self, obj) -> list:
         """``[obj]``, the tensors where they are."""

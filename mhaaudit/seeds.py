@@ -205,6 +205,7 @@ def over_seeds(fn: Callable, plan: SeedPlan, **kwargs) -> list:
     world = shard.world_size
     with distributed.alone(), shared_loads():
         mine = [fn(**kwargs, **run.kwargs()) for run in runs[shard.rank :: world]]
+    shard.wait_for_all("seeds")  # ranks' seeds take unequal times: the gather below must not time out
     parts = shard.all_gather_tensors(mine)
     return [parts[i % world][i // world] for i in range(len(runs))]
 

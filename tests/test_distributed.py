@@ -449,3 +449,32 @@ def test_a_source_that_fails_on_rank_0_ends_every_rank(vit_dir, tmp_path):
     lines = err0.strip().splitlines()
     assert (r0, r1) == (2, 2) and len(lines) == 1 and "0 usable images" in lines[0], err0
     assert err1 == ""
+
+
+# Seeds spread over the ranks take unequal times; one takes longer than the job's collective timeout.
+UNEQUAL_SEEDS_DRIVER = textwrap.dedent("""
+    import os, time
+    from mhaaudit import distributed
+    from mhaaudit.seeds import over_seeds, plan_seeds
+
+    def fn(seed, weights_seed=None, data_seed=None):
+        time.sleep(6 if seed == 2 else 0.1)
+        return seed
+
+    @distributed.shared
+    def run():
+        return over_seeds(fn, plan_seeds("0-2"))
+
+    print(run(), flush=True)
+    os._exit(0)
+""")
+
+
+def test_ranks_wait_for_a_slower_ranks_seeds_past_the_timeout(tmp_path):
+    """Rank 0 runs seeds 0 and 2 (6 s), rank 1 seed 1 (0.1 s): rank 1 waits for rank 0 past the
+    job's 2 s collective timeout, and both get the three results in seed order."""
+    driver = tmp_path / "seeds.py"
+    driver.write_text(UNEQUAL_SEEDS_DRIVER)
+    (r0, out0, err0), (r1, out1, err1) = launch([], driver=driver, MHAAUDIT_DIST_TIMEOUT=2)
+    assert (r0, r1) == (0, 0), err0 + err1
+    assert out0.strip() == out1.strip() == "[0, 1, 2]"
