@@ -100,12 +100,14 @@ def set_stats(X, rule: RankRule) -> SetStats:
       entry in some order, so ``|E1| <= gamma_T |X|^T |X|`` entrywise and
       ``||E1|| <= gamma_T trace(G)`` (a non-negative matrix's norm is at most that of a larger one,
       and a Gram's at most its trace); products flushed or rounded in the subnormal range add at
-      most ``2 d T 2**-1022``. The eigenvalues of G^ (LAPACK, backward stable) are those of a matrix
-      within ``16 d eps ||G^||`` of it. By Weyl's theorem, ``|lam^_i - sigma_i^2| <= delta`` with
+      most ``2 d T 2**-1022``. The eigenvalues of G^ (LAPACK, backward stable) are taken to be
+      those of a matrix within ``16 d eps ||G^||`` of it: an assumption on the constant, which
+      LAPACK states only as p(d) eps with p unspecified (the rigorous worst case grows like d^2). By Weyl's theorem, ``|lam^_i - sigma_i^2| <= delta`` with
       ``delta`` twice the sum of these (``_gram_error``), so ``sigma_i`` lies in
       ``[lo_i, hi_i] = [sqrt(max(0, lam^_i - delta)), sqrt(lam^_i + delta)]``, each rounded outward.
     * The TSQR values ``t_i`` satisfy ``|t_i - sigma_i| <= c sigma_0`` with
-      ``c = 8 (max(T, d) + d chunks) eps`` (``stream.tsqr``), and that pass reports the error
+      ``c = 8 (max(T, d) + d chunks) eps`` (``stream.tsqr``; likewise an assumed constant: the
+      rigorous Householder bound is larger), and that pass reports the error
       ``c t_0``. With ``w = c hi_0 >= c sigma_0``: ``t_i`` lies in ``[a_i, b_i] = [max(0, lo_i - w),
       hi_i + w]``, ``t_0`` in ``[a_0, b_0]``, and ``fl(t_i + c t_0)`` in
       ``[a_i, b_i + c (hi_0 + w)]`` (outward-rounded: rounding is monotone, so ``fl(x + y) >= x``
