@@ -83,7 +83,7 @@ class _ByName:
 
 @dataclass(frozen=True)
 class ReadFacts:
-    """What loading trained weights read (the fields of :class:`~mhaaudit.models.shards.WeightsRead`):
+    """What loading trained weights read (``models.shards.WeightsRead`` adds the loader's report line):
     bytes of tensor data read of the bytes the checkpoint stores, files opened of the files it has,
     tensors read of the tensors it has, and the dtype(s) they are stored in."""
 

@@ -38,6 +38,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
 from ..errors import InputError, ModelError, OfflineError, one_line
+from ..facts import ReadFacts
 from ..io import safetensors_header
 
 __all__ = [
@@ -88,18 +89,10 @@ class NotPartial(Exception):
 
 
 @dataclass(frozen=True)
-class WeightsRead:
-    """What loading read: bytes of tensor data read of the bytes the checkpoint stores, files opened
-    of the files it has, tensors read of the tensors it has, and the dtype(s) they are stored in."""
-
-    method: str  # "partial" (safe_open, needed tensors only) | "whole" (from_pretrained)
-    stored_dtype: str  # e.g. "bfloat16"; several joined by "+" (most bytes first)
-    bytes_read: int
-    bytes_total: int | None
-    files_read: int
-    files_total: int
-    tensors_read: int
-    tensors_total: int | None
+class WeightsRead(ReadFacts):
+    """What loading read: the fields of :class:`~mhaaudit.facts.ReadFacts` (``method`` "partial":
+    safe_open, needed tensors only, or "whole": from_pretrained; ``stored_dtype`` e.g. "bfloat16",
+    several joined by "+", most bytes first), with the loader's dict and report line."""
 
     def as_dict(self) -> dict:
         """The fields as a plain dict (for the JSON ``meta``; :func:`weights_read_text` reads it back)."""
