@@ -580,7 +580,7 @@ def _take_model(
     out.info = out.info.with_weights(init, info.weights_source, info.weights_read)
     qi = pipeline.query_index(pm, request)
     if request.query_index is not None:  # the report and meta name the query the audit read
-        out.info = replace(out.info, query_index=qi, query_token=f"token {qi} (--query-index)")
+        out.info = replace(out.info, query_index=qi, query_token=plain(f"token {qi} ({{param:query_index}})"))
     return qi
 
 
@@ -900,7 +900,7 @@ def memorisation_bound(info: ModelFacts, col: Column) -> tuple[CapacityBound | N
     )
     hint = ""
     if not b.applies and est is None and not (a1 and a1.verdict == "holds"):
-        hint = "run with --sweep for a Remark 1 count from the estimated Kruskal rank"
+        hint = plain("run with {param:sweep} for a Remark 1 count from the estimated Kruskal rank")
     return b, hint
 
 

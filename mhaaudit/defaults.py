@@ -31,7 +31,7 @@ CAPACITY_BLOCK = 2
 CAPACITY_BLOCK_WHY = (
     "block 2 is the default: the paper applies Theorem 1 to the second attention layer, whose input "
     "(the output of block 1) satisfies Assumptions 1 and 2 in its Tables 1 and 3; block 1 reads the "
-    "embedding output, where the image queries are one vector (--block K chooses another)"
+    "embedding output, where the image queries are one vector ({param:block} K chooses another)"
 )
 
 PAPER_VALUES = (1, 5, 10, 20, 30, 40, 50, 60)

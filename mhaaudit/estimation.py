@@ -29,7 +29,7 @@ from . import kruskal, validate
 from .auditing import capture_probe, probe_for_variant, refuse_weights_without_trained
 from .checks import REGISTRY, check_for_size
 from .distributed import shared
-from .errors import InputError, param
+from .errors import InputError, param, plain
 from .facts import CaptureFacts
 from .features import FeatureSet
 from .io import MappedArray, read_array, to_query_matrix
@@ -415,7 +415,7 @@ def _sizes(request: KruskalRequest, n: int | None, T: int, d: int, vectors: str,
     if ks or sweep:
         return ks, sweep
     if n is None:
-        log("No --k given and n unknown: running the full sweep.", watched)
+        log(plain("No {param:k} given and n unknown: running the full sweep."), watched)
         return ks, True
     if n > T:
         a = "3" if vectors == "a3" else "1"

@@ -21,6 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .checks import CHECK_MEANING, CHECK_TITLES, REGISTRY
+from .errors import plain
 from .facts import AuditSettings, CapacitySettings, ModelFacts, ReadFacts, meta_value
 from .kruskal.report import (
     WHOLE_SET_LEGEND,
@@ -427,9 +428,11 @@ def capacity_bound_lines(result) -> list[str]:
         if a is not None and a.kruskal_estimate == 1 and s.layer == 1:
             lines.append(
                 escape(
-                    "    hint: the queries are numerically one vector (e.g. a [CLS] token before any attention, "
-                    "the same for every input), so Remark 1 guarantees a single example; --block 2 audits and "
-                    "certifies block 2's attention on the output of block 1, where the paper finds Assumption 1 holding"
+                    plain(
+                        "    hint: the queries are numerically one vector (e.g. a [CLS] token before any attention, "
+                        "the same for every input), so Remark 1 guarantees a single example; {param:block} 2 audits and "
+                        "certifies block 2's attention on the output of block 1, where the paper finds Assumption 1 holding"
+                    )
                 )
             )
     return lines
@@ -451,7 +454,9 @@ def certificate_lines(result) -> list[str]:
         if b.applies and last.rank >= b.count:
             cmp = f"; at least the bound {b.count}"
         elif b.applies and last.rank == c.T:
-            cmp = f"; the bound {b.count} exceeds T = {c.T}, so every example is certified (raise --limit to compare)"
+            cmp = plain(
+                f"; the bound {b.count} exceeds T = {c.T}, so every example is certified (raise {{param:limit}} to compare)"
+            )
         elif b.applies:
             cmp = f"; below the bound {b.count} (the theorem speaks of the best key/query weights; these certify fewer)"
         lines.append(

@@ -204,7 +204,7 @@ CAPACITY_COLUMNS = _WHERE + _cols(
     ("z_tolerance_value", "float64", "the rank tolerance of Z, in Z's own scale"),
     ("sigma_max", "float64", "largest singular value of Z with h heads"),
     ("prop2_bound", "int64", "h (n - 1) + 1, Proposition 2's ceiling on rank(Z) with a shared context"),
-    ("prop2_verdict", "string", "with --shared-context: holds when rank <= prop2_bound, else fails; null otherwise"),
+    ("prop2_verdict", "string", "with a shared context: holds when rank <= prop2_bound, else fails; null otherwise"),
     (
         "assumption_1",
         "string",
@@ -258,17 +258,17 @@ MEMORIZE_COLUMNS = _cols(
     (
         "saturation",
         "saturation",
-        "with --saturation: saturated heads per example (a struct: the saturation.* fields); null otherwise",
+        "when saturation is measured: saturated heads per example (a struct: the saturation.* fields); null otherwise",
     ),
-    ("reused", "bool", "whether the point was read from the --out file instead of trained"),
+    ("reused", "bool", "whether the point was read from the output file (out) instead of trained"),
     # The --out file of memorize (the grid's own results, for resuming) stores saturation flat:
-    ("config_key", "string", "--out file: the point's full configuration, the key it is stored under"),
-    ("sat_threshold", "float64", "--out file: saturation.threshold"),
-    ("sat_histogram", "list<int64>", "--out file: saturation.histogram"),
-    ("sat_frac_ge2", "float64", "--out file: saturation.frac_at_least_two_saturated"),
-    ("sat_frac_some_unsaturated", "float64", "--out file: saturation.frac_some_unsaturated"),
-    ("sat_frac_any", "float64", "--out file: saturation.frac_any_saturated"),
-    ("sat_mean", "float64", "--out file: saturation.mean_saturated"),
+    ("config_key", "string", "output file only: the point's full configuration, the key it is stored under"),
+    ("sat_threshold", "float64", "output file only: saturation.threshold"),
+    ("sat_histogram", "list<int64>", "output file only: saturation.histogram"),
+    ("sat_frac_ge2", "float64", "output file only: saturation.frac_at_least_two_saturated"),
+    ("sat_frac_some_unsaturated", "float64", "output file only: saturation.frac_some_unsaturated"),
+    ("sat_frac_any", "float64", "output file only: saturation.frac_any_saturated"),
+    ("sat_mean", "float64", "output file only: saturation.mean_saturated"),
 )
 
 #: The columns of each command's table, in the order a record gives them.

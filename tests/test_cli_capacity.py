@@ -205,7 +205,8 @@ def test_default_block_is_the_one_the_paper_applies_theorem_1_to(capsys, vit4, i
     assert CAPACITY_BLOCK == 2
     doc = json_run(capsys, vit4, "--data", image_dir, *FAST, "--variants", "random")
     assert doc["meta"]["layer"] == 2 and "input of block 2" in doc["meta"]["tokens"]
-    assert doc["meta"]["notes"][0] == CAPACITY_BLOCK_WHY
+    # the command line names its flag where the library names its parameter
+    assert doc["meta"]["notes"][0] == CAPACITY_BLOCK_WHY.replace("{param:block}", "--block")
     rec = doc["records"][0]
     assert rec["bound_kind"] == "theorem-1" and rec["bound"] > 1  # not the embedding output's single example
     rc, out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FAST, "--variants", "random")
@@ -214,10 +215,11 @@ def test_default_block_is_the_one_the_paper_applies_theorem_1_to(capsys, vit4, i
         out.split()
     )
     lib = capacity_audit(str(vit4), data=str(image_dir), limit=40, samples=100, batch_size=16, variants=["random"])
-    assert lib.settings.layer == 2 and lib.notes[0] == CAPACITY_BLOCK_WHY
+    assert lib.settings.layer == 2 and lib.notes[0] == CAPACITY_BLOCK_WHY.replace("{param:block}", "block")
+    assert "--" not in lib.notes[0]
     # a block given is no default: no such note
     given = json_run(capsys, vit4, "--data", image_dir, *FAST, "--variants", "random", "--block", "2")
-    assert CAPACITY_BLOCK_WHY not in given["meta"]["notes"] and given["records"] == doc["records"]
+    assert doc["meta"]["notes"][0] not in given["meta"]["notes"] and given["records"] == doc["records"]
 
 
 def test_trained_unavailable_offline(capsys, image_dir):

@@ -685,7 +685,7 @@ def test_k_reaching_T_is_marked_whole_set_and_names_the_run_that_answers(capsys,
 
     above_t = subset_test(matrix(T=6, d=D), 7, samples=60, check="assumption_1").record()  # k > T: no 7 rows exist
     assert (above_t["scope"], above_t["exact_status"], above_t["exact_basis"]) == ("whole-set", "fails", "dimension")
-    assert "raise --limit above k = 7" in above_t["reason"]
+    assert "raise limit above k = 7" in above_t["reason"]  # the library names its parameter, not the flag
     monkeypatch.setenv("COLUMNS", "200")  # one line per table row
     rc, out, err = run(capsys, "kruskal", tmp_path / "x.npy", "--k", "6", *FAST)
     assert rc == 0, err

@@ -178,3 +178,45 @@ def test_no_library_error_is_written_with_a_flag():
             elif name in _CHECKS:
                 found += [f"{rel}:{s.lineno}" for a in node.args[:2] for s in _strings(a) if FLAG.search(s.value)]
     assert not found, found
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    return {
+        id(n.body[0].value)
+        for n in ast.walk(tree)
+        if isinstance(n, kinds)
+        and n.body
+        and isinstance(n.body[0], ast.Expr)
+        and isinstance(n.body[0].value, ast.Constant)
+    }
+
+
+def test_no_library_message_names_a_flag():
+    """Not only errors: every string the library (all but mhaaudit/cli) writes into a result, a note,
+    a hint, a log line or a column description names parameters as {param:...}, so a library caller
+    never reads a flag (``--limit``), and the command line still prints its own. Docstrings are
+    documentation and may name a command's options."""
+    flag = re.compile(r"(?<![\w-])--[a-z]")
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).as_posix()
+        if rel.startswith("mhaaudit/cli/"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docs = _docstrings(tree)
+        found += [
+            f"{rel}:{n.lineno}: {n.value[:60]!r}" for n in _strings(tree) if id(n) not in docs and flag.search(n.value)
+        ]
+    assert not found, found
+
+
+def test_a_kept_message_names_the_parameter_in_the_library_and_the_flag_on_the_command_line(capsys):
+    """One message kept in a result, made both ways: the library's names outside the command line,
+    its flags inside a command's run."""
+    from mhaaudit.errors import parameter_names
+    from mhaaudit.kruskal.fixed import _whole_set_note
+
+    assert "(raise limit above k = 7)" in _whole_set_note("assumption_1", 7, 7, 8)
+    with parameter_names(_flag):
+        assert "(raise --limit above k = 7)" in _whole_set_note("assumption_1", 7, 7, 8)

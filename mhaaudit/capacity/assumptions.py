@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checks import CHECK_TITLES
-from ..errors import InputError
+from ..errors import InputError, plain
 from ..io import read_parquet_metadata
 from ..kruskal import kruskal_sweep, set_stats, subset_test
 from ..numerics import numerics, tf32_off
@@ -108,7 +108,7 @@ def audit_assumptions(fs, settings, label: str = "") -> tuple[Assumptions, dict]
     a2 = fs.assumption_2(rule)
     out = Assumptions(a2=a2.verdict, a2_reason=a2.reason, source="audited on the same examples")
     if fs.T < fs.n:
-        out.a1_reason = f"not checked: {fs.T} examples, fewer than n = {fs.n} (raise --limit)"
+        out.a1_reason = plain(f"not checked: {fs.T} examples, fewer than n = {fs.n} (raise {{param:limit}})")
         timings["assumption_2"] = round(time.perf_counter() - t0, 3)
         return out, timings
     stats = set_stats(fs.queries, rule)
@@ -223,7 +223,9 @@ def _assumptions_from_file(
             f"n = {n}, d = {d}"
         )
     if meta.get("command") not in (None, "check"):
-        notes.append(f"--from {p} was written by 'mhaaudit {meta.get('command')}', not 'mhaaudit check'")
+        notes.append(
+            plain(f"{{param:from_path}} {p} was written by 'mhaaudit {meta.get('command')}', not 'mhaaudit check'")
+        )
     cols = meta.get("columns") or {}
     chosen, why = _column(p, cols, init=init, layer=layer)
     if chosen is None:

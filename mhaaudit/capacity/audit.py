@@ -41,7 +41,7 @@ import torch
 from .. import pipeline
 from ..defaults import CAPACITY_BLOCK, CAPACITY_BLOCK_WHY
 from ..distributed import current, describe, shared
-from ..errors import InputError, ModelError, OfflineError, param
+from ..errors import InputError, ModelError, OfflineError, param, plain
 from ..facts import CapacitySettings, JobFacts, ModelFacts, ReadFacts, meta_value
 from ..features import StreamingReducer
 from ..io import stamp
@@ -478,8 +478,10 @@ def _run_notes(
         )
         if hs and Tcap and all(min(Tcap, h * d) <= h * (n - 1) + 1 for h in hs):
             notes.append(
-                f"with T = {Tcap}, min(T, h d) <= h (n - 1) + 1 for every h asked for, so the check cannot fail "
-                "here; raise --limit or use fewer heads for an informative test"
+                plain(
+                    f"with T = {Tcap}, min(T, h d) <= h (n - 1) + 1 for every h asked for, so the check cannot fail "
+                    "here; raise {param:limit} or use fewer heads for an informative test"
+                )
             )
     return notes
 
@@ -600,7 +602,7 @@ def capacity_audit(
     def run(plan: _Plan) -> CapacityResult:
         result = _run(plan, vs)
         if block is None and layer is None:
-            result.notes.insert(0, CAPACITY_BLOCK_WHY)
+            result.notes.insert(0, plain(CAPACITY_BLOCK_WHY))
         result.settings = replace(result.settings, distributed=JobFacts.of(describe()))
         return result
 

@@ -27,7 +27,7 @@ import torch
 
 from .. import validate
 from ..distributed import shared
-from ..errors import param
+from ..errors import param, plain
 from ..numerics import (
     Decision,
     RankRule,
@@ -296,9 +296,9 @@ def _reason(t: _Tally, k: int, threshold: float, witness: Witness | None, planne
 def _whole_set_note(check: str, k: int, T: int, d: int) -> str:
     """What a whole-set row says: it is one set, not a sample, and which run answers the question."""
     need, what = (d, f"d = {d}") if check == "general_position" else (k, f"k = {k}")
-    return (
+    return plain(
         f"; this is one set, not a sample of {k}-subsets of a larger set, so it does not answer the paper's "
-        f"question: a run with more than {need} vectors does (raise --limit above {what})"
+        f"question: a run with more than {need} vectors does (raise {{param:limit}} above {what})"
     )
 
 
