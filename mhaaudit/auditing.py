@@ -81,6 +81,9 @@ def plan_probes(
     ``trained``, default 1). Text, or any model with ``layers`` given: random/trained x each layer
     (the paper's Table 3 uses layers 0 and 1); ``layer`` has no effect there and is refused.
 
+    Returns:
+        The probe points (one a column), in the table's order.
+
     Raises:
         InputError: when ``layer`` is given beside ``layers`` or for a text model, or is below 1; a layer is
             negative; or a variant is unknown or has no column at the depth asked.
@@ -736,6 +739,17 @@ def capture_features(
     ``model``, ``data`` and ``settings`` may be the request objects (:mod:`mhaaudit.request`);
     the other keywords are conveniences that build them (:func:`~mhaaudit.request.build_requests`:
     a keyword given beside an object that says otherwise is an InputError).
+
+    Returns:
+        The :class:`~mhaaudit.features.FeatureSet` of the column ``variant`` at depth ``layer``.
+
+    Raises:
+        InputError: for a bad argument (as :func:`audit`), or ``weights_path`` for a column that does not
+            read trained weights.
+        ModelError: when the model cannot be found, built or probed, or has no query token of its own.
+        DataError: when the data cannot be read.
+        OfflineError: when the model's configuration, its trained weights or a hub data set must be
+            downloaded and the network cannot be reached.
     """
     req = build_requests(model, data, settings, {k: v for k, v in locals().items() if k in KEYWORDS}, given)
     return capture_probe(req.model, req.data, variant, settings=req.settings, layer=layer)
@@ -839,7 +853,16 @@ def check_features(
 ) -> tuple[dict, Sweep | None, dict]:
     """GP, A1, A2, A3 (and optionally the sweep) on one reduced feature set (:func:`run_checks`
     under ``settings``, or the settings these keywords build; the defaults are :func:`audit`'s). A
-    keyword given beside ``settings`` that says otherwise is an InputError."""
+    keyword given beside ``settings`` that says otherwise is an InputError.
+
+    Returns:
+        ``(tests, sweep, timings)``: the result of each check by name, the sweep (None without ``sweep``)
+        and the time each step took in seconds.
+
+    Raises:
+        InputError: when a sample count, threshold, tolerance or device is out of range, or a keyword
+            disagrees with ``settings``.
+    """
     run = build_settings(settings, {k: v for k, v in locals().items() if k in KEYWORDS}, given)
     return run_checks(fs, run, sweep=sweep, label=label)
 
@@ -970,6 +993,19 @@ def audit(
     and returns a :class:`mhaaudit.seeds.SeedsResult` (per-seed, summary and difference records);
     ``vary`` says what the seeds vary: ``"both"`` (as ``seed``), ``"weights"`` or ``"data"``
     (the other held at ``data_seed`` / ``weights_seed``, default the first seed).
+
+    Returns:
+        An :class:`AuditResult`, or a :class:`mhaaudit.seeds.SeedsResult` with ``seeds``.
+
+    Raises:
+        InputError: for a bad argument: an unknown variant, ``layer`` below 1 or given beside ``layers``
+            or for a text model, ``weights`` with no trained column, a sample count, threshold, tolerance,
+            device, limit or seed list out of range, or a keyword that disagrees with a request object beside it.
+        ModelError: when the model cannot be found, built or probed, or has no query token of its own.
+        DataError: when the data cannot be read or gives fewer than n usable examples.
+        OfflineError: when what the run needs (the model's configuration, a hub data set) must be downloaded and
+            the network cannot be reached; trained weights that cannot be had leave their column unavailable,
+            with the reason, unless no column can be audited.
     """
     req = build_requests(model, data, settings, {k: v for k, v in locals().items() if k in KEYWORDS}, given)
     cols = _Columns(variants, layer, layers, sweep)

@@ -51,20 +51,25 @@ def context_ranks(E: torch.Tensor, rule: RankRule):
 
     Full rank is decided with the certified Cholesky test of ``mhaaudit.numerics`` (SVD for the
     undecided), so decisions equal ``torch.linalg.matrix_rank`` under the same rule; the ranks of
-    deficient matrices come from eigenvalues of the Gram matrix (SVD near the tolerance). Returns
-    ``(rank, sigma_min, sigma_max, tol)``. For full-rank matrices ``sigma_min``/``sigma_max`` are
-    inverse/power-iteration estimates (the rank decision does not depend on them); when n > d
-    no matrix can have rank n and ranks are not computed (-1).
+    deficient matrices come from eigenvalues of the Gram matrix (SVD near the tolerance). For
+    full-rank matrices ``sigma_min``/``sigma_max`` are inverse/power-iteration estimates (the rank
+    decision does not depend on them); when n > d no matrix can have rank n and ranks are not
+    computed (-1).
 
     The batch is divided by an exact power of two first (``numerics.scale``), so no Gram entry
     over- or underflows whatever the data's scale; the singular values and tolerances returned
     are in the data's own units.
 
+    Returns:
+        ``(rank, sigma_min, sigma_max, tol)``, each of length B.
+
     Raises:
-        InputError: when ``E`` is not 3-D.
+        InputError: when ``E`` is not 3-D, or holds NaN or infinite values.
     """
     if E.ndim != 3:
         raise InputError(f"context matrices must be (B, n, d), got shape {tuple(E.shape)}")
+    if E.is_floating_point() and not bool(torch.isfinite(E).all()):
+        raise InputError("the context matrices hold NaN or infinite values")
     B, n, d = E.shape
     if n > d:
         nan = torch.full((B,), float("nan"), dtype=torch.float64)
@@ -177,7 +182,7 @@ class ContextRanks:
         """Decide the rank of each (n, d) context matrix of the batch ``E`` and keep the statistics on the CPU.
 
         Raises:
-            InputError: when the batch's (n, d) differs from the first batch's.
+            InputError: when the batch's (n, d) differs from the first batch's, or it holds NaN or infinite values.
         """
         _B, n, d = E.shape
         if self.n is None:
@@ -263,7 +268,15 @@ def assumption_2_from_arrays(a: dict[str, torch.Tensor], *, n: int, d: int, rule
 
 
 def assumption_2(E: torch.Tensor, rule: RankRule | None = None, batch_size: int = 64) -> ContextRankResult:
-    """Assumption 2 on a ``(T, n, d)`` tensor (use ``ContextRanks`` to stream)."""
+    """Assumption 2 on a ``(T, n, d)`` tensor (use ``ContextRanks`` to stream).
+
+    Returns:
+        The :class:`ContextRankResult`: how many of the T context matrices have rank n, the verdict and
+        the evidence (rank histogram, the worst margin, the deficient examples).
+
+    Raises:
+        InputError: when ``E`` is not 3-D, or holds NaN or infinite values.
+    """
     rule = rule or RankRule.for_dtype(E.dtype)
     acc = ContextRanks(rule)
     for part in E.split(batch_size):
@@ -278,17 +291,41 @@ def _mc(check: str, X, k: int, **kw) -> SubsetTest:
 
 
 def assumption_1(queries, n: int, **kw) -> SubsetTest:
-    """Kruskal rank of the query vectors >= n, estimated at k = n."""
+    """Kruskal rank of the query vectors >= n, estimated at k = n.
+
+    Returns:
+        The :class:`~mhaaudit.kruskal.SubsetTest` at k = n (see :func:`~mhaaudit.kruskal.subset_test`).
+
+    Raises:
+        InputError: as :func:`~mhaaudit.kruskal.subset_test`: the vectors are not a finite numeric T x d
+            matrix, ``n`` is not a whole number of at least 1, or a keyword is out of range.
+    """
     return _mc("assumption_1", queries, n, **kw)
 
 
 def assumption_3(a3_vectors, n: int, **kw) -> SubsetTest:
-    """Kruskal rank of query + mean(context) >= n, estimated at k = n."""
+    """Kruskal rank of query + mean(context) >= n, estimated at k = n.
+
+    Returns:
+        The :class:`~mhaaudit.kruskal.SubsetTest` at k = n (see :func:`~mhaaudit.kruskal.subset_test`).
+
+    Raises:
+        InputError: as :func:`~mhaaudit.kruskal.subset_test`: the vectors are not a finite numeric T x d
+            matrix, ``n`` is not a whole number of at least 1, or a keyword is out of range.
+    """
     return _mc("assumption_3", a3_vectors, n, **kw)
 
 
 def general_position(queries, **kw) -> SubsetTest:
-    """Kruskal rank of the queries = min(T, d), estimated at that k."""
+    """Kruskal rank of the queries = min(T, d), estimated at that k.
+
+    Returns:
+        The :class:`~mhaaudit.kruskal.SubsetTest` at k = min(T, d) (see :func:`~mhaaudit.kruskal.subset_test`).
+
+    Raises:
+        InputError: as :func:`~mhaaudit.kruskal.subset_test`: the vectors are not a finite numeric T x d
+            matrix, or a keyword is out of range.
+    """
     T, d = queries.shape
     return _mc("general_position", queries, min(T, d), **kw)
 

@@ -271,6 +271,9 @@ def reduce_tokens(tokens: torch.Tensor, query_index: int, batch_size: int = 64, 
     Raises:
         InputError: when ``tokens`` is not 3-D.
         ModelError: when floating-point ``tokens`` hold NaN or infinite values.
+
+    Returns:
+        The :class:`FeatureSet` of the T examples, with ``meta``.
     """
     red = StreamingReducer(query_index)
     for part in tokens.split(batch_size):

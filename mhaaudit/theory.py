@@ -89,6 +89,10 @@ def theorem1_bound(
     Raises:
         InputError: when ``heads``, ``head_dim``, ``n``, ``d`` or a given ``kruskal_estimate`` is not a positive
             integer, or ``a1_holds`` / ``a2_holds`` is not True, False or None.
+
+    Returns:
+        The :class:`CapacityBound`: the count, the rule that gave it (Theorem 1, Remark 1 or none), and
+        the reason and notes.
     """
     heads = integer("heads", heads)
     head_dim = integer("head_dim", head_dim)

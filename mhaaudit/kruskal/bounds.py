@@ -118,7 +118,14 @@ def set_stats(X, rule: RankRule) -> SetStats:
       (``GramBrackets``); otherwise the TSQR pass runs then (once) and decides it, as it would have.
 
     ``unit_singular_values`` are then the Gram's, within ``unit_sv_error = sqrt(delta)`` of the
-    exact values; after a TSQR pass, its values and its error ``c s_0``."""
+    exact values; after a TSQR pass, its values and its error ``c s_0``.
+
+    Returns:
+        The whole set's :class:`~.results.SetStats` (rank, certified ceilings, in the rescaled units).
+
+    Raises:
+        InputError: when ``X`` is not a finite numeric T x d matrix.
+    """
     X = as_matrix(X)
     rows = rows_of(X)
     unit, sc = unit_of(rows, rule)
@@ -204,6 +211,13 @@ def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_bl
     coherences, at most 1024), so memory stays O(T d) for any T; the time is O(T^2 d). Under
     torchrun, inside a shared call, the ranks divide the row blocks and take the maximum of their
     cumulative coherences, which is exactly one process's.
+
+    Returns:
+        The floor as a :class:`~.results.Bound` (0, with the reason, when none above 0 can be proven or
+        T is too large to compute it).
+
+    Raises:
+        InputError: when ``X`` is not a finite numeric T x d matrix, or ``rule``'s tolerance is at least 1 at d columns.
     """
     X = as_matrix(X)
     T, d = X.shape
@@ -263,12 +277,13 @@ def _babel(Xn: torch.Tensor, m: int, row_block: int | None) -> torch.Tensor:
 def exact_kruskal_rank(X, rule: RankRule | None = None, max_subsets: int = 2_000_000) -> int:
     """The Kruskal rank by enumerating every subset (small cases only; used to test the bounds).
 
-    Returns the largest k such that every k-subset of the rows has rank k under ``rule`` (the
-    rule for X's dtype when None).
+    Returns:
+        The largest k such that every k-subset of the rows has rank k under ``rule`` (the rule for
+        X's dtype when None); 0 when a row is zero.
 
     Raises:
-        InputError: when a size k still to check has more than ``max_subsets`` subsets, or when the
-            rule could count no vector as independent (``fixed_rule``).
+        InputError: when ``X`` is not a finite numeric T x d matrix, a size k still to check has more
+            than ``max_subsets`` subsets, or the rule could count no vector as independent (``fixed_rule``).
     """
     X = as_matrix(X)
     rule, _ = fixed_rule(X, rule or RankRule.for_dtype(X.dtype), need_stats=False)

@@ -192,7 +192,20 @@ def draw_decisions(
     rule: RankRule | None = None,
     device: torch.device | str = "cpu",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The draws of ``subset_test`` and each one's decision: ``(indices (N, k), independent (N,))``."""
+    """The draws of ``subset_test`` and each one's decision: ``(indices (N, k), independent (N,))``.
+
+    Returns:
+        ``(indices, independent)``: the ``samples`` draws of ``k`` sorted row indices (N x k, int64) and
+        whether each draw's rows are independent under ``rule`` (N, bool), as :func:`subset_test` decides them.
+
+    Raises:
+        InputError: when ``X`` is not a finite numeric T x d matrix, ``k`` is not a whole number from 1 to T,
+            ``samples`` is not a whole number of at least 1, ``device`` is unknown, or ``rule``'s tolerance
+            is at least 1 at d columns.
+    """
+    X = as_matrix(X)
+    k = validate.integer(param("k"), k, maximum=X.shape[0])
+    samples = validate.integer(param("samples"), samples)
     gram, rule = draws_gram(X, rule, device)
     return joined((sub, dec.full) for sub, dec in _decided_draws(gram, k, samples, seed, rule))
 
@@ -436,6 +449,15 @@ def subset_test(
     ``samples``, ``threshold``, ``seed``, ``rule``, ``device`` and ``stop_when_decided`` are
     conveniences that build it when it is not given. A keyword given beside it must say what it
     says (InputError otherwise).
+
+    Returns:
+        The :class:`~.results.SubsetTest`: verdict, satisfied fraction and its interval, exact status and
+        the evidence (a witness, a certified ceiling) behind them.
+
+    Raises:
+        InputError: when ``X`` is not a finite numeric T x d matrix, ``k`` is not a whole number of at least 1, ``samples`` or
+            ``threshold`` is out of range, ``device`` is unknown, ``rule``'s tolerance is at least 1 at d
+            columns, or a keyword disagrees with ``sampling``.
     """
     keywords = {k: v for k, v in locals().items() if k in SAMPLING_KEYWORDS}
     X = as_matrix(X)

@@ -273,6 +273,14 @@ def kruskal_sweep(
     makes every draw, whatever its ``stop_when_decided``); ``samples``, ``threshold``, ``seed``,
     ``rule`` and ``device`` are conveniences that build it when it is not given. A keyword given
     beside it must say what it says (InputError otherwise).
+
+    Returns:
+        The :class:`~.results.Sweep`: the fraction and its interval at every size, the estimate, and the
+        certified floor and ceiling with their evidence.
+
+    Raises:
+        InputError: when ``X`` is not a finite numeric T x d matrix, ``samples`` or ``threshold`` is out of range, ``device`` is unknown,
+            ``rule``'s tolerance is at least 1 at d columns, or a keyword disagrees with ``sampling``.
     """
     keywords = {k: v for k, v in locals().items() if k in SAMPLING_KEYWORDS}
     X = as_matrix(X)

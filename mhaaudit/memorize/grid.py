@@ -145,6 +145,17 @@ def run_memorize_grid(
     recomputed when the stored one has none). ``plot``: memorisation vs the varied parameter,
     one line per size (the mean over seeds, the band between the lowest and highest seed).
     The linear fits against H take every seed's run as a point.
+
+    Returns:
+        The :class:`~.results.MemorizeGrid`: one run per point and seed, the summary over seeds and
+        the linear fits.
+
+    Raises:
+        InputError: for a bad grid (``vary`` without ``values`` or the other way round, no sizes, an
+            unknown preset, task, context or device, a number out of range, ``seed`` beside ``seeds``, a
+            group that cannot fit ``memory_budget``), a keyword that disagrees with ``request``, or an
+            existing ``out`` that is not a results file of memorize.
+        OutputError: when ``out`` or ``plot`` cannot be written.
     """
     keywords = {k: v for k, v in locals().items() if k not in ("request", "given")}
     return memorize_grid(build_request(MemorizeRequest, request, keywords, given))

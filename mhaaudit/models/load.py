@@ -67,6 +67,10 @@ def load_model(name: str, **options: Any) -> ProbedModel:
         MhaauditError: any of the project's errors from resolving or building, as raised (an
             :class:`~mhaaudit.errors.OfflineError` when the weights are neither given nor cached
             offline).
+
+    Returns:
+        The :class:`~.probe.ProbedModel`: the model, its facts (``info``) and the hooks that capture
+        its probe points.
     """
     if not isinstance(name, str) or not name.strip():
         raise InputError("a model name is required (an alias such as vit-base, a hub id, a folder or a timm name)")

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..errors import InputError
 from .pow2 import exponent_of, ldexp
 from .rule import RankRule
 
@@ -66,7 +67,17 @@ def svd_rank(rows: torch.Tensor, rule: RankRule):
     Always computed on the CPU (LAPACK): only the few matrices whose decision sits within
     rounding distance of the tolerance get here, for which a GPU SVD is slower, and the
     reference decision is then the same bits on every device.
+
+    Returns:
+        ``(rank, sigma_min, sigma_max, tol, singular_values)`` in the units of ``rows``, on its device.
+
+    Raises:
+        InputError: when ``rows`` has fewer than 2 dimensions or holds NaN or infinite values.
     """
+    if rows.ndim < 2:
+        raise InputError(f"svd_rank takes (..., m, c) matrices, got shape {tuple(rows.shape)}")
+    if rows.is_floating_point() and not bool(torch.isfinite(rows).all()):
+        raise InputError("the matrices hold NaN or infinite values")
     dev = rows.device
     x = rows.to(device="cpu", dtype=torch.float64)
     m, c = x.shape[-2], x.shape[-1]

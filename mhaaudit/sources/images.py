@@ -540,6 +540,9 @@ def image_source(
         OfflineError: for a hub id while offline.
         InputError: for bad arguments: ``limit`` not a positive integer, an option that has no effect on the
             source, a single image file or a file that is not an image source.
+
+    Returns:
+        The :class:`ImageSource` (built-in mosaics, a folder, a table of image bytes or a hub data set).
     """
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise InputError(f"limit must be a positive number of images, got {limit!r}")

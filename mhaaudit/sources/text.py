@@ -375,6 +375,9 @@ def text_source(
         DataError: when ``data`` looks like a local path that does not exist, a folder holds no .txt file, a
             container cannot be read, a hub dataset cannot be opened (not found, gated, no such split), or the
             built-in corpus is empty.
+
+    Returns:
+        The :class:`TextSource` (the built-in corpus, a folder of .txt files, a table or a hub data set).
     """
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise InputError(f"limit must be a positive number of documents, got {limit!r}")
