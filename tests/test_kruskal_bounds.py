@@ -206,3 +206,81 @@ def test_statistics_sent_to_another_rank_carry_no_rows_and_take_that_ranks_own(m
     again = pickle.loads(pickle.dumps(got))  # once the pass ran, its values travel and no rows are needed
     assert again.gram_brackets is not None and again.gram_brackets.attached
     assert again.ceiling(1, rule) == sent.ceiling(1, rule)
+
+
+def _lazy_case():
+    """Rows whose ceiling at k = 1 falls inside a Gram bracket (s_4 = atol): the TSQR pass runs then."""
+    rule = RankRule(rtol=0.02, atol=0.1)
+    return _spectrum(50, 6, [10.0, 5.0, 2.0, 1.0, 0.1, 0.01], 7), rule
+
+
+def test_a_deferred_ceiling_refuses_rows_changed_since_the_statistics():
+    """The TSQR pass a ceiling defers reads the caller's rows then: written in place (through any
+    view) or resized since ``set_stats``, they are refused with an error naming them, not described."""
+    from mhaaudit.errors import InputError
+
+    X, rule = _lazy_case()
+    st = set_stats(X, rule)
+    X[3, 2] += 1.0  # in place
+    with pytest.raises(InputError, match="written in place") as info:
+        st.ceiling(1, rule)
+    assert isinstance(info.value, ValueError) and info.value.params == ("X", "X")
+    assert st.gram_brackets is not None and st.gram_brackets.refined is None  # nothing was taken of the new rows
+
+    X, rule = _lazy_case()
+    st = set_stats(X, rule)
+    X[:, :3].mul_(2.0)  # through a view: the same version counter
+    with pytest.raises(InputError, match="written in place"):
+        st.ceiling(1, rule)
+
+    X, rule = _lazy_case()
+    st = set_stats(X, rule)
+    X.resize_(40, 6)
+    with pytest.raises(InputError, match=r"its shape is \(40, 6\), not \(50, 6\)"):
+        st.ceiling(1, rule)
+
+    X, rule = _lazy_case()
+    st = set_stats(X, rule)
+    _ = X + 1.0  # read, not written
+    assert st.ceiling(1, rule) == set_stats(X.clone(), rule).ceiling(1, rule)
+
+
+@pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
+def test_a_deferred_ceiling_refuses_a_numpy_array_written_in_place():
+    """NumPy keeps no version: a writable array's bytes are compared (a read-only one cannot change)."""
+    from mhaaudit.errors import InputError
+
+    X, rule = _lazy_case()
+    arr = X.numpy().copy()
+    st = set_stats(arr, rule)
+    arr[7, 1] = -arr[7, 1]
+    with pytest.raises(InputError, match="written in place"):
+        st.ceiling(1, rule)
+    arr[7, 1] = -arr[7, 1]  # the same bytes again: the rows the statistics describe
+    assert st.ceiling(1, rule) == set_stats(X, rule).ceiling(1, rule)
+
+    frozen = X.numpy().copy()
+    frozen.flags.writeable = False
+    st = set_stats(frozen, rule)
+    assert st.ceiling(1, rule) == set_stats(X, rule).ceiling(1, rule)
+
+
+def test_statistics_given_with_rows_of_another_shape_are_refused():
+    """``fixed_rule`` (and ``GramBrackets.attach``) check the rows given against the statistics' shape."""
+    import pickle
+
+    from mhaaudit.errors import InputError
+    from mhaaudit.kruskal import fixed_rule
+
+    X, rule = _lazy_case()
+    st = set_stats(X, rule)
+    with pytest.raises(InputError, match="describe 50 x 6 rows but X is 49 x 6") as info:
+        fixed_rule(X[:49], rule, st)
+    assert set(info.value.params) == {"stats", "X"}
+    sent = pickle.loads(pickle.dumps(st))  # without its rows, as another rank receives it
+    assert sent.gram_brackets is not None and sent.gram_brackets.shape == (50, 6)
+    with pytest.raises(InputError, match="describe 50 x 6 rows"):
+        sent.gram_brackets.attach(lambda: ((), 0.0), (49, 6))
+    assert not sent.gram_brackets.attached
+    _, got = fixed_rule(X, rule, sent)
+    assert got.gram_brackets is not None and got.gram_brackets.attached

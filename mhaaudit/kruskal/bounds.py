@@ -13,16 +13,18 @@ it does not have to, so the bounds do not depend on the data's scale.
 
 from __future__ import annotations
 
-import functools
+import hashlib
 import itertools
 import math
+import os
 from typing import Literal, overload
 
 import numpy as np
 import torch
 
 from .. import distributed
-from ..errors import InputError
+from ..errors import InputError, param
+from ..io import MappedArray
 from ..numerics import EPS64, RankRule, row_norms, svd_rank, with_numerics
 from ..numerics.stream import tsqr, unit_of
 from .results import Bound, GramBrackets, SetStats, every_rows_independent
@@ -63,7 +65,8 @@ def fixed_rule(
     ``d`` columns, the smallest any subset has, is at least sigma_max) is refused.
 
     Raises:
-        InputError: when, with no ``atol``, the rule's relative tolerance at d columns is at least 1.
+        InputError: when, with no ``atol``, the rule's relative tolerance at d columns is at least 1;
+            when ``stats`` describe rows of another shape than X's.
     """
     _T, d = X.shape
     if rule.rtol_for(1, d) >= 1 and not rule.atol:
@@ -72,12 +75,17 @@ def fixed_rule(
             f"eps({rule.dtype}) = {rule.eps:.3g}, or {{param:rtol}}) is at least sigma_max, so no vector could "
             "count as independent: give a smaller {param:rtol} or an {param:atol}, or features in a finer dtype"
         )
+    if stats is not None and (stats.T, stats.d) != (_T, d):
+        raise InputError(
+            f"{param('stats')} describe {stats.T} x {stats.d} rows but {param('X')} is {_T} x {d}: "
+            f"give the statistics of these rows (set_stats({param('X')}, rule))"
+        )
     if stats is None and need_stats:
         stats = set_stats(X, rule)
     elif stats is not None and stats.gram_brackets is not None and not stats.gram_brackets.attached:
         # statistics sent without their rows (another rank computed them): this process's rows
         b = stats.gram_brackets
-        b.attach(functools.partial(_tsqr_values, rows_of(as_matrix(X)), stats.exponent, min(_T, d), b.error_factor))
+        b.attach(_DeferredPass(X, as_matrix(X), stats.exponent, b.error_factor), (_T, d))
     return rule, stats
 
 
@@ -120,13 +128,16 @@ def set_stats(X, rule: RankRule) -> SetStats:
     ``unit_singular_values`` are then the Gram's, within ``unit_sv_error = sqrt(delta)`` of the
     exact values; after a TSQR pass, its values and its error ``c s_0``.
 
+    A pass deferred to a ceiling reads X then: the ceiling refuses (``InputError``) when X is no
+    longer what the statistics describe (``_DeferredPass``).
+
     Returns:
         The whole set's :class:`~.results.SetStats` (rank, certified ceilings, in the rescaled units).
 
     Raises:
         InputError: when ``X`` is not a finite numeric T x d matrix.
     """
-    X = as_matrix(X)
+    given, X = X, as_matrix(X)
     rows = rows_of(X)
     unit, sc = unit_of(rows, rule)
     rule = unit.rule
@@ -142,7 +153,7 @@ def set_stats(X, rule: RankRule) -> SetStats:
         s_list = tuple(float(v) for v in lam_raw.clamp_min(0).sqrt())
         rank = int(np.count_nonzero(a > tol_hi))
         sv_error = math.sqrt(delta) * (1 + 4 * EPS64)
-        brackets = GramBrackets(a.tolist(), top.tolist(), functools.partial(_tsqr_values, rows, sc.exponent, m, c), c)
+        brackets = GramBrackets(a.tolist(), top.tolist(), _DeferredPass(given, X, sc.exponent, c), c, (T, d))
     else:
         s_list, sv_error = _tsqr_values(rows, sc.exponent, m, c)
         rank = int(sum(1 for v in s_list if v > rule.tol(s_list[0], T, d)))
@@ -186,6 +197,72 @@ def _gram_brackets(lam: np.ndarray, delta: float, c: float) -> tuple[np.ndarray,
     b = (hi + w) * up
     top = (b + c * (h0 + w) * up) * up
     return a, b, top
+
+
+class _DeferredPass:
+    """The TSQR pass a ceiling runs when its tolerance falls inside a Gram bracket (``GramBrackets.refine``),
+    over the rows the statistics were taken of, which must still be those rows.
+
+    What is recorded when the statistics are taken, and compared when the pass runs: the rows' shape;
+    a tensor's version counter (every in-place change through torch moves it, through any view); for
+    a writable NumPy array (NumPy keeps no version), a digest of the bytes the pass reads (a second
+    read of the rows, O(T d), against the pass's O(T d^2)); for a file mapped read-only, its size and
+    modification time. A change made behind torch's back (through a NumPy view of a tensor, or the
+    tensor's own storage) is not seen."""
+
+    def __init__(self, given, X, exponent: int, c: float):
+        self.rows = rows_of(X)
+        self.exponent, self.c = exponent, c
+        self._file = given.path if isinstance(given, MappedArray) else getattr(given, "filename", None)
+        if not isinstance(given, (MappedArray, np.memmap)):
+            self._file = None
+        self._digest = isinstance(given, np.ndarray) and bool(given.flags.writeable)
+        self.stamp = self._stamp()
+
+    def _stamp(self) -> tuple:
+        data = self.rows.data
+        parts: list = [tuple(data.shape)]
+        if isinstance(data, torch.Tensor):
+            parts.append(data._version)
+        if self._file is not None:
+            st = os.stat(self._file)
+            parts += [st.st_size, st.st_mtime_ns]
+        if self._digest:
+            parts.append(_digest(data))
+        return tuple(parts)
+
+    def __call__(self) -> tuple[tuple[float, ...], float]:
+        """The pass's (singular values, error), from ``_tsqr_values``.
+
+        Raises:
+            InputError: when the rows changed since the statistics were taken (another shape, or
+                written in place): the ceiling would describe other data.
+        """
+        now = self._stamp()
+        if now != self.stamp:
+            what = (
+                f"its shape is {now[0]}, not {self.stamp[0]}" if now[0] != self.stamp[0] else "it was written in place"
+            )
+            raise InputError(
+                f"the rows {param('X')} the whole set's statistics were taken of changed since ({what}): "
+                "a ceiling would describe other data; take the statistics again (set_stats) or leave "
+                f"{param('X')} unchanged while they are used"
+            )
+        m = min(self.rows.T, self.rows.d)
+        return _tsqr_values(self.rows, self.exponent, m, self.c)
+
+
+def _digest(data) -> bytes:
+    """A digest of the bytes of ``data`` (a CPU tensor or a NumPy array), about 16 MiB of rows at a time."""
+    h = hashlib.sha1(usedforsecurity=False)
+    width = int(data.shape[1]) * (data.itemsize if isinstance(data, np.ndarray) else data.element_size())
+    step = max(1, (16 << 20) // max(1, width))
+    for s in range(0, int(data.shape[0]), step):
+        part = data[s : s + step]
+        if isinstance(part, torch.Tensor):
+            part = part.contiguous().view(torch.uint8).numpy()
+        h.update(np.ascontiguousarray(part).reshape(-1).view(np.uint8).data)
+    return h.digest()
 
 
 @with_numerics(threads=1)
