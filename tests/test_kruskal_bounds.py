@@ -284,3 +284,52 @@ def test_statistics_given_with_rows_of_another_shape_are_refused():
     assert not sent.gram_brackets.attached
     _, got = fixed_rule(X, rule, sent)
     assert got.gram_brackets is not None and got.gram_brackets.attached
+
+
+def _numerics_settings() -> dict:
+    """The settings a rank computation may change: torch's and every OpenMP/BLAS pool's thread
+    counts, the float32 precision of every backend, subnormal flushing in this thread."""
+    from threadpoolctl import threadpool_info
+
+    from mhaaudit.numerics.rule import _flushing, _matmul_precision, _precision_settings
+
+    return {
+        "threads": torch.get_num_threads(),
+        "pools": sorted((p["user_api"], p["internal_api"], p["num_threads"]) for p in threadpool_info()),
+        "precision": _matmul_precision(),
+        "backends": [obj.fp32_precision for obj in _precision_settings()],
+        "flushing": _flushing(),
+    }
+
+
+def test_a_deferred_ceiling_leaves_the_processs_numerics_settings_as_they_were(monkeypatch):
+    """The TSQR pass a ceiling runs late, inside the caller's program: the caller's settings
+    (here subnormals flushed, one backend's float32 precision set on its own, two threads) are
+    the same during the pass, for what is process-wide, and after it, for everything."""
+    from mhaaudit.kruskal import bounds
+    from mhaaudit.numerics.rule import _precision_settings
+
+    X, rule = _lazy_case()
+    st = set_stats(X, rule)
+    matmul = torch.backends.cuda.matmul
+    before_matmul = matmul.fp32_precision
+    threads = torch.get_num_threads()
+    during = []
+    real = bounds.tsqr
+    monkeypatch.setattr(
+        bounds, "tsqr", lambda *a: during.append([o.fp32_precision for o in _precision_settings()]) or real(*a)
+    )
+    try:
+        torch.set_flush_denormal(True)
+        matmul.fp32_precision = "tf32"
+        torch.set_num_threads(2)
+        caller = _numerics_settings()
+        assert caller["flushing"] or not torch.set_flush_denormal(True)  # flushing where the CPU has it
+        st.ceiling(1, rule)
+        assert st.gram_brackets is not None and st.gram_brackets.refined is not None  # the pass ran
+        assert during == [caller["backends"]]
+        assert _numerics_settings() == caller
+    finally:
+        torch.set_flush_denormal(False)
+        matmul.fp32_precision = before_matmul
+        torch.set_num_threads(threads)

@@ -25,7 +25,7 @@ import torch
 from .. import distributed
 from ..errors import InputError, param
 from ..io import MappedArray
-from ..numerics import EPS64, RankRule, row_norms, svd_rank, with_numerics
+from ..numerics import EPS64, RankRule, numerics, row_norms, svd_rank, with_numerics
 from ..numerics.stream import tsqr, unit_of
 from .results import Bound, GramBrackets, SetStats, every_rows_independent
 from .sampling import as_matrix, rows_of
@@ -265,11 +265,16 @@ def _digest(data) -> bytes:
     return h.digest()
 
 
-@with_numerics(threads=1)
 def _tsqr_values(rows, exponent: int, m: int, c: float) -> tuple[tuple[float, ...], float]:
     """The singular values of the TSQR factor R of the rescaled rows (``stream.tsqr``, a second
-    pass) and their error bound ``c s_0``."""
-    s = torch.linalg.svdvals(torch.from_numpy(tsqr(rows, exponent)))[:m]
+    pass) and their error bound ``c s_0``.
+
+    It may run at a ceiling, from wherever that is asked for, so it sets nothing beyond the
+    calling thread, and only for its own duration (``numerics``: subnormals flushed, one intra-op
+    thread; each as it was after): its arithmetic is float64 throughout, which the process-wide
+    float32 precision settings (``tf32_off``) do not touch."""
+    with numerics(threads=1):
+        s = torch.linalg.svdvals(torch.from_numpy(tsqr(rows, exponent)))[:m]
     s_list = tuple(float(v) for v in s)
     return s_list, c * (s_list[0] if m else 0.0)
 

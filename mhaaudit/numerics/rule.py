@@ -41,12 +41,14 @@ def numerics(threads: int | None = None):
     far below any rank tolerance once the data are rescaled (``numerics.scale``, which runs with
     ``subnormals_kept``), so no decision changes. On shared cores, multi-threaded LAPACK calls on mid-sized matrices can be
     erratic; ``threads=1`` avoids that where it does not cost. Flushing is a per-thread CPU
-    setting: worker threads enter this context themselves. Full float32 precision
+    setting: worker threads enter this context themselves. On exit every setting is what it was on
+    entry (a thread that flushed before still does). Full float32 precision
     (:func:`tf32_off`) is a process-wide setting, made once at a computation's entry point
     (:func:`with_numerics`), not here where threads would save and restore it concurrently.
     """
     depth = _depth()
-    flushed = torch.set_flush_denormal(True) if depth == 0 else False
+    # turned off after only if it was off before: a caller's own flushing is left as it was
+    flushed = depth == 0 and not _flushing() and torch.set_flush_denormal(True)
     _STATE.depth = depth + 1
     try:
         with intra_op_threads(threads):
@@ -86,7 +88,7 @@ def tf32_off():
     in oneDNN, ``torch.get_float32_matmul_precision() == "highest"``. A rank decision, and the
     forward pass that feeds one, never runs in reduced precision. Harmless without a GPU."""
     settings = _precision_settings()
-    saved = (torch.get_float32_matmul_precision(), [obj.fp32_precision for obj in settings])
+    saved = (_matmul_precision(), [obj.fp32_precision for obj in settings])
     legacy = None if settings else [(f, f.allow_tf32) for f in (torch.backends.cuda.matmul, torch.backends.cudnn)]
     try:
         torch.set_float32_matmul_precision("highest")
@@ -96,20 +98,30 @@ def tf32_off():
             f.allow_tf32 = False
         yield
     finally:
-        torch.set_float32_matmul_precision(saved[0])
+        if saved[0] is not None:
+            torch.set_float32_matmul_precision(saved[0])
         for obj, old in zip(settings, saved[1], strict=False):
             obj.fp32_precision = old
         for f, old in legacy or ():  # pragma: no cover
             f.allow_tf32 = old
 
 
+def _matmul_precision() -> str | None:
+    """``torch.get_float32_matmul_precision()``, or None where it has none to give: torch 2.9 and
+    later raise when the per-backend settings were set to differing values (a caller's
+    ``torch.backends.cuda.matmul.fp32_precision = "tf32"``); those settings are then what
+    :func:`tf32_off` saves and restores."""
+    try:
+        return torch.get_float32_matmul_precision()
+    except RuntimeError:
+        return None
+
+
 def tf32_is_off() -> bool:
     """Whether float32 matrix products run at full precision now (what :func:`tf32_off` sets)."""
     settings = _precision_settings()
     if settings:
-        return torch.get_float32_matmul_precision() == "highest" and all(
-            obj.fp32_precision == "ieee" for obj in settings
-        )
+        return _matmul_precision() == "highest" and all(obj.fp32_precision == "ieee" for obj in settings)
     return not torch.backends.cuda.matmul.allow_tf32  # pragma: no cover - torch < 2.9
 
 
