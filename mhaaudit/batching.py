@@ -7,9 +7,6 @@ halved and tried again. On the CPU, where running out of memory means swapping o
 rather than an exception, the batch is computed: the memory one example's activations need (see
 :func:`example_bytes`) against half the memory available. Either way the choice and how it was
 made are a :class:`BatchChoice`, which ``meta`` carries. An explicit integer is used as given.
-
-``PIL`` is imported where it is used: it takes a second or more to import, and a run that never
-needs it does not load it.
 """
 
 from __future__ import annotations

@@ -6,9 +6,6 @@ per-example rank statistics of the context matrices for Assumption 2. Memory is 
 A ``FeatureSet`` can be saved and audited again later without the model. Under ``torchrun`` each
 rank reduces the batches dealt to it and :meth:`StreamingReducer.result` gathers the rows of all
 ranks back into single-process order.
-
-``safetensors`` is imported where it is used: it takes a second or more to import, and a run that
-never needs it does not load it.
 """
 
 from __future__ import annotations

@@ -3,9 +3,6 @@
 Without this, a hub call on a machine with no network retries for 30 to 50 seconds before it
 fails. We decide once per process: ``HF_HUB_OFFLINE=1`` means offline; otherwise a single TCP
 connection to the hub endpoint with a short timeout decides.
-
-huggingface_hub and datasets are imported where they are used: each takes a second or more to
-import, and a run that reads nothing from the hub does not load them.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""Reading feature files and writing outputs atomically, stamped with provenance.
-
-``pyarrow`` and ``safetensors`` are imported where they are used: each takes a second or more to
-import, and a run that never needs them does not load them.
-"""
+"""Reading feature files and writing outputs atomically, stamped with provenance."""
 
 from __future__ import annotations
 

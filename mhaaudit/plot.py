@@ -1,8 +1,4 @@
-"""The Kruskal-rank curve (the paper's Figure 1): satisfied fraction against subset size.
-
-``matplotlib`` is imported where it is used: it takes a second or more to import, and a run that
-never needs it does not load it.
-"""
+"""The Kruskal-rank curve (the paper's Figure 1): satisfied fraction against subset size."""
 
 from __future__ import annotations
 

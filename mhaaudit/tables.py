@@ -18,9 +18,6 @@ Each command's outputs also carry the whole result object, field by field, in th
 ``result`` (:func:`encode_result`): :class:`StoredResult` gives ``from_json`` / ``from_parquet``,
 which read it back (:func:`decode_result`, driven by the fields' type hints) equal to the object
 written, so a saved run can be rendered again, byte for byte, without running it.
-
-pyarrow is imported where it is used: it takes a moment to import, and a report printed as a
-table or JSON never needs it.
 """
 
 from __future__ import annotations

@@ -7,9 +7,6 @@ theorem needs the assumption to hold, not the paper's estimate of it: the status
 the exact status where that is decided (a dependent n-subset found, or a whole-set rank below n,
 proves that A1 fails, whatever fraction of the draws was independent), and the estimate verdict
 otherwise, in which case the bound inherits the estimate's status (:func:`a1_status`).
-
-``pyarrow`` is imported where it is used: it takes a second or more to import, and a run that never
-needs it does not load it.
 """
 
 from __future__ import annotations

@@ -13,9 +13,6 @@ row rank, larger prefixes inherit it when its sigma_min clears their largest pos
 (adding columns never lowers sigma_min). Rows are chosen and value/output weights solved through
 the T x T Gram matrix, accumulated head by head; ill-conditioned rows fall back to a
 column-pivoted QR.
-
-``scipy`` is imported where it is used: it takes a second or more to import, and a run that never
-needs it does not load it.
 """
 
 from __future__ import annotations

@@ -3,9 +3,6 @@
 :func:`memorization_certificate` is the slow, simple construction that the fast head-prefix
 certificate of :mod:`mhaaudit.capacity.certificate` is tested against; it is not part of the
 public API (``mhaaudit.memorization_certificate`` remains as a deprecated alias for one release).
-
-``scipy`` is imported where it is used: it takes a second or more to import, and a run that never
-needs it does not load it.
 """
 
 from __future__ import annotations

@@ -12,9 +12,6 @@ rows as they are gathered, ``numerics.stream.Unit``): the same data at any scale
 draws, decisions and witness, whose singular values are in the data's units.
 Under torchrun the draws are divided among the ranks (``sampling.blocks_in_order``) and every rank
 gets the single-process result; rank 0's call brings the others in (``distributed.shared``).
-
-``scipy`` is imported where it is used: it takes a second or more to import, and a run that never
-needs it does not load it.
 """
 
 from __future__ import annotations

@@ -17,9 +17,6 @@ Each result is frozen and carries its own evidence and the ``RankRule`` it was d
 * ``KruskalResult``: what ``mhaaudit kruskal`` and :func:`mhaaudit.estimate_kruskal_rank` found:
   the tests, the sweep, the inputs and the run's facts, as its table, JSON and parquet outputs give
   them (and read back from them).
-
-``scipy`` is imported where it is used: it takes a second or more to import, and a run that never
-needs it does not load it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """A grid of memorisation points: the grid's points and seeds, resuming from a results file, and
 :func:`run_memorize_grid`, the one entry point of the experiments (its request is
 :class:`~.request.MemorizeRequest`; the presets are in :mod:`.request`).
-
-``pyarrow`` is imported where it is used: it takes a second or more to import, and a run that never
-needs it does not load it.
 """
 
 from __future__ import annotations

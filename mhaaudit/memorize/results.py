@@ -3,9 +3,6 @@
 A run's memorised fraction is measured on its training set (exact for the trained model); the
 linear fit of the count memorised against H is an ordinary least-squares line, an estimate of
 the slope Theorem 1 bounds (H (n - 1) + 1 examples).
-
-pyarrow is imported where it is used (reading a grid back from its parquet output): it takes a
-moment to import, and a grid printed as a table or JSON never needs it.
 """
 
 from __future__ import annotations

@@ -5,9 +5,6 @@ Both backends read single weights files (``.safetensors`` or a torch checkpoint,
 parameter of another shape, a parameter missing) is refused with a one-line
 :class:`~mhaaudit.errors.ModelError` naming the first offending parameter; nothing is loaded
 partially without saying so.
-
-``safetensors`` is imported where it is used: it takes a second or more to import, and a run that
-never needs it does not load it.
 """
 
 from __future__ import annotations

@@ -18,9 +18,6 @@ A :class:`~.registry.ModelSpec` with backend ``hf`` becomes a :class:`~.probe.Pr
   that is probed (its vision tower).
 
 When the hub cannot be reached it is never called (``local_files_only=True``).
-
-``huggingface_hub``, ``PIL`` and ``transformers`` are imported where they are used: each takes a
-second or more to import, and a run that never needs them does not load them.
 """
 
 from __future__ import annotations

@@ -6,9 +6,6 @@ the model while library progress bars, warnings and info logs are silenced. Ever
 can get wrong ends in :class:`~mhaaudit.errors.ModelError`,
 :class:`~mhaaudit.errors.OfflineError` or :class:`~mhaaudit.errors.InputError` with a one-line
 message; the libraries' own exceptions are mapped to these here.
-
-``huggingface_hub`` and ``transformers`` are imported where they are used: each takes a second or
-more to import, and a run that never needs them does not load them.
 """
 
 from __future__ import annotations

@@ -8,9 +8,6 @@ fails. Features come out in float32 with TF32 switched off, since they feed rank
 
 The backends (:mod:`.hf`, :mod:`.timm_backend`) build a :class:`ProbedModel` from the module,
 its list of blocks, a function that runs the module on model inputs, and its preprocessing.
-
-``PIL`` is imported where it is used: it takes a second or more to import, and a run that never
-needs it does not load it.
 """
 
 from __future__ import annotations

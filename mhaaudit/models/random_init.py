@@ -20,9 +20,6 @@ leaves any tensor unwritten (a sentinel survives: older transformers that do not
 buffers, timm's layer norms), the module is built the ordinary way instead, with the same
 result. Drawing on the device itself would use the device's generator, whose stream differs from
 the CPU's, and so would give other weights on a GPU.
-
-``timm`` and ``transformers`` are imported where they are used: each takes a second or more to
-import, and a run that never needs them does not load them.
 """
 
 from __future__ import annotations

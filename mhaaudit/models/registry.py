@@ -18,9 +18,6 @@ timm's format (``config.json`` with ``"architecture"``), else ``transformers``.
 
 Adding a transformers family is one entry in :data:`FAMILIES`; adding a block layout for reading
 attention weights is one file in :mod:`mhaaudit.models.attention`.
-
-``timm`` and ``transformers`` are imported where they are used: each takes a second or more to
-import, and a run that never needs them does not load them.
 """
 
 from __future__ import annotations

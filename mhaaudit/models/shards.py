@@ -18,9 +18,6 @@ A checkpoint this module cannot read in part (no safetensors files, or tensor na
 map onto the model) raises :class:`NotPartial` and the caller loads it whole with
 ``from_pretrained``; a needed shard that is missing or unreadable is a one-line
 :class:`~mhaaudit.errors.ModelError`.
-
-``huggingface_hub``, ``safetensors`` and ``transformers`` are imported where they are used: each
-takes a second or more to import, and a run that never needs them does not load them.
 """
 
 from __future__ import annotations

@@ -12,9 +12,6 @@ A :class:`~.registry.ModelSpec` with backend ``timm`` becomes a :class:`~.probe.
 - trained weights come from a checkpoint file (timm's own filter adapts other layouts) or the
   hub; random weights are drawn as :mod:`.random_init` says; ``max_layer`` builds that many blocks;
 - images are preprocessed with timm's data config at the resolution the model was built for.
-
-``timm`` is imported where it is used: it takes a second or more to import, and a run that never
-needs it does not load it.
 """
 
 from __future__ import annotations

@@ -15,9 +15,6 @@ entries computed per draw from the rows (``RowGramEntries``).
 So every decision still equals ``matrix_rank`` on the same rows with the same tolerance: these
 kernels prove, they do not estimate. Like the torch certificates they take Gram matrices of
 rescaled rows (``numerics.scale``) and leave those below ``TINY_GRAM`` to the SVD.
-
-``scipy`` is imported where it is used: it takes a second or more to import, and a run that never
-needs it does not load it.
 """
 
 from __future__ import annotations

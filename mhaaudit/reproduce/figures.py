@@ -6,9 +6,6 @@
   count H (min(n, d_h) - 1) + 1.
 
 Every figure is written through :func:`mhaaudit.plot.save_figure` (atomically).
-
-``matplotlib`` is imported where it is used: it takes a second or more to import, and a run that
-never needs it does not load it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """Helpers shared by the sources: deciding what a ``data`` argument names, opening Hugging Face
 datasets (hub ids or local dataset folders) with user-facing errors, the generator of the
 sources' sampling (the seed rule's ``"data"`` purpose), and the cache folder.
-
-``datasets`` is imported where it is used: it takes a second or more to import, and a run that never
-needs it does not load it.
 """
 
 from __future__ import annotations

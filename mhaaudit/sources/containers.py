@@ -9,9 +9,6 @@ Columns are found or chosen, never guessed silently (:func:`choose_column`): the
 named; else a column with a well-known name (``text``, ``content``, ``body``, ... for text;
 ``image``, ``img``, ... for images) of the right kind; else the only column of the right kind.
 Anything else is refused with the columns found and the parameter that chooses one.
-
-``datasets`` and ``pyarrow`` are imported where they are used: each takes a second or more to
-import, and a run that never needs them does not load them.
 """
 
 from __future__ import annotations

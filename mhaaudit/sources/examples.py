@@ -9,9 +9,6 @@ a tokenizer, and return :class:`TextExamples`. Every example is distinct (a cand
 repeats an earlier example's tokens is redrawn and counted in ``repeats``; ``distinct=False``
 keeps it): two identical examples would make every query subset that holds both dependent. The
 random choices come from ``numpy.random.default_rng(derive_seed(seed, "data"))``.
-
-``transformers`` is imported where it is used: it takes a second or more to import, and a run that
-never needs it does not load it.
 """
 
 from __future__ import annotations

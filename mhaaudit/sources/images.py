@@ -8,9 +8,6 @@ images among 2000 ImageNet images), sources keep images whose mode is already RG
 other image (grayscale, CMYK, RGBA, palette) as skipped ("not RGB"), unless ``convert_rgb``
 converts them as torchvision's ImageFolder does; files that cannot be decoded are skipped as
 "unreadable". ``limit`` caps the number of images yielded.
-
-``datasets`` is imported where it is used: it takes a second or more to import, and a run that never
-needs it does not load it.
 """
 
 from __future__ import annotations

@@ -22,9 +22,6 @@ uint8 images on the CPU and on a GPU (the test suite checks every device it find
 of version 1 (PIL resizes and ``ImageEnhance``, one tile at a time) differ.
 
 ``VERSION`` names this synthesis; it changes whenever the images of a seed change.
-
-``PIL`` is imported where it is used: it takes a second or more to import, and a run that never
-needs it does not load it.
 """
 
 from __future__ import annotations

