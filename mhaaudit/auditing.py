@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -38,12 +38,24 @@ from .models import RandomAttention, modality_of
 from .models.shards import weights_read_text
 from .progress import task
 from .render import audit_report
-from .request import KEYWORDS, DataRequest, ModelRequest, Requests, build_requests, build_settings, keyword_conveniences
+from .request import (
+    KEYWORDS,
+    Conveniences,
+    DataRequest,
+    ModelRequest,
+    Requests,
+    build_requests,
+    build_settings,
+    keyword_conveniences,
+)
 from .seeds import SeedsResult, audit_seeds, plan_for
 from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 from .sources import describe_skips
 from .tables import StoredSweepResult, verdict_tally
 from .theory import CapacityBound, theorem1_bound
+
+if TYPE_CHECKING:  # the convenience keywords, typed for mypy
+    from typing_extensions import Unpack
 
 IMAGE_VARIANTS = ("embedding", "random-attention", "random", "trained")
 VARIANT_HELP = {
@@ -708,28 +720,11 @@ def capture_features(
     variant: str = "random",
     layer: int = 1,
     data: str | DataRequest | None = None,
-    limit: int = 2000,
-    batch_size: int | str = 32,
-    device: str = "auto",
-    seed: int = 0,
-    progress: bool = False,
-    split: str = "train",
-    backend: str | None = None,
     weights_path: str | None = None,
-    context_length: int | None = None,
     query_index: int | None = None,
-    rtol: float | None = None,
-    atol: float | None = None,
-    keep_duplicates: bool = False,
     settings: Settings | None = None,
-    revision: str | None = None,
-    trust_remote_code: bool = False,
-    text_column: str | None = None,
-    image_column: str | None = None,
-    convert_rgb: bool = False,
-    weights_seed: int | None = None,
-    data_seed: int | None = None,
     given: frozenset[str] = frozenset(),
+    **conveniences: Unpack[Conveniences],
 ) -> FeatureSet:
     """Reduced features of one probe point (what ``mhaaudit kruskal`` uses with no file).
 
@@ -751,7 +746,8 @@ def capture_features(
         OfflineError: when the model's configuration, its trained weights or a hub data set must be
             downloaded and the network cannot be reached.
     """
-    req = build_requests(model, data, settings, {k: v for k, v in locals().items() if k in KEYWORDS}, given)
+    keywords = {**{k: v for k, v in locals().items() if k in KEYWORDS}, **conveniences}
+    req = build_requests(model, data, settings, keywords, given)
     return capture_probe(req.model, req.data, variant, settings=req.settings, layer=layer)
 
 
@@ -936,35 +932,18 @@ def audit(
     layer: int | None = None,
     layers: Sequence[int] | None = None,
     data: str | DataRequest | None = None,
-    split: str = "train",
-    limit: int = 2000,
-    batch_size: int | str = 32,
     samples: int = DEFAULT_SAMPLES,
     threshold: float = DEFAULT_THRESHOLD,
-    seed: int = 0,
-    rtol: float | None = None,
-    atol: float | None = None,
-    device: str = "auto",
-    backend: str | None = None,
     weights: str | None = None,
-    context_length: int | None = None,
     query_index: int | None = None,
     sweep: bool = False,
-    progress: bool = False,
     stop_when_decided: bool = True,
-    keep_duplicates: bool = False,
     on_note: Callable[[str], None] | None = None,
-    revision: str | None = None,
-    trust_remote_code: bool = False,
-    text_column: str | None = None,
-    image_column: str | None = None,
-    convert_rgb: bool = False,
-    weights_seed: int | None = None,
-    data_seed: int | None = None,
     seeds: str | Sequence[int] | None = None,
     vary: str = "both",
     settings: Settings | None = None,
     given: frozenset[str] = frozenset(),
+    **conveniences: Unpack[Conveniences],
 ) -> AuditResult | SeedsResult:
     """Audit ``model`` on ``data``: the paper's Table 1 (images) or Table 3 (text) and more.
 
@@ -1007,7 +986,8 @@ def audit(
             the network cannot be reached; trained weights that cannot be had leave their column unavailable,
             with the reason, unless no column can be audited.
     """
-    req = build_requests(model, data, settings, {k: v for k, v in locals().items() if k in KEYWORDS}, given)
+    keywords = {**{k: v for k, v in locals().items() if k in KEYWORDS}, **conveniences}
+    req = build_requests(model, data, settings, keywords, given)
     cols = _Columns(variants, layer, layers, sweep)
     plan = plan_for(req.settings, seeds, vary)
     if plan is None:

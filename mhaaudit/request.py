@@ -17,7 +17,9 @@ The public entry points (:func:`mhaaudit.audit`, :func:`mhaaudit.capacity_audit`
 ``data=DataRequest(...)``, ``settings=Settings.resolve(...)``) and keep the README's keyword names
 as conveniences. :func:`build_requests` is the one place where keywords become objects: a keyword
 the caller gave beside an object that says otherwise is refused, never silently resolved
-(:func:`keyword_conveniences` tells it which keywords the caller gave).
+(:func:`keyword_conveniences` tells it which keywords the caller gave). The keywords the three
+entry points share are one table, :class:`Conveniences` with its defaults :data:`CONVENIENCES`,
+from which their signatures are built.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict, get_type_hints
 
 from . import validate
 from .batching import available_memory, parse_batch_size
@@ -37,6 +39,8 @@ from .models.load import check_hub_options, check_revision
 from .settings import Settings
 
 __all__ = [
+    "CONVENIENCES",
+    "Conveniences",
     "DataRequest",
     "ModelRequest",
     "Requests",
@@ -158,6 +162,55 @@ SETTINGS_KEYWORDS = {
 KEYWORDS = {**MODEL_KEYWORDS, **DATA_KEYWORDS, **SETTINGS_KEYWORDS}
 
 
+class Conveniences(TypedDict, total=False):
+    """The keyword conveniences that :func:`mhaaudit.audit`, :func:`mhaaudit.capacity_audit` and
+    :func:`mhaaudit.capture_features` all take (``**conveniences``), each a field of a request
+    object; :data:`CONVENIENCES` holds their defaults, and :func:`keyword_conveniences` puts them
+    in the entry points' signatures."""
+
+    split: str
+    limit: int
+    batch_size: int | str
+    seed: int
+    rtol: float | None
+    atol: float | None
+    device: str
+    backend: str | None
+    context_length: int | None
+    progress: bool
+    keep_duplicates: bool
+    revision: str | None
+    trust_remote_code: bool
+    text_column: str | None
+    image_column: str | None
+    convert_rgb: bool
+    weights_seed: int | None
+    data_seed: int | None
+
+
+#: The defaults of :class:`Conveniences`, in signature order.
+CONVENIENCES: Conveniences = {
+    "split": "train",
+    "limit": 2000,
+    "batch_size": 32,
+    "seed": 0,
+    "rtol": None,
+    "atol": None,
+    "device": "auto",
+    "backend": None,
+    "context_length": None,
+    "progress": False,
+    "keep_duplicates": False,
+    "revision": None,
+    "trust_remote_code": False,
+    "text_column": None,
+    "image_column": None,
+    "convert_rgb": False,
+    "weights_seed": None,
+    "data_seed": None,
+}
+
+
 def build_requests(
     model: str | ModelRequest,
     data: str | DataRequest | None,
@@ -275,16 +328,30 @@ def keyword_conveniences(fn: Callable) -> Callable:
 
     ``fn`` takes a keyword-only parameter ``given`` (hidden from its public signature): the names
     of the keywords the caller passed, for :func:`build_requests` to tell a keyword given from one
-    left at its default.
+    left at its default. An ``fn`` that takes ``**conveniences: Unpack[Conveniences]`` gets every
+    keyword of :class:`Conveniences`, with its default from :data:`CONVENIENCES`: in its public
+    signature (``inspect.signature``, ``help()``) as keyword-only parameters, and in
+    ``conveniences`` on every call (an unknown keyword is a TypeError, as for any function).
     """
     sig = inspect.signature(fn)
-    public = sig.replace(parameters=[p for p in sig.parameters.values() if p.name != "given"])
+    own = [p for p in sig.parameters.values() if p.name != "given" and p.kind is not p.VAR_KEYWORD]
+    takes = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+    shared: Mapping[str, Any] = CONVENIENCES if takes else {}
+    types = get_type_hints(Conveniences)
+    kind = inspect.Parameter.KEYWORD_ONLY
+    public = sig.replace(
+        parameters=own + [inspect.Parameter(n, kind, default=v, annotation=types[n]) for n, v in shared.items()]
+    )
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
         if "given" in kwargs:
             raise TypeError(f"{fn.__name__}() got an unexpected keyword argument 'given'")
-        return fn(*args, given=frozenset(kwargs), **kwargs)
+        try:
+            public.bind(*args, **kwargs)
+        except TypeError as e:  # an argument the entry point does not take
+            raise TypeError(f"{fn.__name__}() {e}") from None
+        return fn(*args, given=frozenset(kwargs), **{**shared, **kwargs})
 
     call.__signature__ = public  # type: ignore[attr-defined]
     return call

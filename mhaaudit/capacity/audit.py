@@ -34,7 +34,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -49,7 +49,7 @@ from ..models import first_attention
 from ..models.shards import weights_read_text
 from ..progress import task
 from ..render import capacity_report
-from ..request import KEYWORDS, DataRequest, ModelRequest, Requests, build_requests, keyword_conveniences
+from ..request import KEYWORDS, Conveniences, DataRequest, ModelRequest, Requests, build_requests, keyword_conveniences
 from ..seeds import SeedsResult, capacity_seeds, plan_for
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 from ..tables import StoredResult
@@ -65,6 +65,9 @@ from .assumptions import (
 )
 from .certificate import HeadCertificate, certify_head_prefixes
 from .z import Heads, ZBuilder, random_attention_weights
+
+if TYPE_CHECKING:  # the convenience keywords, typed for mypy
+    from typing_extensions import Unpack
 
 __all__ = ["ATTENTION", "VARIANTS", "CapacityColumn", "CapacityResult", "attention_for", "capacity_audit"]
 
@@ -520,31 +523,14 @@ def capacity_audit(
     weights: str | None = None,
     block: int | None = None,
     data: str | DataRequest | None = None,
-    split: str = "train",
-    limit: int = 2000,
-    batch_size: int | str = 32,
     samples: int | None = None,
     threshold: float | None = None,
-    seed: int = 0,
-    rtol: float | None = None,
-    atol: float | None = None,
-    device: str = "auto",
-    backend: str | None = None,
-    context_length: int | None = None,
-    progress: bool = False,
-    keep_duplicates: bool = False,
     layer: int | None = None,
-    revision: str | None = None,
-    trust_remote_code: bool = False,
-    text_column: str | None = None,
-    image_column: str | None = None,
-    convert_rgb: bool = False,
-    weights_seed: int | None = None,
-    data_seed: int | None = None,
     seeds: str | Sequence[int] | None = None,
     vary: str = "both",
     settings: Settings | None = None,
     given: frozenset[str] = frozenset(),
+    **conveniences: Unpack[Conveniences],
 ) -> CapacityResult | SeedsResult:
     """Bound and certificate for each column (``variants``: random and/or trained; default both).
 
@@ -573,7 +559,7 @@ def capacity_audit(
         OfflineError: when random weights cannot be had offline (trained ones leave their column unavailable).
         ModelError: when the model has no query token of its own.
     """
-    keywords = {k: v for k, v in locals().items() if k in KEYWORDS}
+    keywords = {**{k: v for k, v in locals().items() if k in KEYWORDS}, **conveniences}
     keywords.update(
         samples=DEFAULT_SAMPLES if samples is None else samples,
         stop_when_decided=True,
