@@ -474,15 +474,32 @@ def _training_evidence(pts: list[dict], spec: dict, steps_said: bool = False) ->
 
 def _no_value(base: dict, status: str, reason: str) -> Comparison:
     """A comparison with no value of ours (``status``: unavailable or undetermined), and why."""
+    return _without_interval(base, None, None, "", status, reason)
+
+
+def _without_interval(
+    base: dict, verdict: str | None, value: float | None, detail: str, status: str, reason: str
+) -> Comparison:
+    """A comparison whose value of ours has no interval (the memorisation checks)."""
     return Comparison(
         **base,
-        our_verdict=None,
-        our_value=None,
+        our_verdict=verdict,
+        our_value=value,
         ci_low=None,
         ci_high=None,
-        our_detail="",
+        our_detail=detail,
         status=status,
         reason=reason,
+    )
+
+
+def _judged(
+    base: dict, ok: bool, verdicts: tuple[str, str], value: float | None, detail: str, reason: str
+) -> Comparison:
+    """:func:`_without_interval` of a check that matches the paper when ``ok``: ``verdicts`` (ours
+    when it does, when it does not)."""
+    return _without_interval(
+        base, verdicts[0] if ok else verdicts[1], value, detail, "match" if ok else "differs", reason
     )
 
 
@@ -503,16 +520,7 @@ def _linear(target: str, item: dict, T: int, pts: list[dict], fit: dict | None, 
         why = f"slope {fit['slope']:.2f} <= 0" if fit["slope"] <= 0 else f"r2 = {fit['r2']:.4f} < {item['min_r2']}"
         reason = f"{why} over {fit['points']} non-saturated points at T = {T}; " + _training_evidence(pts, spec)
     r2 = fit["r2"] if math.isfinite(fit["r2"]) else None
-    return Comparison(
-        **base,
-        our_verdict="linear" if ok else "not linear",
-        our_value=r2,
-        ci_low=None,
-        ci_high=None,
-        our_detail=detail,
-        status="match" if ok else "differs",
-        reason=reason,
-    )
+    return _judged(base, ok, ("linear", "not linear"), r2, detail, reason)
 
 
 def _monotone(target: str, item: dict, T: int, pts: list[dict], spec: dict) -> Comparison:
@@ -533,32 +541,17 @@ def _monotone(target: str, item: dict, T: int, pts: list[dict], spec: dict) -> C
         else:
             reason = f"the count does not rise from H = {counts[0][0]} to H = {counts[-1][0]}"
         reason += "; " + _training_evidence(pts, spec)
-    return Comparison(
-        **base,
-        our_verdict="increasing" if ok else "not increasing",
-        our_value=None,
-        ci_low=None,
-        ci_high=None,
-        our_detail=detail,
-        status="match" if ok else "differs",
-        reason=reason,
-    )
+    return _judged(base, ok, ("increasing", "not increasing"), None, detail, reason)
 
 
 def _theorem1(target: str, item: dict, run: dict, bound, spec: dict) -> Comparison:
     T = run["size"]
     column = f"H = {run['heads']}, n = {run['n']}, d_h = {run['head_dim']}, T = {T}"
     base = _memo_base(target, item, column, float(bound.count) if bound.applies else None)
+    count, detail = float(run["memorized_count"]), f"{run['memorized_count']}/{T} memorised"
     if not bound.applies:
-        return Comparison(
-            **base,
-            our_verdict=None,
-            our_value=float(run["memorized_count"]),
-            ci_low=None,
-            ci_high=None,
-            our_detail=f"{run['memorized_count']}/{T} memorised",
-            status="undetermined",
-            reason=f"Theorem 1 gives no count here: {bound.reason}",
+        return _without_interval(
+            base, None, count, detail, "undetermined", f"Theorem 1 gives no count here: {bound.reason}"
         )
     base["paper_detail"] = bound.formula
     need = min(bound.count, T)
@@ -572,13 +565,4 @@ def _theorem1(target: str, item: dict, run: dict, bound, spec: dict) -> Comparis
         )
         more = _training_evidence([run], spec, steps_said=True)
         reason += f"; {more}" if more else ""
-    return Comparison(
-        **base,
-        our_verdict="at least the count" if ok else "below the count",
-        our_value=float(run["memorized_count"]),
-        ci_low=None,
-        ci_high=None,
-        our_detail=f"{run['memorized_count']}/{T} memorised",
-        status="match" if ok else "differs",
-        reason=reason,
-    )
+    return _judged(base, ok, ("at least the count", "below the count"), count, detail, reason)
