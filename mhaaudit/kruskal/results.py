@@ -259,7 +259,8 @@ class SetStats:
 
 
 def _meta(result) -> dict:
-    """The provenance stamp of a test or a sweep (the ``meta`` of ``mhaaudit kruskal``'s output)."""
+    """The provenance stamp of a test, a sweep or a :class:`KruskalResult` (the ``meta`` of
+    ``mhaaudit kruskal``'s output; a result adds its facts)."""
     return stamp(
         command="kruskal",
         seed=result.seed,
@@ -566,21 +567,15 @@ class KruskalResult(StoredSweepResult):
 
     def meta(self) -> dict:
         """The provenance stamp and the run's facts (the JSON ``meta``, the parquet metadata)."""
-        meta = stamp(
-            command="kruskal",
-            seed=self.seed,
-            device=self.device,
-            tolerance=self.rule.as_dict(),
-            threshold=self.threshold,
-            samples=self.samples,
-            inputs=self.inputs.as_dict(),
-            set_rank=self.set_rank,
-            set_rank_ceilings=self.set_rank_ceilings,
-            timings_s=dict(self.timings),
-            total_s=self.total_s,
-            storage=self.storage,
-            peak_rss_bytes=self.peak_rss_bytes,
-        )
+        meta = _meta(self) | {
+            "inputs": self.inputs.as_dict(),
+            "set_rank": self.set_rank,
+            "set_rank_ceilings": self.set_rank_ceilings,
+            "timings_s": dict(self.timings),
+            "total_s": self.total_s,
+            "storage": self.storage,
+            "peak_rss_bytes": self.peak_rss_bytes,
+        }
         if self.capture:
             meta["capture"] = self.capture.as_dict()
         if self.sweep is not None:
