@@ -304,14 +304,14 @@ def assumption_1(queries, n: int, **kw) -> SubsetTest:
 
 
 def assumption_3(a3_vectors, n: int, **kw) -> SubsetTest:
-    """Kruskal rank of query + mean(context) >= n, estimated at k = n.
+    """Kruskal rank of query + mean(context) >= n, estimated at k = n: :func:`assumption_1`'s test
+    on the Assumption 3 vectors.
 
     Returns:
-        The :class:`~mhaaudit.kruskal.SubsetTest` at k = n (see :func:`~mhaaudit.kruskal.subset_test`).
+        The :class:`~mhaaudit.kruskal.SubsetTest` at k = n, as :func:`assumption_1`.
 
     Raises:
-        InputError: as :func:`~mhaaudit.kruskal.subset_test`: the vectors are not a finite numeric T x d
-            matrix, ``n`` is not a whole number of at least 1, or a keyword is out of range.
+        InputError: as :func:`assumption_1`.
     """
     return _mc("assumption_3", a3_vectors, n, **kw)
 
