@@ -10,13 +10,10 @@ the whole set (``SetStats.ceiling``) are answered without sampling, as proofs. T
 decided on the data divided by an exact power of two (``numerics.scale``, applied to each draw's
 rows as they are gathered, ``numerics.stream.Unit``): the same data at any scale give the same
 draws, decisions and witness, whose singular values are in the data's units.
-Under torchrun the draws are divided among the ranks (``sampling.blocks_in_order``) and every rank
-gets the single-process result; rank 0's call brings the others in (``distributed.shared``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass, field
 
@@ -33,7 +30,6 @@ from ..numerics import (
     lapack,
     svd_rank,
     tf32_is_off,
-    tf32_off,
     with_numerics,
 )
 from ..numerics.stream import Unit, unit_of
@@ -49,7 +45,7 @@ from .sampling import (
     Progress,
     Sampling,
     as_matrix,
-    blocks_in_order,
+    decided_in_order,
     rows_of,
 )
 
@@ -170,13 +166,11 @@ def _decided_draws(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, 
             full[rest], exact[rest] = dec.full, dec.exact
         return sub, Decision(full, exact)
 
-    with lapack.blas_single_thread() if entries is not None else contextlib.nullcontext(), tf32_off():
-        for sub, dec in blocks_in_order(decide, Draws(gram.T, k, samples, seed, True, gram.device), workers, per_call):
-            seen[0] += int(sub.shape[0])
-            seen[1] += int((~dec.full).sum())
-            yield sub, dec
-            if progress:
-                progress(int(sub.shape[0]))
+    draws = Draws(gram.T, k, samples, seed, True, gram.device)
+    for sub, dec in decided_in_order(decide, draws, workers, per_call, entries is not None, progress):
+        seen[0] += int(sub.shape[0])
+        seen[1] += int((~dec.full).sum())
+        yield sub, dec
 
 
 @with_numerics()

@@ -26,6 +26,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import math
@@ -42,7 +43,7 @@ from .. import distributed, validate
 from ..distributed import RankFailed
 from ..errors import InputError, param
 from ..io import MappedArray
-from ..numerics import RankRule, lapack, numerics, philox, subnormals_kept
+from ..numerics import RankRule, lapack, numerics, philox, subnormals_kept, tf32_off
 from ..numerics.philox import split_key
 from ..numerics.stream import Rows, Unit, chunk_rows, refuse_unless_fits, scan_of
 from ..numerics.threads import intra_op_threads
@@ -71,6 +72,7 @@ __all__ = [
     "as_matrix",
     "block_specs",
     "blocks_in_order",
+    "decided_in_order",
     "device_kernels",
     "draw_block",
     "draw_blocks",
@@ -521,6 +523,19 @@ def blocks_in_order(job, draws: Draws, workers: int, per_call: int | None = None
             yield from (result for _, result in parts[: len(groups) - start])
     finally:
         mine.close()
+
+
+def decided_in_order(
+    job, draws: Draws, workers: int, per_call: int | None, cpu_lapack: bool, progress: Progress | None
+):
+    """:func:`blocks_in_order` of the rank decisions ``job`` makes, under their kernels' context
+    (TF32 off; one BLAS thread each for the ``cpu_lapack`` kernels, whose workers are the threads),
+    telling ``progress`` each group's draws once the consumer has taken the group."""
+    with lapack.blas_single_thread() if cpu_lapack else contextlib.nullcontext(), tf32_off():
+        for group in blocks_in_order(job, draws, workers, per_call):
+            yield group
+            if progress:
+                progress(int(group[0].shape[0]))
 
 
 def _run_groups(job, groups: Iterable, draws: Draws, workers: int):

@@ -9,13 +9,9 @@ and the floor (``babel_floor``). Every k* is decided exactly (``numerics``: each
 decision equals ``torch.linalg.matrix_rank`` on the same float64 rows), on the CPU with
 ``lapack.SweepKernel``, elsewhere with the batched certificates below, on the data divided by an
 exact power of two (``numerics.scale``), so the data's scale never changes a fraction.
-Under torchrun the draws are divided among the ranks (``sampling.blocks_in_order``) and every rank
-gets the single-process result; rank 0's call brings the others in (``distributed.shared``).
 """
 
 from __future__ import annotations
-
-import contextlib
 
 import torch
 
@@ -28,7 +24,6 @@ from ..numerics import (
     lambda_max_bounds,
     lapack,
     tf32_is_off,
-    tf32_off,
     with_numerics,
 )
 from ..numerics.stream import unit_of
@@ -37,7 +32,7 @@ from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, device_name
 from .bounds import babel_floor, fixed_rule
 from .fixed import SET_WITNESS_MAX_ENTRIES, _set_witness, draws_gram, joined, shrink_witness
 from .results import Bound, SetStats, Sweep, Witness, clopper_pearson
-from .sampling import SAMPLING_KEYWORDS, Draws, Gram, Progress, Sampling, as_matrix, blocks_in_order, rows_of
+from .sampling import SAMPLING_KEYWORDS, Draws, Gram, Progress, Sampling, as_matrix, decided_in_order, rows_of
 
 __all__ = ["draw_critical_sizes", "kruskal_sweep"]
 
@@ -165,13 +160,9 @@ def _critical_sizes_of_draws(gram: Gram, K: int, samples: int, seed: int, rule: 
         kstar, rc = _critical_sizes(gram.sub(idx), gram.proj_t[idx], lambda j, m: gram.rows(idx[j, :m]), d, rule)
         return idx, kstar, rc
 
-    with lapack.blas_single_thread() if kernel is not None else contextlib.nullcontext(), tf32_off():
-        for idx, kstar, rc in blocks_in_order(
-            block, Draws(gram.T, K, samples, seed, False, gram.device), workers, per_call
-        ):
-            yield idx, kstar.cpu(), rc
-            if progress:
-                progress(int(idx.shape[0]))
+    draws = Draws(gram.T, K, samples, seed, False, gram.device)
+    for idx, kstar, rc in decided_in_order(block, draws, workers, per_call, kernel is not None, progress):
+        yield idx, kstar.cpu(), rc
 
 
 @with_numerics()
