@@ -30,7 +30,7 @@ from .batching import available_memory
 from .checks import REGISTRY, ContextRankResult
 from .distributed import describe, shared
 from .errors import DataError, InputError, OfflineError, OutputError, param, plain
-from .facts import AuditSettings, DuplicateInputs, JobFacts, ModelFacts, ReadFacts, SkipCounts, meta_value
+from .facts import AuditSettings, BatchChoice, DuplicateInputs, JobFacts, ModelFacts, ReadFacts, SkipCounts, meta_value
 from .features import FeatureSet, StreamingReducer
 from .io import check_folder_writable, make_output_folder, real_path, stamp
 from .kruskal import SubsetTest, Sweep, kruskal_sweep, set_stats
@@ -458,7 +458,7 @@ class Captured:
     duplicates: DuplicateInputs | None = None
     notes: list[Note] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
-    batch: dict[str, Any] = field(default_factory=dict)  # the batch size used and how it was chosen
+    batch: BatchChoice | None = None  # the batch size used and how it was chosen
 
     def note(self, text: str, kind: NoteKind, on_note: Callable[[str], None] | None = None) -> None:
         """Keep a note (once: see :func:`add_note`), and pass it to ``on_note`` when it is new."""
@@ -637,8 +637,8 @@ def _take_pass(
         out.note(text, NoteKind.DATA)
     out.timings[f"capture {init}"] = fed.seconds
     out.batch = out.batch or fed.batch
-    if data.batch_size == "auto":  # the other weights have the same shapes: the same batch, not a second search
-        data = replace(data, batch_size=fed.batch["size"])
+    if data.batch_size == "auto" and fed.batch is not None:  # the other weights have the same shapes: the same batch
+        data = replace(data, batch_size=fed.batch.size)
     out.data, out.skipped, out.duplicates = (
         fed.name,
         max(out.skipped, fed.skipped),
@@ -666,7 +666,7 @@ def _feature_meta(request: ModelRequest, p: Probe, info, fed) -> dict[str, Any]:
         "weights": p.init,
         "weights_source": info.weights_source,
         "weights_read": info.weights_read,
-        "batch": fed.batch,
+        "batch": meta_value(fed.batch),
         "data": fed.name,
         "resolved": info.resolved,
         "random_attention": p.random_attention,
@@ -1026,8 +1026,8 @@ def _audit(req: Requests, cols: _Columns, on_note: Callable[[str], None] | None)
     run = AuditSettings.of(
         settings.as_dict(),
         limit=data_req.limit,
-        batch_size=got.batch.get("size", data_req.batch_size),
-        batch_size_choice=got.batch.get("how"),
+        batch_size=got.batch.size if got.batch is not None else data_req.batch_size,
+        batch_size_choice=got.batch.how if got.batch is not None else None,
         layer=1 if cols.layer is None else cols.layer,
         layers=tuple(cols.layers) if cols.layers is not None else None,
         distributed=JobFacts.of(describe()),

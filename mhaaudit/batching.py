@@ -6,18 +6,18 @@ the model's shape runs as far as the deepest probe point, starting at
 halved and tried again. On the CPU, where running out of memory means swapping or being killed
 rather than an exception, the batch is computed: the memory one example's activations need (see
 :func:`example_bytes`) against half the memory available. Either way the choice and how it was
-made are a :class:`BatchChoice`, which ``meta`` carries. An explicit integer is used as given.
+made are a :class:`~mhaaudit.facts.BatchChoice`, which ``meta`` carries. An explicit integer is used as given.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
 
 import torch
 
 from . import validate
 from .errors import InputError, ModelError, param
+from .facts import BatchChoice
 from .hostmem import available_memory
 from .models.shards import human_bytes
 
@@ -49,19 +49,6 @@ def parse_batch_size(value) -> int | str:
         return validate.integer(param("batch_size"), value)
     except InputError as exc:
         raise InputError(f"{{param:batch_size}} takes a positive integer or auto, got {value!r}") from exc
-
-
-@dataclass(frozen=True)
-class BatchChoice:
-    """The batch size used and how it was chosen (``asked``: the integer given, or ``"auto"``)."""
-
-    size: int
-    asked: int | str
-    how: str
-
-    def as_dict(self) -> dict:
-        """``size``, ``asked`` and ``how`` as a plain dict, for the JSON ``meta``."""
-        return asdict(self)
 
 
 def choose_batch_size(

@@ -1,7 +1,8 @@
 """The facts a result records about its run, as typed records: the model (:class:`ModelFacts`, a
 view of :class:`~mhaaudit.models.ModelInfo` with the weights each column read), the settings
 (:class:`AuditSettings` for ``check``, :class:`CapacitySettings` for ``capacity``), the data read
-(:class:`DuplicateInputs`, :class:`SkipCounts`) and a Kruskal capture (:class:`CaptureFacts`).
+(:class:`DuplicateInputs`, :class:`SkipCounts`), the batch a capture used (:class:`BatchChoice`)
+and a Kruskal capture (:class:`CaptureFacts`).
 
 Each is a frozen dataclass whose fields are the keys the JSON ``meta`` has always given, in the
 same order: ``as_dict()`` is that ``meta`` entry and the result document stores the same data, so
@@ -23,7 +24,7 @@ from .tables import OMITTED_WHEN_NONE, decode_fields, encode_result
 
 __all__ = [
     "AuditSettings",
-    "BatchFacts",
+    "BatchChoice",
     "CapacitySettings",
     "CaptureFacts",
     "DuplicateInputs",
@@ -34,6 +35,7 @@ __all__ = [
     "SkipCause",
     "SkipCounts",
     "WeightsUsed",
+    "meta_fields",
     "meta_value",
 ]
 
@@ -56,7 +58,9 @@ def meta_value(value):
     return value
 
 
-def _fields_dict(record) -> dict:
+def meta_fields(record) -> dict:
+    """A record's fields as the ``meta`` gives them (:func:`meta_value` of each, in order; those
+    :data:`OMITTED_WHEN_NONE` left out when None): what a record's ``as_dict()`` returns."""
     return {
         f.name: meta_value(getattr(record, f.name))
         for f in dataclasses.fields(record)
@@ -247,7 +251,7 @@ class AuditSettings(_ByName):
 
     def as_dict(self) -> dict:
         """The settings as the ``meta`` gives them."""
-        return _fields_dict(self)
+        return meta_fields(self)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -276,7 +280,7 @@ class CapacitySettings(_ByName):
 
     def as_dict(self) -> dict:
         """The settings as the ``meta`` gives them."""
-        return _fields_dict(self)
+        return meta_fields(self)
 
 
 # --------------------------------------------------------------------------- the data
@@ -303,7 +307,7 @@ class DuplicateInputs:
 
     def as_dict(self) -> dict:
         """``{"total", "repeats", "dropped", "example"}``, as the ``meta`` gives them."""
-        return _fields_dict(self)
+        return meta_fields(self)
 
 
 @dataclass(frozen=True)
@@ -378,12 +382,24 @@ class SkipCounts:
 
 
 @dataclass(frozen=True)
-class BatchFacts:
-    """The batch size a capture used and how it was chosen (``asked``: the integer given, or ``"auto"``)."""
+class BatchChoice:
+    """The batch size a capture used and how it was chosen (``asked``: the integer given, or
+    ``"auto"``): :func:`mhaaudit.batching.choose_batch_size` makes it."""
 
     size: int
     asked: int | str
     how: str
+
+    @classmethod
+    def of(cls, batch) -> BatchChoice | None:
+        """From a ``BatchChoice`` or the ``meta``'s dict of one (:meth:`as_dict`); None or empty: None."""
+        if not batch:
+            return None
+        return batch if isinstance(batch, BatchChoice) else cls(**batch)
+
+    def as_dict(self) -> dict:
+        """``{"size", "asked", "how"}``, as the ``meta`` gives them."""
+        return meta_fields(self)
 
 
 @dataclass(frozen=True)
@@ -392,18 +408,18 @@ class CaptureFacts:
     read (each None when it does not apply: then the ``meta`` leaves it out, and a run on a file
     has no capture at all)."""
 
-    batch: BatchFacts | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    batch: BatchChoice | None = field(default=None, metadata=OMITTED_WHEN_NONE)
     weights_read: ReadFacts | None = field(default=None, metadata=OMITTED_WHEN_NONE)
 
     @classmethod
-    def of(cls, batch: dict | None, weights_read) -> CaptureFacts:
-        """From the capture's batch (:meth:`mhaaudit.batching.BatchChoice.as_dict`; empty: none) and
+    def of(cls, batch, weights_read) -> CaptureFacts:
+        """From the capture's batch (a :class:`BatchChoice` or its dict; None or empty: none) and
         what loading the weights read (a ``WeightsRead`` or its dict; None: nothing)."""
-        return cls(BatchFacts(**batch) if batch else None, ReadFacts.of(weights_read))
+        return cls(BatchChoice.of(batch), ReadFacts.of(weights_read))
 
     def __bool__(self) -> bool:
         return self.batch is not None or self.weights_read is not None
 
     def as_dict(self) -> dict:
         """The ``meta``'s ``capture``: what applies of the batch and the weights read."""
-        return _fields_dict(self)
+        return meta_fields(self)

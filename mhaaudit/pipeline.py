@@ -38,6 +38,7 @@ import torch
 
 from . import batching, distributed, hostmem
 from .errors import DataError, InputError, ModelError
+from .facts import BatchChoice
 from .hostmem import Trimmer
 from .models import load_model
 from .models.probe import full_float32
@@ -79,7 +80,7 @@ class DataInfo:
     fed: list = field(default_factory=list)
     parts: list = field(default_factory=list)
     shard: Any = field(default_factory=distributed.SingleProcess, repr=False)  # the session that dealt the batches
-    batch: dict = field(default_factory=dict)  # the batch size used and how it was chosen (BatchChoice.as_dict())
+    batch: BatchChoice | None = None  # the batch size used and how it was chosen (set by stream())
 
     def settle(self) -> None:
         """Take the source's count of skipped items once it has been read."""
@@ -484,7 +485,7 @@ def stream(
     batch = _batch_choice(pm, data, want, shard)
     data = replace(data, batch_size=batch.size)
     info, raw = _assigned(pm, data, settings, notes, shard, need)
-    info.batch = batch.as_dict()
+    info.batch = batch
     # Images: exact duplicates of what the model sees (its preprocessed pixels) are found before the
     # forward pass. Every pass over the same data (other weights) finds and drops the same ones.
     finder = DuplicateFinder(keep=data.keep_duplicates) if pm.info.modality == "image" else None

@@ -401,6 +401,9 @@ _NONFINITE = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
 #: The metadata of a field that a document (and a ``meta``) leaves out while it is None; it reads
 #: back as None, its default.
 OMITTED_WHEN_NONE = {"omit_none": True}
+#: The metadata of a field that a document stores as an empty object ``{}`` while it is None (a
+#: record that a run may lack, stored as its fields when present); ``{}`` reads back as None.
+EMPTY_WHEN_NONE = {"empty_none": True}
 
 
 def _document_fields(obj) -> list:
@@ -413,7 +416,8 @@ def encode_result(value):
 
     Dataclasses become objects of their fields (a field declared with ``metadata={"document":
     False}``, such as the feature tensors, is left out, and one declared with
-    :data:`OMITTED_WHEN_NONE` while it is None), enums their values, tuples lists, map
+    :data:`OMITTED_WHEN_NONE` while it is None; one declared with :data:`EMPTY_WHEN_NONE` is ``{}``
+    while it is None), enums their values, tuples lists, map
     keys strings, and non-finite floats the strings ``"nan"``, ``"inf"``, ``"-inf"`` (strict
     JSON has no such numbers). :func:`decode_result` reverses it from the fields' type hints.
     """
@@ -422,7 +426,7 @@ def encode_result(value):
         return value.document()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {
-            f.name: encode_result(getattr(value, f.name))
+            f.name: _encode_field(f, getattr(value, f.name))
             for f in _document_fields(value)
             if not (f.metadata.get("omit_none") and getattr(value, f.name) is None)
         }
@@ -433,6 +437,13 @@ def encode_result(value):
     if isinstance(value, (list, tuple)):
         return [encode_result(v) for v in value]
     return _encode_scalar(value)
+
+
+def _encode_field(f: dataclasses.Field, value):
+    """The field ``f`` holding ``value`` as JSON data: ``{}`` for None under :data:`EMPTY_WHEN_NONE`."""
+    if value is None and f.metadata.get("empty_none"):
+        return {}
+    return encode_result(value)
 
 
 def _encode_scalar(value):
@@ -540,7 +551,13 @@ def _decode_dataclass(tp, data, where: str):
     unknown = sorted(set(data) - {f.name for f in kept})
     if unknown:
         raise ValueError(f"{where}: {tp.__name__} has no field {', '.join(unknown)}")
-    values = {f.name: _decode(hints[f.name], data[f.name], f"{where}.{f.name}") for f in kept if f.name in data}
+    values = {
+        f.name: None
+        if f.metadata.get("empty_none") and data[f.name] == {}
+        else _decode(hints[f.name], data[f.name], f"{where}.{f.name}")
+        for f in kept
+        if f.name in data
+    }
     return tp(**values)
 
 

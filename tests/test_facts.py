@@ -7,8 +7,10 @@ import json
 
 import pytest
 
+from mhaaudit import batching
 from mhaaudit.facts import (
     AuditSettings,
+    BatchChoice,
     CapacitySettings,
     CaptureFacts,
     DuplicateInputs,
@@ -157,3 +159,5 @@ def test_a_capture_leaves_out_what_it_did_not_do():
     read = CaptureFacts.of(batch, READ)
     assert read.weights_read is not None and read.weights_read.tensors_total is None
     assert read.as_dict() == {"batch": batch, "weights_read": READ} and _again(CaptureFacts, read) == read
+    assert CaptureFacts.of(BatchChoice(8, "auto", "halving"), None) == cap  # the record, as its dict
+    assert batching.BatchChoice is BatchChoice and BatchChoice.of({}) is None

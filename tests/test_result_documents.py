@@ -19,8 +19,9 @@ from clitools import run
 from conftest import FIXTURES, strict_json
 
 from mhaaudit.auditing import AuditResult, Note, NoteKind, add_note
-from mhaaudit.capacity import CapacityResult
+from mhaaudit.capacity import CapacityColumn, CapacityResult
 from mhaaudit.errors import InputError
+from mhaaudit.facts import BatchChoice
 from mhaaudit.kruskal import KruskalResult
 from mhaaudit.render import render_audit, render_capacity, render_kruskal
 from mhaaudit.tables import decode_result, encode_result
@@ -110,6 +111,8 @@ def test_json_and_parquet_give_back_the_same_result(argv, tmp_path, capsys):
     a, b = cls.from_json(doc), cls.from_parquet(out)
     assert a == b and encode_result(a) == encode_result(b) == doc["meta"]["result"]
     assert cls.from_json(text) == a  # the JSON text, as well as the parsed document
+    if cls is CapacityResult:  # the batch of each column reads back as the record it was
+        assert all(c.batch == BatchChoice(8, 8, "given") for c in a.columns)
     # The object read back writes the same records and result again.
     assert json.loads(json.dumps(a.records() if hasattr(a, "records") else a.table_records())) == doc["records"]
     assert rendered(capsys, lambda: render(a, None)) == rendered(capsys, lambda: render(b, None))
@@ -284,6 +287,17 @@ def test_encoding_is_lossless_and_strict_json():
         decode_result(Outer, {**data, "inner": {"xs": [1.5], "pair": ["a", 1.0]}})
     with pytest.raises(ValueError, match="lacks colour"):
         decode_result(Outer, {k: v for k, v in data.items() if k != "colour"})
+
+
+def test_a_capacity_column_stores_its_batch_as_its_fields_and_none_as_an_empty_object():
+    ran = CapacityColumn("random", batch=BatchChoice(16, "auto", "largest that fits"))
+    off = CapacityColumn("trained", status="unavailable", reason="offline")
+    assert encode_result(ran)["batch"] == {"size": 16, "asked": "auto", "how": "largest that fits"}
+    assert encode_result(off)["batch"] == {}  # as the column's dict was when it did not run
+    assert decode_result(CapacityColumn, encode_result(ran)) == ran
+    assert decode_result(CapacityColumn, encode_result(off)) == off and off.batch is None
+    given = CapacityColumn("random", batch=BatchChoice(8, 8, "given"))
+    assert decode_result(CapacityColumn, json.loads(json.dumps(encode_result(given)))).batch.asked == 8
 
 
 def test_notes_are_kept_once_by_kind_and_text():

@@ -42,7 +42,7 @@ from .. import pipeline
 from ..defaults import CAPACITY_BLOCK, CAPACITY_BLOCK_WHY
 from ..distributed import current, describe, shared
 from ..errors import InputError, ModelError, OfflineError, param, plain
-from ..facts import CapacitySettings, JobFacts, ModelFacts, ReadFacts, meta_value
+from ..facts import BatchChoice, CapacitySettings, JobFacts, ModelFacts, ReadFacts, meta_value
 from ..features import StreamingReducer
 from ..io import stamp
 from ..models import first_attention
@@ -52,7 +52,7 @@ from ..render import capacity_report
 from ..request import KEYWORDS, Conveniences, DataRequest, ModelRequest, Requests, build_requests, keyword_conveniences
 from ..seeds import SeedsResult, capacity_seeds, plan_for
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
-from ..tables import StoredResult
+from ..tables import EMPTY_WHEN_NONE, StoredResult
 from ..theory import CapacityBound, shared_context_rank_bound, theorem1_bound
 from ..validate import choice, head_counts, integer, split_list
 from .assumptions import (
@@ -91,7 +91,8 @@ class CapacityColumn:
     weights_source: str = ""
     timings: dict[str, float] = field(default_factory=dict)
     weights_read: ReadFacts | None = None  # trained weights: what loading read
-    batch: dict[str, Any] = field(default_factory=dict)  # the batch size used and how it was chosen
+    # the batch size used and how it was chosen (None: the column did not run; stored as {})
+    batch: BatchChoice | None = field(default=None, metadata=EMPTY_WHEN_NONE)
     # Proposition 2 for each certificate (by h), filled when the result is built (CapacityResult)
     prop2: dict[int, SharedContextCheck] = field(default_factory=dict, metadata={"document": False})
 
@@ -644,8 +645,8 @@ def _run(plan: _Plan, variants: list[str]) -> CapacityResult:
     for variant in variants:
         col, info, name, col_hs, dh = _column(plan, variant, notes)
         columns.append(col)
-        if col.batch and plan.data.batch_size == "auto":  # the other weights take the same batch, not a second search
-            plan = replace(plan, data=replace(plan.data, batch_size=col.batch["size"]))
+        if col.batch is not None and plan.data.batch_size == "auto":  # the other weights: the same batch
+            plan = replace(plan, data=replace(plan.data, batch_size=col.batch.size))
         if col.status != "ok":
             continue
         if info is not None and (info_d is None or variant == "random"):
@@ -654,7 +655,7 @@ def _run(plan: _Plan, variants: list[str]) -> CapacityResult:
     if info_d is None:
         raise OfflineError(columns[0].reason if columns else f"{plan.request.model}: no column could be loaded")
     notes.extend(_run_notes(info_d, columns, hs, plan.shared_context))
-    batch = next((c.batch for c in columns if c.batch), {})
+    batch = next((c.batch for c in columns if c.batch is not None), None)
     s = plan.settings
     blk = plan.block
     settings = CapacitySettings(
@@ -669,8 +670,8 @@ def _run(plan: _Plan, variants: list[str]) -> CapacityResult:
         **{k: v for k, v in s.as_dict().items() if k in ("weights_seed", "data_seed")},
         device=s.device_name,
         limit=plan.data.limit,
-        batch_size=batch.get("size", plan.data.batch_size),
-        batch_size_choice=batch.get("how"),
+        batch_size=batch.size if batch is not None else plan.data.batch_size,
+        batch_size_choice=batch.how if batch is not None else None,
         from_path=str(plan.from_path) if plan.from_path is not None else None,
         z_tolerance=s.rule(torch.float64).describe() + " (Z is computed in float64 from the tokens)",
         assumption_tolerance=s.rule(torch.float32).describe(),
