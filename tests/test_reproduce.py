@@ -473,6 +473,21 @@ def test_table1_on_a_tiny_vit(tiny_table1, vit_dir):
     assert r.counts()["match"] + r.counts()["differs"] + r.counts()["undetermined"] == len(r.comparisons)
 
 
+def test_the_settings_of_a_target_are_a_record_with_the_meta_it_always_had(tiny_table1, image_dir):
+    from mhaaudit.reproduce import TargetSettings
+    from mhaaudit.settings import Settings
+
+    s = tiny_table1.settings
+    assert isinstance(s, TargetSettings) and s.models == ("vit",) and s.limit == 20 and s.samples == 40
+    assert s.data == str(image_dir) and s.tolerance.dtype == "float32"
+    meta = tiny_table1.meta()
+    run = Settings.resolve(samples=40, device="cpu", stop_when_decided=True)
+    expected = dict(run.as_dict(), limit=20, data=str(image_dir), models=["vit"])
+    assert {k: meta[k] for k in expected} == expected and list(meta)[-len(expected) :] == list(expected)
+    apart = TargetSettings.of(Settings.resolve(weights_seed=3), limit=5, data=None)
+    assert apart.as_dict()["weights_seed"] == 3 and "models" not in apart.as_dict()  # figure1 has no model keys
+
+
 def test_the_target_is_checked():
     from mhaaudit.errors import InputError
 

@@ -19,13 +19,24 @@ from ..errors import InputError
 from ..seeds import Layout, SeedsResult, cell_of, over_seeds, plan_seeds, runs_meta, spread, sweep_estimate_record
 from .compare import Comparison, RunFacts
 from .published import TARGETS, published, target_spec
-from .targets import TARGET_FUNCTIONS, Reproduction, figure1, figure2, table1, table3
+from .targets import (
+    TARGET_FUNCTIONS,
+    GridTargetSettings,
+    Reproduction,
+    TargetSettings,
+    figure1,
+    figure2,
+    table1,
+    table3,
+)
 
 __all__ = [
     "TARGETS",
     "Comparison",
+    "GridTargetSettings",
     "Reproduction",
     "RunFacts",
+    "TargetSettings",
     "figure1",
     "figure2",
     "published",

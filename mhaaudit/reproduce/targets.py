@@ -26,6 +26,7 @@ from .. import validate
 from ..auditing import audit, capture_features
 from ..capacity import theorem1_bound
 from ..errors import InputError, param
+from ..facts import RuleFacts, meta_fields
 from ..hub import is_offline
 from ..io import stamp
 from ..kruskal import draw_decisions, kruskal_sweep
@@ -34,7 +35,7 @@ from ..numerics import svd_rank
 from ..progress import task
 from ..render import reproduction_report
 from ..settings import Settings
-from ..tables import Report
+from ..tables import OMITTED_WHEN_NONE, Report
 from .compare import Comparison, RunFacts, compare, compare_memorization, setting_differences
 from .published import published, target_spec
 from .request import TargetRequest, target_conveniences
@@ -45,6 +46,57 @@ if TYPE_CHECKING:
     from ..memorize import MemorizeGrid
 
 SWEEP_KINDS = ("sweep", "shape", "estimate")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TargetSettings:
+    """The settings of a table or Figure 1 run, as its ``meta`` gives them (in that order): the
+    draws, threshold, seeds and rank rule (:meth:`~mhaaudit.settings.Settings.as_dict`), the
+    examples asked for, the data (None: the paper's online, the built-in offline), and the model
+    keys a table ran (None for Figure 1: then the ``meta`` leaves them out)."""
+
+    device: str
+    samples: int
+    threshold: float
+    seed: int
+    tolerance: RuleFacts
+    stop_when_decided: bool
+    weights_seed: int | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    data_seed: int | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+    limit: int
+    data: str | None
+    models: tuple[str, ...] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+
+    @classmethod
+    def of(cls, settings: Settings, **run) -> TargetSettings:
+        """From the run's :class:`~mhaaudit.settings.Settings` and its own facts (``run``)."""
+        given = settings.as_dict()
+        return cls(**{**given, "tolerance": RuleFacts(**given["tolerance"])}, **run)
+
+    def as_dict(self) -> dict:
+        """The settings as the ``meta`` gives them."""
+        return meta_fields(self)
+
+
+@dataclass(frozen=True)
+class GridTargetSettings:
+    """The settings of a Figure 2 run, as its ``meta`` gives them: the seed, the device, the
+    preset and the grid trained (its :meth:`~mhaaudit.memorize.MemorizeGrid.to_dict`, without
+    the runs, which the document gives beside the meta)."""
+
+    seed: int
+    device: str | None
+    preset: str | None
+    grid: MemorizeGrid = field(repr=False)
+
+    def as_dict(self) -> dict:
+        """The settings as the ``meta`` gives them."""
+        return {
+            "seed": self.seed,
+            "device": self.device,
+            "preset": self.preset,
+            "grid": self.grid.to_dict() | {"runs": None},
+        }
 
 
 @dataclass(repr=False)
@@ -58,7 +110,7 @@ class Reproduction(Report):
     comparisons: list[Comparison]
     facts: dict[str, RunFacts]  # model key -> what its run was
     setting: list[str]  # the run in words, with how it differs from the paper's
-    settings: dict[str, Any]  # for the output's meta
+    settings: TargetSettings | GridTargetSettings  # for the output's meta
     timings: dict[str, float | dict[str, Any]]  # phase -> seconds (an audit's phases nested under its model, by column)
     sweeps: dict[tuple[str, str], Sweep] = field(default_factory=dict)  # (model key, column) -> its sweep
     audits: dict[str, AuditResult] = field(default_factory=dict)  # model key -> its audit
@@ -90,7 +142,7 @@ class Reproduction(Report):
             setting=self.setting,
             notes=self.notes,
             timings_s=self.timings,
-            **self.settings,
+            **self.settings.as_dict(),
         )
 
     def document(self, meta: dict | None = None) -> dict:
@@ -242,7 +294,8 @@ def _tables(target: str, request: TargetRequest) -> Reproduction:
     settings = request.settings
     data, paper_data = _data_for(spec, request.data)
     T = spec["data"]["T"] if request.limit is None else request.limit
-    out = Reproduction(target, spec["title"], spec["source"], [], {}, [], {}, {})
+    run = TargetSettings.of(settings, limit=T, data=data, models=tuple(chosen))
+    out = Reproduction(target, spec["title"], spec["source"], [], {}, [], run, {})
     t0 = time.perf_counter()
     for key in chosen:
         name = names.get(key, spec["models"][key]["alias"])
@@ -267,7 +320,6 @@ def _tables(target: str, request: TargetRequest) -> Reproduction:
         for key, a in out.audits.items()
     } | {"total": round(time.perf_counter() - t0, 3)}
     out.setting = _setting_lines(spec, out.facts, settings)
-    out.settings = dict(settings.as_dict(), limit=T, data=data, models=chosen)
     return out
 
 
@@ -339,7 +391,7 @@ def figure1(request: TargetRequest) -> Reproduction:
         comps,
         {key: facts},
         _setting_lines(spec, {key: facts}, settings),
-        dict(settings.as_dict(), limit=T, data=data),
+        TargetSettings.of(settings, limit=T, data=data),
         {"total": round(time.perf_counter() - t0, 3)},
         sweeps={(key, column): sw},
     )
@@ -420,7 +472,7 @@ def figure2(
         comps,
         {},
         setting,
-        dict(seed=seed, device=s.get("device"), preset=grid.preset, grid=grid.to_dict() | {"runs": None}),
+        GridTargetSettings(seed, s.get("device"), grid.preset, grid),
         {"total": round(time.perf_counter() - t0, 3)},
         grid=grid,
     )
