@@ -8,9 +8,8 @@ Each is a frozen dataclass whose fields are the keys the JSON ``meta`` has alway
 same order: ``as_dict()`` is that ``meta`` entry and the result document stores the same data, so
 the outputs read the same and ``from_json`` / ``from_parquet`` rebuild these records exactly.
 A field that the ``meta`` leaves out when it does not apply (the seeds set apart, the torchrun
-job) is declared with :data:`OMITTED_WHEN_NONE`. For code written against the former dicts, the
-model and settings records also answer ``record["key"]`` and ``record.get("key")`` with the
-``meta``'s keys.
+job) is declared with :data:`OMITTED_WHEN_NONE`. Their fields are read as attributes
+(``info.n``, ``settings.batch_size``); ``as_dict()`` gives the ``meta``'s entry.
 
 Nothing here computes a result: the records are filled where the run learns the facts.
 """
@@ -68,20 +67,6 @@ def meta_fields(record) -> dict:
     }
 
 
-class _ByName:
-    """``record["key"]`` and ``record.get("key", default)``: the ``meta``'s keys (``as_dict()``)."""
-
-    def as_dict(self) -> dict:  # pragma: no cover - defined by each record
-        raise NotImplementedError
-
-    def __getitem__(self, key: str):
-        return self.as_dict()[key]
-
-    def get(self, key: str, default=None):
-        """The value the ``meta`` gives under ``key``, else ``default``."""
-        return self.as_dict().get(key, default)
-
-
 # --------------------------------------------------------------------------- the model
 
 
@@ -119,7 +104,7 @@ class WeightsUsed:
 
 
 @dataclass(frozen=True)
-class ModelFacts(_ByName):
+class ModelFacts:
     """The model a result audited: the fields of its :class:`~mhaaudit.models.ModelInfo` (the
     ``meta``'s ``model_info``), and for ``check`` the weights of each initialisation the columns
     read (``weights_used``: in ``model_info`` as ``<init>_weights_source`` and
@@ -224,7 +209,7 @@ class JobFacts:
 
 
 @dataclass(frozen=True, kw_only=True)
-class AuditSettings(_ByName):
+class AuditSettings:
     """The settings of a ``check`` run, as its ``meta`` gives them (in that order): the draws,
     threshold, seeds and rank rule (:meth:`~mhaaudit.settings.Settings.as_dict`), the data's limit
     and batch, the depth(s) asked for, and the torchrun job."""
@@ -255,7 +240,7 @@ class AuditSettings(_ByName):
 
 
 @dataclass(frozen=True, kw_only=True)
-class CapacitySettings(_ByName):
+class CapacitySettings:
     """The settings of a ``capacity`` run, as its ``meta`` gives them (in that order)."""
 
     layer: int  # the attention block K

@@ -60,7 +60,8 @@ def test_model_facts_give_model_info_and_each_weights_read_as_the_meta_did():
     legacy = {**INFO.to_dict(), "random_weights_source": "random init", "trained_weights_source": "hub"}
     legacy["trained_weights_read"] = READ
     assert facts.as_dict() == legacy and list(facts.as_dict()) == list(legacy)
-    assert facts.n == 17 and facts["n"] == 17 and facts.get("trained_weights_read") == READ
+    assert facts.n == 17 and facts.as_dict()["trained_weights_read"] == READ
+    assert not hasattr(facts, "get") and not hasattr(facts, "__getitem__")  # fields are read as attributes
     assert [w.init for w in facts.weights_used] == ["random", "trained"]
     assert facts.weights_used[1].read == ReadFacts(**READ) and facts.weights_used[0].read is None
     assert encode_result(facts) == legacy
@@ -85,7 +86,7 @@ def test_audit_settings_keep_the_meta_order_and_leave_out_what_does_not_apply():
     assert "weights_seed" not in doc and "distributed" not in doc
     assert list(doc)[:6] == ["device", "samples", "threshold", "seed", "tolerance", "stop_when_decided"]
     assert list(doc)[6:] == ["limit", "batch_size", "batch_size_choice", "layer", "layers"]
-    assert plain.tolerance.rule == doc["tolerance"]["rule"] and plain["samples"] == 50
+    assert plain.tolerance.rule == doc["tolerance"]["rule"] and plain.samples == 50
     assert _again(AuditSettings, plain) == plain
 
     apart = AuditSettings.of(
@@ -125,7 +126,7 @@ def test_capacity_settings_read_back_equal():
         tokens="input of block 2",
     )
     assert list(s.as_dict())[:4] == ["layer", "attention", "shared_context", "heads"]
-    assert s.as_dict()["heads"] == [1, 2] and s.get("from_path", "x") is None
+    assert s.as_dict()["heads"] == [1, 2] and s.from_path is None and s.as_dict()["from_path"] is None
     assert _again(CapacitySettings, s) == s
 
 
