@@ -188,11 +188,11 @@ def plot_memorize(grid, path: str | Path) -> Path:
     _memorize_lines(ax, grid, seeds)
     s = grid.settings
     if grid.vary == "head-dim":
-        ax.axvline(s.get("n"), color="grey", linestyle="--", linewidth=1, label="d_h = n")
+        ax.axvline(s.n, color="grey", linestyle="--", linewidth=1, label="d_h = n")
     ax.set_title(_memorize_title(grid, seeds), fontsize=9)
     ax.set_xlabel(_MEMORIZE_XLABEL.get(grid.vary, "setting"))
-    if s.get("task") == "regression":
-        ax.set_ylabel(f"fraction with |error| < {s.get('tolerance')}")
+    if s.task == "regression":
+        ax.set_ylabel(f"fraction with |error| < {s.tolerance}")
     else:
         ax.set_ylabel("memorised fraction (training accuracy)")
     ax.set_ylim(-0.02, 1.05)
@@ -224,11 +224,11 @@ def _memorize_title(grid, seeds: bool) -> str:
     """The settings held fixed, the context, and (several seeds) what the line and band show."""
     s = grid.settings
     parts = [
-        f"{label} = {s.get(key)}"
+        f"{label} = {getattr(s, key)}"
         for vary, label, key in (("heads", "H", "heads"), ("n", "n", "n"), ("head-dim", "d_h", "head_dim"))
         if grid.vary != vary
     ]
-    title = ", ".join(parts) + f" ({s.get('context', 'shared')} context)"
+    title = ", ".join(parts) + f" ({s.context} context)"
     if seeds:
         title += f"\nmean of {len(grid.seeds)} seeds; band from the lowest to the highest"
     return title

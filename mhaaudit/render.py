@@ -537,11 +537,9 @@ def _setting(run) -> str:
 def memorize_table(grid) -> Table:
     """One row per trained point of the grid (with the saturation columns when counted)."""
     s = grid.settings
-    metric = (
-        "training accuracy" if s.get("task") == "classification" else f"fraction with |error| < {s.get('tolerance')}"
-    )
+    metric = "training accuracy" if s.task == "classification" else f"fraction with |error| < {s.tolerance}"
     table = Table(
-        title=f"Memorisation ({s.get('task')}, {s.get('context')} context, d = {s.get('d')}; memorised = {metric})",
+        title=f"Memorisation ({s.task}, {s.context} context, d = {s.d}; memorised = {metric})",
         title_justify="left",
     )
     sat = any(r.saturation is not None for r in grid.runs)

@@ -138,7 +138,7 @@ def test_seeds_mean_and_spread_resumable_and_plotted(tmp_path, monkeypatch):
     out, fig = tmp_path / "seeds.parquet", tmp_path / "seeds.png"
     kw = dict(vary="heads", values="1,2", sizes=[16], max_steps=8, out=out, **TINY)
     grid = run_memorize_grid(**kw, seeds="0-2", plot=fig)
-    assert grid.seeds == (0, 1, 2) and grid.settings["seeds"] == [0, 1, 2]
+    assert grid.seeds == (0, 1, 2) and grid.settings.seeds == (0, 1, 2)
     assert [(r.heads, r.seed) for r in grid.runs] == [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)]
     assert len(grid.summary) == 2
     for m in grid.summary:

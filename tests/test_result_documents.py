@@ -334,7 +334,7 @@ def test_every_result_has_one_record_shape():
 def test_the_memorize_grid_is_equal_after_the_round_trip(tmp_path, capsys):
     from mhaaudit.io import parquet_bytes
     from mhaaudit.memorize import run_memorize_grid
-    from mhaaudit.memorize.results import MemorizeGrid
+    from mhaaudit.memorize.results import GridSettings, MemorizeGrid
     from mhaaudit.render import print_json, render_memorize
 
     grid = run_memorize_grid(
@@ -350,6 +350,7 @@ def test_the_memorize_grid_is_equal_after_the_round_trip(tmp_path, capsys):
         MemorizeGrid.from_parquet(tmp_path / "g.parquet"),
     ):
         assert back == grid and back.runs[0].saturation == grid.runs[0].saturation is not None
+        assert isinstance(back.settings, GridSettings) and back.settings.seeds == (0,) and back.settings.n == 3
         assert rendered(capsys, lambda b=back: render_memorize(b)) == rendered(capsys, lambda: render_memorize(grid))
     with pytest.raises(InputError, match="not of 'kruskal'"):
         KruskalResult.from_json({"meta": {"command": "memorize", "result": {}}})

@@ -37,7 +37,7 @@ from .data import CONTEXTS, DIM, TASKS, make_dataset, sinusoidal_positions
 from .grid import PRESETS, VARY, memorize_grid, resolve_grid, run_memorize_grid
 from .model import MemorizeModel
 from .request import MemorizeRequest, grid_axes
-from .results import GroupRecord, LinearFit, MemorizeGrid, MemorizeRun, SeedSummary, fit_line
+from .results import GridSettings, GroupRecord, LinearFit, MemorizeGrid, MemorizeRun, SeedSummary, fit_line
 from .saturation import SATURATION_THRESHOLD, SaturationSummary, saturation_summary
 from .schedule import planned_schedule
 from .training import train_memorize
@@ -49,6 +49,7 @@ __all__ = [
     "SATURATION_THRESHOLD",
     "TASKS",
     "VARY",
+    "GridSettings",
     "GroupRecord",
     "LinearFit",
     "MemorizeGrid",

@@ -24,6 +24,7 @@ from .data import DIM
 from .grouping import GroupPlan, device_memory, plan_groups
 from .request import PRESETS, VARY, MemorizeRequest, grid_axes, resolve_grid
 from .results import (
+    GridSettings,
     GroupRecord,
     MemorizeGrid,
     MemorizeRun,
@@ -174,10 +175,13 @@ def memorize_grid(request: MemorizeRequest) -> MemorizeGrid:
     todo = [i for i, r in enumerate(runs) if r is None]
     groups = _Training(request, pts, todo, runs, store, keys).run()
     done: tuple[MemorizeRun, ...] = tuple(runs)  # type: ignore[arg-type]
-    settings = (
-        dict(grid["fixed"])
-        | recipe.as_dict()
-        | {"seed": seed_list[0], "seeds": list(seed_list), "device": device_name(dev), "d": DIM}
+    settings = GridSettings(
+        **grid["fixed"],
+        **recipe.as_dict(),
+        seed=seed_list[0],
+        seeds=tuple(seed_list),
+        device=device_name(dev),
+        d=DIM,
     )
     result = MemorizeGrid(
         vary=grid["vary"],

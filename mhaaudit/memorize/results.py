@@ -11,8 +11,8 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from dataclasses import asdict, dataclass
+from typing import ClassVar
 
 from .._version import __version__
 from ..errors import InputError
@@ -26,6 +26,7 @@ from .saturation import SaturationSummary
 SEED_RULE = "derive_seed(seed, 'memorize')"
 
 __all__ = [
+    "GridSettings",
     "GroupRecord",
     "LinearFit",
     "MemorizeGrid",
@@ -162,6 +163,35 @@ class GroupRecord:
         return asdict(self) | {"runs": list(self.runs)}
 
 
+@dataclass(frozen=True)
+class GridSettings:
+    """What every point of a grid shares, as the document's ``settings`` gives it (in that order):
+    the model's shape held fixed (``n``, ``heads``, ``head_dim``; the varied one is each run's
+    own), the training recipe (:class:`~mhaaudit.memorize.training.Recipe`), the seeds, the
+    device and the width ``d``."""
+
+    n: int
+    heads: int
+    head_dim: int
+    task: str
+    context: str
+    classes: int
+    tolerance: float
+    epochs: int | None
+    max_steps: int | None
+    lr: float
+    batch_size: int
+    check_every: int
+    seed: int
+    seeds: tuple[int, ...]
+    device: str
+    d: int
+
+    def to_dict(self) -> dict:
+        """The settings as the document gives them (the seeds a list)."""
+        return asdict(self) | {"seeds": list(self.seeds)}
+
+
 @dataclass(frozen=True, repr=False)
 class MemorizeGrid(StoredResult):
     """Every point of a grid, in grid order (seeds innermost), the linear fits when H varies,
@@ -179,11 +209,11 @@ class MemorizeGrid(StoredResult):
     sizes: tuple[int, ...]
     preset: str | None
     runs: tuple[MemorizeRun, ...]
+    settings: GridSettings  # what every point shares
     fits: tuple[LinearFit, ...] = ()
     reused: int = 0
     out: str | None = None
     plot: str | None = None
-    settings: dict[str, Any] = field(default_factory=dict)
     seeds: tuple[int, ...] = (0,)
     summary: tuple[SeedSummary, ...] = ()
     groups: tuple[GroupRecord, ...] = ()
@@ -237,8 +267,8 @@ class MemorizeGrid(StoredResult):
         doc = self.to_dict()
         return stamp(
             command="memorize",
-            seed=self.settings.get("seed"),
-            device=self.settings.get("device"),
+            seed=self.settings.seed,
+            device=self.settings.device,
             **{k: v for k, v in doc.items() if k not in ("tool", "runs")},
         )
 
@@ -272,7 +302,7 @@ class MemorizeGrid(StoredResult):
             "values": list(self.values),
             "sizes": list(self.sizes),
             "preset": self.preset,
-            "settings": self.settings,
+            "settings": self.settings.to_dict(),
             "runs": [r.to_dict() for r in self.runs],
             "fits": [f.to_dict() for f in self.fits],
             "reused": self.reused,

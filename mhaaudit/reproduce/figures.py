@@ -69,7 +69,7 @@ def _memorization(ax, result) -> None:
         ax.axhline(T, color=f"C{i}", lw=0.5, ls=":")
     s = grid.settings
     theorem = [
-        (h, theorem1_bound(heads=h, head_dim=s["head_dim"], n=s["n"], d=s.get("d", 64), a1_holds=True, a2_holds=True))
+        (h, theorem1_bound(heads=h, head_dim=s.head_dim, n=s.n, d=s.d, a1_holds=True, a2_holds=True))
         for h in sorted({r.heads for r in grid.runs})
     ]
     bounds = [(h, b.count) for h, b in theorem if b.applies]

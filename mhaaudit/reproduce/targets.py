@@ -448,7 +448,8 @@ def figure2(
         raise InputError(
             f"figure2 compares memorisation against the number of heads; preset {preset!r} varies {grid.vary}"
         )
-    d = grid.settings.get("d", 64)
+    s = grid.settings
+    d = s.d
 
     def bound(run: dict):
         return theorem1_bound(
@@ -457,12 +458,11 @@ def figure2(
 
     runs = [r.to_dict() for r in grid.runs]
     comps = compare_memorization("figure2", spec, runs, [f.to_dict() for f in grid.fits], bound)
-    s = grid.settings
     tr = spec["training"]
     setting = [
-        f"grid {grid.preset or 'custom'}: H in {list(grid.values)}, n = {s.get('n')}, d_h = {s.get('head_dim')}, d = {d}, "
-        f"T in {list(grid.sizes)}, {s.get('context')} context, {s.get('task')}, seed {s.get('seed')}, device {s.get('device')}",
-        f"training: at most {s.get('max_steps') or 'the paper rule of'} steps per point (the paper: {tr['rule']})",
+        f"grid {grid.preset or 'custom'}: H in {list(grid.values)}, n = {s.n}, d_h = {s.head_dim}, d = {d}, "
+        f"T in {list(grid.sizes)}, {s.context} context, {s.task}, seed {s.seed}, device {s.device}",
+        f"training: at most {s.max_steps or 'the paper rule of'} steps per point (the paper: {tr['rule']})",
         f"data: {spec['data']['description']}",
     ]
     return Reproduction(
@@ -472,7 +472,7 @@ def figure2(
         comps,
         {},
         setting,
-        GridTargetSettings(seed, s.get("device"), grid.preset, grid),
+        GridTargetSettings(seed, s.device, grid.preset, grid),
         {"total": round(time.perf_counter() - t0, 3)},
         grid=grid,
     )
