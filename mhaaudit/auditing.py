@@ -788,13 +788,13 @@ def _capture_one(req: Requests, probe: Probe) -> FeatureSet:
 
 def run_checks(
     fs: FeatureSet, settings: Settings, *, sweep: bool = False, label: str = ""
-) -> tuple[dict, Sweep | None, dict]:
+) -> tuple[dict[str, CheckResult], Sweep | None, dict[str, float]]:
     """Every registered check (:data:`~mhaaudit.checks.REGISTRY`: GP, A1, A2, A3) and optionally the
     sweep on one reduced feature set, under ``settings``: (results by check, sweep or None, timings in s)."""
 
     rule = settings.rule(fs.dtype)
-    timings: dict = {}
-    tests: dict = {}
+    timings: dict[str, float] = {}
+    tests: dict[str, CheckResult] = {}
     t0 = time.perf_counter()
     exact = [c for c in REGISTRY.values() if not c.estimated]
     sampled = [c for c in REGISTRY.values() if c.estimated]

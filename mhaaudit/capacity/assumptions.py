@@ -96,11 +96,11 @@ def linear_algebra():
         yield
 
 
-def audit_assumptions(fs, settings, label: str = "") -> tuple[Assumptions, dict]:
+def audit_assumptions(fs, settings, label: str = "") -> tuple[Assumptions, dict[str, float]]:
     """A1 (k = n) and A2 on reduced features; a Kruskal-rank estimate when Remark 1 needs one."""
     rule = settings.rule(fs.dtype)
     samples, threshold, progress = settings.samples, settings.threshold, settings.progress
-    timings: dict = {}
+    timings: dict[str, float] = {}
     t0 = time.perf_counter()
     a2 = fs.assumption_2(rule)
     out = Assumptions(a2=a2.verdict, a2_reason=a2.reason, source="audited on the same examples")

@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .. import validate
 from ..auditing import audit, capture_features
@@ -111,7 +111,8 @@ class Reproduction(Report):
     facts: dict[str, RunFacts]  # model key -> what its run was
     setting: list[str]  # the run in words, with how it differs from the paper's
     settings: TargetSettings | GridTargetSettings  # for the output's meta
-    timings: dict[str, float | dict[str, Any]]  # phase -> seconds (an audit's phases nested under its model, by column)
+    # phase -> seconds (an audit's phases nested under its model, and a column's under the column's name)
+    timings: dict[str, float | dict[str, float | dict[str, float]]]
     sweeps: dict[tuple[str, str], Sweep] = field(default_factory=dict)  # (model key, column) -> its sweep
     audits: dict[str, AuditResult] = field(default_factory=dict)  # model key -> its audit
     grid: MemorizeGrid | None = None  # figure2: the grid trained
