@@ -173,10 +173,10 @@ class ContextRanks:
     rule: RankRule
     n: int | None = None
     d: int | None = None
-    ranks: list = field(default_factory=list)
-    sigma_min: list = field(default_factory=list)
-    sigma_max: list = field(default_factory=list)
-    tols: list = field(default_factory=list)
+    ranks: list[torch.Tensor] = field(default_factory=list)  # one (B,) tensor per batch fed
+    sigma_min: list[torch.Tensor] = field(default_factory=list)
+    sigma_max: list[torch.Tensor] = field(default_factory=list)
+    tols: list[torch.Tensor] = field(default_factory=list)
 
     def update(self, E: torch.Tensor) -> None:
         """Decide the rank of each (n, d) context matrix of the batch ``E`` and keep the statistics on the CPU.

@@ -34,7 +34,7 @@ class FeatureSet:
 
     queries: torch.Tensor  # (T, d), the activations' dtype
     a3: torch.Tensor  # (T, d): query + mean of the n context rows
-    context: dict  # per-example Assumption 2 statistics (see ContextRanks.arrays)
+    context: dict[str, torch.Tensor]  # per-example Assumption 2 statistics (see ContextRanks.arrays)
     n: int
     d: int
     query_index: int
