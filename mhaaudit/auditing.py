@@ -846,7 +846,7 @@ def check_features(
     stop_when_decided: bool = True,
     settings: Settings | None = None,
     given: frozenset[str] = frozenset(),
-) -> tuple[dict, Sweep | None, dict]:
+) -> tuple[dict[str, CheckResult], Sweep | None, dict[str, float]]:
     """GP, A1, A2, A3 (and optionally the sweep) on one reduced feature set (:func:`run_checks`
     under ``settings``, or the settings these keywords build; the defaults are :func:`audit`'s). A
     keyword given beside ``settings`` that says otherwise is an InputError.
