@@ -18,8 +18,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .tables import OMITTED_WHEN_NONE, decode_fields, encode_result
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from .settings import Settings
 
 __all__ = [
     "AuditSettings",
@@ -31,6 +37,7 @@ __all__ = [
     "ModelFacts",
     "ReadFacts",
     "RuleFacts",
+    "SettingsFacts",
     "SkipCause",
     "SkipCounts",
     "WeightsUsed",
@@ -209,10 +216,11 @@ class JobFacts:
 
 
 @dataclass(frozen=True, kw_only=True)
-class AuditSettings:
-    """The settings of a ``check`` run, as its ``meta`` gives them (in that order): the draws,
-    threshold, seeds and rank rule (:meth:`~mhaaudit.settings.Settings.as_dict`), the data's limit
-    and batch, the depth(s) asked for, and the torchrun job."""
+class SettingsFacts:
+    """A run's :class:`~mhaaudit.settings.Settings` as its ``meta`` gives them (in that order, from
+    :meth:`~mhaaudit.settings.Settings.as_dict`): the device, the draws, threshold, seeds and rank
+    rule. The settings records of the commands that audit (:class:`AuditSettings`, the reproduced
+    tables' ``reproduce.targets.TargetSettings``) extend it with their run's own facts."""
 
     device: str
     samples: int
@@ -222,21 +230,30 @@ class AuditSettings:
     stop_when_decided: bool
     weights_seed: int | None = field(default=None, metadata=OMITTED_WHEN_NONE)
     data_seed: int | None = field(default=None, metadata=OMITTED_WHEN_NONE)
+
+    @classmethod
+    def of(cls, settings: Settings | dict, **run) -> Self:
+        """From the run's :class:`~mhaaudit.settings.Settings` (or its :meth:`~mhaaudit.settings.Settings.as_dict`)
+        and the run's own facts (``run``)."""
+        given = settings if isinstance(settings, dict) else settings.as_dict()
+        return cls(**{**given, "tolerance": RuleFacts(**given["tolerance"])}, **run)
+
+    def as_dict(self) -> dict:
+        """The settings as the ``meta`` gives them."""
+        return meta_fields(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditSettings(SettingsFacts):
+    """The settings of a ``check`` run, as its ``meta`` gives them (in that order): the
+    :class:`SettingsFacts`, the data's limit and batch, the depth(s) asked for, and the torchrun job."""
+
     limit: int
     batch_size: int | str
     batch_size_choice: str | None
     layer: int
     layers: tuple[int, ...] | None
     distributed: JobFacts | None = field(default=None, metadata=OMITTED_WHEN_NONE)
-
-    @classmethod
-    def of(cls, settings: dict, **run) -> AuditSettings:
-        """From :meth:`~mhaaudit.settings.Settings.as_dict` and the run's own facts (``run``)."""
-        return cls(**{**settings, "tolerance": RuleFacts(**settings["tolerance"])}, **run)
-
-    def as_dict(self) -> dict:
-        """The settings as the ``meta`` gives them."""
-        return meta_fields(self)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -26,7 +26,7 @@ from .. import validate
 from ..auditing import audit, capture_features
 from ..capacity import theorem1_bound
 from ..errors import InputError, param
-from ..facts import RuleFacts, meta_fields
+from ..facts import SettingsFacts
 from ..hub import is_offline
 from ..io import stamp
 from ..kruskal import draw_decisions, kruskal_sweep
@@ -49,33 +49,14 @@ SWEEP_KINDS = ("sweep", "shape", "estimate")
 
 
 @dataclass(frozen=True, kw_only=True)
-class TargetSettings:
+class TargetSettings(SettingsFacts):
     """The settings of a table or Figure 1 run, as its ``meta`` gives them (in that order): the
-    draws, threshold, seeds and rank rule (:meth:`~mhaaudit.settings.Settings.as_dict`), the
-    examples asked for, the data (None: the paper's online, the built-in offline), and the model
+    :class:`~mhaaudit.facts.SettingsFacts` (draws, threshold, seeds, rank rule), the examples asked for, the data (None: the paper's online, the built-in offline), and the model
     keys a table ran (None for Figure 1: then the ``meta`` leaves them out)."""
 
-    device: str
-    samples: int
-    threshold: float
-    seed: int
-    tolerance: RuleFacts
-    stop_when_decided: bool
-    weights_seed: int | None = field(default=None, metadata=OMITTED_WHEN_NONE)
-    data_seed: int | None = field(default=None, metadata=OMITTED_WHEN_NONE)
     limit: int
     data: str | None
     models: tuple[str, ...] | None = field(default=None, metadata=OMITTED_WHEN_NONE)
-
-    @classmethod
-    def of(cls, settings: Settings, **run) -> TargetSettings:
-        """From the run's :class:`~mhaaudit.settings.Settings` and its own facts (``run``)."""
-        given = settings.as_dict()
-        return cls(**{**given, "tolerance": RuleFacts(**given["tolerance"])}, **run)
-
-    def as_dict(self) -> dict:
-        """The settings as the ``meta`` gives them."""
-        return meta_fields(self)
 
 
 @dataclass(frozen=True)
