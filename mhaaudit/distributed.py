@@ -30,7 +30,8 @@ What is split and what is gathered
   batch b to rank b mod N (:meth:`Session.deal`). Reading and decoding stay on rank 0.
 - Several seeds (``--seeds``) with at least one seed per rank are spread over the ranks instead:
   rank r runs the seeds r, r + N, ... whole, as one process (:func:`alone`: it reads the data
-  itself), and the per-seed results are gathered into seed order (:func:`mhaaudit.seeds.over_seeds`).
+  itself), and the per-seed results are gathered into seed order on rank 0; the other ranks
+  receive them without their feature sets (:func:`mhaaudit.seeds.over_seeds`).
 - Each rank loads the model itself (the same seed gives the same random weights), prepares and
   runs the batches dealt to it and reduces them: each batch is computed whole, by one process, as
   one process computes it.
@@ -184,16 +185,16 @@ class Session:
         """Every rank's ``obj`` (anything ``torch.save`` writes: tensors inside tuples, lists,
         dataclasses), by rank, with each tensor on this rank's device of its kind (a CUDA tensor
         of another rank lands on this rank's GPU)."""
-        import torch
+        return [_loaded(b) for b in self.all_gather(_saved(obj))]
 
-        def here(storage, location: str):
-            return storage.cuda() if location.startswith("cuda") else storage
+    def gather_tensors(self, obj) -> list | None:
+        """Every rank's ``obj``, by rank, on rank 0 only (its own ``obj`` itself, the others' as
+        :meth:`all_gather_tensors` gives them); None on the other ranks, which receive nothing."""
+        import torch.distributed as dist
 
-        buf = io.BytesIO()
-        torch.save(obj, buf)
-        return [
-            torch.load(io.BytesIO(b), map_location=here, weights_only=False) for b in self.all_gather(buf.getvalue())
-        ]
+        out: list | None = [None] * self.world_size if self.rank == 0 else None
+        self._call(dist.gather_object, _saved(obj), out, dst=0)
+        return None if out is None else [obj if r == self.rank else _loaded(b) for r, b in enumerate(out)]
 
     def broadcast(self, obj):
         """Rank 0's ``obj`` on every rank."""
@@ -380,6 +381,25 @@ class Session:
         return {"world_size": self.world_size, "backend": self.backend}
 
 
+def _saved(obj) -> bytes:
+    """``obj`` as ``torch.save`` writes it (what the tensor gathers send)."""
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def _loaded(data: bytes):
+    """What :func:`_saved` wrote, with each tensor on this rank's device of its kind."""
+    import torch
+
+    def here(storage, location: str):
+        return storage.cuda() if location.startswith("cuda") else storage
+
+    return torch.load(io.BytesIO(data), map_location=here, weights_only=False)
+
+
 @dataclass
 class SingleProcess:
     """One process as a job of one: the interface of :class:`Session`, with every collective the
@@ -404,6 +424,10 @@ class SingleProcess:
 
     def all_gather_tensors(self, obj) -> list:
         """``[obj]``, the tensors where they are."""
+        return [obj]
+
+    def gather_tensors(self, obj) -> list:
+        """``[obj]``: this process is rank 0."""
         return [obj]
 
     def broadcast(self, obj):

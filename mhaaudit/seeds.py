@@ -26,15 +26,17 @@ the model is built once.
 
 Under torchrun (N processes) with at least N seeds, the seeds are spread over the ranks: rank r
 runs the seeds r, r + N, ... whole, as one process does (reading the data itself and sharing its
-own model loads), and the per-seed results are gathered back into seed order on every rank, where
-the summaries and differences are made exactly as in one process (:func:`over_seeds`). With fewer
-seeds than ranks every rank runs every seed and each seed's batches are dealt among the ranks, as
-in a single run. Either way the records are those of one process; the meta's ``distributed``
+own model loads), and the per-seed results are gathered back into seed order (whole on rank 0,
+without their feature sets on the others), where the summaries and differences are made exactly
+as in one process (:func:`over_seeds`). With fewer seeds than ranks every rank runs every seed
+and each seed's batches are dealt among the ranks, as in a single run. Either way the records are those of one process; the meta's ``distributed``
 says which (``seeds_by_rank``).
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +45,7 @@ from typing import Any, ClassVar
 
 from . import distributed, validate
 from .errors import InputError, param, plain
+from .features import FeatureSet
 from .io import stamp
 from .pipeline import shared_loads
 from .render_seeds import seeds_report
@@ -190,13 +193,17 @@ def data_seed_notes(plan: SeedPlan, data) -> list[str]:
 
 def over_seeds(fn: Callable, plan: SeedPlan, **kwargs) -> list:
     """``fn(**kwargs, seed=s, weights_seed=..., data_seed=...)`` for each run of ``plan``, in order,
-    sharing the model loads; the results, one per seed, on every rank.
+    sharing the model loads; the results, one per seed.
 
     Inside a call that every rank of a torchrun job makes (:func:`mhaaudit.distributed.lockstep`)
     with at least as many seeds as ranks, the seeds are spread over the ranks: rank r runs the
     runs r, r + N, ... whole, as one process (its own model loads shared), and the results are
-    gathered back into seed order on every rank. With fewer seeds than ranks (or one process)
-    every rank runs every seed and each seed's batches are dealt among the ranks."""
+    gathered back into seed order. Rank 0, which prints and writes, receives every seed's result
+    whole; another rank keeps its own seeds' results whole and receives the others without the
+    feature sets they hold (:func:`_without_features`: their records, meta and sweeps are the same,
+    so the summaries and differences made from them are too), so that its memory holds the
+    features of its own seeds only. With fewer seeds than ranks (or one process) every rank runs
+    every seed and each seed's batches are dealt among the ranks."""
     shard = distributed.lockstep()
     runs = plan.runs()
     if not spread_over_ranks(plan, shard.world_size):
@@ -205,9 +212,41 @@ def over_seeds(fn: Callable, plan: SeedPlan, **kwargs) -> list:
     world = shard.world_size
     with distributed.alone(), shared_loads():
         mine = [fn(**kwargs, **run.kwargs()) for run in runs[shard.rank :: world]]
-    shard.wait_for_all("seeds")  # ranks' seeds take unequal times: the gather below must not time out
-    parts = shard.all_gather_tensors(mine)
+    shard.wait_for_all("seeds")  # ranks' seeds take unequal times: the gathers below must not time out
+    whole = shard.gather_tensors(mine)  # on rank 0 only
+    lean = shard.all_gather_tensors([_without_features(r) for r in mine])  # the records etc. of every rank's seeds
+    parts = whole if whole is not None else [mine if r == shard.rank else lean[r] for r in range(world)]
     return [parts[i % world][i // world] for i in range(len(runs))]
+
+
+def _without_features(result):
+    """``result`` (one seed's) with every :class:`~mhaaudit.features.FeatureSet` it holds (a
+    column's ``features``) left out: a shallow copy of each object on the way to one, ``result``
+    itself when it holds none. Nothing in a record, meta or sweep row comes from a feature set."""
+    if isinstance(result, FeatureSet):
+        return None
+    if type(result) in (list, tuple):
+        items = [_without_features(v) for v in result]
+        if all(a is b for a, b in zip(items, result, strict=True)):
+            return result
+        return type(result)(items) if isinstance(result, list) else tuple(items)
+    if isinstance(result, dict):
+        lean = {k: _without_features(v) for k, v in result.items()}
+        return result if all(lean[k] is v for k, v in result.items()) else lean
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        changed = {}
+        for f in dataclasses.fields(result):
+            value = getattr(result, f.name)
+            lean = _without_features(value)
+            if lean is not value:
+                changed[f.name] = lean
+        if not changed:
+            return result
+        out = copy.copy(result)
+        for name, value in changed.items():
+            object.__setattr__(out, name, value)  # frozen dataclasses too: ``out`` is a new copy
+        return out
+    return result
 
 
 def spread_over_ranks(plan: SeedPlan, world_size: int) -> bool:

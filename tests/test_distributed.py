@@ -452,29 +452,42 @@ def test_a_source_that_fails_on_rank_0_ends_every_rank(vit_dir, tmp_path):
 
 
 # Seeds spread over the ranks take unequal times; one takes longer than the job's collective timeout.
+# Each seed's result is an audit column holding its features (a T x d tensor filled with the seed).
 UNEQUAL_SEEDS_DRIVER = textwrap.dedent("""
-    import os, time
+    import json, os, time
+    import torch
     from mhaaudit import distributed
+    from mhaaudit.auditing import Column, Probe
+    from mhaaudit.features import FeatureSet
     from mhaaudit.seeds import over_seeds, plan_seeds
 
     def fn(seed, weights_seed=None, data_seed=None):
         time.sleep(6 if seed == 2 else 0.1)
-        return seed
+        rows = torch.full((64, 8), float(seed))
+        fs = FeatureSet(queries=rows, a3=rows.clone(), context={}, n=4, d=8, query_index=0)
+        return Column(Probe("random", "random", 0), reason=f"seed {seed}", features=fs, T=64)
 
     @distributed.shared
     def run():
         return over_seeds(fn, plan_seeds("0-2"))
 
-    print(run(), flush=True)
+    got = run()
+    held = [None if c.features is None else int(c.features.queries[0, 0]) for c in got]
+    print(json.dumps({"reasons": [c.reason for c in got], "features": held}), flush=True)
     os._exit(0)
 """)
 
 
 def test_ranks_wait_for_a_slower_ranks_seeds_past_the_timeout(tmp_path):
     """Rank 0 runs seeds 0 and 2 (6 s), rank 1 seed 1 (0.1 s): rank 1 waits for rank 0 past the
-    job's 2 s collective timeout, and both get the three results in seed order."""
+    job's 2 s collective timeout, and both get the three results in seed order. Rank 0, which
+    prints and writes, holds every seed's features; rank 1 its own seed's only (the others' results
+    come without them)."""
     driver = tmp_path / "seeds.py"
     driver.write_text(UNEQUAL_SEEDS_DRIVER)
     (r0, out0, err0), (r1, out1, err1) = launch([], driver=driver, MHAAUDIT_DIST_TIMEOUT=2)
     assert (r0, r1) == (0, 0), err0 + err1
-    assert out0.strip() == out1.strip() == "[0, 1, 2]"
+    a, b = json.loads(out0), json.loads(out1)
+    assert a["reasons"] == b["reasons"] == ["seed 0", "seed 1", "seed 2"]
+    assert a["features"] == [0, 1, 2]
+    assert b["features"] == [None, 1, None]
