@@ -72,3 +72,16 @@ def test_the_exact_rank_functions_refuse_non_finite_input_with_a_clear_error():
         mhaaudit.svd_rank(torch.ones(4, dtype=torch.float64), rule)
     rank, *_ = mhaaudit.svd_rank(torch.eye(3, dtype=torch.float64), rule)
     assert int(rank) == 3
+
+
+def test_draw_critical_sizes_refuses_a_size_with_no_draw():
+    from mhaaudit.kruskal.sweep import draw_critical_sizes
+
+    X = torch.randn(5, 8, dtype=torch.float64)
+    for K, says in ((0, "K must be at least 1"), (6, "K must be at most 5")):
+        with pytest.raises(errors.InputError, match=says):
+            draw_critical_sizes(X, K, samples=3)
+    with pytest.raises(errors.InputError, match="samples must be at least 1"):
+        draw_critical_sizes(X, 3, samples=0)
+    orderings, kstar = draw_critical_sizes(X, 3, samples=4)
+    assert orderings.shape == (4, 3) and kstar.shape == (4,)

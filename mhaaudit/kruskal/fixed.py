@@ -194,18 +194,26 @@ def draw_decisions(
             ``samples`` is not a whole number of at least 1, ``device`` is unknown, or ``rule``'s tolerance
             is at least 1 at d columns.
     """
-    X = as_matrix(X)
-    k = validate.integer(param("k"), k, maximum=X.shape[0])
-    samples = validate.integer(param("samples"), samples)
-    gram, rule = draws_gram(X, rule, device)
+    gram, rule = draws_gram(X, rule, device, (param("k"), k), samples)
     return joined((sub, dec.full) for sub, dec in _decided_draws(gram, k, samples, seed, rule))
 
 
-def draws_gram(X, rule: RankRule | None, device: torch.device | str) -> tuple[Gram, RankRule]:
+def draws_gram(
+    X, rule: RankRule | None, device: torch.device | str, size: tuple[str, int], samples: int
+) -> tuple[Gram, RankRule]:
     """The Gram of the rows of ``X`` on ``device`` that the draws of :func:`draw_decisions` and
     :func:`~.sweep.draw_critical_sizes` are decided from (rescaled), and the rule they are decided
-    under (``rule`` fixed for ``X``)."""
+    under (``rule`` fixed for ``X``), once the draws asked for are checked: ``size`` (the parameter's
+    name and its value) rows of the T, ``samples`` times.
+
+    Raises:
+        InputError: when ``X`` is not a finite numeric T x d matrix, the size is not a whole number
+            from 1 to T, ``samples`` is not a whole number of at least 1, ``device`` is unknown, or
+            ``rule``'s tolerance is at least 1 at d columns.
+    """
     X = as_matrix(X)
+    validate.integer(size[0], size[1], maximum=X.shape[0])
+    validate.integer(param("samples"), samples)
     rule, _ = fixed_rule(X, rule or RankRule.for_dtype(X.dtype), need_stats=False)
     unit, _ = unit_of(rows_of(X), rule)
     return Gram(unit, resolve_device(device)), unit.rule

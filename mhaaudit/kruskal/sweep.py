@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from ..distributed import shared
+from ..errors import param
 from ..numerics import (
     TINY_GRAM,
     RankRule,
@@ -175,8 +176,12 @@ def draw_critical_sizes(
     rule: RankRule | None = None,
     device: torch.device | str = "cpu",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The nested draws of ``kruskal_sweep`` up to size K and each one's k*: ``(orderings (N, K), kstar (N,))``."""
-    gram, rule = draws_gram(X, rule, device)
+    """The nested draws of ``kruskal_sweep`` up to size K and each one's k*: ``(orderings (N, K), kstar (N,))``.
+
+    Raises:
+        InputError: as :func:`~.fixed.draw_decisions`, for ``K`` in place of ``k``.
+    """
+    gram, rule = draws_gram(X, rule, device, (param("K"), K), samples)
     return joined((idx, kstar) for idx, kstar, _ in _critical_sizes_of_draws(gram, K, samples, seed, rule, None))
 
 
