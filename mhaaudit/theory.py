@@ -11,7 +11,6 @@ by all examples.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,6 +64,51 @@ class CapacityBound:
         return {**dataclasses.asdict(self), "notes": list(self.notes)}
 
 
+def _check_verdicts(a1_holds: bool | None, a2_holds: bool | None) -> None:
+    """Return nothing when both assumption verdicts are True, False or None.
+
+    Raises:
+        InputError: when ``a1_holds`` or ``a2_holds`` is anything else.
+    """
+    for name, val in (("a1_holds", a1_holds), ("a2_holds", a2_holds)):
+        if val is not None and not isinstance(val, (bool, np.bool_)):
+            raise InputError(f"{name} must be True, False or None, got {val!r}")
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """The checked numbers of one :func:`theorem1_bound` call; they build its :class:`CapacityBound`."""
+
+    heads: int
+    head_dim: int
+    n: int
+    d: int
+    kruskal_estimate: int | None
+
+    def bound(self, notes: list[str], **fields) -> CapacityBound:
+        """A :class:`CapacityBound` with these inputs, ``fields`` and the notes as they stand now."""
+        return CapacityBound(
+            **fields,
+            notes=tuple(notes),
+            heads=self.heads,
+            head_dim=self.head_dim,
+            n=self.n,
+            d=self.d,
+            kruskal_estimate=self.kruskal_estimate,
+        )
+
+    def not_applicable(self, notes: list[str], reason: str) -> CapacityBound:
+        """The bound that guarantees nothing, for ``reason``."""
+        return self.bound(notes, applies=False, count=None, formula="", which="not-applicable", reason=reason)
+
+    def applies(self, notes: list[str], symbol: str, rank: int, *, which: str, reason: str) -> CapacityBound:
+        """The bound ``H (min(rank, d_h) - 1) + 1``, its formula written with ``symbol`` for the rank."""
+        m = min(rank, self.head_dim)
+        count = self.heads * (m - 1) + 1
+        formula = f"H*(min({symbol}, d_h) - 1) + 1 = {self.heads}*(min({rank}, {self.head_dim}) - 1) + 1 = {count}"
+        return self.bound(notes, applies=True, count=count, formula=formula, which=which, reason=reason)
+
+
 def theorem1_bound(
     *,
     heads: int,
@@ -94,95 +138,63 @@ def theorem1_bound(
         The :class:`CapacityBound`: the count, the rule that gave it (Theorem 1, Remark 1 or none), and
         the reason and notes.
     """
-    heads = integer("heads", heads)
-    head_dim = integer("head_dim", head_dim)
-    n = integer("n", n)
-    d = integer("d", d)
-    if kruskal_estimate is not None:
-        kruskal_estimate = integer("kruskal_estimate", kruskal_estimate)
-    for name, val in (("a1_holds", a1_holds), ("a2_holds", a2_holds)):
-        if val is not None and not isinstance(val, (bool, np.bool_)):
-            raise InputError(f"{name} must be True, False or None, got {val!r}")
-
-    notes: list[str] = [_RECONSTRUCTED_NOTE]
-    bound = functools.partial(
-        CapacityBound, heads=heads, head_dim=head_dim, n=n, d=d, kruskal_estimate=kruskal_estimate
+    inputs = _Inputs(
+        heads=integer("heads", heads),
+        head_dim=integer("head_dim", head_dim),
+        n=integer("n", n),
+        d=integer("d", d),
+        kruskal_estimate=None if kruskal_estimate is None else integer("kruskal_estimate", kruskal_estimate),
     )
-
-    def not_applicable(reason: str) -> CapacityBound:
-        return bound(
-            applies=False,
-            count=None,
-            formula="",
-            which="not-applicable",
-            reason=reason,
-            notes=tuple(notes),
-        )
-
+    _check_verdicts(a1_holds, a2_holds)
+    notes: list[str] = [_RECONSTRUCTED_NOTE]
     if a2_holds is None:
-        return not_applicable("A2 (every context matrix has rank n) was not checked")
+        return inputs.not_applicable(notes, "A2 (every context matrix has rank n) was not checked")
     if not a2_holds:
-        return not_applicable("A2 fails: some context matrix E_t has rank below n")
-    if n >= d:
-        return not_applicable(f"n >= d ({n} >= {d}): Theorem 1 needs the context length below the width")
-
+        return inputs.not_applicable(notes, "A2 fails: some context matrix E_t has rank below n")
+    if inputs.n >= inputs.d:
+        return inputs.not_applicable(
+            notes, f"n >= d ({inputs.n} >= {inputs.d}): Theorem 1 needs the context length below the width"
+        )
     if a1_holds:
-        if kruskal_estimate is not None and kruskal_estimate < n:
-            notes.append(
-                f"the Kruskal-rank estimate {kruskal_estimate} is below n = {n} although A1 was "
-                "reported to hold; the A1 result was used"
-            )
-        m = min(n, head_dim)
-        count = heads * (m - 1) + 1
-        formula = f"H*(min(n, d_h) - 1) + 1 = {heads}*(min({n}, {head_dim}) - 1) + 1 = {count}"
-        if head_dim < n:
-            notes.append(
-                f"d_h = {head_dim} < n = {n} caps the bound: heads wider than n add nothing, narrower ones lose"
-            )
-        return bound(
-            applies=True,
-            count=count,
-            formula=formula,
-            which="theorem-1",
-            reason="A1 and A2 hold and n < d",
-            notes=tuple(notes),
-        )
+        return _theorem1(inputs, notes)
+    return _remark1(inputs, a1_holds, notes)
 
-    # A1 fails or was not checked: Remark 1 needs an estimate k < n.
-    state = "fails" if a1_holds is False else "was not checked"
-    if kruskal_estimate is None:
-        return not_applicable(f"A1 {state} and no Kruskal-rank estimate of the queries was given")
-    if kruskal_estimate >= n:
-        if a1_holds is None:
-            notes.append(
-                f"A1 was not checked; the Kruskal-rank estimate {kruskal_estimate} >= n = {n} was used in its place"
-            )
-            m = min(n, head_dim)
-            count = heads * (m - 1) + 1
-            formula = f"H*(min(n, d_h) - 1) + 1 = {heads}*(min({n}, {head_dim}) - 1) + 1 = {count}"
-            return bound(
-                applies=True,
-                count=count,
-                formula=formula,
-                which="theorem-1",
-                reason=f"Kruskal-rank estimate {kruskal_estimate} >= n, A2 holds and n < d",
-                notes=tuple(notes),
-            )
-        return not_applicable(
-            f"inconsistent inputs: A1 fails but the Kruskal-rank estimate {kruskal_estimate} is not below n = {n}"
+
+def _theorem1(inputs: _Inputs, notes: list[str]) -> CapacityBound:
+    """Theorem 1's bound when A1 and A2 hold and n < d, with a note on an estimate that disagrees with A1."""
+    n, head_dim, k = inputs.n, inputs.head_dim, inputs.kruskal_estimate
+    if k is not None and k < n:
+        notes.append(
+            f"the Kruskal-rank estimate {k} is below n = {n} although A1 was reported to hold; the A1 result was used"
         )
-    k = kruskal_estimate
-    m = min(k, head_dim)
-    count = heads * (m - 1) + 1
-    formula = f"H*(min(k, d_h) - 1) + 1 = {heads}*(min({k}, {head_dim}) - 1) + 1 = {count}"
+    if head_dim < n:
+        notes.append(f"d_h = {head_dim} < n = {n} caps the bound: heads wider than n add nothing, narrower ones lose")
+    return inputs.applies(notes, "n", n, which="theorem-1", reason="A1 and A2 hold and n < d")
+
+
+def _remark1(inputs: _Inputs, a1_holds: bool | None, notes: list[str]) -> CapacityBound:
+    """The bound when A1 fails or was not checked (A2 holds, n < d): Remark 1's with an estimate k < n, Theorem
+    1's when A1 was not checked and the estimate reaches n, else none."""
+    n, k = inputs.n, inputs.kruskal_estimate
+    state = "fails" if a1_holds is False else "was not checked"
+    if k is None:
+        return inputs.not_applicable(notes, f"A1 {state} and no Kruskal-rank estimate of the queries was given")
+    if k >= n:
+        if a1_holds is None:
+            notes.append(f"A1 was not checked; the Kruskal-rank estimate {k} >= n = {n} was used in its place")
+            return inputs.applies(
+                notes, "n", n, which="theorem-1", reason=f"Kruskal-rank estimate {k} >= n, A2 holds and n < d"
+            )
+        return inputs.not_applicable(
+            notes, f"inconsistent inputs: A1 fails but the Kruskal-rank estimate {k} is not below n = {n}"
+        )
     notes.append("the Kruskal rank is an estimate unless it was proven; the count inherits that status")
-    return bound(
-        applies=True,
-        count=count,
-        formula=formula,
+    return inputs.applies(
+        notes,
+        "k",
+        k,
         which="remark-1",
         reason=f"A1 {state}, A2 holds, queries' Kruskal rank estimated at k = {k} < n = {n}",
-        notes=tuple(notes),
     )
 
 
