@@ -196,6 +196,80 @@ class Decision:
     exact: torch.Tensor  # bool (B,): decided from eigenvalues or by SVD, not by the Cholesky certificates
 
 
+class _CholeskyCertificates:
+    """The two shifted-Cholesky certificates of :func:`decide_full_rank` on one batch of Gram matrices.
+
+    After :meth:`run`, ``full`` marks the subsets certified independent and ``undecided`` those that neither
+    certificate settled; a Gram matrix below ``TINY_GRAM`` (``tiny``) is never tried and is not in ``undecided``.
+    """
+
+    def __init__(
+        self, G: torch.Tensor, k: int, d: int, rule: RankRule, delta: float, lam_lo: torch.Tensor | None
+    ) -> None:
+        B = G.shape[0]
+        dev = G.device
+        self.G, self.B, self.delta, self.lam_lo = G, B, delta, lam_lo
+        self.full = torch.zeros(B, dtype=torch.bool, device=dev)
+        self.r = rule.rtol_for(k, d)
+        self.a = rule.atol_value
+        self.hi = torch.linalg.matrix_norm(G)  # Frobenius norm >= lambda_max: one pass over G
+        gdiag = G.diagonal(dim1=-2, dim2=-1)
+        maxdiag = gdiag.amax(-1)
+        self.m_full, self.m_def = cholesky_margins(k, d, gdiag.sum(-1), maxdiag)
+        self.tiny = maxdiag < TINY_GRAM
+        self.undecided = ~self.tiny
+        self.tightened = torch.zeros(B, dtype=torch.bool, device=dev)
+
+    def shifted_info(self, idx: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+        """Cholesky of G - shift I for the subsets idx; info > 0 where it is not positive definite."""
+        G = self.G
+        if idx.numel() == self.B:  # all of them: shift in place and restore the diagonal exactly
+            diag = G.diagonal(dim1=-2, dim2=-1)
+            saved = diag.clone()
+            diag.sub_(shift[:, None])
+            try:
+                return torch.linalg.cholesky_ex(G)[1]
+            finally:
+                diag.copy_(saved)
+        Gi = G[idx]
+        Gi.diagonal(dim1=-2, dim2=-1).sub_(shift[:, None])
+        return torch.linalg.cholesky_ex(Gi)[1]
+
+    def test_full(self, idx: torch.Tensor) -> None:
+        """Mark as full the subsets idx whose lambda_min(G) > s_hi >= the squared tolerance: independent."""
+        s_hi = torch.clamp(self.r * self.hi[idx].sqrt(), min=self.a) ** 2 * (1 + self.delta) + self.m_full[idx]
+        sure = idx[self.shifted_info(idx, s_hi) == 0]
+        self.full[sure] = True
+        self.undecided[sure] = False
+
+    def test_deficient(self, idx: torch.Tensor) -> None:
+        """Settle the subsets idx whose lambda_min(G) < s_lo <= the squared tolerance: dependent; and keep the
+        power-iteration bound on lambda_max where it beats the Frobenius norm (``tightened``)."""
+        G, hi = self.G, self.hi
+        lo, hi2 = lambda_max_bounds(G[idx] if idx.numel() < self.B else G)
+        if self.lam_lo is not None:
+            lo = torch.maximum(lo, self.lam_lo[idx] * (1 - 1e-12))
+        s_lo = torch.clamp(self.r * lo.sqrt(), min=self.a) ** 2 * (1 - self.delta) - self.m_def[idx]
+        info = self.shifted_info(idx, s_lo)
+        self.undecided[idx[(info > 0) & (s_lo > 0)]] = False  # a non-positive shift certifies nothing
+        better = hi2 < hi[idx]  # the power-iteration bound beats the Frobenius norm
+        hi[idx] = torch.minimum(hi[idx], hi2)
+        self.tightened[idx] = better
+
+    def run(self, deficient_first: bool) -> None:
+        """Return nothing: both certificates on every subset they may decide, in the order asked, and the one of
+        independence once more where the other found a tighter lambda_max."""
+        tests = (self.test_deficient, self.test_full) if deficient_first else (self.test_full, self.test_deficient)
+        for test in tests:
+            idx = self.undecided.nonzero().squeeze(-1)
+            if idx.numel():
+                test(idx)
+        if not deficient_first:  # test_full once more where test_deficient found a tighter lambda_max
+            idx = (self.undecided & self.tightened).nonzero().squeeze(-1)
+            if idx.numel():
+                self.test_full(idx)
+
+
 def decide_full_rank(
     G: torch.Tensor,
     rows_fn,
@@ -218,76 +292,25 @@ def decide_full_rank(
     """
     B = G.shape[0]
     dev = G.device
-    full = torch.zeros(B, dtype=torch.bool, device=dev)
     exact = torch.zeros(B, dtype=torch.bool, device=dev)
     if B == 0:
-        return Decision(full, exact)
-    r = rule.rtol_for(k, d)
-    a = rule.atol_value
-    hi = torch.linalg.matrix_norm(G)  # Frobenius norm >= lambda_max: one pass over G
-    gdiag = G.diagonal(dim1=-2, dim2=-1)
-    maxdiag = gdiag.amax(-1)
-    m_full, m_def = cholesky_margins(k, d, gdiag.sum(-1), maxdiag)
-    tiny = maxdiag < TINY_GRAM
-    undecided = ~tiny
-
-    def shifted_info(idx: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
-        """Cholesky of G - shift I for the subsets idx; info > 0 where it is not positive definite."""
-        if idx.numel() == B:  # all of them: shift in place and restore the diagonal exactly
-            diag = G.diagonal(dim1=-2, dim2=-1)
-            saved = diag.clone()
-            diag.sub_(shift[:, None])
-            try:
-                return torch.linalg.cholesky_ex(G)[1]
-            finally:
-                diag.copy_(saved)
-        Gi = G[idx]
-        Gi.diagonal(dim1=-2, dim2=-1).sub_(shift[:, None])
-        return torch.linalg.cholesky_ex(Gi)[1]
-
-    def test_full(idx: torch.Tensor) -> None:
-        # lambda_min(G) > s_hi >= the squared tolerance: independent
-        s_hi = torch.clamp(r * hi[idx].sqrt(), min=a) ** 2 * (1 + delta) + m_full[idx]
-        sure = idx[shifted_info(idx, s_hi) == 0]
-        full[sure] = True
-        undecided[sure] = False
-
-    tightened = torch.zeros(B, dtype=torch.bool, device=dev)
-
-    def test_deficient(idx: torch.Tensor) -> None:
-        # lambda_min(G) < s_lo <= the squared tolerance: dependent
-        lo, hi2 = lambda_max_bounds(G[idx] if idx.numel() < B else G)
-        if lam_lo is not None:
-            lo = torch.maximum(lo, lam_lo[idx] * (1 - 1e-12))
-        s_lo = torch.clamp(r * lo.sqrt(), min=a) ** 2 * (1 - delta) - m_def[idx]
-        info = shifted_info(idx, s_lo)
-        undecided[idx[(info > 0) & (s_lo > 0)]] = False  # a non-positive shift certifies nothing
-        better = hi2 < hi[idx]  # the power-iteration bound beats the Frobenius norm
-        hi[idx] = torch.minimum(hi[idx], hi2)
-        tightened[idx] = better
-
-    tests = (test_deficient, test_full) if deficient_first else (test_full, test_deficient)
-    for test in tests:
-        idx = undecided.nonzero().squeeze(-1)
-        if idx.numel():
-            test(idx)
-    if not deficient_first:  # test_full once more where test_deficient found a tighter lambda_max
-        idx = (undecided & tightened).nonzero().squeeze(-1)
-        if idx.numel():
-            test_full(idx)
+        return Decision(torch.zeros(B, dtype=torch.bool, device=dev), exact)
+    certificates = _CholeskyCertificates(G, k, d, rule, delta, lam_lo)
+    certificates.run(deficient_first)
+    full, undecided = certificates.full, certificates.undecided
     if bool(undecided.any()):
         # Eigenvalues of G are sigma^2 to within a rounding error far below the tolerance band;
         # only a subset whose smallest one sits within that error of the tolerance needs the SVD.
         idx = undecided.nonzero().squeeze(-1)
         lam = eigvalsh(G[idx])
         lmin, lmax = lam[:, 0], lam[:, -1].clamp_min(0)
-        tau = torch.clamp(r * lmax.sqrt(), min=a) ** 2
+        tau = torch.clamp(certificates.r * lmax.sqrt(), min=certificates.a) ** 2
         err = rounding_margin(k, d, lmax)
         clear = (lmin - tau).abs() > err + 1e-6 * tau
         full[idx[clear]] = lmin[clear] > tau[clear]
         exact[idx[clear]] = True
         undecided[idx[clear]] = False
-    undecided |= tiny
+    undecided |= certificates.tiny
     if bool(undecided.any()):
         idx = undecided.nonzero().squeeze(-1)
         for chunk in idx.split(64):
