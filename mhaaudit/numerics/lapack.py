@@ -370,83 +370,63 @@ class SweepKernel:
         return out, exact
 
     def _one(self, s: np.ndarray, Gp: np.ndarray, factor) -> tuple[int, int]:
-        K, delta, rt, a = self.K, self.delta, self.rt, self.a
-        rowsq = np.zeros(K)
-        dg = self.sqn[s]
-        maxdiag = np.maximum.accumulate(dg)
-        tiny = int(np.searchsorted(maxdiag, TINY_GRAM))  # leading blocks no certificate may decide
-        trace = np.cumsum(dg)
-        lam_lo = np.maximum(maxdiag, np.cumsum(self.proj[s] ** 2))
-        m_full, m_def = cholesky_margins(self.ks, self.d, trace, maxdiag)
-        m = 0
+        """k* of the draw ``s`` (an ordering of K rows), and how many sizes needed an exact decision."""
+        draw = _Draw(self, s, Gp)
+        draw.grow(max(1, min(self.K, max(self.hint, draw.tiny))))
+        lo, hi, exact = self._bisect_tiny(draw)
+        lo, more = self._narrow(draw, factor, lo, hi)
+        self.guess = max(1, lo)
+        return lo, exact + more
 
-        def grow(new_m: int) -> None:
-            nonlocal m
-            a0, b0 = self.row_start[m], self.row_start[new_m]
-            vals = self.entries.lower(s, m, new_m)
-            Gp.reshape(-1)[self.pos[a0:b0]] = vals
-            sq = np.add.reduceat(vals * vals, self.row_start[m:new_m] - a0)
-            d0 = dg[m:new_m]
-            rowsq[m:new_m] = 2.0 * sq - d0 * d0
-            m = new_m
-
-        def tight(k: int) -> tuple[float, float]:
-            """At size k: the shift that certifies independence (the largest squared tolerance
-            plus the rounding margin), and the smallest squared tolerance (before any margin),
-            from power-iteration bounds on lambda_max(G_k)."""
-            lo_k, hi_k = power_bounds(Gp[:k, :k], self.proj[s[:k]], float(trace[k - 1]))
-            hi_k = min(hi_k, math.sqrt(max(float(rowsq[:k].sum()), 0.0)))
-            lo_k = max(lo_k, float(lam_lo[k - 1]))
-            s_hi = max(rt[k - 1] * math.sqrt(hi_k), a) ** 2 * (1 + delta) + m_full[k - 1]
-            t_lo = max(rt[k - 1] * math.sqrt(lo_k), a) ** 2 * (1 - delta)
-            return s_hi, t_lo
-
-        grow(max(1, min(K, max(self.hint, tiny))))
-        cache: dict[int, tuple[float, float]] = {}
-
-        def shifts(k: int) -> tuple[float, float]:
-            if k not in cache:
-                cache[k] = tight(k)
-            return cache[k]
-
-        lo, hi, exact = 0, K, 0  # every k <= lo is independent, every k > hi dependent
-        while lo < min(tiny, hi):  # blocks below TINY_GRAM: exact decisions, by bisection
-            mid = (lo + min(tiny, hi) + 1) // 2
-            full, was_exact = self._decide(s, Gp, mid)
+    def _bisect_tiny(self, draw: _Draw) -> tuple[int, int, int]:
+        """``(lo, hi, exact)`` after the leading blocks below ``TINY_GRAM``, which no certificate may decide, are
+        bisected by exact decisions: every k <= lo is independent, every k > hi dependent, and ``exact`` sizes
+        were decided exactly."""
+        lo, hi, exact = 0, self.K, 0  # every k <= lo is independent, every k > hi dependent
+        while lo < min(draw.tiny, hi):  # blocks below TINY_GRAM: exact decisions, by bisection
+            mid = (lo + min(draw.tiny, hi) + 1) // 2
+            full, was_exact = self._decide(draw.s, draw.Gp, mid)
             exact += was_exact
             lo, hi = (mid, hi) if full else (lo, mid - 1)
+        return lo, hi, exact
+
+    def _narrow(self, draw: _Draw, factor, lo: int, hi: int) -> tuple[int, int]:
+        """k* of the draw, found from ``lo`` (every k <= lo independent) and ``hi`` (every k > hi dependent) by
+        the shifted-Cholesky certificates of independence and dependence, and how many sizes among those needed
+        an exact decision."""
+        exact = 0
         j = self.guess  # where to aim the certificate of independence
         last_b = -1  # the lo at which the certificate of dependence last ran
         while lo < hi:
-            if lo >= m:  # every gathered size is independent: gather more rows
-                grow(min(hi, max(m + 16, int(m * 1.25))))
-                j = m
-            mm = min(hi, m)
+            if lo >= draw.m:  # every gathered size is independent: gather more rows
+                draw.grow_more(hi)
+                j = draw.m
+            mm = min(hi, draw.m)
             j = max(lo + 1, min(j, mm))
             before = (lo, hi)
             # independence of every leading block up to j: the largest tolerance there is j's
-            f = factor(j, shifts(j)[0])
+            f = factor(j, draw.shifts(j)[0])
             lo = max(lo, j if f == 0 else f - 1)
             if lo >= hi:
                 break
-            if lo == m:
+            if lo == draw.m:
                 continue
             # dependence of the block where a factorisation at the smallest open tolerance (that
             # of lo + 1; tolerances grow with k) fails, less the margin of the largest block
-            s_lo = shifts(lo + 1)[1] - m_def[mm - 1]
+            s_lo = draw.shifts(lo + 1)[1] - draw.m_def[mm - 1]
             if s_lo > 0 and lo != last_b:
                 last_b = lo
                 f = factor(mm, s_lo)
                 if lo < f <= mm:
                     hi = min(hi, f - 1)
-                elif f == 0 and m < hi:
-                    grow(min(hi, max(m + 16, int(m * 1.25))))
+                elif f == 0 and draw.m < hi:
+                    draw.grow_more(hi)
                     last_b = -1
                     continue
             if (lo, hi) == before and j == lo + 1:
                 # lambda_min(G_{lo+1}) sits within rounding distance of its tolerance:
                 # decide_full_rank falls back to eigenvalues or the SVD
-                full, was_exact = self._decide(s, Gp, lo + 1)
+                full, was_exact = self._decide(draw.s, draw.Gp, lo + 1)
                 exact += was_exact
                 if full:
                     lo += 1
@@ -454,7 +434,6 @@ class SweepKernel:
                     hi = lo
             # aim next at the top of the range when it just shrank from above, else just past lo
             j = hi if hi != before[1] else lo + 1
-        self.guess = max(1, lo)
         return lo, exact
 
     def _decide(self, s: np.ndarray, Gp: np.ndarray, k: int) -> tuple[bool, int]:
@@ -464,3 +443,56 @@ class SweepKernel:
             torch.from_numpy(A)[None], lambda j: self.rows_fn(s[:k])[None], k, self.d, self.rule, self.delta
         )
         return bool(dec.full[0]), int(dec.exact[0])
+
+
+class _Draw:
+    """One nested draw of :class:`SweepKernel` as it is decided: the indices ``s`` of its rows, the first ``m``
+    rows of its Gram matrix gathered into ``Gp`` (lower triangle), and per leading block the bounds, rounding
+    margins and (once asked for) shifts of the certificates. ``tiny``: how many leading blocks lie below
+    ``TINY_GRAM``, where no certificate may decide."""
+
+    def __init__(self, kernel: SweepKernel, s: np.ndarray, Gp: np.ndarray) -> None:
+        self.kernel, self.s, self.Gp = kernel, s, Gp
+        self.rowsq = np.zeros(kernel.K)
+        self.dg = kernel.sqn[s]
+        maxdiag = np.maximum.accumulate(self.dg)
+        self.tiny = int(np.searchsorted(maxdiag, TINY_GRAM))  # leading blocks no certificate may decide
+        self.trace = np.cumsum(self.dg)
+        self.lam_lo = np.maximum(maxdiag, np.cumsum(kernel.proj[s] ** 2))
+        self.m_full, self.m_def = cholesky_margins(kernel.ks, kernel.d, self.trace, maxdiag)
+        self.m = 0
+        self.cache: dict[int, tuple[float, float]] = {}
+
+    def grow(self, new_m: int) -> None:
+        """Return nothing: gather the Gram rows ``m`` to ``new_m`` into ``Gp`` and their squared row sums."""
+        kernel, m = self.kernel, self.m
+        a0, b0 = kernel.row_start[m], kernel.row_start[new_m]
+        vals = kernel.entries.lower(self.s, m, new_m)
+        self.Gp.reshape(-1)[kernel.pos[a0:b0]] = vals
+        sq = np.add.reduceat(vals * vals, kernel.row_start[m:new_m] - a0)
+        d0 = self.dg[m:new_m]
+        self.rowsq[m:new_m] = 2.0 * sq - d0 * d0
+        self.m = new_m
+
+    def grow_more(self, hi: int) -> None:
+        """Return nothing: gather a quarter more rows (16 at least), never beyond ``hi``."""
+        m = self.m
+        self.grow(min(hi, max(m + 16, int(m * 1.25))))
+
+    def shifts(self, k: int) -> tuple[float, float]:
+        """At size k: the shift that certifies independence (the largest squared tolerance plus the rounding
+        margin), and the smallest squared tolerance (before any margin), from power-iteration bounds on
+        lambda_max(G_k); computed once per size."""
+        if k not in self.cache:
+            self.cache[k] = self._tight(k)
+        return self.cache[k]
+
+    def _tight(self, k: int) -> tuple[float, float]:
+        """The two values of :meth:`shifts` at size k, computed."""
+        kernel, rt, a, delta = self.kernel, self.kernel.rt, self.kernel.a, self.kernel.delta
+        lo_k, hi_k = power_bounds(self.Gp[:k, :k], kernel.proj[self.s[:k]], float(self.trace[k - 1]))
+        hi_k = min(hi_k, math.sqrt(max(float(self.rowsq[:k].sum()), 0.0)))
+        lo_k = max(lo_k, float(self.lam_lo[k - 1]))
+        s_hi = max(rt[k - 1] * math.sqrt(hi_k), a) ** 2 * (1 + delta) + self.m_full[k - 1]
+        t_lo = max(rt[k - 1] * math.sqrt(lo_k), a) ** 2 * (1 - delta)
+        return s_hi, t_lo
