@@ -165,6 +165,59 @@ def _solve_qr(ZS: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return Q @ c
 
 
+def _checked_z(Z: torch.Tensor, d: int) -> tuple[torch.Tensor, int]:
+    """``Z`` as a float64 CPU tensor and ``d`` as an integer, once both are checked.
+
+    Raises:
+        InputError: when ``Z`` is not a non-empty T x (H d) matrix of finite values or ``d`` is not a positive
+            integer.
+    """
+    Z = torch.as_tensor(Z).to("cpu", torch.float64)
+    if Z.ndim != 2:
+        raise InputError(f"Z must be a matrix, got shape {tuple(Z.shape)}")
+    T, m = Z.shape
+    d = integer("d", d)
+    if T == 0 or m == 0 or m % d:
+        raise InputError(f"Z has shape {T} x {m}, which is not T x (H * {d}) with T >= 1")
+    if not torch.isfinite(Z).all():
+        raise InputError("Z contains NaN or infinite values")
+    return Z, d
+
+
+def _solve_on_rows(Zh: torch.Tensor, G: torch.Tensor, r: int, gen: torch.Generator) -> tuple[np.ndarray, float, str]:
+    """``(rows, residual, solver)``: r independent rows of Zh (T x m, rank r >= 1, Gram ``G``), the relative
+    residual of the weights solved on them for ``N(0, 1)`` labels drawn from ``gen``, and how they were solved.
+
+    The Gram route (rows by pivoted Cholesky, a Cholesky solve) comes first; when its residual shows the rows
+    too ill-conditioned for it, rows by a column-pivoted QR of Zh^T and a QR solve replace it if they do better.
+    """
+    import scipy.linalg
+
+    T = Zh.shape[0]
+    if r == T:
+        rows = np.arange(T)
+    else:  # greedy choice of r rows: pivoted Cholesky of the Gram matrix
+        _, piv, _, _ = scipy.linalg.lapack.dpstrf(G.numpy().copy(), lower=1)
+        rows = np.sort(piv[:r] - 1)
+    y = torch.randn(r, generator=gen, dtype=torch.float64)
+    idx = torch.as_tensor(rows, dtype=torch.long)
+    w = _solve_gram(Zh[idx], G[idx][:, idx], y)
+    residual = _residual(Zh[idx], w, y) if w is not None else float("inf")
+    if residual < 1e-8:
+        return rows, residual, "gram"
+    # Ill-conditioned rows: the Gram route squares the condition number. Choose the rows
+    # by a column-pivoted QR of Z_h^T and solve through a QR factorisation instead.
+    rows_q = rows
+    if r < T:
+        _, _, piv = scipy.linalg.qr(Zh.T.numpy(), mode="economic", pivoting=True)
+        rows_q = np.sort(piv[:r])
+    idx_q = torch.as_tensor(rows_q, dtype=torch.long)
+    rq = _residual(Zh[idx_q], _solve_qr(Zh[idx_q], y), y)
+    if rq < residual:
+        return rows_q, rq, "qr"
+    return rows, residual, "gram"
+
+
 def certify_head_prefixes(
     Z: torch.Tensor,
     d: int,
@@ -188,17 +241,8 @@ def certify_head_prefixes(
         InputError: when ``Z`` is not a non-empty T x (H d) matrix of finite values, ``d`` is not a positive
             integer, or ``heads`` names a count outside 1..H.
     """
-    import scipy.linalg
-
-    Z = torch.as_tensor(Z).to("cpu", torch.float64)
-    if Z.ndim != 2:
-        raise InputError(f"Z must be a matrix, got shape {tuple(Z.shape)}")
+    Z, d = _checked_z(Z, d)
     T, m = Z.shape
-    d = integer("d", d)
-    if T == 0 or m == 0 or m % d:
-        raise InputError(f"Z has shape {T} x {m}, which is not T x (H * {d}) with T >= 1")
-    if not torch.isfinite(Z).all():
-        raise InputError("Z contains NaN or infinite values")
     H = m // d
     hs = head_counts(list(heads), H)
     rule = rule or RankRule.for_dtype(torch.float64)
@@ -216,32 +260,11 @@ def certify_head_prefixes(
         r, smax, tol, smin, how = _z_rank(Zh, rule, smin_known)
         if r == T and smin > 0:
             smin_known = max(smin_known, smin)
-        solver = "gram"
         gen = torch.Generator(device="cpu").manual_seed(derive_seed(int(seed), "labels"))
         if r == 0:
-            rows = np.zeros(0, dtype=np.int64)
-            residual = 0.0
+            rows, residual, solver = np.zeros(0, dtype=np.int64), 0.0, "gram"
         else:
-            if r == T:
-                rows = np.arange(T)
-            else:  # greedy choice of r rows: pivoted Cholesky of the Gram matrix
-                _, piv, _, _ = scipy.linalg.lapack.dpstrf(G.numpy().copy(), lower=1)
-                rows = np.sort(piv[:r] - 1)
-            y = torch.randn(r, generator=gen, dtype=torch.float64)
-            idx = torch.as_tensor(rows, dtype=torch.long)
-            w = _solve_gram(Zh[idx], G[idx][:, idx], y)
-            residual = _residual(Zh[idx], w, y) if w is not None else float("inf")
-            if not residual < 1e-8:
-                # Ill-conditioned rows: the Gram route squares the condition number. Choose the rows
-                # by a column-pivoted QR of Z_h^T and solve through a QR factorisation instead.
-                rows_q = rows
-                if r < T:
-                    _, _, piv = scipy.linalg.qr(Zh.T.numpy(), mode="economic", pivoting=True)
-                    rows_q = np.sort(piv[:r])
-                idx_q = torch.as_tensor(rows_q, dtype=torch.long)
-                rq = _residual(Zh[idx_q], _solve_qr(Zh[idx_q], y), y)
-                if rq < residual:
-                    rows, residual, solver = rows_q, rq, "qr"
+            rows, residual, solver = _solve_on_rows(Zh, G, r, gen)
         out.append(
             HeadCertificate(
                 heads=h,

@@ -82,6 +82,41 @@ def _rank_tolerance(sv: np.ndarray, shape: tuple[int, int], rtol: float | None) 
     return tol, rule
 
 
+def _checked_matrix(Z: torch.Tensor, seed: int, rtol: float | None) -> np.ndarray:
+    """``Z`` as a float64 NumPy matrix on the CPU, once it, ``seed`` and ``rtol`` are checked.
+
+    Raises:
+        InputError: when ``seed`` is not an integer, ``rtol`` is not a number >= 0, or ``Z`` is not a real,
+            finite, non-empty matrix.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise InputError(f"seed must be an integer, got {seed!r}")
+    if rtol is not None and (isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not (rtol >= 0)):
+        raise InputError(f"rtol must be a non-negative number, got {rtol!r}")
+    Zt = as_real_tensor("Z", Z, (2,))
+    A = Zt.detach().to("cpu", torch.float64).numpy()
+    if not np.all(np.isfinite(A)):
+        raise InputError("Z contains NaN or infinite values")
+    T, m = A.shape
+    if T == 0 or m == 0:
+        raise InputError(f"Z is empty (shape {T} x {m})")
+    return A
+
+
+def _min_norm_solve(ZS: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """``(w, residual, cond)``: the minimum-norm solution of ``Z_S w = y`` through a QR of ``Z_S^T`` (m x r, full
+    column rank), its residual ``max |Z_S w - y| / max |y|`` and the condition number of ``Z_S``."""
+    import scipy.linalg
+
+    Qs, Rs = np.linalg.qr(ZS.T, mode="reduced")
+    c = scipy.linalg.solve_triangular(Rs, y, trans="T", lower=False)
+    w = Qs @ c
+    residual = float(np.max(np.abs(ZS @ w - y)) / max(np.max(np.abs(y)), np.finfo(np.float64).tiny))
+    svS = np.linalg.svd(ZS, compute_uv=False)
+    cond = float(svS[0] / svS[-1]) if svS[-1] > 0 else float("inf")
+    return w, residual, cond
+
+
 def memorization_certificate(Z: torch.Tensor, *, seed: int = 0, rtol: float | None = None) -> Certificate:
     """Certify that the MHA layer behind ``Z`` memorises ``rank(Z)`` examples.
 
@@ -99,18 +134,8 @@ def memorization_certificate(Z: torch.Tensor, *, seed: int = 0, rtol: float | No
     """
     import scipy.linalg
 
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise InputError(f"seed must be an integer, got {seed!r}")
-    if rtol is not None and (isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not (rtol >= 0)):
-        raise InputError(f"rtol must be a non-negative number, got {rtol!r}")
-    Zt = as_real_tensor("Z", Z, (2,))
-    A = Zt.detach().to("cpu", torch.float64).numpy()
-    if not np.all(np.isfinite(A)):
-        raise InputError("Z contains NaN or infinite values")
+    A = _checked_matrix(Z, seed, rtol)
     T, m = A.shape
-    if T == 0 or m == 0:
-        raise InputError(f"Z is empty (shape {T} x {m})")
-
     sv = np.linalg.svd(A, compute_uv=False)
     tol, rule = _rank_tolerance(sv, (T, m), rtol)
     r = int(np.sum(sv > tol))
@@ -139,14 +164,7 @@ def memorization_certificate(Z: torch.Tensor, *, seed: int = 0, rtol: float | No
     rows = np.sort(piv[:r])
     ZS = A[rows]
     y = torch.randn(r, generator=gen, dtype=torch.float64).numpy()
-
-    # Minimum-norm solution of Z_S w = y through a QR of Z_S^T (m x r, full column rank).
-    Qs, Rs = np.linalg.qr(ZS.T, mode="reduced")
-    c = scipy.linalg.solve_triangular(Rs, y, trans="T", lower=False)
-    w = Qs @ c
-    residual = float(np.max(np.abs(ZS @ w - y)) / max(np.max(np.abs(y)), np.finfo(np.float64).tiny))
-    svS = np.linalg.svd(ZS, compute_uv=False)
-    cond = float(svS[0] / svS[-1]) if svS[-1] > 0 else float("inf")
+    w, residual, cond = _min_norm_solve(ZS, y)
     if r < T:
         notes.append(f"Z has {T} rows but rank {r}: only the {r} chosen examples are certified")
     return Certificate(
