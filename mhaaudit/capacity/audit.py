@@ -113,6 +113,55 @@ class SharedContextCheck:
         return cls(cert.heads, bound, ("holds" if cert.rank <= bound else "fails") if shared_context else None)
 
 
+def _unavailable_record(base: dict, reason: str) -> dict:
+    """The one row of a column that could not run: ``base`` with every result empty and ``reason``."""
+    return {
+        **base,
+        "heads": None,
+        "rank": None,
+        "rank_cap": None,
+        "bound": None,
+        "bound_kind": "unavailable",
+        "bound_reason": reason,
+        "residual": None,
+        "prop2_bound": None,
+        "prop2_verdict": None,
+        "reason": reason,
+    }
+
+
+def _head_records(c: CapacityColumn, base: dict) -> list[dict]:
+    """The rows of a column that ran, one per head count h: ``base`` with h's certificate, its bound, Proposition
+    2's check and the assumptions the bound rests on."""
+    a = c.assumptions or Assumptions()
+    out = []
+    for cert in c.certificates:
+        b, p2 = c.bounds[cert.heads], c.prop2[cert.heads]
+        out.append(
+            {
+                **base,
+                "heads": cert.heads,
+                "rank": cert.rank,
+                "rank_cap": cert.rank_cap,
+                "bound": b.count,
+                "bound_kind": b.which,
+                "bound_reason": b.reason,
+                "bound_formula": b.formula,
+                "residual": cert.residual,
+                "rank_method": cert.method,
+                "z_tolerance_value": cert.tolerance,
+                "sigma_max": cert.sigma_max,
+                "prop2_bound": p2.bound,
+                "prop2_verdict": p2.verdict,
+                "assumption_1": a.a1,
+                "assumption_2": a.a2,
+                "kruskal_estimate": a.kruskal_estimate,
+                "reason": "",
+            }
+        )
+    return out
+
+
 @dataclass(repr=False)
 class CapacityResult(StoredResult):
     """Bound and certificate of every column; ``to_arrow()`` / ``to_pandas()`` give the rows
@@ -139,67 +188,34 @@ class CapacityResult(StoredResult):
 
     def records(self) -> list[dict]:
         """One row per column and head count h (one 'unavailable' row for a column that could not run)."""
-        s, info = self.settings, self.info
         out = []
         for c in self.columns:
-            base = {
-                "model": self.model,
-                "variant": c.variant,
-                "layer": s.layer,
-                "attention": s.attention,
-                "shared_context": s.shared_context,
-                "T": c.T or None,
-                "n": info.n,
-                "d": info.d,
-                "d_h": s.head_dim,
-                "H": info.num_heads,
-                "tolerance": s.z_tolerance,
-                "seed": s.seed,
-                "status": c.status,
-            }
+            base = self._column_record(c)
             if c.status != "ok":
-                out.append(
-                    {
-                        **base,
-                        "heads": None,
-                        "rank": None,
-                        "rank_cap": None,
-                        "bound": None,
-                        "bound_kind": "unavailable",
-                        "bound_reason": c.reason,
-                        "residual": None,
-                        "prop2_bound": None,
-                        "prop2_verdict": None,
-                        "reason": c.reason,
-                    }
-                )
+                out.append(_unavailable_record(base, c.reason))
                 continue
-            a = c.assumptions or Assumptions()
-            for cert in c.certificates:
-                b, p2 = c.bounds[cert.heads], c.prop2[cert.heads]
-                out.append(
-                    {
-                        **base,
-                        "heads": cert.heads,
-                        "rank": cert.rank,
-                        "rank_cap": cert.rank_cap,
-                        "bound": b.count,
-                        "bound_kind": b.which,
-                        "bound_reason": b.reason,
-                        "bound_formula": b.formula,
-                        "residual": cert.residual,
-                        "rank_method": cert.method,
-                        "z_tolerance_value": cert.tolerance,
-                        "sigma_max": cert.sigma_max,
-                        "prop2_bound": p2.bound,
-                        "prop2_verdict": p2.verdict,
-                        "assumption_1": a.a1,
-                        "assumption_2": a.a2,
-                        "kruskal_estimate": a.kruskal_estimate,
-                        "reason": "",
-                    }
-                )
+            out.extend(_head_records(c, base))
         return out
+
+    def _column_record(self, c: CapacityColumn) -> dict:
+        """The fields every row of column ``c`` shares: the run's settings, the model's sizes and the column's
+        status."""
+        s, info = self.settings, self.info
+        return {
+            "model": self.model,
+            "variant": c.variant,
+            "layer": s.layer,
+            "attention": s.attention,
+            "shared_context": s.shared_context,
+            "T": c.T or None,
+            "n": info.n,
+            "d": info.d,
+            "d_h": s.head_dim,
+            "H": info.num_heads,
+            "tolerance": s.z_tolerance,
+            "seed": s.seed,
+            "status": c.status,
+        }
 
     def table_records(self) -> list[dict]:
         """The rows of the table: :meth:`records`."""
