@@ -226,6 +226,139 @@ def _doc_picker(rng: np.random.Generator, n_docs: int, count: int):
     return pick
 
 
+def _require_possible(possible: int, count: int, what: str, words: str) -> None:
+    """Return nothing when ``possible`` examples (``what``, in words) are at least the ``count`` asked for.
+
+    Raises:
+        DataError: when they are fewer.
+    """
+    if possible < count:
+        raise DataError(
+            f"only {what} are possible from {words}; {count} were asked for (use more text or a smaller count)"
+        )
+
+
+@dataclass
+class _Drawn:
+    """The examples drawn so far, each new one checked against the earlier ones by ``finder``: their token ids,
+    the document each was cut from and its start there."""
+
+    finder: DuplicateFinder
+    ids: list[list[int]] = field(default_factory=list)
+    doc_index: list[int] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+
+    def add(self, example: list[int], doc: int, start: int) -> bool:
+        """Whether ``example`` was kept: it is, with its document and start, unless it repeats an earlier
+        example's tokens and repeats are redrawn."""
+        if not self.finder.add([sequence_key(example)])[0]:  # the same text elsewhere: not a new example
+            return False
+        self.ids.append(example)
+        self.doc_index.append(doc)
+        self.starts.append(start)
+        return True
+
+    def shortfall(self, what: str, words: str, count: int) -> DataError:
+        """The error for too few examples drawn: only so many ``what`` from ``words`` for the ``count`` asked."""
+        return DataError(f"could build only {len(self.ids)} {what} from {words}; {count} were asked for")
+
+    def examples(
+        self,
+        description: str,
+        what: str,
+        distinct: bool,
+        corpus: _Corpus,
+        is_next: list[bool] | None = None,
+        s1_lengths: list[int] | None = None,
+    ) -> TextExamples:
+        """The :class:`TextExamples` of what was drawn, the description told how many candidate ``what``
+        repeated an earlier one."""
+        repeats = self.finder.result().repeats
+        description += _repeats_words(repeats, what, distinct)
+        return TextExamples(
+            self.ids, is_next, description, self.doc_index, self.starts, s1_lengths, repeats, corpus.skips.as_dict()
+        )
+
+
+@dataclass
+class _Windows:
+    """GPT windows of ``n`` consecutive tokens cut from ``docs`` into ``drawn``, no two of one document
+    overlapping (``taken``: the starts of each document's windows)."""
+
+    docs: list[list[int]]
+    n: int
+    drawn: _Drawn
+    taken: dict[int, list[int]] = field(default_factory=dict)
+
+    def draw(self, rng: np.random.Generator, count: int) -> str:
+        """How the windows were drawn, once ``count`` are or every candidate was tried: one per document at a
+        uniform random start while there are enough documents, then (too few documents, or repeated text)
+        disjoint tiles."""
+        how = ""
+        if len(self.docs) >= count:
+            for d in rng.permutation(len(self.docs)).tolist():
+                if len(self.drawn.ids) == count:
+                    break
+                self._take(d, int(rng.integers(len(self.docs[d]) - self.n + 1)))
+            how = "one per document, uniform random starts"
+        if len(self.drawn.ids) < count:  # too few documents, or repeated text: disjoint tiles
+            self._tiles(rng, count)
+            how = (
+                f"documents cut into consecutive {self.n}-token tiles from a random offset, tiles drawn uniformly "
+                "without replacement"
+            )
+        return how
+
+    def _tiles(self, rng: np.random.Generator, count: int) -> None:
+        """Return nothing: cut every document into consecutive tiles from a random offset in
+        ``[0, len mod n]`` and take tiles drawn uniformly without replacement until ``count`` windows are drawn."""
+        n = self.n
+        tiles: list[tuple[int, int]] = []
+        for d, doc in enumerate(self.docs):
+            length = len(doc)
+            offset = int(rng.integers(length % n + 1))
+            tiles.extend((d, offset + k * n) for k in range((length - offset) // n))
+        for i in rng.permutation(len(tiles)).tolist():
+            if len(self.drawn.ids) == count:
+                break
+            self._take(*tiles[i])
+
+    def _take(self, d: int, start: int) -> None:
+        """Return nothing: draw the window of document ``d`` at ``start`` unless it overlaps one already taken
+        there or repeats one's text."""
+        if any(abs(start - s) < self.n for s in self.taken.get(d, ())):
+            return
+        if self.drawn.add(self.docs[d][start : start + self.n], d, start):
+            self.taken.setdefault(d, []).append(start)
+
+
+def _pair(
+    rng: np.random.Generator, docs: list[list[int]], a: int, n: int
+) -> tuple[int, bool, int, list[int], list[int]]:
+    """One candidate BERT pair with s1 cut from document ``a``: ``(len(s1), is_next, start of s1, s1, s2)``.
+
+    len(s1) is uniform in [5, n - 7) and s2 has the other n - 2 - len(s1) tokens; with probability 0.5 s2
+    continues s1 (``is_next``), else it is cut at a random place from another random document.
+    """
+    body = n - 2
+    s1_len = int(rng.integers(5, n - 7))
+    s2_len = body - s1_len
+    nxt = bool(rng.random() < 0.5)
+    doc_a = docs[a]
+    if nxt:
+        start = int(rng.integers(len(doc_a) - body + 1))
+        s1 = doc_a[start : start + s1_len]
+        s2 = doc_a[start + s1_len : start + body]
+    else:
+        start = int(rng.integers(len(doc_a) - s1_len + 1))
+        s1 = doc_a[start : start + s1_len]
+        b = int(rng.integers(len(docs) - 1))
+        b += b >= a
+        cut = int(rng.integers(len(docs[b]) - s2_len + 1))
+        s2 = docs[b][cut : cut + s2_len]
+    return s1_len, nxt, start, s1, s2
+
+
 def gpt_window_examples(
     docs: Sequence[str] | TextSource, tokenizer: Any, n: int, count: int, seed: int = 0, distinct: bool = True
 ) -> TextExamples:
@@ -250,62 +383,18 @@ def gpt_window_examples(
         raise InputError(f"n must be at least 1, got {n}")
     min_tokens = math.ceil(1.5 * n)
     corpus = _collect(docs, tokenizer, min_tokens, count, set())
-    lengths = [len(d) for d in corpus.docs]
-    possible = sum(length // n for length in lengths)
+    possible = sum(len(doc) // n for doc in corpus.docs)
     words = _corpus_words(corpus, min_tokens, "documents")
-    if possible < count:
-        raise DataError(
-            f"only {possible} disjoint {n}-token windows are possible from {words}; "
-            f"{count} were asked for (use more text or a smaller count)"
-        )
-    rng = data_rng(seed)
-    ids: list[list[int]] = []
-    doc_index: list[int] = []
-    starts: list[int] = []
-    finder = DuplicateFinder(keep=not distinct)
-    taken: dict[int, list[int]] = {}
-
-    def take(d: int, start: int) -> None:
-        if any(abs(start - s) < n for s in taken.get(d, ())):
-            return
-        window = corpus.docs[d][start : start + n]
-        if not finder.add([sequence_key(window)])[0]:  # the same text elsewhere: not a new example
-            return
-        taken.setdefault(d, []).append(start)
-        ids.append(window)
-        doc_index.append(d)
-        starts.append(start)
-
-    if len(lengths) >= count:
-        for d in rng.permutation(len(lengths)).tolist():
-            if len(ids) == count:
-                break
-            take(d, int(rng.integers(lengths[d] - n + 1)))
-        how = "one per document, uniform random starts"
-    if len(ids) < count:  # too few documents, or repeated text: disjoint tiles
-        tiles: list[tuple[int, int]] = []
-        for d, length in enumerate(lengths):
-            offset = int(rng.integers(length % n + 1))
-            tiles.extend((d, offset + k * n) for k in range((length - offset) // n))
-        for i in rng.permutation(len(tiles)).tolist():
-            if len(ids) == count:
-                break
-            take(*tiles[i])
-        how = (
-            f"documents cut into consecutive {n}-token tiles from a random offset, tiles drawn uniformly "
-            "without replacement"
-        )
-    if len(ids) < count:
-        raise DataError(
-            f"could build only {len(ids)} distinct disjoint {n}-token windows from {words}; {count} were asked for"
-        )
+    _require_possible(possible, count, f"{possible} disjoint {n}-token windows", words)
+    windows = _Windows(corpus.docs, n, _Drawn(DuplicateFinder(keep=not distinct)))
+    how = windows.draw(data_rng(seed), count)
+    if len(windows.drawn.ids) < count:
+        raise windows.drawn.shortfall(f"distinct disjoint {n}-token windows", words, count)
     description = (
         f"{count} GPT-style windows of {n} consecutive tokens, no two overlapping ({how}; seed {seed}; "
         f"{possible} disjoint windows possible) from {words}"
     )
-    repeats = finder.result().repeats
-    description += _repeats_words(repeats, "windows", distinct)
-    return TextExamples(ids, None, description, doc_index, starts, None, repeats, corpus.skips.as_dict())
+    return windows.drawn.examples(description, "windows", distinct, corpus)
 
 
 def bert_pair_examples(
@@ -343,51 +432,23 @@ def bert_pair_examples(
     if len(lengths) < 2:
         raise DataError(f"BERT-style pairs need at least 2 documents with at least {body} tokens; found {words}")
     possible = sum(length - body + 1 for length in lengths)
-    if possible < count:
-        raise DataError(
-            f"only about {possible} distinct {n}-token pairs are possible from {words}; "
-            f"{count} were asked for (use more text or a smaller count)"
-        )
+    _require_possible(possible, count, f"about {possible} distinct {n}-token pairs", words)
     rng = data_rng(seed)
     pick = _doc_picker(rng, len(lengths), count)
-    ids: list[list[int]] = []
+    drawn = _Drawn(DuplicateFinder(keep=not distinct))
     is_next: list[bool] = []
-    doc_index: list[int] = []
-    starts: list[int] = []
     s1_lengths: list[int] = []
-    finder = DuplicateFinder(keep=not distinct)
     attempts = 0
     max_attempts = 20 * count + 1000
-    while len(ids) < count:
+    while len(drawn.ids) < count:
         attempts += 1
         a = pick()
         if attempts > max_attempts:
-            raise DataError(
-                f"could build only {len(ids)} distinct {n}-token pairs from {words}; {count} were asked for"
-            )
-        s1_len = int(rng.integers(5, n - 7))
-        s2_len = body - s1_len
-        nxt = bool(rng.random() < 0.5)
-        doc_a = corpus.docs[a]
-        if nxt:
-            start = int(rng.integers(lengths[a] - body + 1))
-            s1 = doc_a[start : start + s1_len]
-            s2 = doc_a[start + s1_len : start + body]
-        else:
-            start = int(rng.integers(lengths[a] - s1_len + 1))
-            s1 = doc_a[start : start + s1_len]
-            b = int(rng.integers(len(lengths) - 1))
-            b += b >= a
-            cut = int(rng.integers(lengths[b] - s2_len + 1))
-            s2 = corpus.docs[b][cut : cut + s2_len]
-        example = [cls_id, *s1, sep_id, *s2]
-        if not finder.add([sequence_key(example)])[0]:
-            continue
-        ids.append(example)
-        is_next.append(nxt)
-        doc_index.append(a)
-        starts.append(start)
-        s1_lengths.append(s1_len)
+            raise drawn.shortfall(f"distinct {n}-token pairs", words, count)
+        s1_len, nxt, start, s1, s2 = _pair(rng, corpus.docs, a, n)
+        if drawn.add([cls_id, *s1, sep_id, *s2], a, start):
+            is_next.append(nxt)
+            s1_lengths.append(s1_len)
     k = sum(is_next)
     reuse = "one per document" if len(lengths) >= count else "documents reused"
     description = (
@@ -395,6 +456,4 @@ def bert_pair_examples(
         f"in [5, {n - 7}); s2 continues s1 in the same document for {k}, cut from another random "
         f"document for {count - k}; {reuse}) from {words}"
     )
-    repeats = finder.result().repeats
-    description += _repeats_words(repeats, "pairs", distinct)
-    return TextExamples(ids, is_next, description, doc_index, starts, s1_lengths, repeats, corpus.skips.as_dict())
+    return drawn.examples(description, "pairs", distinct, corpus, is_next, s1_lengths)
