@@ -78,7 +78,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from .errors import InputError, MhaauditError, one_line, param
+from .errors import InputError, MhaauditError, current_names, one_line, param, parameter_names
 
 __all__ = [
     "RankCrashed",
@@ -643,7 +643,9 @@ def shared(fn: Callable) -> Callable:
         if s is None or s.depth:  # one process, or inside a shared call already
             return fn(*args, **kwargs)
         if s.leading:
-            s.broadcast(("call", key, tuple(_on_cpu(a) for a in args), _portable(kwargs)))
+            # with how the messages name parameters (the command line's flags), so that a note or
+            # reason made on another rank reads as one made on rank 0
+            s.broadcast(("call", key, tuple(_on_cpu(a) for a in args), _portable(kwargs), current_names()))
         s.depth += 1
         try:
             result = fn(*args, **kwargs)
@@ -706,9 +708,10 @@ def _follow(s: Session) -> int:
             return 2
         if msg[0] == "done":
             return 0
-        _, key, args, kwargs = msg
+        _, key, args, kwargs, names = msg
         try:
-            _shared_call(key)(*args, **kwargs)
+            with parameter_names(names) if names is not None else contextlib.nullcontext():
+                _shared_call(key)(*args, **kwargs)
         except Exception as exc:
             if os.environ.get("MHAAUDIT_DEBUG", "").strip() not in ("", "0"):
                 raise

@@ -51,6 +51,12 @@ def parameter_names(name_of: Callable[[str], str]) -> Iterator[None]:
         _NAMES.reset(token)
 
 
+def current_names() -> Callable[[str], str] | None:
+    """How messages made now name each parameter (see :func:`parameter_names`); None: the library's names.
+    A job's other processes make their messages under the same (:func:`mhaaudit.distributed.shared`)."""
+    return _NAMES.get()
+
+
 def plain(message: str) -> str:
     """``message`` with each ``{param:...}`` written as the current interface names it (see
     :func:`parameter_names`; by default the library's parameter): what ``str()`` of an error says."""
