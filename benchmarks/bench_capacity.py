@@ -47,7 +47,8 @@ def main() -> None:
 
     for h, a, b in zip(hs, ours, naive, strict=False):
         print(
-            f"  h = {h:3d}: rank ours {a.rank:6d} naive {b.rank:6d}   residual ours {a.residual:.1e} naive {b.residual:.1e}"
+            f"  h = {h:3d}: rank ours {a.rank:6d} naive {b.rank:6d}   residual ours {a.residual:.1e} naive "
+            f"{b.residual:.1e}"
         )
     same = all(a.rank == b.rank for a, b in zip(ours, naive, strict=False))
     print(f"ours {t_ours:.2f} s, naive {t_naive:.2f} s, ratio {t_naive / max(t_ours, 1e-9):.1f}x; ranks agree: {same}")

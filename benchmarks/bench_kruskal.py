@@ -213,7 +213,8 @@ def main() -> None:
     scaled_note = f" (timed on {r['naive_draws']} draws, scaled to {N})" if r["naive_draws"] < N else ""
     print(f"\n[k = {k}, {N} draws, both on {dev}]")
     print(
-        f"  paper's loop (matrix_rank per draw, float32): {r['naive_s']:8.3f} s{scaled_note}   fraction {r['naive_fraction']:.4f}"
+        f"  paper's loop (matrix_rank per draw, float32): {r['naive_s']:8.3f} s{scaled_note}   fraction "
+        f"{r['naive_fraction']:.4f}"
     )
     print(
         f"  mhaaudit subset_test:                          {r['ours_s']:8.3f} s   fraction {r['fraction']:.4f}  "
@@ -237,10 +238,12 @@ def main() -> None:
         + ", ".join(f"k={kk}: {v * 1e3:.1f} ms" for kk, v in s["loop_per_call_s"].items())
     )
     print(
-        f"  paper's loop at every 10th k ({s['naive_sizes']} sizes x {N} draws), extrapolated from those timings: {s['naive_s']:9.1f} s"
+        f"  paper's loop at every 10th k ({s['naive_sizes']} sizes x {N} draws), extrapolated from those timings: "
+        f"{s['naive_s']:9.1f} s"
     )
     print(
-        f"  mhaaudit kruskal_sweep, every k from 1 to {K}, measured:                                   {s['ours_s']:9.1f} s "
+        f"  mhaaudit kruskal_sweep, every k from 1 to {K}, measured:                                   "
+        f"{s['ours_s']:9.1f} s "
         f"({s['exact_rechecks']} exact re-checks; sizes above {s['kmax_sampled']} certified by the set rank)"
     )
     print(

@@ -347,8 +347,9 @@ def audit_main(a) -> None:
             runs["sweep"] = _cli(["kruskal", str(path), "--sweep", "--samples", str(a.sweep_samples)])
         for name, (wall, doc) in runs.items():
             meta = doc["meta"]
+            how = f"k {a.k} --samples {a.samples}" if name == "test" else f"sweep --samples {a.sweep_samples}"
             print(
-                f"kruskal --{'k ' + str(a.k) + ' --samples ' + str(a.samples) if name == 'test' else 'sweep --samples ' + str(a.sweep_samples)}: "
+                f"kruskal --{how}: "
                 f"wall {wall:.1f} s, peak RSS {meta['peak_rss_bytes'] / 1e9:.2f} GB ({meta['storage']}), "
                 f"the set's own rank (its own tolerance) {meta['set_rank']}, timings {meta['timings_s']}"
             )
@@ -361,10 +362,10 @@ def audit_main(a) -> None:
                 )
             else:
                 sm = meta.get("sweep_summary") or {}
-                w = sm.get("witness") or {}
+                w, ceiling = sm.get("witness") or {}, sm.get("ceiling", {})
                 print(
-                    f"  route {sm.get('gram')}: estimate {sm.get('estimate')}, ceiling {sm.get('ceiling', {}).get('value')} "
-                    f"({sm.get('ceiling', {}).get('kind')}), floor {sm.get('floor', {}).get('value')}, witness of "
+                    f"  route {sm.get('gram')}: estimate {sm.get('estimate')}, ceiling {ceiling.get('value')} "
+                    f"({ceiling.get('kind')}), floor {sm.get('floor', {}).get('value')}, witness of "
                     f"{len(w.get('indices', []))} rows"
                 )
         if a.compare_in_memory:

@@ -74,8 +74,10 @@ def main() -> None:
             lambda v=vary: audit(args.model, seeds=f"0-{args.seeds_count - 1}", vary=v, **common)
         )
         print(
-            f"--seeds 0-{args.seeds_count - 1} --vary {vary.strip():7s} in one run: {many:8.2f} s wall, {many_cpu:8.2f} s CPU  "
-            f"({many / one:.2f}x / {many_cpu / one_cpu:.2f}x one seed, {many_cpu / naive_cpu:.2f}x the naive runs' CPU; "
+            f"--seeds 0-{args.seeds_count - 1} --vary {vary.strip():7s} in one run: {many:8.2f} s wall, "
+            f"{many_cpu:8.2f} s CPU  "
+            f"({many / one:.2f}x / {many_cpu / one_cpu:.2f}x one seed, {many_cpu / naive_cpu:.2f}x the naive runs' "
+            "CPU; "
             f"{len(res.summaries)} cells)"
         )
 

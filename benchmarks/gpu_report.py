@@ -901,7 +901,8 @@ def table(parts: dict, s: dict | None, smoke: bool = False) -> str:
                 f"{_s(r['naive_s'])} (`matrix_rank` loop, timed on {r['naive_draws']} draws)",
                 _s(r["ours_s"]),
                 _ratio(r["naive_s"], r["ours_s"]),
-                f"{r['equal_float64']}/{r['check_draws']} decisions equal to `matrix_rank`; same draws and decisions as the CPU "
+                f"{r['equal_float64']}/{r['check_draws']} decisions equal to `matrix_rank`; same draws and decisions "
+                "as the CPU "
                 f"{r['equal_cpu']}/{r['check_draws']}, same test record {'yes' if r['record_equal_cpu'] else 'NO'}",
             ],
             "`bench_kruskal.py --device cuda`",

@@ -1,7 +1,8 @@
 """``python -m mhaaudit``: the command line, also as ``torchrun`` starts it.
 
 The same as the ``mhaaudit`` console script (``mhaaudit.cli.app:run``, which :func:`entry` calls).
-``torchrun --nproc-per-node N -m mhaaudit check MODEL ...`` runs this module in N processes; :func:`mhaaudit.distributed.run_cli`
+``torchrun --nproc-per-node N -m mhaaudit check MODEL ...`` runs this module in N processes;
+:func:`mhaaudit.distributed.run_cli`
 joins them into one job in which rank 0 alone prints and writes. Started any other way, this is
 the plain command line.
 """

@@ -114,7 +114,8 @@ def _check_layer(modality: str, layer: int | None, layers: Sequence[int] | None)
     """
     if layer is not None and layers is not None:
         raise InputError(
-            "{param:layer} has no effect with {param:layers}: {param:layers} names every depth to audit; give one of them"
+            "{param:layer} has no effect with {param:layers}: {param:layers} names every depth to audit; "
+            "give one of them"
         )
     if layer is not None and modality == "text":
         raise InputError(

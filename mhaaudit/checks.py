@@ -134,7 +134,8 @@ class ContextRankResult:
         return self.exact_status != "undecided"
 
     def record(self) -> dict:
-        """The row of a results table (the columns of ``tables.TEST_COLUMNS``), as ``SubsetTest.record`` gives its own."""
+        """The row of a results table (the columns of ``tables.TEST_COLUMNS``), as ``SubsetTest.record``
+        gives its own."""
         frac = self.full / self.T if self.T else 0.0
         return {
             "check": self.check,

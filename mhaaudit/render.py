@@ -202,7 +202,8 @@ def _finding(result, c, check, r) -> str:
     w = getattr(r, "witness", None)
     if w is not None:
         msg += escape(
-            f" Witness rows {list(w.indices)[:8]}{' ...' if len(w.indices) > 8 else ''} (sigma_min {w.singular_values[-1]:.3g} <= tol {w.tol:.3g})."
+            f" Witness rows {list(w.indices)[:8]}{' ...' if len(w.indices) > 8 else ''} (sigma_min "
+            f"{w.singular_values[-1]:.3g} <= tol {w.tol:.3g})."
         )
     return msg
 
@@ -430,8 +431,9 @@ def capacity_bound_lines(result) -> list[str]:
                 escape(
                     plain(
                         "    hint: the queries are numerically one vector (e.g. a [CLS] token before any attention, "
-                        "the same for every input), so Remark 1 guarantees a single example; {param:block} 2 audits and "
-                        "certifies block 2's attention on the output of block 1, where the paper finds Assumption 1 holding"
+                        "the same for every input), so Remark 1 guarantees a single example; {param:block} 2 audits "
+                        "and certifies block 2's attention on the output of block 1, where the paper finds "
+                        "Assumption 1 holding"
                     )
                 )
             )
@@ -443,7 +445,8 @@ def certificate_lines(result) -> list[str]:
     lines = [
         "[bold]The certificate[/bold]",
         "  rank(Z) = r: one attention layer with these key/query weights memorises the r chosen examples for ANY "
-        "labels; checked by solving the value/output weights for random N(0, 1) labels (residual = max |Z_S w - y| / max |y|).",
+        "labels; checked by solving the value/output weights for random N(0, 1) labels (residual = max |Z_S w - y| / "
+        "max |y|).",
     ]
     for c in result.columns:
         if c.status != "ok" or not c.certificates:
@@ -455,7 +458,8 @@ def certificate_lines(result) -> list[str]:
             cmp = f"; at least the bound {b.count}"
         elif b.applies and last.rank == c.T:
             cmp = plain(
-                f"; the bound {b.count} exceeds T = {c.T}, so every example is certified (raise {{param:limit}} to compare)"
+                f"; the bound {b.count} exceeds T = {c.T}, so every example is certified "
+                "(raise {param:limit} to compare)"
             )
         elif b.applies:
             cmp = f"; below the bound {b.count} (the theorem speaks of the best key/query weights; these certify fewer)"

@@ -239,8 +239,24 @@ def build_requests(
     if unknown:
         raise TypeError(f"not a request keyword: {', '.join(sorted(unknown))}")
     run = build_settings(settings, {k: v for k, v in keywords.items() if k in SETTINGS_KEYWORDS}, given)
-    load = _one(ModelRequest, model, "model", MODEL_KEYWORDS, keywords, given, lambda kw: ModelRequest(model, **kw))  # type: ignore[arg-type]
-    examples = _one(DataRequest, data, "data", DATA_KEYWORDS, keywords, given, lambda kw: DataRequest(data, **kw))  # type: ignore[arg-type]
+    load = _one(
+        ModelRequest,
+        model,
+        "model",
+        MODEL_KEYWORDS,
+        keywords,
+        given,
+        lambda kw: ModelRequest(model, **kw),  # type: ignore[arg-type]
+    )
+    examples = _one(
+        DataRequest,
+        data,
+        "data",
+        DATA_KEYWORDS,
+        keywords,
+        given,
+        lambda kw: DataRequest(data, **kw),  # type: ignore[arg-type]
+    )
     return Requests(load, examples, run)
 
 

@@ -111,7 +111,8 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
     if spec.startswith("cuda"):
         if not torch.cuda.is_available():
             raise InputError(
-                f"{{param:device}} {spec} was asked for but no CUDA device is available; use {{param:device}} cpu or auto"
+                f"{{param:device}} {spec} was asked for but no CUDA device is available; "
+                "use {param:device} cpu or auto"
             )
         try:
             dev = torch.device(spec)

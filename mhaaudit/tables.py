@@ -248,7 +248,8 @@ MEMORIZE_COLUMNS = _cols(
     (
         "seconds",
         "float64",
-        "the point's share of its group's training time (the group's wall time divided equally among the points training in it; a group's shares add up to its time)",
+        "the point's share of its group's training time (the group's wall time divided equally among the points "
+        "training in it; a group's shares add up to its time)",
     ),
     ("stopped_early", "bool", "whether training stopped once every example was memorised"),
     ("device", "string", "where the point was trained"),

@@ -3,7 +3,8 @@ tolerances, output paths.
 
 Each function takes the name its one-line error gives the value: a library parameter as
 ``param("limit")`` (:func:`mhaaudit.errors.param`: the library's message says ``limit``, the command
-line's ``--limit``), or a word (``"target"``). It returns the value in its checked form. The CLI and the library call the same
+line's ``--limit``), or a word (``"target"``). It returns the value in its checked form. The CLI and the library call
+the same
 functions, so an argument is refused the same way whichever door it came through.
 """
 

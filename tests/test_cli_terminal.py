@@ -186,7 +186,8 @@ def test_colours_on_a_terminal_and_never_with_no_color(npy):
 
 
 def test_kruskal_describes_the_data_once(npy):
-    """On a terminal (stdout and stderr both watched), the table says what the vectors are; stderr does not repeat it."""
+    """On a terminal (stdout and stderr both watched), the table says what the vectors are; stderr does not
+    repeat it."""
     rc, out, err = in_terminal(["kruskal", npy, *KRUSKAL], stdout_tty=True, stderr_tty=True)
     assert rc == 0
     assert (out + err).count(b"vectors in R^12") == 1

@@ -299,7 +299,8 @@ def test_saved_features_body(capsys, tmp_path, saved_features, profile):
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_parquet_metadata_of_features(capsys, tmp_path, profile):
-    """The ``mhaaudit`` key of a parquet file's schema metadata: anything there is a results file or not, never a bug."""
+    """The ``mhaaudit`` key of a parquet file's schema metadata: anything there is a results file or not,
+    never a bug."""
     where = Files(tmp_path)
     table = pa.table({"v": pa.array(X.tolist(), type=pa.list_(pa.float64()))})
 

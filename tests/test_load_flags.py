@@ -280,7 +280,8 @@ def test_cpu_rule_from_memory(llama_dir):
 
 
 def _planted(folder, marker, where: str):
-    """A copy of a BERT folder whose ``where`` (config, model or tokenizer) maps to code that leaves ``marker`` when imported."""
+    """A copy of a BERT folder whose ``where`` (config, model or tokenizer) maps to code that leaves ``marker``
+    when imported."""
     leave = f"import pathlib\npathlib.Path({str(marker)!r}).write_text('imported')\n"
     (folder / "configuration_planted.py").write_text(
         leave

@@ -11,7 +11,17 @@ import math
 
 import pytest
 import torch
-from modeltools import TOL, bert_config, hidden_states, ids, images, save_hf, tiny_bert, tiny_gpt2, vit_config  # noqa: F401
+from modeltools import (  # noqa: F401
+    TOL,
+    bert_config,
+    hidden_states,
+    ids,
+    images,
+    save_hf,
+    tiny_bert,
+    tiny_gpt2,
+    vit_config,
+)
 
 from mhaaudit.errors import InputError, ModelError
 from mhaaudit.models import load_model

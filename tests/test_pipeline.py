@@ -61,7 +61,8 @@ def test_stream_runs_text_models_with_segments(tmp_path, settings):
     notes: list[str] = []
     text = tmp_path / "docs.txt"
     text.write_text("\n\n".join(" ".join(f"word{i}x{j}" for j in range(60)) for i in range(30)))
-    with pytest.raises(Exception):  # noqa: B017 - a trained text model needs its own tokenizer files; the loader's error type is its own
+    # a trained text model needs its own tokenizer files; the loader's error type is its own
+    with pytest.raises(Exception):  # noqa: B017
         pipeline.stream(pm, DataRequest(data=str(text), limit=6, batch_size=4), [1], [lambda t: None], settings, notes)
     pm_random = pipeline.load(ModelRequest(str(tmp_path), context_length=16), "random", settings, max_layer=1)
     shapes = []

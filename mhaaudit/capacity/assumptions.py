@@ -163,7 +163,8 @@ def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
         )
     if not isinstance(meta, dict) or not all(isinstance(meta.get(k) or {}, dict) for k in ("model_info", "columns")):
         raise InputError(
-            f"{{param:from_path}} {p}: its 'mhaaudit' parquet metadata is malformed (not what {{param:check_out}} writes)"
+            f"{{param:from_path}} {p}: its 'mhaaudit' parquet metadata is malformed "
+            "(not what {param:check_out} writes)"
         )
     return meta, rows
 
@@ -296,11 +297,15 @@ def _check_same_examples(
 ) -> None:
     meta, rows = results
     p = Path(path)
-    way = "run 'mhaaudit check' with the same {param:data} and {param:limit}, or give capacity the ones the file was made with"
+    way = (
+        "run 'mhaaudit check' with the same {param:data} and {param:limit}, "
+        "or give capacity the ones the file was made with"
+    )
     file_limit = meta.get("limit")
     if limit is not None and file_limit is not None and int(file_limit) != int(limit):
         raise InputError(
-            f"{{param:from_path}} {p}: its audit read {{param:limit}} {file_limit} examples, this run {{param:limit}} {limit}; {way}"
+            f"{{param:from_path}} {p}: its audit read {{param:limit}} {file_limit} examples, this run {{param:limit}} "
+            f"{limit}; {way}"
         )
     file_T = next((r.get("T") for r in rows if r.get("check") == "assumption_2" and r.get("T") is not None), None)
     if T is not None and file_T is not None and int(file_T) != int(T):

@@ -594,7 +594,8 @@ def capacity_audit(
     vs = _variants(variants, request)
     if from_path is not None and (samples is not None or threshold is not None):
         raise InputError(
-            "{param:samples} and {param:threshold} have no effect with {param:from_path}: Assumption 1 is read from the file, "
+            "{param:samples} and {param:threshold} have no effect with {param:from_path}: "
+            "Assumption 1 is read from the file, "
             "not sampled"
         )
     head_counts(heads)  # syntax and sizes below 1, before any work; the model's head count is checked once known

@@ -110,7 +110,8 @@ def set_stats(X, rule: RankRule) -> SetStats:
       and a Gram's at most its trace); products flushed or rounded in the subnormal range add at
       most ``2 d T 2**-1022``. The eigenvalues of G^ (LAPACK, backward stable) are taken to be
       those of a matrix within ``16 d eps ||G^||`` of it: an assumption on the constant, which
-      LAPACK states only as p(d) eps with p unspecified (the rigorous worst case grows like d^2). By Weyl's theorem, ``|lam^_i - sigma_i^2| <= delta`` with
+      LAPACK states only as p(d) eps with p unspecified (the rigorous worst case grows like d^2). By Weyl's theorem,
+      ``|lam^_i - sigma_i^2| <= delta`` with
       ``delta`` twice the sum of these (``_gram_error``), so ``sigma_i`` lies in
       ``[lo_i, hi_i] = [sqrt(max(0, lam^_i - delta)), sqrt(lam^_i + delta)]``, each rounded outward.
     * The TSQR values ``t_i`` satisfy ``|t_i - sigma_i| <= c sigma_0`` with

@@ -454,7 +454,8 @@ def subset_test(
         the evidence (a witness, a certified ceiling) behind them.
 
     Raises:
-        InputError: when ``X`` is not a finite numeric T x d matrix, ``k`` is not a whole number of at least 1, ``samples`` or
+        InputError: when ``X`` is not a finite numeric T x d matrix, ``k`` is not a whole number of at least 1,
+            ``samples`` or
             ``threshold`` is out of range, ``device`` is unknown, ``rule``'s tolerance is at least 1 at d
             columns, or a keyword disagrees with ``sampling``.
     """

@@ -82,7 +82,8 @@ def test_evidence_lines(r: SubsetTest) -> list[str]:
         sv = r.witness.singular_values
         lines.append(
             f"  witness: rows {list(r.witness.indices)[:12]}{' ...' if len(r.witness.indices) > 12 else ''} "
-            f"have rank {r.witness.rank} < {len(r.witness.indices)} (smallest singular value {sv[-1]:.3g} <= tolerance {r.witness.tol:.3g})"
+            f"have rank {r.witness.rank} < {len(r.witness.indices)} (smallest singular value {sv[-1]:.3g} <= "
+            f"tolerance {r.witness.tol:.3g})"
         )
     if r.rank_histogram and r.sampled:
         items = sorted(r.rank_histogram.items())
@@ -98,7 +99,8 @@ def sweep_lines(sw: Sweep, label: str = "") -> list[str]:
     Kruskal rank or the interval it lies in; ``label`` begins the first line."""
     pre = f"{label}: " if label else ""
     out = [
-        f"{pre}Kruskal-rank estimate {sw.estimate} (largest k with satisfied fraction >= {sw.threshold} over {sw.samples} nested draws; an estimate).",
+        f"{pre}Kruskal-rank estimate {sw.estimate} (largest k with satisfied fraction >= {sw.threshold} over "
+        f"{sw.samples} nested draws; an estimate).",
         f"  certified ceiling {sw.ceiling.value}: {sw.ceiling.proves}.",
         f"  certified floor {sw.floor.value}: {sw.floor.proves}.",
     ]
@@ -106,11 +108,13 @@ def sweep_lines(sw: Sweep, label: str = "") -> list[str]:
         out.append(f"  exact: the floor meets the ceiling, so the Kruskal rank is {sw.exact_kruskal_rank} (a proof).")
     else:
         out.append(
-            f"  exact: the Kruskal rank lies in [{sw.floor.value}, {sw.ceiling.value}] (proven); every k in between is undecided."
+            f"  exact: the Kruskal rank lies in [{sw.floor.value}, {sw.ceiling.value}] (proven); "
+            "every k in between is undecided."
         )
     if sw.raw_estimate > sw.estimate:
         out.append(
-            f"  (the sampled fraction stayed above the threshold up to k = {sw.raw_estimate}; capped at the proven ceiling)"
+            f"  (the sampled fraction stayed above the threshold up to k = {sw.raw_estimate}; "
+            "capped at the proven ceiling)"
         )
     return out
 
@@ -169,7 +173,8 @@ def kruskal_report(result: KruskalResult) -> list:
     at_k = "".join(f"; at k = {k}: {c}" for k, c in result.set_rank_ceilings.items())
     out.append(
         f"Whole set as one matrix: numerical rank {result.set_rank} under its own tolerance; whole-set rank at "
-        f"the smallest tolerance a k-subset can have (no k-subset's rank exceeds it){at_k or ': the sweep certifies its ceiling with it'}. "
+        "the smallest tolerance a k-subset can have (no k-subset's rank exceeds it)"
+        f"{at_k or ': the sweep certifies its ceiling with it'}. "
         f"Rank rule: {result.rule.describe()}. "
         f"Threshold {result.threshold}, {result.samples} draws, seed {result.seed}, device {result.device}, "
         f"{result.total_s} s."

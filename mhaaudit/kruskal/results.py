@@ -368,7 +368,8 @@ class SubsetTest(ResultTable):
         return _meta(self)
 
     def renderables(self) -> list:
-        """The tables and lines ``kruskal`` prints for one test (:func:`~mhaaudit.kruskal.report.subset_test_report`)."""
+        """The tables and lines ``kruskal`` prints for one test
+        (:func:`~mhaaudit.kruskal.report.subset_test_report`)."""
         return subset_test_report(self)
 
     def summary_line(self) -> str:

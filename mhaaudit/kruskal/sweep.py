@@ -275,7 +275,8 @@ def kruskal_sweep(
         certified floor and ceiling with their evidence.
 
     Raises:
-        InputError: when ``X`` is not a finite numeric T x d matrix, ``samples`` or ``threshold`` is out of range, ``device`` is unknown,
+        InputError: when ``X`` is not a finite numeric T x d matrix, ``samples`` or ``threshold`` is out of range,
+            ``device`` is unknown,
             ``rule``'s tolerance is at least 1 at d columns, or a keyword disagrees with ``sampling``.
     """
     keywords = {k: v for k, v in locals().items() if k in SAMPLING_KEYWORDS}

@@ -79,7 +79,8 @@ def _read_results(path: Path) -> dict[str, dict]:
         rows = pq.read_table(path).to_pylist()
     except Exception as exc:
         raise InputError(
-            f"cannot read the existing results file {path} ({exc.__class__.__name__}); move it away or pick another {{param:out}}"
+            f"cannot read the existing results file {path} ({exc.__class__.__name__}); move it away or pick another "
+            f"{{param:out}}"
         ) from exc
     if rows and "config_key" not in rows[0]:
         raise InputError(

@@ -2,7 +2,8 @@
 
 P points of a grid (different H, n, d_h, T and seeds) are trained in the same steps. Each
 point's ``MemorizeModel`` weights are zero-padded to the group's largest H, d_h and n and
-flattened into one row of N numbers; every operation is a batched matrix product over the rows. The padding is exact, not approximate:
+flattened into one row of N numbers; every operation is a batched matrix product over the rows. The padding is exact,
+not approximate:
 
 - a padded head has W_V = 0 and W_O = 0, so it adds exactly 0 to the output, and the gradient of
   every one of its weights is exactly 0; Adam leaves a weight with zero gradient and zero moments

@@ -117,5 +117,6 @@ def offline_weights_error(name: str, what: str) -> OfflineError:
     """The error for trained weights that would have to come from the hub while offline."""
     return OfflineError(
         f"trained weights for {name} ({what}) are not on this machine and the hub cannot be reached; "
-        f"pass {{param:weights}} PATH (a folder saved with save_pretrained, or a timm checkpoint file), or use random weights"
+        f"pass {{param:weights}} PATH (a folder saved with save_pretrained, or a timm checkpoint file), "
+        "or use random weights"
     )

@@ -654,7 +654,10 @@ def _describe_mismatch(weights_dir: str, cfg: Any, kw: dict) -> str | None:
     first = mism[0]
     if isinstance(first, (tuple, list)) and len(first) == 3:
         key, have, want = first
-        return f"{len(mism)} parameter(s) of the wrong shape, e.g. {key}: {tuple(have)} in the checkpoint, {tuple(want)} expected"
+        return (
+            f"{len(mism)} parameter(s) of the wrong shape, e.g. {key}: {tuple(have)} in the checkpoint, "
+            f"{tuple(want)} expected"
+        )
     return f"{len(mism)} parameter(s) of the wrong shape, e.g. {first}"
 
 

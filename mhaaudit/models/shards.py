@@ -96,12 +96,16 @@ class WeightsRead(ReadFacts):
         return asdict(self)
 
     def describe(self) -> str:
-        """One line for the report, e.g. ``read 1.1 GiB of 140 GiB (0.8 %) of the weights, stored in bfloat16, from 1 of 30 files``."""
+        """One line for the report, e.g. ``read 1.1 GiB of 140 GiB (0.8 %) of the weights, stored in bfloat16,
+        from 1 of 30 files``."""
         total = f" of {human_bytes(self.bytes_total)}" if self.bytes_total else ""
         share = f" ({100.0 * self.bytes_read / self.bytes_total:.3g} %)" if self.bytes_total else ""
         files = f"{self.files_read} of {self.files_total} file{'s' if self.files_total != 1 else ''}"
         how = "" if self.method == "partial" else " (whole checkpoint: not in safetensors form)"
-        return f"read {human_bytes(self.bytes_read)}{total}{share} of the weights, stored in {self.stored_dtype}, from {files}{how}"
+        return (
+            f"read {human_bytes(self.bytes_read)}{total}{share} of the weights, stored in {self.stored_dtype}, "
+            f"from {files}{how}"
+        )
 
 
 def weights_read_text(read: dict | None) -> str:

@@ -6,7 +6,8 @@ count, with ``eps`` the machine epsilon of the features' *own* dtype (float32 fo
 activations). Every rank computation runs in float64, never in TF32 or reduced precision.
 
 ``numerics`` is the setting those computations run in: subnormals flushed to zero, TF32 off for
-every matrix product and convolution (``tf32_off``), and, optionally, fewer threads. Nothing here is an estimate; this module only states the rule.
+every matrix product and convolution (``tf32_off``), and, optionally, fewer threads. Nothing here is an estimate; this
+module only states the rule.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def numerics(threads: int | None = None):
     Eigen- and singular-value routines on nearly rank-deficient matrices (T copies of one [CLS]
     vector, say) can spend most of their time in subnormal arithmetic; values below 2.2e-308 lie
     far below any rank tolerance once the data are rescaled (``numerics.scale``, which runs with
-    ``subnormals_kept``), so no decision changes. On shared cores, multi-threaded LAPACK calls on mid-sized matrices can be
+    ``subnormals_kept``), so no decision changes. On shared cores, multi-threaded LAPACK calls on mid-sized matrices
+    can be
     erratic; ``threads=1`` avoids that where it does not cost. Flushing is a per-thread CPU
     setting: worker threads enter this context themselves. On exit every setting is what it was on
     entry (a thread that flushed before still does). Full float32 precision
@@ -229,7 +231,10 @@ class RankRule:
                 f"sigma > sigma_max * max(rows, cols) * eps({self.dtype}) with eps = {self.eps:.3g} "
                 "(torch.linalg.matrix_rank's default), computed in float64"
             )
-        return f"sigma > max(atol = {self.atol_value:.3g}, rtol = {self.rtol_for(1, 1):.3g} * sigma_max), computed in float64"
+        return (
+            f"sigma > max(atol = {self.atol_value:.3g}, rtol = {self.rtol_for(1, 1):.3g} * sigma_max), "
+            "computed in float64"
+        )
 
     def as_dict(self) -> dict:
         """``rtol``, ``atol``, ``eps``, ``dtype`` and the ``rule`` in words, for the JSON ``meta``."""

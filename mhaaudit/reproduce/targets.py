@@ -51,7 +51,8 @@ SWEEP_KINDS = ("sweep", "shape", "estimate")
 @dataclass(frozen=True, kw_only=True)
 class TargetSettings(SettingsFacts):
     """The settings of a table or Figure 1 run, as its ``meta`` gives them (in that order): the
-    :class:`~mhaaudit.facts.SettingsFacts` (draws, threshold, seeds, rank rule), the examples asked for, the data (None: the paper's online, the built-in offline), and the model
+    :class:`~mhaaudit.facts.SettingsFacts` (draws, threshold, seeds, rank rule), the examples asked for, the data
+    (None: the paper's online, the built-in offline), and the model
     keys a table ran (None for Figure 1: then the ``meta`` leaves them out)."""
 
     limit: int

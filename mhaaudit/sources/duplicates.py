@@ -125,7 +125,8 @@ def _take_rows(batch: Any, rows: list[int]) -> Any:
             name: value[rows] if getattr(value, "ndim", 0) >= 1 and _as_numpy(value) is not None else value
             for name, value in batch.items()
         }
-        # a Mapping subclass that builds from a dict (transformers' BatchEncoding); Mapping itself declares no constructor
+        # a Mapping subclass that builds from a dict (transformers' BatchEncoding); Mapping itself declares
+        # no constructor
         return out if type(batch) is dict else type(batch)(out)  # type: ignore[call-arg]
     if _as_numpy(batch) is not None:
         return batch[rows]
