@@ -25,37 +25,36 @@ def _num(v) -> str:
     return str(int(v))
 
 
-def _range(rec: dict) -> str:
-    if rec.get("median") is None:
+def _range(rec) -> str:
+    if rec.median is None:
         return "-"
-    if rec.get("runs", 0) == 1:
-        return f"{_num(rec['median'])} (single run)"
-    if rec["low"] == rec["high"]:
-        return f"{_num(rec['median'])} (every seed)"
-    return f"{_num(rec['median'])} [{_num(rec['low'])}, {_num(rec['high'])}]"
+    if rec.runs == 1:
+        return f"{_num(rec.median)} (single run)"
+    if rec.low == rec.high:
+        return f"{_num(rec.median)} (every seed)"
+    return f"{_num(rec.median)} [{_num(rec.low)}, {_num(rec.high)}]"
 
 
-def _exact(rec: dict) -> str:
-    status = rec.get("exact_status")
-    if status in (None, "undecided"):
+def _exact(rec) -> str:
+    if rec.exact is None or rec.exact.status == "undecided":
         return "undecided"
-    seeds = rec.get("exact_seeds") or []
+    seeds = rec.exact.seeds
     where = (
         "every seed"
-        if len(seeds) == rec.get("runs")
+        if len(seeds) == rec.runs
         else "seed" + ("s " if len(seeds) > 1 else " ") + ", ".join(map(str, seeds))
     )
-    return f"{status} (proven in {where})"
+    return f"{rec.exact.status} (proven in {where})"
 
 
-def _holds(rec: dict) -> str:
-    if "seeds_holding" not in rec:
+def _holds(rec) -> str:
+    if rec.holding is None:
         return "-"
-    return f"{rec['seeds_holding']} of {rec['runs']}"
+    return f"{rec.holding.holding} of {rec.runs}"
 
 
 def _cell_table(result) -> Table:
-    cells = [s for s in result.summaries if s.get("check") != "sweep_estimate" and s.get("value") != "our_value"]
+    cells = [s for s in result.summaries if s.cell.check != "sweep_estimate" and s.value != "our_value"]
     what = "rank(Z)" if result.command == "capacity" else "fraction"
     t = Table(
         title=f"Over {len(result.plan.seeds)} seeds: median \\[lowest, highest] of the {what}", title_justify="left"
@@ -68,14 +67,15 @@ def _cell_table(result) -> Table:
         t.add_column("seeds holding (paper's rule)", no_wrap=True)
         t.add_column("exact status", no_wrap=False)
     for s in cells:
+        cell = s.cell
         if capacity:
-            t.add_row(escape(str(s.get("variant"))), _num(s.get("layer")), _num(s.get("heads")), _range(s))
+            t.add_row(escape(str(cell.variant)), _num(cell.layer), _num(cell.heads), _range(s))
         else:
             t.add_row(
-                escape(str(s.get("variant"))),
-                _num(s.get("layer")),
-                CHECK_TITLES.get(s.get("check"), str(s.get("check"))),
-                _num(s.get("k")),
+                escape(str(cell.variant)),
+                _num(cell.layer),
+                CHECK_TITLES.get(cell.check, str(cell.check)),
+                _num(cell.k),
                 _range(s),
                 _holds(s),
                 _exact(s),
@@ -84,7 +84,7 @@ def _cell_table(result) -> Table:
 
 
 def _estimate_table(result) -> Table | None:
-    est = [s for s in result.summaries if s.get("check") == "sweep_estimate"]
+    est = [s for s in result.summaries if s.cell.check == "sweep_estimate"]
     if not est:
         return None
     t = Table(
@@ -99,12 +99,12 @@ def _estimate_table(result) -> Table | None:
             for _, recs in result.per_seed
             for r in recs
             if r.get("check") == "sweep_estimate"
-            and r.get("model") == s.get("model")
-            and r.get("variant") == s.get("variant")
-            and r.get("layer") == s.get("layer")
+            and r.get("model") == s.cell.model
+            and r.get("variant") == s.cell.variant
+            and r.get("layer") == s.cell.layer
         ]
         proven = [f"{x} (seed {seed})" for seed, _, x in per if x is not None]
-        name = f"{s.get('model')} {s.get('variant')}" if result.command == "reproduce" else str(s.get("variant"))
+        name = f"{s.cell.model} {s.cell.variant}" if result.command == "reproduce" else str(s.cell.variant)
         t.add_row(
             escape(name),
             _range(s),
@@ -129,21 +129,23 @@ def _reproduce_table(result) -> Table:
         "seeds matching",
     ):
         t.add_column(col, no_wrap=col != "what")
-    for s in (s for s in result.summaries if s.get("value") == "our_value"):
-        what = CHECK_TITLES.get(s.get("check"), s.get("check")) if s.get("kind") == "check" else s.get("kind")
-        paper = s.get("paper_verdict") or ""
-        if s.get("paper_value") is not None:
-            paper += f" {_num(s['paper_value'])}"
-        inside = {True: "inside", False: "outside", None: "-"}[s.get("paper_inside")]
+    for s in (s for s in result.summaries if s.value == "our_value"):
+        cell = s.cell
+        what = CHECK_TITLES.get(cell.check, cell.check) if cell.kind == "check" else cell.kind
+        paper = (s.paper.verdict if s.paper is not None else None) or ""
+        if s.paper is not None and s.paper.value is not None:
+            paper += f" {_num(s.paper.value)}"
+        against = s.against_paper
+        inside = {True: "inside", False: "outside", None: "-"}[against.inside if against is not None else None]
         t.add_row(
-            escape(str(s.get("model"))),
-            escape(str(s.get("column"))),
+            escape(str(cell.model)),
+            escape(str(cell.column)),
             escape(str(what)),
-            _num(s.get("k")),
+            _num(cell.k),
             escape(paper),
             _range(s),
             inside,
-            f"{s.get('seeds_matching', 0)} of {s.get('runs')}",
+            f"{against.seeds_matching if against is not None else 0} of {s.runs}",
         )
     return t
 
@@ -154,14 +156,14 @@ def seeds_report(result) -> list:
     items += [f"note: {escape(n)}" for n in result.notes[1:]]
     if result.command == "reproduce":
         items.append(_reproduce_table(result))
-    elif any(s.get("check") != "sweep_estimate" for s in result.summaries):
+    elif any(s.cell.check != "sweep_estimate" for s in result.summaries):
         items.append(_cell_table(result))
     est = _estimate_table(result)
     if est is not None:
         items.append(est)
     if result.differences:
         items.append("[bold]Differences[/bold] (seed by seed; called a difference only when the range excludes zero)")
-        items += [f"  {escape(d['conclusion'])}" for d in result.differences]
+        items += [f"  {escape(d.conclusion)}" for d in result.differences]
     elif result.command == "check" and est is None:
         items.append(
             plain(

@@ -50,16 +50,24 @@ from .io import stamp
 from .pipeline import shared_loads
 from .render_seeds import seeds_report
 from .settings import MAX_SEED
-from .tables import RESULT_KEY, StoredSweepResult
+from .tables import RESULT_KEY, StoredSweepResult, decode_result, encode_result
 
 __all__ = [
     "CAPACITY_LAYOUT",
+    "CELL_FIELDS",
     "CHECK_LAYOUT",
     "VARY",
+    "AgainstPaper",
+    "Cell",
+    "DifferenceRecord",
+    "ExactOverSeeds",
+    "Holding",
     "Layout",
+    "PaperValue",
     "SeedPlan",
     "SeedRun",
     "SeedsResult",
+    "SummaryRecord",
     "difference_records",
     "over_seeds",
     "parse_seeds",
@@ -286,13 +294,276 @@ def cell_of(rec: dict, key: Sequence[str]) -> tuple:
     return tuple(rec.get(k) for k in key)
 
 
-def _exact(statuses: dict) -> tuple[str, list[int]]:
+#: The fields a cell of a several-seed run may be keyed by (each command's layout names some of them).
+CELL_FIELDS = ("model", "variant", "column", "kind", "layer", "check", "k", "heads")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """What a summary's records agree on: ``key`` names the fields of the command's cell in the
+    order its records write them (:attr:`Layout.key`); a field the key does not name is None."""
+
+    key: tuple[str, ...]
+    model: str | None = None
+    variant: str | None = None
+    column: str | None = None
+    kind: str | None = None
+    layer: int | None = None
+    check: str | None = None
+    k: int | None = None
+    heads: int | None = None
+
+    @classmethod
+    def of(cls, key: Sequence[str], values: Sequence) -> Cell:
+        """The cell whose ``key`` fields hold ``values``.
+
+        Raises:
+            TypeError: when ``key`` names a field no cell has (a bug in a layout).
+        """
+        unknown = [k for k in key if k not in CELL_FIELDS]
+        if unknown:
+            raise TypeError(f"no cell field {', '.join(unknown)} (a cell is keyed by {', '.join(CELL_FIELDS)})")
+        return cls(tuple(key), **dict(zip(key, values, strict=True)))
+
+    def values(self, key: Sequence[str] | None = None) -> tuple:
+        """The values of ``key`` (default: the cell's own key); None for a field the cell does not name."""
+        return tuple(getattr(self, k) if k in self.key else None for k in (self.key if key is None else key))
+
+    def as_dict(self) -> dict:
+        """The cell's fields as its records write them, in the key's order."""
+        return dict(zip(self.key, self.values(), strict=True))
+
+
+@dataclass(frozen=True)
+class Holding:
+    """How many seeds' verdicts hold, and how many decide (hold or fail), under the paper's rule."""
+
+    holding: int
+    decided: int
+
+
+@dataclass(frozen=True)
+class ExactOverSeeds:
     """The exact status over the seeds: the one every proving seed found (fails or holds), mixed
     when proving seeds disagree, undecided when none proved it; and the seeds that proved it."""
+
+    status: str
+    seeds: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PaperValue:
+    """The published value a ``reproduce`` cell is compared with: its value, verdict and source."""
+
+    value: int | float | None
+    verdict: str | None
+    source: str | None
+
+
+@dataclass(frozen=True)
+class AgainstPaper:
+    """Our seeds beside the published value: how many match it, and whether it lies in the range of
+    ours (None without a published value or a range)."""
+
+    seeds_matching: int
+    inside: bool | None
+
+
+def _check_keys(record, data, where: str) -> None:
+    """Refuse ``data`` whose fields are not those ``record`` writes (in their order).
+
+    Raises:
+        ValueError: when they differ.
+    """
+    if list(record.as_dict()) != list(data):
+        raise ValueError(f"{where}: the fields {list(data)} are not those of a {type(record).__name__}")
+
+
+def _read(tp, data: dict, name: str, where: str):
+    if name not in data:
+        raise ValueError(f"{where}: lacks {name}")
+    return decode_result(tp, data[name])
+
+
+@dataclass(frozen=True)
+class SummaryRecord:
+    """One cell over the seeds (``aggregate = "summary"``): the seeds it ran in, the numbers of
+    ``value`` they gave, their median, lowest and highest (None without a number) and the phrase
+    that says them; where the records have them, how many seeds hold under the paper's rule and
+    the exact status over the seeds; for ``reproduce``, the published value beside ours.
+
+    :meth:`as_dict` is the record as the outputs write it; the result document stores the same
+    object and :meth:`from_document` reads it back."""
+
+    cell: Cell
+    value: str  # which value is summarised: fraction, rank, estimate, our_value
+    seeds: tuple[int, ...]
+    values: tuple[int | float, ...]
+    median: int | float | None
+    low: int | float | None
+    high: int | float | None
+    spread: str
+    holding: Holding | None = None
+    exact: ExactOverSeeds | None = None
+    paper: PaperValue | None = None
+    against_paper: AgainstPaper | None = None
+
+    @property
+    def runs(self) -> int:
+        """How many seeds ran the cell."""
+        return len(self.seeds)
+
+    def as_dict(self) -> dict:
+        """The summary record as the JSON and parquet outputs write it."""
+        rec = self.cell.as_dict()
+        if self.paper is not None:
+            rec |= {"paper_value": self.paper.value, "paper_verdict": self.paper.verdict, "source": self.paper.source}
+        rec |= {"aggregate": "summary", "seed": None, "value": self.value}
+        rec |= {"seeds": list(self.seeds), "runs": self.runs, "values": list(self.values)}
+        rec |= {"median": self.median, "low": self.low, "high": self.high}
+        if self.holding is not None:
+            rec |= {"seeds_holding": self.holding.holding, "seeds_decided": self.holding.decided}
+        if self.exact is not None:
+            rec |= {"exact_status": self.exact.status, "exact_seeds": list(self.exact.seeds)}
+        rec["spread"] = self.spread
+        if self.against_paper is not None:
+            rec |= {"seeds_matching": self.against_paper.seeds_matching, "paper_inside": self.against_paper.inside}
+        return rec
+
+    def document(self) -> dict:
+        """The record in a result document: :meth:`as_dict` as JSON data."""
+        return encode_result(self.as_dict())
+
+    @classmethod
+    def from_document(cls, data) -> SummaryRecord:
+        """The summary :meth:`document` wrote.
+
+        Raises:
+            ValueError: when ``data`` is not the object of a summary record.
+        """
+        where = "result.summaries[]"
+        if not isinstance(data, dict) or data.get("aggregate") != "summary":
+            raise ValueError(f"{where}: not a summary record: {data!r}")
+        key = [k for k in data if k in CELL_FIELDS]
+        cell = decode_result(Cell, {"key": key} | {k: data[k] for k in key})
+        number = int | float | None
+        out = cls(
+            cell=cell,
+            value=_read(str, data, "value", where),
+            seeds=_read(tuple[int, ...], data, "seeds", where),
+            values=_read(tuple[int | float, ...], data, "values", where),
+            median=_read(number, data, "median", where),
+            low=_read(number, data, "low", where),
+            high=_read(number, data, "high", where),
+            spread=_read(str, data, "spread", where),
+            holding=Holding(_read(int, data, "seeds_holding", where), _read(int, data, "seeds_decided", where))
+            if "seeds_holding" in data
+            else None,
+            exact=ExactOverSeeds(
+                _read(str, data, "exact_status", where), _read(tuple[int, ...], data, "exact_seeds", where)
+            )
+            if "exact_status" in data
+            else None,
+            paper=PaperValue(
+                _read(number, data, "paper_value", where),
+                _read(str | None, data, "paper_verdict", where),
+                _read(str | None, data, "source", where),
+            )
+            if "paper_value" in data
+            else None,
+            against_paper=AgainstPaper(
+                _read(int, data, "seeds_matching", where), _read(bool | None, data, "paper_inside", where)
+            )
+            if "seeds_matching" in data
+            else None,
+        )
+        _check_keys(out, data, where)
+        return out
+
+
+@dataclass(frozen=True)
+class DifferenceRecord:
+    """The difference of two cells' values seed by seed (``aggregate = "difference"``): the cells'
+    names ``a`` and ``b``, the seeds they share, the differences, their median and range, whether
+    that range excludes zero (only then is it called a difference) and the sentence that says so.
+
+    :meth:`as_dict` is the record as the outputs write it; the result document stores the same
+    object and :meth:`from_document` reads it back."""
+
+    check: str  # the check of the cells compared (sweep_estimate), or the value's name (rank)
+    value: str  # which value: estimate, rank
+    a: str
+    b: str
+    seeds: tuple[int, ...]
+    values: tuple[int | float, ...]  # a minus b, seed by seed
+    median: int | float
+    low: int | float
+    high: int | float
+    excludes_zero: bool
+    conclusion: str
+
+    @property
+    def runs(self) -> int:
+        """How many seeds the two cells share."""
+        return len(self.seeds)
+
+    def as_dict(self) -> dict:
+        """The difference record as the JSON and parquet outputs write it."""
+        return {
+            "aggregate": "difference",
+            "check": self.check,
+            "value": self.value,
+            "seed": None,
+            "a": self.a,
+            "b": self.b,
+            "seeds": list(self.seeds),
+            "runs": self.runs,
+            "values": list(self.values),
+            "median": self.median,
+            "low": self.low,
+            "high": self.high,
+            "excludes_zero": self.excludes_zero,
+            "conclusion": self.conclusion,
+        }
+
+    def document(self) -> dict:
+        """The record in a result document: :meth:`as_dict` as JSON data."""
+        return encode_result(self.as_dict())
+
+    @classmethod
+    def from_document(cls, data) -> DifferenceRecord:
+        """The difference :meth:`document` wrote.
+
+        Raises:
+            ValueError: when ``data`` is not the object of a difference record.
+        """
+        where = "result.differences[]"
+        if not isinstance(data, dict) or data.get("aggregate") != "difference":
+            raise ValueError(f"{where}: not a difference record: {data!r}")
+        number = int | float
+        out = cls(
+            check=_read(str, data, "check", where),
+            value=_read(str, data, "value", where),
+            a=_read(str, data, "a", where),
+            b=_read(str, data, "b", where),
+            seeds=_read(tuple[int, ...], data, "seeds", where),
+            values=_read(tuple[int | float, ...], data, "values", where),
+            median=_read(number, data, "median", where),
+            low=_read(number, data, "low", where),
+            high=_read(number, data, "high", where),
+            excludes_zero=_read(bool, data, "excludes_zero", where),
+            conclusion=_read(str, data, "conclusion", where),
+        )
+        _check_keys(out, data, where)
+        return out
+
+
+def _exact(statuses: dict) -> ExactOverSeeds:
+    """The exact status over the seeds (:class:`ExactOverSeeds`) from each seed's."""
     proved = {s: v for s, v in statuses.items() if v in ("fails", "holds")}
     found = set(proved.values())
     status = "undecided" if not found else found.pop() if len(found) == 1 else "mixed"
-    return status, sorted(proved)
+    return ExactOverSeeds(status, tuple(sorted(proved)))
 
 
 def _is_number(v) -> bool:
@@ -308,53 +579,44 @@ def _cells(per_seed: list[tuple[SeedRun, list[dict]]], key: Sequence[str]) -> di
     return cells
 
 
-def _spread_fields(numbers: list, runs: int) -> dict:
-    """The median, lowest and highest of a cell's values, and the phrase that says them."""
-    if not numbers:
-        return {"median": None, "low": None, "high": None, "spread": spread_phrase(numbers, runs)}
-    return {
-        "median": _median(numbers),
-        "low": min(numbers),
-        "high": max(numbers),
-        "spread": spread_phrase(numbers, runs),
-    }
-
-
-def _verdict_fields(members: list[tuple[SeedRun, dict]]) -> dict:
-    """How many seeds hold and decide under the paper's rule, and the exact status over the seeds,
-    where the cell's records have them."""
-    out: dict = {}
+def _holding(members: list[tuple[SeedRun, dict]]) -> Holding | None:
+    """How many seeds hold and decide under the paper's rule, where the cell's records have verdicts."""
     verdicts = [r.get("verdict") for _, r in members]
-    if any(v is not None for v in verdicts):
-        out["seeds_holding"] = sum(v == "holds" for v in verdicts)
-        out["seeds_decided"] = sum(v in ("holds", "fails") for v in verdicts)
-    if any("exact_status" in r for _, r in members):
-        out["exact_status"], out["exact_seeds"] = _exact({run.seed: r.get("exact_status") for run, r in members})
-    return out
+    if all(v is None for v in verdicts):
+        return None
+    return Holding(sum(v == "holds" for v in verdicts), sum(v in ("holds", "fails") for v in verdicts))
 
 
 def summary_records(
-    per_seed: list[tuple[SeedRun, list[dict]]], *, key: Sequence[str], value: str, extra: Sequence[str] = ()
-) -> list[dict]:
+    per_seed: list[tuple[SeedRun, list[dict]]], *, key: Sequence[str], value: str, paper: bool = False
+) -> list[SummaryRecord]:
     """One summary record per cell (the records that agree on ``key``): the median, lowest and
     highest ``value`` over the seeds, the seeds whose verdict holds under the paper's rule (when
-    the records have one), and the exact status where a seed proved it. ``extra`` fields are
-    copied from the cell's first record."""
+    the records have one), and the exact status where a seed proved it. With ``paper``, the
+    published value, verdict and source are copied from the cell's first record."""
     out = []
     for cell, members in _cells(per_seed, key).items():
         first = members[0][1]
         numbers: list[Any] = [r.get(value) for _, r in members if _is_number(r.get(value))]
-        rec = (
-            dict(zip(key, cell, strict=True))
-            | {k: first.get(k) for k in extra}
-            | {"aggregate": "summary", "seed": None, "value": value}
+        out.append(
+            SummaryRecord(
+                cell=Cell.of(key, cell),
+                value=value,
+                seeds=tuple(run.seed for run, _ in members),
+                values=tuple(numbers),
+                median=_median(numbers) if numbers else None,
+                low=min(numbers) if numbers else None,
+                high=max(numbers) if numbers else None,
+                spread=spread_phrase(numbers, len(members)),
+                holding=_holding(members),
+                exact=_exact({run.seed: r.get("exact_status") for run, r in members})
+                if any("exact_status" in r for _, r in members)
+                else None,
+                paper=PaperValue(first.get("paper_value"), first.get("paper_verdict"), first.get("source"))
+                if paper
+                else None,
+            )
         )
-        rec |= {"seeds": [run.seed for run, _ in members], "runs": len(members), "values": numbers}
-        spread_fields = _spread_fields(numbers, len(members))
-        rec |= {k: spread_fields[k] for k in ("median", "low", "high")}
-        rec |= _verdict_fields(members)
-        rec["spread"] = spread_fields["spread"]
-        out.append(rec)
     return out
 
 
@@ -397,7 +659,9 @@ def _conclusion(name_a: str, name_b: str, diffs: list) -> tuple[bool, str]:
     return False, f"{ranged}, which contains zero: not distinguishable with {len(diffs)} seeds"
 
 
-def _difference(a: dict[int, float], b: dict[int, float], names: tuple[str, str], what: tuple[str, str]) -> dict | None:
+def _difference(
+    a: dict[int, float], b: dict[int, float], names: tuple[str, str], what: tuple[str, str]
+) -> DifferenceRecord | None:
     """The difference record of two cells (their values by seed, their ``names``; ``what`` = the
     record's check and value), over the seeds they share; None when they share none."""
     common = [s for s in a if s in b]
@@ -405,39 +669,38 @@ def _difference(a: dict[int, float], b: dict[int, float], names: tuple[str, str]
         return None
     diffs = [a[s] - b[s] for s in common]
     excludes, said = _conclusion(*names, diffs)
-    return {
-        "aggregate": "difference",
-        "check": what[0],
-        "value": what[1],
-        "seed": None,
-        "a": names[0],
-        "b": names[1],
-        "seeds": common,
-        "runs": len(common),
-        "values": diffs,
-        "median": _median(diffs),
-        "low": min(diffs),
-        "high": max(diffs),
-        "excludes_zero": excludes,
-        "conclusion": said,
-    }
+    return DifferenceRecord(
+        check=what[0],
+        value=what[1],
+        a=names[0],
+        b=names[1],
+        seeds=tuple(common),
+        values=tuple(diffs),
+        median=_median(diffs),
+        low=min(diffs),
+        high=max(diffs),
+        excludes_zero=excludes,
+        conclusion=said,
+    )
 
 
 def difference_records(
-    summaries: list[dict],
+    summaries: list[SummaryRecord],
     per_seed: list[tuple[SeedRun, list[dict]]],
     *,
     key: Sequence[str],
     value: str,
     check: str | None = None,
     same: Sequence[str] = (),
-) -> list[dict]:
+) -> list[DifferenceRecord]:
     """For every pair of cells (of ``check``, when given; agreeing on the fields ``same``), the
     difference of their ``value`` seed by seed: its median and range, and whether the range
     excludes zero (only then is it called a difference)."""
     by_seed = _values_by_seed(per_seed, key, value, check)
     cells = [
-        cell_of(s, key) for s in summaries if (check is None or s.get("check") == check) and cell_of(s, key) in by_seed
+        s.cell.values(key)
+        for s in summaries
+        if (check is None or s.cell.check == check) and s.cell.values(key) in by_seed
     ]
     varying = [k for i, k in enumerate(key) if len({c[i] for c in cells}) > 1] or list(key)
     out = []
@@ -468,8 +731,11 @@ def _name(cell: tuple, key: Sequence[str], varying: Sequence[str]) -> str:
 
 @dataclass(repr=False)
 class SeedsResult(StoredSweepResult):
-    """The runs of several seeds side by side (:func:`spread`); ``records()`` holds the per-seed,
-    summary and difference records, ``sweep_rows()`` every seed's sweep rows (tagged with the seed).
+    """The runs of several seeds side by side (:func:`spread`): ``summaries`` (one
+    :class:`SummaryRecord` per cell) and ``differences`` (:class:`DifferenceRecord`) are typed;
+    ``per_seed`` holds each run's own records (those of the command run with that seed alone, tagged
+    with its seeds) and ``sweeps`` its sweep rows. ``records()`` holds them all as the outputs
+    write them, ``sweep_rows()`` every seed's sweep rows (tagged with the seed).
 
     ``SeedsResult.from_json`` / ``from_parquet`` read it back from what ``--seeds`` printed or
     wrote (``check``, ``kruskal --model``, ``capacity``, ``reproduce``), equal field by field. The
@@ -481,8 +747,8 @@ class SeedsResult(StoredSweepResult):
     command: str
     plan: SeedPlan
     per_seed: list[tuple[SeedRun, list[dict[str, Any]]]]  # each run's records, tagged with its seeds
-    summaries: list[dict[str, Any]]
-    differences: list[dict[str, Any]]
+    summaries: list[SummaryRecord]
+    differences: list[DifferenceRecord]
     sweeps: list[dict[str, Any]] = field(default_factory=list)
     meta_: dict[str, Any] = field(default_factory=dict)  # the meta, less the result itself
     notes: list[str] = field(default_factory=list)
@@ -491,7 +757,11 @@ class SeedsResult(StoredSweepResult):
 
     def records(self) -> list[dict]:
         """Every record: the per-seed records in seed order, then the summaries, then the differences."""
-        return [r for _, recs in self.per_seed for r in recs] + self.summaries + self.differences
+        return (
+            [r for _, recs in self.per_seed for r in recs]
+            + [s.as_dict() for s in self.summaries]
+            + [d.as_dict() for d in self.differences]
+        )
 
     def sweep_rows(self) -> list[dict]:
         """The swept columns' sweep rows of every seed, each tagged with its seed."""
@@ -501,9 +771,9 @@ class SeedsResult(StoredSweepResult):
         """The meta of the files written, with this result as a document under ``RESULT_KEY``."""
         return self.meta_ | {RESULT_KEY: self.result_document()}
 
-    def summary(self, check: str | None = None) -> list[dict]:
+    def summary(self, check: str | None = None) -> list[SummaryRecord]:
         """The summary records (one per cell: the between-seed range), of ``check`` only when given."""
-        return [s for s in self.summaries if check is None or s.get("check") == check]
+        return [s for s in self.summaries if check is None or s.cell.check == check]
 
     def renderables(self) -> list:
         """The tables and lines of the terminal report."""
@@ -535,13 +805,13 @@ def is_trained(record: dict) -> bool:
 class Layout:
     """How a command's runs are set side by side by :func:`spread`.
 
-    ``records(result)`` gives a run's records, summarised per ``key`` over ``value`` (``extra``
-    fields copied from each cell's first record); ``estimates(result)`` (optional) its sweep
-    estimates as records of ``check = "sweep_estimate"`` keyed by ``estimate_key``, whose pairs give
-    the difference records; ``trained(record)`` tells which records come from trained weights (no
-    weights seed); ``sweep_rows(result)`` its sweep rows. ``differences_same``, when given, makes
-    the ordinary cells' pairs that agree on those fields give differences too (capacity: the rank
-    of the columns at the same head count).
+    ``records(result)`` gives a run's records, summarised per ``key`` over ``value`` (with
+    ``paper``, the published value, verdict and source copied from each cell's first record);
+    ``estimates(result)`` (optional) its sweep estimates as records of ``check = "sweep_estimate"``
+    keyed by ``estimate_key``, whose pairs give the difference records; ``trained(record)`` tells
+    which records come from trained weights (no weights seed); ``sweep_rows(result)`` its sweep
+    rows. ``differences_same``, when given, makes the ordinary cells' pairs that agree on those
+    fields give differences too (capacity: the rank of the columns at the same head count).
     """
 
     command: str
@@ -552,11 +822,13 @@ class Layout:
     estimate_key: tuple[str, ...] = ()
     trained: Callable[[dict], bool] = is_trained
     sweep_rows: Callable[[Any], list[dict]] | None = None
-    extra: tuple[str, ...] = ()
+    paper: bool = False
     differences_same: tuple[str, ...] | None = None
 
 
-def _estimated(layout: Layout, plan: SeedPlan, runs: list) -> tuple[list, list, list]:
+def _estimated(
+    layout: Layout, plan: SeedPlan, runs: list
+) -> tuple[list[list[dict]], list[SummaryRecord], list[DifferenceRecord]]:
     """The runs' sweep estimates: (per-seed records, summaries, differences); none without ``estimates``."""
     if layout.estimates is None:
         return [[] for _ in runs], [], []
@@ -594,8 +866,8 @@ def spread(
     per_seed = [
         (run, _tag(layout.records(res), run, layout.trained)) for run, res in zip(plan.runs(), runs, strict=True)
     ]
-    summaries = summary_records(per_seed, key=layout.key, value=layout.value, extra=layout.extra)
-    differences = []
+    summaries = summary_records(per_seed, key=layout.key, value=layout.value, paper=layout.paper)
+    differences: list[DifferenceRecord] = []
     if layout.differences_same is not None:
         differences += difference_records(
             summaries, per_seed, key=layout.key, value=layout.value, same=layout.differences_same

@@ -20,9 +20,15 @@ from mhaaudit.auditing import AuditResult, capture_features
 from mhaaudit.errors import InputError
 from mhaaudit.render import print_json
 from mhaaudit.seeds import (
+    Cell,
+    DifferenceRecord,
+    ExactOverSeeds,
+    Holding,
+    PaperValue,
     SeedPlan,
     SeedRun,
     SeedsResult,
+    SummaryRecord,
     difference_records,
     parse_seeds,
     plan_seeds,
@@ -114,13 +120,53 @@ def test_summary_median_range_holding_and_exact_status():
         (SeedRun(2), _recs(2, 1.0, "holds")),
     ]
     (s,) = summary_records(per, key=("variant", "check", "k"), value="fraction")
-    assert s["aggregate"] == "summary" and s["seed"] is None and s["seeds"] == [0, 1, 2]
-    assert (s["median"], s["low"], s["high"]) == (0.99, 0.5, 1.0)
-    assert s["seeds_holding"] == 2 and s["runs"] == 3
-    assert s["exact_status"] == "fails" and s["exact_seeds"] == [1]
+    assert isinstance(s, SummaryRecord) and s.cell == Cell(
+        ("variant", "check", "k"), variant="random", check="assumption_1", k=5
+    )
+    assert s.seeds == (0, 1, 2) and s.values == (0.99, 0.5, 1.0) and s.runs == 3
+    assert (s.median, s.low, s.high) == (0.99, 0.5, 1.0)
+    assert s.holding == Holding(holding=2, decided=3)
+    assert s.exact == ExactOverSeeds("fails", (1,)) and s.paper is None and s.against_paper is None
+    expected = {
+        "variant": "random",
+        "check": "assumption_1",
+        "k": 5,
+        "aggregate": "summary",
+        "seed": None,
+        "value": "fraction",
+        "seeds": [0, 1, 2],
+        "runs": 3,
+        "values": [0.99, 0.5, 1.0],
+        "median": 0.99,
+        "low": 0.5,
+        "high": 1.0,
+        "seeds_holding": 2,
+        "seeds_decided": 3,
+        "exact_status": "fails",
+        "exact_seeds": [1],
+        "spread": "median 0.99, range 0.5 to 1 over 3 seeds",
+    }
+    assert list(s.as_dict().items()) == list(expected.items())  # the fields in the order the outputs write them
+    assert SummaryRecord.from_document(json.loads(json.dumps(encode_result(s)))) == s
     per[2] = (SeedRun(2), _recs(2, 1.0, "holds", "holds"))
     (s,) = summary_records(per, key=("variant", "check", "k"), value="fraction")
-    assert s["exact_status"] == "mixed" and s["exact_seeds"] == [1, 2]
+    assert s.exact == ExactOverSeeds("mixed", (1, 2))
+
+
+def test_summary_without_verdicts_or_numbers_and_with_the_paper():
+    per = [
+        (SeedRun(s), [{"model": "vit", "kind": "rank", "our_value": None, "paper_value": 3, "source": "T1"}])
+        for s in (0, 1)
+    ]
+    (s,) = summary_records(per, key=("model", "kind"), value="our_value", paper=True)
+    assert s.holding is None and s.exact is None and (s.median, s.low, s.high) == (None, None, None)
+    assert s.paper == PaperValue(3, None, "T1") and s.spread == "no value"
+    assert list(s.as_dict())[:5] == ["model", "kind", "paper_value", "paper_verdict", "source"]
+    assert SummaryRecord.from_document(encode_result(s)) == s
+    with pytest.raises(TypeError, match="no cell field"):
+        summary_records(per, key=("model", "target"), value="our_value")
+    with pytest.raises(ValueError, match="not those of a SummaryRecord"):
+        SummaryRecord.from_document(encode_result(s) | {"extra": 1})
 
 
 def test_a_single_run_is_labelled_and_never_a_difference():
@@ -128,7 +174,10 @@ def test_a_single_run_is_labelled_and_never_a_difference():
     per = [(SeedRun(0), [{"check": "e", "variant": "a", "v": 10}, {"check": "e", "variant": "b", "v": 3}])]
     sums = summary_records(per, key=("variant", "check"), value="v")
     (d,) = difference_records(sums, per, key=("variant", "check"), value="v", check="e")
-    assert d["excludes_zero"] is False and "not distinguishable with 1 seed" in d["conclusion"]
+    assert isinstance(d, DifferenceRecord) and (d.a, d.b, d.seeds, d.values, d.runs) == ("a", "b", (0,), (7,), 1)
+    assert d.excludes_zero is False and "not distinguishable with 1 seed" in d.conclusion
+    assert d.as_dict()["aggregate"] == "difference" and d.as_dict()["runs"] == 1
+    assert DifferenceRecord.from_document(json.loads(json.dumps(encode_result(d)))) == d
 
 
 def test_difference_excludes_zero_only_when_every_seed_agrees():
@@ -143,12 +192,9 @@ def test_difference_excludes_zero_only_when_every_seed_agrees():
         (d,) = difference_records(
             summary_records(p, key=("variant", "check"), value="v"), p, key=("variant", "check"), value="v", check="e"
         )
-        assert d["excludes_zero"] is excludes
-        assert d["values"] == [10 - b for b in b_values] and (d["low"], d["high"]) == (
-            min(d["values"]),
-            max(d["values"]),
-        )
-        assert ("not distinguishable with 3 seeds" in d["conclusion"]) is (not excludes)
+        assert d.excludes_zero is excludes
+        assert d.values == tuple(10 - b for b in b_values) and (d.low, d.high) == (min(d.values), max(d.values))
+        assert ("not distinguishable with 3 seeds" in d.conclusion) is (not excludes)
 
 
 # --------------------------------------------------------------------------- the weights and data seeds
@@ -228,6 +274,10 @@ def reads_back(text: str, out=None) -> SeedsResult:
     assert json.loads(json.dumps(back.meta())) == doc["meta"]
     assert json.loads(json.dumps(back.records())) == doc["records"]
     assert back.sweep_rows() == doc.get("sweep", [])
+    assert all(isinstance(s, SummaryRecord) for s in back.summaries)
+    assert all(isinstance(d, DifferenceRecord) for d in back.differences)
+    rows = [r for r in doc["records"] if r["aggregate"] != "seed"]
+    assert json.loads(json.dumps([s.as_dict() for s in back.summaries + back.differences])) == rows
     if out is not None:
         assert SeedsResult.from_parquet(out) == back
     return back
@@ -404,7 +454,7 @@ def test_seeds_result_repr_and_text(vit_dir):
     res = audit(str(vit_dir), variants=["embedding"], seeds=[0, 1], device="cpu", **RUN)
     assert repr(res).startswith("<SeedsResult check: 2 seeds")
     assert "Over 2 seeds" in str(res)
-    assert np.isfinite([r["median"] for r in res.summaries if r["median"] is not None]).all()
+    assert np.isfinite([r.median for r in res.summaries if r.median is not None]).all()
     assert isinstance(res.plan, SeedPlan)
     back = SeedsResult.from_json(printed(res))  # the object itself, read back: equal field by field
     assert back == res and str(back) == str(res) and back.records() == res.records() and back.meta() == res.meta()

@@ -13,10 +13,23 @@ paper's numbers are right; a difference names what differs, not which side is wr
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .. import validate
 from ..distributed import shared
 from ..errors import InputError
-from ..seeds import Layout, SeedsResult, cell_of, over_seeds, plan_seeds, runs_meta, spread, sweep_estimate_record
+from ..seeds import (
+    AgainstPaper,
+    Layout,
+    SeedsResult,
+    SummaryRecord,
+    cell_of,
+    over_seeds,
+    plan_seeds,
+    runs_meta,
+    spread,
+    sweep_estimate_record,
+)
 from .compare import Comparison, RunFacts
 from .published import TARGETS, published, target_spec
 from .targets import (
@@ -102,7 +115,7 @@ REPRODUCE_LAYOUT = Layout(
     estimates=_sweep_estimates,
     estimate_key=("model", "variant", "layer", "check"),
     sweep_rows=_sweep_rows,
-    extra=("paper_value", "paper_verdict", "source"),
+    paper=True,
 )
 
 
@@ -135,18 +148,20 @@ def reproduce_seeds(
     runs = over_seeds(reproduce_paper, plan, target=target, **options)
     meta = {k: v for k, v in runs_meta(runs, plan).items() if k != "counts"}  # counts are per seed: in the records
     out = spread(REPRODUCE_LAYOUT, plan, runs, meta=meta)
-    for rec in out.summaries:
-        if rec.get("value") == "our_value":
-            rec |= _against_paper(rec, out.per_seed)
+    out.summaries = [
+        replace(s, against_paper=_against_paper(s, out.per_seed)) if s.value == "our_value" else s
+        for s in out.summaries
+    ]
     out.title = runs[0].title
     return out
 
 
-def _against_paper(summary: dict, per_seed: list) -> dict:
+def _against_paper(summary: SummaryRecord, per_seed: list) -> AgainstPaper:
     """A summary's seeds that match the paper, and whether the published value lies in our range."""
-    cell = [r for _, recs in per_seed for r in recs if cell_of(r, _CELL) == cell_of(summary, _CELL)]
-    p, lo, hi = summary.get("paper_value"), summary.get("low"), summary.get("high")
-    return {
-        "seeds_matching": sum(r.get("status") == "match" for r in cell),
-        "paper_inside": None if p is None or lo is None else bool(lo <= p <= hi),
-    }
+    cell = [r for _, recs in per_seed for r in recs if cell_of(r, _CELL) == summary.cell.values(_CELL)]
+    p = summary.paper.value if summary.paper is not None else None
+    lo, hi = summary.low, summary.high
+    return AgainstPaper(
+        seeds_matching=sum(r.get("status") == "match" for r in cell),
+        inside=None if p is None or lo is None or hi is None else bool(lo <= p <= hi),
+    )
