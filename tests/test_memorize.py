@@ -131,7 +131,7 @@ def test_library_takes_cli_argument_names():
     cmd = typer.main.get_command(app)
     ctx = click.Context(cmd)
     sub = cmd.get_command(ctx, "memorize")
-    cli_names = {p.name for p in sub.params} - {"format", "quiet"}
+    cli_names = {p.name for p in sub.params} - {"fmt", "quiet"}
     lib_names = set(inspect.signature(run_memorize_grid).parameters) - {"progress"}
     assert cli_names <= lib_names
     assert lib_names - cli_names <= LIBRARY_ONLY

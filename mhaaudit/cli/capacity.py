@@ -4,39 +4,15 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from .options import (
-    DEFAULTS,
-    Atol,
-    BackendOpt,
-    BatchSize,
-    ContextLength,
-    ConvertRgb,
-    Data,
-    DataSeed,
-    Device,
-    Format,
-    FormatOpt,
-    ImageColumn,
-    KeepDuplicates,
+    Capture,
+    Checking,
     ModelArg,
-    Quiet,
-    Revision,
-    Rtol,
-    Samples,
-    Seed,
-    SeedsOpt,
-    Split,
-    TextColumn,
-    Threshold,
-    TrustRemoteCode,
-    Vary,
-    VaryOpt,
-    Weights,
-    WeightsSeed,
+    command_options,
     deprecation_line,
     emit_result,
     emit_seeds,
@@ -49,6 +25,9 @@ from .options import (
     run_settings,
 )
 
+if TYPE_CHECKING:  # the shared options, typed for mypy
+    from typing_extensions import Unpack
+
 _READS = "the attention of block K builds Z and the tokens read are its input, the output of block K-1"
 LAYER_DEPRECATED = deprecation_line("--layer", "--block", f"same meaning: {_READS}")
 
@@ -60,6 +39,16 @@ class Attention(str, Enum):
     random = "random"
 
 
+class CapacityOptions(Checking, Capture):
+    """The shared options that capacity takes."""
+
+
+@command_options(
+    CapacityOptions,
+    "model heads attention shared_context from_path variants weights block layer backend data split limit batch_size"
+    " keep_duplicates text_column image_column convert_rgb context_length revision trust_remote_code samples"
+    " threshold seed seeds vary weights_seed data_seed rtol atol device fmt out plot quiet",
+)
 def capacity(
     ctx: typer.Context,
     model: ModelArg,
@@ -96,7 +85,6 @@ def capacity(
             "--variants", help="Columns: random and/or trained (default both; trained needs the hub or --weights)."
         ),
     ] = None,
-    weights: Weights = None,
     block: Annotated[
         int | None,
         typer.Option(
@@ -111,32 +99,7 @@ def capacity(
             help="Deprecated alias of --block (same meaning: the tokens read are the input of block K, the output of block K-1).",
         ),
     ] = None,
-    backend: BackendOpt = None,
-    data: Data = None,
-    split: Split = "train",
     limit: Annotated[int, typer.Option("--limit", help="Number of examples T (rows of Z).")] = 2000,
-    batch_size: BatchSize = "32",
-    keep_duplicates: KeepDuplicates = False,
-    text_column: TextColumn = None,
-    image_column: ImageColumn = None,
-    convert_rgb: ConvertRgb = False,
-    context_length: ContextLength = None,
-    revision: Revision = None,
-    trust_remote_code: TrustRemoteCode = False,
-    samples: Samples = DEFAULTS["samples"],
-    threshold: Threshold = DEFAULTS["threshold"],
-    seed: Seed = DEFAULTS["seed"],
-    seeds: SeedsOpt = None,
-    vary: VaryOpt = Vary.both,
-    weights_seed: WeightsSeed = None,
-    data_seed: DataSeed = None,
-    rtol: Rtol = None,
-    atol: Atol = None,
-    device: Device = DEFAULTS["device"],
-    fmt: FormatOpt = Format.table,
-    out: Annotated[
-        Path | None, typer.Option("--out", help="Write the records to this parquet file (atomically).")
-    ] = None,
     plot: Annotated[
         Path | None,
         typer.Option(
@@ -144,7 +107,7 @@ def capacity(
             help="Draw rank(Z) against the number of heads, with the bound lines, to this .png/.pdf/.svg file.",
         ),
     ] = None,
-    quiet: Quiet = False,
+    **options: Unpack[CapacityOptions],
 ) -> None:
     """Memorisation capacity: the Theorem 1 bound from the audited assumptions, and a certificate.
 
@@ -158,24 +121,25 @@ def capacity(
     --block K reads the input of block K (the output of block K-1), where check --layer K reads
     the output of block K: capacity --block K+1 certifies the tokens check --layer K audits.
     """
-    with importing(quiet):  # the library, torch with it: seconds
+    with importing(options["quiet"]):  # the library, torch with it: seconds
         from ..capacity import capacity_audit
         from ..io import refuse_inputs
         from ..plot import plot_capacity
         from ..render import render_capacity
         from ..validate import integer, split_list
 
-    settings = run_settings(locals(), stop_when_decided=True)
+    fmt, out, data, seeds = options["fmt"], options["out"], options["data"], options["seeds"]
+    settings = run_settings(options, stop_when_decided=True)
     prepare_outputs(out, plot, fmt)
     if seeds is not None:
         refuse_unused(ctx, ("plot",), "with --seeds: it draws one run's ranks; run that seed alone with --seed")
-    refuse_inputs({"--out": out, "--plot": plot}, [model, weights, data, from_path])
+    refuse_inputs({"--out": out, "--plot": plot}, [model, options["weights"], data, from_path])
     refuse_data_options(ctx, data)
     if from_path is not None:
         refuse_unused(ctx, ("samples", "threshold"), "with --from: Assumption 1 is read from the file, not sampled")
     layer = None if layer is None else integer("--layer", layer)
     K = renamed("--layer", layer, "--block", block, note=f"same meaning: {_READS}")
-    req = run_requests(model, data, settings, locals())
+    req = run_requests(model, data, settings, {**options, "limit": limit})
     result = capacity_audit(
         req.model,
         data=req.data,
@@ -187,7 +151,7 @@ def capacity(
         variants=split_list(variants),
         block=K,
         seeds=seeds,
-        vary=vary.value,
+        vary=options["vary"].value,
     )
     if seeds is not None:
         emit_seeds(fmt, result, out)

@@ -4,42 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from .options import (
-    DEFAULTS,
-    AllDraws,
-    Atol,
-    BackendOpt,
-    BatchSize,
-    ContextLength,
-    ConvertRgb,
-    Data,
-    DataSeed,
-    Device,
-    Format,
-    FormatOpt,
-    ImageColumn,
-    KeepDuplicates,
+    Capture,
+    Checking,
+    Draws,
     ModelArg,
-    Out,
-    Plot,
-    Quiet,
-    Revision,
-    Rtol,
-    Samples,
-    Seed,
-    SeedsOpt,
-    Split,
-    TextColumn,
-    Threshold,
-    TrustRemoteCode,
-    Vary,
-    VaryOpt,
-    Weights,
-    WeightsSeed,
+    command_options,
     emit_result,
     emit_seeds,
     importing,
@@ -50,7 +24,20 @@ from .options import (
     run_settings,
 )
 
+if TYPE_CHECKING:  # the shared options, typed for mypy
+    from typing_extensions import Unpack
 
+
+class CheckOptions(Checking, Capture, Draws):
+    """The shared options that check takes."""
+
+
+@command_options(
+    CheckOptions,
+    "model variants layer layers backend weights data split text_column image_column convert_rgb limit batch_size"
+    " keep_duplicates context_length revision trust_remote_code query_index samples threshold seed seeds vary"
+    " weights_seed data_seed rtol atol device sweep all_draws fmt out plot save_features fail_on quiet",
+)
 def check(
     ctx: typer.Context,
     model: ModelArg,
@@ -76,42 +63,16 @@ def check(
             help="Audit several depths in one pass, e.g. 0-6 or 0,1: the output of each block K (0 = embedding output). Text default: 0,1.",
         ),
     ] = None,
-    backend: BackendOpt = None,
-    weights: Weights = None,
-    data: Data = None,
-    split: Split = "train",
-    text_column: TextColumn = None,
-    image_column: ImageColumn = None,
-    convert_rgb: ConvertRgb = False,
     limit: Annotated[int, typer.Option("--limit", help="Number of examples T.")] = 2000,
-    batch_size: BatchSize = "32",
-    keep_duplicates: KeepDuplicates = False,
-    context_length: ContextLength = None,
-    revision: Revision = None,
-    trust_remote_code: TrustRemoteCode = False,
     query_index: Annotated[
         int | None,
         typer.Option(
             "--query-index", help="Token used as the query (default: 0 = [CLS] for encoders, last for decoders)."
         ),
     ] = None,
-    samples: Samples = DEFAULTS["samples"],
-    threshold: Threshold = DEFAULTS["threshold"],
-    seed: Seed = DEFAULTS["seed"],
-    seeds: SeedsOpt = None,
-    vary: VaryOpt = Vary.both,
-    weights_seed: WeightsSeed = None,
-    data_seed: DataSeed = None,
-    rtol: Rtol = None,
-    atol: Atol = None,
-    device: Device = DEFAULTS["device"],
     sweep: Annotated[
         bool, typer.Option("--sweep", help="Also compute the Kruskal-rank curve (Figure 1) of each column.")
     ] = False,
-    all_draws: AllDraws = False,
-    fmt: FormatOpt = Format.table,
-    out: Out = None,
-    plot: Plot = None,
     save_features: Annotated[
         Path | None,
         typer.Option("--save-features", help="Write each column's reduced features here, for mhaaudit kruskal."),
@@ -123,15 +84,16 @@ def check(
             help="Exit 1 when this check fails in any column: general_position, assumption_1, assumption_2, assumption_3 or any.",
         ),
     ] = None,
-    quiet: Quiet = False,
+    **options: Unpack[CheckOptions],
 ) -> None:
     """Audit a transformer: Assumptions 1-3 and General Position at each probe point."""
-    with importing(quiet):  # the library, torch with it: seconds
+    with importing(options["quiet"]):  # the library, torch with it: seconds
         from ..auditing import audit
         from ..render import render_audit
         from ..validate import int_ranges, split_list
 
-    settings = run_settings(locals(), stop_when_decided=not all_draws)
+    fmt, out, plot, data, seeds = options["fmt"], options["out"], options["plot"], options["data"], options["seeds"]
+    settings = run_settings(options, stop_when_decided=not options["all_draws"])
     prepare_outputs(out, plot, fmt)
     refuse_data_options(ctx, data)
     if seeds is not None:
@@ -141,10 +103,10 @@ def check(
             "with --seeds: they write one run's features or curves; run that seed alone with --seed",
         )
     fails = _fail_checks(fail_on)
-    _check_output_paths(out, plot, save_features, [model, weights, data])
+    _check_output_paths(out, plot, save_features, [model, options["weights"], data])
     layer_list = None if layers is None else int_ranges(layers, "--layers", what="layers", minimum=0)
     sweep = sweep or (plot is not None and layer_list is None)  # the plot is the sweep curve, or the depth profile
-    req = run_requests(model, data, settings, locals())
+    req = run_requests(model, data, settings, {**options, "limit": limit, "query_index": query_index})
     result = audit(
         req.model,
         data=req.data,
@@ -155,7 +117,7 @@ def check(
         sweep=sweep,
         on_note=lambda m: print(f"Note: {m}", file=sys.stderr),
         seeds=seeds,
-        vary=vary.value,
+        vary=options["vary"].value,
     )
     if seeds is None:
         plot = _save_features_and_plot(result, save_features, plot)

@@ -4,34 +4,16 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from .options import (
-    DEFAULTS,
-    AllDraws,
-    Atol,
-    BackendOpt,
-    ConvertRgb,
-    DataSeed,
-    Device,
+    Checking,
+    Draws,
     Format,
-    FormatOpt,
-    ImageColumn,
-    Out,
-    Plot,
-    Quiet,
-    Revision,
-    Rtol,
-    Samples,
-    Seed,
-    TextColumn,
-    Threshold,
-    TrustRemoteCode,
-    Vary,
-    VaryOpt,
-    WeightsSeed,
+    Reading,
+    command_options,
     emit_result,
     emit_seeds,
     importing,
@@ -43,6 +25,9 @@ from .options import (
     run_settings,
 )
 
+if TYPE_CHECKING:  # the shared options, typed for mypy
+    from typing_extensions import Unpack
+
 
 class Vectors(str, Enum):
     """The vectors ``--vectors`` names: the query vectors, or the Assumption 3 vectors."""
@@ -51,6 +36,16 @@ class Vectors(str, Enum):
     a3 = "a3"
 
 
+class KruskalOptions(Checking, Reading, Draws):
+    """The shared options that kruskal takes."""
+
+
+@command_options(
+    KruskalOptions,
+    "features k sweep samples threshold seed seeds vary weights_seed data_seed rtol atol device all_draws fmt out plot"
+    " query_index key vectors n model backend variants variant weights data split limit batch_size revision"
+    " trust_remote_code keep_duplicates text_column image_column convert_rgb quiet",
+)
 def kruskal(
     ctx: typer.Context,
     features: Annotated[
@@ -69,9 +64,6 @@ def kruskal(
     sweep: Annotated[
         bool, typer.Option("--sweep", help="Satisfied fraction for every k from 1 to min(T, d) (the paper's Figure 1).")
     ] = False,
-    samples: Samples = DEFAULTS["samples"],
-    threshold: Threshold = DEFAULTS["threshold"],
-    seed: Seed = DEFAULTS["seed"],
     seeds: Annotated[
         str | None,
         typer.Option(
@@ -79,16 +71,6 @@ def kruskal(
             help="With --model: capture and estimate once per seed (e.g. 0-4 or 0,3,7; instead of --seed) and report the median and range over the seeds.",
         ),
     ] = None,
-    vary: VaryOpt = Vary.both,
-    weights_seed: WeightsSeed = None,
-    data_seed: DataSeed = None,
-    rtol: Rtol = None,
-    atol: Atol = None,
-    device: Device = DEFAULTS["device"],
-    all_draws: AllDraws = False,
-    fmt: FormatOpt = Format.table,
-    out: Out = None,
-    plot: Plot = None,
     query_index: Annotated[
         int | None,
         typer.Option(
@@ -124,7 +106,6 @@ def kruskal(
             show_default=False,
         ),
     ] = None,
-    backend: BackendOpt = None,
     variants: Annotated[
         str | None,
         typer.Option(
@@ -153,8 +134,6 @@ def kruskal(
     batch_size: Annotated[
         str, typer.Option("--batch-size", help="With no FEATURES: examples per forward pass, an integer or auto.")
     ] = "32",
-    revision: Revision = None,
-    trust_remote_code: TrustRemoteCode = False,
     keep_duplicates: Annotated[
         bool,
         typer.Option(
@@ -162,20 +141,18 @@ def kruskal(
             help="With no FEATURES: keep exact duplicate inputs (by default they are found before the forward pass, reported and dropped).",
         ),
     ] = False,
-    text_column: TextColumn = None,
-    image_column: ImageColumn = None,
-    convert_rgb: ConvertRgb = False,
-    quiet: Quiet = False,
+    **options: Unpack[KruskalOptions],
 ) -> None:
     """Estimate the Kruskal rank of a set of vectors: Monte-Carlo tests at candidate sizes, or a sweep."""
-    with importing(quiet):  # the library, torch with it: seconds
+    with importing(options["quiet"]):  # the library, torch with it: seconds
         from ..estimation import build_capture, estimate_kruskal_rank, kruskal_request
         from ..io import refuse_inputs
         from ..progress import log
         from ..render import render_kruskal
         from ..seeds import SeedsResult
 
-    settings = run_settings(locals(), stop_when_decided=not all_draws)
+    fmt, out, plot = options["fmt"], options["out"], options["plot"]
+    settings = run_settings(options, stop_when_decided=not options["all_draws"])
     prepare_outputs(out, plot, fmt)
     if features is not None:
         refuse_unused(
@@ -194,8 +171,9 @@ def kruskal(
     capture = None
     if features is None:
         variant = renamed("--variant", variant, "--variants", variants)
-        options = {"model": model, "variant": variant, "data": data, **request_keywords(locals())}
-        capture = build_capture(request, settings, {k: v for k, v in options.items() if k != "query_index"})
+        keywords = request_keywords({**locals(), **options})
+        capture_options = {"model": model, "variant": variant, "data": data, **keywords}
+        capture = build_capture(request, settings, {k: v for k, v in capture_options.items() if k != "query_index"})
     # The table's first line describes the data; the JSON and parquet outputs have it in their meta.
     result = estimate_kruskal_rank(
         request=request,
@@ -203,7 +181,7 @@ def kruskal(
         settings=settings,
         on_note=lambda line: log(line, settings.progress and fmt != Format.table),
         seeds=seeds,
-        vary=vary.value,
+        vary=options["vary"].value,
     )
     if isinstance(result, SeedsResult):
         emit_seeds(fmt, result, out)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ..defaults import MEMORIZE_PRESETS as PRESETS
-from .options import Device, Format, FormatOpt, Quiet, Seed, emit, importing, prepare_outputs, refuse_unused
+from .options import Common, command_options, emit, importing, prepare_outputs, refuse_unused
+
+if TYPE_CHECKING:  # the shared options, typed for mypy
+    from typing_extensions import Unpack
 
 # The members are the presets' names, built at import; mypy cannot list them.
 Preset = Enum("Preset", {name: name for name in PRESETS}, type=str)  # type: ignore[misc]
@@ -41,6 +44,11 @@ class Vary(str, Enum):
 _RANGE = "one value, a range or a list: 4, 1-8 or 1,2,4,8; several values vary it"
 
 
+@command_options(
+    Common,
+    "vary values n heads head_dim sizes preset task context classes tolerance epochs max_steps lr batch_size"
+    " check_every seed seeds device saturation out plot fmt quiet",
+)
 def memorize(
     ctx: typer.Context,
     vary: Annotated[
@@ -83,7 +91,6 @@ def memorize(
     check_every: Annotated[
         int, typer.Option("--check-every", help="Check for full memorisation (and stop) every this many steps.")
     ] = 200,
-    seed: Seed = 0,
     seeds: Annotated[
         str | None,
         typer.Option(
@@ -91,7 +98,6 @@ def memorize(
             help="Train every point for several seeds (e.g. 0-5 or 0,3,7) and report the mean and spread; instead of --seed.",
         ),
     ] = None,
-    device: Device = "auto",
     saturation: Annotated[
         bool, typer.Option("--saturation", help="Count saturated heads (softmax weight > 0.99) per example.")
     ] = False,
@@ -102,8 +108,7 @@ def memorize(
         Path | None,
         typer.Option(help="Memorisation vs the varied parameter, one line per size, to this .png/.pdf/.svg file."),
     ] = None,
-    format: FormatOpt = Format.table,
-    quiet: Quiet = False,
+    **options: Unpack[Common],
 ) -> None:
     """Train one-layer multi-head attention to memorise random labels (the paper's Section 5.2).
 
@@ -120,13 +125,13 @@ def memorize(
     Without --epochs/--max-steps each point trains max(500 epochs, 50k steps), as in the paper.
     Appendix H's saturation study: --heads 4 --n 32 --sizes 550 --saturation.
     """
-    with importing(quiet):  # the library, torch with it: seconds
+    with importing(options["quiet"]):  # the library, torch with it: seconds
         from ..io import refuse_inputs
         from ..memorize import MemorizeRequest, grid_axes, run_memorize_grid
         from ..progress import progress_enabled
         from ..render import render_memorize
 
-    prepare_outputs(out, plot, format)
+    prepare_outputs(out, plot, options["fmt"])
     refuse_inputs({"--plot": plot}, [out])
     if task == Task.regression:
         refuse_unused(ctx, ("classes",), "with --task regression: the labels are numbers in [0, 1]")
@@ -148,13 +153,13 @@ def memorize(
         lr=lr,
         batch_size=batch_size,
         check_every=check_every,
-        seed=seed,
+        seed=options["seed"],
         seeds=seeds,
-        device=device,
+        device=options["device"],
         saturation=saturation,
         out=out,
         plot=plot,
-        progress=progress_enabled(quiet),
+        progress=progress_enabled(options["quiet"]),
     )
     grid = run_memorize_grid(request)
     if grid.reused:
@@ -164,7 +169,7 @@ def memorize(
         )
     # --out is the grid's own results file (written point by point, for resuming): not emit's to write.
     emit(
-        format,
+        options["fmt"],
         grid.meta(),
         grid.table_records(),
         document=grid.to_dict(),

@@ -4,6 +4,10 @@ Every command ends in :func:`emit`: strict JSON or parquet on stdout, the record
 to ``--out`` when asked, or the command's renderer for people. Output paths are checked by
 :func:`prepare_outputs` before any work, so a bad path costs nothing and writes nothing.
 
+The options several commands share are one table: :class:`Options` (each option's ``Annotated``
+type: flag, help, panel) with its defaults :data:`DEFAULTS`; :func:`command_options` gives each
+command those it lists, in the order of its ``--help``, beside the options that are its own.
+
 No option is silently ignored: :func:`given` tells which options the user typed and
 :func:`refuse_unused` turns one that has no effect in the combination given into an input error
 naming the conflict. A renamed option keeps its old name for one release through
@@ -12,11 +16,12 @@ naming the conflict. A renamed option keeps its old name for one release through
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Callable, Mapping
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict, TypeVar, get_type_hints
 
 import typer
 
@@ -232,14 +237,165 @@ def emit_seeds(fmt: Format, result, out: Path | None) -> None:
     emit(fmt, result.meta(), result.records(), sweep=rows, out=out, render=lambda: render_seeds(result))
 
 
-class _Defaults(TypedDict):
-    samples: int
-    threshold: float
-    seed: int
-    device: str
+# --------------------------------------------------------------------------- the shared options, one table
 
 
-DEFAULTS: _Defaults = {"samples": DEFAULT_SAMPLES, "threshold": DEFAULT_THRESHOLD, "seed": 0, "device": "auto"}
+class Common(TypedDict):
+    """The options every command takes."""
+
+    seed: Seed
+    device: Device
+    fmt: FormatOpt
+    quiet: Quiet
+
+
+class Run(Common):
+    """The options of the commands that run the audit's checks (check, capacity, kruskal, reproduce)."""
+
+    samples: Samples
+    threshold: Threshold
+    vary: VaryOpt
+    weights_seed: WeightsSeed
+    data_seed: DataSeed
+    out: Out
+
+
+class Checking(Run):
+    """The options of the commands that take the rank tolerances (check, capacity, kruskal)."""
+
+    rtol: Rtol
+    atol: Atol
+
+
+class Reading(TypedDict):
+    """How a model and its data are read (check, capacity, kruskal)."""
+
+    backend: BackendOpt
+    revision: Revision
+    trust_remote_code: TrustRemoteCode
+    text_column: TextColumn
+    image_column: ImageColumn
+    convert_rgb: ConvertRgb
+
+
+class Source(TypedDict):
+    """The data and how they are batched (check, capacity, reproduce)."""
+
+    data: Data
+    split: Split
+    batch_size: BatchSize
+
+
+class Capture(Reading, Source):
+    """The options of the commands that capture a model's features over data (check, capacity)."""
+
+    weights: Weights
+    keep_duplicates: KeepDuplicates
+    context_length: ContextLength
+    seeds: SeedsOpt
+
+
+class Plotting(TypedDict):
+    """The figure of a run (check, kruskal, reproduce)."""
+
+    plot: Plot
+
+
+class Draws(Plotting):
+    """How many Monte-Carlo draws a test makes, and the figure (check, kruskal; reproduce words its own
+    ``--all-draws``)."""
+
+    all_draws: AllDraws
+
+
+class Options(Checking, Capture, Draws):
+    """Every option that commands share, each typed by its ``Annotated`` alias (its flag, help and
+    panel), with their defaults in :data:`DEFAULTS`. A command takes its share of them (a subclass,
+    or one of the groups above) in ``**options`` through :func:`command_options`."""
+
+
+#: The defaults of :class:`Options`.
+DEFAULTS: Options = {
+    "backend": None,
+    "weights": None,
+    "data": None,
+    "split": "train",
+    "text_column": None,
+    "image_column": None,
+    "convert_rgb": False,
+    "batch_size": "32",
+    "keep_duplicates": False,
+    "context_length": None,
+    "revision": None,
+    "trust_remote_code": False,
+    "samples": DEFAULT_SAMPLES,
+    "threshold": DEFAULT_THRESHOLD,
+    "seed": 0,
+    "seeds": None,
+    "vary": Vary.both,
+    "weights_seed": None,
+    "data_seed": None,
+    "rtol": None,
+    "atol": None,
+    "device": "auto",
+    "all_draws": False,
+    "fmt": Format.table,
+    "out": None,
+    "plot": None,
+    "quiet": False,
+}
+
+_Command = TypeVar("_Command", bound=Callable[..., None])
+
+
+def command_options(options: type, order: str) -> Callable[[_Command], _Command]:
+    """Give a command the shared options it takes, ``options`` (a TypedDict of :class:`Options`' fields),
+    with their defaults from :data:`DEFAULTS`.
+
+    ``order`` names, space-separated and in the order of the command's ``--help``, every parameter
+    of the command (its ``typer.Context`` aside): a parameter the command declares itself (an argument,
+    or an option of its own) stands where it is named, and each field of ``options`` where it is named;
+    the command takes those in ``**options: Unpack[...]`` of the same TypedDict. The command's
+    ``__signature__`` and ``__annotations__`` are made to show them all, as Typer reads them
+    (``inspect.signature``, ``typing.get_type_hints``), so its ``--help`` lists each option once, in
+    that order.
+
+    Raises:
+        TypeError: when ``order`` names a parameter twice, or does not name exactly the command's own
+            parameters and the fields of ``options``; when ``options`` has a field that is not shared; when
+            the command declares a field of ``options`` itself, or has no ``**options`` to take them in.
+    """
+    names = order.split()
+    shared = get_type_hints(options, include_extras=True)
+    defaults: Mapping[str, Any] = DEFAULTS
+    if set(shared) - set(defaults):
+        raise TypeError(f"{options.__name__} has fields that are not shared options: {set(shared) - set(defaults)}")
+
+    def build(command: _Command) -> _Command:
+        sig = inspect.signature(command)
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        own = {p.name: p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD}
+        context = [p.name for p in own.values() if p.annotation in ("typer.Context", typer.Context)]
+        takes = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()) or not shared
+        if len(set(names)) < len(names) or set(names) != set(own).union(shared).difference(context):
+            raise TypeError(f"{command.__name__}: its order must name each of its options once: {order!r}")
+        if set(own) & set(shared) or not takes:
+            raise TypeError(f"{command.__name__}: it takes {options.__name__} in **options, and only there")
+        params = [own[n] for n in context] + [
+            own[n] if n in own else inspect.Parameter(n, kind, default=defaults[n], annotation=shared[n]) for n in names
+        ]
+        # Under ``from __future__ import annotations`` the command's own annotations are strings: evaluated
+        # in its module, as inspect.signature(eval_str=True) would (``**options`` is typing only).
+        params = [p.replace(annotation=_evaluated(p.annotation, command)) for p in params]
+        command.__signature__ = sig.replace(parameters=params, return_annotation=None)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
+        return command
+
+    return build
+
+
+def _evaluated(annotation: Any, command: Callable) -> Any:
+    return eval(annotation, vars(sys.modules[command.__module__])) if isinstance(annotation, str) else annotation
 
 
 # --------------------------------------------------------------------------- options given, unused, renamed

@@ -3,32 +3,14 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .options import (
-    DEFAULTS,
-    BatchSize,
-    Data,
-    DataSeed,
-    Device,
-    Format,
-    FormatOpt,
-    Out,
-    Plot,
-    Quiet,
-    Samples,
-    Seed,
-    Split,
-    Threshold,
-    Vary,
-    VaryOpt,
-    WeightsSeed,
-    emit,
-    importing,
-    prepare_outputs,
-)
+from .options import Plotting, Run, Source, command_options, emit, importing, prepare_outputs
+
+if TYPE_CHECKING:  # the shared options, typed for mypy
+    from typing_extensions import Unpack
 
 TARGETS = ("table1", "table3", "figure1", "figure2")
 # The command's own options, with the targets they apply to. Every other option is a keyword of
@@ -58,6 +40,15 @@ AllDraws = Annotated[
 ]
 
 
+class ReproduceOptions(Run, Source, Plotting):
+    """The shared options that reproduce takes."""
+
+
+@command_options(
+    ReproduceOptions,
+    "target data split model weights context_length models limit batch_size samples threshold seed seeds vary"
+    " weights_seed data_seed device all_draws preset values sizes max_steps fmt out plot quiet",
+)
 def reproduce(
     ctx: typer.Context,
     target: Annotated[
@@ -66,8 +57,6 @@ def reproduce(
             help="table1 (ViT, Table 1), table3 (BERT/GPT-2, Table 3), figure1 (Kruskal-rank sweep) or figure2 (memorisation against H)."
         ),
     ],
-    data: Data = None,
-    split: Split = "train",
     model: Annotated[
         list[str] | None,
         typer.Option(
@@ -92,15 +81,7 @@ def reproduce(
     limit: Annotated[
         int | None, typer.Option("--limit", help="Examples T (default: the paper's, 1973 images or 2000 texts).")
     ] = None,
-    batch_size: BatchSize = "32",
-    samples: Samples = DEFAULTS["samples"],
-    threshold: Threshold = DEFAULTS["threshold"],
-    seed: Seed = DEFAULTS["seed"],
     seeds: TargetSeeds = None,
-    vary: VaryOpt = Vary.both,
-    weights_seed: WeightsSeed = None,
-    data_seed: DataSeed = None,
-    device: Device = DEFAULTS["device"],
     all_draws: AllDraws = False,
     preset: Annotated[
         str | None,
@@ -116,10 +97,7 @@ def reproduce(
     max_steps: Annotated[
         int | None, typer.Option("--max-steps", help="figure2: cap on optimisation steps per point.")
     ] = None,
-    fmt: FormatOpt = Format.table,
-    out: Out = None,
-    plot: Plot = None,
-    quiet: Quiet = False,
+    **options: Unpack[ReproduceOptions],
 ) -> None:
     """Run one of the paper's experiments with its settings and print each published value beside ours.
 
@@ -134,7 +112,7 @@ def reproduce(
             ``--seeds``.
         OutputError: before any work, when ``--out`` or ``--plot`` cannot be written or is one of the inputs.
     """
-    with importing(quiet):  # the library, torch with it: seconds
+    with importing(options["quiet"]):  # the library, torch with it: seconds
         from .. import validate
         from ..errors import InputError
         from ..io import refuse_inputs
@@ -145,16 +123,22 @@ def reproduce(
     target = validate.choice("target", target, TARGETS)
     _refuse_inapplicable(ctx, target)
     Settings.resolve(
-        device=device, samples=samples, threshold=threshold, seed=seed, weights_seed=weights_seed, data_seed=data_seed
+        device=options["device"],
+        samples=options["samples"],
+        threshold=options["threshold"],
+        seed=options["seed"],
+        weights_seed=options["weights_seed"],
+        data_seed=options["data_seed"],
     )  # bad values: before any work
+    fmt, out, plot = options["fmt"], options["out"], options["plot"]
     prepare_outputs(out, plot, fmt)
-    refuse_inputs({"--out": out, "--plot": plot}, [data, *(w.partition("=")[2] or w for w in weights or [])])
-    options = _options(target, ctx.params, progress_enabled(quiet))
+    refuse_inputs({"--out": out, "--plot": plot}, [options["data"], *(w.partition("=")[2] or w for w in weights or [])])
+    keywords = _options(target, ctx.params, progress_enabled(options["quiet"]))
     if seeds is not None and plot is not None:
         raise InputError(
             "--plot has no effect with --seeds: it draws one run's curves; run that seed alone with --seed"
         )
-    result = reproduce_paper(target, seeds=seeds, vary=vary.value, **options)
+    result = reproduce_paper(target, seeds=seeds, vary=options["vary"].value, **keywords)
     if not isinstance(result, Reproduction):  # --seeds: one run per seed
         from ..render_seeds import render_seeds
 
