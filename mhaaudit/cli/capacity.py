@@ -69,14 +69,16 @@ def capacity(
         bool,
         typer.Option(
             "--shared-context",
-            help="Proposition 2: every example uses the context of example 0 with its own query; checks rank(Z) <= H (n - 1) + 1.",
+            help="Proposition 2: every example uses the context of example 0 with its own query; checks rank(Z) <= H "
+            "(n - 1) + 1.",
         ),
     ] = False,
     from_path: Annotated[
         Path | None,
         typer.Option(
             "--from",
-            help="Read the Assumption 1/2 verdicts from a parquet file written by 'mhaaudit check --out' instead of auditing.",
+            help="Read the Assumption 1/2 verdicts from a parquet file written by 'mhaaudit check --out' instead of "
+            "auditing.",
         ),
     ] = None,
     variants: Annotated[
@@ -89,14 +91,17 @@ def capacity(
         int | None,
         typer.Option(
             "--block",
-            help="Attention block K whose heads build Z (default 2: the paper applies Theorem 1 to the second attention layer, whose input satisfies Assumptions 1 and 2). The tokens read, audited and certified, are its input: the output of block K-1 (for K = 1, the embedding output).",
+            help="Attention block K whose heads build Z (default 2: the paper applies Theorem 1 to the second "
+            "attention layer, whose input satisfies Assumptions 1 and 2). The tokens read, audited and "
+            "certified, are its input: the output of block K-1 (for K = 1, the embedding output).",
         ),
     ] = None,
     layer: Annotated[
         int | None,
         typer.Option(
             "--layer",
-            help="Deprecated alias of --block (same meaning: the tokens read are the input of block K, the output of block K-1).",
+            help="Deprecated alias of --block (same meaning: the tokens read are the input of block K, the output of "
+            "block K-1).",
         ),
     ] = None,
     limit: Annotated[int, typer.Option("--limit", help="Number of examples T (rows of Z).")] = 2000,

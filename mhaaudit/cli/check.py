@@ -45,14 +45,16 @@ def check(
         list[str] | None,
         typer.Option(
             "--variants",
-            help="Columns: embedding, random-attention, random, trained (images; default all); random and/or trained with --layers or for text.",
+            help="Columns: embedding, random-attention, random, trained (images; default all); random and/or trained "
+            "with --layers or for text.",
         ),
     ] = None,
     layer: Annotated[
         int | None,
         typer.Option(
             "--layer",
-            help="Depth K of the random and trained image columns: the tokens read are the output of block K (default 1 = after the first block; --layers 0 reads the embedding output).",
+            help="Depth K of the random and trained image columns: the tokens read are the output of block K "
+            "(default 1 = after the first block; --layers 0 reads the embedding output).",
             show_default=False,
         ),
     ] = None,
@@ -60,7 +62,8 @@ def check(
         str | None,
         typer.Option(
             "--layers",
-            help="Audit several depths in one pass, e.g. 0-6 or 0,1: the output of each block K (0 = embedding output). Text default: 0,1.",
+            help="Audit several depths in one pass, e.g. 0-6 or 0,1: the output of each block K (0 = embedding "
+            "output). Text default: 0,1.",
         ),
     ] = None,
     limit: Annotated[int, typer.Option("--limit", help="Number of examples T.")] = 2000,
@@ -81,7 +84,8 @@ def check(
         list[str] | None,
         typer.Option(
             "--fail-on",
-            help="Exit 1 when this check fails in any column: general_position, assumption_1, assumption_2, assumption_3 or any.",
+            help="Exit 1 when this check fails in any column: general_position, assumption_1, assumption_2, "
+            "assumption_3 or any.",
         ),
     ] = None,
     **options: Unpack[CheckOptions],

@@ -51,7 +51,8 @@ def kruskal(
     features: Annotated[
         Path | None,
         typer.Argument(
-            help="A T x d matrix (.npy, .pt, .safetensors, .parquet), T x n x d tokens with --query-index, or a folder written by --save-features. Omit it to capture query vectors from --model.",
+            help="A T x d matrix (.npy, .pt, .safetensors, .parquet), T x n x d tokens with --query-index, or a "
+            "folder written by --save-features. Omit it to capture query vectors from --model.",
             show_default=False,
         ),
     ] = None,
@@ -68,14 +69,16 @@ def kruskal(
         str | None,
         typer.Option(
             "--seeds",
-            help="With --model: capture and estimate once per seed (e.g. 0-4 or 0,3,7; instead of --seed) and report the median and range over the seeds.",
+            help="With --model: capture and estimate once per seed (e.g. 0-4 or 0,3,7; instead of --seed) and report "
+            "the median and range over the seeds.",
         ),
     ] = None,
     query_index: Annotated[
         int | None,
         typer.Option(
             "--query-index",
-            help="Token used as the query: its row in a T x n x d array, or, with --model, in the model's tokens (0 = [CLS], -1 = last).",
+            help="Token used as the query: its row in a T x n x d array, or, with --model, in the model's tokens (0 "
+            "= [CLS], -1 = last).",
         ),
     ] = None,
     key: Annotated[
@@ -86,7 +89,8 @@ def kruskal(
         Vectors | None,
         typer.Option(
             "--vectors",
-            help="With a saved feature folder or --model: the query vectors or the Assumption 3 vectors (default: queries).",
+            help="With a saved feature folder or --model: the query vectors or the Assumption 3 vectors (default: "
+            "queries).",
             show_default=False,
         ),
     ] = None,
@@ -95,7 +99,8 @@ def kruskal(
         typer.Option(
             "--n",
             "--context-length",
-            help="Context length n: tested by default and marked on the plot. With --model it sets a text model's n (as check --context-length); a saved feature folder knows its n.",
+            help="Context length n: tested by default and marked on the plot. With --model it sets a text model's n "
+            "(as check --context-length); a saved feature folder knows its n.",
         ),
     ] = None,
     model: Annotated[
@@ -110,7 +115,8 @@ def kruskal(
         str | None,
         typer.Option(
             "--variants",
-            help="With no FEATURES: the one column to capture: embedding, random-attention, random, trained, random-L<k> or trained-L<k> (default: random).",
+            help="With no FEATURES: the one column to capture: embedding, random-attention, random, trained, "
+            "random-L<k> or trained-L<k> (default: random).",
             show_default=False,
         ),
     ] = None,
@@ -121,7 +127,8 @@ def kruskal(
         str | None,
         typer.Option(
             "--weights",
-            help="With no FEATURES and a trained column: local folder (transformers) or file (timm) with the trained weights.",
+            help="With no FEATURES and a trained column: local folder (transformers) or file (timm) with the trained "
+            "weights.",
         ),
     ] = None,
     data: Annotated[
@@ -138,7 +145,8 @@ def kruskal(
         bool,
         typer.Option(
             "--keep-duplicates",
-            help="With no FEATURES: keep exact duplicate inputs (by default they are found before the forward pass, reported and dropped).",
+            help="With no FEATURES: keep exact duplicate inputs (by default they are found before the forward pass, "
+            "reported and dropped).",
         ),
     ] = False,
     **options: Unpack[KruskalOptions],

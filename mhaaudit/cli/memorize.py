@@ -54,7 +54,8 @@ def memorize(
     vary: Annotated[
         Vary | None,
         typer.Option(
-            help="Parameter to vary (omit for one setting); the same as giving several values to --heads, --n or --head-dim.",
+            help="Parameter to vary (omit for one setting); the same as giving several values to --heads, --n or "
+            "--head-dim.",
             show_default=False,
         ),
     ] = None,
@@ -95,7 +96,8 @@ def memorize(
         str | None,
         typer.Option(
             "--seeds",
-            help="Train every point for several seeds (e.g. 0-5 or 0,3,7) and report the mean and spread; instead of --seed.",
+            help="Train every point for several seeds (e.g. 0-5 or 0,3,7) and report the mean and spread; instead of "
+            "--seed.",
         ),
     ] = None,
     saturation: Annotated[
@@ -164,7 +166,8 @@ def memorize(
     grid = run_memorize_grid(request)
     if grid.reused:
         print(
-            f"{grid.reused} of {len(grid.runs)} points were already in {grid.out} with the same configuration; not recomputed",
+            f"{grid.reused} of {len(grid.runs)} points were already in {grid.out} with the same configuration; "
+            "not recomputed",
             file=sys.stderr,
         )
     # --out is the grid's own results file (written point by point, for resuming): not emit's to write.

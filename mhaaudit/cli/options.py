@@ -59,14 +59,16 @@ SeedsOpt = Annotated[
     str | None,
     typer.Option(
         "--seeds",
-        help="Run once per seed (e.g. 0-4 or 0,3,7; instead of --seed) and report each cell's median and range over the seeds, and the differences between columns with their range.",
+        help="Run once per seed (e.g. 0-4 or 0,3,7; instead of --seed) and report each cell's median and range over "
+        "the seeds, and the differences between columns with their range.",
     ),
 ]
 VaryOpt = Annotated[
     Vary,
     typer.Option(
         "--vary",
-        help="With --seeds: what the seeds vary: both (weights and data, as --seed), weights (the data seed held fixed) or data (the weights seed held fixed).",
+        help="With --seeds: what the seeds vary: both (weights and data, as --seed), weights (the data seed held "
+        "fixed) or data (the weights seed held fixed).",
     ),
 ]
 WeightsSeed = Annotated[
@@ -89,7 +91,8 @@ KeepDuplicates = Annotated[
     bool,
     typer.Option(
         "--keep-duplicates",
-        help="Keep exact duplicate inputs (by default they are found before the forward pass, reported and dropped, the same ones in every column).",
+        help="Keep exact duplicate inputs (by default they are found before the forward pass, reported and dropped, "
+        "the same ones in every column).",
     ),
 ]
 FormatOpt = Annotated[Format, typer.Option("--format", help="table (people), json or parquet (stdout).")]
@@ -119,7 +122,8 @@ Quiet = Annotated[
 ModelArg = Annotated[
     str,
     typer.Argument(
-        help="An alias (vit-base, bert-base, bert-large, gpt2, gpt2-large), a Hugging Face id, a local folder, or timm:<name>."
+        help="An alias (vit-base, bert-base, bert-large, gpt2, gpt2-large), a Hugging Face id, a local folder, or "
+        "timm:<name>."
     ),
 ]
 BackendOpt = Annotated[Backend | None, typer.Option("--backend", help="Force transformers (hf) or timm.")]
@@ -133,7 +137,8 @@ Data = Annotated[
     str | None,
     typer.Option(
         "--data",
-        help="Image folder; .parquet or .arrow file; .txt, .jsonl, .csv or .tsv text file; a folder written by save_to_disk; a Hugging Face dataset id (wikipedia, imagenet-1k, ...). Default: built-in offline data.",
+        help="Image folder; .parquet or .arrow file; .txt, .jsonl, .csv or .tsv text file; a folder written by "
+        "save_to_disk; a Hugging Face dataset id (wikipedia, imagenet-1k, ...). Default: built-in offline data.",
     ),
 ]
 Split = Annotated[
@@ -143,7 +148,8 @@ TextColumn = Annotated[
     str | None,
     typer.Option(
         "--text-column",
-        help="Column (or .jsonl field) holding the text. Default: one named text, content, body, sentence, document, ..., else the only string column.",
+        help="Column (or .jsonl field) holding the text. Default: one named text, content, body, sentence, document, "
+        "..., else the only string column.",
     ),
 ]
 ImageColumn = Annotated[
@@ -157,14 +163,16 @@ ConvertRgb = Annotated[
     bool,
     typer.Option(
         "--convert-rgb",
-        help="Convert grayscale, RGBA, paletted and other images to RGB, as torchvision's ImageFolder does (by default only RGB images are kept, as in the paper, and the others are counted as skipped).",
+        help="Convert grayscale, RGBA, paletted and other images to RGB, as torchvision's ImageFolder does (by "
+        "default only RGB images are kept, as in the paper, and the others are counted as skipped).",
     ),
 ]
 BatchSize = Annotated[
     str,
     typer.Option(
         "--batch-size",
-        help="Examples per forward pass: an integer, or auto (on a GPU the largest batch that fits, on the CPU from the memory available).",
+        help="Examples per forward pass: an integer, or auto (on a GPU the largest batch that fits, on the CPU from "
+        "the memory available).",
     ),
 ]
 Revision = Annotated[
@@ -177,7 +185,8 @@ TrustRemoteCode = Annotated[
     bool,
     typer.Option(
         "--trust-remote-code",
-        help="Let a hub model whose repository carries its own modelling code run that code on this machine (off by default).",
+        help="Let a hub model whose repository carries its own modelling code run that code on this machine (off by "
+        "default).",
     ),
 ]
 ContextLength = Annotated[int | None, typer.Option("--context-length", help="Text models: tokens per example n.")]

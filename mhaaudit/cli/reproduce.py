@@ -29,7 +29,8 @@ TargetSeeds = Annotated[
     str | None,
     typer.Option(
         "--seeds",
-        help="table1, table3, figure1: run once per seed (e.g. 0-2; instead of --seed) and set each published value beside the between-seed range of ours.",
+        help="table1, table3, figure1: run once per seed (e.g. 0-2; instead of --seed) and set each published value "
+        "beside the between-seed range of ours.",
     ),
 ]
 AllDraws = Annotated[
@@ -54,21 +55,24 @@ def reproduce(
     target: Annotated[
         str,
         typer.Argument(
-            help="table1 (ViT, Table 1), table3 (BERT/GPT-2, Table 3), figure1 (Kruskal-rank sweep) or figure2 (memorisation against H)."
+            help="table1 (ViT, Table 1), table3 (BERT/GPT-2, Table 3), figure1 (Kruskal-rank sweep) or figure2 "
+            "(memorisation against H)."
         ),
     ],
     model: Annotated[
         list[str] | None,
         typer.Option(
             "--model",
-            help="KEY=NAME: run the protocol on another model in place of the paper's (keys: vit for table1/figure1; bert, gpt2 for table3).",
+            help="KEY=NAME: run the protocol on another model in place of the paper's (keys: vit for table1/figure1; "
+            "bert, gpt2 for table3).",
         ),
     ] = None,
     weights: Annotated[
         list[str] | None,
         typer.Option(
             "--weights",
-            help="[KEY=]PATH: local trained weights for the trained column(s); without them offline, those columns are unavailable.",
+            help="[KEY=]PATH: local trained weights for the trained column(s); without them offline, those columns "
+            "are unavailable.",
         ),
     ] = None,
     context_length: Annotated[
