@@ -95,13 +95,10 @@ def _estimate_table(result) -> Table | None:
         t.add_column(col, no_wrap=col != "exact Kruskal rank")
     for s in est:
         per = [
-            (r.get("seed"), r.get("estimate"), r.get("exact_kruskal_rank"))
-            for _, recs in result.per_seed
-            for r in recs
-            if r.get("check") == "sweep_estimate"
-            and r.get("model") == s.cell.model
-            and r.get("variant") == s.cell.variant
-            and r.get("layer") == s.cell.layer
+            (e.seed, e.estimate, e.exact_kruskal_rank)
+            for seed in result.per_seed
+            for e in seed.estimates
+            if (e.cell.model, e.cell.variant, e.cell.layer) == (s.cell.model, s.cell.variant, s.cell.layer)
         ]
         proven = [f"{x} (seed {seed})" for seed, _, x in per if x is not None]
         name = f"{s.cell.model} {s.cell.variant}" if result.command == "reproduce" else str(s.cell.variant)

@@ -60,11 +60,13 @@ __all__ = [
     "AgainstPaper",
     "Cell",
     "DifferenceRecord",
+    "EstimateRecord",
     "ExactOverSeeds",
     "Holding",
     "Layout",
     "PaperValue",
     "SeedPlan",
+    "SeedRecords",
     "SeedRun",
     "SeedsResult",
     "SummaryRecord",
@@ -558,6 +560,109 @@ class DifferenceRecord:
         return out
 
 
+@dataclass(frozen=True)
+class EstimateRecord:
+    """One seed's Kruskal-rank estimate of a column's sweep (``check = "sweep_estimate"``): the
+    column's :class:`Cell` (model, variant and, but for ``kruskal``, layer), the estimate before and
+    after capping at the certified ceiling, the certified floor and ceiling and the exact Kruskal
+    rank where they meet; and the seeds of the run (``weights_seed`` None for trained weights).
+
+    :meth:`as_dict` is the record as the outputs write it (a per-seed record)."""
+
+    cell: Cell
+    estimate: int
+    raw_estimate: int
+    exact_kruskal_rank: int | None
+    floor: int
+    ceiling: int
+    seed: int
+    weights_seed: int | None
+    data_seed: int
+
+    def as_dict(self) -> dict:
+        """The estimate as the JSON and parquet outputs write it."""
+        return (
+            {"check": "sweep_estimate"}
+            | self.cell.as_dict()
+            | {
+                "estimate": self.estimate,
+                "raw_estimate": self.raw_estimate,
+                "exact_kruskal_rank": self.exact_kruskal_rank,
+                "floor": self.floor,
+                "ceiling": self.ceiling,
+                "aggregate": "seed",
+                "seed": self.seed,
+                "weights_seed": self.weights_seed,
+                "data_seed": self.data_seed,
+            }
+        )
+
+    @classmethod
+    def from_record(cls, data) -> EstimateRecord:
+        """The estimate :meth:`as_dict` wrote (as a per-seed record, or read back from JSON).
+
+        Raises:
+            ValueError: when ``data`` is not the object of a sweep estimate.
+        """
+        where = "result.per_seed[][]"
+        if not isinstance(data, dict) or data.get("check") != "sweep_estimate" or data.get("aggregate") != "seed":
+            raise ValueError(f"{where}: not a sweep estimate: {data!r}")
+        key = [k for k in data if k in CELL_FIELDS and k != "check"]
+        out = cls(
+            cell=decode_result(Cell, {"key": key} | {k: data[k] for k in key}),
+            estimate=_read(int, data, "estimate", where),
+            raw_estimate=_read(int, data, "raw_estimate", where),
+            exact_kruskal_rank=_read(int | None, data, "exact_kruskal_rank", where),
+            floor=_read(int, data, "floor", where),
+            ceiling=_read(int, data, "ceiling", where),
+            seed=_read(int, data, "seed", where),
+            weights_seed=_read(int | None, data, "weights_seed", where),
+            data_seed=_read(int, data, "data_seed", where),
+        )
+        _check_keys(out, data, where)
+        return out
+
+
+@dataclass(frozen=True)
+class SeedRecords:
+    """One seed's records: its run, the records of the command run with that seed alone (each
+    command's own, tagged with the seeds that drew the weights and the data) and its sweep
+    estimates, typed. :meth:`rows` is what the outputs write: the records, then the estimates; the
+    result document stores them as ``[run, rows]``."""
+
+    run: SeedRun
+    records: list[dict[str, Any]]
+    estimates: tuple[EstimateRecord, ...] = ()
+
+    def rows(self) -> list[dict]:
+        """The seed's per-seed records as the outputs write them: its records, then its estimates."""
+        return self.records + [e.as_dict() for e in self.estimates]
+
+    def document(self) -> list:
+        """The seed's records in a result document: ``[run, rows]``."""
+        return [encode_result(self.run), encode_result(self.rows())]
+
+    @classmethod
+    def from_document(cls, data) -> SeedRecords:
+        """The seed's records :meth:`document` wrote (its sweep estimates read back typed).
+
+        Raises:
+            ValueError: when ``data`` is not ``[run, rows]`` with the estimates after the records.
+        """
+        where = "result.per_seed[]"
+        if not isinstance(data, list) or len(data) != 2 or not isinstance(data[1], list):
+            raise ValueError(f"{where}: expected [run, records], got {data!r}")
+        rows = decode_result(list[dict[str, Any]], data[1])
+        out = cls(
+            run=decode_result(SeedRun, data[0]),
+            records=[r for r in rows if r.get("check") != "sweep_estimate"],
+            estimates=tuple(EstimateRecord.from_record(r) for r in rows if r.get("check") == "sweep_estimate"),
+        )
+        if encode_result(out.rows()) != data[1]:
+            raise ValueError(f"{where}: the sweep estimates are not after the other records")
+        return out
+
+
 def _exact(statuses: dict) -> ExactOverSeeds:
     """The exact status over the seeds (:class:`ExactOverSeeds`) from each seed's."""
     proved = {s: v for s, v in statuses.items() if v in ("fails", "holds")}
@@ -733,9 +838,10 @@ def _name(cell: tuple, key: Sequence[str], varying: Sequence[str]) -> str:
 class SeedsResult(StoredSweepResult):
     """The runs of several seeds side by side (:func:`spread`): ``summaries`` (one
     :class:`SummaryRecord` per cell) and ``differences`` (:class:`DifferenceRecord`) are typed;
-    ``per_seed`` holds each run's own records (those of the command run with that seed alone, tagged
-    with its seeds) and ``sweeps`` its sweep rows. ``records()`` holds them all as the outputs
-    write them, ``sweep_rows()`` every seed's sweep rows (tagged with the seed).
+    ``per_seed`` holds each run's records (:class:`SeedRecords`: those of the command run with that
+    seed alone, tagged with its seeds, and its typed sweep estimates) and ``sweeps`` its sweep rows.
+    ``records()`` holds them all as the outputs write them, ``sweep_rows()`` every seed's sweep rows
+    (tagged with the seed).
 
     ``SeedsResult.from_json`` / ``from_parquet`` read it back from what ``--seeds`` printed or
     wrote (``check``, ``kruskal --model``, ``capacity``, ``reproduce``), equal field by field. The
@@ -746,7 +852,7 @@ class SeedsResult(StoredSweepResult):
 
     command: str
     plan: SeedPlan
-    per_seed: list[tuple[SeedRun, list[dict[str, Any]]]]  # each run's records, tagged with its seeds
+    per_seed: list[SeedRecords]  # each run's records, tagged with its seeds
     summaries: list[SummaryRecord]
     differences: list[DifferenceRecord]
     sweeps: list[dict[str, Any]] = field(default_factory=list)
@@ -758,7 +864,7 @@ class SeedsResult(StoredSweepResult):
     def records(self) -> list[dict]:
         """Every record: the per-seed records in seed order, then the summaries, then the differences."""
         return (
-            [r for _, recs in self.per_seed for r in recs]
+            [r for seed in self.per_seed for r in seed.rows()]
             + [s.as_dict() for s in self.summaries]
             + [d.as_dict() for d in self.differences]
         )
@@ -828,14 +934,14 @@ class Layout:
 
 def _estimated(
     layout: Layout, plan: SeedPlan, runs: list
-) -> tuple[list[list[dict]], list[SummaryRecord], list[DifferenceRecord]]:
+) -> tuple[list[tuple[EstimateRecord, ...]], list[SummaryRecord], list[DifferenceRecord]]:
     """The runs' sweep estimates: (per-seed records, summaries, differences); none without ``estimates``."""
     if layout.estimates is None:
-        return [[] for _ in runs], [], []
+        return [() for _ in runs], [], []
     est = [(run, _tag(layout.estimates(res), run, layout.trained)) for run, res in zip(plan.runs(), runs, strict=True)]
     summaries = summary_records(est, key=layout.estimate_key, value="estimate")
     differences = difference_records(summaries, est, key=layout.estimate_key, value="estimate", check="sweep_estimate")
-    return [e for _, e in est], summaries, differences
+    return [tuple(EstimateRecord.from_record(r) for r in e) for _, e in est], summaries, differences
 
 
 def _seeds_meta(plan: SeedPlan, meta: dict | None, notes: list[str]) -> dict:
@@ -873,17 +979,17 @@ def spread(
             summaries, per_seed, key=layout.key, value=layout.value, same=layout.differences_same
         )
     est, est_summaries, est_differences = _estimated(layout, plan, runs)
-    per_seed = [(run, recs + e) for (run, recs), e in zip(per_seed, est, strict=True)]
+    seeds = [SeedRecords(run, recs, e) for (run, recs), e in zip(per_seed, est, strict=True)]
     sweeps = []
     if layout.sweep_rows is not None:
         for run, res in zip(plan.runs(), runs, strict=True):
             sweeps += [r | {"aggregate": "seed", "seed": run.seed} for r in layout.sweep_rows(res)]
-    trained = _trained_notes(plan, [r for _, recs in per_seed for r in recs], layout.trained)
+    trained = _trained_notes(plan, [r for seed in seeds for r in seed.rows()], layout.trained)
     all_notes = [plan.describe(), *notes, *trained, *ranks_meta(plan)[1]]
     return SeedsResult(
         command=layout.command,
         plan=plan,
-        per_seed=per_seed,
+        per_seed=seeds,
         summaries=summaries + est_summaries,
         differences=differences + est_differences,
         sweeps=sweeps,

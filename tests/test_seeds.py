@@ -22,10 +22,12 @@ from mhaaudit.render import print_json
 from mhaaudit.seeds import (
     Cell,
     DifferenceRecord,
+    EstimateRecord,
     ExactOverSeeds,
     Holding,
     PaperValue,
     SeedPlan,
+    SeedRecords,
     SeedRun,
     SeedsResult,
     SummaryRecord,
@@ -276,6 +278,13 @@ def reads_back(text: str, out=None) -> SeedsResult:
     assert back.sweep_rows() == doc.get("sweep", [])
     assert all(isinstance(s, SummaryRecord) for s in back.summaries)
     assert all(isinstance(d, DifferenceRecord) for d in back.differences)
+    assert all(
+        isinstance(seed, SeedRecords) and isinstance(e, EstimateRecord)
+        for seed in back.per_seed
+        for e in seed.estimates
+    )
+    per_seed_rows = [r for r in doc["records"] if r["aggregate"] == "seed"]
+    assert json.loads(json.dumps([r for seed in back.per_seed for r in seed.rows()])) == per_seed_rows
     rows = [r for r in doc["records"] if r["aggregate"] != "seed"]
     assert json.loads(json.dumps([s.as_dict() for s in back.summaries + back.differences])) == rows
     if out is not None:
@@ -328,6 +337,18 @@ def test_check_seeds_json_parquet_and_table(capsys, vit_dir, tmp_path):
     assert diff["excludes_zero"] == (diff["low"] > 0 or diff["high"] < 0)
     assert doc["meta"]["seeds"] == [0, 1] and doc["meta"]["seed_plan"]["vary"] == "both"
     assert {r["seed"] for r in doc["sweep"]} == {0, 1}
+    for seed in back.per_seed:  # each seed's sweep estimates, typed: one per column
+        assert [(e.cell.variant, e.seed, e.data_seed) for e in seed.estimates] == [
+            ("embedding", seed.run.seed, seed.run.seed),
+            ("random", seed.run.seed, seed.run.seed),
+        ]
+        assert all(
+            e.estimate == min(e.raw_estimate, e.ceiling) and e.cell.key == ("model", "variant", "layer")
+            for e in seed.estimates
+        )
+    run0 = back.per_seed[0]
+    with pytest.raises(ValueError, match="estimates are not after"):
+        SeedRecords.from_document([encode_result(run0.run), [run0.estimates[0].as_dict(), *run0.records]])
     table = pq.read_table(out).to_pylist()
     assert {r["aggregate"] for r in table} == {"seed", "summary", "difference"}
     rc, stdout, err = run(

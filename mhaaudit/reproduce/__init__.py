@@ -21,6 +21,7 @@ from ..errors import InputError
 from ..seeds import (
     AgainstPaper,
     Layout,
+    SeedRecords,
     SeedsResult,
     SummaryRecord,
     cell_of,
@@ -156,9 +157,9 @@ def reproduce_seeds(
     return out
 
 
-def _against_paper(summary: SummaryRecord, per_seed: list) -> AgainstPaper:
+def _against_paper(summary: SummaryRecord, per_seed: list[SeedRecords]) -> AgainstPaper:
     """A summary's seeds that match the paper, and whether the published value lies in our range."""
-    cell = [r for _, recs in per_seed for r in recs if cell_of(r, _CELL) == summary.cell.values(_CELL)]
+    cell = [r for seed in per_seed for r in seed.records if cell_of(r, _CELL) == summary.cell.values(_CELL)]
     p = summary.paper.value if summary.paper is not None else None
     lo, hi = summary.low, summary.high
     return AgainstPaper(
