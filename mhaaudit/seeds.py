@@ -70,6 +70,7 @@ __all__ = [
     "SeedRun",
     "SeedsResult",
     "SummaryRecord",
+    "SweepRow",
     "difference_records",
     "over_seeds",
     "parse_seeds",
@@ -663,6 +664,64 @@ class SeedRecords:
         return out
 
 
+@dataclass(frozen=True)
+class SweepRow:
+    """One seed's row of a sweep: the column's :class:`Cell` (model, variant or column, layer;
+    none for ``kruskal``'s one capture), the size k, the satisfied fraction with its 95% interval,
+    the exact status and its basis at k, and the run's seed. :meth:`as_dict` is the row as the
+    outputs write it (``sweep_rows()``)."""
+
+    cell: Cell
+    k: int
+    fraction: float
+    ci_low: float
+    ci_high: float
+    exact_status: str
+    exact_basis: str
+    seed: int
+
+    def as_dict(self) -> dict:
+        """The row as the JSON and parquet outputs write it."""
+        return self.cell.as_dict() | {
+            "k": self.k,
+            "fraction": self.fraction,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "exact_status": self.exact_status,
+            "exact_basis": self.exact_basis,
+            "aggregate": "seed",
+            "seed": self.seed,
+        }
+
+    def document(self) -> dict:
+        """The row in a result document: :meth:`as_dict` as JSON data."""
+        return encode_result(self.as_dict())
+
+    @classmethod
+    def from_document(cls, data) -> SweepRow:
+        """The row :meth:`as_dict` wrote (a seed's sweep row, or read back from JSON).
+
+        Raises:
+            ValueError: when ``data`` is not the object of a seed's sweep row.
+        """
+        where = "result.sweeps[]"
+        if not isinstance(data, dict) or data.get("aggregate") != "seed":
+            raise ValueError(f"{where}: not a seed's sweep row: {data!r}")
+        key = [c for c in data if c in CELL_FIELDS and c != "k"]
+        out = cls(
+            cell=decode_result(Cell, {"key": key} | {c: data[c] for c in key}),
+            k=_read(int, data, "k", where),
+            fraction=_read(float, data, "fraction", where),
+            ci_low=_read(float, data, "ci_low", where),
+            ci_high=_read(float, data, "ci_high", where),
+            exact_status=_read(str, data, "exact_status", where),
+            exact_basis=_read(str, data, "exact_basis", where),
+            seed=_read(int, data, "seed", where),
+        )
+        _check_keys(out, data, where)
+        return out
+
+
 def _exact(statuses: dict) -> ExactOverSeeds:
     """The exact status over the seeds (:class:`ExactOverSeeds`) from each seed's."""
     proved = {s: v for s, v in statuses.items() if v in ("fails", "holds")}
@@ -839,9 +898,9 @@ class SeedsResult(StoredSweepResult):
     """The runs of several seeds side by side (:func:`spread`): ``summaries`` (one
     :class:`SummaryRecord` per cell) and ``differences`` (:class:`DifferenceRecord`) are typed;
     ``per_seed`` holds each run's records (:class:`SeedRecords`: those of the command run with that
-    seed alone, tagged with its seeds, and its typed sweep estimates) and ``sweeps`` its sweep rows.
-    ``records()`` holds them all as the outputs write them, ``sweep_rows()`` every seed's sweep rows
-    (tagged with the seed).
+    seed alone, tagged with its seeds, and its typed sweep estimates) and ``sweeps`` every seed's
+    sweep rows (:class:`SweepRow`). ``records()`` holds the records as the outputs write them,
+    ``sweep_rows()`` the sweep rows (tagged with the seed).
 
     ``SeedsResult.from_json`` / ``from_parquet`` read it back from what ``--seeds`` printed or
     wrote (``check``, ``kruskal --model``, ``capacity``, ``reproduce``), equal field by field. The
@@ -855,7 +914,7 @@ class SeedsResult(StoredSweepResult):
     per_seed: list[SeedRecords]  # each run's records, tagged with its seeds
     summaries: list[SummaryRecord]
     differences: list[DifferenceRecord]
-    sweeps: list[dict[str, Any]] = field(default_factory=list)
+    sweeps: list[SweepRow] = field(default_factory=list)
     meta_: dict[str, Any] = field(default_factory=dict)  # the meta, less the result itself
     notes: list[str] = field(default_factory=list)
     title: str = ""
@@ -871,7 +930,7 @@ class SeedsResult(StoredSweepResult):
 
     def sweep_rows(self) -> list[dict]:
         """The swept columns' sweep rows of every seed, each tagged with its seed."""
-        return self.sweeps
+        return [r.as_dict() for r in self.sweeps]
 
     def meta(self) -> dict:
         """The meta of the files written, with this result as a document under ``RESULT_KEY``."""
@@ -980,10 +1039,12 @@ def spread(
         )
     est, est_summaries, est_differences = _estimated(layout, plan, runs)
     seeds = [SeedRecords(run, recs, e) for (run, recs), e in zip(per_seed, est, strict=True)]
-    sweeps = []
+    sweeps: list[SweepRow] = []
     if layout.sweep_rows is not None:
         for run, res in zip(plan.runs(), runs, strict=True):
-            sweeps += [r | {"aggregate": "seed", "seed": run.seed} for r in layout.sweep_rows(res)]
+            sweeps += [
+                SweepRow.from_document(r | {"aggregate": "seed", "seed": run.seed}) for r in layout.sweep_rows(res)
+            ]
     trained = _trained_notes(plan, [r for seed in seeds for r in seed.rows()], layout.trained)
     all_notes = [plan.describe(), *notes, *trained, *ranks_meta(plan)[1]]
     return SeedsResult(

@@ -31,6 +31,7 @@ from mhaaudit.seeds import (
     SeedRun,
     SeedsResult,
     SummaryRecord,
+    SweepRow,
     difference_records,
     parse_seeds,
     plan_seeds,
@@ -171,6 +172,16 @@ def test_summary_without_verdicts_or_numbers_and_with_the_paper():
         SummaryRecord.from_document(encode_result(s) | {"extra": 1})
 
 
+def test_a_sweep_row_without_a_column_reads_back_as_written():
+    row = {"k": 3, "fraction": 1.0, "ci_low": 0.9, "ci_high": 1.0, "exact_status": "holds", "exact_basis": "witness"}
+    typed = SweepRow.from_document(row | {"aggregate": "seed", "seed": 4})  # kruskal's rows: one capture, no column
+    assert typed.cell == Cell(()) and (typed.k, typed.seed, typed.exact_basis) == (3, 4, "witness")
+    assert list(typed.as_dict().items()) == list((row | {"aggregate": "seed", "seed": 4}).items())
+    assert SweepRow.from_document(json.loads(json.dumps(encode_result(typed)))) == typed
+    with pytest.raises(ValueError, match="k"):
+        SweepRow.from_document({"aggregate": "seed", "seed": 4})
+
+
 def test_a_single_run_is_labelled_and_never_a_difference():
     assert "single run" in spread_phrase([0.5], 1)
     per = [(SeedRun(0), [{"check": "e", "variant": "a", "v": 10}, {"check": "e", "variant": "b", "v": 3}])]
@@ -278,6 +289,7 @@ def reads_back(text: str, out=None) -> SeedsResult:
     assert back.sweep_rows() == doc.get("sweep", [])
     assert all(isinstance(s, SummaryRecord) for s in back.summaries)
     assert all(isinstance(d, DifferenceRecord) for d in back.differences)
+    assert all(isinstance(r, SweepRow) for r in back.sweeps)
     assert all(
         isinstance(seed, SeedRecords) and isinstance(e, EstimateRecord)
         for seed in back.per_seed
@@ -346,6 +358,8 @@ def test_check_seeds_json_parquet_and_table(capsys, vit_dir, tmp_path):
             e.estimate == min(e.raw_estimate, e.ceiling) and e.cell.key == ("model", "variant", "layer")
             for e in seed.estimates
         )
+    assert {(r.seed, r.cell.variant) for r in back.sweeps} == {(s, v) for s in (0, 1) for v in ("embedding", "random")}
+    assert all(r.cell.key == ("model", "variant", "layer") and 0 <= r.fraction <= 1 for r in back.sweeps)
     run0 = back.per_seed[0]
     with pytest.raises(ValueError, match="estimates are not after"):
         SeedRecords.from_document([encode_result(run0.run), [run0.estimates[0].as_dict(), *run0.records]])
