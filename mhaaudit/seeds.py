@@ -29,8 +29,8 @@ runs the seeds r, r + N, ... whole, as one process does (reading the data itself
 own model loads), and the per-seed results are gathered back into seed order (whole on rank 0,
 without their feature sets on the others), where the summaries and differences are made exactly
 as in one process (:func:`over_seeds`). With fewer seeds than ranks every rank runs every seed
-and each seed's batches are dealt among the ranks, as in a single run. Either way the records are those of one process; the meta's ``distributed``
-says which (``seeds_by_rank``).
+and each seed's batches are dealt among the ranks, as in a single run. Either way the records are
+those of one process; the meta's ``distributed`` says which (``seeds_by_rank``).
 """
 
 from __future__ import annotations
