@@ -39,9 +39,9 @@ import copy
 import dataclasses
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from itertools import combinations
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_type_hints
 
 from . import distributed, validate
 from .errors import InputError, param, plain
@@ -388,8 +388,46 @@ def _read(tp, data: dict, name: str, where: str):
     return decode_result(tp, data[name])
 
 
+def _read_fields(cls: type, data: dict, where: str) -> dict[str, Any]:
+    """Each field of the record ``cls`` but its ``cell``, read from ``data`` as the field's annotation says.
+
+    Raises:
+        ValueError: when ``data`` lacks a field, or holds one of another type.
+    """
+    hints = get_type_hints(cls)
+    return {f.name: _read(hints[f.name], data, f.name, where) for f in fields(cls) if f.name != "cell"}
+
+
+class _Aggregate:
+    """What a summary and a difference record share in a result document: the ``aggregate`` tag
+    that marks the kind (:attr:`AGGREGATE`), where the records of that kind sit (:attr:`WHERE`),
+    how one is written (:meth:`document`) and the check that what is read back is one."""
+
+    AGGREGATE: ClassVar[str]
+    WHERE: ClassVar[str]
+
+    def as_dict(self) -> dict:
+        """The record as the outputs write it (each kind its own)."""
+        raise NotImplementedError
+
+    def document(self) -> dict:
+        """The record in a result document: :meth:`as_dict` as JSON data."""
+        return encode_result(self.as_dict())
+
+    @classmethod
+    def _tagged(cls, data) -> dict:
+        """``data``, once it is the object of a record of this kind.
+
+        Raises:
+            ValueError: when ``data`` is not the object of a record of this kind.
+        """
+        if not isinstance(data, dict) or data.get("aggregate") != cls.AGGREGATE:
+            raise ValueError(f"{cls.WHERE}: not a {cls.AGGREGATE} record: {data!r}")
+        return data
+
+
 @dataclass(frozen=True)
-class SummaryRecord:
+class SummaryRecord(_Aggregate):
     """One cell over the seeds (``aggregate = "summary"``): the seeds it ran in, the numbers of
     ``value`` they gave, their median, lowest and highest (None without a number) and the phrase
     that says them; where the records have them, how many seeds hold under the paper's rule and
@@ -397,6 +435,9 @@ class SummaryRecord:
 
     :meth:`as_dict` is the record as the outputs write it; the result document stores the same
     object and :meth:`from_document` reads it back."""
+
+    AGGREGATE: ClassVar[str] = "summary"
+    WHERE: ClassVar[str] = "result.summaries[]"
 
     cell: Cell
     value: str  # which value is summarised: fraction, rank, estimate, our_value
@@ -433,20 +474,14 @@ class SummaryRecord:
             rec |= {"seeds_matching": self.against_paper.seeds_matching, "paper_inside": self.against_paper.inside}
         return rec
 
-    def document(self) -> dict:
-        """The record in a result document: :meth:`as_dict` as JSON data."""
-        return encode_result(self.as_dict())
-
     @classmethod
     def from_document(cls, data) -> SummaryRecord:
         """The summary :meth:`document` wrote.
 
         Raises:
-            ValueError: when ``data`` is not the object of a summary record.
+            ValueError: when ``data`` is not the object of a summary record, or lacks a field of one.
         """
-        where = "result.summaries[]"
-        if not isinstance(data, dict) or data.get("aggregate") != "summary":
-            raise ValueError(f"{where}: not a summary record: {data!r}")
+        data, where = cls._tagged(data), cls.WHERE
         key = [k for k in data if k in CELL_FIELDS]
         cell = decode_result(Cell, {"key": key} | {k: data[k] for k in key})
         number = int | float | None
@@ -485,13 +520,16 @@ class SummaryRecord:
 
 
 @dataclass(frozen=True)
-class DifferenceRecord:
+class DifferenceRecord(_Aggregate):
     """The difference of two cells' values seed by seed (``aggregate = "difference"``): the cells'
     names ``a`` and ``b``, the seeds they share, the differences, their median and range, whether
     that range excludes zero (only then is it called a difference) and the sentence that says so.
 
     :meth:`as_dict` is the record as the outputs write it; the result document stores the same
     object and :meth:`from_document` reads it back."""
+
+    AGGREGATE: ClassVar[str] = "difference"
+    WHERE: ClassVar[str] = "result.differences[]"
 
     check: str  # the check of the cells compared (sweep_estimate), or the value's name (rank)
     value: str  # which value: estimate, rank
@@ -529,34 +567,15 @@ class DifferenceRecord:
             "conclusion": self.conclusion,
         }
 
-    def document(self) -> dict:
-        """The record in a result document: :meth:`as_dict` as JSON data."""
-        return encode_result(self.as_dict())
-
     @classmethod
     def from_document(cls, data) -> DifferenceRecord:
         """The difference :meth:`document` wrote.
 
         Raises:
-            ValueError: when ``data`` is not the object of a difference record.
+            ValueError: when ``data`` is not the object of a difference record, or lacks a field of one.
         """
-        where = "result.differences[]"
-        if not isinstance(data, dict) or data.get("aggregate") != "difference":
-            raise ValueError(f"{where}: not a difference record: {data!r}")
-        number = int | float
-        out = cls(
-            check=_read(str, data, "check", where),
-            value=_read(str, data, "value", where),
-            a=_read(str, data, "a", where),
-            b=_read(str, data, "b", where),
-            seeds=_read(tuple[int, ...], data, "seeds", where),
-            values=_read(tuple[int | float, ...], data, "values", where),
-            median=_read(number, data, "median", where),
-            low=_read(number, data, "low", where),
-            high=_read(number, data, "high", where),
-            excludes_zero=_read(bool, data, "excludes_zero", where),
-            conclusion=_read(str, data, "conclusion", where),
-        )
+        data, where = cls._tagged(data), cls.WHERE
+        out = cls(**_read_fields(cls, data, where))
         _check_keys(out, data, where)
         return out
 
@@ -609,17 +628,7 @@ class EstimateRecord:
         if not isinstance(data, dict) or data.get("check") != "sweep_estimate" or data.get("aggregate") != "seed":
             raise ValueError(f"{where}: not a sweep estimate: {data!r}")
         key = [k for k in data if k in CELL_FIELDS and k != "check"]
-        out = cls(
-            cell=decode_result(Cell, {"key": key} | {k: data[k] for k in key}),
-            estimate=_read(int, data, "estimate", where),
-            raw_estimate=_read(int, data, "raw_estimate", where),
-            exact_kruskal_rank=_read(int | None, data, "exact_kruskal_rank", where),
-            floor=_read(int, data, "floor", where),
-            ceiling=_read(int, data, "ceiling", where),
-            seed=_read(int, data, "seed", where),
-            weights_seed=_read(int | None, data, "weights_seed", where),
-            data_seed=_read(int, data, "data_seed", where),
-        )
+        out = cls(cell=decode_result(Cell, {"key": key} | {k: data[k] for k in key}), **_read_fields(cls, data, where))
         _check_keys(out, data, where)
         return out
 
@@ -708,16 +717,7 @@ class SweepRow:
         if not isinstance(data, dict) or data.get("aggregate") != "seed":
             raise ValueError(f"{where}: not a seed's sweep row: {data!r}")
         key = [c for c in data if c in CELL_FIELDS and c != "k"]
-        out = cls(
-            cell=decode_result(Cell, {"key": key} | {c: data[c] for c in key}),
-            k=_read(int, data, "k", where),
-            fraction=_read(float, data, "fraction", where),
-            ci_low=_read(float, data, "ci_low", where),
-            ci_high=_read(float, data, "ci_high", where),
-            exact_status=_read(str, data, "exact_status", where),
-            exact_basis=_read(str, data, "exact_basis", where),
-            seed=_read(int, data, "seed", where),
-        )
+        out = cls(cell=decode_result(Cell, {"key": key} | {c: data[c] for c in key}), **_read_fields(cls, data, where))
         _check_keys(out, data, where)
         return out
 
