@@ -17,6 +17,7 @@ column-pivoted QR.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -61,16 +62,7 @@ class HeadCertificate:
 
     def to_dict(self) -> dict:
         """The fields under their own names for the JSON output, without ``rows`` (as many as the rank)."""
-        return {
-            "heads": self.heads,
-            "rank": self.rank,
-            "rank_cap": self.rank_cap,
-            "residual": self.residual,
-            "tolerance": self.tolerance,
-            "sigma_max": self.sigma_max,
-            "method": self.method,
-            "seconds": self.seconds,
-        }
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "rows"}
 
 
 def _r_factor(Zh: torch.Tensor) -> torch.Tensor:
