@@ -20,7 +20,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .tables import OMITTED_WHEN_NONE, decode_fields, encode_result
+from .tables import OMITTED_WHEN_NONE, Stored, decode_fields
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -111,7 +111,7 @@ class WeightsUsed:
 
 
 @dataclass(frozen=True)
-class ModelFacts:
+class ModelFacts(Stored):
     """The model a result audited: the fields of its :class:`~mhaaudit.models.ModelInfo` (the
     ``meta``'s ``model_info``), and for ``check`` the weights of each initialisation the columns
     read (``weights_used``: in ``model_info`` as ``<init>_weights_source`` and
@@ -155,10 +155,6 @@ class ModelFacts:
             if w.read is not None:
                 out[f"{w.init}_weights_read"] = meta_value(w.read)
         return out
-
-    def document(self) -> dict:
-        """``model_info`` as the result document stores it (:meth:`as_dict`, as JSON data)."""
-        return encode_result(self.as_dict())
 
     @classmethod
     def from_document(cls, data) -> ModelFacts:

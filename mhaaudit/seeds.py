@@ -50,7 +50,7 @@ from .io import stamp
 from .pipeline import shared_loads
 from .render_seeds import seeds_report
 from .settings import MAX_SEED
-from .tables import RESULT_KEY, StoredSweepResult, decode_result, encode_result
+from .tables import RESULT_KEY, Stored, StoredSweepResult, decode_result, encode_result
 
 __all__ = [
     "CAPACITY_LAYOUT",
@@ -398,21 +398,13 @@ def _read_fields(cls: type, data: dict, where: str) -> dict[str, Any]:
     return {f.name: _read(hints[f.name], data, f.name, where) for f in fields(cls) if f.name != "cell"}
 
 
-class _Aggregate:
+class _Aggregate(Stored):
     """What a summary and a difference record share in a result document: the ``aggregate`` tag
     that marks the kind (:attr:`AGGREGATE`), where the records of that kind sit (:attr:`WHERE`),
     how one is written (:meth:`document`) and the check that what is read back is one."""
 
     AGGREGATE: ClassVar[str]
     WHERE: ClassVar[str]
-
-    def as_dict(self) -> dict:
-        """The record as the outputs write it (each kind its own)."""
-        raise NotImplementedError
-
-    def document(self) -> dict:
-        """The record in a result document: :meth:`as_dict` as JSON data."""
-        return encode_result(self.as_dict())
 
     @classmethod
     def _tagged(cls, data) -> dict:
@@ -674,7 +666,7 @@ class SeedRecords:
 
 
 @dataclass(frozen=True)
-class SweepRow:
+class SweepRow(Stored):
     """One seed's row of a sweep: the column's :class:`Cell` (model, variant or column, layer;
     none for ``kruskal``'s one capture), the size k, the satisfied fraction with its 95% interval,
     the exact status and its basis at k, and the run's seed. :meth:`as_dict` is the row as the
@@ -701,10 +693,6 @@ class SweepRow:
             "aggregate": "seed",
             "seed": self.seed,
         }
-
-    def document(self) -> dict:
-        """The row in a result document: :meth:`as_dict` as JSON data."""
-        return encode_result(self.as_dict())
 
     @classmethod
     def from_document(cls, data) -> SweepRow:

@@ -412,6 +412,19 @@ def _document_fields(obj) -> list:
     return [f for f in fields(obj) if f.metadata.get("document", True)]
 
 
+class Stored:
+    """A record that a result document stores as its :meth:`as_dict` (the form the outputs write),
+    as JSON data (:meth:`document`); its class reads that back (``from_document``)."""
+
+    def as_dict(self) -> dict:
+        """The record as the outputs write it (each record its own)."""
+        raise NotImplementedError
+
+    def document(self) -> dict:
+        """The record in a result document: :meth:`as_dict` as JSON data."""
+        return encode_result(self.as_dict())
+
+
 def encode_result(value):
     """``value`` (a result dataclass, or what its fields hold) as JSON data, losslessly.
 
