@@ -51,6 +51,7 @@ def test_each_error_is_the_builtin_it_means():
 def test_one_table_names_the_flags_that_are_not_the_parameter_with_dashes():
     assert _flag("text_column") == "--text-column" and _flag("k") == "--k"
     assert _flag("from_path") == "--from" and FLAGS["from_path"] == "--from"
+    assert _flag("X") == "FEATURES"  # the library's rows X are kruskal's argument, not a flag "--X"
     exc = InputError("{param:from_path} x.parquet: not a results file of {param:check_out}")
     assert str(exc) == "from_path x.parquet: not a results file of a parquet file of AuditResult.to_arrow()"
     assert exc.message_for(_flag) == "--from x.parquet: not a results file of 'mhaaudit check --out'"

@@ -206,8 +206,9 @@ class _DeferredPass:
 
     What is recorded when the statistics are taken, and compared when the pass runs: the rows' shape;
     a tensor's version counter (every in-place change through torch moves it, through any view); for
-    a writable NumPy array (NumPy keeps no version), a digest of the bytes the pass reads (a second
-    read of the rows, O(T d), against the pass's O(T d^2)); for a file mapped read-only, its size and
+    a writable NumPy array (NumPy keeps no version), a digest of the bytes the pass reads (one more
+    read of the rows, O(T d), made when the statistics are taken and again if the pass runs, which
+    most ceilings never need; the pass itself is O(T d^2)); for a file mapped read-only, its size and
     modification time. A change made behind torch's back (through a NumPy view of a tensor, or the
     tensor's own storage) is not seen."""
 
