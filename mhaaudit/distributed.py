@@ -193,7 +193,8 @@ class Session:
         import torch.distributed as dist
 
         out: list | None = [None] * self.world_size if self.rank == 0 else None
-        self._call(dist.gather_object, _saved(obj), out, dst=0)
+        # rank 0 keeps its own obj: it sends only a placeholder, not a serialised copy it would discard
+        self._call(dist.gather_object, _saved(obj) if self.rank else b"", out, dst=0)
         return None if out is None else [obj if r == self.rank else _loaded(b) for r, b in enumerate(out)]
 
     def broadcast(self, obj):

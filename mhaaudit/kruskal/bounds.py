@@ -215,9 +215,9 @@ class _DeferredPass:
     def __init__(self, given, X, exponent: int, c: float):
         self.rows = rows_of(X)
         self.exponent, self.c = exponent, c
-        self._file = given.path if isinstance(given, MappedArray) else getattr(given, "filename", None)
-        if not isinstance(given, (MappedArray, np.memmap)):
-            self._file = None
+        self._file = (
+            given.path if isinstance(given, MappedArray) else given.filename if isinstance(given, np.memmap) else None
+        )
         self._digest = isinstance(given, np.ndarray) and bool(given.flags.writeable)
         self.stamp = self._stamp()
 
