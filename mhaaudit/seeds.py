@@ -328,6 +328,13 @@ class Cell:
             raise TypeError(f"no cell field {', '.join(unknown)} (a cell is keyed by {', '.join(CELL_FIELDS)})")
         return cls(tuple(key), **dict(zip(key, values, strict=True)))
 
+    @classmethod
+    def read(cls, data: dict, other: str | None = None) -> Cell:
+        """The cell a record ``data`` names: its cell fields (but ``other``, a field the record
+        holds for another purpose), in the record's order."""
+        key = [k for k in data if k in CELL_FIELDS and k != other]
+        return decode_result(cls, {"key": key} | {k: data[k] for k in key})
+
     def values(self, key: Sequence[str] | None = None) -> tuple:
         """The values of ``key`` (default: the cell's own key); None for a field the cell does not name."""
         return tuple(getattr(self, k) if k in self.key else None for k in (self.key if key is None else key))
@@ -388,14 +395,15 @@ def _read(tp, data: dict, name: str, where: str):
     return decode_result(tp, data[name])
 
 
-def _read_fields(cls: type, data: dict, where: str) -> dict[str, Any]:
-    """Each field of the record ``cls`` but its ``cell``, read from ``data`` as the field's annotation says.
+def _read_fields(cls: type, data: dict, where: str, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Each field of the record ``cls`` but its ``cell`` (and ``skip``), read from ``data`` as the
+    field's annotation says.
 
     Raises:
         ValueError: when ``data`` lacks a field, or holds one of another type.
     """
     hints = get_type_hints(cls)
-    return {f.name: _read(hints[f.name], data, f.name, where) for f in fields(cls) if f.name != "cell"}
+    return {f.name: _read(hints[f.name], data, f.name, where) for f in fields(cls) if f.name not in ("cell", *skip)}
 
 
 class _Aggregate(Stored):
@@ -474,18 +482,10 @@ class SummaryRecord(_Aggregate):
             ValueError: when ``data`` is not the object of a summary record, or lacks a field of one.
         """
         data, where = cls._tagged(data), cls.WHERE
-        key = [k for k in data if k in CELL_FIELDS]
-        cell = decode_result(Cell, {"key": key} | {k: data[k] for k in key})
         number = int | float | None
         out = cls(
-            cell=cell,
-            value=_read(str, data, "value", where),
-            seeds=_read(tuple[int, ...], data, "seeds", where),
-            values=_read(tuple[int | float, ...], data, "values", where),
-            median=_read(number, data, "median", where),
-            low=_read(number, data, "low", where),
-            high=_read(number, data, "high", where),
-            spread=_read(str, data, "spread", where),
+            cell=Cell.read(data),
+            **_read_fields(cls, data, where, skip=("holding", "exact", "paper", "against_paper")),
             holding=Holding(_read(int, data, "seeds_holding", where), _read(int, data, "seeds_decided", where))
             if "seeds_holding" in data
             else None,
@@ -619,8 +619,7 @@ class EstimateRecord:
         where = "result.per_seed[][]"
         if not isinstance(data, dict) or data.get("check") != "sweep_estimate" or data.get("aggregate") != "seed":
             raise ValueError(f"{where}: not a sweep estimate: {data!r}")
-        key = [k for k in data if k in CELL_FIELDS and k != "check"]
-        out = cls(cell=decode_result(Cell, {"key": key} | {k: data[k] for k in key}), **_read_fields(cls, data, where))
+        out = cls(cell=Cell.read(data, other="check"), **_read_fields(cls, data, where))
         _check_keys(out, data, where)
         return out
 
@@ -704,8 +703,7 @@ class SweepRow(Stored):
         where = "result.sweeps[]"
         if not isinstance(data, dict) or data.get("aggregate") != "seed":
             raise ValueError(f"{where}: not a seed's sweep row: {data!r}")
-        key = [c for c in data if c in CELL_FIELDS and c != "k"]
-        out = cls(cell=decode_result(Cell, {"key": key} | {c: data[c] for c in key}), **_read_fields(cls, data, where))
+        out = cls(cell=Cell.read(data, other="k"), **_read_fields(cls, data, where))
         _check_keys(out, data, where)
         return out
 
