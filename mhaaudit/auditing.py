@@ -309,9 +309,7 @@ class AuditResult(StoredSweepResult):
         """Every column's records (:meth:`Column.records`), column by column."""
         return [r for c in self.columns for r in c.records(self.model)]
 
-    def renderables(self) -> list:
-        """The tables and lines ``check`` prints (:func:`~mhaaudit.render.audit_report`)."""
-        return audit_report(self)
+    REPORT = audit_report
 
     def summary_line(self) -> str:
         """The model, T, the columns (those unavailable said so) and the tally of verdicts."""

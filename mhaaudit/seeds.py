@@ -46,7 +46,7 @@ from typing import Any, ClassVar, get_type_hints
 from . import distributed, validate
 from .errors import InputError, param, plain
 from .features import FeatureSet
-from .io import stamp
+from .kruskal.results import kruskal_meta
 from .pipeline import shared_loads
 from .render_seeds import seeds_report
 from .settings import MAX_SEED
@@ -926,9 +926,7 @@ class SeedsResult(StoredSweepResult):
         """The summary records (one per cell: the between-seed range), of ``check`` only when given."""
         return [s for s in self.summaries if check is None or s.cell.check == check]
 
-    def renderables(self) -> list:
-        """The tables and lines of the terminal report."""
-        return seeds_report(self)
+    REPORT = seeds_report
 
     def summary_line(self) -> str:
         """One line: the command, how many seeds, cells and differences."""
@@ -1166,16 +1164,11 @@ def kruskal_seeds(run: Callable, plan: SeedPlan, capture) -> SeedsResult:
     runs = over_seeds(run, plan)
     where = {"model": capture.model.model, "variant": capture.variant}
     first = runs[0]
-    meta = stamp(
-        command="kruskal",
-        device=first.device,
-        tolerance=first.rule.as_dict(),
-        threshold=first.threshold,
-        samples=first.samples,
-        inputs={"source": first.source, "T": first.T, "d": first.d, "n": first.n},
-        capture=first.capture.as_dict(),
-        timings_s={str(r.seed): x.timings for r, x in zip(plan.runs(), runs, strict=True)},
-    )
+    meta = {k: v for k, v in kruskal_meta(first).items() if k != "seed"} | {
+        "inputs": {"source": first.source, "T": first.T, "d": first.d, "n": first.n},
+        "capture": first.capture.as_dict(),
+        "timings_s": {str(r.seed): x.timings for r, x in zip(plan.runs(), runs, strict=True)},
+    }
     layout = Layout(
         "kruskal",
         lambda r: [where | t.record() for t in r.tests],

@@ -34,8 +34,9 @@ import sys
 import types
 import typing
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.console import Console
 from rich.table import Table
@@ -713,13 +714,17 @@ class Report:
     """How a result shows itself: ``print(result)`` is the report its command prints (plain text),
     ``repr(result)`` one short line, and a notebook the same report with its colours.
 
-    A class using it defines ``renderables()`` (the rich tables and lines the CLI prints) and
-    ``summary_line()`` (what ``repr`` says after the class name).
+    A class using it names the function that lays it out, ``REPORT`` (its rich tables and lines, as
+    the CLI prints them: ``renderables()``), and defines ``summary_line()`` (what ``repr`` says after
+    the class name).
     """
 
-    def renderables(self) -> list:  # pragma: no cover - defined by each result
-        """The rich tables and lines (markup strings) of the report, in order."""
-        raise NotImplementedError
+    #: The function that lays a result of the class out: its rich tables and lines, in order.
+    REPORT: ClassVar[Callable[[Any], list]]
+
+    def renderables(self) -> list:
+        """The rich tables and lines (markup strings) of the report, in order (the class's ``REPORT``)."""
+        return type(self).REPORT(self)
 
     def summary_line(self) -> str:  # pragma: no cover - defined by each result
         """One short line on the result, for ``repr``."""
@@ -806,8 +811,8 @@ class ResultTable(Report):
     """What every result object gives: its table, its report as text and its notebook view.
 
     A class using it defines ``table_records()`` (the rows), ``table_meta()`` (the provenance
-    stamp, with ``command``), ``renderables()`` (the rich tables and lines the CLI prints) and
-    ``summary_line()`` (see :class:`Report`). Result dataclasses are declared with ``repr=False``
+    stamp, with ``command``), ``REPORT`` (the function that lays out the rich tables and lines the
+    CLI prints) and ``summary_line()`` (see :class:`Report`). Result dataclasses are declared with ``repr=False``
     so that ``repr`` is this one line, not every field (tensors included).
     """
 

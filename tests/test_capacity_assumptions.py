@@ -60,3 +60,23 @@ def test_a_proven_failure_read_from_a_results_file_moves_theorem_1_to_remark_1(t
     assert "exact status is fails" in got.a1_reason
     bound = theorem1_bound(heads=4, head_dim=8, n=6, d=16, a1_holds=got.holds(got.a1), a2_holds=got.holds(got.a2))
     assert bound.which != "theorem-1"  # the theorem needs A1 to hold; without an estimate k < n it does not apply
+
+
+def test_every_field_of_the_assumptions_has_one_json_name():
+    """``to_dict`` writes each field once, under its JSON name, and nothing else."""
+    from dataclasses import fields
+
+    from mhaaudit.capacity.assumptions import JSON_NAMES, Assumptions
+
+    assert set(JSON_NAMES) == {f.name for f in fields(Assumptions)}
+    a = Assumptions(a1="holds", a2="fails", a1_reason="r1", a2_reason="r2", a1_fraction=0.5, kruskal_estimate=7)
+    assert a.to_dict() == {
+        "assumption_1": "holds",
+        "assumption_1_reason": "r1",
+        "assumption_1_fraction": 0.5,
+        "assumption_2": "fails",
+        "assumption_2_reason": "r2",
+        "kruskal_estimate": 7,
+        "kruskal_estimate_note": "",
+        "source": "",
+    }

@@ -70,17 +70,22 @@ class Assumptions:
         return None if v not in ("holds", "fails") else v == "holds"
 
     def to_dict(self) -> dict:
-        """The verdicts, reasons, A1 fraction, Kruskal estimate and source under their JSON names."""
-        return {
-            "assumption_1": self.a1,
-            "assumption_1_reason": self.a1_reason,
-            "assumption_1_fraction": self.a1_fraction,
-            "assumption_2": self.a2,
-            "assumption_2_reason": self.a2_reason,
-            "kruskal_estimate": self.kruskal_estimate,
-            "kruskal_estimate_note": self.estimate_note,
-            "source": self.source,
-        }
+        """The verdicts, reasons, A1 fraction, Kruskal estimate and source under their JSON names
+        (:data:`JSON_NAMES`, in that order)."""
+        return {json_name: getattr(self, name) for name, json_name in JSON_NAMES.items()}
+
+
+#: The JSON name of each field of :class:`Assumptions`, in the order ``to_dict`` writes them.
+JSON_NAMES = {
+    "a1": "assumption_1",
+    "a1_reason": "assumption_1_reason",
+    "a1_fraction": "assumption_1_fraction",
+    "a2": "assumption_2",
+    "a2_reason": "assumption_2_reason",
+    "kruskal_estimate": "kruskal_estimate",
+    "estimate_note": "kruskal_estimate_note",
+    "source": "source",
+}
 
 
 @contextlib.contextmanager

@@ -225,9 +225,7 @@ class CapacityResult(StoredResult):
         """The provenance stamp of the table: :meth:`meta`."""
         return self.meta()
 
-    def renderables(self) -> list:
-        """The tables and lines ``capacity`` prints (:func:`~mhaaudit.render.capacity_report`)."""
-        return capacity_report(self)
+    REPORT = capacity_report
 
     def summary_line(self) -> str:
         """The model, the block, and per column rank(Z) with the most heads and T (or that it is unavailable)."""
@@ -295,14 +293,6 @@ class _Attention:
     heads: Heads
     causal: bool
     describe: str
-
-    @property
-    def num_heads(self) -> int:
-        return self.heads.num_heads
-
-    @property
-    def head_dim(self) -> int:
-        return self.heads.head_dim
 
 
 def attention_for(pm, block: int, attention: str, seed: int) -> _Attention:
@@ -421,7 +411,7 @@ def _column(
             "and capacity reads the model's own query; check and kruskal {param:model} take {param:query_index} K"
         )
     attn = attention_for(pm, plan.block, plan.attention, plan.settings.weights_seed_used)
-    hs = _validated_heads(plan.heads, attn.num_heads)
+    hs = _validated_heads(plan.heads, attn.heads.num_heads)
     if (
         plan.from_path is not None and plan.from_results is not None
     ):  # before the data pass: a file of another model is refused at once
@@ -438,11 +428,11 @@ def _column(
         with linear_algebra():
             col.assumptions, t_a = audit_assumptions(fs, plan.settings, label=variant)
         col.timings.update(t_a)
-    _certify(plan, col, Z, info, hs, attn.head_dim)
+    _certify(plan, col, Z, info, hs, attn.heads.head_dim)
     line = f"key/query weights: {attn.describe}"
     if line not in notes:
         notes.append(line)
-    return col, ModelFacts.of(info), data_name, hs, attn.head_dim
+    return col, ModelFacts.of(info), data_name, hs, attn.heads.head_dim
 
 
 def _validated_heads(heads, num_heads: int) -> list[int]:

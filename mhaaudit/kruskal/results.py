@@ -30,7 +30,7 @@ from ..errors import InputError, param
 from ..facts import CaptureFacts
 from ..io import stamp
 from ..numerics import RankRule, ldexp
-from ..tables import ResultTable, StoredSweepResult, table_rows
+from ..tables import TEST_COLUMNS, ResultTable, StoredSweepResult, table_rows
 from .report import kruskal_report, subset_test_report, sweep_report
 
 __all__ = [
@@ -258,9 +258,9 @@ class SetStats:
         return int(sum(1 for s in values if s + error > tol_min))
 
 
-def _meta(result) -> dict:
+def kruskal_meta(result) -> dict:
     """The provenance stamp of a test, a sweep or a :class:`KruskalResult` (the ``meta`` of
-    ``mhaaudit kruskal``'s output; a result adds its facts)."""
+    ``mhaaudit kruskal``'s output; a result adds its facts, several seeds' results leave out the seed)."""
     return stamp(
         command="kruskal",
         seed=result.seed,
@@ -269,6 +269,11 @@ def _meta(result) -> dict:
         threshold=result.threshold,
         samples=result.samples,
     )
+
+
+#: The columns of a test's record: those of ``tables.TEST_COLUMNS`` but Assumption 2's margin, which
+#: only its per-example test has (``checks.ContextRanks.record``).
+_RECORD_COLUMNS = tuple(c.name for c in TEST_COLUMNS if c.name != "min_margin")
 
 
 @dataclass(frozen=True, repr=False)
@@ -327,36 +332,20 @@ class SubsetTest(ResultTable):
         return self.exact_status != "undecided"
 
     def record(self) -> dict:
-        """The row of a results table (the columns of ``tables.TEST_COLUMNS``)."""
+        """The row of a results table: the columns of ``tables.TEST_COLUMNS``, in their order, each the
+        field of the same name or what :meth:`_derived_columns` makes of the evidence."""
+        derived = self._derived_columns()
+        return {name: derived[name] if name in derived else getattr(self, name) for name in _RECORD_COLUMNS}
+
+    def _derived_columns(self) -> dict:
+        w = self.witness
         return {
-            "check": self.check,
-            "k": self.k,
-            "T": self.T,
-            "d": self.d,
-            "samples": self.samples,
-            "satisfied": self.satisfied,
-            "fraction": self.fraction,
-            "ci_low": self.ci_low,
-            "ci_high": self.ci_high,
-            "threshold": self.threshold,
-            "verdict": self.verdict,
-            "exact_status": self.exact_status,
-            "exact_basis": self.exact_basis,
-            "scope": self.scope,
-            "reason": self.reason,
             "tolerance": self.rule.describe(),
-            "seed": self.seed,
-            "witness": list(self.witness.indices) if self.witness else [],
-            "witness_singular_values": list(self.witness.singular_values) if self.witness else [],
-            "witness_tol": self.witness.tol if self.witness else None,
+            "witness": list(w.indices) if w else [],
+            "witness_singular_values": list(w.singular_values) if w else [],
+            "witness_tol": w.tol if w else None,
             "rank_histogram": {str(k): v for k, v in sorted(self.rank_histogram.items())},
-            "exact_rechecks": self.exact_rechecks,
-            "sampled": self.sampled,
             "proven": self.proven,
-            "planned_samples": self.planned_samples,
-            "set_rank": self.set_rank,
-            "device": self.device,
-            "gram": self.gram,
         }
 
     def table_records(self) -> list[dict]:
@@ -365,12 +354,9 @@ class SubsetTest(ResultTable):
 
     def table_meta(self) -> dict:
         """The provenance stamp of the test (the ``meta`` of ``mhaaudit kruskal``'s output)."""
-        return _meta(self)
+        return kruskal_meta(self)
 
-    def renderables(self) -> list:
-        """The tables and lines ``kruskal`` prints for one test
-        (:func:`~mhaaudit.kruskal.report.subset_test_report`)."""
-        return subset_test_report(self)
+    REPORT = subset_test_report
 
     def summary_line(self) -> str:
         """The check, k, T, d, the verdict and the draws found independent; a witness and a proof said so."""
@@ -476,11 +462,9 @@ class Sweep(ResultTable):
 
     def table_meta(self) -> dict:
         """The provenance stamp of the sweep, with its :meth:`summary` as ``sweep_summary``."""
-        return {**_meta(self), "sweep_summary": self.summary()}
+        return {**kruskal_meta(self), "sweep_summary": self.summary()}
 
-    def renderables(self) -> list:
-        """The tables and lines ``kruskal`` prints for a sweep (:func:`~mhaaudit.kruskal.report.sweep_report`)."""
-        return sweep_report(self)
+    REPORT = sweep_report
 
     def summary_line(self) -> str:
         """T, d, the draws, the estimate and the certified floor and ceiling."""
@@ -568,7 +552,7 @@ class KruskalResult(StoredSweepResult):
 
     def meta(self) -> dict:
         """The provenance stamp and the run's facts (the JSON ``meta``, the parquet metadata)."""
-        meta = _meta(self) | {
+        meta = kruskal_meta(self) | {
             "inputs": self.inputs.as_dict(),
             "set_rank": self.set_rank,
             "set_rank_ceilings": self.set_rank_ceilings,
@@ -584,9 +568,7 @@ class KruskalResult(StoredSweepResult):
         meta["result"] = self.result_document()
         return meta
 
-    def renderables(self) -> list:
-        """The tables and lines ``kruskal`` prints (:func:`~mhaaudit.kruskal.report.kruskal_report`)."""
-        return kruskal_report(self)
+    REPORT = kruskal_report
 
     def summary_line(self) -> str:
         """The vectors tested (T, d, source), each test's verdict and the sweep's estimate."""

@@ -280,9 +280,7 @@ class MemorizeGrid(StoredResult):
         """The metadata of ``--format parquet``: :meth:`meta`."""
         return self.meta()
 
-    def renderables(self) -> list:
-        """What ``print(grid)`` shows, as ``mhaaudit memorize`` prints it."""
-        return memorize_report(self)
+    REPORT = memorize_report
 
     def summary_line(self) -> str:
         """The grid in one line: its points, values, sizes and seeds."""

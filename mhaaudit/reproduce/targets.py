@@ -138,9 +138,7 @@ class Reproduction(Report):
             doc["runs"] = [r.to_dict() for r in self.grid.runs]
         return doc
 
-    def renderables(self) -> list:
-        """What ``print(reproduction)`` shows, as ``mhaaudit reproduce`` prints it."""
-        return reproduction_report(self)
+    REPORT = reproduction_report
 
     def summary_line(self) -> str:
         """The target in one line: how many published values have each status."""
