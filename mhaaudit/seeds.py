@@ -50,7 +50,7 @@ from .kruskal.results import kruskal_meta
 from .pipeline import shared_loads
 from .render_seeds import seeds_report
 from .settings import MAX_SEED
-from .tables import RESULT_KEY, Stored, StoredSweepResult, decode_result, encode_result
+from .tables import RESULT_KEY, Stored, StoredResult, StoredSweepResult, decode_result, encode_result
 
 __all__ = [
     "CAPACITY_LAYOUT",
@@ -904,7 +904,8 @@ class SeedsResult(StoredSweepResult):
     meta_: dict[str, Any] = field(default_factory=dict)  # the meta, less the result itself
     notes: list[str] = field(default_factory=list)
     title: str = ""
-    runs: list = field(default_factory=list, compare=False, metadata={"document": False})  # per-seed results
+    # the per-seed results (AuditResult, CapacityResult, KruskalResult or Reproduction)
+    runs: list[StoredResult] = field(default_factory=list, compare=False, metadata={"document": False})
 
     def records(self) -> list[dict]:
         """Every record: the per-seed records in seed order, then the summaries, then the differences."""
