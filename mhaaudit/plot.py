@@ -191,8 +191,8 @@ def plot_memorize(grid, path: str | Path) -> Path:
         ax.axvline(s.n, color="grey", linestyle="--", linewidth=1, label="d_h = n")
     ax.set_title(_memorize_title(grid, seeds), fontsize=9)
     ax.set_xlabel(_MEMORIZE_XLABEL.get(grid.vary, "setting"))
-    if s.task == "regression":
-        ax.set_ylabel(f"fraction with |error| < {s.tolerance}")
+    if s.recipe.task == "regression":
+        ax.set_ylabel(f"fraction with |error| < {s.recipe.tolerance}")
     else:
         ax.set_ylabel("memorised fraction (training accuracy)")
     ax.set_ylim(-0.02, 1.05)
@@ -228,7 +228,7 @@ def _memorize_title(grid, seeds: bool) -> str:
         for vary, label, key in (("heads", "H", "heads"), ("n", "n", "n"), ("head-dim", "d_h", "head_dim"))
         if grid.vary != vary
     ]
-    title = ", ".join(parts) + f" ({s.context} context)"
+    title = ", ".join(parts) + f" ({s.recipe.context} context)"
     if seeds:
         title += f"\nmean of {len(grid.seeds)} seeds; band from the lowest to the highest"
     return title

@@ -540,10 +540,10 @@ def _setting(run) -> str:
 
 def memorize_table(grid) -> Table:
     """One row per trained point of the grid (with the saturation columns when counted)."""
-    s = grid.settings
-    metric = "training accuracy" if s.task == "classification" else f"fraction with |error| < {s.tolerance}"
+    s, recipe = grid.settings, grid.settings.recipe
+    metric = "training accuracy" if recipe.task == "classification" else f"fraction with |error| < {recipe.tolerance}"
     table = Table(
-        title=f"Memorisation ({s.task}, {s.context} context, d = {s.d}; memorised = {metric})",
+        title=f"Memorisation ({recipe.task}, {recipe.context} context, d = {s.d}; memorised = {metric})",
         title_justify="left",
     )
     sat = any(r.saturation is not None for r in grid.runs)

@@ -20,7 +20,9 @@ Modules:
 - :mod:`.model`: :class:`MemorizeModel`, one attention layer with d_v = 1 per head;
 - :mod:`.schedule`: the plan of a point (steps, learning rate, checks) and its batch order;
 - :mod:`.stack`: several models padded and stacked into one, exactly;
-- :mod:`.training`: the recipe of Appendix A and the training of a stacked group, seeded through
+- :mod:`.recipe`: :class:`~.recipe.Recipe`, the training recipe of Appendix A, which every run
+  and a grid's settings hold;
+- :mod:`.training`: the training of a stacked group by the recipe, seeded through
   ``derive_seed(seed, "memorize")``;
 - :mod:`.grouping`: the grid split into groups within a memory budget;
 - :mod:`.reference`: the plain one-point training loop the stacked training is tested against;

@@ -178,7 +178,7 @@ def memorize_grid(request: MemorizeRequest) -> MemorizeGrid:
     done: tuple[MemorizeRun, ...] = tuple(runs)  # type: ignore[arg-type]
     settings = GridSettings(
         **grid["fixed"],
-        **recipe.as_dict(),
+        recipe=recipe,
         seed=seed_list[0],
         seeds=tuple(seed_list),
         device=device_name(dev),

@@ -30,7 +30,7 @@ from ..errors import InputError
 from .stack import StackShape
 
 if TYPE_CHECKING:
-    from .training import Recipe
+    from .recipe import Recipe
 
 __all__ = ["GroupPlan", "default_budget", "device_memory", "group_bytes", "plan_groups"]
 

@@ -20,7 +20,7 @@ from ..io import check_writable
 from ..plot import check_plot_path
 from ..settings import MAX_SEED, resolve_device
 from .grouping import default_budget
-from .training import Recipe
+from .recipe import Recipe
 
 __all__ = ["PRESETS", "VARY", "MemorizeRequest", "grid_axes", "resolve_grid"]
 
@@ -40,10 +40,10 @@ _AXES = (("heads", "heads"), ("n", "n"), ("head_dim", "head-dim"))
 @dataclass(frozen=True)
 class MemorizeRequest(Recipe):
     """What a memorize run trains (the grid: values of the varied parameter x sizes T x seeds),
-    how (the fields of :class:`~.training.Recipe`, of Appendix A), where, and what it writes.
+    how (the fields of :class:`~.recipe.Recipe`, of Appendix A), where, and what it writes.
 
     Checked and normalised on construction (InputError naming the parameter), in this order: the
-    grid (:func:`resolve_grid`), the recipe (:class:`~.training.Recipe`), ``seed``/``seeds``, the
+    grid (:func:`resolve_grid`), the recipe (:class:`~.recipe.Recipe`), ``seed``/``seeds``, the
     device, ``memory_budget`` (GiB) and ``max_group``, then the ``out`` and ``plot`` paths.
     :func:`~.grid.run_memorize_grid` describes each field.
     """

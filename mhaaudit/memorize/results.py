@@ -11,15 +11,16 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from typing import ClassVar
 
 from .._version import __version__
 from ..errors import InputError
 from ..io import stamp
 from ..render import memorize_report
-from ..tables import METADATA_KEY, StoredResult, decode_result, read_json_document
+from ..tables import METADATA_KEY, StoredResult, decode_fields, decode_result, read_json_document
 from .data import DIM
+from .recipe import RECIPE_FIELDS, Recipe
 from .saturation import SaturationSummary
 
 #: How a point's generator is seeded (part of every stored configuration).
@@ -48,21 +49,14 @@ class MemorizeRun:
     in the same steps, padded to one shape, so the wall time of each stretch of steps is divided
     equally among the points still training in it; the shares of a group add up to the group's
     training time (``GroupRecord.seconds`` is its whole wall time, setup included).
+    ``recipe`` is how the point was trained; :meth:`to_dict` gives its fields flat, in its place.
     """
 
     heads: int
     n: int
     head_dim: int
     size: int
-    task: str
-    context: str
-    classes: int
-    tolerance: float
-    epochs: int | None
-    max_steps: int | None
-    lr: float
-    batch_size: int
-    check_every: int
+    recipe: Recipe
     seed: int
     memorized: float
     memorized_count: int
@@ -77,30 +71,26 @@ class MemorizeRun:
     reused: bool = False
 
     def config(self) -> dict:
-        """The run's full configuration, as the results file keys it (see :func:`config_dict`)."""
-        return config_dict(
-            heads=self.heads,
-            n=self.n,
-            head_dim=self.head_dim,
-            size=self.size,
-            task=self.task,
-            context=self.context,
-            classes=self.classes,
-            tolerance=self.tolerance,
-            epochs=self.epochs,
-            max_steps=self.max_steps,
-            lr=self.lr,
-            batch_size=self.batch_size,
-            check_every=self.check_every,
-            seed=self.seed,
-            device=self.device,
-        )
+        """The run's full configuration, as the results file keys it (see :func:`config_dict`): its
+        point (as :class:`~.training.Point` gives it), its recipe and its device."""
+        point = {k: getattr(self, k) for k in ("heads", "n", "head_dim", "size", "seed")}
+        return config_dict(**point, **self.recipe.as_dict(), device=self.device)
 
     def to_dict(self) -> dict:
-        """The run as plain JSON types (its saturation summary a dict or None)."""
-        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "saturation"}
-        d["saturation"] = self.saturation.to_dict() if self.saturation is not None else None
+        """The run as plain JSON types, flat (:func:`flat_fields`), its saturation summary (last) a dict or None."""
+        d = flat_fields(self)
+        sat = d.pop("saturation")
+        d["saturation"] = sat.to_dict() if sat is not None else None
         return d
+
+    @classmethod
+    def from_document(cls, data) -> MemorizeRun:
+        """The run :meth:`to_dict` wrote (a row of ``--format parquet`` too).
+
+        Raises:
+            ValueError: ``data`` is not such a run (see :func:`read_flat`).
+        """
+        return read_flat(cls, data, "runs[]")
 
 
 @dataclass(frozen=True)
@@ -167,29 +157,30 @@ class GroupRecord:
 class GridSettings:
     """What every point of a grid shares, as the document's ``settings`` gives it (in that order):
     the model's shape held fixed (``n``, ``heads``, ``head_dim``; the varied one is each run's
-    own), the training recipe (:class:`~mhaaudit.memorize.training.Recipe`), the seeds, the
-    device and the width ``d``."""
+    own), the training recipe (:class:`~mhaaudit.memorize.recipe.Recipe`, its fields flat in the
+    document), the seeds, the device and the width ``d``."""
 
     n: int
     heads: int
     head_dim: int
-    task: str
-    context: str
-    classes: int
-    tolerance: float
-    epochs: int | None
-    max_steps: int | None
-    lr: float
-    batch_size: int
-    check_every: int
+    recipe: Recipe
     seed: int
     seeds: tuple[int, ...]
     device: str
     d: int
 
     def to_dict(self) -> dict:
-        """The settings as the document gives them (the seeds a list)."""
-        return asdict(self) | {"seeds": list(self.seeds)}
+        """The settings as the document gives them: flat (:func:`flat_fields`), the seeds a list."""
+        return flat_fields(self) | {"seeds": list(self.seeds)}
+
+    @classmethod
+    def from_document(cls, data) -> GridSettings:
+        """The settings :meth:`to_dict` wrote.
+
+        Raises:
+            ValueError: ``data`` is not such settings (see :func:`read_flat`).
+        """
+        return read_flat(cls, data, "settings")
 
 
 @dataclass(frozen=True, repr=False)
@@ -321,6 +312,39 @@ def _decoded(cls, data: dict, where: str):
         raise InputError(f"{where}: its {cls.__name__} cannot be read back: {exc}") from exc
 
 
+# --------------------------------------------------------------------------- the recipe, flat
+
+
+def flat_names(cls) -> tuple[str, ...]:
+    """The fields of a record holding a ``recipe`` (a run, the settings) as its outputs give them:
+    the recipe's fields (:data:`~.recipe.RECIPE_FIELDS`) in the recipe's place."""
+    return tuple(name for f in fields(cls) for name in (RECIPE_FIELDS if f.name == "recipe" else (f.name,)))
+
+
+def flat_fields(record) -> dict:
+    """The fields of ``record`` (a run, the settings) by name, flat (:func:`flat_names`)."""
+    return {k: getattr(record.recipe if k in RECIPE_FIELDS else record, k) for k in flat_names(type(record))}
+
+
+def read_flat(cls, data, where: str):
+    """The record ``cls`` from its flat fields (:func:`flat_fields`, as JSON data), each read
+    from its type hint, the recipe's gathered into its ``recipe``.
+
+    Raises:
+        ValueError: ``data`` is not an object, lacks a field of the recipe or a required one of
+            ``cls``, has one ``cls`` does not, or a value that is not of its field's type.
+    """
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected an object for {cls.__name__}, got {type(data).__name__}")
+    missing = [k for k in RECIPE_FIELDS if k not in data]
+    if missing:
+        raise ValueError(f"{where}: {cls.__name__} lacks {', '.join(missing)}")
+    if "recipe" in data:
+        raise ValueError(f"{where}: {cls.__name__} has no field recipe (its fields are given flat)")
+    nested = {k: v for k, v in data.items() if k not in RECIPE_FIELDS} | {"recipe": {k: data[k] for k in RECIPE_FIELDS}}
+    return decode_fields(cls, nested, where)
+
+
 # --------------------------------------------------------------------------- configuration keys
 
 
@@ -347,12 +371,12 @@ def config_key(cfg: dict) -> str:
 # --------------------------------------------------------------------------- parquet rows
 
 
-_STORED = tuple(k for k in MemorizeRun.__dataclass_fields__ if k not in ("saturation", "reused"))
+_STORED = tuple(k for k in flat_names(MemorizeRun) if k not in ("saturation", "reused"))
 
 
 def run_to_row(run: MemorizeRun) -> dict:
     """A run as one flat row of the results file (saturation as ``sat_*`` columns)."""
-    row = {k: getattr(run, k) for k in _STORED}
+    row = {k: v for k, v in flat_fields(run).items() if k in _STORED}
     row["config_key"] = config_key(run.config())
     s = run.saturation
     row.update(
@@ -382,7 +406,7 @@ def row_to_run(row: dict) -> MemorizeRun:
             frac_any_saturated=float(row["sat_frac_any"]),
             mean_saturated=float(row["sat_mean"]),
         )
-    return MemorizeRun(**{k: row[k] for k in _STORED}, saturation=sat, reused=True)
+    return replace(MemorizeRun.from_document({k: row[k] for k in _STORED}), saturation=sat, reused=True)
 
 
 # --------------------------------------------------------------------------- linear fits

@@ -23,7 +23,6 @@ grid or group it is trained in.
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -31,12 +30,13 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .. import validate
-from ..errors import InputError, param
+from ..errors import param
 from ..numerics.threads import intra_op_threads as _intra_op_threads
 from ..progress import task as progress_task
 from ..settings import MAX_SEED, derive_seed, device_name, resolve_device
-from .data import CONTEXTS, DIM, TASKS, make_dataset
+from .data import DIM, make_dataset
 from .model import MemorizeModel
+from .recipe import Recipe
 from .results import MemorizeRun
 from .saturation import saturation_summary
 from .schedule import BatchOrder, Plan, lr_factor
@@ -55,56 +55,6 @@ __all__ = [
 
 #: Steps whose batches are drawn and sent to the device at once.
 CHUNK_STEPS = 256
-
-
-def _positive(name: str, value) -> float:
-    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 and math.isfinite(value)):
-        raise InputError(f"{name} must be a positive number, got {value!r}")
-    return float(value)
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """How every point of a grid is trained and judged (Appendix A).
-
-    Checked and normalised on construction (InputError naming the parameter): ``task`` and
-    ``context`` one of :data:`~.data.TASKS` / :data:`~.data.CONTEXTS`, ``classes`` at least 2,
-    ``tolerance`` and ``lr`` positive, the step counts whole numbers of at least 1.
-    """
-
-    task: str = "classification"
-    context: str = "shared"
-    classes: int = 100
-    tolerance: float = 0.01
-    epochs: int | None = None
-    max_steps: int | None = None
-    lr: float = 1e-3
-    batch_size: int = 256
-    check_every: int = 200
-
-    def __post_init__(self) -> None:
-        checked = dict(
-            task=validate.choice(param("task"), self.task, TASKS),
-            context=validate.choice(param("context"), self.context, CONTEXTS),
-            classes=validate.integer(param("classes"), self.classes, minimum=2),
-            tolerance=_positive(param("tolerance"), self.tolerance),
-            epochs=validate.integer(param("epochs"), self.epochs) if self.epochs is not None else None,
-            max_steps=validate.integer(param("max_steps"), self.max_steps) if self.max_steps is not None else None,
-            lr=_positive(param("lr"), self.lr),
-            batch_size=validate.integer(param("batch_size"), self.batch_size),
-            check_every=validate.integer(param("check_every"), self.check_every),
-        )
-        for name, value in checked.items():
-            object.__setattr__(self, name, value)
-
-    def as_dict(self) -> dict:
-        """The recipe's fields by name."""
-        return asdict(self)
-
-    @property
-    def out_dim(self) -> int:
-        """The model's outputs: one per class, or one number for regression."""
-        return self.classes if self.task == "classification" else 1
 
 
 @dataclass(frozen=True)
@@ -187,7 +137,7 @@ def train_group(
         sats = [trainer.saturation(i) if saturation else None for i in range(len(points))]
     name = device_name(device)
     return [
-        MemorizeRun(**asdict(p), **recipe.as_dict(), **o, device=name, saturation=s)
+        MemorizeRun(**asdict(p), recipe=recipe, **o, device=name, saturation=s)
         for p, o, s in zip(points, outcomes, sats, strict=False)
     ]
 

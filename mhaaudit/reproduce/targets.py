@@ -442,8 +442,8 @@ def figure2(
     tr = spec["training"]
     setting = [
         f"grid {grid.preset or 'custom'}: H in {list(grid.values)}, n = {s.n}, d_h = {s.head_dim}, d = {d}, "
-        f"T in {list(grid.sizes)}, {s.context} context, {s.task}, seed {s.seed}, device {s.device}",
-        f"training: at most {s.max_steps or 'the paper rule of'} steps per point (the paper: {tr['rule']})",
+        f"T in {list(grid.sizes)}, {s.recipe.context} context, {s.recipe.task}, seed {s.seed}, device {s.device}",
+        f"training: at most {s.recipe.max_steps or 'the paper rule of'} steps per point (the paper: {tr['rule']})",
         f"data: {spec['data']['description']}",
     ]
     return Reproduction(
