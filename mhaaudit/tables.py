@@ -1,7 +1,8 @@
-"""Results as tables: the columns of every command's records (their types and meanings), the
-typed Arrow table they make, and :class:`ResultTable`, the mixin that gives a result object that
-table (``to_arrow()``, ``to_pandas()``) and shows it as the CLI prints it: ``print(result)`` as
-text, a notebook with colours; ``repr(result)`` is one short line (:class:`Report`).
+"""Results as tables: the columns of every command's records (their types and meanings, listed
+in ``columns.json``, data shipped with the package), the typed Arrow table they make, and
+:class:`ResultTable`, the mixin that gives a result object that table (``to_arrow()``,
+``to_pandas()``) and shows it as the CLI prints it: ``print(result)`` as text, a notebook with
+colours; ``repr(result)`` is one short line (:class:`Report`).
 
 The same table is what ``--out FILE.parquet`` writes and ``--format parquet`` prints; its schema
 metadata (key ``mhaaudit``) carries the run's provenance, the ``meta`` of the JSON document.
@@ -36,6 +37,7 @@ import typing
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from importlib import resources
 from typing import Any, ClassVar
 
 from rich.console import Console
@@ -55,220 +57,25 @@ class Column:
     meaning: str
 
 
-def _cols(*specs: tuple[str, str, str]) -> tuple[Column, ...]:
-    return tuple(Column(*s) for s in specs)
+def _load_columns() -> dict[str, tuple[Column, ...]]:
+    """The columns of every table, as ``columns.json`` (data shipped with the package) lists them."""
+    text = resources.files(__package__).joinpath("columns.json").read_text(encoding="utf-8")
+    return {table: tuple(Column(**c) for c in cols) for table, cols in json.loads(text).items()}
 
 
-_WHERE = _cols(
-    ("model", "string", "the model audited, as given"),
-    ("variant", "string", "the column: embedding, random-attention, random, trained, or random-L<k> / trained-L<k>"),
-    (
-        "layer",
-        "int64",
-        "depth of the tokens read: 0 = embedding output, k = output of block k (capacity: the block K "
-        "whose attention builds Z)",
-    ),
-)
-
+_SCHEMA = _load_columns()
+#: Where a row of ``check`` and ``capacity`` was read: the model, the column, the layer.
+_WHERE = _SCHEMA["where"]
 #: A Monte-Carlo or exact test at one size k (``kruskal``; ``check`` adds model, variant, layer),
 #: and the sweep rows (``check = "sweep"``: k, fraction, ci_low, ci_high).
-TEST_COLUMNS = _cols(
-    (
-        "check",
-        "string",
-        "general_position, assumption_1, assumption_2, assumption_3 or kruskal; sweep for the rows "
-        "of the Kruskal-rank curve",
-    ),
-    (
-        "k",
-        "int64",
-        "candidate size: n for Assumptions 1 and 3, min(T, d) for General Position; the rank n for "
-        "Assumption 2; the subset size of a sweep row",
-    ),
-    ("T", "int64", "number of vectors (Assumption 2: examples)"),
-    ("d", "int64", "width of the vectors"),
-    ("samples", "int64", "draws made (Assumption 2: examples examined)"),
-    ("satisfied", "int64", "independent draws (Assumption 2: full-rank context matrices)"),
-    ("fraction", "float64", "satisfied fraction"),
-    ("ci_low", "float64", "lower end of its 95% Clopper-Pearson interval"),
-    ("ci_high", "float64", "upper end of its 95% Clopper-Pearson interval"),
-    ("threshold", "float64", "fraction needed for holds (Assumption 2: 1.0)"),
-    (
-        "verdict",
-        "string",
-        "the estimate under the paper's rule (the satisfied fraction of draws against the "
-        "threshold): holds, fails or unavailable; the column the paper's tables report",
-    ),
-    (
-        "exact_status",
-        "string",
-        "the exact answer to the same question: fails, holds or undecided (a witness or a "
-        "whole-set rank below k proves fails; only an exhaustive check or a certified floor "
-        "proves holds); sweep rows: for that k",
-    ),
-    (
-        "exact_basis",
-        "string",
-        "what decides exact_status: witness, set-rank, dimension (k > d or k > T), "
-        "exhaustive, certified-floor, or none (undecided)",
-    ),
-    (
-        "scope",
-        "string",
-        "subsets (k-subsets of a larger set: the paper's question), whole-set (k >= T: the only "
-        "subset is the whole set, which does not answer the paper's question; the reason names "
-        "the run that does) or per-example (Assumption 2)",
-    ),
-    ("reason", "string", "one sentence: why, and whether it is a proof or an estimate"),
-    ("tolerance", "string", "the rank rule, in words"),
-    ("seed", "int64", "the sampling seed"),
-    (
-        "witness",
-        "list<int64>",
-        "row indices of the smallest dependent subset found (Assumption 2: the first "
-        "rank-deficient examples); empty when none",
-    ),
-    (
-        "witness_singular_values",
-        "list<float64>",
-        "singular values of the witness rows, largest first, in the data's own scale; empty when none",
-    ),
-    (
-        "witness_tol",
-        "float64",
-        "the rank tolerance of the witness rows, in the data's own scale: their smallest "
-        "singular value is at most this; null when there is no witness (and for Assumption 2)",
-    ),
-    (
-        "rank_histogram",
-        "map<int64, int64>",
-        "numerical rank -> number of examined draws (Assumption 2: of context matrices) with that rank",
-    ),
-    (
-        "exact_rechecks",
-        "int64",
-        "draws that sat near the tolerance and were decided from eigenvalues or by SVD "
-        "(work done: it may differ between the CPU and GPU kernels, the decisions do not)",
-    ),
-    ("sampled", "bool", "whether the verdict comes from Monte-Carlo draws (false: decided exactly)"),
-    ("proven", "bool", "true exactly when exact_status is decided (fails or holds); always true with a witness"),
-    (
-        "planned_samples",
-        "int64",
-        "draws asked for (more than samples when a test stopped once decided); null where no draws are planned",
-    ),
-    (
-        "set_rank",
-        "int64",
-        "rank of the whole T x d set at the smallest tolerance any k-subset can have under "
-        "the rule: a ceiling no k-subset's rank exceeds; null for Assumption 2",
-    ),
-    ("device", "string", "where the draws were decided"),
-    (
-        "gram",
-        "string",
-        "how each draw's Gram matrix was formed: full (one T x T Gram), per-draw (from the "
-        "draw's rows, held in memory, for sets whose full Gram would exceed the memory bound) or mmap "
-        "(the same, the rows read from a memory-mapped file); null for Assumption 2",
-    ),
-    (
-        "min_margin",
-        "float64",
-        "Assumption 2: the smallest sigma_n / tolerance over the examples (how far the "
-        "nearest context matrix is from rank deficiency); null for the other checks",
-    ),
-)
-
-CAPACITY_COLUMNS = _WHERE + _cols(
-    ("attention", "string", "key/query weights of Z: model (the block's own) or random"),
-    ("shared_context", "bool", "whether every example uses the context of example 0 (Proposition 2)"),
-    ("T", "int64", "examples (rows of Z)"),
-    ("n", "int64", "tokens per example"),
-    ("d", "int64", "width of the tokens"),
-    ("d_h", "int64", "key/query dimension per head"),
-    ("H", "int64", "heads of the attention block"),
-    ("tolerance", "string", "the rank rule of Z, in words"),
-    ("seed", "int64", "the seed of the random weights and labels"),
-    ("status", "string", "ok, or unavailable (then reason says why and the numbers are null)"),
-    ("heads", "int64", "heads used, h (the first h of the block)"),
-    ("rank", "int64", "numerical rank r of Z with h heads: the examples certified memorised"),
-    ("rank_cap", "int64", "min(T, h d), the largest rank Z can have"),
-    ("bound", "int64", "the Theorem 1 / Remark 1 count with h heads; null when the theorem does not apply"),
-    ("bound_kind", "string", "theorem-1, remark-1, not-applicable or unavailable"),
-    ("bound_reason", "string", "why the bound applies or not"),
-    ("bound_formula", "string", "the count's formula with the numbers put in"),
-    ("residual", "float64", "max |Z_S w - y| / max |y| of the solved value/output map on random labels"),
-    ("rank_method", "string", "how the rank of Z was decided"),
-    ("z_tolerance_value", "float64", "the rank tolerance of Z, in Z's own scale"),
-    ("sigma_max", "float64", "largest singular value of Z with h heads"),
-    ("prop2_bound", "int64", "h (n - 1) + 1, Proposition 2's ceiling on rank(Z) with a shared context"),
-    ("prop2_verdict", "string", "with a shared context: holds when rank <= prop2_bound, else fails; null otherwise"),
-    (
-        "assumption_1",
-        "string",
-        "the Assumption 1 status the bound rests on (holds, fails or null): its exact status "
-        "where decided (a witness proves fails), else the estimate verdict",
-    ),
-    ("assumption_2", "string", "the Assumption 2 verdict the bound rests on (holds, fails or null)"),
-    ("kruskal_estimate", "int64", "the estimated Kruskal rank used by Remark 1; null when none"),
-    ("reason", "string", "why the column is unavailable; empty otherwise"),
-)
-
-SATURATION_FIELDS = _cols(
-    ("threshold", "float64", "a head is saturated on an example when its largest softmax weight exceeds this"),
-    ("heads", "int64", "heads H"),
-    ("examples", "int64", "examples counted"),
-    ("histogram", "list<int64>", "histogram[j]: examples with exactly j saturated heads (j = 0..H)"),
-    ("frac_at_least_two_saturated", "float64", "fraction of examples with at least two saturated heads"),
-    ("frac_some_unsaturated", "float64", "fraction with at least one unsaturated head"),
-    ("frac_any_saturated", "float64", "fraction with at least one saturated head"),
-    ("mean_saturated", "float64", "mean number of saturated heads per example"),
-)
-
-MEMORIZE_COLUMNS = _cols(
-    ("heads", "int64", "heads H"),
-    ("n", "int64", "context length n"),
-    ("head_dim", "int64", "key/query dimension d_h"),
-    ("size", "int64", "training-set size T"),
-    ("task", "string", "classification or regression"),
-    ("context", "string", "shared or per-example"),
-    ("classes", "int64", "classes of the labels (classification)"),
-    ("tolerance", "float64", "regression: an example is memorised when |error| < tolerance"),
-    ("epochs", "int64", "epochs asked for; null: the paper's rule"),
-    ("max_steps", "int64", "cap on optimisation steps; null: none"),
-    ("lr", "float64", "Adam learning rate (peak)"),
-    ("batch_size", "int64", "training batch size"),
-    ("check_every", "int64", "steps between checks for full memorisation"),
-    ("seed", "int64", "the seed of data, weights and batch order"),
-    ("memorized", "float64", "fraction of the training examples memorised"),
-    ("memorized_count", "int64", "examples memorised"),
-    ("epochs_run", "int64", "epochs trained"),
-    ("steps_run", "int64", "optimisation steps made"),
-    ("planned_steps", "int64", "steps the schedule planned"),
-    ("final_loss", "float64", "training loss at the end"),
-    (
-        "seconds",
-        "float64",
-        "the point's share of its group's training time (the group's wall time divided equally among the points "
-        "training in it; a group's shares add up to its time)",
-    ),
-    ("stopped_early", "bool", "whether training stopped once every example was memorised"),
-    ("device", "string", "where the point was trained"),
-    (
-        "saturation",
-        "saturation",
-        "when saturation is measured: saturated heads per example (a struct: the saturation.* fields); null otherwise",
-    ),
-    ("reused", "bool", "whether the point was read from the output file (out) instead of trained"),
-    # The --out file of memorize (the grid's own results, for resuming) stores saturation flat:
-    ("config_key", "string", "output file only: the point's full configuration, the key it is stored under"),
-    ("sat_threshold", "float64", "output file only: saturation.threshold"),
-    ("sat_histogram", "list<int64>", "output file only: saturation.histogram"),
-    ("sat_frac_ge2", "float64", "output file only: saturation.frac_at_least_two_saturated"),
-    ("sat_frac_some_unsaturated", "float64", "output file only: saturation.frac_some_unsaturated"),
-    ("sat_frac_any", "float64", "output file only: saturation.frac_any_saturated"),
-    ("sat_mean", "float64", "output file only: saturation.mean_saturated"),
-)
+TEST_COLUMNS = _SCHEMA["test"]
+#: A capacity column's row at h heads (after model, variant, layer).
+CAPACITY_COLUMNS = _WHERE + _SCHEMA["capacity"]
+#: The fields of memorize's ``saturation`` struct.
+SATURATION_FIELDS = _SCHEMA["saturation"]
+#: A memorize run's row; the ``--out`` file of memorize (the grid's own results, for resuming)
+#: stores saturation flat, in the last columns (``config_key``, ``sat_*``).
+MEMORIZE_COLUMNS = _SCHEMA["memorize"]
 
 #: The columns of each command's table, in the order a record gives them.
 COLUMNS: dict[str, tuple[Column, ...]] = {

@@ -122,6 +122,31 @@ def test_four_readers_read_the_same_file(tmp_path):
     assert types["planned_samples"] == "BIGINT"
 
 
+def test_the_columns_are_the_data_file_shipped_with_the_package():
+    """``columns.json`` (package data) is the schema: each command's columns are its tables, in
+    order, and memorize's are the fields a run writes (flat) and those of its results file."""
+    import dataclasses
+    from importlib import resources
+
+    from mhaaudit.memorize.results import MemorizeRun, flat_names
+    from mhaaudit.memorize.saturation import SaturationSummary
+    from mhaaudit.tables import SATURATION_FIELDS, Column
+
+    data = json.loads(resources.files("mhaaudit").joinpath("columns.json").read_text(encoding="utf-8"))
+    tables = {name: tuple(Column(**c) for c in cols) for name, cols in data.items()}
+    assert COLUMNS == {
+        "check": tables["where"] + tables["test"],
+        "kruskal": tables["test"],
+        "capacity": tables["where"] + tables["capacity"],
+        "memorize": tables["memorize"],
+    }
+    for cols in (*COLUMNS.values(), SATURATION_FIELDS):
+        assert len({c.name for c in cols}) == len(cols)
+    written = [c.name for c in COLUMNS["memorize"] if not c.meaning.startswith("output file only")]
+    assert written == list(flat_names(MemorizeRun))
+    assert [c.name for c in SATURATION_FIELDS] == [f.name for f in dataclasses.fields(SaturationSummary)]
+
+
 def test_schema_markdown_names_every_column():
     text = schema_markdown()
     for cols in COLUMNS.values():
