@@ -116,10 +116,6 @@ BLOCK_PATHS = (
     "blocks",
 )
 
-# State-dict keys that mark a timm ViT checkpoint (as opposed to a transformers one).
-_TIMM_KEY_PREFIXES = ("blocks.", "patch_embed.", "module.blocks.")
-_CHECKPOINT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt", ".ckpt", ".npz")
-
 
 # The sizes of a config checked before anything is built, each with its upper bound: far above every
 # published model, far below what would make a build allocate without end or divide by zero.
@@ -283,6 +279,10 @@ def read_json(path: Path | str) -> dict | None:
         return None
 
 
+# The endings of checkpoint file names: a name that ends so is read as a local path, not a hub id.
+_CHECKPOINT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt", ".ckpt", ".npz")
+
+
 def is_path_like(name: str) -> bool:
     """True when ``name`` names a local folder or file rather than a hub id or timm name."""
     return (
@@ -317,6 +317,10 @@ def _looks_like_timm_path(path: str) -> bool:
     p = Path(path)
     data = read_json((p if p.is_dir() else p.parent) / "config.json")
     return p.is_file() if data is None else is_timm_folder_config(data)
+
+
+# State-dict keys that mark a timm ViT checkpoint (as opposed to a transformers one).
+_TIMM_KEY_PREFIXES = ("blocks.", "patch_embed.", "module.blocks.")
 
 
 def _is_timm_checkpoint(path: str | None) -> bool:
