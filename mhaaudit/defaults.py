@@ -2,24 +2,43 @@
 
 The command line builds its options from these values before any command runs (``mhaaudit
 --help`` must not import torch), and the library's functions take the same values as their
-keyword defaults, so a run through either gets the same settings.
+keyword defaults, so a run through either gets the same settings. The choices of a parameter
+with a fixed set of values are here too, one tuple each: the library validates against it and the
+command line offers it, so a choice is added in one place.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "BACKENDS",
+    "CAPACITY_ATTENTION",
     "CAPACITY_BLOCK",
     "CAPACITY_BLOCK_WHY",
     "DEFAULT_SAMPLES",
     "DEFAULT_THRESHOLD",
+    "KRUSKAL_VECTORS",
+    "MEMORIZE_CONTEXTS",
     "MEMORIZE_PRESETS",
+    "MEMORIZE_TASKS",
+    "MEMORIZE_VARY",
     "PAPER_VALUES",
+    "SEEDS_VARY",
 ]
 
 #: Monte-Carlo draws per candidate size of a Kruskal test (the paper's).
 DEFAULT_SAMPLES = 5000
 #: Satisfied fraction at which a size counts as independent (the paper's).
 DEFAULT_THRESHOLD = 0.99
+
+#: The model libraries a model may be loaded with: Hugging Face transformers, or timm.
+BACKENDS = ("hf", "timm")
+#: What several seeds vary: the weights and data seeds together (as one seed), or one of them.
+SEEDS_VARY = ("both", "weights", "data")
+#: The vectors a Kruskal rank is estimated for: the query vectors, or the Assumption 3 vectors
+#: (query + mean of context rows).
+KRUSKAL_VECTORS = ("queries", "a3")
+#: The key/query weights of capacity's Z: the model's own attention block, or random ones.
+CAPACITY_ATTENTION = ("model", "random")
 
 #: The attention block whose heads ``capacity`` certifies by default. Theorem 1 speaks of an
 #: attention layer whose inputs satisfy Assumptions 1 and 2. The paper finds them holding at the
@@ -33,6 +52,13 @@ CAPACITY_BLOCK_WHY = (
     "(the output of block 1) satisfies Assumptions 1 and 2 in its Tables 1 and 3; block 1 reads the "
     "embedding output, where the image queries are one vector ({param:block} K chooses another)"
 )
+
+#: The labels a memorize run learns: random classes, or numbers in [0, 1] to regress.
+MEMORIZE_TASKS = ("classification", "regression")
+#: The contexts of a memorize run: one context for every example, or one per example.
+MEMORIZE_CONTEXTS = ("shared", "per-example")
+#: The parameter a memorize grid varies: the number of heads H, the context length n, or the head dimension d_h.
+MEMORIZE_VARY = ("heads", "n", "head-dim")
 
 PAPER_VALUES = (1, 5, 10, 20, 30, 40, 50, 60)
 

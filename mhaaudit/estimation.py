@@ -28,6 +28,7 @@ from typing import Any
 from . import kruskal, validate
 from .auditing import capture_probe, probe_for_variant, refuse_weights_without_trained
 from .checks import REGISTRY, check_for_size
+from .defaults import KRUSKAL_VECTORS
 from .distributed import shared
 from .errors import InputError, param, plain
 from .facts import CaptureFacts
@@ -48,7 +49,7 @@ from .request import (
 from .seeds import SeedPlan, SeedsResult, kruskal_seeds, plan_for
 from .settings import Settings
 
-VECTORS = ("queries", "a3")  # the query vectors, or the Assumption 3 vectors (query + mean of context rows)
+VECTORS = KRUSKAL_VECTORS  # the query vectors, or the Assumption 3 vectors (query + mean of context rows)
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from itertools import combinations
 from typing import Any, ClassVar, get_type_hints
 
 from . import distributed, validate
+from .defaults import SEEDS_VARY
 from .errors import InputError, param, plain
 from .features import FeatureSet
 from .kruskal.results import kruskal_meta
@@ -82,7 +83,7 @@ __all__ = [
 ]
 
 #: What ``--seeds`` varies: the weights and data seeds together (as ``--seed``), or one of them.
-VARY = ("both", "weights", "data")
+VARY = SEEDS_VARY
 SEEDS_EXAMPLE = "0-4 or 0,3,7"
 
 

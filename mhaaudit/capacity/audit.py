@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from .. import pipeline
-from ..defaults import CAPACITY_BLOCK, CAPACITY_BLOCK_WHY
+from ..defaults import CAPACITY_ATTENTION, CAPACITY_BLOCK, CAPACITY_BLOCK_WHY
 from ..distributed import current, describe, shared
 from ..errors import InputError, ModelError, OfflineError, param, plain
 from ..facts import BatchChoice, CapacitySettings, JobFacts, ModelFacts, ReadFacts, meta_value
@@ -72,7 +72,7 @@ if TYPE_CHECKING:  # the convenience keywords, typed for mypy
 __all__ = ["ATTENTION", "VARIANTS", "CapacityColumn", "CapacityResult", "attention_for", "capacity_audit"]
 
 VARIANTS = ("random", "trained")
-ATTENTION = ("model", "random")
+ATTENTION = CAPACITY_ATTENTION
 
 
 @dataclass

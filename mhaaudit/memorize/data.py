@@ -12,11 +12,13 @@ import math
 
 import torch
 
+from ..defaults import MEMORIZE_CONTEXTS, MEMORIZE_TASKS
+
 __all__ = ["CONTEXTS", "DIM", "TASKS", "make_dataset", "sinusoidal_positions"]
 
 DIM = 64
-TASKS = ("classification", "regression")
-CONTEXTS = ("shared", "per-example")
+TASKS = MEMORIZE_TASKS
+CONTEXTS = MEMORIZE_CONTEXTS
 
 
 def sinusoidal_positions(length: int, d: int) -> torch.Tensor:

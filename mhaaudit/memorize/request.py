@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from .. import validate
-from ..defaults import MEMORIZE_PRESETS
+from ..defaults import MEMORIZE_PRESETS, MEMORIZE_VARY
 from ..errors import InputError, param
 from ..io import check_writable
 from ..plot import check_plot_path
@@ -24,7 +24,7 @@ from .recipe import Recipe
 
 __all__ = ["PRESETS", "VARY", "MemorizeRequest", "grid_axes", "resolve_grid"]
 
-VARY = ("heads", "n", "head-dim")
+VARY = MEMORIZE_VARY
 _VARY_ALIASES = {"h": "heads", "head_dim": "head-dim", "dh": "head-dim"}
 
 #: The paper's grids (Figure 2) and the small ``cpu`` grid: see :data:`mhaaudit.defaults.MEMORIZE_PRESETS`.

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import validate
+from ..defaults import BACKENDS
 from ..errors import InputError
 from ..settings import resolve_device
 
@@ -42,7 +43,7 @@ class LoadPlan:
         weights = validate.choice("weights", self.weights or "random", ("random", "trained"))
         object.__setattr__(self, "weights", weights)
         if self.backend is not None:
-            object.__setattr__(self, "backend", validate.choice("backend", self.backend, ("hf", "timm")))
+            object.__setattr__(self, "backend", validate.choice("backend", self.backend, BACKENDS))
         if self.weights_path is not None:
             path = os.path.expanduser(str(self.weights_path))
             if not os.path.exists(path):
