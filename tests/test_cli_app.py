@@ -138,6 +138,49 @@ def test_a_command_must_name_each_of_its_options_once_in_its_order():
         command_options(Plotting, "plot")(redeclares)
 
 
+def test_the_choices_of_an_option_are_the_librarys_own():
+    """An enum option offers the tuple the library validates against, each value once, in its order."""
+    from mhaaudit import defaults
+    from mhaaudit.capacity.audit import ATTENTION
+    from mhaaudit.cli import flags, options
+    from mhaaudit.estimation import VECTORS
+    from mhaaudit.memorize import CONTEXTS, PRESETS, TASKS, VARY
+    from mhaaudit.seeds import VARY as SEEDS_VARY
+
+    offered = {
+        options.Backend: defaults.BACKENDS,
+        options.Vary: SEEDS_VARY,
+        flags.Attention: ATTENTION,
+        flags.Vectors: VECTORS,
+        flags.Task: TASKS,
+        flags.Context: CONTEXTS,
+        flags.Varied: VARY,
+        flags.Preset: tuple(PRESETS),
+    }
+    for enum, choices in offered.items():
+        assert tuple(member.value for member in enum) == tuple(choices), enum
+
+
+def test_an_option_of_a_commands_own_takes_the_default_of_its_alias():
+    """An option a command words its own way carries its default in its alias (None without one)."""
+    import inspect
+
+    from mhaaudit.cli.capacity import capacity
+    from mhaaudit.cli.kruskal import kruskal
+    from mhaaudit.cli.options import Common, command_options
+
+    params = inspect.signature(capacity).parameters
+    assert params["limit"].default == 2000 and params["attention"].default.value == "model"
+    assert params["heads"].default is None and params["plot"].default is None
+    assert inspect.signature(kruskal).parameters["batch_size"].default == "32"
+
+    class Untyped(Common):
+        stray: int
+
+    with pytest.raises(TypeError, match="stray is neither a shared option nor typed by an option's alias"):
+        command_options(Untyped, "seed device fmt quiet stray")
+
+
 # --------------------------------------------------------------------------- a fast start
 
 # The heavy libraries a command needs; help and the version must answer without any of them.

@@ -156,6 +156,7 @@ RULED = (
     "cli/capacity.py",
     "cli/kruskal.py",
     "cli/options.py",
+    "cli/flags.py",
     "settings.py",
     *(
         str(p.relative_to(Path(mhaaudit.__file__).parent))

@@ -4,119 +4,52 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
 import typer
 
-from .options import (
-    Capture,
-    Checking,
-    Draws,
-    ModelArg,
-    command_options,
-    emit_result,
-    emit_seeds,
-    importing,
-    prepare_outputs,
-    refuse_data_options,
-    refuse_unused,
-    run_requests,
-    run_settings,
-)
+from . import options as shared
+from .flags import CheckOptions
 
-if TYPE_CHECKING:  # the shared options, typed for mypy
+if TYPE_CHECKING:  # the options, typed for mypy
     from typing_extensions import Unpack
 
 
-class CheckOptions(Checking, Capture, Draws):
-    """The shared options that check takes."""
-
-
-@command_options(
+@shared.command_options(
     CheckOptions,
     "model variants layer layers backend weights data split text_column image_column convert_rgb limit batch_size"
     " keep_duplicates context_length revision trust_remote_code query_index samples threshold seed seeds vary"
     " weights_seed data_seed rtol atol device sweep all_draws fmt out plot save_features fail_on quiet",
 )
-def check(
-    ctx: typer.Context,
-    model: ModelArg,
-    variants: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--variants",
-            help="Columns: embedding, random-attention, random, trained (images; default all); random and/or trained "
-            "with --layers or for text.",
-        ),
-    ] = None,
-    layer: Annotated[
-        int | None,
-        typer.Option(
-            "--layer",
-            help="Depth K of the random and trained image columns: the tokens read are the output of block K "
-            "(default 1 = after the first block; --layers 0 reads the embedding output).",
-            show_default=False,
-        ),
-    ] = None,
-    layers: Annotated[
-        str | None,
-        typer.Option(
-            "--layers",
-            help="Audit several depths in one pass, e.g. 0-6 or 0,1: the output of each block K (0 = embedding "
-            "output). Text default: 0,1.",
-        ),
-    ] = None,
-    limit: Annotated[int, typer.Option("--limit", help="Number of examples T.")] = 2000,
-    query_index: Annotated[
-        int | None,
-        typer.Option(
-            "--query-index", help="Token used as the query (default: 0 = [CLS] for encoders, last for decoders)."
-        ),
-    ] = None,
-    sweep: Annotated[
-        bool, typer.Option("--sweep", help="Also compute the Kruskal-rank curve (Figure 1) of each column.")
-    ] = False,
-    save_features: Annotated[
-        Path | None,
-        typer.Option("--save-features", help="Write each column's reduced features here, for mhaaudit kruskal."),
-    ] = None,
-    fail_on: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--fail-on",
-            help="Exit 1 when this check fails in any column: general_position, assumption_1, assumption_2, "
-            "assumption_3 or any.",
-        ),
-    ] = None,
-    **options: Unpack[CheckOptions],
-) -> None:
+def check(ctx: typer.Context, model: shared.ModelArg, **options: Unpack[CheckOptions]) -> None:
     """Audit a transformer: Assumptions 1-3 and General Position at each probe point."""
-    with importing(options["quiet"]):  # the library, torch with it: seconds
+    with shared.importing(options["quiet"]):  # the library, torch with it: seconds
         from ..auditing import audit
         from ..render import render_audit
         from ..validate import int_ranges, split_list
 
     fmt, out, plot, data, seeds = options["fmt"], options["out"], options["plot"], options["data"], options["seeds"]
-    settings = run_settings(options, stop_when_decided=not options["all_draws"])
-    prepare_outputs(out, plot, fmt)
-    refuse_data_options(ctx, data)
+    save_features, layers = options["save_features"], options["layers"]
+    settings = shared.run_settings(options, stop_when_decided=not options["all_draws"])
+    shared.prepare_outputs(out, plot, fmt)
+    shared.refuse_data_options(ctx, data)
     if seeds is not None:
-        refuse_unused(
+        shared.refuse_unused(
             ctx,
             ("save_features", "plot"),
             "with --seeds: they write one run's features or curves; run that seed alone with --seed",
         )
-    fails = _fail_checks(fail_on)
+    fails = _fail_checks(options["fail_on"])
     _check_output_paths(out, plot, save_features, [model, options["weights"], data])
     layer_list = None if layers is None else int_ranges(layers, "--layers", what="layers", minimum=0)
-    sweep = sweep or (plot is not None and layer_list is None)  # the plot is the sweep curve, or the depth profile
-    req = run_requests(model, data, settings, {**options, "limit": limit, "query_index": query_index})
+    sweep = options["sweep"] or (plot is not None and layer_list is None)  # the sweep curve, or the depth profile
+    req = shared.run_requests(model, data, settings, options)
     result = audit(
         req.model,
         data=req.data,
         settings=req.settings,
-        variants=split_list(variants),
-        layer=layer,
+        variants=split_list(options["variants"]),
+        layer=options["layer"],
         layers=layer_list,
         sweep=sweep,
         on_note=lambda m: print(f"Note: {m}", file=sys.stderr),
@@ -125,9 +58,11 @@ def check(
     )
     if seeds is None:
         plot = _save_features_and_plot(result, save_features, plot)
-        emit_result(fmt, result, out, lambda: render_audit(result, save_features=save_features, out=out, plot=plot))
+        shared.emit_result(
+            fmt, result, out, lambda: render_audit(result, save_features=save_features, out=out, plot=plot)
+        )
     else:
-        emit_seeds(fmt, result, out)
+        shared.emit_seeds(fmt, result, out)
     _fail_on(fails, result.records())
 
 

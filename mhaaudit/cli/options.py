@@ -18,42 +18,29 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypedDict, TypeVar, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, TypedDict, TypeVar, get_type_hints
 
 import typer
 
-from ..defaults import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
+from ..defaults import BACKENDS, DEFAULT_SAMPLES, DEFAULT_THRESHOLD, SEEDS_VARY
 
 if TYPE_CHECKING:  # the library is imported only when a command runs
     from ..request import Requests
     from ..settings import Settings
 
 
-class Backend(str, Enum):
-    """The model library ``--backend`` names: Hugging Face transformers or timm."""
-
-    hf = "hf"
-    timm = "timm"
+#: The outputs of every command: a table for people, or JSON / parquet for programs (stdout).
+FORMATS = ("table", "json", "parquet")
 
 
-class Format(str, Enum):
-    """The output of every command: a table for people, or JSON / parquet for programs (stdout)."""
-
-    table = "table"
-    json = "json"
-    parquet = "parquet"
-
-
-class Vary(str, Enum):
-    """What ``--seeds`` varies (mhaaudit.seeds.VARY)."""
-
-    both = "both"
-    weights = "weights"
-    data = "data"
-
+# The enums of the choices, each member named as its value, built from the one tuple of them (the library's
+# where it has one); mypy cannot list members built at import: ``Format("table")``, not ``Format.table``.
+Backend = Enum("Backend", {v: v for v in BACKENDS}, type=str)  # type: ignore[misc]
+Format = Enum("Format", {v: v for v in FORMATS}, type=str)  # type: ignore[misc]
+Vary = Enum("Vary", {v: v for v in SEEDS_VARY}, type=str)  # type: ignore[misc]
 
 SeedsOpt = Annotated[
     str | None,
@@ -220,7 +207,13 @@ def request_keywords(options: Mapping[str, Any]) -> dict[str, Any]:
     takes them (an enum choice as its value)."""
     from ..request import DATA_KEYWORDS, MODEL_KEYWORDS
 
-    return {k: getattr(v, "value", v) for k, v in options.items() if k in MODEL_KEYWORDS or k in DATA_KEYWORDS}
+    return library_values(options, MODEL_KEYWORDS.keys() | DATA_KEYWORDS.keys())
+
+
+def library_values(options: Mapping[str, Any], names: Collection[str]) -> dict[str, Any]:
+    """The options among ``names`` (their Python names, the library's parameters) as the library takes
+    them: an enum choice as its value."""
+    return {k: getattr(v, "value", v) for k, v in options.items() if k in names}
 
 
 def run_requests(model: str, data: str | None, settings: Settings, options: Mapping[str, Any]) -> Requests:
@@ -341,14 +334,14 @@ DEFAULTS: Options = {
     "threshold": DEFAULT_THRESHOLD,
     "seed": 0,
     "seeds": None,
-    "vary": Vary.both,
+    "vary": Vary("both"),
     "weights_seed": None,
     "data_seed": None,
     "rtol": None,
     "atol": None,
     "device": "auto",
     "all_draws": False,
-    "fmt": Format.table,
+    "fmt": Format("table"),
     "out": None,
     "plot": None,
     "quiet": False,
@@ -357,41 +350,49 @@ DEFAULTS: Options = {
 _Command = TypeVar("_Command", bound=Callable[..., None])
 
 
+class Default(NamedTuple):
+    """The default of an option that a command words its own way (:mod:`.flags`), in its alias beside
+    its flag and help: ``Annotated[int, typer.Option("--limit", help=...), Default(2000)]``. Such an
+    option without one defaults to None (not given); a shared option's default is in :data:`DEFAULTS`."""
+
+    value: Any
+
+
 def command_options(options: type, order: str) -> Callable[[_Command], _Command]:
-    """Give a command the shared options it takes, ``options`` (a TypedDict of :class:`Options`' fields),
-    with their defaults from :data:`DEFAULTS`.
+    """Give a command the options it takes, ``options`` (a TypedDict of :class:`Options`' fields, and of
+    the command's own from :mod:`.flags`), with their defaults: a shared option's from :data:`DEFAULTS`,
+    one of the command's own from its alias (:class:`Default`).
 
     ``order`` names, space-separated and in the order of the command's ``--help``, every parameter
-    of the command (its ``typer.Context`` aside): a parameter the command declares itself (an argument,
-    or an option of its own) stands where it is named, and each field of ``options`` where it is named;
-    the command takes those in ``**options: Unpack[...]`` of the same TypedDict. The command's
-    ``__signature__`` and ``__annotations__`` are made to show them all, as Typer reads them
-    (``inspect.signature``, ``typing.get_type_hints``), so its ``--help`` lists each option once, in
-    that order.
+    of the command (its ``typer.Context`` aside): a parameter the command declares itself (its
+    argument) stands where it is named, and each field of ``options`` where it is named; the command
+    takes those in ``**options: Unpack[...]`` of the same TypedDict. The command's ``__signature__``
+    and ``__annotations__`` are made to show them all, as Typer reads them (``inspect.signature``,
+    ``typing.get_type_hints``), so its ``--help`` lists each option once, in that order.
 
     Raises:
         TypeError: when ``order`` names a parameter twice, or does not name exactly the command's own
-            parameters and the fields of ``options``; when ``options`` has a field that is not shared; when
-            the command declares a field of ``options`` itself, or has no ``**options`` to take them in.
+            parameters and the fields of ``options``; when a field of ``options`` is neither typed as in
+            :class:`Options` nor by an option's ``Annotated`` alias; when the command declares a field of
+            ``options`` itself, or has no ``**options`` to take them in.
     """
     names = order.split()
-    shared = get_type_hints(options, include_extras=True)
-    defaults: Mapping[str, Any] = DEFAULTS
-    if set(shared) - set(defaults):
-        raise TypeError(f"{options.__name__} has fields that are not shared options: {set(shared) - set(defaults)}")
+    fields = get_type_hints(options, include_extras=True)
+    defaults = _defaults(options, fields)
 
     def build(command: _Command) -> _Command:
         sig = inspect.signature(command)
         kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
-        own = {p.name: p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD}
-        context = [p.name for p in own.values() if p.annotation in ("typer.Context", typer.Context)]
-        takes = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()) or not shared
-        if len(set(names)) < len(names) or set(names) != set(own).union(shared).difference(context):
+        declared = {p.name: p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD}
+        context = [p.name for p in declared.values() if p.annotation in ("typer.Context", typer.Context)]
+        takes = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()) or not fields
+        if len(set(names)) < len(names) or set(names) != set(declared).union(fields).difference(context):
             raise TypeError(f"{command.__name__}: its order must name each of its options once: {order!r}")
-        if set(own) & set(shared) or not takes:
+        if set(declared) & set(fields) or not takes:
             raise TypeError(f"{command.__name__}: it takes {options.__name__} in **options, and only there")
-        params = [own[n] for n in context] + [
-            own[n] if n in own else inspect.Parameter(n, kind, default=defaults[n], annotation=shared[n]) for n in names
+        params = [declared[n] for n in context] + [
+            declared[n] if n in declared else inspect.Parameter(n, kind, default=defaults[n], annotation=fields[n])
+            for n in names
         ]
         # Under ``from __future__ import annotations`` the command's own annotations are strings: evaluated
         # in its module, as inspect.signature(eval_str=True) would (``**options`` is typing only).
@@ -401,6 +402,25 @@ def command_options(options: type, order: str) -> Callable[[_Command], _Command]
         return command
 
     return build
+
+
+def _defaults(options: type, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The default of each of ``fields`` (of ``options``): a shared option's from :data:`DEFAULTS`, a
+    command's own from its alias (:class:`Default`; None without one).
+
+    Raises:
+        TypeError: when a field is neither typed as in :class:`Options` nor by an option's alias.
+    """
+    table = get_type_hints(Options, include_extras=True)
+    shared: Mapping[str, Any] = DEFAULTS
+    out = {}
+    for name, hint in fields.items():
+        metadata = getattr(hint, "__metadata__", ())
+        if table.get(name) is not hint and not any(isinstance(m, typer.models.OptionInfo) for m in metadata):
+            raise TypeError(f"{options.__name__}: {name} is neither a shared option nor typed by an option's alias")
+        own = [m.value for m in metadata if isinstance(m, Default)]
+        out[name] = shared[name] if table.get(name) is hint else (own or [None])[0]
+    return out
 
 
 def _evaluated(annotation: Any, command: Callable) -> Any:
@@ -485,7 +505,7 @@ def importing(quiet: bool):
 
 def parquet_to_stdout(fmt: Format) -> bool:
     """Whether ``--format parquet`` sends its bytes to stdout: not to a terminal (``--out`` gets them)."""
-    return fmt == Format.parquet and not sys.stdout.isatty()
+    return fmt == Format("parquet") and not sys.stdout.isatty()
 
 
 def check_stdout(fmt: Format, out: Path | None = None) -> None:
@@ -496,7 +516,7 @@ def check_stdout(fmt: Format, out: Path | None = None) -> None:
     """
     from ..errors import InputError
 
-    if fmt == Format.parquet and sys.stdout.isatty() and out is None:
+    if fmt == Format("parquet") and sys.stdout.isatty() and out is None:
         raise InputError(
             "--format parquet writes binary data to stdout; redirect it to a file or pipe, or use --out FILE.parquet"
         )
@@ -548,7 +568,7 @@ def emit(
         from ..io import write_parquet
 
         write_parquet(rows, out, meta)
-    if fmt == Format.json:
+    if fmt == Format("json"):
         from ..render import print_json
 
         if document is None:
@@ -559,7 +579,7 @@ def emit(
 
         sys.stdout.buffer.write(parquet_bytes(rows, meta))
         sys.stdout.flush()
-    elif fmt == Format.parquet:  # stdout is a terminal: the records are in the --out file (prepare_outputs)
+    elif fmt == Format("parquet"):  # stdout is a terminal: the records are in the --out file (prepare_outputs)
         print(f"Wrote {out} (parquet is not printed to a terminal)", file=sys.stderr)
     else:
         render()

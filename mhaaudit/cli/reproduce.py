@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
 import typer
 
-from .options import Plotting, Run, Source, command_options, emit, importing, prepare_outputs
+from . import options as shared
+from .flags import ReproduceOptions, TargetArg
 
-if TYPE_CHECKING:  # the shared options, typed for mypy
+if TYPE_CHECKING:  # the options, typed for mypy
     from typing_extensions import Unpack
 
 TARGETS = ("table1", "table3", "figure1", "figure2")
@@ -24,85 +25,13 @@ COMMAND_OPTIONS = {
 KEYWORD = {"all_draws": "stop_when_decided"}
 EVERY_TARGET = ("target", "fmt", "out", "quiet")
 
-# The options whose help is reproduce's own.
-TargetSeeds = Annotated[
-    str | None,
-    typer.Option(
-        "--seeds",
-        help="table1, table3, figure1: run once per seed (e.g. 0-2; instead of --seed) and set each published value "
-        "beside the between-seed range of ours.",
-    ),
-]
-AllDraws = Annotated[
-    bool,
-    typer.Option(
-        "--all-draws", help="Always make every draw (by default a failing test stops once its verdict is settled)."
-    ),
-]
 
-
-class ReproduceOptions(Run, Source, Plotting):
-    """The shared options that reproduce takes."""
-
-
-@command_options(
+@shared.command_options(
     ReproduceOptions,
     "target data split model weights context_length models limit batch_size samples threshold seed seeds vary"
     " weights_seed data_seed device all_draws preset values sizes max_steps fmt out plot quiet",
 )
-def reproduce(
-    ctx: typer.Context,
-    target: Annotated[
-        str,
-        typer.Argument(
-            help="table1 (ViT, Table 1), table3 (BERT/GPT-2, Table 3), figure1 (Kruskal-rank sweep) or figure2 "
-            "(memorisation against H)."
-        ),
-    ],
-    model: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--model",
-            help="KEY=NAME: run the protocol on another model in place of the paper's (keys: vit for table1/figure1; "
-            "bert, gpt2 for table3).",
-        ),
-    ] = None,
-    weights: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--weights",
-            help="[KEY=]PATH: local trained weights for the trained column(s); without them offline, those columns "
-            "are unavailable.",
-        ),
-    ] = None,
-    context_length: Annotated[
-        list[str] | None,
-        typer.Option("--context-length", help="table3: [KEY=]N tokens per example (the paper: bert 512, gpt2 1024)."),
-    ] = None,
-    models: Annotated[
-        list[str] | None, typer.Option("--models", help="table3: which of bert, gpt2 to run (default both).")
-    ] = None,
-    limit: Annotated[
-        int | None, typer.Option("--limit", help="Examples T (default: the paper's, 1973 images or 2000 texts).")
-    ] = None,
-    seeds: TargetSeeds = None,
-    all_draws: AllDraws = False,
-    preset: Annotated[
-        str | None,
-        typer.Option(
-            "--preset",
-            help="figure2: the memorize grid (default cpu: minutes on a laptop; paper-fig2a is the paper's).",
-        ),
-    ] = None,
-    values: Annotated[
-        str | None, typer.Option("--values", help="figure2: the numbers of heads H, e.g. 1,2,4,8.")
-    ] = None,
-    sizes: Annotated[str | None, typer.Option("--sizes", help="figure2: training-set sizes T, e.g. 500,1000.")] = None,
-    max_steps: Annotated[
-        int | None, typer.Option("--max-steps", help="figure2: cap on optimisation steps per point.")
-    ] = None,
-    **options: Unpack[ReproduceOptions],
-) -> None:
+def reproduce(ctx: typer.Context, target: TargetArg, **options: Unpack[ReproduceOptions]) -> None:
     """Run one of the paper's experiments with its settings and print each published value beside ours.
 
     Online, the data are the paper's (imagenet-1k train, Wikipedia) and the trained columns use the
@@ -116,7 +45,7 @@ def reproduce(
             ``--seeds``.
         OutputError: before any work, when ``--out`` or ``--plot`` cannot be written or is one of the inputs.
     """
-    with importing(options["quiet"]):  # the library, torch with it: seconds
+    with shared.importing(options["quiet"]):  # the library, torch with it: seconds
         from .. import validate
         from ..errors import InputError
         from ..io import refuse_inputs
@@ -135,9 +64,11 @@ def reproduce(
         data_seed=options["data_seed"],
     )  # bad values: before any work
     fmt, out, plot = options["fmt"], options["out"], options["plot"]
-    prepare_outputs(out, plot, fmt)
-    refuse_inputs({"--out": out, "--plot": plot}, [options["data"], *(w.partition("=")[2] or w for w in weights or [])])
+    shared.prepare_outputs(out, plot, fmt)
+    weights = [w.partition("=")[2] or w for w in options["weights"] or []]
+    refuse_inputs({"--out": out, "--plot": plot}, [options["data"], *weights])
     keywords = _options(target, ctx.params, progress_enabled(options["quiet"]))
+    seeds = options["seeds"]
     if seeds is not None and plot is not None:
         raise InputError(
             "--plot has no effect with --seeds: it draws one run's curves; run that seed alone with --seed"
@@ -147,7 +78,7 @@ def reproduce(
         from ..render_seeds import render_seeds
 
         seeds_result = result
-        emit(
+        shared.emit(
             fmt,
             result.meta(),
             result.records(),
@@ -158,7 +89,7 @@ def reproduce(
         return
     written = _plot(result, plot)
     meta = result.meta()
-    emit(
+    shared.emit(
         fmt,
         meta,
         result.records(),
