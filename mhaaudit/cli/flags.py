@@ -28,7 +28,7 @@ from ..defaults import (
 )
 from .options import Capture, Checking, Common, Default, Draws, Plotting, Reading, Run, Source
 
-# The enums of the choices, each member named as its value (see options.Format).
+# The enums of the choices, each member named as its value, from the library's tuple (as options.Backend).
 Attention = Enum("Attention", {v: v for v in CAPACITY_ATTENTION}, type=str)  # type: ignore[misc]
 Vectors = Enum("Vectors", {v: v for v in KRUSKAL_VECTORS}, type=str)  # type: ignore[misc]
 Preset = Enum("Preset", {name: name for name in MEMORIZE_PRESETS}, type=str)  # type: ignore[misc]

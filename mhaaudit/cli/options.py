@@ -6,7 +6,8 @@ to ``--out`` when asked, or the command's renderer for people. Output paths are 
 
 The options several commands share are one table: :class:`Options` (each option's ``Annotated``
 type: flag, help, panel) with its defaults :data:`DEFAULTS`; :func:`command_options` gives each
-command those it lists, in the order of its ``--help``, beside the options that are its own.
+command those it lists, in the order of its ``--help``, beside the options that are its own
+(:mod:`.flags`, each alias with its :class:`Default`).
 
 No option is silently ignored: :func:`given` tells which options the user typed and
 :func:`refuse_unused` turns one that has no effect in the combination given into an input error
@@ -415,11 +416,13 @@ def _defaults(options: type, fields: Mapping[str, Any]) -> dict[str, Any]:
     shared: Mapping[str, Any] = DEFAULTS
     out = {}
     for name, hint in fields.items():
+        if table.get(name) is hint:
+            out[name] = shared[name]
+            continue
         metadata = getattr(hint, "__metadata__", ())
-        if table.get(name) is not hint and not any(isinstance(m, typer.models.OptionInfo) for m in metadata):
+        if not any(isinstance(m, typer.models.OptionInfo) for m in metadata):
             raise TypeError(f"{options.__name__}: {name} is neither a shared option nor typed by an option's alias")
-        own = [m.value for m in metadata if isinstance(m, Default)]
-        out[name] = shared[name] if table.get(name) is hint else (own or [None])[0]
+        out[name] = next((m.value for m in metadata if isinstance(m, Default)), None)
     return out
 
 
