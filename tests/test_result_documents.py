@@ -359,3 +359,27 @@ def test_the_memorize_grid_is_equal_after_the_round_trip(tmp_path, capsys):
         KruskalResult.from_json({"meta": {"command": "memorize", "result": {}}})
     with pytest.raises(InputError, match="not a memorize grid"):
         MemorizeGrid.from_json({"meta": {"command": "check"}, "records": []})
+
+
+def test_a_memorize_fit_whose_counts_do_not_vary_reads_back_from_its_json(capsys):
+    """r2 is NaN when every count fitted is the same; --format json writes it as null, and the
+    grid still reads back, with NaN in its place."""
+    import dataclasses
+    import math
+
+    from mhaaudit.memorize import run_memorize_grid
+    from mhaaudit.memorize.results import LinearFit, MemorizeGrid, fit_line
+    from mhaaudit.render import print_json
+
+    fit = fit_line([1, 2, 4], [5.0, 5.0, 5.0], size=8)
+    assert fit is not None and math.isnan(fit.r2)
+    grid = run_memorize_grid(vary="heads", values=[1, 2], n=3, head_dim=4, sizes=[12], max_steps=2, device="cpu")
+    grid = dataclasses.replace(grid, fits=(fit,))
+    capsys.readouterr()
+    print_json(grid.to_dict())
+    text = capsys.readouterr().out
+    assert json.loads(text)["fits"][0]["r2"] is None
+    back = MemorizeGrid.from_json(text).fits[0]
+    assert math.isnan(back.r2) and (back.slope, back.intercept, back.xs) == (fit.slope, fit.intercept, fit.xs)
+    with pytest.raises(ValueError, match="r2"):
+        LinearFit.from_document(json.loads(text)["fits"][0] | {"r2": "high"})

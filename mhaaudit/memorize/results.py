@@ -108,6 +108,19 @@ class LinearFit:
         """The fit as plain JSON types."""
         return asdict(self) | {"xs": list(self.xs)}
 
+    @classmethod
+    def from_document(cls, data) -> LinearFit:
+        """The fit :meth:`to_dict` wrote. ``--format json`` writes a non-finite number as null (strict
+        JSON has none): a null slope, intercept or r2 (r2 is NaN when the counts fitted do not vary)
+        reads back as NaN.
+
+        Raises:
+            ValueError: ``data`` is not such a fit (see :func:`~mhaaudit.tables.decode_fields`).
+        """
+        if isinstance(data, dict):
+            data = data | {k: "nan" for k in ("slope", "intercept", "r2") if k in data and data[k] is None}
+        return decode_fields(cls, data, "fits[]")
+
 
 @dataclass(frozen=True)
 class SeedSummary:
