@@ -22,6 +22,7 @@ __all__ = [
     "MEMORIZE_TASKS",
     "MEMORIZE_VARY",
     "PAPER_VALUES",
+    "REPRODUCE_TARGETS",
     "SEEDS_VARY",
 ]
 
@@ -59,6 +60,10 @@ MEMORIZE_TASKS = ("classification", "regression")
 MEMORIZE_CONTEXTS = ("shared", "per-example")
 #: The parameter a memorize grid varies: the number of heads H, the context length n, or the head dimension d_h.
 MEMORIZE_VARY = ("heads", "n", "head-dim")
+
+#: The paper's experiments ``reproduce`` runs: Table 1 (ViT), Table 3 (BERT/GPT-2), the Kruskal-rank
+#: sweep of Figure 1 and the memorisation of Figure 2.
+REPRODUCE_TARGETS = ("table1", "table3", "figure1", "figure2")
 
 PAPER_VALUES = (1, 5, 10, 20, 30, 40, 50, 60)
 

@@ -7,13 +7,14 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from ..defaults import REPRODUCE_TARGETS
 from . import options as shared
 from .flags import ReproduceOptions, TargetArg
 
 if TYPE_CHECKING:  # the options, typed for mypy
     from typing_extensions import Unpack
 
-TARGETS = ("table1", "table3", "figure1", "figure2")
+TARGETS = REPRODUCE_TARGETS
 # The command's own options, with the targets they apply to. Every other option is a keyword of
 # the target's library function (all_draws: stop_when_decided) and applies to the targets whose
 # function takes it (see applies); the others refuse it: it would be silently ignored.

@@ -24,8 +24,8 @@ import json
 from importlib import resources
 
 from .. import validate
+from ..defaults import REPRODUCE_TARGETS as TARGETS
 
-TARGETS = ("table1", "table3", "figure1", "figure2")
 KINDS = ("check", "ranks", "sweep", "shape", "estimate", "linear", "monotone", "theorem1")
 
 # What every item of a kind must carry besides model, kind, source.
