@@ -63,7 +63,7 @@ def kruskal(ctx: typer.Context, features: FeaturesArg = None, **options: Unpack[
         request=request,
         capture=capture,
         settings=settings,
-        on_note=lambda line: log(line, settings.progress and fmt != shared.Format("table")),
+        on_note=lambda line: log(line, settings.progress and fmt != shared.Format.table),
         seeds=seeds,
         vary=options["vary"].value,
     )

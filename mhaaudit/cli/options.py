@@ -33,14 +33,17 @@ if TYPE_CHECKING:  # the library is imported only when a command runs
     from ..settings import Settings
 
 
-#: The outputs of every command: a table for people, or JSON / parquet for programs (stdout).
-FORMATS = ("table", "json", "parquet")
+class Format(str, Enum):
+    """The output of every command: a table for people, or JSON / parquet for programs (stdout)."""
+
+    table = "table"
+    json = "json"
+    parquet = "parquet"
 
 
-# The enums of the choices, each member named as its value, built from the one tuple of them (the library's
-# where it has one); mypy cannot list members built at import: ``Format("table")``, not ``Format.table``.
+# The enums of the library's choices, each member named as its value, built from the library's one tuple of
+# them; mypy cannot list members built at import: ``Vary("both")``, not ``Vary.both``.
 Backend = Enum("Backend", {v: v for v in BACKENDS}, type=str)  # type: ignore[misc]
-Format = Enum("Format", {v: v for v in FORMATS}, type=str)  # type: ignore[misc]
 Vary = Enum("Vary", {v: v for v in SEEDS_VARY}, type=str)  # type: ignore[misc]
 
 SeedsOpt = Annotated[
@@ -342,7 +345,7 @@ DEFAULTS: Options = {
     "atol": None,
     "device": "auto",
     "all_draws": False,
-    "fmt": Format("table"),
+    "fmt": Format.table,
     "out": None,
     "plot": None,
     "quiet": False,
@@ -508,7 +511,7 @@ def importing(quiet: bool):
 
 def parquet_to_stdout(fmt: Format) -> bool:
     """Whether ``--format parquet`` sends its bytes to stdout: not to a terminal (``--out`` gets them)."""
-    return fmt == Format("parquet") and not sys.stdout.isatty()
+    return fmt == Format.parquet and not sys.stdout.isatty()
 
 
 def check_stdout(fmt: Format, out: Path | None = None) -> None:
@@ -519,7 +522,7 @@ def check_stdout(fmt: Format, out: Path | None = None) -> None:
     """
     from ..errors import InputError
 
-    if fmt == Format("parquet") and sys.stdout.isatty() and out is None:
+    if fmt == Format.parquet and sys.stdout.isatty() and out is None:
         raise InputError(
             "--format parquet writes binary data to stdout; redirect it to a file or pipe, or use --out FILE.parquet"
         )
@@ -571,7 +574,7 @@ def emit(
         from ..io import write_parquet
 
         write_parquet(rows, out, meta)
-    if fmt == Format("json"):
+    if fmt == Format.json:
         from ..render import print_json
 
         if document is None:
@@ -582,7 +585,7 @@ def emit(
 
         sys.stdout.buffer.write(parquet_bytes(rows, meta))
         sys.stdout.flush()
-    elif fmt == Format("parquet"):  # stdout is a terminal: the records are in the --out file (prepare_outputs)
+    elif fmt == Format.parquet:  # stdout is a terminal: the records are in the --out file (prepare_outputs)
         print(f"Wrote {out} (parquet is not printed to a terminal)", file=sys.stderr)
     else:
         render()
