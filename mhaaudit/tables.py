@@ -23,6 +23,8 @@ written, so a saved run can be rendered again, byte for byte, without running it
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copy
 import dataclasses
 import enum
@@ -207,6 +209,8 @@ def schema_markdown(command: str | None = None) -> str:
 #: result object, field by field, so that ``from_json`` / ``from_parquet`` give it back exactly.
 RESULT_KEY = "result"
 _NONFINITE = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
+# Within :func:`null_as_nonfinite`, a null where a float is due reads as NaN (see there).
+_NULL_FLOAT: contextvars.ContextVar[bool] = contextvars.ContextVar("null_float", default=False)
 #: The metadata of a field that a document (and a ``meta``) leaves out while it is None; it reads
 #: back as None, its default.
 OMITTED_WHEN_NONE = {"omit_none": True}
@@ -435,9 +439,23 @@ def _decode_int(data, where: str) -> int:
     return data
 
 
+@contextlib.contextmanager
+def null_as_nonfinite():
+    """Within it, :func:`decode_result` reads a null where a float (not ``float | None``) is due as NaN:
+    for a document printed as strict JSON by ``render.print_json``, which writes each non-finite
+    number as null (``memorize --format json``), rather than encoded by :func:`encode_result`."""
+    token = _NULL_FLOAT.set(True)
+    try:
+        yield
+    finally:
+        _NULL_FLOAT.reset(token)
+
+
 def _decode_float(data, where: str) -> float:
     if isinstance(data, str) and data in _NONFINITE:
         return _NONFINITE[data]
+    if data is None and _NULL_FLOAT.get():
+        return math.nan
     if isinstance(data, bool) or not isinstance(data, (int, float)):
         raise ValueError(f"{where}: expected a number, got {data!r}")
     return float(data)

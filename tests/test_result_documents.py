@@ -361,25 +361,32 @@ def test_the_memorize_grid_is_equal_after_the_round_trip(tmp_path, capsys):
         MemorizeGrid.from_json({"meta": {"command": "check"}, "records": []})
 
 
-def test_a_memorize_fit_whose_counts_do_not_vary_reads_back_from_its_json(capsys):
-    """r2 is NaN when every count fitted is the same; --format json writes it as null, and the
-    grid still reads back, with NaN in its place."""
+def test_a_memorize_grid_with_non_finite_numbers_reads_back_from_its_json(capsys):
+    """r2 is NaN when every count fitted is the same, and a diverged run's loss is not finite;
+    --format json writes them as null, and the grid still reads back, with NaN in their place.
+    Elsewhere a null where a number is due is still refused."""
     import dataclasses
     import math
 
     from mhaaudit.memorize import run_memorize_grid
     from mhaaudit.memorize.results import LinearFit, MemorizeGrid, fit_line
     from mhaaudit.render import print_json
+    from mhaaudit.tables import decode_result
 
     fit = fit_line([1, 2, 4], [5.0, 5.0, 5.0], size=8)
     assert fit is not None and math.isnan(fit.r2)
     grid = run_memorize_grid(vary="heads", values=[1, 2], n=3, head_dim=4, sizes=[12], max_steps=2, device="cpu")
-    grid = dataclasses.replace(grid, fits=(fit,))
+    diverged = dataclasses.replace(grid.runs[0], final_loss=float("inf"))
+    grid = dataclasses.replace(grid, fits=(fit,), runs=(diverged, *grid.runs[1:]))
     capsys.readouterr()
     print_json(grid.to_dict())
     text = capsys.readouterr().out
-    assert json.loads(text)["fits"][0]["r2"] is None
-    back = MemorizeGrid.from_json(text).fits[0]
-    assert math.isnan(back.r2) and (back.slope, back.intercept, back.xs) == (fit.slope, fit.intercept, fit.xs)
+    written = json.loads(text)
+    assert written["fits"][0]["r2"] is None and written["runs"][0]["final_loss"] is None
+    back = MemorizeGrid.from_json(text)
+    assert math.isnan(back.fits[0].r2) and math.isnan(back.runs[0].final_loss)
+    assert (back.fits[0].slope, back.fits[0].xs) == (fit.slope, fit.xs) and back.runs[1:] == grid.runs[1:]
     with pytest.raises(ValueError, match="r2"):
-        LinearFit.from_document(json.loads(text)["fits"][0] | {"r2": "high"})
+        decode_result(LinearFit, written["fits"][0] | {"r2": "high"})
+    with pytest.raises(ValueError, match="r2"):
+        decode_result(LinearFit, written["fits"][0])

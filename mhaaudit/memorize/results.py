@@ -18,7 +18,14 @@ from .._version import __version__
 from ..errors import InputError
 from ..io import stamp
 from ..render import memorize_report
-from ..tables import METADATA_KEY, StoredResult, decode_fields, decode_result, read_json_document
+from ..tables import (
+    METADATA_KEY,
+    StoredResult,
+    decode_fields,
+    decode_result,
+    null_as_nonfinite,
+    read_json_document,
+)
 from .data import DIM
 from .recipe import RECIPE_FIELDS, Recipe
 from .saturation import SaturationSummary
@@ -107,19 +114,6 @@ class LinearFit:
     def to_dict(self) -> dict:
         """The fit as plain JSON types."""
         return asdict(self) | {"xs": list(self.xs)}
-
-    @classmethod
-    def from_document(cls, data) -> LinearFit:
-        """The fit :meth:`to_dict` wrote. ``--format json`` writes a non-finite number as null (strict
-        JSON has none): a null slope, intercept or r2 (r2 is NaN when the counts fitted do not vary)
-        reads back as NaN.
-
-        Raises:
-            ValueError: ``data`` is not such a fit (see :func:`~mhaaudit.tables.decode_fields`).
-        """
-        if isinstance(data, dict):
-            data = data | {k: "nan" for k in ("slope", "intercept", "r2") if k in data and data[k] is None}
-        return decode_fields(cls, data, "fits[]")
 
 
 @dataclass(frozen=True)
@@ -237,7 +231,8 @@ class MemorizeGrid(StoredResult):
         doc = source if isinstance(source, dict) else read_json_document(source)[0]
         if not isinstance(doc, dict) or not str(doc.get("tool", "")).startswith("mhaaudit"):
             raise InputError("the JSON document is not a memorize grid (no tool stamp)")
-        return _decoded(cls, {k: v for k, v in doc.items() if k != "tool"}, "the JSON document")
+        with null_as_nonfinite():  # printed as strict JSON: a non-finite number (a fit's r2, a loss) is null
+            return _decoded(cls, {k: v for k, v in doc.items() if k != "tool"}, "the JSON document")
 
     @classmethod
     def from_parquet(cls, path) -> MemorizeGrid:
