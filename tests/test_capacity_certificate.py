@@ -88,3 +88,15 @@ def test_certify_rejects_bad_input():
         certify_head_prefixes(torch.zeros(3, 8), 4, [3])
     with pytest.raises(InputError, match="NaN"):
         certify_head_prefixes(torch.full((3, 8), float("nan")), 4, [1])
+
+
+def test_certify_and_the_oracle_refuse_a_complex_or_empty_z_alike():
+    """Both read Z through one check: a complex Z is refused, not certified on its real part."""
+    Z = torch.randn(6, 4, dtype=torch.complex128)
+    for certify in (lambda z: certify_head_prefixes(z, 2, [1, 2]), memorization_certificate):
+        with pytest.raises(InputError, match="Z must be real"):
+            certify(Z)
+        with pytest.raises(InputError, match="Z is empty"):
+            certify(torch.zeros(0, 4, dtype=torch.float64))
+        with pytest.raises(InputError, match="Z must have 2 dimensions"):
+            certify(torch.zeros(2, 2, 2))

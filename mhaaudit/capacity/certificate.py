@@ -30,6 +30,7 @@ from ..errors import InputError
 from ..numerics import RankRule
 from ..settings import derive_seed
 from ..validate import head_counts, integer
+from .z import real_matrix
 
 __all__ = ["HeadCertificate", "certify_head_prefixes"]
 
@@ -161,18 +162,14 @@ def _checked_z(Z: torch.Tensor, d: int) -> tuple[torch.Tensor, int]:
     """``Z`` as a float64 CPU tensor and ``d`` as an integer, once both are checked.
 
     Raises:
-        InputError: when ``Z`` is not a non-empty T x (H d) matrix of finite values or ``d`` is not a positive
-            integer.
+        InputError: when ``Z`` is not a real, non-empty T x (H d) matrix of finite values (see
+            :func:`~.z.real_matrix`) or ``d`` is not a positive integer.
     """
-    Z = torch.as_tensor(Z).to("cpu", torch.float64)
-    if Z.ndim != 2:
-        raise InputError(f"Z must be a matrix, got shape {tuple(Z.shape)}")
+    Z = real_matrix("Z", Z)
     T, m = Z.shape
     d = integer("d", d)
-    if T == 0 or m == 0 or m % d:
-        raise InputError(f"Z has shape {T} x {m}, which is not T x (H * {d}) with T >= 1")
-    if not torch.isfinite(Z).all():
-        raise InputError("Z contains NaN or infinite values")
+    if m % d:
+        raise InputError(f"Z has shape {T} x {m}, which is not T x (H * {d})")
     return Z, d
 
 
@@ -230,7 +227,7 @@ def certify_head_prefixes(
     increasing order; ``progress`` is called with each count as it is done.
 
     Raises:
-        InputError: when ``Z`` is not a non-empty T x (H d) matrix of finite values, ``d`` is not a positive
+        InputError: when ``Z`` is not a real, non-empty T x (H d) matrix of finite values, ``d`` is not a positive
             integer, or ``heads`` names a count outside 1..H.
     """
     Z, d = _checked_z(Z, d)

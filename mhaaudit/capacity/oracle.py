@@ -14,7 +14,7 @@ import torch
 
 from ..errors import InputError
 from ..settings import derive_seed
-from .z import as_real_tensor
+from .z import real_matrix
 
 __all__ = ["Certificate", "memorization_certificate"]
 
@@ -93,14 +93,7 @@ def _checked_matrix(Z: torch.Tensor, seed: int, rtol: float | None) -> np.ndarra
         raise InputError(f"seed must be an integer, got {seed!r}")
     if rtol is not None and (isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not (rtol >= 0)):
         raise InputError(f"rtol must be a non-negative number, got {rtol!r}")
-    Zt = as_real_tensor("Z", Z, (2,))
-    A = Zt.detach().to("cpu", torch.float64).numpy()
-    if not np.all(np.isfinite(A)):
-        raise InputError("Z contains NaN or infinite values")
-    T, m = A.shape
-    if T == 0 or m == 0:
-        raise InputError(f"Z is empty (shape {T} x {m})")
-    return A
+    return real_matrix("Z", Z).numpy()
 
 
 def _min_norm_solve(ZS: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float, float]:

@@ -46,6 +46,21 @@ def as_real_tensor(name: str, value, ndims: tuple[int, ...]) -> torch.Tensor:
     return value
 
 
+def real_matrix(name: str, value) -> torch.Tensor:
+    """``value`` as a non-empty float64 matrix of finite values on the CPU.
+
+    Raises:
+        InputError: when ``value`` is not a real numeric 2-D array (see :func:`as_real_tensor`), is empty,
+            or holds NaN or infinite values; ``name`` begins the message.
+    """
+    M = as_real_tensor(name, value, (2,)).detach().to("cpu", torch.float64)
+    if M.shape[0] == 0 or M.shape[1] == 0:
+        raise InputError(f"{name} is empty (shape {M.shape[0]} x {M.shape[1]})")
+    if not torch.isfinite(M).all():
+        raise InputError(f"{name} contains NaN or infinite values")
+    return M
+
+
 @dataclass(frozen=True)
 class Heads:
     """The key/query side of H attention heads, as the rows of ``Z`` read it.
