@@ -32,7 +32,8 @@ from .distributed import describe, shared
 from .errors import DataError, InputError, OfflineError, OutputError, param, plain
 from .facts import AuditSettings, BatchChoice, DuplicateInputs, JobFacts, ModelFacts, ReadFacts, SkipCounts, meta_value
 from .features import FeatureSet, StreamingReducer
-from .io import check_folder_writable, make_output_folder, real_path, stamp
+from .files import first_name_under
+from .io import check_folder_writable, make_output_folder, stamp
 from .kruskal import SubsetTest, Sweep, kruskal_sweep, set_stats
 from .models import RandomAttention, modality_of
 from .models.shards import weights_read_text
@@ -427,12 +428,11 @@ def check_features_folder(folder: str | Path, inputs: Sequence) -> Path:
                     f"{os.readlink(entry)}); the features are written into real folders only: remove it "
                     "or choose another folder"
                 )
-    top = real_path(folder)
     for i in inputs:
         if i is None or not os.path.lexists(os.path.expanduser(str(i))):
             continue
-        inside = real_path(i)
-        if top in inside.parents and re.fullmatch(COLUMN_FOLDER, inside.relative_to(top).parts[0]):
+        first = first_name_under(i, folder)  # by device and inode: a second name of the folder counts
+        if first is not None and re.fullmatch(COLUMN_FOLDER, first):
             raise OutputError(
                 f"{{param:save_features}} {folder}: the input {i} lies where the features would be written; "
                 "write them elsewhere"

@@ -19,6 +19,7 @@ import torch
 
 from .checks import ContextRankResult, ContextRanks, assumption_2_from_arrays
 from .errors import InputError, ModelError, OutputError
+from .files import read_json, regular_file
 from .io import atomic_path, make_output_folder, safetensors_header, staged_outputs, stamp
 from .numerics import RankRule
 
@@ -128,8 +129,8 @@ class FeatureSet:
 
         Raises:
             InputError: when ``folder`` lacks ``features.safetensors`` or ``meta.json`` (naming its per-column
-                subfolders when it holds some), either file cannot be read, or their contents disagree with what
-                :meth:`save` writes.
+                subfolders when it holds some), either file is not a regular file or cannot be read, or their
+                contents disagree with what :meth:`save` writes.
         """
         from safetensors.torch import load_file
 
@@ -145,10 +146,12 @@ class FeatureSet:
                     f"pass one of them, e.g. {folder / columns[0]}"
                 )
             raise InputError(f"{folder} is not a saved feature folder (expected {FEATURES_FILE} and {META_FILE})")
+        for file in (f, m):  # a named pipe would block the reader for good, a device never end
+            regular_file(file, InputError, f"saved features in {folder}: {file.name}")
+        meta = read_json(m, InputError, f"saved features in {folder}: {META_FILE}")
         try:
             safetensors_header(f)  # its stated length checked against the file before anything is read
             t = load_file(str(f))
-            meta = json.loads(m.read_text(encoding="utf-8"))
         except Exception as exc:  # unreadable, truncated or not what --save-features writes
             raise InputError(f"cannot read saved features in {folder}: {' '.join(str(exc).split())[:200]}") from exc
         n, d, query_index = _check_saved(folder, meta, t)

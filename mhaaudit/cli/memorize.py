@@ -44,7 +44,7 @@ def memorize(ctx: typer.Context, **options: Unpack[MemorizeOptions]) -> None:
 
     out, plot = options["out"], options["plot"]
     shared.prepare_outputs(out, plot, options["fmt"])
-    refuse_inputs({"--plot": plot}, [out])
+    refuse_inputs({"--out": out, "--plot": plot}, [])  # --out is the resume file: read and written
     if options["task"].value == "regression":
         shared.refuse_unused(ctx, ("classes",), "with --task regression: the labels are numbers in [0, 1]")
     else:
