@@ -79,6 +79,10 @@ _TOKENIZER_FILES = (
     "sentencepiece.bpe.model",
 )
 _FIT_FIELDS = ("model_type", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
+# The largest side, in pixels, of the images a model's preprocessing makes (and the most pixels it may
+# ask for): its preprocessor_config.json (or config.json's image_size) is refused beyond it, before an
+# image is resized (a 100-byte file asking for 20000 x 20000 images makes 4.8 GB of floats per image).
+MAX_INPUT_SIDE = 4096
 # The files of a model folder whose ``auto_map`` makes transformers import Python code from the folder.
 _CODE_MAP_FILES = ("config.json", "tokenizer_config.json", "preprocessor_config.json", "processor_config.json")
 
@@ -159,10 +163,10 @@ def _hub_for(spec: ModelSpec, weights_path: str | None, revision: str | None, tr
     hub = _Hub(revision, bool(trust_remote_code), offline)
     for folder in (spec.resolved if spec.local else None, weights_path):
         if folder is not None and os.path.isdir(folder):
+            check_links_inside(folder)  # first: nothing is read through a link leading out, nor from a pipe
             if not hub.trust_remote_code:
                 refuse_repository_code(folder, spec.name)
             check_local_indexes(folder)
-            check_links_inside(folder)
             raw = read_json(os.path.join(folder, "config.json"))
             if raw is not None:
                 check_config_numbers(ConfigFields(raw), spec.name)
@@ -748,7 +752,11 @@ def load_tokenizer(candidates: list[str], hub: _Hub | None = None) -> object | N
 def image_transform(
     cfg: Any, family: str, sources: list[str], hub: _Hub | None = None
 ) -> Callable[[list], torch.Tensor]:
-    """The model's own image preprocessing: its saved processor when present, else from the config."""
+    """The model's own image preprocessing: its saved processor when present, else from the config.
+
+    Raises:
+        ModelError: when the preprocessing would make images larger than :data:`MAX_INPUT_SIDE` pixels a side.
+    """
     proc = None
     for source in sources:
         local = os.path.isdir(source)
@@ -768,6 +776,20 @@ def image_transform(
         h, w = (int(size[0]), int(size[-1])) if isinstance(size, (list, tuple)) else (int(size), int(size))
         norm = family_of(family) or Family(family, "image")
         proc = ViTImageProcessor(size={"height": h, "width": w}, image_mean=norm.mean, image_std=norm.std)
+    for what in ("size", "crop_size", "pad_size"):
+        value = getattr(proc, what, None)
+        try:
+            sizes = dict(value) if value is not None and not isinstance(value, (int, float)) else {what: value}
+        except (TypeError, ValueError):
+            continue
+        for key, v in sizes.items():
+            limit = MAX_INPUT_SIDE**2 if "pixels" in key else MAX_INPUT_SIDE
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v > limit and key != "min_pixels":
+                raise ModelError(
+                    f"the image preprocessing of {sources[0] if sources else family} asks for {what} {key} = {v}, "
+                    f"more than the {limit} {'pixels' if 'pixels' in key else 'pixels a side'} mhaaudit makes images "
+                    "of: refused before any image is resized"
+                )
 
     def transform(images: list) -> torch.Tensor:
         return proc(images=images, return_tensors="pt")["pixel_values"]

@@ -22,12 +22,12 @@ attention weights is one file in :mod:`mhaaudit.models.attention`.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import files
 from ..errors import MhaauditError, ModelError
 from ..hub import is_offline
 from .checkpoints import state_file_keys
@@ -270,13 +270,15 @@ class ModelSpec:
 
 
 def read_json(path: Path | str) -> dict | None:
-    """A JSON object from a file, or None when it is missing or not an object."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-        return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
-        return None
+    """A JSON object from a model folder's file, or None when it is missing, not JSON or not an object.
+
+    Raises:
+        ModelError: when the file is there but is not a regular file (a named pipe, a device such as
+            ``/dev/zero``), holds more than :data:`~mhaaudit.files.MAX_JSON_BYTES`, or is nested deeper than
+            Python can parse (:func:`mhaaudit.files.read_json`).
+    """
+    data = files.read_json(path, ModelError, lenient=True)
+    return data if isinstance(data, dict) else None
 
 
 # The endings of checkpoint file names: a name that ends so is read as a local path, not a hub id.
@@ -375,6 +377,8 @@ def _resolve_alias(name: str, alias: dict, backend: str | None, weights_path: st
 def _resolve_path(name: str, backend: str | None) -> ModelSpec:
     """A local folder or file: timm's format when asked for or saved so, else a transformers folder."""
     path = os.path.abspath(os.path.expanduser(name))
+    if os.path.exists(path) and not os.path.isdir(path):
+        files.regular_file(path, ModelError)  # a named pipe would block the loader, a device never end
     if backend == "timm" or (backend is None and _looks_like_timm_path(path)):
         return ModelSpec(name, "timm", path, None, "image", local=True)
     data = read_json(Path(path) / "config.json")
