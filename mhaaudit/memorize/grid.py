@@ -14,12 +14,14 @@ from pathlib import Path
 
 import torch
 
-from ..errors import InputError
+from ..errors import InputError, one_line
+from ..files import regular_file
 from ..io import stamp, write_parquet
 from ..plot import plot_memorize
 from ..progress import task as progress_task
 from ..request import build_request, keyword_conveniences
 from ..settings import device_name, resolve_device
+from ..tables import records_table
 from .data import DIM
 from .grouping import GroupPlan, device_memory, plan_groups
 from .request import PRESETS, VARY, MemorizeRequest, grid_axes, resolve_grid
@@ -67,25 +69,40 @@ def points(grid: dict) -> list[dict]:
 # --------------------------------------------------------------------------- results file
 
 
-def _read_results(path: Path) -> dict[str, dict]:
-    """The rows of an existing results file by configuration key.
+def _read_results(path: Path, meta: dict) -> dict[str, dict]:
+    """The rows of an existing results file by configuration key, checked to be what memorize writes: a
+    regular file whose rows take the types of memorize's columns again (they are written back with the
+    new ones under ``meta``).
 
     Raises:
-        InputError: the file cannot be read, or is not a results file of memorize.
+        InputError: the file is not a regular file or cannot be read, or is not a results file of memorize (no
+            text config_key column, or a column memorize writes holds values of another type).
     """
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    regular_file(path, InputError, f"the existing results file {path}")  # a named pipe would block the reader
     try:
-        rows = pq.read_table(path).to_pylist()
+        table = pq.read_table(path)
+        rows = table.to_pylist()
     except Exception as exc:
         raise InputError(
             f"cannot read the existing results file {path} ({exc.__class__.__name__}); move it away or pick another "
             f"{{param:out}}"
         ) from exc
-    if rows and "config_key" not in rows[0]:
+    if not rows:
+        return {}
+    key_type = table.schema.field("config_key").type if "config_key" in table.column_names else None
+    if key_type is None or not (pa.types.is_string(key_type) or pa.types.is_large_string(key_type)):
+        what = "no config_key column" if key_type is None else f"its config_key column holds {key_type}, not text"
+        raise InputError(f"{path} is not a results file of 'mhaaudit memorize' ({what}); pick another {{param:out}}")
+    try:
+        records_table(rows, meta)  # the rows are written back under memorize's column types
+    except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
         raise InputError(
-            f"{path} is not a results file of 'mhaaudit memorize' (no config_key column); pick another {{param:out}}"
-        )
+            f"{path} is not a results file of 'mhaaudit memorize' (its columns do not hold the types memorize "
+            f"writes: {one_line(exc, 120)}); pick another {{param:out}}"
+        ) from None
     return {r["config_key"]: r for r in rows}
 
 
@@ -306,7 +323,7 @@ class _Store:
 
     def __init__(self, path: Path | None, meta: dict):
         self.path, self.meta = path, meta
-        self.rows = _read_results(path) if path is not None and path.exists() else {}
+        self.rows = _read_results(path, meta) if path is not None and os.path.lexists(path) else {}
 
     def run(self, key: str, saturation: bool) -> MemorizeRun | None:
         """The stored run of ``key``, or None when it must be (re)computed."""
