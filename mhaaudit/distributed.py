@@ -79,6 +79,7 @@ from datetime import timedelta
 from typing import Any
 
 from .errors import InputError, MhaauditError, current_names, one_line, param, parameter_names
+from .stdio import command_streams, say
 
 __all__ = [
     "RankCrashed",
@@ -526,8 +527,9 @@ def leave(code: int):
     finished job into a crashed one. The other ranks say they are leaving; rank 0, whose process
     holds the job's store, leaves last (after them, or after ``LEAVE_WAIT_S``), so that no rank
     meets a closed store and logs about it."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # closed, or a full disk: nothing more to say
+            stream.flush()
     s = _SESSION
     if s is not None:
         with contextlib.suppress(Exception):
@@ -730,13 +732,20 @@ def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = No
     calls and never parse, print or write anything.
 
     A failure on another rank reaches rank 0 as one error line of its own (exit 2, or 3 for a
-    bug); set ``MHAAUDIT_DEBUG=1`` to see every rank's output and tracebacks.
+    bug); set ``MHAAUDIT_DEBUG=1`` to see every rank's output and tracebacks. On every rank,
+    what native libraries write to file descriptor 1 (NCCL, CUDA) goes to stderr
+    (:func:`mhaaudit.stdio.command_streams`).
     """
+    with command_streams():
+        return _run_rank(main, argv)
+
+
+def _run_rank(main: Callable[[list[str] | None], int], argv: list[str] | None) -> int:
     try:
         s = session()
     except MhaauditError as exc:
         if os.environ.get("RANK", "0") == "0":
-            print(f"Error: {one_line(exc)}", file=sys.stderr)
+            say(f"Error: {one_line(exc)}")
         return 2
     if s is None:
         return main(argv)

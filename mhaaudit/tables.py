@@ -532,7 +532,12 @@ def text_width() -> int:
         tty = sys.stdout.isatty()
     except (AttributeError, ValueError):  # a replaced or closed stdout
         tty = False
-    return shutil.get_terminal_size((REDIRECTED_WIDTH, 24)).columns if tty else REDIRECTED_WIDTH
+    if not tty:
+        return REDIRECTED_WIDTH
+    try:  # the terminal the data goes to (while a command runs, descriptor 1 is stderr's: mhaaudit.stdio)
+        return os.get_terminal_size(sys.stdout.fileno()).columns or REDIRECTED_WIDTH
+    except (AttributeError, ValueError, OSError):
+        return shutil.get_terminal_size((REDIRECTED_WIDTH, 24)).columns
 
 
 class Report:

@@ -16,6 +16,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import chatter
 import pytest
 import torch
 from conftest import tmp_leftovers
@@ -410,6 +411,36 @@ def test_two_ranks_give_the_capacity_of_one_process(bert_dir, tmp_path):
     a, b = json.loads(one), json.loads(out0)
     assert b["records"] == a["records"] and b["meta"]["notes"] == a["meta"]["notes"]
     assert b["meta"]["distributed"]["world_size"] == 2 and out1 == ""
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["kruskal", pytest.param("check", marks=pytest.mark.slow)],
+)
+def test_native_chatter_stays_off_stdout_on_every_rank(vit_dir, image_dir, tmp_path, command):
+    """A native library writes to descriptor 1 from inside the work on both ranks (as NCCL or MKL
+    would): rank 0's stdout is still the document alone, rank 1's is empty, and each rank's stderr
+    has what was written."""
+    import numpy as np
+
+    np.save(tmp_path / "X.npy", np.random.default_rng(0).standard_normal((120, 16)))
+    driver = tmp_path / "chatty.py"
+    driver.write_text(chatter.DRIVER)
+    if command == "kruskal":
+        args = ["kruskal", tmp_path / "X.npy", "--k", 8, "--sweep", "--samples", 300, "--device", "cpu"]
+        args += ["--format", "json"]
+    else:
+        args = [*_check_args(vit_dir, image_dir)[:-2], "--format", "table"]
+    (r0, out0, err0), (r1, out1, err1) = launch(args, driver=driver)
+    assert (r0, r1) == (0, 0), err0 + err1
+    if command == "kruskal":
+        assert [r["k"] for r in json.loads(out0)["records"]] == [8]
+    else:
+        assert out0.startswith(f"{vit_dir}: vit (hf), n = 17, d = 32, T = 30 examples"), out0[:300]
+    assert out1 == ""
+    for err in (err0, err1):
+        assert chatter.WRITE.decode() in err and chatter.PRINTF.decode() in err, err[-2000:]
+    assert chatter.WRITE.decode() not in out0 and chatter.PRINTF.decode() not in out0
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,19 @@ PACKAGE = Path(__file__).resolve().parents[1] / "mhaaudit"
 
 # Bottom to top: a module imports only modules of its own layer or of layers below it.
 LAYERS: list[tuple[str, ...]] = [
-    ("_version", "errors", "defaults", "validate", "hostmem", "staging", "notebook", "progress", "hub", "theory"),
+    (
+        "_version",
+        "errors",
+        "defaults",
+        "validate",
+        "hostmem",
+        "staging",
+        "stdio",
+        "notebook",
+        "progress",
+        "hub",
+        "theory",
+    ),
     ("numerics",),
     ("settings", "tables", "io", "distributed", "facts"),
     ("models", "sources", "batching", "request", "pipeline"),
