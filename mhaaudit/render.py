@@ -20,6 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .checks import CHECK_MEANING, CHECK_TITLES, REGISTRY
+from .console import TextConsole
 from .errors import plain
 from .facts import AuditSettings, CapacitySettings, ModelFacts, ReadFacts, meta_value
 from .kruskal.report import (
@@ -49,8 +50,8 @@ def report_width() -> int:
 
 def stdout_console() -> Console:
     """Reports on stdout, laid out to fit :func:`report_width`; colour only on a terminal, never
-    with ``NO_COLOR``."""
-    return Console(file=sys.stdout, width=report_width())
+    with ``NO_COLOR``; control characters in names shown escaped (:class:`~mhaaudit.console.TextConsole`)."""
+    return TextConsole(file=sys.stdout, width=report_width())
 
 
 def print_report(items: list) -> None:

@@ -288,6 +288,16 @@ def test_a_legal_long_out_name_is_written(capsys, npy, tmp_path):
     assert tmp_leftovers(tmp_path) == []
 
 
+def test_the_report_shows_the_file_name_as_it_is(capsys, tmp_path, monkeypatch):
+    """A file name is shown as written: neither rich markup nor a terminal's escape sequence acts."""
+    name = "[bold]b\x1b[2J.npy"
+    np.save(tmp_path / name, matrix())
+    monkeypatch.chdir(tmp_path)  # a short name: a long path would be folded over two lines
+    rc, out, err = run(capsys, "kruskal", name, "--k", 3, *FAST)
+    assert rc == 0, err
+    assert " [bold]b\\x1b[2J.npy (npy" in out and "\x1b" not in out
+
+
 def test_plot_png(capsys, npy, tmp_path):
     png = tmp_path / "sweep.png"
     rc, _out, err = run(capsys, "kruskal", npy, *FAST, "--plot", png, "--n", 4)

@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
         "hostmem",
         "staging",
         "stdio",
+        "console",
         "notebook",
         "progress",
         "hub",
