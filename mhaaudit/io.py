@@ -60,6 +60,20 @@ def stamp(**extra) -> dict:
 # --------------------------------------------------------------------------- atomic writes
 
 
+def _refuse_unnamable(p: Path, what: str) -> None:
+    """Refuse a path the system cannot name (a name longer than its file system takes, a loop of links).
+
+    Raises:
+        OutputError: when looking ``p`` up fails for another reason than its absence; ``what`` begins the message.
+    """
+    try:
+        os.lstat(p)
+    except (FileNotFoundError, NotADirectoryError):  # absent, or under a file: said with the folder's checks
+        pass
+    except OSError as exc:
+        raise OutputError(f"{what}: {_reason(exc)}") from None
+
+
 def _refuse_symlink(p: Path, what: str) -> None:
     """Refuse a dangling symbolic link at an output path (writing would create a file wherever it points).
 
@@ -71,6 +85,23 @@ def _refuse_symlink(p: Path, what: str) -> None:
             f"{what}: it is a symbolic link to {os.readlink(p)}, which does not exist; "
             "remove the link or choose another path"
         )
+
+
+# What ``tempfile`` adds to a prefix: 8 random characters (and ``.tmp``, the suffix given here).
+_RANDOM_CHARS = 8
+_TMP_SUFFIX = ".tmp"
+
+
+def temp_prefix(name: str, folder: Path, suffix: str = _TMP_SUFFIX) -> str:
+    """``.NAME.``: the prefix of a temporary made beside ``NAME`` in ``folder`` (with ``suffix``), ``NAME``
+    shortened (by its bytes) so that the temporary's whole name fits the longest name the folder's file
+    system takes: a legal 255-byte output name has a legal temporary."""
+    try:
+        longest = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):  # not asked (no pathconf, or no such folder yet): the usual
+        longest = 255
+    room = max(1, longest - len(os.fsencode(f"..{suffix}")) - _RANDOM_CHARS)
+    return f".{os.fsdecode(os.fsencode(name)[:room])}."
 
 
 def check_writable(path: str | os.PathLike) -> Path:
@@ -85,6 +116,7 @@ def check_writable(path: str | os.PathLike) -> Path:
     """
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
+    _refuse_unnamable(p, f"cannot write {p}")
     if p.exists() and p.is_dir():
         raise OutputError(f"cannot write {p}: it is a directory")
     _refuse_symlink(p, f"cannot write {p}")
@@ -97,7 +129,7 @@ def check_writable(path: str | os.PathLike) -> Path:
     if p.exists() and not os.access(p, os.W_OK):
         raise OutputError(f"cannot write {p}: file is not writable")
     try:  # the permission bits do not tell everything (/proc, a read-only mount, root): try it
-        fd, probe = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
+        fd, probe = tempfile.mkstemp(prefix=temp_prefix(p.name, parent), suffix=_TMP_SUFFIX, dir=parent)
     except OSError as exc:
         raise OutputError(f"cannot write {p}: folder {parent} is not writable ({exc.strerror or exc})") from None
     os.close(fd)
@@ -114,6 +146,7 @@ def check_folder_writable(folder: str | os.PathLike, option: str) -> Path:
     """
     folder = Path(folder)
     parent = folder.parent if str(folder.parent) else Path(".")
+    _refuse_unnamable(folder, f"{option} {folder}")
     _refuse_symlink(folder, f"{option} {folder}")
     if folder.exists() and not folder.is_dir():
         raise OutputError(f"{option} {folder}: exists and is not a folder")
@@ -123,7 +156,7 @@ def check_folder_writable(folder: str | os.PathLike, option: str) -> Path:
         raise OutputError(f"{option} {folder}: {parent} is a file, not a folder")
     target = folder if folder.exists() else parent
     try:  # the permission bits do not tell everything (/proc, a read-only mount, root): try it
-        probe = tempfile.mkdtemp(prefix=f".{folder.name}.", dir=target)
+        probe = tempfile.mkdtemp(prefix=temp_prefix(folder.name, target, suffix=""), dir=target)
     except OSError as exc:
         raise OutputError(f"{option} {folder}: folder {target} is not writable ({exc.strerror or exc})") from None
     os.rmdir(probe)
@@ -209,7 +242,8 @@ def atomic_path(path: str | os.PathLike, *, now: bool = False) -> Iterator[Path]
         OSError: an mhaaudit error of the work inside (an OutputError, an OfflineError), re-raised as it is.
     """
     p = check_writable(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent if str(p.parent) else ".")
+    parent = p.parent if str(p.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(p.name, parent), suffix=_TMP_SUFFIX, dir=parent)
     os.close(fd)
     tmp_p = Path(tmp)
     staged = None if now else _STAGED.get()

@@ -42,9 +42,9 @@ from dataclasses import dataclass, fields
 from importlib import resources
 from typing import Any, ClassVar
 
-from rich.console import Console
 from rich.table import Table
 
+from .console import TextConsole
 from .errors import InputError
 
 METADATA_KEY = b"mhaaudit"  # schema metadata of every results file: the run's meta, as JSON
@@ -532,7 +532,12 @@ def text_width() -> int:
         tty = sys.stdout.isatty()
     except (AttributeError, ValueError):  # a replaced or closed stdout
         tty = False
-    return shutil.get_terminal_size((REDIRECTED_WIDTH, 24)).columns if tty else REDIRECTED_WIDTH
+    if not tty:
+        return REDIRECTED_WIDTH
+    try:  # the terminal the data goes to (while a command runs, descriptor 1 is stderr's: mhaaudit.stdio)
+        return os.get_terminal_size(sys.stdout.fileno()).columns or REDIRECTED_WIDTH
+    except (AttributeError, ValueError, OSError):
+        return shutil.get_terminal_size((REDIRECTED_WIDTH, 24)).columns
 
 
 class Report:
@@ -561,7 +566,7 @@ class Report:
 
     def __str__(self) -> str:
         buf = _io.StringIO()
-        con = Console(file=buf, width=text_width(), color_system=None, force_terminal=False, force_jupyter=False)
+        con = TextConsole(file=buf, width=text_width(), color_system=None, force_terminal=False, force_jupyter=False)
         for r in self.renderables():
             con.print(r, highlight=False)
         return buf.getvalue()
@@ -585,7 +590,7 @@ class Report:
                 blocks.append(
                     (
                         kind,
-                        Console(
+                        TextConsole(
                             record=True,
                             file=_io.StringIO(),
                             width=width,

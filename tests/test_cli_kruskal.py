@@ -277,6 +277,27 @@ def test_out_file_is_stamped(capsys, npy, tmp_path):
     assert "Kruskal-rank tests" in stdout  # --out adds a file; the table is still printed
 
 
+def test_a_legal_long_out_name_is_written(capsys, npy, tmp_path):
+    """A 250-character name is legal (its file system takes 255 bytes): the outputs are written, their
+    temporaries shortened to fit beside them."""
+    out, png = tmp_path / ("a" * 242 + ".parquet"), tmp_path / ("b" * 246 + ".png")
+    rc, _stdout, err = run(capsys, "kruskal", npy, "--k", 3, *FAST, "--out", out, "--plot", png)
+    assert rc == 0, err
+    assert pq.read_table(out).to_pylist()[0]["k"] == 3
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert tmp_leftovers(tmp_path) == []
+
+
+def test_the_report_shows_the_file_name_as_it_is(capsys, tmp_path, monkeypatch):
+    """A file name is shown as written: neither rich markup nor a terminal's escape sequence acts."""
+    name = "[bold]b\x1b[2J.npy"
+    np.save(tmp_path / name, matrix())
+    monkeypatch.chdir(tmp_path)  # a short name: a long path would be folded over two lines
+    rc, out, err = run(capsys, "kruskal", name, "--k", 3, *FAST)
+    assert rc == 0, err
+    assert " [bold]b\\x1b[2J.npy (npy" in out and "\x1b" not in out
+
+
 def test_plot_png(capsys, npy, tmp_path):
     png = tmp_path / "sweep.png"
     rc, _out, err = run(capsys, "kruskal", npy, *FAST, "--plot", png, "--n", 4)
@@ -379,9 +400,11 @@ def test_bad_options(capsys, npy, args, match):
     assert set(os.listdir(folder)) == before
 
 
-@pytest.mark.parametrize("case", ["missing_folder", "parent_is_file", "not_parquet", "is_folder"])
+@pytest.mark.parametrize("case", ["missing_folder", "parent_is_file", "not_parquet", "is_folder", "name_too_long"])
 def test_bad_out_path(capsys, npy, tmp_path, case):
-    if case == "missing_folder":
+    if case == "name_too_long":  # 256 bytes: more than the file system takes
+        out = tmp_path / ("a" * 248 + ".parquet")
+    elif case == "missing_folder":
         out = tmp_path / "missing" / "r.parquet"
     elif case == "parent_is_file":
         out = npy / "r.parquet"  # the parent is the .npy file

@@ -26,6 +26,8 @@ LAYERS: list[tuple[str, ...]] = [
         "validate",
         "hostmem",
         "staging",
+        "stdio",
+        "console",
         "notebook",
         "progress",
         "hub",

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
+from ..stdio import say
 from . import options as shared
 from .flags import CheckOptions
 
@@ -52,7 +52,7 @@ def check(ctx: typer.Context, model: shared.ModelArg, **options: Unpack[CheckOpt
         layer=options["layer"],
         layers=layer_list,
         sweep=sweep,
-        on_note=lambda m: print(f"Note: {m}", file=sys.stderr),
+        on_note=lambda m: say(f"Note: {m}"),
         seeds=seeds,
         vary=options["vary"].value,
     )
@@ -92,7 +92,7 @@ def _save_features_and_plot(result, save_features: Path | None, plot: Path | Non
         result.save_features(save_features)
     if plot is not None and plot_audit(result, plot) is None:
         # Nothing was measured (every column unavailable): say so rather than claim a plot.
-        print(f"Note: no column could be audited, so no plot was written to {plot}", file=sys.stderr)
+        say(f"Note: no column could be audited, so no plot was written to {plot}")
         return None
     return plot
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import fields
 from typing import TYPE_CHECKING
 
 import typer
 
+from ..stdio import say
 from . import options as shared
 from .flags import MemorizeOptions
 
@@ -57,10 +57,9 @@ def memorize(ctx: typer.Context, **options: Unpack[MemorizeOptions]) -> None:
     request = MemorizeRequest(**(given | axes), progress=progress_enabled(options["quiet"]))
     grid = run_memorize_grid(request)
     if grid.reused:
-        print(
+        say(
             f"{grid.reused} of {len(grid.runs)} points were already in {grid.out} with the same configuration; "
-            "not recomputed",
-            file=sys.stderr,
+            "not recomputed"
         )
     # --out is the grid's own results file (written point by point, for resuming): not emit's to write.
     shared.emit(

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, TypedDict, TypeVar
 import typer
 
 from ..defaults import BACKENDS, DEFAULT_SAMPLES, DEFAULT_THRESHOLD, SEEDS_VARY
+from ..stdio import say
 
 if TYPE_CHECKING:  # the library is imported only when a command runs
     from ..request import Requests
@@ -497,7 +498,7 @@ def renamed(old_flag: str, old_value, new_flag: str, new_value, note: str = ""):
         return new_value
     if new_value is not None:
         raise InputError(f"{old_flag} is the deprecated name of {new_flag}; give {new_flag} only")
-    print(deprecation_line(old_flag, new_flag, note), file=sys.stderr)
+    say(deprecation_line(old_flag, new_flag, note))
     return old_value
 
 
@@ -586,6 +587,6 @@ def emit(
         sys.stdout.buffer.write(parquet_bytes(rows, meta))
         sys.stdout.flush()
     elif fmt == Format.parquet:  # stdout is a terminal: the records are in the --out file (prepare_outputs)
-        print(f"Wrote {out} (parquet is not printed to a terminal)", file=sys.stderr)
+        say(f"Wrote {out} (parquet is not printed to a terminal)")
     else:
         render()
