@@ -249,8 +249,9 @@ def _load_key(request: ModelRequest, init: str, settings: Settings, max_layer: i
 @contextmanager
 def loaded_as(pm, request: ModelRequest, init: str, settings: Settings, max_layer: int):
     """While open, :func:`load` of these weights (``request``, ``init``, ``settings``, ``max_layer``)
-    gives ``pm``, a model the caller holds, and every other load is made anew: a series reads each
-    checkpoint's tensors into the one model it built, and audits it there."""
+    gives ``pm``, a model the caller holds (other loads are shared as within :func:`shared_loads`,
+    until it closes): a series reads each checkpoint's tensors into the one model it built, and
+    audits it there."""
     global _SHARED_LOADS
     outer = _SHARED_LOADS
     _SHARED_LOADS = {_load_key(request, init, settings, max_layer): pm}

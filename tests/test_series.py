@@ -188,10 +188,9 @@ def test_each_checkpoint_gives_the_records_of_its_own_check_run(vit_series, imag
 def test_the_report_names_the_changes_and_the_repeated_checkpoint(vit_series, image_dir, capsys, monkeypatch):
     monkeypatch.chdir(vit_series)
     monkeypatch.setenv("COLUMNS", "200")
-    rc, out, err = run(
-        capsys, "check", "model", "--data", image_dir, *VIT_RUN, "--variants", "trained", "--checkpoints", "runs/ckpt-*"
-    )
-    assert rc == 0, err
+    args = ("check", "model", "--data", image_dir, *VIT_RUN, "--variants", "trained", "--checkpoints", "runs/ckpt-*")
+    rc, out, err = run(capsys, *args, "--fail-on", "general_position")
+    assert rc == 1, err  # General Position fails at the collapsed checkpoint
     lines = out.splitlines()
     change = [x for x in lines if x.strip().startswith("General Position (trained, layer 1): the verdict changes")]
     assert len(change) == 1 and "from holds to fails at checkpoint runs/ckpt-400 (order 3, step 400)" in change[0]
@@ -265,9 +264,14 @@ def test_parquet_holds_the_series_and_reads_back(vit_series, image_dir, capsys, 
     table = pq.read_table(out)
     assert table.column_names[:4] == ["checkpoint", "step", "order", "identical_to"]
     assert str(table.schema.field("step").type) == "int64"
-    rows = table.to_pylist()
+    rows, records = table.to_pylist(), doc["records"]
     shown = ("checkpoint", "step", "order", "identical_to", "variant", "check", "fraction", "verdict", "exact_status")
-    assert [{k: r.get(k) for k in shown} for r in rows] == [{k: r.get(k) for k in shown} for r in doc["records"]]
+    assert [{k: r.get(k) for k in shown} for r in rows[: len(records)]] == [
+        {k: r.get(k) for k in shown} for r in records
+    ]
+    sweep = rows[len(records) :]  # --plot draws the Kruskal-rank estimate: the columns were swept
+    assert sweep and len(sweep) == len(doc["sweep"]) and {r["check"] for r in sweep} == {"sweep"}
+    assert {r["checkpoint"] for r in sweep} == {None, "runs/ckpt-100", "runs/ckpt-200"}
     back = SeriesResult.from_parquet(out)
     assert back == SeriesResult.from_json(doc) and back.complete
     assert json.loads(json.dumps(back.records())) == json.loads(json.dumps(SeriesResult.from_json(doc).records()))

@@ -63,7 +63,7 @@ def check_series(
         variants=split_list(options["variants"]),
         layer=options["layer"],
         layers=layer_list,
-        sweep=options["sweep"],
+        sweep=options["sweep"] or plot is not None,  # the figure draws the Kruskal-rank estimate too
         on_note=lambda m: print(f"Note: {m}", file=sys.stderr),
         seeds=seeds,
         vary=options["vary"].value,

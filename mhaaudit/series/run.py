@@ -126,7 +126,12 @@ def audit_series(
     for seed in [None] if seed_plan is None else seed_plan.runs():
         _series_run(plan, req.settings, seed, store, on_note)
     result = _result(plan, seed_plan, store.finished, store.key, complete=True)
+    spent = [c.timings for r in store.finished for c in r.checkpoints]
+    result.timings.update({k: round(v, 3) for k, v in store.timings.items()})
+    for phase in ("read", "audit"):
+        result.timings[f"checkpoints {phase}"] = round(sum(t.get(phase, 0.0) for t in spent), 3)
     result.timings["total"] = round(time.perf_counter() - t0, 3)
+    result.meta_["timings_s"] = dict(result.timings)
     if store.path is not None and distributed.lockstep().rank == 0:
         store.save(result)
     return result
@@ -365,15 +370,19 @@ def _series_run(plan: _Plan, settings: Settings, seed: SeedRun | None, store: _S
     (one checkpoint a round in one process; one a rank when they are spread over the ranks)."""
     run_settings = settings if seed is None else settings.with_(**seed.kwargs())
     data = plan.data
+    t0 = time.perf_counter()
     reference = store.reference()
     if plan.reference and reference is None:
-        reference = audit(
-            plan.reference_request(),
-            data=data,
-            settings=run_settings,
-            on_note=on_note,
-            **plan.audit_keywords(plan.reference),
+        reference = _without_features(
+            audit(
+                plan.reference_request(),
+                data=data,
+                settings=run_settings,
+                on_note=on_note,
+                **plan.audit_keywords(plan.reference),
+            )
         )
+    store.timings["reference"] = store.timings.get("reference", 0.0) + round(time.perf_counter() - t0, 3)
     if reference is not None and data.batch_size == "auto":  # the trained passes use the batch the reference chose
         data = replace(data, batch_size=reference.settings.batch_size)
     run = SeriesRun(seed, reference)
@@ -387,8 +396,10 @@ def _series_run(plan: _Plan, settings: Settings, seed: SeedRun | None, store: _S
         for start in range(0, len(refs), width):
             chunk = refs[start : start + width]
             mine = (chunk[shard.rank] if shard.rank < len(chunk) else None) if spread else chunk[0]
+            t0 = time.perf_counter()
             with alone():
                 digest = trained.digest(mine) if mine is not None else None
+            store.timings["digests"] = store.timings.get("digests", 0.0) + round(time.perf_counter() - t0, 3)
             digests = shard.all_gather(digest)[: len(chunk)] if spread else [digest]
             entry = None
             if mine is not None:
@@ -396,11 +407,10 @@ def _series_run(plan: _Plan, settings: Settings, seed: SeedRun | None, store: _S
                 before = previous if at == 0 else (chunk[at - 1], digests[at - 1])
                 with alone():
                     entry = _checkpoint_run(trained, mine, (digest, before), data, run_settings, store, on_note)
-            entries = [entry]
+            entries = [_lean(entry)]  # the checks are done: the features are let go (memory: one checkpoint's)
             if spread:
                 shard.wait_for_all("series")  # the ranks' checkpoints take unequal times: no gather may time out
-                gathered = shard.all_gather(_lean(entry))
-                entries = [entry if e is not None and e.checkpoint == mine else e for e in gathered]
+                entries = shard.all_gather(entries[0])
             run.checkpoints += [e for e in entries if e is not None]
             previous = (chunk[-1], digests[-1])
             _resolve_same(run)
@@ -428,8 +438,11 @@ def _checkpoint_run(
     if stored is not None:
         return stored
     t0 = time.perf_counter()
+    trained.read(ref)
+    t1 = time.perf_counter()
     result = trained.audit(ref, data, settings, on_note)
-    return CheckpointRun(ref, "audited", result, digest, timings={"audit": round(time.perf_counter() - t0, 3)})
+    timings = {"read": round(t1 - t0, 3), "audit": round(time.perf_counter() - t1, 3)}
+    return CheckpointRun(ref, "audited", result, digest, timings=timings)
 
 
 def _resolve_same(run: SeriesRun) -> None:
@@ -444,12 +457,17 @@ def _resolve_same(run: SeriesRun) -> None:
 
 
 def _lean(entry: CheckpointRun | None) -> CheckpointRun | None:
-    """``entry`` without the feature tensors its columns hold (what the other ranks receive)."""
+    """``entry`` without the feature tensors its columns hold (no record, report or figure reads them)."""
     if entry is None or entry.audit is None:
         return entry
-    lean = copy.copy(entry.audit)
-    lean.columns = [replace(c, features=None) for c in entry.audit.columns]
-    return replace(entry, audit=lean)
+    return replace(entry, audit=_without_features(entry.audit))
+
+
+def _without_features(audit_result: AuditResult) -> AuditResult:
+    """A copy of ``audit_result`` whose columns hold no feature tensors."""
+    lean = copy.copy(audit_result)
+    lean.columns = [replace(c, features=None) for c in audit_result.columns]
+    return lean
 
 
 # --------------------------------------------------------------------------- the result
@@ -520,6 +538,7 @@ class _Store:
         self.path = None if out is None else Path(out)
         self.key, self.seeds = key, seeds
         self.finished: list[SeriesRun] = []
+        self.timings: dict[str, float] = {}  # the series' phases over every run, in seconds
         self.stored: SeriesResult | None = None
         shard = distributed.lockstep()
         if self.path is not None and shard.rank == 0 and self.path.exists():
