@@ -89,17 +89,23 @@ def audit_series(
     """Audit a series of checkpoints of ``model``: each as :func:`mhaaudit.audit` audits it with
     ``weights=CHECKPOINT`` (or ``revision=REV``), the reference columns once, the data prepared once.
 
-    ``checkpoints`` is a comma list of local folders (saved with ``save_pretrained``) or weights
-    files, each item a path or a glob (``"runs/ckpt-*"``, its matches ordered by the step number in
-    each name), or a sequence of paths; or, instead, ``revision`` is a comma list of hub revisions
-    of ``model`` (``"step1000,step8000"``). Each checkpoint's records carry its name as given
-    (``checkpoint``), the step its name carries (``step``, or None) and its place (``order``). A
-    checkpoint whose tensors read are byte-identical to the one before it is not audited again.
+    Each checkpoint's records carry its name as given (``checkpoint``), the step its name carries
+    (``step``, or None) and its place (``order``). A checkpoint whose tensors read are
+    byte-identical to the one before it is not audited again (``identical_to``).
 
-    The other keywords are :func:`mhaaudit.audit`'s, with the same meaning (the model, data and
-    settings as request objects or keywords; ``variants``, ``layer``, ``layers``, ``sweep``,
-    ``seeds``, ``vary``). ``out`` is a parquet results file rewritten as the series runs: when it
-    holds an interrupted run of the same settings, the checkpoints it holds are not audited again.
+    Args:
+        model: the model the checkpoints are of (an alias, a hub id, a local folder), or a
+            :class:`~mhaaudit.request.ModelRequest`.
+        checkpoints: a comma list of local folders (saved with ``save_pretrained``) or weights files,
+            each item a path or a glob (``"runs/ckpt-*"``, its matches ordered by the step number in
+            each name), or a sequence of paths. Instead, ``revision`` (a keyword of
+            :class:`~mhaaudit.request.Conveniences`) may be a comma list of hub revisions of ``model``
+            (``"step1000,step8000"``), in the order given.
+        variants, layer, layers, data, samples, threshold, query_index, sweep, stop_when_decided,
+            on_note, seeds, vary, settings, **conveniences: as :func:`mhaaudit.audit` takes them; the
+            trained columns are audited at each checkpoint, the others once (the reference).
+        out: a parquet results file, rewritten as the series runs; when it holds an interrupted run
+            of the same settings, the checkpoints it holds are read back, not audited again.
 
     Returns:
         A :class:`mhaaudit.series.SeriesResult`.
