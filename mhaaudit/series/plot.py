@@ -81,6 +81,12 @@ def plot_series(result, path: str | Path) -> Path | None:
             if all(p.low is not None for p in line):
                 bx.fill_between(xs, [p.low for p in line], [p.high for p in line], color=f"C{j}", alpha=0.3)
         bx.plot([], [], color="grey", alpha=0.3, lw=6, label="certified floor to ceiling")
+        info = next((c.audit.info for r in result.runs for c in r.checkpoints if c.audit is not None), None)
+        if info is not None:  # the sizes Assumption 1 and General Position ask for
+            bx.axhline(info.n, color="k", ls="--", lw=0.8)
+            bx.axhline(info.d, color="k", ls=":", lw=0.8)
+            bx.text(bx.get_xlim()[0], info.n, f" n = {info.n}", va="bottom", fontsize=7)
+            bx.text(bx.get_xlim()[0], info.d, f" d = {info.d}", va="bottom", fontsize=7)
         bx.set_ylabel("Kruskal-rank estimate")
         bx.legend(fontsize=7, loc="best")
     axes[-1][0].set_xlabel("step" if by_step else "checkpoint (order in the series)")

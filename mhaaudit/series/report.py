@@ -20,35 +20,41 @@ ESTIMATE = "sweep_estimate"
 
 
 def _number(v) -> str:
+    """A step, order or estimate: whole numbers as such, a median between two whole numbers to one decimal."""
     if v is None:
         return "-"
-    return f"{v:.4f}" if isinstance(v, float) and not float(v).is_integer() else str(int(v))
+    return str(int(v)) if float(v).is_integer() else f"{v:.1f}"
 
 
-def _fraction(v) -> str:
-    return "-" if v is None else f"{v:.4f}"
+def _fraction(v, digits: int = 4) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
 
 
 def _cell(p) -> str:
-    """One check at one checkpoint: the fraction (median and range over the seeds), the verdict, the exact status."""
+    """One check at one checkpoint: the fraction (with seeds: the median, then the range), the verdict
+    (with seeds: how many hold), the exact status."""
     if p.verdict == "unavailable":
         return verdict_text("unavailable")
-    value = _fraction(p.value)
+    lines = [_fraction(p.value)]
     if p.low is not None and p.high is not None:
-        value += f" [{_fraction(p.low)}, {_fraction(p.high)}]"
-    verdict = verdict_text(p.verdict or "-")
-    if p.seeds is not None and p.seeds_holding is not None:
-        verdict += f" ({p.seeds_holding}/{p.seeds} seeds hold)"
-    return f"{value}\n{verdict}\nexact: {p.exact_status or '-'}"
+        lines.append(f"[{_fraction(p.low, 3)}, {_fraction(p.high, 3)}]")
+    held = f" {p.seeds_holding}/{p.seeds}" if p.seeds is not None and p.seeds_holding is not None else ""
+    lines.append(verdict_text(p.verdict or "-") + held)
+    lines.append(f"exact: {p.exact_status or '-'}")
+    return "\n".join(lines)
 
 
 def _estimate_cell(p) -> str:
-    """A column's Kruskal-rank estimate at one checkpoint, with its certified floor and ceiling."""
-    value = _number(p.value)
+    """A column's Kruskal-rank estimate at one checkpoint (with seeds: the median and range), its certified
+    floor and ceiling, and the exact Kruskal rank where they meet."""
+    lines = [_number(p.value)]
     if p.low is not None and p.high is not None:
-        value += f" [{_number(p.low)}, {_number(p.high)}]"
-    exact = f"\nexact {p.exact_status}" if p.exact_status is not None else ""
-    return f"{value}\nfloor {p.floor}, ceiling {p.ceiling}{exact}"
+        lines.append(f"[{_number(p.low)}, {_number(p.high)}]")
+    lines.append(f"floor {p.floor}")
+    lines.append(f"ceiling {p.ceiling}")
+    if p.exact_status is not None:
+        lines.append(f"exact {p.exact_status}")
+    return "\n".join(lines)
 
 
 def trend_tables(result) -> list[Table]:
@@ -57,13 +63,20 @@ def trend_tables(result) -> list[Table]:
     columns: dict[tuple[str, int], list] = {}
     for p in points:
         columns.setdefault((p.variant, p.layer), []).append(p)
-    seeds = f" over {len(result.plan.seeds)} seeds (median [range])" if result.plan is not None else ""
+    seeds = (
+        f"; over {len(result.plan.seeds)} seeds: the median, \\[the range], the seeds that hold"
+        if result.plan is not None
+        else ""
+    )
     tables = []
     for (variant, layer), cells in columns.items():
         swept = any(p.check == ESTIMATE for p in cells)
-        t = Table(title=f"{result.model}: {variant} (layer {layer}) over the checkpoints{seeds}", title_justify="left")
+        t = Table(
+            title=f"{escape(result.model)}: {escape(variant)} (layer {layer}) at each checkpoint{seeds}",
+            title_justify="left",
+        )
         t.add_column("#", justify="right")
-        t.add_column("checkpoint", overflow="fold", min_width=min(24, max(len(str(p.checkpoint)) for p in cells)))
+        t.add_column("checkpoint", overflow="fold")
         t.add_column("step", justify="right")
         for check in REGISTRY.values():
             t.add_column(check.title, justify="center")
