@@ -49,6 +49,7 @@ from ..models import modality_of, resolve
 from ..models.hf import checkpoint_of, read_needed, used_tensors, weights_prefix
 from ..models.load import check_finite_weights
 from ..models.shards import Checkpoint, NotPartial
+from ..progress import log
 from ..request import KEYWORDS, Conveniences, DataRequest, ModelRequest, build_requests, keyword_conveniences
 from ..seeds import SeedPlan, SeedRun, plan_for
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
@@ -379,6 +380,7 @@ def _series_run(plan: _Plan, settings: Settings, seed: SeedRun | None, store: _S
     t0 = time.perf_counter()
     reference = store.reference()
     if plan.reference and reference is None:
+        log(f"Reference columns ({', '.join(plan.reference)}): audited once for the series", run_settings.progress)
         reference = _without_features(
             audit(
                 plan.reference_request(),
@@ -409,6 +411,7 @@ def _series_run(plan: _Plan, settings: Settings, seed: SeedRun | None, store: _S
             digests = shard.all_gather(digest)[: len(chunk)] if spread else [digest]
             entry = None
             if mine is not None:
+                log(f"Checkpoint {mine.order + 1} of {len(refs)}: {mine.label}", run_settings.progress)
                 at = chunk.index(mine)
                 before = previous if at == 0 else (chunk[at - 1], digests[at - 1])
                 with alone():
