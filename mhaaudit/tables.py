@@ -68,6 +68,8 @@ def _load_columns() -> dict[str, tuple[Column, ...]]:
 _SCHEMA = _load_columns()
 #: Where a row of ``check`` and ``capacity`` was read: the model, the column, the layer.
 _WHERE = _SCHEMA["where"]
+#: Which checkpoint of a series a row of ``check --checkpoints`` belongs to (first in its records).
+SERIES_COLUMNS = _SCHEMA["series"]
 #: A Monte-Carlo or exact test at one size k (``kruskal``; ``check`` adds model, variant, layer),
 #: and the sweep rows (``check = "sweep"``: k, fraction, ci_low, ci_high).
 TEST_COLUMNS = _SCHEMA["test"]
@@ -81,7 +83,7 @@ MEMORIZE_COLUMNS = _SCHEMA["memorize"]
 
 #: The columns of each command's table, in the order a record gives them.
 COLUMNS: dict[str, tuple[Column, ...]] = {
-    "check": _WHERE + TEST_COLUMNS,
+    "check": SERIES_COLUMNS + _WHERE + TEST_COLUMNS,
     "kruskal": TEST_COLUMNS,
     "capacity": CAPACITY_COLUMNS,
     "memorize": MEMORIZE_COLUMNS,

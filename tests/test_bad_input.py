@@ -307,6 +307,13 @@ CASES = [
     ("index-shard-dotdot", "check {vitdotdot} --variants trained", "'../outside/x.safetensors' is not a file name"),
     ("index-shard-absolute", "check {vitabs} --variants trained", "'/etc/passwd' is not a file name"),
     ("remote-code-without-flag", "check {bertcode}", "pass --trust-remote-code"),
+    # --- a series of checkpoints: refused before any work
+    ("series-glob-matches-nothing", "check {vit} --checkpoints '{out}/ckpt-*'", "the glob matches no file or folder"),
+    ("series-checkpoint-missing", "check {vit} --checkpoints {vit},{out}/missing", "missing: no such file or folder"),
+    ("series-one-file-twice", "check {vit} --checkpoints {vit},{vit}/.", "name the same file"),
+    ("series-another-family", "check {vit} --checkpoints {vit},{bert}", "is of another"),
+    ("series-beside-weights", "check {vit} --checkpoints {vit} --weights {vit}", "--weights has no effect"),
+    ("series-revisions-of-a-folder", "check {vit} --revision a,b", "is a local folder"),
     ("memorize-values-without-vary", "memorize --sizes 16 --values 1,2", "--values needs --vary"),
     # --- what is read is never executed: pickles are refused unread (np.load(allow_pickle=False),
     #     torch.load(weights_only=True)); the run asserts that the pickle's marker file never appears

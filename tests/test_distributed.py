@@ -413,6 +413,38 @@ def test_two_ranks_give_the_capacity_of_one_process(bert_dir, tmp_path):
     assert b["meta"]["distributed"]["world_size"] == 2 and out1 == ""
 
 
+def test_two_ranks_spread_a_series_and_give_the_records_of_one_process(vit_dir, image_dir, tmp_path):
+    """``check --checkpoints``: the reference audited by both ranks together, then the checkpoints spread
+    over the ranks in rounds (a repeat decided across the ranks: checkpoint 3 on rank 1 repeats
+    checkpoint 2 on rank 0); rank 0 writes the records of one process, rank 1 nothing."""
+    import shutil
+
+    from conftest import save_tiny_vit
+
+    runs = tmp_path / "runs"
+    for step, seed in ((100, 1), (200, 2), (300, 3)):
+        save_tiny_vit(runs / f"ckpt-{step}", seed=seed)
+    shutil.copytree(runs / "ckpt-300", runs / "ckpt-400")
+    cwds = [tmp_path / "rank0", tmp_path / "rank1"]
+    for c in cwds:
+        c.mkdir()
+    args = _check_args(vit_dir, image_dir, "--sweep", "--checkpoints", f"{runs}/ckpt-*", "--out", "series.parquet")
+    rc, one, err = single(args, cwd=tmp_path)
+    assert rc == 0, err
+    (r0, out0, err0), (r1, out1, err1) = launch(args, cwds=cwds)
+    assert (r0, r1) == (0, 0), err0 + err1
+    a, b = json.loads(one), json.loads(out0)
+    assert b["records"] == a["records"] and b["sweep"] == a["sweep"]
+    statuses = [c["status"] for c in b["meta"]["series"]["checkpoints"]]
+    assert (
+        statuses
+        == ["audited", "audited", "audited", "identical"]
+        == [c["status"] for c in a["meta"]["series"]["checkpoints"]]
+    )
+    assert out1 == "" and err1 == "" and os.listdir(cwds[1]) == []
+    assert (cwds[0] / "series.parquet").is_file() and tmp_leftovers(cwds[0]) == []
+
+
 @pytest.mark.parametrize(
     "command",
     ["kruskal", pytest.param("check", marks=pytest.mark.slow)],

@@ -135,7 +135,7 @@ def test_the_columns_are_the_data_file_shipped_with_the_package():
     data = json.loads(resources.files("mhaaudit").joinpath("columns.json").read_text(encoding="utf-8"))
     tables = {name: tuple(Column(**c) for c in cols) for name, cols in data.items()}
     assert COLUMNS == {
-        "check": tables["where"] + tables["test"],
+        "check": tables["series"] + tables["where"] + tables["test"],
         "kruskal": tables["test"],
         "capacity": tables["where"] + tables["capacity"],
         "memorize": tables["memorize"],

@@ -10,6 +10,7 @@ import typer
 from ..stdio import say
 from . import options as shared
 from .flags import CheckOptions
+from .series import check_series, is_series
 
 if TYPE_CHECKING:  # the options, typed for mypy
     from typing_extensions import Unpack
@@ -17,12 +18,15 @@ if TYPE_CHECKING:  # the options, typed for mypy
 
 @shared.command_options(
     CheckOptions,
-    "model variants layer layers backend weights data split text_column image_column convert_rgb limit batch_size"
-    " keep_duplicates context_length revision trust_remote_code query_index samples threshold seed seeds vary"
-    " weights_seed data_seed rtol atol device sweep all_draws fmt out plot save_features fail_on quiet",
+    "model variants layer layers backend weights checkpoints data split text_column image_column convert_rgb limit"
+    " batch_size keep_duplicates context_length revision trust_remote_code query_index samples threshold seed seeds"
+    " vary weights_seed data_seed rtol atol device sweep all_draws fmt out plot save_features fail_on quiet",
 )
 def check(ctx: typer.Context, model: shared.ModelArg, **options: Unpack[CheckOptions]) -> None:
     """Audit a transformer: Assumptions 1-3 and General Position at each probe point."""
+    if is_series(options):  # --checkpoints, or several revisions: a series of checkpoints
+        _fail_on(*check_series(ctx, model, options, _fail_checks))
+        return
     with shared.importing(options["quiet"]):  # the library, torch with it: seconds
         from ..auditing import audit
         from ..render import render_audit

@@ -76,6 +76,16 @@ SaveFeatures = Annotated[
     Path | None,
     typer.Option("--save-features", help="Write each column's reduced features here, for mhaaudit kruskal."),
 ]
+Checkpoints = Annotated[
+    str | None,
+    typer.Option(
+        "--checkpoints",
+        help="Audit a series of checkpoints, each as --weights would: a comma list of folders or weights files, or a "
+        "glob ('runs/ckpt-*', ordered by the step number in each name). A comma list in --revision audits hub "
+        "revisions the same way.",
+        show_default=False,
+    ),
+]
 FailOn = Annotated[
     list[str] | None,
     typer.Option(
@@ -98,6 +108,7 @@ class CheckOptions(Checking, Capture, Draws):
     sweep: CheckSweep
     save_features: SaveFeatures
     fail_on: FailOn
+    checkpoints: Checkpoints
 
 
 # --------------------------------------------------------------------------- capacity

@@ -240,22 +240,54 @@ class _Hub:
 
 def _read_needed(pm: ProbedModel, checkpoint: Checkpoint, name: str) -> WeightsRead:
     """Read into ``pm`` the tensors its probed blocks use: one forward pass on a tiny input records
-    them (see :func:`.shards.used_parameters`)."""
+    them (see :func:`.shards.used_parameters`). Every other parameter is zero, whatever ``pm`` held."""
     module = pm.module
     with torch.no_grad():
         for t in module.parameters():
             t.zero_()
+    return checkpoint.load_into(
+        module,
+        used_tensors(pm),
+        prefix=weights_prefix(pm),
+        misfit=f"the weights at {checkpoint.where} do not fit {name}",
+    )
+
+
+read_needed = _read_needed  # the same read into a model built once, for each checkpoint of a series
+
+
+def used_tensors(pm: ProbedModel) -> set[str]:
+    """The names of the parameters and buffers of ``pm`` that its probed blocks use: one forward pass
+    on a tiny input, as far as the deepest block built, records them (:func:`.shards.used_parameters`)."""
     if pm.info.modality == "image":
         from PIL import Image
 
         tiny = pm.preprocess([Image.new("RGB", (64, 64), (128, 128, 128))])
     else:
         tiny = {"input_ids": torch.zeros((1, 2), dtype=torch.long, device=pm.device)}
-    used = used_parameters(module, lambda: pm.capture(tiny, [pm.built_layers]))
-    prefix = getattr(module, "base_model_prefix", "") or ""
-    return checkpoint.load_into(
-        module, used, prefix=prefix, misfit=f"the weights at {checkpoint.where} do not fit {name}"
-    )
+    return used_parameters(pm.module, lambda: pm.capture(tiny, [pm.built_layers]))
+
+
+def weights_prefix(pm: ProbedModel) -> str:
+    """The prefix a checkpoint of ``pm``'s task model may put before its tensor names (``bert.``, ``vit.``)."""
+    return getattr(pm.module, "base_model_prefix", "") or ""
+
+
+def checkpoint_of(weights_path: str | None = None, *, repo: str | None = None, revision: str | None = None):
+    """The safetensors checkpoint of trained weights, read tensor by tensor: a local folder or file
+    (``weights_path``), else the hub repository ``repo`` at ``revision`` (the local cache offline).
+    None for a checkpoint in another form (loaded whole).
+
+    Raises:
+        InputError: when ``revision`` is no branch, tag or commit of ``repo``.
+        ModelError: when an index is malformed or names a shard outside the folder, or a header cannot be read.
+    """
+    if weights_path is not None:
+        path = os.path.abspath(os.path.expanduser(weights_path))
+        origin = _Weights(path, file=path) if os.path.isfile(path) else _Weights(path, folder=path)
+    else:
+        origin = _Weights(str(repo), folder=repo, hub=True)
+    return _checkpoint(origin, _Hub(revision, False, is_offline()))
 
 
 def find_blocks(module: nn.Module) -> nn.ModuleList | None:

@@ -224,13 +224,7 @@ class Checkpoint:
         targets = dict(module.named_parameters(remove_duplicate=False))
         buffers = dict(module.named_buffers(remove_duplicate=False))
         plan: dict[str, list[tuple[str, torch.Tensor]]] = {}
-        saved = saved_names(module, used)
-        for name in sorted(used):
-            key = self._key_for(saved[name], prefix) or self._key_for(name, prefix)
-            if key is None:
-                if name in buffers:
-                    continue  # a buffer the model computes itself (position ids, rotary frequencies)
-                raise NotPartial(f"no tensor for {name} in {self.where}")
+        for name, key in self.keys_for(module, used, prefix=prefix).items():
             dest = targets[name] if name in targets else buffers[name]  # used: names of the module's own tensors
             plan.setdefault(self.weight_map[key], []).append((key, dest))
         dtype_bytes: dict[str, int] = {}
@@ -260,6 +254,27 @@ class Checkpoint:
         return WeightsRead(
             "partial", stored, read, self.total_size, len(plan), len(self.files), count, len(self.weight_map)
         )
+
+    def keys_for(self, module: nn.Module, used: set[str], *, prefix: str) -> dict[str, str]:
+        """The checkpoint's name of the tensor of each of the ``used`` parameters / buffers of
+        ``module`` (sorted by parameter name), as :meth:`load_into` reads them; a buffer the model
+        computes itself (position ids, rotary frequencies) and the checkpoint lacks is left out.
+
+        Raises:
+            NotPartial: when a used parameter has no tensor here under any name the loading code of
+                transformers would accept.
+        """
+        buffers = dict(module.named_buffers(remove_duplicate=False))
+        saved = saved_names(module, used)
+        out: dict[str, str] = {}
+        for name in sorted(used):
+            key = self._key_for(saved[name], prefix) or self._key_for(name, prefix)
+            if key is None:
+                if name in buffers:
+                    continue  # a buffer the model computes itself (position ids, rotary frequencies)
+                raise NotPartial(f"no tensor for {name} in {self.where}")
+            out[name] = key
+        return out
 
     def _key_for(self, name: str, prefix: str) -> str | None:
         candidates = [name, f"{prefix}.{name}"] if prefix else [name]
