@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pyarrow as pa
@@ -749,11 +750,14 @@ def _save(kind: str, folder, X: torch.Tensor):
 
 def _complex_kinds():
     kinds = ["npy", "pt"]
-    try:  # safetensors stores complex64 from 0.6 on
-        save_file({"x": torch.zeros(1, dtype=torch.complex64)}, os.devnull)
-        kinds.append("safetensors")
-    except Exception:  # noqa: BLE001 - any refusal means this safetensors cannot store complex64
-        pass
+    # safetensors stores complex64 from 0.6 on. The probe file goes to a temporary folder: save_file writes a
+    # temporary and renames it over its target, so a device such as /dev/null would be replaced by a file.
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            save_file({"x": torch.zeros(1, dtype=torch.complex64)}, os.path.join(folder, "probe.safetensors"))
+            kinds.append("safetensors")
+        except Exception:  # noqa: BLE001 - any refusal means this safetensors cannot store complex64
+            pass
     return kinds
 
 
