@@ -7,6 +7,8 @@
   and the data's scale never reaches a decision.
 * ``numerics.certificates``: torch decisions that equal ``torch.linalg.matrix_rank`` under the
   rule (SVD, Gram eigenvalues, shifted Cholesky) and the rounding bounds that make them proofs.
+* ``numerics.checked``: singular values and eigenvalues from LAPACK, checked before they decide
+  anything and recomputed by another driver where they are not usable.
 * ``numerics.lapack``: the same certificates per draw through LAPACK on the CPU (imported on use).
 * ``numerics.philox``: the counter-based generator of the Monte-Carlo draws, bit-identical on every
   device (imported on use).
@@ -14,6 +16,7 @@
   streaming pass over a whole set, O(d^2) memory (imported on use).
 """
 
+from . import checked
 from .certificates import (
     EPS64,
     TINY_GRAM,
@@ -37,6 +40,7 @@ __all__ = [
     "Decision",
     "RankRule",
     "Scaled",
+    "checked",
     "cholesky_margins",
     "decide_full_rank",
     "decide_prefix_full_rank",
