@@ -25,7 +25,7 @@ import torch
 from .. import distributed
 from ..errors import InputError, param
 from ..io import MappedArray
-from ..numerics import EPS64, RankRule, numerics, row_norms, svd_rank, with_numerics
+from ..numerics import EPS64, RankRule, checked, numerics, row_norms, svd_rank, with_numerics
 from ..numerics.stream import tsqr, unit_of
 from .results import Bound, GramBrackets, SetStats, every_rows_independent
 from .sampling import as_matrix, rows_of
@@ -145,12 +145,17 @@ def set_stats(X, rule: RankRule) -> SetStats:
     T, d = sc.T, sc.d
     m = min(T, d)
     c = 8.0 * (max(T, d) + d * sc.chunks) * EPS64  # the TSQR pass's error, relative to sigma_max
-    lam_raw = torch.linalg.eigvalsh(torch.from_numpy(sc.gram)).flip(0)[:m]
+    if sc.one_row:  # every non-zero row is one row: the singular values are known exactly
+        return _rank_one_stats(sc, rule, m)
+    lam, usable = checked.eigvalsh_where_usable(torch.from_numpy(sc.gram), torch_first=True)  # checked
+    lam_raw = lam.flip(0)[:m]
     delta = _gram_error(sc.gram, T, d)
     a, b, top = _gram_brackets(lam_raw.numpy(), delta, c)
     tol_hi, tol_lo = rule.tol(float(b[0]), T, d), rule.tol(float(a[0]), T, d)
     brackets = None
-    if bool(np.all((a > tol_hi) | (b <= tol_lo))):  # every value on one side of the whole set's tolerance
+    # every value on one side of the whole set's tolerance; else (or when no eigenvalue routine gave
+    # usable values) the TSQR pass decides
+    if bool(usable) and bool(np.all((a > tol_hi) | (b <= tol_lo))):
         s_list = tuple(float(v) for v in lam_raw.clamp_min(0).sqrt())
         rank = int(np.count_nonzero(a > tol_hi))
         sv_error = math.sqrt(delta) * (1 + 4 * EPS64)
@@ -158,9 +163,6 @@ def set_stats(X, rule: RankRule) -> SetStats:
     else:
         s_list, sv_error = _tsqr_values(rows, sc.exponent, m, c)
         rank = int(sum(1 for v in s_list if v > rule.tol(s_list[0], T, d)))
-    sq = sc.proj * sc.proj
-    smallest = np.sort(np.partition(sq, m - 1)[:m]) if m < T else np.sort(sq)
-    proj_norms = np.sqrt(np.cumsum(smallest))
     return SetStats(
         T=T,
         d=d,
@@ -169,9 +171,41 @@ def set_stats(X, rule: RankRule) -> SetStats:
         unit_row_norms=tuple(float(v) for v in sc.small_norms),  # the smallest min(T, d), all a ceiling reads
         zero_rows=sc.zero_rows,
         unit_sv_error=sv_error,
-        unit_proj_norms=tuple(float(v) for v in proj_norms),
+        unit_proj_norms=_proj_norms(sc, m),
         exponent=sc.exponent,
         gram_brackets=brackets,
+    )
+
+
+def _proj_norms(sc, m: int) -> tuple[float, ...]:
+    """The norms of the k smallest projections on the scan's direction, k = 1 .. m (``SetStats.unit_proj_norms``)."""
+    sq = sc.proj * sc.proj
+    smallest = np.sort(np.partition(sq, m - 1)[:m]) if m < sc.T else np.sort(sq)
+    return tuple(float(v) for v in np.sqrt(np.cumsum(smallest)))
+
+
+def _rank_one_stats(sc, rule: RankRule, m: int) -> SetStats:
+    """The statistics of a set whose non-zero rows are all one row v (``Scan.one_row``), from what the
+    scan read, with no factorisation: ``X = 1 v^T`` on those n rows, so its singular values are
+    ``sqrt(n) ||v||`` and m - 1 exact zeros. The first is kept rounded up (``||v||`` from the
+    rows' squared norms, each a d-term sum: relative error below (d + 8) eps), the zeros are exact,
+    and the error bound is 0: a ceiling counts at least the exact values above its tolerance (safe),
+    and no zero is counted by an error bound it does not have."""
+    n = sc.T - sc.zero_rows
+    norm2 = float(np.max(sc.sqn))  # every non-zero row has this squared norm
+    s1 = math.sqrt(n * norm2) * (1 + (sc.d + 8) * EPS64)
+    s_list = (s1,) + (0.0,) * (m - 1)
+    rank = int(sum(1 for v in s_list if v > rule.tol(s1, sc.T, sc.d)))
+    return SetStats(
+        T=sc.T,
+        d=sc.d,
+        rank=rank,
+        unit_singular_values=s_list,
+        unit_row_norms=tuple(float(v) for v in sc.small_norms),
+        zero_rows=sc.zero_rows,
+        unit_sv_error=0.0,
+        unit_proj_norms=_proj_norms(sc, m),
+        exponent=sc.exponent,
     )
 
 
@@ -276,7 +310,7 @@ def _tsqr_values(rows, exponent: int, m: int, c: float) -> tuple[tuple[float, ..
     thread; each as it was after): its arithmetic is float64 throughout, which the process-wide
     float32 precision settings (``tf32_off``) do not touch."""
     with numerics(threads=1):
-        s = torch.linalg.svdvals(torch.from_numpy(tsqr(rows, exponent)))[:m]
+        s = checked.svdvals(torch.from_numpy(tsqr(rows, exponent)))[:m]  # checked (numerics.checked)
     s_list = tuple(float(v) for v in s)
     return s_list, c * (s_list[0] if m else 0.0)
 
