@@ -70,7 +70,7 @@ def _first_equal_pair(rows: torch.Tensor) -> tuple[int, int] | None:
     """The first pair (i, j), i < j, of equal non-zero rows of ``rows`` (by position of j, then i), or None."""
     if rows.shape[0] < 2:
         return None
-    _, inverse = torch.unique(rows, dim=0, return_inverse=True)
+    _, inverse = torch.unique(_bits(rows), dim=0, return_inverse=True)
     inverse = inverse.cpu()
     first: dict[int, int] = {}
     for j, g in enumerate(inverse.tolist()):
@@ -175,7 +175,7 @@ def _smaller(unit: Unit, idx: list[int], budget: _Budget) -> Witness | None:
     if m < 2:
         return None
     R = unit.rows(idx)
-    zero = (R == 0).all(dim=1)
+    zero = (_bits(R) == 0).all(dim=1)
     if bool(zero.any()):
         w = _prove_within(unit, [idx[int(zero.nonzero()[0])]], budget)
         if w is not None:
@@ -213,6 +213,16 @@ def _smaller(unit: Unit, idx: list[int], budget: _Budget) -> Witness | None:
     return None
 
 
+def _bits(c: torch.Tensor) -> torch.Tensor:
+    """The float64 bits of ``c`` as int64, with -0.0 read as 0.0 (one value): equal bits, equal values
+    (NaN aside, which no feature set holds); no floating-point operation, so no flushing mode matters."""
+    bits = c.contiguous().view(torch.int64)
+    return torch.where(bits == _NEG_ZERO, torch.zeros_like(bits), bits)
+
+
+_NEG_ZERO = -(2**63)
+
+
 def repeated_pair(unit: Unit) -> tuple[int, int] | None:
     """The first pair (i, j), i < j, of equal non-zero rows of the whole set (by j, then i), or None:
     one pass over the rows, a chunk at a time, hashing each row (a sum of its float64 bits times odd
@@ -225,13 +235,11 @@ def repeated_pair(unit: Unit) -> tuple[int, int] | None:
     keys = torch.empty(T, dtype=torch.int64, device=dev)
     nonzero = torch.empty(T, dtype=torch.bool, device=dev)
     step = chunk_rows(d)
-    with subnormals_kept():
-        for s in range(0, T, step):
-            c = src.chunk(s, min(T, s + step)).to(dev)
-            nonzero[s : s + c.shape[0]] = (c != 0).any(dim=1)
-            c = torch.where(c == 0, torch.zeros_like(c), c)  # -0.0 and 0.0 are one value
-            keys[s : s + c.shape[0]] = (c.view(torch.int64) * weights).sum(dim=1)
-    keys = torch.where(nonzero, keys, torch.full_like(keys, 0))
+    for s in range(0, T, step):
+        bits = _bits(src.chunk(s, min(T, s + step)).to(dev))
+        nonzero[s : s + bits.shape[0]] = (bits != 0).any(dim=1)
+        keys[s : s + bits.shape[0]] = (bits * weights).sum(dim=1)
+    keys = torch.where(nonzero, keys, torch.zeros_like(keys))
     order = torch.argsort(keys, stable=True)
     sk = keys[order]
     same = (sk[1:] == sk[:-1]) & nonzero[order[1:]]
@@ -242,11 +250,10 @@ def repeated_pair(unit: Unit) -> tuple[int, int] | None:
     starts = pos[torch.cat([torch.ones(1, dtype=torch.bool, device=dev), pos[1:] != pos[:-1] + 1])]
     pairs = torch.stack([order[starts], order[starts + 1]], dim=1).cpu()
     pairs = pairs[torch.argsort(pairs[:, 1] * T + pairs[:, 0])]
-    with subnormals_kept():
-        for i, j in pairs.tolist():
-            a, b = src.take([i, j])
-            if bool((a == b).all()):
-                return int(i), int(j)
+    for i, j in pairs.tolist():
+        a, b = _bits(src.take([i, j]))
+        if bool(torch.equal(a, b)):
+            return int(i), int(j)
     return None
 
 

@@ -2,7 +2,8 @@
 
 * ``numerics.rule``: ``RankRule`` (which singular values count) and ``numerics`` (the setting
   rank computations run in: subnormals flushed, thread count).
-* ``numerics.pow2``: exact powers of two (``exponent_of``, ``ldexp``), under the rule and the scaling.
+* ``numerics.pow2``: exact powers of two (``exponent_of``, ``ldexp``), under the rule and the scaling,
+  and the exact float64 value of any real floating tensor (``to_float64``), computed in the calling thread.
 * ``numerics.scale``: exact power-of-two rescaling, so that nothing squared over- or underflows
   and the data's scale never reaches a decision.
 * ``numerics.certificates``: torch decisions that equal ``torch.linalg.matrix_rank`` under the
@@ -30,12 +31,13 @@ from .certificates import (
     rounding_margin,
     svd_rank,
 )
-from .pow2 import exponent_of, ldexp
+from .pow2 import FLOAT8_DTYPES, exponent_of, ldexp, to_float64
 from .rule import RankRule, numerics, subnormals_kept, tf32_is_off, tf32_off, with_numerics
 from .scale import Scaled, row_norms, scaled
 
 __all__ = [
     "EPS64",
+    "FLOAT8_DTYPES",
     "TINY_GRAM",
     "Decision",
     "RankRule",
@@ -57,5 +59,6 @@ __all__ = [
     "svd_rank",
     "tf32_is_off",
     "tf32_off",
+    "to_float64",
     "with_numerics",
 ]

@@ -302,6 +302,7 @@ def eigvalsh_where_usable(G: torch.Tensor, torch_first: bool = False) -> tuple[t
     lam = torch.zeros(B, shape[-1], dtype=torch.float64, device=G.device)
     todo = torch.arange(B)
     failed, why = "", ""
+    routes: tuple[tuple[str, Callable[[torch.Tensor], torch.Tensor]], ...]
     if G.device.type != "cpu":  # the device's own routine, then the CPU's
         routes = (("syevd (torch)", _torch_eigvalsh), ("syevd (torch, CPU)", _torch_cpu_eigvalsh), _EIG_ROUTES[2])
     else:

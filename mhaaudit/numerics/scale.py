@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .pow2 import exponent_of, ldexp
+from .pow2 import exponent_of, ldexp, to_float64
 from .rule import RankRule, subnormals_kept
 
 __all__ = ["Scaled", "row_norms", "scaled"]
@@ -50,7 +50,7 @@ def scaled(X: torch.Tensor, rule: RankRule) -> Scaled:
     converted and rescaled exactly even inside ``numerics``.
     """
     with subnormals_kept():
-        X64 = X.to(torch.float64)
+        X64 = to_float64(X)
         e = exponent_of(X64)
         if e:
             X64 = ldexp(X64, -e)

@@ -3,7 +3,8 @@
 * ``Rows``: a T x d matrix kept as it was given (a tensor of any float dtype, or a NumPy array,
   such as the read-only memory map of a ``.npy`` or ``.safetensors`` file). Nothing takes a
   float64 copy of it: ``Rows.take`` gathers the rows of one draw, ``Rows.chunk`` one chunk of
-  ``chunk_rows(d)`` rows, each converted to float64 (exact) only then.
+  ``chunk_rows(d)`` rows, each converted to float64 (exact, subnormal entries included:
+  ``pow2.to_float64``) only then.
 * ``scan``: the one streaming pass, chunk by chunk in row order, with O(d^2 + T) memory (the
   T-vectors are 16 bytes a row): that the entries are finite; the power of two that brings the
   largest entry into [0.5, 1) (``numerics.scale``); the d x d Gram matrix ``X^T X`` of the
@@ -46,7 +47,7 @@ from threadpoolctl import threadpool_limits
 from ..errors import InputError
 from ..hostmem import available_memory  # the one cgroup-aware figure (also batching's)
 from .checked import NumericalFailure
-from .pow2 import ldexp
+from .pow2 import ldexp, to_float64
 from .rule import RankRule, numerics, subnormals_kept
 
 __all__ = [
@@ -152,16 +153,12 @@ class Rows:
             return out.reshape(*shape, self.d)
         if not isinstance(idx, torch.Tensor):
             idx = torch.as_tensor(idx, dtype=torch.long)
-        return self.data[idx.to(self.device)].to(torch.float64)
+        return to_float64(self.data[idx.to(self.device)])
 
     def chunk(self, start: int, stop: int) -> torch.Tensor:
         """Rows ``start:stop`` as float64 (a copy of that chunk only), on the rows' device."""
         part = self.data[start:stop]
-        return (
-            torch.from_numpy(np.array(part, dtype=np.float64))
-            if isinstance(part, np.ndarray)
-            else part.to(torch.float64, copy=True)
-        )
+        return torch.from_numpy(np.array(part, dtype=np.float64)) if isinstance(part, np.ndarray) else to_float64(part)
 
     def to(self, device: torch.device) -> Rows:
         """The rows on ``device`` in their own dtype (a mapped file is copied a chunk at a time)."""
