@@ -308,7 +308,7 @@ def _without_sampling(X, unit: Unit, k: int, stats: SetStats, base: dict, first_
     ceil_k = stats.ceiling(k, rule)
     if ceil_k < k:
         # every k rows are dependent: a zero row, two equal rows or a subset of k rows shows how
-        found = witness.set_witness(unit, k, first_zero if stats.zero_rows else None)
+        found = witness.set_witness(unit, k, first_zero if stats.zero_rows else None, hint=stats.rank)
         reason = (
             f"the whole set has numerical rank {ceil_k} at the smallest tolerance any {k}-subset can have under "
             f"the rule, and no subset's rank exceeds it, so no {rows_phrase(k)} {'is' if k == 1 else 'are'} "

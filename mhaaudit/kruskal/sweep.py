@@ -299,7 +299,7 @@ def kruskal_sweep(
     witness = shrink_witness(X, smallest[1], rule) if smallest else None
     if witness is None and K < min(T, d):  # every K + 1 rows are dependent: show how
         unit, sc = unit_of(rows_of(X), rule)
-        witness = witnesses.set_witness(unit, K + 1, sc.first_zero)
+        witness = witnesses.set_witness(unit, K + 1, sc.first_zero, hint=stats.rank)
     ceiling = _ceiling(witness, K, T, d, stats.ceiling(K + 1, rule))
     return Sweep(
         T=T,

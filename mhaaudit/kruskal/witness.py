@@ -8,12 +8,14 @@ T x d set:
 * ``prove``: the SVD of the rows asked for; a ``Witness`` when they are dependent, else None.
 * ``shrink``: a small witness inside a dependent subset S of m rows. A zero row is a 1-row
   witness and two equal rows a 2-row witness (found by reading the rows). Otherwise one pivoted
-  QR of the rows (``pivoted_basis``: Gram-Schmidt with column pivoting, re-orthogonalised, on the
-  rows' device, stopped as soon as a row lies within the tolerance of the span of the pivots
-  chosen before it) gives a basis B of r rows and a row j nearest its span; the rows B's
-  combination for j uses (its support) plus j, then B plus j, are proven by SVDs of at most
-  (r + 1) x d. At most ``MAX_FACTORISATIONS`` factorisations (QR and SVDs together) in all;
-  where none of them proves a smaller subset, S itself is proven.
+  QR of the rows (``pivoted_basis``: Gram-Schmidt with column pivoting on the rows' device,
+  stopped once every row lies within the tolerance of the span of the pivots) offers candidates:
+  a row within the tolerance of its pivots' span, and the fewest leading pivots whose triangular
+  factor has a smallest singular value below their tolerance (inverse iteration, bisection: no
+  further factorisation). The rows of each candidate that take part in its dependence (its
+  support), then all of them, are proven by SVDs of at most (r + 1) x d, r the rank found. At
+  most ``MAX_FACTORISATIONS`` factorisations (the QR and the SVDs together) in all; where none of
+  them proves a smaller subset, S itself is proven.
 * ``set_witness``: a witness for a whole set known to be dependent at size k (its rank ceiling
   there is below k, so every k rows are dependent): a zero row, two equal rows (one pass over the
   rows, hashing each), or ``shrink`` of the first k rows.
@@ -25,12 +27,14 @@ own units.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterator, Sequence
 
 import torch
 
 from ..numerics import RankRule, exponent_of, ldexp, subnormals_kept, svd_rank
 from ..numerics.stream import Unit, chunk_rows
+from ..numerics.threads import intra_op_threads
 from .results import Witness
 
 __all__ = ["MAX_FACTORISATIONS", "pivoted_basis", "prove", "repeated_pair", "set_witness", "shrink"]
@@ -93,18 +97,43 @@ def _top_projections(R: torch.Tensor, iters: int = 8) -> torch.Tensor:
     return R @ (v / n) if float(n) > 0 else torch.zeros(R.shape[0], dtype=R.dtype, device=R.device)
 
 
-def pivoted_basis(R: torch.Tensor, rule: RankRule, d: int):
+def _smallest_singular(L: torch.Tensor, iters: int = 6) -> tuple[float, torch.Tensor]:
+    """An upper bound on sigma_min of the lower-triangular ``L`` and the unit vector v giving it:
+    ``||L^T v||`` after inverse iteration with triangular solves (no factorisation)."""
+    n = L.shape[0]
+    v = torch.ones(n, 1, dtype=L.dtype, device=L.device) / math.sqrt(n)
+    for _ in range(iters):
+        y = torch.linalg.solve_triangular(L, v, upper=False)
+        z = torch.linalg.solve_triangular(L.T, y, upper=True)
+        nz = torch.linalg.vector_norm(z)
+        if not bool(torch.isfinite(nz)) or not float(nz) > 0:
+            break
+        v = z / nz
+    return float(torch.linalg.vector_norm(L.T @ v)), v[:, 0]
+
+
+def pivoted_basis(R: torch.Tensor, rule: RankRule, d: int, hint: int | None = None) -> Iterator[tuple]:
     """One pivoted QR of the rows of ``R`` (m x d, float64, largest entry at most 1 in magnitude), by
     Gram-Schmidt with column pivoting (each new direction orthogonalised twice against those
-    before), stopped at the first step b >= 1 where some row j lies within a lower bound on the
-    tolerance of the b pivot rows plus j of the span of the pivots (the rule at b + 1 rows, with
-    sigma_max at least their largest row norm and at least the norm of their projections on one
-    direction): then ``(pivots, j, a)`` with ``R[j] ~ a @ R[pivots]``, the residual of j being at
-    least sigma_min of those rows, so they are dependent under the rule (to rounding, which the SVD
-    that proves them settles). None when no such step comes (every row a pivot). All on ``R``'s device."""
+    before), on ``R``'s device. It yields candidates ``(rows, weights)``: positions of rows of ``R``
+    believed dependent, and how much each takes part in the dependence (the support is the rows of
+    weight above 1e-6 of the largest). The caller proves them (SVD) and stops taking them at the
+    first proven. Candidates come:
+
+    * while the basis grows, when some row j lies within a lower bound on the tolerance of the b
+      pivot rows plus j (the rule at b + 1 rows, sigma_max at least their largest row norm and the
+      norm of their projections on one direction) of the span of the pivots: j's residual is at
+      least sigma_min of those rows, so they are dependent (to rounding, which the SVD settles);
+    * once every row lies within the tolerance of all m rows of the span of the pivots (so their
+      number is about the rank of ``R``), or every row is a pivot: the fewest leading pivots that
+      are dependent by an upper bound on their sigma_min (``_smallest_singular`` on the leading
+      block of the triangular factor, by bisection: sigma_min of leading blocks only falls);
+    * with ``hint`` (a rank known from elsewhere, such as the whole set's): the first ``hint``
+      pivots and the row nearest their span."""
     m = R.shape[0]
     norms = torch.linalg.vector_norm(R, dim=1)
     proj2 = _top_projections(R) ** 2
+    tol_all = rule.tol(math.sqrt(float(proj2.sum())), m, d)  # of all m rows: sigma_max >= ||proj||
     W = R.clone()
     Q = R.new_zeros(m, R.shape[1])
     C = R.new_zeros(m, m)  # each row's coordinates on the directions chosen so far
@@ -112,43 +141,81 @@ def pivoted_basis(R: torch.Tensor, rule: RankRule, d: int):
     piv: list[int] = []
     top = torch.zeros((), dtype=R.dtype, device=R.device)  # the largest norm among the pivots
     along = torch.zeros((), dtype=R.dtype, device=R.device)  # their squared projections, summed
+    at_hint, nears = None, 0
     for b in range(m):
         res = torch.linalg.vector_norm(W, dim=1)
         if b > 0:
             smax_lo = torch.maximum(torch.maximum(norms, top), torch.sqrt(along + proj2))
             tol = rule.tol(smax_lo * (1 - 1e-12), b + 1, d)
             near = free & (res <= tol * (1 - 1e-9))
-            if bool(near.any()):
-                ratio = torch.where(near, res / torch.clamp(tol, min=1e-300), torch.full_like(res, torch.inf))
-                j = int(torch.argmin(ratio))
+            if (bool(near.any()) and nears < 2) or b == hint:
+                pick = near if bool(near.any()) else free
+                ratio = torch.where(pick, res / torch.clamp(tol, min=1e-300), torch.full_like(res, torch.inf))
+                jj = int(torch.argmin(ratio))
                 L = C[piv][:, :b]  # the pivots' coordinates: lower triangular
-                a = torch.linalg.solve_triangular(L.T, C[j, :b, None], upper=True)[:, 0]
-                return piv, j, a
+                a = torch.linalg.solve_triangular(L.T, C[jj, :b, None], upper=True)[:, 0]
+                cand = ([*piv, jj], torch.cat([a.abs() * norms[piv], norms[jj : jj + 1]]))
+                if bool(near.any()):
+                    nears += 1  # (two at most: when the SVD refuses them, the leading blocks come next)
+                    yield cand
+                else:
+                    at_hint = cand  # offered after the leading blocks
+            if float(torch.where(free, res, torch.zeros_like(res)).max()) <= tol_all:
+                break  # every row within the tolerance of all of them: the rank is about b
         p = int(torch.argmax(torch.where(free, res, torch.full_like(res, -1.0))))
         if not float(res[p]) > 0:
-            return None
+            break
         q = W[p] / res[p]
         if b:  # once more against the directions before: orthogonal to rounding
             q = q - Q[:b].T @ (Q[:b] @ q)
             q = q / torch.linalg.vector_norm(q)
         Q[b] = q
-        for _ in range(2):
-            coef = W @ q
-            W.addr_(coef, q, alpha=-1.0)
-            C[:, b] += coef
+        coef = W @ q  # q is orthogonal to the directions before, so one pass keeps W orthogonal to them
+        W.addr_(coef, q, alpha=-1.0)
+        C[:, b] = coef
         W[p] = 0
         free[p] = False
         piv.append(p)
         top = torch.maximum(top, norms[p])
         along = along + proj2[p]
-    return None
+    n = len(piv)
+    if n >= 2:
+        L = C[piv][:, :n]
+        pnorm = norms[piv]
+        pproj = torch.cumsum(proj2[piv], 0)
+        pmax = torch.cummax(pnorm, 0).values
+
+        def dependent(b: int):  # the leading b pivots: dependent by the bound, and the vector that shows it
+            smin, v = _smallest_singular(L[:b, :b])
+            smax_lo = max(float(pmax[b - 1]), math.sqrt(float(pproj[b - 1])))
+            return smin <= rule.tol(smax_lo * (1 - 1e-12), b, d) * (1 - 1e-9), v
+
+        lo, hi, found = 1, n + 1, None  # the leading lo pivots are independent by the bound
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            dep, v = dependent(mid)
+            if dep:
+                hi, found = mid, v
+            else:
+                lo = mid
+        if found is not None:
+            yield list(piv[:hi]), found.abs() * pnorm[:hi]
+    if at_hint is not None:
+        yield at_hint
 
 
-def shrink(unit: Unit, indices: Sequence[int], proven: Witness | None = None, budget: _Budget | None = None) -> Witness:
+def shrink(
+    unit: Unit,
+    indices: Sequence[int],
+    proven: Witness | None = None,
+    budget: _Budget | None = None,
+    hint: int | None = None,
+) -> Witness:
     """A small dependent subset inside the dependent rows ``indices``, proven (module docstring).
     ``proven``: their proof when it is already at hand (spares one SVD); ``budget``: the
     factorisations left (``MAX_FACTORISATIONS`` when not given), one of them kept for proving
-    ``indices`` themselves when nothing smaller is proven.
+    ``indices`` themselves when nothing smaller is proven; ``hint``: a rank at which the pivoted QR
+    offers a candidate too (``pivoted_basis``).
 
     Raises:
         ValueError: when the rows ``indices`` are not dependent under the rule.
@@ -157,7 +224,7 @@ def shrink(unit: Unit, indices: Sequence[int], proven: Witness | None = None, bu
     if proven is None:
         budget.left -= 1  # kept for the proof of the rows themselves
     idx = [int(i) for i in indices]
-    best = _smaller(unit, idx, budget)
+    best = _smaller(unit, idx, budget, hint)
     if best is not None and best.rank < len(best.indices) - 1 and len(best.indices) > 2:
         better = _smaller(unit, list(best.indices), budget)  # a second round on the smaller set
         if better is not None and len(better.indices) < len(best.indices):
@@ -169,8 +236,9 @@ def shrink(unit: Unit, indices: Sequence[int], proven: Witness | None = None, bu
     return best
 
 
-def _smaller(unit: Unit, idx: list[int], budget: _Budget) -> Witness | None:
-    """A proven dependent subset of the rows ``idx`` smaller than all of them, or None."""
+def _smaller(unit: Unit, idx: list[int], budget: _Budget, hint: int | None = None) -> Witness | None:
+    """A proven dependent subset of the rows ``idx`` smaller than all of them, or None. ``hint``: a
+    rank at which to try a candidate (``pivoted_basis``)."""
     m = len(idx)
     if m < 2:
         return None
@@ -190,27 +258,26 @@ def _smaller(unit: Unit, idx: list[int], budget: _Budget) -> Witness | None:
     with subnormals_kept():
         e = exponent_of(R)
         Rs = ldexp(R, -e)
-    found = pivoted_basis(Rs, unit.rule.in_units(e), R.shape[1])
-    if found is None:
-        return None
-    piv, j, a = found
-    norms = torch.linalg.vector_norm(Rs[piv], dim=1)
-    weight = a.abs() * norms
-    scale = torch.maximum(weight.max(), torch.linalg.vector_norm(Rs[j]))
-    support = [piv[i] for i in (weight > 1e-6 * scale).nonzero().reshape(-1).tolist()]
-    if not support:  # j is all but zero: the largest pivot with it
-        support = [piv[int(torch.argmax(weight))]]
-    tries = [[*support, j], [*piv, j]]
     seen: set[tuple[int, ...]] = set()
-    for cand in tries:
-        key = tuple(sorted(cand))
-        if key in seen or len(key) >= m:
-            continue
-        seen.add(key)
-        w = _prove_within(unit, [idx[i] for i in key], budget)
-        if w is not None:
-            return w
-    return None
+    # one intra-op thread on the CPU: the QR's steps are small and memory-bound, and a team of
+    # threads per step costs more than it gives (on shared cores, several times more)
+    found = pivoted_basis(Rs, unit.rule.in_units(e), R.shape[1], hint)
+    while True:
+        with intra_op_threads(1 if Rs.device.type == "cpu" else None):
+            candidate = next(found, None)
+        if candidate is None:
+            return None
+        rows, weight = candidate
+        support = [rows[i] for i in (weight > 1e-6 * weight.max()).nonzero().reshape(-1).tolist()]
+        for cand in (sorted(support), sorted(rows)):
+            if len(cand) >= m or len(cand) < 1 or tuple(cand) in seen:
+                continue
+            seen.add(tuple(cand))
+            if budget.left <= 0:
+                return None
+            w = _prove_within(unit, [idx[i] for i in cand], budget)
+            if w is not None:
+                return w
 
 
 def _bits(c: torch.Tensor) -> torch.Tensor:
@@ -257,11 +324,11 @@ def repeated_pair(unit: Unit) -> tuple[int, int] | None:
     return None
 
 
-def set_witness(unit: Unit, k: int, first_zero: int | None = None) -> Witness | None:
+def set_witness(unit: Unit, k: int, first_zero: int | None = None, hint: int | None = None) -> Witness | None:
     """A small dependent subset of a set whose rank ceiling at size k is below k (so every k of its
     rows are dependent): a zero row (``first_zero``), two equal rows, or one found inside the first
-    k rows (``shrink``); None when none of them is proven (every candidate is decided under the rule
-    at its own tolerance)."""
+    k rows (``shrink``, offered a candidate at ``hint`` pivots too: the whole set's rank); None when
+    none of them is proven (every candidate is decided under the rule at its own tolerance)."""
     budget = _Budget()
     if first_zero is not None:
         w = _prove_within(unit, [first_zero], budget)
@@ -273,6 +340,6 @@ def set_witness(unit: Unit, k: int, first_zero: int | None = None) -> Witness | 
         if w is not None:
             return w
     try:
-        return shrink(unit, range(min(k, unit.shape[0])), budget=budget)
+        return shrink(unit, range(min(k, unit.shape[0])), budget=budget, hint=hint)
     except ValueError:
         return None
