@@ -167,7 +167,7 @@ class ContextRankResult:
             "exact_rechecks": 0,
             "sampled": False,
             "proven": self.proven,
-            "set_rank": None,
+            "set_rank_ceiling": None,
             "min_margin": self.min_margin,
         }
 

@@ -749,7 +749,7 @@ def test_integer_and_boolean_features_are_converted_exactly(capsys, tmp_path, dt
     got = json_run(capsys, "kruskal", _save("pt", tmp_path, X.to(dtype)), "--k", "3", *FAST)
     ref = json_run(capsys, "kruskal", _save("npy", tmp_path, X.to(dtype).to(torch.float64)), "--k", "3", *FAST)
     assert got["meta"]["tolerance"]["dtype"] == "float64" and got["meta"]["inputs"]["dtype"] == "float64"
-    for key in ("satisfied", "verdict", "exact_status", "witness", "set_rank"):
+    for key in ("satisfied", "verdict", "exact_status", "witness", "set_rank_ceiling"):
         assert got["records"][0][key] == ref["records"][0][key]
 
 
@@ -772,7 +772,7 @@ def test_reduced_precision_features_are_upcast_exactly_with_their_own_eps(capsys
     s = torch.linalg.svdvals(X.to(torch.float64))  # the exact values: the conversion loses nothing
     own = float(s[0]) * 3 * torch.finfo(dtype).eps  # the whole set's own tolerance under the paper's rule
     assert doc["meta"]["set_rank"] == int((s > own).sum())
-    assert doc["records"][0]["set_rank"] >= doc["meta"]["set_rank"]  # the ceiling at k = 2: a smaller tolerance
+    assert doc["records"][0]["set_rank_ceiling"] >= doc["meta"]["set_rank"]  # the ceiling at k = 2: a smaller tolerance
 
 
 def test_a_dtype_too_coarse_for_the_default_rule_is_refused(capsys, tmp_path):
@@ -796,6 +796,6 @@ def test_no_draw_out_ranks_the_whole_set_rank_reported_at_its_size(capsys, tmp_p
     own = doc["meta"]["set_rank"]
     for r in doc["records"]:
         top = max(int(k) for k in r["rank_histogram"])
-        assert top <= r["set_rank"] == doc["meta"]["set_rank_ceilings"][str(r["k"])]
-        assert r["set_rank"] >= own
+        assert top <= r["set_rank_ceiling"] == doc["meta"]["set_rank_ceilings"][str(r["k"])]
+        assert r["set_rank_ceiling"] >= own
     assert any(max(int(k) for k in r["rank_histogram"]) > own for r in doc["records"])  # the ceiling is needed

@@ -314,7 +314,7 @@ def _without_sampling(X, unit: Unit, k: int, stats: SetStats, base: dict, first_
             f"the rule, and no subset's rank exceeds it, so no {rows_phrase(k)} {'is' if k == 1 else 'are'} "
             "independent (no sampling needed; a proof)"
         )
-        return _proved_failure(reason, "set-rank", base, set_rank=ceil_k, witness=found)
+        return _proved_failure(reason, "set-rank", base, set_rank_ceiling=ceil_k, witness=found)
     if k == T:  # one subset only: decide it exactly, no sampling
         whole = witness.prove(unit, range(T))
         ok = whole is None
@@ -330,7 +330,7 @@ def _without_sampling(X, unit: Unit, k: int, stats: SetStats, base: dict, first_
             f"which is {'independent' if ok else 'dependent'} (decided exactly, no sampling)"
             + _whole_set_note(base["check"], k, T, d),
             sampled=False,
-            set_rank=ceil_k,
+            set_rank_ceiling=ceil_k,
             witness=found,
             exact_status="holds" if ok else "fails",
             exact_basis="exhaustive" if ok else "witness",
@@ -436,7 +436,7 @@ def subset_test(
 
 
 def _sampled(
-    t: _Tally, unit: Unit, base: dict, samples: int, max_fail: int, set_rank: int, route: str | None
+    t: _Tally, unit: Unit, base: dict, samples: int, max_fail: int, ceiling: int, route: str | None
 ) -> SubsetTest:
     """The test of what the draws showed (``t``): ``samples`` draws were asked for, more than
     ``max_fail`` dependent ones settle the verdict; ``base``: the fields every test has."""
@@ -461,7 +461,7 @@ def _sampled(
         histogram_draws=t.histogram_draws + t.satisfied,
         exact_rechecks=t.rechecks,
         sampled=True,
-        set_rank=set_rank,
+        set_rank_ceiling=ceiling,
         planned_samples=samples if t.stopped else None,
         gram=route,
         **base,
