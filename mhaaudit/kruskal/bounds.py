@@ -30,9 +30,12 @@ from ..numerics.stream import tsqr, unit_of
 from .results import Bound, GramBrackets, SetStats, every_rows_independent
 from .sampling import as_matrix, rows_of
 
-__all__ = ["BABEL_MAX_WORK", "babel_floor", "exact_kruskal_rank", "fixed_rule", "set_stats"]
+__all__ = ["BABEL_MAX_WORK", "COARSEST_DEFAULT_EPS", "babel_floor", "exact_kruskal_rank", "fixed_rule", "set_stats"]
 
 BABEL_MAX_WORK = 2e12  # the Babel floor is computed when T^2 d is at most this (T = 51 000 at d = 768)
+#: The default rule is refused for features whose dtype's eps is at least this: the 8-bit floating
+#: formats (float16's is 2**-10, bfloat16's 2**-7, float8_e4m3fn's 2**-3), see ``fixed_rule``.
+COARSEST_DEFAULT_EPS = 2.0**-4
 
 
 @overload
@@ -62,13 +65,25 @@ def fixed_rule(
     TSQR pass a ceiling may need.
 
     A rule under which no vector of any subset could count as independent (its tolerance at
-    ``d`` columns, the smallest any subset has, is at least sigma_max) is refused.
+    ``d`` columns, the smallest any subset has, is at least sigma_max) is refused, and so is the
+    default rule for the 8-bit floating formats (eps at least 1/16): its tolerance
+    ``max(rows, cols) * eps * sigma_max`` reaches sigma_max at 1 / eps rows (8 for float8_e4m3fn,
+    4 for float8_e5m2), so it would call the whole set rank 0 while its small subsets count; such
+    features are decoded exactly and need a tolerance of the user's (``rtol`` or ``atol``).
 
     Raises:
         InputError: when, with no ``atol``, the rule's relative tolerance at d columns is at least 1;
-            when ``stats`` describe rows of another shape than X's.
+            when the default rule is asked for features of an 8-bit floating format; when ``stats``
+            describe rows of another shape than X's.
     """
     _T, d = X.shape
+    if rule.rtol is None and not rule.atol and rule.eps >= COARSEST_DEFAULT_EPS:
+        raise InputError(
+            f"features of dtype {rule.dtype} have eps = {rule.eps:.3g}: under the default rule (tolerance "
+            f"max(rows, cols) * eps * sigma_max) every matrix of {math.ceil(1 / rule.eps)} or more rows has a "
+            "tolerance of at least its sigma_max, so the whole set would have rank 0 whatever its values; give "
+            "{param:rtol} or {param:atol} (the values are decoded exactly), or features in float16 or finer"
+        )
     if rule.rtol_for(1, d) >= 1 and not rule.atol:
         raise InputError(
             f"the rank rule's tolerance {rule.rtol_for(1, d):.3g} * sigma_max (at least d = {d} times "
