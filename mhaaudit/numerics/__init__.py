@@ -2,8 +2,9 @@
 
 * ``numerics.rule``: ``RankRule`` (which singular values count) and ``numerics`` (the setting
   rank computations run in: subnormals flushed, thread count).
-* ``numerics.pow2``: exact powers of two (``exponent_of``, ``ldexp``), under the rule and the scaling,
-  and the exact float64 value of any real floating tensor (``to_float64``), computed in the calling thread.
+* ``numerics.pow2``: exact powers of two (``exponent_of``, ``ldexp``), under the rule and the scaling.
+* ``numerics.convert``: the exact float64 value of any real floating tensor (``to_float64``),
+  computed in the calling thread.
 * ``numerics.scale``: exact power-of-two rescaling, so that nothing squared over- or underflows
   and the data's scale never reaches a decision.
 * ``numerics.certificates``: torch decisions that equal ``torch.linalg.matrix_rank`` under the
@@ -31,7 +32,8 @@ from .certificates import (
     rounding_margin,
     svd_rank,
 )
-from .pow2 import FLOAT8_DTYPES, exponent_of, ldexp, to_float64
+from .convert import FLOAT8_DTYPES, to_float64
+from .pow2 import exponent_of, ldexp
 from .rule import RankRule, numerics, subnormals_kept, tf32_is_off, tf32_off, with_numerics
 from .scale import Scaled, row_norms, scaled
 

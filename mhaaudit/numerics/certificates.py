@@ -75,7 +75,7 @@ def svd_rank(rows: torch.Tensor, rule: RankRule):
 
     Raises:
         InputError: when ``rows`` has fewer than 2 dimensions or holds NaN or infinite values.
-        NumericalFailure: when no LAPACK route gives usable singular values (``numerics.checked``).
+        ArithmeticError: (``numerics.checked.NumericalFailure``) when no LAPACK route gives usable singular values.
     """
     if rows.ndim < 2:
         raise InputError(f"svd_rank takes (..., m, c) matrices, got shape {tuple(rows.shape)}")

@@ -1,5 +1,4 @@
-"""Exact powers of two: the exponent that brings data into [0.5, 1), ``x * 2**e`` without rounding,
-and the exact float64 value of every entry of a real floating tensor.
+"""Exact powers of two: the exponent that brings data into [0.5, 1), and ``x * 2**e`` without rounding.
 
 The arithmetic under the rescaling of :mod:`mhaaudit.numerics.scale` and under a rank rule's
 absolute tolerance in the rescaled units (``RankRule.in_units``); it knows nothing of either.
@@ -13,17 +12,12 @@ pool could read half of a tensor's subnormal entries as zeros.
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
 import torch
 
-__all__ = ["FLOAT8_DTYPES", "exponent_of", "ldexp", "to_float64"]
-
-#: The 8-bit floating formats torch has (and float4/float6 packings are not among them): every one
-#: of their 256 bit patterns is a float64 (or NaN), decoded by table.
-FLOAT8_DTYPES = frozenset(getattr(torch, name) for name in dir(torch) if name.startswith("float8_"))
+__all__ = ["exponent_of", "ldexp"]
 
 
 def _host(x: torch.Tensor) -> bool:
@@ -94,39 +88,3 @@ def ldexp(x, e):
 
 def _np(dtype: torch.dtype):
     return np.float64 if dtype == torch.float64 else np.float32
-
-
-@functools.cache
-def _float8_table(dtype: torch.dtype) -> np.ndarray:
-    """The float64 value of each of the 256 bit patterns of an 8-bit float format, by pattern."""
-    from .rule import subnormals_kept  # (rule imports this module)
-
-    with subnormals_kept():  # 256 entries: one thread, the caller's, with subnormals kept
-        return torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype).to(torch.float64).numpy().copy()
-
-
-def to_float64(x: torch.Tensor) -> torch.Tensor:
-    """The exact float64 value of every entry of a real floating (or integer) tensor, on its device.
-
-    On the CPU the conversion runs in the calling thread: NumPy for float64, float32 and float16;
-    bfloat16 by its bits (they are the top half of a float32's); the 8-bit formats by a table of
-    their 256 values, with subnormals kept. Every one of these is exact, subnormal entries included."""
-    if x.device.type != "cpu" or x.requires_grad:
-        return x.to(torch.float64)
-    from .rule import subnormals_kept  # (rule imports this module)
-
-    with subnormals_kept():
-        return _to_float64(x.detach())
-
-
-def _to_float64(x: torch.Tensor) -> torch.Tensor:
-    if x.dtype == torch.float64:
-        return torch.from_numpy(x.numpy().copy())
-    if x.dtype in (torch.float32, torch.float16):
-        return torch.from_numpy(x.numpy().astype(np.float64))
-    if x.dtype == torch.bfloat16:
-        bits = (x.contiguous().view(torch.int16).to(torch.int32) << 16).view(torch.float32)
-        return torch.from_numpy(bits.numpy().astype(np.float64))
-    if x.dtype in FLOAT8_DTYPES:
-        return torch.from_numpy(_float8_table(x.dtype)[x.contiguous().view(torch.uint8).numpy()])
-    return x.to(torch.float64)

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .pow2 import exponent_of, ldexp, to_float64
+from .convert import to_float64
+from .pow2 import exponent_of, ldexp
 from .rule import RankRule, subnormals_kept
 
 __all__ = ["Scaled", "row_norms", "scaled"]

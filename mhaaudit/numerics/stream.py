@@ -47,7 +47,8 @@ from threadpoolctl import threadpool_limits
 from ..errors import InputError
 from ..hostmem import available_memory  # the one cgroup-aware figure (also batching's)
 from .checked import NumericalFailure
-from .pow2 import ldexp, to_float64
+from .convert import to_float64
+from .pow2 import ldexp
 from .rule import RankRule, numerics, subnormals_kept
 
 __all__ = [
