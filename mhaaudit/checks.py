@@ -25,7 +25,7 @@ import torch
 
 from .errors import InputError
 from .kruskal import SetStats, SubsetTest, subset_test
-from .numerics import RankRule, decide_full_rank, gram_rank, scaled, with_numerics
+from .numerics import RankRule, checked, decide_full_rank, eigvalsh, gram_rank, scaled, with_numerics
 from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
 
 
@@ -88,8 +88,13 @@ def context_ranks(E: torch.Tensor, rule: RankRule):
     if bool((~full).any()):
         idx = (~full).nonzero().squeeze(-1)
         rank[idx] = gram_rank(G[idx], lambda j: E64[idx[j]], d, rule)
-        lam = torch.linalg.eigvalsh(G[idx]).clamp_min(0)
+        lam, usable = eigvalsh(G[idx])  # checked; where no routine gives usable values, the SVD
+        lam = lam.clamp_min(0)
         smin[idx], smax[idx] = lam[:, 0].sqrt(), lam[:, -1].sqrt()
+        if not bool(usable.all()):
+            bad = idx[~usable]
+            s = checked.svdvals(E64[bad])
+            smin[bad], smax[bad] = s[:, -1], s[:, 0]
     tol = rule.tol(smax, n, d)
     return rank, unit.to_data(smin), unit.to_data(smax), unit.to_data(tol)
 
@@ -162,7 +167,7 @@ class ContextRankResult:
             "exact_rechecks": 0,
             "sampled": False,
             "proven": self.proven,
-            "set_rank": None,
+            "set_rank_ceiling": None,
             "min_margin": self.min_margin,
         }
 

@@ -679,7 +679,8 @@ def _read_npy(p: Path, key: None) -> tuple[torch.Tensor | MappedArray, str]:
     """A real numeric ``.npy`` array; a floating-point matrix (or T x n x d array) memory-mapped.
 
     Raises:
-        InputError: when the file is not a well-formed .npy file, or its dtype is complex or not numeric.
+        InputError: when the file is not a well-formed .npy file, or its dtype is complex, not numeric, or a
+            floating format wider than float64 (whose values float64 cannot hold exactly).
     """
     _check_npy(p)
     arr = _load_npy(p)
@@ -691,6 +692,11 @@ def _read_npy(p: Path, key: None) -> tuple[torch.Tensor | MappedArray, str]:
         )
     if arr.dtype.kind not in "fiub":
         raise InputError(f"{p}: array of dtype {arr.dtype} is not numeric")
+    if arr.dtype.kind == "f" and arr.dtype.itemsize > 8:
+        raise InputError(
+            f"{p}: features of dtype {arr.dtype} (extended precision) have values float64 cannot hold exactly, "
+            "and every rank computation is in float64; save them as float64"
+        )
     if not arr.dtype.isnative:  # big-endian data is read as numpy reads it, in the machine's order
         arr = np.asarray(arr).astype(arr.dtype.newbyteorder("="))
     if isinstance(arr, np.memmap) and arr.dtype in _MAPPED_FLOATS and arr.ndim in (2, 3) and arr.size:

@@ -370,6 +370,7 @@ def _decode_dataclass(tp, data, where: str):
     """
     if not isinstance(data, dict):
         raise ValueError(f"{where}: expected an object for {tp.__name__}, got {type(data).__name__}")
+    data = _renamed(tp, data, where)
     hints = typing.get_type_hints(tp)
     kept = [f for f in _document_fields(tp) if f.init]
     required = [f.name for f in kept if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
@@ -387,6 +388,20 @@ def _decode_dataclass(tp, data, where: str):
         if f.name in data
     }
     return tp(**values)
+
+
+def _renamed(tp, data: dict, where: str) -> dict:
+    """``data`` with the fields a document written by an older version stored under an old name
+    (the class's ``RENAMED_FIELDS``: old name -> name) under their names.
+
+    Raises:
+        ValueError: when ``data`` holds a field under both its old name and its name.
+    """
+    renamed = getattr(tp, "RENAMED_FIELDS", {})
+    both = [old for old, new in renamed.items() if old in data and new in data]
+    if both:
+        raise ValueError(f"{where}: {tp.__name__} holds {', '.join(both)} and its new name both")
+    return {renamed.get(k, k): v for k, v in data.items()}
 
 
 def _decode_tuple(args: tuple, data, where: str) -> tuple:

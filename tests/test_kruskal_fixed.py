@@ -30,7 +30,7 @@ def test_identical_rows_fail_without_sampling():
     X = torch.ones(50, 16)  # every query identical, as at the embedding layer
     r = subset_test(X, 5, samples=100)
     assert r.verdict == "fails" and not r.sampled and r.proven
-    assert r.set_rank == 1
+    assert r.set_rank_ceiling == 1
     assert "no sampling" in r.reason
 
 

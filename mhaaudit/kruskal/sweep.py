@@ -30,8 +30,9 @@ from ..numerics import (
 from ..numerics.stream import unit_of
 from ..request import build_request, keyword_conveniences
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, device_name
+from . import witness as witnesses
 from .bounds import babel_floor, fixed_rule
-from .fixed import SET_WITNESS_MAX_ENTRIES, _set_witness, draws_gram, joined, shrink_witness
+from .fixed import draws_gram, joined, shrink_witness
 from .results import Bound, SetStats, Sweep, Witness, clopper_pearson
 from .sampling import SAMPLING_KEYWORDS, Draws, Gram, Progress, Sampling, as_matrix, decided_in_order, rows_of
 
@@ -296,8 +297,9 @@ def kruskal_sweep(
     fractions, ci_low, ci_high = _fractions(counts, K, K_all, samples)
     raw_estimate = max((k for k, f in enumerate(fractions, 1) if f >= threshold), default=0)
     witness = shrink_witness(X, smallest[1], rule) if smallest else None
-    if witness is None and K < min(T, d) and T * d <= SET_WITNESS_MAX_ENTRIES:  # the set is dependent: show how
-        witness = _set_witness(unit_of(rows_of(X), rule)[0], T)
+    if witness is None and K < min(T, d):  # every K + 1 rows are dependent: show how
+        unit, sc = unit_of(rows_of(X), rule)
+        witness = witnesses.set_witness(unit, K + 1, sc.first_zero, hint=stats.rank)
     ceiling = _ceiling(witness, K, T, d, stats.ceiling(K + 1, rule))
     return Sweep(
         T=T,

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .convert import to_float64
 from .pow2 import exponent_of, ldexp
 from .rule import RankRule, subnormals_kept
 
@@ -50,7 +51,7 @@ def scaled(X: torch.Tensor, rule: RankRule) -> Scaled:
     converted and rescaled exactly even inside ``numerics``.
     """
     with subnormals_kept():
-        X64 = X.to(torch.float64)
+        X64 = to_float64(X)
         e = exponent_of(X64)
         if e:
             X64 = ldexp(X64, -e)
