@@ -17,11 +17,12 @@ below 2**-1022 times the largest entry still count as zero inside ``numerics``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
-from .pow2 import exponent_of, ldexp
+from .pow2 import exponent_of, ldexp, max_abs
 from .rule import RankRule, subnormals_kept
 
 __all__ = ["Scaled", "row_norms", "scaled"]
@@ -43,17 +44,31 @@ class Scaled:
             return ldexp(v, self.exponent)
 
 
-def scaled(X: torch.Tensor, rule: RankRule) -> Scaled:
+def scaled(X: torch.Tensor, rule: RankRule, top: float | None = None) -> Scaled:
     """``X`` in float64, divided by the power of two that brings its largest entry into [0.5, 1).
 
     Done with subnormals kept, so that subnormal entries (of float32 or float64 data) are
-    converted and rescaled exactly even inside ``numerics``.
+    converted and rescaled exactly even inside ``numerics``. ``top``: the largest absolute entry
+    of ``X`` (:func:`~.pow2.max_abs`) when the caller has it; it is used when it is a finite normal
+    number of ``X``'s dtype (then no setting of subnormals can have changed it), else found here.
+    The largest entry is read from ``X`` in its own dtype (the same number as in float64) and a
+    converted copy is rescaled in place: one float64 tensor is made, as a float64 ``X`` gets one
+    when it is rescaled.
     """
     with subnormals_kept():
-        X64 = X.to(torch.float64)
-        e = exponent_of(X64)
-        if e:
-            X64 = ldexp(X64, -e)
+        if not X.is_floating_point():  # integers: converted first (no integer abs to overflow)
+            X64 = X.to(torch.float64)
+            e = exponent_of(X64)
+            return Scaled(ldexp(X64, -e) if e else X64, e, rule.in_units(e))
+        if top is None or not (math.isfinite(top) and top >= torch.finfo(X.dtype).tiny):
+            top = max_abs(X)
+        e = math.frexp(top)[1] if math.isfinite(top) else 0  # 0 for an all-zero input, as exponent_of
+        if X.dtype == torch.float64:
+            X64 = ldexp(X, -e) if e else X
+        else:
+            X64 = X.to(torch.float64)
+            if e:
+                ldexp(X64, -e, inplace=True)
     return Scaled(X64, e, rule.in_units(e))
 
 
