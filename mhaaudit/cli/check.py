@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
+from .. import phases
 from . import options as shared
 from .flags import CheckOptions
 
@@ -23,10 +25,13 @@ if TYPE_CHECKING:  # the options, typed for mypy
 )
 def check(ctx: typer.Context, model: shared.ModelArg, **options: Unpack[CheckOptions]) -> None:
     """Audit a transformer: Assumptions 1-3 and General Position at each probe point."""
+    begun = time.perf_counter()
+    startup = phases.startup_seconds()  # the interpreter and the command line, when this process runs it
     with shared.importing(options["quiet"]):  # the library, torch with it: seconds
         from ..auditing import audit
         from ..render import render_audit
         from ..validate import int_ranges, split_list
+    imported = time.perf_counter()
 
     fmt, out, plot, data, seeds = options["fmt"], options["out"], options["plot"], options["data"], options["seeds"]
     save_features, layers = options["save_features"], options["layers"]
@@ -57,9 +62,14 @@ def check(ctx: typer.Context, model: shared.ModelArg, **options: Unpack[CheckOpt
         vary=options["vary"].value,
     )
     if seeds is None:
+        rendering = time.perf_counter()
         plot = _save_features_and_plot(result, save_features, plot)
         shared.emit_result(
-            fmt, result, out, lambda: render_audit(result, save_features=save_features, out=out, plot=plot)
+            fmt,
+            result,
+            out,
+            lambda: render_audit(result, save_features=save_features, out=out, plot=plot),
+            times=shared.CommandTimes(startup, begun, imported, rendering),
         )
     else:
         shared.emit_seeds(fmt, result, out)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .. import validate
+from .. import phases, validate
 from ..distributed import shared
 from ..errors import param, plain
 from ..numerics import (
@@ -361,7 +361,8 @@ def _without_sampling(X, unit: Unit, k: int, stats: SetStats, base: dict, first_
         if stats.zero_rows and first_zero is not None:
             witness = Witness((first_zero,), (0.0,), 0.0, 0)
         elif T * d <= SET_WITNESS_MAX_ENTRIES:  # the set is dependent: a subset of it shows how
-            witness = _set_witness(unit, T)
+            with phases.phase("witness"):
+                witness = _set_witness(unit, T)
         reason = (
             f"the whole set has numerical rank {ceil_k} at the smallest tolerance any {k}-subset can have under "
             f"the rule, and no subset's rank exceeds it, so no {rows_phrase(k)} {'is' if k == 1 else 'are'} "
@@ -369,8 +370,9 @@ def _without_sampling(X, unit: Unit, k: int, stats: SetStats, base: dict, first_
         )
         return _proved_failure(reason, "set-rank", base, set_rank=ceil_k, witness=witness)
     if k == T:  # one subset only: decide it exactly, no sampling
-        ok = _prove(unit, list(range(T))) is None
-        witness = _shrink(unit, list(range(T))) if not ok else None
+        with phases.phase("witness"):
+            ok = _prove(unit, list(range(T))) is None
+            witness = _shrink(unit, list(range(T))) if not ok else None
         return SubsetTest(
             samples=1,
             satisfied=int(ok),
@@ -496,7 +498,8 @@ def _sampled(
     if t.satisfied:
         t.histogram[k] = t.histogram.get(k, 0) + t.satisfied
     lo, hi = clopper_pearson(t.satisfied, t.drawn)
-    witness = _shrink(unit, t.first_dependent) if t.first_dependent is not None else None
+    with phases.phase("witness"):
+        witness = _shrink(unit, t.first_dependent) if t.first_dependent is not None else None
     frac = t.satisfied / t.drawn
     return SubsetTest(
         samples=t.drawn,

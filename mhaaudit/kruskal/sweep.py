@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import phases
 from ..distributed import shared
 from ..errors import param
 from ..numerics import (
@@ -295,10 +296,13 @@ def kruskal_sweep(
         counts, rechecks, smallest = _counted(gram, K, samples, seed, unit.rule, progress)
     fractions, ci_low, ci_high = _fractions(counts, K, K_all, samples)
     raw_estimate = max((k for k, f in enumerate(fractions, 1) if f >= threshold), default=0)
-    witness = shrink_witness(X, smallest[1], rule) if smallest else None
-    if witness is None and K < min(T, d) and T * d <= SET_WITNESS_MAX_ENTRIES:  # the set is dependent: show how
-        witness = _set_witness(unit_of(rows_of(X), rule)[0], T)
+    with phases.phase("witness"):
+        witness = shrink_witness(X, smallest[1], rule) if smallest else None
+        if witness is None and K < min(T, d) and T * d <= SET_WITNESS_MAX_ENTRIES:  # the set is dependent: show how
+            witness = _set_witness(unit_of(rows_of(X), rule)[0], T)
     ceiling = _ceiling(witness, K, T, d, stats.ceiling(K + 1, rule))
+    with phases.phase("whole-set statistics"):
+        floor = babel_floor(X, rule, kmax=min(K_all, ceiling.value) or 1)
     return Sweep(
         T=T,
         d=d,
@@ -313,7 +317,7 @@ def kruskal_sweep(
         ci_high=ci_high,
         estimate=min(raw_estimate, ceiling.value),  # an estimate never exceeds what is proven
         ceiling=ceiling,
-        floor=babel_floor(X, rule, kmax=min(K_all, ceiling.value) or 1),
+        floor=floor,
         witness=witness,
         exact_rechecks=rechecks,
         kmax_sampled=K,

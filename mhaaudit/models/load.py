@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from .. import phases
 from ..errors import InputError, MhaauditError, ModelError, one_line
 from . import hf, timm_backend
 from .plan import LoadPlan, check_revision
@@ -77,6 +78,8 @@ def load_model(name: str, **options: Any) -> ProbedModel:
     check_hub_options(spec, plan.revision, plan.trust_remote_code)
     builder = timm_backend if spec.backend == "timm" else hf
     try:
+        with phases.phase("imports"):
+            builder.import_libraries()
         with _quiet():
             pm = builder.load(spec, plan)
         check_finite_weights(pm, name)
