@@ -681,3 +681,34 @@ def test_footer_and_meta_name_the_same_phases(capsys, vit_dir, image_dir, tmp_pa
     assert "whole-set statistics" in timings and "draws" in timings and "render" in timings
     assert set(timings) <= {*PHASES, OTHER, "total"}
     assert sum(v for k, v in timings.items() if k != "total") == pytest.approx(timings["total"], abs=0.01)
+
+
+def test_a_single_process_check_imports_no_distributed_training_packages(vit_dir, image_dir, tmp_path):
+    """``mhaaudit check`` run as one process never imports FSDP or the distributed tensor package
+    (transformers' modelling code and torch._dynamo would pull them in)."""
+    import subprocess
+
+    from mhaaudit.imports import BLOCKED
+
+    script = (
+        "import atexit, json, sys\n"
+        "def _bye():\n"
+        "    mods = sorted(m for m in sys.modules if m.startswith('torch.distributed.'))\n"
+        "    modeling = 'transformers.modeling_utils' in sys.modules\n"
+        "    print(json.dumps({'dist': mods, 'modeling': modeling}), file=sys.stderr)\n"
+        "atexit.register(_bye)\n"
+        "from mhaaudit.cli.app import run\n"
+        "run(sys.argv[1:])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    p = subprocess.run(
+        [sys.executable, "-c", script, "check", str(vit_dir), "--data", str(image_dir), *RUN],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    seen = json.loads(p.stderr.strip().splitlines()[-1])
+    assert seen["modeling"]  # the model was built with transformers' modelling code
+    assert not [m for m in seen["dist"] if m.startswith(BLOCKED)], seen["dist"]

@@ -542,9 +542,12 @@ def renamed(old_flag: str, old_value, new_flag: str, new_value, note: str = ""):
 
 def importing(quiet: bool):
     """A spinner on stderr while a command imports the library (torch and the model libraries take
-    seconds); nothing when nobody watches (see :func:`mhaaudit.progress.progress_enabled`)."""
+    seconds); nothing when nobody watches (see :func:`mhaaudit.progress.progress_enabled`). A command
+    run as one process imports no distributed-training packages (:mod:`mhaaudit.imports`)."""
+    from .. import imports
     from ..progress import progress_enabled, status
 
+    imports.LIGHT = True
     return status("Starting: importing torch and the model libraries", progress_enabled(quiet))
 
 

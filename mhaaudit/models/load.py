@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from .. import phases
+from .. import imports, phases
 from ..errors import InputError, MhaauditError, ModelError, one_line
 from . import hf, timm_backend
 from .plan import LoadPlan, check_revision
@@ -78,10 +78,11 @@ def load_model(name: str, **options: Any) -> ProbedModel:
     check_hub_options(spec, plan.revision, plan.trust_remote_code)
     builder = timm_backend if spec.backend == "timm" else hf
     try:
-        with phases.phase("imports"):
-            builder.import_libraries()
-        with _quiet():
-            pm = builder.load(spec, plan)
+        with imports.light():  # a single-process command imports no distributed-training packages
+            with phases.phase("imports"):
+                builder.import_libraries()
+            with _quiet():
+                pm = builder.load(spec, plan)
         check_finite_weights(pm, name)
         return pm
     except MhaauditError:
