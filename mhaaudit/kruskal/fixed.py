@@ -168,6 +168,8 @@ def _decided_draws(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, 
 
     draws = Draws(gram.T, k, samples, seed, True, gram.device)
     for sub, dec in decided_in_order(decide, draws, workers, per_call, entries is not None, progress):
+        # the decisions to the host once a group (two small copies), whatever the device: the tally reads them there
+        dec = Decision(dec.full.cpu(), dec.exact.cpu())
         seen[0] += int(sub.shape[0])
         seen[1] += int((~dec.full).sum())
         yield sub, dec
@@ -253,10 +255,10 @@ def _tally(
     depends on nothing but the draws (not on how many blocks were decided at once)."""
     d = gram.d
     t = _Tally()
-    for sub, dec in _decided_draws(gram, k, samples, seed, rule, progress):
+    for sub, dec in _decided_draws(gram, k, samples, seed, rule, progress):  # decisions on the host
         stop = False
         if max_fail is not None:  # stop after the block where the dependent draws first exceed max_fail
-            fails = torch.cumsum((~dec.full).long().cpu(), 0) + (t.drawn - t.satisfied)
+            fails = torch.cumsum((~dec.full).long(), 0) + (t.drawn - t.satisfied)
             over = (fails > max_fail).nonzero()
             if over.numel():
                 cut = ((t.drawn + int(over[0])) // DRAW_BLOCK + 1) * DRAW_BLOCK - t.drawn
@@ -269,7 +271,7 @@ def _tally(
             t.first_dependent = sub[int(bad[0])].cpu().tolist()
         room = histogram_limit - t.histogram_draws
         if room > 0 and bad.numel():
-            sel = bad[:room]
+            sel = bad[:room].to(sub.device)
             for part in sel.split(64):
                 ranks = gram_rank(gram.sub(sub[part]), lambda j, part=part, sub=sub: gram.rows(sub[part[j]]), d, rule)
                 for r in ranks.tolist():

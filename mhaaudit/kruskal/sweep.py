@@ -124,7 +124,7 @@ def _critical_sizes(
             hi[sel] = torch.where((info > low) & (info <= h), info - 1, h)
         if not bool((hi[idx] - lo[idx] < before).any()):
             break
-    rechecks = 0
+    rechecks = torch.zeros((), dtype=torch.long, device=G.device)  # counted where the decisions are: read once
     while True:
         open_ = (lo < hi).nonzero().squeeze(-1)
         if open_.numel() == 0:
@@ -132,10 +132,10 @@ def _critical_sizes(
         mid = (lo[open_] + hi[open_] + 1) // 2
         M = int(mid.max())
         dec = decide_prefix_full_rank(G[open_, :M, :M], mid, lambda b, m, o=open_: rows_fn(o[b : b + 1], m)[0], d, rule)
-        rechecks += int(dec.exact.sum())
+        rechecks += dec.exact.sum()
         lo[open_] = torch.where(dec.full, mid, lo[open_])
         hi[open_] = torch.where(dec.full, hi[open_], mid - 1)
-    return lo, rechecks
+    return lo, int(rechecks)
 
 
 def _critical_sizes_of_draws(gram: Gram, K: int, samples: int, seed: int, rule: RankRule, progress: Progress | None):
