@@ -628,8 +628,11 @@ def part_profile(dev, sz, smoke, workdir):
     return {"args": args, "wall_s": wall, "phases_s": phases_s, "top": rows}
 
 
+DEADLINE_ENV = "GPU_REPORT_DEADLINE"  # when a launched part will be stopped (seconds since the epoch)
+
+
 def part_memorize(dev, sz, smoke, workdir):
-    from mhaaudit.memorize import run_memorize_grid
+    from mhaaudit.memorize import GridUnfinished, run_memorize_grid
 
     store = workdir / ("memorize-smoke.parquet" if smoke else "memorize-fig2a.parquet")
     spent_file = store.with_suffix(".seconds")
@@ -642,7 +645,23 @@ def part_memorize(dev, sz, smoke, workdir):
             spent_file.write_text(str(spent + time.perf_counter() - t0))
 
     threading.Thread(target=keep_time, daemon=True).start()
-    grid = run_memorize_grid(**sz["memorize"], device=dev, out=store)
+    # the part's own end (set by launch): the grid stops itself before it, its groups done kept
+    deadline = os.environ.get(DEADLINE_ENV)
+    minutes = None if not deadline else max(0.25, (float(deadline) - time.time() - 20.0) / 60.0)
+    try:
+        grid = run_memorize_grid(**sz["memorize"], device=dev, out=store, max_minutes=minutes)
+    except GridUnfinished as exc:
+        stop.set()
+        seconds = spent + time.perf_counter() - t0
+        spent_file.write_text(str(seconds))
+        return {
+            "preset": sz["memorize"].get("preset"),
+            "finished": False,
+            "points": exc.total,
+            "points_left": exc.left,
+            "seconds": seconds,
+            "attempts_s_before": spent,
+        }
     stop.set()
     seconds = spent + time.perf_counter() - t0
     spent_file.write_text(str(seconds))
@@ -691,6 +710,8 @@ def run_in_process(name: str, device: str, smoke: bool, workdir: Path) -> dict:
         result, status, tail = run_part(name, device, smoke, workdir), "done", ""
     except Exception:  # noqa: BLE001 - a failed part is recorded, not raised: the other parts still run
         result, status, tail = None, "failed", traceback.format_exc()[-1500:]
+    if status == "done" and isinstance(result, dict) and result.get("finished") is False:
+        status = "timeout"  # stopped itself in time, its work kept: the next call goes on
     return {
         "part": name,
         "status": status,
@@ -710,6 +731,7 @@ def launch(name: str, device: str, smoke: bool, workdir: Path, timeout: float) -
         HF_HUB_OFFLINE="1",
         HF_DATASETS_OFFLINE="1",
     )
+    env[DEADLINE_ENV] = str(time.time() + timeout)
     cmd = [
         sys.executable,
         str(Path(__file__).resolve()),
@@ -739,6 +761,8 @@ def launch(name: str, device: str, smoke: bool, workdir: Path, timeout: float) -
             result = json.loads(line[len(RESULT_TAG) :])
     if status == "done" and result is None:
         status = "failed"
+    if status == "done" and isinstance(result, dict) and result.get("finished") is False:
+        status = "timeout"  # stopped itself in time, its work kept: the next call goes on
     tail = log.read_text()[-1500:] if status != "done" else ""
     return {
         "part": name,
@@ -916,6 +940,11 @@ def latest(records: list[dict], key: dict) -> dict[str, dict]:
     return out
 
 
+def _spent(record: dict) -> float:
+    """The seconds a part spent: its attempts' sum where the part keeps it (memorize), else this attempt's."""
+    return float((record.get("result") or {}).get("seconds") or record["seconds"])
+
+
 def _res(parts, name):
     r = parts.get(name)
     return r["result"] if r and r["status"] == "done" and r.get("result") else None
@@ -963,9 +992,7 @@ def targets(parts: dict, gpu: str | None) -> list[tuple[str, str, str]]:
             ("Figure 2a grid <= 10 min per seed", _s(mz["seconds"]), "PASS" if mz["seconds"] <= 600 else "MISS")
         )
     elif m and m["status"] == "timeout":
-        rows.append(
-            ("Figure 2a grid <= 10 min per seed", f"unfinished after {_s(m['seconds'])} (resumes)", "unmeasured")
-        )
+        rows.append(("Figure 2a grid <= 10 min per seed", f"unfinished after {_s(_spent(m))} (resumes)", "unmeasured"))
     else:
         rows.append(("Figure 2a grid <= 10 min per seed", "unmeasured", "unmeasured"))
     return rows
@@ -1091,7 +1118,7 @@ def table(parts: dict, s: dict | None, smoke: bool = False) -> str:
     mcell = (
         f"{_s(mz['seconds'])} ({mz['points']} points, {mz['groups']} groups)"
         if mz
-        else f"unfinished after {_s(m['seconds'])}"
+        else f"unfinished after {_s(_spent(m))}"
         if m and m["status"] == "timeout"
         else u
     )
@@ -1220,8 +1247,8 @@ def main(argv: list[str] | None = None) -> int:
         rec |= {"key": key, "stamp": s}
         append_record(results, rec)
         records.append(rec)
-        if rec["status"] == "timeout" and name in RESUMABLE and timeout < a.part_timeout:
-            left_over.append(name)  # cut by the budget, its work kept: the next call goes on with it
+        if rec["status"] == "timeout" and name in RESUMABLE:
+            left_over.append(name)  # out of time, its work kept: the next call goes on with it
         print(
             f"[{name}] {rec['status']} in {rec['seconds']:.1f} s" + (f"\n{rec['log_tail']}" if rec["log_tail"] else ""),
             flush=True,

@@ -328,3 +328,24 @@ def test_cuda_test_files_are_found_by_what_they_say():
     files = g.cuda_test_files()
     assert "tests/test_kruskal_device_route.py" in files and "tests/test_gpu_report.py" not in files
     assert all("cuda" in (ROOT / f).read_text() for f in files)
+
+
+def test_the_grid_part_stops_itself_before_its_end_and_the_next_call_goes_on(tmp_path, monkeypatch):
+    """memorize knows when its process will be stopped (launch sets the deadline) and ends the grid
+    before it, keeping what it trained; the record says timeout, and the next attempt finishes it."""
+    import time
+
+    from mhaaudit.memorize import grid as grid_mod
+
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv(g.DEADLINE_ENV, str(time.time() + 60))
+    reads = iter([0.0])  # the grid's deadline is set at 0; every later reading is past it
+    monkeypatch.setattr(grid_mod.time, "monotonic", lambda: next(reads, 1e9))
+    cut = g.run_in_process("memorize", "cpu", True, tmp_path)
+    assert cut["status"] == "timeout" and cut["result"]["finished"] is False
+    assert cut["result"]["points_left"] == cut["result"]["points"] == 2
+    monkeypatch.undo()
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    done = g.run_in_process("memorize", "cpu", True, tmp_path)
+    assert done["status"] == "done" and done["result"]["points"] == 2
+    assert done["result"]["attempts_s_before"] == pytest.approx(cut["result"]["seconds"])
