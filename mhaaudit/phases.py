@@ -122,7 +122,11 @@ def _current() -> Clock | None:
 @contextmanager
 def recording() -> Iterator[Clock]:
     """Time the phases of the block on this thread; the clock's ``spent`` holds them after. A
-    recording opened inside another charges its phases to the outer one as well when it ends."""
+    recording opened inside another (on its thread) pauses it and charges its phases to it when it
+    ends, so nothing is counted twice."""
+    outer = _current()
+    if outer is not None:  # the outer clock stops while this one runs, and takes its phases after
+        outer._credit(time.perf_counter())
     clock = Clock()
     with _LOCK:
         _CLOCKS.append(clock)
@@ -133,9 +137,9 @@ def recording() -> Iterator[Clock]:
             clock.leave()
         with _LOCK:
             _CLOCKS.remove(clock)
-        outer = _current()
         if outer is not None:
             outer.add(clock)
+            outer._mark = time.perf_counter()
 
 
 def _synchronize(device) -> None:
