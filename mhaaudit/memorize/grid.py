@@ -164,7 +164,8 @@ def run_memorize_grid(
             group that cannot fit ``memory_budget``), a keyword that disagrees with ``request``, or an
             existing ``out`` that is not a results file of memorize, or ``max_minutes`` without ``out``.
         OutputError: when ``out`` or ``plot`` cannot be written.
-        GridUnfinished: when ``max_minutes`` ran out before every point was trained (those trained are in ``out``).
+        MhaauditError: a :class:`GridUnfinished` when ``max_minutes`` ran out before every point was trained
+            (those trained are in ``out``).
     """
     keywords = {k: v for k, v in locals().items() if k not in ("request", "given")}
     return memorize_grid(build_request(MemorizeRequest, request, keywords, given))
