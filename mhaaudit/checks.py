@@ -88,7 +88,7 @@ def context_ranks(E: torch.Tensor, rule: RankRule, *, top: float | None = None):
     unit = scaled(E, rule, top=top)
     E64, rule = unit.X, unit.rule
     G = E64 @ E64.transpose(1, 2)
-    with intra_op_threads(1):
+    with intra_op_threads(1 if E64.device.type == "cpu" else None):  # (CPU threads: nothing to set for a GPU)
         return _context_ranks_of(G, E64, unit, rule, n, d)
 
 
