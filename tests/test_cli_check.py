@@ -685,7 +685,8 @@ def test_footer_and_meta_name_the_same_phases(capsys, vit_dir, image_dir, tmp_pa
 
 def test_a_single_process_check_imports_no_distributed_training_packages(vit_dir, image_dir, tmp_path):
     """``mhaaudit check`` run as one process never imports FSDP or the distributed tensor package
-    (transformers' modelling code and torch._dynamo would pull them in)."""
+    (transformers' modelling code and torch._dynamo would pull them in), nor ``datasets`` for a folder
+    of images."""
     import subprocess
 
     from mhaaudit.imports import BLOCKED
@@ -695,7 +696,8 @@ def test_a_single_process_check_imports_no_distributed_training_packages(vit_dir
         "def _bye():\n"
         "    mods = sorted(m for m in sys.modules if m.startswith('torch.distributed.'))\n"
         "    modeling = 'transformers.modeling_utils' in sys.modules\n"
-        "    print(json.dumps({'dist': mods, 'modeling': modeling}), file=sys.stderr)\n"
+        "    print(json.dumps({'dist': mods, 'modeling': modeling, 'datasets': 'datasets' in sys.modules}),"
+        " file=sys.stderr)\n"
         "atexit.register(_bye)\n"
         "from mhaaudit.cli.app import run\n"
         "run(sys.argv[1:])\n"
@@ -712,3 +714,4 @@ def test_a_single_process_check_imports_no_distributed_training_packages(vit_dir
     seen = json.loads(p.stderr.strip().splitlines()[-1])
     assert seen["modeling"]  # the model was built with transformers' modelling code
     assert not [m for m in seen["dist"] if m.startswith(BLOCKED)], seen["dist"]
+    assert not seen["datasets"]  # an image folder needs no data-set library (offline mode is set without it)
