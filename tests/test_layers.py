@@ -19,7 +19,20 @@ PACKAGE = Path(__file__).resolve().parents[1] / "mhaaudit"
 
 # Bottom to top: a module imports only modules of its own layer or of layers below it.
 LAYERS: list[tuple[str, ...]] = [
-    ("_version", "errors", "defaults", "validate", "hostmem", "staging", "notebook", "progress", "hub", "theory"),
+    (
+        "_version",
+        "errors",
+        "defaults",
+        "validate",
+        "hostmem",
+        "staging",
+        "notebook",
+        "progress",
+        "hub",
+        "theory",
+        "phases",
+        "imports",
+    ),
     ("numerics",),
     ("settings", "tables", "io", "distributed", "facts"),
     ("models", "sources", "batching", "request", "pipeline"),
@@ -64,7 +77,7 @@ DEFERRED = {
     "mhaaudit.capacity.oracle": {"scipy"},
     "mhaaudit.distributed": {"torch"},
     "mhaaudit.features": {"safetensors"},
-    "mhaaudit.hub": {"datasets", "huggingface_hub"},
+    "mhaaudit.imports": {"transformers"},
     "mhaaudit.io": {"pyarrow", "safetensors"},
     "mhaaudit.kruskal.fixed": {"scipy"},
     "mhaaudit.kruskal.results": {"scipy"},

@@ -39,6 +39,8 @@ __all__ = ["RATE", "GroupPlan", "default_budget", "device_memory", "group_bytes"
 STEP_OVERHEAD = {"cpu": 6e6, "cuda": 5e9}
 #: Those rates (multiply-adds a second), to estimate how long a group trains.
 RATE = {"cpu": 17e9, "cuda": 15e12}
+#: The steps whose batches are sent to the device at once (:data:`~.training.CHUNK_STEPS`).
+CHUNK_STEPS = 256
 _MARGIN = 1.25
 _F32 = 4
 
@@ -113,7 +115,6 @@ def plan_groups(
     *,
     max_points: int | None = None,
     ceiling: int | None = None,
-    chunk_steps: int = 256,
     max_seconds: float | None = None,
 ) -> list[GroupPlan]:
     """Split ``points`` (objects with heads, head_dim, n, size) into groups within ``budget`` bytes.
@@ -134,7 +135,7 @@ def plan_groups(
         recipe.batch_size,
         recipe.context == "shared",
         budget,
-        chunk_steps,
+        CHUNK_STEPS,
         STEP_OVERHEAD.get(device.type, STEP_OVERHEAD["cuda"]),
     )
     if ceiling is not None:  # a point the device cannot hold: refused now
