@@ -185,6 +185,7 @@ def test_fingerprints_read_bits_not_values():
     assert f.keys({"pixel_values": torch.ones(1, 4)}) == Fingerprints(secret=1).keys({"pixel_values": torch.ones(1, 4)})
     assert f.keys({"pixel_values": torch.ones(1, 4)}) != Fingerprints(secret=2).keys({"pixel_values": torch.ones(1, 4)})
     assert f.keys({"pixel_values": torch.zeros(0, 4)}) == []
+    assert len(set(f.keys({"pixel_values": torch.zeros(3, 0, 4)}))) == 1  # examples of no values are all equal
     with pytest.raises(ValueError, match="first axis"):
         f.keys({"a": torch.zeros(2, 3), "b": torch.zeros(3, 3)})
     with pytest.raises(TypeError):

@@ -354,6 +354,5 @@ def _words(v: torch.Tensor) -> torch.Tensor:
     B = int(x.shape[0])
     if x.dtype == torch.bool:
         x = x.view(torch.uint8)
-    if x.element_size() == 1:
-        return x.reshape(B, -1).to(torch.int16)
-    return x.reshape(B, -1).view(torch.int16)
+    flat = x.reshape(B, x.numel() // B if B else 0)  # (an example may hold no values at all)
+    return flat.to(torch.int16) if x.element_size() == 1 else flat.view(torch.int16)
