@@ -30,17 +30,18 @@ returned :class:`DataInfo` knows how to put row-stacked results back into single
 from __future__ import annotations
 
 import queue
+import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
-from . import batching, distributed, hostmem
+from . import batching, distributed, hostmem, phases
 from .errors import DataError, InputError, ModelError
 from .facts import BatchChoice
 from .hostmem import Trimmer
@@ -57,7 +58,7 @@ from .sources import (
     offline_tokenizer,
     text_source,
 )
-from .sources.duplicates import batch_keys
+from .sources.duplicates import Fingerprints
 
 __all__ = [
     "DataInfo",
@@ -206,9 +207,11 @@ def _feed_kept(pm, kept: KeptInputs, want: list[int], consumers: Sequence[Consum
             inputs = {
                 k: v.to(pm.device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()
             }
-            tokens = pm.capture(inputs, want)
-            for consume in consumers:
-                consume(tokens)
+            with phases.phase("forward", device=pm.device):
+                tokens = pm.capture(inputs, want)
+            with phases.phase("reduction", device=pm.device):
+                for consume in consumers:
+                    consume(tokens)
             advance(_batch_size(inputs) * share)
             del tokens, inputs
     hostmem.release()
@@ -262,7 +265,10 @@ def loaded_as(pm, request: ModelRequest, init: str, settings: Settings, max_laye
 
 
 def _load(request: ModelRequest, init: str, settings: Settings, max_layer: int):
-    with status(f"Loading {request.model} ({init} weights, blocks up to {max(1, int(max_layer))})", settings.progress):
+    with (
+        status(f"Loading {request.model} ({init} weights, blocks up to {max(1, int(max_layer))})", settings.progress),
+        phases.phase("model build", device=settings.device),
+    ):
         return load_model(
             request.model,
             weights=init,
@@ -438,7 +444,9 @@ def _prepare(pm, raw) -> dict[str, torch.Tensor]:
     return inputs
 
 
-def _prefetched(pm, raw_batches: Iterable[tuple[int, Any]]) -> Iterator[tuple[int, dict[str, torch.Tensor] | None]]:
+def _prefetched(
+    pm, raw_batches: Iterable[tuple[int, Any]]
+) -> Generator[tuple[int, dict[str, torch.Tensor] | None], None, None]:
     """``(batch index, model inputs)``, each batch prepared on a helper thread while the previous
     one is probed (``(None, None)`` passed through for a round in which this rank has no batch).
 
@@ -539,14 +547,15 @@ def _settle(info: DataInfo, notes: list[str], first_note: int) -> None:
     info.count = sum(size for part in info.parts for _, size in part)
 
 
-def _without_duplicates(finder, index: int | None, inputs: dict | None, shard) -> dict | None:
+def _without_duplicates(finder, keyer: Fingerprints, index: int | None, inputs: dict | None, shard) -> dict | None:
     """``inputs`` less the examples that repeat an earlier input exactly (kept with
-    ``--keep-duplicates``). Under torchrun the ranks exchange the keys of each round's batches and
-    feed them to their finders in batch order, so every rank drops what one process would."""
+    ``--keep-duplicates``), found from keys computed on the device the batch is on (``keyer``).
+    Under torchrun the ranks exchange the keys of each round's batches and feed them to their
+    finders in batch order, so every rank drops what one process would."""
 
     keep = None
     for b, keys in sorted(
-        (x for x in shard.all_gather((index, batch_keys(inputs) if inputs is not None else None)) if x[1] is not None),
+        (x for x in shard.all_gather((index, keyer.keys(inputs) if inputs is not None else None)) if x[1] is not None),
         key=lambda x: x[0],
     ):
         mask = finder.add(keys)
@@ -613,27 +622,46 @@ def stream(
     keeping = kept if kept is not None and kept.info is None else None  # this pass keeps its inputs
     batch = _batch_choice(pm, data, want, shard)
     data = replace(data, batch_size=batch.size)
-    info, raw = _assigned(pm, data, settings, notes, shard, need)
+    # the duplicate keys' secret: rank 0's (a collective every rank makes here), so that the keys
+    # of every rank can be compared
+    keyer = Fingerprints(shard.broadcast(secrets.randbits(63))) if pm.info.modality == "image" else None
+    with phases.phase("data"):
+        info, raw = _assigned(pm, data, settings, notes, shard, need)
     info.batch = batch
     # Images: exact duplicates of what the model sees (its preprocessed pixels) are found before the
-    # forward pass. Every pass over the same data (other weights) finds and drops the same ones.
+    # forward pass, on the device the batch is on. Every pass over the same data (other weights)
+    # finds and drops the same ones.
     finder = DuplicateFinder(keep=data.keep_duplicates) if pm.info.modality == "image" else None
     share, shown = shard.world_size, 0  # rank 0's bar stands for every rank
     trim = Trimmer(every=1.0)  # freed batch buffers go back to the system (see mhaaudit.hostmem)
-    with task(label, data.limit, settings.progress) as advance, full_float32():
-        for index, inputs in _prefetched(pm, raw):
+    dev = pm.device
+    with (
+        task(label, data.limit, settings.progress) as advance,
+        full_float32(),
+        closing(_prefetched(pm, raw)) as batches,
+    ):
+        while True:
+            with phases.phase("data"):  # the wait for the next prepared batch
+                item = next(batches, None)
+            if item is None:
+                break
+            index, inputs = item
             seen = _batch_size(inputs) if inputs is not None else 0
             if finder is not None:
-                inputs = _without_duplicates(finder, index, inputs, shard)
+                assert keyer is not None, "images have a finder and their keys"
+                with phases.phase("duplicate keys", device=dev):
+                    inputs = _without_duplicates(finder, keyer, index, inputs, shard)
             step = min(seen * share, data.limit - shown)
             advance(step)
             shown += step
             size = _batch_size(inputs) if inputs is not None else 0
             if not size:
                 continue
-            tokens = pm.capture(inputs, want)
-            for consume in consumers:
-                consume(tokens)
+            with phases.phase("forward", device=dev):
+                tokens = pm.capture(inputs, want)
+            with phases.phase("reduction", device=dev):
+                for consume in consumers:
+                    consume(tokens)
             if keeping is not None and inputs is not None:
                 keeping.add(index, inputs)
             del tokens, inputs

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
+from .. import phases
 from ..stdio import say
 from . import options as shared
 from .flags import CheckOptions
@@ -27,10 +29,13 @@ def check(ctx: typer.Context, model: shared.ModelArg, **options: Unpack[CheckOpt
     if is_series(options):  # --checkpoints, or several revisions: a series of checkpoints
         _fail_on(*check_series(ctx, model, options, _fail_checks))
         return
+    begun = time.perf_counter()
+    startup = phases.startup_seconds()  # the interpreter and the command line, when this process runs it
     with shared.importing(options["quiet"]):  # the library, torch with it: seconds
         from ..auditing import audit
         from ..render import render_audit
         from ..validate import int_ranges, split_list
+    imported = time.perf_counter()
 
     fmt, out, plot, data, seeds = options["fmt"], options["out"], options["plot"], options["data"], options["seeds"]
     save_features, layers = options["save_features"], options["layers"]
@@ -61,9 +66,14 @@ def check(ctx: typer.Context, model: shared.ModelArg, **options: Unpack[CheckOpt
         vary=options["vary"].value,
     )
     if seeds is None:
+        rendering = time.perf_counter()
         plot = _save_features_and_plot(result, save_features, plot)
         shared.emit_result(
-            fmt, result, out, lambda: render_audit(result, save_features=save_features, out=out, plot=plot)
+            fmt,
+            result,
+            out,
+            lambda: render_audit(result, save_features=save_features, out=out, plot=plot),
+            times=shared.CommandTimes(startup, begun, imported, rendering),
         )
     else:
         shared.emit_seeds(fmt, result, out)

@@ -397,6 +397,22 @@ Saturation = Annotated[
     typer.Option("--saturation", help="Count saturated heads (softmax weight > 0.99) per example."),
     Default(False),
 ]
+MaxMinutes = Annotated[
+    float | None,
+    typer.Option(
+        "--max-minutes",
+        help="Run the grid in parts: start no group after this many minutes and stop the one still training then; "
+        "the points trained are kept in --out (required), and the same command again trains the rest.",
+    ),
+]
+MaxGroup = Annotated[
+    int | None,
+    typer.Option(
+        "--max-group",
+        help="At most this many points trained together in one stacked group (default: as many as fit in memory); "
+        "smaller groups each finish sooner, for --max-minutes.",
+    ),
+]
 
 
 class MemorizeOptions(Common):
@@ -423,6 +439,8 @@ class MemorizeOptions(Common):
     saturation: Saturation
     out: MemorizeOut
     plot: MemorizePlot
+    max_minutes: MaxMinutes
+    max_group: MaxGroup
 
 
 # --------------------------------------------------------------------------- reproduce

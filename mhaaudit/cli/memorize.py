@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # the options, typed for mypy
 @shared.command_options(
     MemorizeOptions,
     "vary values n heads head_dim sizes preset task context classes tolerance epochs max_steps lr batch_size"
-    " check_every seed seeds device saturation out plot fmt quiet",
+    " check_every seed seeds device saturation out plot max_minutes max_group fmt quiet",
 )
 def memorize(ctx: typer.Context, **options: Unpack[MemorizeOptions]) -> None:
     """Train one-layer multi-head attention to memorise random labels (the paper's Section 5.2).
@@ -35,6 +35,9 @@ def memorize(ctx: typer.Context, **options: Unpack[MemorizeOptions]) -> None:
 
     Without --epochs/--max-steps each point trains max(500 epochs, 50k steps), as in the paper.
     Appendix H's saturation study: --heads 4 --n 32 --sizes 550 --saturation.
+
+    In parts of bounded time: --out FILE --max-minutes 8 (with --max-group to keep groups short) trains
+    whole groups until the time is up and keeps them; the same command again trains the rest.
     """
     with shared.importing(options["quiet"]):  # the library, torch with it: seconds
         from ..io import refuse_inputs

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .. import validate
+from .. import phases, validate
 from ..distributed import shared
 from ..errors import param, plain
 from ..numerics import (
@@ -118,6 +118,8 @@ def _decided_draws(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, 
 
     draws = Draws(gram.T, k, samples, seed, True, gram.device)
     for sub, dec in decided_in_order(decide, draws, workers, per_call, entries is not None, progress):
+        # the decisions to the host once a group (two small copies), whatever the device: the tally reads them there
+        dec = Decision(dec.full.cpu(), dec.exact.cpu())
         seen[0] += int(sub.shape[0])
         seen[1] += int((~dec.full).sum())
         yield sub, dec
@@ -203,10 +205,10 @@ def _tally(
     depends on nothing but the draws (not on how many blocks were decided at once)."""
     d = gram.d
     t = _Tally()
-    for sub, dec in _decided_draws(gram, k, samples, seed, rule, progress):
+    for sub, dec in _decided_draws(gram, k, samples, seed, rule, progress):  # decisions on the host
         stop = False
         if max_fail is not None:  # stop after the block where the dependent draws first exceed max_fail
-            fails = torch.cumsum((~dec.full).long().cpu(), 0) + (t.drawn - t.satisfied)
+            fails = torch.cumsum((~dec.full).long(), 0) + (t.drawn - t.satisfied)
             over = (fails > max_fail).nonzero()
             if over.numel():
                 cut = ((t.drawn + int(over[0])) // DRAW_BLOCK + 1) * DRAW_BLOCK - t.drawn
@@ -219,7 +221,7 @@ def _tally(
             t.first_dependent = sub[int(bad[0])].cpu().tolist()
         room = histogram_limit - t.histogram_draws
         if room > 0 and bad.numel():
-            sel = bad[:room]
+            sel = bad[:room].to(sub.device)
             for part in sel.split(64):
                 ranks = gram_rank(gram.sub(sub[part]), lambda j, part=part, sub=sub: gram.rows(sub[part[j]]), d, rule)
                 for r in ranks.tolist():
@@ -308,7 +310,8 @@ def _without_sampling(X, unit: Unit, k: int, stats: SetStats, base: dict, first_
     ceil_k = stats.ceiling(k, rule)
     if ceil_k < k:
         # every k rows are dependent: a zero row, two equal rows or a subset of k rows shows how
-        found = witness.set_witness(unit, k, first_zero if stats.zero_rows else None, hint=stats.rank)
+        with phases.phase("witness"):
+            found = witness.set_witness(unit, k, first_zero if stats.zero_rows else None, hint=stats.rank)
         reason = (
             f"the whole set has numerical rank {ceil_k} at the smallest tolerance any {k}-subset can have under "
             f"the rule, and no subset's rank exceeds it, so no {rows_phrase(k)} {'is' if k == 1 else 'are'} "
@@ -316,9 +319,10 @@ def _without_sampling(X, unit: Unit, k: int, stats: SetStats, base: dict, first_
         )
         return _proved_failure(reason, "set-rank", base, set_rank_ceiling=ceil_k, witness=found)
     if k == T:  # one subset only: decide it exactly, no sampling
-        whole = witness.prove(unit, range(T))
-        ok = whole is None
-        found = witness.shrink(unit, range(T), proven=whole) if not ok else None
+        with phases.phase("witness"):
+            whole = witness.prove(unit, range(T))
+            ok = whole is None
+            found = witness.shrink(unit, range(T), proven=whole) if not ok else None
         return SubsetTest(
             samples=1,
             satisfied=int(ok),
@@ -444,7 +448,8 @@ def _sampled(
     if t.satisfied:
         t.histogram[k] = t.histogram.get(k, 0) + t.satisfied
     lo, hi = clopper_pearson(t.satisfied, t.drawn)
-    found = witness.shrink(unit, t.first_dependent) if t.first_dependent is not None else None
+    with phases.phase("witness"):
+        found = witness.shrink(unit, t.first_dependent) if t.first_dependent is not None else None
     frac = t.satisfied / t.drawn
     return SubsetTest(
         samples=t.drawn,

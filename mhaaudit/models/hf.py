@@ -22,6 +22,7 @@ When the hub cannot be reached it is never called (``local_files_only=True``).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import inspect
@@ -37,6 +38,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .. import phases
 from ..errors import InputError, MhaauditError, ModelError, OfflineError, one_line
 from ..hub import force_offline_env, is_offline
 from ..io import torch_load_reason
@@ -95,6 +97,13 @@ class _Weights:
     folder: str | None = None
     file: str | None = None
     hub: bool = False
+
+
+def import_libraries() -> None:
+    """Import what building a transformers model imports in any case (the caller times it)."""
+    import huggingface_hub  # noqa: F401
+    import transformers.utils.logging  # noqa: F401
+    from transformers import AutoConfig, AutoModel  # noqa: F401
 
 
 def load(spec: ModelSpec, plan: LoadPlan, partial: bool = True) -> ProbedModel:
@@ -587,6 +596,7 @@ def _build(
     """
     from transformers import AutoModel
 
+    _import_model_code(AutoModel, cfg)
     full_layers = int(cfg.num_hidden_layers)
     if max_layer is not None and max_layer < full_layers:
         cfg = copy.deepcopy(cfg)
@@ -609,6 +619,13 @@ def _build(
             reinit_hf(module, blocks, seed, full_layers)
 
     return build_random(lambda: AutoModel.from_config(cfg, **remote), redraw, seed), None
+
+
+def _import_model_code(auto: Any, cfg: Any) -> None:
+    """Import the modelling code of ``cfg``'s architecture (transformers imports it on first use),
+    timed as the run's imports; a config it does not know is left for the build to report."""
+    with phases.phase("imports"), contextlib.suppress(Exception):  # remote code, an unknown config: the build says
+        auto._model_mapping[type(cfg)]
 
 
 def _checkpoint(origin: _Weights, hub: _Hub) -> Checkpoint | None:

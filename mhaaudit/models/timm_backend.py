@@ -62,6 +62,11 @@ class _Arch:
     file: str | None = None
 
 
+def import_libraries() -> None:
+    """Import timm (and torchvision with it; the caller times it)."""
+    import timm  # noqa: F401
+
+
 def load(spec: ModelSpec, plan: LoadPlan) -> ProbedModel:
     """Build the timm model ``spec`` names as ``plan`` says, ready for probing (its hub options do
     not apply to timm: :func:`~.load.check_hub_options` refuses them before).

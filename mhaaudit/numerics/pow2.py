@@ -17,7 +17,7 @@ import math
 import numpy as np
 import torch
 
-__all__ = ["exponent_of", "ldexp"]
+__all__ = ["exponent_of", "ldexp", "max_abs"]
 
 
 def _host(x: torch.Tensor) -> bool:
@@ -42,12 +42,27 @@ def exponent_of(x: torch.Tensor, dims=None):
     return torch.frexp(mx)[1].to(torch.int64)
 
 
+def max_abs(x: torch.Tensor) -> float:
+    """The largest absolute entry of ``x`` as a float, without a temporary of its size: NaN when any
+    entry is NaN, infinite when one is infinite and none is NaN, 0 for an empty input. Exact (a
+    maximum rounds nothing); a CPU tensor is read in the calling thread (module docstring)."""
+    if x.numel() == 0:
+        return 0.0
+    if _host(x):
+        xn = x.numpy()
+        hi, lo = float(np.max(xn)), -float(np.min(xn))
+        return hi if math.isnan(hi) or hi >= lo else lo
+    if x.is_floating_point():
+        return float(torch.linalg.vector_norm(x, ord=math.inf))
+    return float(x.abs().amax())
+
+
 def _pow2(e: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """2**e for integer tensors e in [-1022, 1023], exactly (built from the float64 bits)."""
     return ((e.to(torch.int64) + 1023) << 52).view(torch.float64).to(dtype)
 
 
-def ldexp(x, e):
+def ldexp(x, e, inplace: bool = False):
     """``x * 2**e`` without rounding, also where ``2**e`` itself is not a float64 (|e| > 1023).
 
     ``x`` and ``e``: numbers or tensors (``e`` broadcasts against ``x``). For a whole-number ``e``
@@ -55,7 +70,8 @@ def ldexp(x, e):
     exact wherever the result is a normal number (where it is subnormal, rounded once, as any
     product). Otherwise the factor is applied in two halves of the same sign, so an intermediate is
     never smaller than the result. The two give the same bits wherever the result is normal. A CPU
-    tensor is multiplied in the calling thread (module docstring).
+    tensor is multiplied in the calling thread (module docstring). ``inplace``: a floating tensor
+    ``x`` is multiplied in place, by the same factors (the same bits), for a whole-number ``e``.
     """
     if isinstance(e, torch.Tensor):
         h = torch.div(e, 2, rounding_mode="floor")
@@ -69,14 +85,20 @@ def ldexp(x, e):
         return x
     h = e // 2
     if isinstance(x, torch.Tensor):
+        factors = (math.ldexp(1.0, e),) if -1022 <= e <= 1023 else (math.ldexp(1.0, h), math.ldexp(1.0, e - h))
         if _host(x):
             xn = x.numpy()
             with np.errstate(over="ignore", under="ignore"):  # as torch: inf or 0, without a warning
-                if -1022 <= e <= 1023:
-                    out = xn * math.ldexp(1.0, e)
-                else:
-                    out = xn * math.ldexp(1.0, h) * math.ldexp(1.0, e - h)
+                if inplace:
+                    for f in factors:
+                        np.multiply(xn, f, out=xn)
+                    return x
+                out = xn * factors[0] if len(factors) == 1 else xn * factors[0] * factors[1]
             return torch.from_numpy(np.asarray(out, dtype=_np(x.dtype)))
+        if inplace:
+            for f in factors:
+                x.mul_(f)
+            return x
         if -1022 <= e <= 1023:
             return x * math.ldexp(1.0, e)
         return x * math.ldexp(1.0, h) * math.ldexp(1.0, e - h)
