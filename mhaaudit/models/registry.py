@@ -355,8 +355,8 @@ def resolve(name: str, *, backend: str | None = None, weights_path: str | None =
         timm_name = timm_name or (name[5:] if name.startswith("timm:") else name)
         return ModelSpec(name, "timm", timm_name, timm_family(timm_name), "image")
     weights_cfg = read_json(Path(weights_path) / "config.json") if weights_path else None
-    if weights_cfg is not None and not is_timm_folder_config(weights_cfg) and weights_cfg.get("model_type"):
-        family = weights_cfg["model_type"]
+    family = _model_type(weights_cfg, weights_path) if weights_cfg and not is_timm_folder_config(weights_cfg) else None
+    if family:
         return ModelSpec(name, "hf", name, family, _modality_of_type(family))
     return ModelSpec(name, "hf", name)
 
@@ -374,6 +374,18 @@ def _resolve_alias(name: str, alias: dict, backend: str | None, weights_path: st
     return ModelSpec(name, "timm" if timm_wanted else "hf", resolved, alias["family"], alias["modality"], alias)
 
 
+def _model_type(config: dict | None, folder) -> str | None:
+    """The ``model_type`` a folder's ``config.json`` names (None: no config, or none named).
+
+    Raises:
+        ModelError: when it names something other than a string.
+    """
+    family = config.get("model_type") if config else None
+    if family is not None and not isinstance(family, str):
+        raise ModelError(f"{folder}: config.json's model_type must be a string, got {type(family).__name__}")
+    return family or None
+
+
 def _resolve_path(name: str, backend: str | None) -> ModelSpec:
     """A local folder or file: timm's format when asked for or saved so, else a transformers folder."""
     path = os.path.abspath(os.path.expanduser(name))
@@ -382,7 +394,7 @@ def _resolve_path(name: str, backend: str | None) -> ModelSpec:
     if backend == "timm" or (backend is None and _looks_like_timm_path(path)):
         return ModelSpec(name, "timm", path, None, "image", local=True)
     data = read_json(Path(path) / "config.json")
-    family = data.get("model_type") if data else None
+    family = _model_type(data, path)
     return ModelSpec(name, "hf", path, family, _modality_of_type(family) if family else None, local=True)
 
 
