@@ -235,7 +235,7 @@ def one_size(a) -> dict:
         "peak_bytes": peak_rss_bytes(),
         "route": test["gram"],
         "satisfied": test["satisfied"],
-        "rank": test["set_rank"],
+        "rank": test["set_rank_ceiling"],
         "storage": type(X).__name__,
     }
 

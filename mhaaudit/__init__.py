@@ -18,6 +18,8 @@ _EXPORTS = {
     "check_features": "mhaaudit.auditing",
     "capture_features": "mhaaudit.auditing",
     "plan_probes": "mhaaudit.auditing",
+    "audit_series": "mhaaudit.series",
+    "SeriesResult": "mhaaudit.series",
     "estimate_kruskal_rank": "mhaaudit.estimation",
     "KruskalResult": "mhaaudit.estimation",
     "ModelRequest": "mhaaudit.request",

@@ -7,7 +7,6 @@ joins them into one job in which rank 0 alone prints and writes. Started any oth
 the plain command line.
 """
 
-import sys
 from typing import NoReturn
 
 
@@ -22,7 +21,9 @@ def entry(argv: list[str] | None = None) -> NoReturn:
     try:
         from .cli.app import run  # loads the libraries; Ctrl-C there gets the app's own one line
     except KeyboardInterrupt:  # Ctrl-C before the app's own guard is reached
-        print("Error: interrupted", file=sys.stderr)
+        from .stdio import say
+
+        say("Error: interrupted")
         exec("pass", {})  # see mhaaudit.cli.app._settle_interrupt: exit 130, not killed by SIGINT
         raise SystemExit(130) from None
     run(argv)

@@ -25,14 +25,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from . import distributed, pipeline
+from . import distributed, phases, pipeline
 from .batching import available_memory
 from .checks import REGISTRY, ContextRankResult
 from .distributed import describe, shared
 from .errors import DataError, InputError, OfflineError, OutputError, param, plain
 from .facts import AuditSettings, BatchChoice, DuplicateInputs, JobFacts, ModelFacts, ReadFacts, SkipCounts, meta_value
 from .features import FeatureSet, StreamingReducer
-from .io import check_folder_writable, make_output_folder, real_path, stamp
+from .files import first_name_under
+from .io import check_folder_writable, make_output_folder, stamp
 from .kruskal import SubsetTest, Sweep, kruskal_sweep, set_stats
 from .models import RandomAttention, modality_of
 from .models.shards import weights_read_text
@@ -427,12 +428,11 @@ def check_features_folder(folder: str | Path, inputs: Sequence) -> Path:
                     f"{os.readlink(entry)}); the features are written into real folders only: remove it "
                     "or choose another folder"
                 )
-    top = real_path(folder)
     for i in inputs:
         if i is None or not os.path.lexists(os.path.expanduser(str(i))):
             continue
-        inside = real_path(i)
-        if top in inside.parents and re.fullmatch(COLUMN_FOLDER, inside.relative_to(top).parts[0]):
+        first = first_name_under(i, folder)  # by device and inode: a second name of the folder counts
+        if first is not None and re.fullmatch(COLUMN_FOLDER, first):
             raise OutputError(
                 f"{{param:save_features}} {folder}: the input {i} lies where the features would be written; "
                 "write them elsewhere"
@@ -456,7 +456,6 @@ class Captured:
     image_policy: str = ""
     duplicates: DuplicateInputs | None = None
     notes: list[Note] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)
     batch: BatchChoice | None = None  # the batch size used and how it was chosen
 
     def note(self, text: str, kind: NoteKind, on_note: Callable[[str], None] | None = None) -> None:
@@ -484,8 +483,8 @@ def _reducer_consumer(group: Sequence[Probe], reducers: dict, ra):
     def consume(tokens: dict) -> None:
         for p in group:
             x = tokens[p.layer]
-            if p.random_attention:
-                with torch.no_grad():
+            if p.random_attention:  # the paper's random attention layer: part of the forward pass
+                with torch.no_grad(), phases.phase("forward", device=x.device):
                     x = ra(x)
             reducers[p.variant].update(x)
 
@@ -560,11 +559,9 @@ def collect_features(
     for p in probes:
         by_init.setdefault(p.init, []).append(p)
     for init, group in by_init.items():
-        t0 = time.perf_counter()
         pm = _load_or_unavailable(request, init, settings, max(p.layer for p in group), group, out)
         if pm is None:
             continue
-        out.timings[f"load {init}"] = round(time.perf_counter() - t0, 3)
         qi = _take_model(out, pm, request, init, data, len(group), on_note)
         fed, reducers, data_notes = _capture_group(pm, init, group, qi, data, settings)
         data = _take_pass(out, fed, data_notes, init, data, on_note)
@@ -629,12 +626,11 @@ def _take_pass(
     data: DataRequest,
     on_note: Callable[[str], None] | None,
 ) -> DataRequest:
-    """Keep what the pass of the ``init`` weights over the data found in ``out`` (notes, timings,
-    batch, skips, duplicates); the data request of the next pass (an automatic batch size, once
+    """Keep what the pass of the ``init`` weights over the data found in ``out`` (notes, batch,
+    skips, duplicates); the data request of the next pass (an automatic batch size, once
     found, kept)."""
     for text in data_notes:
         out.note(text, NoteKind.DATA)
-    out.timings[f"capture {init}"] = fed.seconds
     out.batch = out.batch or fed.batch
     if data.batch_size == "auto" and fed.batch is not None:  # the other weights have the same shapes: the same batch
         data = replace(data, batch_size=fed.batch.size)
@@ -800,12 +796,16 @@ def run_checks(
     for c in exact:
         tests[c.name] = _with_seed(c.decide(fs, rule=rule), settings.seed)
     swept = ["queries"] if sweep else []  # the sweep is the queries' Kruskal-rank curve (Figure 1)
-    stats = {v: set_stats(getattr(fs, v), rule) for v in dict.fromkeys([*(c.vectors for c in sampled), *swept])}
+    with phases.phase("whole-set statistics"):
+        stats = {v: set_stats(getattr(fs, v), rule) for v in dict.fromkeys([*(c.vectors for c in sampled), *swept])}
     timings["set ranks"] = round(time.perf_counter() - t0, 3)
     common = dict(samples=settings.samples, threshold=settings.threshold, seed=settings.seed, device=settings.device)
     for c in sampled:
         t0 = time.perf_counter()
-        with task(f"{label} {c.name} (k = {c.k(fs.n, fs.T, fs.d)})", settings.samples, settings.progress) as adv:
+        with (
+            task(f"{label} {c.name} (k = {c.k(fs.n, fs.T, fs.d)})", settings.samples, settings.progress) as adv,
+            phases.phase("draws"),
+        ):
             tests[c.name] = c.decide(
                 fs,
                 rule=rule,
@@ -818,7 +818,7 @@ def run_checks(
     sw = None
     if sweep:
         t0 = time.perf_counter()
-        with task(f"{label} sweep", settings.samples, settings.progress) as adv:
+        with task(f"{label} sweep", settings.samples, settings.progress) as adv, phases.phase("draws"):
             sw = kruskal_sweep(fs.queries, stats=stats["queries"], progress=adv, rule=rule, **common)
         timings["sweep"] = round(time.perf_counter() - t0, 3)
     return tests, sw, timings
@@ -1007,9 +1007,21 @@ class _Columns:
 
 
 def _audit(req: Requests, cols: _Columns, on_note: Callable[[str], None] | None) -> AuditResult:
+    with phases.recording() as clock:
+        t_start = time.perf_counter()
+        result = _audit_timed(req, cols, on_note)
+        result.timings = phases.timings(clock.spent, time.perf_counter() - t_start)
+    return result
 
+
+def _audit_timed(req: Requests, cols: _Columns, on_note: Callable[[str], None] | None) -> AuditResult:
+    """The audit of :func:`_audit`, its phases timed by the recording open around it.
+
+    Raises:
+        InputError: when trained weights are given without a trained column.
+        OfflineError: when no column can be audited offline.
+    """
     request, data_req, settings = req
-    t_start = time.perf_counter()
     probes = plan_probes(
         modality_of(request.model, backend=request.backend, weights_path=request.weights_path),
         cols.variants,
@@ -1031,7 +1043,6 @@ def _audit(req: Requests, cols: _Columns, on_note: Callable[[str], None] | None)
         layers=tuple(cols.layers) if cols.layers is not None else None,
         distributed=JobFacts.of(describe()),
     )
-    got.timings["total"] = round(time.perf_counter() - t_start, 3)
     assert got.info is not None, "a run with features has its model's facts"
     return AuditResult(
         model=request.model,
@@ -1039,7 +1050,7 @@ def _audit(req: Requests, cols: _Columns, on_note: Callable[[str], None] | None)
         data=got.data,
         columns=columns,
         settings=run,
-        timings=got.timings,
+        timings={},
         skipped=got.skipped,
         notes=got.notes,
         duplicates=got.duplicates,

@@ -18,6 +18,7 @@ entry plus its function. Nothing here imports models or data.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -25,7 +26,9 @@ import torch
 
 from .errors import InputError
 from .kruskal import SetStats, SubsetTest, subset_test
-from .numerics import RankRule, decide_full_rank, gram_rank, scaled, with_numerics
+from .numerics import RankRule, checked, decide_full_rank, eigvalsh, gram_rank, scaled, with_numerics
+from .numerics.pow2 import max_abs
+from .numerics.threads import intra_op_threads
 from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
 
 
@@ -46,7 +49,7 @@ def _inverse_iteration_sigma(G: torch.Tensor, iters: int = 12):
 
 
 @with_numerics()
-def context_ranks(E: torch.Tensor, rule: RankRule):
+def context_ranks(E: torch.Tensor, rule: RankRule, *, top: float | None = None):
     """Exact numerical rank of each ``(n, d)`` matrix in a ``(B, n, d)`` batch.
 
     Full rank is decided with the certified Cholesky test of ``mhaaudit.numerics`` (SVD for the
@@ -60,23 +63,38 @@ def context_ranks(E: torch.Tensor, rule: RankRule):
     over- or underflows whatever the data's scale; the singular values and tolerances returned
     are in the data's own units.
 
+    ``top``: the largest absolute entry of ``E`` (``numerics.max_abs``) when the caller has read
+    it already; it is read here otherwise (one pass, which also finds NaN and infinite values). The
+    factorisations run on one intra-op thread: a few hundred small matrices gain nothing from a
+    team of threads, which made them many times slower on shared cores, and so their numbers do
+    not depend on the machine's thread count.
+
     Returns:
-        ``(rank, sigma_min, sigma_max, tol)``, each of length B.
+        ``(rank, sigma_min, sigma_max, tol)``, each of length B, on ``E``'s device.
 
     Raises:
         InputError: when ``E`` is not 3-D, or holds NaN or infinite values.
     """
     if E.ndim != 3:
         raise InputError(f"context matrices must be (B, n, d), got shape {tuple(E.shape)}")
-    if E.is_floating_point() and not bool(torch.isfinite(E).all()):
+    if top is None:
+        top = max_abs(E)
+    if E.is_floating_point() and not math.isfinite(top):
         raise InputError("the context matrices hold NaN or infinite values")
     B, n, d = E.shape
     if n > d:
-        nan = torch.full((B,), float("nan"), dtype=torch.float64)
-        return torch.full((B,), -1, dtype=torch.long), nan, nan.clone(), nan.clone()
-    unit = scaled(E, rule)
+        nan = torch.full((B,), float("nan"), dtype=torch.float64, device=E.device)
+        return torch.full((B,), -1, dtype=torch.long, device=E.device), nan, nan.clone(), nan.clone()
+    unit = scaled(E, rule, top=top)
     E64, rule = unit.X, unit.rule
     G = E64 @ E64.transpose(1, 2)
+    with intra_op_threads(1 if E64.device.type == "cpu" else None):  # (CPU threads: nothing to set for a GPU)
+        return _context_ranks_of(G, E64, unit, rule, n, d)
+
+
+def _context_ranks_of(G: torch.Tensor, E64: torch.Tensor, unit, rule: RankRule, n: int, d: int):
+    """:func:`context_ranks` from the Gram matrices ``G`` of the rescaled batch ``E64``."""
+    B = G.shape[0]
     dec = decide_full_rank(G, lambda j: E64[j], n, d, rule)
     rank = torch.full((B,), n, dtype=torch.long, device=E64.device)
     smin = torch.empty(B, dtype=torch.float64, device=E64.device)
@@ -88,8 +106,13 @@ def context_ranks(E: torch.Tensor, rule: RankRule):
     if bool((~full).any()):
         idx = (~full).nonzero().squeeze(-1)
         rank[idx] = gram_rank(G[idx], lambda j: E64[idx[j]], d, rule)
-        lam = torch.linalg.eigvalsh(G[idx]).clamp_min(0)
+        lam, usable = eigvalsh(G[idx])  # checked; where no routine gives usable values, the SVD
+        lam = lam.clamp_min(0)
         smin[idx], smax[idx] = lam[:, 0].sqrt(), lam[:, -1].sqrt()
+        if not bool(usable.all()):
+            bad = idx[~usable]
+            s = checked.svdvals(E64[bad])
+            smin[bad], smax[bad] = s[:, -1], s[:, 0]
     tol = rule.tol(smax, n, d)
     return rank, unit.to_data(smin), unit.to_data(smax), unit.to_data(tol)
 
@@ -162,7 +185,7 @@ class ContextRankResult:
             "exact_rechecks": 0,
             "sampled": False,
             "proven": self.proven,
-            "set_rank": None,
+            "set_rank_ceiling": None,
             "min_margin": self.min_margin,
         }
 
@@ -179,8 +202,10 @@ class ContextRanks:
     sigma_max: list[torch.Tensor] = field(default_factory=list)
     tols: list[torch.Tensor] = field(default_factory=list)
 
-    def update(self, E: torch.Tensor) -> None:
-        """Decide the rank of each (n, d) context matrix of the batch ``E`` and keep the statistics on the CPU.
+    def update(self, E: torch.Tensor, *, top: float | None = None) -> None:
+        """Decide the rank of each (n, d) context matrix of the batch ``E`` and keep the statistics where
+        ``E`` lies (copied to the CPU once, by :meth:`arrays`). ``top``: ``E``'s largest absolute entry,
+        when the caller has read it (:func:`context_ranks`).
 
         Raises:
             InputError: when the batch's (n, d) differs from the first batch's, or it holds NaN or infinite values.
@@ -190,16 +215,16 @@ class ContextRanks:
             self.n, self.d = n, d
         elif (n, d) != (self.n, self.d):
             raise InputError(f"context batches changed shape from (n, d) = ({self.n}, {self.d}) to ({n}, {d})")
-        r, smin, smax, tol = context_ranks(E, self.rule)
-        self.ranks.append(r.cpu())
-        self.sigma_min.append(smin.cpu())
-        self.sigma_max.append(smax.cpu())
-        self.tols.append(tol.cpu())
+        r, smin, smax, tol = context_ranks(E, self.rule, top=top)
+        self.ranks.append(r)
+        self.sigma_min.append(smin)
+        self.sigma_max.append(smax)
+        self.tols.append(tol)
 
     def arrays(self) -> dict[str, torch.Tensor]:
-        """The per-example statistics fed so far, each of length T: ``context_rank`` (int64; -1 when n > d),
-        ``context_sigma_min``, ``context_sigma_max`` and ``context_tol`` (float64, in the data's units)."""
-        cat = lambda xs, dt: torch.cat(xs) if xs else torch.zeros(0, dtype=dt)  # noqa: E731
+        """The per-example statistics fed so far, each of length T, on the CPU: ``context_rank`` (int64; -1 when
+        n > d), ``context_sigma_min``, ``context_sigma_max`` and ``context_tol`` (float64, in the data's units)."""
+        cat = lambda xs, dt: torch.cat(xs).cpu() if xs else torch.zeros(0, dtype=dt)  # noqa: E731
         return {
             "context_rank": cat(self.ranks, torch.long),
             "context_sigma_min": cat(self.sigma_min, torch.float64),

@@ -79,6 +79,7 @@ from datetime import timedelta
 from typing import Any
 
 from .errors import InputError, MhaauditError, current_names, one_line, param, parameter_names
+from .stdio import command_streams, say
 
 __all__ = [
     "RankCrashed",
@@ -99,6 +100,7 @@ __all__ = [
 
 TIMEOUT_ENV = "MHAAUDIT_DIST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 300.0
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: the longest collective timeout accepted
 _PREFIX = "mhaaudit/"
 LEAVE_WAIT_S = 10.0  # how long rank 0 waits for the other ranks to end before it ends
 
@@ -119,8 +121,10 @@ def launched() -> bool:
         return False
 
 
-def _env_int(name: str) -> int:
+def _env_int(name: str, default: int | None = None) -> int:
     value = os.environ.get(name)
+    if default is not None and not (value or "").strip():
+        return default
     try:
         return int(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -134,7 +138,8 @@ def timeout_s() -> float:
     """The collective timeout in seconds: ``MHAAUDIT_DIST_TIMEOUT``, else 300.
 
     Raises:
-        InputError: when ``MHAAUDIT_DIST_TIMEOUT`` is set to something other than a positive number.
+        InputError: when ``MHAAUDIT_DIST_TIMEOUT`` is set to something other than a positive number of
+            seconds up to :data:`MAX_TIMEOUT_S` (a week).
     """
     raw = os.environ.get(TIMEOUT_ENV, "").strip()
     if not raw:
@@ -143,8 +148,8 @@ def timeout_s() -> float:
         value = float(raw)
     except ValueError:
         value = -1.0
-    if not value > 0:
-        raise InputError(f"{TIMEOUT_ENV}={raw!r}: give a positive number of seconds")
+    if not 0 < value <= MAX_TIMEOUT_S:  # also refuses nan and inf
+        raise InputError(f"{TIMEOUT_ENV}={raw!r}: give a positive number of seconds, at most {MAX_TIMEOUT_S:g}")
     return value
 
 
@@ -522,8 +527,9 @@ def leave(code: int):
     finished job into a crashed one. The other ranks say they are leaving; rank 0, whose process
     holds the job's store, leaves last (after them, or after ``LEAVE_WAIT_S``), so that no rank
     meets a closed store and logs about it."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # closed, or a full disk: nothing more to say
+            stream.flush()
     s = _SESSION
     if s is not None:
         with contextlib.suppress(Exception):
@@ -590,14 +596,16 @@ def _start() -> Session:
     """Join the job from the torchrun environment: rendezvous, process group, device, registry.
 
     Raises:
-        InputError: when ``RANK`` or ``WORLD_SIZE`` is unset or not an integer, or the timeout is refused.
+        InputError: when ``RANK`` or ``WORLD_SIZE`` is unset or not an integer, ``LOCAL_RANK`` is set to something
+            other than an integer, or the timeout is refused.
         RankFailed: when the rendezvous or the process group cannot be made.
     """
+    rank, world, local = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK", default=0)
+    timeout = timedelta(seconds=timeout_s())
+
     import torch
     import torch.distributed as dist
 
-    rank, world, local = _env_int("RANK"), _env_int("WORLD_SIZE"), int(os.environ.get("LOCAL_RANK", "0") or 0)
-    timeout = timedelta(seconds=timeout_s())
     cuda = torch.cuda.is_available() and torch.cuda.device_count() > 0
     if cuda:
         torch.cuda.set_device(local % torch.cuda.device_count())
@@ -724,13 +732,20 @@ def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = No
     calls and never parse, print or write anything.
 
     A failure on another rank reaches rank 0 as one error line of its own (exit 2, or 3 for a
-    bug); set ``MHAAUDIT_DEBUG=1`` to see every rank's output and tracebacks.
+    bug); set ``MHAAUDIT_DEBUG=1`` to see every rank's output and tracebacks. On every rank,
+    what native libraries write to file descriptor 1 (NCCL, CUDA) goes to stderr
+    (:func:`mhaaudit.stdio.command_streams`).
     """
+    with command_streams():
+        return _run_rank(main, argv)
+
+
+def _run_rank(main: Callable[[list[str] | None], int], argv: list[str] | None) -> int:
     try:
         s = session()
     except MhaauditError as exc:
         if os.environ.get("RANK", "0") == "0":
-            print(f"Error: {one_line(exc)}", file=sys.stderr)
+            say(f"Error: {one_line(exc)}")
         return 2
     if s is None:
         return main(argv)

@@ -110,6 +110,30 @@ class OutputError(MhaauditError, OSError):
     """An output path that cannot be written."""
 
 
+# What a terminal would act on rather than show: the C0 controls, DEL and the C1 controls (ESC starts
+# the sequences that retitle a window or clear a screen; 0x9b is CSI on its own), the bidirectional
+# marks and overrides that reorder what is shown, and lone surrogates (a file name's undecodable bytes).
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def printable(text: str, keep: str = "") -> str:
+    r"""``text`` with every control character written as its escape (ESC as ``\x1b``, U+202E as
+    ``\u202e``), so that a name read from a file, a folder or a model (a file name, a column name)
+    shows as what it is and cannot drive the terminal it is shown on. The characters in ``keep``
+    (``"\n"`` for a report's own line breaks) stay as they are. Text without any is returned as is.
+    """
+    if not _CONTROLS.search(text):
+        return text
+
+    def shown(m: re.Match) -> str:
+        c = m.group()
+        if c in keep:
+            return c
+        return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+
+    return _CONTROLS.sub(shown, text)
+
+
 def one_line(exc: BaseException, limit: int | None = None, first_line: bool = False) -> str:
     """An exception's message as one line for a user: white space folded, shortened to ``limit``.
 

@@ -11,6 +11,7 @@ ranks back into single-process order.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,8 +20,10 @@ import torch
 
 from .checks import ContextRankResult, ContextRanks, assumption_2_from_arrays
 from .errors import InputError, ModelError, OutputError
+from .files import read_json, regular_file
 from .io import atomic_path, make_output_folder, safetensors_header, staged_outputs, stamp
 from .numerics import RankRule
+from .numerics.pow2 import max_abs
 
 FEATURES_FILE = "features.safetensors"
 META_FILE = "meta.json"
@@ -128,8 +131,8 @@ class FeatureSet:
 
         Raises:
             InputError: when ``folder`` lacks ``features.safetensors`` or ``meta.json`` (naming its per-column
-                subfolders when it holds some), either file cannot be read, or their contents disagree with what
-                :meth:`save` writes.
+                subfolders when it holds some), either file is not a regular file or cannot be read, or their
+                contents disagree with what :meth:`save` writes.
         """
         from safetensors.torch import load_file
 
@@ -145,10 +148,12 @@ class FeatureSet:
                     f"pass one of them, e.g. {folder / columns[0]}"
                 )
             raise InputError(f"{folder} is not a saved feature folder (expected {FEATURES_FILE} and {META_FILE})")
+        for file in (f, m):  # a named pipe would block the reader for good, a device never end
+            regular_file(file, InputError, f"saved features in {folder}: {file.name}")
+        meta = read_json(m, InputError, f"saved features in {folder}: {META_FILE}")
         try:
             safetensors_header(f)  # its stated length checked against the file before anything is read
             t = load_file(str(f))
-            meta = json.loads(m.read_text(encoding="utf-8"))
         except Exception as exc:  # unreadable, truncated or not what --save-features writes
             raise InputError(f"cannot read saved features in {folder}: {' '.join(str(exc).split())[:200]}") from exc
         n, d, query_index = _check_saved(folder, meta, t)
@@ -224,7 +229,9 @@ class StreamingReducer:
         if tokens.ndim != 3:
             raise InputError(f"token batches must be (B, n, d), got {tuple(tokens.shape)}")
         _B, n, d = tokens.shape
-        if tokens.is_floating_point() and not bool(torch.isfinite(tokens).all()):
+        tokens = tokens.detach()
+        top = max_abs(tokens)  # one pass: NaN or infinite values show in it, and the rescaling reads it
+        if tokens.is_floating_point() and not math.isfinite(top):
             raise ModelError(
                 "the activations at this probe point hold NaN or infinite values (the model's weights or "
                 "inputs overflow); no rank can be decided on them"
@@ -233,10 +240,11 @@ class StreamingReducer:
             self.n, self.d, self.dtype = n, d, tokens.dtype
             self._ctx = ContextRanks(self.rule or RankRule.for_dtype(tokens.dtype))
         q = tokens[:, self.query_index, :]
-        # clone: a row view would keep the whole (B, n, d) batch alive and memory would grow with T n d
-        self._q.append(q.detach().to("cpu", copy=True))
-        self._a3.append((q + tokens.mean(dim=1)).detach().to("cpu", copy=True))
-        self._ctx.update(tokens.detach())
+        # kept where the batch lies (no copy to the host per batch); clone: a row view would keep the
+        # whole (B, n, d) batch alive and memory would grow with T n d
+        self._q.append(q.clone())
+        self._a3.append(q + tokens.mean(dim=1))
+        self._ctx.update(tokens, top=top)
 
     def result(self, meta: dict | None = None, fed=None) -> FeatureSet:
         """The reduced features of every example fed. ``fed``: the :class:`~mhaaudit.pipeline.DataInfo`
@@ -247,8 +255,8 @@ class StreamingReducer:
             InputError: when no examples were fed (on any rank).
         """
         rows = None
-        if self._ctx is not None:
-            rows = {"queries": torch.cat(self._q), "a3": torch.cat(self._a3), **self._ctx.arrays()}
+        if self._ctx is not None:  # the rows to the CPU once, whatever device reduced them
+            rows = {"queries": torch.cat(self._q).cpu(), "a3": torch.cat(self._a3).cpu(), **self._ctx.arrays()}
         header = (self.n, self.d)
         if fed is not None:
             rows, header = fed.gather_rows(rows, header)

@@ -9,6 +9,7 @@ import pickle
 import platform
 import tempfile
 import warnings
+import zipfile
 from collections.abc import Callable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -20,6 +21,7 @@ from numpy.lib import format as npy_format
 
 from ._version import __version__
 from .errors import InputError, MhaauditError, OutputError
+from .files import regular_file, same_place, within
 from .numerics import stream
 from .staging import _STAGED, StagedOutputs, _reason, make_output_folder, staged_outputs  # noqa: F401 - re-exported
 from .tables import METADATA_KEY, records_table
@@ -58,6 +60,20 @@ def stamp(**extra) -> dict:
 # --------------------------------------------------------------------------- atomic writes
 
 
+def _refuse_unnamable(p: Path, what: str) -> None:
+    """Refuse a path the system cannot name (a name longer than its file system takes, a loop of links).
+
+    Raises:
+        OutputError: when looking ``p`` up fails for another reason than its absence; ``what`` begins the message.
+    """
+    try:
+        os.lstat(p)
+    except (FileNotFoundError, NotADirectoryError):  # absent, or under a file: said with the folder's checks
+        pass
+    except OSError as exc:
+        raise OutputError(f"{what}: {_reason(exc)}") from None
+
+
 def _refuse_symlink(p: Path, what: str) -> None:
     """Refuse a dangling symbolic link at an output path (writing would create a file wherever it points).
 
@@ -69,6 +85,23 @@ def _refuse_symlink(p: Path, what: str) -> None:
             f"{what}: it is a symbolic link to {os.readlink(p)}, which does not exist; "
             "remove the link or choose another path"
         )
+
+
+# What ``tempfile`` adds to a prefix: 8 random characters (and ``.tmp``, the suffix given here).
+_RANDOM_CHARS = 8
+_TMP_SUFFIX = ".tmp"
+
+
+def temp_prefix(name: str, folder: Path, suffix: str = _TMP_SUFFIX) -> str:
+    """``.NAME.``: the prefix of a temporary made beside ``NAME`` in ``folder`` (with ``suffix``), ``NAME``
+    shortened (by its bytes) so that the temporary's whole name fits the longest name the folder's file
+    system takes: a legal 255-byte output name has a legal temporary."""
+    try:
+        longest = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):  # not asked (no pathconf, or no such folder yet): the usual
+        longest = 255
+    room = max(1, longest - len(os.fsencode(f"..{suffix}")) - _RANDOM_CHARS)
+    return f".{os.fsdecode(os.fsencode(name)[:room])}."
 
 
 def check_writable(path: str | os.PathLike) -> Path:
@@ -83,6 +116,7 @@ def check_writable(path: str | os.PathLike) -> Path:
     """
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
+    _refuse_unnamable(p, f"cannot write {p}")
     if p.exists() and p.is_dir():
         raise OutputError(f"cannot write {p}: it is a directory")
     _refuse_symlink(p, f"cannot write {p}")
@@ -95,7 +129,7 @@ def check_writable(path: str | os.PathLike) -> Path:
     if p.exists() and not os.access(p, os.W_OK):
         raise OutputError(f"cannot write {p}: file is not writable")
     try:  # the permission bits do not tell everything (/proc, a read-only mount, root): try it
-        fd, probe = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
+        fd, probe = tempfile.mkstemp(prefix=temp_prefix(p.name, parent), suffix=_TMP_SUFFIX, dir=parent)
     except OSError as exc:
         raise OutputError(f"cannot write {p}: folder {parent} is not writable ({exc.strerror or exc})") from None
     os.close(fd)
@@ -112,6 +146,7 @@ def check_folder_writable(folder: str | os.PathLike, option: str) -> Path:
     """
     folder = Path(folder)
     parent = folder.parent if str(folder.parent) else Path(".")
+    _refuse_unnamable(folder, f"{option} {folder}")
     _refuse_symlink(folder, f"{option} {folder}")
     if folder.exists() and not folder.is_dir():
         raise OutputError(f"{option} {folder}: exists and is not a folder")
@@ -121,7 +156,7 @@ def check_folder_writable(folder: str | os.PathLike, option: str) -> Path:
         raise OutputError(f"{option} {folder}: {parent} is a file, not a folder")
     target = folder if folder.exists() else parent
     try:  # the permission bits do not tell everything (/proc, a read-only mount, root): try it
-        probe = tempfile.mkdtemp(prefix=f".{folder.name}.", dir=target)
+        probe = tempfile.mkdtemp(prefix=temp_prefix(folder.name, target, suffix=""), dir=target)
     except OSError as exc:
         raise OutputError(f"{option} {folder}: folder {target} is not writable ({exc.strerror or exc})") from None
     os.rmdir(probe)
@@ -129,22 +164,47 @@ def check_folder_writable(folder: str | os.PathLike, option: str) -> Path:
 
 
 def refuse_inputs(outputs: dict[str, str | os.PathLike | None], inputs: list[str | os.PathLike | None]) -> None:
-    """An output error, before any work, when an output path (``{option: path}``) is one of the inputs.
+    """An output error, before any work, when an output path (``{option: path}``) would write over an input,
+    or two outputs name the same path.
 
-    An output is refused when it is the same file or folder as an input (symbolic links and
-    relative paths resolved). Inputs that do not exist and outputs that are None are passed over.
+    An output is refused when it is an input file (the same file: a symbolic link followed, a hard
+    link or another mount of it counts), or is, or lies inside, an input folder: a folder is
+    compared by device and inode (:func:`mhaaudit.files.within`), so reaching it by another path
+    (a symbolic link, a bind mount) changes nothing. Two outputs that name the same place are
+    refused too (``--out`` and ``--save-features`` the same path). Inputs that do not exist and
+    outputs that are None are passed over.
 
     Raises:
-        OutputError: when an output path resolves to the same path as an existing input.
+        OutputError: when an output is, or lies inside, an existing input, or names the same place as another output.
     """
-    ins = [(str(i), real_path(i)) for i in inputs if i is not None and os.path.lexists(os.path.expanduser(str(i)))]
-    for option, out in outputs.items():
-        if out is None:
-            continue
-        o = real_path(out)
-        for shown, i in ins:
-            if o == i:
-                raise OutputError(f"{option} {out} is an input of this run ({shown}); write the output elsewhere")
+    given = [(option, out) for option, out in outputs.items() if out is not None]
+    named = [_local_part(i) for i in inputs if i is not None]
+    ins = [i for i in named if os.path.lexists(os.path.expanduser(str(i)))]
+    for option, out in given:
+        for i in ins:
+            where = os.path.expanduser(str(i))
+            if same_place(out, where) or real_path(out) == real_path(where):
+                raise OutputError(f"{option} {out} is an input of this run ({i}); write the output elsewhere")
+            if os.path.isdir(where) and within(out, where):
+                raise OutputError(
+                    f"{option} {out} lies inside {i}, an input folder of this run; write the output elsewhere"
+                )
+    for n, (option, out) in enumerate(given):
+        for other, path in given[n + 1 :]:
+            if same_place(out, path):
+                raise OutputError(
+                    f"{option} {out} and {other} {path} name the same path; give each output a path of its own"
+                )
+
+
+def _local_part(data: str | os.PathLike) -> str | os.PathLike:
+    """An input as a path: a data argument that names a local dataset folder behind the hub prefix
+    (``hf:``, ``hub:``) is that folder; anything else as it is."""
+    text = str(data)
+    for prefix in ("hf:", "hub:"):
+        if text.lower().startswith(prefix) and os.path.exists(os.path.expanduser(text[len(prefix) :].strip())):
+            return text[len(prefix) :].strip()
+    return data
 
 
 def real_path(path: str | os.PathLike) -> Path:
@@ -182,7 +242,8 @@ def atomic_path(path: str | os.PathLike, *, now: bool = False) -> Iterator[Path]
         OSError: an mhaaudit error of the work inside (an OutputError, an OfflineError), re-raised as it is.
     """
     p = check_writable(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent if str(p.parent) else ".")
+    parent = p.parent if str(p.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(p.name, parent), suffix=_TMP_SUFFIX, dir=parent)
     os.close(fd)
     tmp_p = Path(tmp)
     staged = None if now else _STAGED.get()
@@ -434,19 +495,63 @@ class MappedArray:
         return f"MappedArray({str(self.path)!r}, shape={self.shape}, dtype={self.np_dtype})"
 
 
-def _refuse_unless_readable(p: Path) -> None:
-    """Check, before reading, that a file that is read whole (not memory-mapped) fits the memory available.
+def _refuse_unless_readable(p: Path, need: int | None = None, declared: str = "") -> None:
+    """Check, before reading, that a file that is read whole (not memory-mapped) fits the memory available:
+    ``need`` bytes, what its metadata declares once decoded (``declared`` says so in words), else its size.
 
     Raises:
-        InputError: when the file is larger than the memory available.
+        InputError: when the file (decoded, as declared) is larger than the memory available.
     """
     size, avail = p.stat().st_size, stream.available_memory()
-    if size > avail:
+    need = max(size, need or 0)
+    if need > avail:
         raise InputError(
-            f"{p}: reading this {p.suffix} file whole needs at least {size / 1e9:.2f} GB, but "
-            f"{avail / 1e9:.2f} GB are available; save the features as a float32 .npy or .safetensors "
+            f"{p}: reading this {p.suffix} file whole needs at least {_size(need)}{declared}, but "
+            f"{_size(avail)} are available; save the features as a float32 .npy or .safetensors "
             "file, which is memory-mapped instead of read"
         )
+
+
+def _size(n: int) -> str:
+    """``n`` bytes in words: ``"2.56 GB"``, ``"4.0 MB"``."""
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+
+
+# Bytes of one decoded value of each parquet physical type (a string's bytes are in the chunk's
+# uncompressed size, which counts too).
+_PARQUET_WIDTHS = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 12, "FLOAT": 4, "DOUBLE": 8}
+
+
+def parquet_declared_bytes(path: str | os.PathLike) -> tuple[int, str]:
+    """What the parquet file ``path`` decodes to, from its footer alone (nothing else is read): the bytes
+    of every value its column chunks declare (at least their uncompressed size), and those counts in words.
+    Parquet's encodings (a run of zeros is a few bytes) let a small file declare gigabytes."""
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata
+    total = 0
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        for c in range(group.num_columns):
+            chunk = group.column(c)
+            width = _PARQUET_WIDTHS.get(chunk.physical_type, 0)
+            total += max(int(chunk.num_values) * width, int(chunk.total_uncompressed_size))
+    return total, f" (its metadata declares {meta.num_rows} rows of {meta.num_columns} columns, {_size(total)})"
+
+
+def torch_declared_bytes(path: str | os.PathLike) -> tuple[int, str]:
+    """What a ``torch.save`` file inflates to, from its zip directory alone: the uncompressed sizes its
+    records declare (a deflated record of zeros is a thousandth of its size), and that in words; the
+    file's own size for a file that is not a zip archive (the legacy format, read as it lies)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            infos = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return os.path.getsize(path), ""
+    total = sum(int(i.file_size) for i in infos)
+    packed = [i for i in infos if i.compress_type != zipfile.ZIP_STORED]
+    words = f" (its {len(infos)} records declare {_size(total)}"
+    return total, words + (f", {len(packed)} of them compressed)" if packed else ")")
 
 
 # The floating dtypes a .npy file is memory-mapped in (torch has no long double: such a file is
@@ -546,6 +651,7 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.T
         p, key = cand, key or "queries"
     if not p.exists():
         raise InputError(f"no such file: {p}")
+    regular_file(p, InputError)  # a named pipe would block the reader for good, a device never end
     ext = p.suffix.lower()
     if ext not in FEATURE_EXTENSIONS:
         raise InputError(
@@ -573,7 +679,8 @@ def _read_npy(p: Path, key: None) -> tuple[torch.Tensor | MappedArray, str]:
     """A real numeric ``.npy`` array; a floating-point matrix (or T x n x d array) memory-mapped.
 
     Raises:
-        InputError: when the file is not a well-formed .npy file, or its dtype is complex or not numeric.
+        InputError: when the file is not a well-formed .npy file, or its dtype is complex, not numeric, or a
+            floating format wider than float64 (whose values float64 cannot hold exactly).
     """
     _check_npy(p)
     arr = _load_npy(p)
@@ -585,6 +692,11 @@ def _read_npy(p: Path, key: None) -> tuple[torch.Tensor | MappedArray, str]:
         )
     if arr.dtype.kind not in "fiub":
         raise InputError(f"{p}: array of dtype {arr.dtype} is not numeric")
+    if arr.dtype.kind == "f" and arr.dtype.itemsize > 8:
+        raise InputError(
+            f"{p}: features of dtype {arr.dtype} (extended precision) have values float64 cannot hold exactly, "
+            "and every rank computation is in float64; save them as float64"
+        )
     if not arr.dtype.isnative:  # big-endian data is read as numpy reads it, in the machine's order
         arr = np.asarray(arr).astype(arr.dtype.newbyteorder("="))
     if isinstance(arr, np.memmap) and arr.dtype in _MAPPED_FLOATS and arr.ndim in (2, 3) and arr.size:
@@ -606,7 +718,7 @@ def _read_torch(p: Path, key: str | None) -> tuple[torch.Tensor, str]:
             or a pickle beyond plain tensors), it holds neither a tensor nor a dict of them, ``key`` is given for a
             single tensor, or the dict has no tensor to pick (:func:`_pick`).
     """
-    _refuse_unless_readable(p)
+    _refuse_unless_readable(p, *torch_declared_bytes(p))  # a deflated record inflates: counted as declared
 
     with warnings.catch_warnings():  # a bad file is reported as one error, without warnings
         warnings.simplefilter("ignore")
@@ -615,12 +727,30 @@ def _read_torch(p: Path, key: str | None) -> tuple[torch.Tensor, str]:
         except Exception as exc:  # corrupt, empty, or a pickle that is refused
             raise InputError(f"cannot read {p}: {torch_load_reason(exc)}") from exc
     if isinstance(obj, dict):
-        return _pick(obj, key, p), f"{p} (torch{', ' + repr(key) if key else ''})"
+        return dense_values(_pick(obj, key, p), str(p)), f"{p} (torch{', ' + repr(key) if key else ''})"
     if not isinstance(obj, torch.Tensor):
         raise InputError(f"{p}: expected a tensor or a dict of tensors, found {type(obj).__name__}")
     if key is not None:
         raise InputError(f"{{param:key}} has no effect on {p}: it holds one tensor, not a dict of them")
-    return obj, f"{p} (torch)"
+    return dense_values(obj, str(p)), f"{p} (torch)"
+
+
+def dense_values(t, where: str, error: type[MhaauditError] = InputError):
+    """``t`` itself when it is a dense tensor holding values (what the linear algebra reads); anything else a
+    ``torch.save`` file may hold is refused in one line.
+
+    Raises:
+        MhaauditError: of type ``error``, when ``t`` is a meta tensor (shapes without values), a sparse, nested
+            or quantized tensor (another layout than torch.strided).
+    """
+    if not isinstance(t, torch.Tensor):
+        return t
+    if t.is_meta:
+        raise error(f"{where}: the tensor is on the meta device: it has a shape but no values (save the real tensor)")
+    if t.layout != torch.strided or t.is_nested or t.is_quantized:
+        kind = "nested" if t.is_nested else "quantized" if t.is_quantized else str(t.layout).replace("torch.", "")
+        raise error(f"{where}: the tensor is {kind}, not a dense tensor; save it dense (tensor.to_dense())")
+    return t
 
 
 def _read_safetensors(p: Path, key: str | None) -> tuple[torch.Tensor | MappedArray, str]:
@@ -638,7 +768,8 @@ def _read_safetensors(p: Path, key: str | None) -> tuple[torch.Tensor | MappedAr
 def _read_parquet(p: Path, key: str | None) -> tuple[torch.Tensor, str]:
     """A T x d matrix from a parquet file's feature column(s); a results file of mhaaudit is refused."""
     refuse_results_file(p)
-    _refuse_unless_readable(p)
+    decoded, declared = parquet_declared_bytes(p)
+    _refuse_unless_readable(p, 2 * decoded, declared)  # the Arrow table, then the matrix made of it
     arr, what = _from_parquet(p, key)
     return torch.from_numpy(arr), f"{p} (parquet, {what})"
 

@@ -17,6 +17,10 @@ Every command that runs a model over data (``check``, ``capacity``, ``kruskal --
   of :mod:`mhaaudit.features`, the Z builder of :mod:`mhaaudit.capacity`) keep what they need and
   drop the batch, so memory grows with T x d, not T x n x d.
 
+Within :func:`kept_inputs` the passes of one model object over the same data prepare it once: the
+first pass keeps the model inputs it fed, and the later ones (the checkpoints of a series, read
+into that one model) feed them again.
+
 Under ``torchrun`` (:mod:`mhaaudit.distributed`) rank 0 alone reads the source and deals batch b
 to rank b mod N; each rank's consumers see only the batches dealt to it, in order, and the
 returned :class:`DataInfo` knows how to put row-stacked results back into single-process order
@@ -26,17 +30,18 @@ returned :class:`DataInfo` knows how to put row-stacked results back into single
 from __future__ import annotations
 
 import queue
+import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
-from . import batching, distributed, hostmem
+from . import batching, distributed, hostmem, phases
 from .errors import DataError, InputError, ModelError
 from .facts import BatchChoice
 from .hostmem import Trimmer
@@ -53,9 +58,19 @@ from .sources import (
     offline_tokenizer,
     text_source,
 )
-from .sources.duplicates import batch_keys
+from .sources.duplicates import Fingerprints
 
-__all__ = ["DataInfo", "DataRequest", "ModelRequest", "example_batches", "load", "stream"]
+__all__ = [
+    "DataInfo",
+    "DataRequest",
+    "KeptInputs",
+    "ModelRequest",
+    "example_batches",
+    "kept_inputs",
+    "load",
+    "loaded_as",
+    "stream",
+]
 
 Consumer = Callable[[dict[int, torch.Tensor]], None]
 
@@ -118,6 +133,94 @@ def shared_loads():
         _SHARED_LOADS = outer
 
 
+@dataclass
+class KeptInputs:
+    """The model inputs the first pass of one model (``pm``, the object) over the data fed, kept
+    to be fed again (:func:`kept_inputs`): this rank's batches as ``(batch index, inputs)`` after the
+    exact duplicates were dropped, on the CPU (pinned for a GPU), with what the pass learned of the
+    data (``info``) and the notes it made; ``key`` is the data request, data seed and place in the
+    job they were prepared for. Inputs past ``budget`` bytes are not kept (``over_budget``)."""
+
+    pm: Any
+    budget: int
+    key: tuple | None = None
+    batches: list = field(default_factory=list)
+    info: DataInfo | None = None
+    notes: list[str] = field(default_factory=list)
+    nbytes: int = 0
+    over_budget: bool = False
+    fed_again: int = 0  # later passes that fed the kept inputs
+
+    def reset(self) -> None:
+        """Let the kept inputs go (other data is read next: its first pass keeps its own)."""
+        self.key, self.batches, self.info, self.notes, self.nbytes = None, [], None, [], 0
+
+    def add(self, index: int, inputs: dict[str, torch.Tensor]) -> None:
+        """Keep one batch's inputs (on the CPU), unless the budget is spent (then keep none)."""
+        if self.over_budget:
+            return
+        size = sum(v.numel() * v.element_size() for v in inputs.values() if isinstance(v, torch.Tensor))
+        if self.nbytes + size > self.budget:
+            self.over_budget, self.batches, self.nbytes = True, [], 0
+            return
+        pin = staged(self.pm.device)
+        self.batches.append((index, {k: _host_copy(v, pin) for k, v in inputs.items()}))
+        self.nbytes += size
+
+
+def _host_copy(v, pin: bool):
+    if not isinstance(v, torch.Tensor):
+        return v
+    v = v.detach().to("cpu")
+    return v.pin_memory() if pin else v
+
+
+_KEPT: KeptInputs | None = None  # while kept_inputs() is open
+
+
+@contextmanager
+def kept_inputs(pm, budget: int | None = None) -> Iterator[KeptInputs]:
+    """While open, the first pass of ``pm`` (this model object) over the data keeps the model inputs
+    it fed (read, preprocessed, exact duplicates dropped), and every later pass of ``pm`` over the
+    same data (the same data request and data seed, at the same place in the job) feeds those
+    inputs again instead of reading and preparing the data anew, with the same description of the
+    data: the checkpoints of a series, each read into ``pm``, see the examples a pass of their own
+    would see, prepared once. Inputs past ``budget`` bytes (default: a quarter of the memory
+    available) are not kept, and the later passes read the data again."""
+    global _KEPT
+    outer = _KEPT
+    _KEPT = KeptInputs(pm, hostmem.available_memory() // 4 if budget is None else int(budget))
+    try:
+        yield _KEPT
+    finally:
+        _KEPT = outer
+
+
+def _feed_kept(pm, kept: KeptInputs, want: list[int], consumers: Sequence[Consumer], settings: Settings, label: str):
+    """Feed the kept inputs of a pass through ``pm`` to each consumer, as :func:`stream` fed them:
+    the description of the data that pass learned, with this pass's time."""
+    assert kept.info is not None, "only a pass that kept its inputs is fed again"
+    t0 = time.perf_counter()
+    share = distributed.current().world_size
+    with task(label, kept.info.count, settings.progress) as advance, full_float32():
+        for _, inputs in kept.batches:
+            inputs = {
+                k: v.to(pm.device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()
+            }
+            with phases.phase("forward", device=pm.device):
+                tokens = pm.capture(inputs, want)
+            with phases.phase("reduction", device=pm.device):
+                for consume in consumers:
+                    consume(tokens)
+            advance(_batch_size(inputs) * share)
+            del tokens, inputs
+    hostmem.release()
+    kept.fed_again += 1
+    return replace(
+        kept.info, fed=list(kept.info.fed), parts=list(kept.info.parts), seconds=round(time.perf_counter() - t0, 3)
+    )
+
+
 def load(request: ModelRequest, init: str, settings: Settings, max_layer: int):
     """The model of ``request`` with ``init`` weights (``"random"`` | ``"trained"``) on the run's
     device, with blocks built up to ``max_layer`` (at least 1); within :func:`shared_loads`, the
@@ -125,13 +228,7 @@ def load(request: ModelRequest, init: str, settings: Settings, max_layer: int):
     cache = _SHARED_LOADS
     if cache is None:
         return _load(request, init, settings, max_layer)
-    key = (
-        request,
-        init,
-        None if init == "trained" else settings.weights_seed_used,
-        max(1, int(max_layer)),
-        str(settings.device),
-    )
+    key = _load_key(request, init, settings, max_layer)
     if key not in cache:
         pm = _load(request, init, settings, max_layer)
         for other in [k for k in cache if k[:2] == key[:2]]:
@@ -140,8 +237,38 @@ def load(request: ModelRequest, init: str, settings: Settings, max_layer: int):
     return cache[key]
 
 
+def _load_key(request: ModelRequest, init: str, settings: Settings, max_layer: int) -> tuple:
+    """What makes two loads the same model: the request, the weights, the weights seed (random weights
+    only), the depth built and the device."""
+    return (
+        request,
+        init,
+        None if init == "trained" else settings.weights_seed_used,
+        max(1, int(max_layer)),
+        str(settings.device),
+    )
+
+
+@contextmanager
+def loaded_as(pm, request: ModelRequest, init: str, settings: Settings, max_layer: int):
+    """While open, :func:`load` of these weights (``request``, ``init``, ``settings``, ``max_layer``)
+    gives ``pm``, a model the caller holds (other loads are shared as within :func:`shared_loads`,
+    until it closes): a series reads each checkpoint's tensors into the one model it built, and
+    audits it there."""
+    global _SHARED_LOADS
+    outer = _SHARED_LOADS
+    _SHARED_LOADS = {_load_key(request, init, settings, max_layer): pm}
+    try:
+        yield
+    finally:
+        _SHARED_LOADS = outer
+
+
 def _load(request: ModelRequest, init: str, settings: Settings, max_layer: int):
-    with status(f"Loading {request.model} ({init} weights, blocks up to {max(1, int(max_layer))})", settings.progress):
+    with (
+        status(f"Loading {request.model} ({init} weights, blocks up to {max(1, int(max_layer))})", settings.progress),
+        phases.phase("model build", device=settings.device),
+    ):
         return load_model(
             request.model,
             weights=init,
@@ -317,7 +444,9 @@ def _prepare(pm, raw) -> dict[str, torch.Tensor]:
     return inputs
 
 
-def _prefetched(pm, raw_batches: Iterable[tuple[int, Any]]) -> Iterator[tuple[int, dict[str, torch.Tensor] | None]]:
+def _prefetched(
+    pm, raw_batches: Iterable[tuple[int, Any]]
+) -> Generator[tuple[int, dict[str, torch.Tensor] | None], None, None]:
     """``(batch index, model inputs)``, each batch prepared on a helper thread while the previous
     one is probed (``(None, None)`` passed through for a round in which this rank has no batch).
 
@@ -418,14 +547,15 @@ def _settle(info: DataInfo, notes: list[str], first_note: int) -> None:
     info.count = sum(size for part in info.parts for _, size in part)
 
 
-def _without_duplicates(finder, index: int | None, inputs: dict | None, shard) -> dict | None:
+def _without_duplicates(finder, keyer: Fingerprints, index: int | None, inputs: dict | None, shard) -> dict | None:
     """``inputs`` less the examples that repeat an earlier input exactly (kept with
-    ``--keep-duplicates``). Under torchrun the ranks exchange the keys of each round's batches and
-    feed them to their finders in batch order, so every rank drops what one process would."""
+    ``--keep-duplicates``), found from keys computed on the device the batch is on (``keyer``).
+    Under torchrun the ranks exchange the keys of each round's batches and feed them to their
+    finders in batch order, so every rank drops what one process would."""
 
     keep = None
     for b, keys in sorted(
-        (x for x in shard.all_gather((index, batch_keys(inputs) if inputs is not None else None)) if x[1] is not None),
+        (x for x in shard.all_gather((index, keyer.keys(inputs) if inputs is not None else None)) if x[1] is not None),
         key=lambda x: x[0],
     ):
         mask = finder.add(keys)
@@ -482,29 +612,58 @@ def stream(
     first_note = len(notes)
     shard = distributed.current()
     want = sorted(set(int(k) for k in layers))
+    kept = _KEPT if _KEPT is not None and _KEPT.pm is pm and not _KEPT.over_budget else None
+    key = (data, settings.data_seed_used, shard.rank, shard.world_size)
+    if kept is not None and kept.info is not None:
+        if kept.key == key:
+            notes.extend(kept.notes)
+            return _feed_kept(pm, kept, want, consumers, settings, label)
+        kept.reset()  # other data (another data seed): this pass keeps its own
+    keeping = kept if kept is not None and kept.info is None else None  # this pass keeps its inputs
     batch = _batch_choice(pm, data, want, shard)
     data = replace(data, batch_size=batch.size)
-    info, raw = _assigned(pm, data, settings, notes, shard, need)
+    # the duplicate keys' secret: rank 0's (a collective every rank makes here), so that the keys
+    # of every rank can be compared
+    keyer = Fingerprints(shard.broadcast(secrets.randbits(63))) if pm.info.modality == "image" else None
+    with phases.phase("data"):
+        info, raw = _assigned(pm, data, settings, notes, shard, need)
     info.batch = batch
     # Images: exact duplicates of what the model sees (its preprocessed pixels) are found before the
-    # forward pass. Every pass over the same data (other weights) finds and drops the same ones.
+    # forward pass, on the device the batch is on. Every pass over the same data (other weights)
+    # finds and drops the same ones.
     finder = DuplicateFinder(keep=data.keep_duplicates) if pm.info.modality == "image" else None
     share, shown = shard.world_size, 0  # rank 0's bar stands for every rank
     trim = Trimmer(every=1.0)  # freed batch buffers go back to the system (see mhaaudit.hostmem)
-    with task(label, data.limit, settings.progress) as advance, full_float32():
-        for index, inputs in _prefetched(pm, raw):
+    dev = pm.device
+    with (
+        task(label, data.limit, settings.progress) as advance,
+        full_float32(),
+        closing(_prefetched(pm, raw)) as batches,
+    ):
+        while True:
+            with phases.phase("data"):  # the wait for the next prepared batch
+                item = next(batches, None)
+            if item is None:
+                break
+            index, inputs = item
             seen = _batch_size(inputs) if inputs is not None else 0
             if finder is not None:
-                inputs = _without_duplicates(finder, index, inputs, shard)
+                assert keyer is not None, "images have a finder and their keys"
+                with phases.phase("duplicate keys", device=dev):
+                    inputs = _without_duplicates(finder, keyer, index, inputs, shard)
             step = min(seen * share, data.limit - shown)
             advance(step)
             shown += step
             size = _batch_size(inputs) if inputs is not None else 0
             if not size:
                 continue
-            tokens = pm.capture(inputs, want)
-            for consume in consumers:
-                consume(tokens)
+            with phases.phase("forward", device=dev):
+                tokens = pm.capture(inputs, want)
+            with phases.phase("reduction", device=dev):
+                for consume in consumers:
+                    consume(tokens)
+            if keeping is not None and inputs is not None:
+                keeping.add(index, inputs)
             del tokens, inputs
             trim.maybe()
             info.fed.append((index, size))
@@ -517,4 +676,7 @@ def stream(
     info.seconds = round(time.perf_counter() - t0, 3)
     if info.count == 0:
         raise DataError(f"the data source yielded no usable examples ({info.name})")
+    if keeping is not None and not keeping.over_budget:
+        keeping.key, keeping.notes = key, list(notes[first_note:])
+        keeping.info = replace(info, source=None, fed=list(info.fed), parts=list(info.parts))
     return info

@@ -13,12 +13,13 @@ import contextlib
 import sys
 from collections.abc import Callable, Iterator
 
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from . import notebook
+from .console import TextConsole
+from .errors import printable
 
-_stderr = Console(stderr=True)  # writes to sys.stderr as it is at each call
+_stderr = TextConsole(stderr=True)  # writes to sys.stderr as it is at each call; names shown escaped
 
 
 def progress_enabled(quiet: bool = False) -> bool:
@@ -78,6 +79,6 @@ def log(message: str, enabled: bool) -> None:
     """A status line on stderr for a person watching (``enabled``: see :func:`progress_enabled`)."""
     if enabled:
         if notebook.in_notebook():  # plain text on the cell's stderr stream, not a rich display
-            print(message, file=sys.stderr)
+            print(printable(message), file=sys.stderr)
         else:
             _stderr.print(message, highlight=False)

@@ -10,7 +10,6 @@ is the one each column carries (``Column.bound``), as the JSON and parquet outpu
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -21,6 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .checks import CHECK_MEANING, CHECK_TITLES, REGISTRY
+from .console import TextConsole
 from .errors import plain
 from .facts import AuditSettings, CapacitySettings, ModelFacts, ReadFacts, meta_value
 from .kruskal.report import (
@@ -40,19 +40,18 @@ if TYPE_CHECKING:
     from .kruskal import KruskalResult
 
 
-def report_width() -> int | None:
+def report_width() -> int:
     """The width reports on stdout are laid out for: :func:`~mhaaudit.tables.text_width` (``COLUMNS``
-    when set, else :data:`~mhaaudit.tables.REDIRECTED_WIDTH` for a file or a pipe), except on a terminal without
-    ``COLUMNS`` (None: rich asks the terminal, and follows it)."""
-    if sys.stdout.isatty() and not os.environ.get("COLUMNS", "").strip().isdigit():
-        return None
+    when set, else the terminal's when stdout is one, else :data:`~mhaaudit.tables.REDIRECTED_WIDTH`
+    for a file or a pipe). The terminal is asked through ``sys.stdout`` itself, not descriptor 1,
+    which is stderr's while a command runs (:mod:`mhaaudit.stdio`)."""
     return text_width()
 
 
 def stdout_console() -> Console:
     """Reports on stdout, laid out to fit :func:`report_width`; colour only on a terminal, never
-    with ``NO_COLOR``."""
-    return Console(file=sys.stdout, width=report_width())
+    with ``NO_COLOR``; control characters in names shown escaped (:class:`~mhaaudit.console.TextConsole`)."""
+    return TextConsole(file=sys.stdout, width=report_width())
 
 
 def print_report(items: list) -> None:

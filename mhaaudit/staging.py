@@ -51,7 +51,7 @@ class StagedOutputs:
         self.folders.append(folder)
 
     def commit(self) -> None:
-        """Rename every staged output into place. Ctrl-C and SIGTERM are held back for the few
+        """Rename every staged output into place. Ctrl-C, SIGTERM and SIGHUP are held back for the few
         renames (delivered right after), so a run is never ended with some outputs in place.
 
         Raises:
@@ -82,18 +82,21 @@ class StagedOutputs:
         self.folders.clear()
 
 
+# Ctrl-C, SIGTERM and SIGHUP (absent on Windows): the signals that end a run with its outputs removed.
+_HELD = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
 _Held = tuple[dict[signal.Signals, Any], list[int]]  # the handlers replaced, the signals noted meanwhile
 
 
 def _hold_signals() -> _Held | None:
-    """Hold Ctrl-C and SIGTERM back: their Python handlers (which run in the main thread, whatever
+    """Hold Ctrl-C, SIGTERM and SIGHUP back: their Python handlers (which run in the main thread, whatever
     thread the signal reached) are swapped for ones that only note the signal. Returns what
     :func:`_release_signals` needs, or None outside the main thread (where handlers cannot be set)."""
     if threading.current_thread() is not threading.main_thread():
         return None
     noted: list[int] = []
     previous: dict[signal.Signals, Any] = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in _HELD:
         handler = signal.getsignal(sig)
         if handler is None or handler == signal.SIG_IGN:
             continue  # not set from Python, or ignored: left as it is

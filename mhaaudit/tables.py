@@ -42,9 +42,9 @@ from dataclasses import dataclass, fields
 from importlib import resources
 from typing import Any, ClassVar
 
-from rich.console import Console
 from rich.table import Table
 
+from .console import TextConsole
 from .errors import InputError
 
 METADATA_KEY = b"mhaaudit"  # schema metadata of every results file: the run's meta, as JSON
@@ -68,6 +68,8 @@ def _load_columns() -> dict[str, tuple[Column, ...]]:
 _SCHEMA = _load_columns()
 #: Where a row of ``check`` and ``capacity`` was read: the model, the column, the layer.
 _WHERE = _SCHEMA["where"]
+#: Which checkpoint of a series a row of ``check --checkpoints`` belongs to (first in its records).
+SERIES_COLUMNS = _SCHEMA["series"]
 #: A Monte-Carlo or exact test at one size k (``kruskal``; ``check`` adds model, variant, layer),
 #: and the sweep rows (``check = "sweep"``: k, fraction, ci_low, ci_high).
 TEST_COLUMNS = _SCHEMA["test"]
@@ -81,7 +83,7 @@ MEMORIZE_COLUMNS = _SCHEMA["memorize"]
 
 #: The columns of each command's table, in the order a record gives them.
 COLUMNS: dict[str, tuple[Column, ...]] = {
-    "check": _WHERE + TEST_COLUMNS,
+    "check": SERIES_COLUMNS + _WHERE + TEST_COLUMNS,
     "kruskal": TEST_COLUMNS,
     "capacity": CAPACITY_COLUMNS,
     "memorize": MEMORIZE_COLUMNS,
@@ -368,6 +370,7 @@ def _decode_dataclass(tp, data, where: str):
     """
     if not isinstance(data, dict):
         raise ValueError(f"{where}: expected an object for {tp.__name__}, got {type(data).__name__}")
+    data = _renamed(tp, data, where)
     hints = typing.get_type_hints(tp)
     kept = [f for f in _document_fields(tp) if f.init]
     required = [f.name for f in kept if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
@@ -385,6 +388,20 @@ def _decode_dataclass(tp, data, where: str):
         if f.name in data
     }
     return tp(**values)
+
+
+def _renamed(tp, data: dict, where: str) -> dict:
+    """``data`` with the fields a document written by an older version stored under an old name
+    (the class's ``RENAMED_FIELDS``: old name -> name) under their names.
+
+    Raises:
+        ValueError: when ``data`` holds a field under both its old name and its name.
+    """
+    renamed = getattr(tp, "RENAMED_FIELDS", {})
+    both = [old for old, new in renamed.items() if old in data and new in data]
+    if both:
+        raise ValueError(f"{where}: {tp.__name__} holds {', '.join(both)} and its new name both")
+    return {renamed.get(k, k): v for k, v in data.items()}
 
 
 def _decode_tuple(args: tuple, data, where: str) -> tuple:
@@ -532,7 +549,12 @@ def text_width() -> int:
         tty = sys.stdout.isatty()
     except (AttributeError, ValueError):  # a replaced or closed stdout
         tty = False
-    return shutil.get_terminal_size((REDIRECTED_WIDTH, 24)).columns if tty else REDIRECTED_WIDTH
+    if not tty:
+        return REDIRECTED_WIDTH
+    try:  # the terminal the data goes to (while a command runs, descriptor 1 is stderr's: mhaaudit.stdio)
+        return os.get_terminal_size(sys.stdout.fileno()).columns or REDIRECTED_WIDTH
+    except (AttributeError, ValueError, OSError):
+        return shutil.get_terminal_size((REDIRECTED_WIDTH, 24)).columns
 
 
 class Report:
@@ -561,7 +583,7 @@ class Report:
 
     def __str__(self) -> str:
         buf = _io.StringIO()
-        con = Console(file=buf, width=text_width(), color_system=None, force_terminal=False, force_jupyter=False)
+        con = TextConsole(file=buf, width=text_width(), color_system=None, force_terminal=False, force_jupyter=False)
         for r in self.renderables():
             con.print(r, highlight=False)
         return buf.getvalue()
@@ -585,7 +607,7 @@ class Report:
                 blocks.append(
                     (
                         kind,
-                        Console(
+                        TextConsole(
                             record=True,
                             file=_io.StringIO(),
                             width=width,

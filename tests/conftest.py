@@ -108,3 +108,13 @@ def strict_json(text: str):
         raise ValueError(f"{const} is not valid JSON")
 
     return json.loads(text, parse_constant=refuse)
+
+
+def full_gram_limit(monkeypatch, nbytes: int) -> None:
+    """Set the byte limit of the full T x T Gram for whichever device the run takes: the CPU's
+    (``FULL_GRAM_MAX_BYTES``) and a GPU's (``DEVICE_FULL_GRAM_MAX_BYTES``), so that a test forcing
+    the per-draw route forces it on a GPU machine too."""
+    from mhaaudit.kruskal import sampling
+
+    monkeypatch.setattr(sampling, "FULL_GRAM_MAX_BYTES", nbytes)
+    monkeypatch.setattr(sampling, "DEVICE_FULL_GRAM_MAX_BYTES", nbytes)

@@ -72,3 +72,41 @@ def byte_tokenizer():
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", bos_token="<eos>")
+
+
+def hub_cache(cache, repo, revisions):
+    """A hub cache folder laid out as the hub client lays it out, for ``repo`` at each revision of
+    ``revisions`` (revision name -> a local model folder): every file stored once in ``blobs`` (named
+    by its SHA-256), each revision's ``snapshots/<commit>`` holding relative links to the blobs, and
+    ``refs/<revision>`` naming the commit. Returns ``{revision: commit}``."""
+    import hashlib
+    import os
+    from pathlib import Path
+
+    root = Path(cache) / f"models--{repo.replace('/', '--')}"
+    (root / "blobs").mkdir(parents=True, exist_ok=True)
+    (root / "refs").mkdir(exist_ok=True)
+    commits = {}
+    for revision, folder in revisions.items():
+        commit = hashlib.sha1(f"{repo}@{revision}".encode()).hexdigest()
+        snapshot = root / "snapshots" / commit
+        snapshot.mkdir(parents=True, exist_ok=True)
+        for path in sorted(Path(folder).iterdir()):
+            if not path.is_file():
+                continue
+            data = path.read_bytes()
+            blob = root / "blobs" / hashlib.sha256(data).hexdigest()
+            if not blob.exists():
+                blob.write_bytes(data)
+            os.symlink(os.path.relpath(blob, snapshot), snapshot / path.name)
+        (root / "refs" / revision).write_text(commit)
+        commits[revision] = commit
+    return commits
+
+
+def use_hub_cache(monkeypatch, cache):
+    """Point the hub client (and transformers' reads through it) at the hub cache folder ``cache``."""
+    import huggingface_hub.constants as hc
+
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))

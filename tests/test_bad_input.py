@@ -9,7 +9,7 @@ the work also run with the data pass and the Monte-Carlo sampler replaced by a t
 
 Two more tables follow, one case a row: ``FULL_DISK`` (an output meets a full disk: no output of
 the run is left and no earlier file is replaced) and ``ENDINGS`` (every other way a run ends: a
-full stdout, a closed pipe, SIGTERM, a full tmpfs), each with its exit status and one line.
+full stdout, a closed pipe, SIGTERM, SIGHUP, a full tmpfs), each with its exit status and one line.
 """
 
 from __future__ import annotations
@@ -307,6 +307,13 @@ CASES = [
     ("index-shard-dotdot", "check {vitdotdot} --variants trained", "'../outside/x.safetensors' is not a file name"),
     ("index-shard-absolute", "check {vitabs} --variants trained", "'/etc/passwd' is not a file name"),
     ("remote-code-without-flag", "check {bertcode}", "pass --trust-remote-code"),
+    # --- a series of checkpoints: refused before any work
+    ("series-glob-matches-nothing", "check {vit} --checkpoints '{out}/ckpt-*'", "the glob matches no file or folder"),
+    ("series-checkpoint-missing", "check {vit} --checkpoints {vit},{out}/missing", "missing: no such file or folder"),
+    ("series-one-file-twice", "check {vit} --checkpoints {vit},{vit}/.", "name the same file"),
+    ("series-another-family", "check {vit} --checkpoints {vit},{bert}", "is of another"),
+    ("series-beside-weights", "check {vit} --checkpoints {vit} --weights {vit}", "--weights has no effect"),
+    ("series-revisions-of-a-folder", "check {vit} --revision a,b", "is a local folder"),
     ("memorize-values-without-vary", "memorize --sizes 16 --values 1,2", "--values needs --vary"),
     # --- what is read is never executed: pickles are refused unread (np.load(allow_pickle=False),
     #     torch.load(weights_only=True)); the run asserts that the pickle's marker file never appears
@@ -713,6 +720,14 @@ ENDINGS = [
         143,
         "terminated (SIGTERM)",
     ),
+    ("sighup-while-sampling", "kruskal big.npy --sweep --samples 100000000", "sighup", 129, "hung up (SIGHUP)"),
+    (
+        "sighup-while-importing",
+        "kruskal big.npy --sweep --samples 100000000",
+        "sighup-importing",
+        129,
+        "hung up (SIGHUP)",
+    ),
     (
         "disk-full-on-a-tmpfs",
         "kruskal m.npy --k 3 --samples 50 --format json",
@@ -747,11 +762,12 @@ def _end_run(folder, args: list[str], how: str) -> tuple[int, str]:
         p.stdout.close()
         err = p.stderr.read().decode()
         return p.wait(timeout=300), err
-    assert how in ("sigterm", "sigterm-importing")
-    if how == "sigterm-importing":  # Python reports each import on stderr: SIGTERM once click is imported
+    assert how in ("sigterm", "sigterm-importing", "sighup", "sighup-importing")
+    sig = signal.SIGHUP if how.startswith("sighup") else signal.SIGTERM
+    if how.endswith("-importing"):  # Python reports each import on stderr: the signal once click is imported
         env["PYTHONPROFILEIMPORTTIME"] = "1"
         marker, after = re.compile(r"^import time:.*\|\s+click$"), 0.0
-    else:  # SIGTERM while the work runs: 3 s after the estimator is imported (progress is quiet off a terminal)
+    else:  # the signal while the work runs: 3 s after the estimator is imported (progress is quiet off a terminal)
         env["PYTHONPROFILEIMPORTTIME"] = "1"
         marker, after = re.compile(r"^import time:.*\|\s+mhaaudit\.kruskal$"), 3.0
     p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=folder, env=env, text=True)
@@ -763,7 +779,7 @@ def _end_run(folder, args: list[str], how: str) -> tuple[int, str]:
             if not line.startswith("import time:"):
                 lines.append(line)
             if not sent and marker.search(line.rstrip()):
-                threading.Timer(after, p.send_signal, (signal.SIGTERM,)).start()
+                threading.Timer(after, p.send_signal, (sig,)).start()
                 sent = True
 
     reader = threading.Thread(target=read, daemon=True)

@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import sys
 
 import pyarrow as pa
@@ -650,3 +651,67 @@ def test_help_says_what_layer_reads(capsys):
     for word in ("--layer", "--layers", "--format", "table|json|parquet", "--fail-on", "--save-features"):
         assert word in text, word
     assert "the tokens read are the output of block K" in text
+
+
+# --------------------------------------------------------------------------- where the time went
+
+
+def test_footer_and_meta_name_the_same_phases(capsys, vit_dir, image_dir, tmp_path):
+    """One truth: the table's ``time:`` line and the ``meta.timings_s`` of the same run (its parquet
+    file) list the same phases, in the same order, with the same seconds; the phases and ``other``
+    add up to the total."""
+    from mhaaudit.phases import OTHER, PHASES
+
+    out_file = tmp_path / "r.parquet"
+    rc, out, err = run(capsys, "check", vit_dir, "--data", image_dir, *RUN, "--out", out_file)
+    assert rc == 0, err
+    lines = out.splitlines()
+    at = next(i for i, x in enumerate(lines) if x.strip().startswith("time:"))
+    line = lines[at]
+    for more in lines[at + 1 :]:  # the terminal's width wraps it; the columns' lines are indented
+        if not more or more.startswith(" "):
+            break
+        line += " " + more
+    shown = re.findall(r"(\w[\w -]*?)\s+(\d+\.\d)\s+s\b", line.split("time:", 1)[1])
+    timings = read_parquet_metadata(out_file)["timings_s"]
+    assert [name.strip() for name, _ in shown] == list(timings)
+    assert [float(v) for _, v in shown] == [round(v, 1) for v in timings.values()]
+    for phase in ("imports", "model build", "data", "duplicate keys", "forward", "reduction"):
+        assert phase in timings, phase
+    assert "whole-set statistics" in timings and "draws" in timings and "render" in timings
+    assert set(timings) <= {*PHASES, OTHER, "total"}
+    assert sum(v for k, v in timings.items() if k != "total") == pytest.approx(timings["total"], abs=0.01)
+
+
+def test_a_single_process_check_imports_no_distributed_training_packages(vit_dir, image_dir, tmp_path):
+    """``mhaaudit check`` run as one process never imports FSDP or the distributed tensor package
+    (transformers' modelling code and torch._dynamo would pull them in), nor ``datasets`` for a folder
+    of images."""
+    import subprocess
+
+    from mhaaudit.imports import BLOCKED
+
+    script = (
+        "import atexit, json, sys\n"
+        "def _bye():\n"
+        "    mods = sorted(m for m in sys.modules if m.startswith('torch.distributed.'))\n"
+        "    modeling = 'transformers.modeling_utils' in sys.modules\n"
+        "    print(json.dumps({'dist': mods, 'modeling': modeling, 'datasets': 'datasets' in sys.modules}),"
+        " file=sys.stderr)\n"
+        "atexit.register(_bye)\n"
+        "from mhaaudit.cli.app import run\n"
+        "run(sys.argv[1:])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    p = subprocess.run(
+        [sys.executable, "-c", script, "check", str(vit_dir), "--data", str(image_dir), *RUN],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    seen = json.loads(p.stderr.strip().splitlines()[-1])
+    assert seen["modeling"]  # the model was built with transformers' modelling code
+    assert not [m for m in seen["dist"] if m.startswith(BLOCKED)], seen["dist"]
+    assert not seen["datasets"]  # an image folder needs no data-set library (offline mode is set without it)

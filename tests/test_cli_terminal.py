@@ -24,6 +24,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from clitools import run
@@ -194,6 +195,37 @@ def test_kruskal_describes_the_data_once(npy):
     # with JSON on stdout, the person at the terminal still learns what is being tested, on stderr
     rc, out, err = in_terminal(["kruskal", npy, *KRUSKAL, "--format", "json"], stdout_tty=False, stderr_tty=True)
     assert rc == 0 and ANSI.sub(b"", err).count(b"vectors in R^12") == 1 and b"vectors in R^12" not in out
+
+
+# --------------------------------------------------------------------------- names from files
+
+HOSTILE = "x\x1b]0;PWNED\x07\x1b[2J"  # a name that retitles the window and clears the screen, shown raw
+SHOWN = rb"x\x1b]0;PWNED\x07\x1b[2J"  # the same name with its control characters escaped
+
+
+def _raw_escapes(data: bytes) -> list[bytes]:
+    return [seq for seq in (b"\x1b]0;PWNED", b"\x1b[2J", b"\x07") if seq in data]
+
+
+def test_names_read_from_files_reach_the_terminal_escaped(tmp_path, vit_dir):
+    """A file name and column names read from a file holding escape sequences are shown escaped in the
+    report, in the progress lines and in the error line; the report's own colours stay."""
+    np.save(tmp_path / f"{HOSTILE}.npy", np.random.default_rng(0).standard_normal((30, 6)))
+    pq.write_table(pa.table({HOSTILE: ["a", "b"], "n": [1, 2]}), tmp_path / "cols.parquet")
+    run_in = dict(stdout_tty=True, stderr_tty=True, cwd=tmp_path)
+    rc, out, err = in_terminal(["kruskal", f"{HOSTILE}.npy", "--k", 3, "--samples", 50], **run_in)
+    assert rc == 0, err
+    assert _raw_escapes(out) == [] and _raw_escapes(err) == []
+    assert SHOWN + b".npy" in out and COLOUR.search(out)
+    rc, out, err = in_terminal(
+        ["kruskal", f"{HOSTILE}.npy", "--k", 3, "--samples", 50, "--format", "json"], **run_in | {"stdout_tty": False}
+    )
+    assert rc == 0 and json.loads(out)["records"]
+    assert _raw_escapes(err) == [] and SHOWN + b".npy" in err  # the progress line naming the data
+    for args in (["kruskal", f"{HOSTILE}-missing.npy", "--k", 3], ["check", vit_dir, "--data", "cols.parquet"]):
+        rc, out, err = in_terminal(args, **run_in)
+        assert rc == 2 and out == b"", err
+        assert _raw_escapes(err) == [] and SHOWN in err and err.count(b"Error: ") == 1, err
 
 
 # --------------------------------------------------------------------------- --format x --out

@@ -16,12 +16,13 @@ import sys
 import textwrap
 from pathlib import Path
 
+import chatter
 import pytest
 import torch
 from conftest import tmp_leftovers
 
 from mhaaudit import distributed
-from mhaaudit.errors import DataError
+from mhaaudit.errors import DataError, InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT_S = 240  # a hang guard for the whole job, not a speed requirement
@@ -30,7 +31,7 @@ LIMIT_S = 240  # a hang guard for the whole job, not a speed requirement
 DRIVER = textwrap.dedent("""
     import os, signal, sys
     from mhaaudit import pipeline
-    from mhaaudit.errors import DataError
+    from mhaaudit.errors import DataError, InputError
 
     if os.environ.get("RANK") == os.environ.get("FAIL_RANK"):
         mode = os.environ["FAIL_MODE"]
@@ -204,6 +205,38 @@ def test_timeout_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv(distributed.TIMEOUT_ENV, "soon")
     with pytest.raises(Exception, match="positive number of seconds"):
         distributed.timeout_s()
+    for beyond in ("inf", "1e300", "nan", "-1", "0", str(distributed.MAX_TIMEOUT_S * 2)):
+        monkeypatch.setenv(distributed.TIMEOUT_ENV, beyond)
+        with pytest.raises(InputError, match="positive number of seconds, at most 604800"):
+            distributed.timeout_s()
+
+
+@pytest.mark.parametrize(
+    "env, words",
+    [
+        ({"LOCAL_RANK": "abc"}, "LOCAL_RANK is 'abc'"),
+        ({distributed.TIMEOUT_ENV: "inf"}, "MHAAUDIT_DIST_TIMEOUT='inf'"),
+        ({distributed.TIMEOUT_ENV: "1e300"}, "MHAAUDIT_DIST_TIMEOUT='1e300'"),
+    ],
+)
+def test_a_bad_launch_environment_is_one_line_and_exit_2(tmp_path, env, words):
+    """Values torchrun's environment could hold but mhaaudit cannot use end the process before it joins
+    a job (nobody else needs to be started): one line, exit 2, no traceback."""
+    import numpy as np
+
+    np.save(tmp_path / "X.npy", np.eye(4))
+    full = _env(RANK=0, WORLD_SIZE=2, LOCAL_RANK=0, MASTER_ADDR="127.0.0.1", MASTER_PORT=_free_port())
+    full.update(env)
+    p = subprocess.run(
+        [sys.executable, "-m", "mhaaudit", "kruskal", str(tmp_path / "X.npy"), "--k", "2", "--format", "json"],
+        env={k: str(v) for k, v in full.items()},
+        capture_output=True,
+        text=True,
+        timeout=LIMIT_S,
+    )
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.splitlines() == [p.stderr.strip()] and p.stderr.startswith("Error: ") and words in p.stderr
+    assert p.stdout == ""
 
 
 def test_read_ahead_keeps_order_and_raises_in_place():
@@ -378,6 +411,68 @@ def test_two_ranks_give_the_capacity_of_one_process(bert_dir, tmp_path):
     a, b = json.loads(one), json.loads(out0)
     assert b["records"] == a["records"] and b["meta"]["notes"] == a["meta"]["notes"]
     assert b["meta"]["distributed"]["world_size"] == 2 and out1 == ""
+
+
+def test_two_ranks_spread_a_series_and_give_the_records_of_one_process(vit_dir, image_dir, tmp_path):
+    """``check --checkpoints``: the reference audited by both ranks together, then the checkpoints spread
+    over the ranks in rounds (a repeat decided across the ranks: checkpoint 3 on rank 1 repeats
+    checkpoint 2 on rank 0); rank 0 writes the records of one process, rank 1 nothing."""
+    import shutil
+
+    from conftest import save_tiny_vit
+
+    runs = tmp_path / "runs"
+    for step, seed in ((100, 1), (200, 2), (300, 3)):
+        save_tiny_vit(runs / f"ckpt-{step}", seed=seed)
+    shutil.copytree(runs / "ckpt-300", runs / "ckpt-400")
+    cwds = [tmp_path / "rank0", tmp_path / "rank1"]
+    for c in cwds:
+        c.mkdir()
+    args = _check_args(vit_dir, image_dir, "--sweep", "--checkpoints", f"{runs}/ckpt-*", "--out", "series.parquet")
+    rc, one, err = single(args, cwd=tmp_path)
+    assert rc == 0, err
+    (r0, out0, err0), (r1, out1, err1) = launch(args, cwds=cwds)
+    assert (r0, r1) == (0, 0), err0 + err1
+    a, b = json.loads(one), json.loads(out0)
+    assert b["records"] == a["records"] and b["sweep"] == a["sweep"]
+    statuses = [c["status"] for c in b["meta"]["series"]["checkpoints"]]
+    assert (
+        statuses
+        == ["audited", "audited", "audited", "identical"]
+        == [c["status"] for c in a["meta"]["series"]["checkpoints"]]
+    )
+    assert out1 == "" and err1 == "" and os.listdir(cwds[1]) == []
+    assert (cwds[0] / "series.parquet").is_file() and tmp_leftovers(cwds[0]) == []
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["kruskal", pytest.param("check", marks=pytest.mark.slow)],
+)
+def test_native_chatter_stays_off_stdout_on_every_rank(vit_dir, image_dir, tmp_path, command):
+    """A native library writes to descriptor 1 from inside the work on both ranks (as NCCL or MKL
+    would): rank 0's stdout is still the document alone, rank 1's is empty, and each rank's stderr
+    has what was written."""
+    import numpy as np
+
+    np.save(tmp_path / "X.npy", np.random.default_rng(0).standard_normal((120, 16)))
+    driver = tmp_path / "chatty.py"
+    driver.write_text(chatter.DRIVER)
+    if command == "kruskal":
+        args = ["kruskal", tmp_path / "X.npy", "--k", 8, "--sweep", "--samples", 300, "--device", "cpu"]
+        args += ["--format", "json"]
+    else:
+        args = [*_check_args(vit_dir, image_dir)[:-2], "--format", "table"]
+    (r0, out0, err0), (r1, out1, err1) = launch(args, driver=driver)
+    assert (r0, r1) == (0, 0), err0 + err1
+    if command == "kruskal":
+        assert [r["k"] for r in json.loads(out0)["records"]] == [8]
+    else:
+        assert out0.startswith(f"{vit_dir}: vit (hf), n = 17, d = 32, T = 30 examples"), out0[:300]
+    assert out1 == ""
+    for err in (err0, err1):
+        assert chatter.WRITE.decode() in err and chatter.PRINTF.decode() in err, err[-2000:]
+    assert chatter.WRITE.decode() not in out0 and chatter.PRINTF.decode() not in out0
 
 
 @pytest.mark.parametrize(

@@ -136,3 +136,115 @@ def test_images_from_an_encoded_parquet_style_source_are_keyed_after_decoding():
     assert raw.getvalue() != again.getvalue()
     decoded = [Image.open(io.BytesIO(b)).convert("RGB") for b in (raw.getvalue(), again.getvalue())]
     assert find_duplicates(decoded).kept == (0,)
+
+
+# --------------------------------------------------------------------------- keys computed where the batch lies
+
+
+def _classes(keys) -> list[int]:
+    """Each key's first index: the partition the keys make."""
+    first: dict = {}
+    return [first.setdefault(k, i) for i, k in enumerate(keys)]
+
+
+def _byte_classes(rows) -> list[int]:
+    first: dict = {}
+    return [first.setdefault(np.ascontiguousarray(r).tobytes(), i) for i, r in enumerate(rows)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.uint8, torch.bool])
+def test_fingerprints_partition_a_batch_as_its_bytes_do(dtype):
+    """Equal examples, and only they, get equal keys: checked against the bytes themselves, on a
+    batch with planted repeats, of every width of dtype."""
+    from mhaaudit.sources.duplicates import Fingerprints
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randint(0, 3, (12, 5, 4), generator=g).to(dtype)  # few values: near-misses are common
+    x[7], x[9], x[11] = x[1], x[4], x[1]
+    keys = Fingerprints(secret=5).keys({"pixel_values": x})
+    assert _classes(keys) == _byte_classes(x.contiguous().view(torch.uint8).numpy())
+    assert keys[7] == keys[1] == keys[11] and keys[9] == keys[4]
+
+
+def test_fingerprints_read_bits_not_values():
+    from mhaaudit.sources.duplicates import Fingerprints
+
+    f = Fingerprints(secret=1)
+    zeros = torch.zeros(2, 3)
+    zeros[1, 2] = -0.0  # equal values, other bits: other inputs
+    assert f.keys({"pixel_values": zeros})[0] != f.keys({"pixel_values": zeros})[1]
+    nans = torch.full((2, 3), float("nan"))  # the same bits: the same input, though NaN != NaN
+    keys = f.keys({"pixel_values": nans})
+    assert keys[0] == keys[1]
+    # the dtype, the shape of an example and the column's name are part of the key
+    a = f.keys({"pixel_values": torch.zeros(1, 4)})[0]
+    assert a != f.keys({"pixel_values": torch.zeros(1, 4, dtype=torch.float64)})[0]
+    assert a != f.keys({"pixel_values": torch.zeros(1, 2, 2)})[0]
+    assert a != f.keys({"other": torch.zeros(1, 4)})[0]
+    # the secret changes the keys, not the partition; one secret gives the same keys every time
+    assert f.keys({"pixel_values": torch.ones(1, 4)}) == Fingerprints(secret=1).keys({"pixel_values": torch.ones(1, 4)})
+    assert f.keys({"pixel_values": torch.ones(1, 4)}) != Fingerprints(secret=2).keys({"pixel_values": torch.ones(1, 4)})
+    assert f.keys({"pixel_values": torch.zeros(0, 4)}) == []
+    assert len(set(f.keys({"pixel_values": torch.zeros(3, 0, 4)}))) == 1  # examples of no values are all equal
+    with pytest.raises(ValueError, match="first axis"):
+        f.keys({"a": torch.zeros(2, 3), "b": torch.zeros(3, 3)})
+    with pytest.raises(TypeError):
+        f.keys({"scale": 0.5})
+
+
+def test_fingerprints_of_long_examples_stay_exact(monkeypatch):
+    """Past ``SEGMENT`` words an example is fingerprinted a segment at a time (every sum stays an
+    exact float64 integer): a one-bit change in the last segment is still another input."""
+    from mhaaudit.sources.duplicates import Fingerprints
+
+    monkeypatch.setattr(Fingerprints, "SEGMENT", 64)
+    monkeypatch.setattr(Fingerprints, "CHUNK", 16)
+    x = torch.randint(0, 256, (3, 1000), dtype=torch.uint8)
+    x[1] = x[0]
+    x[2] = x[0]
+    x[2, 999] ^= 1
+    keys = Fingerprints(secret=9).keys({"pixel_values": x})
+    assert keys[0] == keys[1] != keys[2]
+
+
+def test_a_fingerprint_collision_inside_a_batch_is_caught_by_the_bits(monkeypatch):
+    """Rows of one batch whose fingerprints agree are compared bit for bit: a collision (forced
+    here: every fingerprint 0) keeps different rows apart, and equal rows stay equal."""
+    from mhaaudit.sources.duplicates import Fingerprints
+
+    monkeypatch.setattr(
+        Fingerprints, "_fingerprint", lambda self, words: torch.zeros(words.shape[0], 8, dtype=torch.int64)
+    )
+    x = torch.tensor([[1.0, 2.0], [3.0, 4.0], [1.0, 2.0]])
+    keys = Fingerprints(secret=0).keys({"pixel_values": x})
+    assert keys[0] == keys[2] and keys[1] not in (keys[0], keys[2])
+
+
+def test_the_capture_loop_drops_what_the_bytes_say(monkeypatch):
+    """``pipeline._without_duplicates`` with the device keys drops exactly the examples that the
+    byte keys of ``batch_keys`` would drop, across batches, first occurrence kept."""
+    from mhaaudit import distributed, pipeline
+    from mhaaudit.sources.duplicates import Fingerprints
+
+    images = [_image(i % 5) for i in range(12)]
+    by_bytes, by_device = DuplicateFinder(), DuplicateFinder()
+    keyer, shard = Fingerprints(), distributed.SingleProcess()
+    kept = []
+    for b, start in enumerate(range(0, 12, 4)):
+        batch = _preprocess(images[start : start + 4])
+        by_bytes.add(batch_keys(batch))
+        out = pipeline._without_duplicates(by_device, keyer, b, batch, shard)
+        kept.append(out["pixel_values"])
+    assert by_device.result() == by_bytes.result()
+    assert torch.equal(torch.cat(kept), _preprocess(images[:5])["pixel_values"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_fingerprints_on_cuda_equal_the_cpu_ones():
+    """The keys are exact integers: computed on the GPU the batch lies on, they are the CPU's."""
+    from mhaaudit.sources.duplicates import Fingerprints
+
+    x = torch.randn(6, 3, 32, 32)
+    x[4] = x[1]
+    f = Fingerprints(secret=11)
+    assert f.keys({"pixel_values": x.cuda()}) == f.keys({"pixel_values": x})

@@ -25,6 +25,7 @@ from mhaaudit.errors import (
     OfflineError,
     OutputError,
     param,
+    printable,
 )
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mhaaudit"
@@ -221,3 +222,21 @@ def test_a_kept_message_names_the_parameter_in_the_library_and_the_flag_on_the_c
     assert "(raise limit above k = 7)" in _whole_set_note("assumption_1", 7, 7, 8)
     with parameter_names(_flag):
         assert "(raise --limit above k = 7)" in _whole_set_note("assumption_1", 7, 7, 8)
+
+
+@pytest.mark.parametrize(
+    "text, shown",
+    [
+        ("plain name.npy", "plain name.npy"),
+        ("x\x1b]0;PWNED\x07\x1b[2J", "x\\x1b]0;PWNED\\x07\\x1b[2J"),  # retitle a window, clear the screen
+        ("a\x9b2Jb\x7f", "a\\x9b2Jb\\x7f"),  # the 8-bit CSI, DEL
+        ("cod\u202egnp.exe", "cod\\u202egnp.exe"),  # a right-to-left override reordering what is shown
+        ("bytes \udcff", "bytes \\udcff"),  # an undecodable byte of a file name
+        ("two\nlines\tand a tab", "two\\x0alines\\x09and a tab"),
+        ("é 中 ✓", "é 中 ✓"),  # printable characters of any script stay
+    ],
+)
+def test_printable_shows_control_characters_escaped(text, shown):
+    assert printable(text) == shown
+    assert printable(shown) == shown  # escaping what is shown changes nothing
+    assert printable("a\nb\x1b", keep="\n") == "a\nb\\x1b"

@@ -34,7 +34,7 @@ g = _load()
 def test_smoke_runs_every_part_and_resumes(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     res = tmp_path / "rep"
-    rc = g.main(["--device", "cpu", "--smoke", "--in-process", "--results", str(res)])
+    rc = g.main(["--device", "cpu", "--smoke", "--in-process", "--results", str(res), "--budget", "100000"])
     out = capsys.readouterr().out
     assert rc == 0, out
     records = g.read_records(res / "results.jsonl")
@@ -53,11 +53,15 @@ def test_smoke_runs_every_part_and_resumes(tmp_path, capsys, monkeypatch):
     assert "gpu_busy_s" not in cv and set(cv["verdicts"]) >= {"random/assumption_1", "embedding/assumption_2"}
     assert by["memorize"]["points"] == 2 and by["memorize"]["seconds"] > 0
     assert by["tests"]["returncode"] == 0 and by["tests"]["skipped"] == 1 and by["tests"]["failed"] == 0
+    prof = by["profile"]  # check under cProfile: its top functions by cumulative time, and its own phases
+    assert 0 < len(prof["top"]) <= g.PROFILE_TOP and prof["phases_s"]["forward"] >= 0
+    assert [r["cum_s"] for r in prof["top"]] == sorted((r["cum_s"] for r in prof["top"]), reverse=True)
+    assert "cumulative" in (res / "profile-check-vit-base.txt").read_text()
     report = (res / "report.md").read_text()
     assert "smoke sizes, not figures" in report and "torch " in report and "commit " in report
     assert "unmeasured" not in report.split("| target |")[0]  # every row measured (at smoke sizes)
     # run again: every part is done for this commit and device, nothing runs
-    rc = g.main(["--device", "cpu", "--smoke", "--in-process", "--results", str(res)])
+    rc = g.main(["--device", "cpu", "--smoke", "--in-process", "--results", str(res), "--budget", "100000"])
     out = capsys.readouterr().out
     assert rc == 0 and out.count("done earlier") == len(g.PARTS)
     assert len(g.read_records(res / "results.jsonl")) == len(g.PARTS)
@@ -134,18 +138,153 @@ def _record(part, result, status="done", key=None):
 
 def test_targets_pass_and_miss():
     fine = {
-        "check-vit-base": _record("check-vit-base", {"wall_s": 8.0, "gpu_busy_fraction": 0.8}),
+        "check-vit-base": _record("check-vit-base", {"wall_s": 7.5, "gpu_busy_fraction": 0.45}),
         "kruskal": _record("kruskal", {"ours_s": 0.04}),
-        "sweep": _record("sweep", {"ours_s": 1.5}),
+        "sweep": _record("sweep", {"ours_s": 0.6}),
         "memorize": _record("memorize", {"seconds": 700.0}),
     }
     got = {t.split()[0]: st for t, _, st in g.targets(fine, "NVIDIA H100 80GB HBM3")}
     assert got == {"`check": "PASS", "k": "PASS", "sweep": "MISS", "Figure": "MISS"}
-    idle = dict(fine, **{"check-vit-base": _record("check-vit-base", {"wall_s": 8.0, "gpu_busy_fraction": 0.3})})
+    assert g.targets(fine, "NVIDIA H200")[0][2] == "PASS"
+    idle = dict(fine, **{"check-vit-base": _record("check-vit-base", {"wall_s": 7.5, "gpu_busy_fraction": 0.3})})
     assert g.targets(idle, "NVIDIA H100 80GB HBM3")[0][2] == "MISS"  # fast, but the GPU mostly idle
-    assert g.targets(fine, "NVIDIA A100-SXM4-40GB")[0][2] == "not an H100"
+    slow = dict(fine, **{"check-vit-base": _record("check-vit-base", {"wall_s": 9.0, "gpu_busy_fraction": 0.9})})
+    assert g.targets(slow, "NVIDIA H200")[0][2] == "MISS"
+    assert g.targets(fine, "NVIDIA A100-SXM4-40GB")[0][2] == "not an H100 or H200"
     cut = {"memorize": _record("memorize", None, status="timeout")}
     assert g.targets(cut, None)[3][1].startswith("unfinished") and g.targets(cut, None)[3][2] == "unmeasured"
+
+
+def _fake_parts(monkeypatch, took: dict[str, float]):
+    """Parts that take ``took[part]`` seconds of a fake clock (and the clock the budget reads)."""
+    clock = [0.0]
+    ran: list[tuple[str, float]] = []
+    monkeypatch.setattr(g.time, "perf_counter", lambda: clock[0])
+
+    def launch(name, device, smoke, workdir, timeout):
+        ran.append((name, timeout))
+        spent = min(took.get(name, 1.0), timeout)
+        clock[0] += spent
+        status = "done" if took.get(name, 1.0) <= timeout else "timeout"
+        return {"part": name, "status": status, "seconds": spent, "timeout_s": timeout, "result": {}, "log_tail": ""}
+
+    monkeypatch.setattr(g, "launch", launch)
+    monkeypatch.setattr(g, "table", lambda parts, s, smoke=False: "table")
+    return ran
+
+
+def test_the_budget_runs_the_most_valuable_parts_first_and_the_next_call_resumes(tmp_path, monkeypatch, capsys):
+    """Parts run by value, whatever order --parts names them in; a part starts only when its expected
+    time fits what is left of the budget (the others wait), its timeout never passes the budget,
+    and the next call with the same results runs what was left."""
+    took = {p: 100.0 for p in g.PARTS}
+    monkeypatch.setattr(g, "EXPECTED_S", {p: 100.0 for p in g.PARTS} | {"memorize": 60.0})
+    ran = _fake_parts(monkeypatch, took)
+    args = [
+        "--device",
+        "cpu",
+        "--results",
+        str(tmp_path),
+        "--commit",
+        "abc1234",
+        "--parts",
+        ",".join(reversed(g.PARTS)),
+    ]
+    assert g.main([*args, "--budget", "330"]) == 0
+    out = capsys.readouterr().out
+    assert [name for name, _ in ran] == list(g.PARTS[:3])  # 3 x 100 s in 330 - 15 s
+    assert all(t <= 330 - g.MARGIN_S for _, t in ran)
+    assert "left for the next call" in out and g.PARTS[3] in out.split("left for the next call (")[1]
+    ran.clear()
+    assert g.main([*args, "--budget", "330"]) == 0  # resumes: the first three are done for this commit
+    assert [name for name, _ in ran] == list(g.PARTS[3:6])
+    recs = g.read_records(tmp_path / "results.jsonl")
+    assert [r["part"] for r in recs] == list(g.PARTS[:6]) and len({str(r["key"]) for r in recs}) == 1
+    # a part that needs more than is left waits while a later one that fits runs; memorize takes what is left
+    ran.clear()
+    took["profile"] = 10.0
+    monkeypatch.setattr(g, "EXPECTED_S", dict(g.EXPECTED_S, profile=10.0))
+    assert g.main([*args, "--budget", "90"]) == 0
+    assert [name for name, _ in ran] == ["profile", "memorize"]
+    assert ran[1][1] == pytest.approx(90 - g.MARGIN_S - 10.0)  # cut at the budget: it resumes next time
+    assert (
+        g.latest(g.read_records(tmp_path / "results.jsonl"), g.read_records(tmp_path / "results.jsonl")[-1]["key"])[
+            "memorize"
+        ]["status"]
+        == "timeout"
+    )
+
+
+def test_expected_time_follows_the_records():
+    done = {"part": "sweep", "status": "done", "seconds": 30.0, "key": {"smoke": False}}
+    smoke = {"part": "sweep", "status": "done", "seconds": 1.0, "key": {"smoke": True}}
+    cut = {"part": "tests", "status": "timeout", "seconds": 200.0, "key": {"smoke": False}}
+    assert g.expected_seconds("sweep", [done, smoke], smoke=False) == pytest.approx(36.0)
+    assert g.expected_seconds("tests", [cut], smoke=False) == pytest.approx(300.0)
+    assert g.expected_seconds("kruskal", [], smoke=False) == g.EXPECTED_S["kruskal"]
+    assert g.expected_seconds("memorize", [done], smoke=False) == g.EXPECTED_S["memorize"]
+
+
+def test_the_commit_is_the_projects_own(tmp_path, monkeypatch):
+    """A copy of the project inside another git repository does not take that repository's HEAD:
+    the commit comes from --commit, the environment, or the stamp --prepare left beside the wheels."""
+    import shutil
+    import subprocess
+
+    outer = tmp_path / "outer"
+    copy = outer / "vendored" / "mhaaudit-copy"
+    (copy / "benchmarks").mkdir(parents=True)
+    shutil.copy(ROOT / "benchmarks" / "gpu_report.py", copy / "benchmarks" / "gpu_report.py")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q", str(outer)], check=True)
+    subprocess.run([*git, "-C", str(outer), "add", "-A"], check=True)
+    subprocess.run([*git, "-C", str(outer), "commit", "-q", "-m", "outer"], check=True)
+    outer_head = subprocess.run(
+        ["git", "-C", str(outer), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    monkeypatch.setattr(g, "ROOT", copy)
+    monkeypatch.delenv("MHAAUDIT_COMMIT", raising=False)
+    assert g.git_commit() is None and g.commit() is None
+    assert g.commit("1234abc") == "1234abc"
+    monkeypatch.setenv("MHAAUDIT_COMMIT", "fedcba9")
+    assert g.commit() == "fedcba9"
+    monkeypatch.delenv("MHAAUDIT_COMMIT")
+    (copy / "wheels").mkdir()
+    (copy / "wheels" / "COMMIT").write_text("8f91575ab79d\n")
+    assert g.commit() == "8f91575ab79d" and not g.commit().startswith(outer_head[:12])
+    (copy / "wheels" / "COMMIT").write_text("not a commit\n")
+    assert g.commit() is None
+    # the project's own repository gives its HEAD
+    monkeypatch.setattr(g, "ROOT", ROOT)
+    if (ROOT / ".git").exists():
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+        assert g.git_commit().split("+")[0] == head.strip()[:12]
+
+
+def test_report_only_renders_the_records_as_stamped(tmp_path, capsys):
+    """The table of a results file from another machine, stamped with that machine's card and commit."""
+    shutil_records = tmp_path / "results.jsonl"
+    st = {
+        "commit": "8f91575ab79d",
+        "device": "cuda",
+        "torch": "2.11.0+cu130",
+        "cuda": "13.0",
+        "python": "3.12.3",
+        "transformers": "5.24.0",
+        "timm": "1.0.31",
+        "cpu_cores": 16,
+        "date": "2026-11-28",
+        "gpu": "NVIDIA H200",
+        "driver": "580.159.04",
+    }
+    key = {"commit": "8f91575ab79d", "device": "cuda", "gpu": "NVIDIA H200", "smoke": False}
+    measured = {"T": 2000, "naive_s": 29.9, "naive_draws": 1000, "ours_s": 0.23, "equal_float64": 1000}
+    measured |= {"check_draws": 1000, "equal_cpu": 1000, "record_equal_cpu": True}
+    g.append_record(shutil_records, _record("kruskal", measured, key=key) | {"stamp": st})
+    assert g.main(["--report-only", "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "NVIDIA H200" in out and "commit 8f91575ab79d" in out and "driver 580.159.04" in out
+    assert g.main(["--report-only", "--results", str(tmp_path / "none")]) == 2
 
 
 def test_latest_keeps_a_done_part_over_a_later_failure_and_ignores_other_keys():
@@ -198,3 +337,24 @@ def test_cuda_test_files_are_found_by_what_they_say():
     files = g.cuda_test_files()
     assert "tests/test_kruskal_device_route.py" in files and "tests/test_gpu_report.py" not in files
     assert all("cuda" in (ROOT / f).read_text() for f in files)
+
+
+def test_the_grid_part_stops_itself_before_its_end_and_the_next_call_goes_on(tmp_path, monkeypatch):
+    """memorize knows when its process will be stopped (launch sets the deadline) and ends the grid
+    before it, keeping what it trained; the record says timeout, and the next attempt finishes it."""
+    import time
+
+    from mhaaudit.memorize import grid as grid_mod
+
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv(g.DEADLINE_ENV, str(time.time() + 60))
+    reads = iter([0.0])  # the grid's deadline is set at 0; every later reading is past it
+    monkeypatch.setattr(grid_mod.time, "monotonic", lambda: next(reads, 1e9))
+    cut = g.run_in_process("memorize", "cpu", True, tmp_path)
+    assert cut["status"] == "timeout" and cut["result"]["finished"] is False
+    assert cut["result"]["points_left"] == cut["result"]["points"] == 2
+    monkeypatch.undo()
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    done = g.run_in_process("memorize", "cpu", True, tmp_path)
+    assert done["status"] == "done" and done["result"]["points"] == 2
+    assert done["result"]["attempts_s_before"] == pytest.approx(cut["result"]["seconds"])

@@ -17,6 +17,7 @@ from mhaaudit.errors import InputError, OutputError
 from mhaaudit.io import (
     MappedArray,
     atomic_path,
+    check_folder_writable,
     check_writable,
     parquet_bytes,
     read_array,
@@ -59,6 +60,22 @@ def test_atomic_write_replaces_only_on_success(tmp_path):
     write_text(target, "second")
     assert target.read_text() == "second"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+
+
+@pytest.mark.parametrize("name", ["a" * 242 + ".parquet", "é" * 123 + ".pq", "b" * 255])
+def test_a_legal_long_name_has_a_legal_temporary(tmp_path, name):
+    """A name of up to 255 bytes is legal; its temporary (``.NAME.XXXXXXXX.tmp``) is shortened to fit."""
+    assert len(name.encode()) <= 255
+    write_text(tmp_path / name, "long")
+    assert (tmp_path / name).read_text() == "long"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+    assert check_folder_writable(tmp_path / name[:-1], "--save-features") == tmp_path / name[:-1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+    over = name + "x" * (256 - len(name.encode()))  # one byte over: the name itself is refused, as too long
+    with pytest.raises(OutputError, match="too long"):
+        check_writable(tmp_path / over)
+    with pytest.raises(OutputError, match="too long"):
+        check_folder_writable(tmp_path / over, "--save-features")
 
 
 def test_atomic_write_failure_leaves_no_file(tmp_path):

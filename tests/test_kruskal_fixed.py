@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import full_gram_limit
 from matrices import (
     SCALES32,
     SCALES64,
@@ -30,7 +31,7 @@ def test_identical_rows_fail_without_sampling():
     X = torch.ones(50, 16)  # every query identical, as at the embedding layer
     r = subset_test(X, 5, samples=100)
     assert r.verdict == "fails" and not r.sampled and r.proven
-    assert r.set_rank == 1
+    assert r.set_rank_ceiling == 1
     assert "no sampling" in r.reason
 
 
@@ -112,9 +113,9 @@ def test_subset_test_same_whether_the_full_gram_fits_or_not(monkeypatch):
     rule = RankRule.for_dtype(X.dtype)
     st_ = set_stats(X, rule)
     k = st_.rank - 2
-    full = subset_test(X, k, samples=600, seed=2, rule=rule, stats=st_).record()
-    monkeypatch.setattr(sampling, "FULL_GRAM_MAX_BYTES", sampling.full_gram_bytes(299))
-    rows = subset_test(X, k, samples=600, seed=2, rule=rule, stats=st_).record()
+    full = subset_test(X, k, samples=600, seed=2, rule=rule, stats=st_, device="cpu").record()  # through LAPACK
+    full_gram_limit(monkeypatch, sampling.full_gram_bytes(299))
+    rows = subset_test(X, k, samples=600, seed=2, rule=rule, stats=st_, device="cpu").record()
     assert (full.pop("gram"), rows.pop("gram")) == ("full", "per-draw")
     assert 0 < full["satisfied"] < full["samples"] and full == rows
 

@@ -7,6 +7,7 @@ from collections import Counter
 
 import pytest
 import torch
+from conftest import full_gram_limit
 from matrices import all_draws, dominant
 from threadranks import as_ranks
 
@@ -251,7 +252,7 @@ def test_every_size_path_gives_the_same_numbers(tmp_path, monkeypatch, chunk_byt
     statistics; each record names its path. The paths are forced with the byte limit of the full
     Gram, as a large T would choose them."""
     from mhaaudit.io import MappedArray, read_array
-    from mhaaudit.kruskal import draw_decisions, sampling, set_stats
+    from mhaaudit.kruskal import draw_decisions, set_stats
     from mhaaudit.numerics import stream
 
     if chunk_bytes:
@@ -264,7 +265,7 @@ def test_every_size_path_gives_the_same_numbers(tmp_path, monkeypatch, chunk_byt
     def run(data, full: bool):
         with pytest.MonkeyPatch.context() as m:
             if not full:
-                m.setattr(sampling, "FULL_GRAM_MAX_BYTES", 0)
+                full_gram_limit(m, 0)
             st = set_stats(data, rule)
             idx, ok = draw_decisions(data, 8, samples=400, seed=3, rule=rule)
             test = subset_test(data, 8, samples=400, seed=3, rule=rule, stats=st)
@@ -303,7 +304,6 @@ def test_a_draw_reads_only_its_own_rows(monkeypatch):
     """Past the full Gram, a draw gathers its k rows and no others: no float64 copy of the set."""
     import numpy as np
 
-    from mhaaudit.kruskal import sampling
     from mhaaudit.numerics import stream
 
     X = torch.randn(500, 10, generator=torch.Generator().manual_seed(4))
@@ -315,6 +315,6 @@ def test_a_draw_reads_only_its_own_rows(monkeypatch):
         return real(self, idx)
 
     monkeypatch.setattr(stream.Rows, "take", spy)
-    monkeypatch.setattr(sampling, "FULL_GRAM_MAX_BYTES", 0)
+    full_gram_limit(monkeypatch, 0)
     assert subset_test(X, 6, samples=128, seed=0).gram == "per-draw"
     assert taken and max(taken) <= 6 * DRAW_BLOCK < X.shape[0] and sum(taken) >= 6 * 128

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import full_gram_limit
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from matrices import (
@@ -88,13 +89,11 @@ def test_sweep_same_with_and_without_the_fast_path(monkeypatch):
 
 @pytest.mark.skipif(not lapack.available(), reason="SciPy's Cython LAPACK API is not available")
 def test_sweep_same_whether_the_full_gram_fits_or_not(monkeypatch):
-    from mhaaudit.kruskal import sampling
-
     X = dominant(200, 40, 7)
     rule = RankRule.for_dtype(X.dtype)
-    full = kruskal_sweep(X, samples=300, seed=1, rule=rule)
-    monkeypatch.setattr(sampling, "FULL_GRAM_MAX_BYTES", 0)
-    rows = kruskal_sweep(X, samples=300, seed=1, rule=rule)
+    full = kruskal_sweep(X, samples=300, seed=1, rule=rule, device="cpu")  # the LAPACK kernels
+    full_gram_limit(monkeypatch, 0)
+    rows = kruskal_sweep(X, samples=300, seed=1, rule=rule, device="cpu")
     assert (full.gram, rows.gram) == ("full", "per-draw") and rows.summary()["gram"] == "per-draw"
     assert rows.fractions == full.fractions and rows.estimate == full.estimate and rows.witness == full.witness
 

@@ -13,7 +13,7 @@ import pytest
 from mhaaudit.memorize import run_memorize_grid
 
 #: Parameters of run_memorize_grid that the command may not have an option for yet (issue #15).
-LIBRARY_ONLY = {"request", "seeds", "memory_budget", "max_group"}
+LIBRARY_ONLY = {"request", "seeds", "memory_budget"}
 
 
 def _main():

@@ -188,3 +188,48 @@ def test_the_request_is_one_frozen_object_and_keywords_that_disagree_are_refused
         run_memorize_grid(request, seed=0)
     with pytest.raises(TypeError, match="MemorizeRequest"):
         run_memorize_grid({"sizes": [8]})
+
+
+def test_a_grid_runs_in_parts_of_bounded_time(tmp_path, monkeypatch, capsys):
+    """With max_minutes the grid stops when the time is up (no group starts after it), keeps the
+    groups finished in the results file and says how many points are left; the same call again
+    trains only those, and the grid it ends with is the one a single call gives."""
+    from mhaaudit.memorize import GridUnfinished
+
+    out = tmp_path / "parts.parquet"
+    kw = dict(vary="heads", values="1,2,3", sizes="12,16", max_steps=6, check_every=2, max_group=1, **TINY)
+    whole = run_memorize_grid(**kw)
+    clock = [0.0]
+    monkeypatch.setattr(grid_mod.time, "monotonic", lambda: clock[0])
+    real_keep = grid_mod._Training._keep
+
+    def keep_then_time_up(self, *args):  # the clock runs out once the first group is kept
+        clock[0] = 1e9
+        return real_keep(self, *args)
+
+    monkeypatch.setattr(grid_mod._Training, "_keep", keep_then_time_up)
+    with pytest.raises(GridUnfinished, match=r"max_minutes 8: \d of 6 points are trained") as stopped:
+        run_memorize_grid(**kw, out=out, max_minutes=8)
+    kept = 6 - stopped.value.left
+    assert 1 <= kept < 6 and stopped.value.total == 6
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(out).num_rows == kept
+    monkeypatch.undo()
+    rest = run_memorize_grid(**kw, out=out, max_minutes=8)  # time enough now: the rest
+    assert rest.reused == kept
+    assert [(r.heads, r.size, r.memorized_count, r.final_loss) for r in rest.runs] == [
+        (r.heads, r.size, r.memorized_count, r.final_loss) for r in whole.runs
+    ]
+    # the command line: one line that says so, exit 2; and the time limit needs a results file
+    reads = iter([0.0])  # the deadline is set at 0; every later reading is long after it: nothing is trained
+    monkeypatch.setattr(grid_mod.time, "monotonic", lambda: next(reads, 1e9))
+    args = ["memorize", "--vary", "heads", "--values", "1,2", "--n", "4", "--head-dim", "8", "--sizes", "12"]
+    args += ["--max-steps", "4", "--device", "cpu", "--max-group", "1"]
+    rc = _main()([*args, "--out", str(tmp_path / "cli.parquet"), "--max-minutes", "0.5"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("Error: stopped at --max-minutes 0.5: 0 of 2 points") and "again" in err
+    rc = _main()([*args, "--max-minutes", "1"])
+    assert rc == 2 and "--out" in capsys.readouterr().err
+    with pytest.raises(InputError, match="max_minutes must be a positive number"):
+        run_memorize_grid(**kw, out=out, max_minutes=0)

@@ -60,3 +60,21 @@ def test_memory_estimate_grows_with_the_group():
     assert group_bytes(StackShape(**{**s.__dict__, "heads": 16}), shared=True, **kw) > base
     assert group_bytes(s, shared=False, **kw) > base  # a context per example is held on the device
     assert default_budget(torch.device("cpu")) > 0
+
+
+def test_a_time_limit_splits_the_grid_into_groups_that_each_fit_it():
+    """With ``max_seconds`` no group's estimated time (its cost at the device's RATE) exceeds it, unless
+    one point alone does: the paper's Figure 2a grid, one group on a GPU, is split when the limit is below
+    the whole group's estimate."""
+    from mhaaudit.memorize.grouping import RATE
+
+    g = resolve_grid(MemorizeRequest(preset="paper-fig2a"))
+    pts = [Point(**p) for p in points(g)]
+    totals = [p.plan(_RECIPE).total for p in pts]
+    cuda = torch.device("cuda")
+    whole = plan_groups(pts, totals, _RECIPE, cuda, 64 << 30)
+    limit = whole[0].work / RATE["cuda"] / 4
+    parts = plan_groups(pts, totals, _RECIPE, cuda, 64 << 30, max_seconds=limit)
+    assert len(whole) == 1 and sorted(i for p in parts for i in p.members) == list(range(len(pts)))
+    assert len(parts) >= 4
+    assert all(p.work <= limit * RATE["cuda"] or len(p.members) == 1 for p in parts)

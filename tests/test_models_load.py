@@ -61,3 +61,26 @@ def test_library_errors_become_model_errors(monkeypatch):
     monkeypatch.setattr(hf, "load", broken)
     with pytest.raises(ModelError, match="cannot load vit-base: boom second line"):
         load_model("vit-base", device="cpu")
+
+
+def test_non_finite_weights_are_named_after_one_read_of_all():
+    """The first parameter holding NaN or infinite values is named (NaN said as NaN, an infinity as
+    infinite), from one pass over each tensor; finite weights pass."""
+    from types import SimpleNamespace
+
+    import torch
+    from torch import nn
+
+    from mhaaudit.models.load import check_finite_weights
+
+    m = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 2))
+    pm = SimpleNamespace(module=m)
+    check_finite_weights(pm, "tiny")
+    with torch.no_grad():
+        m[1].weight[0, 1] = float("inf")
+    with pytest.raises(ModelError, match=r"hold infinite values \(e\.g\. 1\.weight\)"):
+        check_finite_weights(pm, "tiny")
+    with torch.no_grad():
+        m[0].bias[2] = float("nan")
+    with pytest.raises(ModelError, match=r"hold NaN values \(e\.g\. 0\.bias\)"):
+        check_finite_weights(pm, "tiny")

@@ -155,3 +155,14 @@ def test_timm_folder_config_detection(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps([1, 2]))
     assert registry.read_json(tmp_path / "config.json") is None
     assert registry.read_json(tmp_path / "missing.json") is None
+
+
+@pytest.mark.parametrize("model_type", [[0], {"a": 1}, 7])
+def test_a_model_type_that_is_not_a_string_is_refused(tmp_path, model_type):
+    """A folder's (or a weights folder's) config.json naming a model_type that is not a string is a ModelError
+    naming the folder, not a TypeError from the family table."""
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type}))
+    with pytest.raises(ModelError, match="model_type must be a string"):
+        resolve(str(tmp_path))
+    with pytest.raises(ModelError, match="model_type must be a string"):
+        resolve("org/some-model", weights_path=str(tmp_path))

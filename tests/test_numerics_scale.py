@@ -100,3 +100,34 @@ def test_ldexp_by_one_product_is_the_two_halves_wherever_the_result_is_normal():
         two = x * math.ldexp(1.0, h) * math.ldexp(1.0, e - h)
         normal = (two.abs() >= 2.0**-1022) & torch.isfinite(two)
         assert torch.equal(ldexp(x, e)[normal], two[normal]), e
+
+
+_POOL_STARTED_WHILE_FLUSHING = """
+import numpy as np, torch
+from mhaaudit.kruskal.sampling import as_matrix, rows_of
+from mhaaudit.numerics import RankRule, numerics, scaled, to_float64
+from mhaaudit.numerics.stream import unit_of
+X = torch.from_numpy((np.random.default_rng(0).standard_normal((400, 200)) * 1e-41).astype(np.float32))
+with numerics():  # the first parallel kernels of this process run here, while subnormals are flushed
+    as_matrix(X)
+    torch.isfinite(torch.ones(400, 200)).all()
+    unit, _ = unit_of(rows_of(X), RankRule.for_dtype(X.dtype))
+    zero_rows = [int((t == 0).all(1).sum()) for t in (unit.materialize(), unit.rows(list(range(400))),
+                 scaled(X, RankRule()).X, to_float64(X))]
+print(zero_rows)
+"""
+
+
+def test_subnormal_rows_survive_worker_threads_started_while_flushing():
+    """A worker thread of torch's CPU pool keeps the flushing mode of the thread that started it, so
+    a conversion split across the pool read half the rows of subnormal float32 features as zeros
+    (seen at 2000 x 768): every conversion and rescaling of rows runs in the calling thread."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": "4"}
+    out = subprocess.run(
+        [sys.executable, "-c", _POOL_STARTED_WHILE_FLUSHING], capture_output=True, text=True, env=env, check=True
+    )
+    assert out.stdout.strip() == "[0, 0, 0, 0]", out.stdout + out.stderr

@@ -365,3 +365,38 @@ def test_decoder_is_decided_at_load_and_every_reader_follows_it(tmp_path, settin
     if n > 1:
         info, _ = pipeline.example_batches(pm, DataRequest(limit=4, batch_size=4), settings.seed, [])
         assert ("GPT-style windows" in info.name) is decoder
+
+
+def test_kept_inputs_prepare_the_data_once_for_the_passes_of_one_model(vit_dir, image_dir, settings, monkeypatch):
+    """Within ``kept_inputs(pm)`` the first pass of ``pm`` keeps the inputs it fed (duplicates dropped);
+    a later pass of ``pm`` over the same data feeds them again, unread, with the same description and
+    the same tokens, even after the model's weights changed; other data, or another model, is read."""
+    pm = pipeline.load(ModelRequest(str(vit_dir)), "random", settings, max_layer=1)
+    data = DataRequest(data=str(image_dir), limit=21, batch_size=8)
+    reads = []
+    real = pipeline.example_batches
+    monkeypatch.setattr(pipeline, "example_batches", lambda *a, **k: reads.append(1) or real(*a, **k))
+
+    def tokens(model, request):
+        seen: list[torch.Tensor] = []
+        fed = pipeline.stream(model, request, [1], [lambda t: seen.append(t[1])], settings, notes=[])
+        return fed, torch.cat(seen)
+
+    with pipeline.kept_inputs(pm) as kept:
+        first, a = tokens(pm, data)
+        again, b = tokens(pm, data)
+        assert len(reads) == 1 and kept.fed_again == 1 and len(kept.batches) == 3
+        assert torch.equal(a, b) and (again.name, again.count, again.fed) == (first.name, first.count, first.fed)
+        with torch.no_grad():  # other weights in the same model: the same inputs, other tokens
+            for p in pm.module.parameters():
+                p.mul_(0.5)
+        _, c = tokens(pm, data)
+        assert len(reads) == 1 and not torch.equal(a, c)
+        other = pipeline.load(ModelRequest(str(vit_dir)), "random", settings.with_(seed=1), max_layer=1)
+        tokens(other, data)  # another model object: it reads the data itself
+        tokens(pm, DataRequest(data=str(image_dir), limit=13, batch_size=8))  # other data: read, and kept instead
+        assert len(reads) == 3 and kept.info is not None and kept.info.count == 13
+    with pipeline.kept_inputs(pm, budget=0) as kept:  # nothing fits: every pass reads the data
+        tokens(pm, data)
+        tokens(pm, data)
+        assert len(reads) == 5 and kept.over_budget and kept.batches == []

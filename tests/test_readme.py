@@ -252,16 +252,16 @@ def claim_problems(cell: str, rec: dict) -> list[str]:
     if m and (int(m[1]), int(m[2])) != (rec["satisfied"], rec["samples"]):
         wrong.append(f"{rec['satisfied']}/{rec['samples']}")
     m = re.search(r"whole-set rank (\d+)", cell)
-    if m and int(m[1]) != rec["set_rank"]:
-        wrong.append(f"whole-set rank {rec['set_rank']}")
+    if m and int(m[1]) != rec["set_rank_ceiling"]:
+        wrong.append(f"whole-set rank {rec['set_rank_ceiling']}")
     m = re.search(r"at most (\d+) for any (\d+) rows", cell)
     if m and f"at most {m[1]} for any {m[2]}-subset" not in rec["reason"]:
         wrong.append(f"reason: {rec['reason']}")
     m = re.search(r"dependent (\d+)-row subset", cell)
     if m and int(m[1]) != rec["witness_size"]:
         wrong.append(f"witness of {rec['witness_size']} rows")
-    if "every [CLS] query is the same vector" in cell and rec["set_rank"] != 1:
-        wrong.append(f"whole-set rank {rec['set_rank']}")
+    if "every [CLS] query is the same vector" in cell and rec["set_rank_ceiling"] != 1:
+        wrong.append(f"whole-set rank {rec['set_rank_ceiling']}")
     if "proven" in cell and not rec["proven"]:
         wrong.append("not proven")
     return wrong
@@ -301,7 +301,7 @@ def test_a_contradicting_cell_is_caught():
         "verdict": "fails",
         "satisfied": 0,
         "samples": 64,
-        "set_rank": 627,
+        "set_rank_ceiling": 627,
         "reason": "",
         "witness_size": 570,
         "proven": True,
@@ -356,8 +356,8 @@ def bert_problems(row: str, records: list[dict]) -> list[str]:
             if (int(pairs[0][0]), int(pairs[0][1])) != (r["satisfied"], r["samples"]):
                 wrong.append(f"{name} {L1}: {r['satisfied']}/{r['samples']}")
         m = re.search(r"L0 proven: whole-set rank (\d+)", part)
-        if m and (got[(L0, checks[name])]["set_rank"] != int(m[1]) or not got[(L0, checks[name])]["proven"]):
-            wrong.append(f"{name} L0 whole-set rank {got[(L0, checks[name])]['set_rank']}")
+        if m and (got[(L0, checks[name])]["set_rank_ceiling"] != int(m[1]) or not got[(L0, checks[name])]["proven"]):
+            wrong.append(f"{name} L0 whole-set rank {got[(L0, checks[name])]['set_rank_ceiling']}")
         m = re.search(r"dependent (\d+)-row subset", part)
         if m and got[(L1, checks[name])]["witness_size"] != int(m[1]):
             wrong.append(f"{name} L1 witness of {got[(L1, checks[name])]['witness_size']} rows")

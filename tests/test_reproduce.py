@@ -130,7 +130,7 @@ def rec(check="assumption_1", k=197, verdict="holds", satisfied=5000, samples=50
         witness=[],
         rank_histogram={str(k): satisfied},
         sampled=True,
-        set_rank=768,
+        set_rank_ceiling=768,
         planned_samples=None,
     )
     return r | kw
@@ -180,7 +180,7 @@ def test_a_whole_set_rank_below_k_and_n_above_d_are_the_reason():
         satisfied=0,
         samples=0,
         sampled=False,
-        set_rank=900,
+        set_rank_ceiling=900,
         reason="the whole set has numerical rank 900 (at most 900 for any 1024-subset under the rule), so no "
         "1024 rows are independent (no sampling needed)",
     )
@@ -224,7 +224,7 @@ def test_ranks_match_when_the_ranges_overlap():
     # decided without draws (the whole set's rank): the ranks of a few draws computed for the comparison
     proven = gp | {
         "sampled": False,
-        "set_rank": 500,
+        "set_rank_ceiling": 500,
         "rank_histogram": {},
         "reason": "the whole set has numerical rank 500 (at most 520 for any 768-subset under the rule)",
     }
@@ -236,7 +236,7 @@ def test_ranks_match_when_the_ranges_overlap():
     )
     assert compare("table1", item, col(proven), FACTS, spec, 0.99).status == "undetermined"  # no draw ranks
     emb = _one("table1", column="embedding", kind="ranks")  # rank 1: every [CLS] query is the same vector
-    one = proven | {"set_rank": 1}
+    one = proven | {"set_rank_ceiling": 1}
     assert compare("table1", emb, col(one), FACTS, spec, 0.99).status == "match"
 
 
@@ -371,7 +371,7 @@ def test_random_columns_in_the_papers_setting_name_the_weight_draw():
 
 
 def test_evidence_of_an_early_stop():
-    r = rec(verdict="fails", satisfied=9, samples=60, planned_samples=5000, set_rank=700, witness=[1, 2, 3])
+    r = rec(verdict="fails", satisfied=9, samples=60, planned_samples=5000, set_rank_ceiling=700, witness=[1, 2, 3])
     text = record_evidence(r)
     assert "sampling stopped after 60 of 5000 draws" in text and "whole set has rank 700 < min(T, d) = 768" in text
 

@@ -153,6 +153,7 @@ RULED = (
     *(f"reproduce/{p.name}" for p in sorted((Path(mhaaudit.__file__).parent / "reproduce").glob("*.py"))),
     "cli/reproduce.py",
     "cli/check.py",
+    "cli/series.py",
     "cli/capacity.py",
     "cli/kruskal.py",
     "cli/options.py",
@@ -160,7 +161,7 @@ RULED = (
     "settings.py",
     *(
         str(p.relative_to(Path(mhaaudit.__file__).parent))
-        for package in ("capacity", "kruskal", "models")
+        for package in ("capacity", "kruskal", "models", "series")
         for p in sorted((Path(mhaaudit.__file__).parent / package).rglob("*.py"))
     ),
 )

@@ -390,3 +390,51 @@ def test_a_memorize_grid_with_non_finite_numbers_reads_back_from_its_json(capsys
         decode_result(LinearFit, written["fits"][0] | {"r2": "high"})
     with pytest.raises(ValueError, match="r2"):
         decode_result(LinearFit, written["fits"][0])
+
+
+def _old_names(value):
+    """A result document as an older version wrote it: each test's set_rank_ceiling named set_rank."""
+    if isinstance(value, dict):
+        return {("set_rank" if k == "set_rank_ceiling" else k): _old_names(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_old_names(v) for v in value]
+    return value
+
+
+def test_a_document_with_the_old_name_of_the_rank_ceiling_reads_back(tmp_path, capsys, vit_dir, image_dir):
+    """Files written before the record's whole-set rank ceiling was named set_rank_ceiling (it was
+    set_rank, the name the meta gives the whole set's own rank) read back as the same result."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mhaaudit.io import METADATA_KEY
+
+    matrices = FIXTURES / "matrices" / "subspaces.npy"
+    for cls, argv in (
+        (KruskalResult, ["kruskal", matrices, "--k", "3", "--k", "7", *KRUSKAL]),
+        (AuditResult, ["check", vit_dir, "--data", image_dir, *CHECK]),
+    ):
+        rc, text, err = run(capsys, *argv, "--format", "json")
+        assert rc == 0, err
+        doc = json.loads(text)
+        new = cls.from_json(doc)
+        old = {"meta": _old_names(doc["meta"]), "records": _old_names(doc["records"])}
+        assert '"set_rank_ceiling"' not in json.dumps(old) and '"set_rank"' in json.dumps(old["meta"]["result"])
+        assert cls.from_json(old) == new
+        path = tmp_path / f"{argv[0]}-old.parquet"  # the rows and the metadata as the older version wrote them
+        table = pa.Table.from_pylist(old["records"]).replace_schema_metadata({METADATA_KEY: json.dumps(old["meta"])})
+        pq.write_table(table, path)
+        assert cls.from_parquet(path) == new
+    both = json.loads(text)
+    both["meta"]["result"]["columns"][0]["tests"] = _renamed_too(both["meta"]["result"]["columns"][0]["tests"])
+    with pytest.raises(InputError, match="set_rank and its new name both"):
+        AuditResult.from_json(both)
+
+
+def _renamed_too(tests):
+    """Each test holding its rank ceiling under the old name and the new one both."""
+
+    def both(t):
+        return {**t, "set_rank": t["set_rank_ceiling"]} if "set_rank_ceiling" in t else t
+
+    return {k: both(t) for k, t in tests.items()} if isinstance(tests, dict) else [both(t) for t in tests]

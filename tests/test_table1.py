@@ -27,7 +27,7 @@ def test_table1_offline_columns():
     assert emb.features.T == 2000
     # embedding: identical queries -> A1 fails, proven without sampling
     assert v["embedding"]["assumption_1"] == "fails" and emb.tests["assumption_1"].proven
-    assert emb.tests["assumption_1"].set_rank == 1
+    assert emb.tests["assumption_1"].set_rank_ceiling == 1
     assert v["embedding"]["assumption_2"] == "holds"
     assert v["embedding"]["general_position"] == "fails"
     assert v["embedding"]["assumption_3"] == "holds"

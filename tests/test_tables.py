@@ -23,7 +23,7 @@ RECORDS = [
         "rank_histogram": {"3": 9, "2": 1},
         "sampled": True,
         "planned_samples": 10,
-        "set_rank": 3,
+        "set_rank_ceiling": 3,
     },
     {
         "check": "assumption_2",
@@ -36,7 +36,7 @@ RECORDS = [
         "rank_histogram": {},
         "sampled": False,
         "planned_samples": None,
-        "set_rank": None,
+        "set_rank_ceiling": None,
         "min_margin": 0.25,
     },
     {"check": "sweep", "k": 1, "fraction": 1.0},
@@ -54,7 +54,9 @@ def test_columns_are_typed_by_the_schema():
     assert types["witness"] == pa.list_(pa.int64())
     assert types["witness_singular_values"] == pa.list_(pa.float64())
     assert types["rank_histogram"] == pa.map_(pa.int64(), pa.int64())
-    assert types["planned_samples"] == pa.int64() and types["set_rank"] == pa.int64()  # typed, though null in some rows
+    assert (
+        types["planned_samples"] == pa.int64() and types["set_rank_ceiling"] == pa.int64()
+    )  # typed, though null in some rows
     assert types["sampled"] == pa.bool_() and types["min_margin"] == pa.float64()
     rows = t.to_pylist()
     assert rows[0]["rank_histogram"] == [(2, 1), (3, 9)] and rows[1]["rank_histogram"] == []
@@ -103,7 +105,7 @@ def test_four_readers_read_the_same_file(tmp_path):
     df = pd.read_parquet(path)
     assert str(df["k"].dtype) == "Int64" and str(df["planned_samples"].dtype) == "Int64"  # integers stay integers
     assert str(df["sampled"].dtype) == "boolean"
-    assert df["planned_samples"].isna().tolist() == [False, True, True] and int(df["set_rank"][0]) == 3
+    assert df["planned_samples"].isna().tolist() == [False, True, True] and int(df["set_rank_ceiling"][0]) == 3
     assert list(df["witness"][0]) == [0, 4]
     assert to_pandas(t)["rank_histogram"][0] == {2: 1, 3: 9}
 
@@ -135,7 +137,7 @@ def test_the_columns_are_the_data_file_shipped_with_the_package():
     data = json.loads(resources.files("mhaaudit").joinpath("columns.json").read_text(encoding="utf-8"))
     tables = {name: tuple(Column(**c) for c in cols) for name, cols in data.items()}
     assert COLUMNS == {
-        "check": tables["where"] + tables["test"],
+        "check": tables["series"] + tables["where"] + tables["test"],
         "kruskal": tables["test"],
         "capacity": tables["where"] + tables["capacity"],
         "memorize": tables["memorize"],

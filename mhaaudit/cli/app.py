@@ -3,9 +3,12 @@
 The command modules define plain functions and know nothing of the app; this module imports
 and registers them. :data:`ERRORS` maps exception types to an exit status and a one-line
 message on stderr (known errors: status 2; anything else is a bug: status 3; Ctrl-C: status
-130 and SIGTERM: status 143, also while the libraries are still being imported; stdout's reader
-gone: status 141, quietly). Set ``MHAAUDIT_DEBUG=1`` to see the traceback instead. A command's
-file outputs are staged and put in place only when it ends well (:func:`mhaaudit.staging.staged_outputs`).
+130, SIGTERM: status 143 and SIGHUP: status 129, also while the libraries are still being
+imported; stdout's reader gone: status 141, quietly). Set ``MHAAUDIT_DEBUG=1`` to see the
+traceback instead. A command's file outputs are staged and put in place only when it ends well
+(:func:`mhaaudit.staging.staged_outputs`). While it runs, stdout carries its data alone, whatever
+native libraries write to file descriptor 1, and a stderr that cannot be written changes no exit
+status (:mod:`mhaaudit.stdio`).
 """
 
 from __future__ import annotations
@@ -14,40 +17,60 @@ import signal
 import sys
 import threading
 
+from ..stdio import say
+
 INTERRUPTED = "interrupted"
 COMPLETE_VAR = "_MHAAUDIT_COMPLETE"  # set by the completion script of --install-completion / --show-completion
 INTERRUPTED_STATUS = 130
 TERMINATED = "terminated (SIGTERM)"
 TERMINATED_STATUS = 143  # 128 + SIGTERM, as a shell reports a process SIGTERM ended
+HUNG_UP = "hung up (SIGHUP)"
+HUNG_UP_STATUS = 129  # 128 + SIGHUP: the terminal closed (or `kill -HUP`)
 PIPE_CLOSED_STATUS = 141  # 128 + SIGPIPE: the reader of stdout went away (as `yes | head` ends `yes`)
+STDOUT_CLOSED = "stdout is closed, so the data has nowhere to go; redirect it (> FILE, or > /dev/null to discard it)"
 
 
 class Terminated(BaseException):
     """SIGTERM arrived (``timeout``, a cluster scheduler, ``kill``): raised in the main thread, so the run
     unwinds (its staged outputs removed) and ends with one line and status 143."""
 
-
-def _on_sigterm(signum, frame) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one does not interrupt the cleanup
-    raise Terminated()
+    line, status = TERMINATED, TERMINATED_STATUS
 
 
-def _handle_sigterm():
-    """Install :func:`_on_sigterm` for SIGTERM when it has the default disposition (an ignored SIGTERM
-    stays ignored) and this is the main thread; returns what to restore (None: nothing installed)."""
+class HungUp(Terminated):
+    """SIGHUP arrived (the terminal closed): ended as SIGTERM is, with one line and status 129."""
+
+    line, status = HUNG_UP, HUNG_UP_STATUS
+
+
+# The signals that end a run as Terminated does (SIGHUP is absent on Windows).
+_ENDING = {signal.SIGTERM: Terminated, **({signal.SIGHUP: HungUp} if hasattr(signal, "SIGHUP") else {})}
+
+
+def _on_signal(signum, frame) -> None:
+    for sig in _ENDING:  # a second one does not interrupt the cleanup
+        signal.signal(sig, signal.SIG_IGN)
+    raise _ENDING[signal.Signals(signum)]()
+
+
+def _handle_signals() -> dict:
+    """Install :func:`_on_signal` for SIGTERM and SIGHUP where they have the default disposition (an ignored
+    one, as under ``nohup``, stays ignored) and this is the main thread; returns what to restore."""
+    previous: dict = {}
     if threading.current_thread() is not threading.main_thread():
-        return None
-    try:
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            return None
-        return signal.signal(signal.SIGTERM, _on_sigterm)
-    except (ValueError, OSError):  # pragma: no cover - no signals here
-        return None
+        return previous
+    for sig in _ENDING:
+        try:
+            if signal.getsignal(sig) is signal.SIG_DFL:
+                previous[sig] = signal.signal(sig, _on_signal)
+        except (ValueError, OSError):  # pragma: no cover - no signals here
+            pass
+    return previous
 
 
-def _restore_sigterm(previous) -> None:
-    if previous is not None:
-        signal.signal(signal.SIGTERM, previous)
+def _restore_signals(previous: dict) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
 
 
 def _settle_interrupt() -> None:
@@ -66,23 +89,23 @@ def _interrupted() -> None:
     Raises:
         SystemExit: always, with status 130.
     """
-    print(f"Error: {INTERRUPTED}", file=sys.stderr)
+    say(f"Error: {INTERRUPTED}")
     _settle_interrupt()
     raise SystemExit(INTERRUPTED_STATUS)
 
 
-def _terminated() -> None:
-    """SIGTERM: one line on stderr and status 143, whenever it comes.
+def _terminated(exc: Terminated) -> None:
+    """SIGTERM or SIGHUP: one line on stderr and status 143 or 129, whenever it comes.
 
     Raises:
-        SystemExit: always, with status 143.
+        SystemExit: always, with the signal's status.
     """
-    print(f"Error: {TERMINATED}", file=sys.stderr)
-    raise SystemExit(TERMINATED_STATUS)
+    say(f"Error: {exc.line}")
+    raise SystemExit(exc.status)
 
 
-_importing = _handle_sigterm()
-try:  # Ctrl-C (or SIGTERM) while the libraries load (before main runs) gets the same one line as later on
+_importing = _handle_signals()
+try:  # Ctrl-C (or SIGTERM, SIGHUP) while the libraries load (before main runs) gets the same one line as later on
     import contextlib
     import os
     import re
@@ -96,6 +119,7 @@ try:  # Ctrl-C (or SIGTERM) while the libraries load (before main runs) gets the
     from .. import __version__
     from ..errors import MhaauditError, one_line, parameter_names
     from ..staging import staged_outputs
+    from ..stdio import StdoutClosed, command_streams, hold_for_the_process, silence_data, stdout_closed
     from .capacity import capacity
     from .check import check
     from .kruskal import kruskal
@@ -103,10 +127,10 @@ try:  # Ctrl-C (or SIGTERM) while the libraries load (before main runs) gets the
     from .reproduce import reproduce
 except KeyboardInterrupt:  # pragma: no cover - exercised by sending SIGINT to a subprocess
     _interrupted()
-except Terminated:  # pragma: no cover - exercised by sending SIGTERM to a subprocess
-    _terminated()
+except Terminated as _ended:  # pragma: no cover - exercised by sending SIGTERM to a subprocess
+    _terminated(_ended)
 finally:
-    _restore_sigterm(_importing)
+    _restore_signals(_importing)
 
 
 # The longest list of choices shown as the value type (``<table|json|parquet>``); longer ones are
@@ -248,64 +272,6 @@ _ABORTS = tuple(
 )
 
 
-class StdoutClosed(Exception):
-    """The reader of stdout went away (a closed pipe: ``| head``, ``| true``): a quiet end, status 141."""
-
-
-class _Stdout:
-    """``sys.stdout`` during a command: a failed write becomes a known error (a closed pipe:
-    :class:`StdoutClosed`; a full disk or any other failure: an ``OutputError``), not a bug.
-
-    Writes go to the file descriptor at once, whole (``os.write`` until every byte is taken): a
-    buffered writer can take a large write that the pipe takes only in part and report success,
-    so a reader that left early (``| head -c 10``) would go unnoticed.
-    """
-
-    def __init__(self, stream, binary: bool = False):
-        self._stream, self._binary = stream, binary
-        try:
-            self._fd = stream.fileno()
-        except (OSError, ValueError, AttributeError):  # not a real file (a test's capture): its own write
-            self._fd = None
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
-
-    def _guard(self, call, *args):
-        try:
-            return call(*args)
-        except BrokenPipeError as exc:
-            raise StdoutClosed() from exc
-        except OSError as exc:
-            from ..errors import OutputError
-
-            raise OutputError(f"cannot write to stdout: {exc.strerror or one_line(exc)}") from exc
-
-    def _write_fd(self, data) -> None:
-        raw = data if self._binary else data.encode(self._stream.encoding or "utf-8", self._stream.errors or "strict")
-        self._stream.flush()
-        view = memoryview(raw)
-        while view:
-            view = view[os.write(self._fd, view) :]
-
-    def write(self, data):
-        if self._fd is None:
-            return self._guard(self._stream.write, data)
-        self._guard(self._write_fd, data)
-        return len(data)
-
-    def writelines(self, lines):
-        for line in lines:
-            self.write(line)
-
-    def flush(self):
-        return self._guard(self._stream.flush)
-
-    @property
-    def buffer(self):
-        return _Stdout(self._stream.buffer, binary=True)
-
-
 def _lost_rank() -> str | None:
     """Under torchrun, the line naming a rank of the job that failed or is gone (None otherwise)."""
     if "torch.distributed" not in sys.modules:  # no job: nothing to ask (and nothing imported)
@@ -315,20 +281,12 @@ def _lost_rank() -> str | None:
     return lost_rank_line()
 
 
-def _silence_stdout() -> None:
-    """After a closed pipe: point stdout at /dev/null, so that the interpreter's last flush finds no
-    pipe to complain about (Python's recommended handling of a closed pipe)."""
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-
-
 # First match wins: a problem the user can fix, a usage error, an interruption, a bug.
 ERRORS: tuple[ErrorRule, ...] = (
     ErrorRule((MhaauditError,), 2, _known),
     ErrorRule(_USAGE, 2, _usage),
     ErrorRule(_ABORTS, INTERRUPTED_STATUS, lambda exc: INTERRUPTED, traceback_in_debug=False),
+    ErrorRule((HungUp,), HUNG_UP_STATUS, lambda exc: HUNG_UP, traceback_in_debug=False),
     ErrorRule((Terminated,), TERMINATED_STATUS, lambda exc: TERMINATED, traceback_in_debug=False),
     ErrorRule((StdoutClosed,), PIPE_CLOSED_STATUS, lambda exc: "", traceback_in_debug=False),  # quiet
     ErrorRule((Exception,), 3, _internal),
@@ -339,10 +297,13 @@ def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app and map errors to exit codes.
 
     0: the command ran; 1: an assumption named in ``--fail-on`` failed; 2: a usage or input
-    error, or an output that cannot be written (one line on stderr); 3: an internal error (a bug);
-    130: interrupted (Ctrl-C); 143: terminated (SIGTERM); 141: stdout's reader went away (quiet).
-    Every file output of the command is staged and put in place when it succeeds
-    (:func:`mhaaudit.staging.staged_outputs`): whichever way it ends otherwise, none is written.
+    error, an output that cannot be written, or a closed stdout (one line on stderr); 3: an internal
+    error (a bug); 130: interrupted (Ctrl-C); 143: terminated (SIGTERM); 129: hung up (SIGHUP);
+    141: stdout's reader went away (quiet). Every file output of the command is staged and put in
+    place when it succeeds (:func:`mhaaudit.staging.staged_outputs`): whichever way it ends
+    otherwise, none is written. While the command runs, descriptor 1 is stderr's and the data goes
+    to stdout through ``sys.stdout`` (:func:`mhaaudit.stdio.command_streams`); a line stderr cannot
+    take is dropped, the status kept.
 
     Returns:
         The exit status; errors are mapped to it, not raised.
@@ -362,8 +323,23 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.redirect_stdout(sys.stderr), contextlib.suppress(Exception):
             app(args=["--help"], prog_name="mhaaudit", standalone_mode=False)
         return 2
-    previous, stdout = _handle_sigterm(), sys.stdout
-    sys.stdout = _Stdout(stdout)
+    with command_streams():
+        if stdout_closed():  # refused before anything runs: the work would be for nothing
+            say(f"Error: {STDOUT_CLOSED}")
+            return 2
+        rv = _run_command(args, debug)
+    if rv == INTERRUPTED_STATUS:
+        _settle_interrupt()
+    return rv
+
+
+def _run_command(args: list[str], debug: bool) -> int:
+    """The command of ``args``, its outputs staged and its errors mapped to a status (see :func:`main`).
+
+    Raises:
+        KeyboardInterrupt: only within, as :func:`main` says; what main lets pass passes through here.
+    """
+    previous = _handle_signals()
     try:
         with staged_outputs(), parameter_names(_flag):
             rv = app(args=args, prog_name="mhaaudit", standalone_mode=False)
@@ -380,14 +356,11 @@ def main(argv: list[str] | None = None) -> int:
             if lost:
                 message, rv = lost, 2
         if message:
-            print(f"Error: {message}", file=sys.stderr)
+            say(f"Error: {message}")
         if isinstance(exc, StdoutClosed):
-            _silence_stdout()
+            silence_data()
     finally:
-        sys.stdout = stdout
-        _restore_sigterm(previous)
-    if rv == INTERRUPTED_STATUS:
-        _settle_interrupt()
+        _restore_signals(previous)
     return rv if isinstance(rv, int) else 0
 
 
@@ -395,9 +368,11 @@ def run(argv: list[str] | None = None) -> NoReturn:  # pragma: no cover - tested
     """The console script, and ``python -m mhaaudit`` once this module is imported: run the command
     line and end the process with its exit status. A rank of a torchrun job (started either way)
     joins the job, and ends through :func:`mhaaudit.distributed.leave`, never through the
-    interpreter's teardown."""
+    interpreter's teardown. From the start, stdout carries the data alone
+    (:func:`mhaaudit.stdio.hold_for_the_process`)."""
     from ..distributed import launched, leave, run_cli
 
+    hold_for_the_process()  # what native libraries print, to the process's end (CUDA, NCCL), goes to stderr
     try:
         code = run_cli(main, argv) if launched() else main(argv)
     except KeyboardInterrupt:  # between the commands' own handling and the exit

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
+from .. import phases
+from ..stdio import say
 from . import options as shared
 from .flags import CheckOptions
+from .series import check_series, is_series
 
 if TYPE_CHECKING:  # the options, typed for mypy
     from typing_extensions import Unpack
@@ -17,16 +20,22 @@ if TYPE_CHECKING:  # the options, typed for mypy
 
 @shared.command_options(
     CheckOptions,
-    "model variants layer layers backend weights data split text_column image_column convert_rgb limit batch_size"
-    " keep_duplicates context_length revision trust_remote_code query_index samples threshold seed seeds vary"
-    " weights_seed data_seed rtol atol device sweep all_draws fmt out plot save_features fail_on quiet",
+    "model variants layer layers backend weights checkpoints data split text_column image_column convert_rgb limit"
+    " batch_size keep_duplicates context_length revision trust_remote_code query_index samples threshold seed seeds"
+    " vary weights_seed data_seed rtol atol device sweep all_draws fmt out plot save_features fail_on quiet",
 )
 def check(ctx: typer.Context, model: shared.ModelArg, **options: Unpack[CheckOptions]) -> None:
     """Audit a transformer: Assumptions 1-3 and General Position at each probe point."""
+    if is_series(options):  # --checkpoints, or several revisions: a series of checkpoints
+        _fail_on(*check_series(ctx, model, options, _fail_checks))
+        return
+    begun = time.perf_counter()
+    startup = phases.startup_seconds()  # the interpreter and the command line, when this process runs it
     with shared.importing(options["quiet"]):  # the library, torch with it: seconds
         from ..auditing import audit
         from ..render import render_audit
         from ..validate import int_ranges, split_list
+    imported = time.perf_counter()
 
     fmt, out, plot, data, seeds = options["fmt"], options["out"], options["plot"], options["data"], options["seeds"]
     save_features, layers = options["save_features"], options["layers"]
@@ -52,14 +61,19 @@ def check(ctx: typer.Context, model: shared.ModelArg, **options: Unpack[CheckOpt
         layer=options["layer"],
         layers=layer_list,
         sweep=sweep,
-        on_note=lambda m: print(f"Note: {m}", file=sys.stderr),
+        on_note=lambda m: say(f"Note: {m}"),
         seeds=seeds,
         vary=options["vary"].value,
     )
     if seeds is None:
+        rendering = time.perf_counter()
         plot = _save_features_and_plot(result, save_features, plot)
         shared.emit_result(
-            fmt, result, out, lambda: render_audit(result, save_features=save_features, out=out, plot=plot)
+            fmt,
+            result,
+            out,
+            lambda: render_audit(result, save_features=save_features, out=out, plot=plot),
+            times=shared.CommandTimes(startup, begun, imported, rendering),
         )
     else:
         shared.emit_seeds(fmt, result, out)
@@ -92,7 +106,7 @@ def _save_features_and_plot(result, save_features: Path | None, plot: Path | Non
         result.save_features(save_features)
     if plot is not None and plot_audit(result, plot) is None:
         # Nothing was measured (every column unavailable): say so rather than claim a plot.
-        print(f"Note: no column could be audited, so no plot was written to {plot}", file=sys.stderr)
+        say(f"Note: no column could be audited, so no plot was written to {plot}")
         return None
     return plot
 

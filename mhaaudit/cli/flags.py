@@ -76,6 +76,16 @@ SaveFeatures = Annotated[
     Path | None,
     typer.Option("--save-features", help="Write each column's reduced features here, for mhaaudit kruskal."),
 ]
+Checkpoints = Annotated[
+    str | None,
+    typer.Option(
+        "--checkpoints",
+        help="Audit a series of checkpoints, each as --weights would: a comma list of folders or weights files, or a "
+        "glob ('runs/ckpt-*', ordered by the step number in each name). A comma list in --revision audits hub "
+        "revisions the same way.",
+        show_default=False,
+    ),
+]
 FailOn = Annotated[
     list[str] | None,
     typer.Option(
@@ -98,6 +108,7 @@ class CheckOptions(Checking, Capture, Draws):
     sweep: CheckSweep
     save_features: SaveFeatures
     fail_on: FailOn
+    checkpoints: Checkpoints
 
 
 # --------------------------------------------------------------------------- capacity
@@ -386,6 +397,22 @@ Saturation = Annotated[
     typer.Option("--saturation", help="Count saturated heads (softmax weight > 0.99) per example."),
     Default(False),
 ]
+MaxMinutes = Annotated[
+    float | None,
+    typer.Option(
+        "--max-minutes",
+        help="Run the grid in parts: start no group after this many minutes and stop the one still training then; "
+        "the points trained are kept in --out (required), and the same command again trains the rest.",
+    ),
+]
+MaxGroup = Annotated[
+    int | None,
+    typer.Option(
+        "--max-group",
+        help="At most this many points trained together in one stacked group (default: as many as fit in memory); "
+        "smaller groups each finish sooner, for --max-minutes.",
+    ),
+]
 
 
 class MemorizeOptions(Common):
@@ -412,6 +439,8 @@ class MemorizeOptions(Common):
     saturation: Saturation
     out: MemorizeOut
     plot: MemorizePlot
+    max_minutes: MaxMinutes
+    max_group: MaxGroup
 
 
 # --------------------------------------------------------------------------- reproduce

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import fields
 from typing import TYPE_CHECKING
 
 import typer
 
+from ..stdio import say
 from . import options as shared
 from .flags import MemorizeOptions
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # the options, typed for mypy
 @shared.command_options(
     MemorizeOptions,
     "vary values n heads head_dim sizes preset task context classes tolerance epochs max_steps lr batch_size"
-    " check_every seed seeds device saturation out plot fmt quiet",
+    " check_every seed seeds device saturation out plot max_minutes max_group fmt quiet",
 )
 def memorize(ctx: typer.Context, **options: Unpack[MemorizeOptions]) -> None:
     """Train one-layer multi-head attention to memorise random labels (the paper's Section 5.2).
@@ -35,6 +35,9 @@ def memorize(ctx: typer.Context, **options: Unpack[MemorizeOptions]) -> None:
 
     Without --epochs/--max-steps each point trains max(500 epochs, 50k steps), as in the paper.
     Appendix H's saturation study: --heads 4 --n 32 --sizes 550 --saturation.
+
+    In parts of bounded time: --out FILE --max-minutes 8 (with --max-group to keep groups short) trains
+    whole groups until the time is up and keeps them; the same command again trains the rest.
     """
     with shared.importing(options["quiet"]):  # the library, torch with it: seconds
         from ..io import refuse_inputs
@@ -44,7 +47,7 @@ def memorize(ctx: typer.Context, **options: Unpack[MemorizeOptions]) -> None:
 
     out, plot = options["out"], options["plot"]
     shared.prepare_outputs(out, plot, options["fmt"])
-    refuse_inputs({"--plot": plot}, [out])
+    refuse_inputs({"--out": out, "--plot": plot}, [])  # --out is the resume file: read and written
     if options["task"].value == "regression":
         shared.refuse_unused(ctx, ("classes",), "with --task regression: the labels are numbers in [0, 1]")
     else:
@@ -57,10 +60,9 @@ def memorize(ctx: typer.Context, **options: Unpack[MemorizeOptions]) -> None:
     request = MemorizeRequest(**(given | axes), progress=progress_enabled(options["quiet"]))
     grid = run_memorize_grid(request)
     if grid.reused:
-        print(
+        say(
             f"{grid.reused} of {len(grid.runs)} points were already in {grid.out} with the same configuration; "
-            "not recomputed",
-            file=sys.stderr,
+            "not recomputed"
         )
     # --out is the grid's own results file (written point by point, for resuming): not emit's to write.
     shared.emit(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import time
 from collections.abc import Callable, Collection, Mapping
 from enum import Enum
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, TypedDict, TypeVar
 import typer
 
 from ..defaults import BACKENDS, DEFAULT_SAMPLES, DEFAULT_THRESHOLD, SEEDS_VARY
+from ..stdio import say
 
 if TYPE_CHECKING:  # the library is imported only when a command runs
     from ..request import Requests
@@ -228,11 +230,49 @@ def run_requests(model: str, data: str | None, settings: Settings, options: Mapp
     return build_requests(model, data, settings, request_keywords(options))
 
 
-def emit_result(fmt: Format, result, out: Path | None, render: Callable[[], None], sweep: bool = True) -> None:
+class CommandTimes(NamedTuple):
+    """When a command ran what (``time.perf_counter()`` values, and seconds): ``startup_s``, the
+    process's start-up before the command, when the process runs the command line
+    (:func:`mhaaudit.phases.startup_seconds`); ``begun``, the command's start; ``imported``, the
+    library imported; ``rendering``, the outputs begun."""
+
+    startup_s: float
+    begun: float
+    imported: float
+    rendering: float
+
+
+def add_command_times(timings: dict[str, float], times: CommandTimes) -> None:
+    """Put the command line's own phases into a result's ``timings`` (in place): ``imports`` (the
+    start-up and the library's import, with the model libraries' own), ``render`` (the outputs
+    written and the records made, up to the moment the timings themselves are written) and
+    ``total``, the command's wall time with the start-up; ``other`` is what no phase claimed."""
+    from .. import phases
+
+    now = time.perf_counter()
+    spent = {k: v for k, v in timings.items() if k not in (phases.OTHER, "total")}
+    spent["imports"] = spent.get("imports", 0.0) + times.startup_s + (times.imported - times.begun)
+    spent["render"] = spent.get("render", 0.0) + (now - times.rendering)
+    timings.clear()
+    timings.update(phases.timings(spent, times.startup_s + (now - times.begun)))
+
+
+def emit_result(
+    fmt: Format,
+    result,
+    out: Path | None,
+    render: Callable[[], None],
+    sweep: bool = True,
+    times: CommandTimes | None = None,
+) -> None:
     """:func:`emit` of a result object (an audit, a capacity audit, an estimate, or their seeds):
-    its meta, its records and (``sweep``) its sweep rows."""
+    its meta, its records and (``sweep``) its sweep rows. With ``times``, the command line's own
+    phases join the result's timings (:func:`add_command_times`) before they are written."""
     rows = result.sweep_rows() if sweep else None
-    emit(fmt, result.meta(), result.records(), sweep=rows, out=out, render=render)
+    records = result.records()
+    if times is not None:
+        add_command_times(result.timings, times)
+    emit(fmt, result.meta(), records, sweep=rows, out=out, render=render)
 
 
 def emit_seeds(fmt: Format, result, out: Path | None) -> None:
@@ -497,15 +537,18 @@ def renamed(old_flag: str, old_value, new_flag: str, new_value, note: str = ""):
         return new_value
     if new_value is not None:
         raise InputError(f"{old_flag} is the deprecated name of {new_flag}; give {new_flag} only")
-    print(deprecation_line(old_flag, new_flag, note), file=sys.stderr)
+    say(deprecation_line(old_flag, new_flag, note))
     return old_value
 
 
 def importing(quiet: bool):
     """A spinner on stderr while a command imports the library (torch and the model libraries take
-    seconds); nothing when nobody watches (see :func:`mhaaudit.progress.progress_enabled`)."""
+    seconds); nothing when nobody watches (see :func:`mhaaudit.progress.progress_enabled`). A command
+    run as one process imports no distributed-training packages (:mod:`mhaaudit.imports`)."""
+    from .. import imports
     from ..progress import progress_enabled, status
 
+    imports.LIGHT = True
     return status("Starting: importing torch and the model libraries", progress_enabled(quiet))
 
 
@@ -586,6 +629,6 @@ def emit(
         sys.stdout.buffer.write(parquet_bytes(rows, meta))
         sys.stdout.flush()
     elif fmt == Format.parquet:  # stdout is a terminal: the records are in the --out file (prepare_outputs)
-        print(f"Wrote {out} (parquet is not printed to a terminal)", file=sys.stderr)
+        say(f"Wrote {out} (parquet is not printed to a terminal)")
     else:
         render()

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING
 
 import typer
 
 from ..defaults import REPRODUCE_TARGETS
+from ..stdio import say
 from . import options as shared
 from .flags import ReproduceOptions, TargetArg
 
@@ -119,7 +119,7 @@ def _options(target: str, params: dict, progress: bool) -> dict:
         options |= dict(
             weights=keyed("--weights", p["weights"], keys),
             stop_when_decided=not p["all_draws"],
-            on_note=lambda m: print(f"Note: {m}", file=sys.stderr),
+            on_note=lambda m: say(f"Note: {m}"),
         )
     if target == "table3":
         lengths = keyed("--context-length", p["context_length"], keys)

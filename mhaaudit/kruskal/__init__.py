@@ -20,7 +20,7 @@ with ``exact_basis``: witness, set-rank, dimension, exhaustive, certified-floor 
 Every rank decision (a draw, a witness, the whole set) uses the paper's rule on that matrix, one
 ``RankRule`` (``fixed_rule`` returns it as given: sigma_max(M) * max(rows, cols) * eps by default)
 and equals ``torch.linalg.matrix_rank`` on the same float64 rows with the same tolerance (see
-``mhaaudit.numerics``). The whole set's rank reported beside a test at size k (``set_rank``) is
+``mhaaudit.numerics``). The whole set's rank reported beside a test at size k (``set_rank_ceiling``) is
 ``SetStats.ceiling(k, rule)``: its rank at the smallest tolerance any k-subset can have, which no
 k-subset's rank exceeds. They are taken on the data
 divided by an exact power of two (``numerics.scale``), so the data's scale never changes a

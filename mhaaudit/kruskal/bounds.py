@@ -25,14 +25,17 @@ import torch
 from .. import distributed
 from ..errors import InputError, param
 from ..io import MappedArray
-from ..numerics import EPS64, RankRule, numerics, row_norms, svd_rank, with_numerics
+from ..numerics import EPS64, RankRule, checked, numerics, row_norms, svd_rank, with_numerics
 from ..numerics.stream import tsqr, unit_of
 from .results import Bound, GramBrackets, SetStats, every_rows_independent
 from .sampling import as_matrix, rows_of
 
-__all__ = ["BABEL_MAX_WORK", "babel_floor", "exact_kruskal_rank", "fixed_rule", "set_stats"]
+__all__ = ["BABEL_MAX_WORK", "COARSEST_DEFAULT_EPS", "babel_floor", "exact_kruskal_rank", "fixed_rule", "set_stats"]
 
 BABEL_MAX_WORK = 2e12  # the Babel floor is computed when T^2 d is at most this (T = 51 000 at d = 768)
+#: The default rule is refused for features whose dtype's eps is at least this: the 8-bit floating
+#: formats (float16's is 2**-10, bfloat16's 2**-7, float8_e4m3fn's 2**-3), see ``fixed_rule``.
+COARSEST_DEFAULT_EPS = 2.0**-4
 
 
 @overload
@@ -62,13 +65,25 @@ def fixed_rule(
     TSQR pass a ceiling may need.
 
     A rule under which no vector of any subset could count as independent (its tolerance at
-    ``d`` columns, the smallest any subset has, is at least sigma_max) is refused.
+    ``d`` columns, the smallest any subset has, is at least sigma_max) is refused, and so is the
+    default rule for the 8-bit floating formats (eps at least 1/16): its tolerance
+    ``max(rows, cols) * eps * sigma_max`` reaches sigma_max at 1 / eps rows (8 for float8_e4m3fn,
+    4 for float8_e5m2), so it would call the whole set rank 0 while its small subsets count; such
+    features are decoded exactly and need a tolerance of the user's (``rtol`` or ``atol``).
 
     Raises:
         InputError: when, with no ``atol``, the rule's relative tolerance at d columns is at least 1;
-            when ``stats`` describe rows of another shape than X's.
+            when the default rule is asked for features of an 8-bit floating format; when ``stats``
+            describe rows of another shape than X's.
     """
     _T, d = X.shape
+    if rule.rtol is None and not rule.atol and rule.eps >= COARSEST_DEFAULT_EPS:
+        raise InputError(
+            f"features of dtype {rule.dtype} have eps = {rule.eps:.3g}: under the default rule (tolerance "
+            f"max(rows, cols) * eps * sigma_max) every matrix of {math.ceil(1 / rule.eps)} or more rows has a "
+            "tolerance of at least its sigma_max, so the whole set would have rank 0 whatever its values; give "
+            "{param:rtol} or {param:atol} (the values are decoded exactly), or features in float16 or finer"
+        )
     if rule.rtol_for(1, d) >= 1 and not rule.atol:
         raise InputError(
             f"the rank rule's tolerance {rule.rtol_for(1, d):.3g} * sigma_max (at least d = {d} times "
@@ -145,12 +160,17 @@ def set_stats(X, rule: RankRule) -> SetStats:
     T, d = sc.T, sc.d
     m = min(T, d)
     c = 8.0 * (max(T, d) + d * sc.chunks) * EPS64  # the TSQR pass's error, relative to sigma_max
-    lam_raw = torch.linalg.eigvalsh(torch.from_numpy(sc.gram)).flip(0)[:m]
+    if sc.one_row:  # every non-zero row is one row: the singular values are known exactly
+        return _rank_one_stats(sc, rule, m)
+    lam, usable = checked.eigvalsh_where_usable(torch.from_numpy(sc.gram), torch_first=True)  # checked
+    lam_raw = lam.flip(0)[:m]
     delta = _gram_error(sc.gram, T, d)
     a, b, top = _gram_brackets(lam_raw.numpy(), delta, c)
     tol_hi, tol_lo = rule.tol(float(b[0]), T, d), rule.tol(float(a[0]), T, d)
     brackets = None
-    if bool(np.all((a > tol_hi) | (b <= tol_lo))):  # every value on one side of the whole set's tolerance
+    # every value on one side of the whole set's tolerance; else (or when no eigenvalue routine gave
+    # usable values) the TSQR pass decides
+    if bool(usable) and bool(np.all((a > tol_hi) | (b <= tol_lo))):
         s_list = tuple(float(v) for v in lam_raw.clamp_min(0).sqrt())
         rank = int(np.count_nonzero(a > tol_hi))
         sv_error = math.sqrt(delta) * (1 + 4 * EPS64)
@@ -158,9 +178,6 @@ def set_stats(X, rule: RankRule) -> SetStats:
     else:
         s_list, sv_error = _tsqr_values(rows, sc.exponent, m, c)
         rank = int(sum(1 for v in s_list if v > rule.tol(s_list[0], T, d)))
-    sq = sc.proj * sc.proj
-    smallest = np.sort(np.partition(sq, m - 1)[:m]) if m < T else np.sort(sq)
-    proj_norms = np.sqrt(np.cumsum(smallest))
     return SetStats(
         T=T,
         d=d,
@@ -169,9 +186,41 @@ def set_stats(X, rule: RankRule) -> SetStats:
         unit_row_norms=tuple(float(v) for v in sc.small_norms),  # the smallest min(T, d), all a ceiling reads
         zero_rows=sc.zero_rows,
         unit_sv_error=sv_error,
-        unit_proj_norms=tuple(float(v) for v in proj_norms),
+        unit_proj_norms=_proj_norms(sc, m),
         exponent=sc.exponent,
         gram_brackets=brackets,
+    )
+
+
+def _proj_norms(sc, m: int) -> tuple[float, ...]:
+    """The norms of the k smallest projections on the scan's direction, k = 1 .. m (``SetStats.unit_proj_norms``)."""
+    sq = sc.proj * sc.proj
+    smallest = np.sort(np.partition(sq, m - 1)[:m]) if m < sc.T else np.sort(sq)
+    return tuple(float(v) for v in np.sqrt(np.cumsum(smallest)))
+
+
+def _rank_one_stats(sc, rule: RankRule, m: int) -> SetStats:
+    """The statistics of a set whose non-zero rows are all one row v (``Scan.one_row``), from what the
+    scan read, with no factorisation: ``X = 1 v^T`` on those n rows, so its singular values are
+    ``sqrt(n) ||v||`` and m - 1 exact zeros. The first is kept rounded up (``||v||`` from the
+    rows' squared norms, each a d-term sum: relative error below (d + 8) eps), the zeros are exact,
+    and the error bound is 0: a ceiling counts at least the exact values above its tolerance (safe),
+    and no zero is counted by an error bound it does not have."""
+    n = sc.T - sc.zero_rows
+    norm2 = float(np.max(sc.sqn))  # every non-zero row has this squared norm
+    s1 = math.sqrt(n * norm2) * (1 + (sc.d + 8) * EPS64)
+    s_list = (s1,) + (0.0,) * (m - 1)
+    rank = int(sum(1 for v in s_list if v > rule.tol(s1, sc.T, sc.d)))
+    return SetStats(
+        T=sc.T,
+        d=sc.d,
+        rank=rank,
+        unit_singular_values=s_list,
+        unit_row_norms=tuple(float(v) for v in sc.small_norms),
+        zero_rows=sc.zero_rows,
+        unit_sv_error=0.0,
+        unit_proj_norms=_proj_norms(sc, m),
+        exponent=sc.exponent,
     )
 
 
@@ -276,7 +325,7 @@ def _tsqr_values(rows, exponent: int, m: int, c: float) -> tuple[tuple[float, ..
     thread; each as it was after): its arithmetic is float64 throughout, which the process-wide
     float32 precision settings (``tf32_off``) do not touch."""
     with numerics(threads=1):
-        s = torch.linalg.svdvals(torch.from_numpy(tsqr(rows, exponent)))[:m]
+        s = checked.svdvals(torch.from_numpy(tsqr(rows, exponent)))[:m]  # checked (numerics.checked)
     s_list = tuple(float(v) for v in s)
     return s_list, c * (s_list[0] if m else 0.0)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .. import validate
+from .. import phases, validate
 from ..distributed import shared
 from ..errors import param, plain
 from ..numerics import (
@@ -28,13 +28,13 @@ from ..numerics import (
     decide_full_rank,
     gram_rank,
     lapack,
-    svd_rank,
     tf32_is_off,
     with_numerics,
 )
 from ..numerics.stream import Unit, unit_of
 from ..request import build_request, keyword_conveniences
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, device_name, resolve_device
+from . import witness
 from .bounds import fixed_rule
 from .results import SetStats, SubsetTest, Witness, clopper_pearson, rows_phrase
 from .sampling import (
@@ -49,75 +49,25 @@ from .sampling import (
     rows_of,
 )
 
-__all__ = ["SET_WITNESS_MAX_ENTRIES", "draw_decisions", "shrink_witness", "subset_test"]
-
-#: When the whole set's rank proves that no k rows are independent, a witness (a small dependent
-#: subset) is also extracted from the set, up to this many entries (T * d): a few SVDs of the set.
-SET_WITNESS_MAX_ENTRIES = 1 << 22
-
-
-def _prove(unit: Unit, idx: list[int]) -> Witness | None:
-    """A Witness (in the data's units) when the rows ``idx`` are dependent under the rule, else None."""
-    rank, _, _, tol, s = svd_rank(unit.rows(idx), unit.rule)
-    if int(rank) >= len(idx):
-        return None
-    return Witness(tuple(idx), tuple(float(v) for v in unit.to_data(s).cpu()), float(unit.to_data(tol)), int(rank))
+__all__ = ["draw_decisions", "shrink_witness", "subset_test"]
 
 
 def shrink_witness(X: torch.Tensor, indices, rule: RankRule) -> Witness:
     """Given a dependent subset, look for a smaller dependent one inside it and prove it.
 
-    Two reductions, repeated while they help: the support of the left singular vector of the
-    smallest singular value (the rows that take part in the dependence), and, when the rank r
-    is below size - 1, r well-conditioned rows (column-pivoted QR) plus one more row. Every
-    candidate is verified with the exact rule, so the result is always a proof. The singular
-    values and tolerance it keeps are in the data's own units.
+    A zero row or two equal rows inside it are a witness at once; otherwise one pivoted QR of its
+    rows finds r well-conditioned rows and the row nearest their span, and the rows that take part
+    in that dependence are proven by an SVD of at most (r + 1) x d (``witness.shrink``: a bounded
+    number of factorisations, ``witness.MAX_FACTORISATIONS``). Every candidate is verified with the
+    exact rule, so the result is always a proof. The singular values and tolerance it keeps are in
+    the data's own units.
+
+    Raises:
+        ValueError: when the rows ``indices`` are not dependent under the rule.
     """
     X = as_matrix(X)
     rule, _ = fixed_rule(X, rule or RankRule.for_dtype(X.dtype), need_stats=False)
-    return _shrink(unit_of(rows_of(X), rule)[0], indices)
-
-
-def _shrink(unit: Unit, indices) -> Witness:
-    from scipy.linalg import qr
-
-    best = _prove(unit, [int(i) for i in indices])
-    if best is None:
-        raise ValueError("shrink_witness needs a dependent subset")
-    for _ in range(8):
-        idx = list(best.indices)
-        rows = unit.rows(idx)
-        improved = False
-        if best.rank < len(idx) - 1:
-            _, _, piv = qr(rows.cpu().numpy().T, pivoting=True, mode="economic")
-            base = [idx[p] for p in piv[: best.rank]]
-            for extra in (idx[p] for p in piv[best.rank :]):
-                w = _prove(unit, [*base, extra])
-                if w is not None:
-                    best, improved = w, True
-                    break
-        else:
-            U, _, _ = torch.linalg.svd(rows, full_matrices=True)
-            u = U[:, len(idx) - 1].abs() if rows.shape[0] <= rows.shape[1] else U[:, -1].abs()
-            order = torch.argsort(u, descending=True).tolist()
-            support = [idx[i] for i in order if float(u[i]) > 1e-6 * float(u.max())]
-            if 1 <= len(support) < len(idx):
-                w = _prove(unit, sorted(support))
-                if w is not None:
-                    best, improved = w, True
-        if not improved:
-            break
-    return best
-
-
-def _set_witness(unit: Unit, T: int) -> Witness | None:
-    """A small dependent subset of the whole set, each candidate decided under the rule at its own
-    tolerance; None when the set as one matrix is independent under its own tolerance (a ceiling
-    below k can come from the smaller tolerance of a k-subset, which the set itself does not have)."""
-    try:
-        return _shrink(unit, list(range(T)))
-    except ValueError:
-        return None
+    return witness.shrink(unit_of(rows_of(X), rule)[0], indices)
 
 
 def _decided_draws(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, progress: Progress | None = None):
@@ -168,6 +118,8 @@ def _decided_draws(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, 
 
     draws = Draws(gram.T, k, samples, seed, True, gram.device)
     for sub, dec in decided_in_order(decide, draws, workers, per_call, entries is not None, progress):
+        # the decisions to the host once a group (two small copies), whatever the device: the tally reads them there
+        dec = Decision(dec.full.cpu(), dec.exact.cpu())
         seen[0] += int(sub.shape[0])
         seen[1] += int((~dec.full).sum())
         yield sub, dec
@@ -253,10 +205,10 @@ def _tally(
     depends on nothing but the draws (not on how many blocks were decided at once)."""
     d = gram.d
     t = _Tally()
-    for sub, dec in _decided_draws(gram, k, samples, seed, rule, progress):
+    for sub, dec in _decided_draws(gram, k, samples, seed, rule, progress):  # decisions on the host
         stop = False
         if max_fail is not None:  # stop after the block where the dependent draws first exceed max_fail
-            fails = torch.cumsum((~dec.full).long().cpu(), 0) + (t.drawn - t.satisfied)
+            fails = torch.cumsum((~dec.full).long(), 0) + (t.drawn - t.satisfied)
             over = (fails > max_fail).nonzero()
             if over.numel():
                 cut = ((t.drawn + int(over[0])) // DRAW_BLOCK + 1) * DRAW_BLOCK - t.drawn
@@ -269,7 +221,7 @@ def _tally(
             t.first_dependent = sub[int(bad[0])].cpu().tolist()
         room = histogram_limit - t.histogram_draws
         if room > 0 and bad.numel():
-            sel = bad[:room]
+            sel = bad[:room].to(sub.device)
             for part in sel.split(64):
                 ranks = gram_rank(gram.sub(sub[part]), lambda j, part=part, sub=sub: gram.rows(sub[part[j]]), d, rule)
                 for r in ranks.tolist():
@@ -357,20 +309,20 @@ def _without_sampling(X, unit: Unit, k: int, stats: SetStats, base: dict, first_
     rule = base["rule"]
     ceil_k = stats.ceiling(k, rule)
     if ceil_k < k:
-        witness = None
-        if stats.zero_rows and first_zero is not None:
-            witness = Witness((first_zero,), (0.0,), 0.0, 0)
-        elif T * d <= SET_WITNESS_MAX_ENTRIES:  # the set is dependent: a subset of it shows how
-            witness = _set_witness(unit, T)
+        # every k rows are dependent: a zero row, two equal rows or a subset of k rows shows how
+        with phases.phase("witness"):
+            found = witness.set_witness(unit, k, first_zero if stats.zero_rows else None, hint=stats.rank)
         reason = (
             f"the whole set has numerical rank {ceil_k} at the smallest tolerance any {k}-subset can have under "
             f"the rule, and no subset's rank exceeds it, so no {rows_phrase(k)} {'is' if k == 1 else 'are'} "
             "independent (no sampling needed; a proof)"
         )
-        return _proved_failure(reason, "set-rank", base, set_rank=ceil_k, witness=witness)
+        return _proved_failure(reason, "set-rank", base, set_rank_ceiling=ceil_k, witness=found)
     if k == T:  # one subset only: decide it exactly, no sampling
-        ok = _prove(unit, list(range(T))) is None
-        witness = _shrink(unit, list(range(T))) if not ok else None
+        with phases.phase("witness"):
+            whole = witness.prove(unit, range(T))
+            ok = whole is None
+            found = witness.shrink(unit, range(T), proven=whole) if not ok else None
         return SubsetTest(
             samples=1,
             satisfied=int(ok),
@@ -382,8 +334,8 @@ def _without_sampling(X, unit: Unit, k: int, stats: SetStats, base: dict, first_
             f"which is {'independent' if ok else 'dependent'} (decided exactly, no sampling)"
             + _whole_set_note(base["check"], k, T, d),
             sampled=False,
-            set_rank=ceil_k,
-            witness=witness,
+            set_rank_ceiling=ceil_k,
+            witness=found,
             exact_status="holds" if ok else "fails",
             exact_basis="exhaustive" if ok else "witness",
             scope="whole-set",
@@ -488,7 +440,7 @@ def subset_test(
 
 
 def _sampled(
-    t: _Tally, unit: Unit, base: dict, samples: int, max_fail: int, set_rank: int, route: str | None
+    t: _Tally, unit: Unit, base: dict, samples: int, max_fail: int, ceiling: int, route: str | None
 ) -> SubsetTest:
     """The test of what the draws showed (``t``): ``samples`` draws were asked for, more than
     ``max_fail`` dependent ones settle the verdict; ``base``: the fields every test has."""
@@ -496,7 +448,8 @@ def _sampled(
     if t.satisfied:
         t.histogram[k] = t.histogram.get(k, 0) + t.satisfied
     lo, hi = clopper_pearson(t.satisfied, t.drawn)
-    witness = _shrink(unit, t.first_dependent) if t.first_dependent is not None else None
+    with phases.phase("witness"):
+        found = witness.shrink(unit, t.first_dependent) if t.first_dependent is not None else None
     frac = t.satisfied / t.drawn
     return SubsetTest(
         samples=t.drawn,
@@ -505,15 +458,15 @@ def _sampled(
         ci_low=lo,
         ci_high=hi,
         verdict="holds" if frac >= threshold else "fails",
-        reason=_reason(t, k, threshold, witness, samples, max_fail),
-        witness=witness,
-        exact_status="fails" if witness is not None else "undecided",
-        exact_basis="witness" if witness is not None else "none",
+        reason=_reason(t, k, threshold, found, samples, max_fail),
+        witness=found,
+        exact_status="fails" if found is not None else "undecided",
+        exact_basis="witness" if found is not None else "none",
         rank_histogram=t.histogram,
         histogram_draws=t.histogram_draws + t.satisfied,
         exact_rechecks=t.rechecks,
         sampled=True,
-        set_rank=set_rank,
+        set_rank_ceiling=ceiling,
         planned_samples=samples if t.stopped else None,
         gram=route,
         **base,

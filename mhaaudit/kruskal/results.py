@@ -22,6 +22,7 @@ Each result is frozen and carries its own evidence and the ``RankRule`` it was d
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -310,11 +311,15 @@ class SubsetTest(ResultTable):
     histogram_draws: int = 0
     exact_rechecks: int = 0
     sampled: bool = True
-    set_rank: int | None = None
+    # the whole set's rank at the smallest tolerance a k-subset can have (SetStats.ceiling): no k-subset exceeds it
+    set_rank_ceiling: int | None = None
     planned_samples: int | None = None  # draws asked for, when sampling stopped early
     gram: str | None = None  # how each draw's Gram was had: "full" (read from T x T) | "per-draw" (from the rows in
     # memory) | "mmap" (from the rows of a memory-mapped file)
     title: str = ""  # how a report names the test ("Kruskal test", "Assumption 1"); empty: the check's name
+
+    #: Fields a document of an older version stored under another name (read back under these).
+    RENAMED_FIELDS: ClassVar[dict[str, str]] = {"set_rank": "set_rank_ceiling"}
 
     def __post_init__(self):
         if self.exact_status not in EXACT_STATUSES or self.exact_basis not in EXACT_BASES or self.scope not in SCOPES:
@@ -330,6 +335,18 @@ class SubsetTest(ResultTable):
     def proven(self) -> bool:
         """Whether the exact status is decided (fails or holds); a witness always decides it."""
         return self.exact_status != "undecided"
+
+    @property
+    def set_rank(self) -> int | None:
+        """Deprecated name of :attr:`set_rank_ceiling` (the whole set's rank at the smallest tolerance a
+        k-subset can have, not the whole set's rank under its own tolerance); removed in the next release."""
+        warnings.warn(
+            "SubsetTest.set_rank is deprecated: it is set_rank_ceiling (the whole set's rank at the smallest "
+            "tolerance a k-subset can have); the whole set's own rank is KruskalResult.set_rank",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.set_rank_ceiling
 
     def record(self) -> dict:
         """The row of a results table: the columns of ``tables.TEST_COLUMNS``, in their order, each the
@@ -540,7 +557,7 @@ class KruskalResult(StoredSweepResult):
     @property
     def set_rank_ceilings(self) -> dict[str, int]:
         """The whole-set rank at the smallest tolerance a k-subset can have, by k (as a string)."""
-        return {str(t.k): t.set_rank for t in self.tests if t.set_rank is not None}
+        return {str(t.k): t.set_rank_ceiling for t in self.tests if t.set_rank_ceiling is not None}
 
     def records(self) -> list[dict]:
         """One record per test, in the order of ``tests`` (:meth:`SubsetTest.record`)."""

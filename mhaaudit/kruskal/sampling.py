@@ -105,8 +105,9 @@ def as_matrix(X):
     Only what converts to float64 exactly is taken, never cast with a loss:
 
     * real floating dtypes (float64, float32, float16, bfloat16, the float8 formats) are kept as
-      they are: every rank computation converts them to float64, which is exact for all of them,
-      and the rank rule takes the eps of this dtype;
+      they are: every rank computation converts them to float64, which is exact for all of them
+      (``numerics.to_float64``), and the rank rule takes the eps of this dtype (the default rule is
+      refused for the float8 formats: ``bounds.fixed_rule``);
     * integers and booleans are converted to float64 here (exactly: an int64 or uint64 value of
       magnitude above 2^53 is refused), and the rule takes float64's eps;
     * complex dtypes are refused: independence is decided over the reals, and keeping the real

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import phases
 from ..distributed import shared
 from ..errors import param
 from ..numerics import (
@@ -30,8 +31,9 @@ from ..numerics import (
 from ..numerics.stream import unit_of
 from ..request import build_request, keyword_conveniences
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, device_name
+from . import witness as witnesses
 from .bounds import babel_floor, fixed_rule
-from .fixed import SET_WITNESS_MAX_ENTRIES, _set_witness, draws_gram, joined, shrink_witness
+from .fixed import draws_gram, joined, shrink_witness
 from .results import Bound, SetStats, Sweep, Witness, clopper_pearson
 from .sampling import SAMPLING_KEYWORDS, Draws, Gram, Progress, Sampling, as_matrix, decided_in_order, rows_of
 
@@ -123,7 +125,7 @@ def _critical_sizes(
             hi[sel] = torch.where((info > low) & (info <= h), info - 1, h)
         if not bool((hi[idx] - lo[idx] < before).any()):
             break
-    rechecks = 0
+    rechecks = torch.zeros((), dtype=torch.long, device=G.device)  # counted where the decisions are: read once
     while True:
         open_ = (lo < hi).nonzero().squeeze(-1)
         if open_.numel() == 0:
@@ -131,10 +133,10 @@ def _critical_sizes(
         mid = (lo[open_] + hi[open_] + 1) // 2
         M = int(mid.max())
         dec = decide_prefix_full_rank(G[open_, :M, :M], mid, lambda b, m, o=open_: rows_fn(o[b : b + 1], m)[0], d, rule)
-        rechecks += int(dec.exact.sum())
+        rechecks += dec.exact.sum()
         lo[open_] = torch.where(dec.full, mid, lo[open_])
         hi[open_] = torch.where(dec.full, hi[open_], mid - 1)
-    return lo, rechecks
+    return lo, int(rechecks)
 
 
 def _critical_sizes_of_draws(gram: Gram, K: int, samples: int, seed: int, rule: RankRule, progress: Progress | None):
@@ -295,10 +297,14 @@ def kruskal_sweep(
         counts, rechecks, smallest = _counted(gram, K, samples, seed, unit.rule, progress)
     fractions, ci_low, ci_high = _fractions(counts, K, K_all, samples)
     raw_estimate = max((k for k, f in enumerate(fractions, 1) if f >= threshold), default=0)
-    witness = shrink_witness(X, smallest[1], rule) if smallest else None
-    if witness is None and K < min(T, d) and T * d <= SET_WITNESS_MAX_ENTRIES:  # the set is dependent: show how
-        witness = _set_witness(unit_of(rows_of(X), rule)[0], T)
+    with phases.phase("witness"):
+        witness = shrink_witness(X, smallest[1], rule) if smallest else None
+        if witness is None and K < min(T, d):  # every K + 1 rows are dependent: show how
+            unit, sc = unit_of(rows_of(X), rule)
+            witness = witnesses.set_witness(unit, K + 1, sc.first_zero, hint=stats.rank)
     ceiling = _ceiling(witness, K, T, d, stats.ceiling(K + 1, rule))
+    with phases.phase("whole-set statistics"):
+        floor = babel_floor(X, rule, kmax=min(K_all, ceiling.value) or 1)
     return Sweep(
         T=T,
         d=d,
@@ -313,7 +319,7 @@ def kruskal_sweep(
         ci_high=ci_high,
         estimate=min(raw_estimate, ceiling.value),  # an estimate never exceeds what is proven
         ceiling=ceiling,
-        floor=babel_floor(X, rule, kmax=min(K_all, ceiling.value) or 1),
+        floor=floor,
         witness=witness,
         exact_rechecks=rechecks,
         kmax_sampled=K,

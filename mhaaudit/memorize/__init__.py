@@ -36,7 +36,7 @@ Modules:
 from __future__ import annotations
 
 from .data import CONTEXTS, DIM, TASKS, make_dataset, sinusoidal_positions
-from .grid import PRESETS, VARY, memorize_grid, resolve_grid, run_memorize_grid
+from .grid import PRESETS, VARY, GridUnfinished, memorize_grid, resolve_grid, run_memorize_grid
 from .model import MemorizeModel
 from .request import MemorizeRequest, grid_axes
 from .results import GridSettings, GroupRecord, LinearFit, MemorizeGrid, MemorizeRun, SeedSummary, fit_line
@@ -52,6 +52,7 @@ __all__ = [
     "TASKS",
     "VARY",
     "GridSettings",
+    "GridUnfinished",
     "GroupRecord",
     "LinearFit",
     "MemorizeGrid",

@@ -14,12 +14,14 @@ from pathlib import Path
 
 import torch
 
-from ..errors import InputError
+from ..errors import InputError, MhaauditError, one_line, plain
+from ..files import regular_file
 from ..io import stamp, write_parquet
 from ..plot import plot_memorize
 from ..progress import task as progress_task
 from ..request import build_request, keyword_conveniences
 from ..settings import device_name, resolve_device
+from ..tables import records_table
 from .data import DIM
 from .grouping import GroupPlan, device_memory, plan_groups
 from .request import PRESETS, VARY, MemorizeRequest, grid_axes, resolve_grid
@@ -35,11 +37,12 @@ from .results import (
     run_to_row,
     seed_summaries,
 )
-from .training import Point, intra_op_threads, train_group
+from .training import Cancelled, Point, intra_op_threads, train_group
 
 __all__ = [
     "PRESETS",
     "VARY",
+    "GridUnfinished",
     "MemorizeRequest",
     "grid_axes",
     "memorize_grid",
@@ -67,25 +70,40 @@ def points(grid: dict) -> list[dict]:
 # --------------------------------------------------------------------------- results file
 
 
-def _read_results(path: Path) -> dict[str, dict]:
-    """The rows of an existing results file by configuration key.
+def _read_results(path: Path, meta: dict) -> dict[str, dict]:
+    """The rows of an existing results file by configuration key, checked to be what memorize writes: a
+    regular file whose rows take the types of memorize's columns again (they are written back with the
+    new ones under ``meta``).
 
     Raises:
-        InputError: the file cannot be read, or is not a results file of memorize.
+        InputError: the file is not a regular file or cannot be read, or is not a results file of memorize (no
+            text config_key column, or a column memorize writes holds values of another type).
     """
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    regular_file(path, InputError, f"the existing results file {path}")  # a named pipe would block the reader
     try:
-        rows = pq.read_table(path).to_pylist()
+        table = pq.read_table(path)
+        rows = table.to_pylist()
     except Exception as exc:
         raise InputError(
             f"cannot read the existing results file {path} ({exc.__class__.__name__}); move it away or pick another "
             f"{{param:out}}"
         ) from exc
-    if rows and "config_key" not in rows[0]:
+    if not rows:
+        return {}
+    key_type = table.schema.field("config_key").type if "config_key" in table.column_names else None
+    if key_type is None or not (pa.types.is_string(key_type) or pa.types.is_large_string(key_type)):
+        what = "no config_key column" if key_type is None else f"its config_key column holds {key_type}, not text"
+        raise InputError(f"{path} is not a results file of 'mhaaudit memorize' ({what}); pick another {{param:out}}")
+    try:
+        records_table(rows, meta)  # the rows are written back under memorize's column types
+    except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
         raise InputError(
-            f"{path} is not a results file of 'mhaaudit memorize' (no config_key column); pick another {{param:out}}"
-        )
+            f"{path} is not a results file of 'mhaaudit memorize' (its columns do not hold the types memorize "
+            f"writes: {one_line(exc, 120)}); pick another {{param:out}}"
+        ) from None
     return {r["config_key"]: r for r in rows}
 
 
@@ -121,6 +139,7 @@ def run_memorize_grid(
     seeds: str | Sequence[int] | None = None,
     memory_budget: float | None = None,
     max_group: int | None = None,
+    max_minutes: float | None = None,
     given: frozenset[str] = frozenset(),
 ) -> MemorizeGrid:
     """Train every point of a grid (values of the varied parameter x sizes T x seeds).
@@ -141,7 +160,14 @@ def run_memorize_grid(
     ``out``: a parquet file, written atomically after every group; when it exists, points
     already in it with the same full configuration (including seed and device type) are read
     back instead of recomputed (``MemorizeRun.reused``; a point asked for with ``saturation`` is
-    recomputed when the stored one has none). ``plot``: memorisation vs the varied parameter,
+    recomputed when the stored one has none). ``max_minutes`` (with ``out``): the grid runs in
+    parts of bounded time: no group starts after that many minutes, a group still training then
+    stops at its next check of the clock (every few hundred steps; its work is lost), the groups
+    finished are in ``out``, and :class:`GridUnfinished` says how many points are left; the same
+    call again goes on with them. Groups are then planned to train in about half that time each
+    (an estimate, :data:`~.grouping.RATE`) and run shortest first, so that every part finishes
+    some; ``max_group`` caps them further.
+    ``plot``: memorisation vs the varied parameter,
     one line per size (the mean over seeds, the band between the lowest and highest seed).
     The linear fits against H take every seed's run as a point.
 
@@ -153,15 +179,21 @@ def run_memorize_grid(
         InputError: for a bad grid (``vary`` without ``values`` or the other way round, no sizes, an
             unknown preset, task, context or device, a number out of range, ``seed`` beside ``seeds``, a
             group that cannot fit ``memory_budget``), a keyword that disagrees with ``request``, or an
-            existing ``out`` that is not a results file of memorize.
+            existing ``out`` that is not a results file of memorize, or ``max_minutes`` without ``out``.
         OutputError: when ``out`` or ``plot`` cannot be written.
+        MhaauditError: a :class:`GridUnfinished` when ``max_minutes`` ran out before every point was trained
+            (those trained are in ``out``).
     """
     keywords = {k: v for k, v in locals().items() if k not in ("request", "given")}
     return memorize_grid(build_request(MemorizeRequest, request, keywords, given))
 
 
 def memorize_grid(request: MemorizeRequest) -> MemorizeGrid:
-    """:func:`run_memorize_grid` of a checked request."""
+    """:func:`run_memorize_grid` of a checked request.
+
+    Raises:
+        GridUnfinished: when ``max_minutes`` ran out before every point was trained.
+    """
     grid, recipe, dev = request.grid, request.recipe, resolve_device(request.device)
     seed_list = request.seed_list
     pts = [Point(**p, seed=s) for p in points(grid) for s in seed_list]
@@ -175,6 +207,16 @@ def memorize_grid(request: MemorizeRequest) -> MemorizeGrid:
     runs: list[MemorizeRun | None] = [store.run(k, request.saturation) for k in keys]
     todo = [i for i, r in enumerate(runs) if r is None]
     groups = _Training(request, pts, todo, runs, store, keys).run()
+    left = sum(r is None for r in runs)
+    if left:
+        raise GridUnfinished(
+            plain(
+                f"stopped at {{param:max_minutes}} {request.max_minutes:g}: {len(runs) - left} of {len(runs)} points "
+                f"are trained and kept in {request.out}; run the same command again to train the other {left}"
+            ),
+            left=left,
+            total=len(runs),
+        )
     done: tuple[MemorizeRun, ...] = tuple(runs)  # type: ignore[arg-type]
     settings = GridSettings(
         **grid["fixed"],
@@ -205,11 +247,21 @@ def memorize_grid(request: MemorizeRequest) -> MemorizeGrid:
     return result
 
 
+class GridUnfinished(MhaauditError):
+    """``max_minutes`` ran out before every point of the grid was trained; ``left`` of ``total`` are
+    still to train, and the points trained are in the results file, so the same call goes on."""
+
+    def __init__(self, message: str, *, left: int, total: int):
+        super().__init__(message)
+        self.left, self.total = left, total
+
+
 class _Training:
     """The points ``todo`` of a grid trained group by group, filling ``runs`` and the results file.
 
     On the CPU the groups run side by side, one per core, each on one intra-op thread; on a GPU
-    one after the other.
+    one after the other. With ``max_minutes``, no group starts once the time is up, and a group
+    still training then is stopped (its points stay None).
     """
 
     def __init__(
@@ -233,8 +285,15 @@ class _Training:
             budget,
             max_points=request.max_group,
             ceiling=max(budget, device_memory(self.dev)),
+            # against a clock, groups estimated to train in half the time each, so that every part finishes some
+            max_seconds=None if request.max_minutes is None else 30.0 * request.max_minutes,
         )
         self.stop = threading.Event()
+        self.deadline = None if request.max_minutes is None else time.monotonic() + 60.0 * request.max_minutes
+
+    def out_of_time(self) -> bool:
+        """Whether ``max_minutes`` has run out."""
+        return self.deadline is not None and time.monotonic() >= self.deadline
 
     def run(self) -> list[GroupRecord]:
         """Train every group; the groups' records, in plan order."""
@@ -248,30 +307,39 @@ class _Training:
             intra_op_threads(self.dev, 1),
             ThreadPoolExecutor(_workers(self.dev, len(plans))) as pool,
         ):
-            # The longest groups first, so that the last to finish is a short one.
-            order = sorted(range(len(plans)), key=lambda k: -plans[k].work)
+            # The longest groups first, so that the last to finish is a short one; against a clock, the
+            # shortest first, so that as many points as possible are trained in the time.
+            order = sorted(range(len(plans)), key=lambda k: plans[k].work if self.deadline else -plans[k].work)
             futures = {pool.submit(self._job, plans[k], advance): k for k in order}
             try:
                 for future in as_completed(futures):
                     trained, seconds = future.result()
-                    records[futures[future]] = self._keep(plans[futures[future]], trained, seconds)
+                    if trained is not None:  # None: the time ran out before or while it trained
+                        records[futures[future]] = self._keep(plans[futures[future]], trained, seconds)
             except BaseException:
                 self.stop.set()
                 raise
         return records
 
-    def _job(self, g: GroupPlan, advance) -> tuple[list[MemorizeRun], float]:
+    def _job(self, g: GroupPlan, advance) -> tuple[list[MemorizeRun] | None, float]:
         t0 = time.perf_counter()
-        trained = train_group(
-            [self.pts[self.todo[k]] for k in g.members],
-            self.recipe,
-            self.dev,
-            saturation=self.request.saturation,
-            advance=advance,
-            eval_chunk=g.eval_chunk,
-            cancelled=self.stop.is_set,
-            cpu_threads=None,
-        )
+        if self.out_of_time():
+            return None, 0.0
+        try:
+            trained = train_group(
+                [self.pts[self.todo[k]] for k in g.members],
+                self.recipe,
+                self.dev,
+                saturation=self.request.saturation,
+                advance=advance,
+                eval_chunk=g.eval_chunk,
+                cancelled=lambda: self.stop.is_set() or self.out_of_time(),
+                cpu_threads=None,
+            )
+        except Cancelled:
+            if self.stop.is_set():  # stopped because another group failed: that failure is raised
+                raise
+            return None, time.perf_counter() - t0
         return trained, time.perf_counter() - t0
 
     def _keep(self, g: GroupPlan, trained: list[MemorizeRun], seconds: float) -> GroupRecord:
@@ -306,7 +374,7 @@ class _Store:
 
     def __init__(self, path: Path | None, meta: dict):
         self.path, self.meta = path, meta
-        self.rows = _read_results(path) if path is not None and path.exists() else {}
+        self.rows = _read_results(path, meta) if path is not None and os.path.lexists(path) else {}
 
     def run(self, key: str, saturation: bool) -> MemorizeRun | None:
         """The stored run of ``key``, or None when it must be (re)computed."""

@@ -32,11 +32,15 @@ from .stack import StackShape
 if TYPE_CHECKING:
     from .recipe import Recipe
 
-__all__ = ["GroupPlan", "default_budget", "device_memory", "group_bytes", "plan_groups"]
+__all__ = ["RATE", "GroupPlan", "default_budget", "device_memory", "group_bytes", "plan_groups"]
 
 #: A step's fixed cost in multiply-adds at the device's rate (about 0.35 ms of a CPU core at
 #: 17 G/s; about 0.3 ms of a GPU at 15 T/s): see the module docstring.
 STEP_OVERHEAD = {"cpu": 6e6, "cuda": 5e9}
+#: Those rates (multiply-adds a second), to estimate how long a group trains.
+RATE = {"cpu": 17e9, "cuda": 15e12}
+#: The steps whose batches are sent to the device at once (:data:`~.training.CHUNK_STEPS`).
+CHUNK_STEPS = 256
 _MARGIN = 1.25
 _F32 = 4
 
@@ -111,13 +115,15 @@ def plan_groups(
     *,
     max_points: int | None = None,
     ceiling: int | None = None,
-    chunk_steps: int = 256,
+    max_seconds: float | None = None,
 ) -> list[GroupPlan]:
     """Split ``points`` (objects with heads, head_dim, n, size) into groups within ``budget`` bytes.
 
     ``totals``: each point's planned steps (points of one group run as long as the longest);
     ``recipe``: how they train (the classes, batch and context size the memory);
-    ``max_points`` caps a group's size (1: every point alone). A point larger than the budget
+    ``max_points`` caps a group's size (1: every point alone); ``max_seconds`` its estimated
+    training time (its cost at the device's :data:`RATE`; a point that takes longer alone still
+    trains alone). A point larger than the budget
     trains alone; one larger than ``ceiling`` bytes (the memory the device has) is refused before
     any work, naming the largest value that fits.
 
@@ -129,7 +135,7 @@ def plan_groups(
         recipe.batch_size,
         recipe.context == "shared",
         budget,
-        chunk_steps,
+        CHUNK_STEPS,
         STEP_OVERHEAD.get(device.type, STEP_OVERHEAD["cuda"]),
     )
     if ceiling is not None:  # a point the device cannot hold: refused now
@@ -141,12 +147,14 @@ def plan_groups(
     def cost(members: list[int]) -> float:
         return sizing.cost([points[i] for i in members], max(totals[i] for i in members))
 
+    most = None if max_seconds is None else max_seconds * RATE.get(device.type, RATE["cuda"])
     groups: list[list[int]] = []
     for i in sorted(range(len(points)), key=lambda i: (cost([i]), points[i].size)):
         joined = groups[-1] + [i] if groups else None
         if (
             joined is not None
             and (max_points is None or len(joined) <= max_points)
+            and (most is None or cost(joined) <= most)
             and sizing.plan(joined, [points[k] for k in joined], 0.0).bytes <= budget
             and cost(joined) <= cost(groups[-1]) + cost([i])
         ):

@@ -44,7 +44,7 @@ class MemorizeRequest(Recipe):
 
     Checked and normalised on construction (InputError naming the parameter), in this order: the
     grid (:func:`resolve_grid`), the recipe (:class:`~.recipe.Recipe`), ``seed``/``seeds``, the
-    device, ``memory_budget`` (GiB) and ``max_group``, then the ``out`` and ``plot`` paths.
+    device, ``memory_budget`` (GiB), ``max_group`` and ``max_minutes``, then the ``out`` and ``plot`` paths.
     :func:`~.grid.run_memorize_grid` describes each field.
     """
 
@@ -64,6 +64,7 @@ class MemorizeRequest(Recipe):
     seeds: str | Sequence[int] | None = None
     memory_budget: float | None = None
     max_group: int | None = None
+    max_minutes: float | None = None
 
     def __post_init__(self) -> None:
         grid = resolve_grid(self)
@@ -77,6 +78,7 @@ class MemorizeRequest(Recipe):
             device=resolve_device(self.device),
             memory_budget=_gib(self.memory_budget),
             max_group=validate.integer(param("max_group"), self.max_group) if self.max_group is not None else None,
+            max_minutes=_minutes(self.max_minutes, self.out),
             out=check_writable(self.out) if self.out is not None else None,
             plot=check_plot_path(self.plot) if self.plot is not None else None,
             saturation=bool(self.saturation),
@@ -218,6 +220,25 @@ def _seeds(seed, seeds) -> list[int]:
     if seed != 0:
         raise InputError("give either {param:seed} or {param:seeds}, not both")
     return validate.int_ranges(seeds, param("seeds"), what="seeds", example="0-5 or 0,1,4", minimum=0, maximum=MAX_SEED)
+
+
+def _minutes(minutes, out) -> float | None:
+    """``max_minutes``, checked: a positive number, and only with a results file that keeps the points
+    trained in time.
+
+    Raises:
+        InputError: when it is not a positive number, or is given without ``out``.
+    """
+    if minutes is None:
+        return None
+    number = isinstance(minutes, (int, float)) and not isinstance(minutes, bool)
+    if not number or not (minutes > 0 and math.isfinite(minutes)):
+        raise InputError(f"{{param:max_minutes}} must be a positive number of minutes, got {minutes!r}")
+    if out is None:
+        raise InputError(
+            "{param:max_minutes} stops the grid to be resumed later, which needs a results file: add {param:out}"
+        )
+    return float(minutes)
 
 
 def _gib(gib) -> float | None:

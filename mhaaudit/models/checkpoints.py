@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ..errors import ModelError, OfflineError
-from ..io import safetensors_header, torch_load_reason
+from ..io import dense_values, safetensors_header, torch_load_reason
 
 __all__ = [
     "CHECKPOINT_FILES",
@@ -68,6 +68,8 @@ def read_state_file(path: str) -> dict[str, torch.Tensor]:
             sd = sd[key]
     if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
         raise ModelError(f"the checkpoint {path} does not hold a state dict of tensors")
+    for name, t in sd.items():
+        dense_values(t, f"the checkpoint {path}, {str(name)[:80]}", ModelError)
     return sd
 
 

@@ -22,6 +22,7 @@ When the hub cannot be reached it is never called (``local_files_only=True``).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import inspect
@@ -37,6 +38,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .. import phases
 from ..errors import InputError, MhaauditError, ModelError, OfflineError, one_line
 from ..hub import force_offline_env, is_offline
 from ..io import torch_load_reason
@@ -79,6 +81,10 @@ _TOKENIZER_FILES = (
     "sentencepiece.bpe.model",
 )
 _FIT_FIELDS = ("model_type", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
+# The largest side, in pixels, of the images a model's preprocessing makes (and the most pixels it may
+# ask for): its preprocessor_config.json (or config.json's image_size) is refused beyond it, before an
+# image is resized (a 100-byte file asking for 20000 x 20000 images makes 4.8 GB of floats per image).
+MAX_INPUT_SIDE = 4096
 # The files of a model folder whose ``auto_map`` makes transformers import Python code from the folder.
 _CODE_MAP_FILES = ("config.json", "tokenizer_config.json", "preprocessor_config.json", "processor_config.json")
 
@@ -91,6 +97,13 @@ class _Weights:
     folder: str | None = None
     file: str | None = None
     hub: bool = False
+
+
+def import_libraries() -> None:
+    """Import what building a transformers model imports in any case (the caller times it)."""
+    import huggingface_hub  # noqa: F401
+    import transformers.utils.logging  # noqa: F401
+    from transformers import AutoConfig, AutoModel  # noqa: F401
 
 
 def load(spec: ModelSpec, plan: LoadPlan, partial: bool = True) -> ProbedModel:
@@ -159,10 +172,10 @@ def _hub_for(spec: ModelSpec, weights_path: str | None, revision: str | None, tr
     hub = _Hub(revision, bool(trust_remote_code), offline)
     for folder in (spec.resolved if spec.local else None, weights_path):
         if folder is not None and os.path.isdir(folder):
+            check_links_inside(folder)  # first: nothing is read through a link leading out, nor from a pipe
             if not hub.trust_remote_code:
                 refuse_repository_code(folder, spec.name)
             check_local_indexes(folder)
-            check_links_inside(folder)
             raw = read_json(os.path.join(folder, "config.json"))
             if raw is not None:
                 check_config_numbers(ConfigFields(raw), spec.name)
@@ -236,22 +249,54 @@ class _Hub:
 
 def _read_needed(pm: ProbedModel, checkpoint: Checkpoint, name: str) -> WeightsRead:
     """Read into ``pm`` the tensors its probed blocks use: one forward pass on a tiny input records
-    them (see :func:`.shards.used_parameters`)."""
+    them (see :func:`.shards.used_parameters`). Every other parameter is zero, whatever ``pm`` held."""
     module = pm.module
     with torch.no_grad():
         for t in module.parameters():
             t.zero_()
+    return checkpoint.load_into(
+        module,
+        used_tensors(pm),
+        prefix=weights_prefix(pm),
+        misfit=f"the weights at {checkpoint.where} do not fit {name}",
+    )
+
+
+read_needed = _read_needed  # the same read into a model built once, for each checkpoint of a series
+
+
+def used_tensors(pm: ProbedModel) -> set[str]:
+    """The names of the parameters and buffers of ``pm`` that its probed blocks use: one forward pass
+    on a tiny input, as far as the deepest block built, records them (:func:`.shards.used_parameters`)."""
     if pm.info.modality == "image":
         from PIL import Image
 
         tiny = pm.preprocess([Image.new("RGB", (64, 64), (128, 128, 128))])
     else:
         tiny = {"input_ids": torch.zeros((1, 2), dtype=torch.long, device=pm.device)}
-    used = used_parameters(module, lambda: pm.capture(tiny, [pm.built_layers]))
-    prefix = getattr(module, "base_model_prefix", "") or ""
-    return checkpoint.load_into(
-        module, used, prefix=prefix, misfit=f"the weights at {checkpoint.where} do not fit {name}"
-    )
+    return used_parameters(pm.module, lambda: pm.capture(tiny, [pm.built_layers]))
+
+
+def weights_prefix(pm: ProbedModel) -> str:
+    """The prefix a checkpoint of ``pm``'s task model may put before its tensor names (``bert.``, ``vit.``)."""
+    return getattr(pm.module, "base_model_prefix", "") or ""
+
+
+def checkpoint_of(weights_path: str | None = None, *, repo: str | None = None, revision: str | None = None):
+    """The safetensors checkpoint of trained weights, read tensor by tensor: a local folder or file
+    (``weights_path``), else the hub repository ``repo`` at ``revision`` (the local cache offline).
+    None for a checkpoint in another form (loaded whole).
+
+    Raises:
+        InputError: when ``revision`` is no branch, tag or commit of ``repo``.
+        ModelError: when an index is malformed or names a shard outside the folder, or a header cannot be read.
+    """
+    if weights_path is not None:
+        path = os.path.abspath(os.path.expanduser(weights_path))
+        origin = _Weights(path, file=path) if os.path.isfile(path) else _Weights(path, folder=path)
+    else:
+        origin = _Weights(str(repo), folder=repo, hub=True)
+    return _checkpoint(origin, _Hub(revision, False, is_offline()))
 
 
 def find_blocks(module: nn.Module) -> nn.ModuleList | None:
@@ -551,6 +596,7 @@ def _build(
     """
     from transformers import AutoModel
 
+    _import_model_code(AutoModel, cfg)
     full_layers = int(cfg.num_hidden_layers)
     if max_layer is not None and max_layer < full_layers:
         cfg = copy.deepcopy(cfg)
@@ -573,6 +619,13 @@ def _build(
             reinit_hf(module, blocks, seed, full_layers)
 
     return build_random(lambda: AutoModel.from_config(cfg, **remote), redraw, seed), None
+
+
+def _import_model_code(auto: Any, cfg: Any) -> None:
+    """Import the modelling code of ``cfg``'s architecture (transformers imports it on first use),
+    timed as the run's imports; a config it does not know is left for the build to report."""
+    with phases.phase("imports"), contextlib.suppress(Exception):  # remote code, an unknown config: the build says
+        auto._model_mapping[type(cfg)]
 
 
 def _checkpoint(origin: _Weights, hub: _Hub) -> Checkpoint | None:
@@ -748,7 +801,11 @@ def load_tokenizer(candidates: list[str], hub: _Hub | None = None) -> object | N
 def image_transform(
     cfg: Any, family: str, sources: list[str], hub: _Hub | None = None
 ) -> Callable[[list], torch.Tensor]:
-    """The model's own image preprocessing: its saved processor when present, else from the config."""
+    """The model's own image preprocessing: its saved processor when present, else from the config.
+
+    Raises:
+        ModelError: when the preprocessing would make images larger than :data:`MAX_INPUT_SIDE` pixels a side.
+    """
     proc = None
     for source in sources:
         local = os.path.isdir(source)
@@ -768,6 +825,20 @@ def image_transform(
         h, w = (int(size[0]), int(size[-1])) if isinstance(size, (list, tuple)) else (int(size), int(size))
         norm = family_of(family) or Family(family, "image")
         proc = ViTImageProcessor(size={"height": h, "width": w}, image_mean=norm.mean, image_std=norm.std)
+    for what in ("size", "crop_size", "pad_size"):
+        value = getattr(proc, what, None)
+        try:
+            sizes = dict(value) if value is not None and not isinstance(value, (int, float)) else {what: value}
+        except (TypeError, ValueError):
+            continue
+        for key, v in sizes.items():
+            limit = MAX_INPUT_SIDE**2 if "pixels" in key else MAX_INPUT_SIDE
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v > limit and key != "min_pixels":
+                raise ModelError(
+                    f"the image preprocessing of {sources[0] if sources else family} asks for {what} {key} = {v}, "
+                    f"more than the {limit} {'pixels' if 'pixels' in key else 'pixels a side'} mhaaudit makes images "
+                    "of: refused before any image is resized"
+                )
 
     def transform(images: list) -> torch.Tensor:
         return proc(images=images, return_tensors="pt")["pixel_values"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import pickle
 import warnings
 from collections.abc import Callable, Iterator
@@ -19,6 +20,7 @@ from typing import Any
 
 import torch
 
+from .. import imports, phases
 from ..errors import InputError, MhaauditError, ModelError, one_line
 from . import hf, timm_backend
 from .plan import LoadPlan, check_revision
@@ -77,8 +79,11 @@ def load_model(name: str, **options: Any) -> ProbedModel:
     check_hub_options(spec, plan.revision, plan.trust_remote_code)
     builder = timm_backend if spec.backend == "timm" else hf
     try:
-        with _quiet():
-            pm = builder.load(spec, plan)
+        with imports.light():  # a single-process command imports no distributed-training packages
+            with phases.phase("imports"):
+                builder.import_libraries()
+            with _quiet():
+                pm = builder.load(spec, plan)
         check_finite_weights(pm, name)
         return pm
     except MhaauditError:
@@ -99,11 +104,21 @@ def check_finite_weights(pm: ProbedModel, name: str) -> None:
     Raises:
         ModelError: when a floating or complex parameter holds NaN or infinite values.
     """
-    for pname, t in pm.module.named_parameters():
-        if t.is_meta or not (t.is_floating_point() or t.is_complex()):
-            continue
-        if not bool(torch.isfinite(t).all()):
-            what = "NaN" if bool(torch.isnan(t).any()) else "infinite"
+    named = [
+        (pname, t)
+        for pname, t in pm.module.named_parameters()
+        if not t.is_meta and (t.is_floating_point() or t.is_complex()) and t.numel()
+    ]
+    if not named:
+        return
+    # one pass over each tensor (its largest magnitude: NaN or infinite when any entry is) and one read of
+    # them all, on whatever device the weights are; the offender is looked for only when there is one
+    tops = torch.stack([torch.linalg.vector_norm(t.detach(), ord=math.inf).to(torch.float64) for _, t in named]).cpu()
+    if bool(torch.isfinite(tops).all()):
+        return
+    for (pname, _), top in zip(named, tops.tolist(), strict=True):
+        if not math.isfinite(top):
+            what = "NaN" if math.isnan(top) else "infinite"
             raise ModelError(
                 f"the weights of {name} hold {what} values (e.g. {pname}); "
                 f"the checkpoint is corrupt or was saved after training diverged"

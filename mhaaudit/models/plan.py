@@ -13,6 +13,7 @@ from typing import Any
 from .. import validate
 from ..defaults import BACKENDS
 from ..errors import InputError
+from ..files import regular_file
 from ..settings import resolve_device
 
 __all__ = ["LoadPlan", "check_revision"]
@@ -24,8 +25,8 @@ class LoadPlan:
 
     Checked and normalised on construction (InputError): ``weights`` is ``"random"`` or
     ``"trained"`` (case and spaces do not matter), ``backend`` ``"hf"``, ``"timm"`` or None
-    (detect); ``weights_path`` must exist and goes with trained weights only; ``max_layer`` is a
-    whole number from 0, ``context_length`` from 1; a ``revision`` is not empty; ``device``
+    (detect); ``weights_path`` must exist (a folder or a regular file) and goes with trained weights
+    only; ``max_layer`` is a whole number from 0, ``context_length`` from 1; a ``revision`` is not empty; ``device``
     (``auto``/``cpu``/``cuda``/``cuda:N`` or a ``torch.device``) is resolved to a ``torch.device``.
     """
 
@@ -48,6 +49,8 @@ class LoadPlan:
             path = os.path.expanduser(str(self.weights_path))
             if not os.path.exists(path):
                 raise InputError(f"weights path does not exist: {path}")
+            if not os.path.isdir(path):
+                regular_file(path, InputError, f"weights path {path}")  # a pipe would block, a device never end
             if weights == "random":
                 raise InputError(
                     "a weights path was given together with random weights; use weights='trained' to load it"

@@ -136,15 +136,19 @@ def _fill_sentinel(module: nn.Module) -> None:
 
 
 def _all_written(module: nn.Module) -> bool:
+    """Whether no sentinel survives: a NaN in a floating tensor (its largest magnitude is NaN then:
+    one pass each, no temporary), the smallest integer in an integer one."""
+    tops, ints = [], []
     for t in list(module.parameters()) + list(module.buffers()):
         if t.dtype == torch.bool or t.numel() == 0:
             continue
         if t.is_floating_point() or t.is_complex():
-            if bool(torch.isnan(t).any()):
-                return False
-        elif bool((t == torch.iinfo(t.dtype).min).any()):
-            return False
-    return True
+            tops.append(torch.linalg.vector_norm(t, ord=math.inf).to(torch.float64))
+        else:
+            ints.append(t)
+    if tops and bool(torch.isnan(torch.stack(tops)).any()):
+        return False
+    return not any(bool((t == torch.iinfo(t.dtype).min).any()) for t in ints)
 
 
 def build_random(build: Callable[[], nn.Module], redraw: Callable[[nn.Module], None], seed: int) -> nn.Module:

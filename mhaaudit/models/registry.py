@@ -22,12 +22,12 @@ attention weights is one file in :mod:`mhaaudit.models.attention`.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import files
 from ..errors import MhaauditError, ModelError
 from ..hub import is_offline
 from .checkpoints import state_file_keys
@@ -270,13 +270,15 @@ class ModelSpec:
 
 
 def read_json(path: Path | str) -> dict | None:
-    """A JSON object from a file, or None when it is missing or not an object."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-        return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
-        return None
+    """A JSON object from a model folder's file, or None when it is missing, not JSON or not an object.
+
+    Raises:
+        ModelError: when the file is there but is not a regular file (a named pipe, a device such as
+            ``/dev/zero``), holds more than :data:`~mhaaudit.files.MAX_JSON_BYTES`, or is nested deeper than
+            Python can parse (:func:`mhaaudit.files.read_json`).
+    """
+    data = files.read_json(path, ModelError, lenient=True)
+    return data if isinstance(data, dict) else None
 
 
 # The endings of checkpoint file names: a name that ends so is read as a local path, not a hub id.
@@ -353,8 +355,8 @@ def resolve(name: str, *, backend: str | None = None, weights_path: str | None =
         timm_name = timm_name or (name[5:] if name.startswith("timm:") else name)
         return ModelSpec(name, "timm", timm_name, timm_family(timm_name), "image")
     weights_cfg = read_json(Path(weights_path) / "config.json") if weights_path else None
-    if weights_cfg is not None and not is_timm_folder_config(weights_cfg) and weights_cfg.get("model_type"):
-        family = weights_cfg["model_type"]
+    family = _model_type(weights_cfg, weights_path) if weights_cfg and not is_timm_folder_config(weights_cfg) else None
+    if family:
         return ModelSpec(name, "hf", name, family, _modality_of_type(family))
     return ModelSpec(name, "hf", name)
 
@@ -372,13 +374,27 @@ def _resolve_alias(name: str, alias: dict, backend: str | None, weights_path: st
     return ModelSpec(name, "timm" if timm_wanted else "hf", resolved, alias["family"], alias["modality"], alias)
 
 
+def _model_type(config: dict | None, folder) -> str | None:
+    """The ``model_type`` a folder's ``config.json`` names (None: no config, or none named).
+
+    Raises:
+        ModelError: when it names something other than a string.
+    """
+    family = config.get("model_type") if config else None
+    if family is not None and not isinstance(family, str):
+        raise ModelError(f"{folder}: config.json's model_type must be a string, got {type(family).__name__}")
+    return family or None
+
+
 def _resolve_path(name: str, backend: str | None) -> ModelSpec:
     """A local folder or file: timm's format when asked for or saved so, else a transformers folder."""
     path = os.path.abspath(os.path.expanduser(name))
+    if os.path.exists(path) and not os.path.isdir(path):
+        files.regular_file(path, ModelError)  # a named pipe would block the loader, a device never end
     if backend == "timm" or (backend is None and _looks_like_timm_path(path)):
         return ModelSpec(name, "timm", path, None, "image", local=True)
     data = read_json(Path(path) / "config.json")
-    family = data.get("model_type") if data else None
+    family = _model_type(data, path)
     return ModelSpec(name, "hf", path, family, _modality_of_type(family) if family else None, local=True)
 
 

@@ -23,7 +23,6 @@ map onto the model) raises :class:`NotPartial` and the caller loads it whole wit
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -36,6 +35,7 @@ from torch.utils._pytree import tree_flatten
 
 from ..errors import InputError, ModelError, OfflineError, one_line
 from ..facts import ReadFacts
+from ..files import folder_files, inside, read_json
 from ..io import safetensors_header
 
 __all__ = [
@@ -224,13 +224,7 @@ class Checkpoint:
         targets = dict(module.named_parameters(remove_duplicate=False))
         buffers = dict(module.named_buffers(remove_duplicate=False))
         plan: dict[str, list[tuple[str, torch.Tensor]]] = {}
-        saved = saved_names(module, used)
-        for name in sorted(used):
-            key = self._key_for(saved[name], prefix) or self._key_for(name, prefix)
-            if key is None:
-                if name in buffers:
-                    continue  # a buffer the model computes itself (position ids, rotary frequencies)
-                raise NotPartial(f"no tensor for {name} in {self.where}")
+        for name, key in self.keys_for(module, used, prefix=prefix).items():
             dest = targets[name] if name in targets else buffers[name]  # used: names of the module's own tensors
             plan.setdefault(self.weight_map[key], []).append((key, dest))
         dtype_bytes: dict[str, int] = {}
@@ -260,6 +254,27 @@ class Checkpoint:
         return WeightsRead(
             "partial", stored, read, self.total_size, len(plan), len(self.files), count, len(self.weight_map)
         )
+
+    def keys_for(self, module: nn.Module, used: set[str], *, prefix: str) -> dict[str, str]:
+        """The checkpoint's name of the tensor of each of the ``used`` parameters / buffers of
+        ``module`` (sorted by parameter name), as :meth:`load_into` reads them; a buffer the model
+        computes itself (position ids, rotary frequencies) and the checkpoint lacks is left out.
+
+        Raises:
+            NotPartial: when a used parameter has no tensor here under any name the loading code of
+                transformers would accept.
+        """
+        buffers = dict(module.named_buffers(remove_duplicate=False))
+        saved = saved_names(module, used)
+        out: dict[str, str] = {}
+        for name in sorted(used):
+            key = self._key_for(saved[name], prefix) or self._key_for(name, prefix)
+            if key is None:
+                if name in buffers:
+                    continue  # a buffer the model computes itself (position ids, rotary frequencies)
+                raise NotPartial(f"no tensor for {name} in {self.where}")
+            out[name] = key
+        return out
 
     def _key_for(self, name: str, prefix: str) -> str | None:
         candidates = [name, f"{prefix}.{name}"] if prefix else [name]
@@ -304,14 +319,11 @@ def read_index(index: str, folder: str | None = None) -> tuple[dict, dict[str, s
     local ``folder``, it must also resolve inside that folder, symlinks followed.
 
     Raises:
-        ModelError: when the index cannot be read or is not JSON, has no non-empty ``weight_map`` of names to
-            file names, or names a shard that is not a plain file name or (with ``folder``) lies outside it.
+        ModelError: when the index cannot be read, is not a regular file or not JSON, has no non-empty
+            ``weight_map`` of names to file names, or names a shard that is not a plain file name or (with
+            ``folder``) lies outside it.
     """
-    try:
-        with open(index, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot read the checkpoint index {index}: {one_line(exc, 160)}") from exc
+    doc = read_json(index, ModelError, f"the checkpoint index {index}")  # a regular file, bounded, JSON
     wm = doc.get("weight_map") if isinstance(doc, dict) else None
     if not isinstance(wm, dict) or not wm or not all(isinstance(k, str) and isinstance(v, str) for k, v in wm.items()):
         raise ModelError(
@@ -359,30 +371,18 @@ def _roots(root: str) -> list[str]:
     return roots
 
 
-def _within(path: str, roots: list[str]) -> bool:
-    return any(os.path.commonpath([r, path]) == r for r in roots)
-
-
 def check_links_inside(folder: str) -> None:
     """Refuse, before anything is read, a model folder holding a symbolic link that leads outside
-    it (a config, tokenizer or weights file planted as a link to another file on the machine):
-    neither transformers nor the checkpoint readers then read outside the folder named.
+    it (a config, tokenizer or weights file planted as a link to another file on the machine), or
+    an entry that is neither a file nor a folder (a named pipe or ``/dev/zero`` as its
+    ``config.json`` would block the loader or never end): neither transformers nor the checkpoint
+    readers then read outside the folder named (:func:`mhaaudit.files.folder_files`, as data folders).
 
     Raises:
         ModelError: when an entry of ``folder`` is a symbolic link resolving outside it (and outside the hub
-            cache's ``blobs`` for a snapshot folder).
+            cache's ``blobs`` for a snapshot folder), or is a named pipe, a device or a socket.
     """
-    root = os.path.realpath(folder)
-    roots = _roots(root)
-    with os.scandir(folder) as entries:
-        for entry in entries:
-            if entry.is_symlink():
-                path = os.path.realpath(entry.path)
-                if not _within(path, roots):
-                    raise ModelError(
-                        f"{entry.path} is a symbolic link to {path}, outside the model folder {root}: "
-                        f"refused (copy the file into the folder to use it)"
-                    )
+    folder_files(folder, ModelError, "model folder", roots=_roots(os.path.realpath(folder)), depth=0, hidden=True)
 
 
 def _inside(folder: str, fn: str, index: str) -> str:
@@ -394,7 +394,7 @@ def _inside(folder: str, fn: str, index: str) -> str:
     """
     root = os.path.realpath(folder)
     path = os.path.realpath(os.path.join(root, fn))
-    if path == root or not _within(path, _roots(root)):
+    if path == root or not inside(path, _roots(root)):
         raise ModelError(
             f"the checkpoint index {index} is malformed: the shard {fn[:80]!r} resolves to {path}, "
             f"outside the model folder {root}"

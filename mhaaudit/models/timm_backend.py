@@ -17,6 +17,7 @@ A :class:`~.registry.ModelSpec` with backend ``timm`` becomes a :class:`~.probe.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import re
 import sys
@@ -27,6 +28,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError, ModelError, one_line
+from ..files import regular_file
 from ..hub import force_offline_env, is_offline
 from .checkpoints import find_checkpoint, load_fitting, offline_weights_error
 from .families import query_words
@@ -34,6 +36,7 @@ from .plan import LoadPlan
 from .probe import ModelInfo, ProbedModel, measure_image_tokens, prepare_module
 from .random_init import init_seed, reinit_timm, seeded
 from .registry import ConfigFields, ModelSpec, check_config_numbers, read_json, supported_families, timm_family_of
+from .shards import check_links_inside
 
 # timm's build arguments that size the model, and their transformers names (see check_config_numbers).
 _TIMM_SIZES = {
@@ -59,6 +62,11 @@ class _Arch:
     file: str | None = None
 
 
+def import_libraries() -> None:
+    """Import timm (and torchvision with it; the caller times it)."""
+    import timm  # noqa: F401
+
+
 def load(spec: ModelSpec, plan: LoadPlan) -> ProbedModel:
     """Build the timm model ``spec`` names as ``plan`` says, ready for probing (its hub options do
     not apply to timm: :func:`~.load.check_hub_options` refuses them before).
@@ -77,6 +85,7 @@ def load(spec: ModelSpec, plan: LoadPlan) -> ProbedModel:
     arch = _architecture(spec, plan.weights, plan.weights_path)
     if not timm.is_model(arch.name):
         raise ModelError(f"unknown timm model {arch.name!r}: not in timm.list_models()")
+    _check_model_args(arch, spec.name)
     full_layers, heads, d, head_dim, shape = _shape(arch, spec.name)
     family, fam = timm_family_of(arch.name)
     query_index = 0 if shape.class_token else None
@@ -128,6 +137,10 @@ def _architecture(spec: ModelSpec, weights: str, weights_path: str | None) -> _A
     path = spec.resolved
     if not os.path.exists(path):
         raise InputError(f"no such timm model, folder or file: {spec.name}")
+    if os.path.isdir(path):
+        check_links_inside(path)  # as a transformers folder: no link leading out, no pipe or device
+    else:
+        regular_file(path, ModelError)
     folder = Path(path) if os.path.isdir(path) else Path(path).parent
     data = read_json(folder / "config.json") or {}
     if not data.get("architecture"):
@@ -150,6 +163,72 @@ def _architecture(spec: ModelSpec, weights: str, weights_path: str | None) -> _A
     if weights == "trained" and weights_path is None and file is None:
         raise ModelError(f"no checkpoint file found in {folder}")
     return _Arch(data["architecture"], dict(args), file)
+
+
+# Arguments of timm's builder (create_model, build_model_with_cfg) and of the model classes that name
+# files, downloads or where tensors go: never taken from a folder's config.json (a checkpoint_path
+# there would make timm open any file on the machine).
+_REFUSED_ARGS = frozenset(
+    {
+        "pretrained",
+        "pretrained_cfg",
+        "pretrained_cfg_overlay",
+        "checkpoint_path",
+        "cache_dir",
+        "pretrained_strict",
+        "pretrained_filter_fn",
+        "pretrained_model_args",
+        "feature_cfg",
+        "features_only",
+        "model_cfg",
+        "kwargs_filter",
+        "scriptable",
+        "exportable",
+        "no_jit",
+        "num_classes",
+        "device",
+        "dtype",
+    }
+)
+
+
+def _constructor_args(cls: type) -> set[str]:
+    """The named arguments of a model class's constructor (through the classes it passes ``**kwargs`` to)."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        params = inspect.signature(vars(klass)["__init__"]).parameters.values()
+        names |= {p.name for p in params if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return names
+
+
+def _check_model_args(arch: _Arch, name: str) -> None:
+    """Check, before timm builds anything, that a folder's ``model_args`` are arguments of the architecture's
+    own model class (an allow-list: what sizes and shapes the model), never the builder's (files, downloads,
+    the device); the class is found from a build on the meta device with timm's defaults (nothing allocated,
+    nothing read).
+
+    Raises:
+        ModelError: when ``model_args`` names an argument that is not the model class's, or one of the builder's.
+    """
+    if not arch.model_args:
+        return
+    import timm
+
+    with torch.device("meta"):
+        cls = type(timm.create_model(arch.name, pretrained=False, num_classes=0))
+    allowed = _constructor_args(cls) - _REFUSED_ARGS
+    refused = sorted(k for k in arch.model_args if k not in allowed)
+    if refused:
+        raise ModelError(
+            f"the config of {name} is refused: its model_args name {', '.join(map(repr, refused[:5]))}, "
+            f"which {'is not an argument' if len(refused) == 1 else 'are not arguments'} of timm's {cls.__name__} "
+            "that mhaaudit passes on (only the architecture's own sizes and options are, never a file, "
+            "a download or the device)"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -280,7 +359,8 @@ def _load_file(model: nn.Module, path: str, built: int, name: str) -> None:
     from timm.models import load_state_dict
 
     try:
-        sd = load_state_dict(path, use_ema=True)
+        regular_file(path, ModelError)
+        sd = load_state_dict(path, use_ema=True, weights_only=True)  # timm's default was weights_only=False
     except Exception as exc:  # unreadable file
         raise ModelError(f"cannot read the timm checkpoint {path}: {one_line(exc, 160)}") from exc
     filt = getattr(sys.modules.get(type(model).__module__), "checkpoint_filter_fn", None)

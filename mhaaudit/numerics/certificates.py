@@ -26,10 +26,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from ..errors import InputError
+from . import checked
 from .pow2 import exponent_of, ldexp
 from .rule import RankRule
 
@@ -66,13 +66,16 @@ def svd_rank(rows: torch.Tensor, rule: RankRule):
 
     Always computed on the CPU (LAPACK): only the few matrices whose decision sits within
     rounding distance of the tolerance get here, for which a GPU SVD is slower, and the
-    reference decision is then the same bits on every device.
+    reference decision is then the same bits on every device. The singular values are checked
+    before they decide anything, and recomputed by another LAPACK driver where they are not
+    usable (``numerics.checked.svdvals``).
 
     Returns:
         ``(rank, sigma_min, sigma_max, tol, singular_values)`` in the units of ``rows``, on its device.
 
     Raises:
         InputError: when ``rows`` has fewer than 2 dimensions or holds NaN or infinite values.
+        ArithmeticError: (``numerics.checked.NumericalFailure``) when no LAPACK route gives usable singular values.
     """
     if rows.ndim < 2:
         raise InputError(f"svd_rank takes (..., m, c) matrices, got shape {tuple(rows.shape)}")
@@ -82,8 +85,8 @@ def svd_rank(rows: torch.Tensor, rule: RankRule):
     x = rows.to(device="cpu", dtype=torch.float64)
     m, c = x.shape[-2], x.shape[-1]
     e = exponent_of(x, dims=(-2, -1))
-    s = torch.linalg.svdvals(ldexp(x, -e[..., None, None]))
-    smax = s[..., 0]
+    s = checked.svdvals(ldexp(x, -e[..., None, None]))
+    smax = s[..., 0] if s.shape[-1] else torch.zeros(s.shape[:-1], dtype=s.dtype)
     atol = ldexp(torch.full_like(smax, rule.atol_value), -e)
     tol = torch.maximum(smax * rule.rtol_for(m, c), atol)
     rank = (s > tol.unsqueeze(-1)).sum(-1)
@@ -91,12 +94,12 @@ def svd_rank(rows: torch.Tensor, rule: RankRule):
     return tuple(t.to(dev) for t in out)
 
 
-def eigvalsh(G: torch.Tensor) -> torch.Tensor:
-    """Ascending eigenvalues of symmetric matrices: NumPy's LAPACK on the CPU (faster than
-    torch's on many machines), torch elsewhere."""
-    if G.device.type == "cpu" and G.dtype == torch.float64:
-        return torch.from_numpy(np.linalg.eigvalsh(G.numpy()))
-    return torch.linalg.eigvalsh(G)
+def eigvalsh(G: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ascending eigenvalues of symmetric float64 matrices (NumPy's LAPACK on the CPU, faster than
+    torch's on many machines; torch elsewhere), checked, and a mask of the matrices whose values
+    are usable: where no eigenvalue routine gives usable ones it is False, and the caller decides
+    those matrices by the SVD (``numerics.checked.eigvalsh_where_usable``)."""
+    return checked.eigvalsh_where_usable(G)
 
 
 def gram_rank(G: torch.Tensor, rows_fn, d: int, rule: RankRule) -> torch.Tensor:
@@ -108,13 +111,15 @@ def gram_rank(G: torch.Tensor, rows_fn, d: int, rule: RankRule) -> torch.Tensor:
     trust (``TINY_GRAM``).
     """
     k = G.shape[-1]
-    lam = eigvalsh(G).clamp_min(0)  # ascending
+    lam, usable = eigvalsh(G)
+    lam = lam.clamp_min(0)  # ascending
     lmax = lam[..., -1]
     tol2 = rule.tol(lmax.sqrt(), k, d) ** 2
     err = rounding_margin(k, d, lmax)
     rank = (lam > tol2[:, None]).sum(-1)
     ambiguous = ((lam - tol2[:, None]).abs() <= err[:, None] + 1e-6 * tol2[:, None]).any(-1)
     ambiguous |= G.diagonal(dim1=-2, dim2=-1).amax(-1) < TINY_GRAM
+    ambiguous |= ~usable  # no eigenvalue routine gave usable values: the SVD decides
     if bool(ambiguous.any()):
         idx = ambiguous.nonzero().squeeze(-1)
         for chunk in idx.split(64):
@@ -302,11 +307,11 @@ def decide_full_rank(
         # Eigenvalues of G are sigma^2 to within a rounding error far below the tolerance band;
         # only a subset whose smallest one sits within that error of the tolerance needs the SVD.
         idx = undecided.nonzero().squeeze(-1)
-        lam = eigvalsh(G[idx])
+        lam, usable = eigvalsh(G[idx])
         lmin, lmax = lam[:, 0], lam[:, -1].clamp_min(0)
         tau = torch.clamp(certificates.r * lmax.sqrt(), min=certificates.a) ** 2
         err = rounding_margin(k, d, lmax)
-        clear = (lmin - tau).abs() > err + 1e-6 * tau
+        clear = ((lmin - tau).abs() > err + 1e-6 * tau) & usable  # unusable eigenvalues: the SVD decides
         full[idx[clear]] = lmin[clear] > tau[clear]
         exact[idx[clear]] = True
         undecided[idx[clear]] = False

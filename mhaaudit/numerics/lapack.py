@@ -77,7 +77,10 @@ class Potrf:
 
     The buffer's lower triangle holds the matrix (the Fortran routine sees the transpose, so
     its "upper" is our lower); ``lda`` is the buffer's side. Returns LAPACK's ``info``: 0, or
-    the order of the first leading block that is not positive definite.
+    the order of the first leading block that is not positive definite; a negative ``info`` (an
+    argument LAPACK calls illegal) is neither, and every caller reads only ``== 0`` (certified
+    independent) and ``> 0`` (certified dependent), so such a factorisation certifies nothing and
+    the draw goes to the exact decision (``decide_full_rank``).
     """
 
     def __init__(self, lda: int):

@@ -17,10 +17,12 @@ below 2**-1022 times the largest entry still count as zero inside ``numerics``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
+from .convert import to_float64
 from .pow2 import exponent_of, ldexp
 from .rule import RankRule, subnormals_kept
 
@@ -43,17 +45,23 @@ class Scaled:
             return ldexp(v, self.exponent)
 
 
-def scaled(X: torch.Tensor, rule: RankRule) -> Scaled:
+def scaled(X: torch.Tensor, rule: RankRule, top: float | None = None) -> Scaled:
     """``X`` in float64, divided by the power of two that brings its largest entry into [0.5, 1).
 
     Done with subnormals kept, so that subnormal entries (of float32 or float64 data) are
-    converted and rescaled exactly even inside ``numerics``.
+    converted and rescaled exactly even inside ``numerics``. ``top``: the largest absolute entry
+    of ``X`` (:func:`~.pow2.max_abs`) when the caller has it; it is used when it is a finite normal
+    number of ``X``'s dtype (then no setting of subnormals can have changed it), else found here.
+    The converted copy is rescaled in place: one float64 tensor is made.
     """
     with subnormals_kept():
-        X64 = X.to(torch.float64)
-        e = exponent_of(X64)
+        X64 = to_float64(X)
+        if top is not None and X.is_floating_point() and math.isfinite(top) and top >= torch.finfo(X.dtype).tiny:
+            e = math.frexp(top)[1]
+        else:
+            e = exponent_of(X64)
         if e:
-            X64 = ldexp(X64, -e)
+            X64 = ldexp(X64, -e, inplace=X64 is not X)  # a float64 X on a device is not copied by to_float64
     return Scaled(X64, e, rule.in_units(e))
 
 

@@ -3,7 +3,8 @@
 * ``Rows``: a T x d matrix kept as it was given (a tensor of any float dtype, or a NumPy array,
   such as the read-only memory map of a ``.npy`` or ``.safetensors`` file). Nothing takes a
   float64 copy of it: ``Rows.take`` gathers the rows of one draw, ``Rows.chunk`` one chunk of
-  ``chunk_rows(d)`` rows, each converted to float64 (exact) only then.
+  ``chunk_rows(d)`` rows, each converted to float64 (exact, subnormal entries included:
+  ``pow2.to_float64``) only then.
 * ``scan``: the one streaming pass, chunk by chunk in row order, with O(d^2 + T) memory (the
   T-vectors are 16 bytes a row): that the entries are finite; the power of two that brings the
   largest entry into [0.5, 1) (``numerics.scale``); the d x d Gram matrix ``X^T X`` of the
@@ -45,6 +46,8 @@ from threadpoolctl import threadpool_limits
 
 from ..errors import InputError
 from ..hostmem import available_memory  # the one cgroup-aware figure (also batching's)
+from .checked import NumericalFailure
+from .convert import to_float64
 from .pow2 import ldexp
 from .rule import RankRule, numerics, subnormals_kept
 
@@ -151,16 +154,12 @@ class Rows:
             return out.reshape(*shape, self.d)
         if not isinstance(idx, torch.Tensor):
             idx = torch.as_tensor(idx, dtype=torch.long)
-        return self.data[idx.to(self.device)].to(torch.float64)
+        return to_float64(self.data[idx.to(self.device)])
 
     def chunk(self, start: int, stop: int) -> torch.Tensor:
         """Rows ``start:stop`` as float64 (a copy of that chunk only), on the rows' device."""
         part = self.data[start:stop]
-        return (
-            torch.from_numpy(np.array(part, dtype=np.float64))
-            if isinstance(part, np.ndarray)
-            else part.to(torch.float64, copy=True)
-        )
+        return torch.from_numpy(np.array(part, dtype=np.float64)) if isinstance(part, np.ndarray) else to_float64(part)
 
     def to(self, device: torch.device) -> Rows:
         """The rows on ``device`` in their own dtype (a mapped file is copied a chunk at a time)."""
@@ -182,7 +181,9 @@ class Scan:
     """What the one streaming pass learnt about the whole set, in the units of ``2**exponent``
     (see the module docstring). ``gram``: d x d, ``X^T X``; ``sqn``,
     ``proj``: each row's squared norm and its projection on ``u``; ``small_norms``: the smallest
-    min(T, d) row norms, ascending; ``first_zero``: the first all-zero row, or None."""
+    min(T, d) row norms, ascending; ``first_zero``: the first all-zero row, or None; ``one_row``:
+    every non-zero row is one and the same row (compared entry by entry, subnormals kept), so the
+    set is exactly of rank 1."""
 
     T: int
     d: int
@@ -195,6 +196,7 @@ class Scan:
     zero_rows: int
     first_zero: int | None
     chunks: int
+    one_row: bool = False  # every non-zero row equals one row (and there is one): rank 1 exactly
 
 
 def _exponent(m: float) -> int:
@@ -260,6 +262,9 @@ class _Preparer:
     def __init__(self, rows: Rows):
         self.rows = rows
         self.e_run: int | None = None
+        self.first: np.ndarray | None = None  # the first non-zero row, in the units of e_first
+        self.e_first: int | None = None
+        self.one_row = True  # every non-zero row so far equals ``first``
 
     def __call__(self, s: int, stop: int) -> _Chunk:
         with numerics():  # this thread's own setting, as the caller's
@@ -283,7 +288,42 @@ class _Preparer:
             norms = np.ldexp(np.sqrt(np.einsum("ij,ij->i", C, C)), er[:, 0] - e_use)
             Cs = _times_pow2(C, er - e_use)  # the chunk divided by 2**e_run (exact: one rounding at most)
             zero = rowmax == 0  # (a subnormal maximum is not zero: compared with subnormals kept)
+            self._compare(Cs, zero)
         return _Chunk(s, Cs, norms, zero, e_before, self.e_run)
+
+    def _compare(self, Cs: np.ndarray, zero: np.ndarray) -> None:
+        """Keep ``one_row``: do this chunk's non-zero rows all equal the first non-zero row? (Equal
+        rows are rescaled alike, so they stay equal; a larger exponent means a larger entry, so
+        rows that differ.)"""
+        if not self.one_row:
+            return
+        if self.first is not None and self.e_run != self.e_first:
+            self.one_row = False
+            return
+        nz = np.flatnonzero(~zero)
+        if not nz.size:
+            return
+        if self.first is None:
+            self.first, self.e_first = Cs[nz[0]].copy(), self.e_run
+        self.one_row = bool((Cs[nz] == self.first).all())
+
+
+def _top_direction(G: np.ndarray, d: int) -> np.ndarray:
+    """A unit vector: the top eigenvector of the symmetric ``G`` where LAPACK gives a usable one
+    (finite, of norm 1 to rounding), else the constant direction. Any unit vector u makes
+    ``||X_S u||`` a valid lower bound on sigma_max(X_S); the top one makes it a tight one."""
+    flat = np.full(d, 1 / math.sqrt(d))
+    flat = flat / np.linalg.norm(flat)
+    if not np.abs(G).max() > 0:
+        return flat
+    try:
+        u = np.linalg.eigh(G)[1][:, -1]
+    except np.linalg.LinAlgError:  # pragma: no cover - LAPACK reported no convergence
+        return flat
+    n = float(np.linalg.norm(u)) if np.isfinite(u).all() else math.nan
+    if not abs(n - 1) < 1e-6:  # NaN fails too
+        return flat
+    return u / n
 
 
 def _scan(rows: Rows) -> Scan:
@@ -326,8 +366,7 @@ def _scan(rows: Rows) -> Scan:
             G = Cs.T @ Cs  # one symmetric rank-k update (syrk)
             gram += G
             if u is None:  # the top eigenvector of the first chunk's Gram
-                u = np.linalg.eigh(G)[1][:, -1] if np.abs(G).max() > 0 else np.full(d, 1 / math.sqrt(d))
-                u = u / np.linalg.norm(u)
+                u = _top_direction(G, d)
             del G
             proj[s : s + len(Cs)] = Cs @ u
             del ch, Cs
@@ -345,6 +384,7 @@ def _scan(rows: Rows) -> Scan:
         zero_rows=zero_rows,
         first_zero=first_zero,
         chunks=chunks,
+        one_row=prepare.one_row and prepare.first is not None,
     )
 
 
@@ -352,7 +392,11 @@ def tsqr(rows: Rows, exponent: int) -> np.ndarray:
     """R (min(T, d) x d, upper triangular) with ``R^T R = X^T X`` for the rows divided by
     ``2**exponent``: a sequential TSQR in float64, one chunk of ``chunk_rows(d)`` rows at a time
     (Householder QR of the previous R stacked on the chunk). Backward stable: the singular values
-    of R are those of the rows up to ``8 (T + d * chunks) eps sigma_max``."""
+    of R are those of the rows up to ``8 (T + d * chunks) eps sigma_max``.
+
+    Raises:
+        NumericalFailure: when LAPACK's QR gives a factor that is not finite (it cannot for finite rows).
+    """
     T, d = rows.T, rows.d
     step = chunk_rows(d)
     buf = torch.empty(min(T, d) + step, d, dtype=torch.float64)  # R on top of the next chunk, no copy per chunk
@@ -362,6 +406,8 @@ def tsqr(rows: Rows, exponent: int) -> np.ndarray:
         with subnormals_kept():
             buf[n_r : n_r + n] = ldexp(rows.chunk(s, s + n).cpu(), -exponent)
         r = torch.linalg.qr(buf[: n_r + n], mode="r").R
+        if not bool(torch.isfinite(r).all()):  # Householder QR of finite rows cannot give this unless LAPACK failed
+            raise NumericalFailure(f"QR factor of a {n_r + n} x {d} float64 matrix", ("geqrf",))
         n_r = r.shape[0]
         buf[:n_r] = r
     return buf[:n_r].clone().numpy()

@@ -157,10 +157,10 @@ def record_evidence(rec: dict) -> str:
     if rec.get("witness"):
         size = len(rec["witness"])
         out += f"; a dependent {size}-subset was found, a proof that the Kruskal rank is below {size}"
-    if rec.get("set_rank") is not None and rec["set_rank"] < min(rec["T"], d):
+    if rec.get("set_rank_ceiling") is not None and rec["set_rank_ceiling"] < min(rec["T"], d):
         out += (
-            f"; the whole set has rank {rec['set_rank']} < min(T, d) = {min(rec['T'], d)} at the smallest tolerance "
-            f"any {k}-subset can have (a ceiling for every draw)"
+            f"; the whole set has rank {rec['set_rank_ceiling']} < min(T, d) = {min(rec['T'], d)} at the smallest "
+            f"tolerance any {k}-subset can have (a ceiling for every draw)"
         )
     return out
 
@@ -216,7 +216,7 @@ def _ours_ranks(item: dict, col: dict) -> Ours:
     hist = rec.get("rank_histogram") or {}
     evidence = record_evidence(rec)
     if not rec.get("sampled", True):
-        r = rec.get("set_rank")
+        r = rec.get("set_rank_ceiling")
         if r is not None and r <= 1:  # every subset of a rank-1 set of nonzero rows has rank 1
             return Ours(_range_text(r, r), None, "whole-set rank", evidence, plo <= r <= phi, k=k)
         hist = col.get("draw_ranks") or {}

@@ -189,7 +189,7 @@ def _column(col, settings: Settings, sweep=None) -> dict:
     recs = {r["check"]: r for r in col.records("")}
     out = {"records": recs, "sweep": _sweep_doc(sweep) if sweep is not None else None, "n": col.features.n}
     gp = recs.get("general_position")
-    if gp is not None and not gp["sampled"] and gp["k"] <= gp["d"] and (gp.get("set_rank") or 0) > 1:
+    if gp is not None and not gp["sampled"] and gp["k"] <= gp["d"] and (gp.get("set_rank_ceiling") or 0) > 1:
         out["draw_ranks"] = _draw_ranks(col.features.queries, gp["k"], settings)
     return out
 

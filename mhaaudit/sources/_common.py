@@ -9,14 +9,15 @@ import os
 import re
 import tempfile
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import DataError, InputError, OfflineError, one_line
+from ..errors import DataError, InputError, MhaauditError, OfflineError, one_line
+from ..files import folder_files, inside, regular_file
 from ..hub import is_offline
 from ..settings import decode_workers_env, derive_seed
 
@@ -69,7 +70,7 @@ def decode_workers() -> int:
     return max(1, min(8, cores))
 
 
-def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int | None = None) -> Iterator[Any]:
+def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int | None = None) -> Generator[Any]:
     """``fn(item)`` for every item, in the items' order, computed on a pool of ``workers`` threads
     (:func:`decode_workers` by default) that runs at most ``4 * workers`` items ahead. Image
     decoding (PIL) runs outside the interpreter lock, so the threads decode in parallel. The items
@@ -136,7 +137,8 @@ def classify(data: str) -> tuple[str, Any]:
 
     Raises:
         InputError: when ``data`` is empty, or a hub prefix is followed by nothing.
-        DataError: when ``data`` looks like a local path but does not exist.
+        DataError: when ``data`` looks like a local path but does not exist, or names a file that is not a regular
+            file (a named pipe, a device: refused before it is opened).
     """
     text = data.strip()
     if not text:
@@ -151,7 +153,7 @@ def classify(data: str) -> tuple[str, Any]:
     if path.is_dir():
         return "dir", path
     if path.exists():
-        return "file", path
+        return "file", regular_file(path, DataError)  # a named pipe would block the reader, a device never end
     if looks_like_path(text):
         raise DataError(f"{text}: no such file or folder")
     return "hub", text
@@ -185,7 +187,9 @@ def open_hf_dataset(data: str, *, split: str, config: str | None = None, what: s
     Raises:
         OfflineError: when ``data`` is not local and the hub is offline or cannot be reached.
         DataError: when the dataset has no such split, is not found, is gated or private, or cannot be opened
-            for any other reason (the ``datasets`` package missing included).
+            for any other reason (the ``datasets`` package missing included); for a local folder, when it holds a
+            link leading out of it or a named pipe or device, or its metadata names data files outside it.
+        MhaauditError: an mhaaudit error of the checks of a local folder, re-raised as it is.
     """
     local = is_local(data)
     if local:
@@ -204,7 +208,17 @@ def open_hf_dataset(data: str, *, split: str, config: str | None = None, what: s
 
     label = f"'{data}'" + (f" (config {config})" if config else "")
     try:
-        return datasets.load_dataset(data, config, split=split, streaming=True)
+        if not local or not os.path.isdir(data):
+            if local:
+                regular_file(data, DataError)
+            return datasets.load_dataset(data, config, split=split, streaming=True)
+        # What load_dataset does, with the data files the folder's metadata names checked in between.
+        folder_files(data, DataError, "dataset folder")  # no link leading out of it, no pipe or device in it
+        builder = datasets.load_dataset_builder(data, config)
+        _confine_data_files(data, builder)
+        return builder.as_streaming_dataset(split=split)
+    except MhaauditError:
+        raise
     except ValueError as exc:
         msg = str(exc)
         if "split" in msg.lower():
@@ -229,6 +243,28 @@ def open_hf_dataset(data: str, *, split: str, config: str | None = None, what: s
                 "with `hf auth login`"
             ) from None
         raise DataError(f"cannot open {what} dataset {label}: {one_line(exc, 300, first_line=True)}") from None
+
+
+def _confine_data_files(folder: str, builder) -> None:
+    """Check that every data file a local dataset folder's metadata resolves to (its ``README.md``'s
+    ``data_files``, or the files found by the library's patterns) lies inside the folder, real paths
+    compared, and is a regular file.
+
+    Raises:
+        DataError: when a data file lies outside ``folder`` (``..``, an absolute path, a URL, a link leading out)
+            or is not a regular file.
+    """
+    root = os.path.realpath(folder)
+    files = getattr(builder.config, "data_files", None) or {}
+    for split, names in files.items():
+        for name in names:
+            real = os.path.realpath(str(name)) if "://" not in str(name) else str(name)
+            if not inside(real, [root]):
+                raise DataError(
+                    f"dataset folder {folder}: its metadata names the data file {str(name)[:200]} (split {split}), "
+                    f"outside the folder: only files inside the folder named are read"
+                )
+            regular_file(real, DataError, f"the data file {name} of dataset folder {folder}")
 
 
 def _available_splits(message: str, data: str, config: str | None) -> list[str]:

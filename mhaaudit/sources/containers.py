@@ -13,12 +13,12 @@ Anything else is refused with the columns found and the parameter that chooses o
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from ..errors import DataError, InputError, MhaauditError, one_line
+from ..files import folder_files, name_inside, read_json, regular_file
 
 __all__ = ["IMAGE_NAMES", "TEXT_NAMES", "Table", "choose_column", "is_saved_dataset", "open_table"]
 
@@ -140,22 +140,47 @@ def _arrow(path: Path) -> Table:
     )
 
 
+# pyarrow reads a CSV file in blocks, and the header must lie in the first (its default block, 1 MiB,
+# reads a wider header as "Empty CSV file"): the block is made large enough for the header, and a
+# header longer than this is refused for what it is.
+MAX_CSV_HEADER = 64 << 20
+
+
+def _csv_block(path: Path, what: str) -> int:
+    """The block size that holds the header line of the delimited file ``path`` (at least 1 MiB).
+
+    Raises:
+        DataError: when the header line is longer than :data:`MAX_CSV_HEADER` bytes.
+    """
+    with open(path, "rb") as fh:
+        head = fh.read(MAX_CSV_HEADER + 1)
+    end = head.find(b"\n")
+    if end < 0 and len(head) > MAX_CSV_HEADER:
+        raise DataError(
+            f"cannot read {what} file {path}: its first line (the header) is longer than {MAX_CSV_HEADER >> 20} MiB, "
+            "the most read as one header"
+        )
+    line = len(head) if end < 0 else end + 1
+    return max(1 << 20, 2 * line)
+
+
 def _delimited(path: Path, delimiter: str) -> Table:
     import pyarrow as pa
     import pyarrow.csv as pcsv
 
     what = "TSV" if delimiter == "\t" else "CSV"
     parse = pcsv.ParseOptions(delimiter=delimiter, newlines_in_values=True)
+    read = pcsv.ReadOptions(block_size=_csv_block(path, what))
     try:
         try:
-            table = pcsv.read_csv(path, parse_options=parse)
+            table = pcsv.read_csv(path, parse_options=parse, read_options=read)
         except pa.ArrowInvalid:  # a column whose type the first rows suggested holds other values: all strings
-            names = pcsv.read_csv(
-                path, parse_options=parse, read_options=pcsv.ReadOptions(block_size=1 << 16)
-            ).column_names
+            with pcsv.open_csv(path, parse_options=parse, read_options=read) as reader:  # the first block only
+                names = reader.schema.names
             table = pcsv.read_csv(
                 path,
                 parse_options=parse,
+                read_options=read,
                 convert_options=pcsv.ConvertOptions(column_types={n: pa.string() for n in names}),
             )
     except (OSError, pa.ArrowException) as exc:
@@ -176,6 +201,24 @@ def is_saved_dataset(folder: Path) -> bool:
     )
 
 
+def _check_state(where: Path) -> None:
+    """Check, before ``datasets`` reads anything, that a saved ``Dataset``'s ``state.json`` names only
+    data files inside its folder ``where`` (the library reads whatever the names resolve to).
+
+    Raises:
+        DataError: when ``state.json`` is not a JSON object with a list of ``_data_files``, or a name in it is
+            not a file name inside ``where`` (an absolute path, ``..``, a link leading out) or not a regular file.
+    """
+    state_file = where / "state.json"
+    state = read_json(state_file, DataError)
+    files = state.get("_data_files") if isinstance(state, dict) else None
+    if not isinstance(files, list) or not all(isinstance(f, dict) for f in files):
+        raise DataError(f'{state_file} is malformed: it needs a list of "_data_files"')
+    for entry in files:
+        real = name_inside(where, entry.get("filename"), DataError, str(state_file))
+        regular_file(real, DataError, f"the data file {entry.get('filename')!r} that {state_file} names")
+
+
 def _saved(folder: Path, split: str) -> Table:
     try:
         import datasets
@@ -184,19 +227,19 @@ def _saved(folder: Path, split: str) -> Table:
             f"reading {folder} needs the 'datasets' package: {one_line(exc, 300, first_line=True)}"
         ) from None
     is_dict = (folder / "dataset_dict.json").is_file()
+    folder_files(folder, DataError, "dataset folder")  # no link leading out of it, no pipe or device in it
     if is_dict:
-        try:
-            splits = list(json.loads((folder / "dataset_dict.json").read_text(encoding="utf-8")).get("splits", []))
-        except (OSError, ValueError, AttributeError) as exc:
-            raise DataError(
-                f"cannot read {folder / 'dataset_dict.json'}: {one_line(exc, 300, first_line=True)}"
-            ) from None
+        doc = read_json(folder / "dataset_dict.json", DataError)
+        raw = doc.get("splits", []) if isinstance(doc, dict) else None
+        if not isinstance(raw, list):
+            raise DataError(f'{folder / "dataset_dict.json"} is malformed: it needs a list of "splits"')
+        splits = [str(s) for s in raw]
         if split not in splits:
             raise DataError(
                 f"dataset folder {folder} (a DatasetDict saved with save_to_disk) has no split '{split}'; "
                 f"its splits: {', '.join(splits) or 'none'}; choose one with {{param:split}}"
             )
-        where = folder / split
+        where = name_inside(folder, split, DataError, f"{folder / 'dataset_dict.json'} (split {split!r})")
     else:
         if split != "train":
             raise InputError(
@@ -204,6 +247,7 @@ def _saved(folder: Path, split: str) -> Table:
                 f"splits; leave out {{param:split}} (it names a split of a DatasetDict), got '{split}'"
             )
         where = folder
+    _check_state(where)
     try:
         ds = datasets.load_from_disk(str(where))
     except Exception as exc:  # noqa: BLE001 - the datasets library raises many types; all are data problems here
@@ -235,10 +279,17 @@ def _saved(folder: Path, split: str) -> Table:
 
 
 def open_table(target: Path, split: str = "train") -> Table | None:
-    """The :class:`Table` of a container file or saved-dataset folder; None for anything else."""
+    """The :class:`Table` of a container file or saved-dataset folder; None for anything else.
+
+    A container file must be a regular file, and a saved-dataset folder may hold no link leading out
+    of it, no named pipe or device, and a ``state.json`` naming only files inside it; anything else
+    is a DataError before the file is opened.
+    """
     if target.is_dir():
         return _saved(target, split) if is_saved_dataset(target) else None
     kind = TABLE_SUFFIXES.get(target.suffix.lower())
+    if kind is not None:
+        regular_file(target, DataError)  # a named pipe would block the C++ reader, deaf to Ctrl-C and SIGTERM
     if kind == "parquet":
         return _parquet(target)
     if kind == "arrow":

@@ -19,7 +19,20 @@ resizing removes count as the duplicates they are for the model.
   rows of a batch that repeat an earlier input and returns the rest;
 - :class:`Duplicates`: the kept indices, the count dropped and one example pair;
   :meth:`~Duplicates.select` replays it on another pass over the same inputs, so that every
-  column of an audit drops the same examples.
+  column of an audit drops the same examples;
+- :class:`Fingerprints`: the keys of a batch of model inputs computed where the batch lies (a
+  GPU's batch is never copied to the host), one pass over its bits, for the capture loop.
+
+A fingerprint reads each example's bits as 16-bit integers x (the bytes of any dtype, in memory
+order; one-byte dtypes widened) and takes ``K = 8`` dot products with secret random weight vectors
+w_k of integers in [0, 2^16), as one float64 matrix product. Every product and partial sum is an
+integer below 2^53, so the float64 result is exact, whatever the order of the sums (any BLAS, any
+device): equal inputs always get equal fingerprints. For two different inputs, x - y is non-zero
+at some position j, and for any values of the other weights at most one value of w_k[j] makes
+<w_k, x - y> = 0: the fingerprints collide with probability at most 2^-16 per dot product,
+2^-128 for the eight, independently drawn with a secret fixed once per pass (the same on every
+rank of a torchrun job) and never shown to the data. Rows of one batch whose fingerprints agree
+are compared bit for bit as well; a collision found there keeps both rows as distinct inputs.
 
 The text example builders (:mod:`.examples`) already redraw a candidate that repeats an earlier
 example's tokens and count it; this module serves the inputs nobody draws: images and files.
@@ -29,13 +42,25 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
-__all__ = ["DuplicateFinder", "Duplicates", "batch_keys", "find_duplicates", "input_key", "sequence_key"]
+from ..numerics.threads import intra_op_threads
+
+__all__ = [
+    "DuplicateFinder",
+    "Duplicates",
+    "Fingerprints",
+    "batch_keys",
+    "find_duplicates",
+    "input_key",
+    "sequence_key",
+]
 
 
 def _digest(*parts: bytes) -> bytes:
@@ -245,3 +270,89 @@ def find_duplicates(inputs: Iterable[Any], key: Callable[[Any], bytes] = input_k
     finder = DuplicateFinder()
     finder.add(key(item) for item in inputs)
     return finder.result()
+
+
+class Fingerprints:
+    """The keys of a batch of model inputs, computed where the batch lies (module docstring).
+
+    ``secret`` seeds the weights (a random one by default): the passes whose keys are compared
+    (every rank of a torchrun job) must share it. One instance keeps its weights, one float64
+    matrix per input length and device.
+    """
+
+    K = 8  # dot products per column: collision probability at most 2^-16 each
+    CHUNK = 1 << 15  # 16-bit words converted to float64 at once (per example)
+    SEGMENT = 1 << 21  # words summed into one dot product: |sum| < 2^21 x 2^15 x 2^16 = 2^52
+
+    def __init__(self, secret: int | None = None) -> None:
+        self.secret = secrets.randbits(63) if secret is None else int(secret)
+        self._weights: dict[tuple[int, str], torch.Tensor] = {}
+
+    def _w(self, length: int, device: torch.device) -> torch.Tensor:
+        key = (length, str(device))
+        if key not in self._weights:
+            g = torch.Generator().manual_seed((self.secret * 1_000_003 + length) % (1 << 63))
+            w = torch.randint(0, 1 << 16, (length, self.K), generator=g, dtype=torch.int64)
+            self._weights[key] = w.to(torch.float64).to(device)
+        return self._weights[key]
+
+    def _fingerprint(self, words: torch.Tensor) -> torch.Tensor:
+        """(B, K x segments) int64: the exact dot products of each row of 16-bit words with the
+        weights, a segment of at most ``SEGMENT`` words at a time (so every sum stays below 2^53)."""
+        B, L = words.shape
+        w = self._w(min(L, self.SEGMENT), words.device)  # every segment takes the same weights
+        parts = []
+        for seg in range(0, max(L, 1), self.SEGMENT):
+            out = torch.zeros(B, self.K, dtype=torch.float64, device=words.device)
+            for s in range(seg, min(L, seg + self.SEGMENT), self.CHUNK):  # integers below 2^53: exact in any order
+                e = min(L, seg + self.SEGMENT, s + self.CHUNK)
+                out += words[:, s:e].to(torch.float64) @ w[s - seg : e - seg]
+            parts.append(out.to(torch.int64))
+        return torch.cat(parts, dim=1)
+
+    def keys(self, batch: Mapping[str, Any]) -> list[bytes]:
+        """One key per example of ``batch`` (a mapping of tensors with the examples along the first
+        axis, as a model's preprocessed inputs; other values are ignored, as :func:`batch_keys`
+        ignores them). Equal examples, and only they (up to the collision probability of the module
+        docstring; rows of the batch itself are also compared bit for bit), have equal keys.
+
+        Raises:
+            TypeError: when ``batch`` holds no tensor with a batch axis.
+            ValueError: when its tensors differ in their first axis.
+        """
+        columns = {name: v for name, v in sorted(batch.items()) if isinstance(v, torch.Tensor) and v.ndim >= 1}
+        if not columns:
+            raise TypeError("a batch mapping needs at least one tensor with a batch axis")
+        sizes = {int(v.shape[0]) for v in columns.values()}
+        if len(sizes) != 1:
+            raise ValueError(f"the tensors of a batch differ in their first axis: {sorted(sizes)}")
+        B = sizes.pop()
+        if B == 0:
+            return []
+        words = {name: _words(v) for name, v in columns.items()}
+        # on the CPU one thread: thin products gain nothing from a team, which shared cores slow down
+        cpu = next(iter(words.values())).device.type == "cpu"
+        with intra_op_threads(1 if cpu else None):
+            fp = torch.cat([self._fingerprint(w) for w in words.values()], dim=1).cpu().numpy()  # B x 8 words a column
+        header = b"".join(
+            part
+            for name, v in columns.items()
+            for part in (name.encode(), str(v.dtype).encode(), repr(tuple(v.shape[1:])).encode())
+        )
+        rows = [fp[i].tobytes() for i in range(B)]
+        first: dict[bytes, int] = {}
+        for i, row in enumerate(rows):
+            j = first.setdefault(row, i)
+            if j != i and not all(torch.equal(w[i], w[j]) for w in words.values()):  # a collision: distinct inputs
+                rows[i] = row + secrets.token_bytes(16)
+        return [_digest(b"fingerprint", header, row) for row in rows]
+
+
+def _words(v: torch.Tensor) -> torch.Tensor:
+    """The bits of each example of ``v`` as 16-bit integers, (B, L) (one-byte dtypes widened)."""
+    x = v.detach().contiguous()
+    B = int(x.shape[0])
+    if x.dtype == torch.bool:
+        x = x.view(torch.uint8)
+    flat = x.reshape(B, x.numel() // B if B else 0)  # (an example may hold no values at all)
+    return flat.to(torch.int16) if x.element_size() == 1 else flat.view(torch.int16)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import io
 import os
+import threading
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,8 @@ from typing import Any
 from PIL import Image, UnidentifiedImageError
 
 from ..errors import DataError, InputError, one_line
+from ..files import folder_files
+from ..hostmem import available_memory
 from ._common import Skips, classify, is_builtin, is_local, no_split, open_hf_dataset, ordered_map, stream_rows
 from .containers import IMAGE_NAMES, Table, choose_column, is_saved_dataset, table_of
 from .mosaics import BUILTIN_PHOTOS, CROP_SIZE, GRID, TILE_SIDE, atlas, load_photos, mosaics
@@ -47,6 +51,17 @@ _OFFLINE_IMAGES = "a local image folder, a .parquet file of image bytes, or the 
 # The most bytes one image file may hold (larger ones are refused unread, as PIL refuses
 # decompression bombs): a path in a table must not make the run read /dev/zero.
 MAX_IMAGE_BYTES = 256 << 20
+# The most pixels one image may declare in its header (8192 x 8192; a 50-megapixel photograph
+# passes): a larger one is skipped as unreadable before its pixels are decoded. A 400 KB PNG can
+# declare 12000 x 12000 pixels, 430 MB once decoded.
+MAX_IMAGE_PIXELS = 1 << 26
+# Decoded bytes counted per declared pixel (four bands of a byte, or one band of four bytes).
+_BYTES_PER_PIXEL = 4
+# The decoded images alive at once (decoded ahead, waiting in batches) hold at most this share of the
+# memory available when the pass starts, and at most DECODE_AHEAD_MAX bytes; beyond it, only the next
+# image the pass takes is decoded.
+DECODE_AHEAD_SHARE = 4
+DECODE_AHEAD_MAX = 2 << 30
 
 
 def _read_path(path: Path, base: Path | None) -> bytes:
@@ -106,6 +121,99 @@ def _why(exc: BaseException) -> str:
     return one_line(exc, 120, first_line=True)
 
 
+def _opened(value: Any, base: Path | None) -> Image.Image:
+    """The image ``value`` holds, opened (its header read, no pixels decoded yet).
+
+    Raises:
+        ValueError: when ``value`` holds no image bytes, or its header declares more than :data:`MAX_IMAGE_PIXELS`.
+        OSError: (and PIL's other errors) when the bytes are not an image PIL can identify.
+    """
+    value = _read_value(value, base)
+    if isinstance(value, Image.Image):
+        return value
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise ValueError(f"holds {type(value).__name__}, not image bytes")
+    image = Image.open(io.BytesIO(bytes(value)))
+    w, h = image.size
+    if w * h > MAX_IMAGE_PIXELS:
+        raise ValueError(
+            f"its header declares {w} x {h} pixels, more than the {MAX_IMAGE_PIXELS} decoded (not decoded)"
+        )
+    return image
+
+
+class DecodeBudget:
+    """Bounds the decoded images alive at once (decoded ahead of the pass, or waiting in its batches).
+
+    A worker asks :meth:`acquire` before it decodes an image of ``size`` bytes (from its header);
+    it waits while the images alive would exceed ``budget`` bytes, unless its image is the next one
+    the pass takes (so one image larger than the budget still passes, and the pass never stalls).
+    The bytes are given back when the decoded image is freed (or at once for an image skipped).
+    :meth:`close` lets every waiting worker go (the pass ended early).
+    """
+
+    def __init__(self, budget: int) -> None:
+        self.budget = max(1, int(budget))
+        self.held = 0
+        self.next = 0
+        self.closed = False
+        self._cond = threading.Condition()
+
+    def acquire(self, index: int, size: int) -> None:
+        """Wait until ``size`` bytes for item ``index`` fit (or it is the next item taken), then hold them."""
+        with self._cond:
+            while not self.closed and index != self.next and self.held + size > self.budget:
+                self._cond.wait()
+            self.held += size
+
+    def release(self, size: int) -> None:
+        """Give back ``size`` bytes (an image freed or skipped)."""
+        with self._cond:
+            self.held -= size
+            self._cond.notify_all()
+
+    def taken(self, index: int) -> None:
+        """Item ``index`` was taken by the pass: the next one may decode whatever the budget holds."""
+        with self._cond:
+            self.next = index + 1
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Let every waiting worker go."""
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
+
+
+def decode_budget() -> DecodeBudget:
+    """A :class:`DecodeBudget` of ``1 /`` :data:`DECODE_AHEAD_SHARE` of the memory available now, at most
+    :data:`DECODE_AHEAD_MAX` bytes."""
+    return DecodeBudget(min(available_memory() // DECODE_AHEAD_SHARE, DECODE_AHEAD_MAX))
+
+
+def _budgeted(value: Any, base: Path | None, convert: bool, index: int, budget: DecodeBudget):
+    """:func:`_decode` of item ``index`` within ``budget``: the image's declared size is held before its pixels
+    are decoded, and given back when the image is freed (or at once when it is skipped)."""
+    try:
+        opened = _opened(value, base)
+    except _UNREADABLE as exc:
+        budget.acquire(index, 0)
+        return None, "unreadable", _why(exc)
+    w, h = opened.size
+    size = w * h * _BYTES_PER_PIXEL
+    budget.acquire(index, size)
+    try:
+        image, cause, why = _decode(opened, base, convert)
+    except BaseException:
+        budget.release(size)
+        raise
+    if image is None:
+        budget.release(size)
+    else:
+        weakref.finalize(image, budget.release, size)
+    return image, cause, why
+
+
 def _decode(value: Any, base: Path | None = None, convert: bool = False) -> tuple[Image.Image | None, str, str]:
     """``(image, "", "")`` for an RGB image made from a PIL image, bytes, a path, or a {"bytes",
     "path"} dict; ``(None, cause, why)`` when it cannot be decoded (``"unreadable"``) or is not
@@ -114,15 +222,8 @@ def _decode(value: Any, base: Path | None = None, convert: bool = False) -> tupl
     of threads (:func:`~._common.ordered_map`), keeping their order; PIL's warnings about odd
     files go through the process's warning filters (``warnings.catch_warnings`` is not thread-safe)."""
     try:
-        value = _read_value(value, base)
-        if isinstance(value, Image.Image):
-            image = value
-            image.load()
-        else:
-            if not isinstance(value, (bytes, bytearray, memoryview)):
-                return None, "unreadable", f"holds {type(value).__name__}, not image bytes"
-            image = Image.open(io.BytesIO(bytes(value)))
-            image.load()
+        image = _opened(value, base)  # an image declaring more than MAX_IMAGE_PIXELS is not decoded
+        image.load()
     except _UNREADABLE as exc:
         return None, "unreadable", _why(exc)
     if image.mode == "RGB":
@@ -136,15 +237,11 @@ def _decode(value: Any, base: Path | None = None, convert: bool = False) -> tupl
 
 
 def _header_mode(value: Any, base: Path | None = None) -> tuple[str | None, str]:
-    """The image mode read from the header alone (no pixels decoded), or ``(None, why)``."""
+    """The image mode read from the header alone (no pixels decoded), or ``(None, why)`` (an image
+    declaring more than :data:`MAX_IMAGE_PIXELS` included)."""
     try:
-        value = _read_value(value, base)
-        if isinstance(value, Image.Image):
-            return value.mode, ""
-        if not isinstance(value, (bytes, bytearray, memoryview)):
-            return None, f"holds {type(value).__name__}, not image bytes"
-        with Image.open(io.BytesIO(bytes(value))) as image:
-            return image.mode, ""
+        image = _opened(value, base)
+        return image.mode, ""
     except _UNREADABLE as exc:
         return None, _why(exc)
 
@@ -215,23 +312,30 @@ class ImageSource:
     _base: Path | None = None
 
     def _decoded(self, items: Iterator[tuple[str, Any]]) -> Iterator[Image.Image]:
-        """Decode ``(label, value)`` items on the thread pool, in order; count what is skipped."""
+        """Decode ``(label, value)`` items on the thread pool, in order, the decoded images alive at once
+        bounded (:class:`DecodeBudget`); count what is skipped."""
         labels: list[str] = []
+        budget = decode_budget()
 
         def values():
-            for label, value in items:
+            for i, (label, value) in enumerate(items):
                 labels.append(label)
-                yield value
+                yield i, value
 
-        for i, (image, cause, why) in enumerate(
-            ordered_map(lambda v: _decode(v, self._base, self.convert_rgb), values())
-        ):
-            if image is None:
-                self.skips.add(cause, f"{labels[i]}: {why}")
-                continue
-            if why:
-                self.converted += 1
-            yield image
+        decoded = ordered_map(lambda iv: _budgeted(iv[1], self._base, self.convert_rgb, iv[0], budget), values())
+        try:
+            for i, (image, cause, why) in enumerate(decoded):
+                budget.taken(i)
+                if image is None:
+                    self.skips.add(cause, f"{labels[i]}: {why}")
+                    continue
+                if why:
+                    self.converted += 1
+                yield image
+                del image  # the pass holds it now: its bytes come back when it is freed
+        finally:
+            budget.close()  # workers waiting for room go, so that the pool can end
+            decoded.close()
 
     def scan(self, upto: int | None = None) -> Scan | None:
         """Read the items' headers (cheap: no pixels are decoded) until ``upto`` usable images are
@@ -353,21 +457,20 @@ def _first(limit: int, total: int, unit: str, order: str) -> str:
     return f"; the first {limit} usable {unit} in {order} are read" if limit < total else ""
 
 
+def _is_image_name(name: str) -> bool:
+    return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
+
+
 class ImageFolder(ImageSource):
-    """Image files under a folder (recursive, common extensions, sorted by relative path)."""
+    """Image files under a folder (recursive, common extensions, sorted by relative path; names starting
+    with a dot passed over). The folder is listed as :func:`mhaaudit.files.folder_files` lists it:
+    constructing refuses a link to a file outside the folder, an image name that is a named pipe or
+    a device, and folders nested more than :data:`~mhaaudit.files.MAX_FOLDER_DEPTH` deep (DataError).
+    """
 
     def __init__(self, root: Path, limit: int = 2000, convert_rgb: bool = False) -> None:
         self.root = root
-        try:
-            files = [
-                p
-                for p in root.rglob("*")
-                if p.suffix.lower() in IMAGE_EXTENSIONS
-                and p.is_file()
-                and not any(part.startswith(".") for part in p.relative_to(root).parts)
-            ]
-        except OSError as exc:
-            raise DataError(f"cannot list image folder {root}: {one_line(exc, 300, first_line=True)}") from None
+        files = folder_files(root, DataError, "image folder", keep=_is_image_name)
         if not files:
             exts = ", ".join(sorted(e.lstrip(".") for e in IMAGE_EXTENSIONS))
             raise DataError(f"image folder {root} holds no image files ({exts})")
@@ -495,11 +598,13 @@ _DATASET_SUFFIXES = frozenset({".parquet", ".arrow"})
 
 
 def _has_image_files(root: Path) -> bool:
-    return any(p.suffix.lower() in IMAGE_EXTENSIONS for p in root.rglob("*"))
+    return bool(folder_files(root, DataError, "data folder", keep=_is_image_name))
 
 
 def _has_dataset_files(root: Path) -> bool:
-    return any(p.suffix.lower() in _DATASET_SUFFIXES for p in root.rglob("*"))
+    return bool(
+        folder_files(root, DataError, "data folder", keep=lambda n: os.path.splitext(n)[1].lower() in _DATASET_SUFFIXES)
+    )
 
 
 def image_source(

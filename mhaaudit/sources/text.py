@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError, InputError, one_line
+from ..files import folder_files
 from ._common import Skips, classify, data_rng, is_builtin, is_local, no_split, open_hf_dataset, stream_rows
 from .containers import Table, choose_column, is_saved_dataset, open_table, table_of
 from .corpus import docstring_corpus
@@ -161,12 +162,14 @@ def _read_text(path: Path) -> str:
 class TextFiles(TextSource):
     """A .txt file, or the .txt files under a folder (recursive, sorted); documents are separated
     by blank lines, and the documents of one file form one group. Constructing refuses a folder with
-    no .txt file (a DataError); a file that is not UTF-8 is refused when it is read."""
+    no .txt file, a link out of the folder, a .txt name that is a named pipe or device, or folders
+    nested more than :data:`~mhaaudit.files.MAX_FOLDER_DEPTH` deep (a DataError); a file that is not
+    UTF-8 is refused when it is read."""
 
     def __init__(self, path: Path, limit: int | None = None) -> None:
         if path.is_dir():
             files = sorted(
-                (p for p in path.rglob("*") if p.suffix.lower() == ".txt" and p.is_file()),
+                folder_files(path, DataError, "text folder", keep=lambda n: n.lower().endswith(".txt"), hidden=True),
                 key=lambda p: p.relative_to(path).as_posix(),
             )
             if not files:

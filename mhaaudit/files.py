@@ -1,0 +1,293 @@
+"""What a run may read, and where it may write: regular files only, inside the folder named, within
+bounds known before reading; outputs never over an input.
+
+Every reader goes through these before it opens anything:
+
+- :func:`regular_file`: a path a reader opens must be a regular file (symbolic links followed).
+  A named pipe would block the reader forever (inside a C++ reader, deaf to Ctrl-C and SIGTERM),
+  a character device such as ``/dev/zero`` never ends, a socket cannot be read: each is refused
+  in one line before it is opened.
+- :func:`read_json`: a JSON metadata file (a config, ``meta.json``, ``state.json``), a regular file
+  of at most :data:`MAX_JSON_BYTES`, its nesting within what Python can parse.
+- :func:`folder_files`: the files under a data or model folder, listed without recursion and at
+  most :data:`MAX_FOLDER_DEPTH` folders deep; a symbolic link that leads outside the folder (and
+  outside the extra ``roots`` the caller allows) and anything that is neither a regular file nor
+  a folder is refused before anything is read.
+- :func:`inside` and :func:`name_inside`: a path (or a file name a folder's metadata gives) that
+  must resolve inside a folder.
+- :func:`within` and :func:`same_place`: where an output goes, compared with the inputs and the
+  other outputs by device and inode, so that a second name of the same folder (a symbolic link, a
+  bind mount) is the same folder.
+
+No torch here: the command line checks its outputs before the library is imported.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .errors import MhaauditError, one_line
+
+__all__ = [
+    "MAX_FOLDER_DEPTH",
+    "MAX_JSON_BYTES",
+    "first_name_under",
+    "folder_files",
+    "inside",
+    "kind_of",
+    "name_inside",
+    "read_json",
+    "regular_file",
+    "same_place",
+    "within",
+]
+
+# The largest JSON metadata file read (a model's config, a saved dataset's state.json, a feature
+# folder's meta.json, a checkpoint index): real ones hold kilobytes, a large index a few megabytes.
+MAX_JSON_BYTES = 64 << 20
+# How many folders deep a data or model folder is listed (class folders of an image collection are
+# a level or two deep); deeper nesting is refused, not followed.
+MAX_FOLDER_DEPTH = 64
+
+_KINDS = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a folder"),
+)
+
+
+def kind_of(mode: int) -> str:
+    """What a file of ``mode`` (``st_mode``) is, in words: ``"a named pipe (FIFO)"``, ``"a regular file"``, ..."""
+    for test, words in _KINDS:
+        if test(mode):
+            return words
+    return "a regular file" if stat.S_ISREG(mode) else "not a regular file"
+
+
+def regular_file(path: str | os.PathLike, error: type[MhaauditError], what: str = "") -> Path:
+    """``path`` as a ``Path``, checked to be a regular file (symbolic links followed) before it is opened.
+
+    ``what`` starts the message (default: the path itself).
+
+    Raises:
+        MhaauditError: of type ``error``, when ``path`` does not exist, or is a named pipe, a device, a socket or a
+            folder.
+    """
+    p = Path(path)
+    label = what or str(p)
+    try:
+        mode = os.stat(p).st_mode
+    except OSError as exc:
+        raise error(f"cannot read {label}: {exc.strerror or one_line(exc)}") from None
+    if stat.S_ISDIR(mode):
+        raise error(f"{label} is a folder, not a file")
+    if not stat.S_ISREG(mode):
+        raise error(
+            f"{label} is {kind_of(mode)}, not a regular file: refused (a pipe or device could block the run or "
+            "never end); copy the data into a file"
+        )
+    return p
+
+
+def read_json(path: str | os.PathLike, error: type[MhaauditError], what: str = "", *, lenient: bool = False) -> Any:
+    """The JSON value of the regular file ``path``, of at most :data:`MAX_JSON_BYTES`; with ``lenient``, None
+    for a file that is missing or not JSON (what is hostile is refused all the same).
+
+    Raises:
+        MhaauditError: of type ``error``, when the file is not a regular file (:func:`regular_file`), larger than
+            :data:`MAX_JSON_BYTES`, or nested deeper than Python can parse; unless ``lenient``, also when it is
+            missing or unreadable, not UTF-8 or not JSON.
+    """
+    if lenient and not os.path.exists(path):
+        return None
+    p = regular_file(path, error, what)
+    label = what or str(p)
+    try:
+        with open(p, "rb") as fh:
+            raw = fh.read(MAX_JSON_BYTES + 1)
+    except OSError as exc:
+        if lenient:
+            return None
+        raise error(f"cannot read {label}: {exc.strerror or one_line(exc)}") from None
+    if len(raw) > MAX_JSON_BYTES:
+        raise error(f"{label} holds more than {MAX_JSON_BYTES >> 20} MiB, more than a JSON metadata file is read")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise error(f"{label} is nested too deeply to be read as JSON") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        if lenient:
+            return None
+        raise error(f"{label} is not JSON ({one_line(exc, 120)})") from None
+
+
+def inside(path: str | os.PathLike, roots: list[str]) -> bool:
+    """Whether the real path ``path`` (links resolved by the caller) lies in one of the real folders ``roots``."""
+    p = str(path)
+    return any(os.path.commonpath([r, p]) == r for r in roots)
+
+
+def name_inside(folder: str | os.PathLike, name: str, error: type[MhaauditError], what: str) -> Path:
+    """The real path of the file ``name`` that the metadata ``what`` of ``folder`` gives, which must be a relative
+    name resolving inside ``folder`` (symbolic links followed).
+
+    Raises:
+        MhaauditError: of type ``error``, when ``name`` is not a string, is empty, absolute, a URL, or resolves to
+            ``folder`` itself or outside it.
+    """
+    if not isinstance(name, str) or not name.strip() or "\0" in name:
+        raise error(f"{what} names {name!r}, not a file name inside {folder}: refused")
+    root = os.path.realpath(folder)
+    if os.path.isabs(name) or "://" in name or (len(name) > 1 and name[1] == ":"):
+        raise error(f"{what} names {name[:120]!r}, outside {root}: only files inside the folder are read")
+    real = os.path.realpath(os.path.join(root, name))
+    if real == root or not inside(real, [root]):
+        raise error(
+            f"{what} names {name[:120]!r}, which resolves to {real}, outside {root}: only files inside the folder "
+            "are read"
+        )
+    return Path(real)
+
+
+def folder_files(
+    folder: str | os.PathLike,
+    error: type[MhaauditError],
+    what: str,
+    *,
+    keep: Callable[[str], bool] | None = None,
+    roots: list[str] | None = None,
+    depth: int = MAX_FOLDER_DEPTH,
+    hidden: bool = False,
+) -> list[Path]:
+    """The regular files under ``folder`` whose names ``keep`` accepts (all when None), in no set order,
+    listed without recursion; every entry that a reader could open is checked first.
+
+    Names starting with a dot are passed over (and such folders not entered) unless ``hidden``.
+    ``depth`` is how many folders deep to list (0: the folder's own entries). A symbolic link is
+    followed only to check where it leads: to a file inside ``folder`` (or inside one of the real
+    folders ``roots``) it is listed; a link to a folder is not entered (what it holds is listed
+    where it lies, and a loop cannot form); a dangling link is passed over. ``what`` names the
+    folder in messages ("image folder", "model folder").
+
+    Raises:
+        MhaauditError: of type ``error``, when the folder cannot be listed, an entry kept is a symbolic link leading
+            outside it (and outside ``roots``), a named pipe, device or socket, or folders nest deeper than
+            ``depth``.
+    """
+    top = Path(folder)
+    real_top = os.path.realpath(top)
+    allowed = [real_top, *(roots or [])]
+    found: list[Path] = []
+    pending: list[tuple[Path, int]] = [(top, 0)]
+    while pending:
+        here, level = pending.pop()
+        try:
+            with os.scandir(here) as listing:
+                entries = list(listing)
+        except OSError as exc:
+            raise error(f"cannot list {what} {top}: {exc.strerror or one_line(exc)} ({here})") from None
+        for entry in entries:
+            if not hidden and entry.name.startswith("."):
+                continue
+            try:
+                if keep is not None and not keep(entry.name) and not entry.is_dir(follow_symlinks=False):
+                    continue  # a file the caller does not read: not looked at
+                mode = entry.stat(follow_symlinks=False).st_mode
+                link = stat.S_ISLNK(mode)
+                if link:
+                    real = os.path.realpath(entry.path)
+                    if not inside(real, allowed):
+                        raise error(
+                            f"{entry.path} is a symbolic link to {real}, outside the {what} {real_top}: refused "
+                            "(copy the file into the folder to use it)"
+                        )
+                    mode = os.stat(entry.path).st_mode
+            except FileNotFoundError:
+                continue  # a dangling link, or an entry removed meanwhile: nothing to read there
+            except OSError as exc:
+                raise error(f"cannot read {entry.path}: {exc.strerror or one_line(exc)}") from None
+            if stat.S_ISDIR(mode):
+                if link:
+                    continue
+                if level >= depth:
+                    if depth == 0:
+                        continue
+                    raise error(
+                        f"{what} {top} is nested more than {depth} folders deep (at {entry.path[:200]}...): refused"
+                    )
+                pending.append((Path(entry.path), level + 1))
+                continue
+            if not stat.S_ISREG(mode):
+                raise error(
+                    f"{entry.path} in the {what} {top} is {kind_of(mode)}, not a regular file: refused (a pipe or "
+                    "device could block the run or never end)"
+                )
+            found.append(Path(entry.path))
+    return found
+
+
+def _identity(path: str | os.PathLike) -> tuple[int, int] | None:
+    """(device, inode) of ``path`` (symbolic links followed), or None when it cannot be reached."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _place(path: str | os.PathLike) -> Path:
+    """Where ``path`` (which need not exist) puts its last name: the real folder above it (symbolic links
+    resolved, ``..`` as the system resolves it) joined with that name; the real path itself for a
+    path ending in ``/``, ``.`` or ``..``."""
+    head, name = os.path.split(os.path.expanduser(str(path)))
+    if name in ("", ".", ".."):
+        return Path(os.path.realpath(os.path.expanduser(str(path))))
+    return Path(os.path.realpath(head or ".")) / name
+
+
+def within(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
+    """Whether ``path`` (which need not exist) is the folder ``folder`` or lies inside it, decided by device
+    and inode: the place ``path`` names (a symbolic link there followed) and each real folder above it
+    are compared with ``folder``, so a second name of the same folder (a symbolic link, a bind mount)
+    counts."""
+    f = os.path.expanduser(str(folder))
+    target = _identity(f)
+    if target is None or not os.path.isdir(f):
+        return False
+    p = _place(path)
+    return any(_identity(q) == target for q in (p, *p.parents))
+
+
+def first_name_under(path: str | os.PathLike, folder: str | os.PathLike) -> str | None:
+    """The name of the entry of ``folder`` on the way to ``path`` (``"random"`` for ``folder/random/x``), found
+    by device and inode as :func:`within` finds it; None when ``path`` does not lie below ``folder``."""
+    target = _identity(os.path.expanduser(str(folder)))
+    if target is None:
+        return None
+    p = _place(path)
+    chain = (p, *p.parents)
+    for below, above in itertools.pairwise(chain):
+        if _identity(above) == target:
+            return below.name
+    return None
+
+
+def same_place(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether the paths ``a`` and ``b`` (which need not exist) name the same place: the same name in the
+    same folder (the folder compared by device and inode), or, both existing, the same file (symbolic
+    links followed; a hard link is the same file)."""
+    pa, pb = _place(a), _place(b)
+    if pa.name == pb.name:
+        da, db = _identity(pa.parent), _identity(pb.parent)
+        if da is not None and da == db:
+            return True
+    ia, ib = _identity(pa), _identity(pb)
+    return ia is not None and ia == ib

@@ -1,0 +1,607 @@
+"""audit_series: the checkpoints of a training run audited in one run, each as a single audit of it.
+
+For each checkpoint the series gives the records ``check MODEL --weights CHECKPOINT`` (or
+``--revision REV``) gives, at the cost of reading the checkpoint:
+
+- the series is checked before any work (:func:`~.spec.resolve_series`);
+- the reference columns (random weights: ``embedding``, ``random-attention``, ``random``; the
+  random depths of a text model) are audited once, as a single run audits them;
+- the trained model is built once, as deep as the deepest probe point, from the first checkpoint
+  audited; each later checkpoint's tensors that this depth uses are read into it (only those: as a
+  single run reads them, tensor by tensor from safetensors; a checkpoint in another form is loaded
+  whole and copied in), so memory holds one checkpoint's model;
+- the data is read, prepared and cleared of exact duplicates once, by the first checkpoint's
+  pass; every later checkpoint is fed the same model inputs (:func:`mhaaudit.pipeline.kept_inputs`);
+- a checkpoint whose tensors read are byte-identical to the one before it (:mod:`.identity`) is
+  reported and not audited again.
+
+``seeds`` runs the whole series once per seed (the reference too). Under ``torchrun`` the
+reference is audited by every rank together, as one audit is; then, with at least as many
+checkpoints as ranks, the checkpoints are spread over the ranks in rounds (round j: rank r audits
+checkpoint j N + r, whole, as one process does) and gathered back in order, so rank 0 holds the
+records one process would; with fewer, every rank takes part in each checkpoint's audit. With
+``out``, the results file is rewritten after every round (only that file: the run's other outputs
+wait for its end), and a run that finds the file of an interrupted run of the same settings takes
+the reference and the checkpoints it holds (a checkpoint whose tensors changed since is audited
+again) and audits the rest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .. import distributed, pipeline
+from ..auditing import AuditResult, audit, plan_probes
+from ..distributed import shared
+from ..errors import InputError, ModelError, one_line
+from ..hub import is_offline
+from ..io import stamp, write_parquet
+from ..models import modality_of, resolve
+from ..models.hf import checkpoint_of, read_needed, used_tensors, weights_prefix
+from ..models.load import check_finite_weights
+from ..models.shards import Checkpoint, NotPartial
+from ..progress import log
+from ..request import KEYWORDS, Conveniences, DataRequest, ModelRequest, build_requests, keyword_conveniences
+from ..seeds import SeedPlan, SeedRun, plan_for
+from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
+from ..tables import RESULT_KEY, table_rows
+from .identity import Digest, tensor_digest
+from .result import CheckpointRun, SeriesResult, SeriesRun
+from .spec import CheckpointRef, Series, resolve_series, series_revisions
+
+if TYPE_CHECKING:  # the convenience keywords, typed for mypy
+    from typing_extensions import Unpack
+
+__all__ = ["audit_series"]
+
+
+@shared
+@keyword_conveniences
+def audit_series(
+    model: str | ModelRequest,
+    *,
+    checkpoints: str | Sequence[str] | None = None,
+    variants: Sequence[str] | None = None,
+    layer: int | None = None,
+    layers: Sequence[int] | None = None,
+    data: str | DataRequest | None = None,
+    samples: int = DEFAULT_SAMPLES,
+    threshold: float = DEFAULT_THRESHOLD,
+    query_index: int | None = None,
+    sweep: bool = False,
+    stop_when_decided: bool = True,
+    on_note: Callable[[str], None] | None = None,
+    seeds: str | Sequence[int] | None = None,
+    vary: str = "both",
+    out: str | os.PathLike | None = None,
+    settings: Settings | None = None,
+    given: frozenset[str] = frozenset(),
+    **conveniences: Unpack[Conveniences],
+) -> SeriesResult:
+    """Audit a series of checkpoints of ``model``: each as :func:`mhaaudit.audit` audits it with
+    ``weights=CHECKPOINT`` (or ``revision=REV``), the reference columns once, the data prepared once.
+
+    Each checkpoint's records carry its name as given (``checkpoint``), the step its name carries
+    (``step``, or None) and its place (``order``). A checkpoint whose tensors read are
+    byte-identical to the one before it is not audited again (``identical_to``).
+
+    Args:
+        model: the model the checkpoints are of (an alias, a hub id, a local folder), or a
+            :class:`~mhaaudit.request.ModelRequest`.
+        checkpoints: a comma list of local folders (saved with ``save_pretrained``) or weights files,
+            each item a path or a glob (``"runs/ckpt-*"``, its matches ordered by the step number in
+            each name), or a sequence of paths. Instead, ``revision`` (a keyword of
+            :class:`~mhaaudit.request.Conveniences`) may be a comma list of hub revisions of ``model``
+            (``"step1000,step8000"``), in the order given.
+        variants, layer, layers, data, samples, threshold, query_index, sweep, stop_when_decided,
+            on_note, seeds, vary, settings, **conveniences: as :func:`mhaaudit.audit` takes them; the
+            trained columns are audited at each checkpoint, the others once (the reference).
+        out: a parquet results file, rewritten as the series runs; when it holds an interrupted run
+            of the same settings, the checkpoints it holds are read back, not audited again.
+
+    Returns:
+        A :class:`mhaaudit.series.SeriesResult`.
+
+    Raises:
+        InputError: for a bad argument (as :func:`mhaaudit.audit`), ``weights`` beside a series, no trained
+            column, or a bad series: neither ``checkpoints`` nor a list of revisions, a glob that matches nothing
+            or whose step numbers are ambiguous, a checkpoint missing, unreadable, named twice or of another
+            family, width or architecture than the first, a revision that does not exist; or an ``out`` file that
+            holds other results.
+        ModelError: when the model cannot be built or probed, a checkpoint cannot be read or does not fit, or a
+            checkpoint folder holds a link or an index leading out of it.
+        DataError: when the data cannot be read or gives fewer than n usable examples.
+        OfflineError: when what the run needs (the model's configuration, a revision, a hub data set) must be
+            downloaded and the network cannot be reached.
+        OutputError: when ``out`` cannot be written.
+    """
+    keywords = {**{k: v for k, v in locals().items() if k in KEYWORDS}, **conveniences}
+    req = build_requests(model, data, settings, keywords, given)
+    plan = _plan(req.model, req.data, checkpoints, _Columns(variants, layer, layers, sweep))
+    seed_plan = plan_for(req.settings, seeds, vary)
+    store = _Store(out, _key(plan, req.settings, seed_plan), seed_plan)
+    t0 = time.perf_counter()
+    for seed in [None] if seed_plan is None else seed_plan.runs():
+        _series_run(plan, req.settings, seed, store, on_note)
+    result = _result(plan, seed_plan, store.finished, store.key, complete=True)
+    spent = [c.timings for r in store.finished for c in r.checkpoints]
+    result.timings.update({k: round(v, 3) for k, v in store.timings.items()})
+    for phase in ("read", "audit"):
+        result.timings[f"checkpoints {phase}"] = round(sum(t.get(phase, 0.0) for t in spent), 3)
+    result.timings["total"] = round(time.perf_counter() - t0, 3)
+    result.meta_["timings_s"] = dict(result.timings)
+    if store.path is not None and distributed.lockstep().rank == 0:
+        store.save(result)
+    return result
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """The columns asked for: ``variants``, ``layer`` and ``layers`` as :func:`mhaaudit.audit` takes
+    them, and whether each gets the sweep."""
+
+    variants: Sequence[str] | None
+    layer: int | None
+    layers: Sequence[int] | None
+    sweep: bool
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a series audits: the model (without trained weights), the data, the checkpoints, the
+    reference and trained columns (as :func:`mhaaudit.audit` names them, in the table's order), and the
+    depth the trained model is built to."""
+
+    base: ModelRequest
+    data: DataRequest
+    series: Series
+    columns: _Columns
+    reference: tuple[str, ...]
+    trained: tuple[str, ...]
+    order: tuple[str, ...]
+    max_layer: int
+
+    def audit_keywords(self, variants: tuple[str, ...]) -> dict[str, Any]:
+        """The keywords of :func:`mhaaudit.audit` that audit ``variants``: ``layer`` only where it applies."""
+        depth = self.columns.layers is not None or any(v in ("random", "trained") for v in variants)
+        return {
+            "variants": list(variants),
+            "layer": self.columns.layer if depth and self.columns.layers is None else None,
+            "layers": self.columns.layers,
+            "sweep": self.columns.sweep,
+        }
+
+    def reference_request(self) -> ModelRequest:
+        """The request a single run's reference columns are built from (the first revision's config for a
+        series of revisions; the model's own otherwise)."""
+        return self.series.checkpoints[0].request(self.base) if self.series.source == "hub" else self.base
+
+
+def _plan(request: ModelRequest, data: DataRequest, checkpoints, columns: _Columns) -> _Plan:
+    """The plan of a series, checked before any work.
+
+    Raises:
+        InputError: for ``weights`` beside a series, a bad series, an unknown column or none trained.
+    """
+    if request.weights_path is not None:
+        raise InputError(
+            "{param:weights} has no effect with a series: each checkpoint gives the trained weights; name the "
+            "weights in {param:checkpoints}"
+        )
+    revisions = series_revisions(request.revision)
+    base = replace(request, revision=None) if revisions else request
+    if revisions is None and request.revision is not None and checkpoints is not None:
+        raise InputError(
+            "{param:revision} names a commit of a hub model, {param:checkpoints} local checkpoints: give one of them "
+            "(a series of hub revisions is a comma list of revisions)"
+        )
+    series = resolve_series(checkpoints, revisions, base)
+    first = series.checkpoints[0].request(base)
+    probes = plan_probes(
+        modality_of(first.model, backend=first.backend, weights_path=first.weights_path),
+        columns.variants,
+        columns.layers,
+        columns.layer,
+    )
+    trained = [p for p in probes if p.init == "trained"]
+    if not trained:
+        raise InputError("a series audits the trained columns of each checkpoint: add trained to {param:variants}")
+    depth = columns.layers is not None or any(p.variant.endswith(f"-L{p.layer}") for p in probes)
+
+    def asked(p) -> str:
+        return p.init if depth else p.variant
+
+    return _Plan(
+        base=base,
+        data=data,
+        series=series,
+        columns=columns,
+        reference=tuple(dict.fromkeys(asked(p) for p in probes if p.init != "trained")),
+        trained=tuple(dict.fromkeys(asked(p) for p in trained)),
+        order=tuple(p.variant for p in probes),
+        max_layer=max(1, max(p.layer for p in trained)),
+    )
+
+
+def _key(plan: _Plan, settings: Settings, seeds: SeedPlan | None) -> dict:
+    """What a run's results depend on, but the checkpoints: the model, data, settings, columns and seeds
+    (a results file of other settings is not resumed)."""
+    what = {
+        "model": dataclasses.asdict(plan.base),
+        "source": plan.series.source,
+        "data": dataclasses.asdict(plan.data),
+        "settings": {k: v for k, v in settings.as_dict().items()},
+        "columns": {"order": list(plan.order), "layer": plan.columns.layer, "sweep": plan.columns.sweep},
+        "seeds": None if seeds is None else seeds.as_dict(),
+    }
+    return json.loads(json.dumps(what, default=str))
+
+
+# --------------------------------------------------------------------------- the trained model, built once
+
+
+class _Trained:
+    """The trained model of a series: built once, from the first checkpoint it is asked about, as
+    deep as the deepest probe point; each checkpoint's tensors are read into it before it is audited,
+    and its passes over the data prepare the data once (:func:`mhaaudit.pipeline.kept_inputs`).
+
+    ``used`` are the parameters the probed blocks use (their tensors are what a checkpoint's digest
+    covers and what a partial read reads); a model of another backend or a checkpoint in another
+    form than safetensors is loaded whole, its state copied in, and has no digest."""
+
+    def __init__(self, plan: _Plan, settings: Settings) -> None:
+        self.plan, self.settings = plan, settings
+        self.pm: Any = None
+        self.request: ModelRequest | None = None
+        self.current: str | None = None
+        self.used: set[str] | None = None
+        self._checkpoints: dict[str, Checkpoint | None] = {}
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> _Trained:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stack.close()
+        self.pm = None
+
+    def _ensure(self, ref: CheckpointRef) -> None:
+        """Build the model from ``ref``, unless it is built."""
+        if self.pm is not None:
+            return
+        self.request = ref.request(self.plan.base)
+        self.pm = pipeline.load(self.request, "trained", self.settings, self.plan.max_layer)
+        self.current = ref.name
+        self.used = used_tensors(self.pm) if self.pm.info.backend == "hf" else None
+        self._stack.enter_context(pipeline.kept_inputs(self.pm))
+
+    def _checkpoint(self, ref: CheckpointRef) -> Checkpoint | None:
+        if ref.name not in self._checkpoints:
+            repo = None if ref.revision is None else resolve(self.plan.base.model, backend=self.plan.base.backend)
+            self._checkpoints[ref.name] = checkpoint_of(
+                ref.path, repo=None if repo is None else repo.resolved, revision=ref.revision
+            )
+        return self._checkpoints[ref.name]
+
+    def digest(self, ref: CheckpointRef) -> Digest | None:
+        """The digest of the tensors an audit of ``ref`` reads; None when they are not read tensor by tensor."""
+        self._ensure(ref)
+        if self.used is None:
+            return None
+        ck = self._checkpoint(ref)
+        if ck is None:
+            return None
+        try:
+            keys = ck.keys_for(self.pm.module, self.used, prefix=weights_prefix(self.pm))
+        except NotPartial:
+            return None
+        return tensor_digest(ck, keys)
+
+    def read(self, ref: CheckpointRef) -> None:
+        """Read ``ref``'s tensors into the model (nothing when it holds them already).
+
+        Raises:
+            ModelError: when the checkpoint cannot be read, does not fit the model, or holds NaN or infinite values.
+        """
+        self._ensure(ref)
+        if self.current == ref.name:
+            return
+        ck = self._checkpoint(ref) if self.used is not None else None
+        read: dict | None = None
+        source = _source_words(ref, self.plan)
+        if ck is not None:
+            with contextlib.suppress(NotPartial):
+                read = read_needed(self.pm, ck, ref.name).as_dict()
+        if read is None:
+            read, source = self._copy_whole(ref)
+        check_finite_weights(self.pm, ref.name)
+        self.pm.info = replace(self.pm.info, weights_source=source, weights_read=read)
+        self.current = ref.name
+
+    def _copy_whole(self, ref: CheckpointRef) -> tuple[dict | None, str]:
+        """Load ``ref`` whole (as a single run loads a checkpoint not in safetensors form) and copy its
+        state into the model; what was read and where from.
+
+        Raises:
+            ModelError: when its state does not fit the model built for the series.
+        """
+        fresh = pipeline.load(ref.request(self.plan.base), "trained", self.settings, self.plan.max_layer)
+        try:
+            self.pm.module.load_state_dict(fresh.module.state_dict())
+        except RuntimeError as exc:
+            raise ModelError(
+                f"the checkpoint {ref.name} does not fit the model built for the series: {one_line(exc, 160)}"
+            ) from exc
+        return fresh.info.weights_read, fresh.info.weights_source
+
+    def audit(self, ref: CheckpointRef, data: DataRequest, settings: Settings, on_note) -> AuditResult:
+        """``ref``'s trained columns, audited in the model built once (its tensors read first)."""
+        self.read(ref)
+        assert self.request is not None, "the model is built"
+        with pipeline.loaded_as(self.pm, self.request, "trained", settings, self.plan.max_layer):
+            return audit(
+                self.request,
+                data=data,
+                settings=settings,
+                on_note=on_note,
+                **self.plan.audit_keywords(self.plan.trained),
+            )
+
+
+def _source_words(ref: CheckpointRef, plan: _Plan) -> str:
+    """Where a checkpoint's trained weights come from, as a single run of it says."""
+    if ref.revision is not None:
+        repo = resolve(plan.base.model, backend=plan.base.backend).resolved
+        return f"hub {repo} (local cache)" if is_offline() else f"hub {repo}"
+    assert ref.path is not None, "a local checkpoint has a path"
+    return f"weights file {ref.path}" if os.path.isfile(ref.path) else f"local folder {ref.path}"
+
+
+# --------------------------------------------------------------------------- one run of the series
+
+
+def _series_run(plan: _Plan, settings: Settings, seed: SeedRun | None, store: _Store, on_note) -> SeriesRun:
+    """The series under one run's seeds: the reference audited once, then the checkpoints in rounds
+    (one checkpoint a round in one process; one a rank when they are spread over the ranks)."""
+    run_settings = settings if seed is None else settings.with_(**seed.kwargs())
+    data = plan.data
+    t0 = time.perf_counter()
+    reference = store.reference()
+    if plan.reference and reference is None:
+        log(f"Reference columns ({', '.join(plan.reference)}): audited once for the series", run_settings.progress)
+        reference = _without_features(
+            audit(
+                plan.reference_request(),
+                data=data,
+                settings=run_settings,
+                on_note=on_note,
+                **plan.audit_keywords(plan.reference),
+            )
+        )
+    store.timings["reference"] = store.timings.get("reference", 0.0) + round(time.perf_counter() - t0, 3)
+    if reference is not None and data.batch_size == "auto":  # the trained passes use the batch the reference chose
+        data = replace(data, batch_size=reference.settings.batch_size)
+    run = SeriesRun(seed, reference)
+    refs = list(plan.series.checkpoints)
+    shard = distributed.lockstep()
+    spread = 1 < shard.world_size <= len(refs)
+    width = shard.world_size if spread else 1
+    alone = distributed.alone if spread else contextlib.nullcontext
+    previous: tuple[CheckpointRef, Digest | None] | None = None
+    with _Trained(plan, run_settings) as trained:
+        for start in range(0, len(refs), width):
+            chunk = refs[start : start + width]
+            mine = (chunk[shard.rank] if shard.rank < len(chunk) else None) if spread else chunk[0]
+            t0 = time.perf_counter()
+            with alone():
+                digest = trained.digest(mine) if mine is not None else None
+            store.timings["digests"] = store.timings.get("digests", 0.0) + round(time.perf_counter() - t0, 3)
+            digests = shard.all_gather(digest)[: len(chunk)] if spread else [digest]
+            entry = None
+            if mine is not None:
+                log(f"Checkpoint {mine.order + 1} of {len(refs)}: {mine.label}", run_settings.progress)
+                at = chunk.index(mine)
+                before = previous if at == 0 else (chunk[at - 1], digests[at - 1])
+                with alone():
+                    entry = _checkpoint_run(trained, mine, (digest, before), data, run_settings, store, on_note)
+            entries = [_lean(entry)]  # the checks are done: the features are let go (memory: one checkpoint's)
+            if spread:
+                shard.wait_for_all("series")  # the ranks' checkpoints take unequal times: no gather may time out
+                entries = shard.all_gather(entries[0])
+            run.checkpoints += [e for e in entries if e is not None]
+            previous = (chunk[-1], digests[-1])
+            _resolve_same(run)
+            if store.path is not None and shard.rank == 0:
+                store.save_partial(plan, run)
+    store.finished.append(run)
+    return run
+
+
+def _checkpoint_run(
+    trained: _Trained,
+    ref: CheckpointRef,
+    digests: tuple[Digest | None, tuple[CheckpointRef, Digest | None] | None],
+    data: DataRequest,
+    settings: Settings,
+    store: _Store,
+    on_note,
+) -> CheckpointRun:
+    """What becomes of one checkpoint (``digests``: its own, and the checkpoint before it with its
+    digest): identical to the one before, read back from the results file, or audited."""
+    digest, before = digests
+    if before is not None and digest is not None and before[1] is not None and digest.sha256 == before[1].sha256:
+        return CheckpointRun(ref, "identical", digest=digest, identical_to=before[0].name)
+    stored = store.checkpoint(ref, digest)
+    if stored is not None:
+        return stored
+    t0 = time.perf_counter()
+    trained.read(ref)
+    t1 = time.perf_counter()
+    result = trained.audit(ref, data, settings, on_note)
+    timings = {"read": round(t1 - t0, 3), "audit": round(time.perf_counter() - t1, 3)}
+    return CheckpointRun(ref, "audited", result, digest, timings=timings)
+
+
+def _resolve_same(run: SeriesRun) -> None:
+    """Each identical checkpoint carries the records of the audited checkpoint it repeats (a chain of
+    identical checkpoints leads back to one)."""
+    audited: str | None = None
+    for c in run.checkpoints:
+        if c.status == "identical":
+            c.same_as = audited
+        else:
+            audited = c.checkpoint.name
+
+
+def _lean(entry: CheckpointRun | None) -> CheckpointRun | None:
+    """``entry`` without the feature tensors its columns hold (no record, report or figure reads them)."""
+    if entry is None or entry.audit is None:
+        return entry
+    return replace(entry, audit=_without_features(entry.audit))
+
+
+def _without_features(audit_result: AuditResult) -> AuditResult:
+    """A copy of ``audit_result`` whose columns hold no feature tensors."""
+    lean = copy.copy(audit_result)
+    lean.columns = [replace(c, features=None) for c in audit_result.columns]
+    return lean
+
+
+# --------------------------------------------------------------------------- the result
+
+
+def _result(plan: _Plan, seeds: SeedPlan | None, runs: list[SeriesRun], key: dict, complete: bool) -> SeriesResult:
+    """The series' result: its runs, what it read, and the meta of its files (the first audit's, less
+    its columns, with the series)."""
+    first = next((a for r in runs for a in [r.reference, *(c.audit for c in r.checkpoints)] if a is not None), None)
+    notes = _notes(runs)
+    base = first.meta() if first is not None else stamp(command="check", model=plan.base.model)
+    meta = {k: v for k, v in base.items() if k not in (RESULT_KEY, "columns", "timings_s")}
+    checkpoints = [
+        {
+            "name": c.checkpoint.name,
+            "order": c.checkpoint.order,
+            "step": c.checkpoint.step,
+            "path": c.checkpoint.path,
+            "revision": c.checkpoint.revision,
+            "status": c.status,
+            "identical_to": c.identical_to,
+            "same_as": c.same_as,
+            "resumed": c.resumed,
+            "digest": None if c.digest is None else dataclasses.asdict(c.digest),
+            "weights_read": None if c.audit is None else c.audit.info.as_dict().get("trained_weights_read"),
+            "timings_s": c.timings,
+        }
+        for c in (runs[0].checkpoints if runs else [])
+    ]
+    meta |= {
+        "model": plan.base.model,
+        "notes": notes,
+        "series": {"source": plan.series.source, "checkpoints": checkpoints, "complete": complete, "key": key},
+    }
+    if seeds is not None:
+        meta |= {"seed": None, "seeds": list(seeds.seeds), "seed_plan": seeds.as_dict()}
+    return SeriesResult(
+        model=plan.base.model,
+        series=plan.series,
+        runs=list(runs),
+        variants=plan.order,
+        plan=seeds,
+        complete=complete,
+        notes=notes,
+        meta_=json.loads(json.dumps(meta, default=str)),  # as a results file holds it
+    )
+
+
+def _notes(runs: list[SeriesRun]) -> list[str]:
+    """The notes of the series: its audits', each once."""
+    notes: list[str] = []
+    for r in runs:
+        for a in [r.reference, *(c.audit for c in r.checkpoints)]:
+            if a is not None:
+                notes += [str(n) for n in a.notes if str(n) not in notes]
+    return notes
+
+
+# --------------------------------------------------------------------------- the results file
+
+
+class _Store:
+    """The ``out`` results file of a series: read back when it holds an interrupted run of the same
+    settings (``key``), and rewritten after every round (at once: it keeps what is done if the run
+    stops). ``finished`` are the runs (one a seed) done in this call."""
+
+    def __init__(self, out: str | os.PathLike | None, key: dict, seeds: SeedPlan | None) -> None:
+        self.path = None if out is None else Path(out)
+        self.key, self.seeds = key, seeds
+        self.finished: list[SeriesRun] = []
+        self.timings: dict[str, float] = {}  # the series' phases over every run, in seconds
+        self.stored: SeriesResult | None = None
+        shard = distributed.lockstep()
+        if self.path is not None and shard.rank == 0 and self.path.exists():
+            self.stored = self._read(self.path)
+        self.stored = shard.broadcast(self.stored)  # under torchrun rank 0 reads the file: every rank resumes alike
+
+    def _read(self, path: Path) -> SeriesResult:
+        """The series an existing results file holds.
+
+        Raises:
+            InputError: when it is not the results file of a series, or holds a run of other settings.
+        """
+        try:
+            stored = SeriesResult.from_parquet(path)
+        except InputError as exc:
+            raise InputError(
+                f"{{param:out}} {path} exists and is not the results file of a series ({one_line(exc, 120)}); move it "
+                "away or pick another {param:out}"
+            ) from exc
+        if stored.meta_.get("series", {}).get("key") != self.key:
+            raise InputError(
+                f"{{param:out}} {path} holds a series run with other settings (model, data, columns, seeds or draws); "
+                "move it away or pick another {param:out}"
+            )
+        return stored
+
+    def _stored_run(self) -> SeriesRun | None:
+        index = len(self.finished)
+        if self.stored is None or index >= len(self.stored.runs):
+            return None
+        return self.stored.runs[index]
+
+    def reference(self) -> AuditResult | None:
+        """The reference of the run under way that the file holds, or None."""
+        run = self._stored_run()
+        return None if run is None else run.reference
+
+    def checkpoint(self, ref: CheckpointRef, digest: Digest | None) -> CheckpointRun | None:
+        """The audit of ``ref`` in the run under way that the file holds, when its tensors are those it read then."""
+        run = self._stored_run()
+        if run is None or digest is None:
+            return None
+        for c in run.checkpoints:
+            if c.checkpoint.name == ref.name and c.status == "audited" and c.digest == digest and c.audit is not None:
+                return CheckpointRun(ref, "audited", c.audit, digest, resumed=True, timings=c.timings)
+        return None
+
+    def save_partial(self, plan: _Plan, run: SeriesRun) -> None:
+        """Rewrite the file with what is done: the runs finished, and ``run`` so far."""
+        runs = [*self.finished, run]
+        seeds = None if self.seeds is None else replace(self.seeds, seeds=self.seeds.seeds[: len(runs)])
+        self.save(_result(plan, seeds, runs, self.key, complete=False))
+
+    def save(self, result: SeriesResult) -> None:
+        """Write ``result`` to the file, at once and atomically."""
+        assert self.path is not None, "a results file to write"
+        write_parquet(table_rows(result.records(), result.sweep_rows()), self.path, result.meta(), now=True)

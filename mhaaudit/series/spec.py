@@ -1,0 +1,587 @@
+"""Which checkpoints a series audits: the spec read, each checkpoint named and placed by its step,
+and the series checked before any work.
+
+A series is given one of two ways:
+
+- ``checkpoints``: a comma list of local folders (saved with ``save_pretrained``) or weights files,
+  each item a path or a glob. A path keeps its place in the list; a glob's matches take the
+  place of the glob, ordered by the step number in each name;
+- a comma list of hub revisions (``revision="step1000,step8000"``): the model's own repository at
+  each revision, in the order given.
+
+A checkpoint's *name* is what was given (a path as typed or as the glob matched it, or the
+revision); its *step* is the number its name carries (:func:`step_of`: the number after ``step``,
+``checkpoint``, ``ckpt``, ``iter`` or ``global_step``, else the only number in the name), or None;
+its *order* its place in the series, from 0.
+
+Refused before any work (:func:`resolve_series`), each with one line: a glob that matches nothing,
+a glob whose matches do not each carry one step number of their own (none, several, or two with
+the same step), a checkpoint that is missing or unreadable, two checkpoints that name the same file
+(compared by device and inode, so a link or another spelling of a path is found), a checkpoint of
+another family, width or architecture than the first (its ``config.json``, and the names and
+shapes of its safetensors tensors), or one whose tokenizer or image preprocessing files differ
+from the first's (the data a single run of it would read would differ); a hub revision that does
+not exist (or, offline, is not in the local cache), or is named twice.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from .. import validate
+from ..errors import InputError, ModelError, OfflineError, one_line
+from ..hub import is_offline
+from ..io import safetensors_header
+from ..models import resolve
+from ..models.checkpoints import CHECKPOINT_FILES
+from ..models.shards import INDEX_FILE, INDEX_FILES, check_links_inside, check_local_indexes, hub_download, read_index
+from ..request import ModelRequest
+
+__all__ = [
+    "MAX_CHECKPOINTS",
+    "CheckpointRef",
+    "Series",
+    "resolve_series",
+    "series_revisions",
+    "step_of",
+]
+
+#: The most checkpoints one series holds (a glob matching more is refused before any work).
+MAX_CHECKPOINTS = 10_000
+#: Config keys that change neither what the probed blocks compute from the weights read nor the random
+#: weights drawn from the config: what a save rewrites (the library's version, the path, the dtype stored),
+#: the task head's labels and what a forward pass returns.
+VOLATILE_CONFIG = frozenset(
+    {
+        "_name_or_path",
+        "_commit_hash",
+        "transformers_version",
+        "torch_dtype",
+        "dtype",
+        "use_cache",
+        "architectures",
+        "id2label",
+        "label2id",
+        "finetuning_task",
+        "problem_type",
+        "output_attentions",
+        "output_hidden_states",
+        "return_dict",
+    }
+)
+#: The files of a checkpoint that decide the data a run of it reads (its tokenizer, its image preprocessing).
+DATA_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "spiece.model",
+    "tokenizer.model",
+    "sentencepiece.bpe.model",
+    "preprocessor_config.json",
+)
+#: Config keys whose difference makes a checkpoint another family, or another width; any other is another
+#: architecture.
+_FAMILY_KEYS = frozenset({"model_type"})
+_WIDTH_KEYS = frozenset({"hidden_size", "n_embd", "d_model", "embed_dim", "width"})
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
+_MARKED_STEP = re.compile(r"(?:^|[^a-z])(?:global_step|step|steps|iter|iteration|checkpoint|ckpt)[-_=.]?(\d+)", re.I)
+
+
+@dataclass(frozen=True)
+class CheckpointRef:
+    """One checkpoint of a series: its ``name`` as given, its place (``order``, from 0), the ``step``
+    its name carries (None when it carries none, or several numbers and none marked as the step),
+    and where it is: a local folder or file (``path``, absolute) or a hub ``revision``."""
+
+    name: str
+    order: int
+    step: int | None = None
+    path: str | None = None
+    revision: str | None = None
+
+    def request(self, base: ModelRequest) -> ModelRequest:
+        """The model request a single run of this checkpoint makes (``check MODEL --weights PATH``, or
+        ``--revision REV``): ``base`` with its trained weights."""
+        if self.revision is not None:
+            return replace(base, revision=self.revision, weights_path=None)
+        return replace(base, weights_path=self.path, revision=None)
+
+    @property
+    def label(self) -> str:
+        """The checkpoint in words: its name, with its step when it has one."""
+        return self.name if self.step is None else f"{self.name} (step {self.step})"
+
+
+@dataclass(frozen=True)
+class Series:
+    """The checkpoints of a series, in order, and where they come from (``local`` or ``hub``)."""
+
+    checkpoints: tuple[CheckpointRef, ...]
+    source: str  # local | hub
+
+    @property
+    def paths(self) -> list[str]:
+        """The local checkpoints' paths (the inputs no output may overwrite)."""
+        return [c.path for c in self.checkpoints if c.path is not None]
+
+
+def step_of(name: str) -> tuple[int | None, str]:
+    """The step number a checkpoint's name carries, and, when it carries none, why: the number after
+    ``step``, ``checkpoint``, ``ckpt``, ``iter`` or ``global_step`` (``checkpoint-1000``,
+    ``epoch2-step500``), else the only number in the name (``run-0300``); the folders above it and a
+    weights file's suffix do not count."""
+    stem = os.path.basename(name.rstrip("/\\")) or name
+    for suffix in _WEIGHT_SUFFIXES:
+        if stem.lower().endswith(suffix):
+            stem = stem[: -len(suffix)]
+            break
+    marked = {int(m) for m in _MARKED_STEP.findall(stem)}
+    if len(marked) == 1:
+        return marked.pop(), ""
+    if len(marked) > 1:
+        return None, f"it names several steps ({', '.join(map(str, sorted(marked)))})"
+    numbers = re.findall(r"\d+", stem)
+    if len(numbers) == 1:
+        return int(numbers[0]), ""
+    if not numbers:
+        return None, "it carries no number"
+    return None, f"it carries several numbers ({', '.join(numbers)}) and none follows 'step'"
+
+
+def series_revisions(revision: str | None) -> list[str] | None:
+    """The hub revisions of a series given as ``revision`` (a comma list), or None for a single revision.
+
+    Raises:
+        InputError: when an item of the list is empty.
+    """
+    if revision is None or "," not in revision:
+        return None
+    items = [r.strip() for r in revision.split(",")]
+    if not all(items):
+        raise InputError(f"{{param:revision}} {revision!r}: an empty item; give revisions separated by commas")
+    return items
+
+
+def resolve_series(checkpoints, revisions: Sequence[str] | None, base: ModelRequest) -> Series:
+    """The series ``checkpoints`` (a comma list of paths and globs, or a sequence of paths) or
+    ``revisions`` (of ``base``'s hub model) names, checked before any work (see the module docstring).
+
+    Returns:
+        The :class:`Series`: its checkpoints in order, each named and placed by its step.
+
+    Raises:
+        InputError: when neither or both are given, a glob matches nothing or its step numbers are ambiguous,
+            a checkpoint is missing, unreadable or named twice, differs from the first in family, width,
+            architecture or data files, or a revision does not exist.
+        ModelError: when a checkpoint folder's index names a file outside it, or holds a link leading out.
+        OfflineError: when a revision is not in the local cache and the hub cannot be reached.
+    """
+    if checkpoints is not None and revisions:
+        raise InputError(
+            "{param:checkpoints} names local checkpoints and {param:revision} a list of hub revisions: give one of them"
+        )
+    if revisions:
+        return Series(tuple(_hub_refs(revisions, base)), "hub")
+    if checkpoints is None:
+        raise InputError("a series needs {param:checkpoints} (folders, files or a glob) or a comma list of revisions")
+    refs = _local_refs(checkpoints)
+    _check_local(refs)
+    return Series(tuple(refs), "local")
+
+
+# --------------------------------------------------------------------------- local checkpoints
+
+
+def _items(checkpoints) -> list[str]:
+    """The items of ``checkpoints``: a comma list (a string) or a sequence of paths.
+
+    Raises:
+        InputError: when the list is empty or an item is empty.
+    """
+    if isinstance(checkpoints, (str, os.PathLike)):
+        text = os.fspath(checkpoints)
+        items = [t.strip() for t in text.split(",")]
+    else:
+        items = [os.fspath(c).strip() if isinstance(c, (str, os.PathLike)) else "" for c in checkpoints]
+    if not items or not all(items):
+        raise InputError(
+            f"{{param:checkpoints}} {checkpoints!r}: give folders, files or a glob, separated by commas (none empty)"
+        )
+    return items
+
+
+def _local_refs(checkpoints) -> list[CheckpointRef]:
+    """The checkpoints of a local spec, in order: each path in its place, each glob's matches by step.
+
+    Raises:
+        InputError: when a glob matches nothing or its step numbers are ambiguous, or the series is longer
+            than :data:`MAX_CHECKPOINTS`.
+    """
+    named: list[tuple[str, int | None]] = []
+    for item in _items(checkpoints):
+        literal = os.path.expanduser(item)
+        if glob.has_magic(item) and not os.path.lexists(literal):
+            named += _glob_matches(item)
+        else:
+            named.append((item, step_of(item)[0]))
+        if len(named) > MAX_CHECKPOINTS:
+            raise InputError(f"{{param:checkpoints}}: more than {MAX_CHECKPOINTS} checkpoints; audit fewer at a time")
+    return [
+        CheckpointRef(name, i, step, path=os.path.abspath(os.path.expanduser(name)))
+        for i, (name, step) in enumerate(named)
+    ]
+
+
+def _glob_matches(pattern: str) -> list[tuple[str, int | None]]:
+    """The matches of a glob, ordered by the step number in each name.
+
+    Raises:
+        InputError: when the glob matches nothing, a match carries no step number of its own, or two
+            matches carry the same step.
+    """
+    matches = sorted(glob.glob(os.path.expanduser(pattern)))
+    if not matches:
+        raise InputError(f"{{param:checkpoints}} {pattern}: the glob matches no file or folder")
+    if len(matches) > MAX_CHECKPOINTS:
+        raise InputError(
+            f"{{param:checkpoints}} {pattern}: the glob matches {len(matches)} paths, more than {MAX_CHECKPOINTS}"
+        )
+    steps: dict[int, str] = {}
+    out: list[tuple[str, int]] = []
+    for m in matches:
+        step, why = step_of(m)
+        if step is None:
+            raise InputError(
+                f"{{param:checkpoints}} {pattern}: the step numbers are ambiguous: {m} has no step number of its "
+                f"own ({why}), so the glob's matches cannot be ordered by step; list the checkpoints in order, "
+                "separated by commas"
+            )
+        if step in steps:
+            raise InputError(
+                f"{{param:checkpoints}} {pattern}: the step numbers are ambiguous: {steps[step]} and {m} both "
+                f"carry step {step}; list the checkpoints in order, separated by commas"
+            )
+        steps[step] = m
+        out.append((m, step))
+    return [(m, step) for m, step in sorted(out, key=lambda x: x[1])]
+
+
+@dataclass(frozen=True)
+class _Contents:
+    """What a local checkpoint holds, read cheaply before any work: its weight files (path and
+    ``(device, inode)``), its config (less the keys every save rewrites), the names and shapes of
+    its safetensors tensors (None when it has none in that form), and the digests of its data files."""
+
+    files: tuple[tuple[str, tuple[int, int]], ...]
+    config: dict | None
+    shapes: dict[str, tuple[int, ...]] | None
+    data_files: dict[str, str]
+
+
+def _check_local(refs: list[CheckpointRef]) -> None:
+    """Every checkpoint exists, is readable, names files of its own, and is the first's kind.
+
+    Raises:
+        InputError: as :func:`resolve_series` says of local checkpoints.
+        ModelError: when a folder's index names a file outside it, or the folder holds a link leading out.
+    """
+    seen: dict[tuple[int, int], tuple[str, str]] = {}
+    first: tuple[CheckpointRef, _Contents] | None = None
+    for ref in refs:
+        contents = _contents(ref)
+        for path, inode in contents.files:
+            if inode in seen:
+                other, other_path = seen[inode]
+                same = path if path == other_path else f"{other_path} and {path} are one file"
+                raise InputError(
+                    f"{{param:checkpoints}}: {other} and {ref.name} name the same file ({same}); "
+                    "name each checkpoint once"
+                )
+            seen[inode] = (ref.name, path)
+        if first is None:
+            first = (ref, contents)
+        else:
+            _same_kind(ref, contents, *first)
+
+
+def _contents(ref: CheckpointRef) -> _Contents:
+    """What the checkpoint ``ref`` holds (:class:`_Contents`).
+
+    Raises:
+        InputError: when it is missing, unreadable, or holds no weights.
+        ModelError: when a folder's index names a file outside it, or the folder holds a link leading out.
+    """
+    path = ref.path
+    assert path is not None, "a local checkpoint has a path"
+    if not os.path.exists(path):
+        raise InputError(f"{{param:checkpoints}} {ref.name}: no such file or folder")
+    if not os.access(path, os.R_OK | (os.X_OK if os.path.isdir(path) else 0)):
+        raise InputError(f"{{param:checkpoints}} {ref.name}: cannot be read (permission denied)")
+    try:
+        if os.path.isdir(path):
+            return _folder_contents(ref, path)
+        return _file_contents(ref, path)
+    except OSError as exc:
+        raise InputError(f"{{param:checkpoints}} {ref.name}: cannot be read ({exc.strerror or one_line(exc)})") from exc
+
+
+def _folder_contents(ref: CheckpointRef, folder: str) -> _Contents:
+    """A checkpoint folder's weight files, config, tensor shapes and data files.
+
+    Raises:
+        InputError: when it holds no weights file, or a weights file or its config cannot be read.
+        ModelError: when its index names a file outside it, or it holds a link leading out.
+    """
+    check_links_inside(folder)
+    check_local_indexes(folder)
+    files: list[str] = []
+    shapes: dict[str, tuple[int, ...]] | None = None
+    index = next((os.path.join(folder, i) for i in INDEX_FILES if os.path.isfile(os.path.join(folder, i))), None)
+    if index is not None:
+        _, weight_map = read_index(index, folder)
+        files = [os.path.realpath(os.path.join(folder, fn)) for fn in sorted(set(weight_map.values()))]
+        missing = [f for f in files if not os.path.isfile(f)]
+        if missing:
+            raise InputError(
+                f"{{param:checkpoints}} {ref.name}: its index names {os.path.basename(missing[0])}, which is missing"
+            )
+        for f in files:
+            _readable(ref, f)
+        if index.endswith(INDEX_FILE):
+            shapes = {}
+            for f in files:
+                shapes.update(_header_shapes(ref, f))
+    else:
+        found = next(
+            (os.path.join(folder, fn) for fn in CHECKPOINT_FILES if os.path.isfile(os.path.join(folder, fn))), None
+        )
+        if found is None:
+            raise InputError(
+                f"{{param:checkpoints}} {ref.name}: holds no weights ({', '.join(CHECKPOINT_FILES)} or an index of "
+                "shards); give folders saved with save_pretrained, or weights files"
+            )
+        files = [found]
+        _readable(ref, found)
+        shapes = _header_shapes(ref, found) if found.endswith(".safetensors") else None
+    return _Contents(
+        tuple((f, _inode(f)) for f in files),
+        _config(ref, os.path.join(folder, "config.json")),
+        shapes,
+        _data_files(folder),
+    )
+
+
+def _file_contents(ref: CheckpointRef, path: str) -> _Contents:
+    """A weights file's own inode and, for safetensors, its tensors' names and shapes.
+
+    Raises:
+        InputError: when the file cannot be read, or is not a weights file.
+    """
+    if not path.lower().endswith(_WEIGHT_SUFFIXES):
+        raise InputError(
+            f"{{param:checkpoints}} {ref.name}: neither a checkpoint folder nor a weights file "
+            f"({', '.join(_WEIGHT_SUFFIXES)})"
+        )
+    _readable(ref, path)
+    shapes = _header_shapes(ref, path) if path.lower().endswith(".safetensors") else None
+    return _Contents(((os.path.realpath(path), _inode(path)),), None, shapes, {})
+
+
+def _readable(ref: CheckpointRef, path: str) -> None:
+    """Refuse a weights file that cannot be opened and read.
+
+    Raises:
+        InputError: when it cannot be opened or read.
+    """
+    try:
+        with open(path, "rb") as fh:
+            fh.read(8)
+    except OSError as exc:
+        raise InputError(
+            f"{{param:checkpoints}} {ref.name}: cannot read {os.path.basename(path)} ({exc.strerror or one_line(exc)})"
+        ) from exc
+
+
+def _inode(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
+def _header_shapes(ref: CheckpointRef, path: str) -> dict[str, tuple[int, ...]]:
+    """The names and shapes of a safetensors file's tensors, from its header alone.
+
+    Raises:
+        InputError: when the header cannot be read or is not a safetensors header.
+    """
+    try:
+        header = safetensors_header(path)
+        return {k: tuple(int(x) for x in v.get("shape", ())) for k, v in header.items() if k != "__metadata__"}
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise InputError(
+            f"{{param:checkpoints}} {ref.name}: cannot read {os.path.basename(path)} ({one_line(exc, 160)})"
+        ) from exc
+
+
+def _config(ref: CheckpointRef, path: str) -> dict | None:
+    """A checkpoint's ``config.json`` less the keys every save rewrites; None without one.
+
+    Raises:
+        InputError: when it exists but cannot be read as a JSON object.
+    """
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise InputError(
+            f"{{param:checkpoints}} {ref.name}: cannot read its config.json ({one_line(exc, 120)})"
+        ) from exc
+    if not isinstance(data, dict):
+        raise InputError(f"{{param:checkpoints}} {ref.name}: its config.json is not a JSON object")
+    return {k: v for k, v in data.items() if k not in VOLATILE_CONFIG}
+
+
+def _data_files(folder: str) -> dict[str, str]:
+    """The sha256 of each of :data:`DATA_FILES` a folder holds (at most 64 MiB each is read)."""
+    out = {}
+    for fn in DATA_FILES:
+        path = os.path.join(folder, fn)
+        if os.path.isfile(path):
+            out[fn] = _file_sha256(path)
+    return out
+
+
+def _file_sha256(path: str, limit: int = 64 * 2**20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        h.update(fh.read(limit + 1))
+    return h.hexdigest()
+
+
+def _same_kind(ref: CheckpointRef, got: _Contents, first: CheckpointRef, want: _Contents) -> None:
+    """``ref`` is of the first checkpoint's family, width and architecture, and reads the same data.
+
+    Raises:
+        InputError: naming the first difference found.
+    """
+    if got.config is not None and want.config is not None:
+        diff = _first_difference(got.config, want.config)
+        if diff is not None:
+            key, a, b = diff
+            what = "family" if key in _FAMILY_KEYS else "width" if key in _WIDTH_KEYS else "architecture"
+            raise InputError(
+                f"{{param:{_param(ref)}}} {ref.name} is of another {what} than the first checkpoint {first.name}: its "
+                f"config has {key} = {_short(a)}, the first's {_short(b)}; a series audits the checkpoints of one model"
+            )
+    if got.shapes is not None and want.shapes is not None and got.shapes != want.shapes:
+        odd = sorted(set(got.shapes) ^ set(want.shapes))
+        if odd:
+            where = "holds" if odd[0] in got.shapes else "lacks"
+            raise InputError(
+                f"{{param:checkpoints}} {ref.name} is of another architecture than the first checkpoint {first.name}: "
+                f"it {where} the tensor {odd[0]}; a series audits the checkpoints of one model"
+            )
+        name = next(k for k in sorted(got.shapes) if got.shapes[k] != want.shapes[k])
+        raise InputError(
+            f"{{param:checkpoints}} {ref.name} is of another width or architecture than the first checkpoint "
+            f"{first.name}: its tensor {name} has shape {got.shapes[name]}, the first's {want.shapes[name]}"
+        )
+    if got.data_files != want.data_files:
+        fn = sorted(
+            k for k in set(got.data_files) | set(want.data_files) if got.data_files.get(k) != want.data_files.get(k)
+        )[0]
+        said = (
+            "differs from"
+            if fn in got.data_files and fn in want.data_files
+            else ("is not in" if fn not in got.data_files else "is only in")
+        )
+        raise InputError(
+            f"{{param:{_param(ref)}}} {ref.name}: its {fn} {said} the first checkpoint {first.name}'s; the "
+            "checkpoints of a series read the same data, so they carry the same tokenizer and image preprocessing"
+        )
+
+
+def _param(ref: CheckpointRef) -> str:
+    """The parameter that named ``ref``: a revision, or a local checkpoint."""
+    return "revision" if ref.revision is not None else "checkpoints"
+
+
+def _first_difference(a: dict, b: dict) -> tuple[str, object, object] | None:
+    for key in sorted(set(a) | set(b)):
+        if a.get(key) != b.get(key):
+            return key, a.get(key), b.get(key)
+    return None
+
+
+def _short(value) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# --------------------------------------------------------------------------- hub revisions
+
+
+def _hub_refs(revisions: Sequence[str], base: ModelRequest) -> list[CheckpointRef]:
+    """The revisions of ``base``'s hub model, checked: each exists (in the local cache, offline), is
+    named once, and has the first one's config and data files.
+
+    Raises:
+        InputError: when a revision is named twice or does not exist, the model is a local folder, or a
+            revision's config or data files differ from the first's.
+        OfflineError: when a revision is not in the local cache and the hub cannot be reached.
+    """
+    validate.integer("revisions", len(revisions), maximum=MAX_CHECKPOINTS)
+    twice = sorted({r for r in revisions if list(revisions).count(r) > 1})
+    if twice:
+        raise InputError(f"{{param:revision}}: {twice[0]} is named twice; name each revision once")
+    repo = _hub_repo(base)
+    offline = is_offline()
+    refs = [CheckpointRef(r, i, step_of(r)[0], revision=r) for i, r in enumerate(revisions)]
+    first: tuple[CheckpointRef, _Contents] | None = None
+    for ref in refs:
+        config = hub_download(repo, "config.json", ref.revision, offline)
+        if config is None:
+            if offline:
+                raise OfflineError(
+                    f"{{param:revision}} {ref.revision}: {repo} at this revision is not in the local cache and the "
+                    "hub cannot be reached"
+                )
+            raise InputError(f"{{param:revision}} {ref.revision}: {repo} has no config.json at this revision")
+        data = {}
+        for fn in DATA_FILES:
+            path = hub_download(repo, fn, ref.revision, offline)
+            if path is not None:
+                data[fn] = _file_sha256(path)
+        contents = _Contents((), _config(ref, config), None, data)
+        if first is None:
+            first = (ref, contents)
+        else:
+            _same_kind(ref, contents, *first)
+    return refs
+
+
+def _hub_repo(base: ModelRequest) -> str:
+    """The hub repository of ``base`` (its id, or an alias's).
+
+    Raises:
+        InputError: when the model is a local folder or file (a revision names a commit of a hub model).
+        ModelError: when the model is a timm model (revisions are read from transformers repositories).
+    """
+    spec = resolve(base.model, backend=base.backend)
+    if spec.local:
+        raise InputError(
+            f"{{param:revision}} names branches, tags or commits of a hub model; {base.model} is a local folder"
+        )
+    if spec.backend == "timm":
+        raise ModelError(f"{{param:revision}} applies to transformers models; {base.model} is a timm model")
+    return spec.resolved

@@ -1,0 +1,482 @@
+"""The hostile-input catalogue: files and folders made by someone who wants a run to write over its
+inputs, spend all the memory, read outside the folder named, hang, or crash. Each case runs through
+the CLI and ends with exactly one line on stderr and exit status 2, with nothing written: no output,
+no temporary, no input changed.
+
+Each case names the arguments (``{imgs}`` and the like stand for the inputs made below; ``{out}``
+for the test's own empty output folder) and a piece of the one error line. Named pipes are guarded:
+a reader that opens one meets its end at once (a test fails, never hangs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import shlex
+import shutil
+import stat
+import struct
+import subprocess
+import threading
+import warnings
+import zipfile
+import zlib
+
+import numpy as np
+import pytest
+import torch
+from clitools import assert_one_error, run
+
+pytest.importorskip("transformers")
+datasets = pytest.importorskip("datasets")
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+JSON = ["--format", "json"]
+# The side of the images the bombs declare, more than mhaaudit decodes (sources.images.MAX_IMAGE_PIXELS).
+BOMB_SIDE = 12000
+
+
+class _RunsCode:
+    """Unpickling this would create ``marker``: a checkpoint holding it must never be unpickled."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def _png_bomb() -> bytes:
+    """A 100-byte PNG whose header declares BOMB_SIDE x BOMB_SIDE RGB pixels (its data ends early: only a
+    decoder that believes the header allocates 432 MB for it)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", BOMB_SIDE, BOMB_SIDE, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(bytes(4096))) + chunk(b"IEND", b"")
+    )
+
+
+def _docs(k: int = 60) -> list[str]:
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda"]
+    rng = np.random.default_rng(0)
+    return [" ".join(rng.choice(words, size=int(rng.integers(20, 40)))) for _ in range(k)]
+
+
+def _image_table(image_dir, n: int = 30):
+    files = sorted(image_dir.glob("*.png"))[:n]
+    return pa.table({"image": [{"bytes": f.read_bytes(), "path": None} for f in files]})
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory, vit_dir, bert_dir, image_dir, timm_dir):
+    """The hostile inputs the cases read (kept as they are: every case checks that none changed)."""
+    d = tmp_path_factory.mktemp("hostile")
+    p = {"vit": vit_dir, "bert": bert_dir, "timm": timm_dir}
+    outside = d / "outside"
+    outside.mkdir()
+    p["marker"] = d / "UNPICKLED"
+    # --- outputs over inputs: an image folder, its alias, a hub-style folder, a features file and a hard link
+    imgs = d / "imgs"
+    shutil.copytree(image_dir, imgs)
+    (d / "imgs-alias").symlink_to(imgs)
+    hub = d / "hub"
+    (hub / "data").mkdir(parents=True)
+    pq.write_table(_image_table(image_dir), hub / "data" / "train.parquet")
+    X = np.random.default_rng(0).standard_normal((40, 8))
+    pq.write_table(pa.table({f"c{i}": X[:, i] for i in range(8)}), d / "f.parquet")
+    os.link(d / "f.parquet", d / "f-hard.parquet")
+    p.update(imgs=imgs, imgs_alias=d / "imgs-alias", hub=hub, fpq=d / "f.parquet", fpq_hard=d / "f-hard.parquet")
+    # --- size bombs, each declared in a header or in metadata
+    bombs = d / "bombs"
+    bombs.mkdir()
+    (bombs / "b000.png").write_bytes(_png_bomb())
+    for i in range(1, 40):
+        os.link(bombs / "b000.png", bombs / f"b{i:03d}.png")
+    pq.write_table(pa.table({f"c{i}": np.zeros(200_000) for i in range(8)}), d / "zeros.parquet")
+    torch.save(torch.zeros(1000, 1000), d / "plain.pt")
+    with zipfile.ZipFile(d / "plain.pt") as src, zipfile.ZipFile(d / "deflated.pt", "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info.filename))
+    shutil.copytree(vit_dir, d / "vitpre")
+    (d / "vitpre" / "preprocessor_config.json").write_text(
+        json.dumps({"image_processor_type": "ViTImageProcessor", "size": {"height": 20000, "width": 20000}})
+    )
+    p.update(bombs=bombs, zeros=d / "zeros.parquet", deflated=d / "deflated.pt", vitpre=d / "vitpre")
+    # --- reads outside the folder named, through a data folder's metadata or links
+    ds = datasets.Dataset.from_dict({"text": _docs()})
+    ds.save_to_disk(str(d / "saved-out"))
+    arrows = sorted((d / "saved-out").glob("*.arrow"))
+    for k, arrow in enumerate(arrows):
+        shutil.copy(arrow, outside / f"x{k}.arrow")
+    state = json.loads((d / "saved-out" / "state.json").read_text())
+    shutil.copytree(d / "saved-out", d / "saved-abs")
+    state["_data_files"] = [{"filename": f"../outside/x{k}.arrow"} for k in range(len(arrows))]
+    (d / "saved-out" / "state.json").write_text(json.dumps(state))
+    state["_data_files"] = [{"filename": str(outside / f"x{k}.arrow")} for k in range(len(arrows))]
+    (d / "saved-abs" / "state.json").write_text(json.dumps(state))
+    datasets.DatasetDict({"train": ds}).save_to_disk(str(d / "saved-dict"))
+    shutil.move(d / "saved-dict" / "train", outside / "train-split")
+    (d / "saved-dict" / "train").symlink_to(outside / "train-split")
+    pq.write_table(_image_table(image_dir), outside / "images.parquet")
+    (d / "hub-out" / "data").mkdir(parents=True)
+    pq.write_table(_image_table(image_dir, 20), d / "hub-out" / "data" / "train.parquet")
+    (d / "hub-out" / "README.md").write_text(
+        "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n    path: ../outside/*.parquet\n---\n"
+    )
+    shutil.copytree(image_dir, d / "imgs-link")
+    shutil.copy(image_dir / "img_000.png", outside / "secret.png")
+    (d / "imgs-link" / "zzz.png").symlink_to(outside / "secret.png")
+    p.update(
+        saved_out=d / "saved-out",
+        saved_abs=d / "saved-abs",
+        saved_dict=d / "saved-dict",
+        hub_out=d / "hub-out",
+        imgs_link=d / "imgs-link",
+    )
+    # --- timm: model_args that name a file, a checkpoint that would run code
+    shutil.copytree(timm_dir, d / "timm-ckpt")
+    cfg = json.loads((timm_dir / "config.json").read_text())
+    cfg["model_args"]["checkpoint_path"] = str(outside / "code.pth")
+    (d / "timm-ckpt" / "config.json").write_text(json.dumps(cfg))
+    (outside / "code.pth").write_bytes(pickle.dumps(_RunsCode(str(p["marker"]))))
+    p.update(timm_ckpt=d / "timm-ckpt", code_pth=outside / "code.pth")
+    # --- named pipes where a file is read
+    pipes = d / "pipes"
+    pipes.mkdir()
+    for name in ("f.npy", "f.parquet", "f.safetensors", "f.csv", "f.jsonl", "f.txt", "f.pt"):
+        os.mkfifo(pipes / name)
+    ds.save_to_disk(str(d / "saved-pipe"))
+    for arrow in (d / "saved-pipe").glob("*.arrow"):
+        arrow.unlink()
+        os.mkfifo(arrow)
+    torch_feats = d / "feat-pipe"
+    torch_feats.mkdir()
+    (torch_feats / "features.safetensors").write_bytes(b"")
+    os.mkfifo(torch_feats / "meta.json")
+    shutil.copytree(vit_dir, d / "vit-pipe")
+    (d / "vit-pipe" / "config.json").unlink()
+    os.mkfifo(d / "vit-pipe" / "config.json")
+    shutil.copytree(timm_dir, d / "timm-pipe")
+    (d / "timm-pipe" / "config.json").unlink()
+    os.mkfifo(d / "timm-pipe" / "config.json")
+    p.update(pipes=pipes, saved_pipe=d / "saved-pipe", feat_pipe=torch_feats, vit_pipe=d / "vit-pipe")
+    p.update(timm_pipe=d / "timm-pipe")
+    # --- what made the run end with a bug (status 3)
+    deep_imgs, deep_text = d / "deep-imgs", d / "deep-text"  # listing them recursively reached Python's limit
+    for top in (deep_imgs, deep_text):
+        top.joinpath(*["d"] * 200).mkdir(parents=True)
+    shutil.copy(image_dir / "img_000.png", deep_imgs.joinpath(*["d"] * 200, "x.png"))
+    deep_text.joinpath(*["d"] * 200, "x.txt").write_text(_docs(1)[0])
+    shutil.copytree(vit_dir, d / "vit-deep")
+    (d / "vit-deep" / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    torch.save(torch.empty(40, 8, device="meta"), d / "meta.pt")
+    torch.save(torch.randn(40, 8).to_sparse(), d / "sparse.pt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # sparse CSR support is "in beta"
+        torch.save({"queries": torch.randn(40, 8).to_sparse_csr()}, d / "csr.pt")
+    pq.write_table(pa.table({"config_key": [1, 2], "heads": [1, 2]}), d / "resume-int.parquet")
+    p.update(deep_imgs=deep_imgs, deep_text=deep_text, vit_deep=d / "vit-deep", meta_pt=d / "meta.pt")
+    p.update(sparse_pt=d / "sparse.pt", csr_pt=d / "csr.pt", resume_int=d / "resume-int.parquet")
+    return {k: str(v) for k, v in p.items()}
+
+
+def _digest(folder: str) -> dict[str, str]:
+    """Every file under ``folder`` (not following links) and a hash of its bytes: what a case must leave as it was."""
+    out = {}
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = [x for x in dirs if not os.path.islink(os.path.join(root, x))]
+        for name in names:
+            path = os.path.join(root, name)
+            mode = os.lstat(path).st_mode
+            if stat.S_ISREG(mode):
+                with open(path, "rb") as fh:
+                    out[os.path.relpath(path, folder)] = hashlib.sha256(fh.read()).hexdigest()
+            else:
+                out[os.path.relpath(path, folder)] = oct(mode)
+    return out
+
+
+@pytest.fixture()
+def pipes_guarded(hostile):
+    """Writers waiting on every named pipe: a reader that opens one gets its end at once (the case then fails
+    with a wrong message instead of hanging the suite). The writers are let go when the test ends."""
+    fifos = [
+        os.path.join(root, n)
+        for root, _, names in os.walk(os.path.dirname(hostile["pipes"]))
+        for n in names
+        if stat.S_ISFIFO(os.lstat(os.path.join(root, n)).st_mode)
+    ]
+
+    def wait_for_reader(path: str) -> None:
+        os.close(os.open(path, os.O_WRONLY))  # returns once a reader opened it; the reader then reads its end
+
+    threads = [threading.Thread(target=wait_for_reader, args=(f,), daemon=True) for f in fifos]
+    for t in threads:
+        t.start()
+    yield
+    for f, t in zip(fifos, threads, strict=True):
+        if t.is_alive():  # nobody read it: open the read end ourselves, so the writer returns
+            fd = os.open(f, os.O_RDONLY | os.O_NONBLOCK)
+            t.join(timeout=5)
+            os.close(fd)
+
+
+# (case id, arguments, a piece of the one error line).
+CASES = [
+    # --- outputs over inputs: compared by device and inode, never written
+    ("plot-over-an-input-image", "check {vit} --data {imgs} --plot {imgs}/img_000.png", "lies inside"),
+    ("out-over-the-hub-data-file", "check {vit} --data {hub} --out {hub}/data/train.parquet", "lies inside"),
+    ("out-inside-a-folder-named-after-hf", "check {vit} --data hf:{hub} --out {hub}/r.parquet", "lies inside"),
+    ("plot-into-the-input-through-a-link", "check {vit} --data {imgs} --plot {imgs_alias}/new.png", "lies inside"),
+    ("save-features-into-the-input", "check {vit} --data {imgs} --save-features {imgs}/feat", "lies inside"),
+    ("out-over-a-hard-link-of-the-input", "kruskal {fpq} --out {fpq_hard}", "is an input of this run"),
+    (
+        "out-and-save-features-the-same",
+        "check {vit} --data {imgs} --out {out}/x.parquet --save-features {out}/x.parquet",
+        "name the same path",
+    ),
+    (
+        "plot-and-save-features-the-same",
+        "check {vit} --data {imgs} --plot {out}/x.png --save-features {out}/x.png",
+        "name the same path",
+    ),
+    # --- bombs: bounded by what headers and metadata declare, before the memory is spent
+    ("png-pixel-bomb", "check {vit} --data {bombs} --limit 20", f"declares {BOMB_SIDE} x {BOMB_SIDE} pixels"),
+    ("preprocessor-asks-for-huge-images", "check {vitpre} --data {imgs} --limit 20", "size height = 20000"),
+    # --- reads outside the folder named
+    ("state-json-names-dotdot", "check {bert} --data {saved_out} --context-length 16", "outside"),
+    ("state-json-names-absolute", "check {bert} --data {saved_abs} --context-length 16", "outside"),
+    ("split-folder-links-out", "check {bert} --data {saved_dict} --context-length 16", "symbolic link to"),
+    ("readme-data-files-dotdot", "check {vit} --data {hub_out} --limit 20", "outside the folder"),
+    ("image-folder-links-out", "check {vit} --data {imgs_link} --limit 20", "zzz.png is a symbolic link to"),
+    ("timm-model-args-checkpoint-path", "check {timm_ckpt} --limit 20", "'checkpoint_path'"),
+    (
+        "timm-checkpoint-runs-code",
+        "check {timm} --variants trained --weights {code_pth} --limit 20",
+        "cannot read the timm checkpoint",
+    ),
+    # --- named pipes: refused before they are opened
+    ("pipe-npy", "kruskal {pipes}/f.npy", "named pipe"),
+    ("pipe-parquet", "kruskal {pipes}/f.parquet", "named pipe"),
+    ("pipe-safetensors", "kruskal {pipes}/f.safetensors", "named pipe"),
+    ("pipe-pt", "kruskal {pipes}/f.pt", "named pipe"),
+    ("pipe-csv", "check {bert} --data {pipes}/f.csv --context-length 16", "named pipe"),
+    ("pipe-jsonl", "check {bert} --data {pipes}/f.jsonl --context-length 16", "named pipe"),
+    ("pipe-txt", "check {bert} --data {pipes}/f.txt --context-length 16", "named pipe"),
+    ("pipe-saved-dataset-arrow", "check {bert} --data {saved_pipe} --context-length 16", "named pipe"),
+    ("pipe-meta-json", "kruskal {feat_pipe}", "meta.json is a named pipe"),
+    ("pipe-config-json", "check {vit_pipe}", "config.json is a named pipe"),
+    ("pipe-timm-config-json", "check {timm_pipe}", "config.json is a named pipe"),
+    ("pipe-weights", "check {vit} --variants trained --weights {pipes}/f.safetensors", "named pipe"),
+    ("pipe-memorize-resume", "memorize --sizes 16 --device cpu --out {pipes}/f.parquet", "named pipe"),
+    # --- input that ended as a bug (status 3) before
+    ("deep-image-folder", "check {vit} --data {deep_imgs} --limit 20", "nested more than 64 folders deep"),
+    ("deep-text-folder", "check {bert} --data {deep_text} --context-length 16", "nested more than 64 folders deep"),
+    ("config-nested-100000-deep", "check {vit_deep}", "nested too deeply"),
+    ("pt-meta-tensor", "kruskal {meta_pt}", "on the meta device"),
+    ("pt-sparse-tensor", "kruskal {sparse_pt}", "sparse_coo, not a dense tensor"),
+    ("pt-sparse-csr-tensor", "kruskal {csr_pt} --key queries", "sparse_csr, not a dense tensor"),
+    ("memorize-resume-integer-keys", "memorize --sizes 16 --device cpu --out {resume_int}", "holds int64, not text"),
+]
+
+
+@pytest.mark.parametrize("case, args, match", CASES, ids=[c[0] for c in CASES])
+def test_refused_with_one_line(capsys, hostile, pipes_guarded, tmp_path, case, args, match):
+    out = tmp_path / "out"
+    out.mkdir()
+    before = _digest(os.path.dirname(hostile["imgs"]))
+    words = shlex.split(args.format(out=out, **hostile))
+    rc, stdout, err = run(capsys, words[0], *JSON, *words[1:])
+    assert_one_error(rc, err, match)
+    assert stdout == ""
+    assert _digest(os.path.dirname(hostile["imgs"])) == before, "an input was changed"
+    assert os.listdir(out) == [], "a file was left behind"
+    assert not os.path.exists(hostile["marker"]), "a pickle was unpickled"
+
+
+def test_every_case_has_its_own_id():
+    assert len({c[0] for c in CASES}) == len(CASES)
+
+
+def test_an_output_through_a_bind_mount_of_an_input_folder_is_refused(capsys, hostile, tmp_path):
+    """The same folder under another real path (same device and inode): a path comparison would let it by."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if (
+        os.geteuid() != 0
+        or subprocess.run(["mount", "--bind", hostile["imgs"], str(mnt)], capture_output=True, check=False).returncode
+    ):
+        pytest.skip("cannot bind-mount here")
+    try:
+        before = (mnt / "img_000.png").read_bytes()
+        rc, stdout, err = run(capsys, "check", hostile["vit"], "--data", hostile["imgs"], "--plot", mnt / "img_000.png")
+        assert_one_error(rc, err, "lies inside")
+        rc, stdout, err = run(capsys, "check", hostile["vit"], "--data", mnt, "--out", f"{hostile['imgs']}/r.parquet")
+        assert_one_error(rc, err, "lies inside")
+        assert (mnt / "img_000.png").read_bytes() == before and stdout == ""
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True, check=False)
+
+
+def test_a_config_that_is_a_character_device_is_refused(capsys, vit_dir, timm_dir, tmp_path):
+    """/dev/zero as config.json (a root tar extraction keeps such a node) would be read without end."""
+    for name, src in (("vit", vit_dir), ("timm", timm_dir)):
+        shutil.copytree(src, tmp_path / name)
+        (tmp_path / name / "config.json").unlink()
+        try:
+            os.mknod(tmp_path / name / "config.json", stat.S_IFCHR | 0o644, os.makedev(1, 5))
+        except (PermissionError, OSError):
+            pytest.skip("cannot make a device node here")
+        rc, stdout, err = run(capsys, "check", tmp_path / name, *JSON)
+        assert_one_error(rc, err, "config.json is a character device")
+        assert stdout == ""
+
+
+def test_a_png_bomb_is_never_decoded(monkeypatch, capsys, hostile):
+    """The header is believed only as far as it is checked: no image declaring more pixels than the cap reaches PIL's
+    decoder (40 links to one bomb reached 7.1 GB)."""
+    from PIL import ImageFile
+
+    from mhaaudit.sources import images
+
+    real = ImageFile.ImageFile.load
+
+    def load(self):
+        assert self.size[0] * self.size[1] <= images.MAX_IMAGE_PIXELS, "a bomb reached the decoder"
+        return real(self)
+
+    monkeypatch.setattr(ImageFile.ImageFile, "load", load)
+    rc, _, err = run(capsys, "check", hostile["vit"], "--data", hostile["bombs"], "--limit", "20", *JSON)
+    assert_one_error(rc, err, "only 0 usable images of 40")
+
+
+@pytest.mark.parametrize("kind", ["parquet", "pt"])
+def test_what_a_file_declares_is_bounded_before_it_is_read(monkeypatch, capsys, hostile, kind):
+    """A 1.4 MB parquet of zeros declaring 40M x 8 values, a .pt of deflated records: the memory they declare is
+    checked against the memory available before a byte is decoded (here the memory available is made small)."""
+    import pyarrow.parquet as pqm
+
+    from mhaaudit.numerics import stream
+
+    def trap(*a, **k):
+        raise AssertionError("the file was read before its declared size was checked")
+
+    monkeypatch.setattr(stream, "available_memory", lambda: 3_000_000)
+    monkeypatch.setattr(pqm, "read_table", trap)
+    monkeypatch.setattr(torch, "load", trap)
+    path = hostile["zeros"] if kind == "parquet" else hostile["deflated"]
+    assert os.path.getsize(path) < 3_000_000
+    rc, _, err = run(capsys, "kruskal", path, *JSON)
+    words = "its metadata declares 200000 rows of 8 columns" if kind == "parquet" else "of them compressed"
+    line = assert_one_error(rc, err, words)
+    assert "3.0 MB are available" in line
+
+
+def test_a_timm_checkpoint_is_read_with_weights_only(monkeypatch, capsys, hostile):
+    """timm's own loader defaulted to weights_only=False before 1.0.24: mhaaudit always passes True."""
+    import timm.models
+
+    seen = []
+    real = timm.models.load_state_dict
+
+    def spy(path, *a, **k):
+        seen.append(k.get("weights_only"))
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(timm.models, "load_state_dict", spy)
+    rc, _, err = run(
+        capsys, "check", hostile["timm"], "--variants", "trained", "--weights", hostile["code_pth"], "--limit", "20"
+    )
+    assert_one_error(rc, err, "cannot read the timm checkpoint")
+    assert seen == [True] and not os.path.exists(hostile["marker"])
+
+
+def test_every_torch_load_passes_weights_only_explicitly():
+    """Whatever torch defaults to (False before 2.6), every torch.load of a file names weights_only=True; the one
+    exception reads what the job's own processes sent one another."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "mhaaudit"
+    calls = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) in ("torch.load", "load_state_dict"):
+                kw = {k.arg: ast.unparse(k.value) for k in node.keywords}
+                if ast.unparse(node.func) == "load_state_dict" and "use_ema" not in kw:
+                    continue  # a module's own load_state_dict, not timm's reader
+                calls.append((path.name, kw.get("weights_only")))
+    assert calls and all(w == "True" for name, w in calls if name != "distributed.py"), calls
+    assert [w for name, w in calls if name == "distributed.py"] == ["False"]
+
+
+def test_a_wide_csv_header_is_read_and_a_too_long_one_refused_for_what_it_is(monkeypatch, tmp_path):
+    """A 1.3 MB header (200k columns) was refused as "Empty CSV file" (pyarrow's 1 MB block)."""
+    from pathlib import Path
+
+    from mhaaudit.errors import DataError
+    from mhaaudit.sources import containers
+
+    n = 200_000
+    wide = tmp_path / "wide.csv"
+    wide.write_text(",".join(["text", *(f"c{i}" for i in range(n))]) + "\n" + ",".join(["hello", *["1"] * n]) + "\n")
+    assert os.path.getsize(wide) > 1 << 20
+    table = containers.table_of(Path(wide))
+    assert len(table.kinds) == n + 1 and table.kinds["text"] == "text" and list(table.values("text")) == ["hello"]
+    monkeypatch.setattr(containers, "MAX_CSV_HEADER", 1 << 20)
+    with pytest.raises(DataError, match="its first line \\(the header\\) is longer than 1 MiB"):
+        containers.table_of(Path(wide))
+
+
+def test_decoded_images_alive_at_once_are_bounded(monkeypatch, tmp_path):
+    """Images are decoded ahead of the pass only within a budget of bytes (the next image the pass takes always
+    decodes, so one larger than the budget still passes); the images and their order are those of an unbounded
+    pass."""
+    import time
+
+    from PIL import Image
+
+    from mhaaudit.sources import images
+
+    for i in range(16):
+        Image.fromarray(np.full((64, 48, 3), i * 9, np.uint8), "RGB").save(tmp_path / f"i{i:02d}.png")
+    one = 64 * 48 * 4
+    monkeypatch.setattr(images, "DECODE_AHEAD_SHARE", 1)
+    monkeypatch.setattr(images, "DECODE_AHEAD_MAX", 3 * one)
+    peak = []
+    real = images.DecodeBudget.acquire
+
+    def acquire(self, index, size):
+        real(self, index, size)
+        peak.append(self.held)
+
+    monkeypatch.setattr(images.DecodeBudget, "acquire", acquire)
+    got = []
+    for image in images.ImageFolder(tmp_path, limit=16):
+        time.sleep(0.01)  # a slow pass: the workers run ahead as far as the budget lets them
+        got.append(np.asarray(image)[0, 0, 0])
+        del image
+    assert got == [i * 9 for i in range(16)]
+    assert peak and max(peak) <= 4 * one  # the budget, and at most the one image the pass takes next
+    monkeypatch.setattr(images, "DECODE_AHEAD_MAX", one // 2)  # smaller than one image: each still passes
+    assert len(list(images.ImageFolder(tmp_path, limit=16))) == 16
+
+
+def test_an_image_declaring_too_many_pixels_is_skipped_by_its_header(tmp_path):
+    from mhaaudit.sources import images
+
+    Image = pytest.importorskip("PIL.Image")
+    for i in range(3):
+        Image.fromarray(np.full((20, 20, 3), i, np.uint8), "RGB").save(tmp_path / f"ok{i}.png")
+    (tmp_path / "zz-bomb.png").write_bytes(_png_bomb())
+    src = images.ImageFolder(tmp_path, limit=10)
+    scan = src.scan()
+    assert scan.usable == 3 and scan.skips.count("unreadable") == 1
+    assert len(list(src)) == 3
+    assert f"{BOMB_SIDE} x {BOMB_SIDE} pixels, more than the" in src.skips.describe()

@@ -1,0 +1,159 @@
+"""What a run may read and where it may write (mhaaudit.files): regular files only, inside the folder
+named, within bounds; outputs compared with inputs by device and inode."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from mhaaudit import files
+from mhaaudit.errors import DataError, InputError, ModelError
+
+
+@pytest.fixture()
+def bind_mount(tmp_path):
+    """A function making ``target`` a bind mount of ``source`` (needs root and mount; skipped elsewhere)."""
+    mounted = []
+
+    def mount(source, target):
+        target.mkdir()
+        if (
+            os.geteuid() != 0
+            or subprocess.run(
+                ["mount", "--bind", str(source), str(target)], capture_output=True, check=False
+            ).returncode
+        ):
+            pytest.skip("cannot bind-mount here")
+        mounted.append(target)
+        return target
+
+    yield mount
+    for target in mounted:
+        subprocess.run(["umount", str(target)], capture_output=True, check=False)
+
+
+def test_regular_file_refuses_what_could_block_or_never_end(tmp_path):
+    (tmp_path / "f.txt").write_text("x")
+    assert files.regular_file(tmp_path / "f.txt", InputError) == tmp_path / "f.txt"
+    os.mkfifo(tmp_path / "pipe.npy")
+    with pytest.raises(InputError, match=r"pipe.npy is a named pipe \(FIFO\), not a regular file"):
+        files.regular_file(tmp_path / "pipe.npy", InputError)
+    with pytest.raises(DataError, match="is a character device"):
+        files.regular_file("/dev/zero", DataError)
+    with pytest.raises(ModelError, match="is a folder"):
+        files.regular_file(tmp_path, ModelError)
+    with pytest.raises(InputError, match=r"cannot read .*missing"):
+        files.regular_file(tmp_path / "missing", InputError)
+    (tmp_path / "link").symlink_to("/dev/zero")  # a link is followed: what it leads to counts
+    with pytest.raises(InputError, match="character device"):
+        files.regular_file(tmp_path / "link", InputError)
+
+
+def test_read_json_is_bounded(tmp_path, monkeypatch):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"a": 1}))
+    assert files.read_json(p, ModelError) == {"a": 1}
+    p.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ModelError, match="nested too deeply"):
+        files.read_json(p, ModelError)
+    with pytest.raises(ModelError, match="nested too deeply"):  # hostile even when lenient
+        files.read_json(p, ModelError, lenient=True)
+    p.write_text("{not json")
+    with pytest.raises(ModelError, match="is not JSON"):
+        files.read_json(p, ModelError)
+    assert files.read_json(p, ModelError, lenient=True) is None
+    assert files.read_json(tmp_path / "missing.json", ModelError, lenient=True) is None
+    monkeypatch.setattr(files, "MAX_JSON_BYTES", 10)
+    p.write_text(json.dumps({"a": "0123456789"}))
+    with pytest.raises(ModelError, match="more than"):
+        files.read_json(p, ModelError, lenient=True)
+    with pytest.raises(ModelError, match="character device"):
+        files.read_json("/dev/zero", ModelError, lenient=True)
+
+
+def test_name_inside_refuses_names_leading_out(tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "x.arrow").write_bytes(b"")
+    (tmp_path / "outside.arrow").write_bytes(b"")
+    (tmp_path / "d" / "out.arrow").symlink_to(tmp_path / "outside.arrow")
+    assert files.name_inside(tmp_path / "d", "x.arrow", DataError, "state.json") == (tmp_path / "d" / "x.arrow")
+    for name in ("../outside.arrow", str(tmp_path / "outside.arrow"), "out.arrow", ".", "hf://x/y.arrow", ""):
+        with pytest.raises(DataError, match=r"state\.json names"):
+            files.name_inside(tmp_path / "d", name, DataError, "state.json")
+
+
+def _tree(tmp_path):
+    root = tmp_path / "root"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "x.png").write_bytes(b"1")
+    (root / "a" / "y.png").write_bytes(b"2")
+    (root / "a" / "b" / "z.txt").write_bytes(b"3")
+    (root / ".hidden").mkdir()
+    os.mkfifo(root / ".hidden" / "pipe.png")  # never listed: hidden folders are not entered
+    (root / "a" / "inner.png").symlink_to(root / "x.png")  # a link inside: listed
+    (root / "loop").symlink_to(root)  # a link to a folder is not entered
+    return root
+
+
+def test_folder_files_lists_without_recursion(tmp_path):
+    root = _tree(tmp_path)
+    found = sorted(p.relative_to(root).as_posix() for p in files.folder_files(root, DataError, "image folder"))
+    assert found == ["a/b/z.txt", "a/inner.png", "a/y.png", "x.png"]
+    pngs = files.folder_files(root, DataError, "image folder", keep=lambda n: n.endswith(".png"))
+    assert sorted(p.name for p in pngs) == ["inner.png", "x.png", "y.png"]
+    assert sorted(p.name for p in files.folder_files(root, DataError, "f", depth=0)) == ["x.png"]
+
+
+def test_folder_files_refuses_links_out_pipes_and_deep_nesting(tmp_path):
+    root = _tree(tmp_path)
+    outside = tmp_path / "outside.png"
+    outside.write_bytes(b"o")
+    (root / "a" / "out.png").symlink_to(outside)
+    with pytest.raises(DataError, match=r"out.png is a symbolic link to .*outside.png, outside the image folder"):
+        files.folder_files(root, DataError, "image folder")
+    # a name the caller does not read is not looked at; roots widen where links may lead
+    assert files.folder_files(root, DataError, "image folder", keep=lambda n: n.endswith(".txt"))
+    assert files.folder_files(root, DataError, "image folder", roots=[str(tmp_path)])
+    (root / "a" / "out.png").unlink()
+    os.mkfifo(root / "a" / "pipe.png")
+    with pytest.raises(DataError, match=r"pipe.png in the image folder .* is a named pipe"):
+        files.folder_files(root, DataError, "image folder")
+    (root / "a" / "pipe.png").unlink()
+    deep = root
+    for _ in range(files.MAX_FOLDER_DEPTH + 2):
+        deep = deep / "d"
+    deep.mkdir(parents=True)
+    with pytest.raises(DataError, match=f"nested more than {files.MAX_FOLDER_DEPTH} folders deep"):
+        files.folder_files(root, DataError, "image folder")
+
+
+def test_within_compares_folders_by_device_and_inode(tmp_path, bind_mount):
+    data = tmp_path / "data"
+    (data / "sub").mkdir(parents=True)
+    (data / "img.png").write_bytes(b"x")
+    (tmp_path / "alias").symlink_to(data)
+    other = tmp_path / "other"
+    other.mkdir()
+    assert files.within(data / "img.png", data) and files.within(data / "new.png", data)
+    assert files.within(data, data) and files.within(data / "sub" / "deeper" / "x", data)
+    assert files.within(tmp_path / "alias" / "new.png", data)  # another path, the same folder
+    assert not files.within(other / "x.png", data) and not files.within(tmp_path / "x.png", data)
+    assert files.first_name_under(data / "sub" / "x", data) == "sub"
+    assert files.first_name_under(other / "x", data) is None
+    mnt = bind_mount(data, tmp_path / "mnt")
+    assert files.within(mnt / "img.png", data) and files.within(mnt / "sub" / "y", data)
+    assert files.first_name_under(mnt / "sub" / "y", data) == "sub"
+
+
+def test_same_place(tmp_path):
+    (tmp_path / "a.parquet").write_bytes(b"x")
+    os.link(tmp_path / "a.parquet", tmp_path / "hard.parquet")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "alias").symlink_to(tmp_path / "d")
+    assert files.same_place(tmp_path / "a.parquet", tmp_path / "hard.parquet")  # a hard link is the same file
+    assert files.same_place(tmp_path / "d" / "new", tmp_path / "alias" / "new")  # not yet there: same folder, name
+    assert files.same_place(tmp_path / "x", tmp_path / "d" / ".." / "x")
+    assert not files.same_place(tmp_path / "d" / "new", tmp_path / "d" / "other")

@@ -1,0 +1,228 @@
+"""LAPACK results are checked before they decide anything (``mhaaudit.numerics.checked``).
+
+A route that returns values no matrix with these entries can have (not finite, negative, out of
+order, beyond the Frobenius norm, whose squares miss it), or that raises or reports an error, is
+never used: the matrix is recomputed by the next route, one line on stderr says so with the
+call's size, and the decision is the one ``torch.linalg.matrix_rank`` makes. The degenerate inputs
+(equal rows, a zero row, rows differing only below the tolerance, subnormal, huge and mixed-scale
+entries) run through ``subset_test``, ``estimate_kruskal_rank`` and ``kruskal --format json``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from clitools import run
+from matrices import gen
+
+import mhaaudit
+from mhaaudit.kruskal import subset_test
+from mhaaudit.numerics import RankRule, checked, decide_full_rank, gram_rank, svd_rank
+from mhaaudit.numerics.checked import NumericalFailure, usable_eigenvalues, usable_singular_values
+
+
+def _x(m=6, c=9, seed=0):
+    return torch.randn(m, c, generator=gen(seed), dtype=torch.float64) / 4
+
+
+def _spoiled(kind: str, s: torch.Tensor) -> torch.Tensor:
+    s = s.clone()
+    if kind == "nan":
+        s[..., 1] = float("nan")
+    elif kind == "negative":
+        s[..., -1] = -s[..., -1] - 1e-3
+    elif kind == "unsorted":
+        s = s.flip(-1)
+    elif kind == "too large":
+        s[..., 0] = s[..., 0] * 10
+    elif kind == "too small":
+        s = s * 1e-3
+    elif kind == "wrong sum":
+        s[..., 1:] = s[..., 1:] * 0.5
+    return s
+
+
+KINDS = ["nan", "negative", "unsorted", "too large", "too small", "wrong sum"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_unusable_singular_values_are_recognised(kind):
+    x = _x()
+    s = torch.linalg.svdvals(x)
+    assert usable_singular_values(x, s)[0].all()
+    ok, why = usable_singular_values(x, _spoiled(kind, s))
+    assert not ok.any() and why[0]
+
+
+def test_degenerate_matrices_pass_the_checks():
+    for x in (torch.zeros(4, 7, dtype=torch.float64), torch.ones(30, 7, dtype=torch.float64) / 2, _x(1, 5)):
+        assert usable_singular_values(x, torch.linalg.svdvals(x))[0].all()
+        G = x @ x.T
+        assert usable_eigenvalues(G, torch.linalg.eigvalsh(G))[0].all()
+
+
+@pytest.mark.parametrize("kind", ["nan", "unsorted", "too large", "wrong sum"])
+def test_unusable_eigenvalues_are_recognised(kind):
+    x = _x()
+    G = x @ x.T
+    lam = torch.linalg.eigvalsh(G)
+    assert usable_eigenvalues(G, lam)[0].all()
+    spoiled = _spoiled(kind, lam.flip(-1)).flip(-1)
+    assert not usable_eigenvalues(G, spoiled)[0].any()
+
+
+@pytest.mark.parametrize("kind", [*KINDS, "raises"])
+def test_a_failed_svd_is_recomputed_and_said_once(monkeypatch, capsys, kind):
+    x = torch.stack([_x(seed=1), _x(seed=2), _x(seed=3)])
+    ref = torch.linalg.svdvals(x)
+    real = torch.linalg.svdvals
+
+    def bad(a):
+        if kind == "raises":
+            raise RuntimeError("linalg.svd: The algorithm failed to converge")
+        out = real(a)
+        out[1] = _spoiled(kind, out[1])  # the second matrix of the batch comes back spoiled
+        return out
+
+    monkeypatch.setattr(torch.linalg, "svdvals", bad)
+    before = checked.recomputations().get("gesdd", 0)
+    for _ in range(2):
+        s = checked.svdvals(x)
+        assert torch.allclose(s, ref, rtol=1e-12, atol=1e-15)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "6 x 9" in err[0] and "gesdd" in err[0] and "gesvd" in err[0], err
+    assert checked.recomputations()["gesdd"] == before + (6 if kind == "raises" else 2)
+
+
+def test_every_route_failing_is_a_numerical_failure(monkeypatch, capsys):
+    monkeypatch.setattr(torch.linalg, "svdvals", lambda a: torch.full((*a.shape[:-2], min(a.shape[-2:])), np.nan))
+    monkeypatch.setattr(checked, "_scipy_gesvd", lambda a: np.full(min(a.shape), np.nan))
+    monkeypatch.setattr(
+        checked, "_SVD_ROUTES", (checked._SVD_ROUTES[0], ("gesvd", checked._each(checked._scipy_gesvd)))
+    )
+    with pytest.raises(NumericalFailure, match="5 x 8"):
+        checked.svdvals(_x(5, 8))
+    assert "no route left" in capsys.readouterr().err
+
+
+def test_svd_rank_is_matrix_rank_when_gesdd_returns_garbage(monkeypatch, capsys):
+    """MKL reports an illegal parameter (DLASCL) by printing and leaves garbage: the decision stands."""
+    rule = RankRule.for_dtype(torch.float32)
+    X = torch.cat([_x(8, 20, 4), _x(8, 20, 4)[:3] * 0.5])  # rank 8 of 11 rows
+    ref = [int(torch.linalg.matrix_rank(X[: i + 2], rtol=rule.rtol_for(i + 2, 20))) for i in range(10)]
+    real = torch.linalg.svdvals
+    monkeypatch.setattr(torch.linalg, "svdvals", lambda a: real(a).flip(-1))  # out of order, as a failed call
+    got = [int(svd_rank(X[: i + 2], rule)[0]) for i in range(10)]
+    assert got == ref
+    assert "out of order" in capsys.readouterr().err
+
+
+def test_eigenvalues_no_routine_gives_go_to_the_svd(monkeypatch, capsys):
+    """Gram eigenvalues that no route makes usable leave the decision to the SVD: the same decisions."""
+    rule = RankRule.for_dtype(torch.float32)
+    X = torch.randn(40, 12, generator=gen(5), dtype=torch.float64)
+    X[30:] = X[:10] * 2  # repeated directions: dependent draws
+    idx = torch.stack([torch.randperm(40, generator=gen(i))[:6] for i in range(64)])
+    rows = X[idx]
+    G = rows @ rows.transpose(-1, -2)
+    ref_full = decide_full_rank(G.clone(), lambda j: rows[j], 6, 12, rule).full
+    ref_rank = gram_rank(G.clone(), lambda j: rows[j], 12, rule)
+    nan = lambda a: torch.full(a.shape[:-1], float("nan"), dtype=torch.float64)  # noqa: E731
+    monkeypatch.setattr(checked, "_EIG_ROUTES", tuple((n, nan) for n, _ in checked._EIG_ROUTES))
+    assert torch.equal(gram_rank(G.clone(), lambda j: rows[j], 12, rule), ref_rank)
+    assert torch.equal(decide_full_rank(G.clone(), lambda j: rows[j], 6, 12, rule).full, ref_full)
+    assert "left to the SVD" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- degenerate inputs
+
+
+def _cases(T: int, d: int, dtype, seed: int = 0) -> dict[str, torch.Tensor]:
+    """The degenerate sets in ``dtype``: subnormal, huge and mixed-scale entries at the ends of its range."""
+    rng = np.random.default_rng(seed)
+    eps, tiny, big = (float(np.finfo(dtype).eps), float(np.finfo(dtype).tiny), float(np.finfo(dtype).max))
+    v = rng.standard_normal(d).astype(dtype)
+    generic = rng.standard_normal((T, d))
+    zero = generic.copy()
+    zero[T // 3] = 0
+    # rows a few units in the last place apart: far below the tolerance max(rows, cols) * eps
+    near = np.tile(v, (T, 1)) * (1 + eps * rng.integers(-2, 3, (T, d))).astype(dtype)
+    mixed = generic.copy()
+    mixed[: T // 2] *= tiny**0.5
+    mixed[T // 2 :] *= big**0.5 / 8
+    unit = generic / np.abs(generic).max()
+    out = {
+        "ones": np.ones((T, d)),
+        "equal": np.tile(v, (T, 1)),
+        "zero row": zero,
+        "below tolerance": near,
+        "subnormal": unit * tiny * 2.0**-8,
+        "huge": unit * big / 2,
+        "mixed scale": mixed,
+        "generic": generic,
+    }
+    return {name: torch.from_numpy(np.asarray(A, dtype=dtype)) for name, A in out.items()}
+
+
+def _proves(w, X: torch.Tensor) -> bool:
+    """The witness's rows are dependent under the rule, by matrix_rank on them in float64."""
+    S = X[list(w.indices)].double()
+    scale = S.abs().max()
+    if scale == 0:
+        return True
+    S = S / scale  # matrix_rank squares nothing, but its tolerance must not underflow
+    rule = RankRule.for_dtype(X.dtype)
+    return int(torch.linalg.matrix_rank(S, rtol=rule.rtol_for(*S.shape))) < S.shape[0]
+
+
+def _check_degenerate(name: str, X: torch.Tensor, k: int, samples: int):
+    r = subset_test(X, k, samples=samples, seed=1)
+    if name in ("ones", "equal", "below tolerance", "zero row"):  # (one zero row among many: the estimate may hold)
+        assert r.exact_status == "fails" and r.witness is not None, (name, r.reason)
+        assert len(r.witness.indices) <= 2 and (r.verdict == "fails" or name == "zero row")
+        if name == "zero row":
+            assert len(r.witness.indices) == 1 and r.witness.singular_values == (0.0,)
+    if r.witness is not None:
+        assert _proves(r.witness, X), name
+        assert all(np.isfinite(r.witness.singular_values)) and r.witness.tol >= 0
+    if name in ("generic", "subnormal", "huge"):  # the same decisions at any scale
+        assert r.verdict == "holds" and r.witness is None, name
+    return r
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_degenerate_sets_small(dtype, capsys):
+    for name, X in _cases(120, 24, dtype).items():
+        _check_degenerate(name, X, 5, 300)
+    assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_degenerate_sets_through_the_cli_json(dtype, capsys, tmp_path):
+    for name, X in _cases(150, 32, dtype).items():
+        path = tmp_path / f"{name.replace(' ', '_')}.npy"
+        np.save(path, X.numpy())
+        rc, out, err = run(capsys, "kruskal", path, "--k", "5", "--samples", "200", "--format", "json")
+        assert rc == 0, err
+        doc = json.loads(out)
+        (rec,) = doc["records"]
+        if name in ("ones", "equal", "zero row", "below tolerance"):
+            assert rec["exact_status"] == "fails" and 1 <= len(rec["witness"]) <= 2, (name, rec["reason"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_degenerate_sets_at_2000_by_768(dtype, capsys, tmp_path):
+    """The reported size: T = 2000 rows of d = 768, each case through subset_test and estimate_kruskal_rank."""
+    for name, X in _cases(2000, 768, dtype).items():
+        _check_degenerate(name, X, 5, 500)
+        path = tmp_path / "x.npy"
+        np.save(path, X.numpy())
+        res = mhaaudit.estimate_kruskal_rank(path, k=[5, 197], samples=500)
+        for t in res.tests:
+            if t.witness is not None:
+                assert _proves(t.witness, X), name
+    assert "Traceback" not in capsys.readouterr().err

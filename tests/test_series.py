@@ -1,0 +1,453 @@
+"""A series of checkpoints audited in one run (``check MODEL --checkpoints SPEC``, ``audit_series``).
+
+A tiny ViT and a tiny GPT-2 are trained here for a few steps and saved as checkpoints: one repeats
+the one before it byte for byte, and in one the embedding is collapsed on purpose, so that every
+example gives the same query and General Position fails. Each checkpoint's records must equal those
+of a single ``check --weights`` run of it; the series must name the identical checkpoint (and not
+audit it again) and the first checkpoint at which General Position changes. The hub-revision path
+runs on a hub cache folder laid out as the hub client lays it out; a bad series is one line, exit 2,
+before any work.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+import torch
+from clitools import assert_one_error, run
+from conftest import TINY_VIT, strict_json, tmp_leftovers
+from hubtools import byte_tokenizer, hub_cache, use_hub_cache
+
+from mhaaudit import pipeline
+from mhaaudit.errors import InputError
+from mhaaudit.series import SeriesResult, audit_series, step_of
+from mhaaudit.series import run as series_run
+
+transformers = pytest.importorskip("transformers")
+
+VIT_RUN = ("--limit", 40, "--samples", 64, "--batch-size", 16, "--device", "cpu")
+GPT_RUN = dict(context_length=8, limit=48, samples=64, batch_size=16, device="cpu")
+SERIES_FIELDS = ("checkpoint", "step", "order", "identical_to")
+
+
+def _own(records: list[dict], name: str | None) -> list[dict]:
+    """The records of one checkpoint (None: the reference), less the series' fields."""
+    return [{k: v for k, v in r.items() if k not in SERIES_FIELDS} for r in records if r["checkpoint"] == name]
+
+
+def _save_series(folder, model, steps, step, collapse, tokenizer=None) -> list[str]:
+    """Save ``model`` at each of ``steps`` (training one ``step()`` between saves); the name ``"same"``
+    saves again without training, ``"collapsed"`` a copy whose embedding ``collapse`` collapses."""
+    names = []
+    for i, what in enumerate(steps):
+        name = folder / f"ckpt-{100 * (i + 1)}"
+        if what == "train":
+            step()
+        if what == "collapsed":
+            broken = type(model)(model.config)
+            broken.load_state_dict(model.state_dict())
+            collapse(broken)
+            broken.save_pretrained(str(name))
+        else:
+            model.save_pretrained(str(name))
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(name))
+        names.append(str(name))
+    return names
+
+
+STEPS = ("first", "train", "same", "collapsed", "train")  # checkpoints 100 .. 500
+
+
+@pytest.fixture(scope="module")
+def vit_series(tmp_path_factory):
+    """A tiny ViT (d = 16) trained for a few steps (its CLS output pulled towards random targets), saved at 5 steps."""
+    root = tmp_path_factory.mktemp("vit_series")
+    torch.manual_seed(0)  # d = 16 < n = 17: General Position (k = 16) is the question, Assumption 1 fails anyway
+    cfg = transformers.ViTConfig(**{**TINY_VIT, "hidden_size": 16, "intermediate_size": 32}, initializer_range=0.2)
+    model = transformers.ViTModel(cfg)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x, target = torch.randn(8, 3, 32, 32), torch.randn(8, 16)
+
+    def step():
+        loss = ((model(pixel_values=x).last_hidden_state[:, 0] - target) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    def collapse(m):  # every patch the same token: every image gives the same query
+        with torch.no_grad():
+            m.embeddings.patch_embeddings.projection.weight.zero_()
+
+    (root / "runs").mkdir()
+    _save_series(root / "runs", model, STEPS, step, collapse)
+    model.save_pretrained(str(root / "model"))
+    return root
+
+
+@pytest.fixture(scope="module")
+def gpt_series(tmp_path_factory):
+    """A tiny GPT-2 (d = 16, byte tokenizer) trained for a few steps, saved at 5 steps with its tokenizer,
+    and a small text file to read."""
+    root = tmp_path_factory.mktemp("gpt_series")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_embd=16, n_layer=2, n_head=2, vocab_size=257, n_positions=64, initializer_range=0.2)
+    model = transformers.GPT2Model(cfg)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    ids, target = torch.randint(0, 257, (8, 12)), torch.randn(8, 16)
+
+    def step():
+        loss = ((model(input_ids=ids).last_hidden_state[:, -1] - target) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    def collapse(m):  # every token the same vector: every window gives the same query
+        with torch.no_grad():
+            m.wte.weight.copy_(m.wte.weight[:1].expand_as(m.wte.weight))
+
+    (root / "runs").mkdir()
+    names = _save_series(root / "runs", model, STEPS, step, collapse, tokenizer=byte_tokenizer())
+    g = torch.Generator().manual_seed(1)
+    words = ["model", "token", "layer", "weights", "data", "rank", "query", "head", "value", "key", "train"]
+    docs = [" ".join(words[int(i)] for i in torch.randint(0, len(words), (30,), generator=g)) for _ in range(80)]
+    (root / "docs.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    return root, names
+
+
+# --------------------------------------------------------------------------- the names
+
+
+@pytest.mark.parametrize(
+    "name, step",
+    [
+        ("runs/checkpoint-1000", 1000),
+        ("ckpt-0300", 300),
+        ("step143000", 143000),
+        ("epoch2-step500", 500),
+        ("run3/model_0042.safetensors", 42),
+        ("global_step20", 20),
+        ("final", None),
+        ("v2-epoch3", None),
+    ],
+)
+def test_a_checkpoint_s_step_is_the_number_its_name_carries(name, step):
+    assert step_of(name)[0] == step
+
+
+# --------------------------------------------------------------------------- the series, one checkpoint at a time
+
+
+def test_each_checkpoint_gives_the_records_of_its_own_check_run(vit_series, image_dir, capsys, monkeypatch):
+    """``check --checkpoints 'runs/ckpt-*'``: every checkpoint's records equal a single ``check --weights``
+    run's, the reference's equal that run's random columns; the data is read once for the trained
+    passes, the repeated checkpoint is named and not audited again, and the collapsed embedding is the
+    first change of General Position."""
+    monkeypatch.chdir(vit_series)
+    reads = []
+    real = pipeline.example_batches
+    monkeypatch.setattr(pipeline, "example_batches", lambda *a, **k: reads.append(1) or real(*a, **k))
+    audited = []
+    real_audit = series_run._Trained.audit
+    monkeypatch.setattr(
+        series_run._Trained, "audit", lambda self, ref, *a: audited.append(ref.name) or real_audit(self, ref, *a)
+    )
+    args = ("check", "model", "--data", image_dir, *VIT_RUN, "--sweep", "--format", "json")
+    rc, out, err = run(capsys, *args, "--checkpoints", "runs/ckpt-*")
+    assert rc == 0, err
+    records = strict_json(out)["records"]
+    names = [f"runs/ckpt-{s}" for s in (100, 200, 300, 400, 500)]
+    assert audited == [n for n in names if n != "runs/ckpt-300"]  # the repeat is not audited
+    assert len(reads) == 2  # the reference's pass and the first checkpoint's: the other checkpoints replay
+    assert {(r["checkpoint"], r["step"], r["order"]) for r in records} == {(None, None, None)} | {
+        (n, 100 * (i + 1), i) for i, n in enumerate(names)
+    }
+    for name in names:
+        rc, single, err = run(capsys, *args, "--weights", name)
+        assert rc == 0, err
+        single = strict_json(single)["records"]
+        mine = [r for r in single if r["variant"] == "trained"]
+        theirs = [r for r in _own(records, name) if r["check"] != "sweep_estimate"]
+        assert theirs == mine, name
+        assert [r for r in _own(records, None) if r["check"] != "sweep_estimate"] == [
+            r for r in single if r["variant"] != "trained"
+        ]
+    same = [r for r in records if r["checkpoint"] == "runs/ckpt-300"]
+    assert same and {r["identical_to"] for r in same} == {"runs/ckpt-200"}
+    assert {r["identical_to"] for r in records if r["checkpoint"] != "runs/ckpt-300"} == {None}
+    gp = {r["checkpoint"]: r for r in records if r["check"] == "general_position" and r["variant"] == "trained"}
+    assert gp["runs/ckpt-200"]["verdict"] == "holds" and gp["runs/ckpt-400"]["verdict"] == "fails"
+    assert gp["runs/ckpt-400"]["exact_status"] == "fails"  # every image gives the same query: a proof
+    estimates = [r for r in records if r["check"] == "sweep_estimate" and r["checkpoint"] is not None]
+    assert len(estimates) == 5 and all(r["floor"] <= r["estimate"] <= r["ceiling"] for r in estimates)
+
+
+def test_the_report_names_the_changes_and_the_repeated_checkpoint(vit_series, image_dir, capsys, monkeypatch):
+    monkeypatch.chdir(vit_series)
+    monkeypatch.setenv("COLUMNS", "200")
+    args = ("check", "model", "--data", image_dir, *VIT_RUN, "--variants", "trained", "--checkpoints", "runs/ckpt-*")
+    rc, out, err = run(capsys, *args, "--fail-on", "general_position")
+    assert rc == 1, err  # General Position fails at the collapsed checkpoint
+    lines = out.splitlines()
+    change = [x for x in lines if x.strip().startswith("General Position (trained, layer 1): the verdict changes")]
+    assert len(change) == 1 and "from holds to fails at checkpoint runs/ckpt-400 (order 3, step 400)" in change[0]
+    assert "after runs/ckpt-300" in change[0]
+    exact = [x for x in lines if "General Position (trained, layer 1): the exact status changes" in x]
+    assert len(exact) == 1 and "to fails at checkpoint runs/ckpt-400" in exact[0]
+    repeated = [x for x in lines if x.strip().startswith("runs/ckpt-300 (step 300): the")]
+    assert len(repeated) == 1 and "byte-identical to those of runs/ckpt-200" in repeated[0]
+    assert "not audited again" in repeated[0]
+    assert "Reference" not in out  # no random column asked for: nothing audited once
+
+
+def test_a_text_series_from_a_list_in_python(gpt_series):
+    """``audit_series`` with a list of folders (GPT-2, depths 0 and 1): the library's result, its trend,
+    its changes, and each checkpoint equal to ``audit(weights=...)``; read back from JSON and parquet."""
+    from mhaaudit import audit
+
+    root, names = gpt_series
+    data = str(root / "docs.jsonl")
+    result = audit_series(str(root / "runs" / "ckpt-100"), checkpoints=names, data=data, layers=[0, 1], **GPT_RUN)
+    assert [c.name for c in result.checkpoints] == names and [c.step for c in result.checkpoints] == [
+        100,
+        200,
+        300,
+        400,
+        500,
+    ]
+    assert [c.checkpoint.name for c in result.identical()] == [names[2]]
+    for name in names:
+        single = audit(str(root / "runs" / "ckpt-100"), weights=name, data=data, layers=[0, 1], **GPT_RUN)
+        assert result.audit(name).records() == single.records(), name
+    points = {(p.checkpoint, p.check): p for p in result.trend() if p.layer == 1}
+    assert points[(names[1], "general_position")].verdict == "holds"
+    assert points[(names[3], "general_position")].verdict == "fails"
+    assert points[(names[2], "general_position")].identical_to == names[1]
+    changes = [c for c in result.changes() if c.check == "general_position" and c.layer == 1]
+    assert {(c.what, c.checkpoint, c.step) for c in changes} == {
+        ("verdict", names[3], 400),
+        ("exact_status", names[3], 400),
+    }
+    doc = {"meta": result.meta(), "records": result.records()}
+    again = SeriesResult.from_json(json.loads(json.dumps(doc)))
+    assert again == result and str(again) == str(result) and again.records() == result.records()
+
+
+def test_parquet_holds_the_series_and_reads_back(vit_series, image_dir, capsys, monkeypatch, tmp_path):
+    import pyarrow.parquet as pq
+
+    monkeypatch.chdir(vit_series)
+    out = tmp_path / "series.parquet"
+    rc, text, err = run(
+        capsys,
+        "check",
+        "model",
+        "--data",
+        image_dir,
+        *VIT_RUN,
+        "--variants",
+        "random,trained",
+        "--checkpoints",
+        "runs/ckpt-100,runs/ckpt-200",
+        "--format",
+        "json",
+        "--out",
+        out,
+        "--plot",
+        tmp_path / "trend.png",
+    )
+    assert rc == 0, err
+    doc = strict_json(text)
+    table = pq.read_table(out)
+    assert table.column_names[:4] == ["checkpoint", "step", "order", "identical_to"]
+    assert str(table.schema.field("step").type) == "int64"
+    rows, records = table.to_pylist(), doc["records"]
+    shown = ("checkpoint", "step", "order", "identical_to", "variant", "check", "fraction", "verdict", "exact_status")
+    assert [{k: r.get(k) for k in shown} for r in rows[: len(records)]] == [
+        {k: r.get(k) for k in shown} for r in records
+    ]
+    sweep = rows[len(records) :]  # --plot draws the Kruskal-rank estimate: the columns were swept
+    assert sweep and len(sweep) == len(doc["sweep"]) and {r["check"] for r in sweep} == {"sweep"}
+    assert {r["checkpoint"] for r in sweep} == {None, "runs/ckpt-100", "runs/ckpt-200"}
+    back = SeriesResult.from_parquet(out)
+    assert back == SeriesResult.from_json(doc) and back.complete
+    assert json.loads(json.dumps(back.records())) == json.loads(json.dumps(SeriesResult.from_json(doc).records()))
+    assert (tmp_path / "trend.png").stat().st_size > 1000 and tmp_leftovers(tmp_path) == []
+
+
+def test_several_seeds_give_each_checkpoint_its_range(vit_series, image_dir, capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(vit_series)
+    rc, out, err = run(
+        capsys,
+        "check",
+        "model",
+        "--data",
+        image_dir,
+        *VIT_RUN,
+        "--variants",
+        "trained",
+        "--checkpoints",
+        "runs/ckpt-300,runs/ckpt-400",
+        "--seeds",
+        "0-1",
+        "--vary",
+        "data",
+        "--format",
+        "json",
+        "--plot",
+        tmp_path / "trend.png",
+    )
+    assert rc == 0, err
+    records = strict_json(out)["records"]
+    summaries = [r for r in records if r.get("aggregate") == "summary" and r["check"] == "general_position"]
+    assert [(r["checkpoint"], r["seeds"]) for r in summaries] == [("runs/ckpt-300", [0, 1]), ("runs/ckpt-400", [0, 1])]
+    assert {r["seed"] for r in records if r.get("aggregate") == "seed"} == {0, 1}
+    back = SeriesResult.from_json(strict_json(out))
+    point = next(p for p in back.trend() if p.checkpoint == "runs/ckpt-300" and p.check == "general_position")
+    assert point.seeds == 2 and point.low is not None and point.low <= point.value <= point.high
+    assert (tmp_path / "trend.png").is_file()
+
+
+def test_an_interrupted_series_resumes_from_the_checkpoints_done(vit_series, image_dir, capsys, monkeypatch, tmp_path):
+    """``--out``: the results file is rewritten after each checkpoint; a run stopped after two finds
+    them there and audits only the rest, and its records are those of a run never stopped."""
+    monkeypatch.chdir(vit_series)
+    out = tmp_path / "series.parquet"
+    args = ("check", "model", "--data", image_dir, *VIT_RUN, "--variants", "trained", "--format", "json")
+    args += ("--checkpoints", "runs/ckpt-*", "--out", out)
+    audited = []
+    real_audit = series_run._Trained.audit
+
+    def stopping(self, ref, *a):
+        if len(audited) == 2:
+            raise KeyboardInterrupt
+        audited.append(ref.name)
+        return real_audit(self, ref, *a)
+
+    monkeypatch.setattr(series_run._Trained, "audit", stopping)
+    rc, _, err = run(capsys, *args)
+    assert rc == 130 and out.is_file(), err
+    partial = SeriesResult.from_parquet(out)
+    assert not partial.complete and [c.name for c in partial.done()] == [
+        "runs/ckpt-100",
+        "runs/ckpt-200",
+        "runs/ckpt-300",
+    ]
+    audited.clear()
+    monkeypatch.setattr(
+        series_run._Trained, "audit", lambda self, ref, *a: audited.append(ref.name) or real_audit(self, ref, *a)
+    )
+    rc, resumed, err = run(capsys, *args)
+    assert rc == 0, err
+    assert audited == ["runs/ckpt-400", "runs/ckpt-500"]
+    result = SeriesResult.from_parquet(out)
+    assert result.complete and [c.resumed for c in result.runs[0].checkpoints] == [True, True, False, False, False]
+    rc, whole, err = run(capsys, *args[:-2], "--checkpoints", "runs/ckpt-*")
+    assert strict_json(resumed)["records"] == strict_json(whole)["records"]
+    # a results file of other settings is not taken for this run's
+    rc, _, err = run(capsys, *args[:-4], "--seed", 3, "--checkpoints", "runs/ckpt-*", "--out", out)
+    assert_one_error(rc, err, "holds a series run with other settings")
+
+
+# --------------------------------------------------------------------------- hub revisions
+
+
+@pytest.fixture()
+def gpt_hub(gpt_series, tmp_path, monkeypatch):
+    """The GPT-2 checkpoints as revisions step100 .. step500 of org/tiny-gpt2 in a hub cache folder."""
+    root, names = gpt_series
+    revisions = {"main": names[0]} | {f"step{100 * (i + 1)}": n for i, n in enumerate(names)}
+    hub_cache(tmp_path / "cache", "org/tiny-gpt2", revisions)
+    use_hub_cache(monkeypatch, tmp_path / "cache")
+    return root
+
+
+def test_hub_revisions_are_a_series(gpt_hub, capsys):
+    """``--revision step100,step300,step400`` reads each revision from the hub cache: the records of each
+    equal ``check --revision REV``'s, tagged with the revision and the step its name carries."""
+    args = ("check", "org/tiny-gpt2", "--data", gpt_hub / "docs.jsonl", "--context-length", 8, "--limit", 48)
+    args += ("--samples", 64, "--batch-size", 16, "--device", "cpu", "--layers", 1, "--format", "json")
+    rc, out, err = run(capsys, *args, "--revision", "step100,step300,step400")
+    assert rc == 0, err
+    records = strict_json(out)["records"]
+    assert [(r["checkpoint"], r["step"]) for r in records if r["check"] == "assumption_2"] == [
+        (None, None),
+        ("step100", 100),
+        ("step300", 300),
+        ("step400", 400),
+    ]
+    for rev in ("step300", "step400"):
+        rc, single, err = run(capsys, *args, "--revision", rev)
+        assert rc == 0, err
+        single = strict_json(single)["records"]
+        assert _own(records, rev) == [r for r in single if r["variant"].startswith("trained")]
+        assert _own(records, None) == [r for r in single if r["variant"].startswith("random")]
+    meta = strict_json(out)["meta"]["series"]
+    assert [c["revision"] for c in meta["checkpoints"]] == ["step100", "step300", "step400"]
+    rc, _, err = run(capsys, *args, "--revision", "step100,step999")
+    assert_one_error(rc, err, "--revision step999")
+
+
+# --------------------------------------------------------------------------- bad series: one line, before any work
+
+
+@pytest.fixture()
+def no_work(monkeypatch):
+    """Fail the test if a model is loaded: a bad series is refused first."""
+
+    def refuse(*a, **k):
+        raise AssertionError("a model was loaded before the series was refused")
+
+    monkeypatch.setattr(pipeline, "load", refuse)
+
+
+def _bad(capsys, tmp_path, spec, *more):
+    out = tmp_path / "out.parquet"
+    rc, text, err = run(capsys, "check", "model", *VIT_RUN, "--checkpoints", spec, "--out", out, *more)
+    assert text == "" and not out.exists()
+    return rc, err
+
+
+def test_bad_series_are_refused_with_one_line(vit_series, vit_dir_wide, tmp_path, capsys, monkeypatch, no_work):
+    monkeypatch.chdir(vit_series)
+    runs = vit_series / "runs"
+    cases = [
+        ("nothing-*", "the glob matches no file or folder"),
+        (f"runs/ckpt-100,{vit_dir_wide}", "is of another width than the first checkpoint runs/ckpt-100"),
+        ("runs/ckpt-100,runs/missing", "runs/missing: no such file or folder"),
+        ("runs/ckpt-100,runs/../runs/ckpt-100", "name the same file"),
+    ]
+    (tmp_path / "linked").symlink_to(runs / "ckpt-200")
+    cases.append((f"runs/ckpt-200,{tmp_path / 'linked'}", "name the same file"))
+    ambiguous = tmp_path / "amb"
+    ambiguous.mkdir()
+    for name in ("ckpt-100", "ckpt-0100"):
+        shutil.copytree(runs / "ckpt-100", ambiguous / name)
+    cases.append((f"{ambiguous}/ckpt-*", "the step numbers are ambiguous"))
+    shutil.copytree(runs / "ckpt-100", ambiguous / "final")
+    cases.append((f"{ambiguous}/*", "the step numbers are ambiguous"))
+    broken = tmp_path / "broken"
+    shutil.copytree(runs / "ckpt-100", broken)
+    (broken / "model.safetensors").write_bytes(b"\x00" * 4)
+    cases.append((f"runs/ckpt-100,{broken}", "cannot read model.safetensors"))
+    for spec, says in cases:
+        rc, err = _bad(capsys, tmp_path, spec)
+        assert_one_error(rc, err, says)
+    rc, err = _bad(capsys, tmp_path, "runs/ckpt-100", "--weights", "runs/ckpt-200")
+    assert_one_error(rc, err, "--weights")
+    if os.geteuid() != 0:  # root reads whatever the permissions say
+        locked = tmp_path / "locked"
+        shutil.copytree(runs / "ckpt-100", locked)
+        (locked / "model.safetensors").chmod(0)
+        rc, err = _bad(capsys, tmp_path, f"runs/ckpt-100,{locked}")
+        assert_one_error(rc, err, "cannot read")
+
+
+def test_the_library_refuses_a_series_it_cannot_run(vit_series, no_work):
+    with pytest.raises(InputError, match="a series needs checkpoints"):
+        audit_series(str(vit_series / "model"))
+    with pytest.raises(InputError, match="add trained to variants"):
+        audit_series(str(vit_series / "model"), checkpoints=str(vit_series / "runs" / "ckpt-100"), variants=["random"])
