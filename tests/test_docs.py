@@ -330,6 +330,9 @@ def test_the_changelog_keeps_a_changelog():
     entries = [ln for ln in released.splitlines() if ln.startswith("- ")]
     assert len(entries) > 200 and max(map(len, entries)) <= 200, "short entries: the detail is in the docs"
     assert (DOCS / "release-notes" / "0.1.0.md").is_file()
+    pending = [ln for ln in unreleased.splitlines() if ln.startswith("- ")]
+    assert pending and max(map(len, pending)) <= 200, [e for e in pending if len(e) > 200]
+    assert (DOCS / "release-notes" / "unreleased.md").is_file()  # the entries in full
 
 
 def test_version_metadata_and_changelog_agree():
