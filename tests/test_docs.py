@@ -307,6 +307,21 @@ def test_the_readme_is_the_front_page():
     assert 5 <= len(examples) <= 8, examples
 
 
+def test_the_code_layout_names_every_module():
+    """The development page's code layout names each top-level module and package of mhaaudit (a new
+    one is placed in its layer there), and no file that is gone."""
+    page = (DOCS / "development.md").read_text()
+    block = re.search(r"^## Code layout\n.*?^```\n(.*?)^```", page, re.S | re.M).group(1)
+    package = ROOT / "mhaaudit"
+    modules = [p.name for p in package.glob("*.py") if p.name not in ("__init__.py", "_version.py")]
+    modules += [f"{p.name}/" for p in package.iterdir() if (p / "__init__.py").is_file()]
+    unnamed = [m for m in modules if not re.search(rf"(?<![\w/.]){re.escape(m)}", block)]
+    assert not unnamed, f"add to the code layout of docs/development.md: {unnamed}"
+    named = re.findall(r"(?<![\w/.])(\w+\.py|\w+/)(?=[\s,;)]|$)", block, re.M)
+    gone = [n for n in named if not any((d / n).exists() for d in [package, *package.iterdir()] if d.is_dir())]
+    assert not gone, f"the code layout names what is not in mhaaudit: {gone}"
+
+
 # --------------------------------------------------------------------------- the changelog
 
 

@@ -285,6 +285,20 @@ def test_report_only_renders_the_records_as_stamped(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "NVIDIA H200" in out and "commit 8f91575ab79d" in out and "driver 580.159.04" in out
     assert g.main(["--report-only", "--results", str(tmp_path / "none")]) == 2
+    # --publish with --report-only: the newest run's records, copied for the docs, which render the same table
+    published = tmp_path / "published"
+    assert g.main(["--report-only", "--results", str(tmp_path), "--publish", "--published", str(published)]) == 0
+    out = capsys.readouterr().out
+    (path,) = published.iterdir()
+    assert path.name == "nvidia-h200-8f91575ab79d.jsonl" and str(path) in out
+    copied = g.read_records(path)
+    assert copied == g.read_records(shutil_records)
+    assert g.table(g.latest(copied, key), st) in out  # the table the docs build from it is the one printed
+    # never a smoke run
+    smoke = tmp_path / "smoke"
+    g.append_record(smoke / "results.jsonl", _record("kruskal", measured, key=dict(key, smoke=True)) | {"stamp": st})
+    assert g.main(["--report-only", "--results", str(smoke), "--publish", "--published", str(smoke / "pub")]) == 2
+    assert "--publish" in capsys.readouterr().err and not (smoke / "pub").exists()
 
 
 def test_latest_keeps_a_done_part_over_a_later_failure_and_ignores_other_keys():
