@@ -391,6 +391,43 @@ def test_hub_revisions_are_a_series(gpt_hub, capsys):
     assert_one_error(rc, err, "--revision step999")
 
 
+def test_a_revision_missing_or_without_cached_weights_is_refused_before_any_work(
+    gpt_series, tmp_path, monkeypatch, capsys
+):
+    """Offline, a revision the cache does not hold, or whose config it holds but not its weights (or not every
+    shard of them), is one line and exit 2 before the reference columns are audited."""
+    root, names = gpt_series
+    bare = tmp_path / "bare"  # the config and tokenizer of a revision, not its weights
+    shutil.copytree(names[1], bare, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
+    sharded = tmp_path / "sharded"  # an index naming a shard the cache does not hold
+    shutil.copytree(bare, sharded)
+    (sharded / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": {"wte.weight": "model-00001-of-00002.safetensors"}})
+    )
+    hub_cache(
+        tmp_path / "cache",
+        "org/tiny-gpt2",
+        {"main": names[0], "step100": names[0], "step200": bare, "step300": sharded},
+    )
+    use_hub_cache(monkeypatch, tmp_path / "cache")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    def refuse(*a, **k):
+        raise AssertionError("a model was loaded before the series was refused")
+
+    monkeypatch.setattr(pipeline, "load", refuse)
+    args = ("check", "org/tiny-gpt2", "--data", root / "docs.jsonl", "--context-length", 8, "--limit", 48)
+    for revisions, says in (
+        ("step100,step999", "--revision step999"),
+        ("step100,step200", "--revision step200: the weights of org/tiny-gpt2 at this revision are not in the local"),
+        ("step100,step300", "--revision step300: the shard model-00001-of-00002.safetensors"),
+    ):
+        out = tmp_path / "out.parquet"
+        rc, text, err = run(capsys, *args, "--revision", revisions, "--out", out)
+        assert_one_error(rc, err, says)
+        assert text == "" and not out.exists()
+
+
 # --------------------------------------------------------------------------- bad series: one line, before any work
 
 
