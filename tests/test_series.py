@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -426,6 +427,35 @@ def test_a_revision_missing_or_without_cached_weights_is_refused_before_any_work
         rc, text, err = run(capsys, *args, "--revision", revisions, "--out", out)
         assert_one_error(rc, err, says)
         assert text == "" and not out.exists()
+
+
+def test_hub_revisions_loaded_whole_are_compared_by_their_cached_files(gpt_series, tmp_path, monkeypatch, capsys):
+    """Revisions whose weights are a pytorch_model.bin (loaded whole, not read tensor by tensor): the files in
+    the local cache are hashed, so a revision that repeats the one before is reported and not audited again,
+    and one that differs is audited."""
+    from safetensors.torch import load_file
+
+    root, names = gpt_series
+    revisions = {}
+    for i, name in enumerate(names[:3]):  # step100, step200 (trained), step300 (the same weights as step200)
+        folder = tmp_path / f"bin-{i}"
+        shutil.copytree(name, folder, ignore=shutil.ignore_patterns("*.safetensors"))
+        torch.save(load_file(str(Path(name) / "model.safetensors")), folder / "pytorch_model.bin")
+        revisions[f"step{100 * (i + 1)}"] = folder
+    hub_cache(tmp_path / "cache", "org/tiny-gpt2", {"main": revisions["step100"], **revisions})
+    use_hub_cache(monkeypatch, tmp_path / "cache")
+    args = ("check", "org/tiny-gpt2", "--data", root / "docs.jsonl", "--context-length", 8, "--limit", 48)
+    args += ("--samples", 64, "--batch-size", 16, "--device", "cpu", "--layers", 1, "--format", "json")
+    rc, out, err = run(capsys, *args, "--revision", "step100,step200,step300")
+    assert rc == 0, err
+    doc = strict_json(out)
+    ck = {c["name"]: c for c in doc["meta"]["series"]["checkpoints"]}
+    assert [ck[n]["status"] for n in ("step100", "step200", "step300")] == ["audited", "audited", "identical"]
+    assert ck["step300"]["identical_to"] == "step200" and ck["step300"]["digest"]["files"] == 2  # config, weights
+    assert ck["step100"]["digest"]["sha256"] != ck["step200"]["digest"]["sha256"]
+    assert _own(doc["records"], "step300") == _own(doc["records"], "step200")
+    rc, table, err = run(capsys, *args[:-2], "--revision", "step100,step200,step300")
+    assert rc == 0 and "step300 (step 300): its 2 weights and config files" in " ".join(table.split()), table
 
 
 # --------------------------------------------------------------------------- bad series: one line, before any work

@@ -12,8 +12,9 @@ For each checkpoint the series gives the records ``check MODEL --weights CHECKPO
   whole and copied in), so memory holds one checkpoint's model;
 - the data is read, prepared and cleared of exact duplicates once, by the first checkpoint's
   pass; every later checkpoint is fed the same model inputs (:func:`mhaaudit.pipeline.kept_inputs`);
-- a checkpoint whose tensors read are byte-identical to the one before it (:mod:`.identity`) is
-  reported and not audited again.
+- a checkpoint whose tensors read are byte-identical to the one before it (:mod:`.identity`; for a
+  checkpoint loaded whole, its weights files where they are on this machine) is reported and not
+  audited again.
 
 ``seeds`` runs the whole series once per seed (the reference too). Under ``torchrun`` the
 reference is audited by every rank together, as one audit is; then, with at least as many
@@ -46,15 +47,16 @@ from ..errors import InputError, ModelError, one_line
 from ..hub import is_offline
 from ..io import stamp, write_parquet
 from ..models import modality_of, resolve
+from ..models.checkpoints import CHECKPOINT_FILES
 from ..models.hf import checkpoint_of, read_needed, used_tensors, weights_prefix
 from ..models.load import check_finite_weights
-from ..models.shards import Checkpoint, NotPartial
+from ..models.shards import INDEX_FILES, Checkpoint, NotPartial, hub_download, read_index
 from ..progress import log
 from ..request import KEYWORDS, Conveniences, DataRequest, ModelRequest, build_requests, keyword_conveniences
 from ..seeds import SeedPlan, SeedRun, plan_for
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 from ..tables import RESULT_KEY, table_rows
-from .identity import Digest, tensor_digest
+from .identity import Digest, file_digest, tensor_digest
 from .result import CheckpointRun, SeriesResult, SeriesRun
 from .spec import CheckpointRef, Series, resolve_series, series_revisions
 
@@ -296,18 +298,49 @@ class _Trained:
         return self._checkpoints[ref.name]
 
     def digest(self, ref: CheckpointRef) -> Digest | None:
-        """The digest of the tensors an audit of ``ref`` reads; None when they are not read tensor by tensor."""
+        """The digest of the tensors an audit of ``ref`` reads; for a checkpoint not read tensor by tensor, the
+        digest of its weights files where they are on this machine (:func:`.identity.file_digest`); else None."""
         self._ensure(ref)
-        if self.used is None:
-            return None
-        ck = self._checkpoint(ref)
-        if ck is None:
-            return None
-        try:
-            keys = ck.keys_for(self.pm.module, self.used, prefix=weights_prefix(self.pm))
-        except NotPartial:
-            return None
-        return tensor_digest(ck, keys)
+        ck = self._checkpoint(ref) if self.used is not None else None
+        if ck is not None and self.used is not None:
+            with contextlib.suppress(NotPartial):
+                return tensor_digest(ck, ck.keys_for(self.pm.module, self.used, prefix=weights_prefix(self.pm)))
+        files = self._weights_files(ref)
+        return file_digest(files, ref.name) if files else None
+
+    def _weights_files(self, ref: CheckpointRef) -> dict[str, str]:
+        """The weights files of ``ref`` (and its config) on this machine, by name: a local file, a local folder's
+        files a load reads them from, or a hub revision's files in the local cache; empty when no weights file is
+        there (a hub revision not yet downloaded)."""
+        if ref.revision is not None:
+            repo = resolve(self.plan.base.model, backend=self.plan.base.backend).resolved
+
+            def local(fn: str) -> str | None:
+                return hub_download(repo, fn, ref.revision, True)
+
+        else:
+            assert ref.path is not None, "a local checkpoint has a path"
+            if os.path.isfile(ref.path):
+                return {os.path.basename(ref.path): ref.path}
+            folder = ref.path
+
+            def local(fn: str) -> str | None:
+                path = os.path.join(folder, fn)
+                return path if os.path.isfile(path) else None
+
+        found: dict[str, str] = {}
+        for fn in ("config.json", *CHECKPOINT_FILES, *INDEX_FILES):
+            path = local(fn)
+            if path is None:
+                continue
+            found[fn] = path
+            if fn in INDEX_FILES:
+                for shard in sorted(set(read_index(path)[1].values())):
+                    shard_path = local(shard)
+                    if shard_path is None:  # a shard not on this machine: nothing to compare
+                        return {}
+                    found[shard] = shard_path
+        return found if set(found) - {"config.json"} else {}
 
     def read(self, ref: CheckpointRef) -> None:
         """Read ``ref``'s tensors into the model (nothing when it holds them already).
