@@ -353,6 +353,47 @@ def test_an_interrupted_series_resumes_from_the_checkpoints_done(vit_series, ima
     assert_one_error(rc, err, "holds a series run with other settings")
 
 
+def test_a_timm_series(timm_dir, image_dir, tmp_path, capsys, monkeypatch):
+    """A series of tiny timm ViT checkpoint folders (loaded whole): each checkpoint's records equal a single
+    ``check --weights`` run's, the folder that repeats the one before is found by its files and not audited
+    again, and the collapsed patch embedding makes General Position fail."""
+    from conftest import tiny
+    from safetensors.torch import load_file, save_file
+
+    runs = tmp_path / "runs"
+    tiny.save_model("timm-vit", runs / "ckpt-100", seed=2)
+    tiny.save_model("timm-vit", runs / "ckpt-200", seed=3)
+    shutil.copytree(runs / "ckpt-200", runs / "ckpt-300")
+    shutil.copytree(runs / "ckpt-200", runs / "ckpt-400")
+    state = load_file(str(runs / "ckpt-400" / "model.safetensors"))
+    state["patch_embed.proj.weight"] = torch.zeros_like(state["patch_embed.proj.weight"])  # one query for all
+    save_file(state, str(runs / "ckpt-400" / "model.safetensors"))
+    audited = []
+    real_audit = series_run._Trained.audit
+    monkeypatch.setattr(
+        series_run._Trained, "audit", lambda self, ref, *a: audited.append(ref.name) or real_audit(self, ref, *a)
+    )
+    args = ("check", timm_dir, "--data", image_dir, *VIT_RUN, "--format", "json")
+    rc, out, err = run(capsys, *args, "--checkpoints", f"{runs}/ckpt-*")
+    assert rc == 0, err
+    doc = strict_json(out)
+    names = [str(runs / f"ckpt-{s}") for s in (100, 200, 300, 400)]
+    assert audited == [names[0], names[1], names[3]]
+    ck = {c["name"]: c for c in doc["meta"]["series"]["checkpoints"]}
+    assert ck[names[2]]["status"] == "identical" and ck[names[2]]["identical_to"] == names[1]
+    records = doc["records"]
+    for name in (names[0], names[1], names[3]):
+        rc, single, err = run(capsys, *args, "--weights", name)
+        assert rc == 0, err
+        single = strict_json(single)["records"]
+        assert _own(records, name) == [r for r in single if r["variant"] == "trained"], name
+        assert _own(records, None) == [r for r in single if r["variant"] != "trained"]
+    assert _own(records, names[2]) == _own(records, names[1])
+    gp = {r["checkpoint"]: r for r in records if r["check"] == "general_position" and r["variant"] == "trained"}
+    assert gp[names[3]]["verdict"] == "fails" and gp[names[3]]["exact_status"] == "fails"
+    assert 1 <= len(gp[names[3]]["witness"]) <= 2  # every image gives the same query: two of them are a proof
+
+
 # --------------------------------------------------------------------------- hub revisions
 
 
