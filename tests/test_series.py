@@ -186,6 +186,26 @@ def test_each_checkpoint_gives_the_records_of_its_own_check_run(vit_series, imag
     assert len(estimates) == 5 and all(r["floor"] <= r["estimate"] <= r["ceiling"] for r in estimates)
 
 
+def test_inputs_over_the_memory_kept_are_read_again_and_said_so(vit_series, image_dir, capsys, monkeypatch):
+    """When the prepared inputs outgrow the memory kept for them, each later checkpoint reads the data again,
+    one line on stderr says so once, and the records are those of the run that kept them."""
+    monkeypatch.chdir(vit_series)
+    args = ("check", "model", "--data", image_dir, *VIT_RUN, "--variants", "trained", "--format", "json")
+    spec = ("--checkpoints", "runs/ckpt-100,runs/ckpt-200,runs/ckpt-400")
+    rc, kept, err = run(capsys, *args, *spec)
+    assert rc == 0 and "read and prepare" not in err, err
+    reads = []
+    real = pipeline.example_batches
+    monkeypatch.setattr(pipeline, "example_batches", lambda *a, **k: reads.append(1) or real(*a, **k))
+    monkeypatch.setattr(pipeline.hostmem, "available_memory", lambda: 4096)  # a 1 KiB budget: nothing fits
+    rc, out, err = run(capsys, *args, *spec)
+    assert rc == 0, err
+    assert len(reads) == 3  # every checkpoint's pass read the data
+    said = [line for line in err.splitlines() if "reads and prepares the data again" in line]
+    assert len(said) == 1 and said[0].startswith("Note: the prepared model inputs exceed the 1 KiB"), err
+    assert strict_json(out)["records"] == strict_json(kept)["records"]
+
+
 def test_the_report_names_the_changes_and_the_repeated_checkpoint(vit_series, image_dir, capsys, monkeypatch):
     monkeypatch.chdir(vit_series)
     monkeypatch.setenv("COLUMNS", "200")

@@ -11,7 +11,8 @@ For each checkpoint the series gives the records ``check MODEL --weights CHECKPO
   single run reads them, tensor by tensor from safetensors; a checkpoint in another form is loaded
   whole and copied in), so memory holds one checkpoint's model;
 - the data is read, prepared and cleared of exact duplicates once, by the first checkpoint's
-  pass; every later checkpoint is fed the same model inputs (:func:`mhaaudit.pipeline.kept_inputs`);
+  pass; every later checkpoint is fed the same model inputs (:func:`mhaaudit.pipeline.kept_inputs`;
+  inputs beyond a quarter of the memory available are not kept, which one line on stderr says);
 - a checkpoint whose tensors read are byte-identical to the one before it (:mod:`.identity`; for a
   checkpoint loaded whole, its weights files where they are on this machine) is reported and not
   audited again.
@@ -34,6 +35,7 @@ import copy
 import dataclasses
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -50,7 +52,7 @@ from ..models import modality_of, resolve
 from ..models.checkpoints import CHECKPOINT_FILES
 from ..models.hf import checkpoint_of, read_needed, used_tensors, weights_prefix
 from ..models.load import check_finite_weights
-from ..models.shards import INDEX_FILES, Checkpoint, NotPartial, hub_download, read_index
+from ..models.shards import INDEX_FILES, Checkpoint, NotPartial, hub_download, human_bytes, read_index
 from ..progress import log
 from ..request import KEYWORDS, Conveniences, DataRequest, ModelRequest, build_requests, keyword_conveniences
 from ..seeds import SeedPlan, SeedRun, plan_for
@@ -269,6 +271,8 @@ class _Trained:
         self.request: ModelRequest | None = None
         self.current: str | None = None
         self.used: set[str] | None = None
+        self.kept: pipeline.KeptInputs | None = None
+        self._said_over_budget = False
         self._checkpoints: dict[str, Checkpoint | None] = {}
         self._stack = contextlib.ExitStack()
 
@@ -287,7 +291,7 @@ class _Trained:
         self.pm = pipeline.load(self.request, "trained", self.settings, self.plan.max_layer)
         self.current = ref.name
         self.used = used_tensors(self.pm) if self.pm.info.backend == "hf" else None
-        self._stack.enter_context(pipeline.kept_inputs(self.pm))
+        self.kept = self._stack.enter_context(pipeline.kept_inputs(self.pm))
 
     def _checkpoint(self, ref: CheckpointRef) -> Checkpoint | None:
         if ref.name not in self._checkpoints:
@@ -384,12 +388,28 @@ class _Trained:
         self.read(ref)
         assert self.request is not None, "the model is built"
         with pipeline.loaded_as(self.pm, self.request, "trained", settings, self.plan.max_layer):
-            return audit(
+            result = audit(
                 self.request,
                 data=data,
                 settings=settings,
                 on_note=on_note,
                 **self.plan.audit_keywords(self.plan.trained),
+            )
+        self._say_if_over_budget()
+        return result
+
+    def _say_if_over_budget(self) -> None:
+        """One line on stderr, once, when the prepared inputs outgrew the memory kept for them: every later
+        checkpoint then reads and prepares the data again."""
+        if self.kept is None or not self.kept.over_budget or self._said_over_budget:
+            return
+        self._said_over_budget = True
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # no stderr to write to
+            print(
+                f"Note: the prepared model inputs exceed the {human_bytes(self.kept.budget)} of memory kept for them "
+                "(a quarter of the memory available), so each later checkpoint reads and prepares the data again",
+                file=sys.stderr,
+                flush=True,
             )
 
 
