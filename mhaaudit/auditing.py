@@ -31,8 +31,8 @@ from .checks import REGISTRY, ContextRankResult
 from .distributed import describe, shared
 from .errors import DataError, InputError, OfflineError, OutputError, param, plain
 from .facts import AuditSettings, BatchChoice, DuplicateInputs, JobFacts, ModelFacts, ReadFacts, SkipCounts, meta_value
-from .features import FeatureSet, StreamingReducer
-from .files import first_name_under
+from .features import FEATURES_FILE, META_FILE, FeatureSet, StreamingReducer
+from .files import first_name_under, special_kind
 from .io import check_folder_writable, make_output_folder, stamp
 from .kruskal import SubsetTest, Sweep, kruskal_sweep, set_stats
 from .models import RandomAttention, modality_of
@@ -412,22 +412,18 @@ def check_features_folder(folder: str | Path, inputs: Sequence) -> Path:
     points) or one of ``inputs`` (paths the run reads) is refused with
     :class:`~mhaaudit.errors.OutputError`.
 
+    The inputs and what stands in the folder are looked at first: a refused folder is never tried for
+    writing (no probe is made in it).
+
     Returns:
         The folder as a ``Path``.
 
     Raises:
-        OutputError: when the folder cannot be made or written, a column's subfolder in it is a symbolic link, or
-            an input lies where a column's features would be written.
+        OutputError: when the folder cannot be made or written, is a device node, a named pipe or a socket, a
+            column's subfolder in it is a symbolic link or not a folder, a file the features go to is a device
+            node, a named pipe or a socket, or an input lies where a column's features would be written.
     """
-    folder = check_folder_writable(folder, param("save_features"))
-    if folder.is_dir():
-        for entry in sorted(folder.iterdir()):
-            if entry.is_symlink() and re.fullmatch(COLUMN_FOLDER, entry.name):
-                raise OutputError(
-                    f"{{param:save_features}} {folder}: {entry.name} is a symbolic link (to "
-                    f"{os.readlink(entry)}); the features are written into real folders only: remove it "
-                    "or choose another folder"
-                )
+    folder = Path(folder)
     for i in inputs:
         if i is None or not os.path.lexists(os.path.expanduser(str(i))):
             continue
@@ -437,7 +433,24 @@ def check_features_folder(folder: str | Path, inputs: Sequence) -> Path:
                 f"{{param:save_features}} {folder}: the input {i} lies where the features would be written; "
                 "write them elsewhere"
             )
-    return folder
+    if folder.is_dir() and special_kind(folder) is None:
+        for entry in sorted(folder.iterdir()):
+            if not re.fullmatch(COLUMN_FOLDER, entry.name):
+                continue
+            if entry.is_symlink():
+                raise OutputError(
+                    f"{{param:save_features}} {folder}: {entry.name} is a symbolic link (to "
+                    f"{os.readlink(entry)}); the features are written into real folders only: remove it "
+                    "or choose another folder"
+                )
+            for place in (entry, entry / FEATURES_FILE, entry / META_FILE):
+                kind = special_kind(place) or (None if place != entry or entry.is_dir() else "a file")
+                if kind is not None:
+                    raise OutputError(
+                        f"{{param:save_features}} {folder}: {place.relative_to(folder)} is {kind}, where the "
+                        "features are written: refused (remove it or choose another folder)"
+                    )
+    return check_folder_writable(folder, param("save_features"))
 
 
 # --------------------------------------------------------------------------- capture

@@ -183,6 +183,7 @@ class ContextRankResult:
             "witness_tol": None,
             "rank_histogram": {str(k): v for k, v in sorted(self.rank_histogram.items())},
             "exact_rechecks": 0,
+            "undecided_draws": 0,
             "sampled": False,
             "proven": self.proven,
             "set_rank_ceiling": None,

@@ -45,6 +45,7 @@ __all__ = [
     "read_json",
     "regular_file",
     "same_place",
+    "special_kind",
     "within",
 ]
 
@@ -70,6 +71,33 @@ def kind_of(mode: int) -> str:
         if test(mode):
             return words
     return "a regular file" if stat.S_ISREG(mode) else "not a regular file"
+
+
+def special_kind(path: str | os.PathLike) -> str | None:
+    """What stands at ``path`` when it is neither a regular file nor a folder (nor a symbolic link to one), in
+    words (``"a character device"``, ``"a symbolic link to a named pipe (FIFO) (/tmp/p)"``); None when nothing
+    is there, or a regular file, a folder or a dangling link is.
+
+    An output is written beside its path and renamed over it: at a device node, a named pipe or a
+    socket that rename would put a regular file in the node's place (as root, ``/dev/null`` itself),
+    and at a symbolic link to one it would replace the link (``/dev/stdout``). Outputs ask this
+    first.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISLNK(mode):
+        try:
+            target = os.stat(path).st_mode
+        except (OSError, ValueError):
+            return None  # dangling: the output's own checks say so
+        if stat.S_ISREG(target) or stat.S_ISDIR(target):
+            return None
+        return f"a symbolic link to {kind_of(target)} ({os.path.realpath(path)})"
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return kind_of(mode)
 
 
 def regular_file(path: str | os.PathLike, error: type[MhaauditError], what: str = "") -> Path:
@@ -256,14 +284,16 @@ def _place(path: str | os.PathLike) -> Path:
 def within(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
     """Whether ``path`` (which need not exist) is the folder ``folder`` or lies inside it, decided by device
     and inode: the place ``path`` names (a symbolic link there followed) and each real folder above it
-    are compared with ``folder``, so a second name of the same folder (a symbolic link, a bind mount)
-    counts."""
+    are compared with ``folder``, and so are the place a symbolic link at ``path`` leads to and each
+    folder above that, so a second name of the same folder (a symbolic link, a bind mount) counts, and
+    so does a link at ``path`` that leads into ``folder``."""
     f = os.path.expanduser(str(folder))
     target = _identity(f)
     if target is None or not os.path.isdir(f):
         return False
     p = _place(path)
-    return any(_identity(q) == target for q in (p, *p.parents))
+    real = Path(os.path.realpath(p))  # where a link at path leads (a dangling one too)
+    return any(_identity(q) == target for q in (p, *p.parents, real, *real.parents))
 
 
 def first_name_under(path: str | os.PathLike, folder: str | os.PathLike) -> str | None:

@@ -21,7 +21,7 @@ from numpy.lib import format as npy_format
 
 from ._version import __version__
 from .errors import InputError, MhaauditError, OutputError
-from .files import regular_file, same_place, within
+from .files import kind_of, regular_file, same_place, special_kind, within
 from .numerics import stream
 from .staging import _STAGED, StagedOutputs, _reason, make_output_folder, staged_outputs  # noqa: F401 - re-exported
 from .tables import METADATA_KEY, records_table
@@ -87,6 +87,19 @@ def _refuse_symlink(p: Path, what: str) -> None:
         )
 
 
+def _refuse_special(p: Path, what: str, expected: str) -> None:
+    """Refuse an output path at which a device node, a named pipe or a socket stands (or a symbolic link to one):
+    the output, renamed into place, would replace the node (as root, ``/dev/null`` itself).
+
+    Raises:
+        OutputError: when :func:`mhaaudit.files.special_kind` names what stands at ``p``; ``what`` begins the
+            message, ``expected`` ("a regular file", "a folder") says what an output there must be.
+    """
+    kind = special_kind(p)
+    if kind is not None:
+        raise OutputError(f"{what}: it is {kind}, not {expected}; an output never replaces it: choose another path")
+
+
 # What ``tempfile`` adds to a prefix: 8 random characters (and ``.tmp``, the suffix given here).
 _RANDOM_CHARS = 8
 _TMP_SUFFIX = ".tmp"
@@ -111,12 +124,14 @@ def check_writable(path: str | os.PathLike) -> Path:
     a dangling one is refused.
 
     Raises:
-        OutputError: when ``path`` is a folder or a dangling symbolic link, its folder is missing, is a file or
-            is not writable (tried, not only read from the permission bits), or the file itself is not writable.
+        OutputError: when ``path`` is a folder, a dangling symbolic link, a device node, a named pipe or a socket
+            (or a symbolic link to one), its folder is missing, is a file or is not writable (tried, not only read
+            from the permission bits), or the file itself is not writable.
     """
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
     _refuse_unnamable(p, f"cannot write {p}")
+    _refuse_special(p, f"cannot write {p}", "a regular file")
     if p.exists() and p.is_dir():
         raise OutputError(f"cannot write {p}: it is a directory")
     _refuse_symlink(p, f"cannot write {p}")
@@ -141,15 +156,17 @@ def check_folder_writable(folder: str | os.PathLike, option: str) -> Path:
     """Fail early, before any work, when the folder ``option`` names cannot be made or written into; return it.
 
     Raises:
-        OutputError: when ``folder`` is a dangling symbolic link or a file, its parent is missing or a file, or the
-            folder (or its parent, when it does not exist yet) is not writable.
+        OutputError: when ``folder`` is a dangling symbolic link, a file, a device node, a named pipe or a socket
+            (or a symbolic link to one), its parent is missing or a file, or the folder (or its parent, when it does
+            not exist yet) is not writable.
     """
     folder = Path(folder)
     parent = folder.parent if str(folder.parent) else Path(".")
     _refuse_unnamable(folder, f"{option} {folder}")
+    _refuse_special(folder, f"{option} {folder}", "a folder")
     _refuse_symlink(folder, f"{option} {folder}")
     if folder.exists() and not folder.is_dir():
-        raise OutputError(f"{option} {folder}: exists and is not a folder")
+        raise OutputError(f"{option} {folder}: exists and is {kind_of(os.stat(folder).st_mode)}, not a folder")
     if not parent.exists():
         raise OutputError(f"{option} {folder}: folder {parent} does not exist")
     if not parent.is_dir():

@@ -480,3 +480,133 @@ def test_an_image_declaring_too_many_pixels_is_skipped_by_its_header(tmp_path):
     assert scan.usable == 3 and scan.skips.count("unreadable") == 1
     assert len(list(src)) == 3
     assert f"{BOMB_SIDE} x {BOMB_SIDE} pixels, more than the" in src.skips.describe()
+
+
+@pytest.fixture()
+def specials(tmp_path):
+    """Outputs that are not regular files: a character device (root only), a named pipe, a socket and a
+    symbolic link to a device; each must be left as it is."""
+    import socket
+
+    d = tmp_path / "specials"
+    d.mkdir()
+    made = {}
+    if os.geteuid() == 0:
+        os.mknod(d / "dev.parquet", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        made["dev.parquet"] = "a character device"
+    os.mkfifo(d / "pipe.png")
+    made["pipe.png"] = "a named pipe"
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(d / "sock"))
+    made["sock"] = "a socket"
+    (d / "null.parquet").symlink_to("/dev/null")
+    made["null.parquet"] = "a symbolic link to a character device"
+    before = {name: os.lstat(d / name).st_mode for name in made}
+    yield d, made
+    sock.close()
+    assert {name: os.lstat(d / name).st_mode for name in made} == before, "an output replaced a special file"
+    assert sorted(os.listdir(d)) == sorted(made), "a file was left behind"
+
+
+def test_an_output_that_is_a_device_pipe_or_socket_is_refused(capsys, hostile, vit_series_dirs, specials, no_model):
+    """Every output (--out, --plot, --save-features, a resume file) that stands at a device node, a named pipe
+    or a socket (or a link to one) is refused before any work: the rename would put a file in its place."""
+    d, made = specials
+    dev = "dev.parquet" if "dev.parquet" in made else "null.parquet"
+    vit, first, second = vit_series_dirs
+    cases = [
+        (("kruskal", hostile["fpq"], "--out", d / dev), dev),
+        (("kruskal", hostile["fpq"], "--out", d / "null.parquet"), "null.parquet"),
+        (("check", vit, "--plot", d / "pipe.png"), "pipe.png"),
+        (("check", vit, "--save-features", d / "sock"), "sock"),
+        (("check", vit, "--save-features", d / "pipe.png"), "pipe.png"),
+        (("capacity", vit, "--plot", d / "pipe.png"), "pipe.png"),
+        (("memorize", "--sizes", 16, "--device", "cpu", "--out", d / dev), dev),  # its resume file
+        (("check", vit, "--checkpoints", f"{first},{second}", "--out", d / dev), dev),  # the series' resume file
+    ]
+    for args, name in cases:
+        rc, stdout, err = run(capsys, args[0], *JSON, *args[1:])
+        line = assert_one_error(rc, err, f"{d / name}")
+        assert made[name] in line, line
+        assert stdout == ""
+
+
+def test_a_column_folder_that_is_a_pipe_is_refused_before_the_work(capsys, vit_dir, tmp_path, no_model):
+    """--save-features FOLDER writes FOLDER/random/features.safetensors: a pipe or a file there is refused first."""
+    feats = tmp_path / "feats"
+    (feats / "trained").mkdir(parents=True)
+    os.mkfifo(feats / "random")
+    os.mkfifo(feats / "trained" / "meta.json")
+    rc, stdout, err = run(capsys, "check", vit_dir, *JSON, "--save-features", feats)
+    assert_one_error(rc, err, "random is a named pipe")
+    assert stdout == ""
+    os.unlink(feats / "random")
+    rc, stdout, err = run(capsys, "check", vit_dir, *JSON, "--save-features", feats)
+    assert_one_error(rc, err, "meta.json is a named pipe")
+    assert stdout == ""
+    assert sorted(os.listdir(feats)) == ["trained"] and os.listdir(feats / "trained") == ["meta.json"]
+
+
+def test_save_features_through_a_link_into_an_input_folder_is_refused(capsys, hostile, tmp_path, no_model):
+    """The link is compared by where it leads: a folder inside the input folder (made or not yet) is inside it."""
+    data = tmp_path / "imgs"
+    shutil.copytree(hostile["imgs"], data)
+    (data / "sub").mkdir()
+    (tmp_path / "to-sub").symlink_to(data / "sub")
+    (tmp_path / "to-new").symlink_to(data / "new")
+    for link in ("to-sub", "to-new"):
+        args = ("--data", data, "--save-features", tmp_path / link)
+        rc, stdout, err = run(capsys, "check", hostile["vit"], *JSON, *args)
+        assert_one_error(rc, err, "lies inside")
+        assert stdout == ""
+    assert os.listdir(data / "sub") == [] and not os.path.exists(data / "new")
+
+
+def test_a_refused_output_touches_nothing_in_the_input_folder(capsys, hostile, monkeypatch, tmp_path, no_model):
+    """The overlap is refused before an output's folder is tried for writing: no probe file or folder is
+    made (and removed) in an input folder."""
+    import tempfile
+
+    touched = []
+    for name in ("mkstemp", "mkdtemp"):
+        real = getattr(tempfile, name)
+
+        def spy(*a, _real=real, **k):
+            touched.append(os.path.realpath(k.get("dir") or "."))
+            return _real(*a, **k)
+
+        monkeypatch.setattr(tempfile, name, spy)
+    imgs = os.path.realpath(hostile["imgs"])
+    cases = [
+        ("check", hostile["vit"], "--data", imgs, "--plot", f"{imgs}/new.png"),
+        ("check", hostile["vit"], "--data", imgs, "--out", f"{imgs}/r.parquet"),
+        ("check", hostile["vit"], "--data", imgs, "--save-features", f"{imgs}/feats"),
+        ("check", hostile["vit"], "--data", imgs, "--save-features", hostile["imgs_alias"]),
+        ("capacity", hostile["vit"], "--data", imgs, "--plot", f"{imgs}/new.png"),
+        ("kruskal", hostile["fpq"], "--out", hostile["fpq_hard"]),
+    ]
+    for args in cases:
+        rc, stdout, err = run(capsys, args[0], *JSON, *args[1:])
+        assert_one_error(rc, err)
+        assert stdout == ""
+        assert not [t for t in touched if t == imgs or t.startswith(imgs + os.sep)], (args, touched)
+        assert os.path.dirname(os.path.realpath(hostile["fpq"])) not in touched, (args, touched)
+
+
+@pytest.fixture()
+def no_model(monkeypatch):
+    """Fail the test if a model is loaded or a draw is made: the outputs are refused first."""
+    from mhaaudit import pipeline
+
+    def refuse(*a, **k):
+        raise AssertionError("work began before the output was refused")
+
+    monkeypatch.setattr(pipeline, "load", refuse)
+
+
+@pytest.fixture()
+def vit_series_dirs(vit_dir, tmp_path):
+    """The tiny ViT and two copies of it as checkpoints (a series' specs)."""
+    for name in ("ckpt-1", "ckpt-2"):
+        shutil.copytree(vit_dir, tmp_path / name)
+    return vit_dir, tmp_path / "ckpt-1", tmp_path / "ckpt-2"

@@ -18,9 +18,11 @@ from clitools import assert_one_error, auto_device, help_text, run
 from conftest import strict_json, tmp_leftovers
 from safetensors.torch import save_file
 
+import mhaaudit
 from mhaaudit import __version__
 from mhaaudit.cli.app import main
 from mhaaudit.cli.options import deprecation_line
+from mhaaudit.errors import InputError
 from mhaaudit.features import reduce_tokens
 from mhaaudit.io import read_parquet_metadata
 
@@ -920,3 +922,21 @@ def test_no_draw_out_ranks_the_whole_set_rank_reported_at_its_size(capsys, tmp_p
         assert top <= r["set_rank_ceiling"] == doc["meta"]["set_rank_ceilings"][str(r["k"])]
         assert r["set_rank_ceiling"] >= own
     assert any(max(int(k) for k in r["rank_histogram"]) > own for r in doc["records"])  # the ceiling is needed
+
+
+def test_the_default_rule_is_refused_where_the_whole_sets_tolerance_reaches_sigma_max(capsys, tmp_path):
+    """float16 at T = 2000 rows: max(T, d) * eps = 1.95, so the default rule would call the whole set rank 0
+    whatever its values. One line, exit 2, nothing on stdout; with a tolerance, or at T = 1000, it runs."""
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(2000, 16, generator=g).to(torch.float16)
+    path = _save("npy", tmp_path, X)
+    rc, out, err = run(capsys, "kruskal", path, "--k", "3", *FAST)
+    assert_one_error(rc, err, "give --rtol or --atol, or features in a wider dtype")
+    assert "T = 2000" in err and out == ""
+    with pytest.raises(InputError, match="max\\(T, d\\) \\* eps"):
+        mhaaudit.kruskal.subset_test(X, 3, samples=50)
+    doc = json_run(capsys, "kruskal", path, "--k", "3", "--rtol", "1e-3", *FAST)
+    assert doc["records"][0]["verdict"] == "holds" and doc["meta"]["set_rank"] == 16
+    doc = json_run(capsys, "kruskal", _save("npy", tmp_path, X[:1000]), "--k", "3", *FAST)  # 1000 * eps < 1
+    own = 1000 * torch.finfo(torch.float16).eps  # the rule's answer, by brute force on the exact values
+    assert doc["meta"]["set_rank"] == int(torch.linalg.matrix_rank(X[:1000].double(), rtol=own)) > 0

@@ -157,3 +157,30 @@ def test_same_place(tmp_path):
     assert files.same_place(tmp_path / "d" / "new", tmp_path / "alias" / "new")  # not yet there: same folder, name
     assert files.same_place(tmp_path / "x", tmp_path / "d" / ".." / "x")
     assert not files.same_place(tmp_path / "d" / "new", tmp_path / "d" / "other")
+
+
+def test_a_link_into_a_folder_lies_inside_it(tmp_path):
+    """An output given as a symbolic link to a folder inside ``data`` (or to a place in it not made yet) is
+    where the link leads: inside ``data``."""
+    data = tmp_path / "data"
+    (data / "sub").mkdir(parents=True)
+    (tmp_path / "to-sub").symlink_to(data / "sub")
+    (tmp_path / "to-new").symlink_to(data / "new")
+    (tmp_path / "to-data").symlink_to(data)
+    assert files.within(tmp_path / "to-sub", data) and files.within(tmp_path / "to-new", data)
+    assert files.within(tmp_path / "to-data", data)
+    assert not files.within(tmp_path / "to-sub", tmp_path / "elsewhere")
+
+
+def test_special_kind_names_what_an_output_must_not_replace(tmp_path):
+    (tmp_path / "f").write_text("x")
+    (tmp_path / "d").mkdir()
+    os.mkfifo(tmp_path / "p")
+    (tmp_path / "to-p").symlink_to(tmp_path / "p")
+    (tmp_path / "to-f").symlink_to(tmp_path / "f")
+    (tmp_path / "dangling").symlink_to(tmp_path / "missing")
+    for name in ("f", "d", "to-f", "dangling", "missing"):
+        assert files.special_kind(tmp_path / name) is None, name
+    assert files.special_kind(tmp_path / "p") == "a named pipe (FIFO)"
+    assert files.special_kind(tmp_path / "to-p") == f"a symbolic link to a named pipe (FIFO) ({tmp_path / 'p'})"
+    assert files.special_kind("/dev/null") == "a character device"

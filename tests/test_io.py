@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
+import stat
 
 import numpy as np
 import pyarrow as pa
@@ -112,6 +115,31 @@ def test_check_writable_rejects(tmp_path, case):
         check_writable(target)
     with pytest.raises(OutputError), atomic_path(target):
         pass  # pragma: no cover
+
+
+def test_an_output_never_replaces_a_device_a_pipe_or_a_socket(tmp_path):
+    """A rename over a device node would leave a regular file in its place (as root: /dev/null itself)."""
+    os.mkfifo(tmp_path / "pipe.parquet")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "sock.parquet"))
+    (tmp_path / "null.parquet").symlink_to("/dev/null")
+    targets = {"pipe.parquet": "a named pipe", "sock.parquet": "a socket", "null.parquet": "a symbolic link to a"}
+    if os.geteuid() == 0:
+        os.mknod(tmp_path / "dev.parquet", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        targets["dev.parquet"] = "a character device"
+    try:
+        for name, kind in targets.items():
+            before = os.lstat(tmp_path / name)
+            with pytest.raises(OutputError, match=f"cannot write .*{name}: it is {kind}"):
+                check_writable(tmp_path / name)
+            with pytest.raises(OutputError, match="not a regular file"), atomic_path(tmp_path / name):
+                pass  # pragma: no cover
+            with pytest.raises(OutputError, match=f"--save-features .*{name}: it is {kind}.* not a folder"):
+                check_folder_writable(tmp_path / name, "--save-features")
+            assert os.lstat(tmp_path / name).st_mode == before.st_mode
+    finally:
+        sock.close()
+    assert sorted(os.listdir(tmp_path)) == sorted(targets)  # no temporary left
 
 
 def test_write_parquet_roundtrip_and_metadata(tmp_path):

@@ -226,3 +226,128 @@ def test_degenerate_sets_at_2000_by_768(dtype, capsys, tmp_path):
             if t.witness is not None:
                 assert _proves(t.witness, X), name
     assert "Traceback" not in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- no route left: undecided, not exit 3
+
+
+def _no_route_for(monkeypatch, poisoned):
+    """Every SVD route fails for the matrices ``poisoned`` picks (a predicate on a float64 matrix), and works for
+    the others; and every decision goes to the SVD (no certificate, no eigenvalue settles it)."""
+    from mhaaudit.numerics import certificates, lapack
+
+    real = torch.linalg.svdvals
+    monkeypatch.setattr(checked, "_SAID", set())  # each line is said once a process: say them again here
+
+    def torch_route(a):
+        s = real(a).clone()
+        flat = a.reshape(-1, *a.shape[-2:])
+        for i, m in enumerate(flat):
+            if poisoned(m):
+                s.view(-1, s.shape[-1])[i] = float("nan")
+        return s
+
+    def numpy_route(a):
+        if poisoned(torch.from_numpy(np.asarray(a))):
+            raise checked._RouteFailed("info = 1")
+        return np.linalg.svd(a, compute_uv=False)
+
+    monkeypatch.setattr(torch.linalg, "svdvals", torch_route)
+    monkeypatch.setattr(
+        checked,
+        "_SVD_ROUTES",
+        (checked._SVD_ROUTES[0], ("gesvd", checked._each(numpy_route)), ("gejsv", checked._each(numpy_route))),
+    )
+    monkeypatch.setattr(certificates, "TINY_GRAM", float("inf"))
+    monkeypatch.setattr(
+        lapack, "decide_draws", lambda e, subs, *a, **kw: (np.zeros(len(subs), bool), np.zeros(len(subs), bool))
+    )
+
+
+def _positive_sum(m: torch.Tensor) -> bool:
+    """The predicate the failing routes use: invariant under the exact power-of-two rescaling and row order."""
+    return float(m.sum()) > 0
+
+
+def test_decide_full_rank_leaves_undecided_what_no_route_gives(monkeypatch, capsys):
+    """Against brute force: the subsets some route gives are decided as matrix_rank decides them; the others are
+    undecided (never full), and one line per failed matrix names its size."""
+    rule = RankRule.for_dtype(torch.float64)
+    X = torch.randn(30, 12, generator=gen(7), dtype=torch.float64)
+    X[20:] = X[:10] * -3  # dependent draws
+    idx = torch.stack([torch.randperm(30, generator=gen(i))[:6] for i in range(40)])
+    rows = X[idx]
+    G = rows @ rows.transpose(-1, -2)
+    brute = torch.tensor([int(torch.linalg.matrix_rank(r, rtol=rule.rtol_for(6, 12))) == 6 for r in rows])
+    poisoned = torch.tensor([_positive_sum(r) for r in rows])
+    assert poisoned.any() and (~poisoned).any()
+    _no_route_for(monkeypatch, _positive_sum)
+    dec = decide_full_rank(G.clone(), lambda j: rows[j], 6, 12, rule, what="the draw")
+    assert torch.equal(dec.left_open(), poisoned)
+    assert torch.equal(dec.full[~poisoned], brute[~poisoned]) and not dec.full[poisoned].any()
+    ranks = gram_rank(G.clone(), lambda j: rows[j], 12, rule, left="left out")
+    brute_rank = torch.tensor([int(torch.linalg.matrix_rank(r, rtol=rule.rtol_for(6, 12))) for r in rows])
+    assert torch.equal(ranks[~poisoned], brute_rank[~poisoned]) and bool((ranks[poisoned] == -1).all())
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err and all("6 x 12" in line and "left" in line for line in err if "no route left" in line), err
+    assert "Traceback" not in "\n".join(err)
+    with pytest.raises(NumericalFailure, match="6 x 12"):  # without ``left``, as before: it raises
+        gram_rank(G.clone(), lambda j: rows[j], 12, rule)
+
+
+def test_draws_no_route_decides_are_counted_undecided(monkeypatch, capsys):
+    """subset_test: the undecided draws are counted in the record and left out of samples and the fraction; the
+    others are decided as matrix_rank decides them."""
+    X = torch.randn(40, 10, generator=gen(3), dtype=torch.float64)
+    X[30:] = X[:10] * 0.5
+    rule = RankRule.for_dtype(torch.float64)
+    ref = mhaaudit.kruskal.draw_decisions(X, 4, samples=300, seed=2)  # the draws and their decisions
+    subs, full = ref
+    brute = torch.tensor([int(torch.linalg.matrix_rank(X[s], rtol=rule.rtol_for(4, 10))) == 4 for s in subs])
+    assert torch.equal(full, brute)
+    # the rows reach the SVD divided by a power of two, in any order: the predicate sees the same sign
+    poisoned = torch.tensor([_positive_sum(X[s]) for s in subs])
+    _no_route_for(monkeypatch, _positive_sum)
+    r = subset_test(X, 4, samples=300, seed=2, threshold=0.5)
+    assert r.undecided_draws == int(poisoned.sum()) > 0
+    assert r.samples == 300 - r.undecided_draws
+    assert r.satisfied == int((brute & ~poisoned).sum())
+    assert r.record()["undecided_draws"] == r.undecided_draws
+    assert "undecided" in r.reason
+    if r.witness is not None:
+        assert not _positive_sum(X[list(r.witness.indices)])
+    err = capsys.readouterr().err
+    assert "4 x 10" in err and "Traceback" not in err
+    with pytest.raises(NumericalFailure):  # a yes-or-no per draw cannot say undecided
+        mhaaudit.kruskal.draw_decisions(X, 4, samples=300, seed=2)
+
+
+def test_kruskal_cli_with_undecided_draws_exits_0(monkeypatch, capsys, tmp_path):
+    X = torch.randn(40, 10, generator=gen(3), dtype=torch.float64)
+    path = tmp_path / "x.npy"
+    np.save(path, X.numpy())
+    _no_route_for(monkeypatch, _positive_sum)
+    rc, out, err = run(capsys, "kruskal", path, "--k", "4", "--samples", "200", "--format", "json")
+    assert rc == 0, err
+    (rec,) = json.loads(out)["records"]
+    assert rec["undecided_draws"] > 0 and rec["samples"] + rec["undecided_draws"] == 200
+    assert "4 x 10" in err and "Traceback" not in err
+
+
+def test_sweep_leaves_out_the_draws_no_route_decides(monkeypatch, capsys):
+    """kruskal_sweep: a draw whose k* needs a decision no route gives is counted undecided and left out of the
+    fractions; the run ends as usual."""
+    from mhaaudit.kruskal import kruskal_sweep
+
+    X = torch.randn(40, 10, generator=gen(3), dtype=torch.float64)
+    X[30:] = X[:10] * 0.5
+    ref = kruskal_sweep(X, samples=200, seed=2)
+    assert ref.undecided_draws == 0
+    _no_route_for(monkeypatch, _positive_sum)
+    r = kruskal_sweep(X, samples=200, seed=2)
+    assert r.undecided_draws > 0 and r.samples == 200 - r.undecided_draws
+    assert r.summary()["undecided_draws"] == r.undecided_draws
+    assert all(0.0 <= f <= 1.0 for f in r.fractions)
+    if r.witness is not None:
+        assert not _positive_sum(X[list(r.witness.indices)])
+    assert "Traceback" not in capsys.readouterr().err

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -185,6 +186,26 @@ def test_each_checkpoint_gives_the_records_of_its_own_check_run(vit_series, imag
     assert len(estimates) == 5 and all(r["floor"] <= r["estimate"] <= r["ceiling"] for r in estimates)
 
 
+def test_inputs_over_the_memory_kept_are_read_again_and_said_so(vit_series, image_dir, capsys, monkeypatch):
+    """When the prepared inputs outgrow the memory kept for them, each later checkpoint reads the data again,
+    one line on stderr says so once, and the records are those of the run that kept them."""
+    monkeypatch.chdir(vit_series)
+    args = ("check", "model", "--data", image_dir, *VIT_RUN, "--variants", "trained", "--format", "json")
+    spec = ("--checkpoints", "runs/ckpt-100,runs/ckpt-200,runs/ckpt-400")
+    rc, kept, err = run(capsys, *args, *spec)
+    assert rc == 0 and "read and prepare" not in err, err
+    reads = []
+    real = pipeline.example_batches
+    monkeypatch.setattr(pipeline, "example_batches", lambda *a, **k: reads.append(1) or real(*a, **k))
+    monkeypatch.setattr(pipeline.hostmem, "available_memory", lambda: 4096)  # a 1 KiB budget: nothing fits
+    rc, out, err = run(capsys, *args, *spec)
+    assert rc == 0, err
+    assert len(reads) == 3  # every checkpoint's pass read the data
+    said = [line for line in err.splitlines() if "reads and prepares the data again" in line]
+    assert len(said) == 1 and said[0].startswith("Note: the prepared model inputs exceed the 1 KiB"), err
+    assert strict_json(out)["records"] == strict_json(kept)["records"]
+
+
 def test_the_report_names_the_changes_and_the_repeated_checkpoint(vit_series, image_dir, capsys, monkeypatch):
     monkeypatch.chdir(vit_series)
     monkeypatch.setenv("COLUMNS", "200")
@@ -352,6 +373,47 @@ def test_an_interrupted_series_resumes_from_the_checkpoints_done(vit_series, ima
     assert_one_error(rc, err, "holds a series run with other settings")
 
 
+def test_a_timm_series(timm_dir, image_dir, tmp_path, capsys, monkeypatch):
+    """A series of tiny timm ViT checkpoint folders (loaded whole): each checkpoint's records equal a single
+    ``check --weights`` run's, the folder that repeats the one before is found by its files and not audited
+    again, and the collapsed patch embedding makes General Position fail."""
+    from conftest import tiny
+    from safetensors.torch import load_file, save_file
+
+    runs = tmp_path / "runs"
+    tiny.save_model("timm-vit", runs / "ckpt-100", seed=2)
+    tiny.save_model("timm-vit", runs / "ckpt-200", seed=3)
+    shutil.copytree(runs / "ckpt-200", runs / "ckpt-300")
+    shutil.copytree(runs / "ckpt-200", runs / "ckpt-400")
+    state = load_file(str(runs / "ckpt-400" / "model.safetensors"))
+    state["patch_embed.proj.weight"] = torch.zeros_like(state["patch_embed.proj.weight"])  # one query for all
+    save_file(state, str(runs / "ckpt-400" / "model.safetensors"))
+    audited = []
+    real_audit = series_run._Trained.audit
+    monkeypatch.setattr(
+        series_run._Trained, "audit", lambda self, ref, *a: audited.append(ref.name) or real_audit(self, ref, *a)
+    )
+    args = ("check", timm_dir, "--data", image_dir, *VIT_RUN, "--format", "json")
+    rc, out, err = run(capsys, *args, "--checkpoints", f"{runs}/ckpt-*")
+    assert rc == 0, err
+    doc = strict_json(out)
+    names = [str(runs / f"ckpt-{s}") for s in (100, 200, 300, 400)]
+    assert audited == [names[0], names[1], names[3]]
+    ck = {c["name"]: c for c in doc["meta"]["series"]["checkpoints"]}
+    assert ck[names[2]]["status"] == "identical" and ck[names[2]]["identical_to"] == names[1]
+    records = doc["records"]
+    for name in (names[0], names[1], names[3]):
+        rc, single, err = run(capsys, *args, "--weights", name)
+        assert rc == 0, err
+        single = strict_json(single)["records"]
+        assert _own(records, name) == [r for r in single if r["variant"] == "trained"], name
+        assert _own(records, None) == [r for r in single if r["variant"] != "trained"]
+    assert _own(records, names[2]) == _own(records, names[1])
+    gp = {r["checkpoint"]: r for r in records if r["check"] == "general_position" and r["variant"] == "trained"}
+    assert gp[names[3]]["verdict"] == "fails" and gp[names[3]]["exact_status"] == "fails"
+    assert 1 <= len(gp[names[3]]["witness"]) <= 2  # every image gives the same query: two of them are a proof
+
+
 # --------------------------------------------------------------------------- hub revisions
 
 
@@ -389,6 +451,72 @@ def test_hub_revisions_are_a_series(gpt_hub, capsys):
     assert [c["revision"] for c in meta["checkpoints"]] == ["step100", "step300", "step400"]
     rc, _, err = run(capsys, *args, "--revision", "step100,step999")
     assert_one_error(rc, err, "--revision step999")
+
+
+def test_a_revision_missing_or_without_cached_weights_is_refused_before_any_work(
+    gpt_series, tmp_path, monkeypatch, capsys
+):
+    """Offline, a revision the cache does not hold, or whose config it holds but not its weights (or not every
+    shard of them), is one line and exit 2 before the reference columns are audited."""
+    root, names = gpt_series
+    bare = tmp_path / "bare"  # the config and tokenizer of a revision, not its weights
+    shutil.copytree(names[1], bare, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
+    sharded = tmp_path / "sharded"  # an index naming a shard the cache does not hold
+    shutil.copytree(bare, sharded)
+    (sharded / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": {"wte.weight": "model-00001-of-00002.safetensors"}})
+    )
+    hub_cache(
+        tmp_path / "cache",
+        "org/tiny-gpt2",
+        {"main": names[0], "step100": names[0], "step200": bare, "step300": sharded},
+    )
+    use_hub_cache(monkeypatch, tmp_path / "cache")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    def refuse(*a, **k):
+        raise AssertionError("a model was loaded before the series was refused")
+
+    monkeypatch.setattr(pipeline, "load", refuse)
+    args = ("check", "org/tiny-gpt2", "--data", root / "docs.jsonl", "--context-length", 8, "--limit", 48)
+    for revisions, says in (
+        ("step100,step999", "--revision step999"),
+        ("step100,step200", "--revision step200: the weights of org/tiny-gpt2 at this revision are not in the local"),
+        ("step100,step300", "--revision step300: the shard model-00001-of-00002.safetensors"),
+    ):
+        out = tmp_path / "out.parquet"
+        rc, text, err = run(capsys, *args, "--revision", revisions, "--out", out)
+        assert_one_error(rc, err, says)
+        assert text == "" and not out.exists()
+
+
+def test_hub_revisions_loaded_whole_are_compared_by_their_cached_files(gpt_series, tmp_path, monkeypatch, capsys):
+    """Revisions whose weights are a pytorch_model.bin (loaded whole, not read tensor by tensor): the files in
+    the local cache are hashed, so a revision that repeats the one before is reported and not audited again,
+    and one that differs is audited."""
+    from safetensors.torch import load_file
+
+    root, names = gpt_series
+    revisions = {}
+    for i, name in enumerate(names[:3]):  # step100, step200 (trained), step300 (the same weights as step200)
+        folder = tmp_path / f"bin-{i}"
+        shutil.copytree(name, folder, ignore=shutil.ignore_patterns("*.safetensors"))
+        torch.save(load_file(str(Path(name) / "model.safetensors")), folder / "pytorch_model.bin")
+        revisions[f"step{100 * (i + 1)}"] = folder
+    hub_cache(tmp_path / "cache", "org/tiny-gpt2", {"main": revisions["step100"], **revisions})
+    use_hub_cache(monkeypatch, tmp_path / "cache")
+    args = ("check", "org/tiny-gpt2", "--data", root / "docs.jsonl", "--context-length", 8, "--limit", 48)
+    args += ("--samples", 64, "--batch-size", 16, "--device", "cpu", "--layers", 1, "--format", "json")
+    rc, out, err = run(capsys, *args, "--revision", "step100,step200,step300")
+    assert rc == 0, err
+    doc = strict_json(out)
+    ck = {c["name"]: c for c in doc["meta"]["series"]["checkpoints"]}
+    assert [ck[n]["status"] for n in ("step100", "step200", "step300")] == ["audited", "audited", "identical"]
+    assert ck["step300"]["identical_to"] == "step200" and ck["step300"]["digest"]["files"] == 2  # config, weights
+    assert ck["step100"]["digest"]["sha256"] != ck["step200"]["digest"]["sha256"]
+    assert _own(doc["records"], "step300") == _own(doc["records"], "step200")
+    rc, table, err = run(capsys, *args[:-2], "--revision", "step100,step200,step300")
+    assert rc == 0 and "step300 (step 300): its 2 weights and config files" in " ".join(table.split()), table
 
 
 # --------------------------------------------------------------------------- bad series: one line, before any work

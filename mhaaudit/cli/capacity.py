@@ -46,10 +46,10 @@ def capacity(ctx: typer.Context, model: shared.ModelArg, **options: Unpack[Capac
 
     fmt, out, plot, data, seeds = options["fmt"], options["out"], options["plot"], options["data"], options["seeds"]
     settings = shared.run_settings(options, stop_when_decided=True)
-    shared.prepare_outputs(out, plot, fmt)
     if seeds is not None:
         shared.refuse_unused(ctx, ("plot",), "with --seeds: it draws one run's ranks; run that seed alone with --seed")
     refuse_inputs({"--out": out, "--plot": plot}, [model, options["weights"], data, options["from_path"]])
+    shared.prepare_outputs(out, plot, fmt)
     shared.refuse_data_options(ctx, data)
     if options["from_path"] is not None:
         shared.refuse_unused(

@@ -40,7 +40,6 @@ def check(ctx: typer.Context, model: shared.ModelArg, **options: Unpack[CheckOpt
     fmt, out, plot, data, seeds = options["fmt"], options["out"], options["plot"], options["data"], options["seeds"]
     save_features, layers = options["save_features"], options["layers"]
     settings = shared.run_settings(options, stop_when_decided=not options["all_draws"])
-    shared.prepare_outputs(out, plot, fmt)
     shared.refuse_data_options(ctx, data)
     if seeds is not None:
         shared.refuse_unused(
@@ -50,6 +49,7 @@ def check(ctx: typer.Context, model: shared.ModelArg, **options: Unpack[CheckOpt
         )
     fails = _fail_checks(options["fail_on"])
     _check_output_paths(out, plot, save_features, [model, options["weights"], data])
+    shared.prepare_outputs(out, plot, fmt)
     layer_list = None if layers is None else int_ranges(layers, "--layers", what="layers", minimum=0)
     sweep = options["sweep"] or (plot is not None and layer_list is None)  # the sweep curve, or the depth profile
     req = shared.run_requests(model, data, settings, options)
@@ -93,9 +93,9 @@ def _check_output_paths(out: Path | None, plot: Path | None, save_features: Path
     from ..auditing import check_features_folder
     from ..io import refuse_inputs
 
+    refuse_inputs({"--out": out, "--plot": plot, "--save-features": save_features}, inputs)  # before any probe
     if save_features is not None:
         check_features_folder(save_features, inputs)
-    refuse_inputs({"--out": out, "--plot": plot, "--save-features": save_features}, inputs)
 
 
 def _save_features_and_plot(result, save_features: Path | None, plot: Path | None) -> Path | None:

@@ -34,7 +34,6 @@ def kruskal(ctx: typer.Context, features: FeaturesArg = None, **options: Unpack[
 
     fmt, out, plot, seeds, data = options["fmt"], options["out"], options["plot"], options["seeds"], options["data"]
     settings = shared.run_settings(options, stop_when_decided=not options["all_draws"])
-    shared.prepare_outputs(out, plot, fmt)
     if features is not None:
         shared.refuse_unused(
             ctx,
@@ -45,6 +44,7 @@ def kruskal(ctx: typer.Context, features: FeaturesArg = None, **options: Unpack[
     if seeds is not None:
         shared.refuse_unused(ctx, ("plot",), "with --seeds: it draws one run's curve; run that seed alone with --seed")
     refuse_inputs({"--out": out, "--plot": plot}, [features, options["weights"], data])
+    shared.prepare_outputs(out, plot, fmt)
     sweep = options["sweep"] or plot is not None
     request = kruskal_request(features, sweep=sweep, **shared.library_values(options, _REQUEST))
     _refuse_unused(ctx, features, data)

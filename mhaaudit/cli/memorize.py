@@ -46,8 +46,8 @@ def memorize(ctx: typer.Context, **options: Unpack[MemorizeOptions]) -> None:
         from ..render import render_memorize
 
     out, plot = options["out"], options["plot"]
-    shared.prepare_outputs(out, plot, options["fmt"])
     refuse_inputs({"--out": out, "--plot": plot}, [])  # --out is the resume file: read and written
+    shared.prepare_outputs(out, plot, options["fmt"])
     if options["task"].value == "regression":
         shared.refuse_unused(ctx, ("classes",), "with --task regression: the labels are numbers in [0, 1]")
     else:

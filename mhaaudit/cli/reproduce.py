@@ -65,9 +65,9 @@ def reproduce(ctx: typer.Context, target: TargetArg, **options: Unpack[Reproduce
         data_seed=options["data_seed"],
     )  # bad values: before any work
     fmt, out, plot = options["fmt"], options["out"], options["plot"]
-    shared.prepare_outputs(out, plot, fmt)
     weights = [w.partition("=")[2] or w for w in options["weights"] or []]
     refuse_inputs({"--out": out, "--plot": plot}, [options["data"], *weights])
+    shared.prepare_outputs(out, plot, fmt)
     keywords = _options(target, ctx.params, progress_enabled(options["quiet"]))
     seeds = options["seeds"]
     if seeds is not None and plot is not None:

@@ -41,7 +41,6 @@ def check_series(
 
     fmt, out, plot, data, seeds = options["fmt"], options["out"], options["plot"], options["data"], options["seeds"]
     settings = shared.run_settings(options, stop_when_decided=not options["all_draws"])
-    shared.prepare_outputs(out, plot, fmt)
     shared.refuse_data_options(ctx, data)
     shared.refuse_unused(
         ctx,
@@ -55,6 +54,7 @@ def check_series(
     revisions = series_revisions(req.model.revision)
     series = resolve_series(options["checkpoints"], revisions, req.model)  # checked again by the library: cheap
     refuse_inputs({"--out": out, "--plot": plot}, [model, data, *series.paths])
+    shared.prepare_outputs(out, plot, fmt)
     result = audit_series(
         req.model,
         checkpoints=options["checkpoints"],

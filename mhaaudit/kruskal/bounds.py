@@ -69,11 +69,14 @@ def fixed_rule(
     default rule for the 8-bit floating formats (eps at least 1/16): its tolerance
     ``max(rows, cols) * eps * sigma_max`` reaches sigma_max at 1 / eps rows (8 for float8_e4m3fn,
     4 for float8_e5m2), so it would call the whole set rank 0 while its small subsets count; such
-    features are decoded exactly and need a tolerance of the user's (``rtol`` or ``atol``).
+    features are decoded exactly and need a tolerance of the user's (``rtol`` or ``atol``). The
+    default rule is refused for the same reason whenever ``max(T, d) * eps >= 1`` (float16 at
+    T = 1024 rows or more, bfloat16 at 128).
 
     Raises:
         InputError: when, with no ``atol``, the rule's relative tolerance at d columns is at least 1;
-            when the default rule is asked for features of an 8-bit floating format; when ``stats``
+            when the default rule is asked for features of an 8-bit floating format, or for T x d features
+            with ``max(T, d) * eps >= 1``; when ``stats``
             describe rows of another shape than X's.
     """
     _T, d = X.shape
@@ -89,6 +92,13 @@ def fixed_rule(
             f"the rank rule's tolerance {rule.rtol_for(1, d):.3g} * sigma_max (at least d = {d} times "
             f"eps({rule.dtype}) = {rule.eps:.3g}, or {{param:rtol}}) is at least sigma_max, so no vector could "
             "count as independent: give a smaller {param:rtol} or an {param:atol}, or features in a finer dtype"
+        )
+    if rule.rtol is None and not rule.atol and rule.rtol_for(_T, d) >= 1:
+        raise InputError(
+            f"features of dtype {rule.dtype} at T = {_T} rows of d = {d}: under the default rule the whole set's "
+            f"tolerance is max(T, d) * eps = {max(_T, d)} * {rule.eps:.3g} = {rule.rtol_for(_T, d):.3g} times its "
+            "sigma_max, so it would have rank 0 whatever its values; give {param:rtol} or {param:atol}, or features "
+            "in a wider dtype (float32 or float64)"
         )
     if stats is not None and (stats.T, stats.d) != (_T, d):
         raise InputError(

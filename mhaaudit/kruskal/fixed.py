@@ -6,7 +6,10 @@ satisfied fraction and its Clopper-Pearson interval are an **estimate** of the s
 independent k-subsets; a "holds" verdict is an estimate, not a proof. A dependent subset that
 was drawn is a **proof** that the Kruskal rank is below k: ``shrink_witness`` looks for a smaller
 one inside it and keeps its indices and singular values. Sizes above d, T or the rank ceiling of
-the whole set (``SetStats.ceiling``) are answered without sampling, as proofs. The draws are
+the whole set (``SetStats.ceiling``) are answered without sampling, as proofs. A draw whose
+decision no LAPACK route can compute (``numerics.checked``: every SVD driver failed) is neither
+independent nor dependent: it is counted in ``undecided_draws`` and left out of ``samples``, so of
+the fraction and its interval, and it is never a witness. The draws are
 decided on the data divided by an exact power of two (``numerics.scale``, applied to each draw's
 rows as they are gathered, ``numerics.stream.Unit``): the same data at any scale give the same
 draws, decisions and witness, whose singular values are in the data's units.
@@ -31,6 +34,7 @@ from ..numerics import (
     tf32_is_off,
     with_numerics,
 )
+from ..numerics.checked import NumericalFailure
 from ..numerics.stream import Unit, unit_of
 from ..request import build_request, keyword_conveniences
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, device_name, resolve_device
@@ -51,6 +55,10 @@ from .sampling import (
 
 __all__ = ["draw_decisions", "shrink_witness", "subset_test"]
 
+#: How many of the first dependent draws are kept as witness candidates: when LAPACK cannot prove one (no
+#: route gives its singular values), the next is tried.
+WITNESS_DRAWS = 4
+
 
 def shrink_witness(X: torch.Tensor, indices, rule: RankRule) -> Witness:
     """Given a dependent subset, look for a smaller dependent one inside it and prove it.
@@ -64,6 +72,8 @@ def shrink_witness(X: torch.Tensor, indices, rule: RankRule) -> Witness:
 
     Raises:
         ValueError: when the rows ``indices`` are not dependent under the rule.
+        ArithmeticError: (``numerics.checked.NumericalFailure``) when nothing smaller is proven and no LAPACK route
+            gives usable singular values for the rows ``indices`` themselves.
     """
     X = as_matrix(X)
     rule, _ = fixed_rule(X, rule or RankRule.for_dtype(X.dtype), need_stats=False)
@@ -103,25 +113,27 @@ def _decided_draws(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, 
                 delta=1e-6,
                 deficient_first=deficient_first,
                 lam_lo=lam_lo,
+                what="the draw",
             )
         full_np, decided = lapack.decide_draws(
             entries, sub.numpy(), d, rule, gram.proj, deficient_first=deficient_first
         )
         full = torch.from_numpy(full_np)
         exact = torch.zeros_like(full)
+        left = torch.zeros_like(full)
         rest = torch.from_numpy(~decided).nonzero().squeeze(-1)
         if rest.numel():
             rs = sub[rest]
-            dec = decide_full_rank(gram.sub(rs), lambda j: gram.rows(rs[j]), k, d, rule, delta=1e-6)
-            full[rest], exact[rest] = dec.full, dec.exact
-        return sub, Decision(full, exact)
+            dec = decide_full_rank(gram.sub(rs), lambda j: gram.rows(rs[j]), k, d, rule, delta=1e-6, what="the draw")
+            full[rest], exact[rest], left[rest] = dec.full, dec.exact, dec.left_open()
+        return sub, Decision(full, exact, left)
 
     draws = Draws(gram.T, k, samples, seed, True, gram.device)
     for sub, dec in decided_in_order(decide, draws, workers, per_call, entries is not None, progress):
-        # the decisions to the host once a group (two small copies), whatever the device: the tally reads them there
-        dec = Decision(dec.full.cpu(), dec.exact.cpu())
+        # the decisions to the host once a group (small copies), whatever the device: the tally reads them there
+        dec = Decision(dec.full.cpu(), dec.exact.cpu(), dec.left_open().cpu())
         seen[0] += int(sub.shape[0])
-        seen[1] += int((~dec.full).sum())
+        seen[1] += int((~dec.full & ~dec.left_open()).sum())
         yield sub, dec
 
 
@@ -145,9 +157,18 @@ def draw_decisions(
         InputError: when ``X`` is not a finite numeric T x d matrix, ``k`` is not a whole number from 1 to T,
             ``samples`` is not a whole number of at least 1, ``device`` is unknown, or ``rule``'s tolerance
             is at least 1 at d columns.
+        ArithmeticError: (``numerics.checked.NumericalFailure``) when a draw's decision cannot be computed (no
+            LAPACK route gives usable singular values): a yes or no cannot say undecided.
     """
     gram, rule = draws_gram(X, rule, device, (param("k"), k), samples)
-    return joined((sub, dec.full) for sub, dec in _decided_draws(gram, k, samples, seed, rule))
+
+    def decided():
+        for sub, dec in _decided_draws(gram, k, samples, seed, rule):
+            if bool(dec.left_open().any()):
+                raise NumericalFailure(f"singular values of a {k} x {gram.d} float64 draw", ("gesdd", "gesvd", "gejsv"))
+            yield sub, dec.full
+
+    return joined(decided())
 
 
 def draws_gram(
@@ -181,13 +202,19 @@ def joined(pairs) -> tuple[torch.Tensor, torch.Tensor]:
 class _Tally:
     """What the draws of one test showed."""
 
-    drawn: int = 0
+    drawn: int = 0  # draws made, undecided ones included
     satisfied: int = 0
+    undecided: int = 0  # draws whose decision no LAPACK route could compute
     rechecks: int = 0
     histogram: dict[int, int] = field(default_factory=dict)  # rank -> count over the dependent draws examined
     histogram_draws: int = 0
-    first_dependent: list[int] | None = None
+    dependent: list[list[int]] = field(default_factory=list)  # the first dependent draws: witness candidates
     stopped: bool = False
+
+    @property
+    def decided(self) -> int:
+        """The draws decided (independent or dependent): the fraction's denominator."""
+        return self.drawn - self.undecided
 
 
 def _tally(
@@ -207,26 +234,36 @@ def _tally(
     t = _Tally()
     for sub, dec in _decided_draws(gram, k, samples, seed, rule, progress):  # decisions on the host
         stop = False
+        left = dec.left_open()
         if max_fail is not None:  # stop after the block where the dependent draws first exceed max_fail
-            fails = torch.cumsum((~dec.full).long(), 0) + (t.drawn - t.satisfied)
+            fails = torch.cumsum((~dec.full & ~left).long(), 0) + (t.decided - t.satisfied)
             over = (fails > max_fail).nonzero()
             if over.numel():
                 cut = ((t.drawn + int(over[0])) // DRAW_BLOCK + 1) * DRAW_BLOCK - t.drawn
-                sub, dec, stop = sub[:cut], Decision(dec.full[:cut], dec.exact[:cut]), True
+                sub, dec, stop = sub[:cut], Decision(dec.full[:cut], dec.exact[:cut], left[:cut]), True
+                left = left[:cut]
         t.drawn += int(sub.shape[0])
         t.satisfied += int(dec.full.sum())
+        t.undecided += int(left.sum())
         t.rechecks += int(dec.exact.sum())
-        bad = (~dec.full).nonzero().squeeze(-1)
-        if t.first_dependent is None and bad.numel():
-            t.first_dependent = sub[int(bad[0])].cpu().tolist()
+        bad = (~dec.full & ~left).nonzero().squeeze(-1)  # the dependent draws (an undecided one is not)
+        for i in bad[: max(0, WITNESS_DRAWS - len(t.dependent))].tolist():
+            t.dependent.append(sub[i].cpu().tolist())
         room = histogram_limit - t.histogram_draws
         if room > 0 and bad.numel():
             sel = bad[:room].to(sub.device)
             for part in sel.split(64):
-                ranks = gram_rank(gram.sub(sub[part]), lambda j, part=part, sub=sub: gram.rows(sub[part[j]]), d, rule)
+                ranks = gram_rank(
+                    gram.sub(sub[part]),
+                    lambda j, part=part, sub=sub: gram.rows(sub[part[j]]),
+                    d,
+                    rule,
+                    left="its rank is left out of the histogram",
+                )
                 for r in ranks.tolist():
-                    t.histogram[int(r)] = t.histogram.get(int(r), 0) + 1
-            t.histogram_draws += int(sel.numel())
+                    if r >= 0:
+                        t.histogram[int(r)] = t.histogram.get(int(r), 0) + 1
+                        t.histogram_draws += 1
         if stop:
             t.stopped = t.drawn < samples
             break
@@ -234,7 +271,24 @@ def _tally(
 
 
 def _reason(t: _Tally, k: int, threshold: float, witness: Witness | None, planned: int, max_fail: int) -> str:
-    n, ok = t.drawn, t.satisfied
+    reason = _decided_reason(t, k, threshold, witness, planned, max_fail)
+    if t.undecided:
+        reason += (
+            f"; {t.undecided} of {t.drawn} draws left undecided (no LAPACK route gave usable singular values) "
+            "and not counted"
+        )
+    if witness is None and t.dependent and t.satisfied < t.decided:
+        reason += (
+            "; no dependent draw could be proven (no LAPACK route gave usable singular values), "
+            "so the exact status is undecided"
+        )
+    return reason
+
+
+def _decided_reason(t: _Tally, k: int, threshold: float, witness: Witness | None, planned: int, max_fail: int) -> str:
+    n, ok = t.decided, t.satisfied
+    if n == 0:
+        return f"none of the {t.drawn} draws of {rows_phrase(k)} could be decided, so there is no estimate"
     if ok / n >= threshold and witness is None:
         return (
             f"all {n} draws of {rows_phrase(k)} were independent"
@@ -320,7 +374,10 @@ def _without_sampling(X, unit: Unit, k: int, stats: SetStats, base: dict, first_
         return _proved_failure(reason, "set-rank", base, set_rank_ceiling=ceil_k, witness=found)
     if k == T:  # one subset only: decide it exactly, no sampling
         with phases.phase("witness"):
-            whole = witness.prove(unit, range(T))
+            try:
+                whole = witness.prove(unit, range(T))
+            except NumericalFailure:
+                return _whole_set_undecided(base, ceil_k)
             ok = whole is None
             found = witness.shrink(unit, range(T), proven=whole) if not ok else None
         return SubsetTest(
@@ -342,6 +399,27 @@ def _without_sampling(X, unit: Unit, k: int, stats: SetStats, base: dict, first_
             **base,
         )
     return None
+
+
+def _whole_set_undecided(base: dict, ceiling: int) -> SubsetTest:
+    """k = T, and the whole set's decision cannot be computed (no LAPACK route gives its singular values): the one
+    subset is undecided, and so is everything else."""
+    T = base["T"]
+    return SubsetTest(
+        samples=0,
+        satisfied=0,
+        fraction=0.0,
+        ci_low=0.0,
+        ci_high=1.0,
+        verdict="unavailable",
+        reason=f"k = T = {T}: the only subset is the whole set, whose decision could not be computed (no LAPACK "
+        "route gave usable singular values), so it is left undecided" + _whole_set_note(base["check"], T, T, base["d"]),
+        sampled=False,
+        set_rank_ceiling=ceiling,
+        scope="whole-set",
+        undecided_draws=1,
+        **base,
+    )
 
 
 def _base(shape: tuple[int, int], k: int, run: Sampling, rule: RankRule, check: str, title: str | None) -> dict:
@@ -447,17 +525,18 @@ def _sampled(
     k, threshold = base["k"], base["threshold"]
     if t.satisfied:
         t.histogram[k] = t.histogram.get(k, 0) + t.satisfied
-    lo, hi = clopper_pearson(t.satisfied, t.drawn)
+    n = t.decided  # an undecided draw is neither independent nor dependent: not counted
+    lo, hi = clopper_pearson(t.satisfied, n) if n else (0.0, 1.0)
     with phases.phase("witness"):
-        found = witness.shrink(unit, t.first_dependent) if t.first_dependent is not None else None
-    frac = t.satisfied / t.drawn
+        found = _first_proven(unit, t.dependent)
+    frac = t.satisfied / n if n else 0.0
     return SubsetTest(
-        samples=t.drawn,
+        samples=n,
         satisfied=t.satisfied,
         fraction=frac,
         ci_low=lo,
         ci_high=hi,
-        verdict="holds" if frac >= threshold else "fails",
+        verdict=("holds" if frac >= threshold else "fails") if n else "unavailable",
         reason=_reason(t, k, threshold, found, samples, max_fail),
         witness=found,
         exact_status="fails" if found is not None else "undecided",
@@ -469,5 +548,17 @@ def _sampled(
         set_rank_ceiling=ceiling,
         planned_samples=samples if t.stopped else None,
         gram=route,
+        undecided_draws=t.undecided,
         **base,
     )
+
+
+def _first_proven(unit: Unit, dependent: list[list[int]]) -> Witness | None:
+    """A witness shrunk from the first of the ``dependent`` draws that LAPACK can prove, or None: a draw whose
+    singular values no route gives is not a proof, and the next is tried."""
+    for draw in dependent:
+        try:
+            return witness.shrink(unit, draw)
+        except NumericalFailure:
+            continue
+    return None

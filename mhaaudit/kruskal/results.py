@@ -314,6 +314,8 @@ class SubsetTest(ResultTable):
     # the whole set's rank at the smallest tolerance a k-subset can have (SetStats.ceiling): no k-subset exceeds it
     set_rank_ceiling: int | None = None
     planned_samples: int | None = None  # draws asked for, when sampling stopped early
+    # draws made whose decision no LAPACK route could compute: neither independent nor dependent, not in samples
+    undecided_draws: int = 0
     gram: str | None = None  # how each draw's Gram was had: "full" (read from T x T) | "per-draw" (from the rows in
     # memory) | "mmap" (from the rows of a memory-mapped file)
     title: str = ""  # how a report names the test ("Kruskal test", "Assumption 1"); empty: the check's name
@@ -426,6 +428,8 @@ class Sweep(ResultTable):
     kmax_sampled: int
     raw_estimate: int = 0  # before capping at the certified ceiling
     gram: str | None = None  # "full" | "per-draw" | "mmap" (see SubsetTest.gram); None when nothing was sampled
+    # draws made whose k* no LAPACK route could compute: left out of samples and of every fraction
+    undecided_draws: int = 0
 
     def exact_at(self, k: int) -> tuple[str, str]:
         """``(exact_status, exact_basis)`` of "every k rows are independent": fails above the
@@ -471,6 +475,7 @@ class Sweep(ResultTable):
             "witness": self.witness.as_dict() if self.witness else None,
             "exact_rechecks": self.exact_rechecks,
             "gram": self.gram,
+            "undecided_draws": self.undecided_draws,
         }
 
     def table_records(self) -> list[dict]:

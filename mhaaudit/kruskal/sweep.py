@@ -8,7 +8,9 @@ apart: the ceiling (a dependent subset found, ``shrink_witness``, or the rank of
 and the floor (``babel_floor``). Every k* is decided exactly (``numerics``: each leading-block
 decision equals ``torch.linalg.matrix_rank`` on the same float64 rows), on the CPU with
 ``lapack.SweepKernel``, elsewhere with the batched certificates below, on the data divided by an
-exact power of two (``numerics.scale``), so the data's scale never changes a fraction.
+exact power of two (``numerics.scale``), so the data's scale never changes a fraction. A draw
+whose k* cannot be computed (a leading block's decision that no LAPACK route can give) is left
+out of the fractions and counted as undecided (``Sweep.undecided_draws``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ..numerics import (
     tf32_is_off,
     with_numerics,
 )
+from ..numerics.checked import NumericalFailure
 from ..numerics.stream import unit_of
 from ..request import build_request, keyword_conveniences
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, device_name
@@ -91,8 +94,9 @@ def _first_failure(G: torch.Tensor, idx: torch.Tensor, M: int, shift: torch.Tens
 def _critical_sizes(
     G: torch.Tensor, p: torch.Tensor, rows_fn, d: int, rule: RankRule, rounds: int = 4, delta: float = 1e-6
 ):
-    """For each draw, k* = the largest k whose leading k rows are independent (0 if none), and
-    how many sizes needed an exact decision. The batched form of ``lapack.SweepKernel``.
+    """For each draw, k* = the largest k whose leading k rows are independent (0 if none; -1 when a
+    decision it needs cannot be computed), and how many sizes needed an exact decision. The batched
+    form of ``lapack.SweepKernel``.
 
     Leading blocks are nested and independence is monotone in k, so one batched factorisation
     per shift tests every k of every draw at once (a Cholesky of ``G - s I`` fails at the first
@@ -132,10 +136,14 @@ def _critical_sizes(
             break
         mid = (lo[open_] + hi[open_] + 1) // 2
         M = int(mid.max())
-        dec = decide_prefix_full_rank(G[open_, :M, :M], mid, lambda b, m, o=open_: rows_fn(o[b : b + 1], m)[0], d, rule)
+        dec = decide_prefix_full_rank(
+            G[open_, :M, :M], mid, lambda b, m, o=open_: rows_fn(o[b : b + 1], m)[0], d, rule, what="the draw"
+        )
         rechecks += dec.exact.sum()
         lo[open_] = torch.where(dec.full, mid, lo[open_])
         hi[open_] = torch.where(dec.full, hi[open_], mid - 1)
+        left = open_[dec.left_open()]  # a block no LAPACK route decides: the draw's k* is unknown (-1)
+        lo[left], hi[left] = -1, -1
     return lo, int(rechecks)
 
 
@@ -182,22 +190,37 @@ def draw_critical_sizes(
 
     Raises:
         InputError: as :func:`~.fixed.draw_decisions`, for ``K`` in place of ``k``.
+        ArithmeticError: (``numerics.checked.NumericalFailure``) when a draw's k* cannot be computed (no LAPACK
+            route gives usable singular values for a decision it needs).
     """
     gram, rule = draws_gram(X, rule, device, (param("K"), K), samples)
-    return joined((idx, kstar) for idx, kstar, _ in _critical_sizes_of_draws(gram, K, samples, seed, rule, None))
+
+    def decided():
+        for idx, kstar, _ in _critical_sizes_of_draws(gram, K, samples, seed, rule, None):
+            if bool((kstar < 0).any()):
+                raise NumericalFailure(f"singular values of a draw of {K} x {gram.d}", ("gesdd", "gesvd", "gejsv"))
+            yield idx, kstar
+
+    return joined(decided())
 
 
 def _counted(gram: Gram, K: int, samples: int, seed: int, rule: RankRule, progress: Progress | None):
     """What the nested draws showed: how many draws have each k* (``counts[k]``, k = 0 .. K + 1), the
-    exact decisions they needed, and the smallest dependent prefix drawn as (size, indices), or None."""
-    counts, rechecks, smallest = torch.zeros(K + 2, dtype=torch.long), 0, None
+    exact decisions they needed, the smallest dependent prefix drawn as (size, indices), or None, and
+    how many draws' k* could not be computed (left out of the counts)."""
+    counts, rechecks, smallest, undecided = torch.zeros(K + 2, dtype=torch.long), 0, None, 0
     for idx, kstar, rc in _critical_sizes_of_draws(gram, K, samples, seed, rule, progress):
         rechecks += rc
+        known = kstar >= 0
+        undecided += int((~known).sum())
+        idx, kstar = idx[known.to(idx.device)], kstar[known]
+        if kstar.numel() == 0:
+            continue
         counts += torch.bincount(kstar, minlength=K + 2)[: K + 2]
         small = int(kstar.min())
         if small < K and (smallest is None or small + 1 < smallest[0]):
             smallest = (small + 1, idx[int(kstar.argmin()), : small + 1].cpu().tolist())
-    return counts, rechecks, smallest
+    return counts, rechecks, smallest, undecided
 
 
 def _fractions(counts: torch.Tensor, K: int, K_all: int, samples: int):
@@ -206,8 +229,8 @@ def _fractions(counts: torch.Tensor, K: int, K_all: int, samples: int):
     fr, lo_l, hi_l = [], [], []
     for k in range(1, K_all + 1):
         s = int(ge[k]) if k <= K else 0
-        fr.append(s / samples if K else 0.0)
-        lo, hi = clopper_pearson(s, samples) if k <= K else (0.0, 0.0)
+        fr.append(s / samples if K and samples else 0.0)
+        lo, hi = (clopper_pearson(s, samples) if samples else (0.0, 1.0)) if k <= K else (0.0, 0.0)
         lo_l.append(lo)
         hi_l.append(hi)
     return tuple(fr), tuple(lo_l), tuple(hi_l)
@@ -290,15 +313,18 @@ def kruskal_sweep(
     K_all = min(T, d) if kmax is None else max(1, min(T, d, kmax))
     rule, stats = fixed_rule(X, rule, stats)  # the per-matrix rule, and the set's ceilings
     K = max((k for k in range(1, K_all + 1) if stats.ceiling(k, rule) >= k), default=0)
-    counts, rechecks, smallest, gram = torch.zeros(K + 2, dtype=torch.long), 0, None, None
+    counts, rechecks, smallest, gram, undecided = torch.zeros(K + 2, dtype=torch.long), 0, None, None, 0
     if K > 0:
         unit, _ = unit_of(rows_of(X), rule)  # rescaled by an exact power of two, gathered per draw
         gram = Gram(unit, dev)
-        counts, rechecks, smallest = _counted(gram, K, samples, seed, unit.rule, progress)
-    fractions, ci_low, ci_high = _fractions(counts, K, K_all, samples)
+        counts, rechecks, smallest, undecided = _counted(gram, K, samples, seed, unit.rule, progress)
+    fractions, ci_low, ci_high = _fractions(counts, K, K_all, samples - undecided)
     raw_estimate = max((k for k, f in enumerate(fractions, 1) if f >= threshold), default=0)
     with phases.phase("witness"):
-        witness = shrink_witness(X, smallest[1], rule) if smallest else None
+        try:
+            witness = shrink_witness(X, smallest[1], rule) if smallest else None
+        except NumericalFailure:  # the dependent prefix cannot be proven: not a witness
+            witness = None
         if witness is None and K < min(T, d):  # every K + 1 rows are dependent: show how
             unit, sc = unit_of(rows_of(X), rule)
             witness = witnesses.set_witness(unit, K + 1, sc.first_zero, hint=stats.rank)
@@ -308,7 +334,7 @@ def kruskal_sweep(
     return Sweep(
         T=T,
         d=d,
-        samples=samples,
+        samples=samples - undecided,
         threshold=threshold,
         seed=seed,
         rule=rule,
@@ -325,4 +351,5 @@ def kruskal_sweep(
         kmax_sampled=K,
         raw_estimate=raw_estimate,
         gram=gram.route if gram else None,
+        undecided_draws=undecided,
     )

@@ -21,8 +21,10 @@ T x d set:
   rows, hashing each), or ``shrink`` of the first k rows.
 
 Every candidate is decided under the exact rule, so the result is always a proof; the heuristics
-only choose what to prove. The singular values and tolerance a witness keeps are in the data's
-own units.
+only choose what to prove. A candidate whose SVD no LAPACK route can give (``numerics.checked``)
+is not a proof: the search moves on to the next one, and ``prove`` and ``shrink`` raise
+``NumericalFailure`` only when the rows asked for themselves cannot be proven. The singular values
+and tolerance a witness keeps are in the data's own units.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from ..numerics import RankRule, exponent_of, ldexp, subnormals_kept, svd_rank
+from ..numerics import RankRule, exponent_of, ldexp, subnormals_kept, svd_rank_where_usable
+from ..numerics.checked import NumericalFailure
 from ..numerics.stream import Unit, chunk_rows
 from ..numerics.threads import intra_op_threads
 from .results import Witness
@@ -58,16 +61,29 @@ class _Budget:
 
 
 def prove(unit: Unit, idx: Sequence[int]) -> Witness | None:
-    """A Witness (in the data's units) when the rows ``idx`` are dependent under the rule, else None."""
+    """A Witness (in the data's units) when the rows ``idx`` are dependent under the rule, else None.
+
+    Raises:
+        NumericalFailure: when no LAPACK route gives usable singular values for the rows (nothing is proven).
+    """
     idx = [int(i) for i in idx]
-    rank, _, _, tol, s = svd_rank(unit.rows(idx), unit.rule)
+    (rank, _, _, tol, s), usable = svd_rank_where_usable(unit.rows(idx), unit.rule, "not a proof")
+    if not bool(usable):
+        raise NumericalFailure(f"singular values of {len(idx)} x {unit.shape[1]} rows", ("gesdd", "gesvd", "gejsv"))
     if int(rank) >= len(idx):
         return None
     return Witness(tuple(idx), tuple(float(v) for v in unit.to_data(s).cpu()), float(unit.to_data(tol)), int(rank))
 
 
 def _prove_within(unit: Unit, idx: Sequence[int], budget: _Budget) -> Witness | None:
-    return prove(unit, sorted(int(i) for i in idx)) if budget.take() else None
+    """:func:`prove` of the rows ``idx`` within ``budget``; None when none is left, or when LAPACK cannot give
+    their singular values (not a proof: the search moves on)."""
+    if not budget.take():
+        return None
+    try:
+        return prove(unit, sorted(int(i) for i in idx))
+    except NumericalFailure:
+        return None
 
 
 def _first_equal_pair(rows: torch.Tensor) -> tuple[int, int] | None:
@@ -219,6 +235,8 @@ def shrink(
 
     Raises:
         ValueError: when the rows ``indices`` are not dependent under the rule.
+        NumericalFailure: when nothing smaller is proven and no LAPACK route gives usable singular values for the
+            rows ``indices`` themselves (nothing is proven).
     """
     budget = budget or _Budget()
     if proven is None:
@@ -341,5 +359,5 @@ def set_witness(unit: Unit, k: int, first_zero: int | None = None, hint: int | N
             return w
     try:
         return shrink(unit, range(min(k, unit.shape[0])), budget=budget, hint=hint)
-    except ValueError:
+    except (ValueError, NumericalFailure):
         return None

@@ -31,6 +31,7 @@ from .certificates import (
     lambda_max_bounds,
     rounding_margin,
     svd_rank,
+    svd_rank_where_usable,
 )
 from .convert import FLOAT8_DTYPES, to_float64
 from .pow2 import exponent_of, ldexp
@@ -59,6 +60,7 @@ __all__ = [
     "scaled",
     "subnormals_kept",
     "svd_rank",
+    "svd_rank_where_usable",
     "tf32_is_off",
     "tf32_off",
     "to_float64",

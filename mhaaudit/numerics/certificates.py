@@ -45,6 +45,7 @@ __all__ = [
     "lambda_max_bounds",
     "rounding_margin",
     "svd_rank",
+    "svd_rank_where_usable",
 ]
 
 EPS64 = float(torch.finfo(torch.float64).eps)
@@ -77,6 +78,33 @@ def svd_rank(rows: torch.Tensor, rule: RankRule):
         InputError: when ``rows`` has fewer than 2 dimensions or holds NaN or infinite values.
         ArithmeticError: (``numerics.checked.NumericalFailure``) when no LAPACK route gives usable singular values.
     """
+    return _svd_rank(rows, rule, None)
+
+
+def svd_rank_where_usable(rows: torch.Tensor, rule: RankRule, left: str = "left undecided"):
+    """:func:`svd_rank`, and a mask (``rows.shape[:-2]``, on the device of ``rows``) of the matrices some LAPACK
+    route gave usable singular values for; where none did, the rank is -1 and the other values are not to be
+    read, and the one line on stderr that says so ends with ``left`` (``numerics.checked.svdvals_where_usable``).
+
+    Returns:
+        ``((rank, sigma_min, sigma_max, tol, singular_values), usable)``.
+
+    Raises:
+        InputError: when ``rows`` has fewer than 2 dimensions or holds NaN or infinite values.
+    """
+    usable: list[torch.Tensor] = []
+    out = _svd_rank(rows, rule, (left, usable))
+    ok = usable[0].to(rows.device)
+    return (torch.where(ok, out[0], torch.full_like(out[0], -1)), *out[1:]), ok
+
+
+def _svd_rank(rows: torch.Tensor, rule: RankRule, lenient: tuple[str, list] | None):
+    """:func:`svd_rank`; with ``lenient`` (what the line says, a list given the mask of usable matrices) no
+    failure raises.
+
+    Raises:
+        InputError: when ``rows`` has fewer than 2 dimensions or holds NaN or infinite values.
+    """
     if rows.ndim < 2:
         raise InputError(f"svd_rank takes (..., m, c) matrices, got shape {tuple(rows.shape)}")
     if rows.is_floating_point() and not bool(torch.isfinite(rows).all()):
@@ -85,7 +113,11 @@ def svd_rank(rows: torch.Tensor, rule: RankRule):
     x = rows.to(device="cpu", dtype=torch.float64)
     m, c = x.shape[-2], x.shape[-1]
     e = exponent_of(x, dims=(-2, -1))
-    s = checked.svdvals(ldexp(x, -e[..., None, None]))
+    if lenient is None:
+        s = checked.svdvals(ldexp(x, -e[..., None, None]))
+    else:
+        s, usable = checked.svdvals_where_usable(ldexp(x, -e[..., None, None]), lenient[0])
+        lenient[1].append(usable)
     smax = s[..., 0] if s.shape[-1] else torch.zeros(s.shape[:-1], dtype=s.dtype)
     atol = ldexp(torch.full_like(smax, rule.atol_value), -e)
     tol = torch.maximum(smax * rule.rtol_for(m, c), atol)
@@ -102,13 +134,18 @@ def eigvalsh(G: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return checked.eigvalsh_where_usable(G)
 
 
-def gram_rank(G: torch.Tensor, rows_fn, d: int, rule: RankRule) -> torch.Tensor:
+def gram_rank(G: torch.Tensor, rows_fn, d: int, rule: RankRule, left: str | None = None) -> torch.Tensor:
     """Numerical rank of k x d row subsets from their k x k float64 Gram matrices.
 
     Eigenvalues of G are the squared singular values of the rows, accurate to a rounding error
     we bound; a subset with an eigenvalue within that error of the tolerance is recomputed with
     the SVD, so the result equals ``svd_rank`` on the rows. So is a Gram matrix too small to
-    trust (``TINY_GRAM``).
+    trust (``TINY_GRAM``). With ``left`` (what the caller does with such a subset, in the one
+    line on stderr), a subset whose SVD no LAPACK route can give has rank -1 instead of raising.
+
+    Raises:
+        ArithmeticError: (``numerics.checked.NumericalFailure``) without ``left``, when no LAPACK route gives
+            usable singular values for a subset the SVD decides.
     """
     k = G.shape[-1]
     lam, usable = eigvalsh(G)
@@ -123,7 +160,10 @@ def gram_rank(G: torch.Tensor, rows_fn, d: int, rule: RankRule) -> torch.Tensor:
     if bool(ambiguous.any()):
         idx = ambiguous.nonzero().squeeze(-1)
         for chunk in idx.split(64):
-            rank[chunk], *_ = svd_rank(rows_fn(chunk), rule)
+            if left is None:
+                rank[chunk], *_ = svd_rank(rows_fn(chunk), rule)
+            else:
+                (rank[chunk], *_), _ = svd_rank_where_usable(rows_fn(chunk), rule, left)
     return rank
 
 
@@ -194,11 +234,19 @@ def cholesky_margins(k, d: int, trace, maxdiag):
 
 @dataclass
 class Decision:
-    """What :func:`decide_full_rank` decided for each subset of the batch: ``full`` (rank k under the rule) and
-    ``exact`` (decided from eigenvalues or by SVD, not by a Cholesky certificate). Constructing checks nothing."""
+    """What :func:`decide_full_rank` decided for each subset of the batch: ``full`` (rank k under the rule),
+    ``exact`` (decided from eigenvalues or by SVD, not by a Cholesky certificate) and ``undecided`` (no LAPACK
+    route gave usable singular values: neither full nor deficient). Constructing checks nothing."""
 
     full: torch.Tensor  # bool (B,)
     exact: torch.Tensor  # bool (B,): decided from eigenvalues or by SVD, not by the Cholesky certificates
+    # bool (B,): no LAPACK route gave usable singular values, so nothing is decided (full is False there);
+    # None: every subset decided
+    undecided: torch.Tensor | None = None
+
+    def left_open(self) -> torch.Tensor:
+        """The subsets left undecided (bool (B,), on the device of ``full``): none when ``undecided`` is None."""
+        return torch.zeros_like(self.full) if self.undecided is None else self.undecided.to(self.full.device)
 
 
 class _CholeskyCertificates:
@@ -284,6 +332,7 @@ def decide_full_rank(
     delta: float = 1e-3,
     deficient_first: bool = False,
     lam_lo: torch.Tensor | None = None,
+    what: str = "the subset",
 ) -> Decision:
     """Is each of a batch of k-row subsets of full rank k under ``rule``?
 
@@ -294,12 +343,14 @@ def decide_full_rank(
     decisions do not depend on the order. ``lam_lo`` (optional, ``(B,)``) are known lower bounds
     on each lambda_max (e.g. from projections on the top direction of the whole set): they
     sharpen the certificate of dependence. A Gram matrix below ``TINY_GRAM`` goes to the SVD.
+    A subset whose SVD no LAPACK route can give is left undecided (``Decision.undecided``; one line
+    on stderr with the call's size says so, ending "``what`` left undecided").
     """
     B = G.shape[0]
     dev = G.device
     exact = torch.zeros(B, dtype=torch.bool, device=dev)
     if B == 0:
-        return Decision(torch.zeros(B, dtype=torch.bool, device=dev), exact)
+        return Decision(torch.zeros(B, dtype=torch.bool, device=dev), exact, exact.clone())
     certificates = _CholeskyCertificates(G, k, d, rule, delta, lam_lo)
     certificates.run(deficient_first)
     full, undecided = certificates.full, certificates.undecided
@@ -316,17 +367,20 @@ def decide_full_rank(
         exact[idx[clear]] = True
         undecided[idx[clear]] = False
     undecided |= certificates.tiny
+    left = torch.zeros(B, dtype=torch.bool, device=dev)
     if bool(undecided.any()):
         idx = undecided.nonzero().squeeze(-1)
         for chunk in idx.split(64):
-            rank, *_ = svd_rank(rows_fn(chunk), rule)
-            full[chunk] = rank == k
-            exact[chunk] = True
-    return Decision(full, exact)
+            (rank, *_), usable = svd_rank_where_usable(rows_fn(chunk), rule, f"{what} left undecided")
+            usable = usable.to(dev)
+            full[chunk] = (rank.to(dev) == k) & usable
+            exact[chunk] = usable
+            left[chunk] = ~usable
+    return Decision(full, exact, left)
 
 
 def decide_prefix_full_rank(
-    G: torch.Tensor, ks: torch.Tensor, rows_fn, d: int, rule: RankRule, delta: float = 1e-3
+    G: torch.Tensor, ks: torch.Tensor, rows_fn, d: int, rule: RankRule, delta: float = 1e-3, what: str = "the subset"
 ) -> Decision:
     """``decide_full_rank`` for the leading ``ks[b] x ks[b]`` block of each ``G[b]`` at once.
 
@@ -339,8 +393,9 @@ def decide_prefix_full_rank(
     ks = ks.to(dev)
     full = torch.zeros(B, dtype=torch.bool, device=dev)
     exact = torch.zeros(B, dtype=torch.bool, device=dev)
+    open_ = torch.zeros(B, dtype=torch.bool, device=dev)  # no LAPACK route decided it
     if B == 0:
-        return Decision(full, exact)
+        return Decision(full, exact, open_)
     pad = torch.arange(M, device=dev)[None, :] >= ks[:, None]  # (B, M)
     Gm = G.masked_fill(pad[:, :, None] | pad[:, None, :], 0.0)
     lo, hi = lambda_max_bounds(Gm)
@@ -380,7 +435,13 @@ def decide_prefix_full_rank(
         for k in torch.unique(left_ks).tolist():
             bs = left[left_ks == k]
             sub = decide_full_rank(
-                G[bs, :k, :k], lambda j, bs=bs, k=k: torch.stack([rows_fn(int(b), k) for b in bs[j]]), k, d, rule, delta
+                G[bs, :k, :k],
+                lambda j, bs=bs, k=k: torch.stack([rows_fn(int(b), k) for b in bs[j]]),
+                k,
+                d,
+                rule,
+                delta,
+                what=what,
             )
-            full[bs], exact[bs] = sub.full, sub.exact
-    return Decision(full, exact)
+            full[bs], exact[bs], open_[bs] = sub.full, sub.exact, sub.left_open()
+    return Decision(full, exact, open_)

@@ -12,7 +12,9 @@ that no matrix with these entries can have. Nothing here trusts a result it has 
   backward-stable SVD makes and far below what a failed one returns). A matrix that fails is
   recomputed by the next route: torch's (``gesdd``), then SciPy's ``gesvd`` (another library,
   another driver, LAPACK's ``info`` checked), then SciPy's Jacobi ``gejsv`` (``info`` checked).
-  When no route gives usable values, :class:`NumericalFailure` names the call and its size.
+  When no route gives usable values, :class:`NumericalFailure` names the call and its size;
+  ``svdvals_where_usable`` returns a mask instead, for callers that leave such a matrix undecided
+  (a Monte-Carlo draw counted as undecided, a witness candidate that is not a proof).
 * ``eigvalsh``: the eigenvalues of symmetric ``(..., n, n)`` float64 matrices, ascending, checked
   the same way (finite, in order, within the Frobenius norm, the largest no smaller than the
   largest diagonal entry, summing to the trace), with NumPy's, torch's and SciPy's ``syevr`` as
@@ -42,6 +44,7 @@ __all__ = [
     "eigvalsh_where_usable",
     "recomputations",
     "svdvals",
+    "svdvals_where_usable",
     "usable_eigenvalues",
     "usable_singular_values",
 ]
@@ -219,6 +222,26 @@ def svdvals(x: torch.Tensor) -> torch.Tensor:
     Raises:
         NumericalFailure: when no route gives usable values for some matrix.
     """
+    s, usable = _svdvals(x, "no route left")
+    if not bool(usable.all()):
+        raise NumericalFailure(
+            f"singular values of a {' x '.join(map(str, x.shape[-2:]))} float64 matrix",
+            tuple(name for name, _ in _SVD_ROUTES),
+        )
+    return s
+
+
+def svdvals_where_usable(x: torch.Tensor, left: str = "left undecided") -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`svdvals`, and a mask (``x.shape[:-2]``, on the CPU) of the matrices whose values are usable: where
+    no route gives usable values the mask is False (the values there are zeros, not to be read), and the one
+    line on stderr ends with ``left`` (what the caller does with such a matrix: ``"left undecided"``)."""
+    s, usable = _svdvals(x, f"no route left; {left}")
+    return s, usable.reshape(x.shape[:-2])
+
+
+def _svdvals(x: torch.Tensor, last: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Singular values of the matrices ``x`` and a flat mask of those some route gave usable values for;
+    ``last``: what the line says when none did."""
     shape = tuple(x.shape)
     B = max(1, math.prod(shape[:-2]))
     flat = x.reshape(B, *shape[-2:])
@@ -229,19 +252,22 @@ def svdvals(x: torch.Tensor) -> torch.Tensor:
     except RuntimeError as exc:  # torch raises on a LAPACK error it sees (convergence)
         s = torch.zeros(B, min(shape[-2:]), dtype=torch.float64, device=x.device)
         ok, why = torch.zeros(B, dtype=torch.bool), [f"raised: {' '.join(str(exc).split())[:80]}"] * B
+    usable = torch.ones(B, dtype=torch.bool)
     if not bool(ok.all()):
         s = s.clone()
         for i in (~ok).nonzero().reshape(-1).tolist():
-            s[i] = _recompute(flat[i], first_name, why[i], shape).to(s.device)
-    return s.reshape(*shape[:-2], -1)
+            got = _recompute(flat[i], first_name, why[i], shape, last)
+            if got is None:
+                s[i] = 0
+                usable[i] = False
+            else:
+                s[i] = got.to(s.device)
+    return s.reshape(*shape[:-2], -1), usable
 
 
-def _recompute(a: torch.Tensor, failed: str, why: str, shape: tuple[int, ...]) -> torch.Tensor:
-    """One matrix's singular values by the routes after ``failed`` (which gave values unusable for ``why``).
-
-    Raises:
-        NumericalFailure: when no route gives usable values.
-    """
+def _recompute(a: torch.Tensor, failed: str, why: str, shape: tuple[int, ...], last: str) -> torch.Tensor | None:
+    """One matrix's singular values by the routes after ``failed`` (which gave values unusable for ``why``);
+    None when no route gives usable values (the line then ends with ``last``)."""
     tried = [failed]
     for name, route in _SVD_ROUTES[1:]:
         try:
@@ -255,8 +281,8 @@ def _recompute(a: torch.Tensor, failed: str, why: str, shape: tuple[int, ...]) -
         _say(tried[-1], shape, why, f"trying {name}")
         tried.append(name)
         why = why_now[0]
-    _say(tried[-1], shape, why, "no route left")
-    raise NumericalFailure(f"singular values of a {' x '.join(map(str, shape[-2:]))} float64 matrix", tuple(tried))
+    _say(tried[-1], shape, why, last)
+    return None
 
 
 def _numpy_eigvalsh(G: torch.Tensor) -> torch.Tensor:

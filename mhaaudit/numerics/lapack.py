@@ -352,7 +352,8 @@ class SweepKernel:
         self.guess = K
 
     def draws(self, subs: np.ndarray) -> tuple[np.ndarray, int]:
-        """k* for each row of ``subs`` (B, K), and how many sizes needed an exact decision."""
+        """k* for each row of ``subs`` (B, K) (-1 where a decision it needs cannot be computed), and how many sizes
+        needed an exact decision."""
         K = self.K
         Gp = np.zeros((K, K))
         W = np.empty((K, K))
@@ -367,7 +368,11 @@ class SweepKernel:
         out = np.empty(subs.shape[0], dtype=np.int64)
         exact = 0
         for b in range(subs.shape[0]):
-            out[b], e = self._one(subs[b], Gp, factor)
+            try:
+                out[b], e = self._one(subs[b], Gp, factor)
+            except _Undecided:  # a decision no LAPACK route could give: the draw's k* is unknown
+                out[b], e = -1, 0
+                continue
             exact += e
             self.hint = min(K, int(out[b] * 1.1) + 8)  # k* of neighbouring draws cluster
         return out, exact
@@ -440,12 +445,29 @@ class SweepKernel:
         return lo, exact
 
     def _decide(self, s: np.ndarray, Gp: np.ndarray, k: int) -> tuple[bool, int]:
+        """Whether the leading k rows of the draw ``s`` are independent, and whether that took an exact decision.
+
+        Raises:
+            _Undecided: when no LAPACK route gives the singular values the decision needs.
+        """
         A = np.tril(Gp[:k, :k])
         A = A + np.tril(A, -1).T
         dec = decide_full_rank(
-            torch.from_numpy(A)[None], lambda j: self.rows_fn(s[:k])[None], k, self.d, self.rule, self.delta
+            torch.from_numpy(A)[None],
+            lambda j: self.rows_fn(s[:k])[None],
+            k,
+            self.d,
+            self.rule,
+            self.delta,
+            what="the draw",
         )
+        if bool(dec.left_open()[0]):
+            raise _Undecided
         return bool(dec.full[0]), int(dec.exact[0])
+
+
+class _Undecided(Exception):
+    """A draw's decision that no LAPACK route could compute: its k* is unknown."""
 
 
 class _Draw:

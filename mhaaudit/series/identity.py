@@ -7,6 +7,11 @@ header and the SHA-256 of its bytes as stored, combined in the order of the name
 tensors give the same digest however they are split into shards. Two checkpoints with equal digests
 give an audit the same numbers, byte for byte: the series reports the later one as identical and
 does not audit it again.
+
+A checkpoint that is not read tensor by tensor (a ``pytorch_model.bin``, a timm checkpoint: loaded
+whole) gets a :func:`file_digest` instead, where its files are on this machine: the SHA-256 of each
+weights file (and config) as stored, by name. Equal files give the same model, so equal digests
+again mean the same numbers; a digest of files never equals one of tensors.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from ..errors import ModelError, one_line
 from ..io import safetensors_header
 from ..models.shards import Checkpoint
 
-__all__ = ["Digest", "tensor_digest"]
+__all__ = ["Digest", "file_digest", "tensor_digest"]
 
 _CHUNK = 8 * 2**20
 
@@ -28,11 +33,12 @@ _CHUNK = 8 * 2**20
 @dataclass(frozen=True)
 class Digest:
     """The SHA-256 of the tensors an audit reads of a checkpoint (``sha256``), how many tensors and
-    bytes it covers."""
+    bytes it covers; ``files`` > 0 for a :func:`file_digest` (whole files, ``tensors`` 0)."""
 
     sha256: str
     tensors: int
     bytes: int
+    files: int = 0
 
 
 def tensor_digest(checkpoint: Checkpoint, keys: Mapping[str, str]) -> Digest:
@@ -84,3 +90,25 @@ def tensor_digest(checkpoint: Checkpoint, keys: Mapping[str, str]) -> Digest:
     for key in sorted(each):
         combined.update(each[key])
     return Digest(combined.hexdigest(), len(each), total)
+
+
+def file_digest(paths: Mapping[str, str], where: str) -> Digest:
+    """The :class:`Digest` of whole files: ``paths`` maps each file's name in the checkpoint to its local path
+    (``where`` names the checkpoint in an error).
+
+    Raises:
+        ModelError: when a file cannot be read.
+    """
+    combined = hashlib.sha256(b"files\0")  # never the digest of tensors
+    total = 0
+    for name in sorted(paths):
+        h = hashlib.sha256()
+        try:
+            with open(paths[name], "rb") as fh:
+                while chunk := fh.read(_CHUNK):
+                    h.update(chunk)
+                    total += len(chunk)
+        except OSError as exc:
+            raise ModelError(f"cannot read {name} of the checkpoint {where}: {one_line(exc, 160)}") from exc
+        combined.update(f"{name}\0".encode() + h.digest())
+    return Digest(combined.hexdigest(), 0, total, len(paths))

@@ -121,9 +121,14 @@ def identical_lines(result) -> list[str]:
     lines = []
     for c in result.identical():
         d = c.digest
+        what = (
+            f"its {d.files} weights and config files ({human_bytes(d.bytes)}) are"
+            if d.files
+            else f"the {d.tensors} tensors the audit reads ({human_bytes(d.bytes)}) are"
+        )
         lines.append(
             escape(
-                f"  {c.checkpoint.label}: the {d.tensors} tensors the audit reads ({human_bytes(d.bytes)}) are "
+                f"  {c.checkpoint.label}: {what} "
                 f"byte-identical to those of {c.identical_to} (SHA-256 {d.sha256[:16]}...): not audited again; its "
                 f"records are those of {c.same_as}"
             )

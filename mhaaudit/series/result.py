@@ -49,8 +49,9 @@ class CheckpointRun:
     """What became of one checkpoint in one run: ``audited`` (``audit`` holds its trained columns'
     audit) or ``identical`` (the tensors it read are byte-identical to those of the checkpoint before
     it, ``identical_to``; not audited again: ``same_as`` names the audited checkpoint whose records
-    it carries). ``digest`` is None for a checkpoint not in safetensors form (read whole: whether it
-    repeats the one before is not decided). ``resumed``: its audit was read back from the results
+    it carries). ``digest`` is that of its weights files for a checkpoint not in safetensors form (read
+    whole), and None when those files are not on this machine (whether it repeats the one before is
+    then not decided). ``resumed``: its audit was read back from the results
     file of an interrupted run."""
 
     checkpoint: CheckpointRef

@@ -11,9 +11,11 @@ For each checkpoint the series gives the records ``check MODEL --weights CHECKPO
   single run reads them, tensor by tensor from safetensors; a checkpoint in another form is loaded
   whole and copied in), so memory holds one checkpoint's model;
 - the data is read, prepared and cleared of exact duplicates once, by the first checkpoint's
-  pass; every later checkpoint is fed the same model inputs (:func:`mhaaudit.pipeline.kept_inputs`);
-- a checkpoint whose tensors read are byte-identical to the one before it (:mod:`.identity`) is
-  reported and not audited again.
+  pass; every later checkpoint is fed the same model inputs (:func:`mhaaudit.pipeline.kept_inputs`;
+  inputs beyond a quarter of the memory available are not kept, which one line on stderr says);
+- a checkpoint whose tensors read are byte-identical to the one before it (:mod:`.identity`; for a
+  checkpoint loaded whole, its weights files where they are on this machine) is reported and not
+  audited again.
 
 ``seeds`` runs the whole series once per seed (the reference too). Under ``torchrun`` the
 reference is audited by every rank together, as one audit is; then, with at least as many
@@ -33,6 +35,7 @@ import copy
 import dataclasses
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -46,15 +49,16 @@ from ..errors import InputError, ModelError, one_line
 from ..hub import is_offline
 from ..io import stamp, write_parquet
 from ..models import modality_of, resolve
+from ..models.checkpoints import CHECKPOINT_FILES
 from ..models.hf import checkpoint_of, read_needed, used_tensors, weights_prefix
 from ..models.load import check_finite_weights
-from ..models.shards import Checkpoint, NotPartial
+from ..models.shards import INDEX_FILES, Checkpoint, NotPartial, hub_download, human_bytes, read_index
 from ..progress import log
 from ..request import KEYWORDS, Conveniences, DataRequest, ModelRequest, build_requests, keyword_conveniences
 from ..seeds import SeedPlan, SeedRun, plan_for
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 from ..tables import RESULT_KEY, table_rows
-from .identity import Digest, tensor_digest
+from .identity import Digest, file_digest, tensor_digest
 from .result import CheckpointRun, SeriesResult, SeriesRun
 from .spec import CheckpointRef, Series, resolve_series, series_revisions
 
@@ -269,6 +273,8 @@ class _Trained:
         self.request: ModelRequest | None = None
         self.current: str | None = None
         self.used: set[str] | None = None
+        self.kept: pipeline.KeptInputs | None = None
+        self._said_over_budget = False
         self._checkpoints: dict[str, Checkpoint | None] = {}
         self._stack = contextlib.ExitStack()
 
@@ -287,7 +293,7 @@ class _Trained:
         self.pm = pipeline.load(self.request, "trained", self.settings, self.plan.max_layer)
         self.current = ref.name
         self.used = used_tensors(self.pm) if self.pm.info.backend == "hf" else None
-        self._stack.enter_context(pipeline.kept_inputs(self.pm))
+        self.kept = self._stack.enter_context(pipeline.kept_inputs(self.pm))
 
     def _checkpoint(self, ref: CheckpointRef) -> Checkpoint | None:
         if ref.name not in self._checkpoints:
@@ -298,18 +304,49 @@ class _Trained:
         return self._checkpoints[ref.name]
 
     def digest(self, ref: CheckpointRef) -> Digest | None:
-        """The digest of the tensors an audit of ``ref`` reads; None when they are not read tensor by tensor."""
+        """The digest of the tensors an audit of ``ref`` reads; for a checkpoint not read tensor by tensor, the
+        digest of its weights files where they are on this machine (:func:`.identity.file_digest`); else None."""
         self._ensure(ref)
-        if self.used is None:
-            return None
-        ck = self._checkpoint(ref)
-        if ck is None:
-            return None
-        try:
-            keys = ck.keys_for(self.pm.module, self.used, prefix=weights_prefix(self.pm))
-        except NotPartial:
-            return None
-        return tensor_digest(ck, keys)
+        ck = self._checkpoint(ref) if self.used is not None else None
+        if ck is not None and self.used is not None:
+            with contextlib.suppress(NotPartial):
+                return tensor_digest(ck, ck.keys_for(self.pm.module, self.used, prefix=weights_prefix(self.pm)))
+        files = self._weights_files(ref)
+        return file_digest(files, ref.name) if files else None
+
+    def _weights_files(self, ref: CheckpointRef) -> dict[str, str]:
+        """The weights files of ``ref`` (and its config) on this machine, by name: a local file, a local folder's
+        files a load reads them from, or a hub revision's files in the local cache; empty when no weights file is
+        there (a hub revision not yet downloaded)."""
+        if ref.revision is not None:
+            repo = resolve(self.plan.base.model, backend=self.plan.base.backend).resolved
+
+            def local(fn: str) -> str | None:
+                return hub_download(repo, fn, ref.revision, True)
+
+        else:
+            assert ref.path is not None, "a local checkpoint has a path"
+            if os.path.isfile(ref.path):
+                return {os.path.basename(ref.path): ref.path}
+            folder = ref.path
+
+            def local(fn: str) -> str | None:
+                path = os.path.join(folder, fn)
+                return path if os.path.isfile(path) else None
+
+        found: dict[str, str] = {}
+        for fn in ("config.json", *CHECKPOINT_FILES, *INDEX_FILES):
+            path = local(fn)
+            if path is None:
+                continue
+            found[fn] = path
+            if fn in INDEX_FILES:
+                for shard in sorted(set(read_index(path)[1].values())):
+                    shard_path = local(shard)
+                    if shard_path is None:  # a shard not on this machine: nothing to compare
+                        return {}
+                    found[shard] = shard_path
+        return found if set(found) - {"config.json"} else {}
 
     def read(self, ref: CheckpointRef) -> None:
         """Read ``ref``'s tensors into the model (nothing when it holds them already).
@@ -353,12 +390,28 @@ class _Trained:
         self.read(ref)
         assert self.request is not None, "the model is built"
         with pipeline.loaded_as(self.pm, self.request, "trained", settings, self.plan.max_layer):
-            return audit(
+            result = audit(
                 self.request,
                 data=data,
                 settings=settings,
                 on_note=on_note,
                 **self.plan.audit_keywords(self.plan.trained),
+            )
+        self._say_if_over_budget()
+        return result
+
+    def _say_if_over_budget(self) -> None:
+        """One line on stderr, once, when the prepared inputs outgrew the memory kept for them: every later
+        checkpoint then reads and prepares the data again."""
+        if self.kept is None or not self.kept.over_budget or self._said_over_budget:
+            return
+        self._said_over_budget = True
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # no stderr to write to
+            print(
+                f"Note: the prepared model inputs exceed the {human_bytes(self.kept.budget)} of memory kept for them "
+                "(a quarter of the memory available), so each later checkpoint reads and prepares the data again",
+                file=sys.stderr,
+                flush=True,
             )
 
 

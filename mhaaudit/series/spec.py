@@ -183,7 +183,7 @@ def resolve_series(checkpoints, revisions: Sequence[str] | None, base: ModelRequ
             a checkpoint is missing, unreadable or named twice, differs from the first in family, width,
             architecture or data files, or a revision does not exist.
         ModelError: when a checkpoint folder's index names a file outside it, or holds a link leading out.
-        OfflineError: when a revision is not in the local cache and the hub cannot be reached.
+        OfflineError: when a revision, or its weights, are not in the local cache and the hub cannot be reached.
     """
     if checkpoints is not None and revisions:
         raise InputError(
@@ -538,7 +538,7 @@ def _hub_refs(revisions: Sequence[str], base: ModelRequest) -> list[CheckpointRe
     Raises:
         InputError: when a revision is named twice or does not exist, the model is a local folder, or a
             revision's config or data files differ from the first's.
-        OfflineError: when a revision is not in the local cache and the hub cannot be reached.
+        OfflineError: when a revision, or its weights, are not in the local cache and the hub cannot be reached.
     """
     validate.integer("revisions", len(revisions), maximum=MAX_CHECKPOINTS)
     twice = sorted({r for r in revisions if list(revisions).count(r) > 1})
@@ -557,6 +557,8 @@ def _hub_refs(revisions: Sequence[str], base: ModelRequest) -> list[CheckpointRe
                     "hub cannot be reached"
                 )
             raise InputError(f"{{param:revision}} {ref.revision}: {repo} has no config.json at this revision")
+        if offline:
+            _check_cached_weights(repo, ref.revision)
         data = {}
         for fn in DATA_FILES:
             path = hub_download(repo, fn, ref.revision, offline)
@@ -568,6 +570,38 @@ def _hub_refs(revisions: Sequence[str], base: ModelRequest) -> list[CheckpointRe
         else:
             _same_kind(ref, contents, *first)
     return refs
+
+
+#: The weights files a transformers repository may hold, in the order the loader looks for them.
+_HUB_WEIGHTS = ("model.safetensors", INDEX_FILE, "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+def _check_cached_weights(repo: str, revision: str | None) -> None:
+    """Offline: the weights of ``repo`` at ``revision`` are in the local cache (a weights file, or an index
+    and every shard it names), so that the series does not fail after its reference columns are audited.
+
+    Raises:
+        OfflineError: when they are not.
+        ModelError: when a cached index is malformed or names a shard that is not a plain file name.
+    """
+    for fn in _HUB_WEIGHTS:
+        path = hub_download(repo, fn, revision, True)
+        if path is None:
+            continue
+        if fn not in INDEX_FILES:
+            return
+        _, weight_map = read_index(path)
+        missing = sorted(f for f in set(weight_map.values()) if hub_download(repo, f, revision, True) is None)
+        if not missing:
+            return
+        raise OfflineError(
+            f"{{param:revision}} {revision}: the shard {missing[0]} of {repo} at this revision is not in the local "
+            "cache and the hub cannot be reached; download the revision's weights first"
+        )
+    raise OfflineError(
+        f"{{param:revision}} {revision}: the weights of {repo} at this revision are not in the local cache (its "
+        "config is) and the hub cannot be reached; download the revision's weights first"
+    )
 
 
 def _hub_repo(base: ModelRequest) -> str:
