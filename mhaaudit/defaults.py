@@ -1,8 +1,8 @@
 """The defaults the library and the command line share, in a module that imports nothing heavy.
 
-The command line builds its options from these values before any command runs (``mhaaudit
---help`` must not import torch), and the library's functions take the same values as their
-keyword defaults, so a run through either gets the same settings. The choices of a parameter
+Each command of the command line names these values as its options' defaults, in its own
+signature (``mhaaudit --help`` must not import torch), and the library's functions take the same
+values as their keyword defaults, so a run through either gets the same settings. The choices of a parameter
 with a fixed set of values are here too, one tuple each: the library validates against it and the
 command line offers it, so a choice is added in one place.
 """
@@ -83,3 +83,57 @@ MEMORIZE_PRESETS: dict[str, dict] = {
     ),
     "cpu": dict(vary="heads", values=(1, 2, 4, 8), n=32, head_dim=64, sizes=(500, 1000), max_steps=6000),
 }
+
+
+# --------------------------------------------------------------------------- the commands' option defaults
+# The defaults each command names in its own signature; the library takes the same values.
+
+__all__ += [
+    "DEFAULT_ATTENTION",
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_CHECK_EVERY",
+    "DEFAULT_CLASSES",
+    "DEFAULT_DEVICE",
+    "DEFAULT_LIMIT",
+    "DEFAULT_LR",
+    "DEFAULT_MEMORIZE_CONTEXT",
+    "DEFAULT_MEMORIZE_TASK",
+    "DEFAULT_SEED",
+    "DEFAULT_SEEDS_VARY",
+    "DEFAULT_SPLIT",
+    "DEFAULT_TOLERANCE",
+    "DEFAULT_TRAINING_BATCH_SIZE",
+]
+
+#: The seed from which all sampling derives (the weights and data seeds too, unless given).
+DEFAULT_SEED = 0
+#: Where a run computes: ``auto`` is the GPU when there is one, else the CPU.
+DEFAULT_DEVICE = "auto"
+#: What several seeds vary unless told: both, as one seed does.
+DEFAULT_SEEDS_VARY = "both"
+
+#: The split read from a Hugging Face dataset (or a DatasetDict saved with ``save_to_disk``).
+DEFAULT_SPLIT = "train"
+#: Examples T read from the data.
+DEFAULT_LIMIT = 2000
+#: Examples per forward pass; ``"auto"`` is accepted instead, and chooses from the memory available.
+DEFAULT_BATCH_SIZE = 32
+
+#: capacity's key/query weights unless told: the model's own.
+DEFAULT_ATTENTION = "model"
+
+# How each point of a memorize grid trains (the paper's Appendix A), unless told.
+#: The labels learnt: random classes.
+DEFAULT_MEMORIZE_TASK = "classification"
+#: The contexts: one shared by every example.
+DEFAULT_MEMORIZE_CONTEXT = "shared"
+#: Number of classes of a classification task.
+DEFAULT_CLASSES = 100
+#: A regression example counts as memorised when its error is below this.
+DEFAULT_TOLERANCE = 0.01
+#: Adam's learning rate (the peak of the warm-up/cosine schedule).
+DEFAULT_LR = 1e-3
+#: Examples per training step.
+DEFAULT_TRAINING_BATCH_SIZE = 256
+#: Steps between two checks for full memorisation (a point stops at the first one that finds it).
+DEFAULT_CHECK_EVERY = 200

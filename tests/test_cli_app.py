@@ -19,8 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import typer
-import typer.main
 from clitools import help_text, run
 from conftest import tmp_leftovers
 
@@ -93,92 +91,6 @@ def test_long_choices_are_listed_in_the_help(capsys):
 def test_no_command_prints_help_on_stderr(capsys):
     rc, out, err = run(capsys)
     assert rc == 2 and out == "" and "Usage" in err
-
-
-# --------------------------------------------------------------------------- the shared options
-
-
-def test_a_shared_option_is_declared_once_and_shown_as_typer_reads_it():
-    """A command's shared options come from the one table (their help, flags and defaults), in the
-    order its decorator names, and both ways Typer reads a signature see them."""
-    import inspect
-    import typing
-
-    from mhaaudit.cli.check import check
-    from mhaaudit.cli.options import DEFAULTS, Options
-
-    hints = typing.get_type_hints(check, include_extras=True)
-    params = inspect.signature(check, eval_str=True).parameters
-    assert list(params)[:3] == ["ctx", "model", "variants"] and list(params)[-1] == "quiet"
-    table = typing.get_type_hints(Options, include_extras=True)
-    for name in ("samples", "fmt", "quiet", "text_column"):
-        assert hints[name] is table[name] and params[name].default == DEFAULTS[name]
-
-
-def _command():
-    def command(ctx: typer.Context, limit: int = 5, **options) -> None:
-        """A command with one option of its own."""
-
-    return command
-
-
-def test_a_command_must_name_each_of_its_options_once_in_its_order():
-    from mhaaudit.cli.options import Common, Plotting, command_options
-
-    good = command_options(Common, "limit seed device fmt quiet")(_command())
-    assert list(typer.main.get_params_from_function(good)) == ["ctx", "limit", "seed", "device", "fmt", "quiet"]
-    for order in ("limit seed device fmt", "limit seed seed device fmt quiet", "seed device fmt quiet", "limit x"):
-        with pytest.raises(TypeError, match="its order must name each of its options once"):
-            command_options(Common, order)(_command())
-
-    def redeclares(ctx: typer.Context, plot: int = 5, **options) -> None:
-        """A command that declares a shared option itself."""
-
-    with pytest.raises(TypeError, match=r"it takes Plotting in \*\*options, and only there"):
-        command_options(Plotting, "plot")(redeclares)
-
-
-def test_the_choices_of_an_option_are_the_librarys_own():
-    """An enum option offers the tuple the library validates against, each value once, in its order."""
-    from mhaaudit import defaults
-    from mhaaudit.capacity.audit import ATTENTION
-    from mhaaudit.cli import flags, options
-    from mhaaudit.estimation import VECTORS
-    from mhaaudit.memorize import CONTEXTS, PRESETS, TASKS, VARY
-    from mhaaudit.seeds import VARY as SEEDS_VARY
-
-    offered = {
-        options.Backend: defaults.BACKENDS,
-        options.Vary: SEEDS_VARY,
-        flags.Attention: ATTENTION,
-        flags.Vectors: VECTORS,
-        flags.Task: TASKS,
-        flags.Context: CONTEXTS,
-        flags.Varied: VARY,
-        flags.Preset: tuple(PRESETS),
-    }
-    for enum, choices in offered.items():
-        assert tuple(member.value for member in enum) == tuple(choices), enum
-
-
-def test_an_option_of_a_commands_own_takes_the_default_of_its_alias():
-    """An option a command words its own way carries its default in its alias (None without one)."""
-    import inspect
-
-    from mhaaudit.cli.capacity import capacity
-    from mhaaudit.cli.kruskal import kruskal
-    from mhaaudit.cli.options import Common, command_options
-
-    params = inspect.signature(capacity).parameters
-    assert params["limit"].default == 2000 and params["attention"].default.value == "model"
-    assert params["heads"].default is None and params["plot"].default is None
-    assert inspect.signature(kruskal).parameters["batch_size"].default == "32"
-
-    class Untyped(Common):
-        stray: int
-
-    with pytest.raises(TypeError, match="stray is neither a shared option nor typed by an option's alias"):
-        command_options(Untyped, "seed device fmt quiet stray")
 
 
 # --------------------------------------------------------------------------- a fast start

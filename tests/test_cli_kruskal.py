@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 import mhaaudit
 from mhaaudit import __version__
 from mhaaudit.cli.app import main
-from mhaaudit.cli.options import deprecation_line
+from mhaaudit.cli.given import deprecation_line
 from mhaaudit.errors import InputError
 from mhaaudit.features import reduce_tokens
 from mhaaudit.io import read_parquet_metadata

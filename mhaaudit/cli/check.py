@@ -4,79 +4,238 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Annotated
 
 import typer
 
 from .. import phases
+from ..defaults import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_DEVICE,
+    DEFAULT_LIMIT,
+    DEFAULT_SAMPLES,
+    DEFAULT_SEED,
+    DEFAULT_SEEDS_VARY,
+    DEFAULT_SPLIT,
+    DEFAULT_THRESHOLD,
+)
 from ..stdio import say
-from . import options as shared
-from .flags import CheckOptions
+from .given import refuse_data_options, refuse_unused
+from .library import importing, run_requests, run_settings
+from .options import (
+    AllDraws,
+    Atol,
+    BackendOpt,
+    BatchSize,
+    ContextLength,
+    ConvertRgb,
+    Data,
+    DataSeed,
+    Device,
+    Format,
+    FormatOpt,
+    ImageColumn,
+    KeepDuplicates,
+    ModelArg,
+    Out,
+    Plot,
+    Quiet,
+    Revision,
+    Rtol,
+    Samples,
+    Seed,
+    SeedsOpt,
+    Split,
+    TextColumn,
+    Threshold,
+    TrustRemoteCode,
+    Vary,
+    VaryOpt,
+    Weights,
+    WeightsSeed,
+)
+from .output import CommandTimes, emit_result, emit_seeds, prepare_outputs
 from .series import check_series, is_series
 
-if TYPE_CHECKING:  # the options, typed for mypy
-    from typing_extensions import Unpack
 
-
-@shared.command_options(
-    CheckOptions,
-    "model variants layer layers backend weights checkpoints data split text_column image_column convert_rgb limit"
-    " batch_size keep_duplicates context_length revision trust_remote_code query_index samples threshold seed seeds"
-    " vary weights_seed data_seed rtol atol device sweep all_draws fmt out plot save_features fail_on quiet",
-)
-def check(ctx: typer.Context, model: shared.ModelArg, **options: Unpack[CheckOptions]) -> None:
+def check(
+    ctx: typer.Context,
+    model: ModelArg,
+    variants: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--variants",
+            help="Columns: embedding, random-attention, random, trained (images; default all); random and/or "
+            "trained with --layers or for text.",
+        ),
+    ] = None,
+    layer: Annotated[
+        int | None,
+        typer.Option(
+            "--layer",
+            help="Depth K of the random and trained image columns: the tokens read are the output of block K "
+            "(default 1 = after the first block; --layers 0 reads the embedding output).",
+            show_default=False,
+        ),
+    ] = None,
+    layers: Annotated[
+        str | None,
+        typer.Option(
+            "--layers",
+            help="Audit several depths in one pass, e.g. 0-6 or 0,1: the output of each block K (0 = embedding "
+            "output). Text default: 0,1.",
+        ),
+    ] = None,
+    backend: BackendOpt = None,
+    weights: Weights = None,
+    checkpoints: Annotated[
+        str | None,
+        typer.Option(
+            "--checkpoints",
+            help="Audit a series of checkpoints, each as --weights would: a comma list of folders or weights "
+            "files, or a glob ('runs/ckpt-*', ordered by the step number in each name). A comma list in "
+            "--revision audits hub revisions the same way.",
+            show_default=False,
+        ),
+    ] = None,
+    data: Data = None,
+    split: Split = DEFAULT_SPLIT,
+    text_column: TextColumn = None,
+    image_column: ImageColumn = None,
+    convert_rgb: ConvertRgb = False,
+    limit: Annotated[int, typer.Option("--limit", help="Number of examples T.")] = DEFAULT_LIMIT,
+    batch_size: BatchSize = str(DEFAULT_BATCH_SIZE),
+    keep_duplicates: KeepDuplicates = False,
+    context_length: ContextLength = None,
+    revision: Revision = None,
+    trust_remote_code: TrustRemoteCode = False,
+    query_index: Annotated[
+        int | None,
+        typer.Option(
+            "--query-index", help="Token used as the query (default: 0 = [CLS] for encoders, last for decoders)."
+        ),
+    ] = None,
+    samples: Samples = DEFAULT_SAMPLES,
+    threshold: Threshold = DEFAULT_THRESHOLD,
+    seed: Seed = DEFAULT_SEED,
+    seeds: SeedsOpt = None,
+    vary: VaryOpt = Vary[DEFAULT_SEEDS_VARY],
+    weights_seed: WeightsSeed = None,
+    data_seed: DataSeed = None,
+    rtol: Rtol = None,
+    atol: Atol = None,
+    device: Device = DEFAULT_DEVICE,
+    sweep: Annotated[
+        bool, typer.Option("--sweep", help="Also compute the Kruskal-rank curve (Figure 1) of each column.")
+    ] = False,
+    all_draws: AllDraws = False,
+    fmt: FormatOpt = Format.table,
+    out: Out = None,
+    plot: Plot = None,
+    save_features: Annotated[
+        Path | None,
+        typer.Option("--save-features", help="Write each column's reduced features here, for mhaaudit kruskal."),
+    ] = None,
+    fail_on: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fail-on",
+            help="Exit 1 when this check fails in any column: general_position, assumption_1, assumption_2, "
+            "assumption_3 or any.",
+        ),
+    ] = None,
+    quiet: Quiet = False,
+) -> None:
     """Audit a transformer: Assumptions 1-3 and General Position at each probe point."""
-    if is_series(options):  # --checkpoints, or several revisions: a series of checkpoints
-        _fail_on(*check_series(ctx, model, options, _fail_checks))
-        return
+    series = is_series(checkpoints, revision)  # --checkpoints, or several revisions: a series of checkpoints
     begun = time.perf_counter()
     startup = phases.startup_seconds()  # the interpreter and the command line, when this process runs it
-    with shared.importing(options["quiet"]):  # the library, torch with it: seconds
+    with importing(quiet):  # the library, torch with it: seconds
         from ..auditing import audit
         from ..render import render_audit
         from ..validate import int_ranges, split_list
     imported = time.perf_counter()
 
-    fmt, out, plot, data, seeds = options["fmt"], options["out"], options["plot"], options["data"], options["seeds"]
-    save_features, layers = options["save_features"], options["layers"]
-    settings = shared.run_settings(options, stop_when_decided=not options["all_draws"])
-    shared.refuse_data_options(ctx, data)
-    if seeds is not None:
-        shared.refuse_unused(
+    settings = run_settings(
+        device=device,
+        samples=samples,
+        threshold=threshold,
+        seed=seed,
+        weights_seed=weights_seed,
+        data_seed=data_seed,
+        rtol=rtol,
+        atol=atol,
+        stop_when_decided=not all_draws,
+        quiet=quiet,
+    )
+    refuse_data_options(ctx, data)
+    if series:
+        refuse_unused(
+            ctx,
+            ("save_features", "weights"),
+            "with a series: each checkpoint gives the trained weights, and a series keeps no features",
+        )
+    elif seeds is not None:
+        refuse_unused(
             ctx,
             ("save_features", "plot"),
             "with --seeds: they write one run's features or curves; run that seed alone with --seed",
         )
-    fails = _fail_checks(options["fail_on"])
-    _check_output_paths(out, plot, save_features, [model, options["weights"], data])
-    shared.prepare_outputs(out, plot, fmt)
+    fails = _fail_checks(fail_on)
+    if not series:  # a series checks its outputs once its checkpoints are known
+        _check_output_paths(out, plot, save_features, [model, weights, data])
+        prepare_outputs(out, plot, fmt)
     layer_list = None if layers is None else int_ranges(layers, "--layers", what="layers", minimum=0)
-    sweep = options["sweep"] or (plot is not None and layer_list is None)  # the sweep curve, or the depth profile
-    req = shared.run_requests(model, data, settings, options)
+    req = run_requests(
+        model,
+        data,
+        settings,
+        backend=backend,
+        weights=weights,
+        revision=revision,
+        trust_remote_code=trust_remote_code,
+        context_length=context_length,
+        query_index=query_index,
+        split=split,
+        limit=limit,
+        batch_size=batch_size,
+        keep_duplicates=keep_duplicates,
+        text_column=text_column,
+        image_column=image_column,
+        convert_rgb=convert_rgb,
+    )
+    audited = {
+        "variants": split_list(variants),
+        "layer": layer,
+        "layers": layer_list,
+        "seeds": seeds,
+        "vary": vary.value,
+    }
+    if series:
+        sweeps = sweep or plot is not None  # the figure draws the Kruskal-rank estimate too
+        records = check_series(model, data, req, checkpoints, audited | {"sweep": sweeps}, fmt=fmt, out=out, plot=plot)
+        _fail_on(fails, records)
+        return
     result = audit(
         req.model,
         data=req.data,
         settings=req.settings,
-        variants=split_list(options["variants"]),
-        layer=options["layer"],
-        layers=layer_list,
-        sweep=sweep,
+        sweep=sweep or (plot is not None and layer_list is None),  # the sweep curve, or the depth profile
         on_note=lambda m: say(f"Note: {m}"),
-        seeds=seeds,
-        vary=options["vary"].value,
+        **audited,
     )
     if seeds is None:
         rendering = time.perf_counter()
         plot = _save_features_and_plot(result, save_features, plot)
-        shared.emit_result(
+        emit_result(
             fmt,
             result,
             out,
             lambda: render_audit(result, save_features=save_features, out=out, plot=plot),
-            times=shared.CommandTimes(startup, begun, imported, rendering),
+            times=CommandTimes(startup, begun, imported, rendering),
         )
     else:
-        shared.emit_seeds(fmt, result, out)
+        emit_seeds(fmt, result, out)
     _fail_on(fails, result.records())
 
 

@@ -2,25 +2,139 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
-from typing import TYPE_CHECKING
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
-from ..stdio import say
-from . import options as shared
-from .flags import MemorizeOptions
-
-if TYPE_CHECKING:  # the options, typed for mypy
-    from typing_extensions import Unpack
-
-
-@shared.command_options(
-    MemorizeOptions,
-    "vary values n heads head_dim sizes preset task context classes tolerance epochs max_steps lr batch_size"
-    " check_every seed seeds device saturation out plot max_minutes max_group fmt quiet",
+from ..defaults import (
+    DEFAULT_CHECK_EVERY,
+    DEFAULT_CLASSES,
+    DEFAULT_DEVICE,
+    DEFAULT_LR,
+    DEFAULT_MEMORIZE_CONTEXT,
+    DEFAULT_MEMORIZE_TASK,
+    DEFAULT_SEED,
+    DEFAULT_TOLERANCE,
+    DEFAULT_TRAINING_BATCH_SIZE,
+    MEMORIZE_CONTEXTS,
+    MEMORIZE_PRESETS,
+    MEMORIZE_TASKS,
+    MEMORIZE_VARY,
 )
-def memorize(ctx: typer.Context, **options: Unpack[MemorizeOptions]) -> None:
+from ..stdio import say
+from .given import refuse_unused
+from .library import importing, value_of
+from .options import Device, Format, FormatOpt, Quiet, Seed
+from .output import emit, prepare_outputs
+
+# The choices of the grid and of the recipe, each member named as its value, from the library's tuples.
+Varied = Enum("Varied", {v: v for v in MEMORIZE_VARY}, type=str)  # type: ignore[misc]
+Preset = Enum("Preset", {name: name for name in MEMORIZE_PRESETS}, type=str)  # type: ignore[misc]
+Task = Enum("Task", {v: v for v in MEMORIZE_TASKS}, type=str)  # type: ignore[misc]
+Context = Enum("Context", {v: v for v in MEMORIZE_CONTEXTS}, type=str)  # type: ignore[misc]
+
+_RANGE = "one value, a range or a list: 4, 1-8 or 1,2,4,8; several values vary it"
+
+
+def memorize(
+    ctx: typer.Context,
+    vary: Annotated[
+        Varied | None,
+        typer.Option(
+            "--vary",
+            help="Parameter to vary (omit for one setting); the same as giving several values to --heads, --n or "
+            "--head-dim.",
+            show_default=False,
+        ),
+    ] = None,
+    values: Annotated[
+        str | None,
+        typer.Option("--values", help="Values of the varied parameter, comma-separated integers, e.g. 1,2,4,8."),
+    ] = None,
+    n: Annotated[
+        str | None, typer.Option("--n", "--context-length", help=f"Context length n (default 32): {_RANGE}.")
+    ] = None,
+    heads: Annotated[str | None, typer.Option("--heads", help=f"Number of heads H (default 4): {_RANGE}.")] = None,
+    head_dim: Annotated[
+        str | None, typer.Option("--head-dim", help=f"Key/query dimension d_h (default 64): {_RANGE}.")
+    ] = None,
+    sizes: Annotated[
+        str | None, typer.Option("--sizes", help="Training-set sizes T, comma-separated, e.g. 500,1000.")
+    ] = None,
+    preset: Annotated[
+        Preset | None,
+        typer.Option("--preset", help="A ready grid (see above). Explicit options override it.", show_default=False),
+    ] = None,
+    task: Annotated[
+        Task, typer.Option("--task", help="classification (random classes) or regression (U[0,1] labels).")
+    ] = Task[DEFAULT_MEMORIZE_TASK],
+    context: Annotated[
+        Context, typer.Option("--context", help="shared (one context for all examples) or per-example.")
+    ] = Context[DEFAULT_MEMORIZE_CONTEXT],
+    classes: Annotated[
+        int, typer.Option("--classes", help="Number of classes (classification only).")
+    ] = DEFAULT_CLASSES,
+    tolerance: Annotated[
+        float,
+        typer.Option("--tolerance", help="Regression only: an example is memorised when |error| < tolerance."),
+    ] = DEFAULT_TOLERANCE,
+    epochs: Annotated[
+        int | None,
+        typer.Option("--epochs", help="Epochs per point (default: max(500 epochs, 50k steps), the paper's rule)."),
+    ] = None,
+    max_steps: Annotated[int | None, typer.Option("--max-steps", help="Cap on optimisation steps per point.")] = None,
+    lr: Annotated[
+        float, typer.Option("--lr", help="Adam learning rate (peak of the warm-up/cosine schedule).")
+    ] = DEFAULT_LR,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Training batch size.")] = DEFAULT_TRAINING_BATCH_SIZE,
+    check_every: Annotated[
+        int,
+        typer.Option("--check-every", help="Check for full memorisation (and stop) every this many steps."),
+    ] = DEFAULT_CHECK_EVERY,
+    seed: Seed = DEFAULT_SEED,
+    seeds: Annotated[
+        str | None,
+        typer.Option(
+            "--seeds",
+            help="Train every point for several seeds (e.g. 0-5 or 0,3,7) and report the mean and spread; instead "
+            "of --seed.",
+        ),
+    ] = None,
+    device: Device = DEFAULT_DEVICE,
+    saturation: Annotated[
+        bool, typer.Option("--saturation", help="Count saturated heads (softmax weight > 0.99) per example.")
+    ] = False,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Parquet file of results; existing points in it are not recomputed."),
+    ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot", help="Memorisation vs the varied parameter, one line per size, to this .png/.pdf/.svg file."
+        ),
+    ] = None,
+    max_minutes: Annotated[
+        float | None,
+        typer.Option(
+            "--max-minutes",
+            help="Run the grid in parts: start no group after this many minutes and stop the one still training "
+            "then; the points trained are kept in --out (required), and the same command again trains the rest.",
+        ),
+    ] = None,
+    max_group: Annotated[
+        int | None,
+        typer.Option(
+            "--max-group",
+            help="At most this many points trained together in one stacked group (default: as many as fit in "
+            "memory); smaller groups each finish sooner, for --max-minutes.",
+        ),
+    ] = None,
+    fmt: FormatOpt = Format.table,
+    quiet: Quiet = False,
+) -> None:
     """Train one-layer multi-head attention to memorise random labels (the paper's Section 5.2).
 
     Presets (explicit options override them; the sizes T are this tool's choice):
@@ -39,25 +153,45 @@ def memorize(ctx: typer.Context, **options: Unpack[MemorizeOptions]) -> None:
     In parts of bounded time: --out FILE --max-minutes 8 (with --max-group to keep groups short) trains
     whole groups until the time is up and keeps them; the same command again trains the rest.
     """
-    with shared.importing(options["quiet"]):  # the library, torch with it: seconds
+    with importing(quiet):  # the library, torch with it: seconds
         from ..io import refuse_inputs
         from ..memorize import MemorizeRequest, grid_axes, run_memorize_grid
         from ..progress import progress_enabled
         from ..render import render_memorize
 
-    out, plot = options["out"], options["plot"]
     refuse_inputs({"--out": out, "--plot": plot}, [])  # --out is the resume file: read and written
-    shared.prepare_outputs(out, plot, options["fmt"])
-    if options["task"].value == "regression":
-        shared.refuse_unused(ctx, ("classes",), "with --task regression: the labels are numbers in [0, 1]")
+    prepare_outputs(out, plot, fmt)
+    if task.value == "regression":
+        refuse_unused(ctx, ("classes",), "with --task regression: the labels are numbers in [0, 1]")
     else:
-        shared.refuse_unused(ctx, ("tolerance",), "with --task classification: a class is right or wrong")
-    if options["seeds"] is not None:
-        shared.refuse_unused(ctx, ("seed",), "with --seeds: every point is trained for each seed listed")
-    # The request's fields from the options of the same name; several values of heads, n or head_dim vary it.
-    given = shared.library_values(options, {f.name for f in fields(MemorizeRequest)})
-    axes = grid_axes(given["vary"], given["values"], given["preset"], given)
-    request = MemorizeRequest(**(given | axes), progress=progress_enabled(options["quiet"]))
+        refuse_unused(ctx, ("tolerance",), "with --task classification: a class is right or wrong")
+    if seeds is not None:
+        refuse_unused(ctx, ("seed",), "with --seeds: every point is trained for each seed listed")
+    # Several values of heads, n or head_dim vary that parameter (grid_axes: vary, values and the three).
+    axes = grid_axes(value_of(vary), values, value_of(preset), {"heads": heads, "n": n, "head_dim": head_dim})
+    request = MemorizeRequest(
+        **axes,
+        sizes=sizes,
+        preset=value_of(preset),
+        task=task.value,
+        context=context.value,
+        classes=classes,
+        tolerance=tolerance,
+        epochs=epochs,
+        max_steps=max_steps,
+        lr=lr,
+        batch_size=batch_size,
+        check_every=check_every,
+        seed=seed,
+        seeds=seeds,
+        device=device,
+        saturation=saturation,
+        out=out,
+        plot=plot,
+        max_minutes=max_minutes,
+        max_group=max_group,
+        progress=progress_enabled(quiet),
+    )
     grid = run_memorize_grid(request)
     if grid.reused:
         say(
@@ -65,8 +199,8 @@ def memorize(ctx: typer.Context, **options: Unpack[MemorizeOptions]) -> None:
             "not recomputed"
         )
     # --out is the grid's own results file (written point by point, for resuming): not emit's to write.
-    shared.emit(
-        options["fmt"],
+    emit(
+        fmt,
         grid.meta(),
         grid.table_records(),
         document=grid.to_dict(),

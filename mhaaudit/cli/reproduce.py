@@ -2,17 +2,41 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Annotated
 
 import typer
 
-from ..defaults import REPRODUCE_TARGETS
+from ..defaults import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_DEVICE,
+    DEFAULT_SAMPLES,
+    DEFAULT_SEED,
+    DEFAULT_SEEDS_VARY,
+    DEFAULT_SPLIT,
+    DEFAULT_THRESHOLD,
+    REPRODUCE_TARGETS,
+)
 from ..stdio import say
-from . import options as shared
-from .flags import ReproduceOptions, TargetArg
-
-if TYPE_CHECKING:  # the options, typed for mypy
-    from typing_extensions import Unpack
+from .library import importing
+from .options import (
+    BatchSize,
+    Data,
+    DataSeed,
+    Device,
+    Format,
+    FormatOpt,
+    Out,
+    Plot,
+    Quiet,
+    Samples,
+    Seed,
+    Split,
+    Threshold,
+    Vary,
+    VaryOpt,
+    WeightsSeed,
+)
+from .output import emit, prepare_outputs
 
 TARGETS = REPRODUCE_TARGETS
 # The command's own options, with the targets they apply to. Every other option is a keyword of
@@ -27,12 +51,85 @@ KEYWORD = {"all_draws": "stop_when_decided"}
 EVERY_TARGET = ("target", "fmt", "out", "quiet")
 
 
-@shared.command_options(
-    ReproduceOptions,
-    "target data split model weights context_length models limit batch_size samples threshold seed seeds vary"
-    " weights_seed data_seed device all_draws preset values sizes max_steps fmt out plot quiet",
-)
-def reproduce(ctx: typer.Context, target: TargetArg, **options: Unpack[ReproduceOptions]) -> None:
+def reproduce(
+    ctx: typer.Context,
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="table1 (ViT, Table 1), table3 (BERT/GPT-2, Table 3), figure1 (Kruskal-rank sweep) or figure2 "
+            "(memorisation against H)."
+        ),
+    ],
+    data: Data = None,
+    split: Split = DEFAULT_SPLIT,
+    model: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model",
+            help="KEY=NAME: run the protocol on another model in place of the paper's (keys: vit for "
+            "table1/figure1; bert, gpt2 for table3).",
+        ),
+    ] = None,
+    weights: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--weights",
+            help="[KEY=]PATH: local trained weights for the trained column(s); without them offline, those "
+            "columns are unavailable.",
+        ),
+    ] = None,
+    context_length: Annotated[
+        list[str] | None,
+        typer.Option("--context-length", help="table3: [KEY=]N tokens per example (the paper: bert 512, gpt2 1024)."),
+    ] = None,
+    models: Annotated[
+        list[str] | None, typer.Option("--models", help="table3: which of bert, gpt2 to run (default both).")
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", help="Examples T (default: the paper's, 1973 images or 2000 texts).")
+    ] = None,
+    batch_size: BatchSize = str(DEFAULT_BATCH_SIZE),
+    samples: Samples = DEFAULT_SAMPLES,
+    threshold: Threshold = DEFAULT_THRESHOLD,
+    seed: Seed = DEFAULT_SEED,
+    seeds: Annotated[
+        str | None,
+        typer.Option(
+            "--seeds",
+            help="table1, table3, figure1: run once per seed (e.g. 0-2; instead of --seed) and set each published "
+            "value beside the between-seed range of ours.",
+        ),
+    ] = None,
+    vary: VaryOpt = Vary[DEFAULT_SEEDS_VARY],
+    weights_seed: WeightsSeed = None,
+    data_seed: DataSeed = None,
+    device: Device = DEFAULT_DEVICE,
+    all_draws: Annotated[
+        bool,
+        typer.Option(
+            "--all-draws",
+            help="Always make every draw (by default a failing test stops once its verdict is settled).",
+        ),
+    ] = False,
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            "--preset",
+            help="figure2: the memorize grid (default cpu: minutes on a laptop; paper-fig2a is the paper's).",
+        ),
+    ] = None,
+    values: Annotated[
+        str | None, typer.Option("--values", help="figure2: the numbers of heads H, e.g. 1,2,4,8.")
+    ] = None,
+    sizes: Annotated[str | None, typer.Option("--sizes", help="figure2: training-set sizes T, e.g. 500,1000.")] = None,
+    max_steps: Annotated[
+        int | None, typer.Option("--max-steps", help="figure2: cap on optimisation steps per point.")
+    ] = None,
+    fmt: FormatOpt = Format.table,
+    out: Out = None,
+    plot: Plot = None,
+    quiet: Quiet = False,
+) -> None:
     """Run one of the paper's experiments with its settings and print each published value beside ours.
 
     Online, the data are the paper's (imagenet-1k train, Wikipedia) and the trained columns use the
@@ -46,7 +143,7 @@ def reproduce(ctx: typer.Context, target: TargetArg, **options: Unpack[Reproduce
             ``--seeds``.
         OutputError: before any work, when ``--out`` or ``--plot`` cannot be written or is one of the inputs.
     """
-    with shared.importing(options["quiet"]):  # the library, torch with it: seconds
+    with importing(quiet):  # the library, torch with it: seconds
         from .. import validate
         from ..errors import InputError
         from ..io import refuse_inputs
@@ -57,29 +154,27 @@ def reproduce(ctx: typer.Context, target: TargetArg, **options: Unpack[Reproduce
     target = validate.choice("target", target, TARGETS)
     _refuse_inapplicable(ctx, target)
     Settings.resolve(
-        device=options["device"],
-        samples=options["samples"],
-        threshold=options["threshold"],
-        seed=options["seed"],
-        weights_seed=options["weights_seed"],
-        data_seed=options["data_seed"],
+        device=device,
+        samples=samples,
+        threshold=threshold,
+        seed=seed,
+        weights_seed=weights_seed,
+        data_seed=data_seed,
     )  # bad values: before any work
-    fmt, out, plot = options["fmt"], options["out"], options["plot"]
-    weights = [w.partition("=")[2] or w for w in options["weights"] or []]
-    refuse_inputs({"--out": out, "--plot": plot}, [options["data"], *weights])
-    shared.prepare_outputs(out, plot, fmt)
-    keywords = _options(target, ctx.params, progress_enabled(options["quiet"]))
-    seeds = options["seeds"]
+    paths = [w.partition("=")[2] or w for w in weights or []]
+    refuse_inputs({"--out": out, "--plot": plot}, [data, *paths])
+    prepare_outputs(out, plot, fmt)
+    keywords = _options(target, ctx.params, progress_enabled(quiet))
     if seeds is not None and plot is not None:
         raise InputError(
             "--plot has no effect with --seeds: it draws one run's curves; run that seed alone with --seed"
         )
-    result = reproduce_paper(target, seeds=seeds, vary=options["vary"].value, **keywords)
+    result = reproduce_paper(target, seeds=seeds, vary=vary.value, **keywords)
     if not isinstance(result, Reproduction):  # --seeds: one run per seed
         from ..render_seeds import render_seeds
 
         seeds_result = result
-        shared.emit(
+        emit(
             fmt,
             result.meta(),
             result.records(),
@@ -90,7 +185,7 @@ def reproduce(ctx: typer.Context, target: TargetArg, **options: Unpack[Reproduce
         return
     written = _plot(result, plot)
     meta = result.meta()
-    shared.emit(
+    emit(
         fmt,
         meta,
         result.records(),
