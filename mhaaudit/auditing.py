@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -39,24 +39,12 @@ from .models import RandomAttention, modality_of
 from .models.shards import weights_read_text
 from .progress import task
 from .render import audit_report
-from .request import (
-    KEYWORDS,
-    Conveniences,
-    DataRequest,
-    ModelRequest,
-    Requests,
-    build_requests,
-    build_settings,
-    keyword_conveniences,
-)
+from .request import DataRequest, ModelRequest, Requests, build_requests, build_settings
 from .seeds import SeedsResult, audit_seeds, plan_for
-from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
+from .settings import Settings
 from .sources import describe_skips
 from .tables import StoredSweepResult, verdict_tally
 from .theory import CapacityBound, theorem1_bound
-
-if TYPE_CHECKING:  # the convenience keywords, typed for mypy
-    from typing_extensions import Unpack
 
 IMAGE_VARIANTS = ("embedding", "random-attention", "random", "trained")
 VARIANT_HELP = {
@@ -708,27 +696,45 @@ def probe_for_variant(variant: str, layer: int = 1) -> Probe:
 
 
 @shared
-@keyword_conveniences
 def capture_features(
     model: str | ModelRequest,
     *,
     variant: str = "random",
     layer: int = 1,
     data: str | DataRequest | None = None,
+    settings: Settings | None = None,
     weights_path: str | None = None,
     query_index: int | None = None,
-    settings: Settings | None = None,
-    given: frozenset[str] = frozenset(),
-    **conveniences: Unpack[Conveniences],
+    split: str | None = None,
+    limit: int | None = None,
+    batch_size: int | str | None = None,
+    seed: int | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    device: str | None = None,
+    backend: str | None = None,
+    context_length: int | None = None,
+    progress: bool | None = None,
+    keep_duplicates: bool | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool | None = None,
+    text_column: str | None = None,
+    image_column: str | None = None,
+    convert_rgb: bool | None = None,
+    weights_seed: int | None = None,
+    data_seed: int | None = None,
 ) -> FeatureSet:
     """Reduced features of one probe point (what ``mhaaudit kruskal`` uses with no file).
 
-    ``weights_seed`` / ``data_seed`` draw the random weights / the data from a seed of their own
-    (default: ``seed``; see :mod:`mhaaudit.settings`).
-
-    ``model``, ``data`` and ``settings`` may be the request objects (:mod:`mhaaudit.request`);
-    the other keywords are conveniences that build them (:func:`~mhaaudit.request.build_requests`:
-    a keyword given beside an object that says otherwise is an InputError).
+    Args:
+        model: the model (an alias, a hub id, a local folder), or a :class:`~mhaaudit.request.ModelRequest`.
+        variant: the column (``embedding``, ``random-attention``, ``random``, ``trained``, ``random-L<k>``,
+            ``trained-L<k>``).
+        layer: the depth of a ``random`` or ``trained`` column.
+        data: the data source, or a :class:`~mhaaudit.request.DataRequest` (None: the built-in data).
+        settings: the :class:`~mhaaudit.settings.Settings` (None: built from the keywords).
+        weights_path, ... data_seed: the fields of the three request objects, as :func:`audit` takes them
+            (None: not given). A keyword beside an object follows the rule of :mod:`mhaaudit.request`.
 
     Returns:
         The :class:`~mhaaudit.features.FeatureSet` of the column ``variant`` at depth ``layer``.
@@ -741,8 +747,29 @@ def capture_features(
         OfflineError: when the model's configuration, its trained weights or a hub data set must be
             downloaded and the network cannot be reached.
     """
-    keywords = {**{k: v for k, v in locals().items() if k in KEYWORDS}, **conveniences}
-    req = build_requests(model, data, settings, keywords, given)
+    keywords = dict(
+        weights_path=weights_path,
+        query_index=query_index,
+        split=split,
+        limit=limit,
+        batch_size=batch_size,
+        seed=seed,
+        rtol=rtol,
+        atol=atol,
+        device=device,
+        backend=backend,
+        context_length=context_length,
+        progress=progress,
+        keep_duplicates=keep_duplicates,
+        revision=revision,
+        trust_remote_code=trust_remote_code,
+        text_column=text_column,
+        image_column=image_column,
+        convert_rgb=convert_rgb,
+        weights_seed=weights_seed,
+        data_seed=data_seed,
+    )
+    req = build_requests(model, data, settings, keywords)
     return capture_probe(req.model, req.data, variant, settings=req.settings, layer=layer)
 
 
@@ -829,26 +856,30 @@ def _with_seed(result, seed: int):
     return replace(result, seed=seed) if isinstance(result, ContextRankResult) else result
 
 
-@keyword_conveniences
 def check_features(
     fs: FeatureSet,
     *,
-    samples: int = DEFAULT_SAMPLES,
-    threshold: float = DEFAULT_THRESHOLD,
-    seed: int = 0,
+    settings: Settings | None = None,
+    sweep: bool = False,
+    label: str = "",
+    samples: int | None = None,
+    threshold: float | None = None,
+    seed: int | None = None,
     rtol: float | None = None,
     atol: float | None = None,
-    device="auto",
-    sweep: bool = False,
-    progress: bool = False,
-    label: str = "",
-    stop_when_decided: bool = True,
-    settings: Settings | None = None,
-    given: frozenset[str] = frozenset(),
+    device: str | None = None,
+    progress: bool | None = None,
+    stop_when_decided: bool | None = None,
 ) -> tuple[dict[str, CheckResult], Sweep | None, dict[str, float]]:
-    """GP, A1, A2, A3 (and optionally the sweep) on one reduced feature set (:func:`run_checks`
-    under ``settings``, or the settings these keywords build; the defaults are :func:`audit`'s). A
-    keyword given beside ``settings`` that says otherwise is an InputError.
+    """GP, A1, A2, A3 (and optionally the sweep) on one reduced feature set: :func:`run_checks`.
+
+    Args:
+        fs: the reduced features (:func:`capture_features`, ``FeatureSet.load``).
+        settings: the :class:`~mhaaudit.settings.Settings`; or the keywords ``samples`` ...
+            ``stop_when_decided``, its fields (None: not given, the defaults :func:`audit` has). A keyword
+            beside ``settings`` follows the rule of :mod:`mhaaudit.request`.
+        sweep: run the Kruskal-rank sweep of the queries too.
+        label: the name progress bars give the feature set.
 
     Returns:
         ``(tests, sweep, timings)``: the result of each check by name, the sweep (None without ``sweep``)
@@ -858,8 +889,17 @@ def check_features(
         InputError: when a sample count, threshold, tolerance or device is out of range, or a keyword
             disagrees with ``settings``.
     """
-    run = build_settings(settings, {k: v for k, v in locals().items() if k in KEYWORDS}, given)
-    return run_checks(fs, run, sweep=sweep, label=label)
+    keywords = dict(
+        samples=samples,
+        threshold=threshold,
+        seed=seed,
+        rtol=rtol,
+        atol=atol,
+        device=device,
+        progress=progress,
+        stop_when_decided=stop_when_decided,
+    )
+    return run_checks(fs, build_settings(settings, keywords), sweep=sweep, label=label)
 
 
 def _column(p: Probe, got: Captured, settings: Settings, sweep: bool) -> Column:
@@ -923,7 +963,6 @@ def memorisation_bound(info: ModelFacts, col: Column) -> tuple[CapacityBound | N
 
 
 @shared
-@keyword_conveniences
 def audit(
     model: str | ModelRequest,
     *,
@@ -931,49 +970,70 @@ def audit(
     layer: int | None = None,
     layers: Sequence[int] | None = None,
     data: str | DataRequest | None = None,
-    samples: int = DEFAULT_SAMPLES,
-    threshold: float = DEFAULT_THRESHOLD,
-    weights: str | None = None,
-    query_index: int | None = None,
+    settings: Settings | None = None,
     sweep: bool = False,
-    stop_when_decided: bool = True,
     on_note: Callable[[str], None] | None = None,
     seeds: str | Sequence[int] | None = None,
     vary: str = "both",
-    settings: Settings | None = None,
-    given: frozenset[str] = frozenset(),
-    **conveniences: Unpack[Conveniences],
+    weights: str | None = None,
+    query_index: int | None = None,
+    backend: str | None = None,
+    context_length: int | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool | None = None,
+    split: str | None = None,
+    limit: int | None = None,
+    batch_size: int | str | None = None,
+    keep_duplicates: bool | None = None,
+    text_column: str | None = None,
+    image_column: str | None = None,
+    convert_rgb: bool | None = None,
+    samples: int | None = None,
+    threshold: float | None = None,
+    seed: int | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    device: str | None = None,
+    stop_when_decided: bool | None = None,
+    progress: bool | None = None,
+    weights_seed: int | None = None,
+    data_seed: int | None = None,
 ) -> AuditResult | SeedsResult:
     """Audit ``model`` on ``data``: the paper's Table 1 (images) or Table 3 (text) and more.
 
-    ``model``, ``data`` and ``settings`` may be the request objects (:class:`~mhaaudit.request.ModelRequest`,
-    :class:`~mhaaudit.request.DataRequest`, :class:`~mhaaudit.settings.Settings`); the loading,
-    data and settings keywords are conveniences that build them in one place
-    (:func:`~mhaaudit.request.build_requests`), and one given beside an object that says otherwise
-    is an InputError.
+    Args:
+        model: the model (an alias, a hub id, a local folder), or a :class:`~mhaaudit.request.ModelRequest`.
+        variants: the image columns (``embedding``, ``random-attention``, ``random``, ``trained``; default
+            all), or with ``layers`` or a text model ``random`` and/or ``trained``.
+        layer: the depth of the ``random`` and ``trained`` image columns (default 1).
+        layers: audit random/trained weights at each of these depths instead (default 0 and 1 for text).
+        data: the data source, or a :class:`~mhaaudit.request.DataRequest` (None: the built-in data).
+        settings: the :class:`~mhaaudit.settings.Settings` (None: built from the keywords).
+        sweep: the Kruskal-rank sweep of each column's queries too.
+        on_note: called with each note as it comes (they are in ``AuditResult.notes`` too).
+        seeds: run once per seed (``"0-4"``, ``"0,3,7"`` or a list) and return a
+            :class:`mhaaudit.seeds.SeedsResult`.
+        vary: what ``seeds`` vary: ``"both"`` (as ``seed``), ``"weights"`` or ``"data"`` (the other held at
+            ``data_seed`` / ``weights_seed``, default the first seed).
+        weights: a local folder or file with trained weights for the trained column(s).
+        query_index, backend, context_length, revision, trust_remote_code: the fields of the
+            :class:`~mhaaudit.request.ModelRequest` (``weights`` is its ``weights_path``).
+        split, limit, batch_size, keep_duplicates, text_column, image_column, convert_rgb: the fields of
+            the :class:`~mhaaudit.request.DataRequest` (``batch_size="auto"`` chooses the batch, see
+            :mod:`mhaaudit.batching`; exact duplicate inputs are dropped unless ``keep_duplicates``;
+            ``convert_rgb`` converts images of other modes to RGB instead of skipping them).
+        samples, threshold, seed, rtol, atol, device, stop_when_decided, progress, weights_seed, data_seed:
+            the fields of the :class:`~mhaaudit.settings.Settings` (a test stops once its verdict is
+            settled unless ``stop_when_decided=False``; ``weights_seed`` / ``data_seed`` draw the random
+            weights / the data from a seed of their own).
 
-    ``weights`` is a local folder or file with trained weights for the ``trained`` column(s)
-    (refused when no trained column is audited). ``layer`` (default 1) is the depth of the image
-    columns; ``layers`` audits several depths. ``stop_when_decided`` (default, as in ``check``
-    without ``--all-draws``) lets each Monte-Carlo test stop once its verdict is settled; False
-    makes every draw. Exact duplicate inputs are dropped before the forward pass
-    (the same ones in every column) unless ``keep_duplicates``; what was found is in
-    ``AuditResult.duplicates`` and the notes. ``batch_size="auto"`` chooses the batch (see
-    :mod:`mhaaudit.batching`); ``revision`` and ``trust_remote_code`` are passed to the hub reads.
-    ``text_column`` / ``image_column`` choose the column of the data (found otherwise: see
-    :func:`mhaaudit.sources.choose_column`); ``convert_rgb`` converts images of other modes to RGB
-    (as torchvision's ImageFolder does) instead of skipping them, the paper's rule. Inputs skipped
-    are in ``AuditResult.skips`` by cause; a run that gets fewer than ``limit`` examples says so
-    in the notes and the table.
-
-    ``weights_seed`` / ``data_seed`` draw the random weights / the data from a seed of their own
-    (default: ``seed``). ``seeds`` (``"0-4"``, ``"0,3,7"`` or a list) runs the audit once per seed
-    and returns a :class:`mhaaudit.seeds.SeedsResult` (per-seed, summary and difference records);
-    ``vary`` says what the seeds vary: ``"both"`` (as ``seed``), ``"weights"`` or ``"data"``
-    (the other held at ``data_seed`` / ``weights_seed``, default the first seed).
+        A keyword left at None is not given (the object's value, or the field's default); one given beside an
+        object follows the rule of :mod:`mhaaudit.request`.
 
     Returns:
-        An :class:`AuditResult`, or a :class:`mhaaudit.seeds.SeedsResult` with ``seeds``.
+        An :class:`AuditResult`, or a :class:`mhaaudit.seeds.SeedsResult` with ``seeds``. Inputs skipped are
+        in ``AuditResult.skips`` by cause, duplicates in ``AuditResult.duplicates``; a run that gets fewer
+        than ``limit`` examples says so in the notes and the table.
 
     Raises:
         InputError: for a bad argument: an unknown variant, ``layer`` below 1 or given beside ``layers``
@@ -985,8 +1045,32 @@ def audit(
             the network cannot be reached; trained weights that cannot be had leave their column unavailable,
             with the reason, unless no column can be audited.
     """
-    keywords = {**{k: v for k, v in locals().items() if k in KEYWORDS}, **conveniences}
-    req = build_requests(model, data, settings, keywords, given)
+    keywords = dict(
+        weights=weights,
+        query_index=query_index,
+        backend=backend,
+        context_length=context_length,
+        revision=revision,
+        trust_remote_code=trust_remote_code,
+        split=split,
+        limit=limit,
+        batch_size=batch_size,
+        keep_duplicates=keep_duplicates,
+        text_column=text_column,
+        image_column=image_column,
+        convert_rgb=convert_rgb,
+        samples=samples,
+        threshold=threshold,
+        seed=seed,
+        rtol=rtol,
+        atol=atol,
+        device=device,
+        stop_when_decided=stop_when_decided,
+        progress=progress,
+        weights_seed=weights_seed,
+        data_seed=data_seed,
+    )
+    req = build_requests(model, data, settings, keywords)
     cols = _Columns(variants, layer, layers, sweep)
     plan = plan_for(req.settings, seeds, vary)
     if plan is None:

@@ -34,7 +34,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -49,9 +49,9 @@ from ..models import first_attention
 from ..models.shards import weights_read_text
 from ..progress import task
 from ..render import capacity_report
-from ..request import KEYWORDS, Conveniences, DataRequest, ModelRequest, Requests, build_requests, keyword_conveniences
+from ..request import DataRequest, ModelRequest, Requests, build_requests
 from ..seeds import SeedsResult, capacity_seeds, plan_for
-from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
+from ..settings import Settings
 from ..tables import EMPTY_WHEN_NONE, StoredResult
 from ..theory import CapacityBound, shared_context_rank_bound, theorem1_bound
 from ..validate import choice, head_counts, integer, split_list
@@ -65,9 +65,6 @@ from .assumptions import (
 )
 from .certificate import HeadCertificate, certify_head_prefixes
 from .z import Heads, ZBuilder, random_attention_weights
-
-if TYPE_CHECKING:  # the convenience keywords, typed for mypy
-    from typing_extensions import Unpack
 
 __all__ = ["ATTENTION", "VARIANTS", "CapacityColumn", "CapacityResult", "attention_for", "capacity_audit"]
 
@@ -509,8 +506,8 @@ def _block_of(block: int | None, layer: int | None) -> int:
             "capacity_audit(layer=K) is deprecated; use block=K (the same: the attention block K, whose input "
             "is the output of block K - 1)",
             DeprecationWarning,
-            stacklevel=5,
-        )  # past both wrappers
+            stacklevel=4,
+        )  # past capacity_audit and its torchrun wrapper
         if block is not None and block != layer:
             raise InputError(f"{{param:block}} {block} and {{param:layer}} {layer} disagree; give only {{param:block}}")
         block = layer
@@ -518,7 +515,6 @@ def _block_of(block: int | None, layer: int | None) -> int:
 
 
 @shared
-@keyword_conveniences
 def capacity_audit(
     model: str | ModelRequest,
     *,
@@ -527,34 +523,56 @@ def capacity_audit(
     shared_context: bool = False,
     from_path: str | Path | None = None,
     variants: Sequence[str] | None = None,
-    weights: str | None = None,
     block: int | None = None,
-    data: str | DataRequest | None = None,
-    samples: int | None = None,
-    threshold: float | None = None,
     layer: int | None = None,
+    data: str | DataRequest | None = None,
+    settings: Settings | None = None,
     seeds: str | Sequence[int] | None = None,
     vary: str = "both",
-    settings: Settings | None = None,
-    given: frozenset[str] = frozenset(),
-    **conveniences: Unpack[Conveniences],
+    weights: str | None = None,
+    backend: str | None = None,
+    context_length: int | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool | None = None,
+    split: str | None = None,
+    limit: int | None = None,
+    batch_size: int | str | None = None,
+    keep_duplicates: bool | None = None,
+    text_column: str | None = None,
+    image_column: str | None = None,
+    convert_rgb: bool | None = None,
+    samples: int | None = None,
+    threshold: float | None = None,
+    seed: int | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    device: str | None = None,
+    progress: bool | None = None,
+    weights_seed: int | None = None,
+    data_seed: int | None = None,
 ) -> CapacityResult | SeedsResult:
     """Bound and certificate for each column (``variants``: random and/or trained; default both).
 
-    The assumptions are audited on the tokens attention block ``block`` sees (its input: the output
-    of block ``block - 1``; default block 2, the layer the paper applies Theorem 1 to, see
-    :data:`~mhaaudit.defaults.CAPACITY_BLOCK`), unless ``from_path`` gives a results file of ``mhaaudit check --out``
-    to read them from. ``heads`` (e.g. ``"1-12"``) asks for the certificate with the first h heads
-    for each h (default: all heads). ``attention="random"`` uses random key/query weights instead
-    of the model's. ``layer`` is a deprecated alias of ``block``. ``text_column``, ``image_column``
-    and ``convert_rgb`` choose the data's column and image policy as in :func:`mhaaudit.audit`;
-    ``weights_seed``, ``data_seed``, ``seeds`` and ``vary`` too (with ``seeds``, the result is a
-    :class:`mhaaudit.seeds.SeedsResult`: rank(Z) per seed and its spread).
-
-    ``model``, ``data`` and ``settings`` may be the request objects, as in :func:`mhaaudit.audit`
-    (a keyword given beside an object that says otherwise is an InputError); the settings built
-    from keywords stop each test once it is decided. A ``ModelRequest`` naming a ``query_index`` is
-    refused: capacity reads the model's own query.
+    Args:
+        model: the model (an alias, a hub id, a local folder), or a :class:`~mhaaudit.request.ModelRequest`
+            (one naming a ``query_index`` is refused: capacity reads the model's own query).
+        heads: the certificate with the first h heads for each h (``"1-12"``; default: all heads).
+        attention: ``"model"`` (the block's own key/query weights) or ``"random"``.
+        shared_context: every example shares one context (Proposition 2's setting).
+        from_path: a results file of ``mhaaudit check --out`` to read the assumptions from, instead of
+            auditing the tokens.
+        variants: the columns, ``random`` and/or ``trained`` (default both).
+        block: the attention block whose input the assumptions are audited on (default 2, the layer the
+            paper applies Theorem 1 to, see :data:`~mhaaudit.defaults.CAPACITY_BLOCK`).
+        layer: a deprecated alias of ``block``.
+        data: the data source, or a :class:`~mhaaudit.request.DataRequest` (None: the built-in data).
+        settings: the :class:`~mhaaudit.settings.Settings` (None: built from the keywords; each test then
+            stops once it is decided).
+        seeds: run once per seed; the result is a :class:`mhaaudit.seeds.SeedsResult` (rank(Z) per seed and
+            its spread).
+        vary: what ``seeds`` vary, as in :func:`mhaaudit.audit`.
+        weights, ... data_seed: the fields of the three request objects, as :func:`mhaaudit.audit` takes
+            them (None: not given). A keyword beside an object follows the rule of :mod:`mhaaudit.request`.
 
     Returns:
         A :class:`CapacityResult`, or a :class:`mhaaudit.seeds.SeedsResult` with ``seeds``.
@@ -566,14 +584,30 @@ def capacity_audit(
         OfflineError: when random weights cannot be had offline (trained ones leave their column unavailable).
         ModelError: when the model has no query token of its own.
     """
-    keywords = {**{k: v for k, v in locals().items() if k in KEYWORDS}, **conveniences}
-    keywords.update(
-        samples=DEFAULT_SAMPLES if samples is None else samples,
-        stop_when_decided=True,
-        threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
+    keywords = dict(
+        weights=weights,
+        backend=backend,
+        context_length=context_length,
+        revision=revision,
+        trust_remote_code=trust_remote_code,
+        split=split,
+        limit=limit,
+        batch_size=batch_size,
+        keep_duplicates=keep_duplicates,
+        text_column=text_column,
+        image_column=image_column,
+        convert_rgb=convert_rgb,
+        samples=samples,
+        threshold=threshold,
+        seed=seed,
+        rtol=rtol,
+        atol=atol,
+        device=device,
+        progress=progress,
+        weights_seed=weights_seed,
+        data_seed=data_seed,
     )
-    unset = {k for k, v in (("samples", samples), ("threshold", threshold)) if v is None}  # None: the default
-    settings, request, data_req = _requests(build_requests(model, data, settings, keywords, given - unset))
+    settings, request, data_req = _requests(build_requests(model, data, settings, keywords))
     over = plan_for(settings, seeds, vary)
     if over is not None and from_path is not None:
         raise InputError(
