@@ -43,7 +43,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("checks", "features"),
     ("models", "sources", "batching", "request", "pipeline"),
     ("render", "plot", "render_seeds", "seeds"),
-    ("auditing", "estimation", "series"),
+    ("probes", "audit_result", "capture", "auditing", "estimation", "series"),
     ("capacity",),
     ("memorize", "reproduce"),
     ("cli", "__main__"),

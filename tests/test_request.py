@@ -194,6 +194,9 @@ def _typer_command(node: ast.FunctionDef) -> bool:
 RULED = (
     "request.py",
     "auditing.py",
+    "probes.py",
+    "audit_result.py",
+    "capture.py",
     "pipeline.py",
     "estimation.py",
     "seeds.py",
