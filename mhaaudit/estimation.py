@@ -169,9 +169,7 @@ def _pick(keywords: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
 
 
 def _objects(features, request, capture, settings, keywords: Mapping[str, Any]):
-    """The three objects from the keywords, under the rule of :mod:`mhaaudit.request`: an object is
-    taken as it is, and a keyword given beside it (not None) must say what it says; without an
-    object, the keywords given build it.
+    """The three objects from the keywords, under the rule of :mod:`mhaaudit.request`.
 
     Returns:
         ``(request, capture, settings)``; capture is None when the request reads features from a file.
