@@ -1,747 +1,102 @@
-"""The audit: plan the probe points, capture them through the pipeline, run the checks.
+"""The audit's entry points: :func:`audit`, :func:`capture_features` and :func:`check_features`.
 
-A *probe point* (a column of the paper's tables) is a choice of initialisation (``init``:
-random or trained weights), a depth (0 = embedding output, k = output of block k) and, for the
-paper's "random attention" column, one frozen random attention head applied to the embedding
-output. One pass of :func:`mhaaudit.pipeline.stream` per set of weights serves every depth
-requested for those weights; the streaming reduction keeps O(T d) per probe point.
-
-:func:`audit` is the facade the CLI calls: it resolves the :class:`~mhaaudit.settings.Settings`
-once and passes them down. Under ``torchrun`` every rank makes the call (:func:`~mhaaudit.distributed.shared`):
-the batches are dealt among the ranks and the reduced features gathered back, so every rank holds
-what one process would, and the record ``meta`` names the world size and backend.
+They plan the probe points (:mod:`mhaaudit.probes`), capture them (:mod:`mhaaudit.capture`), run
+the checks and return the result types of :mod:`mhaaudit.audit_result`. :func:`audit` resolves the
+:class:`~mhaaudit.settings.Settings` once and passes them down. Under ``torchrun`` every rank makes
+the call (:func:`~mhaaudit.distributed.shared`): the batches are dealt among the ranks and the reduced
+features gathered back, so every rank holds what one process would, and the record ``meta`` names the
+world size and backend.
 """
 
 from __future__ import annotations
 
-import os
-import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from enum import Enum
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import dataclass, replace
 
-import torch
-
-from . import distributed, phases, pipeline
-from .batching import available_memory
+from . import phases
+from .audit_result import AuditResult, CheckResult, Column, Note, NoteKind, add_note, check_features_folder
+from .capture import Captured, capture_probe, collect_features
 from .checks import REGISTRY, ContextRankResult
 from .distributed import describe, shared
-from .errors import DataError, InputError, OfflineError, OutputError, param, plain
-from .facts import AuditSettings, BatchChoice, DuplicateInputs, JobFacts, ModelFacts, ReadFacts, SkipCounts, meta_value
-from .features import FEATURES_FILE, META_FILE, FeatureSet, StreamingReducer
-from .files import first_name_under, special_kind
-from .io import check_folder_writable, make_output_folder, stamp
-from .kruskal import SubsetTest, Sweep, kruskal_sweep, set_stats
-from .models import RandomAttention, modality_of
-from .models.shards import weights_read_text
+from .errors import DataError, InputError, OfflineError, plain
+from .facts import AuditSettings, JobFacts, ModelFacts, ReadFacts
+from .features import FeatureSet
+from .kruskal import Sweep, kruskal_sweep, set_stats
+from .models import modality_of
+from .probes import IMAGE_VARIANTS, VARIANT_HELP, Probe, plan_probes, probe_for_variant, refuse_weights_without_trained
 from .progress import task
-from .render import audit_report
-from .request import (
-    KEYWORDS,
-    Conveniences,
-    DataRequest,
-    ModelRequest,
-    Requests,
-    build_requests,
-    build_settings,
-    keyword_conveniences,
-)
+from .request import DataRequest, ModelRequest, Requests, build_requests, build_settings
 from .seeds import SeedsResult, audit_seeds, plan_for
-from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
+from .settings import Settings
 from .sources import describe_skips
-from .tables import StoredSweepResult, verdict_tally
 from .theory import CapacityBound, theorem1_bound
 
-if TYPE_CHECKING:  # the convenience keywords, typed for mypy
-    from typing_extensions import Unpack
-
-IMAGE_VARIANTS = ("embedding", "random-attention", "random", "trained")
-VARIANT_HELP = {
-    "embedding": "random-initialised embedding module output (layer 0)",
-    "random-attention": "LayerNorm (no affine) + one frozen random attention head + skip, on the embedding output",
-    "random": "random-initialised model, output of block {layer}",
-    "trained": "trained weights, output of block {layer}",
-}
-
-
-@dataclass(frozen=True)
-class Probe:
-    """One column: weights, depth and whether the random attention head is applied."""
-
-    variant: str  # embedding | random-attention | random | trained | random-L{k} | trained-L{k}
-    init: str  # random | trained: the weights the model is built with
-    layer: int
-    random_attention: bool = False
-
-    def describe(self) -> str:
-        """What the column reads, in words: its weights and the layer whose output it takes."""
-        if self.random_attention:
-            return VARIANT_HELP["random-attention"]
-        if self.layer == 0:
-            return f"{self.init} weights, embedding output (layer 0)"
-        return f"{self.init} weights, output of block {self.layer}"
-
-
-def plan_probes(
-    modality: str, variants: Sequence[str] | None = None, layers: Sequence[int] | None = None, layer: int | None = None
-) -> list[Probe]:
-    """The columns to audit.
-
-    Images: the paper's Table 1 columns (``variants``; ``layer`` sets the depth of ``random`` and
-    ``trained``, default 1). Text, or any model with ``layers`` given: random/trained x each layer
-    (the paper's Table 3 uses layers 0 and 1); ``layer`` has no effect there and is refused.
-
-    Returns:
-        The probe points (one a column), in the table's order.
-
-    Raises:
-        InputError: when ``layer`` is given beside ``layers`` or for a text model, or is below 1; a layer is
-            negative; or a variant is unknown or has no column at the depth asked.
-    """
-    _check_layer(modality, layer, layers)
-    if layers is not None or modality == "text":
-        return _depth_probes(variants, layers)
-    return _image_probes(variants, layer)
-
-
-def _check_layer(modality: str, layer: int | None, layers: Sequence[int] | None) -> None:
-    """``layer`` is refused beside ``layers`` and for a text model, and must be a block (at least 1).
-
-    Raises:
-        InputError: when ``layer`` is given beside ``layers`` or for a text model, or is below 1.
-    """
-    if layer is not None and layers is not None:
-        raise InputError(
-            "{param:layer} has no effect with {param:layers}: {param:layers} names every depth to audit; "
-            "give one of them"
-        )
-    if layer is not None and modality == "text":
-        raise InputError(
-            "{param:layer} has no effect on a text model (it sets the depth of the image columns); "
-            "give {param:layers} instead (default 0,1)"
-        )
-    if layer is not None and layer < 1:
-        raise InputError(f"{{param:layer}} must be at least 1 (block index; 0 is the embedding output), got {layer}")
-
-
-def _depth_probes(variants: Sequence[str] | None, layers: Sequence[int] | None) -> list[Probe]:
-    """random and/or trained weights at each depth (default 0 and 1, the paper's Table 3).
-
-    Raises:
-        InputError: when a layer is negative, or a variant is not random or trained.
-    """
-    ls = sorted(set(layers if layers is not None else (0, 1)))
-    if any(v < 0 for v in ls):
-        raise InputError(f"layers must be >= 0, got {ls}")
-    inits = _inits_from_variants(variants)
-    return [Probe(f"{w}-L{depth}", w, depth) for w in inits for depth in ls]
-
-
-def _image_probes(variants: Sequence[str] | None, layer: int | None) -> list[Probe]:
-    """The paper's Table 1 columns, the random and trained ones at depth ``layer`` (default 1).
-
-    Raises:
-        InputError: when ``layer`` is given without a random or trained column, or a variant is unknown.
-    """
-    vs = list(dict.fromkeys(variants or IMAGE_VARIANTS))
-    if layer is not None and not {"random", "trained"} & set(vs):
-        raise InputError(
-            f"{{param:layer}} has no effect on the columns {', '.join(vs)} (they read the embedding output); "
-            "it sets the depth of the random and trained columns"
-        )
-    out = []
-    for v in vs:
-        if v not in IMAGE_VARIANTS:
-            raise InputError(f"unknown variant {v!r}; choose from {', '.join(IMAGE_VARIANTS)}")
-        if v == "embedding":
-            out.append(Probe(v, "random", 0))
-        elif v == "random-attention":
-            out.append(Probe(v, "random", 0, random_attention=True))
-        else:
-            out.append(Probe(v, v, 1 if layer is None else layer))
-    return out
-
-
-def _inits_from_variants(variants: Sequence[str] | None) -> list[str]:
-    if not variants:
-        return ["random", "trained"]
-    ws = []
-    for v in variants:
-        if v not in ("random", "trained"):
-            raise InputError(f"with layers, variants are 'random' and/or 'trained', got {v!r}")
-        ws.append(v)
-    return list(dict.fromkeys(ws))
-
-
-#: What one check of a column returns: a Monte-Carlo / exact subset test, or Assumption 2's exact counts.
-CheckResult = SubsetTest | ContextRankResult
-
-
-class NoteKind(str, Enum):
-    """What fact a note of an audit reports: the key notes are de-duplicated by."""
-
-    N_ABOVE_D = "n-above-d"  # n > d: Assumption 1 cannot hold (said once per run)
-    SHORT_OF_LIMIT = "short-of-limit"  # the data gave fewer examples than the limit
-    DUPLICATE_INPUTS = "duplicate-inputs"  # exact duplicate inputs were found
-    DATA = "data"  # what reading the data found (tokenizer, truncation, ...)
-
-
-class Note(str):
-    """One note of an audit: its text (a ``str``, as the report and the JSON ``notes`` give it)
-    and its :class:`NoteKind`. Equal to its text."""
-
-    kind: NoteKind
-
-    def __new__(cls, text: str, kind: NoteKind | str = NoteKind.DATA) -> Note:
-        """The note ``text`` of ``kind`` (a :class:`NoteKind` or its value).
-
-        Raises:
-            ValueError: when ``kind`` is not a :class:`NoteKind` value.
-        """
-        note = super().__new__(cls, text)
-        note.kind = NoteKind(kind)
-        return note
-
-    def document(self) -> dict:
-        """The note as JSON data: ``{"kind": ..., "text": ...}``."""
-        return {"kind": self.kind.value, "text": str(self)}
-
-    @classmethod
-    def from_document(cls, data) -> Note:
-        """The note :meth:`document` wrote (a bare string is read as a data note).
-
-        Raises:
-            ValueError: when ``data`` is neither a string nor an object of exactly ``kind`` and a text string.
-        """
-        if isinstance(data, str):
-            return cls(data)
-        if not isinstance(data, dict) or set(data) != {"kind", "text"} or not isinstance(data["text"], str):
-            raise ValueError(f"a note is an object with kind and text, got {data!r}")
-        return cls(data["text"], data["kind"])
-
-
-#: Kinds of note one run says once, whatever their wording (the first one stays).
-ONCE_PER_RUN = frozenset({NoteKind.N_ABOVE_D})
-
-
-def add_note(notes: list, text: str, kind: NoteKind = NoteKind.DATA) -> Note | None:
-    """Append ``text`` as a :class:`Note` of ``kind`` unless the run has it already (the same
-    text, or any note of a kind said once per run); the note added, or None."""
-    if any((kind in ONCE_PER_RUN and getattr(n, "kind", None) == kind) or n == text for n in notes):
-        return None
-    note = Note(text, kind)
-    notes.append(note)
-    return note
-
-
-@dataclass(repr=False)
-class Column:
-    """The audit of one probe point.
-
-    ``T`` is the number of examples its checks read and ``weights_read`` what loading its trained
-    weights read (None for random weights). ``bound`` is what Theorem 1 / Remark 1 concludes from
-    its verdicts with the model's heads (None when the model does not say its heads, or the column
-    is unavailable), and ``bound_hint`` what would give a count when there is none.
-    ``features`` are the reduced features themselves (not stored in the results files).
-    """
-
-    probe: Probe
-    status: str = "ok"  # ok | unavailable
-    reason: str = ""
-    features: FeatureSet | None = field(default=None, compare=False, metadata={"document": False})
-    tests: dict[str, CheckResult] = field(default_factory=dict)  # check -> its result
-    sweep: Sweep | None = None
-    timings: dict[str, float] = field(default_factory=dict)
-    weights_source: str = ""
-    T: int | None = None
-    weights_read: ReadFacts | None = None
-    bound: CapacityBound | None = None
-    bound_hint: str = ""
-
-    def records(self, model: str) -> list[dict]:
-        """One record per registered check, tagged with ``model`` and the column; ``unavailable`` with the
-        reason where the check did not run."""
-        out = []
-        for check in REGISTRY:
-            r = self.tests.get(check)
-            rec = (
-                {"check": check, "verdict": "unavailable", "reason": self.reason or "not run"}
-                if r is None
-                else r.record()
-            )
-            out.append({"model": model, "variant": self.probe.variant, "layer": self.probe.layer, **rec})
-        return out
-
-    def __repr__(self) -> str:
-        what = verdict_tally(self.records("")) if self.status == "ok" else f"unavailable: {self.reason}"
-        T = f", T = {self.T}" if self.T is not None else ""
-        return f"<Column {self.probe.variant} (layer {self.probe.layer}{T}): {what}>"
-
-
-@dataclass(repr=False)
-class AuditResult(StoredSweepResult):
-    """The audit of every column; ``to_arrow()`` / ``to_pandas()`` give the rows ``check --out`` writes,
-    and a notebook shows it as the report ``check`` prints. ``AuditResult.from_json`` /
-    ``from_parquet`` read it back from what ``check --format json`` printed or ``--out`` wrote."""
-
-    COMMAND: ClassVar[str] = "check"
-
-    model: str
-    info: ModelFacts  # the model's ModelInfo, and the weights each column read
-    data: str
-    columns: list[Column]
-    settings: AuditSettings  # the run's settings, as the JSON meta gives them
-    timings: dict[str, float]
-    skipped: int = 0
-    notes: list[Note] = field(default_factory=list)
-    duplicates: DuplicateInputs | None = None  # exact duplicate inputs found (None: none looked for)
-    skips: SkipCounts = field(default_factory=SkipCounts)  # inputs skipped, by cause
-    image_policy: str = ""  # images: the rule for modes other than RGB (skipped, or converted)
-
-    @property
-    def T(self) -> int | None:
-        """The number of examples audited (that of the first column audited; None when none was)."""
-        return next((c.T for c in self.columns if c.T is not None), None)
-
-    def records(self) -> list[dict]:
-        """Every column's records (:meth:`Column.records`), column by column."""
-        return [r for c in self.columns for r in c.records(self.model)]
-
-    REPORT = audit_report
-
-    def summary_line(self) -> str:
-        """The model, T, the columns (those unavailable said so) and the tally of verdicts."""
-        T = self.T
-        cols = ", ".join(c.probe.variant + ("" if c.status == "ok" else " (unavailable)") for c in self.columns)
-        return (
-            f"{self.model!r}"
-            + ("" if T is None else f", T = {T}")
-            + f"; columns {cols}: {verdict_tally(self.records())}"
-        )
-
-    def meta(self) -> dict:
-        """The provenance stamp of the audit, with what each column read and how (the JSON ``meta``)."""
-        meta = stamp(
-            command="check",
-            model=self.model,
-            model_info=self.info.as_dict(),
-            data=self.data,
-            skipped=self.skipped,
-            skips=self.skips.as_dict(),
-            image_policy=self.image_policy or None,
-            duplicates=self.duplicates.as_dict() if self.duplicates is not None else {},
-            notes=self.notes,
-            timings_s=self.timings,
-            **self.settings.as_dict(),
-        )
-        meta["columns"] = {
-            c.probe.variant: {
-                "status": c.status,
-                "reason": c.reason,
-                "layer": c.probe.layer,
-                "weights": c.probe.init,
-                "describe": c.probe.describe(),
-                "weights_source": c.weights_source,
-                "timings_s": c.timings,
-                "weights_read": meta_value(c.weights_read),
-                "weights_read_text": weights_read_text(meta_value(c.weights_read)),
-                "sweep": c.sweep.summary() if c.sweep else None,
-                "bound": c.bound.to_dict() if c.bound is not None else None,
-                "bound_hint": c.bound_hint,
-            }
-            for c in self.columns
-        }
-        meta["result"] = self.result_document()
-        return meta
-
-    def sweep_rows(self) -> list[dict]:
-        """The sweep rows of every column swept, tagged with the model, the column and its layer."""
-        rows: list[dict] = []
-        for c in self.columns:
-            if c.sweep is not None:
-                rows.extend(
-                    {"model": self.model, "variant": c.probe.variant, "layer": c.probe.layer, **r}
-                    for r in c.sweep.rows()
-                )
-        return rows
-
-    def column(self, variant: str) -> Column:
-        """The column named ``variant``.
-
-        Raises:
-            KeyError: when no column is named ``variant``.
-        """
-        for c in self.columns:
-            if c.probe.variant == variant:
-                return c
-        raise KeyError(variant)
-
-    def save_features(self, folder: str | Path) -> Path:
-        """Write each audited column's reduced features to ``folder/<variant>`` (what ``check
-        --save-features`` writes, for ``mhaaudit kruskal`` or a later audit); staged with a run's
-        other outputs, all written or none. Returns the folder.
-
-        Raises:
-            OutputError: when the folder cannot be made.
-        """
-        folder = Path(folder)
-        try:
-            make_output_folder(folder)
-        except OutputError:
-            raise
-        except OSError as exc:
-            raise OutputError(
-                f"{{param:save_features}} {folder}: cannot create the folder ({exc.strerror or exc})"
-            ) from exc
-        for c in self.columns:
-            if c.features is not None:
-                c.features.save(folder / c.probe.variant)
-        return folder
-
-
-# the subfolders AuditResult.save_features writes: a column's variant, at a depth or not
-COLUMN_FOLDER = rf"({'|'.join(re.escape(v) for v in IMAGE_VARIANTS)})(-L\d+)?"
-
-
-def check_features_folder(folder: str | Path, inputs: Sequence) -> Path:
-    """Before any work: the folder :meth:`AuditResult.save_features` will write must be writable, and
-    where a column's subfolder goes, a symbolic link (the features would be written wherever it
-    points) or one of ``inputs`` (paths the run reads) is refused with
-    :class:`~mhaaudit.errors.OutputError`.
-
-    The inputs and what stands in the folder are looked at first: a refused folder is never tried for
-    writing (no probe is made in it).
-
-    Returns:
-        The folder as a ``Path``.
-
-    Raises:
-        OutputError: when the folder cannot be made or written, is a device node, a named pipe or a socket, a
-            column's subfolder in it is a symbolic link or not a folder, a file the features go to is a device
-            node, a named pipe or a socket, or an input lies where a column's features would be written.
-    """
-    folder = Path(folder)
-    for i in inputs:
-        if i is None or not os.path.lexists(os.path.expanduser(str(i))):
-            continue
-        first = first_name_under(i, folder)  # by device and inode: a second name of the folder counts
-        if first is not None and re.fullmatch(COLUMN_FOLDER, first):
-            raise OutputError(
-                f"{{param:save_features}} {folder}: the input {i} lies where the features would be written; "
-                "write them elsewhere"
-            )
-    if folder.is_dir() and special_kind(folder) is None:
-        for entry in sorted(folder.iterdir()):
-            if not re.fullmatch(COLUMN_FOLDER, entry.name):
-                continue
-            if entry.is_symlink():
-                raise OutputError(
-                    f"{{param:save_features}} {folder}: {entry.name} is a symbolic link (to "
-                    f"{os.readlink(entry)}); the features are written into real folders only: remove it "
-                    "or choose another folder"
-                )
-            for place in (entry, entry / FEATURES_FILE, entry / META_FILE):
-                kind = special_kind(place) or (None if place != entry or entry.is_dir() else "a file")
-                if kind is not None:
-                    raise OutputError(
-                        f"{{param:save_features}} {folder}: {place.relative_to(folder)} is {kind}, where the "
-                        "features are written: refused (remove it or choose another folder)"
-                    )
-    return check_folder_writable(folder, param("save_features"))
-
-
-# --------------------------------------------------------------------------- capture
-
-
-@dataclass
-class Captured:
-    """Reduced features of every probe point that could be captured, and what the capture saw."""
-
-    features: dict[str, FeatureSet] = field(default_factory=dict)  # variant -> its reduced features
-    unavailable: dict[str, str] = field(default_factory=dict)  # variant -> why it could not be captured
-    info: ModelFacts | None = None  # the model's ModelInfo, and the weights each set of weights read
-    data: str = ""
-    skipped: int = 0
-    skips: SkipCounts = field(default_factory=SkipCounts)  # inputs skipped, by cause
-    image_policy: str = ""
-    duplicates: DuplicateInputs | None = None
-    notes: list[Note] = field(default_factory=list)
-    batch: BatchChoice | None = None  # the batch size used and how it was chosen
-
-    def note(self, text: str, kind: NoteKind, on_note: Callable[[str], None] | None = None) -> None:
-        """Keep a note (once: see :func:`add_note`), and pass it to ``on_note`` when it is new."""
-        added = add_note(self.notes, text, kind)
-        if added is not None and on_note is not None:
-            on_note(added)
-
-
-def _n_above_d_note(info) -> str:
-    fix = (
-        f"pass {{param:context_length}} below {info.d} to audit a setting where it can"
-        if info.modality == "text"
-        else "use a wider model or a smaller input resolution (fewer patches) to audit a setting where it can"
-    )
-    return plain(
-        f"n = {info.n} > d = {info.d}: Assumption 1 cannot hold (any n vectors in R^d are dependent) and no "
-        f"context matrix can have rank n; {fix}"
-    )
-
-
-def _reducer_consumer(group: Sequence[Probe], reducers: dict, ra):
-    """The consumer that feeds each probe point's tokens (through the random head if asked) to its reducer."""
-
-    def consume(tokens: dict) -> None:
-        for p in group:
-            x = tokens[p.layer]
-            if p.random_attention:  # the paper's random attention layer: part of the forward pass
-                with torch.no_grad(), phases.phase("forward", device=x.device):
-                    x = ra(x)
-            reducers[p.variant].update(x)
-
-    return consume
-
-
-def _check_limit_fits(data: DataRequest, info, probes: int) -> None:
-    """The reduced features of T examples must fit in memory: each probe point keeps two float32
-    vectors of d per example, and the checks a float64 copy of one of them and a scaled copy.
-
-    Raises:
-        InputError: when ``limit`` examples would need more memory than is available here.
-    """
-    per_example = probes * 2 * 4 * info.d + 2 * 8 * info.d
-    most = available_memory() // max(per_example, 1)
-    if data.limit > most:
-        raise InputError(
-            f"{{param:limit}} {data.limit}: the features of {info.name} (d = {info.d}, {probes} probe point(s)) "
-            f"would need about {data.limit * per_example / 2**30:.3g} GiB; the largest {{param:limit}} that fits "
-            f"in the memory available here is {most}"
-        )
-
-
-def _check_limit_reaches_n(data: DataRequest, info) -> None:
-    """Assumptions 1 and 3 draw n of the T examples: T < n is refused before the data pass.
-
-    Raises:
-        InputError: when ``limit`` is below the model's n tokens per example.
-    """
-    if data.limit < info.n:
-        way = (
-            f"raise {{param:limit}} to at least {info.n} or lower {{param:context_length}}"
-            if info.modality == "text"
-            else f"raise {{param:limit}} to at least {info.n}"
-        )
-        raise InputError(
-            f"{{param:limit}} {data.limit} is below n = {info.n} tokens per example of {info.name}: Assumptions 1 "
-            f"and 3 draw n of the T examples, so T must be at least n; {way}"
-        )
-
-
-def _short_of_limit_note(fed, limit: int) -> str:
-    """The note when the data gave fewer examples than ``limit`` asked for (T is then smaller)."""
-    if fed.count >= limit:
-        return ""
-    why = []
-    if fed.skips:
-        why.append(f"skipped: {describe_skips(fed.skips)}")
-    if fed.duplicates.get("dropped"):
-        why.append(f"{fed.duplicates['dropped']} exact duplicates dropped")
-    because = f" ({'; '.join(why)})" if why else ""
-    return (
-        f"{limit} examples were asked for (limit) but the data gave only {fed.count} usable ones{because}: "
-        f"the audit uses T = {fed.count}"
-    )
-
-
-def collect_features(
-    request: ModelRequest,
-    probes: Sequence[Probe],
-    data: DataRequest,
-    settings: Settings,
-    on_note: Callable[[str], None] | None = None,
-) -> Captured:
-    """Run the model over the data once per set of weights and reduce every probe point.
-
-    A ``trained`` group whose weights cannot be had offline is reported unavailable, not raised.
-    ``data.limit`` below the model's n is refused as soon as the model's n is known.
-    """
-    out = Captured()
-    by_init: dict[str, list[Probe]] = {}
-    for p in probes:
-        by_init.setdefault(p.init, []).append(p)
-    for init, group in by_init.items():
-        pm = _load_or_unavailable(request, init, settings, max(p.layer for p in group), group, out)
-        if pm is None:
-            continue
-        qi = _take_model(out, pm, request, init, data, len(group), on_note)
-        fed, reducers, data_notes = _capture_group(pm, init, group, qi, data, settings)
-        data = _take_pass(out, fed, data_notes, init, data, on_note)
-        for p in group:
-            out.features[p.variant] = reducers[p.variant].result(_feature_meta(request, p, pm.info, fed), fed=fed)
-    return out
-
-
-def _take_model(
-    out: Captured,
-    pm,
-    request: ModelRequest,
-    init: str,
-    data: DataRequest,
-    probes: int,
-    on_note: Callable[[str], None] | None,
-) -> int:
-    """Check the limit against the model loaded for ``probes`` probe points, keep what it says
-    (its info, weights, the n > d note) in ``out``; the query token's index."""
-    info = pm.info
-    _check_limit_reaches_n(data, info)
-    _check_limit_fits(data, info, probes)
-    if info.n > info.d:
-        out.note(_n_above_d_note(info), NoteKind.N_ABOVE_D, on_note)
-    if out.info is None or init == "random":
-        out.info = ModelFacts.of(info)
-    out.info = out.info.with_weights(init, info.weights_source, info.weights_read)
-    qi = pipeline.query_index(pm, request)
-    if request.query_index is not None:  # the report and meta name the query the audit read
-        out.info = replace(out.info, query_index=qi, query_token=plain(f"token {qi} ({{param:query_index}})"))
-    return qi
-
-
-def _capture_group(pm, init: str, group: Sequence[Probe], qi: int, data: DataRequest, settings: Settings):
-    """One pass of the model over the data, every probe point of ``group`` reduced on the way:
-    (what the pass fed, the reducers by variant, the notes of reading the data)."""
-    info = pm.info
-    ra = None
-    if any(p.random_attention for p in group):
-        ra = RandomAttention(info.d, seed=settings.weights_seed_used, device=pm.device)
-    rule = settings.rule(torch.float32)  # features that feed a rank decision are float32
-    reducers = {p.variant: StreamingReducer(qi, rule) for p in group}
-    data_notes: list[str] = []
-    fed = pipeline.stream(
-        pm,
-        data,
-        {p.layer for p in group},
-        [_reducer_consumer(group, reducers, ra)],
-        settings,
-        data_notes,
-        label=f"{init} weights: capture",
-        need=info.n,
-    )
-    return fed, reducers, data_notes
-
-
-def _take_pass(
-    out: Captured,
-    fed,
-    data_notes: list[str],
-    init: str,
-    data: DataRequest,
-    on_note: Callable[[str], None] | None,
-) -> DataRequest:
-    """Keep what the pass of the ``init`` weights over the data found in ``out`` (notes, batch,
-    skips, duplicates); the data request of the next pass (an automatic batch size, once
-    found, kept)."""
-    for text in data_notes:
-        out.note(text, NoteKind.DATA)
-    out.batch = out.batch or fed.batch
-    if data.batch_size == "auto" and fed.batch is not None:  # the other weights have the same shapes: the same batch
-        data = replace(data, batch_size=fed.batch.size)
-    out.data, out.skipped, out.duplicates = (
-        fed.name,
-        max(out.skipped, fed.skipped),
-        DuplicateInputs.of(fed.duplicates),
-    )
-    out.skips, out.image_policy = SkipCounts.of(fed.skips) or out.skips, fed.policy or out.image_policy
-    short = _short_of_limit_note(fed, data.limit)
-    if short:
-        out.note(short, NoteKind.SHORT_OF_LIMIT, on_note)
-    if fed.duplicates.get("repeats"):
-        out.note(
-            f"duplicate inputs: {fed.duplicates_line} (identical inputs give identical vectors at "
-            "every layer, a dependence that is about the data, not the model)",
-            NoteKind.DUPLICATE_INPUTS,
-        )
-    return data
-
-
-def _feature_meta(request: ModelRequest, p: Probe, info, fed) -> dict[str, Any]:
-    """The meta of one probe point's reduced features: what was read, with which weights, how."""
-    return {
-        "model": request.model,
-        "variant": p.variant,
-        "layer": p.layer,
-        "weights": p.init,
-        "weights_source": info.weights_source,
-        "weights_read": info.weights_read,
-        "batch": meta_value(fed.batch),
-        "data": fed.name,
-        "resolved": info.resolved,
-        "random_attention": p.random_attention,
-    }
-
-
-def _load_or_unavailable(
-    request: ModelRequest, init: str, settings: Settings, max_layer: int, group: Sequence[Probe], out: Captured
-):
-    """The model for ``group``, or None with the group marked unavailable when trained weights
-    cannot be had offline. Under torchrun every rank must come to the same outcome.
-
-    Raises:
-        OfflineError: when random weights (the model's configuration) cannot be had offline.
-        RankFailed: when the ranks of a torchrun job disagree about whether the weights can be loaded.
-    """
-    pm, reason = None, None
-    try:
-        pm = pipeline.load(request, init, settings, max_layer)
-    except OfflineError as exc:
-        if init != "trained":
-            raise
-        reason = str(exc)
-    distributed.current().same(reason is None, f"whether the {init} weights of {request.model} can be loaded")
-    if reason is not None:
-        out.unavailable.update({p.variant: reason for p in group})
-    return pm
-
-
-def probe_for_variant(variant: str, layer: int = 1) -> Probe:
-    """The probe point a variant name stands for: a Table 1 column or ``random-L<k>`` / ``trained-L<k>``.
-
-    Raises:
-        InputError: when ``variant`` is neither.
-    """
-    if variant in IMAGE_VARIANTS:
-        return plan_probes("image", [variant], layer=layer if variant in ("random", "trained") else None)[0]
-    m = re.fullmatch(r"(random|trained)-L(\d+)", variant)
-    if not m:
-        raise InputError(
-            f"unknown variant {variant!r}; choose from {', '.join(IMAGE_VARIANTS)} or random-L<k>/trained-L<k>"
-        )
-    return Probe(variant, m.group(1), int(m.group(2)))
+# The entry points, and the names of planning, capture and the result types they are read by.
+__all__ = [
+    "IMAGE_VARIANTS",
+    "VARIANT_HELP",
+    "AuditResult",
+    "CheckResult",
+    "Column",
+    "Note",
+    "NoteKind",
+    "Probe",
+    "add_note",
+    "audit",
+    "capture_features",
+    "capture_probe",
+    "check_features",
+    "check_features_folder",
+    "collect_features",
+    "memorisation_bound",
+    "plan_probes",
+    "probe_for_variant",
+    "refuse_weights_without_trained",
+    "run_checks",
+]
 
 
 @shared
-@keyword_conveniences
 def capture_features(
     model: str | ModelRequest,
     *,
     variant: str = "random",
     layer: int = 1,
     data: str | DataRequest | None = None,
+    settings: Settings | None = None,
     weights_path: str | None = None,
     query_index: int | None = None,
-    settings: Settings | None = None,
-    given: frozenset[str] = frozenset(),
-    **conveniences: Unpack[Conveniences],
+    split: str | None = None,
+    limit: int | None = None,
+    batch_size: int | str | None = None,
+    seed: int | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    device: str | None = None,
+    backend: str | None = None,
+    context_length: int | None = None,
+    progress: bool | None = None,
+    keep_duplicates: bool | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool | None = None,
+    text_column: str | None = None,
+    image_column: str | None = None,
+    convert_rgb: bool | None = None,
+    weights_seed: int | None = None,
+    data_seed: int | None = None,
 ) -> FeatureSet:
     """Reduced features of one probe point (what ``mhaaudit kruskal`` uses with no file).
 
-    ``weights_seed`` / ``data_seed`` draw the random weights / the data from a seed of their own
-    (default: ``seed``; see :mod:`mhaaudit.settings`).
-
-    ``model``, ``data`` and ``settings`` may be the request objects (:mod:`mhaaudit.request`);
-    the other keywords are conveniences that build them (:func:`~mhaaudit.request.build_requests`:
-    a keyword given beside an object that says otherwise is an InputError).
+    Args:
+        model: the model (an alias, a hub id, a local folder), or a :class:`~mhaaudit.request.ModelRequest`.
+        variant: the column (``embedding``, ``random-attention``, ``random``, ``trained``, ``random-L<k>``,
+            ``trained-L<k>``).
+        layer: the depth of a ``random`` or ``trained`` column.
+        data: the data source, or a :class:`~mhaaudit.request.DataRequest` (None: the built-in data).
+        settings: the :class:`~mhaaudit.settings.Settings` (None: built from the keywords).
+        weights_path, ... data_seed: the fields of the three request objects, as :func:`audit` takes them
+            (None: not given). A keyword beside an object follows the rule of :mod:`mhaaudit.request`.
 
     Returns:
         The :class:`~mhaaudit.features.FeatureSet` of the column ``variant`` at depth ``layer``.
@@ -754,41 +109,30 @@ def capture_features(
         OfflineError: when the model's configuration, its trained weights or a hub data set must be
             downloaded and the network cannot be reached.
     """
-    keywords = {**{k: v for k, v in locals().items() if k in KEYWORDS}, **conveniences}
-    req = build_requests(model, data, settings, keywords, given)
+    keywords = dict(
+        weights_path=weights_path,
+        query_index=query_index,
+        split=split,
+        limit=limit,
+        batch_size=batch_size,
+        seed=seed,
+        rtol=rtol,
+        atol=atol,
+        device=device,
+        backend=backend,
+        context_length=context_length,
+        progress=progress,
+        keep_duplicates=keep_duplicates,
+        revision=revision,
+        trust_remote_code=trust_remote_code,
+        text_column=text_column,
+        image_column=image_column,
+        convert_rgb=convert_rgb,
+        weights_seed=weights_seed,
+        data_seed=data_seed,
+    )
+    req = build_requests(model, data, settings, keywords)
     return capture_probe(req.model, req.data, variant, settings=req.settings, layer=layer)
-
-
-@shared
-def capture_probe(
-    request: ModelRequest, data: DataRequest, variant: str, *, settings: Settings, layer: int = 1
-) -> FeatureSet:
-    """Reduced features of one probe point (``variant`` at depth ``layer``, see :func:`probe_for_variant`)
-    from checked request objects; :func:`capture_features` with the objects built. Trained weights
-    that cannot be had offline raise :class:`~mhaaudit.errors.OfflineError`."""
-    return _capture_one(Requests(request, data, settings), probe_for_variant(variant, layer))
-
-
-def refuse_weights_without_trained(weights_path, probe: Probe, variants: str = "variants") -> None:
-    """Trained weights given for a column that does not read them are refused;
-    ``variants`` is the parameter that chose the column.
-
-    Raises:
-        InputError: when ``weights_path`` is given and ``probe`` does not read trained weights.
-    """
-    if weights_path is not None and probe.init != "trained":
-        raise InputError(
-            f"{{param:weights}} loads trained weights; use it with {{param:{variants}}} trained (or trained-L<k>), "
-            f"not {probe.variant!r}"
-        )
-
-
-def _capture_one(req: Requests, probe: Probe) -> FeatureSet:
-    refuse_weights_without_trained(req.model.weights_path, probe)
-    got = collect_features(req.model, [probe], req.data, req.settings)
-    if probe.variant in got.unavailable:
-        raise OfflineError(got.unavailable[probe.variant])
-    return got.features[probe.variant]
 
 
 # --------------------------------------------------------------------------- checks
@@ -842,26 +186,30 @@ def _with_seed(result, seed: int):
     return replace(result, seed=seed) if isinstance(result, ContextRankResult) else result
 
 
-@keyword_conveniences
 def check_features(
     fs: FeatureSet,
     *,
-    samples: int = DEFAULT_SAMPLES,
-    threshold: float = DEFAULT_THRESHOLD,
-    seed: int = 0,
+    settings: Settings | None = None,
+    sweep: bool = False,
+    label: str = "",
+    samples: int | None = None,
+    threshold: float | None = None,
+    seed: int | None = None,
     rtol: float | None = None,
     atol: float | None = None,
-    device="auto",
-    sweep: bool = False,
-    progress: bool = False,
-    label: str = "",
-    stop_when_decided: bool = True,
-    settings: Settings | None = None,
-    given: frozenset[str] = frozenset(),
+    device: str | None = None,
+    progress: bool | None = None,
+    stop_when_decided: bool | None = None,
 ) -> tuple[dict[str, CheckResult], Sweep | None, dict[str, float]]:
-    """GP, A1, A2, A3 (and optionally the sweep) on one reduced feature set (:func:`run_checks`
-    under ``settings``, or the settings these keywords build; the defaults are :func:`audit`'s). A
-    keyword given beside ``settings`` that says otherwise is an InputError.
+    """GP, A1, A2, A3 (and optionally the sweep) on one reduced feature set: :func:`run_checks`.
+
+    Args:
+        fs: the reduced features (:func:`capture_features`, ``FeatureSet.load``).
+        settings: the :class:`~mhaaudit.settings.Settings`; or the keywords ``samples`` ...
+            ``stop_when_decided``, its fields (None: not given, the defaults :func:`audit` has). A keyword
+            beside ``settings`` follows the rule of :mod:`mhaaudit.request`.
+        sweep: run the Kruskal-rank sweep of the queries too.
+        label: the name progress bars give the feature set.
 
     Returns:
         ``(tests, sweep, timings)``: the result of each check by name, the sweep (None without ``sweep``)
@@ -871,8 +219,17 @@ def check_features(
         InputError: when a sample count, threshold, tolerance or device is out of range, or a keyword
             disagrees with ``settings``.
     """
-    run = build_settings(settings, {k: v for k, v in locals().items() if k in KEYWORDS}, given)
-    return run_checks(fs, run, sweep=sweep, label=label)
+    keywords = dict(
+        samples=samples,
+        threshold=threshold,
+        seed=seed,
+        rtol=rtol,
+        atol=atol,
+        device=device,
+        progress=progress,
+        stop_when_decided=stop_when_decided,
+    )
+    return run_checks(fs, build_settings(settings, keywords), sweep=sweep, label=label)
 
 
 def _column(p: Probe, got: Captured, settings: Settings, sweep: bool) -> Column:
@@ -936,7 +293,6 @@ def memorisation_bound(info: ModelFacts, col: Column) -> tuple[CapacityBound | N
 
 
 @shared
-@keyword_conveniences
 def audit(
     model: str | ModelRequest,
     *,
@@ -944,49 +300,70 @@ def audit(
     layer: int | None = None,
     layers: Sequence[int] | None = None,
     data: str | DataRequest | None = None,
-    samples: int = DEFAULT_SAMPLES,
-    threshold: float = DEFAULT_THRESHOLD,
-    weights: str | None = None,
-    query_index: int | None = None,
+    settings: Settings | None = None,
     sweep: bool = False,
-    stop_when_decided: bool = True,
     on_note: Callable[[str], None] | None = None,
     seeds: str | Sequence[int] | None = None,
     vary: str = "both",
-    settings: Settings | None = None,
-    given: frozenset[str] = frozenset(),
-    **conveniences: Unpack[Conveniences],
+    weights: str | None = None,
+    query_index: int | None = None,
+    backend: str | None = None,
+    context_length: int | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool | None = None,
+    split: str | None = None,
+    limit: int | None = None,
+    batch_size: int | str | None = None,
+    keep_duplicates: bool | None = None,
+    text_column: str | None = None,
+    image_column: str | None = None,
+    convert_rgb: bool | None = None,
+    samples: int | None = None,
+    threshold: float | None = None,
+    seed: int | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    device: str | None = None,
+    stop_when_decided: bool | None = None,
+    progress: bool | None = None,
+    weights_seed: int | None = None,
+    data_seed: int | None = None,
 ) -> AuditResult | SeedsResult:
     """Audit ``model`` on ``data``: the paper's Table 1 (images) or Table 3 (text) and more.
 
-    ``model``, ``data`` and ``settings`` may be the request objects (:class:`~mhaaudit.request.ModelRequest`,
-    :class:`~mhaaudit.request.DataRequest`, :class:`~mhaaudit.settings.Settings`); the loading,
-    data and settings keywords are conveniences that build them in one place
-    (:func:`~mhaaudit.request.build_requests`), and one given beside an object that says otherwise
-    is an InputError.
+    Args:
+        model: the model (an alias, a hub id, a local folder), or a :class:`~mhaaudit.request.ModelRequest`.
+        variants: the image columns (``embedding``, ``random-attention``, ``random``, ``trained``; default
+            all), or with ``layers`` or a text model ``random`` and/or ``trained``.
+        layer: the depth of the ``random`` and ``trained`` image columns (default 1).
+        layers: audit random/trained weights at each of these depths instead (default 0 and 1 for text).
+        data: the data source, or a :class:`~mhaaudit.request.DataRequest` (None: the built-in data).
+        settings: the :class:`~mhaaudit.settings.Settings` (None: built from the keywords).
+        sweep: the Kruskal-rank sweep of each column's queries too.
+        on_note: called with each note as it comes (they are in ``AuditResult.notes`` too).
+        seeds: run once per seed (``"0-4"``, ``"0,3,7"`` or a list) and return a
+            :class:`mhaaudit.seeds.SeedsResult`.
+        vary: what ``seeds`` vary: ``"both"`` (as ``seed``), ``"weights"`` or ``"data"`` (the other held at
+            ``data_seed`` / ``weights_seed``, default the first seed).
+        weights: a local folder or file with trained weights for the trained column(s).
+        query_index, backend, context_length, revision, trust_remote_code: the fields of the
+            :class:`~mhaaudit.request.ModelRequest` (``weights`` is its ``weights_path``).
+        split, limit, batch_size, keep_duplicates, text_column, image_column, convert_rgb: the fields of
+            the :class:`~mhaaudit.request.DataRequest` (``batch_size="auto"`` chooses the batch, see
+            :mod:`mhaaudit.batching`; exact duplicate inputs are dropped unless ``keep_duplicates``;
+            ``convert_rgb`` converts images of other modes to RGB instead of skipping them).
+        samples, threshold, seed, rtol, atol, device, stop_when_decided, progress, weights_seed, data_seed:
+            the fields of the :class:`~mhaaudit.settings.Settings` (a test stops once its verdict is
+            settled unless ``stop_when_decided=False``; ``weights_seed`` / ``data_seed`` draw the random
+            weights / the data from a seed of their own).
 
-    ``weights`` is a local folder or file with trained weights for the ``trained`` column(s)
-    (refused when no trained column is audited). ``layer`` (default 1) is the depth of the image
-    columns; ``layers`` audits several depths. ``stop_when_decided`` (default, as in ``check``
-    without ``--all-draws``) lets each Monte-Carlo test stop once its verdict is settled; False
-    makes every draw. Exact duplicate inputs are dropped before the forward pass
-    (the same ones in every column) unless ``keep_duplicates``; what was found is in
-    ``AuditResult.duplicates`` and the notes. ``batch_size="auto"`` chooses the batch (see
-    :mod:`mhaaudit.batching`); ``revision`` and ``trust_remote_code`` are passed to the hub reads.
-    ``text_column`` / ``image_column`` choose the column of the data (found otherwise: see
-    :func:`mhaaudit.sources.choose_column`); ``convert_rgb`` converts images of other modes to RGB
-    (as torchvision's ImageFolder does) instead of skipping them, the paper's rule. Inputs skipped
-    are in ``AuditResult.skips`` by cause; a run that gets fewer than ``limit`` examples says so
-    in the notes and the table.
-
-    ``weights_seed`` / ``data_seed`` draw the random weights / the data from a seed of their own
-    (default: ``seed``). ``seeds`` (``"0-4"``, ``"0,3,7"`` or a list) runs the audit once per seed
-    and returns a :class:`mhaaudit.seeds.SeedsResult` (per-seed, summary and difference records);
-    ``vary`` says what the seeds vary: ``"both"`` (as ``seed``), ``"weights"`` or ``"data"``
-    (the other held at ``data_seed`` / ``weights_seed``, default the first seed).
+        A keyword left at None is not given (the object's value, or the field's default); one given beside an
+        object follows the rule of :mod:`mhaaudit.request`.
 
     Returns:
-        An :class:`AuditResult`, or a :class:`mhaaudit.seeds.SeedsResult` with ``seeds``.
+        An :class:`AuditResult`, or a :class:`mhaaudit.seeds.SeedsResult` with ``seeds``. Inputs skipped are
+        in ``AuditResult.skips`` by cause, duplicates in ``AuditResult.duplicates``; a run that gets fewer
+        than ``limit`` examples says so in the notes and the table.
 
     Raises:
         InputError: for a bad argument: an unknown variant, ``layer`` below 1 or given beside ``layers``
@@ -998,8 +375,32 @@ def audit(
             the network cannot be reached; trained weights that cannot be had leave their column unavailable,
             with the reason, unless no column can be audited.
     """
-    keywords = {**{k: v for k, v in locals().items() if k in KEYWORDS}, **conveniences}
-    req = build_requests(model, data, settings, keywords, given)
+    keywords = dict(
+        weights=weights,
+        query_index=query_index,
+        backend=backend,
+        context_length=context_length,
+        revision=revision,
+        trust_remote_code=trust_remote_code,
+        split=split,
+        limit=limit,
+        batch_size=batch_size,
+        keep_duplicates=keep_duplicates,
+        text_column=text_column,
+        image_column=image_column,
+        convert_rgb=convert_rgb,
+        samples=samples,
+        threshold=threshold,
+        seed=seed,
+        rtol=rtol,
+        atol=atol,
+        device=device,
+        stop_when_decided=stop_when_decided,
+        progress=progress,
+        weights_seed=weights_seed,
+        data_seed=data_seed,
+    )
+    req = build_requests(model, data, settings, keywords)
     cols = _Columns(variants, layer, layers, sweep)
     plan = plan_for(req.settings, seeds, vary)
     if plan is None:

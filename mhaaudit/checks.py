@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 
@@ -360,34 +361,34 @@ def general_position(queries, **kw) -> SubsetTest:
 # --------------------------------------------------------------------------- the registry
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Check:
     """One of the paper's checks: what it runs, what it means, on which vectors, at which size.
 
     ``run`` is the check's public function on tensors. A run of the tool (the audit of a feature
-    set, ``mhaaudit kruskal``) decides the check with :meth:`decide`: on the ``vectors`` it names
-    (``queries`` or ``a3``: T x d; ``contexts``: the per-example context statistics of
-    :class:`ContextRanks`) at the size ``k(n, T, d)``. An estimated check is decided there by the
-    Monte-Carlo Kruskal test (:func:`~mhaaudit.kruskal.subset_test`, what ``run`` calls); a check
-    decided otherwise gives ``measure(features, k, rule)``. Adding a check is one entry in
-    :data:`REGISTRY` plus its function: the audit, ``kruskal``, the tables, the JSON and the
-    parquet rows all read the registry.
+    set, ``mhaaudit kruskal``) decides the check with :meth:`decide`: on the attribute ``vectors``
+    names of a :class:`~mhaaudit.features.FeatureSet` (``queries`` or ``a3``: T x d; ``context``: the
+    per-example context statistics of :class:`ContextRanks`) at the size ``k(n, T, d)``. An estimated
+    check is decided there by the Monte-Carlo Kruskal test (:func:`~mhaaudit.kruskal.subset_test`, what
+    ``run`` calls); a check decided otherwise gives ``measure(features, k, rule)``. Adding a check is
+    one entry in :data:`REGISTRY` plus its function: the audit, ``kruskal``, the tables, the JSON and
+    the parquet rows all read the registry.
     """
 
     name: str
     title: str
     meaning: str
-    vectors: str  # queries | contexts | a3 (query + mean of context rows)
-    size: str  # what k is, in words: "k = ..." (a subset size) or "rank ..." (a matrix rank)
+    vectors: Literal["queries", "context", "a3"]  # the FeatureSet attribute decided on
+    size: Literal["k", "rank"]  # what k is: a subset size (k = ...) or a matrix rank (rank ...)
     k: Callable[[int, int, int], int]  # (n, T, d) -> the size k it tests
+    depends_on_n: bool  # whether k depends on the context length n (known without n otherwise)
     run: Callable
     estimated: bool  # a Monte-Carlo estimate (True) or an exact count (False)
     measure: Callable | None = None  # (features, k, rule) -> result, for a check not decided by subset_test
 
     def size_at(self, n, T, d) -> str:
         """The size as a table shows it, with the numbers put in (``k = 16``, ``rank 5``)."""
-        word = self.size.split(" ")[0]
-        return f"{word} = {self.k(n, T, d)}" if word == "k" else f"{word} {self.k(n, T, d)}"
+        return f"k = {self.k(n, T, d)}" if self.size == "k" else f"rank {self.k(n, T, d)}"
 
     def decide(self, features, *, rule: RankRule, stats=None, **draws):
         """The check's result on ``features`` (anything with ``queries``, ``a3``, ``context``, ``n``,
@@ -414,45 +415,49 @@ REGISTRY: dict[str, Check] = {
     c.name: c
     for c in (
         Check(
-            "general_position",
-            "General Position",
-            "every d query vectors are linearly independent (Kruskal rank = min(T, d))",
-            "queries",
-            "k = min(T, d)",
-            lambda n, T, d: min(T, d),
-            general_position,
-            True,
+            name="general_position",
+            title="General Position",
+            meaning="every d query vectors are linearly independent (Kruskal rank = min(T, d))",
+            vectors="queries",
+            size="k",
+            k=lambda n, T, d: min(T, d),
+            depends_on_n=False,
+            run=general_position,
+            estimated=True,
         ),
         Check(
-            "assumption_1",
-            "Assumption 1",
-            "every n query vectors are linearly independent (Kruskal rank >= n)",
-            "queries",
-            "k = n",
-            lambda n, T, d: n,
-            assumption_1,
-            True,
+            name="assumption_1",
+            title="Assumption 1",
+            meaning="every n query vectors are linearly independent (Kruskal rank >= n)",
+            vectors="queries",
+            size="k",
+            k=lambda n, T, d: n,
+            depends_on_n=True,
+            run=assumption_1,
+            estimated=True,
         ),
         Check(
-            "assumption_2",
-            "Assumption 2",
-            "every example's n context tokens are linearly independent (rank E_t = n)",
-            "contexts",
-            "rank n",
-            lambda n, T, d: n,
-            assumption_2,
-            False,
+            name="assumption_2",
+            title="Assumption 2",
+            meaning="every example's n context tokens are linearly independent (rank E_t = n)",
+            vectors="context",
+            size="rank",
+            k=lambda n, T, d: n,
+            depends_on_n=True,
+            run=assumption_2,
+            estimated=False,
             measure=_assumption_2_of,
         ),
         Check(
-            "assumption_3",
-            "Assumption 3",
-            "every n vectors query + mean(context) are linearly independent",
-            "a3",
-            "k = n",
-            lambda n, T, d: n,
-            assumption_3,
-            True,
+            name="assumption_3",
+            title="Assumption 3",
+            meaning="every n vectors query + mean(context) are linearly independent",
+            vectors="a3",
+            size="k",
+            k=lambda n, T, d: n,
+            depends_on_n=True,
+            run=assumption_3,
+            estimated=True,
         ),
     )
 }
@@ -484,25 +489,20 @@ CHECK_MEANING: Mapping[str, str] = _Field("meaning")
 def check_for_size(k: int, *, n: int | None, T: int, d: int, vectors: str) -> str:
     """The check a Kruskal test of ``vectors`` at size ``k`` answers, or ``"kruskal"`` when none does.
 
-    Of the estimated checks on those vectors whose size is ``k``, the one with the smallest size
-    in general wins: at k = n = min(T, d), Assumption 1 (k = n) names the test, not General
+    Of the estimated checks on those vectors whose size is ``k``, one whose size depends on n wins
+    (n is at most min(T, d)): at k = n = min(T, d), Assumption 1 (k = n) names the test, not General
     Position (k = min(T, d)), which asks the same there. Without n only the sizes that do not
     depend on n are known.
     """
-    big = 1 << 62
     fits = [
         c
         for c in REGISTRY.values()
         if c.estimated
         and c.vectors == vectors
-        and (n is not None or _sized_without_n(c))
+        and (n is not None or not c.depends_on_n)
         and c.k(n if n is not None else 0, T, d) == k
     ]
-    return min(fits, key=lambda c: c.k(n if n is not None else big, big, big)).name if fits else "kruskal"
-
-
-def _sized_without_n(check: Check) -> bool:
-    return check.k(0, 1 << 62, 1 << 62) == check.k(1, 1 << 62, 1 << 62)
+    return min(fits, key=lambda c: not c.depends_on_n).name if fits else "kruskal"
 
 
 __all__ = [

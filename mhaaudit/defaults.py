@@ -14,7 +14,13 @@ __all__ = [
     "CAPACITY_ATTENTION",
     "CAPACITY_BLOCK",
     "CAPACITY_BLOCK_WHY",
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_DEVICE",
+    "DEFAULT_LIMIT",
     "DEFAULT_SAMPLES",
+    "DEFAULT_SEED",
+    "DEFAULT_SPLIT",
+    "DEFAULT_STOP_WHEN_DECIDED",
     "DEFAULT_THRESHOLD",
     "KRUSKAL_VECTORS",
     "MEMORIZE_CONTEXTS",
@@ -30,6 +36,19 @@ __all__ = [
 DEFAULT_SAMPLES = 5000
 #: Satisfied fraction at which a size counts as independent (the paper's).
 DEFAULT_THRESHOLD = 0.99
+#: The split of a hub data set that is read.
+DEFAULT_SPLIT = "train"
+#: The most examples read (T).
+DEFAULT_LIMIT = 2000
+#: Examples per forward pass.
+DEFAULT_BATCH_SIZE = 32
+#: The run's seed.
+DEFAULT_SEED = 0
+#: The device: the first CUDA device when there is one, else the CPU.
+DEFAULT_DEVICE = "auto"
+#: Whether a Monte-Carlo test stops once its verdict can no longer change (the command line's
+#: default, without ``--all-draws``). A ``Settings`` made by hand makes every draw unless it says so.
+DEFAULT_STOP_WHEN_DECIDED = True
 
 #: The model libraries a model may be loaded with: Hugging Face transformers, or timm.
 BACKENDS = ("hf", "timm")

@@ -34,18 +34,11 @@ from .errors import InputError, param, plain
 from .facts import CaptureFacts
 from .features import FeatureSet
 from .io import MappedArray, read_array, to_query_matrix
+from .keywords import given, refuse_disagreement
 from .kruskal import KruskalInputs, KruskalResult, as_matrix, fixed_rule
 from .numerics.stream import peak_rss_bytes
 from .progress import log, task
-from .request import (
-    DATA_KEYWORDS,
-    SETTINGS_KEYWORDS,
-    DataRequest,
-    ModelRequest,
-    build_requests,
-    build_settings,
-    refuse_disagreement,
-)
+from .request import DATA_KEYWORDS, SETTINGS_KEYWORDS, DataRequest, ModelRequest, build_requests, build_settings
 from .seeds import SeedPlan, SeedsResult, kruskal_seeds, plan_for
 from .settings import Settings
 
@@ -176,9 +169,7 @@ def _pick(keywords: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
 
 
 def _objects(features, request, capture, settings, keywords: Mapping[str, Any]):
-    """The three objects from the keyword conveniences: an object is taken as it is, and a keyword
-    given beside it must say what it says (:func:`~mhaaudit.request.refuse_disagreement`, the rule
-    of :func:`~mhaaudit.request.build_requests`); without an object, the keywords build it.
+    """The three objects from the keywords, under the rule of :mod:`mhaaudit.request`.
 
     Returns:
         ``(request, capture, settings)``; capture is None when the request reads features from a file.
@@ -191,10 +182,9 @@ def _objects(features, request, capture, settings, keywords: Mapping[str, Any]):
     unknown = set(keywords) - {*_REQUEST_KEYS, *SETTINGS_KEYWORDS, *_CAPTURE_KEYS}
     if unknown:
         raise TypeError(f"estimate_kruskal_rank() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
-    given = frozenset(keywords) | ({"features"} if features is not None else frozenset())
-    request = _request_object(request, {"features": features, **_pick(keywords, _REQUEST_KEYS)}, given)
-    # stop_when_decided defaults to True, as in subset_test
-    settings = build_settings(settings, {"stop_when_decided": True, **_pick(keywords, SETTINGS_KEYWORDS)}, given)
+    keywords = given(keywords)
+    request = _request_object(request, {"features": features, **_pick(keywords, _REQUEST_KEYS)})
+    settings = build_settings(settings, _pick(keywords, SETTINGS_KEYWORDS))
     capturing = _pick(keywords, _CAPTURE_KEYS)
     if request.features is not None:
         if capture is not None or capturing:
@@ -205,27 +195,25 @@ def _objects(features, request, capture, settings, keywords: Mapping[str, Any]):
         return request, None, settings
     if request.key is not None:
         raise InputError("{param:key} has no effect without features: it chooses a tensor or column in a feature file")
-    return request, _capture_object(request, capture, settings, capturing, given), settings
+    return request, _capture_object(request, capture, settings, capturing), settings
 
 
-def _request_object(request: KruskalRequest | None, keywords: dict[str, Any], given: frozenset[str]) -> KruskalRequest:
+def _request_object(request: KruskalRequest | None, keywords: dict[str, Any]) -> KruskalRequest:
     if request is None:
-        return kruskal_request(**keywords)
+        return kruskal_request(**given(keywords))
     meant = lambda k, value: getattr(kruskal_request(**{k: value}), _REQUEST_FIELDS[k])  # noqa: E731
-    refuse_disagreement(request, "request", _REQUEST_FIELDS, keywords, given, meant)
+    refuse_disagreement(request, "request", keywords, _REQUEST_FIELDS, meant)
     return request
 
 
 def build_capture(request: KruskalRequest, settings: Settings, keywords: Mapping[str, Any]) -> Capture:
     """The :class:`Capture` of a request without features, built from the capture keywords
-    (``model``, ``variant``, ``backend``, ``weights``, ..., ``data``, ``split``, ``limit``, ...)
-    and the request's n and query index, as :func:`estimate_kruskal_rank` builds it."""
-    return _capture_object(request, None, settings, dict(keywords), frozenset(keywords))
+    (``model``, ``variant``, ``backend``, ``weights``, ..., ``data``, ``split``, ``limit``, ...; None:
+    not given) and the request's n and query index, as :func:`estimate_kruskal_rank` builds it."""
+    return _capture_object(request, None, settings, given(keywords))
 
 
-def _capture_object(
-    request: KruskalRequest, capture: Capture | None, settings: Settings, keywords: dict, given: frozenset[str]
-) -> Capture:
+def _capture_object(request: KruskalRequest, capture: Capture | None, settings: Settings, keywords: dict) -> Capture:
     """The capture: ``capture`` checked against the keywords given and the request's n and query
     index, or built from them by :func:`~mhaaudit.request.build_requests`."""
     requests = {k: v for k, v in keywords.items() if k not in ("model", "variant", "data")}
@@ -233,18 +221,15 @@ def _capture_object(
         variant = keywords.get("variant") or "random"
         _check_column(variant, keywords.get("weights"))
         requests |= {"context_length": request.n, "query_index": request.query_index}
-        built = build_requests(keywords.get("model") or "vit-base", keywords.get("data"), settings, requests, given)
+        built = build_requests(keywords.get("model") or "vit-base", keywords.get("data"), settings, requests)
         return Capture(model=built.model, data=built.data, variant=variant)
     same = lambda k, value: value  # noqa: E731
-    refuse_disagreement(capture, "capture", {"variant": "variant"}, keywords, given, same)
-    refuse_disagreement(capture.model, "capture", {"model": "model"}, keywords, given, same)
-    refuse_disagreement(capture.data, "capture", {"data": "data"}, keywords, given, same)
+    refuse_disagreement(capture, "capture", _pick(keywords, ["variant"]), meant=same)
+    refuse_disagreement(capture.model, "capture", _pick(keywords, ["model"]), meant=same)
+    refuse_disagreement(capture.data, "capture", _pick(keywords, ["data"]), meant=same)
     said = {"n": request.n, "query_index": request.query_index}
-    said_by_request = frozenset(k for k, v in said.items() if v is not None)
-    refuse_disagreement(
-        capture.model, "capture", {"n": "context_length", "query_index": "query_index"}, said, said_by_request, same
-    )
-    build_requests(capture.model, capture.data, settings, requests, given)
+    refuse_disagreement(capture.model, "capture", said, {"n": "context_length"}, meant=same)
+    build_requests(capture.model, capture.data, settings, requests)
     return capture
 
 
@@ -260,28 +245,64 @@ def estimate_kruskal_rank(
     on_note: Callable[[str], None] | None = None,
     seeds: str | Sequence[int] | None = None,
     vary: str = "both",
-    **keywords,
+    k: int | Sequence[int] | None = None,
+    sweep: bool | None = None,
+    n: int | None = None,
+    vectors: str | None = None,
+    key: str | None = None,
+    query_index: int | None = None,
+    samples: int | None = None,
+    threshold: float | None = None,
+    seed: int | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    device: str | None = None,
+    stop_when_decided: bool | None = None,
+    progress: bool | None = None,
+    weights_seed: int | None = None,
+    data_seed: int | None = None,
+    model: str | None = None,
+    variant: str | None = None,
+    backend: str | None = None,
+    weights: str | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool | None = None,
+    data: str | None = None,
+    split: str | None = None,
+    limit: int | None = None,
+    batch_size: int | str | None = None,
+    keep_duplicates: bool | None = None,
+    text_column: str | None = None,
+    image_column: str | None = None,
+    convert_rgb: bool | None = None,
 ) -> KruskalResult | SeedsResult:
     """Estimate the Kruskal rank of a set of vectors: Monte-Carlo tests at candidate sizes, or a sweep.
 
     ``features`` is a T x d matrix (``.npy``, ``.pt``, ``.safetensors``, ``.parquet``), a
     T x n x d token array with ``query_index``, or a folder written by ``check --save-features``;
     without it the query vectors (or ``vectors="a3"``) of one column of ``model`` are captured
-    (default ``vit-base``, ``variant="random"``, on the built-in data). The keywords are the
-    command's options: ``k`` (one size or several), ``sweep``, ``n``, ``vectors``, ``key``,
-    ``query_index``; ``samples``, ``threshold``, ``seed``, ``rtol``, ``atol``, ``device``,
-    ``stop_when_decided``, ``progress``; ``model``, ``variant``, ``backend``, ``weights``,
-    ``revision``, ``trust_remote_code``, ``data``, ``split``, ``limit``, ``batch_size``,
-    ``keep_duplicates``, ``text_column``, ``image_column``, ``convert_rgb``; ``weights_seed`` and
-    ``data_seed`` seed a capture's random weights and data apart from ``seed``. Or give the objects:
-    ``request`` (:func:`kruskal_request`), ``capture`` (:func:`kruskal_capture`) and
-    ``settings``; an object and keywords for the same part are refused. ``on_note`` receives the
-    line that describes the vectors and the rank rule before the tests run.
+    (default ``vit-base``, ``variant="random"``, on the built-in data).
 
-    ``seeds`` (``"0-4"``, ``"0,3,7"`` or a list; with a capture only) captures and estimates once per
-    seed, the model loads shared, and returns a :class:`~mhaaudit.seeds.SeedsResult` (per-seed,
-    summary and difference records); ``vary`` says what the seeds vary: ``"both"``, ``"weights"``
-    or ``"data"`` (see :func:`~mhaaudit.seeds.plan_seeds`).
+    Args:
+        features: the vectors' file or folder (None: a capture from ``model``).
+        request, capture, settings: the three objects the keywords build (:func:`kruskal_request`,
+            :func:`kruskal_capture`, :class:`~mhaaudit.settings.Settings`). A keyword beside an object
+            follows the rule of :mod:`mhaaudit.request`; capture keywords or ``capture`` beside
+            ``features`` are refused.
+        on_note: called with the line that describes the vectors and the rank rule, before the tests run.
+        seeds: with a capture only, capture and estimate once per seed (``"0-4"``, ``"0,3,7"`` or a list),
+            the model loads shared; the result is a :class:`~mhaaudit.seeds.SeedsResult`.
+        vary: what ``seeds`` vary: ``"both"``, ``"weights"`` or ``"data"`` (see :func:`~mhaaudit.seeds.plan_seeds`).
+        k, sweep, n, vectors, key, query_index: the :class:`KruskalRequest` (one size or several; none: n and
+            min(T, d) when n is known, else the sweep).
+        samples, threshold, seed, rtol, atol, device, stop_when_decided, progress, weights_seed, data_seed:
+            the settings (a test stops once decided unless ``stop_when_decided=False``; ``weights_seed`` and
+            ``data_seed`` seed a capture's random weights and data apart from ``seed``).
+        model, variant, backend, weights, revision, trust_remote_code, data, split, limit, batch_size,
+            keep_duplicates, text_column, image_column, convert_rgb: the capture, as :func:`mhaaudit.audit`
+            takes them.
+
+        Each keyword is the command's option of the same name; None: not given.
 
     Returns:
         A :class:`KruskalResult` (with ``seeds``, a :class:`~mhaaudit.seeds.SeedsResult`).
@@ -291,6 +312,38 @@ def estimate_kruskal_rank(
             vectors, a size above T, or n above T when n sets the size; a capture raises what
             :func:`~mhaaudit.audit` raises.
     """
+    keywords = dict(
+        k=k,
+        sweep=sweep,
+        n=n,
+        vectors=vectors,
+        key=key,
+        query_index=query_index,
+        samples=samples,
+        threshold=threshold,
+        seed=seed,
+        rtol=rtol,
+        atol=atol,
+        device=device,
+        stop_when_decided=stop_when_decided,
+        progress=progress,
+        weights_seed=weights_seed,
+        data_seed=data_seed,
+        model=model,
+        variant=variant,
+        backend=backend,
+        weights=weights,
+        revision=revision,
+        trust_remote_code=trust_remote_code,
+        data=data,
+        split=split,
+        limit=limit,
+        batch_size=batch_size,
+        keep_duplicates=keep_duplicates,
+        text_column=text_column,
+        image_column=image_column,
+        convert_rgb=convert_rgb,
+    )
     request, capture, settings = _objects(features, request, capture, settings, keywords)
     if request.features is not None and (
         settings.weights_seed is not None or settings.data_seed is not None or seeds is not None or vary != "both"

@@ -196,7 +196,7 @@ def finding_lines(result) -> list[str]:
 def _finding(result, c, check, r) -> str:
     """One check's finding in one column: its reason, what the positions add, its witness."""
     msg = escape(f"[{c.probe.variant}] {check.title}: {r.reason}")
-    if check.vectors == "contexts":  # the context tokens: what their positions add
+    if check.vectors == "context":  # the context tokens: what their positions add
         msg += escape(positions_note(result.info, c.probe.layer))
     w = getattr(r, "witness", None)
     if w is not None:

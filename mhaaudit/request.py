@@ -11,44 +11,56 @@ A :class:`ModelRequest` or :class:`DataRequest` is valid by construction: its ``
 checks and normalises every field (an integer given as text, ``batch_size="auto"``), and refuses
 what can be refused before any work (a ``weights_path`` that does not exist, a revision or
 ``trust_remote_code`` that cannot apply). ``Settings.resolve`` does the same for the settings.
+A field's default is stated once: in :mod:`mhaaudit.defaults`, or the dataclass field itself.
 
+A keyword beside a request object
+---------------------------------
 The public entry points (:func:`mhaaudit.audit`, :func:`mhaaudit.capacity_audit`,
-:func:`mhaaudit.capture_features`) accept the objects (``model=ModelRequest(...)``,
-``data=DataRequest(...)``, ``settings=Settings.resolve(...)``) and keep the documented keyword names
-(``docs/guides/python.md``) as conveniences. :func:`build_requests` is the one place where keywords
-become objects: a keyword the caller gave beside an object that says otherwise is refused, never silently resolved
-(:func:`keyword_conveniences` tells it which keywords the caller gave). The keywords the three
-entry points share are one table, :class:`Conveniences` with its defaults :data:`CONVENIENCES`,
-from which their signatures are built.
+:func:`mhaaudit.capture_features`, :func:`mhaaudit.estimate_kruskal_rank`, ...) take the objects
+(``model=ModelRequest(...)``, ``data=DataRequest(...)``, ``settings=Settings.resolve(...)``; a
+memorize run's ``MemorizeRequest``, a Kruskal test's ``Sampling``, ...), or plain keywords, written
+in their signatures, that set the objects' fields. The rule for both together, in every entry point:
+
+- A keyword left at ``None`` is not given. Its value is the object's, or, without an object, the
+  field's default (``limit=None`` reads 2000 examples, :data:`mhaaudit.defaults.DEFAULT_LIMIT`).
+- Without an object, the keywords given build it, checked as any object is.
+- A keyword given beside an object must say what the object says (after the object's own check
+  and normalisation: ``limit="256"`` agrees with ``DataRequest(limit=256)``); otherwise it is an
+  :class:`~mhaaudit.errors.InputError` naming both, never silently resolved: one of them is a
+  mistake, and which one cannot be known. This holds for a keyword that equals the field's
+  default too (``limit=2000`` beside ``DataRequest(limit=256)`` is refused).
+
+:func:`build_requests` is the one place the shared keywords become the three objects;
+:mod:`mhaaudit.keywords` holds the check itself, low in the package so that the Kruskal estimator
+applies it without importing the model stack.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, TypedDict, get_type_hints
+from typing import Any, NamedTuple
 
 from . import validate
 from .batching import available_memory, parse_batch_size
+from .defaults import DEFAULT_BATCH_SIZE, DEFAULT_LIMIT, DEFAULT_SPLIT, DEFAULT_STOP_WHEN_DECIDED
 from .errors import InputError, param
+from .keywords import given, refuse_disagreement
 from .models import resolve
 from .models.load import check_hub_options, check_revision
 from .settings import Settings
 
 __all__ = [
-    "CONVENIENCES",
-    "Conveniences",
+    "DATA_KEYWORDS",
+    "KEYWORDS",
+    "MODEL_KEYWORDS",
+    "SETTINGS_KEYWORDS",
     "DataRequest",
     "ModelRequest",
     "Requests",
-    "build_request",
     "build_requests",
     "build_settings",
-    "keyword_conveniences",
-    "refuse_disagreement",
 ]
 
 
@@ -99,9 +111,9 @@ class DataRequest:
     """
 
     data: str | None = None  # None: the built-in offline default
-    split: str = "train"
-    limit: int = 2000
-    batch_size: int | str = 32  # or "auto" (see mhaaudit.batching)
+    split: str = DEFAULT_SPLIT
+    limit: int = DEFAULT_LIMIT
+    batch_size: int | str = DEFAULT_BATCH_SIZE  # or "auto" (see mhaaudit.batching)
     keep_duplicates: bool = False  # exact duplicate inputs are dropped unless asked to keep them
     text_column: str | None = None  # the column/field holding text (None: found, see sources.choose_column)
     image_column: str | None = None  # the column holding images (None: found)
@@ -162,73 +174,22 @@ SETTINGS_KEYWORDS = {
 KEYWORDS = {**MODEL_KEYWORDS, **DATA_KEYWORDS, **SETTINGS_KEYWORDS}
 
 
-class Conveniences(TypedDict, total=False):
-    """The keyword conveniences that :func:`mhaaudit.audit`, :func:`mhaaudit.capacity_audit` and
-    :func:`mhaaudit.capture_features` all take (``**conveniences``), each a field of a request
-    object; :data:`CONVENIENCES` holds their defaults, and :func:`keyword_conveniences` puts them
-    in the entry points' signatures."""
-
-    split: str
-    limit: int
-    batch_size: int | str
-    seed: int
-    rtol: float | None
-    atol: float | None
-    device: str
-    backend: str | None
-    context_length: int | None
-    progress: bool
-    keep_duplicates: bool
-    revision: str | None
-    trust_remote_code: bool
-    text_column: str | None
-    image_column: str | None
-    convert_rgb: bool
-    weights_seed: int | None
-    data_seed: int | None
-
-
-#: The defaults of :class:`Conveniences`, in signature order.
-CONVENIENCES: Conveniences = {
-    "split": "train",
-    "limit": 2000,
-    "batch_size": 32,
-    "seed": 0,
-    "rtol": None,
-    "atol": None,
-    "device": "auto",
-    "backend": None,
-    "context_length": None,
-    "progress": False,
-    "keep_duplicates": False,
-    "revision": None,
-    "trust_remote_code": False,
-    "text_column": None,
-    "image_column": None,
-    "convert_rgb": False,
-    "weights_seed": None,
-    "data_seed": None,
-}
-
-
 def build_requests(
-    model: str | ModelRequest,
-    data: str | DataRequest | None,
-    settings: Settings | None,
-    keywords: Mapping[str, Any],
-    given: frozenset[str] = frozenset(),
+    model: str | ModelRequest, data: str | DataRequest | None, settings: Settings | None, keywords: Mapping[str, Any]
 ) -> Requests:
-    """The model, data and settings of one call: the one place keywords become request objects.
+    """The model, data and settings of one call: the one place keywords become request objects,
+    under the rule of the module docstring.
 
-    ``model``, ``data`` and ``settings`` are the objects themselves or, for ``model`` and ``data``,
-    the name or source they stand for. ``keywords`` are the entry point's convenience keywords with
-    their values (given or the entry point's defaults); ``given`` names those the caller passed.
-    An object is taken as it is; a keyword the caller gave beside it must say what the object says
-    (InputError otherwise: one of them is a mistake, and which one cannot be known). Without an
-    object, the keywords build it, checked as any object is.
+    Args:
+        model: a :class:`ModelRequest`, or the model's name it stands for.
+        data: a :class:`DataRequest`, or the source it stands for (None: the built-in data).
+        settings: the :class:`~mhaaudit.settings.Settings`, or None.
+        keywords: the entry point's keywords of :data:`KEYWORDS`, by name (None: not given). Settings
+            built from keywords stop each test once it is decided unless ``stop_when_decided=False``
+            (:data:`~mhaaudit.defaults.DEFAULT_STOP_WHEN_DECIDED`).
 
     Returns:
-        The :class:`Requests` (model, data, settings); data is None where ``data`` is None.
+        The :class:`Requests` (model, data, settings).
 
     Raises:
         TypeError: when ``keywords`` holds a name that is not a request keyword (a bug in the entry point).
@@ -238,136 +199,32 @@ def build_requests(
     unknown = set(keywords) - set(KEYWORDS)
     if unknown:
         raise TypeError(f"not a request keyword: {', '.join(sorted(unknown))}")
-    run = build_settings(settings, {k: v for k, v in keywords.items() if k in SETTINGS_KEYWORDS}, given)
-    load = _one(
-        ModelRequest,
-        model,
-        "model",
-        MODEL_KEYWORDS,
-        keywords,
-        given,
-        lambda kw: ModelRequest(model, **kw),  # type: ignore[arg-type]
-    )
-    examples = _one(
-        DataRequest,
-        data,
-        "data",
-        DATA_KEYWORDS,
-        keywords,
-        given,
-        lambda kw: DataRequest(data, **kw),  # type: ignore[arg-type]
-    )
-    return Requests(load, examples, run)
+    run = build_settings(settings, {k: v for k, v in keywords.items() if k in SETTINGS_KEYWORDS})
+    model_keywords = {k: v for k, v in keywords.items() if k in MODEL_KEYWORDS}
+    if isinstance(model, ModelRequest):
+        refuse_disagreement(model, "model", model_keywords, MODEL_KEYWORDS)
+    else:
+        model = ModelRequest(model, **{MODEL_KEYWORDS[k]: v for k, v in given(model_keywords).items()})
+    data_keywords = {k: v for k, v in keywords.items() if k in DATA_KEYWORDS}
+    if isinstance(data, DataRequest):
+        refuse_disagreement(data, "data", data_keywords)
+    else:
+        data = DataRequest(data, **given(data_keywords))
+    return Requests(model, data, run)
 
 
-def build_settings(
-    settings: Settings | None, keywords: Mapping[str, Any], given: frozenset[str] = frozenset()
-) -> Settings:
+def build_settings(settings: Settings | None, keywords: Mapping[str, Any]) -> Settings:
     """The settings part of :func:`build_requests`, for an entry point that takes settings only
-    (:func:`mhaaudit.check_features`): ``settings`` itself, checked against the keywords given, or
-    ``Settings.resolve`` of the keywords."""
-    return _one(Settings, settings, "settings", SETTINGS_KEYWORDS, keywords, given, lambda kw: Settings.resolve(**kw))
-
-
-def build_request(
-    cls: type, obj, keywords: Mapping[str, Any], given: frozenset[str] = frozenset(), what: str = "request"
-):
-    """The one request object of an entry point that takes one of its own (``cls``: memorize's
-    ``MemorizeRequest``, kruskal's ``Sampling``), the same way :func:`build_requests` makes its
-    three: ``obj`` itself, a keyword the caller gave beside it refused where it says otherwise
-    (InputError), or, without ``obj``, ``cls(**keywords)``. Each keyword is the field of the same
-    name; ``what`` is the entry point's name for the object.
+    (:func:`mhaaudit.check_features`): ``settings`` once the keywords given agree with it, or
+    ``Settings.resolve`` of the keywords given (stopping each test once decided unless they say not to).
 
     Raises:
-        TypeError: when ``obj`` is neither None nor a ``cls``.
-        InputError: when a keyword given disagrees with ``obj``, or ``cls`` refuses a keyword's value.
+        TypeError: when ``settings`` is neither None nor a Settings.
+        InputError: when a keyword given disagrees with ``settings``, or is out of range.
     """
-    if obj is not None and not isinstance(obj, cls):
-        raise TypeError(f"{what} must be a {cls.__name__}, got {type(obj).__name__}")
-    return _one(cls, obj, what, {k: k for k in keywords}, keywords, given, lambda kw: cls(**kw))
-
-
-def _one(
-    cls: type,
-    obj,
-    what: str,
-    names: Mapping[str, str],
-    keywords: Mapping[str, Any],
-    given: frozenset[str],
-    build: Callable[[dict], Any],
-):
-    """The ``cls`` object of a call: ``obj`` itself, checked against the keywords given, or built."""
-    mine = {k: v for k, v in keywords.items() if k in names}
-    if not isinstance(obj, cls):
-        return build({names[k]: v for k, v in mine.items()})
-
-    def meant(k: str, value):
-        field = names[k]
-        if cls is Settings:
-            return getattr(Settings.resolve(**{field: value}), field)
-        return getattr(replace(obj, **{field: value}), field)  # type: ignore[type-var]  # obj is a cls instance
-
-    refuse_disagreement(obj, what, names, mine, given, meant)
-    return obj
-
-
-def refuse_disagreement(
-    obj,
-    what: str,
-    names: Mapping[str, str],
-    keywords: Mapping[str, Any],
-    given: frozenset[str],
-    meant: Callable[[str, Any], Any],
-) -> None:
-    """The one rule for a keyword given beside an object: it must say what the object says.
-
-    ``names`` maps each keyword to the field of ``obj`` it sets; ``meant(keyword, value)`` is the
-    field's value the keyword stands for (checked and normalised as the object would hold it). A
-    keyword in ``given`` whose value differs from the field raises InputError naming both (one of
-    them is a mistake, and which one cannot be known); one left at its default is not compared.
-
-    Raises:
-        InputError: when a keyword in ``given`` means a value other than the field of ``obj`` it sets.
-    """
-    for k in sorted(given & set(keywords) & set(names)):
-        field = names[k]
-        said = getattr(obj, field)
-        if meant(k, keywords[k]) != said:
-            raise InputError(
-                f"{{param:{k}}} = {keywords[k]!r} disagrees with the {type(obj).__name__} given as {what} "
-                f"({field} = {said!r}); give the value in one place"
-            )
-
-
-def keyword_conveniences(fn: Callable) -> Callable:
-    """Mark a public entry point whose keywords are conveniences for the request objects.
-
-    ``fn`` takes a keyword-only parameter ``given`` (hidden from its public signature): the names
-    of the keywords the caller passed, for :func:`build_requests` to tell a keyword given from one
-    left at its default. An ``fn`` that takes ``**conveniences: Unpack[Conveniences]`` gets every
-    keyword of :class:`Conveniences`, with its default from :data:`CONVENIENCES`: in its public
-    signature (``inspect.signature``, ``help()``) as keyword-only parameters, and in
-    ``conveniences`` on every call (an unknown keyword is a TypeError, as for any function).
-    """
-    sig = inspect.signature(fn)
-    own = [p for p in sig.parameters.values() if p.name != "given" and p.kind is not p.VAR_KEYWORD]
-    takes = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
-    shared: Mapping[str, Any] = CONVENIENCES if takes else {}
-    types = get_type_hints(Conveniences)
-    kind = inspect.Parameter.KEYWORD_ONLY
-    public = sig.replace(
-        parameters=own + [inspect.Parameter(n, kind, default=v, annotation=types[n]) for n, v in shared.items()]
-    )
-
-    @functools.wraps(fn)
-    def call(*args, **kwargs):
-        if "given" in kwargs:
-            raise TypeError(f"{fn.__name__}() got an unexpected keyword argument 'given'")
-        try:
-            public.bind(*args, **kwargs)
-        except TypeError as e:  # an argument the entry point does not take
-            raise TypeError(f"{fn.__name__}() {e}") from None
-        return fn(*args, given=frozenset(kwargs), **{**shared, **kwargs})
-
-    call.__signature__ = public  # type: ignore[attr-defined]
-    return call
+    if settings is None:
+        return Settings.resolve(**{"stop_when_decided": DEFAULT_STOP_WHEN_DECIDED, **given(keywords)})
+    if not isinstance(settings, Settings):
+        raise TypeError(f"settings must be a Settings, got {type(settings).__name__}")
+    refuse_disagreement(settings, "settings", keywords)
+    return settings

@@ -50,9 +50,9 @@ import numpy as np
 import torch
 
 from . import validate
-from .defaults import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
+from .defaults import DEFAULT_DEVICE, DEFAULT_SAMPLES, DEFAULT_SEED, DEFAULT_THRESHOLD
 from .errors import InputError, param
-from .numerics import RankRule
+from .numerics.rule import RankRule
 
 __all__ = [
     "DEFAULT_SAMPLES",
@@ -89,7 +89,7 @@ def derive_seed(seed: int, purpose: str, *index: int) -> int:
     return int(np.random.SeedSequence(key).generate_state(1, np.uint64)[0])
 
 
-def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
+def resolve_device(spec: str | torch.device | None = DEFAULT_DEVICE) -> torch.device:
     """Turn ``auto``/``cpu``/``cuda``/``cuda:N`` into a ``torch.device``.
 
     ``auto`` picks the first CUDA device when one is available, else the CPU. Asking for CUDA
@@ -103,7 +103,7 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
         return spec
     if isinstance(spec, str) and not spec.strip():
         raise InputError("{param:device} is empty (use auto, cpu, cuda or cuda:N)")
-    spec = (spec or "auto").strip().lower()
+    spec = (spec or DEFAULT_DEVICE).strip().lower()
     if spec == "auto":
         return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     if spec == "cpu":
@@ -217,7 +217,7 @@ class Settings:
     device: torch.device
     samples: int = DEFAULT_SAMPLES
     threshold: float = DEFAULT_THRESHOLD
-    seed: int = 0
+    seed: int = DEFAULT_SEED
     rtol: float | None = None
     atol: float | None = None
     stop_when_decided: bool = False
@@ -230,7 +230,7 @@ class Settings:
             object.__setattr__(self, name, check(getattr(self, name)))
 
     @classmethod
-    def resolve(cls, *, device: str | torch.device | None = "auto", **fields: Any) -> Settings:
+    def resolve(cls, *, device: str | torch.device | None = DEFAULT_DEVICE, **fields: Any) -> Settings:
         """The settings of ``fields`` (any field but the device, by name; the rest keep their
         defaults) on ``device``, after the environment's settings are checked.
 

@@ -19,6 +19,9 @@ PRINTF = b"chatter: printf from native code\n"
 # The library modules the work runs in (the command line itself, and what runs before it, are left out).
 WORK = (
     "mhaaudit.auditing",
+    "mhaaudit.audit_result",
+    "mhaaudit.capture",
+    "mhaaudit.probes",
     "mhaaudit.capacity",
     "mhaaudit.estimation",
     "mhaaudit.features",

@@ -86,9 +86,27 @@ def test_registry_names_each_check_and_its_size():
     assert REGISTRY["general_position"].k(n, 10, d) == 10  # min(T, d)
     assert [REGISTRY[c].run for c in CHECKS] == [general_position, assumption_1, assumption_2, assumption_3]
     assert [REGISTRY[c].estimated for c in CHECKS] == [True, True, False, True]
-    assert [REGISTRY[c].vectors for c in CHECKS] == ["queries", "queries", "contexts", "a3"]
+    assert [REGISTRY[c].vectors for c in CHECKS] == ["queries", "queries", "context", "a3"]
     assert CHECK_TITLES["assumption_2"] == "Assumption 2" and CHECK_TITLES["kruskal"] == "Kruskal test"
     assert CHECK_MEANING["assumption_1"].startswith("every n query vectors")
+
+
+def test_registry_fields_are_what_they_say():
+    """Each check names a real attribute of a FeatureSet; ``depends_on_n`` is what its size does; and a
+    check is declared by keyword only."""
+    import dataclasses
+
+    from mhaaudit.checks import Check
+    from mhaaudit.features import FeatureSet
+
+    attributes = {f.name for f in dataclasses.fields(FeatureSet)}
+    for c in REGISTRY.values():
+        assert c.vectors in attributes, c.name
+        sizes = {c.k(n, 80, 16) for n in (1, 2, 7)}
+        assert (len(sizes) > 1) == c.depends_on_n, c.name
+    assert [REGISTRY[c].size_at(5, 80, 16) for c in CHECKS] == ["k = 16", "k = 5", "rank 5", "k = 5"]
+    with pytest.raises(TypeError):
+        Check("x", "X", "", "queries", "k", lambda n, T, d: n, True, general_position, True)  # type: ignore[misc]
 
 
 @pytest.mark.parametrize(
@@ -193,14 +211,15 @@ def toy_check(monkeypatch):
         return subset_test(queries, 2, check="pairs", **kw)
 
     check = Check(
-        "pairs",
-        "Pairs",
-        "no two query vectors are parallel (Kruskal rank >= 2)",
-        "queries",
-        "k = 2",
-        lambda n, T, d: 2,
-        pairs,
-        True,
+        name="pairs",
+        title="Pairs",
+        meaning="no two query vectors are parallel (Kruskal rank >= 2)",
+        vectors="queries",
+        size="k",
+        k=lambda n, T, d: 2,
+        depends_on_n=False,
+        run=pairs,
+        estimated=True,
     )
     monkeypatch.setitem(REGISTRY, "pairs", check)
     return check

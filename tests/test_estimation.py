@@ -132,7 +132,7 @@ def test_a_model_capture_gives_what_the_command_gives(vit_dir, image_dir, capsys
         (lambda f: estimate_kruskal_rank(f, vectors="keys"), InputError, "unknown vectors 'keys'"),
         (lambda f: estimate_kruskal_rank(f, k=0), InputError, "k must be at least 1"),
         (lambda f: estimate_kruskal_rank(f, k=31), InputError, "larger than the number of vectors T = 30"),
-        (lambda f: estimate_kruskal_rank(f, sizes=3), TypeError, "unexpected keyword arguments: sizes"),
+        (lambda f: estimate_kruskal_rank(f, sizes=3), TypeError, "unexpected keyword argument 'sizes'"),
         (lambda f: estimate_kruskal_rank(key="x"), InputError, "key has no effect without features"),
         (lambda f: estimate_kruskal_rank(variant="random,trained"), InputError, "one column at a time"),
         (lambda f: estimate_kruskal_rank(n=5, capture=kruskal_capture(n=7)), InputError, "in one place"),

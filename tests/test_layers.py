@@ -35,14 +35,15 @@ LAYERS: list[tuple[str, ...]] = [
         "files",
         "phases",
         "imports",
+        "keywords",
     ),
     ("numerics",),
     ("settings", "tables", "io", "distributed", "facts"),
-    ("models", "sources", "batching", "request", "pipeline"),
     ("kruskal",),
     ("checks", "features"),
+    ("models", "sources", "batching", "request", "pipeline"),
     ("render", "plot", "render_seeds", "seeds"),
-    ("auditing", "estimation", "series"),
+    ("probes", "audit_result", "capture", "auditing", "estimation", "series"),
     ("capacity",),
     ("memorize", "reproduce"),
     ("cli", "__main__"),
@@ -255,3 +256,60 @@ def test_imports_sit_at_module_top():
                 f"{name} defers {sorted(deferred.get(name, ()))}; DEFERRED says {sorted(DEFERRED.get(name, ()))}"
             )
     assert not late, "\n".join(late)
+
+
+def test_the_math_loads_no_model_code():
+    """``import mhaaudit.kruskal`` (and the rank rule under it) loads no module of the data path:
+    the estimator is usable, and testable, without the model stack."""
+    import subprocess
+
+    code = "import sys, mhaaudit.kruskal; print(' '.join(sorted(m for m in sys.modules if m.startswith('mhaaudit'))))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert "mhaaudit.kruskal" in loaded and "mhaaudit.numerics" in loaded
+    above = ("models", "sources", "batching", "request", "pipeline", "cli")
+    assert [m for m in loaded if m.split(".")[1:2] and m.split(".")[1] in above] == []
+
+
+def _module_level_graph() -> dict[str, set[str]]:
+    """The imports that run when a module is imported (those inside functions left out)."""
+    edges: dict[str, set[str]] = defaultdict(set)
+    for name, path in MODULES.items():
+        if name == "mhaaudit":
+            continue
+        for target, in_function, _ in _imports(name, path):
+            if in_function or target not in MODULES or target in ("mhaaudit", name):
+                continue
+            edges[name].add(target)
+            parts = target.split(".")
+            for i in range(2, len(parts)):
+                parent = ".".join(parts[:i])
+                if parent in MODULES and not (name + ".").startswith(parent + "."):
+                    edges[name].add(parent)
+    return edges
+
+
+def _longest_chain(edges: dict[str, set[str]]) -> list[str]:
+    """The longest chain of imports a -> b -> c ... in an acyclic graph, as the modules on it."""
+    longest: dict[str, list[str]] = {}
+
+    def chain(v: str) -> list[str]:
+        if v not in longest:
+            longest[v] = [v, *max((chain(w) for w in sorted(edges.get(v, ()))), key=len, default=[])]
+        return longest[v]
+
+    return max((chain(v) for v in sorted(edges)), key=len, default=[])
+
+
+def test_the_chain_finder_finds_the_longest():
+    assert _longest_chain({"a": {"b", "d"}, "b": {"c"}, "d": set(), "e": {"a"}}) == ["e", "a", "b", "c"]
+    assert _longest_chain({}) == []
+
+
+# The longest chain of module-level imports today, counted in modules (a package's __init__ counts as
+# one): no change may make it longer.
+LONGEST_CHAIN = 20
+
+
+def test_the_import_chains_are_short():
+    chain = _longest_chain(_module_level_graph())
+    assert len(chain) <= LONGEST_CHAIN, " -> ".join(chain)

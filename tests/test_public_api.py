@@ -22,6 +22,22 @@ from mhaaudit.numerics import RankRule
 from mhaaudit.settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, resolve_device
 
 
+def _field_defaults() -> dict:
+    """What a keyword left at None stands for: the default of the request field of its name (the rule
+    of ``mhaaudit.request``), and for the settings an entry point builds, a test that stops once decided."""
+    import dataclasses
+
+    from mhaaudit.defaults import DEFAULT_DEVICE, DEFAULT_STOP_WHEN_DECIDED
+    from mhaaudit.kruskal import Sampling
+    from mhaaudit.request import DataRequest, ModelRequest
+    from mhaaudit.settings import Settings
+
+    out = {}
+    for cls in (ModelRequest, DataRequest, Settings, Sampling):
+        out |= {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+    return out | {"device": DEFAULT_DEVICE, "stop_when_decided": DEFAULT_STOP_WHEN_DECIDED, "weights": None}
+
+
 def _all_submodules() -> list[str]:
     return [
         m.name
@@ -78,6 +94,8 @@ EQUIVALENT = {
 def _same(name: str, lib, cli, X=None) -> bool:
     if name in EQUIVALENT:
         return True
+    if lib is None and cli is not None and name in _field_defaults():  # None: not given, the field's default
+        lib = _field_defaults()[name]
     if name == "device":  # every command's --device defaults to auto (the CLI may pass it resolved)
         return lib == "auto" and resolve_device(lib) == resolve_device(cli)
     if name in ("model", "weights", "context_length") and lib is None and cli == {}:
@@ -135,7 +153,7 @@ def test_audit_defaults_are_check_defaults(monkeypatch, capsys):
     run(capsys, "check", "vit-base")
     ((sig, passed),) = calls
     _compare_requests(sig, passed, library_only=set())
-    assert passed["settings"].stop_when_decided is True and sig.parameters["stop_when_decided"].default is True
+    assert passed["settings"].stop_when_decided is True and sig.parameters["stop_when_decided"].default is None
 
 
 def test_check_features_defaults_are_check_defaults(monkeypatch, capsys):
@@ -197,8 +215,9 @@ def test_run_memorize_grid_defaults_are_memorize_defaults(monkeypatch, capsys):
     # and max_group, which shape how points are grouped for training, not what is trained, included).
     (request,) = passed.values()
     defaults = {n: p.default for n, p in sig.parameters.items() if n != "request"}
+    assert set(defaults.values()) == {None}  # every keyword left at None: the request's field default
     assert EQUIVALENT["progress"] and request == mhaaudit.memorize.MemorizeRequest(
-        **{**defaults, "sizes": "10", "progress": request.progress}
+        sizes="10", progress=request.progress
     )
 
 
@@ -237,7 +256,8 @@ def test_kruskal_defaults_are_the_estimators_defaults(monkeypatch, capsys, tmp_p
     Xt = torch.from_numpy(X)
     # histogram_limit: how many draws' ranks are kept for the histogram (the CLI keeps the default)
     _compare(sig, passed, library_only={"histogram_limit", "sampling"}, X=Xt)
-    assert sig.parameters["stop_when_decided"].default is True  # kruskal stops a decided test, as the library does
+    # kruskal stops a decided test, as the library does (None: the Sampling's default)
+    assert sig.parameters["stop_when_decided"].default is None and mhaaudit.kruskal.Sampling().stop_when_decided
     ((sig, passed),) = sweeps
     _compare(sig, passed, library_only={"kmax", "sampling"}, X=Xt)
 

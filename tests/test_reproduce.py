@@ -506,7 +506,7 @@ def test_a_target_takes_its_run_as_one_request_and_refuses_a_keyword_that_disagr
     from mhaaudit.settings import Settings
 
     request = target_request(None, {"limit": "12", "seed": 3, "device": "cpu", "models": []})
-    assert request == TargetRequest(limit=12, settings=Settings.resolve(seed=3, device="cpu"))
+    assert request == TargetRequest(limit=12, settings=Settings.resolve(seed=3, device="cpu", stop_when_decided=True))
     with pytest.raises(dataclasses.FrozenInstanceError):
         request.limit = 5  # type: ignore[misc]
     with pytest.raises(InputError, match=r"^seed = 4 disagrees with the Settings given"):

@@ -74,7 +74,7 @@ def test_keywords_build_the_same_objects_as_the_objects_themselves():
         Settings.resolve(device="cpu", seed=3, samples=100, stop_when_decided=True),
     )
     # the objects themselves pass through unchanged, and keywords that agree with them are accepted
-    again = build_requests(built.model, built.data, built.settings, keywords, frozenset(keywords))
+    again = build_requests(built.model, built.data, built.settings, keywords)
     assert again == built and again.model is built.model and again.settings is built.settings
     with pytest.raises(TypeError, match="not a request keyword"):
         build_requests("bert-base", None, None, {"limt": 3})
@@ -117,7 +117,7 @@ def test_capacity_refuses_a_query_index_it_would_not_read(no_data_pass, vit_dir)
         capacity_audit(ModelRequest(str(vit_dir), query_index=3))
 
 
-def test_entry_points_show_their_keywords_and_hide_the_given_names():
+def test_entry_points_show_their_keywords_and_take_no_hidden_one():
     for entry in ENTRY_POINTS:
         params = inspect.signature(entry).parameters
         assert "given" not in params and {"model", "data", "settings"} <= set(params)
@@ -125,14 +125,64 @@ def test_entry_points_show_their_keywords_and_hide_the_given_names():
             entry("vit-base", given=frozenset())
 
 
+def _a_value_unlike(name: str, tmp_path):
+    """A value of the request keyword ``name`` other than the field's default (None: none can be made
+    offline without a model of the hub: a revision, repository code)."""
+    return {
+        "weights": str(tmp_path),
+        "weights_path": str(tmp_path),
+        "query_index": 3,
+        "backend": "timm",
+        "context_length": 16,
+        "split": "test",
+        "limit": 7,
+        "batch_size": 8,
+        "keep_duplicates": True,
+        "text_column": "body",
+        "image_column": "picture",
+        "convert_rgb": True,
+        "samples": 7,
+        "threshold": 0.5,
+        "seed": 2,
+        "rtol": 1e-3,
+        "atol": 1e-3,
+        "stop_when_decided": False,
+        "progress": True,
+        "weights_seed": 1,
+        "data_seed": 1,
+    }.get(name)
+
+
+SERIES = __import__("mhaaudit.series", fromlist=["audit_series"]).audit_series
+
+
+@pytest.mark.parametrize("entry", [*ENTRY_POINTS, SERIES], ids=lambda f: f.__name__)
+def test_every_request_keyword_of_an_entry_point_reaches_the_builder(no_data_pass, tmp_path, entry):
+    """Each request keyword written in an entry point's signature is handed to ``build_requests``: given
+    beside the object it sets a field of, with another value, it is refused by the one rule."""
+    objects = {
+        "model": ModelRequest("vit-base"),
+        "data": DataRequest(),
+        "settings": Settings.resolve(device="cpu", stop_when_decided=True),
+    }
+    owner = {name: "model" for name in ("weights", "weights_path", "query_index", "backend", "context_length")}
+    owner |= {name: "data" for name in DataRequest.__dataclass_fields__}
+    tried = 0
+    for name in inspect.signature(entry).parameters:
+        value = _a_value_unlike(name, tmp_path)
+        if name not in KEYWORDS or value is None:
+            continue
+        what = owner.get(name, "settings")
+        with pytest.raises(InputError, match=rf"^{name} = .* disagrees with the \w+ given as {what}"):
+            entry(objects["model"], data=objects["data"], settings=objects["settings"], **{name: value})
+        tried += 1
+    assert tried >= 17, tried
+
+
 def _parameters(node: ast.FunctionDef) -> int:
     a = node.args
     names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
     return len([n for n in names if n not in ("self", "cls")])
-
-
-def _decorators(node: ast.FunctionDef) -> set[str]:
-    return {d.id if isinstance(d, ast.Name) else getattr(d, "attr", "") for d in node.decorator_list}
 
 
 def _typer_command(node: ast.FunctionDef) -> bool:
@@ -150,6 +200,9 @@ def _hands_options(rel: str, node: ast.FunctionDef) -> bool:
 RULED = (
     "request.py",
     "auditing.py",
+    "probes.py",
+    "audit_result.py",
+    "capture.py",
     "pipeline.py",
     "estimation.py",
     "seeds.py",
@@ -174,12 +227,29 @@ RULED = (
     ),
 )
 
+#: The public entry points: each writes its request keywords out in its signature (the fields of its
+#: request objects, None: not given), so it takes more than 8 parameters.
+ENTRY_POINT_NAMES = {
+    "audit",
+    "capture_features",
+    "check_features",
+    "capacity_audit",
+    "audit_series",
+    "estimate_kruskal_rank",
+    "subset_test",
+    "kruskal_sweep",
+    "run_memorize_grid",
+    "table1",
+    "table3",
+    "figure1",
+}
+
 
 def test_no_function_of_the_request_path_takes_more_than_8_parameters():
-    """The rule of the code layout (docs/development.md): at most 8 parameters, except the keyword-convenience
-    entry points (``@keyword_conveniences``), which hand every keyword to ``build_requests``, the
-    CLI's commands (``typer.Context`` first), one parameter per option, and the functions of
-    ``cli/library.py`` that hand those options on, one keyword each."""
+    """The rule of the code layout (docs/development.md): at most 8 parameters, except the public entry
+    points, whose signatures write out the fields of their request objects, the CLI's commands
+    (``typer.Context`` first), one parameter per option, and the functions of ``cli/library.py`` that hand
+    those options on, one keyword each."""
     root = Path(mhaaudit.__file__).parent
     long = []
     for rel in RULED:
@@ -188,29 +258,49 @@ def test_no_function_of_the_request_path_takes_more_than_8_parameters():
                 continue
             if _hands_options(rel, node):
                 continue
-            if "keyword_conveniences" not in _decorators(node):
+            if node.name not in ENTRY_POINT_NAMES:
                 long.append(f"{rel}:{node.name} ({_parameters(node)})")
     assert long == [], long
 
 
-def test_entry_points_hand_their_request_keywords_to_the_builder():
-    """A ``@keyword_conveniences`` entry point (exempt from the 8-parameter rule) hands its keywords
-    to the builder (``build_requests`` / ``build_settings``: every keyword of ``request.KEYWORDS``
-    in its signature; ``build_request``: its own request's), with the names of those given."""
+def _library_sources():
     root = Path(mhaaudit.__file__).parent
-    marked = 0
-    for rel in RULED:
-        for node in ast.walk(ast.parse((root / rel).read_text())):
-            if not isinstance(node, ast.FunctionDef) or "keyword_conveniences" not in _decorators(node):
-                continue
-            marked += 1
-            source = ast.unparse(node)
-            keywords = {x.arg for x in node.args.kwonlyargs}
-            assert "for k, v in locals().items() if k" in source and "given" in keywords, (rel, node.name)
-            if "build_request(" not in source:
-                assert "build_requests(" in source or "build_settings(" in source, (rel, node.name)
-                assert "if k in KEYWORDS}" in source and keywords & set(KEYWORDS), (rel, node.name)
-    assert marked >= 5  # audit, capture_features, check_features, capacity_audit, run_memorize_grid
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).parts[0] != "cli":
+            yield path.relative_to(root), ast.parse(path.read_text())
+
+
+def test_no_function_reads_its_own_locals_and_no_signature_is_rewritten():
+    """Signatures are written in the code: no library function finds its arguments in ``locals()``, and
+    none has its ``__signature__`` or ``__annotations__`` set."""
+    found = []
+    for rel, tree in _library_sources():
+        for node in ast.walk(tree):
+            # locals() or vars() without an argument: the caller's own names
+            if isinstance(node, ast.Call) and ast.unparse(node.func) in ("locals", "vars") and not node.args:
+                found.append(f"{rel}:{node.lineno} {ast.unparse(node)}")
+            stored = isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+            if stored and node.attr in ("__signature__", "__annotations__"):
+                found.append(f"{rel}:{node.lineno} sets {node.attr}")
+    assert found == [], found
+
+
+def test_entry_points_are_written_out():
+    """Every public entry point's signature is its own: no ``**kwargs`` and no hidden parameter
+    (``reproduce_paper`` hands its ``options`` to the target's written-out signature)."""
+    for name in sorted(ENTRY_POINT_NAMES):
+        module = {
+            "table1": "mhaaudit.reproduce.targets",
+            "table3": "mhaaudit.reproduce.targets",
+            "figure1": "mhaaudit.reproduce.targets",
+            "audit_series": "mhaaudit.series",
+            "run_memorize_grid": "mhaaudit.memorize",
+            "subset_test": "mhaaudit.kruskal",
+            "kruskal_sweep": "mhaaudit.kruskal",
+        }.get(name, "mhaaudit")
+        fn = getattr(__import__(module, fromlist=[name]), name)
+        kinds = {p.kind for p in inspect.signature(fn).parameters.values()}
+        assert inspect.Parameter.VAR_KEYWORD not in kinds and "given" not in inspect.signature(fn).parameters, name
 
 
 def test_the_cli_builds_the_objects_once(monkeypatch, capsys):

@@ -32,9 +32,9 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -42,18 +42,14 @@ from .. import pipeline
 from ..defaults import CAPACITY_ATTENTION, CAPACITY_BLOCK, CAPACITY_BLOCK_WHY
 from ..distributed import current, describe, shared
 from ..errors import InputError, ModelError, OfflineError, param, plain
-from ..facts import BatchChoice, CapacitySettings, JobFacts, ModelFacts, ReadFacts, meta_value
+from ..facts import CapacitySettings, JobFacts, ModelFacts, ReadFacts
 from ..features import StreamingReducer
-from ..io import stamp
 from ..models import first_attention
-from ..models.shards import weights_read_text
 from ..progress import task
-from ..render import capacity_report
-from ..request import KEYWORDS, Conveniences, DataRequest, ModelRequest, Requests, build_requests, keyword_conveniences
+from ..request import DataRequest, ModelRequest, Requests, build_requests
 from ..seeds import SeedsResult, capacity_seeds, plan_for
-from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
-from ..tables import EMPTY_WHEN_NONE, StoredResult
-from ..theory import CapacityBound, shared_context_rank_bound, theorem1_bound
+from ..settings import Settings
+from ..theory import theorem1_bound
 from ..validate import choice, head_counts, integer, split_list
 from .assumptions import (
     Assumptions,
@@ -63,207 +59,14 @@ from .assumptions import (
     linear_algebra,
     read_check_results,
 )
-from .certificate import HeadCertificate, certify_head_prefixes
+from .certificate import certify_head_prefixes
+from .result import CapacityColumn, CapacityResult
 from .z import Heads, ZBuilder, random_attention_weights
-
-if TYPE_CHECKING:  # the convenience keywords, typed for mypy
-    from typing_extensions import Unpack
 
 __all__ = ["ATTENTION", "VARIANTS", "CapacityColumn", "CapacityResult", "attention_for", "capacity_audit"]
 
 VARIANTS = ("random", "trained")
 ATTENTION = CAPACITY_ATTENTION
-
-
-@dataclass
-class CapacityColumn:
-    """The bound and the certificate of one set of weights: the bound for each head count h
-    (``bounds[h]``), the certificate of each head prefix (``certificates``, by h), the assumptions
-    the bound rests on, and what the column read."""
-
-    variant: str  # random | trained
-    status: str = "ok"  # ok | unavailable
-    reason: str = ""
-    assumptions: Assumptions | None = None
-    bounds: dict[int, CapacityBound] = field(default_factory=dict)  # h -> its bound
-    certificates: list[HeadCertificate] = field(default_factory=list)  # by h
-    T: int = 0
-    weights_source: str = ""
-    timings: dict[str, float] = field(default_factory=dict)
-    weights_read: ReadFacts | None = None  # trained weights: what loading read
-    # the batch size used and how it was chosen (None: the column did not run; stored as {})
-    batch: BatchChoice | None = field(default=None, metadata=EMPTY_WHEN_NONE)
-    # Proposition 2 for each certificate (by h), filled when the result is built (CapacityResult)
-    prop2: dict[int, SharedContextCheck] = field(default_factory=dict, metadata={"document": False})
-
-
-@dataclass(frozen=True)
-class SharedContextCheck:
-    """Proposition 2 for one head count h: ``bound`` = h (n - 1) + 1, its ceiling on rank(Z) when
-    every example shares one context, and, when the run shared it (``--shared-context``), the
-    ``verdict``: holds when rank(Z) <= bound, else fails (None when the context was not shared)."""
-
-    heads: int
-    bound: int
-    verdict: str | None
-
-    @classmethod
-    def of(cls, cert: HeadCertificate, n: int, shared_context: bool) -> SharedContextCheck:
-        bound = shared_context_rank_bound(cert.heads, n)
-        return cls(cert.heads, bound, ("holds" if cert.rank <= bound else "fails") if shared_context else None)
-
-
-def _unavailable_record(base: dict, reason: str) -> dict:
-    """The one row of a column that could not run: ``base`` with every result empty and ``reason``."""
-    return {
-        **base,
-        "heads": None,
-        "rank": None,
-        "rank_cap": None,
-        "bound": None,
-        "bound_kind": "unavailable",
-        "bound_reason": reason,
-        "residual": None,
-        "prop2_bound": None,
-        "prop2_verdict": None,
-        "reason": reason,
-    }
-
-
-def _head_records(c: CapacityColumn, base: dict) -> list[dict]:
-    """The rows of a column that ran, one per head count h: ``base`` with h's certificate, its bound, Proposition
-    2's check and the assumptions the bound rests on."""
-    a = c.assumptions or Assumptions()
-    out = []
-    for cert in c.certificates:
-        b, p2 = c.bounds[cert.heads], c.prop2[cert.heads]
-        out.append(
-            {
-                **base,
-                "heads": cert.heads,
-                "rank": cert.rank,
-                "rank_cap": cert.rank_cap,
-                "bound": b.count,
-                "bound_kind": b.which,
-                "bound_reason": b.reason,
-                "bound_formula": b.formula,
-                "residual": cert.residual,
-                "rank_method": cert.method,
-                "z_tolerance_value": cert.tolerance,
-                "sigma_max": cert.sigma_max,
-                "prop2_bound": p2.bound,
-                "prop2_verdict": p2.verdict,
-                "assumption_1": a.a1,
-                "assumption_2": a.a2,
-                "kruskal_estimate": a.kruskal_estimate,
-                "reason": "",
-            }
-        )
-    return out
-
-
-@dataclass(repr=False)
-class CapacityResult(StoredResult):
-    """Bound and certificate of every column; ``to_arrow()`` / ``to_pandas()`` give the rows
-    ``capacity --out`` writes, and a notebook shows it as the report ``capacity`` prints.
-    ``CapacityResult.from_json`` / ``from_parquet`` read it back from those outputs."""
-
-    COMMAND: ClassVar[str] = "capacity"
-
-    model: str
-    info: ModelFacts  # the model's ModelInfo
-    data: str
-    columns: list[CapacityColumn]
-    settings: CapacitySettings  # the run's settings, as the JSON meta gives them
-    timings: dict[str, float]
-    notes: list[str] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        """Proposition 2 for each certificate of each column that ran (``CapacityColumn.prop2``)."""
-        for c in self.columns:
-            c.prop2 = {
-                cert.heads: SharedContextCheck.of(cert, self.info.n, self.settings.shared_context)
-                for cert in c.certificates
-            }
-
-    def records(self) -> list[dict]:
-        """One row per column and head count h (one 'unavailable' row for a column that could not run)."""
-        out = []
-        for c in self.columns:
-            base = self._column_record(c)
-            if c.status != "ok":
-                out.append(_unavailable_record(base, c.reason))
-                continue
-            out.extend(_head_records(c, base))
-        return out
-
-    def _column_record(self, c: CapacityColumn) -> dict:
-        """The fields every row of column ``c`` shares: the run's settings, the model's sizes and the column's
-        status."""
-        s, info = self.settings, self.info
-        return {
-            "model": self.model,
-            "variant": c.variant,
-            "layer": s.layer,
-            "attention": s.attention,
-            "shared_context": s.shared_context,
-            "T": c.T or None,
-            "n": info.n,
-            "d": info.d,
-            "d_h": s.head_dim,
-            "H": info.num_heads,
-            "tolerance": s.z_tolerance,
-            "seed": s.seed,
-            "status": c.status,
-        }
-
-    def table_records(self) -> list[dict]:
-        """The rows of the table: :meth:`records`."""
-        return self.records()
-
-    def table_meta(self) -> dict:
-        """The provenance stamp of the table: :meth:`meta`."""
-        return self.meta()
-
-    REPORT = capacity_report
-
-    def summary_line(self) -> str:
-        """The model, the block, and per column rank(Z) with the most heads and T (or that it is unavailable)."""
-        parts = []
-        for c in self.columns:
-            if c.status != "ok" or not c.certificates:
-                parts.append(f"{c.variant} unavailable")
-            else:
-                top = max(c.certificates, key=lambda cert: cert.heads)
-                parts.append(f"{c.variant}: rank Z = {top.rank} with {top.heads} heads, T = {c.T}")
-        return f"{self.model!r} block {self.settings.layer}; " + "; ".join(parts)
-
-    def meta(self) -> dict:
-        """The provenance stamp of the run (the JSON ``meta``), with the result itself under ``result``."""
-        return stamp(
-            command="capacity",
-            model=self.model,
-            model_info=self.info.as_dict(),
-            data=self.data,
-            notes=self.notes,
-            timings_s=self.timings,
-            **self.settings.as_dict(),
-            columns={
-                c.variant: {
-                    "status": c.status,
-                    "reason": c.reason,
-                    "T": c.T,
-                    "weights_source": c.weights_source,
-                    "weights_read": meta_value(c.weights_read),
-                    "weights_read_text": weights_read_text(meta_value(c.weights_read)),
-                    "timings_s": c.timings,
-                    "assumptions": c.assumptions.to_dict() if c.assumptions else None,
-                    "bound": (c.bounds[max(c.bounds)].to_dict() if c.bounds else None),
-                }
-                for c in self.columns
-            },
-            result=self.result_document(),
-        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -509,8 +312,8 @@ def _block_of(block: int | None, layer: int | None) -> int:
             "capacity_audit(layer=K) is deprecated; use block=K (the same: the attention block K, whose input "
             "is the output of block K - 1)",
             DeprecationWarning,
-            stacklevel=5,
-        )  # past both wrappers
+            stacklevel=4,
+        )  # past capacity_audit and its torchrun wrapper
         if block is not None and block != layer:
             raise InputError(f"{{param:block}} {block} and {{param:layer}} {layer} disagree; give only {{param:block}}")
         block = layer
@@ -518,7 +321,6 @@ def _block_of(block: int | None, layer: int | None) -> int:
 
 
 @shared
-@keyword_conveniences
 def capacity_audit(
     model: str | ModelRequest,
     *,
@@ -527,34 +329,56 @@ def capacity_audit(
     shared_context: bool = False,
     from_path: str | Path | None = None,
     variants: Sequence[str] | None = None,
-    weights: str | None = None,
     block: int | None = None,
-    data: str | DataRequest | None = None,
-    samples: int | None = None,
-    threshold: float | None = None,
     layer: int | None = None,
+    data: str | DataRequest | None = None,
+    settings: Settings | None = None,
     seeds: str | Sequence[int] | None = None,
     vary: str = "both",
-    settings: Settings | None = None,
-    given: frozenset[str] = frozenset(),
-    **conveniences: Unpack[Conveniences],
+    weights: str | None = None,
+    backend: str | None = None,
+    context_length: int | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool | None = None,
+    split: str | None = None,
+    limit: int | None = None,
+    batch_size: int | str | None = None,
+    keep_duplicates: bool | None = None,
+    text_column: str | None = None,
+    image_column: str | None = None,
+    convert_rgb: bool | None = None,
+    samples: int | None = None,
+    threshold: float | None = None,
+    seed: int | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    device: str | None = None,
+    progress: bool | None = None,
+    weights_seed: int | None = None,
+    data_seed: int | None = None,
 ) -> CapacityResult | SeedsResult:
     """Bound and certificate for each column (``variants``: random and/or trained; default both).
 
-    The assumptions are audited on the tokens attention block ``block`` sees (its input: the output
-    of block ``block - 1``; default block 2, the layer the paper applies Theorem 1 to, see
-    :data:`~mhaaudit.defaults.CAPACITY_BLOCK`), unless ``from_path`` gives a results file of ``mhaaudit check --out``
-    to read them from. ``heads`` (e.g. ``"1-12"``) asks for the certificate with the first h heads
-    for each h (default: all heads). ``attention="random"`` uses random key/query weights instead
-    of the model's. ``layer`` is a deprecated alias of ``block``. ``text_column``, ``image_column``
-    and ``convert_rgb`` choose the data's column and image policy as in :func:`mhaaudit.audit`;
-    ``weights_seed``, ``data_seed``, ``seeds`` and ``vary`` too (with ``seeds``, the result is a
-    :class:`mhaaudit.seeds.SeedsResult`: rank(Z) per seed and its spread).
-
-    ``model``, ``data`` and ``settings`` may be the request objects, as in :func:`mhaaudit.audit`
-    (a keyword given beside an object that says otherwise is an InputError); the settings built
-    from keywords stop each test once it is decided. A ``ModelRequest`` naming a ``query_index`` is
-    refused: capacity reads the model's own query.
+    Args:
+        model: the model (an alias, a hub id, a local folder), or a :class:`~mhaaudit.request.ModelRequest`
+            (one naming a ``query_index`` is refused: capacity reads the model's own query).
+        heads: the certificate with the first h heads for each h (``"1-12"``; default: all heads).
+        attention: ``"model"`` (the block's own key/query weights) or ``"random"``.
+        shared_context: every example shares one context (Proposition 2's setting).
+        from_path: a results file of ``mhaaudit check --out`` to read the assumptions from, instead of
+            auditing the tokens.
+        variants: the columns, ``random`` and/or ``trained`` (default both).
+        block: the attention block whose input the assumptions are audited on (default 2, the layer the
+            paper applies Theorem 1 to, see :data:`~mhaaudit.defaults.CAPACITY_BLOCK`).
+        layer: a deprecated alias of ``block``.
+        data: the data source, or a :class:`~mhaaudit.request.DataRequest` (None: the built-in data).
+        settings: the :class:`~mhaaudit.settings.Settings` (None: built from the keywords; each test then
+            stops once it is decided).
+        seeds: run once per seed; the result is a :class:`mhaaudit.seeds.SeedsResult` (rank(Z) per seed and
+            its spread).
+        vary: what ``seeds`` vary, as in :func:`mhaaudit.audit`.
+        weights, ... data_seed: the fields of the three request objects, as :func:`mhaaudit.audit` takes
+            them (None: not given). A keyword beside an object follows the rule of :mod:`mhaaudit.request`.
 
     Returns:
         A :class:`CapacityResult`, or a :class:`mhaaudit.seeds.SeedsResult` with ``seeds``.
@@ -566,14 +390,30 @@ def capacity_audit(
         OfflineError: when random weights cannot be had offline (trained ones leave their column unavailable).
         ModelError: when the model has no query token of its own.
     """
-    keywords = {**{k: v for k, v in locals().items() if k in KEYWORDS}, **conveniences}
-    keywords.update(
-        samples=DEFAULT_SAMPLES if samples is None else samples,
-        stop_when_decided=True,
-        threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
+    keywords = dict(
+        weights=weights,
+        backend=backend,
+        context_length=context_length,
+        revision=revision,
+        trust_remote_code=trust_remote_code,
+        split=split,
+        limit=limit,
+        batch_size=batch_size,
+        keep_duplicates=keep_duplicates,
+        text_column=text_column,
+        image_column=image_column,
+        convert_rgb=convert_rgb,
+        samples=samples,
+        threshold=threshold,
+        seed=seed,
+        rtol=rtol,
+        atol=atol,
+        device=device,
+        progress=progress,
+        weights_seed=weights_seed,
+        data_seed=data_seed,
     )
-    unset = {k for k, v in (("samples", samples), ("threshold", threshold)) if v is None}  # None: the default
-    settings, request, data_req = _requests(build_requests(model, data, settings, keywords, given - unset))
+    settings, request, data_req = _requests(build_requests(model, data, settings, keywords))
     over = plan_for(settings, seeds, vary)
     if over is not None and from_path is not None:
         raise InputError(

@@ -37,7 +37,7 @@ Under torchrun the draws of a test or a sweep are divided among the ranks
 brings the others in (``distributed.shared``).
 """
 
-from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
+from ..defaults import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
 from .bounds import babel_floor, exact_kruskal_rank, fixed_rule, set_stats
 from .fixed import draw_decisions, shrink_witness, subset_test
 from .results import (

@@ -23,8 +23,10 @@ from dataclasses import dataclass, field
 import torch
 
 from .. import phases, validate
+from ..defaults import DEFAULT_SAMPLES, DEFAULT_SEED
 from ..distributed import shared
 from ..errors import param, plain
+from ..keywords import request_of
 from ..numerics import (
     Decision,
     RankRule,
@@ -36,14 +38,12 @@ from ..numerics import (
 )
 from ..numerics.checked import NumericalFailure
 from ..numerics.stream import Unit, unit_of
-from ..request import build_request, keyword_conveniences
-from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, device_name, resolve_device
+from ..settings import device_name, resolve_device
 from . import witness
 from .bounds import fixed_rule
 from .results import SetStats, SubsetTest, Witness, clopper_pearson, rows_phrase
 from .sampling import (
     DRAW_BLOCK,
-    SAMPLING_KEYWORDS,
     Draws,
     Gram,
     Progress,
@@ -143,7 +143,7 @@ def draw_decisions(
     k: int,
     *,
     samples: int = DEFAULT_SAMPLES,
-    seed: int = 0,
+    seed: int = DEFAULT_SEED,
     rule: RankRule | None = None,
     device: torch.device | str = "cpu",
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -439,7 +439,6 @@ def _base(shape: tuple[int, int], k: int, run: Sampling, rule: RankRule, check: 
 
 @shared
 @with_numerics()
-@keyword_conveniences
 def subset_test(
     X,
     k: int,
@@ -450,34 +449,41 @@ def subset_test(
     stats: SetStats | None = None,
     histogram_limit: int | None = None,
     progress: Progress | None = None,
-    samples: int = DEFAULT_SAMPLES,
-    threshold: float = DEFAULT_THRESHOLD,
-    seed: int = 0,
+    samples: int | None = None,
+    threshold: float | None = None,
+    seed: int | None = None,
     rule: RankRule | None = None,
-    device: torch.device | str = "auto",
-    stop_when_decided: bool = True,
-    given: frozenset[str] = frozenset(),
+    device: torch.device | str | None = None,
+    stop_when_decided: bool | None = None,
 ) -> SubsetTest:
     """Estimate whether every k rows of X are independent: N draws of k distinct rows.
 
     A draw is satisfied when its k x d matrix has rank k under ``rule``. Verdict: ``holds`` when
     the satisfied fraction is at least ``threshold``. Known answers are given without sampling:
     k > d (any k vectors in R^d are dependent), k > T, and k above the rank ceiling of the whole
-    set. The rank histogram covers the first ``histogram_limit`` unsatisfied draws (the rest are
-    counted as rank < k) plus all satisfied draws; by default its size adapts to the cost of
-    one eigen-decomposition (100 draws up to k = 270, 10 at k = 768).
+    set. With ``stop_when_decided`` (the default) sampling stops as soon as the verdict can no
+    longer change (more than ``(1 - threshold) * samples`` dependent draws); the fraction and
+    interval are then over the draws made, which the result records as ``samples``
+    (``planned_samples``: those asked for).
 
-    With ``stop_when_decided`` (the default, as ``mhaaudit kruskal`` and ``check`` without
-    ``--all-draws``) sampling stops as soon as the verdict can no longer change (more than
-    ``(1 - threshold) * samples`` dependent draws); the fraction and interval are then over the
-    draws made, which the result records as ``samples`` (``planned_samples``: those asked for).
-    ``check`` names the check the test is for in its record, ``title`` in its report (default:
-    "Kruskal test" for ``check="kruskal"``, else ``check``).
-
-    ``sampling`` holds how the draws are made and decided (a :class:`~.sampling.Sampling`);
-    ``samples``, ``threshold``, ``seed``, ``rule``, ``device`` and ``stop_when_decided`` are
-    conveniences that build it when it is not given. A keyword given beside it must say what it
-    says (InputError otherwise).
+    Args:
+        X: the T x d matrix whose rows are tested.
+        k: the subset size.
+        sampling: how the draws are made and decided, as one :class:`~.sampling.Sampling`; or the
+            keywords ``samples`` ... ``stop_when_decided`` below, its fields (None: not given, the field's
+            default). A keyword beside ``sampling`` follows the rule of :mod:`mhaaudit.request`.
+        check: the check the test is for, in its record.
+        title: its title in the report (default: "Kruskal test" for ``check="kruskal"``, else ``check``).
+        stats: the whole set's :class:`~.results.SetStats` under the rule (None: computed here).
+        histogram_limit: how many dependent draws' ranks the histogram covers (default: adapted to the cost
+            of one eigen-decomposition, 100 draws up to k = 270, 10 at k = 768).
+        progress: called with the number of draws decided as they are.
+        samples: draws (default 5000).
+        threshold: the satisfied fraction at which the verdict is ``holds`` (default 0.99).
+        seed: the draws' seed (default 0).
+        rule: the rank rule (None: the paper's rule for the data's dtype).
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (default auto).
+        stop_when_decided: stop once the verdict is settled (default True).
 
     Returns:
         The :class:`~.results.SubsetTest`: verdict, satisfied fraction and its interval, exact status and
@@ -485,14 +491,20 @@ def subset_test(
 
     Raises:
         InputError: when ``X`` is not a finite numeric T x d matrix, ``k`` is not a whole number of at least 1,
-            ``samples`` or
-            ``threshold`` is out of range, ``device`` is unknown, ``rule``'s tolerance is at least 1 at d
-            columns, or a keyword disagrees with ``sampling``.
+            ``samples`` or ``threshold`` is out of range, ``device`` is unknown, ``rule``'s tolerance is at
+            least 1 at d columns, or a keyword disagrees with ``sampling``.
     """
-    keywords = {k: v for k, v in locals().items() if k in SAMPLING_KEYWORDS}
+    keywords = dict(
+        samples=samples,
+        threshold=threshold,
+        seed=seed,
+        rule=rule,
+        device=device,
+        stop_when_decided=stop_when_decided,
+    )
     X = as_matrix(X)
     k = validate.integer(param("k"), k)
-    run = build_request(Sampling, sampling, keywords, given, "sampling")
+    run = request_of(Sampling, sampling, "sampling", keywords)
     samples, threshold, seed, dev = run.samples, run.threshold, run.seed, run.device
     rule = run.rule or RankRule.for_dtype(X.dtype)
     base = _base(X.shape, k, run, rule, check, title)

@@ -33,13 +33,14 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from .. import distributed, validate
+from ..defaults import DEFAULT_DEVICE, DEFAULT_SAMPLES, DEFAULT_SEED, DEFAULT_STOP_WHEN_DECIDED, DEFAULT_THRESHOLD
 from ..distributed import RankFailed
 from ..errors import InputError, param
 from ..io import MappedArray
@@ -47,15 +48,7 @@ from ..numerics import RankRule, lapack, numerics, philox, subnormals_kept, tf32
 from ..numerics.philox import split_key
 from ..numerics.stream import Rows, Unit, chunk_rows, refuse_unless_fits, scan_of
 from ..numerics.threads import intra_op_threads
-from ..settings import (
-    DEFAULT_SAMPLES,
-    DEFAULT_THRESHOLD,
-    KERNELS_ENV,
-    MAX_SAMPLES,
-    derive_seed,
-    kernels_env,
-    resolve_device,
-)
+from ..settings import KERNELS_ENV, MAX_SAMPLES, derive_seed, kernels_env, resolve_device
 
 __all__ = [
     "DEVICE_BATCH_BYTES",
@@ -63,7 +56,6 @@ __all__ = [
     "DRAW_BLOCK",
     "FULL_GRAM_MAX_BYTES",
     "KERNELS_ENV",
-    "SAMPLING_KEYWORDS",
     "Draws",
     "Gram",
     "Progress",
@@ -459,20 +451,16 @@ class Sampling:
 
     samples: int = DEFAULT_SAMPLES
     threshold: float = DEFAULT_THRESHOLD
-    seed: int = 0
+    seed: int = DEFAULT_SEED
     rule: RankRule | None = None
-    device: Any = "auto"  # a torch.device once made
-    stop_when_decided: bool = True
+    device: Any = DEFAULT_DEVICE  # a torch.device once made
+    stop_when_decided: bool = DEFAULT_STOP_WHEN_DECIDED
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "samples", validate.integer(param("samples"), self.samples, maximum=MAX_SAMPLES))
         object.__setattr__(self, "threshold", validate.fraction(param("threshold"), self.threshold))
         object.__setattr__(self, "device", resolve_device(self.device))
         object.__setattr__(self, "stop_when_decided", bool(self.stop_when_decided))
-
-
-#: The fields of a Sampling: the keywords that build one (subset_test, kruskal_sweep).
-SAMPLING_KEYWORDS = tuple(f.name for f in fields(Sampling))
 
 
 @dataclass(frozen=True)

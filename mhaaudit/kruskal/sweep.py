@@ -18,8 +18,10 @@ from __future__ import annotations
 import torch
 
 from .. import phases
+from ..defaults import DEFAULT_SAMPLES, DEFAULT_SEED
 from ..distributed import shared
 from ..errors import param
+from ..keywords import request_of
 from ..numerics import (
     TINY_GRAM,
     RankRule,
@@ -32,13 +34,12 @@ from ..numerics import (
 )
 from ..numerics.checked import NumericalFailure
 from ..numerics.stream import unit_of
-from ..request import build_request, keyword_conveniences
-from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, device_name
+from ..settings import device_name
 from . import witness as witnesses
 from .bounds import babel_floor, fixed_rule
 from .fixed import draws_gram, joined, shrink_witness
 from .results import Bound, SetStats, Sweep, Witness, clopper_pearson
-from .sampling import SAMPLING_KEYWORDS, Draws, Gram, Progress, Sampling, as_matrix, decided_in_order, rows_of
+from .sampling import Draws, Gram, Progress, Sampling, as_matrix, decided_in_order, rows_of
 
 __all__ = ["draw_critical_sizes", "kruskal_sweep"]
 
@@ -182,7 +183,7 @@ def draw_critical_sizes(
     K: int,
     *,
     samples: int = DEFAULT_SAMPLES,
-    seed: int = 0,
+    seed: int = DEFAULT_SEED,
     rule: RankRule | None = None,
     device: torch.device | str = "cpu",
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -269,7 +270,6 @@ def _ceiling(witness: Witness | None, K: int, T: int, d: int, set_rank: int) -> 
 
 @shared
 @with_numerics()
-@keyword_conveniences
 def kruskal_sweep(
     X,
     *,
@@ -277,12 +277,11 @@ def kruskal_sweep(
     kmax: int | None = None,
     stats: SetStats | None = None,
     progress: Progress | None = None,
-    samples: int = DEFAULT_SAMPLES,
-    threshold: float = DEFAULT_THRESHOLD,
-    seed: int = 0,
+    samples: int | None = None,
+    threshold: float | None = None,
+    seed: int | None = None,
     rule: RankRule | None = None,
-    device: torch.device | str = "auto",
-    given: frozenset[str] = frozenset(),
+    device: torch.device | str | None = None,
 ) -> Sweep:
     """The satisfied fraction for every k = 1 .. min(T, d) from one set of nested draws.
 
@@ -290,10 +289,20 @@ def kruskal_sweep(
     for every k, so one factorisation per draw answers all k. Sizes above the rank ceiling of
     the whole set are certified to fail and not sampled.
 
-    ``sampling`` holds how the draws are made and decided (a :class:`~.sampling.Sampling`; a sweep
-    makes every draw, whatever its ``stop_when_decided``); ``samples``, ``threshold``, ``seed``,
-    ``rule`` and ``device`` are conveniences that build it when it is not given. A keyword given
-    beside it must say what it says (InputError otherwise).
+    Args:
+        X: the T x d matrix whose rows are tested.
+        sampling: how the draws are made and decided, as one :class:`~.sampling.Sampling` (a sweep makes
+            every draw, whatever its ``stop_when_decided``); or the keywords ``samples`` ... ``device``
+            below, its fields (None: not given, the field's default). A keyword beside ``sampling``
+            follows the rule of :mod:`mhaaudit.request`.
+        kmax: the largest size swept (default min(T, d)).
+        stats: the whole set's :class:`~.results.SetStats` under the rule (None: computed here).
+        progress: called with the number of draws decided as they are.
+        samples: draws (default 5000).
+        threshold: the fraction a size's estimate must reach (default 0.99).
+        seed: the draws' seed (default 0).
+        rule: the rank rule (None: the paper's rule for the data's dtype).
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (default auto).
 
     Returns:
         The :class:`~.results.Sweep`: the fraction and its interval at every size, the estimate, and the
@@ -301,12 +310,12 @@ def kruskal_sweep(
 
     Raises:
         InputError: when ``X`` is not a finite numeric T x d matrix, ``samples`` or ``threshold`` is out of range,
-            ``device`` is unknown,
-            ``rule``'s tolerance is at least 1 at d columns, or a keyword disagrees with ``sampling``.
+            ``device`` is unknown, ``rule``'s tolerance is at least 1 at d columns, or a keyword disagrees with
+            ``sampling``.
     """
-    keywords = {k: v for k, v in locals().items() if k in SAMPLING_KEYWORDS}
+    keywords = dict(samples=samples, threshold=threshold, seed=seed, rule=rule, device=device)
     X = as_matrix(X)
-    run = build_request(Sampling, sampling, keywords, given, "sampling")
+    run = request_of(Sampling, sampling, "sampling", keywords)
     samples, threshold, seed, dev = run.samples, run.threshold, run.seed, run.device
     rule = run.rule or RankRule.for_dtype(X.dtype)
     T, d = X.shape

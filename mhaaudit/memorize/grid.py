@@ -17,9 +17,9 @@ import torch
 from ..errors import InputError, MhaauditError, one_line, plain
 from ..files import regular_file
 from ..io import stamp, write_parquet
+from ..keywords import request_of
 from ..plot import plot_memorize
 from ..progress import task as progress_task
-from ..request import build_request, keyword_conveniences
 from ..settings import device_name, resolve_device
 from ..tables import records_table
 from .data import DIM
@@ -110,7 +110,6 @@ def _read_results(path: Path, meta: dict) -> dict[str, dict]:
 # --------------------------------------------------------------------------- the grid
 
 
-@keyword_conveniences
 def run_memorize_grid(
     request: MemorizeRequest | None = None,
     *,
@@ -121,32 +120,31 @@ def run_memorize_grid(
     head_dim: int | None = None,
     sizes: str | Sequence[int] | None = None,
     preset: str | None = None,
-    task: str = "classification",
-    context: str = "shared",
-    classes: int = 100,
-    tolerance: float = 0.01,
+    task: str | None = None,
+    context: str | None = None,
+    classes: int | None = None,
+    tolerance: float | None = None,
     epochs: int | None = None,
     max_steps: int | None = None,
-    lr: float = 1e-3,
-    batch_size: int = 256,
-    check_every: int = 200,
-    seed: int = 0,
-    device: str | torch.device = "auto",
-    saturation: bool = False,
+    lr: float | None = None,
+    batch_size: int | None = None,
+    check_every: int | None = None,
+    seed: int | None = None,
+    device: str | torch.device | None = None,
+    saturation: bool | None = None,
     out: str | os.PathLike | None = None,
     plot: str | os.PathLike | None = None,
-    progress: bool = False,
+    progress: bool | None = None,
     seeds: str | Sequence[int] | None = None,
     memory_budget: float | None = None,
     max_group: int | None = None,
     max_minutes: float | None = None,
-    given: frozenset[str] = frozenset(),
 ) -> MemorizeGrid:
     """Train every point of a grid (values of the varied parameter x sizes T x seeds).
 
-    ``request``: the run as a :class:`~.request.MemorizeRequest`; the keywords are conveniences
-    that build it (:func:`mhaaudit.request.build_request`: a keyword given beside a request that
-    says otherwise is an InputError).
+    ``request``: the run as a :class:`~.request.MemorizeRequest`; or the keywords, its fields (None:
+    not given, the field's default; :class:`~.request.MemorizeRequest` and :class:`~.recipe.Recipe`
+    state them). A keyword beside ``request`` follows the rule of :mod:`mhaaudit.request`.
 
     ``seeds``: several seeds (``"0-5"``, ``"0,3,7"`` or a list), every point trained once per
     seed; the result's ``summary`` gives the mean and spread of the memorised fraction over them
@@ -184,8 +182,35 @@ def run_memorize_grid(
         MhaauditError: a :class:`GridUnfinished` when ``max_minutes`` ran out before every point was trained
             (those trained are in ``out``).
     """
-    keywords = {k: v for k, v in locals().items() if k not in ("request", "given")}
-    return memorize_grid(build_request(MemorizeRequest, request, keywords, given))
+    keywords = dict(
+        vary=vary,
+        values=values,
+        n=n,
+        heads=heads,
+        head_dim=head_dim,
+        sizes=sizes,
+        preset=preset,
+        task=task,
+        context=context,
+        classes=classes,
+        tolerance=tolerance,
+        epochs=epochs,
+        max_steps=max_steps,
+        lr=lr,
+        batch_size=batch_size,
+        check_every=check_every,
+        seed=seed,
+        device=device,
+        saturation=saturation,
+        out=out,
+        plot=plot,
+        progress=progress,
+        seeds=seeds,
+        memory_budget=memory_budget,
+        max_group=max_group,
+        max_minutes=max_minutes,
+    )
+    return memorize_grid(request_of(MemorizeRequest, request, "request", keywords))
 
 
 def memorize_grid(request: MemorizeRequest) -> MemorizeGrid:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from .. import validate
-from ..defaults import MEMORIZE_PRESETS, MEMORIZE_VARY
+from ..defaults import DEFAULT_DEVICE, DEFAULT_SEED, MEMORIZE_PRESETS, MEMORIZE_VARY
 from ..errors import InputError, param
 from ..io import check_writable
 from ..plot import check_plot_path
@@ -55,8 +55,8 @@ class MemorizeRequest(Recipe):
     head_dim: int | None = None
     sizes: str | Sequence[int] | None = None
     preset: str | None = None
-    seed: int = 0
-    device: str | torch.device = "auto"
+    seed: int = DEFAULT_SEED
+    device: str | torch.device = DEFAULT_DEVICE
     saturation: bool = False
     out: str | os.PathLike | None = None
     plot: str | os.PathLike | None = None

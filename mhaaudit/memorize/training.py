@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .. import validate
+from ..defaults import DEFAULT_DEVICE
 from ..errors import param
 from ..numerics.threads import intra_op_threads as _intra_op_threads
 from ..progress import task as progress_task
@@ -96,7 +97,7 @@ def train_memorize(
     point: Point,
     recipe: Recipe | None = None,
     *,
-    device: str | torch.device = "auto",
+    device: str | torch.device = DEFAULT_DEVICE,
     saturation: bool = False,
     progress: bool = False,
     cpu_threads: int | None = 1,

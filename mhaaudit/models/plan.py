@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import validate
-from ..defaults import BACKENDS
+from ..defaults import BACKENDS, DEFAULT_DEVICE
 from ..errors import InputError
 from ..files import regular_file
 from ..settings import resolve_device
@@ -33,7 +33,7 @@ class LoadPlan:
     weights: str = "random"  # "random" | "trained"
     backend: str | None = None  # "hf" | "timm" | None (detect)
     weights_path: str | None = None  # local folder or file with trained weights
-    device: Any = "auto"  # a torch.device once made
+    device: Any = DEFAULT_DEVICE  # a torch.device once made
     context_length: int | None = None  # text models: tokens per example n
     max_layer: int | None = None  # blocks built (None: all)
     seed: int = 0  # the random init derives from derive_seed(seed, "model-init")

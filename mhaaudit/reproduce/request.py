@@ -1,44 +1,21 @@
 """A run of one of the paper's audited targets (``table1``, ``table3``, ``figure1``) as one frozen
-object, :class:`TargetRequest`; :func:`target_request`, the one place the targets' keywords become
-it; and :func:`target_conveniences`, which gives a target its keywords, with their defaults from
-one table (:data:`KEYWORDS`)."""
+object, :class:`TargetRequest`, and :func:`target_request`, the one place the targets' keywords become it.
+"""
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import validate
+from ..defaults import DEFAULT_BATCH_SIZE, DEFAULT_SPLIT, DEFAULT_STOP_WHEN_DECIDED
 from ..errors import param
-from ..request import SETTINGS_KEYWORDS, build_request, build_settings
-from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
+from ..keywords import given, request_of
+from ..request import SETTINGS_KEYWORDS, build_settings
+from ..settings import Settings
 
-__all__ = ["KEYWORDS", "TargetRequest", "target_conveniences", "target_request"]
-
-#: The audited targets' keyword conveniences in signature order: name -> (default, annotation).
-#: A target takes those :func:`target_conveniences` names; their defaults are the command's.
-KEYWORDS: dict[str, tuple[Any, Any]] = {
-    "data": (None, str | None),
-    "split": ("train", str),
-    "limit": (None, int | None),
-    "models": (None, Sequence[str] | None),
-    "model": (None, dict | None),
-    "weights": (None, dict | None),
-    "context_length": (None, dict | None),
-    "samples": (DEFAULT_SAMPLES, int),
-    "threshold": (DEFAULT_THRESHOLD, float),
-    "seed": (0, int),
-    "device": ("auto", str),
-    "batch_size": (32, int),
-    "stop_when_decided": (True, bool),
-    "progress": (False, bool),
-    "on_note": (None, Callable[[str], None] | None),
-    "weights_seed": (None, int | None),
-    "data_seed": (None, int | None),
-}
+__all__ = ["TargetRequest", "target_request"]
 
 
 @dataclass(frozen=True)
@@ -53,14 +30,14 @@ class TargetRequest:
     """
 
     data: str | None = None
-    split: str = "train"
+    split: str = DEFAULT_SPLIT
     limit: int | None = None
     models: tuple[str, ...] | None = None
     model: Mapping[str, str] | None = None
     weights: Mapping[str, str] | None = None
     context_length: Mapping[str, int] | None = None
-    batch_size: int | str = 32
-    settings: Settings = field(default_factory=lambda: Settings.resolve(stop_when_decided=True))
+    batch_size: int | str = DEFAULT_BATCH_SIZE
+    settings: Settings = field(default_factory=lambda: Settings.resolve(stop_when_decided=DEFAULT_STOP_WHEN_DECIDED))
     on_note: Callable[[str], None] | None = None
 
     def __post_init__(self) -> None:
@@ -70,49 +47,20 @@ class TargetRequest:
             object.__setattr__(self, "models", tuple(self.models) or None)
 
 
-def target_request(
-    request: TargetRequest | None, keywords: Mapping[str, Any], given: frozenset[str] = frozenset()
-) -> TargetRequest:
-    """The request of a target called with ``keywords`` (its keyword conveniences, given or at their
-    defaults; ``given``: those the caller passed): ``request`` itself, a keyword given beside it
-    refused where it says otherwise (InputError), or, without one, the request the keywords make
-    (the settings keywords make its :class:`~mhaaudit.settings.Settings`)."""
-    settings = {k: v for k, v in keywords.items() if k in SETTINGS_KEYWORDS}
-    rest: dict[str, Any] = {k: v for k, v in keywords.items() if k not in SETTINGS_KEYWORDS}
-    if request is None:
-        return TargetRequest(**rest, settings=build_settings(None, settings))
-    build_settings(request.settings, settings, given)
-    return build_request(TargetRequest, request, rest, given)
+def target_request(request: TargetRequest | None, keywords: Mapping[str, Any]) -> TargetRequest:
+    """The request of a target called with ``keywords`` (its keywords by name; None: not given):
+    ``request`` once the keywords given agree with it, or, without one, the request the keywords
+    make (the settings keywords make its :class:`~mhaaudit.settings.Settings`), under the rule of
+    :mod:`mhaaudit.request`.
 
-
-_REQUEST = TargetRequest | None
-
-
-def target_conveniences(*without: str) -> Callable[[Callable[[TargetRequest], Any]], Callable[..., Any]]:
-    """Give a target ``fn(request)`` the keywords of :data:`KEYWORDS` but ``without`` as conveniences.
-
-    The target is then called as ``fn(request=None, **keywords)``: its signature shows the request
-    and the keywords with their defaults; :func:`target_request` makes the request of them (the
-    names of those the caller gave decide what disagrees with a request given); a keyword not
-    among them is a TypeError, as for any function.
+    Raises:
+        TypeError: when ``request`` is neither None nor a :class:`TargetRequest`.
+        InputError: when a keyword given disagrees with ``request``, or a value is out of range.
     """
-    names = [name for name in KEYWORDS if name not in without]
-
-    def wrap(fn: Callable[[TargetRequest], Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def entry(request: TargetRequest | None = None, **keywords):
-            for name in keywords:
-                if name not in names:
-                    raise TypeError(f"{fn.__name__}() got an unexpected keyword argument {name!r}")
-            defaults = {name: KEYWORDS[name][0] for name in names}
-            return fn(target_request(request, defaults | keywords, frozenset(keywords)))
-
-        kind = inspect.Parameter.KEYWORD_ONLY
-        entry.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-            [inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=_REQUEST)]
-            + [inspect.Parameter(n, kind, default=KEYWORDS[n][0], annotation=KEYWORDS[n][1]) for n in names],
-            return_annotation=inspect.signature(fn).return_annotation,
-        )
-        return entry
-
-    return wrap
+    settings = {k: v for k, v in keywords.items() if k in SETTINGS_KEYWORDS}
+    rest = {k: v for k, v in keywords.items() if k not in SETTINGS_KEYWORDS}
+    if request is None:
+        return TargetRequest(**given(rest), settings=build_settings(None, settings))
+    request = request_of(TargetRequest, request, "request", rest)
+    build_settings(request.settings, settings)
+    return request

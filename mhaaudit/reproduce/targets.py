@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from .. import validate
 from ..auditing import audit, capture_features
 from ..capacity import theorem1_bound
+from ..defaults import DEFAULT_DEVICE, DEFAULT_SEED
 from ..errors import InputError, param
 from ..facts import SettingsFacts
 from ..hub import is_offline
@@ -38,7 +39,7 @@ from ..settings import Settings
 from ..tables import OMITTED_WHEN_NONE, Report
 from .compare import Comparison, RunFacts, compare, compare_memorization, setting_differences
 from .published import published, target_spec
-from .request import TargetRequest, target_conveniences
+from .request import TargetRequest, target_request
 
 if TYPE_CHECKING:
     from ..auditing import AuditResult
@@ -246,23 +247,121 @@ def _check_keys(name: str, given: Mapping | None, allowed: Sequence[str]) -> dic
 # --------------------------------------------------------------------------- Table 1 and Table 3
 
 
-@target_conveniences("models", "context_length")
-def table1(request: TargetRequest) -> Reproduction:
+def table1(
+    request: TargetRequest | None = None,
+    *,
+    data: str | None = None,
+    split: str | None = None,
+    limit: int | None = None,
+    model: Mapping[str, str] | None = None,
+    weights: Mapping[str, str] | None = None,
+    samples: int | None = None,
+    threshold: float | None = None,
+    seed: int | None = None,
+    device: str | None = None,
+    batch_size: int | str | None = None,
+    stop_when_decided: bool | None = None,
+    progress: bool | None = None,
+    on_note: Callable[[str], None] | None = None,
+    weights_seed: int | None = None,
+    data_seed: int | None = None,
+) -> Reproduction:
     """Table 1: ViT-Base's four columns (embedding, random attention, random ViT, trained ViT).
 
-    Called with a :class:`~.request.TargetRequest` or with its keywords (see
-    :func:`~.request.target_conveniences`)."""
-    return _tables("table1", request)
+    Args:
+        request: the run as one :class:`~.request.TargetRequest`; or the keywords below, its fields (None:
+            not given, the field's default). A keyword beside ``request`` follows the rule of
+            :mod:`mhaaudit.request`.
+        data, split, limit, batch_size: the data (None: the paper's online, the built-in offline), its
+            split, the examples T (None: the paper's) and the batch size.
+        model, weights: by the paper's model key, the model and trained weights put in place of the paper's.
+        samples, threshold, seed, device, stop_when_decided, progress, weights_seed, data_seed: the fields
+            of the run's :class:`~mhaaudit.settings.Settings`.
+        on_note: called with each note as it comes.
+
+    Returns:
+        The :class:`Reproduction`: ours beside the published values.
+    """
+    keywords = dict(
+        data=data,
+        split=split,
+        limit=limit,
+        model=model,
+        weights=weights,
+        samples=samples,
+        threshold=threshold,
+        seed=seed,
+        device=device,
+        batch_size=batch_size,
+        stop_when_decided=stop_when_decided,
+        progress=progress,
+        on_note=on_note,
+        weights_seed=weights_seed,
+        data_seed=data_seed,
+    )
+    return _tables("table1", target_request(request, keywords))
 
 
-@target_conveniences()
-def table3(request: TargetRequest) -> Reproduction:
+def table3(
+    request: TargetRequest | None = None,
+    *,
+    data: str | None = None,
+    split: str | None = None,
+    limit: int | None = None,
+    models: Sequence[str] | None = None,
+    model: Mapping[str, str] | None = None,
+    weights: Mapping[str, str] | None = None,
+    context_length: Mapping[str, int] | None = None,
+    samples: int | None = None,
+    threshold: float | None = None,
+    seed: int | None = None,
+    device: str | None = None,
+    batch_size: int | str | None = None,
+    stop_when_decided: bool | None = None,
+    progress: bool | None = None,
+    on_note: Callable[[str], None] | None = None,
+    weights_seed: int | None = None,
+    data_seed: int | None = None,
+) -> Reproduction:
     """Table 3: BERT-large and GPT-2-large (``models``: a subset of ``bert``, ``gpt2``), random and
     trained, layers 0 and 1, and the Kruskal-rank sweep of the BERT layer-1 columns.
 
-    Called with a :class:`~.request.TargetRequest` or with its keywords (see
-    :func:`~.request.target_conveniences`)."""
-    return _tables("table3", request)
+    Args:
+        request: the run as one :class:`~.request.TargetRequest`; or the keywords below, its fields (None:
+            not given, the field's default). A keyword beside ``request`` follows the rule of
+            :mod:`mhaaudit.request`.
+        data, split, limit, batch_size: the data (None: the paper's online, the built-in offline), its
+            split, the examples T (None: the paper's) and the batch size.
+        models: the paper's model keys to run (default both).
+        model, weights, context_length: by the paper's model key, the model, trained weights and context
+            length put in place of the paper's.
+        samples, threshold, seed, device, stop_when_decided, progress, weights_seed, data_seed: the fields
+            of the run's :class:`~mhaaudit.settings.Settings`.
+        on_note: called with each note as it comes.
+
+    Returns:
+        The :class:`Reproduction`: ours beside the published values.
+    """
+    keywords = dict(
+        data=data,
+        split=split,
+        limit=limit,
+        models=models,
+        model=model,
+        weights=weights,
+        context_length=context_length,
+        samples=samples,
+        threshold=threshold,
+        seed=seed,
+        device=device,
+        batch_size=batch_size,
+        stop_when_decided=stop_when_decided,
+        progress=progress,
+        on_note=on_note,
+        weights_seed=weights_seed,
+        data_seed=data_seed,
+    )
+    return _tables("table3", target_request(request, keywords))
 
 
 def _tables(target: str, request: TargetRequest) -> Reproduction:
@@ -330,17 +429,57 @@ def _compare_model(
 # --------------------------------------------------------------------------- Figure 1
 
 
-@target_conveniences("models", "weights", "context_length", "stop_when_decided", "on_note")
-def figure1(request: TargetRequest) -> Reproduction:
+def figure1(
+    request: TargetRequest | None = None,
+    *,
+    data: str | None = None,
+    split: str | None = None,
+    limit: int | None = None,
+    model: Mapping[str, str] | None = None,
+    samples: int | None = None,
+    threshold: float | None = None,
+    seed: int | None = None,
+    device: str | None = None,
+    batch_size: int | str | None = None,
+    progress: bool | None = None,
+    weights_seed: int | None = None,
+    data_seed: int | None = None,
+) -> Reproduction:
     """Figure 1: the satisfied fraction against k for ViT-Base's random-attention features.
 
-    Called with a :class:`~.request.TargetRequest` (its weights, context lengths and models are
-    refused: the figure has one model and one column) or with its keywords (see
-    :func:`~.request.target_conveniences`).
+    Args:
+        request: the run as one :class:`~.request.TargetRequest`; or the keywords below, its fields (None:
+            not given, the field's default). A keyword beside ``request`` follows the rule of
+            :mod:`mhaaudit.request`.
+        data, split, limit, batch_size: the data (None: the paper's online, the built-in offline), its
+            split, the examples T (None: the paper's) and the batch size.
+        model: by the paper's model key, the model put in place of the paper's.
+        samples, threshold, seed, device, progress, weights_seed, data_seed: the fields of the run's
+            :class:`~mhaaudit.settings.Settings`.
+
+    A request with weights, context lengths or models is refused: the figure has one model and one column.
+
+    Returns:
+        The :class:`Reproduction`: ours beside the published values.
 
     Raises:
         InputError: the request gives weights, context lengths or models.
     """
+    keywords = dict(
+        data=data,
+        split=split,
+        limit=limit,
+        model=model,
+        samples=samples,
+        threshold=threshold,
+        seed=seed,
+        device=device,
+        batch_size=batch_size,
+        progress=progress,
+        weights_seed=weights_seed,
+        data_seed=data_seed,
+    )
+    request = target_request(request, keywords)
     spec = target_spec("figure1")
     (key,) = spec["models"]
     (column,) = spec["columns"]
@@ -404,8 +543,8 @@ def figure2(
     values=None,
     sizes=None,
     max_steps: int | None = None,
-    seed: int = 0,
-    device: str = "auto",
+    seed: int = DEFAULT_SEED,
+    device: str = DEFAULT_DEVICE,
     progress: bool = False,
 ) -> Reproduction:
     """Figure 2(a): memorisation against H on a memorize grid (``cpu`` preset by default).

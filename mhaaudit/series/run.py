@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import distributed, pipeline
 from ..auditing import AuditResult, audit, plan_probes
@@ -54,22 +54,18 @@ from ..models.hf import checkpoint_of, read_needed, used_tensors, weights_prefix
 from ..models.load import check_finite_weights
 from ..models.shards import INDEX_FILES, Checkpoint, NotPartial, hub_download, human_bytes, read_index
 from ..progress import log
-from ..request import KEYWORDS, Conveniences, DataRequest, ModelRequest, build_requests, keyword_conveniences
+from ..request import DataRequest, ModelRequest, build_requests
 from ..seeds import SeedPlan, SeedRun, plan_for
-from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
+from ..settings import Settings
 from ..tables import RESULT_KEY, table_rows
 from .identity import Digest, file_digest, tensor_digest
 from .result import CheckpointRun, SeriesResult, SeriesRun
 from .spec import CheckpointRef, Series, resolve_series, series_revisions
 
-if TYPE_CHECKING:  # the convenience keywords, typed for mypy
-    from typing_extensions import Unpack
-
 __all__ = ["audit_series"]
 
 
 @shared
-@keyword_conveniences
 def audit_series(
     model: str | ModelRequest,
     *,
@@ -78,18 +74,34 @@ def audit_series(
     layer: int | None = None,
     layers: Sequence[int] | None = None,
     data: str | DataRequest | None = None,
-    samples: int = DEFAULT_SAMPLES,
-    threshold: float = DEFAULT_THRESHOLD,
-    query_index: int | None = None,
+    settings: Settings | None = None,
     sweep: bool = False,
-    stop_when_decided: bool = True,
     on_note: Callable[[str], None] | None = None,
     seeds: str | Sequence[int] | None = None,
     vary: str = "both",
     out: str | os.PathLike | None = None,
-    settings: Settings | None = None,
-    given: frozenset[str] = frozenset(),
-    **conveniences: Unpack[Conveniences],
+    query_index: int | None = None,
+    backend: str | None = None,
+    context_length: int | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool | None = None,
+    split: str | None = None,
+    limit: int | None = None,
+    batch_size: int | str | None = None,
+    keep_duplicates: bool | None = None,
+    text_column: str | None = None,
+    image_column: str | None = None,
+    convert_rgb: bool | None = None,
+    samples: int | None = None,
+    threshold: float | None = None,
+    seed: int | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    device: str | None = None,
+    stop_when_decided: bool | None = None,
+    progress: bool | None = None,
+    weights_seed: int | None = None,
+    data_seed: int | None = None,
 ) -> SeriesResult:
     """Audit a series of checkpoints of ``model``: each as :func:`mhaaudit.audit` audits it with
     ``weights=CHECKPOINT`` (or ``revision=REV``), the reference columns once, the data prepared once.
@@ -108,9 +120,12 @@ def audit_series(
             :class:`~mhaaudit.request.ModelRequest`.
         checkpoints: a comma list of local folders (saved with ``save_pretrained``) or weights files,
             each item a path or a glob (``"runs/ckpt-*"``, its matches ordered by the step number in
-            each name), or a sequence of paths. Instead, ``revision`` (a keyword of
-            :class:`~mhaaudit.request.Conveniences`) may be a comma list of hub revisions of ``model``
-            (``"step1000,step8000"``), in the order given.
+            each name), or a sequence of paths. Instead, ``revision`` may be a comma list of hub
+            revisions of ``model`` (``"step1000,step8000"``), in the order given.
+        variants, layer, layers, data, settings, sweep, on_note, seeds, vary: as :func:`mhaaudit.audit` takes
+            them; the trained columns are audited at each checkpoint, the others once (the reference).
+        query_index, ... data_seed: the fields of the three request objects, as :func:`mhaaudit.audit` takes
+            them (None: not given). A keyword beside an object follows the rule of :mod:`mhaaudit.request`.
         out: a parquet results file, rewritten as the series runs; when it holds an interrupted run
             of the same settings, the checkpoints it holds are read back, not audited again.
 
@@ -130,14 +145,37 @@ def audit_series(
             downloaded and the network cannot be reached.
         OutputError: when ``out`` cannot be written.
     """
-    keywords = {**{k: v for k, v in locals().items() if k in KEYWORDS}, **conveniences}
-    req = build_requests(model, data, settings, keywords, given)
+    keywords = dict(
+        query_index=query_index,
+        backend=backend,
+        context_length=context_length,
+        revision=revision,
+        trust_remote_code=trust_remote_code,
+        split=split,
+        limit=limit,
+        batch_size=batch_size,
+        keep_duplicates=keep_duplicates,
+        text_column=text_column,
+        image_column=image_column,
+        convert_rgb=convert_rgb,
+        samples=samples,
+        threshold=threshold,
+        seed=seed,
+        rtol=rtol,
+        atol=atol,
+        device=device,
+        stop_when_decided=stop_when_decided,
+        progress=progress,
+        weights_seed=weights_seed,
+        data_seed=data_seed,
+    )
+    req = build_requests(model, data, settings, keywords)
     plan = _plan(req.model, req.data, checkpoints, _Columns(variants, layer, layers, sweep))
     seed_plan = plan_for(req.settings, seeds, vary)
     store = _Store(out, _key(plan, req.settings, seed_plan), seed_plan)
     t0 = time.perf_counter()
-    for seed in [None] if seed_plan is None else seed_plan.runs():
-        _series_run(plan, req.settings, seed, store, on_note)
+    for seed_run in [None] if seed_plan is None else seed_plan.runs():
+        _series_run(plan, req.settings, seed_run, store, on_note)
     result = _result(plan, seed_plan, store.finished, store.key, complete=True)
     spent = [c.timings for r in store.finished for c in r.checkpoints]
     result.timings.update({k: round(v, 3) for k, v in store.timings.items()})

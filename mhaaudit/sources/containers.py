@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ..defaults import DEFAULT_SPLIT
 from ..errors import DataError, InputError, MhaauditError, one_line
 from ..files import folder_files, name_inside, read_json, regular_file
 
@@ -278,7 +279,7 @@ def _saved(folder: Path, split: str) -> Table:
     return Table(label, kinds, len(ds), values, where, split if is_dict else None)
 
 
-def open_table(target: Path, split: str = "train") -> Table | None:
+def open_table(target: Path, split: str = DEFAULT_SPLIT) -> Table | None:
     """The :class:`Table` of a container file or saved-dataset folder; None for anything else.
 
     A container file must be a regular file, and a saved-dataset folder may hold no link leading out
@@ -299,7 +300,7 @@ def open_table(target: Path, split: str = "train") -> Table | None:
     return None
 
 
-def table_of(target: Path, split: str = "train") -> Table:
+def table_of(target: Path, split: str = DEFAULT_SPLIT) -> Table:
     """:func:`open_table` of a target already known to be a container (a saved-dataset folder,
     ``.parquet``, ``.arrow``, ``.csv`` or ``.tsv``).
 

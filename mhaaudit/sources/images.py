@@ -23,6 +23,7 @@ from typing import Any
 
 from PIL import Image, UnidentifiedImageError
 
+from ..defaults import DEFAULT_LIMIT, DEFAULT_SPLIT
 from ..errors import DataError, InputError, one_line
 from ..files import folder_files
 from ..hostmem import available_memory
@@ -421,7 +422,7 @@ class BuiltinImages(ImageSource):
 
     GRID = GRID
 
-    def __init__(self, limit: int = 2000, seed: int = 0, device: Any = None) -> None:
+    def __init__(self, limit: int = DEFAULT_LIMIT, seed: int = 0, device: Any = None) -> None:
         found = load_photos()
         if not found:
             raise DataError("the built-in photographs (scikit-image, scikit-learn) could not be found")
@@ -468,7 +469,7 @@ class ImageFolder(ImageSource):
     a device, and folders nested more than :data:`~mhaaudit.files.MAX_FOLDER_DEPTH` deep (DataError).
     """
 
-    def __init__(self, root: Path, limit: int = 2000, convert_rgb: bool = False) -> None:
+    def __init__(self, root: Path, limit: int = DEFAULT_LIMIT, convert_rgb: bool = False) -> None:
         self.root = root
         files = folder_files(root, DataError, "image folder", keep=_is_image_name)
         if not files:
@@ -497,7 +498,7 @@ class TableImages(ImageSource):
     Hugging Face writes them, or raw bytes, read a batch at a time in the stored order."""
 
     def __init__(
-        self, table: Table, limit: int = 2000, image_column: str | None = None, convert_rgb: bool = False
+        self, table: Table, limit: int = DEFAULT_LIMIT, image_column: str | None = None, convert_rgb: bool = False
     ) -> None:
         self.table = table
         self.column, how = choose_column(table.label, table.kinds, image_column, "image")
@@ -523,7 +524,7 @@ class ParquetImages(TableImages):
     """A column of encoded images in a parquet file (:class:`TableImages` of the file)."""
 
     def __init__(
-        self, path: Path, limit: int = 2000, image_column: str | None = None, convert_rgb: bool = False
+        self, path: Path, limit: int = DEFAULT_LIMIT, image_column: str | None = None, convert_rgb: bool = False
     ) -> None:
         self.path = path
         super().__init__(table_of(path), limit, image_column, convert_rgb)
@@ -535,8 +536,8 @@ class HubImages(ImageSource):
     def __init__(
         self,
         data: str,
-        split: str = "train",
-        limit: int = 2000,
+        split: str = DEFAULT_SPLIT,
+        limit: int = DEFAULT_LIMIT,
         image_column: str | None = None,
         convert_rgb: bool = False,
     ) -> None:
@@ -610,8 +611,8 @@ def _has_dataset_files(root: Path) -> bool:
 def image_source(
     data: str | None = None,
     *,
-    split: str = "train",
-    limit: int = 2000,
+    split: str = DEFAULT_SPLIT,
+    limit: int = DEFAULT_LIMIT,
     seed: int = 0,
     image_column: str | None = None,
     device: Any = None,

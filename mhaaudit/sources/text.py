@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..defaults import DEFAULT_SPLIT
 from ..errors import DataError, InputError, one_line
 from ..files import folder_files
 from ._common import Skips, classify, data_rng, is_builtin, is_local, no_split, open_hf_dataset, stream_rows
@@ -296,7 +297,7 @@ class HubText(TextSource):
     def __init__(
         self,
         data: str,
-        split: str = "train",
+        split: str = DEFAULT_SPLIT,
         limit: int | None = None,
         text_column: str | None = None,
         config: str | None = None,
@@ -345,7 +346,7 @@ def _no_columns(text_column: str | None, what: str) -> None:
 def text_source(
     data: str | None = None,
     *,
-    split: str = "train",
+    split: str = DEFAULT_SPLIT,
     limit: int | None = None,
     seed: int = 0,
     text_column: str | None = None,
