@@ -49,7 +49,8 @@ from .request import (
     build_settings,
     keyword_conveniences,
 )
-from .seeds import SeedsResult, audit_seeds, plan_for
+from .seeds import SeedsResult, plan_for
+from .seeds.check import audit_seeds
 from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 from .sources import describe_skips
 from .tables import StoredSweepResult, verdict_tally

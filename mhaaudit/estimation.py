@@ -46,7 +46,8 @@ from .request import (
     build_settings,
     refuse_disagreement,
 )
-from .seeds import SeedPlan, SeedsResult, kruskal_seeds, plan_for
+from .seeds import SeedPlan, SeedsResult, plan_for
+from .seeds.kruskal import kruskal_seeds
 from .settings import Settings
 
 VECTORS = KRUSKAL_VECTORS  # the query vectors, or the Assumption 3 vectors (query + mean of context rows)

@@ -146,7 +146,7 @@ RULED = (
     "auditing.py",
     "pipeline.py",
     "estimation.py",
-    "seeds.py",
+    *(f"seeds/{p.name}" for p in sorted((Path(mhaaudit.__file__).parent / "seeds").glob("*.py"))),
     "render_seeds.py",
     *(f"memorize/{p.name}" for p in sorted((Path(mhaaudit.__file__).parent / "memorize").glob("*.py"))),
     "cli/memorize.py",

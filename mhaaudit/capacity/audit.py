@@ -50,7 +50,7 @@ from ..models.shards import weights_read_text
 from ..progress import task
 from ..render import capacity_report
 from ..request import KEYWORDS, Conveniences, DataRequest, ModelRequest, Requests, build_requests, keyword_conveniences
-from ..seeds import SeedsResult, capacity_seeds, plan_for
+from ..seeds import SeedsResult, plan_for
 from ..settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, Settings
 from ..tables import EMPTY_WHEN_NONE, StoredResult
 from ..theory import CapacityBound, shared_context_rank_bound, theorem1_bound
@@ -64,6 +64,7 @@ from .assumptions import (
     read_check_results,
 )
 from .certificate import HeadCertificate, certify_head_prefixes
+from .seeds import capacity_seeds
 from .z import Heads, ZBuilder, random_attention_weights
 
 if TYPE_CHECKING:  # the convenience keywords, typed for mypy
