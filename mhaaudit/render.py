@@ -21,6 +21,7 @@ from rich.table import Table
 
 from .checks import CHECK_MEANING, CHECK_TITLES, REGISTRY
 from .console import TextConsole
+from .display import text_width
 from .errors import plain
 from .facts import AuditSettings, CapacitySettings, ModelFacts, ReadFacts, meta_value
 from .kruskal.report import (
@@ -34,15 +35,14 @@ from .kruskal.report import (
 from .models.families import positions_note as family_positions_note
 from .models.shards import weights_read_text
 from .sources import describe_skips
-from .tables import text_width
 
 if TYPE_CHECKING:
     from .kruskal import KruskalResult
 
 
 def report_width() -> int:
-    """The width reports on stdout are laid out for: :func:`~mhaaudit.tables.text_width` (``COLUMNS``
-    when set, else the terminal's when stdout is one, else :data:`~mhaaudit.tables.REDIRECTED_WIDTH`
+    """The width reports on stdout are laid out for: :func:`~mhaaudit.display.text_width` (``COLUMNS``
+    when set, else the terminal's when stdout is one, else :data:`~mhaaudit.display.REDIRECTED_WIDTH`
     for a file or a pipe). The terminal is asked through ``sys.stdout`` itself, not descriptor 1,
     which is stderr's while a command runs (:mod:`mhaaudit.stdio`)."""
     return text_width()

@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, ...]] = [
         "imports",
     ),
     ("numerics",),
-    ("settings", "tables", "io", "distributed", "facts"),
+    ("settings", "display", "documents", "tables", "io", "distributed", "facts"),
     ("models", "sources", "batching", "request", "pipeline"),
     ("kruskal",),
     ("checks", "features"),

@@ -17,6 +17,7 @@ from conftest import strict_json
 
 from mhaaudit import audit, pipeline
 from mhaaudit.auditing import AuditResult, capture_features
+from mhaaudit.documents import encode_result
 from mhaaudit.errors import InputError
 from mhaaudit.render import print_json
 from mhaaudit.seeds import (
@@ -39,7 +40,6 @@ from mhaaudit.seeds import (
 )
 from mhaaudit.seeds.spread import spread_phrase
 from mhaaudit.settings import Settings
-from mhaaudit.tables import encode_result
 
 RUN = dict(limit=40, samples=60, batch_size=8)
 CLI_RUN = ["--limit", "40", "--samples", "60", "--batch-size", "8"]

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 from .. import validate
 from ..auditing import audit, capture_features
 from ..capacity import theorem1_bound
+from ..display import Report
+from ..documents import OMITTED_WHEN_NONE
 from ..errors import InputError, param
 from ..facts import SettingsFacts
 from ..hub import is_offline
@@ -35,7 +37,6 @@ from ..numerics import svd_rank
 from ..progress import task
 from ..render import reproduction_report
 from ..settings import Settings
-from ..tables import OMITTED_WHEN_NONE, Report
 from .compare import Comparison, RunFacts, compare, compare_memorization, setting_differences
 from .published import published, target_spec
 from .request import TargetRequest, target_conveniences

@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, get_type_hints
 
+from ..documents import RESULT_KEY, Stored, decode_result, encode_result
 from ..render_seeds import seeds_report
-from ..tables import RESULT_KEY, Stored, StoredResult, StoredSweepResult, decode_result, encode_result
+from ..tables import StoredResult, StoredSweepResult
 from .plan import SeedPlan, SeedRun
 
 __all__ = [

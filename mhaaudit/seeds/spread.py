@@ -16,10 +16,10 @@ from itertools import combinations
 from typing import Any
 
 from .. import distributed
+from ..documents import RESULT_KEY
 from ..errors import plain
 from ..features import FeatureSet
 from ..pipeline import shared_loads
-from ..tables import RESULT_KEY
 from .plan import SeedPlan, SeedRun
 from .records import (
     Cell,
