@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -121,7 +122,11 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--threshold", type=float, default=0.99)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", help="also write the figures to this result file (the docs' Benchmarks page)")
     args = ap.parse_args()
+    from resultfiles import Run, seconds
+
+    run = Run("bench_check.py", sys.argv[1:])
     device = resolve_device(args.device)
     import transformers  # noqa: F401  - imports paid before either side is timed
     from transformers import ViTModel  # noqa: F401
@@ -146,6 +151,17 @@ def main() -> None:
         a, b = v_ours.get(col, {}), v_naive[col]
         line = ", ".join(f"{c} {'holds' if a.get(c) else 'fails'}/{'holds' if b[c] else 'fails'}" for c in b)
         print(f"verdicts {col:9s} (ours/naive): {line}" + ("" if all(a.get(c) == b[c] for c in b) else "  DIFFER"))
+    if args.json:
+        same = all(v_ours.get(col, {}).get(c) == v for col in ("embedding", "random") for c, v in v_naive[col].items())
+        row = {
+            "what": f"`check` end to end, embedding + random columns of a random {args.model}, T = {args.limit} "
+            f"built-in images, {args.samples} draws ({device_name(device)})",
+            "naive": f"{seconds(t_naive)} (whole model, `output_hidden_states=True`, one `matrix_rank` per draw)",
+            "mhaaudit": seconds(t_ours),
+            "ratio": f"{t_naive / t_ours:.1f}x",
+            "checked": "same verdicts" if same else "verdicts DIFFER",
+        }
+        run.write(args.json, [row], {"naive_s": t_naive, "ours_s": t_ours, "timings": timings})
 
 
 if __name__ == "__main__":

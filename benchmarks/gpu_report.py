@@ -3,7 +3,7 @@
     python benchmarks/gpu_report.py --device cuda                   # the parts that fit 480 s, most valuable first
     python benchmarks/gpu_report.py --device cuda --budget 300      # ... that fit 300 s; run again to go on
     python benchmarks/gpu_report.py --device cuda --parts kruskal,sweep
-    python benchmarks/gpu_report.py --device cuda --update-readme   # also rewrite README.md's GPU rows
+    python benchmarks/gpu_report.py --device cuda --publish         # also keep the records for the docs
     python benchmarks/gpu_report.py --device cpu --smoke            # the same parts at tiny sizes (the suite runs it)
     python benchmarks/gpu_report.py --prepare                       # with a registry: wheels, commit into wheels/
     python benchmarks/gpu_report.py --device cuda --wheels wheels   # without one: install them offline first
@@ -43,9 +43,11 @@ finished part appends one JSON line to ``RESULTS/results.jsonl`` (``--results``,
 ``gpu-report/``) keyed by the commit, the device and the mode; a part already done for the same
 key is skipped, so a lost machine loses one part. The report (``RESULTS/report.md``) is a
 markdown table stamped with the GPU, its driver, the torch, CUDA, transformers and timm versions
-and the commit, and each target beside its figure, PASS or MISS. ``--update-readme`` writes
-that table between the ``gpu-report`` marker comments of README.md (never from a smoke run,
-never without a known commit). Rows with nothing measured say ``unmeasured``.
+and the commit, and each target beside its figure, PASS or MISS. ``--publish`` copies the run's
+records to ``benchmarks/results/gpu/<gpu>-<commit>.jsonl``, from which the docs' Benchmarks page
+renders this table at every build (never from a smoke run, never without a known GPU and commit;
+``--update-readme`` is its former name); with ``--report-only`` it publishes the newest run of a
+results file. Rows with nothing measured say ``unmeasured``.
 
 The commit is the project's own: git's HEAD only when git's top level is this project's folder
 (a copy inside another repository does not take that repository's HEAD), else ``--commit`` or
@@ -70,7 +72,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
 RESULT_TAG = "GPU-REPORT-RESULT "
-BEGIN, END = "<!-- gpu-report:begin -->", "<!-- gpu-report:end -->"
 PARTS = (  # most valuable first
     "check-vit-base",
     "kruskal",
@@ -999,7 +1000,7 @@ def targets(parts: dict, gpu: str | None) -> list[tuple[str, str, str]]:
 
 
 def table(parts: dict, s: dict | None, smoke: bool = False) -> str:
-    """The stamped markdown block (the README's GPU rows): every row, ``unmeasured`` where nothing was."""
+    """The stamped markdown block (the docs' GPU rows): every row, ``unmeasured`` where nothing was."""
     lines = []
     if s and parts:
         lines.append(
@@ -1011,7 +1012,7 @@ def table(parts: dict, s: dict | None, smoke: bool = False) -> str:
     else:
         lines.append(
             "Nothing measured yet: every row says `unmeasured` until `python benchmarks/gpu_report.py "
-            "--device cuda --update-readme` has run on a GPU."
+            "--device cuda --publish` has run on a GPU."
         )
     lines += ["", "| what (GPU) | naive | mhaaudit | ratio | checked | script |", "|---|---|---|---|---|---|"]
     u = "unmeasured"
@@ -1137,16 +1138,17 @@ def table(parts: dict, s: dict | None, smoke: bool = False) -> str:
     return "\n".join(lines)
 
 
-def update_readme(readme: Path, block: str) -> None:
-    text = readme.read_text()
-    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
-        raise SystemExit(f"Error: {readme} needs exactly one {BEGIN} ... {END} pair")
-    head, rest = text.split(BEGIN)
-    _, tail = rest.split(END)
-    new = head + BEGIN + "\n" + block + "\n" + END + tail
-    tmp = readme.with_name(readme.name + ".tmp")
-    tmp.write_text(new)
-    os.replace(tmp, readme)
+def publish(records: list[dict], key: dict, folder: Path) -> Path:
+    """Copy the records of ``key`` (this commit, device and GPU) to ``folder/<gpu>-<commit>.jsonl``, where
+    the docs' Benchmarks page reads them; the path written."""
+    mine = [r for r in records if r.get("key") == key]
+    slug = re.sub(r"[^a-z0-9]+", "-", f"{key['gpu'] or key['device']}-{key['commit']}".lower()).strip("-")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{slug}.jsonl"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in mine))
+    os.replace(tmp, path)
+    return path
 
 
 # --------------------------------------------------------------------------- main
@@ -1171,8 +1173,11 @@ def main(argv: list[str] | None = None) -> int:
         "--report-only", action="store_true", help="run nothing: the table of the records in --results, as stamped"
     )
     ap.add_argument("--redo", action="store_true", help="run the parts again even if done for this commit and device")
-    ap.add_argument("--update-readme", action="store_true", help="write the table into README.md between the markers")
-    ap.add_argument("--readme", default=str(ROOT / "README.md"), help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--publish", action="store_true", help="copy the run's records to benchmarks/results/gpu/ for the docs"
+    )
+    ap.add_argument("--update-readme", action="store_true", dest="publish", help="former name of --publish")
+    ap.add_argument("--published", default=str(ROOT / "benchmarks" / "results" / "gpu"), help=argparse.SUPPRESS)
     ap.add_argument("--commit", help="the commit measured, where the copy has no git history")
     ap.add_argument("--wheels", help="a folder of wheels (from --prepare) to install offline first")
     ap.add_argument(
@@ -1194,16 +1199,16 @@ def main(argv: list[str] | None = None) -> int:
         prepare(Path(a.wheels or ROOT / "wheels"), a.python)
         return 0
     if a.report_only:
-        return report_only(workdir, a.update_readme, Path(a.readme))
+        return report_only(workdir, a.publish, Path(a.published))
     parts = [p.strip() for p in a.parts.split(",") if p.strip()]
     bad = [p for p in parts if p not in PARTS]
     if bad:
         print(f"Error: --parts: unknown part {bad[0]!r} (choose from {', '.join(PARTS)})", file=sys.stderr)
         return 2
     parts = [p for p in PARTS if p in parts]  # most valuable first, whatever order they were named in
-    if a.update_readme and a.smoke:
+    if a.publish and a.smoke:
         print(
-            "Error: --update-readme: a smoke run measures nothing; the README takes only full-size GPU runs",
+            "Error: --publish: a smoke run measures nothing; the docs take only full-size GPU runs",
             file=sys.stderr,
         )
         return 2
@@ -1262,15 +1267,14 @@ def main(argv: list[str] | None = None) -> int:
     bad = [n for n in parts if n not in left_over and now.get(n, {}).get("status") != "done"]
     for n in bad:
         print(f"part {n}: {now.get(n, {}).get('status', 'not run')}", file=sys.stderr)
-    if a.update_readme:
+    if a.publish:
         if not s["commit"] or not s["gpu"]:
             print(
-                "Error: --update-readme: a figure needs its GPU and its commit (give --commit where git is missing)",
+                "Error: --publish: a figure needs its GPU and its commit (give --commit where git is missing)",
                 file=sys.stderr,
             )
             return 2
-        update_readme(Path(a.readme), block)
-        print(f"rewrote the GPU rows of {a.readme}")
+        print(f"wrote {publish(read_records(results), key, Path(a.published))} (commit it: the docs read it)")
     return 1 if bad else 0
 
 
@@ -1290,9 +1294,10 @@ def expected_seconds(name: str, records: list[dict], smoke: bool) -> float:
     return max(EXPECTED_S[name], 1.5 * cut[-1]) if cut else EXPECTED_S[name]
 
 
-def report_only(workdir: Path, update: bool, readme: Path) -> int:
+def report_only(workdir: Path, publish_to: bool, published: Path) -> int:
     """The table of the newest key in ``workdir/results.jsonl``, as its records are stamped (their
-    card, versions and commit, not this machine's); into the README with ``update``."""
+    card, versions and commit, not this machine's); with ``publish_to``, its records copied into
+    ``published`` for the docs."""
     records = read_records(workdir / "results.jsonl")
     stamped = [r for r in records if r.get("key") and r.get("stamp") and r.get("part") in PARTS]
     if not stamped:
@@ -1301,12 +1306,11 @@ def report_only(workdir: Path, update: bool, readme: Path) -> int:
     key, s = stamped[-1]["key"], stamped[-1]["stamp"]
     block = table(latest(records, key), s, smoke=bool(key.get("smoke")))
     print(block)
-    if update:
+    if publish_to:
         if key.get("smoke") or not s.get("commit") or not s.get("gpu"):
-            print("Error: --update-readme: the README takes full-size GPU runs with their commit", file=sys.stderr)
+            print("Error: --publish: the docs take full-size GPU runs with their GPU and commit", file=sys.stderr)
             return 2
-        update_readme(readme, block)
-        print(f"rewrote the GPU rows of {readme}")
+        print(f"wrote {publish(records, key, published)} (commit it: the docs read it)")
     return 0
 
 

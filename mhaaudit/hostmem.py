@@ -5,8 +5,8 @@ activations, the preprocessed inputs) on several threads at once: the forward pa
 intra-op threads, the thread that reads the source ahead, the thread that prepares the next
 batch. glibc's allocator keeps what such threads free in per-thread arenas and returns it to the
 system only when the free space sits at the top of a heap, so the resident memory of a process
-can creep up batch after batch although what it holds does not grow (the README's benchmarks
-give the peaks measured with and without this module).
+can creep up batch after batch although what it holds does not grow (the docs' Benchmarks page,
+``docs/benchmarks.md``, gives the peaks measured with and without this module).
 
 :class:`Trimmer` calls ``malloc_trim(0)`` (every arena; free pages inside a heap are released
 too) at most once per ``every`` seconds; :func:`release` calls it now. Where the C library has no

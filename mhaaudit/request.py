@@ -14,9 +14,9 @@ what can be refused before any work (a ``weights_path`` that does not exist, a r
 
 The public entry points (:func:`mhaaudit.audit`, :func:`mhaaudit.capacity_audit`,
 :func:`mhaaudit.capture_features`) accept the objects (``model=ModelRequest(...)``,
-``data=DataRequest(...)``, ``settings=Settings.resolve(...)``) and keep the README's keyword names
-as conveniences. :func:`build_requests` is the one place where keywords become objects: a keyword
-the caller gave beside an object that says otherwise is refused, never silently resolved
+``data=DataRequest(...)``, ``settings=Settings.resolve(...)``) and keep the documented keyword names
+(``docs/guides/python.md``) as conveniences. :func:`build_requests` is the one place where keywords
+become objects: a keyword the caller gave beside an object that says otherwise is refused, never silently resolved
 (:func:`keyword_conveniences` tells it which keywords the caller gave). The keywords the three
 entry points share are one table, :class:`Conveniences` with its defaults :data:`CONVENIENCES`,
 from which their signatures are built.

@@ -186,7 +186,8 @@ def to_pandas(table):
 
 
 def schema_markdown(command: str | None = None) -> str:
-    """The README's schema table: one row per column (of one command, or of all; saturation's fields too)."""
+    """The output schema's table (``docs/reference/schema.md``): one row per column (of one command, or of
+    all; saturation's fields too)."""
     rows = ["| column | type | commands | meaning |", "|---|---|---|---|"]
     seen: dict[tuple[str, str, str], list[str]] = {}
     for cmd, cols in COLUMNS.items():

@@ -2,13 +2,14 @@
 
 The GPU figures themselves are taken only on a GPU; here the script's machinery is kept working:
 the parts' code at tiny sizes, a part in its own process and cut off by its timeout, the records
-and their resumption, the table and the README block, the targets, the utilisation arithmetic
+and their resumption, the table and the docs' GPU tables, the targets, the utilisation arithmetic
 and the wheel list.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -64,23 +65,13 @@ def test_smoke_runs_every_part_and_resumes(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert rc == 0 and out.count("done earlier") == len(g.PARTS)
     assert len(g.read_records(res / "results.jsonl")) == len(g.PARTS)
-    # a smoke run never reaches the README
-    readme = tmp_path / "README.md"
-    readme.write_text(f"a\n{g.BEGIN}\nold\n{g.END}\nb\n")
-    rc = g.main(
-        [
-            "--device",
-            "cpu",
-            "--smoke",
-            "--in-process",
-            "--results",
-            str(res),
-            "--update-readme",
-            "--readme",
-            str(readme),
-        ]
-    )
-    assert rc == 2 and "smoke" in capsys.readouterr().err and "old" in readme.read_text()
+    # a smoke run never reaches the docs (under either name of the flag)
+    for flag in ("--publish", "--update-readme"):
+        published = tmp_path / "published"
+        rc = g.main(
+            ["--device", "cpu", "--smoke", "--in-process", "--results", str(res), flag, "--published", str(published)]
+        )
+        assert rc == 2 and "smoke" in capsys.readouterr().err and not published.exists()
 
 
 def test_a_part_runs_in_its_own_process_and_is_stopped_at_its_timeout(tmp_path, monkeypatch):
@@ -104,15 +95,33 @@ def test_unknown_part_and_cuda_without_a_gpu_are_refused(tmp_path, capsys, monke
     assert not (tmp_path / "results.jsonl").exists()
 
 
-def test_the_readme_block_is_the_scripts_table():
-    """Nothing hand-copied: the README's GPU rows are what the script writes (all unmeasured until a GPU run)."""
-    text = (ROOT / "README.md").read_text()
-    block = text.split(g.BEGIN)[1].split(g.END)[0].strip()
-    if "Nothing measured yet" in block:
+def _docs_hooks():
+    spec = importlib.util.spec_from_file_location("mhaaudit_docs_hooks", ROOT / "docs" / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_docs_gpu_tables_are_the_scripts_tables():
+    """Nothing hand-copied: the Benchmarks page's GPU rows are what the script renders from the records of
+    the runs committed in benchmarks/results/gpu/ (all unmeasured while there is none)."""
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    assert page.count("<!-- benchmarks: gpu -->") == 1 and "| what (GPU) |" not in page
+    block = _docs_hooks().gpu_tables()
+    files = sorted((ROOT / "benchmarks" / "results" / "gpu").glob("*.jsonl"))
+    if not files:
         assert block == g.table({}, None)
         assert block.count("unmeasured") >= 20
-    else:  # rewritten by a GPU run: stamped with its card, driver, versions and commit
-        assert "driver" in block and "CUDA" in block and "commit" in block and "smoke" not in block
+        return
+    for path in files:  # each run: stamped with its card, driver, versions and commit, never a smoke run
+        records = g.read_records(path)
+        keys = {json.dumps(r["key"], sort_keys=True) for r in records if r["part"] in g.PARTS}
+        for key in keys:
+            parts = g.latest(records, json.loads(key))
+            stamp = next(r["stamp"] for r in reversed(records) if r.get("stamp") and r["part"] in parts)
+            table = g.table(parts, stamp)
+            assert table in block and not json.loads(key)["smoke"]
+            assert "driver" in table and "CUDA" in table and f"commit {stamp['commit']}" in table
 
 
 def _record(part, result, status="done", key=None):
@@ -276,6 +285,20 @@ def test_report_only_renders_the_records_as_stamped(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "NVIDIA H200" in out and "commit 8f91575ab79d" in out and "driver 580.159.04" in out
     assert g.main(["--report-only", "--results", str(tmp_path / "none")]) == 2
+    # --publish with --report-only: the newest run's records, copied for the docs, which render the same table
+    published = tmp_path / "published"
+    assert g.main(["--report-only", "--results", str(tmp_path), "--publish", "--published", str(published)]) == 0
+    out = capsys.readouterr().out
+    (path,) = published.iterdir()
+    assert path.name == "nvidia-h200-8f91575ab79d.jsonl" and str(path) in out
+    copied = g.read_records(path)
+    assert copied == g.read_records(shutil_records)
+    assert g.table(g.latest(copied, key), st) in out  # the table the docs build from it is the one printed
+    # never a smoke run
+    smoke = tmp_path / "smoke"
+    g.append_record(smoke / "results.jsonl", _record("kruskal", measured, key=dict(key, smoke=True)) | {"stamp": st})
+    assert g.main(["--report-only", "--results", str(smoke), "--publish", "--published", str(smoke / "pub")]) == 2
+    assert "--publish" in capsys.readouterr().err and not (smoke / "pub").exists()
 
 
 def test_latest_keeps_a_done_part_over_a_later_failure_and_ignores_other_keys():
@@ -289,14 +312,14 @@ def test_latest_keeps_a_done_part_over_a_later_failure_and_ignores_other_keys():
     assert set(got) == {"sweep"} and got["sweep"]["status"] == "done"
 
 
-def test_update_readme_replaces_only_the_block(tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text(f"before\n{g.BEGIN}\nold rows\n{g.END}\nafter\n")
-    g.update_readme(readme, "new rows")
-    assert readme.read_text() == f"before\n{g.BEGIN}\nnew rows\n{g.END}\nafter\n"
-    readme.write_text("no markers\n")
-    with pytest.raises(SystemExit, match="gpu-report:begin"):
-        g.update_readme(readme, "x")
+def test_publish_copies_only_this_runs_records(tmp_path):
+    key = {"commit": "abc1234", "device": "cuda", "gpu": "NVIDIA H100 80GB HBM3", "smoke": False}
+    mine = [_record("kruskal", {"ours_s": 1.0}, key=key), _record("sweep", {"ours_s": 2.0}, key=key)]
+    other = _record("kruskal", {"ours_s": 3.0}, key=dict(key, commit="def5678"))
+    path = g.publish([mine[0], other, mine[1]], key, tmp_path / "gpu")
+    assert path.name == "nvidia-h100-80gb-hbm3-abc1234.jsonl"
+    assert g.read_records(path) == mine
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left
 
 
 def test_records_survive_a_cut_off_line(tmp_path):

@@ -5,7 +5,7 @@ Built from the source (``ast``), with every import a module makes, inside functi
 module), and a module outside a package that imports one of its modules also runs the package's
 ``__init__`` (an edge to the package). Imports under ``if TYPE_CHECKING:`` are annotations only
 and never run. The package root ``mhaaudit/__init__.py`` is the front door (its exports are
-imported on first use) and is left out; the README's "Code layout" says why the layers are these.
+imported on first use) and is left out; the docs' "Code layout" (docs/development.md) says why the layers are these.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ LAYERS: list[tuple[str, ...]] = [
 
 # Where an import may wait until a function runs: the command line defers the library until a
 # command runs (``mhaaudit --help`` imports no torch), and these heavy optional dependencies are
-# imported where they are used, in the modules DEFERRED lists (the README's "Code layout" says why;
+# imported where they are used, in the modules DEFERRED lists (docs/development.md, "Code layout", says why;
 # torch too, where a module must stay light: distributed.py, which `python -m mhaaudit` imports
 # before it knows the command).
 DEFERRING = ("mhaaudit.cli", "mhaaudit.__main__")
@@ -169,7 +169,7 @@ def _layer(name: str) -> int:
     for i, layer in enumerate(LAYERS):
         if top in layer:
             return i
-    raise AssertionError(f"{name} is in no layer: add it to LAYERS (and to the README's code layout)")
+    raise AssertionError(f"{name} is in no layer: add it to LAYERS (and to the code layout, docs/development.md)")
 
 
 def test_every_module_has_a_layer():

@@ -1,4 +1,4 @@
-"""The public names of ``import mhaaudit``: each is what the README says it is (the function, not a
+"""The public names of ``import mhaaudit``: each is what the docs say it is (the function, not a
 module of the same name, however the package was imported), its defaults are the CLI's, and every
 result object prints as its command prints and shows one short line as its ``repr``."""
 

@@ -1,13 +1,14 @@
-"""The README is checked by the tool it describes: every Python block runs as written, every
-``mhaaudit ...`` command line is parsed by the real CLI (an example with a renamed flag fails),
-every flag and library call named in running text exists, the output schema is the one the code
-documents, and the results the README states agree with the recorded run they came from (and, in
-the slow tests, with a fresh run)."""
+"""The README and the docs site (``docs/``) are checked by the tool they describe: every Python block
+runs as written, every ``mhaaudit ...`` command line is parsed by the real CLI (an example with a
+renamed flag fails), every flag and library call named in running text exists, the output schema is
+the one the code documents, and the results the pages state agree with the recorded run they came
+from (and, in the slow tests, with a fresh run). ``tests/test_docs.py`` builds the site itself."""
 
 from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import inspect
 import itertools
 import json
@@ -23,15 +24,31 @@ import mhaaudit
 from mhaaudit.cli.app import app
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+#: Every page of the documentation: the README (the front page) and the site's pages, but the release notes
+#: (``docs/release-notes/``: the history as it was written, which names the options of its day).
+PAGES = {
+    p.relative_to(ROOT).as_posix(): p.read_text(encoding="utf-8")
+    for p in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    if "release-notes" not in p.parts
+}
+README = "\n\n".join(PAGES.values())  # the documentation's text, page after page
 RESULTS = ROOT / "fixtures" / "readme_results.json"
 
 _FENCE = re.compile(r"^```([\w-]*)\n(.*?)^```", re.M | re.S)
 
 
 def fenced(lang: str | None = None) -> list[str]:
-    """The README's fenced blocks (of one language; ``None``: all)."""
+    """The documentation's fenced blocks (of one language; ``None``: all)."""
     return [body for tag, body in _FENCE.findall(README) if lang is None or tag == lang]
+
+
+def page_blocks(lang: str) -> list[tuple[str, int, str]]:
+    """(page, index on the page, body) of each fenced block of one language."""
+    return [
+        (page, i, body)
+        for page, text in PAGES.items()
+        for i, body in enumerate(body for tag, body in _FENCE.findall(text) if tag == lang)
+    ]
 
 
 def inline_spans() -> list[str]:
@@ -40,9 +57,10 @@ def inline_spans() -> list[str]:
 
 
 def section(title: str) -> str:
-    start = README.index(f"\n## {title}\n")
-    end = README.find("\n## ", start + 1)
-    return README[start : end if end > 0 else None]
+    """The page whose title is ``title`` (the README's former section of that name)."""
+    pages = [text for text in PAGES.values() if text.startswith(f"# {title}\n")]
+    assert len(pages) == 1, f"no single page titled {title!r}"
+    return pages[0]
 
 
 def _command() -> click.Group:
@@ -78,17 +96,19 @@ def command_lines() -> list[tuple[str, list[str]]]:
 
 
 PY_BLOCKS = fenced("python")
+PY_PAGE_BLOCKS = page_blocks("python")
 
 
 def test_the_readme_has_python_and_command_examples():
     assert PY_BLOCKS and len(command_lines()) >= 20
+    assert len(PY_PAGE_BLOCKS) == len(PY_BLOCKS)
 
 
-@pytest.mark.parametrize("index", range(len(PY_BLOCKS)))
-def test_python_block_runs_as_written(index, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("page, index, block", PY_PAGE_BLOCKS, ids=[f"{page}-{i + 1}" for page, i, _ in PY_PAGE_BLOCKS])
+def test_python_block_runs_as_written(page, index, block, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # files the block writes land here
-    code = compile(PY_BLOCKS[index], f"README.md (python block {index + 1})", "exec")
-    exec(code, {"__name__": "__readme__"})  # the README's own example
+    code = compile(block, f"{page} (python block {index + 1})", "exec")
+    exec(code, {"__name__": "__readme__"})  # the page's own example
     out = capsys.readouterr().out
     assert out.strip(), "the block prints what it shows"
 
@@ -167,12 +187,31 @@ def test_library_names_in_the_readme_are_public_functions():
 # --------------------------------------------------------------------------- one truth: the schema
 
 
+def _hooks():
+    """docs/hooks.py, the MkDocs hook that fills in the generated parts of the pages."""
+    spec = importlib.util.spec_from_file_location("mhaaudit_docs_hooks", ROOT / "docs" / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_the_schema_table_is_the_documented_columns():
+    """The schema page's tables are generated from the documented columns, never written by hand:
+    each section is the schema's rows of its commands, and together they are every row of it."""
     from mhaaudit.tables import schema_markdown
 
-    start = README.index("| column | type | commands | meaning |")
-    end = README.index("\n\n", start)
-    assert README[start:end] == schema_markdown()
+    page = PAGES["docs/reference/schema.md"]
+    assert "| column | type |" not in page  # nothing hand-copied
+    wanted = re.findall(r"^<!-- schema: (.+) -->$", page, re.M)
+    assert wanted == ["check,kruskal", "capacity", "memorize"]
+    built = _hooks().expand(page)
+    head, rule, *rows = schema_markdown().splitlines()
+    shown = []
+    for commands in wanted:
+        table = _hooks().schema_table(commands)
+        assert f"\n{table}\n" in built and table.startswith(f"{head}\n{rule}\n")
+        shown += table.splitlines()[2:]
+    assert set(shown) == set(rows) and len(set(shown)) == len(rows)
 
 
 # --------------------------------------------------------------------------- one truth: the results

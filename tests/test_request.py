@@ -140,7 +140,7 @@ def _typer_command(node: ast.FunctionDef) -> bool:
     return any(a.annotation is not None and ast.unparse(a.annotation) == "typer.Context" for a in node.args.args)
 
 
-#: the modules the 8-parameter rule holds (README, code layout)
+#: the modules the 8-parameter rule holds (docs/development.md, code layout)
 RULED = (
     "request.py",
     "auditing.py",
@@ -168,7 +168,7 @@ RULED = (
 
 
 def test_no_function_of_the_request_path_takes_more_than_8_parameters():
-    """The rule of the README's code layout: at most 8 parameters, except the keyword-convenience
+    """The rule of the code layout (docs/development.md): at most 8 parameters, except the keyword-convenience
     entry points (``@keyword_conveniences``), which hand every keyword to ``build_requests``, and
     the CLI's commands (``typer.Context`` first), one parameter per option."""
     root = Path(mhaaudit.__file__).parent

@@ -94,6 +94,11 @@ def audit_series(
     (``step``, or None) and its place (``order``). A checkpoint whose tensors read are
     byte-identical to the one before it is not audited again (``identical_to``).
 
+    ``variants``, ``layer``, ``layers``, ``data``, ``samples``, ``threshold``, ``query_index``,
+    ``sweep``, ``stop_when_decided``, ``on_note``, ``seeds``, ``vary``, ``settings`` and the
+    ``**conveniences`` are :func:`mhaaudit.audit`'s; the trained columns are audited at each
+    checkpoint, the others once (the reference).
+
     Args:
         model: the model the checkpoints are of (an alias, a hub id, a local folder), or a
             :class:`~mhaaudit.request.ModelRequest`.
@@ -102,9 +107,6 @@ def audit_series(
             each name), or a sequence of paths. Instead, ``revision`` (a keyword of
             :class:`~mhaaudit.request.Conveniences`) may be a comma list of hub revisions of ``model``
             (``"step1000,step8000"``), in the order given.
-        variants, layer, layers, data, samples, threshold, query_index, sweep, stop_when_decided,
-            on_note, seeds, vary, settings, **conveniences: as :func:`mhaaudit.audit` takes them; the
-            trained columns are audited at each checkpoint, the others once (the reference).
         out: a parquet results file, rewritten as the series runs; when it holds an interrupted run
             of the same settings, the checkpoints it holds are read back, not audited again.
 
