@@ -38,7 +38,7 @@ LAYERS: list[tuple[str, ...]] = [
     ),
     ("numerics",),
     ("settings", "display", "documents", "tables", "feature_files", "io", "collectives", "distributed", "facts"),
-    ("models", "sources", "batching", "request", "pipeline"),
+    ("models", "sources", "batching", "request", "batches", "pipeline"),
     ("kruskal",),
     ("checks", "features"),
     ("render", "plot", "render_seeds", "seeds"),

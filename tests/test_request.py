@@ -145,6 +145,7 @@ RULED = (
     "request.py",
     "auditing.py",
     "pipeline.py",
+    "batches.py",
     "estimation.py",
     *(f"seeds/{p.name}" for p in sorted((Path(mhaaudit.__file__).parent / "seeds").glob("*.py"))),
     "render_seeds.py",
