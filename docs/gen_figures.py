@@ -117,7 +117,7 @@ class Recorder:
 
     @contextlib.contextmanager
     def active(self):
-        import mhaaudit.render as render
+        import mhaaudit.render.common as render  # where print_report finds its console
 
         real = render.stdout_console
         render.stdout_console = lambda: self.console

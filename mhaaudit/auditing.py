@@ -27,7 +27,8 @@ from .models import modality_of
 from .probes import IMAGE_VARIANTS, VARIANT_HELP, Probe, plan_probes, probe_for_variant, refuse_weights_without_trained
 from .progress import task
 from .request import DataRequest, ModelRequest, Requests, build_requests, build_settings
-from .seeds import SeedsResult, audit_seeds, plan_for
+from .seeds import SeedsResult, plan_for
+from .seeds.check import audit_seeds
 from .settings import Settings
 from .sources import describe_skips
 from .theory import CapacityBound, theorem1_bound

@@ -67,18 +67,23 @@ import contextlib
 import dataclasses
 import functools
 import importlib
-import io
 import os
-import pickle
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from datetime import timedelta
-from typing import Any
 
-from .errors import InputError, MhaauditError, current_names, one_line, param, parameter_names
+from .collectives import _PREFIX, _alive
+from .collectives import DEFAULT_TIMEOUT_S as DEFAULT_TIMEOUT_S
+from .collectives import MAX_TIMEOUT_S as MAX_TIMEOUT_S
+from .collectives import TIMEOUT_ENV as TIMEOUT_ENV
+from .collectives import RankCrashed as RankCrashed
+from .collectives import RankFailed as RankFailed
+from .collectives import Session as Session
+from .collectives import SingleProcess as SingleProcess
+from .collectives import timeout_s as timeout_s
+from .errors import InputError, MhaauditError, current_names, one_line, parameter_names
 from .stdio import command_streams, say
 
 __all__ = [
@@ -98,19 +103,7 @@ __all__ = [
     "shared",
 ]
 
-TIMEOUT_ENV = "MHAAUDIT_DIST_TIMEOUT"
-DEFAULT_TIMEOUT_S = 300.0
-MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: the longest collective timeout accepted
-_PREFIX = "mhaaudit/"
 LEAVE_WAIT_S = 10.0  # how long rank 0 waits for the other ranks to end before it ends
-
-
-class RankFailed(MhaauditError):
-    """Another process of the job failed with a user error, or stopped (killed): exit 2."""
-
-
-class RankCrashed(RuntimeError):
-    """Another process of the job hit an internal error (a bug): exit 3."""
 
 
 def launched() -> bool:
@@ -132,344 +125,6 @@ def _env_int(name: str, default: int | None = None) -> int:
             f"launched with WORLD_SIZE = {os.environ.get('WORLD_SIZE')} but {name} is "
             f"{'unset' if value is None else repr(value)}; start the job with torchrun or accelerate launch"
         ) from None
-
-
-def timeout_s() -> float:
-    """The collective timeout in seconds: ``MHAAUDIT_DIST_TIMEOUT``, else 300.
-
-    Raises:
-        InputError: when ``MHAAUDIT_DIST_TIMEOUT`` is set to something other than a positive number of
-            seconds up to :data:`MAX_TIMEOUT_S` (a week).
-    """
-    raw = os.environ.get(TIMEOUT_ENV, "").strip()
-    if not raw:
-        return DEFAULT_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 < value <= MAX_TIMEOUT_S:  # also refuses nan and inf
-        raise InputError(f"{TIMEOUT_ENV}={raw!r}: give a positive number of seconds, at most {MAX_TIMEOUT_S:g}")
-    return value
-
-
-@dataclass
-class Session:
-    """This process's place in the job and the collectives mhaaudit uses."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    backend: str
-    group: Any = field(default=None, repr=False)  # the process group mhaaudit's collectives use
-    store: Any = field(default=None, repr=False)  # the job's key-value store (failure notes, published values)
-    leading: bool = False  # rank 0 under run_cli: its shared calls are sent to the other ranks
-    depth: int = 0  # shared calls under way on this rank
-    noted: bool = False  # this rank has left its failure note
-    peer_failed: bool = False  # a collective found another rank gone
-    solo: bool = False  # inside alone(): this rank works as one process (current() and lockstep() say so)
-    waits: int = 0  # wait_for_all calls made (every rank makes the same ones)
-
-    # ------------------------------------------------------------------ collectives
-
-    def _call(self, fn: Callable, *args, **kwargs):
-        try:
-            return fn(*args, group=self.group, **kwargs)
-        except RuntimeError as exc:  # gloo: connection closed by peer, or timed out
-            raise self._lost(exc) from None
-
-    def all_gather(self, obj) -> list:
-        """Every rank's ``obj``, by rank."""
-        import torch.distributed as dist
-
-        out: list = [None] * self.world_size
-        self._call(dist.all_gather_object, out, obj)
-        return out
-
-    def all_gather_tensors(self, obj) -> list:
-        """Every rank's ``obj`` (anything ``torch.save`` writes: tensors inside tuples, lists,
-        dataclasses), by rank, with each tensor on this rank's device of its kind (a CUDA tensor
-        of another rank lands on this rank's GPU)."""
-        return [_loaded(b) for b in self.all_gather(_saved(obj))]
-
-    def gather_tensors(self, obj) -> list | None:
-        """Every rank's ``obj``, by rank, on rank 0 only (its own ``obj`` itself, the others' as
-        :meth:`all_gather_tensors` gives them); None on the other ranks, which receive nothing."""
-        import torch.distributed as dist
-
-        out: list | None = [None] * self.world_size if self.rank == 0 else None
-        # rank 0 keeps its own obj: it sends only a placeholder, not a serialised copy it would discard
-        self._call(dist.gather_object, _saved(obj) if self.rank else b"", out, dst=0)
-        return None if out is None else [obj if r == self.rank else _loaded(b) for r, b in enumerate(out)]
-
-    def broadcast(self, obj):
-        """Rank 0's ``obj`` on every rank."""
-        import torch.distributed as dist
-
-        box = [obj if self.rank == 0 else None]
-        self._call(dist.broadcast_object_list, box, src=0)
-        return box[0]
-
-    def same(self, value, what: str) -> None:
-        """Refuse to go on when the ranks disagree about ``value`` (e.g. one node lacks the weights).
-
-        Raises:
-            RankFailed: when a rank's ``value`` differs from rank 0's (the message names ``what`` and both values),
-                or another rank is gone (:class:`RankCrashed` where it ended with a bug).
-        """
-        values = self.all_gather(value)
-        odd = [r for r, v in enumerate(values) if v != values[0]]
-        if odd:
-            raise RankFailed(
-                f"the {self.world_size} processes disagree about {what}: rank 0 has {values[0]!r}, "
-                f"rank {odd[0]} has {values[odd[0]]!r}; give every node the same files"
-            )
-
-    def deal(self, batches: Iterable | None) -> Iterator[tuple[int | None, Any]]:
-        """This rank's ``(batch index, batch)`` of the batches rank 0 reads: batch b goes to rank b mod N.
-
-        Rank 0 passes the batches; the other ranks pass None. One round deals N batches and each
-        rank yields one item per round, ``(None, None)`` when the round has no batch for it, so
-        every rank takes the same number of turns (and can take part in a per-round exchange).
-        """
-        import torch.distributed as dist
-
-        source = iter(batches) if self.rank == 0 and batches is not None else None
-        start = 0
-        while True:
-            msgs = None
-            if source is not None:
-                try:
-                    items = [(start + i, b) for i, b in zip(range(self.world_size), source, strict=False)]
-                except Exception as exc:  # the source failed on rank 0: tell the others, then raise here
-                    self.note(exc)
-                    self._scatter(dist, [("failed", None)] * self.world_size)
-                    raise
-                last = len(items) < self.world_size
-                msgs = [(items[r] if r < len(items) else None, last) for r in range(self.world_size)]
-            mine, last = self._scatter(dist, msgs)
-            if mine == "failed":
-                raise self._lost(None)
-            yield mine if mine is not None else (None, None)
-            if last:
-                return
-            start += self.world_size
-
-    def _scatter(self, dist, msgs):
-        box = [None]
-        self._call(dist.scatter_object_list, box, msgs, src=0)
-        return box[0]
-
-    def gather_rows(
-        self, rows: dict | None, header, fed: list[tuple[int, int]], parts: list[list[tuple[int, int]]]
-    ) -> tuple[dict | None, Any]:
-        """Row-stacked results of every rank, back in single-process order, on every rank.
-
-        ``rows``: name -> tensor whose rows are this rank's batches ``fed`` ((index, size) in the
-        order fed) stacked; None when this rank had no batch. ``parts``: every rank's ``fed``.
-        ``header``: what describes the rows (shapes, dtype); the first rank with rows gives it.
-        """
-        import torch
-
-        gathered = self.all_gather(({k: v.contiguous() for k, v in rows.items()}, header) if rows else None)
-        chunks: list[tuple[int, dict]] = []
-        for got, fed_r in zip(gathered, parts, strict=False):
-            if not got or not fed_r:
-                continue
-            split = {k: torch.split(v, [s for _, s in fed_r]) for k, v in got[0].items()}
-            chunks.extend((b, {k: split[k][i] for k in split}) for i, (b, _) in enumerate(fed_r))
-        if not chunks:
-            return None, header
-        chunks.sort(key=lambda c: c[0])
-        first = next(got[1] for got in gathered if got)
-        return {k: torch.cat([c[k] for _, c in chunks]) for k in chunks[0][1]}, first
-
-    def wait_for_all(self, what: str) -> None:
-        """Return once every rank has reached this call, however long the others take: a rank that
-        arrives early polls the job's store (no collective, so no timeout), and stops with the
-        others' failure when one leaves a note or its process is gone.
-
-        Raises:
-            RankFailed: when another rank failed on bad input, or its process is gone.
-            RankCrashed: when another rank failed on a bug.
-        """
-        self.waits += 1
-        key = f"{_PREFIX}reached/{what}/{self.waits}/"
-        self._store_call(self.store.set, key + str(self.rank), "1")
-        everyone = [key + str(r) for r in range(self.world_size)]
-        while not self._store_call(self.store.check, everyone):
-            if self._notes() or self._dead_ranks():
-                raise self._lost(None)
-            time.sleep(0.2)
-
-    # ------------------------------------------------------------------ values through the store
-
-    def publish(self, key: str, obj) -> None:
-        """Make ``obj`` readable by every rank under ``key`` (no collective: no rank waits)."""
-        self._store_call(self.store.set, _PREFIX + "value/" + key, pickle.dumps(obj))
-
-    def fetch(self, key: str):
-        """The object published under ``key``, waiting for it up to the timeout."""
-        return pickle.loads(self._store_call(self.store.get, _PREFIX + "value/" + key))
-
-    def _store_call(self, fn, *args):
-        if self.store is None:
-            raise RankFailed("the job's key-value store is not available to mhaaudit")
-        try:
-            return fn(*args)
-        except RuntimeError as exc:
-            raise self._lost(exc) from None
-
-    # ------------------------------------------------------------------ failures
-
-    def note(self, exc: BaseException | None = None, *, code: int | None = None, line: str | None = None) -> None:
-        """Leave this rank's failure (one line and exit code) where the other ranks will read it."""
-        if self.noted or self.peer_failed or isinstance(exc, (RankFailed, RankCrashed)) or self.store is None:
-            return
-        if exc is not None:
-            if isinstance(exc, MhaauditError):
-                code, line = 2, one_line(Exception(exc.message_for(param)), 400)
-            else:
-                code, line = 3, f"{type(exc).__name__}: {one_line(exc, 400)}"
-        self.noted = True
-        with contextlib.suppress(Exception):
-            self.store.set(f"{_PREFIX}failed/{self.rank}", f"{code}\t{line}")
-
-    def _notes(self) -> dict[int, tuple[int, str]]:
-        out = {}
-        for r in range(self.world_size):
-            key = f"{_PREFIX}failed/{r}"
-            with contextlib.suppress(Exception):
-                if r != self.rank and self.store.check([key]):
-                    code, _, line = self.store.get(key).decode().partition("\t")
-                    out[r] = (int(code), line)
-        return out
-
-    def _lost(self, exc: BaseException | None) -> Exception:
-        """The error this rank raises when a collective finds another rank gone."""
-        self.peer_failed = True
-        notes: dict = {}
-        for _ in range(10):  # a rank leaves its note before it exits and its connections close
-            notes = self._notes() if self.store is not None else {}
-            if notes:
-                break
-            time.sleep(0.1)
-        if notes:
-            r = min(notes)
-            code, line = notes[r]
-            msg = f"rank {r} of {self.world_size} failed: {line}"
-            return RankFailed(msg) if code == 2 else RankCrashed(msg)
-        detail = one_line(exc, 200, first_line=True) if exc is not None else "no detail"
-        if "timed out" in detail.lower() or "timeout" in detail.lower():
-            return RankFailed(
-                f"no answer from the other processes within {timeout_s():g} s ({TIMEOUT_ENV}); the job is "
-                f"ended ({detail})"
-            )
-        dead = self._dead_ranks()
-        who = f"rank {', '.join(map(str, dead))} of {self.world_size}" if dead else "a process of the job"
-        return RankFailed(f"{who} stopped without reporting an error (killed, or out of memory); the job is ended")
-
-    def _dead_ranks(self) -> list[int]:
-        """Ranks on this host whose process is gone (or a zombie), from the registry kept at start."""
-        here, dead = socket.gethostname(), []
-        for r in range(self.world_size):
-            with contextlib.suppress(Exception):
-                key = f"{_PREFIX}proc/{r}"
-                if r == self.rank or not self.store.check([key]):
-                    continue
-                host, _, pid = self.store.get(key).decode().partition("\t")
-                if host == here and not _alive(int(pid)):
-                    dead.append(r)
-        return dead
-
-    def describe(self) -> dict:
-        """``{"world_size": N, "backend": ...}`` for a run's meta."""
-        return {"world_size": self.world_size, "backend": self.backend}
-
-
-def _saved(obj) -> bytes:
-    """``obj`` as ``torch.save`` writes it (what the tensor gathers send)."""
-    import torch
-
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return buf.getvalue()
-
-
-def _loaded(data: bytes):
-    """What :func:`_saved` wrote, with each tensor on this rank's device of its kind."""
-    import torch
-
-    def here(storage, location: str):
-        return storage.cuda() if location.startswith("cuda") else storage
-
-    return torch.load(io.BytesIO(data), map_location=here, weights_only=False)
-
-
-@dataclass
-class SingleProcess:
-    """One process as a job of one: the interface of :class:`Session`, with every collective the
-    identity (the code that moves data between ranks runs unchanged, and moves nothing).
-
-    Rank 0 of 1 reads the source and keeps every batch (:meth:`deal` numbers them); a gather returns
-    the one part; a broadcast and an agreement return what they are given; no other rank reads
-    what is published.
-    """
-
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-    backend: str = ""
-
-    def all_gather(self, obj) -> list:
-        """``[obj]``: this process's part is every part."""
-        return [obj]
-
-    def wait_for_all(self, what: str) -> None:
-        """One process is every rank: nothing to wait for."""
-
-    def all_gather_tensors(self, obj) -> list:
-        """``[obj]``, the tensors where they are."""
-        return [obj]
-
-    def gather_tensors(self, obj) -> list:
-        """``[obj]``: this process is rank 0."""
-        return [obj]
-
-    def broadcast(self, obj):
-        """``obj`` itself: this process is rank 0."""
-        return obj
-
-    def same(self, value, what: str) -> None:
-        """Nothing to refuse: one process agrees with itself."""
-
-    def deal(self, batches: Iterable | None) -> Iterator[tuple[int, Any]]:
-        """Every batch, numbered: ``(batch index, batch)``."""
-        return enumerate(batches if batches is not None else ())
-
-    def gather_rows(
-        self, rows: dict | None, header, fed: list[tuple[int, int]], parts: list[list[tuple[int, int]]]
-    ) -> tuple[dict | None, Any]:
-        """``(rows, header)`` unchanged: the rows of one process are already in its order."""
-        return rows, header
-
-    def publish(self, key: str, obj) -> None:
-        """Nothing to do: no other rank reads it."""
-
-    def fetch(self, key: str):
-        """Only a rank other than 0 fetches, and a job of one has none.
-
-        Raises:
-            LookupError: always, naming ``key``.
-        """
-        raise LookupError(f"nothing is published to fetch in a single process ({key!r})")
-
-    def note(self, exc: BaseException | None = None, *, code: int | None = None, line: str | None = None) -> None:
-        """No other rank to tell."""
-
-    def describe(self) -> dict:
-        """``{"world_size": 1, "backend": None}``."""
-        return {"world_size": 1, "backend": None}
 
 
 _ONE_PROCESS = SingleProcess()
@@ -550,22 +205,6 @@ def leave(code: int):
                     if pending:
                         time.sleep(0.05)
     os._exit(code if isinstance(code, int) else 1)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
-    except OSError:  # no /proc: ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except OSError:
-            pass
-        return True
 
 
 _SESSION: Session | None = None

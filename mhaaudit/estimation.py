@@ -39,7 +39,8 @@ from .kruskal import KruskalInputs, KruskalResult, as_matrix, fixed_rule
 from .numerics.stream import peak_rss_bytes
 from .progress import log, task
 from .request import DATA_KEYWORDS, SETTINGS_KEYWORDS, DataRequest, ModelRequest, build_requests, build_settings
-from .seeds import SeedPlan, SeedsResult, kruskal_seeds, plan_for
+from .seeds import SeedPlan, SeedsResult, plan_for
+from .seeds.kruskal import kruskal_seeds
 from .settings import Settings
 
 VECTORS = KRUSKAL_VECTORS  # the query vectors, or the Assumption 3 vectors (query + mean of context rows)

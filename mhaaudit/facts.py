@@ -20,7 +20,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .tables import OMITTED_WHEN_NONE, Stored, decode_fields
+from .documents import OMITTED_WHEN_NONE, Stored, decode_fields
 
 if TYPE_CHECKING:
     from typing_extensions import Self

@@ -412,8 +412,8 @@ def test_every_torch_load_passes_weights_only_explicitly():
                 if ast.unparse(node.func) == "load_state_dict" and "use_ema" not in kw:
                     continue  # a module's own load_state_dict, not timm's reader
                 calls.append((path.name, kw.get("weights_only")))
-    assert calls and all(w == "True" for name, w in calls if name != "distributed.py"), calls
-    assert [w for name, w in calls if name == "distributed.py"] == ["False"]
+    assert calls and all(w == "True" for name, w in calls if name != "collectives.py"), calls
+    assert [w for name, w in calls if name == "collectives.py"] == ["False"]
 
 
 def test_a_wide_csv_header_is_read_and_a_too_long_one_refused_for_what_it_is(monkeypatch, tmp_path):

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from mhaaudit import batching
+from mhaaudit.documents import decode_result, encode_result
 from mhaaudit.facts import (
     AuditSettings,
     BatchChoice,
@@ -21,7 +22,6 @@ from mhaaudit.facts import (
 )
 from mhaaudit.models.probe import ModelInfo
 from mhaaudit.settings import Settings
-from mhaaudit.tables import decode_result, encode_result
 
 INFO = ModelInfo(
     name="tiny",

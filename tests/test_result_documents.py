@@ -2,7 +2,7 @@
 object they were made from (``from_json`` / ``from_parquet``), equal field by field, whose report
 is the same bytes the command printed; and ``--format json`` carries every number the table prints.
 
-The lossless encoding itself (:func:`mhaaudit.tables.encode_result` / ``decode_result``) is
+The lossless encoding itself (:func:`mhaaudit.documents.encode_result` / ``decode_result``) is
 checked on the kinds of value results hold.
 """
 
@@ -21,11 +21,11 @@ from conftest import FIXTURES, strict_json
 from mhaaudit.auditing import AuditResult, Note, NoteKind, add_note
 from mhaaudit.capacity import CapacityColumn, CapacityResult
 from mhaaudit.cli.app import _flag
+from mhaaudit.documents import decode_result, encode_result
 from mhaaudit.errors import InputError, parameter_names
 from mhaaudit.facts import BatchChoice
 from mhaaudit.kruskal import KruskalResult
 from mhaaudit.render import render_audit, render_capacity, render_kruskal
-from mhaaudit.tables import decode_result, encode_result
 
 CHECK = ["--limit", "40", "--samples", "50", "--batch-size", "8", "--device", "cpu"]
 CAPACITY = ["--limit", "30", "--samples", "50", "--batch-size", "8", "--device", "cpu"]
@@ -368,10 +368,10 @@ def test_a_memorize_grid_with_non_finite_numbers_reads_back_from_its_json(capsys
     import dataclasses
     import math
 
+    from mhaaudit.documents import decode_result
     from mhaaudit.memorize import run_memorize_grid
     from mhaaudit.memorize.results import LinearFit, MemorizeGrid, fit_line
     from mhaaudit.render import print_json
-    from mhaaudit.tables import decode_result
 
     fit = fit_line([1, 2, 4], [5.0, 5.0, 5.0], size=8)
     assert fit is not None and math.isnan(fit.r2)

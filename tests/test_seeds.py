@@ -17,6 +17,7 @@ from conftest import strict_json
 
 from mhaaudit import audit, pipeline
 from mhaaudit.auditing import AuditResult, capture_features
+from mhaaudit.documents import encode_result
 from mhaaudit.errors import InputError
 from mhaaudit.render import print_json
 from mhaaudit.seeds import (
@@ -35,11 +36,10 @@ from mhaaudit.seeds import (
     difference_records,
     parse_seeds,
     plan_seeds,
-    spread_phrase,
     summary_records,
 )
+from mhaaudit.seeds.spread import spread_phrase
 from mhaaudit.settings import Settings
-from mhaaudit.tables import encode_result
 
 RUN = dict(limit=40, samples=60, batch_size=8)
 CLI_RUN = ["--limit", "40", "--samples", "60", "--batch-size", "8"]
@@ -569,7 +569,7 @@ def test_a_rank_that_fails_on_its_own_seeds_ends_the_job_with_one_line(vit_dir, 
 
 
 def test_trained_note_only_for_trained_columns_that_ran():
-    from mhaaudit.seeds import _trained_notes, is_trained
+    from mhaaudit.seeds.spread import _trained_notes, is_trained
 
     plan = plan_seeds("0-1")
     ran = [{"variant": "trained", "verdict": "holds"}, {"variant": "random", "verdict": "holds"}]

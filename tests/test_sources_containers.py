@@ -325,7 +325,7 @@ def test_image_paths_in_a_table_stay_inside_its_folder(tmp_path):
     """A table may name its images by path: only regular files inside the table's own folder are
     read; a path elsewhere (absolute, ``..``, a device) is an unreadable input, and whether such a
     file exists is not said."""
-    from mhaaudit.sources.images import _decode
+    from mhaaudit.sources.decoding import _decode
 
     inside = tmp_path / "data"
     inside.mkdir()

@@ -47,7 +47,7 @@ from ..features import StreamingReducer
 from ..models import first_attention
 from ..progress import task
 from ..request import DataRequest, ModelRequest, Requests, build_requests
-from ..seeds import SeedsResult, capacity_seeds, plan_for
+from ..seeds import SeedsResult, plan_for
 from ..settings import Settings
 from ..theory import theorem1_bound
 from ..validate import choice, head_counts, integer, split_list
@@ -61,6 +61,7 @@ from .assumptions import (
 )
 from .certificate import certify_head_prefixes
 from .result import CapacityColumn, CapacityResult
+from .seeds import capacity_seeds
 from .z import Heads, ZBuilder, random_attention_weights
 
 __all__ = ["ATTENTION", "VARIANTS", "CapacityColumn", "CapacityResult", "attention_for", "capacity_audit"]

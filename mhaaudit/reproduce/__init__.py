@@ -24,20 +24,17 @@ from ..seeds import (
     SeedRecords,
     SeedsResult,
     SummaryRecord,
-    cell_of,
     over_seeds,
     plan_seeds,
     runs_meta,
     spread,
-    sweep_estimate_record,
 )
+from ..seeds.records import cell_of, sweep_estimate_record
 from .compare import Comparison, RunFacts
 from .published import TARGETS, published, target_spec
+from .reproduction import GridTargetSettings, Reproduction, TargetSettings
 from .targets import (
     TARGET_FUNCTIONS,
-    GridTargetSettings,
-    Reproduction,
-    TargetSettings,
     figure1,
     figure2,
     table1,

@@ -31,8 +31,11 @@ from typing import Any, ClassVar
 from ..auditing import AuditResult
 from ..checks import REGISTRY
 from ..defaults import DEFAULT_THRESHOLD
-from ..seeds import CHECK_LAYOUT, SeedPlan, SeedRun, SeedsResult, spread, sweep_estimate_record
-from ..tables import RESULT_KEY, StoredSweepResult
+from ..documents import RESULT_KEY
+from ..seeds import SeedPlan, SeedRun, SeedsResult, spread
+from ..seeds.check import CHECK_LAYOUT
+from ..seeds.records import sweep_estimate_record
+from ..tables import StoredSweepResult
 from .identity import Digest
 from .report import series_report
 from .spec import CheckpointRef, Series

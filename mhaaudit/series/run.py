@@ -35,32 +35,27 @@ import copy
 import dataclasses
 import json
 import os
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .. import distributed, pipeline
+from .. import distributed
 from ..auditing import AuditResult, audit, plan_probes
 from ..distributed import shared
-from ..errors import InputError, ModelError, one_line
-from ..hub import is_offline
+from ..errors import InputError, one_line
 from ..io import stamp, write_parquet
-from ..models import modality_of, resolve
-from ..models.checkpoints import CHECKPOINT_FILES
-from ..models.hf import checkpoint_of, read_needed, used_tensors, weights_prefix
-from ..models.load import check_finite_weights
-from ..models.shards import INDEX_FILES, Checkpoint, NotPartial, hub_download, human_bytes, read_index
+from ..models import modality_of
 from ..progress import log
 from ..request import DataRequest, ModelRequest, build_requests
 from ..seeds import SeedPlan, SeedRun, plan_for
 from ..settings import Settings
 from ..tables import RESULT_KEY, table_rows
-from .identity import Digest, file_digest, tensor_digest
+from .identity import Digest
 from .result import CheckpointRun, SeriesResult, SeriesRun
 from .spec import CheckpointRef, Series, resolve_series, series_revisions
+from .trained import _Trained
 
 __all__ = ["audit_series"]
 
@@ -291,175 +286,6 @@ def _key(plan: _Plan, settings: Settings, seeds: SeedPlan | None) -> dict:
         "seeds": None if seeds is None else seeds.as_dict(),
     }
     return json.loads(json.dumps(what, default=str))
-
-
-# --------------------------------------------------------------------------- the trained model, built once
-
-
-class _Trained:
-    """The trained model of a series: built once, from the first checkpoint it is asked about, as
-    deep as the deepest probe point; each checkpoint's tensors are read into it before it is audited,
-    and its passes over the data prepare the data once (:func:`mhaaudit.pipeline.kept_inputs`).
-
-    ``used`` are the parameters the probed blocks use (their tensors are what a checkpoint's digest
-    covers and what a partial read reads); a model of another backend or a checkpoint in another
-    form than safetensors is loaded whole, its state copied in, and has no digest."""
-
-    def __init__(self, plan: _Plan, settings: Settings) -> None:
-        self.plan, self.settings = plan, settings
-        self.pm: Any = None
-        self.request: ModelRequest | None = None
-        self.current: str | None = None
-        self.used: set[str] | None = None
-        self.kept: pipeline.KeptInputs | None = None
-        self._said_over_budget = False
-        self._checkpoints: dict[str, Checkpoint | None] = {}
-        self._stack = contextlib.ExitStack()
-
-    def __enter__(self) -> _Trained:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stack.close()
-        self.pm = None
-
-    def _ensure(self, ref: CheckpointRef) -> None:
-        """Build the model from ``ref``, unless it is built."""
-        if self.pm is not None:
-            return
-        self.request = ref.request(self.plan.base)
-        self.pm = pipeline.load(self.request, "trained", self.settings, self.plan.max_layer)
-        self.current = ref.name
-        self.used = used_tensors(self.pm) if self.pm.info.backend == "hf" else None
-        self.kept = self._stack.enter_context(pipeline.kept_inputs(self.pm))
-
-    def _checkpoint(self, ref: CheckpointRef) -> Checkpoint | None:
-        if ref.name not in self._checkpoints:
-            repo = None if ref.revision is None else resolve(self.plan.base.model, backend=self.plan.base.backend)
-            self._checkpoints[ref.name] = checkpoint_of(
-                ref.path, repo=None if repo is None else repo.resolved, revision=ref.revision
-            )
-        return self._checkpoints[ref.name]
-
-    def digest(self, ref: CheckpointRef) -> Digest | None:
-        """The digest of the tensors an audit of ``ref`` reads; for a checkpoint not read tensor by tensor, the
-        digest of its weights files where they are on this machine (:func:`.identity.file_digest`); else None."""
-        self._ensure(ref)
-        ck = self._checkpoint(ref) if self.used is not None else None
-        if ck is not None and self.used is not None:
-            with contextlib.suppress(NotPartial):
-                return tensor_digest(ck, ck.keys_for(self.pm.module, self.used, prefix=weights_prefix(self.pm)))
-        files = self._weights_files(ref)
-        return file_digest(files, ref.name) if files else None
-
-    def _weights_files(self, ref: CheckpointRef) -> dict[str, str]:
-        """The weights files of ``ref`` (and its config) on this machine, by name: a local file, a local folder's
-        files a load reads them from, or a hub revision's files in the local cache; empty when no weights file is
-        there (a hub revision not yet downloaded)."""
-        if ref.revision is not None:
-            repo = resolve(self.plan.base.model, backend=self.plan.base.backend).resolved
-
-            def local(fn: str) -> str | None:
-                return hub_download(repo, fn, ref.revision, True)
-
-        else:
-            assert ref.path is not None, "a local checkpoint has a path"
-            if os.path.isfile(ref.path):
-                return {os.path.basename(ref.path): ref.path}
-            folder = ref.path
-
-            def local(fn: str) -> str | None:
-                path = os.path.join(folder, fn)
-                return path if os.path.isfile(path) else None
-
-        found: dict[str, str] = {}
-        for fn in ("config.json", *CHECKPOINT_FILES, *INDEX_FILES):
-            path = local(fn)
-            if path is None:
-                continue
-            found[fn] = path
-            if fn in INDEX_FILES:
-                for shard in sorted(set(read_index(path)[1].values())):
-                    shard_path = local(shard)
-                    if shard_path is None:  # a shard not on this machine: nothing to compare
-                        return {}
-                    found[shard] = shard_path
-        return found if set(found) - {"config.json"} else {}
-
-    def read(self, ref: CheckpointRef) -> None:
-        """Read ``ref``'s tensors into the model (nothing when it holds them already).
-
-        Raises:
-            ModelError: when the checkpoint cannot be read, does not fit the model, or holds NaN or infinite values.
-        """
-        self._ensure(ref)
-        if self.current == ref.name:
-            return
-        ck = self._checkpoint(ref) if self.used is not None else None
-        read: dict | None = None
-        source = _source_words(ref, self.plan)
-        if ck is not None:
-            with contextlib.suppress(NotPartial):
-                read = read_needed(self.pm, ck, ref.name).as_dict()
-        if read is None:
-            read, source = self._copy_whole(ref)
-        check_finite_weights(self.pm, ref.name)
-        self.pm.info = replace(self.pm.info, weights_source=source, weights_read=read)
-        self.current = ref.name
-
-    def _copy_whole(self, ref: CheckpointRef) -> tuple[dict | None, str]:
-        """Load ``ref`` whole (as a single run loads a checkpoint not in safetensors form) and copy its
-        state into the model; what was read and where from.
-
-        Raises:
-            ModelError: when its state does not fit the model built for the series.
-        """
-        fresh = pipeline.load(ref.request(self.plan.base), "trained", self.settings, self.plan.max_layer)
-        try:
-            self.pm.module.load_state_dict(fresh.module.state_dict())
-        except RuntimeError as exc:
-            raise ModelError(
-                f"the checkpoint {ref.name} does not fit the model built for the series: {one_line(exc, 160)}"
-            ) from exc
-        return fresh.info.weights_read, fresh.info.weights_source
-
-    def audit(self, ref: CheckpointRef, data: DataRequest, settings: Settings, on_note) -> AuditResult:
-        """``ref``'s trained columns, audited in the model built once (its tensors read first)."""
-        self.read(ref)
-        assert self.request is not None, "the model is built"
-        with pipeline.loaded_as(self.pm, self.request, "trained", settings, self.plan.max_layer):
-            result = audit(
-                self.request,
-                data=data,
-                settings=settings,
-                on_note=on_note,
-                **self.plan.audit_keywords(self.plan.trained),
-            )
-        self._say_if_over_budget()
-        return result
-
-    def _say_if_over_budget(self) -> None:
-        """One line on stderr, once, when the prepared inputs outgrew the memory kept for them: every later
-        checkpoint then reads and prepares the data again."""
-        if self.kept is None or not self.kept.over_budget or self._said_over_budget:
-            return
-        self._said_over_budget = True
-        with contextlib.suppress(OSError, ValueError, AttributeError):  # no stderr to write to
-            print(
-                f"Note: the prepared model inputs exceed the {human_bytes(self.kept.budget)} of memory kept for them "
-                "(a quarter of the memory available), so each later checkpoint reads and prepares the data again",
-                file=sys.stderr,
-                flush=True,
-            )
-
-
-def _source_words(ref: CheckpointRef, plan: _Plan) -> str:
-    """Where a checkpoint's trained weights come from, as a single run of it says."""
-    if ref.revision is not None:
-        repo = resolve(plan.base.model, backend=plan.base.backend).resolved
-        return f"hub {repo} (local cache)" if is_offline() else f"hub {repo}"
-    assert ref.path is not None, "a local checkpoint has a path"
-    return f"weights file {ref.path}" if os.path.isfile(ref.path) else f"local folder {ref.path}"
 
 
 # --------------------------------------------------------------------------- one run of the series

@@ -35,13 +35,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from .. import validate
-from ..errors import InputError, ModelError, OfflineError, one_line
+from ..errors import InputError, OfflineError, one_line
 from ..hub import is_offline
 from ..io import safetensors_header
-from ..models import resolve
 from ..models.checkpoints import CHECKPOINT_FILES
 from ..models.shards import INDEX_FILE, INDEX_FILES, check_links_inside, check_local_indexes, hub_download, read_index
 from ..request import ModelRequest
+from .hub import check_cached_weights, hub_repo
 
 __all__ = [
     "MAX_CHECKPOINTS",
@@ -544,7 +544,7 @@ def _hub_refs(revisions: Sequence[str], base: ModelRequest) -> list[CheckpointRe
     twice = sorted({r for r in revisions if list(revisions).count(r) > 1})
     if twice:
         raise InputError(f"{{param:revision}}: {twice[0]} is named twice; name each revision once")
-    repo = _hub_repo(base)
+    repo = hub_repo(base)
     offline = is_offline()
     refs = [CheckpointRef(r, i, step_of(r)[0], revision=r) for i, r in enumerate(revisions)]
     first: tuple[CheckpointRef, _Contents] | None = None
@@ -558,7 +558,7 @@ def _hub_refs(revisions: Sequence[str], base: ModelRequest) -> list[CheckpointRe
                 )
             raise InputError(f"{{param:revision}} {ref.revision}: {repo} has no config.json at this revision")
         if offline:
-            _check_cached_weights(repo, ref.revision)
+            check_cached_weights(repo, ref.revision)
         data = {}
         for fn in DATA_FILES:
             path = hub_download(repo, fn, ref.revision, offline)
@@ -570,52 +570,3 @@ def _hub_refs(revisions: Sequence[str], base: ModelRequest) -> list[CheckpointRe
         else:
             _same_kind(ref, contents, *first)
     return refs
-
-
-#: The weights files a transformers repository may hold, in the order the loader looks for them.
-_HUB_WEIGHTS = ("model.safetensors", INDEX_FILE, "pytorch_model.bin", "pytorch_model.bin.index.json")
-
-
-def _check_cached_weights(repo: str, revision: str | None) -> None:
-    """Offline: the weights of ``repo`` at ``revision`` are in the local cache (a weights file, or an index
-    and every shard it names), so that the series does not fail after its reference columns are audited.
-
-    Raises:
-        OfflineError: when they are not.
-        ModelError: when a cached index is malformed or names a shard that is not a plain file name.
-    """
-    for fn in _HUB_WEIGHTS:
-        path = hub_download(repo, fn, revision, True)
-        if path is None:
-            continue
-        if fn not in INDEX_FILES:
-            return
-        _, weight_map = read_index(path)
-        missing = sorted(f for f in set(weight_map.values()) if hub_download(repo, f, revision, True) is None)
-        if not missing:
-            return
-        raise OfflineError(
-            f"{{param:revision}} {revision}: the shard {missing[0]} of {repo} at this revision is not in the local "
-            "cache and the hub cannot be reached; download the revision's weights first"
-        )
-    raise OfflineError(
-        f"{{param:revision}} {revision}: the weights of {repo} at this revision are not in the local cache (its "
-        "config is) and the hub cannot be reached; download the revision's weights first"
-    )
-
-
-def _hub_repo(base: ModelRequest) -> str:
-    """The hub repository of ``base`` (its id, or an alias's).
-
-    Raises:
-        InputError: when the model is a local folder or file (a revision names a commit of a hub model).
-        ModelError: when the model is a timm model (revisions are read from transformers repositories).
-    """
-    spec = resolve(base.model, backend=base.backend)
-    if spec.local:
-        raise InputError(
-            f"{{param:revision}} names branches, tags or commits of a hub model; {base.model} is a local folder"
-        )
-    if spec.backend == "timm":
-        raise ModelError(f"{{param:revision}} applies to transformers models; {base.model} is a timm model")
-    return spec.resolved

@@ -1,0 +1,570 @@
+"""Reading feature files: ``.npy``, ``.pt`` / ``.pth``, ``.safetensors`` and ``.parquet``, memory-mapped
+where they allow, each checked (its declared size, its dtype, its header) before it is read.
+
+:mod:`mhaaudit.io` re-exports these names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import warnings
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from numpy.lib import format as npy_format
+
+from .errors import InputError, MhaauditError
+from .files import regular_file
+from .numerics import stream
+from .tables import METADATA_KEY
+
+FEATURE_EXTENSIONS = (".npy", ".pt", ".pth", ".safetensors", ".parquet")
+# The largest safetensors header read (the safetensors library refuses larger ones too).
+MAX_HEADER_BYTES = 100_000_000
+
+
+def safetensors_header(path: str | os.PathLike) -> dict:
+    """The JSON header of a safetensors file, checked before it is read: its stated length must fit
+    the file and :data:`MAX_HEADER_BYTES`, and every tensor's data must lie inside the file.
+    Callers word the reason for their input; an OSError of opening or reading the file passes through.
+
+    Raises:
+        ValueError: when the file is shorter than the 8-byte length, the stated header length does not fit the
+            file or :data:`MAX_HEADER_BYTES`, the header is not a JSON object, or a tensor's data offsets are
+            missing or lie outside the file.
+    """
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        head = fh.read(8)
+        if len(head) < 8:
+            raise ValueError(f"not a safetensors file: {size} bytes, too short for the 8-byte header length")
+        n = int.from_bytes(head, "little")
+        if n > size - 8 or n > MAX_HEADER_BYTES:
+            raise ValueError(
+                f"not a safetensors file: its header claims {n} bytes, the file has {size - 8} after the "
+                f"length" + (f" (at most {MAX_HEADER_BYTES} are read)" if n <= size - 8 else "")
+            )
+        raw = fh.read(n)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(
+            f"not a safetensors file: its header is not JSON ({' '.join(str(exc).split())[:80]})"
+        ) from None
+    if not isinstance(header, dict):
+        raise ValueError("not a safetensors file: its header is not a JSON object")
+    body = size - 8 - n
+    for k, v in header.items():
+        if k == "__metadata__":
+            continue
+        offsets = v.get("data_offsets") if isinstance(v, dict) else None
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+            or not 0 <= offsets[0] <= offsets[1] <= body
+        ):
+            raise ValueError(f"not a safetensors file: tensor {k[:60]!r} has no valid data offsets within the file")
+    return header
+
+
+def _check_npy(p: Path) -> None:
+    """Check that ``p`` starts as a .npy file whose header's shape and dtype account for exactly the
+    bytes that follow it (checked before numpy allocates what the header claims).
+
+    Raises:
+        InputError: when ``p`` lacks the .npy magic bytes, its header is malformed, or the header's shape and
+            dtype do not account for the bytes of data (an object dtype is left to ``np.load`` to refuse).
+    """
+    with open(p, "rb") as fh:
+        if fh.read(6) != b"\x93NUMPY":  # else numpy calls any other file "pickled data"
+            raise InputError(f"cannot read {p}: not a .npy file (it does not start with the .npy magic bytes)")
+        fh.seek(0)
+        try:
+            version = npy_format.read_magic(fh)
+            read_header = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
+            shape, _fortran, dtype = read_header(fh)
+        except (ValueError, TypeError, SyntaxError, OverflowError, MemoryError, UnicodeError) as exc:
+            raise InputError(
+                f"cannot read {p}: its .npy header is malformed ({' '.join(str(exc).split())[:120]})"
+            ) from None
+        body = os.fstat(fh.fileno()).st_size - fh.tell()
+    if dtype.hasobject:
+        return  # np.load refuses it below, without unpickling
+    need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if need != body:
+        raise InputError(
+            f"cannot read {p}: its .npy header claims shape {tuple(shape)} of {dtype} ({need} bytes), "
+            f"the file holds {body} bytes of data"
+        )
+
+
+def torch_load_reason(exc: BaseException) -> str:
+    """Why ``torch.load(..., weights_only=True)`` refused a file, in words for a user (torch's own
+    message for a refused pickle suggests loading it unsafely, which mhaaudit never does)."""
+    if isinstance(exc, EOFError):
+        return "the file is empty or truncated"
+    if isinstance(exc, pickle.UnpicklingError):
+        return "not a torch file of plain tensors (corrupt, or a pickle that would run code, which is never loaded)"
+    text = " ".join(str(exc).split())
+    return text[:200] if text else type(exc).__name__
+
+
+def _from_parquet(path: Path, key: str | None):
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    names = table.column_names
+    if key is not None:
+        if key not in names:
+            raise InputError(f"{path}: no column {key!r} (columns: {', '.join(names[:10])})")
+        names = [key]
+    import pyarrow as pa
+
+    def is_list(t) -> bool:
+        return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+
+    list_cols = [n for n in names if is_list(table.schema.field(n).type)]
+    if list_cols:
+        col = list_cols[0]
+        value_type = table.schema.field(col).type.value_type
+        # Floating vectors keep their dtype (the rank tolerance depends on it), and so do integers and
+        # booleans, which the feature check converts to float64 exactly or refuses (``as_matrix``).
+        exact = pa.types.is_floating(value_type) or pa.types.is_integer(value_type) or pa.types.is_boolean(value_type)
+        dtype = value_type.to_pandas_dtype() if exact else np.float64
+        column = table.column(col)
+        if column.null_count:
+            raise InputError(f"{path}: column {col!r} has missing vectors (nulls)")
+        del table
+        arr = _list_column_matrix(column, dtype, path, col)
+        return arr, f"column {col!r}"
+    num = [
+        n
+        for n in names
+        if pa.types.is_floating(table.schema.field(n).type) or pa.types.is_integer(table.schema.field(n).type)
+    ]
+    if not num:
+        raise InputError(f"{path}: no numeric or list-of-number columns to read as a T x d matrix")
+    arr = np.stack([table.column(n).to_numpy(zero_copy_only=False) for n in num], axis=1)
+    return arr, f"{len(num)} numeric columns"
+
+
+_MAPPED_SAFETENSORS = {"F16": np.float16, "F32": np.float32, "F64": np.float64}  # dtypes NumPy can map
+
+
+class MappedArray:
+    """A floating-point feature array read where it lies: a read-only memory map of a ``.npy`` or
+    ``.safetensors`` file, by path, byte offset, dtype and shape, with the token ``index`` chosen
+    (``to_query_matrix``) for a T x n x d array. Only the pages a computation touches are read;
+    nothing is copied. Pickling sends the description, not the data (a torchrun rank maps the same
+    file). ``array`` is the NumPy view; ``shape``, ``ndim`` and ``dtype`` (a torch dtype) describe it."""
+
+    def __init__(self, path, offset: int, dtype, shape, order: Literal["C", "F"] = "C", index: int | None = None):
+        self.path, self.offset, self.order, self.index = Path(path), int(offset), order, index
+        self.np_dtype = np.dtype(dtype)
+        self.file_shape = tuple(int(v) for v in shape)
+        self._array: np.ndarray | None = None
+
+    @property
+    def array(self) -> np.ndarray:
+        """The read-only NumPy view: the file's memory map, or token ``index``'s T x d rows of it (mapped once)."""
+        if self._array is None:
+            mm = np.memmap(
+                self.path, dtype=self.np_dtype, mode="r", offset=self.offset, shape=self.file_shape, order=self.order
+            )
+            self._array = mm if self.index is None else mm[:, self.index, :]
+        return self._array
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of the view: the file's, or (T, d) when a token ``index`` is chosen."""
+        if self.index is None:
+            return self.file_shape
+        return (self.file_shape[0], self.file_shape[2])
+
+    @property
+    def ndim(self) -> int:
+        """The number of dimensions of the view (2, or 3 for T x n x d tokens with no ``index``)."""
+        return len(self.shape)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The torch dtype of the elements (the file's NumPy dtype in the machine's byte order)."""
+        return torch.from_numpy(np.empty(0, dtype=self.np_dtype.newbyteorder("="))).dtype
+
+    @property
+    def nbytes(self) -> int:
+        """The size of the view in bytes (its elements times the item size; not the whole file's)."""
+        return int(np.prod(self.shape, dtype=np.int64)) * self.np_dtype.itemsize
+
+    def numpy(self) -> np.ndarray:
+        """The read-only NumPy view of the mapped rows (as ``torch.Tensor.numpy``)."""
+        return self.array
+
+    def token(self, index: int) -> MappedArray:
+        """The T x d rows of token ``index`` of a T x n x d array (a strided view of the same map)."""
+        n = self.file_shape[1]
+        return MappedArray(self.path, self.offset, self.np_dtype, self.file_shape, self.order, index % n)
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_array"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, _array=None)
+
+    def __repr__(self) -> str:
+        return f"MappedArray({str(self.path)!r}, shape={self.shape}, dtype={self.np_dtype})"
+
+
+def _refuse_unless_readable(p: Path, need: int | None = None, declared: str = "") -> None:
+    """Check, before reading, that a file that is read whole (not memory-mapped) fits the memory available:
+    ``need`` bytes, what its metadata declares once decoded (``declared`` says so in words), else its size.
+
+    Raises:
+        InputError: when the file (decoded, as declared) is larger than the memory available.
+    """
+    size, avail = p.stat().st_size, stream.available_memory()
+    need = max(size, need or 0)
+    if need > avail:
+        raise InputError(
+            f"{p}: reading this {p.suffix} file whole needs at least {_size(need)}{declared}, but "
+            f"{_size(avail)} are available; save the features as a float32 .npy or .safetensors "
+            "file, which is memory-mapped instead of read"
+        )
+
+
+def _size(n: int) -> str:
+    """``n`` bytes in words: ``"2.56 GB"``, ``"4.0 MB"``."""
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+
+
+# Bytes of one decoded value of each parquet physical type (a string's bytes are in the chunk's
+# uncompressed size, which counts too).
+_PARQUET_WIDTHS = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 12, "FLOAT": 4, "DOUBLE": 8}
+
+
+def parquet_declared_bytes(path: str | os.PathLike) -> tuple[int, str]:
+    """What the parquet file ``path`` decodes to, from its footer alone (nothing else is read): the bytes
+    of every value its column chunks declare (at least their uncompressed size), and those counts in words.
+    Parquet's encodings (a run of zeros is a few bytes) let a small file declare gigabytes."""
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata
+    total = 0
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        for c in range(group.num_columns):
+            chunk = group.column(c)
+            width = _PARQUET_WIDTHS.get(chunk.physical_type, 0)
+            total += max(int(chunk.num_values) * width, int(chunk.total_uncompressed_size))
+    return total, f" (its metadata declares {meta.num_rows} rows of {meta.num_columns} columns, {_size(total)})"
+
+
+def torch_declared_bytes(path: str | os.PathLike) -> tuple[int, str]:
+    """What a ``torch.save`` file inflates to, from its zip directory alone: the uncompressed sizes its
+    records declare (a deflated record of zeros is a thousandth of its size), and that in words; the
+    file's own size for a file that is not a zip archive (the legacy format, read as it lies)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            infos = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return os.path.getsize(path), ""
+    total = sum(int(i.file_size) for i in infos)
+    packed = [i for i in infos if i.compress_type != zipfile.ZIP_STORED]
+    words = f" (its {len(infos)} records declare {_size(total)}"
+    return total, words + (f", {len(packed)} of them compressed)" if packed else ")")
+
+
+# The floating dtypes a .npy file is memory-mapped in (torch has no long double: such a file is
+# read, and refused there in one line).
+_MAPPED_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _load_npy(p: Path):
+    """A ``.npy`` array memory-mapped (read-only), or read when it cannot be mapped (an empty one)."""
+    try:
+        return np.load(p, allow_pickle=False, mmap_mode="r")
+    except ValueError:
+        return np.load(p, allow_pickle=False)
+
+
+def _map_safetensors(p: Path, key: str | None) -> MappedArray | None:
+    """The tensor ``key`` (or the only one) of a safetensors file as a memory map, or None when its
+    dtype cannot be mapped (bfloat16, integers: read into memory instead). The library's own reader
+    checks the header first; the data offset is the header's."""
+    from safetensors import safe_open
+
+    with safe_open(str(p), framework="np") as f:
+        names = list(f.keys())
+    if key is None and len(names) == 1:
+        key = names[0]
+    if key is None or key not in names:
+        return None  # _pick says what is wrong
+    with open(p, "rb") as fh:
+        n = int.from_bytes(fh.read(8), "little")
+        header = json.loads(fh.read(n))
+    info = header[key]
+    dtype = _MAPPED_SAFETENSORS.get(info["dtype"])
+    shape = tuple(int(v) for v in info["shape"])
+    if dtype is None or len(shape) not in (2, 3):
+        return None
+    begin, end = (int(v) for v in info["data_offsets"])
+    if end - begin != int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize or 0 in shape:
+        return None
+    return MappedArray(p, 8 + n + begin, np.dtype(dtype).newbyteorder("<"), shape)
+
+
+def _list_column_matrix(column, dtype, path: Path, col: str) -> np.ndarray:
+    """A list column of equal-length numeric vectors as one T x d array of ``dtype``, filled a
+    record batch at a time from Arrow's flat values (no Python list of the rows, no float64 copy
+    of the whole set).
+
+    Raises:
+        InputError: when the vectors differ in length, are not numeric, or hold missing values.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    T = len(column)
+    lengths = pc.list_value_length(column) if T else pa.array([], pa.int32())
+    lo, hi = (pc.min(lengths).as_py(), pc.max(lengths).as_py()) if T else (0, 0)
+    if lo != hi:
+        raise InputError(f"{path}: column {col!r} holds vectors of different lengths")
+    vt = column.type.value_type
+    if not (pa.types.is_floating(vt) or pa.types.is_integer(vt) or pa.types.is_boolean(vt)):
+        raise InputError(f"{path}: column {col!r} does not hold numeric vectors")
+    d = int(lo or 0)
+    out = np.empty((T, d), dtype=dtype)
+    row = 0
+    for chunk in column.chunks:
+        n = len(chunk)
+        if not n:
+            continue
+        values = chunk.flatten()  # the chunk's vectors, end to end (its offset applied)
+        if values.null_count:
+            raise InputError(f"{path}: column {col!r} has missing values inside its vectors")
+        out[row : row + n] = values.to_numpy(zero_copy_only=False).reshape(n, d)
+        row += n
+    return out
+
+
+def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.Tensor | MappedArray, str]:
+    """Read a tensor from ``.npy``, ``.pt``, ``.safetensors`` or ``.parquet``.
+
+    Returns the tensor (dtype kept: the rank tolerance depends on it) and a description. A
+    floating-point ``.npy`` or ``.safetensors`` matrix (or T x n x d array) is not read but
+    memory-mapped (``MappedArray``): its pages are read as the computation touches them. A file
+    holding several tensors (or columns) needs ``key``; ``key`` on a file with nothing to choose
+    is refused, as is a results file written by mhaaudit (recognised by its ``mhaaudit`` parquet
+    metadata). A folder written by ``--save-features`` reads its ``features.safetensors``
+    (tensor ``queries`` unless ``key`` says otherwise).
+
+    Raises:
+        InputError: when the path does not exist, is a folder without ``features.safetensors``, has an unknown
+            extension, is given ``key`` as a .npy file, or cannot be read as features (any error of its reader,
+            worded in one line).
+    """
+    p = Path(path)
+    if p.is_dir():
+        cand = p / "features.safetensors"
+        if not cand.exists():
+            raise InputError(f"{p} is a folder without features.safetensors (write one with {{param:save_features}})")
+        p, key = cand, key or "queries"
+    if not p.exists():
+        raise InputError(f"no such file: {p}")
+    regular_file(p, InputError)  # a named pipe would block the reader for good, a device never end
+    ext = p.suffix.lower()
+    if ext not in FEATURE_EXTENSIONS:
+        raise InputError(
+            f"unknown feature file type {ext or '(none)'!r} for {p}; use one of {', '.join(FEATURE_EXTENSIONS)}"
+        )
+    if key is not None and ext == ".npy":
+        raise InputError(f"{{param:key}} has no effect on {p}: a .npy file holds one array")
+    readers: dict[str, Callable[[Path, Any], tuple[torch.Tensor | MappedArray, str]]] = {
+        ".npy": _read_npy,
+        ".pt": _read_torch,
+        ".pth": _read_torch,
+        ".safetensors": _read_safetensors,
+        ".parquet": _read_parquet,
+    }
+    reader = readers[ext]
+    try:
+        return reader(p, key)
+    except InputError:
+        raise
+    except Exception as exc:
+        raise InputError(f"cannot read {p}: {' '.join(str(exc).split())[:200]}") from exc
+
+
+def _read_npy(p: Path, key: None) -> tuple[torch.Tensor | MappedArray, str]:
+    """A real numeric ``.npy`` array; a floating-point matrix (or T x n x d array) memory-mapped.
+
+    Raises:
+        InputError: when the file is not a well-formed .npy file, or its dtype is complex, not numeric, or a
+            floating format wider than float64 (whose values float64 cannot hold exactly).
+    """
+    _check_npy(p)
+    arr = _load_npy(p)
+    if arr.dtype.kind == "c":
+        raise InputError(
+            f"{p}: complex features ({arr.dtype}) are not supported: linear independence is "
+            "decided over the reals, and dropping the imaginary part would prove false things; "
+            "give real features"
+        )
+    if arr.dtype.kind not in "fiub":
+        raise InputError(f"{p}: array of dtype {arr.dtype} is not numeric")
+    if arr.dtype.kind == "f" and arr.dtype.itemsize > 8:
+        raise InputError(
+            f"{p}: features of dtype {arr.dtype} (extended precision) have values float64 cannot hold exactly, "
+            "and every rank computation is in float64; save them as float64"
+        )
+    if not arr.dtype.isnative:  # big-endian data is read as numpy reads it, in the machine's order
+        arr = np.asarray(arr).astype(arr.dtype.newbyteorder("="))
+    if isinstance(arr, np.memmap) and arr.dtype in _MAPPED_FLOATS and arr.ndim in (2, 3) and arr.size:
+        return MappedArray(
+            p,
+            arr.offset,
+            arr.dtype,
+            arr.shape,
+            "F" if arr.flags.f_contiguous and arr.ndim > 1 and not arr.flags.c_contiguous else "C",
+        ), f"{p} (npy, memory-mapped)"
+    return torch.from_numpy(np.array(arr)), f"{p} (npy)"
+
+
+def _read_torch(p: Path, key: str | None) -> tuple[torch.Tensor, str]:
+    """A tensor saved with ``torch.save`` (weights only), or the ``key`` entry of a saved dict of them.
+
+    Raises:
+        InputError: when the file is larger than the memory available, torch refuses to load it (corrupt, empty,
+            or a pickle beyond plain tensors), it holds neither a tensor nor a dict of them, ``key`` is given for a
+            single tensor, or the dict has no tensor to pick (:func:`_pick`).
+    """
+    _refuse_unless_readable(p, *torch_declared_bytes(p))  # a deflated record inflates: counted as declared
+
+    with warnings.catch_warnings():  # a bad file is reported as one error, without warnings
+        warnings.simplefilter("ignore")
+        try:
+            obj = torch.load(p, map_location="cpu", weights_only=True)
+        except Exception as exc:  # corrupt, empty, or a pickle that is refused
+            raise InputError(f"cannot read {p}: {torch_load_reason(exc)}") from exc
+    if isinstance(obj, dict):
+        return dense_values(_pick(obj, key, p), str(p)), f"{p} (torch{', ' + repr(key) if key else ''})"
+    if not isinstance(obj, torch.Tensor):
+        raise InputError(f"{p}: expected a tensor or a dict of tensors, found {type(obj).__name__}")
+    if key is not None:
+        raise InputError(f"{{param:key}} has no effect on {p}: it holds one tensor, not a dict of them")
+    return dense_values(obj, str(p)), f"{p} (torch)"
+
+
+def dense_values(t, where: str, error: type[MhaauditError] = InputError):
+    """``t`` itself when it is a dense tensor holding values (what the linear algebra reads); anything else a
+    ``torch.save`` file may hold is refused in one line.
+
+    Raises:
+        MhaauditError: of type ``error``, when ``t`` is a meta tensor (shapes without values), a sparse, nested
+            or quantized tensor (another layout than torch.strided).
+    """
+    if not isinstance(t, torch.Tensor):
+        return t
+    if t.is_meta:
+        raise error(f"{where}: the tensor is on the meta device: it has a shape but no values (save the real tensor)")
+    if t.layout != torch.strided or t.is_nested or t.is_quantized:
+        kind = "nested" if t.is_nested else "quantized" if t.is_quantized else str(t.layout).replace("torch.", "")
+        raise error(f"{where}: the tensor is {kind}, not a dense tensor; save it dense (tensor.to_dense())")
+    return t
+
+
+def _read_safetensors(p: Path, key: str | None) -> tuple[torch.Tensor | MappedArray, str]:
+    """A ``.safetensors`` tensor (``key``, or the only one), memory-mapped where its dtype and shape allow."""
+    safetensors_header(p)  # its stated length checked against the file before anything is read
+    mapped = _map_safetensors(p, key)
+    if mapped is not None:
+        return mapped, f"{p} (safetensors{', ' + repr(key) if key else ''}, memory-mapped)"
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(p))
+    return _pick(tensors, key, p), f"{p} (safetensors{', ' + repr(key) if key else ''})"
+
+
+def _read_parquet(p: Path, key: str | None) -> tuple[torch.Tensor, str]:
+    """A T x d matrix from a parquet file's feature column(s); a results file of mhaaudit is refused."""
+    refuse_results_file(p)
+    decoded, declared = parquet_declared_bytes(p)
+    _refuse_unless_readable(p, 2 * decoded, declared)  # the Arrow table, then the matrix made of it
+    arr, what = _from_parquet(p, key)
+    return torch.from_numpy(arr), f"{p} (parquet, {what})"
+
+
+def refuse_results_file(p: Path) -> None:
+    """Check that the parquet file ``p`` is not a results file written by mhaaudit.
+
+    Raises:
+        InputError: when ``p``'s parquet metadata carries mhaaudit's key (a results file, not features).
+    """
+    import pyarrow.parquet as pq
+
+    raw = (pq.read_schema(p).metadata or {}).get(METADATA_KEY)
+    if raw is not None:
+        try:
+            command = json.loads(raw).get("command")
+        except (ValueError, AttributeError):
+            command = None
+        what = f"'mhaaudit {command}'" if command else "mhaaudit"
+        raise InputError(
+            f"{p} is a results file written by {what} (its parquet metadata says so), not features: "
+            "give a T x d matrix, or the folder written by {param:check_save_features}"
+        )
+
+
+def _pick(tensors: dict, key: str | None, p: Path) -> torch.Tensor:
+    """The tensor named ``key``, or the only one.
+
+    Raises:
+        InputError: when ``key`` names no tensor, the dict is empty, or it holds several and ``key`` is None.
+    """
+    if key is not None:
+        if key not in tensors:
+            raise InputError(f"{p}: no tensor named {key!r} (found: {', '.join(sorted(map(str, tensors)))})")
+        return tensors[key]
+    if len(tensors) == 1:
+        return next(iter(tensors.values()))
+    if not tensors:
+        raise InputError(f"{p} holds no tensors")
+    names = sorted(map(str, tensors))
+    shown = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
+    raise InputError(f"{p} holds several tensors ({shown}); choose one with {{param:key}}")
+
+
+def to_query_matrix(
+    arr: torch.Tensor | MappedArray, query_index: int | None, source: str
+) -> tuple[torch.Tensor | MappedArray, str]:
+    """A T x d matrix from a T x d array, or from T x n x d tokens with ``query_index``, and its description.
+
+    Raises:
+        InputError: when ``query_index`` is given for a T x d array, missing for a T x n x d one, or out of range
+            for its n tokens, or when the array is neither 2-D nor 3-D.
+    """
+    if arr.ndim == 2:
+        if query_index is not None:
+            raise InputError(
+                f"{source}: {{param:query_index}} applies to T x n x d token arrays, this one is {tuple(arr.shape)}"
+            )
+        return arr, source
+    if arr.ndim == 3:
+        if query_index is None:
+            raise InputError(
+                f"{source}: a T x n x d array needs {{param:query_index}} (0 for [CLS], -1 for the last token)"
+            )
+        n = arr.shape[1]
+        if not -n <= query_index < n:
+            raise InputError(f"{{param:query_index}} {query_index} is out of range for n = {n} tokens")
+        if isinstance(arr, MappedArray):
+            return arr.token(query_index), f"{source}, token {query_index}"
+        return arr[:, query_index, :], f"{source}, token {query_index}"
+    raise InputError(f"{source}: expected a T x d matrix or T x n x d tokens, got shape {tuple(arr.shape)}")

@@ -1,0 +1,101 @@
+"""The inputs of a transformers model: its tokenizer and its image preprocessing."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..errors import ModelError
+from .families import Family, family_of
+from .hf_config import _Hub
+
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "vocab.txt",
+    "vocab.json",
+    "spiece.model",
+    "tokenizer.model",
+    "sentencepiece.bpe.model",
+)
+
+
+# The largest side, in pixels, of the images a model's preprocessing makes (and the most pixels it may
+# ask for): its preprocessor_config.json (or config.json's image_size) is refused beyond it, before an
+# image is resized (a 100-byte file asking for 20000 x 20000 images makes 4.8 GB of floats per image).
+MAX_INPUT_SIDE = 4096
+
+
+def load_tokenizer(candidates: list[str], hub: _Hub | None = None) -> object | None:
+    """The first usable tokenizer among folders / hub ids, or None (a missing tokenizer is not an error)."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:  # pragma: no cover
+        return None
+    for src in candidates:
+        local = os.path.isdir(src)
+        # A folder without vocabulary files would give a nearly empty tokenizer, silently.
+        if local and not any(os.path.exists(os.path.join(src, f)) for f in _TOKENIZER_FILES):
+            continue
+        try:
+            tok = AutoTokenizer.from_pretrained(src, **(hub or _Hub()).kwargs(local))
+        except Exception:  # noqa: BLE001 - a missing tokenizer is not an error here
+            continue
+        try:
+            specials = len(set(getattr(tok, "all_special_tokens", []) or []))
+            if len(tok) <= specials + 1:
+                continue
+        except Exception:  # noqa: BLE001  # pragma: no cover
+            pass
+        return tok
+    return None
+
+
+def image_transform(
+    cfg: Any, family: str, sources: list[str], hub: _Hub | None = None
+) -> Callable[[list], torch.Tensor]:
+    """The model's own image preprocessing: its saved processor when present, else from the config.
+
+    Raises:
+        ModelError: when the preprocessing would make images larger than :data:`MAX_INPUT_SIDE` pixels a side.
+    """
+    proc = None
+    for source in sources:
+        local = os.path.isdir(source)
+        if local and not os.path.exists(os.path.join(source, "preprocessor_config.json")):
+            continue
+        try:
+            from transformers import AutoImageProcessor
+
+            proc = AutoImageProcessor.from_pretrained(source, **(hub or _Hub()).kwargs(local))
+            break
+        except Exception:  # noqa: BLE001 - fall back to the config values
+            proc = None
+    if proc is None:
+        from transformers import ViTImageProcessor
+
+        size = getattr(cfg, "image_size", 224)
+        h, w = (int(size[0]), int(size[-1])) if isinstance(size, (list, tuple)) else (int(size), int(size))
+        norm = family_of(family) or Family(family, "image")
+        proc = ViTImageProcessor(size={"height": h, "width": w}, image_mean=norm.mean, image_std=norm.std)
+    for what in ("size", "crop_size", "pad_size"):
+        value = getattr(proc, what, None)
+        try:
+            sizes = dict(value) if value is not None and not isinstance(value, (int, float)) else {what: value}
+        except (TypeError, ValueError):
+            continue
+        for key, v in sizes.items():
+            limit = MAX_INPUT_SIDE**2 if "pixels" in key else MAX_INPUT_SIDE
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v > limit and key != "min_pixels":
+                raise ModelError(
+                    f"the image preprocessing of {sources[0] if sources else family} asks for {what} {key} = {v}, "
+                    f"more than the {limit} {'pixels' if 'pixels' in key else 'pixels a side'} mhaaudit makes images "
+                    "of: refused before any image is resized"
+                )
+
+    def transform(images: list) -> torch.Tensor:
+        return proc(images=images, return_tensors="pt")["pixel_values"]
+
+    return transform

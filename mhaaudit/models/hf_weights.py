@@ -1,0 +1,280 @@
+"""The weights of a transformers model: where they come from (:class:`_Weights`), the model built
+with them from a folder, a single state file or the hub, or with random weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import pickle
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from .. import phases
+from ..errors import ModelError, one_line
+from ..io import torch_load_reason
+from .checkpoints import is_ignorable, load_fitting, offline_weights_error, read_state_file
+from .hf_config import _auto_config, _Hub, hub_problem
+from .random_init import build_random, init_seed, reinit_hf, seeded
+from .registry import (
+    BLOCK_PATHS,
+    ModelSpec,
+)
+from .shards import (
+    Checkpoint,
+    NotPartial,
+    WeightsRead,
+    empty_init,
+)
+
+_FIT_FIELDS = ("model_type", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
+
+
+@dataclass(frozen=True)
+class _Weights:
+    """Where the weights come from: a local folder or a hub id (``hub``), a single file, or nowhere (random)."""
+
+    description: str
+    folder: str | None = None
+    file: str | None = None
+    hub: bool = False
+
+
+def find_blocks(module: nn.Module) -> nn.ModuleList | None:
+    """The module's list of transformer blocks, found at one of the registry's block paths."""
+    for path in BLOCK_PATHS:
+        obj: Any = module
+        for part in path.split("."):
+            obj = getattr(obj, part, None)
+            if obj is None:
+                break
+        if isinstance(obj, nn.ModuleList) and len(obj) > 0:
+            return obj
+    return None
+
+
+def _weights_origin(
+    spec: ModelSpec, cfg: Any, source: str, weights: str, weights_path: str | None, hub: _Hub
+) -> tuple[Any, _Weights]:
+    """(config, where the weights come from); a weights folder's own config replaces the named one if it fits.
+
+    Raises:
+        ModelError: when a weights folder's config differs from the named model's in a size field.
+    """
+    if weights == "random":
+        origin = {
+            "alias": f"random init from the built-in {spec.name.lower()} config",
+            "folder": f"random init from the config in local folder {spec.resolved}",
+            "hub": f"random init from the config of hub {spec.resolved}",
+            "cache": f"random init from the config of hub {spec.resolved} (local cache)",
+        }[source]
+        return cfg, _Weights(origin)
+    if weights_path is None:
+        if source == "folder":
+            return cfg, _Weights(f"local folder {spec.resolved}", folder=spec.resolved)
+        where = f"hub {spec.resolved} (local cache)" if hub.offline else f"hub {spec.resolved}"
+        return cfg, _Weights(where, folder=spec.resolved, hub=True)
+    wp = os.path.abspath(weights_path)
+    if os.path.isfile(wp):
+        return cfg, _Weights(f"weights file {wp}", file=wp)
+    if (Path(wp) / "config.json").exists() and source != "folder":
+        wcfg = _auto_config(wp, spec.name, hub, local=True)  # --trust-remote-code reaches it too
+        for f in _FIT_FIELDS:
+            a, b = getattr(cfg, f, None), getattr(wcfg, f, None)
+            if a is not None and b is not None and a != b:
+                raise ModelError(
+                    f"the weights at {weights_path} do not fit {spec.name}: {f} is {b} there but {a} in {spec.name}"
+                )
+        cfg = wcfg
+    return cfg, _Weights(f"local folder {wp}", folder=wp)
+
+
+def _build(
+    spec: ModelSpec, cfg: Any, origin: _Weights, seed: int, hub: _Hub, max_layer: int | None, partial: bool = True
+) -> tuple[nn.Module, Checkpoint | None]:
+    """The module built with at most ``max_layer`` blocks, and the checkpoint still to be read into it.
+
+    A safetensors checkpoint (a folder, a hub repository or a single file) is read after building,
+    only as far as the probed blocks need (the module is built without drawing weights); other
+    checkpoints are loaded here, whole.
+    """
+    from transformers import AutoModel
+
+    _import_model_code(AutoModel, cfg)
+    full_layers = int(cfg.num_hidden_layers)
+    if max_layer is not None and max_layer < full_layers:
+        cfg = copy.deepcopy(cfg)
+        cfg.num_hidden_layers = max(1, max_layer)
+    remote = {"trust_remote_code": hub.trust_remote_code}  # always explicit: never left to a prompt
+    checkpoint = _checkpoint(origin, hub) if partial else None
+    if checkpoint is not None:
+        with empty_init():
+            return AutoModel.from_config(cfg, **remote), checkpoint
+    if origin.folder is not None:
+        return _from_pretrained(spec, origin, cfg, hub), None
+    if origin.file is not None:
+        with seeded(init_seed(seed)):
+            module = AutoModel.from_config(cfg, **remote)
+        return _load_state_file(module, origin.file, cfg, spec.name, seed, hub.trust_remote_code), None
+
+    def redraw(module: nn.Module) -> None:
+        blocks = find_blocks(module)
+        if blocks is not None:
+            reinit_hf(module, blocks, seed, full_layers)
+
+    return build_random(lambda: AutoModel.from_config(cfg, **remote), redraw, seed), None
+
+
+def _import_model_code(auto: Any, cfg: Any) -> None:
+    """Import the modelling code of ``cfg``'s architecture (transformers imports it on first use),
+    timed as the run's imports; a config it does not know is left for the build to report."""
+    with phases.phase("imports"), contextlib.suppress(Exception):  # remote code, an unknown config: the build says
+        auto._model_mapping[type(cfg)]
+
+
+def _checkpoint(origin: _Weights, hub: _Hub) -> Checkpoint | None:
+    """The safetensors checkpoint the trained weights come from, or None (random weights, or a
+    checkpoint that is read whole)."""
+    try:
+        if origin.file is not None:
+            return Checkpoint.file(origin.file) if origin.file.endswith(".safetensors") else None
+        if origin.folder is None:
+            return None
+        if origin.hub:
+            return Checkpoint.hub(origin.folder, hub.revision, hub.offline)
+        return Checkpoint.local(origin.folder)
+    except NotPartial:
+        return None
+
+
+def whole_read(path: str | None, cfg: Any) -> WeightsRead | None:
+    """What a whole load read: every checkpoint file of a local folder or a single file (None from the hub)."""
+    if path is None or not os.path.exists(path):
+        return None
+    files = (
+        [path]
+        if os.path.isfile(path)
+        else [
+            os.path.join(path, f)
+            for f in sorted(os.listdir(path))
+            if f.endswith((".safetensors", ".bin", ".pth", ".pt"))
+        ]
+    )
+    size = sum(os.path.getsize(f) for f in files)
+    stored = getattr(cfg, "dtype", None) or getattr(cfg, "torch_dtype", None) or "unknown"
+    return WeightsRead("whole", str(stored).removeprefix("torch."), size, size, len(files), len(files), 0, None)
+
+
+def _from_pretrained(spec: ModelSpec, origin: _Weights, cfg: Any, hub: _Hub) -> nn.Module:
+    from transformers import AutoModel
+
+    folder, kw = origin.folder, hub.kwargs(local=not origin.hub)
+    assert folder is not None, "called for weights in a folder or hub repository"
+    try:
+        module, info = AutoModel.from_pretrained(folder, config=cfg, output_loading_info=True, **kw)
+    except OSError as exc:
+        problem = hub_problem(exc, spec.name, hub.revision)
+        if problem is not None:
+            raise problem from exc
+        if hub.offline and origin.hub:
+            raise offline_weights_error(spec.name, spec.resolved) from exc
+        raise ModelError(f"cannot load weights for {spec.name} from {folder}: {one_line(exc, 240)}") from exc
+    except (pickle.UnpicklingError, EOFError) as exc:
+        raise ModelError(f"cannot load weights for {spec.name} from {folder}: {torch_load_reason(exc)}") from exc
+    except RuntimeError as exc:
+        why = _describe_mismatch(folder, cfg, kw) or one_line(exc, 240)
+        raise ModelError(f"the weights at {folder} do not fit {spec.name}: {why}") from exc
+    missing = [k for k in info.get("missing_keys", []) if not is_ignorable(k)]
+    mismatched = list(info.get("mismatched_keys", []))
+    if missing or mismatched:
+        bad = sorted(missing)[0] if missing else str(mismatched[0])
+        raise ModelError(
+            f"the weights at {folder} do not fit {spec.name}: {len(missing) + len(mismatched)} parameter(s) "
+            f"missing or of the wrong shape (e.g. {bad})"
+        )
+    return module
+
+
+def _describe_mismatch(weights_dir: str, cfg: Any, kw: dict) -> str | None:
+    """Name the first parameter whose shape differs between a checkpoint and a config."""
+    from transformers import AutoModel
+
+    try:
+        _m, info = AutoModel.from_pretrained(
+            weights_dir, config=cfg, output_loading_info=True, ignore_mismatched_sizes=True, **kw
+        )
+        mism = list(info.get("mismatched_keys", []))
+    except Exception:  # noqa: BLE001 - only used to word an error message
+        return None
+    if not mism:
+        return None
+    first = mism[0]
+    if isinstance(first, (tuple, list)) and len(first) == 3:
+        key, have, want = first
+        return (
+            f"{len(mism)} parameter(s) of the wrong shape, e.g. {key}: {tuple(have)} in the checkpoint, "
+            f"{tuple(want)} expected"
+        )
+    return f"{len(mism)} parameter(s) of the wrong shape, e.g. {first}"
+
+
+def _load_state_file(
+    module: nn.Module, path: str, cfg: Any, name: str, seed: int, trust_remote_code: bool = False
+) -> nn.Module:
+    """Load a single weights file into a transformers model, checking that it fits.
+
+    A file in the library's checkpoint format (what save_pretrained writes and the hub serves)
+    may name parameters differently from the modules; when the direct load fails, the file is
+    loaded through ``from_pretrained``, which renames them.
+
+    Raises:
+        ModelError: when the file fits the model neither directly nor through ``from_pretrained``.
+    """
+    sd = read_state_file(path)
+    prefix = getattr(module, "base_model_prefix", "") or ""
+    own = module.state_dict()
+    if prefix and not any(k in own for k in sd) and any(k.startswith(prefix + ".") for k in sd):
+        sd = {k[len(prefix) + 1 :]: v for k, v in sd.items() if k.startswith(prefix + ".")}
+    try:
+        load_fitting(module, sd, f"the weights in {path} do not fit {name}")
+        return module
+    except ModelError as direct_error:
+        staged = _load_file_as_checkpoint(path, cfg, seed, trust_remote_code)
+        if staged is None:
+            raise direct_error
+        return staged
+
+
+def _load_file_as_checkpoint(path: str, cfg: Any, seed: int, trust_remote_code: bool = False) -> nn.Module | None:
+    """Load a single weights file through ``from_pretrained`` (checkpoint key renaming, task-head
+    prefixes), staged in a temporary folder beside its config. None when it does not fit."""
+    from transformers import AutoModel
+
+    fname = "model.safetensors" if path.endswith(".safetensors") else "pytorch_model.bin"
+    with tempfile.TemporaryDirectory(prefix="mhaaudit-weights-") as tmp:
+        try:
+            os.symlink(os.path.abspath(path), os.path.join(tmp, fname))
+        except OSError:
+            shutil.copyfile(path, os.path.join(tmp, fname))
+        cfg.to_json_file(os.path.join(tmp, "config.json"))
+        try:
+            with seeded(init_seed(seed)):
+                module, info = AutoModel.from_pretrained(
+                    tmp,
+                    config=cfg,
+                    local_files_only=True,
+                    output_loading_info=True,
+                    trust_remote_code=trust_remote_code,
+                )
+        except Exception:  # noqa: BLE001 - the caller reports the direct load's clearer error
+            return None
+    missing = [k for k in info.get("missing_keys", []) if not is_ignorable(k)]
+    if missing or info.get("mismatched_keys"):
+        return None
+    return module

@@ -1,0 +1,99 @@
+"""Every table and report of the commands, and the strict JSON printer: renderers only.
+
+Nothing is computed here that a result did not return: each function lays out the fields of a
+result object (an audit, Kruskal tests and sweeps, a capacity result, a memorisation grid, a
+reproduction) as rich tables and lines on stdout, or prints a document as strict JSON. One module
+a report: :mod:`.common` (the console, the width, a cell, strict JSON, the Kruskal report),
+:mod:`.audit`, :mod:`.capacity`, :mod:`.memorize` and :mod:`.reproduction`; their names are all
+importable from here.
+"""
+
+from .audit import (
+    audit_lines,
+    audit_report,
+    audit_table,
+    bound_lines,
+    depth_tables,
+    evidence_lines,
+    finding_lines,
+    is_depth_profile,
+    meaning_lines,
+    positions_note,
+    render_audit,
+    time_lines,
+    unavailable_lines,
+)
+from .capacity import (
+    capacity_bound_lines,
+    capacity_evidence_lines,
+    capacity_report,
+    capacity_table,
+    certificate_lines,
+    render_capacity,
+)
+from .common import (
+    cell,
+    loading_lines,
+    meaning_line,
+    print_json,
+    print_report,
+    render_kruskal,
+    report_width,
+    stdout_console,
+)
+from .memorize import (
+    fit_table,
+    memorize_report,
+    memorize_table,
+    render_memorize,
+    seed_summary_table,
+)
+from .reproduction import (
+    KIND_TITLES,
+    STATUS_MARK,
+    published_number,
+    render_reproduction,
+    reproduction_report,
+    reproduction_table,
+)
+
+__all__ = [
+    "KIND_TITLES",
+    "STATUS_MARK",
+    "audit_lines",
+    "audit_report",
+    "audit_table",
+    "bound_lines",
+    "capacity_bound_lines",
+    "capacity_evidence_lines",
+    "capacity_report",
+    "capacity_table",
+    "cell",
+    "certificate_lines",
+    "depth_tables",
+    "evidence_lines",
+    "finding_lines",
+    "fit_table",
+    "is_depth_profile",
+    "loading_lines",
+    "meaning_line",
+    "meaning_lines",
+    "memorize_report",
+    "memorize_table",
+    "positions_note",
+    "print_json",
+    "print_report",
+    "published_number",
+    "render_audit",
+    "render_capacity",
+    "render_kruskal",
+    "render_memorize",
+    "render_reproduction",
+    "report_width",
+    "reproduction_report",
+    "reproduction_table",
+    "seed_summary_table",
+    "stdout_console",
+    "time_lines",
+    "unavailable_lines",
+]
