@@ -154,7 +154,11 @@ class AuditResult(StoredSweepResult):
         return next((c.T for c in self.columns if c.T is not None), None)
 
     def records(self) -> list[dict]:
-        """Every column's records (:meth:`Column.records`), column by column."""
+        """Every column's records, column by column.
+
+        Returns:
+            One dict a record (:meth:`Column.records`), the rows ``--out`` writes.
+        """
         return [r for c in self.columns for r in c.records(self.model)]
 
     REPORT = audit_report

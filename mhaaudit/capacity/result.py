@@ -131,7 +131,11 @@ class CapacityResult(StoredResult):
             }
 
     def records(self) -> list[dict]:
-        """One row per column and head count h (one 'unavailable' row for a column that could not run)."""
+        """One row per column and head count h.
+
+        Returns:
+            The rows as dicts; a column that could not run has one 'unavailable' row.
+        """
         out = []
         for c in self.columns:
             base = self._column_record(c)

@@ -476,7 +476,11 @@ class SeedsResult(StoredSweepResult):
     runs: list[StoredResult] = field(default_factory=list, compare=False, metadata={"document": False})
 
     def records(self) -> list[dict]:
-        """Every record: the per-seed records in seed order, then the summaries, then the differences."""
+        """Every record: the per-seed records in seed order, then the summaries, then the differences.
+
+        Returns:
+            The records as dicts.
+        """
         return (
             [r for seed in self.per_seed for r in seed.rows()]
             + [s.as_dict() for s in self.summaries]

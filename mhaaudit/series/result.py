@@ -250,9 +250,14 @@ class SeriesResult(StoredSweepResult):
         return spread(CHECK_LAYOUT, self.plan, audits)
 
     def records(self) -> list[dict]:
-        """Every record: the reference's (checkpoint null), then each checkpoint's in order, each
-        tagged with ``checkpoint``, ``step``, ``order`` and ``identical_to``; with ``sweep`` the
-        columns' estimates (``check = "sweep_estimate"``); with ``seeds`` the several-seed records."""
+        """Every record: the reference's first (checkpoint null), then each checkpoint's in order.
+
+        Each record is tagged with ``checkpoint``, ``step``, ``order`` and ``identical_to``.
+
+        Returns:
+            The records as dicts; with ``sweep`` also the columns' estimates (``check = "sweep_estimate"``),
+            with ``seeds`` the several-seed records.
+        """
         out: list[dict] = []
         if self.plan is None:
             run = self.runs[0]
