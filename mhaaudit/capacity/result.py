@@ -187,7 +187,11 @@ class CapacityResult(StoredResult):
         return f"{self.model!r} block {self.settings.layer}; " + "; ".join(parts)
 
     def meta(self) -> dict:
-        """The provenance stamp of the run (the JSON ``meta``), with the result itself under ``result``."""
+        """The provenance stamp of the run, with the result itself under ``result``.
+
+        Returns:
+            The JSON ``meta`` as a dict.
+        """
         return stamp(
             command="capacity",
             model=self.model,

@@ -577,7 +577,11 @@ class KruskalResult(StoredSweepResult):
         return self.sweep.rows() if self.sweep is not None else []
 
     def meta(self) -> dict:
-        """The provenance stamp and the run's facts (the JSON ``meta``, the parquet metadata)."""
+        """The provenance stamp and the run's facts.
+
+        Returns:
+            The JSON ``meta`` (and the parquet metadata) as a dict.
+        """
         meta = kruskal_meta(self) | {
             "inputs": self.inputs.as_dict(),
             "set_rank": self.set_rank,

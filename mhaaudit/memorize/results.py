@@ -267,7 +267,11 @@ class MemorizeGrid(StoredResult):
         return _decoded(cls, data, where)
 
     def meta(self) -> dict:
-        """The provenance stamp of the grid: the ``meta`` of its parquet output."""
+        """The provenance stamp of the grid.
+
+        Returns:
+            The ``meta`` of its parquet output, as a dict.
+        """
         doc = self.to_dict()
         return stamp(
             command="memorize",

@@ -492,7 +492,11 @@ class SeedsResult(StoredSweepResult):
         return [r.as_dict() for r in self.sweeps]
 
     def meta(self) -> dict:
-        """The meta of the files written, with this result as a document under ``RESULT_KEY``."""
+        """The meta of the files written, with this result as a document under ``RESULT_KEY``.
+
+        Returns:
+            The meta as a dict.
+        """
         return self.meta_ | {RESULT_KEY: self.result_document()}
 
     def summary(self, check: str | None = None) -> list[SummaryRecord]:
