@@ -437,9 +437,11 @@ def image_source(
 
     ``data`` is one of: ``None`` or ``"builtin"`` (:class:`BuiltinImages`, synthesised from ``seed``);
     a folder of image files (:class:`ImageFolder`); a folder written by ``save_to_disk``, a
-    ``.parquet`` or ``.arrow`` file (:class:`TableImages`); or a hub dataset id, ``hf:`` prefix
-    optional (:class:`HubImages`, streamed). Images that are not RGB are skipped and counted
-    unless ``convert_rgb``. Folders and files keep their own order.
+    ``.parquet`` or ``.arrow`` file (:class:`TableImages`); or a hub dataset id, or ``hf:`` and a
+    local dataset folder (:class:`HubImages`, streamed). A folder of parquet or arrow files and no
+    images is read as a dataset folder. Images that are not RGB are skipped and counted unless
+    ``convert_rgb``. Folders and files keep their own order; the source's name says when only the
+    first ``limit`` are read.
 
     Args:
         data: what to read (None: the built-in images).

@@ -355,10 +355,11 @@ def text_source(
     """Open the text source that ``data`` names.
 
     ``data`` is one of: ``None`` or ``"builtin"`` (:class:`BuiltinText`, the installed packages'
-    docstrings); a ``.txt`` file or a folder of them; a ``.jsonl`` file (:class:`JsonlText`); a
-    ``.parquet``, ``.arrow``, ``.csv`` or ``.tsv`` file or a ``save_to_disk`` folder (:class:`TableText`);
-    ``"wikipedia"`` (the paper's data, streamed); or another hub dataset id, ``hf:`` prefix optional.
-    Data with no text document is refused when it is read (:meth:`TextSource.grouped`).
+    docstrings); a ``.txt`` file or a folder of them (documents separated by blank lines); a
+    ``.jsonl`` file (:class:`JsonlText`); a ``.parquet``, ``.arrow``, ``.csv`` or ``.tsv`` file or a
+    ``save_to_disk`` folder (:class:`TableText`); ``"wikipedia"`` (the paper's data, streamed); or
+    another hub dataset id, or ``hf:`` and an id or a local dataset folder, streamed. Data with no
+    text document is refused when it is read (:meth:`TextSource.grouped`).
 
     Args:
         data: what to read (None: the built-in text).
