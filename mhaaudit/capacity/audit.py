@@ -361,8 +361,8 @@ def capacity_audit(
     """Bound and certify the memorisation capacity of each column (random and/or trained weights).
 
     The assumptions are audited on the input of one attention block, or read from a results file.
-    Each test then stops once it is decided. See :mod:`mhaaudit.request` for a keyword given beside a
-    request object.
+    Settings built from the keywords stop each test once it is decided. See :mod:`mhaaudit.request`
+    for a keyword given beside a request object.
 
     Args:
         model: an alias, a hub id or a local folder, or a :class:`~mhaaudit.request.ModelRequest` (no ``query_index``).
