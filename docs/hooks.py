@@ -14,6 +14,10 @@ A page asks for a generated part with an HTML comment on a line of its own:
   dotted path such as ``mhaaudit.capacity.CapacityResult``) under the module that defines it, found by
   importing it: the reference follows the code when a name moves between modules.
 
+The docstrings name other objects with Sphinx roles (``:class:`~mhaaudit.errors.InputError```), which
+mkdocstrings shows as written: :func:`on_page_content` shows each as the code it names (the last part
+of a ``~`` path).
+
 A directive this hook does not know, a picture without a stamp or a missing result file stops the
 build: nothing generated is left stale or half-filled.
 """
@@ -157,3 +161,17 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         from mkdocs.exceptions import PluginError
 
         raise PluginError(f"{page.file.src_path}: {exc}") from exc
+
+
+#: A Sphinx role before the code it names, as the API pages render it: ``:class:<code>~a.b.C</code>``.
+ROLE = re.compile(r":(?:py:)?(?:class|func|meth|mod|data|attr|exc|obj|const):<code>(~?)([^<]*)</code>")
+
+
+def shown_roles(html: str) -> str:
+    """``html`` with each Sphinx role shown as the code it names (``~a.b.C`` as ``C``)."""
+    return ROLE.sub(lambda m: f"<code>{m.group(2).rsplit('.', 1)[-1] if m.group(1) else m.group(2)}</code>", html)
+
+
+def on_page_content(html: str, page, config, files) -> str:
+    """MkDocs' hook: the page's HTML with the docstrings' Sphinx roles shown as code."""
+    return shown_roles(html)

@@ -154,7 +154,11 @@ class AuditResult(StoredSweepResult):
         return next((c.T for c in self.columns if c.T is not None), None)
 
     def records(self) -> list[dict]:
-        """Every column's records (:meth:`Column.records`), column by column."""
+        """Every column's records, column by column.
+
+        Returns:
+            One dict a record (:meth:`Column.records`), the rows ``--out`` writes.
+        """
         return [r for c in self.columns for r in c.records(self.model)]
 
     REPORT = audit_report
@@ -170,7 +174,11 @@ class AuditResult(StoredSweepResult):
         )
 
     def meta(self) -> dict:
-        """The provenance stamp of the audit, with what each column read and how (the JSON ``meta``)."""
+        """The provenance stamp of the audit, with what each column read and how.
+
+        Returns:
+            The JSON ``meta`` as a dict.
+        """
         meta = stamp(
             command="check",
             model=self.model,
@@ -216,7 +224,13 @@ class AuditResult(StoredSweepResult):
         return rows
 
     def column(self, variant: str) -> Column:
-        """The column named ``variant``.
+        """Find the column named ``variant``.
+
+        Args:
+            variant: the column's name (``embedding``, ``random``, ``trained-L1``, ...).
+
+        Returns:
+            The :class:`Column`.
 
         Raises:
             KeyError: when no column is named ``variant``.
@@ -227,9 +241,16 @@ class AuditResult(StoredSweepResult):
         raise KeyError(variant)
 
     def save_features(self, folder: str | Path) -> Path:
-        """Write each audited column's reduced features to ``folder/<variant>`` (what ``check
-        --save-features`` writes, for ``mhaaudit kruskal`` or a later audit); staged with a run's
-        other outputs, all written or none. Returns the folder.
+        """Write each audited column's reduced features to ``folder/<variant>``.
+
+        This is what ``check --save-features`` writes, for ``mhaaudit kruskal`` or a later audit.
+        The folders are staged with a run's other outputs: all written or none.
+
+        Args:
+            folder: the folder to write into.
+
+        Returns:
+            The folder.
 
         Raises:
             OutputError: when the folder cannot be made.

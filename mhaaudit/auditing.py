@@ -87,17 +87,37 @@ def capture_features(
     weights_seed: int | None = None,
     data_seed: int | None = None,
 ) -> FeatureSet:
-    """Reduced features of one probe point (what ``mhaaudit kruskal`` uses with no file).
+    """Capture the reduced features of one column: what ``mhaaudit kruskal`` uses without a file.
+
+    A keyword left at None is not given. See :mod:`mhaaudit.request` for a keyword given beside a
+    request object.
 
     Args:
-        model: the model (an alias, a hub id, a local folder), or a :class:`~mhaaudit.request.ModelRequest`.
-        variant: the column (``embedding``, ``random-attention``, ``random``, ``trained``, ``random-L<k>``,
-            ``trained-L<k>``).
+        model: an alias, a hub id or a local folder, or a :class:`~mhaaudit.request.ModelRequest`.
+        variant: the column: ``embedding``, ``random-attention``, ``random``, ``trained``, ``random-L<k>``, ...
         layer: the depth of a ``random`` or ``trained`` column.
         data: the data source, or a :class:`~mhaaudit.request.DataRequest` (None: the built-in data).
         settings: the :class:`~mhaaudit.settings.Settings` (None: built from the keywords).
-        weights_path, ... data_seed: the fields of the three request objects, as :func:`audit` takes them
-            (None: not given). A keyword beside an object follows the rule of :mod:`mhaaudit.request`.
+        weights_path: a local folder or file of trained weights (``weights`` in :func:`audit`).
+        query_index: the query token's position (None: the model's own).
+        split: the data split to read.
+        limit: how many examples to read (default 2000).
+        batch_size: examples per forward pass, or ``"auto"`` (see :mod:`mhaaudit.batching`).
+        seed: the run's seed (default 0).
+        rtol: the rank rule's relative tolerance.
+        atol: the rank rule's absolute tolerance.
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (default auto).
+        backend: ``"hf"`` or ``"timm"`` (None: detected).
+        context_length: the tokens per example n of a text model.
+        progress: show progress bars on stderr.
+        keep_duplicates: keep exact duplicate inputs (default: dropped).
+        revision: a branch, tag or commit of a hub model.
+        trust_remote_code: let a hub repository's own model code run.
+        text_column: the column or field holding the text (None: found).
+        image_column: the column holding the images (None: found).
+        convert_rgb: convert images of other modes to RGB instead of skipping them.
+        weights_seed: the seed of the random weights, set apart from ``seed``.
+        data_seed: the seed of the data, set apart from ``seed``.
 
     Returns:
         The :class:`~mhaaudit.features.FeatureSet` of the column ``variant`` at depth ``layer``.
@@ -202,19 +222,28 @@ def check_features(
     progress: bool | None = None,
     stop_when_decided: bool | None = None,
 ) -> tuple[dict[str, CheckResult], Sweep | None, dict[str, float]]:
-    """GP, A1, A2, A3 (and optionally the sweep) on one reduced feature set: :func:`run_checks`.
+    """Run GP, A1, A2 and A3 (and optionally the sweep) on one reduced feature set.
+
+    A keyword left at None is not given: the defaults :func:`audit` has. See :mod:`mhaaudit.request`
+    for a keyword given beside ``settings``.
 
     Args:
-        fs: the reduced features (:func:`capture_features`, ``FeatureSet.load``).
-        settings: the :class:`~mhaaudit.settings.Settings`; or the keywords ``samples`` ...
-            ``stop_when_decided``, its fields (None: not given, the defaults :func:`audit` has). A keyword
-            beside ``settings`` follows the rule of :mod:`mhaaudit.request`.
-        sweep: run the Kruskal-rank sweep of the queries too.
+        fs: the reduced features (from :func:`capture_features` or ``FeatureSet.load``).
+        settings: the :class:`~mhaaudit.settings.Settings` (None: built from the keywords).
+        sweep: also run the Kruskal-rank sweep of the queries.
         label: the name progress bars give the feature set.
+        samples: Monte-Carlo draws per test (default 5000).
+        threshold: the satisfied fraction at which a test holds (default 0.99).
+        seed: the draws' seed (default 0).
+        rtol: the rank rule's relative tolerance.
+        atol: the rank rule's absolute tolerance.
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (default auto).
+        progress: show progress bars on stderr.
+        stop_when_decided: stop a test once its verdict is settled (default True).
 
     Returns:
-        ``(tests, sweep, timings)``: the result of each check by name, the sweep (None without ``sweep``)
-        and the time each step took in seconds.
+        ``(tests, sweep, timings)``: each check's result by name, the sweep (None without ``sweep``),
+        and each step's time in seconds.
 
     Raises:
         InputError: when a sample count, threshold, tolerance or device is out of range, or a keyword
@@ -330,41 +359,51 @@ def audit(
     weights_seed: int | None = None,
     data_seed: int | None = None,
 ) -> AuditResult | SeedsResult:
-    """Audit ``model`` on ``data``: the paper's Table 1 (images) or Table 3 (text) and more.
+    """Audit ``model`` on ``data``: the paper's Table 1 (images) or Table 3 (text), and more.
+
+    Each column's features are captured once and checked for GP, A1, A2 and A3. A keyword left at
+    None is not given: the request object's value, else the field's default. See
+    :mod:`mhaaudit.request` for a keyword given beside a request object.
 
     Args:
-        model: the model (an alias, a hub id, a local folder), or a :class:`~mhaaudit.request.ModelRequest`.
-        variants: the image columns (``embedding``, ``random-attention``, ``random``, ``trained``; default
-            all), or with ``layers`` or a text model ``random`` and/or ``trained``.
+        model: an alias, a hub id or a local folder, or a :class:`~mhaaudit.request.ModelRequest`.
+        variants: the columns: ``embedding``, ``random-attention``, ``random``, ``trained`` (default all).
         layer: the depth of the ``random`` and ``trained`` image columns (default 1).
-        layers: audit random/trained weights at each of these depths instead (default 0 and 1 for text).
+        layers: audit random and trained weights at each of these depths instead (text default: 0 and 1).
         data: the data source, or a :class:`~mhaaudit.request.DataRequest` (None: the built-in data).
         settings: the :class:`~mhaaudit.settings.Settings` (None: built from the keywords).
-        sweep: the Kruskal-rank sweep of each column's queries too.
-        on_note: called with each note as it comes (they are in ``AuditResult.notes`` too).
-        seeds: run once per seed (``"0-4"``, ``"0,3,7"`` or a list) and return a
-            :class:`mhaaudit.seeds.SeedsResult`.
-        vary: what ``seeds`` vary: ``"both"`` (as ``seed``), ``"weights"`` or ``"data"`` (the other held at
-            ``data_seed`` / ``weights_seed``, default the first seed).
-        weights: a local folder or file with trained weights for the trained column(s).
-        query_index, backend, context_length, revision, trust_remote_code: the fields of the
-            :class:`~mhaaudit.request.ModelRequest` (``weights`` is its ``weights_path``).
-        split, limit, batch_size, keep_duplicates, text_column, image_column, convert_rgb: the fields of
-            the :class:`~mhaaudit.request.DataRequest` (``batch_size="auto"`` chooses the batch, see
-            :mod:`mhaaudit.batching`; exact duplicate inputs are dropped unless ``keep_duplicates``;
-            ``convert_rgb`` converts images of other modes to RGB instead of skipping them).
-        samples, threshold, seed, rtol, atol, device, stop_when_decided, progress, weights_seed, data_seed:
-            the fields of the :class:`~mhaaudit.settings.Settings` (a test stops once its verdict is
-            settled unless ``stop_when_decided=False``; ``weights_seed`` / ``data_seed`` draw the random
-            weights / the data from a seed of their own).
-
-        A keyword left at None is not given (the object's value, or the field's default); one given beside an
-        object follows the rule of :mod:`mhaaudit.request`.
+        sweep: also run the Kruskal-rank sweep of each column's queries.
+        on_note: called with each note as it comes (the notes are in ``AuditResult.notes`` too).
+        seeds: run once per seed (``"0-4"``, ``"0,3,7"`` or a list of ints).
+        vary: what ``seeds`` vary: ``"both"``, ``"weights"`` or ``"data"``.
+        weights: a local folder or file of trained weights (the request's ``weights_path``).
+        query_index: the query token's position (None: the model's own).
+        backend: ``"hf"`` or ``"timm"`` (None: detected).
+        context_length: the tokens per example n of a text model.
+        revision: a branch, tag or commit of a hub model.
+        trust_remote_code: let a hub repository's own model code run.
+        split: the data split to read.
+        limit: how many examples to read (default 2000).
+        batch_size: examples per forward pass, or ``"auto"`` (see :mod:`mhaaudit.batching`).
+        keep_duplicates: keep exact duplicate inputs (default: dropped).
+        text_column: the column or field holding the text (None: found).
+        image_column: the column holding the images (None: found).
+        convert_rgb: convert images of other modes to RGB instead of skipping them.
+        samples: Monte-Carlo draws per test (default 5000).
+        threshold: the satisfied fraction at which a test holds (default 0.99).
+        seed: the run's seed (default 0).
+        rtol: the rank rule's relative tolerance.
+        atol: the rank rule's absolute tolerance.
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (default auto).
+        stop_when_decided: stop a test once its verdict is settled (default True).
+        progress: show progress bars on stderr.
+        weights_seed: the seed of the random weights, set apart from ``seed``.
+        data_seed: the seed of the data, set apart from ``seed``.
 
     Returns:
-        An :class:`AuditResult`, or a :class:`mhaaudit.seeds.SeedsResult` with ``seeds``. Inputs skipped are
-        in ``AuditResult.skips`` by cause, duplicates in ``AuditResult.duplicates``; a run that gets fewer
-        than ``limit`` examples says so in the notes and the table.
+        An :class:`AuditResult`, or a :class:`mhaaudit.seeds.SeedsResult` with ``seeds``.
+        Skipped inputs are in ``AuditResult.skips`` by cause, duplicates in ``AuditResult.duplicates``.
+        A run that gets fewer than ``limit`` examples says so in the notes and the table.
 
     Raises:
         InputError: for a bad argument: an unknown variant, ``layer`` below 1 or given beside ``layers``

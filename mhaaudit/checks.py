@@ -51,27 +51,23 @@ def _inverse_iteration_sigma(G: torch.Tensor, iters: int = 12):
 
 @with_numerics()
 def context_ranks(E: torch.Tensor, rule: RankRule, *, top: float | None = None):
-    """Exact numerical rank of each ``(n, d)`` matrix in a ``(B, n, d)`` batch.
+    """Compute the exact numerical rank of each ``(n, d)`` matrix in a ``(B, n, d)`` batch.
 
     Full rank is decided with the certified Cholesky test of ``mhaaudit.numerics`` (SVD for the
-    undecided), so decisions equal ``torch.linalg.matrix_rank`` under the same rule; the ranks of
-    deficient matrices come from eigenvalues of the Gram matrix (SVD near the tolerance). For
-    full-rank matrices ``sigma_min``/``sigma_max`` are inverse/power-iteration estimates (the rank
-    decision does not depend on them); when n > d no matrix can have rank n and ranks are not
-    computed (-1).
+    undecided), so decisions equal ``torch.linalg.matrix_rank`` under the same rule. The ranks of
+    deficient matrices come from the Gram matrix's eigenvalues (SVD near the tolerance). For
+    full-rank matrices ``sigma_min`` and ``sigma_max`` are iteration estimates; the decision does
+    not depend on them. When n > d no matrix can have rank n, and ranks are not computed (-1).
+    The batch is divided by an exact power of two first (``numerics.scale``). The factorisations
+    run on one thread, so their numbers do not depend on the machine's thread count.
 
-    The batch is divided by an exact power of two first (``numerics.scale``), so no Gram entry
-    over- or underflows whatever the data's scale; the singular values and tolerances returned
-    are in the data's own units.
-
-    ``top``: the largest absolute entry of ``E`` (``numerics.max_abs``) when the caller has read
-    it already; it is read here otherwise (one pass, which also finds NaN and infinite values). The
-    factorisations run on one intra-op thread: a few hundred small matrices gain nothing from a
-    team of threads, which made them many times slower on shared cores, and so their numbers do
-    not depend on the machine's thread count.
+    Args:
+        E: the ``(B, n, d)`` batch of context matrices.
+        rule: the rank rule.
+        top: the largest absolute entry of ``E`` when known (None: read here, which also finds NaN).
 
     Returns:
-        ``(rank, sigma_min, sigma_max, tol)``, each of length B, on ``E``'s device.
+        ``(rank, sigma_min, sigma_max, tol)``, each of length B, on ``E``'s device, in the data's units.
 
     Raises:
         InputError: when ``E`` is not 3-D, or holds NaN or infinite values.
@@ -296,7 +292,14 @@ def assumption_2_from_arrays(a: dict[str, torch.Tensor], *, n: int, d: int, rule
 
 
 def assumption_2(E: torch.Tensor, rule: RankRule | None = None, batch_size: int = 64) -> ContextRankResult:
-    """Assumption 2 on a ``(T, n, d)`` tensor (use ``ContextRanks`` to stream).
+    """Check Assumption 2 on a ``(T, n, d)`` tensor: every context matrix has rank n.
+
+    Use ``ContextRanks`` to stream the matrices instead.
+
+    Args:
+        E: the ``(T, n, d)`` context matrices.
+        rule: the rank rule (None: the rule for E's dtype).
+        batch_size: context matrices decided at a time (default 64).
 
     Returns:
         The :class:`ContextRankResult`: how many of the T context matrices have rank n, the verdict and
@@ -319,7 +322,12 @@ def _mc(check: str, X, k: int, **kw) -> SubsetTest:
 
 
 def assumption_1(queries, n: int, **kw) -> SubsetTest:
-    """Kruskal rank of the query vectors >= n, estimated at k = n.
+    """Check Assumption 1: the query vectors' Kruskal rank is at least n, estimated at k = n.
+
+    Args:
+        queries: the T x d query vectors.
+        n: the context length, the size tested.
+        **kw: the keywords of :func:`~mhaaudit.kruskal.subset_test` (``samples``, ``seed``, ``rule``, ...).
 
     Returns:
         The :class:`~mhaaudit.kruskal.SubsetTest` at k = n (see :func:`~mhaaudit.kruskal.subset_test`).
@@ -332,8 +340,12 @@ def assumption_1(queries, n: int, **kw) -> SubsetTest:
 
 
 def assumption_3(a3_vectors, n: int, **kw) -> SubsetTest:
-    """Kruskal rank of query + mean(context) >= n, estimated at k = n: :func:`assumption_1`'s test
-    on the Assumption 3 vectors.
+    """Check Assumption 3: the Kruskal rank of query + mean(context) is at least n, estimated at k = n.
+
+    Args:
+        a3_vectors: the T x d Assumption 3 vectors.
+        n: the context length, the size tested.
+        **kw: the keywords of :func:`~mhaaudit.kruskal.subset_test`, as :func:`assumption_1` takes them.
 
     Returns:
         The :class:`~mhaaudit.kruskal.SubsetTest` at k = n, as :func:`assumption_1`.
@@ -345,7 +357,11 @@ def assumption_3(a3_vectors, n: int, **kw) -> SubsetTest:
 
 
 def general_position(queries, **kw) -> SubsetTest:
-    """Kruskal rank of the queries = min(T, d), estimated at that k.
+    """Check general position: the queries' Kruskal rank is min(T, d), estimated at that k.
+
+    Args:
+        queries: the T x d query vectors.
+        **kw: the keywords of :func:`~mhaaudit.kruskal.subset_test` (``samples``, ``seed``, ``rule``, ...).
 
     Returns:
         The :class:`~mhaaudit.kruskal.SubsetTest` at k = min(T, d) (see :func:`~mhaaudit.kruskal.subset_test`).

@@ -1,64 +1,10 @@
 """Data-parallel runs under ``torchrun`` or ``accelerate launch``: N processes, one audit.
 
-Launching
----------
-``torchrun --nproc-per-node N -m mhaaudit check MODEL ...`` (also ``accelerate launch -m
-mhaaudit ...``, and several nodes with ``torchrun --nnodes M --rdzv-endpoint HOST:PORT``) starts N
-processes with ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` set.
-A process started without ``WORLD_SIZE`` above 1 runs as one process, exactly as before:
-:func:`session` returns None and ``torch.distributed`` is never imported.
-
-The process group is gloo on the CPU; with CUDA it is ``cpu:gloo,cuda:nccl`` and each process
-takes ``cuda:LOCAL_RANK`` as its device. Every message mhaaudit sends is a small CPU object (raw
-batches, reduced rows, counts), so gloo carries them all. Collectives time out after
-``MHAAUDIT_DIST_TIMEOUT`` seconds (default 300, not torch's 30 minutes).
-
-Who runs what
--------------
-Under :func:`run_cli` (``python -m mhaaudit``) rank 0 runs the command line; the other ranks
-never parse, print or write: they follow rank 0, making each :func:`shared` library call
-(``audit``, ``capacity_audit``, ``capture_features``, ``subset_test``, ``kruskal_sweep``) that
-rank 0 makes, with its arguments. A user's own script run by torchrun instead makes those calls
-on every rank itself. Either way only rank 0's command line prints and writes, and the JSON
-``meta`` of ``check`` and ``capacity`` names the world size and backend (:func:`describe`); work
-outside the shared calls runs on rank 0 alone.
-
-What is split and what is gathered
-----------------------------------
-- Rank 0 alone reads the data source, so it alone fixes the examples (unreadable and non-RGB
-  items skipped, ``--limit`` applied) and the batches, exactly as one process would; it deals
-  batch b to rank b mod N (:meth:`Session.deal`). Reading and decoding stay on rank 0.
-- Several seeds (``--seeds``) with at least one seed per rank are spread over the ranks instead:
-  rank r runs the seeds r, r + N, ... whole, as one process (:func:`alone`: it reads the data
-  itself), and the per-seed results are gathered into seed order on rank 0; the other ranks
-  receive them without their feature sets (:func:`mhaaudit.seeds.over_seeds`).
-- Each rank loads the model itself (the same seed gives the same random weights), prepares and
-  runs the batches dealt to it and reduces them: each batch is computed whole, by one process, as
-  one process computes it.
-- The reduced rows (query and Assumption 3 vectors, per-example context statistics, rows of Z)
-  are all-gathered back into single-process order (:meth:`Session.gather_rows`): every rank then
-  holds exactly the arrays one process would hold. Exact duplicate images are found from input
-  keys the ranks exchange each round, in batch order, so the same ones are dropped.
-- The Monte-Carlo draws of every test and sweep come in seeded blocks; inside a shared call
-  (:func:`lockstep`) rank r decides groups of blocks r, r + N, ... and each round's results are
-  gathered (``kruskal.sampling.blocks_in_order``), so counts, histograms, witnesses and the block
-  where a test stops early are those of one process.
-
-Nothing here decides a verdict: this module only moves data. Under the same seed, data, batch
-size and thread settings the records equal a single-process run's (``torchrun`` sets
-``OMP_NUM_THREADS=1`` when it is unset: give the single process the same to compare).
-
-Failures
---------
-A rank that fails leaves a one-line note in the job's key-value store and exits; the others meet
-the closed connection at their next collective (gloo notices at once), read the note, and raise
-:class:`RankFailed` (the failing rank's error was a user error: exit 2) or :class:`RankCrashed`
-(a bug: exit 3). A rank killed outright leaves no note; the others say which rank stopped when it
-ran on their host. Each shared call ends with an agreement of all ranks, so a rank that fails
-late still stops the job before rank 0 writes any file.
-
-torch is imported where it is used: ``python -m mhaaudit`` imports this module before it knows the
-command, and ``mhaaudit --help`` answers without torch.
+A process started without ``WORLD_SIZE`` above 1 runs as one process: :func:`session` returns None
+and ``torch.distributed`` is never imported. Under :func:`run_cli` rank 0 runs the command line and
+the other ranks follow it into each :func:`shared` library call. This module only moves data; it
+decides no verdict. How the work is split, gathered and stopped on a failure: the Development page
+of the documentation (``docs/development.md``, "Data-parallel runs").
 """
 
 from __future__ import annotations

@@ -279,34 +279,52 @@ def estimate_kruskal_rank(
 ) -> KruskalResult | SeedsResult:
     """Estimate the Kruskal rank of a set of vectors: Monte-Carlo tests at candidate sizes, or a sweep.
 
-    ``features`` is a T x d matrix (``.npy``, ``.pt``, ``.safetensors``, ``.parquet``), a
-    T x n x d token array with ``query_index``, or a folder written by ``check --save-features``;
-    without it the query vectors (or ``vectors="a3"``) of one column of ``model`` are captured
-    (default ``vit-base``, ``variant="random"``, on the built-in data).
+    The vectors come from ``features``, or without it from a capture of one column of ``model``
+    (default ``vit-base``, ``variant="random"``, on the built-in data). Each keyword is the command's
+    option of the same name; None: not given. See :mod:`mhaaudit.request` for a keyword given beside
+    a request object. Capture keywords or ``capture`` beside ``features`` are refused.
 
     Args:
-        features: the vectors' file or folder (None: a capture from ``model``).
-        request, capture, settings: the three objects the keywords build (:func:`kruskal_request`,
-            :func:`kruskal_capture`, :class:`~mhaaudit.settings.Settings`). A keyword beside an object
-            follows the rule of :mod:`mhaaudit.request`; capture keywords or ``capture`` beside
-            ``features`` are refused.
+        features: a T x d matrix file (``.npy``, ``.pt``, ``.safetensors``, ``.parquet``) or a saved feature folder.
+        request: the :class:`KruskalRequest` (None: built by :func:`kruskal_request` from the keywords).
+        capture: the :class:`Capture` (None: built by :func:`kruskal_capture` from the keywords).
+        settings: the :class:`~mhaaudit.settings.Settings` (None: built from the keywords).
         on_note: called with the line that describes the vectors and the rank rule, before the tests run.
-        seeds: with a capture only, capture and estimate once per seed (``"0-4"``, ``"0,3,7"`` or a list),
-            the model loads shared; the result is a :class:`~mhaaudit.seeds.SeedsResult`.
-        vary: what ``seeds`` vary: ``"both"``, ``"weights"`` or ``"data"`` (see :func:`~mhaaudit.seeds.plan_seeds`).
-        k, sweep, n, vectors, key, query_index: the :class:`KruskalRequest` (one size or several; none: n and
-            min(T, d) when n is known, else the sweep).
-        samples, threshold, seed, rtol, atol, device, stop_when_decided, progress, weights_seed, data_seed:
-            the settings (a test stops once decided unless ``stop_when_decided=False``; ``weights_seed`` and
-            ``data_seed`` seed a capture's random weights and data apart from ``seed``).
-        model, variant, backend, weights, revision, trust_remote_code, data, split, limit, batch_size,
-            keep_duplicates, text_column, image_column, convert_rgb: the capture, as :func:`mhaaudit.audit`
-            takes them.
-
-        Each keyword is the command's option of the same name; None: not given.
+        seeds: with a capture only, capture and estimate once per seed (``"0-4"``, ``"0,3,7"`` or a list).
+        vary: what ``seeds`` vary: ``"both"``, ``"weights"`` or ``"data"``.
+        k: one candidate size or several (None: n and min(T, d) when n is known, else the sweep).
+        sweep: run the sweep over every size instead.
+        n: the vectors' context length, tested by default.
+        vectors: ``"queries"`` or ``"a3"``, the vectors of a feature folder or a capture.
+        key: the tensor or column of the file to read.
+        query_index: the query row of a T x n x d token array, or of the model.
+        samples: Monte-Carlo draws per test (default 5000).
+        threshold: the satisfied fraction at which a test holds (default 0.99).
+        seed: the run's seed (default 0).
+        rtol: the rank rule's relative tolerance.
+        atol: the rank rule's absolute tolerance.
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (default auto).
+        stop_when_decided: stop a test once its verdict is settled (default True).
+        progress: show progress bars on stderr.
+        weights_seed: the seed of a capture's random weights, set apart from ``seed``.
+        data_seed: the seed of a capture's data, set apart from ``seed``.
+        model: the model to capture from: an alias, a hub id or a local folder.
+        variant: the captured column (default ``random``).
+        backend: ``"hf"`` or ``"timm"`` (None: detected).
+        weights: a local folder or file of trained weights.
+        revision: a branch, tag or commit of a hub model.
+        trust_remote_code: let a hub repository's own model code run.
+        data: the data source of the capture (None: the built-in data).
+        split: the data split to read.
+        limit: how many examples to read (default 2000).
+        batch_size: examples per forward pass, or ``"auto"`` (see :mod:`mhaaudit.batching`).
+        keep_duplicates: keep exact duplicate inputs (default: dropped).
+        text_column: the column or field holding the text (None: found).
+        image_column: the column holding the images (None: found).
+        convert_rgb: convert images of other modes to RGB instead of skipping them.
 
     Returns:
-        A :class:`KruskalResult` (with ``seeds``, a :class:`~mhaaudit.seeds.SeedsResult`).
+        A :class:`KruskalResult`, or with ``seeds`` a :class:`~mhaaudit.seeds.SeedsResult`.
 
     Raises:
         InputError: for a bad argument, seed options given with ``features``, a file that cannot be read as

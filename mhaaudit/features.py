@@ -271,14 +271,20 @@ class StreamingReducer:
 
 
 def reduce_tokens(tokens: torch.Tensor, query_index: int, batch_size: int = 64, meta: dict | None = None) -> FeatureSet:
-    """Reduce an in-memory (T, n, d) tensor (for tests and small inputs), ``batch_size`` examples at a time.
+    """Reduce an in-memory (T, n, d) token tensor to a feature set, for tests and small inputs.
+
+    Args:
+        tokens: the (T, n, d) tensor of T examples.
+        query_index: the query token's position in each example.
+        batch_size: examples reduced at a time (default 64).
+        meta: the feature set's provenance (None: empty).
+
+    Returns:
+        The :class:`FeatureSet` of the T examples, with ``meta``.
 
     Raises:
         InputError: when ``tokens`` is not 3-D.
         ModelError: when floating-point ``tokens`` hold NaN or infinite values.
-
-    Returns:
-        The :class:`FeatureSet` of the T examples, with ``meta``.
     """
     red = StreamingReducer(query_index)
     for part in tokens.split(batch_size):

@@ -43,11 +43,16 @@ class Probe:
 def plan_probes(
     modality: str, variants: Sequence[str] | None = None, layers: Sequence[int] | None = None, layer: int | None = None
 ) -> list[Probe]:
-    """The columns to audit.
+    """Plan the columns to audit, one probe point a column.
 
-    Images: the paper's Table 1 columns (``variants``; ``layer`` sets the depth of ``random`` and
-    ``trained``, default 1). Text, or any model with ``layers`` given: random/trained x each layer
-    (the paper's Table 3 uses layers 0 and 1); ``layer`` has no effect there and is refused.
+    Images get the paper's Table 1 columns. Text, or any model with ``layers`` given, gets random and
+    trained weights at each layer (the paper's Table 3 uses layers 0 and 1).
+
+    Args:
+        modality: ``"image"`` or ``"text"``.
+        variants: the columns to keep (None: all of them).
+        layers: the depths of the random and trained columns (text default: 0 and 1).
+        layer: the depth of the image ``random`` and ``trained`` columns (default 1; refused for text).
 
     Returns:
         The probe points (one a column), in the table's order.

@@ -221,11 +221,19 @@ class ResultTable(Report):
         raise NotImplementedError
 
     def to_arrow(self):
-        """The result as a pyarrow table: the rows ``--out`` writes, with the run's meta as schema metadata."""
+        """The result as a pyarrow table: the rows ``--out`` writes.
+
+        Returns:
+            (pyarrow.Table): The records, with the run's meta as the schema metadata.
+        """
         return records_table(self.table_records(), self.table_meta())
 
     def to_pandas(self):
-        """The result as a pandas DataFrame (nullable integer and boolean columns)."""
+        """The result as a pandas DataFrame: the rows of :meth:`to_arrow`.
+
+        Returns:
+            (pandas.DataFrame): The records, with nullable integer and boolean columns.
+        """
         return to_pandas(self.to_arrow())
 
 
@@ -245,7 +253,13 @@ class StoredResult(ResultTable):
 
     @classmethod
     def from_json(cls, source):
-        """The result in a ``--format json`` document: a parsed dict, the JSON text or a path to it.
+        """Read the result back from a ``--format json`` document.
+
+        Args:
+            source (dict | str | os.PathLike): the parsed document, its JSON text, or a path to it.
+
+        Returns:
+            (Self): The result, equal field by field to the one written (reduced feature tensors excepted).
 
         Raises:
             InputError: when ``source`` cannot be read, is not JSON or not a results document, or holds no
@@ -258,7 +272,13 @@ class StoredResult(ResultTable):
 
     @classmethod
     def from_parquet(cls, path):
-        """The result a ``--out FILE.parquet`` (or ``--format parquet``) file holds in its metadata.
+        """Read the result back from the metadata of a ``--out FILE.parquet`` file.
+
+        Args:
+            path (str | os.PathLike): a parquet file written by ``--out`` or ``--format parquet``.
+
+        Returns:
+            (Self): The result, equal field by field to the one written (reduced feature tensors excepted).
 
         Raises:
             InputError: when ``path`` is not a readable parquet file, its mhaaudit metadata is not JSON, or it

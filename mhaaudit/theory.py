@@ -119,24 +119,30 @@ def theorem1_bound(
     a2_holds: bool | None,
     kruskal_estimate: int | None = None,
 ) -> CapacityBound:
-    """The number of examples an MHA layer provably memorises, given the assumption results.
+    """Count the examples an MHA layer provably memorises, given the assumption results.
 
-    - A1 and A2 hold and ``n < d``: Theorem 1, ``H (min(n, d_h) - 1) + 1``.
-    - A1 fails (or was not checked) but A2 holds, ``n < d``, and a Kruskal-rank estimate
-      ``k < n`` of the queries is given: Remark 1, ``H (min(k, d_h) - 1) + 1``.
-    - A2 fails or was not checked, ``n >= d``, or A1 fails with no usable estimate: no guarantee
-      (``applies=False``) and ``reason`` says which.
+    Theorem 1 gives ``H (min(n, d_h) - 1) + 1`` when A1 and A2 hold and ``n < d``. Remark 1 gives
+    ``H (min(k, d_h) - 1) + 1`` when A1 fails or was not checked, A2 holds, ``n < d``, and a
+    Kruskal-rank estimate ``k < n`` is given. Otherwise there is no guarantee (``applies=False``),
+    and ``reason`` says why. An estimate that contradicts ``a1_holds`` is recorded in ``notes``.
+    Both counts are reconstructed from the proof (``reconstructed=True``).
 
-    ``a1_holds`` decides between Theorem 1 and Remark 1; an estimate that contradicts it is
-    recorded in ``notes``. Both counts are reconstructed from the proof (``reconstructed=True``).
-
-    Raises:
-        InputError: when ``heads``, ``head_dim``, ``n``, ``d`` or a given ``kruskal_estimate`` is not a positive
-            integer, or ``a1_holds`` / ``a2_holds`` is not True, False or None.
+    Args:
+        heads: the number of heads H.
+        head_dim: the head dimension d_h.
+        n: the context length.
+        d: the embedding dimension.
+        a1_holds: Assumption 1's verdict (None: not checked).
+        a2_holds: Assumption 2's verdict (None: not checked).
+        kruskal_estimate: an estimate k of the queries' Kruskal rank, for Remark 1.
 
     Returns:
         The :class:`CapacityBound`: the count, the rule that gave it (Theorem 1, Remark 1 or none), and
         the reason and notes.
+
+    Raises:
+        InputError: when ``heads``, ``head_dim``, ``n``, ``d`` or a given ``kruskal_estimate`` is not a positive
+            integer, or ``a1_holds`` / ``a2_holds`` is not True, False or None.
     """
     inputs = _Inputs(
         heads=integer("heads", heads),

@@ -154,6 +154,13 @@ def test_the_generated_parts_are_filled_in(site):
         assert re.search(rf'id="mhaaudit\.[\w.]*{cls}\.from_parquet"', api), cls
     changelog = (site / "changelog" / "index.html").read_text()
     assert "Unreleased" in changelog and "0.1.0" in changelog
+    assert not re.search(r":(class|func|meth|mod|data|attr|exc):<code>", api), "a Sphinx role shown as written"
+
+
+def test_a_sphinx_role_shows_as_the_code_it_names():
+    hooks = _script("mhaaudit_docs_hooks", DOCS / "hooks.py")
+    assert hooks.shown_roles(":class:<code>~mhaaudit.errors.InputError</code>") == "<code>InputError</code>"
+    assert hooks.shown_roles("See :mod:<code>mhaaudit.request</code>.") == "See <code>mhaaudit.request</code>."
 
 
 def test_a_directive_without_its_data_stops_the_build():

@@ -358,28 +358,46 @@ def capacity_audit(
     weights_seed: int | None = None,
     data_seed: int | None = None,
 ) -> CapacityResult | SeedsResult:
-    """Bound and certificate for each column (``variants``: random and/or trained; default both).
+    """Bound and certify the memorisation capacity of each column (random and/or trained weights).
+
+    The assumptions are audited on the input of one attention block, or read from a results file.
+    Settings built from the keywords stop each test once it is decided. See :mod:`mhaaudit.request`
+    for a keyword given beside a request object.
 
     Args:
-        model: the model (an alias, a hub id, a local folder), or a :class:`~mhaaudit.request.ModelRequest`
-            (one naming a ``query_index`` is refused: capacity reads the model's own query).
-        heads: the certificate with the first h heads for each h (``"1-12"``; default: all heads).
-        attention: ``"model"`` (the block's own key/query weights) or ``"random"``.
+        model: an alias, a hub id or a local folder, or a :class:`~mhaaudit.request.ModelRequest` (no ``query_index``).
+        heads: the head counts h to certify with the first h heads (``"1-12"``; default: all heads).
+        attention: ``"model"`` (the block's own key and query weights) or ``"random"``.
         shared_context: every example shares one context (Proposition 2's setting).
-        from_path: a results file of ``mhaaudit check --out`` to read the assumptions from, instead of
-            auditing the tokens.
+        from_path: a results file of ``mhaaudit check --out`` to read the assumptions from.
         variants: the columns, ``random`` and/or ``trained`` (default both).
-        block: the attention block whose input the assumptions are audited on (default 2, the layer the
-            paper applies Theorem 1 to, see :data:`~mhaaudit.defaults.CAPACITY_BLOCK`).
+        block: the audited attention block (default :data:`~mhaaudit.defaults.CAPACITY_BLOCK`).
         layer: a deprecated alias of ``block``.
         data: the data source, or a :class:`~mhaaudit.request.DataRequest` (None: the built-in data).
-        settings: the :class:`~mhaaudit.settings.Settings` (None: built from the keywords; each test then
-            stops once it is decided).
-        seeds: run once per seed; the result is a :class:`mhaaudit.seeds.SeedsResult` (rank(Z) per seed and
-            its spread).
+        settings: the :class:`~mhaaudit.settings.Settings` (None: built from the keywords).
+        seeds: run once per seed, with rank(Z) per seed and its spread.
         vary: what ``seeds`` vary, as in :func:`mhaaudit.audit`.
-        weights, ... data_seed: the fields of the three request objects, as :func:`mhaaudit.audit` takes
-            them (None: not given). A keyword beside an object follows the rule of :mod:`mhaaudit.request`.
+        weights: a local folder or file of trained weights.
+        backend: ``"hf"`` or ``"timm"`` (None: detected).
+        context_length: the tokens per example n of a text model.
+        revision: a branch, tag or commit of a hub model.
+        trust_remote_code: let a hub repository's own model code run.
+        split: the data split to read.
+        limit: how many examples to read (default 2000).
+        batch_size: examples per forward pass, or ``"auto"`` (see :mod:`mhaaudit.batching`).
+        keep_duplicates: keep exact duplicate inputs (default: dropped).
+        text_column: the column or field holding the text (None: found).
+        image_column: the column holding the images (None: found).
+        convert_rgb: convert images of other modes to RGB instead of skipping them.
+        samples: Monte-Carlo draws per test (default 5000).
+        threshold: the satisfied fraction at which a test holds (default 0.99).
+        seed: the run's seed (default 0).
+        rtol: the rank rule's relative tolerance.
+        atol: the rank rule's absolute tolerance.
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (default auto).
+        progress: show progress bars on stderr.
+        weights_seed: the seed of the random weights, set apart from ``seed``.
+        data_seed: the seed of the data, set apart from ``seed``.
 
     Returns:
         A :class:`CapacityResult`, or a :class:`mhaaudit.seeds.SeedsResult` with ``seeds``.

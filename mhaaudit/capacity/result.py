@@ -131,7 +131,11 @@ class CapacityResult(StoredResult):
             }
 
     def records(self) -> list[dict]:
-        """One row per column and head count h (one 'unavailable' row for a column that could not run)."""
+        """One row per column and head count h.
+
+        Returns:
+            The rows as dicts; a column that could not run has one 'unavailable' row.
+        """
         out = []
         for c in self.columns:
             base = self._column_record(c)
@@ -183,7 +187,11 @@ class CapacityResult(StoredResult):
         return f"{self.model!r} block {self.settings.layer}; " + "; ".join(parts)
 
     def meta(self) -> dict:
-        """The provenance stamp of the run (the JSON ``meta``), with the result itself under ``result``."""
+        """The provenance stamp of the run, with the result itself under ``result``.
+
+        Returns:
+            The JSON ``meta`` as a dict.
+        """
         return stamp(
             command="capacity",
             model=self.model,

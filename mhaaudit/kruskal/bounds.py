@@ -9,6 +9,44 @@
 
 Each works on the data divided by an exact power of two (``numerics.scale``) and squares no norm
 it does not have to, so the bounds do not depend on the data's scale.
+
+Which singular values the whole set's rank uses
+-----------------------------------------------
+The singular values are used in two kinds of comparison only: the whole set's rank counts those
+above its own tolerance ``tol(s_0)``, and ``SetStats.ceiling(k)`` counts those with
+``s_i + sv_error`` above one tolerance ``tol_min(k)`` per size k. The values may come from the
+streamed Gram matrix (square roots of its eigenvalues) or from the TSQR factor R of the rows
+(``stream.tsqr``, a second pass, accurate to an SVD of the rows). The Gram's are used whenever
+every comparison made comes out as it would with the TSQR pass's values, and as with the exact
+ones; so the rank and every ceiling are the same numbers whichever is used. The argument:
+
+* The Gram ``G^ = G + E1`` of the rescaled rows (entries at most 1) is a sum of T products per
+  entry in some order, so ``|E1| <= gamma_T |X|^T |X|`` entrywise and
+  ``||E1|| <= gamma_T trace(G)`` (a non-negative matrix's norm is at most that of a larger one,
+  and a Gram's at most its trace); products flushed or rounded in the subnormal range add at
+  most ``2 d T 2**-1022``. The eigenvalues of G^ (LAPACK, backward stable) are taken to be
+  those of a matrix within ``16 d eps ||G^||`` of it: an assumption on the constant, which
+  LAPACK states only as p(d) eps with p unspecified (the rigorous worst case grows like d^2). By Weyl's theorem,
+  ``|lam^_i - sigma_i^2| <= delta`` with
+  ``delta`` twice the sum of these (``_gram_error``), so ``sigma_i`` lies in
+  ``[lo_i, hi_i] = [sqrt(max(0, lam^_i - delta)), sqrt(lam^_i + delta)]``, each rounded outward.
+* The TSQR values ``t_i`` satisfy ``|t_i - sigma_i| <= c sigma_0`` with
+  ``c = 8 (max(T, d) + d chunks) eps`` (``stream.tsqr``; likewise an assumed constant: the
+  rigorous Householder bound is larger), and that pass reports the error
+  ``c t_0``. With ``w = c hi_0 >= c sigma_0``: ``t_i`` lies in ``[a_i, b_i] = [max(0, lo_i - w),
+  hi_i + w]``, ``t_0`` in ``[a_0, b_0]``, and ``fl(t_i + c t_0)`` in
+  ``[a_i, b_i + c (hi_0 + w)]`` (outward-rounded: rounding is monotone, so ``fl(x + y) >= x``
+  for y >= 0, and ``tol`` is non-decreasing in its argument).
+* The rank is taken from the Gram when, for every i, ``a_i > tol(b_0)`` or ``b_i <= tol(a_0)``:
+  then every count, by the exact values or the TSQR pass's, agrees; otherwise ``set_stats`` runs
+  the TSQR pass. A ceiling is taken from the brackets when its tolerance lies in none of them
+  (``GramBrackets``); otherwise the TSQR pass runs then (once) and decides it, as it would have.
+
+``unit_singular_values`` are then the Gram's, within ``unit_sv_error = sqrt(delta)`` of the
+exact values; after a TSQR pass, its values and its error ``c s_0``.
+
+A pass deferred to a ceiling reads X then: the ceiling refuses (``InputError``) when X is no
+longer what the statistics describe (``_DeferredPass``).
 """
 
 from __future__ import annotations
@@ -116,46 +154,16 @@ def fixed_rule(
 
 @with_numerics(threads=1)
 def set_stats(X, rule: RankRule) -> SetStats:
-    """Singular values and row norms of the whole set, from the one streaming pass over its rows
-    (``numerics.stream.scan``, O(d^2) memory, on the data divided by an exact power of two) and
-    kept in those units. This is the one place the whole-set statistics are derived: the rank rule
-    is applied here and in ``SetStats.ceiling``.
+    """Compute the whole set's singular values and row norms, from one streaming pass over its rows.
 
-    The singular values are used in two kinds of comparison only: the whole set's rank counts those
-    above its own tolerance ``tol(s_0)``, and ``SetStats.ceiling(k)`` counts those with
-    ``s_i + sv_error`` above one tolerance ``tol_min(k)`` per size k. The values may come from the
-    streamed Gram matrix (square roots of its eigenvalues) or from the TSQR factor R of the rows
-    (``stream.tsqr``, a second pass, accurate to an SVD of the rows). The Gram's are used whenever
-    every comparison made comes out as it would with the TSQR pass's values, and as with the exact
-    ones; so the rank and every ceiling are the same numbers whichever is used. The argument:
+    The pass (``numerics.stream.scan``) takes O(d^2) memory, on the data divided by an exact power of
+    two, and the statistics stay in those units. This is the one place the whole-set statistics are
+    derived; the rank rule is applied here and in ``SetStats.ceiling``. The module docstring says
+    when the Gram's singular values decide and when a TSQR pass does.
 
-    * The Gram ``G^ = G + E1`` of the rescaled rows (entries at most 1) is a sum of T products per
-      entry in some order, so ``|E1| <= gamma_T |X|^T |X|`` entrywise and
-      ``||E1|| <= gamma_T trace(G)`` (a non-negative matrix's norm is at most that of a larger one,
-      and a Gram's at most its trace); products flushed or rounded in the subnormal range add at
-      most ``2 d T 2**-1022``. The eigenvalues of G^ (LAPACK, backward stable) are taken to be
-      those of a matrix within ``16 d eps ||G^||`` of it: an assumption on the constant, which
-      LAPACK states only as p(d) eps with p unspecified (the rigorous worst case grows like d^2). By Weyl's theorem,
-      ``|lam^_i - sigma_i^2| <= delta`` with
-      ``delta`` twice the sum of these (``_gram_error``), so ``sigma_i`` lies in
-      ``[lo_i, hi_i] = [sqrt(max(0, lam^_i - delta)), sqrt(lam^_i + delta)]``, each rounded outward.
-    * The TSQR values ``t_i`` satisfy ``|t_i - sigma_i| <= c sigma_0`` with
-      ``c = 8 (max(T, d) + d chunks) eps`` (``stream.tsqr``; likewise an assumed constant: the
-      rigorous Householder bound is larger), and that pass reports the error
-      ``c t_0``. With ``w = c hi_0 >= c sigma_0``: ``t_i`` lies in ``[a_i, b_i] = [max(0, lo_i - w),
-      hi_i + w]``, ``t_0`` in ``[a_0, b_0]``, and ``fl(t_i + c t_0)`` in
-      ``[a_i, b_i + c (hi_0 + w)]`` (outward-rounded: rounding is monotone, so ``fl(x + y) >= x``
-      for y >= 0, and ``tol`` is non-decreasing in its argument).
-    * The rank is taken from the Gram when, for every i, ``a_i > tol(b_0)`` or ``b_i <= tol(a_0)``:
-      then every count, by the exact values or the TSQR pass's, agrees; otherwise the TSQR pass
-      runs here. A ceiling is taken from the brackets when its tolerance lies in none of them
-      (``GramBrackets``); otherwise the TSQR pass runs then (once) and decides it, as it would have.
-
-    ``unit_singular_values`` are then the Gram's, within ``unit_sv_error = sqrt(delta)`` of the
-    exact values; after a TSQR pass, its values and its error ``c s_0``.
-
-    A pass deferred to a ceiling reads X then: the ceiling refuses (``InputError``) when X is no
-    longer what the statistics describe (``_DeferredPass``).
+    Args:
+        X: the T x d matrix (a tensor, an array or a mapped file of rows).
+        rule: the rank rule.
 
     Returns:
         The whole set's :class:`~.results.SetStats` (rank, certified ceilings, in the rescaled units).
@@ -342,18 +350,20 @@ def _tsqr_values(rows, exponent: int, m: int, c: float) -> tuple[tuple[float, ..
 
 @with_numerics()
 def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_block: int | None = None) -> Bound:
-    """Certified floor from the Babel function mu1(m) (cumulative coherence).
+    """Certify a floor on the Kruskal rank from the Babel function mu1(m) (cumulative coherence).
 
     Any k rows with mu1(k-1) < 1 have a normalised Gram matrix with smallest eigenvalue at least
-    1 - mu1(k-1) (Gershgorin), so sigma_min(X_S)^2 >= min_norm^2 (1 - mu1) and
-    sigma_max(X_S)^2 <= max_norm^2 (1 + mu1); the floor is the largest k for which that lower
-    bound clears the tolerance. k = 1 needs only non-zero rows. Computed on the data divided by an
-    exact power of two (``numerics.scale``), and without squaring norms.
+    1 - mu1(k-1) (Gershgorin). So sigma_min(X_S)^2 >= min_norm^2 (1 - mu1), and the floor is the
+    largest k for which that bound clears the tolerance. k = 1 needs only non-zero rows. The data
+    are divided by an exact power of two first (``numerics.scale``), and no norm is squared.
+    Memory stays O(T d) for any T; the time is O(T^2 d). Under torchrun the ranks divide the row
+    blocks and take the maximum of their cumulative coherences, which is exactly one process's.
 
-    The coherences come ``row_block`` rows at a time (default: as many as fit in 64 MiB of
-    coherences, at most 1024), so memory stays O(T d) for any T; the time is O(T^2 d). Under
-    torchrun, inside a shared call, the ranks divide the row blocks and take the maximum of their
-    cumulative coherences, which is exactly one process's.
+    Args:
+        X: the T x d matrix whose rows are bounded.
+        rule: the rank rule.
+        kmax: the largest size considered (default min(T, d)).
+        row_block: rows of coherences computed at a time (None: what fits in 64 MiB, at most 1024).
 
     Returns:
         The floor as a :class:`~.results.Bound` (0, with the reason, when none above 0 can be proven or
@@ -418,11 +428,15 @@ def _babel(Xn: torch.Tensor, m: int, row_block: int | None) -> torch.Tensor:
 
 
 def exact_kruskal_rank(X, rule: RankRule | None = None, max_subsets: int = 2_000_000) -> int:
-    """The Kruskal rank by enumerating every subset (small cases only; used to test the bounds).
+    """Compute the Kruskal rank by enumerating every subset (small cases only; it tests the bounds).
+
+    Args:
+        X: the T x d matrix whose rows are counted.
+        rule: the rank rule (None: the rule for X's dtype).
+        max_subsets: the most subsets one size k may have.
 
     Returns:
-        The largest k such that every k-subset of the rows has rank k under ``rule`` (the rule for
-        X's dtype when None); 0 when a row is zero.
+        The largest k such that every k-subset of the rows has rank k under ``rule``; 0 when a row is zero.
 
     Raises:
         InputError: when ``X`` is not a finite numeric T x d matrix, a size k still to check has more

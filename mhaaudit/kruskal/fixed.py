@@ -147,7 +147,15 @@ def draw_decisions(
     rule: RankRule | None = None,
     device: torch.device | str = "cpu",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The draws of ``subset_test`` and each one's decision: ``(indices (N, k), independent (N,))``.
+    """Make the draws of :func:`subset_test` and decide each one, without counting them.
+
+    Args:
+        X: the T x d matrix whose rows are drawn.
+        k: the subset size, from 1 to T.
+        samples: the number of draws N (default 5000).
+        seed: the draws' seed (default 0).
+        rule: the rank rule (None: the paper's rule for the data's dtype).
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (default cpu).
 
     Returns:
         ``(indices, independent)``: the ``samples`` draws of ``k`` sorted row indices (N x k, int64) and
@@ -456,34 +464,29 @@ def subset_test(
     device: torch.device | str | None = None,
     stop_when_decided: bool | None = None,
 ) -> SubsetTest:
-    """Estimate whether every k rows of X are independent: N draws of k distinct rows.
+    """Estimate whether every k rows of X are independent, from N draws of k distinct rows.
 
-    A draw is satisfied when its k x d matrix has rank k under ``rule``. Verdict: ``holds`` when
-    the satisfied fraction is at least ``threshold``. Known answers are given without sampling:
-    k > d (any k vectors in R^d are dependent), k > T, and k above the rank ceiling of the whole
-    set. With ``stop_when_decided`` (the default) sampling stops as soon as the verdict can no
-    longer change (more than ``(1 - threshold) * samples`` dependent draws); the fraction and
-    interval are then over the draws made, which the result records as ``samples``
-    (``planned_samples``: those asked for).
+    A draw is satisfied when its k x d matrix has rank k under ``rule``. The verdict is ``holds``
+    when the satisfied fraction reaches ``threshold``. Known answers need no draws: k > d, k > T,
+    and k above the rank ceiling of the whole set. A test that stops once decided records the
+    draws made as ``samples`` and those asked for as ``planned_samples``. See :mod:`mhaaudit.request`
+    for a keyword given beside ``sampling``.
 
     Args:
-        X: the T x d matrix whose rows are tested.
+        X (torch.Tensor | numpy.ndarray): the T x d matrix whose rows are tested.
         k: the subset size.
-        sampling: how the draws are made and decided, as one :class:`~.sampling.Sampling`; or the
-            keywords ``samples`` ... ``stop_when_decided`` below, its fields (None: not given, the field's
-            default). A keyword beside ``sampling`` follows the rule of :mod:`mhaaudit.request`.
+        sampling: the draws as one :class:`~.sampling.Sampling` (None: built from the keywords).
         check: the check the test is for, in its record.
         title: its title in the report (default: "Kruskal test" for ``check="kruskal"``, else ``check``).
         stats: the whole set's :class:`~.results.SetStats` under the rule (None: computed here).
-        histogram_limit: how many dependent draws' ranks the histogram covers (default: adapted to the cost
-            of one eigen-decomposition, 100 draws up to k = 270, 10 at k = 768).
+        histogram_limit: the dependent draws whose ranks the histogram covers (None: 100 to k = 271, 10 from 567).
         progress: called with the number of draws decided as they are.
-        samples: draws (default 5000).
+        samples: the number of draws (default 5000).
         threshold: the satisfied fraction at which the verdict is ``holds`` (default 0.99).
         seed: the draws' seed (default 0).
         rule: the rank rule (None: the paper's rule for the data's dtype).
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (default auto).
-        stop_when_decided: stop once the verdict is settled (default True).
+        stop_when_decided: stop once more than ``(1 - threshold) * samples`` draws fail (default True).
 
     Returns:
         The :class:`~.results.SubsetTest`: verdict, satisfied fraction and its interval, exact status and

@@ -565,7 +565,11 @@ class KruskalResult(StoredSweepResult):
         return {str(t.k): t.set_rank_ceiling for t in self.tests if t.set_rank_ceiling is not None}
 
     def records(self) -> list[dict]:
-        """One record per test, in the order of ``tests`` (:meth:`SubsetTest.record`)."""
+        """One record per test, in the order of ``tests``.
+
+        Returns:
+            The records as dicts (:meth:`SubsetTest.record`).
+        """
         return [t.record() for t in self.tests]
 
     def sweep_rows(self) -> list[dict]:
@@ -573,7 +577,11 @@ class KruskalResult(StoredSweepResult):
         return self.sweep.rows() if self.sweep is not None else []
 
     def meta(self) -> dict:
-        """The provenance stamp and the run's facts (the JSON ``meta``, the parquet metadata)."""
+        """The provenance stamp and the run's facts.
+
+        Returns:
+            The JSON ``meta`` (and the parquet metadata) as a dict.
+        """
         meta = kruskal_meta(self) | {
             "inputs": self.inputs.as_dict(),
             "set_rank": self.set_rank,

@@ -283,22 +283,20 @@ def kruskal_sweep(
     rule: RankRule | None = None,
     device: torch.device | str | None = None,
 ) -> Sweep:
-    """The satisfied fraction for every k = 1 .. min(T, d) from one set of nested draws.
+    """Estimate the satisfied fraction at every k = 1 .. min(T, d) from one set of nested draws.
 
-    Each draw is a random ordering of K rows; its leading k rows are the k-subset of that draw
-    for every k, so one factorisation per draw answers all k. Sizes above the rank ceiling of
-    the whole set are certified to fail and not sampled.
+    Each draw is a random ordering of K rows; its leading k rows are that draw's k-subset for every k.
+    So one factorisation per draw answers all k. Sizes above the whole set's rank ceiling are
+    certified to fail and not sampled. A sweep makes every draw, whatever ``stop_when_decided`` says.
+    See :mod:`mhaaudit.request` for a keyword given beside ``sampling``.
 
     Args:
-        X: the T x d matrix whose rows are tested.
-        sampling: how the draws are made and decided, as one :class:`~.sampling.Sampling` (a sweep makes
-            every draw, whatever its ``stop_when_decided``); or the keywords ``samples`` ... ``device``
-            below, its fields (None: not given, the field's default). A keyword beside ``sampling``
-            follows the rule of :mod:`mhaaudit.request`.
+        X (torch.Tensor | numpy.ndarray): the T x d matrix whose rows are tested.
+        sampling: the draws as one :class:`~.sampling.Sampling` (None: built from the keywords).
         kmax: the largest size swept (default min(T, d)).
         stats: the whole set's :class:`~.results.SetStats` under the rule (None: computed here).
         progress: called with the number of draws decided as they are.
-        samples: draws (default 5000).
+        samples: the number of draws (default 5000).
         threshold: the fraction a size's estimate must reach (default 0.99).
         seed: the draws' seed (default 0).
         rule: the rank rule (None: the paper's rule for the data's dtype).

@@ -140,34 +140,43 @@ def run_memorize_grid(
     max_group: int | None = None,
     max_minutes: float | None = None,
 ) -> MemorizeGrid:
-    """Train every point of a grid (values of the varied parameter x sizes T x seeds).
+    """Train every point of a grid: values of the varied parameter x sizes T x seeds.
 
-    ``request``: the run as a :class:`~.request.MemorizeRequest`; or the keywords, its fields (None:
-    not given, the field's default; :class:`~.request.MemorizeRequest` and :class:`~.recipe.Recipe`
-    state them). A keyword beside ``request`` follows the rule of :mod:`mhaaudit.request`.
+    The points train in stacked groups (:mod:`.grouping`), as many as fit ``memory_budget``.
+    With ``out``, points already in the file with the same full configuration are read back, not
+    trained again. With ``max_minutes`` the grid runs in parts: no group starts after that time, and
+    :class:`GridUnfinished` says how many points are left. The same call again goes on with them.
+    A keyword left at None is not given: :class:`~.request.MemorizeRequest` and :class:`~.recipe.Recipe`
+    state the defaults. See :mod:`mhaaudit.request` for a keyword given beside ``request``.
 
-    ``seeds``: several seeds (``"0-5"``, ``"0,3,7"`` or a list), every point trained once per
-    seed; the result's ``summary`` gives the mean and spread of the memorised fraction over them
-    (``seed`` is then left at 0). Each point's generator is seeded with
-    ``derive_seed(seed, "memorize")``.
-
-    The points are trained in stacked groups (:mod:`.grouping`): as many per group as fit in
-    ``memory_budget`` GiB (default: 80% of the free GPU memory, or half the available host
-    memory) and at most ``max_group`` (1: each point alone); ``groups`` says how.
-
-    ``out``: a parquet file, written atomically after every group; when it exists, points
-    already in it with the same full configuration (including seed and device type) are read
-    back instead of recomputed (``MemorizeRun.reused``; a point asked for with ``saturation`` is
-    recomputed when the stored one has none). ``max_minutes`` (with ``out``): the grid runs in
-    parts of bounded time: no group starts after that many minutes, a group still training then
-    stops at its next check of the clock (every few hundred steps; its work is lost), the groups
-    finished are in ``out``, and :class:`GridUnfinished` says how many points are left; the same
-    call again goes on with them. Groups are then planned to train in about half that time each
-    (an estimate, :data:`~.grouping.RATE`) and run shortest first, so that every part finishes
-    some; ``max_group`` caps them further.
-    ``plot``: memorisation vs the varied parameter,
-    one line per size (the mean over seeds, the band between the lowest and highest seed).
-    The linear fits against H take every seed's run as a point.
+    Args:
+        request: the run as a :class:`~.request.MemorizeRequest` (None: built from the keywords).
+        vary: the varied parameter: ``heads``, ``n`` or ``head-dim``.
+        values: the varied parameter's values (``"1,2,4,8"`` or a list of ints).
+        n: the context length, when not varied.
+        heads: the number of heads H, when not varied.
+        head_dim: the head dimension d_h, when not varied.
+        sizes: the dataset sizes T (``"500,1000"`` or a list of ints).
+        preset: a named grid (``cpu``, ``paper-fig2a``, ...); explicit values override it.
+        task: the task, one of :data:`~.data.TASKS` (default ``classification``).
+        context: the context, one of :data:`~.data.CONTEXTS` (default ``shared``).
+        classes: the number of classes (default 100).
+        tolerance: a regression example is memorised when ``|prediction - label| < tolerance`` (default 0.01).
+        epochs: the epochs to train (None: the recipe's rule, at least 500 epochs or 50k steps).
+        max_steps: the most optimisation steps to train.
+        lr: Adam's learning rate (default 1e-3).
+        batch_size: examples per step (default 256).
+        check_every: steps between checks of the memorised fraction (default 200).
+        seed: the seed of every point (default 0), through ``derive_seed(seed, "memorize")``.
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+        saturation: also record each example's head saturation.
+        out: a parquet results file, written atomically after every group and read back when it exists.
+        plot: a picture of memorisation against the varied parameter, one line per size.
+        progress: show progress bars on stderr.
+        seeds: train every point once per seed (``"0-5"``, ``"0,3,7"`` or a list of ints).
+        memory_budget: GiB a group may use (None: 80% of free GPU memory, or half the host's).
+        max_group: the most points a group stacks (1: each point alone).
+        max_minutes: with ``out``, start no group after this many minutes.
 
     Returns:
         The :class:`~.results.MemorizeGrid`: one run per point and seed, the summary over seeds and

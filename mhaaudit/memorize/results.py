@@ -215,8 +215,13 @@ class MemorizeGrid(StoredResult):
 
     @classmethod
     def from_json(cls, source) -> MemorizeGrid:
-        """The grid ``memorize --format json`` printed (its document is the grid's :meth:`to_dict`):
-        a parsed dict, the JSON text or a path to it.
+        """Read back the grid that ``memorize --format json`` printed.
+
+        Args:
+            source (dict | str | os.PathLike): the document (the grid's :meth:`to_dict`), its JSON text or path.
+
+        Returns:
+            The :class:`MemorizeGrid`.
 
         Raises:
             InputError: ``source`` is not such a document.
@@ -230,7 +235,13 @@ class MemorizeGrid(StoredResult):
 
     @classmethod
     def from_parquet(cls, path) -> MemorizeGrid:
-        """The grid ``memorize --format parquet`` printed: the runs are its rows, the rest its metadata.
+        """Read back the grid that ``memorize --format parquet`` printed.
+
+        Args:
+            path (str | os.PathLike): the parquet file: the runs are its rows, the rest its metadata.
+
+        Returns:
+            The :class:`MemorizeGrid`.
 
         Raises:
             InputError: the file is not such a parquet file.
@@ -256,7 +267,11 @@ class MemorizeGrid(StoredResult):
         return _decoded(cls, data, where)
 
     def meta(self) -> dict:
-        """The provenance stamp of the grid: the ``meta`` of its parquet output."""
+        """The provenance stamp of the grid.
+
+        Returns:
+            The ``meta`` of its parquet output, as a dict.
+        """
         doc = self.to_dict()
         return stamp(
             command="memorize",

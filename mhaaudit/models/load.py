@@ -45,18 +45,19 @@ _LIBRARY_ERRORS = (
 
 
 def load_model(name: str, **options: Any) -> ProbedModel:
-    """Load a model by alias, hub id, local folder/file or timm name, ready for probing.
+    """Load a model by alias, hub id, local folder or file, or timm name, ready for probing.
 
-    ``options`` are the fields of a :class:`~.plan.LoadPlan`, by name, checked as it checks them:
-    ``weights="random"`` (the default) builds from the config with a random init drawn from
-    ``derive_seed(seed, "model-init")`` (see :mod:`.random_init`); ``"trained"`` loads weights
-    from ``weights_path``, else the hub (online) or the local cache (offline). ``backend``
-    (``"hf"``, ``"timm"``; default: detected) says which library builds it; ``device`` where
-    (default ``"auto"``). ``max_layer`` builds only that many blocks (``info.num_layers`` still
-    reports the full depth). ``context_length`` sets n for text models. ``revision`` is a branch,
-    tag or commit of a hub model; ``trust_remote_code`` lets a transformers model whose repository
-    carries its own code run that code. Trained weights in safetensors form are read only as far
-    as ``max_layer`` needs; ``info.weights_read`` says how many bytes of how many that was.
+    Random weights are drawn from ``derive_seed(seed, "model-init")`` (see :mod:`.random_init`).
+    Trained weights come from ``weights_path``, else the hub online or the local cache offline.
+    Trained safetensors weights are read only as far as ``max_layer`` needs (``info.weights_read``).
+
+    Args:
+        name: the model's alias, hub id, local folder or file, or timm name.
+        **options: the fields of a :class:`~.plan.LoadPlan` by name (``weights``, ``backend``, ``device``, ...).
+
+    Returns:
+        The :class:`~.probe.ProbedModel`: the model, its facts (``info``) and the hooks that capture
+        its probe points.
 
     Raises:
         InputError: when ``name`` is empty or not a string, an option is invalid or cannot apply
@@ -66,10 +67,6 @@ def load_model(name: str, **options: Any) -> ProbedModel:
         MhaauditError: any of the project's errors from resolving or building, as raised (an
             :class:`~mhaaudit.errors.OfflineError` when the weights are neither given nor cached
             offline).
-
-    Returns:
-        The :class:`~.probe.ProbedModel`: the model, its facts (``info``) and the hooks that capture
-        its probe points.
     """
     if not isinstance(name, str) or not name.strip():
         raise InputError("a model name is required (an alias such as vit-base, a hub id, a folder or a timm name)")

@@ -58,21 +58,21 @@ Gram diagonals near 1, so only rows some 2^-200 smaller than the largest ever ge
 
 
 def svd_rank(rows: torch.Tensor, rule: RankRule):
-    """Exact numerical rank of ``(..., m, c)`` matrices under ``rule`` (float64 SVD).
+    """Compute the exact numerical rank of ``(..., m, c)`` matrices under ``rule`` (float64 SVD).
 
     Each matrix is divided by its own power of two first (``scale.exponent_of``: exact), and the
-    absolute tolerance with it, so the rank does not depend on the matrix's scale. Returns
-    ``(rank, sigma_min, sigma_max, tol, singular_values)`` in the units of ``rows``, where
-    ``sigma_min`` is the ``min(m, c)``-th singular value (on the device of ``rows``).
+    absolute tolerance with it, so the rank does not depend on the matrix's scale. It always runs on
+    the CPU (LAPACK), so the reference decision is the same bits on every device. Only the few
+    matrices whose decision sits near the tolerance get here. The singular values are checked
+    before they decide anything (``numerics.checked.svdvals``).
 
-    Always computed on the CPU (LAPACK): only the few matrices whose decision sits within
-    rounding distance of the tolerance get here, for which a GPU SVD is slower, and the
-    reference decision is then the same bits on every device. The singular values are checked
-    before they decide anything, and recomputed by another LAPACK driver where they are not
-    usable (``numerics.checked.svdvals``).
+    Args:
+        rows: the matrices, of shape ``(..., m, c)``.
+        rule: the rank rule.
 
     Returns:
-        ``(rank, sigma_min, sigma_max, tol, singular_values)`` in the units of ``rows``, on its device.
+        ``(rank, sigma_min, sigma_max, tol, singular_values)`` in the units of ``rows``, on its device;
+        ``sigma_min`` is the ``min(m, c)``-th singular value.
 
     Raises:
         InputError: when ``rows`` has fewer than 2 dimensions or holds NaN or infinite values.

@@ -60,16 +60,18 @@ __all__ = [
 
 
 def reproduce_paper(target: str, **options) -> Reproduction | SeedsResult:
-    """Run one target (``table1``, ``table3``, ``figure1``, ``figure2``) with ``options`` (the
-    keyword arguments of the target's function) and compare it with the published values.
+    """Run one target of the paper and compare it with the published values.
 
-    ``seeds`` (``"0-4"``, ``"0,3,7"`` or a list; with ``vary``, ``weights_seed``, ``data_seed`` as in
-    :func:`mhaaudit.audit`) runs the target once per seed and returns a
-    :class:`mhaaudit.seeds.SeedsResult`: each published value beside the between-seed range of ours.
+    ``seeds`` (``"0-4"``, ``"0,3,7"`` or a list) runs the target once per seed, with ``vary``,
+    ``weights_seed`` and ``data_seed`` as :func:`mhaaudit.audit` takes them.
+
+    Args:
+        target: ``table1``, ``table3``, ``figure1`` or ``figure2``.
+        **options (Any): the keyword arguments of the target's function, and ``seeds``.
 
     Returns:
         The target's :class:`Reproduction` (ours beside the published values), or a
-        :class:`mhaaudit.seeds.SeedsResult` with ``seeds``.
+        :class:`mhaaudit.seeds.SeedsResult` with ``seeds``: each published value beside our range over seeds.
 
     Raises:
         InputError: when ``target`` is not one of the targets, or ``vary`` is given other than ``"both"``

@@ -158,18 +158,27 @@ def table1(
     weights_seed: int | None = None,
     data_seed: int | None = None,
 ) -> Reproduction:
-    """Table 1: ViT-Base's four columns (embedding, random attention, random ViT, trained ViT).
+    """Reproduce Table 1: ViT-Base's four columns (embedding, random attention, random and trained ViT).
+
+    A keyword left at None is not given. See :mod:`mhaaudit.request` for a keyword given beside ``request``.
 
     Args:
-        request: the run as one :class:`~.request.TargetRequest`; or the keywords below, its fields (None:
-            not given, the field's default). A keyword beside ``request`` follows the rule of
-            :mod:`mhaaudit.request`.
-        data, split, limit, batch_size: the data (None: the paper's online, the built-in offline), its
-            split, the examples T (None: the paper's) and the batch size.
-        model, weights: by the paper's model key, the model and trained weights put in place of the paper's.
-        samples, threshold, seed, device, stop_when_decided, progress, weights_seed, data_seed: the fields
-            of the run's :class:`~mhaaudit.settings.Settings`.
+        request: the run as one :class:`~.request.TargetRequest` (None: built from the keywords).
+        data: the data source (None: the paper's online, the built-in data offline).
+        split: the data split to read.
+        limit: the examples T (None: the paper's).
+        model: by the paper's model key, a model put in place of the paper's.
+        weights: by the paper's model key, trained weights put in place of the paper's.
+        samples: Monte-Carlo draws per test.
+        threshold: the satisfied fraction at which a test holds.
+        seed: the run's seed (default 0).
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (default auto).
+        batch_size: examples per forward pass, or ``"auto"``.
+        stop_when_decided: stop a test once its verdict is settled.
+        progress: show progress bars on stderr.
         on_note: called with each note as it comes.
+        weights_seed: the seed of the random weights, set apart from ``seed``.
+        data_seed: the seed of the data, set apart from ``seed``.
 
     Returns:
         The :class:`Reproduction`: ours beside the published values.
@@ -215,21 +224,30 @@ def table3(
     weights_seed: int | None = None,
     data_seed: int | None = None,
 ) -> Reproduction:
-    """Table 3: BERT-large and GPT-2-large (``models``: a subset of ``bert``, ``gpt2``), random and
-    trained, layers 0 and 1, and the Kruskal-rank sweep of the BERT layer-1 columns.
+    """Reproduce Table 3: BERT-large and GPT-2-large, random and trained, at layers 0 and 1.
+
+    The Kruskal-rank sweep of the BERT layer-1 columns runs too.
+    A keyword left at None is not given. See :mod:`mhaaudit.request` for a keyword given beside ``request``.
 
     Args:
-        request: the run as one :class:`~.request.TargetRequest`; or the keywords below, its fields (None:
-            not given, the field's default). A keyword beside ``request`` follows the rule of
-            :mod:`mhaaudit.request`.
-        data, split, limit, batch_size: the data (None: the paper's online, the built-in offline), its
-            split, the examples T (None: the paper's) and the batch size.
-        models: the paper's model keys to run (default both).
-        model, weights, context_length: by the paper's model key, the model, trained weights and context
-            length put in place of the paper's.
-        samples, threshold, seed, device, stop_when_decided, progress, weights_seed, data_seed: the fields
-            of the run's :class:`~mhaaudit.settings.Settings`.
+        request: the run as one :class:`~.request.TargetRequest` (None: built from the keywords).
+        data: the data source (None: the paper's online, the built-in data offline).
+        split: the data split to read.
+        limit: the examples T (None: the paper's).
+        models: the paper's model keys to run, a subset of ``bert`` and ``gpt2`` (default both).
+        model: by the paper's model key, a model put in place of the paper's.
+        weights: by the paper's model key, trained weights put in place of the paper's.
+        context_length: by the paper's model key, a context length put in place of the paper's.
+        samples: Monte-Carlo draws per test.
+        threshold: the satisfied fraction at which a test holds.
+        seed: the run's seed (default 0).
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (default auto).
+        batch_size: examples per forward pass, or ``"auto"``.
+        stop_when_decided: stop a test once its verdict is settled.
+        progress: show progress bars on stderr.
         on_note: called with each note as it comes.
+        weights_seed: the seed of the random weights, set apart from ``seed``.
+        data_seed: the seed of the data, set apart from ``seed``.
 
     Returns:
         The :class:`Reproduction`: ours beside the published values.
@@ -337,19 +355,25 @@ def figure1(
     weights_seed: int | None = None,
     data_seed: int | None = None,
 ) -> Reproduction:
-    """Figure 1: the satisfied fraction against k for ViT-Base's random-attention features.
+    """Reproduce Figure 1: the satisfied fraction against k for ViT-Base's random-attention features.
+
+    The figure has one model and one column, so a request with weights, context lengths or models is refused.
+    A keyword left at None is not given. See :mod:`mhaaudit.request` for a keyword given beside ``request``.
 
     Args:
-        request: the run as one :class:`~.request.TargetRequest`; or the keywords below, its fields (None:
-            not given, the field's default). A keyword beside ``request`` follows the rule of
-            :mod:`mhaaudit.request`.
-        data, split, limit, batch_size: the data (None: the paper's online, the built-in offline), its
-            split, the examples T (None: the paper's) and the batch size.
-        model: by the paper's model key, the model put in place of the paper's.
-        samples, threshold, seed, device, progress, weights_seed, data_seed: the fields of the run's
-            :class:`~mhaaudit.settings.Settings`.
-
-    A request with weights, context lengths or models is refused: the figure has one model and one column.
+        request: the run as one :class:`~.request.TargetRequest` (None: built from the keywords).
+        data: the data source (None: the paper's online, the built-in data offline).
+        split: the data split to read.
+        limit: the examples T (None: the paper's).
+        model: by the paper's model key, a model put in place of the paper's.
+        samples: Monte-Carlo draws per test.
+        threshold: the satisfied fraction at which a test holds.
+        seed: the run's seed (default 0).
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (default auto).
+        batch_size: examples per forward pass, or ``"auto"``.
+        progress: show progress bars on stderr.
+        weights_seed: the seed of the random weights, set apart from ``seed``.
+        data_seed: the seed of the data, set apart from ``seed``.
 
     Returns:
         The :class:`Reproduction`: ours beside the published values.
@@ -439,7 +463,19 @@ def figure2(
     device: str = DEFAULT_DEVICE,
     progress: bool = False,
 ) -> Reproduction:
-    """Figure 2(a): memorisation against H on a memorize grid (``cpu`` preset by default).
+    """Reproduce Figure 2(a): memorisation against the number of heads H on a memorize grid.
+
+    Args:
+        preset: the grid's preset (default ``cpu``; None: vary the heads over ``values``).
+        values: the head counts, as :func:`~mhaaudit.memorize.run_memorize_grid` takes them.
+        sizes: the dataset sizes T, as :func:`~mhaaudit.memorize.run_memorize_grid` takes them.
+        max_steps: the most optimisation steps a point trains.
+        seed: the seed of every point (default 0).
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (default auto).
+        progress: show progress bars on stderr.
+
+    Returns:
+        The :class:`Reproduction`: our memorised fractions beside the published ones and the bounds.
 
     Raises:
         InputError: the grid does not vary the number of heads.

@@ -476,7 +476,11 @@ class SeedsResult(StoredSweepResult):
     runs: list[StoredResult] = field(default_factory=list, compare=False, metadata={"document": False})
 
     def records(self) -> list[dict]:
-        """Every record: the per-seed records in seed order, then the summaries, then the differences."""
+        """Every record: the per-seed records in seed order, then the summaries, then the differences.
+
+        Returns:
+            The records as dicts.
+        """
         return (
             [r for seed in self.per_seed for r in seed.rows()]
             + [s.as_dict() for s in self.summaries]
@@ -488,7 +492,11 @@ class SeedsResult(StoredSweepResult):
         return [r.as_dict() for r in self.sweeps]
 
     def meta(self) -> dict:
-        """The meta of the files written, with this result as a document under ``RESULT_KEY``."""
+        """The meta of the files written, with this result as a document under ``RESULT_KEY``.
+
+        Returns:
+            The meta as a dict.
+        """
         return self.meta_ | {RESULT_KEY: self.result_document()}
 
     def summary(self, check: str | None = None) -> list[SummaryRecord]:

@@ -213,9 +213,17 @@ class SeriesResult(StoredSweepResult):
         raise KeyError(name)
 
     def audit(self, name: str, run: int = 0) -> AuditResult:
-        """The checkpoint ``name``'s audit as a single ``check MODEL --weights CHECKPOINT`` run returns it:
-        the reference columns and its trained columns, in the order of the audit's table (for an identical
-        checkpoint, the trained columns of the one it repeats).
+        """Give one checkpoint's audit, as a single ``check MODEL --weights CHECKPOINT`` run returns it.
+
+        It holds the reference columns and the checkpoint's trained columns, in the order of the audit's
+        table. An identical checkpoint gives the trained columns of the one it repeats.
+
+        Args:
+            name: the checkpoint's name, as given.
+            run: the run's place in ``runs``, one per seed with ``seeds`` (default 0).
+
+        Returns:
+            The checkpoint's :class:`~mhaaudit.AuditResult`.
 
         Raises:
             KeyError: when no checkpoint of the series is named ``name``, or it is not done.
@@ -250,9 +258,14 @@ class SeriesResult(StoredSweepResult):
         return spread(CHECK_LAYOUT, self.plan, audits)
 
     def records(self) -> list[dict]:
-        """Every record: the reference's (checkpoint null), then each checkpoint's in order, each
-        tagged with ``checkpoint``, ``step``, ``order`` and ``identical_to``; with ``sweep`` the
-        columns' estimates (``check = "sweep_estimate"``); with ``seeds`` the several-seed records."""
+        """Every record: the reference's first (checkpoint null), then each checkpoint's in order.
+
+        Each record is tagged with ``checkpoint``, ``step``, ``order`` and ``identical_to``.
+
+        Returns:
+            The records as dicts; with ``sweep`` also the columns' estimates (``check = "sweep_estimate"``),
+            with ``seeds`` the several-seed records.
+        """
         out: list[dict] = []
         if self.plan is None:
             run = self.runs[0]
@@ -286,14 +299,24 @@ class SeriesResult(StoredSweepResult):
         return out
 
     def meta(self) -> dict:
-        """The meta of the files written, with this result as a document under ``RESULT_KEY``."""
+        """The meta of the files written, with this result as a document under ``RESULT_KEY``.
+
+        Returns:
+            The meta as a dict.
+        """
         return self.meta_ | {RESULT_KEY: self.result_document()}
 
     # ------------------------------------------------------------------ the trend
 
     def trend(self, reference: bool = False) -> list[TrendPoint]:
-        """One :class:`TrendPoint` per cell of the series' table, checkpoint by checkpoint (with
-        ``reference``, the reference columns' cells, audited once, instead)."""
+        """List each cell of the series' table, checkpoint by checkpoint.
+
+        Args:
+            reference: give the reference columns' cells (audited once) instead.
+
+        Returns:
+            One :class:`TrendPoint` per cell.
+        """
         out: list[TrendPoint] = []
         refs: list[CheckpointRef | None] = [None] if reference else list(self.done())
         for ref in refs:
@@ -305,9 +328,14 @@ class SeriesResult(StoredSweepResult):
         return out
 
     def changes(self) -> list[ChangePoint]:
-        """For each check (and the sweep's exact Kruskal rank is no check: not here) of each trained
-        column, the first checkpoint at which its verdict changes, and the first at which its exact
-        status does, from the checkpoint before it."""
+        """Find where each trained column's checks change, from the checkpoint before.
+
+        The sweep's exact Kruskal rank is no check, so it is not here.
+
+        Returns:
+            One :class:`ChangePoint` per check of each trained column: the first checkpoint at which its
+            verdict changes, and the first at which its exact status does.
+        """
         cells: dict[tuple[str, int, str], list[TrendPoint]] = {}
         for p in self.trend():
             if p.check != ESTIMATE:

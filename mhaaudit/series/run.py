@@ -98,31 +98,48 @@ def audit_series(
     weights_seed: int | None = None,
     data_seed: int | None = None,
 ) -> SeriesResult:
-    """Audit a series of checkpoints of ``model``: each as :func:`mhaaudit.audit` audits it with
-    ``weights=CHECKPOINT`` (or ``revision=REV``), the reference columns once, the data prepared once.
+    """Audit a series of checkpoints of ``model``, each as :func:`mhaaudit.audit` audits trained weights.
 
-    Each checkpoint's records carry its name as given (``checkpoint``), the step its name carries
-    (``step``, or None) and its place (``order``). A checkpoint whose tensors read are
-    byte-identical to the one before it is not audited again (``identical_to``).
-
-    ``variants``, ``layer``, ``layers``, ``data``, ``samples``, ``threshold``, ``query_index``,
-    ``sweep``, ``stop_when_decided``, ``on_note``, ``seeds``, ``vary``, ``settings`` and the
-    ``**conveniences`` are :func:`mhaaudit.audit`'s; the trained columns are audited at each
-    checkpoint, the others once (the reference).
+    The trained columns are audited at each checkpoint; the other columns (the reference) and the data
+    are prepared once. Records carry the checkpoint's name (``checkpoint``), its step (``step``) and
+    its place (``order``). A checkpoint whose tensors equal the one before it is not audited again
+    (``identical_to``). See :mod:`mhaaudit.request` for a keyword given beside a request object.
 
     Args:
-        model: the model the checkpoints are of (an alias, a hub id, a local folder), or a
-            :class:`~mhaaudit.request.ModelRequest`.
-        checkpoints: a comma list of local folders (saved with ``save_pretrained``) or weights files,
-            each item a path or a glob (``"runs/ckpt-*"``, its matches ordered by the step number in
-            each name), or a sequence of paths. Instead, ``revision`` may be a comma list of hub
-            revisions of ``model`` (``"step1000,step8000"``), in the order given.
-        variants, layer, layers, data, settings, sweep, on_note, seeds, vary: as :func:`mhaaudit.audit` takes
-            them; the trained columns are audited at each checkpoint, the others once (the reference).
-        query_index, ... data_seed: the fields of the three request objects, as :func:`mhaaudit.audit` takes
-            them (None: not given). A keyword beside an object follows the rule of :mod:`mhaaudit.request`.
-        out: a parquet results file, rewritten as the series runs; when it holds an interrupted run
-            of the same settings, the checkpoints it holds are read back, not audited again.
+        model: the model the checkpoints are of, or a :class:`~mhaaudit.request.ModelRequest`.
+        checkpoints: a comma list or sequence of local folders, weights files or globs (``"runs/ckpt-*"``).
+        variants: the columns, as :func:`mhaaudit.audit` takes them.
+        layer: the depth of the image ``random`` and ``trained`` columns (default 1).
+        layers: audit random and trained weights at each of these depths instead.
+        data: the data source, or a :class:`~mhaaudit.request.DataRequest` (None: the built-in data).
+        settings: the :class:`~mhaaudit.settings.Settings` (None: built from the keywords).
+        sweep: also run the Kruskal-rank sweep of each column's queries.
+        on_note: called with each note as it comes.
+        seeds: run the series once per seed (``"0-4"``, ``"0,3,7"`` or a list of ints).
+        vary: what ``seeds`` vary: ``"both"``, ``"weights"`` or ``"data"``.
+        out: a parquet file rewritten as the series runs; an interrupted run in it is resumed.
+        query_index: the query token's position (None: the model's own).
+        backend: ``"hf"`` or ``"timm"`` (None: detected).
+        context_length: the tokens per example n of a text model.
+        revision: instead of ``checkpoints``, a comma list of hub revisions (``"step1000,step8000"``).
+        trust_remote_code: let a hub repository's own model code run.
+        split: the data split to read.
+        limit: how many examples to read (default 2000).
+        batch_size: examples per forward pass, or ``"auto"`` (see :mod:`mhaaudit.batching`).
+        keep_duplicates: keep exact duplicate inputs (default: dropped).
+        text_column: the column or field holding the text (None: found).
+        image_column: the column holding the images (None: found).
+        convert_rgb: convert images of other modes to RGB instead of skipping them.
+        samples: Monte-Carlo draws per test (default 5000).
+        threshold: the satisfied fraction at which a test holds (default 0.99).
+        seed: the run's seed (default 0).
+        rtol: the rank rule's relative tolerance.
+        atol: the rank rule's absolute tolerance.
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (default auto).
+        stop_when_decided: stop a test once its verdict is settled (default True).
+        progress: show progress bars on stderr.
+        weights_seed: the seed of the random weights, set apart from ``seed``.
+        data_seed: the seed of the data, set apart from ``seed``.
 
     Returns:
         A :class:`mhaaudit.series.SeriesResult`.

@@ -433,34 +433,33 @@ def image_source(
     device: Any = None,
     convert_rgb: bool = False,
 ) -> ImageSource:
-    """The image source that ``data`` names.
+    """Open the image source that ``data`` names.
 
-    - ``None`` or ``"builtin"``: the built-in offline default (:class:`BuiltinImages`; uses ``seed``,
-      synthesised on ``device``, the CPU by default: the same images on every device);
-    - an existing folder: its image files, recursively (:class:`ImageFolder`); a folder written by
-      ``save_to_disk`` (a ``Dataset``, or a ``DatasetDict`` whose ``split`` is read) is read with
-      ``datasets.load_from_disk`` (:class:`TableImages`); any other folder with no image files but
-      parquet/arrow files is read as a Hugging Face dataset folder (below);
-    - a ``.parquet`` or ``.arrow`` file: a column of encoded images (:class:`TableImages`);
-    - anything else (or a string prefixed ``hf:``): a Hugging Face dataset id, or a local dataset
-      folder after ``hf:``, streamed with ``datasets.load_dataset(data, split=split,
-      streaming=True)`` (:class:`HubImages`).
+    ``data`` is one of: ``None`` or ``"builtin"`` (:class:`BuiltinImages`, synthesised from ``seed``);
+    a folder of image files (:class:`ImageFolder`); a folder written by ``save_to_disk``, a
+    ``.parquet`` or ``.arrow`` file (:class:`TableImages`); or a hub dataset id, or ``hf:`` and a
+    local dataset folder (:class:`HubImages`, streamed). A folder of parquet or arrow files and no
+    images is read as a dataset folder. Images that are not RGB are skipped and counted unless
+    ``convert_rgb``. Folders and files keep their own order; the source's name says when only the
+    first ``limit`` are read.
 
-    The image column is ``image_column``, else one with a well-known name (image, img, ...), else
-    the only column of images; anything else is refused with the columns found. Images that are
-    not RGB are skipped and counted (the paper's rule) unless ``convert_rgb``, which converts
-    every mode with PIL's ``convert("RGB")`` as torchvision's ImageFolder does. ``limit`` caps
-    the number of images yielded; folders and files keep their own order (``seed`` is not used)
-    and the source's name says when only the first ``limit`` are read.
+    Args:
+        data: what to read (None: the built-in images).
+        split: the split of a hub dataset or a saved ``DatasetDict``.
+        limit: the most images yielded (default 2000).
+        seed: the seed of the built-in images (other sources ignore it).
+        image_column: the column holding the images (None: a well-known name, else the only image column).
+        device: where the built-in images are synthesised (None: the CPU, the same images everywhere).
+        convert_rgb: convert images of other modes to RGB, as torchvision's ImageFolder does.
+
+    Returns:
+        The :class:`ImageSource` (built-in mosaics, a folder, a table of image bytes or a hub data set).
 
     Raises:
         DataError: for a missing path, an empty folder or an unknown split.
         OfflineError: for a hub id while offline.
         InputError: for bad arguments: ``limit`` not a positive integer, an option that has no effect on the
             source, a single image file or a file that is not an image source.
-
-    Returns:
-        The :class:`ImageSource` (built-in mosaics, a folder, a table of image bytes or a hub data set).
     """
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise InputError(f"limit must be a positive number of images, got {limit!r}")

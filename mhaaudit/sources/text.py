@@ -352,25 +352,25 @@ def text_source(
     text_column: str | None = None,
     progress: bool = False,
 ) -> TextSource:
-    """The text source that ``data`` names.
+    """Open the text source that ``data`` names.
 
-    - ``None`` or ``"builtin"``: the prose of the installed packages' docstrings, read in a
-      seeded order (:class:`BuiltinText`);
-    - a ``.txt`` file or a folder of ``.txt`` files (documents separated by blank lines; short
-      consecutive paragraphs of one file may be joined by the example builders);
-    - a ``.jsonl`` file (:class:`JsonlText`); a ``.parquet``, ``.arrow``, ``.csv`` or ``.tsv`` file,
-      or a folder written by ``save_to_disk`` (a ``Dataset``, or the ``split`` of a
-      ``DatasetDict``), read whole with ``datasets.load_from_disk`` (:class:`TableText`);
-    - ``"wikipedia"``: the hub dataset ``wikimedia/wikipedia``, config ``20231101.en``, streamed
-      (the paper's data);
-    - any other hub dataset id (or ``hf:<id or local dataset folder>``), streamed.
+    ``data`` is one of: ``None`` or ``"builtin"`` (:class:`BuiltinText`, the installed packages'
+    docstrings); a ``.txt`` file or a folder of them (documents separated by blank lines); a
+    ``.jsonl`` file (:class:`JsonlText`); a ``.parquet``, ``.arrow``, ``.csv`` or ``.tsv`` file or a
+    ``save_to_disk`` folder (:class:`TableText`); ``"wikipedia"`` (the paper's data, streamed); or
+    another hub dataset id, or ``hf:`` and an id or a local dataset folder, streamed. Data with no
+    text document is refused when it is read (:meth:`TextSource.grouped`).
 
-    The text is the column or field ``text_column``, else one with a well-known name (text,
-    content, body, sentence, document, ...), else the only string column; anything else is
-    refused with the columns found. ``limit`` caps the number of documents. ``seed`` orders the
-    built-in corpus; the other sources keep their own order. ``progress``: building the built-in
-    corpus (once) shows on stderr. Data with no text document is refused when it is read
-    (:meth:`TextSource.grouped`).
+    Args:
+        data: what to read (None: the built-in text).
+        split: the split of a hub dataset or a saved ``DatasetDict``.
+        limit: the most documents read (None: all).
+        seed: the order of the built-in corpus (other sources keep their own order).
+        text_column: the column or field holding the text (None: a well-known name, else the only string column).
+        progress: show the built-in corpus being built (once) on stderr.
+
+    Returns:
+        The :class:`TextSource` (the built-in corpus, a folder of .txt files, a table or a hub data set).
 
     Raises:
         InputError: when ``limit`` is not a positive integer, ``data`` is empty, ``text_column`` or ``split`` is
@@ -379,9 +379,6 @@ def text_source(
         DataError: when ``data`` looks like a local path that does not exist, a folder holds no .txt file, a
             container cannot be read, a hub dataset cannot be opened (not found, gated, no such split), or the
             built-in corpus is empty.
-
-    Returns:
-        The :class:`TextSource` (the built-in corpus, a folder of .txt files, a table or a hub data set).
     """
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise InputError(f"limit must be a positive number of documents, got {limit!r}")
