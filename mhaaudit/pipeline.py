@@ -19,7 +19,9 @@ Every command that runs a model over data (``check``, ``capacity``, ``kruskal --
 
 Within :func:`kept_inputs` the passes of one model object over the same data prepare it once: the
 first pass keeps the model inputs it fed, and the later ones (the checkpoints of a series, read
-into that one model) feed them again.
+into that one model) feed them again. They can be handed to another model object whose inputs
+are known to be the same (:meth:`KeptInputs.pass_to`: a series' trained model, after its
+reference).
 
 Under ``torchrun`` (:mod:`mhaaudit.distributed`) rank 0 alone reads the source and deals batch b
 to rank b mod N; each rank's consumers see only the batches dealt to it, in order, and the
@@ -92,15 +94,17 @@ def shared_loads():
 
 @dataclass
 class KeptInputs:
-    """The model inputs the first pass of one model (``pm``, the object) over the data fed, kept
-    to be fed again (:func:`kept_inputs`): this rank's batches as ``(batch index, inputs)`` after the
-    exact duplicates were dropped, on the CPU (pinned for a GPU), with what the pass learned of the
-    data (``info``) and the notes it made; ``key`` is the data request, data seed and place in the
-    job they were prepared for. Inputs past ``budget`` bytes are not kept (``over_budget``)."""
+    """The model inputs the first pass of one model (``pm``, the object; None: the first model that
+    makes a pass) over the data fed, kept to be fed again (:func:`kept_inputs`): this rank's batches
+    as ``(batch index, inputs)`` after the exact duplicates were dropped, on the CPU (pinned for a
+    GPU), with what the pass learned of the data (``info``) and the notes it made; ``keys`` are the
+    data request (with the batch size asked for, and with the one chosen), data seed and place in
+    the job they were prepared for; :meth:`pass_to` hands them to another model object whose inputs
+    are the same. Inputs past ``budget`` bytes are not kept (``over_budget``)."""
 
     pm: Any
     budget: int
-    key: tuple | None = None
+    keys: tuple = ()
     batches: list = field(default_factory=list)
     info: DataInfo | None = None
     notes: list[str] = field(default_factory=list)
@@ -110,7 +114,26 @@ class KeptInputs:
 
     def reset(self) -> None:
         """Let the kept inputs go (other data is read next: its first pass keeps its own)."""
-        self.key, self.batches, self.info, self.notes, self.nbytes = None, [], None, [], 0
+        self.keys, self.batches, self.info, self.notes, self.nbytes = (), [], None, [], 0
+
+    def serves(self, pm) -> bool:
+        """Whether the passes of ``pm`` keep and are fed these inputs (the first pass claims them when
+        no model does yet)."""
+        if self.pm is None:
+            self.pm = pm
+        return pm is self.pm
+
+    def pass_to(self, pm) -> None:
+        """Feed the kept inputs to the passes of ``pm`` from now on, instead of the model that kept them
+        (which is let go): the caller knows ``pm`` prepares the data as that model does (the same
+        preprocessing, modality, n and query token)."""
+        self.pm = pm
+
+    def hand_to(self, pm) -> None:
+        """Let the kept inputs go, and let the next pass of ``pm`` keep its own (the inputs of the model
+        that kept them are not known to be ``pm``'s). Inputs found over the budget stay unkept."""
+        self.reset()
+        self.pm = pm
 
     def add(self, index: int, inputs: dict[str, torch.Tensor]) -> None:
         """Keep one batch's inputs (on the CPU), unless the budget is spent (then keep none)."""
@@ -136,14 +159,16 @@ _KEPT: KeptInputs | None = None  # while kept_inputs() is open
 
 
 @contextmanager
-def kept_inputs(pm, budget: int | None = None) -> Iterator[KeptInputs]:
-    """While open, the first pass of ``pm`` (this model object) over the data keeps the model inputs
-    it fed (read, preprocessed, exact duplicates dropped), and every later pass of ``pm`` over the
-    same data (the same data request and data seed, at the same place in the job) feeds those
-    inputs again instead of reading and preparing the data anew, with the same description of the
-    data: the checkpoints of a series, each read into ``pm``, see the examples a pass of their own
-    would see, prepared once. Inputs past ``budget`` bytes (default: a quarter of the memory
-    available) are not kept, and the later passes read the data again."""
+def kept_inputs(pm=None, budget: int | None = None) -> Iterator[KeptInputs]:
+    """While open, the first pass of ``pm`` (this model object; None: the first model that makes a
+    pass) over the data keeps the model inputs it fed (read, preprocessed, exact duplicates
+    dropped), and every later pass of ``pm`` (or of the model :meth:`KeptInputs.pass_to` names) over
+    the same data (the same data request and data seed, at the same place in the job; a batch size
+    given as the number ``auto`` chose is the same) feeds those inputs again instead of reading and
+    preparing the data anew, with the same description of the data: the checkpoints of a series,
+    each read into ``pm``, see the examples a pass of their own would see, prepared once. Inputs
+    past ``budget`` bytes (default: a quarter of the memory available) are not kept, and the later
+    passes read the data again."""
     global _KEPT
     outer = _KEPT
     _KEPT = KeptInputs(pm, hostmem.available_memory() // 4 if budget is None else int(budget))
@@ -452,10 +477,11 @@ def stream(
     first_note = len(notes)
     shard = distributed.current()
     want = sorted(set(int(k) for k in layers))
-    kept = _KEPT if _KEPT is not None and _KEPT.pm is pm and not _KEPT.over_budget else None
-    key = (data, settings.data_seed_used, shard.rank, shard.world_size)
+    kept = _KEPT if _KEPT is not None and not _KEPT.over_budget and _KEPT.serves(pm) else None
+    job = (settings.data_seed_used, shard.rank, shard.world_size)
+    key = (data, *job)
     if kept is not None and kept.info is not None:
-        if kept.key == key:
+        if key in kept.keys:
             notes.extend(kept.notes)
             return _feed_kept(pm, kept, want, consumers, settings, label)
         kept.reset()  # other data (another data seed): this pass keeps its own
@@ -517,6 +543,6 @@ def stream(
     if info.count == 0:
         raise DataError(f"the data source yielded no usable examples ({info.name})")
     if keeping is not None and not keeping.over_budget:
-        keeping.key, keeping.notes = key, list(notes[first_note:])
+        keeping.keys, keeping.notes = (key, (data, *job)), list(notes[first_note:])
         keeping.info = replace(info, source=None, fed=list(info.fed), parts=list(info.parts))
     return info

@@ -400,3 +400,36 @@ def test_kept_inputs_prepare_the_data_once_for_the_passes_of_one_model(vit_dir, 
         tokens(pm, data)
         tokens(pm, data)
         assert len(reads) == 5 and kept.over_budget and kept.batches == []
+
+
+def test_kept_inputs_pass_to_another_model_or_are_handed_over(vit_dir, image_dir, settings, monkeypatch):
+    """``kept_inputs()``: the first model's pass keeps its inputs (batch size ``auto``); ``pass_to`` feeds
+    them to another model object, whose pass with the batch size ``auto`` chose reads nothing and gives the
+    tokens its own reading gives; ``hand_to`` lets them go, and that model's next pass keeps its own."""
+    pm = pipeline.load(ModelRequest(str(vit_dir)), "random", settings, max_layer=1)
+    other = pipeline.load(ModelRequest(str(vit_dir)), "random", settings.with_(seed=1), max_layer=1)
+    data = DataRequest(data=str(image_dir), limit=21, batch_size="auto")
+    reads = []
+    real = pipeline.example_batches
+    monkeypatch.setattr(pipeline, "example_batches", lambda *a, **k: reads.append(1) or real(*a, **k))
+
+    def tokens(model, request):
+        seen: list[torch.Tensor] = []
+        fed = pipeline.stream(model, request, [1], [lambda t: seen.append(t[1])], settings, notes=[])
+        return fed, torch.cat(seen)
+
+    _, own = tokens(other, data)  # outside: the other model's own reading
+    with pipeline.kept_inputs() as kept:
+        first, _ = tokens(pm, data)
+        assert kept.pm is pm and len(reads) == 2 and first.batch is not None
+        kept.pass_to(other)
+        chosen = DataRequest(data=str(image_dir), limit=21, batch_size=first.batch.size)
+        fed, b = tokens(other, chosen)
+        assert len(reads) == 2 and kept.fed_again == 1 and torch.equal(b, own) and fed.count == first.count
+        tokens(pm, data)  # the inputs are the other model's now: this one reads
+        assert len(reads) == 3
+        kept.hand_to(pm)
+        assert kept.info is None and kept.pm is pm
+        tokens(pm, data)
+        tokens(pm, data)
+        assert len(reads) == 4 and kept.fed_again == 2

@@ -162,7 +162,7 @@ def test_each_checkpoint_gives_the_records_of_its_own_check_run(vit_series, imag
     records = strict_json(out)["records"]
     names = [f"runs/ckpt-{s}" for s in (100, 200, 300, 400, 500)]
     assert audited == [n for n in names if n != "runs/ckpt-300"]  # the repeat is not audited
-    assert len(reads) == 2  # the reference's pass and the first checkpoint's: the other checkpoints replay
+    assert len(reads) == 1  # the reference's pass: every checkpoint is fed the inputs it prepared
     assert {(r["checkpoint"], r["step"], r["order"]) for r in records} == {(None, None, None)} | {
         (n, 100 * (i + 1), i) for i, n in enumerate(names)
     }
@@ -204,6 +204,46 @@ def test_inputs_over_the_memory_kept_are_read_again_and_said_so(vit_series, imag
     said = [line for line in err.splitlines() if "reads and prepares the data again" in line]
     assert len(said) == 1 and said[0].startswith("Note: the prepared model inputs exceed the 1 KiB"), err
     assert strict_json(out)["records"] == strict_json(kept)["records"]
+    reads.clear()  # with the reference: its pass keeps nothing either, and every pass reads the data
+    rc, out, err = run(capsys, *[a for a in args if a not in ("--variants", "trained")], *spec)
+    assert rc == 0 and len(reads) == 4, err
+    assert len([line for line in err.splitlines() if "reads and prepares the data again" in line]) == 1, err
+
+
+def test_checkpoints_with_preprocessing_of_their_own_prepare_the_data_again(
+    vit_series, image_dir, tmp_path, capsys, monkeypatch
+):
+    """Checkpoints that carry an image preprocessing the model has not are not fed the reference's inputs:
+    the first checkpoint's pass prepares the data again (2 reads, the notes say why), and every record
+    still equals a single ``check --weights`` run's."""
+    monkeypatch.chdir(vit_series)
+    size = TINY_VIT["image_size"]
+    processor = transformers.ViTImageProcessor(
+        size={"height": size, "width": size}, image_mean=[0.1, 0.7, 0.3], image_std=[0.2, 0.4, 0.9]
+    )
+    names = []
+    for step in (100, 200, 400):
+        folder = tmp_path / f"ckpt-{step}"
+        shutil.copytree(vit_series / "runs" / f"ckpt-{step}", folder)
+        processor.save_pretrained(str(folder))
+        names.append(str(folder))
+    reads = []
+    real = pipeline.example_batches
+    monkeypatch.setattr(pipeline, "example_batches", lambda *a, **k: reads.append(1) or real(*a, **k))
+    args = ("check", "model", "--data", image_dir, *VIT_RUN, "--format", "json")
+    rc, out, err = run(capsys, *args, "--checkpoints", ",".join(names))
+    assert rc == 0, err
+    assert len(reads) == 2  # the reference's pass and the first checkpoint's: the later checkpoints are fed
+    doc = strict_json(out)
+    said = [n for n in doc["meta"]["notes"] if n.startswith("the data was prepared again for the trained weights")]
+    assert len(said) == 1 and "preprocessor_config.json" in said[0], doc["meta"]["notes"]
+    records = doc["records"]
+    for name in names:
+        rc, single, err = run(capsys, *args, "--weights", name)
+        assert rc == 0, err
+        single = strict_json(single)["records"]
+        assert _own(records, name) == [r for r in single if r["variant"] == "trained"], name
+        assert _own(records, None) == [r for r in single if r["variant"] != "trained"]
 
 
 def test_the_report_names_the_changes_and_the_repeated_checkpoint(vit_series, image_dir, capsys, monkeypatch):
@@ -224,14 +264,19 @@ def test_the_report_names_the_changes_and_the_repeated_checkpoint(vit_series, im
     assert "Reference" not in out  # no random column asked for: nothing audited once
 
 
-def test_a_text_series_from_a_list_in_python(gpt_series):
+def test_a_text_series_from_a_list_in_python(gpt_series, monkeypatch):
     """``audit_series`` with a list of folders (GPT-2, depths 0 and 1): the library's result, its trend,
-    its changes, and each checkpoint equal to ``audit(weights=...)``; read back from JSON and parquet."""
+    its changes, and each checkpoint equal to ``audit(weights=...)``; read back from JSON and parquet.
+    The checkpoints' tokenizer files are the model's byte for byte: the data is read once."""
     from mhaaudit import audit
 
     root, names = gpt_series
     data = str(root / "docs.jsonl")
+    reads = []
+    real = pipeline.example_batches
+    monkeypatch.setattr(pipeline, "example_batches", lambda *a, **k: reads.append(1) or real(*a, **k))
     result = audit_series(str(root / "runs" / "ckpt-100"), checkpoints=names, data=data, layers=[0, 1], **GPT_RUN)
+    assert len(reads) == 1 and not any("prepared again" in n for n in result.notes), result.notes
     assert [c.name for c in result.checkpoints] == names and [c.step for c in result.checkpoints] == [
         100,
         200,

@@ -10,9 +10,12 @@ For each checkpoint the series gives the records ``check MODEL --weights CHECKPO
   audited; each later checkpoint's tensors that this depth uses are read into it (only those: as a
   single run reads them, tensor by tensor from safetensors; a checkpoint in another form is loaded
   whole and copied in), so memory holds one checkpoint's model;
-- the data is read, prepared and cleared of exact duplicates once, by the first checkpoint's
-  pass; every later checkpoint is fed the same model inputs (:func:`mhaaudit.pipeline.kept_inputs`;
-  inputs beyond a quarter of the memory available are not kept, which one line on stderr says);
+- the data is read, prepared and cleared of exact duplicates once, by the reference's pass, and
+  every checkpoint is fed the same model inputs (:func:`mhaaudit.pipeline.kept_inputs`), when the
+  trained model's inputs are known to be the reference's (:func:`.trained.same_inputs`: the same
+  preprocessing files, byte for byte, modality, n and query token); otherwise, or without a
+  reference pass, by the first checkpoint's pass (the series' notes say why). Inputs beyond a
+  quarter of the memory available are not kept, which one line on stderr says;
 - a checkpoint whose tensors read are byte-identical to the one before it (:mod:`.identity`; for a
   checkpoint loaded whole, its weights files where they are on this machine) is reported and not
   audited again.
@@ -20,7 +23,8 @@ For each checkpoint the series gives the records ``check MODEL --weights CHECKPO
 ``seeds`` runs the whole series once per seed (the reference too). Under ``torchrun`` the
 reference is audited by every rank together, as one audit is; then, with at least as many
 checkpoints as ranks, the checkpoints are spread over the ranks in rounds (round j: rank r audits
-checkpoint j N + r, whole, as one process does) and gathered back in order, so rank 0 holds the
+checkpoint j N + r, whole, as one process does: each rank prepares the data for its own share
+again) and gathered back in order, so rank 0 holds the
 records one process would; with fewer, every rank takes part in each checkpoint's audit. With
 ``out``, the results file is rewritten after every round (only that file: the run's other outputs
 wait for its end), and a run that finds the file of an interrupted run of the same settings takes
@@ -41,7 +45,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .. import distributed
+from .. import distributed, pipeline
 from ..auditing import AuditResult, audit, plan_probes
 from ..distributed import shared
 from ..errors import InputError, one_line
@@ -188,7 +192,7 @@ def audit_series(
     t0 = time.perf_counter()
     for seed_run in [None] if seed_plan is None else seed_plan.runs():
         _series_run(plan, req.settings, seed_run, store, on_note)
-    result = _result(plan, seed_plan, store.finished, store.key, complete=True)
+    result = _result(plan, seed_plan, store.finished, store.key, complete=True, extra=store.notes)
     spent = [c.timings for r in store.finished for c in r.checkpoints]
     result.timings.update({k: round(v, 3) for k, v in store.timings.items()})
     for phase in ("read", "audit"):
@@ -311,6 +315,14 @@ def _key(plan: _Plan, settings: Settings, seeds: SeedPlan | None) -> dict:
 def _series_run(plan: _Plan, settings: Settings, seed: SeedRun | None, store: _Store, on_note) -> SeriesRun:
     """The series under one run's seeds: the reference audited once, then the checkpoints in rounds
     (one checkpoint a round in one process; one a rank when they are spread over the ranks)."""
+    with pipeline.kept_inputs() as kept:  # the reference's pass keeps its inputs (else the first checkpoint's)
+        return _series_passes(plan, settings, seed, store, on_note, kept)
+
+
+def _series_passes(
+    plan: _Plan, settings: Settings, seed: SeedRun | None, store: _Store, on_note, kept: pipeline.KeptInputs
+) -> SeriesRun:
+    """:func:`_series_run` within ``kept``: the inputs the run's first pass prepares."""
     run_settings = settings if seed is None else settings.with_(**seed.kwargs())
     data = plan.data
     t0 = time.perf_counter()
@@ -336,7 +348,7 @@ def _series_run(plan: _Plan, settings: Settings, seed: SeedRun | None, store: _S
     width = shard.world_size if spread else 1
     alone = distributed.alone if spread else contextlib.nullcontext
     previous: tuple[CheckpointRef, Digest | None] | None = None
-    with _Trained(plan, run_settings) as trained:
+    with _Trained(plan, run_settings, kept) as trained:
         for start in range(0, len(refs), width):
             chunk = refs[start : start + width]
             mine = (chunk[shard.rank] if shard.rank < len(chunk) else None) if spread else chunk[0]
@@ -344,6 +356,8 @@ def _series_run(plan: _Plan, settings: Settings, seed: SeedRun | None, store: _S
             with alone():
                 digest = trained.digest(mine) if mine is not None else None
             store.timings["digests"] = store.timings.get("digests", 0.0) + round(time.perf_counter() - t0, 3)
+            if trained.why_again is not None:
+                store.note(f"the data was prepared again for the trained weights: {trained.why_again}")
             digests = shard.all_gather(digest)[: len(chunk)] if spread else [digest]
             entry = None
             if mine is not None:
@@ -418,11 +432,18 @@ def _without_features(audit_result: AuditResult) -> AuditResult:
 # --------------------------------------------------------------------------- the result
 
 
-def _result(plan: _Plan, seeds: SeedPlan | None, runs: list[SeriesRun], key: dict, complete: bool) -> SeriesResult:
+def _result(
+    plan: _Plan,
+    seeds: SeedPlan | None,
+    runs: list[SeriesRun],
+    key: dict,
+    complete: bool,
+    extra: Sequence[str] = (),
+) -> SeriesResult:
     """The series' result: its runs, what it read, and the meta of its files (the first audit's, less
-    its columns, with the series)."""
+    its columns, with the series); ``extra`` are the series' own notes, before its audits'."""
     first = next((a for r in runs for a in [r.reference, *(c.audit for c in r.checkpoints)] if a is not None), None)
-    notes = _notes(runs)
+    notes = list(dict.fromkeys([*extra, *_notes(runs)]))
     base = first.meta() if first is not None else stamp(command="check", model=plan.base.model)
     meta = {k: v for k, v in base.items() if k not in (RESULT_KEY, "columns", "timings_s")}
     checkpoints = [
@@ -484,11 +505,17 @@ class _Store:
         self.key, self.seeds = key, seeds
         self.finished: list[SeriesRun] = []
         self.timings: dict[str, float] = {}  # the series' phases over every run, in seconds
+        self.notes: list[str] = []  # the series' own notes (how its data was prepared)
         self.stored: SeriesResult | None = None
         shard = distributed.lockstep()
         if self.path is not None and shard.rank == 0 and self.path.exists():
             self.stored = self._read(self.path)
         self.stored = shard.broadcast(self.stored)  # under torchrun rank 0 reads the file: every rank resumes alike
+
+    def note(self, text: str) -> None:
+        """Keep one note of the series (once)."""
+        if text not in self.notes:
+            self.notes.append(text)
 
     def _read(self, path: Path) -> SeriesResult:
         """The series an existing results file holds.
@@ -535,7 +562,7 @@ class _Store:
         """Rewrite the file with what is done: the runs finished, and ``run`` so far."""
         runs = [*self.finished, run]
         seeds = None if self.seeds is None else replace(self.seeds, seeds=self.seeds.seeds[: len(runs)])
-        self.save(_result(plan, seeds, runs, self.key, complete=False))
+        self.save(_result(plan, seeds, runs, self.key, complete=False, extra=self.notes))
 
     def save(self, result: SeriesResult) -> None:
         """Write ``result`` to the file, at once and atomically."""

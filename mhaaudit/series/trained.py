@@ -1,5 +1,11 @@
 """The trained model of a series, built once: each checkpoint's tensors read into it before it
-is audited, its passes over the data preparing the data once.
+is audited, its passes fed the model inputs the series prepared once.
+
+The reference's pass keeps the inputs it prepared; the trained model is fed them when its inputs
+are known to be the same (:func:`same_inputs`): the same preprocessing files (none of the first
+checkpoint's own, or the model's byte for byte), modality, n and query token. Otherwise (or
+without a reference pass) its first pass prepares the data again, and keeps that for the later
+checkpoints.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import pipeline
 from ..auditing import AuditResult, audit
-from ..errors import ModelError, one_line
+from ..errors import MhaauditError, ModelError, one_line
 from ..hub import is_offline
 from ..models import resolve
 from ..models.checkpoints import CHECKPOINT_FILES
@@ -22,7 +28,7 @@ from ..models.shards import INDEX_FILES, Checkpoint, NotPartial, hub_download, h
 from ..request import DataRequest, ModelRequest
 from ..settings import Settings
 from .identity import Digest, file_digest, tensor_digest
-from .spec import CheckpointRef
+from .spec import DATA_FILES, CheckpointRef, _data_files, _file_sha256
 
 if TYPE_CHECKING:
     from .run import _Plan
@@ -31,19 +37,22 @@ if TYPE_CHECKING:
 class _Trained:
     """The trained model of a series: built once, from the first checkpoint it is asked about, as
     deep as the deepest probe point; each checkpoint's tensors are read into it before it is audited,
-    and its passes over the data prepare the data once (:func:`mhaaudit.pipeline.kept_inputs`).
+    and its passes are fed the inputs ``kept`` holds (:func:`mhaaudit.pipeline.kept_inputs`): the
+    reference's, when :func:`same_inputs` finds them the trained model's (else ``why_again`` says why
+    not, and its first pass keeps its own).
 
     ``used`` are the parameters the probed blocks use (their tensors are what a checkpoint's digest
     covers and what a partial read reads); a model of another backend or a checkpoint in another
     form than safetensors is loaded whole, its state copied in, and has no digest."""
 
-    def __init__(self, plan: _Plan, settings: Settings) -> None:
+    def __init__(self, plan: _Plan, settings: Settings, kept: pipeline.KeptInputs) -> None:
         self.plan, self.settings = plan, settings
         self.pm: Any = None
         self.request: ModelRequest | None = None
         self.current: str | None = None
         self.used: set[str] | None = None
-        self.kept: pipeline.KeptInputs | None = None
+        self.kept = kept
+        self.why_again: str | None = None  # why the reference's inputs are not fed to the trained model
         self._said_over_budget = False
         self._checkpoints: dict[str, Checkpoint | None] = {}
         self._stack = contextlib.ExitStack()
@@ -63,7 +72,16 @@ class _Trained:
         self.pm = pipeline.load(self.request, "trained", self.settings, self.plan.max_layer)
         self.current = ref.name
         self.used = used_tensors(self.pm) if self.pm.info.backend == "hf" else None
-        self.kept = self._stack.enter_context(pipeline.kept_inputs(self.pm))
+        kept = self.kept
+        if kept.pm is None or kept.info is None or kept.over_budget:  # no inputs kept: its first pass keeps them
+            if not kept.over_budget:
+                kept.hand_to(self.pm)
+            return
+        self.why_again = same_inputs(self.plan, ref, kept.pm, self.pm)
+        if self.why_again is None:
+            kept.pass_to(self.pm)
+        else:
+            kept.hand_to(self.pm)
 
     def _checkpoint(self, ref: CheckpointRef) -> Checkpoint | None:
         if ref.name not in self._checkpoints:
@@ -183,6 +201,54 @@ class _Trained:
                 file=sys.stderr,
                 flush=True,
             )
+
+
+def same_inputs(plan: _Plan, ref: CheckpointRef, reference: Any, trained: Any) -> str | None:
+    """None when the trained model built from ``ref`` is fed the inputs the ``reference`` model is fed
+    from the same data (the reference's kept inputs may be fed to it); else why that is not known.
+
+    Known when both have the same backend, modality, family, n, query token and image size, and
+    their preprocessing comes from the same files: a hub revision's request is the reference's own,
+    a weights file adds no preprocessing file, and a checkpoint folder holds none of its own
+    (:data:`.spec.DATA_FILES`) or each the model's, byte for byte (SHA-256), and no other."""
+    a, b = reference.info, trained.info
+    for name in ("backend", "modality", "family", "n", "query_index", "resolved"):
+        if getattr(a, name) != getattr(b, name):
+            return f"{name} is {getattr(b, name)} with trained weights but {getattr(a, name)} with random ones"
+    sizes = [getattr(m.config, "image_size", None) for m in (reference, trained)]
+    if a.backend == "hf" and sizes[0] != sizes[1]:
+        return "the image size differs between the configs of the model and its first checkpoint"
+    if ref.revision is not None or ref.path is None or not os.path.isdir(ref.path):
+        return None  # the same revision's files, or a weights file that carries no preprocessing
+    own = _data_files(ref.path)
+    if not own:
+        return None
+    model = _model_data_files(plan)
+    if model is None or own != model:
+        differ = sorted(fn for fn in set(own) | set(model or {}) if own.get(fn) != (model or {}).get(fn))
+        return (
+            f"the first checkpoint {ref.name} carries preprocessing files of its own that are not the model's "
+            f"({', '.join(differ[:3]) or 'the model has none to compare'})"
+        )
+    return None
+
+
+def _model_data_files(plan: _Plan) -> dict[str, str] | None:
+    """The SHA-256 of each preprocessing file (:data:`.spec.DATA_FILES`) of the series' model: a local
+    folder's, or its hub repository's in the local cache (None when none can be had)."""
+    base = plan.base
+    repo = resolve(base.model, backend=base.backend)
+    if repo.local:
+        return _data_files(repo.resolved) if os.path.isdir(repo.resolved) else None
+    found: dict[str, str] = {}
+    try:
+        for fn in DATA_FILES:
+            path = hub_download(repo.resolved, fn, base.revision, True)  # the local cache only
+            if path is not None:
+                found[fn] = _file_sha256(path)
+    except (MhaauditError, OSError, ValueError):  # nothing to compare with: not known to be the same
+        return None
+    return found or None
 
 
 def _source_words(ref: CheckpointRef, plan: _Plan) -> str:
