@@ -35,8 +35,8 @@ from torch.utils._pytree import tree_flatten
 
 from ..errors import InputError, ModelError, OfflineError, one_line
 from ..facts import ReadFacts
+from ..feature_files import safetensors_header
 from ..files import folder_files, inside, read_json
-from ..io import safetensors_header
 
 __all__ = [
     "INDEX_FILE",
