@@ -18,9 +18,7 @@ from .audit import (
     finding_lines,
     is_depth_profile,
     meaning_lines,
-    positions_note,
     render_audit,
-    time_lines,
     unavailable_lines,
 )
 from .capacity import (
@@ -35,11 +33,13 @@ from .common import (
     cell,
     loading_lines,
     meaning_line,
+    positions_note,
     print_json,
     print_report,
     render_kruskal,
     report_width,
     stdout_console,
+    time_lines,
 )
 from .memorize import (
     fit_table,
