@@ -20,9 +20,9 @@ import torch
 from numpy.lib import format as npy_format
 
 from . import hostmem
+from .documents import METADATA_KEY
 from .errors import InputError, MhaauditError
 from .files import regular_file
-from .tables import METADATA_KEY
 
 FEATURE_EXTENSIONS = (".npy", ".pt", ".pth", ".safetensors", ".parquet")
 # The largest safetensors header read (the safetensors library refuses larger ones too).
