@@ -19,6 +19,7 @@ from .audit import (
     evidence_lines,
     finding_lines,
     is_depth_profile,
+    meaning_line,
     meaning_lines,
     render_audit,
     unavailable_lines,
@@ -34,7 +35,6 @@ from .capacity import (
 from .common import (
     cell,
     loading_lines,
-    meaning_line,
     positions_note,
     print_json,
     print_report,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 from rich.table import Table
 
-from ..checks import REGISTRY
+from ..checks import CHECK_MEANING, REGISTRY
 from ..kruskal.report import (
     WHOLE_SET_LEGEND,
     sweep_lines,
@@ -154,6 +154,11 @@ def _data_lines(result) -> list[str]:
     if getattr(result, "image_policy", ""):
         lines.append(escape(f"  image modes: {result.image_policy}"))
     return lines
+
+
+def meaning_line(check: str) -> str:
+    """What passing ``check`` means, in one line; empty for a check without one."""
+    return CHECK_MEANING.get(check, "")
 
 
 def meaning_lines() -> list[str]:

@@ -1,5 +1,5 @@
-"""The pieces every report shares: the console and width of stdout, a table cell, a check's meaning
-line, what loading read, the timings, the positions note, the strict JSON printer, and the Kruskal
+"""The pieces every report shares: the console and width of stdout, a table cell, what loading
+read, the timings, the positions note, the strict JSON printer, and the Kruskal
 report printed.
 
 Nothing is computed here that a result did not return.
@@ -15,7 +15,6 @@ import numpy as np
 from rich.console import Console
 from rich.markup import escape
 
-from ..checks import CHECK_MEANING
 from ..console import TextConsole
 from ..display import text_width
 from ..facts import AuditSettings, CapacitySettings, ModelFacts, ReadFacts, meta_value
@@ -106,11 +105,6 @@ def _default(o):
     if hasattr(o, "tolist"):
         return o.tolist()
     return str(o)
-
-
-def meaning_line(check: str) -> str:
-    """What passing ``check`` means, in one line; empty for a check without one."""
-    return CHECK_MEANING.get(check, "")
 
 
 def loading_lines(
