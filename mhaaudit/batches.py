@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import distributed
 from .errors import DataError, InputError, ModelError
 from .facts import BatchChoice
 from .progress import status
-from .request import DataRequest
 from .sources import (
     bert_pair_examples,
     gpt_window_examples,
@@ -21,6 +20,9 @@ from .sources import (
     offline_tokenizer,
     text_source,
 )
+
+if TYPE_CHECKING:
+    from .request import DataRequest
 
 
 @dataclass

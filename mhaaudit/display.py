@@ -146,3 +146,15 @@ _PROSE = (
     '<pre style="white-space: pre-wrap; overflow-wrap: break-word; margin: 0; line-height: normal; '
     "font-family: Menlo, 'DejaVu Sans Mono', consolas, 'Courier New', monospace\">{code}</pre>"
 )
+
+
+def human_bytes(n: int | None) -> str:
+    """``n`` bytes in binary units to three significant digits (``1.1 GiB``), whole bytes below 1 KiB; "?" for None."""
+    if n is None:
+        return "?"
+    x = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if x < 1024 or unit == "TiB":
+            return f"{int(x)} B" if unit == "B" else f"{x:.3g} {unit}"
+        x /= 1024
+    return f"{n} B"  # pragma: no cover

@@ -25,6 +25,7 @@ from .errors import InputError
 #: The key of a results file's meta (JSON ``meta``, parquet schema metadata) that holds the whole
 #: result object, field by field, so that ``from_json`` / ``from_parquet`` give it back exactly.
 RESULT_KEY = "result"
+METADATA_KEY = b"mhaaudit"  # schema metadata of every results file: the run's meta, as JSON
 _NONFINITE = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
 # Within :func:`null_as_nonfinite`, a null where a float is due reads as NaN (see there).
 _NULL_FLOAT: contextvars.ContextVar[bool] = contextvars.ContextVar("null_float", default=False)

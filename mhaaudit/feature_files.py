@@ -19,10 +19,10 @@ import numpy as np
 import torch
 from numpy.lib import format as npy_format
 
+from . import hostmem
+from .documents import METADATA_KEY
 from .errors import InputError, MhaauditError
 from .files import regular_file
-from .numerics import stream
-from .tables import METADATA_KEY
 
 FEATURE_EXTENSIONS = (".npy", ".pt", ".pth", ".safetensors", ".parquet")
 # The largest safetensors header read (the safetensors library refuses larger ones too).
@@ -229,7 +229,7 @@ def _refuse_unless_readable(p: Path, need: int | None = None, declared: str = ""
     Raises:
         InputError: when the file (decoded, as declared) is larger than the memory available.
     """
-    size, avail = p.stat().st_size, stream.available_memory()
+    size, avail = p.stat().st_size, hostmem.available_memory()
     need = max(size, need or 0)
     if need > avail:
         raise InputError(

@@ -12,9 +12,8 @@ from rich.table import Table
 
 from .checks import CHECK_TITLES
 from .errors import plain
-from .render import print_report
 
-__all__ = ["render_seeds", "seeds_report"]
+__all__ = ["seeds_report"]
 
 
 def _num(v) -> str:
@@ -174,8 +173,3 @@ def seeds_report(result) -> list:
         "and data of the seed that gave it."
     )
     return items
-
-
-def render_seeds(result) -> None:
-    """Print the terminal report of a :class:`mhaaudit.seeds.SeedsResult` (its per-seed tables and ranges)."""
-    print_report(seeds_report(result))

@@ -30,6 +30,7 @@ from .display import Report as Report
 from .display import text_width as text_width
 from .display import verdict_tally as verdict_tally
 from .documents import EMPTY_WHEN_NONE as EMPTY_WHEN_NONE
+from .documents import METADATA_KEY as METADATA_KEY
 from .documents import OMITTED_WHEN_NONE as OMITTED_WHEN_NONE
 from .documents import RESULT_KEY as RESULT_KEY
 from .documents import Stored as Stored
@@ -43,8 +44,6 @@ from .errors import InputError
 
 # The names above that this module does not use are re-exported: code written against the
 # earlier ``mhaaudit.tables`` imports them from here.
-
-METADATA_KEY = b"mhaaudit"  # schema metadata of every results file: the run's meta, as JSON
 
 
 @dataclass(frozen=True)

@@ -362,12 +362,12 @@ def test_what_a_file_declares_is_bounded_before_it_is_read(monkeypatch, capsys, 
     checked against the memory available before a byte is decoded (here the memory available is made small)."""
     import pyarrow.parquet as pqm
 
-    from mhaaudit.numerics import stream
+    from mhaaudit import hostmem
 
     def trap(*a, **k):
         raise AssertionError("the file was read before its declared size was checked")
 
-    monkeypatch.setattr(stream, "available_memory", lambda: 3_000_000)
+    monkeypatch.setattr(hostmem, "available_memory", lambda: 3_000_000)
     monkeypatch.setattr(pqm, "read_table", trap)
     monkeypatch.setattr(torch, "load", trap)
     path = hostile["zeros"] if kind == "parquet" else hostile["deflated"]

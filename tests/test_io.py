@@ -453,10 +453,10 @@ def test_parquet_list_column_is_read_without_python_lists(tmp_path):
 
 
 def test_a_file_read_whole_that_would_not_fit_is_refused_before_reading(tmp_path, monkeypatch):
-    from mhaaudit.numerics import stream
+    from mhaaudit import hostmem
 
     torch.save(torch.randn(50, 4), tmp_path / "x.pt")
-    monkeypatch.setattr(stream, "available_memory", lambda: 100)
+    monkeypatch.setattr(hostmem, "available_memory", lambda: 100)
     monkeypatch.setattr(torch, "load", lambda *a, **k: pytest.fail("read"))
     with pytest.raises(InputError, match="memory-mapped instead of read"):
         read_array(tmp_path / "x.pt")

@@ -64,7 +64,7 @@ def emit_result(
 
 def emit_seeds(fmt: Format, result, out: Path | None) -> None:
     """:func:`emit` of a :class:`~mhaaudit.seeds.SeedsResult`: its records, and its sweep rows when it has any."""
-    from ..render_seeds import render_seeds
+    from ..render import render_seeds
 
     rows = result.sweep_rows() or None
     emit(fmt, result.meta(), result.records(), sweep=rows, out=out, render=lambda: render_seeds(result))

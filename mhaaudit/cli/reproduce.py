@@ -171,7 +171,7 @@ def reproduce(
         )
     result = reproduce_paper(target, seeds=seeds, vary=vary.value, **keywords)
     if not isinstance(result, Reproduction):  # --seeds: one run per seed
-        from ..render_seeds import render_seeds
+        from ..render import render_seeds
 
         seeds_result = result
         emit(

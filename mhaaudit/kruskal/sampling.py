@@ -43,7 +43,7 @@ from .. import distributed, validate
 from ..defaults import DEFAULT_DEVICE, DEFAULT_SAMPLES, DEFAULT_SEED, DEFAULT_STOP_WHEN_DECIDED, DEFAULT_THRESHOLD
 from ..distributed import RankFailed
 from ..errors import InputError, param
-from ..io import MappedArray
+from ..feature_files import MappedArray
 from ..numerics import RankRule, lapack, numerics, philox, subnormals_kept, tf32_off
 from ..numerics.philox import split_key
 from ..numerics.stream import Rows, Unit, chunk_rows, refuse_unless_fits, scan_of

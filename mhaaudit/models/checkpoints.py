@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ..errors import ModelError, OfflineError
-from ..io import dense_values, safetensors_header, torch_load_reason
+from ..feature_files import dense_values, safetensors_header, torch_load_reason
 
 __all__ = [
     "CHECKPOINT_FILES",

@@ -33,10 +33,11 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
+from ..display import human_bytes
 from ..errors import InputError, ModelError, OfflineError, one_line
 from ..facts import ReadFacts
+from ..feature_files import safetensors_header
 from ..files import folder_files, inside, read_json
-from ..io import safetensors_header
 
 __all__ = [
     "INDEX_FILE",
@@ -111,18 +112,6 @@ class WeightsRead(ReadFacts):
 def weights_read_text(read: dict | None) -> str:
     """:meth:`WeightsRead.describe` of a ``WeightsRead`` stored as a dict ("" for None: nothing was read)."""
     return WeightsRead(**read).describe() if read else ""
-
-
-def human_bytes(n: int | None) -> str:
-    """``n`` bytes in binary units to three significant digits (``1.1 GiB``), whole bytes below 1 KiB; "?" for None."""
-    if n is None:
-        return "?"
-    x = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if x < 1024 or unit == "TiB":
-            return f"{int(x)} B" if unit == "B" else f"{x:.3g} {unit}"
-        x /= 1024
-    return f"{n} B"  # pragma: no cover
 
 
 # ------------------------------------------------------------------ where the tensors live

@@ -25,13 +25,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..errors import InputError
 from . import checked
 from .pow2 import exponent_of, ldexp
-from .rule import RankRule
+
+if TYPE_CHECKING:
+    from .rule import RankRule
 
 __all__ = [
     "EPS64",

@@ -16,7 +16,7 @@ import functools
 import numpy as np
 import torch
 
-from .rule import subnormals_kept
+from .subnormals import subnormals_kept
 
 __all__ = ["FLOAT8_DTYPES", "to_float64"]
 

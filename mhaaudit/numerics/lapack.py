@@ -23,13 +23,16 @@ import contextlib
 import ctypes
 import functools
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
 from .certificates import TINY_GRAM, cholesky_margins, decide_full_rank
-from .rule import RankRule
+
+if TYPE_CHECKING:
+    from .rule import RankRule
 
 __all__ = [
     "FullGramEntries",

@@ -22,6 +22,7 @@ import torch
 from .. import validate
 from ..errors import param
 from .pow2 import ldexp
+from .subnormals import _flushing, subnormals_kept
 from .threads import intra_op_threads
 
 __all__ = ["RankRule", "numerics", "subnormals_kept", "tf32_is_off", "tf32_off", "with_numerics"]
@@ -125,29 +126,6 @@ def tf32_is_off() -> bool:
     if settings:
         return _matmul_precision() == "highest" and all(obj.fp32_precision == "ieee" for obj in settings)
     return not torch.backends.cuda.matmul.allow_tf32  # pragma: no cover - torch < 2.9
-
-
-def _flushing() -> bool:
-    """Does this thread flush subnormals now? (New threads inherit the setting of their creator.)"""
-    tiny = _SUBNORMAL
-    return tiny * 1.0 == 0.0
-
-
-_SUBNORMAL = 5e-324
-
-
-@contextlib.contextmanager
-def subnormals_kept():
-    """Keep subnormals for a moment in this thread (undoing ``numerics``' flushing if it is on), to
-    convert or rescale data whose entries may be subnormal before anything squares them."""
-    flushing = _flushing()
-    if flushing:
-        torch.set_flush_denormal(False)
-    try:
-        yield
-    finally:
-        if flushing:
-            torch.set_flush_denormal(True)
 
 
 def with_numerics(threads: int | None = None):

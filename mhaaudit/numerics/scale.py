@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from .convert import to_float64
 from .pow2 import exponent_of, ldexp
-from .rule import RankRule, subnormals_kept
+from .subnormals import subnormals_kept
+
+if TYPE_CHECKING:
+    from .rule import RankRule
 
 __all__ = ["Scaled", "row_norms", "scaled"]
 

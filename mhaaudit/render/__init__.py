@@ -5,9 +5,11 @@ result object (an audit, Kruskal tests and sweeps, a capacity result, a memorisa
 reproduction) as rich tables and lines on stdout, or prints a document as strict JSON. One module
 a report: :mod:`.common` (the console, the width, a cell, strict JSON, the Kruskal report),
 :mod:`.audit`, :mod:`.capacity`, :mod:`.memorize` and :mod:`.reproduction`; their names are all
-importable from here.
+importable from here, with :func:`render_seeds`, which prints the report
+:func:`mhaaudit.render_seeds.seeds_report` lays out.
 """
 
+from ..render_seeds import seeds_report
 from .audit import (
     audit_lines,
     audit_report,
@@ -17,10 +19,9 @@ from .audit import (
     evidence_lines,
     finding_lines,
     is_depth_profile,
+    meaning_line,
     meaning_lines,
-    positions_note,
     render_audit,
-    time_lines,
     unavailable_lines,
 )
 from .capacity import (
@@ -34,12 +35,13 @@ from .capacity import (
 from .common import (
     cell,
     loading_lines,
-    meaning_line,
+    positions_note,
     print_json,
     print_report,
     render_kruskal,
     report_width,
     stdout_console,
+    time_lines,
 )
 from .memorize import (
     fit_table,
@@ -56,6 +58,12 @@ from .reproduction import (
     reproduction_report,
     reproduction_table,
 )
+
+
+def render_seeds(result) -> None:
+    """Print the terminal report of a :class:`mhaaudit.seeds.SeedsResult` (its per-seed tables and ranges)."""
+    print_report(seeds_report(result))
+
 
 __all__ = [
     "KIND_TITLES",
@@ -89,6 +97,7 @@ __all__ = [
     "render_kruskal",
     "render_memorize",
     "render_reproduction",
+    "render_seeds",
     "report_width",
     "reproduction_report",
     "reproduction_table",

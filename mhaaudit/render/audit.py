@@ -13,16 +13,14 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 from rich.table import Table
 
-from ..checks import REGISTRY
-from ..facts import ModelFacts
+from ..checks import CHECK_MEANING, REGISTRY
 from ..kruskal.report import (
     WHOLE_SET_LEGEND,
     sweep_lines,
     verdict_text,
 )
-from ..models.families import positions_note as family_positions_note
 from ..sources import describe_skips
-from .common import cell, loading_lines, print_report
+from .common import cell, loading_lines, positions_note, print_report, time_lines
 
 if TYPE_CHECKING:
     pass
@@ -158,13 +156,9 @@ def _data_lines(result) -> list[str]:
     return lines
 
 
-def time_lines(timings: dict[str, float], columns) -> list[str]:
-    """The run's timings, then each column's: ``columns`` are (name, timings) pairs."""
-    lines = ["  time: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())]
-    for name, spent in columns:
-        if spent:
-            lines.append(f"    {name}: " + ", ".join(f"{k} {v:.1f} s" for k, v in spent.items()))
-    return lines
+def meaning_line(check: str) -> str:
+    """What passing ``check`` means, in one line; empty for a check without one."""
+    return CHECK_MEANING.get(check, "")
 
 
 def meaning_lines() -> list[str]:
@@ -178,12 +172,6 @@ def meaning_lines() -> list[str]:
         "subset found, a whole-set rank below k, an exhaustive check); Assumption 2's counts are exact."
     )
     return lines
-
-
-def positions_note(info: ModelFacts, layer: int) -> str:
-    """What an Assumption 2 verdict at ``layer`` owes to the model's kind of positions (only layer 0 of a model
-    without a position term in its embedding output has one); empty where it does not apply."""
-    return family_positions_note(info.as_dict(), layer)
 
 
 def bound_lines(result) -> list[str]:

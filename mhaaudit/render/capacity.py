@@ -12,8 +12,7 @@ from ..errors import plain
 from ..kruskal.report import (
     verdict_text,
 )
-from .audit import positions_note, time_lines
-from .common import loading_lines, print_report
+from .common import loading_lines, positions_note, print_report, time_lines
 
 if TYPE_CHECKING:
     pass

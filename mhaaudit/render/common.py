@@ -1,5 +1,6 @@
-"""The pieces every report shares: the console and width of stdout, a table cell, a check's meaning
-line, what loading read, the strict JSON printer, and the Kruskal report printed.
+"""The pieces every report shares: the console and width of stdout, a table cell, what loading
+read, the timings, the positions note, the strict JSON printer, and the Kruskal
+report printed.
 
 Nothing is computed here that a result did not return.
 """
@@ -14,16 +15,16 @@ import numpy as np
 from rich.console import Console
 from rich.markup import escape
 
-from ..checks import CHECK_MEANING
 from ..console import TextConsole
 from ..display import text_width
-from ..facts import AuditSettings, CapacitySettings, ReadFacts, meta_value
+from ..facts import AuditSettings, CapacitySettings, ModelFacts, ReadFacts, meta_value
 from ..kruskal.report import (
     estimate_text,
     exact_text,
     kruskal_report,
     verdict_text,
 )
+from ..models.families import positions_note as family_positions_note
 from ..models.shards import weights_read_text
 
 if TYPE_CHECKING:
@@ -106,11 +107,6 @@ def _default(o):
     return str(o)
 
 
-def meaning_line(check: str) -> str:
-    """What passing ``check`` means, in one line; empty for a check without one."""
-    return CHECK_MEANING.get(check, "")
-
-
 def loading_lines(
     read: ReadFacts | None, settings: AuditSettings | CapacitySettings | None = None, label: str = ""
 ) -> list[str]:
@@ -120,3 +116,18 @@ def loading_lines(
     if settings is not None and how not in (None, "given"):
         lines.append(escape(f"  batch size: {settings.batch_size} (auto: {how})"))
     return lines
+
+
+def time_lines(timings: dict[str, float], columns) -> list[str]:
+    """The run's timings, then each column's: ``columns`` are (name, timings) pairs."""
+    lines = ["  time: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())]
+    for name, spent in columns:
+        if spent:
+            lines.append(f"    {name}: " + ", ".join(f"{k} {v:.1f} s" for k, v in spent.items()))
+    return lines
+
+
+def positions_note(info: ModelFacts, layer: int) -> str:
+    """What an Assumption 2 verdict at ``layer`` owes to the model's kind of positions (only layer 0 of a model
+    without a position term in its embedding output has one); empty where it does not apply."""
+    return family_positions_note(info.as_dict(), layer)
