@@ -59,11 +59,13 @@ def _cell_table(result) -> Table:
         title=f"Over {len(result.plan.seeds)} seeds: median \\[lowest, highest] of the {what}", title_justify="left"
     )
     capacity = result.command == "capacity"
+    # The words wrap (the check's name, the long headers), so that a narrow terminal narrows them
+    # before it cuts a cell short.
     for col in ("column", "layer", "heads h") if capacity else ("column", "layer", "check", "k"):
-        t.add_column(col, no_wrap=True)
-    t.add_column(what + " median \\[range]", no_wrap=True)
+        t.add_column(col, no_wrap=col != "check")
+    t.add_column(what + " median \\[range]", no_wrap=False)
     if not capacity:
-        t.add_column("seeds holding (paper's rule)", no_wrap=True)
+        t.add_column("seeds holding (paper's rule)", no_wrap=False)
         t.add_column("exact status", no_wrap=False)
     for s in cells:
         cell = s.cell

@@ -379,7 +379,10 @@ def test_check_seeds_json_parquet_and_table(capsys, vit_dir, tmp_path):
         "cpu",
     )
     assert rc == 0, err
-    assert "Over 2 seeds" in stdout and "seeds holding" in stdout and "Differences" in stdout
+    assert "Over 2 seeds" in stdout and "holding" in stdout and "exact" in stdout and "Differences" in stdout
+    # at a terminal's 80 columns the words wrap: no cell is cut short and no table is cropped
+    tops = [ln.rstrip() for ln in stdout.splitlines() if ln.startswith("\u250f")]
+    assert "\u2026" not in stdout and tops and all(ln.endswith("\u2513") for ln in tops), stdout
     assert ("excludes zero" in stdout) or ("not distinguishable with 2 seeds" in stdout)
 
 
