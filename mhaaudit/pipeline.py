@@ -129,6 +129,12 @@ class KeptInputs:
         preprocessing, modality, n and query token)."""
         self.pm = pm
 
+    def release(self) -> None:
+        """Let the model that kept the inputs go, keeping what :meth:`pass_to`'s caller compares (its
+        ``info`` and ``config``): a series' reference model is not held while the checkpoints are audited."""
+        if self.pm is not None and not isinstance(self.pm, ReleasedModel):
+            self.pm = ReleasedModel(self.pm.info, getattr(self.pm, "config", None))
+
     def hand_to(self, pm) -> None:
         """Let the kept inputs go, and let the next pass of ``pm`` keep its own (the inputs of the model
         that kept them are not known to be ``pm``'s). Inputs found over the budget stay unkept."""
@@ -146,6 +152,15 @@ class KeptInputs:
         pin = staged(self.pm.device)
         self.batches.append((index, {k: _host_copy(v, pin) for k, v in inputs.items()}))
         self.nbytes += size
+
+
+@dataclass(frozen=True)
+class ReleasedModel:
+    """What :meth:`KeptInputs.release` keeps of the model that kept the inputs: its description and
+    config, not its weights (no pass is ever made with it, so it keeps and is fed nothing)."""
+
+    info: Any
+    config: Any
 
 
 def _host_copy(v, pin: bool):

@@ -351,3 +351,28 @@ def test_sweep_leaves_out_the_draws_no_route_decides(monkeypatch, capsys):
     if r.witness is not None:
         assert not _positive_sum(X[list(r.witness.indices)])
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_sweep_no_draw_of_which_is_decided_keeps_its_proven_floor(monkeypatch, capsys):
+    """kruskal_sweep where no route decides the draws (rank-3 rows and rows below the tolerance, so each draw
+    goes to the SVD, and every SVD of a draw fails): no draw counts, and the estimate is the certified floor (what is
+    proven), never below it."""
+    from mhaaudit.kruskal import kruskal_sweep
+
+    g = gen(0)
+    X = torch.randn(60, 3, generator=g, dtype=torch.float64) @ torch.randn(3, 6, generator=g, dtype=torch.float64)
+    X = torch.cat([X, torch.randn(20, 6, generator=g, dtype=torch.float64) * 1e-9])
+    real = checked._svdvals
+
+    def unusable(x, last):  # the draws' small matrices fail; the whole set's statistics do not
+        s, usable = real(x, last)
+        return (s, usable) if x.shape[-2] >= 6 else (s, torch.zeros_like(usable))
+
+    monkeypatch.setattr(checked, "_SAID", set())
+    monkeypatch.setattr(checked, "_svdvals", unusable)
+    r = kruskal_sweep(X, samples=200, seed=1)
+    assert r.undecided_draws > 0 and r.samples == 200 - r.undecided_draws
+    assert r.floor.value >= 1 and r.floor.value <= r.estimate <= r.ceiling.value
+    if r.samples == 0:
+        assert r.estimate == r.floor.value
+    assert "Traceback" not in capsys.readouterr().err

@@ -433,3 +433,22 @@ def test_kept_inputs_pass_to_another_model_or_are_handed_over(vit_dir, image_dir
         tokens(pm, data)
         tokens(pm, data)
         assert len(reads) == 4 and kept.fed_again == 2
+
+
+def test_released_kept_inputs_hold_no_model(vit_dir, image_dir, settings):
+    """``KeptInputs.release``: the model that kept the inputs is let go (only its description and config are
+    kept, for the comparison before ``pass_to``); the inputs stay, and no pass of that model is fed them."""
+    import gc
+    import weakref
+
+    pm = pipeline.load(ModelRequest(str(vit_dir)), "random", settings, max_layer=1)
+    data = DataRequest(data=str(image_dir), limit=9, batch_size=4)
+    with pipeline.kept_inputs() as kept:
+        pipeline.stream(pm, data, [1], [lambda t: None], settings, notes=[])
+        info, gone = pm.info, weakref.ref(pm.module)
+        kept.release()
+        assert isinstance(kept.pm, pipeline.ReleasedModel) and kept.pm.info == info and kept.info is not None
+        assert not kept.serves(pm)
+        del pm
+        gc.collect()
+        assert gone() is None

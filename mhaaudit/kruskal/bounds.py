@@ -136,7 +136,7 @@ def fixed_rule(
             f"features of dtype {rule.dtype} at T = {_T} rows of d = {d}: under the default rule the whole set's "
             f"tolerance is max(T, d) * eps = {max(_T, d)} * {rule.eps:.3g} = {rule.rtol_for(_T, d):.3g} times its "
             "sigma_max, so it would have rank 0 whatever its values; give {param:rtol} or {param:atol}, or features "
-            "in a wider dtype (float32 or float64)"
+            f"in a wider dtype ({'float64' if rule.eps < 2**-20 else 'float32 or float64'})"
         )
     if stats is not None and (stats.T, stats.d) != (_T, d):
         raise InputError(

@@ -350,7 +350,8 @@ def kruskal_sweep(
         fractions=fractions,
         ci_low=ci_low,
         ci_high=ci_high,
-        estimate=min(raw_estimate, ceiling.value),  # an estimate never exceeds what is proven
+        # an estimate never exceeds what is proven, nor falls below it (when no draw could be decided)
+        estimate=min(max(raw_estimate, floor.value), ceiling.value),
         ceiling=ceiling,
         floor=floor,
         witness=witness,

@@ -339,6 +339,7 @@ def _series_passes(
             )
         )
     store.timings["reference"] = store.timings.get("reference", 0.0) + round(time.perf_counter() - t0, 3)
+    kept.release()  # the reference's model is let go before the trained model is built
     if reference is not None and data.batch_size == "auto":  # the trained passes use the batch the reference chose
         data = replace(data, batch_size=reference.settings.batch_size)
     run = SeriesRun(seed, reference)

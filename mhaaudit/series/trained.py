@@ -16,7 +16,7 @@ import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from .. import pipeline
+from .. import distributed, pipeline
 from ..auditing import AuditResult, audit
 from ..errors import MhaauditError, ModelError, one_line
 from ..hub import is_offline
@@ -73,14 +73,19 @@ class _Trained:
         self.current = ref.name
         self.used = used_tensors(self.pm) if self.pm.info.backend == "hf" else None
         kept = self.kept
-        if kept.pm is None or kept.info is None or kept.over_budget:  # no inputs kept: its first pass keeps them
-            if not kept.over_budget:
-                kept.hand_to(self.pm)
-            return
-        self.why_again = same_inputs(self.plan, ref, kept.pm, self.pm)
-        if self.why_again is None:
+        held = kept.pm is not None and kept.info is not None and not kept.over_budget
+        why = same_inputs(self.plan, ref, kept.pm, self.pm) if held else None
+        # Every rank of a job decides alike (a rank feeding kept inputs while another reads the data
+        # would wait for ever): the inputs are fed only where every rank kept them, on rank 0's reasons.
+        everyone = distributed.current().all_gather((held, why))
+        if all(h for h, _ in everyone) and everyone[0][1] is None:
             kept.pass_to(self.pm)
-        else:
+            return
+        if everyone[0][1] is not None:
+            self.why_again = everyone[0][1]
+        elif any(h for h, _ in everyone):
+            self.why_again = "a process of the job kept no inputs (they outgrew its memory budget)"
+        if not kept.over_budget:  # its first pass keeps its own inputs
             kept.hand_to(self.pm)
 
     def _checkpoint(self, ref: CheckpointRef) -> Checkpoint | None:
