@@ -31,8 +31,6 @@ import datetime
 import io
 import json
 import os
-import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -66,43 +64,15 @@ QUICK = {
 FIGURES = ("check", "kruskal", "capacity", "depth", "seeds")
 
 
-def commit() -> str:
-    """The commit the pictures were made at (short), marked when the package's files differ from it."""
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "mhaaudit"], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return sha + (" (with uncommitted changes to mhaaudit/)" if dirty else "")
+def _resultfiles():
+    """``benchmarks/resultfiles.py``, whose ``commit()`` and ``machine()`` stamp the benchmark results the same way."""
+    import importlib.util
 
-
-def machine() -> dict:
-    """What ran the commands: the CPU, its cores, the memory, the GPU, and the versions that matter."""
-    import torch
-
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    mem = None
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        kb = next(ln for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal"))
-        mem = round(int(kb.split()[1]) / 2**20, 1)
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "memory_gib": mem,
-        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        "os": platform.platform(terse=True),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-    }
+    spec = importlib.util.spec_from_file_location("mhaaudit_resultfiles", ROOT / "benchmarks" / "resultfiles.py")
+    assert spec is not None and spec.loader is not None, "benchmarks/resultfiles.py is part of the repository"
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 class Recorder:
@@ -169,7 +139,8 @@ class Stamps:
         self.quick = quick
         old = json.loads(self.path.read_text()) if self.path.is_file() else {}
         self.figures: dict = old.get("figures", {}) if old.get("quick", False) == quick else {}
-        self.commit, self.machine = commit(), machine()
+        stamps = _resultfiles()
+        self.commit, self.machine = stamps.commit(), stamps.machine()
 
     def add(self, files: list[str], command: str, wall_s: float) -> None:
         for name in files:
