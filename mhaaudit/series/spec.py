@@ -36,8 +36,8 @@ from dataclasses import dataclass, replace
 
 from .. import validate
 from ..errors import InputError, OfflineError, one_line
+from ..feature_files import safetensors_header
 from ..hub import is_offline
-from ..io import safetensors_header
 from ..models.checkpoints import CHECKPOINT_FILES
 from ..models.shards import INDEX_FILE, INDEX_FILES, check_links_inside, check_local_indexes, hub_download, read_index
 from ..request import ModelRequest
@@ -376,7 +376,7 @@ def _folder_contents(ref: CheckpointRef, folder: str) -> _Contents:
         tuple((f, _inode(f)) for f in files),
         _config(ref, os.path.join(folder, "config.json")),
         shapes,
-        _data_files(folder),
+        data_files(folder),
     )
 
 
@@ -451,17 +451,18 @@ def _config(ref: CheckpointRef, path: str) -> dict | None:
     return {k: v for k, v in data.items() if k not in VOLATILE_CONFIG}
 
 
-def _data_files(folder: str) -> dict[str, str]:
+def data_files(folder: str) -> dict[str, str]:
     """The sha256 of each of :data:`DATA_FILES` a folder holds (at most 64 MiB each is read)."""
     out = {}
     for fn in DATA_FILES:
         path = os.path.join(folder, fn)
         if os.path.isfile(path):
-            out[fn] = _file_sha256(path)
+            out[fn] = file_sha256(path)
     return out
 
 
-def _file_sha256(path: str, limit: int = 64 * 2**20) -> str:
+def file_sha256(path: str, limit: int = 64 * 2**20) -> str:
+    """The sha256, in hex, of a file's first ``limit`` + 1 bytes (the whole file, up to 64 MiB)."""
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         h.update(fh.read(limit + 1))
@@ -563,7 +564,7 @@ def _hub_refs(revisions: Sequence[str], base: ModelRequest) -> list[CheckpointRe
         for fn in DATA_FILES:
             path = hub_download(repo, fn, ref.revision, offline)
             if path is not None:
-                data[fn] = _file_sha256(path)
+                data[fn] = file_sha256(path)
         contents = _Contents((), _config(ref, config), None, data)
         if first is None:
             first = (ref, contents)

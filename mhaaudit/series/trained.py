@@ -17,7 +17,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .. import distributed, pipeline
-from ..auditing import AuditResult, audit
+from ..audit_result import AuditResult
+from ..auditing import audit
 from ..errors import MhaauditError, ModelError, one_line
 from ..hub import is_offline
 from ..models import resolve
@@ -28,7 +29,7 @@ from ..models.shards import INDEX_FILES, Checkpoint, NotPartial, hub_download, h
 from ..request import DataRequest, ModelRequest
 from ..settings import Settings
 from .identity import Digest, file_digest, tensor_digest
-from .spec import DATA_FILES, CheckpointRef, _data_files, _file_sha256
+from .spec import DATA_FILES, CheckpointRef, data_files, file_sha256
 
 if TYPE_CHECKING:
     from .run import _Plan
@@ -225,7 +226,7 @@ def same_inputs(plan: _Plan, ref: CheckpointRef, reference: Any, trained: Any) -
         return "the image size differs between the configs of the model and its first checkpoint"
     if ref.revision is not None or ref.path is None or not os.path.isdir(ref.path):
         return None  # the same revision's files, or a weights file that carries no preprocessing
-    own = _data_files(ref.path)
+    own = data_files(ref.path)
     if not own:
         return None
     model = _model_data_files(plan)
@@ -244,13 +245,13 @@ def _model_data_files(plan: _Plan) -> dict[str, str] | None:
     base = plan.base
     repo = resolve(base.model, backend=base.backend)
     if repo.local:
-        return _data_files(repo.resolved) if os.path.isdir(repo.resolved) else None
+        return data_files(repo.resolved) if os.path.isdir(repo.resolved) else None
     found: dict[str, str] = {}
     try:
         for fn in DATA_FILES:
             path = hub_download(repo.resolved, fn, base.revision, True)  # the local cache only
             if path is not None:
-                found[fn] = _file_sha256(path)
+                found[fn] = file_sha256(path)
     except (MhaauditError, OSError, ValueError):  # nothing to compare with: not known to be the same
         return None
     return found or None
