@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from . import phases
-from .audit_result import AuditResult, CheckResult, Column, Note, NoteKind, add_note, check_features_folder
+from .audit_result import AuditResult, CheckResult, Column, check_features_folder
 from .capture import Captured, capture_probe, collect_features
 from .checks import REGISTRY, ContextRankResult
 from .distributed import describe, shared
@@ -24,6 +24,7 @@ from .facts import AuditSettings, JobFacts, ModelFacts, ReadFacts
 from .features import FeatureSet
 from .kruskal import Sweep, kruskal_sweep, set_stats
 from .models import modality_of
+from .notes import Note, NoteKind, add_note
 from .probes import IMAGE_VARIANTS, VARIANT_HELP, Probe, plan_probes, probe_for_variant, refuse_weights_without_trained
 from .progress import task
 from .request import DataRequest, ModelRequest, Requests, build_requests, build_settings

@@ -13,13 +13,13 @@ from typing import Any
 import torch
 
 from . import distributed, phases, pipeline
-from .audit_result import Note, NoteKind, add_note
-from .batching import available_memory
 from .distributed import shared
 from .errors import InputError, OfflineError, plain
 from .facts import BatchChoice, DuplicateInputs, ModelFacts, SkipCounts, meta_value
 from .features import FeatureSet, StreamingReducer
+from .hostmem import available_memory
 from .models import RandomAttention
+from .notes import Note, NoteKind, add_note
 from .probes import Probe, probe_for_variant, refuse_weights_without_trained
 from .request import DataRequest, ModelRequest, Requests
 from .settings import Settings

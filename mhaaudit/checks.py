@@ -25,12 +25,12 @@ from typing import Literal
 
 import torch
 
+from .defaults import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
 from .errors import InputError
 from .kruskal import SetStats, SubsetTest, subset_test
 from .numerics import RankRule, checked, decide_full_rank, eigvalsh, gram_rank, scaled, with_numerics
 from .numerics.pow2 import max_abs
 from .numerics.threads import intra_op_threads
-from .settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
 
 
 def _inverse_iteration_sigma(G: torch.Tensor, iters: int = 12):

@@ -26,17 +26,18 @@ from pathlib import Path
 from typing import Any
 
 from . import kruskal, validate
-from .auditing import capture_probe, probe_for_variant, refuse_weights_without_trained
+from .capture import capture_probe
 from .checks import REGISTRY, check_for_size
 from .defaults import KRUSKAL_VECTORS
 from .distributed import shared
 from .errors import InputError, param, plain
 from .facts import CaptureFacts
+from .feature_files import MappedArray, read_array, to_query_matrix
 from .features import FeatureSet
-from .io import MappedArray, read_array, to_query_matrix
 from .keywords import given, refuse_disagreement
 from .kruskal import KruskalInputs, KruskalResult, as_matrix, fixed_rule
 from .numerics.stream import peak_rss_bytes
+from .probes import probe_for_variant, refuse_weights_without_trained
 from .progress import log, task
 from .request import DATA_KEYWORDS, SETTINGS_KEYWORDS, DataRequest, ModelRequest, build_requests, build_settings
 from .seeds import SeedPlan, SeedsResult, plan_for

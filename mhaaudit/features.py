@@ -20,10 +20,13 @@ import torch
 
 from .checks import ContextRankResult, ContextRanks, assumption_2_from_arrays
 from .errors import InputError, ModelError, OutputError
+from .feature_files import safetensors_header
 from .files import read_json, regular_file
-from .io import atomic_path, make_output_folder, safetensors_header, staged_outputs, stamp
+from .io import atomic_path
 from .numerics import RankRule
 from .numerics.pow2 import max_abs
+from .provenance import stamp
+from .staging import make_output_folder, staged_outputs
 
 FEATURES_FILE = "features.safetensors"
 META_FILE = "meta.json"

@@ -1,21 +1,16 @@
-"""Writing outputs atomically, stamped with provenance; the reading of feature files is
-:mod:`mhaaudit.feature_files`, whose names this module re-exports."""
+"""Writing outputs atomically; the provenance they are stamped with is :mod:`mhaaudit.provenance` and
+the reading of feature files :mod:`mhaaudit.feature_files`, whose names this module re-exports."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import platform
 import tempfile
 from collections.abc import Iterator
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-import numpy as np
-import torch
-
-from ._version import __version__
+from .documents import METADATA_KEY
 from .errors import MhaauditError, OutputError
 from .feature_files import FEATURE_EXTENSIONS as FEATURE_EXTENSIONS
 from .feature_files import MAX_HEADER_BYTES as MAX_HEADER_BYTES
@@ -29,34 +24,10 @@ from .feature_files import to_query_matrix as to_query_matrix
 from .feature_files import torch_declared_bytes as torch_declared_bytes
 from .feature_files import torch_load_reason as torch_load_reason
 from .files import kind_of, same_place, special_kind, within
+from .provenance import library_versions as library_versions
+from .provenance import stamp as stamp
 from .staging import _STAGED, StagedOutputs, _reason, make_output_folder, staged_outputs  # noqa: F401 - re-exported
-from .tables import METADATA_KEY, records_table
-
-# --------------------------------------------------------------------------- provenance
-
-
-def library_versions() -> dict[str, str]:
-    """The versions of mhaaudit, Python, torch, NumPy and the optional libraries installed, by name.
-
-    Libraries not installed are left out; versions are read from package metadata, nothing is imported.
-    """
-    out = {
-        "mhaaudit": __version__,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-    }
-
-    for name in ("transformers", "timm", "datasets", "pyarrow", "scipy"):
-        with contextlib.suppress(PackageNotFoundError):
-            out[name] = version(name)  # read from metadata: no slow imports
-    return out
-
-
-def stamp(**extra) -> dict:
-    """The provenance every output carries: tool and library versions plus the caller's facts."""
-    return {"tool": "mhaaudit", "version": __version__, "versions": library_versions(), **extra}
-
+from .tables import records_table
 
 # --------------------------------------------------------------------------- atomic writes
 

@@ -36,6 +36,9 @@ LAYERS: list[tuple[str, ...]] = [
         "phases",
         "imports",
         "keywords",
+        "provenance",
+        "runtime",
+        "notes",
     ),
     ("numerics",),
     ("settings", "display", "documents", "tables", "feature_files", "io", "collectives", "distributed", "facts"),
@@ -312,7 +315,7 @@ def test_the_chain_finder_finds_the_longest():
 
 # The longest chain of module-level imports today, counted in modules (a package's __init__ counts as
 # one): no change may make it longer.
-LONGEST_CHAIN = 20
+LONGEST_CHAIN = 19
 
 
 def test_the_import_chains_are_short():

@@ -28,7 +28,7 @@ import torch
 
 from ..errors import InputError
 from ..numerics import RankRule
-from ..settings import derive_seed
+from ..runtime import derive_seed
 from ..validate import head_counts, integer
 from .z import real_matrix
 

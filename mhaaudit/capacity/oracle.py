@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..settings import derive_seed
+from ..runtime import derive_seed
 from .z import real_matrix
 
 __all__ = ["Certificate", "memorization_certificate"]

@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from ..documents import EMPTY_WHEN_NONE
 from ..facts import BatchChoice, CapacitySettings, ModelFacts, ReadFacts, meta_value
-from ..io import stamp
 from ..models.shards import weights_read_text
+from ..provenance import stamp
 from ..render import capacity_report
-from ..tables import EMPTY_WHEN_NONE, StoredResult
+from ..tables import StoredResult
 from ..theory import CapacityBound, shared_context_rank_bound
 from .assumptions import (
     Assumptions,

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..errors import DataError, InputError
-from ..settings import derive_seed
+from ..runtime import derive_seed
 from ..validate import integer
 
 __all__ = ["Heads", "ZBuilder", "as_real_tensor", "attention_combinations", "random_attention_weights"]

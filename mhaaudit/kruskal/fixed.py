@@ -38,7 +38,7 @@ from ..numerics import (
 )
 from ..numerics.checked import NumericalFailure
 from ..numerics.stream import Unit, unit_of
-from ..settings import device_name, resolve_device
+from ..runtime import device_name, resolve_device
 from . import witness
 from .bounds import fixed_rule
 from .results import SetStats, SubsetTest, Witness, clopper_pearson, rows_phrase

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ..facts import CaptureFacts
-from ..io import stamp
 from ..numerics import RankRule, ldexp
+from ..provenance import stamp
 from ..tables import TEST_COLUMNS, ResultTable, StoredSweepResult, table_rows
 from .brackets import GramBrackets
 from .report import kruskal_report, subset_test_report, sweep_report

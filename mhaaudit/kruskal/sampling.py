@@ -40,15 +40,15 @@ import numpy as np
 import torch
 
 from .. import distributed, validate
+from ..collectives import RankFailed
 from ..defaults import DEFAULT_DEVICE, DEFAULT_SAMPLES, DEFAULT_SEED, DEFAULT_STOP_WHEN_DECIDED, DEFAULT_THRESHOLD
-from ..distributed import RankFailed
 from ..errors import InputError, param
 from ..feature_files import MappedArray
 from ..numerics import RankRule, lapack, numerics, philox, subnormals_kept, tf32_off
 from ..numerics.philox import split_key
 from ..numerics.stream import Rows, Unit, chunk_rows, refuse_unless_fits, scan_of
 from ..numerics.threads import intra_op_threads
-from ..settings import KERNELS_ENV, MAX_SAMPLES, derive_seed, kernels_env, resolve_device
+from ..runtime import KERNELS_ENV, MAX_SAMPLES, derive_seed, kernels_env, resolve_device
 
 __all__ = [
     "DEVICE_BATCH_BYTES",

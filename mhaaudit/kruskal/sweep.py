@@ -34,7 +34,7 @@ from ..numerics import (
 )
 from ..numerics.checked import NumericalFailure
 from ..numerics.stream import unit_of
-from ..settings import device_name
+from ..runtime import device_name
 from . import witness as witnesses
 from .bounds import babel_floor, fixed_rule
 from .fixed import draws_gram, joined, shrink_witness

@@ -20,7 +20,7 @@ from ..io import stamp, write_parquet
 from ..keywords import request_of
 from ..plot import plot_memorize
 from ..progress import task as progress_task
-from ..settings import device_name, resolve_device
+from ..runtime import device_name, resolve_device
 from ..tables import records_table
 from .data import DIM
 from .grouping import GroupPlan, device_memory, plan_groups

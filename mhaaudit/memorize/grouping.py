@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..batching import available_memory
 from ..errors import InputError
+from ..hostmem import available_memory
 from .stack import StackShape
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ..settings import derive_seed
+from ..runtime import derive_seed
 from .data import DIM, make_dataset
 from .model import MemorizeModel
 from .schedule import Plan, lr_factor

@@ -18,7 +18,7 @@ from ..defaults import DEFAULT_DEVICE, DEFAULT_SEED, MEMORIZE_PRESETS, MEMORIZE_
 from ..errors import InputError, param
 from ..io import check_writable
 from ..plot import check_plot_path
-from ..settings import MAX_SEED, resolve_device
+from ..runtime import MAX_SEED, resolve_device
 from .grouping import default_budget
 from .recipe import Recipe
 

@@ -15,11 +15,11 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import ClassVar
 
 from .._version import __version__
-from ..documents import decode_fields, decode_result, null_as_nonfinite, read_json_document
+from ..documents import METADATA_KEY, decode_fields, decode_result, null_as_nonfinite, read_json_document
 from ..errors import InputError
-from ..io import stamp
+from ..provenance import stamp
 from ..render import memorize_report
-from ..tables import METADATA_KEY, StoredResult
+from ..tables import StoredResult
 from .data import DIM
 from .recipe import RECIPE_FIELDS, Recipe
 from .saturation import SaturationSummary

@@ -34,7 +34,7 @@ from ..defaults import DEFAULT_DEVICE
 from ..errors import param
 from ..numerics.threads import intra_op_threads as _intra_op_threads
 from ..progress import task as progress_task
-from ..settings import MAX_SEED, derive_seed, device_name, resolve_device
+from ..runtime import MAX_SEED, derive_seed, device_name, resolve_device
 from .data import DIM, make_dataset
 from .model import MemorizeModel
 from .recipe import Recipe

@@ -18,7 +18,7 @@ from torch import nn
 
 from .. import phases
 from ..errors import ModelError, one_line
-from ..io import torch_load_reason
+from ..feature_files import torch_load_reason
 from .checkpoints import is_ignorable, load_fitting, offline_weights_error, read_state_file
 from .hf_config import _auto_config, _Hub, hub_problem
 from .random_init import build_random, init_seed, reinit_hf, seeded

@@ -14,7 +14,7 @@ from .. import validate
 from ..defaults import BACKENDS, DEFAULT_DEVICE
 from ..errors import InputError
 from ..files import regular_file
-from ..settings import resolve_device
+from ..runtime import resolve_device
 
 __all__ = ["LoadPlan", "check_revision"]
 

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError
-from ..settings import derive_seed
+from ..runtime import derive_seed
 
 __all__ = ["RandomAttention"]
 

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..settings import derive_seed
+from ..runtime import derive_seed
 
 __all__ = ["build_random", "init_seed", "reinit_hf", "reinit_timm", "seeded"]
 

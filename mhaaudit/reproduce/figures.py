@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..capacity import theorem1_bound
 from ..plot import save_figure
+from ..theory import theorem1_bound
 from .published import target_spec
 
 

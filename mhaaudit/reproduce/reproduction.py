@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from ..display import Report
 from ..documents import OMITTED_WHEN_NONE
 from ..facts import SettingsFacts
-from ..io import stamp
+from ..provenance import stamp
 from ..render import reproduction_report
 from .compare import Comparison, RunFacts
 from .published import published

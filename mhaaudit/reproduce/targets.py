@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 
 from .. import validate
 from ..auditing import audit, capture_features
-from ..capacity import theorem1_bound
 from ..defaults import DEFAULT_DEVICE, DEFAULT_SEED
 from ..errors import InputError, param
 from ..hub import is_offline
@@ -31,6 +30,7 @@ from ..memorize import run_memorize_grid
 from ..numerics import svd_rank
 from ..progress import task
 from ..settings import Settings
+from ..theory import theorem1_bound
 from .compare import Comparison, RunFacts, compare, compare_memorization, setting_differences
 from .published import target_spec
 from .reproduction import GridTargetSettings, Reproduction, TargetSettings

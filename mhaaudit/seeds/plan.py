@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from .. import validate
 from ..defaults import SEEDS_VARY
 from ..errors import InputError, param
-from ..settings import MAX_SEED
+from ..runtime import MAX_SEED
 
 __all__ = ["VARY", "SeedPlan", "SeedRun", "parse_seeds", "plan_seeds"]
 

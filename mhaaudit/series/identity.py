@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..errors import ModelError, one_line
-from ..io import safetensors_header
+from ..feature_files import safetensors_header
 from ..models.shards import Checkpoint
 
 __all__ = ["Digest", "file_digest", "tensor_digest"]

@@ -10,8 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..checks import REGISTRY
+from ..display import human_bytes
 from ..kruskal.report import verdict_text
-from ..models.shards import human_bytes
 from ..render import audit_table, meaning_lines
 
 __all__ = ["series_report", "trend_tables"]

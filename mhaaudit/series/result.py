@@ -28,7 +28,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..auditing import AuditResult
+from ..audit_result import AuditResult
 from ..checks import REGISTRY
 from ..defaults import DEFAULT_THRESHOLD
 from ..documents import RESULT_KEY

@@ -48,14 +48,16 @@ from typing import Any
 from .. import distributed, pipeline
 from ..auditing import AuditResult, audit, plan_probes
 from ..distributed import shared
+from ..documents import RESULT_KEY
 from ..errors import InputError, one_line
-from ..io import stamp, write_parquet
+from ..io import write_parquet
 from ..models import modality_of
 from ..progress import log
+from ..provenance import stamp
 from ..request import DataRequest, ModelRequest, build_requests
 from ..seeds import SeedPlan, SeedRun, plan_for
 from ..settings import Settings
-from ..tables import RESULT_KEY, table_rows
+from ..tables import table_rows
 from .identity import Digest
 from .result import CheckpointRun, SeriesResult, SeriesRun
 from .spec import CheckpointRef, Series, resolve_series, series_revisions

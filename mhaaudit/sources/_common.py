@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import DataError, InputError, MhaauditError, OfflineError, one_line
 from ..files import folder_files, inside, regular_file
 from ..hub import is_offline
-from ..settings import decode_workers_env, derive_seed
+from ..runtime import decode_workers_env, derive_seed
 
 BUILTIN_NAMES = {"builtin", "built-in", "default"}
 HUB_PREFIXES = ("hf:", "hub:")
