@@ -12,12 +12,11 @@ from typing import ClassVar
 from .checks import REGISTRY, ContextRankResult
 from .display import verdict_tally
 from .errors import OutputError, param
-from .facts import AuditSettings, DuplicateInputs, ModelFacts, ReadFacts, SkipCounts, meta_value
+from .facts import AuditSettings, DuplicateInputs, ModelFacts, ReadFacts, SkipCounts, meta_value, weights_read_text
 from .features import FEATURES_FILE, META_FILE, FeatureSet
 from .files import first_name_under, special_kind
 from .io import check_folder_writable
 from .kruskal import SubsetTest, Sweep
-from .models.shards import weights_read_text
 from .notes import Note
 from .probes import IMAGE_VARIANTS, Probe
 from .provenance import stamp

@@ -20,6 +20,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .display import human_bytes
 from .documents import OMITTED_WHEN_NONE, Stored, decode_fields
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from .settings import Settings
 
 __all__ = [
+    "NO_POSITIONS_AT_LAYER_0",
     "AuditSettings",
     "BatchChoice",
     "CapacitySettings",
@@ -43,6 +45,8 @@ __all__ = [
     "WeightsUsed",
     "meta_fields",
     "meta_value",
+    "positions_note",
+    "weights_read_text",
 ]
 
 
@@ -79,7 +83,7 @@ def meta_fields(record) -> dict:
 
 @dataclass(frozen=True)
 class ReadFacts:
-    """What loading trained weights read (``models.shards.WeightsRead`` adds the loader's report line):
+    """What loading trained weights read (``models.shards.WeightsRead`` adds the loader's dict):
     bytes of tensor data read of the bytes the checkpoint stores, files opened of the files it has,
     tensors read of the tensors it has, and the dtype(s) they are stored in."""
 
@@ -98,6 +102,23 @@ class ReadFacts:
         if read is None:
             return None
         return cls(**(read if isinstance(read, dict) else read.as_dict()))
+
+    def describe(self) -> str:
+        """One line for the report, e.g. ``read 1.1 GiB of 140 GiB (0.8 %) of the weights, stored in bfloat16,
+        from 1 of 30 files``."""
+        total = f" of {human_bytes(self.bytes_total)}" if self.bytes_total else ""
+        share = f" ({100.0 * self.bytes_read / self.bytes_total:.3g} %)" if self.bytes_total else ""
+        files = f"{self.files_read} of {self.files_total} file{'s' if self.files_total != 1 else ''}"
+        how = "" if self.method == "partial" else " (whole checkpoint: not in safetensors form)"
+        return (
+            f"read {human_bytes(self.bytes_read)}{total}{share} of the weights, stored in {self.stored_dtype}, "
+            f"from {files}{how}"
+        )
+
+
+def weights_read_text(read: dict | None) -> str:
+    """:meth:`ReadFacts.describe` of a ``models.shards.WeightsRead`` stored as a dict ("" for None: none read)."""
+    return ReadFacts(**read).describe() if read else ""
 
 
 @dataclass(frozen=True)
@@ -184,6 +205,24 @@ class ModelFacts(Stored):
 
 
 # --------------------------------------------------------------------------- the settings
+
+
+#: Position kinds that leave the embedding output without any position information.
+NO_POSITIONS_AT_LAYER_0 = frozenset({"rotary", "relative", "alibi", "none"})
+
+
+def positions_note(info: dict, layer: int) -> str:
+    """What an Assumption 2 verdict at layer 0 owes to a model whose positions act only inside the
+    attention (rotary, relative, ALiBi) or that has none: its embedding output has no position term.
+    ``info``: the model's :class:`~mhaaudit.models.ModelInfo` as a dict. Empty where it does not apply."""
+    pos = info.get("positions")
+    if layer != 0 or pos not in NO_POSITIONS_AT_LAYER_0:
+        return ""
+    how = "it has no position embedding" if pos == "none" else f"its positions are {pos}, applied inside the attention"
+    return (
+        f" At layer 0, {info.get('family')} adds no position embedding to its embedding output ({how}), so two "
+        "equal tokens of one example are two equal rows there and its context matrix has rank < n."
+    )
 
 
 @dataclass(frozen=True)

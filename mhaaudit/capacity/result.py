@@ -6,8 +6,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ..documents import EMPTY_WHEN_NONE
-from ..facts import BatchChoice, CapacitySettings, ModelFacts, ReadFacts, meta_value
-from ..models.shards import weights_read_text
+from ..facts import BatchChoice, CapacitySettings, ModelFacts, ReadFacts, meta_value, weights_read_text
 from ..provenance import stamp
 from ..render import capacity_report
 from ..tables import StoredResult

@@ -12,7 +12,8 @@ query is the first or the last token is one entry in :data:`FAMILIES`; a family 
 - ``positions``: what the embedding output (layer 0) carries about positions. ``"learned"`` and
   ``"sinusoidal"`` positions are added to the token embeddings; ``"rotary"``, ``"relative"`` and
   ``"alibi"`` positions act inside the attention only, so layer 0 holds the token embeddings
-  alone (:data:`NO_POSITIONS_AT_LAYER_0`): two equal tokens of one example are two equal rows there.
+  alone (:data:`mhaaudit.facts.NO_POSITIONS_AT_LAYER_0`): two equal tokens of one example are two equal
+  rows there.
 
 What ``capacity`` cannot express of a family's attention (rotary positions, relative attention,
 ALiBi, grouped key/value heads including multi-query, query/key norms, logit soft-capping) is
@@ -28,13 +29,11 @@ from typing import Any
 
 __all__ = [
     "FAMILIES",
-    "NO_POSITIONS_AT_LAYER_0",
     "TIMM_FAMILIES",
     "UNPROBEABLE",
     "Family",
     "embedding_positions",
     "family_of",
-    "positions_note",
     "query_words",
     "timm_family_of",
 ]
@@ -45,8 +44,6 @@ HALF = (0.5, 0.5, 0.5)
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
-#: Position kinds that leave the embedding output without any position information.
-NO_POSITIONS_AT_LAYER_0 = frozenset({"rotary", "relative", "alibi", "none"})
 
 _NO_CLASS_TOKEN_SIGLIP = "SigLIP has no class token: its head pools all patch tokens with an attention layer (MAP)"
 
@@ -211,17 +208,3 @@ def query_words(query_index: int | None, n: int, prefix: int = 1, *, modality: s
     if query_index == n - 1:
         return f"token {query_index} (last token)"
     return f"token {query_index}"
-
-
-def positions_note(info: dict, layer: int) -> str:
-    """What an Assumption 2 verdict at layer 0 owes to a model whose positions act only inside the
-    attention (rotary, relative, ALiBi) or that has none: its embedding output has no position term.
-    ``info``: the model's :class:`~mhaaudit.models.ModelInfo` as a dict. Empty where it does not apply."""
-    pos = info.get("positions")
-    if layer != 0 or pos not in NO_POSITIONS_AT_LAYER_0:
-        return ""
-    how = "it has no position embedding" if pos == "none" else f"its positions are {pos}, applied inside the attention"
-    return (
-        f" At layer 0, {info.get('family')} adds no position embedding to its embedding output ({how}), so two "
-        "equal tokens of one example are two equal rows there and its context matrix has rank < n."
-    )

@@ -36,6 +36,7 @@ from torch.utils._pytree import tree_flatten
 from ..display import human_bytes
 from ..errors import InputError, ModelError, OfflineError, one_line
 from ..facts import ReadFacts
+from ..facts import weights_read_text as weights_read_text
 from ..feature_files import safetensors_header
 from ..files import folder_files, inside, read_json
 
@@ -95,23 +96,6 @@ class WeightsRead(ReadFacts):
     def as_dict(self) -> dict:
         """The fields as a plain dict (for the JSON ``meta``; :func:`weights_read_text` reads it back)."""
         return asdict(self)
-
-    def describe(self) -> str:
-        """One line for the report, e.g. ``read 1.1 GiB of 140 GiB (0.8 %) of the weights, stored in bfloat16,
-        from 1 of 30 files``."""
-        total = f" of {human_bytes(self.bytes_total)}" if self.bytes_total else ""
-        share = f" ({100.0 * self.bytes_read / self.bytes_total:.3g} %)" if self.bytes_total else ""
-        files = f"{self.files_read} of {self.files_total} file{'s' if self.files_total != 1 else ''}"
-        how = "" if self.method == "partial" else " (whole checkpoint: not in safetensors form)"
-        return (
-            f"read {human_bytes(self.bytes_read)}{total}{share} of the weights, stored in {self.stored_dtype}, "
-            f"from {files}{how}"
-        )
-
-
-def weights_read_text(read: dict | None) -> str:
-    """:meth:`WeightsRead.describe` of a ``WeightsRead`` stored as a dict ("" for None: nothing was read)."""
-    return WeightsRead(**read).describe() if read else ""
 
 
 # ------------------------------------------------------------------ where the tensors live

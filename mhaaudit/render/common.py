@@ -17,15 +17,14 @@ from rich.markup import escape
 
 from ..console import TextConsole
 from ..display import text_width
-from ..facts import AuditSettings, CapacitySettings, ModelFacts, ReadFacts, meta_value
+from ..facts import AuditSettings, CapacitySettings, ModelFacts, ReadFacts, meta_value, weights_read_text
+from ..facts import positions_note as family_positions_note
 from ..kruskal.report import (
     estimate_text,
     exact_text,
     kruskal_report,
     verdict_text,
 )
-from ..models.families import positions_note as family_positions_note
-from ..models.shards import weights_read_text
 
 if TYPE_CHECKING:
     from ..kruskal import KruskalResult
