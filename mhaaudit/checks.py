@@ -19,12 +19,16 @@ entry plus its function. Nothing here imports models or data.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
 
+from .check_words import CHECK_MEANING as CHECK_MEANING
+from .check_words import CHECK_TITLES as CHECK_TITLES
+from .check_words import MEANINGS, TITLES
+from .check_words import REGISTRY as _REGISTRY
 from .defaults import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
 from .errors import InputError
 from .kruskal import SetStats, SubsetTest, subset_test
@@ -427,79 +431,61 @@ def _assumption_2_of(features, k: int, rule: RankRule) -> ContextRankResult:
     return assumption_2_from_arrays(features.context, n=features.n, d=features.d, rule=rule)
 
 
-REGISTRY: dict[str, Check] = {
-    c.name: c
-    for c in (
-        Check(
-            name="general_position",
-            title="General Position",
-            meaning="every d query vectors are linearly independent (Kruskal rank = min(T, d))",
-            vectors="queries",
-            size="k",
-            k=lambda n, T, d: min(T, d),
-            depends_on_n=False,
-            run=general_position,
-            estimated=True,
-        ),
-        Check(
-            name="assumption_1",
-            title="Assumption 1",
-            meaning="every n query vectors are linearly independent (Kruskal rank >= n)",
-            vectors="queries",
-            size="k",
-            k=lambda n, T, d: n,
-            depends_on_n=True,
-            run=assumption_1,
-            estimated=True,
-        ),
-        Check(
-            name="assumption_2",
-            title="Assumption 2",
-            meaning="every example's n context tokens are linearly independent (rank E_t = n)",
-            vectors="context",
-            size="rank",
-            k=lambda n, T, d: n,
-            depends_on_n=True,
-            run=assumption_2,
-            estimated=False,
-            measure=_assumption_2_of,
-        ),
-        Check(
-            name="assumption_3",
-            title="Assumption 3",
-            meaning="every n vectors query + mean(context) are linearly independent",
-            vectors="a3",
-            size="k",
-            k=lambda n, T, d: n,
-            depends_on_n=True,
-            run=assumption_3,
-            estimated=True,
-        ),
-    )
-}
+#: Every registered check by name: the dict of :data:`mhaaudit.check_words.REGISTRY`, filled here.
+REGISTRY: dict[str, Check] = _REGISTRY
+REGISTRY.update(
+    {
+        c.name: c
+        for c in (
+            Check(
+                name="general_position",
+                title=TITLES["general_position"],
+                meaning=MEANINGS["general_position"],
+                vectors="queries",
+                size="k",
+                k=lambda n, T, d: min(T, d),
+                depends_on_n=False,
+                run=general_position,
+                estimated=True,
+            ),
+            Check(
+                name="assumption_1",
+                title=TITLES["assumption_1"],
+                meaning=MEANINGS["assumption_1"],
+                vectors="queries",
+                size="k",
+                k=lambda n, T, d: n,
+                depends_on_n=True,
+                run=assumption_1,
+                estimated=True,
+            ),
+            Check(
+                name="assumption_2",
+                title=TITLES["assumption_2"],
+                meaning=MEANINGS["assumption_2"],
+                vectors="context",
+                size="rank",
+                k=lambda n, T, d: n,
+                depends_on_n=True,
+                run=assumption_2,
+                estimated=False,
+                measure=_assumption_2_of,
+            ),
+            Check(
+                name="assumption_3",
+                title=TITLES["assumption_3"],
+                meaning=MEANINGS["assumption_3"],
+                vectors="a3",
+                size="k",
+                k=lambda n, T, d: n,
+                depends_on_n=True,
+                run=assumption_3,
+                estimated=True,
+            ),
+        )
+    }
+)
 CHECKS = tuple(REGISTRY)  # the built-in checks' names, in the order the report shows them
-
-
-class _Field(Mapping):
-    """A live view of one field of every registered check, by name (and ``extra`` names)."""
-
-    def __init__(self, field_name: str, extra: dict[str, str] | None = None):
-        self._field, self._extra = field_name, extra or {}
-
-    def __getitem__(self, name: str) -> str:
-        if name in REGISTRY:
-            return getattr(REGISTRY[name], self._field)
-        return self._extra[name]
-
-    def __iter__(self):
-        return iter([*REGISTRY, *(k for k in self._extra if k not in REGISTRY)])
-
-    def __len__(self) -> int:
-        return len(list(iter(self)))
-
-
-CHECK_TITLES: Mapping[str, str] = _Field("title", {"kruskal": "Kruskal test"})
-CHECK_MEANING: Mapping[str, str] = _Field("meaning")
 
 
 def check_for_size(k: int, *, n: int | None, T: int, d: int, vectors: str) -> str:

@@ -43,10 +43,11 @@ from typing import Any
 
 import torch
 
-from . import batching, distributed, hostmem, phases
+from . import batching, distributed, hostmem, load_sharing, phases
 from .batches import DataInfo, example_batches
 from .errors import DataError, InputError, ModelError
 from .hostmem import Trimmer
+from .load_sharing import shared_loads as shared_loads
 from .models import load_model
 from .models.probe import full_float32
 from .progress import status, task
@@ -70,26 +71,6 @@ __all__ = [
 ]
 
 Consumer = Callable[[dict[int, torch.Tensor]], None]
-
-
-_SHARED_LOADS: dict | None = None  # while shared_loads() is open: load key -> the loaded model
-
-
-@contextmanager
-def shared_loads():
-    """While open, a model :func:`load` gave one run is handed to the next run that asks for the
-    same weights (the same model, init, weights seed, depth and device) instead of being loaded
-    again: the runs of several seeds share their loads. Trained weights do not depend on the
-    seed, so every seed shares them; random weights are shared while the weights seed stays. One
-    model per (request, init) is kept: a new weights seed replaces the last one's."""
-    global _SHARED_LOADS
-    outer = _SHARED_LOADS
-    if outer is None:
-        _SHARED_LOADS = {}
-    try:
-        yield
-    finally:
-        _SHARED_LOADS = outer
 
 
 @dataclass
@@ -222,7 +203,7 @@ def load(request: ModelRequest, init: str, settings: Settings, max_layer: int):
     """The model of ``request`` with ``init`` weights (``"random"`` | ``"trained"``) on the run's
     device, with blocks built up to ``max_layer`` (at least 1); within :func:`shared_loads`, the
     model already loaded for the same weights."""
-    cache = _SHARED_LOADS
+    cache = load_sharing.current()
     if cache is None:
         return _load(request, init, settings, max_layer)
     key = _load_key(request, init, settings, max_layer)
@@ -252,13 +233,8 @@ def loaded_as(pm, request: ModelRequest, init: str, settings: Settings, max_laye
     gives ``pm``, a model the caller holds (other loads are shared as within :func:`shared_loads`,
     until it closes): a series reads each checkpoint's tensors into the one model it built, and
     audits it there."""
-    global _SHARED_LOADS
-    outer = _SHARED_LOADS
-    _SHARED_LOADS = {_load_key(request, init, settings, max_layer): pm}
-    try:
+    with load_sharing.holding({_load_key(request, init, settings, max_layer): pm}):
         yield
-    finally:
-        _SHARED_LOADS = outer
 
 
 def _load(request: ModelRequest, init: str, settings: Settings, max_layer: int):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from .checks import CHECK_TITLES
+from .check_words import CHECK_TITLES
 from .errors import plain
 
 __all__ = ["seeds_report"]

@@ -39,13 +39,15 @@ LAYERS: list[tuple[str, ...]] = [
         "provenance",
         "runtime",
         "notes",
+        "check_words",
+        "load_sharing",
     ),
     ("numerics",),
     ("settings", "display", "documents", "tables", "feature_files", "io", "collectives", "distributed", "facts"),
     ("kruskal",),
     ("checks", "features"),
     ("models", "sources", "batching", "request", "batches", "pipeline"),
-    ("render", "plot", "render_seeds", "seeds"),
+    ("render", "plot", "render_seeds", "render_memorize", "seeds"),
     ("probes", "audit_result", "capture", "auditing", "estimation", "series"),
     ("capacity",),
     ("memorize", "reproduce"),
@@ -315,7 +317,7 @@ def test_the_chain_finder_finds_the_longest():
 
 # The longest chain of module-level imports today, counted in modules (a package's __init__ counts as
 # one): no change may make it longer.
-LONGEST_CHAIN = 19
+LONGEST_CHAIN = 17
 
 
 def test_the_import_chains_are_short():

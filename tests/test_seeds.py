@@ -15,7 +15,7 @@ import torch
 from clitools import assert_one_error, run
 from conftest import strict_json
 
-from mhaaudit import audit, pipeline
+from mhaaudit import audit, load_sharing, pipeline
 from mhaaudit.auditing import AuditResult, capture_features
 from mhaaudit.documents import encode_result
 from mhaaudit.errors import InputError
@@ -271,7 +271,7 @@ def test_model_loads_are_shared_across_seeds(vit_dir, monkeypatch):
     )
     assert sorted(loads) == [("random", 0), ("random", 1), ("random", 2), ("trained", 0)]
     assert any("trained weights have no weights seed" in n and "only the Monte-Carlo draws" in n for n in res.notes)
-    assert pipeline._SHARED_LOADS is None  # nothing is held after the run
+    assert load_sharing.current() is None  # nothing is held after the run
 
 
 # --------------------------------------------------------------------------- the commands

@@ -18,7 +18,7 @@ from .._version import __version__
 from ..documents import METADATA_KEY, decode_fields, decode_result, null_as_nonfinite, read_json_document
 from ..errors import InputError
 from ..provenance import stamp
-from ..render import memorize_report
+from ..render_memorize import memorize_report
 from ..tables import StoredResult
 from .data import DIM
 from .recipe import RECIPE_FIELDS, Recipe

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 from rich.table import Table
 
-from ..checks import CHECK_TITLES
+from ..check_words import CHECK_TITLES
 from .common import print_report
 
 if TYPE_CHECKING:

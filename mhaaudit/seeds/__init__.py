@@ -20,7 +20,7 @@ Which randomness varies (:class:`SeedPlan`): ``vary="both"`` runs seed s as ``--
 error is what the interval covers). Trained weights have no weights seed: their records say so
 (``weights_seed`` null) and, when only the weights vary, so does the report.
 
-Cost: the runs share their model loads (:func:`mhaaudit.pipeline.shared_loads`): a trained model is
+Cost: the runs share their model loads (:func:`mhaaudit.load_sharing.shared_loads`): a trained model is
 loaded once for every seed, a random one once per weights seed, so when only the data seed varies
 the model is built once.
 

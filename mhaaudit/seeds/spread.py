@@ -19,7 +19,7 @@ from .. import distributed
 from ..documents import RESULT_KEY
 from ..errors import plain
 from ..features import FeatureSet
-from ..pipeline import shared_loads
+from ..load_sharing import shared_loads
 from .plan import SeedPlan, SeedRun
 from .records import (
     Cell,

@@ -1,0 +1,56 @@
+"""The words of the checks: each check's title and what passing it means, by name.
+
+What lays results out (the reports, the figures) names a check by these words without running one,
+so they sit at the bottom; :mod:`mhaaudit.checks` defines the checks with them and fills
+:data:`REGISTRY`, and :data:`CHECK_TITLES` and :data:`CHECK_MEANING` read every registered check's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["CHECK_MEANING", "CHECK_TITLES", "MEANINGS", "REGISTRY", "TITLES"]
+
+#: The built-in checks' titles, and the Kruskal test's (a test no check names), by name.
+TITLES: dict[str, str] = {
+    "general_position": "General Position",
+    "assumption_1": "Assumption 1",
+    "assumption_2": "Assumption 2",
+    "assumption_3": "Assumption 3",
+    "kruskal": "Kruskal test",
+}
+#: What passing each built-in check means, by name.
+MEANINGS: dict[str, str] = {
+    "general_position": "every d query vectors are linearly independent (Kruskal rank = min(T, d))",
+    "assumption_1": "every n query vectors are linearly independent (Kruskal rank >= n)",
+    "assumption_2": "every example's n context tokens are linearly independent (rank E_t = n)",
+    "assumption_3": "every n vectors query + mean(context) are linearly independent",
+}
+
+#: Every registered check by name (a ``mhaaudit.checks.Check``): ``mhaaudit.checks.REGISTRY`` is this dict,
+#: which that module fills with the built-in checks.
+REGISTRY: dict[str, Any] = {}
+
+
+class _Field(Mapping):
+    """A live view of one field of every registered check, by name, then of ``extra`` names (the words
+    above: a built-in check's words are known before the checks are defined)."""
+
+    def __init__(self, field_name: str, extra: dict[str, str] | None = None):
+        self._field, self._extra = field_name, extra or {}
+
+    def __getitem__(self, name: str) -> str:
+        if name in REGISTRY:
+            return getattr(REGISTRY[name], self._field)
+        return self._extra[name]
+
+    def __iter__(self):
+        return iter([*REGISTRY, *(k for k in self._extra if k not in REGISTRY)])
+
+    def __len__(self) -> int:
+        return len(list(iter(self)))
+
+
+CHECK_TITLES: Mapping[str, str] = _Field("title", TITLES)
+CHECK_MEANING: Mapping[str, str] = _Field("meaning", MEANINGS)
