@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from .checks import REGISTRY, ContextRankResult
-from .errors import OutputError, param
+from .errors import Message, OutputError, Param
 from .facts import AuditSettings, DuplicateInputs, ModelFacts, ReadFacts, SkipCounts, meta_value
 from .features import FEATURES_FILE, META_FILE, FeatureSet
 from .files import first_name_under, special_kind
@@ -36,9 +36,10 @@ class NoteKind(str, Enum):
     DATA = "data"  # what reading the data found (tokenizer, truncation, ...)
 
 
-class Note(str):
-    """One note of an audit: its text (a ``str``, as the report and the JSON ``notes`` give it)
-    and its :class:`NoteKind`. Equal to its text."""
+class Note(Message):
+    """One note of an audit: its text (a ``str``, as the report and the JSON ``notes`` give it; a
+    :class:`~mhaaudit.errors.Message`, so the parameters it names keep their parts) and its
+    :class:`NoteKind`. Equal to its text."""
 
     kind: NoteKind
 
@@ -51,6 +52,13 @@ class Note(str):
         note = super().__new__(cls, text)
         note.kind = NoteKind(kind)
         return note
+
+    def named(self, name_of) -> Note:
+        """The note with each parameter it names written as ``name_of(parameter)``, of the same kind."""
+        return Note(super().named(name_of), self.kind)
+
+    def __reduce__(self):
+        return (_note, (self.parts, self.kind.value))
 
     def document(self) -> dict:
         """The note as JSON data: ``{"kind": ..., "text": ...}``."""
@@ -68,6 +76,11 @@ class Note(str):
         if not isinstance(data, dict) or set(data) != {"kind", "text"} or not isinstance(data["text"], str):
             raise ValueError(f"a note is an object with kind and text, got {data!r}")
         return cls(data["text"], data["kind"])
+
+
+def _note(parts: tuple, kind: str) -> Note:
+    """The note of ``parts`` and ``kind`` (how a pickled note is made again)."""
+    return Note(Message(*parts), kind)
 
 
 #: Kinds of note one run says once, whatever their wording (the first one stays).
@@ -262,7 +275,7 @@ class AuditResult(StoredSweepResult):
             raise
         except OSError as exc:
             raise OutputError(
-                f"{{param:save_features}} {folder}: cannot create the folder ({exc.strerror or exc})"
+                Param("save_features") + f" {folder}: cannot create the folder ({exc.strerror or exc})"
             ) from exc
         for c in self.columns:
             if c.features is not None:
@@ -298,7 +311,7 @@ def check_features_folder(folder: str | Path, inputs: Sequence) -> Path:
         first = first_name_under(i, folder)  # by device and inode: a second name of the folder counts
         if first is not None and re.fullmatch(COLUMN_FOLDER, first):
             raise OutputError(
-                f"{{param:save_features}} {folder}: the input {i} lies where the features would be written; "
+                Param("save_features") + f" {folder}: the input {i} lies where the features would be written; "
                 "write them elsewhere"
             )
     if folder.is_dir() and special_kind(folder) is None:
@@ -307,7 +320,7 @@ def check_features_folder(folder: str | Path, inputs: Sequence) -> Path:
                 continue
             if entry.is_symlink():
                 raise OutputError(
-                    f"{{param:save_features}} {folder}: {entry.name} is a symbolic link (to "
+                    Param("save_features") + f" {folder}: {entry.name} is a symbolic link (to "
                     f"{os.readlink(entry)}); the features are written into real folders only: remove it "
                     "or choose another folder"
                 )
@@ -315,7 +328,7 @@ def check_features_folder(folder: str | Path, inputs: Sequence) -> Path:
                 kind = special_kind(place) or (None if place != entry or entry.is_dir() else "a file")
                 if kind is not None:
                     raise OutputError(
-                        f"{{param:save_features}} {folder}: {place.relative_to(folder)} is {kind}, where the "
+                        Param("save_features") + f" {folder}: {place.relative_to(folder)} is {kind}, where the "
                         "features are written: refused (remove it or choose another folder)"
                     )
-    return check_folder_writable(folder, param("save_features"))
+    return check_folder_writable(folder, Param("save_features"))

@@ -51,7 +51,7 @@ import torch
 
 from . import validate
 from .defaults import DEFAULT_DEVICE, DEFAULT_SAMPLES, DEFAULT_SEED, DEFAULT_THRESHOLD
-from .errors import InputError, param
+from .errors import InputError, Param
 from .numerics.rule import RankRule
 
 __all__ = [
@@ -102,7 +102,7 @@ def resolve_device(spec: str | torch.device | None = DEFAULT_DEVICE) -> torch.de
     if isinstance(spec, torch.device):
         return spec
     if isinstance(spec, str) and not spec.strip():
-        raise InputError("{param:device} is empty (use auto, cpu, cuda or cuda:N)")
+        raise InputError(Param("device") + " is empty (use auto, cpu, cuda or cuda:N)")
     spec = (spec or DEFAULT_DEVICE).strip().lower()
     if spec == "auto":
         return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
@@ -111,15 +111,15 @@ def resolve_device(spec: str | torch.device | None = DEFAULT_DEVICE) -> torch.de
     if spec.startswith("cuda"):
         if not torch.cuda.is_available():
             raise InputError(
-                f"{{param:device}} {spec} was asked for but no CUDA device is available; "
-                "use {param:device} cpu or auto"
+                Param("device") + f" {spec} was asked for but no CUDA device is available; "
+                "use " + Param("device") + " cpu or auto"
             )
         try:
             dev = torch.device(spec)
         except RuntimeError as exc:  # e.g. "cuda:x"
             raise InputError(f"not a device: {spec!r} (use auto, cpu, cuda or cuda:N)") from exc
         if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise InputError(f"{{param:device}} {spec}: only {torch.cuda.device_count()} CUDA device(s) present")
+            raise InputError(Param("device") + f" {spec}: only {torch.cuda.device_count()} CUDA device(s) present")
         return dev
     raise InputError(f"not a device: {spec!r} (use auto, cpu, cuda or cuda:N)")
 
@@ -181,7 +181,7 @@ def device_name(device: torch.device) -> str:
 
 
 def _seed(name: str) -> Callable[[Any], int]:
-    return lambda value: validate.integer(param(name), value, minimum=0, maximum=MAX_SEED)
+    return lambda value: validate.integer(Param(name), value, minimum=0, maximum=MAX_SEED)
 
 
 def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -191,11 +191,11 @@ def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
 # How each field of Settings is checked and normalised, in the order the fields are checked.
 _CHECKS: dict[str, Callable[[Any], Any]] = {
     "device": resolve_device,
-    "samples": lambda value: validate.integer(param("samples"), value, maximum=MAX_SAMPLES),
-    "threshold": lambda value: validate.fraction(param("threshold"), value),
+    "samples": lambda value: validate.integer(Param("samples"), value, maximum=MAX_SAMPLES),
+    "threshold": lambda value: validate.fraction(Param("threshold"), value),
     "seed": _seed("seed"),
-    "rtol": lambda value: validate.tolerance(param("rtol"), value),
-    "atol": lambda value: validate.tolerance(param("atol"), value),
+    "rtol": lambda value: validate.tolerance(Param("rtol"), value),
+    "atol": lambda value: validate.tolerance(Param("atol"), value),
     "stop_when_decided": bool,
     "progress": bool,
     "weights_seed": _optional(_seed("weights_seed")),
