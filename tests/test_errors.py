@@ -274,3 +274,27 @@ def test_printable_shows_control_characters_escaped(text, shown):
     assert printable(text) == shown
     assert printable(shown) == shown  # escaping what is shown changes nothing
     assert printable("a\nb\x1b", keep="\n") == "a\nb\\x1b"
+
+
+def test_another_ranks_failure_names_the_flags_on_rank_0():
+    """A rank's failure travels through the job's store as the message's parts, so rank 0's command
+    line writes its flags in it as in its own errors."""
+    from mhaaudit.collectives import RankFailed, Session
+
+    class Store(dict):
+        def set(self, key, value):
+            self[key] = value.encode()
+
+        def check(self, keys):
+            return all(k in self for k in keys)
+
+        def get(self, key):
+            return self[key]
+
+    store = Store()
+    other = Session(rank=1, world_size=2, local_rank=1, backend="gloo", store=store)
+    other.note(InputError(Param("limit") + " 10 is below   n = 197;\nraise " + Param("limit")))
+    lost = Session(rank=0, world_size=2, local_rank=0, backend="gloo", store=store)._lost(None)
+    assert isinstance(lost, RankFailed)
+    assert str(lost) == "rank 1 of 2 failed: limit 10 is below n = 197; raise limit"
+    assert lost.message_for(flag) == "rank 1 of 2 failed: --limit 10 is below n = 197; raise --limit"
