@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from .checks import REGISTRY, ContextRankResult
 from .display import verdict_tally
-from .errors import OutputError, param
+from .errors import OutputError, Param
 from .facts import AuditSettings, DuplicateInputs, ModelFacts, ReadFacts, SkipCounts, meta_value, weights_read_text
 from .features import FEATURES_FILE, META_FILE, FeatureSet
 from .files import first_name_under, special_kind
@@ -207,7 +207,7 @@ class AuditResult(StoredSweepResult):
             raise
         except OSError as exc:
             raise OutputError(
-                f"{{param:save_features}} {folder}: cannot create the folder ({exc.strerror or exc})"
+                Param("save_features") + f" {folder}: cannot create the folder ({exc.strerror or exc})"
             ) from exc
         for c in self.columns:
             if c.features is not None:
@@ -243,7 +243,7 @@ def check_features_folder(folder: str | Path, inputs: Sequence) -> Path:
         first = first_name_under(i, folder)  # by device and inode: a second name of the folder counts
         if first is not None and re.fullmatch(COLUMN_FOLDER, first):
             raise OutputError(
-                f"{{param:save_features}} {folder}: the input {i} lies where the features would be written; "
+                Param("save_features") + f" {folder}: the input {i} lies where the features would be written; "
                 "write them elsewhere"
             )
     if folder.is_dir() and special_kind(folder) is None:
@@ -252,7 +252,7 @@ def check_features_folder(folder: str | Path, inputs: Sequence) -> Path:
                 continue
             if entry.is_symlink():
                 raise OutputError(
-                    f"{{param:save_features}} {folder}: {entry.name} is a symbolic link (to "
+                    Param("save_features") + f" {folder}: {entry.name} is a symbolic link (to "
                     f"{os.readlink(entry)}); the features are written into real folders only: remove it "
                     "or choose another folder"
                 )
@@ -260,7 +260,7 @@ def check_features_folder(folder: str | Path, inputs: Sequence) -> Path:
                 kind = special_kind(place) or (None if place != entry or entry.is_dir() else "a file")
                 if kind is not None:
                     raise OutputError(
-                        f"{{param:save_features}} {folder}: {place.relative_to(folder)} is {kind}, where the "
+                        Param("save_features") + f" {folder}: {place.relative_to(folder)} is {kind}, where the "
                         "features are written: refused (remove it or choose another folder)"
                     )
-    return check_folder_writable(folder, param("save_features"))
+    return check_folder_writable(folder, Param("save_features"))

@@ -19,7 +19,7 @@ from .audit_result import AuditResult, CheckResult, Column, check_features_folde
 from .capture import Captured, capture_probe, collect_features
 from .checks import REGISTRY, ContextRankResult
 from .distributed import describe, shared
-from .errors import DataError, InputError, OfflineError, plain
+from .errors import DataError, InputError, OfflineError, Param, joined
 from .facts import AuditSettings, JobFacts, ModelFacts, ReadFacts
 from .features import FeatureSet
 from .kruskal import Sweep, kruskal_sweep, set_stats
@@ -274,15 +274,15 @@ def _column(p: Probe, got: Captured, settings: Settings, sweep: bool) -> Column:
 
         skipped = f"; skipped: {describe_skips(got.skips.as_dict())}" if got.skips else ""
         dups = got.duplicates.dropped if got.duplicates is not None else 0
-        dropped = f"; {dups} exact duplicates dropped (keep them with {{param:keep_duplicates}})" if dups else ""
+        dropped = f"; {dups} exact duplicates dropped (keep them with " + Param("keep_duplicates") + ")" if dups else ""
         hint = (
-            "; convert the other modes to RGB with {param:convert_rgb} (as torchvision's ImageFolder does)"
+            "; convert the other modes to RGB with " + Param("convert_rgb") + " (as torchvision's ImageFolder does)"
             if "not RGB" in got.skips and got.image_policy.startswith("RGB only")
             else ""
         )
         raise DataError(
             f"the data gave only {fs.T} usable examples, but Assumptions 1 and 3 draw n = {fs.n} of the "
-            f"T examples, so T must be at least {fs.n}{skipped}{dropped}{hint}; supply more data"
+            f"T examples, so T must be at least {fs.n}{skipped}" + dropped + hint + "; supply more data"
         )
     col.features, col.T = fs, fs.T
     col.weights_source = fs.meta.get("weights_source", "")
@@ -319,7 +319,7 @@ def memorisation_bound(info: ModelFacts, col: Column) -> tuple[CapacityBound | N
     )
     hint = ""
     if not b.applies and est is None and not (a1 and a1.verdict == "holds"):
-        hint = plain("run with {param:sweep} for a Remark 1 count from the estimated Kruskal rank")
+        hint = "run with " + Param("sweep") + " for a Remark 1 count from the estimated Kruskal rank"
     return b, hint
 
 
@@ -484,10 +484,12 @@ def _audit_timed(req: Requests, cols: _Columns, on_note: Callable[[str], None] |
         cols.layer,
     )
     if request.weights_path is not None and not any(p.init == "trained" for p in probes):
-        raise InputError("{param:weights} has no effect without a trained column; add trained to {param:variants}")
+        raise InputError(
+            Param("weights") + " has no effect without a trained column; add trained to " + Param("variants")
+        )
     got = collect_features(request, probes, data_req, settings, on_note=on_note)
     if not got.features:  # every column unavailable: there is nothing to audit, and that is no success
-        raise OfflineError("no column could be audited: " + "; ".join(dict.fromkeys(got.unavailable.values())))
+        raise OfflineError("no column could be audited: " + joined(dict.fromkeys(got.unavailable.values()), "; "))
     columns = [_column(p, got, settings, cols.sweep) for p in probes]
     run = AuditSettings.of(
         settings.as_dict(),

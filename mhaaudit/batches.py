@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import distributed
-from .errors import DataError, InputError, ModelError
+from .errors import DataError, InputError, ModelError, Param
 from .facts import BatchChoice
 from .progress import status
 from .sources import (
@@ -83,8 +83,8 @@ def example_batches(
     if pm.info.modality == "image":
         if data.text_column is not None:
             raise InputError(
-                f"{{param:text_column}} names a column of text; {pm.info.name} reads images "
-                "(use {param:image_column})"
+                Param("text_column") + f" names a column of text; {pm.info.name} reads images "
+                "(use " + Param("image_column") + ")"
             )
         src = image_source(
             data.data,
@@ -101,8 +101,8 @@ def example_batches(
             raise TypeError(f"example_batches needs a resolved batch size, got {data.batch_size!r}")
         return DataInfo(name=src.name, source=src, policy=src.policy), src.batches(data.batch_size)
     if data.image_column is not None or data.convert_rgb:
-        given = "{param:image_column}" if data.image_column is not None else "{param:convert_rgb}"
-        raise InputError(f"{given} applies to images; {pm.info.name} reads text (use {{param:text_column}})")
+        given = Param("image_column") if data.image_column is not None else Param("convert_rgb")
+        raise InputError(given + f" applies to images; {pm.info.name} reads text (use " + Param("text_column") + ")")
     return _text_batches(pm, data, seed, notes, progress)
 
 
@@ -123,12 +123,12 @@ def _refuse_too_few_images(src, n: int, limit: int) -> None:
     hint = ""
     if scan.skips.count("not RGB") and not src.convert_rgb:
         hint = (
-            "; convert the other modes to RGB with {param:convert_rgb} (as torchvision's ImageFolder does; "
+            "; convert the other modes to RGB with " + Param("convert_rgb") + " (as torchvision's ImageFolder does; "
             "the paper kept RGB images only)"
         )
     raise DataError(
         f"{src.name}: only {scan.usable} usable images of {scan.scanned}, but Assumptions 1 and 3 draw "
-        f"n = {n} of the T examples, so T must be at least {n}{skipped}{hint}; or add images"
+        f"n = {n} of the T examples, so T must be at least {n}{skipped}" + hint + "; or add images"
     )
 
 

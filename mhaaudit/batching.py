@@ -17,7 +17,7 @@ import torch
 
 from . import validate
 from .display import human_bytes
-from .errors import InputError, ModelError, param
+from .errors import InputError, ModelError, Param
 from .facts import BatchChoice
 from .hostmem import available_memory
 
@@ -46,9 +46,9 @@ def parse_batch_size(value) -> int | str:
     if isinstance(value, str) and value.strip().lower() == AUTO:
         return AUTO
     try:
-        return validate.integer(param("batch_size"), value)
+        return validate.integer(Param("batch_size"), value)
     except InputError as exc:
-        raise InputError(f"{{param:batch_size}} takes a positive integer or auto, got {value!r}") from exc
+        raise InputError(Param("batch_size") + f" takes a positive integer or auto, got {value!r}") from exc
 
 
 def choose_batch_size(
@@ -72,9 +72,10 @@ def choose_batch_size(
             most = max(1, avail // max(per, 1))
             if min(int(asked), int(limit)) > most:
                 raise InputError(
-                    f"{{param:batch_size}} {asked}: one batch would need about "
+                    Param("batch_size") + f" {asked}: one batch would need about "
                     f"{min(int(asked), int(limit)) * per / 2**30:.3g} GiB of activations; the largest "
-                    f"{{param:batch_size}} that fits in the memory available here is {most}"
+                    + Param("batch_size")
+                    + f" that fits in the memory available here is {most}"
                 )
         return BatchChoice(int(asked), asked, "given")
     start = max(1, min(AUTO_MAX_BATCH, int(limit)))
@@ -118,7 +119,7 @@ def halve_until_fits(run: Callable[[int], None], start: int) -> tuple[int, list[
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
             if b == 1:
-                raise ModelError("out of memory with a batch of one example; try {param:device} cpu") from None
+                raise ModelError("out of memory with a batch of one example; try " + Param("device") + " cpu") from None
             b = max(1, b // 2)
 
 

@@ -14,7 +14,7 @@ import torch
 
 from . import distributed, phases, pipeline
 from .distributed import shared
-from .errors import InputError, OfflineError, plain
+from .errors import InputError, OfflineError, Param
 from .facts import BatchChoice, DuplicateInputs, ModelFacts, SkipCounts, meta_value
 from .features import FeatureSet, StreamingReducer
 from .hostmem import available_memory
@@ -50,13 +50,13 @@ class Captured:
 
 def _n_above_d_note(info) -> str:
     fix = (
-        f"pass {{param:context_length}} below {info.d} to audit a setting where it can"
+        "pass " + Param("context_length") + f" below {info.d} to audit a setting where it can"
         if info.modality == "text"
         else "use a wider model or a smaller input resolution (fewer patches) to audit a setting where it can"
     )
-    return plain(
+    return (
         f"n = {info.n} > d = {info.d}: Assumption 1 cannot hold (any n vectors in R^d are dependent) and no "
-        f"context matrix can have rank n; {fix}"
+        "context matrix can have rank n; " + fix
     )
 
 
@@ -85,8 +85,10 @@ def _check_limit_fits(data: DataRequest, info, probes: int) -> None:
     most = available_memory() // max(per_example, 1)
     if data.limit > most:
         raise InputError(
-            f"{{param:limit}} {data.limit}: the features of {info.name} (d = {info.d}, {probes} probe point(s)) "
-            f"would need about {data.limit * per_example / 2**30:.3g} GiB; the largest {{param:limit}} that fits "
+            Param("limit") + f" {data.limit}: the features of {info.name} (d = {info.d}, {probes} probe point(s)) "
+            f"would need about {data.limit * per_example / 2**30:.3g} GiB; the largest "
+            + Param("limit")
+            + " that fits "
             f"in the memory available here is {most}"
         )
 
@@ -99,13 +101,13 @@ def _check_limit_reaches_n(data: DataRequest, info) -> None:
     """
     if data.limit < info.n:
         way = (
-            f"raise {{param:limit}} to at least {info.n} or lower {{param:context_length}}"
+            "raise " + Param("limit") + f" to at least {info.n} or lower " + Param("context_length")
             if info.modality == "text"
-            else f"raise {{param:limit}} to at least {info.n}"
+            else "raise " + Param("limit") + f" to at least {info.n}"
         )
         raise InputError(
-            f"{{param:limit}} {data.limit} is below n = {info.n} tokens per example of {info.name}: Assumptions 1 "
-            f"and 3 draw n of the T examples, so T must be at least n; {way}"
+            Param("limit") + f" {data.limit} is below n = {info.n} tokens per example of {info.name}: Assumptions 1 "
+            "and 3 draw n of the T examples, so T must be at least n; " + way
         )
 
 
@@ -174,7 +176,7 @@ def _take_model(
     out.info = out.info.with_weights(init, info.weights_source, info.weights_read)
     qi = pipeline.query_index(pm, request)
     if request.query_index is not None:  # the report and meta name the query the audit read
-        out.info = replace(out.info, query_index=qi, query_token=plain(f"token {qi} ({{param:query_index}})"))
+        out.info = replace(out.info, query_index=qi, query_token=(f"token {qi} (" + Param("query_index") + ")"))
     return qi
 
 
@@ -267,7 +269,7 @@ def _load_or_unavailable(
     except OfflineError as exc:
         if init != "trained":
             raise
-        reason = str(exc)
+        reason = exc.message
     distributed.current().same(reason is None, f"whether the {init} weights of {request.model} can be loaded")
     if reason is not None:
         out.unavailable.update({p.variant: reason for p in group})

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import pickle
+import re
 import socket
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InputError, MhaauditError, one_line, param
+from .errors import InputError, Message, MhaauditError, one_line
 
 TIMEOUT_ENV = "MHAAUDIT_DIST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 300.0
@@ -225,23 +227,25 @@ class Session:
         """Leave this rank's failure (one line and exit code) where the other ranks will read it."""
         if self.noted or self.peer_failed or isinstance(exc, (RankFailed, RankCrashed)) or self.store is None:
             return
+        text: str | None = line
         if exc is not None:
             if isinstance(exc, MhaauditError):
-                code, line = 2, one_line(Exception(exc.message_for(param)), 400)
+                code, text = 2, _one_line_message(exc.message, 400)
             else:
-                code, line = 3, f"{type(exc).__name__}: {one_line(exc, 400)}"
+                code, text = 3, f"{type(exc).__name__}: {one_line(exc, 400)}"
         self.noted = True
-        with contextlib.suppress(Exception):
-            self.store.set(f"{_PREFIX}failed/{self.rank}", f"{code}\t{line}")
+        parts = text.to_json() if isinstance(text, Message) else [text or ""]
+        with contextlib.suppress(Exception):  # the message's parts, so that rank 0 names the parameters its way
+            self.store.set(f"{_PREFIX}failed/{self.rank}", f"{code}\t{json.dumps(parts)}")
 
-    def _notes(self) -> dict[int, tuple[int, str]]:
+    def _notes(self) -> dict[int, tuple[int, Message]]:
         out = {}
         for r in range(self.world_size):
             key = f"{_PREFIX}failed/{r}"
             with contextlib.suppress(Exception):
                 if r != self.rank and self.store.check([key]):
                     code, _, line = self.store.get(key).decode().partition("\t")
-                    out[r] = (int(code), line)
+                    out[r] = (int(code), Message.from_json(json.loads(line)))
         return out
 
     def _lost(self, exc: BaseException | None) -> Exception:
@@ -256,7 +260,7 @@ class Session:
         if notes:
             r = min(notes)
             code, line = notes[r]
-            msg = f"rank {r} of {self.world_size} failed: {line}"
+            msg = f"rank {r} of {self.world_size} failed: " + line
             return RankFailed(msg) if code == 2 else RankCrashed(msg)
         detail = one_line(exc, 200, first_line=True) if exc is not None else "no detail"
         if "timed out" in detail.lower() or "timeout" in detail.lower():
@@ -369,6 +373,28 @@ class SingleProcess:
     def describe(self) -> dict:
         """``{"world_size": 1, "backend": None}``."""
         return {"world_size": 1, "backend": None}
+
+
+def _one_line_message(message: str, limit: int) -> str:
+    """``message`` on one line (white space folded), its parameters kept; cut to ``limit`` as plain text."""
+    if not isinstance(message, Message):
+        return one_line(Exception(message), limit)
+    parts = [re.sub(r"\s+", " ", p) if isinstance(p, str) else p for p in message.parts]
+    folded = Message(*parts)
+    text = folded.strip()
+    if not text or len(folded) > limit:
+        return one_line(Exception(message), limit)
+    return folded if text == folded else Message(*_stripped(folded.parts))
+
+
+def _stripped(parts: tuple) -> list:
+    """Message parts without the white space at either end of the whole."""
+    out = list(parts)
+    if out and isinstance(out[0], str):
+        out[0] = out[0].lstrip()
+    if out and isinstance(out[-1], str):
+        out[-1] = out[-1].rstrip()
+    return out
 
 
 def _alive(pid: int) -> bool:

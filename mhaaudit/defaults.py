@@ -9,6 +9,8 @@ command line offers it, so a choice is added in one place.
 
 from __future__ import annotations
 
+from .errors import Param
+
 __all__ = [
     "BACKENDS",
     "CAPACITY_ATTENTION",
@@ -70,7 +72,7 @@ CAPACITY_BLOCK = 2
 CAPACITY_BLOCK_WHY = (
     "block 2 is the default: the paper applies Theorem 1 to the second attention layer, whose input "
     "(the output of block 1) satisfies Assumptions 1 and 2 in its Tables 1 and 3; block 1 reads the "
-    "embedding output, where the image queries are one vector ({param:block} K chooses another)"
+    "embedding output, where the image queries are one vector (" + Param("block") + " K chooses another)"
 )
 
 #: The labels a memorize run learns: random classes, or numbers in [0, 1] to regress.

@@ -29,7 +29,7 @@ from .collectives import RankFailed as RankFailed
 from .collectives import Session as Session
 from .collectives import SingleProcess as SingleProcess
 from .collectives import timeout_s as timeout_s
-from .errors import InputError, MhaauditError, current_names, one_line, parameter_names
+from .errors import InputError, MhaauditError, one_line
 from .stdio import command_streams, say
 
 __all__ = [
@@ -237,9 +237,7 @@ def shared(fn: Callable) -> Callable:
         if s is None or s.depth:  # one process, or inside a shared call already
             return fn(*args, **kwargs)
         if s.leading:
-            # with how the messages name parameters (the command line's flags), so that a note or
-            # reason made on another rank reads as one made on rank 0
-            s.broadcast(("call", key, tuple(_on_cpu(a) for a in args), _portable(kwargs), current_names()))
+            s.broadcast(("call", key, tuple(_on_cpu(a) for a in args), _portable(kwargs)))
         s.depth += 1
         try:
             result = fn(*args, **kwargs)
@@ -302,10 +300,9 @@ def _follow(s: Session) -> int:
             return 2
         if msg[0] == "done":
             return 0
-        _, key, args, kwargs, names = msg
+        _, key, args, kwargs = msg
         try:
-            with parameter_names(names) if names is not None else contextlib.nullcontext():
-                _shared_call(key)(*args, **kwargs)
+            _shared_call(key)(*args, **kwargs)
         except Exception as exc:
             if os.environ.get("MHAAUDIT_DEBUG", "").strip() not in ("", "0"):
                 raise

@@ -5,22 +5,28 @@ and exits with status 2. Anything else escaping to the CLI is a bug.
 
 Each type is also the built-in exception it means (:class:`InputError`, :class:`ModelError` and
 :class:`DataError` are ``ValueError``; :class:`OfflineError` and :class:`OutputError` are
-``OSError``), so a library caller's ``except ValueError`` catches a bad argument. Messages name
-the library's parameters (``samples``, ``k``), never a command-line flag: a message names one as
-``{param:samples}`` (write it with :func:`param`), ``str(exc)`` says ``samples``, and the command
-line writes its own flag there (``--samples``) from one table in ``mhaaudit.cli.app``, both in
-the one line it prints for an error and, running a command in :func:`parameter_names`, in every
-message the run keeps (an unavailable column's reason).
+``OSError``), so a library caller's ``except ValueError`` catches a bad argument.
+
+A message names the library's parameters (``samples``, ``k``), never a command-line flag. It is
+a :class:`Message`: text and :class:`Param` parts, built with ``+`` (``param("samples") + " must be
+at least 1"``). ``str()`` of it says ``samples``; an interface writes its own name for each part
+(:meth:`Message.named`: the command line writes ``--samples`` from its one table of flags, in
+``mhaaudit.cli.app``). An error carries its structured fields: the parameters its message names
+(:attr:`MhaauditError.params`), and where it refuses one value, that value and what is allowed.
+Messages a result keeps (an unavailable column's reason, a note) are Messages too, so the command
+line names its flags in them when it writes the result.
 """
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import re
-from collections.abc import Callable, Iterator
-from contextvars import ContextVar
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-_PARAM = re.compile(r"\{param:([A-Za-z_][A-Za-z0-9_]*)\}")
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 # What a library caller reads for the names a message gives that are not parameters of a library
 # function (what the command line writes there is in mhaaudit.cli.app's table of flags).
@@ -31,63 +37,168 @@ LIBRARY_NAMES = {
 }
 
 
-def param(name: str) -> str:
-    """``{param:name}``: how a message names the library parameter ``name`` (see :class:`MhaauditError`)."""
-    return "{param:" + name + "}"
+@dataclass(frozen=True)
+class Param:
+    """A library parameter that a message names: ``str()`` is the library's name for it."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return LIBRARY_NAMES.get(self.name, self.name)
+
+    def __format__(self, spec: str) -> str:
+        # Written into an f-string, the parameter would lose its name for an interface: join with ``+``.
+        raise TypeError(f"Param({self.name!r}) in an f-string: join it to the text with + instead")
+
+    def __add__(self, other: object) -> Message:
+        return Message(self) + other if isinstance(other, (str, Param)) else NotImplemented
+
+    def __radd__(self, other: object) -> Message:
+        return Message(other, self) if isinstance(other, str) else NotImplemented
 
 
-_NAMES: ContextVar[Callable[[str], str] | None] = ContextVar("mhaaudit_parameter_names", default=None)
+def param(name: str) -> Param:
+    """The library parameter ``name`` as a part of a message (see :class:`Message`)."""
+    return Param(name)
 
 
-@contextlib.contextmanager
-def parameter_names(name_of: Callable[[str], str]) -> Iterator[None]:
-    """Inside it, messages made in this thread name each parameter as ``name_of(parameter)``: the
-    command line runs a command in it with its own names (``--samples``), so that a message kept
-    in a result (an unavailable column's reason) names them too. Outside it, the library's names."""
-    token = _NAMES.set(name_of)
-    try:
-        yield
-    finally:
-        _NAMES.reset(token)
+Part = str | Param
 
 
-def current_names() -> Callable[[str], str] | None:
-    """How messages made now name each parameter (see :func:`parameter_names`); None: the library's names.
-    A job's other processes make their messages under the same (:func:`mhaaudit.distributed.shared`)."""
-    return _NAMES.get()
+class Message(str):
+    """Text for a user that names library parameters: ``str`` of the library's wording, with
+    :attr:`parts` (plain text and :class:`Param`) so that an interface can write its own names."""
+
+    parts: tuple[Part, ...]
+
+    def __new__(cls, *parts: object) -> Self:
+        """The message of ``parts`` in order: text, :class:`Param` or other Messages.
+
+        Raises:
+            TypeError: when a part is anything else.
+        """
+        flat: list[Part] = []
+        for p in parts:
+            items = p.parts if isinstance(p, Message) else (p,)
+            for item in items:
+                if not isinstance(item, (str, Param)):
+                    raise TypeError(f"a message part is text or a Param, not {type(item).__name__}")
+                if isinstance(item, str) and not isinstance(item, Message):
+                    item = str(item)
+                if isinstance(item, str) and flat and isinstance(flat[-1], str):
+                    flat[-1] += item
+                elif item != "":
+                    flat.append(item)
+        self = super().__new__(cls, "".join(str(p) for p in flat))
+        self.parts = tuple(flat)
+        return self
+
+    def named(self, name_of: Callable[[str], str]) -> str:
+        """The text with each parameter written as ``name_of(parameter)``."""
+        return "".join(p if isinstance(p, str) else name_of(p.name) for p in self.parts)
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        """The library parameters the message names, in order."""
+        return tuple(p.name for p in self.parts if isinstance(p, Param))
+
+    def __add__(self, other: object) -> Message:
+        return Message(self, other) if isinstance(other, (str, Param)) else NotImplemented
+
+    def __radd__(self, other: object) -> Message:
+        return Message(other, self) if isinstance(other, str) else NotImplemented
+
+    def __reduce__(self):
+        return (Message, self.parts)
+
+    def to_json(self) -> list:
+        """The parts as JSON values: text as strings, a parameter as ``{"param": name}``."""
+        return [p if isinstance(p, str) else {"param": p.name} for p in self.parts]
+
+    @classmethod
+    def from_json(cls, parts: list) -> Message:
+        """The message :meth:`to_json` gave."""
+        return Message(*(p if isinstance(p, str) else Param(str(p["param"])) for p in parts))
 
 
-def plain(message: str) -> str:
-    """``message`` with each ``{param:...}`` written as the current interface names it (see
-    :func:`parameter_names`; by default the library's parameter): what ``str()`` of an error says."""
-    name_of = _NAMES.get()
-    return _PARAM.sub(lambda m: name_of(m.group(1)) if name_of else LIBRARY_NAMES.get(m.group(1), m.group(1)), message)
+def named(text: str, name_of: Callable[[str], str]) -> str:
+    """``text`` with each parameter it names written as ``name_of(parameter)`` (a plain string as is)."""
+    return text.named(name_of) if isinstance(text, Message) else text
+
+
+def with_names(obj: Any, name_of: Callable[[str], str]) -> Any:
+    """``obj`` (a result, its records or meta) with every :class:`Message` in it written as
+    ``named(message, name_of)``: in place in lists, dicts and dataclass instances; a tuple that
+    holds one is copied. Returns ``obj`` (or the tuple's copy)."""
+    return _with_names(obj, name_of, set())
+
+
+def _with_names(obj: Any, name_of: Callable[[str], str], seen: set[int]) -> Any:
+    if isinstance(obj, Message):
+        return obj.named(name_of)
+    if isinstance(obj, (str, bytes, int, float, type(None))) or id(obj) in seen:
+        return obj
+    if isinstance(obj, list):
+        seen.add(id(obj))
+        obj[:] = [_with_names(v, name_of, seen) for v in obj]
+    elif isinstance(obj, dict):
+        seen.add(id(obj))
+        for k, v in obj.items():
+            obj[k] = _with_names(v, name_of, seen)
+    elif isinstance(obj, tuple):
+        items = [_with_names(v, name_of, seen) for v in obj]
+        if any(a is not b for a, b in zip(items, obj, strict=True)):
+            return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        seen.add(id(obj))
+        for f in dataclasses.fields(obj):
+            v = getattr(obj, f.name, None)
+            new = _with_names(v, name_of, seen)
+            if new is not v:
+                object.__setattr__(obj, f.name, new)
+    return obj
+
+
+def joined(items: Iterable[str | Param], sep: str = ", ") -> Message:
+    """``sep.join(items)`` as a message, its parameters kept."""
+    parts: list[str | Param] = []
+    for i, item in enumerate(items):
+        parts += [sep, item] if i else [item]
+    return Message(*parts)
 
 
 class MhaauditError(Exception):
     """Base class: a problem the user can fix, described in one line.
 
-    A message may name a parameter as ``{param:text_column}``: ``str(exc)`` says ``text_column``
-    (the library's argument), and :meth:`message_for` lets an interface put its own name there
-    (the CLI says ``--text-column``), so that the advice names an option the user can give.
+    Args:
+        message: the line, a :class:`Message` where it names a parameter.
+        value: the value refused, where the error refuses one value (else None).
+        allowed: what the parameter allows instead, in words (``"at least 1"``; else None).
     """
 
-    def __init__(self, *args) -> None:
-        self.template = str(args[0]) if len(args) == 1 and isinstance(args[0], str) else None
-        if self.template is not None and _PARAM.search(self.template):
-            args = (plain(self.template),)
-        super().__init__(*args)
+    def __init__(self, message: str, *, value: Any = None, allowed: str | None = None) -> None:
+        super().__init__(message)
+        self.value, self.allowed = value, allowed
+
+    @property
+    def message(self) -> str:
+        """The message as made: a :class:`Message` where it names parameters."""
+        return self.args[0] if len(self.args) == 1 and isinstance(self.args[0], str) else str(self)
 
     @property
     def params(self) -> tuple[str, ...]:
         """The library parameters the message names."""
-        return tuple(_PARAM.findall(self.template or ""))
+        m = self.message
+        return m.params if isinstance(m, Message) else ()
 
-    def message_for(self, name_of) -> str:
+    @property
+    def param(self) -> str | None:
+        """The one parameter the error is about: the first the message names (None if it names none)."""
+        return next(iter(self.params), None)
+
+    def message_for(self, name_of: Callable[[str], str]) -> str:
         """The message with every named parameter written as ``name_of(parameter)``."""
-        if self.template is None or not self.params:
-            return str(self)
-        return _PARAM.sub(lambda m: name_of(m.group(1)), self.template)
+        return named(self.message, name_of)
 
 
 class InputError(MhaauditError, ValueError):

@@ -30,7 +30,7 @@ from .capture import capture_probe
 from .checks import REGISTRY, check_for_size
 from .defaults import KRUSKAL_VECTORS
 from .distributed import shared
-from .errors import InputError, param, plain
+from .errors import InputError, Param
 from .facts import CaptureFacts
 from .feature_files import MappedArray, read_array, to_query_matrix
 from .features import FeatureSet
@@ -97,12 +97,12 @@ def kruskal_request(
     """A checked :class:`KruskalRequest`: sizes and n positive integers (repeated sizes once),
     ``vectors`` queries or a3. Raises :class:`~mhaaudit.errors.InputError` otherwise."""
     sizes = [k] if isinstance(k, int) else list(k or [])
-    ks = tuple(validate.integer(param("k"), kk) for kk in dict.fromkeys(sizes))
-    n = None if n is None else validate.integer(param("n"), n)
+    ks = tuple(validate.integer(Param("k"), kk) for kk in dict.fromkeys(sizes))
+    n = None if n is None else validate.integer(Param("n"), n)
     if vectors is not None:
-        vectors = validate.choice(param("vectors"), getattr(vectors, "value", vectors), VECTORS)
+        vectors = validate.choice(Param("vectors"), getattr(vectors, "value", vectors), VECTORS)
     if query_index is not None:
-        query_index = validate.integer(param("query_index"), query_index, minimum=None)
+        query_index = validate.integer(Param("query_index"), query_index, minimum=None)
     return KruskalRequest(
         features=None if features is None else Path(features),
         ks=ks,
@@ -145,7 +145,7 @@ def _check_column(variant: str, weights) -> None:
     """
     if len(validate.split_list(variant) or []) > 1:
         raise InputError(
-            f"{{param:variant}} {variant}: kruskal captures one column at a time; give one (check audits several)"
+            Param("variant") + f" {variant}: kruskal captures one column at a time; give one (check audits several)"
         )
     refuse_weights_without_trained(weights, probe_for_variant(variant), "variant")
 
@@ -196,7 +196,9 @@ def _objects(features, request, capture, settings, keywords: Mapping[str, Any]):
             )
         return request, None, settings
     if request.key is not None:
-        raise InputError("{param:key} has no effect without features: it chooses a tensor or column in a feature file")
+        raise InputError(
+            Param("key") + " has no effect without features: it chooses a tensor or column in a feature file"
+        )
     return request, _capture_object(request, capture, settings, capturing), settings
 
 
@@ -290,7 +292,7 @@ def estimate_kruskal_rank(
         request: the :class:`KruskalRequest` (None: built by :func:`kruskal_request` from the keywords).
         capture: the :class:`Capture` (None: built by :func:`kruskal_capture` from the keywords).
         settings: the :class:`~mhaaudit.settings.Settings` (None: built from the keywords).
-        on_note: called with the line that describes the vectors and the rank rule, before the tests run.
+        on_note: called with each note: the vectors and the rank rule, and the sweep run for want of ``k``.
         seeds: with a capture only, capture and estimate once per seed (``"0-4"``, ``"0,3,7"`` or a list).
         vary: what ``seeds`` vary: ``"both"``, ``"weights"`` or ``"data"``.
         k: one candidate size or several (None: n and min(T, d) when n is known, else the sweep).
@@ -369,9 +371,19 @@ def estimate_kruskal_rank(
         settings.weights_seed is not None or settings.data_seed is not None or seeds is not None or vary != "both"
     ):
         raise InputError(
-            f"{{param:seeds}}, {{param:vary}}, {{param:weights_seed}} and {{param:data_seed}} have no "
+            Param("seeds")
+            + ", "
+            + Param("vary")
+            + ", "
+            + Param("weights_seed")
+            + " and "
+            + Param("data_seed")
+            + " have no "
             f"effect when features ({request.features}) are given: they seed the capture from "
-            "{param:model} (a file's vectors are fixed; {param:seed} seeds the draws)"
+            + Param("model")
+            + " (a file's vectors are fixed; "
+            + Param("seed")
+            + " seeds the draws)"
         )
     plan = plan_for(settings, seeds, vary)
     if plan is None:
@@ -401,7 +413,9 @@ def _estimate_one(
     X, n, source, vectors, captured = _vectors(request, capture, settings)
     X = as_matrix(X)
     T, d = X.shape
-    ks, sweep = _sizes(request, n, T, d, vectors, settings.progress)
+    ks, sweep = _sizes(request, n, T, d, vectors)
+    if not (request.ks or request.sweep) and sweep:
+        _note(on_note, "No " + Param("k") + " given and n unknown: running the full sweep.", settings.progress)
     rule, stats = fixed_rule(X, settings.rule(X.dtype))
     if on_note is not None:
         on_note(f"{T} vectors in R^{d} from {source}; rank rule: {rule.describe()}")
@@ -441,7 +455,9 @@ def _vectors(request: KruskalRequest, capture: Capture | None, settings: Setting
     X, n_known, source, vectors = _read(request)
     n = request.n
     if n is not None and n_known is not None and n != n_known:
-        raise InputError(f"{{param:n}} {n}: the saved features in {request.features} were captured with n = {n_known}")
+        raise InputError(
+            Param("n") + f" {n}: the saved features in {request.features} were captured with n = {n_known}"
+        )
     return X, n or n_known, source, vectors, CaptureFacts()
 
 
@@ -458,8 +474,8 @@ def _read(request: KruskalRequest):
         for name, value in (("key", key), ("query_index", query_index)):
             if value is not None:
                 raise InputError(
-                    f"{{param:{name}}} has no effect on a saved feature folder ({features}): it holds the query "
-                    "and Assumption 3 vectors already; choose them with {param:vectors}"
+                    Param(name) + f" has no effect on a saved feature folder ({features}): it holds the query "
+                    "and Assumption 3 vectors already; choose them with " + Param("vectors")
                 )
         vectors = vectors or "queries"
         fs = FeatureSet.load(features)
@@ -468,15 +484,23 @@ def _read(request: KruskalRequest):
         return (fs.a3 if vectors == "a3" else fs.queries), fs.n, source, vectors
     if vectors is not None:
         raise InputError(
-            f"{{param:vectors}} has no effect on a single matrix ({features}): it chooses between the query and "
-            "Assumption 3 vectors of a saved feature folder or of {param:model}"
+            Param("vectors") + f" has no effect on a single matrix ({features}): it chooses between the query and "
+            "Assumption 3 vectors of a saved feature folder or of " + Param("model")
         )
     arr, desc = read_array(features, key=key)
     X, source = to_query_matrix(arr, query_index, desc)
     return X, None, source, "queries"
 
 
-def _sizes(request: KruskalRequest, n: int | None, T: int, d: int, vectors: str, watched: bool):
+def _note(on_note: Callable[[str], None] | None, line: str, watched: bool) -> None:
+    """``line`` to ``on_note`` when given, else to stderr for a person watching (``watched``)."""
+    if on_note is not None:
+        on_note(line)
+    else:
+        log(line, watched)
+
+
+def _sizes(request: KruskalRequest, n: int | None, T: int, d: int, vectors: str):
     """The sizes to test and whether to sweep: ``k``, else n and min(T, d) when n is known, else the sweep.
 
     Raises:
@@ -485,17 +509,16 @@ def _sizes(request: KruskalRequest, n: int | None, T: int, d: int, vectors: str,
     ks, sweep = list(request.ks), request.sweep
     for kk in ks:
         if kk > T:
-            raise InputError(f"{{param:k}} {kk} is larger than the number of vectors T = {T}")
+            raise InputError(Param("k") + f" {kk} is larger than the number of vectors T = {T}")
     if ks or sweep:
         return ks, sweep
     if n is None:
-        log(plain("No {param:k} given and n unknown: running the full sweep."), watched)
         return ks, True
     if n > T:
         a = "3" if vectors == "a3" else "1"
         raise InputError(
             f"only T = {T} vectors, but Assumption {a} at n = {n} needs at least n of them; "
-            "supply more vectors or choose sizes with {param:k}"
+            "supply more vectors or choose sizes with " + Param("k")
         )
     return list(dict.fromkeys([n, min(T, d)])), False
 

@@ -21,7 +21,7 @@ from numpy.lib import format as npy_format
 
 from . import hostmem
 from .documents import METADATA_KEY
-from .errors import InputError, MhaauditError
+from .errors import InputError, MhaauditError, Param
 from .files import regular_file
 
 FEATURE_EXTENSIONS = (".npy", ".pt", ".pth", ".safetensors", ".parquet")
@@ -374,7 +374,9 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.T
     if p.is_dir():
         cand = p / "features.safetensors"
         if not cand.exists():
-            raise InputError(f"{p} is a folder without features.safetensors (write one with {{param:save_features}})")
+            raise InputError(
+                f"{p} is a folder without features.safetensors (write one with " + Param("save_features") + ")"
+            )
         p, key = cand, key or "queries"
     if not p.exists():
         raise InputError(f"no such file: {p}")
@@ -385,7 +387,7 @@ def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.T
             f"unknown feature file type {ext or '(none)'!r} for {p}; use one of {', '.join(FEATURE_EXTENSIONS)}"
         )
     if key is not None and ext == ".npy":
-        raise InputError(f"{{param:key}} has no effect on {p}: a .npy file holds one array")
+        raise InputError(Param("key") + f" has no effect on {p}: a .npy file holds one array")
     readers: dict[str, Callable[[Path, Any], tuple[torch.Tensor | MappedArray, str]]] = {
         ".npy": _read_npy,
         ".pt": _read_torch,
@@ -458,7 +460,7 @@ def _read_torch(p: Path, key: str | None) -> tuple[torch.Tensor, str]:
     if not isinstance(obj, torch.Tensor):
         raise InputError(f"{p}: expected a tensor or a dict of tensors, found {type(obj).__name__}")
     if key is not None:
-        raise InputError(f"{{param:key}} has no effect on {p}: it holds one tensor, not a dict of them")
+        raise InputError(Param("key") + f" has no effect on {p}: it holds one tensor, not a dict of them")
     return dense_values(obj, str(p)), f"{p} (torch)"
 
 
@@ -518,7 +520,7 @@ def refuse_results_file(p: Path) -> None:
         what = f"'mhaaudit {command}'" if command else "mhaaudit"
         raise InputError(
             f"{p} is a results file written by {what} (its parquet metadata says so), not features: "
-            "give a T x d matrix, or the folder written by {param:check_save_features}"
+            "give a T x d matrix, or the folder written by " + Param("check_save_features")
         )
 
 
@@ -538,7 +540,7 @@ def _pick(tensors: dict, key: str | None, p: Path) -> torch.Tensor:
         raise InputError(f"{p} holds no tensors")
     names = sorted(map(str, tensors))
     shown = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
-    raise InputError(f"{p} holds several tensors ({shown}); choose one with {{param:key}}")
+    raise InputError(f"{p} holds several tensors ({shown}); choose one with " + Param("key"))
 
 
 def to_query_matrix(
@@ -553,17 +555,19 @@ def to_query_matrix(
     if arr.ndim == 2:
         if query_index is not None:
             raise InputError(
-                f"{source}: {{param:query_index}} applies to T x n x d token arrays, this one is {tuple(arr.shape)}"
+                f"{source}: "
+                + Param("query_index")
+                + f" applies to T x n x d token arrays, this one is {tuple(arr.shape)}"
             )
         return arr, source
     if arr.ndim == 3:
         if query_index is None:
             raise InputError(
-                f"{source}: a T x n x d array needs {{param:query_index}} (0 for [CLS], -1 for the last token)"
+                f"{source}: a T x n x d array needs " + Param("query_index") + " (0 for [CLS], -1 for the last token)"
             )
         n = arr.shape[1]
         if not -n <= query_index < n:
-            raise InputError(f"{{param:query_index}} {query_index} is out of range for n = {n} tokens")
+            raise InputError(Param("query_index") + f" {query_index} is out of range for n = {n} tokens")
         if isinstance(arr, MappedArray):
             return arr.token(query_index), f"{source}, token {query_index}"
         return arr[:, query_index, :], f"{source}, token {query_index}"

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .documents import METADATA_KEY
-from .errors import MhaauditError, OutputError
+from .errors import MhaauditError, OutputError, Param
 from .feature_files import FEATURE_EXTENSIONS as FEATURE_EXTENSIONS
 from .feature_files import MAX_HEADER_BYTES as MAX_HEADER_BYTES
 from .feature_files import MappedArray as MappedArray
@@ -32,7 +32,7 @@ from .tables import records_table
 # --------------------------------------------------------------------------- atomic writes
 
 
-def _refuse_unnamable(p: Path, what: str) -> None:
+def _refuse_unnamable(p: Path, what: str | Param) -> None:
     """Refuse a path the system cannot name (a name longer than its file system takes, a loop of links).
 
     Raises:
@@ -43,10 +43,10 @@ def _refuse_unnamable(p: Path, what: str) -> None:
     except (FileNotFoundError, NotADirectoryError):  # absent, or under a file: said with the folder's checks
         pass
     except OSError as exc:
-        raise OutputError(f"{what}: {_reason(exc)}") from None
+        raise OutputError(what + f": {_reason(exc)}") from None
 
 
-def _refuse_symlink(p: Path, what: str) -> None:
+def _refuse_symlink(p: Path, what: str | Param) -> None:
     """Refuse a dangling symbolic link at an output path (writing would create a file wherever it points).
 
     Raises:
@@ -54,12 +54,12 @@ def _refuse_symlink(p: Path, what: str) -> None:
     """
     if p.is_symlink() and not p.exists():
         raise OutputError(
-            f"{what}: it is a symbolic link to {os.readlink(p)}, which does not exist; "
+            what + f": it is a symbolic link to {os.readlink(p)}, which does not exist; "
             "remove the link or choose another path"
         )
 
 
-def _refuse_special(p: Path, what: str, expected: str) -> None:
+def _refuse_special(p: Path, what: str | Param, expected: str) -> None:
     """Refuse an output path at which a device node, a named pipe or a socket stands (or a symbolic link to one):
     the output, renamed into place, would replace the node (as root, ``/dev/null`` itself).
 
@@ -69,7 +69,7 @@ def _refuse_special(p: Path, what: str, expected: str) -> None:
     """
     kind = special_kind(p)
     if kind is not None:
-        raise OutputError(f"{what}: it is {kind}, not {expected}; an output never replaces it: choose another path")
+        raise OutputError(what + f": it is {kind}, not {expected}; an output never replaces it: choose another path")
 
 
 # What ``tempfile`` adds to a prefix: 8 random characters (and ``.tmp``, the suffix given here).
@@ -124,7 +124,7 @@ def check_writable(path: str | os.PathLike) -> Path:
     return p
 
 
-def check_folder_writable(folder: str | os.PathLike, option: str) -> Path:
+def check_folder_writable(folder: str | os.PathLike, option: str | Param) -> Path:
     """Fail early, before any work, when the folder ``option`` names cannot be made or written into; return it.
 
     Raises:
@@ -134,20 +134,20 @@ def check_folder_writable(folder: str | os.PathLike, option: str) -> Path:
     """
     folder = Path(folder)
     parent = folder.parent if str(folder.parent) else Path(".")
-    _refuse_unnamable(folder, f"{option} {folder}")
-    _refuse_special(folder, f"{option} {folder}", "a folder")
-    _refuse_symlink(folder, f"{option} {folder}")
+    _refuse_unnamable(folder, option + f" {folder}")
+    _refuse_special(folder, option + f" {folder}", "a folder")
+    _refuse_symlink(folder, option + f" {folder}")
     if folder.exists() and not folder.is_dir():
-        raise OutputError(f"{option} {folder}: exists and is {kind_of(os.stat(folder).st_mode)}, not a folder")
+        raise OutputError(option + f" {folder}: exists and is {kind_of(os.stat(folder).st_mode)}, not a folder")
     if not parent.exists():
-        raise OutputError(f"{option} {folder}: folder {parent} does not exist")
+        raise OutputError(option + f" {folder}: folder {parent} does not exist")
     if not parent.is_dir():
-        raise OutputError(f"{option} {folder}: {parent} is a file, not a folder")
+        raise OutputError(option + f" {folder}: {parent} is a file, not a folder")
     target = folder if folder.exists() else parent
     try:  # the permission bits do not tell everything (/proc, a read-only mount, root): try it
         probe = tempfile.mkdtemp(prefix=temp_prefix(folder.name, target, suffix=""), dir=target)
     except OSError as exc:
-        raise OutputError(f"{option} {folder}: folder {target} is not writable ({exc.strerror or exc})") from None
+        raise OutputError(option + f" {folder}: folder {target} is not writable ({exc.strerror or exc})") from None
     os.rmdir(probe)
     return folder
 
@@ -173,16 +173,16 @@ def refuse_inputs(outputs: dict[str, str | os.PathLike | None], inputs: list[str
         for i in ins:
             where = os.path.expanduser(str(i))
             if same_place(out, where) or real_path(out) == real_path(where):
-                raise OutputError(f"{option} {out} is an input of this run ({i}); write the output elsewhere")
+                raise OutputError(option + f" {out} is an input of this run ({i}); write the output elsewhere")
             if os.path.isdir(where) and within(out, where):
                 raise OutputError(
-                    f"{option} {out} lies inside {i}, an input folder of this run; write the output elsewhere"
+                    option + f" {out} lies inside {i}, an input folder of this run; write the output elsewhere"
                 )
     for n, (option, out) in enumerate(given):
         for other, path in given[n + 1 :]:
             if same_place(out, path):
                 raise OutputError(
-                    f"{option} {out} and {other} {path} name the same path; give each output a path of its own"
+                    option + f" {out} and {other} {path} name the same path; give each output a path of its own"
                 )
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from .errors import InputError
+from .errors import InputError, Param
 
 __all__ = ["given", "refuse_disagreement", "request_of"]
 
@@ -48,7 +48,7 @@ def refuse_disagreement(
         said_by_keyword = meant(k, value) if meant is not None else getattr(replace(obj, **{field: value}), field)
         if said_by_keyword != said:
             raise InputError(
-                f"{{param:{k}}} = {value!r} disagrees with the {type(obj).__name__} given as {what} "
+                Param(k) + f" = {value!r} disagrees with the {type(obj).__name__} given as {what} "
                 f"({field} = {said!r}); give the value in one place"
             )
 

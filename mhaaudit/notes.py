@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from enum import Enum
 
+from .errors import Message
+
 
 class NoteKind(str, Enum):
     """What fact a note of an audit reports: the key notes are de-duplicated by."""
@@ -14,9 +16,10 @@ class NoteKind(str, Enum):
     DATA = "data"  # what reading the data found (tokenizer, truncation, ...)
 
 
-class Note(str):
-    """One note of an audit: its text (a ``str``, as the report and the JSON ``notes`` give it)
-    and its :class:`NoteKind`. Equal to its text."""
+class Note(Message):
+    """One note of an audit: its text (a ``str``, as the report and the JSON ``notes`` give it; a
+    :class:`~mhaaudit.errors.Message`, so the parameters it names keep their parts) and its
+    :class:`NoteKind`. Equal to its text."""
 
     kind: NoteKind
 
@@ -29,6 +32,13 @@ class Note(str):
         note = super().__new__(cls, text)
         note.kind = NoteKind(kind)
         return note
+
+    def named(self, name_of) -> Note:
+        """The note with each parameter it names written as ``name_of(parameter)``, of the same kind."""
+        return Note(super().named(name_of), self.kind)
+
+    def __reduce__(self):
+        return (_note, (self.parts, self.kind.value))
 
     def document(self) -> dict:
         """The note as JSON data: ``{"kind": ..., "text": ...}``."""
@@ -46,6 +56,11 @@ class Note(str):
         if not isinstance(data, dict) or set(data) != {"kind", "text"} or not isinstance(data["text"], str):
             raise ValueError(f"a note is an object with kind and text, got {data!r}")
         return cls(data["text"], data["kind"])
+
+
+def _note(parts: tuple, kind: str) -> Note:
+    """The note of ``parts`` and ``kind`` (how a pickled note is made again)."""
+    return Note(Message(*parts), kind)
 
 
 #: Kinds of note one run says once, whatever their wording (the first one stays).

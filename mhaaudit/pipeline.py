@@ -45,7 +45,7 @@ import torch
 
 from . import batching, distributed, hostmem, load_sharing, phases
 from .batches import DataInfo, example_batches
-from .errors import DataError, InputError, ModelError
+from .errors import DataError, InputError, ModelError, Param
 from .hostmem import Trimmer
 from .load_sharing import shared_loads as shared_loads
 from .models import load_model
@@ -268,11 +268,11 @@ def query_index(pm, request: ModelRequest) -> int:
     if request.query_index is None and pm.info.query_index is None:
         raise ModelError(
             f"{pm.info.name} has no query token of its own ({pm.info.query_token.removeprefix('none: ')}); "
-            f"name one with {{param:query_index}} K (0 to {n - 1})"
+            "name one with " + Param("query_index") + f" K (0 to {n - 1})"
         )
     qi = pm.info.query_index if request.query_index is None else int(request.query_index)
     if not -n <= qi < n:
-        raise InputError(f"{{param:query_index}} {qi} is out of range for n = {n} tokens")
+        raise InputError(Param("query_index") + f" {qi} is out of range for n = {n} tokens")
     return qi % n
 
 

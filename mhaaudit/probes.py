@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .errors import InputError
+from .errors import InputError, Param
 
 IMAGE_VARIANTS = ("embedding", "random-attention", "random", "trained")
 VARIANT_HELP = {
@@ -75,16 +75,21 @@ def _check_layer(modality: str, layer: int | None, layers: Sequence[int] | None)
     """
     if layer is not None and layers is not None:
         raise InputError(
-            "{param:layer} has no effect with {param:layers}: {param:layers} names every depth to audit; "
+            Param("layer")
+            + " has no effect with "
+            + Param("layers")
+            + ": "
+            + Param("layers")
+            + " names every depth to audit; "
             "give one of them"
         )
     if layer is not None and modality == "text":
         raise InputError(
-            "{param:layer} has no effect on a text model (it sets the depth of the image columns); "
-            "give {param:layers} instead (default 0,1)"
+            Param("layer") + " has no effect on a text model (it sets the depth of the image columns); "
+            "give " + Param("layers") + " instead (default 0,1)"
         )
     if layer is not None and layer < 1:
-        raise InputError(f"{{param:layer}} must be at least 1 (block index; 0 is the embedding output), got {layer}")
+        raise InputError(Param("layer") + f" must be at least 1 (block index; 0 is the embedding output), got {layer}")
 
 
 def _depth_probes(variants: Sequence[str] | None, layers: Sequence[int] | None) -> list[Probe]:
@@ -109,7 +114,7 @@ def _image_probes(variants: Sequence[str] | None, layer: int | None) -> list[Pro
     vs = list(dict.fromkeys(variants or IMAGE_VARIANTS))
     if layer is not None and not {"random", "trained"} & set(vs):
         raise InputError(
-            f"{{param:layer}} has no effect on the columns {', '.join(vs)} (they read the embedding output); "
+            Param("layer") + f" has no effect on the columns {', '.join(vs)} (they read the embedding output); "
             "it sets the depth of the random and trained columns"
         )
     out = []
@@ -161,6 +166,6 @@ def refuse_weights_without_trained(weights_path, probe: Probe, variants: str = "
     """
     if weights_path is not None and probe.init != "trained":
         raise InputError(
-            f"{{param:weights}} loads trained weights; use it with {{param:{variants}}} trained (or trained-L<k>), "
+            Param("weights") + " loads trained weights; use it with " + Param(variants) + " trained (or trained-L<k>), "
             f"not {probe.variant!r}"
         )

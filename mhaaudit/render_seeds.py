@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .check_words import CHECK_TITLES
-from .errors import plain
+from .errors import Param
 
 __all__ = ["seeds_report"]
 
@@ -164,10 +164,8 @@ def seeds_report(result) -> list:
         items += [f"  {escape(d.conclusion)}" for d in result.differences]
     elif result.command == "check" and est is None:
         items.append(
-            plain(
-                "No sweep estimates to compare: add {param:sweep} for each column's Kruskal-rank estimate and the "
-                "differences between columns."
-            )
+            "No sweep estimates to compare: add " + Param("sweep") + " for each column's Kruskal-rank estimate and the "
+            "differences between columns."
         )
     items.append(
         "The ranges are between seeds: they show what a new seed moves. Each fraction's 95% interval "

@@ -45,7 +45,7 @@ from typing import Any, NamedTuple
 from . import validate
 from .batching import available_memory, parse_batch_size
 from .defaults import DEFAULT_BATCH_SIZE, DEFAULT_LIMIT, DEFAULT_SPLIT, DEFAULT_STOP_WHEN_DECIDED
-from .errors import InputError, param
+from .errors import InputError, Param
 from .keywords import given, refuse_disagreement
 from .models import resolve
 from .models.load import check_hub_options, check_revision
@@ -84,12 +84,12 @@ class ModelRequest:
     def __post_init__(self) -> None:
 
         if self.weights_path is not None and not Path(self.weights_path).expanduser().exists():
-            raise InputError(f"{{param:weights}} {self.weights_path}: does not exist (no such file or folder)")
+            raise InputError(Param("weights") + f" {self.weights_path}: does not exist (no such file or folder)")
         if self.context_length is not None:
-            object.__setattr__(self, "context_length", validate.integer(param("context_length"), self.context_length))
+            object.__setattr__(self, "context_length", validate.integer(Param("context_length"), self.context_length))
         if self.query_index is not None:
             object.__setattr__(
-                self, "query_index", validate.integer(param("query_index"), self.query_index, minimum=None)
+                self, "query_index", validate.integer(Param("query_index"), self.query_index, minimum=None)
             )
         object.__setattr__(self, "revision", check_revision(self.revision))
         object.__setattr__(self, "trust_remote_code", bool(self.trust_remote_code))
@@ -124,10 +124,10 @@ class DataRequest:
         for name in ("text_column", "image_column"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value.strip()):
-                raise InputError(f"{{param:{name}}} must name a column, got {value!r}")
+                raise InputError(Param(name) + f" must name a column, got {value!r}")
         # Whatever the model, every example kept costs its vectors (at least 64 bytes): a bound before any work.
         object.__setattr__(
-            self, "limit", validate.integer(param("limit"), self.limit, maximum=available_memory() // 64)
+            self, "limit", validate.integer(Param("limit"), self.limit, maximum=available_memory() // 64)
         )
         object.__setattr__(self, "batch_size", parse_batch_size(self.batch_size))
         object.__setattr__(self, "keep_duplicates", bool(self.keep_duplicates))

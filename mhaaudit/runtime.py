@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from .defaults import DEFAULT_DEVICE
-from .errors import InputError
+from .errors import InputError, Param
 
 __all__ = [
     "MAX_SAMPLES",
@@ -78,7 +78,7 @@ def resolve_device(spec: str | torch.device | None = DEFAULT_DEVICE) -> torch.de
     if isinstance(spec, torch.device):
         return spec
     if isinstance(spec, str) and not spec.strip():
-        raise InputError("{param:device} is empty (use auto, cpu, cuda or cuda:N)")
+        raise InputError(Param("device") + " is empty (use auto, cpu, cuda or cuda:N)")
     spec = (spec or DEFAULT_DEVICE).strip().lower()
     if spec == "auto":
         return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
@@ -87,15 +87,15 @@ def resolve_device(spec: str | torch.device | None = DEFAULT_DEVICE) -> torch.de
     if spec.startswith("cuda"):
         if not torch.cuda.is_available():
             raise InputError(
-                f"{{param:device}} {spec} was asked for but no CUDA device is available; "
-                "use {param:device} cpu or auto"
+                Param("device") + f" {spec} was asked for but no CUDA device is available; "
+                "use " + Param("device") + " cpu or auto"
             )
         try:
             dev = torch.device(spec)
         except RuntimeError as exc:  # e.g. "cuda:x"
             raise InputError(f"not a device: {spec!r} (use auto, cpu, cuda or cuda:N)") from exc
         if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise InputError(f"{{param:device}} {spec}: only {torch.cuda.device_count()} CUDA device(s) present")
+            raise InputError(Param("device") + f" {spec}: only {torch.cuda.device_count()} CUDA device(s) present")
         return dev
     raise InputError(f"not a device: {spec!r} (use auto, cpu, cuda or cuda:N)")
 

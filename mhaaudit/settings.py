@@ -30,7 +30,7 @@ import torch
 
 from . import validate
 from .defaults import DEFAULT_DEVICE, DEFAULT_SAMPLES, DEFAULT_SEED, DEFAULT_THRESHOLD
-from .errors import param
+from .errors import Param
 from .numerics.rule import RankRule
 from .runtime import DECODE_WORKERS_ENV as DECODE_WORKERS_ENV
 from .runtime import KERNELS_ENV as KERNELS_ENV
@@ -59,7 +59,7 @@ __all__ = [
 
 
 def _seed(name: str) -> Callable[[Any], int]:
-    return lambda value: validate.integer(param(name), value, minimum=0, maximum=MAX_SEED)
+    return lambda value: validate.integer(Param(name), value, minimum=0, maximum=MAX_SEED)
 
 
 def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -69,11 +69,11 @@ def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
 # How each field of Settings is checked and normalised, in the order the fields are checked.
 _CHECKS: dict[str, Callable[[Any], Any]] = {
     "device": resolve_device,
-    "samples": lambda value: validate.integer(param("samples"), value, maximum=MAX_SAMPLES),
-    "threshold": lambda value: validate.fraction(param("threshold"), value),
+    "samples": lambda value: validate.integer(Param("samples"), value, maximum=MAX_SAMPLES),
+    "threshold": lambda value: validate.fraction(Param("threshold"), value),
     "seed": _seed("seed"),
-    "rtol": lambda value: validate.tolerance(param("rtol"), value),
-    "atol": lambda value: validate.tolerance(param("atol"), value),
+    "rtol": lambda value: validate.tolerance(Param("rtol"), value),
+    "atol": lambda value: validate.tolerance(Param("atol"), value),
     "stop_when_decided": bool,
     "progress": bool,
     "weights_seed": _optional(_seed("weights_seed")),

@@ -2,7 +2,7 @@
 tolerances, output paths.
 
 Each function takes the name its one-line error gives the value: a library parameter as
-``param("limit")`` (:func:`mhaaudit.errors.param`: the library's message says ``limit``, the command
+``Param("limit")`` (:func:`mhaaudit.errors.param`: the library's message says ``limit``, the command
 line's ``--limit``), or a word (``"target"``). It returns the value in its checked form. The CLI and the library call
 the same
 functions, so an argument is refused the same way whichever door it came through.
@@ -15,7 +15,7 @@ import numbers
 from collections.abc import Iterable, Sequence
 from typing import SupportsInt, cast, overload
 
-from .errors import InputError
+from .errors import InputError, Param
 
 __all__ = [
     "choice",
@@ -31,22 +31,25 @@ __all__ = [
 MAX_LIST = 100_000  # values an integer list or range may name (a list of them is made before any work)
 
 
-def _as_int(name: str, value, what: str = "an integer") -> int:
+_HEADS, _LAYERS = Param("heads"), Param("layers")  # what the messages of head_counts and layers name
+
+
+def _as_int(name: str | Param, value, what: str = "an integer") -> int:
     if isinstance(value, bool):
-        raise InputError(f"{name} must be {what}, got {value!r}")
+        raise InputError(name + f" must be {what}, got {value!r}", value=value, allowed=what)
     if isinstance(value, str):
         try:
             return int(value.strip())
         except ValueError:
-            raise InputError(f"{name} must be {what}, got {value!r}") from None
+            raise InputError(name + f" must be {what}, got {value!r}", value=value, allowed=what) from None
     if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, numbers.Real) and float(value).is_integer():
         return int(cast(SupportsInt, value))  # numbers.Real's stub declares no __int__; every concrete Real has one
-    raise InputError(f"{name} must be {what}, got {value!r}")
+    raise InputError(name + f" must be {what}, got {value!r}", value=value, allowed=what)
 
 
-def integer(name: str, value, minimum: int | None = 1, maximum: int | None = None) -> int:
+def integer(name: str | Param, value, minimum: int | None = 1, maximum: int | None = None) -> int:
     """An integer (ints, integral floats and numeric strings accepted) within the bounds; return it as an ``int``.
 
     Raises:
@@ -54,13 +57,13 @@ def integer(name: str, value, minimum: int | None = 1, maximum: int | None = Non
     """
     v = _as_int(name, value)
     if minimum is not None and v < minimum:
-        raise InputError(f"{name} must be at least {minimum}, got {v}")
+        raise InputError(name + f" must be at least {minimum}, got {v}", value=v, allowed=f"at least {minimum}")
     if maximum is not None and v > maximum:
-        raise InputError(f"{name} must be at most {maximum}, got {v}")
+        raise InputError(name + f" must be at most {maximum}, got {v}", value=v, allowed=f"at most {maximum}")
     return v
 
 
-def int_list(name: str, value, minimum: int | None = 1) -> tuple[int, ...]:
+def int_list(name: str | Param, value, minimum: int | None = 1) -> tuple[int, ...]:
     """``"1,2,4"`` (or a sequence of integers) -> a tuple without duplicates, order kept; ``()`` for None.
 
     Raises:
@@ -78,7 +81,7 @@ def int_list(name: str, value, minimum: int | None = 1) -> tuple[int, ...]:
     for p in parts:
         v = _as_int(name, p, "comma-separated integers")
         if minimum is not None and v < minimum:
-            raise InputError(f"{name} values must be at least {minimum}, got {v}")
+            raise InputError(name + f" values must be at least {minimum}, got {v}")
         if v not in out:
             out.append(v)
     return tuple(out)
@@ -86,7 +89,7 @@ def int_list(name: str, value, minimum: int | None = 1) -> tuple[int, ...]:
 
 def int_ranges(
     spec,
-    name: str,
+    name: str | Param,
     *,
     what: str = "numbers",
     example: str = "0-6 or 0,1,4",
@@ -104,22 +107,22 @@ def int_ranges(
     """
     out = _named_ints(spec, name, what, example)
     if non_empty and not out:
-        raise InputError(f"{name} {spec!r} names no {what} (use e.g. {example})")
+        raise InputError(name + f" {spec!r} names no {what} (use e.g. {example})")
     if out and minimum is not None and min(out) < minimum:
-        raise InputError(f"{name} {spec!r}: {what} start at {minimum}, got {min(out)}")
+        raise InputError(name + f" {spec!r}: {what} start at {minimum}, got {min(out)}")
     if out and maximum is not None and max(out) > maximum:
-        raise InputError(f"{name} {spec!r}: at most {maximum}, got {max(out)}")
+        raise InputError(name + f" {spec!r}: at most {maximum}, got {max(out)}")
     return sorted(out)
 
 
-def _named_ints(spec, name: str, what: str, example: str) -> set[int]:
+def _named_ints(spec, name: str | Param, what: str, example: str) -> set[int]:
     """The integers ``spec`` names (an integer, a text of parts and ranges, or integers).
 
     Raises:
         InputError: when ``spec`` is a bool or none of these, or a part is not an integer or range.
     """
     if isinstance(spec, bool):
-        raise InputError(f"{name} must name {what} such as {example}, got {spec!r}")
+        raise InputError(name + f" must name {what} such as {example}, got {spec!r}")
     if isinstance(spec, numbers.Integral):
         return {int(spec)}
     if isinstance(spec, str):
@@ -131,10 +134,10 @@ def _named_ints(spec, name: str, what: str, example: str) -> set[int]:
         return out
     if isinstance(spec, Iterable):
         return {_as_int(name, v, what) for v in spec}
-    raise InputError(f"{name} must name {what} such as {example}, got {spec!r}")
+    raise InputError(name + f" must name {what} such as {example}, got {spec!r}")
 
 
-def _part_ints(part: str, spec: str, name: str, what: str, example: str, held: int) -> Iterable[int]:
+def _part_ints(part: str, spec: str, name: str | Param, what: str, example: str, held: int) -> Iterable[int]:
     """The integers of one part of ``spec``: ``"3"`` or the range ``"0-6"`` (``held``: how many
     the parts before it named, for the list's size limit).
 
@@ -148,15 +151,15 @@ def _part_ints(part: str, spec: str, name: str, what: str, example: str, held: i
         cut = part.index("-", 1)
         lo, hi = int(part[:cut]), int(part[cut + 1 :])
     except ValueError:
-        raise InputError(f"{name} {spec!r}: use {what} and ranges such as {example}") from None
+        raise InputError(name + f" {spec!r}: use {what} and ranges such as {example}") from None
     if hi < lo:
-        raise InputError(f"{name} {spec!r}: the range {part} is empty (use low-high, e.g. {example.split(' ')[0]})")
+        raise InputError(name + f" {spec!r}: the range {part} is empty (use low-high, e.g. {example.split(' ')[0]})")
     if hi - lo + 1 + held > MAX_LIST:
-        raise InputError(f"{name} {spec!r} names more than {MAX_LIST} {what}, the most a list may hold")
+        raise InputError(name + f" {spec!r} names more than {MAX_LIST} {what}, the most a list may hold")
     return range(lo, hi + 1)
 
 
-def choice(name: str, value, choices: Sequence[str], *, aliases: dict[str, str] | None = None) -> str:
+def choice(name: str | Param, value, choices: Sequence[str], *, aliases: dict[str, str] | None = None) -> str:
     """``value`` (case-insensitive, surrounding spaces ignored) if it is one of ``choices``; return it lowercased.
 
     Raises:
@@ -166,7 +169,11 @@ def choice(name: str, value, choices: Sequence[str], *, aliases: dict[str, str] 
     if aliases:
         v = aliases.get(v, v)
     if v not in choices:
-        raise InputError(f"unknown {name} {value!r} (choose from {', '.join(choices)})")
+        raise InputError(
+            "unknown " + name + f" {value!r} (choose from {', '.join(choices)})",
+            value=value,
+            allowed=f"one of {', '.join(choices)}",
+        )
     return v
 
 
@@ -180,7 +187,7 @@ def split_list(values) -> list[str] | None:
     return list(dict.fromkeys(out)) or None
 
 
-def fraction(name: str, value, *, low_open: bool = True) -> float:
+def fraction(name: str | Param, value, *, low_open: bool = True) -> float:
     """A number in (0, 1] (or [0, 1] with ``low_open=False``); return it as a ``float``.
 
     Raises:
@@ -189,14 +196,15 @@ def fraction(name: str, value, *, low_open: bool = True) -> float:
     try:
         v = float(value)
     except (TypeError, ValueError):
-        raise InputError(f"{name} must be a number in (0, 1], got {value!r}") from None
+        raise InputError(name + f" must be a number in (0, 1], got {value!r}", value=value, allowed="(0, 1]") from None
     ok = (0 < v <= 1) if low_open else (0 <= v <= 1)
     if not ok:
-        raise InputError(f"{name} must be in {'(0, 1]' if low_open else '[0, 1]'}, got {value}")
+        interval = "(0, 1]" if low_open else "[0, 1]"
+        raise InputError(name + f" must be in {interval}, got {value}", value=value, allowed=interval)
     return v
 
 
-def tolerance(name: str, value) -> float | None:
+def tolerance(name: str | Param, value) -> float | None:
     """A finite number >= 0 as a ``float``, or None (the default rule).
 
     Raises:
@@ -207,23 +215,23 @@ def tolerance(name: str, value) -> float | None:
     try:
         v = float(value)
     except (TypeError, ValueError):
-        raise InputError(f"{name} must be a finite number >= 0, got {value!r}") from None
+        raise InputError(name + f" must be a finite number >= 0, got {value!r}", value=value, allowed=">= 0") from None
     if not math.isfinite(v) or v < 0:
-        raise InputError(f"{name} must be a finite number >= 0, got {value}")
+        raise InputError(name + f" must be a finite number >= 0, got {value}", value=value, allowed=">= 0")
     return v
 
 
 @overload
-def head_counts(spec: None, num_heads: int | None = None, name: str = "{param:heads}") -> None: ...
+def head_counts(spec: None, num_heads: int | None = None, name: str | Param = _HEADS) -> None: ...
 
 
 @overload
 def head_counts(
-    spec: str | int | Iterable[int], num_heads: int | None = None, name: str = "{param:heads}"
+    spec: str | int | Iterable[int], num_heads: int | None = None, name: str | Param = _HEADS
 ) -> list[int]: ...
 
 
-def head_counts(spec, num_heads: int | None = None, name: str = "{param:heads}") -> list[int] | None:
+def head_counts(spec, num_heads: int | None = None, name: str | Param = _HEADS) -> list[int] | None:
     """``"1-12"``, ``"3"``, ``"1,2,4"`` (or integers) -> sorted head counts; None means all heads.
 
     Counts start at 1 and, when ``num_heads`` is known, are at most ``num_heads``.
@@ -236,12 +244,12 @@ def head_counts(spec, num_heads: int | None = None, name: str = "{param:heads}")
     out = int_ranges(spec, name, what="head counts", example="1-12, 3 or 1,2,4", minimum=1)
     if num_heads is not None and max(out) > num_heads:
         raise InputError(
-            f"{name} {spec!r}: the attention layer has {num_heads} heads, so at most {num_heads} can be used"
+            name + f" {spec!r}: the attention layer has {num_heads} heads, so at most {num_heads} can be used"
         )
     return out
 
 
-def layers(spec, name: str = "{param:layers}") -> list[int] | None:
+def layers(spec, name: str | Param = _LAYERS) -> list[int] | None:
     """``"0-6"``, ``"0,1,4"`` or ``"0-2,6"`` -> the sorted layers (0 = the embedding output); None for None.
 
     Raises:
@@ -251,5 +259,5 @@ def layers(spec, name: str = "{param:layers}") -> list[int] | None:
         return None
     out = int_ranges(spec, name, what="layers", example="0-6 or 0,1,4")
     if min(out) < 0:
-        raise InputError(f"{name} {spec!r}: layers start at 0 (the embedding output)")
+        raise InputError(name + f" {spec!r}: layers start at 0 (the embedding output)")
     return out

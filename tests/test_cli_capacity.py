@@ -200,13 +200,14 @@ def test_default_block_is_the_one_the_paper_applies_theorem_1_to(capsys, vit4, i
     """With no --block, capacity certifies block 2 (its input, the output of block 1, is where the paper
     finds Assumptions 1 and 2), and the report says why; the library takes the same default."""
     from mhaaudit.capacity import capacity_audit
+    from mhaaudit.cli.names import flag
     from mhaaudit.defaults import CAPACITY_BLOCK, CAPACITY_BLOCK_WHY
 
     assert CAPACITY_BLOCK == 2
     doc = json_run(capsys, vit4, "--data", image_dir, *FAST, "--variants", "random")
     assert doc["meta"]["layer"] == 2 and "input of block 2" in doc["meta"]["tokens"]
     # the command line names its flag where the library names its parameter
-    assert doc["meta"]["notes"][0] == CAPACITY_BLOCK_WHY.replace("{param:block}", "--block")
+    assert doc["meta"]["notes"][0] == CAPACITY_BLOCK_WHY.named(flag)
     rec = doc["records"][0]
     assert rec["bound_kind"] == "theorem-1" and rec["bound"] > 1  # not the embedding output's single example
     rc, out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FAST, "--variants", "random")
@@ -215,7 +216,7 @@ def test_default_block_is_the_one_the_paper_applies_theorem_1_to(capsys, vit4, i
         out.split()
     )
     lib = capacity_audit(str(vit4), data=str(image_dir), limit=40, samples=100, batch_size=16, variants=["random"])
-    assert lib.settings.layer == 2 and lib.notes[0] == CAPACITY_BLOCK_WHY.replace("{param:block}", "block")
+    assert lib.settings.layer == 2 and lib.notes[0] == CAPACITY_BLOCK_WHY and "block 2" in lib.notes[0]
     assert "--" not in lib.notes[0]
     # a block given is no default: no such note
     given = json_run(capsys, vit4, "--data", image_dir, *FAST, "--variants", "random", "--block", "2")

@@ -8,6 +8,7 @@ error with its own flag (``--samples``), written from one table in ``mhaaudit.cl
 from __future__ import annotations
 
 import ast
+import pickle
 import re
 from pathlib import Path
 
@@ -16,15 +17,16 @@ import pytest
 import torch
 from clitools import assert_one_error, run
 
-from mhaaudit.cli.app import FLAGS, _flag
+from mhaaudit.cli.names import FLAGS, flag, with_flags
 from mhaaudit.errors import (
     DataError,
     InputError,
+    Message,
     MhaauditError,
     ModelError,
     OfflineError,
     OutputError,
-    param,
+    Param,
     printable,
 )
 
@@ -40,32 +42,55 @@ def test_each_error_is_the_builtin_it_means():
         (OfflineError, OSError),
         (OutputError, OSError),
     ):
-        exc = cls(f"{param('samples')} must be at least 1, got 0")
+        exc = cls(Param("samples") + " must be at least 1, got 0", value=0, allowed="at least 1")
         assert isinstance(exc, MhaauditError) and isinstance(exc, builtin)
         assert str(exc) == "samples must be at least 1, got 0" and exc.args == (str(exc),)
-        assert exc.params == ("samples",)
-        assert exc.message_for(_flag) == "--samples must be at least 1, got 0"
+        assert exc.params == ("samples",) and exc.param == "samples"
+        assert exc.value == 0 and exc.allowed == "at least 1"
+        assert exc.message_for(flag) == "--samples must be at least 1, got 0"
+        back = pickle.loads(pickle.dumps(exc))  # as another process of a job sends it
+        assert type(back) is cls and back.message_for(flag) == exc.message_for(flag) and back.value == 0
     with pytest.raises(ValueError, match=r"^k must be at least 1"):
-        raise InputError(f"{param('k')} must be at least 1, got 0")
+        raise InputError(Param("k") + " must be at least 1, got 0")
+
+
+def test_a_check_of_one_value_carries_the_parameter_the_value_and_what_is_allowed():
+    from mhaaudit import validate
+
+    with pytest.raises(InputError) as info:
+        validate.integer(Param("samples"), 0)
+    exc = info.value
+    assert (exc.param, exc.value, exc.allowed) == ("samples", 0, "at least 1")
+    assert (
+        exc.message_for(flag) == "--samples must be at least 1, got 0"
+        and str(exc) == "samples must be at least 1, got 0"
+    )
+    with pytest.raises(InputError) as info:
+        validate.choice(Param("vary"), "nothing", ("both", "weights", "data"))
+    assert (info.value.param, info.value.value, info.value.allowed) == ("vary", "nothing", "one of both, weights, data")
+
+
+def test_a_message_is_text_and_parameters():
+    m = "give " + Param("from_path") + " or " + Param("k")
+    assert isinstance(m, Message) and isinstance(m, str)
+    assert m == "give from_path or k" and m.params == ("from_path", "k")
+    assert m.named(flag) == "give --from or --k"
+    assert (m + ".").named(flag) == "give --from or --k." and ("Note: " + m).named(flag) == "Note: give --from or --k"
+    assert Message.from_json(m.to_json()) == m and Message.from_json(m.to_json()).named(flag) == m.named(flag)
+    assert pickle.loads(pickle.dumps(m)).named(flag) == m.named(flag)
+    with pytest.raises(TypeError):
+        f"{Param('k')}"  # an f-string would drop the name an interface writes: join with +
+    kept = {"notes": [m], "rows": ({"reason": "raise " + Param("limit")},)}
+    assert with_flags(kept) == {"notes": ["give --from or --k"], "rows": ({"reason": "raise --limit"},)}
 
 
 def test_one_table_names_the_flags_that_are_not_the_parameter_with_dashes():
-    assert _flag("text_column") == "--text-column" and _flag("k") == "--k"
-    assert _flag("from_path") == "--from" and FLAGS["from_path"] == "--from"
-    assert _flag("X") == "FEATURES"  # the library's rows X are kruskal's argument, not a flag "--X"
-    exc = InputError("{param:from_path} x.parquet: not a results file of {param:check_out}")
+    assert flag("text_column") == "--text-column" and flag("k") == "--k"
+    assert flag("from_path") == "--from" and FLAGS["from_path"] == "--from"
+    assert flag("X") == "FEATURES"  # the library's rows X are kruskal's argument, not a flag "--X"
+    exc = InputError(Param("from_path") + " x.parquet: not a results file of " + Param("check_out"))
     assert str(exc) == "from_path x.parquet: not a results file of a parquet file of AuditResult.to_arrow()"
-    assert exc.message_for(_flag) == "--from x.parquet: not a results file of 'mhaaudit check --out'"
-
-
-def test_an_interface_names_the_parameters_its_own_way():
-    from mhaaudit.errors import parameter_names, plain
-
-    with parameter_names(_flag):
-        assert str(InputError(f"{param('k')} must be at least 1")) == "--k must be at least 1"
-        assert plain("give {param:from_path}") == "give --from"
-    assert str(InputError(f"{param('k')} must be at least 1")) == "k must be at least 1"
-    assert plain("give {param:from_path}") == "give from_path"
+    assert exc.message_for(flag) == "--from x.parquet: not a results file of 'mhaaudit check --out'"
 
 
 def _library_errors():
@@ -106,7 +131,7 @@ def test_a_library_caller_reads_parameters_never_flags(case, tmp_path):
     with pytest.raises(ValueError) as info:
         call()
     assert isinstance(info.value, MhaauditError)
-    assert "--" not in str(info.value) and "{param:" not in str(info.value), str(info.value)
+    assert "--" not in str(info.value) and "Param(" not in str(info.value), str(info.value)
     if match is not None:
         assert match in str(info.value)
 
@@ -121,7 +146,7 @@ def test_files_and_the_network_are_os_errors(tmp_path):
     assert "--" not in str(info.value)
     exc = offline_weights_error("vit-base", "google/vit-base-patch16-224")
     assert isinstance(exc, OSError) and "pass weights PATH" in str(exc) and "--" not in str(exc)
-    assert "pass --weights PATH" in exc.message_for(_flag)
+    assert "pass --weights PATH" in exc.message_for(flag)
 
 
 @pytest.mark.parametrize(
@@ -165,7 +190,7 @@ def _strings(node: ast.AST):
 
 def test_no_library_error_is_written_with_a_flag():
     """Every message the library (all of it but mhaaudit/cli) builds an error from, and every name
-    it gives an argument check, names parameters as {param:...}: none spells a flag."""
+    it gives an argument check, names parameters as Param parts: none spells a flag."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE.parent).as_posix()
@@ -196,7 +221,7 @@ def _docstrings(tree: ast.AST) -> set[int]:
 
 def test_no_library_message_names_a_flag():
     """Not only errors: every string the library (all but mhaaudit/cli) writes into a result, a note,
-    a hint, a log line or a column description names parameters as {param:...}, so a library caller
+    a hint, a log line or a column description names parameters as Param parts, so a library caller
     never reads a flag (``--limit``), and the command line still prints its own. Docstrings are
     documentation and may name a command's options."""
     flag = re.compile(r"(?<![\w-])--[a-z]")
@@ -216,12 +241,21 @@ def test_no_library_message_names_a_flag():
 def test_a_kept_message_names_the_parameter_in_the_library_and_the_flag_on_the_command_line(capsys):
     """One message kept in a result, made both ways: the library's names outside the command line,
     its flags inside a command's run."""
-    from mhaaudit.errors import parameter_names
     from mhaaudit.kruskal.fixed import _whole_set_note
 
-    assert "(raise limit above k = 7)" in _whole_set_note("assumption_1", 7, 7, 8)
-    with parameter_names(_flag):
-        assert "(raise --limit above k = 7)" in _whole_set_note("assumption_1", 7, 7, 8)
+    note = _whole_set_note("assumption_1", 7, 7, 8)
+    assert "(raise limit above k = 7)" in note
+    assert "(raise --limit above k = 7)" in with_flags({"reason": "r" + note})["reason"]
+
+
+def test_no_library_module_writes_a_placeholder_or_a_parameter_into_an_f_string():
+    """A message names a parameter as a Param part joined with +: no {param:...} text, no Param in an f-string."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).as_posix()
+        text = path.read_text(encoding="utf-8")
+        found += [f"{rel}: {m.group()}" for m in re.finditer(r"\{\{?param:|\{Param\(|ContextVar\[Callable", text)]
+    assert not found, found
 
 
 @pytest.mark.parametrize(
@@ -240,3 +274,27 @@ def test_printable_shows_control_characters_escaped(text, shown):
     assert printable(text) == shown
     assert printable(shown) == shown  # escaping what is shown changes nothing
     assert printable("a\nb\x1b", keep="\n") == "a\nb\\x1b"
+
+
+def test_another_ranks_failure_names_the_flags_on_rank_0():
+    """A rank's failure travels through the job's store as the message's parts, so rank 0's command
+    line writes its flags in it as in its own errors."""
+    from mhaaudit.collectives import RankFailed, Session
+
+    class Store(dict):
+        def set(self, key, value):
+            self[key] = value.encode()
+
+        def check(self, keys):
+            return all(k in self for k in keys)
+
+        def get(self, key):
+            return self[key]
+
+    store = Store()
+    other = Session(rank=1, world_size=2, local_rank=1, backend="gloo", store=store)
+    other.note(InputError(Param("limit") + " 10 is below   n = 197;\nraise " + Param("limit")))
+    lost = Session(rank=0, world_size=2, local_rank=0, backend="gloo", store=store)._lost(None)
+    assert isinstance(lost, RankFailed)
+    assert str(lost) == "rank 1 of 2 failed: limit 10 is below n = 197; raise limit"
+    assert lost.message_for(flag) == "rank 1 of 2 failed: --limit 10 is below n = 197; raise --limit"

@@ -16,9 +16,9 @@ import torch
 from clitools import run
 
 import mhaaudit
-from mhaaudit.cli.app import _flag
-from mhaaudit.errors import parameter_names
+from mhaaudit.cli.names import with_flags
 from mhaaudit.numerics import RankRule
+from mhaaudit.render import capacity_report, print_report
 from mhaaudit.settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, resolve_device
 
 
@@ -308,9 +308,8 @@ def _one_line(obj, cls: str) -> str:
 
 def test_audit_prints_as_check_prints(vit_dir, image_dir, capsys):
     small = dict(data=str(image_dir), limit=40, samples=50, batch_size=16)
-    with parameter_names(_flag):  # made as the command makes it: its flags where the library names parameters
-        result = mhaaudit.audit(str(vit_dir), variants=["embedding", "random"], **small)
-        as_command = str(result)
+    result = mhaaudit.audit(str(vit_dir), variants=["embedding", "random"], **small)
+    as_command = str(with_flags(result))  # as the command writes it: its flags where the library names parameters
     rc, out, err = run(
         capsys,
         "check",
@@ -343,9 +342,10 @@ def test_audit_prints_as_check_prints(vit_dir, image_dir, capsys):
 
 def test_capacity_prints_as_capacity_prints(vit_dir, image_dir, capsys):
     small = dict(data=str(image_dir), limit=40, samples=50, batch_size=16)
-    with parameter_names(_flag):  # made as the command makes it: its flags where the library names parameters
-        result = mhaaudit.capacity_audit(str(vit_dir), variants=["random"], heads="1-2", **small)
-        as_command = str(result)
+    result = mhaaudit.capacity_audit(str(vit_dir), variants=["random"], heads="1-2", **small)
+    # as the command writes it: its flags where the library or a line of the report names parameters
+    print_report(with_flags(capacity_report(with_flags(result))))
+    as_command = capsys.readouterr().out
     rc, out, err = run(
         capsys,
         "capacity",

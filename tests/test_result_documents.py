@@ -20,12 +20,12 @@ from conftest import FIXTURES, strict_json
 
 from mhaaudit.auditing import AuditResult, Note, NoteKind, add_note
 from mhaaudit.capacity import CapacityColumn, CapacityResult
-from mhaaudit.cli.app import _flag
+from mhaaudit.cli.names import with_flags
 from mhaaudit.documents import decode_result, encode_result
-from mhaaudit.errors import InputError, parameter_names
+from mhaaudit.errors import InputError
 from mhaaudit.facts import BatchChoice
 from mhaaudit.kruskal import KruskalResult
-from mhaaudit.render import render_audit, render_capacity, render_kruskal
+from mhaaudit.render import capacity_report, print_report, render_audit, render_kruskal
 
 CHECK = ["--limit", "40", "--samples", "50", "--batch-size", "8", "--device", "cpu"]
 CAPACITY = ["--limit", "30", "--samples", "50", "--batch-size", "8", "--device", "cpu"]
@@ -34,7 +34,8 @@ KRUSKAL = ["--samples", "300", "--device", "cpu"]
 # command -> (its result class, how the command renders a result it wrote to --out)
 COMMANDS = {
     "check": (AuditResult, lambda r, out: render_audit(r, out=out)),
-    "capacity": (CapacityResult, lambda r, out: render_capacity(r, out=out)),
+    # as the command renders it: its flags where a line it makes names a parameter
+    "capacity": (CapacityResult, lambda r, out: print_report(with_flags(capacity_report(r, out=out)))),
     "kruskal": (KruskalResult, lambda r, out: render_kruskal(r)),
 }
 
@@ -99,8 +100,7 @@ def test_the_table_is_rendered_again_from_the_parquet_file(argv, tmp_path, capsy
     assert rc == 0, err
     back = cls.from_parquet(out)
     assert isinstance(back, cls)
-    with parameter_names(_flag):  # as the command renders: its flags where the library names parameters
-        again = rendered(capsys, lambda: render(back, out))
+    again = rendered(capsys, lambda: render(back, out))
     assert again == table  # the same bytes as the command printed
 
 

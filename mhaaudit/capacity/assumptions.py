@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..check_words import CHECK_TITLES
-from ..errors import InputError, plain
+from ..errors import InputError, Param
 from ..io import read_parquet_metadata
 from ..kruskal import kruskal_sweep, set_stats, subset_test
 from ..numerics import numerics, tf32_off
@@ -110,7 +110,7 @@ def audit_assumptions(fs, settings, label: str = "") -> tuple[Assumptions, dict[
     a2 = fs.assumption_2(rule)
     out = Assumptions(a2=a2.verdict, a2_reason=a2.reason, source="audited on the same examples")
     if fs.T < fs.n:
-        out.a1_reason = plain(f"not checked: {fs.T} examples, fewer than n = {fs.n} (raise {{param:limit}})")
+        out.a1_reason = f"not checked: {fs.T} examples, fewer than n = {fs.n} (raise " + Param("limit") + ")"
         timings["assumption_2"] = round(time.perf_counter() - t0, 3)
         return out, timings
     stats = set_stats(fs.queries, rule)
@@ -154,22 +154,22 @@ def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
 
     p = Path(path)
     if not p.is_file():
-        raise InputError(f"{{param:from_path}} {p}: no such file")
+        raise InputError(Param("from_path") + f" {p}: no such file")
     try:
         meta = read_parquet_metadata(p)
         rows = pq.read_table(p).to_pylist()
     except Exception as exc:  # noqa: BLE001 - any failure to read the file is the user's bad input
         raise InputError(
-            f"{{param:from_path}} {p}: cannot read it as a parquet file ({' '.join(str(exc).split())[:160]})"
+            Param("from_path") + f" {p}: cannot read it as a parquet file ({' '.join(str(exc).split())[:160]})"
         ) from None
     if not rows or "check" not in rows[0] or "variant" not in rows[0]:
         raise InputError(
-            f"{{param:from_path}} {p}: not a results file of {{param:check_out}} (no check/variant columns)"
+            Param("from_path") + f" {p}: not a results file of " + Param("check_out") + " (no check/variant columns)"
         )
     if not isinstance(meta, dict) or not all(isinstance(meta.get(k) or {}, dict) for k in ("model_info", "columns")):
         raise InputError(
-            f"{{param:from_path}} {p}: its 'mhaaudit' parquet metadata is malformed "
-            "(not what {param:check_out} writes)"
+            Param("from_path") + f" {p}: its 'mhaaudit' parquet metadata is malformed "
+            "(not what " + Param("check_out") + " writes)"
         )
     return meta, rows
 
@@ -188,7 +188,7 @@ def _malformed(p: Path):
         raise
     except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
         raise InputError(
-            f"{{param:from_path}} {p}: its 'mhaaudit' parquet metadata or rows are malformed "
+            Param("from_path") + f" {p}: its 'mhaaudit' parquet metadata or rows are malformed "
             f"({type(exc).__name__}: {' '.join(str(exc).split())[:120]})"
         ) from None
 
@@ -222,13 +222,11 @@ def _assumptions_from_file(
     info = meta.get("model_info") or {}
     if (n is not None and info.get("n") not in (None, n)) or (d is not None and info.get("d") not in (None, d)):
         raise InputError(
-            f"{{param:from_path}} {p}: audited with n = {info.get('n')}, d = {info.get('d')}, but the model here has "
+            Param("from_path") + f" {p}: audited with n = {info.get('n')}, d = {info.get('d')}, but the model here has "
             f"n = {n}, d = {d}"
         )
     if meta.get("command") not in (None, "check"):
-        notes.append(
-            plain(f"{{param:from_path}} {p} was written by 'mhaaudit {meta.get('command')}', not 'mhaaudit check'")
-        )
+        notes.append(Param("from_path") + f" {p} was written by 'mhaaudit {meta.get('command')}', not 'mhaaudit check'")
     cols = meta.get("columns") or {}
     chosen, why = _column(p, cols, init=init, layer=layer)
     if chosen is None:
@@ -303,20 +301,25 @@ def _check_same_examples(
     meta, rows = results
     p = Path(path)
     way = (
-        "run 'mhaaudit check' with the same {param:data} and {param:limit}, "
+        "run 'mhaaudit check' with the same " + Param("data") + " and " + Param("limit") + ", "
         "or give capacity the ones the file was made with"
     )
     file_limit = meta.get("limit")
     if limit is not None and file_limit is not None and int(file_limit) != int(limit):
         raise InputError(
-            f"{{param:from_path}} {p}: its audit read {{param:limit}} {file_limit} examples, this run {{param:limit}} "
-            f"{limit}; {way}"
+            Param("from_path")
+            + f" {p}: its audit read "
+            + Param("limit")
+            + f" {file_limit} examples, this run "
+            + Param("limit")
+            + f" {limit}; "
+            + way
         )
     file_T = next((r.get("T") for r in rows if r.get("check") == "assumption_2" and r.get("T") is not None), None)
     if T is not None and file_T is not None and int(file_T) != int(T):
-        raise InputError(f"{{param:from_path}} {p}: its audit used T = {file_T} examples, this run T = {T}; {way}")
+        raise InputError(Param("from_path") + f" {p}: its audit used T = {file_T} examples, this run T = {T}; " + way)
     file_data = meta.get("data")
     if data and file_data and file_data != data:
         raise InputError(
-            f"{{param:from_path}} {p}: its audit used other data ({file_data}) than this run ({data}); {way}"
+            Param("from_path") + f" {p}: its audit used other data ({file_data}) than this run ({data}); " + way
         )

@@ -41,7 +41,7 @@ import torch
 from .. import pipeline
 from ..defaults import CAPACITY_ATTENTION, CAPACITY_BLOCK, CAPACITY_BLOCK_WHY
 from ..distributed import current, describe, shared
-from ..errors import InputError, ModelError, OfflineError, param, plain
+from ..errors import InputError, ModelError, OfflineError, Param
 from ..facts import CapacitySettings, JobFacts, ModelFacts, ReadFacts
 from ..features import StreamingReducer
 from ..models import first_attention
@@ -197,7 +197,7 @@ def _column(
     except OfflineError as exc:
         if variant != "trained":
             raise
-        col.status, col.reason = "unavailable", str(exc)
+        col.status, col.reason = "unavailable", exc.message
     current().same(pm is not None, f"whether the {variant} weights of {plan.request.model} can be loaded")
     if pm is None:
         return col, None, "", [], 0
@@ -206,13 +206,18 @@ def _column(
     col.weights_source, col.weights_read = info.weights_source, ReadFacts.of(info.weights_read)
     if plan.block > pm.built_layers:
         raise InputError(
-            f"{{param:block}} {plan.block}: {plan.request.model} has {info.num_layers} blocks"
-            + (" (block 2 is the default; give {param:block} 1)" if info.num_layers == 1 else "")
+            Param("block")
+            + f" {plan.block}: {plan.request.model} has {info.num_layers} blocks"
+            + (" (block 2 is the default; give " + Param("block") + " 1)" if info.num_layers == 1 else "")
         )
     if info.query_index is None:
         raise ModelError(
             f"{plan.request.model} has no query token of its own ({info.query_token.removeprefix('none: ')}), "
-            "and capacity reads the model's own query; check and kruskal {param:model} take {param:query_index} K"
+            "and capacity reads the model's own query; check and kruskal "
+            + Param("model")
+            + " take "
+            + Param("query_index")
+            + " K"
         )
     attn = attention_for(pm, plan.block, plan.attention, plan.settings.weights_seed_used)
     hs = _validated_heads(plan.heads, attn.heads.num_heads)
@@ -292,10 +297,8 @@ def _run_notes(
         )
         if hs and Tcap and all(min(Tcap, h * d) <= h * (n - 1) + 1 for h in hs):
             notes.append(
-                plain(
-                    f"with T = {Tcap}, min(T, h d) <= h (n - 1) + 1 for every h asked for, so the check cannot fail "
-                    "here; raise {param:limit} or use fewer heads for an informative test"
-                )
+                f"with T = {Tcap}, min(T, h d) <= h (n - 1) + 1 for every h asked for, so the check cannot fail "
+                "here; raise " + Param("limit") + " or use fewer heads for an informative test"
             )
     return notes
 
@@ -316,9 +319,11 @@ def _block_of(block: int | None, layer: int | None) -> int:
             stacklevel=4,
         )  # past capacity_audit and its torchrun wrapper
         if block is not None and block != layer:
-            raise InputError(f"{{param:block}} {block} and {{param:layer}} {layer} disagree; give only {{param:block}}")
+            raise InputError(
+                Param("block") + f" {block} and " + Param("layer") + f" {layer} disagree; give only " + Param("block")
+            )
         block = layer
-    return integer(param("block"), CAPACITY_BLOCK if block is None else block)
+    return integer(Param("block"), CAPACITY_BLOCK if block is None else block)
 
 
 @shared
@@ -436,14 +441,17 @@ def capacity_audit(
     over = plan_for(settings, seeds, vary)
     if over is not None and from_path is not None:
         raise InputError(
-            "{param:seeds} has no effect with {param:from_path}: the assumptions are read from one run's file"
+            Param("seeds")
+            + " has no effect with "
+            + Param("from_path")
+            + ": the assumptions are read from one run's file"
         )
     blk = _block_of(block, layer)
-    attention = choice(param("attention"), attention, ATTENTION)
+    attention = choice(Param("attention"), attention, ATTENTION)
     vs = _variants(variants, request)
     if from_path is not None and (samples is not None or threshold is not None):
         raise InputError(
-            "{param:samples} and {param:threshold} have no effect with {param:from_path}: "
+            Param("samples") + " and " + Param("threshold") + " have no effect with " + Param("from_path") + ": "
             "Assumption 1 is read from the file, "
             "not sampled"
         )
@@ -455,7 +463,7 @@ def capacity_audit(
     def run(plan: _Plan) -> CapacityResult:
         result = _run(plan, vs)
         if block is None and layer is None:
-            result.notes.insert(0, plain(CAPACITY_BLOCK_WHY))
+            result.notes.insert(0, (CAPACITY_BLOCK_WHY))
         result.settings = replace(result.settings, distributed=JobFacts.of(describe()))
         return result
 
@@ -474,7 +482,9 @@ def _variants(variants, request: ModelRequest) -> list[str]:
     for v in vs:
         choice("variant", v, VARIANTS)
     if request.weights_path is not None and "trained" not in vs:
-        raise InputError("{param:weights} has no effect without the trained column; add trained to {param:variants}")
+        raise InputError(
+            Param("weights") + " has no effect without the trained column; add trained to " + Param("variants")
+        )
     return vs
 
 
@@ -496,8 +506,12 @@ def _requests(req: Requests) -> tuple[Settings, ModelRequest, DataRequest]:
     """
     if req.model.query_index is not None:
         raise InputError(
-            "{param:query_index}: capacity reads the model's own query token; check and kruskal "
-            "{param:model} take {param:query_index} K"
+            Param("query_index")
+            + ": capacity reads the model's own query token; check and kruskal "
+            + Param("model")
+            + " take "
+            + Param("query_index")
+            + " K"
         )
     return req.settings, req.model, req.data
 

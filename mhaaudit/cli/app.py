@@ -117,13 +117,14 @@ try:  # Ctrl-C (or SIGTERM, SIGHUP) while the libraries load (before main runs) 
     from typer.core import TyperCommand, TyperGroup
 
     from .. import __version__
-    from ..errors import MhaauditError, one_line, parameter_names
+    from ..errors import MhaauditError, one_line
     from ..staging import staged_outputs
     from ..stdio import StdoutClosed, command_streams, hold_for_the_process, silence_data, stdout_closed
     from .capacity import capacity
     from .check import check
     from .kruskal import kruskal
     from .memorize import memorize
+    from .names import flag
     from .reproduce import reproduce
 except KeyboardInterrupt:  # pragma: no cover - exercised by sending SIGINT to a subprocess
     _interrupted()
@@ -238,26 +239,8 @@ def _internal(exc: BaseException) -> str:
     )
 
 
-# The command line's name for each library parameter (or other name) an error message gives as
-# ``{param:...}`` (mhaaudit.errors), where it is not the parameter with dashes: ``text_column`` is
-# ``--text-column``, and these are the rest.
-FLAGS = {
-    "from_path": "--from",
-    "variant": "--variants",  # kruskal captures one column; its flag keeps check's name
-    "check_out": "'mhaaudit check --out'",
-    "check_save_features": "check --save-features",
-    "X": "FEATURES",  # the vectors a Kruskal computation reads: kruskal's argument (a file that changed while read)
-    "stats": "the statistics",  # taken by the command itself, never given
-}
-
-
-def _flag(param: str) -> str:
-    """The CLI's name of a library parameter that an error names (``text_column`` -> ``--text-column``)."""
-    return FLAGS.get(param, "--" + param.replace("_", "-"))
-
-
 def _known(exc: BaseException) -> str:
-    return one_line(Exception(exc.message_for(_flag)))  # type: ignore[attr-defined]
+    return one_line(Exception(exc.message_for(flag)))  # type: ignore[attr-defined]
 
 
 def _usage(exc: BaseException) -> str:
@@ -341,7 +324,7 @@ def _run_command(args: list[str], debug: bool) -> int:
     """
     previous = _handle_signals()
     try:
-        with staged_outputs(), parameter_names(_flag):
+        with staged_outputs():
             rv = app(args=args, prog_name="mhaaudit", standalone_mode=False)
             if rv == INTERRUPTED_STATUS:  # newer Typer turns Ctrl-C into this status: no output is kept
                 raise KeyboardInterrupt

@@ -22,6 +22,7 @@ from ..defaults import (
 )
 from .given import deprecation_line, refuse_data_options, refuse_unused, renamed
 from .library import importing, run_requests, run_settings
+from .names import with_flags
 from .options import (
     Atol,
     BackendOpt,
@@ -167,7 +168,7 @@ def capacity(
         from ..capacity import capacity_audit
         from ..io import refuse_inputs
         from ..plot import plot_capacity
-        from ..render import render_capacity
+        from ..render import capacity_report, print_report
         from ..validate import integer
 
     settings = run_settings(
@@ -231,4 +232,8 @@ def capacity(
         return
     if plot is not None:
         plot_capacity(result, plot)
-    emit_result(fmt, result, out, lambda: render_capacity(result, out=out, plot=plot), sweep=False)
+
+    def render() -> None:
+        print_report(with_flags(capacity_report(result, out=out, plot=plot)))
+
+    emit_result(fmt, result, out, render, sweep=False)

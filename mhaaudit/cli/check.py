@@ -22,6 +22,7 @@ from ..defaults import (
 from ..stdio import say
 from .given import refuse_data_options, refuse_unused
 from .library import importing, run_requests, run_settings
+from .names import flagged
 from .options import (
     AllDraws,
     Atol,
@@ -221,7 +222,7 @@ def check(
         data=req.data,
         settings=req.settings,
         sweep=sweep or (plot is not None and layer_list is None),  # the sweep curve, or the depth profile
-        on_note=lambda m: say(f"Note: {m}"),
+        on_note=lambda m: say(f"Note: {flagged(m)}"),
         **audited,
     )
     if seeds is None:

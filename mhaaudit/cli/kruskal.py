@@ -19,8 +19,10 @@ from ..defaults import (
     DEFAULT_THRESHOLD,
     KRUSKAL_VECTORS,
 )
+from ..errors import Message
 from .given import refuse_data_options, refuse_unused, renamed
 from .library import importing, run_settings, value_of
+from .names import flagged
 from .options import (
     AllDraws,
     Atol,
@@ -181,7 +183,6 @@ def kruskal(
     with importing(quiet):  # the library, torch with it: seconds
         from ..estimation import build_capture, estimate_kruskal_rank, kruskal_request
         from ..io import refuse_inputs
-        from ..progress import log
         from ..render import render_kruskal
         from ..seeds import SeedsResult
 
@@ -239,7 +240,7 @@ def kruskal(
         request=request,
         capture=capture,
         settings=settings,
-        on_note=lambda line: log(line, settings.progress and fmt != Format.table),
+        on_note=lambda line: _note(line, settings.progress, fmt),
         seeds=seeds,
         vary=vary.value,
     )
@@ -249,6 +250,15 @@ def kruskal(
     if plot is not None and result.sweep is not None:
         _plot_sweep(result, plot)
     emit_result(fmt, result, out, lambda: render_kruskal(result))
+
+
+def _note(line: str, progress: bool, fmt: Format) -> None:
+    """A note of the estimate on stderr while ``progress`` is on. The vectors and the rank rule open
+    the table, so the table's run logs only the notes that advise an option (the sweep run for want of ``--k``)."""
+    from ..progress import log
+
+    if fmt != Format.table or (isinstance(line, Message) and line.params):
+        log(flagged(line), progress)
 
 
 def _plot_sweep(result, plot: Path) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..stdio import say
+from .names import with_flags
 from .options import Format
 
 
@@ -54,7 +55,9 @@ def emit_result(
 ) -> None:
     """:func:`emit` of a result object (an audit, a capacity audit, an estimate, or their seeds):
     its meta, its records and (``sweep``) its sweep rows. With ``times``, the command line's own
-    phases join the result's timings (:func:`add_command_times`) before they are written."""
+    phases join the result's timings (:func:`add_command_times`) before they are written. The
+    messages the result keeps name the command line's flags (:func:`~mhaaudit.cli.names.with_flags`)."""
+    with_flags(result)
     rows = result.sweep_rows() if sweep else None
     records = result.records()
     if times is not None:
@@ -64,10 +67,18 @@ def emit_result(
 
 def emit_seeds(fmt: Format, result, out: Path | None) -> None:
     """:func:`emit` of a :class:`~mhaaudit.seeds.SeedsResult`: its records, and its sweep rows when it has any."""
-    from ..render import render_seeds
+    from ..render import print_report, seeds_report
 
+    with_flags(result)
     rows = result.sweep_rows() or None
-    emit(fmt, result.meta(), result.records(), sweep=rows, out=out, render=lambda: render_seeds(result))
+    emit(
+        fmt,
+        result.meta(),
+        result.records(),
+        sweep=rows,
+        out=out,
+        render=lambda: print_report(with_flags(seeds_report(result))),
+    )
 
 
 def parquet_to_stdout(fmt: Format) -> bool:
@@ -126,9 +137,11 @@ def emit(
     go to the ``out`` parquet file when one is given, stamped with ``meta``. Then stdout gets the
     JSON ``document`` (default ``{"meta", "records"[, "sweep"]}``) as strict JSON, the same rows
     as parquet (not to a terminal: there ``--out`` has them, and stderr says so), or, for the
-    table, whatever ``render()`` prints.
+    table, whatever ``render()`` prints. Every message in them names the command line's flags.
     """
     from ..tables import table_rows
+
+    meta, records, sweep, document = with_flags((meta, records, sweep, document))
 
     rows = table_rows(records, sweep)
     if out is not None and write_out:  # write_out=False: the command wrote its --out file itself

@@ -18,6 +18,7 @@ from ..defaults import (
 )
 from ..stdio import say
 from .library import importing
+from .names import flagged, with_flags
 from .options import (
     BatchSize,
     Data,
@@ -171,18 +172,19 @@ def reproduce(
         )
     result = reproduce_paper(target, seeds=seeds, vary=vary.value, **keywords)
     if not isinstance(result, Reproduction):  # --seeds: one run per seed
-        from ..render import render_seeds
+        from ..render import print_report, seeds_report
 
-        seeds_result = result
+        seeds_result = with_flags(result)
         emit(
             fmt,
             result.meta(),
             result.records(),
             sweep=result.sweep_rows() or None,
             out=out,
-            render=lambda: render_seeds(seeds_result),
+            render=lambda: print_report(with_flags(seeds_report(seeds_result))),
         )
         return
+    with_flags(result)
     written = _plot(result, plot)
     meta = result.meta()
     emit(
@@ -214,7 +216,7 @@ def _options(target: str, params: dict, progress: bool) -> dict:
         options |= dict(
             weights=keyed("--weights", p["weights"], keys),
             stop_when_decided=not p["all_draws"],
-            on_note=lambda m: say(f"Note: {m}"),
+            on_note=lambda m: say(f"Note: {flagged(m)}"),
         )
     if target == "table3":
         lengths = keyed("--context-length", p["context_length"], keys)

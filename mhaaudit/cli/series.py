@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..stdio import say
+from .names import flag, flagged, with_flags
 from .options import Format
 from .output import emit, prepare_outputs
 
@@ -60,10 +61,12 @@ def check_series(
         checkpoints=checkpoints,
         data=req.data,
         settings=req.settings,
-        on_note=lambda m: say(f"Note: {m}"),
+        on_note=lambda m: say(f"Note: {flagged(m)}"),
         out=out,
+        names=flag,
         **audited,
     )
+    with_flags(result)
     if plot is not None and plot_series(result, plot) is None:
         say(f"Note: no checkpoint could be audited, so no plot was written to {plot}")
         plot = None

@@ -61,7 +61,7 @@ import numpy as np
 import torch
 
 from .. import distributed
-from ..errors import InputError, param
+from ..errors import InputError, Param
 from ..feature_files import MappedArray
 from ..numerics import EPS64, RankRule, checked, numerics, row_norms, svd_rank, with_numerics
 from ..numerics.stream import tsqr, unit_of
@@ -123,25 +123,36 @@ def fixed_rule(
             f"features of dtype {rule.dtype} have eps = {rule.eps:.3g}: under the default rule (tolerance "
             f"max(rows, cols) * eps * sigma_max) every matrix of {math.ceil(1 / rule.eps)} or more rows has a "
             "tolerance of at least its sigma_max, so the whole set would have rank 0 whatever its values; give "
-            "{param:rtol} or {param:atol} (the values are decoded exactly), or features in float16 or finer"
+            + Param("rtol")
+            + " or "
+            + Param("atol")
+            + " (the values are decoded exactly), or features in float16 or finer"
         )
     if rule.rtol_for(1, d) >= 1 and not rule.atol:
         raise InputError(
             f"the rank rule's tolerance {rule.rtol_for(1, d):.3g} * sigma_max (at least d = {d} times "
-            f"eps({rule.dtype}) = {rule.eps:.3g}, or {{param:rtol}}) is at least sigma_max, so no vector could "
-            "count as independent: give a smaller {param:rtol} or an {param:atol}, or features in a finer dtype"
+            f"eps({rule.dtype}) = {rule.eps:.3g}, or " + Param("rtol") + ") is at least sigma_max, so no vector could "
+            "count as independent: give a smaller "
+            + Param("rtol")
+            + " or an "
+            + Param("atol")
+            + ", or features in a finer dtype"
         )
     if rule.rtol is None and not rule.atol and rule.rtol_for(_T, d) >= 1:
         raise InputError(
             f"features of dtype {rule.dtype} at T = {_T} rows of d = {d}: under the default rule the whole set's "
             f"tolerance is max(T, d) * eps = {max(_T, d)} * {rule.eps:.3g} = {rule.rtol_for(_T, d):.3g} times its "
-            "sigma_max, so it would have rank 0 whatever its values; give {param:rtol} or {param:atol}, or features "
+            "sigma_max, so it would have rank 0 whatever its values; give "
+            + Param("rtol")
+            + " or "
+            + Param("atol")
+            + ", or features "
             f"in a wider dtype ({'float64' if rule.eps < 2**-20 else 'float32 or float64'})"
         )
     if stats is not None and (stats.T, stats.d) != (_T, d):
         raise InputError(
-            f"{param('stats')} describe {stats.T} x {stats.d} rows but {param('X')} is {_T} x {d}: "
-            f"give the statistics of these rows (set_stats({param('X')}, rule))"
+            Param("stats") + f" describe {stats.T} x {stats.d} rows but " + Param("X") + f" is {_T} x {d}: "
+            "give the statistics of these rows (set_stats(" + Param("X") + ", rule))"
         )
     if stats is None and need_stats:
         stats = set_stats(X, rule)
@@ -313,9 +324,10 @@ class _DeferredPass:
                 f"its shape is {now[0]}, not {self.stamp[0]}" if now[0] != self.stamp[0] else "it was written in place"
             )
             raise InputError(
-                f"the rows {param('X')} the whole set's statistics were taken of changed since ({what}): "
+                "the rows " + Param("X") + f" the whole set's statistics were taken of changed since ({what}): "
                 "a ceiling would describe other data; take the statistics again (set_stats) or leave "
-                f"{param('X')} unchanged while they are used"
+                + Param("X")
+                + " unchanged while they are used"
             )
         m = min(self.rows.T, self.rows.d)
         return _tsqr_values(self.rows, self.exponent, m, self.c)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 
-from ..errors import InputError, param
+from ..errors import InputError, Param
 
 __all__ = ["GramBrackets"]
 
@@ -66,8 +66,11 @@ class GramBrackets:
         """
         if self.shape is not None and (int(shape[0]), int(shape[1])) != self.shape:
             raise InputError(
-                f"the statistics {param('stats')} describe {self.shape[0]} x {self.shape[1]} rows, but the rows "
-                f"{param('X')} given with them are {shape[0]} x {shape[1]}"
+                "the statistics "
+                + Param("stats")
+                + f" describe {self.shape[0]} x {self.shape[1]} rows, but the rows "
+                + Param("X")
+                + f" given with them are {shape[0]} x {shape[1]}"
             )
         with self._lock:
             if self._refined is None and self._refine is None:

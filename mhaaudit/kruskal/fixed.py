@@ -25,7 +25,7 @@ import torch
 from .. import phases, validate
 from ..defaults import DEFAULT_SAMPLES, DEFAULT_SEED
 from ..distributed import shared
-from ..errors import param, plain
+from ..errors import Param
 from ..keywords import request_of
 from ..numerics import (
     Decision,
@@ -168,7 +168,7 @@ def draw_decisions(
         ArithmeticError: (``numerics.checked.NumericalFailure``) when a draw's decision cannot be computed (no
             LAPACK route gives usable singular values): a yes or no cannot say undecided.
     """
-    gram, rule = draws_gram(X, rule, device, (param("k"), k), samples)
+    gram, rule = draws_gram(X, rule, device, (Param("k"), k), samples)
 
     def decided():
         for sub, dec in _decided_draws(gram, k, samples, seed, rule):
@@ -180,7 +180,7 @@ def draw_decisions(
 
 
 def draws_gram(
-    X, rule: RankRule | None, device: torch.device | str, size: tuple[str, int], samples: int
+    X, rule: RankRule | None, device: torch.device | str, size: tuple[str | Param, int], samples: int
 ) -> tuple[Gram, RankRule]:
     """The Gram of the rows of ``X`` on ``device`` that the draws of :func:`draw_decisions` and
     :func:`~.sweep.draw_critical_sizes` are decided from (rescaled), and the rule they are decided
@@ -194,7 +194,7 @@ def draws_gram(
     """
     X = as_matrix(X)
     validate.integer(size[0], size[1], maximum=X.shape[0])
-    validate.integer(param("samples"), samples)
+    validate.integer(Param("samples"), samples)
     rule, _ = fixed_rule(X, rule or RankRule.for_dtype(X.dtype), need_stats=False)
     unit, _ = unit_of(rows_of(X), rule)
     return Gram(unit, resolve_device(device)), unit.rule
@@ -322,9 +322,9 @@ def _decided_reason(t: _Tally, k: int, threshold: float, witness: Witness | None
 def _whole_set_note(check: str, k: int, T: int, d: int) -> str:
     """What a whole-set row says: it is one set, not a sample, and which run answers the question."""
     need, what = (d, f"d = {d}") if check == "general_position" else (k, f"k = {k}")
-    return plain(
+    return (
         f"; this is one set, not a sample of {k}-subsets of a larger set, so it does not answer the paper's "
-        f"question: a run with more than {need} vectors does (raise {{param:limit}} above {what})"
+        f"question: a run with more than {need} vectors does (raise " + Param("limit") + f" above {what})"
     )
 
 
@@ -506,7 +506,7 @@ def subset_test(
         stop_when_decided=stop_when_decided,
     )
     X = as_matrix(X)
-    k = validate.integer(param("k"), k)
+    k = validate.integer(Param("k"), k)
     run = request_of(Sampling, sampling, "sampling", keywords)
     samples, threshold, seed, dev = run.samples, run.threshold, run.seed, run.device
     rule = run.rule or RankRule.for_dtype(X.dtype)

@@ -42,7 +42,7 @@ import torch
 from .. import distributed, validate
 from ..collectives import RankFailed
 from ..defaults import DEFAULT_DEVICE, DEFAULT_SAMPLES, DEFAULT_SEED, DEFAULT_STOP_WHEN_DECIDED, DEFAULT_THRESHOLD
-from ..errors import InputError, param
+from ..errors import InputError, Param
 from ..feature_files import MappedArray
 from ..numerics import RankRule, lapack, numerics, philox, subnormals_kept, tf32_off
 from ..numerics.philox import split_key
@@ -457,8 +457,8 @@ class Sampling:
     stop_when_decided: bool = DEFAULT_STOP_WHEN_DECIDED
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "samples", validate.integer(param("samples"), self.samples, maximum=MAX_SAMPLES))
-        object.__setattr__(self, "threshold", validate.fraction(param("threshold"), self.threshold))
+        object.__setattr__(self, "samples", validate.integer(Param("samples"), self.samples, maximum=MAX_SAMPLES))
+        object.__setattr__(self, "threshold", validate.fraction(Param("threshold"), self.threshold))
         object.__setattr__(self, "device", resolve_device(self.device))
         object.__setattr__(self, "stop_when_decided", bool(self.stop_when_decided))
 

@@ -20,7 +20,7 @@ import torch
 from .. import phases
 from ..defaults import DEFAULT_SAMPLES, DEFAULT_SEED
 from ..distributed import shared
-from ..errors import param
+from ..errors import Param
 from ..keywords import request_of
 from ..numerics import (
     TINY_GRAM,
@@ -194,7 +194,7 @@ def draw_critical_sizes(
         ArithmeticError: (``numerics.checked.NumericalFailure``) when a draw's k* cannot be computed (no LAPACK
             route gives usable singular values for a decision it needs).
     """
-    gram, rule = draws_gram(X, rule, device, (param("K"), K), samples)
+    gram, rule = draws_gram(X, rule, device, (Param("K"), K), samples)
 
     def decided():
         for idx, kstar, _ in _critical_sizes_of_draws(gram, K, samples, seed, rule, None):

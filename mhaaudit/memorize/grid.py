@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import InputError, MhaauditError, one_line, plain
+from ..errors import InputError, MhaauditError, Param, one_line
 from ..files import regular_file
 from ..io import stamp, write_parquet
 from ..keywords import request_of
@@ -89,20 +89,20 @@ def _read_results(path: Path, meta: dict) -> dict[str, dict]:
     except Exception as exc:
         raise InputError(
             f"cannot read the existing results file {path} ({exc.__class__.__name__}); move it away or pick another "
-            f"{{param:out}}"
+            + Param("out")
         ) from exc
     if not rows:
         return {}
     key_type = table.schema.field("config_key").type if "config_key" in table.column_names else None
     if key_type is None or not (pa.types.is_string(key_type) or pa.types.is_large_string(key_type)):
         what = "no config_key column" if key_type is None else f"its config_key column holds {key_type}, not text"
-        raise InputError(f"{path} is not a results file of 'mhaaudit memorize' ({what}); pick another {{param:out}}")
+        raise InputError(f"{path} is not a results file of 'mhaaudit memorize' ({what}); pick another " + Param("out"))
     try:
         records_table(rows, meta)  # the rows are written back under memorize's column types
     except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
         raise InputError(
             f"{path} is not a results file of 'mhaaudit memorize' (its columns do not hold the types memorize "
-            f"writes: {one_line(exc, 120)}); pick another {{param:out}}"
+            f"writes: {one_line(exc, 120)}); pick another " + Param("out")
         ) from None
     return {r["config_key"]: r for r in rows}
 
@@ -244,8 +244,10 @@ def memorize_grid(request: MemorizeRequest) -> MemorizeGrid:
     left = sum(r is None for r in runs)
     if left:
         raise GridUnfinished(
-            plain(
-                f"stopped at {{param:max_minutes}} {request.max_minutes:g}: {len(runs) - left} of {len(runs)} points "
+            (
+                "stopped at "
+                + Param("max_minutes")
+                + f" {request.max_minutes:g}: {len(runs) - left} of {len(runs)} points "
                 f"are trained and kept in {request.out}; run the same command again to train the other {left}"
             ),
             left=left,

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..errors import InputError
+from ..errors import InputError, Param
 from ..hostmem import available_memory
 from .stack import StackShape
 
@@ -243,4 +243,4 @@ def _too_large(s: StackShape, sizing: _Sizing, ceiling: int) -> str:
     if best is None:
         return head + "; lower its sizes"
     _, option, value, current = best
-    return head + f"; the largest {{param:{option}}} that fits is {value} (given: {current})"
+    return head + "; the largest " + Param(option) + f" that fits is {value} (given: {current})"

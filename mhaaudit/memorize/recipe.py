@@ -10,15 +10,15 @@ import math
 from dataclasses import asdict, dataclass, fields
 
 from .. import validate
-from ..errors import InputError, param
+from ..errors import InputError, Param
 from .data import CONTEXTS, TASKS
 
 __all__ = ["RECIPE_FIELDS", "Recipe"]
 
 
-def _positive(name: str, value) -> float:
+def _positive(name: str | Param, value) -> float:
     if not (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 and math.isfinite(value)):
-        raise InputError(f"{name} must be a positive number, got {value!r}")
+        raise InputError(name + f" must be a positive number, got {value!r}")
     return float(value)
 
 
@@ -43,15 +43,15 @@ class Recipe:
 
     def __post_init__(self) -> None:
         checked = dict(
-            task=validate.choice(param("task"), self.task, TASKS),
-            context=validate.choice(param("context"), self.context, CONTEXTS),
-            classes=validate.integer(param("classes"), self.classes, minimum=2),
-            tolerance=_positive(param("tolerance"), self.tolerance),
-            epochs=validate.integer(param("epochs"), self.epochs) if self.epochs is not None else None,
-            max_steps=validate.integer(param("max_steps"), self.max_steps) if self.max_steps is not None else None,
-            lr=_positive(param("lr"), self.lr),
-            batch_size=validate.integer(param("batch_size"), self.batch_size),
-            check_every=validate.integer(param("check_every"), self.check_every),
+            task=validate.choice(Param("task"), self.task, TASKS),
+            context=validate.choice(Param("context"), self.context, CONTEXTS),
+            classes=validate.integer(Param("classes"), self.classes, minimum=2),
+            tolerance=_positive(Param("tolerance"), self.tolerance),
+            epochs=validate.integer(Param("epochs"), self.epochs) if self.epochs is not None else None,
+            max_steps=validate.integer(Param("max_steps"), self.max_steps) if self.max_steps is not None else None,
+            lr=_positive(Param("lr"), self.lr),
+            batch_size=validate.integer(Param("batch_size"), self.batch_size),
+            check_every=validate.integer(Param("check_every"), self.check_every),
         )
         for name, value in checked.items():
             object.__setattr__(self, name, value)

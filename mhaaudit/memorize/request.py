@@ -15,7 +15,7 @@ import torch
 
 from .. import validate
 from ..defaults import DEFAULT_DEVICE, DEFAULT_SEED, MEMORIZE_PRESETS, MEMORIZE_VARY
-from ..errors import InputError, param
+from ..errors import InputError, Param
 from ..io import check_writable
 from ..plot import check_plot_path
 from ..runtime import MAX_SEED, resolve_device
@@ -77,7 +77,7 @@ class MemorizeRequest(Recipe):
             seeds=tuple(seeds) if self.seeds is not None else None,
             device=resolve_device(self.device),
             memory_budget=_gib(self.memory_budget),
-            max_group=validate.integer(param("max_group"), self.max_group) if self.max_group is not None else None,
+            max_group=validate.integer(Param("max_group"), self.max_group) if self.max_group is not None else None,
             max_minutes=_minutes(self.max_minutes, self.out),
             out=check_writable(self.out) if self.out is not None else None,
             plot=check_plot_path(self.plot) if self.plot is not None else None,
@@ -122,7 +122,7 @@ def resolve_grid(request: MemorizeRequest) -> dict:
     base: dict = {}
     preset = request.preset
     if preset is not None:
-        preset = validate.choice(param("preset"), preset, tuple(PRESETS))
+        preset = validate.choice(Param("preset"), preset, tuple(PRESETS))
         base = dict(PRESETS[preset])
     explicit = {name: getattr(request, name) for name in GRID_FIELDS}
     if request.vary is not None and request.values is None and base and _vary(request.vary) != base.get("vary"):
@@ -130,16 +130,25 @@ def resolve_grid(request: MemorizeRequest) -> dict:
     merged = {**base, **{k: v for k, v in explicit.items() if v is not None}}
 
     vary_v = _vary(merged["vary"]) if merged.get("vary") is not None else None
-    vals = validate.int_list(param("values"), merged.get("values"))
+    vals = validate.int_list(Param("values"), merged.get("values"))
     if vary_v is not None and not vals:
-        raise InputError(f"{{param:vary}} {vary_v} needs {{param:values}} (e.g. {{param:values}} 1,2,4,8)")
+        raise InputError(
+            Param("vary") + f" {vary_v} needs " + Param("values") + " (e.g. " + Param("values") + " 1,2,4,8)"
+        )
     if vary_v is None and merged.get("values") is not None:
-        raise InputError("{param:values} needs {param:vary} (heads, n or head-dim)")
-    sizes_v = validate.int_list(param("sizes"), merged.get("sizes"))
+        raise InputError(Param("values") + " needs " + Param("vary") + " (heads, n or head-dim)")
+    sizes_v = validate.int_list(Param("sizes"), merged.get("sizes"))
     if not sizes_v:
-        raise InputError("the grid is empty: give {param:sizes} (e.g. {param:sizes} 500,1000) or a {param:preset}")
+        raise InputError(
+            "the grid is empty: give "
+            + Param("sizes")
+            + " (e.g. "
+            + Param("sizes")
+            + " 500,1000) or a "
+            + Param("preset")
+        )
     fixed = {
-        name: validate.integer(param(name), merged.get(name, _DEFAULTS[name])) for name in ("n", "heads", "head_dim")
+        name: validate.integer(Param(name), merged.get(name, _DEFAULTS[name])) for name in ("n", "heads", "head_dim")
     }
     ep, ms = merged.get("epochs"), merged.get("max_steps")
     return dict(
@@ -148,8 +157,8 @@ def resolve_grid(request: MemorizeRequest) -> dict:
         sizes=sizes_v,
         preset=preset,
         fixed=fixed,
-        epochs=validate.integer(param("epochs"), ep) if ep is not None else None,
-        max_steps=validate.integer(param("max_steps"), ms) if ms is not None else None,
+        epochs=validate.integer(Param("epochs"), ep) if ep is not None else None,
+        max_steps=validate.integer(Param("max_steps"), ms) if ms is not None else None,
     )
 
 
@@ -165,32 +174,37 @@ def grid_axes(vary: str | None, values: str | None, preset: str | None, given: M
     """
     varied = vary or (PRESETS[preset]["vary"] if preset else None)
     out: dict = {"vary": vary, "values": values, "heads": None, "n": None, "head_dim": None}
-    source = f"{param('values')}" if values is not None else None  # what gave the varied parameter's values
+    source: str | Param | None = (
+        Param("values") if values is not None else None
+    )  # what gave the varied parameter's values
     for name, axis in _AXES:
         spec = given.get(name)
         if spec is None:
             continue
-        vals = validate.int_ranges(spec, param(name), what="values", example="4, 1-8 or 1,2,4,8", minimum=1)
+        vals = validate.int_ranges(spec, Param(name), what="values", example="4, 1-8 or 1,2,4,8", minimum=1)
         if axis != varied and len(vals) == 1:
             out[name] = vals[0]
             continue
         if vary is not None and axis != vary:
             raise InputError(
-                f"{param(name)} {spec} gives several values, but {param('vary')} {vary} varies another parameter; "
+                Param(name)
+                + f" {spec} gives several values, but "
+                + Param("vary")
+                + f" {vary} varies another parameter; "
                 "only one parameter varies"
             )
         if source is not None:
             raise InputError(
-                f"{param(name)} {spec} and {source} both give the values of the varied parameter; "
+                Param(name) + f" {spec} and " + source + " both give the values of the varied parameter; "
                 "only one parameter varies"
             )
         out.update(vary=axis, values=",".join(map(str, vals)))
-        source = f"{param(name)} {spec}"
+        source = Param(name) + f" {spec}"
     return out
 
 
 def _vary(value) -> str:
-    return validate.choice(param("vary"), value, VARY, aliases=_VARY_ALIASES)
+    return validate.choice(Param("vary"), value, VARY, aliases=_VARY_ALIASES)
 
 
 def _recipe(request: MemorizeRequest, grid: dict) -> Recipe:
@@ -204,22 +218,22 @@ def _own_grid_fields(request: MemorizeRequest) -> dict:
     out: dict = {"vary": _vary(request.vary) if request.vary is not None else None}
     for name in ("values", "sizes"):
         value = getattr(request, name)
-        out[name] = validate.int_list(param(name), value) if value is not None else None
+        out[name] = validate.int_list(Param(name), value) if value is not None else None
     for name in ("n", "heads", "head_dim"):
         value = getattr(request, name)
-        out[name] = validate.integer(param(name), value) if value is not None else None
+        out[name] = validate.integer(Param(name), value) if value is not None else None
     if request.preset is not None:
-        out["preset"] = validate.choice(param("preset"), request.preset, tuple(PRESETS))
+        out["preset"] = validate.choice(Param("preset"), request.preset, tuple(PRESETS))
     return out
 
 
 def _seeds(seed, seeds) -> list[int]:
-    seed = validate.integer(param("seed"), 0 if seed is None else seed, minimum=0, maximum=MAX_SEED)
+    seed = validate.integer(Param("seed"), 0 if seed is None else seed, minimum=0, maximum=MAX_SEED)
     if seeds is None:
         return [seed]
     if seed != 0:
-        raise InputError("give either {param:seed} or {param:seeds}, not both")
-    return validate.int_ranges(seeds, param("seeds"), what="seeds", example="0-5 or 0,1,4", minimum=0, maximum=MAX_SEED)
+        raise InputError("give either " + Param("seed") + " or " + Param("seeds") + ", not both")
+    return validate.int_ranges(seeds, Param("seeds"), what="seeds", example="0-5 or 0,1,4", minimum=0, maximum=MAX_SEED)
 
 
 def _minutes(minutes, out) -> float | None:
@@ -233,10 +247,12 @@ def _minutes(minutes, out) -> float | None:
         return None
     number = isinstance(minutes, (int, float)) and not isinstance(minutes, bool)
     if not number or not (minutes > 0 and math.isfinite(minutes)):
-        raise InputError(f"{{param:max_minutes}} must be a positive number of minutes, got {minutes!r}")
+        raise InputError(Param("max_minutes") + f" must be a positive number of minutes, got {minutes!r}")
     if out is None:
         raise InputError(
-            "{param:max_minutes} stops the grid to be resumed later, which needs a results file: add {param:out}"
+            Param("max_minutes")
+            + " stops the grid to be resumed later, which needs a results file: add "
+            + Param("out")
         )
     return float(minutes)
 
@@ -245,5 +261,5 @@ def _gib(gib) -> float | None:
     if gib is None:
         return None
     if isinstance(gib, bool) or not isinstance(gib, (int, float)) or not (gib > 0 and math.isfinite(gib)):
-        raise InputError(f"{{param:memory_budget}} must be a positive number of GiB, got {gib!r}")
+        raise InputError(Param("memory_budget") + f" must be a positive number of GiB, got {gib!r}")
     return gib

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from .._version import __version__
 from ..documents import METADATA_KEY, decode_fields, decode_result, null_as_nonfinite, read_json_document
-from ..errors import InputError
+from ..errors import InputError, Param
 from ..provenance import stamp
 from ..render_memorize import memorize_report
 from ..tables import StoredResult
@@ -260,7 +260,11 @@ class MemorizeGrid(StoredResult):
         if meta.get("command") != cls.COMMAND:
             raise InputError(
                 f"{where}: holds the results of {meta.get('command')!r}, not of 'memorize' "
-                "(the {param:out} file of memorize is its resume file: read it with {param:out} again)"
+                "(the "
+                + Param("out")
+                + " file of memorize is its resume file: read it with "
+                + Param("out")
+                + " again)"
             )
         data = {k: meta[k] for k in cls.__dataclass_fields__ if k in meta and k != "runs"}
         data["runs"] = table.to_pylist()

@@ -31,7 +31,7 @@ import torch
 
 from .. import validate
 from ..defaults import DEFAULT_DEVICE
-from ..errors import param
+from ..errors import Param
 from ..numerics.threads import intra_op_threads as _intra_op_threads
 from ..progress import task as progress_task
 from ..runtime import MAX_SEED, derive_seed, device_name, resolve_device
@@ -76,11 +76,11 @@ class Point:
             InputError: a value is not a whole number of at least 1 (a seed: 0 to ``MAX_SEED``).
         """
         return cls(
-            heads=validate.integer(param("heads"), heads),
-            n=validate.integer(param("n"), n),
-            head_dim=validate.integer(param("head_dim"), head_dim),
-            size=validate.integer(param("sizes"), size),
-            seed=validate.integer(param("seed"), seed, minimum=0, maximum=MAX_SEED),
+            heads=validate.integer(Param("heads"), heads),
+            n=validate.integer(Param("n"), n),
+            head_dim=validate.integer(Param("head_dim"), head_dim),
+            size=validate.integer(Param("sizes"), size),
+            seed=validate.integer(Param("seed"), seed, minimum=0, maximum=MAX_SEED),
         )
 
     @property

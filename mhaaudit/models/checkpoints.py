@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import ModelError, OfflineError
+from ..errors import ModelError, OfflineError, Param
 from ..feature_files import dense_values, safetensors_header, torch_load_reason
 
 __all__ = [
@@ -119,6 +119,6 @@ def offline_weights_error(name: str, what: str) -> OfflineError:
     """The error for trained weights that would have to come from the hub while offline."""
     return OfflineError(
         f"trained weights for {name} ({what}) are not on this machine and the hub cannot be reached; "
-        f"pass {{param:weights}} PATH (a folder saved with save_pretrained, or a timm checkpoint file), "
+        "pass " + Param("weights") + " PATH (a folder saved with save_pretrained, or a timm checkpoint file), "
         "or use random weights"
     )

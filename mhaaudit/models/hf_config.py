@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, MhaauditError, ModelError, OfflineError, one_line
+from ..errors import InputError, MhaauditError, ModelError, OfflineError, Param, one_line
 from .checkpoints import offline_weights_error
 from .families import Family
 from .registry import (
@@ -135,11 +135,11 @@ def hub_problem(exc: BaseException, name: str, revision: str | None) -> Exceptio
         chain.append(type(e).__name__)
         e = e.__cause__ or e.__context__
     if revision is not None and ("RevisionNotFoundError" in chain or "is not a valid git identifier" in text):
-        return InputError(f"{{param:revision}} {revision}: no such branch, tag or commit of {name}")
+        return InputError(Param("revision") + f" {revision}: no such branch, tag or commit of {name}")
     if "trust_remote_code" in text:
         return ModelError(
-            f"{name} needs code from its own repository to load; pass {{param:trust_remote_code}} if you trust "
-            f"that code (it runs on this machine)"
+            f"{name} needs code from its own repository to load; pass " + Param("trust_remote_code") + " if you trust "
+            "that code (it runs on this machine)"
         )
     return None
 
@@ -172,7 +172,7 @@ def refuse_repository_code(folder: str, name: str) -> None:
         fn, module = code[0]
         raise ModelError(
             f"{name} needs code from its own folder to load (the auto_map of its {fn} names {module}); "
-            f"pass {{param:trust_remote_code}} if you trust that code (it runs on this machine)"
+            "pass " + Param("trust_remote_code") + " if you trust that code (it runs on this machine)"
         )
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from .. import imports, phases
-from ..errors import InputError, MhaauditError, ModelError, one_line
+from ..errors import InputError, MhaauditError, ModelError, Param, joined, one_line
 from . import hf, timm_backend
 from .plan import LoadPlan, check_revision
 from .probe import ProbedModel
@@ -87,7 +87,7 @@ def load_model(name: str, **options: Any) -> ProbedModel:
         raise
     except torch.cuda.OutOfMemoryError as exc:
         raise ModelError(
-            f"{name}: out of GPU memory while loading ({one_line(exc, 120)}); try {{param:device}} cpu"
+            f"{name}: out of GPU memory while loading ({one_line(exc, 120)}); try " + Param("device") + " cpu"
         ) from exc
     except _LIBRARY_ERRORS as exc:
         problem = hf.hub_problem(exc, name, plan.revision) if spec.backend != "timm" else None
@@ -133,13 +133,13 @@ def check_hub_options(spec, revision: str | None, trust_remote_code: bool) -> di
     """
     options = {"revision": revision, "trust_remote_code": bool(trust_remote_code)}
     if spec.backend == "timm":
-        used = [f"{{param:{k}}}" for k, v in options.items() if v]
+        used = [Param(k) for k, v in options.items() if v]
         if used:
-            raise InputError(f"{', '.join(used)} applies to transformers models; {spec.name} is a timm model")
+            raise InputError(joined(used) + f" applies to transformers models; {spec.name} is a timm model")
         return {}
     if spec.local and revision is not None:
         raise InputError(
-            f"{{param:revision}} names a branch, tag or commit of a hub model; {spec.name} is a local folder"
+            Param("revision") + f" names a branch, tag or commit of a hub model; {spec.name} is a local folder"
         )
     return options
 

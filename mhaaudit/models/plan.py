@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import validate
 from ..defaults import BACKENDS, DEFAULT_DEVICE
-from ..errors import InputError
+from ..errors import InputError, Param
 from ..files import regular_file
 from ..runtime import resolve_device
 
@@ -75,5 +75,5 @@ def check_revision(revision) -> str | None:
     if revision is None:
         return None
     if not isinstance(revision, str) or not revision.strip():
-        raise InputError("{param:revision}: give a branch, tag or commit of the hub model")
+        raise InputError(Param("revision") + ": give a branch, tag or commit of the hub model")
     return revision.strip()

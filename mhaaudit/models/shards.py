@@ -34,7 +34,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
 from ..display import human_bytes
-from ..errors import InputError, ModelError, OfflineError, one_line
+from ..errors import InputError, ModelError, OfflineError, Param, one_line
 from ..facts import ReadFacts
 from ..facts import weights_read_text as weights_read_text
 from ..feature_files import safetensors_header
@@ -449,7 +449,7 @@ def hub_download(
     try:
         return huggingface_hub.hf_hub_download(repo, filename, revision=revision, local_files_only=offline)
     except RevisionNotFoundError as exc:
-        raise InputError(f"{{param:revision}} {revision}: no such branch, tag or commit in {repo}") from exc
+        raise InputError(Param("revision") + f" {revision}: no such branch, tag or commit in {repo}") from exc
     except LocalEntryNotFoundError as exc:  # (a kind of EntryNotFoundError in some releases: first)
         if missing_is_error:
             raise OfflineError(f"{filename} of {repo} is not in the local cache and the hub cannot be reached") from exc

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import InputError, ModelError, one_line
+from ..errors import InputError, ModelError, Param, one_line
 from ..files import regular_file
 from ..hub import force_offline_env, is_offline
 from .checkpoints import find_checkpoint, load_fitting, offline_weights_error
@@ -146,7 +146,7 @@ def _architecture(spec: ModelSpec, weights: str, weights_path: str | None) -> _A
     if not data.get("architecture"):
         raise InputError(
             f"cannot tell the timm architecture of {spec.name}: give the timm model name as the model and "
-            f"the checkpoint file as {{param:weights}}"
+            "the checkpoint file as " + Param("weights")
         )
     args = data.get("model_args") or {}
     if not isinstance(data["architecture"], str) or not isinstance(args, dict):

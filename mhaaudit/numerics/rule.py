@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import validate
-from ..errors import param
+from ..errors import Param
 from .pow2 import ldexp
 from .subnormals import _flushing, subnormals_kept
 from .threads import intra_op_threads
@@ -166,8 +166,8 @@ class RankRule:
         Raises:
             InputError: when ``rtol`` or ``atol`` is not a finite number >= 0.
         """
-        rtol = validate.tolerance(param("rtol"), rtol)
-        atol = validate.tolerance(param("atol"), atol)
+        rtol = validate.tolerance(Param("rtol"), rtol)
+        atol = validate.tolerance(Param("atol"), atol)
         dt: torch.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
         if not dt.is_floating_point:
             dt = torch.float64

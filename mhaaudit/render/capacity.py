@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 from rich.table import Table
 
-from ..errors import plain
+from ..errors import Param
 from ..kruskal.report import (
     verdict_text,
 )
@@ -90,13 +90,12 @@ def capacity_bound_lines(result) -> list[str]:
         if a is not None and a.kruskal_estimate == 1 and s.layer == 1:
             lines.append(
                 escape(
-                    plain(
-                        "    hint: the queries are numerically one vector (e.g. a [CLS] token before any attention, "
-                        "the same for every input), so Remark 1 guarantees a single example; {param:block} 2 audits "
-                        "and certifies block 2's attention on the output of block 1, where the paper finds "
-                        "Assumption 1 holding"
-                    )
+                    "    hint: the queries are numerically one vector (e.g. a [CLS] token before any attention, "
+                    "the same for every input), so Remark 1 guarantees a single example; "
                 )
+                + Param("block")
+                + " 2 audits and certifies block 2's attention on the output of block 1, where the paper finds "
+                "Assumption 1 holding"
             )
     return lines
 
@@ -118,18 +117,19 @@ def certificate_lines(result) -> list[str]:
         if b.applies and last.rank >= b.count:
             cmp = f"; at least the bound {b.count}"
         elif b.applies and last.rank == c.T:
-            cmp = plain(
+            cmp = (
                 f"; the bound {b.count} exceeds T = {c.T}, so every example is certified "
-                "(raise {param:limit} to compare)"
+                "(raise " + Param("limit") + " to compare)"
             )
         elif b.applies:
             cmp = f"; below the bound {b.count} (the theorem speaks of the best key/query weights; these certify fewer)"
         lines.append(
             escape(
                 f"  {c.variant}: r = {last.rank} of T = {c.T} examples with h = {last.heads} heads "
-                f"(at most min(T, h d) = {last.rank_cap}){cmp}; residual {last.residual:.2e}; "
-                f"method: {last.method}"
+                f"(at most min(T, h d) = {last.rank_cap})"
             )
+            + cmp  # a Message where it names a parameter: the command line writes its flag there
+            + escape(f"; residual {last.residual:.2e}; method: {last.method}")
         )
         if last.rank == c.T:
             lines.append(

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from .. import validate
 from ..distributed import shared
-from ..errors import InputError
+from ..errors import InputError, Param
 from ..seeds import (
     AgainstPaper,
     Layout,
@@ -81,7 +81,14 @@ def reproduce_paper(target: str, **options) -> Reproduction | SeedsResult:
         return reproduce_seeds(validate.choice("target", target, TARGETS), **options)
     options.pop("seeds", None)
     if options.get("vary", "both") != "both":
-        raise InputError("{param:vary} has no effect without {param:seeds}: it says which seed {param:seeds} varies")
+        raise InputError(
+            Param("vary")
+            + " has no effect without "
+            + Param("seeds")
+            + ": it says which seed "
+            + Param("seeds")
+            + " varies"
+        )
     options.pop("vary", None)
 
     return TARGET_FUNCTIONS[validate.choice("target", target, TARGETS)](**options)
@@ -141,7 +148,7 @@ def reproduce_seeds(
     """
     if target == "figure2":
         raise InputError(
-            "{param:seeds} does not apply to figure2: its memorize grid takes its own seeds "
+            Param("seeds") + " does not apply to figure2: its memorize grid takes its own seeds "
             "(those of memorize, e.g. the preset paper-fig2a with seeds 0-4)"
         )
     plan = plan_seeds(seeds, vary=vary, seed=seed, weights_seed=weights_seed, data_seed=data_seed)

@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import validate
 from ..defaults import DEFAULT_BATCH_SIZE, DEFAULT_SPLIT, DEFAULT_STOP_WHEN_DECIDED
-from ..errors import param
+from ..errors import Param
 from ..keywords import given, request_of
 from ..request import SETTINGS_KEYWORDS, build_settings
 from ..settings import Settings
@@ -42,7 +42,7 @@ class TargetRequest:
 
     def __post_init__(self) -> None:
         if self.limit is not None:
-            object.__setattr__(self, "limit", validate.integer(param("limit"), self.limit))
+            object.__setattr__(self, "limit", validate.integer(Param("limit"), self.limit))
         if self.models is not None:
             object.__setattr__(self, "models", tuple(self.models) or None)
 

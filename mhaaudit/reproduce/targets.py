@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from .. import validate
 from ..auditing import audit, capture_features
 from ..defaults import DEFAULT_DEVICE, DEFAULT_SEED
-from ..errors import InputError, param
+from ..errors import InputError, Param
 from ..hub import is_offline
 from ..kruskal import draw_decisions, kruskal_sweep
 from ..memorize import run_memorize_grid
@@ -128,11 +128,11 @@ def _setting_lines(spec: dict, facts: dict, settings: Settings) -> list[str]:
     return lines
 
 
-def _check_keys(name: str, given: Mapping | None, allowed: Sequence[str]) -> dict:
+def _check_keys(name: str | Param, given: Mapping | None, allowed: Sequence[str]) -> dict:
     given = dict(given or {})
     for key in given:
         if key not in allowed:
-            raise InputError(f"{name} {key}=...: this target's models are {', '.join(allowed)}")
+            raise InputError(name + f" {key}=...: this target's models are {', '.join(allowed)}")
     return given
 
 
@@ -278,9 +278,9 @@ def _tables(target: str, request: TargetRequest) -> Reproduction:
     spec = target_spec(target)
     keys = list(spec["models"])
     chosen = keys if not request.models else [validate.choice("model key", m, keys) for m in request.models]
-    names = _check_keys(param("model"), request.model, keys)
-    weights = _check_keys(param("weights"), request.weights, keys)
-    lengths = _check_keys(param("context_length"), request.context_length, keys)
+    names = _check_keys(Param("model"), request.model, keys)
+    weights = _check_keys(Param("weights"), request.weights, keys)
+    lengths = _check_keys(Param("context_length"), request.context_length, keys)
     settings = request.settings
     data, paper_data = _data_for(spec, request.data)
     T = spec["data"]["T"] if request.limit is None else request.limit
@@ -401,8 +401,8 @@ def figure1(
     (column,) = spec["columns"]
     for name in ("weights", "context_length", "models"):
         if getattr(request, name):
-            raise InputError(f"{{param:{name}}} does not apply to figure1 (one model, one random column)")
-    name = _check_keys(param("model"), request.model, [key]).get(key, spec["models"][key]["alias"])
+            raise InputError(Param(name) + " does not apply to figure1 (one model, one random column)")
+    name = _check_keys(Param("model"), request.model, [key]).get(key, spec["models"][key]["alias"])
     settings = request.settings
     data, paper_data = _data_for(spec, request.data)
     T = spec["data"]["T"] if request.limit is None else request.limit

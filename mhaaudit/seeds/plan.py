@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .. import validate
 from ..defaults import SEEDS_VARY
-from ..errors import InputError, param
+from ..errors import InputError, Param
 from ..runtime import MAX_SEED
 
 __all__ = ["VARY", "SeedPlan", "SeedRun", "parse_seeds", "plan_seeds"]
@@ -23,7 +23,7 @@ SEEDS_EXAMPLE = "0-4 or 0,3,7"
 def parse_seeds(spec) -> list[int]:
     """``"0-4"``, ``"0,3,7"``, ``"0-2,9"`` or a list of integers -> the sorted seeds (the syntax of
     every command's ``--seeds``, memorize's included)."""
-    return validate.int_ranges(spec, param("seeds"), what="seeds", example=SEEDS_EXAMPLE, minimum=0, maximum=MAX_SEED)
+    return validate.int_ranges(spec, Param("seeds"), what="seeds", example=SEEDS_EXAMPLE, minimum=0, maximum=MAX_SEED)
 
 
 @dataclass(frozen=True)
@@ -100,19 +100,29 @@ def plan_seeds(
             given, or the held seed is not an integer in [0, ``MAX_SEED``].
     """
     listed = parse_seeds(seeds)
-    vary = validate.choice(param("vary"), vary, VARY)
+    vary = validate.choice(Param("vary"), vary, VARY)
     if seed not in (None, 0):
-        raise InputError("give either {param:seed} or {param:seeds}, not both")
+        raise InputError("give either " + Param("seed") + " or " + Param("seeds") + ", not both")
     varied = {"both": ("weights_seed", "data_seed"), "weights": ("weights_seed",), "data": ("data_seed",)}[vary]
     for name, value in (("weights_seed", weights_seed), ("data_seed", data_seed)):
         if value is not None and name in varied:
             raise InputError(
-                f"{{param:{name}}} has no effect with {{param:seeds}} and {{param:vary}} {vary}: "
-                "{param:seeds} sets it for every run"
-                + ("; hold it fixed with {param:vary} weights or {param:vary} data" if vary == "both" else "")
+                Param(name)
+                + " has no effect with "
+                + Param("seeds")
+                + " and "
+                + Param("vary")
+                + f" {vary}: "
+                + Param("seeds")
+                + " sets it for every run"
+                + (
+                    "; hold it fixed with " + Param("vary") + " weights or " + Param("vary") + " data"
+                    if vary == "both"
+                    else ""
+                )
             )
         if value is not None:
-            validate.integer(param(name), value, minimum=0, maximum=MAX_SEED)
+            validate.integer(Param(name), value, minimum=0, maximum=MAX_SEED)
     if vary == "weights":
         return SeedPlan(tuple(listed), vary, None, listed[0] if data_seed is None else int(data_seed))
     if vary == "data":
@@ -131,7 +141,12 @@ def plan_for(settings, seeds, vary: str = "both") -> SeedPlan | None:
     if seeds is None:
         if vary != "both":
             raise InputError(
-                "{param:vary} has no effect without {param:seeds}: it says which seed {param:seeds} varies"
+                Param("vary")
+                + " has no effect without "
+                + Param("seeds")
+                + ": it says which seed "
+                + Param("seeds")
+                + " varies"
             )
         return None
     return plan_seeds(

@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import distributed
 from ..documents import RESULT_KEY
-from ..errors import plain
+from ..errors import Param
 from ..features import FeatureSet
 from ..load_sharing import shared_loads
 from .plan import SeedPlan, SeedRun
@@ -58,7 +58,7 @@ IMAGE_FILES_NOTE = (
 def data_seed_notes(plan: SeedPlan, data) -> list[str]:
     """What a varied data seed cannot move: the images of a folder or file (read in their own order)."""
     if plan.vary == "data" and data not in (None, "builtin"):
-        return [plain("{param:data} ") + f"{data}: {IMAGE_FILES_NOTE}"]
+        return [(Param("data") + " ") + f"{data}: {IMAGE_FILES_NOTE}"]
     return []
 
 

@@ -3,7 +3,7 @@ weights are in the local cache before any work."""
 
 from __future__ import annotations
 
-from ..errors import InputError, ModelError, OfflineError
+from ..errors import InputError, ModelError, OfflineError, Param
 from ..models import resolve
 from ..models.shards import INDEX_FILE, INDEX_FILES, hub_download, read_index
 from ..request import ModelRequest
@@ -34,11 +34,11 @@ def check_cached_weights(repo: str, revision: str | None) -> None:
         if not missing:
             return
         raise OfflineError(
-            f"{{param:revision}} {revision}: the shard {missing[0]} of {repo} at this revision is not in the local "
+            Param("revision") + f" {revision}: the shard {missing[0]} of {repo} at this revision is not in the local "
             "cache and the hub cannot be reached; download the revision's weights first"
         )
     raise OfflineError(
-        f"{{param:revision}} {revision}: the weights of {repo} at this revision are not in the local cache (its "
+        Param("revision") + f" {revision}: the weights of {repo} at this revision are not in the local cache (its "
         "config is) and the hub cannot be reached; download the revision's weights first"
     )
 
@@ -53,8 +53,8 @@ def hub_repo(base: ModelRequest) -> str:
     spec = resolve(base.model, backend=base.backend)
     if spec.local:
         raise InputError(
-            f"{{param:revision}} names branches, tags or commits of a hub model; {base.model} is a local folder"
+            Param("revision") + f" names branches, tags or commits of a hub model; {base.model} is a local folder"
         )
     if spec.backend == "timm":
-        raise ModelError(f"{{param:revision}} applies to transformers models; {base.model} is a timm model")
+        raise ModelError(Param("revision") + f" applies to transformers models; {base.model} is a timm model")
     return spec.resolved

@@ -49,7 +49,7 @@ from .. import distributed, pipeline
 from ..auditing import AuditResult, audit, plan_probes
 from ..distributed import shared
 from ..documents import RESULT_KEY
-from ..errors import InputError, one_line
+from ..errors import InputError, Param, one_line, with_names
 from ..io import write_parquet
 from ..models import modality_of
 from ..progress import log
@@ -81,6 +81,7 @@ def audit_series(
     seeds: str | Sequence[int] | None = None,
     vary: str = "both",
     out: str | os.PathLike | None = None,
+    names: Callable[[str], str] | None = None,
     query_index: int | None = None,
     backend: str | None = None,
     context_length: int | None = None,
@@ -124,6 +125,7 @@ def audit_series(
         seeds: run the series once per seed (``"0-4"``, ``"0,3,7"`` or a list of ints).
         vary: what ``seeds`` vary: ``"both"``, ``"weights"`` or ``"data"``.
         out: a parquet file rewritten as the series runs; an interrupted run in it is resumed.
+        names: how the messages written to ``out`` name a parameter (None: the library's names).
         query_index: the query token's position (None: the model's own).
         backend: ``"hf"`` or ``"timm"`` (None: detected).
         context_length: the tokens per example n of a text model.
@@ -190,7 +192,7 @@ def audit_series(
     req = build_requests(model, data, settings, keywords)
     plan = _plan(req.model, req.data, checkpoints, _Columns(variants, layer, layers, sweep))
     seed_plan = plan_for(req.settings, seeds, vary)
-    store = _Store(out, _key(plan, req.settings, seed_plan), seed_plan)
+    store = _Store(out, _key(plan, req.settings, seed_plan), seed_plan, names)
     t0 = time.perf_counter()
     for seed_run in [None] if seed_plan is None else seed_plan.runs():
         _series_run(plan, req.settings, seed_run, store, on_note)
@@ -259,14 +261,17 @@ def _plan(request: ModelRequest, data: DataRequest, checkpoints, columns: _Colum
     """
     if request.weights_path is not None:
         raise InputError(
-            "{param:weights} has no effect with a series: each checkpoint gives the trained weights; name the "
-            "weights in {param:checkpoints}"
+            Param("weights") + " has no effect with a series: each checkpoint gives the trained weights; name the "
+            "weights in " + Param("checkpoints")
         )
     revisions = series_revisions(request.revision)
     base = replace(request, revision=None) if revisions else request
     if revisions is None and request.revision is not None and checkpoints is not None:
         raise InputError(
-            "{param:revision} names a commit of a hub model, {param:checkpoints} local checkpoints: give one of them "
+            Param("revision")
+            + " names a commit of a hub model, "
+            + Param("checkpoints")
+            + " local checkpoints: give one of them "
             "(a series of hub revisions is a comma list of revisions)"
         )
     series = resolve_series(checkpoints, revisions, base)
@@ -279,7 +284,7 @@ def _plan(request: ModelRequest, data: DataRequest, checkpoints, columns: _Colum
     )
     trained = [p for p in probes if p.init == "trained"]
     if not trained:
-        raise InputError("a series audits the trained columns of each checkpoint: add trained to {param:variants}")
+        raise InputError("a series audits the trained columns of each checkpoint: add trained to " + Param("variants"))
     depth = columns.layers is not None or any(p.variant.endswith(f"-L{p.layer}") for p in probes)
 
     def asked(p) -> str:
@@ -503,8 +508,11 @@ class _Store:
     settings (``key``), and rewritten after every round (at once: it keeps what is done if the run
     stops). ``finished`` are the runs (one a seed) done in this call."""
 
-    def __init__(self, out: str | os.PathLike | None, key: dict, seeds: SeedPlan | None) -> None:
+    def __init__(
+        self, out: str | os.PathLike | None, key: dict, seeds: SeedPlan | None, names: Callable[[str], str] | None
+    ) -> None:
         self.path = None if out is None else Path(out)
+        self.names = names
         self.key, self.seeds = key, seeds
         self.finished: list[SeriesRun] = []
         self.timings: dict[str, float] = {}  # the series' phases over every run, in seconds
@@ -530,13 +538,15 @@ class _Store:
             stored = SeriesResult.from_parquet(path)
         except InputError as exc:
             raise InputError(
-                f"{{param:out}} {path} exists and is not the results file of a series ({one_line(exc, 120)}); move it "
-                "away or pick another {param:out}"
+                Param("out")
+                + f" {path} exists and is not the results file of a series ({one_line(exc, 120)}); move it "
+                "away or pick another " + Param("out")
             ) from exc
         if stored.meta_.get("series", {}).get("key") != self.key:
             raise InputError(
-                f"{{param:out}} {path} holds a series run with other settings (model, data, columns, seeds or draws); "
-                "move it away or pick another {param:out}"
+                Param("out")
+                + f" {path} holds a series run with other settings (model, data, columns, seeds or draws); "
+                "move it away or pick another " + Param("out")
             )
         return stored
 
@@ -570,4 +580,7 @@ class _Store:
     def save(self, result: SeriesResult) -> None:
         """Write ``result`` to the file, at once and atomically."""
         assert self.path is not None, "a results file to write"
-        write_parquet(table_rows(result.records(), result.sweep_rows()), self.path, result.meta(), now=True)
+        rows, meta = table_rows(result.records(), result.sweep_rows()), result.meta()
+        if self.names is not None:
+            rows, meta = with_names(rows, self.names), with_names(meta, self.names)
+        write_parquet(rows, self.path, meta, now=True)

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from .. import validate
-from ..errors import InputError, OfflineError, one_line
+from ..errors import InputError, OfflineError, Param, one_line
 from ..feature_files import safetensors_header
 from ..hub import is_offline
 from ..models.checkpoints import CHECKPOINT_FILES
@@ -167,7 +167,7 @@ def series_revisions(revision: str | None) -> list[str] | None:
         return None
     items = [r.strip() for r in revision.split(",")]
     if not all(items):
-        raise InputError(f"{{param:revision}} {revision!r}: an empty item; give revisions separated by commas")
+        raise InputError(Param("revision") + f" {revision!r}: an empty item; give revisions separated by commas")
     return items
 
 
@@ -187,12 +187,17 @@ def resolve_series(checkpoints, revisions: Sequence[str] | None, base: ModelRequ
     """
     if checkpoints is not None and revisions:
         raise InputError(
-            "{param:checkpoints} names local checkpoints and {param:revision} a list of hub revisions: give one of them"
+            Param("checkpoints")
+            + " names local checkpoints and "
+            + Param("revision")
+            + " a list of hub revisions: give one of them"
         )
     if revisions:
         return Series(tuple(_hub_refs(revisions, base)), "hub")
     if checkpoints is None:
-        raise InputError("a series needs {param:checkpoints} (folders, files or a glob) or a comma list of revisions")
+        raise InputError(
+            "a series needs " + Param("checkpoints") + " (folders, files or a glob) or a comma list of revisions"
+        )
     refs = _local_refs(checkpoints)
     _check_local(refs)
     return Series(tuple(refs), "local")
@@ -214,7 +219,7 @@ def _items(checkpoints) -> list[str]:
         items = [os.fspath(c).strip() if isinstance(c, (str, os.PathLike)) else "" for c in checkpoints]
     if not items or not all(items):
         raise InputError(
-            f"{{param:checkpoints}} {checkpoints!r}: give folders, files or a glob, separated by commas (none empty)"
+            Param("checkpoints") + f" {checkpoints!r}: give folders, files or a glob, separated by commas (none empty)"
         )
     return items
 
@@ -234,7 +239,7 @@ def _local_refs(checkpoints) -> list[CheckpointRef]:
         else:
             named.append((item, step_of(item)[0]))
         if len(named) > MAX_CHECKPOINTS:
-            raise InputError(f"{{param:checkpoints}}: more than {MAX_CHECKPOINTS} checkpoints; audit fewer at a time")
+            raise InputError(Param("checkpoints") + f": more than {MAX_CHECKPOINTS} checkpoints; audit fewer at a time")
     return [
         CheckpointRef(name, i, step, path=os.path.abspath(os.path.expanduser(name)))
         for i, (name, step) in enumerate(named)
@@ -250,10 +255,10 @@ def _glob_matches(pattern: str) -> list[tuple[str, int | None]]:
     """
     matches = sorted(glob.glob(os.path.expanduser(pattern)))
     if not matches:
-        raise InputError(f"{{param:checkpoints}} {pattern}: the glob matches no file or folder")
+        raise InputError(Param("checkpoints") + f" {pattern}: the glob matches no file or folder")
     if len(matches) > MAX_CHECKPOINTS:
         raise InputError(
-            f"{{param:checkpoints}} {pattern}: the glob matches {len(matches)} paths, more than {MAX_CHECKPOINTS}"
+            Param("checkpoints") + f" {pattern}: the glob matches {len(matches)} paths, more than {MAX_CHECKPOINTS}"
         )
     steps: dict[int, str] = {}
     out: list[tuple[str, int]] = []
@@ -261,13 +266,13 @@ def _glob_matches(pattern: str) -> list[tuple[str, int | None]]:
         step, why = step_of(m)
         if step is None:
             raise InputError(
-                f"{{param:checkpoints}} {pattern}: the step numbers are ambiguous: {m} has no step number of its "
+                Param("checkpoints") + f" {pattern}: the step numbers are ambiguous: {m} has no step number of its "
                 f"own ({why}), so the glob's matches cannot be ordered by step; list the checkpoints in order, "
                 "separated by commas"
             )
         if step in steps:
             raise InputError(
-                f"{{param:checkpoints}} {pattern}: the step numbers are ambiguous: {steps[step]} and {m} both "
+                Param("checkpoints") + f" {pattern}: the step numbers are ambiguous: {steps[step]} and {m} both "
                 f"carry step {step}; list the checkpoints in order, separated by commas"
             )
         steps[step] = m
@@ -303,7 +308,7 @@ def _check_local(refs: list[CheckpointRef]) -> None:
                 other, other_path = seen[inode]
                 same = path if path == other_path else f"{other_path} and {path} are one file"
                 raise InputError(
-                    f"{{param:checkpoints}}: {other} and {ref.name} name the same file ({same}); "
+                    Param("checkpoints") + f": {other} and {ref.name} name the same file ({same}); "
                     "name each checkpoint once"
                 )
             seen[inode] = (ref.name, path)
@@ -323,15 +328,17 @@ def _contents(ref: CheckpointRef) -> _Contents:
     path = ref.path
     assert path is not None, "a local checkpoint has a path"
     if not os.path.exists(path):
-        raise InputError(f"{{param:checkpoints}} {ref.name}: no such file or folder")
+        raise InputError(Param("checkpoints") + f" {ref.name}: no such file or folder")
     if not os.access(path, os.R_OK | (os.X_OK if os.path.isdir(path) else 0)):
-        raise InputError(f"{{param:checkpoints}} {ref.name}: cannot be read (permission denied)")
+        raise InputError(Param("checkpoints") + f" {ref.name}: cannot be read (permission denied)")
     try:
         if os.path.isdir(path):
             return _folder_contents(ref, path)
         return _file_contents(ref, path)
     except OSError as exc:
-        raise InputError(f"{{param:checkpoints}} {ref.name}: cannot be read ({exc.strerror or one_line(exc)})") from exc
+        raise InputError(
+            Param("checkpoints") + f" {ref.name}: cannot be read ({exc.strerror or one_line(exc)})"
+        ) from exc
 
 
 def _folder_contents(ref: CheckpointRef, folder: str) -> _Contents:
@@ -352,7 +359,7 @@ def _folder_contents(ref: CheckpointRef, folder: str) -> _Contents:
         missing = [f for f in files if not os.path.isfile(f)]
         if missing:
             raise InputError(
-                f"{{param:checkpoints}} {ref.name}: its index names {os.path.basename(missing[0])}, which is missing"
+                Param("checkpoints") + f" {ref.name}: its index names {os.path.basename(missing[0])}, which is missing"
             )
         for f in files:
             _readable(ref, f)
@@ -366,7 +373,7 @@ def _folder_contents(ref: CheckpointRef, folder: str) -> _Contents:
         )
         if found is None:
             raise InputError(
-                f"{{param:checkpoints}} {ref.name}: holds no weights ({', '.join(CHECKPOINT_FILES)} or an index of "
+                Param("checkpoints") + f" {ref.name}: holds no weights ({', '.join(CHECKPOINT_FILES)} or an index of "
                 "shards); give folders saved with save_pretrained, or weights files"
             )
         files = [found]
@@ -388,7 +395,7 @@ def _file_contents(ref: CheckpointRef, path: str) -> _Contents:
     """
     if not path.lower().endswith(_WEIGHT_SUFFIXES):
         raise InputError(
-            f"{{param:checkpoints}} {ref.name}: neither a checkpoint folder nor a weights file "
+            Param("checkpoints") + f" {ref.name}: neither a checkpoint folder nor a weights file "
             f"({', '.join(_WEIGHT_SUFFIXES)})"
         )
     _readable(ref, path)
@@ -407,7 +414,8 @@ def _readable(ref: CheckpointRef, path: str) -> None:
             fh.read(8)
     except OSError as exc:
         raise InputError(
-            f"{{param:checkpoints}} {ref.name}: cannot read {os.path.basename(path)} ({exc.strerror or one_line(exc)})"
+            Param("checkpoints")
+            + f" {ref.name}: cannot read {os.path.basename(path)} ({exc.strerror or one_line(exc)})"
         ) from exc
 
 
@@ -427,7 +435,7 @@ def _header_shapes(ref: CheckpointRef, path: str) -> dict[str, tuple[int, ...]]:
         return {k: tuple(int(x) for x in v.get("shape", ())) for k, v in header.items() if k != "__metadata__"}
     except (ValueError, TypeError, AttributeError) as exc:
         raise InputError(
-            f"{{param:checkpoints}} {ref.name}: cannot read {os.path.basename(path)} ({one_line(exc, 160)})"
+            Param("checkpoints") + f" {ref.name}: cannot read {os.path.basename(path)} ({one_line(exc, 160)})"
         ) from exc
 
 
@@ -444,10 +452,10 @@ def _config(ref: CheckpointRef, path: str) -> dict | None:
             data = json.load(fh)
     except (OSError, ValueError) as exc:
         raise InputError(
-            f"{{param:checkpoints}} {ref.name}: cannot read its config.json ({one_line(exc, 120)})"
+            Param("checkpoints") + f" {ref.name}: cannot read its config.json ({one_line(exc, 120)})"
         ) from exc
     if not isinstance(data, dict):
-        raise InputError(f"{{param:checkpoints}} {ref.name}: its config.json is not a JSON object")
+        raise InputError(Param("checkpoints") + f" {ref.name}: its config.json is not a JSON object")
     return {k: v for k, v in data.items() if k not in VOLATILE_CONFIG}
 
 
@@ -481,7 +489,7 @@ def _same_kind(ref: CheckpointRef, got: _Contents, first: CheckpointRef, want: _
             key, a, b = diff
             what = "family" if key in _FAMILY_KEYS else "width" if key in _WIDTH_KEYS else "architecture"
             raise InputError(
-                f"{{param:{_param(ref)}}} {ref.name} is of another {what} than the first checkpoint {first.name}: its "
+                Param(_param(ref)) + f" {ref.name} is of another {what} than the first checkpoint {first.name}: its "
                 f"config has {key} = {_short(a)}, the first's {_short(b)}; a series audits the checkpoints of one model"
             )
     if got.shapes is not None and want.shapes is not None and got.shapes != want.shapes:
@@ -489,12 +497,13 @@ def _same_kind(ref: CheckpointRef, got: _Contents, first: CheckpointRef, want: _
         if odd:
             where = "holds" if odd[0] in got.shapes else "lacks"
             raise InputError(
-                f"{{param:checkpoints}} {ref.name} is of another architecture than the first checkpoint {first.name}: "
+                Param("checkpoints")
+                + f" {ref.name} is of another architecture than the first checkpoint {first.name}: "
                 f"it {where} the tensor {odd[0]}; a series audits the checkpoints of one model"
             )
         name = next(k for k in sorted(got.shapes) if got.shapes[k] != want.shapes[k])
         raise InputError(
-            f"{{param:checkpoints}} {ref.name} is of another width or architecture than the first checkpoint "
+            Param("checkpoints") + f" {ref.name} is of another width or architecture than the first checkpoint "
             f"{first.name}: its tensor {name} has shape {got.shapes[name]}, the first's {want.shapes[name]}"
         )
     if got.data_files != want.data_files:
@@ -507,7 +516,7 @@ def _same_kind(ref: CheckpointRef, got: _Contents, first: CheckpointRef, want: _
             else ("is not in" if fn not in got.data_files else "is only in")
         )
         raise InputError(
-            f"{{param:{_param(ref)}}} {ref.name}: its {fn} {said} the first checkpoint {first.name}'s; the "
+            Param(_param(ref)) + f" {ref.name}: its {fn} {said} the first checkpoint {first.name}'s; the "
             "checkpoints of a series read the same data, so they carry the same tokenizer and image preprocessing"
         )
 
@@ -544,7 +553,7 @@ def _hub_refs(revisions: Sequence[str], base: ModelRequest) -> list[CheckpointRe
     validate.integer("revisions", len(revisions), maximum=MAX_CHECKPOINTS)
     twice = sorted({r for r in revisions if list(revisions).count(r) > 1})
     if twice:
-        raise InputError(f"{{param:revision}}: {twice[0]} is named twice; name each revision once")
+        raise InputError(Param("revision") + f": {twice[0]} is named twice; name each revision once")
     repo = hub_repo(base)
     offline = is_offline()
     refs = [CheckpointRef(r, i, step_of(r)[0], revision=r) for i, r in enumerate(revisions)]
@@ -554,10 +563,10 @@ def _hub_refs(revisions: Sequence[str], base: ModelRequest) -> list[CheckpointRe
         if config is None:
             if offline:
                 raise OfflineError(
-                    f"{{param:revision}} {ref.revision}: {repo} at this revision is not in the local cache and the "
+                    Param("revision") + f" {ref.revision}: {repo} at this revision is not in the local cache and the "
                     "hub cannot be reached"
                 )
-            raise InputError(f"{{param:revision}} {ref.revision}: {repo} has no config.json at this revision")
+            raise InputError(Param("revision") + f" {ref.revision}: {repo} has no config.json at this revision")
         if offline:
             check_cached_weights(repo, ref.revision)
         data = {}

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataError, InputError, MhaauditError, OfflineError, one_line
+from ..errors import DataError, InputError, MhaauditError, OfflineError, Param, one_line
 from ..files import folder_files, inside, regular_file
 from ..hub import is_offline
 from ..runtime import decode_workers_env, derive_seed
@@ -167,7 +167,7 @@ def no_split(split: str, what: str) -> None:
     """
     if split != "train":
         raise InputError(
-            f"{{param:split}} '{split}' has no effect on {what}: it has no splits (a split is chosen "
+            Param("split") + f" '{split}' has no effect on {what}: it has no splits (a split is chosen "
             "in a Hugging Face dataset or a DatasetDict saved with save_to_disk)"
         )
 
@@ -197,7 +197,7 @@ def open_hf_dataset(data: str, *, split: str, config: str | None = None, what: s
     elif is_offline():
         raise OfflineError(
             f"'{data}' is not a local file or folder, so it names a Hugging Face hub dataset, but the "
-            f"hub cannot be reached (offline); use {instead}"
+            "hub cannot be reached (offline); use " + instead
         )
     try:
         import datasets
@@ -229,7 +229,8 @@ def open_hf_dataset(data: str, *, split: str, config: str | None = None, what: s
     except (ConnectionError, TimeoutError) as exc:
         if not local:
             raise OfflineError(
-                f"cannot reach the Hugging Face hub for '{data}' ({one_line(exc, 300, first_line=True)}); use {instead}"
+                f"cannot reach the Hugging Face hub for '{data}' ({one_line(exc, 300, first_line=True)}); use "
+                + instead
             ) from None
         raise DataError(f"cannot open {what} dataset {label}: {one_line(exc, 300, first_line=True)}") from None
     except Exception as exc:  # noqa: BLE001 - the datasets library raises many types; all are data problems here

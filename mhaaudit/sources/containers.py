@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..defaults import DEFAULT_SPLIT
-from ..errors import DataError, InputError, MhaauditError, one_line
+from ..errors import DataError, InputError, MhaauditError, Param, one_line
 from ..files import folder_files, name_inside, read_json, regular_file
 
 __all__ = ["IMAGE_NAMES", "TEXT_NAMES", "Table", "choose_column", "is_saved_dataset", "open_table"]
@@ -238,14 +238,14 @@ def _saved(folder: Path, split: str) -> Table:
         if split not in splits:
             raise DataError(
                 f"dataset folder {folder} (a DatasetDict saved with save_to_disk) has no split '{split}'; "
-                f"its splits: {', '.join(splits) or 'none'}; choose one with {{param:split}}"
+                f"its splits: {', '.join(splits) or 'none'}; choose one with " + Param("split")
             )
         where = name_inside(folder, split, DataError, f"{folder / 'dataset_dict.json'} (split {split!r})")
     else:
         if split != "train":
             raise InputError(
                 f"dataset folder {folder} holds a single Dataset saved with save_to_disk, which has no "
-                f"splits; leave out {{param:split}} (it names a split of a DatasetDict), got '{split}'"
+                "splits; leave out " + Param("split") + f" (it names a split of a DatasetDict), got '{split}'"
             )
         where = folder
     _check_state(where)
@@ -348,6 +348,6 @@ def choose_column(label: str, kinds: dict[str, str], wanted: str | None, kind: s
     if good:
         raise DataError(
             f"{label} has {len(good)} {_WORDS[kind]} columns ({', '.join(good)}) and none is named "
-            f"{known}; choose one with {{param:{param}}}"
+            f"{known}; choose one with " + Param(param)
         )
-    raise DataError(f"{label} has no {_WORDS[kind]} column; its columns: {listing}; choose one with {{param:{param}}}")
+    raise DataError(f"{label} has no {_WORDS[kind]} column; its columns: {listing}; choose one with " + Param(param))

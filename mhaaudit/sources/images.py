@@ -21,7 +21,7 @@ from typing import Any
 from PIL import Image
 
 from ..defaults import DEFAULT_LIMIT, DEFAULT_SPLIT
-from ..errors import DataError, InputError
+from ..errors import DataError, InputError, Param, joined
 from ..files import folder_files
 from ..hostmem import available_memory
 from ._common import Skips, classify, is_builtin, is_local, no_split, open_hf_dataset, ordered_map, stream_rows
@@ -46,7 +46,9 @@ __all__ = [
 IMAGE_EXTENSIONS = frozenset(
     {".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm", ".pnm"}
 )
-_OFFLINE_IMAGES = "a local image folder, a .parquet file of image bytes, or the built-in default (no {param:data})"
+_OFFLINE_IMAGES = (
+    "a local image folder, a .parquet file of image bytes, or the built-in default (no " + Param("data") + ")"
+)
 
 
 # The decoded images alive at once (decoded ahead, waiting in batches) hold at most this share of the
@@ -198,7 +200,9 @@ class ImageSource:
         if self.convert_rgb or not self.skips.count("not RGB"):
             return ""
         return (
-            "; to audit them, convert them to RGB with {param:convert_rgb} (as torchvision's ImageFolder does; "
+            "; to audit them, convert them to RGB with "
+            + Param("convert_rgb")
+            + " (as torchvision's ImageFolder does; "
             "the paper kept RGB images only)"
         )
 
@@ -402,7 +406,7 @@ class HubImages(ImageSource):
                 wanted = f"column '{self.column}'" if self.column else f"column named {', '.join(IMAGE_NAMES)}"
                 raise DataError(
                     f"dataset '{self.data}' has no {wanted}; its columns: "
-                    f"{', '.join(row)}; choose one with {{param:image_column}}"
+                    f"{', '.join(row)}; choose one with " + Param("image_column")
                 )
             yield f"row {i}", row[self.column]
 
@@ -482,8 +486,8 @@ def _builtin_images(split: str, limit: int, seed: int, image_column, device, con
     given = [p for p, v in (("image_column", image_column), ("convert_rgb", convert_rgb)) if v]
     if given:
         raise InputError(
-            f"{' and '.join('{param:' + p + '}' for p in given)} "
-            f"{'has' if len(given) == 1 else 'have'} no effect on the built-in images "
+            joined([Param(p) for p in given], " and ")
+            + f" {'has' if len(given) == 1 else 'have'} no effect on the built-in images "
             "(RGB mosaics, no columns)"
         )
     no_split(split, "the built-in images")
@@ -502,7 +506,7 @@ def _folder_images(target: Path, split: str, limit: int, image_column, convert_r
         # a dataset folder as the hub stores them (data/*.parquet ...): the datasets library reads it
         return HubImages(str(target), split=split, limit=limit, image_column=image_column, convert_rgb=convert_rgb)
     if image_column is not None:
-        raise InputError(f"{{param:image_column}} has no effect on an image folder ({target}): it has no columns")
+        raise InputError(Param("image_column") + f" has no effect on an image folder ({target}): it has no columns")
     no_split(split, f"an image folder ({target})")
     return ImageFolder(target, limit=limit, convert_rgb=convert_rgb)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..defaults import DEFAULT_SPLIT
-from ..errors import DataError, InputError, one_line
+from ..errors import DataError, InputError, Param, one_line
 from ..files import folder_files
 from ._common import Skips, classify, data_rng, is_builtin, is_local, no_split, open_hf_dataset, stream_rows
 from .containers import Table, choose_column, is_saved_dataset, open_table, table_of
@@ -36,7 +36,7 @@ __all__ = [
 WIKIPEDIA = ("wikimedia/wikipedia", "20231101.en")
 _OFFLINE_TEXT = (
     "a local .txt file or folder of .txt files, a .jsonl, .parquet, .arrow, .csv or .tsv file with a "
-    "text column, a folder written by save_to_disk, or the built-in default (no {param:data})"
+    "text column, a folder written by save_to_disk, or the built-in default (no " + Param("data") + ")"
 )
 _PARAGRAPH = re.compile(r"\n[ \t]*\n")
 
@@ -256,7 +256,7 @@ class JsonlText(TextSource):
 
     def _hint(self) -> str:
         if self.skips.count("missing field"):
-            return "; choose the field with {param:text_column}"
+            return "; choose the field with " + Param("text_column")
         return ""
 
 
@@ -335,12 +335,12 @@ class HubText(TextSource):
             yield None, value
 
     def _hint(self) -> str:
-        return "; choose the column with {param:text_column}" if self.skips.count("missing field") else ""
+        return "; choose the column with " + Param("text_column") if self.skips.count("missing field") else ""
 
 
 def _no_columns(text_column: str | None, what: str) -> None:
     if text_column is not None:
-        raise InputError(f"{{param:text_column}} has no effect on {what}: it has no columns")
+        raise InputError(Param("text_column") + f" has no effect on {what}: it has no columns")
 
 
 def text_source(

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from ... import validate
-from ...errors import InputError, ModelError
+from ...errors import InputError, ModelError, Param
 from .support import unsupported
 from .weights import AttentionWeights
 
@@ -87,7 +87,8 @@ def first_attention(pm: ProbedModel, layer: int = 1) -> AttentionWeights:
         raise ModelError(
             f"{pm.info.name} ({pm.info.family}): the attention of block {layer} is not of the form capacity expresses "
             f"(softmax of scale (x W_q + b_q)(y W_k + b_k)^T on the block input): it has {', '.join(reasons)}; "
-            f"{{param:attention}} random uses random heads on the same tokens"
+            + Param("attention")
+            + " random uses random heads on the same tokens"
         )
     adapter = adapter_for(block)
     if adapter is None:
