@@ -624,3 +624,33 @@ def test_the_library_refuses_a_series_it_cannot_run(vit_series, no_work):
         audit_series(str(vit_series / "model"))
     with pytest.raises(InputError, match="add trained to variants"):
         audit_series(str(vit_series / "model"), checkpoints=str(vit_series / "runs" / "ckpt-100"), variants=["random"])
+
+
+def test_the_results_file_names_parameters_as_its_caller_does(tmp_path, monkeypatch):
+    """The series writes its own --out file as it runs: the messages in it name the command line's
+    flags when the command line runs it (``names``), as its stdout does, and the library's names otherwise."""
+    from mhaaudit.cli.names import flag
+    from mhaaudit.errors import Param
+    from mhaaudit.series import run as series_run
+
+    written = []
+    monkeypatch.setattr(series_run, "write_parquet", lambda rows, path, meta, now: written.append((rows, meta)))
+
+    class Result:  # what _Store.save reads of a SeriesResult
+        def records(self):
+            return [{"check": "assumption_1", "variant": "random", "reason": "raise " + Param("limit")}]
+
+        def sweep_rows(self):
+            return []
+
+        def meta(self):
+            return {"notes": ["pass " + Param("context_length") + " below 48"]}
+
+    for names, reason, note in (
+        (flag, "raise --limit", "pass --context-length below 48"),
+        (None, "raise limit", "pass context_length below 48"),
+    ):
+        written.clear()
+        series_run._Store(tmp_path / "s.parquet", {}, None, names).save(Result())
+        ((rows, meta),) = written
+        assert rows[0]["reason"] == reason and meta["notes"] == [note]
