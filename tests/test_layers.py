@@ -41,6 +41,7 @@ LAYERS: list[tuple[str, ...]] = [
         "notes",
         "check_words",
         "load_sharing",
+        "sizes",
     ),
     ("numerics",),
     ("settings", "display", "documents", "tables", "feature_files", "io", "collectives", "distributed", "facts"),
