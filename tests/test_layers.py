@@ -102,7 +102,7 @@ DEFERRED = {
     "mhaaudit.models.load": {"huggingface_hub", "transformers"},
     "mhaaudit.models.probe": {"PIL"},
     "mhaaudit.models.random_init": {"timm", "transformers"},
-    "mhaaudit.models.registry": {"timm", "transformers"},
+    "mhaaudit.models.resolution": {"timm", "transformers"},
     "mhaaudit.models.shards": {"huggingface_hub", "safetensors", "transformers"},
     "mhaaudit.models.timm_backend": {"timm"},
     "mhaaudit.notebook": {"ipywidgets", "tqdm"},
