@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .checks import REGISTRY
+from .check_words import REGISTRY
 from .errors import OutputError
 from .kruskal import Sweep
 from .staging import atomic_path, check_writable

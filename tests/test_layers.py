@@ -42,6 +42,7 @@ LAYERS: list[tuple[str, ...]] = [
         "check_words",
         "load_sharing",
         "sizes",
+        "render_kruskal",
     ),
     ("numerics",),
     ("settings", "display", "documents", "tables", "feature_files", "io", "collectives", "distributed", "facts"),

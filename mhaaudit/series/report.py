@@ -10,8 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..checks import REGISTRY
-from ..kruskal.report import verdict_text
 from ..render import audit_table, meaning_lines
+from ..render_kruskal import verdict_text
 from ..sizes import human_bytes
 
 __all__ = ["series_report", "trend_tables"]
