@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from .checks import ContextRankResult, ContextRanks, assumption_2_from_arrays
+from .contexts import ContextRankResult, ContextRanks, assumption_2_from_arrays
 from .errors import InputError, ModelError, OutputError
 from .feature_files import safetensors_header
 from .files import read_json, regular_file

@@ -47,7 +47,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("numerics",),
     ("settings", "display", "documents", "tables", "feature_files", "io", "collectives", "distributed", "facts"),
     ("kruskal",),
-    ("checks", "features"),
+    ("checks", "contexts", "features"),
     ("models", "sources", "batching", "request", "batches", "pipeline"),
     ("render", "plot", "render_seeds", "render_memorize", "seeds"),
     ("probes", "audit_result", "capture", "auditing", "estimation", "series"),
