@@ -16,10 +16,10 @@ from collections.abc import Callable, Sequence
 import torch
 
 from . import validate
-from .display import human_bytes
 from .errors import InputError, ModelError, Param
 from .facts import BatchChoice
 from .hostmem import available_memory
+from .sizes import human_bytes
 
 __all__ = [
     "AUTO",

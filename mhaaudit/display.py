@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from rich.table import Table
 
 from .console import TextConsole
+from .sizes import human_bytes as human_bytes
 
 # The width of reports sent to a file or a pipe when ``COLUMNS`` does not say: wide enough that
 # the tables need not wrap their cells, narrow enough to read in an editor or a pager.
@@ -146,15 +147,3 @@ _PROSE = (
     '<pre style="white-space: pre-wrap; overflow-wrap: break-word; margin: 0; line-height: normal; '
     "font-family: Menlo, 'DejaVu Sans Mono', consolas, 'Courier New', monospace\">{code}</pre>"
 )
-
-
-def human_bytes(n: int | None) -> str:
-    """``n`` bytes in binary units to three significant digits (``1.1 GiB``), whole bytes below 1 KiB; "?" for None."""
-    if n is None:
-        return "?"
-    x = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if x < 1024 or unit == "TiB":
-            return f"{int(x)} B" if unit == "B" else f"{x:.3g} {unit}"
-        x /= 1024
-    return f"{n} B"  # pragma: no cover

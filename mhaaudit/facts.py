@@ -20,8 +20,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .display import human_bytes
 from .documents import OMITTED_WHEN_NONE, Stored, decode_fields
+from .sizes import human_bytes
 
 if TYPE_CHECKING:
     from typing_extensions import Self

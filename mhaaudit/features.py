@@ -18,15 +18,14 @@ from pathlib import Path
 
 import torch
 
-from .checks import ContextRankResult, ContextRanks, assumption_2_from_arrays
+from .contexts import ContextRankResult, ContextRanks, assumption_2_from_arrays
 from .errors import InputError, ModelError, OutputError
 from .feature_files import safetensors_header
 from .files import read_json, regular_file
-from .io import atomic_path
 from .numerics import RankRule
 from .numerics.pow2 import max_abs
 from .provenance import stamp
-from .staging import make_output_folder, staged_outputs
+from .staging import atomic_path, make_output_folder, staged_outputs
 
 FEATURES_FILE = "features.safetensors"
 META_FILE = "meta.json"
@@ -86,7 +85,7 @@ class FeatureSet:
             OutputError: when ``folder`` is a symbolic link or a file, its parent folder does not exist, or the
                 folder or either file cannot be made or written.
             OSError: a failure of safetensors while writing (re-raised as an OSError when it is not one), which
-                :func:`~mhaaudit.io.atomic_path` reports as an OutputError.
+                :func:`~mhaaudit.staging.atomic_path` reports as an OutputError.
         """
         from safetensors.torch import save_file
 

@@ -1,17 +1,18 @@
-"""Writing outputs atomically; the provenance they are stamped with is :mod:`mhaaudit.provenance` and
-the reading of feature files :mod:`mhaaudit.feature_files`, whose names this module re-exports."""
+"""Writing outputs: their paths checked before any work (a folder to write into, an output that would
+overwrite an input) and records as parquet, each file put in place atomically (:func:`atomic_path` and
+:func:`check_writable` sit in :mod:`mhaaudit.staging`, which stages a run's outputs, and are re-exported
+here). The provenance they are stamped with is :mod:`mhaaudit.provenance` and the reading of feature
+files :mod:`mhaaudit.feature_files`, whose names this module re-exports."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 from .documents import METADATA_KEY
-from .errors import MhaauditError, OutputError, Param
+from .errors import OutputError, Param
 from .feature_files import FEATURE_EXTENSIONS as FEATURE_EXTENSIONS
 from .feature_files import MAX_HEADER_BYTES as MAX_HEADER_BYTES
 from .feature_files import MappedArray as MappedArray
@@ -23,105 +24,26 @@ from .feature_files import safetensors_header as safetensors_header
 from .feature_files import to_query_matrix as to_query_matrix
 from .feature_files import torch_declared_bytes as torch_declared_bytes
 from .feature_files import torch_load_reason as torch_load_reason
-from .files import kind_of, same_place, special_kind, within
+from .files import kind_of, same_place, within
 from .provenance import library_versions as library_versions
 from .provenance import stamp as stamp
-from .staging import _STAGED, StagedOutputs, _reason, make_output_folder, staged_outputs  # noqa: F401 - re-exported
+from .staging import (  # noqa: F401 - re-exported
+    _STAGED,
+    StagedOutputs,
+    _reason,
+    _refuse_special,
+    _refuse_symlink,
+    _refuse_unnamable,
+    make_output_folder,
+    staged_outputs,
+    temp_prefix,
+)
+from .staging import atomic_path as atomic_path
+from .staging import check_writable as check_writable
+from .staging import ordinary_mode as ordinary_mode
 from .tables import records_table
 
-# --------------------------------------------------------------------------- atomic writes
-
-
-def _refuse_unnamable(p: Path, what: str | Param) -> None:
-    """Refuse a path the system cannot name (a name longer than its file system takes, a loop of links).
-
-    Raises:
-        OutputError: when looking ``p`` up fails for another reason than its absence; ``what`` begins the message.
-    """
-    try:
-        os.lstat(p)
-    except (FileNotFoundError, NotADirectoryError):  # absent, or under a file: said with the folder's checks
-        pass
-    except OSError as exc:
-        raise OutputError(what + f": {_reason(exc)}") from None
-
-
-def _refuse_symlink(p: Path, what: str | Param) -> None:
-    """Refuse a dangling symbolic link at an output path (writing would create a file wherever it points).
-
-    Raises:
-        OutputError: when ``p`` is a symbolic link whose target does not exist; ``what`` begins the message.
-    """
-    if p.is_symlink() and not p.exists():
-        raise OutputError(
-            what + f": it is a symbolic link to {os.readlink(p)}, which does not exist; "
-            "remove the link or choose another path"
-        )
-
-
-def _refuse_special(p: Path, what: str | Param, expected: str) -> None:
-    """Refuse an output path at which a device node, a named pipe or a socket stands (or a symbolic link to one):
-    the output, renamed into place, would replace the node (as root, ``/dev/null`` itself).
-
-    Raises:
-        OutputError: when :func:`mhaaudit.files.special_kind` names what stands at ``p``; ``what`` begins the
-            message, ``expected`` ("a regular file", "a folder") says what an output there must be.
-    """
-    kind = special_kind(p)
-    if kind is not None:
-        raise OutputError(what + f": it is {kind}, not {expected}; an output never replaces it: choose another path")
-
-
-# What ``tempfile`` adds to a prefix: 8 random characters (and ``.tmp``, the suffix given here).
-_RANDOM_CHARS = 8
-_TMP_SUFFIX = ".tmp"
-
-
-def temp_prefix(name: str, folder: Path, suffix: str = _TMP_SUFFIX) -> str:
-    """``.NAME.``: the prefix of a temporary made beside ``NAME`` in ``folder`` (with ``suffix``), ``NAME``
-    shortened (by its bytes) so that the temporary's whole name fits the longest name the folder's file
-    system takes: a legal 255-byte output name has a legal temporary."""
-    try:
-        longest = os.pathconf(folder, "PC_NAME_MAX")
-    except (OSError, ValueError, AttributeError):  # not asked (no pathconf, or no such folder yet): the usual
-        longest = 255
-    room = max(1, longest - len(os.fsencode(f"..{suffix}")) - _RANDOM_CHARS)
-    return f".{os.fsdecode(os.fsencode(name)[:room])}."
-
-
-def check_writable(path: str | os.PathLike) -> Path:
-    """Fail early, before any work, when ``path`` cannot be written; return it as a ``Path``.
-
-    The file is replaced by a rename, so a symbolic link at ``path`` is replaced, never followed;
-    a dangling one is refused.
-
-    Raises:
-        OutputError: when ``path`` is a folder, a dangling symbolic link, a device node, a named pipe or a socket
-            (or a symbolic link to one), its folder is missing, is a file or is not writable (tried, not only read
-            from the permission bits), or the file itself is not writable.
-    """
-    p = Path(path)
-    parent = p.parent if str(p.parent) else Path(".")
-    _refuse_unnamable(p, f"cannot write {p}")
-    _refuse_special(p, f"cannot write {p}", "a regular file")
-    if p.exists() and p.is_dir():
-        raise OutputError(f"cannot write {p}: it is a directory")
-    _refuse_symlink(p, f"cannot write {p}")
-    if not parent.exists():
-        raise OutputError(f"cannot write {p}: folder {parent} does not exist")
-    if not parent.is_dir():
-        raise OutputError(f"cannot write {p}: {parent} is a file, not a folder")
-    if not os.access(parent, os.W_OK):
-        raise OutputError(f"cannot write {p}: folder {parent} is not writable")
-    if p.exists() and not os.access(p, os.W_OK):
-        raise OutputError(f"cannot write {p}: file is not writable")
-    try:  # the permission bits do not tell everything (/proc, a read-only mount, root): try it
-        fd, probe = tempfile.mkstemp(prefix=temp_prefix(p.name, parent), suffix=_TMP_SUFFIX, dir=parent)
-    except OSError as exc:
-        raise OutputError(f"cannot write {p}: folder {parent} is not writable ({exc.strerror or exc})") from None
-    os.close(fd)
-    os.unlink(probe)
-    return p
+# --------------------------------------------------------------------------- output paths
 
 
 def check_folder_writable(folder: str | os.PathLike, option: str | Param) -> Path:
@@ -199,61 +121,6 @@ def _local_part(data: str | os.PathLike) -> str | os.PathLike:
 def real_path(path: str | os.PathLike) -> Path:
     """``path`` with ``~``, symbolic links and relative parts resolved (for comparing paths)."""
     return Path(os.path.realpath(os.path.expanduser(str(path))))
-
-
-def ordinary_mode(p: Path) -> int:
-    """The permissions a plain ``open(p, "w")`` would give: the existing file's, else 0o666 less the umask.
-
-    ``mkstemp`` (and some writers, such as safetensors') create files private (0o600); a file
-    renamed into place gets this mode first. A symbolic link's target is not asked.
-    """
-    try:
-        if not p.is_symlink():
-            return p.stat().st_mode & 0o7777
-    except OSError:
-        pass
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-@contextlib.contextmanager
-def atomic_path(path: str | os.PathLike, *, now: bool = False) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it into place only on success.
-
-    Inside :func:`staged_outputs` the rename waits for the end of the run (all outputs or none),
-    unless ``now`` (a cache, or a results file kept up to date for resuming). On any failure the
-    temporary file is removed and ``path`` is left as it was.
-
-    Raises:
-        OutputError: when ``path`` cannot be written (:func:`check_writable`), or when writing or renaming fails
-            with an OSError (a full disk, a vanished folder).
-        OSError: an mhaaudit error of the work inside (an OutputError, an OfflineError), re-raised as it is.
-    """
-    p = check_writable(path)
-    parent = p.parent if str(p.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(p.name, parent), suffix=_TMP_SUFFIX, dir=parent)
-    os.close(fd)
-    tmp_p = Path(tmp)
-    staged = None if now else _STAGED.get()
-    try:
-        yield tmp_p
-        os.chmod(tmp_p, ordinary_mode(p))
-        if staged is None:
-            os.replace(tmp_p, p)
-        else:
-            staged.stage(tmp_p, p)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp_p.unlink()
-        if isinstance(exc, MhaauditError):  # an OutputError or OfflineError of the work inside says itself
-            raise
-        # A full disk or a vanished folder is the user's to fix, not a bug: one line, exit 2.
-        raise OutputError(f"cannot write {p}: {_reason(exc)}") from exc
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp_p.unlink()
-        raise
 
 
 # --------------------------------------------------------------------------- parquet records

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .checks import REGISTRY
+from .check_words import REGISTRY
 from .errors import OutputError
-from .io import atomic_path, check_writable
 from .kruskal import Sweep
+from .staging import atomic_path, check_writable
 
 FORMATS = ("png", "pdf", "svg")
 
@@ -19,7 +19,7 @@ def check_plot_path(path: str | os.PathLike) -> Path:
     """Validate a plot path before any work is done; return it as a ``Path``.
 
     Raises:
-        OutputError: when the path cannot be written (:func:`~mhaaudit.io.check_writable`) or its suffix is not
+        OutputError: when the path cannot be written (:func:`~mhaaudit.staging.check_writable`) or its suffix is not
             .png, .pdf or .svg.
     """
     p = check_writable(path)

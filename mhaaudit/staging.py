@@ -1,4 +1,5 @@
-"""The outputs of one run, staged and put in place together (all or none).
+"""The outputs of one run, staged and put in place together (all or none); each written atomically
+(:func:`atomic_path`: its path checked first, a temporary beside it, renamed into place).
 
 Kept free of torch and numpy: the command line enters :func:`staged_outputs` before it knows
 which command runs, and ``--help`` must not import the library.
@@ -10,14 +11,16 @@ import contextlib
 import contextvars
 import os
 import signal
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import OutputError
+from .errors import MhaauditError, OutputError, Param
+from .files import special_kind
 
-__all__ = ["StagedOutputs", "make_output_folder", "staged_outputs"]
+__all__ = ["StagedOutputs", "atomic_path", "check_writable", "make_output_folder", "ordinary_mode", "staged_outputs"]
 
 
 def _reason(exc: OSError) -> str:
@@ -144,3 +147,153 @@ def make_output_folder(folder: Path) -> None:
     staged = _STAGED.get()
     if staged is not None:
         staged.made(folder)
+
+
+# --------------------------------------------------------------------------- atomic writes
+
+
+def _refuse_unnamable(p: Path, what: str | Param) -> None:
+    """Refuse a path the system cannot name (a name longer than its file system takes, a loop of links).
+
+    Raises:
+        OutputError: when looking ``p`` up fails for another reason than its absence; ``what`` begins the message.
+    """
+    try:
+        os.lstat(p)
+    except (FileNotFoundError, NotADirectoryError):  # absent, or under a file: said with the folder's checks
+        pass
+    except OSError as exc:
+        raise OutputError(what + f": {_reason(exc)}") from None
+
+
+def _refuse_symlink(p: Path, what: str | Param) -> None:
+    """Refuse a dangling symbolic link at an output path (writing would create a file wherever it points).
+
+    Raises:
+        OutputError: when ``p`` is a symbolic link whose target does not exist; ``what`` begins the message.
+    """
+    if p.is_symlink() and not p.exists():
+        raise OutputError(
+            what + f": it is a symbolic link to {os.readlink(p)}, which does not exist; "
+            "remove the link or choose another path"
+        )
+
+
+def _refuse_special(p: Path, what: str | Param, expected: str) -> None:
+    """Refuse an output path at which a device node, a named pipe or a socket stands (or a symbolic link to one):
+    the output, renamed into place, would replace the node (as root, ``/dev/null`` itself).
+
+    Raises:
+        OutputError: when :func:`mhaaudit.files.special_kind` names what stands at ``p``; ``what`` begins the
+            message, ``expected`` ("a regular file", "a folder") says what an output there must be.
+    """
+    kind = special_kind(p)
+    if kind is not None:
+        raise OutputError(what + f": it is {kind}, not {expected}; an output never replaces it: choose another path")
+
+
+# What ``tempfile`` adds to a prefix: 8 random characters (and ``.tmp``, the suffix given here).
+_RANDOM_CHARS = 8
+_TMP_SUFFIX = ".tmp"
+
+
+def temp_prefix(name: str, folder: Path, suffix: str = _TMP_SUFFIX) -> str:
+    """``.NAME.``: the prefix of a temporary made beside ``NAME`` in ``folder`` (with ``suffix``), ``NAME``
+    shortened (by its bytes) so that the temporary's whole name fits the longest name the folder's file
+    system takes: a legal 255-byte output name has a legal temporary."""
+    try:
+        longest = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):  # not asked (no pathconf, or no such folder yet): the usual
+        longest = 255
+    room = max(1, longest - len(os.fsencode(f"..{suffix}")) - _RANDOM_CHARS)
+    return f".{os.fsdecode(os.fsencode(name)[:room])}."
+
+
+def check_writable(path: str | os.PathLike) -> Path:
+    """Fail early, before any work, when ``path`` cannot be written; return it as a ``Path``.
+
+    The file is replaced by a rename, so a symbolic link at ``path`` is replaced, never followed;
+    a dangling one is refused.
+
+    Raises:
+        OutputError: when ``path`` is a folder, a dangling symbolic link, a device node, a named pipe or a socket
+            (or a symbolic link to one), its folder is missing, is a file or is not writable (tried, not only read
+            from the permission bits), or the file itself is not writable.
+    """
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    _refuse_unnamable(p, f"cannot write {p}")
+    _refuse_special(p, f"cannot write {p}", "a regular file")
+    if p.exists() and p.is_dir():
+        raise OutputError(f"cannot write {p}: it is a directory")
+    _refuse_symlink(p, f"cannot write {p}")
+    if not parent.exists():
+        raise OutputError(f"cannot write {p}: folder {parent} does not exist")
+    if not parent.is_dir():
+        raise OutputError(f"cannot write {p}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK):
+        raise OutputError(f"cannot write {p}: folder {parent} is not writable")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise OutputError(f"cannot write {p}: file is not writable")
+    try:  # the permission bits do not tell everything (/proc, a read-only mount, root): try it
+        fd, probe = tempfile.mkstemp(prefix=temp_prefix(p.name, parent), suffix=_TMP_SUFFIX, dir=parent)
+    except OSError as exc:
+        raise OutputError(f"cannot write {p}: folder {parent} is not writable ({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(probe)
+    return p
+
+
+def ordinary_mode(p: Path) -> int:
+    """The permissions a plain ``open(p, "w")`` would give: the existing file's, else 0o666 less the umask.
+
+    ``mkstemp`` (and some writers, such as safetensors') create files private (0o600); a file
+    renamed into place gets this mode first. A symbolic link's target is not asked.
+    """
+    try:
+        if not p.is_symlink():
+            return p.stat().st_mode & 0o7777
+    except OSError:
+        pass
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, *, now: bool = False) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it into place only on success.
+
+    Inside :func:`staged_outputs` the rename waits for the end of the run (all outputs or none),
+    unless ``now`` (a cache, or a results file kept up to date for resuming). On any failure the
+    temporary file is removed and ``path`` is left as it was.
+
+    Raises:
+        OutputError: when ``path`` cannot be written (:func:`check_writable`), or when writing or renaming fails
+            with an OSError (a full disk, a vanished folder).
+        OSError: an mhaaudit error of the work inside (an OutputError, an OfflineError), re-raised as it is.
+    """
+    p = check_writable(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(p.name, parent), suffix=_TMP_SUFFIX, dir=parent)
+    os.close(fd)
+    tmp_p = Path(tmp)
+    staged = None if now else _STAGED.get()
+    try:
+        yield tmp_p
+        os.chmod(tmp_p, ordinary_mode(p))
+        if staged is None:
+            os.replace(tmp_p, p)
+        else:
+            staged.stage(tmp_p, p)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp_p.unlink()
+        if isinstance(exc, MhaauditError):  # an OutputError or OfflineError of the work inside says itself
+            raise
+        # A full disk or a vanished folder is the user's to fix, not a bug: one line, exit 2.
+        raise OutputError(f"cannot write {p}: {_reason(exc)}") from exc
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp_p.unlink()
+        raise

@@ -41,11 +41,13 @@ LAYERS: list[tuple[str, ...]] = [
         "notes",
         "check_words",
         "load_sharing",
+        "sizes",
+        "render_kruskal",
     ),
     ("numerics",),
     ("settings", "display", "documents", "tables", "feature_files", "io", "collectives", "distributed", "facts"),
     ("kruskal",),
-    ("checks", "features"),
+    ("checks", "contexts", "features"),
     ("models", "sources", "batching", "request", "batches", "pipeline"),
     ("render", "plot", "render_seeds", "render_memorize", "seeds"),
     ("probes", "audit_result", "capture", "auditing", "estimation", "series"),
@@ -101,7 +103,7 @@ DEFERRED = {
     "mhaaudit.models.load": {"huggingface_hub", "transformers"},
     "mhaaudit.models.probe": {"PIL"},
     "mhaaudit.models.random_init": {"timm", "transformers"},
-    "mhaaudit.models.registry": {"timm", "transformers"},
+    "mhaaudit.models.resolution": {"timm", "transformers"},
     "mhaaudit.models.shards": {"huggingface_hub", "safetensors", "transformers"},
     "mhaaudit.models.timm_backend": {"timm"},
     "mhaaudit.notebook": {"ipywidgets", "tqdm"},
@@ -317,7 +319,7 @@ def test_the_chain_finder_finds_the_longest():
 
 # The longest chain of module-level imports today, counted in modules (a package's __init__ counts as
 # one): no change may make it longer.
-LONGEST_CHAIN = 17
+LONGEST_CHAIN = 15
 
 
 def test_the_import_chains_are_short():

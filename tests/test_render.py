@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from mhaaudit.kruskal.report import WHOLE_SET_MARK, estimate_text, exact_text
 from mhaaudit.render import cell
+from mhaaudit.render_kruskal import WHOLE_SET_MARK, estimate_text, exact_text
 
 
 def _rec(**kw) -> dict:

@@ -28,9 +28,9 @@ from typing import ClassVar
 from ..facts import CaptureFacts
 from ..numerics import RankRule, ldexp
 from ..provenance import stamp
+from ..render_kruskal import kruskal_report, subset_test_report, sweep_report
 from ..tables import TEST_COLUMNS, ResultTable, StoredSweepResult, table_rows
 from .brackets import GramBrackets
-from .report import kruskal_report, subset_test_report, sweep_report
 
 __all__ = [
     "EXACT_BASES",

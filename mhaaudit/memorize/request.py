@@ -16,9 +16,9 @@ import torch
 from .. import validate
 from ..defaults import DEFAULT_DEVICE, DEFAULT_SEED, MEMORIZE_PRESETS, MEMORIZE_VARY
 from ..errors import InputError, Param
-from ..io import check_writable
 from ..plot import check_plot_path
 from ..runtime import MAX_SEED, resolve_device
+from ..staging import check_writable
 from .grouping import default_budget
 from .recipe import Recipe
 

@@ -9,12 +9,14 @@ requested probe point.
 
 Where each concept lives:
 
-- ``registry``: aliases, backend and modality detection (:func:`resolve`, :func:`modality_of`);
+- ``registry``: aliases, families' tables, config checks; ``resolution``: backend and modality
+  detection (:func:`resolve`, :func:`modality_of`);
 - ``families``: every family's query token and what its embedding output carries; adding a
   transformers family is one entry there;
 - ``load``: :func:`load_model`, the one entry point (error mapping); ``plan``: :class:`LoadPlan`,
   how to load it (the arguments, checked where they are made), what a backend reads;
 - ``hf`` and ``timm_backend``: one module per backend (config, weights, tokenizer, images);
+  ``hub_reads``: every hub read's options, and the error for weights only the hub has, offline;
 - ``checkpoints``: reading state files and loading them only where they fit;
 - ``shards``: reading only the tensors the probed blocks use from a safetensors checkpoint
   (sharded, single file, or the hub), and what was read;
@@ -32,7 +34,8 @@ from .load import load_model
 from .plan import LoadPlan
 from .probe import ModelInfo, ProbedModel
 from .random_attention import RandomAttention
-from .registry import ALIASES, ModelSpec, modality_of, resolve
+from .registry import ALIASES, ModelSpec
+from .resolution import modality_of, resolve
 
 __all__ = [
     "ALIASES",

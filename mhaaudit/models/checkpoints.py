@@ -15,8 +15,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import ModelError, OfflineError, Param
+from ..errors import ModelError
 from ..feature_files import dense_values, safetensors_header, torch_load_reason
+from .hub_reads import offline_weights_error as offline_weights_error
 
 __all__ = [
     "CHECKPOINT_FILES",
@@ -113,12 +114,3 @@ def load_fitting(module: nn.Module, sd: dict[str, torch.Tensor], misfit: str) ->
 def is_ignorable(key: str) -> bool:
     """True for a parameter a checkpoint may lack (see :data:`IGNORABLE_MISSING`)."""
     return any(s in key for s in IGNORABLE_MISSING)
-
-
-def offline_weights_error(name: str, what: str) -> OfflineError:
-    """The error for trained weights that would have to come from the hub while offline."""
-    return OfflineError(
-        f"trained weights for {name} ({what}) are not on this machine and the hub cannot be reached; "
-        "pass " + Param("weights") + " PATH (a folder saved with save_pretrained, or a timm checkpoint file), "
-        "or use random weights"
-    )

@@ -34,12 +34,13 @@ from torch import nn
 from ..errors import InputError, ModelError
 from ..hub import force_offline_env, is_offline
 from .families import Family, embedding_positions, family_of, query_words
-from .hf_config import _config, _Hub, _tokens, refuse_repository_code
+from .hf_config import _config, _tokens, refuse_repository_code
 from .hf_config import hub_problem as hub_problem
 from .hf_config import repository_code as repository_code
 from .hf_inputs import MAX_INPUT_SIDE as MAX_INPUT_SIDE
 from .hf_inputs import image_transform, load_tokenizer
 from .hf_weights import _build, _checkpoint, _Weights, _weights_origin, find_blocks, whole_read
+from .hub_reads import _Hub
 from .plan import LoadPlan
 from .probe import ModelInfo, ProbedModel, measure_image_tokens, prepare_module
 from .registry import (

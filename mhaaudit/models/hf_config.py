@@ -1,18 +1,17 @@
 """The configuration of a transformers model: read from a folder, the alias table, the hub or the
-cache, with every hub read's options (:class:`_Hub`), checked for repository code, and the n of a
+cache, with every hub read's options (:class:`~.hub_reads._Hub`), checked for repository code, and the n of a
 text model.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, MhaauditError, ModelError, OfflineError, Param, one_line
-from .checkpoints import offline_weights_error
 from .families import Family
+from .hub_reads import _Hub, offline_weights_error
 from .registry import (
     ModelSpec,
     alias_list,
@@ -28,22 +27,6 @@ _DECODER_DEFAULT_MAX_N = 1024  # the paper's GPT-2 context; decoders with longer
 
 # The files of a model folder whose ``auto_map`` makes transformers import Python code from the folder.
 _CODE_MAP_FILES = ("config.json", "tokenizer_config.json", "preprocessor_config.json", "processor_config.json")
-
-
-@dataclass(frozen=True)
-class _Hub:
-    """How every hub read is made: at which revision, whether a repository's own code may run, offline."""
-
-    revision: str | None = None
-    trust_remote_code: bool = False
-    offline: bool = True
-
-    def kwargs(self, local: bool = False) -> dict:
-        """Keyword arguments of ``from_pretrained`` (no revision for a local folder)."""
-        kw: dict = {"local_files_only": self.offline or local, "trust_remote_code": self.trust_remote_code}
-        if self.revision is not None and not local:
-            kw["revision"] = self.revision
-        return kw
 
 
 def _config(spec: ModelSpec, weights: str, weights_path: str | None, hub: _Hub) -> tuple[Any, str]:

@@ -10,7 +10,7 @@ import torch
 
 from ..errors import ModelError
 from .families import Family, family_of
-from .hf_config import _Hub
+from .hub_reads import _Hub
 
 _TOKENIZER_FILES = (
     "tokenizer.json",

@@ -19,8 +19,9 @@ from torch import nn
 from .. import phases
 from ..errors import ModelError, one_line
 from ..feature_files import torch_load_reason
-from .checkpoints import is_ignorable, load_fitting, offline_weights_error, read_state_file
-from .hf_config import _auto_config, _Hub, hub_problem
+from .checkpoints import is_ignorable, load_fitting, read_state_file
+from .hf_config import _auto_config, hub_problem
+from .hub_reads import _Hub, offline_weights_error
 from .random_init import build_random, init_seed, reinit_hf, seeded
 from .registry import (
     BLOCK_PATHS,

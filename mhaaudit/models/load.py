@@ -1,7 +1,7 @@
 """load_model: a model name becomes a :class:`~.probe.ProbedModel`, through the backend it resolves to.
 
 The arguments are checked where they become a :class:`~.plan.LoadPlan`, the name is resolved by the registry
-(:func:`~.registry.resolve`), and the backend (:mod:`.hf` or :mod:`.timm_backend`) builds
+(:func:`~.resolution.resolve`), and the backend (:mod:`.hf` or :mod:`.timm_backend`) builds
 the model while library progress bars, warnings and info logs are silenced. Everything a user
 can get wrong ends in :class:`~mhaaudit.errors.ModelError`,
 :class:`~mhaaudit.errors.OfflineError` or :class:`~mhaaudit.errors.InputError` with a one-line
@@ -25,7 +25,7 @@ from ..errors import InputError, MhaauditError, ModelError, Param, joined, one_l
 from . import hf, timm_backend
 from .plan import LoadPlan, check_revision
 from .probe import ProbedModel
-from .registry import resolve
+from .resolution import resolve
 
 __all__ = ["LoadPlan", "check_hub_options", "check_revision", "load_model"]
 

@@ -33,12 +33,12 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-from ..display import human_bytes
 from ..errors import InputError, ModelError, OfflineError, Param, one_line
 from ..facts import ReadFacts
 from ..facts import weights_read_text as weights_read_text
 from ..feature_files import safetensors_header
 from ..files import folder_files, inside, read_json
+from ..sizes import human_bytes
 
 __all__ = [
     "INDEX_FILE",

@@ -30,8 +30,9 @@ from torch import nn
 from ..errors import InputError, ModelError, Param, one_line
 from ..files import regular_file
 from ..hub import force_offline_env, is_offline
-from .checkpoints import find_checkpoint, load_fitting, offline_weights_error
+from .checkpoints import find_checkpoint, load_fitting
 from .families import query_words
+from .hub_reads import offline_weights_error
 from .plan import LoadPlan
 from .probe import ModelInfo, ProbedModel, measure_image_tokens, prepare_module
 from .random_init import init_seed, reinit_timm, seeded

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 from rich.table import Table
 
-from ..checks import CHECK_MEANING, REGISTRY
-from ..kruskal.report import (
+from ..check_words import CHECK_MEANING, REGISTRY
+from ..render_kruskal import (
     WHOLE_SET_LEGEND,
     sweep_lines,
     verdict_text,

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import Param
-from ..kruskal.report import (
+from ..render_kruskal import (
     verdict_text,
 )
 from .common import loading_lines, positions_note, print_report, time_lines

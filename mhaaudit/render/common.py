@@ -19,7 +19,7 @@ from ..console import TextConsole
 from ..display import text_width
 from ..facts import AuditSettings, CapacitySettings, ModelFacts, ReadFacts, meta_value, weights_read_text
 from ..facts import positions_note as family_positions_note
-from ..kruskal.report import (
+from ..render_kruskal import (
     estimate_text,
     exact_text,
     kruskal_report,

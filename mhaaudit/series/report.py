@@ -10,9 +10,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..checks import REGISTRY
-from ..display import human_bytes
-from ..kruskal.report import verdict_text
 from ..render import audit_table, meaning_lines
+from ..render_kruskal import verdict_text
+from ..sizes import human_bytes
 
 __all__ = ["series_report", "trend_tables"]
 

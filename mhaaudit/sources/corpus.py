@@ -41,8 +41,8 @@ from pathlib import Path
 
 from .._version import __version__
 from ..errors import OutputError
-from ..io import atomic_path
 from ..progress import log, task
+from ..staging import atomic_path
 from ._common import cache_dir
 from .docstrings import module_docstrings, prose_paragraphs
 

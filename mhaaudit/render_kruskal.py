@@ -3,7 +3,8 @@
 What ``print(test)`` and a notebook show for a :class:`~mhaaudit.kruskal.SubsetTest` or a
 :class:`~mhaaudit.kruskal.Sweep`, and the pieces the command reports (:mod:`mhaaudit.render`) lay
 out around them. Renderers only: each function lays out the fields of a result; a test names its
-check by its own ``title``.
+check by its own ``title``. Below the estimator's package (it imports none of it): a report names a
+verdict without loading the estimator.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from .results import KruskalResult, SubsetTest, Sweep
+    from .kruskal.results import KruskalResult, SubsetTest, Sweep
 
 VERDICT_STYLE = {"holds": "green", "fails": "red", "unavailable": "yellow"}
 

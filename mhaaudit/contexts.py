@@ -1,0 +1,304 @@
+"""Assumption 2, exactly: the rank of every example's context matrix E_t (n x d), streamed.
+
+Each matrix's full rank is decided by the certified Cholesky test of :mod:`mhaaudit.numerics` (SVD
+for the undecided), so the counts are proofs under the rank rule, not an estimate; no Kruskal
+sampling is involved, so this sits below the estimator and the registry of checks
+(:mod:`mhaaudit.checks` names it ``assumption_2`` and re-exports these names), and what reduces a
+capture's features (:mod:`mhaaudit.features`) streams its batches here without loading either.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from .errors import InputError
+from .numerics import RankRule, checked, decide_full_rank, eigvalsh, gram_rank, scaled, with_numerics
+from .numerics.pow2 import max_abs
+from .numerics.threads import intra_op_threads
+
+__all__ = ["ContextRankResult", "ContextRanks", "assumption_2", "assumption_2_from_arrays", "context_ranks"]
+
+
+def _inverse_iteration_sigma(G: torch.Tensor, iters: int = 12):
+    """Estimates of (sigma_min, sigma_max) of the rows behind positive-definite Gram matrices."""
+    L, _info = torch.linalg.cholesky_ex(G)
+    B, k, _ = G.shape
+    v = torch.ones(B, k, 1, dtype=G.dtype, device=G.device)
+    w = v.clone()
+    for _ in range(iters):
+        v = torch.cholesky_solve(v, L)
+        v = v / v.norm(dim=1, keepdim=True).clamp_min(1e-300)
+        w = G @ w
+        w = w / w.norm(dim=1, keepdim=True).clamp_min(1e-300)
+    lam_min = (v.transpose(1, 2) @ G @ v).reshape(B)  # Rayleigh quotient: >= lambda_min
+    lam_max = (w.transpose(1, 2) @ G @ w).reshape(B)  # <= lambda_max
+    return lam_min.clamp_min(0).sqrt(), lam_max.clamp_min(0).sqrt()
+
+
+@with_numerics()
+def context_ranks(E: torch.Tensor, rule: RankRule, *, top: float | None = None):
+    """Compute the exact numerical rank of each ``(n, d)`` matrix in a ``(B, n, d)`` batch.
+
+    Full rank is decided with the certified Cholesky test of ``mhaaudit.numerics`` (SVD for the
+    undecided), so decisions equal ``torch.linalg.matrix_rank`` under the same rule. The ranks of
+    deficient matrices come from the Gram matrix's eigenvalues (SVD near the tolerance). For
+    full-rank matrices ``sigma_min`` and ``sigma_max`` are iteration estimates; the decision does
+    not depend on them. When n > d no matrix can have rank n, and ranks are not computed (-1).
+    The batch is divided by an exact power of two first (``numerics.scale``). The factorisations
+    run on one thread, so their numbers do not depend on the machine's thread count.
+
+    Args:
+        E: the ``(B, n, d)`` batch of context matrices.
+        rule: the rank rule.
+        top: the largest absolute entry of ``E`` when known (None: read here, which also finds NaN).
+
+    Returns:
+        ``(rank, sigma_min, sigma_max, tol)``, each of length B, on ``E``'s device, in the data's units.
+
+    Raises:
+        InputError: when ``E`` is not 3-D, or holds NaN or infinite values.
+    """
+    if E.ndim != 3:
+        raise InputError(f"context matrices must be (B, n, d), got shape {tuple(E.shape)}")
+    if top is None:
+        top = max_abs(E)
+    if E.is_floating_point() and not math.isfinite(top):
+        raise InputError("the context matrices hold NaN or infinite values")
+    B, n, d = E.shape
+    if n > d:
+        nan = torch.full((B,), float("nan"), dtype=torch.float64, device=E.device)
+        return torch.full((B,), -1, dtype=torch.long, device=E.device), nan, nan.clone(), nan.clone()
+    unit = scaled(E, rule, top=top)
+    E64, rule = unit.X, unit.rule
+    G = E64 @ E64.transpose(1, 2)
+    with intra_op_threads(1 if E64.device.type == "cpu" else None):  # (CPU threads: nothing to set for a GPU)
+        return _context_ranks_of(G, E64, unit, rule, n, d)
+
+
+def _context_ranks_of(G: torch.Tensor, E64: torch.Tensor, unit, rule: RankRule, n: int, d: int):
+    """:func:`context_ranks` from the Gram matrices ``G`` of the rescaled batch ``E64``."""
+    B = G.shape[0]
+    dec = decide_full_rank(G, lambda j: E64[j], n, d, rule)
+    rank = torch.full((B,), n, dtype=torch.long, device=E64.device)
+    smin = torch.empty(B, dtype=torch.float64, device=E64.device)
+    smax = torch.empty(B, dtype=torch.float64, device=E64.device)
+    full = dec.full
+    if bool(full.any()):
+        idx = full.nonzero().squeeze(-1)
+        smin[idx], smax[idx] = _inverse_iteration_sigma(G[idx])
+    if bool((~full).any()):
+        idx = (~full).nonzero().squeeze(-1)
+        rank[idx] = gram_rank(G[idx], lambda j: E64[idx[j]], d, rule)
+        lam, usable = eigvalsh(G[idx])  # checked; where no routine gives usable values, the SVD
+        lam = lam.clamp_min(0)
+        smin[idx], smax[idx] = lam[:, 0].sqrt(), lam[:, -1].sqrt()
+        if not bool(usable.all()):
+            bad = idx[~usable]
+            s = checked.svdvals(E64[bad])
+            smin[bad], smax[bad] = s[:, -1], s[:, 0]
+    tol = rule.tol(smax, n, d)
+    return rank, unit.to_data(smin), unit.to_data(smax), unit.to_data(tol)
+
+
+@dataclass(frozen=True)
+class ContextRankResult:
+    """Assumption 2 over T examples: exact counts, not an estimate."""
+
+    T: int
+    n: int
+    d: int
+    full: int
+    deficient: int
+    rank_histogram: dict[int, int]
+    min_margin: float  # min over examples of sigma_min / tol (> 1 means full rank with room)
+    worst_example: int
+    worst_sigma_min: float
+    worst_tol: float
+    rule: RankRule
+    verdict: str
+    reason: str
+    deficient_examples: tuple[int, ...] = ()
+    check: str = "assumption_2"
+    seed: int | None = None  # the audit's seed, for the record (no draws are made: every example is decided)
+
+    @property
+    def exact_status(self) -> str:
+        """Every example's rank is decided exactly, so the count is the exact answer (the estimate
+        verdict is the same): fails, holds, or undecided when there are no examples."""
+        return self.verdict if self.verdict in ("holds", "fails") else "undecided"
+
+    @property
+    def exact_basis(self) -> str:
+        """What the exact answer rests on: "dimension" (n > d), "exhaustive" (every example decided), or "none"."""
+        if self.exact_status == "undecided":
+            return "none"
+        return "dimension" if self.n > self.d else "exhaustive"
+
+    @property
+    def proven(self) -> bool:
+        """True when the verdict is exact (there was at least one example to decide)."""
+        return self.exact_status != "undecided"
+
+    def record(self) -> dict:
+        """The row of a results table (the columns of ``tables.TEST_COLUMNS``), as ``SubsetTest.record``
+        gives its own."""
+        frac = self.full / self.T if self.T else 0.0
+        return {
+            "check": self.check,
+            "k": self.n,
+            "T": self.T,
+            "d": self.d,
+            "samples": self.T,
+            "satisfied": self.full,
+            "fraction": frac,
+            "ci_low": frac,
+            "ci_high": frac,
+            "threshold": 1.0,
+            "verdict": self.verdict,
+            "exact_status": self.exact_status,
+            "exact_basis": self.exact_basis,
+            "scope": "per-example",
+            "reason": self.reason,
+            "tolerance": self.rule.describe(),
+            "seed": self.seed,
+            "witness": list(self.deficient_examples[:20]),
+            "witness_singular_values": [],
+            "witness_tol": None,
+            "rank_histogram": {str(k): v for k, v in sorted(self.rank_histogram.items())},
+            "exact_rechecks": 0,
+            "undecided_draws": 0,
+            "sampled": False,
+            "proven": self.proven,
+            "set_rank_ceiling": None,
+            "min_margin": self.min_margin,
+        }
+
+
+@dataclass
+class ContextRanks:
+    """Streaming Assumption 2: feed ``(B, n, d)`` batches, read the result at the end."""
+
+    rule: RankRule
+    n: int | None = None
+    d: int | None = None
+    ranks: list[torch.Tensor] = field(default_factory=list)  # one (B,) tensor per batch fed
+    sigma_min: list[torch.Tensor] = field(default_factory=list)
+    sigma_max: list[torch.Tensor] = field(default_factory=list)
+    tols: list[torch.Tensor] = field(default_factory=list)
+
+    def update(self, E: torch.Tensor, *, top: float | None = None) -> None:
+        """Decide the rank of each (n, d) context matrix of the batch ``E`` and keep the statistics where
+        ``E`` lies (copied to the CPU once, by :meth:`arrays`). ``top``: ``E``'s largest absolute entry,
+        when the caller has read it (:func:`context_ranks`).
+
+        Raises:
+            InputError: when the batch's (n, d) differs from the first batch's, or it holds NaN or infinite values.
+        """
+        _B, n, d = E.shape
+        if self.n is None:
+            self.n, self.d = n, d
+        elif (n, d) != (self.n, self.d):
+            raise InputError(f"context batches changed shape from (n, d) = ({self.n}, {self.d}) to ({n}, {d})")
+        r, smin, smax, tol = context_ranks(E, self.rule, top=top)
+        self.ranks.append(r)
+        self.sigma_min.append(smin)
+        self.sigma_max.append(smax)
+        self.tols.append(tol)
+
+    def arrays(self) -> dict[str, torch.Tensor]:
+        """The per-example statistics fed so far, each of length T, on the CPU: ``context_rank`` (int64; -1 when
+        n > d), ``context_sigma_min``, ``context_sigma_max`` and ``context_tol`` (float64, in the data's units)."""
+        cat = lambda xs, dt: torch.cat(xs).cpu() if xs else torch.zeros(0, dtype=dt)  # noqa: E731
+        return {
+            "context_rank": cat(self.ranks, torch.long),
+            "context_sigma_min": cat(self.sigma_min, torch.float64),
+            "context_sigma_max": cat(self.sigma_max, torch.float64),
+            "context_tol": cat(self.tols, torch.float64),
+        }
+
+    def result(self) -> ContextRankResult:
+        """Assumption 2 over every example fed (verdict "unavailable" when none was)."""
+        a = self.arrays()
+        return assumption_2_from_arrays(a, n=self.n or 0, d=self.d or 0, rule=self.rule)
+
+
+def assumption_2_from_arrays(a: dict[str, torch.Tensor], *, n: int, d: int, rule: RankRule) -> ContextRankResult:
+    """Assumption 2 from the per-example statistics of :meth:`ContextRanks.arrays`: the exact count of context
+    matrices of rank n among T, the rank histogram, the worst sigma_min / tolerance margin and the verdict
+    ("holds", "fails", or "unavailable" when T = 0; n > d fails by dimension alone)."""
+    rank = a["context_rank"]
+    T = int(rank.numel())
+    full_mask = rank == n
+    full = int(full_mask.sum())
+    hist: dict[int, int] = {}
+    for v in rank.tolist():
+        hist[int(v)] = hist.get(int(v), 0) + 1
+    if T and n <= d:
+        smin, tol = a["context_sigma_min"], a["context_tol"]
+        # sigma_min / tol in the data's units: a ratio, so the same at every scale (0 for a zero matrix)
+        margin = torch.where(
+            tol > 0, smin / torch.where(tol > 0, tol, 1.0), torch.where(smin > 0, float("inf"), 0.0).to(smin.dtype)
+        )
+        worst = int(margin.argmin())
+        min_margin = float(margin[worst])
+        worst_smin, worst_tol = float(a["context_sigma_min"][worst]), float(a["context_tol"][worst])
+    else:
+        worst, min_margin, worst_smin, worst_tol = -1, float("nan"), float("nan"), float("nan")
+    deficient = tuple(int(i) for i in (~full_mask).nonzero().squeeze(-1).tolist())
+    if T == 0:
+        verdict, reason = "unavailable", "no examples"
+    elif n > d:
+        verdict = "fails"
+        reason = f"n = {n} > d = {d}: n tokens in R^{d} are always dependent, so no context matrix can have rank n"
+    elif full == T:
+        verdict = "holds"
+        reason = f"all {T} context matrices have rank n = {n} (smallest sigma_min / tolerance = {min_margin:.3g})"
+    else:
+        verdict = "fails"
+        lo = min(hist)
+        reason = (
+            f"{T - full} of {T} context matrices have rank < n = {n} (lowest rank {lo}); first: example {deficient[0]}"
+        )
+    return ContextRankResult(
+        T=T,
+        n=n,
+        d=d,
+        full=full,
+        deficient=T - full,
+        rank_histogram=hist,
+        min_margin=min_margin,
+        worst_example=worst,
+        worst_sigma_min=worst_smin,
+        worst_tol=worst_tol,
+        rule=rule,
+        verdict=verdict,
+        reason=reason,
+        deficient_examples=deficient,
+    )
+
+
+def assumption_2(E: torch.Tensor, rule: RankRule | None = None, batch_size: int = 64) -> ContextRankResult:
+    """Check Assumption 2 on a ``(T, n, d)`` tensor: every context matrix has rank n.
+
+    Use ``ContextRanks`` to stream the matrices instead.
+
+    Args:
+        E: the ``(T, n, d)`` context matrices.
+        rule: the rank rule (None: the rule for E's dtype).
+        batch_size: context matrices decided at a time (default 64).
+
+    Returns:
+        The :class:`ContextRankResult`: how many of the T context matrices have rank n, the verdict and
+        the evidence (rank histogram, the worst margin, the deficient examples).
+
+    Raises:
+        InputError: when ``E`` is not 3-D, or holds NaN or infinite values.
+    """
+    rule = rule or RankRule.for_dtype(E.dtype)
+    acc = ContextRanks(rule)
+    for part in E.split(batch_size):
+        acc.update(part)
+    return acc.result()

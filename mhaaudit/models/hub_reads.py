@@ -1,0 +1,38 @@
+"""How the hub is read: every read's options (:class:`_Hub`: the revision, whether a repository's own code
+may run, offline), and the error for trained weights only the hub has while it cannot be reached.
+
+Kept below the backends' modules, which all read through these, so that none loads another for them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import OfflineError, Param
+
+__all__ = ["offline_weights_error"]
+
+
+@dataclass(frozen=True)
+class _Hub:
+    """How every hub read is made: at which revision, whether a repository's own code may run, offline."""
+
+    revision: str | None = None
+    trust_remote_code: bool = False
+    offline: bool = True
+
+    def kwargs(self, local: bool = False) -> dict:
+        """Keyword arguments of ``from_pretrained`` (no revision for a local folder)."""
+        kw: dict = {"local_files_only": self.offline or local, "trust_remote_code": self.trust_remote_code}
+        if self.revision is not None and not local:
+            kw["revision"] = self.revision
+        return kw
+
+
+def offline_weights_error(name: str, what: str) -> OfflineError:
+    """The error for trained weights that would have to come from the hub while offline."""
+    return OfflineError(
+        f"trained weights for {name} ({what}) are not on this machine and the hub cannot be reached; "
+        "pass " + Param("weights") + " PATH (a folder saved with save_pretrained, or a timm checkpoint file), "
+        "or use random weights"
+    )
