@@ -8,10 +8,10 @@ Each type is also the built-in exception it means (:class:`InputError`, :class:`
 ``OSError``), so a library caller's ``except ValueError`` catches a bad argument.
 
 A message names the library's parameters (``samples``, ``k``), never a command-line flag. It is
-a :class:`Message`: text and :class:`Param` parts, built with ``+`` (``param("samples") + " must be
+a :class:`Message`: text and :class:`Param` parts, built with ``+`` (``Param("samples") + " must be
 at least 1"``). ``str()`` of it says ``samples``; an interface writes its own name for each part
 (:meth:`Message.named`: the command line writes ``--samples`` from its one table of flags, in
-``mhaaudit.cli.app``). An error carries its structured fields: the parameters its message names
+``mhaaudit.cli.names``). An error carries its structured fields: the parameters its message names
 (:attr:`MhaauditError.params`), and where it refuses one value, that value and what is allowed.
 Messages a result keeps (an unavailable column's reason, a note) are Messages too, so the command
 line names its flags in them when it writes the result.
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 # What a library caller reads for the names a message gives that are not parameters of a library
-# function (what the command line writes there is in mhaaudit.cli.app's table of flags).
+# function (what the command line writes there is in mhaaudit.cli.names's table of flags).
 LIBRARY_NAMES = {
     "check_out": "a parquet file of AuditResult.to_arrow()",
     "check_save_features": "FeatureSet.save()",
@@ -55,11 +55,6 @@ class Param:
 
     def __radd__(self, other: object) -> Message:
         return Message(other, self) if isinstance(other, str) else NotImplemented
-
-
-def param(name: str) -> Param:
-    """The library parameter ``name`` as a part of a message (see :class:`Message`)."""
-    return Param(name)
 
 
 Part = str | Param
