@@ -376,25 +376,16 @@ class SingleProcess:
 
 
 def _one_line_message(message: str, limit: int) -> str:
-    """``message`` on one line (white space folded), its parameters kept; cut to ``limit`` as plain text."""
-    if not isinstance(message, Message):
+    """``message`` on one line (white space folded, ends stripped), its parameters kept; a message
+    longer than ``limit`` or not a :class:`~mhaaudit.errors.Message` as :func:`one_line` gives it."""
+    if not isinstance(message, Message) or not message.strip() or len(" ".join(message.split())) > limit:
         return one_line(Exception(message), limit)
     parts = [re.sub(r"\s+", " ", p) if isinstance(p, str) else p for p in message.parts]
-    folded = Message(*parts)
-    text = folded.strip()
-    if not text or len(folded) > limit:
-        return one_line(Exception(message), limit)
-    return folded if text == folded else Message(*_stripped(folded.parts))
-
-
-def _stripped(parts: tuple) -> list:
-    """Message parts without the white space at either end of the whole."""
-    out = list(parts)
-    if out and isinstance(out[0], str):
-        out[0] = out[0].lstrip()
-    if out and isinstance(out[-1], str):
-        out[-1] = out[-1].rstrip()
-    return out
+    if isinstance(parts[0], str):
+        parts[0] = parts[0].lstrip()
+    if isinstance(parts[-1], str):
+        parts[-1] = parts[-1].rstrip()
+    return Message(*parts)
 
 
 def _alive(pid: int) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import Message, with_names
+from ..errors import named, with_names
 
 # The command line's name for each library parameter (or other name) a message names (a
 # :class:`mhaaudit.errors.Param`), where it is not the parameter with dashes: ``text_column`` is
@@ -27,7 +27,7 @@ def flag(param: str) -> str:
 def flagged(text: str) -> str:
     """``text`` as the command line shows it: each parameter a :class:`~mhaaudit.errors.Message` names
     written as its flag (plain text as is)."""
-    return text.named(flag) if isinstance(text, Message) else text
+    return named(text, flag)
 
 
 def with_flags(obj: Any) -> Any:
