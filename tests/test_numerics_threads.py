@@ -18,6 +18,10 @@ def _openmp() -> set[int]:
     return {i["num_threads"] for i in threadpool_info() if i["user_api"] == "openmp"}
 
 
+def _blas() -> set[int]:
+    return {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+
+
 @pytest.fixture()
 def two_threads():
     before = torch.get_num_threads()
@@ -27,10 +31,13 @@ def two_threads():
 
 
 def test_sets_torch_and_openmp_and_threads_started_inside_then_restores(two_threads):
+    import numpy as np
+
+    np.linalg.eigvalsh(np.eye(2))  # NumPy's BLAS loaded: it is limited too
     seen = []
     with intra_op_threads(1):
         assert torch.get_num_threads() == 1
-        assert _openmp() <= {1}
+        assert _openmp() <= {1} and _blas() <= {1}
         worker = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
         worker.start()
         worker.join()

@@ -30,7 +30,7 @@ from .subnormals import subnormals_kept
 if TYPE_CHECKING:
     from .rule import RankRule
 
-__all__ = ["Scaled", "row_norms", "scaled"]
+__all__ = ["Scaled", "exponent_for", "row_norms", "scaled"]
 
 
 @dataclass(frozen=True)
@@ -49,24 +49,41 @@ class Scaled:
             return ldexp(v, self.exponent)
 
 
-def scaled(X: torch.Tensor, rule: RankRule, top: float | None = None) -> Scaled:
+def scaled(X: torch.Tensor, rule: RankRule, top: float | None = None, exponent: int | None = None) -> Scaled:
     """``X`` in float64, divided by the power of two that brings its largest entry into [0.5, 1).
 
     Done with subnormals kept, so that subnormal entries (of float32 or float64 data) are
     converted and rescaled exactly even inside ``numerics``. ``top``: the largest absolute entry
     of ``X`` (:func:`~.pow2.max_abs`) when the caller has it; it is used when it is a finite normal
     number of ``X``'s dtype (then no setting of subnormals can have changed it), else found here.
-    The converted copy is rescaled in place: one float64 tensor is made.
+    ``exponent``: the power of two to divide by, when the caller has fixed it for a larger whole
+    that ``X`` is a part of (:func:`exponent_for` of the whole), so that every part is in the same
+    units. The converted copy is rescaled in place: one float64 tensor is made.
     """
     with subnormals_kept():
         X64 = to_float64(X)
-        if top is not None and X.is_floating_point() and math.isfinite(top) and top >= torch.finfo(X.dtype).tiny:
-            e = math.frexp(top)[1]
-        else:
+        e = exponent if exponent is not None else _top_exponent(X, top)
+        if e is None:
             e = exponent_of(X64)
         if e:
             X64 = ldexp(X64, -e, inplace=X64 is not X)  # a float64 X on a device is not copied by to_float64
     return Scaled(X64, e, rule.in_units(e))
+
+
+def exponent_for(X: torch.Tensor, top: float | None = None) -> int:
+    """The power of two :func:`scaled` divides ``X`` by (``top`` as there)."""
+    e = _top_exponent(X, top)
+    if e is None:
+        with subnormals_kept():
+            e = exponent_of(to_float64(X))
+    return e
+
+
+def _top_exponent(X: torch.Tensor, top: float | None) -> int | None:
+    """The exponent of ``top`` when it can be trusted (a finite normal number of ``X``'s dtype), else None."""
+    if top is not None and X.is_floating_point() and math.isfinite(top) and top >= torch.finfo(X.dtype).tiny:
+        return math.frexp(top)[1]
+    return None
 
 
 def row_norms(X: torch.Tensor) -> torch.Tensor:

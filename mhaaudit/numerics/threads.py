@@ -2,7 +2,9 @@
 
 :func:`intra_op_threads` sets, for the block it wraps, torch's own intra-op thread count (the
 count threads started inside the block inherit) and, through threadpoolctl, every OpenMP runtime
-loaded in the process; on exit both are restored, also on error. Places that run many small
+and every BLAS library loaded in the process (NumPy's and SciPy's OpenBLAS run their own threads:
+left alone, each of their calls would start a team on top of torch's); on exit all are restored,
+also on error. Places that run many small
 factorisations side by side (Monte-Carlo worker threads, stacked training groups, image synthesis
 beside the forward pass) use it with one thread each: on shared cores, a team of threads per call
 on top of the callers' own parallelism made them several times slower.
@@ -46,7 +48,8 @@ def intra_op_threads(threads: int | None) -> Iterator[None]:
         yield
         return
     before = torch.get_num_threads()
-    with _controller().limit(limits=threads, user_api="openmp"):
+    controller = _controller()
+    with controller.limit(limits=threads, user_api="openmp"), controller.limit(limits=threads, user_api="blas"):
         torch.set_num_threads(threads)
         try:
             yield
