@@ -1,7 +1,8 @@
 """Assumption 2, exactly: the rank of every example's context matrix E_t (n x d), streamed.
 
-Each matrix's full rank is decided by the certified Cholesky test of :mod:`mhaaudit.numerics` (SVD
-for the undecided), so the counts are proofs under the rank rule, not an estimate; no Kruskal
+Each matrix's rank is decided from the eigenvalues of its Gram matrix, whose rounding error is bounded,
+and with the SVD where one lies within that bound of the tolerance (:func:`mhaaudit.numerics.gram_rank`),
+so the counts are proofs under the rank rule, not an estimate; no Kruskal
 sampling is involved, so this sits below the estimator and the registry of checks
 (:mod:`mhaaudit.checks` names it ``assumption_2`` and re-exports these names), and what reduces a
 capture's features (:mod:`mhaaudit.features`) streams its batches here without loading either.
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 
 from .errors import InputError
-from .numerics import RankRule, checked, decide_full_rank, eigvalsh, gram_rank, numerics, scaled, with_numerics
+from .numerics import RankRule, checked, eigvalsh, gram_rank, numerics, scaled, with_numerics
 from .numerics.pow2 import max_abs
 from .numerics.scale import exponent_for
 from .numerics.threads import intra_op_threads
@@ -29,12 +30,12 @@ __all__ = ["ContextRankResult", "ContextRanks", "assumption_2", "assumption_2_fr
 def context_ranks(E: torch.Tensor, rule: RankRule, *, top: float | None = None):
     """Compute the exact numerical rank of each ``(n, d)`` matrix in a ``(B, n, d)`` batch.
 
-    Full rank is decided with the certified Cholesky test of ``mhaaudit.numerics`` (SVD for the
-    undecided), so decisions equal ``torch.linalg.matrix_rank`` under the same rule. The ranks of
-    deficient matrices come from the Gram matrix's eigenvalues (SVD near the tolerance).
-    ``sigma_min`` and ``sigma_max`` are the square roots of the Gram matrix's extreme eigenvalues
-    (the SVD's where no eigenvalue routine gives usable values); their rounding error lies far below
-    the tolerance, and the decision does not depend on them. When n > d no matrix can have rank n,
+    Ranks come from the Gram matrix's eigenvalues, accurate to a rounding error that is bounded; a
+    matrix with an eigenvalue within that bound of the tolerance, or whose eigenvalues no routine
+    gives usable, is decided by the SVD (``numerics.gram_rank``), so ranks equal
+    ``torch.linalg.matrix_rank``'s under the same rule. ``sigma_min`` and ``sigma_max`` are the square
+    roots of the extreme eigenvalues (the SVD's where no eigenvalue is usable): their rounding error
+    lies far below the tolerance. When n > d no matrix can have rank n,
     and ranks are not computed (-1). The batch is divided by an exact power of two first
     (``numerics.scale``). On the CPU the batch is dealt in parts among as many worker threads as
     torch's intra-op thread count, each running its factorisations on one thread, so the numbers
@@ -100,12 +101,8 @@ def _context_ranks_part(E: torch.Tensor, rule: RankRule, e: int):
         rows = E64.__getitem__
     unit = scaled(E[:0], rule, exponent=e)  # the units: the rule in them, and the way back to the data's
     rule = unit.rule
-    dec = decide_full_rank(G, rows, n, d, rule)
-    rank = torch.full((B,), n, dtype=torch.long, device=G.device)
-    if bool((~dec.full).any()):
-        idx = (~dec.full).nonzero().squeeze(-1)
-        rank[idx] = gram_rank(G[idx], lambda j: rows(idx[j]), d, rule)
     lam, usable = eigvalsh(G)  # checked; where no routine gives usable values, the SVD
+    rank = gram_rank(G, rows, d, rule, eigen=(lam, usable))
     lam = lam.clamp_min(0)
     smin, smax = lam[:, 0].sqrt(), lam[:, -1].sqrt()
     if not bool(usable.all()):

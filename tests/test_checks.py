@@ -48,6 +48,25 @@ def test_context_ranks_equal_matrix_rank_on_mixed_batch():
     assert bool((smin[~full] <= _tol[~full]).all())
 
 
+def test_context_ranks_equal_matrix_rank_at_the_tolerance():
+    """Matrices whose smallest singular value sits just above, at and just below the tolerance (relative
+    distances 1e-3 to 1e-9): the rank is torch.linalg.matrix_rank's on every one."""
+    g = torch.Generator().manual_seed(4)
+    n, d = 6, 10
+    rule = RankRule.for_dtype(torch.float32)
+    tol = rule.rtol_for(n, d)  # sigma_max = 1
+    mats = []
+    for factor in (1 - 1e-3, 1 - 1e-6, 1 - 1e-9, 1.0, 1 + 1e-9, 1 + 1e-6, 1 + 1e-3, 0.0, 2.0):
+        U = torch.linalg.qr(torch.randn(n, n, generator=g, dtype=torch.float64))[0]
+        V = torch.linalg.qr(torch.randn(d, n, generator=g, dtype=torch.float64))[0]
+        s = torch.tensor([1.0, 0.7, 0.3, 0.1, 0.01, tol * factor], dtype=torch.float64)
+        mats.append(U @ torch.diag(s) @ V.T)
+    E = torch.stack(mats)
+    rank = context_ranks(E, rule)[0]
+    assert torch.equal(rank, _ref_ranks(E, rule))
+    assert set(rank.tolist()) == {n - 1, n}  # both sides of the tolerance are represented
+
+
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("scale", [1.0, 2.0**-135])  # 2**-135: float32 subnormals (the batch's top is one too)
 def test_context_ranks_decide_each_matrix_on_its_own(threads, scale):

@@ -207,6 +207,21 @@ def test_fingerprints_of_long_examples_stay_exact(monkeypatch):
     assert keys[0] == keys[1] != keys[2]
 
 
+def test_the_host_and_device_dot_products_are_the_exact_integers():
+    """The CPU's products (NumPy's BLAS) and a device's (torch's) are the exact integer dot products,
+    at the extreme 16-bit words and over several chunks: equal keys whatever computes them."""
+    from mhaaudit.sources.duplicates import _device_dot, _host_dot
+
+    g = torch.Generator().manual_seed(3)
+    words = torch.randint(-(1 << 15), 1 << 15, (5, 1000), generator=g, dtype=torch.int64)
+    words[0], words[1] = -(1 << 15), (1 << 15) - 1
+    w = torch.randint(0, 1 << 16, (1000, 8), generator=g, dtype=torch.int64)
+    exact = (words[:, :, None] * w[None]).sum(1)
+    words16, w64 = words.to(torch.int16), w.to(torch.float64)
+    assert torch.equal(_host_dot(words16, w64, 96), exact)
+    assert torch.equal(_device_dot(words16, w64, 96), exact)
+
+
 def test_a_fingerprint_collision_inside_a_batch_is_caught_by_the_bits(monkeypatch):
     """Rows of one batch whose fingerprints agree are compared bit for bit: a collision (forced
     here: every fingerprint 0) keeps different rows apart, and equal rows stay equal."""

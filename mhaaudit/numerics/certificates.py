@@ -137,7 +137,14 @@ def eigvalsh(G: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return checked.eigvalsh_where_usable(G)
 
 
-def gram_rank(G: torch.Tensor, rows_fn, d: int, rule: RankRule, left: str | None = None) -> torch.Tensor:
+def gram_rank(
+    G: torch.Tensor,
+    rows_fn,
+    d: int,
+    rule: RankRule,
+    left: str | None = None,
+    eigen: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
     """Numerical rank of k x d row subsets from their k x k float64 Gram matrices.
 
     Eigenvalues of G are the squared singular values of the rows, accurate to a rounding error
@@ -145,13 +152,14 @@ def gram_rank(G: torch.Tensor, rows_fn, d: int, rule: RankRule, left: str | None
     the SVD, so the result equals ``svd_rank`` on the rows. So is a Gram matrix too small to
     trust (``TINY_GRAM``). With ``left`` (what the caller does with such a subset, in the one
     line on stderr), a subset whose SVD no LAPACK route can give has rank -1 instead of raising.
+    ``eigen``: ``eigvalsh(G)`` (the values and the mask of the usable ones) when the caller has it.
 
     Raises:
         ArithmeticError: (``numerics.checked.NumericalFailure``) without ``left``, when no LAPACK route gives
             usable singular values for a subset the SVD decides.
     """
     k = G.shape[-1]
-    lam, usable = eigvalsh(G)
+    lam, usable = eigvalsh(G) if eigen is None else eigen
     lam = lam.clamp_min(0)  # ascending
     lmax = lam[..., -1]
     tol2 = rule.tol(lmax.sqrt(), k, d) ** 2
