@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 import threading
 from pathlib import Path
 
@@ -79,3 +80,16 @@ def test_no_other_module_sets_the_thread_count():
         if re.search(r"\bset_num_threads\(", line)
     ]
     assert not setters, setters
+
+
+def test_libraries_loaded_later_are_limited_too(monkeypatch):
+    """The loaded libraries are inspected again once more modules were imported (SciPy's LAPACK, say,
+    brings its own BLAS): a library loaded after the first use is limited as well."""
+    import types
+
+    from mhaaudit.numerics import threads
+
+    first = threads._controller()
+    assert threads._controller() is first  # nothing imported since: the inspection is kept
+    monkeypatch.setitem(sys.modules, "mhaaudit_test_newly_imported", types.ModuleType("x"))
+    assert threads._controller() is not first

@@ -13,6 +13,7 @@ on top of the callers' own parallelism made them several times slower.
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -22,14 +23,18 @@ from threadpoolctl import ThreadpoolController
 __all__ = ["intra_op_threads"]
 
 _LOCK = threading.Lock()
-_CONTROLLER: list[ThreadpoolController] = []  # found once: inspecting the loaded libraries costs milliseconds
+# found once, and again after more modules were imported (a library such as SciPy's LAPACK brings its
+# own BLAS): inspecting the loaded libraries costs milliseconds
+_CONTROLLER: dict[int, ThreadpoolController] = {}
 
 
 def _controller() -> ThreadpoolController:
     with _LOCK:
-        if not _CONTROLLER:
-            _CONTROLLER.append(ThreadpoolController())
-        return _CONTROLLER[0]
+        seen = len(sys.modules)
+        if seen not in _CONTROLLER:
+            _CONTROLLER.clear()
+            _CONTROLLER[seen] = ThreadpoolController()
+        return _CONTROLLER[seen]
 
 
 @contextlib.contextmanager
