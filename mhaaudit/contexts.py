@@ -10,6 +10,7 @@ capture's features (:mod:`mhaaudit.features`) streams its batches here without l
 
 from __future__ import annotations
 
+import functools
 import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ import torch
 from .errors import InputError
 from .numerics import RankRule, checked, eigvalsh, gram_rank, numerics, scaled, with_numerics
 from .numerics.pow2 import max_abs
-from .numerics.scale import exponent_for
+from .numerics.scale import Scaled, exponent_for
 from .numerics.threads import intra_op_threads
 
 __all__ = ["ContextRankResult", "ContextRanks", "assumption_2", "assumption_2_from_arrays", "context_ranks"]
@@ -37,10 +38,11 @@ def context_ranks(E: torch.Tensor, rule: RankRule, *, top: float | None = None):
     roots of the extreme eigenvalues (the SVD's where no eigenvalue is usable): their rounding error
     lies far below the tolerance. When n > d no matrix can have rank n,
     and ranks are not computed (-1). The batch is divided by an exact power of two first
-    (``numerics.scale``). On the CPU the batch is dealt in parts among as many worker threads as
-    torch's intra-op thread count, each running its factorisations on one thread, so the numbers
-    do not depend on the machine's thread count (each matrix is decided on its own: its results do
-    not depend on the batch it came in).
+    (``numerics.scale``). The batch is dealt in parts among as many worker threads as torch's
+    intra-op thread count, each running its factorisations on one thread, so the numbers do not
+    depend on the machine's thread count (each matrix is decided on its own: its results do not
+    depend on the batch it came in). On a GPU the device forms the Gram matrices and the host's
+    cores take their eigenvalues (a GPU's eigensolver takes one small matrix at a time).
 
     Args:
         E: the ``(B, n, d)`` batch of context matrices.
@@ -60,46 +62,76 @@ def context_ranks(E: torch.Tensor, rule: RankRule, *, top: float | None = None):
     if E.is_floating_point() and not math.isfinite(top):
         raise InputError("the context matrices hold NaN or infinite values")
     B, n, d = E.shape
-    if n > d:
+    if n > d or B == 0:
         nan = torch.full((B,), float("nan"), dtype=torch.float64, device=E.device)
         return torch.full((B,), -1, dtype=torch.long, device=E.device), nan, nan.clone(), nan.clone()
     e = exponent_for(E, top)  # one power of two for the batch: every part of it is in the same units
-    parts = min(B, torch.get_num_threads()) if E.device.type == "cpu" else 1
-    if parts <= 1:
-        with intra_op_threads(1 if E.device.type == "cpu" else None):  # (CPU threads: nothing to set for a GPU)
-            return _context_ranks_part(E, rule, e)
-    with intra_op_threads(1), ThreadPoolExecutor(parts, thread_name_prefix="mhaaudit-contexts") as pool:
-        # the workers, started inside, take one intra-op (and BLAS) thread each; flushing subnormals is theirs to set
-        done = [pool.submit(_context_ranks_in_worker, chunk, rule, e) for chunk in E.chunk(parts)]
-        got = [f.result() for f in done]
-    return tuple(torch.cat(xs) for xs in zip(*got, strict=True))
+    parts = max(1, min(B, torch.get_num_threads()))
+    if E.device.type == "cpu":  # each worker forms its part's Gram matrices too
+        jobs = [functools.partial(_part_of_rows, chunk, rule, e) for chunk in E.chunk(parts)]
+    else:
+        jobs = _device_jobs(E, rule, e, parts)
+    return _run(jobs, E.device)
+
+
+def _device_jobs(E: torch.Tensor, rule: RankRule, e: int, parts: int) -> list:
+    """The parts of :func:`context_ranks` for a batch on a device: the device forms the Gram matrices, and
+    their eigenvalues are the host's work (a GPU's eigensolver takes one small matrix at a time), dealt in
+    ``parts`` among its cores as on the CPU; the few matrices recomputed from their rows are copied over."""
+    B, _n, d = E.shape
+    E64 = scaled(E, rule, exponent=e).X
+    G = (E64 @ E64.transpose(1, 2)).cpu()
+    size = -(-B // parts)
+
+    def rows_of(part: torch.Tensor):
+        return lambda j: part[j.to(part.device) if isinstance(j, torch.Tensor) else j].cpu()
+
+    return [
+        functools.partial(_part_of_gram, G[s : s + size], rows_of(E64[s : s + size]), d, rule, e)
+        for s in range(0, B, size)
+    ]
+
+
+def _run(jobs: list, device: torch.device):
+    """The parts' results, each part in a worker thread of one intra-op (and BLAS) thread, joined on ``device``."""
+    if len(jobs) == 1:
+        with intra_op_threads(1):
+            got = [jobs[0]()]
+    else:
+        with intra_op_threads(1), ThreadPoolExecutor(len(jobs), thread_name_prefix="mhaaudit-contexts") as pool:
+            # the workers, started inside, take one intra-op (and BLAS) thread each; flushing subnormals is theirs
+            done = [pool.submit(_in_worker, job) for job in jobs]
+            got = [f.result() for f in done]
+    return tuple(torch.cat(xs).to(device) for xs in zip(*got, strict=True))
 
 
 #: Examples whose Gram matrices are formed at a time on the CPU
 _GRAM_ROWS = 4
 
 
-def _context_ranks_in_worker(E: torch.Tensor, rule: RankRule, e: int):
+def _in_worker(job):
     with numerics():
-        return _context_ranks_part(E, rule, e)
+        return job()
 
 
-def _context_ranks_part(E: torch.Tensor, rule: RankRule, e: int):
-    """:func:`context_ranks` of one part of a batch, in the calling thread; ``e``: the batch's power of two."""
-    B, n, d = E.shape
-    if E.device.type == "cpu":
-        # a few examples at a time, with NumPy's BLAS (on some CPUs twice as fast as torch's here): their
-        # float64 copy stays in the cache, and no float64 copy of the whole part is made
-        G = torch.empty(B, n, n, dtype=torch.float64)
-        for i in range(0, B, _GRAM_ROWS):
-            X = scaled(E[i : i + _GRAM_ROWS], rule, exponent=e).X.numpy()
-            np.matmul(X, X.transpose(0, 2, 1), out=G.numpy()[i : i + _GRAM_ROWS])
-        rows = lambda j: scaled(E[j], rule, exponent=e).X  # noqa: E731  (for the few recomputed from their rows)
-    else:
-        E64 = scaled(E, rule, exponent=e).X
-        G = E64 @ E64.transpose(1, 2)
-        rows = E64.__getitem__
-    unit = scaled(E[:0], rule, exponent=e)  # the units: the rule in them, and the way back to the data's
+def _part_of_rows(E: torch.Tensor, rule: RankRule, e: int):
+    """:func:`context_ranks` of the CPU part ``E`` of a batch whose power of two is ``e``: its Gram matrices
+    a few examples at a time, with NumPy's BLAS (on some CPUs twice as fast as torch's here), so their
+    float64 copy stays in the cache and no float64 copy of the whole part is made."""
+    B, n, _d = E.shape
+    G = torch.empty(B, n, n, dtype=torch.float64)
+    for i in range(0, B, _GRAM_ROWS):
+        X = scaled(E[i : i + _GRAM_ROWS], rule, exponent=e).X.numpy()
+        np.matmul(X, X.transpose(0, 2, 1), out=G.numpy()[i : i + _GRAM_ROWS])
+    rows = lambda j: scaled(E[j], rule, exponent=e).X  # noqa: E731  (for the few recomputed from their rows)
+    return _part_of_gram(G, rows, E.shape[2], rule, e)
+
+
+def _part_of_gram(G: torch.Tensor, rows, d: int, rule: RankRule, e: int):
+    """:func:`context_ranks` from the host's Gram matrices ``G`` of rescaled context matrices (``rows(j)``:
+    those at positions ``j``, for the few recomputed from their rows), in the calling thread."""
+    n = G.shape[-1]
+    unit = Scaled(G[:0], e, rule.in_units(e))  # the units: the rule in them, and the way back to the data's
     rule = unit.rule
     lam, usable = eigvalsh(G)  # checked; where no routine gives usable values, the SVD
     rank = gram_rank(G, rows, d, rule, eigen=(lam, usable))
@@ -107,10 +139,10 @@ def _context_ranks_part(E: torch.Tensor, rule: RankRule, e: int):
     smin, smax = lam[:, 0].sqrt(), lam[:, -1].sqrt()
     if not bool(usable.all()):
         bad = (~usable).nonzero().squeeze(-1)
-        s = checked.svdvals(rows(bad))
+        s = checked.svdvals(rows(bad)).to(smin.device)
         smin[bad], smax[bad] = s[:, -1], s[:, 0]
     tol = rule.tol(smax, n, d)
-    return rank, unit.to_data(smin), unit.to_data(smax), unit.to_data(tol)
+    return rank.cpu(), unit.to_data(smin), unit.to_data(smax), unit.to_data(tol)
 
 
 @dataclass(frozen=True)

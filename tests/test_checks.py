@@ -90,6 +90,45 @@ def test_context_ranks_decide_each_matrix_on_its_own(threads, scale):
             assert torch.equal(a, b[j : j + 1]), (j, a, b[j])
 
 
+def test_the_device_route_gives_the_host_route_s_results():
+    """On a device the Gram matrices are formed there and their eigenvalues on the host's cores: that route,
+    run here on CPU tensors, gives the ranks of the CPU's own route and its sigmas to rounding."""
+    from mhaaudit import contexts
+    from mhaaudit.numerics.scale import exponent_for
+
+    g = torch.Generator().manual_seed(5)
+    E = torch.randn(9, 5, 8, generator=g, dtype=torch.float64)
+    E[3, 4] = E[3, 2]
+    rule = RankRule.for_dtype(torch.float32)
+    U, s, Vh = torch.linalg.svd(E[6], full_matrices=False)
+    s[-1] = s[0] * rule.rtol_for(5, 8)  # at the tolerance: the SVD of its rows decides (they are copied over)
+    E[6] = U @ torch.diag(s) @ Vh
+    host = context_ranks(E, rule)
+    e = exponent_for(E, float(E.abs().max()))
+    via = contexts._run(contexts._device_jobs(E, rule, e, parts=4), E.device)
+    assert torch.equal(via[0], host[0]) and int(host[0][3]) == 4
+    full = host[0] == 5
+    # sigma_max and the tolerance to rounding; sigma_min to rounding far below the tolerance (a deficient
+    # matrix's is rounding noise: not compared)
+    assert torch.allclose(via[2], host[2], rtol=1e-12) and torch.allclose(via[3], host[3], rtol=1e-12)
+    assert bool(((via[1] - host[1]).abs()[full] <= 1e-3 * host[3][full]).all())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_context_ranks_on_cuda_equal_the_cpu_s():
+    g = torch.Generator().manual_seed(6)
+    E = torch.randn(40, 6, 10, generator=g)
+    E[7, 5] = E[7, 1]
+    rule = RankRule.for_dtype(E.dtype)
+    cpu, cuda = context_ranks(E, rule), context_ranks(E.cuda(), rule)
+    assert all(x.device.type == "cuda" for x in cuda)
+    cuda = tuple(x.cpu() for x in cuda)
+    assert torch.equal(cuda[0], cpu[0])
+    full = cpu[0] == 6
+    assert torch.allclose(cuda[2], cpu[2], rtol=1e-12) and torch.allclose(cuda[3], cpu[3], rtol=1e-12)
+    assert bool(((cuda[1] - cpu[1]).abs()[full] <= 1e-3 * cpu[3][full]).all())
+
+
 def test_assumption_2_counts_and_verdict():
     g = torch.Generator().manual_seed(1)
     E = torch.randn(30, 5, 12, generator=g)
