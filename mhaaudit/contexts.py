@@ -70,38 +70,41 @@ def context_ranks(E: torch.Tensor, rule: RankRule, *, top: float | None = None):
     if E.device.type == "cpu":  # each worker forms its part's Gram matrices too
         jobs = [functools.partial(_part_of_rows, chunk, rule, e) for chunk in E.chunk(parts)]
     else:
-        jobs = _device_jobs(E, rule, e, parts)
-    return _run(jobs, E.device)
+        jobs = _device_jobs(E, rule, e)
+    return _run(jobs, parts, E.device)
 
 
-def _device_jobs(E: torch.Tensor, rule: RankRule, e: int, parts: int) -> list:
-    """The parts of :func:`context_ranks` for a batch on a device: the device forms the Gram matrices, and
-    their eigenvalues are the host's work (a GPU's eigensolver takes one small matrix at a time), dealt in
-    ``parts`` among its cores as on the CPU; the few matrices recomputed from their rows are copied over."""
-    B, _n, d = E.shape
+#: Examples whose Gram matrices a job of a device's batch forms and copies to the host at a time (bounds the
+#: host memory of a large GPU batch: 64 x 197 x 197 float64 is 20 MB)
+_DEVICE_ROWS = 64
+
+
+def _device_jobs(E: torch.Tensor, rule: RankRule, e: int) -> list:
+    """The jobs of :func:`context_ranks` for a batch on a device, ``_DEVICE_ROWS`` examples each: the device
+    forms the Gram matrices, and their eigenvalues are the host's work (a GPU's eigensolver takes one small
+    matrix at a time), dealt among its cores as on the CPU; the few matrices recomputed from their rows are
+    copied over."""
     E64 = scaled(E, rule, exponent=e).X
-    G = (E64 @ E64.transpose(1, 2)).cpu()
-    size = -(-B // parts)
 
-    def rows_of(part: torch.Tensor):
-        return lambda j: part[j.to(part.device) if isinstance(j, torch.Tensor) else j].cpu()
+    def job(part: torch.Tensor):
+        G = (part @ part.transpose(1, 2)).cpu()
+        rows = lambda j: part[j.to(part.device) if isinstance(j, torch.Tensor) else j].cpu()  # noqa: E731
+        return _part_of_gram(G, rows, E.shape[2], rule, e)
 
-    return [
-        functools.partial(_part_of_gram, G[s : s + size], rows_of(E64[s : s + size]), d, rule, e)
-        for s in range(0, B, size)
-    ]
+    return [functools.partial(job, part) for part in E64.split(_DEVICE_ROWS)]
 
 
-def _run(jobs: list, device: torch.device):
-    """The parts' results, each part in a worker thread of one intra-op (and BLAS) thread, joined on ``device``."""
-    if len(jobs) == 1:
+def _run(jobs: list, workers: int, device: torch.device):
+    """The jobs' results, in order, on ``workers`` threads of one intra-op (and BLAS) thread each, joined on
+    ``device``."""
+    workers = min(workers, len(jobs))
+    if workers <= 1:
         with intra_op_threads(1):
-            got = [jobs[0]()]
+            got = [job() for job in jobs]
     else:
-        with intra_op_threads(1), ThreadPoolExecutor(len(jobs), thread_name_prefix="mhaaudit-contexts") as pool:
+        with intra_op_threads(1), ThreadPoolExecutor(workers, thread_name_prefix="mhaaudit-contexts") as pool:
             # the workers, started inside, take one intra-op (and BLAS) thread each; flushing subnormals is theirs
-            done = [pool.submit(_in_worker, job) for job in jobs]
-            got = [f.result() for f in done]
+            got = list(pool.map(_in_worker, jobs))
     return tuple(torch.cat(xs).to(device) for xs in zip(*got, strict=True))
 
 
