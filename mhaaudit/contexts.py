@@ -40,9 +40,9 @@ def context_ranks(E: torch.Tensor, rule: RankRule, *, top: float | None = None):
     and ranks are not computed (-1). The batch is divided by an exact power of two first
     (``numerics.scale``). The batch is dealt in parts among as many worker threads as torch's
     intra-op thread count, each running its factorisations on one thread, so the numbers do not
-    depend on the machine's thread count (each matrix is decided on its own: its results do not
-    depend on the batch it came in). On a GPU the device forms the Gram matrices and the host's
-    cores take their eigenvalues (a GPU's eigensolver takes one small matrix at a time).
+    depend on the machine's thread count (on the CPU each matrix is decided on its own: its results
+    do not depend on the batch it came in). On a GPU the device forms the Gram matrices and the
+    host's cores take their eigenvalues (a GPU's eigensolver takes one small matrix at a time).
 
     Args:
         E: the ``(B, n, d)`` batch of context matrices.
