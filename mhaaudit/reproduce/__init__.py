@@ -29,6 +29,7 @@ from ..seeds import (
     runs_meta,
     spread,
 )
+from ..seeds.plan import refuse_vary_without_seeds
 from ..seeds.records import cell_of, sweep_estimate_record
 from .compare import Comparison, RunFacts
 from .published import TARGETS, published, target_spec
@@ -80,16 +81,7 @@ def reproduce_paper(target: str, **options) -> Reproduction | SeedsResult:
     if options.get("seeds") is not None:
         return reproduce_seeds(validate.choice("target", target, TARGETS), **options)
     options.pop("seeds", None)
-    if options.get("vary", "both") != "both":
-        raise InputError(
-            Param("vary")
-            + " has no effect without "
-            + Param("seeds")
-            + ": it says which seed "
-            + Param("seeds")
-            + " varies"
-        )
-    options.pop("vary", None)
+    refuse_vary_without_seeds(options.pop("vary", "both"))
 
     return TARGET_FUNCTIONS[validate.choice("target", target, TARGETS)](**options)
 

@@ -130,6 +130,23 @@ def plan_seeds(
     return SeedPlan(tuple(listed), vary)
 
 
+def refuse_vary_without_seeds(vary: str) -> None:
+    """Refuse a ``vary`` other than its default where no ``seeds`` are given (it would say nothing).
+
+    Raises:
+        InputError: when ``vary`` is not "both".
+    """
+    if vary != "both":
+        raise InputError(
+            Param("vary")
+            + " has no effect without "
+            + Param("seeds")
+            + ": it says which seed "
+            + Param("seeds")
+            + " varies"
+        )
+
+
 def plan_for(settings, seeds, vary: str = "both") -> SeedPlan | None:
     """The plan of an entry point's ``seeds`` and ``vary`` beside its settings (whose seed, weights
     seed and data seed the plan holds or refuses, see :func:`plan_seeds`); None without ``seeds``,
@@ -139,15 +156,7 @@ def plan_for(settings, seeds, vary: str = "both") -> SeedPlan | None:
         InputError: when ``vary`` is given without ``seeds``, or :func:`plan_seeds` refuses the seeds.
     """
     if seeds is None:
-        if vary != "both":
-            raise InputError(
-                Param("vary")
-                + " has no effect without "
-                + Param("seeds")
-                + ": it says which seed "
-                + Param("seeds")
-                + " varies"
-            )
+        refuse_vary_without_seeds(vary)
         return None
     return plan_seeds(
         seeds, vary=vary, seed=settings.seed, weights_seed=settings.weights_seed, data_seed=settings.data_seed
