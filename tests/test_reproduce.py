@@ -517,3 +517,12 @@ def test_a_target_takes_its_run_as_one_request_and_refuses_a_keyword_that_disagr
         table1(request, limit=5)
     with pytest.raises(InputError, match="weights does not apply to figure1"):
         figure1(dataclasses.replace(request, weights={"vit": "x"}))
+
+
+def test_vary_without_seeds_is_refused_before_any_work():
+    """``reproduce_paper`` refuses ``vary`` without ``seeds`` with the words ``check`` uses."""
+    from mhaaudit.errors import InputError
+
+    with pytest.raises(InputError, match="vary has no effect without seeds") as info:
+        reproduce_paper("table1", vary="weights")
+    assert info.value.param == "vary"
