@@ -88,7 +88,7 @@ def _device_jobs(E: torch.Tensor, rule: RankRule, e: int) -> list:
 
     def job(part: torch.Tensor):
         G = (part @ part.transpose(1, 2)).cpu()
-        rows = lambda j: part[j.to(part.device) if isinstance(j, torch.Tensor) else j].cpu()  # noqa: E731
+        rows = lambda j: part[j].cpu()  # noqa: E731
         return _part_of_gram(G, rows, E.shape[2], rule, e)
 
     return [functools.partial(job, part) for part in E64.split(_DEVICE_ROWS)]
