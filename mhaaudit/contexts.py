@@ -19,7 +19,18 @@ import numpy as np
 import torch
 
 from .errors import InputError
-from .numerics import RankRule, checked, eigvalsh, gram_rank, numerics, scaled, with_numerics
+from .numerics import (
+    TINY_GRAM,
+    RankRule,
+    checked,
+    eigvalsh,
+    gram_rank,
+    numerics,
+    rounding_margin,
+    scaled,
+    with_numerics,
+)
+from .numerics.extremes import extreme_eigenvalues
 from .numerics.pow2 import max_abs
 from .numerics.scale import Scaled, exponent_for
 from .numerics.threads import intra_op_threads
@@ -31,12 +42,13 @@ __all__ = ["ContextRankResult", "ContextRanks", "assumption_2", "assumption_2_fr
 def context_ranks(E: torch.Tensor, rule: RankRule, *, top: float | None = None):
     """Compute the exact numerical rank of each ``(n, d)`` matrix in a ``(B, n, d)`` batch.
 
-    Ranks come from the Gram matrix's eigenvalues, accurate to a rounding error that is bounded; a
-    matrix with an eigenvalue within that bound of the tolerance, or whose eigenvalues no routine
-    gives usable, is decided by the SVD (``numerics.gram_rank``), so ranks equal
-    ``torch.linalg.matrix_rank``'s under the same rule. ``sigma_min`` and ``sigma_max`` are the square
-    roots of the extreme eigenvalues (the SVD's where no eigenvalue is usable): their rounding error
-    lies far below the tolerance. When n > d no matrix can have rank n,
+    Ranks come from the Gram matrix's eigenvalues, accurate to a rounding error that is bounded: a
+    matrix whose smallest eigenvalue lies beyond that bound above the squared tolerance has full rank
+    (its two extreme eigenvalues suffice, ``numerics.extremes``); a matrix with an eigenvalue within
+    that bound of the tolerance, or whose eigenvalues no routine gives usable, is decided by the SVD
+    (``numerics.gram_rank``), so ranks equal ``torch.linalg.matrix_rank``'s under the same rule.
+    ``sigma_min`` and ``sigma_max`` are the square roots of the extreme eigenvalues (the SVD's where
+    no eigenvalue is usable): their rounding error lies far below the tolerance. When n > d no matrix can have rank n,
     and ranks are not computed (-1). The batch is divided by an exact power of two first
     (``numerics.scale``). The batch is dealt in parts among as many worker threads as torch's
     intra-op thread count, each running its factorisations on one thread, so the numbers do not
@@ -132,10 +144,36 @@ def _part_of_rows(E: torch.Tensor, rule: RankRule, e: int):
 
 def _part_of_gram(G: torch.Tensor, rows, d: int, rule: RankRule, e: int):
     """:func:`context_ranks` from the host's Gram matrices ``G`` of rescaled context matrices (``rows(j)``:
-    those at positions ``j``, for the few recomputed from their rows), in the calling thread."""
-    n = G.shape[-1]
+    those at positions ``j``, for the few recomputed from their rows), in the calling thread. A matrix
+    whose smallest eigenvalue lies clear above the squared tolerance (beyond the rounding margin of
+    ``gram_rank``) has full rank: for those the two extreme eigenvalues suffice
+    (``numerics.extremes``); the others take their whole spectrum (:func:`_spectrum_route`)."""
+    B, n = G.shape[0], G.shape[-1]
     unit = Scaled(G[:0], e, rule.in_units(e))  # the units: the rule in them, and the way back to the data's
     rule = unit.rule
+    rank = torch.full((B,), n, dtype=torch.long)
+    smin, smax = torch.empty(B, dtype=torch.float64), torch.empty(B, dtype=torch.float64)
+    found = extreme_eigenvalues(G.numpy())
+    clear = torch.zeros(B, dtype=torch.bool)
+    if found is not None:
+        lo, hi, ok = (torch.from_numpy(x) for x in found)
+        lo, hi = lo.clamp_min(0), hi.clamp_min(0)
+        tol2 = rule.tol(hi.sqrt(), n, d) ** 2
+        # gram_rank's test: no eigenvalue within the rounding margin of the squared tolerance, none below it
+        clear = ok & (lo - tol2 > rounding_margin(n, d, hi) + 1e-6 * tol2)
+        clear &= G.diagonal(dim1=-2, dim2=-1).amax(-1) >= TINY_GRAM
+        smin[clear], smax[clear] = lo[clear].sqrt(), hi[clear].sqrt()
+    if not bool(clear.all()):
+        rest = (~clear).nonzero().squeeze(-1)
+        rank[rest], smin[rest], smax[rest] = _spectrum_route(G[rest], lambda j: rows(rest[j]), d, rule)
+    tol = rule.tol(smax, n, d)
+    return rank, unit.to_data(smin), unit.to_data(smax), unit.to_data(tol)
+
+
+def _spectrum_route(G: torch.Tensor, rows, d: int, rule: RankRule):
+    """``(rank, sigma_min, sigma_max)`` in the units of ``rule`` from every eigenvalue of each Gram matrix of
+    ``G`` (checked routes; the SVD of its rows where none is usable, or where one lies within the rounding
+    margin of the squared tolerance: ``gram_rank``)."""
     lam, usable = eigvalsh(G)  # checked; where no routine gives usable values, the SVD
     rank = gram_rank(G, rows, d, rule, eigen=(lam, usable))
     lam = lam.clamp_min(0)
@@ -144,8 +182,7 @@ def _part_of_gram(G: torch.Tensor, rows, d: int, rule: RankRule, e: int):
         bad = (~usable).nonzero().squeeze(-1)
         s = checked.svdvals(rows(bad)).to(smin.device)
         smin[bad], smax[bad] = s[:, -1], s[:, 0]
-    tol = rule.tol(smax, n, d)
-    return rank.cpu(), unit.to_data(smin), unit.to_data(smax), unit.to_data(tol)
+    return rank.cpu(), smin, smax
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -113,6 +114,35 @@ def test_the_device_route_gives_the_host_route_s_results(monkeypatch):
     # matrix's is rounding noise: not compared)
     assert torch.allclose(via[2], host[2], rtol=1e-12) and torch.allclose(via[3], host[3], rtol=1e-12)
     assert bool(((via[1] - host[1]).abs()[full] <= 1e-3 * host[3][full]).all())
+
+
+@pytest.mark.parametrize("extremes", ["none", "unusable"])
+def test_the_extremes_route_gives_the_whole_spectrum_s_results(monkeypatch, extremes):
+    """Matrices clear of the tolerance take only their extreme eigenvalues; the same batch decided from every
+    matrix's whole spectrum (no extremes routine, or one whose values fail their checks) gives the same
+    ranks, and sigmas and tolerances equal to rounding."""
+    from mhaaudit import contexts
+
+    g = torch.Generator().manual_seed(8)
+    n, d = 6, 10
+    rule = RankRule.for_dtype(torch.float32)
+    E = torch.randn(12, n, d, generator=g, dtype=torch.float64)
+    E[2, 5] = E[2, 0]  # deficient
+    U, s, Vh = torch.linalg.svd(E[4], full_matrices=False)
+    s[-1] = s[0] * rule.rtol_for(n, d) * (1 + 1e-9)  # at the tolerance: not clear of it
+    E[4] = U @ torch.diag(s) @ Vh
+    both = context_ranks(E, rule)
+    if extremes == "none":
+        monkeypatch.setattr(contexts, "extreme_eigenvalues", lambda G: None)
+    else:
+        real = contexts.extreme_eigenvalues
+        monkeypatch.setattr(contexts, "extreme_eigenvalues", lambda G: (*real(G)[:2], np.zeros(len(G), dtype=bool)))
+    whole = context_ranks(E, rule)
+    assert torch.equal(both[0], whole[0]) and torch.equal(both[0], _ref_ranks(E, rule))
+    assert int(both[0][2]) == n - 1
+    full = both[0] == n
+    assert torch.allclose(both[2], whole[2], rtol=1e-14) and torch.allclose(both[3], whole[3], rtol=1e-14)
+    assert torch.allclose(both[1][full], whole[1][full], rtol=1e-9)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -12,6 +12,8 @@
 * ``numerics.checked``: singular values and eigenvalues from LAPACK, checked before they decide
   anything and recomputed by another driver where they are not usable.
 * ``numerics.lapack``: the same certificates per draw through LAPACK on the CPU (imported on use).
+* ``numerics.extremes``: the smallest and largest eigenvalue of many small symmetric matrices, on
+  the CPU (LAPACK ``dsytrd`` and ``dstebz``), checked.
 * ``numerics.philox``: the counter-based generator of the Monte-Carlo draws, bit-identical on every
   device (imported on use).
 * ``numerics.stream``: rows read where they lie (in memory or a memory-mapped file) and the one

@@ -41,6 +41,7 @@ __all__ = [
     "SweepKernel",
     "available",
     "blas_single_thread",
+    "cython_lapack_function",
     "decide_draws",
     "gather_lower",
     "lapack_dpotrf",
@@ -49,22 +50,31 @@ __all__ = [
 ]
 
 
-@functools.lru_cache(maxsize=1)
-def lapack_dpotrf():
-    """LAPACK ``dpotrf`` as a ctypes function that releases the GIL, or None where unavailable."""
+def cython_lapack_function(name: str, *argtypes):
+    """The LAPACK routine ``name`` of SciPy (``scipy.linalg.cython_lapack``) as a ctypes function taking
+    ``argtypes`` and returning nothing, which releases the GIL while it runs; None where SciPy has no
+    such routine. The caller self-tests what it gets before anything relies on it."""
     try:
         from scipy.linalg import cython_lapack
 
-        capsule = cython_lapack.__pyx_capi__["dpotrf"]
+        capsule = cython_lapack.__pyx_capi__[name]
         api = ctypes.pythonapi
         api.PyCapsule_GetName.restype = ctypes.c_char_p
         api.PyCapsule_GetName.argtypes = [ctypes.py_object]
         api.PyCapsule_GetPointer.restype = ctypes.c_void_p
         api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
         ptr = api.PyCapsule_GetPointer(capsule, api.PyCapsule_GetName(capsule))
-        c_int_p = ctypes.POINTER(ctypes.c_int)
-        fn = ctypes.CFUNCTYPE(None, ctypes.c_char_p, c_int_p, ctypes.c_void_p, c_int_p, c_int_p)(ptr)
+        return ctypes.CFUNCTYPE(None, *argtypes)(ptr)
     except Exception:  # noqa: BLE001  # pragma: no cover - a SciPy without its Cython LAPACK API
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def lapack_dpotrf():
+    """LAPACK ``dpotrf`` as a ctypes function that releases the GIL, or None where unavailable."""
+    c_int_p = ctypes.POINTER(ctypes.c_int)
+    fn = cython_lapack_function("dpotrf", ctypes.c_char_p, c_int_p, ctypes.c_void_p, c_int_p, c_int_p)
+    if fn is None:  # pragma: no cover - a SciPy without its Cython LAPACK API
         return None
     # self-test: a wrong binding must never decide anything
     a = np.array([[4.0, 2.0], [2.0, 3.0]])
