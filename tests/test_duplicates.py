@@ -199,6 +199,7 @@ def test_fingerprints_of_long_examples_stay_exact(monkeypatch):
 
     monkeypatch.setattr(Fingerprints, "SEGMENT", 64)
     monkeypatch.setattr(Fingerprints, "CHUNK", 16)
+    monkeypatch.setattr(Fingerprints, "HOST_CHUNK", 16)
     x = torch.randint(0, 256, (3, 1000), dtype=torch.uint8)
     x[1] = x[0]
     x[2] = x[0]

@@ -281,7 +281,8 @@ class Fingerprints:
     """
 
     K = 8  # dot products per column: collision probability at most 2^-16 each
-    CHUNK = 1 << 15  # 16-bit words converted to float64 at once (per example)
+    CHUNK = 1 << 15  # 16-bit words converted to float64 at once (per example), on a device
+    HOST_CHUNK = 1 << 11  # on the CPU: a batch's float64 chunk then stays in the core's cache (0.5 MB for 32)
     SEGMENT = 1 << 21  # words summed into one dot product: |sum| < 2^21 x 2^15 x 2^16 = 2^52
 
     def __init__(self, secret: int | None = None) -> None:
@@ -301,9 +302,10 @@ class Fingerprints:
         weights, a segment of at most ``SEGMENT`` words at a time (so every sum stays below 2^53)."""
         L = words.shape[1]
         w = self._w(min(L, self.SEGMENT), words.device)  # every segment takes the same weights
-        dot = _host_dot if words.device.type == "cpu" else _device_dot
+        host = words.device.type == "cpu"
+        dot, chunk = (_host_dot, self.HOST_CHUNK) if host else (_device_dot, self.CHUNK)
         segments = range(0, max(L, 1), self.SEGMENT)
-        return torch.cat([dot(words[:, s : s + self.SEGMENT], w, self.CHUNK) for s in segments], dim=1)
+        return torch.cat([dot(words[:, s : s + self.SEGMENT], w, chunk) for s in segments], dim=1)
 
     def keys(self, batch: Mapping[str, Any]) -> list[bytes]:
         """One key per example of ``batch`` (a mapping of tensors with the examples along the first

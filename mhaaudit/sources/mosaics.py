@@ -147,10 +147,7 @@ class Atlas:
             level = p.astype(np.uint16)
             pyramid = [_pack(level)]
             while min(level.shape[:2]) // 2 >= TILE:
-                h, w = level.shape[0] // 2 * 2, level.shape[1] // 2 * 2
-                level = ((level[:h, :w].reshape(h // 2, 2, w // 2, 2, 3).sum((1, 3), dtype=np.uint16) + 2) // 4).astype(
-                    np.uint16
-                )
+                level = _halved(level)
                 pyramid.append(_pack(level))
             pyramids.append(pyramid)
         self.depth = np.array([len(p) for p in pyramids], dtype=np.int64)
@@ -167,6 +164,18 @@ class Atlas:
         self.table = torch.from_numpy(np.concatenate([lv.reshape(-1) for pyr in pyramids for lv in pyr])).to(
             self.device
         )
+
+
+def _halved(level: np.ndarray) -> np.ndarray:
+    """The rounded mean of each 2 x 2 block of the ``(H, W, 3)`` uint16 ``level`` (an odd last row or column
+    dropped): four strided sums, at most 4 x 255 + 2, exact in uint16."""
+    h, w = level.shape[0] // 2 * 2, level.shape[1] // 2 * 2
+    out = level[0:h:2, 0:w:2] + level[1:h:2, 0:w:2]
+    out += level[0:h:2, 1:w:2]
+    out += level[1:h:2, 1:w:2]
+    out += 2
+    out //= 4
+    return out
 
 
 def _pack(level: np.ndarray) -> np.ndarray:
