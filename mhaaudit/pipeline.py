@@ -490,7 +490,7 @@ def stream(
     # finds and drops the same ones.
     finder = DuplicateFinder(keep=data.keep_duplicates) if pm.info.modality == "image" else None
     share, shown = shard.world_size, 0  # rank 0's bar stands for every rank
-    trim = Trimmer(every=1.0)  # freed batch buffers go back to the system (see mhaaudit.hostmem)
+    trim = Trimmer(every=4.0)  # freed batch buffers go back to the system (see mhaaudit.hostmem)
     dev = pm.device
     with (
         task(label, data.limit, settings.progress) as advance,
