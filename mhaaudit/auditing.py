@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from . import phases
 from .audit_result import AuditResult, CheckResult, Column, check_features_folder
-from .capture import Captured, capture_probe, collect_features
+from .capture import Captured, capture_probe, collect_features, images_ahead
 from .checks import REGISTRY, ContextRankResult
 from .distributed import describe, shared
 from .errors import DataError, InputError, OfflineError, Param, joined
@@ -477,16 +477,14 @@ def _audit_timed(req: Requests, cols: _Columns, on_note: Callable[[str], None] |
         OfflineError: when no column can be audited offline.
     """
     request, data_req, settings = req
-    probes = plan_probes(
-        modality_of(request.model, backend=request.backend, weights_path=request.weights_path),
-        cols.variants,
-        cols.layers,
-        cols.layer,
-    )
+    modality = modality_of(request.model, backend=request.backend, weights_path=request.weights_path)
+    probes = plan_probes(modality, cols.variants, cols.layers, cols.layer)
     if request.weights_path is not None and not any(p.init == "trained" for p in probes):
         raise InputError(
             Param("weights") + " has no effect without a trained column; add trained to " + Param("variants")
         )
+    if modality == "image":  # the first images are made while the model loads
+        images_ahead(data_req, settings)
     got = collect_features(request, probes, data_req, settings, on_note=on_note)
     if not got.features:  # every column unavailable: there is nothing to audit, and that is no success
         raise OfflineError("no column could be audited: " + joined(dict.fromkeys(got.unavailable.values()), "; "))

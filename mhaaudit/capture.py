@@ -24,6 +24,7 @@ from .probes import Probe, probe_for_variant, refuse_weights_without_trained
 from .request import DataRequest, ModelRequest, Requests
 from .settings import Settings
 from .sources import describe_skips
+from .sources import images_ahead as builtin_images_ahead
 
 
 @dataclass
@@ -125,6 +126,15 @@ def _short_of_limit_note(fed, limit: int) -> str:
         f"{limit} examples were asked for (limit) but the data gave only {fed.count} usable ones{because}: "
         f"the audit uses T = {fed.count}"
     )
+
+
+def images_ahead(data: DataRequest, settings: Settings) -> None:
+    """Start making the first built-in images on a helper thread, to be read when the capture begins
+    (:func:`mhaaudit.sources.mosaics.make_ahead`): the first batch then need not wait for them. A run
+    of an image model calls this before it loads the model. Only in one process, on the CPU, with the
+    built-in images; elsewhere nothing."""
+    if settings.device.type == "cpu" and distributed.current().world_size == 1:
+        builtin_images_ahead(data.data, settings.data_seed_used)
 
 
 def collect_features(

@@ -119,3 +119,51 @@ def test_pyramid_levels_are_rounded_means(atlas):
     photo = torch.as_tensor(M.load_photos()[i][2][: 2 * h, : 2 * w, 0].astype(np.int64))
     expected = (photo.view(h, 2, w, 2).sum((1, 3)) + 2) // 4
     assert torch.equal(red, expected)
+
+
+def _first(images, count: int) -> list[bytes]:
+    return [next(images).numpy().tobytes() for _ in range(count)]
+
+
+def test_images_made_ahead_are_the_images_of_the_seed():
+    """Images made ahead on a helper thread, then the rest of their generator: the same images as a source
+    that made them all itself; taken once (the next source makes its own)."""
+    seed = 11
+    M.make_ahead(seed, "cpu", slices=3)
+    M.make_ahead(seed, "cpu", slices=3)  # already being made: nothing more
+    assert len([k for k in M._AHEAD if k == (seed, "cpu")]) == 1
+    ahead = M.mosaics_for(seed, "cpu")
+    assert (seed, "cpu") not in M._AHEAD
+    assert _first(ahead, 5) == _first(M.mosaics(seed, M.atlas("cpu")), 5)
+    assert _first(M.mosaics_for(seed, "cpu"), 2) == _first(M.mosaics(seed, M.atlas("cpu")), 2)
+
+
+def test_a_failure_ahead_is_met_again_by_the_reader(monkeypatch):
+    """Making images ahead fails quietly (nothing on stderr); the source then makes them itself and meets the
+    same error there."""
+    calls = []
+
+    def broken(device="cpu"):
+        calls.append(device)
+        raise OSError("no photographs")
+
+    monkeypatch.setattr(M, "atlas", broken)
+    M.make_ahead(12, "cpu")
+    with pytest.raises(OSError, match="no photographs"):
+        M.mosaics_for(12, "cpu")
+    assert calls == ["cpu", "cpu"] and (12, "cpu") not in M._AHEAD
+
+
+def test_a_run_makes_its_first_images_ahead_only_with_the_built_in_images_on_the_cpu(monkeypatch):
+    from mhaaudit import capture
+    from mhaaudit.request import DataRequest
+    from mhaaudit.settings import Settings
+    from mhaaudit.sources import images
+
+    started = []
+    monkeypatch.setattr(images, "make_ahead", lambda seed, device: started.append((seed, device)))
+    settings = Settings.resolve(device="cpu", data_seed=5)
+    capture.images_ahead(DataRequest(), settings)
+    capture.images_ahead(DataRequest(data="builtin"), settings)
+    capture.images_ahead(DataRequest(data="some/folder"), settings)
+    assert started == [(5, "cpu"), (5, "cpu")]

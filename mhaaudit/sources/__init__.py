@@ -26,6 +26,7 @@ from .images import (
     ParquetImages,
     TableImages,
     image_source,
+    images_ahead,
 )
 from .text import BuiltinText, HubText, JsonlText, ParquetText, TableText, TextFiles, TextSource, text_source
 from .tokenizers import FallbackTokenizer, offline_tokenizer
@@ -61,6 +62,7 @@ __all__ = [
     "find_duplicates",
     "gpt_window_examples",
     "image_source",
+    "images_ahead",
     "offline_tokenizer",
     "open_table",
     "text_source",

@@ -29,7 +29,7 @@ from .containers import IMAGE_NAMES, Table, choose_column, is_saved_dataset, tab
 from .decoding import MAX_IMAGE_BYTES as MAX_IMAGE_BYTES
 from .decoding import MAX_IMAGE_PIXELS as MAX_IMAGE_PIXELS
 from .decoding import DecodeBudget, _budgeted, _header_mode
-from .mosaics import BUILTIN_PHOTOS, CROP_SIZE, GRID, TILE_SIDE, atlas, load_photos, mosaics
+from .mosaics import BUILTIN_PHOTOS, CROP_SIZE, GRID, TILE_SIDE, load_photos, make_ahead, mosaics_for
 
 __all__ = [
     "BUILTIN_PHOTOS",
@@ -41,6 +41,7 @@ __all__ = [
     "ParquetImages",
     "TableImages",
     "image_source",
+    "images_ahead",
 ]
 
 IMAGE_EXTENSIONS = frozenset(
@@ -264,12 +265,22 @@ class BuiltinImages(ImageSource):
     def arrays(self) -> Iterator:
         """The images as ``(m, 224, 224, 3)`` uint8 tensors on ``device``, chunk by chunk (endless:
         iterate the source itself for ``limit`` images)."""
-        return mosaics(self.seed, atlas(self.device))
+        return mosaics_for(self.seed, self.device)
 
     def _generate(self) -> Iterator[Image.Image]:
         for chunk in self.arrays():
             for array in chunk.cpu().numpy():
                 yield Image.fromarray(array, "RGB")
+
+
+def images_ahead(data: str | None, seed: int) -> bool:
+    """When ``data`` names the built-in images (None or ``builtin``): start making the first ones of ``seed``
+    on the CPU on a helper thread, for the source that reads them next (:func:`.mosaics.make_ahead`);
+    whether it did."""
+    if not is_builtin(data):
+        return False
+    make_ahead(seed, "cpu")
+    return True
 
 
 def _first(limit: int, total: int, unit: str, order: str) -> str:

@@ -29,6 +29,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
+import itertools
+import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,7 +55,9 @@ __all__ = [
     "atlas",
     "draw_params",
     "load_photos",
+    "make_ahead",
     "mosaics",
+    "mosaics_for",
     "synthesize",
 ]
 
@@ -341,3 +345,61 @@ def mosaics(seed: int, where: Atlas) -> Iterator:
             with _one_thread(where.device):
                 images = synthesize({k: v[keep[i : i + SLICE]] for k, v in params.items()}, where)
             yield images
+
+
+#: Slices of images :func:`make_ahead` makes (two batches of 32)
+AHEAD_SLICES = 8
+
+
+class _Ahead:
+    """The first ``slices`` outputs of ``mosaics(seed, atlas(device))``, made on a helper thread, and the
+    generator that continues them."""
+
+    def __init__(self, seed: int, device: str, slices: int) -> None:
+        self.seed, self.device, self.slices = seed, device, slices
+        self.made: list[torch.Tensor] = []
+        self.rest: Iterator | None = None
+        self.thread = threading.Thread(target=self._make, name="mhaaudit-mosaics-ahead", daemon=True)
+
+    def _make(self) -> None:
+        try:
+            images = mosaics(self.seed, atlas(self.device))
+            for _ in range(self.slices):
+                self.made.append(next(images))
+            self.rest = images
+        except Exception:  # noqa: BLE001 - not kept: the reader makes the images itself and meets it there
+            self.made, self.rest = [], None
+
+    def images(self) -> Iterator | None:
+        """The images made ahead, then the rest; None when making them failed."""
+        self.thread.join()
+        if self.rest is None:
+            return None
+        made, self.made = self.made, []
+        return itertools.chain(made, self.rest)
+
+
+_AHEAD: dict[tuple[int, str], _Ahead] = {}
+_AHEAD_LOCK = threading.Lock()
+
+
+def make_ahead(seed: int, device: str = "cpu", slices: int = AHEAD_SLICES) -> None:
+    """Start making the first images of ``seed`` on ``device`` on a helper thread, for the next
+    :func:`mosaics_for` of that seed and device to take: a run starts this before it loads its model, so
+    its first batch need not wait for them (the atlas too is built there). Nothing when they are already
+    being made; an error is not raised here (the reader meets it again)."""
+    key = (int(seed), str(device))
+    with _AHEAD_LOCK:
+        if key in _AHEAD:
+            return
+        ahead = _AHEAD[key] = _Ahead(key[0], key[1], slices)
+    ahead.thread.start()
+
+
+def mosaics_for(seed: int, device: str = "cpu") -> Iterator:
+    """``mosaics(seed, atlas(device))``, beginning with the images :func:`make_ahead` made for that seed and
+    device, if any (the same images: the generator they came from continues)."""
+    with _AHEAD_LOCK:
+        ahead = _AHEAD.pop((int(seed), str(device)), None)
+    images = ahead.images() if ahead is not None else None
+    return images if images is not None else mosaics(seed, atlas(device))
