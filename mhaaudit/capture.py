@@ -132,8 +132,9 @@ def images_ahead(data: DataRequest, settings: Settings) -> None:
     """Start making the first built-in images on a helper thread, to be read when the capture begins
     (:func:`mhaaudit.sources.mosaics.make_ahead`): the first batch then need not wait for them. A run
     of an image model calls this before it loads the model. Only in one process, on the CPU, with the
-    built-in images; elsewhere nothing."""
-    if settings.device.type == "cpu" and distributed.current().world_size == 1:
+    built-in images, when the data will be read (not when a pass's kept inputs are fed again); elsewhere
+    nothing."""
+    if settings.device.type == "cpu" and distributed.current().world_size == 1 and not pipeline.inputs_kept():
         builtin_images_ahead(data.data, settings.data_seed_used)
 
 

@@ -48,8 +48,8 @@ def context_ranks(E: torch.Tensor, rule: RankRule, *, top: float | None = None):
     that bound of the tolerance, or whose eigenvalues no routine gives usable, is decided by the SVD
     (``numerics.gram_rank``), so ranks equal ``torch.linalg.matrix_rank``'s under the same rule.
     ``sigma_min`` and ``sigma_max`` are the square roots of the extreme eigenvalues (the SVD's where
-    no eigenvalue is usable): their rounding error lies far below the tolerance. When n > d no matrix can have rank n,
-    and ranks are not computed (-1). The batch is divided by an exact power of two first
+    no eigenvalue is usable): their rounding error lies far below the tolerance. When n > d no matrix
+    can have rank n, and ranks are not computed (-1). The batch is divided by an exact power of two first
     (``numerics.scale``). The batch is dealt in parts among as many worker threads as torch's
     intra-op thread count, each running its factorisations on one thread, so the numbers do not
     depend on the machine's thread count (on the CPU each matrix is decided on its own: its results

@@ -64,6 +64,7 @@ __all__ = [
     "KeptInputs",
     "ModelRequest",
     "example_batches",
+    "inputs_kept",
     "kept_inputs",
     "load",
     "loaded_as",
@@ -172,6 +173,12 @@ def kept_inputs(pm=None, budget: int | None = None) -> Iterator[KeptInputs]:
         yield _KEPT
     finally:
         _KEPT = outer
+
+
+def inputs_kept() -> bool:
+    """Whether the inputs of a pass are kept for the passes after it (:func:`kept_inputs` is open and a first
+    pass within its budget has kept them): the data is then not read again."""
+    return _KEPT is not None and _KEPT.info is not None and not _KEPT.over_budget
 
 
 def _feed_kept(pm, kept: KeptInputs, want: list[int], consumers: Sequence[Consumer], settings: Settings, label: str):

@@ -167,3 +167,21 @@ def test_a_run_makes_its_first_images_ahead_only_with_the_built_in_images_on_the
     capture.images_ahead(DataRequest(data="builtin"), settings)
     capture.images_ahead(DataRequest(data="some/folder"), settings)
     assert started == [(5, "cpu"), (5, "cpu")]
+
+
+def test_no_images_are_made_ahead_when_a_pass_s_inputs_are_fed_again(monkeypatch):
+    """The checkpoints of a series after the first feed the inputs the first pass kept: the data is not read
+    again, so no image is made ahead for it."""
+    from mhaaudit import capture, pipeline
+    from mhaaudit.request import DataRequest
+    from mhaaudit.settings import Settings
+    from mhaaudit.sources import images
+
+    started = []
+    monkeypatch.setattr(images, "make_ahead", lambda seed, device: started.append((seed, device)))
+    settings = Settings.resolve(device="cpu", data_seed=3)
+    with pipeline.kept_inputs() as kept:
+        capture.images_ahead(DataRequest(), settings)  # the first pass reads the data
+        kept.info = object()  # what a first pass keeps
+        capture.images_ahead(DataRequest(), settings)
+    assert started == [(3, "cpu")]
