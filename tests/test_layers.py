@@ -109,6 +109,7 @@ DEFERRED = {
     "mhaaudit.notebook": {"ipywidgets", "tqdm"},
     "mhaaudit.numerics.checked": {"scipy"},
     "mhaaudit.numerics.lapack": {"scipy"},
+    "mhaaudit.numerics.stream": {"scipy"},
     "mhaaudit.plot": {"matplotlib"},
     "mhaaudit.reproduce.figures": {"matplotlib"},
     "mhaaudit.series.plot": {"matplotlib"},

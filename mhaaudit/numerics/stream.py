@@ -311,14 +311,17 @@ class _Preparer:
 def _top_direction(G: np.ndarray, d: int) -> np.ndarray:
     """A unit vector: the top eigenvector of the symmetric ``G`` where LAPACK gives a usable one
     (finite, of norm 1 to rounding), else the constant direction. Any unit vector u makes
-    ``||X_S u||`` a valid lower bound on sigma_max(X_S); the top one makes it a tight one."""
+    ``||X_S u||`` a valid lower bound on sigma_max(X_S); the top one makes it a tight one. Only that
+    one eigenvector is computed (LAPACK ``syevr``: a quarter of the time of every eigenvector)."""
+    from scipy.linalg import eigh
+
     flat = np.full(d, 1 / math.sqrt(d))
     flat = flat / np.linalg.norm(flat)
     if not np.abs(G).max() > 0:
         return flat
     try:
-        u = np.linalg.eigh(G)[1][:, -1]
-    except np.linalg.LinAlgError:  # pragma: no cover - LAPACK reported no convergence
+        u = eigh(G, subset_by_index=[d - 1, d - 1], driver="evr", check_finite=False)[1][:, 0]
+    except (np.linalg.LinAlgError, ValueError):  # pragma: no cover - LAPACK reported no convergence
         return flat
     n = float(np.linalg.norm(u)) if np.isfinite(u).all() else math.nan
     if not abs(n - 1) < 1e-6:  # NaN fails too
