@@ -135,7 +135,7 @@ def images_ahead(data: DataRequest, settings: Settings) -> None:
     built-in images, when the data will be read (not when a pass's kept inputs are fed again); elsewhere
     nothing."""
     if settings.device.type == "cpu" and distributed.current().world_size == 1 and not pipeline.inputs_kept():
-        builtin_images_ahead(data.data, settings.data_seed_used)
+        builtin_images_ahead(data.data, settings.data_seed_used, data.limit)
 
 
 def collect_features(

@@ -161,12 +161,12 @@ def test_a_run_makes_its_first_images_ahead_only_with_the_built_in_images_on_the
     from mhaaudit.sources import images
 
     started = []
-    monkeypatch.setattr(images, "make_ahead", lambda seed, device: started.append((seed, device)))
+    monkeypatch.setattr(images, "make_ahead", lambda seed, device, slices: started.append((seed, device, slices)))
     settings = Settings.resolve(device="cpu", data_seed=5)
     capture.images_ahead(DataRequest(), settings)
-    capture.images_ahead(DataRequest(data="builtin"), settings)
+    capture.images_ahead(DataRequest(data="builtin", limit=10), settings)  # two slices of 8 hold 10 images
     capture.images_ahead(DataRequest(data="some/folder"), settings)
-    assert started == [(5, "cpu"), (5, "cpu")]
+    assert started == [(5, "cpu", M.AHEAD_SLICES), (5, "cpu", 2)]
 
 
 def test_no_images_are_made_ahead_when_a_pass_s_inputs_are_fed_again(monkeypatch):
@@ -178,7 +178,7 @@ def test_no_images_are_made_ahead_when_a_pass_s_inputs_are_fed_again(monkeypatch
     from mhaaudit.sources import images
 
     started = []
-    monkeypatch.setattr(images, "make_ahead", lambda seed, device: started.append((seed, device)))
+    monkeypatch.setattr(images, "make_ahead", lambda seed, device, slices: started.append((seed, device)))
     settings = Settings.resolve(device="cpu", data_seed=3)
     with pipeline.kept_inputs() as kept:
         capture.images_ahead(DataRequest(), settings)  # the first pass reads the data

@@ -29,7 +29,17 @@ from .containers import IMAGE_NAMES, Table, choose_column, is_saved_dataset, tab
 from .decoding import MAX_IMAGE_BYTES as MAX_IMAGE_BYTES
 from .decoding import MAX_IMAGE_PIXELS as MAX_IMAGE_PIXELS
 from .decoding import DecodeBudget, _budgeted, _header_mode
-from .mosaics import BUILTIN_PHOTOS, CROP_SIZE, GRID, TILE_SIDE, load_photos, make_ahead, mosaics_for
+from .mosaics import (
+    AHEAD_SLICES,
+    BUILTIN_PHOTOS,
+    CROP_SIZE,
+    GRID,
+    SLICE,
+    TILE_SIDE,
+    load_photos,
+    make_ahead,
+    mosaics_for,
+)
 
 __all__ = [
     "BUILTIN_PHOTOS",
@@ -273,13 +283,13 @@ class BuiltinImages(ImageSource):
                 yield Image.fromarray(array, "RGB")
 
 
-def images_ahead(data: str | None, seed: int) -> bool:
+def images_ahead(data: str | None, seed: int, limit: int = DEFAULT_LIMIT) -> bool:
     """When ``data`` names the built-in images (None or ``builtin``): start making the first ones of ``seed``
-    on the CPU on a helper thread, for the source that reads them next (:func:`.mosaics.make_ahead`);
-    whether it did."""
+    (two batches' worth, fewer for a small ``limit``) on the CPU on a helper thread, for the source that
+    reads them next (:func:`.mosaics.make_ahead`); whether it did."""
     if not is_builtin(data):
         return False
-    make_ahead(seed, "cpu")
+    make_ahead(seed, "cpu", slices=max(1, min(AHEAD_SLICES, -(-int(limit) // SLICE))))
     return True
 
 

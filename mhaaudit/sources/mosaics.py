@@ -42,6 +42,7 @@ from ..numerics.threads import intra_op_threads
 from ._common import data_rng
 
 __all__ = [
+    "AHEAD_SLICES",
     "BUILTIN_PHOTOS",
     "CHUNK",
     "CROP_SIZE",
