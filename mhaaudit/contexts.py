@@ -26,7 +26,7 @@ from .numerics import (
     eigvalsh,
     gram_rank,
     numerics,
-    rounding_margin,
+    rounding_band,
     scaled,
     with_numerics,
 )
@@ -145,8 +145,8 @@ def _part_of_rows(E: torch.Tensor, rule: RankRule, e: int):
 def _part_of_gram(G: torch.Tensor, rows, d: int, rule: RankRule, e: int):
     """:func:`context_ranks` from the host's Gram matrices ``G`` of rescaled context matrices (``rows(j)``:
     those at positions ``j``, for the few recomputed from their rows), in the calling thread. A matrix
-    whose smallest eigenvalue lies clear above the squared tolerance (beyond the rounding margin of
-    ``gram_rank``) has full rank: for those the two extreme eigenvalues suffice
+    whose smallest eigenvalue lies clear above the squared tolerance (beyond the rounding band of
+    ``gram_rank``, ``numerics.rounding_band``) has full rank: for those the two extreme eigenvalues suffice
     (``numerics.extremes``); the others take their whole spectrum (:func:`_spectrum_route`)."""
     B, n = G.shape[0], G.shape[-1]
     unit = Scaled(G[:0], e, rule.in_units(e))  # the units: the rule in them, and the way back to the data's
@@ -159,8 +159,8 @@ def _part_of_gram(G: torch.Tensor, rows, d: int, rule: RankRule, e: int):
         lo, hi, ok = (torch.from_numpy(x) for x in found)
         lo, hi = lo.clamp_min(0), hi.clamp_min(0)
         tol2 = rule.tol(hi.sqrt(), n, d) ** 2
-        # gram_rank's test: no eigenvalue within the rounding margin of the squared tolerance, none below it
-        clear = ok & (lo - tol2 > rounding_margin(n, d, hi) + 1e-6 * tol2)
+        # gram_rank's test: no eigenvalue within the rounding band of the squared tolerance, none below it
+        clear = ok & (lo - tol2 > rounding_band(n, d, hi, tol2))
         clear &= G.diagonal(dim1=-2, dim2=-1).amax(-1) >= TINY_GRAM
         smin[clear], smax[clear] = lo[clear].sqrt(), hi[clear].sqrt()
     if not bool(clear.all()):

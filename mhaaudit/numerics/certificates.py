@@ -46,6 +46,7 @@ __all__ = [
     "eigvalsh",
     "gram_rank",
     "lambda_max_bounds",
+    "rounding_band",
     "rounding_margin",
     "svd_rank",
     "svd_rank_where_usable",
@@ -163,9 +164,9 @@ def gram_rank(
     lam = lam.clamp_min(0)  # ascending
     lmax = lam[..., -1]
     tol2 = rule.tol(lmax.sqrt(), k, d) ** 2
-    err = rounding_margin(k, d, lmax)
+    band = rounding_band(k, d, lmax, tol2)
     rank = (lam > tol2[:, None]).sum(-1)
-    ambiguous = ((lam - tol2[:, None]).abs() <= err[:, None] + 1e-6 * tol2[:, None]).any(-1)
+    ambiguous = ((lam - tol2[:, None]).abs() <= band[:, None]).any(-1)
     ambiguous |= G.diagonal(dim1=-2, dim2=-1).amax(-1) < TINY_GRAM
     ambiguous |= ~usable  # no eigenvalue routine gave usable values: the SVD decides
     if bool(ambiguous.any()):
@@ -202,6 +203,13 @@ def lambda_max_bounds(G: torch.Tensor, iters: int = 8):
     hi = torch.where(dominant, torch.minimum(hi, (rq + res) * (1 + 1e-12)), hi)
     hi = torch.maximum(hi, lo)
     return lo, hi
+
+
+def rounding_band(k: int, d: int, lam_max: torch.Tensor, tol2: torch.Tensor) -> torch.Tensor:
+    """How near the squared tolerance ``tol2`` an eigenvalue of a k x k Gram matrix of rows of length d
+    (largest eigenvalue ``lam_max``) may lie and still be decided from the eigenvalues: the rounding margin
+    (:func:`rounding_margin`) plus a relative 1e-6 of ``tol2``. Within it, the SVD decides."""
+    return rounding_margin(k, d, lam_max) + 1e-6 * tol2
 
 
 def rounding_margin(k: int, d: int, lam_hi: torch.Tensor) -> torch.Tensor:
@@ -372,8 +380,7 @@ def decide_full_rank(
         lam, usable = eigvalsh(G[idx])
         lmin, lmax = lam[:, 0], lam[:, -1].clamp_min(0)
         tau = torch.clamp(certificates.r * lmax.sqrt(), min=certificates.a) ** 2
-        err = rounding_margin(k, d, lmax)
-        clear = ((lmin - tau).abs() > err + 1e-6 * tau) & usable  # unusable eigenvalues: the SVD decides
+        clear = ((lmin - tau).abs() > rounding_band(k, d, lmax, tau)) & usable  # unusable: the SVD decides
         full[idx[clear]] = lmin[clear] > tau[clear]
         exact[idx[clear]] = True
         undecided[idx[clear]] = False
