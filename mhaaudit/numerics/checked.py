@@ -40,6 +40,7 @@ import torch
 
 __all__ = [
     "NumericalFailure",
+    "eigenvalue_slack",
     "eigvalsh",
     "eigvalsh_where_usable",
     "recomputations",
@@ -139,6 +140,12 @@ def usable_singular_values(x: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tens
     return _problem(reasons, B)
 
 
+def eigenvalue_slack(n: int, fro):
+    """How far computed eigenvalues of an n x n symmetric matrix of Frobenius norm ``fro`` (a tensor or
+    an array) may lie beyond the bounds they are checked against (``CHECK_RTOL`` relative to ``n fro``)."""
+    return CHECK_RTOL * n * fro + 1e-300
+
+
 def usable_eigenvalues(G: torch.Tensor, lam: torch.Tensor) -> tuple[torch.Tensor, list[str]]:
     """Whether ``lam`` (``(..., n)``, ascending) can be the eigenvalues of the symmetric float64
     matrices ``G`` (``(..., n, n)``): a flat ``(B,)`` mask and, per matrix, why not."""
@@ -151,7 +158,7 @@ def usable_eigenvalues(G: torch.Tensor, lam: torch.Tensor) -> tuple[torch.Tensor
     finite = torch.isfinite(lam).all(-1)
     l0 = torch.where(torch.isfinite(lam), lam, torch.zeros_like(lam))
     fro = torch.linalg.matrix_norm(G)
-    slack = CHECK_RTOL * n * fro + 1e-300
+    slack = eigenvalue_slack(n, fro)
     diag = G.diagonal(dim1=-2, dim2=-1)
     reasons = [
         (~finite, "not finite"),

@@ -14,8 +14,8 @@ Every result is checked before anything is decided from it: the routines reporte
 values are finite, the smallest is no larger than the mean of the diagonal and the largest no
 smaller, the largest lies between the largest diagonal entry and the Frobenius norm, and the
 smallest between minus the Frobenius norm and the smallest diagonal entry (each to the slack of
-``numerics.checked``). A matrix that fails a check is marked so: its caller takes its whole
-spectrum from the checked routes of ``numerics.checked``.
+``numerics.checked.eigenvalue_slack``). A matrix that fails a check is marked so: its caller takes
+its whole spectrum from the checked routes of ``numerics.checked``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import functools
 
 import numpy as np
 
-from .checked import CHECK_RTOL
+from .checked import eigenvalue_slack
 from .lapack import cython_lapack_function
 
 __all__ = ["available", "extreme_eigenvalues"]
@@ -141,7 +141,7 @@ def extreme_eigenvalues(G: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
     lo, hi, ok = _Extremes(sytrd, stebz, n).run(G)
     diag = np.diagonal(G, axis1=-2, axis2=-1)
     fro = np.sqrt(np.einsum("bij,bij->b", G, G))  # (a rounding asymmetry of G lies far inside the slack)
-    slack = CHECK_RTOL * n * fro + 1e-300
+    slack = eigenvalue_slack(n, fro)
     mean = diag.mean(-1)
     with np.errstate(invalid="ignore"):
         ok &= np.isfinite(lo) & np.isfinite(hi)
