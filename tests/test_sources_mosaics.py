@@ -129,13 +129,17 @@ def test_images_made_ahead_are_the_images_of_the_seed():
     """Images made ahead on a helper thread, then the rest of their generator: the same images as a source
     that made them all itself; taken once (the next source makes its own)."""
     seed = 11
-    M.make_ahead(seed, "cpu", slices=3)
-    M.make_ahead(seed, "cpu", slices=3)  # already being made: nothing more
+    M.make_ahead(seed, "cpu", images=20)
+    M.make_ahead(seed, "cpu", images=20)  # already being made: nothing more
     assert len([k for k in M._AHEAD if k == (seed, "cpu")]) == 1
+    assert M._AHEAD[(seed, "cpu")].slices == 3  # whole slices of 8 holding 20 images
     ahead = M.mosaics_for(seed, "cpu")
     assert (seed, "cpu") not in M._AHEAD
     assert _first(ahead, 5) == _first(M.mosaics(seed, M.atlas("cpu")), 5)
     assert _first(M.mosaics_for(seed, "cpu"), 2) == _first(M.mosaics(seed, M.atlas("cpu")), 2)
+    M.make_ahead(seed + 1, "cpu", images=10**6)  # never more than AHEAD_IMAGES
+    assert M._AHEAD[(seed + 1, "cpu")].slices == M.AHEAD_IMAGES // M.SLICE
+    M.mosaics_for(seed + 1, "cpu")
 
 
 def test_a_failure_ahead_is_met_again_by_the_reader(monkeypatch):
@@ -161,12 +165,12 @@ def test_a_run_makes_its_first_images_ahead_only_with_the_built_in_images_on_the
     from mhaaudit.sources import images
 
     started = []
-    monkeypatch.setattr(images, "make_ahead", lambda seed, device, slices: started.append((seed, device, slices)))
+    monkeypatch.setattr(images, "make_ahead", lambda seed, device, images: started.append((seed, device, images)))
     settings = Settings.resolve(device="cpu", data_seed=5)
     capture.images_ahead(DataRequest(), settings)
-    capture.images_ahead(DataRequest(data="builtin", limit=10), settings)  # two slices of 8 hold 10 images
+    capture.images_ahead(DataRequest(data="builtin", limit=10), settings)
     capture.images_ahead(DataRequest(data="some/folder"), settings)
-    assert started == [(5, "cpu", M.AHEAD_SLICES), (5, "cpu", 2)]
+    assert started == [(5, "cpu", DataRequest().limit), (5, "cpu", 10)]
 
 
 def test_no_images_are_made_ahead_when_a_pass_s_inputs_are_fed_again(monkeypatch):
@@ -178,7 +182,7 @@ def test_no_images_are_made_ahead_when_a_pass_s_inputs_are_fed_again(monkeypatch
     from mhaaudit.sources import images
 
     started = []
-    monkeypatch.setattr(images, "make_ahead", lambda seed, device, slices: started.append((seed, device)))
+    monkeypatch.setattr(images, "make_ahead", lambda seed, device, images: started.append((seed, device)))
     settings = Settings.resolve(device="cpu", data_seed=3)
     with pipeline.kept_inputs() as kept:
         capture.images_ahead(DataRequest(), settings)  # the first pass reads the data

@@ -29,17 +29,7 @@ from .containers import IMAGE_NAMES, Table, choose_column, is_saved_dataset, tab
 from .decoding import MAX_IMAGE_BYTES as MAX_IMAGE_BYTES
 from .decoding import MAX_IMAGE_PIXELS as MAX_IMAGE_PIXELS
 from .decoding import DecodeBudget, _budgeted, _header_mode
-from .mosaics import (
-    AHEAD_SLICES,
-    BUILTIN_PHOTOS,
-    CROP_SIZE,
-    GRID,
-    SLICE,
-    TILE_SIDE,
-    load_photos,
-    make_ahead,
-    mosaics_for,
-)
+from .mosaics import BUILTIN_PHOTOS, CROP_SIZE, GRID, TILE_SIDE, load_photos, make_ahead, mosaics_for
 
 __all__ = [
     "BUILTIN_PHOTOS",
@@ -289,7 +279,7 @@ def images_ahead(data: str | None, seed: int, limit: int = DEFAULT_LIMIT) -> boo
     reads them next (:func:`.mosaics.make_ahead`); whether it did."""
     if not is_builtin(data):
         return False
-    make_ahead(seed, "cpu", slices=max(1, min(AHEAD_SLICES, -(-int(limit) // SLICE))))
+    make_ahead(seed, "cpu", images=limit)
     return True
 
 

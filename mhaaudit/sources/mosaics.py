@@ -42,7 +42,7 @@ from ..numerics.threads import intra_op_threads
 from ._common import data_rng
 
 __all__ = [
-    "AHEAD_SLICES",
+    "AHEAD_IMAGES",
     "BUILTIN_PHOTOS",
     "CHUNK",
     "CROP_SIZE",
@@ -348,8 +348,8 @@ def mosaics(seed: int, where: Atlas) -> Iterator:
             yield images
 
 
-#: Slices of images :func:`make_ahead` makes (two batches of 32)
-AHEAD_SLICES = 8
+#: The most images :func:`make_ahead` makes (two batches of 32)
+AHEAD_IMAGES = 64
 
 
 class _Ahead:
@@ -384,12 +384,14 @@ _AHEAD: dict[tuple[int, str], _Ahead] = {}
 _AHEAD_LOCK = threading.Lock()
 
 
-def make_ahead(seed: int, device: str = "cpu", slices: int = AHEAD_SLICES) -> None:
-    """Start making the first images of ``seed`` on ``device`` on a helper thread, for the next
-    :func:`mosaics_for` of that seed and device to take: a run starts this before it loads its model, so
-    its first batch need not wait for them (the atlas too is built there). Nothing when they are already
-    being made; an error is not raised here (the reader meets it again)."""
+def make_ahead(seed: int, device: str = "cpu", images: int = AHEAD_IMAGES) -> None:
+    """Start making the first ``images`` images of ``seed`` (``AHEAD_IMAGES`` at most, in whole slices) on
+    ``device`` on a helper thread, for the next :func:`mosaics_for` of that seed and device to take: a run
+    starts this before it loads its model, so its first batch need not wait for them (the atlas too is
+    built there). Nothing when they are already being made; an error is not raised here (the reader meets
+    it again)."""
     key = (int(seed), str(device))
+    slices = max(1, -(-min(int(images), AHEAD_IMAGES) // SLICE))
     with _AHEAD_LOCK:
         if key in _AHEAD:
             return
