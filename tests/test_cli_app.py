@@ -204,6 +204,7 @@ def _interrupt(argv: list[str], marker, cwd: Path, after: float = 0.0, timeout: 
         HF_HUB_OFFLINE="1",
         HF_DATASETS_OFFLINE="1",
         PYTHONUNBUFFERED="1",
+        PYTHONFAULTHANDLER="1",  # SIGABRT prints every thread's stack: what a hang below shows
     )
     env.pop("MHAAUDIT_DEBUG", None)
     proc = subprocess.Popen(
@@ -235,8 +236,18 @@ def _interrupt(argv: list[str], marker, cwd: Path, after: float = 0.0, timeout: 
     reader.start()
     try:
         proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:  # pragma: no cover - a hang: fail with where each of its threads was
+        proc.send_signal(signal.SIGABRT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        reader.join(timeout=10)
+        stacks = [ln for ln in lines if not ln.startswith("import time:")]
+        said = "\n".join(stacks[-150:])
+        pytest.fail(f"still running {timeout:.0f} s after it started (signal sent: {sent.is_set()}):\n{said}")
     finally:
-        if proc.poll() is None:  # pragma: no cover - a hang is the failure shown below
+        if proc.poll() is None:  # pragma: no cover - not even SIGABRT ended it
             proc.kill()
     reader.join(timeout=10)
     assert sent.is_set(), f"the process ended before the signal; stderr: {lines[-5:]}"
