@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import math
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,6 +33,7 @@ from .numerics.extremes import extreme_eigenvalues
 from .numerics.pow2 import max_abs
 from .numerics.scale import Scaled, exponent_for
 from .numerics.threads import intra_op_threads
+from .workers import worker_pool
 
 __all__ = ["ContextRankResult", "ContextRanks", "assumption_2", "assumption_2_from_arrays", "context_ranks"]
 
@@ -114,7 +114,7 @@ def _run(jobs: list, workers: int, device: torch.device):
         with intra_op_threads(1):
             got = [job() for job in jobs]
     else:
-        with intra_op_threads(1), ThreadPoolExecutor(workers, thread_name_prefix="mhaaudit-contexts") as pool:
+        with intra_op_threads(1), worker_pool(workers, "mhaaudit-contexts") as pool:
             # the workers, started inside, take one intra-op (and BLAS) thread each; flushing subnormals is theirs
             got = list(pool.map(_in_worker, jobs))
     return tuple(torch.cat(xs).to(device) for xs in zip(*got, strict=True))

@@ -100,9 +100,11 @@ class Clock:
         self.spent.setdefault(name, 0.0)
 
     def leave(self) -> None:
-        """Close the innermost phase (the one it paused resumes)."""
+        """Close the innermost phase (the one it paused resumes); none open, nothing (a phase opened in a
+        generator closed only after its recording ended, which closed every phase left open)."""
         self._credit(time.perf_counter())
-        self._stack.pop()
+        if self._stack:
+            self._stack.pop()
 
     def add(self, other: Clock) -> None:
         """Charge ``other``'s phases to this clock too (a run inside a run)."""

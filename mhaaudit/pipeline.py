@@ -36,7 +36,6 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -57,6 +56,7 @@ from .sources import (
     DuplicateFinder,
 )
 from .sources.duplicates import Fingerprints
+from .workers import worker_pool
 
 __all__ = [
     "DataInfo",
@@ -318,7 +318,7 @@ def _prefetched(
     there); the model's preprocessing (PIL and numpy, largely outside the interpreter lock) runs
     here, and CUDA inputs are staged through pinned memory (:func:`_prepare`).
     """
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mhaaudit-prepare") as pool:
+    with worker_pool(1, "mhaaudit-prepare") as pool:
         pending = None
         for index, raw in raw_batches:
             if raw is not None and len(raw) == 0:

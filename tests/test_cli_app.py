@@ -300,6 +300,36 @@ def test_interrupt_while_sampling(tmp_path):
     _assert_interrupted(rc, err, tmp_path)
 
 
+# A run that ends by a signal while a helper thread waits for ever on a lock the interrupted main thread kept
+# (mhaaudit.workers says how Ctrl-C leaves one): the interpreter's own end would wait for that thread.
+_STUCK_HELPER = """
+import sys, threading
+from mhaaudit.cli import app
+kept = threading.Lock()
+kept.acquire()
+threading.Thread(target=kept.acquire, name="stuck").start()  # not a daemon: the interpreter's end joins it
+def main(argv=None):
+    sys.stdout.write("data so far\\n")
+    return {status}
+app.main = main
+app.SIGNAL_END_WAIT_S = 0.5
+app.run([])
+"""
+
+
+@pytest.mark.parametrize("status", [130, 143, 129])
+def test_after_a_signal_the_process_ends_whatever_a_helper_waits_on(status):
+    proc = subprocess.run(
+        [sys.executable, "-c", _STUCK_HELPER.format(status=status)],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == status, proc.stderr
+    assert proc.stdout == "data so far\n"  # flushed before the end
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("phase, after", [("model loading", 0.0), ("forward pass", 1.5), ("checks", 6.0)])
 def test_interrupt_check(tmp_path, vit_dir, image_dir, phase, after):

@@ -34,6 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
         "theory",
         "files",
         "phases",
+        "workers",
         "imports",
         "keywords",
         "provenance",

@@ -80,3 +80,21 @@ def test_the_process_start_up_is_counted_once_and_only_for_the_command_line(monk
     monkeypatch.setattr(phases, "_STARTUP_TAKEN", False)
     monkeypatch.setattr(phases.sys, "argv", ["/src/mhaaudit/__main__.py", "check"])
     assert phases.startup_seconds() > 0
+
+
+def test_a_phase_in_a_generator_closed_after_its_recording_ended_changes_nothing(clock):
+    """Ctrl-C can end a recording while a generator is suspended inside one of its phases: the recording
+    closes that phase, and the generator, closed later, finds it closed (no error at its collection)."""
+
+    def batches():
+        with phases.phase("data"):
+            yield 1
+            yield 2
+
+    with pytest.raises(KeyboardInterrupt), phases.recording() as rec:
+        gen = batches()
+        next(gen)
+        clock[0] += 2.0
+        raise KeyboardInterrupt
+    gen.close()
+    assert rec.spent == {"data": 2.0}

@@ -13,9 +13,12 @@ status (:mod:`mhaaudit.stdio`).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import sys
 import threading
+import time
 
 from ..stdio import say
 
@@ -26,6 +29,9 @@ TERMINATED = "terminated (SIGTERM)"
 TERMINATED_STATUS = 143  # 128 + SIGTERM, as a shell reports a process SIGTERM ended
 HUNG_UP = "hung up (SIGHUP)"
 HUNG_UP_STATUS = 129  # 128 + SIGHUP: the terminal closed (or `kill -HUP`)
+#: After Ctrl-C, SIGTERM or SIGHUP, the seconds the end of the process waits for helper threads before it ends
+#: without them (a signal can leave a lock taken that a helper then waits on for ever: see mhaaudit.workers)
+SIGNAL_END_WAIT_S = 3.0
 PIPE_CLOSED_STATUS = 141  # 128 + SIGPIPE: the reader of stdout went away (as `yes | head` ends `yes`)
 STDOUT_CLOSED = "stdout is closed, so the data has nowhere to go; redirect it (> FILE, or > /dev/null to discard it)"
 
@@ -83,6 +89,22 @@ def _settle_interrupt() -> None:
     exec("pass", {})
 
 
+def _end_within(seconds: float, code: int) -> None:
+    """End the process with status ``code`` at the latest ``seconds`` from now. The interpreter's own end
+    waits for every helper thread, and after a signal one may wait for ever on a lock the main thread was
+    stopped holding (:mod:`mhaaudit.workers`); a daemon thread ends the process then, its streams flushed.
+    The staged outputs are gone by now, and the one line said."""
+
+    def cut() -> None:
+        time.sleep(seconds)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # closed, or a full disk: nothing more to say
+                stream.flush()
+        os._exit(code)
+
+    threading.Thread(target=cut, name="mhaaudit-end", daemon=True).start()
+
+
 def _interrupted() -> None:
     """Ctrl-C: one line on stderr and status 130, whenever it comes.
 
@@ -106,8 +128,6 @@ def _terminated(exc: Terminated) -> None:
 
 _importing = _handle_signals()
 try:  # Ctrl-C (or SIGTERM, SIGHUP) while the libraries load (before main runs) gets the same one line as later on
-    import contextlib
-    import os
     import re
     from collections.abc import Callable
     from typing import NamedTuple, NoReturn
@@ -352,14 +372,18 @@ def run(argv: list[str] | None = None) -> NoReturn:  # pragma: no cover - tested
     line and end the process with its exit status. A rank of a torchrun job (started either way)
     joins the job, and ends through :func:`mhaaudit.distributed.leave`, never through the
     interpreter's teardown. From the start, stdout carries the data alone
-    (:func:`mhaaudit.stdio.hold_for_the_process`)."""
+    (:func:`mhaaudit.stdio.hold_for_the_process`). After Ctrl-C, SIGTERM or SIGHUP the process ends within
+    :data:`SIGNAL_END_WAIT_S` seconds, whatever a helper thread still waits on (:func:`_end_within`)."""
     from ..distributed import launched, leave, run_cli
 
     hold_for_the_process()  # what native libraries print, to the process's end (CUDA, NCCL), goes to stderr
     try:
         code = run_cli(main, argv) if launched() else main(argv)
     except KeyboardInterrupt:  # between the commands' own handling and the exit
+        _end_within(SIGNAL_END_WAIT_S, INTERRUPTED_STATUS)
         _interrupted()
     if launched():  # a rank of a torchrun job: see mhaaudit.distributed.leave
         leave(code)
+    if code in (INTERRUPTED_STATUS, TERMINATED_STATUS, HUNG_UP_STATUS):
+        _end_within(SIGNAL_END_WAIT_S, code)
     sys.exit(code)

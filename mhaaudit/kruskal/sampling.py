@@ -32,7 +32,6 @@ import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +48,7 @@ from ..numerics.philox import split_key
 from ..numerics.stream import Rows, Unit, chunk_rows, refuse_unless_fits, scan_of
 from ..numerics.threads import intra_op_threads
 from ..runtime import KERNELS_ENV, MAX_SAMPLES, derive_seed, kernels_env, resolve_device
+from ..workers import worker_pool
 
 __all__ = [
     "DEVICE_BATCH_BYTES",
@@ -539,15 +539,12 @@ def _run_groups(job, groups: Iterable, draws: Draws, workers: int):
             yield job(draws.of(group))
         return
     todo = iter(groups)
-    pool = ThreadPoolExecutor(workers)
-    with intra_op_threads(1):  # the workers, started inside, take one intra-op thread each
-        try:
-            pending = deque(pool.submit(run, g) for g in itertools.islice(todo, workers + 1))
-            while pending:
-                result = pending.popleft().result()
-                group = next(todo, None)
-                if group is not None:
-                    pending.append(pool.submit(run, group))
-                yield result
-        finally:
-            pool.shutdown(cancel_futures=True)
+    # the workers, started inside, take one intra-op thread each
+    with intra_op_threads(1), worker_pool(workers, "mhaaudit-draws") as pool:
+        pending = deque(pool.submit(run, g) for g in itertools.islice(todo, workers + 1))
+        while pending:
+            result = pending.popleft().result()
+            group = next(todo, None)
+            if group is not None:
+                pending.append(pool.submit(run, group))
+            yield result

@@ -9,7 +9,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from pathlib import Path
 
 import torch
@@ -22,6 +22,7 @@ from ..plot import plot_memorize
 from ..progress import task as progress_task
 from ..runtime import device_name, resolve_device
 from ..tables import records_table
+from ..workers import worker_pool
 from .data import DIM
 from .grouping import GroupPlan, device_memory, plan_groups
 from .request import PRESETS, VARY, MemorizeRequest, grid_axes, resolve_grid
@@ -341,7 +342,7 @@ class _Training:
                 f"memorize: {len(self.todo)} points in {len(plans)} groups", steps, self.request.progress
             ) as advance,
             intra_op_threads(self.dev, 1),
-            ThreadPoolExecutor(_workers(self.dev, len(plans))) as pool,
+            worker_pool(_workers(self.dev, len(plans)), "mhaaudit-memorize") as pool,
         ):
             # The longest groups first, so that the last to finish is a short one; against a clock, the
             # shortest first, so that as many points as possible are trained in the time.

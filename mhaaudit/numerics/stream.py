@@ -37,7 +37,6 @@ import sys
 import threading
 import weakref
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +45,7 @@ from threadpoolctl import threadpool_limits
 
 from ..errors import InputError
 from ..hostmem import available_memory  # the one cgroup-aware figure (also batching's)
+from ..workers import worker_pool
 from .checked import NumericalFailure
 from .convert import to_float64
 from .pow2 import ldexp
@@ -342,7 +342,7 @@ def _scan(rows: Rows) -> Scan:
     u: np.ndarray | None = None
     starts = list(range(0, T, step))
     prepare = _Preparer(rows)
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mhaaudit-scan") as ahead:
+    with worker_pool(1, "mhaaudit-scan") as ahead:
         pending = ahead.submit(prepare, 0, min(T, step)) if starts else None
         for i, s in enumerate(starts):
             assert pending is not None

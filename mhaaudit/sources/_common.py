@@ -10,7 +10,6 @@ import re
 import tempfile
 from collections import deque
 from collections.abc import Callable, Generator, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from ..errors import DataError, InputError, MhaauditError, OfflineError, Param, 
 from ..files import folder_files, inside, regular_file
 from ..hub import is_offline
 from ..runtime import decode_workers_env, derive_seed
+from ..workers import worker_pool
 
 BUILTIN_NAMES = {"builtin", "built-in", "default"}
 HUB_PREFIXES = ("hf:", "hub:")
@@ -82,7 +82,7 @@ def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int | N
         return
 
     pending: deque = deque()
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mhaaudit-decode") as pool:
+    with worker_pool(workers, "mhaaudit-decode") as pool:
         try:
             for item in items:
                 pending.append(pool.submit(fn, item))

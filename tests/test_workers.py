@@ -1,0 +1,91 @@
+"""mhaaudit.workers.worker_pool: waits for its tasks when left normally, never when an error or Ctrl-C
+unwinds the block (a helper may wait for ever on a lock the interrupted main thread holds)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from mhaaudit.workers import worker_pool
+
+
+def test_left_normally_it_waits_for_every_task():
+    done = []
+    with worker_pool(2, "t") as pool:
+        for i in range(6):
+            pool.submit(lambda i=i: (time.sleep(0.02), done.append(i)))
+    assert sorted(done) == list(range(6))
+
+
+def test_its_threads_carry_the_name():
+    with worker_pool(1, "mhaaudit-test") as pool:
+        name = pool.submit(lambda: threading.current_thread().name).result()
+    assert name.startswith("mhaaudit-test")
+
+
+@pytest.mark.parametrize("error", [RuntimeError("boom"), KeyboardInterrupt()])
+def test_left_by_an_error_it_cancels_what_waits_and_does_not_wait_for_what_runs(error):
+    release, started = threading.Event(), threading.Event()
+
+    def blocked():
+        started.set()
+        release.wait(30)
+        return "late"
+
+    try:
+        with pytest.raises(type(error)), worker_pool(1, "t") as pool:
+            running = pool.submit(blocked)
+            queued = pool.submit(lambda: "never")
+            assert started.wait(10)
+            raise error
+        assert running.running()  # the block was left with its task still running
+        assert queued.cancelled()
+    finally:
+        release.set()
+    assert running.result(10) == "late"
+
+
+def test_a_lock_the_interrupted_main_thread_kept_does_not_hang_it():
+    """Ctrl-C can stop the main thread inside ``Future.result`` after it took the task's lock and before
+    the block that releases it: the worker finishing that task then waits for the lock for ever. Taking
+    the lock here stands for that; a ThreadPoolExecutor's own exit (it waits) would hang."""
+    release = threading.Event()
+    left = threading.Event()
+
+    def run():
+        try:
+            with worker_pool(1, "t") as pool:
+                fut = pool.submit(release.wait, 30)
+                fut._condition.acquire()  # kept: as an interrupt at the wrong moment leaves it
+                release.set()
+                raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            left.set()
+            fut._condition.release()  # what no interrupted run does: lets the worker end for the test
+
+    main = threading.Thread(target=run, daemon=True)
+    main.start()
+    main.join(20)
+    assert left.is_set(), "the pool waited for a worker that waits on the lock"
+
+
+def test_a_generator_closed_early_waits_for_the_running_task_and_cancels_the_rest():
+    finished = []
+
+    def slow(i):
+        time.sleep(0.2)
+        finished.append(i)
+        return i
+
+    def results():
+        with worker_pool(1, "t") as pool:
+            futures = [pool.submit(slow, i) for i in range(5)]
+            for f in futures:
+                yield f.result()
+
+    gen = results()
+    assert next(gen) == 0
+    gen.close()  # while task 1 runs: it finishes, 2 to 4 never start
+    assert finished == [0, 1]
