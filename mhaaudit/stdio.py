@@ -31,7 +31,15 @@ from typing import Any
 
 from .errors import OutputError, one_line, printable
 
-__all__ = ["DataStdout", "StdoutClosed", "command_streams", "hold_for_the_process", "say", "stdout_closed"]
+__all__ = [
+    "DataStdout",
+    "StdoutClosed",
+    "command_streams",
+    "flush_c_stdio",
+    "hold_for_the_process",
+    "say",
+    "stdout_closed",
+]
 
 
 class StdoutClosed(Exception):
@@ -55,7 +63,7 @@ def _devnull_onto(fd: int) -> None:
             os.close(null)
 
 
-def _flush_c_stdio() -> None:
+def flush_c_stdio() -> None:
     """Flush the C library's buffered streams (a library's ``printf`` to a pipe waits there), so that
     what they hold goes where descriptor 1 points now."""
     with contextlib.suppress(Exception):  # no C library to ask (Windows): nothing held there
@@ -271,7 +279,7 @@ def _start() -> _Arrangement:
     saved = os.dup(1) if _is_open(1) else None  # os.dup: not inherited by child processes
     fd, closed = _data_descriptor(out, saved)
     os.dup2(2, 1)
-    _flush_c_stdio()  # what a library printed before and the C library still holds: not data either
+    flush_c_stdio()  # what a library printed before and the C library still holds: not data either
     arrangement = _Arrangement(out, err, saved, filled)
     arrangement.data = DataStdout(out, fd, closed=closed)
     sys.stdout = arrangement.data
@@ -283,7 +291,7 @@ def _stop(arrangement: _Arrangement) -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    _flush_c_stdio()  # what a library printed meanwhile goes to stderr, not later to stdout
+    flush_c_stdio()  # what a library printed meanwhile goes to stderr, not later to stdout
     with contextlib.suppress(OSError):
         if arrangement.saved is not None:
             os.dup2(arrangement.saved, 1)

@@ -3,9 +3,11 @@
 Ctrl-C (Python's KeyboardInterrupt, raised in the main thread wherever it happens to be) can stop
 the main thread between taking a lock and entering the block that releases it: in
 ``Future.result``, the task's own lock, which the helper that finishes the task then waits on for
-ever. A pool that waited for its helpers while an error or a signal unwinds the main thread would
-then hang the run, so a pool left that way does not wait (nor does the end of the process after a
-signal: :mod:`mhaaudit.cli.app`). Nothing here imports torch.
+ever. A pool that waited for its helpers while a signal unwinds the main thread would then hang the
+run, so a pool left that way does not wait, and the end of the process after a signal waits a
+bounded time (:mod:`mhaaudit.cli.app`). An ordinary error raises nothing between the main thread's
+bytecodes, so a pool it unwinds waits for its running tasks as usual: the thread limits the block
+set stay in force until they end, and nothing of the failed work runs on. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ __all__ = ["worker_pool"]
 def worker_pool(workers: int, name: str) -> Iterator[ThreadPoolExecutor]:
     """A pool of ``workers`` threads, named ``name`` and a number, for the block.
 
-    Left normally, it waits for every task submitted, as ``with ThreadPoolExecutor()`` does. Left
-    because the generator around the block was closed (its consumer stopped early), it cancels the
-    tasks not started and waits for the running ones. Left by any other exception (an error,
-    Ctrl-C, SIGTERM), it cancels the tasks not started and does not wait: the running ones end on
-    their own and their results go unused.
+    Left normally, it waits for every task submitted, as ``with ThreadPoolExecutor()`` does. Left by
+    an error (an ``Exception``), or because the generator around the block was closed (its consumer
+    stopped early, or failed), it cancels the tasks not started and waits for the running ones. Left
+    by a signal's exception (``KeyboardInterrupt`` for Ctrl-C, the command line's own for SIGTERM and
+    SIGHUP: any ``BaseException`` that is not an ``Exception``), it cancels the tasks not started and
+    does not wait: the running ones end on their own and their results go unused.
 
     Raises:
         GeneratorExit: and any other exception of the block, again, once the pool is shut down.
@@ -33,7 +36,7 @@ def worker_pool(workers: int, name: str) -> Iterator[ThreadPoolExecutor]:
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
     try:
         yield pool
-    except GeneratorExit:
+    except (Exception, GeneratorExit):
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     except BaseException:

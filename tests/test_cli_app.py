@@ -330,6 +330,32 @@ def test_after_a_signal_the_process_ends_whatever_a_helper_waits_on(status):
     assert proc.stdout == "data so far\n"  # flushed before the end
 
 
+_SLOW_HELPER = """
+import sys, threading, time
+from mhaaudit.cli import app
+def helper():
+    time.sleep(1.5)
+    sys.stderr.write("helper done\\n")
+threading.Thread(target=helper).start()
+app.main = lambda argv=None: {status}
+app.SIGNAL_END_WAIT_S = 0.5
+app.run([])
+"""
+
+
+@pytest.mark.parametrize("status", [0, 2, 3])
+def test_a_run_that_ends_without_a_signal_waits_for_its_helpers(status):
+    proc = subprocess.run(
+        [sys.executable, "-c", _SLOW_HELPER.format(status=status)],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == status, proc.stderr
+    assert proc.stderr.endswith("helper done\n")  # not cut short: only a signal's end is bounded
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("phase, after", [("model loading", 0.0), ("forward pass", 1.5), ("checks", 6.0)])
 def test_interrupt_check(tmp_path, vit_dir, image_dir, phase, after):

@@ -1,8 +1,10 @@
-"""mhaaudit.workers.worker_pool: waits for its tasks when left normally, never when an error or Ctrl-C
-unwinds the block (a helper may wait for ever on a lock the interrupted main thread holds)."""
+"""mhaaudit.workers.worker_pool: waits for its tasks when left normally or by an error, never when a
+signal's exception unwinds the block (a helper may wait for ever on a lock the interrupted main thread
+holds)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -25,8 +27,28 @@ def test_its_threads_carry_the_name():
     assert name.startswith("mhaaudit-test")
 
 
-@pytest.mark.parametrize("error", [RuntimeError("boom"), KeyboardInterrupt()])
-def test_left_by_an_error_it_cancels_what_waits_and_does_not_wait_for_what_runs(error):
+class Terminated(BaseException):
+    """Stands for the command line's SIGTERM exception (not an Exception, as KeyboardInterrupt is not)."""
+
+
+def test_left_by_an_error_it_cancels_what_waits_and_waits_for_what_runs():
+    finished = []
+
+    def slow():
+        time.sleep(0.3)
+        finished.append(True)
+
+    with pytest.raises(RuntimeError), worker_pool(1, "t") as pool:
+        running = pool.submit(slow)
+        queued = pool.submit(lambda: "never")
+        time.sleep(0.05)
+        raise RuntimeError("boom")
+    assert finished == [True] and running.done()  # the block was left once its running task ended
+    assert queued.cancelled()
+
+
+@pytest.mark.parametrize("signal_error", [KeyboardInterrupt(), Terminated()])
+def test_left_by_a_signal_it_cancels_what_waits_and_does_not_wait_for_what_runs(signal_error):
     release, started = threading.Event(), threading.Event()
 
     def blocked():
@@ -35,11 +57,11 @@ def test_left_by_an_error_it_cancels_what_waits_and_does_not_wait_for_what_runs(
         return "late"
 
     try:
-        with pytest.raises(type(error)), worker_pool(1, "t") as pool:
+        with pytest.raises(type(signal_error)), worker_pool(1, "t") as pool:
             running = pool.submit(blocked)
             queued = pool.submit(lambda: "never")
             assert started.wait(10)
-            raise error
+            raise signal_error
         assert running.running()  # the block was left with its task still running
         assert queued.cancelled()
     finally:
@@ -49,26 +71,26 @@ def test_left_by_an_error_it_cancels_what_waits_and_does_not_wait_for_what_runs(
 
 def test_a_lock_the_interrupted_main_thread_kept_does_not_hang_it():
     """Ctrl-C can stop the main thread inside ``Future.result`` after it took the task's lock and before
-    the block that releases it: the worker finishing that task then waits for the lock for ever. Taking
-    the lock here stands for that; a ThreadPoolExecutor's own exit (it waits) would hang."""
-    release = threading.Event()
+    the block that releases it: the worker finishing that task then waits for the lock for ever. Here
+    the worker waits on a lock the test keeps (a ThreadPoolExecutor's own exit, which waits, would hang),
+    released at the end so that no thread outlives the test."""
+    kept = threading.Lock()
+    kept.acquire()
     left = threading.Event()
 
     def run():
-        try:
-            with worker_pool(1, "t") as pool:
-                fut = pool.submit(release.wait, 30)
-                fut._condition.acquire()  # kept: as an interrupt at the wrong moment leaves it
-                release.set()
-                raise KeyboardInterrupt
-        except KeyboardInterrupt:
-            left.set()
-            fut._condition.release()  # what no interrupted run does: lets the worker end for the test
+        with contextlib.suppress(KeyboardInterrupt), worker_pool(1, "t") as pool:
+            pool.submit(kept.acquire)
+            raise KeyboardInterrupt
+        left.set()
 
     main = threading.Thread(target=run, daemon=True)
     main.start()
-    main.join(20)
-    assert left.is_set(), "the pool waited for a worker that waits on the lock"
+    try:
+        main.join(20)
+        assert left.is_set(), "the pool waited for a worker that waits on the lock"
+    finally:
+        kept.release()
 
 
 def test_a_generator_closed_early_waits_for_the_running_task_and_cancels_the_rest():

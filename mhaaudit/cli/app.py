@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 
-from ..stdio import say
+from ..stdio import flush_c_stdio, say
 
 INTERRUPTED = "interrupted"
 COMPLETE_VAR = "_MHAAUDIT_COMPLETE"  # set by the completion script of --install-completion / --show-completion
@@ -90,16 +90,23 @@ def _settle_interrupt() -> None:
 
 
 def _end_within(seconds: float, code: int) -> None:
-    """End the process with status ``code`` at the latest ``seconds`` from now. The interpreter's own end
-    waits for every helper thread, and after a signal one may wait for ever on a lock the main thread was
-    stopped holding (:mod:`mhaaudit.workers`); a daemon thread ends the process then, its streams flushed.
-    The staged outputs are gone by now, and the one line said."""
+    """End the process with status ``code`` at the latest ``seconds`` (and one more for the flush) from now.
+    The interpreter's own end waits for every helper thread, and after a signal one may wait for ever on a
+    lock the main thread was stopped holding (:mod:`mhaaudit.workers`); a daemon thread ends the process
+    then, its streams flushed (for a second at most). The staged outputs are gone by now, and the one line
+    said."""
 
-    def cut() -> None:
-        time.sleep(seconds)
+    def flush() -> None:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):  # closed, or a full disk: nothing more to say
                 stream.flush()
+        flush_c_stdio()
+
+    def cut() -> None:
+        time.sleep(seconds)
+        flushing = threading.Thread(target=flush, name="mhaaudit-end-flush", daemon=True)
+        flushing.start()
+        flushing.join(1.0)  # a pipe whose reader stopped reading would hold it for ever
         os._exit(code)
 
     threading.Thread(target=cut, name="mhaaudit-end", daemon=True).start()

@@ -6,10 +6,10 @@
 from __future__ import annotations
 
 import os
+import queue
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import as_completed
 from pathlib import Path
 
 import torch
@@ -348,8 +348,14 @@ class _Training:
             # shortest first, so that as many points as possible are trained in the time.
             order = sorted(range(len(plans)), key=lambda k: plans[k].work if self.deadline else -plans[k].work)
             futures = {pool.submit(self._job, plans[k], advance): k for k in order}
+            # Each future puts itself in a queue when done (as_completed's own waiting takes the futures'
+            # locks on the way out, where Ctrl-C may have left one taken: mhaaudit.workers).
+            finished: queue.SimpleQueue = queue.SimpleQueue()
+            for future in futures:
+                future.add_done_callback(finished.put)
             try:
-                for future in as_completed(futures):
+                for _ in range(len(futures)):
+                    future = finished.get()
                     trained, seconds = future.result()
                     if trained is not None:  # None: the time ran out before or while it trained
                         records[futures[future]] = self._keep(plans[futures[future]], trained, seconds)
