@@ -380,7 +380,8 @@ def run(argv: list[str] | None = None) -> NoReturn:  # pragma: no cover - tested
     joins the job, and ends through :func:`mhaaudit.distributed.leave`, never through the
     interpreter's teardown. From the start, stdout carries the data alone
     (:func:`mhaaudit.stdio.hold_for_the_process`). After Ctrl-C, SIGTERM or SIGHUP the process ends within
-    :data:`SIGNAL_END_WAIT_S` seconds, whatever a helper thread still waits on (:func:`_end_within`)."""
+    :data:`SIGNAL_END_WAIT_S` seconds (and one more to flush its streams), whatever a helper thread still
+    waits on (:func:`_end_within`)."""
     from ..distributed import launched, leave, run_cli
 
     hold_for_the_process()  # what native libraries print, to the process's end (CUDA, NCCL), goes to stderr
