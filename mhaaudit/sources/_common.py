@@ -82,17 +82,13 @@ def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int | N
         return
 
     pending: deque = deque()
-    with worker_pool(workers, "mhaaudit-decode") as pool:
-        try:
-            for item in items:
-                pending.append(pool.submit(fn, item))
-                if len(pending) >= 4 * workers:
-                    yield pending.popleft().result()
-            while pending:
+    with worker_pool(workers, "mhaaudit-decode") as pool:  # left early, it cancels what was not started
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) >= 4 * workers:
                 yield pending.popleft().result()
-        finally:
-            for future in pending:
-                future.cancel()
+        while pending:
+            yield pending.popleft().result()
 
 
 def cache_dir(sub: str) -> Path:
