@@ -317,15 +317,20 @@ app.run([])
 """
 
 
-@pytest.mark.parametrize("status", [130, 143, 129])
-def test_after_a_signal_the_process_ends_whatever_a_helper_waits_on(status):
-    proc = subprocess.run(
-        [sys.executable, "-c", _STUCK_HELPER.format(status=status)],
+def _run_script(script: str) -> subprocess.CompletedProcess:
+    """``python -c script`` with this checkout's mhaaudit, within 60 s (a hang fails the test)."""
+    return subprocess.run(
+        [sys.executable, "-c", script],
         env=dict(os.environ, PYTHONPATH=str(ROOT)),
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+@pytest.mark.parametrize("status", [130, 143, 129])
+def test_after_a_signal_the_process_ends_whatever_a_helper_waits_on(status):
+    proc = _run_script(_STUCK_HELPER.format(status=status))
     assert proc.returncode == status, proc.stderr
     assert proc.stdout == "data so far\n"  # flushed before the end
 
@@ -345,13 +350,7 @@ app.run([])
 
 @pytest.mark.parametrize("status", [0, 2, 3])
 def test_a_run_that_ends_without_a_signal_waits_for_its_helpers(status):
-    proc = subprocess.run(
-        [sys.executable, "-c", _SLOW_HELPER.format(status=status)],
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = _run_script(_SLOW_HELPER.format(status=status))
     assert proc.returncode == status, proc.stderr
     assert proc.stderr.endswith("helper done\n")  # not cut short: only a signal's end is bounded
 
