@@ -44,6 +44,7 @@ import torch
 
 from . import batching, distributed, hostmem, load_sharing, phases
 from .batches import DataInfo, example_batches
+from .ending import ending
 from .errors import DataError, InputError, ModelError, Param
 from .hostmem import Trimmer
 from .load_sharing import shared_loads as shared_loads
@@ -333,7 +334,9 @@ def _prefetched(
 
 def _read_ahead(items: Iterator, depth: int) -> Iterator:
     """``items``, read by a helper thread up to ``depth`` ahead (rank 0 reads the source while the
-    batches it dealt are computed); an error of the reader is raised here, in order."""
+    batches it dealt are computed); an error of the reader is raised here, in order. Closed early, it
+    waits a few seconds for the reader to stop, unless a signal is ending the run
+    (:func:`mhaaudit.ending.ending`)."""
     box: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
     end = object()
@@ -368,7 +371,8 @@ def _read_ahead(items: Iterator, depth: int) -> Iterator:
             yield x
     finally:
         stop.set()
-        reader.join(timeout=5)
+        if not ending():  # else the process ends soon, and what the reader is making goes unused
+            reader.join(timeout=5)
 
 
 def _assigned(

@@ -20,7 +20,15 @@ from typing import Any
 from .errors import MhaauditError, OutputError, Param
 from .files import special_kind
 
-__all__ = ["StagedOutputs", "atomic_path", "check_writable", "make_output_folder", "ordinary_mode", "staged_outputs"]
+__all__ = [
+    "StagedOutputs",
+    "abandon",
+    "atomic_path",
+    "check_writable",
+    "make_output_folder",
+    "ordinary_mode",
+    "staged_outputs",
+]
 
 
 def _reason(exc: OSError) -> str:
@@ -40,18 +48,22 @@ class StagedOutputs:
     def __init__(self) -> None:
         self.files: dict[Path, Path] = {}  # target -> its temporary
         self.folders: list[Path] = []  # folders created for outputs, in order of creation
+        # held while the lists change, and by abort from another thread (:func:`abandon`)
+        self._lock = threading.RLock()
 
     def stage(self, tmp: Path, target: Path) -> None:
         """Note that ``tmp`` goes to ``target`` at :meth:`commit`; one staged earlier for ``target`` is removed."""
-        earlier = self.files.pop(target, None)
-        if earlier is not None:  # written twice in one run: the last one counts
-            with contextlib.suppress(OSError):
-                earlier.unlink()
-        self.files[target] = tmp
+        with self._lock:
+            earlier = self.files.pop(target, None)
+            if earlier is not None:  # written twice in one run: the last one counts
+                with contextlib.suppress(OSError):
+                    earlier.unlink()
+            self.files[target] = tmp
 
     def made(self, folder: Path) -> None:
         """Note a folder created for an output, for :meth:`abort` to remove (when empty)."""
-        self.folders.append(folder)
+        with self._lock:
+            self.folders.append(folder)
 
     def commit(self) -> None:
         """Rename every staged output into place. Ctrl-C, SIGTERM and SIGHUP are held back for the few
@@ -62,27 +74,38 @@ class StagedOutputs:
         """
         held = _hold_signals()
         try:
-            for target, tmp in list(self.files.items()):
-                try:
-                    os.replace(tmp, target)
-                except OSError as exc:
-                    self.abort()
-                    raise OutputError(f"cannot write {target}: {_reason(exc)}") from exc
-                del self.files[target]
-            self.folders.clear()
+            with self._lock:
+                for target, tmp in list(self.files.items()):
+                    try:
+                        os.replace(tmp, target)
+                    except OSError as exc:
+                        self.abort()
+                        raise OutputError(f"cannot write {target}: {_reason(exc)}") from exc
+                    del self.files[target]
+                self.folders.clear()
         finally:
             _release_signals(held)
 
     def abort(self) -> None:
         """Remove every temporary still staged and every folder the run created that is empty; forget them."""
-        for tmp in self.files.values():
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-        self.files.clear()
-        for folder in reversed(self.folders):
-            with contextlib.suppress(OSError):
-                folder.rmdir()  # only when empty: a folder that holds something else stays
-        self.folders.clear()
+        with self._lock:
+            for tmp in self.files.values():
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+            self.files.clear()
+            for folder in reversed(self.folders):
+                with contextlib.suppress(OSError):
+                    folder.rmdir()  # only when empty: a folder that holds something else stays
+            self.folders.clear()
+
+    def abandon(self, wait: float) -> None:
+        """:meth:`abort`, from another thread than the run's, waiting ``wait`` seconds at most for the run's own
+        changes to the lists (a commit's renames) to end; nothing when they do not."""
+        if self._lock.acquire(timeout=wait):
+            try:
+                self.abort()
+            finally:
+                self._lock.release()
 
 
 # Ctrl-C, SIGTERM and SIGHUP (absent on Windows): the signals that end a run with its outputs removed.
@@ -121,6 +144,11 @@ def _release_signals(held: _Held | None) -> None:
 
 _STAGED: contextvars.ContextVar[StagedOutputs | None] = contextvars.ContextVar("mhaaudit_staged_outputs", default=None)
 
+# What the process has under way, for :func:`abandon`: every run's staged outputs, every temporary being written.
+_RUNS: dict[StagedOutputs, None] = {}
+_WRITING: dict[Path, None] = {}
+_UNDER_WAY = threading.Lock()
+
 
 @contextlib.contextmanager
 def staged_outputs() -> Iterator[StagedOutputs]:
@@ -131,12 +159,34 @@ def staged_outputs() -> Iterator[StagedOutputs]:
         return
     staged = StagedOutputs()
     token = _STAGED.set(staged)
+    with _UNDER_WAY:
+        _RUNS[staged] = None
     try:
         yield staged
         staged.commit()
     finally:
         staged.abort()  # nothing left once committed; everything removed otherwise
         _STAGED.reset(token)
+        with _UNDER_WAY:
+            _RUNS.pop(staged, None)
+
+
+def abandon(wait: float = 1.0) -> None:
+    """Remove, from any thread, every output the process has staged and not put in place, every temporary
+    it is writing and every folder a run created for them (when empty): the end of the process after a
+    signal whose run did not unwind in time (:mod:`mhaaudit.ending`). A run in the middle of putting its
+    outputs in place is waited for ``wait`` seconds at most (and left as it is after that)."""
+    got = _UNDER_WAY.acquire(timeout=wait)  # a run interrupted in the middle of its bookkeeping can keep it
+    try:
+        runs, writing = list(_RUNS), list(_WRITING)
+    finally:
+        if got:
+            _UNDER_WAY.release()
+    for tmp in writing:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+    for staged in runs:
+        staged.abandon(wait)
 
 
 def make_output_folder(folder: Path) -> None:
@@ -278,6 +328,8 @@ def atomic_path(path: str | os.PathLike, *, now: bool = False) -> Iterator[Path]
     fd, tmp = tempfile.mkstemp(prefix=temp_prefix(p.name, parent), suffix=_TMP_SUFFIX, dir=parent)
     os.close(fd)
     tmp_p = Path(tmp)
+    with _UNDER_WAY:
+        _WRITING[tmp_p] = None
     staged = None if now else _STAGED.get()
     try:
         yield tmp_p
@@ -297,3 +349,6 @@ def atomic_path(path: str | os.PathLike, *, now: bool = False) -> Iterator[Path]
         with contextlib.suppress(OSError):
             tmp_p.unlink()
         raise
+    finally:
+        with _UNDER_WAY:
+            _WRITING.pop(tmp_p, None)

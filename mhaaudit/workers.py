@@ -5,9 +5,11 @@ the main thread between taking a lock and entering the block that releases it: i
 ``Future.result``, the task's own lock, which the helper that finishes the task then waits on for
 ever. A pool that waited for its helpers while a signal unwinds the main thread would then hang the
 run, so a pool left that way does not wait, and the end of the process after a signal waits a
-bounded time (:mod:`mhaaudit.cli.app`). An ordinary error raises nothing between the main thread's
-bytecodes, so a pool it unwinds waits for its running tasks as usual: the thread limits the block
-set stay in force until they end, and nothing of the failed work runs on. Nothing here imports torch.
+bounded time (:mod:`mhaaudit.cli.app`). Nor does a pool wait that a signal's unwinding leaves another way
+(a generator around it closed): from the signal on, :func:`mhaaudit.ending.ending` says so. An ordinary
+error raises nothing between the main thread's bytecodes, so a pool it unwinds waits for its running
+tasks as usual: the thread limits the block set stay in force until they end, and nothing of the failed
+work runs on. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+
+from .ending import ending
 
 __all__ = ["worker_pool"]
 
@@ -27,8 +31,9 @@ def worker_pool(workers: int, name: str) -> Iterator[ThreadPoolExecutor]:
     an error (an ``Exception``), or because the generator around the block was closed (its consumer
     stopped early, or failed), it cancels the tasks not started and waits for the running ones. Left
     by a signal's exception (``KeyboardInterrupt`` for Ctrl-C, the command line's own for SIGTERM and
-    SIGHUP: any ``BaseException`` that is not an ``Exception``), it cancels the tasks not started and
-    does not wait: the running ones end on their own and their results go unused.
+    SIGHUP: any ``BaseException`` that is not an ``Exception``), or left any way but normally while such a
+    signal is ending the run (:func:`mhaaudit.ending.ending`), it cancels the tasks not started and does
+    not wait: the running ones end on their own and their results go unused.
 
     Raises:
         GeneratorExit: and any other exception of the block, again, once the pool is shut down.
@@ -37,7 +42,7 @@ def worker_pool(workers: int, name: str) -> Iterator[ThreadPoolExecutor]:
     try:
         yield pool
     except (Exception, GeneratorExit):
-        pool.shutdown(wait=True, cancel_futures=True)
+        pool.shutdown(wait=not ending(), cancel_futures=True)
         raise
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import chatter
@@ -588,3 +590,34 @@ def test_ranks_wait_for_a_slower_ranks_seeds_past_the_timeout(tmp_path):
     assert a["reasons"] == b["reasons"] == ["seed 0", "seed 1", "seed 2"]
     assert a["features"] == [0, 1, 2]
     assert b["features"] == [None, 1, None]
+
+
+@pytest.mark.parametrize("signalled", [False, True])
+def test_read_ahead_closed_early_waits_for_its_reader_unless_a_signal_ends_the_run(signalled):
+    """Closed early, the reader is waited for (a few seconds at most) while it finishes its item; while a
+    signal is ending the run it is not: the item goes unused."""
+    from mhaaudit import ending
+    from mhaaudit.pipeline import _read_ahead
+
+    release, making, made = threading.Event(), threading.Event(), []
+
+    def items():
+        yield 0
+        making.set()
+        release.wait(30)
+        made.append(1)
+        yield 1
+
+    got = _read_ahead(items(), 1)
+    assert next(got) == 0
+    assert making.wait(10)
+    if signalled:
+        ending.note(signal.SIGINT)
+    try:
+        if not signalled:
+            threading.Timer(0.3, release.set).start()  # the reader finishes its item after a while
+        got.close()
+        assert made == ([] if signalled else [1])  # waited for the reader only when no signal ends the run
+    finally:
+        ending.clear()
+        release.set()

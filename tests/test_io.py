@@ -344,6 +344,29 @@ def test_to_query_matrix():
             to_query_matrix(torch.zeros(shape), None, "s")
 
 
+def test_abandon_removes_what_is_staged_and_what_is_being_written_from_another_thread(tmp_path):
+    """The end of the process after a signal whose run did not unwind in time (``mhaaudit.ending``):
+    another thread removes the staged outputs, the temporary being written and the folder made for them."""
+    import threading
+
+    from mhaaudit.staging import abandon, make_output_folder, staged_outputs
+
+    folder = tmp_path / "made"
+    # (the process ends right after; a run that went on would find its temporary gone)
+    with pytest.raises(OutputError, match=r"half\.txt"), staged_outputs() as staged:
+        make_output_folder(folder)
+        with atomic_path(folder / "whole.txt") as tmp:
+            tmp.write_text("whole")
+        with atomic_path(folder / "half.txt") as tmp:
+            tmp.write_text("half")
+            helper = threading.Thread(target=abandon)
+            helper.start()
+            helper.join(10)
+            assert not tmp.exists()
+            assert staged.files == {} and staged.folders == []
+    assert os.listdir(tmp_path) == []  # nothing was put in place: the staged output was forgotten
+
+
 def test_atomic_write_gives_ordinary_permissions(tmp_path):
     plain = tmp_path / "plain.txt"
     plain.write_text("x")

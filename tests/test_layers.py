@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, ...]] = [
         "files",
         "phases",
         "workers",
+        "ending",
         "imports",
         "keywords",
         "provenance",

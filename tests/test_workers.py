@@ -1,15 +1,17 @@
 """mhaaudit.workers.worker_pool: waits for its tasks when left normally or by an error, never when a
-signal's exception unwinds the block (a helper may wait for ever on a lock the interrupted main thread
-holds)."""
+signal's exception unwinds the block, or a signal is ending the run (a helper may wait for ever on a lock
+the interrupted main thread holds); and what mhaaudit.ending notes of such a signal."""
 
 from __future__ import annotations
 
 import contextlib
+import signal
 import threading
 import time
 
 import pytest
 
+from mhaaudit import ending
 from mhaaudit.workers import worker_pool
 
 
@@ -111,3 +113,52 @@ def test_a_generator_closed_early_waits_for_the_running_task_and_cancels_the_res
     assert next(gen) == 0
     gen.close()  # while task 1 runs: it finishes, 2 to 4 never start
     assert finished == [0, 1]
+
+
+@pytest.fixture
+def signal_noted():
+    """A signal is ending the run (as the command line's handlers note it), for the test's length."""
+    ending.note(signal.SIGINT)
+    try:
+        yield
+    finally:
+        ending.clear()
+
+
+def test_a_generator_closed_while_a_signal_ends_the_run_does_not_wait(signal_noted):
+    gates, started, finished = [threading.Event() for _ in range(3)], [threading.Event() for _ in range(3)], []
+
+    def blocked(i):
+        started[i].set()
+        gates[i].wait(30)
+        finished.append(i)
+        return i
+
+    def results():
+        with worker_pool(1, "t") as pool:
+            futures = [pool.submit(blocked, i) for i in range(3)]
+            for f in futures:
+                yield f.result()
+
+    gen = results()
+    try:
+        gates[0].set()
+        assert next(gen) == 0
+        assert started[1].wait(10)
+        gen.close()  # task 1 runs, blocked: the pool is left without waiting for it
+        assert finished == [0]
+    finally:
+        for gate in gates:
+            gate.set()
+    assert not started[2].is_set()  # cancelled before it started
+
+
+def test_ending_is_noted_once_and_cleared():
+    assert not ending.ending() and ending.noted() is None
+    try:
+        ending.note(signal.SIGTERM)
+        ending.note(signal.SIGINT)  # a second signal: the first one is what ends the run
+        assert ending.ending() and ending.noted() == signal.SIGTERM
+    finally:
+        ending.clear()
+    assert not ending.ending()

@@ -18,8 +18,8 @@ import os
 import signal
 import sys
 import threading
-import time
 
+from .. import ending
 from ..stdio import flush_c_stdio, say
 
 INTERRUPTED = "interrupted"
@@ -29,9 +29,11 @@ TERMINATED = "terminated (SIGTERM)"
 TERMINATED_STATUS = 143  # 128 + SIGTERM, as a shell reports a process SIGTERM ended
 HUNG_UP = "hung up (SIGHUP)"
 HUNG_UP_STATUS = 129  # 128 + SIGHUP: the terminal closed (or `kill -HUP`)
-#: After Ctrl-C, SIGTERM or SIGHUP, the seconds the end of the process waits for helper threads before it ends
-#: without them (a signal can leave a lock taken that a helper then waits on for ever: see mhaaudit.workers)
-SIGNAL_END_WAIT_S = 3.0
+#: After Ctrl-C, SIGTERM or SIGHUP, the seconds from the signal within which the process ends, whatever its
+#: main thread still waits on (:mod:`mhaaudit.ending`); more than a launched job's rank 0 waits for the others
+#: to leave (``mhaaudit.distributed.LEAVE_WAIT_S``) and the end's own flush, less than schedulers allow after
+#: SIGTERM (30 s for Slurm and Kubernetes by default)
+SIGNAL_END_LIMIT_S = 20.0
 PIPE_CLOSED_STATUS = 141  # 128 + SIGPIPE: the reader of stdout went away (as `yes | head` ends `yes`)
 STDOUT_CLOSED = "stdout is closed, so the data has nowhere to go; redirect it (> FILE, or > /dev/null to discard it)"
 
@@ -56,19 +58,33 @@ _ENDING = {signal.SIGTERM: Terminated, **({signal.SIGHUP: HungUp} if hasattr(sig
 def _on_signal(signum, frame) -> None:
     for sig in _ENDING:  # a second one does not interrupt the cleanup
         signal.signal(sig, signal.SIG_IGN)
+    ending.note(signum)
     raise _ENDING[signal.Signals(signum)]()
+
+
+def _on_interrupt(signum, frame) -> None:
+    """Ctrl-C: Python's own answer, the run noted as ending first (:mod:`mhaaudit.ending`).
+
+    Raises:
+        KeyboardInterrupt: always.
+    """
+    ending.note(signum)
+    raise KeyboardInterrupt
 
 
 def _handle_signals() -> dict:
     """Install :func:`_on_signal` for SIGTERM and SIGHUP where they have the default disposition (an ignored
-    one, as under ``nohup``, stays ignored) and this is the main thread; returns what to restore."""
+    one, as under ``nohup``, stays ignored), and :func:`_on_interrupt` for Ctrl-C where it has Python's
+    default handler, when this is the main thread; returns what to restore."""
     previous: dict = {}
     if threading.current_thread() is not threading.main_thread():
         return previous
-    for sig in _ENDING:
+    wanted = [(sig, signal.SIG_DFL, _on_signal) for sig in _ENDING]
+    wanted.append((signal.SIGINT, signal.default_int_handler, _on_interrupt))
+    for sig, default, handler in wanted:
         try:
-            if signal.getsignal(sig) is signal.SIG_DFL:
-                previous[sig] = signal.signal(sig, _on_signal)
+            if signal.getsignal(sig) is default:
+                previous[sig] = signal.signal(sig, handler)
         except (ValueError, OSError):  # pragma: no cover - no signals here
             pass
     return previous
@@ -89,27 +105,50 @@ def _settle_interrupt() -> None:
     exec("pass", {})
 
 
-def _end_within(seconds: float, code: int) -> None:
-    """End the process with status ``code`` at the latest ``seconds`` (and one more for the flush) from now.
-    The interpreter's own end waits for every helper thread, and after a signal one may wait for ever on a
-    lock the main thread was stopped holding (:mod:`mhaaudit.workers`); a daemon thread ends the process
-    then, its streams flushed (for a second at most). The staged outputs are gone by now, and the one line
-    said."""
+def _end_now(code: int, line: str | None = None) -> NoReturn:
+    """End the process with status ``code`` now, from any thread, after ``line`` (when given) on stderr and the
+    streams flushed, for a second at most (a pipe whose reader stopped reading would hold them for ever)."""
 
     def flush() -> None:
+        if line:
+            say(f"Error: {line}")
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):  # closed, or a full disk: nothing more to say
                 stream.flush()
         flush_c_stdio()
 
-    def cut() -> None:
-        time.sleep(seconds)
-        flushing = threading.Thread(target=flush, name="mhaaudit-end-flush", daemon=True)
-        flushing.start()
-        flushing.join(1.0)  # a pipe whose reader stopped reading would hold it for ever
-        os._exit(code)
+    flushing = threading.Thread(target=flush, name="mhaaudit-end-flush", daemon=True)
+    flushing.start()
+    flushing.join(1.0)
+    os._exit(code)
 
-    threading.Thread(target=cut, name="mhaaudit-end", daemon=True).start()
+
+def _end_signalled(code: int) -> NoReturn:
+    """End the process with a signal's status ``code`` once the run has unwound (its staged outputs removed, its
+    line said), without the interpreter's own end: that waits for every helper thread, and after a signal
+    one may wait for ever on a lock the main thread was stopped holding (:mod:`mhaaudit.workers`); and a
+    signal that stopped an import half way (torch's, which starts native threads) can leave native state
+    whose teardown aborts the process ("terminate called without an active exception", status 134). What
+    a helper thread is still writing is removed first (:func:`mhaaudit.staging.abandon`)."""
+    abandon()
+    _end_now(code)
+
+
+#: The line a signal's end says, by signal number (SIGHUP is absent on Windows)
+_SIGNAL_LINES = {
+    int(signal.SIGINT): INTERRUPTED,
+    int(signal.SIGTERM): TERMINATED,
+    **({int(signal.SIGHUP): HUNG_UP} if hasattr(signal, "SIGHUP") else {}),
+}
+
+
+def _end_after_signal(signum: int) -> NoReturn:
+    """The end :func:`run` has :mod:`mhaaudit.ending` make :data:`SIGNAL_END_LIMIT_S` seconds after Ctrl-C,
+    SIGTERM or SIGHUP, when the process is still there: the run's staged and half-written outputs removed
+    (:func:`mhaaudit.staging.abandon`), its one line said unless it was, and the signal's status (128 + its
+    number, as for the statuses above)."""
+    abandon()
+    _end_now(128 + int(signum), None if ending.was_said() else _SIGNAL_LINES.get(int(signum), INTERRUPTED))
 
 
 def _interrupted() -> None:
@@ -119,6 +158,7 @@ def _interrupted() -> None:
         SystemExit: always, with status 130.
     """
     say(f"Error: {INTERRUPTED}")
+    ending.said()
     _settle_interrupt()
     raise SystemExit(INTERRUPTED_STATUS)
 
@@ -130,6 +170,7 @@ def _terminated(exc: Terminated) -> None:
         SystemExit: always, with the signal's status.
     """
     say(f"Error: {exc.line}")
+    ending.said()
     raise SystemExit(exc.status)
 
 
@@ -145,7 +186,7 @@ try:  # Ctrl-C (or SIGTERM, SIGHUP) while the libraries load (before main runs) 
 
     from .. import __version__
     from ..errors import MhaauditError, one_line
-    from ..staging import staged_outputs
+    from ..staging import abandon, staged_outputs
     from ..stdio import StdoutClosed, command_streams, hold_for_the_process, silence_data, stdout_closed
     from .capacity import capacity
     from .check import check
@@ -367,10 +408,13 @@ def _run_command(args: list[str], debug: bool) -> int:
                 message, rv = lost, 2
         if message:
             say(f"Error: {message}")
+        if isinstance(exc, (KeyboardInterrupt, Terminated)):
+            ending.said()  # (a lost rank's line stands for it)
         if isinstance(exc, StdoutClosed):
             silence_data()
     finally:
         _restore_signals(previous)
+        ending.clear()  # this run's status is known: a later run in this process is not ending
     return rv if isinstance(rv, int) else 0
 
 
@@ -379,19 +423,22 @@ def run(argv: list[str] | None = None) -> NoReturn:  # pragma: no cover - tested
     line and end the process with its exit status. A rank of a torchrun job (started either way)
     joins the job, and ends through :func:`mhaaudit.distributed.leave`, never through the
     interpreter's teardown. From the start, stdout carries the data alone
-    (:func:`mhaaudit.stdio.hold_for_the_process`). After Ctrl-C, SIGTERM or SIGHUP the process ends within
-    :data:`SIGNAL_END_WAIT_S` seconds (and one more to flush its streams), whatever a helper thread still
-    waits on (:func:`_end_within`)."""
+    (:func:`mhaaudit.stdio.hold_for_the_process`). After Ctrl-C, SIGTERM or SIGHUP the process ends as soon
+    as the run has unwound and its streams are flushed (a second at most), whatever a helper thread still
+    waits on (:func:`_end_signalled`), and within :data:`SIGNAL_END_LIMIT_S` seconds of the signal (and one
+    more), whatever its main thread waits on (:func:`_end_after_signal`)."""
     from ..distributed import launched, leave, run_cli
 
     hold_for_the_process()  # what native libraries print, to the process's end (CUDA, NCCL), goes to stderr
+    ending.watch(SIGNAL_END_LIMIT_S, _end_after_signal)
     try:
         code = run_cli(main, argv) if launched() else main(argv)
     except KeyboardInterrupt:  # between the commands' own handling and the exit
-        _end_within(SIGNAL_END_WAIT_S, INTERRUPTED_STATUS)
-        _interrupted()
+        say(f"Error: {INTERRUPTED}")
+        ending.said()
+        code = INTERRUPTED_STATUS
     if launched():  # a rank of a torchrun job: see mhaaudit.distributed.leave
         leave(code)
     if code in (INTERRUPTED_STATUS, TERMINATED_STATUS, HUNG_UP_STATUS):
-        _end_within(SIGNAL_END_WAIT_S, code)
+        _end_signalled(code)
     sys.exit(code)
