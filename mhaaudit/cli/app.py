@@ -79,7 +79,7 @@ def _handle_signals() -> dict:
     previous: dict = {}
     if threading.current_thread() is not threading.main_thread():
         return previous
-    wanted = [(sig, signal.SIG_DFL, _on_signal) for sig in _ENDING]
+    wanted: list[tuple[signal.Signals, object, Callable]] = [(sig, signal.SIG_DFL, _on_signal) for sig in _ENDING]
     wanted.append((signal.SIGINT, signal.default_int_handler, _on_interrupt))
     for sig, default, handler in wanted:
         try:
