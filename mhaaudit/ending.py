@@ -23,15 +23,16 @@ __all__ = ["clear", "ending", "note", "noted", "said", "was_said", "watch"]
 _NOTED: int | None = None  # the number of the first signal that is ending the run
 _SAID = False  # its line is said
 _WRITE: int | None = None  # the write end of the watch's pipe, once it watches
+_WATCHER = 0  # the process whose watch that is (a forked child inherits the pipe, not the thread)
 
 
 def note(signum: int) -> None:
-    """A signal that ends the run arrived: from now on :func:`ending` is true, and the watch (when started)
-    counts down. Called from a signal handler, in the main thread: it takes no lock."""
+    """A signal that ends the run arrived: from now on :func:`ending` is true, and the watch (when this process
+    started one) counts down. Called from a signal handler, in the main thread: it takes no lock."""
     global _NOTED
     if _NOTED is None:
         _NOTED = int(signum)
-    if _WRITE is not None:
+    if _WRITE is not None and os.getpid() == _WATCHER:
         with contextlib.suppress(OSError):  # full (a byte per signal, 64 KB of them) or closed: it is counting
             os.write(_WRITE, bytes([int(signum) & 0xFF]))
 
@@ -67,8 +68,8 @@ def clear() -> None:
 def watch(limit: float, end: Callable[[int], object]) -> None:
     """Start the watch: ``limit`` seconds after the first signal :func:`note` is given, ``end(signum)`` runs
     on a daemon thread (it ends the process; if it returns, the thread ends). Nothing when already watching."""
-    global _WRITE
-    if _WRITE is not None:
+    global _WRITE, _WATCHER
+    if _WRITE is not None and os.getpid() == _WATCHER:
         return
     read, write = os.pipe()
     os.set_blocking(write, False)  # a handler never waits
@@ -83,4 +84,4 @@ def watch(limit: float, end: Callable[[int], object]) -> None:
             end(got[0])
 
     threading.Thread(target=wait, name="mhaaudit-signal-watch", daemon=True).start()
-    _WRITE = write
+    _WRITE, _WATCHER = write, os.getpid()

@@ -151,14 +151,3 @@ def test_a_generator_closed_while_a_signal_ends_the_run_does_not_wait(signal_not
         for gate in gates:
             gate.set()
     assert not started[2].is_set()  # cancelled before it started
-
-
-def test_ending_is_noted_once_and_cleared():
-    assert not ending.ending() and ending.noted() is None
-    try:
-        ending.note(signal.SIGTERM)
-        ending.note(signal.SIGINT)  # a second signal: the first one is what ends the run
-        assert ending.ending() and ending.noted() == signal.SIGTERM
-    finally:
-        ending.clear()
-    assert not ending.ending()
