@@ -6,8 +6,9 @@ waiting for work whose results will go unused (:mod:`mhaaudit.workers`, the data
 :mod:`mhaaudit.pipeline`). Once :func:`watch` has started (the console script starts it), a daemon
 thread calls its ``end`` a bounded time after the first signal if the process is still there,
 whatever its main thread waits on: a lock left taken by the interruption, a helper, a full pipe. The
-first signal reaches that thread through a pipe (a handler only writes its number there). Nothing here
-imports torch.
+first signal reaches that thread through a pipe (a handler only writes its number there). When the
+run has settled its status and its line (:func:`settle`), that end keeps them. Nothing here imports
+torch.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["clear", "ending", "note", "noted", "said", "was_said", "watch"]
+__all__ = ["clear", "ending", "note", "noted", "settle", "settled", "watch", "watching"]
 
 _NOTED: int | None = None  # the number of the first signal that is ending the run
-_SAID = False  # its line is said
+_STATUS: int | None = None  # the status the run settled on after it (None: not yet)
+_SAID = False  # the run's one line is said
 _WRITE: int | None = None  # the write end of the watch's pipe, once it watches
 _WATCHER = 0  # the process whose watch that is (a forked child inherits the pipe, not the thread)
 
@@ -32,9 +34,10 @@ def note(signum: int) -> None:
     global _NOTED
     if _NOTED is None:
         _NOTED = int(signum)
-    if _WRITE is not None and os.getpid() == _WATCHER:
-        with contextlib.suppress(OSError):  # full (a byte per signal, 64 KB of them) or closed: it is counting
-            os.write(_WRITE, bytes([int(signum) & 0xFF]))
+    fd = _WRITE
+    if fd is not None and os.getpid() == _WATCHER:  # this process's own watch (:func:`watching`)
+        with contextlib.suppress(OSError):  # full (a byte per signal, thousands) or closed: it is counting
+            os.write(fd, bytes([int(signum) & 0xFF]))
 
 
 def ending() -> bool:
@@ -47,32 +50,40 @@ def noted() -> int | None:
     return _NOTED
 
 
-def said() -> None:
-    """The signal's one line is said: the end the watch makes does not say it again."""
-    global _SAID
-    _SAID = True
+def settle(status: int, said: bool) -> None:
+    """The run a signal is ending has unwound: it ends with ``status``, and its one line is ``said`` (a signal's
+    line, or the error that took its place). The end the watch makes keeps both."""
+    global _STATUS, _SAID
+    _STATUS, _SAID = int(status), bool(said)
 
 
-def was_said() -> bool:
-    """Whether the signal's line is said (:func:`said`)."""
-    return _SAID
+def settled() -> tuple[int | None, bool]:
+    """``(status, said)`` as :func:`settle` gave them; ``(None, False)`` before."""
+    return _STATUS, _SAID
 
 
 def clear() -> None:
-    """The run the signal ended is over (its status is known): a later run of this process (a library user's
-    or a test's) is not ending. A watch already counting goes on, and a line said stays said."""
-    global _NOTED
-    _NOTED = None
+    """Forget the signal and what the run settled: a later run of this process (a library user's or a
+    test's) is not ending. A process that watches (the console script: its run is its last) keeps them
+    to its end, and a watch already counting goes on."""
+    global _NOTED, _STATUS, _SAID
+    _NOTED, _STATUS, _SAID = None, None, False
 
 
-def watch(limit: float, end: Callable[[int], object]) -> None:
-    """Start the watch: ``limit`` seconds after the first signal :func:`note` is given, ``end(signum)`` runs
+def watching() -> bool:
+    """Whether this process has started its watch (:func:`watch`)."""
+    return _WRITE is not None and os.getpid() == _WATCHER
+
+
+def watch(delay: float, end: Callable[[int], object]) -> None:
+    """Start the watch: ``delay`` seconds after the first signal :func:`note` is given, ``end(signum)`` runs
     on a daemon thread (it ends the process; if it returns, the thread ends). Nothing when already watching."""
     global _WRITE, _WATCHER
-    if _WRITE is not None and os.getpid() == _WATCHER:
+    if watching():
         return
     read, write = os.pipe()
-    os.set_blocking(write, False)  # a handler never waits
+    with contextlib.suppress(AttributeError, OSError):  # Windows before Python 3.12: a blocking pipe
+        os.set_blocking(write, False)  # a handler never waits
 
     def wait() -> None:
         try:
@@ -80,7 +91,7 @@ def watch(limit: float, end: Callable[[int], object]) -> None:
         except OSError:  # pragma: no cover - the pipe is the process's own
             return
         if got:
-            time.sleep(limit)
+            time.sleep(max(0.0, delay))
             end(got[0])
 
     threading.Thread(target=wait, name="mhaaudit-signal-watch", daemon=True).start()

@@ -54,6 +54,10 @@ class StagedOutputs:
     def stage(self, tmp: Path, target: Path) -> None:
         """Note that ``tmp`` goes to ``target`` at :meth:`commit`; one staged earlier for ``target`` is removed."""
         with self._lock:
+            if _ABANDONED:  # the process is ending (:func:`abandon`): nothing more is kept
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+                return
             earlier = self.files.pop(target, None)
             if earlier is not None:  # written twice in one run: the last one counts
                 with contextlib.suppress(OSError):
@@ -148,6 +152,7 @@ _STAGED: contextvars.ContextVar[StagedOutputs | None] = contextvars.ContextVar("
 _RUNS: dict[StagedOutputs, None] = {}
 _WRITING: dict[Path, None] = {}
 _UNDER_WAY = threading.Lock()
+_ABANDONED = False  # set by abandon: the process is ending, and no output is begun or staged after it
 
 
 @contextlib.contextmanager
@@ -175,7 +180,10 @@ def abandon(wait: float = 1.0) -> None:
     """Remove, from any thread, every output the process has staged and not put in place, every temporary
     it is writing and every folder a run created for them (when empty): the end of the process after a
     signal whose run did not unwind in time (:mod:`mhaaudit.ending`). A run in the middle of putting its
-    outputs in place is waited for ``wait`` seconds at most (and left as it is after that)."""
+    outputs in place is waited for ``wait`` seconds at most (and left as it is after that). From then on
+    no output is begun (:func:`atomic_path` raises an OutputError) or staged."""
+    global _ABANDONED
+    _ABANDONED = True
     got = _UNDER_WAY.acquire(timeout=wait)  # a run interrupted in the middle of its bookkeeping can keep it
     try:
         runs, writing = list(_RUNS), list(_WRITING)
@@ -329,7 +337,12 @@ def atomic_path(path: str | os.PathLike, *, now: bool = False) -> Iterator[Path]
     os.close(fd)
     tmp_p = Path(tmp)
     with _UNDER_WAY:
-        _WRITING[tmp_p] = None
+        if not _ABANDONED:
+            _WRITING[tmp_p] = None
+    if _ABANDONED:  # the process is ending (:func:`abandon`): a helper thread begins nothing more
+        with contextlib.suppress(OSError):
+            tmp_p.unlink()
+        raise OutputError(f"cannot write {p}: the run is ending")
     staged = None if now else _STAGED.get()
     try:
         yield tmp_p

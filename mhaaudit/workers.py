@@ -4,8 +4,8 @@ Ctrl-C (Python's KeyboardInterrupt, raised in the main thread wherever it happen
 the main thread between taking a lock and entering the block that releases it: in
 ``Future.result``, the task's own lock, which the helper that finishes the task then waits on for
 ever. A pool that waited for its helpers while a signal unwinds the main thread would then hang the
-run, so a pool left that way does not wait, and the end of the process after a signal waits a
-bounded time (:mod:`mhaaudit.cli.app`). Nor does a pool wait that a signal's unwinding leaves another way
+run, so a pool left that way does not wait, and nor does the end of the process after a signal
+(:mod:`mhaaudit.cli.app`). Nor does a pool wait that a signal's unwinding leaves another way
 (a generator around it closed): from the signal on, :func:`mhaaudit.ending.ending` says so. An ordinary
 error raises nothing between the main thread's bytecodes, so a pool it unwinds waits for its running
 tasks as usual: the thread limits the block set stay in force until they end, and nothing of the failed

@@ -593,13 +593,21 @@ def test_ranks_wait_for_a_slower_ranks_seeds_past_the_timeout(tmp_path):
 
 
 @pytest.mark.parametrize("signalled", [False, True])
-def test_read_ahead_closed_early_waits_for_its_reader_unless_a_signal_ends_the_run(signalled):
+def test_read_ahead_closed_early_waits_for_its_reader_unless_a_signal_ends_the_run(signalled, monkeypatch):
     """Closed early, the reader is waited for (a few seconds at most) while it finishes its item; while a
     signal is ending the run it is not: the item goes unused."""
     from mhaaudit import ending
     from mhaaudit.pipeline import _read_ahead
 
-    release, making, made = threading.Event(), threading.Event(), []
+    release, making, made, joined = threading.Event(), threading.Event(), [], []
+    join = threading.Thread.join
+
+    def spied(thread, *args, **kwargs):
+        if thread.name == "mhaaudit-read":
+            joined.append(thread.name)
+        return join(thread, *args, **kwargs)
+
+    monkeypatch.setattr(threading.Thread, "join", spied)
 
     def items():
         yield 0
@@ -617,7 +625,8 @@ def test_read_ahead_closed_early_waits_for_its_reader_unless_a_signal_ends_the_r
         if not signalled:
             threading.Timer(0.3, release.set).start()  # the reader finishes its item after a while
         got.close()
-        assert made == ([] if signalled else [1])  # waited for the reader only when no signal ends the run
+        # waited for the reader (which finished its item meanwhile) only when no signal ends the run
+        assert (joined, made) == (([], []) if signalled else (["mhaaudit-read"], [1]))
     finally:
         ending.clear()
         release.set()

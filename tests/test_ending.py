@@ -17,14 +17,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_signal_is_noted_once_and_cleared():
-    assert not ending.ending() and ending.noted() is None
+    assert not ending.ending() and ending.noted() is None and ending.settled() == (None, False)
+    assert not ending.watching()  # only the console script watches
     try:
         ending.note(signal.SIGTERM)
         ending.note(signal.SIGINT)  # a second signal: the first one is what ends the run
         assert ending.ending() and ending.noted() == signal.SIGTERM
+        ending.settle(143, said=True)
+        assert ending.settled() == (143, True)
     finally:
         ending.clear()
-    assert not ending.ending() and ending.noted() is None
+    assert not ending.ending() and ending.noted() is None and ending.settled() == (None, False)
 
 
 def _run(script: str) -> subprocess.CompletedProcess:
@@ -37,7 +40,7 @@ def _run(script: str) -> subprocess.CompletedProcess:
     )
 
 
-# The watch ends the process a while after the first signal, with its number, even once the run is over.
+# The watch ends the process a while after the first signal, with its number, even once the signal is cleared.
 _WATCHED = """
 import os, sys, time
 from mhaaudit import ending
@@ -45,12 +48,12 @@ def end(signum):
     sys.stdout.write(f"ended by {signum}\\n")
     sys.stdout.flush()
     os._exit(7)
-ending.watch(0.3, end)
-ending.watch(0.3, lambda signum: os._exit(8))  # started once: this one is not
+ending.watch(1.0, end)
+ending.watch(1.0, lambda signum: os._exit(8))  # started once: this one is not
+print("the run goes on", flush=True)
 ending.note(15)
 ending.note(2)
 ending.clear()
-print("the run is over", flush=True)
 time.sleep(30)
 print("not reached", flush=True)
 """
@@ -59,7 +62,7 @@ print("not reached", flush=True)
 def test_the_watch_ends_the_process_after_the_first_signal():
     proc = _run(_WATCHED)
     assert proc.returncode == 7, proc.stderr
-    assert proc.stdout == "the run is over\nended by 15\n"
+    assert proc.stdout == "the run goes on\nended by 15\n"
 
 
 # A forked child inherits the watch's pipe but not its thread: a signal it notes does not end the parent.

@@ -344,12 +344,16 @@ def test_to_query_matrix():
             to_query_matrix(torch.zeros(shape), None, "s")
 
 
-def test_abandon_removes_what_is_staged_and_what_is_being_written_from_another_thread(tmp_path):
+def test_abandon_removes_what_is_staged_and_what_is_being_written_from_another_thread(tmp_path, monkeypatch):
     """The end of the process after a signal whose run did not unwind in time (``mhaaudit.ending``):
-    another thread removes the staged outputs, the temporary being written and the folder made for them."""
+    another thread removes the staged outputs, the temporary being written and the folder made for them,
+    and nothing is begun after it."""
     import threading
 
+    from mhaaudit import staging
     from mhaaudit.staging import abandon, make_output_folder, staged_outputs
+
+    monkeypatch.setattr(staging, "_ABANDONED", False)  # restored after the test: the process goes on
 
     folder = tmp_path / "made"
     # (the process ends right after; a run that went on would find its temporary gone)
@@ -365,6 +369,9 @@ def test_abandon_removes_what_is_staged_and_what_is_being_written_from_another_t
             assert not tmp.exists()
             assert staged.files == {} and staged.folders == []
     assert os.listdir(tmp_path) == []  # nothing was put in place: the staged output was forgotten
+    with pytest.raises(OutputError, match="the run is ending"), atomic_path(tmp_path / "late.txt") as tmp:
+        tmp.write_text("late")
+    assert os.listdir(tmp_path) == []
 
 
 def test_atomic_write_gives_ordinary_permissions(tmp_path):

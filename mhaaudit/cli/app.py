@@ -34,6 +34,9 @@ HUNG_UP_STATUS = 129  # 128 + SIGHUP: the terminal closed (or `kill -HUP`)
 #: to leave (``mhaaudit.distributed.LEAVE_WAIT_S``) and the end's own flush, less than schedulers allow after
 #: SIGTERM (30 s for Slurm and Kubernetes by default)
 SIGNAL_END_LIMIT_S = 20.0
+#: Of those, the seconds kept for the end itself: removing the outputs (a second at most to wait for the
+#: registry of what is under way, and one for the run's own), then flushing the streams (one)
+_END_CLEANUP_S = 3.0
 PIPE_CLOSED_STATUS = 141  # 128 + SIGPIPE: the reader of stdout went away (as `yes | head` ends `yes`)
 STDOUT_CLOSED = "stdout is closed, so the data has nowhere to go; redirect it (> FILE, or > /dev/null to discard it)"
 
@@ -124,12 +127,16 @@ def _end_now(code: int, line: str | None = None) -> NoReturn:
 
 
 def _end_signalled(code: int) -> NoReturn:
-    """End the process with a signal's status ``code`` once the run has unwound (its staged outputs removed, its
-    line said), without the interpreter's own end: that waits for every helper thread, and after a signal
-    one may wait for ever on a lock the main thread was stopped holding (:mod:`mhaaudit.workers`); and a
-    signal that stopped an import half way (torch's, which starts native threads) can leave native state
-    whose teardown aborts the process ("terminate called without an active exception", status 134). What
-    a helper thread is still writing is removed first (:func:`mhaaudit.staging.abandon`)."""
+    """End the process with status ``code`` once a run that a signal ended has unwound (its staged outputs
+    removed, its line said), without the interpreter's own end: that waits for every helper thread, and
+    after a signal one may wait for ever on a lock the main thread was stopped holding
+    (:mod:`mhaaudit.workers`); and a signal that stopped an import half way (torch's, which starts native
+    threads) can leave native state whose teardown aborts the process ("terminate called without an
+    active exception", status 134). Further signals are ignored meanwhile; what a helper thread is still
+    writing is removed first (:func:`mhaaudit.staging.abandon`)."""
+    for sig in (signal.SIGINT, *_ENDING):
+        with contextlib.suppress(ValueError, OSError):  # (the main thread only)
+            signal.signal(sig, signal.SIG_IGN)
     abandon()
     _end_now(code)
 
@@ -143,12 +150,15 @@ _SIGNAL_LINES = {
 
 
 def _end_after_signal(signum: int) -> NoReturn:
-    """The end :func:`run` has :mod:`mhaaudit.ending` make :data:`SIGNAL_END_LIMIT_S` seconds after Ctrl-C,
-    SIGTERM or SIGHUP, when the process is still there: the run's staged and half-written outputs removed
-    (:func:`mhaaudit.staging.abandon`), its one line said unless it was, and the signal's status (128 + its
+    """The end :func:`run` has :mod:`mhaaudit.ending` make after Ctrl-C, SIGTERM or SIGHUP when the process is
+    still there (it ends within :data:`SIGNAL_END_LIMIT_S` seconds of the signal): the run's staged and
+    half-written outputs removed (:func:`mhaaudit.staging.abandon`), then the status and the one line the
+    run settled on (:func:`mhaaudit.ending.settle`), or else the signal's line and status (128 + its
     number, as for the statuses above)."""
     abandon()
-    _end_now(128 + int(signum), None if ending.was_said() else _SIGNAL_LINES.get(int(signum), INTERRUPTED))
+    status, said = ending.settled()
+    line = None if said else _SIGNAL_LINES.get(int(signum), INTERRUPTED)
+    _end_now(128 + int(signum) if status is None else status, line)
 
 
 def _interrupted() -> None:
@@ -158,7 +168,7 @@ def _interrupted() -> None:
         SystemExit: always, with status 130.
     """
     say(f"Error: {INTERRUPTED}")
-    ending.said()
+    ending.settle(INTERRUPTED_STATUS, said=True)
     _settle_interrupt()
     raise SystemExit(INTERRUPTED_STATUS)
 
@@ -170,7 +180,7 @@ def _terminated(exc: Terminated) -> None:
         SystemExit: always, with the signal's status.
     """
     say(f"Error: {exc.line}")
-    ending.said()
+    ending.settle(exc.status, said=True)
     raise SystemExit(exc.status)
 
 
@@ -390,7 +400,7 @@ def _run_command(args: list[str], debug: bool) -> int:
     Raises:
         KeyboardInterrupt: only within, as :func:`main` says; what main lets pass passes through here.
     """
-    previous = _handle_signals()
+    previous, said = _handle_signals(), False
     try:
         with staged_outputs():
             rv = app(args=args, prog_name="mhaaudit", standalone_mode=False)
@@ -408,14 +418,17 @@ def _run_command(args: list[str], debug: bool) -> int:
                 message, rv = lost, 2
         if message:
             say(f"Error: {message}")
-        if isinstance(exc, (KeyboardInterrupt, Terminated)):
-            ending.said()  # (a lost rank's line stands for it)
+            said = True
         if isinstance(exc, StdoutClosed):
             silence_data()
     finally:
         _restore_signals(previous)
-        ending.clear()  # this run's status is known: a later run in this process is not ending
-    return rv if isinstance(rv, int) else 0
+    status = rv if isinstance(rv, int) else 0
+    if ending.ending():  # a signal ended the run (or came while it ended): the end after it keeps this
+        ending.settle(status, said)
+        if not ending.watching():  # called in-process: a later run of this process starts afresh
+            ending.clear()
+    return status
 
 
 def run(argv: list[str] | None = None) -> NoReturn:  # pragma: no cover - tested through a subprocess
@@ -425,20 +438,20 @@ def run(argv: list[str] | None = None) -> NoReturn:  # pragma: no cover - tested
     interpreter's teardown. From the start, stdout carries the data alone
     (:func:`mhaaudit.stdio.hold_for_the_process`). After Ctrl-C, SIGTERM or SIGHUP the process ends as soon
     as the run has unwound and its streams are flushed (a second at most), whatever a helper thread still
-    waits on (:func:`_end_signalled`), and within :data:`SIGNAL_END_LIMIT_S` seconds of the signal (and one
-    more), whatever its main thread waits on (:func:`_end_after_signal`)."""
+    waits on (:func:`_end_signalled`), and within :data:`SIGNAL_END_LIMIT_S` seconds of the signal,
+    whatever its main thread waits on (:func:`_end_after_signal`)."""
     from ..distributed import launched, leave, run_cli
 
     hold_for_the_process()  # what native libraries print, to the process's end (CUDA, NCCL), goes to stderr
-    ending.watch(SIGNAL_END_LIMIT_S, _end_after_signal)
+    ending.watch(SIGNAL_END_LIMIT_S - _END_CLEANUP_S, _end_after_signal)
     try:
         code = run_cli(main, argv) if launched() else main(argv)
     except KeyboardInterrupt:  # between the commands' own handling and the exit
         say(f"Error: {INTERRUPTED}")
-        ending.said()
         code = INTERRUPTED_STATUS
+        ending.settle(code, said=True)
     if launched():  # a rank of a torchrun job: see mhaaudit.distributed.leave
         leave(code)
-    if code in (INTERRUPTED_STATUS, TERMINATED_STATUS, HUNG_UP_STATUS):
+    if code in (INTERRUPTED_STATUS, TERMINATED_STATUS, HUNG_UP_STATUS) or ending.ending():
         _end_signalled(code)
     sys.exit(code)
