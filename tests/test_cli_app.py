@@ -520,6 +520,48 @@ def test_ctrl_c_after_an_output_was_staged_keeps_no_output(tmp_path, capsys, mon
     assert sorted(p.name for p in tmp_path.iterdir()) == ["X.npy", "r.parquet"]
 
 
+def _raise_while_a_class_is_made(signal_error: BaseException) -> None:
+    """Raise ``signal_error`` where Python 3.11 wraps it (in a RuntimeError: a ``__set_name__`` fails)."""
+
+    class Raises:
+        def __set_name__(self, owner, name):
+            raise signal_error
+
+    class Made:  # made for its __set_name__
+        field = Raises()
+
+
+def _raise_from_a_cleanup(signal_error: BaseException) -> None:
+    """An error of a cleanup that runs while ``signal_error`` unwinds the run, replacing it."""
+    try:
+        raise signal_error
+    finally:
+        raise OSError("cleanup failed")
+
+
+@pytest.mark.parametrize("how", [_raise_while_a_class_is_made, _raise_from_a_cleanup])
+@pytest.mark.parametrize("signal_name", ["interrupt", "terminate"])
+def test_a_signal_wrapped_or_replaced_by_another_error_is_still_the_signal(
+    tmp_path, capsys, monkeypatch, how, signal_name
+):
+    """Ctrl-C (or SIGTERM) during the import of a module that makes classes, or while a cleanup fails, ends
+    the run with the signal's line and status, not as an internal error."""
+    from mhaaudit import io
+    from mhaaudit.cli.app import Terminated
+
+    error, line, status = {
+        "interrupt": (KeyboardInterrupt(), "Error: interrupted", 130),
+        "terminate": (Terminated(), "Error: terminated (SIGTERM)", 143),
+    }[signal_name]
+    np.save(tmp_path / "X.npy", np.random.default_rng(0).standard_normal((40, 6)))
+    monkeypatch.setattr(io, "write_parquet", lambda *a, **k: how(error))
+    args = ["kruskal", tmp_path / "X.npy", "--k", "3", "--samples", "64", "--out", tmp_path / "r.parquet"]
+    rc = main([str(a) for a in args])
+    err = capsys.readouterr().err
+    assert (rc, err.strip()) == (status, line)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["X.npy"]
+
+
 def test_a_signal_during_the_commit_of_outputs_is_delivered_after_it(tmp_path):
     """The renames that put a run's outputs in place are not cut by Ctrl-C: the signal is held
     back, every output is in place, and the signal is delivered right after."""

@@ -98,6 +98,21 @@ def _restore_signals(previous: dict) -> None:
         signal.signal(sig, handler)
 
 
+def _signal_behind(exc: BaseException) -> BaseException:
+    """The signal's exception (KeyboardInterrupt, :class:`Terminated`) behind ``exc`` when it caused it, else
+    ``exc``. A signal's exception raised where Python wraps what is raised (Python 3.11 turns one raised
+    while a class is created, in a ``__set_name__``, into a RuntimeError), or one that a cleanup's error
+    then replaced, is still the signal's: the run ends with its line and status, not as a bug."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, (KeyboardInterrupt, Terminated)):
+            return link
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return exc
+
+
 def _settle_interrupt() -> None:
     """Let a handled Ctrl-C end the process with status 130, not as killed by SIGINT.
 
@@ -208,6 +223,13 @@ except KeyboardInterrupt:  # pragma: no cover - exercised by sending SIGINT to a
     _interrupted()
 except Terminated as _ended:  # pragma: no cover - exercised by sending SIGTERM to a subprocess
     _terminated(_ended)
+except Exception as _failed:  # pragma: no cover - a signal's exception that an import wrapped (_signal_behind)
+    _behind = _signal_behind(_failed)
+    if isinstance(_behind, Terminated):
+        _terminated(_behind)
+    if isinstance(_behind, KeyboardInterrupt):
+        _interrupted()
+    raise
 finally:
     _restore_signals(_importing)
 
@@ -407,7 +429,8 @@ def _run_command(args: list[str], debug: bool) -> int:
             if rv == INTERRUPTED_STATUS:  # newer Typer turns Ctrl-C into this status: no output is kept
                 raise KeyboardInterrupt
             sys.stdout.flush()  # a full disk or a closed pipe shows here, not in the interpreter's last flush
-    except BaseException as exc:
+    except BaseException as caught:
+        exc = _signal_behind(caught)
         rule = next((r for r in ERRORS if isinstance(exc, r.types)), None)
         if rule is None or (debug and rule.traceback_in_debug):
             raise  # SystemExit and the like, or a traceback asked for
