@@ -4,20 +4,22 @@ The command line's handlers call :func:`note` in the main thread when such a sig
 they raise the exception that unwinds the run. From then on :func:`ending` is true, and helpers stop
 waiting for work whose results will go unused (:mod:`mhaaudit.workers`, the data's reader in
 :mod:`mhaaudit.pipeline`). Once :func:`watch` has started (the console script starts it), a daemon
-thread calls its ``end`` a bounded time after the first signal if the process is still there,
-whatever its main thread waits on: a lock left taken by the interruption, a helper, a full pipe. The
-first signal reaches that thread through a pipe (a handler only writes its number there). When the
-run has settled its status and its line (:func:`settle`), that end keeps them. Nothing here imports
-torch.
+thread calls its ``end`` a bounded time after the first such signal if the process is still there,
+whatever its main thread waits on: a lock left taken by the interruption, a helper, a full pipe, native
+code that never returns to the interpreter. The signal reaches that thread through a pipe: Python's
+own C-level handler writes its number there as it arrives (``signal.set_wakeup_fd``), before any
+Python handler can run, and :func:`note` writes it too. When the run has settled its status and its
+line (:func:`settle`), that end keeps them. Nothing here imports torch.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 __all__ = ["clear", "ending", "note", "noted", "settle", "settled", "watch", "watching"]
 
@@ -75,24 +77,41 @@ def watching() -> bool:
     return _WRITE is not None and os.getpid() == _WATCHER
 
 
-def watch(delay: float, end: Callable[[int], object]) -> None:
-    """Start the watch: ``delay`` seconds after the first signal :func:`note` is given, ``end(signum)`` runs
-    on a daemon thread (it ends the process; if it returns, the thread ends). Nothing when already watching."""
+def watch(delay: float, end: Callable[[int], object], signals: Collection[int]) -> None:
+    """Start the watch: ``delay`` seconds after the first of ``signals`` arrives (or is given to :func:`note`),
+    ``end(signum)`` runs on a daemon thread (it ends the process; if it returns, the thread ends); other
+    signals that have Python handlers are passed over. From the main thread, the signals' C-level handler
+    wakes it as they arrive (``signal.set_wakeup_fd``; a forked child stops doing so). Nothing when already
+    watching."""
     global _WRITE, _WATCHER
     if watching():
         return
     read, write = os.pipe()
+    wanted = {int(s) & 0xFF for s in signals}
     with contextlib.suppress(AttributeError, OSError):  # Windows before Python 3.12: a blocking pipe
         os.set_blocking(write, False)  # a handler never waits
+    with contextlib.suppress(ValueError, OSError):  # not the main thread, or a pipe this system cannot take
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        os.register_at_fork(after_in_child=_forked)
 
     def wait() -> None:
-        try:
-            got = os.read(read, 1)  # the first signal's number
-        except OSError:  # pragma: no cover - the pipe is the process's own
-            return
-        if got:
-            time.sleep(max(0.0, delay))
-            end(got[0])
+        while True:
+            try:
+                got = os.read(read, 1)  # a signal's number
+            except OSError:  # pragma: no cover - the pipe is the process's own
+                return
+            if not got:  # pragma: no cover - closed
+                return
+            if got[0] in wanted:
+                break
+        time.sleep(max(0.0, delay))
+        end(got[0])
 
     threading.Thread(target=wait, name="mhaaudit-signal-watch", daemon=True).start()
     _WRITE, _WATCHER = write, os.getpid()
+
+
+def _forked() -> None:
+    """In a forked child: its signals no longer wake the parent's watch (the child has no watch of its own)."""
+    with contextlib.suppress(ValueError, OSError):
+        signal.set_wakeup_fd(-1)

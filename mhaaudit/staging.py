@@ -52,12 +52,16 @@ class StagedOutputs:
         self._lock = threading.RLock()
 
     def stage(self, tmp: Path, target: Path) -> None:
-        """Note that ``tmp`` goes to ``target`` at :meth:`commit`; one staged earlier for ``target`` is removed."""
+        """Note that ``tmp`` goes to ``target`` at :meth:`commit`; one staged earlier for ``target`` is removed.
+
+        Raises:
+            OutputError: when the process is ending (:func:`abandon`): ``tmp`` is removed instead.
+        """
         with self._lock:
             if _ABANDONED:  # the process is ending (:func:`abandon`): nothing more is kept
                 with contextlib.suppress(OSError):
                     tmp.unlink()
-                return
+                raise OutputError(f"cannot write {target}: the run is ending")
             earlier = self.files.pop(target, None)
             if earlier is not None:  # written twice in one run: the last one counts
                 with contextlib.suppress(OSError):
@@ -74,11 +78,16 @@ class StagedOutputs:
         renames (delivered right after), so a run is never ended with some outputs in place.
 
         Raises:
-            OutputError: when a rename fails; every output not yet renamed is removed first (:meth:`abort`).
+            OutputError: when a rename fails, or the process is ending (:func:`abandon`); every output not yet
+                renamed is removed first (:meth:`abort`).
         """
         held = _hold_signals()
         try:
             with self._lock:
+                if _ABANDONED and self.files:
+                    target = next(iter(self.files))
+                    self.abort()
+                    raise OutputError(f"cannot write {target}: the run is ending")
                 for target, tmp in list(self.files.items()):
                     try:
                         os.replace(tmp, target)

@@ -359,9 +359,11 @@ def main(argv=None):
                 os.kill(os.getpid(), {signum})
                 threading.Event().wait(30)  # the signal's exception is raised here
             except BaseException:
-                if {settled}:  # the run said its line and settled on its status, then stuck
+                if {settled} == 2:  # the run said its line and settled on a failure, then stuck
                     sys.stderr.write("Error: said by the run\\n")
                     ending.settle(2, said=True)
+                elif {settled} == 0:  # the run went on as if it had succeeded, then stuck
+                    ending.settle(0, said=False)
                 raise
             finally:
                 threading.Event().wait()  # an unwinding that never ends
@@ -377,7 +379,7 @@ def _signals_as_in_a_terminal() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
-@pytest.mark.parametrize("settled", [False, True])
+@pytest.mark.parametrize("settled", [None, 0, 2])
 @pytest.mark.parametrize(
     "signum, line",
     [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated (SIGTERM)"), (signal.SIGHUP, "hung up (SIGHUP)")],
@@ -392,10 +394,10 @@ def test_after_a_signal_the_process_ends_whatever_its_main_thread_waits_on(tmp_p
         timeout=60,
         preexec_fn=_signals_as_in_a_terminal,
     )
-    # the status and the one line the run settled on, or else the signal's
-    assert proc.returncode == (2 if settled else 128 + int(signum)), proc.stderr
+    # the status and the one line the run settled on when it failed, or else the signal's
+    assert proc.returncode == (2 if settled == 2 else 128 + int(signum)), proc.stderr
     assert proc.stdout == "data so far\n"
-    assert proc.stderr.splitlines() == ["Error: said by the run" if settled else f"Error: {line}"]
+    assert proc.stderr.splitlines() == ["Error: said by the run" if settled == 2 else f"Error: {line}"]
     assert sorted(os.listdir(tmp_path)) == []  # the staged output and the half-written one are gone
 
 
@@ -521,7 +523,7 @@ def test_ctrl_c_after_an_output_was_staged_keeps_no_output(tmp_path, capsys, mon
 
 
 def _raise_while_a_class_is_made(signal_error: BaseException) -> None:
-    """Raise ``signal_error`` where Python 3.11 wraps it (in a RuntimeError: a ``__set_name__`` fails)."""
+    """Raise ``signal_error`` where Python before 3.12 wraps it (in a RuntimeError: a ``__set_name__`` fails)."""
 
     class Raises:
         def __set_name__(self, owner, name):

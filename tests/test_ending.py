@@ -48,9 +48,10 @@ def end(signum):
     sys.stdout.write(f"ended by {signum}\\n")
     sys.stdout.flush()
     os._exit(7)
-ending.watch(1.0, end)
-ending.watch(1.0, lambda signum: os._exit(8))  # started once: this one is not
+ending.watch(1.0, end, {2, 15})
+ending.watch(1.0, lambda signum: os._exit(8), {2, 15})  # started once: this one is not
 print("the run goes on", flush=True)
+ending.note(10)  # not one of the signals watched for: passed over
 ending.note(15)
 ending.note(2)
 ending.clear()
@@ -65,17 +66,20 @@ def test_the_watch_ends_the_process_after_the_first_signal():
     assert proc.stdout == "the run goes on\nended by 15\n"
 
 
-# A forked child inherits the watch's pipe but not its thread: a signal it notes does not end the parent.
+# A forked child inherits the watch's pipe (and the C-level wake-up) but not its thread: a signal that
+# reaches it, or that it notes, does not end the parent.
 _FORKED = """
-import os, sys, time
+import os, signal, sys, time
 from mhaaudit import ending
 def end(signum):
     sys.stdout.write(f"ended by {signum}\\n")
     sys.stdout.flush()
     os._exit(7)
-ending.watch(0.2, end)
+signal.signal(signal.SIGTERM, lambda signum, frame: None)  # a Python handler: the C-level one writes the number
+ending.watch(0.2, end, {2, 15})
 child = os.fork()
 if child == 0:
+    os.kill(os.getpid(), signal.SIGTERM)
     ending.note(15)
     os._exit(0)
 os.waitpid(child, 0)
@@ -91,3 +95,32 @@ def test_a_forked_child_does_not_start_the_parents_watch():
     proc = _run(_FORKED)
     assert proc.returncode == 7, proc.stderr
     assert proc.stdout == "the parent goes on\nended by 2\n"
+
+
+# The main thread is in native code that never returns to the interpreter (here a mutex locked twice by its
+# owner, which signals do not interrupt; a hung collective or a blocked C++ reader in a real run, which
+# likewise release the interpreter's lock): no Python handler runs, and the watch still ends the process,
+# woken by the signal's C-level handler.
+_NATIVE = """
+import ctypes, os, signal, sys, threading
+from mhaaudit import ending
+def end(signum):
+    sys.stdout.write(f"ended by {signum}\\n")
+    sys.stdout.flush()
+    os._exit(7)
+signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(3))  # never runs: the main thread is stuck
+ending.watch(0.5, end, {15})
+threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+libc = ctypes.CDLL(None)
+mutex = ctypes.create_string_buffer(64)  # zeroed: a default mutex (PTHREAD_MUTEX_INITIALIZER on glibc)
+libc.pthread_mutex_lock(mutex)
+libc.pthread_mutex_lock(mutex)  # waits for ever, with the interpreter's lock released (ctypes)
+print("not reached", flush=True)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a glibc mutex")
+def test_the_watch_ends_a_process_whose_main_thread_never_returns_from_native_code():
+    proc = _run(_NATIVE)
+    assert proc.returncode == 7, proc.stderr
+    assert proc.stdout == "ended by 15\n"

@@ -100,7 +100,7 @@ def _restore_signals(previous: dict) -> None:
 
 def _signal_behind(exc: BaseException) -> BaseException:
     """The signal's exception (KeyboardInterrupt, :class:`Terminated`) behind ``exc`` when it caused it, else
-    ``exc``. A signal's exception raised where Python wraps what is raised (Python 3.11 turns one raised
+    ``exc``. A signal's exception raised where Python wraps what is raised (Python before 3.12 turns one raised
     while a class is created, in a ``__set_name__``, into a RuntimeError), or one that a cleanup's error
     then replaced, is still the signal's: the run ends with its line and status, not as a bug."""
     seen: set[int] = set()
@@ -168,12 +168,13 @@ def _end_after_signal(signum: int) -> NoReturn:
     """The end :func:`run` has :mod:`mhaaudit.ending` make after Ctrl-C, SIGTERM or SIGHUP when the process is
     still there (it ends within :data:`SIGNAL_END_LIMIT_S` seconds of the signal): the run's staged and
     half-written outputs removed (:func:`mhaaudit.staging.abandon`), then the status and the one line the
-    run settled on (:func:`mhaaudit.ending.settle`), or else the signal's line and status (128 + its
-    number, as for the statuses above)."""
+    run settled on (:func:`mhaaudit.ending.settle`) when it settled on a failure, or else the signal's line
+    and status (128 + its number, as for the statuses above)."""
     abandon()
     status, said = ending.settled()
-    line = None if said else _SIGNAL_LINES.get(int(signum), INTERRUPTED)
-    _end_now(128 + int(signum) if status is None else status, line)
+    if not status:  # never settled, or settled on success before its outputs were removed here
+        status, said = 128 + int(signum), False
+    _end_now(status, None if said else _SIGNAL_LINES.get(int(signum), INTERRUPTED))
 
 
 def _interrupted() -> None:
@@ -424,34 +425,35 @@ def _run_command(args: list[str], debug: bool) -> int:
     """
     previous, said = _handle_signals(), False
     try:
-        with staged_outputs():
-            rv = app(args=args, prog_name="mhaaudit", standalone_mode=False)
-            if rv == INTERRUPTED_STATUS:  # newer Typer turns Ctrl-C into this status: no output is kept
-                raise KeyboardInterrupt
-            sys.stdout.flush()  # a full disk or a closed pipe shows here, not in the interpreter's last flush
-    except BaseException as caught:
-        exc = _signal_behind(caught)
-        rule = next((r for r in ERRORS if isinstance(exc, r.types)), None)
-        if rule is None or (debug and rule.traceback_in_debug):
-            raise  # SystemExit and the like, or a traceback asked for
-        message, rv = rule.message(exc), rule.code
-        if isinstance(exc, Terminated):  # under torchrun: the launcher ends rank 0 once another rank has died
-            lost = _lost_rank()
-            if lost:
-                message, rv = lost, 2
-        if message:
-            say(f"Error: {message}")
-            said = True
-        if isinstance(exc, StdoutClosed):
-            silence_data()
+        try:
+            with staged_outputs():
+                rv = app(args=args, prog_name="mhaaudit", standalone_mode=False)
+                if rv == INTERRUPTED_STATUS:  # newer Typer turns Ctrl-C into this status: no output is kept
+                    raise KeyboardInterrupt
+                sys.stdout.flush()  # a full disk or a closed pipe shows here, not in the interpreter's last flush
+        except BaseException as caught:
+            exc = _signal_behind(caught)
+            rule = next((r for r in ERRORS if isinstance(exc, r.types)), None)
+            if rule is None or (debug and (rule.traceback_in_debug or exc is not caught)):
+                raise  # SystemExit and the like, or a traceback asked for (a bug's, that replaced the signal's)
+            message, rv = rule.message(exc), rule.code
+            if isinstance(exc, Terminated):  # under torchrun: the launcher ends rank 0 once another rank has died
+                lost = _lost_rank()
+                if lost:
+                    message, rv = lost, 2
+            if message:
+                say(f"Error: {message}")
+                said = True
+            if isinstance(exc, StdoutClosed):
+                silence_data()
+        status = rv if isinstance(rv, int) else 0
+        if ending.ending():  # a signal ended the run (or came while it ended): the end after it keeps this
+            ending.settle(status, said)
+        return status
     finally:
         _restore_signals(previous)
-    status = rv if isinstance(rv, int) else 0
-    if ending.ending():  # a signal ended the run (or came while it ended): the end after it keeps this
-        ending.settle(status, said)
         if not ending.watching():  # called in-process: a later run of this process starts afresh
             ending.clear()
-    return status
 
 
 def run(argv: list[str] | None = None) -> NoReturn:  # pragma: no cover - tested through a subprocess
@@ -466,7 +468,7 @@ def run(argv: list[str] | None = None) -> NoReturn:  # pragma: no cover - tested
     from ..distributed import launched, leave, run_cli
 
     hold_for_the_process()  # what native libraries print, to the process's end (CUDA, NCCL), goes to stderr
-    ending.watch(SIGNAL_END_LIMIT_S - _END_CLEANUP_S, _end_after_signal)
+    ending.watch(SIGNAL_END_LIMIT_S - _END_CLEANUP_S, _end_after_signal, _SIGNAL_LINES)
     try:
         code = run_cli(main, argv) if launched() else main(argv)
     except KeyboardInterrupt:  # between the commands' own handling and the exit
