@@ -6,10 +6,11 @@ waiting for work whose results will go unused (:mod:`mhaaudit.workers`, the data
 :mod:`mhaaudit.pipeline`). Once :func:`watch` has started (the console script starts it), a daemon
 thread calls its ``end`` a bounded time after the first such signal if the process is still there,
 whatever its main thread waits on: a lock left taken by the interruption, a helper, a full pipe, native
-code that never returns to the interpreter. The signal reaches that thread through a pipe: Python's
-own C-level handler writes its number there as it arrives (``signal.set_wakeup_fd``), before any
-Python handler can run, and :func:`note` writes it too. When the run has settled its status and its
-line (:func:`settle`), that end keeps them. Nothing here imports torch.
+code that never returns to the interpreter (and releases its lock, as torch's operations and waits do).
+The signal reaches that thread through a pipe: Python's own C-level handler writes its number there as
+it arrives (``signal.set_wakeup_fd``), before any Python handler can run, and :func:`note` writes it
+too. When the run has settled on a failure's status and line (:func:`settle`), that end keeps them.
+Nothing here imports torch.
 """
 
 from __future__ import annotations
