@@ -36,6 +36,7 @@ __all__ = [
     "StdoutClosed",
     "command_streams",
     "flush_c_stdio",
+    "flush_streams",
     "hold_for_the_process",
     "say",
     "stdout_closed",
@@ -287,11 +288,17 @@ def _start() -> _Arrangement:
     return arrangement
 
 
-def _stop(arrangement: _Arrangement) -> None:
+def flush_streams() -> None:
+    """Flush ``sys.stdout`` and ``sys.stderr`` (a closed stream or a full disk: nothing more to say), then the C
+    library's buffered streams (:func:`flush_c_stdio`)."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    flush_c_stdio()  # what a library printed meanwhile goes to stderr, not later to stdout
+    flush_c_stdio()
+
+
+def _stop(arrangement: _Arrangement) -> None:
+    flush_streams()  # what a library printed meanwhile goes to stderr, not later to stdout
     with contextlib.suppress(OSError):
         if arrangement.saved is not None:
             os.dup2(arrangement.saved, 1)

@@ -20,7 +20,7 @@ import sys
 import threading
 
 from .. import ending
-from ..stdio import flush_c_stdio, say
+from ..stdio import flush_streams, say
 
 INTERRUPTED = "interrupted"
 COMPLETE_VAR = "_MHAAUDIT_COMPLETE"  # set by the completion script of --install-completion / --show-completion
@@ -130,10 +130,7 @@ def _end_now(code: int, line: str | None = None) -> NoReturn:
     def flush() -> None:
         if line:
             say(f"Error: {line}")
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):  # closed, or a full disk: nothing more to say
-                stream.flush()
-        flush_c_stdio()
+        flush_streams()
 
     flushing = threading.Thread(target=flush, name="mhaaudit-end-flush", daemon=True)
     flushing.start()
