@@ -1,7 +1,14 @@
-"""Shared helpers for the CLI tests: run a command in-process, check the one-line error rule."""
+"""Shared helpers for the CLI tests: run a command in-process or a script in a child, check the one-line error rule."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 from mhaaudit.cli.app import main
 from mhaaudit.settings import device_name, resolve_device
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def auto_device() -> str:
@@ -13,6 +20,20 @@ def run(capsys, *args):
     rc = main([str(a) for a in args])
     out, err = capsys.readouterr()
     return rc, out, err
+
+
+def run_python(script: str, cwd=None, preexec_fn=None) -> subprocess.CompletedProcess:
+    """``python -c script`` with this checkout's mhaaudit (in ``cwd``; ``preexec_fn`` run in the child before
+    it starts), its output captured as text, within 60 s (a hang fails the test)."""
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=preexec_fn,
+    )
 
 
 def assert_one_error(rc, err, match=None):

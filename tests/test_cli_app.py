@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from clitools import help_text, run
+from clitools import help_text, run, run_python
 from conftest import tmp_leftovers
 
 from mhaaudit.cli.app import main
@@ -319,20 +319,9 @@ app.run([])
 """
 
 
-def _run_script(script: str) -> subprocess.CompletedProcess:
-    """``python -c script`` with this checkout's mhaaudit, within 60 s (a hang fails the test)."""
-    return subprocess.run(
-        [sys.executable, "-c", script],
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 @pytest.mark.parametrize("status", [130, 143, 129])
 def test_after_a_signal_the_process_ends_whatever_a_helper_waits_on(status):
-    proc = _run_script(_STUCK_HELPER.format(status=status))
+    proc = run_python(_STUCK_HELPER.format(status=status))
     assert proc.returncode == status, proc.stderr
     assert proc.stdout == "data so far\n"  # flushed before the end
     assert "teardown" not in proc.stderr  # ended without the interpreter's teardown
@@ -385,15 +374,8 @@ def _signals_as_in_a_terminal() -> None:
     [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated (SIGTERM)"), (signal.SIGHUP, "hung up (SIGHUP)")],
 )
 def test_after_a_signal_the_process_ends_whatever_its_main_thread_waits_on(tmp_path, signum, line, settled):
-    proc = subprocess.run(
-        [sys.executable, "-c", _STUCK_UNWINDING.format(signum=int(signum), settled=settled)],
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        preexec_fn=_signals_as_in_a_terminal,
-    )
+    script = _STUCK_UNWINDING.format(signum=int(signum), settled=settled)
+    proc = run_python(script, cwd=tmp_path, preexec_fn=_signals_as_in_a_terminal)
     # the status and the one line the run settled on when it failed, or else the signal's
     assert proc.returncode == (2 if settled == 2 else 128 + int(signum)), proc.stderr
     assert proc.stdout == "data so far\n"
@@ -416,7 +398,7 @@ app.run([])
 
 @pytest.mark.parametrize("status", [0, 2, 3])
 def test_a_run_that_ends_without_a_signal_waits_for_its_helpers(status):
-    proc = _run_script(_SLOW_HELPER.format(status=status))
+    proc = run_python(_SLOW_HELPER.format(status=status))
     assert proc.returncode == status, proc.stderr
     assert proc.stderr.endswith("helper done\nteardown\n")  # not cut short: only a signal's end skips them
 

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from clitools import run_python
 
 from mhaaudit import ending
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_signal_is_noted_once_and_cleared():
@@ -30,24 +27,22 @@ def test_a_signal_is_noted_once_and_cleared():
     assert not ending.ending() and ending.noted() is None and ending.settled() == (None, False)
 
 
-def _run(script: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", script],
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-# The watch ends the process a while after the first signal, with its number, even once the signal is cleared.
-_WATCHED = """
-import os, sys, time
+# What each script's watch calls: one line on stdout, and status 7.
+_END = """
+import os, sys
 from mhaaudit import ending
 def end(signum):
     sys.stdout.write(f"ended by {signum}\\n")
     sys.stdout.flush()
     os._exit(7)
+"""
+
+
+# The watch ends the process a while after the first signal, with its number, even once the signal is cleared.
+_WATCHED = (
+    _END
+    + """
+import time
 ending.watch(1.0, end, {2, 15})
 ending.watch(1.0, lambda signum: os._exit(8), {2, 15})  # started once: this one is not
 print("the run goes on", flush=True)
@@ -58,23 +53,21 @@ ending.clear()
 time.sleep(30)
 print("not reached", flush=True)
 """
+)
 
 
 def test_the_watch_ends_the_process_after_the_first_signal():
-    proc = _run(_WATCHED)
+    proc = run_python(_WATCHED)
     assert proc.returncode == 7, proc.stderr
     assert proc.stdout == "the run goes on\nended by 15\n"
 
 
 # A forked child inherits the watch's pipe (and the C-level wake-up) but not its thread: a signal that
 # reaches it, or that it notes, does not end the parent.
-_FORKED = """
-import os, signal, sys, time
-from mhaaudit import ending
-def end(signum):
-    sys.stdout.write(f"ended by {signum}\\n")
-    sys.stdout.flush()
-    os._exit(7)
+_FORKED = (
+    _END
+    + """
+import signal, time
 signal.signal(signal.SIGTERM, lambda signum, frame: None)  # a Python handler: the C-level one writes the number
 ending.watch(0.2, end, {2, 15})
 child = os.fork()
@@ -88,11 +81,12 @@ print("the parent goes on", flush=True)
 ending.note(2)
 time.sleep(30)
 """
+)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
 def test_a_forked_child_does_not_start_the_parents_watch():
-    proc = _run(_FORKED)
+    proc = run_python(_FORKED)
     assert proc.returncode == 7, proc.stderr
     assert proc.stdout == "the parent goes on\nended by 2\n"
 
@@ -101,13 +95,10 @@ def test_a_forked_child_does_not_start_the_parents_watch():
 # owner, which signals do not interrupt; a hung collective or a blocked C++ reader in a real run, which
 # likewise release the interpreter's lock): no Python handler runs, and the watch still ends the process,
 # woken by the signal's C-level handler.
-_NATIVE = """
-import ctypes, os, signal, sys, threading
-from mhaaudit import ending
-def end(signum):
-    sys.stdout.write(f"ended by {signum}\\n")
-    sys.stdout.flush()
-    os._exit(7)
+_NATIVE = (
+    _END
+    + """
+import ctypes, signal, threading
 signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(3))  # never runs: the main thread is stuck
 ending.watch(0.5, end, {15})
 threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
@@ -117,10 +108,11 @@ libc.pthread_mutex_lock(mutex)
 libc.pthread_mutex_lock(mutex)  # waits for ever, with the interpreter's lock released (ctypes)
 print("not reached", flush=True)
 """
+)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a glibc mutex")
 def test_the_watch_ends_a_process_whose_main_thread_never_returns_from_native_code():
-    proc = _run(_NATIVE)
+    proc = run_python(_NATIVE)
     assert proc.returncode == 7, proc.stderr
     assert proc.stdout == "ended by 15\n"

@@ -95,6 +95,15 @@ def test_a_lock_the_interrupted_main_thread_kept_does_not_hang_it():
         kept.release()
 
 
+def _results(task, n: int):
+    """``task(0)`` to ``task(n - 1)`` on a pool of one thread, their results in order: a generator whose
+    consumer may close it early."""
+    with worker_pool(1, "t") as pool:
+        futures = [pool.submit(task, i) for i in range(n)]
+        for f in futures:
+            yield f.result()
+
+
 def test_a_generator_closed_early_waits_for_the_running_task_and_cancels_the_rest():
     finished = []
 
@@ -103,13 +112,7 @@ def test_a_generator_closed_early_waits_for_the_running_task_and_cancels_the_res
         finished.append(i)
         return i
 
-    def results():
-        with worker_pool(1, "t") as pool:
-            futures = [pool.submit(slow, i) for i in range(5)]
-            for f in futures:
-                yield f.result()
-
-    gen = results()
+    gen = _results(slow, 5)
     assert next(gen) == 0
     gen.close()  # while task 1 runs: it finishes, 2 to 4 never start
     assert finished == [0, 1]
@@ -134,13 +137,7 @@ def test_a_generator_closed_while_a_signal_ends_the_run_does_not_wait(signal_not
         finished.append(i)
         return i
 
-    def results():
-        with worker_pool(1, "t") as pool:
-            futures = [pool.submit(blocked, i) for i in range(3)]
-            for f in futures:
-                yield f.result()
-
-    gen = results()
+    gen = _results(blocked, 3)
     try:
         gates[0].set()
         assert next(gen) == 0
