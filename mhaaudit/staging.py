@@ -1,5 +1,6 @@
 """The outputs of one run, staged and put in place together (all or none); each written atomically
-(:func:`atomic_path`: its path checked first, a temporary beside it, renamed into place).
+(:func:`atomic_path`: its path checked first, a temporary beside it, renamed into place); and the
+scratch folders a run makes in the system's temporary folder, removed when their work or the process ends.
 
 Kept free of torch and numpy: the command line enters :func:`staged_outputs` before it knows
 which command runs, and ``--help`` must not import the library.
@@ -7,9 +8,11 @@ which command runs, and ``--help`` must not import the library.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import contextvars
 import os
+import shutil
 import signal
 import tempfile
 import threading
@@ -27,6 +30,8 @@ __all__ = [
     "check_writable",
     "make_output_folder",
     "ordinary_mode",
+    "process_scratch_folder",
+    "scratch_folder",
     "staged_outputs",
 ]
 
@@ -160,6 +165,7 @@ _STAGED: contextvars.ContextVar[StagedOutputs | None] = contextvars.ContextVar("
 # What the process has under way, for :func:`abandon`: every run's staged outputs, every temporary being written.
 _RUNS: dict[StagedOutputs, None] = {}
 _WRITING: dict[Path, None] = {}
+_SCRATCH: dict[Path, None] = {}  # scratch folders in the system's temporary folder (scratch_folder)
 _UNDER_WAY = threading.Lock()
 _ABANDONED = False  # set by abandon: the process is ending, and no output is begun or staged after it
 
@@ -190,12 +196,13 @@ def abandon(wait: float = 1.0) -> None:
     it is writing and every folder a run created for them (when empty): the end of the process after a
     signal whose run did not unwind in time (:mod:`mhaaudit.ending`). A run in the middle of putting its
     outputs in place is waited for ``wait`` seconds at most (and left as it is after that). From then on
-    no output is begun (:func:`atomic_path` raises an OutputError) or staged."""
+    no output is begun (:func:`atomic_path` raises an OutputError) or staged. The scratch folders of
+    :func:`scratch_folder` and :func:`process_scratch_folder` are removed too, with all they hold."""
     global _ABANDONED
     _ABANDONED = True
     got = _UNDER_WAY.acquire(timeout=wait)  # a run interrupted in the middle of its bookkeeping can keep it
     try:
-        runs, writing = list(_RUNS), list(_WRITING)
+        runs, writing, scratch = list(_RUNS), list(_WRITING), list(_SCRATCH)
     finally:
         if got:
             _UNDER_WAY.release()
@@ -204,6 +211,72 @@ def abandon(wait: float = 1.0) -> None:
             tmp.unlink()
     for staged in runs:
         staged.abandon(wait)
+    for folder in scratch:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _new_scratch(prefix: str) -> Path:
+    """A new scratch folder in the system's temporary folder, noted for :func:`abandon`.
+
+    Raises:
+        OutputError: when the process is ending (:func:`abandon`).
+    """
+    with _UNDER_WAY:
+        if _ABANDONED:  # the process is ending: a helper thread begins nothing more
+            raise OutputError("cannot make a temporary folder: the run is ending")
+        folder = Path(tempfile.mkdtemp(prefix=prefix))
+        _SCRATCH[folder] = None
+    return folder
+
+
+def _remove_scratch(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)  # links inside are removed, never followed
+    with _UNDER_WAY:
+        _SCRATCH.pop(folder, None)
+
+
+@contextlib.contextmanager
+def scratch_folder(prefix: str) -> Iterator[Path]:
+    """A new folder in the system's temporary folder (its name starting with ``prefix``) for the work inside,
+    removed with everything in it when the work ends, however it ends, and by :func:`abandon` when a signal
+    ends the process first.
+
+    Raises:
+        OutputError: when the process is ending (:func:`abandon`).
+    """
+    folder = _new_scratch(prefix)
+    try:
+        yield folder
+    finally:
+        _remove_scratch(folder)
+
+
+_PROCESS_SCRATCH: dict[str, tuple[int, Path]] = {}  # prefix -> (the process that made it, the folder)
+_PROCESS_LOCK = threading.Lock()
+
+
+def process_scratch_folder(prefix: str) -> Path:
+    """The process's scratch folder for ``prefix`` in the system's temporary folder, made at the first call:
+    what a cache keeps when its own folder cannot be written, for the life of this process only. It is removed
+    with everything in it when the process exits (by an ``atexit`` hook of the process that made it, so not by
+    a forked child's), and by :func:`abandon` when a signal ends the process first.
+
+    Raises:
+        OutputError: when the process is ending (:func:`abandon`).
+    """
+    with _PROCESS_LOCK:
+        made = _PROCESS_SCRATCH.get(prefix)
+        if made is not None and made[0] == os.getpid() and made[1].is_dir():
+            return made[1]
+        folder = _new_scratch(prefix)
+        _PROCESS_SCRATCH[prefix] = (os.getpid(), folder)
+        atexit.register(_remove_at_exit, os.getpid(), folder)
+        return folder
+
+
+def _remove_at_exit(pid: int, folder: Path) -> None:
+    if os.getpid() == pid:  # a forked child that exits normally leaves its parent's folder alone
+        _remove_scratch(folder)
 
 
 def make_output_folder(folder: Path) -> None:

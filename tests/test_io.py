@@ -6,12 +6,15 @@ import json
 import os
 import socket
 import stat
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from clitools import run_python
 from conftest import tmp_leftovers
 from safetensors.torch import save_file
 
@@ -372,6 +375,79 @@ def test_abandon_removes_what_is_staged_and_what_is_being_written_from_another_t
     with pytest.raises(OutputError, match="the run is ending"), atomic_path(tmp_path / "late.txt") as tmp:
         tmp.write_text("late")
     assert os.listdir(tmp_path) == []
+
+
+def test_a_scratch_folder_is_removed_however_its_work_ends_and_links_in_it_are_not_followed(tmp_path, monkeypatch):
+    from mhaaudit.staging import scratch_folder
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    kept = tmp_path / "weights.bin"
+    kept.write_bytes(b"w")
+    with scratch_folder("mhaaudit-test-") as folder:
+        assert folder.parent == tmp_path / "tmp" and folder.name.startswith("mhaaudit-test-")
+        (folder / "model.bin").symlink_to(kept)
+        (folder / "sub").mkdir()
+        (folder / "sub" / "config.json").write_text("{}")
+    assert os.listdir(tmp_path / "tmp") == [] and kept.read_bytes() == b"w"
+    with pytest.raises(KeyboardInterrupt), scratch_folder("mhaaudit-test-") as folder:
+        (folder / "half").write_text("x")
+        raise KeyboardInterrupt
+    assert os.listdir(tmp_path / "tmp") == []
+
+
+def test_abandon_removes_the_scratch_folders_and_refuses_new_ones(tmp_path, monkeypatch):
+    """After a signal, :func:`staging.abandon` (from the watch's thread) removes the scratch folders a run
+    is still using, the process's own among them, and no new one is made."""
+    import threading
+
+    from mhaaudit import staging
+
+    monkeypatch.setattr(staging, "_ABANDONED", False)  # restored after the test: the process goes on
+    monkeypatch.setattr(staging, "_PROCESS_SCRATCH", {})
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with staging.scratch_folder("mhaaudit-test-") as folder:
+        (folder / "x").write_text("x")
+        cache = staging.process_scratch_folder("mhaaudit-cache-")
+        assert staging.process_scratch_folder("mhaaudit-cache-") == cache  # one a process
+        (cache / "corpus.json.gz").write_bytes(b"c")
+        helper = threading.Thread(target=staging.abandon)
+        helper.start()
+        helper.join(10)
+        assert os.listdir(tmp_path) == []
+        with pytest.raises(OutputError, match="the run is ending"), staging.scratch_folder("mhaaudit-late-"):
+            pass
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_cache_stand_in_is_one_folder_removed_when_the_process_exits_not_when_a_forked_child_does(
+    tmp_path, monkeypatch
+):
+    """When the cache cannot be written, a process caches in one scratch folder, gone after it exits (before,
+    each use made a new temporary folder that stayed); a forked child that exits normally runs the parent's exit
+    hooks, and must leave the parent's folder alone."""
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("MHAAUDIT_CACHE", str(tmp_path / "file" / "cache"))  # under a file: never writable
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    script = (
+        "import os, sys\n"
+        "from mhaaudit.sources._common import cache_dir\n"
+        "a = cache_dir('corpus'); b = cache_dir('corpus')\n"
+        "assert a == b, (a, b)\n"
+        "(a / 'docstrings.json.gz').write_text('c')\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    sys.exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+        "assert (a / 'docstrings.json.gz').is_file()\n"
+        "print(a)\n"
+    )
+    done = run_python(script)
+    assert done.returncode == 0, done.stderr
+    folder = Path(done.stdout.strip())
+    assert folder.parent == tmp_path / "tmp" and folder.name.startswith("mhaaudit-corpus-")
+    assert os.listdir(tmp_path / "tmp") == []
 
 
 def test_atomic_write_gives_ordinary_permissions(tmp_path):

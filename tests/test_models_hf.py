@@ -128,6 +128,31 @@ def test_hf_single_weights_file(vit_dir, timm_dir, tmp_path):
         load_model("vit-base", weights="trained", weights_path=str(timm_dir / "model.safetensors"), device="cpu")
 
 
+def test_a_weights_file_staged_for_from_pretrained_leaves_no_folder_behind(vit_dir, tmp_path, monkeypatch):
+    """A bare weights file that needs the library's renaming is staged, as a link beside its config, in a
+    scratch folder of the system's temporary folder: removed once loaded, and when the load fails."""
+    import os
+    import tempfile
+
+    from safetensors.torch import save_file
+
+    from mhaaudit.models.hf_weights import _load_file_as_checkpoint
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    ref = transformers.ViTModel.from_pretrained(str(vit_dir)).eval()
+    file = tmp_path / "weights.safetensors"
+    save_file({k: v.contiguous() for k, v in ref.state_dict().items()}, str(file))
+    module = _load_file_as_checkpoint(str(file), ref.config, seed=0)
+    assert module is not None
+    torch.testing.assert_close(module.state_dict(), ref.state_dict(), atol=0, rtol=0)
+    assert os.listdir(scratch) == [] and file.is_file()
+    (tmp_path / "broken.safetensors").write_bytes(b"not safetensors")
+    assert _load_file_as_checkpoint(str(tmp_path / "broken.safetensors"), ref.config, seed=0) is None
+    assert os.listdir(scratch) == []
+
+
 def test_bert_capture_matches_hidden_states(tiny_bert):
     pm = load_model(
         "bert-base-uncased", weights="trained", weights_path=str(tiny_bert), device="cpu", context_length=12

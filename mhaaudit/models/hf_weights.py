@@ -9,7 +9,6 @@ import copy
 import os
 import pickle
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from torch import nn
 from .. import phases
 from ..errors import ModelError, one_line
 from ..feature_files import torch_load_reason
+from ..staging import scratch_folder
 from .checkpoints import is_ignorable, load_fitting, read_state_file
 from .hf_config import _auto_config, hub_problem
 from .hub_reads import _Hub, offline_weights_error
@@ -254,11 +254,13 @@ def _load_state_file(
 
 def _load_file_as_checkpoint(path: str, cfg: Any, seed: int, trust_remote_code: bool = False) -> nn.Module | None:
     """Load a single weights file through ``from_pretrained`` (checkpoint key renaming, task-head
-    prefixes), staged in a temporary folder beside its config. None when it does not fit."""
+    prefixes), staged in a scratch folder beside its config (removed at the end, or by
+    ``staging.abandon`` when a signal ends the process first). None when it does not fit."""
     from transformers import AutoModel
 
     fname = "model.safetensors" if path.endswith(".safetensors") else "pytorch_model.bin"
-    with tempfile.TemporaryDirectory(prefix="mhaaudit-weights-") as tmp:
+    with scratch_folder("mhaaudit-weights-") as folder:
+        tmp = str(folder)
         try:
             os.symlink(os.path.abspath(path), os.path.join(tmp, fname))
         except OSError:

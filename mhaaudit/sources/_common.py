@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from collections import deque
 from collections.abc import Callable, Generator, Iterable
 from pathlib import Path
@@ -19,6 +18,7 @@ from ..errors import DataError, InputError, MhaauditError, OfflineError, Param, 
 from ..files import folder_files, inside, regular_file
 from ..hub import is_offline
 from ..runtime import decode_workers_env, derive_seed
+from ..staging import process_scratch_folder
 from ..workers import worker_pool
 
 BUILTIN_NAMES = {"builtin", "built-in", "default"}
@@ -93,8 +93,9 @@ def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int | N
 
 def cache_dir(sub: str) -> Path:
     """The folder ``sub`` of mhaaudit's cache, created when missing: ``$MHAAUDIT_CACHE``, else
-    ``$XDG_CACHE_HOME/mhaaudit``, else ``~/.cache/mhaaudit``. When that cannot be written, a new
-    temporary folder (nothing is cached across runs then)."""
+    ``$XDG_CACHE_HOME/mhaaudit``, else ``~/.cache/mhaaudit``. When that cannot be written, the process's
+    scratch folder for ``sub`` in the system's temporary folder, removed when the process ends (nothing is
+    cached across runs then: ``staging.process_scratch_folder``)."""
     base = os.environ.get("MHAAUDIT_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "mhaaudit"
     )
@@ -106,7 +107,7 @@ def cache_dir(sub: str) -> Path:
         probe.unlink()
         return path
     except OSError:
-        return Path(tempfile.mkdtemp(prefix=f"mhaaudit-{sub.replace('/', '-')}-"))
+        return process_scratch_folder(f"mhaaudit-{sub.replace('/', '-')}-")
 
 
 def is_builtin(data: str | None) -> bool:
