@@ -30,6 +30,7 @@ from .collectives import Session as Session
 from .collectives import SingleProcess as SingleProcess
 from .collectives import timeout_s as timeout_s
 from .errors import InputError, MhaauditError, one_line
+from .staging import remove_scratch_folders
 from .stdio import command_streams, say
 
 __all__ = [
@@ -127,7 +128,9 @@ def leave(code: int):
     exception": a C++ thread of the process group destroyed while joinable), which would turn a
     finished job into a crashed one. The other ranks say they are leaving; rank 0, whose process
     holds the job's store, leaves last (after them, or after ``LEAVE_WAIT_S``), so that no rank
-    meets a closed store and logs about it."""
+    meets a closed store and logs about it. The process's scratch folders are removed first (its exit
+    hooks, which would remove them, do not run)."""
+    remove_scratch_folders()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # closed, or a full disk: nothing more to say
             stream.flush()

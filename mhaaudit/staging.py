@@ -31,6 +31,7 @@ __all__ = [
     "make_output_folder",
     "ordinary_mode",
     "process_scratch_folder",
+    "remove_scratch_folders",
     "scratch_folder",
     "staged_outputs",
 ]
@@ -165,7 +166,7 @@ _STAGED: contextvars.ContextVar[StagedOutputs | None] = contextvars.ContextVar("
 # What the process has under way, for :func:`abandon`: every run's staged outputs, every temporary being written.
 _RUNS: dict[StagedOutputs, None] = {}
 _WRITING: dict[Path, None] = {}
-_SCRATCH: dict[Path, None] = {}  # scratch folders in the system's temporary folder (scratch_folder)
+_SCRATCH: dict[Path, int] = {}  # scratch folders in the system's temporary folder -> the process that made them
 _UNDER_WAY = threading.Lock()
 _ABANDONED = False  # set by abandon: the process is ending, and no output is begun or staged after it
 
@@ -202,7 +203,7 @@ def abandon(wait: float = 1.0) -> None:
     _ABANDONED = True
     got = _UNDER_WAY.acquire(timeout=wait)  # a run interrupted in the middle of its bookkeeping can keep it
     try:
-        runs, writing, scratch = list(_RUNS), list(_WRITING), list(_SCRATCH)
+        runs, writing, scratch = list(_RUNS), list(_WRITING), _own(_SCRATCH)
     finally:
         if got:
             _UNDER_WAY.release()
@@ -225,8 +226,28 @@ def _new_scratch(prefix: str) -> Path:
         if _ABANDONED:  # the process is ending: a helper thread begins nothing more
             raise OutputError("cannot make a temporary folder: the run is ending")
         folder = Path(tempfile.mkdtemp(prefix=prefix))
-        _SCRATCH[folder] = None
+        _SCRATCH[folder] = os.getpid()
     return folder
+
+
+def _own(scratch: dict[Path, int]) -> list[Path]:
+    """The scratch folders this process made (a forked child inherits its parent's list, not its folders)."""
+    pid = os.getpid()
+    return [folder for folder, maker in scratch.items() if maker == pid]
+
+
+def remove_scratch_folders(wait: float = 1.0) -> None:
+    """Remove every scratch folder this process made and still has, with all it holds: the end of a process
+    that skips its exit hooks (``os._exit``, as a torchrun rank ends: ``mhaaudit.distributed.leave``). The
+    list is waited for ``wait`` seconds at most."""
+    got = _UNDER_WAY.acquire(timeout=wait)
+    try:
+        folders = _own(_SCRATCH)
+    finally:
+        if got:
+            _UNDER_WAY.release()
+    for folder in folders:
+        _remove_scratch(folder)
 
 
 def _remove_scratch(folder: Path) -> None:
@@ -259,7 +280,8 @@ def process_scratch_folder(prefix: str) -> Path:
     """The process's scratch folder for ``prefix`` in the system's temporary folder, made at the first call:
     what a cache keeps when its own folder cannot be written, for the life of this process only. It is removed
     with everything in it when the process exits (by an ``atexit`` hook of the process that made it, so not by
-    a forked child's), and by :func:`abandon` when a signal ends the process first.
+    a forked child's; by :func:`remove_scratch_folders` where a process ends without its hooks, as a torchrun
+    rank does), and by :func:`abandon` when a signal ends the process first.
 
     Raises:
         OutputError: when the process is ending (:func:`abandon`).

@@ -241,6 +241,37 @@ def test_a_bad_launch_environment_is_one_line_and_exit_2(tmp_path, env, words):
     assert p.stdout == ""
 
 
+def test_a_rank_removes_its_scratch_folders_as_it_leaves_and_a_forked_child_removes_none(tmp_path):
+    """A rank ends with ``os._exit`` (:func:`distributed.leave`), so its exit hooks do not run: the scratch
+    folders it made (the cache's stand-in, one still in use) are removed as it leaves. A forked child that
+    leaves removes none of its parent's."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    script = textwrap.dedent(
+        """
+        import os, sys
+        from mhaaudit import distributed, staging
+        cache = staging.process_scratch_folder("mhaaudit-corpus-")
+        (cache / "docstrings.json.gz").write_text("c")
+        using = staging.scratch_folder("mhaaudit-weights-")
+        folder = using.__enter__()
+        (folder / "config.json").write_text("{}")
+        pid = os.fork()
+        if pid == 0:
+            distributed.leave(0)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert sorted(os.listdir(os.environ["TMPDIR"])) == sorted([cache.name, folder.name])
+        distributed.leave(7)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=_env(TMPDIR=scratch), capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 7, done.stderr
+    assert os.listdir(scratch) == []
+
+
 def test_read_ahead_keeps_order_and_raises_in_place():
     from mhaaudit.pipeline import _read_ahead
 
