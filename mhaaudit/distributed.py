@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 
+from . import ending
 from .collectives import _PREFIX, _alive
 from .collectives import DEFAULT_TIMEOUT_S as DEFAULT_TIMEOUT_S
 from .collectives import MAX_TIMEOUT_S as MAX_TIMEOUT_S
@@ -51,6 +52,7 @@ __all__ = [
 ]
 
 LEAVE_WAIT_S = 10.0  # how long rank 0 waits for the other ranks to end before it ends
+LEAVE_BEFORE_WATCH_S = 0.5  # after a signal, rank 0 stops waiting this long before the watch would end it
 
 
 def launched() -> bool:
@@ -127,9 +129,10 @@ def leave(code: int):
     interpreter's teardown: there a process can abort ("terminate called without an active
     exception": a C++ thread of the process group destroyed while joinable), which would turn a
     finished job into a crashed one. The other ranks say they are leaving; rank 0, whose process
-    holds the job's store, leaves last (after them, or after ``LEAVE_WAIT_S``), so that no rank
-    meets a closed store and logs about it. The process's scratch folders are removed first (its exit
-    hooks, which would remove them, do not run)."""
+    holds the job's store, leaves last (after them, or after ``LEAVE_WAIT_S``; after a signal, before
+    the watch of :mod:`mhaaudit.ending` would end it), so that no rank meets a closed store and logs
+    about it. The process's scratch folders are removed first (its exit hooks, which would remove
+    them, do not run)."""
     remove_scratch_folders()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # closed, or a full disk: nothing more to say
@@ -141,6 +144,9 @@ def leave(code: int):
                 s.store.set(f"{_PREFIX}left/{s.rank}", "1")
             else:
                 here, deadline = socket.gethostname(), time.monotonic() + LEAVE_WAIT_S
+                watch_ends = ending.deadline()  # after a signal: leave with this status before the watch ends it
+                if watch_ends is not None:
+                    deadline = min(deadline, watch_ends - LEAVE_BEFORE_WATCH_S)
                 pending = set(range(1, s.world_size))
                 while pending and time.monotonic() < deadline:
                     dead = set(s._dead_ranks())

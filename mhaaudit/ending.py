@@ -22,13 +22,14 @@ import threading
 import time
 from collections.abc import Callable, Collection
 
-__all__ = ["clear", "ending", "note", "noted", "settle", "settled", "watch", "watching"]
+__all__ = ["clear", "deadline", "ending", "note", "noted", "settle", "settled", "watch", "watching"]
 
 _NOTED: int | None = None  # the number of the first signal that is ending the run
 _STATUS: int | None = None  # the status the run settled on after it (None: not yet)
 _SAID = False  # the run's one line is said
 _WRITE: int | None = None  # the write end of the watch's pipe, once it watches
 _WATCHER = 0  # the process whose watch that is (a forked child inherits the pipe, not the thread)
+_DEADLINE: float | None = None  # when the watch ends the process (time.monotonic()), once it counts
 
 
 def note(signum: int) -> None:
@@ -73,6 +74,13 @@ def clear() -> None:
     _NOTED, _STATUS, _SAID = None, None, False
 
 
+def deadline() -> float | None:
+    """When this process's watch will end it (on the ``time.monotonic()`` clock), once a signal started its
+    count; None before, or where the process has no watch. Work that ends the process itself (a torchrun
+    rank's wait for the others, ``mhaaudit.distributed.leave``) ends before it."""
+    return _DEADLINE if watching() else None
+
+
 def watching() -> bool:
     """Whether this process has started its watch (:func:`watch`)."""
     return _WRITE is not None and os.getpid() == _WATCHER
@@ -96,6 +104,7 @@ def watch(delay: float, end: Callable[[int], object], signals: Collection[int]) 
         os.register_at_fork(after_in_child=_forked)
 
     def wait() -> None:
+        global _DEADLINE
         while True:
             try:
                 got = os.read(read, 1)  # a signal's number
@@ -105,6 +114,7 @@ def watch(delay: float, end: Callable[[int], object], signals: Collection[int]) 
                 return
             if got[0] in wanted:
                 break
+        _DEADLINE = time.monotonic() + max(0.0, delay)
         time.sleep(max(0.0, delay))
         end(got[0])
 

@@ -272,6 +272,30 @@ def test_a_rank_removes_its_scratch_folders_as_it_leaves_and_a_forked_child_remo
     assert os.listdir(scratch) == []
 
 
+def test_after_a_signal_rank_0_leaves_with_its_status_before_the_watch_would_end_it():
+    """Rank 0 waits up to ``LEAVE_WAIT_S`` for the other ranks to leave; after a signal it stops waiting just
+    before the watch's end (``ending.deadline``), so it ends with the status it settled on, itself. Here the
+    other rank never leaves, and the watch would end the process with 99 five seconds after the signal."""
+    script = textwrap.dedent(
+        """
+        import os, signal, time, types
+        from mhaaudit import distributed, ending
+        store = types.SimpleNamespace(check=lambda keys: False)
+        distributed._SESSION = types.SimpleNamespace(rank=0, world_size=2, store=store, _dead_ranks=lambda: [])
+        ending.watch(5.0, lambda signum: os._exit(99), [signal.SIGTERM])
+        assert ending.deadline() is None
+        ending.note(signal.SIGTERM)
+        waited = time.monotonic() + 4
+        while ending.deadline() is None and time.monotonic() < waited:  # the watch's thread wakes
+            time.sleep(0.01)
+        assert ending.deadline() - time.monotonic() <= 5.0
+        distributed.leave(2)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], env=_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+
+
 def test_read_ahead_keeps_order_and_raises_in_place():
     from mhaaudit.pipeline import _read_ahead
 
