@@ -133,7 +133,8 @@ def leave(code: int):
     the watch of :mod:`mhaaudit.ending` would end it), so that no rank meets a closed store and logs
     about it. The process's scratch folders are removed first (its exit hooks, which would remove
     them, do not run)."""
-    remove_scratch_folders()
+    with contextlib.suppress(Exception):  # the end comes whatever a removal meets
+        remove_scratch_folders()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # closed, or a full disk: nothing more to say
             stream.flush()

@@ -10,12 +10,14 @@ code that never returns to the interpreter (and releases its lock, as torch's op
 The signal reaches that thread through a pipe: Python's own C-level handler writes its number there as
 it arrives (``signal.set_wakeup_fd``), before any Python handler can run, and :func:`note` writes it
 too. When the run has settled on a failure's status and line (:func:`settle`), that end keeps them.
+:func:`deadline` says when that end comes, for work that ends the process itself and must do so first.
 Nothing here imports torch.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import threading
@@ -30,16 +32,19 @@ _SAID = False  # the run's one line is said
 _WRITE: int | None = None  # the write end of the watch's pipe, once it watches
 _WATCHER = 0  # the process whose watch that is (a forked child inherits the pipe, not the thread)
 _DEADLINE: float | None = None  # when the watch ends the process (time.monotonic()), once it counts
+_DELAY = 0.0  # the watch's delay
 
 
 def note(signum: int) -> None:
     """A signal that ends the run arrived: from now on :func:`ending` is true, and the watch (when this process
     started one) counts down. Called from a signal handler, in the main thread: it takes no lock."""
-    global _NOTED
+    global _NOTED, _DEADLINE
     if _NOTED is None:
         _NOTED = int(signum)
     fd = _WRITE
     if fd is not None and os.getpid() == _WATCHER:  # this process's own watch (:func:`watching`)
+        if _DEADLINE is None:  # (before the watch's thread wakes, if it has not yet)
+            _DEADLINE = time.monotonic() + _DELAY
         with contextlib.suppress(OSError):  # full (a byte per signal, thousands) or closed: it is counting
             os.write(fd, bytes([int(signum) & 0xFF]))
 
@@ -92,7 +97,7 @@ def watch(delay: float, end: Callable[[int], object], signals: Collection[int]) 
     signals that have Python handlers are passed over. From the main thread, the signals' C-level handler
     wakes it as they arrive (``signal.set_wakeup_fd``; a forked child stops doing so). Nothing when already
     watching."""
-    global _WRITE, _WATCHER
+    global _WRITE, _WATCHER, _DELAY
     if watching():
         return
     read, write = os.pipe()
@@ -114,11 +119,13 @@ def watch(delay: float, end: Callable[[int], object], signals: Collection[int]) 
                 return
             if got[0] in wanted:
                 break
-        _DEADLINE = time.monotonic() + max(0.0, delay)
-        time.sleep(max(0.0, delay))
+        now = time.monotonic()
+        _DEADLINE = min(now + max(0.0, delay), _DEADLINE if _DEADLINE is not None else math.inf)
+        time.sleep(max(0.0, _DEADLINE - now))
         end(got[0])
 
     threading.Thread(target=wait, name="mhaaudit-signal-watch", daemon=True).start()
+    _DELAY = max(0.0, delay)
     _WRITE, _WATCHER = write, os.getpid()
 
 

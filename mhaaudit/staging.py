@@ -217,29 +217,36 @@ def abandon(wait: float = 1.0) -> None:
 
 
 def _new_scratch(prefix: str) -> Path:
-    """A new scratch folder in the system's temporary folder, noted for :func:`abandon`.
+    """A new scratch folder in the system's temporary folder, noted as this process's for :func:`abandon`,
+    :func:`remove_scratch_folders` and the exit hook.
 
     Raises:
         OutputError: when the process is ending (:func:`abandon`).
     """
+    if _ABANDONED:  # the process is ending: a helper thread begins nothing more
+        raise OutputError("cannot make a temporary folder: the run is ending")
+    folder = Path(tempfile.mkdtemp(prefix=prefix))  # outside the lock: a slow temporary folder holds up no one
     with _UNDER_WAY:
-        if _ABANDONED:  # the process is ending: a helper thread begins nothing more
-            raise OutputError("cannot make a temporary folder: the run is ending")
-        folder = Path(tempfile.mkdtemp(prefix=prefix))
-        _SCRATCH[folder] = os.getpid()
+        if not _ABANDONED:
+            _SCRATCH[folder] = os.getpid()
+    if _ABANDONED:  # abandon came meanwhile, and did not see it
+        shutil.rmtree(folder, ignore_errors=True)
+        raise OutputError("cannot make a temporary folder: the run is ending")
     return folder
 
 
 def _own(scratch: dict[Path, int]) -> list[Path]:
-    """The scratch folders this process made (a forked child inherits its parent's list, not its folders)."""
+    """The scratch folders this process made (a forked child inherits its parent's list, not its folders). The
+    items are copied first, in one step, so a thread that adds one meanwhile changes nothing here."""
     pid = os.getpid()
-    return [folder for folder, maker in scratch.items() if maker == pid]
+    return [folder for folder, maker in list(scratch.items()) if maker == pid]
 
 
 def remove_scratch_folders(wait: float = 1.0) -> None:
     """Remove every scratch folder this process made and still has, with all it holds: the end of a process
-    that skips its exit hooks (``os._exit``, as a torchrun rank ends: ``mhaaudit.distributed.leave``). The
-    list is waited for ``wait`` seconds at most."""
+    (its exit hook, registered once), and of one that skips its exit hooks (``os._exit``, as a torchrun rank
+    ends: ``mhaaudit.distributed.leave``). The registry's lock is waited for ``wait`` seconds at most, each
+    time it is taken."""
     got = _UNDER_WAY.acquire(timeout=wait)
     try:
         folders = _own(_SCRATCH)
@@ -247,13 +254,21 @@ def remove_scratch_folders(wait: float = 1.0) -> None:
         if got:
             _UNDER_WAY.release()
     for folder in folders:
-        _remove_scratch(folder)
+        _remove_scratch(folder, wait)
 
 
-def _remove_scratch(folder: Path) -> None:
-    shutil.rmtree(folder, ignore_errors=True)  # links inside are removed, never followed
-    with _UNDER_WAY:
+def _remove_scratch(folder: Path, wait: float = 1.0) -> None:
+    """Remove ``folder`` with all it holds (links inside are removed, never followed) when this process made it:
+    a forked child that leaves its parent's :func:`scratch_folder` leaves the folder to the parent."""
+    if _SCRATCH.get(folder) != os.getpid():
+        return
+    shutil.rmtree(folder, ignore_errors=True)
+    got = _UNDER_WAY.acquire(timeout=wait)
+    try:
         _SCRATCH.pop(folder, None)
+    finally:
+        if got:
+            _UNDER_WAY.release()
 
 
 @contextlib.contextmanager
@@ -279,9 +294,10 @@ _PROCESS_LOCK = threading.Lock()
 def process_scratch_folder(prefix: str) -> Path:
     """The process's scratch folder for ``prefix`` in the system's temporary folder, made at the first call:
     what a cache keeps when its own folder cannot be written, for the life of this process only. It is removed
-    with everything in it when the process exits (by an ``atexit`` hook of the process that made it, so not by
-    a forked child's; by :func:`remove_scratch_folders` where a process ends without its hooks, as a torchrun
-    rank does), and by :func:`abandon` when a signal ends the process first.
+    with everything in it when the process exits (by the exit hook of :func:`remove_scratch_folders`, which
+    removes only the folders of the process that runs it, so not the parent's in a forked child; and by that
+    function where a process ends without its hooks, as a torchrun rank does), and by :func:`abandon` when a
+    signal ends the process first.
 
     Raises:
         OutputError: when the process is ending (:func:`abandon`).
@@ -292,13 +308,10 @@ def process_scratch_folder(prefix: str) -> Path:
             return made[1]
         folder = _new_scratch(prefix)
         _PROCESS_SCRATCH[prefix] = (os.getpid(), folder)
-        atexit.register(_remove_at_exit, os.getpid(), folder)
         return folder
 
 
-def _remove_at_exit(pid: int, folder: Path) -> None:
-    if os.getpid() == pid:  # a forked child that exits normally leaves its parent's folder alone
-        _remove_scratch(folder)
+atexit.register(remove_scratch_folders)  # every scratch folder still there at the end, whenever it was made
 
 
 def make_output_folder(folder: Path) -> None:

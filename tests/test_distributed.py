@@ -241,6 +241,7 @@ def test_a_bad_launch_environment_is_one_line_and_exit_2(tmp_path, env, words):
     assert p.stdout == ""
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_rank_removes_its_scratch_folders_as_it_leaves_and_a_forked_child_removes_none(tmp_path):
     """A rank ends with ``os._exit`` (:func:`distributed.leave`), so its exit hooks do not run: the scratch
     folders it made (the cache's stand-in, one still in use) are removed as it leaves. A forked child that
@@ -275,20 +276,19 @@ def test_a_rank_removes_its_scratch_folders_as_it_leaves_and_a_forked_child_remo
 def test_after_a_signal_rank_0_leaves_with_its_status_before_the_watch_would_end_it():
     """Rank 0 waits up to ``LEAVE_WAIT_S`` for the other ranks to leave; after a signal it stops waiting just
     before the watch's end (``ending.deadline``), so it ends with the status it settled on, itself. Here the
-    other rank never leaves, and the watch would end the process with 99 five seconds after the signal."""
+    other rank never leaves, and the watch would end the process with 99 five seconds after the signal, where
+    rank 0 waits ten."""
     script = textwrap.dedent(
         """
-        import os, signal, time, types
+        import os, signal, types
         from mhaaudit import distributed, ending
         store = types.SimpleNamespace(check=lambda keys: False)
         distributed._SESSION = types.SimpleNamespace(rank=0, world_size=2, store=store, _dead_ranks=lambda: [])
+        distributed.LEAVE_BEFORE_WATCH_S = 2.0  # (a margin a loaded machine keeps)
         ending.watch(5.0, lambda signum: os._exit(99), [signal.SIGTERM])
         assert ending.deadline() is None
         ending.note(signal.SIGTERM)
-        waited = time.monotonic() + 4
-        while ending.deadline() is None and time.monotonic() < waited:  # the watch's thread wakes
-            time.sleep(0.01)
-        assert ending.deadline() - time.monotonic() <= 5.0
+        assert ending.deadline() is not None  # from the note, whether the watch's thread woke yet or not
         distributed.leave(2)
         """
     )

@@ -382,14 +382,16 @@ def test_a_scratch_folder_is_removed_however_its_work_ends_and_links_in_it_are_n
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
-    kept = tmp_path / "weights.bin"
-    kept.write_bytes(b"w")
+    kept = tmp_path / "model"
+    kept.mkdir()
+    (kept / "weights.bin").write_bytes(b"w")
     with scratch_folder("mhaaudit-test-") as folder:
         assert folder.parent == tmp_path / "tmp" and folder.name.startswith("mhaaudit-test-")
-        (folder / "model.bin").symlink_to(kept)
+        (folder / "model").symlink_to(kept, target_is_directory=True)  # a link to a folder: never entered
+        (folder / "weights.bin").symlink_to(kept / "weights.bin")
         (folder / "sub").mkdir()
         (folder / "sub" / "config.json").write_text("{}")
-    assert os.listdir(tmp_path / "tmp") == [] and kept.read_bytes() == b"w"
+    assert os.listdir(tmp_path / "tmp") == [] and (kept / "weights.bin").read_bytes() == b"w"
     with pytest.raises(KeyboardInterrupt), scratch_folder("mhaaudit-test-") as folder:
         (folder / "half").write_text("x")
         raise KeyboardInterrupt
@@ -405,6 +407,7 @@ def test_abandon_removes_the_scratch_folders_and_refuses_new_ones(tmp_path, monk
 
     monkeypatch.setattr(staging, "_ABANDONED", False)  # restored after the test: the process goes on
     monkeypatch.setattr(staging, "_PROCESS_SCRATCH", {})
+    monkeypatch.setattr(staging, "_SCRATCH", {})
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with staging.scratch_folder("mhaaudit-test-") as folder:
         (folder / "x").write_text("x")
@@ -420,12 +423,13 @@ def test_abandon_removes_the_scratch_folders_and_refuses_new_ones(tmp_path, monk
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_the_cache_stand_in_is_one_folder_removed_when_the_process_exits_not_when_a_forked_child_does(
     tmp_path, monkeypatch
 ):
     """When the cache cannot be written, a process caches in one scratch folder, gone after it exits (before,
     each use made a new temporary folder that stayed); a forked child that exits normally runs the parent's exit
-    hooks, and must leave the parent's folder alone."""
+    hooks, and must leave the parent's folders alone, the one its parent's work still uses too."""
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("MHAAUDIT_CACHE", str(tmp_path / "file" / "cache"))  # under a file: never writable
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
@@ -436,11 +440,16 @@ def test_the_cache_stand_in_is_one_folder_removed_when_the_process_exits_not_whe
         "a = cache_dir('corpus'); b = cache_dir('corpus')\n"
         "assert a == b, (a, b)\n"
         "(a / 'docstrings.json.gz').write_text('c')\n"
-        "pid = os.fork()\n"
-        "if pid == 0:\n"
-        "    sys.exit(0)\n"
-        "os.waitpid(pid, 0)\n"
-        "assert (a / 'docstrings.json.gz').is_file()\n"
+        "from mhaaudit.staging import scratch_folder\n"
+        "with scratch_folder('mhaaudit-weights-') as w:\n"
+        "    (w / 'config.json').write_text('{}')\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        sys.exit(0)  # leaves the block, then runs the exit hooks\n"
+        "    _, status = os.waitpid(pid, 0)\n"
+        "    assert os.waitstatus_to_exitcode(status) == 0\n"
+        "    assert (w / 'config.json').is_file() and (a / 'docstrings.json.gz').is_file()\n"
+        "assert not w.exists()\n"
         "print(a)\n"
     )
     done = run_python(script)
