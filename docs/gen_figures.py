@@ -31,6 +31,7 @@ import datetime
 import io
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -219,6 +220,7 @@ def generate(out: Path, model: str, only: list[str], quick: bool) -> list[str]:
             written.append("seeds.svg")
     finally:
         os.chdir(cwd)
+        shutil.rmtree(work, ignore_errors=True)  # the commands' features and plots: what was kept is in out
     return written
 
 

@@ -11,10 +11,12 @@ import functools
 import http.server
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from html.parser import HTMLParser
 from pathlib import Path
@@ -272,9 +274,12 @@ def test_every_picture_is_recorded_and_stamped():
 
 def test_gen_figures_records_every_picture(vit4, tmp_path, monkeypatch):
     """The script's own run at small sizes on a tiny model: every picture written, stamped --quick,
-    and never into the docs' own folder."""
+    and never into the docs' own folder; its work folder is removed."""
     gen = _script("mhaaudit_gen_figures", DOCS / "gen_figures.py")
     monkeypatch.chdir(tmp_path)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     assert gen.main(["--quick", "--model", str(vit4)]) == 2  # --quick would replace the docs' pictures
     out = tmp_path / "figs"
     assert gen.main(["--quick", "--model", str(vit4), "--out", str(out)]) == 0
@@ -293,6 +298,7 @@ def test_gen_figures_records_every_picture(vit4, tmp_path, monkeypatch):
     assert check.startswith("<svg") and "Assumption" in check and "Memorisation" in check
     assert "mhaaudit check MODEL --limit 40" in stamps["figures"]["check-vit-base.svg"]["command"]
     assert gen.main(["--only", "nope", "--out", str(out)]) == 2
+    assert os.listdir(scratch) == []
 
 
 # --------------------------------------------------------------------------- the front page

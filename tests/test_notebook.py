@@ -34,6 +34,7 @@ def quickstart(tmp_path_factory):
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
         "HF_HUB_OFFLINE": "1",
         "MHAAUDIT_CACHE": str(tmp_path_factory.mktemp("cache")),
+        "TMPDIR": str(tmp_path_factory.mktemp("tmp")),  # the notebook's own scratch folder lands here
     }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # the kernel inherits them: this checkout's mhaaudit, offline
