@@ -563,7 +563,8 @@ def test_a_rank_killed_under_torchrun_is_named_by_rank_0(vit_dir, image_dir, tmp
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
     out = tmp_path / "out.parquet"
-    env = _env(FAIL_RANK=1, FAIL_MODE="kill")
+    (tmp_path / "tmp").mkdir()  # torchrun's own log folder lands here, not in the system's
+    env = _env(FAIL_RANK=1, FAIL_MODE="kill", TMPDIR=tmp_path / "tmp")
     p = subprocess.run(
         [
             sys.executable,
