@@ -69,6 +69,8 @@ def context_ranks(E: torch.Tensor, rule: RankRule, *, top: float | None = None):
     """
     if E.ndim != 3:
         raise InputError(f"context matrices must be (B, n, d), got shape {tuple(E.shape)}")
+    if E.requires_grad:  # read as its values
+        E = E.detach()
     if top is None:
         top = max_abs(E)
     if E.is_floating_point() and not math.isfinite(top):

@@ -445,7 +445,8 @@ def _read_torch(p: Path, key: str | None) -> tuple[torch.Tensor, str]:
     Raises:
         InputError: when the file is larger than the memory available, torch refuses to load it (corrupt, empty,
             or a pickle beyond plain tensors), it holds neither a tensor nor a dict of them, ``key`` is given for a
-            single tensor, or the dict has no tensor to pick (:func:`_pick`).
+            single tensor or names an entry that is not a tensor, or the dict has no tensor to pick
+            (:func:`_pick`: entries that are not tensors are not counted).
     """
     _refuse_unless_readable(p, *torch_declared_bytes(p))  # a deflated record inflates: counted as declared
 
@@ -456,12 +457,16 @@ def _read_torch(p: Path, key: str | None) -> tuple[torch.Tensor, str]:
         except Exception as exc:  # corrupt, empty, or a pickle that is refused
             raise InputError(f"cannot read {p}: {torch_load_reason(exc)}") from exc
     if isinstance(obj, dict):
-        return dense_values(_pick(obj, key, p), str(p)), f"{p} (torch{', ' + repr(key) if key else ''})"
+        if key is not None and key in obj and not isinstance(obj[key], torch.Tensor):
+            raise InputError(f"{p}: the entry {key!r} is not a tensor (its type: {type(obj[key]).__name__})")
+        tensors = {k: v for k, v in obj.items() if isinstance(v, torch.Tensor)}  # other entries are not features
+        picked = dense_values(_pick(tensors, key, p), str(p))
+        return picked.detach(), f"{p} (torch{', ' + repr(key) if key else ''})"
     if not isinstance(obj, torch.Tensor):
         raise InputError(f"{p}: expected a tensor or a dict of tensors, found {type(obj).__name__}")
     if key is not None:
         raise InputError(Param("key") + f" has no effect on {p}: it holds one tensor, not a dict of them")
-    return dense_values(obj, str(p)), f"{p} (torch)"
+    return dense_values(obj, str(p)).detach(), f"{p} (torch)"  # (a saved parameter is read as its values)
 
 
 def dense_values(t, where: str, error: type[MhaauditError] = InputError):

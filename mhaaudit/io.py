@@ -132,8 +132,9 @@ def write_parquet(records: list[dict], path: str | os.PathLike, metadata: dict, 
     import pyarrow.parquet as pq
 
     table = records_table(records, metadata)
-    with atomic_path(path, now=now) as tmp:
-        pq.write_table(table, tmp)
+    with atomic_path(path, now=now) as tmp, open(tmp, "wb") as sink:
+        # through Python's file: pyarrow takes a name only as UTF-8, and a name on disk may be any bytes
+        pq.write_table(table, sink)
 
 
 def parquet_bytes(records: list[dict], metadata: dict) -> bytes:

@@ -82,6 +82,9 @@ def inputs(tmp_path_factory, vit_dir, bert_dir, image_dir, timm_dir):
     marker = d / "marker"
     np.save(d / "pickled.npy", np.array([_Planted(str(marker)), 1], dtype=object), allow_pickle=True)
     torch.save({"queries": torch.from_numpy(X), "planted": _Planted(str(marker))}, d / "pickled.pt")
+    # .pt dicts whose entries are not tensors: a dict of dicts, a number beside a tensor
+    torch.save({"layer": {"queries": torch.from_numpy(X)}}, d / "nested.pt")
+    torch.save({"count": 1, "queries": torch.from_numpy(X)}, d / "mixed.pt")
     paths = {
         "npy": d / "m.npy",
         "pt2": d / "two.pt",
@@ -102,6 +105,8 @@ def inputs(tmp_path_factory, vit_dir, bert_dir, image_dir, timm_dir):
         "inside_column": d / "holder" / "random",
         "pickled_npy": d / "pickled.npy",
         "pickled_pt": d / "pickled.pt",
+        "nested_pt": d / "nested.pt",
+        "mixed_pt": d / "mixed.pt",
         "marker": marker,
     }
     paths.update(_malformed_files(d, X, vit_dir, bert_dir, timm_dir))
@@ -319,6 +324,8 @@ CASES = [
     #     torch.load(weights_only=True)); the run asserts that the pickle's marker file never appears
     ("npy-pickle-not-unpickled", "kruskal {pickled_npy}", "pickled.npy"),
     ("pt-pickle-not-unpickled", "kruskal {pickled_pt} --key queries", "pickled.pt"),
+    ("pt-dict-of-dicts", "kruskal {nested_pt}", "nested.pt holds no tensors"),
+    ("pt-key-names-a-number", "kruskal {mixed_pt} --key count", "the entry 'count' is not a tensor (its type: int)"),
     # --- writes go exactly where the user said: never over an input, never through a planted link
     ("out-is-the-input", "kruskal {fpq} --out {fpq}", "--out {fpq} is an input of this run"),
     ("out-is-the-input-through-a-link", "kruskal {fpq} --out {fpq_link}", "is an input of this run"),
@@ -546,8 +553,11 @@ def _full_disk(monkeypatch, writer: str) -> None:
     import errno
 
     def fail(path):
-        with open(path, "wb") as fh:
-            fh.write(b"partial")
+        if hasattr(path, "write"):  # an open file (parquet is written through one)
+            path.write(b"partial")
+        else:
+            with open(path, "wb") as fh:
+                fh.write(b"partial")
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     if writer == "safetensors":

@@ -28,6 +28,20 @@ def _ref_ranks(E, rule):
     return torch.tensor(out)
 
 
+def test_a_tensor_that_requires_grad_is_audited_as_its_values():
+    """A model's parameters or activations that carry autograd (``requires_grad``) are read as their values by
+    the library's checks, with the results of the same values without it."""
+    from mhaaudit.kruskal import subset_test
+
+    g = torch.Generator().manual_seed(3)
+    X, E = torch.randn(30, 6, generator=g), torch.randn(4, 5, 6, generator=g)
+    E[0, 4] = E[0, 3]  # one deficient context matrix
+    assert assumption_2(E.clone().requires_grad_()) == assumption_2(E)
+    grad = subset_test(torch.nn.Parameter(X.clone()), k=6, samples=40, seed=1)
+    plain = subset_test(X, k=6, samples=40, seed=1)
+    assert (grad.satisfied, grad.samples, grad.verdict) == (plain.satisfied, plain.samples, plain.verdict)
+
+
 def test_context_ranks_equal_matrix_rank_on_mixed_batch():
     g = torch.Generator().manual_seed(0)
     n, d = 6, 10

@@ -94,8 +94,7 @@ def test_atomic_write_failure_leaves_no_file(tmp_path):
 
 def test_write_parquet_failure_leaves_nothing(tmp_path, monkeypatch):
     def broken(table, where, *a, **kw):
-        with open(where, "wb") as fh:
-            fh.write(b"PAR1 partial")
+        where.write(b"PAR1 partial")  # (an open file: parquet is written through one)
         raise OSError("disk full")
 
     monkeypatch.setattr(pq, "write_table", broken)
@@ -206,6 +205,37 @@ def test_read_pt_keeps_dtype(tmp_path, dtype):
     assert torch.equal(read_array(tmp_path / "d.pt", key="other")[0], torch.zeros(2))
     torch.save({"only": x}, tmp_path / "one.pt")
     assert torch.equal(read_array(tmp_path / "one.pt")[0], x)
+
+
+def test_a_saved_parameter_and_a_dict_beside_other_entries_are_read_as_their_values(tmp_path):
+    """A model's parameter (``requires_grad``) is features like any tensor; entries of a saved dict that are
+    not tensors (a count, a nested dict) are not features: the one tensor beside them is picked."""
+    x = torch.randn(10, 4)
+    torch.save(torch.nn.Parameter(x.clone()), tmp_path / "param.pt")
+    t, _ = read_array(tmp_path / "param.pt")
+    assert not t.requires_grad and type(t) is torch.Tensor and torch.equal(t, x)
+    torch.save({"step": 3, "config": {"d": 4}, "queries": x.clone().requires_grad_()}, tmp_path / "mixed.pt")
+    t, _ = read_array(tmp_path / "mixed.pt")
+    assert not t.requires_grad and torch.equal(t, x)
+    assert torch.equal(read_array(tmp_path / "mixed.pt", key="queries")[0], x)
+    with pytest.raises(InputError, match=r"the entry 'step' is not a tensor \(its type: int\)"):
+        read_array(tmp_path / "mixed.pt", key="step")
+    with pytest.raises(InputError, match=r"no tensor named 'nope' \(found: queries\)"):
+        read_array(tmp_path / "mixed.pt", key="nope")
+
+
+def test_parquet_output_names_of_any_bytes_and_any_length_are_written(tmp_path):
+    """A name that is not UTF-8 (any bytes a file system takes), and a long one whose temporary's shortened
+    name would end inside a character, are written and read back (pyarrow takes names only as UTF-8)."""
+    import pyarrow.parquet as pq
+
+    records = [{"check": "assumption_1", "k": 3, "fraction": 1.0}]
+    for name in (os.fsdecode(b"o\xff.parquet"), "\u00e9" * 123 + ".parquet"):
+        assert len(os.fsencode(name)) <= 255
+        write_parquet(records, tmp_path / name, stamp(command="kruskal"))
+        with open(tmp_path / name, "rb") as f:
+            assert pq.read_table(f).to_pylist()[0]["k"] == 3
+    assert tmp_leftovers(tmp_path) == []
 
 
 def test_key_with_nothing_to_choose_is_refused(tmp_path):

@@ -129,6 +129,8 @@ def as_matrix(X):
         X = torch.from_numpy(np.ascontiguousarray(X))
     if not isinstance(X, torch.Tensor):
         raise InputError("features must be a tensor or array")
+    if X.requires_grad:  # a model's parameter is read as its values (others stay the caller's own object)
+        X = X.detach()
     if X.ndim != 2:
         raise InputError(f"expected a T x d matrix, got an array of shape {tuple(X.shape)}")
     if X.shape[0] < 1 or X.shape[1] < 1:
