@@ -151,8 +151,23 @@ def _from_parquet(path: Path, key: str | None):
     ]
     if not num:
         raise InputError(f"{path}: no numeric or list-of-number columns to read as a T x d matrix")
-    arr = np.stack([table.column(n).to_numpy(zero_copy_only=False) for n in num], axis=1)
+    cols = [table.column(n).to_numpy(zero_copy_only=False) for n in num]
+    if np.result_type(*cols).kind == "f":  # 64-bit integers stacked with floats become float64: exact only to 2^53
+        for name, col in zip(num, cols, strict=True):
+            if col.dtype.kind in "iu" and col.dtype.itemsize == 8 and col.size and _beyond_2_53(col):
+                raise InputError(
+                    f"{path}: column {name!r} ({col.dtype}) holds integers beyond 2^53, which the float64 its "
+                    "columns are read as cannot represent exactly; rescale them or give floating features"
+                )
+    arr = np.stack(cols, axis=1)
     return arr, f"{len(num)} numeric columns"
+
+
+def _beyond_2_53(col: np.ndarray) -> bool:
+    """Whether the 64-bit integer column ``col`` holds a value of magnitude above 2^53."""
+    if col.dtype.kind == "u":
+        return bool(col.max() > np.uint64(2**53))
+    return bool(col.max() > 2**53 or col.min() < -(2**53))
 
 
 _MAPPED_SAFETENSORS = {"F16": np.float16, "F32": np.float32, "F64": np.float64}  # dtypes NumPy can map

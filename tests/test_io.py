@@ -307,6 +307,23 @@ def test_read_parquet_numeric_columns(tmp_path):
         read_array(tmp_path / "n.parquet", key="zz")
 
 
+def test_64_bit_integer_columns_stacked_with_floats_are_exact_or_refused(tmp_path):
+    """Numeric columns of mixed types are read as their common type: 64-bit integers beside floats (or signed
+    beside unsigned) become float64, exact only up to 2^53. Beyond it the file is refused, never rounded."""
+    x = _mat(np.float32, T=6, d=1)[:, 0]
+    big = np.arange(6, dtype=np.uint64) * np.uint64(2**52)  # up to 5 * 2^52: float64 is exact only to 2^53
+    pq.write_table(pa.table({"x": x, "n": np.arange(6, dtype=np.int64) - 3}), tmp_path / "ok.parquet")
+    t, _ = read_array(tmp_path / "ok.parquet")
+    assert t.dtype == torch.float64 and t[:, 1].tolist() == [-3.0, -2.0, -1.0, 0.0, 1.0, 2.0]
+    for name, column in (("u", big + np.uint64(1)), ("i", -(np.arange(6, dtype=np.int64) + 2**53 + 1))):
+        pq.write_table(pa.table({"x": x, name: column}), tmp_path / f"{name}.parquet")
+        with pytest.raises(InputError, match=rf"column '{name}' \((u?int64)\) holds integers beyond 2\^53"):
+            read_array(tmp_path / f"{name}.parquet")
+    pq.write_table(pa.table({"s": np.arange(6, dtype=np.int64), "u": big + np.uint64(1)}), tmp_path / "su.parquet")
+    with pytest.raises(InputError, match=r"column 'u' \(uint64\) holds integers beyond 2\^53"):
+        read_array(tmp_path / "su.parquet")
+
+
 def test_read_parquet_bad_tables(tmp_path):
     pq.write_table(pa.table({"s": ["a", "b"]}), tmp_path / "s.parquet")
     with pytest.raises(InputError, match="no numeric"):
