@@ -154,7 +154,8 @@ def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
 
     p = Path(path)
     if not p.is_file():
-        raise InputError(Param("from_path") + f" {p}: no such file")
+        what = "a folder, not the parquet file check --out writes" if p.is_dir() else "no such file"
+        raise InputError(Param("from_path") + f" {p}: {what}")
     try:
         meta = read_parquet_metadata(p)
         rows = pq.read_table(p).to_pylist()
