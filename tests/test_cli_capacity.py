@@ -270,7 +270,7 @@ def test_trained_unavailable_offline(capsys, image_dir):
         (["--variants", "embedding"], "unknown variant"),
         (["--attention", "other"], "--attention"),
         (["--from", "missing.parquet"], "no such file"),
-        (["--from", "."], "a folder, not the parquet file check --out writes"),
+        (["--from", "."], "a folder, not a parquet file of check results"),
         (["--rtol", "-1"], "rtol"),
     ],
 )

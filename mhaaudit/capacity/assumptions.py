@@ -154,7 +154,7 @@ def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
 
     p = Path(path)
     if not p.is_file():
-        what = "a folder, not the parquet file check --out writes" if p.is_dir() else "no such file"
+        what = "a folder, not a parquet file of check results" if p.is_dir() else "no such file"
         raise InputError(Param("from_path") + f" {p}: {what}")
     try:
         meta = read_parquet_metadata(p)
