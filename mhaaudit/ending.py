@@ -17,7 +17,6 @@ Nothing here imports torch.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import signal
 import threading
@@ -38,13 +37,12 @@ _DELAY = 0.0  # the watch's delay
 def note(signum: int) -> None:
     """A signal that ends the run arrived: from now on :func:`ending` is true, and the watch (when this process
     started one) counts down. Called from a signal handler, in the main thread: it takes no lock."""
-    global _NOTED, _DEADLINE
+    global _NOTED
     if _NOTED is None:
         _NOTED = int(signum)
     fd = _WRITE
     if fd is not None and os.getpid() == _WATCHER:  # this process's own watch (:func:`watching`)
-        if _DEADLINE is None:  # (before the watch's thread wakes, if it has not yet)
-            _DEADLINE = time.monotonic() + _DELAY
+        _start_count()  # (before the watch's thread wakes, if it has not yet)
         with contextlib.suppress(OSError):  # full (a byte per signal, thousands) or closed: it is counting
             os.write(fd, bytes([int(signum) & 0xFF]))
 
@@ -79,6 +77,14 @@ def clear() -> None:
     _NOTED, _STATUS, _SAID = None, None, False
 
 
+def _start_count() -> float:
+    """The watch's deadline, set now unless a signal set it already."""
+    global _DEADLINE
+    if _DEADLINE is None:
+        _DEADLINE = time.monotonic() + _DELAY
+    return _DEADLINE
+
+
 def deadline() -> float | None:
     """When this process's watch will end it (on the ``time.monotonic()`` clock), once a signal started its
     count; None before, or where the process has no watch. Work that ends the process itself (a torchrun
@@ -100,6 +106,7 @@ def watch(delay: float, end: Callable[[int], object], signals: Collection[int]) 
     global _WRITE, _WATCHER, _DELAY
     if watching():
         return
+    _DELAY = max(0.0, delay)
     read, write = os.pipe()
     wanted = {int(s) & 0xFF for s in signals}
     with contextlib.suppress(AttributeError, OSError):  # Windows before Python 3.12: a blocking pipe
@@ -109,7 +116,6 @@ def watch(delay: float, end: Callable[[int], object], signals: Collection[int]) 
         os.register_at_fork(after_in_child=_forked)
 
     def wait() -> None:
-        global _DEADLINE
         while True:
             try:
                 got = os.read(read, 1)  # a signal's number
@@ -119,13 +125,10 @@ def watch(delay: float, end: Callable[[int], object], signals: Collection[int]) 
                 return
             if got[0] in wanted:
                 break
-        now = time.monotonic()
-        _DEADLINE = min(now + max(0.0, delay), _DEADLINE if _DEADLINE is not None else math.inf)
-        time.sleep(max(0.0, _DEADLINE - now))
+        time.sleep(max(0.0, _start_count() - time.monotonic()))
         end(got[0])
 
     threading.Thread(target=wait, name="mhaaudit-signal-watch", daemon=True).start()
-    _DELAY = max(0.0, delay)
     _WRITE, _WATCHER = write, os.getpid()
 
 

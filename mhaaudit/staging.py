@@ -201,12 +201,8 @@ def abandon(wait: float = 1.0) -> None:
     :func:`scratch_folder` and :func:`process_scratch_folder` are removed too, with all they hold."""
     global _ABANDONED
     _ABANDONED = True
-    got = _UNDER_WAY.acquire(timeout=wait)  # a run interrupted in the middle of its bookkeeping can keep it
-    try:
+    with _registry(wait):
         runs, writing, scratch = list(_RUNS), list(_WRITING), _own(_SCRATCH)
-    finally:
-        if got:
-            _UNDER_WAY.release()
     for tmp in writing:
         with contextlib.suppress(OSError):
             tmp.unlink()
@@ -214,6 +210,18 @@ def abandon(wait: float = 1.0) -> None:
         staged.abandon(wait)
     for folder in scratch:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _registry(wait: float) -> Iterator[None]:
+    """The registry's lock for the block, waited for ``wait`` seconds at most: a run interrupted in the middle of
+    its bookkeeping can keep it, and the block then runs without it (copying what it reads in one step)."""
+    got = _UNDER_WAY.acquire(timeout=wait)
+    try:
+        yield
+    finally:
+        if got:
+            _UNDER_WAY.release()
 
 
 def _new_scratch(prefix: str) -> Path:
@@ -247,12 +255,8 @@ def remove_scratch_folders(wait: float = 1.0) -> None:
     (its exit hook, registered once), and of one that skips its exit hooks (``os._exit``, as a torchrun rank
     ends: ``mhaaudit.distributed.leave``). The registry's lock is waited for ``wait`` seconds at most, each
     time it is taken."""
-    got = _UNDER_WAY.acquire(timeout=wait)
-    try:
+    with _registry(wait):
         folders = _own(_SCRATCH)
-    finally:
-        if got:
-            _UNDER_WAY.release()
     for folder in folders:
         _remove_scratch(folder, wait)
 
@@ -263,12 +267,8 @@ def _remove_scratch(folder: Path, wait: float = 1.0) -> None:
     if _SCRATCH.get(folder) != os.getpid():
         return
     shutil.rmtree(folder, ignore_errors=True)
-    got = _UNDER_WAY.acquire(timeout=wait)
-    try:
+    with _registry(wait):
         _SCRATCH.pop(folder, None)
-    finally:
-        if got:
-            _UNDER_WAY.release()
 
 
 @contextlib.contextmanager
@@ -287,7 +287,7 @@ def scratch_folder(prefix: str) -> Iterator[Path]:
         _remove_scratch(folder)
 
 
-_PROCESS_SCRATCH: dict[str, tuple[int, Path]] = {}  # prefix -> (the process that made it, the folder)
+_PROCESS_SCRATCH: dict[str, Path] = {}  # prefix -> the folder (which process made it: _SCRATCH)
 _PROCESS_LOCK = threading.Lock()
 
 
@@ -304,11 +304,10 @@ def process_scratch_folder(prefix: str) -> Path:
     """
     with _PROCESS_LOCK:
         made = _PROCESS_SCRATCH.get(prefix)
-        if made is not None and made[0] == os.getpid() and made[1].is_dir():
-            return made[1]
-        folder = _new_scratch(prefix)
-        _PROCESS_SCRATCH[prefix] = (os.getpid(), folder)
-        return folder
+        if made is not None and _SCRATCH.get(made) == os.getpid() and made.is_dir():
+            return made
+        _PROCESS_SCRATCH[prefix] = _new_scratch(prefix)
+        return _PROCESS_SCRATCH[prefix]
 
 
 atexit.register(remove_scratch_folders)  # every scratch folder still there at the end, whenever it was made
