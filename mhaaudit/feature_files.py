@@ -22,7 +22,7 @@ from numpy.lib import format as npy_format
 from . import hostmem
 from .documents import METADATA_KEY
 from .errors import InputError, MhaauditError, Param
-from .files import regular_file
+from .files import arrow_source, regular_file
 
 FEATURE_EXTENSIONS = (".npy", ".pt", ".pth", ".safetensors", ".parquet")
 # The largest safetensors header read (the safetensors library refuses larger ones too).
@@ -119,7 +119,8 @@ def torch_load_reason(exc: BaseException) -> str:
 def _from_parquet(path: Path, key: str | None):
     import pyarrow.parquet as pq
 
-    table = pq.read_table(path)
+    with arrow_source(path) as source:
+        table = pq.read_table(source)
     names = table.column_names
     if key is not None:
         if key not in names:
@@ -270,7 +271,8 @@ def parquet_declared_bytes(path: str | os.PathLike) -> tuple[int, str]:
     Parquet's encodings (a run of zeros is a few bytes) let a small file declare gigabytes."""
     import pyarrow.parquet as pq
 
-    meta = pq.ParquetFile(path).metadata
+    with arrow_source(path) as source:
+        meta = pq.ParquetFile(source).metadata
     total = 0
     for g in range(meta.num_row_groups):
         group = meta.row_group(g)
@@ -531,7 +533,8 @@ def refuse_results_file(p: Path) -> None:
     """
     import pyarrow.parquet as pq
 
-    raw = (pq.read_schema(p).metadata or {}).get(METADATA_KEY)
+    with arrow_source(p) as source:
+        raw = (pq.read_schema(source).metadata or {}).get(METADATA_KEY)
     if raw is not None:
         try:
             command = json.loads(raw).get("command")

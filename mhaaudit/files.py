@@ -18,17 +18,20 @@ Every reader goes through these before it opens anything:
 - :func:`within` and :func:`same_place`: where an output goes, compared with the inputs and the
   other outputs by device and inode, so that a second name of the same folder (a symbolic link, a
   bind mount) is the same folder.
+- :func:`arrow_source`: what the Arrow and parquet readers are given for a file, so that a name
+  that is not UTF-8 can be read too.
 
 No torch here: the command line checks its outputs before the library is imported.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +126,32 @@ def regular_file(path: str | os.PathLike, error: type[MhaauditError], what: str 
             "never end); copy the data into a file"
         )
     return p
+
+
+@contextlib.contextmanager
+def arrow_source(path: str | os.PathLike) -> Iterator[Any]:
+    """What pyarrow's readers take for the file ``path`` while open: its name, or the file opened
+    through Python when the name is not UTF-8 (pyarrow takes names only as UTF-8, and a name on
+    disk may be any bytes: Python holds those as lone surrogates). Opening raises what
+    :func:`open` raises."""
+    name = os.fspath(path)
+    if arrow_takes_name(name):
+        yield name
+        return
+    with open(name, "rb") as f:
+        yield f
+
+
+def arrow_takes_name(path: str | os.PathLike) -> bool:
+    """Whether pyarrow can open the file ``path`` by its name: a name that is not UTF-8 (undecodable
+    bytes, which Python holds as lone surrogates) it cannot."""
+    name = os.fspath(path)
+    try:
+        if isinstance(name, str):
+            name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def read_json(path: str | os.PathLike, error: type[MhaauditError], what: str = "", *, lenient: bool = False) -> Any:

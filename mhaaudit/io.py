@@ -24,7 +24,7 @@ from .feature_files import safetensors_header as safetensors_header
 from .feature_files import to_query_matrix as to_query_matrix
 from .feature_files import torch_declared_bytes as torch_declared_bytes
 from .feature_files import torch_load_reason as torch_load_reason
-from .files import kind_of, same_place, within
+from .files import arrow_source, kind_of, same_place, within
 from .provenance import library_versions as library_versions
 from .provenance import stamp as stamp
 from .staging import (  # noqa: F401 - re-exported
@@ -151,6 +151,7 @@ def read_parquet_metadata(path: str | os.PathLike) -> dict:
     """The mhaaudit metadata (provenance, command) stored in a parquet file's schema; empty when it has none."""
     import pyarrow.parquet as pq
 
-    meta = pq.read_schema(path).metadata or {}
+    with arrow_source(path) as source:
+        meta = pq.read_schema(source).metadata or {}
     raw = meta.get(METADATA_KEY)
     return json.loads(raw) if raw else {}

@@ -41,6 +41,7 @@ from .documents import null_as_nonfinite as null_as_nonfinite
 from .documents import read_json_document as read_json_document
 from .documents import result_from_meta
 from .errors import InputError
+from .files import arrow_source
 
 # The names above that this module does not use are re-exported: code written against the
 # earlier ``mhaaudit.tables`` imports them from here.
@@ -288,7 +289,8 @@ class StoredResult(ResultTable):
 
         where = os.fspath(path)
         try:
-            meta = pq.read_schema(where).metadata or {}
+            with arrow_source(where) as source:
+                meta = pq.read_schema(source).metadata or {}
         except (OSError, pa.ArrowException) as exc:
             raise InputError(f"{where}: not a readable parquet file ({exc})") from exc
         raw = meta.get(METADATA_KEY)

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from clitools import run_python
+from clitools import run, run_python
 from conftest import tmp_leftovers
 from safetensors.torch import save_file
 
@@ -236,6 +236,58 @@ def test_parquet_output_names_of_any_bytes_and_any_length_are_written(tmp_path):
         with open(tmp_path / name, "rb") as f:
             assert pq.read_table(f).to_pylist()[0]["k"] == 3
     assert tmp_leftovers(tmp_path) == []
+
+
+def test_parquet_and_arrow_inputs_with_names_of_any_bytes_are_read(tmp_path, capsys):
+    """Every reader of parquet and Arrow files takes a name that is not UTF-8 (pyarrow's readers take only
+    UTF-8 names): features, a results file (refused as features; its metadata; a result read back),
+    check results for capacity, memorize's results file, and a data table."""
+    import shutil
+
+    from conftest import FIXTURES
+
+    from mhaaudit.capacity.assumptions import read_check_results
+    from mhaaudit.kruskal import KruskalResult
+    from mhaaudit.memorize.grid import run_memorize_grid
+    from mhaaudit.memorize.results import MemorizeGrid
+    from mhaaudit.sources.containers import table_of
+
+    odd = os.fsdecode(b"\xff")
+    x = torch.randn(12, 3)
+    pq.write_table(pa.table({"a": x[:, 0].numpy(), "b": x[:, 1].numpy(), "c": x[:, 2].numpy()}), tmp_path / "f.parquet")
+    os.rename(tmp_path / "f.parquet", tmp_path / f"f{odd}.parquet")
+    t, desc = read_array(tmp_path / f"f{odd}.parquet")
+    assert torch.equal(t.float(), x) and "parquet" in desc
+
+    np.save(tmp_path / "x.npy", x.numpy())
+    out = tmp_path / f"r{odd}.parquet"
+    rc, _, err = run(capsys, "kruskal", tmp_path / "x.npy", "--k", "2", "--samples", "5", "--out", out)
+    assert rc == 0, err
+    with pytest.raises(InputError, match="results file written by 'mhaaudit kruskal'"):
+        read_array(out)
+    assert read_parquet_metadata(out)["command"] == "kruskal"
+    assert KruskalResult.from_parquet(out).tests[0].k == 2
+
+    shutil.copy(FIXTURES / "results" / "check-v0.parquet", tmp_path / f"c{odd}.parquet")
+    meta, rows = read_check_results(tmp_path / f"c{odd}.parquet")
+    assert meta["command"] == "check" and rows
+
+    grid = tmp_path / f"g{odd}.parquet"
+    kw = dict(vary="heads", values="1", sizes=[8], max_steps=2, out=grid, n=4, head_dim=8, device="cpu")
+    assert run_memorize_grid(**kw).reused == 0
+    again = run_memorize_grid(**kw)
+    assert again.reused == 1  # read back to resume
+    (tmp_path / f"p{odd}.parquet").write_bytes(parquet_bytes(again.table_records(), again.meta()))  # --format parquet
+    assert MemorizeGrid.from_parquet(tmp_path / f"p{odd}.parquet") == again
+
+    pq.write_table(pa.table({"text": ["one", "two"]}), tmp_path / "t.parquet")
+    os.rename(tmp_path / "t.parquet", tmp_path / f"t{odd}.parquet")
+    table = tmp_path / "a.arrow"
+    with pa.ipc.new_stream(str(table), pa.schema([("text", pa.string())])) as writer:
+        writer.write_table(pa.table({"text": ["three"]}))
+    os.rename(table, tmp_path / f"a{odd}.arrow")
+    assert list(table_of(tmp_path / f"t{odd}.parquet").values("text")) == ["one", "two"]
+    assert list(table_of(tmp_path / f"a{odd}.arrow").values("text")) == ["three"]
 
 
 def test_key_with_nothing_to_choose_is_refused(tmp_path):

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..check_words import CHECK_TITLES
 from ..errors import InputError, Param
+from ..files import arrow_source
 from ..io import read_parquet_metadata
 from ..kruskal import kruskal_sweep, set_stats, subset_test
 from ..numerics import numerics, tf32_off
@@ -158,7 +159,8 @@ def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
         raise InputError(Param("from_path") + f" {p}: {what}")
     try:
         meta = read_parquet_metadata(p)
-        rows = pq.read_table(p).to_pylist()
+        with arrow_source(p) as source:
+            rows = pq.read_table(source).to_pylist()
     except Exception as exc:  # noqa: BLE001 - any failure to read the file is the user's bad input
         raise InputError(
             Param("from_path") + f" {p}: cannot read it as a parquet file ({' '.join(str(exc).split())[:160]})"

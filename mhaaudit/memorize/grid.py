@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from ..errors import InputError, MhaauditError, Param, one_line
-from ..files import regular_file
+from ..files import arrow_source, regular_file
 from ..io import stamp, write_parquet
 from ..keywords import request_of
 from ..plot import plot_memorize
@@ -85,7 +85,8 @@ def _read_results(path: Path, meta: dict) -> dict[str, dict]:
 
     regular_file(path, InputError, f"the existing results file {path}")  # a named pipe would block the reader
     try:
-        table = pq.read_table(path)
+        with arrow_source(path) as source:
+            table = pq.read_table(source)
         rows = table.to_pylist()
     except Exception as exc:
         raise InputError(

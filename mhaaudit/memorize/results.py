@@ -17,6 +17,7 @@ from typing import ClassVar
 from .._version import __version__
 from ..documents import METADATA_KEY, decode_fields, decode_result, null_as_nonfinite, read_json_document
 from ..errors import InputError, Param
+from ..files import arrow_source
 from ..provenance import stamp
 from ..render_memorize import memorize_report
 from ..tables import StoredResult
@@ -252,7 +253,8 @@ class MemorizeGrid(StoredResult):
 
         where = os.fspath(path)
         try:
-            table = pq.read_table(where)
+            with arrow_source(where) as source:
+                table = pq.read_table(source)
         except (OSError, pa.ArrowException) as exc:
             raise InputError(f"{where}: not a readable parquet file ({exc})") from exc
         raw = (table.schema.metadata or {}).get(METADATA_KEY)

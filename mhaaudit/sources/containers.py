@@ -13,13 +13,15 @@ Anything else is refused with the columns found and the parameter that chooses o
 
 from __future__ import annotations
 
+import mmap
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from ..defaults import DEFAULT_SPLIT
 from ..errors import DataError, InputError, MhaauditError, Param, one_line
-from ..files import folder_files, name_inside, read_json, regular_file
+from ..files import arrow_source, arrow_takes_name, folder_files, name_inside, read_json, regular_file
 
 __all__ = ["IMAGE_NAMES", "TEXT_NAMES", "Table", "choose_column", "is_saved_dataset", "open_table"]
 
@@ -97,18 +99,32 @@ def _parquet(path: Path) -> Table:
     import pyarrow.parquet as pq
 
     try:
-        meta = pq.ParquetFile(path)
+        with arrow_source(path) as source:
+            meta = pq.ParquetFile(source)
+            kinds, rows = _kinds_of(meta.schema_arrow), meta.metadata.num_rows
     except Exception as exc:  # noqa: BLE001 - pyarrow raises many types; all mean an unreadable file here
         raise DataError(f"cannot read parquet file {path}: {one_line(exc, 300, first_line=True)}") from None
 
     def values(column: str) -> Iterator[Any]:
         try:
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=256, columns=[column]):
-                yield from batch.column(0).to_pylist()
+            with arrow_source(path) as source:
+                for batch in pq.ParquetFile(source).iter_batches(batch_size=256, columns=[column]):
+                    yield from batch.column(0).to_pylist()
         except OSError as exc:
             raise DataError(f"reading parquet file {path} failed: {one_line(exc, 300, first_line=True)}") from None
 
-    return Table(f"parquet file {path}", _kinds_of(meta.schema_arrow), meta.metadata.num_rows, values, path.parent)
+    return Table(f"parquet file {path}", kinds, rows, values, path.parent)
+
+
+def _python_map(path: Path):
+    """``path`` memory-mapped through Python, for a name pyarrow cannot take (not UTF-8). The map stays
+    open as long as the buffers read from it: Arrow's tables point into it."""
+    import pyarrow as pa
+
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:  # an empty file cannot be mapped; its reader fails as on any empty file
+            return pa.BufferReader(b"")
+        return pa.BufferReader(pa.py_buffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)))
 
 
 def _arrow_table(path: Path):
@@ -120,7 +136,7 @@ def _arrow_table(path: Path):
     import pyarrow as pa
 
     try:
-        source = pa.memory_map(str(path))
+        source = pa.memory_map(str(path)) if arrow_takes_name(path) else _python_map(path)
         try:
             return pa.ipc.open_file(source).read_all()
         except pa.ArrowInvalid:
