@@ -335,6 +335,72 @@ def test_the_code_layout_names_every_module():
     assert not gone, f"the code layout names what is not in mhaaudit: {gone}"
 
 
+# --------------------------------------------------------------------------- facts stated twice
+
+
+def _tables(page: str) -> list[list[list[str]]]:
+    """The markdown tables of a page: each a list of rows, each row its cells (the rule row left out)."""
+    tables, rows = [], []
+    for line in [*(DOCS / page).read_text().splitlines(), ""]:
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if not all(re.fullmatch(r":?-+:?", c) for c in cells):
+                rows.append(cells)
+        elif rows:
+            tables, rows = [*tables, rows], []
+    return tables
+
+
+def _checks_table(page: str) -> list[list[str]]:
+    found = [t for t in _tables(page) if t[0] == ["check", "question", "how"]]
+    assert len(found) == 1, f"{page}: no single table of the four checks with its header row"
+    return found[0]
+
+
+def test_the_four_checks_read_the_same_on_every_page():
+    """The front page's table of the checks is the concepts page's, row for row; the concepts page
+    quotes the report's own words (``check_words.CHECK_MEANING``) for every check."""
+    from mhaaudit.check_words import CHECK_MEANING, CHECK_TITLES
+
+    table = _checks_table("concepts/checks.md")
+    assert _checks_table("index.md") == table
+    checks = ["general_position", "assumption_1", "assumption_2", "assumption_3"]
+    assert [row[0] for row in table[1:]] == [CHECK_TITLES[c] for c in checks]
+    page = (DOCS / "concepts" / "checks.md").read_text()
+    for check in checks:
+        assert f"\n- {CHECK_TITLES[check]}: {CHECK_MEANING[check]}.\n" in page, check
+
+
+def _family_rows() -> list[tuple[list[str], str, str, list[str]]]:
+    """The family table's rows: (the families' names, the backend, the query token, the names in backticks)."""
+    (table,) = [
+        t
+        for t in _tables("reference/families.md")
+        if t[0][:3] == ["Family", "Backend (`model_type` / timm name)", "Query token"]
+    ]
+    return [(row[0].split(", "), row[1].split()[0], row[2], re.findall(r"`([^`]+)`", row[1])) for row in table[1:]]
+
+
+_QUERY_WORDS = {"first": ("first", "class token"), "last": ("last",), "none": ("none",)}
+
+
+def test_the_family_table_is_the_registry():
+    """Every family registered in ``mhaaudit/models/families.py`` has its row in the family table, with
+    the query token it is probed at, and every transformers ``model_type`` the table names is registered."""
+    from mhaaudit.models.families import FAMILIES, TIMM_FAMILIES
+
+    rows = _family_rows()
+    for backend, label, query, key in [
+        *(("transformers", f.label, f.query, name) for name, f in FAMILIES.items()),
+        *(("timm", f.label.removesuffix(" (timm)"), f.query, None) for _, _, f in TIMM_FAMILIES),
+    ]:
+        mine = [r for r in rows if r[1] == backend and (key is None or key in r[3]) and label in r[0]]
+        assert len(mine) == 1, f"docs/reference/families.md: no single {backend} row for {label} ({key})"
+        assert mine[0][2].startswith(_QUERY_WORDS[query]), (label, mine[0][2], query)
+    named = {name for names, backend, _, ticked in rows if backend == "transformers" for name in ticked}
+    assert named == set(FAMILIES), named ^ set(FAMILIES)
+
+
 # --------------------------------------------------------------------------- the changelog
 
 

@@ -84,7 +84,11 @@ Seed = Annotated[
 ]
 Rtol = Annotated[
     float | None,
-    typer.Option("--rtol", help="Relative rank tolerance (default: max(rows, cols) * eps of the features' dtype)."),
+    typer.Option(
+        "--rtol",
+        help="Relative rank tolerance (default: max(rows, cols) * eps of the features' dtype; "
+        "0 with a positive --atol alone).",
+    ),
 ]
 Atol = Annotated[float | None, typer.Option("--atol", help="Absolute rank tolerance (default 0).")]
 Device = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
@@ -170,6 +174,6 @@ AllDraws = Annotated[
     bool,
     typer.Option(
         "--all-draws",
-        help="Always make every draw (by default a test stops once its verdict can no longer change).",
+        help="Always make every draw (by default a failing test stops once its verdict is settled).",
     ),
 ]

@@ -20,6 +20,7 @@ from ..stdio import say
 from .library import importing
 from .names import flagged, with_flags
 from .options import (
+    AllDraws,
     BatchSize,
     Data,
     DataSeed,
@@ -105,13 +106,7 @@ def reproduce(
     weights_seed: WeightsSeed = None,
     data_seed: DataSeed = None,
     device: Device = DEFAULT_DEVICE,
-    all_draws: Annotated[
-        bool,
-        typer.Option(
-            "--all-draws",
-            help="Always make every draw (by default a failing test stops once its verdict is settled).",
-        ),
-    ] = False,
+    all_draws: AllDraws = False,
     preset: Annotated[
         str | None,
         typer.Option(
