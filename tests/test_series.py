@@ -11,17 +11,15 @@ before any work.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import threading
 from pathlib import Path
 
 import pytest
 import torch
 from clitools import assert_one_error, run
-from conftest import TINY_VIT, strict_json, tmp_leftovers
+from conftest import TINY_VIT, pipe_writer, strict_json, tmp_leftovers
 from hubtools import byte_tokenizer, hub_cache, use_hub_cache
 
 from mhaaudit import pipeline
@@ -617,7 +615,7 @@ def test_bad_series_are_refused_with_one_line(vit_series, vit_dir_wide, tmp_path
     pipe = tmp_path / "pipe.safetensors"  # a weights file named itself that is a named pipe: refused, not read
     os.mkfifo(pipe)
     cases.append((f"runs/ckpt-100,{pipe}", "pipe.safetensors is a named pipe"))
-    with _pipe_writer(pipe):
+    with pipe_writer(pipe):
         for spec, says in cases:
             rc, err = _bad(capsys, tmp_path, spec)
             assert_one_error(rc, err, says)
@@ -629,29 +627,6 @@ def test_bad_series_are_refused_with_one_line(vit_series, vit_dir_wide, tmp_path
         (locked / "model.safetensors").chmod(0)
         rc, err = _bad(capsys, tmp_path, f"runs/ckpt-100,{locked}")
         assert_one_error(rc, err, "cannot read")
-
-
-@contextlib.contextmanager
-def _pipe_writer(pipe):
-    """A writer that meets every reader of the named pipe ``pipe`` with an empty stream: a reader that opens it
-    reads nothing and goes on (the case then fails with a wrong message instead of hanging the suite)."""
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                os.close(os.open(pipe, os.O_WRONLY | os.O_NONBLOCK))  # only succeeds while a reader waits
-            except OSError:
-                pass
-            stop.wait(0.01)
-
-    writer = threading.Thread(target=serve, daemon=True)
-    writer.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        writer.join(timeout=5)
 
 
 def test_checkpoints_whose_configs_hold_the_same_nan_are_of_one_model(vit_series, tmp_path):
