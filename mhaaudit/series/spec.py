@@ -215,7 +215,9 @@ def _items(checkpoints) -> list[str]:
     """
     if isinstance(checkpoints, (str, os.PathLike)):
         text = os.fspath(checkpoints)
-        items = [t.strip() for t in text.split(",")]
+        items = [t.strip() for t in text.split(",")] if isinstance(text, str) else [""]
+    elif not isinstance(checkpoints, Sequence):
+        items = [""]  # neither a comma list nor a sequence of paths: refused below
     else:
         items = [os.fspath(c).strip() if isinstance(c, (str, os.PathLike)) else "" for c in checkpoints]
     if not items or not all(items):
