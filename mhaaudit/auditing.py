@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from . import phases
+from . import phases, validate
 from .audit_result import AuditResult, CheckResult, Column, check_features_folder
 from .capture import Captured, capture_probe, collect_features, images_ahead
 from .checks import REGISTRY, ContextRankResult
@@ -154,6 +154,7 @@ def capture_features(
         data_seed=data_seed,
     )
     req = build_requests(model, data, settings, keywords)
+    layer = validate.integer(Param("layer"), layer, minimum=None)  # a number given as text is that number
     return capture_probe(req.model, req.data, variant, settings=req.settings, layer=layer)
 
 
@@ -247,8 +248,8 @@ def check_features(
         and each step's time in seconds.
 
     Raises:
-        InputError: when a sample count, threshold, tolerance or device is out of range, or a keyword
-            disagrees with ``settings``.
+        InputError: when ``fs`` is not a FeatureSet whose fields agree (:meth:`FeatureSet.checked`), a sample
+            count, threshold, tolerance or device is out of range, or a keyword disagrees with ``settings``.
     """
     keywords = dict(
         samples=samples,
@@ -260,7 +261,12 @@ def check_features(
         progress=progress,
         stop_when_decided=stop_when_decided,
     )
-    return run_checks(fs, build_settings(settings, keywords), sweep=sweep, label=label)
+    if not isinstance(fs, FeatureSet):
+        raise InputError(
+            Param("fs") + f" must be a FeatureSet (capture_features, reduce_tokens, FeatureSet.load), not "
+            f"{type(fs).__name__}"
+        )
+    return run_checks(fs.checked(), build_settings(settings, keywords), sweep=sweep, label=label)
 
 
 def _column(p: Probe, got: Captured, settings: Settings, sweep: bool) -> Column:

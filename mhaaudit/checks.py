@@ -33,6 +33,7 @@ from .contexts import assumption_2 as assumption_2
 from .contexts import assumption_2_from_arrays as assumption_2_from_arrays
 from .contexts import context_ranks as context_ranks
 from .defaults import DEFAULT_SAMPLES, DEFAULT_THRESHOLD
+from .errors import InputError
 from .kruskal import SetStats, SubsetTest, subset_test
 from .numerics import RankRule
 
@@ -92,7 +93,11 @@ def general_position(queries, **kw) -> SubsetTest:
         InputError: as :func:`~mhaaudit.kruskal.subset_test`: the vectors are not a finite numeric T x d
             matrix, or a keyword is out of range.
     """
-    T, d = queries.shape
+    shape = tuple(getattr(queries, "shape", ()))
+    if len(shape) != 2:
+        what = f"an array of shape {shape}" if hasattr(queries, "shape") else type(queries).__name__
+        raise InputError(f"general_position takes a T x d matrix of query vectors, got {what}")
+    T, d = shape
     return _mc("general_position", queries, min(T, d), **kw)
 
 

@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from . import validate
 from .errors import InputError
+from .feature_files import dense_values
 from .numerics import (
     TINY_GRAM,
     RankRule,
@@ -35,7 +37,39 @@ from .numerics.scale import Scaled, exponent_for
 from .numerics.threads import intra_op_threads
 from .workers import worker_pool
 
-__all__ = ["ContextRankResult", "ContextRanks", "assumption_2", "assumption_2_from_arrays", "context_ranks"]
+__all__ = [
+    "ContextRankResult",
+    "ContextRanks",
+    "assumption_2",
+    "assumption_2_from_arrays",
+    "context_ranks",
+    "real_tensor",
+]
+
+
+def real_tensor(x, what: str, ndim: int, shape: str) -> torch.Tensor:
+    """``x`` checked to be a dense tensor of real floating values (float64, float32, float16 or bfloat16) with
+    ``ndim`` dimensions, none of them empty but the first; read as its values (detached).
+
+    Raises:
+        InputError: when ``x`` is not a tensor, is a meta, sparse, nested or quantized tensor, has another number
+            of dimensions (``shape`` says which), an empty dimension past the first, or another dtype (complex
+            values: independence is decided over the reals; integers, booleans and 8-bit floats: activations
+            are floating point, and the rank rule needs a floating dtype's eps).
+    """
+    if not isinstance(x, torch.Tensor):
+        raise InputError(f"{what} must be a torch tensor {shape}, not {type(x).__name__}")
+    dense_values(x, what)
+    if x.ndim != ndim:
+        raise InputError(f"{what} must be {shape}, got shape {tuple(x.shape)}")
+    if any(size < 1 for size in x.shape[1:]):
+        raise InputError(f"{what} must be {shape} with no empty dimension but the first, got shape {tuple(x.shape)}")
+    if not x.is_floating_point() or x.element_size() < 2:
+        raise InputError(
+            f"{what} must hold real floating values (float64, float32, float16 or bfloat16), got "
+            f"{str(x.dtype).removeprefix('torch.')}"
+        )
+    return x.detach() if x.requires_grad else x
 
 
 @with_numerics()
@@ -65,12 +99,10 @@ def context_ranks(E: torch.Tensor, rule: RankRule, *, top: float | None = None):
         ``(rank, sigma_min, sigma_max, tol)``, each of length B, on ``E``'s device, in the data's units.
 
     Raises:
-        InputError: when ``E`` is not 3-D, or holds NaN or infinite values.
+        InputError: when ``E`` is not a 3-D tensor of real floating values (:func:`real_tensor`), or holds NaN
+            or infinite values.
     """
-    if E.ndim != 3:
-        raise InputError(f"context matrices must be (B, n, d), got shape {tuple(E.shape)}")
-    if E.requires_grad:  # read as its values
-        E = E.detach()
+    E = real_tensor(E, "context matrices", 3, "(B, n, d)")
     if top is None:
         top = max_abs(E)
     if E.is_floating_point() and not math.isfinite(top):
@@ -279,8 +311,10 @@ class ContextRanks:
         when the caller has read it (:func:`context_ranks`).
 
         Raises:
-            InputError: when the batch's (n, d) differs from the first batch's, or it holds NaN or infinite values.
+            InputError: when the batch is not a 3-D tensor of real floating values (:func:`real_tensor`), its
+                (n, d) differs from the first batch's, or it holds NaN or infinite values.
         """
+        E = real_tensor(E, "context matrices", 3, "(B, n, d)")
         _B, n, d = E.shape
         if self.n is None:
             self.n, self.d = n, d
@@ -379,8 +413,11 @@ def assumption_2(E: torch.Tensor, rule: RankRule | None = None, batch_size: int 
         the evidence (rank histogram, the worst margin, the deficient examples).
 
     Raises:
-        InputError: when ``E`` is not 3-D, or holds NaN or infinite values.
+        InputError: when ``E`` is not a 3-D tensor of real floating values (:func:`real_tensor`), holds NaN or
+            infinite values, or ``batch_size`` is not a positive integer.
     """
+    E = real_tensor(E, "context matrices", 3, "(T, n, d)")
+    batch_size = validate.integer("batch_size", batch_size)
     rule = rule or RankRule.for_dtype(E.dtype)
     acc = ContextRanks(rule)
     for part in E.split(batch_size):

@@ -76,6 +76,15 @@ def _env_int(name: str, default: int | None = None) -> int:
         ) from None
 
 
+def _a_rank_of_the_job() -> bool:
+    """True when ``RANK`` names a rank of the job (0 to ``WORLD_SIZE`` - 1): when it does not, no rank 0 will say
+    what went wrong with this process."""
+    try:
+        return 0 <= int(os.environ.get("RANK", "")) < int(os.environ.get("WORLD_SIZE", ""))
+    except ValueError:
+        return False
+
+
 _ONE_PROCESS = SingleProcess()
 
 
@@ -191,11 +200,18 @@ def _start() -> Session:
     """Join the job from the torchrun environment: rendezvous, process group, device, registry.
 
     Raises:
-        InputError: when ``RANK`` or ``WORLD_SIZE`` is unset or not an integer, ``LOCAL_RANK`` is set to something
-            other than an integer, or the timeout is refused.
+        InputError: when ``RANK`` or ``WORLD_SIZE`` is unset or not an integer, ``RANK`` is not from 0 to
+            ``WORLD_SIZE`` - 1, ``LOCAL_RANK`` is set to something other than an integer or is negative, or the
+            timeout is refused.
         RankFailed: when the rendezvous or the process group cannot be made.
     """
     rank, world, local = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK", default=0)
+    if not 0 <= rank < world or local < 0:
+        which = f"RANK is {rank}" if not 0 <= rank < world else f"LOCAL_RANK is {local}"
+        raise InputError(
+            f"launched with WORLD_SIZE = {world} but {which}: ranks run from 0 to WORLD_SIZE - 1 (local ranks from "
+            "0); start the job with torchrun or accelerate launch"
+        )
     timeout = timedelta(seconds=timeout_s())
 
     import torch
@@ -336,7 +352,7 @@ def _run_rank(main: Callable[[list[str] | None], int], argv: list[str] | None) -
     try:
         s = session()
     except MhaauditError as exc:
-        if os.environ.get("RANK", "0") == "0":
+        if os.environ.get("RANK", "0") == "0" or not _a_rank_of_the_job():  # else rank 0 says it
             say(f"Error: {one_line(exc)}")
         return 2
     if s is None:

@@ -19,6 +19,7 @@ the same objects in :func:`kruskal_request`, :func:`kruskal_capture` and ``Setti
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -95,7 +96,12 @@ def kruskal_request(
     query_index: int | None = None,
 ) -> KruskalRequest:
     """A checked :class:`KruskalRequest`: sizes and n positive integers (repeated sizes once),
-    ``vectors`` queries or a3. Raises :class:`~mhaaudit.errors.InputError` otherwise."""
+    ``vectors`` queries or a3, ``features`` a path.
+
+    Raises:
+        InputError: when a size, n or ``query_index`` is not an integer in range, ``vectors`` is neither
+            queries nor a3, or ``features`` is not a path (a tensor in memory, a number).
+    """
     sizes = [k] if isinstance(k, int) else list(k or [])
     ks = tuple(validate.integer(Param("k"), kk) for kk in dict.fromkeys(sizes))
     n = None if n is None else validate.integer(Param("n"), n)
@@ -103,6 +109,11 @@ def kruskal_request(
         vectors = validate.choice(Param("vectors"), getattr(vectors, "value", vectors), VECTORS)
     if query_index is not None:
         query_index = validate.integer(Param("query_index"), query_index, minimum=None)
+    if features is not None and not isinstance(features, (str, os.PathLike)):
+        raise InputError(
+            Param("features") + f" must be the path of a features file or folder, not {type(features).__name__} "
+            "(a matrix in memory: mhaaudit.kruskal_sweep or mhaaudit.subset_test)"
+        )
     return KruskalRequest(
         features=None if features is None else Path(features),
         ks=ks,

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import torch
 
-from .contexts import ContextRankResult, ContextRanks, assumption_2_from_arrays
-from .errors import InputError, ModelError, OutputError
+from . import validate
+from .contexts import ContextRankResult, ContextRanks, assumption_2_from_arrays, real_tensor
+from .errors import InputError, ModelError, OutputError, Param
 from .feature_files import safetensors_header
 from .files import read_json, regular_file
 from .numerics import RankRule
@@ -68,6 +69,19 @@ class FeatureSet:
     def rule(self, rtol: float | None = None, atol: float | None = None) -> RankRule:
         """The rank rule for these features' dtype, with ``rtol`` / ``atol`` in place of its defaults when given."""
         return RankRule.for_dtype(self.dtype, rtol=rtol, atol=atol)
+
+    def checked(self) -> FeatureSet:
+        """This feature set, after checking that its fields agree as :meth:`save` writes them: n, d and
+        ``query_index`` integers in range, ``queries`` and ``a3`` T x d tensors, the context statistics one
+        value per example.
+
+        Raises:
+            InputError: naming the first field that disagrees.
+        """
+        meta = {"n": self.n, "d": self.d, "query_index": self.query_index}
+        tensors = {"queries": self.queries, "a3": self.a3, **(self.context if isinstance(self.context, dict) else {})}
+        _check_saved("the FeatureSet is", meta, tensors)
+        return self
 
     def assumption_2(self, rule: RankRule) -> ContextRankResult:
         """Assumption 2 (full-rank n x d context matrices), decided from the per-example statistics under ``rule``."""
@@ -158,14 +172,14 @@ class FeatureSet:
             t = load_file(str(f))
         except Exception as exc:  # unreadable, truncated or not what --save-features writes
             raise InputError(f"cannot read saved features in {folder}: {' '.join(str(exc).split())[:200]}") from exc
-        n, d, query_index = _check_saved(folder, meta, t)
+        n, d, query_index = _check_saved(f"saved features in {folder} are", meta, t)
         ctx = {k: v for k, v in t.items() if k.startswith("context_")}
         return cls(queries=t["queries"], a3=t["a3"], context=ctx, n=n, d=d, query_index=query_index, meta=meta)
 
 
-def _check_saved(folder: Path, meta, tensors: dict) -> tuple[int, int, int]:
-    """(n, d, query_index) of a saved feature folder, after checking that meta.json and the tensors
-    agree with what ``FeatureSet.save`` writes.
+def _check_saved(where: str, meta, tensors: dict) -> tuple[int, int, int]:
+    """(n, d, query_index) of a saved feature folder (``where``: ``"saved features in FOLDER are"``), after
+    checking that meta.json and the tensors agree with what ``FeatureSet.save`` writes.
 
     Raises:
         InputError: naming the field, when meta.json is not an object, n, d or query_index is not an integer in
@@ -173,7 +187,7 @@ def _check_saved(folder: Path, meta, tensors: dict) -> tuple[int, int, int]:
     """
 
     def malformed(what: str) -> str:
-        return f"saved features in {folder} are malformed: {what}"
+        return f"{where} malformed: {what}"
 
     if not isinstance(meta, dict):
         raise InputError(malformed(f"{META_FILE} holds {type(meta).__name__}, not a JSON object"))
@@ -190,6 +204,9 @@ def _check_saved(folder: Path, meta, tensors: dict) -> tuple[int, int, int]:
     missing = [k for k in ("queries", "a3", *_CONTEXT_ARRAYS) if k not in tensors]
     if missing:
         raise InputError(malformed(f"{FEATURES_FILE} has no tensor {missing[0]!r}"))
+    odd = [k for k in ("queries", "a3", *_CONTEXT_ARRAYS) if not isinstance(tensors[k], torch.Tensor)]
+    if odd:
+        raise InputError(malformed(f"{odd[0]} is {type(tensors[odd[0]]).__name__}, not a tensor"))
     q = tensors["queries"]
     if q.ndim != 2 or q.shape[1] != d:
         raise InputError(malformed(f"queries have shape {tuple(q.shape)}, expected (T, d) with d = {d}"))
@@ -208,11 +225,11 @@ class StreamingReducer:
     """Feed token batches; keep O(T d) state.
 
     ``query_index`` picks the query token of each example; ``rule`` decides the context ranks (the first
-    batch's dtype's rule when None). Constructing refuses nothing.
+    batch's dtype's rule when None). Constructing refuses only a ``query_index`` that is not an integer.
     """
 
     def __init__(self, query_index: int, rule: RankRule | None = None):
-        self.query_index = query_index
+        self.query_index = validate.integer("query_index", query_index, minimum=None)
         self.rule = rule
         self._q: list[torch.Tensor] = []
         self._a3: list[torch.Tensor] = []
@@ -225,13 +242,17 @@ class StreamingReducer:
         """Reduce one (B, n, d) batch: keep its query rows, its Assumption 3 rows and its context-rank statistics.
 
         Raises:
-            InputError: when ``tokens`` is not 3-D.
-            ModelError: when floating-point activations hold NaN or infinite values.
+            InputError: when ``tokens`` is not a 3-D tensor of real floating values
+                (:func:`~mhaaudit.contexts.real_tensor`), or ``query_index`` is not one of its n tokens.
+            ModelError: when the activations hold NaN or infinite values.
         """
-        if tokens.ndim != 3:
-            raise InputError(f"token batches must be (B, n, d), got {tuple(tokens.shape)}")
+        tokens = real_tensor(tokens, "token batches", 3, "(B, n, d)")
         _B, n, d = tokens.shape
-        tokens = tokens.detach()
+        if not -n <= self.query_index < n:
+            raise InputError(
+                Param("query_index") + f" {self.query_index} is outside the n = {n} tokens of each example "
+                f"(from {-n} to {n - 1})"
+            )
         top = max_abs(tokens)  # one pass: NaN or infinite values show in it, and the rescaling reads it
         if tokens.is_floating_point() and not math.isfinite(top):
             raise ModelError(
@@ -285,10 +306,13 @@ def reduce_tokens(tokens: torch.Tensor, query_index: int, batch_size: int = 64, 
         The :class:`FeatureSet` of the T examples, with ``meta``.
 
     Raises:
-        InputError: when ``tokens`` is not 3-D.
-        ModelError: when floating-point ``tokens`` hold NaN or infinite values.
+        InputError: when ``tokens`` is not a 3-D tensor of real floating values
+            (:func:`~mhaaudit.contexts.real_tensor`), ``query_index`` is not one of its n tokens, or
+            ``batch_size`` is not a positive integer.
+        ModelError: when ``tokens`` hold NaN or infinite values.
     """
     red = StreamingReducer(query_index)
-    for part in tokens.split(batch_size):
+    tokens = real_tensor(tokens, "tokens", 3, "(T, n, d)")
+    for part in tokens.split(validate.integer("batch_size", batch_size)):
         red.update(part)
     return red.result(meta)

@@ -11,6 +11,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from . import validate
 from .errors import InputError, Param
 
 IMAGE_VARIANTS = ("embedding", "random-attention", "random", "trained")
@@ -88,7 +89,7 @@ def _check_layer(modality: str, layer: int | None, layers: Sequence[int] | None)
             Param("layer") + " has no effect on a text model (it sets the depth of the image columns); "
             "give " + Param("layers") + " instead (default 0,1)"
         )
-    if layer is not None and layer < 1:
+    if layer is not None and validate.integer(Param("layer"), layer, minimum=None) < 1:
         raise InputError(Param("layer") + f" must be at least 1 (block index; 0 is the embedding output), got {layer}")
 
 

@@ -37,6 +37,7 @@ applies it without importing the model stack.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,6 +84,12 @@ class ModelRequest:
 
     def __post_init__(self) -> None:
 
+        model = os.fspath(self.model) if isinstance(self.model, os.PathLike) else self.model
+        if not isinstance(model, str):  # a string is what every later step reads
+            raise InputError(
+                Param("model") + f" must be a name, hub id or path (a string), not {type(self.model).__name__}"
+            )
+        object.__setattr__(self, "model", model)
         if self.weights_path is not None and not Path(self.weights_path).expanduser().exists():
             raise InputError(Param("weights") + f" {self.weights_path}: does not exist (no such file or folder)")
         if self.context_length is not None:

@@ -7,10 +7,12 @@ libraries' own writers, so the real loading code runs on them.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 
 # Set before any hub library is imported by a test module.
@@ -99,6 +101,31 @@ def image_dir(tmp_path_factory):
 def tmp_leftovers(folder) -> list[str]:
     """Names of temporary files that an atomic write may have left in ``folder``."""
     return sorted(p.name for p in os.scandir(folder) if p.name.startswith(".") or p.name.endswith(".tmp"))
+
+
+@contextlib.contextmanager
+def pipe_writer(*pipes):
+    """Meet every reader of the named ``pipes`` with an empty stream, and every writer with a reader: a
+    process that opens one goes on at once (a case then fails with a wrong message instead of hanging)."""
+    stop = threading.Event()
+    readers = [os.open(p, os.O_RDONLY | os.O_NONBLOCK) for p in pipes]  # a writer's open returns at once
+
+    def serve() -> None:
+        while not stop.is_set():
+            for p in pipes:
+                with contextlib.suppress(OSError):  # only succeeds while a reader waits
+                    os.close(os.open(p, os.O_WRONLY | os.O_NONBLOCK))
+            stop.wait(0.01)
+
+    writer = threading.Thread(target=serve, daemon=True)
+    writer.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        writer.join(timeout=5)
+        for fd in readers:
+            os.close(fd)
 
 
 def strict_json(text: str):

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import gzip
 import itertools
+import os
 import platform
 import re
+import stat
 import sys
 
 import pytest
+from clitools import run_python
 
 from mhaaudit.sources import corpus as corpus_module
 from mhaaudit.sources.corpus import DEFAULT_PACKAGES, docstring_corpus
@@ -97,15 +100,19 @@ def test_cached_and_reused(cache, monkeypatch):
     assert len(list(cache.glob("docstrings-*.json.gz"))) == 2
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "other key", "wrong words"])
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "other key", "wrong words", "deep", "too large"])
 def test_corrupt_cache_is_rebuilt(cache, monkeypatch, damage):
     first = docstring_corpus(SMALL)
     (path,) = cache.glob("docstrings-*.json.gz")
-    raw = path.read_bytes()
+    raw, limit = path.read_bytes(), corpus_module.MAX_CACHE_BYTES
     if damage == "garbage":
         path.write_bytes(b"not a gzip file")
     elif damage == "truncated":
         path.write_bytes(raw[: len(raw) // 2])
+    elif damage == "deep":  # nested deeper than Python parses
+        path.write_bytes(gzip.compress(b"[" * 100_000 + b"]" * 100_000))
+    elif damage == "too large":  # more than a cache file is read to once decompressed
+        monkeypatch.setattr(corpus_module, "MAX_CACHE_BYTES", len(gzip.decompress(raw)) - 1)
     else:
         text = gzip.decompress(raw).decode()
         if damage == "other key":
@@ -116,8 +123,35 @@ def test_corrupt_cache_is_rebuilt(cache, monkeypatch, damage):
     monkeypatch.setattr(corpus_module, "_LOADED", {})
     assert docstring_corpus(SMALL) == first
     monkeypatch.setattr(corpus_module, "_LOADED", {})
-    monkeypatch.setattr(corpus_module, "_build", lambda *a: pytest.fail("the rebuilt cache was not written"))
+    monkeypatch.setattr(corpus_module, "MAX_CACHE_BYTES", limit)
+    monkeypatch.setattr(corpus_module, "_build", lambda *a, **k: pytest.fail("the rebuilt cache was not written"))
     assert docstring_corpus(SMALL) == first
+
+
+def test_a_planted_cache_file_or_lock_is_neither_read_nor_written_through(cache, tmp_path, monkeypatch):
+    """A link at the build's lock file is never opened (it would truncate the file it leads to), and a named pipe
+    at the cache file or the lock never blocks the run: the corpus is built again."""
+    first = docstring_corpus(SMALL)
+    (path,) = cache.glob("docstrings-*.json.gz")
+    lock = path.with_name(path.name + ".lock")
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    path.unlink()
+    lock.unlink()
+    lock.symlink_to(victim)
+    monkeypatch.setattr(corpus_module, "_LOADED", {})
+    assert docstring_corpus(SMALL) == first
+    assert victim.read_text() == "precious" and lock.is_symlink()
+    path.unlink()
+    lock.unlink()
+    os.mkfifo(path)
+    os.mkfifo(lock)
+    child = run_python(  # in a child: were a pipe opened, the run would block (the timeout fails the test)
+        "import os; from mhaaudit.sources.corpus import docstring_corpus; "
+        f"os.environ['MHAAUDIT_CACHE'] = {str(cache.parent)!r}; print(docstring_corpus({SMALL!r}).words)"
+    )
+    assert child.returncode == 0 and int(child.stdout) == first.words, child.stderr
+    assert stat.S_ISFIFO(os.lstat(path).st_mode)  # a named pipe is never replaced by the cache file
 
 
 def test_unwritable_cache_still_gives_the_corpus(tmp_path, monkeypatch):

@@ -217,6 +217,10 @@ def test_timeout_comes_from_the_environment(monkeypatch):
     "env, words",
     [
         ({"LOCAL_RANK": "abc"}, "LOCAL_RANK is 'abc'"),
+        ({"RANK": "5", distributed.TIMEOUT_ENV: "3"}, "WORLD_SIZE = 2 but RANK is 5"),  # no rank 0 would say it
+        ({"RANK": "-1", distributed.TIMEOUT_ENV: "3"}, "WORLD_SIZE = 2 but RANK is -1"),
+        ({"RANK": "one", distributed.TIMEOUT_ENV: "3"}, "RANK is 'one'"),
+        ({"LOCAL_RANK": "-1", distributed.TIMEOUT_ENV: "3"}, "LOCAL_RANK is -1"),
         ({distributed.TIMEOUT_ENV: "inf"}, "MHAAUDIT_DIST_TIMEOUT='inf'"),
         ({distributed.TIMEOUT_ENV: "1e300"}, "MHAAUDIT_DIST_TIMEOUT='1e300'"),
     ],

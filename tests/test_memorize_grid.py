@@ -105,6 +105,38 @@ def test_results_file_that_is_not_ours(tmp_path):
         run_memorize_grid(sizes=[8], max_steps=1, out=bad, **TINY)
 
 
+@pytest.mark.parametrize(
+    "column, value, says",
+    [
+        ("memorized", float("nan"), "memorized = nan"),
+        ("memorized", -5.0, "memorized = -5.0"),
+        ("memorized", 0.9, "not its count"),
+        ("memorized_count", -1, "memorized_count = -1"),
+        ("memorized_count", 2**40, "of T = 16 examples"),
+        ("heads", 0, "another configuration than its config_key"),
+        ("size", 999, "another configuration than its config_key"),
+        ("steps_run", -3, "steps_run = -3"),
+        ("seconds", float("inf"), "seconds = inf"),
+    ],
+)
+def test_a_stored_row_that_no_training_writes_is_refused_not_reported(tmp_path, column, value, says):
+    """A results file whose row of a point says what no training writes (another point than its key, a
+    fraction outside [0, 1] or other than its count over T) is refused in one line, never reported as a result."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "res.parquet"
+    kw = dict(vary="heads", values="1,2", sizes=[16], max_steps=8, out=out, **TINY)
+    run_memorize_grid(**kw)
+    table = pq.read_table(out)
+    rows = table.to_pylist()
+    rows[0][column] = value
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), out)
+    with pytest.raises(InputError, match="not a results file as memorize writes it") as caught:
+        run_memorize_grid(**kw)
+    assert says in str(caught.value) and "H = " in str(caught.value)
+
+
 # ------------------------------------------------------------------ stacked groups and seeds
 
 

@@ -74,3 +74,26 @@ def test_find_checkpoint(tmp_path):
 def test_offline_weights_error():
     err = checkpoints.offline_weights_error("vit-base", "timm vit_base_patch16_224")
     assert isinstance(err, OfflineError) and "pass weights PATH" in str(err) and "vit-base" in str(err)
+
+
+@pytest.mark.parametrize("form", ["folder", "file.pt", "series"])
+def test_complex_weights_are_refused_not_cast_to_real(vit_dir, tmp_path, capsys, form):
+    """A checkpoint whose tensors hold complex values is refused: copying them into the model's real
+    parameters would drop the imaginary parts and audit other weights than the checkpoint's."""
+    import shutil
+
+    from clitools import assert_one_error, run
+    from safetensors.torch import load_file, save_file
+
+    sd = load_file(str(vit_dir / "model.safetensors"))
+    odd = {k: torch.complex(v, torch.ones_like(v)) if v.is_floating_point() else v for k, v in sd.items()}
+    folder = tmp_path / "ckpt-1"
+    folder.mkdir()
+    shutil.copy(vit_dir / "config.json", folder)
+    save_file(odd, str(folder / "model.safetensors"))
+    torch.save(odd, tmp_path / "ckpt-2.pt")
+    weights = {"folder": ["--weights", folder], "file.pt": ["--weights", tmp_path / "ckpt-2.pt"]}
+    args = weights.get(form, ["--checkpoints", folder])
+    rc, out, err = run(capsys, "check", vit_dir, "--limit", 20, "--samples", 10, "--device", "cpu", *args)
+    assert out == ""
+    assert_one_error(rc, err, "complex values")

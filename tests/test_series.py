@@ -19,13 +19,15 @@ from pathlib import Path
 import pytest
 import torch
 from clitools import assert_one_error, run
-from conftest import TINY_VIT, strict_json, tmp_leftovers
+from conftest import TINY_VIT, pipe_writer, strict_json, tmp_leftovers
 from hubtools import byte_tokenizer, hub_cache, use_hub_cache
 
 from mhaaudit import pipeline
 from mhaaudit.errors import InputError
+from mhaaudit.request import ModelRequest
 from mhaaudit.series import SeriesResult, audit_series, step_of
 from mhaaudit.series import run as series_run
+from mhaaudit.series.spec import resolve_series
 
 transformers = pytest.importorskip("transformers")
 
@@ -606,9 +608,17 @@ def test_bad_series_are_refused_with_one_line(vit_series, vit_dir_wide, tmp_path
     shutil.copytree(runs / "ckpt-100", broken)
     (broken / "model.safetensors").write_bytes(b"\x00" * 4)
     cases.append((f"runs/ckpt-100,{broken}", "cannot read model.safetensors"))
-    for spec, says in cases:
-        rc, err = _bad(capsys, tmp_path, spec)
-        assert_one_error(rc, err, says)
+    deep = tmp_path / "deep"  # a config nested deeper than Python parses: an input error, not a bug
+    shutil.copytree(runs / "ckpt-200", deep)
+    (deep / "config.json").write_text('{"deep": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    cases.append((f"runs/ckpt-100,{deep}", "its config.json is nested too deeply"))
+    pipe = tmp_path / "pipe.safetensors"  # a weights file named itself that is a named pipe: refused, not read
+    os.mkfifo(pipe)
+    cases.append((f"runs/ckpt-100,{pipe}", "pipe.safetensors is a named pipe"))
+    with pipe_writer(pipe):
+        for spec, says in cases:
+            rc, err = _bad(capsys, tmp_path, spec)
+            assert_one_error(rc, err, says)
     rc, err = _bad(capsys, tmp_path, "runs/ckpt-100", "--weights", "runs/ckpt-200")
     assert_one_error(rc, err, "--weights")
     if os.geteuid() != 0:  # root reads whatever the permissions say
@@ -617,6 +627,18 @@ def test_bad_series_are_refused_with_one_line(vit_series, vit_dir_wide, tmp_path
         (locked / "model.safetensors").chmod(0)
         rc, err = _bad(capsys, tmp_path, f"runs/ckpt-100,{locked}")
         assert_one_error(rc, err, "cannot read")
+
+
+def test_checkpoints_whose_configs_hold_the_same_nan_are_of_one_model(vit_series, tmp_path):
+    """Two configs that both say NaN for a key say the same (NaN is not equal to itself as a float)."""
+    names = []
+    for name in ("ckpt-1", "ckpt-2"):
+        shutil.copytree(vit_series / "runs" / "ckpt-100", tmp_path / name)
+        config = tmp_path / name / "config.json"
+        config.write_text(config.read_text().rstrip().removesuffix("}") + ', "threshold": NaN}')
+        names.append(str(tmp_path / name))
+    series = resolve_series(",".join(names), None, ModelRequest(str(vit_series / "model")))
+    assert [c.step for c in series.checkpoints] == [1, 2]
 
 
 def test_the_library_refuses_a_series_it_cannot_run(vit_series, no_work):

@@ -42,7 +42,7 @@ from .. import distributed, validate
 from ..collectives import RankFailed
 from ..defaults import DEFAULT_DEVICE, DEFAULT_SAMPLES, DEFAULT_SEED, DEFAULT_STOP_WHEN_DECIDED, DEFAULT_THRESHOLD
 from ..errors import InputError, Param
-from ..feature_files import MappedArray
+from ..feature_files import MappedArray, dense_values
 from ..numerics import RankRule, lapack, numerics, philox, subnormals_kept, tf32_off
 from ..numerics.philox import split_key
 from ..numerics.stream import Rows, Unit, chunk_rows, refuse_unless_fits, scan_of
@@ -106,9 +106,9 @@ def as_matrix(X):
       part would prove false things. So is anything else.
 
     Raises:
-        InputError: when X is not a tensor or array, is not 2-D, has no rows or no columns, is
-            complex or not numeric, holds integers beyond 2^53 or NaN or Inf values, or (a mapped
-            file) needs more memory besides the file than the system has available.
+        InputError: when X is not a tensor or array, is a meta, sparse, nested or quantized tensor, is not
+            2-D, has no rows or no columns, is complex or not numeric, holds integers beyond 2^53 or NaN or
+            Inf values, or (a mapped file) needs more memory besides the file than the system has available.
     """
     if isinstance(X, MappedArray):
         if X.ndim != 2:
@@ -128,7 +128,8 @@ def as_matrix(X):
             raise InputError(f"features of dtype {X.dtype} are not numeric")
         X = torch.from_numpy(np.ascontiguousarray(X))
     if not isinstance(X, torch.Tensor):
-        raise InputError("features must be a tensor or array")
+        raise InputError(f"features must be a tensor or array, not {type(X).__name__}")
+    dense_values(X, "features")  # a meta tensor has no values; a sparse or quantized one is not a matrix of them
     if X.requires_grad:  # a model's parameter is read as its values (others stay the caller's own object)
         X = X.detach()
     if X.ndim != 2:

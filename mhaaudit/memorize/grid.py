@@ -37,6 +37,7 @@ from .results import (
     row_to_run,
     run_to_row,
     seed_summaries,
+    stored_run_contradiction,
 )
 from .training import Cancelled, Point, intra_op_threads, train_group
 
@@ -421,14 +422,25 @@ class _Store:
         self.rows = _read_results(path, meta) if path is not None and os.path.lexists(path) else {}
 
     def run(self, key: str, saturation: bool) -> MemorizeRun | None:
-        """The stored run of ``key``, or None when it must be (re)computed."""
+        """The stored run of ``key``, or None when it must be (re)computed.
+
+        Raises:
+            InputError: when the stored row says what no training writes (``stored_run_contradiction``).
+        """
         row = self.rows.get(key)
         if row is None or (saturation and row.get("sat_histogram") is None):
             return None
         try:
-            return row_to_run(row)
+            run = row_to_run(row)
         except (KeyError, TypeError, ValueError):
             return None  # a row from another version of the file layout: recompute it
+        wrong = stored_run_contradiction(run, key)
+        if wrong is not None:  # what no training writes: the file is not what memorize wrote, so it is not read
+            raise InputError(
+                f"{self.path} is not a results file as memorize writes it: the row of H = {run.heads}, n = {run.n}, "
+                f"d_h = {run.head_dim}, T = {run.size} says {wrong}; move it away or pick another " + Param("out")
+            )
+        return run
 
     def add(self, runs: dict[str, MemorizeRun]) -> None:
         if self.path is None:

@@ -432,6 +432,24 @@ def row_to_run(row: dict) -> MemorizeRun:
     return replace(MemorizeRun.from_document({k: row[k] for k in _STORED}), saturation=sat, reused=True)
 
 
+def stored_run_contradiction(run: MemorizeRun, key: str) -> str | None:
+    """What a run read back from a results file says that no training writes, in words, or None: its columns
+    give another configuration than its ``key``, or its results are impossible (a memorised fraction outside
+    [0, 1] or other than its count over T, a count outside 0..T, a negative step or epoch count or time)."""
+    if config_key(run.config()) != key:
+        return "its columns give another configuration than its config_key"
+    if not 0 <= run.memorized_count <= run.size:
+        return f"memorized_count = {run.memorized_count} of T = {run.size} examples"
+    if not (math.isfinite(run.memorized) and run.memorized == run.memorized_count / run.size):
+        return f"memorized = {run.memorized!r}, not its count {run.memorized_count} over T = {run.size}"
+    for name in ("epochs_run", "steps_run", "planned_steps"):
+        if getattr(run, name) < 0:
+            return f"{name} = {getattr(run, name)}"
+    if not (math.isfinite(run.seconds) and run.seconds >= 0):
+        return f"seconds = {run.seconds!r}"
+    return None
+
+
 # --------------------------------------------------------------------------- linear fits
 
 

@@ -50,8 +50,8 @@ def read_state_file(path: str) -> dict[str, torch.Tensor]:
     A checkpoint that wraps its state dict (``state_dict``, ``model``, ``module``) is unwrapped.
 
     Raises:
-        ModelError: when the file cannot be read (unreadable, corrupt, or a pickle beyond plain tensors), or does
-            not hold a dict of tensors.
+        ModelError: when the file cannot be read (unreadable, corrupt, or a pickle beyond plain tensors), does
+            not hold a dict of tensors, or holds complex values.
     """
     sd: Any  # whatever the file holds: checked below
     try:
@@ -71,6 +71,10 @@ def read_state_file(path: str) -> dict[str, torch.Tensor]:
         raise ModelError(f"the checkpoint {path} does not hold a state dict of tensors")
     for name, t in sd.items():
         dense_values(t, f"the checkpoint {path}, {str(name)[:80]}", ModelError)
+        if t.is_complex():  # a model's weights are real: loading would drop the imaginary part
+            raise ModelError(
+                f"the checkpoint {path} holds complex values ({str(name)[:80]}); a model's weights are real"
+            )
     return sd
 
 
@@ -97,13 +101,17 @@ def load_fitting(module: nn.Module, sd: dict[str, torch.Tensor], misfit: str) ->
 
     Raises:
         ModelError: ``"<misfit>: <first problem>"``, when an entry has another shape than the module's
-            parameter, or the state lacks a parameter of the module (except :data:`IGNORABLE_MISSING`).
+            parameter or holds complex values where the module's are real, or the state lacks a parameter of the
+            module (except :data:`IGNORABLE_MISSING`).
     """
     own = module.state_dict()
     mismatched = [k for k, v in sd.items() if k in own and tuple(own[k].shape) != tuple(v.shape)]
     if mismatched:
         k = mismatched[0]
         raise ModelError(f"{misfit}: {k} has shape {tuple(sd[k].shape)}, the model expects {tuple(own[k].shape)}")
+    complex_ = [k for k, v in sd.items() if k in own and v.is_complex() and not own[k].is_complex()]
+    if complex_:  # loading would drop the imaginary part
+        raise ModelError(f"{misfit}: {complex_[0]} holds complex values, the model's are real")
     result = module.load_state_dict({k: v for k, v in sd.items() if k in own}, strict=False)
     params = {k for k, _ in module.named_parameters()}
     missing = [k for k in result.missing_keys if k in params and not is_ignorable(k)]

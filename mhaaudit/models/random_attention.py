@@ -11,6 +11,7 @@ import math
 import torch
 from torch import nn
 
+from .. import validate
 from ..errors import InputError
 from ..runtime import derive_seed
 
@@ -25,7 +26,7 @@ class RandomAttention(nn.Module):
     "random-attention"))`` (``seed`` is the user's seed); no biases; logits
     scaled by 1/sqrt(d); softmax over the tokens; no MLP. With row-vector tokens:
     ``Attn(h) = softmax(h W_Q (h W_K)^T / sqrt(d)) (h W_V) W_O``. Constructing refuses a width
-    ``d`` below 1 (an InputError).
+    ``d`` that is not an integer of at least 1 and a ``seed`` that is not a whole number (an InputError).
     """
 
     # buffers, registered in __init__
@@ -36,10 +37,10 @@ class RandomAttention(nn.Module):
 
     def __init__(self, d: int, seed: int = 0, eps: float = 1e-5, device: torch.device | str | None = None) -> None:
         super().__init__()
-        if int(d) < 1:
+        if validate.integer("d", d, minimum=None) < 1:
             raise InputError(f"RandomAttention: width d must be positive, got {d}")
-        self.d = int(d)
-        self.seed = int(seed)
+        self.d = validate.integer("d", d)
+        self.seed = validate.integer("seed", seed, minimum=0)
         self.eps = float(eps)
         g = torch.Generator(device="cpu").manual_seed(derive_seed(self.seed, "random-attention"))
         for name in ("W_Q", "W_K", "W_V", "W_O"):
@@ -67,9 +68,16 @@ class RandomAttention(nn.Module):
         """``x + Attn(LN(x))`` for tokens ``x`` (B, n, d): the same shape.
 
         Raises:
-            InputError: when ``x`` is not (B, n, d) with this head's d.
+            InputError: when ``x`` is not a tensor of shape (B, n, d) with this head's d, or not of the dtype and
+                device of the head's weights (float32 on the CPU unless the head was moved with ``.to``).
         """
-        if x.ndim != 3 or x.shape[-1] != self.d:
-            raise InputError(f"RandomAttention expects (B, n, {self.d}) tokens, got shape {tuple(x.shape)}")
+        if not isinstance(x, torch.Tensor) or x.ndim != 3 or x.shape[-1] != self.d:
+            got = f"shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
+            raise InputError(f"RandomAttention expects (B, n, {self.d}) tokens, got {got}")
+        if x.dtype != self.W_Q.dtype or x.device != self.W_Q.device:
+            raise InputError(
+                f"RandomAttention's weights are {str(self.W_Q.dtype).removeprefix('torch.')} on {self.W_Q.device}, "
+                f"the tokens {str(x.dtype).removeprefix('torch.')} on {x.device}: move one to the other (.to)"
+            )
         h = nn.functional.layer_norm(x, (self.d,), eps=self.eps)
         return x + (self._probs(h) @ (h @ self.W_V)) @ self.W_O

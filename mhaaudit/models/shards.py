@@ -192,7 +192,8 @@ class Checkpoint:
             NotPartial: when a used parameter has no tensor here under any name the loading code of
                 transformers would accept (the caller then loads the checkpoint whole).
             ModelError: when the file the index names does not hold a needed tensor, or a tensor's shape differs
-                from the model's (``misfit`` begins the message).
+                from the model's, or it holds complex values where the model's are real (``misfit`` begins the
+                message).
         """
         targets = dict(module.named_parameters(remove_duplicate=False))
         buffers = dict(module.named_buffers(remove_duplicate=False))
@@ -217,6 +218,8 @@ class Checkpoint:
                         raise ModelError(
                             f"{misfit}: {key} has shape {tuple(t.shape)}, the model expects {tuple(dest.shape)}"
                         )
+                    if t.is_complex() and not dest.is_complex():  # copy_ would drop the imaginary part
+                        raise ModelError(f"{misfit}: {key} holds complex values, the model's are real")
                     with torch.no_grad():
                         dest.copy_(t)
                     nbytes = t.numel() * t.element_size()

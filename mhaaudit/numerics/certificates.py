@@ -79,7 +79,8 @@ def svd_rank(rows: torch.Tensor, rule: RankRule):
         ``sigma_min`` is the ``min(m, c)``-th singular value.
 
     Raises:
-        InputError: when ``rows`` has fewer than 2 dimensions or holds NaN or infinite values.
+        InputError: when ``rows`` is not a dense tensor of real values, has fewer than 2 dimensions or an empty
+            matrix dimension, or holds NaN or infinite values.
         ArithmeticError: (``numerics.checked.NumericalFailure``) when no LAPACK route gives usable singular values.
     """
     return _svd_rank(rows, rule, None)
@@ -109,12 +110,18 @@ def _svd_rank(rows: torch.Tensor, rule: RankRule, lenient: tuple[str, list] | No
     Raises:
         InputError: when ``rows`` has fewer than 2 dimensions or holds NaN or infinite values.
     """
-    if rows.ndim < 2:
-        raise InputError(f"svd_rank takes (..., m, c) matrices, got shape {tuple(rows.shape)}")
-    if rows.is_floating_point() and not bool(torch.isfinite(rows).all()):
-        raise InputError("the matrices hold NaN or infinite values")
+    if not isinstance(rows, torch.Tensor):
+        raise InputError(f"svd_rank takes a tensor of (..., m, c) matrices, not {type(rows).__name__}")
+    if rows.is_meta or rows.layout != torch.strided or rows.is_nested or rows.is_quantized:
+        raise InputError("svd_rank takes a dense tensor of values, not a meta, sparse, nested or quantized one")
+    if rows.ndim < 2 or rows.shape[-1] < 1 or rows.shape[-2] < 1:
+        raise InputError(f"svd_rank takes (..., m, c) matrices of at least one entry, got shape {tuple(rows.shape)}")
+    if rows.dtype.is_complex:
+        raise InputError("svd_rank decides rank over the reals: complex matrices are refused, not cast")
     dev = rows.device
-    x = rows.to(device="cpu", dtype=torch.float64)
+    x = rows.detach().to(device="cpu", dtype=torch.float64)  # exact for every real dtype (8-bit floats included)
+    if not bool(torch.isfinite(x).all()):
+        raise InputError("the matrices hold NaN or infinite values")
     m, c = x.shape[-2], x.shape[-1]
     e = exponent_of(x, dims=(-2, -1))
     if lenient is None:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from .. import validate
 from ..errors import InputError, OfflineError, Param, one_line
 from ..feature_files import safetensors_header
+from ..files import read_json, regular_file
 from ..hub import is_offline
 from ..models.checkpoints import CHECKPOINT_FILES
 from ..models.shards import INDEX_FILE, INDEX_FILES, check_links_inside, check_local_indexes, hub_download, read_index
@@ -214,7 +215,9 @@ def _items(checkpoints) -> list[str]:
     """
     if isinstance(checkpoints, (str, os.PathLike)):
         text = os.fspath(checkpoints)
-        items = [t.strip() for t in text.split(",")]
+        items = [t.strip() for t in text.split(",")] if isinstance(text, str) else [""]
+    elif not isinstance(checkpoints, Sequence):
+        items = [""]  # neither a comma list nor a sequence of paths: refused below
     else:
         items = [os.fspath(c).strip() if isinstance(c, (str, os.PathLike)) else "" for c in checkpoints]
     if not items or not all(items):
@@ -404,11 +407,16 @@ def _file_contents(ref: CheckpointRef, path: str) -> _Contents:
 
 
 def _readable(ref: CheckpointRef, path: str) -> None:
-    """Refuse a weights file that cannot be opened and read.
+    """Refuse a weights file that is not a regular file or cannot be opened and read.
 
     Raises:
-        InputError: when it cannot be opened or read.
+        InputError: when it is a named pipe, a device, a socket or a folder (a pipe would block the read for
+            good, a device never end), or cannot be opened or read.
     """
+    try:
+        regular_file(path, InputError, os.path.basename(path))
+    except InputError as exc:
+        raise InputError(Param("checkpoints") + f" {ref.name}: {exc}") from None
     try:
         with open(path, "rb") as fh:
             fh.read(8)
@@ -445,15 +453,12 @@ def _config(ref: CheckpointRef, path: str) -> dict | None:
     Raises:
         InputError: when it exists but cannot be read as a JSON object.
     """
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         return None
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise InputError(
-            Param("checkpoints") + f" {ref.name}: cannot read its config.json ({one_line(exc, 120)})"
-        ) from exc
+    try:  # a regular file of bounded size and nesting: a pipe is refused, a deep nest is an input error
+        data = read_json(path, InputError, "its config.json")
+    except InputError as exc:
+        raise InputError(Param("checkpoints") + f" {ref.name}: {exc}") from None
     if not isinstance(data, dict):
         raise InputError(Param("checkpoints") + f" {ref.name}: its config.json is not a JSON object")
     return {k: v for k, v in data.items() if k not in VOLATILE_CONFIG}
@@ -528,9 +533,13 @@ def _param(ref: CheckpointRef) -> str:
 
 def _first_difference(a: dict, b: dict) -> tuple[str, object, object] | None:
     for key in sorted(set(a) | set(b)):
-        if a.get(key) != b.get(key):
+        if _canonical(a.get(key)) != _canonical(b.get(key)):  # as JSON text: a NaN equals a NaN
             return key, a.get(key), b.get(key)
     return None
+
+
+def _canonical(value) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
 
 
 def _short(value) -> str:

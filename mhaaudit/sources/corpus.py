@@ -19,7 +19,8 @@ descriptions copied between functions, licence notes) is kept once, where it fir
 The corpus is cached in ``$XDG_CACHE_HOME/mhaaudit/corpus`` (``~/.cache`` by default;
 ``$MHAAUDIT_CACHE`` overrides the ``mhaaudit`` folder) under a key made of the mhaaudit version,
 :data:`CORPUS_FORMAT`, the Python version and the versions of the packages read; it is written
-atomically, and a cache file that cannot be read back is rebuilt.
+atomically, and a cache file that cannot be read back (or is not a regular file, or holds more than
+:data:`MAX_CACHE_BYTES`) is rebuilt; the build's lock file is never opened through a link.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import importlib.util
 import json
 import os
 import platform
+import stat
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -55,6 +57,8 @@ DEFAULT_PACKAGES = (STDLIB, "numpy", "scipy", "sklearn", "pandas", "torch", "tra
 # The built-in source reads the corpus in blocks of consecutive modules of one package of at
 # least this many words (about 3 GPT-2 windows of 1024 tokens), in a seeded order.
 BLOCK_WORDS = 3000
+# The most bytes a cache file is read to once decompressed (the corpus of the default packages is tens of MB).
+MAX_CACHE_BYTES = 256 << 20
 # Bump when the extraction or cleaning rules change: the cache key includes it.
 CORPUS_FORMAT = 1
 
@@ -263,16 +267,23 @@ def _cache_key(versions: list[tuple[str, str]]) -> str:
 
 
 def _read_cache(path: Path, key: str) -> Corpus | None:
-    """The cached corpus, or None when the file is missing, unreadable, or not this key's."""
+    """The cached corpus, or None when the file is missing, unreadable, not this key's, or not what a cache
+    file is: anything but a regular file (a named pipe would block the read), more than
+    :data:`MAX_CACHE_BYTES` once decompressed, or nested deeper than Python parses."""
     try:
-        with gzip.open(path, "rt", encoding="utf-8") as handle:
-            data = json.load(handle)
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        with gzip.open(path, "rb") as handle:
+            raw = handle.read(MAX_CACHE_BYTES + 1)
+        if len(raw) > MAX_CACHE_BYTES:
+            return None
+        data = json.loads(raw.decode("utf-8"))
         if data.get("key") != key:
             return None
         documents = tuple((str(g), str(m), str(t)) for g, m, t in data["documents"])
         packages = tuple((str(n), str(v)) for n, v in data["packages"])
         corpus = Corpus(documents, packages, int(data["words"]), int(data["duplicates"]), int(data["code"]))
-    except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
     if sum(len(t.split()) for _, _, t in documents) != corpus.words:
         return None
@@ -301,12 +312,18 @@ def _build_lock(path: Path):
     """An exclusive lock beside ``path`` while the corpus is built, so that runs started
     together build it once (POSIX ``flock``; elsewhere, or when the lock file cannot be made,
     no lock)."""
-    try:
-        handle = open(path.with_name(path.name + ".lock"), "w")  # noqa: SIM115 - closed by the `with` below
-    except (ImportError, OSError):
+    try:  # never through a link, never truncating, never blocking on a named pipe: a regular file or no lock
+        fd = os.open(
+            path.with_name(path.name + ".lock"), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644
+        )
+    except OSError:
         yield
         return
-    with handle:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        yield
+        return
+    with open(fd, "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

@@ -1,0 +1,131 @@
+"""The public functions given what they cannot use: a wrong type, an empty or 0-d/1-d tensor, a dtype the
+rank rule has no meaning for, a meta or sparse tensor, an index outside the tokens. Each is refused with one
+of the project's typed exceptions (a ValueError or OSError), whose message names the parameter, never a
+torch RuntimeError, an AttributeError or a TypeError from deep inside."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import mhaaudit
+from mhaaudit import (
+    RandomAttention,
+    RankRule,
+    assumption_1,
+    assumption_2,
+    babel_floor,
+    check_features,
+    context_ranks,
+    draw_decisions,
+    exact_kruskal_rank,
+    general_position,
+    kruskal_sweep,
+    reduce_tokens,
+    set_stats,
+    subset_test,
+    svd_rank,
+)
+from mhaaudit.errors import InputError, MhaauditError
+
+RULE = RankRule()
+X = torch.randn(12, 6, generator=torch.Generator().manual_seed(0))
+TOKENS = torch.randn(20, 3, 8, generator=torch.Generator().manual_seed(1))
+META = torch.empty(12, 6, device="meta")
+SPARSE = X.to_sparse()
+
+# (case id, a call, a piece of the message)
+CASES = [
+    # the Monte-Carlo estimator and its bounds: a meta tensor has no values, a sparse one is no matrix of them
+    ("subset_test-meta", lambda: subset_test(META, 3, samples=10, rule=RULE), "meta device"),
+    ("subset_test-sparse", lambda: subset_test(SPARSE, 3, samples=10, rule=RULE), "not a dense tensor"),
+    ("kruskal_sweep-meta", lambda: kruskal_sweep(META, samples=10, rule=RULE), "meta device"),
+    ("exact_kruskal_rank-sparse", lambda: exact_kruskal_rank(SPARSE, RULE), "not a dense tensor"),
+    ("babel_floor-meta", lambda: babel_floor(META, RULE), "meta device"),
+    ("set_stats-sparse", lambda: set_stats(SPARSE, RULE), "not a dense tensor"),
+    ("draw_decisions-meta", lambda: draw_decisions(META, 3, samples=10, rule=RULE), "meta device"),
+    ("assumption_1-meta", lambda: assumption_1(META, 3, samples=10), "meta device"),
+    ("subset_test-a-list", lambda: subset_test([[1.0, 2.0]], 1, samples=10), "not list"),
+    # general position reads the shape first
+    ("general_position-1d", lambda: general_position(torch.randn(6), samples=10), "T x d matrix"),
+    ("general_position-3d", lambda: general_position(TOKENS, samples=10), "shape (20, 3, 8)"),
+    ("general_position-none", lambda: general_position(None, samples=10), "NoneType"),
+    # the SVD rank of small matrices
+    ("svd_rank-a-list", lambda: svd_rank([[1.0]], RULE), "not list"),
+    ("svd_rank-empty", lambda: svd_rank(torch.empty(0, 6), RULE), "at least one entry"),
+    ("svd_rank-no-columns", lambda: svd_rank(torch.empty(4, 0), RULE), "at least one entry"),
+    ("svd_rank-complex", lambda: svd_rank(X.to(torch.complex64), RULE), "complex"),
+    ("svd_rank-meta", lambda: svd_rank(META, RULE), "meta"),
+    ("svd_rank-sparse", lambda: svd_rank(SPARSE, RULE), "sparse"),
+    # context matrices (Assumption 2)
+    ("assumption_2-1d", lambda: assumption_2(torch.randn(6)), "(T, n, d)"),
+    ("assumption_2-0d", lambda: assumption_2(torch.tensor(1.0)), "(T, n, d)"),
+    ("assumption_2-bool", lambda: assumption_2(TOKENS > 0), "got bool"),
+    ("assumption_2-float8", lambda: assumption_2(TOKENS.to(torch.float8_e4m3fn)), "float8_e4m3fn"),
+    ("assumption_2-complex", lambda: assumption_2(TOKENS.to(torch.complex64)), "complex64"),
+    ("assumption_2-meta", lambda: assumption_2(TOKENS.to("meta")), "meta device"),
+    ("assumption_2-n-empty", lambda: assumption_2(torch.randn(4, 0, 8)), "no empty dimension"),
+    ("assumption_2-batch-0", lambda: assumption_2(TOKENS, batch_size=0), "batch_size must be at least 1"),
+    ("assumption_2-none", lambda: assumption_2(None), "NoneType"),
+    ("context_ranks-int", lambda: context_ranks(TOKENS.long(), RULE), "got int64"),
+    # token batches reduced to a feature set
+    ("reduce_tokens-query-outside", lambda: reduce_tokens(TOKENS, 5), "query_index 5 is outside the n = 3"),
+    ("reduce_tokens-query-text", lambda: reduce_tokens(TOKENS, "first"), "query_index must be an integer"),
+    ("reduce_tokens-int", lambda: reduce_tokens(TOKENS.long(), 0), "got int64"),
+    ("reduce_tokens-complex", lambda: reduce_tokens(TOKENS.to(torch.complex64), 0), "complex64"),
+    ("reduce_tokens-meta", lambda: reduce_tokens(TOKENS.to("meta"), 0), "meta device"),
+    ("reduce_tokens-batch-0", lambda: reduce_tokens(TOKENS, 0, batch_size=0), "batch_size must be at least 1"),
+    ("reduce_tokens-numpy", lambda: reduce_tokens(TOKENS.numpy(), 0), "ndarray"),
+    ("reduce_tokens-n-empty", lambda: reduce_tokens(torch.randn(4, 0, 8), 0), "no empty dimension"),
+    # a feature set that is not one, or whose fields disagree
+    ("check_features-a-string", lambda: check_features("features", samples=10), "must be a FeatureSet"),
+    ("check_features-no-context", lambda: check_features(_fs(context={}), samples=10), "no tensor 'context_rank'"),
+    ("check_features-n-text", lambda: check_features(_fs(n="3"), samples=10), "n = '3'"),
+    ("check_features-a3-shape", lambda: check_features(_fs(a3=torch.randn(5, 8)), samples=10), "a3 has shape"),
+    ("check_features-d", lambda: check_features(_fs(d=99), samples=10), "d = 99"),
+    ("check_features-queries-list", lambda: check_features(_fs(queries=[[0.0]]), samples=10), "not a tensor"),
+    # the random attention head
+    ("RandomAttention-d-text", lambda: RandomAttention("wide"), "d must be an integer"),
+    ("RandomAttention-int-tokens", lambda: RandomAttention(8)(torch.ones(2, 3, 8, dtype=torch.long)), "int64"),
+    ("RandomAttention-float64-tokens", lambda: RandomAttention(8)(torch.randn(2, 3, 8).double()), "float64"),
+    ("RandomAttention-a-list", lambda: RandomAttention(8)([[0.0] * 8]), "got list"),
+    # the facades' arguments
+    ("audit-a-number", lambda: mhaaudit.audit(123), "model must be a name"),
+    ("audit-none", lambda: mhaaudit.audit(None), "model must be a name"),
+    ("estimate-a-tensor", lambda: mhaaudit.estimate_kruskal_rank(X, samples=10), "features must be the path"),
+    ("audit_series-a-number", lambda: mhaaudit.audit_series("m", checkpoints=3), "checkpoints 3"),
+    ("capture_features-layer-text", lambda: mhaaudit.capture_features("m", layer="top"), "layer must be an integer"),
+]
+
+
+def _fs(**change):
+    return dataclasses.replace(reduce_tokens(TOKENS, 0), **change)
+
+
+@pytest.mark.parametrize("case, call, says", CASES, ids=[c[0] for c in CASES])
+def test_misuse_is_a_typed_error_that_says_what(case, call, says):
+    with pytest.raises(MhaauditError) as caught:
+        call()
+    assert isinstance(caught.value, (ValueError, OSError))
+    assert says.lower() in str(caught.value).lower(), str(caught.value)
+
+
+def test_every_case_has_its_own_id():
+    ids = [c[0] for c in CASES]
+    assert len(ids) == len(set(ids))
+
+
+def test_what_is_well_formed_still_works():
+    """The checks that refuse the cases above take every real floating dtype and a non-contiguous view."""
+    view = torch.randn(6, 12, generator=torch.Generator().manual_seed(2)).t()  # T x d, not contiguous
+    assert subset_test(view, 3, samples=10, rule=RULE).fraction == 1.0
+    for dtype in (torch.float64, torch.float16, torch.bfloat16):
+        fs = reduce_tokens(TOKENS.to(dtype), -1)
+        assert fs.dtype == dtype and fs.query_index == 2
+        assert assumption_2(TOKENS.to(dtype)).verdict == "holds"
+    rank = svd_rank(X.to(torch.float8_e4m3fn), RULE)[0]
+    assert int(rank) == 6
+    with pytest.raises(InputError, match="NaN or infinite"):
+        svd_rank(torch.full((2, 2), float("nan")), RULE)
