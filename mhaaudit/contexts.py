@@ -47,15 +47,16 @@ __all__ = [
 ]
 
 
-def real_tensor(x, what: str, ndim: int, shape: str) -> torch.Tensor:
-    """``x`` checked to be a dense tensor of real floating values (float64, float32, float16 or bfloat16) with
-    ``ndim`` dimensions, none of them empty but the first; read as its values (detached).
+def real_tensor(x, what: str, ndim: int, shape: str, *, integers: bool = False) -> torch.Tensor:
+    """``x`` checked to be a dense tensor of real floating values (float64, float32, float16 or bfloat16; with
+    ``integers``, integer values too, read in float64 with float64's eps, as the rank rule says) with ``ndim``
+    dimensions, none of them empty but the first; read as its values (detached).
 
     Raises:
         InputError: when ``x`` is not a tensor, is a meta, sparse, nested or quantized tensor, has another number
             of dimensions (``shape`` says which), an empty dimension past the first, or another dtype (complex
-            values: independence is decided over the reals; integers, booleans and 8-bit floats: activations
-            are floating point, and the rank rule needs a floating dtype's eps).
+            values: independence is decided over the reals; booleans, 8-bit floats, and integers unless
+            ``integers``: activations are floating point, and the rank rule needs a floating dtype's eps).
     """
     if not isinstance(x, torch.Tensor):
         raise InputError(f"{what} must be a torch tensor {shape}, not {type(x).__name__}")
@@ -64,10 +65,13 @@ def real_tensor(x, what: str, ndim: int, shape: str) -> torch.Tensor:
         raise InputError(f"{what} must be {shape}, got shape {tuple(x.shape)}")
     if any(size < 1 for size in x.shape[1:]):
         raise InputError(f"{what} must be {shape} with no empty dimension but the first, got shape {tuple(x.shape)}")
-    if not x.is_floating_point() or x.element_size() < 2:
+    integer = integers and not x.is_floating_point() and not x.is_complex() and x.dtype != torch.bool
+    if not integer and (not x.is_floating_point() or x.element_size() < 2):
+        kinds = "real floating or integer values" if integers else "real floating values"
         raise InputError(
-            f"{what} must hold real floating values (float64, float32, float16 or bfloat16), got "
-            f"{str(x.dtype).removeprefix('torch.')}"
+            f"{what} must hold {kinds} (float64, float32, float16 or bfloat16"
+            + (", or integers" if integers else "")
+            + f"), got {str(x.dtype).removeprefix('torch.')}"
         )
     return x.detach() if x.requires_grad else x
 
@@ -102,7 +106,7 @@ def context_ranks(E: torch.Tensor, rule: RankRule, *, top: float | None = None):
         InputError: when ``E`` is not a 3-D tensor of real floating values (:func:`real_tensor`), or holds NaN
             or infinite values.
     """
-    E = real_tensor(E, "context matrices", 3, "(B, n, d)")
+    E = real_tensor(E, "context matrices", 3, "(B, n, d)", integers=True)
     if top is None:
         top = max_abs(E)
     if E.is_floating_point() and not math.isfinite(top):
@@ -314,7 +318,7 @@ class ContextRanks:
             InputError: when the batch is not a 3-D tensor of real floating values (:func:`real_tensor`), its
                 (n, d) differs from the first batch's, or it holds NaN or infinite values.
         """
-        E = real_tensor(E, "context matrices", 3, "(B, n, d)")
+        E = real_tensor(E, "context matrices", 3, "(B, n, d)", integers=True)
         _B, n, d = E.shape
         if self.n is None:
             self.n, self.d = n, d
@@ -416,7 +420,7 @@ def assumption_2(E: torch.Tensor, rule: RankRule | None = None, batch_size: int 
         InputError: when ``E`` is not a 3-D tensor of real floating values (:func:`real_tensor`), holds NaN or
             infinite values, or ``batch_size`` is not a positive integer.
     """
-    E = real_tensor(E, "context matrices", 3, "(T, n, d)")
+    E = real_tensor(E, "context matrices", 3, "(T, n, d)", integers=True)
     batch_size = validate.integer("batch_size", batch_size)
     rule = rule or RankRule.for_dtype(E.dtype)
     acc = ContextRanks(rule)

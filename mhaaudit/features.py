@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,9 +79,12 @@ class FeatureSet:
         Raises:
             InputError: naming the first field that disagrees.
         """
-        meta = {"n": self.n, "d": self.d, "query_index": self.query_index}
+        meta = {k: _index(v) for k, v in (("n", self.n), ("d", self.d), ("query_index", self.query_index))}
+        n, qi = meta["n"], meta["query_index"]
+        if isinstance(n, int) and isinstance(qi, int) and -n <= qi < 0:
+            meta["query_index"] = qi % n  # counted from the end, as reduce_tokens takes it
         tensors = {"queries": self.queries, "a3": self.a3, **(self.context if isinstance(self.context, dict) else {})}
-        _check_saved("the FeatureSet is", meta, tensors)
+        _check_saved("the FeatureSet is", meta, tensors, files=("it", "it"))
         return self
 
     def assumption_2(self, rule: RankRule) -> ContextRankResult:
@@ -177,7 +181,19 @@ class FeatureSet:
         return cls(queries=t["queries"], a3=t["a3"], context=ctx, n=n, d=d, query_index=query_index, meta=meta)
 
 
-def _check_saved(where: str, meta, tensors: dict) -> tuple[int, int, int]:
+def _index(v):
+    """``v`` as an int when it is an integer of any kind (a NumPy integer too), else ``v`` itself."""
+    if isinstance(v, bool):
+        return v
+    try:
+        return operator.index(v)
+    except TypeError:
+        return v
+
+
+def _check_saved(
+    where: str, meta, tensors: dict, files: tuple[str, str] = (META_FILE, FEATURES_FILE)
+) -> tuple[int, int, int]:
     """(n, d, query_index) of a saved feature folder (``where``: ``"saved features in FOLDER are"``), after
     checking that meta.json and the tensors agree with what ``FeatureSet.save`` writes.
 
@@ -190,20 +206,20 @@ def _check_saved(where: str, meta, tensors: dict) -> tuple[int, int, int]:
         return f"{where} malformed: {what}"
 
     if not isinstance(meta, dict):
-        raise InputError(malformed(f"{META_FILE} holds {type(meta).__name__}, not a JSON object"))
+        raise InputError(malformed(f"{files[0]} holds {type(meta).__name__}, not a JSON object"))
 
     def count(key: str, minimum: int) -> int:
         v = meta.get(key)
         if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-            raise InputError(malformed(f"{META_FILE} gives {key} = {v!r}, expected an integer of at least {minimum}"))
+            raise InputError(malformed(f"{files[0]} gives {key} = {v!r}, expected an integer of at least {minimum}"))
         return v
 
     n, d, query_index = count("n", 1), count("d", 1), count("query_index", 0)
     if query_index >= n:
-        raise InputError(malformed(f"{META_FILE} gives query_index = {query_index}, outside the n = {n} tokens"))
+        raise InputError(malformed(f"{files[0]} gives query_index = {query_index}, outside the n = {n} tokens"))
     missing = [k for k in ("queries", "a3", *_CONTEXT_ARRAYS) if k not in tensors]
     if missing:
-        raise InputError(malformed(f"{FEATURES_FILE} has no tensor {missing[0]!r}"))
+        raise InputError(malformed(f"{files[1]} has no tensor {missing[0]!r}"))
     odd = [k for k in ("queries", "a3", *_CONTEXT_ARRAYS) if not isinstance(tensors[k], torch.Tensor)]
     if odd:
         raise InputError(malformed(f"{odd[0]} is {type(tensors[odd[0]]).__name__}, not a tensor"))
@@ -212,7 +228,7 @@ def _check_saved(where: str, meta, tensors: dict) -> tuple[int, int, int]:
         raise InputError(malformed(f"queries have shape {tuple(q.shape)}, expected (T, d) with d = {d}"))
     T = q.shape[0]
     if "T" in meta and meta["T"] != T:
-        raise InputError(malformed(f"{META_FILE} gives T = {meta['T']!r}, the tensors hold {T} examples"))
+        raise InputError(malformed(f"{files[0]} gives T = {meta['T']!r}, the tensors hold {T} examples"))
     if tuple(tensors["a3"].shape) != tuple(q.shape):
         raise InputError(malformed(f"a3 has shape {tuple(tensors['a3'].shape)}, queries {tuple(q.shape)}"))
     for k in _CONTEXT_ARRAYS:

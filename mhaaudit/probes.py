@@ -62,14 +62,15 @@ def plan_probes(
         InputError: when ``layer`` is given beside ``layers`` or for a text model, or is below 1; a layer is
             negative; or a variant is unknown or has no column at the depth asked.
     """
-    _check_layer(modality, layer, layers)
+    layer = _check_layer(modality, layer, layers)
     if layers is not None or modality == "text":
         return _depth_probes(variants, layers)
     return _image_probes(variants, layer)
 
 
-def _check_layer(modality: str, layer: int | None, layers: Sequence[int] | None) -> None:
-    """``layer`` is refused beside ``layers`` and for a text model, and must be a block (at least 1).
+def _check_layer(modality: str, layer: int | None, layers: Sequence[int] | None) -> int | None:
+    """``layer`` as an int (None when not given), refused beside ``layers`` and for a text model, and a block
+    (at least 1).
 
     Raises:
         InputError: when ``layer`` is given beside ``layers`` or for a text model, or is below 1.
@@ -89,8 +90,12 @@ def _check_layer(modality: str, layer: int | None, layers: Sequence[int] | None)
             Param("layer") + " has no effect on a text model (it sets the depth of the image columns); "
             "give " + Param("layers") + " instead (default 0,1)"
         )
-    if layer is not None and validate.integer(Param("layer"), layer, minimum=None) < 1:
+    if layer is None:
+        return None
+    block = validate.integer(Param("layer"), layer, minimum=None)
+    if block < 1:
         raise InputError(Param("layer") + f" must be at least 1 (block index; 0 is the embedding output), got {layer}")
+    return block
 
 
 def _depth_probes(variants: Sequence[str] | None, layers: Sequence[int] | None) -> list[Probe]:

@@ -69,7 +69,7 @@ CASES = [
     ("assumption_2-n-empty", lambda: assumption_2(torch.randn(4, 0, 8)), "no empty dimension"),
     ("assumption_2-batch-0", lambda: assumption_2(TOKENS, batch_size=0), "batch_size must be at least 1"),
     ("assumption_2-none", lambda: assumption_2(None), "NoneType"),
-    ("context_ranks-int", lambda: context_ranks(TOKENS.long(), RULE), "got int64"),
+    ("context_ranks-bool", lambda: context_ranks(TOKENS > 0, RULE), "got bool"),
     # token batches reduced to a feature set
     ("reduce_tokens-query-outside", lambda: reduce_tokens(TOKENS, 5), "query_index 5 is outside the n = 3"),
     ("reduce_tokens-query-text", lambda: reduce_tokens(TOKENS, "first"), "query_index must be an integer"),
@@ -125,6 +125,20 @@ def test_what_is_well_formed_still_works():
         fs = reduce_tokens(TOKENS.to(dtype), -1)
         assert fs.dtype == dtype and fs.query_index == 2
         assert assumption_2(TOKENS.to(dtype)).verdict == "holds"
+    # integer context matrices are read in float64, as they always were
+    ints = (TOKENS * 4).round().long()
+    assert assumption_2(ints) == assumption_2(ints.double())
+    pairs = zip(context_ranks(ints, RULE), context_ranks(ints.double(), RULE), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
+    # a hand-made feature set with NumPy integers, and a query counted from the end, is checked as it ran before
+    import numpy as np
+
+    fs = _fs(n=np.int64(3), d=np.int64(8), query_index=-1)
+    assert check_features(fs, samples=10)[:2] == check_features(_fs(), samples=10)[:2]  # all but the timings
+    # a layer given as text is the block it names
+    from mhaaudit.probes import plan_probes
+
+    assert plan_probes("image", layer="2") == plan_probes("image", layer=2)
     rank = svd_rank(X.to(torch.float8_e4m3fn), RULE)[0]
     assert int(rank) == 6
     with pytest.raises(InputError, match="NaN or infinite"):

@@ -641,6 +641,21 @@ def test_checkpoints_whose_configs_hold_the_same_nan_are_of_one_model(vit_series
     assert [c.step for c in series.checkpoints] == [1, 2]
 
 
+def test_checkpoints_whose_configs_write_one_value_two_ways_are_of_one_model(vit_series, tmp_path):
+    """A config value written as 10000 by one writer and 10000.0 by another is the same value."""
+    names = []
+    for name, theta in (("ckpt-1", "10000"), ("ckpt-2", "10000.0")):
+        shutil.copytree(vit_series / "runs" / "ckpt-100", tmp_path / name)
+        config = tmp_path / name / "config.json"
+        config.write_text(config.read_text().rstrip().removesuffix("}") + f', "rope_theta": {theta}}}')
+        names.append(tmp_path / name)
+    series = resolve_series(",".join(map(str, names)), None, ModelRequest(str(vit_series / "model")))
+    assert [c.step for c in series.checkpoints] == [1, 2]
+    # an iterator of paths (as Path.glob gives them) is a series too, in its order
+    again = resolve_series(iter(sorted(tmp_path.glob("ckpt-*"))), None, ModelRequest(str(vit_series / "model")))
+    assert [c.step for c in again.checkpoints] == [1, 2]
+
+
 def test_the_library_refuses_a_series_it_cannot_run(vit_series, no_work):
     with pytest.raises(InputError, match="a series needs checkpoints"):
         audit_series(str(vit_series / "model"))

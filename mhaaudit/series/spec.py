@@ -31,7 +31,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from .. import validate
@@ -216,9 +216,9 @@ def _items(checkpoints) -> list[str]:
     if isinstance(checkpoints, (str, os.PathLike)):
         text = os.fspath(checkpoints)
         items = [t.strip() for t in text.split(",")] if isinstance(text, str) else [""]
-    elif not isinstance(checkpoints, Sequence):
-        items = [""]  # neither a comma list nor a sequence of paths: refused below
-    else:
+    elif not isinstance(checkpoints, Iterable) or isinstance(checkpoints, (bytes, Mapping)):
+        items = [""]  # neither a comma list nor paths: refused below
+    else:  # a sequence of paths, or an iterator of them (``Path.glob``)
         items = [os.fspath(c).strip() if isinstance(c, (str, os.PathLike)) else "" for c in checkpoints]
     if not items or not all(items):
         raise InputError(
@@ -533,8 +533,9 @@ def _param(ref: CheckpointRef) -> str:
 
 def _first_difference(a: dict, b: dict) -> tuple[str, object, object] | None:
     for key in sorted(set(a) | set(b)):
-        if _canonical(a.get(key)) != _canonical(b.get(key)):  # as JSON text: a NaN equals a NaN
-            return key, a.get(key), b.get(key)
+        x, y = a.get(key), b.get(key)
+        if x != y and _canonical(x) != _canonical(y):  # equal values (10000 and 10000.0), or the same JSON (NaN)
+            return key, x, y
     return None
 
 
