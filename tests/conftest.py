@@ -113,7 +113,7 @@ def pipe_writer(*pipes):
     def serve() -> None:
         while not stop.is_set():
             for p in pipes:
-                with contextlib.suppress(OSError):  # only succeeds while a reader waits
+                with contextlib.suppress(OSError):  # a reader is always open (above), so this open returns at once
                     os.close(os.open(p, os.O_WRONLY | os.O_NONBLOCK))
             stop.wait(0.01)
 

@@ -135,6 +135,8 @@ def test_what_is_well_formed_still_works():
 
     fs = _fs(n=np.int64(3), d=np.int64(8), query_index=-1)
     assert check_features(fs, samples=10)[:2] == check_features(_fs(), samples=10)[:2]  # all but the timings
+    # any integer seeds the random head (it is taken modulo 2^64), as before
+    assert RandomAttention(8, seed=-3).W_Q.shape == (8, 8)
     # a layer given as text is the block it names
     from mhaaudit.probes import plan_probes
 

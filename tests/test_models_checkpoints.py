@@ -76,6 +76,19 @@ def test_offline_weights_error():
     assert isinstance(err, OfflineError) and "pass weights PATH" in str(err) and "vit-base" in str(err)
 
 
+def test_load_fitting_refuses_complex_values_for_real_parameters():
+    """The check of a whole state dict loaded into a module: a complex entry for a real parameter is refused
+    (``load_state_dict`` would copy its real part), a complex entry for a complex parameter is loaded."""
+    real = nn.Linear(3, 2)
+    sd = {k: v.clone() for k, v in real.state_dict().items()}
+    with pytest.raises(ModelError, match=r"^misfit: weight holds complex values, the model's are real$"):
+        checkpoints.load_fitting(real, {**sd, "weight": torch.complex(sd["weight"], sd["weight"])}, "misfit")
+    cplx = nn.Linear(3, 2, dtype=torch.complex64)
+    value = torch.complex(torch.randn(2, 3), torch.randn(2, 3))
+    checkpoints.load_fitting(cplx, {**cplx.state_dict(), "weight": value}, "misfit")
+    assert torch.equal(cplx.weight.detach(), value)
+
+
 @pytest.mark.parametrize("form", ["folder", "file.pt", "series"])
 def test_complex_weights_are_refused_not_cast_to_real(vit_dir, tmp_path, capsys, form):
     """A checkpoint whose tensors hold complex values is refused: copying them into the model's real

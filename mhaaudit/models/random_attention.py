@@ -40,7 +40,7 @@ class RandomAttention(nn.Module):
         if validate.integer("d", d, minimum=None) < 1:
             raise InputError(f"RandomAttention: width d must be positive, got {d}")
         self.d = validate.integer("d", d)
-        self.seed = validate.integer("seed", seed, minimum=0)
+        self.seed = validate.integer("seed", seed, minimum=None)  # any integer: derive_seed takes it modulo 2^64
         self.eps = float(eps)
         g = torch.Generator(device="cpu").manual_seed(derive_seed(self.seed, "random-attention"))
         for name in ("W_Q", "W_K", "W_V", "W_O"):

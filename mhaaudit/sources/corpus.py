@@ -271,10 +271,12 @@ def _read_cache(path: Path, key: str) -> Corpus | None:
     file is: anything but a regular file (a named pipe would block the read), more than
     :data:`MAX_CACHE_BYTES` once decompressed, or nested deeper than Python parses."""
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return None
-        with gzip.open(path, "rb") as handle:
-            raw = handle.read(MAX_CACHE_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a named pipe put here opens at once, then is refused
+        with open(fd, "rb") as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):  # the file opened, not a name looked up before
+                return None
+            with gzip.GzipFile(fileobj=file, mode="rb") as handle:
+                raw = handle.read(MAX_CACHE_BYTES + 1)
         if len(raw) > MAX_CACHE_BYTES:
             return None
         data = json.loads(raw.decode("utf-8"))
