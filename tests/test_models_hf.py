@@ -128,6 +128,22 @@ def test_hf_single_weights_file(vit_dir, timm_dir, tmp_path):
         load_model("vit-base", weights="trained", weights_path=str(timm_dir / "model.safetensors"), device="cpu")
 
 
+def test_a_training_checkpoint_that_wraps_its_state_dict_loads_as_the_bare_file(vit_dir, tmp_path):
+    """A ``.pt`` training checkpoint (``{"state_dict": ..., "epoch": ...}``) whose names need the library's
+    renaming loads the weights a bare file of the same state dict loads."""
+    from safetensors.torch import load_file
+
+    sd = load_file(str(vit_dir / "model.safetensors"))  # the checkpoint's names, not the modules'
+    torch.save(sd, tmp_path / "bare.pt")
+    torch.save({"state_dict": sd, "epoch": 3}, tmp_path / "wrapped.pt")
+    bare, wrapped = (
+        load_model(str(vit_dir), weights="trained", weights_path=str(tmp_path / f), device="cpu", max_layer=1)
+        for f in ("bare.pt", "wrapped.pt")
+    )
+    x = bare.preprocess(images(2))
+    torch.testing.assert_close(wrapped.capture(x, [0, 1]), bare.capture(x, [0, 1]), atol=0, rtol=0)
+
+
 def test_a_weights_file_staged_for_from_pretrained_leaves_no_folder_behind(vit_dir, tmp_path, monkeypatch):
     """A bare weights file that needs the library's renaming is staged, as a link beside its config, in a
     scratch folder of the system's temporary folder: removed once loaded, and when the load fails."""

@@ -53,6 +53,16 @@ def read_state_file(path: str) -> dict[str, torch.Tensor]:
         ModelError: when the file cannot be read (unreadable, corrupt, or a pickle beyond plain tensors), does
             not hold a dict of tensors, or holds complex values.
     """
+    return read_state(path)[0]
+
+
+def read_state(path: str) -> tuple[dict[str, torch.Tensor], bool]:
+    """The state dict of :func:`read_state_file`, and whether the file wrapped it (a training checkpoint's
+    ``{"state_dict": ..., "epoch": ...}``): such a file is not one that ``from_pretrained`` reads.
+
+    Raises:
+        ModelError: as :func:`read_state_file`.
+    """
     sd: Any  # whatever the file holds: checked below
     try:
         if path.endswith(".safetensors"):
@@ -64,9 +74,10 @@ def read_state_file(path: str) -> dict[str, torch.Tensor]:
             sd = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # unreadable or not a checkpoint
         raise ModelError(f"cannot read the checkpoint {path}: {torch_load_reason(exc)}") from exc
+    wrapped = False
     for key in ("state_dict", "model", "module"):
         if isinstance(sd, dict) and key in sd and isinstance(sd[key], dict):
-            sd = sd[key]
+            sd, wrapped = sd[key], True
     if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
         raise ModelError(f"the checkpoint {path} does not hold a state dict of tensors")
     for name, t in sd.items():
@@ -75,7 +86,7 @@ def read_state_file(path: str) -> dict[str, torch.Tensor]:
             raise ModelError(
                 f"the checkpoint {path} holds complex values ({str(name)[:80]}); a model's weights are real"
             )
-    return sd
+    return sd, wrapped
 
 
 def state_file_keys(path: str) -> list[str]:

@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from .. import phases
 from ..errors import ModelError, one_line
 from ..feature_files import torch_load_reason
 from ..staging import scratch_folder
-from .checkpoints import is_ignorable, load_fitting, read_state_file
+from .checkpoints import is_ignorable, load_fitting, read_state
 from .hf_config import _auto_config, hub_problem
 from .hub_reads import _Hub, offline_weights_error
 from .random_init import build_random, init_seed, reinit_hf, seeded
@@ -237,7 +238,7 @@ def _load_state_file(
     Raises:
         ModelError: when the file fits the model neither directly nor through ``from_pretrained``.
     """
-    sd = read_state_file(path)
+    sd, wrapped = read_state(path)
     prefix = getattr(module, "base_model_prefix", "") or ""
     own = module.state_dict()
     if prefix and not any(k in own for k in sd) and any(k.startswith(prefix + ".") for k in sd):
@@ -246,25 +247,31 @@ def _load_state_file(
         load_fitting(module, sd, f"the weights in {path} do not fit {name}")
         return module
     except ModelError as direct_error:
-        staged = _load_file_as_checkpoint(path, cfg, seed, trust_remote_code)
+        staged = _load_file_as_checkpoint(path, cfg, seed, trust_remote_code, sd if wrapped else None)
         if staged is None:
             raise direct_error
         return staged
 
 
-def _load_file_as_checkpoint(path: str, cfg: Any, seed: int, trust_remote_code: bool = False) -> nn.Module | None:
+def _load_file_as_checkpoint(
+    path: str, cfg: Any, seed: int, trust_remote_code: bool = False, unwrapped: dict | None = None
+) -> nn.Module | None:
     """Load a single weights file through ``from_pretrained`` (checkpoint key renaming, task-head
     prefixes), staged in a scratch folder beside its config (removed at the end, or by
-    ``staging.abandon`` when a signal ends the process first). None when it does not fit."""
+    ``staging.abandon`` when a signal ends the process first). ``unwrapped``: the state dict the file
+    wraps (a training checkpoint), staged in its place. None when it does not fit."""
     from transformers import AutoModel
 
     fname = "model.safetensors" if path.endswith(".safetensors") else "pytorch_model.bin"
     with scratch_folder("mhaaudit-weights-") as folder:
         tmp = str(folder)
-        try:
-            os.symlink(os.path.abspath(path), os.path.join(tmp, fname))
-        except OSError:
-            shutil.copyfile(path, os.path.join(tmp, fname))
+        if unwrapped is not None:  # the file itself is no checkpoint from_pretrained reads
+            torch.save(unwrapped, os.path.join(tmp, "pytorch_model.bin"))
+        else:
+            try:
+                os.symlink(os.path.abspath(path), os.path.join(tmp, fname))
+            except OSError:
+                shutil.copyfile(path, os.path.join(tmp, fname))
         cfg.to_json_file(os.path.join(tmp, "config.json"))
         try:
             with seeded(init_seed(seed)):
