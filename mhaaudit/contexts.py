@@ -103,7 +103,7 @@ def context_ranks(E: torch.Tensor, rule: RankRule, *, top: float | None = None):
         ``(rank, sigma_min, sigma_max, tol)``, each of length B, on ``E``'s device, in the data's units.
 
     Raises:
-        InputError: when ``E`` is not a 3-D tensor of real floating values (:func:`real_tensor`), or holds NaN
+        InputError: when ``E`` is not a 3-D tensor of real values (:func:`real_tensor`; integers too), or holds NaN
             or infinite values.
     """
     E = real_tensor(E, "context matrices", 3, "(B, n, d)", integers=True)
@@ -315,7 +315,7 @@ class ContextRanks:
         when the caller has read it (:func:`context_ranks`).
 
         Raises:
-            InputError: when the batch is not a 3-D tensor of real floating values (:func:`real_tensor`), its
+            InputError: when the batch is not a 3-D tensor of real values (:func:`real_tensor`; integers too), its
                 (n, d) differs from the first batch's, or it holds NaN or infinite values.
         """
         E = real_tensor(E, "context matrices", 3, "(B, n, d)", integers=True)
@@ -417,7 +417,7 @@ def assumption_2(E: torch.Tensor, rule: RankRule | None = None, batch_size: int 
         the evidence (rank histogram, the worst margin, the deficient examples).
 
     Raises:
-        InputError: when ``E`` is not a 3-D tensor of real floating values (:func:`real_tensor`), holds NaN or
+        InputError: when ``E`` is not a 3-D tensor of real values (:func:`real_tensor`; integers too), holds NaN or
             infinite values, or ``batch_size`` is not a positive integer.
     """
     E = real_tensor(E, "context matrices", 3, "(T, n, d)", integers=True)
