@@ -91,6 +91,12 @@ CASES = [
     ("RandomAttention-int-tokens", lambda: RandomAttention(8)(torch.ones(2, 3, 8, dtype=torch.long)), "int64"),
     ("RandomAttention-float64-tokens", lambda: RandomAttention(8)(torch.randn(2, 3, 8).double()), "float64"),
     ("RandomAttention-a-list", lambda: RandomAttention(8)([[0.0] * 8]), "got list"),
+    # the rank rule: a negative or NaN tolerance would count every singular value, or none, without a word
+    ("RankRule-negative-rtol", lambda: RankRule(rtol=-1), "rtol must be a number >= 0, got -1"),
+    ("RankRule-nan-atol", lambda: RankRule(atol=float("nan")), "atol must be a number >= 0"),
+    ("RankRule-text-rtol", lambda: RankRule(rtol="small"), "rtol must be a number >= 0"),
+    ("RankRule-zero-eps", lambda: RankRule(eps=0.0), "eps must be a number > 0"),
+    ("RankRule-for_dtype-inf", lambda: RankRule.for_dtype("float32", atol=float("inf")), "finite"),
     # the facades' arguments
     ("audit-a-number", lambda: mhaaudit.audit(123), "model must be a name"),
     ("audit-none", lambda: mhaaudit.audit(None), "model must be a name"),
@@ -135,6 +141,9 @@ def test_what_is_well_formed_still_works():
 
     fs = _fs(n=np.int64(3), d=np.int64(8), query_index=-1)
     assert check_features(fs, samples=10)[:2] == check_features(_fs(), samples=10)[:2]  # all but the timings
+    # a rule's tolerances are read as floats; one rescaled past float64's range stays infinite, as it means
+    assert RankRule(rtol=1, atol=0).rtol == 1.0 and RankRule(rtol=1).tol(2.0, 3, 3) == 2.0
+    assert RankRule(atol=1e300).in_units(-100).atol == float("inf")
     # any integer seeds the random head (it is taken modulo 2^64), as before
     assert RandomAttention(8, seed=-3).W_Q.shape == (8, 8)
     # a layer given as text is the block it names

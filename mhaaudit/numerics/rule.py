@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import threading
 from dataclasses import dataclass
 
 import torch
 
 from .. import validate
-from ..errors import Param
+from ..errors import InputError, Param
 from .pow2 import ldexp
 from .subnormals import _flushing, subnormals_kept
 from .threads import intra_op_threads
@@ -149,14 +150,33 @@ class RankRule:
 
     ``tol = max(atol, rtol * sigma_max)``; with neither given, ``rtol = max(rows, cols) * eps``
     (``eps`` of the features' dtype) and ``atol = 0``; with only ``atol > 0`` given, ``rtol = 0``.
-    These are ``torch.linalg.matrix_rank``'s semantics. Constructing checks nothing: build one with
-    :meth:`for_dtype`, which refuses a bad tolerance.
+    These are ``torch.linalg.matrix_rank``'s semantics. :meth:`for_dtype` builds the rule for a dtype.
+
+    Raises:
+        InputError: when ``rtol`` or ``atol`` is negative or not a number, or ``eps`` is not a number > 0
+            (:meth:`for_dtype` also refuses an infinite tolerance).
     """
 
     rtol: float | None = None
     atol: float | None = None
     eps: float = float(torch.finfo(torch.float32).eps)
     dtype: str = "float32"
+
+    def __post_init__(self):
+        # a negative or NaN tolerance would count every singular value, or none, as non-zero without a word;
+        # an infinite one stays possible here (in_units of a huge atol), as tol = inf means what it says
+        for name, minimum in (("rtol", 0.0), ("atol", 0.0), ("eps", None)):
+            value = getattr(self, name)
+            if value is None and name != "eps":
+                continue
+            try:
+                v = float(value)
+            except (TypeError, ValueError):
+                v = math.nan
+            if not (v >= 0.0 if minimum is not None else v > 0.0):
+                what = "a number >= 0" if minimum is not None else "a number > 0"
+                raise InputError(Param(name) + f" must be {what}, got {value!r}", value=value)
+            object.__setattr__(self, name, v)
 
     @classmethod
     def for_dtype(cls, dtype: torch.dtype | str, rtol: float | None = None, atol: float | None = None) -> RankRule:
