@@ -8,12 +8,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from rich.console import Console
+from rich.markup import escape
 from rich.segment import Segment
 from rich.text import Text
 
 from .errors import printable
 
-__all__ = ["TextConsole"]
+__all__ = ["TextConsole", "shown"]
 
 
 class TextConsole(Console):
@@ -34,3 +35,10 @@ class TextConsole(Console):
 
 
 _KEPT = "\n\t"  # what a report's own lines hold: line breaks, and tabs rich expands
+
+
+def shown(text: object) -> str:
+    r"""A name from outside (a model, a folder, a file, a checkpoint) as report markup for one line: its
+    control characters escaped, line breaks too (``\x0a``: a name cannot start a line of its own), and its
+    square brackets escaped (a name holding ``[bold]`` shows as written, not styled)."""
+    return escape(printable(str(text)))

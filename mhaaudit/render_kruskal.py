@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rich.markup import escape
 from rich.table import Table
+
+from .console import shown
 
 if TYPE_CHECKING:
     from .kruskal.results import KruskalResult, SubsetTest, Sweep
@@ -165,9 +166,7 @@ def sweep_report(sw: Sweep, marks: tuple[int, ...] = ()) -> list:
 def kruskal_report(result: KruskalResult) -> list:
     """``mhaaudit kruskal``: the tests at each size, the sweep, and the run's facts."""
     inp, tests, sw = result.inputs, list(result.tests), result.sweep
-    out: list = [
-        f"[bold]mhaaudit kruskal[/bold]: {inp.T} vectors in R^{inp.d} ({inp.dtype}) from {escape(str(inp.source))}"
-    ]
+    out: list = [f"[bold]mhaaudit kruskal[/bold]: {inp.T} vectors in R^{inp.d} ({inp.dtype}) from {shown(inp.source)}"]
     if tests:
         out.append(kruskal_table(tests))
         out += kruskal_legend(tests)

@@ -3,8 +3,9 @@ and its seed summary, laid out by attribute; :mod:`mhaaudit.render` prints it.""
 
 from __future__ import annotations
 
-from rich.markup import escape
 from rich.table import Table
+
+from .console import shown
 
 __all__ = ["fit_table", "memorize_report", "memorize_table", "seed_summary_table"]
 
@@ -103,5 +104,5 @@ def memorize_report(grid) -> list:
             )
     for what, path in (("results", grid.out), ("plot", grid.plot)):
         if path:
-            items.append(escape(f"{what}: {path}"))
+            items.append(shown(f"{what}: {path}"))
     return items

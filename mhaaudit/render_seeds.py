@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .check_words import CHECK_TITLES
+from .console import shown
 from .errors import Param
 
 __all__ = ["seeds_report"]
@@ -136,7 +137,7 @@ def _reproduce_table(result) -> Table:
         against = s.against_paper
         inside = {True: "inside", False: "outside", None: "-"}[against.inside if against is not None else None]
         t.add_row(
-            escape(str(cell.model)),
+            shown(cell.model),
             escape(str(cell.column)),
             escape(str(what)),
             _num(cell.k),
@@ -151,7 +152,7 @@ def _reproduce_table(result) -> Table:
 def seeds_report(result) -> list:
     """The tables and lines of a several-seed run."""
     items: list = [escape(f"{result.command}: {result.plan.describe()}.")]
-    items += [f"note: {escape(n)}" for n in result.notes[1:]]
+    items += [f"note: {shown(n)}" for n in result.notes[1:]]
     if result.command == "reproduce":
         items.append(_reproduce_table(result))
     elif any(s.cell.check != "sweep_estimate" for s in result.summaries):

@@ -15,6 +15,7 @@ import json
 import os
 import pty
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -226,6 +227,27 @@ def test_names_read_from_files_reach_the_terminal_escaped(tmp_path, vit_dir):
         rc, out, err = in_terminal(args, **run_in)
         assert rc == 2 and out == b"", err
         assert _raw_escapes(err) == [] and SHOWN in err and err.count(b"Error: ") == 1, err
+
+
+def test_a_name_cannot_start_a_line_of_the_report_or_style_it(capsys, monkeypatch, tmp_path, vit_dir, image_dir):
+    """A model folder or a features file whose name holds a line break and rich markup is shown as written, on
+    one line: in the table's title, the weights line and the kruskal report; nothing it holds starts a line."""
+    name = "m[bold]x\nGeneral Position: holds everywhere"
+    shutil.copytree(vit_dir, tmp_path / name)
+    np.save(tmp_path / f"{name}.npy", np.random.default_rng(0).standard_normal((30, 6)))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "400")
+    shown = "m[bold]x\\x0aGeneral Position: holds everywhere"
+    for args in (
+        ["check", name, "--data", image_dir, "--limit", 24, "--samples", 20, "--variants", "trained"],
+        ["kruskal", f"{name}.npy", "--k", 3, "--samples", 20],
+    ):
+        rc, out, err = run(capsys, *args)
+        assert rc == 0, err
+        assert not [x for x in out.splitlines() if x.lstrip(" │").startswith("General Position: holds")], out
+        said = [x for x in out.splitlines() if shown in x]
+        assert len(said) >= (2 if args[0] == "check" else 1), out  # the title and the weights line
+    assert out.splitlines()[0].startswith(f"mhaaudit kruskal: 30 vectors in R^6 (float64) from {shown}.npy")
 
 
 # --------------------------------------------------------------------------- --format x --out

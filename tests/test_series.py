@@ -266,6 +266,29 @@ def test_the_report_names_the_changes_and_the_repeated_checkpoint(vit_series, im
     assert "Reference" not in out  # no random column asked for: nothing audited once
 
 
+def test_checkpoint_names_with_line_breaks_cannot_forge_report_lines(
+    vit_series, image_dir, capsys, monkeypatch, tmp_path
+):
+    """A checkpoint folder's name is shown escaped wherever the report names it: a line break (or ESC) in it
+    cannot start a line of its own, in the table, the changes, the identical checkpoints or the series."""
+    forged = "ckpt\nGeneral Position (trained, layer 1): holds everywhere\x1b[2J"
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for src in ("ckpt-100", "ckpt-200", "ckpt-300"):  # 300 repeats 200
+        shutil.copytree(vit_series / "runs" / src, runs / f"{forged}-step-{src[5:]}")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "400")
+    args = ("check", vit_series / "model", "--data", image_dir, *VIT_RUN, "--variants", "trained")
+    rc, out, err = run(capsys, *args, "--checkpoints", "runs/*")
+    assert rc == 0, err
+    assert "\x1b" not in out and "\x1b" not in err
+    for text in (out, err):
+        starts = [x.lstrip(" │|") for x in text.splitlines()]
+        assert not [x for x in starts if x.startswith("General Position (trained, layer 1): holds everywhere")]
+    assert "runs/ckpt\\x0aGeneral Position" in out  # shown as what it is
+    assert "byte-identical to those of runs/ckpt\\x0aGeneral" in out  # the repeated checkpoint's line too
+
+
 def test_a_text_series_from_a_list_in_python(gpt_series, monkeypatch):
     """``audit_series`` with a list of folders (GPT-2, depths 0 and 1): the library's result, its trend,
     its changes, and each checkpoint equal to ``audit(weights=...)``; read back from JSON and parquet.

@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..check_words import CHECK_MEANING, REGISTRY
+from ..console import shown
 from ..render_kruskal import (
     WHOLE_SET_LEGEND,
     sweep_lines,
@@ -32,7 +33,8 @@ def audit_table(result) -> Table:
     cols = result.columns
     T, asked = _T(result), result.settings.limit
     short = f" ({asked} asked; the data gave no more)" if T is not None and asked and T < asked else ""
-    title = f"{result.model}: {info.family} ({info.backend}), n = {info.n}, d = {info.d}, T = {T} examples{short}"
+    model = shown(result.model)
+    title = f"{model}: {info.family} ({info.backend}), n = {info.n}, d = {info.d}, T = {T} examples{short}"
     t = Table(title=title, title_justify="left", show_lines=True)
     t.add_column("check")
     for c in cols:
@@ -116,7 +118,7 @@ def unavailable_lines(result) -> list[str]:
         if c.status != "ok":
             unavailable.setdefault(c.reason, []).append(c.probe.variant)
     return [
-        f"[yellow]{escape(', '.join(variants))} unavailable[/yellow]: {escape(reason)}"
+        f"[yellow]{escape(', '.join(variants))} unavailable[/yellow]: {shown(reason)}"
         for reason, variants in unavailable.items()
     ]
 
@@ -135,20 +137,20 @@ def evidence_lines(result) -> list[str]:
     lines += _data_lines(result)
     for c in result.columns:
         if c.status == "ok":
-            lines.append(f"  {c.probe.variant}: {c.probe.describe()}; weights: {c.weights_source}")
+            lines.append(f"  {c.probe.variant}: {escape(c.probe.describe())}; weights: {shown(c.weights_source)}")
             lines += loading_lines(c.weights_read)
     lines += loading_lines(None, s)
     for note in result.notes:
-        lines.append(f"  note: {note}")
+        lines.append(f"  note: {shown(note)}")
     return lines + time_lines(result.timings, [(c.probe.variant, c.timings) for c in result.columns])
 
 
 def _data_lines(result) -> list[str]:
     """The data read, the inputs skipped and the image policy."""
-    lines = [escape(f"  data: {result.data}")]
+    lines = [f"  data: {shown(result.data)}"]
     skips = getattr(result, "skips", None)
     if skips:
-        lines.append(escape(f"  skipped inputs: {describe_skips(skips.as_dict())}"))
+        lines.append(f"  skipped inputs: {shown(describe_skips(skips.as_dict()))}")
     elif result.skipped:
         lines.append(f"  skipped inputs: {result.skipped}")
     if getattr(result, "image_policy", ""):
@@ -205,7 +207,8 @@ def depth_tables(result) -> list[Table]:
     for weights in dict.fromkeys(c.probe.init for c in result.columns):
         cols = [c for c in result.columns if c.probe.init == weights]
         t = Table(
-            title=f"{result.model}: depth profile, {weights} weights (n = {info.n}, d = {info.d}, T = {_T(result)})",
+            title=f"{shown(result.model)}: depth profile, {weights} weights "
+            f"(n = {info.n}, d = {info.d}, T = {_T(result)})",
             title_justify="left",
         )
         t.add_column("layer", justify="right")
@@ -236,7 +239,7 @@ def audit_report(result, *, save_features=None, out=None, plot=None) -> list:
     if save_features is not None:
         written.append(f"{save_features}/<variant>/")
     if written:
-        items.append(escape(f"Wrote {', '.join(written)}"))
+        items.append(f"Wrote {shown(', '.join(written))}")
     return items
 
 

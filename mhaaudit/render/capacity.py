@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 from rich.table import Table
 
+from ..console import shown
 from ..errors import Param
 from ..render_kruskal import (
     verdict_text,
@@ -22,7 +23,7 @@ def capacity_table(result) -> Table:
     """One row per column and head count h, from the result's records."""
     info, s = result.info, result.settings
     title = (
-        f"{result.model}: memorisation capacity of the attention of block {s.layer} "
+        f"{shown(result.model)}: memorisation capacity of the attention of block {s.layer} "
         f"(n = {info.n}, d = {info.d}, H = {info.num_heads}, d_h = {s.head_dim}; "
         f"{s.attention} key/query weights" + ("; shared context" if s.shared_context else "") + ")"
     )
@@ -63,7 +64,7 @@ def capacity_bound_lines(result) -> list[str]:
     ]
     for c in result.columns:
         if c.status != "ok":
-            lines.append(f"  [yellow]{c.variant} unavailable[/yellow]: {escape(c.reason)}")
+            lines.append(f"  [yellow]{c.variant} unavailable[/yellow]: {shown(c.reason)}")
             continue
         a = c.assumptions
         b = c.bounds[max(c.bounds)]
@@ -84,9 +85,9 @@ def capacity_bound_lines(result) -> list[str]:
             )
             if a.kruskal_estimate is not None:
                 lines.append(escape(f"    Kruskal-rank estimate k = {a.kruskal_estimate}: {a.estimate_note}"))
-            lines.append(escape(f"    assumptions {a.source}"))
+            lines.append(shown(f"    assumptions {a.source}"))
         for note in b.notes[1:]:
-            lines.append(escape(f"    note: {note}"))
+            lines.append(shown(f"    note: {note}"))
         if a is not None and a.kruskal_estimate == 1 and s.layer == 1:
             lines.append(
                 escape(
@@ -146,7 +147,7 @@ def capacity_evidence_lines(result) -> list[str]:
     s = result.settings
     lines = [
         "[bold]Evidence[/bold]",
-        escape(f"  tokens: {s.tokens}; query = token {result.info.query_index}; data: {result.data}"),
+        shown(f"  tokens: {s.tokens}; query = token {result.info.query_index}; data: {result.data}"),
         escape(f"  Z rank rule: {s.z_tolerance}"),
         escape(f"  assumption rank rule: {s.assumption_tolerance}"),
     ]
@@ -158,7 +159,7 @@ def capacity_evidence_lines(result) -> list[str]:
     for c in result.columns:
         lines += loading_lines(c.weights_read, label=f"{c.variant} weights ")
     lines += loading_lines(None, s)
-    lines += [escape(f"  note: {note}") for note in result.notes]
+    lines += [shown(f"  note: {note}") for note in result.notes]
     return lines + time_lines(result.timings, [(c.variant, c.timings) for c in result.columns])
 
 
@@ -172,7 +173,7 @@ def capacity_report(result, *, out=None, plot=None) -> list:
     ]
     written = [str(p) for p in (out, plot) if p is not None]
     if written:
-        items.append(escape(f"Wrote {', '.join(written)}"))
+        items.append(shown(f"Wrote {', '.join(written)}"))
     return items
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from rich.console import Console
 from rich.markup import escape
 
-from ..console import TextConsole
+from ..console import TextConsole, shown
 from ..display import text_width
 from ..facts import AuditSettings, CapacitySettings, ModelFacts, ReadFacts, meta_value, weights_read_text
 from ..facts import positions_note as family_positions_note
@@ -110,7 +110,7 @@ def loading_lines(
     read: ReadFacts | None, settings: AuditSettings | CapacitySettings | None = None, label: str = ""
 ) -> list[str]:
     """What loading the trained weights read, and the batch size when it was chosen automatically."""
-    lines = [escape(f"    {label}{weights_read_text(meta_value(read))}")] if read else []
+    lines = [shown(f"    {label}{weights_read_text(meta_value(read))}")] if read else []
     how = settings.batch_size_choice if settings is not None else None
     if settings is not None and how not in (None, "given"):
         lines.append(escape(f"  batch size: {settings.batch_size} (auto: {how})"))

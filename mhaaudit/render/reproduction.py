@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..check_words import CHECK_TITLES
+from ..console import shown
 from .common import print_report
 
 if TYPE_CHECKING:
@@ -92,14 +93,14 @@ def reproduction_report(result, written: Sequence[str] = ()) -> list:
         table,
         f"{counts['match']} match, {counts['differs']} differ, {counts['undetermined']} undetermined, "
         f"{counts['unavailable']} unavailable, of {len(result.comparisons)} published values "
-        f"(source: {escape(result.source)}). k: the paper's / ours where they differ.",
+        f"(source: {shown(result.source)}). k: the paper's / ours where they differ.",
     ]
     if reasons:
         items.append("[bold]Why they differ[/bold] (from this run's records)")
         items += [f"  {line}" for line in reasons]
     items.append("[bold]This run[/bold]")
     items += [f"  {escape(line)}" for line in result.setting]
-    items += [f"  note: {escape(note)}" for note in dict.fromkeys(result.notes)]
+    items += [f"  note: {shown(note)}" for note in dict.fromkeys(result.notes)]
     parts = [f"{k} {v:.1f} s" for k, v in result.timings.items() if isinstance(v, (int, float)) and k != "total"]
     for what, sub in result.timings.items():
         if isinstance(sub, dict):
@@ -110,7 +111,7 @@ def reproduction_report(result, written: Sequence[str] = ()) -> list:
         "Clopper-Pearson intervals); dependent subsets, rank ceilings and context-rank counts are proofs."
     )
     if written:
-        items.append(escape(f"Wrote {', '.join(written)}"))
+        items.append(shown(f"Wrote {', '.join(written)}"))
     return items
 
 

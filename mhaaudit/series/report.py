@@ -6,10 +6,10 @@ before it. Renderers only: every number and every change is one the result gives
 
 from __future__ import annotations
 
-from rich.markup import escape
 from rich.table import Table
 
 from ..checks import REGISTRY
+from ..console import shown
 from ..render import audit_table, meaning_lines
 from ..render_kruskal import verdict_text
 from ..sizes import human_bytes
@@ -72,7 +72,7 @@ def trend_tables(result) -> list[Table]:
     for (variant, layer), cells in columns.items():
         swept = any(p.check == ESTIMATE for p in cells)
         t = Table(
-            title=f"{escape(result.model)}: {escape(variant)} (layer {layer}) at each checkpoint{seeds}",
+            title=f"{shown(result.model)}: {shown(variant)} (layer {layer}) at each checkpoint{seeds}",
             title_justify="left",
         )
         t.add_column("#", justify="right")
@@ -87,7 +87,7 @@ def trend_tables(result) -> list[Table]:
             rows.setdefault(str(p.checkpoint), {})[p.check] = p
         for name, row in rows.items():
             p0 = next(iter(row.values()))
-            label = escape(name) + (f"\n[dim](identical to {escape(p0.identical_to)})[/dim]" if p0.identical_to else "")
+            label = shown(name) + (f"\n[dim](identical to {shown(p0.identical_to)})[/dim]" if p0.identical_to else "")
             out = [str(p0.order), label, _number(p0.step)]
             out += [_cell(row[c]) if c in row else "-" for c in REGISTRY]
             if swept:
@@ -101,7 +101,7 @@ def change_lines(result) -> list[str]:
     """The first change of each check's verdict and exact status, one line each; a check without any says so."""
     changes = result.changes()
     lines = ["[bold]Changes[/bold] (from each checkpoint to the next)"]
-    lines += [f"  {escape(c.line())}" for c in changes]
+    lines += [f"  {shown(c.line())}" for c in changes]
     changed = {(c.variant, c.layer, c.check) for c in changes}
     still = sorted(
         {(p.variant, p.layer, p.check) for p in result.trend() if p.check != ESTIMATE} - changed,
@@ -110,7 +110,7 @@ def change_lines(result) -> list[str]:
     done = len(result.done())
     for variant, layer, check in still:
         lines.append(
-            f"  {REGISTRY[check].title} ({escape(variant)}, layer {layer}): no change of verdict or exact status over "
+            f"  {REGISTRY[check].title} ({shown(variant)}, layer {layer}): no change of verdict or exact status over "
             f"the {done} checkpoint{'s' if done != 1 else ''}"
         )
     return lines
@@ -127,7 +127,7 @@ def identical_lines(result) -> list[str]:
             else f"the {d.tensors} tensors the audit reads ({human_bytes(d.bytes)}) are"
         )
         lines.append(
-            escape(
+            shown(
                 f"  {c.checkpoint.label}: {what} "
                 f"byte-identical to those of {c.identical_to} (SHA-256 {d.sha256[:16]}...): not audited again; its "
                 f"records are those of {c.same_as}"
@@ -154,8 +154,8 @@ def series_lines(result) -> list[str]:
                 f"; read {human_bytes(read.bytes_read)} of {human_bytes(read.bytes_total)} ({read.method}, "
                 f"{read.stored_dtype})"
             )
-        lines.append(escape(said))
-    lines += [f"  note: {escape(n)}" for n in result.notes]
+        lines.append(shown(said))
+    lines += [f"  note: {shown(n)}" for n in result.notes]
     if result.timings:
         lines.append("  time: " + ", ".join(f"{k} {v:.1f} s" for k, v in result.timings.items()))
     return lines
