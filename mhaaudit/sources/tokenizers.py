@@ -12,13 +12,13 @@ import functools
 import hashlib
 import importlib
 import importlib.util
-import os
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..staging import atomic_path
 from ._common import cache_dir
 
 __all__ = ["FallbackTokenizer", "offline_tokenizer"]
@@ -131,9 +131,8 @@ def _gpt2_bpe() -> tuple[Any, str] | None:
     for source, target in (("encoder.json", "vocab.json"), ("vocab.bpe", "merges.txt")):
         src, dst = data / source, folder / target
         if not dst.is_file() or dst.stat().st_size != src.stat().st_size:
-            tmp = folder / f".{target}.{os.getpid()}.tmp"
-            shutil.copyfile(src, tmp)
-            os.replace(tmp, dst)
+            with atomic_path(dst, now=True) as tmp:  # a new temporary file: a link planted beside dst is not followed
+                shutil.copyfile(src, tmp)
     # transformers 5 exports this name lazily (an alias of GPT2Tokenizer), so its stubs do not list it
     from transformers import GPT2TokenizerFast  # type: ignore[attr-defined]
 
