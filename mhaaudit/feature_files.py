@@ -22,7 +22,7 @@ from numpy.lib import format as npy_format
 from . import hostmem
 from .documents import METADATA_KEY
 from .errors import InputError, MhaauditError, Param
-from .files import arrow_source, regular_file
+from .files import arrow_source, native_name, regular_file
 
 FEATURE_EXTENSIONS = (".npy", ".pt", ".pth", ".safetensors", ".parquet")
 # The largest safetensors header read (the safetensors library refuses larger ones too).
@@ -317,7 +317,7 @@ def _map_safetensors(p: Path, key: str | None) -> MappedArray | None:
     checks the header first; the data offset is the header's."""
     from safetensors import safe_open
 
-    with safe_open(str(p), framework="np") as f:
+    with native_name(p) as name, safe_open(name, framework="np") as f:  # a name it takes, whatever bytes p holds
         names = list(f.keys())
     if key is None and len(names) == 1:
         key = names[0]
@@ -512,7 +512,8 @@ def _read_safetensors(p: Path, key: str | None) -> tuple[torch.Tensor | MappedAr
         return mapped, f"{p} (safetensors{', ' + repr(key) if key else ''}, memory-mapped)"
     from safetensors.torch import load_file
 
-    tensors = load_file(str(p))
+    with native_name(p) as name:
+        tensors = load_file(name)
     return _pick(tensors, key, p), f"{p} (safetensors{', ' + repr(key) if key else ''})"
 
 

@@ -142,6 +142,28 @@ def arrow_source(path: str | os.PathLike) -> Iterator[Any]:
         yield f
 
 
+@contextlib.contextmanager
+def native_name(path: str | os.PathLike) -> Iterator[str]:
+    """A name of the file ``path`` that a native reader (safetensors' ``safe_open``, which takes names only as
+    UTF-8) can open while this context lasts: the name itself when it is UTF-8, else the name of the file
+    opened through Python in ``/proc/self/fd`` (or ``/dev/fd``), the same file, whatever bytes its name holds.
+    Where neither exists, the name as it is (the reader then refuses it in its own words). Opening raises
+    what :func:`open` raises."""
+    name = os.fspath(path)
+    if arrow_takes_name(name):
+        yield str(name)
+        return
+    folder = next((f for f in ("/proc/self/fd", "/dev/fd") if os.path.isdir(f)), None)
+    if folder is None:  # pragma: no cover - every POSIX system this runs on has one of them
+        yield str(name)
+        return
+    fd = os.open(name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        yield f"{folder}/{fd}"
+    finally:
+        os.close(fd)
+
+
 def arrow_takes_name(path: str | os.PathLike) -> bool:
     """Whether pyarrow can open the file ``path`` by its name: a name that is not UTF-8 (undecodable
     bytes, which Python holds as lone surrogates) it cannot."""

@@ -290,6 +290,29 @@ def test_parquet_and_arrow_inputs_with_names_of_any_bytes_are_read(tmp_path, cap
     assert list(table_of(tmp_path / f"a{odd}.arrow").values("text")) == ["three"]
 
 
+def test_safetensors_inputs_with_names_of_any_bytes_are_read(tmp_path):
+    """safetensors' readers take only UTF-8 names: a features file whose name is not UTF-8 is read all the same,
+    memory-mapped (float32) or read whole (bfloat16), and a checkpoint file's tensors and names too."""
+    from safetensors.torch import save_file
+
+    from mhaaudit.models.checkpoints import read_state_file, state_file_keys
+
+    odd = os.fsdecode(b"\xff")
+    x = torch.randn(12, 3)
+    for dtype, how in ((torch.float32, "memory-mapped"), (torch.bfloat16, ")")):
+        save_file({"queries": x.to(dtype)}, str(tmp_path / "f.safetensors"))
+        os.rename(tmp_path / "f.safetensors", tmp_path / f"f{odd}.safetensors")
+        t, desc = read_array(tmp_path / f"f{odd}.safetensors")
+        values = torch.from_numpy(np.array(t.array)) if dtype == torch.float32 else t  # a map, or the tensor read
+        assert torch.equal(values.to(dtype), x.to(dtype)) and how in desc
+    sd = {"w": torch.randn(2, 3), "b": torch.zeros(2)}
+    save_file(sd, str(tmp_path / "c.safetensors"))
+    os.rename(tmp_path / "c.safetensors", tmp_path / f"c{odd}.safetensors")
+    got = read_state_file(str(tmp_path / f"c{odd}.safetensors"))
+    assert set(got) == set(sd) and all(torch.equal(got[k], sd[k]) for k in sd)
+    assert sorted(state_file_keys(str(tmp_path / f"c{odd}.safetensors"))) == ["b", "w"]
+
+
 def test_key_with_nothing_to_choose_is_refused(tmp_path):
     x = torch.randn(4, 3)
     np.save(tmp_path / "x.npy", x.numpy())

@@ -289,6 +289,34 @@ def test_checkpoint_names_with_line_breaks_cannot_forge_report_lines(
     assert "byte-identical to those of runs/ckpt\\x0aGeneral" in out  # the repeated checkpoint's line too
 
 
+def test_model_and_checkpoint_folders_with_names_of_any_bytes_are_read(
+    vit_series, image_dir, capsys, monkeypatch, tmp_path
+):
+    """safetensors takes only UTF-8 names: a model folder and a series of checkpoints in a folder whose name is not
+    UTF-8 give the records of the same folders under a UTF-8 name."""
+    odd = os.fsdecode(b"\xff")
+    monkeypatch.chdir(tmp_path)
+    got = {}
+    for name in ("plain", f"odd{odd}"):
+        for src in ("ckpt-100", "ckpt-400"):
+            shutil.copytree(vit_series / "runs" / src, tmp_path / name / "runs" / src)
+        shutil.copytree(vit_series / "model", tmp_path / name / "model")
+        base = ("--data", image_dir, *VIT_RUN, "--variants", "trained", "--format", "json")
+        rc, out, err = run(capsys, "check", f"{name}/model", *base)
+        assert rc == 0, err
+        rc, series, err = run(capsys, "check", f"{name}/model", *base, "--checkpoints", f"{name}/runs/ckpt-*")
+        assert rc == 0, err
+        got[name] = (
+            json.loads(out)["records"],
+            [_own(json.loads(series)["records"], c) for c in (f"{name}/runs/ckpt-100", f"{name}/runs/ckpt-400")],
+        )
+    for single, steps in [got["plain"], got[f"odd{odd}"]]:
+        assert single and all(steps)
+    strip = lambda rs: [{k: v for k, v in r.items() if k != "model"} for r in rs]  # noqa: E731
+    assert strip(got["plain"][0]) == strip(got[f"odd{odd}"][0])
+    assert [strip(x) for x in got["plain"][1]] == [strip(x) for x in got[f"odd{odd}"][1]]
+
+
 def test_a_text_series_from_a_list_in_python(gpt_series, monkeypatch):
     """``audit_series`` with a list of folders (GPT-2, depths 0 and 1): the library's result, its trend,
     its changes, and each checkpoint equal to ``audit(weights=...)``; read back from JSON and parquet.

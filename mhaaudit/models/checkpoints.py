@@ -17,6 +17,7 @@ from torch import nn
 
 from ..errors import ModelError
 from ..feature_files import dense_values, safetensors_header, torch_load_reason
+from ..files import native_name
 from .hub_reads import offline_weights_error as offline_weights_error
 
 __all__ = [
@@ -69,7 +70,8 @@ def read_state(path: str) -> tuple[dict[str, torch.Tensor], bool]:
             from safetensors.torch import load_file
 
             safetensors_header(path)  # its stated length checked against the file before anything is read
-            sd = load_file(path)
+            with native_name(path) as name:  # a name load_file takes, whatever bytes the file's own holds
+                sd = load_file(name)
         else:
             sd = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # unreadable or not a checkpoint
@@ -95,7 +97,7 @@ def state_file_keys(path: str) -> list[str]:
         try:
             from safetensors import safe_open
 
-            with safe_open(path, framework="pt") as fh:
+            with native_name(path) as name, safe_open(name, framework="pt") as fh:
                 return list(fh.keys())
         except Exception:  # noqa: BLE001
             return []

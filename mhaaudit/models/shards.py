@@ -37,7 +37,7 @@ from ..errors import InputError, ModelError, OfflineError, Param, one_line
 from ..facts import ReadFacts
 from ..facts import weights_read_text as weights_read_text
 from ..feature_files import safetensors_header
-from ..files import folder_files, inside, read_json
+from ..files import folder_files, inside, native_name, read_json
 from ..sizes import human_bytes
 
 __all__ = [
@@ -407,15 +407,16 @@ def _file_header(path: str) -> tuple[list[str], int]:
 def _opened(path: str, where: str) -> Iterator:
     from safetensors import safe_open
 
-    try:
-        fh = safe_open(path, framework="pt", device="cpu")
-    except Exception as exc:  # unreadable, truncated or not safetensors
-        raise ModelError(
-            f"cannot read {os.path.basename(path)} of the checkpoint {where}, which holds tensors the "
-            f"audit needs: {one_line(exc, 160)}"
-        ) from exc
-    with fh:
-        yield fh
+    with contextlib.ExitStack() as stack:
+        try:  # by a name safe_open takes, whatever bytes the file's own name holds
+            fh = safe_open(stack.enter_context(native_name(path)), framework="pt", device="cpu")
+        except Exception as exc:  # unreadable, truncated or not safetensors
+            raise ModelError(
+                f"cannot read {os.path.basename(path)} of the checkpoint {where}, which holds tensors the "
+                f"audit needs: {one_line(exc, 160)}"
+            ) from exc
+        with fh:
+            yield fh
 
 
 # ------------------------------------------------------------------ the hub
