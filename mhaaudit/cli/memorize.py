@@ -145,7 +145,7 @@ def memorize(
 
     paper-fig2c: d_h in 10,16,...,64; H=30; n=32; T in 2000,5000,10000.
 
-    cpu: H in 1,2,4,8; n=32; T in 500,1000; at most 6000 steps (a few minutes on 2 cores).
+    cpu: H in 1,2,4,8; n=32; T in 500,1000; at most 6000 steps (about a minute on 2 cores).
 
     Without --epochs/--max-steps each point trains max(500 epochs, 50k steps), as in the paper.
     Appendix H's saturation study: --heads 4 --n 32 --sizes 550 --saturation.

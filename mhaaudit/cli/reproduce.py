@@ -111,7 +111,7 @@ def reproduce(
         str | None,
         typer.Option(
             "--preset",
-            help="figure2: the memorize grid (default cpu: minutes on a laptop; paper-fig2a is the paper's).",
+            help="figure2: the memorize grid (default cpu: about a minute on 2 cores; paper-fig2a is the paper's).",
         ),
     ] = None,
     values: Annotated[
