@@ -144,9 +144,10 @@ def arrow_source(path: str | os.PathLike) -> Iterator[Any]:
 
 @contextlib.contextmanager
 def native_name(path: str | os.PathLike) -> Iterator[str]:
-    """A name of the file ``path`` that a native reader (safetensors' ``safe_open``, which takes names only as
-    UTF-8) can open while this context lasts: the name itself when it is UTF-8, else the name of the file
-    opened through Python in ``/proc/self/fd`` (or ``/dev/fd``), the same file, whatever bytes its name holds.
+    """A name of the file or folder ``path`` that a native reader (safetensors' ``safe_open``, the tokenizers
+    library: they take names only as UTF-8) can open while this context lasts: the name itself when it is UTF-8,
+    else the name of the file or folder opened through Python in ``/proc/self/fd`` (or ``/dev/fd``), the same
+    one, whatever bytes its name holds (a folder's files are found under it).
     Where neither exists, the name as it is (the reader then refuses it in its own words). Opening raises
     what :func:`open` raises."""
     name = os.fspath(path)

@@ -317,6 +317,22 @@ def test_model_and_checkpoint_folders_with_names_of_any_bytes_are_read(
     assert [strip(x) for x in got["plain"][1]] == [strip(x) for x in got[f"odd{odd}"][1]]
 
 
+def test_a_text_model_folder_whose_name_is_not_utf8_is_fed_its_own_tokenizer(gpt_series, tmp_path):
+    """The tokenizers library takes only UTF-8 names: a trained GPT-2 folder whose name is not UTF-8 is read with
+    its own tokenizer, and gives the records of the same folder under a UTF-8 name."""
+    from mhaaudit import audit
+
+    root, names = gpt_series
+    odd = tmp_path / os.fsdecode(b"gpt\xfd")
+    shutil.copytree(names[1], odd)
+    run_kw = dict(data=str(root / "docs.jsonl"), variants=["trained"], **GPT_RUN)
+    plain, other = audit(names[1], **run_kw), audit(str(odd), **run_kw)
+    assert not [n for n in other.notes if "tokenizer" in str(n)]  # its own, not the offline fallback
+    assert plain.records() and [r | {"model": ""} for r in plain.records()] == [
+        r | {"model": ""} for r in other.records()
+    ]
+
+
 def test_a_text_series_from_a_list_in_python(gpt_series, monkeypatch):
     """``audit_series`` with a list of folders (GPT-2, depths 0 and 1): the library's result, its trend,
     its changes, and each checkpoint equal to ``audit(weights=...)``; read back from JSON and parquet.

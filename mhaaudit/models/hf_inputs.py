@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import torch
 
 from ..errors import ModelError
+from ..files import native_name
 from .families import Family, family_of
 from .hub_reads import _Hub
 
@@ -39,8 +41,9 @@ def load_tokenizer(candidates: list[str], hub: _Hub | None = None) -> object | N
         # A folder without vocabulary files would give a nearly empty tokenizer, silently.
         if local and not any(os.path.exists(os.path.join(src, f)) for f in _TOKENIZER_FILES):
             continue
-        try:
-            tok = AutoTokenizer.from_pretrained(src, **(hub or _Hub()).kwargs(local))
+        try:  # a folder by a name the tokenizers library takes, whatever bytes its own name holds
+            with native_name(src) if local else contextlib.nullcontext(src) as name:
+                tok = AutoTokenizer.from_pretrained(name, **(hub or _Hub()).kwargs(local))
         except Exception:  # noqa: BLE001 - a missing tokenizer is not an error here
             continue
         try:
@@ -69,7 +72,8 @@ def image_transform(
         try:
             from transformers import AutoImageProcessor
 
-            proc = AutoImageProcessor.from_pretrained(source, **(hub or _Hub()).kwargs(local))
+            with native_name(source) if local else contextlib.nullcontext(source) as name:
+                proc = AutoImageProcessor.from_pretrained(name, **(hub or _Hub()).kwargs(local))
             break
         except Exception:  # noqa: BLE001 - fall back to the config values
             proc = None
