@@ -72,8 +72,7 @@ def image_transform(
         try:
             from transformers import AutoImageProcessor
 
-            with native_name(source) if local else contextlib.nullcontext(source) as name:
-                proc = AutoImageProcessor.from_pretrained(name, **(hub or _Hub()).kwargs(local))
+            proc = AutoImageProcessor.from_pretrained(source, **(hub or _Hub()).kwargs(local))
             break
         except Exception:  # noqa: BLE001 - fall back to the config values
             proc = None
