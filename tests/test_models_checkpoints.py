@@ -89,6 +89,30 @@ def test_load_fitting_refuses_complex_values_for_real_parameters():
     assert torch.equal(cplx.weight.detach(), value)
 
 
+@pytest.mark.parametrize("form", ["safetensors", "pt"])
+def test_a_complex_tensor_the_model_never_loads_is_no_reason_to_refuse(vit_dir, tmp_path, capsys, form):
+    """A checkpoint file may hold tensors the model has no parameter for (a training run's buffers); one of complex
+    values among them is left alone, and the audit is that of the same file without it."""
+    import json
+
+    from clitools import run
+    from safetensors.torch import load_file, save_file
+
+    sd = load_file(str(vit_dir / "model.safetensors"))
+    extra = {**sd, "rotary.freqs_cis": torch.polar(torch.ones(4, 2), torch.randn(4, 2))}
+    records = []
+    for i, state in enumerate((sd, extra)):
+        path = tmp_path / f"w{i}.{form}"
+        save_file(state, str(path)) if form == "safetensors" else torch.save(state, path)
+        rc, out, err = run(
+            capsys, "check", vit_dir, "--weights", path, "--variants", "trained", "--limit", 20, "--samples", 10,
+            "--device", "cpu", "--format", "json",
+        )  # fmt: skip
+        assert rc == 0, err
+        records.append(json.loads(out)["records"])
+    assert records[0] and records[0] == records[1]
+
+
 @pytest.mark.parametrize("form", ["folder", "file.pt", "series"])
 def test_complex_weights_are_refused_not_cast_to_real(vit_dir, tmp_path, capsys, form):
     """A checkpoint whose tensors hold complex values is refused: copying them into the model's real

@@ -51,8 +51,9 @@ def read_state_file(path: str) -> dict[str, torch.Tensor]:
     A checkpoint that wraps its state dict (``state_dict``, ``model``, ``module``) is unwrapped.
 
     Raises:
-        ModelError: when the file cannot be read (unreadable, corrupt, or a pickle beyond plain tensors), does
-            not hold a dict of tensors, or holds complex values.
+        ModelError: when the file cannot be read (unreadable, corrupt, or a pickle beyond plain tensors), or does
+            not hold a dict of tensors. Complex values are the loader's to refuse where a real parameter would take
+            them (:func:`load_fitting`): a tensor the model never loads may be anything.
     """
     return read_state(path)[0]
 
@@ -84,10 +85,6 @@ def read_state(path: str) -> tuple[dict[str, torch.Tensor], bool]:
         raise ModelError(f"the checkpoint {path} does not hold a state dict of tensors")
     for name, t in sd.items():
         dense_values(t, f"the checkpoint {path}, {str(name)[:80]}", ModelError)
-        if t.is_complex():  # a model's weights are real: loading would drop the imaginary part
-            raise ModelError(
-                f"the checkpoint {path} holds complex values ({str(name)[:80]}); a model's weights are real"
-            )
     return sd, wrapped
 
 

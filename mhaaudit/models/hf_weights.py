@@ -247,7 +247,16 @@ def _load_state_file(
         load_fitting(module, sd, f"the weights in {path} do not fit {name}")
         return module
     except ModelError as direct_error:
-        staged = _load_file_as_checkpoint(path, cfg, seed, trust_remote_code, sd if wrapped else None)
+        odd = [k for k, v in sd.items() if v.is_complex()]
+        # from_pretrained would cast a complex tensor into the real parameter its renamed key names: staged
+        # without them, the load tells whether any was needed (a parameter is then missing)
+        staged_sd = {k: v for k, v in sd.items() if not v.is_complex()} if odd else (sd if wrapped else None)
+        staged = _load_file_as_checkpoint(path, cfg, seed, trust_remote_code, staged_sd)
+        if staged is None and odd:
+            raise ModelError(
+                f"the checkpoint {path} holds complex values ({str(odd[0])[:80]}) and does not fit {name} without "
+                f"them ({one_line(direct_error, 160)}); a model's weights are real"
+            ) from direct_error
         if staged is None:
             raise direct_error
         return staged
@@ -258,8 +267,9 @@ def _load_file_as_checkpoint(
 ) -> nn.Module | None:
     """Load a single weights file through ``from_pretrained`` (checkpoint key renaming, task-head
     prefixes), staged in a scratch folder beside its config (removed at the end, or by
-    ``staging.abandon`` when a signal ends the process first). ``unwrapped``: the state dict the file
-    wraps (a training checkpoint), staged in its place. None when it does not fit."""
+    ``staging.abandon`` when a signal ends the process first). ``unwrapped``: the state dict to stage in the
+    file's place (the one a training checkpoint wraps, or the file's real tensors only). None when it does not
+    fit."""
     from transformers import AutoModel
 
     fname = "model.safetensors" if path.endswith(".safetensors") else "pytorch_model.bin"
