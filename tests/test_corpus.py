@@ -200,3 +200,11 @@ def test_a_build_says_what_it_does_and_that_it_caches(cache, capsys):
     assert capsys.readouterr().err == ""
     docstring_corpus(("json",), progress=False)  # another key: a build, but nobody watches
     assert capsys.readouterr().err == ""
+
+
+def test_a_corpus_larger_than_a_cache_file_is_read_to_is_not_written(cache, monkeypatch, capsys):
+    """A cache file beyond MAX_CACHE_BYTES would never be read back: it is not written, and stderr says why."""
+    monkeypatch.setattr(corpus_module, "MAX_CACHE_BYTES", 1000)
+    corpus = docstring_corpus(SMALL, progress=True)
+    assert corpus.words > 2000 and not list(cache.glob("docstrings-*.json.gz"))
+    assert "is not cached" in capsys.readouterr().err

@@ -292,7 +292,7 @@ def _read_cache(path: Path, key: str) -> Corpus | None:
     return corpus
 
 
-def _write_cache(path: Path, key: str, corpus: Corpus) -> None:
+def _write_cache(path: Path, key: str, corpus: Corpus, progress: bool = False) -> None:
     data = {
         "key": key,
         "documents": corpus.documents,
@@ -301,8 +301,12 @@ def _write_cache(path: Path, key: str, corpus: Corpus) -> None:
         "duplicates": corpus.duplicates,
         "code": corpus.code,
     }
+    raw = json.dumps(data).encode("utf-8")
+    if len(raw) > MAX_CACHE_BYTES:  # _read_cache would refuse it: writing it would cost the disk and save nothing
+        log(f"the corpus ({len(raw) >> 20} MiB) is larger than a cache file is read to; it is not cached", progress)
+        return
     try:
-        payload = gzip.compress(json.dumps(data).encode("utf-8"), compresslevel=3)
+        payload = gzip.compress(raw, compresslevel=3)
         with atomic_path(path, now=True) as tmp:
             tmp.write_bytes(payload)
     except (OSError, OutputError):
@@ -358,6 +362,6 @@ def docstring_corpus(
             corpus = _read_cache(path, key)  # another process may have built it meanwhile
             if corpus is None:
                 corpus = _build(versions, progress, cached_in=path.parent)
-                _write_cache(path, key, corpus)
+                _write_cache(path, key, corpus, progress)
     _LOADED[path] = corpus
     return corpus
