@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +13,8 @@ import torch
 
 from mhaaudit.sources import mosaics as M
 from mhaaudit.sources._common import data_rng
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _devices() -> list[str]:
@@ -140,6 +143,31 @@ def test_images_made_ahead_are_the_images_of_the_seed():
     M.make_ahead(seed + 1, "cpu", images=10**6)  # never more than AHEAD_IMAGES
     assert M._AHEAD[(seed + 1, "cpu")].slices == M.AHEAD_IMAGES // M.SLICE
     M.mosaics_for(seed + 1, "cpu")
+
+
+def test_images_nobody_reads_are_stopped_before_the_interpreter_ends():
+    """A run that fails before it reads its images (a model that cannot be loaded) leaves its helper making
+    them: discard_ahead (run at exit) stops it after its slice and waits. Without it, the helper was torn down
+    inside torch's native code at the interpreter's end, and the process died of SIGABRT ("terminate called
+    without an active exception") in about one exit in three, instead of ending with the run's status."""
+    M.make_ahead(21, "cpu")
+    ahead = M._AHEAD[(21, "cpu")]
+    M.discard_ahead()
+    assert not ahead.thread.is_alive() and (21, "cpu") not in M._AHEAD
+    assert M.mosaics_for(21, "cpu") is not None  # a later reader makes its own
+    script = (
+        "import sys, time\n"
+        "from mhaaudit.sources.mosaics import make_ahead\n"
+        "make_ahead(0, 'cpu')\n"
+        "time.sleep(float(sys.argv[1]))\n"
+        "sys.exit(2)\n"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, str(0.1 * i)], cwd=ROOT, stderr=subprocess.PIPE)
+        for i in range(6)
+    ]
+    ends = [(p.wait(timeout=120), p.stderr.read().decode()) for p in procs]
+    assert all(code == 2 for code, _ in ends), ends
 
 
 def test_a_failure_ahead_is_met_again_by_the_reader(monkeypatch):

@@ -26,6 +26,7 @@ of version 1 (PIL resizes and ``ImageEnhance``, one tile at a time) differ.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import importlib.util
@@ -54,6 +55,7 @@ __all__ = [
     "VERSION",
     "Atlas",
     "atlas",
+    "discard_ahead",
     "draw_params",
     "load_photos",
     "make_ahead",
@@ -360,12 +362,15 @@ class _Ahead:
         self.seed, self.device, self.slices = seed, device, slices
         self.made: list[torch.Tensor] = []
         self.rest: Iterator | None = None
+        self.stop = threading.Event()
         self.thread = threading.Thread(target=self._make, name="mhaaudit-mosaics-ahead", daemon=True)
 
     def _make(self) -> None:
         try:
             images = mosaics(self.seed, atlas(self.device))
             for _ in range(self.slices):
+                if self.stop.is_set():  # the run ended first (discard_ahead): nobody will read them
+                    raise _Stopped
                 self.made.append(next(images))
             self.rest = images
         except Exception:  # noqa: BLE001 - not kept: the reader makes the images itself and meets it there
@@ -380,8 +385,34 @@ class _Ahead:
         return itertools.chain(made, self.rest)
 
 
+class _Stopped(Exception):
+    """Making images ahead was stopped (:func:`discard_ahead`)."""
+
+
 _AHEAD: dict[tuple[int, str], _Ahead] = {}
 _AHEAD_LOCK = threading.Lock()
+
+#: How long :func:`discard_ahead` waits for a helper to stop (it stops after the slice it is making)
+DISCARD_WAIT_S = 60.0
+
+
+def discard_ahead() -> None:
+    """Stop every helper still making images ahead that no run will read, and wait for it (after the slice
+    of :data:`SLICE` images it is making, a fraction of a second). Run at the interpreter's exit: a run
+    that fails before it reads its images (a model that cannot be loaded) leaves its helper running, and a
+    daemon thread still inside torch's native code when the interpreter is torn down ends the process
+    with SIGABRT ("terminate called without an active exception") instead of the run's exit status."""
+    with _AHEAD_LOCK:
+        pending = list(_AHEAD.values())
+        _AHEAD.clear()
+    for ahead in pending:
+        ahead.stop.set()
+    for ahead in pending:
+        if ahead.thread.ident is not None:
+            ahead.thread.join(DISCARD_WAIT_S)
+
+
+atexit.register(discard_ahead)
 
 
 def make_ahead(seed: int, device: str = "cpu", images: int = AHEAD_IMAGES) -> None:
