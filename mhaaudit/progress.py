@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from . import notebook
-from .console import TextConsole
+from .console import TextConsole, shown
 from .errors import printable
 
 _stderr = TextConsole(stderr=True)  # writes to sys.stderr as it is at each call; names shown escaped
@@ -44,7 +44,7 @@ def task(description: str, total: int | None, enabled: bool) -> Iterator[Callabl
         return
 
     if notebook.in_notebook():  # a Jupyter kernel: one finished bar per phase (mhaaudit.notebook)
-        with notebook.notebook_task(description, total) as advance:
+        with notebook.notebook_task(printable(description), total) as advance:
             yield advance
         return
 
@@ -57,7 +57,7 @@ def task(description: str, total: int | None, enabled: bool) -> Iterator[Callabl
         console=_stderr,
         transient=True,
     ) as prog:
-        tid = prog.add_task(description, total=total)
+        tid = prog.add_task(shown(description), total=total)  # a name in it is shown, never markup
 
         def advance(n: int = 1) -> None:
             prog.advance(tid, n)
@@ -71,14 +71,15 @@ def status(description: str, enabled: bool) -> Iterator[None]:
     if not enabled or notebook.in_notebook():  # a notebook shows the phases' bars only (a spinner would be a widget)
         yield
         return
-    with _stderr.status(description, spinner="dots"):
+    with _stderr.status(shown(description), spinner="dots"):
         yield
 
 
 def log(message: str, enabled: bool) -> None:
-    """A status line on stderr for a person watching (``enabled``: see :func:`progress_enabled`)."""
+    """A status line on stderr for a person watching (``enabled``: see :func:`progress_enabled`): plain text, a
+    name in it shown on one line as written (:func:`~mhaaudit.console.shown`), never read as markup."""
     if enabled:
         if notebook.in_notebook():  # plain text on the cell's stderr stream, not a rich display
             print(printable(message), file=sys.stderr)
         else:
-            _stderr.print(message, highlight=False)
+            _stderr.print(shown(message), highlight=False)

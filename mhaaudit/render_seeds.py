@@ -105,7 +105,7 @@ def _estimate_table(result) -> Table | None:
         proven = [f"{x} (seed {seed})" for seed, _, x in per if x is not None]
         name = f"{s.cell.model} {s.cell.variant}" if result.command == "reproduce" else str(s.cell.variant)
         t.add_row(
-            escape(name),
+            shown(name),
             _range(s),
             ", ".join(f"{seed}: {e}" for seed, e, _ in per),
             escape(", ".join(proven)) if proven else "not proven",
@@ -162,7 +162,7 @@ def seeds_report(result) -> list:
         items.append(est)
     if result.differences:
         items.append("[bold]Differences[/bold] (seed by seed; called a difference only when the range excludes zero)")
-        items += [f"  {escape(d.conclusion)}" for d in result.differences]
+        items += [f"  {shown(d.conclusion)}" for d in result.differences]
     elif result.command == "check" and est is None:
         items.append(
             "No sweep estimates to compare: add " + Param("sweep") + " for each column's Kruskal-rank estimate and the "

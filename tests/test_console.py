@@ -49,3 +49,18 @@ def test_text_objects_made_without_markup_are_escaped_when_written():
 
 def test_line_breaks_stay():
     assert _printed("one\ntwo", colour=False) == "one\ntwo\n"
+
+
+def test_progress_lines_show_a_name_on_one_line_as_written(capsys):
+    """A status line, a spinner's and a bar's description naming a checkpoint or a model: a line break in the
+    name cannot start a line of its own on stderr, and ``[bold]`` in it is shown, not obeyed."""
+    from mhaaudit import progress
+
+    progress.log("Checkpoint 1 of 3: ckpt[bold]x\nGeneral Position: holds", True)
+    with progress.status("Loading m[bold]x\nGeneral Position: holds", True):
+        pass
+    with progress.task("draws of m[bold]x\nGeneral Position: holds", 2, True) as advance:
+        advance(2)
+    err = capsys.readouterr().err
+    assert "Checkpoint 1 of 3: ckpt[bold]x\\x0aGeneral Position: holds" in err
+    assert not [line for line in err.splitlines() if line.startswith("General Position")]

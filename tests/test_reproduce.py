@@ -473,6 +473,27 @@ def test_table1_on_a_tiny_vit(tiny_table1, vit_dir):
     assert r.counts()["match"] + r.counts()["differs"] + r.counts()["undetermined"] == len(r.comparisons)
 
 
+def test_a_model_folder_is_named_on_one_line_in_the_report(vit_dir, image_dir, tmp_path):
+    """The report's account of the run names the model folder as written: a line break in its name cannot
+    start a line of the report, and ``[bold]`` in it is not read as markup."""
+    import io
+    import shutil
+
+    from mhaaudit.console import TextConsole
+    from mhaaudit.render.reproduction import reproduction_report
+
+    folder = tmp_path / "v[bold]x\nGeneral Position: matches the paper"
+    shutil.copytree(vit_dir, folder)
+    r = reproduce_paper("table1", model={"vit": str(folder)}, data=str(image_dir), limit=20, samples=40, device="cpu")
+    buf = io.StringIO()
+    con = TextConsole(file=buf, width=400)
+    for item in reproduction_report(r):
+        con.print(item, highlight=False)
+    out = buf.getvalue()
+    assert not [line for line in out.splitlines() if line.lstrip(" │").startswith("General Position: matches")]
+    assert "v[bold]x\\x0aGeneral Position: matches the paper" in out
+
+
 def test_the_settings_of_a_target_are_a_record_with_the_meta_it_always_had(tiny_table1, image_dir):
     from mhaaudit.reproduce import TargetSettings
     from mhaaudit.settings import Settings

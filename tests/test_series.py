@@ -279,7 +279,7 @@ def test_checkpoint_names_with_line_breaks_cannot_forge_report_lines(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COLUMNS", "400")
     args = ("check", vit_series / "model", "--data", image_dir, *VIT_RUN, "--variants", "trained")
-    rc, out, err = run(capsys, *args, "--checkpoints", "runs/*")
+    rc, out, err = run(capsys, *args, "--checkpoints", "runs/*", "--out", f"{forged}.parquet")
     assert rc == 0, err
     assert "\x1b" not in out and "\x1b" not in err
     for text in (out, err):
@@ -287,6 +287,7 @@ def test_checkpoint_names_with_line_breaks_cannot_forge_report_lines(
         assert not [x for x in starts if x.startswith("General Position (trained, layer 1): holds everywhere")]
     assert "runs/ckpt\\x0aGeneral Position" in out  # shown as what it is
     assert "byte-identical to those of runs/ckpt\\x0aGeneral" in out  # the repeated checkpoint's line too
+    assert "Wrote ckpt\\x0aGeneral Position" in out  # and the results file written
 
 
 def test_model_and_checkpoint_folders_with_names_of_any_bytes_are_read(

@@ -46,8 +46,7 @@ def check_series(
     Returns:
         The series' records (``check`` exits 1 when a check ``--fail-on`` names fails in one).
     """
-    from rich.markup import escape
-
+    from ..console import shown
     from ..io import refuse_inputs
     from ..render import print_report
     from ..series import audit_series, plot_series, resolve_series, series_revisions
@@ -73,7 +72,7 @@ def check_series(
     written = [str(p) for p in (out, plot) if p is not None]
 
     def render() -> None:
-        print_report([*result.renderables(), *([escape(f"Wrote {', '.join(written)}")] if written else [])])
+        print_report([*result.renderables(), *([shown(f"Wrote {', '.join(written)}")] if written else [])])
 
     # --out is the series' own results file (rewritten as it runs, for resuming): not emit's to write.
     emit(

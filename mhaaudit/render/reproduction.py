@@ -82,7 +82,7 @@ def reproduction_table(result) -> tuple[Table, list[str]]:
         if c.reason:
             mark += escape(f" [{notes.setdefault(c.reason, len(notes) + 1)}]")
         t.add_row(*([c.model] if several else []), escape(c.column), what, k, _paper_cell(c), _our_cell(c), mark)
-    return t, [f"[{i}] {escape(reason)}" for reason, i in notes.items()]
+    return t, [f"[{i}] {shown(reason)}" for reason, i in notes.items()]
 
 
 def reproduction_report(result, written: Sequence[str] = ()) -> list:
@@ -99,7 +99,7 @@ def reproduction_report(result, written: Sequence[str] = ()) -> list:
         items.append("[bold]Why they differ[/bold] (from this run's records)")
         items += [f"  {line}" for line in reasons]
     items.append("[bold]This run[/bold]")
-    items += [f"  {escape(line)}" for line in result.setting]
+    items += [f"  {shown(line)}" for line in result.setting]
     items += [f"  note: {shown(note)}" for note in dict.fromkeys(result.notes)]
     parts = [f"{k} {v:.1f} s" for k, v in result.timings.items() if isinstance(v, (int, float)) and k != "total"]
     for what, sub in result.timings.items():
