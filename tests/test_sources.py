@@ -553,10 +553,12 @@ def test_links_planted_in_the_vocabulary_cache_are_not_written_through(tmp_path,
         victim.write_text("precious")
         (folder / name).symlink_to(victim)
         victims.append(victim)
+    (folder / "vocab.json").symlink_to(tmp_path / "nowhere")  # a dangling link where the vocabulary goes: replaced
     tok, _ = _gpt2_bpe.__wrapped__()
     assert tok("Hello world", add_special_tokens=False)["input_ids"] == [15496, 995]
     assert [v.read_text() for v in victims] == ["precious"] * 3
     assert (folder / "vocab.json").is_file() and not (folder / "vocab.json").is_symlink()
+    assert not (tmp_path / "nowhere").exists()
 
 
 # --------------------------------------------------------------------------- parallel decoding

