@@ -23,7 +23,7 @@ from . import validate
 from .contexts import ContextRankResult, ContextRanks, assumption_2_from_arrays, real_tensor
 from .errors import InputError, ModelError, OutputError, Param
 from .feature_files import safetensors_header
-from .files import read_json, regular_file
+from .files import native_name, read_json, regular_file
 from .numerics import RankRule
 from .numerics.pow2 import max_abs
 from .provenance import stamp
@@ -173,7 +173,8 @@ class FeatureSet:
         meta = read_json(m, InputError, f"saved features in {folder}: {META_FILE}")
         try:
             safetensors_header(f)  # its stated length checked against the file before anything is read
-            t = load_file(str(f))
+            with native_name(f) as name:  # a name safetensors takes, whatever bytes the folder's own holds
+                t = load_file(name)
         except Exception as exc:  # unreadable, truncated or not what --save-features writes
             raise InputError(f"cannot read saved features in {folder}: {' '.join(str(exc).split())[:200]}") from exc
         n, d, query_index = _check_saved(f"saved features in {folder} are", meta, t)

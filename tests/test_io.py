@@ -313,6 +313,35 @@ def test_safetensors_inputs_with_names_of_any_bytes_are_read(tmp_path):
     assert sorted(state_file_keys(str(tmp_path / f"c{odd}.safetensors"))) == ["b", "w"]
 
 
+def test_model_and_feature_folders_with_names_of_any_bytes_are_read(tmp_path, vit_dir, timm_dir, image_dir):
+    """The other readers that hand a name to a native library: a timm folder (its safetensors checkpoint), a
+    transformers folder whose weights are only a pytorch_model.bin (loaded whole by from_pretrained), and a
+    folder of saved features, each under a name that is not UTF-8, give what the same folder gives under a
+    UTF-8 name."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from mhaaudit import FeatureSet, audit, reduce_tokens
+
+    odd = os.fsdecode(b"\xff")
+    (tmp_path / "bin").mkdir()
+    shutil.copy(vit_dir / "config.json", tmp_path / "bin")
+    torch.save(load_file(str(vit_dir / "model.safetensors")), tmp_path / "bin" / "pytorch_model.bin")
+    run_kw = dict(data=str(image_dir), variants=["trained"], limit=24, samples=20, device="cpu")
+    for plain in (timm_dir, tmp_path / "bin"):
+        other = tmp_path / f"{plain.name}{odd}"
+        shutil.copytree(plain, other)
+        want, got = audit(str(plain), **run_kw), audit(str(other), **run_kw)
+        assert want.records() and [r | {"model": ""} for r in want.records()] == [
+            r | {"model": ""} for r in got.records()
+        ]
+    reduce_tokens(torch.randn(20, 3, 8, generator=torch.Generator().manual_seed(0)), 0).save(tmp_path / "feats")
+    shutil.copytree(tmp_path / "feats", tmp_path / f"feats{odd}")
+    want, got = FeatureSet.load(tmp_path / "feats"), FeatureSet.load(tmp_path / f"feats{odd}")
+    assert torch.equal(want.queries, got.queries) and torch.equal(want.a3, got.a3)
+
+
 def test_key_with_nothing_to_choose_is_refused(tmp_path):
     x = torch.randn(4, 3)
     np.save(tmp_path / "x.npy", x.numpy())

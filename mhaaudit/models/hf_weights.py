@@ -19,6 +19,7 @@ from torch import nn
 from .. import phases
 from ..errors import ModelError, one_line
 from ..feature_files import torch_load_reason
+from ..files import native_name
 from ..staging import scratch_folder
 from .checkpoints import is_ignorable, load_fitting, read_state
 from .hf_config import _auto_config, hub_problem
@@ -178,8 +179,9 @@ def _from_pretrained(spec: ModelSpec, origin: _Weights, cfg: Any, hub: _Hub) -> 
 
     folder, kw = origin.folder, hub.kwargs(local=not origin.hub)
     assert folder is not None, "called for weights in a folder or hub repository"
-    try:
-        module, info = AutoModel.from_pretrained(folder, config=cfg, output_loading_info=True, **kw)
+    try:  # a local folder by a name safetensors takes, whatever bytes its own holds
+        with native_name(folder) if not origin.hub else contextlib.nullcontext(folder) as name:
+            module, info = AutoModel.from_pretrained(name, config=cfg, output_loading_info=True, **kw)
     except OSError as exc:
         problem = hub_problem(exc, spec.name, hub.revision)
         if problem is not None:

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError, ModelError, Param, one_line
-from ..files import regular_file
+from ..files import native_name, regular_file
 from ..hub import force_offline_env, is_offline
 from .checkpoints import find_checkpoint, load_fitting
 from .families import query_words
@@ -357,11 +357,17 @@ def _load_file(model: nn.Module, path: str, built: int, name: str) -> None:
     Raises:
         ModelError: when the file cannot be read or its weights do not fit the model.
     """
-    from timm.models import load_state_dict
+    from timm.models import clean_state_dict, load_state_dict
 
     try:
         regular_file(path, ModelError)
-        sd = load_state_dict(path, use_ema=True, weights_only=True)  # timm's default was weights_only=False
+        with native_name(path) as name:
+            if name != path and path.endswith(".safetensors"):  # timm picks its reader by the name's suffix
+                from safetensors.torch import load_file
+
+                sd = clean_state_dict(load_file(name, device="cpu"))  # as timm reads a safetensors file
+            else:
+                sd = load_state_dict(path, use_ema=True, weights_only=True)  # timm's default was weights_only=False
     except Exception as exc:  # unreadable file
         raise ModelError(f"cannot read the timm checkpoint {path}: {one_line(exc, 160)}") from exc
     filt = getattr(sys.modules.get(type(model).__module__), "checkpoint_filter_fn", None)
