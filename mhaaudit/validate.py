@@ -214,7 +214,7 @@ def tolerance(name: str | Param, value) -> float | None:
         return None
     try:
         v = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer beyond float64's range
         raise InputError(name + f" must be a finite number >= 0, got {value!r}", value=value, allowed=">= 0") from None
     if not math.isfinite(v) or v < 0:
         raise InputError(name + f" must be a finite number >= 0, got {value}", value=value, allowed=">= 0")

@@ -92,10 +92,13 @@ CASES = [
     ("RandomAttention-float64-tokens", lambda: RandomAttention(8)(torch.randn(2, 3, 8).double()), "float64"),
     ("RandomAttention-a-list", lambda: RandomAttention(8)([[0.0] * 8]), "got list"),
     # the rank rule: a negative or NaN tolerance would count every singular value, or none, without a word
-    ("RankRule-negative-rtol", lambda: RankRule(rtol=-1), "rtol must be a number >= 0, got -1"),
+    ("RankRule-negative-rtol", lambda: RankRule(rtol=-1), "rtol must be a finite number >= 0, got -1"),
     ("RankRule-nan-atol", lambda: RankRule(atol=float("nan")), "atol must be a number >= 0"),
-    ("RankRule-text-rtol", lambda: RankRule(rtol="small"), "rtol must be a number >= 0"),
-    ("RankRule-zero-eps", lambda: RankRule(eps=0.0), "eps must be a number > 0"),
+    ("RankRule-text-rtol", lambda: RankRule(rtol="small"), "rtol must be a finite number >= 0"),
+    ("RankRule-zero-eps", lambda: RankRule(eps=0.0), "eps must be a finite number > 0"),
+    ("RankRule-inf-rtol", lambda: RankRule(rtol=float("inf")), "rtol must be a finite number >= 0"),
+    ("RankRule-huge-atol", lambda: RankRule(atol=10**400), "atol must be a number >= 0"),
+    ("RankRule-for_dtype-huge", lambda: RankRule.for_dtype("float32", rtol=10**400), "rtol must be a finite number"),
     ("RankRule-for_dtype-inf", lambda: RankRule.for_dtype("float32", atol=float("inf")), "finite"),
     # the facades' arguments
     ("audit-a-number", lambda: mhaaudit.audit(123), "model must be a name"),

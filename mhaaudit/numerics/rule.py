@@ -153,8 +153,8 @@ class RankRule:
     These are ``torch.linalg.matrix_rank``'s semantics. :meth:`for_dtype` builds the rule for a dtype.
 
     Raises:
-        InputError: when ``rtol`` or ``atol`` is negative or not a number, or ``eps`` is not a number > 0
-            (:meth:`for_dtype` also refuses an infinite tolerance).
+        InputError: when ``rtol`` or ``atol`` is negative or not a number, ``rtol`` is infinite, or ``eps`` is not
+            a finite number > 0 (:meth:`for_dtype` also refuses an infinite ``atol``).
     """
 
     rtol: float | None = None
@@ -164,17 +164,20 @@ class RankRule:
 
     def __post_init__(self):
         # a negative or NaN tolerance would count every singular value, or none, as non-zero without a word;
-        # an infinite one stays possible here (in_units of a huge atol), as tol = inf means what it says
+        # an infinite atol stays possible (in_units of a huge atol: tol = inf means what it says), an infinite rtol
+        # not (rtol * sigma_max = inf * 0 is NaN for a zero matrix)
         for name, minimum in (("rtol", 0.0), ("atol", 0.0), ("eps", None)):
             value = getattr(self, name)
             if value is None and name != "eps":
                 continue
             try:
                 v = float(value)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 v = math.nan
-            if not (v >= 0.0 if minimum is not None else v > 0.0):
-                what = "a number >= 0" if minimum is not None else "a number > 0"
+            finite = name == "atol" or math.isfinite(v)  # only atol may be infinite (in_units), rtol * 0 is NaN
+            if not finite or not (v >= 0.0 if minimum is not None else v > 0.0):
+                bound = " >= 0" if minimum is not None else " > 0"
+                what = ("a number" if name == "atol" else "a finite number") + bound
                 raise InputError(Param(name) + f" must be {what}, got {value!r}", value=value)
             object.__setattr__(self, name, v)
 
