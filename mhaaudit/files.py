@@ -158,7 +158,9 @@ def native_name(path: str | os.PathLike) -> Iterator[str]:
     if folder is None:  # pragma: no cover - every POSIX system this runs on has one of them
         yield str(name)
         return
-    fd = os.open(name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    # O_PATH where there is one: a folder that may be searched but not listed opens, and a named pipe does not
+    # block (the reader's own open of the name checks what reading needs, as it would by the name itself)
+    fd = os.open(name, getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_CLOEXEC", 0))
     try:
         yield f"{folder}/{fd}"
     finally:
