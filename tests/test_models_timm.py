@@ -94,7 +94,7 @@ def test_timm_without_class_token_needs_a_query_index(tmp_path):
 
 def test_timm_weights_that_do_not_fit(timm_dir, tmp_path):
     # a timm file for a different size of the architecture
-    with pytest.raises(ModelError, match="does not fit"):
+    with pytest.raises(ModelError, match="does not fit vit_tiny_patch16_224"):  # the model named, not the file
         load_model(
             "vit_tiny_patch16_224", weights="trained", weights_path=str(timm_dir / "model.safetensors"), device="cpu"
         )

@@ -361,11 +361,11 @@ def _load_file(model: nn.Module, path: str, built: int, name: str) -> None:
 
     try:
         regular_file(path, ModelError)
-        with native_name(path) as name:
-            if name != path and path.endswith(".safetensors"):  # timm picks its reader by the name's suffix
+        with native_name(path) as native:
+            if native != path and path.endswith(".safetensors"):  # timm picks its reader by the name's suffix
                 from safetensors.torch import load_file
 
-                sd = clean_state_dict(load_file(name, device="cpu"))  # as timm reads a safetensors file
+                sd = clean_state_dict(load_file(native, device="cpu"))  # as timm reads a safetensors file
             else:
                 sd = load_state_dict(path, use_ema=True, weights_only=True)  # timm's default was weights_only=False
     except Exception as exc:  # unreadable file
