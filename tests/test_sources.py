@@ -559,6 +559,9 @@ def test_links_planted_in_the_vocabulary_cache_are_not_written_through(tmp_path,
     assert [v.read_text() for v in victims] == ["precious"] * 3
     assert (folder / "vocab.json").is_file() and not (folder / "vocab.json").is_symlink()
     assert not (tmp_path / "nowhere").exists()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (folder / "vocab.json").stat().st_mode & 0o777 == 0o666 & ~umask  # readable by whoever shares the cache
 
 
 # --------------------------------------------------------------------------- parallel decoding

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..staging import ordinary_mode
 from ._common import cache_dir
 
 __all__ = ["FallbackTokenizer", "offline_tokenizer"]
@@ -124,6 +125,7 @@ def _copy_into_place(src: Path, dst: Path) -> None:
     try:
         with os.fdopen(fd, "wb") as out, open(src, "rb") as data:
             shutil.copyfileobj(data, out)
+        os.chmod(tmp, ordinary_mode(dst))  # mkstemp's 0o600 would hide the cache from the other users sharing it
         os.replace(tmp, dst)
     except BaseException:
         with contextlib.suppress(OSError):
