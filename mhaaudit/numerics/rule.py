@@ -172,7 +172,10 @@ class RankRule:
                 continue
             try:
                 v = float(value)
-            except (TypeError, ValueError, OverflowError):
+            except OverflowError:  # an integer beyond float64's range
+                said = f" must be a number float64 can hold, got {value!r}"
+                raise InputError(Param(name) + said, value=value) from None
+            except (TypeError, ValueError):
                 v = math.nan
             finite = name == "atol" or math.isfinite(v)  # only atol may be infinite (in_units), rtol * 0 is NaN
             if not finite or not (v >= 0.0 if minimum is not None else v > 0.0):
