@@ -337,7 +337,7 @@ def _prefetched(
 _READERS: dict[threading.Thread, threading.Event] = {}
 _READERS_LOCK = threading.Lock()
 #: How long the exit waits for a reader to finish the item it is reading
-READER_EXIT_WAIT_S = 30.0
+READER_EXIT_WAIT_S = 5.0  # as a reader closed early is waited for: a stalled read does not hold the exit long
 
 
 def _stop_readers() -> None:
