@@ -31,7 +31,6 @@ returned :class:`DataInfo` knows how to put row-stacked results back into single
 
 from __future__ import annotations
 
-import atexit
 import queue
 import secrets
 import threading
@@ -58,7 +57,7 @@ from .sources import (
     DuplicateFinder,
 )
 from .sources.duplicates import Fingerprints
-from .workers import worker_pool
+from .workers import helper_thread, worker_pool
 
 __all__ = [
     "DataInfo",
@@ -333,34 +332,17 @@ def _prefetched(
             yield pending[0], None if pending[1] is None else pending[1].result()
 
 
-#: The readers of :func:`_read_ahead` still running: stopped and waited for at exit (:func:`_stop_readers`)
-_READERS: dict[threading.Thread, threading.Event] = {}
-_READERS_LOCK = threading.Lock()
-#: How long the exit waits for a reader to finish the item it is reading
-READER_EXIT_WAIT_S = 5.0  # as a reader closed early is waited for: a stalled read does not hold the exit long
-
-
-def _stop_readers() -> None:
-    """Stop every reader still running and wait for it, at the interpreter's exit: a run that failed while its
-    reader was reading ahead leaves it running until its generator is collected, and a daemon thread still
-    inside torch's native code when the interpreter is torn down ends the process with SIGABRT."""
-    with _READERS_LOCK:
-        pending = list(_READERS.items())
-    for _, stop in pending:
-        stop.set()
-    for reader, _ in pending:
-        if reader.ident is not None:  # started
-            reader.join(READER_EXIT_WAIT_S)
-
-
-atexit.register(_stop_readers)
+#: How long the exit waits for a reader to finish the item it is reading (:func:`mhaaudit.workers.helper_thread`):
+#: as a reader closed early is waited for, so that a stalled read does not hold the exit long
+READER_EXIT_WAIT_S = 5.0
 
 
 def _read_ahead(items: Iterator, depth: int) -> Iterator:
     """``items``, read by a helper thread up to ``depth`` ahead (rank 0 reads the source while the
     batches it dealt are computed); an error of the reader is raised here, in order. Closed early, it
     waits a few seconds for the reader to stop, unless a signal is ending the run
-    (:func:`mhaaudit.ending.ending`); one never closed is stopped at exit (:func:`_stop_readers`)."""
+    (:func:`mhaaudit.ending.ending`); one never closed (a failed run's traceback may keep it alive) is stopped
+    at exit (:func:`mhaaudit.workers.stop_helpers`)."""
     box: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
     end = object()
@@ -382,14 +364,8 @@ def _read_ahead(items: Iterator, depth: int) -> Iterator:
             put((True, end))
         except BaseException as exc:  # noqa: BLE001 - handed to the reading side
             put((False, exc))
-        finally:
-            with _READERS_LOCK:
-                _READERS.pop(threading.current_thread(), None)
 
-    reader = threading.Thread(target=fill, name="mhaaudit-read", daemon=True)
-    with _READERS_LOCK:
-        _READERS[reader] = stop
-    reader.start()
+    reader = helper_thread(fill, "mhaaudit-read", stop, READER_EXIT_WAIT_S)
     try:
         while True:
             ok, x = box.get()

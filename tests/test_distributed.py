@@ -655,9 +655,9 @@ def test_ranks_wait_for_a_slower_ranks_seeds_past_the_timeout(tmp_path):
 
 def test_a_reader_never_closed_is_stopped_and_waited_for_at_exit():
     """A run that fails while its reader reads ahead may leave the generator unclosed (a traceback keeps it alive):
-    the exit's _stop_readers stops the reader after its item and waits for it, so no daemon thread is inside
+    the exit's stop_helpers stops the reader after its item and waits for it, so no daemon thread is inside
     native code when the interpreter is torn down (which ended the process with SIGABRT)."""
-    from mhaaudit import pipeline
+    from mhaaudit import pipeline, workers
 
     def endless():
         i = 0
@@ -668,11 +668,11 @@ def test_a_reader_never_closed_is_stopped_and_waited_for_at_exit():
 
     got = pipeline._read_ahead(endless(), 2)
     assert next(got) == 1
-    readers = [t for t in pipeline._READERS if t.name == "mhaaudit-read"]
+    readers = [t for t in workers._HELPERS if t.name == "mhaaudit-read"]
     assert len(readers) == 1 and readers[0].is_alive()
-    pipeline._stop_readers()
-    assert not readers[0].is_alive() and readers[0] not in pipeline._READERS
-    pipeline._stop_readers()  # nothing left: nothing to do
+    workers.stop_helpers()
+    assert not readers[0].is_alive() and readers[0] not in workers._HELPERS
+    workers.stop_helpers()  # nothing left: nothing to do
 
 
 @pytest.mark.parametrize("signalled", [False, True])

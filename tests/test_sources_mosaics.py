@@ -147,14 +147,17 @@ def test_images_made_ahead_are_the_images_of_the_seed():
 
 def test_images_nobody_reads_are_stopped_before_the_interpreter_ends():
     """A run that fails before it reads its images (a model that cannot be loaded) leaves its helper making
-    them: discard_ahead (run at exit) stops it after its slice and waits. Without it, the helper was torn down
-    inside torch's native code at the interpreter's end, and the process died of SIGABRT ("terminate called
-    without an active exception") in about one exit in three, instead of ending with the run's status."""
+    them: the exit (workers.stop_helpers) stops it after its slice and waits. Without it, the helper was torn
+    down inside torch's native code at the interpreter's end, and the process died of SIGABRT ("terminate
+    called without an active exception") in about one exit in three, instead of ending with the run's status."""
+    from mhaaudit import workers
+
     M.make_ahead(21, "cpu")
     ahead = M._AHEAD[(21, "cpu")]
-    M.discard_ahead()
-    assert not ahead.thread.is_alive() and (21, "cpu") not in M._AHEAD
-    assert M.mosaics_for(21, "cpu") is not None  # a later reader makes its own
+    assert ahead.thread in workers._HELPERS
+    workers.stop_helpers()
+    assert not ahead.thread.is_alive() and ahead.thread not in workers._HELPERS
+    assert _first(M.mosaics_for(21, "cpu"), 2) == _first(M.mosaics(21, M.atlas("cpu")), 2)  # the reader makes its own
     script = (
         "import sys, time\n"
         "from mhaaudit.sources.mosaics import make_ahead\n"

@@ -26,7 +26,6 @@ of version 1 (PIL resizes and ``ImageEnhance``, one tile at a time) differ.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import functools
 import importlib.util
@@ -40,6 +39,7 @@ import numpy as np
 import torch
 
 from ..numerics.threads import intra_op_threads
+from ..workers import helper_thread
 from ._common import data_rng
 
 __all__ = [
@@ -55,7 +55,6 @@ __all__ = [
     "VERSION",
     "Atlas",
     "atlas",
-    "discard_ahead",
     "draw_params",
     "load_photos",
     "make_ahead",
@@ -362,14 +361,14 @@ class _Ahead:
         self.seed, self.device, self.slices = seed, device, slices
         self.made: list[torch.Tensor] = []
         self.rest: Iterator | None = None
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._make, name="mhaaudit-mosaics-ahead", daemon=True)
+        self.stop = threading.Event()  # set at exit (workers.stop_helpers) when no run read the images
+        self.thread = helper_thread(self._make, "mhaaudit-mosaics-ahead", self.stop, AHEAD_EXIT_WAIT_S)
 
     def _make(self) -> None:
         try:
             images = mosaics(self.seed, atlas(self.device))
             for _ in range(self.slices):
-                if self.stop.is_set():  # the run ended first (discard_ahead): nobody will read them
+                if self.stop.is_set():  # the process is ending first: nobody will read them
                     raise _Stopped
                 self.made.append(next(images))
             self.rest = images
@@ -386,33 +385,15 @@ class _Ahead:
 
 
 class _Stopped(Exception):
-    """Making images ahead was stopped (:func:`discard_ahead`)."""
+    """Making images ahead was stopped: the process is ending."""
 
 
 _AHEAD: dict[tuple[int, str], _Ahead] = {}
 _AHEAD_LOCK = threading.Lock()
 
-#: How long :func:`discard_ahead` waits for a helper to stop (it stops after the slice it is making)
-DISCARD_WAIT_S = 60.0
-
-
-def discard_ahead() -> None:
-    """Stop every helper still making images ahead that no run will read, and wait for it (after the slice
-    of :data:`SLICE` images it is making, a fraction of a second). Run at the interpreter's exit: a run
-    that fails before it reads its images (a model that cannot be loaded) leaves its helper running, and a
-    daemon thread still inside torch's native code when the interpreter is torn down ends the process
-    with SIGABRT ("terminate called without an active exception") instead of the run's exit status."""
-    with _AHEAD_LOCK:
-        pending = list(_AHEAD.values())
-        _AHEAD.clear()
-    for ahead in pending:
-        ahead.stop.set()
-    for ahead in pending:
-        if ahead.thread.ident is not None:
-            ahead.thread.join(DISCARD_WAIT_S)
-
-
-atexit.register(discard_ahead)
+#: How long the exit waits for a helper making images no run read (it stops after the slice it is making:
+#: a run that fails before it reads its images, a model that cannot be loaded, leaves it running)
+AHEAD_EXIT_WAIT_S = 60.0
 
 
 def make_ahead(seed: int, device: str = "cpu", images: int = AHEAD_IMAGES) -> None:
@@ -424,10 +405,8 @@ def make_ahead(seed: int, device: str = "cpu", images: int = AHEAD_IMAGES) -> No
     key = (int(seed), str(device))
     slices = max(1, -(-min(int(images), AHEAD_IMAGES) // SLICE))
     with _AHEAD_LOCK:
-        if key in _AHEAD:
-            return
-        ahead = _AHEAD[key] = _Ahead(key[0], key[1], slices)
-    ahead.thread.start()
+        if key not in _AHEAD:  # its helper starts here (it never takes the lock)
+            _AHEAD[key] = _Ahead(key[0], key[1], slices)
 
 
 def mosaics_for(seed: int, device: str = "cpu") -> Iterator:
