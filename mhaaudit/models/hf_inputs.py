@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Callable
 from typing import Any
@@ -41,8 +40,8 @@ def load_tokenizer(candidates: list[str], hub: _Hub | None = None) -> object | N
         # A folder without vocabulary files would give a nearly empty tokenizer, silently.
         if local and not any(os.path.exists(os.path.join(src, f)) for f in _TOKENIZER_FILES):
             continue
-        try:  # a folder by a name the tokenizers library takes, whatever bytes its own name holds
-            with native_name(src) if local else contextlib.nullcontext(src) as name:
+        try:  # a folder by a name the tokenizers library takes, whatever bytes its own holds (a hub id is UTF-8)
+            with native_name(src) as name:
                 tok = AutoTokenizer.from_pretrained(name, **(hub or _Hub()).kwargs(local))
         except Exception:  # noqa: BLE001 - a missing tokenizer is not an error here
             continue

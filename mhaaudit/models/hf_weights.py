@@ -179,8 +179,8 @@ def _from_pretrained(spec: ModelSpec, origin: _Weights, cfg: Any, hub: _Hub) -> 
 
     folder, kw = origin.folder, hub.kwargs(local=not origin.hub)
     assert folder is not None, "called for weights in a folder or hub repository"
-    try:  # a local folder by a name safetensors takes, whatever bytes its own holds
-        with native_name(folder) if not origin.hub else contextlib.nullcontext(folder) as name:
+    try:  # a local folder by a name safetensors takes, whatever bytes its own holds (a hub id is UTF-8: itself)
+        with native_name(folder) as name:
             module, info = AutoModel.from_pretrained(name, config=cfg, output_loading_info=True, **kw)
     except OSError as exc:
         problem = hub_problem(exc, spec.name, hub.revision)
