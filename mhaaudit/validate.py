@@ -204,20 +204,25 @@ def fraction(name: str | Param, value, *, low_open: bool = True) -> float:
     return v
 
 
-def tolerance(name: str | Param, value) -> float | None:
-    """A finite number >= 0 as a ``float``, or None (the default rule).
+def tolerance(name: str | Param, value, *, infinite: bool = False) -> float | None:
+    """A finite number >= 0 as a ``float`` (``infinite``: +inf too), or None (the default rule).
 
     Raises:
-        InputError: when ``value`` is not a number, is not finite or is negative.
+        InputError: when ``value`` is not a number (or an integer beyond float64's range), is NaN, is negative,
+            or is infinite where ``infinite`` is not asked for.
     """
     if value is None:
         return None
+    what = "a number >= 0" if infinite else "a finite number >= 0"
     try:
         v = float(value)
-    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer beyond float64's range
-        raise InputError(name + f" must be a finite number >= 0, got {value!r}", value=value, allowed=">= 0") from None
-    if not math.isfinite(v) or v < 0:
-        raise InputError(name + f" must be a finite number >= 0, got {value}", value=value, allowed=">= 0")
+    except OverflowError:  # an integer beyond float64's range
+        said = f" must be {what}, at most float64's largest (about 1.8e308), got {value!r}"
+        raise InputError(name + said, value=value, allowed=">= 0") from None
+    except (TypeError, ValueError):
+        raise InputError(name + f" must be {what}, got {value!r}", value=value, allowed=">= 0") from None
+    if not (v >= 0) or (math.isinf(v) and not infinite):
+        raise InputError(name + f" must be {what}, got {value}", value=value, allowed=">= 0")
     return v
 
 

@@ -97,7 +97,7 @@ CASES = [
     ("RankRule-text-rtol", lambda: RankRule(rtol="small"), "rtol must be a finite number >= 0"),
     ("RankRule-zero-eps", lambda: RankRule(eps=0.0), "eps must be a finite number > 0"),
     ("RankRule-inf-rtol", lambda: RankRule(rtol=float("inf")), "rtol must be a finite number >= 0"),
-    ("RankRule-huge-atol", lambda: RankRule(atol=10**400), "atol must be a number float64 can hold"),
+    ("RankRule-huge-atol", lambda: RankRule(atol=10**400), "atol must be a number >= 0, at most float64's largest"),
     ("RankRule-for_dtype-huge", lambda: RankRule.for_dtype("float32", rtol=10**400), "rtol must be a finite number"),
     ("RankRule-for_dtype-inf", lambda: RankRule.for_dtype("float32", atol=float("inf")), "finite"),
     # the facades' arguments

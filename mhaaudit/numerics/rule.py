@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import threading
 from dataclasses import dataclass
 
@@ -166,23 +165,12 @@ class RankRule:
         # a negative or NaN tolerance would count every singular value, or none, as non-zero without a word;
         # an infinite atol stays possible (in_units of a huge atol: tol = inf means what it says), an infinite rtol
         # not (rtol * sigma_max = inf * 0 is NaN for a zero matrix)
-        for name, minimum in (("rtol", 0.0), ("atol", 0.0), ("eps", None)):
-            value = getattr(self, name)
-            if value is None and name != "eps":
-                continue
-            try:
-                v = float(value)
-            except OverflowError:  # an integer beyond float64's range
-                said = f" must be a number float64 can hold, got {value!r}"
-                raise InputError(Param(name) + said, value=value) from None
-            except (TypeError, ValueError):
-                v = math.nan
-            finite = name == "atol" or math.isfinite(v)  # only atol may be infinite (in_units), rtol * 0 is NaN
-            if not finite or not (v >= 0.0 if minimum is not None else v > 0.0):
-                bound = " >= 0" if minimum is not None else " > 0"
-                what = ("a number" if name == "atol" else "a finite number") + bound
-                raise InputError(Param(name) + f" must be {what}, got {value!r}", value=value)
-            object.__setattr__(self, name, v)
+        object.__setattr__(self, "rtol", validate.tolerance(Param("rtol"), self.rtol))
+        object.__setattr__(self, "atol", validate.tolerance(Param("atol"), self.atol, infinite=True))
+        eps = validate.tolerance(Param("eps"), self.eps)
+        if not eps:  # None or 0
+            raise InputError(Param("eps") + f" must be a finite number > 0, got {self.eps!r}", value=self.eps)
+        object.__setattr__(self, "eps", eps)
 
     @classmethod
     def for_dtype(cls, dtype: torch.dtype | str, rtol: float | None = None, atol: float | None = None) -> RankRule:
@@ -192,8 +180,7 @@ class RankRule:
         Raises:
             InputError: when ``rtol`` or ``atol`` is not a finite number >= 0.
         """
-        rtol = validate.tolerance(Param("rtol"), rtol)
-        atol = validate.tolerance(Param("atol"), atol)
+        atol = validate.tolerance(Param("atol"), atol)  # finite here; the constructor checks the rest
         dt: torch.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
         if not dt.is_floating_point:
             dt = torch.float64
