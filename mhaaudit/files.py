@@ -135,7 +135,7 @@ def arrow_source(path: str | os.PathLike) -> Iterator[Any]:
     disk may be any bytes: Python holds those as lone surrogates). Opening raises what
     :func:`open` raises."""
     name = os.fspath(path)
-    if arrow_takes_name(name):
+    if utf8_name(name):
         yield name
         return
     with open(name, "rb") as f:
@@ -151,7 +151,7 @@ def native_name(path: str | os.PathLike) -> Iterator[str]:
     Where neither exists, the name as it is (the reader then refuses it in its own words). Opening raises
     what :func:`open` raises."""
     name = os.fspath(path)
-    if arrow_takes_name(name):
+    if utf8_name(name):
         yield str(name)
         return
     folder = next((f for f in ("/proc/self/fd", "/dev/fd") if os.path.isdir(f)), None)
@@ -167,9 +167,10 @@ def native_name(path: str | os.PathLike) -> Iterator[str]:
         os.close(fd)
 
 
-def arrow_takes_name(path: str | os.PathLike) -> bool:
-    """Whether pyarrow can open the file ``path`` by its name: a name that is not UTF-8 (undecodable
-    bytes, which Python holds as lone surrogates) it cannot."""
+def utf8_name(path: str | os.PathLike) -> bool:
+    """Whether the name ``path`` is UTF-8, the only form in which the native readers (pyarrow, safetensors,
+    the tokenizers library) take a name: one with undecodable bytes (which Python holds as lone surrogates)
+    they cannot open by it."""
     name = os.fspath(path)
     try:
         if isinstance(name, str):

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..defaults import DEFAULT_SPLIT
 from ..errors import DataError, InputError, MhaauditError, Param, one_line
-from ..files import arrow_source, arrow_takes_name, folder_files, name_inside, read_json, regular_file
+from ..files import arrow_source, folder_files, name_inside, read_json, regular_file, utf8_name
 
 __all__ = ["IMAGE_NAMES", "TEXT_NAMES", "Table", "choose_column", "is_saved_dataset", "open_table"]
 
@@ -136,7 +136,7 @@ def _arrow_table(path: Path):
     import pyarrow as pa
 
     try:
-        source = pa.memory_map(str(path)) if arrow_takes_name(path) else _python_map(path)
+        source = pa.memory_map(str(path)) if utf8_name(path) else _python_map(path)
         try:
             return pa.ipc.open_file(source).read_all()
         except pa.ArrowInvalid:
