@@ -19,6 +19,7 @@ import shutil
 import stat
 import struct
 import subprocess
+import sys
 import threading
 import warnings
 import zipfile
@@ -27,7 +28,7 @@ import zlib
 import numpy as np
 import pytest
 import torch
-from clitools import assert_one_error, run
+from clitools import ROOT, assert_one_error, run
 
 pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
@@ -354,6 +355,33 @@ def test_a_png_bomb_is_never_decoded(monkeypatch, capsys, hostile):
     monkeypatch.setattr(ImageFile.ImageFile, "load", load)
     rc, _, err = run(capsys, "check", hostile["vit"], "--data", hostile["bombs"], "--limit", "20", *JSON)
     assert_one_error(rc, err, "only 0 usable images of 40")
+
+
+def test_a_skipped_bomb_adds_no_library_warning_to_stderr(hostile, tmp_path):
+    """An image declaring more pixels than PIL decodes without question (BOMB_SIDE^2, between PIL's limit and twice
+    it) is skipped and named in the report, on the command line without PIL's warning (a path into its source and
+    the line that warned) beside it on stderr."""
+    from PIL import Image
+
+    from mhaaudit.sources import decoding
+
+    assert decoding.MAX_IMAGE_PIXELS < Image.MAX_IMAGE_PIXELS < BOMB_SIDE**2 <= 2 * Image.MAX_IMAGE_PIXELS
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for f in sorted(os.listdir(hostile["imgs"]))[:24]:
+        shutil.copy(os.path.join(hostile["imgs"], f), folder / f)
+    (folder / "a-bomb.png").write_bytes(_png_bomb())
+    proc = subprocess.run(
+        [sys.executable, "-m", "mhaaudit", "check", hostile["vit"], "--data", folder, "--limit", "20", *JSON],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "DecompressionBomb" not in proc.stderr and "warn" not in proc.stderr.lower(), proc.stderr
+    said = json.dumps(json.loads(proc.stdout))
+    assert f"a-bomb.png: its header declares {BOMB_SIDE} x {BOMB_SIDE} pixels" in said
 
 
 @pytest.mark.parametrize("kind", ["parquet", "pt"])

@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 
 from .. import ending
 from ..stdio import flush_streams, say
@@ -374,6 +375,16 @@ ERRORS: tuple[ErrorRule, ...] = (
 )
 
 
+def _quiet_redundant_warnings() -> None:
+    """Ignore PIL's warning for an image whose header declares more pixels than PIL decodes without question (its
+    own ``Image.MAX_IMAGE_PIXELS``): a run decodes fewer (``sources.decoding.MAX_IMAGE_PIXELS``) and names each
+    image it skipped in its own words, so on the command line the warning would only add a library's two lines
+    on stderr."""
+    warnings.filterwarnings(
+        "ignore", message=r"Image size \(\d+ pixels\) exceeds limit", category=RuntimeWarning, module=r"PIL\.Image"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app and map errors to exit codes.
 
@@ -404,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.redirect_stdout(sys.stderr), contextlib.suppress(Exception):
             app(args=["--help"], prog_name="mhaaudit", standalone_mode=False)
         return 2
+    _quiet_redundant_warnings()
     with command_streams():
         if stdout_closed():  # refused before anything runs: the work would be for nothing
             say(f"Error: {STDOUT_CLOSED}")
