@@ -29,6 +29,7 @@ from .numerics import (
     numerics,
     rounding_band,
     scaled,
+    svd_rank,
     with_numerics,
 )
 from .numerics.extremes import extreme_eigenvalues
@@ -136,12 +137,15 @@ def _device_jobs(E: torch.Tensor, rule: RankRule, e: int) -> list:
     copied over."""
     E64 = scaled(E, rule, exponent=e).X
 
-    def job(part: torch.Tensor):
+    def job(part: torch.Tensor, given: torch.Tensor):
         G = (part @ part.transpose(1, 2)).cpu()
         rows = lambda j: part[j].cpu()  # noqa: E731
-        return _part_of_gram(G, rows, E.shape[2], rule, e)
+        return _part_of_gram(G, rows, E.shape[2], rule, e, lambda j: given[j])
 
-    return [functools.partial(job, part) for part in E64.split(_DEVICE_ROWS)]
+    return [
+        functools.partial(job, part, given)
+        for part, given in zip(E64.split(_DEVICE_ROWS), E.split(_DEVICE_ROWS), strict=True)
+    ]
 
 
 def _run(jobs: list, workers: int, device: torch.device):
@@ -177,18 +181,27 @@ def _part_of_rows(E: torch.Tensor, rule: RankRule, e: int):
         X = scaled(E[i : i + _GRAM_ROWS], rule, exponent=e).X.numpy()
         np.matmul(X, X.transpose(0, 2, 1), out=G.numpy()[i : i + _GRAM_ROWS])
     rows = lambda j: scaled(E[j], rule, exponent=e).X  # noqa: E731  (for the few recomputed from their rows)
-    return _part_of_gram(G, rows, E.shape[2], rule, e)
+    return _part_of_gram(G, rows, E.shape[2], rule, e, lambda j: E[j])
 
 
-def _part_of_gram(G: torch.Tensor, rows, d: int, rule: RankRule, e: int):
+#: A context matrix whose largest singular value, in the units of its batch, is below ``sqrt(n d)`` times this
+#: may have lost entries to the flushing of subnormal values (its largest entry below 2^-960 of the batch's):
+#: it is decided again from its own values, on its own scale (``numerics.svd_rank``)
+_OWN_SCALE_BELOW = 2.0**-950
+
+
+def _part_of_gram(G: torch.Tensor, rows, d: int, rule: RankRule, e: int, given):
     """:func:`context_ranks` from the host's Gram matrices ``G`` of rescaled context matrices (``rows(j)``:
-    those at positions ``j``, for the few recomputed from their rows), in the calling thread. A matrix
+    those at positions ``j``, for the few recomputed from their rows; ``given(j)``: the same as they were
+    given, in the data's units), in the calling thread. A matrix
     whose smallest eigenvalue lies clear above the squared tolerance (beyond the rounding band of
     ``gram_rank``, ``numerics.rounding_band``) has full rank: for those the two extreme eigenvalues suffice
-    (``numerics.extremes``); the others take their whole spectrum (:func:`_spectrum_route`)."""
+    (``numerics.extremes``); the others take their whole spectrum (:func:`_spectrum_route`). A matrix far
+    smaller than the largest of its batch is decided on its own scale (``_OWN_SCALE_BELOW``): its entries
+    divided by the batch's power of two could lie below float64's normal range, where they are flushed."""
     B, n = G.shape[0], G.shape[-1]
     unit = Scaled(G[:0], e, rule.in_units(e))  # the units: the rule in them, and the way back to the data's
-    rule = unit.rule
+    data_rule, rule = rule, unit.rule
     rank = torch.full((B,), n, dtype=torch.long)
     smin, smax = torch.empty(B, dtype=torch.float64), torch.empty(B, dtype=torch.float64)
     found = extreme_eigenvalues(G.numpy())
@@ -205,7 +218,11 @@ def _part_of_gram(G: torch.Tensor, rows, d: int, rule: RankRule, e: int):
         rest = (~clear).nonzero().squeeze(-1)
         rank[rest], smin[rest], smax[rest] = _spectrum_route(G[rest], lambda j: rows(rest[j]), d, rule)
     tol = rule.tol(smax, n, d)
-    return rank, unit.to_data(smin), unit.to_data(smax), unit.to_data(tol)
+    own = (smax < math.sqrt(n * d) * _OWN_SCALE_BELOW).nonzero().squeeze(-1)
+    smin, smax, tol = unit.to_data(smin), unit.to_data(smax), unit.to_data(tol)
+    if own.numel():
+        rank[own], smin[own], smax[own], tol[own], _ = svd_rank(given(own).cpu(), data_rule)
+    return rank, smin, smax, tol
 
 
 def _spectrum_route(G: torch.Tensor, rows, d: int, rule: RankRule):

@@ -151,8 +151,10 @@ def _cases(T: int, d: int, dtype, seed: int = 0) -> dict[str, torch.Tensor]:
     # rows a few units in the last place apart: far below the tolerance max(rows, cols) * eps
     near = np.tile(v, (T, 1)) * (1 + eps * rng.integers(-2, 3, (T, d))).astype(dtype)
     mixed = generic.copy()
-    mixed[: T // 2] *= tiny**0.5
-    mixed[T // 2 :] *= big**0.5 / 8
+    # float32's ends; float64 keeps its rows within 2^940 of each other (wider is refused: ROW_RANGE_BITS)
+    lo, hi = (tiny**0.5, big**0.5 / 8) if dtype == np.float32 else (2.0**-470, 2.0**470)
+    mixed[: T // 2] *= lo
+    mixed[T // 2 :] *= hi
     unit = generic / np.abs(generic).max()
     out = {
         "ones": np.ones((T, d)),
@@ -198,6 +200,18 @@ def test_degenerate_sets_small(dtype, capsys):
     for name, X in _cases(120, 24, dtype).items():
         _check_degenerate(name, X, 5, 300)
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_rows_at_both_ends_of_float64_are_refused():
+    """Rows of sqrt(tiny) beside rows of sqrt(max) / 8: divided by the set's power of two, the small ones
+    fall below float64's normal range and would be flushed, so the set is refused in one line."""
+    from mhaaudit.errors import InputError
+
+    X = torch.from_numpy(np.random.default_rng(0).standard_normal((40, 8)))
+    X[:20] *= float(np.finfo(np.float64).tiny) ** 0.5
+    X[20:] *= float(np.finfo(np.float64).max) ** 0.5 / 8
+    with pytest.raises(InputError, match="row 0 of the features is not zero"):
+        subset_test(X, 5, samples=50)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

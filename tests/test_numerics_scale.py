@@ -131,3 +131,76 @@ def test_subnormal_rows_survive_worker_threads_started_while_flushing():
         [sys.executable, "-c", _POOL_STARTED_WHILE_FLUSHING], capture_output=True, text=True, env=env, check=True
     )
     assert out.stdout.strip() == "[0, 0, 0, 0]", out.stdout + out.stderr
+
+
+def _small_beside_large() -> dict[str, np.ndarray]:
+    """Sets with a non-zero row far smaller than the largest: 1e-10 beside 1e300 (no subnormal entry in it,
+    but one once divided by the set's power of two), and a subnormal row (1e-310) beside rows of 1."""
+    return {
+        "range": np.array([[1e300, 0.0], [0.0, 1e300], [1e-10, 0.0]]),
+        "subnormal": np.array([[1.0, 0.0], [0.0, 1.0], [1e-310, 0.0]]),
+    }
+
+
+@pytest.mark.parametrize("name", ["range", "subnormal"])
+def test_a_row_too_small_beside_the_largest_is_refused_not_proven_zero(tmp_path, name):
+    """Divided by the set's power of two, row 2 fell below float64's normal range and was flushed: the
+    Kruskal rank was "proven" 0 by a "zero row" that is not zero (every single row has rank 1)."""
+    from mhaaudit.errors import InputError
+    from mhaaudit.kruskal import babel_floor, kruskal_sweep, subset_test
+    from mhaaudit.numerics.stream import ROW_RANGE_BITS
+
+    X = _small_beside_large()[name]
+    assert all(int(np.linalg.matrix_rank(X[[i]])) == 1 for i in range(3))
+    for run in (
+        lambda: subset_test(X, 2, samples=50),
+        lambda: kruskal_sweep(X, samples=50),
+        lambda: babel_floor(torch.from_numpy(X), RankRule()),
+    ):
+        with pytest.raises(InputError, match=rf"row 2 of the features is not zero .* 2\^-{ROW_RANGE_BITS} of the"):
+            run()
+    np.save(tmp_path / "X.npy", X)
+    from clitools import assert_one_error
+
+    from mhaaudit.cli.app import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()) as out:
+        rc = main(["kruskal", str(tmp_path / "X.npy"), "--format", "json"])
+    assert_one_error(rc, err.getvalue(), f"largest entry ({X[2, 0]:.3g})")
+    assert out.getvalue() == ""
+
+
+def test_rows_within_the_range_are_decided_as_matrix_rank_decides_them():
+    """Rows down to 2^-950 of the largest entry are kept, and every subset is decided as exactly as alone:
+    two tiny independent rows count as independent, a tiny row beside a large one does not."""
+    from mhaaudit.kruskal import exact_kruskal_rank, kruskal_sweep
+
+    tiny = 2.0**-950
+    X = np.array([[1.0, 0.0], [0.0, 1.0], [tiny, 0.0], [0.0, tiny]])
+    sweep = kruskal_sweep(X, samples=400, seed=0)
+    # the pairs {0, 1} and {2, 3} have rank 2 under the rule (each on its own sigma_max); the four others 1
+    assert sweep.fractions[0] == 1.0 and 0.2 < sweep.fractions[1] < 0.47
+    assert exact_kruskal_rank(X) == 1 and sweep.ceiling.value == 1
+
+
+@pytest.mark.parametrize("small", [1e-10, 1e-310])
+def test_a_context_matrix_far_smaller_than_its_batch_is_decided_as_alone(small):
+    """Assumption 2 divided a batch by one power of two: a matrix of 1e-10 beside one of 1e300 (or of
+    subnormal entries beside one of 1) was flushed to rank 0. Each is now decided on its own scale."""
+    from mhaaudit.contexts import assumption_2, context_ranks
+
+    g = torch.Generator().manual_seed(0)
+    E = torch.randn(3, 3, 5, dtype=torch.float64, generator=g)
+    E[0] *= 1e300 if small == 1e-10 else 1.0
+    E[1] *= small
+    E[2] = E[1]
+    E[2, 2] = E[2, 0]  # a dependent one of the same size
+    rule = RankRule.for_dtype(torch.float64)
+    rank, smin, smax, _tol = context_ranks(E, rule)
+    alone = [context_ranks(E[i : i + 1], rule) for i in range(3)]
+    assert rank.tolist() == [3, 3, 2] == [int(a[0]) for a in alone]
+    assert rank.tolist() == [int(torch.linalg.matrix_rank(E[i] / small if i else E[i])) for i in range(3)]
+    assert torch.allclose(smax[1:], torch.cat([a[2] for a in alone[1:]]), rtol=1e-12, atol=0) and float(smin[1]) > 0
+    result = assumption_2(E)
+    assert result.full == 2 and result.deficient_examples == (2,)

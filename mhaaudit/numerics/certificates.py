@@ -32,6 +32,7 @@ import torch
 from ..errors import InputError
 from . import checked
 from .pow2 import exponent_of, ldexp
+from .subnormals import subnormals_kept
 
 if TYPE_CHECKING:
     from .rule import RankRule
@@ -119,21 +120,24 @@ def _svd_rank(rows: torch.Tensor, rule: RankRule, lenient: tuple[str, list] | No
     if rows.dtype.is_complex:
         raise InputError("svd_rank decides rank over the reals: complex matrices are refused, not cast")
     dev = rows.device
-    x = rows.detach().to(device="cpu", dtype=torch.float64)  # exact for every real dtype (8-bit floats included)
-    if not bool(torch.isfinite(x).all()):
-        raise InputError("the matrices hold NaN or infinite values")
-    m, c = x.shape[-2], x.shape[-1]
-    e = exponent_of(x, dims=(-2, -1))
+    with subnormals_kept():  # subnormal entries converted and rescaled as they are, not flushed
+        x = rows.detach().to(device="cpu", dtype=torch.float64)  # exact for every real dtype (8-bit floats included)
+        if not bool(torch.isfinite(x).all()):
+            raise InputError("the matrices hold NaN or infinite values")
+        m, c = x.shape[-2], x.shape[-1]
+        e = exponent_of(x, dims=(-2, -1))
+        x = ldexp(x, -e[..., None, None])
     if lenient is None:
-        s = checked.svdvals(ldexp(x, -e[..., None, None]))
+        s = checked.svdvals(x)
     else:
-        s, usable = checked.svdvals_where_usable(ldexp(x, -e[..., None, None]), lenient[0])
+        s, usable = checked.svdvals_where_usable(x, lenient[0])
         lenient[1].append(usable)
     smax = s[..., 0] if s.shape[-1] else torch.zeros(s.shape[:-1], dtype=s.dtype)
-    atol = ldexp(torch.full_like(smax, rule.atol_value), -e)
-    tol = torch.maximum(smax * rule.rtol_for(m, c), atol)
-    rank = (s > tol.unsqueeze(-1)).sum(-1)
-    out = rank, ldexp(s[..., -1], e), ldexp(smax, e), ldexp(tol, e), ldexp(s, e[..., None])
+    with subnormals_kept():  # the tolerance and the values back in the data's units, subnormal ones too
+        atol = ldexp(torch.full_like(smax, rule.atol_value), -e)
+        tol = torch.maximum(smax * rule.rtol_for(m, c), atol)
+        rank = (s > tol.unsqueeze(-1)).sum(-1)
+        out = rank, ldexp(s[..., -1], e), ldexp(smax, e), ldexp(tol, e), ldexp(s, e[..., None])
     return tuple(t.to(dev) for t in out)
 
 

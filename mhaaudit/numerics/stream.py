@@ -53,6 +53,7 @@ from .rule import RankRule, numerics, subnormals_kept
 
 __all__ = [
     "CHUNK_BYTES",
+    "ROW_RANGE_BITS",
     "Rows",
     "Scan",
     "Unit",
@@ -68,6 +69,13 @@ __all__ = [
 ]
 
 CHUNK_BYTES = 32 << 20  # one chunk of the streaming pass holds this many float64 bytes
+
+#: The largest entry of every non-zero row must be at least ``2**-ROW_RANGE_BITS`` of the set's largest entry:
+#: divided by the set's power of two, such a row's entries below float64's normal range (which the rank
+#: computations flush to zero) are then under 2^-62 of its own largest one, below its rounding. A row smaller
+#: than that would become, wholly or in part, a zero row, and the subsets of such rows would be decided wrong:
+#: :func:`unit_of` refuses the set.
+ROW_RANGE_BITS = 960
 
 
 def chunk_rows(d: int) -> int:
@@ -197,6 +205,7 @@ class Scan:
     first_zero: int | None
     chunks: int
     one_row: bool = False  # every non-zero row equals one row (and there is one): rank 1 exactly
+    too_small: str | None = None  # why no one scale holds every row (``ROW_RANGE_BITS``): ``unit_of`` refuses the set
 
 
 def _exponent(m: float) -> int:
@@ -265,6 +274,10 @@ class _Preparer:
         self.first: np.ndarray | None = None  # the first non-zero row, in the units of e_first
         self.e_first: int | None = None
         self.one_row = True  # every non-zero row so far equals ``first``
+        self.top = 0.0  # the largest absolute entry so far
+        # the exponent, the row and the largest entry (as text, written while subnormals are kept) of the smallest
+        # non-zero row
+        self.low: tuple[int, int, str] | None = None
 
     def __call__(self, s: int, stop: int) -> _Chunk:
         with numerics():  # this thread's own setting, as the caller's
@@ -278,11 +291,13 @@ class _Preparer:
             if not np.isfinite(rowmax).all():
                 raise InputError("features contain NaN or Inf values")
             top = float(rowmax.max())
+            self.top = max(self.top, top)
             e_c = _exponent(top) if top > 0 else None  # an all-zero chunk fixes no scale
             if e_c is not None and (self.e_run is None or e_c > self.e_run):
                 self.e_run = e_c
             # row norms as ``scale.row_norms``: each row by its own power of two, then back; in place
             er = np.frexp(rowmax)[1][:, None]
+            self._keep_lowest(s, rowmax, er[:, 0])
             _times_pow2(C, -er)
             e_use = 0 if self.e_run is None else self.e_run
             norms = np.ldexp(np.sqrt(np.einsum("ij,ij->i", C, C)), er[:, 0] - e_use)
@@ -290,6 +305,16 @@ class _Preparer:
             zero = rowmax == 0  # (a subnormal maximum is not zero: compared with subnormals kept)
             self._compare(Cs, zero)
         return _Chunk(s, Cs, norms, zero, e_before, self.e_run)
+
+    def _keep_lowest(self, s: int, rowmax: np.ndarray, er: np.ndarray) -> None:
+        """Keep the smallest non-zero row seen so far (by the exponent of its largest entry; the first of equals).
+        Called with subnormals kept: a subnormal entry is written as it is, not as 0."""
+        nz = np.flatnonzero(rowmax > 0)
+        if not nz.size:
+            return
+        j = nz[int(np.argmin(er[nz]))]
+        if self.low is None or int(er[j]) < self.low[0]:
+            self.low = (int(er[j]), s + int(j), f"{float(rowmax[j]):.3g}")
 
     def _compare(self, Cs: np.ndarray, zero: np.ndarray) -> None:
         """Keep ``one_row``: do this chunk's non-zero rows all equal the first non-zero row? (Equal
@@ -388,6 +413,20 @@ def _scan(rows: Rows) -> Scan:
         first_zero=first_zero,
         chunks=chunks,
         one_row=prepare.one_row and prepare.first is not None,
+        too_small=_too_small(prepare, int(e_run or 0)),
+    )
+
+
+def _too_small(prepare: _Preparer, exponent: int) -> str | None:
+    """Why the set cannot be decided in one scale, naming its smallest row, when a non-zero row's largest entry
+    is below ``2**-ROW_RANGE_BITS`` of the set's largest; else None."""
+    if prepare.low is None or exponent - prepare.low[0] < ROW_RANGE_BITS:
+        return None
+    _e, row, value = prepare.low
+    return (
+        f"row {row} of the features is not zero but its largest entry ({value}) is less than 2^-{ROW_RANGE_BITS} "
+        f"of the largest entry of the set ({prepare.top:.3g}): float64 holds no one scale for both, so subsets of "
+        "rows that small cannot be decided; drop such rows"
     )
 
 
@@ -483,6 +522,13 @@ class Unit:
 
 
 def unit_of(rows: Rows, rule: RankRule) -> tuple[Unit, Scan]:
-    """The rescaled rows and the scan that fixed their power of two (``rule`` in those units)."""
+    """The rescaled rows and the scan that fixed their power of two (``rule`` in those units).
+
+    Raises:
+        InputError: when the set holds a NaN or infinite entry, or a non-zero row whose largest entry is below
+            ``2**-ROW_RANGE_BITS`` of the set's largest (no one scale holds both: ``Scan.too_small``).
+    """
     sc = scan_of(rows)
+    if sc.too_small is not None:
+        raise InputError(sc.too_small)
     return Unit(rows, sc.exponent, rule.in_units(sc.exponent)), sc
