@@ -128,15 +128,16 @@ def _from_parquet(path: Path, key: str | None):
         names = [key]
     import pyarrow as pa
 
-    def is_list(t) -> bool:
-        return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
-
-    list_cols = [n for n in names if is_list(table.schema.field(n).type)]
+    kinds = {n: table.schema.field(n).type for n in names}
+    lists = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
+    list_cols = [n for n, t in kinds.items() if any(is_kind(t) for is_kind in lists)]
+    if len(list_cols) > 1:  # which one holds the features is the user's to say, as among a file's tensors
+        shown = ", ".join(repr(n) for n in list_cols[:10]) + (", ..." if len(list_cols) > 10 else "")
+        raise InputError(f"{path} has several list columns ({shown}); choose one with " + Param("key"))
     if list_cols:
         col = list_cols[0]
         value_type = table.schema.field(col).type.value_type
-        # Floating vectors keep their dtype (the rank tolerance depends on it), and so do integers and
-        # booleans, which the feature check converts to float64 exactly or refuses (``as_matrix``).
+        # floating vectors keep their dtype (the rank tolerance depends on it), as do integers and booleans (as_matrix)
         exact = pa.types.is_floating(value_type) or pa.types.is_integer(value_type) or pa.types.is_boolean(value_type)
         dtype = value_type.to_pandas_dtype() if exact else np.float64
         column = table.column(col)
@@ -145,13 +146,12 @@ def _from_parquet(path: Path, key: str | None):
         del table
         arr = _list_column_matrix(column, dtype, path, col)
         return arr, f"column {col!r}"
-    num = [
-        n
-        for n in names
-        if pa.types.is_floating(table.schema.field(n).type) or pa.types.is_integer(table.schema.field(n).type)
-    ]
+    num = [n for n, t in kinds.items() if pa.types.is_floating(t) or pa.types.is_integer(t)]
     if not num:
         raise InputError(f"{path}: no numeric or list-of-number columns to read as a T x d matrix")
+    missing = [n for n in num if table.column(n).null_count]
+    if missing:  # read as NaN, they would be called non-finite values
+        raise InputError(f"{path}: column {missing[0]!r} has missing values (nulls)")
     cols = [table.column(n).to_numpy(zero_copy_only=False) for n in num]
     if np.result_type(*cols).kind == "f":  # 64-bit integers stacked with floats become float64: exact only to 2^53
         for name, col in zip(num, cols, strict=True):

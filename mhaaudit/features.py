@@ -23,7 +23,7 @@ from . import validate
 from .contexts import ContextRankResult, ContextRanks, assumption_2_from_arrays, real_tensor
 from .errors import InputError, ModelError, OutputError, Param
 from .feature_files import safetensors_header
-from .files import native_name, read_json, regular_file
+from .files import inside, native_name, read_json, regular_file
 from .numerics import RankRule
 from .numerics.pow2 import max_abs
 from .provenance import stamp
@@ -151,7 +151,8 @@ class FeatureSet:
 
         Raises:
             InputError: when ``folder`` lacks ``features.safetensors`` or ``meta.json`` (naming its per-column
-                subfolders when it holds some), either file is not a regular file or cannot be read, or their
+                subfolders when it holds some), either file is a symbolic link leading out of the folder, is not a
+                regular file or cannot be read, or their
                 contents disagree with what :meth:`save` writes.
         """
         from safetensors.torch import load_file
@@ -168,7 +169,14 @@ class FeatureSet:
                     f"pass one of them, e.g. {folder / columns[0]}"
                 )
             raise InputError(f"{folder} is not a saved feature folder (expected {FEATURES_FILE} and {META_FILE})")
+        top = os.path.realpath(folder)
         for file in (f, m):  # a named pipe would block the reader for good, a device never end
+            real = os.path.realpath(file)
+            if not inside(real, [top]):  # what the folder links to elsewhere is not what was named
+                raise InputError(
+                    f"{file} is a symbolic link to {real}, outside the saved feature folder {top}: refused (copy the "
+                    "file into the folder to use it)"
+                )
             regular_file(file, InputError, f"saved features in {folder}: {file.name}")
         meta = read_json(m, InputError, f"saved features in {folder}: {META_FILE}")
         try:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
 
 from .check_words import REGISTRY
-from .errors import OutputError
+from .errors import OutputError, printable
 from .kruskal import Sweep
 from .staging import atomic_path, check_writable
 
@@ -28,14 +29,33 @@ def check_plot_path(path: str | os.PathLike) -> Path:
     return p
 
 
+#: Characters XML 1.0 does not allow, besides the controls that :func:`~mhaaudit.errors.printable` escapes (an SVG
+#: holds each text of the figure)
+_NOT_XML = re.compile("[\ufffe\uffff]")
+
+
 def save_figure(fig, path: str | Path) -> Path:
-    """Write a matplotlib figure atomically in the format its suffix names, then close it."""
+    """Lay a matplotlib figure out tight and write it atomically in the format its suffix names, then close it.
+
+    Every text of the figure shows as it is written: a name read from a file or a model (a file name in a
+    legend, a model name in a title) is never read as math (``$x^^$`` would make matplotlib raise), and its
+    control characters are escaped (they have no glyph, and an SVG holding them is not well-formed XML)."""
+    import matplotlib
     import matplotlib.pyplot as plt
+    from matplotlib.text import Text
 
     suffix = check_plot_path(path).suffix.lower().lstrip(".")
     try:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=suffix)
+        for t in fig.findobj(Text):
+            t.set_parse_math(False)
+            text = t.get_text()
+            shown = _NOT_XML.sub(lambda m: f"\\u{ord(m.group()):04x}", printable(text, keep="\n"))
+            if shown != text:
+                t.set_text(shown)
+        with matplotlib.rc_context({"text.parse_math": False}):  # texts made while drawing (ticks) too
+            fig.tight_layout()
+            with atomic_path(path) as tmp:
+                fig.savefig(tmp, format=suffix)
     finally:
         plt.close(fig)
     return Path(path)
@@ -74,7 +94,6 @@ def plot_sweeps(
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(title or "Kruskal-rank sweep")
     ax.legend(fontsize=8, loc="lower left")
-    fig.tight_layout()
     return save_figure(fig, path)
 
 
@@ -124,7 +143,6 @@ def plot_depth(result, path: str | Path) -> Path:
     info = result.info
     ax.set_title(f"{result.model}: assumptions by depth (n = {info.n}, d = {info.d})")
     ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
     return save_figure(fig, path)
 
 
@@ -165,7 +183,6 @@ def plot_capacity(result, path: str | Path) -> Path:
     ax.set_ylabel("examples")
     ax.set_title(f"Memorisation certificate: {result.model}" + (" (shared context)" if s.shared_context else ""))
     ax.legend(fontsize=7, loc="best", framealpha=0.8)
-    fig.tight_layout()
     return save_figure(fig, path)
 
 
@@ -198,7 +215,6 @@ def plot_memorize(grid, path: str | Path) -> Path:
     ax.set_ylim(-0.02, 1.05)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
     return save_figure(fig, path)
 
 

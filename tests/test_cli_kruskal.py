@@ -316,6 +316,29 @@ def test_plot_svg_and_json(capsys, npy, tmp_path):
     assert len(doc["sweep"]) == D  # --plot implies --sweep
 
 
+@pytest.mark.parametrize("name", ["m$x^^$.npy", "m$\\frac{$.npy", "osc\x1b]0;t\x07\uffff.npy"])
+def test_a_plot_shows_a_file_name_as_written(capsys, monkeypatch, tmp_path, name):
+    """The legend names the file: matplotlib read ``$...$`` in it as math (and raised: status 3), and drew its
+    control characters (a warning for each missing glyph on stderr, an SVG that is not well-formed XML)."""
+    import warnings
+    import xml.etree.ElementTree as ET
+
+    np.save(tmp_path / name, matrix())
+    monkeypatch.chdir(tmp_path)
+    svg = tmp_path / "sweep.svg"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rc, _out, err = run(capsys, "kruskal", name, *FAST, "--plot", svg)
+    assert rc == 0, err
+    assert not [w for w in caught if "Glyph" in str(w.message)], [str(w.message) for w in caught]
+    text = svg.read_text(encoding="utf-8")
+    ET.fromstring(text)  # well-formed
+    assert not any(c in text for c in "\x1b\x07\uffff")
+    from mhaaudit.errors import printable
+
+    assert printable(name).replace("\uffff", "\\uffff") in text  # the name, as the report shows it
+
+
 # --------------------------------------------------------------------------- bad input
 
 
@@ -905,7 +928,8 @@ def test_a_float_wider_than_float64_is_refused(capsys, tmp_path):
     np.save(p, np.ones((5, 3), dtype=np.longdouble))
     rc, out, err = run(capsys, "kruskal", p, "--k", "2", *FAST)
     if np.dtype(np.longdouble).itemsize > 8:
-        assert_one_error(rc, err, "cannot hold exactly") and out == ""
+        assert_one_error(rc, err, "cannot hold exactly")
+        assert out == ""
     else:  # pragma: no cover - a platform whose long double is float64
         assert rc == 0, err
 

@@ -148,6 +148,28 @@ def test_feature_set_load_errors(tmp_path):
         FeatureSet.load(tmp_path)
 
 
+@pytest.mark.parametrize("name", [FEATURES_FILE, META_FILE])
+def test_a_saved_feature_folder_linking_out_is_refused(tmp_path, capsys, name):
+    """A file of the folder that is a symbolic link to one elsewhere is refused before it is read; a link
+    to a file inside the folder is read."""
+    fs = reduce_tokens(_tokens(), 0)
+    elsewhere, dest = fs.save(tmp_path / "elsewhere"), tmp_path / "feat"
+    fs.save(dest)
+    (dest / name).unlink()
+    (dest / name).symlink_to(elsewhere / name)
+    with pytest.raises(InputError, match=f"{name} is a symbolic link to .*, outside the saved feature folder"):
+        FeatureSet.load(dest)
+    from clitools import assert_one_error, run
+
+    rc, out, err = run(capsys, "kruskal", dest, "--samples", "20")
+    assert_one_error(rc, err, "outside the saved feature folder")
+    assert out == ""
+    (dest / name).unlink()
+    (dest / ("kept-" + name)).write_bytes((elsewhere / name).read_bytes())
+    (dest / name).symlink_to("kept-" + name)  # inside the folder
+    _assert_same(FeatureSet.load(dest), fs)
+
+
 def test_load_points_from_the_check_folder_to_its_columns(tmp_path):
     fs = reduce_tokens(_tokens(), 0)
     fs.save(tmp_path / "random")

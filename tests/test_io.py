@@ -392,6 +392,29 @@ def test_read_parquet_list_column_keeps_dtype(tmp_path, dtype):
     assert "'emb'" in desc
 
 
+def test_several_list_columns_need_a_key(tmp_path):
+    """Two list columns: which holds the features is not guessed (the first was taken without a word), as
+    among the tensors of a .pt or .safetensors file."""
+    a, b = _mat(np.float64), _mat(np.float64) * 2
+    typ = pa.list_(pa.float64())
+    pq.write_table(
+        pa.table({"emb": pa.array(a.tolist(), type=typ), "other": pa.array(b.tolist(), type=typ)}),
+        tmp_path / "x.parquet",
+    )
+    with pytest.raises(InputError, match=r"several list columns \('emb', 'other'\); choose one with key"):
+        read_array(tmp_path / "x.parquet")
+    for key, want in (("emb", a), ("other", b)):
+        t, desc = read_array(tmp_path / "x.parquet", key=key)
+        assert np.array_equal(t.numpy(), want) and f"'{key}'" in desc
+
+
+def test_nulls_in_numeric_columns_are_named_as_missing(tmp_path):
+    """A null in a numeric column was read as NaN and reported as a non-finite value."""
+    pq.write_table(pa.table({"a": [1.0, 2.0, 3.0], "b": pa.array([1.0, None, 2.0])}), tmp_path / "x.parquet")
+    with pytest.raises(InputError, match=r"column 'b' has missing values \(nulls\)"):
+        read_array(tmp_path / "x.parquet")
+
+
 def test_read_parquet_fixed_size_list(tmp_path):
     a = _mat(np.float32, T=7, d=4)
     arr = pa.FixedSizeListArray.from_arrays(pa.array(a.reshape(-1)), 4)

@@ -333,3 +333,18 @@ def test_a_deferred_ceiling_leaves_the_processs_numerics_settings_as_they_were(m
         torch.set_flush_denormal(False)
         matmul.fp32_precision = before_matmul
         torch.set_num_threads(threads)
+
+
+def test_the_babel_floor_counts_each_coherence_beside_its_products(monkeypatch):
+    """At d = 2 the T^2 coherences cost far more than their 2 T^2 products (their absolute values, their
+    top-k): a 200 000 x 2 set ran for minutes under a cap on T^2 d alone. The cap counts T^2 (d + 64)."""
+    from mhaaudit.kruskal import bounds
+
+    monkeypatch.setattr(bounds, "BABEL_MAX_WORK", 1e6)
+    rule = RankRule.for_dtype(torch.float64)
+    big = torch.randn(150, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    assert 150**2 * 2 < 1e6 < 150**2 * (2 + bounds.BABEL_ENTRY_COST)
+    skipped = bounds.babel_floor(big, rule)
+    assert skipped.value == 0 and skipped.proves.startswith("not computed") and "T^2 (d + 64) = 1e+06" in skipped.proves
+    small = bounds.babel_floor(big[:100], rule)
+    assert 100**2 * (2 + bounds.BABEL_ENTRY_COST) <= 1e6 and not small.proves.startswith("not computed")

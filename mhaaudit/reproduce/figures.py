@@ -31,7 +31,6 @@ def plot_reproduction(result, path: str | Path) -> Path:
         _sweeps(ax, result)
     ax.set_title(result.title, fontsize=9)
     ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
     return save_figure(fig, path)
 
 

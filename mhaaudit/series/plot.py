@@ -90,7 +90,6 @@ def plot_series(result, path: str | Path) -> Path | None:
         bx.set_ylabel("Kruskal-rank estimate")
         bx.legend(fontsize=7, loc="best")
     axes[-1][0].set_xlabel("step" if by_step else "checkpoint (order in the series)")
-    fig.tight_layout()
     return save_figure(fig, path)
 
 
