@@ -367,9 +367,17 @@ class ContextRanks:
 def assumption_2_from_arrays(a: dict[str, torch.Tensor], *, n: int, d: int, rule: RankRule) -> ContextRankResult:
     """Assumption 2 from the per-example statistics of :meth:`ContextRanks.arrays`: the exact count of context
     matrices of rank n among T, the rank histogram, the worst sigma_min / tolerance margin and the verdict
-    ("holds", "fails", or "unavailable" when T = 0; n > d fails by dimension alone)."""
+    ("holds", "fails", or "unavailable" when T = 0; n > d fails by dimension alone). The ranks were decided under
+    one rule when the statistics were made: where ``rule`` gives another tolerance, the verdict is "unavailable"
+    (:func:`_decided_under`), never the count of another rule."""
     rank = a["context_rank"]
     T = int(rank.numel())
+    other = _decided_under(a, n, d, rule) if T and n <= d else None
+    if other is not None:
+        return ContextRankResult(
+            T=T, n=n, d=d, full=0, deficient=0, rank_histogram={}, min_margin=float("nan"), worst_example=-1,
+            worst_sigma_min=float("nan"), worst_tol=float("nan"), rule=rule, verdict="unavailable", reason=other,
+        )  # fmt: skip
     full_mask = rank == n
     full = int(full_mask.sum())
     hist: dict[int, int] = {}
@@ -416,6 +424,22 @@ def assumption_2_from_arrays(a: dict[str, torch.Tensor], *, n: int, d: int, rule
         verdict=verdict,
         reason=reason,
         deficient_examples=deficient,
+    )
+
+
+def _decided_under(a: dict[str, torch.Tensor], n: int, d: int, rule: RankRule) -> str | None:
+    """Why the context ranks of ``a`` cannot stand for ``rule``: they were decided under a rule whose tolerance
+    differs from ``rule``'s for some example (None when they agree for every one)."""
+    stored = a["context_tol"].to(torch.float64)
+    wanted = rule.tol(a["context_sigma_max"].to(torch.float64), n, d)
+    off = ~torch.isclose(stored, wanted, rtol=1e-12, atol=0.0)
+    if not bool(off.any()):
+        return None
+    i = int(off.nonzero()[0])
+    return (
+        f"the context ranks were decided when the tokens were reduced, under another rank rule (tolerance "
+        f"{float(stored[i]):.3g} for example {i}, where this rule gives {float(wanted[i]):.3g}); reduce the tokens "
+        "under this rule to decide Assumption 2 under it"
     )
 
 

@@ -88,7 +88,8 @@ class FeatureSet:
         return self
 
     def assumption_2(self, rule: RankRule) -> ContextRankResult:
-        """Assumption 2 (full-rank n x d context matrices), decided from the per-example statistics under ``rule``."""
+        """Assumption 2 (full-rank n x d context matrices) from the per-example statistics, which were decided under
+        one rule when the tokens were reduced: "unavailable" under another (``contexts.assumption_2_from_arrays``)."""
         return assumption_2_from_arrays(self.context, n=self.n, d=self.d, rule=rule)
 
     def save(self, folder: str | Path) -> Path:
@@ -318,7 +319,13 @@ class StreamingReducer:
         )
 
 
-def reduce_tokens(tokens: torch.Tensor, query_index: int, batch_size: int = 64, meta: dict | None = None) -> FeatureSet:
+def reduce_tokens(
+    tokens: torch.Tensor,
+    query_index: int,
+    batch_size: int = 64,
+    meta: dict | None = None,
+    rule: RankRule | None = None,
+) -> FeatureSet:
     """Reduce an in-memory (T, n, d) token tensor to a feature set, for tests and small inputs.
 
     Args:
@@ -326,6 +333,8 @@ def reduce_tokens(tokens: torch.Tensor, query_index: int, batch_size: int = 64, 
         query_index: the query token's position in each example.
         batch_size: examples reduced at a time (default 64).
         meta: the feature set's provenance (None: empty).
+        rule: the rank rule the context matrices are decided under (None: the rule for the tokens' dtype);
+            Assumption 2 of the feature set is decided under it, and under no other.
 
     Returns:
         The :class:`FeatureSet` of the T examples, with ``meta``.
@@ -336,7 +345,7 @@ def reduce_tokens(tokens: torch.Tensor, query_index: int, batch_size: int = 64, 
             ``batch_size`` is not a positive integer.
         ModelError: when ``tokens`` hold NaN or infinite values.
     """
-    red = StreamingReducer(query_index)
+    red = StreamingReducer(query_index, rule)
     tokens = real_tensor(tokens, "tokens", 3, "(T, n, d)")
     for part in tokens.split(validate.integer("batch_size", batch_size)):
         red.update(part)

@@ -81,6 +81,21 @@ def test_full_row_rank_is_inherited_by_more_heads():
     assert [x.rank for x in zero] == [0, 0] and zero[0].residual == 0.0
 
 
+@pytest.mark.parametrize("scale", [1e-300, 1e-165, 1e170, 1e300])
+def test_the_certificate_is_the_same_at_any_scale(scale):
+    """The squares of Z's entries underflowed below 1e-162: ||Z||_F was 0 and every prefix "rank 0"."""
+    Z = torch.randn(6, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    at_one = certify_head_prefixes(Z, 4, [1, 2, 3])
+    scaled = certify_head_prefixes(Z * scale, 4, [1, 2, 3])
+    want = [int(torch.linalg.matrix_rank(Z[:, : 4 * h])) for h in (1, 2, 3)]
+    assert [c.rank for c in scaled] == [c.rank for c in at_one] == want == [4, 6, 6]
+    assert memorization_certificate(Z * scale).rank == 6
+    for a, b in zip(at_one, scaled, strict=True):
+        assert b.sigma_max / scale == pytest.approx(a.sigma_max, rel=1e-12)
+        assert b.tolerance / scale == pytest.approx(a.tolerance, rel=1e-12)
+        assert b.rows == a.rows
+
+
 def test_certify_rejects_bad_input():
     with pytest.raises(InputError, match="not T x"):
         certify_head_prefixes(torch.zeros(3, 10), 4, [1])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -127,6 +128,36 @@ def test_feature_set_save_load_roundtrip(tmp_path):
     fs2 = reduce_tokens(_tokens(torch.float64, seed=1), 0)
     fs2.save(dest)
     _assert_same(FeatureSet.load(dest), fs2)
+
+
+def test_assumption_2_is_decided_under_the_rule_of_the_reduction_or_not_at_all(tmp_path):
+    """Context ranks are settled when the tokens are reduced: under another rule the stored ranks were counted
+    all the same, with the other rule named beside them (an exact "holds" where every matrix fails it)."""
+    from mhaaudit.auditing import check_features
+    from mhaaudit.contexts import assumption_2
+
+    g = np.random.default_rng(0)
+    E = np.empty((4, 3, 6))
+    for t in range(4):  # singular values 1, 0.5, 0.01: full rank by default, rank 2 under rtol = 0.1
+        U, _ = np.linalg.qr(g.standard_normal((3, 3)))
+        V, _ = np.linalg.qr(g.standard_normal((6, 3)))
+        E[t] = (U * np.array([1.0, 0.5, 1e-2])) @ V.T
+    tokens = torch.from_numpy(E).to(torch.float32)
+    loose = RankRule.for_dtype(torch.float32, rtol=0.1)
+    assert assumption_2(tokens, loose).full == 0 == sum(np.linalg.matrix_rank(e, rtol=0.1) == 3 for e in E)
+    fs = reduce_tokens(tokens, 0)
+    assert fs.assumption_2(fs.rule()).verdict == "holds"
+    other = fs.assumption_2(loose)
+    assert other.verdict == "unavailable" and other.exact_status == "undecided" and not other.proven
+    assert "decided when the tokens were reduced, under another rank rule" in other.reason
+    tests, _, _ = check_features(fs, rtol=0.1, samples=50, device="cpu")
+    assert tests["assumption_2"].verdict == "unavailable" and tests["general_position"].verdict in ("holds", "fails")
+    for under in (
+        reduce_tokens(tokens, 0, rule=loose),
+        FeatureSet.load(reduce_tokens(tokens, 0, rule=loose).save(tmp_path / "f")),
+    ):
+        assert under.assumption_2(loose).verdict == "fails" and under.assumption_2(loose).full == 0
+        assert under.assumption_2(under.rule()).verdict == "unavailable"
 
 
 def test_feature_set_save_errors(tmp_path):

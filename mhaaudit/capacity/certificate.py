@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..numerics import RankRule
+from ..numerics import RankRule, exponent_of, ldexp, subnormals_kept
 from ..runtime import derive_seed
 from ..validate import head_counts, integer
 from .z import real_matrix
@@ -223,7 +223,9 @@ def certify_head_prefixes(
     (the same greedy choice as a column-pivoted QR of Z^T) and the value/output weights solved
     through it, unless the residual shows the rows too ill-conditioned for that, in which case a
     column-pivoted QR of Z_h^T and a QR solve are used. Labels are ``N(0, 1)`` from ``derive_seed(seed, "labels")``;
-    the residual is recomputed from ``Z``. Returns one certificate per head count in ``heads``, in
+    the residual is recomputed from ``Z``. Z is first divided by the power of two that brings its largest entry
+    into [0.5, 1) (exact), so no square underflows or overflows at any scale; the tolerance and sigma_max are
+    given in Z's units. Returns one certificate per head count in ``heads``, in
     increasing order; ``progress`` is called with each count as it is done.
 
     Raises:
@@ -234,7 +236,11 @@ def certify_head_prefixes(
     T, m = Z.shape
     H = m // d
     hs = head_counts(list(heads), H)
-    rule = rule or RankRule.for_dtype(torch.float64)
+    e = exponent_of(Z)  # Z divided by a power of two (exact): its squares neither underflow nor overflow
+    if e:
+        with subnormals_kept():
+            Z = ldexp(Z, -e)
+    rule = (rule or RankRule.for_dtype(torch.float64)).in_units(e)
     G = torch.zeros(T, T, dtype=torch.float64)
     done = 0
     out = []
@@ -261,8 +267,8 @@ def certify_head_prefixes(
                 rank_cap=min(T, h * d),
                 rows=tuple(int(i) for i in rows),
                 residual=residual,
-                tolerance=tol,
-                sigma_max=smax,
+                tolerance=math.ldexp(tol, e),  # in Z's own units
+                sigma_max=math.ldexp(smax, e),
                 method=f"rank: {how}; weights: {solver} solve",
                 seconds=round(time.perf_counter() - t0, 3),
             )
