@@ -333,8 +333,7 @@ def reduce_tokens(
         query_index: the query token's position in each example.
         batch_size: examples reduced at a time (default 64).
         meta: the feature set's provenance (None: empty).
-        rule: the rank rule the context matrices are decided under (None: the rule for the tokens' dtype);
-            Assumption 2 of the feature set is decided under it, and under no other.
+        rule: the rule the context ranks are decided under, Assumption 2's only rule (None: the tokens' dtype's).
 
     Returns:
         The :class:`FeatureSet` of the T examples, with ``meta``.
