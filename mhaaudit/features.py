@@ -23,7 +23,7 @@ from . import validate
 from .contexts import ContextRankResult, ContextRanks, assumption_2_from_arrays, real_tensor
 from .errors import InputError, ModelError, OutputError, Param
 from .feature_files import safetensors_header
-from .files import inside, native_name, read_json, regular_file
+from .files import folder_files, native_name, read_json, regular_file
 from .numerics import RankRule
 from .numerics.pow2 import max_abs
 from .provenance import stamp
@@ -170,15 +170,10 @@ class FeatureSet:
                     f"pass one of them, e.g. {folder / columns[0]}"
                 )
             raise InputError(f"{folder} is not a saved feature folder (expected {FEATURES_FILE} and {META_FILE})")
-        top = os.path.realpath(folder)
         for file in (f, m):  # a named pipe would block the reader for good, a device never end
-            real = os.path.realpath(file)
-            if not inside(real, [top]):  # what the folder links to elsewhere is not what was named
-                raise InputError(
-                    f"{file} is a symbolic link to {real}, outside the saved feature folder {top}: refused (copy the "
-                    "file into the folder to use it)"
-                )
             regular_file(file, InputError, f"saved features in {folder}: {file.name}")
+        # a link leading out of the folder is refused, as in model and data folders
+        folder_files(folder, InputError, "saved feature folder", keep={FEATURES_FILE, META_FILE}.__contains__, depth=0)
         meta = read_json(m, InputError, f"saved features in {folder}: {META_FILE}")
         try:
             safetensors_header(f)  # its stated length checked against the file before anything is read

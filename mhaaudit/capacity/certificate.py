@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..numerics import RankRule, exponent_of, ldexp, subnormals_kept
+from ..numerics import RankRule, scaled
 from ..runtime import derive_seed
 from ..validate import head_counts, integer
 from .z import real_matrix
@@ -236,11 +236,8 @@ def certify_head_prefixes(
     T, m = Z.shape
     H = m // d
     hs = head_counts(list(heads), H)
-    e = exponent_of(Z)  # Z divided by a power of two (exact): its squares neither underflow nor overflow
-    if e:
-        with subnormals_kept():
-            Z = ldexp(Z, -e)
-    rule = (rule or RankRule.for_dtype(torch.float64)).in_units(e)
+    unit = scaled(Z, rule or RankRule.for_dtype(torch.float64))  # its squares neither underflow nor overflow
+    Z, rule = unit.X, unit.rule
     G = torch.zeros(T, T, dtype=torch.float64)
     done = 0
     out = []
@@ -267,8 +264,8 @@ def certify_head_prefixes(
                 rank_cap=min(T, h * d),
                 rows=tuple(int(i) for i in rows),
                 residual=residual,
-                tolerance=math.ldexp(tol, e),  # in Z's own units
-                sigma_max=math.ldexp(smax, e),
+                tolerance=float(unit.to_data(tol)),  # in Z's own units
+                sigma_max=float(unit.to_data(smax)),
                 method=f"rank: {how}; weights: {solver} solve",
                 seconds=round(time.perf_counter() - t0, 3),
             )
