@@ -130,6 +130,8 @@ def watch(delay: float, end: Callable[[int], object], signals: Collection[int]) 
 
     threading.Thread(target=wait, name="mhaaudit-signal-watch", daemon=True).start()
     _WRITE, _WATCHER = write, os.getpid()
+    if _NOTED is not None:  # a signal came before the watch: it counts from now
+        note(_NOTED)
 
 
 def _forked() -> None:

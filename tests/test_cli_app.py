@@ -383,6 +383,47 @@ def test_after_a_signal_the_process_ends_whatever_its_main_thread_waits_on(tmp_p
     assert sorted(os.listdir(tmp_path)) == []  # the staged output and the half-written one are gone
 
 
+# A signal that came while the libraries loaded, whose exception a library then swallowed (a bare except, or a
+# finaliser: Python prints "Exception ignored" and goes on): the handler noted it, so the run never starts.
+_SWALLOWED_WHILE_IMPORTING = """
+import signal, sys
+from mhaaudit import ending
+from mhaaudit.cli import app
+ending.note({signum})  # what the handler does before it raises
+signal.signal({signum}, signal.SIG_IGN)  # and what it leaves behind
+def main(argv=None):
+    sys.stdout.write("the run started\\n")
+    return 0
+app.main = main
+app.run([])
+"""
+
+
+@pytest.mark.parametrize(
+    "signum, line", [(signal.SIGTERM, "terminated (SIGTERM)"), (signal.SIGHUP, "hung up (SIGHUP)")]
+)
+def test_a_signal_lost_while_importing_still_ends_the_run(signum, line):
+    proc = run_python(_SWALLOWED_WHILE_IMPORTING.format(signum=int(signum)))
+    assert proc.returncode == 128 + int(signum), proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr.splitlines() == [f"Error: {line}"]
+
+
+def test_a_watch_started_after_a_signal_counts_from_its_start():
+    """:func:`mhaaudit.ending.watch` started after a signal was noted ends the process all the same."""
+    script = (
+        "import sys, threading\n"
+        "from mhaaudit import ending\n"
+        "ending.note(15)\n"
+        "def end(s):\n"
+        "    sys.stderr.write(f'ended by {s}\\n'); sys.stderr.flush(); __import__('os')._exit(7)\n"
+        "ending.watch(0.2, end, [15])\n"
+        "threading.Event().wait(30)\n"
+    )
+    proc = run_python(script)
+    assert proc.returncode == 7 and proc.stderr == "ended by 15\n", proc.stderr
+
+
 _SLOW_HELPER = """
 import atexit, sys, threading, time
 from mhaaudit.cli import app

@@ -175,27 +175,15 @@ def _end_after_signal(signum: int) -> NoReturn:
     _end_now(status, None if said else _SIGNAL_LINES.get(int(signum), INTERRUPTED))
 
 
-def _interrupted() -> None:
-    """Ctrl-C: one line on stderr and status 130, whenever it comes.
-
-    Raises:
-        SystemExit: always, with status 130.
-    """
-    say(f"Error: {INTERRUPTED}")
-    ending.settle(INTERRUPTED_STATUS, said=True)
-    _settle_interrupt()
-    raise SystemExit(INTERRUPTED_STATUS)
-
-
-def _terminated(exc: Terminated) -> None:
-    """SIGTERM or SIGHUP: one line on stderr and status 143 or 129, whenever it comes.
-
-    Raises:
-        SystemExit: always, with the signal's status.
-    """
-    say(f"Error: {exc.line}")
-    ending.settle(exc.status, said=True)
-    raise SystemExit(exc.status)
+def _ended_while_importing(line: str, status: int) -> NoReturn:
+    """Ctrl-C, SIGTERM or SIGHUP while the libraries load: one line on stderr and the signal's status, then the
+    end of the process without the interpreter's own (:func:`_end_now`): an import stopped half way (torch's
+    starts native threads) can leave a thread or native state that the interpreter's end waits on for ever.
+    Nothing is written yet, so there is nothing to remove."""
+    for sig in (signal.SIGINT, *_ENDING):
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(sig, signal.SIG_IGN)
+    _end_now(status, line)
 
 
 _importing = _handle_signals()
@@ -219,15 +207,15 @@ try:  # Ctrl-C (or SIGTERM, SIGHUP) while the libraries load (before main runs) 
     from .names import flag
     from .reproduce import reproduce
 except KeyboardInterrupt:  # pragma: no cover - exercised by sending SIGINT to a subprocess
-    _interrupted()
+    _ended_while_importing(INTERRUPTED, INTERRUPTED_STATUS)
 except Terminated as _ended:  # pragma: no cover - exercised by sending SIGTERM to a subprocess
-    _terminated(_ended)
+    _ended_while_importing(_ended.line, _ended.status)
 except Exception as _failed:  # pragma: no cover - a signal's exception that an import wrapped (_signal_behind)
     _behind = _signal_behind(_failed)
     if isinstance(_behind, Terminated):
-        _terminated(_behind)
+        _ended_while_importing(_behind.line, _behind.status)
     if isinstance(_behind, KeyboardInterrupt):
-        _interrupted()
+        _ended_while_importing(INTERRUPTED, INTERRUPTED_STATUS)
     raise
 finally:
     _restore_signals(_importing)
@@ -478,6 +466,8 @@ def run(argv: list[str] | None = None) -> NoReturn:  # pragma: no cover - tested
 
     hold_for_the_process()  # what native libraries print, to the process's end (CUDA, NCCL), goes to stderr
     ending.watch(SIGNAL_END_LIMIT_S - _END_CLEANUP_S, _end_after_signal, _SIGNAL_LINES)
+    if ending.ending():  # a signal came while the libraries loaded, and a library swallowed what its handler raised
+        _end_after_signal(ending.noted())
     try:
         code = run_cli(main, argv) if launched() else main(argv)
     except KeyboardInterrupt:  # between the commands' own handling and the exit
