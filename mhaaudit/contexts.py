@@ -119,33 +119,45 @@ def context_ranks(E: torch.Tensor, rule: RankRule, *, top: float | None = None):
     e = exponent_for(E, top)  # one power of two for the batch: every part of it is in the same units
     parts = max(1, min(B, torch.get_num_threads()))
     if E.device.type == "cpu":  # each worker forms its part's Gram matrices too
-        jobs = [functools.partial(_part_of_rows, chunk, rule, e) for chunk in E.chunk(parts)]
-    else:
-        jobs = _device_jobs(E, rule, e)
-    return _run(jobs, parts, E.device)
+        return _run([functools.partial(_part_of_rows, chunk, rule, e) for chunk in E.chunk(parts)], parts, E.device)
+    return _on_device(E, rule, e, parts)
 
 
-#: Examples whose Gram matrices a job of a device's batch forms and copies to the host at a time (bounds the
-#: host memory of a large GPU batch: 64 x 197 x 197 float64 is 20 MB)
+#: Examples whose Gram matrices the device forms and copies to the host at a time (bounds the host memory of a
+#: large GPU batch: 64 x 197 x 197 float64 is 20 MB)
 _DEVICE_ROWS = 64
 
 
-def _device_jobs(E: torch.Tensor, rule: RankRule, e: int) -> list:
-    """The jobs of :func:`context_ranks` for a batch on a device, ``_DEVICE_ROWS`` examples each: the device
-    forms the Gram matrices, and their eigenvalues are the host's work (a GPU's eigensolver takes one small
-    matrix at a time), dealt among its cores as on the CPU; the few matrices recomputed from their rows are
+def _on_device(E: torch.Tensor, rule: RankRule, e: int, workers: int):
+    """:func:`context_ranks` of a batch on a device, ``_DEVICE_ROWS`` examples at a time: the device forms their
+    Gram matrices, and their eigenvalues are the host's work (a GPU's eigensolver takes one small matrix at a
+    time), dealt among ``workers`` threads as on the CPU; the few matrices recomputed from their rows are
     copied over."""
     E64 = scaled(E, rule, exponent=e).X
-
-    def job(part: torch.Tensor, given: torch.Tensor):
+    d, got = E.shape[2], []
+    for part, given in zip(E64.split(_DEVICE_ROWS), E.split(_DEVICE_ROWS), strict=True):
         G = (part @ part.transpose(1, 2)).cpu()
-        rows = lambda j: part[j].cpu()  # noqa: E731
-        return _part_of_gram(G, rows, E.shape[2], rule, e, lambda j: given[j])
+        size = -(-G.shape[0] // min(workers, G.shape[0]))
+        jobs = [
+            functools.partial(
+                _part_of_gram,
+                G[i : i + size],
+                functools.partial(_rows_at, part, i, True),
+                d,
+                rule,
+                e,
+                functools.partial(_rows_at, given, i, False),
+            )
+            for i in range(0, G.shape[0], size)
+        ]
+        got.append(_run(jobs, workers, E.device))
+    return tuple(torch.cat(xs) for xs in zip(*got, strict=True))
 
-    return [
-        functools.partial(job, part, given)
-        for part, given in zip(E64.split(_DEVICE_ROWS), E.split(_DEVICE_ROWS), strict=True)
-    ]
+
+def _rows_at(X: torch.Tensor, start: int, host: bool, j: torch.Tensor) -> torch.Tensor:
+    """The matrices of ``X`` at positions ``start + j`` (copied to the host when ``host``)."""
+    rows = X[j.to(X.device) + start]
+    return rows.cpu() if host else rows
 
 
 def _run(jobs: list, workers: int, device: torch.device):

@@ -120,8 +120,14 @@ def test_the_device_route_gives_the_host_route_s_results(monkeypatch):
     E[6] = U @ torch.diag(s) @ Vh
     host = context_ranks(E, rule)
     e = exponent_for(E, float(E.abs().max()))
-    monkeypatch.setattr(contexts, "_DEVICE_ROWS", 2)  # several jobs, dealt among the workers
-    via = contexts._run(contexts._device_jobs(E, rule, e), 3, E.device)
+    monkeypatch.setattr(contexts, "_DEVICE_ROWS", 4)  # several parts, each dealt among the workers
+    seen = []
+    real = contexts._run
+    monkeypatch.setattr(
+        contexts, "_run", lambda jobs, workers, device: seen.append(len(jobs)) or real(jobs, workers, device)
+    )
+    via = contexts._on_device(E, rule, e, 3)
+    assert seen == [2, 2, 1]  # parts of 4 + 4 + 1 examples among 3 workers: 2 a job, so 2, 2 and 1 jobs
     assert torch.equal(via[0], host[0]) and int(host[0][3]) == 4
     full = host[0] == 5
     # sigma_max and the tolerance to rounding; sigma_min to rounding far below the tolerance (a deficient
