@@ -50,14 +50,17 @@ renders this table at every build (never from a smoke run, never without a known
 results file. Rows with nothing measured say ``unmeasured``.
 
 The commit is the project's own: git's HEAD only when git's top level is this project's folder
-(a copy inside another repository does not take that repository's HEAD), else ``--commit`` or
-``$MHAAUDIT_COMMIT``, else the ``COMMIT`` file ``--prepare`` writes beside the wheels.
+(a copy inside another repository does not take that repository's HEAD) and its files are HEAD's;
+else the ``COMMIT`` that ``--prepare`` writes beside the wheels, when every tracked file here is that
+commit's (the ``TREE`` manifest beside it: a copy whose ``.git`` lags its files is measured as its
+files); else git's HEAD with ``+dirty``, ``--commit`` or ``$MHAAUDIT_COMMIT``, or the ``COMMIT`` file.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import json
 import os
 import re
@@ -196,8 +199,8 @@ def git_commit() -> str | None:
 
 def stamped_commit(wheels: str | None = None) -> str | None:
     """The commit ``--prepare`` wrote beside the wheels (``COMMIT``), if any."""
-    for folder in filter(None, [wheels, ROOT / "wheels"]):
-        f = Path(folder) / "COMMIT"
+    for folder in _stamp_folders(wheels):
+        f = folder / "COMMIT"
         if f.is_file():
             text = f.read_text().strip()
             if re.fullmatch(r"[0-9a-f]{7,40}(\+dirty)?", text):
@@ -205,10 +208,65 @@ def stamped_commit(wheels: str | None = None) -> str | None:
     return None
 
 
+def _stamp_folders(wheels: str | None) -> list[Path]:
+    return [Path(f) for f in filter(None, [wheels, ROOT / "wheels"])]
+
+
+def _blob_id(path: Path) -> str:
+    """git's object name of the file (or link) at ``path``, as ``git hash-object`` gives it."""
+    data = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def tree_manifest() -> str | None:
+    """``mode object path`` of each file git tracks here (``git ls-files -s``), written beside the wheels by
+    ``--prepare`` from a clean tree; None where this is not the project's own clean repository."""
+    here = git_commit()
+    if not here or here.endswith("+dirty"):
+        return None
+    lines = []
+    for line in _git("ls-files", "-s", "-z").split("\0"):
+        if line:
+            info, path = line.split("\t", 1)
+            mode, obj, _stage = info.split()
+            lines.append(f"{mode} {obj} {path}")
+    return "\n".join(lines) + "\n"
+
+
+def verified_stamp(wheels: str | None = None) -> str | None:
+    """The commit ``--prepare`` stamped beside the wheels, when the files here are exactly that commit's
+    tracked files (each one's object name equals the one in its ``TREE`` manifest): then it is the commit
+    measured, whatever git's HEAD here says (a copy whose ``.git`` lags its files is measured as its files)."""
+    for folder in _stamp_folders(wheels):
+        stamp_, manifest = stamped_commit(str(folder)), folder / "TREE"
+        if not stamp_ or stamp_.endswith("+dirty") or not manifest.is_file():
+            continue
+        root = ROOT.resolve()
+        try:
+            for line in manifest.read_text().splitlines():
+                mode, obj, path = line.split(" ", 2)
+                f = ROOT / path
+                if Path(path).is_absolute() or ".." in Path(path).parts or not f.resolve().is_relative_to(root):
+                    return None
+                if mode == "160000":  # a submodule: its files are not this project's
+                    continue
+                if not (f.is_symlink() or f.is_file()) or _blob_id(f) != obj:
+                    return None
+        except (OSError, ValueError):
+            return None
+        return stamp_
+    return None
+
+
 def commit(given: str | None = None, wheels: str | None = None) -> str | None:
-    """The commit measured: git's HEAD of this project (:func:`git_commit`), else ``--commit`` /
-    ``$MHAAUDIT_COMMIT``, else the stamp ``--prepare`` wrote (:func:`stamped_commit`)."""
-    return git_commit() or given or os.environ.get("MHAAUDIT_COMMIT") or stamped_commit(wheels)
+    """The commit measured: git's HEAD of this project (:func:`git_commit`) where its files are HEAD's, else
+    the stamp ``--prepare`` wrote when the files are that commit's (:func:`verified_stamp`), else git's HEAD
+    with ``+dirty``, else ``--commit`` / ``$MHAAUDIT_COMMIT``, else the stamp, unverified
+    (:func:`stamped_commit`)."""
+    here = git_commit()
+    if here and not here.endswith("+dirty"):
+        return here
+    return verified_stamp(wheels) or here or given or os.environ.get("MHAAUDIT_COMMIT") or stamped_commit(wheels)
 
 
 def _nvidia_smi(*query: str) -> list[str]:
@@ -825,6 +883,10 @@ def prepare(folder: Path, python: str) -> None:
     if here:  # the commit travels with the wheels, for a copy without this project's git history
         (folder / "COMMIT").write_text(here + "\n")
         print(f"commit {here} stamped in {folder / 'COMMIT'}")
+    manifest = tree_manifest()  # and its files' object names, so that the copy measured can be checked against it
+    (folder / "TREE").unlink(missing_ok=True)
+    if manifest:
+        (folder / "TREE").write_text(manifest)
     abi = "cp" + python.replace(".", "")
     cmd = [
         sys.executable,

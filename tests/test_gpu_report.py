@@ -261,6 +261,42 @@ def test_the_commit_is_the_projects_own(tmp_path, monkeypatch):
         assert g.git_commit().split("+")[0] == head.strip()[:12]
 
 
+def test_a_copy_whose_git_lags_its_files_is_measured_as_its_files(tmp_path, monkeypatch):
+    """A copy of the project whose ``.git`` is older than its files (git says HEAD+dirty) is stamped with the
+    commit --prepare wrote beside the wheels when every tracked file is that commit's (its TREE manifest),
+    and with git's HEAD+dirty when one is not."""
+    import subprocess
+
+    copy = tmp_path / "copy"
+    (copy / "benchmarks").mkdir(parents=True)
+    (copy / "a.txt").write_text("old\n")
+    (copy / "benchmarks" / "b.txt").write_text("kept\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false", "-C", str(copy)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "old"], check=True)
+    monkeypatch.setattr(g, "ROOT", copy)
+    monkeypatch.delenv("MHAAUDIT_COMMIT", raising=False)
+    old = g.git_commit()
+    assert old and not old.endswith("+dirty")
+    manifest = g.tree_manifest()  # a clean tree: what --prepare writes
+    assert manifest and len(manifest.splitlines()) == 2
+    # the files move on to a newer commit's; the copy's .git stays behind
+    (copy / "a.txt").write_text("new\n")
+    a_new = g._blob_id(copy / "a.txt")
+    assert g.git_commit() == old + "+dirty" and g.tree_manifest() is None
+    (copy / "wheels").mkdir()
+    (copy / "wheels" / "COMMIT").write_text("abcdef123456\n")
+    lines = [line.split(" ", 2) for line in manifest.splitlines()]
+    (copy / "wheels" / "TREE").write_text("".join(f"{m} {a_new if p == 'a.txt' else o} {p}\n" for m, o, p in lines))
+    assert g.commit() == "abcdef123456"
+    (copy / "a.txt").write_text("newer\n")  # not the stamped commit's file: git's word, dirty
+    assert g.commit() == old + "+dirty"
+    (copy / "a.txt").write_text("new\n")
+    (copy / "wheels" / "TREE").write_text(manifest.replace("a.txt", "../a.txt"))  # a path out of the copy
+    assert g.verified_stamp() is None
+
+
 def test_report_only_renders_the_records_as_stamped(tmp_path, capsys):
     """The table of a results file from another machine, stamped with that machine's card and commit."""
     shutil_records = tmp_path / "results.jsonl"
