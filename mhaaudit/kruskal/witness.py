@@ -6,16 +6,16 @@ for that matrix. Finding a small one costs a bounded number of factorisations, n
 T x d set:
 
 * ``prove``: the SVD of the rows asked for; a ``Witness`` when they are dependent, else None.
-* ``shrink``: a small witness inside a dependent subset S of m rows. A zero row is a 1-row witness
-  and two equal rows a 2-row witness (found by reading the rows). Otherwise one pivoted QR of the
-  rows (``pivoted_basis``: Gram-Schmidt with column pivoting, on the host for up to ``HOST_ROWS``
-  rows and else on the rows' device, stopped once every row lies within the tolerance of the span of
-  the pivots) offers candidates: a row within the tolerance of its pivots' span, and the fewest
-  leading pivots whose triangular factor has a smallest singular value below their tolerance
-  (inverse iteration, bisection: no further factorisation). The rows of each candidate that take
-  part in its dependence (its support), then all of them, are proven by SVDs of at most (r + 1) x d,
-  r the rank found. At most ``MAX_FACTORISATIONS`` factorisations (the QR and the SVDs together) in
-  all; where none of them proves a smaller subset, S itself is proven.
+* ``shrink``: a small witness inside a dependent subset S of m rows. A zero row is a 1-row
+  witness and two equal rows a 2-row witness (found by reading the rows). Otherwise one pivoted
+  QR of the rows (``pivoted_basis``: Gram-Schmidt with column pivoting on the rows' device,
+  stopped once every row lies within the tolerance of the span of the pivots) offers candidates:
+  a row within the tolerance of its pivots' span, and the fewest leading pivots whose triangular
+  factor has a smallest singular value below their tolerance (inverse iteration, bisection: no
+  further factorisation). The rows of each candidate that take part in its dependence (its
+  support), then all of them, are proven by SVDs of at most (r + 1) x d, r the rank found. At
+  most ``MAX_FACTORISATIONS`` factorisations (the QR and the SVDs together) in all; where none of
+  them proves a smaller subset, S itself is proven.
 * ``set_witness``: a witness for a whole set known to be dependent at size k (its rank ceiling
   there is below k, so every k rows are dependent): a zero row, two equal rows (one pass over the
   rows, hashing each), or ``shrink`` of the first k rows.
@@ -44,15 +44,6 @@ __all__ = ["MAX_FACTORISATIONS", "pivoted_basis", "prove", "repeated_pair", "set
 
 #: The most factorisations (the pivoted QR and the SVDs that prove candidates) one witness is found with.
 MAX_FACTORISATIONS = 8
-#: The most rows whose factorisations run on the host when the set lies on a GPU: the pivoted QR is a sequence of
-#: small steps, each a few kernel launches and a wait on a GPU, and the SVDs of a few hundred rows are small work
-HOST_ROWS = 1024
-
-
-def _rows(unit: Unit, idx: Sequence[int]) -> torch.Tensor:
-    """The rescaled rows ``idx``, on the host when they are at most ``HOST_ROWS`` (the same values: a copy)."""
-    R = unit.rows(idx)
-    return R.cpu() if len(idx) <= HOST_ROWS else R
 
 
 class _Budget:
@@ -76,7 +67,7 @@ def prove(unit: Unit, idx: Sequence[int]) -> Witness | None:
         NumericalFailure: when no LAPACK route gives usable singular values for the rows (nothing is proven).
     """
     idx = [int(i) for i in idx]
-    (rank, _, _, tol, s), usable = svd_rank_where_usable(_rows(unit, idx), unit.rule, "not a proof")
+    (rank, _, _, tol, s), usable = svd_rank_where_usable(unit.rows(idx), unit.rule, "not a proof")
     if not bool(usable):
         raise NumericalFailure(f"singular values of {len(idx)} x {unit.shape[1]} rows", ("gesdd", "gesvd", "gejsv"))
     if int(rank) >= len(idx):
@@ -269,7 +260,7 @@ def _smaller(unit: Unit, idx: list[int], budget: _Budget, hint: int | None = Non
     m = len(idx)
     if m < 2:
         return None
-    R = _rows(unit, idx)
+    R = unit.rows(idx)
     zero = (_bits(R) == 0).all(dim=1)
     if bool(zero.any()):
         w = _prove_within(unit, [idx[int(zero.nonzero()[0])]], budget)
