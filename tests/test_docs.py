@@ -338,6 +338,38 @@ def test_the_code_layout_names_every_module():
 # --------------------------------------------------------------------------- facts stated twice
 
 
+def test_the_readme_s_gpu_table_is_its_run_s_records():
+    """The front page's GPU table is ``gpu_report.table`` of the committed run it names, and its words on that
+    run (the three largest phases of ``check vit-base``, the GPU's busy share) are that run's."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        spec = importlib.util.spec_from_file_location("gpu_report_readme", ROOT / "benchmarks" / "gpu_report.py")
+        g = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(g)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    m = re.search(r"^<!-- gpu-report: (\S+) -->\n(.*?)\n<!-- /gpu-report -->$", README, re.S | re.M)
+    assert m, "the README has no GPU table between its markers"
+    path = ROOT / m.group(1)
+    assert path.parent == ROOT / "benchmarks" / "results" / "gpu" and path.is_file(), path
+    records = g.read_records(path)
+    (key,) = {json.dumps(r["key"], sort_keys=True) for r in records if r.get("key") and r["part"] in g.PARTS}
+    parts = g.latest(records, json.loads(key))
+    stamp = next(r["stamp"] for r in reversed(records) if r.get("stamp") and r["part"] in parts)
+    assert m.group(2) == g.table(parts, stamp)
+    run = parts["check-vit-base"]["result"]
+    phases = {k: v for k, v in run["phases_s"].items() if k not in ("total", "other")}
+    largest = sorted(phases, key=phases.get, reverse=True)[:3]
+    words = {"imports": "imports", "reduction": "the Assumption 2 reduction", "witness": "the witnesses"}
+    after = README[m.end() :]
+    said = re.search(r"spends most of its time in (.*?), with the GPU busy for (\d+) % of it", after, re.S)
+    assert said, "the README's words on its GPU run"
+    named = re.split(r",\s+|\s+and\s+", " ".join(said.group(1).split()))
+    assert named == [words[p] for p in largest]
+    assert sum(phases[p] for p in largest) > run["phases_s"]["total"] / 2  # most of its time
+    assert int(said.group(2)) == round(100 * run["gpu_busy_fraction"])
+
+
 def _tables(page: str) -> list[list[list[str]]]:
     """The markdown tables of a page: each a list of rows, each row its cells (the rule row left out)."""
     tables, rows = [], []
