@@ -466,8 +466,9 @@ def run(argv: list[str] | None = None) -> NoReturn:  # pragma: no cover - tested
 
     hold_for_the_process()  # what native libraries print, to the process's end (CUDA, NCCL), goes to stderr
     ending.watch(SIGNAL_END_LIMIT_S - _END_CLEANUP_S, _end_after_signal, _SIGNAL_LINES)
-    if ending.ending():  # a signal came while the libraries loaded, and a library swallowed what its handler raised
-        _end_after_signal(ending.noted())
+    early = ending.noted()
+    if early is not None:  # a signal came while the libraries loaded, and a library swallowed what its handler raised
+        _end_after_signal(early)
     try:
         code = run_cli(main, argv) if launched() else main(argv)
     except KeyboardInterrupt:  # between the commands' own handling and the exit
