@@ -22,6 +22,9 @@ Parts, most valuable first (each a subprocess of this script, with a timeout of 
   and the same draws and decisions (and the same test record) on the CPU;
 - ``sweep``: ``bench_kruskal.measure_sweep`` over every k up to d = 768, 5000 draws, and the same
   fractions from the CPU;
+- ``contexts``: ``bench_contexts.measure``: Assumption 2 over 256 context matrices of 197 x 768 in
+  batches of 32, ours beside a ``matrix_rank`` loop, with ours' parts (one host thread, the device's
+  Gram matrices, the host's eigenvalues) to show where a batch's time goes;
 - ``tests``: the test files that mention CUDA (``pytest -m "not slow"``; ``-n`` workers when
   pytest-xdist is there), counted from their JUnit XML;
 - ``check-paper``: ``bench_check``'s side of ours at the paper's size (T = 2000, 5000 draws);
@@ -79,6 +82,7 @@ PARTS = (  # most valuable first
     "check-vit-base",
     "kruskal",
     "sweep",
+    "contexts",
     "tests",
     "check-paper",
     "capture",
@@ -94,6 +98,7 @@ EXPECTED_S = {
     "check-vit-base": 70.0,
     "kruskal": 50.0,
     "sweep": 35.0,
+    "contexts": 30.0,  # not yet run on a GPU: about its imports and its smoke run's share of them
     "tests": 120.0,
     "check-paper": 25.0,
     "capture": 16.0,
@@ -121,6 +126,7 @@ SIZES = {
         model="vit-base",
         batch=16,
         capture_repeats=3,
+        contexts=dict(batch=32, batches=8, n=197, d=768, naive_examples=64),
         small_limit=200,
         small_samples=300,
         paper_limit=2000,
@@ -140,6 +146,7 @@ SIZES = {
         model=None,
         batch=2,
         capture_repeats=1,
+        contexts=dict(batch=2, batches=2, n=6, d=10, naive_examples=4),
         small_limit=20,
         small_samples=8,
         paper_limit=24,
@@ -467,6 +474,10 @@ def part_sweep(dev, sz, smoke, workdir):
     return r
 
 
+def part_contexts(dev, sz, smoke, workdir):
+    return _bench("bench_contexts").measure(dev, **sz["contexts"])
+
+
 def part_capture(dev, sz, smoke, workdir):
     model = _tiny_vit(workdir) if smoke else sz["model"]
     return _bench("bench_capture").measure(dev, model=model, batch=sz["batch"], repeats=sz["capture_repeats"])
@@ -742,6 +753,7 @@ PART_FUNCS = {
     "kruskal": part_kruskal,
     "sweep": part_sweep,
     "capture": part_capture,
+    "contexts": part_contexts,
     "check-small": part_check_small,
     "check-paper": part_check_paper,
     "check-paper-naive": part_check_paper_naive,
@@ -1146,6 +1158,21 @@ def table(parts: dict, s: dict | None, smoke: bool = False) -> str:
         f"| same at the paper's size, T = 2000, 5000 draws | {naive_cell} | {_s(cp['ours_s']) if cp else u} | "
         f"{_ratio(cn['naive_s'], cp['ours_s']) if cp and cn else u} | {same} | "
         "`bench_check.py --device cuda --limit 2000 --samples 5000` |"
+    )
+    lines.append(
+        row(
+            "Assumption 2, 256 context matrices of 197 x 768 in batches of 32 (as `check` feeds them)",
+            _res(parts, "contexts"),
+            lambda r: [
+                f"{_s(r['naive_s'])} (`matrix_rank` loop, timed on {r['naive_examples']} examples)",
+                f"{_s(r['ours_s'])} ({r['per_call_ms']:.1f} ms a batch; one host thread {_s(r['one_thread_s'])}; "
+                f"Gram matrices to the host {_s(r['gram_s'])}, their extreme eigenvalues on one thread "
+                f"{_s(r['extremes_one_thread_s'])})",
+                _ratio(r["naive_s"], r["ours_s"]),
+                "ranks equal to the loop's" if r["ranks_equal"] else "ranks DIFFER",
+            ],
+            "`bench_contexts.py --device cuda`",
+        )
     )
     lines.append(
         row(
