@@ -30,7 +30,8 @@ Parts, most valuable first (each a subprocess of this script, with a timeout of 
 - ``check-paper``: ``bench_check``'s side of ours at the paper's size (T = 2000, 5000 draws);
 - ``capture``: ``bench_capture.measure`` (first block of a random ViT-Base, batch 16);
 - ``profile``: ``check vit-base`` once more under cProfile; the 40 functions with the most
-  cumulative time go into the record and ``RESULTS/profile-check-vit-base.txt``;
+  cumulative time, and the 25 costliest imports (``-X importtime``), go into the record and
+  ``RESULTS/profile-check-vit-base.txt``;
 - ``memorize``: the paper's Figure 2a grid (``--preset paper-fig2a``, one seed), its points kept
   in a parquet file so that a part cut off by its timeout or the budget resumes where it stopped;
   its time is the sum of its attempts;
@@ -111,6 +112,7 @@ RESUMABLE = {"memorize"}  # keeps its work when cut off, so it may take whatever
 DEFAULT_BUDGET_S = 480.0
 MARGIN_S = 15.0  # kept back from the budget: a part's process start and the report after it
 PROFILE_TOP = 40
+PROFILE_IMPORTS = 25  # the costliest imports the profile part keeps
 
 # The paper's sizes, and the tiny ones of --smoke (the same code at sizes a 2-core CPU runs in seconds).
 SIZES = {
@@ -684,19 +686,41 @@ def part_profile(dev, sz, smoke, workdir):
             stderr=subprocess.PIPE,
             text=True,
             cwd=workdir,
+            env=dict(os.environ, PYTHONPROFILEIMPORTTIME="1"),  # each import's time, on stderr
         )
     wall = time.perf_counter() - t0
+    imports, err = import_rows(p.stderr)
     if p.returncode != 0:
-        raise RuntimeError(f"mhaaudit check under cProfile exited {p.returncode}: {p.stderr[-500:]}")
+        raise RuntimeError(f"mhaaudit check under cProfile exited {p.returncode}: {err[-500:]}")
     rows = profile_rows(stats_file)
     text = [f"mhaaudit {' '.join(args)}: {wall:.1f} s under cProfile; top {len(rows)} by cumulative time", ""]
     text += [f"{r['cum_s']:10.3f} {r['own_s']:10.3f} {r['calls']:>9}  {r['function']}" for r in rows]
+    text += [
+        "",
+        f"the {len(imports)} costliest imports (-X importtime, under cProfile), cumulative and own seconds",
+        "",
+    ]
+    text += [f"{r['cum_s']:10.3f} {r['own_s']:10.3f}  {'  ' * r['depth']}{r['module']}" for r in imports]
     (workdir / "profile-check-vit-base.txt").write_text("\n".join(text) + "\n")
     try:
         phases_s = json.loads(out_file.read_text())["meta"].get("timings_s")
     except (OSError, ValueError, KeyError, TypeError):
         phases_s = None
-    return {"args": args, "wall_s": wall, "phases_s": phases_s, "top": rows}
+    return {"args": args, "wall_s": wall, "phases_s": phases_s, "top": rows, "imports": imports}
+
+
+def import_rows(stderr: str, top: int = PROFILE_IMPORTS) -> tuple[list[dict], str]:
+    """The ``top`` imports with the most cumulative time in ``-X importtime``'s lines of ``stderr`` (module, its
+    depth in the import chain, cumulative and own seconds), and the rest of ``stderr``."""
+    found, rest = [], []
+    for line in stderr.splitlines():
+        m = re.match(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)$", line)
+        if m:
+            found.append({"module": m[4], "depth": len(m[3]) // 2, "own_s": int(m[1]) / 1e6, "cum_s": int(m[2]) / 1e6})
+        elif not line.startswith("import time:"):
+            rest.append(line)
+    found.sort(key=lambda r: -r["cum_s"])
+    return found[:top], "\n".join(rest)
 
 
 DEADLINE_ENV = "GPU_REPORT_DEADLINE"  # when a launched part will be stopped (seconds since the epoch)

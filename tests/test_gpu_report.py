@@ -57,6 +57,11 @@ def test_smoke_runs_every_part_and_resumes(tmp_path, capsys, monkeypatch):
     assert 0 < len(prof["top"]) <= g.PROFILE_TOP and prof["phases_s"]["forward"] >= 0
     assert [r["cum_s"] for r in prof["top"]] == sorted((r["cum_s"] for r in prof["top"]), reverse=True)
     assert "cumulative" in (res / "profile-check-vit-base.txt").read_text()
+    # and its costliest imports: torch among them, and no import line left in what it would report as an error
+    assert 0 < len(prof["imports"]) <= g.PROFILE_IMPORTS and "torch" in {r["module"] for r in prof["imports"]}
+    assert "importtime" in (res / "profile-check-vit-base.txt").read_text()
+    ctx = by["contexts"]  # Assumption 2 beside the matrix_rank loop: the same ranks, every part timed
+    assert ctx["ranks_equal"] is True and ctx["T"] == ctx["full_rank"] == 4 and ctx["one_thread_s"] > 0
     report = (res / "report.md").read_text()
     assert "smoke sizes, not figures" in report and "torch " in report and "commit " in report
     assert "unmeasured" not in report.split("| target |")[0]  # every row measured (at smoke sizes)
@@ -259,6 +264,23 @@ def test_the_commit_is_the_projects_own(tmp_path, monkeypatch):
     if (ROOT / ".git").exists():
         head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
         assert g.git_commit().split("+")[0] == head.strip()[:12]
+
+
+def test_import_rows_reads_importtime_lines():
+    err = (
+        "import time: self [us] | cumulative | imported package\n"
+        "import time:       100 |        100 |   b\n"
+        "import time:      2000 |       2100 | a\n"
+        "Error: something\n"
+        "import time:        50 |       3000 | c\n"
+    )
+    rows, rest = g.import_rows(err, top=2)
+    assert rows == [
+        {"module": "c", "depth": 0, "own_s": 50e-6, "cum_s": 3000e-6},
+        {"module": "a", "depth": 0, "own_s": 2000e-6, "cum_s": 2100e-6},
+    ]
+    assert rest == "Error: something"
+    assert g.import_rows(err)[0][2] == {"module": "b", "depth": 1, "own_s": 100e-6, "cum_s": 100e-6}
 
 
 def test_a_copy_whose_git_lags_its_files_is_measured_as_its_files(tmp_path, monkeypatch):
