@@ -424,6 +424,36 @@ def test_a_watch_started_after_a_signal_counts_from_its_start():
     assert proc.returncode == 7 and proc.stderr == "ended by 15\n", proc.stderr
 
 
+# Ctrl-C while the command line's libraries load (here: raised as typer is imported). Where SIGINT has Python's
+# default handler, the app's own handler takes it: one line, status 130, no interpreter teardown. Where a host
+# handles SIGINT itself (a notebook kernel), the KeyboardInterrupt is the host's: it goes on.
+_CTRL_C_WHILE_IMPORTING = """
+import signal, sys
+class Stop:
+    def find_spec(self, name, path=None, target=None):
+        if name == "typer":
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, Stop())
+if {host}:
+    signal.signal(signal.SIGINT, lambda *a: None)  # the host's own handler
+try:
+    import mhaaudit.cli.app
+except KeyboardInterrupt:
+    print("the host goes on")
+"""
+
+
+@pytest.mark.parametrize("host", [False, True])
+def test_ctrl_c_while_importing_is_the_app_s_or_its_host_s(host):
+    proc = run_python(_CTRL_C_WHILE_IMPORTING.format(host=host))
+    if host:
+        assert proc.returncode == 0 and proc.stdout == "the host goes on\n", proc.stderr
+        assert "Error:" not in proc.stderr
+    else:
+        assert proc.returncode == 130 and proc.stdout == "", proc.stderr
+        assert proc.stderr.splitlines() == ["Error: interrupted"]
+
+
 _SLOW_HELPER = """
 import atexit, sys, threading, time
 from mhaaudit.cli import app

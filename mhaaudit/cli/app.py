@@ -176,10 +176,11 @@ def _end_after_signal(signum: int) -> NoReturn:
 
 
 def _ended_while_importing(line: str, status: int) -> NoReturn:
-    """Ctrl-C, SIGTERM or SIGHUP while the libraries load: one line on stderr and the signal's status, then the
-    end of the process without the interpreter's own (:func:`_end_now`): an import stopped half way (torch's
-    starts native threads) can leave a thread or native state that the interpreter's end waits on for ever.
-    Nothing is written yet, so there is nothing to remove."""
+    """Ctrl-C, SIGTERM or SIGHUP, caught by this module's own handlers while the libraries load: one line on
+    stderr and the signal's status, then the end of the process without the interpreter's own (:func:`_end_now`):
+    an import stopped half way (torch's starts native threads) can leave a thread or native state that the
+    interpreter's end waits on for ever. Nothing is written yet, so there is nothing to remove. (A Ctrl-C that a
+    host's own handler raised, a notebook kernel's, is left to the host.)"""
     for sig in (signal.SIGINT, *_ENDING):
         with contextlib.suppress(ValueError, OSError):
             signal.signal(sig, signal.SIG_IGN)
@@ -207,6 +208,8 @@ try:  # Ctrl-C (or SIGTERM, SIGHUP) while the libraries load (before main runs) 
     from .names import flag
     from .reproduce import reproduce
 except KeyboardInterrupt:  # pragma: no cover - exercised by sending SIGINT to a subprocess
+    if signal.SIGINT not in _importing:  # a host's own Ctrl-C (a notebook kernel's handler): the host's to handle
+        raise
     _ended_while_importing(INTERRUPTED, INTERRUPTED_STATUS)
 except Terminated as _ended:  # pragma: no cover - exercised by sending SIGTERM to a subprocess
     _ended_while_importing(_ended.line, _ended.status)
@@ -214,7 +217,7 @@ except Exception as _failed:  # pragma: no cover - a signal's exception that an 
     _behind = _signal_behind(_failed)
     if isinstance(_behind, Terminated):
         _ended_while_importing(_behind.line, _behind.status)
-    if isinstance(_behind, KeyboardInterrupt):
+    if isinstance(_behind, KeyboardInterrupt) and signal.SIGINT in _importing:
         _ended_while_importing(INTERRUPTED, INTERRUPTED_STATUS)
     raise
 finally:
