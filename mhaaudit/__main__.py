@@ -16,8 +16,12 @@ def entry(argv: list[str] | None = None) -> NoReturn:
     Ctrl-C while the command line is still being imported answered the same way).
 
     Raises:
-        SystemExit: always: the command's exit status, or 130 for Ctrl-C while the command line is imported.
+        SystemExit: always: the command's exit status, or 130 for Ctrl-C before the app's own guard is reached
+            (a signal after that, while the command line is imported, ends the process with its one line).
     """
+    from . import ending
+
+    ending.own_the_process()  # a signal while the libraries load ends this process (mhaaudit.cli.app)
     try:
         from .cli.app import run  # loads the libraries; Ctrl-C there gets the app's own one line
     except KeyboardInterrupt:  # Ctrl-C before the app's own guard is reached

@@ -23,7 +23,19 @@ import threading
 import time
 from collections.abc import Callable, Collection
 
-__all__ = ["clear", "deadline", "ending", "note", "noted", "settle", "settled", "watch", "watching"]
+__all__ = [
+    "clear",
+    "deadline",
+    "ending",
+    "note",
+    "noted",
+    "own_the_process",
+    "owns_the_process",
+    "settle",
+    "settled",
+    "watch",
+    "watching",
+]
 
 _NOTED: int | None = None  # the number of the first signal that is ending the run
 _STATUS: int | None = None  # the status the run settled on after it (None: not yet)
@@ -32,6 +44,19 @@ _WRITE: int | None = None  # the write end of the watch's pipe, once it watches
 _WATCHER = 0  # the process whose watch that is (a forked child inherits the pipe, not the thread)
 _DEADLINE: float | None = None  # when the watch ends the process (time.monotonic()), once it counts
 _DELAY = 0.0  # the watch's delay
+_OURS = False  # the process is the command line's own: its end is the command line's to make
+
+
+def own_the_process() -> None:
+    """This process runs the command line (``mhaaudit.__main__.entry``), not a host that imports the library: a
+    signal while the command line loads ends it (``mhaaudit.cli.app``)."""
+    global _OURS
+    _OURS = True
+
+
+def owns_the_process() -> bool:
+    """Whether :func:`own_the_process` was called in this process."""
+    return _OURS
 
 
 def note(signum: int) -> None:

@@ -177,14 +177,37 @@ def _end_after_signal(signum: int) -> NoReturn:
 
 def _ended_while_importing(line: str, status: int) -> NoReturn:
     """Ctrl-C, SIGTERM or SIGHUP, caught by this module's own handlers while the libraries load: one line on
-    stderr and the signal's status, then the end of the process without the interpreter's own (:func:`_end_now`):
-    an import stopped half way (torch's starts native threads) can leave a thread or native state that the
-    interpreter's end waits on for ever. Nothing is written yet, so there is nothing to remove. (A Ctrl-C that a
-    host's own handler raised, a notebook kernel's, is left to the host.)"""
+    stderr and the signal's status. In the command line's own process (:func:`_is_the_command_line`) the process
+    then ends without the interpreter's own end (:func:`_end_now`): an import stopped half way (torch's starts
+    native threads) can leave a thread or native state that the interpreter's end waits on for ever, and
+    nothing is written yet, so there is nothing to remove. In a host that imports the library (a notebook
+    kernel, a test run) it raises ``SystemExit`` with that status, for the host to handle.
+
+    Raises:
+        SystemExit: outside the command line's own process.
+    """
+    if not _is_the_command_line():
+        say(f"Error: {line}")
+        ending.settle(status, said=True)
+        if status == INTERRUPTED_STATUS:
+            _settle_interrupt()
+        raise SystemExit(status)
     for sig in (signal.SIGINT, *_ENDING):
         with contextlib.suppress(ValueError, OSError):
             signal.signal(sig, signal.SIG_IGN)
     _end_now(status, line)
+
+
+def _is_the_command_line() -> bool:
+    """Whether this process is the command line's own: ``python -m mhaaudit`` (or torchrun's), a script that
+    called ``mhaaudit.__main__.entry``, or the ``mhaaudit`` console script (its name in ``sys.argv[0]``)."""
+    if ending.owns_the_process():
+        return True
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name == "mhaaudit.__main__":
+        return True
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return os.path.splitext(script)[0] == "mhaaudit"
 
 
 _importing = _handle_signals()
