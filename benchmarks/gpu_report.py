@@ -245,27 +245,45 @@ def tree_manifest() -> str | None:
 
 def verified_stamp(wheels: str | None = None) -> str | None:
     """The commit ``--prepare`` stamped beside the wheels, when the files here are exactly that commit's
-    tracked files (each one's object name equals the one in its ``TREE`` manifest): then it is the commit
-    measured, whatever git's HEAD here says (a copy whose ``.git`` lags its files is measured as its files)."""
+    tracked files: each file its ``TREE`` manifest lists (beside that ``COMMIT``) has the object name listed,
+    and every file git tracks here that is present is listed. Then it is the commit measured, whatever git's
+    HEAD here says (a copy whose ``.git`` lags its files is measured as its files)."""
     for folder in _stamp_folders(wheels):
-        stamp_, manifest = stamped_commit(str(folder)), folder / "TREE"
-        if not stamp_ or stamp_.endswith("+dirty") or not manifest.is_file():
+        manifest, stamp_file = folder / "TREE", folder / "COMMIT"
+        if not (manifest.is_file() and stamp_file.is_file()):
             continue
-        root = ROOT.resolve()
-        try:
-            for line in manifest.read_text().splitlines():
-                mode, obj, path = line.split(" ", 2)
-                f = ROOT / path
-                if Path(path).is_absolute() or ".." in Path(path).parts or not f.resolve().is_relative_to(root):
-                    return None
-                if mode == "160000":  # a submodule: its files are not this project's
-                    continue
-                if not (f.is_symlink() or f.is_file()) or _blob_id(f) != obj:
-                    return None
-        except (OSError, ValueError):
-            return None
-        return stamp_
+        stamp_ = stamp_file.read_text().strip()
+        if not re.fullmatch(r"[0-9a-f]{7,40}", stamp_):
+            continue
+        return stamp_ if _files_match(manifest) else None
     return None
+
+
+def _files_match(manifest: Path) -> bool:
+    """Whether the files here are those of ``manifest`` (``mode object path`` lines, as :func:`tree_manifest`)."""
+    root = os.path.realpath(ROOT)
+    try:
+        listed = set()
+        for line in manifest.read_text().splitlines():
+            mode, obj, path = line.split(" ", 2)
+            f = ROOT / path
+            real = os.path.realpath(f)
+            if Path(path).is_absolute() or ".." in Path(path).parts or os.path.commonpath([root, real]) != root:
+                return False
+            listed.add(path)
+            if mode == "160000":  # a submodule: its files are not this project's
+                continue
+            if not (f.is_symlink() or f.is_file()) or _blob_id(f) != obj:
+                return False
+        if not listed:
+            return False
+        try:  # what git tracks here (a lagging .git may list files since removed: those are absent)
+            tracked = [p for p in _git("ls-files", "-z").split("\0") if p]
+        except (OSError, subprocess.CalledProcessError):
+            tracked = []
+        return all(p in listed or not (ROOT / p).exists() for p in tracked)
+    except (OSError, ValueError):
+        return False
 
 
 def commit(given: str | None = None, wheels: str | None = None) -> str | None:
@@ -681,12 +699,11 @@ def part_profile(dev, sz, smoke, workdir):
     t0 = time.perf_counter()
     with open(out_file, "w") as fh:
         p = subprocess.run(
-            [sys.executable, "-m", "cProfile", "-o", str(stats_file), "-m", "mhaaudit", *args],
+            [sys.executable, "-X", "importtime", "-m", "cProfile", "-o", str(stats_file), "-m", "mhaaudit", *args],
             stdout=fh,
             stderr=subprocess.PIPE,
             text=True,
             cwd=workdir,
-            env=dict(os.environ, PYTHONPROFILEIMPORTTIME="1"),  # each import's time, on stderr
         )
     wall = time.perf_counter() - t0
     imports, err = import_rows(p.stderr)

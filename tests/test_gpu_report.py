@@ -315,8 +315,27 @@ def test_a_copy_whose_git_lags_its_files_is_measured_as_its_files(tmp_path, monk
     (copy / "a.txt").write_text("newer\n")  # not the stamped commit's file: git's word, dirty
     assert g.commit() == old + "+dirty"
     (copy / "a.txt").write_text("new\n")
-    (copy / "wheels" / "TREE").write_text(manifest.replace("a.txt", "../a.txt"))  # a path out of the copy
-    assert g.verified_stamp() is None
+    good = (copy / "wheels" / "TREE").read_text()
+    assert g.verified_stamp() == "abcdef123456"
+    for bad in (
+        manifest.replace("a.txt", "../a.txt"),  # a path out of the copy
+        "",  # a manifest that lists nothing checks nothing
+        "".join(line + "\n" for line in good.splitlines() if not line.endswith(" a.txt")),  # a tracked file unlisted
+        good + "100644 " + "0" * 40 + " loop\n",  # a link that loops
+    ):
+        (copy / "wheels" / "TREE").write_text(bad)
+        assert g.verified_stamp() is None and g.commit() == old + "+dirty"
+    (copy / "loop").symlink_to(copy / "loop")
+    assert g.verified_stamp() is None  # (the loop itself: no error)
+    (copy / "loop").unlink()
+    # the COMMIT beside the TREE, never another folder's
+    (copy / "wheels" / "TREE").unlink()
+    other = tmp_path / "other-wheels"
+    other.mkdir()
+    (other / "TREE").write_text(good)
+    assert g.verified_stamp(str(other)) is None
+    (other / "COMMIT").write_text("fedcba654321\n")
+    assert g.verified_stamp(str(other)) == "fedcba654321"
 
 
 def test_report_only_renders_the_records_as_stamped(tmp_path, capsys):
