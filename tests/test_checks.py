@@ -118,6 +118,7 @@ def test_the_device_route_gives_the_host_route_s_results(monkeypatch):
     U, s, Vh = torch.linalg.svd(E[6], full_matrices=False)
     s[-1] = s[0] * rule.rtol_for(5, 8)  # at the tolerance: the SVD of its rows decides (they are copied over)
     E[6] = U @ torch.diag(s) @ Vh
+    E[7] *= 2.0**-1000  # far below the batch's largest: decided on its own scale, from its rows as given
     host = context_ranks(E, rule)
     e = exponent_for(E, float(E.abs().max()))
     monkeypatch.setattr(contexts, "_DEVICE_ROWS", 4)  # several parts, each dealt among the workers
@@ -128,7 +129,8 @@ def test_the_device_route_gives_the_host_route_s_results(monkeypatch):
     )
     via = contexts._on_device(E, rule, e, 3)
     assert seen == [2, 2, 1]  # parts of 4 + 4 + 1 examples among 3 workers: 2 a job, so 2, 2 and 1 jobs
-    assert torch.equal(via[0], host[0]) and int(host[0][3]) == 4
+    assert torch.equal(via[0], host[0]) and int(host[0][3]) == 4 and int(host[0][7]) == 5
+    assert torch.equal(via[1][7], host[1][7]) and 0 < float(host[1][7]) < 2.0**-990  # (not rank 0: flushed)
     full = host[0] == 5
     # sigma_max and the tolerance to rounding; sigma_min to rounding far below the tolerance (a deficient
     # matrix's is rounding noise: not compared)
