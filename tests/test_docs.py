@@ -362,12 +362,18 @@ def test_the_readme_s_gpu_table_is_its_run_s_records():
     largest = sorted(phases, key=phases.get, reverse=True)[:3]
     words = {"imports": "imports", "reduction": "the Assumption 2 reduction", "witness": "the witnesses"}
     after = README[m.end() :]
-    said = re.search(r"spends most of its time in (.*?), with the GPU busy for (\d+) % of it", after, re.S)
+    flat = " ".join(after.split())
+    said = re.search(r"spends most of its time in (.*?), with the GPU busy for (\d+) % of it", flat)
     assert said, "the README's words on its GPU run"
     named = re.split(r",\s+|\s+and\s+", " ".join(said.group(1).split()))
     assert named == [words[p] for p in largest]
     assert sum(phases[p] for p in largest) > run["phases_s"]["total"] / 2  # most of its time
     assert int(said.group(2)) == round(100 * run["gpu_busy_fraction"])
+    te = parts["tests"]["result"]
+    # what the README says of the run's tests and targets (edit both together)
+    assert "The suite's CUDA tests pass there" in flat and te["failed"] == 0 and te["passed"] > 0
+    assert "no target is met yet" in flat
+    assert all(status != "PASS" for _, _, status in g.targets(parts, stamp.get("gpu")))
 
 
 def _tables(page: str) -> list[list[list[str]]]:
