@@ -231,7 +231,7 @@ try:  # Ctrl-C (or SIGTERM, SIGHUP) while the libraries load (before main runs) 
     from .names import flag
     from .reproduce import reproduce
 except KeyboardInterrupt:  # pragma: no cover - exercised by sending SIGINT to a subprocess
-    if signal.SIGINT not in _importing:  # a host's own Ctrl-C (a notebook kernel's handler): the host's to handle
+    if signal.SIGINT not in _importing:  # raised by the handler of a host that handles SIGINT itself: the host's
         raise
     _ended_while_importing(INTERRUPTED, INTERRUPTED_STATUS)
 except Terminated as _ended:  # pragma: no cover - exercised by sending SIGTERM to a subprocess
