@@ -26,25 +26,13 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
+from bench_kruskal import timed
 
 from mhaaudit.contexts import ContextRanks
 from mhaaudit.numerics import RankRule
 from mhaaudit.numerics.extremes import extreme_eigenvalues
 from mhaaudit.numerics.threads import intra_op_threads
 from mhaaudit.settings import device_name, resolve_device
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _timed(fn, device: torch.device) -> tuple[float, object]:
-    _sync(device)
-    t0 = time.perf_counter()
-    out = fn()
-    _sync(device)
-    return time.perf_counter() - t0, out
 
 
 def batches_of(device: torch.device, *, batch: int, batches: int, n: int, d: int, seed: int = 0) -> list[torch.Tensor]:
@@ -68,15 +56,15 @@ def measure(
         return acc
 
     ours()  # warm-up: the LAPACK routines' self-test, the device's kernels
-    ours_s, acc = _timed(ours, device)
+    ours_s, acc = timed(ours, device)
     with intra_op_threads(1):
-        one_thread_s, _ = _timed(ours, device)
+        one_thread_s, _ = timed(ours, device)
 
     def grams() -> list:
         return [(E.double() @ E.double().transpose(1, 2)).cpu() for E in data]
 
     grams()
-    gram_s, G = _timed(grams, device)
+    gram_s, G = timed(grams, device)
     with intra_op_threads(1):  # one thread: torch's and every BLAS library's
         t0 = time.perf_counter()
         for g_ in G:
@@ -91,7 +79,7 @@ def measure(
         return [int(torch.linalg.matrix_rank(flat[i].double(), rtol=rtol)) for i in range(m)]
 
     naive()  # warm-up (the device's SVD)
-    naive_m_s, naive_ranks = _timed(naive, device)
+    naive_m_s, naive_ranks = timed(naive, device)
     ranks = acc.arrays()["context_rank"][:m].tolist()
     return {
         "device": device_name(device),
