@@ -199,12 +199,10 @@ def _ended_while_importing(line: str, status: int) -> NoReturn:
 
 
 def _is_the_command_line() -> bool:
-    """Whether this process is the command line's own: ``python -m mhaaudit`` (or torchrun's), a script that
-    called ``mhaaudit.__main__.entry``, or the ``mhaaudit`` console script (its name in ``sys.argv[0]``)."""
+    """Whether this process is the command line's own: one that ran ``mhaaudit.__main__.entry`` (``python -m
+    mhaaudit``, torchrun's too, or a script that called it), or the ``mhaaudit`` console script (its name in
+    ``sys.argv[0]``)."""
     if ending.owns_the_process():
-        return True
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    if spec is not None and spec.name == "mhaaudit.__main__":
         return True
     script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
     return os.path.splitext(script)[0] == "mhaaudit"
