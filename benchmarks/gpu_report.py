@@ -209,13 +209,14 @@ def git_commit() -> str | None:
 
 def stamped_commit(wheels: str | None = None) -> str | None:
     """The commit ``--prepare`` wrote beside the wheels (``COMMIT``), if any."""
-    for folder in _stamp_folders(wheels):
-        f = folder / "COMMIT"
-        if f.is_file():
-            text = f.read_text().strip()
-            if re.fullmatch(r"[0-9a-f]{7,40}(\+dirty)?", text):
-                return text
-    return None
+    return next(filter(None, map(_stamp_in, _stamp_folders(wheels))), None)
+
+
+def _stamp_in(folder: Path) -> str | None:
+    """The commit in ``folder/COMMIT`` (with ``+dirty`` where it was stamped so), or None."""
+    f = folder / "COMMIT"
+    text = f.read_text().strip() if f.is_file() else ""
+    return text if re.fullmatch(r"[0-9a-f]{7,40}(\+dirty)?", text) else None
 
 
 def _stamp_folders(wheels: str | None) -> list[Path]:
@@ -249,11 +250,8 @@ def verified_stamp(wheels: str | None = None) -> str | None:
     and every file git tracks here that is present is listed. Then it is the commit measured, whatever git's
     HEAD here says (a copy whose ``.git`` lags its files is measured as its files)."""
     for folder in _stamp_folders(wheels):
-        manifest, stamp_file = folder / "TREE", folder / "COMMIT"
-        if not (manifest.is_file() and stamp_file.is_file()):
-            continue
-        stamp_ = stamp_file.read_text().strip()
-        if not re.fullmatch(r"[0-9a-f]{7,40}", stamp_):
+        manifest, stamp_ = folder / "TREE", _stamp_in(folder)
+        if not manifest.is_file() or not stamp_ or stamp_.endswith("+dirty"):
             continue
         return stamp_ if _files_match(manifest) else None
     return None
