@@ -343,9 +343,7 @@ def test_the_readme_s_gpu_table_is_its_run_s_records():
     run (the three largest phases of ``check vit-base``, the GPU's busy share) are that run's."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
-        spec = importlib.util.spec_from_file_location("gpu_report_readme", ROOT / "benchmarks" / "gpu_report.py")
-        g = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(g)
+        g = _script("gpu_report_readme", ROOT / "benchmarks" / "gpu_report.py")
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
     m = re.search(r"^<!-- gpu-report: (\S+) -->\n(.*?)\n<!-- /gpu-report -->$", README, re.S | re.M)
