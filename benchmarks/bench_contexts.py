@@ -2,12 +2,15 @@
 
 Naive: one ``torch.linalg.matrix_rank`` (an SVD) per example, on the device the batch is on, as a
 loop over the examples would run it. Ours: ``ContextRanks.update`` on each batch, as a ``check`` run
-feeds it (the Gram matrices formed on the device, their extreme eigenvalues on the host's cores).
-Both decide under the same rule; the ranks are compared example by example.
+feeds it, and its arrays read at the end. On the CPU each batch is decided as it comes (its Gram
+matrices and their extreme eigenvalues on the host's cores); on a GPU the batches are kept, their Gram
+matrices reduced to tridiagonal form there all at once, and the extremes of those forms found on the
+host's threads. Both decide under the same rule; the ranks are compared example by example.
 
-Also timed, to show where a call of ours goes: the same calls with one host thread (torch's
-intra-op count 1, so one worker), the device's part alone (each batch's float64 Gram matrices formed
-and copied to the host), and the host's extreme eigenvalues of those matrices on one thread.
+Also timed, to show where ours goes: the same with one host thread (torch's intra-op count 1, so one
+worker), and its two parts alone. On the CPU: each batch's float64 Gram matrices, and their extreme
+eigenvalues on one thread. On a GPU: the Gram matrices and their tridiagonal forms, formed on the
+device and copied to the host, and the extremes of those forms on one thread.
 
 Prints the times and the ratio; asserts nothing. Run:
 
@@ -30,8 +33,9 @@ from bench_kruskal import timed
 
 from mhaaudit.contexts import ContextRanks
 from mhaaudit.numerics import RankRule
-from mhaaudit.numerics.extremes import extreme_eigenvalues
+from mhaaudit.numerics.extremes import extreme_eigenvalues, tridiagonal_extremes
 from mhaaudit.numerics.threads import intra_op_threads
+from mhaaudit.numerics.tridiagonal import tridiagonalize
 from mhaaudit.settings import device_name, resolve_device
 
 
@@ -49,27 +53,17 @@ def measure(
     rule = RankRule.for_dtype(torch.float32)
     T = batch * batches
 
-    def ours() -> ContextRanks:
+    def ours() -> dict:
         acc = ContextRanks(rule)
         for E in data:
             acc.update(E)
-        return acc
+        return acc.arrays()  # (a GPU's batches are decided here)
 
     ours()  # warm-up: the LAPACK routines' self-test, the device's kernels
-    ours_s, acc = timed(ours, device)
+    ours_s, arrays = timed(ours, device)
     with intra_op_threads(1):
         one_thread_s, _ = timed(ours, device)
-
-    def grams() -> list:
-        return [(E.double() @ E.double().transpose(1, 2)).cpu() for E in data]
-
-    grams()
-    gram_s, G = timed(grams, device)
-    with intra_op_threads(1):  # one thread: torch's and every BLAS library's
-        t0 = time.perf_counter()
-        for g_ in G:
-            extreme_eigenvalues(g_.numpy())
-        extremes_s = time.perf_counter() - t0
+    parts = _parts(data, device)
 
     m = min(naive_examples, T)
     flat = torch.cat(data)[:m]
@@ -80,7 +74,7 @@ def measure(
 
     naive()  # warm-up (the device's SVD)
     naive_m_s, naive_ranks = timed(naive, device)
-    ranks = acc.arrays()["context_rank"][:m].tolist()
+    ranks = arrays["context_rank"][:m].tolist()
     return {
         "device": device_name(device),
         "threads": torch.get_num_threads(),
@@ -94,11 +88,41 @@ def measure(
         "ours_s": ours_s,
         "per_call_ms": 1e3 * ours_s / batches,
         "one_thread_s": one_thread_s,
-        "gram_s": gram_s,
-        "extremes_one_thread_s": extremes_s,
+        **parts,
         "ranks_equal": ranks == naive_ranks,
         "full_rank": int(sum(r == n for r in ranks)),
     }
+
+
+def _parts(data: list[torch.Tensor], device: torch.device) -> dict:
+    """The seconds of ours' two parts alone: on the CPU ``gram_s`` (each batch's float64 Gram matrices) and
+    ``extremes_one_thread_s`` (their extreme eigenvalues); on a GPU ``forms_s`` (the Gram matrices and their
+    tridiagonal forms, on the device and copied to the host) and ``form_extremes_one_thread_s`` (the extremes
+    of the forms). The host's part on one thread: torch's and every BLAS library's."""
+    if device.type == "cpu":
+
+        def grams() -> list:
+            return [(E.double() @ E.double().transpose(1, 2)) for E in data]
+
+        grams()
+        gram_s, G = timed(grams, device)
+        with intra_op_threads(1):
+            t0 = time.perf_counter()
+            for g_ in G:
+                extreme_eigenvalues(g_.numpy())
+            return {"gram_s": gram_s, "extremes_one_thread_s": time.perf_counter() - t0}
+
+    def forms() -> list:
+        G = torch.cat([E.double() @ E.double().transpose(1, 2) for E in data])
+        diagonal, off = tridiagonalize(G)
+        gd = G.diagonal(dim1=-2, dim2=-1)
+        return [x.cpu().numpy() for x in (diagonal, off, gd, torch.linalg.matrix_norm(G))]
+
+    forms()
+    forms_s, host = timed(forms, device)
+    t0 = time.perf_counter()
+    tridiagonal_extremes(*host)  # no BLAS: one thread
+    return {"forms_s": forms_s, "form_extremes_one_thread_s": time.perf_counter() - t0}
 
 
 def main() -> None:
@@ -124,8 +148,12 @@ def main() -> None:
     print(f"ContextRanks.update      : {r['ours_s']:8.3f} s   ratio {r['naive_s'] / r['ours_s']:6.1f}x")
     print(f"  per call               : {r['per_call_ms']:8.1f} ms")
     print(f"  with one host thread   : {r['one_thread_s']:8.3f} s")
-    print(f"  Gram matrices to host  : {r['gram_s']:8.3f} s (float64, formed where the batch is: a GPU's part)")
-    print(f"  extreme eigenvalues    : {r['extremes_one_thread_s']:8.3f} s (the host's part, on one thread)")
+    if "gram_s" in r:
+        print(f"  Gram matrices          : {r['gram_s']:8.3f} s (float64)")
+        print(f"  extreme eigenvalues    : {r['extremes_one_thread_s']:8.3f} s (on one thread)")
+    else:
+        print(f"  tridiagonal forms      : {r['forms_s']:8.3f} s (Gram matrices and their forms: the device's part)")
+        print(f"  extremes of the forms  : {r['form_extremes_one_thread_s']:8.3f} s (the host's part, on one thread)")
     print(f"ranks equal to the loop's on {r['naive_examples']} examples: {r['ranks_equal']}")
     if args.json:
         row = {

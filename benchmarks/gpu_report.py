@@ -1040,6 +1040,20 @@ def phases_text(phases: dict) -> str:
     return "phases: " + ", ".join(parts) + (f" (total {phases['total']:.1f} s)" if "total" in phases else "")
 
 
+def _contexts_parts(r: dict) -> str:
+    """Where the contexts part's time went: a GPU's tridiagonal forms and the host's extremes of them, or (records
+    of the route before it, and the CPU's) the Gram matrices and their extreme eigenvalues."""
+    if "forms_s" in r:
+        return (
+            f"Gram matrices and their tridiagonal forms on the device {_s(r['forms_s'])}, the extremes of the forms "
+            f"on one thread {_s(r['form_extremes_one_thread_s'])}"
+        )
+    return (
+        f"Gram matrices to the host {_s(r['gram_s'])}, their extreme eigenvalues on one thread "
+        f"{_s(r['extremes_one_thread_s'])}"
+    )
+
+
 def _ratio(naive, ours):
     return f"{naive / ours:.1f}x" if naive and ours else "unmeasured"
 
@@ -1205,8 +1219,7 @@ def table(parts: dict, s: dict | None, smoke: bool = False) -> str:
             lambda r: [
                 f"{_s(r['naive_s'])} (`matrix_rank` loop, timed on {r['naive_examples']} examples)",
                 f"{_s(r['ours_s'])} ({r['per_call_ms']:.1f} ms a batch; one host thread {_s(r['one_thread_s'])}; "
-                f"Gram matrices to the host {_s(r['gram_s'])}, their extreme eigenvalues on one thread "
-                f"{_s(r['extremes_one_thread_s'])})",
+                f"{_contexts_parts(r)})",
                 _ratio(r["naive_s"], r["ours_s"]),
                 "ranks equal to the loop's" if r["ranks_equal"] else "ranks DIFFER",
             ],

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from . import validate
+from . import phases, validate
 from .contexts import ContextRankResult, ContextRanks, assumption_2_from_arrays, real_tensor
 from .errors import InputError, ModelError, OutputError, Param
 from .feature_files import safetensors_header
@@ -300,7 +300,9 @@ class StreamingReducer:
         """
         rows = None
         if self._ctx is not None:  # the rows to the CPU once, whatever device reduced them
-            rows = {"queries": torch.cat(self._q).cpu(), "a3": torch.cat(self._a3).cpu(), **self._ctx.arrays()}
+            with phases.phase("reduction", device=self._q[0].device):  # the batches a device kept are decided here
+                context = self._ctx.arrays()
+            rows = {"queries": torch.cat(self._q).cpu(), "a3": torch.cat(self._a3).cpu(), **context}
         header = (self.n, self.d)
         if fed is not None:
             rows, header = fed.gather_rows(rows, header)

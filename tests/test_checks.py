@@ -11,12 +11,14 @@ from mhaaudit.checks import (
     CHECK_TITLES,
     CHECKS,
     REGISTRY,
+    ContextRanks,
     assumption_1,
     assumption_2,
     assumption_3,
     context_ranks,
     general_position,
 )
+from mhaaudit.errors import InputError
 from mhaaudit.numerics import RankRule
 
 
@@ -105,37 +107,83 @@ def test_context_ranks_decide_each_matrix_on_its_own(threads, scale):
             assert torch.equal(a, b[j : j + 1]), (j, a, b[j])
 
 
-def test_the_device_route_gives_the_host_route_s_results(monkeypatch):
-    """On a device the Gram matrices are formed there and their eigenvalues on the host's cores: that route,
-    run here on CPU tensors, gives the ranks of the CPU's own route and its sigmas to rounding."""
-    from mhaaudit import contexts
-    from mhaaudit.numerics.scale import exponent_for
-
-    g = torch.Generator().manual_seed(5)
+def _hard_batch(seed: int = 5) -> tuple[torch.Tensor, RankRule]:
+    """Nine 5 x 8 context matrices: one deficient, one at the tolerance (the SVD of its rows decides), one far
+    below the batch's largest (decided on its own scale, from its rows as given)."""
+    g = torch.Generator().manual_seed(seed)
     E = torch.randn(9, 5, 8, generator=g, dtype=torch.float64)
     E[3, 4] = E[3, 2]
     rule = RankRule.for_dtype(torch.float32)
     U, s, Vh = torch.linalg.svd(E[6], full_matrices=False)
-    s[-1] = s[0] * rule.rtol_for(5, 8)  # at the tolerance: the SVD of its rows decides (they are copied over)
+    s[-1] = s[0] * rule.rtol_for(5, 8)
     E[6] = U @ torch.diag(s) @ Vh
-    E[7] *= 2.0**-1000  # far below the batch's largest: decided on its own scale, from its rows as given
+    E[7] *= 2.0**-1000
+    return E, rule
+
+
+def _agree(via, host, n: int) -> None:
+    """The device route's results are the host route's: the same ranks; sigma_max and the tolerance to rounding;
+    sigma_min to rounding far below the tolerance (a deficient matrix's is rounding noise: not compared)."""
+    assert torch.equal(via[0], host[0])
+    assert torch.allclose(via[2], host[2], rtol=1e-12) and torch.allclose(via[3], host[3], rtol=1e-12)
+    full = host[0] == n
+    assert bool(((via[1] - host[1]).abs()[full] <= 1e-3 * host[3][full]).all())
+
+
+def test_the_device_route_gives_the_host_route_s_results(monkeypatch):
+    """On a device the Gram matrices are formed there, reduced to tridiagonal form there, and the extremes of
+    those forms found on the host's threads, a batch a job: that route, run here on CPU tensors, gives the
+    ranks of the CPU's own route and its sigmas to rounding, batch by batch, each in its own units."""
+    from mhaaudit import contexts
+    from mhaaudit.numerics.scale import exponent_for
+
+    E, rule = _hard_batch()
     host = context_ranks(E, rule)
-    e = exponent_for(E, float(E.abs().max()))
-    monkeypatch.setattr(contexts, "_DEVICE_ROWS", 4)  # several parts, each dealt among the workers
+    assert int(host[0][3]) == 4 and int(host[0][7]) == 5 and 0 < float(host[1][7]) < 2.0**-990  # (not flushed)
     seen = []
     real = contexts._run
     monkeypatch.setattr(
-        contexts, "_run", lambda jobs, workers, device: seen.append(len(jobs)) or real(jobs, workers, device)
+        contexts, "_run", lambda jobs, workers, device: seen.append((len(jobs), workers)) or real(jobs, workers, device)
     )
-    via = contexts._on_device(E, rule, e, 3)
-    assert seen == [2, 2, 1]  # parts of 4 + 4 + 1 examples among 3 workers: 2 a job, so 2, 2 and 1 jobs
-    assert torch.equal(via[0], host[0]) and int(host[0][3]) == 4 and int(host[0][7]) == 5
-    assert torch.equal(via[1][7], host[1][7]) and 0 < float(host[1][7]) < 2.0**-990  # (not rank 0: flushed)
-    full = host[0] == 5
-    # sigma_max and the tolerance to rounding; sigma_min to rounding far below the tolerance (a deficient
-    # matrix's is rounding noise: not compared)
-    assert torch.allclose(via[2], host[2], rtol=1e-12) and torch.allclose(via[3], host[3], rtol=1e-12)
-    assert bool(((via[1] - host[1]).abs()[full] <= 1e-3 * host[3][full]).all())
+    monkeypatch.setattr(contexts, "_TRIDIAGONAL_ROWS", 4)  # the forms in several parts
+    parts = [E[:4], E[4:7], E[7:8], E[8:]]
+    batches = [contexts._DeviceBatch.of(x, rule, exponent_for(x, float(x.abs().max()))) for x in parts]
+    assert batches[2].e < batches[0].e - 900  # the third batch's own power of two: its matrix is not flushed
+    via = contexts._on_device(batches, rule, 16)
+    assert seen == [(4, contexts._BISECTION_WORKERS)]  # a job a batch, on at most _BISECTION_WORKERS threads
+    _agree(via, host, 5)
+    assert torch.allclose(via[1][7], host[1][7], rtol=1e-12, atol=0)  # in its own units: not flushed
+
+
+def test_context_ranks_keeps_a_device_s_batches_and_decides_them_in_order(monkeypatch):
+    """``ContextRanks`` keeps a device's batches until they hold ``_PENDING_BYTES`` (then decides them at once)
+    or its arrays are read: the statistics are the host route's, in the order fed, whatever the grouping; a
+    batch the caller changes after feeding it is decided as it was fed; empty batches change nothing."""
+    from mhaaudit import contexts
+
+    E, rule = _hard_batch()
+    E = torch.cat([E, _hard_batch(6)[0]])
+    host = context_ranks(E, rule)
+    monkeypatch.setattr(contexts, "_HOST_DEVICES", ())  # CPU tensors take the device route
+    decided = []
+    real = contexts._on_device
+    monkeypatch.setattr(contexts, "_on_device", lambda b, r, w: decided.append(len(b)) or real(b, r, w))
+    per_batch = 3 * 5 * 8 * 8 + 3 * 5 * 5 * 8  # the bytes of a batch of three and of its Gram matrices
+    for limit, groups in ((2**30, [6]), (2 * per_batch, [2, 2, 2]), (1, [1] * 6)):
+        monkeypatch.setattr(contexts, "_PENDING_BYTES", limit)
+        decided.clear()
+        acc = ContextRanks(rule)
+        for part in E.split(3):
+            part = part.clone()
+            acc.update(part)
+            part.fill_(float("nan"))  # the caller reuses its buffer: what was fed is decided
+            acc.update(E[:0])
+        a = acc.arrays()
+        assert decided == groups
+        _agree((a["context_rank"], a["context_sigma_min"], a["context_sigma_max"], a["context_tol"]), host, 5)
+        assert acc.arrays()["context_rank"].shape == (18,) and decided == groups  # nothing left to decide
+    with pytest.raises(InputError, match="NaN"):
+        ContextRanks(rule).update(E.masked_fill(E > 2, float("inf")))
 
 
 @pytest.mark.parametrize("extremes", ["none", "unusable"])
@@ -180,6 +228,25 @@ def test_context_ranks_on_cuda_equal_the_cpu_s():
     full = cpu[0] == 6
     assert torch.allclose(cuda[2], cpu[2], rtol=1e-12) and torch.allclose(cuda[3], cpu[3], rtol=1e-12)
     assert bool(((cuda[1] - cpu[1]).abs()[full] <= 1e-3 * cpu[3][full]).all())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_streamed_context_ranks_on_cuda_equal_the_cpu_s(monkeypatch):
+    """Batches fed on a GPU are kept there and decided in groups (the GPU's tridiagonal forms): the ranks
+    are the CPU's, the sigmas equal to rounding, in the order fed, and the arrays are on the CPU."""
+    from mhaaudit import contexts
+
+    E, rule = _hard_batch()
+    E = torch.cat([E, _hard_batch(6)[0]])
+    host = context_ranks(E, rule)
+    monkeypatch.setattr(contexts, "_PENDING_BYTES", 4000)  # a group every few batches, and what is left at the end
+    acc = ContextRanks(rule)
+    for part in E.cuda().split(3):
+        acc.update(part)
+    assert acc._pending  # (kept on the device until read)
+    a = acc.arrays()
+    assert all(x.device.type == "cpu" for x in a.values())
+    _agree((a["context_rank"], a["context_sigma_min"], a["context_sigma_max"], a["context_tol"]), host, 5)
 
 
 def test_assumption_2_counts_and_verdict():

@@ -6,10 +6,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mhaaudit.numerics import extremes
+from mhaaudit.numerics.tridiagonal import tridiagonalize
 
 pytestmark = pytest.mark.skipif(not extremes.available(), reason="SciPy's Cython LAPACK API is not available")
 
@@ -85,3 +87,44 @@ def test_worker_threads_give_the_values_of_one_thread():
         parts = list(pool.map(extremes.extreme_eigenvalues, np.split(G, 4)))
     for i in range(3):
         assert np.array_equal(np.concatenate([p[i] for p in parts]), alone[i])
+
+
+def _devices() -> list[str]:
+    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize(("n", "d"), [(1, 3), (2, 2), (3, 5), (7, 12), (40, 64), (197, 256)])
+def test_the_tridiagonal_forms_have_numpy_s_eigenvalues(device, n, d):
+    """The batched Householder reduction (on the device the matrices are on) keeps every eigenvalue to rounding,
+    for a zero matrix and a deficient one too; its forms' extremes are those of the matrices themselves."""
+    G = _grams(n + d, 6, n, d)
+    G[1] = 0.0
+    T = torch.from_numpy(G).to(device)
+    diagonal, off = tridiagonalize(T)
+    assert diagonal.device == T.device and diagonal.shape == (6, n) and off.shape == (6, n - 1)
+    assert torch.equal(T.cpu(), torch.from_numpy(G))  # not written
+    tri = np.zeros_like(G)
+    idx = np.arange(n)
+    tri[:, idx, idx] = diagonal.cpu().numpy()
+    tri[:, idx[1:], idx[:-1]] = tri[:, idx[:-1], idx[1:]] = off.cpu().numpy()
+    lam, got = np.linalg.eigvalsh(G), np.linalg.eigvalsh(tri)
+    scale = np.maximum(lam[:, -1:], 1e-300)
+    assert (np.abs(got - lam) <= 1e-12 * scale).all()
+    assert (got[1] == 0).all()
+    lo, hi, ok = extremes.tridiagonal_extremes(
+        diagonal.cpu().numpy(), off.cpu().numpy(), np.diagonal(G, axis1=1, axis2=2), np.sqrt((G * G).sum((1, 2)))
+    )
+    ref = extremes.extreme_eigenvalues(G)
+    assert ok.all() and ref[2].all()
+    assert (np.abs(lo - ref[0]) <= 1e-12 * scale[:, 0]).all() and (np.abs(hi - ref[1]) <= 1e-12 * scale[:, 0]).all()
+
+
+def test_tridiagonal_extremes_are_checked_against_the_matrices():
+    """Extremes of a form that is not the matrix's (here: another matrix's) fail the checks against the matrix's
+    own diagonal and norm, so nothing is decided from them."""
+    G = _grams(3, 4, 5, 9)
+    diagonal, off = tridiagonalize(torch.from_numpy(G))
+    wrong = np.diagonal(G, axis1=1, axis2=2) * 10.0
+    _, _, ok = extremes.tridiagonal_extremes(diagonal.numpy(), off.numpy(), wrong, np.sqrt((G * G).sum((1, 2))) * 10)
+    assert not ok.any()

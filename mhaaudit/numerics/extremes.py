@@ -7,6 +7,8 @@ matrix to tridiagonal form (``dsytrd``) and then finds all n eigenvalues (``dste
 time for a 197 x 197 matrix). Here ``dstebz`` finds only the two extremes of the same tridiagonal
 form, by bisection. The reduction's backward error (about eps ||G||) bounds the error of both
 routes alike, so the two agree to rounding far below any tolerance.
+A batch reduced to tridiagonal form elsewhere (on a GPU, by ``numerics.tridiagonal``) takes only the
+``dstebz`` step (:func:`tridiagonal_extremes`), with the same checks.
 
 The routines are SciPy's LAPACK (``scipy.linalg.cython_lapack``), called through ctypes, which
 releases the GIL, so worker threads run them in parallel. Both are self-tested before first use.
@@ -28,7 +30,7 @@ import numpy as np
 from .checked import eigenvalue_slack
 from .lapack import cython_lapack_function
 
-__all__ = ["available", "extreme_eigenvalues"]
+__all__ = ["available", "extreme_eigenvalues", "tridiagonal_extremes"]
 
 _INT_P = ctypes.POINTER(ctypes.c_int)
 _DOUBLE_P = ctypes.POINTER(ctypes.c_double)
@@ -119,9 +121,24 @@ class _Extremes:
                        self.tau.ctypes.data, self.work.ctypes.data, self.lwork, self.info)  # fmt: skip
             if self.info.value != 0:
                 continue
-            small, large = self._nth(self.first), self._nth(self.last)
-            if small is not None and large is not None:
-                lo[b], hi[b], done[b] = small, large, True
+            self._extremes(b, lo, hi, done)
+        return lo, hi, done
+
+    def _extremes(self, b: int, lo: np.ndarray, hi: np.ndarray, done: np.ndarray) -> None:
+        """The extremes of the tridiagonal form in ``d``, ``e`` into ``lo[b]``, ``hi[b]`` (``done[b]``: found)."""
+        small, large = self._nth(self.first), self._nth(self.last)
+        if small is not None and large is not None:
+            lo[b], hi[b], done[b] = small, large, True
+
+    def run_tridiagonal(self, diagonal: np.ndarray, off: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(smallest, largest, done)`` of each tridiagonal matrix given by the rows of ``diagonal`` (B, n) and
+        ``off`` (B, n - 1)."""
+        B, n = diagonal.shape
+        lo, hi, done = np.zeros(B), np.zeros(B), np.zeros(B, dtype=bool)
+        for b in range(B):
+            self.d[:n] = diagonal[b]
+            self.e[: n - 1] = off[b]
+            self._extremes(b, lo, hi, done)
         return lo, hi, done
 
 
@@ -139,9 +156,31 @@ def extreme_eigenvalues(G: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
     G = np.ascontiguousarray(G, dtype=np.float64)
     sytrd, stebz = routines
     lo, hi, ok = _Extremes(sytrd, stebz, n).run(G)
-    diag = np.diagonal(G, axis1=-2, axis2=-1)
     fro = np.sqrt(np.einsum("bij,bij->b", G, G))  # (a rounding asymmetry of G lies far inside the slack)
-    slack = eigenvalue_slack(n, fro)
+    return _checked(lo, hi, ok, np.diagonal(G, axis1=-2, axis2=-1), fro)
+
+
+def tridiagonal_extremes(
+    diagonal: np.ndarray, off: np.ndarray, gram_diagonal: np.ndarray, fro: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """:func:`extreme_eigenvalues` of symmetric matrices already reduced to tridiagonal form
+    (``numerics.tridiagonal``): ``diagonal`` (B, n) and ``off`` (B, n - 1) give the forms, ``gram_diagonal``
+    (B, n) and ``fro`` (B,) the diagonals and Frobenius norms of the matrices themselves, for the checks of
+    the module docstring; computed in the calling thread."""
+    routines = _routines()
+    if routines is None:  # pragma: no cover - a SciPy without its Cython LAPACK API
+        return None
+    B, n = diagonal.shape
+    if n == 0 or B == 0:
+        return np.zeros(B), np.zeros(B), np.zeros(B, dtype=bool)
+    sytrd, stebz = routines
+    lo, hi, ok = _Extremes(sytrd, stebz, n).run_tridiagonal(diagonal, off)
+    return _checked(lo, hi, ok, gram_diagonal, fro)
+
+
+def _checked(lo: np.ndarray, hi: np.ndarray, ok: np.ndarray, diag: np.ndarray, fro: np.ndarray):
+    """``(lo, hi, ok)`` with ``ok`` cleared where the values fail the checks of the module docstring."""
+    slack = eigenvalue_slack(diag.shape[-1], fro)
     mean = diag.mean(-1)
     with np.errstate(invalid="ignore"):
         ok &= np.isfinite(lo) & np.isfinite(hi)
