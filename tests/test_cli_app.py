@@ -166,10 +166,13 @@ def _complete(words: str, shell: str = "bash") -> subprocess.CompletedProcess:
 
 
 def test_shell_completion():
-    """The script --show-completion prints calls the program back, which completes commands and choices."""
+    """The script --show-completion prints calls the program back, which completes commands and choices.
+    --show-completion names the shell it runs in (found among its parent processes), so the program runs as a
+    child of bash (not exec'd by it): the test then holds in a test run with no shell among its parents too (one
+    started by a service, or left running by the shell that started it)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
     script = subprocess.run(
-        [sys.executable, "-c", CONSOLE_SCRIPT, "--show-completion", "bash"],
+        ["bash", "-c", '"$0" "$@"; exit $?', sys.executable, "-c", CONSOLE_SCRIPT, "--show-completion"],
         env=env,
         capture_output=True,
         text=True,
