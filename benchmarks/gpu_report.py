@@ -16,7 +16,9 @@ Parts, most valuable first (each a subprocess of this script, with a timeout of 
   byte-code caches are cold on a fresh machine), with its wall clock, peak resident memory (the
   child's ``ru_maxrss``), peak GPU memory (``torch.cuda.max_memory_allocated`` in that process),
   the time the GPU was busy (``nvidia-smi``'s ``utilization.gpu`` sampled every 100 ms, summed
-  over the run) and the run's own phases (``meta.timings_s``);
+  over the run) and the run's own phases (``meta.timings_s``, of both runs), and whether byte-code is
+  cached for transformers' modules before and after the runs (the interpreter's settings, the folder
+  writable, the modules with a ``.pyc``: where it is not, every run compiles them again);
 - ``kruskal``: ``bench_kruskal.measure_test`` at k = 197 on 2000 x 768 features, 5000 draws (the
   paper's loop timed on 1000 draws and scaled), ours checked against ``matrix_rank`` draw by draw,
   and the same draws and decisions (and the same test record) on the CPU;
@@ -665,12 +667,41 @@ class _Null:
         return False
 
 
+def bytecode_state(package: str = "transformers") -> dict:
+    """Whether this interpreter caches byte-code for ``package`` (where a second run's imports come from): its
+    settings, whether the package's folder is writable, and how many of its modules have a cached ``.pyc``."""
+    import importlib.util
+
+    out: dict = {
+        "dont_write_bytecode": sys.dont_write_bytecode,
+        "pycache_prefix": sys.pycache_prefix,
+        "env": {k: os.environ.get(k) for k in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")},
+    }
+    spec = importlib.util.find_spec(package)
+    if spec is not None and spec.origin:
+        folder = Path(spec.origin).parent
+        sources = list(folder.rglob("*.py"))
+        cached = sum(Path(importlib.util.cache_from_source(str(p))).exists() for p in sources)
+        out.update(package=package, folder_writable=os.access(folder, os.W_OK), modules=len(sources), cached=cached)
+    return out
+
+
 def part_check_vit_base(dev, sz, smoke, workdir):
     model = _tiny_vit(workdir) if smoke else "vit-base"
     args = ["check", model, "--device", str(dev), "--format", "json", *sz["check_args"]]
+    before = bytecode_state()
     runs = [run_cli(args, workdir, sample_gpu=dev.type == "cuda") for _ in range(1 if smoke else 2)]
     out = dict(runs[-1])
     out["first_run_wall_s"] = runs[0]["wall_s"]
+    out["first_run_phases_s"] = runs[0].get("phases_s")
+    out["bytecode_before"], out["bytecode_after"] = before, bytecode_state()
+    after = out["bytecode_after"]
+    print(
+        f"[check-vit-base] byte-code cached for {before.get('cached')} of {before.get('modules')} transformers modules "
+        f"before the runs, {after.get('cached')} after (folder writable: {after.get('folder_writable')}, "
+        f"dont_write_bytecode: {after['dont_write_bytecode']})",
+        flush=True,
+    )
     if out["returncode"] != 0:
         raise RuntimeError(f"mhaaudit check exited {out['returncode']}: {out['stderr_tail']}")
     return out

@@ -51,6 +51,10 @@ def test_smoke_runs_every_part_and_resumes(tmp_path, capsys, monkeypatch):
     cv = by["check-vit-base"]
     assert cv["returncode"] == 0 and cv["peak_rss_gb"] > 0.1 and cv["peak_gpu_gb"] is None  # no CUDA in that process
     assert "gpu_busy_s" not in cv and set(cv["verdicts"]) >= {"random/assumption_1", "embedding/assumption_2"}
+    # whether byte-code is cached where the model library lies, before and after the runs (its own counts)
+    bc = cv["bytecode_after"]
+    assert bc["package"] == "transformers" and 0 <= cv["bytecode_before"]["cached"] <= bc["cached"] <= bc["modules"]
+    assert bc["modules"] > 100 and {type(bc["dont_write_bytecode"]), type(bc["folder_writable"])} == {bool}
     assert by["memorize"]["points"] == 2 and by["memorize"]["seconds"] > 0
     assert by["tests"]["returncode"] == 0 and by["tests"]["skipped"] == 1 and by["tests"]["failed"] == 0
     prof = by["profile"]  # check under cProfile: its top functions by cumulative time, and its own phases
