@@ -152,14 +152,20 @@ def _pending_limit(device: torch.device) -> int:
 #: them all at once, and the least it keeps where the device's free memory is short
 _PENDING_BYTES = 2**30
 _PENDING_LEAST = 2**26
-#: Examples whose Gram matrices the device forms at a time (bounds the float64 copy of their rows)
-_DEVICE_ROWS = 256
-#: Gram matrices reduced to tridiagonal form at a time (each step of the reduction is a few kernels, whatever
-#: the number of matrices: on one H200 the reduction of 32 and of 2000 197 x 197 matrices took 0.11 s alike)
-_TRIDIAGONAL_ROWS = 2048
+#: Bytes of a float64 copy of context matrices the device makes at a time to form their Gram matrices
+_DEVICE_PART_BYTES = 2**28
+#: Bytes of Gram matrices reduced to tridiagonal form at a time (each step of the reduction is a few kernels,
+#: whatever the number of matrices: on one H200 the reduction of 32 and of 2000 197 x 197 matrices took 0.11 s
+#: alike)
+_TRIDIAGONAL_BYTES = 2**29
 #: Threads that find the extremes of the tridiagonal forms (on one H200's 16 cores, 2000 forms took 0.39 s on
 #: one thread, 0.11 s on 4 and 0.18 s on 16: each call holds the GIL for its arguments)
 _BISECTION_WORKERS = 4
+
+
+def _rows_in(limit: int, each: int) -> int:
+    """How many examples of ``each`` bytes fit in ``limit`` bytes (at least one)."""
+    return max(1, limit // each)
 
 
 @dataclass(frozen=True)
@@ -173,7 +179,7 @@ class _DeviceBatch:
     @classmethod
     def of(cls, E: torch.Tensor, rule: RankRule, e: int) -> _DeviceBatch:
         grams = []
-        for part in E.split(_DEVICE_ROWS):
+        for part in E.split(_rows_in(_DEVICE_PART_BYTES, E.shape[1] * E.shape[2] * 8)):
             X = scaled(part, rule, exponent=e).X
             grams.append(X @ X.transpose(1, 2))
         return cls(E, e, torch.cat(grams))
@@ -182,11 +188,11 @@ class _DeviceBatch:
 @with_numerics()
 def _on_device(batches: list[_DeviceBatch], rule: RankRule, workers: int):
     """:func:`context_ranks` of the batches on a device, concatenated in order: the device reduces every Gram
-    matrix to tridiagonal form, ``_TRIDIAGONAL_ROWS`` at a time; the host finds the extremes of the forms and
+    matrix to tridiagonal form, ``_TRIDIAGONAL_BYTES`` of them at a time; the host finds the extremes of the forms and
     decides each batch (:func:`_decided`), a batch a job among ``workers`` threads (at most
     ``_BISECTION_WORKERS``); the few matrices recomputed from their rows are copied over."""
     G = torch.cat([b.G for b in batches]) if len(batches) > 1 else batches[0].G
-    forms = [tridiagonalize(part) for part in G.split(_TRIDIAGONAL_ROWS)]
+    forms = [tridiagonalize(part) for part in G.split(_rows_in(_TRIDIAGONAL_BYTES, G.shape[1] * G.shape[2] * 8))]
     host = [
         torch.cat(xs).cpu().numpy()
         for xs in (

@@ -145,7 +145,8 @@ def test_the_device_route_gives_the_host_route_s_results(monkeypatch):
     monkeypatch.setattr(
         contexts, "_run", lambda jobs, workers, device: seen.append((len(jobs), workers)) or real(jobs, workers, device)
     )
-    monkeypatch.setattr(contexts, "_TRIDIAGONAL_ROWS", 4)  # the forms in several parts
+    monkeypatch.setattr(contexts, "_TRIDIAGONAL_BYTES", 4 * 5 * 5 * 8)  # the forms in parts of four matrices
+    monkeypatch.setattr(contexts, "_DEVICE_PART_BYTES", 2 * 5 * 8 * 8)  # the Gram matrices two examples at a time
     parts = [E[:4], E[4:7], E[7:8], E[8:]]
     batches = [contexts._DeviceBatch.of(x, rule, exponent_for(x, float(x.abs().max()))) for x in parts]
     assert batches[2].e < batches[0].e - 900  # the third batch's own power of two: its matrix is not flushed
