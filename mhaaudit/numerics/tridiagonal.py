@@ -36,17 +36,18 @@ def tridiagonalize(G: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = A[:, k + 1 :, k]  # the column below the diagonal, reduced to a multiple of the first unit vector
         x0 = x[:, 0]
         norm = torch.linalg.vector_norm(x, dim=1)
-        alpha = torch.where(x0 >= 0, -norm, norm)
+        alpha = -torch.copysign(norm, x0)  # of x0's opposite sign: v's first entry is x0 - alpha, no cancellation
         v = x.clone()
         v[:, 0] -= alpha
-        half = norm * (norm + x0.abs())  # ||v||^2 / 2, without cancellation
-        beta = torch.where(half > 0, 1.0 / torch.where(half > 0, half, 1.0), 0.0)  # H = I - beta v v^T
+        # beta = 2 / ||v||^2 (||v||^2 / 2 = norm (norm + |x0|), without cancellation), 0 for a zero column, which
+        # is left as it is (alpha is then x0, 0): H = I - beta v v^T
+        beta = torch.nan_to_num((norm * (norm + x0.abs())).reciprocal(), posinf=0.0)
         A22 = A[:, k + 1 :, k + 1 :]
-        p = beta[:, None] * torch.bmm(A22, v[:, :, None]).squeeze(-1)
-        w = p - (0.5 * beta * (v * p).sum(1))[:, None] * v
+        p = torch.bmm(A22, v[:, :, None]).squeeze(-1).mul_(beta[:, None])
+        w = torch.addcmul(p, (0.5 * beta * torch.linalg.vecdot(v, p))[:, None], v, value=-1)
         A22.baddbmm_(torch.stack((v, w), -1), torch.stack((w, v), 1), alpha=-1)  # H A22 H = A22 - v w^T - w v^T
         diagonal[:, k] = A[:, k, k]
-        off[:, k] = torch.where(half > 0, alpha, x0)  # a zero column is left as it is
+        off[:, k] = alpha
     if n >= 2:
         diagonal[:, n - 2] = A[:, n - 2, n - 2]
         off[:, n - 2] = A[:, n - 1, n - 2]
