@@ -32,8 +32,8 @@ Parts, most valuable first (each a subprocess of this script, with a timeout of 
 - ``check-paper``: ``bench_check``'s side of ours at the paper's size (T = 2000, 5000 draws);
 - ``capture``: ``bench_capture.measure`` (first block of a random ViT-Base, batch 16);
 - ``profile``: ``check vit-base`` once more under cProfile; the 40 functions with the most
-  cumulative time, and the 25 costliest imports (``-X importtime``), go into the record and
-  ``RESULTS/profile-check-vit-base.txt``;
+  cumulative time, the 40 of mhaaudit's own with the most, and the 25 costliest imports
+  (``-X importtime``), go into the record and ``RESULTS/profile-check-vit-base.txt``;
 - ``memorize``: the paper's Figure 2a grid (``--preset paper-fig2a``, one seed), its points kept
   in a parquet file so that a part cut off by its timeout or the budget resumes where it stopped;
   its time is the sum of its attempts;
@@ -707,15 +707,17 @@ def part_check_vit_base(dev, sz, smoke, workdir):
     return out
 
 
-def profile_rows(stats_file: Path, top: int = PROFILE_TOP) -> list[dict]:
-    """The ``top`` functions of a cProfile file by cumulative time: where, calls, own and cumulative seconds."""
+def profile_rows(stats_file: Path, top: int = PROFILE_TOP, within: str | None = None) -> list[dict]:
+    """The ``top`` functions of a cProfile file by cumulative time: where, calls, own and cumulative seconds (with
+    ``within``, only the functions whose file lies under that folder of the project, such as ``mhaaudit/``)."""
     import pstats
 
     st = pstats.Stats(str(stats_file))
     rows = []
     for (filename, line, name), (_cc, ncalls, tottime, cumtime, _callers) in st.stats.items():  # type: ignore[attr-defined]
         where = filename.split("site-packages/")[-1].replace(str(ROOT) + os.sep, "")
-        rows.append({"function": f"{where}:{line}({name})", "calls": ncalls, "own_s": tottime, "cum_s": cumtime})
+        if within is None or where.startswith(within):
+            rows.append({"function": f"{where}:{line}({name})", "calls": ncalls, "own_s": tottime, "cum_s": cumtime})
     rows.sort(key=lambda r: -r["cum_s"])
     return rows[:top]
 
@@ -738,9 +740,11 @@ def part_profile(dev, sz, smoke, workdir):
     imports, err = import_rows(p.stderr)
     if p.returncode != 0:
         raise RuntimeError(f"mhaaudit check under cProfile exited {p.returncode}: {err[-500:]}")
-    rows = profile_rows(stats_file)
+    rows, own = profile_rows(stats_file), profile_rows(stats_file, within="mhaaudit/")
     text = [f"mhaaudit {' '.join(args)}: {wall:.1f} s under cProfile; top {len(rows)} by cumulative time", ""]
     text += [f"{r['cum_s']:10.3f} {r['own_s']:10.3f} {r['calls']:>9}  {r['function']}" for r in rows]
+    text += ["", f"the top {len(own)} functions of mhaaudit itself by cumulative time", ""]
+    text += [f"{r['cum_s']:10.3f} {r['own_s']:10.3f} {r['calls']:>9}  {r['function']}" for r in own]
     text += [
         "",
         f"the {len(imports)} costliest imports (-X importtime, under cProfile), cumulative and own seconds",
@@ -752,7 +756,7 @@ def part_profile(dev, sz, smoke, workdir):
         phases_s = json.loads(out_file.read_text())["meta"].get("timings_s")
     except (OSError, ValueError, KeyError, TypeError):
         phases_s = None
-    return {"args": args, "wall_s": wall, "phases_s": phases_s, "top": rows, "imports": imports}
+    return {"args": args, "wall_s": wall, "phases_s": phases_s, "top": rows, "top_mhaaudit": own, "imports": imports}
 
 
 def import_rows(stderr: str, top: int = PROFILE_IMPORTS) -> tuple[list[dict], str]:
@@ -1079,8 +1083,9 @@ def _contexts_parts(r: dict) -> str:
             f"Gram matrices and their tridiagonal forms on the device {_s(r['forms_s'])}, the extremes of the forms "
             f"on one thread {_s(r['form_extremes_one_thread_s'])}"
         )
+    where = "" if str(r.get("device", "")).startswith("cpu") else " to the host"
     return (
-        f"Gram matrices to the host {_s(r['gram_s'])}, their extreme eigenvalues on one thread "
+        f"Gram matrices{where} {_s(r['gram_s'])}, their extreme eigenvalues on one thread "
         f"{_s(r['extremes_one_thread_s'])}"
     )
 

@@ -61,6 +61,9 @@ def test_smoke_runs_every_part_and_resumes(tmp_path, capsys, monkeypatch):
     assert 0 < len(prof["top"]) <= g.PROFILE_TOP and prof["phases_s"]["forward"] >= 0
     assert [r["cum_s"] for r in prof["top"]] == sorted((r["cum_s"] for r in prof["top"]), reverse=True)
     assert "cumulative" in (res / "profile-check-vit-base.txt").read_text()
+    mine = prof["top_mhaaudit"]  # and mhaaudit's own functions apart: where its phases spend their time
+    assert mine and all(r["function"].startswith("mhaaudit/") for r in mine) and len(mine) <= g.PROFILE_TOP
+    assert any(r["function"].startswith("mhaaudit/contexts.py") for r in mine)
     # and its costliest imports: torch among them, and no import line left in what it would report as an error
     assert 0 < len(prof["imports"]) <= g.PROFILE_IMPORTS and "torch" in {r["module"] for r in prof["imports"]}
     assert "importtime" in (res / "profile-check-vit-base.txt").read_text()
