@@ -23,9 +23,8 @@ from .feature_files import dense_values
 from .numerics import (
     TINY_GRAM,
     RankRule,
-    checked,
     eigvalsh,
-    gram_rank,
+    gram_rank_and_sigmas,
     numerics,
     rounding_band,
     scaled,
@@ -87,8 +86,9 @@ def context_ranks(E: torch.Tensor, rule: RankRule, *, top: float | None = None):
     (its two extreme eigenvalues suffice, ``numerics.extremes``); a matrix with an eigenvalue within
     that bound of the tolerance, or whose eigenvalues no routine gives usable, is decided by the SVD
     (``numerics.gram_rank``), so ranks equal ``torch.linalg.matrix_rank``'s under the same rule.
-    ``sigma_min`` and ``sigma_max`` are the square roots of the extreme eigenvalues (the SVD's where
-    no eigenvalue is usable): their rounding error lies far below the tolerance. When n > d no matrix
+    ``sigma_min`` and ``sigma_max`` are the square roots of the extreme eigenvalues of a matrix clear of the
+    tolerance (their rounding error lies far below it), and the SVD's where the SVD decided, so a margin
+    ``sigma_min / tol`` near 1 is the SVD's own (``numerics.gram_rank_and_sigmas``). When n > d no matrix
     can have rank n, and ranks are not computed (-1). The batch is divided by an exact power of two first
     (``numerics.scale``). The batch is dealt in parts among as many worker threads as torch's
     intra-op thread count, each running its factorisations on one thread, so the numbers do not
@@ -188,9 +188,10 @@ class _DeviceBatch:
 @with_numerics()
 def _on_device(batches: list[_DeviceBatch], rule: RankRule, workers: int):
     """:func:`context_ranks` of the batches on a device, concatenated in order: the device reduces every Gram
-    matrix to tridiagonal form, ``_TRIDIAGONAL_BYTES`` of them at a time; the host finds the extremes of the forms and
-    decides each batch (:func:`_decided`), a batch a job among ``workers`` threads (at most
-    ``_BISECTION_WORKERS``); the few matrices recomputed from their rows are copied over."""
+    matrix to tridiagonal form, ``_TRIDIAGONAL_BYTES`` of them at a time; the host finds the extremes of the
+    forms and decides them (:func:`_decided`, each batch in its own units), dealt in parts of consecutive
+    examples of one batch among ``workers`` threads (at most ``_BISECTION_WORKERS``); the few matrices
+    recomputed from their rows are copied over."""
     G = torch.cat([b.G for b in batches]) if len(batches) > 1 else batches[0].G
     forms = [tridiagonalize(part) for part in G.split(_rows_in(_TRIDIAGONAL_BYTES, G.shape[1] * G.shape[2] * 8))]
     host = [
@@ -202,30 +203,35 @@ def _on_device(batches: list[_DeviceBatch], rule: RankRule, workers: int):
             [torch.linalg.matrix_norm(G)],
         )
     ]
+    del G, forms  # (the device's copies: the host's work below needs only the batches' own)
+    workers = min(workers, _BISECTION_WORKERS)
+    size = -(-sum(b.G.shape[0] for b in batches) // workers)  # examples a job, at most
     jobs, start = [], 0
     for b in batches:
-        at = slice(start, start + b.G.shape[0])
-        start = at.stop
-        jobs.append(functools.partial(_batch_on_device, b, [x[at] for x in host], rule))
-    return _run(jobs, min(workers, _BISECTION_WORKERS), batches[0].E.device)
+        for i in range(0, b.G.shape[0], size):
+            at = slice(start + i, start + min(i + size, b.G.shape[0]))
+            jobs.append(functools.partial(_part_on_device, b, i, [x[at] for x in host], rule))
+        start += b.G.shape[0]
+    return _run(jobs, workers, batches[0].E.device)
 
 
-def _batch_on_device(b: _DeviceBatch, host: list, rule: RankRule):
-    """:func:`context_ranks` of the device batch ``b``, from its tridiagonal forms and the diagonals and Frobenius
-    norms of its Gram matrices (``host``, NumPy arrays), in the calling thread."""
+def _part_on_device(b: _DeviceBatch, first: int, host: list, rule: RankRule):
+    """:func:`context_ranks` of the examples of the device batch ``b`` from position ``first`` on, from their
+    tridiagonal forms and the diagonals and Frobenius norms of their Gram matrices (``host``, NumPy arrays, one
+    row an example), in the calling thread."""
     diagonal, off, gram_diagonal, fro = host
     device = b.E.device
-    rows = lambda j: scaled(b.E[j.to(device)], rule, exponent=b.e).X.cpu()  # noqa: E731
+    at = lambda j: j.to(device) + first  # noqa: E731  (positions in the batch)
     return _decided(
         tridiagonal_extremes(diagonal, off, gram_diagonal, fro),
         torch.from_numpy(gram_diagonal.max(-1)),
-        lambda j: b.G[j.to(device)].cpu(),
-        rows,
+        lambda j: b.G[at(j)].cpu(),
+        lambda j: scaled(b.E[at(j)], rule, exponent=b.e).X.cpu(),
         b.E.shape[1],
         b.E.shape[2],
         rule,
         b.e,
-        lambda j: b.E[j.to(device)],
+        lambda j: b.E[at(j)],
     )
 
 
@@ -318,16 +324,9 @@ def _decided(found, maxdiag: torch.Tensor, gram, rows, n: int, d: int, rule: Ran
 
 def _spectrum_route(G: torch.Tensor, rows, d: int, rule: RankRule):
     """``(rank, sigma_min, sigma_max)`` in the units of ``rule`` from every eigenvalue of each Gram matrix of
-    ``G`` (checked routes; the SVD of its rows where none is usable, or where one lies within the rounding
-    margin of the squared tolerance: ``gram_rank``)."""
-    lam, usable = eigvalsh(G)  # checked; where no routine gives usable values, the SVD
-    rank = gram_rank(G, rows, d, rule, eigen=(lam, usable))
-    lam = lam.clamp_min(0)
-    smin, smax = lam[:, 0].sqrt(), lam[:, -1].sqrt()
-    if not bool(usable.all()):
-        bad = (~usable).nonzero().squeeze(-1)
-        s = checked.svdvals(rows(bad)).to(smin.device)
-        smin[bad], smax[bad] = s[:, -1], s[:, 0]
+    ``G`` (checked routes), or from the SVD of its rows where none is usable or one lies within the rounding
+    margin of the squared tolerance (``gram_rank_and_sigmas``: its singular values then too)."""
+    rank, smin, smax = gram_rank_and_sigmas(G, rows, d, rule, eigen=eigvalsh(G))
     return rank.cpu(), smin, smax
 
 
@@ -425,7 +424,8 @@ class ContextRanks:
         ``E`` lies (copied to the CPU once, by :meth:`arrays`). ``top``: ``E``'s largest absolute entry,
         when the caller has read it (:func:`context_ranks`). A batch on a device (a GPU) is checked and its
         Gram matrices formed now; a copy of it is kept there, with those of the next batches, until they hold
-        about ``_PENDING_BYTES`` (at most an eighth of the device's free memory) or :meth:`arrays` is called:
+        about ``_PENDING_BYTES`` (at most an eighth of the device's free memory; each ``ContextRanks`` its own)
+        or :meth:`arrays` is called:
         then all are decided at once (``context_ranks``: the device's reduction to tridiagonal form takes as
         long for one batch as for thousands of examples).
 
@@ -457,11 +457,13 @@ class ContextRanks:
         self.tols.append(tol)
 
     def _decide_pending(self) -> None:
-        """Decide the batches kept on a device (:func:`context_ranks`'s device route), in the order fed."""
+        """Decide the batches kept on a device (:func:`context_ranks`'s device route), in the order fed. They are
+        let go only once decided: where deciding them fails (out of memory, say), they are still kept, and the
+        statistics read later count them or raise."""
         if self._pending:
-            pending, self._pending, self._pending_bytes = self._pending, [], 0
-            workers = max(1, min(sum(b.E.shape[0] for b in pending), torch.get_num_threads()))
-            self._keep(_on_device(pending, self.rule, workers))
+            workers = max(1, min(sum(b.E.shape[0] for b in self._pending), torch.get_num_threads()))
+            self._keep(_on_device(self._pending, self.rule, workers))
+            self._pending, self._pending_bytes = [], 0
 
     def arrays(self) -> dict[str, torch.Tensor]:
         """The per-example statistics fed so far, each of length T, on the CPU: ``context_rank`` (int64; -1 when

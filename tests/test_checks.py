@@ -151,7 +151,8 @@ def test_the_device_route_gives_the_host_route_s_results(monkeypatch):
     batches = [contexts._DeviceBatch.of(x, rule, exponent_for(x, float(x.abs().max()))) for x in parts]
     assert batches[2].e < batches[0].e - 900  # the third batch's own power of two: its matrix is not flushed
     via = contexts._on_device(batches, rule, 16)
-    assert seen == [(4, contexts._BISECTION_WORKERS)]  # a job a batch, on at most _BISECTION_WORKERS threads
+    # on at most _BISECTION_WORKERS threads (4), parts of at most 3 consecutive examples of one batch: 4 = 3 + 1
+    assert contexts._BISECTION_WORKERS == 4 and seen == [(5, 4)]
     _agree(via, host, 5)
     assert torch.allclose(via[1][7], host[1][7], rtol=1e-12, atol=0)  # in its own units: not flushed
 
@@ -185,6 +186,37 @@ def test_context_ranks_keeps_a_device_s_batches_and_decides_them_in_order(monkey
         assert acc.arrays()["context_rank"].shape == (18,) and decided == groups  # nothing left to decide
     with pytest.raises(InputError, match="NaN"):
         ContextRanks(rule).update(E.masked_fill(E > 2, float("inf")))
+
+
+def test_batches_a_failed_decision_leaves_are_still_kept(monkeypatch):
+    """Where deciding the kept batches fails (the device out of memory, say), the error is raised and the batches
+    stay kept: the statistics read later count every example fed, not those of the batches after the failure."""
+    from mhaaudit import contexts
+
+    E, rule = _hard_batch()
+    E = torch.cat([E, _hard_batch(6)[0]])
+    monkeypatch.setattr(contexts, "_HOST_DEVICES", ())
+    monkeypatch.setattr(contexts, "_PENDING_BYTES", 2000)  # decided every second batch of three
+    real, calls = contexts._on_device, []
+
+    def once_out_of_memory(b, r, w):
+        calls.append(len(b))
+        if len(calls) == 1:
+            raise torch.cuda.OutOfMemoryError("out of memory")
+        return real(b, r, w)
+
+    monkeypatch.setattr(contexts, "_on_device", once_out_of_memory)
+    acc = ContextRanks(rule)
+    parts = E.split(3)
+    acc.update(parts[0])
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        acc.update(parts[1])
+    for part in parts[2:]:
+        acc.update(part)
+    a = acc.arrays()
+    assert calls == [2, 3, 2, 1] and a["context_rank"].shape == (18,)  # the first two batches in the second call
+    host = context_ranks(E, rule)
+    _agree((a["context_rank"], a["context_sigma_min"], a["context_sigma_max"], a["context_tol"]), host, 5)
 
 
 @pytest.mark.parametrize("extremes", ["none", "unusable"])
@@ -231,6 +263,36 @@ def test_context_ranks_on_cuda_equal_the_cpu_s():
     assert bool(((cuda[1] - cpu[1]).abs()[full] <= 1e-3 * cpu[3][full]).all())
 
 
+@pytest.mark.parametrize("route", ["host", "device"])
+def test_a_margin_near_the_tolerance_is_the_svd_s(monkeypatch, route):
+    """A context matrix whose smallest singular value lies near the tolerance is decided by the SVD, and its
+    sigma_min, tolerance and margin are the SVD's too: the root of its Gram matrix's smallest eigenvalue (whose
+    rounding error, about eps sigma_max^2, exceeds sigma_min^2) gave 0 or a million times the value."""
+    from mhaaudit import contexts
+    from mhaaudit.numerics import svd_rank
+
+    if route == "device":
+        monkeypatch.setattr(contexts, "_HOST_DEVICES", ())
+    rule = RankRule.for_dtype(torch.float64)
+    g = torch.Generator().manual_seed(1)
+    E = torch.randn(5, 2, 3, generator=g, dtype=torch.float64)
+    for i, small in ((1, 1.5e-15), (3, 1e-16)):  # full rank (about 3 tolerances), deficient (about 0.2)
+        U, _, Vh = torch.linalg.svd(E[i], full_matrices=False)
+        E[i] = U @ torch.diag(torch.tensor([1.0, small], dtype=torch.float64)) @ Vh
+    ref = svd_rank(E, rule)
+    acc = ContextRanks(rule)
+    acc.update(E)
+    a = acc.arrays()
+    assert torch.equal(a["context_rank"], ref[0]) and a["context_rank"].tolist() == [2, 2, 2, 1, 2]
+    for got, want in ((a["context_sigma_min"], ref[1]), (a["context_tol"], ref[3])):
+        assert torch.allclose(got[[1, 3]], want[[1, 3]], rtol=1e-12, atol=0)
+    res = acc.result()
+    assert res.verdict == "fails" and res.deficient_examples == (3,)
+    assert res.worst_example == 3 and res.min_margin == pytest.approx(float(ref[1][3] / ref[3][3]), rel=1e-12)
+    margin_1 = float(a["context_sigma_min"][1] / a["context_tol"][1])
+    assert 2 < margin_1 < 5 and margin_1 == pytest.approx(float(ref[1][1] / ref[3][1]), rel=1e-12)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_streamed_context_ranks_on_cuda_equal_the_cpu_s(monkeypatch):
     """Batches fed on a GPU are kept there and decided in groups (the GPU's tridiagonal forms): the ranks
@@ -240,12 +302,17 @@ def test_streamed_context_ranks_on_cuda_equal_the_cpu_s(monkeypatch):
     E, rule = _hard_batch()
     E = torch.cat([E, _hard_batch(6)[0]])
     host = context_ranks(E, rule)
-    monkeypatch.setattr(contexts, "_PENDING_BYTES", 4000)  # a group every few batches, and what is left at the end
+    monkeypatch.setattr(contexts, "_PENDING_BYTES", 3000)  # a group every second batch (a batch of three: 1560 B)
+    monkeypatch.setattr(contexts, "_PENDING_LEAST", 0)
+    decided, real = [], contexts._on_device
+    monkeypatch.setattr(contexts, "_on_device", lambda b, r, w: decided.append(len(b)) or real(b, r, w))
     acc = ContextRanks(rule)
-    for part in E.cuda().split(3):
+    for part in E.cuda().split(3)[:5]:
         acc.update(part)
-    assert acc._pending  # (kept on the device until read)
+    assert decided == [2, 2] and len(acc._pending) == 1  # the fifth kept on the device until read
+    acc.update(E.cuda()[15:])
     a = acc.arrays()
+    assert decided == [2, 2, 2]
     assert all(x.device.type == "cpu" for x in a.values())
     _agree((a["context_rank"], a["context_sigma_min"], a["context_sigma_max"], a["context_tol"]), host, 5)
 

@@ -16,6 +16,7 @@ from mhaaudit.numerics import (
     decide_full_rank,
     decide_prefix_full_rank,
     gram_rank,
+    gram_rank_and_sigmas,
     lambda_max_bounds,
     rounding_margin,
     svd_rank,
@@ -77,6 +78,29 @@ def test_svd_rank_and_gram_rank_equal_matrix_rank():
         torch.equal(smax, s[:, 0]) and torch.equal(smin, s[:, -1]) and torch.allclose(tol, smax * rule.rtol_for(12, 12))
     )
     assert torch.equal(gram_rank(G, lambda j: rows[j], 12, rule), ref)
+
+
+def test_gram_rank_s_sigmas_are_the_svd_s_where_it_decided(monkeypatch):
+    """Where the SVD decides (an eigenvalue within the rounding band of the tolerance), the sigmas are its own;
+    elsewhere the roots of the extreme eigenvalues; NaN where the SVD gave no usable values (rank -1)."""
+    from mhaaudit.numerics import certificates
+
+    _X, rule, _idx, rows, G = _draws_and_grams(12, {})
+    rank, smin, smax = gram_rank_and_sigmas(G, lambda j: rows[j], 12, rule)
+    ref = svd_rank(rows, rule)
+    lam = torch.linalg.eigvalsh(G).clamp_min(0)
+    near = (lam - ref[3][:, None] ** 2).abs() <= certificates.rounding_band(12, 12, lam[:, -1], ref[3] ** 2)[:, None]
+    near = near.any(-1)
+    assert torch.equal(rank, ref[0]) and near.any() and (~near).any()  # (both kinds among the draws)
+    assert torch.equal(smin[near], ref[1][near]) and torch.equal(smax[near], ref[2][near])
+    assert torch.allclose(smin[~near] ** 2, lam[~near, 0], rtol=0, atol=1e-9 * float(lam.max()))
+    bad = lambda rows, rule, left: (  # noqa: E731  (no LAPACK route gives usable values)
+        (torch.full((len(rows),), 2), *[torch.ones(len(rows))] * 3, None),
+        torch.zeros(len(rows), dtype=torch.bool),
+    )
+    monkeypatch.setattr(certificates, "svd_rank_where_usable", bad)
+    rank, smin, smax = gram_rank_and_sigmas(G, lambda j: rows[j], 12, rule, left="left undecided")
+    assert torch.isnan(smin[near]).all() and torch.isnan(smax[near]).all() and not torch.isnan(smin[~near]).any()
 
 
 def test_decide_prefix_full_rank_equals_matrix_rank_on_leading_blocks():

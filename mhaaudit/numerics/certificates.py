@@ -170,6 +170,27 @@ def gram_rank(
         ArithmeticError: (``numerics.checked.NumericalFailure``) without ``left``, when no LAPACK route gives
             usable singular values for a subset the SVD decides.
     """
+    return gram_rank_and_sigmas(G, rows_fn, d, rule, left, eigen)[0]
+
+
+def gram_rank_and_sigmas(
+    G: torch.Tensor,
+    rows_fn,
+    d: int,
+    rule: RankRule,
+    left: str | None = None,
+    eigen: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`gram_rank`, with each subset's smallest and largest singular value ``(rank, sigma_min, sigma_max)``
+    (on ``G``'s device, in the rows' units): the SVD's where the SVD decided, else the square roots of the
+    extreme eigenvalues (clamped at 0). A singular value near the tolerance is the SVD's, never the root of an
+    eigenvalue whose rounding error (about eps lambda_max) exceeds its own square. NaN where the SVD gave no
+    usable values (rank -1, with ``left``).
+
+    Raises:
+        ArithmeticError: (``numerics.checked.NumericalFailure``) without ``left``, when no LAPACK route gives
+            usable singular values for a subset the SVD decides.
+    """
     k = G.shape[-1]
     lam, usable = eigvalsh(G) if eigen is None else eigen
     lam = lam.clamp_min(0)  # ascending
@@ -177,6 +198,7 @@ def gram_rank(
     tol2 = rule.tol(lmax.sqrt(), k, d) ** 2
     band = rounding_band(k, d, lmax, tol2)
     rank = (lam > tol2[:, None]).sum(-1)
+    smin, smax = lam[..., 0].sqrt(), lmax.sqrt()
     ambiguous = ((lam - tol2[:, None]).abs() <= band[:, None]).any(-1)
     ambiguous |= G.diagonal(dim1=-2, dim2=-1).amax(-1) < TINY_GRAM
     ambiguous |= ~usable  # no eigenvalue routine gave usable values: the SVD decides
@@ -184,10 +206,13 @@ def gram_rank(
         idx = ambiguous.nonzero().squeeze(-1)
         for chunk in idx.split(64):
             if left is None:
-                rank[chunk], *_ = svd_rank(rows_fn(chunk), rule)
+                r, lo, hi, *_ = svd_rank(rows_fn(chunk), rule)
             else:
-                (rank[chunk], *_), _ = svd_rank_where_usable(rows_fn(chunk), rule, left)
-    return rank
+                (r, lo, hi, *_), ok = svd_rank_where_usable(rows_fn(chunk), rule, left)
+                lo, hi = (torch.where(ok, x, torch.full_like(x, math.nan)) for x in (lo, hi))
+            rank[chunk] = r.to(rank.device)
+            smin[chunk], smax[chunk] = lo.to(smin), hi.to(smax)
+    return rank, smin, smax
 
 
 def lambda_max_bounds(G: torch.Tensor, iters: int = 8):

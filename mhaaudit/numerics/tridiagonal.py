@@ -3,33 +3,40 @@
 LAPACK's ``dsytrd`` reduces one matrix at a time, and a GPU's eigensolvers take one small matrix at a
 time too: for thousands of 197 x 197 Gram matrices (Assumption 2, ``mhaaudit.contexts``) either is the
 whole cost of the reduction. :func:`tridiagonalize` runs the unblocked reduction of LAPACK's ``dsytd2``
-(the lower triangle; ``dlarfg``'s reflectors) on the whole batch, one column step for every matrix at
-once: n - 2 steps of a batched matrix-vector product and a batched rank-2 update, each a handful of
-device kernels whatever the batch's size. Its backward error is that of ``dsytd2`` (Higham, *Accuracy
-and Stability of Numerical Algorithms*, section 19.3: each step is an orthogonal similarity applied
-in floating point), so the eigenvalues of the tridiagonal form are those of ``G`` to a rounding error
-of about n eps ||G||, far inside the rounding band that ``numerics.certificates.rounding_band`` allows.
-The extreme eigenvalues of the tridiagonal forms are then found on the host by bisection
-(``numerics.extremes.tridiagonal_extremes``), where they are checked before they decide anything.
+(``dlarfg``'s reflectors, of the lower triangle's columns) on the whole batch, one column step for every
+matrix at once: n - 2 steps of a batched matrix-vector product and a batched rank-2 update, each a handful
+of device kernels whatever the batch's size. Each matrix is first divided by the power of two that brings
+its largest entry into [0.5, 1) (exact; undone on the forms), so no norm over- or underflows at any scale; a
+column whose norm still underflows (below about 1e-154 of the matrix's largest entry) is left as it is, a
+perturbation far below the rounding of the other steps. Each step is an orthogonal similarity applied in
+floating point, so the backward error is that of ``dsytd2`` and ``dsytrd``, the route it replaces on a GPU:
+a modest multiple of n^2 eps ||G|| over the n - 2 reflectors at worst (Higham, *Accuracy and Stability of
+Numerical Algorithms*, Theorem 19.4), about n eps ||G|| in practice. Assumption 2 decides from these
+eigenvalues only outside its rounding band (``numerics.certificates.rounding_band``), and the extremes of
+the forms are found on the host by bisection and checked against each matrix's diagonal and norm before
+they decide anything (``numerics.extremes.tridiagonal_extremes``).
 """
 
 from __future__ import annotations
 
 import torch
 
+from .pow2 import exponent_of, ldexp
+
 __all__ = ["tridiagonalize"]
 
 
 def tridiagonalize(G: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The symmetric tridiagonal forms of the ``(B, n, n)`` symmetric float64 matrices ``G`` (their lower
-    triangles are read; ``G`` is not written), computed where ``G`` lies.
+    """The symmetric tridiagonal forms of the ``(B, n, n)`` symmetric float64 matrices ``G`` (both triangles are
+    read: ``G`` must be symmetric; it is not written), computed where ``G`` lies.
 
     Returns:
         ``(diagonal, off_diagonal)``: ``(B, n)`` and ``(B, n - 1)`` float64 tensors on ``G``'s device, with
         the eigenvalues of each matrix of ``G`` to rounding.
     """
     B, n = G.shape[0], G.shape[-1]
-    A = G.clone()
+    e = exponent_of(G, dims=(1, 2)).to(G.device) if B and n else torch.zeros(B, dtype=torch.long, device=G.device)
+    A = ldexp(G, -e[:, None, None])  # a copy, each matrix in units where its largest entry is in [0.5, 1)
     diagonal = torch.empty(B, n, dtype=G.dtype, device=G.device)
     off = torch.empty(B, max(n - 1, 0), dtype=G.dtype, device=G.device)
     for k in range(n - 2):
@@ -53,4 +60,4 @@ def tridiagonalize(G: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         off[:, n - 2] = A[:, n - 1, n - 2]
     if n >= 1:
         diagonal[:, n - 1] = A[:, n - 1, n - 1]
-    return diagonal, off
+    return ldexp(diagonal, e[:, None], inplace=True), ldexp(off, e[:, None], inplace=True)
