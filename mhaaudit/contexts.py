@@ -163,11 +163,6 @@ _TRIDIAGONAL_BYTES = 2**29
 _BISECTION_WORKERS = 4
 
 
-def _rows_in(limit: int, each: int) -> int:
-    """How many examples of ``each`` bytes fit in ``limit`` bytes (at least one)."""
-    return max(1, limit // each)
-
-
 @dataclass(frozen=True)
 class _DeviceBatch:
     """A batch of context matrices on a device, with its power of two and its rescaled Gram matrices."""
@@ -179,7 +174,7 @@ class _DeviceBatch:
     @classmethod
     def of(cls, E: torch.Tensor, rule: RankRule, e: int) -> _DeviceBatch:
         grams = []
-        for part in E.split(_rows_in(_DEVICE_PART_BYTES, E.shape[1] * E.shape[2] * 8)):
+        for part in E.split(max(1, _DEVICE_PART_BYTES // (E.shape[1] * E.shape[2] * 8))):
             X = scaled(part, rule, exponent=e).X
             grams.append(X @ X.transpose(1, 2))
         return cls(E, e, torch.cat(grams))
@@ -193,7 +188,7 @@ def _on_device(batches: list[_DeviceBatch], rule: RankRule, workers: int):
     examples of one batch among ``workers`` threads (at most ``_BISECTION_WORKERS``); the few matrices
     recomputed from their rows are copied over."""
     G = torch.cat([b.G for b in batches]) if len(batches) > 1 else batches[0].G
-    forms = [tridiagonalize(part) for part in G.split(_rows_in(_TRIDIAGONAL_BYTES, G.shape[1] * G.shape[2] * 8))]
+    forms = [tridiagonalize(part) for part in G.split(max(1, _TRIDIAGONAL_BYTES // (G.shape[1] * G.shape[2] * 8)))]
     host = [
         torch.cat(xs).cpu().numpy()
         for xs in (
@@ -425,13 +420,15 @@ class ContextRanks:
         when the caller has read it (:func:`context_ranks`). A batch on a device (a GPU) is checked and its
         Gram matrices formed now; a copy of it is kept there, with those of the next batches, until they hold
         about ``_PENDING_BYTES`` (at most an eighth of the device's free memory; each ``ContextRanks`` its own)
-        or :meth:`arrays` is called:
-        then all are decided at once (``context_ranks``: the device's reduction to tridiagonal form takes as
-        long for one batch as for thousands of examples).
+        or :meth:`arrays` is called, or a batch comes that is decided at once (on the CPU, or on another
+        device): then all are decided, in the order fed (``context_ranks``: the device's reduction to
+        tridiagonal form takes as long for one batch as for thousands of examples).
 
         Raises:
             InputError: when the batch is not a 3-D tensor of real values (:func:`real_tensor`; integers too), its
-                (n, d) differs from the first batch's, or it holds NaN or infinite values.
+                (n, d) differs from the first batch's, or it holds NaN or infinite values (then it is not kept).
+            RuntimeError: (torch's, such as ``torch.cuda.OutOfMemoryError``) when deciding the kept batches fails:
+                the batch was accepted, and every batch not decided is kept, to be decided by the next call.
         """
         E = real_tensor(E, "context matrices", 3, "(B, n, d)", integers=True)
         B, n, d = E.shape
@@ -440,9 +437,14 @@ class ContextRanks:
         elif (n, d) != (self.n, self.d):
             raise InputError(f"context batches changed shape from (n, d) = ({self.n}, {self.d}) to ({n}, {d})")
         if E.device.type in _HOST_DEVICES or n > d or B == 0:
-            self._keep(context_ranks(E, self.rule, top=top))
+            got = context_ranks(E, self.rule, top=top)
+            if B:
+                self._decide_pending()  # (those kept come first)
+            self._keep(got)
             return
         top = _finite_top(E, top)
+        if self._pending and self._pending[0].E.device != E.device:
+            self._decide_pending()
         batch = _DeviceBatch.of(E.clone(), self.rule, exponent_for(E, top))  # a copy: the caller may reuse E
         self._pending.append(batch)
         self._pending_bytes += batch.E.nbytes + batch.G.nbytes
@@ -457,13 +459,21 @@ class ContextRanks:
         self.tols.append(tol)
 
     def _decide_pending(self) -> None:
-        """Decide the batches kept on a device (:func:`context_ranks`'s device route), in the order fed. They are
-        let go only once decided: where deciding them fails (out of memory, say), they are still kept, and the
-        statistics read later count them or raise."""
-        if self._pending:
-            workers = max(1, min(sum(b.E.shape[0] for b in self._pending), torch.get_num_threads()))
-            self._keep(_on_device(self._pending, self.rule, workers))
-            self._pending, self._pending_bytes = [], 0
+        """Decide the batches kept on a device (:func:`context_ranks`'s device route), in the order fed, in groups
+        of consecutive batches of at most ``_pending_limit`` bytes. A group is let go only once decided: where
+        deciding it fails (out of memory, say), it and those after it are still kept, and the next call starts
+        again with that group (no larger), so the statistics read later count every batch or raise."""
+        while self._pending:
+            limit, size, group = _pending_limit(self._pending[0].E.device), 0, 0
+            for b in self._pending:
+                if group and size + b.E.nbytes + b.G.nbytes > limit:
+                    break
+                size, group = size + b.E.nbytes + b.G.nbytes, group + 1
+            batches = self._pending[:group]
+            workers = max(1, min(sum(b.E.shape[0] for b in batches), torch.get_num_threads()))
+            self._keep(_on_device(batches, self.rule, workers))
+            del self._pending[:group]
+            self._pending_bytes -= size
 
     def arrays(self) -> dict[str, torch.Tensor]:
         """The per-example statistics fed so far, each of length T, on the CPU: ``context_rank`` (int64; -1 when

@@ -186,17 +186,27 @@ def test_context_ranks_keeps_a_device_s_batches_and_decides_them_in_order(monkey
         assert acc.arrays()["context_rank"].shape == (18,) and decided == groups  # nothing left to decide
     with pytest.raises(InputError, match="NaN"):
         ContextRanks(rule).update(E.masked_fill(E > 2, float("inf")))
+    # a batch decided at once (here: on the host's route) comes after those kept before it
+    monkeypatch.setattr(contexts, "_PENDING_BYTES", 2**30)
+    acc = ContextRanks(rule)
+    for part in E[:9].split(3):
+        acc.update(part)
+    assert len(acc._pending) == 3
+    monkeypatch.setattr(contexts, "_HOST_DEVICES", ("cpu",))
+    acc.update(E[9:])
+    assert not acc._pending and acc.arrays()["context_rank"].tolist() == host[0].tolist()
 
 
 def test_batches_a_failed_decision_leaves_are_still_kept(monkeypatch):
     """Where deciding the kept batches fails (the device out of memory, say), the error is raised and the batches
-    stay kept: the statistics read later count every example fed, not those of the batches after the failure."""
+    stay kept: the statistics read later count every example fed, not those of the batches after the failure, and
+    the next call decides the group that failed again, no larger, then the rest."""
     from mhaaudit import contexts
 
     E, rule = _hard_batch()
     E = torch.cat([E, _hard_batch(6)[0]])
     monkeypatch.setattr(contexts, "_HOST_DEVICES", ())
-    monkeypatch.setattr(contexts, "_PENDING_BYTES", 2000)  # decided every second batch of three
+    monkeypatch.setattr(contexts, "_PENDING_BYTES", 3200)  # groups of two batches of three (1560 B each)
     real, calls = contexts._on_device, []
 
     def once_out_of_memory(b, r, w):
@@ -209,12 +219,14 @@ def test_batches_a_failed_decision_leaves_are_still_kept(monkeypatch):
     acc = ContextRanks(rule)
     parts = E.split(3)
     acc.update(parts[0])
+    acc.update(parts[1])
     with pytest.raises(torch.cuda.OutOfMemoryError):
-        acc.update(parts[1])
-    for part in parts[2:]:
+        acc.update(parts[2])  # the first two batches fail; all three stay kept
+    assert len(acc._pending) == 3
+    for part in parts[3:]:
         acc.update(part)
     a = acc.arrays()
-    assert calls == [2, 3, 2, 1] and a["context_rank"].shape == (18,)  # the first two batches in the second call
+    assert calls == [2, 2, 2, 2] and a["context_rank"].shape == (18,)
     host = context_ranks(E, rule)
     _agree((a["context_rank"], a["context_sigma_min"], a["context_sigma_max"], a["context_tol"]), host, 5)
 
@@ -275,8 +287,8 @@ def test_a_margin_near_the_tolerance_is_the_svd_s(monkeypatch, route):
         monkeypatch.setattr(contexts, "_HOST_DEVICES", ())
     rule = RankRule.for_dtype(torch.float64)
     g = torch.Generator().manual_seed(1)
-    E = torch.randn(5, 2, 3, generator=g, dtype=torch.float64)
-    for i, small in ((1, 1.5e-15), (3, 1e-16)):  # full rank (about 3 tolerances), deficient (about 0.2)
+    E = torch.randn(5, 2, 2, generator=g, dtype=torch.float64)  # tolerance 2 eps sigma_max = 4.4e-16
+    for i, small in ((1, 1.5e-15), (3, 1e-16)):  # full rank (margin about 3.4), deficient (about 0.23)
         U, _, Vh = torch.linalg.svd(E[i], full_matrices=False)
         E[i] = U @ torch.diag(torch.tensor([1.0, small], dtype=torch.float64)) @ Vh
     ref = svd_rank(E, rule)

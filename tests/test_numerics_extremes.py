@@ -128,3 +128,22 @@ def test_tridiagonal_extremes_are_checked_against_the_matrices():
     wrong = np.diagonal(G, axis1=1, axis2=2) * 10.0
     _, _, ok = extremes.tridiagonal_extremes(diagonal.numpy(), off.numpy(), wrong, np.sqrt((G * G).sum((1, 2))) * 10)
     assert not ok.any()
+
+
+@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("scale", [2.0**-1000, 1e-160, 2.0**-530, 2.0**500, 1e300])
+def test_the_tridiagonal_forms_hold_at_every_scale(device, scale):
+    """Each matrix is reduced in units of its own power of two, so at any scale of float64 its form's eigenvalues
+    are those of the matrix to rounding (without the units, 1e-160 lost a fifth of their accuracy, and norms
+    overflowed above 1e154); the matrices given are not written."""
+    G = _grams(11, 5, 9, 14)
+    T = torch.from_numpy(G * scale).to(device)
+    given = T.clone()
+    diagonal, off = tridiagonalize(T)
+    assert torch.equal(T, given)
+    tri = np.zeros_like(G)
+    idx = np.arange(9)
+    tri[:, idx, idx] = diagonal.cpu().numpy() / scale
+    tri[:, idx[1:], idx[:-1]] = tri[:, idx[:-1], idx[1:]] = off.cpu().numpy() / scale
+    lam, got = np.linalg.eigvalsh(G), np.linalg.eigvalsh(tri)
+    assert (np.abs(got - lam) <= 1e-12 * lam[:, -1:]).all()

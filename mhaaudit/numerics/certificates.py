@@ -183,9 +183,10 @@ def gram_rank_and_sigmas(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`gram_rank`, with each subset's smallest and largest singular value ``(rank, sigma_min, sigma_max)``
     (on ``G``'s device, in the rows' units): the SVD's where the SVD decided, else the square roots of the
-    extreme eigenvalues (clamped at 0). A singular value near the tolerance is the SVD's, never the root of an
-    eigenvalue whose rounding error (about eps lambda_max) exceeds its own square. NaN where the SVD gave no
-    usable values (rank -1, with ``left``).
+    extreme eigenvalues (clamped at 0; for k <= d, where sigma_min is the k-th singular value either way). A
+    singular value near the tolerance is the SVD's, never the root of an eigenvalue smaller than that
+    eigenvalue's rounding error (about eps lambda_max). NaN where the SVD gave no usable values (rank -1, with
+    ``left``).
 
     Raises:
         ArithmeticError: (``numerics.checked.NumericalFailure``) without ``left``, when no LAPACK route gives

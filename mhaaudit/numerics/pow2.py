@@ -38,7 +38,7 @@ def exponent_of(x: torch.Tensor, dims=None):
         axes = tuple(d % x.ndim for d in ((dims,) if isinstance(dims, int) else dims))
         mx = np.max(np.abs(x.numpy()), axis=axes) if x.numel() else np.zeros(())
         return torch.from_numpy(np.asarray(np.frexp(mx)[1], dtype=np.int64))
-    mx = x.abs().amax(dim=dims)
+    mx = torch.maximum(x.amax(dim=dims), x.amin(dim=dims).neg())  # (no temporary of x's size)
     return torch.frexp(mx)[1].to(torch.int64)
 
 
@@ -71,14 +71,22 @@ def ldexp(x, e, inplace: bool = False):
     product). Otherwise the factor is applied in two halves of the same sign, so an intermediate is
     never smaller than the result. The two give the same bits wherever the result is normal. A CPU
     tensor is multiplied in the calling thread (module docstring). ``inplace``: a floating tensor
-    ``x`` is multiplied in place, by the same factors (the same bits), for a whole-number ``e``.
+    ``x`` is multiplied in place, by the same factors (the same bits), for a whole-number ``e`` or a tensor
+    of them (which must broadcast to ``x``'s shape).
     """
     if isinstance(e, torch.Tensor):
         h = torch.div(e, 2, rounding_mode="floor")
         if isinstance(x, torch.Tensor) and _host(x):
             a, b = _pow2(h, torch.float64).numpy(), _pow2(e - h, torch.float64).numpy()
             with np.errstate(over="ignore", under="ignore"):  # as torch: inf or 0, without a warning
+                if inplace:
+                    xn = x.numpy()
+                    np.multiply(xn, a, out=xn, casting="same_kind")
+                    np.multiply(xn, b, out=xn, casting="same_kind")
+                    return x
                 return torch.from_numpy(np.asarray(x.numpy() * a * b, dtype=_np(x.dtype)))
+        if inplace:
+            return x.mul_(_pow2(h, x.dtype)).mul_(_pow2(e - h, x.dtype))
         return x * _pow2(h, x.dtype) * _pow2(e - h, x.dtype)
     e = int(e)
     if e == 0:

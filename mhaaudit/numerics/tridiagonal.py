@@ -36,7 +36,7 @@ def tridiagonalize(G: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """
     B, n = G.shape[0], G.shape[-1]
     e = exponent_of(G, dims=(1, 2)).to(G.device) if B and n else torch.zeros(B, dtype=torch.long, device=G.device)
-    A = ldexp(G, -e[:, None, None])  # a copy, each matrix in units where its largest entry is in [0.5, 1)
+    A = ldexp(G.clone(), -e[:, None, None], inplace=True)  # each matrix in units where its largest entry is < 1
     diagonal = torch.empty(B, n, dtype=G.dtype, device=G.device)
     off = torch.empty(B, max(n - 1, 0), dtype=G.dtype, device=G.device)
     for k in range(n - 2):
