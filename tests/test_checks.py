@@ -19,7 +19,7 @@ from mhaaudit.checks import (
     general_position,
 )
 from mhaaudit.errors import InputError
-from mhaaudit.numerics import RankRule
+from mhaaudit.numerics import RankRule, batch_ranks
 
 
 def _ref_ranks(E, rule):
@@ -134,25 +134,26 @@ def test_the_device_route_gives_the_host_route_s_results(monkeypatch):
     """On a device the Gram matrices are formed there, reduced to tridiagonal form there, and the extremes of
     those forms found on the host's threads, a batch a job: that route, run here on CPU tensors, gives the
     ranks of the CPU's own route and its sigmas to rounding, batch by batch, each in its own units."""
-    from mhaaudit import contexts
     from mhaaudit.numerics.scale import exponent_for
 
     E, rule = _hard_batch()
     host = context_ranks(E, rule)
     assert int(host[0][3]) == 4 and int(host[0][7]) == 5 and 0 < float(host[1][7]) < 2.0**-990  # (not flushed)
     seen = []
-    real = contexts._run
+    real = batch_ranks._run
     monkeypatch.setattr(
-        contexts, "_run", lambda jobs, workers, device: seen.append((len(jobs), workers)) or real(jobs, workers, device)
+        batch_ranks,
+        "_run",
+        lambda jobs, workers, device: seen.append((len(jobs), workers)) or real(jobs, workers, device),
     )
-    monkeypatch.setattr(contexts, "_TRIDIAGONAL_BYTES", 4 * 5 * 5 * 8)  # the forms in parts of four matrices
-    monkeypatch.setattr(contexts, "_DEVICE_PART_BYTES", 2 * 5 * 8 * 8)  # the Gram matrices two examples at a time
+    monkeypatch.setattr(batch_ranks, "_TRIDIAGONAL_BYTES", 4 * 5 * 5 * 8)  # the forms in parts of four matrices
+    monkeypatch.setattr(batch_ranks, "_DEVICE_PART_BYTES", 2 * 5 * 8 * 8)  # the Gram matrices two examples at a time
     parts = [E[:4], E[4:7], E[7:8], E[8:]]
-    batches = [contexts._DeviceBatch.of(x, rule, exponent_for(x, float(x.abs().max()))) for x in parts]
+    batches = [batch_ranks.DeviceBatch.of(x, rule, exponent_for(x, float(x.abs().max()))) for x in parts]
     assert batches[2].e < batches[0].e - 900  # the third batch's own power of two: its matrix is not flushed
-    via = contexts._on_device(batches, rule, 16)
+    via = batch_ranks.device_ranks(batches, rule, 16)
     # on at most _BISECTION_WORKERS threads (4), parts of at most 3 consecutive examples of one batch: 4 = 3 + 1
-    assert contexts._BISECTION_WORKERS == 4 and seen == [(5, 4)]
+    assert batch_ranks._BISECTION_WORKERS == 4 and seen == [(5, 4)]
     _agree(via, host, 5)
     assert torch.allclose(via[1][7], host[1][7], rtol=1e-12, atol=0)  # in its own units: not flushed
 
@@ -168,8 +169,8 @@ def test_context_ranks_keeps_a_device_s_batches_and_decides_them_in_order(monkey
     host = context_ranks(E, rule)
     monkeypatch.setattr(contexts, "_HOST_DEVICES", ())  # CPU tensors take the device route
     decided = []
-    real = contexts._on_device
-    monkeypatch.setattr(contexts, "_on_device", lambda b, r, w: decided.append(len(b)) or real(b, r, w))
+    real = contexts.device_ranks
+    monkeypatch.setattr(contexts, "device_ranks", lambda b, r, w: decided.append(len(b)) or real(b, r, w))
     per_batch = 3 * 5 * 8 * 8 + 3 * 5 * 5 * 8  # the bytes of a batch of three and of its Gram matrices
     for limit, groups in ((2**30, [6]), (2 * per_batch, [2, 2, 2]), (1, [1] * 6)):
         monkeypatch.setattr(contexts, "_PENDING_BYTES", limit)
@@ -207,7 +208,7 @@ def test_batches_a_failed_decision_leaves_are_still_kept(monkeypatch):
     E = torch.cat([E, _hard_batch(6)[0]])
     monkeypatch.setattr(contexts, "_HOST_DEVICES", ())
     monkeypatch.setattr(contexts, "_PENDING_BYTES", 3200)  # groups of two batches of three (1560 B each)
-    real, calls = contexts._on_device, []
+    real, calls = contexts.device_ranks, []
 
     def once_out_of_memory(b, r, w):
         calls.append(len(b))
@@ -215,7 +216,7 @@ def test_batches_a_failed_decision_leaves_are_still_kept(monkeypatch):
             raise torch.cuda.OutOfMemoryError("out of memory")
         return real(b, r, w)
 
-    monkeypatch.setattr(contexts, "_on_device", once_out_of_memory)
+    monkeypatch.setattr(contexts, "device_ranks", once_out_of_memory)
     acc = ContextRanks(rule)
     parts = E.split(3)
     acc.update(parts[0])
@@ -236,7 +237,6 @@ def test_the_extremes_route_gives_the_whole_spectrum_s_results(monkeypatch, extr
     """Matrices clear of the tolerance take only their extreme eigenvalues; the same batch decided from every
     matrix's whole spectrum (no extremes routine, or one whose values fail their checks) gives the same
     ranks, and sigmas and tolerances equal to rounding."""
-    from mhaaudit import contexts
 
     g = torch.Generator().manual_seed(8)
     n, d = 6, 10
@@ -248,10 +248,10 @@ def test_the_extremes_route_gives_the_whole_spectrum_s_results(monkeypatch, extr
     E[4] = U @ torch.diag(s) @ Vh
     both = context_ranks(E, rule)
     if extremes == "none":
-        monkeypatch.setattr(contexts, "extreme_eigenvalues", lambda G: None)
+        monkeypatch.setattr(batch_ranks, "extreme_eigenvalues", lambda G: None)
     else:
-        real = contexts.extreme_eigenvalues
-        monkeypatch.setattr(contexts, "extreme_eigenvalues", lambda G: (*real(G)[:2], np.zeros(len(G), dtype=bool)))
+        real = batch_ranks.extreme_eigenvalues
+        monkeypatch.setattr(batch_ranks, "extreme_eigenvalues", lambda G: (*real(G)[:2], np.zeros(len(G), dtype=bool)))
     whole = context_ranks(E, rule)
     assert torch.equal(both[0], whole[0]) and torch.equal(both[0], _ref_ranks(E, rule))
     assert int(both[0][2]) == n - 1
@@ -316,8 +316,8 @@ def test_streamed_context_ranks_on_cuda_equal_the_cpu_s(monkeypatch):
     host = context_ranks(E, rule)
     monkeypatch.setattr(contexts, "_PENDING_BYTES", 3000)  # a group every second batch (a batch of three: 1560 B)
     monkeypatch.setattr(contexts, "_PENDING_LEAST", 0)
-    decided, real = [], contexts._on_device
-    monkeypatch.setattr(contexts, "_on_device", lambda b, r, w: decided.append(len(b)) or real(b, r, w))
+    decided, real = [], contexts.device_ranks
+    monkeypatch.setattr(contexts, "device_ranks", lambda b, r, w: decided.append(len(b)) or real(b, r, w))
     acc = ContextRanks(rule)
     for part in E.cuda().split(3)[:5]:
         acc.update(part)

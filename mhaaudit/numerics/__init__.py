@@ -13,7 +13,11 @@
   anything and recomputed by another driver where they are not usable.
 * ``numerics.lapack``: the same certificates per draw through LAPACK on the CPU (imported on use).
 * ``numerics.extremes``: the smallest and largest eigenvalue of many small symmetric matrices, on
-  the CPU (LAPACK ``dsytrd`` and ``dstebz``), checked.
+  the CPU (LAPACK ``dsytrd`` and ``dstebz``, or ``dstebz`` alone on tridiagonal forms), checked.
+* ``numerics.tridiagonal``: many small symmetric matrices reduced to tridiagonal form at once, on any
+  device (imported on use).
+* ``numerics.batch_ranks``: the exact rank of many small matrices at once (Assumption 2's routes: the
+  host's cores, or a device's tridiagonal forms; imported on use).
 * ``numerics.philox``: the counter-based generator of the Monte-Carlo draws, bit-identical on every
   device (imported on use).
 * ``numerics.stream``: rows read where they lie (in memory or a memory-mapped file) and the one
