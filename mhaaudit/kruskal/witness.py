@@ -158,28 +158,35 @@ def pivoted_basis(R: torch.Tensor, rule: RankRule, d: int, hint: int | None = No
     top = torch.zeros((), dtype=R.dtype, device=R.device)  # the largest norm among the pivots
     along = torch.zeros((), dtype=R.dtype, device=R.device)  # their squared projections, summed
     at_hint, nears = None, 0
+    zero = torch.zeros((), dtype=R.dtype, device=R.device)
     for b in range(m):
         res = torch.linalg.vector_norm(W, dim=1)
         if b > 0:
             smax_lo = torch.maximum(torch.maximum(norms, top), torch.sqrt(along + proj2))
             tol = rule.tol(smax_lo * (1 - 1e-12), b + 1, d)
             near = free & (res <= tol * (1 - 1e-9))
-            if (bool(near.any()) and nears < 2) or b == hint:
-                pick = near if bool(near.any()) else free
+        # what the step reads on the host, in one read (on a GPU each read waits for the device): whether a row
+        # is near, the largest residual of a free row, the next pivot and its residual
+        nxt = torch.argmax(torch.where(free, res, torch.full_like(res, -1.0)))
+        read = (near.any().to(R.dtype) if b > 0 else zero, torch.where(free, res, torch.zeros_like(res)).max())
+        any_near, top_free, p_at, res_p = torch.stack([*read, nxt.to(R.dtype), res[nxt]]).tolist()
+        if b > 0:
+            if (any_near and nears < 2) or b == hint:
+                pick = near if any_near else free
                 ratio = torch.where(pick, res / torch.clamp(tol, min=1e-300), torch.full_like(res, torch.inf))
                 jj = int(torch.argmin(ratio))
                 L = C[piv][:, :b]  # the pivots' coordinates: lower triangular
                 a = torch.linalg.solve_triangular(L.T, C[jj, :b, None], upper=True)[:, 0]
                 cand = ([*piv, jj], torch.cat([a.abs() * norms[piv], norms[jj : jj + 1]]))
-                if bool(near.any()):
+                if any_near:
                     nears += 1  # (two at most: when the SVD refuses them, the leading blocks come next)
                     yield cand
                 else:
                     at_hint = cand  # offered after the leading blocks
-            if float(torch.where(free, res, torch.zeros_like(res)).max()) <= tol_all:
+            if top_free <= tol_all:
                 break  # every row within the tolerance of all of them: the rank is about b
-        p = int(torch.argmax(torch.where(free, res, torch.full_like(res, -1.0))))
-        if not float(res[p]) > 0:
+        p = int(p_at)
+        if not res_p > 0:
             break
         q = W[p] / res[p]
         if b:  # once more against the directions before: orthogonal to rounding
