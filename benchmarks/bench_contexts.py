@@ -33,9 +33,9 @@ from bench_kruskal import timed
 
 from mhaaudit.contexts import ContextRanks
 from mhaaudit.numerics import RankRule
+from mhaaudit.numerics.batch_ranks import tridiagonal_forms
 from mhaaudit.numerics.extremes import extreme_eigenvalues, tridiagonal_extremes
 from mhaaudit.numerics.threads import intra_op_threads
-from mhaaudit.numerics.tridiagonal import tridiagonalize
 from mhaaudit.settings import device_name, resolve_device
 
 
@@ -113,10 +113,7 @@ def _parts(data: list[torch.Tensor], device: torch.device) -> dict:
             return {"gram_s": gram_s, "extremes_one_thread_s": time.perf_counter() - t0}
 
     def forms() -> list:
-        G = torch.cat([E.double() @ E.double().transpose(1, 2) for E in data])
-        diagonal, off = tridiagonalize(G)
-        gd = G.diagonal(dim1=-2, dim2=-1)
-        return [x.cpu().numpy() for x in (diagonal, off, gd, torch.linalg.matrix_norm(G))]
+        return tridiagonal_forms(torch.cat([E.double() @ E.double().transpose(1, 2) for E in data]))
 
     forms()
     forms_s, host = timed(forms, device)

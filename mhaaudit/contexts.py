@@ -224,9 +224,8 @@ class ContextRanks:
     sigma_min: list[torch.Tensor] = field(default_factory=list)
     sigma_max: list[torch.Tensor] = field(default_factory=list)
     tols: list[torch.Tensor] = field(default_factory=list)
-    # batches on a device fed and not yet decided, and the bytes they hold there
+    # batches on a device fed and not yet decided
     _pending: list[DeviceBatch] = field(default_factory=list, repr=False, compare=False)
-    _pending_bytes: int = field(default=0, repr=False, compare=False)
 
     def update(self, E: torch.Tensor, *, top: float | None = None) -> None:
         """Decide the rank of each (n, d) context matrix of the batch ``E`` and keep the statistics where
@@ -261,8 +260,7 @@ class ContextRanks:
             self._decide_pending()
         batch = DeviceBatch.of(E.clone(), self.rule, exponent_for(E, top))  # a copy: the caller may reuse E
         self._pending.append(batch)
-        self._pending_bytes += batch.E.nbytes + batch.G.nbytes
-        if self._pending_bytes >= _pending_limit(E.device):
+        if sum(b.nbytes for b in self._pending) >= _pending_limit(E.device):
             self._decide_pending()
 
     def _keep(self, got) -> None:
@@ -280,14 +278,13 @@ class ContextRanks:
         while self._pending:
             limit, size, group = _pending_limit(self._pending[0].E.device), 0, 0
             for b in self._pending:
-                if group and size + b.E.nbytes + b.G.nbytes > limit:
+                if group and size + b.nbytes > limit:
                     break
-                size, group = size + b.E.nbytes + b.G.nbytes, group + 1
+                size, group = size + b.nbytes, group + 1
             batches = self._pending[:group]
             workers = max(1, min(sum(b.E.shape[0] for b in batches), torch.get_num_threads()))
             self._keep(device_ranks(batches, self.rule, workers))
             del self._pending[:group]
-            self._pending_bytes -= size
 
     def arrays(self) -> dict[str, torch.Tensor]:
         """The per-example statistics fed so far, each of length T, on the CPU: ``context_rank`` (int64; -1 when

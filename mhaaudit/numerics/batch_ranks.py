@@ -35,7 +35,7 @@ from .scale import Scaled, scaled
 from .threads import intra_op_threads
 from .tridiagonal import tridiagonalize
 
-__all__ = ["DeviceBatch", "device_ranks", "host_ranks"]
+__all__ = ["DeviceBatch", "device_ranks", "host_ranks", "tridiagonal_forms"]
 
 
 def host_ranks(E: torch.Tensor, rule: RankRule, e: int, workers: int):
@@ -73,6 +73,11 @@ class DeviceBatch:
             grams.append(X @ X.transpose(1, 2))
         return cls(E, e, torch.cat(grams))
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes the batch and its Gram matrices hold on the device."""
+        return self.E.nbytes + self.G.nbytes
+
 
 @with_numerics()
 def device_ranks(batches: list[DeviceBatch], rule: RankRule, workers: int):
@@ -81,18 +86,7 @@ def device_ranks(batches: list[DeviceBatch], rule: RankRule, workers: int):
     forms and decides them (:func:`_decided`, each batch in its own units), dealt in parts of consecutive
     examples of one batch among ``workers`` threads (at most ``_BISECTION_WORKERS``); the few matrices
     recomputed from their rows are copied over."""
-    G = torch.cat([b.G for b in batches]) if len(batches) > 1 else batches[0].G
-    forms = [tridiagonalize(part) for part in G.split(max(1, _TRIDIAGONAL_BYTES // (G.shape[1] * G.shape[2] * 8)))]
-    host = [
-        torch.cat(xs).cpu().numpy()
-        for xs in (
-            [f[0] for f in forms],
-            [f[1] for f in forms],
-            [G.diagonal(dim1=-2, dim2=-1)],
-            [torch.linalg.matrix_norm(G)],
-        )
-    ]
-    del G, forms  # (the device's copies: the host's work below needs only the batches' own)
+    host = tridiagonal_forms(torch.cat([b.G for b in batches]) if len(batches) > 1 else batches[0].G)
     workers = min(workers, _BISECTION_WORKERS)
     size = -(-sum(b.G.shape[0] for b in batches) // workers)  # examples a job, at most
     jobs, start = [], 0
@@ -102,6 +96,23 @@ def device_ranks(batches: list[DeviceBatch], rule: RankRule, workers: int):
             jobs.append(functools.partial(_part_on_device, b, i, [x[at] for x in host], rule))
         start += b.G.shape[0]
     return _run(jobs, workers, batches[0].E.device)
+
+
+def tridiagonal_forms(G: torch.Tensor) -> list[np.ndarray]:
+    """The device's part of :func:`device_ranks`: the tridiagonal forms of the Gram matrices ``G``, reduced where
+    ``G`` lies ``_TRIDIAGONAL_BYTES`` of them at a time, and their diagonals and Frobenius norms, copied to the
+    host as ``[diagonal, off_diagonal, gram_diagonal, fro]`` (what ``numerics.extremes.tridiagonal_extremes``
+    takes); no copy of ``G`` outlives the call."""
+    forms = [tridiagonalize(part) for part in G.split(max(1, _TRIDIAGONAL_BYTES // (G.shape[1] * G.shape[2] * 8)))]
+    return [
+        torch.cat(xs).cpu().numpy()
+        for xs in (
+            [f[0] for f in forms],
+            [f[1] for f in forms],
+            [G.diagonal(dim1=-2, dim2=-1)],
+            [torch.linalg.matrix_norm(G)],
+        )
+    ]
 
 
 def _part_on_device(b: DeviceBatch, first: int, host: list, rule: RankRule):
