@@ -390,3 +390,30 @@ def test_a_sweep_no_draw_of_which_is_decided_keeps_its_proven_floor(monkeypatch,
     if r.samples == 0:
         assert r.estimate == r.floor.value
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_gpu_s_small_matrices_go_the_cpu_s_routes():
+    """On a GPU, matrices up to HOST_LAPACK_MAX a side are decomposed by the host's LAPACK; larger ones, and any
+    matrix on the CPU, where they lie."""
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert checked.on_host(cuda, 1) and checked.on_host(cuda, checked.HOST_LAPACK_MAX)
+    assert not checked.on_host(cuda, checked.HOST_LAPACK_MAX + 1)
+    assert not checked.on_host(cpu, 2) and not checked.on_host(torch.device("meta"), 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("shape", [(5, 9), (3, 40, 30), (1, 197, 768)])
+def test_small_decompositions_on_cuda_are_the_cpu_s(monkeypatch, shape):
+    """A small matrix on a GPU gets the CPU's singular values and eigenvalues (the same routines, on the host),
+    back on the GPU; no device routine is called for it."""
+    x = torch.randn(*shape, generator=gen(3), dtype=torch.float64) / 8
+    G = x @ x.transpose(-1, -2)
+    seen = []
+    for name in ("svdvals", "eigvalsh"):
+        real = getattr(torch.linalg, name)
+        monkeypatch.setattr(torch.linalg, name, lambda a, *args, _f=real, **kw: seen.append(a.device.type) or _f(a))
+    s, ok = checked.svdvals_where_usable(x.cuda())
+    lam, ok2 = checked.eigvalsh_where_usable(G.cuda())
+    assert seen == ["cpu"]  # the SVD by torch on the host; the eigenvalues by NumPy's LAPACK
+    assert s.device.type == "cuda" and lam.device.type == "cuda" and bool(ok.all()) and bool(ok2.all())
+    assert torch.equal(s.cpu(), checked.svdvals(x)) and torch.equal(lam.cpu(), checked.eigvalsh(G))
