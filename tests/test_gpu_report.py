@@ -55,6 +55,8 @@ def test_smoke_runs_every_part_and_resumes(tmp_path, capsys, monkeypatch):
     bc = cv["bytecode_after"]
     assert bc["package"] == "transformers" and 0 <= cv["bytecode_before"]["cached"] <= bc["cached"] <= bc["modules"]
     assert bc["modules"] > 100 and {type(bc["dont_write_bytecode"]), type(bc["folder_writable"])} == {bool}
+    kept = all(g.caches_bytecode(g.bytecode_state(p)) for p in g.BYTECODE_PACKAGES)  # else a folder of the report's
+    assert (cv["bytecode_env"] == {}) == kept and by["profile"]["bytecode_env"] == cv["bytecode_env"]
     assert by["memorize"]["points"] == 2 and by["memorize"]["seconds"] > 0
     assert by["tests"]["returncode"] == 0 and by["tests"]["skipped"] == 1 and by["tests"]["failed"] == 0
     prof = by["profile"]  # check under cProfile: its top functions by cumulative time, and its own phases
@@ -456,3 +458,20 @@ def test_the_grid_part_stops_itself_before_its_end_and_the_next_call_goes_on(tmp
     done = g.run_in_process("memorize", "cpu", True, tmp_path)
     assert done["status"] == "done" and done["result"]["points"] == 2
     assert done["result"]["attempts_s_before"] == pytest.approx(cut["result"]["seconds"])
+
+
+def test_byte_code_is_cached_for_the_runs_where_the_install_cannot_keep_it(tmp_path, monkeypatch):
+    """Where torch's or transformers' byte-code cannot be kept where they are installed, the report's runs cache it
+    in a folder of their own (and not otherwise), so that a second run is a second run."""
+    ok = {"dont_write_bytecode": False, "pycache_prefix": None, "folder_writable": True}
+    assert g.bytecode_env(tmp_path, [ok, ok]) == {}
+    assert g.bytecode_env(tmp_path, [ok, dict(ok, pycache_prefix="/elsewhere", folder_writable=False)]) == {}
+    for bad in (dict(ok, folder_writable=False), dict(ok, dont_write_bytecode=True)):
+        env_set = g.bytecode_env(tmp_path, [ok, bad])
+        assert env_set == {"PYTHONPYCACHEPREFIX": str(tmp_path / "pycache"), "PYTHONDONTWRITEBYTECODE": None}
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    env = g.child_env(env_set, GPU_REPORT_PEAK="x")
+    assert "PYTHONDONTWRITEBYTECODE" not in env and env["PYTHONPYCACHEPREFIX"] == str(tmp_path / "pycache")
+    assert env["GPU_REPORT_PEAK"] == "x" and g.child_env({})["PYTHONDONTWRITEBYTECODE"] == "1"
+    here = [g.bytecode_state(p) for p in g.BYTECODE_PACKAGES]
+    assert [s["package"] for s in here] == list(g.BYTECODE_PACKAGES) and all(s["modules"] > 100 for s in here)
