@@ -125,6 +125,39 @@ def test_batched_route_does_not_depend_on_blocks_per_call_or_the_gram_route(monk
     assert rows == many
 
 
+def test_a_test_that_may_stop_early_decides_its_draws_in_growing_groups(monkeypatch):
+    """The batched route's first call takes FIRST_BLOCKS blocks and each next twice as many when the test may stop
+    early: a test settled by its first draws decides few more than it needs, with the records of one call."""
+    from mhaaudit.kruskal import fixed
+
+    monkeypatch.setenv(KERNELS_ENV, "torch")
+    X = structured(120, 16, 16, 2, dup=6)
+    rule = RankRule.for_dtype(X.dtype)
+    sizes: list[int] = []
+    real = fixed.decide_full_rank
+    monkeypatch.setattr(fixed, "decide_full_rank", lambda G, *a, **kw: sizes.append(G.shape[0]) or real(G, *a, **kw))
+
+    def run(samples, **kw):
+        sizes.clear()
+        return subset_test(X, 12, samples=samples, seed=5, rule=rule, device="cpu", **kw).record(), list(sizes)
+
+    early = {"stop_when_decided": True, "threshold": 0.999}
+    grown, grown_sizes = run(40 * DRAW_BLOCK, **early)
+    assert grown_sizes[0] == fixed.FIRST_BLOCKS * DRAW_BLOCK and grown["planned_samples"] == 40 * DRAW_BLOCK
+    assert sum(grown_sizes) < 2 * max(grown["samples"], fixed.FIRST_BLOCKS * DRAW_BLOCK)  # few more than it needed
+    monkeypatch.setattr(fixed, "FIRST_BLOCKS", 3)
+    three, three_sizes = run(40 * DRAW_BLOCK, **early)
+    assert three == grown and three_sizes[: len(three_sizes) - 1] == [
+        3 * DRAW_BLOCK * 2**i for i in range(len(three_sizes) - 1)
+    ]
+    monkeypatch.setattr(fixed, "FIRST_BLOCKS", 10**9)  # one call for every draw
+    whole, whole_sizes = run(40 * DRAW_BLOCK, **early)
+    assert whole == grown and whole_sizes == [40 * DRAW_BLOCK]
+    monkeypatch.setattr(fixed, "FIRST_BLOCKS", 1)
+    _, all_sizes = run(40 * DRAW_BLOCK, stop_when_decided=False)  # every draw made: one call, as before
+    assert all_sizes == [40 * DRAW_BLOCK]
+
+
 def test_rank_decisions_run_without_tf32(monkeypatch):
     from mhaaudit.kruskal import fixed, sweep
     from mhaaudit.numerics import tf32_is_off

@@ -209,6 +209,11 @@ def test_the_number_of_draws_sizes_no_allocation():
     assert len(groups) == MAX_SAMPLES // DRAW_BLOCK // 4
     assert groups[-1] == [(b, DRAW_BLOCK) for b in range(MAX_SAMPLES // DRAW_BLOCK - 4, MAX_SAMPLES // DRAW_BLOCK)]
     assert list(units(2 * DRAW_BLOCK + 5, 2)) == [[(0, DRAW_BLOCK)], [(1, DRAW_BLOCK)], [(2, 5)]]
+    # growing groups (1, 2, then 4 blocks a call) end at the same blocks
+    assert [[b for b, _ in g] for g in units(5 * DRAW_BLOCK + 1, 1, 4, 1)] == [[0], [1, 2], [3, 4, 5]]
+    grown, blocks = units(MAX_SAMPLES, 1, 8, 2), MAX_SAMPLES // DRAW_BLOCK
+    assert len(grown) == 2 + -(-(blocks - 6) // 8) and [len(grown[i]) for i in range(3)] == [2, 4, 8]
+    assert grown[2][0][0] == 6 and grown[-1][-1] == (blocks - 1, DRAW_BLOCK)
 
     def peak(samples: int) -> int:
         tracemalloc.start()

@@ -80,7 +80,19 @@ def shrink_witness(X: torch.Tensor, indices, rule: RankRule) -> Witness:
     return witness.shrink(unit_of(rows_of(X), rule)[0], indices)
 
 
-def _decided_draws(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, progress: Progress | None = None):
+#: Blocks of draws the first batched call decides when the test may stop early (each next call twice as many)
+FIRST_BLOCKS = 8
+
+
+def _decided_draws(
+    gram: Gram,
+    k: int,
+    samples: int,
+    seed: int,
+    rule: RankRule,
+    progress: Progress | None = None,
+    may_stop: bool = False,
+):
     """Yield ``(indices, decision)`` for consecutive groups of whole blocks of the seeded draws.
 
     With the CPU LAPACK kernels (``gram.cpu_entries``) one worker thread per core draws and
@@ -90,8 +102,10 @@ def _decided_draws(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, 
     ``MHAAUDIT_KERNELS=torch``) the draws of as many blocks as ``DEVICE_BATCH_BYTES`` allows are
     drawn on the device, their Gram matrices gathered at once and decided by ``decide_full_rank``:
     one batched Cholesky factorisation per certificate, eigenvalues only for the draws the
-    certificates leave open, TF32 off. The order of the test that certifies dependence adapts to
-    what earlier blocks showed. Neither route nor order changes any decision.
+    certificates leave open, TF32 off; when the consumer ``may_stop`` early, the first call takes
+    ``FIRST_BLOCKS`` blocks and each next twice as many, so a test settled by its first draws decides
+    few more. The order of the test that certifies dependence adapts to what earlier blocks showed.
+    Neither route, grouping nor order changes any decision.
     """
     d = gram.d
     entries = gram.cpu_entries
@@ -129,7 +143,8 @@ def _decided_draws(gram: Gram, k: int, samples: int, seed: int, rule: RankRule, 
         return sub, Decision(full, exact, left)
 
     draws = Draws(gram.T, k, samples, seed, True, gram.device)
-    for sub, dec in decided_in_order(decide, draws, workers, per_call, entries is not None, progress):
+    first = FIRST_BLOCKS if may_stop and gram.batched else None
+    for sub, dec in decided_in_order(decide, draws, workers, per_call, entries is not None, progress, first):
         # the decisions to the host once a group (small copies), whatever the device: the tally reads them there
         dec = Decision(dec.full.cpu(), dec.exact.cpu(), dec.left_open().cpu())
         seen[0] += int(sub.shape[0])
@@ -240,7 +255,7 @@ def _tally(
     depends on nothing but the draws (not on how many blocks were decided at once)."""
     d = gram.d
     t = _Tally()
-    for sub, dec in _decided_draws(gram, k, samples, seed, rule, progress):  # decisions on the host
+    for sub, dec in _decided_draws(gram, k, samples, seed, rule, progress, max_fail is not None):  # on the host
         stop = False
         left = dec.left_open()
         if max_fail is not None:  # stop after the block where the dependent draws first exceed max_fail

@@ -408,14 +408,21 @@ def block_specs(samples: int) -> list[tuple[int, int]]:
 
 class Units(Sequence):
     """The groups of blocks of ``samples`` draws (:func:`units`), each made when it is asked for: the
-    memory they take does not grow with the number of draws."""
+    memory they take does not grow with the number of draws. Groups of ``step`` blocks; with ``first``,
+    the first group has ``first`` blocks and each next one twice as many, until they reach ``step``."""
 
-    def __init__(self, samples: int, step: int):
+    def __init__(self, samples: int, step: int, first: int | None = None):
         self.samples, self.step = int(samples), int(step)
         self.blocks = -(-self.samples // DRAW_BLOCK)
+        self.starts = [0]  # where the growing groups start, and where the groups of ``step`` blocks begin
+        size = max(1, min(int(first or self.step), self.step))
+        while size < self.step and self.starts[-1] < self.blocks:
+            self.starts.append(min(self.blocks, self.starts[-1] + size))
+            size *= 2
 
     def __len__(self) -> int:
-        return -(-self.blocks // self.step)  # a ceiling division of non-negative counts
+        grown = len(self.starts) - 1
+        return grown + -(-(self.blocks - self.starts[-1]) // self.step)  # ceiling divisions of non-negative counts
 
     def __getitem__(self, i):
         if isinstance(i, slice):
@@ -424,20 +431,24 @@ class Units(Sequence):
             i += len(self)
         if not 0 <= i < len(self):
             raise IndexError(i)
-        first = i * self.step
-        return [
-            (b, min(DRAW_BLOCK, self.samples - b * DRAW_BLOCK))
-            for b in range(first, min(first + self.step, self.blocks))
-        ]
+        grown = len(self.starts) - 1
+        if i < grown:
+            first, end = self.starts[i], self.starts[i + 1]
+        else:
+            first = self.starts[-1] + (i - grown) * self.step
+            end = min(first + self.step, self.blocks)
+        return [(b, min(DRAW_BLOCK, self.samples - b * DRAW_BLOCK)) for b in range(first, end)]
 
 
-def units(samples: int, workers: int, per_call: int | None = None) -> Units:
+def units(samples: int, workers: int, per_call: int | None = None, first: int | None = None) -> Units:
     """The blocks of ``samples`` draws grouped as one ``job`` call takes them: ``per_call`` blocks
-    (default: four for one caller, one for a pool of worker threads). Results never depend on the
-    grouping (a test that stops early stops at a block, whatever the group); the processes of a
-    torchrun job must group alike, as they divide the groups among them. The groups are made as
-    they are reached, so the number of draws sizes no allocation."""
-    return Units(samples, per_call or (4 if workers <= 1 else 1))
+    (default: four for one caller, one for a pool of worker threads), the first group ``first`` blocks
+    and each next twice as many up to ``per_call`` when given (a consumer that may stop early decides
+    no more than it may need). Results never depend on the grouping (a test that stops early stops at
+    a block, whatever the group); the processes of a torchrun job must group alike, as they divide
+    the groups among them. The groups are made as they are reached, so the number of draws sizes no
+    allocation."""
+    return Units(samples, per_call or (4 if workers <= 1 else 1), first)
 
 
 @dataclass(frozen=True)
@@ -484,7 +495,7 @@ class Draws:
         return draw_blocks(self.T, self.k, self.seed, group, self.sort, self.device)
 
 
-def blocks_in_order(job, draws: Draws, workers: int, per_call: int | None = None):
+def blocks_in_order(job, draws: Draws, workers: int, per_call: int | None = None, first: int | None = None):
     """``job(indices)`` for every group of blocks of the seeded ``draws`` (:func:`units`), yielded in order.
 
     With several workers each block is drawn and processed by one worker thread (torch with one
@@ -499,7 +510,7 @@ def blocks_in_order(job, draws: Draws, workers: int, per_call: int | None = None
         RankFailed: when the ranks split the draws into different numbers of groups (different
             thread counts or device kinds).
     """
-    groups = units(draws.samples, workers, per_call)
+    groups = units(draws.samples, workers, per_call, first)
     shard = distributed.lockstep()
     n = shard.world_size
     mine = _run_groups(job, (groups[i] for i in range(shard.rank, len(groups), n)), draws, workers)
@@ -518,13 +529,19 @@ def blocks_in_order(job, draws: Draws, workers: int, per_call: int | None = None
 
 
 def decided_in_order(
-    job, draws: Draws, workers: int, per_call: int | None, cpu_lapack: bool, progress: Progress | None
+    job,
+    draws: Draws,
+    workers: int,
+    per_call: int | None,
+    cpu_lapack: bool,
+    progress: Progress | None,
+    first: int | None = None,
 ):
     """:func:`blocks_in_order` of the rank decisions ``job`` makes, under their kernels' context
     (TF32 off; one BLAS thread each for the ``cpu_lapack`` kernels, whose workers are the threads),
     telling ``progress`` each group's draws once the consumer has taken the group."""
     with lapack.blas_single_thread() if cpu_lapack else contextlib.nullcontext(), tf32_off():
-        for group in blocks_in_order(job, draws, workers, per_call):
+        for group in blocks_in_order(job, draws, workers, per_call, first):
             yield group
             if progress:
                 progress(int(group[0].shape[0]))
