@@ -393,12 +393,14 @@ def test_a_sweep_no_draw_of_which_is_decided_keeps_its_proven_floor(monkeypatch,
 
 
 def test_a_gpu_s_small_matrices_go_the_cpu_s_routes():
-    """On a GPU, matrices up to HOST_LAPACK_MAX a side are decomposed by the host's LAPACK; larger ones, and any
-    matrix on the CPU, where they lie."""
+    """On a GPU, matrices up to HOST_SVD_MAX (SVD) or HOST_EIGVALSH_MAX (eigenvalues) a side are decomposed by the
+    host's LAPACK; larger ones, and any matrix on the CPU, where they lie."""
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
-    assert checked.on_host(cuda, 1) and checked.on_host(cuda, checked.HOST_LAPACK_MAX)
-    assert not checked.on_host(cuda, checked.HOST_LAPACK_MAX + 1)
-    assert not checked.on_host(cpu, 2) and not checked.on_host(torch.device("meta"), 2)
+    for most in (checked.HOST_SVD_MAX, checked.HOST_EIGVALSH_MAX):
+        assert checked.on_host(cuda, 1, most) and checked.on_host(cuda, most, most)
+        assert not checked.on_host(cuda, most + 1, most)
+        assert not checked.on_host(cpu, 2, most) and not checked.on_host(torch.device("meta"), 2, most)
+    assert checked.HOST_EIGVALSH_MAX >= 197 and checked.HOST_SVD_MAX >= 768  # a ViT's tokens, its width
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -417,3 +419,16 @@ def test_small_decompositions_on_cuda_are_the_cpu_s(monkeypatch, shape):
     assert seen == ["cpu"]  # the SVD by torch on the host; the eigenvalues by NumPy's LAPACK
     assert s.device.type == "cuda" and lam.device.type == "cuda" and bool(ok.all()) and bool(ok2.all())
     assert torch.equal(s.cpu(), checked.svdvals(x)) and torch.equal(lam.cpu(), checked.eigvalsh(G))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_larger_eigenproblems_on_cuda_stay_there(monkeypatch):
+    """Past HOST_EIGVALSH_MAX the eigenvalues come from the device's routine; the SVD of the same rows from the host."""
+    n = checked.HOST_EIGVALSH_MAX + 1
+    x = torch.randn(n, n + 9, generator=gen(4), dtype=torch.float64).cuda() / 8
+    seen = []
+    for name in ("svdvals", "eigvalsh"):
+        real = getattr(torch.linalg, name)
+        monkeypatch.setattr(torch.linalg, name, lambda a, *args, _f=real, **kw: seen.append(a.device.type) or _f(a))
+    checked.svdvals(x), checked.eigvalsh(x @ x.T)
+    assert seen == ["cpu", "cuda"]

@@ -23,12 +23,14 @@ that no matrix with these entries can have. Nothing here trusts a result it has 
 
 Every recomputation is said in one line on stderr with the call's size (once per routine, size and
 kind of failure in a process), and counted (:func:`recomputations`). On the CPU the routes are
-LAPACK's. On a GPU, matrices of at most :data:`HOST_LAPACK_MAX` rows or columns (every context
-matrix, draw and witness of a transformer's width) are copied to the host and go the CPU's routes,
-their values copied back: the device's routines take such matrices one at a time (on one H200, 64
-symmetric 197 x 197 eigenproblems took 98 ms, 1.5 ms each, where the host's LAPACK reduced a
-matrix of that size to tridiagonal form, most of the work, in 0.93 ms on one of its cores; 377
-float64 SVDs of a ``check`` took 13 s there, 35 ms each), and the values are then the CPU's own.
+LAPACK's. On a GPU, the singular values of matrices of at most :data:`HOST_SVD_MAX` rows or
+columns (every witness and draw of a transformer's width) and the eigenvalues of symmetric matrices
+of order at most :data:`HOST_EIGVALSH_MAX` (the draws and context matrices of a ViT's 197 tokens)
+are computed on the host by the CPU's routes, and copied back, so they are the values the CPU
+computes. The device's routines take such matrices one at a time: on one H200, 64 symmetric 197 x
+197 eigenproblems took 98 ms there, 1.5 ms each, where the host's LAPACK reduced such a matrix to
+tridiagonal form (most of the work) in 0.93 ms on one core; the witnesses of ``check vit-base`` (a
+pivoted QR and SVDs of 408 to 768 rows of 768) took 3.0 s there and 1.3 s on a 2-core CPU.
 Larger matrices stay on the device, where its first route runs and the others on the CPU.
 """
 
@@ -45,7 +47,8 @@ import numpy as np
 import torch
 
 __all__ = [
-    "HOST_LAPACK_MAX",
+    "HOST_EIGVALSH_MAX",
+    "HOST_SVD_MAX",
     "NumericalFailure",
     "eigenvalue_slack",
     "eigvalsh",
@@ -63,15 +66,16 @@ __all__ = [
 #: ~2 n^1.5 eps (4e-11 at n = 2000), one that failed is off by far more.
 CHECK_RTOL = 1e-8
 
-#: On a GPU, matrices with at most this many rows or columns (a side, for eigenproblems) go the CPU's routes
-#: (module docstring).
-HOST_LAPACK_MAX = 1024
+#: On a GPU, the largest smaller side of a matrix whose singular values the host computes (module docstring).
+HOST_SVD_MAX = 1024
+#: On a GPU, the largest order of a symmetric matrix whose eigenvalues the host computes (module docstring).
+HOST_EIGVALSH_MAX = 256
 
 
-def on_host(device: torch.device, side: int) -> bool:
+def on_host(device: torch.device, side: int, most: int) -> bool:
     """Whether matrices on ``device``, a GPU, are decomposed on the host instead (module docstring): ``side`` is
-    their smaller side (SVD) or their order (eigenproblem)."""
-    return device.type == "cuda" and side <= HOST_LAPACK_MAX
+    their smaller side (SVD) or their order (eigenproblem), ``most`` the largest the host takes."""
+    return device.type == "cuda" and side <= most
 
 
 class NumericalFailure(ArithmeticError):
@@ -267,7 +271,7 @@ def svdvals_where_usable(x: torch.Tensor, left: str = "left undecided") -> tuple
 def _svdvals(x: torch.Tensor, last: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Singular values of the matrices ``x`` and a flat mask of those some route gave usable values for;
     ``last``: what the line says when none did."""
-    if on_host(x.device, min(x.shape[-2:])):
+    if on_host(x.device, min(x.shape[-2:]), HOST_SVD_MAX):
         s, usable = _svdvals(x.cpu(), last)
         return s.to(x.device), usable
     shape = tuple(x.shape)
@@ -351,7 +355,7 @@ def eigvalsh_where_usable(G: torch.Tensor, torch_first: bool = False) -> tuple[t
     False (the values there are not to be read). The first route is NumPy's on the CPU (faster for
     many small matrices), torch's with ``torch_first`` (its thread setting governs one large one); on a GPU, the
     device's own unless the matrices are small enough for the host (module docstring)."""
-    if on_host(G.device, G.shape[-1]):
+    if on_host(G.device, G.shape[-1], HOST_EIGVALSH_MAX):
         lam, usable = eigvalsh_where_usable(G.cpu(), torch_first)
         return lam.to(G.device), usable.to(G.device)
     shape = tuple(G.shape)
