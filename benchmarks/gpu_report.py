@@ -30,6 +30,10 @@ Parts, most valuable first (each a subprocess of this script, with a timeout of 
 - ``contexts``: ``bench_contexts.measure``: Assumption 2 over 256 context matrices of 197 x 768 in
   batches of 32, ours beside a ``matrix_rank`` loop, with ours' parts (one host thread, the device's
   Gram matrices, the host's eigenvalues) to show where a batch's time goes;
+- ``routes``: ``bench_routes.measure``: the checked singular values and eigenvalues of the sizes an audit
+  meets (197, 408 and 768 rows of 768; one matrix and 64), and a witness of a dependent 768 x 768
+  set, on the device's routines beside where ``numerics.checked`` places them (the host's LAPACK up
+  to its limits), with their values compared: what those limits rest on;
 - ``tests``: the test files that mention CUDA (``pytest -m "not slow"``; ``-n`` workers when
   pytest-xdist is there), counted from their JUnit XML;
 - ``check-paper``: ``bench_check``'s side of ours at the paper's size (T = 2000, 5000 draws);
@@ -89,6 +93,7 @@ PARTS = (  # most valuable first
     "kruskal",
     "sweep",
     "contexts",
+    "routes",
     "tests",
     "check-paper",
     "capture",
@@ -105,6 +110,7 @@ EXPECTED_S = {
     "kruskal": 50.0,
     "sweep": 35.0,
     "contexts": 30.0,  # not yet run on a GPU: about its imports and its smoke run's share of them
+    "routes": 40.0,  # not yet run on a GPU: a guess (64 device SVDs of 197 x 768, four times)
     "tests": 120.0,
     "check-paper": 25.0,
     "capture": 16.0,
@@ -134,6 +140,7 @@ SIZES = {
         batch=16,
         capture_repeats=3,
         contexts=dict(batch=32, batches=8, n=197, d=768, naive_examples=64),
+        routes=dict(repeats=3),
         small_limit=200,
         small_samples=300,
         paper_limit=2000,
@@ -154,6 +161,7 @@ SIZES = {
         batch=2,
         capture_repeats=1,
         contexts=dict(batch=2, batches=2, n=6, d=10, naive_examples=4),
+        routes=dict(repeats=1, svd_shapes=((1, 6, 10), (4, 6, 10)), eig_shapes=((1, 6), (4, 6)), witness=(12, 10)),
         small_limit=20,
         small_samples=8,
         paper_limit=24,
@@ -499,6 +507,10 @@ def part_sweep(dev, sz, smoke, workdir):
 
 def part_contexts(dev, sz, smoke, workdir):
     return _bench("bench_contexts").measure(dev, **sz["contexts"])
+
+
+def part_routes(dev, sz, smoke, workdir):
+    return _bench("bench_routes").measure(dev, **sz["routes"])
 
 
 def part_capture(dev, sz, smoke, workdir):
@@ -876,6 +888,7 @@ PART_FUNCS = {
     "sweep": part_sweep,
     "capture": part_capture,
     "contexts": part_contexts,
+    "routes": part_routes,
     "check-small": part_check_small,
     "check-paper": part_check_paper,
     "check-paper-naive": part_check_paper_naive,

@@ -46,6 +46,9 @@ def test_smoke_runs_every_part_and_resumes(tmp_path, capsys, monkeypatch):
     assert by["kruskal"]["record_equal_cpu"] is True and by["kruskal"]["k"] == g.SIZES[True]["k"]
     assert by["sweep"]["fractions_equal_cpu"] is True and by["sweep"]["d"] == g.SIZES[True]["d"]
     assert by["capture"]["diff_trunc"] == 0.0 and by["capture"]["batch"] == g.SIZES[True]["batch"]
+    routes = by["routes"]  # the device's routines beside the checked calls' placement: here both on the CPU
+    assert [c["shape"][0] for c in routes["calls"]] == [1, 4, 1, 4] and routes["witness"]["same"] is True
+    assert all(c["rel_diff"] == 0.0 and c["naive_s"] > 0 and c["ours_s"] > 0 for c in routes["calls"])
     assert by["check-small"]["same_verdicts"] is True and by["check-small"]["T"] == g.SIZES[True]["small_limit"]
     assert by["check-paper"]["ours_verdicts"] == by["check-paper-naive"]["naive_verdicts"]
     cv = by["check-vit-base"]

@@ -24,14 +24,15 @@ that no matrix with these entries can have. Nothing here trusts a result it has 
 Every recomputation is said in one line on stderr with the call's size (once per routine, size and
 kind of failure in a process), and counted (:func:`recomputations`). On the CPU the routes are
 LAPACK's. On a GPU, the singular values of matrices of at most :data:`HOST_SVD_MAX` rows or
-columns (every witness and draw of a transformer's width) and the eigenvalues of symmetric matrices
-of order at most :data:`HOST_EIGVALSH_MAX` (the draws and context matrices of a ViT's 197 tokens)
-are computed on the host by the CPU's routes, and copied back, so they are the values the CPU
-computes. The device's routines take such matrices one at a time: on one H200, 64 symmetric 197 x
-197 eigenproblems took 98 ms there, 1.5 ms each, where the host's LAPACK reduced such a matrix to
-tridiagonal form (most of the work) in 0.93 ms on one core; the witnesses of ``check vit-base`` (a
-pivoted QR and SVDs of 408 to 768 rows of 768) took 3.0 s there and 1.3 s on a 2-core CPU.
-Larger matrices stay on the device, where its first route runs and the others on the CPU.
+columns and the eigenvalues of symmetric matrices of order at most :data:`HOST_EIGVALSH_MAX` (the
+draws and context matrices of a ViT's 197 tokens) are computed on the host by the CPU's routes, and
+copied back, so they are the values the CPU computes. The device's routines take such matrices one
+at a time: on one H200, 64 symmetric 197 x 197 eigenproblems took 98 ms there, 1.5 ms each, where
+the host's LAPACK reduced such a matrix to tridiagonal form (most of the work) in 0.93 ms on one
+core. Larger matrices, such as the witnesses of a whole set (hundreds of rows), stay on the device,
+where its first route runs and the others on the CPU: moving whole witnesses to that host did not
+shorten their phase of ``check vit-base`` (2.6 s against 2.5 s). ``benchmarks/bench_routes.py``
+times both placements.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ __all__ = [
 CHECK_RTOL = 1e-8
 
 #: On a GPU, the largest smaller side of a matrix whose singular values the host computes (module docstring).
-HOST_SVD_MAX = 1024
+HOST_SVD_MAX = 256
 #: On a GPU, the largest order of a symmetric matrix whose eigenvalues the host computes (module docstring).
 HOST_EIGVALSH_MAX = 256
 
