@@ -15,6 +15,9 @@ process that is not part of a launched job and has no process group:
 - ``torch.distributed.fsdp``, ``torch.distributed.tensor`` and ``torch.distributed._composable``
   cannot be imported (``ModuleNotFoundError``, which ``torch._dynamo`` expects and handles).
 
+``memorize`` opens the same window, without transformers, while it makes its optimisers: torch's
+optimisers import ``torch._dynamo`` on first use.
+
 After the window everything can be imported again. Under ``torchrun`` (``WORLD_SIZE`` above 1), with
 a process group already made, or once transformers' modelling code or the distributed tensor
 package has been imported, nothing is changed. A library user's own process is left alone unless
@@ -71,24 +74,32 @@ def _distributed_unavailable() -> bool:
     return False
 
 
-@contextmanager
-def light() -> Iterator[None]:
-    """The window in which a model is built (module docstring): distributed-training packages
-    are not imported in it, when the command line asked for that and this process runs alone."""
-    if not _applies():
-        yield
-        return
-    saved = []
+def _told_unavailable() -> list[tuple[object, object]]:
+    """Tell transformers that ``torch.distributed`` is unavailable (module docstring); what to put back."""
+    saved: list[tuple[object, object]] = []
     try:
         import transformers.utils as tu
         import transformers.utils.import_utils as iu
+    except ImportError:  # no transformers: only the block applies
+        return saved
+    for mod in (tu, iu):
+        if hasattr(mod, _ASK):
+            saved.append((mod, getattr(mod, _ASK)))
+            setattr(mod, _ASK, _distributed_unavailable)
+    return saved
 
-        for mod in (tu, iu):
-            if hasattr(mod, _ASK):
-                saved.append((mod, getattr(mod, _ASK)))
-                setattr(mod, _ASK, _distributed_unavailable)
-    except ImportError:  # no transformers: only the block below applies
-        pass
+
+@contextmanager
+def light(transformers: bool = True) -> Iterator[None]:
+    """The window in which a model is built (module docstring): distributed-training packages
+    are not imported in it, when the command line asked for that and this process runs alone.
+    ``transformers=False``: a window that builds no transformers model (torch's optimisers import
+    ``torch._dynamo`` on first use, and with it FSDP): only the block applies, and transformers is
+    not imported for it."""
+    if not _applies():
+        yield
+        return
+    saved = _told_unavailable() if transformers else []
     finder = _Blocked()
     sys.meta_path.insert(0, finder)
     try:

@@ -173,3 +173,33 @@ def test_seeds_report_mean_and_spread(capsys):
     assert doc["seeds"] == [0, 1, 2] and len(doc["runs"]) == 2 * 3
     for row in doc["summary"]:
         assert row["seeds"] == 3 and row["low"] <= row["mean"] <= row["high"]
+
+
+def test_memorize_as_one_process_imports_no_distributed_training_packages():
+    """torch's optimiser imports torch._dynamo on first use, and FSDP with it: ``mhaaudit memorize`` run as one
+    process leaves FSDP and the distributed tensor package out, and imports no transformers."""
+    import os
+    import subprocess
+
+    from mhaaudit.imports import BLOCKED
+
+    script = (
+        "import atexit, json, sys\n"
+        "def _bye():\n"
+        "    mods = sorted(m for m in sys.modules if m.startswith('torch.distributed.'))\n"
+        "    print(json.dumps({'dist': mods, 'dynamo': 'torch._dynamo' in sys.modules,"
+        " 'transformers': 'transformers' in sys.modules}), file=sys.stderr)\n"
+        "atexit.register(_bye)\n"
+        "from mhaaudit.cli.app import run\n"
+        "run(sys.argv[1:])\n"
+    )
+    args = ["memorize", "--heads", "1", "--n", "4", "--head-dim", "4", "--sizes", "24", "--max-steps", "2"]
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    p = subprocess.run(
+        [sys.executable, "-c", script, *args, "--format", "json"], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    seen = json.loads(p.stderr.strip().splitlines()[-1])
+    assert seen["dynamo"]  # the optimiser did import torch._dynamo
+    assert not [m for m in seen["dist"] if m.startswith(BLOCKED)], seen["dist"]
+    assert not seen["transformers"]

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .. import validate
+from .. import imports, validate
 from ..defaults import DEFAULT_DEVICE
 from ..errors import Param
 from ..numerics.threads import intra_op_threads as _intra_op_threads
@@ -376,8 +376,10 @@ def memorised(recipe: Recipe, out: torch.Tensor, labels: torch.Tensor) -> torch.
 
 
 def _adam(groups: list[dict]) -> torch.optim.Optimizer:
-    """torch.optim.Adam over the points' rows, fused where this torch has it for the device."""
-    try:
-        return torch.optim.Adam(groups, fused=True)
-    except (RuntimeError, ValueError, TypeError):
-        return torch.optim.Adam(groups)
+    """torch.optim.Adam over the points' rows, fused where this torch has it for the device. Its first use imports
+    ``torch._dynamo``, which imports FSDP: a single-process run leaves that out (``imports.light``)."""
+    with imports.light(transformers=False):
+        try:
+            return torch.optim.Adam(groups, fused=True)
+        except (RuntimeError, ValueError, TypeError):
+            return torch.optim.Adam(groups)
