@@ -19,6 +19,7 @@ the same objects in :func:`kruskal_request`, :func:`kruskal_capture` and ``Setti
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import kruskal, validate
+from . import kruskal, phases, validate
 from .capture import capture_probe
 from .checks import REGISTRY, check_for_size
 from .defaults import KRUSKAL_VECTORS
@@ -420,14 +421,28 @@ def _estimate_seeds(
 def _estimate_one(
     request: KruskalRequest, capture: Capture | None, settings: Settings, on_note: Callable[[str], None] | None
 ) -> KruskalResult:
+    with phases.recording() as clock:
+        t0 = time.perf_counter()
+        result = _estimate_timed(request, capture, settings, on_note)
+        spent = phases.timings(clock.spent, time.perf_counter() - t0)
+    return dataclasses.replace(result, phases=spent)
+
+
+def _estimate_timed(
+    request: KruskalRequest, capture: Capture | None, settings: Settings, on_note: Callable[[str], None] | None
+) -> KruskalResult:
+    """The estimate of :func:`_estimate_one`, its phases timed by the recording open around it: the capture's
+    own (or ``data``, reading a file), ``whole-set statistics``, ``draws`` and ``witness``."""
     t0 = time.perf_counter()
     X, n, source, vectors, captured = _vectors(request, capture, settings)
-    X = as_matrix(X)
+    with phases.phase("whole-set statistics"):  # its checks, and the streaming pass over a memory-mapped file
+        X = as_matrix(X)
     T, d = X.shape
     ks, sweep = _sizes(request, n, T, d, vectors)
     if not (request.ks or request.sweep) and sweep:
         _note(on_note, "No " + Param("k") + " given and n unknown: running the full sweep.", settings.progress)
-    rule, stats = fixed_rule(X, settings.rule(X.dtype))
+    with phases.phase("whole-set statistics"):
+        rule, stats = fixed_rule(X, settings.rule(X.dtype))
     if on_note is not None:
         on_note(f"{T} vectors in R^{d} from {source}; rank rule: {rule.describe()}")
     tests, sw, timings = _estimate(X, ks, sweep, n, vectors, settings, rule, stats)
@@ -463,7 +478,8 @@ def _vectors(request: KruskalRequest, capture: Capture | None, settings: Setting
         source = f"{fs.meta.get('model')} [{fs.meta.get('variant')}] {vectors} on {fs.meta.get('data')}"
         captured = CaptureFacts.of(fs.meta.get("batch"), fs.meta.get("weights_read"))
         return (fs.a3 if vectors == "a3" else fs.queries), fs.n, source, vectors, captured
-    X, n_known, source, vectors = _read(request)
+    with phases.phase("data"):
+        X, n_known, source, vectors = _read(request)
     n = request.n
     if n is not None and n_known is not None and n != n_known:
         raise InputError(
@@ -550,7 +566,7 @@ def _estimate(X, ks, sweep: bool, n, vectors: str, settings: Settings, rule, sta
     for kk in ks:
         check = check_for_size(kk, n=n, T=T, d=d, vectors=vectors)
         s = time.perf_counter()
-        with task(f"k = {kk}", settings.samples, settings.progress) as adv:
+        with task(f"k = {kk}", settings.samples, settings.progress) as adv, phases.phase("draws"):
             title = REGISTRY[check].title if check in REGISTRY else None  # None: the estimator's own title
             tests.append(
                 kruskal.subset_test(
@@ -566,7 +582,7 @@ def _estimate(X, ks, sweep: bool, n, vectors: str, settings: Settings, rule, sta
         timings[f"k={kk}"] = round(time.perf_counter() - s, 3)
     if sweep:
         s = time.perf_counter()
-        with task("sweep", settings.samples, settings.progress) as adv:
+        with task("sweep", settings.samples, settings.progress) as adv, phases.phase("draws"):
             sw = kruskal.kruskal_sweep(X, progress=adv, **common)
         timings["sweep"] = round(time.perf_counter() - s, 3)
     return tests, sw, timings

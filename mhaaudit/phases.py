@@ -27,7 +27,17 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["OTHER", "PHASES", "Clock", "phase", "process_seconds", "recording", "startup_seconds", "timings"]
+__all__ = [
+    "OTHER",
+    "PHASES",
+    "Clock",
+    "described",
+    "phase",
+    "process_seconds",
+    "recording",
+    "startup_seconds",
+    "timings",
+]
 
 #: The phases, in the order a run goes through them (and the report lists them).
 PHASES = (
@@ -177,3 +187,8 @@ def timings(spent: dict[str, float], total: float, digits: int = 3) -> dict[str,
     out[OTHER] = round(max(0.0, total - sum(spent[p] for p in order)), digits)
     out["total"] = round(total, digits)
     return out
+
+
+def described(timings: dict[str, float]) -> str:
+    """Timings as the reports print them, in their order: ``imports 3.6 s, forward 54.0 s, ...``."""
+    return ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
+from . import phases
 from .console import shown
 
 if TYPE_CHECKING:
@@ -182,4 +183,6 @@ def kruskal_report(result: KruskalResult) -> list:
         f"Threshold {result.threshold}, {result.samples} draws, seed {result.seed}, device {result.device}, "
         f"{result.total_s} s."
     )
+    if result.phases:
+        out.append("  time: " + phases.described(result.phases))
     return out

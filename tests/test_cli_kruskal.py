@@ -968,3 +968,42 @@ def test_the_default_rule_is_refused_where_the_whole_sets_tolerance_reaches_sigm
     doc = json_run(capsys, "kruskal", _save("npy", tmp_path, X[:1000]), "--k", "3", *FAST)  # 1000 * eps < 1
     own = 1000 * torch.finfo(torch.float16).eps  # the rule's answer, by brute force on the exact values
     assert doc["meta"]["set_rank"] == int(torch.linalg.matrix_rank(X[:1000].double(), rtol=own)) > 0
+
+
+def _time_line(out: str) -> list[tuple[str, float]]:
+    """The phases and seconds of a table's ``time:`` line (its wrapped lines joined)."""
+    import re
+
+    lines = out.splitlines()
+    at = next(i for i, x in enumerate(lines) if x.strip().startswith("time:"))
+    line = lines[at]
+    for more in lines[at + 1 :]:  # the terminal's width wraps it
+        if not more or more.startswith(" "):
+            break
+        line += " " + more
+    return [(n.strip(), float(v)) for n, v in re.findall(r"(\w[\w -]*?)\s+(\d+\.\d)\s+s\b", line.split("time:", 1)[1])]
+
+
+def test_footer_and_meta_name_the_same_phases(capsys, vit_dir, image_dir, tmp_path):
+    """One truth: the table's ``time:`` line and ``meta.phases_s`` of the same run (its parquet file) list the same
+    phases with the same seconds, the capture's among them, adding up to the total; ``timings_s`` keeps each test's
+    seconds, and a file's vectors are read in ``data``."""
+    from mhaaudit.kruskal import KruskalResult
+    from mhaaudit.phases import OTHER, PHASES
+
+    out_file = tmp_path / "k.parquet"
+    rc, out, err = run(
+        capsys, "kruskal", "--model", vit_dir, "--variants", "random", "--data", image_dir, *CAPTURE, "--out", out_file
+    )
+    assert rc == 0, err
+    meta = read_parquet_metadata(out_file)
+    spent = meta["phases_s"]
+    assert _time_line(out) == [(k, round(v, 1)) for k, v in spent.items()]
+    for phase in ("imports", "model build", "forward", "whole-set statistics", "draws", "render"):
+        assert phase in spent, phase
+    assert set(spent) <= {*PHASES, OTHER, "total"} and list(meta["timings_s"]) == ["k=17", "k=32"]  # n and d
+    assert sum(v for k, v in spent.items() if k != "total") == pytest.approx(spent["total"], abs=0.01)
+    assert KruskalResult.from_parquet(out_file).phases == spent
+    torch.save(torch.randn(60, 8), tmp_path / "x.pt")
+    doc = json_run(capsys, "kruskal", tmp_path / "x.pt", "--k", "4", "--samples", "64")
+    assert "data" in doc["meta"]["phases_s"] and "forward" not in doc["meta"]["phases_s"]

@@ -446,8 +446,10 @@ class KruskalResult(StoredSweepResult):
     threshold: float
     samples: int
     set_rank: int  # the whole set's numerical rank under its own tolerance
-    timings: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)  # each test's and the sweep's seconds
     total_s: float = 0.0
+    # the run's phases (``mhaaudit.phases``: capture, whole-set statistics, draws, witness, ..., other, total)
+    phases: dict[str, float] = field(default_factory=dict)
     storage: str = "memory"  # memory | memory-mapped
     peak_rss_bytes: int | None = None
     capture: CaptureFacts = field(default_factory=CaptureFacts)  # with --model: the batch and the weights read
@@ -501,6 +503,7 @@ class KruskalResult(StoredSweepResult):
             "set_rank_ceilings": self.set_rank_ceilings,
             "timings_s": dict(self.timings),
             "total_s": self.total_s,
+            "phases_s": dict(self.phases),
             "storage": self.storage,
             "peak_rss_bytes": self.peak_rss_bytes,
         }

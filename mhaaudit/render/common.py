@@ -15,6 +15,7 @@ import numpy as np
 from rich.console import Console
 from rich.markup import escape
 
+from .. import phases
 from ..console import TextConsole, shown
 from ..display import text_width
 from ..facts import AuditSettings, CapacitySettings, ModelFacts, ReadFacts, meta_value, weights_read_text
@@ -119,10 +120,10 @@ def loading_lines(
 
 def time_lines(timings: dict[str, float], columns) -> list[str]:
     """The run's timings, then each column's: ``columns`` are (name, timings) pairs."""
-    lines = ["  time: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())]
+    lines = ["  time: " + phases.described(timings)]
     for name, spent in columns:
         if spent:
-            lines.append(f"    {name}: " + ", ".join(f"{k} {v:.1f} s" for k, v in spent.items()))
+            lines.append(f"    {name}: " + phases.described(spent))
     return lines
 
 
