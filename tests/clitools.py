@@ -56,3 +56,18 @@ def help_text(capsys, command: str) -> str:
     assert rc == 0, err
     assert "Usage" in out and command in out
     return " ".join(re.sub(r"[\u2500-\u257f]", " ", out).split())
+
+
+def time_line(out: str) -> list[tuple[str, float]]:
+    """The phases and seconds of a report's ``time:`` line (its lines wrapped by the terminal's width joined; the
+    columns' own lines after it are indented)."""
+    import re
+
+    lines = out.splitlines()
+    at = next(i for i, x in enumerate(lines) if x.strip().startswith("time:"))
+    line = lines[at]
+    for more in lines[at + 1 :]:
+        if not more or more.startswith(" "):
+            break
+        line += " " + more
+    return [(n.strip(), float(v)) for n, v in re.findall(r"(\w[\w -]*?)\s+(\d+\.\d)\s+s\b", line.split("time:", 1)[1])]

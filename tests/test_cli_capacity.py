@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from clitools import assert_one_error, auto_device, help_text, run
+from clitools import assert_one_error, auto_device, help_text, run, time_line
 from conftest import FIXTURES, tmp_leftovers
 
 from mhaaudit import __version__
@@ -79,6 +79,23 @@ def test_json_document(capsys, vit4, image_dir):
         assert r["shared_context"] is False and r["prop2_verdict"] is None
         assert r["bound_kind"] in ("theorem-1", "remark-1", "not-applicable")
     assert meta["columns"]["random"]["assumptions"]["assumption_2"] == "holds"
+
+
+def test_footer_and_meta_name_the_same_phases(capsys, vit4, image_dir, tmp_path):
+    """One truth: the report's ``time:`` line and ``meta.timings_s`` of the same run (its parquet file) list the same
+    phases with the same seconds, the capture's among them, adding up to the total."""
+    from mhaaudit.io import read_parquet_metadata
+    from mhaaudit.phases import OTHER, PHASES
+
+    out_file = tmp_path / "c.parquet"
+    rc, out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FAST, "--out", out_file)
+    assert rc == 0, err
+    spent = read_parquet_metadata(out_file)["timings_s"]
+    assert time_line(out) == [(k, round(v, 1)) for k, v in spent.items()]
+    for phase in ("imports", "model build", "forward", "render"):
+        assert phase in spent, phase
+    assert set(spent) <= {*PHASES, OTHER, "total"}
+    assert sum(v for k, v in spent.items() if k != "total") == pytest.approx(spent["total"], abs=0.01)
 
 
 def test_heads_sweep_and_plot(capsys, vit4, image_dir, tmp_path):

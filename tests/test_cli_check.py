@@ -6,13 +6,12 @@ import contextlib
 import io
 import json
 import os
-import re
 import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from clitools import assert_one_error, auto_device, help_text, run
+from clitools import assert_one_error, auto_device, help_text, run, time_line
 from conftest import TINY_VIT_D, TINY_VIT_N, save_tiny_vit, strict_json, tmp_leftovers
 
 from mhaaudit import __version__
@@ -665,17 +664,8 @@ def test_footer_and_meta_name_the_same_phases(capsys, vit_dir, image_dir, tmp_pa
     out_file = tmp_path / "r.parquet"
     rc, out, err = run(capsys, "check", vit_dir, "--data", image_dir, *RUN, "--out", out_file)
     assert rc == 0, err
-    lines = out.splitlines()
-    at = next(i for i, x in enumerate(lines) if x.strip().startswith("time:"))
-    line = lines[at]
-    for more in lines[at + 1 :]:  # the terminal's width wraps it; the columns' lines are indented
-        if not more or more.startswith(" "):
-            break
-        line += " " + more
-    shown = re.findall(r"(\w[\w -]*?)\s+(\d+\.\d)\s+s\b", line.split("time:", 1)[1])
     timings = read_parquet_metadata(out_file)["timings_s"]
-    assert [name.strip() for name, _ in shown] == list(timings)
-    assert [float(v) for _, v in shown] == [round(v, 1) for v in timings.values()]
+    assert time_line(out) == [(k, round(v, 1)) for k, v in timings.items()]
     for phase in ("imports", "model build", "data", "duplicate keys", "forward", "reduction"):
         assert phase in timings, phase
     assert "whole-set statistics" in timings and "draws" in timings and "render" in timings

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from clitools import assert_one_error, auto_device, help_text, run
+from clitools import assert_one_error, auto_device, help_text, run, time_line
 from conftest import strict_json, tmp_leftovers
 from safetensors.torch import save_file
 
@@ -970,20 +970,6 @@ def test_the_default_rule_is_refused_where_the_whole_sets_tolerance_reaches_sigm
     assert doc["meta"]["set_rank"] == int(torch.linalg.matrix_rank(X[:1000].double(), rtol=own)) > 0
 
 
-def _time_line(out: str) -> list[tuple[str, float]]:
-    """The phases and seconds of a table's ``time:`` line (its wrapped lines joined)."""
-    import re
-
-    lines = out.splitlines()
-    at = next(i for i, x in enumerate(lines) if x.strip().startswith("time:"))
-    line = lines[at]
-    for more in lines[at + 1 :]:  # the terminal's width wraps it
-        if not more or more.startswith(" "):
-            break
-        line += " " + more
-    return [(n.strip(), float(v)) for n, v in re.findall(r"(\w[\w -]*?)\s+(\d+\.\d)\s+s\b", line.split("time:", 1)[1])]
-
-
 def test_footer_and_meta_name_the_same_phases(capsys, vit_dir, image_dir, tmp_path):
     """One truth: the table's ``time:`` line and ``meta.phases_s`` of the same run (its parquet file) list the same
     phases with the same seconds, the capture's among them, adding up to the total; ``timings_s`` keeps each test's
@@ -998,7 +984,7 @@ def test_footer_and_meta_name_the_same_phases(capsys, vit_dir, image_dir, tmp_pa
     assert rc == 0, err
     meta = read_parquet_metadata(out_file)
     spent = meta["phases_s"]
-    assert _time_line(out) == [(k, round(v, 1)) for k, v in spent.items()]
+    assert time_line(out) == [(k, round(v, 1)) for k, v in spent.items()]
     for phase in ("imports", "model build", "forward", "whole-set statistics", "draws", "render"):
         assert phase in spent, phase
     assert set(spent) <= {*PHASES, OTHER, "total"} and list(meta["timings_s"]) == ["k=17", "k=32"]  # n and d

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from .. import pipeline
+from .. import phases, pipeline
 from ..defaults import CAPACITY_ATTENTION, CAPACITY_BLOCK, CAPACITY_BLOCK_WHY
 from ..distributed import current, describe, shared
 from ..errors import InputError, ModelError, OfflineError, Param
@@ -517,7 +517,19 @@ def _requests(req: Requests) -> tuple[Settings, ModelRequest, DataRequest]:
 
 
 def _run(plan: _Plan, variants: list[str]) -> CapacityResult:
-    t_start = time.perf_counter()
+    with phases.recording() as clock:
+        t_start = time.perf_counter()
+        result = _run_timed(plan, variants)
+        result.timings.update(phases.timings(clock.spent, time.perf_counter() - t_start))
+    return result
+
+
+def _run_timed(plan: _Plan, variants: list[str]) -> CapacityResult:
+    """The capacity audit of :func:`_run`, its phases (the capture's) timed by the recording open around it.
+
+    Raises:
+        OfflineError: when no column could be loaded.
+    """
     columns: list[CapacityColumn] = []
     notes: list[str] = []
     info_d: ModelFacts | None = None
@@ -559,13 +571,12 @@ def _run(plan: _Plan, variants: list[str]) -> CapacityResult:
         + ("the embedding output" if blk == 1 else f"the output of block {blk - 1}")
         + ")",
     )
-    timings = {"total": round(time.perf_counter() - t_start, 3)}
     return CapacityResult(
         model=plan.request.model,
         info=info_d,
         data=data_name,
         columns=columns,
         settings=settings,
-        timings=timings,
+        timings={},  # the run's phases, once it ends (:func:`_run`)
         notes=notes,
     )
