@@ -422,13 +422,13 @@ def test_small_decompositions_on_cuda_are_the_cpu_s(monkeypatch, shape):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_larger_eigenproblems_on_cuda_stay_there(monkeypatch):
-    """Past HOST_EIGVALSH_MAX the eigenvalues come from the device's routine; the SVD of the same rows from the host."""
-    n = checked.HOST_EIGVALSH_MAX + 1
-    x = torch.randn(n, n + 9, generator=gen(4), dtype=torch.float64).cuda() / 8
+def test_larger_decompositions_on_cuda_stay_there(monkeypatch):
+    """Past HOST_SVD_MAX and HOST_EIGVALSH_MAX the singular values and eigenvalues come from the device's routines."""
+    m = max(checked.HOST_SVD_MAX, checked.HOST_EIGVALSH_MAX) + 1
+    x = torch.randn(m, m + 9, generator=gen(4), dtype=torch.float64).cuda() / 8
     seen = []
     for name in ("svdvals", "eigvalsh"):
         real = getattr(torch.linalg, name)
         monkeypatch.setattr(torch.linalg, name, lambda a, *args, _f=real, **kw: seen.append(a.device.type) or _f(a))
-    checked.svdvals(x), checked.eigvalsh(x @ x.T)
-    assert seen == ["cpu", "cuda"]
+    s, lam = checked.svdvals(x), checked.eigvalsh(x @ x.T)
+    assert seen == ["cuda", "cuda"] and s.device.type == lam.device.type == "cuda"
