@@ -144,11 +144,13 @@ def collect_features(
     data: DataRequest,
     settings: Settings,
     on_note: Callable[[str], None] | None = None,
+    contexts: bool = True,
 ) -> Captured:
     """Run the model over the data once per set of weights and reduce every probe point.
 
     A ``trained`` group whose weights cannot be had offline is reported unavailable, not raised.
-    ``data.limit`` below the model's n is refused as soon as the model's n is known.
+    ``data.limit`` below the model's n is refused as soon as the model's n is known. ``contexts=False``:
+    the query and Assumption 3 rows only, no context ranks (``StreamingReducer``).
     """
     out = Captured()
     by_init: dict[str, list[Probe]] = {}
@@ -159,7 +161,7 @@ def collect_features(
         if pm is None:
             continue
         qi = _take_model(out, pm, request, init, data, len(group), on_note)
-        fed, reducers, data_notes = _capture_group(pm, init, group, qi, data, settings)
+        fed, reducers, data_notes = _capture_group(pm, init, group, qi, data, settings, contexts)
         data = _take_pass(out, fed, data_notes, init, data, on_note)
         for p in group:
             out.features[p.variant] = reducers[p.variant].result(_feature_meta(request, p, pm.info, fed), fed=fed)
@@ -191,15 +193,17 @@ def _take_model(
     return qi
 
 
-def _capture_group(pm, init: str, group: Sequence[Probe], qi: int, data: DataRequest, settings: Settings):
-    """One pass of the model over the data, every probe point of ``group`` reduced on the way:
-    (what the pass fed, the reducers by variant, the notes of reading the data)."""
+def _capture_group(
+    pm, init: str, group: Sequence[Probe], qi: int, data: DataRequest, settings: Settings, contexts: bool = True
+):
+    """One pass of the model over the data, every probe point of ``group`` reduced on the way (``contexts``: with
+    their context ranks): (what the pass fed, the reducers by variant, the notes of reading the data)."""
     info = pm.info
     ra = None
     if any(p.random_attention for p in group):
         ra = RandomAttention(info.d, seed=settings.weights_seed_used, device=pm.device)
     rule = settings.rule(torch.float32)  # features that feed a rank decision are float32
-    reducers = {p.variant: StreamingReducer(qi, rule) for p in group}
+    reducers = {p.variant: StreamingReducer(qi, rule, contexts) for p in group}
     data_notes: list[str] = []
     fed = pipeline.stream(
         pm,
@@ -289,17 +293,24 @@ def _load_or_unavailable(
 
 @shared
 def capture_probe(
-    request: ModelRequest, data: DataRequest, variant: str, *, settings: Settings, layer: int = 1
+    request: ModelRequest,
+    data: DataRequest,
+    variant: str,
+    *,
+    settings: Settings,
+    layer: int = 1,
+    contexts: bool = True,
 ) -> FeatureSet:
     """Reduced features of one probe point (``variant`` at depth ``layer``, see :func:`probe_for_variant`)
-    from checked request objects; :func:`capture_features` with the objects built. Trained weights
-    that cannot be had offline raise :class:`~mhaaudit.errors.OfflineError`."""
-    return _capture_one(Requests(request, data, settings), probe_for_variant(variant, layer))
+    from checked request objects; :func:`capture_features` with the objects built (``contexts=False``: without
+    the context ranks, for the vectors alone). Trained weights that cannot be had offline raise
+    :class:`~mhaaudit.errors.OfflineError`."""
+    return _capture_one(Requests(request, data, settings), probe_for_variant(variant, layer), contexts)
 
 
-def _capture_one(req: Requests, probe: Probe) -> FeatureSet:
+def _capture_one(req: Requests, probe: Probe, contexts: bool = True) -> FeatureSet:
     refuse_weights_without_trained(req.model.weights_path, probe)
-    got = collect_features(req.model, [probe], req.data, req.settings)
+    got = collect_features(req.model, [probe], req.data, req.settings, contexts=contexts)
     if probe.variant in got.unavailable:
         raise OfflineError(got.unavailable[probe.variant])
     return got.features[probe.variant]

@@ -474,7 +474,8 @@ def _vectors(request: KruskalRequest, capture: Capture | None, settings: Setting
     if request.features is None:
         assert capture is not None, "a request without features comes with its capture"
         vectors = request.vectors or "queries"
-        fs = capture_probe(capture.model, capture.data, capture.variant, settings=settings)
+        # the vectors alone: the context ranks (Assumption 2) are not computed
+        fs = capture_probe(capture.model, capture.data, capture.variant, settings=settings, contexts=False)
         source = f"{fs.meta.get('model')} [{fs.meta.get('variant')}] {vectors} on {fs.meta.get('data')}"
         captured = CaptureFacts.of(fs.meta.get("batch"), fs.meta.get("weights_read"))
         return (fs.a3 if vectors == "a3" else fs.queries), fs.n, source, vectors, captured

@@ -246,12 +246,15 @@ class StreamingReducer:
     """Feed token batches; keep O(T d) state.
 
     ``query_index`` picks the query token of each example; ``rule`` decides the context ranks (the first
-    batch's dtype's rule when None). Constructing refuses only a ``query_index`` that is not an integer.
+    batch's dtype's rule when None); ``contexts=False`` keeps the query and Assumption 3 rows only (the
+    feature set's ``context`` is then empty: no Assumption 2, for a caller that tests the vectors alone).
+    Constructing refuses only a ``query_index`` that is not an integer.
     """
 
-    def __init__(self, query_index: int, rule: RankRule | None = None):
+    def __init__(self, query_index: int, rule: RankRule | None = None, contexts: bool = True):
         self.query_index = validate.integer("query_index", query_index, minimum=None)
         self.rule = rule
+        self.contexts = contexts
         self._q: list[torch.Tensor] = []
         self._a3: list[torch.Tensor] = []
         self._ctx: ContextRanks | None = None
@@ -280,15 +283,17 @@ class StreamingReducer:
                 "the activations at this probe point hold NaN or infinite values (the model's weights or "
                 "inputs overflow); no rank can be decided on them"
             )
-        if self._ctx is None:
+        if self.n is None:
             self.n, self.d, self.dtype = n, d, tokens.dtype
-            self._ctx = ContextRanks(self.rule or RankRule.for_dtype(tokens.dtype))
+            if self.contexts:
+                self._ctx = ContextRanks(self.rule or RankRule.for_dtype(tokens.dtype))
         q = tokens[:, self.query_index, :]
         # kept where the batch lies (no copy to the host per batch); clone: a row view would keep the
         # whole (B, n, d) batch alive and memory would grow with T n d
         self._q.append(q.clone())
         self._a3.append(q + tokens.mean(dim=1))
-        self._ctx.update(tokens, top=top)
+        if self._ctx is not None:
+            self._ctx.update(tokens, top=top)
 
     def result(self, meta: dict | None = None, fed=None) -> FeatureSet:
         """The reduced features of every example fed. ``fed``: the :class:`~mhaaudit.pipeline.DataInfo`
@@ -299,9 +304,9 @@ class StreamingReducer:
             InputError: when no examples were fed (on any rank).
         """
         rows = None
-        if self._ctx is not None:  # the rows to the CPU once, whatever device reduced them
+        if self._q:  # the rows to the CPU once, whatever device reduced them
             with phases.phase("reduction", device=self._q[0].device):  # the batches a device kept are decided here
-                context = self._ctx.arrays()
+                context = self._ctx.arrays() if self._ctx is not None else {}
             rows = {"queries": torch.cat(self._q).cpu(), "a3": torch.cat(self._a3).cpu(), **context}
         header = (self.n, self.d)
         if fed is not None:

@@ -604,6 +604,21 @@ def test_capture_from_model_matches_check(capsys, vit_dir, image_dir):
         assert first == {k: v for k, v in ref[check].items() if k not in ("model", "variant", "layer")}
 
 
+def test_a_capture_for_kruskal_decides_no_context_ranks(capsys, monkeypatch, vit_dir, image_dir):
+    """``kruskal --model`` tests the vectors alone: no context matrix's rank is computed while it captures them."""
+    from mhaaudit.contexts import ContextRanks
+
+    real, batches = ContextRanks.update, []
+    monkeypatch.setattr(ContextRanks, "update", lambda self, E, **kw: batches.append(E.shape[0]) or real(self, E, **kw))
+    doc = json_run(capsys, "kruskal", "--model", vit_dir, "--variants", "random", "--data", image_dir, *CAPTURE)
+    assert doc["meta"]["inputs"]["T"] == 40 and not batches
+    rc, _, err = run(
+        capsys, "check", vit_dir, "--variants", "random", "--data", image_dir, *CAPTURE, "--format", "json"
+    )
+    assert rc == 0, err
+    assert sum(batches) == 40  # check does decide them: the spy sees what it is meant to
+
+
 def test_capture_from_model_variants(capsys, vit_dir, image_dir):
     emb = json_run(capsys, "kruskal", "--model", vit_dir, "--variants", "embedding", "--data", image_dir, *CAPTURE)
     assert emb["records"][0]["check"] == "assumption_1" and emb["records"][0]["verdict"] == "fails"

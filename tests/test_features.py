@@ -71,6 +71,22 @@ def test_streaming_reducer_one_batch_at_a_time_equals_reduce_tokens():
     _assert_same(red.result(), reduce_tokens(E, 0))
 
 
+def test_a_reducer_without_contexts_keeps_the_vectors_alone(monkeypatch):
+    """``contexts=False``: the same query and Assumption 3 rows, no context ranks computed, an empty ``context``."""
+    from mhaaudit.contexts import ContextRanks
+
+    E = _tokens()
+    full = reduce_tokens(E, 0)
+    called = []
+    monkeypatch.setattr(ContextRanks, "update", lambda self, *a, **kw: called.append(1))
+    red = StreamingReducer(0, contexts=False)
+    for i in range(0, T, 10):
+        red.update(E[i : i + 10])
+    fs = red.result()
+    assert torch.equal(fs.queries, full.queries) and torch.equal(fs.a3, full.a3) and (fs.n, fs.d) == (full.n, full.d)
+    assert fs.context == {} and not called and full.context
+
+
 def test_reducers_of_dealt_batches_gather_into_the_single_process_features():
     """Rank r of N reduces batches r, r + N, ...; gathered, every rank holds one process's FeatureSet
     (a rank dealt no batch included)."""
