@@ -25,6 +25,7 @@ and a part's stream does not depend on how many parts run or in which order.
 from __future__ import annotations
 
 import os
+import threading
 import zlib
 
 import numpy as np
@@ -40,6 +41,7 @@ __all__ = [
     "derive_seed",
     "device_name",
     "resolve_device",
+    "warm_up",
 ]
 
 # The draws are made in blocks and counted, never held, so their number sizes no allocation; the
@@ -146,6 +148,32 @@ def check_environment() -> None:
     """
     kernels_env()
     decode_workers_env()
+
+
+def warm_up(device: torch.device) -> threading.Thread | None:
+    """Start making ``device``'s CUDA context, and a BLAS handle on it, on a helper thread, and return that
+    thread; the caller goes on (importing the model libraries, building the model), and the first work it
+    queues on the device need not wait for the context. Only for a CUDA device not yet initialised, in a
+    process that runs alone (``WORLD_SIZE`` unset or 1: under torchrun each process takes its own device
+    later); None otherwise. A failure on the thread is not reported: the first use meets it and says so."""
+    try:
+        alone = int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1
+    except ValueError:
+        alone = False
+    if device.type != "cuda" or not alone or not torch.cuda.is_available() or torch.cuda.is_initialized():
+        return None
+
+    def run() -> None:
+        try:
+            a = torch.ones(2, 2, device=device)
+            (a @ a).sum()
+            torch.cuda.synchronize(device)
+        except Exception:  # noqa: BLE001 - the first use on the main thread raises it again, with its context
+            pass
+
+    thread = threading.Thread(target=run, name="mhaaudit-cuda-warm-up", daemon=True)
+    thread.start()
+    return thread
 
 
 def device_name(device: torch.device) -> str:

@@ -65,3 +65,22 @@ def test_device_is_resolved_once():
     if not torch.cuda.is_available():
         with pytest.raises(InputError, match="no CUDA device"):
             resolve_device("cuda")
+
+
+def test_a_gpu_context_is_made_ahead_only_for_a_cuda_device_in_one_process(monkeypatch):
+    """``warm_up`` starts a helper thread for a CUDA device not yet initialised in a process that runs alone, and
+    nothing for the CPU, under torchrun, or on a machine without CUDA; the thread leaves the context made."""
+    from mhaaudit.runtime import warm_up
+
+    assert warm_up(torch.device("cpu")) is None
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert warm_up(torch.device("cuda")) is None
+    monkeypatch.delenv("WORLD_SIZE")
+    if not torch.cuda.is_available():
+        assert warm_up(torch.device("cuda")) is None
+        return
+    thread = warm_up(torch.device("cuda"))
+    if thread is not None:  # None: another test of this process made the context already
+        thread.join(timeout=120)
+        assert not thread.is_alive() and torch.cuda.is_initialized()
+    assert warm_up(torch.device("cuda")) is None  # made: nothing more to do

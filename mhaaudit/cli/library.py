@@ -46,9 +46,11 @@ def run_settings(
     quiet: bool,
 ) -> Settings:
     """The run's :class:`~mhaaudit.settings.Settings` from a command's options (``quiet``: progress
-    only for a watched terminal)."""
+    only for a watched terminal). On a GPU its context starts to be made on a helper thread now, while
+    the model libraries are imported (:func:`mhaaudit.runtime.warm_up`)."""
     from ..progress import progress_enabled
     from ..request import build_settings
+    from ..runtime import warm_up
 
     keywords = {
         "device": device,
@@ -62,7 +64,9 @@ def run_settings(
         "stop_when_decided": stop_when_decided,
         "progress": progress_enabled(quiet),
     }
-    return build_settings(None, keywords)
+    settings = build_settings(None, keywords)
+    warm_up(settings.device)
+    return settings
 
 
 def run_requests(
