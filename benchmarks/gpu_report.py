@@ -30,10 +30,10 @@ Parts, most valuable first (each a subprocess of this script, with a timeout of 
 - ``contexts``: ``bench_contexts.measure``: Assumption 2 over 256 context matrices of 197 x 768 in
   batches of 32, ours beside a ``matrix_rank`` loop, with ours' parts (one host thread, the device's
   Gram matrices, the host's eigenvalues) to show where a batch's time goes;
-- ``routes``: ``bench_routes.measure``: the checked singular values and eigenvalues of the sizes an audit
-  meets (197, 408 and 768 rows of 768; one matrix and 64), and a witness of a dependent 768 x 768
-  set, on the device's routines beside where ``numerics.checked`` places them (the host's LAPACK up
-  to its limits), with their values compared: what those limits rest on;
+- ``routes``: ``bench_routes.measure``: singular values (197, 408 and 768 rows of 768; one matrix and
+  64) on the device's routine beside mhaaudit's, on the host, and the eigenvalues of their Gram
+  matrices on the device, on the host and where ``numerics.checked`` places them, the values
+  compared: what that placement rests on;
 - ``tests``: the test files that mention CUDA (``pytest -m "not slow"``; ``-n`` workers when
   pytest-xdist is there), counted from their JUnit XML;
 - ``check-paper``: ``bench_check``'s side of ours at the paper's size (T = 2000, 5000 draws);
@@ -161,7 +161,7 @@ SIZES = {
         batch=2,
         capture_repeats=1,
         contexts=dict(batch=2, batches=2, n=6, d=10, naive_examples=4),
-        routes=dict(repeats=1, svd_shapes=((1, 6, 10), (4, 6, 10)), eig_shapes=((1, 6), (4, 6)), witness=(12, 10)),
+        routes=dict(repeats=1, svd_shapes=((1, 6, 10), (4, 6, 10)), eig_shapes=((1, 6), (4, 6))),
         small_limit=20,
         small_samples=8,
         paper_limit=24,
@@ -683,21 +683,27 @@ class _Null:
         return False
 
 
-def bytecode_state(package: str = "transformers") -> dict:
+def bytecode_state(package: str = "transformers", prefix: str | None = None) -> dict:
     """Whether this interpreter caches byte-code for ``package`` (where a second run's imports come from): its
-    settings, whether the package's folder is writable, and how many of its modules have a cached ``.pyc``."""
+    settings, whether the package's folder is writable, and how many of its modules have a cached ``.pyc``
+    (under ``prefix`` when the runs kept it in a folder of their own, ``PYTHONPYCACHEPREFIX``)."""
     import importlib.util
 
     out: dict = {
         "dont_write_bytecode": sys.dont_write_bytecode,
-        "pycache_prefix": sys.pycache_prefix,
+        "pycache_prefix": prefix or sys.pycache_prefix,
         "env": {k: os.environ.get(k) for k in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")},
     }
     spec = importlib.util.find_spec(package)
     if spec is not None and spec.origin:
         folder = Path(spec.origin).parent
         sources = list(folder.rglob("*.py"))
-        cached = sum(Path(importlib.util.cache_from_source(str(p))).exists() for p in sources)
+        saved = sys.pycache_prefix
+        sys.pycache_prefix = prefix or saved  # where the runs' interpreters look for it
+        try:
+            cached = sum(Path(importlib.util.cache_from_source(str(p))).exists() for p in sources)
+        finally:
+            sys.pycache_prefix = saved
         out.update(package=package, folder_writable=os.access(folder, os.W_OK), modules=len(sources), cached=cached)
     return out
 
@@ -707,8 +713,11 @@ BYTECODE_PACKAGES = ("torch", "transformers")
 
 
 def caches_bytecode(state: dict) -> bool:
-    """Whether an interpreter in ``state`` (:func:`bytecode_state`) keeps the byte-code it compiles for the package:
-    writing is not turned off, and a prefix folder is set or the package's folder is writable."""
+    """Whether an interpreter in ``state`` (:func:`bytecode_state`) reads the package's byte-code from a cache on its
+    second run: every module of it has one already (an install compiled at install time, read-only or not), or
+    writing is not turned off and a prefix folder is set or the package's folder is writable."""
+    if state.get("modules") and state.get("cached") == state["modules"]:
+        return True
     return not state["dont_write_bytecode"] and bool(state["pycache_prefix"] or state.get("folder_writable", True))
 
 
@@ -743,7 +752,7 @@ def part_check_vit_base(dev, sz, smoke, workdir):
     out = dict(runs[-1])
     out["first_run_wall_s"] = runs[0]["wall_s"]
     out["first_run_phases_s"] = runs[0].get("phases_s")
-    out["bytecode_before"], out["bytecode_after"] = before, bytecode_state()
+    out["bytecode_before"], out["bytecode_after"] = before, bytecode_state(prefix=env_set.get("PYTHONPYCACHEPREFIX"))
     out["bytecode_env"] = env_set
     after = out["bytecode_after"]
     print(

@@ -29,6 +29,7 @@ from __future__ import annotations
 import importlib.abc
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -42,12 +43,36 @@ BLOCKED = ("torch.distributed.fsdp", "torch.distributed.tensor", "torch.distribu
 
 
 class _Blocked(importlib.abc.MetaPathFinder):
-    """Answers ``ModuleNotFoundError`` for :data:`BLOCKED` and what lies below them."""
+    """Answers ``ModuleNotFoundError`` for :data:`BLOCKED` and what lies below them while a window is open
+    (``windows`` above 0). It is put first in ``sys.meta_path`` by the first window and left there: a finder
+    taken out of that list while another thread imports can make that import skip the finder after it
+    (windows open on several threads at once: ``memorize`` makes each group's optimiser in one)."""
+
+    def __init__(self) -> None:
+        self.windows = 0
 
     def find_spec(self, name, path=None, target=None):
-        if name in BLOCKED or name.startswith(tuple(b + "." for b in BLOCKED)):
+        if self.windows and (name in BLOCKED or name.startswith(tuple(b + "." for b in BLOCKED))):
             raise ModuleNotFoundError(f"No module named {name!r} (not imported by a single-process run)", name=name)
         return None
+
+
+_FINDER = _Blocked()
+_FINDER_LOCK = threading.Lock()
+
+
+@contextmanager
+def _blocking() -> Iterator[None]:
+    """:data:`BLOCKED` cannot be imported while the block runs (nor while another thread's window is open)."""
+    with _FINDER_LOCK:
+        if not any(f is _FINDER for f in sys.meta_path):
+            sys.meta_path.insert(0, _FINDER)
+        _FINDER.windows += 1
+    try:
+        yield
+    finally:
+        with _FINDER_LOCK:
+            _FINDER.windows -= 1
 
 
 def _applies() -> bool:
@@ -100,11 +125,9 @@ def light(transformers: bool = True) -> Iterator[None]:
         yield
         return
     saved = _told_unavailable() if transformers else []
-    finder = _Blocked()
-    sys.meta_path.insert(0, finder)
     try:
-        yield
+        with _blocking():
+            yield
     finally:
-        sys.meta_path.remove(finder)
         for mod, fn in saved:
             setattr(mod, _ASK, fn)

@@ -180,9 +180,9 @@ def kruskal_report(result: KruskalResult) -> list:
         "the smallest tolerance a k-subset can have (no k-subset's rank exceeds it)"
         f"{at_k or ': the sweep certifies its ceiling with it'}. "
         f"Rank rule: {result.rule.describe()}. "
-        f"Threshold {result.threshold}, {result.samples} draws, seed {result.seed}, device {result.device}, "
-        f"{result.total_s} s."
+        f"Threshold {result.threshold}, {result.samples} draws, seed {result.seed}, device {result.device}"
+        + ("." if result.phases else f", {result.total_s} s.")
     )
-    if result.phases:
+    if result.phases:  # the run's time, with its phases
         out.append("  time: " + phases.described(result.phases))
     return out

@@ -24,6 +24,7 @@ and a part's stream does not depend on how many parts run or in which order.
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 import zlib
@@ -150,12 +151,18 @@ def check_environment() -> None:
     decode_workers_env()
 
 
+#: The longest a process waits at exit for the thread of :func:`warm_up`
+WARM_UP_EXIT_WAIT_S = 10.0
+
+
 def warm_up(device: torch.device) -> threading.Thread | None:
     """Start making ``device``'s CUDA context, and a BLAS handle on it, on a helper thread, and return that
     thread; the caller goes on (importing the model libraries, building the model), and the first work it
     queues on the device need not wait for the context. Only for a CUDA device not yet initialised, in a
     process that runs alone (``WORLD_SIZE`` unset or 1: under torchrun each process takes its own device
-    later); None otherwise. A failure on the thread is not reported: the first use meets it and says so."""
+    later); None otherwise. A failure on the thread is not reported: the first use meets it and says so. A
+    process that ends early (a refused option) waits for the thread at exit, at most
+    :data:`WARM_UP_EXIT_WAIT_S`, so that CUDA is not torn down under it."""
     try:
         alone = int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1
     except ValueError:
@@ -173,6 +180,7 @@ def warm_up(device: torch.device) -> threading.Thread | None:
 
     thread = threading.Thread(target=run, name="mhaaudit-cuda-warm-up", daemon=True)
     thread.start()
+    atexit.register(thread.join, WARM_UP_EXIT_WAIT_S)
     return thread
 
 

@@ -203,3 +203,40 @@ def test_memorize_as_one_process_imports_no_distributed_training_packages():
     assert seen["dynamo"]  # the optimiser did import torch._dynamo
     assert not [m for m in seen["dist"] if m.startswith(BLOCKED)], seen["dist"]
     assert not seen["transformers"]
+
+
+def test_windows_on_several_threads_block_until_the_last_closes(monkeypatch):
+    """The light-imports windows of several threads at once (memorize's groups): the blocked packages cannot be
+    imported while any is open, can be once all are closed, and the finder is never taken out of sys.meta_path
+    (taking it out while another thread imports can make that import skip a finder)."""
+    import importlib
+    import threading
+
+    from mhaaudit import imports
+
+    monkeypatch.setattr(imports, "LIGHT", True)
+    monkeypatch.setattr(imports, "_applies", lambda: True)
+    name = imports.BLOCKED[0] + ".no_such_module_here"
+    opened, release = threading.Event(), threading.Event()
+
+    def other():
+        with imports.light(transformers=False):
+            opened.set()
+            release.wait(30)
+
+    t = threading.Thread(target=other)
+    t.start()
+    assert opened.wait(30)
+    with (
+        imports.light(transformers=False),
+        pytest.raises(ModuleNotFoundError, match="not imported by a single-process run"),
+    ):
+        importlib.import_module(name)
+    with pytest.raises(ModuleNotFoundError, match="not imported by a single-process run"):
+        importlib.import_module(name)  # the other thread's window is still open
+    release.set()
+    t.join(30)
+    with pytest.raises(ModuleNotFoundError) as err:
+        importlib.import_module(name)  # not blocked now: the ordinary answer for a module that does not exist
+    assert "single-process" not in str(err.value)
+    assert sum(f is imports._FINDER for f in sys.meta_path) == 1

@@ -392,43 +392,42 @@ def test_a_sweep_no_draw_of_which_is_decided_keeps_its_proven_floor(monkeypatch,
     assert "Traceback" not in capsys.readouterr().err
 
 
-def test_a_gpu_s_small_matrices_go_the_cpu_s_routes():
-    """On a GPU, matrices up to HOST_SVD_MAX (SVD) or HOST_EIGVALSH_MAX (eigenvalues) a side are decomposed by the
-    host's LAPACK; larger ones, and any matrix on the CPU, where they lie."""
-    cuda, cpu = torch.device("cuda"), torch.device("cpu")
-    for most in (checked.HOST_SVD_MAX, checked.HOST_EIGVALSH_MAX):
-        assert checked.on_host(cuda, 1, most) and checked.on_host(cuda, most, most)
-        assert not checked.on_host(cuda, most + 1, most)
-        assert not checked.on_host(cpu, 2, most) and not checked.on_host(torch.device("meta"), 2, most)
-    assert checked.HOST_EIGVALSH_MAX >= 197 and checked.HOST_SVD_MAX >= 197  # a ViT's tokens
+def test_a_gpu_s_small_eigenproblems_go_the_cpu_s_routes():
+    """On a GPU, symmetric matrices of order above DEVICE_BATCHED_ORDER and up to HOST_EIGVALSH_MAX get their
+    eigenvalues from the host's LAPACK; others, and any matrix on the CPU, where they lie."""
+    cuda, most, least = torch.device("cuda"), checked.HOST_EIGVALSH_MAX, checked.DEVICE_BATCHED_ORDER + 1
+    assert checked.on_host(cuda, least) and checked.on_host(cuda, most) and not checked.on_host(cuda, most + 1)
+    assert not checked.on_host(cuda, least - 1)  # small ones stay: the device takes a batch of them together
+    assert not checked.on_host(torch.device("cpu"), 40) and not checked.on_host(torch.device("meta"), 40)
+    assert most >= 197  # a ViT's tokens
+
+
+def _spy_eigvalsh(monkeypatch) -> list[str]:
+    """The devices torch.linalg.eigvalsh is called on, from now on."""
+    seen: list[str] = []
+    real = torch.linalg.eigvalsh
+    monkeypatch.setattr(torch.linalg, "eigvalsh", lambda a, *args, **kw: seen.append(a.device.type) or real(a))
+    return seen
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("shape", [(5, 9), (3, 40, 30), (1, 197, 768)])
-def test_small_decompositions_on_cuda_are_the_cpu_s(monkeypatch, shape):
-    """A small matrix on a GPU gets the CPU's singular values and eigenvalues (the same routines, on the host),
-    back on the GPU; no device routine is called for it."""
+@pytest.mark.parametrize("shape", [(40, 50), (3, 40, 30), (1, 197, 768)])
+def test_small_eigenproblems_on_cuda_are_the_cpu_s(monkeypatch, shape):
+    """A small symmetric matrix on a GPU gets the CPU's eigenvalues (NumPy's LAPACK on the host), back on the GPU;
+    the device's routine is not called for it."""
     x = torch.randn(*shape, generator=gen(3), dtype=torch.float64) / 8
     G = x @ x.transpose(-1, -2)
-    seen = []
-    for name in ("svdvals", "eigvalsh"):
-        real = getattr(torch.linalg, name)
-        monkeypatch.setattr(torch.linalg, name, lambda a, *args, _f=real, **kw: seen.append(a.device.type) or _f(a))
-    s, ok = checked.svdvals_where_usable(x.cuda())
-    lam, ok2 = checked.eigvalsh_where_usable(G.cuda())
-    assert seen == ["cpu"]  # the SVD by torch on the host; the eigenvalues by NumPy's LAPACK
-    assert s.device.type == "cuda" and lam.device.type == "cuda" and bool(ok.all()) and bool(ok2.all())
-    assert torch.equal(s.cpu(), checked.svdvals(x)) and torch.equal(lam.cpu(), checked.eigvalsh(G))
+    seen = _spy_eigvalsh(monkeypatch)
+    lam, ok = checked.eigvalsh_where_usable(G.cuda())
+    assert seen == [] and lam.device.type == "cuda" and ok.device.type == "cuda" and bool(ok.all())
+    assert torch.equal(lam.cpu(), checked.eigvalsh(G))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_larger_decompositions_on_cuda_stay_there(monkeypatch):
-    """Past HOST_SVD_MAX and HOST_EIGVALSH_MAX the singular values and eigenvalues come from the device's routines."""
-    m = max(checked.HOST_SVD_MAX, checked.HOST_EIGVALSH_MAX) + 1
-    x = torch.randn(m, m + 9, generator=gen(4), dtype=torch.float64).cuda() / 8
-    seen = []
-    for name in ("svdvals", "eigvalsh"):
-        real = getattr(torch.linalg, name)
-        monkeypatch.setattr(torch.linalg, name, lambda a, *args, _f=real, **kw: seen.append(a.device.type) or _f(a))
-    s, lam = checked.svdvals(x), checked.eigvalsh(x @ x.T)
-    assert seen == ["cuda", "cuda"] and s.device.type == lam.device.type == "cuda"
+def test_larger_eigenproblems_on_cuda_stay_there(monkeypatch):
+    """Past HOST_EIGVALSH_MAX the eigenvalues come from the device's routine."""
+    n = checked.HOST_EIGVALSH_MAX + 1
+    x = torch.randn(n, n + 9, generator=gen(4), dtype=torch.float64).cuda() / 8
+    seen = _spy_eigvalsh(monkeypatch)
+    lam = checked.eigvalsh(x @ x.T)
+    assert seen == ["cuda"] and lam.device.type == "cuda"

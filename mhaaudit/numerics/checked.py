@@ -23,16 +23,16 @@ that no matrix with these entries can have. Nothing here trusts a result it has 
 
 Every recomputation is said in one line on stderr with the call's size (once per routine, size and
 kind of failure in a process), and counted (:func:`recomputations`). On the CPU the routes are
-LAPACK's. On a GPU, the singular values of matrices of at most :data:`HOST_SVD_MAX` rows or
-columns and the eigenvalues of symmetric matrices of order at most :data:`HOST_EIGVALSH_MAX` (the
-draws and context matrices of a ViT's 197 tokens) are computed on the host by the CPU's routes, and
-copied back, so they are the values the CPU computes. The device's routines take such matrices one
-at a time: on one H200, 64 symmetric 197 x 197 eigenproblems took 98 ms there, 1.5 ms each, where
-the host's LAPACK reduced such a matrix to tridiagonal form (most of the work) in 0.93 ms on one
-core. Larger matrices, such as the witnesses of a whole set (hundreds of rows), stay on the device,
-where its first route runs and the others on the CPU: moving whole witnesses to that host did not
-shorten their phase of ``check vit-base`` (2.6 s against 2.5 s). ``benchmarks/bench_routes.py``
-times both placements.
+LAPACK's, and every singular value is computed there (``certificates.svd_rank`` copies the rows
+to the host). On a GPU, the eigenvalues of symmetric matrices of order at most
+:data:`HOST_EIGVALSH_MAX` (the draws and context matrices of a ViT's 197 tokens) are computed on the
+host too (above order 32, which torch's batched Jacobi routine takes together on the device), by
+the CPU's routes, and copied back, so they are the values the CPU computes: the device's routine
+takes such matrices one at a time (on one H200, 64 symmetric 197 x 197
+eigenproblems took 98 ms there, 1.5 ms each, where the host's LAPACK reduced such a matrix to
+tridiagonal form, most of the work, in 0.93 ms on one core). Larger ones stay on the device,
+where its first route runs and the others on the CPU. ``benchmarks/bench_routes.py`` times both
+placements.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ import numpy as np
 import torch
 
 __all__ = [
+    "DEVICE_BATCHED_ORDER",
     "HOST_EIGVALSH_MAX",
-    "HOST_SVD_MAX",
     "NumericalFailure",
     "eigenvalue_slack",
     "eigvalsh",
@@ -67,16 +67,18 @@ __all__ = [
 #: ~2 n^1.5 eps (4e-11 at n = 2000), one that failed is off by far more.
 CHECK_RTOL = 1e-8
 
-#: On a GPU, the largest smaller side of a matrix whose singular values the host computes (module docstring).
-HOST_SVD_MAX = 256
 #: On a GPU, the largest order of a symmetric matrix whose eigenvalues the host computes (module docstring).
 HOST_EIGVALSH_MAX = 256
 
 
-def on_host(device: torch.device, side: int, most: int) -> bool:
-    """Whether matrices on ``device``, a GPU, are decomposed on the host instead (module docstring): ``side`` is
-    their smaller side (SVD) or their order (eigenproblem), ``most`` the largest the host takes."""
-    return device.type == "cuda" and side <= most
+#: Symmetric matrices of at most this order stay on a GPU: torch's batched Jacobi routine takes them together.
+DEVICE_BATCHED_ORDER = 32
+
+
+def on_host(device: torch.device, order: int) -> bool:
+    """Whether symmetric matrices of ``order`` on ``device``, a GPU, get their eigenvalues on the host instead
+    (module docstring)."""
+    return device.type == "cuda" and DEVICE_BATCHED_ORDER < order <= HOST_EIGVALSH_MAX
 
 
 class NumericalFailure(ArithmeticError):
@@ -272,9 +274,6 @@ def svdvals_where_usable(x: torch.Tensor, left: str = "left undecided") -> tuple
 def _svdvals(x: torch.Tensor, last: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Singular values of the matrices ``x`` and a flat mask of those some route gave usable values for;
     ``last``: what the line says when none did."""
-    if on_host(x.device, min(x.shape[-2:]), HOST_SVD_MAX):
-        s, usable = _svdvals(x.cpu(), last)
-        return s.to(x.device), usable
     shape = tuple(x.shape)
     B = max(1, math.prod(shape[:-2]))
     flat = x.reshape(B, *shape[-2:])
@@ -356,7 +355,7 @@ def eigvalsh_where_usable(G: torch.Tensor, torch_first: bool = False) -> tuple[t
     False (the values there are not to be read). The first route is NumPy's on the CPU (faster for
     many small matrices), torch's with ``torch_first`` (its thread setting governs one large one); on a GPU, the
     device's own unless the matrices are small enough for the host (module docstring)."""
-    if on_host(G.device, G.shape[-1], HOST_EIGVALSH_MAX):
+    if on_host(G.device, G.shape[-1]):
         lam, usable = eigvalsh_where_usable(G.cpu(), torch_first)
         return lam.to(G.device), usable.to(G.device)
     shape = tuple(G.shape)

@@ -24,6 +24,7 @@ def kruskal_seeds(run: Callable, plan: SeedPlan, capture) -> SeedsResult:
         "inputs": {"source": first.source, "T": first.T, "d": first.d, "n": first.n},
         "capture": first.capture.as_dict(),
         "timings_s": {str(r.seed): x.timings for r, x in zip(plan.runs(), runs, strict=True)},
+        "phases_s": {str(r.seed): x.phases for r, x in zip(plan.runs(), runs, strict=True)},
     }
     layout = Layout(
         "kruskal",
