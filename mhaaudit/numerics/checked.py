@@ -24,14 +24,14 @@ that no matrix with these entries can have. Nothing here trusts a result it has 
 Every recomputation is said in one line on stderr with the call's size (once per routine, size and
 kind of failure in a process), and counted (:func:`recomputations`). On the CPU the routes are
 LAPACK's, and every singular value is computed there (``certificates.svd_rank`` copies the rows
-to the host). On a GPU, the eigenvalues of symmetric matrices of order at most
-:data:`HOST_EIGVALSH_MAX` (the draws and context matrices of a ViT's 197 tokens) are computed on the
-host too (above order 32, which torch's batched Jacobi routine takes together on the device), by
-the CPU's routes, and copied back, so they are the values the CPU computes: the device's routine
-takes such matrices one at a time (on one H200, 64 symmetric 197 x 197
+to the host). On a GPU, the eigenvalues of symmetric matrices of order above
+:data:`DEVICE_BATCHED_ORDER` (which torch's batched Jacobi routine takes together on the device) and
+at most :data:`HOST_EIGVALSH_MAX` (the draws and context matrices of a ViT's 197 tokens) are computed
+on the host too, by the CPU's routes, and copied back, so they are the values the CPU computes: the
+device's routine takes such matrices one at a time (on one H200, 64 symmetric 197 x 197
 eigenproblems took 98 ms there, 1.5 ms each, where the host's LAPACK reduced such a matrix to
-tridiagonal form, most of the work, in 0.93 ms on one core). Larger ones stay on the device,
-where its first route runs and the others on the CPU. ``benchmarks/bench_routes.py`` times both
+tridiagonal form, most of the work, in 0.93 ms on one core). The others stay on the device, where
+its first route runs and the others on the CPU. ``benchmarks/bench_routes.py`` times both
 placements.
 """
 
@@ -69,7 +69,6 @@ CHECK_RTOL = 1e-8
 
 #: On a GPU, the largest order of a symmetric matrix whose eigenvalues the host computes (module docstring).
 HOST_EIGVALSH_MAX = 256
-
 
 #: Symmetric matrices of at most this order stay on a GPU: torch's batched Jacobi routine takes them together.
 DEVICE_BATCHED_ORDER = 32
