@@ -721,12 +721,15 @@ def caches_bytecode(state: dict) -> bool:
     return not state["dont_write_bytecode"] and bool(state["pycache_prefix"] or state.get("folder_writable", True))
 
 
-def bytecode_env(workdir: Path, states: list[dict]) -> dict:
+def bytecode_env(workdir: Path, states: list[dict] | None = None) -> dict:
     """The variables the report's runs of mhaaudit get so that their byte-code is cached, as on a machine whose
-    packages were installed by the user: none where every package of ``states`` caches it already; else a
+    packages were installed by the user: none where every package of ``states`` (default: this interpreter's
+    state for each of :data:`BYTECODE_PACKAGES`) caches it already; else a
     folder of the report's own for it (``PYTHONPYCACHEPREFIX``) and ``PYTHONDONTWRITEBYTECODE`` removed (a
     read-only or compiled-without-cache install recompiles every module at every start, seconds that a user's
     second run does not pay). The record keeps what was set."""
+    if states is None:
+        states = [bytecode_state(p) for p in BYTECODE_PACKAGES]
     if all(caches_bytecode(s) for s in states):
         return {}
     return {"PYTHONPYCACHEPREFIX": str(workdir / "pycache"), "PYTHONDONTWRITEBYTECODE": None}
@@ -747,7 +750,7 @@ def part_check_vit_base(dev, sz, smoke, workdir):
     model = _tiny_vit(workdir) if smoke else "vit-base"
     args = ["check", model, "--device", str(dev), "--format", "json", *sz["check_args"]]
     before = bytecode_state()
-    env_set = bytecode_env(workdir, [bytecode_state(p) for p in BYTECODE_PACKAGES])
+    env_set = bytecode_env(workdir)
     runs = [run_cli(args, workdir, dev.type == "cuda", env_set) for _ in range(1 if smoke else 2)]
     out = dict(runs[-1])
     out["first_run_wall_s"] = runs[0]["wall_s"]
@@ -787,7 +790,7 @@ def part_profile(dev, sz, smoke, workdir):
     args = ["check", model, "--device", str(dev), "--format", "json", *sz["check_args"]]
     stats_file, out_file = workdir / "profile-check-vit-base.out", workdir / "profile-out.json"
     t0 = time.perf_counter()
-    env_set = bytecode_env(workdir, [bytecode_state(p) for p in BYTECODE_PACKAGES])  # as check-vit-base's runs
+    env_set = bytecode_env(workdir)  # as check-vit-base's runs
     with open(out_file, "w") as fh:
         p = subprocess.run(
             [sys.executable, "-X", "importtime", "-m", "cProfile", "-o", str(stats_file), "-m", "mhaaudit", *args],

@@ -468,10 +468,8 @@ class _Columns:
 
 
 def _audit(req: Requests, cols: _Columns, on_note: Callable[[str], None] | None) -> AuditResult:
-    with phases.recording() as clock:
-        t_start = time.perf_counter()
-        result = _audit_timed(req, cols, on_note)
-        result.timings = phases.timings(clock.spent, time.perf_counter() - t_start)
+    result, spent = phases.recorded(lambda: _audit_timed(req, cols, on_note))
+    result.timings = spent
     return result
 
 

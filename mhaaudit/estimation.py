@@ -421,10 +421,7 @@ def _estimate_seeds(
 def _estimate_one(
     request: KruskalRequest, capture: Capture | None, settings: Settings, on_note: Callable[[str], None] | None
 ) -> KruskalResult:
-    with phases.recording() as clock:
-        t0 = time.perf_counter()
-        result = _estimate_timed(request, capture, settings, on_note)
-        spent = phases.timings(clock.spent, time.perf_counter() - t0)
+    result, spent = phases.recorded(lambda: _estimate_timed(request, capture, settings, on_note))
     return dataclasses.replace(result, phases=spent)
 
 

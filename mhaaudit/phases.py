@@ -24,8 +24,9 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 __all__ = [
     "OTHER",
@@ -34,6 +35,7 @@ __all__ = [
     "described",
     "phase",
     "process_seconds",
+    "recorded",
     "recording",
     "startup_seconds",
     "timings",
@@ -187,6 +189,18 @@ def timings(spent: dict[str, float], total: float, digits: int = 3) -> dict[str,
     out[OTHER] = round(max(0.0, total - sum(spent[p] for p in order)), digits)
     out["total"] = round(total, digits)
     return out
+
+
+_T = TypeVar("_T")
+
+
+def recorded(run: Callable[[], _T]) -> tuple[_T, dict[str, float]]:
+    """``run()`` inside a :func:`recording`, and the :func:`timings` of its phases, with its wall time as the
+    total: ``(result, timings)``."""
+    with recording() as clock:
+        start = time.perf_counter()
+        out = run()
+        return out, timings(clock.spent, time.perf_counter() - start)
 
 
 def described(timings: dict[str, float]) -> str:

@@ -517,10 +517,8 @@ def _requests(req: Requests) -> tuple[Settings, ModelRequest, DataRequest]:
 
 
 def _run(plan: _Plan, variants: list[str]) -> CapacityResult:
-    with phases.recording() as clock:
-        t_start = time.perf_counter()
-        result = _run_timed(plan, variants)
-        result.timings.update(phases.timings(clock.spent, time.perf_counter() - t_start))
+    result, spent = phases.recorded(lambda: _run_timed(plan, variants))
+    result.timings = spent
     return result
 
 

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from ..workers import worker_pool
-from .certificates import TINY_GRAM, eigvalsh, gram_rank_and_sigmas, rounding_band, svd_rank
+from .certificates import TINY_GRAM, gram_rank_and_sigmas, rounding_band, svd_rank
 from .extremes import extreme_eigenvalues, tridiagonal_extremes
 from .rule import RankRule, numerics, with_numerics
 from .scale import Scaled, scaled
@@ -226,5 +226,5 @@ def _spectrum_route(G: torch.Tensor, rows, d: int, rule: RankRule):
     """``(rank, sigma_min, sigma_max)`` in the units of ``rule`` from every eigenvalue of each Gram matrix of
     ``G`` (checked routes), or from the SVD of its rows where none is usable or one lies within the rounding
     margin of the squared tolerance (``gram_rank_and_sigmas``: its singular values then too)."""
-    rank, smin, smax = gram_rank_and_sigmas(G, rows, d, rule, eigen=eigvalsh(G))
+    rank, smin, smax = gram_rank_and_sigmas(G, rows, d, rule)
     return rank.cpu(), smin, smax
