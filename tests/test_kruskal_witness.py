@@ -154,10 +154,33 @@ def test_a_sampled_test_shrinks_its_first_dependent_draw_within_the_bound(monkey
     assert _dependent(X, r.witness.indices, RankRule.for_dtype(X.dtype))
 
 
+def test_the_factor_s_residuals_are_the_rows_distances_to_the_pivots_span():
+    """``residuals`` of the pivoted QR's factor against each row's distance to the span of the pivots before it,
+    by least squares (rows 4 and 9 depend on others, so the last residuals are at rounding level)."""
+    from scipy.linalg import qr
+
+    R = torch.randn(12, 7, generator=gen(7), dtype=torch.float64)
+    R[9] = R[0] - 2 * R[3]
+    R[4] = 0.5 * R[1]
+    F, perm = qr(R.T.numpy(), mode="r", pivoting=True)
+    res = witnesses.residuals(torch.from_numpy(F))
+    assert res.shape == (8, 12)  # steps b = 0 .. 7: past the 7 directions every residual is zero
+    for b in range(res.shape[0]):
+        span = R[perm[:b]]
+        for p in range(b, 12):
+            row = R[perm[p]]
+            if b:
+                coef = torch.linalg.lstsq(span.T, row[:, None]).solution
+                row = row - (span.T @ coef)[:, 0]
+            assert float(res[b, p]) == pytest.approx(float(torch.linalg.vector_norm(row)), abs=1e-12)
+    assert float(res[-1].abs().max()) == 0.0
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_shrink_runs_where_the_rows_are():
+def test_a_witness_on_cuda_is_the_cpu_s():
+    """The pivoted QR and the SVDs run on the host's LAPACK from the same rows, so the witness is the same."""
     X = structured(60, 32, 6, seed=6)
     w_cpu = witnesses.shrink(_unit(X), range(20))
     w_gpu = witnesses.shrink(_unit(X.cuda()), range(20))
     rule = RankRule.for_dtype(X.dtype)
-    assert _dependent(X, w_gpu.indices, rule) and len(w_gpu.indices) == len(w_cpu.indices)
+    assert _dependent(X, w_gpu.indices, rule) and w_gpu == w_cpu

@@ -95,6 +95,7 @@ DEFERRED = {
     "mhaaudit.feature_files": {"pyarrow", "safetensors"},
     "mhaaudit.io": {"pyarrow"},
     "mhaaudit.kruskal.results": {"scipy"},
+    "mhaaudit.kruskal.witness": {"scipy"},
     "mhaaudit.memorize.grid": {"pyarrow"},
     "mhaaudit.memorize.results": {"pyarrow"},
     "mhaaudit.models.checkpoints": {"safetensors"},

@@ -8,8 +8,8 @@ T x d set:
 * ``prove``: the SVD of the rows asked for; a ``Witness`` when they are dependent, else None.
 * ``shrink``: a small witness inside a dependent subset S of m rows. A zero row is a 1-row
   witness and two equal rows a 2-row witness (found by reading the rows). Otherwise one pivoted
-  QR of the rows (``pivoted_basis``: Gram-Schmidt with column pivoting on the rows' device,
-  stopped once every row lies within the tolerance of the span of the pivots) offers candidates:
+  QR of the rows (``pivoted_basis``: LAPACK's ``dgeqp3`` on the host, read as if stopped once
+  every row lies within the tolerance of the span of the pivots) offers candidates:
   a row within the tolerance of its pivots' span, and the fewest leading pivots whose triangular
   factor has a smallest singular value below their tolerance (inverse iteration, bisection: no
   further factorisation). The rows of each candidate that take part in its dependence (its
@@ -32,15 +32,17 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 import torch
 
 from ..numerics import RankRule, exponent_of, ldexp, subnormals_kept, svd_rank_where_usable
 from ..numerics.checked import NumericalFailure
+from ..numerics.lapack import blas_single_thread
 from ..numerics.stream import Unit, chunk_rows
 from ..numerics.threads import intra_op_threads
 from .results import Witness
 
-__all__ = ["MAX_FACTORISATIONS", "pivoted_basis", "prove", "repeated_pair", "set_witness", "shrink"]
+__all__ = ["MAX_FACTORISATIONS", "pivoted_basis", "prove", "repeated_pair", "residuals", "set_witness", "shrink"]
 
 #: The most factorisations (the pivoted QR and the SVDs that prove candidates) one witness is found with.
 MAX_FACTORISATIONS = 8
@@ -128,84 +130,97 @@ def _smallest_singular(L: torch.Tensor, iters: int = 6) -> tuple[float, torch.Te
     return float(torch.linalg.vector_norm(L.T @ v)), v[:, 0]
 
 
+def residuals(F: torch.Tensor) -> torch.Tensor:
+    """``res[b, p]``: the residual, after b pivots, of the row at pivot position p of a pivoted QR with
+    triangular factor ``F`` (min(m, d) x m; column p holds that row's coordinates on the directions),
+    for b = 0 .. min(m, d) at most (m rows at most): the norm of the column below row b, each a sum
+    of squares (no cancellation), zero past the last direction."""
+    nb, m = F.shape
+    suffix = torch.flip(torch.cumsum(torch.flip(F * F, (0,)), 0), (0,))
+    return torch.sqrt(torch.cat([suffix, F.new_zeros(1, m)])[: min(nb, m - 1) + 1])
+
+
 def pivoted_basis(R: torch.Tensor, rule: RankRule, d: int, hint: int | None = None) -> Iterator[tuple]:
-    """One pivoted QR of the rows of ``R`` (m x d, float64, largest entry at most 1 in magnitude), by
-    Gram-Schmidt with column pivoting (each new direction orthogonalised twice against those
-    before), on ``R``'s device. It yields candidates ``(rows, weights)``: positions of rows of ``R``
+    """One pivoted QR of the rows of ``R`` (m x d, float64, largest entry at most 1 in magnitude):
+    LAPACK's ``dgeqp3`` (Householder QR with column pivoting, the largest remaining norm first) of
+    ``R^T`` on the host, one thread, as the SVDs that prove its candidates are, so a witness is the
+    same on every device. It yields candidates ``(rows, weights)``: positions of rows of ``R``
     believed dependent, and how much each takes part in the dependence (the support is the rows of
     weight above 1e-6 of the largest). The caller proves them (SVD) and stops taking them at the
-    first proven. Candidates come:
+    first proven. The residual of a row after b pivots, the norm of its part orthogonal to their
+    span, is read from the triangular factor (the norm of its column below row b), for every b at
+    once. Candidates come, in the order of the pivots:
 
     * while the basis grows, when some row j lies within a lower bound on the tolerance of the b
       pivot rows plus j (the rule at b + 1 rows, sigma_max at least their largest row norm and the
       norm of their projections on one direction) of the span of the pivots: j's residual is at
       least sigma_min of those rows, so they are dependent (to rounding, which the SVD settles);
+      the first two such steps offer one each;
     * once every row lies within the tolerance of all m rows of the span of the pivots (so their
       number is about the rank of ``R``), or every row is a pivot: the fewest leading pivots that
       are dependent by an upper bound on their sigma_min (``_smallest_singular`` on the leading
       block of the triangular factor, by bisection: sigma_min of leading blocks only falls);
     * with ``hint`` (a rank known from elsewhere, such as the whole set's): the first ``hint``
-      pivots and the row nearest their span."""
+      pivots and the row nearest their span.
+
+    Nothing is offered where LAPACK cannot factorise the rows (the caller then proves them whole)."""
+    from scipy.linalg import qr
+
+    R = R.detach().to("cpu", torch.float64)
     m = R.shape[0]
+    if m == 0:
+        return
     norms = torch.linalg.vector_norm(R, dim=1)
     proj2 = _top_projections(R) ** 2
     tol_all = rule.tol(math.sqrt(float(proj2.sum())), m, d)  # of all m rows: sigma_max >= ||proj||
-    W = R.clone()
-    Q = R.new_zeros(m, R.shape[1])
-    C = R.new_zeros(m, m)  # each row's coordinates on the directions chosen so far
-    free = torch.ones(m, dtype=torch.bool, device=R.device)
-    piv: list[int] = []
-    top = torch.zeros((), dtype=R.dtype, device=R.device)  # the largest norm among the pivots
-    along = torch.zeros((), dtype=R.dtype, device=R.device)  # their squared projections, summed
-    at_hint, nears = None, 0
-    zero = torch.zeros((), dtype=R.dtype, device=R.device)
-    for b in range(m):
-        res = torch.linalg.vector_norm(W, dim=1)
+    try:
+        with blas_single_thread():
+            F, perm = qr(R.T.numpy(), mode="r", pivoting=True, check_finite=False)
+    except (ValueError, np.linalg.LinAlgError):
+        return
+    F = torch.from_numpy(np.ascontiguousarray(F))  # min(m, d) x m, upper trapezoidal; column p is row perm[p]
+    piv = torch.from_numpy(perm.astype(np.int64))
+    res = residuals(F)
+    steps = res.shape[0]
+    pn, pp = norms[piv], proj2[piv]
+    top = torch.cat([pn.new_zeros(1), torch.cummax(pn, 0).values])[:steps, None]  # the pivots' largest norm
+    along = torch.cat([pp.new_zeros(1), torch.cumsum(pp, 0)])[:steps, None]  # their squared projections, summed
+    smax_lo = torch.maximum(torch.maximum(pn[None, :], top), torch.sqrt(along + pp[None, :]))
+    rel = torch.tensor([rule.rtol_for(b + 1, d) for b in range(steps)], dtype=torch.float64)[:, None]
+    tol = torch.clamp(smax_lo * (1 - 1e-12) * rel, min=rule.atol_value)
+    position = torch.arange(m)
+    free = position[None, :] >= torch.arange(steps)[:, None]  # not yet a pivot at step b
+    near = free & (res <= tol * (1 - 1e-9))
+    any_near = near.any(dim=1).tolist()
+    top_free = torch.where(free, res, torch.zeros_like(res)).max(dim=1).values.tolist()
+    diagonal = res[torch.arange(steps), torch.arange(steps)].tolist()  # the next pivot's residual
+
+    def candidate(b: int, pick: torch.Tensor):  # the pivots before b and the row of ``pick`` nearest their span
+        ratio = torch.where(pick, res[b] / torch.clamp(tol[b], min=1e-300), torch.full_like(res[b], torch.inf))
+        q = int(torch.argmin(ratio))
+        a = torch.linalg.solve_triangular(F[:b, :b], F[:b, q : q + 1], upper=True)[:, 0]
+        return [*piv[:b].tolist(), int(piv[q])], torch.cat([a.abs() * pn[:b], pn[q : q + 1]])
+
+    at_hint, nears, n = None, 0, m
+    for b in range(steps):
         if b > 0:
-            smax_lo = torch.maximum(torch.maximum(norms, top), torch.sqrt(along + proj2))
-            tol = rule.tol(smax_lo * (1 - 1e-12), b + 1, d)
-            near = free & (res <= tol * (1 - 1e-9))
-        # what the step reads on the host, in one read (on a GPU each read waits for the device): whether a row
-        # is near, the largest residual of a free row, the next pivot and its residual
-        nxt = torch.argmax(torch.where(free, res, torch.full_like(res, -1.0)))
-        read = (near.any().to(R.dtype) if b > 0 else zero, torch.where(free, res, torch.zeros_like(res)).max())
-        any_near, top_free, p_at, res_p = torch.stack([*read, nxt.to(R.dtype), res[nxt]]).tolist()
-        if b > 0:
-            if (any_near and nears < 2) or b == hint:
-                pick = near if any_near else free
-                ratio = torch.where(pick, res / torch.clamp(tol, min=1e-300), torch.full_like(res, torch.inf))
-                jj = int(torch.argmin(ratio))
-                L = C[piv][:, :b]  # the pivots' coordinates: lower triangular
-                a = torch.linalg.solve_triangular(L.T, C[jj, :b, None], upper=True)[:, 0]
-                cand = ([*piv, jj], torch.cat([a.abs() * norms[piv], norms[jj : jj + 1]]))
-                if any_near:
+            if (any_near[b] and nears < 2) or b == hint:
+                cand = candidate(b, near[b] if any_near[b] else free[b])
+                if any_near[b]:
                     nears += 1  # (two at most: when the SVD refuses them, the leading blocks come next)
                     yield cand
                 else:
                     at_hint = cand  # offered after the leading blocks
-            if top_free <= tol_all:
-                break  # every row within the tolerance of all of them: the rank is about b
-        p = int(p_at)
-        if not res_p > 0:
+            if top_free[b] <= tol_all:
+                n = b  # every row within the tolerance of all of them: the rank is about b
+                break
+        if not diagonal[b] > 0:
+            n = b
             break
-        q = W[p] / res[p]
-        if b:  # once more against the directions before: orthogonal to rounding
-            q = q - Q[:b].T @ (Q[:b] @ q)
-            q = q / torch.linalg.vector_norm(q)
-        Q[b] = q
-        coef = W @ q  # q is orthogonal to the directions before, so one pass keeps W orthogonal to them
-        W.addr_(coef, q, alpha=-1.0)
-        C[:, b] = coef
-        W[p] = 0
-        free[p] = False
-        piv.append(p)
-        top = torch.maximum(top, norms[p])
-        along = along + proj2[p]
-    n = len(piv)
     if n >= 2:
-        L = C[piv][:, :n]
-        pnorm = norms[piv]
-        pproj = torch.cumsum(proj2[piv], 0)
+        L = F[:n, :n].T  # the pivots' coordinates: lower triangular
+        pnorm = pn[:n]
+        pproj = torch.cumsum(pp[:n], 0)
         pmax = torch.cummax(pnorm, 0).values
 
         def dependent(b: int):  # the leading b pivots: dependent by the bound, and the vector that shows it
@@ -222,7 +237,7 @@ def pivoted_basis(R: torch.Tensor, rule: RankRule, d: int, hint: int | None = No
             else:
                 lo = mid
         if found is not None:
-            yield list(piv[:hi]), found.abs() * pnorm[:hi]
+            yield piv[:hi].tolist(), found.abs() * pnorm[:hi]
     if at_hint is not None:
         yield at_hint
 
@@ -284,11 +299,11 @@ def _smaller(unit: Unit, idx: list[int], budget: _Budget, hint: int | None = Non
         e = exponent_of(R)
         Rs = ldexp(R, -e)
     seen: set[tuple[int, ...]] = set()
-    # one intra-op thread on the CPU: the QR's steps are small and memory-bound, and a team of
-    # threads per step costs more than it gives (on shared cores, several times more)
+    # one intra-op thread: the reading of the factor is a few passes over m x m numbers, and a team of
+    # threads per operation costs more than it gives (on shared cores, several times more)
     found = pivoted_basis(Rs, unit.rule.in_units(e), R.shape[1], hint)
     while True:
-        with intra_op_threads(1 if Rs.device.type == "cpu" else None):
+        with intra_op_threads(1):
             candidate = next(found, None)
         if candidate is None:
             return None
