@@ -14,6 +14,7 @@ from .errors import DataError, InputError, ModelError, Param
 from .facts import BatchChoice
 from .progress import status
 from .sources import (
+    BuiltinImages,
     bert_pair_examples,
     gpt_window_examples,
     image_source,
@@ -99,11 +100,25 @@ def example_batches(
             _refuse_too_few_images(src, need, data.limit)
         if not isinstance(data.batch_size, int):  # stream() resolves "auto" before it reads examples
             raise TypeError(f"example_batches needs a resolved batch size, got {data.batch_size!r}")
-        return DataInfo(name=src.name, source=src, policy=src.policy), src.batches(data.batch_size)
+        info = DataInfo(name=src.name, source=src, policy=src.policy)
+        return info, _image_batches(pm, src, data.batch_size)
     if data.image_column is not None or data.convert_rgb:
         given = Param("image_column") if data.image_column is not None else Param("convert_rgb")
         raise InputError(given + f" applies to images; {pm.info.name} reads text (use " + Param("text_column") + ")")
     return _text_batches(pm, data, seed, notes, progress)
+
+
+def _image_batches(pm, src, batch_size: int) -> Iterator:
+    """The source's batches: the built-in images as uint8 tensors on the model's device where its preprocessing
+    gives their PIL images' pixels from them (``ProbedModel.takes_image_tensors``; one process), else lists
+    of PIL images."""
+    if (
+        isinstance(src, BuiltinImages)
+        and distributed.current().world_size == 1
+        and pm.takes_image_tensors(src.SIDE, src.SIDE)
+    ):
+        return src.tensor_batches(batch_size)
+    return src.batches(batch_size)
 
 
 def _refuse_too_few_images(src, n: int, limit: int) -> None:

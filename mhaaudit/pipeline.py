@@ -294,7 +294,8 @@ def _prepare(pm, raw) -> dict[str, torch.Tensor]:
     """Model inputs on the model's device for one raw batch. For a CUDA model they are built on
     the CPU, pinned and copied with ``non_blocking=True``: the copy overlaps the work queued
     before it, and the caching host allocator keeps the pinned buffer until the copy is done."""
-    pin = staged(pm.device)
+    # a batch already on the model's device (the built-in images as tensors) is prepared there
+    pin = staged(pm.device) and not (isinstance(raw, torch.Tensor) and raw.device == pm.device)
     where = torch.device("cpu") if pin else pm.device
     if pm.info.modality == "image":
         inputs = pm.preprocess(raw, device=where)

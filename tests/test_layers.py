@@ -101,7 +101,7 @@ DEFERRED = {
     "mhaaudit.models.checkpoints": {"safetensors"},
     "mhaaudit.models.hf": {"PIL", "huggingface_hub", "transformers"},
     "mhaaudit.models.hf_config": {"huggingface_hub", "transformers"},
-    "mhaaudit.models.hf_inputs": {"transformers"},
+    "mhaaudit.models.hf_inputs": {"PIL", "transformers"},
     "mhaaudit.models.hf_weights": {"transformers"},
     "mhaaudit.models.load": {"huggingface_hub", "transformers"},
     "mhaaudit.models.probe": {"PIL"},

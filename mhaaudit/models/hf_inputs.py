@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -55,9 +54,7 @@ def load_tokenizer(candidates: list[str], hub: _Hub | None = None) -> object | N
     return None
 
 
-def image_transform(
-    cfg: Any, family: str, sources: list[str], hub: _Hub | None = None
-) -> Callable[[list], torch.Tensor]:
+def image_transform(cfg: Any, family: str, sources: list[str], hub: _Hub | None = None) -> ImageTransform:
     """The model's own image preprocessing: its saved processor when present, else from the config.
 
     Raises:
@@ -97,7 +94,47 @@ def image_transform(
                     "of: refused before any image is resized"
                 )
 
-    def transform(images: list) -> torch.Tensor:
-        return proc(images=images, return_tensors="pt")["pixel_values"]
+    return ImageTransform(proc)
 
-    return transform
+
+class ImageTransform:
+    """A transformers image processor as a function of a list of PIL images (the batch's pixel tensor),
+    and of uint8 tensor batches where that gives the same pixels (:meth:`takes_tensors`): the processor
+    then runs where the batch is, a GPU's images never passing through the host."""
+
+    def __init__(self, proc: Any) -> None:
+        self.proc = proc
+        self._proven: dict[tuple, bool] = {}
+
+    def __call__(self, images: list) -> torch.Tensor:
+        """The pixel tensor of a list of PIL images."""
+        return self.proc(images=images, return_tensors="pt")["pixel_values"]
+
+    def tensors(self, batch: torch.Tensor) -> torch.Tensor:
+        """The pixel tensor of a ``(B, 3, H, W)`` uint8 batch, computed where the batch is."""
+        return self.proc(images=batch, return_tensors="pt")["pixel_values"]
+
+    def takes_tensors(self, height: int, width: int, device: torch.device | str) -> bool:
+        """Whether uint8 tensor batches of ``height`` x ``width`` images on ``device`` give the pixels their PIL
+        images give, bit for bit; found once per size and device. Only a processor that works on tensors itself
+        (transformers' torchvision backend, which turns a PIL image into such a tensor first) and keeps the
+        images' size (no resampling: its operations are then per pixel value) is tried, on one image holding
+        every value 0-255 in each channel, both ways."""
+        key = (int(height), int(width), str(device))
+        if key not in self._proven:
+            self._proven[key] = self._same_pixels(*key)
+        return self._proven[key]
+
+    def _same_pixels(self, height: int, width: int, device: str) -> bool:
+        if getattr(self.proc, "backend", None) != "torchvision" or height * width < 256:
+            return False
+        from PIL import Image
+
+        values = (torch.arange(height * width).reshape(height, width, 1) + torch.tensor([0, 85, 170])) % 256
+        probe = values.to(torch.uint8)
+        try:
+            want = self([Image.fromarray(probe.numpy(), "RGB")])
+            got = self.tensors(probe.permute(2, 0, 1)[None].contiguous().to(device))
+        except Exception:  # noqa: BLE001 - a processor that refuses tensors keeps the PIL route
+            return False
+        return tuple(want.shape[-2:]) == (height, width) and torch.equal(want, got.to("cpu", want.dtype))

@@ -125,7 +125,8 @@ class ProbedModel:
     def preprocess(self, batch, device: torch.device | str | None = None) -> dict[str, torch.Tensor]:
         """Turn a batch into model inputs on ``device`` (the model's device by default).
 
-        Images: a list of PIL images, transformed by the model's own preprocessing.
+        Images: a list of PIL images, transformed by the model's own preprocessing; or a ``(B, 3, H, W)`` uint8
+        tensor where :meth:`takes_image_tensors` says so (the same pixels, computed where the tensor is).
         Text: a list of token-id sequences, all of length ``info.n`` (or a (B, n) tensor).
         """
         device = self.device if device is None else torch.device(device)
@@ -133,9 +134,27 @@ class ProbedModel:
             return {"pixel_values": self._preprocess_images(batch, device)}
         return self._preprocess_text(batch, device)
 
+    def takes_image_tensors(self, height: int, width: int) -> bool:
+        """Whether :meth:`preprocess` may be given ``(B, 3, height, width)`` uint8 tensors on the model's device
+        for images of that size: the model's preprocessing then gives what it gives for their PIL images, bit for
+        bit, computed where the batch is (``hf_inputs.ImageTransform.takes_tensors``); False for timm's."""
+        takes = getattr(self._image_transform, "takes_tensors", None)
+        return bool(takes is not None and takes(height, width, self.device))
+
     def _preprocess_images(self, batch, device: torch.device) -> torch.Tensor:
         from PIL import Image
 
+        if isinstance(batch, torch.Tensor):
+            if batch.dtype != torch.uint8 or batch.ndim != 4 or batch.shape[1] != 3:
+                raise InputError(
+                    f"preprocess: a tensor of images must be (B, 3, H, W) uint8, got {tuple(batch.shape)} {batch.dtype}"
+                )
+            if not self.takes_image_tensors(batch.shape[2], batch.shape[3]):
+                raise InputError(
+                    f"preprocess: {self.info.name}'s preprocessing takes PIL images, not tensors, of "
+                    f"{batch.shape[2]} x {batch.shape[3]} pixels"
+                )
+            return self._image_transform.tensors(batch).to(device, dtype=torch.float32)  # type: ignore[union-attr]
         if isinstance(batch, Image.Image):
             batch = [batch]
         batch = list(batch)

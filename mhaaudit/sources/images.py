@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from PIL import Image
 
 from ..defaults import DEFAULT_LIMIT, DEFAULT_SPLIT
@@ -241,6 +242,7 @@ class BuiltinImages(ImageSource):
     """
 
     GRID = GRID
+    SIDE = CROP_SIZE  # the images' height and width, in pixels
 
     def __init__(self, limit: int = DEFAULT_LIMIT, seed: int = 0, device: Any = None) -> None:
         found = load_photos()
@@ -266,6 +268,30 @@ class BuiltinImages(ImageSource):
         """The images as ``(m, 224, 224, 3)`` uint8 tensors on ``device``, chunk by chunk (endless:
         iterate the source itself for ``limit`` images)."""
         return mosaics_for(self.seed, self.device)
+
+    def tensor_batches(self, batch_size: int) -> Iterator[torch.Tensor]:
+        """The images that iterating the source gives, as ``(b, 3, 224, 224)`` uint8 tensors of up to
+        ``batch_size`` on the source's device (the last one may be shorter): what a model whose
+        preprocessing takes tensors reads (``ProbedModel.takes_image_tensors``), with no PIL image made.
+
+        Raises:
+            InputError: when ``batch_size`` is below 1.
+        """
+        if batch_size < 1:
+            raise InputError(f"batch size must be at least 1, got {batch_size}")
+        self.skips, self.converted = Skips(), 0
+        left, held = self.limit, []
+        if left <= 0:
+            return
+        for chunk in self.arrays():  # endless: ends once the limit is reached
+            held.append(chunk[:left])
+            left -= held[-1].shape[0]
+            while sum(c.shape[0] for c in held) >= batch_size or (left <= 0 and held):
+                rows = torch.cat(held) if len(held) > 1 else held[0]
+                held = [rows[batch_size:]] if rows.shape[0] > batch_size else []
+                yield rows[:batch_size].permute(0, 3, 1, 2).contiguous()
+            if left <= 0:
+                return
 
     def _generate(self) -> Iterator[Image.Image]:
         for chunk in self.arrays():
