@@ -31,6 +31,7 @@ returned :class:`DataInfo` knows how to put row-stacked results back into single
 
 from __future__ import annotations
 
+import collections
 import queue
 import secrets
 import threading
@@ -309,28 +310,38 @@ def _prepare(pm, raw) -> dict[str, torch.Tensor]:
     return inputs
 
 
+#: Helper threads preparing batches for a CUDA model, in order: its forward pass takes a few milliseconds a batch,
+#: and one thread's preprocessing (resizing PIL images, normalising them) takes several times as long
+CUDA_PREPARE_WORKERS = 4
+
+
 def _prefetched(
-    pm, raw_batches: Iterable[tuple[int, Any]]
+    pm, raw_batches: Iterable[tuple[int, Any]], workers: int | None = None
 ) -> Generator[tuple[int, dict[str, torch.Tensor] | None], None, None]:
-    """``(batch index, model inputs)``, each batch prepared on a helper thread while the previous
-    one is probed (``(None, None)`` passed through for a round in which this rank has no batch).
+    """``(batch index, model inputs)``, in order, each batch prepared on a helper thread while those before
+    it are probed (``(None, None)`` passed through for a round in which this rank has no batch).
 
     The raw batches themselves are read ahead on another thread (:func:`_read_ahead`: the
     sources decode files on their own pool of threads, the built-in images are synthesised
     there); the model's preprocessing (PIL and numpy, largely outside the interpreter lock) runs
-    here, and CUDA inputs are staged through pinned memory (:func:`_prepare`).
+    here, on ``workers`` threads (one on the CPU, whose cores the forward pass needs;
+    :data:`CUDA_PREPARE_WORKERS` for a CUDA model), and CUDA inputs are staged through pinned memory
+    (:func:`_prepare`).
     """
-    with worker_pool(1, "mhaaudit-prepare") as pool:
-        pending = None
+    if workers is None:
+        workers = CUDA_PREPARE_WORKERS if staged(pm.device) else 1
+    with worker_pool(workers, "mhaaudit-prepare") as pool:
+        pending: collections.deque = collections.deque()
         for index, raw in raw_batches:
             if raw is not None and len(raw) == 0:
                 continue
-            fut = (index, None if raw is None else pool.submit(_prepare, pm, raw))  # None: this rank's turn is empty
-            if pending is not None:
-                yield pending[0], None if pending[1] is None else pending[1].result()
-            pending = fut
-        if pending is not None:
-            yield pending[0], None if pending[1] is None else pending[1].result()
+            pending.append((index, None if raw is None else pool.submit(_prepare, pm, raw)))  # None: an empty turn
+            if len(pending) > workers:
+                index0, fut = pending.popleft()
+                yield index0, None if fut is None else fut.result()
+        while pending:
+            index0, fut = pending.popleft()
+            yield index0, None if fut is None else fut.result()
 
 
 #: How long the exit waits for a reader to finish the item it is reading (:func:`mhaaudit.workers.helper_thread`):

@@ -174,6 +174,30 @@ def test_inputs_are_staged_through_pinned_memory_only_for_cuda(vit_dir, image_di
     assert torch.equal(on_cpu["pixel_values"], inputs["pixel_values"].cpu())
 
 
+def test_batches_are_prepared_on_several_threads_in_order(vit_dir, image_dir, settings, monkeypatch):
+    """Several helper threads (a CUDA model's) give the batches one thread gives, in their order, an empty turn
+    passed through where it was; the CPU's default is one thread, a CUDA model's CUDA_PREPARE_WORKERS."""
+    pm = pipeline.load(ModelRequest(str(vit_dir)), "random", settings, max_layer=1)
+    _info, raw = pipeline.example_batches(pm, DataRequest(data=str(image_dir), limit=9, batch_size=2), 0, [])
+    raws = list(enumerate(raw))
+    raws.insert(2, (None, None))
+    one = list(pipeline._prefetched(pm, raws, workers=1))
+    three = list(pipeline._prefetched(pm, raws, workers=3))
+    assert [i for i, _ in three] == [i for i, _ in one] == [0, 1, None, 2, 3, 4]
+    assert all(
+        (a is None and b is None) or torch.equal(a["pixel_values"], b["pixel_values"])
+        for (_, a), (_, b) in zip(one, three, strict=True)
+    )
+    sizes = []
+    real = pipeline.worker_pool
+    monkeypatch.setattr(pipeline, "worker_pool", lambda n, name: sizes.append(n) or real(n, name))
+    list(pipeline._prefetched(pm, raws[:1]))
+    monkeypatch.setattr(pipeline, "staged", lambda device: True)
+    monkeypatch.setattr(pipeline, "_prepare", lambda pm, raw: {"raw": raw})
+    list(pipeline._prefetched(pm, raws[:1]))
+    assert sizes == [1, pipeline.CUDA_PREPARE_WORKERS]
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_inputs_come_through_pinned_memory(vit_dir, image_dir):
     cuda = Settings.resolve(device="cuda", seed=0)
