@@ -98,3 +98,32 @@ def test_a_phase_in_a_generator_closed_after_its_recording_ended_changes_nothing
         raise KeyboardInterrupt
     gen.close()
     assert rec.spent == {"data": 2.0}
+
+
+def test_the_light_imports_window_and_the_libraries_are_imports_not_model_build(vit_dir, monkeypatch):
+    """The light-imports window imports transformers' utilities as it opens: its time, and the libraries', is
+    charged to ``imports``; ``model build`` holds the build itself."""
+    import contextlib
+
+    from mhaaudit import imports
+    from mhaaudit.models import hf, load_model
+
+    seen = []
+    real_light, real_libraries = imports.light, hf.import_libraries
+
+    @contextlib.contextmanager
+    def light(*a, **kw):
+        seen.append(("light", phases._current()._stack[-1]))
+        with real_light(*a, **kw):
+            yield
+
+    def libraries():
+        seen.append(("libraries", phases._current()._stack[-1]))
+        real_libraries()
+
+    monkeypatch.setattr(imports, "light", light)
+    monkeypatch.setattr(hf, "import_libraries", libraries)
+    with phases.recording() as clock, phases.phase("model build"):
+        load_model(str(vit_dir), weights="random", device="cpu")
+    assert seen == [("light", "imports"), ("libraries", "imports")]
+    assert set(clock.spent) >= {"imports", "model build"}

@@ -76,8 +76,9 @@ def load_model(name: str, **options: Any) -> ProbedModel:
     check_hub_options(spec, plan.revision, plan.trust_remote_code)
     builder = timm_backend if spec.backend == "timm" else hf
     try:
-        with imports.light():  # a single-process command imports no distributed-training packages
-            with phases.phase("imports"):
+        with contextlib.ExitStack() as window:
+            with phases.phase("imports"):  # the window imports transformers' own utilities, then the libraries
+                window.enter_context(imports.light())  # a single-process command imports no distributed packages
                 builder.import_libraries()
             with _quiet():
                 pm = builder.load(spec, plan)
