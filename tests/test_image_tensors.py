@@ -43,6 +43,17 @@ def test_a_processor_takes_tensors_only_where_the_pixels_are_the_same(device):
     t = ImageTransform(ViTImageProcessor(size={"height": 224, "width": 224}, image_mean=[0.5] * 3, image_std=[0.5] * 3))
     assert t.takes_tensors(224, 224, device)
     assert not t.takes_tensors(200, 224, device)  # resized: not per pixel value, so not tried
+    # resized to 256 and cropped back to 224 (DeiT's): the same size, but resampled, so not tried either
+    side = {"height": 224, "width": 224}
+    deit = ViTImageProcessor(size={"height": 256, "width": 256}, do_center_crop=True, crop_size=side)
+    image = next(iter(BuiltinImages(limit=1)))
+    assert image.size == (224, 224) and deit(images=[image], return_tensors="pt")["pixel_values"].shape[-2:] == (
+        224,
+        224,
+    )
+    assert not ImageTransform(deit).takes_tensors(224, 224, device)
+    shortest = ImageTransform(ViTImageProcessor(size={"shortest_edge": 224}, image_mean=[0.5] * 3, image_std=[0.5] * 3))
+    assert shortest.takes_tensors(224, 224, device) and not shortest.takes_tensors(224, 256, device)
     batch = next(BuiltinImages(limit=8, seed=1, device=device).tensor_batches(8))
     pil = list(BuiltinImages(limit=8, seed=1))
     assert torch.equal(t.tensors(batch).cpu(), t(pil))

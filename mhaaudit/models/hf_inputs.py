@@ -117,9 +117,9 @@ class ImageTransform:
     def takes_tensors(self, height: int, width: int, device: torch.device | str) -> bool:
         """Whether uint8 tensor batches of ``height`` x ``width`` images on ``device`` give the pixels their PIL
         images give, bit for bit; found once per size and device. Only a processor that works on tensors itself
-        (transformers' torchvision backend, which turns a PIL image into such a tensor first) and keeps the
-        images' size (no resampling: its operations are then per pixel value) is tried, on one image holding
-        every value 0-255 in each channel, both ways."""
+        (transformers' torchvision backend, which turns a PIL image into such a tensor first) and whose resizing,
+        cropping and padding leave an image of that size as it is (:func:`_leaves_size`: what is left is done
+        per pixel value) is tried, on one image holding every value 0-255 in each channel, both ways."""
         key = (int(height), int(width), str(device))
         if key not in self._proven:
             self._proven[key] = self._same_pixels(*key)
@@ -127,6 +127,8 @@ class ImageTransform:
 
     def _same_pixels(self, height: int, width: int, device: str) -> bool:
         if getattr(self.proc, "backend", None) != "torchvision" or height * width < 256:
+            return False
+        if not _leaves_size(self.proc, height, width):
             return False
         from PIL import Image
 
@@ -138,3 +140,22 @@ class ImageTransform:
         except Exception:  # noqa: BLE001 - a processor that refuses tensors keeps the PIL route
             return False
         return tuple(want.shape[-2:]) == (height, width) and torch.equal(want, got.to("cpu", want.dtype))
+
+
+def _leaves_size(proc: Any, height: int, width: int) -> bool:
+    """Whether ``proc``'s geometry leaves a ``height`` x ``width`` image as it is: no resizing, or to that very size
+    (torchvision then returns the image itself); no cropping, or to that size; no padding."""
+
+    def fields(size: Any) -> dict:
+        try:
+            return {k: v for k, v in dict(size).items() if v is not None}
+        except (TypeError, ValueError):
+            return {"?": size}
+
+    same = {"height": height, "width": width}
+    square = {"shortest_edge": height} if height == width else same
+    if getattr(proc, "do_resize", False) and fields(getattr(proc, "size", None)) not in (same, square):
+        return False
+    if getattr(proc, "do_center_crop", False) and fields(getattr(proc, "crop_size", None)) != same:
+        return False
+    return not getattr(proc, "do_pad", False)
