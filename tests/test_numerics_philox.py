@@ -91,3 +91,24 @@ def test_same_words_on_cuda():
     cpu = philox(*C, *K)
     gpu = philox(*C.cuda(), *K.cuda())
     assert all(torch.equal(a, b.cpu()) for a, b in zip(cpu, gpu, strict=False))
+
+
+def test_a_test_of_drawn_subsets_imports_no_sympy():
+    """The draws broadcast their counters by NumPy's rule: torch.broadcast_shapes imports torch.fx's symbolic
+    shapes and sympy on first use (0.5 s of a small ``kruskal`` run), which nothing else here needs."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch; from mhaaudit.kruskal import subset_test; "
+        "X = torch.randn(300, 64, generator=torch.Generator().manual_seed(0)); r = subset_test(X, 10, samples=100); "
+        "print(r.samples, 'sympy' in sys.modules, 'torch.fx.experimental.symbolic_shapes' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["100", "False", "False"]
+
+
+def test_the_broadcast_shape_is_torch_s():
+    a, b = torch.zeros(3, 1, dtype=torch.int64), torch.zeros(1, 4, dtype=torch.int64)
+    words = philox(a, b, 0, 0, 5, torch.zeros(4, dtype=torch.int64))
+    assert all(w.shape == torch.broadcast_shapes(a.shape, b.shape) == (3, 4) for w in words)

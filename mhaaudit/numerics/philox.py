@@ -15,6 +15,7 @@ draws of ``kruskal.sampling`` are built from them.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 __all__ = ["MASK32", "ROUNDS", "bounded", "pairs", "philox", "sort_keys", "split_key"]
@@ -53,7 +54,8 @@ def philox(c0, c1, c2, c3, k0, k1, rounds: int = ROUNDS) -> tuple[torch.Tensor, 
     """
     dev = next((x.device for x in (c0, c1, c2, c3, k0, k1) if isinstance(x, torch.Tensor)), None)
     c0, c1, c2, c3, k0, k1 = (torch.as_tensor(x, dtype=torch.int64, device=dev) for x in (c0, c1, c2, c3, k0, k1))
-    shape = torch.broadcast_shapes(*(x.shape for x in (c0, c1, c2, c3, k0, k1)))
+    # NumPy's rule, the same as torch's (whose broadcast_shapes imports torch.fx's symbolic shapes and sympy: 0.5 s)
+    shape = np.broadcast_shapes(*(tuple(x.shape) for x in (c0, c1, c2, c3, k0, k1)))
     c0, c2 = c0.expand(shape), c2.expand(shape)  # the words the products start from: full shape
     for r in range(rounds):
         hi0, lo0 = _mulhilo(c0, _M0)
