@@ -198,6 +198,32 @@ def test_batches_are_prepared_on_several_threads_in_order(vit_dir, image_dir, se
     assert sizes == [1, pipeline.CUDA_PREPARE_WORKERS]
 
 
+def test_a_batch_on_the_model_s_device_is_prepared_there_and_others_are_staged(monkeypatch):
+    """With staging (a CUDA model), a list of images is preprocessed on the host and pinned; a tensor batch on the
+    model's device is preprocessed where it is ("cuda" is the current device, where tensors say "cuda:0")."""
+    calls = []
+
+    class Model:  # on the meta device, standing for a GPU: the host is not where the model is
+        device = torch.device("meta")
+        info = type("Info", (), {"modality": "image"})()
+
+        def preprocess(self, raw, device):
+            calls.append(str(device))
+            return {"pixel_values": torch.zeros(1)}
+
+    monkeypatch.setattr(pipeline, "staged", lambda device: True)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self)
+    pipeline._prepare(Model(), torch.zeros(1, 3, 4, 4, dtype=torch.uint8, device="meta"))
+    inputs = pipeline._prepare(Model(), ["an image"])
+    assert calls == ["meta", "cpu"]  # the first where it is (the model's device), the second on the host
+    assert inputs["pixel_values"].device.type == "meta"  # then copied to the model's device
+    assert pipeline.is_on(torch.zeros(1), "cpu") and pipeline.is_on(torch.zeros(1), torch.device("cpu"))
+    if torch.cuda.is_available():
+        t = torch.zeros(1, device="cuda")
+        assert pipeline.is_on(t, "cuda") and pipeline.is_on(t, f"cuda:{torch.cuda.current_device()}")
+        assert not pipeline.is_on(t, "cpu") and not pipeline.is_on(torch.zeros(1), "cuda")
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_inputs_come_through_pinned_memory(vit_dir, image_dir):
     cuda = Settings.resolve(device="cuda", seed=0)
