@@ -1,9 +1,9 @@
 """The built-in images as uint8 tensors: what a model whose preprocessing takes tensors reads.
 
 ``BuiltinImages.tensor_batches`` gives the images iteration gives; ``hf_inputs.ImageTransform`` takes
-them only where the pixels equal those of the PIL images (a torchvision-backed processor that keeps the
-images' size, proven on one image holding every value); a pass over them captures the features the PIL
-route captures.
+them only where the pixels equal those of the PIL images (a torchvision-backed processor whose resizing,
+cropping and padding leave the images' size as it is, proven on one image holding every value); a pass over
+them captures the features the PIL route captures.
 """
 
 from __future__ import annotations
