@@ -303,8 +303,8 @@ def is_on(tensor: torch.Tensor, device: torch.device | str) -> bool:
 def _prepare(pm, raw) -> dict[str, torch.Tensor]:
     """Model inputs on the model's device for one raw batch. For a CUDA model they are built on
     the CPU, pinned and copied with ``non_blocking=True``: the copy overlaps the work queued
-    before it, and the caching host allocator keeps the pinned buffer until the copy is done."""
-    # a batch already on the model's device (the built-in images as tensors) is prepared there
+    before it, and the caching host allocator keeps the pinned buffer until the copy is done. A
+    batch already on the model's device (the built-in images as tensors) is prepared there."""
     pin = staged(pm.device) and not (isinstance(raw, torch.Tensor) and is_on(raw, pm.device))
     where = torch.device("cpu") if pin else pm.device
     if pm.info.modality == "image":
