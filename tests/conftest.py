@@ -27,6 +27,13 @@ from mhaaudit import hub
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
+def devices() -> list[str]:
+    """The devices a test runs on here: the CPU, and CUDA where this machine has it."""
+    import torch
+
+    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
 def fixture_module(name: str):
     """A module of ``fixtures/`` (not a package: ``tiny``, ``make_fixtures``), imported by path once."""
     key = f"mhaaudit_fixtures_{name}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import save_tiny_vit
+from conftest import devices, save_tiny_vit
 from modeltools import images
 from transformers import ViTImageProcessor
 
@@ -22,11 +22,7 @@ from mhaaudit.models.hf_inputs import ImageTransform
 from mhaaudit.sources import BuiltinImages
 
 
-def _devices() -> list[str]:
-    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-
-
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", devices())
 def test_tensor_batches_are_the_images_of_iteration(device):
     pil = [np.asarray(im) for im in BuiltinImages(limit=37, seed=3)]
     got = list(BuiltinImages(limit=37, seed=3, device=device).tensor_batches(16))
@@ -38,7 +34,7 @@ def test_tensor_batches_are_the_images_of_iteration(device):
         next(BuiltinImages(limit=3).tensor_batches(0))
 
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", devices())
 def test_a_processor_takes_tensors_only_where_the_pixels_are_the_same(device):
     t = ImageTransform(ViTImageProcessor(size={"height": 224, "width": 224}, image_mean=[0.5] * 3, image_std=[0.5] * 3))
     assert t.takes_tensors(224, 224, device)
@@ -73,7 +69,7 @@ def test_timm_and_resizing_models_keep_pil_images(vit_dir, timm_dir):
     assert pm.preprocess(images(1))["pixel_values"].shape == (1, 3, 32, 32)
 
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", devices())
 def test_a_pass_over_tensors_captures_what_pil_images_give(tmp_path, monkeypatch, device):
     """A tiny ViT of 224 x 224 images in 32 x 32 patches (n = 50, d = 64) reads the built-in images as tensors;
     with the tensor route refused it reads PIL images: the same features, context ranks and sigmas."""

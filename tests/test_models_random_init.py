@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from conftest import devices
 
 from mhaaudit.models.random_init import init_seed, seeded
 from mhaaudit.settings import derive_seed
@@ -92,9 +93,8 @@ def test_random_weights_are_the_same_on_every_device(vit_dir):
     from mhaaudit import pipeline
     from mhaaudit.settings import Settings
 
-    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     states = []
-    for device in devices:
+    for device in devices():
         pm = pipeline.load(pipeline.ModelRequest(str(vit_dir)), "random", Settings.resolve(device=device, seed=2), 1)
         assert all(p.device.type == torch.device(device).type for p in pm.module.parameters())
         states.append({k: v.cpu() for k, v in pm.module.state_dict().items()})

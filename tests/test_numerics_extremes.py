@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import torch
+from conftest import devices
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -89,11 +90,7 @@ def test_worker_threads_give_the_values_of_one_thread():
         assert np.array_equal(np.concatenate([p[i] for p in parts]), alone[i])
 
 
-def _devices() -> list[str]:
-    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-
-
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize(("n", "d"), [(1, 3), (2, 2), (3, 5), (7, 12), (40, 64), (197, 256)])
 def test_the_tridiagonal_forms_have_numpy_s_eigenvalues(device, n, d):
     """The batched Householder reduction (on the device the matrices are on) keeps every eigenvalue to rounding,
@@ -130,7 +127,7 @@ def test_tridiagonal_extremes_are_checked_against_the_matrices():
     assert not ok.any()
 
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("scale", [2.0**-1000, 1e-160, 2.0**-530, 2.0**500, 1e300])
 def test_the_tridiagonal_forms_hold_at_every_scale(device, scale):
     """Each matrix is reduced in units of its own power of two, so at any scale of float64 its form's eigenvalues

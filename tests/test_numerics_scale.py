@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import devices
 
 from mhaaudit.numerics import RankRule, exponent_of, ldexp, numerics, row_norms, scaled, subnormals_kept
 
@@ -33,8 +34,7 @@ def test_ldexp_is_exact_beyond_the_exponent_range(e):
     assert torch.equal(ldexp(x, torch.full((50,), e)), y)  # tensor exponents give the same
     assert ldexp(float(x[0]), e) == float(y[0])
     assert ldexp(1.0, 2000) == math.inf and ldexp(-1.0, 2000) == -math.inf
-    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-    for z, dev in ((x.clone().to(d), d) for d in devices):  # in place, by tensor exponents: the same bits
+    for z, dev in ((x.clone().to(d), d) for d in devices()):  # in place, by tensor exponents: the same bits
         assert ldexp(z, torch.full((50,), e, device=dev), inplace=True) is z and torch.equal(z.cpu(), y)
         assert exponent_of(z[None], dims=1).tolist() == [exponent_of(y)]  # per slice, on the device too
 

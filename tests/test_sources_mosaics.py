@@ -10,15 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import devices
 
 from mhaaudit.sources import mosaics as M
 from mhaaudit.sources._common import data_rng
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _devices() -> list[str]:
-    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +38,7 @@ def test_photos_found_without_importing_their_packages():
     assert out[2:] == ["False", "False"]
 
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", devices())
 def test_same_bits_on_every_device(atlas, device):
     params = _params(atlas, count=8)
     reference = M.synthesize(params, atlas)

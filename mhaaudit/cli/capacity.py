@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from .. import phases
 from ..defaults import (
     CAPACITY_ATTENTION,
     DEFAULT_ATTENTION,
@@ -23,7 +21,7 @@ from ..defaults import (
     DEFAULT_THRESHOLD,
 )
 from .given import deprecation_line, refuse_data_options, refuse_unused, renamed
-from .library import importing, run_requests, run_settings
+from .library import run_requests, run_settings
 from .names import with_flags
 from .options import (
     Atol,
@@ -55,7 +53,7 @@ from .options import (
     Weights,
     WeightsSeed,
 )
-from .output import CommandTimes, emit_result, emit_seeds, prepare_outputs
+from .output import CommandClock, emit_result, emit_seeds, prepare_outputs
 
 # The key/query weights of Z, each member named as its value, from the library's tuple of them.
 Attention = Enum("Attention", {v: v for v in CAPACITY_ATTENTION}, type=str)  # type: ignore[misc]
@@ -166,15 +164,13 @@ def capacity(
     --block K reads the input of block K (the output of block K-1), where check --layer K reads
     the output of block K: capacity --block K+1 certifies the tokens check --layer K audits.
     """
-    begun = time.perf_counter()
-    startup = phases.startup_seconds()  # the interpreter and the command line, when this process runs it
-    with importing(quiet):  # the library, torch with it: seconds
+    clock = CommandClock()
+    with clock.importing(quiet):  # the library, torch with it: seconds
         from ..capacity import capacity_audit
         from ..io import refuse_inputs
         from ..plot import plot_capacity
         from ..render import capacity_report, print_report
         from ..validate import integer
-    imported = time.perf_counter()
 
     settings = run_settings(
         device=device,
@@ -235,11 +231,11 @@ def capacity(
     if seeds is not None:
         emit_seeds(fmt, result, out)
         return
-    rendering = time.perf_counter()
+    clock.render_begins()
     if plot is not None:
         plot_capacity(result, plot)
 
     def render() -> None:
         print_report(with_flags(capacity_report(result, out=out, plot=plot)))
 
-    emit_result(fmt, result, out, render, sweep=False, times=CommandTimes(startup, begun, imported, rendering))
+    emit_result(fmt, result, out, render, sweep=False, clock=clock)

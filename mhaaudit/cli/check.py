@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from .. import phases
 from ..defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_DEVICE,
@@ -21,7 +19,7 @@ from ..defaults import (
 )
 from ..stdio import say
 from .given import refuse_data_options, refuse_unused
-from .library import importing, run_requests, run_settings
+from .library import run_requests, run_settings
 from .names import flagged
 from .options import (
     AllDraws,
@@ -55,7 +53,7 @@ from .options import (
     Weights,
     WeightsSeed,
 )
-from .output import CommandTimes, emit_result, emit_seeds, prepare_outputs
+from .output import CommandClock, emit_result, emit_seeds, prepare_outputs
 from .series import check_series, is_series
 
 
@@ -149,13 +147,11 @@ def check(
 ) -> None:
     """Audit a transformer: Assumptions 1-3 and General Position at each probe point."""
     series = is_series(checkpoints, revision)  # --checkpoints, or several revisions: a series of checkpoints
-    begun = time.perf_counter()
-    startup = phases.startup_seconds()  # the interpreter and the command line, when this process runs it
-    with importing(quiet):  # the library, torch with it: seconds
+    clock = CommandClock()
+    with clock.importing(quiet):  # the library, torch with it: seconds
         from ..auditing import audit
         from ..render import render_audit
         from ..validate import int_ranges, split_list
-    imported = time.perf_counter()
 
     settings = run_settings(
         device=device,
@@ -226,14 +222,14 @@ def check(
         **audited,
     )
     if seeds is None:
-        rendering = time.perf_counter()
+        clock.render_begins()
         plot = _save_features_and_plot(result, save_features, plot)
         emit_result(
             fmt,
             result,
             out,
             lambda: render_audit(result, save_features=save_features, out=out, plot=plot),
-            times=CommandTimes(startup, begun, imported, rendering),
+            clock=clock,
         )
     else:
         emit_seeds(fmt, result, out)

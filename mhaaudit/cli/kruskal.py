@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from .. import phases
 from ..defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_DEVICE,
@@ -23,7 +21,7 @@ from ..defaults import (
 )
 from ..errors import Message
 from .given import refuse_data_options, refuse_unused, renamed
-from .library import importing, run_settings, value_of
+from .library import run_settings, value_of
 from .names import flagged
 from .options import (
     AllDraws,
@@ -49,7 +47,7 @@ from .options import (
     VaryOpt,
     WeightsSeed,
 )
-from .output import CommandTimes, emit_result, emit_seeds, prepare_outputs
+from .output import CommandClock, emit_result, emit_seeds, prepare_outputs
 
 # The vectors estimated, each member named as its value, from the library's tuple of them.
 Vectors = Enum("Vectors", {v: v for v in KRUSKAL_VECTORS}, type=str)  # type: ignore[misc]
@@ -182,14 +180,12 @@ def kruskal(
     quiet: Quiet = False,
 ) -> None:
     """Estimate the Kruskal rank of a set of vectors: Monte-Carlo tests at candidate sizes, or a sweep."""
-    begun = time.perf_counter()
-    startup = phases.startup_seconds()  # the interpreter and the command line, when this process runs it
-    with importing(quiet):  # the library, torch with it: seconds
+    clock = CommandClock()
+    with clock.importing(quiet):  # the library, torch with it: seconds
         from ..estimation import build_capture, estimate_kruskal_rank, kruskal_request
         from ..io import refuse_inputs
         from ..render import render_kruskal
         from ..seeds import SeedsResult
-    imported = time.perf_counter()
 
     settings = run_settings(
         device=device,
@@ -252,12 +248,10 @@ def kruskal(
     if isinstance(result, SeedsResult):
         emit_seeds(fmt, result, out)
         return
-    rendering = time.perf_counter()
+    clock.render_begins()
     if plot is not None and result.sweep is not None:
         _plot_sweep(result, plot)
-    emit_result(
-        fmt, result, out, lambda: render_kruskal(result), times=CommandTimes(startup, begun, imported, rendering)
-    )
+    emit_result(fmt, result, out, lambda: render_kruskal(result), clock=clock)
 
 
 def _note(line: str, progress: bool, fmt: Format) -> None:

@@ -9,40 +9,54 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple
 
+from .. import phases
 from ..stdio import say
+from .library import importing
 from .names import with_flags
 from .options import Format
 
 
-class CommandTimes(NamedTuple):
-    """When a command ran what (``time.perf_counter()`` values, and seconds): ``startup_s``, the
-    process's start-up before the command, when the process runs the command line
-    (:func:`mhaaudit.phases.startup_seconds`); ``begun``, the command's start; ``imported``, the
-    library imported; ``rendering``, the outputs begun."""
+class CommandClock:
+    """When a command ran what (``time.perf_counter()`` values, and seconds), for the command line's own
+    phases (:func:`add_command_times`): ``startup_s``, the process's start-up before the command, when the
+    process runs the command line (:func:`mhaaudit.phases.startup_seconds`); ``begun``, the command's start
+    (the clock's making); ``imported``, the library imported (:meth:`importing`); ``rendering``, the outputs
+    begun (:meth:`render_begins`)."""
 
-    startup_s: float
-    begun: float
-    imported: float
-    rendering: float
+    def __init__(self) -> None:
+        self.begun = time.perf_counter()
+        self.startup_s = phases.startup_seconds()  # the interpreter and the command line
+        self.imported = self.begun
+        self.rendering: float | None = None
+
+    @contextmanager
+    def importing(self, quiet: bool) -> Iterator[None]:
+        """The library's import (torch with it: seconds), with its spinner (:func:`.library.importing`)."""
+        with importing(quiet):
+            yield
+        self.imported = time.perf_counter()
+
+    def render_begins(self) -> None:
+        """The command's outputs begin: what follows counts as ``render``."""
+        self.rendering = time.perf_counter()
 
 
-def add_command_times(timings: dict[str, float], times: CommandTimes) -> None:
+def add_command_times(timings: dict[str, float], clock: CommandClock) -> None:
     """Put the command line's own phases into a result's ``timings`` (in place): ``imports`` (the
     start-up and the library's import, with the model libraries' own), ``render`` (the outputs
     written and the records made, up to the moment the timings themselves are written) and
     ``total``, the command's wall time with the start-up; ``other`` is what no phase claimed."""
-    from .. import phases
-
     now = time.perf_counter()
+    rendering = now if clock.rendering is None else clock.rendering
     spent = {k: v for k, v in timings.items() if k not in (phases.OTHER, "total")}
-    spent["imports"] = spent.get("imports", 0.0) + times.startup_s + (times.imported - times.begun)
-    spent["render"] = spent.get("render", 0.0) + (now - times.rendering)
+    spent["imports"] = spent.get("imports", 0.0) + clock.startup_s + (clock.imported - clock.begun)
+    spent["render"] = spent.get("render", 0.0) + (now - rendering)
     timings.clear()
-    timings.update(phases.timings(spent, times.startup_s + (now - times.begun)))
+    timings.update(phases.timings(spent, clock.startup_s + (now - clock.begun)))
 
 
 def emit_result(
@@ -51,17 +65,17 @@ def emit_result(
     out: Path | None,
     render: Callable[[], None],
     sweep: bool = True,
-    times: CommandTimes | None = None,
+    clock: CommandClock | None = None,
 ) -> None:
     """:func:`emit` of a result object (an audit, a capacity audit, an estimate, or their seeds):
-    its meta, its records and (``sweep``) its sweep rows. With ``times``, the command line's own
+    its meta, its records and (``sweep``) its sweep rows. With ``clock``, the command line's own
     phases join the result's timings (:func:`add_command_times`) before they are written. The
     messages the result keeps name the command line's flags (:func:`~mhaaudit.cli.names.with_flags`)."""
     with_flags(result)
     rows = result.sweep_rows() if sweep else None
     records = result.records()
-    if times is not None:
-        add_command_times(_phases_of(result), times)
+    if clock is not None:
+        add_command_times(_phases_of(result), clock)
     emit(fmt, result.meta(), records, sweep=rows, out=out, render=render)
 
 
