@@ -167,12 +167,17 @@ def _record(part, result, status="done", key=None):
 def test_targets_pass_and_miss():
     fine = {
         "check-vit-base": _record("check-vit-base", {"wall_s": 7.5, "gpu_busy_fraction": 0.45}),
-        "kruskal": _record("kruskal", {"ours_s": 0.04}),
+        "kruskal": _record("kruskal", {"ours_s": 0.04, "all_draws": True, "stopped_s": 0.01, "stopped_draws": 320}),
         "sweep": _record("sweep", {"ours_s": 0.6}),
         "memorize": _record("memorize", {"seconds": 700.0}),
     }
     got = {t.split()[0]: st for t, _, st in g.targets(fine, "NVIDIA H100 80GB HBM3")}
     assert got == {"`check": "PASS", "k": "PASS", "sweep": "MISS", "Figure": "MISS"}
+    # a record that timed the test stopped once decided measured the target only where it missed it
+    for took, status in ((0.04, "unmeasured"), (0.26, "MISS")):
+        stopped = dict(fine, kruskal=_record("kruskal", {"ours_s": took}))
+        measured, st = g.targets(stopped, "NVIDIA H200")[1][1:]
+        assert st == status and "stopped once decided, not every draw" in measured
     assert g.targets(fine, "NVIDIA H200")[0][2] == "PASS"
     idle = dict(fine, **{"check-vit-base": _record("check-vit-base", {"wall_s": 7.5, "gpu_busy_fraction": 0.3})})
     assert g.targets(idle, "NVIDIA H100 80GB HBM3")[0][2] == "MISS"  # fast, but the GPU mostly idle
