@@ -25,9 +25,11 @@ Parts, most valuable first (each a subprocess of this script, with a timeout of 
 - ``kruskal``: ``bench_kruskal.measure_test`` at k = 197 on 2000 x 768 features, 5000 draws on each
   side (the paper's loop timed on 1000 draws and scaled; ours with every draw made, and beside it the
   test stopped once decided, as ``check`` runs it), ours checked against ``matrix_rank`` draw by draw,
-  and the same draws and decisions (and the same test record) on the CPU;
+  and the same draws and decisions (and the same test record) on the CPU; then one more test with every
+  draw under ``torch.profiler`` (``kernels``: its phases, the 15 operations with the most self time on the
+  host and on the device, and the host's waits for the device), so the next reader sees where its time goes;
 - ``sweep``: ``bench_kruskal.measure_sweep`` over every k up to d = 768, 5000 draws, and the same
-  fractions from the CPU;
+  fractions from the CPU; then one more sweep under ``torch.profiler`` (``kernels``, as for ``kruskal``);
 - ``contexts``: ``bench_contexts.measure``: Assumption 2 over 256 context matrices of 197 x 768 in
   batches of 32, ours beside a ``matrix_rank`` loop, with ours' parts (one host thread, the device's
   Gram matrices, the host's eigenvalues) to show where a batch's time goes;
@@ -108,8 +110,8 @@ PARTS = (  # most valuable first
 # holds the part's own time. memorize resumes, so any minute helps.
 EXPECTED_S = {
     "check-vit-base": 70.0,
-    "kruskal": 50.0,
-    "sweep": 35.0,
+    "kruskal": 60.0,  # and, since then, every draw made, and one run under torch.profiler (CUPTI's start)
+    "sweep": 45.0,  # and one run under torch.profiler
     "contexts": 30.0,  # not yet run on a GPU: about its imports and its smoke run's share of them
     "routes": 40.0,  # not yet run on a GPU: a guess (64 device SVDs of 197 x 768, four times)
     "tests": 120.0,
@@ -125,6 +127,7 @@ DEFAULT_BUDGET_S = 480.0
 MARGIN_S = 15.0  # kept back from the budget: a part's process start and the report after it
 PROFILE_TOP = 40
 PROFILE_IMPORTS = 25  # the costliest imports the profile part keeps
+KERNEL_TOP = 15  # the operations the kruskal part's profile keeps, by self time on the host and on the device
 
 # The paper's sizes, and the tiny ones of --smoke (the same code at sizes a 2-core CPU runs in seconds).
 SIZES = {
@@ -485,7 +488,49 @@ def part_kruskal(dev, sz, smoke, workdir):
         k: v for k, v in cpu.items() if k not in drop
     }
     r.setdefault("equal_cpu", r["check_draws"] if dev.type == "cpu" else None)
+    every = dict(samples=sz["samples"], rule=rule, device=dev, stats=stats, stop_when_decided=False)
+    r["kernels"] = kernel_profile(lambda: subset_test(X, sz["k"], **every), dev)
     return r
+
+
+def kernel_profile(run, dev, top: int = KERNEL_TOP) -> dict:
+    """One call of ``run`` under ``torch.profiler``, with the device synchronised after it: its wall time, the
+    operations with the most self time on the host and (on a GPU) on the device, each with its calls, and how
+    often the host waited for the device or copied to or from it (where a GPU sits idle, whatever the kernels
+    take)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from mhaaudit import phases
+
+    cuda = dev.type == "cuda"
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        t = time.perf_counter()
+        _, spent = phases.recorded(run)
+        if cuda:
+            torch.cuda.synchronize(dev)
+        wall = time.perf_counter() - t
+    events = prof.key_averages()
+
+    def on_device(e) -> float:  # microseconds (the attribute's name changed between torch releases)
+        return float(getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0) or 0)
+
+    def rows(key) -> list[dict]:
+        best = sorted(events, key=key, reverse=True)[:top]
+        return [
+            {"op": e.key, "calls": e.count, "host_ms": e.self_cpu_time_total / 1e3, "device_ms": on_device(e) / 1e3}
+            for e in best
+            if key(e) > 0
+        ]
+
+    waits = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpyAsync", "cudaMemcpy")
+    return {
+        "wall_s": wall,
+        "phases_s": spent,
+        "host_top": rows(lambda e: e.self_cpu_time_total),
+        "device_top": rows(on_device) if cuda else [],
+        "host_waits": {e.key: e.count for e in events if e.key in waits},
+    }
 
 
 def part_sweep(dev, sz, smoke, workdir):
@@ -503,6 +548,8 @@ def part_sweep(dev, sz, smoke, workdir):
     cpu = kruskal_sweep(X, samples=sz["samples"], rule=rule, device=torch.device("cpu"), stats=stats)
     r["fractions_equal_cpu"] = [float(f) for f in cpu.fractions] == r["fractions"]
     r.pop("fractions")
+    again = dict(samples=sz["samples"], rule=rule, device=dev, stats=stats)
+    r["kernels"] = kernel_profile(lambda: kruskal_sweep(X, **again), dev)
     return r
 
 
@@ -1143,6 +1190,25 @@ def _s(x, digits=2):
     return f"{x:.{digits}f} s"
 
 
+def kernels_text(parts: dict, top: int = 5) -> str:
+    """Where the profiled runs of ``kruskal`` and ``sweep`` spent their time (``kernels`` in their records), for
+    the report after its table: their phases, their costliest operations (on the device where there is one),
+    and the host's waits for the device; empty when neither part was profiled."""
+    lines = []
+    for name in ("kruskal", "sweep"):
+        k = (_res(parts, name) or {}).get("kernels")
+        if not k:
+            continue
+        where = "device" if k["device_top"] else "host"
+        ops = ", ".join(f"{r['op']} {r[where + '_ms']:.1f} ms ({r['calls']} calls)" for r in k[where + "_top"][:top])
+        waits = ", ".join(f"{op} x{n}" for op, n in k["host_waits"].items()) or "none recorded"
+        lines.append(
+            f"- `{name}`, one run under torch.profiler: {_s(k['wall_s'])} ({phases_text(k['phases_s'])}); "
+            f"most self time on the {where}: {ops}; the host's waits and copies: {waits}"
+        )
+    return "\n## Where the kernels' time went\n\n" + "\n".join(lines) + "\n" if lines else ""
+
+
 def phases_text(phases: dict) -> str:
     """A run's ``meta.timings_s`` in words (phases of at least 0.05 s, then the total)."""
     parts = [f"{k} {v:.1f} s" for k, v in phases.items() if k != "total" and isinstance(v, (int, float)) and v >= 0.05]
@@ -1524,7 +1590,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     now = latest(read_records(results), key)
     block = table(now, s, smoke=a.smoke)
-    (workdir / "report.md").write_text(block + "\n")
+    (workdir / "report.md").write_text(block + "\n" + kernels_text(now))
     print(f"\n{block}\n\n({time.perf_counter() - t_all:.0f} s of a {a.budget:.0f} s budget; results in {results})")
     if left_over:
         print(f"left for the next call (the same command resumes): {', '.join(left_over)}")

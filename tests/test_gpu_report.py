@@ -44,7 +44,12 @@ def test_smoke_runs_every_part_and_resumes(tmp_path, capsys, monkeypatch):
     # what each part checks came out as it must, on the sizes it ran at
     assert by["kruskal"]["equal_float64"] == by["kruskal"]["check_draws"] == by["kruskal"]["equal_cpu"]
     assert by["kruskal"]["record_equal_cpu"] is True and by["kruskal"]["k"] == g.SIZES[True]["k"]
+    assert by["kruskal"]["all_draws"] is True and by["kruskal"]["draws"] == g.SIZES[True]["samples"]
+    kern = by["kruskal"]["kernels"]  # one more test under torch.profiler: where its time went (no device here)
+    assert kern["wall_s"] > 0 and kern["device_top"] == [] and 0 < len(kern["host_top"]) <= g.KERNEL_TOP
+    assert [r["host_ms"] for r in kern["host_top"]] == sorted((r["host_ms"] for r in kern["host_top"]), reverse=True)
     assert by["sweep"]["fractions_equal_cpu"] is True and by["sweep"]["d"] == g.SIZES[True]["d"]
+    assert by["sweep"]["kernels"]["wall_s"] > 0 and by["sweep"]["kernels"]["host_top"]
     assert by["capture"]["diff_trunc"] == 0.0 and by["capture"]["batch"] == g.SIZES[True]["batch"]
     routes = by["routes"]  # the device's routines beside mhaaudit's placement: here all on the CPU
     assert [(c["what"], c["shape"][0]) for c in routes["calls"]] == [
@@ -87,6 +92,7 @@ def test_smoke_runs_every_part_and_resumes(tmp_path, capsys, monkeypatch):
     assert ctx["ranks_equal"] is True and ctx["T"] == ctx["full_rank"] == 4 and ctx["one_thread_s"] > 0
     report = (res / "report.md").read_text()
     assert "smoke sizes, not figures" in report and "torch " in report and "commit " in report
+    assert "## Where the kernels' time went" in report and "- `sweep`, one run under torch.profiler" in report
     assert "unmeasured" not in report.split("| target |")[0]  # every row measured (at smoke sizes)
     # run again: every part is done for this commit and device, nothing runs
     rc = g.main(["--device", "cpu", "--smoke", "--in-process", "--results", str(res), "--budget", "100000"])
