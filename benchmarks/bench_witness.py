@@ -154,7 +154,7 @@ def main() -> None:
         proof = "proven by matrix_rank" if r["matrix_rank_dependent"] else "NOT DEPENDENT by matrix_rank"
         print(
             f"  {name:9s} naive {r['naive_s']:8.2f} s ({how}{found})   ours {r['ours_s']:6.3f} s, witness of "
-            f"{r['size']} (rank {r['rank']}), {r['pivoted_qr']} pivoted QR + {r['svds']} SVDs ({proof})   "
+            f"{r['size']} (rank {r['rank']}), {r['pivoted_qr']} pivoted QR + {_svds(r['svds'])} ({proof})   "
             f"ratio {r['naive_s'] / r['ours_s']:7.1f}x"
         )
         rows.append(
@@ -163,13 +163,17 @@ def main() -> None:
                 f"(rank {args.r}; {m['device']})",
                 "naive": f"{seconds(r['naive_s'])} (greedy deletion, one SVD a row; {how}{found})",
                 "mhaaudit": f"{seconds(r['ours_s'])} (witness of {r['size']}: {r['pivoted_qr']} pivoted QR, "
-                f"{r['svds']} SVDs)",
+                f"{_svds(r['svds'])})",
                 "ratio": f"{r['naive_s'] / r['ours_s']:.1f}x",
                 "checked": proof,
             }
         )
     if args.json:
         run.write(args.json, rows, m)
+
+
+def _svds(n: int) -> str:
+    return f"{n} SVD" + ("" if n == 1 else "s")
 
 
 if __name__ == "__main__":
