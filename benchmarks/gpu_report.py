@@ -497,7 +497,14 @@ def kernel_profile(run, dev, top: int = KERNEL_TOP) -> dict:
     """One call of ``run`` under ``torch.profiler``, with the device synchronised after it: its wall time, the
     operations with the most self time on the host and (on a GPU) on the device, each with its calls, and how
     often the host waited for the device or copied to or from it (where a GPU sits idle, whatever the kernels
-    take)."""
+    take). A profiler that fails (no CUPTI, say) gives ``{"error": ...}`` and costs the part nothing else."""
+    try:
+        return _profiled(run, dev, top)
+    except Exception as exc:  # noqa: BLE001 - whatever the profiler raises, the part's figures stand
+        return {"error": f"{type(exc).__name__}: {exc}"[:500]}
+
+
+def _profiled(run, dev, top: int) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -1198,6 +1205,9 @@ def kernels_text(parts: dict, top: int = 5) -> str:
     for name in ("kruskal", "sweep"):
         k = (_res(parts, name) or {}).get("kernels")
         if not k:
+            continue
+        if "error" in k:
+            lines.append(f"- `{name}`: not profiled ({k['error']})")
             continue
         where = "device" if k["device_top"] else "host"
         ops = ", ".join(f"{r['op']} {r[where + '_ms']:.1f} ms ({r['calls']} calls)" for r in k[where + "_top"][:top])

@@ -170,6 +170,15 @@ def _record(part, result, status="done", key=None):
     }
 
 
+def test_a_profile_that_fails_is_said_and_costs_its_part_nothing():
+    import torch
+
+    failing = g.kernel_profile(lambda: 1 / 0, torch.device("cpu"))
+    assert failing == {"error": "ZeroDivisionError: division by zero"}
+    text = g.kernels_text({"kruskal": _record("kruskal", {"kernels": failing})})
+    assert "- `kruskal`: not profiled (ZeroDivisionError: division by zero)" in text
+
+
 def test_targets_pass_and_miss():
     fine = {
         "check-vit-base": _record("check-vit-base", {"wall_s": 7.5, "gpu_busy_fraction": 0.45}),
