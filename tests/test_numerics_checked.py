@@ -10,7 +10,9 @@ entries) run through ``subset_test``, ``estimate_kruskal_rank`` and ``kruskal --
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 
 import numpy as np
 import pytest
@@ -20,8 +22,10 @@ from matrices import gen
 
 import mhaaudit
 from mhaaudit.kruskal import subset_test
-from mhaaudit.numerics import RankRule, checked, decide_full_rank, gram_rank, svd_rank
+from mhaaudit.numerics import RankRule, certificates, checked, decide_full_rank, gram_rank, svd_rank
 from mhaaudit.numerics.checked import NumericalFailure, usable_eigenvalues, usable_singular_values
+from mhaaudit.numerics.rule import numerics
+from mhaaudit.numerics.threads import intra_op_threads
 
 
 def _x(m=6, c=9, seed=0):
@@ -400,6 +404,30 @@ def test_a_gpu_s_small_eigenproblems_go_the_cpu_s_routes():
     assert not checked.on_host(cuda, least - 1)  # small ones stay: the device takes a batch of them together
     assert not checked.on_host(torch.device("cpu"), 40) and not checked.on_host(torch.device("meta"), 40)
     assert most >= 197  # a ViT's tokens
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("shape", [(23, 40, 30), (2, 7, 12, 20)])
+def test_small_eigenproblems_take_one_thread_each_at_any_thread_count(monkeypatch, threads, shape):
+    """Each symmetric matrix of order up to ONE_THREAD_ORDER gets its eigenvalues on one thread (NumPy's route), and
+    ``certificates.eigvalsh`` deals a stack of them among the caller's threads (at least four matrices each): the
+    values are LAPACK's for each matrix alone on one thread, whatever the thread count, flushing subnormals or
+    not."""
+    x = torch.randn(*shape, generator=gen(5), dtype=torch.float64)
+    G = x @ x.transpose(-1, -2)
+    with intra_op_threads(1):
+        alone = np.stack([np.linalg.eigvalsh(g) for g in G.reshape(-1, *G.shape[-2:]).numpy()])
+    pools: list[int] = []
+    real = certificates.worker_pool
+    monkeypatch.setattr(certificates, "worker_pool", lambda n, name: pools.append(n) or real(n, name))
+    for flushing in (False, True):
+        with intra_op_threads(threads), numerics() if flushing else contextlib.nullcontext():
+            lam, ok = certificates.eigvalsh(G)
+            plain = checked.eigvalsh(G)  # not dealt, and the same values
+        assert lam.shape == G.shape[:-1] and ok.shape == G.shape[:-2] and bool(ok.all())
+        assert np.array_equal(lam.reshape(alone.shape).numpy(), alone) and torch.equal(plain, lam)
+    stack = math.prod(shape[:-2])
+    assert pools == ([min(threads, stack // 4)] * 2 if threads > 1 else [])
 
 
 def _spy_eigvalsh(monkeypatch) -> list[str]:

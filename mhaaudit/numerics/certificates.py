@@ -30,9 +30,11 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..errors import InputError
+from ..workers import worker_pool
 from . import checked
 from .pow2 import exponent_of, ldexp
-from .subnormals import subnormals_kept
+from .subnormals import _flushing, subnormals_kept
+from .threads import intra_op_threads
 
 if TYPE_CHECKING:
     from .rule import RankRule
@@ -145,8 +147,32 @@ def eigvalsh(G: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Ascending eigenvalues of symmetric float64 matrices (NumPy's LAPACK on the CPU, faster than
     torch's on many machines; torch elsewhere), checked, and a mask of the matrices whose values
     are usable: where no eigenvalue routine gives usable ones it is False, and the caller decides
-    those matrices by the SVD (``numerics.checked.eigvalsh_where_usable``)."""
-    return checked.eigvalsh_where_usable(G)
+    those matrices by the SVD (``numerics.checked.eigvalsh_where_usable``). A stack of small matrices
+    whose values the host computes (each on one thread: ``checked.ONE_THREAD_ORDER``) is dealt in parts of
+    consecutive matrices, at least ``_HOST_PART_LEAST`` each, among the caller's intra-op threads (one within a
+    worker thread), each flushing subnormals as the caller does: the same values, on more of the host's cores
+    (a GPU run leaves them idle while it decides the draws whose rank histogram these are)."""
+    n = G.shape[-1]
+    B = math.prod(G.shape[:-2])
+    host = G.device.type == "cpu" or checked.on_host(G.device, n)
+    parts = min(torch.get_num_threads(), B // _HOST_PART_LEAST) if host and n <= checked.ONE_THREAD_ORDER else 1
+    if parts <= 1:
+        return checked.eigvalsh_where_usable(G)
+    flush = _flushing()
+
+    def part(chunk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        torch.set_flush_denormal(flush)  # a thread of this pool only: it ends with the pool
+        return checked.eigvalsh_where_usable(chunk)
+
+    with intra_op_threads(1), worker_pool(parts, "mhaaudit-eigenvalues") as pool:
+        got = list(pool.map(part, G.reshape(B, n, n).cpu().tensor_split(parts)))
+    lam = torch.cat([g[0] for g in got]).reshape(G.shape[:-1])
+    usable = torch.cat([g[1] for g in got]).reshape(G.shape[:-2])
+    return lam.to(G.device), usable.to(G.device)
+
+
+#: The fewest matrices one host thread takes when :func:`eigvalsh` deals a stack among them
+_HOST_PART_LEAST = 4
 
 
 def gram_rank(

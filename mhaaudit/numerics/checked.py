@@ -32,7 +32,9 @@ device's routine takes such matrices one at a time (on one H200, 64 symmetric 19
 eigenproblems took 98 ms there, 1.5 ms each, where the host's LAPACK reduced such a matrix to
 tridiagonal form, most of the work, in 0.93 ms on one core). The others stay on the device, where
 its first route runs and the others on the CPU. ``benchmarks/bench_routes.py`` times both
-placements.
+placements. On the host, NumPy's route computes each symmetric matrix of order at most
+:data:`ONE_THREAD_ORDER` on one thread, its BLAS too: such a matrix's values are then the same on any
+machine (``numerics.certificates.eigvalsh`` deals a stack of them among the host's threads).
 """
 
 from __future__ import annotations
@@ -47,9 +49,12 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from .threads import intra_op_threads
+
 __all__ = [
     "DEVICE_BATCHED_ORDER",
     "HOST_EIGVALSH_MAX",
+    "ONE_THREAD_ORDER",
     "NumericalFailure",
     "eigenvalue_slack",
     "eigvalsh",
@@ -72,6 +77,10 @@ HOST_EIGVALSH_MAX = 256
 
 #: Symmetric matrices of at most this order stay on a GPU: torch's batched Jacobi routine takes them together.
 DEVICE_BATCHED_ORDER = 32
+
+#: Symmetric matrices of at most this order get their eigenvalues on one host thread each (NumPy's route; module
+#: docstring)
+ONE_THREAD_ORDER = 256
 
 
 def on_host(device: torch.device, order: int) -> bool:
@@ -317,7 +326,11 @@ def _recompute(a: torch.Tensor, failed: str, why: str, shape: tuple[int, ...], l
 
 
 def _numpy_eigvalsh(G: torch.Tensor) -> torch.Tensor:
-    return torch.from_numpy(np.linalg.eigvalsh(G.cpu().numpy()))
+    a = G.cpu().numpy()
+    if a.shape[-1] > ONE_THREAD_ORDER:
+        return torch.from_numpy(np.linalg.eigvalsh(a))
+    with intra_op_threads(1):  # each small matrix on one thread: its values the same on any machine
+        return torch.from_numpy(np.linalg.eigvalsh(a))
 
 
 def _torch_eigvalsh(G: torch.Tensor) -> torch.Tensor:
