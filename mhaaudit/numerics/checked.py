@@ -327,9 +327,8 @@ def _recompute(a: torch.Tensor, failed: str, why: str, shape: tuple[int, ...], l
 
 def _numpy_eigvalsh(G: torch.Tensor) -> torch.Tensor:
     a = G.cpu().numpy()
-    if a.shape[-1] > ONE_THREAD_ORDER:
-        return torch.from_numpy(np.linalg.eigvalsh(a))
-    with intra_op_threads(1):  # each small matrix on one thread: its values the same on any machine
+    # each small matrix on one thread: its values the same on any machine (None: a large one as it is)
+    with intra_op_threads(1 if a.shape[-1] <= ONE_THREAD_ORDER else None):
         return torch.from_numpy(np.linalg.eigvalsh(a))
 
 
