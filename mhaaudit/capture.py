@@ -123,8 +123,9 @@ def _short_of_limit_note(fed, limit: int) -> str:
         why.append(f"{fed.duplicates['dropped']} exact duplicates dropped")
     because = f" ({'; '.join(why)})" if why else ""
     return (
-        f"{limit} examples were asked for (limit) but the data gave only {fed.count} usable ones{because}: "
-        f"the audit uses T = {fed.count}"
+        f"{limit} examples were asked for ("
+        + Param("limit")
+        + f") but the data gave only {fed.count} usable ones{because}: the audit uses T = {fed.count}"
     )
 
 

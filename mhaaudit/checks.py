@@ -48,9 +48,9 @@ def assumption_1(queries, n: int, **kw) -> SubsetTest:
     """Check Assumption 1: the query vectors' Kruskal rank is at least n, estimated at k = n.
 
     Args:
-        queries: the T x d query vectors.
+        queries (torch.Tensor | numpy.ndarray): the T x d query vectors.
         n: the context length, the size tested.
-        **kw: the keywords of :func:`~mhaaudit.kruskal.subset_test` (``samples``, ``seed``, ``rule``, ...).
+        **kw (Any): the keywords of :func:`~mhaaudit.kruskal.subset_test` (``samples``, ``seed``, ``rule``, ...).
 
     Returns:
         The :class:`~mhaaudit.kruskal.SubsetTest` at k = n (see :func:`~mhaaudit.kruskal.subset_test`).
@@ -66,9 +66,9 @@ def assumption_3(a3_vectors, n: int, **kw) -> SubsetTest:
     """Check Assumption 3: the Kruskal rank of query + mean(context) is at least n, estimated at k = n.
 
     Args:
-        a3_vectors: the T x d Assumption 3 vectors.
+        a3_vectors (torch.Tensor | numpy.ndarray): the T x d Assumption 3 vectors.
         n: the context length, the size tested.
-        **kw: the keywords of :func:`~mhaaudit.kruskal.subset_test`, as :func:`assumption_1` takes them.
+        **kw (Any): the keywords of :func:`~mhaaudit.kruskal.subset_test`, as :func:`assumption_1` takes them.
 
     Returns:
         The :class:`~mhaaudit.kruskal.SubsetTest` at k = n, as :func:`assumption_1`.
@@ -83,8 +83,8 @@ def general_position(queries, **kw) -> SubsetTest:
     """Check general position: the queries' Kruskal rank is min(T, d), estimated at that k.
 
     Args:
-        queries: the T x d query vectors.
-        **kw: the keywords of :func:`~mhaaudit.kruskal.subset_test` (``samples``, ``seed``, ``rule``, ...).
+        queries (torch.Tensor | numpy.ndarray): the T x d query vectors.
+        **kw (Any): the keywords of :func:`~mhaaudit.kruskal.subset_test` (``samples``, ``seed``, ``rule``, ...).
 
     Returns:
         The :class:`~mhaaudit.kruskal.SubsetTest` at k = min(T, d) (see :func:`~mhaaudit.kruskal.subset_test`).

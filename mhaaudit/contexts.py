@@ -63,7 +63,9 @@ def real_tensor(x, what: str, ndim: int, shape: str, *, integers: bool = False) 
 
 
 @with_numerics()
-def context_ranks(E: torch.Tensor, rule: RankRule, *, top: float | None = None):
+def context_ranks(
+    E: torch.Tensor, rule: RankRule, *, top: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Compute the exact numerical rank of each ``(n, d)`` matrix in a ``(B, n, d)`` batch.
 
     Ranks come from the Gram matrix's eigenvalues, accurate to a rounding error that is bounded: a
@@ -88,7 +90,7 @@ def context_ranks(E: torch.Tensor, rule: RankRule, *, top: float | None = None):
         top: the largest absolute entry of ``E`` when known (None: read here, which also finds NaN).
 
     Returns:
-        ``(rank, sigma_min, sigma_max, tol)``, each of length B, on ``E``'s device, in the data's units.
+        ``(rank, sigma_min, sigma_max, tol)``: each of length B, on ``E``'s device, in the data's units.
 
     Raises:
         InputError: when ``E`` is not a 3-D tensor of real values (:func:`real_tensor`; integers too), or holds NaN

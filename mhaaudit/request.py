@@ -45,7 +45,7 @@ from typing import Any, NamedTuple
 
 from . import validate
 from .batching import available_memory, parse_batch_size
-from .defaults import DEFAULT_BATCH_SIZE, DEFAULT_LIMIT, DEFAULT_SPLIT, DEFAULT_STOP_WHEN_DECIDED
+from .defaults import DEFAULT_BATCH_SIZE, DEFAULT_LIMIT, DEFAULT_SPLIT
 from .errors import InputError, Param
 from .keywords import given, refuse_disagreement
 from .models import resolve
@@ -230,7 +230,7 @@ def build_settings(settings: Settings | None, keywords: Mapping[str, Any]) -> Se
         InputError: when a keyword given disagrees with ``settings``, or is out of range.
     """
     if settings is None:
-        return Settings.resolve(**{"stop_when_decided": DEFAULT_STOP_WHEN_DECIDED, **given(keywords)})
+        return Settings.resolve(**given(keywords))
     if not isinstance(settings, Settings):
         raise TypeError(f"settings must be a Settings, got {type(settings).__name__}")
     refuse_disagreement(settings, "settings", keywords)

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from . import validate
-from .defaults import DEFAULT_DEVICE, DEFAULT_SAMPLES, DEFAULT_SEED, DEFAULT_THRESHOLD
+from .defaults import DEFAULT_DEVICE, DEFAULT_SAMPLES, DEFAULT_SEED, DEFAULT_STOP_WHEN_DECIDED, DEFAULT_THRESHOLD
 from .errors import Param
 from .numerics.rule import RankRule
 from .runtime import DECODE_WORKERS_ENV as DECODE_WORKERS_ENV
@@ -87,7 +87,8 @@ class Settings:
 
     ``rtol``/``atol`` are the user's tolerances (None: the paper's rule); :meth:`rule` turns them
     into the rank rule for features of a dtype, the same rule for Assumptions 1, 2, 3 and General
-    Position. ``stop_when_decided`` lets a Monte-Carlo test stop once its verdict cannot change.
+    Position. ``stop_when_decided`` lets a Monte-Carlo test stop once its verdict cannot change (the default,
+    as for the keywords and the command line; False makes every draw).
     Every field is checked and normalised where the object is made (InputError), the device
     resolved from ``auto``/``cpu``/``cuda``/``cuda:N`` (an unavailable device is an input error).
     """
@@ -98,7 +99,7 @@ class Settings:
     seed: int = DEFAULT_SEED
     rtol: float | None = None
     atol: float | None = None
-    stop_when_decided: bool = False
+    stop_when_decided: bool = DEFAULT_STOP_WHEN_DECIDED
     progress: bool = False
     weights_seed: int | None = None  # None: the run's seed (see the module docstring)
     data_seed: int | None = None  # None: the run's seed

@@ -743,7 +743,10 @@ def test_k_reaching_T_is_marked_whole_set_and_names_the_run_that_answers(capsys,
         "holds",
         "exhaustive",
     )
-    assert "does not answer the paper's question" in at_t["reason"] and "raise --limit above d = 8" in at_t["reason"]
+    assert (
+        "does not answer the paper's question" in at_t["reason"]
+        and "raise --limit above d = 8; from a file, give more than 8 rows" in at_t["reason"]
+    )
     from mhaaudit.kruskal import subset_test
 
     above_t = subset_test(matrix(T=6, d=D), 7, samples=60, check="assumption_1").record()  # k > T: no 7 rows exist

@@ -151,6 +151,9 @@ def test_the_generated_parts_are_filled_in(site):
     api = (site / "reference" / "api" / "index.html").read_text()
     for name in ("audit", "estimate_kruskal_rank", "capacity_audit", "run_memorize_grid", "reproduce_paper"):
         assert 'id="mhaaudit.' in api and re.search(rf'id="mhaaudit\.[\w.]*\b{name}"', api), name
+    public = [n for n in mhaaudit.__all__ if n != "__version__"]  # the page says it covers them all
+    missing = [n for n in public if not re.search(rf'id="mhaaudit\.[\w.]*\b{n}"', api)]
+    assert not missing, f"public names without an entry in the API reference: {missing}"
     for cls in ("AuditResult", "KruskalResult", "CapacityResult", "MemorizeGrid", "SeedsResult"):
         assert re.search(rf'id="mhaaudit\.[\w.]*{cls}\.from_json"', api), cls
         assert re.search(rf'id="mhaaudit\.[\w.]*{cls}\.from_parquet"', api), cls

@@ -244,8 +244,11 @@ def test_a_kept_message_names_the_parameter_in_the_library_and_the_flag_on_the_c
     from mhaaudit.kruskal.fixed import _whole_set_note
 
     note = _whole_set_note("assumption_1", 7, 7, 8)
-    assert "(raise limit above k = 7)" in note
-    assert "(raise --limit above k = 7)" in with_flags({"reason": "r" + note})["reason"]
+    assert "(raise limit above k = 7; from a file, give more than 7 rows)" in note
+    assert (
+        "(raise --limit above k = 7; from a file, give more than 7 rows)"
+        in with_flags({"reason": "r" + note})["reason"]
+    )
 
 
 def test_no_library_module_writes_a_placeholder_or_a_parameter_into_an_f_string():

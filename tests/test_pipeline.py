@@ -339,7 +339,8 @@ def test_asking_for_more_than_there_is_is_said(tmp_path, vit_dir, capsys):
     T = result.columns[0].features.T
     assert T == 21
     assert any(
-        "500 examples were asked for" in note and "T = 21" in note and "2 unreadable" in note for note in result.notes
+        "500 examples were asked for (limit)" in note and "T = 21" in note and "2 unreadable" in note
+        for note in result.notes
     )
     assert result.skips["unreadable"].count == 2 and "not RGB" not in result.skips
     assert "torchvision" in result.image_policy
@@ -367,7 +368,7 @@ def test_asking_for_more_than_there_is_is_said(tmp_path, vit_dir, capsys):
         == 0
     )
     doc = json.loads(capsys.readouterr().out)
-    assert any("500 examples were asked for" in n for n in doc["meta"]["notes"])
+    assert any("500 examples were asked for (--limit)" in n for n in doc["meta"]["notes"])
 
 
 def _save_text_model(kind: str, folder) -> None:

@@ -322,3 +322,17 @@ def test_the_cli_builds_the_objects_once(monkeypatch, capsys):
     assert isinstance(model, ModelRequest) and kwargs["data"].limit == 300 and kwargs["settings"].seed == 4
     assert kwargs["settings"].device == torch.device("cpu")
     assert not set(kwargs) & {"limit", "seed", "device", "samples", "backend", "weights", "split"}
+
+
+def test_the_three_objects_build_what_the_keywords_build(vit_dir):
+    """The object form the Python guide shows is the keyword call's own: the same settings (a test stops once
+    decided in both), so the same records."""
+    kw = audit(str(vit_dir), limit=40, samples=200, device="cpu", seed=1)
+    objects = audit(
+        ModelRequest(str(vit_dir)),
+        data=DataRequest(limit=40),
+        settings=Settings.resolve(samples=200, device="cpu", seed=1),
+    )
+    assert objects.meta()["stop_when_decided"] is kw.meta()["stop_when_decided"] is True
+    assert objects.records() == kw.records()
+    assert any((r.get("planned_samples") or 0) > r["samples"] for r in kw.records())  # a test that stopped

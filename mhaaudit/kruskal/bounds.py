@@ -185,7 +185,7 @@ def set_stats(X, rule: RankRule) -> SetStats:
     when the Gram's singular values decide and when a TSQR pass does.
 
     Args:
-        X: the T x d matrix (a tensor, an array or a mapped file of rows).
+        X (torch.Tensor | numpy.ndarray): the T x d matrix (a tensor, an array or a mapped file of rows).
         rule: the rank rule.
 
     Returns:
@@ -455,7 +455,7 @@ def exact_kruskal_rank(X, rule: RankRule | None = None, max_subsets: int = 2_000
     """Compute the Kruskal rank by enumerating every subset (small cases only; it tests the bounds).
 
     Args:
-        X: the T x d matrix whose rows are counted.
+        X (torch.Tensor | numpy.ndarray): the T x d matrix whose rows are counted.
         rule: the rank rule (None: the rule for X's dtype).
         max_subsets: the most subsets one size k may have.
 

@@ -165,7 +165,7 @@ def draw_decisions(
     """Make the draws of :func:`subset_test` and decide each one, without counting them.
 
     Args:
-        X: the T x d matrix whose rows are drawn.
+        X (torch.Tensor | numpy.ndarray): the T x d matrix whose rows are drawn.
         k: the subset size, from 1 to T.
         samples: the number of draws N (default 5000).
         seed: the draws' seed (default 0).
@@ -339,7 +339,9 @@ def _whole_set_note(check: str, k: int, T: int, d: int) -> str:
     need, what = (d, f"d = {d}") if check == "general_position" else (k, f"k = {k}")
     return (
         f"; this is one set, not a sample of {k}-subsets of a larger set, so it does not answer the paper's "
-        f"question: a run with more than {need} vectors does (raise " + Param("limit") + f" above {what})"
+        f"question: a run with more than {need} vectors does (raise "
+        + Param("limit")
+        + f" above {what}; from a file, give more than {need} rows)"
     )
 
 

@@ -64,7 +64,9 @@ below the rounding margins; below it, neither is true. Data rescaled by ``numeri
 Gram diagonals near 1, so only rows some 2^-200 smaller than the largest ever get here."""
 
 
-def svd_rank(rows: torch.Tensor, rule: RankRule):
+def svd_rank(
+    rows: torch.Tensor, rule: RankRule
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Compute the exact numerical rank of ``(..., m, c)`` matrices under ``rule`` (float64 SVD).
 
     Each matrix is divided by its own power of two first (``scale.exponent_of``: exact), and the
@@ -78,8 +80,8 @@ def svd_rank(rows: torch.Tensor, rule: RankRule):
         rule: the rank rule.
 
     Returns:
-        ``(rank, sigma_min, sigma_max, tol, singular_values)`` in the units of ``rows``, on its device;
-        ``sigma_min`` is the ``min(m, c)``-th singular value.
+        ``(rank, sigma_min, sigma_max, tol, singular_values)``: in the units of ``rows``, on its device;
+            ``sigma_min`` is the ``min(m, c)``-th singular value.
 
     Raises:
         InputError: when ``rows`` is not a dense tensor of real values, has fewer than 2 dimensions or an empty

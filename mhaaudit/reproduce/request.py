@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import validate
-from ..defaults import DEFAULT_BATCH_SIZE, DEFAULT_SPLIT, DEFAULT_STOP_WHEN_DECIDED
+from ..defaults import DEFAULT_BATCH_SIZE, DEFAULT_SPLIT
 from ..errors import Param
 from ..keywords import given, request_of
 from ..request import SETTINGS_KEYWORDS, build_settings
@@ -37,7 +37,7 @@ class TargetRequest:
     weights: Mapping[str, str] | None = None
     context_length: Mapping[str, int] | None = None
     batch_size: int | str = DEFAULT_BATCH_SIZE
-    settings: Settings = field(default_factory=lambda: Settings.resolve(stop_when_decided=DEFAULT_STOP_WHEN_DECIDED))
+    settings: Settings = field(default_factory=Settings.resolve)
     on_note: Callable[[str], None] | None = None
 
     def __post_init__(self) -> None:
