@@ -237,6 +237,19 @@ CASES = [
     ("plot-into-the-input-through-a-link", "check {vit} --data {imgs} --plot {imgs_alias}/new.png", "lies inside"),
     ("save-features-into-the-input", "check {vit} --data {imgs} --save-features {imgs}/feat", "lies inside"),
     ("out-over-a-hard-link-of-the-input", "kruskal {fpq} --out {fpq_hard}", "is an input of this run"),
+    ("kruskal-out-inside-the-model", "kruskal --model {vit} --limit 20 --out {vit}/o.parquet", "lies inside"),
+    ("kruskal-plot-inside-the-model", "kruskal --model {vit} --limit 20 --plot {vit}/f.png", "lies inside"),
+    (
+        "reproduce-out-inside-the-model",
+        "reproduce table1 --model vit={vit} --limit 20 --out {vit}/o.parquet",
+        "lies inside",
+    ),
+    (
+        "reproduce-plot-inside-the-model",
+        "reproduce figure1 --model vit={vit} --limit 20 --plot {vit}/f.png",
+        "lies inside",
+    ),
+    ("check-out-inside-the-model", "check {vit} --limit 20 --out {vit}/o.parquet", "lies inside"),
     (
         "out-and-save-features-the-same",
         "check {vit} --data {imgs} --out {out}/x.parquet --save-features {out}/x.parquet",

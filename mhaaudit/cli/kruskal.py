@@ -208,7 +208,7 @@ def kruskal(
         )
     if seeds is not None:
         refuse_unused(ctx, ("plot",), "with --seeds: it draws one run's curve; run that seed alone with --seed")
-    refuse_inputs({"--out": out, "--plot": plot}, [features, weights, data])
+    refuse_inputs({"--out": out, "--plot": plot}, [features, model, weights, data])
     prepare_outputs(out, plot, fmt)
     request = kruskal_request(
         features, sweep=sweep or plot is not None, k=k, n=n, vectors=value_of(vectors), key=key, query_index=query_index

@@ -157,7 +157,8 @@ def reproduce(
         weights_seed=weights_seed,
         data_seed=data_seed,
     )  # bad values: before any work
-    paths = [w.partition("=")[2] or w for w in weights or []]
+    # KEY=PATH or PATH alone (a name that is no local path is passed over)
+    paths = [p for w in [*(weights or []), *(model or [])] for p in (w, w.partition("=")[2]) if p]
     refuse_inputs({"--out": out, "--plot": plot}, [data, *paths])
     prepare_outputs(out, plot, fmt)
     keywords = _options(target, ctx.params, progress_enabled(quiet))
