@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InputError, Message, MhaauditError, one_line
+from .errors import InputError, Message, MhaauditError, one_line, path_problem
 
 TIMEOUT_ENV = "MHAAUDIT_DIST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 300.0
@@ -231,6 +231,8 @@ class Session:
         if exc is not None:
             if isinstance(exc, MhaauditError):
                 code, text = 2, _one_line_message(exc.message, 400)
+            elif path_problem(exc) is not None:  # a path the system will not let this rank read or write
+                code, text = 2, path_problem(exc)
             else:
                 code, text = 3, f"{type(exc).__name__}: {one_line(exc, 400)}"
         self.noted = True

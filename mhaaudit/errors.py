@@ -20,6 +20,8 @@ line names its flags in them when it writes the result.
 from __future__ import annotations
 
 import dataclasses
+import errno
+import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -253,3 +255,20 @@ def one_line(exc: BaseException, limit: int | None = None, first_line: bool = Fa
     if limit is not None and len(text) > limit:
         text = text[: limit - 3] + "..."
     return text
+
+
+#: What the operating system says of a path it will not let a run read, search or write, or cannot take: the
+#: user's to fix (a folder's permissions, a name too long, a full or read-only disk), never a bug of mhaaudit
+PATH_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in ("EACCES", "EPERM", "ENAMETOOLONG", "EROFS", "ENOSPC", "EDQUOT", "ELOOP")
+    if hasattr(errno, name)
+)
+
+
+def path_problem(exc: BaseException) -> str | None:
+    """The one line for an ``OSError`` the system raised about a path it names with an error of
+    :data:`PATH_ERRNOS` (``x/y.npy: Permission denied``); None for any other exception."""
+    if isinstance(exc, OSError) and exc.errno in PATH_ERRNOS and exc.filename is not None:
+        return one_line(Exception(f"{exc.filename}: {exc.strerror or os.strerror(exc.errno or 0)}"))
+    return None

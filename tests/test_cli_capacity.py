@@ -329,6 +329,18 @@ def test_help_says_what_block_reads(capsys):
     assert "the output of block K-1" in text and "Deprecated alias of --block" in text
 
 
+@pytest.mark.parametrize("field,value", [("verdict", "maybe"), ("verdict", None), ("exact_status", "perhaps")])
+def test_from_a_file_whose_verdicts_are_not_check_s_words_is_refused(capsys, vit4, tmp_path, field, value):
+    """A results file edited so that its A1 verdicts say something ``check`` never writes: refused, naming the row,
+    where it was read as "not checked" and the run gave no bound without a word."""
+    table = pq.read_table(FIXTURES / "results" / "check-v0.parquet")
+    rows = [{**r, field: value if r["check"] == "assumption_1" else r.get(field)} for r in table.to_pylist()]
+    edited = tmp_path / "edited.parquet"
+    pq.write_table(pa.Table.from_pylist(rows).replace_schema_metadata(table.schema.metadata), edited)
+    rc, _out, err = run(capsys, "capacity", vit4, *FROM, "--from", edited, "--variants", "random", "--block", "1")
+    assert_one_error(rc, err, f"the assumption_1 row's {field} is {value!r}, not one of")
+
+
 def test_from_a_file_that_is_not_check_results(capsys, vit4, image_dir, tmp_path):
     bad = tmp_path / "bad.parquet"
     pq.write_table(pa.table({"a": [1, 2]}), bad)

@@ -550,12 +550,30 @@ def test_console_script_error_exit_code(tmp_path):
     assert r.stdout == ""
 
 
-def test_debug_variable_shows_the_traceback(npy, monkeypatch):
-    from mhaaudit.errors import MhaauditError
-
+def test_debug_variable_shows_the_traceback_and_keeps_the_status(npy, monkeypatch, capsys):
     monkeypatch.setenv("MHAAUDIT_DEBUG", "1")
-    with pytest.raises(MhaauditError):
-        main(["kruskal", str(npy), "--samples", "0"])
+    assert main(["kruskal", str(npy), "--samples", "0"]) == 2  # bad input: 2 still, never 1 (--fail-on's)
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):") and "InputError" in err
+    assert err.strip().splitlines()[-1] == "Error: --samples must be at least 1, got 0"
+
+
+def test_a_path_the_system_will_not_open_is_bad_input(npy, monkeypatch, capsys):
+    """A folder on the path that cannot be searched (``Path.is_dir`` raises PermissionError for a non-root user):
+    one line naming the path, exit 2, not an internal error. Made here by the same exception, whoever runs it."""
+    import pathlib
+
+    real = pathlib.Path.is_dir
+
+    def refused(self):
+        if self.name == npy.name:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(pathlib.Path, "is_dir", refused)
+    assert main(["kruskal", str(npy), "--samples", "50"]) == 2
+    out, err = capsys.readouterr()
+    assert err.strip().splitlines() == [f"Error: {npy}: Permission denied"] and out == ""
 
 
 # --------------------------------------------------------------------------- query vectors captured from a model

@@ -301,3 +301,16 @@ def test_another_ranks_failure_names_the_flags_on_rank_0():
     assert isinstance(lost, RankFailed)
     assert str(lost) == "rank 1 of 2 failed: limit 10 is below n = 197; raise limit"
     assert lost.message_for(flag) == "rank 1 of 2 failed: --limit 10 is below n = 197; raise --limit"
+
+
+def test_an_os_error_about_a_path_is_the_user_s_to_fix():
+    import errno
+
+    from mhaaudit.errors import path_problem
+
+    assert path_problem(PermissionError(errno.EACCES, "Permission denied", "x/y.npy")) == "x/y.npy: Permission denied"
+    assert path_problem(OSError(errno.ENAMETOOLONG, "File name too long", "a" * 300)).endswith("File name too long")
+    assert path_problem(OSError(errno.ENOSPC, "No space left on device", "out.parquet")) is not None
+    assert path_problem(PermissionError(errno.EACCES, "Permission denied")) is None  # no path named: not known
+    assert path_problem(FileNotFoundError(errno.ENOENT, "No such file", "x")) is None  # a file that went: a bug's
+    assert path_problem(ValueError("x")) is None

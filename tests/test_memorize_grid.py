@@ -137,6 +137,23 @@ def test_a_stored_row_that_no_training_writes_is_refused_not_reported(tmp_path, 
     assert says in str(caught.value) and "H = " in str(caught.value)
 
 
+def test_two_rows_for_one_point_are_refused_not_one_of_them_chosen(tmp_path):
+    """A results file with a second row for a point that says otherwise (its count raised, its fraction with it:
+    each row alone is possible) cannot say which holds: refused, where the last row was reported as the result."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "res.parquet"
+    kw = dict(sizes=[16], max_steps=8, out=out, **TINY)
+    run_memorize_grid(**kw)
+    table = pq.read_table(out)
+    (row,) = table.to_pylist()
+    other = {**row, "memorized_count": 16, "memorized": 1.0}
+    pq.write_table(pa.Table.from_pylist([row, other], schema=table.schema), out)
+    with pytest.raises(InputError, match=r"two rows for the configuration '.+'\); pick another out$"):
+        run_memorize_grid(**kw)
+
+
 # ------------------------------------------------------------------ stacked groups and seeds
 
 

@@ -358,3 +358,18 @@ def test_deeply_nested_jsonl_is_an_invalid_line(tmp_path):
     src = text_source(str(path))
     assert list(src) == ["alpha beta"]
     assert src.skips.count("invalid JSON") == 1
+
+
+@pytest.mark.parametrize("suffix", ["csv", "tsv", "parquet"])
+def test_a_column_name_given_twice_is_one_data_error(tmp_path, suffix):
+    """A header that names two columns ``text`` (a CSV's, or a parquet file's schema) cannot say which one is the
+    text: refused as the data's fault, naming the file and the name (it was an internal error, a KeyError)."""
+    path = tmp_path / f"t.{suffix}"
+    docs = _documents(30)
+    if suffix == "parquet":
+        pq.write_table(pa.Table.from_arrays([pa.array(docs), pa.array(docs)], names=["text", "text"]), path)
+    else:
+        sep = "," if suffix == "csv" else "\t"
+        path.write_text(f"text{sep}text\n" + "".join(f'"{d}"{sep}"{d}"\n' for d in docs))
+    with pytest.raises(DataError, match=rf"^\w+ file {path} names more than one column 'text'"):
+        list(text_source(str(path)))

@@ -254,10 +254,27 @@ def _column(p: Path, cols: dict, *, init: str, layer: int) -> tuple[str | None, 
     )
 
 
+#: The words a results file's A1 and A2 rows may hold: their ``verdict`` and their ``exact_status`` (None in a
+#: file written before exact statuses were kept)
+_VERDICTS = ("holds", "fails", "unavailable")
+_EXACT = ("holds", "fails", "undecided", None)
+
+
 def _verdicts(rows: list[dict], *, source: str) -> Assumptions:
-    """The A1/A2 verdicts of one column's rows."""
+    """The A1/A2 verdicts of one column's rows.
+
+    Raises:
+        ValueError: when an A1 or A2 row's verdict or exact status is not a word ``check`` writes (a file
+            edited by hand, or another program's): read as no verdict, it would go unnoticed.
+    """
     out = Assumptions(source=source)
     for r in rows:
+        if r.get("check") in ("assumption_1", "assumption_2"):
+            for field, words in (("verdict", _VERDICTS), ("exact_status", _EXACT)):
+                if r.get(field) not in words:
+                    raise ValueError(
+                        f"the {r['check']} row's {field} is {r.get(field)!r}, not one of {', '.join(map(str, words))}"
+                    )
         if r.get("check") == "assumption_1":
             out.a1 = a1_status(r.get("verdict"), r.get("exact_status"))
             out.a1_reason = _a1_reason(r.get("verdict"), r.get("exact_status"), r.get("reason") or "")

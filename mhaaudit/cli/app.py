@@ -5,7 +5,7 @@ and registers them. :data:`ERRORS` maps exception types to an exit status and a 
 message on stderr (known errors: status 2; anything else is a bug: status 3; Ctrl-C: status
 130, SIGTERM: status 143 and SIGHUP: status 129, also while the libraries are still being
 imported; stdout's reader gone: status 141, quietly). Set ``MHAAUDIT_DEBUG=1`` to see the
-traceback instead. A command's file outputs are staged and put in place only when it ends well
+traceback too (the status is the same). A command's file outputs are staged and put in place only when it ends well
 (:func:`mhaaudit.staging.staged_outputs`). While it runs, stdout carries its data alone, whatever
 native libraries write to file descriptor 1, and a stderr that cannot be written changes no exit
 status (:mod:`mhaaudit.stdio`).
@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import threading
+import traceback
 import warnings
 
 from .. import ending
@@ -219,7 +220,7 @@ try:  # Ctrl-C (or SIGTERM, SIGHUP) while the libraries load (before main runs) 
     from typer.core import TyperCommand, TyperGroup
 
     from .. import __version__
-    from ..errors import MhaauditError, one_line
+    from ..errors import MhaauditError, one_line, path_problem
     from ..staging import abandon, staged_outputs
     from ..stdio import StdoutClosed, command_streams, hold_for_the_process, silence_data, stdout_closed
     from .capacity import capacity
@@ -335,12 +336,24 @@ for _name, _command in (
 
 
 class ErrorRule(NamedTuple):
-    """Exceptions of ``types`` exit with ``code`` after ``Error: <message(exc)>`` on stderr."""
+    """Exceptions of ``types`` (those ``applies`` accepts, when given) exit with ``code`` after
+    ``Error: <message(exc)>`` on stderr."""
 
     types: tuple[type[BaseException], ...]
     code: int
     message: Callable[[BaseException], str]
-    traceback_in_debug: bool = True  # MHAAUDIT_DEBUG=1 re-raises instead
+    traceback_in_debug: bool = True  # MHAAUDIT_DEBUG=1 prints the traceback first
+    applies: Callable[[BaseException], bool] | None = None
+
+    def matches(self, exc: BaseException) -> bool:
+        """Whether this rule maps ``exc``."""
+        return isinstance(exc, self.types) and (self.applies is None or self.applies(exc))
+
+
+def _path_problem(exc: BaseException) -> str:
+    line = path_problem(exc)
+    assert line is not None, "the rule maps only what path_problem describes"
+    return line
 
 
 def _internal(exc: BaseException) -> str:
@@ -383,6 +396,7 @@ ERRORS: tuple[ErrorRule, ...] = (
     ErrorRule((HungUp,), HUNG_UP_STATUS, lambda exc: HUNG_UP, traceback_in_debug=False),
     ErrorRule((Terminated,), TERMINATED_STATUS, lambda exc: TERMINATED, traceback_in_debug=False),
     ErrorRule((StdoutClosed,), PIPE_CLOSED_STATUS, lambda exc: "", traceback_in_debug=False),  # quiet
+    ErrorRule((OSError,), 2, _path_problem, applies=lambda exc: path_problem(exc) is not None),
     ErrorRule((Exception,), 3, _internal),
 )
 
@@ -401,21 +415,22 @@ def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app and map errors to exit codes.
 
     0: the command ran; 1: an assumption named in ``--fail-on`` failed; 2: a usage or input
-    error, an output that cannot be written, or a closed stdout (one line on stderr); 3: an internal
-    error (a bug); 130: interrupted (Ctrl-C); 143: terminated (SIGTERM); 129: hung up (SIGHUP);
-    141: stdout's reader went away (quiet). Every file output of the command is staged and put in
-    place when it succeeds (:func:`mhaaudit.staging.staged_outputs`): whichever way it ends
-    otherwise, none is written. While the command runs, descriptor 1 is stderr's and the data goes
+    error, an output that cannot be written, a path the system will not let it read or write (a
+    folder's permissions, a full disk: :data:`mhaaudit.errors.PATH_ERRNOS`), or a closed stdout (one
+    line on stderr); 3: an internal error (a bug); 130: interrupted (Ctrl-C); 143: terminated
+    (SIGTERM); 129: hung up (SIGHUP); 141: stdout's reader went away (quiet). Every file output of
+    the command is staged and put in place when it succeeds (:func:`mhaaudit.staging.staged_outputs`):
+    whichever way it ends otherwise, none is written. While the command runs, descriptor 1 is stderr's and the data goes
     to stdout through ``sys.stdout`` (:func:`mhaaudit.stdio.command_streams`); a line stderr cannot
-    take is dropped, the status kept.
+    take is dropped, the status kept. ``MHAAUDIT_DEBUG=1`` prints an error's traceback on stderr before its
+    line; the status is the same.
 
     Returns:
         The exit status; errors are mapped to it, not raised.
 
     Raises:
         KeyboardInterrupt: only within, where Typer answers Ctrl-C with status 130: it is mapped as Ctrl-C is.
-            An error no rule maps (a ``SystemExit``), or one that keeps its traceback under ``MHAAUDIT_DEBUG``,
-            passes through as it came.
+            An error no rule maps (a ``SystemExit``) passes through as it came.
     """
     debug = os.environ.get("MHAAUDIT_DEBUG", "").strip() not in ("", "0")
     args = sys.argv[1:] if argv is None else [str(a) for a in argv]
@@ -454,9 +469,11 @@ def _run_command(args: list[str], debug: bool) -> int:
                 sys.stdout.flush()  # a full disk or a closed pipe shows here, not in the interpreter's last flush
         except BaseException as caught:
             exc = _signal_behind(caught)
-            rule = next((r for r in ERRORS if isinstance(exc, r.types)), None)
-            if rule is None or (debug and (rule.traceback_in_debug or exc is not caught)):
-                raise  # SystemExit and the like, or a traceback asked for (a bug's, that replaced the signal's)
+            rule = next((r for r in ERRORS if r.matches(exc)), None)
+            if rule is None:
+                raise  # SystemExit and the like
+            if debug and (rule.traceback_in_debug or exc is not caught):  # (a bug's, that replaced the signal's)
+                traceback.print_exception(caught, file=sys.stderr)  # asked for: the status is kept
             message, rv = rule.message(exc), rule.code
             if isinstance(exc, Terminated):  # under torchrun: the launcher ends rank 0 once another rank has died
                 lost = _lost_rank()

@@ -79,7 +79,8 @@ def _read_results(path: Path, meta: dict) -> dict[str, dict]:
 
     Raises:
         InputError: the file is not a regular file or cannot be read, or is not a results file of memorize (no
-            text config_key column, or a column memorize writes holds values of another type).
+            text config_key column, a column memorize writes holds values of another type, or two rows have the
+            same configuration key).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -107,7 +108,15 @@ def _read_results(path: Path, meta: dict) -> dict[str, dict]:
             f"{path} is not a results file of 'mhaaudit memorize' (its columns do not hold the types memorize "
             f"writes: {one_line(exc, 120)}); pick another " + Param("out")
         ) from None
-    return {r["config_key"]: r for r in rows}
+    by_key: dict[str, dict] = {}
+    for r in rows:
+        if r["config_key"] in by_key:  # memorize writes one row a point: which of the two holds could not be said
+            raise InputError(
+                f"{path} is not a results file of 'mhaaudit memorize' (two rows for the configuration "
+                f"{r['config_key']!r}); pick another " + Param("out")
+            )
+        by_key[r["config_key"]] = r
+    return by_key
 
 
 # --------------------------------------------------------------------------- the grid

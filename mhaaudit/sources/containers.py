@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -86,7 +87,19 @@ def _arrow_kind(t) -> str:
     return str(t)
 
 
-def _kinds_of(schema) -> dict[str, str]:
+def _kinds_of(schema, what: str) -> dict[str, str]:
+    """Each column's kind (:func:`_arrow_kind`), by name.
+
+    Raises:
+        DataError: when two columns of ``what`` (the file, for the message) have the same name: which one a
+            column name means could not be said.
+    """
+    repeated = sorted(name for name, times in Counter(schema.names).items() if times > 1)  # (a header may be wide)
+    if repeated:
+        raise DataError(
+            f"{what} names more than one column {', '.join(map(repr, repeated))}: a column is read by its name, so "
+            "each name must be one column's"
+        )
     return {name: _arrow_kind(schema.field(name).type) for name in schema.names}
 
 
@@ -101,7 +114,9 @@ def _parquet(path: Path) -> Table:
     try:
         with arrow_source(path) as source:
             meta = pq.ParquetFile(source)
-            kinds, rows = _kinds_of(meta.schema_arrow), meta.metadata.num_rows
+            kinds, rows = _kinds_of(meta.schema_arrow, f"parquet file {path}"), meta.metadata.num_rows
+    except DataError:
+        raise
     except Exception as exc:  # noqa: BLE001 - pyarrow raises many types; all mean an unreadable file here
         raise DataError(f"cannot read parquet file {path}: {one_line(exc, 300, first_line=True)}") from None
 
@@ -150,7 +165,7 @@ def _arrow(path: Path) -> Table:
     table = _arrow_table(path)
     return Table(
         f"Arrow file {path}",
-        _kinds_of(table.schema),
+        _kinds_of(table.schema, f"Arrow file {path}"),
         table.num_rows,
         lambda column: _batches_of_table(table, column),
         path.parent,
@@ -204,7 +219,7 @@ def _delimited(path: Path, delimiter: str) -> Table:
         raise DataError(f"cannot read {what} file {path}: {one_line(exc, 300, first_line=True)}") from None
     return Table(
         f"{what} file {path}",
-        _kinds_of(table.schema),
+        _kinds_of(table.schema, f"{what} file {path}"),
         table.num_rows,
         lambda column: _batches_of_table(table, column),
         path.parent,
