@@ -231,8 +231,8 @@ class Session:
         if exc is not None:
             if isinstance(exc, MhaauditError):
                 code, text = 2, _one_line_message(exc.message, 400)
-            elif path_problem(exc) is not None:  # a path the system will not let this rank read or write
-                code, text = 2, path_problem(exc)
+            elif (about_path := path_problem(exc)) is not None:  # a path the system will not let this rank open
+                code, text = 2, about_path
             else:
                 code, text = 3, f"{type(exc).__name__}: {one_line(exc, 400)}"
         self.noted = True

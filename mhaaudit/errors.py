@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -270,5 +269,5 @@ def path_problem(exc: BaseException) -> str | None:
     """The one line for an ``OSError`` the system raised about a path it names with an error of
     :data:`PATH_ERRNOS` (``x/y.npy: Permission denied``); None for any other exception."""
     if isinstance(exc, OSError) and exc.errno in PATH_ERRNOS and exc.filename is not None:
-        return one_line(Exception(f"{exc.filename}: {exc.strerror or os.strerror(exc.errno or 0)}"))
+        return one_line(Exception(f"{exc.filename}: {exc.strerror or one_line(exc)}"))
     return None
