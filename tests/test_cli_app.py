@@ -82,6 +82,26 @@ def test_help_never_breaks_inside_a_word(capsys, monkeypatch, command, columns):
     assert sorted(narrow - wide) == []
 
 
+def _description(capsys, monkeypatch, command: str, columns: int) -> list[str]:
+    """The help's lines between the summary paragraph and the first panel, stripped."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    rc, out, err = run(capsys, *([command] if command else []), "--help")
+    assert rc == 0, err
+    lines = [line.strip() for line in out.splitlines()]
+    top = lines[: next(i for i, line in enumerate(lines) if line.startswith("\u256d"))]
+    paragraphs = "\n".join(top).split("\n\n")
+    body = [p for p in paragraphs if p.strip() and not p.strip().startswith("Usage")][1:]
+    return [line for p in body for line in p.splitlines() if line]
+
+
+@pytest.mark.parametrize("command", ("", *COMMANDS, "reproduce"))
+def test_the_description_reads_the_same_in_an_80_column_terminal(capsys, monkeypatch, command):
+    """Past its summary, a command's description keeps the docstring's lines: at 80 columns none of
+    them is wrapped, which would leave a word or two alone on a line before the next one starts."""
+    wide = _description(capsys, monkeypatch, command, 1000)
+    assert _description(capsys, monkeypatch, command, 80) == wide
+
+
 def test_long_choices_are_listed_in_the_help(capsys):
     text = help_text(capsys, "memorize")
     assert "--preset <preset>" in text and "One of: paper-fig2a, paper-fig2b, paper-fig2c, cpu." in text

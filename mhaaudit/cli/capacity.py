@@ -154,15 +154,17 @@ def capacity(
 ) -> None:
     """Memorisation capacity: the Theorem 1 bound from the audited assumptions, and a certificate.
 
-    The bound (reconstructed from the paper's proof) is H (min(n, d_h) - 1) + 1 when Assumptions
-    1 and 2 hold on the tokens the attention block sees, H (min(k, d_h) - 1) + 1 (Remark 1) with
-    an estimated Kruskal rank k < n, and nothing when Assumption 2 fails or n >= d. The
-    certificate is the rank r of the matrix Z of per-head convex combinations: one attention layer
-    with those key/query weights memorises r of the examples for any labels (value/output weights
-    solved for random labels; the residual is printed).
+    The bound (reconstructed from the paper's proof) is H (min(n, d_h) - 1) + 1
+    when Assumptions 1 and 2 hold on the tokens the attention block sees,
+    H (min(k, d_h) - 1) + 1 (Remark 1) with an estimated Kruskal rank k < n,
+    and nothing when Assumption 2 fails or n >= d. The certificate is the rank r
+    of the matrix Z of per-head convex combinations: one attention layer with
+    those key/query weights memorises r of the examples for any labels
+    (value/output weights solved for random labels; the residual is printed).
 
-    --block K reads the input of block K (the output of block K-1), where check --layer K reads
-    the output of block K: capacity --block K+1 certifies the tokens check --layer K audits.
+    --block K reads the input of block K (the output of block K-1), where
+    check --layer K reads the output of block K: capacity --block K+1 certifies
+    the tokens check --layer K audits.
     """
     clock = CommandClock()
     with clock.importing(quiet):  # the library, torch with it: seconds

@@ -145,13 +145,17 @@ def memorize(
 
     paper-fig2c: d_h in 10,16,...,64; H=30; n=32; T in 2000,5000,10000.
 
-    cpu: H in 1,2,4,8; n=32; T in 500,1000; at most 6000 steps (about a minute on 2 cores).
+    cpu: H in 1,2,4,8; n=32; T in 500,1000; at most 6000 steps
+    (about a minute on 2 cores).
 
-    Without --epochs/--max-steps each point trains max(500 epochs, 50k steps), as in the paper.
+    Without --epochs/--max-steps each point trains max(500 epochs, 50k steps),
+    as in the paper.
+
     Appendix H's saturation study: --heads 4 --n 32 --sizes 550 --saturation.
 
-    In parts of bounded time: --out FILE --max-minutes 8 (with --max-group to keep groups short) trains
-    whole groups until the time is up and keeps them; the same command again trains the rest.
+    In parts of bounded time: --out FILE --max-minutes 8 trains whole groups
+    until the time is up and keeps them; the same command again trains the rest.
+    --max-group keeps the groups short.
     """
     with importing(quiet):  # the library, torch with it: seconds
         from ..io import refuse_inputs

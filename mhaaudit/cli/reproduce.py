@@ -128,9 +128,10 @@ def reproduce(
 ) -> None:
     """Run one of the paper's experiments with its settings and print each published value beside ours.
 
-    Online, the data are the paper's (imagenet-1k train, Wikipedia) and the trained columns use the
-    paper's checkpoints; offline, the built-in data and random weights (trained columns need --weights).
-    A row matches when the verdicts agree; every difference comes with its reason, taken from the run.
+    Online, the data are the paper's (imagenet-1k train, Wikipedia) and the
+    trained columns use the paper's checkpoints; offline, the built-in data and
+    random weights (trained columns need --weights). A row matches when the
+    verdicts agree; every difference comes with its reason, taken from the run.
     \f
 
     Raises:
