@@ -31,7 +31,7 @@ from .collectives import RankFailed as RankFailed
 from .collectives import Session as Session
 from .collectives import SingleProcess as SingleProcess
 from .collectives import timeout_s as timeout_s
-from .errors import InputError, MhaauditError, one_line, path_problem
+from .errors import InputError, MhaauditError, one_line, users_to_fix
 from .staging import remove_scratch_folders
 from .stdio import command_streams, say
 
@@ -333,7 +333,7 @@ def _follow(s: Session) -> int:
         except Exception as exc:  # noqa: BLE001 - a follower's failure is its status; rank 0 says why
             if os.environ.get("MHAAUDIT_DEBUG", "").strip() not in ("", "0"):
                 traceback.print_exception(exc, file=sys.stderr)  # asked for: the status is the same
-            return 2 if isinstance(exc, MhaauditError) or path_problem(exc) is not None else 3
+            return 2 if users_to_fix(exc) else 3
 
 
 def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:

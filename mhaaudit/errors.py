@@ -271,3 +271,10 @@ def path_problem(exc: BaseException) -> str | None:
     if isinstance(exc, OSError) and exc.errno in PATH_ERRNOS and exc.filename is not None:
         return one_line(Exception(f"{exc.filename}: {exc.strerror or one_line(exc)}"))
     return None
+
+
+def users_to_fix(exc: BaseException) -> bool:
+    """Whether ``exc`` is a problem the user can fix (exit 2): an :class:`MhaauditError`, or a path
+    the system will not let a run use (:func:`path_problem`). Anything else that ends a run is a bug
+    of mhaaudit (exit 3)."""
+    return isinstance(exc, MhaauditError) or path_problem(exc) is not None

@@ -314,3 +314,26 @@ def test_an_os_error_about_a_path_is_the_user_s_to_fix():
     assert path_problem(PermissionError(errno.EACCES, "Permission denied")) is None  # no path named: not known
     assert path_problem(FileNotFoundError(errno.ENOENT, "No such file", "x")) is None  # a file that went: a bug's
     assert path_problem(ValueError("x")) is None
+
+
+def test_what_ends_a_rank_as_the_user_s_to_fix_is_what_the_command_line_maps_to_2():
+    """The rule a job's ranks apply (:func:`users_to_fix`) and the command line's rules agree: each
+    exception is exit 2 in both, or a bug (3) in both."""
+    import errno
+
+    from mhaaudit.cli.app import ERRORS
+    from mhaaudit.errors import DataError, InputError, users_to_fix
+
+    cases = [
+        InputError("bad"),
+        DataError("bad"),
+        PermissionError(errno.EACCES, "Permission denied", "x/y.npy"),
+        PermissionError(errno.EACCES, "Permission denied"),
+        FileNotFoundError(errno.ENOENT, "No such file", "x"),
+        ValueError("x"),
+        RuntimeError("x"),
+    ]
+    for exc in cases:
+        status = next(rule.code for rule in ERRORS if rule.matches(exc))
+        assert status == (2 if users_to_fix(exc) else 3), exc
+    assert [users_to_fix(exc) for exc in cases] == [True, True, True, False, False, False, False]
