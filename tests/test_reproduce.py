@@ -416,8 +416,9 @@ def test_figure2_linear_monotone_and_theorem1():
 
 def test_figure2_differences_are_explained_from_the_runs():
     spec = target_spec("figure2")
-    runs = [run_(1, 500, 20, steps=300), run_(2, 500, 10, steps=300), run_(4, 500, 500, steps=300)]
-    comps = compare_memorization("figure2", spec, runs, [fit_(500, 5.0, 0.6, xs=(1, 2))], bound)
+    runs = [run_(1, 500, 20, steps=300), run_(2, 500, 10, steps=300), run_(3, 500, 40, steps=300)]
+    runs.append(run_(4, 500, 500, steps=300))
+    comps = compare_memorization("figure2", spec, runs, [fit_(500, 5.0, 0.6, xs=(1, 2, 3))], bound)
     lin = next(c for c in comps if c.kind == "linear")
     assert lin.status == "differs" and "r2 = 0.6000 < 0.95" in lin.reason
     assert (
@@ -433,6 +434,30 @@ def test_figure2_differences_are_explained_from_the_runs():
     no_fit = compare_memorization("figure2", spec, runs, [], bound)
     lin = next(c for c in no_fit if c.kind == "linear")
     assert lin.status == "undetermined" and "H = [4]" in lin.reason
+
+
+def test_a_line_through_two_points_is_no_evidence_of_a_linear_rise():
+    """Two points below saturation always fit a line (r2 = 1): the comparison is undetermined, and says why."""
+    spec = target_spec("figure2")
+    runs = [run_(1, 200, 20), run_(2, 200, 60), run_(4, 200, 198)]
+    comps = compare_memorization("figure2", spec, runs, [fit_(200, 40.0, 1.0, xs=(1, 2))], bound)
+    lin = next(c for c in comps if c.kind == "linear")
+    assert lin.status == "undetermined" and lin.our_verdict is None
+    assert "only 2 of the 3 values of H have points below saturation (at H = [1, 2];" in lin.reason
+    assert "at H = [4]" in lin.reason and "a line fits two points exactly" in lin.reason
+
+
+def test_one_head_cannot_reach_the_count_with_a_hundred_classes():
+    """With one head the class scores are multiples of one vector: only class 0 and two others can be predicted.
+    A point whose labels put fewer examples there than Theorem 1's count cannot test it, and says so."""
+    spec = target_spec("figure2")
+    runs = [dict(run_(1, 200, 11), classes=100), run_(2, 200, 70)]
+    comps = compare_memorization("figure2", spec, runs, [], bound, most=lambda r: 14 if r["heads"] == 1 else None)
+    one, two = (c for c in comps if c.kind == "theorem1")
+    assert one.status == "undetermined" and one.our_value == 11.0 and one.our_verdict is None
+    assert "no weights memorise more than 14 of these 200 examples" in one.reason
+    assert "below min(T, 32) = 32" in one.reason and "100 class scores" in one.reason
+    assert two.status == "match"  # no limit below T known: 70 >= min(T, 2 (32 - 1) + 1) = 63
 
 
 def test_figure2_nan_fit_is_not_linear():

@@ -13,8 +13,9 @@ import math
 import torch
 
 from ..defaults import MEMORIZE_CONTEXTS, MEMORIZE_TASKS
+from ..runtime import derive_seed
 
-__all__ = ["CONTEXTS", "DIM", "TASKS", "make_dataset", "sinusoidal_positions"]
+__all__ = ["CONTEXTS", "DIM", "TASKS", "make_dataset", "point_generator", "sinusoidal_positions"]
 
 DIM = 64
 TASKS = MEMORIZE_TASKS
@@ -30,6 +31,12 @@ def sinusoidal_positions(length: int, d: int) -> torch.Tensor:
     pe[:, 0::2] = torch.sin(pos * freq)
     pe[:, 1::2] = torch.cos(pos * freq)[:, : pe[:, 1::2].shape[1]]
     return pe.float()
+
+
+def point_generator(seed: int) -> torch.Generator:
+    """The CPU generator of a point of seed ``seed``: it draws the point's data (:func:`make_dataset`), then its
+    initial weights, then the order of its batches."""
+    return torch.Generator(device="cpu").manual_seed(derive_seed(seed, "memorize"))
 
 
 def make_dataset(*, size: int, n: int, task: str, context: str, classes: int, generator: torch.Generator, d: int = DIM):

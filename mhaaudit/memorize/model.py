@@ -16,7 +16,7 @@ import torch
 
 from .data import sinusoidal_positions
 
-__all__ = ["MemorizeModel"]
+__all__ = ["MemorizeModel", "one_head_ceiling"]
 
 
 class MemorizeModel(torch.nn.Module):
@@ -72,3 +72,22 @@ class MemorizeModel(torch.nn.Module):
             heads_out = (p * v).sum(-1)
         out = (heads_out @ self.wo.T) @ self.readout.T
         return (out, p) if return_attention else out
+
+
+def one_head_ceiling(labels: torch.Tensor) -> int:
+    """The most of these class labels a one-head :class:`MemorizeModel` memorises, whatever its weights.
+
+    With one head and one value coordinate, an example's class scores are ``s * u``: its head's output ``s``
+    times one vector ``u`` (the read-out after ``W_O``). The predicted class is then the first largest
+    entry of ``u`` (``s > 0``), its first smallest (``s < 0``), or class 0 (``s = 0``: every score equal,
+    and ``argmax`` takes the first). So at most the examples of class 0 and of the two most frequent other
+    classes are memorised.
+
+    Args:
+        labels (torch.Tensor): the point's class labels (int64, from 0).
+
+    Returns:
+        That many examples: the count of class 0 plus those of the two most frequent other classes.
+    """
+    counts = torch.bincount(labels.reshape(-1).cpu())
+    return int(counts[0]) + int(counts[1:].sort(descending=True).values[:2].sum()) if counts.numel() else 0

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ..runtime import derive_seed
-from .data import DIM, make_dataset
+from .data import DIM, make_dataset, point_generator
 from .model import MemorizeModel
 from .schedule import Plan, lr_factor
 from .training import example_losses, memorised
@@ -22,7 +21,7 @@ __all__ = ["train_plain"]
 
 def train_plain(point, recipe, device: torch.device) -> dict:
     """Train ``point`` (a :class:`~.training.Point`) alone; its record's training fields."""
-    gen = torch.Generator().manual_seed(derive_seed(point.seed, "memorize"))
+    gen = point_generator(point.seed)
     q, ctx, y = make_dataset(
         size=point.size, n=point.n, task=recipe.task, context=recipe.context, classes=recipe.classes, generator=gen
     )

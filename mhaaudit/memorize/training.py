@@ -34,8 +34,8 @@ from ..defaults import DEFAULT_DEVICE
 from ..errors import Param
 from ..numerics.threads import intra_op_threads as _intra_op_threads
 from ..progress import task as progress_task
-from ..runtime import MAX_SEED, derive_seed, device_name, resolve_device
-from .data import DIM, make_dataset
+from ..runtime import MAX_SEED, device_name, resolve_device
+from .data import DIM, make_dataset, point_generator
 from .model import MemorizeModel
 from .recipe import Recipe
 from .results import MemorizeRun
@@ -168,8 +168,7 @@ class _GroupTrainer:
         self.orders: list[BatchOrder] = []
         models, data = [], []
         for p in points:
-            gen = torch.Generator(device="cpu")
-            gen.manual_seed(derive_seed(p.seed, "memorize"))
+            gen = point_generator(p.seed)
             data.append(
                 make_dataset(
                     size=p.size, n=p.n, task=recipe.task, context=recipe.context, classes=recipe.classes, generator=gen

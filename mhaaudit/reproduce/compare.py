@@ -429,10 +429,14 @@ def setting_differences(spec: dict, key: str, facts: RunFacts, column: str = "")
 # --------------------------------------------------------------------------- Figure 2: memorisation against H
 
 
-def compare_memorization(target: str, spec: dict, runs: list[dict], fits: list[dict], bound) -> list[Comparison]:
+def compare_memorization(
+    target: str, spec: dict, runs: list[dict], fits: list[dict], bound, most=None
+) -> list[Comparison]:
     """Figure 2's claims against a grid over H: a linear fit and a monotone rise per size T, and
     each point's memorised count against Theorem 1's count (``bound(run)``: a
-    :class:`~mhaaudit.theory.CapacityBound`)."""
+    :class:`~mhaaudit.theory.CapacityBound`). ``most(run)``, where given, is the most examples of the
+    run's that any weights of its model memorise, when it is known to be below T (else None): a count
+    above it cannot be reached by any training, so the point cannot test the count."""
     items = {it["kind"]: it for it in spec["values"]}
     out = []
     sizes = sorted({r["size"] for r in runs})
@@ -442,7 +446,7 @@ def compare_memorization(target: str, spec: dict, runs: list[dict], fits: list[d
         out.append(_linear(target, items["linear"], T, pts, fit, spec))
         out.append(_monotone(target, items["monotone"], T, pts, spec))
     for r in runs:
-        out.append(_theorem1(target, items["theorem1"], r, bound(r), spec))
+        out.append(_theorem1(target, items["theorem1"], r, bound(r), spec, most(r) if most else None))
     return out
 
 
@@ -506,11 +510,14 @@ def _judged(
 def _linear(target: str, item: dict, T: int, pts: list[dict], fit: dict | None, spec: dict) -> Comparison:
     base = _memo_base(target, item, f"T = {T}")
     base["paper_detail"] = f"r2 >= {item['min_r2']} over the non-saturated points"
-    if fit is None:
-        sat = [r["heads"] for r in pts if r["memorized"] >= 0.99]
+    if fit is None or len(fit["xs"]) < 3:
+        sat = sorted({r["heads"] for r in pts if r["memorized"] >= 0.99})
+        below = sorted({r["heads"] for r in pts if r["memorized"] < 0.99})
         reason = (
-            f"at T = {T} fewer than two of the {len(pts)} points are below saturation (memorised fraction "
-            f"0.99 or more at H = {sat}), so no line can be fitted; " + _training_evidence(pts, spec)
+            f"at T = {T} only {len(below)} of the {len({r['heads'] for r in pts})} values of H have points below "
+            f"saturation (at H = {below}; "
+            f"memorised fraction 0.99 or more at H = {sat}); a line fits two points exactly, so it takes three "
+            "to show a linear rise; " + _training_evidence(pts, spec)
         )
         return _no_value(base, "undetermined", reason)
     ok = fit["slope"] > 0 and math.isfinite(fit["r2"]) and fit["r2"] >= item["min_r2"]
@@ -544,7 +551,7 @@ def _monotone(target: str, item: dict, T: int, pts: list[dict], spec: dict) -> C
     return _judged(base, ok, ("increasing", "not increasing"), None, detail, reason)
 
 
-def _theorem1(target: str, item: dict, run: dict, bound, spec: dict) -> Comparison:
+def _theorem1(target: str, item: dict, run: dict, bound, spec: dict, most: int | None = None) -> Comparison:
     T = run["size"]
     column = f"H = {run['heads']}, n = {run['n']}, d_h = {run['head_dim']}, T = {T}"
     base = _memo_base(target, item, column, float(bound.count) if bound.applies else None)
@@ -555,6 +562,14 @@ def _theorem1(target: str, item: dict, run: dict, bound, spec: dict) -> Comparis
         )
     base["paper_detail"] = bound.formula
     need = min(bound.count, T)
+    if most is not None and most < need:
+        reason = (
+            f"with one head an example's {run.get('classes', 'class')} class scores are multiples of one vector, so "
+            f"no weights memorise more than {most} of these {T} examples (those of class 0 and of the two most "
+            f"frequent other classes), below min(T, {bound.count}) = {need}; Theorem 1 counts exact fits of "
+            "real-valued labels, which this classification cannot test"
+        )
+        return _without_interval(base, None, count, detail, "undetermined", reason)
     ok = run["memorized_count"] >= need
     reason = ""
     if not ok:

@@ -27,6 +27,8 @@ from ..errors import InputError, Param
 from ..hub import is_offline
 from ..kruskal import draw_decisions, kruskal_sweep
 from ..memorize import run_memorize_grid
+from ..memorize.data import make_dataset, point_generator
+from ..memorize.model import one_head_ceiling
 from ..numerics import svd_rank
 from ..progress import task
 from ..settings import Settings
@@ -504,8 +506,14 @@ def figure2(
             heads=run["heads"], head_dim=run["head_dim"], n=run["n"], d=d, a1_holds=True, a2_holds=True
         )
 
+    def most(run: dict) -> int | None:  # one head: only three classes can be predicted (one_head_ceiling)
+        if run["heads"] != 1 or run["task"] != "classification":
+            return None
+        kw = {k: run[k] for k in ("size", "n", "task", "context", "classes")}
+        return one_head_ceiling(make_dataset(**kw, generator=point_generator(run["seed"]))[2])
+
     runs = [r.to_dict() for r in grid.runs]
-    comps = compare_memorization("figure2", spec, runs, [f.to_dict() for f in grid.fits], bound)
+    comps = compare_memorization("figure2", spec, runs, [f.to_dict() for f in grid.fits], bound, most)
     tr = spec["training"]
     setting = [
         f"grid {grid.preset or 'custom'}: H in {list(grid.values)}, n = {s.n}, d_h = {s.head_dim}, d = {d}, "
