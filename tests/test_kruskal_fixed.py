@@ -189,6 +189,7 @@ def test_determinism_for_a_seed():
         (dict(k=2, samples=0), "^samples must"),
         (dict(k=2, threshold=0.0), "^threshold must"),
         (dict(k=2, threshold=1.5), "^threshold must"),
+        (dict(k=2, rule="paper"), "^rule 'paper': not a RankRule"),
     ],
 )
 def test_bad_parameters(kwargs, match):

@@ -21,6 +21,17 @@ def test_default_rule_is_matrix_rank_default():
     assert RankRule.for_dtype("float64").eps == torch.finfo(torch.float64).eps
 
 
+def test_a_numpy_dtype_or_a_name_gives_the_rule_and_anything_else_is_refused():
+    import numpy as np
+
+    for dtype in (np.float32, np.dtype("float32"), np.zeros(2, np.float32).dtype, "float32", torch.float32):
+        assert RankRule.for_dtype(dtype) == RankRule.for_dtype(torch.float32), dtype
+    assert RankRule.for_dtype(np.int64).dtype == "float64"
+    for bad in ("foo", "__class__", 3, None):
+        with pytest.raises(InputError, match="^dtype .*: not a dtype"):
+            RankRule.for_dtype(bad)
+
+
 def test_user_tolerances_follow_matrix_rank():
     only_atol = RankRule.for_dtype(torch.float32, atol=0.5)
     assert only_atol.rtol_for(5, 12) == 0.0 and only_atol.tol(10.0, 5, 12) == 0.5

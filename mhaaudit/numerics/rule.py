@@ -173,15 +173,21 @@ class RankRule:
         object.__setattr__(self, "eps", eps)
 
     @classmethod
-    def for_dtype(cls, dtype: torch.dtype | str, rtol: float | None = None, atol: float | None = None) -> RankRule:
+    def for_dtype(cls, dtype, rtol: float | None = None, atol: float | None = None) -> RankRule:
         """The rule for features of ``dtype`` (its eps; float64's for a non-floating dtype), with ``rtol`` /
         ``atol`` when given.
 
+        Args:
+            dtype (torch.dtype | numpy.dtype | str): the features' dtype: a torch or NumPy dtype or type, or its
+                name (``"float32"``).
+            rtol: the relative tolerance (None: the paper's, ``max(rows, cols) * eps``).
+            atol: the absolute tolerance (None: none).
+
         Raises:
-            InputError: when ``rtol`` or ``atol`` is not a finite number >= 0.
+            InputError: when ``dtype`` names no dtype, or ``rtol`` or ``atol`` is not a finite number >= 0.
         """
         atol = validate.tolerance(Param("atol"), atol)  # finite here; the constructor checks the rest
-        dt: torch.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+        dt = _torch_dtype(dtype)
         if not dt.is_floating_point:
             dt = torch.float64
         return cls(rtol=rtol, atol=atol, eps=float(torch.finfo(dt).eps), dtype=str(dt).replace("torch.", ""))
@@ -230,3 +236,25 @@ class RankRule:
     def as_dict(self) -> dict:
         """``rtol``, ``atol``, ``eps``, ``dtype`` and the ``rule`` in words, for the JSON ``meta``."""
         return {"rtol": self.rtol, "atol": self.atol, "eps": self.eps, "dtype": self.dtype, "rule": self.describe()}
+
+
+def _torch_dtype(dtype) -> torch.dtype:
+    """The torch dtype of a torch dtype, a NumPy dtype or type, or a dtype's name.
+
+    Raises:
+        InputError: when ``dtype`` is none of them.
+    """
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    name = dtype if isinstance(dtype, str) else getattr(getattr(dtype, "dtype", dtype), "name", None)
+    if name is None and dtype is not None:  # (NumPy reads None as float64)
+        with contextlib.suppress(TypeError):
+            import numpy as np
+
+            name = np.dtype(dtype).name
+    found = getattr(torch, name, None) if isinstance(name, str) and name.isidentifier() else None
+    if not isinstance(found, torch.dtype):
+        raise InputError(
+            Param("dtype") + f" {dtype!r}: not a dtype (give a torch or NumPy dtype, or a name such as 'float32')"
+        )
+    return found
