@@ -22,7 +22,8 @@ from .distributed import describe, shared
 from .errors import DataError, InputError, OfflineError, Param, joined
 from .facts import AuditSettings, JobFacts, ModelFacts, ReadFacts
 from .features import FeatureSet
-from .kruskal import Sweep, kruskal_sweep, set_stats
+from .kruskal import SubsetTest, Sweep, kruskal_sweep, set_stats
+from .kruskal.proofs import shared_proofs
 from .models import modality_of
 from .notes import Note, NoteKind, add_note
 from .probes import IMAGE_VARIANTS, VARIANT_HELP, Probe, plan_probes, probe_for_variant, refuse_weights_without_trained
@@ -201,6 +202,11 @@ def run_checks(
         with task(f"{label} sweep", settings.samples, settings.progress) as adv, phases.phase("draws"):
             sw = kruskal_sweep(fs.queries, stats=stats["queries"], progress=adv, rule=rule, **common)
         timings["sweep"] = round(time.perf_counter() - t0, 3)
+    for vectors in stats:  # the proofs of the tests of one set of vectors decide each other's exact statuses
+        mine = {c.name: t for c in sampled if c.vectors == vectors and isinstance(t := tests[c.name], SubsetTest)}
+        decided, with_proofs = shared_proofs(list(mine.values()), sw if vectors == "queries" else None)
+        tests.update(zip(mine, decided, strict=True))
+        sw = with_proofs if vectors == "queries" else sw
     return tests, sw, timings
 
 

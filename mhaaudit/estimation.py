@@ -38,6 +38,7 @@ from .feature_files import MappedArray, read_array, to_query_matrix
 from .features import FeatureSet
 from .keywords import given, refuse_disagreement
 from .kruskal import KruskalInputs, KruskalResult, as_matrix, fixed_rule
+from .kruskal.proofs import shared_proofs
 from .numerics.stream import peak_rss_bytes
 from .probes import probe_for_variant, refuse_weights_without_trained
 from .progress import log, task
@@ -583,6 +584,7 @@ def _estimate(X, ks, sweep: bool, n, vectors: str, settings: Settings, rule, sta
         with task("sweep", settings.samples, settings.progress) as adv, phases.phase("draws"):
             sw = kruskal.kruskal_sweep(X, progress=adv, **common)
         timings["sweep"] = round(time.perf_counter() - s, 3)
+    tests, sw = shared_proofs(tests, sw)  # what one test proves decides the others' exact statuses
     return tests, sw, timings
 
 

@@ -137,3 +137,53 @@ def test_determinism_for_a_seed():
     s1 = kruskal_sweep(X, samples=200, seed=4)
     s2 = kruskal_sweep(X, samples=200, seed=4)
     assert s1.fractions == s2.fractions and s1.estimate == s2.estimate
+
+
+# ------------------------------------------------------------------ an independent whole set proves every subset
+
+
+def test_an_independent_whole_set_proves_every_subset_near_the_tolerance():
+    """T <= d rows whose smallest singular value crosses the float32 tolerance: wherever the whole set is proven
+    independent, brute force finds every subset independent (the Kruskal rank is T), in the sweep's floor and in
+    the exact status of a subset test alike; elsewhere nothing is claimed beyond brute force."""
+    g = torch.Generator().manual_seed(0)
+    T, d = 5, 7
+    U = torch.linalg.qr(torch.randn(T, T, generator=g, dtype=torch.float64))[0]
+    V = torch.linalg.qr(torch.randn(d, T, generator=g, dtype=torch.float64))[0]
+    rule = RankRule.for_dtype(torch.float32)
+    kinds = set()
+    for eps in torch.logspace(-8, -5, 25, dtype=torch.float64):
+        s = torch.ones(T, dtype=torch.float64)
+        s[-1] = eps
+        X = ((U * s) @ V.T).float()
+        exact = exact_kruskal_rank(X, rule)
+        sw = kruskal_sweep(X, samples=40, seed=1, rule=rule)
+        assert sw.floor.value <= exact <= sw.ceiling.value
+        kinds.add(sw.floor.kind)
+        if sw.floor.kind == "whole-set":
+            assert exact == T and sw.exact_kruskal_rank == T and sw.exact_at(T) == ("holds", "certified-floor")
+        test = subset_test(X, T - 1, samples=40, seed=1, rule=rule)
+        if test.exact_status == "holds":
+            assert exact >= T - 1 and test.exact_basis == "certified-floor"
+            assert f"the whole set of {T} rows is independent under the rule" in test.reason
+            assert "an estimate, not a proof" not in test.reason
+    assert "whole-set" in kinds and kinds - {"whole-set"}  # both sides of the tolerance were met
+
+
+def test_more_rows_than_columns_prove_nothing_from_the_whole_set():
+    X = torch.randn(12, 6, generator=torch.Generator().manual_seed(3))
+    test = subset_test(X, 4, samples=60)
+    assert test.verdict == "holds" and (test.exact_status, test.exact_basis) == ("undecided", "none")
+    assert test.reason.endswith("an estimate, not a proof")
+    assert kruskal_sweep(X, samples=60).floor.kind == "babel"
+
+
+def test_a_sweep_cut_short_by_kmax_proves_nothing_above_it():
+    """40 orthonormal rows swept to kmax = 5: every size up to 5 holds, and nothing is known above it. The
+    ceiling was the set-rank bound at 5, "no subset of more than 5 rows can be independent (a proof)": false."""
+    g = torch.Generator().manual_seed(4)
+    X = torch.linalg.qr(torch.randn(64, 64, generator=g, dtype=torch.float64))[0][:40].float()
+    sw = kruskal_sweep(X, kmax=5, samples=20)
+    assert sw.ks == (1, 2, 3, 4, 5) and sw.estimate == 5
+    assert (sw.ceiling.value, sw.ceiling.kind) == (40, "dimension") and sw.exact_kruskal_rank is None
+    assert exact_kruskal_rank(X[:8]) == 8  # (brute force on a part: more than 5 rows are independent)

@@ -1,18 +1,17 @@
 """The test at one candidate size k: is every k-subset of the rows independent under the rule?
 
-``subset_test`` draws N uniformly random k-subsets (``sampling``) and decides each one exactly
-(``numerics``: every decision equals ``torch.linalg.matrix_rank`` on the same float64 rows). The
-satisfied fraction and its Clopper-Pearson interval are an **estimate** of the share of
-independent k-subsets; a "holds" verdict is an estimate, not a proof. A dependent subset that
-was drawn is a **proof** that the Kruskal rank is below k: ``shrink_witness`` looks for a smaller
-one inside it and keeps its indices and singular values. Sizes above d, T or the rank ceiling of
-the whole set (``SetStats.ceiling``) are answered without sampling, as proofs. A draw whose
-decision no LAPACK route can compute (``numerics.checked``: every SVD driver failed) is neither
-independent nor dependent: it is counted in ``undecided_draws`` and left out of ``samples``, so of
-the fraction and its interval, and it is never a witness. The draws are
-decided on the data divided by an exact power of two (``numerics.scale``, applied to each draw's
-rows as they are gathered, ``numerics.stream.Unit``): the same data at any scale give the same
-draws, decisions and witness, whose singular values are in the data's units.
+``subset_test`` draws N uniformly random k-subsets (``sampling``) and decides each one exactly (``numerics``: every
+decision equals ``torch.linalg.matrix_rank`` on the same float64 rows). The satisfied fraction and its Clopper-Pearson
+interval are an **estimate** of the share of independent k-subsets; a "holds" verdict is an estimate, not a proof. A
+dependent subset that was drawn is a **proof** that the Kruskal rank is below k: ``shrink_witness`` looks for a smaller
+one inside it and keeps its indices and singular values. Sizes above d, T or the rank ceiling of the whole set
+(``SetStats.ceiling``) are answered without sampling, as proofs. With T <= d rows and no dependent draw, the whole set
+is decided too: independent, it proves that every k-subset is (``witness.independent_set_floor``), and the exact status
+holds. A draw whose decision no LAPACK route can compute (``numerics.checked``: every SVD driver failed) is neither
+independent nor dependent: it is counted in ``undecided_draws`` and left out of ``samples``, so of the fraction and its
+interval, and it is never a witness. The draws are decided on the data divided by an exact power of two
+(``numerics.scale``, applied to each draw's rows as they are gathered, ``numerics.stream.Unit``): the same data at any
+scale give the same draws, decisions and witness, whose singular values are in the data's units.
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ from ..numerics.stream import Unit, unit_of
 from ..runtime import device_name, resolve_device
 from . import witness
 from .bounds import fixed_rule
-from .results import SetStats, SubsetTest, Witness, clopper_pearson, rows_phrase
+from .results import Bound, SetStats, SubsetTest, Witness, clopper_pearson, rows_phrase
 from .sampling import (
     DRAW_BLOCK,
     Draws,
@@ -293,8 +292,12 @@ def _tally(
     return t
 
 
-def _reason(t: _Tally, k: int, threshold: float, witness: Witness | None, planned: int, max_fail: int) -> str:
+def _reason(
+    t: _Tally, k: int, threshold: float, witness: Witness | None, planned: int, max_fail: int, whole: Bound | None
+) -> str:
     reason = _decided_reason(t, k, threshold, witness, planned, max_fail)
+    if whole is not None:  # every subset proven independent: the estimate is a proof here
+        reason = reason.removesuffix("; an estimate, not a proof") + f"; {whole.proves}"
     if t.undecided:
         reason += (
             f"; {t.undecided} of {t.drawn} draws left undecided (no LAPACK route gave usable singular values) "
@@ -560,7 +563,8 @@ def _sampled(
     n = t.decided  # an undecided draw is neither independent nor dependent: not counted
     lo, hi = clopper_pearson(t.satisfied, n) if n else (0.0, 1.0)
     with phases.phase("witness"):
-        found = _first_proven(unit, t.dependent)
+        found = _first_proven(unit, t.dependent)  # else, with T <= d rows, perhaps every k-subset is independent:
+        whole = witness.independent_set_floor(unit) if not t.dependent and not t.undecided and n else None
     frac = t.satisfied / n if n else 0.0
     return SubsetTest(
         samples=n,
@@ -569,10 +573,10 @@ def _sampled(
         ci_low=lo,
         ci_high=hi,
         verdict=("holds" if frac >= threshold else "fails") if n else "unavailable",
-        reason=_reason(t, k, threshold, found, samples, max_fail),
+        reason=_reason(t, k, threshold, found, samples, max_fail, whole),
         witness=found,
-        exact_status="fails" if found is not None else "undecided",
-        exact_basis="witness" if found is not None else "none",
+        exact_status="fails" if found is not None else "holds" if whole is not None else "undecided",
+        exact_basis="witness" if found is not None else "certified-floor" if whole is not None else "none",
         rank_histogram=t.histogram,
         histogram_draws=t.histogram_draws + t.satisfied,
         exact_rechecks=t.rechecks,

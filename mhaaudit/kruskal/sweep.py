@@ -5,7 +5,8 @@ k, and independence of leading blocks is monotone in k, so one number per draw, 
 independent leading block), answers every size. The fraction P(k* >= k) for each k is an
 **estimate**, as is the largest k whose fraction reaches the threshold. What is proven is kept
 apart: the ceiling (a dependent subset found, ``shrink_witness``, or the rank of the whole set)
-and the floor (``babel_floor``). Every k* is decided exactly (``numerics``: each leading-block
+and the floor (``babel_floor``, or T for T <= d rows independent as a whole set:
+``witness.independent_set_floor``). Every k* is decided exactly (``numerics``: each leading-block
 decision equals ``torch.linalg.matrix_rank`` on the same float64 rows), on the CPU with
 ``lapack.SweepKernel``, elsewhere with the batched certificates below, on the data divided by an
 exact power of two (``numerics.scale``), so the data's scale never changes a fraction. A draw
@@ -237,9 +238,11 @@ def _fractions(counts: torch.Tensor, K: int, K_all: int, samples: int):
     return tuple(fr), tuple(lo_l), tuple(hi_l)
 
 
-def _ceiling(witness: Witness | None, K: int, T: int, d: int, set_rank: int) -> Bound:
-    """``set_rank``: the whole set's rank ceiling at size K + 1 (``SetStats.ceiling``)."""
-    """The smallest certified ceiling: a dependent subset found, the set's rank, or min(T, d)."""
+def _ceiling(witness: Witness | None, K: int, K_all: int, T: int, d: int, set_rank: int) -> Bound:
+    """The smallest certified ceiling: a dependent subset found, the set's rank, or min(T, d). ``K``: the
+    largest size the whole set's rank ceiling allows up to ``K_all``, the largest size swept; ``set_rank``: the
+    whole set's rank ceiling at size K + 1 (``SetStats.ceiling``). Below ``K_all`` it stopped K, so no K + 1
+    rows are independent; at ``K_all`` (a ``kmax`` below min(T, d)) nothing is known of the larger sizes."""
     candidates = []
     if witness is not None:
         n = len(witness.indices)
@@ -248,7 +251,7 @@ def _ceiling(witness: Witness | None, K: int, T: int, d: int, set_rank: int) -> 
                 n - 1, "witness", f"a dependent {n}-subset was found, so the Kruskal rank is at most {n - 1} (a proof)"
             )
         )
-    if K < min(T, d):
+    if K < K_all:
         candidates.append(
             Bound(
                 K,
@@ -332,12 +335,15 @@ def kruskal_sweep(
             witness = shrink_witness(X, smallest[1], rule) if smallest else None
         except NumericalFailure:  # the dependent prefix cannot be proven: not a witness
             witness = None
-        if witness is None and K < min(T, d):  # every K + 1 rows are dependent: show how
+        if witness is None and K < K_all:  # every K + 1 rows are dependent: show how
             unit, sc = unit_of(rows_of(X), rule)
             witness = witnesses.set_witness(unit, K + 1, sc.first_zero, hint=stats.rank)
-    ceiling = _ceiling(witness, K, T, d, stats.ceiling(K + 1, rule))
+    ceiling = _ceiling(witness, K, K_all, T, d, stats.ceiling(K + 1, rule))
     with phases.phase("whole-set statistics"):
         floor = babel_floor(X, rule, kmax=min(K_all, ceiling.value) or 1)
+        if K == T and witness is None and not undecided:  # T <= d rows, none shown dependent: perhaps all independent
+            whole = witnesses.independent_set_floor(unit)
+            floor = whole if whole is not None and whole.value > floor.value else floor
     return Sweep(
         T=T,
         d=d,

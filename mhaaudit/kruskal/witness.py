@@ -40,7 +40,7 @@ from ..numerics.checked import NumericalFailure
 from ..numerics.lapack import blas_single_thread
 from ..numerics.stream import Unit, chunk_rows
 from ..numerics.threads import intra_op_threads
-from .results import Witness
+from .results import Bound, Witness, every_rows_independent
 
 __all__ = ["MAX_FACTORISATIONS", "pivoted_basis", "prove", "repeated_pair", "residuals", "set_witness", "shrink"]
 
@@ -383,3 +383,28 @@ def set_witness(unit: Unit, k: int, first_zero: int | None = None, hint: int | N
         return shrink(unit, range(min(k, unit.shape[0])), budget=budget, hint=hint)
     except (ValueError, NumericalFailure):
         return None
+
+
+def independent_set_floor(unit: Unit) -> Bound | None:
+    """The floor T when the whole set of T <= d rows is independent under the rule (as :func:`prove` decides it),
+    else None.
+
+    Every subset is then independent: a k-subset's Gram matrix is a principal submatrix of the set's, so its
+    smallest singular value is at least the set's (Cauchy interlacing), while its largest, and so its tolerance,
+    is at most the set's (the rule's tolerance does not grow as rows are removed: ``RankRule.tol``).
+    """
+    T, d = unit.shape
+    if T > d or T == 0:
+        return None
+    try:
+        found = prove(unit, range(T))
+    except NumericalFailure:  # no LAPACK route decides the whole set: nothing is proven
+        return None
+    if found is not None:
+        return None
+    return Bound(
+        T,
+        "whole-set",
+        f"the whole set of {T} rows is independent under the rule (decided exactly), and removing rows keeps it so, "
+        f"so {every_rows_independent(T)} and every smaller subset too (a proof)",
+    )
