@@ -10,6 +10,7 @@ import pytest
 from mhaaudit.capacity import theorem1_bound
 from mhaaudit.reproduce import published, reproduce_paper, target_spec
 from mhaaudit.reproduce.compare import (
+    WHOLE_SET_ONLY,
     RunFacts,
     band_of,
     compare,
@@ -320,6 +321,27 @@ def test_figure1_levels_use_the_published_bands():
     shifted = col(sweep=_sweep([1.0] * 200 + [0.0] * 568), n=197)
     c250 = compare("figure1", _one("figure1", kind="shape", k=250), shifted, FACTS, spec, 0.99)
     assert c250.status == "differs" and c250.our_verdict == "about 0" and "fraction 0.0000 at k = 250" in c250.reason
+
+
+def test_a_run_with_no_more_rows_than_k_holds_nothing_against_the_paper():
+    """One rule for every kind of item: where the run has T <= k rows, its test is of the whole set (or of none),
+    so the item is undetermined and says why; the sweep's points below T are compared as before."""
+    spec = target_spec("figure1")
+    c = col(sweep=_sweep([1.0] * 250) | {"T": 250}, n=197)
+    at = {it["k"]: compare("figure1", it, c, FACTS, spec, 0.99) for it in _items("figure1")}
+    assert at[197].status == "match"
+    for k in (250, 290, 330, 768):
+        assert at[k].status == "undetermined" and at[k].our_detail == WHOLE_SET_ONLY, k
+        assert at[k].ci_low is None and "so the paper's k-subsets are not tested" in at[k].reason
+    assert "k = T = 250: the only 250-subset of this run's rows is the whole set" in at[250].reason
+    assert "k = 290 > T = 250: no 290 of this run's rows can be independent" in at[290].reason
+    assert at[768].our_verdict == "fails" and "lies inside our 95% interval" not in at[768].reason
+    # the ranks of d-subsets, where the run's test is of the whole set: undetermined too, as the check itself
+    item = _one("table1", column="random", kind="ranks")
+    whole = rec(check="general_position", k=250, T=250, verdict="holds", scope="whole-set", sampled=False)
+    whole |= {"satisfied": 1, "samples": 1, "set_rank_ceiling": 250}
+    got = compare("table1", item, col(whole), FACTS, target_spec("table1"), 0.99)
+    assert got.status == "undetermined" and got.our_detail == WHOLE_SET_ONLY and got.our_verdict == "ranks 250"
 
 
 def test_setting_differences_name_each_change():

@@ -84,6 +84,11 @@ class Difference:
         return f"{self.label} (the paper: {self.paper})"
 
 
+#: Our detail where a run has no more rows than the item's k: its test is of the whole set (or of none), no
+#: sample of the paper's k-subsets, so it is held against no published value.
+WHOLE_SET_ONLY = "whole set only (k >= T), not the paper's test"
+
+
 @dataclass(frozen=True)
 class Ours:
     """Our side of one comparison: ``agrees`` is None when our evidence cannot decide."""
@@ -196,7 +201,7 @@ def _ours_check(item: dict, col: dict) -> Ours:
         return Ours(
             rec["verdict"],
             rec["fraction"],
-            detail + "; whole set only (k >= T), not the paper's test",
+            f"{detail}; {WHOLE_SET_ONLY}",
             record_evidence(rec),
             None,
             ci,
@@ -215,6 +220,10 @@ def _ours_ranks(item: dict, col: dict) -> Ours:
     k = rec["k"]
     hist = rec.get("rank_histogram") or {}
     evidence = record_evidence(rec)
+    if rec.get("scope") == "whole-set":  # as _ours_check: no sample of the paper's k-subsets
+        r = rec.get("set_rank_ceiling")
+        shown = _range_text(r, r) if r is not None else None
+        return Ours(shown, None, WHOLE_SET_ONLY, evidence, None, k=k)
     if not rec.get("sampled", True):
         r = rec.get("set_rank_ceiling")
         if r is not None and r <= 1:  # every subset of a rank-1 set of nonzero rows has rank 1
@@ -237,11 +246,22 @@ def _ours_ranks(item: dict, col: dict) -> Ours:
 
 
 def _sweep_point(item: dict, col: dict) -> tuple[dict | None, str]:
+    """Our sweep's row at the item's k (``"short"`` in it when the run has no more than k rows) and its evidence."""
     sweep = col.get("sweep")
     if sweep is None:
         return None, "no sweep was run for this column"
     rows = {r["k"]: r for r in sweep["rows"]}
-    k = item["k"]
+    k, T = item["k"], sweep.get("T")
+    if T is not None and k >= T:  # the whole set or none: no sample of the paper's k-subsets (as _ours_check)
+        fraction = rows[k]["fraction"] if k in rows else 0.0
+        what = (
+            f"k = {k} > T = {T}: no {k} of this run's rows can be independent"
+            if k > T
+            else f"k = T = {T}: the only {k}-subset of this run's rows is the whole set"
+        )
+        return {"k": k, "fraction": fraction, "ci_low": None, "ci_high": None, "proven": True, "short": True}, (
+            f"{what}, so the paper's k-subsets are not tested (a larger limit tests them); " + _sweep_evidence(sweep)
+        )
     if k not in rows:
         K = max(rows) if rows else 0
         return (
@@ -273,9 +293,9 @@ def _ours_sweep(item: dict, col: dict) -> Ours:
     return Ours(
         verdict,
         row["fraction"],
-        "proven" if row.get("proven") else "",
+        WHOLE_SET_ONLY if row.get("short") else "proven" if row.get("proven") else "",
         ev,
-        verdict == paper,
+        None if row.get("short") else verdict == paper,
         (row["ci_low"], row["ci_high"]),
         item["k"],
     )
@@ -298,9 +318,9 @@ def _ours_shape(item: dict, col: dict, bands: dict) -> Ours:
     return Ours(
         label,
         row["fraction"],
-        f"band of '{item['verdict']}': {lo}-{hi}",
+        WHOLE_SET_ONLY if row.get("short") else f"band of '{item['verdict']}': {lo}-{hi}",
         ev,
-        label == item["verdict"],
+        None if row.get("short") else label == item["verdict"],
         (row["ci_low"], row["ci_high"]),
         item["k"],
     )

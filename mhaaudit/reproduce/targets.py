@@ -74,7 +74,7 @@ def _facts(result, name: str, paper_data: bool, settings: Settings) -> RunFacts:
 
 
 def _sweep_doc(sw) -> dict:
-    return {"rows": sw.rows(), "summary": sw.summary(), "samples": sw.samples, "threshold": sw.threshold}
+    return {"rows": sw.rows(), "summary": sw.summary(), "samples": sw.samples, "threshold": sw.threshold, "T": sw.T}
 
 
 def _column(col, settings: Settings, sweep=None) -> dict:
