@@ -81,6 +81,31 @@ def test_json_document(capsys, vit4, image_dir):
     assert meta["columns"]["random"]["assumptions"]["assumption_2"] == "holds"
 
 
+def test_fewer_examples_than_n_fail_assumption_1_by_proof(capsys, vit4, image_dir):
+    """T = 10 < n = 17 examples: no n of them can be independent, so Assumption 1 fails by proof (it was "not
+    checked"), and the 10 independent queries have Kruskal rank 10, proven, which Remark 1's count uses."""
+    doc = json_run(
+        capsys,
+        vit4,
+        "--data",
+        image_dir,
+        "--limit",
+        "10",
+        "--samples",
+        "50",
+        "--batch-size",
+        "16",
+        "--variants",
+        "random",
+    )
+    a = doc["meta"]["columns"]["random"]["assumptions"]
+    assert a["assumption_1"] == "fails" and "k = 17 > T = 10" in a["assumption_1_reason"]
+    assert "not checked" not in a["assumption_1_reason"]
+    assert a["kruskal_estimate"] == 10 and "the Kruskal rank itself (a proof)" in a["kruskal_estimate_note"]
+    (rec,) = doc["records"]
+    assert rec["bound_kind"] == "remark-1" and rec["bound"] == H * (min(10, 8) - 1) + 1
+
+
 def test_footer_and_meta_name_the_same_phases(capsys, vit4, image_dir, tmp_path):
     """One truth: the report's ``time:`` line and ``meta.timings_s`` of the same run (its parquet file) list the same
     phases with the same seconds, the capture's among them, adding up to the total."""
