@@ -33,7 +33,7 @@ from .collectives import SingleProcess as SingleProcess
 from .collectives import timeout_s as timeout_s
 from .errors import InputError, MhaauditError, one_line, users_to_fix
 from .staging import remove_scratch_folders
-from .stdio import command_streams, say
+from .stdio import command_streams, native_output_dropped, say
 
 __all__ = [
     "RankCrashed",
@@ -57,11 +57,13 @@ LEAVE_BEFORE_WATCH_S = 0.5  # after a signal, rank 0 stops waiting this long bef
 
 
 def launched() -> bool:
-    """True when ``torchrun`` (or ``accelerate launch``) started this process as one of several."""
+    """True when ``torchrun`` (or ``accelerate launch``) started this process as one of several, or when
+    ``WORLD_SIZE`` is set to something other than a number (joining the job then says so)."""
+    value = os.environ.get("WORLD_SIZE", "").strip()
     try:
-        return int(os.environ.get("WORLD_SIZE", "1")) > 1
+        return int(value or "1") > 1
     except ValueError:
-        return False
+        return True
 
 
 def _env_int(name: str, default: int | None = None) -> int:
@@ -71,9 +73,12 @@ def _env_int(name: str, default: int | None = None) -> int:
     try:
         return int(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
+        said = "unset" if value is None else repr(value)
         raise InputError(
-            f"launched with WORLD_SIZE = {os.environ.get('WORLD_SIZE')} but {name} is "
-            f"{'unset' if value is None else repr(value)}; start the job with torchrun or accelerate launch"
+            f"WORLD_SIZE is {said}, not a number of processes; start the job with torchrun or accelerate launch"
+            if name == "WORLD_SIZE"
+            else f"launched with WORLD_SIZE = {os.environ.get('WORLD_SIZE')} but {name} is {said}; start the job "
+            "with torchrun or accelerate launch"
         ) from None
 
 
@@ -230,9 +235,10 @@ def _start() -> Session:
     else:
         backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
         try:
-            store, rank, world = next(dist.rendezvous("env://", timeout=timeout))
-            store.set_timeout(timeout)
-            dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+            with native_output_dropped():  # c10d logs each retry on stderr: the line below says what went wrong
+                store, rank, world = next(dist.rendezvous("env://", timeout=timeout))
+                store.set_timeout(timeout)
+                dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
         except (RuntimeError, ValueError) as exc:
             where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
             raise RankFailed(
@@ -353,7 +359,9 @@ def _run_rank(main: Callable[[list[str] | None], int], argv: list[str] | None) -
     try:
         s = session()
     except MhaauditError as exc:
-        if os.environ.get("RANK", "0") == "0" or not _a_rank_of_the_job():  # else rank 0 says it
+        # a process that could not join says why itself (no job relays it); a bad environment, which every rank
+        # shares, is said by rank 0, or by a rank whose RANK names no rank of the job (no rank 0 would)
+        if isinstance(exc, RankFailed) or os.environ.get("RANK", "0") == "0" or not _a_rank_of_the_job():
             say(f"Error: {one_line(exc)}")
         return 2
     if s is None:

@@ -38,6 +38,7 @@ __all__ = [
     "flush_c_stdio",
     "flush_streams",
     "hold_for_the_process",
+    "native_output_dropped",
     "say",
     "stdout_closed",
 ]
@@ -62,6 +63,28 @@ def _devnull_onto(fd: int) -> None:
         if null != fd:
             os.dup2(null, fd)
             os.close(null)
+
+
+@contextlib.contextmanager
+def native_output_dropped() -> Iterator[None]:
+    """Drop what native code writes to descriptors 1 and 2 while the block runs (c10d's log lines while a
+    rank joins its job: its retries, the socket it waits on), then restore both; the block says what went
+    wrong in its own words. ``MHAAUDIT_DEBUG=1`` keeps the native lines."""
+    if os.environ.get("MHAAUDIT_DEBUG", "").strip() not in ("", "0"):
+        yield
+        return
+    flush_streams()
+    saved = {fd: os.dup(fd) for fd in (1, 2) if _is_open(fd)}
+    try:
+        for fd in saved:
+            _devnull_onto(fd)
+        yield
+    finally:
+        flush_c_stdio()
+        for fd, copy in saved.items():
+            with contextlib.suppress(OSError):
+                os.dup2(copy, fd)
+            os.close(copy)
 
 
 def flush_c_stdio() -> None:

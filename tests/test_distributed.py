@@ -224,6 +224,8 @@ def test_timeout_comes_from_the_environment(monkeypatch):
         ({"LOCAL_RANK": "-1", distributed.TIMEOUT_ENV: "3"}, "LOCAL_RANK is -1"),
         ({distributed.TIMEOUT_ENV: "inf"}, "MHAAUDIT_DIST_TIMEOUT='inf'"),
         ({distributed.TIMEOUT_ENV: "1e300"}, "MHAAUDIT_DIST_TIMEOUT='1e300'"),
+        ({"WORLD_SIZE": "abc"}, "WORLD_SIZE is 'abc', not a number of processes"),  # was: one process, silently
+        ({"RANK": "1", distributed.TIMEOUT_ENV: "3"}, "cannot join the distributed job at 127.0.0.1"),  # no rank 0
     ],
 )
 def test_a_bad_launch_environment_is_one_line_and_exit_2(tmp_path, env, words):
