@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -448,3 +449,28 @@ def test_a_folder_named_snapshots_outside_the_hub_cache_gets_no_blobs_exception(
 
     with pytest.raises(ModelError, match="outside the model folder"):
         load_model(str(snap), weights="trained", max_layer=1, context_length=12, device="cpu")
+
+
+def test_a_hub_cache_link_leading_out_of_its_repository_is_refused(tmp_path, monkeypatch):
+    """A snapshot of the hub cache whose weights file links outside the cache's copy of the repository (a file
+    planted elsewhere on the machine): refused when the model is named by its hub id, as when its snapshot
+    folder is named by its path; a snapshot linking into the repository's blobs is read."""
+    from hubtools import hub_cache, use_hub_cache
+
+    from mhaaudit.models.shards import hub_download
+
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "config.json").write_text("{}")
+    (good / "model.safetensors").write_bytes(b"weights")
+    commits = hub_cache(tmp_path / "cache", "org/x", {"main": good, "evil": good})
+    secret = tmp_path / "secret.safetensors"
+    secret.write_bytes(b"someone else's")
+    planted = tmp_path / "cache" / "models--org--x" / "snapshots" / commits["evil"] / "model.safetensors"
+    planted.unlink()
+    planted.symlink_to(secret)
+    use_hub_cache(monkeypatch, tmp_path / "cache")
+    path = hub_download("org/x", "model.safetensors", "main", True)
+    assert Path(path).read_bytes() == b"weights"
+    with pytest.raises(ModelError, match=r"model.safetensors of org/x in the hub cache .* is a link to .*secret"):
+        hub_download("org/x", "model.safetensors", "evil", True)

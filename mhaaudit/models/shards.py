@@ -451,7 +451,9 @@ def hub_download(
     from huggingface_hub.utils import EntryNotFoundError, LocalEntryNotFoundError, RevisionNotFoundError
 
     try:
-        return huggingface_hub.hf_hub_download(repo, filename, revision=revision, local_files_only=offline)
+        return _in_its_repository(
+            huggingface_hub.hf_hub_download(repo, filename, revision=revision, local_files_only=offline), filename, repo
+        )
     except RevisionNotFoundError as exc:
         raise InputError(Param("revision") + f" {revision}: no such branch, tag or commit in {repo}") from exc
     except LocalEntryNotFoundError as exc:  # (a kind of EntryNotFoundError in some releases: first)
@@ -465,6 +467,26 @@ def hub_download(
                 f"the audit needs, but the hub has no such file"
             ) from exc
         return None
+
+
+def _in_its_repository(path: str, filename: str, repo: str) -> str:
+    """``path``, the hub cache's copy of ``filename`` of ``repo`` (in a snapshot folder), once it is known to
+    resolve inside the cache's copy of that repository (the snapshot, or the repository's ``blobs``): a link
+    planted in the cache that leads elsewhere is refused as it is in a model folder named by its path.
+
+    Raises:
+        ModelError: when ``path`` resolves outside them, or is not a regular file.
+    """
+    snapshot = path
+    for _ in filename.replace("\\", "/").split("/"):
+        snapshot = os.path.dirname(snapshot)
+    real = os.path.realpath(path)
+    if not inside(real, _roots(os.path.realpath(snapshot))) or not os.path.isfile(real):
+        raise ModelError(
+            f"{filename} of {repo} in the hub cache ({path}) is a link to {real}, outside the cache's copy of the "
+            "repository, or not a file: refused, as a model folder holding such a link is"
+        )
+    return path
 
 
 # ------------------------------------------------------------------ which weights are used
