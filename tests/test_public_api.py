@@ -17,6 +17,7 @@ from clitools import run
 
 import mhaaudit
 from mhaaudit.cli.names import with_flags
+from mhaaudit.kruskal.proofs import shared_proofs
 from mhaaudit.numerics import RankRule
 from mhaaudit.render import capacity_report, print_report
 from mhaaudit.settings import DEFAULT_SAMPLES, DEFAULT_THRESHOLD, resolve_device
@@ -378,6 +379,9 @@ def test_kruskal_results_print_as_kruskal_prints(tmp_path, capsys):
     sw = mhaaudit.kruskal_sweep(torch.from_numpy(X), samples=200)
     rc, out, err = run(capsys, "kruskal", tmp_path / "x.npy", "--k", 3, "--samples", 200, "--sweep")
     assert rc == 0, err
+    assert t.exact_status == "undecided"  # alone, no draw of the test found the pair; the sweep did:
+    (t,), sw = shared_proofs([t], sw)  # the command's tests share their proofs (kruskal.proofs)
+    assert t.exact_status == "fails" and len(t.witness.indices) == 2
     assert str(t) in out and str(sw) in out  # the command adds a title line and the run's facts
     assert str(t).count("\n") >= 3 and "Kruskal-rank sweep" in str(sw)
     assert "holds" in _one_line(t, "SubsetTest") or "fails" in repr(t)

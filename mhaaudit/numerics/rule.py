@@ -17,6 +17,7 @@ import functools
 import threading
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .. import validate
@@ -249,8 +250,6 @@ def _torch_dtype(dtype) -> torch.dtype:
     name = dtype if isinstance(dtype, str) else getattr(getattr(dtype, "dtype", dtype), "name", None)
     if name is None and dtype is not None:  # (NumPy reads None as float64)
         with contextlib.suppress(TypeError):
-            import numpy as np
-
             name = np.dtype(dtype).name
     found = getattr(torch, name, None) if isinstance(name, str) and name.isidentifier() else None
     if not isinstance(found, torch.dtype):
