@@ -680,6 +680,13 @@ def test_bad_series_are_refused_with_one_line(vit_series, vit_dir_wide, tmp_path
     shutil.copytree(runs / "ckpt-200", deep)
     (deep / "config.json").write_text('{"deep": ' + "[" * 100_000 + "]" * 100_000 + "}")
     cases.append((f"runs/ckpt-100,{deep}", "its config.json is nested too deeply"))
+    relabelled = tmp_path / "dtype-200"  # a header that says F64 for the F32 data it holds: refused before any work
+    shutil.copytree(runs / "ckpt-200", relabelled)
+    raw = (relabelled / "model.safetensors").read_bytes()
+    length = int.from_bytes(raw[:8], "little")
+    head = raw[8 : 8 + length].replace(b'"F32"', b'"F64"', 1)
+    (relabelled / "model.safetensors").write_bytes(raw[:8] + head + raw[8 + length :])
+    cases.append((f"runs/ckpt-100,{relabelled}", "of dtype F64 and shape"))
     pipe = tmp_path / "pipe.safetensors"  # a weights file named itself that is a named pipe: refused, not read
     os.mkfifo(pipe)
     cases.append((f"runs/ckpt-100,{pipe}", "pipe.safetensors is a named pipe"))

@@ -16,7 +16,8 @@ its *order* its place in the series, from 0.
 
 Refused before any work (:func:`resolve_series`), each with one line: a glob that matches nothing,
 a glob whose matches do not each carry one step number of their own (none, several, or two with
-the same step), a checkpoint that is missing or unreadable, two checkpoints that name the same file
+the same step), a checkpoint that is missing or unreadable (a safetensors header that cannot describe
+its tensors: :func:`.fit.header_shapes`), two checkpoints that name the same file
 (compared by device and inode, so a link or another spelling of a path is found), a checkpoint of
 another family, width or architecture than the first (its ``config.json``, and the names and
 shapes of its safetensors tensors), or one whose tokenizer or image preprocessing files differ
@@ -36,12 +37,12 @@ from dataclasses import dataclass, replace
 
 from .. import validate
 from ..errors import InputError, OfflineError, Param, one_line
-from ..feature_files import safetensors_header
 from ..files import read_json, regular_file
 from ..hub import is_offline
 from ..models.checkpoints import CHECKPOINT_FILES
 from ..models.shards import INDEX_FILE, INDEX_FILES, check_links_inside, check_local_indexes, hub_download, read_index
 from ..request import ModelRequest
+from .fit import header_shapes
 from .hub import check_cached_weights, hub_repo
 
 __all__ = [
@@ -369,7 +370,7 @@ def _folder_contents(ref: CheckpointRef, folder: str) -> _Contents:
         if index.endswith(INDEX_FILE):
             shapes = {}
             for f in files:
-                shapes.update(_header_shapes(ref, f))
+                shapes.update(header_shapes(ref.name, f))
     else:
         found = next(
             (os.path.join(folder, fn) for fn in CHECKPOINT_FILES if os.path.isfile(os.path.join(folder, fn))), None
@@ -381,7 +382,7 @@ def _folder_contents(ref: CheckpointRef, folder: str) -> _Contents:
             )
         files = [found]
         _readable(ref, found)
-        shapes = _header_shapes(ref, found) if found.endswith(".safetensors") else None
+        shapes = header_shapes(ref.name, found) if found.endswith(".safetensors") else None
     return _Contents(
         tuple((f, _inode(f)) for f in files),
         _config(ref, os.path.join(folder, "config.json")),
@@ -402,7 +403,7 @@ def _file_contents(ref: CheckpointRef, path: str) -> _Contents:
             f"({', '.join(_WEIGHT_SUFFIXES)})"
         )
     _readable(ref, path)
-    shapes = _header_shapes(ref, path) if path.lower().endswith(".safetensors") else None
+    shapes = header_shapes(ref.name, path) if path.lower().endswith(".safetensors") else None
     return _Contents(((os.path.realpath(path), _inode(path)),), None, shapes, {})
 
 
@@ -430,21 +431,6 @@ def _readable(ref: CheckpointRef, path: str) -> None:
 def _inode(path: str) -> tuple[int, int]:
     st = os.stat(path)
     return st.st_dev, st.st_ino
-
-
-def _header_shapes(ref: CheckpointRef, path: str) -> dict[str, tuple[int, ...]]:
-    """The names and shapes of a safetensors file's tensors, from its header alone.
-
-    Raises:
-        InputError: when the header cannot be read or is not a safetensors header.
-    """
-    try:
-        header = safetensors_header(path)
-        return {k: tuple(int(x) for x in v.get("shape", ())) for k, v in header.items() if k != "__metadata__"}
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise InputError(
-            Param("checkpoints") + f" {ref.name}: cannot read {os.path.basename(path)} ({one_line(exc, 160)})"
-        ) from exc
 
 
 def _config(ref: CheckpointRef, path: str) -> dict | None:
