@@ -135,6 +135,9 @@ def gpt_series(tmp_path_factory):
         ("global_step20", 20),
         ("final", None),
         ("v2-epoch3", None),
+        ("step9223372036854775807", 2**63 - 1),
+        ("step99999999999999999999", None),  # no 64-bit record holds it: no step
+        ("run-99999999999999999999", None),
     ],
 )
 def test_a_checkpoint_s_step_is_the_number_its_name_carries(name, step):
@@ -672,6 +675,10 @@ def test_bad_series_are_refused_with_one_line(vit_series, vit_dir_wide, tmp_path
     cases.append((f"{ambiguous}/ckpt-*", "the step numbers are ambiguous"))
     shutil.copytree(runs / "ckpt-100", ambiguous / "final")
     cases.append((f"{ambiguous}/*", "the step numbers are ambiguous"))
+    huge = tmp_path / "huge"  # a step beyond int64 orders nothing: refused, not an internal error when written
+    for name, source in (("step99999999999999999999", "ckpt-100"), ("step100", "ckpt-200")):
+        shutil.copytree(runs / source, huge / name)
+    cases.append((f"{huge}/step*", "is larger than a step number can be"))
     broken = tmp_path / "broken"
     shutil.copytree(runs / "ckpt-100", broken)
     (broken / "model.safetensors").write_bytes(b"\x00" * 4)

@@ -56,6 +56,8 @@ __all__ = [
 
 #: The most checkpoints one series holds (a glob matching more is refused before any work).
 MAX_CHECKPOINTS = 10_000
+#: The largest step number a name can carry: the records hold the step as a 64-bit integer.
+MAX_STEP = 2**63 - 1
 #: Config keys that change neither what the probed blocks compute from the weights read nor the random
 #: weights drawn from the config: what a save rewrites (the library's version, the path, the dtype stored),
 #: the task head's labels and what a forward pass returns.
@@ -140,7 +142,8 @@ def step_of(name: str) -> tuple[int | None, str]:
     """The step number a checkpoint's name carries, and, when it carries none, why: the number after
     ``step``, ``checkpoint``, ``ckpt``, ``iter`` or ``global_step`` (``checkpoint-1000``,
     ``epoch2-step500``), else the only number in the name (``run-0300``); the folders above it and a
-    weights file's suffix do not count."""
+    weights file's suffix do not count. A number above 2^63 - 1 is no step number (the records hold
+    the step as a 64-bit integer): the name carries none."""
     stem = os.path.basename(name.rstrip("/\\")) or name
     for suffix in _WEIGHT_SUFFIXES:
         if stem.lower().endswith(suffix):
@@ -148,15 +151,22 @@ def step_of(name: str) -> tuple[int | None, str]:
             break
     marked = {int(m) for m in _MARKED_STEP.findall(stem)}
     if len(marked) == 1:
-        return marked.pop(), ""
+        return _in_range(marked.pop())
     if len(marked) > 1:
         return None, f"it names several steps ({', '.join(map(str, sorted(marked)))})"
     numbers = re.findall(r"\d+", stem)
     if len(numbers) == 1:
-        return int(numbers[0]), ""
+        return _in_range(int(numbers[0]))
     if not numbers:
         return None, "it carries no number"
     return None, f"it carries several numbers ({', '.join(numbers)}) and none follows 'step'"
+
+
+def _in_range(step: int) -> tuple[int | None, str]:
+    """``(step, "")``, or ``(None, why)`` for a number above :data:`MAX_STEP` (no record can hold it)."""
+    if step > MAX_STEP:
+        return None, f"its number {step} is larger than a step number can be (2^63 - 1)"
+    return step, ""
 
 
 def series_revisions(revision: str | None) -> list[str] | None:
