@@ -4,7 +4,7 @@ A tiny ViT and a tiny GPT-2 are trained here for a few steps and saved as checkp
 the one before it byte for byte, and in one the embedding is collapsed on purpose, so that every
 example gives the same query and General Position fails. Each checkpoint's records must equal those
 of a single ``check --weights`` run of it; the series must name the identical checkpoint (and not
-audit it again) and the first checkpoint at which General Position changes. The hub-revision path
+audit it again) and every checkpoint at which General Position changes. The hub-revision path
 runs on a hub cache folder laid out as the hub client lays it out; a bad series is one line, exit 2,
 before any work.
 """
@@ -259,10 +259,13 @@ def test_the_report_names_the_changes_and_the_repeated_checkpoint(vit_series, im
     assert rc == 1, err  # General Position fails at the collapsed checkpoint
     lines = out.splitlines()
     change = [x for x in lines if x.strip().startswith("General Position (trained, layer 1): the verdict changes")]
-    assert len(change) == 1 and "from holds to fails at checkpoint runs/ckpt-400 (order 3, step 400)" in change[0]
+    assert len(change) == 2, lines  # it fails at the collapsed checkpoint and holds again at the next: both said
+    assert "from holds to fails at checkpoint runs/ckpt-400 (order 3, step 400)" in change[0]
     assert "after runs/ckpt-300" in change[0]
+    assert "from fails to holds at checkpoint runs/ckpt-500 (order 4, step 500), after runs/ckpt-400" in change[1]
     exact = [x for x in lines if "General Position (trained, layer 1): the exact status changes" in x]
-    assert len(exact) == 1 and "to fails at checkpoint runs/ckpt-400" in exact[0]
+    assert len(exact) == 2 and "to fails at checkpoint runs/ckpt-400" in exact[0]
+    assert "from fails to undecided at checkpoint runs/ckpt-500" in exact[1]  # no proof either way once recovered
     repeated = [x for x in lines if x.strip().startswith("runs/ckpt-300 (step 300): the")]
     assert len(repeated) == 1 and "byte-identical to those of runs/ckpt-200" in repeated[0]
     assert "not audited again" in repeated[0]
@@ -369,6 +372,8 @@ def test_a_text_series_from_a_list_in_python(gpt_series, monkeypatch):
     assert {(c.what, c.checkpoint, c.step) for c in changes} == {
         ("verdict", names[3], 400),
         ("exact_status", names[3], 400),
+        ("verdict", names[4], 500),  # the recovery after the collapsed checkpoint is a change too
+        ("exact_status", names[4], 500),
     }
     doc = {"meta": result.meta(), "records": result.records()}
     again = SeriesResult.from_json(json.loads(json.dumps(doc)))

@@ -98,7 +98,8 @@ def trend_tables(result) -> list[Table]:
 
 
 def change_lines(result) -> list[str]:
-    """The first change of each check's verdict and exact status, one line each; a check without any says so."""
+    """Every change of each check's verdict and exact status from one checkpoint to the next, one line each; a
+    check without any says so."""
     changes = result.changes()
     lines = ["[bold]Changes[/bold] (from each checkpoint to the next)"]
     lines += [f"  {shown(c.line())}" for c in changes]

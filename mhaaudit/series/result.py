@@ -17,8 +17,8 @@ null there. With ``sweep``, each swept column's Kruskal-rank estimate is a recor
 
 What the report and the plot show is computed here, from those records: :meth:`SeriesResult.trend`
 (one :class:`TrendPoint` a cell: a check, or the sweep estimate, of a column at a checkpoint) and
-:meth:`SeriesResult.changes` (the first checkpoint at which each check's verdict or exact status
-changes, a :class:`ChangePoint`).
+:meth:`SeriesResult.changes` (every checkpoint at which a check's verdict or exact status changes
+from the checkpoint before it, a :class:`ChangePoint`: a recovery as well as a failure).
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ class TrendPoint:
 
 @dataclass(frozen=True)
 class ChangePoint:
-    """The first checkpoint at which a check (``check`` of ``variant`` at ``layer``) changes its
+    """A checkpoint at which a check (``check`` of ``variant`` at ``layer``) changes its
     ``what`` (``verdict`` or ``exact_status``) from ``before`` (at ``previous``) to ``after``."""
 
     variant: str
@@ -333,8 +333,9 @@ class SeriesResult(StoredSweepResult):
         The sweep's exact Kruskal rank is no check, so it is not here.
 
         Returns:
-            One :class:`ChangePoint` per check of each trained column: the first checkpoint at which its
-            verdict changes, and the first at which its exact status does.
+            One :class:`ChangePoint` per change of each check of each trained column, checkpoint by checkpoint:
+            every checkpoint at which its verdict differs from the checkpoint before, and every one at which its
+            exact status does (a check that fails and then holds again has two), in the series' order per check.
         """
         cells: dict[tuple[str, int, str], list[TrendPoint]] = {}
         for p in self.trend():
@@ -360,7 +361,6 @@ class SeriesResult(StoredSweepResult):
                                 str(before.checkpoint),
                             )
                         )
-                        break
         return out
 
     @property
