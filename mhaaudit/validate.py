@@ -96,16 +96,24 @@ def int_ranges(
     minimum: int | None = None,
     maximum: int | None = None,
     non_empty: bool = True,
+    once: str | None = None,
 ) -> list[int]:
     """``"0-6"``, ``"3"``, ``"1,2,4"``, ``"0-2,6"`` (or integers) -> the sorted integers named.
 
-    Empty parts are ignored; errors name ``name``. ``minimum`` / ``maximum`` bound every value.
+    Empty parts are ignored; errors name ``name``. ``minimum`` / ``maximum`` bound every value. With
+    ``once`` (what one value is, ``"seed"``), a value named twice (``"0,0"``, ``"0-2,1"``) is refused;
+    without it, it counts once.
 
     Raises:
         InputError: when ``spec`` is not integers or ranges, a range is empty, it names more than ``MAX_LIST``
-            values, it names none (with ``non_empty``), or a value is outside ``minimum`` / ``maximum``.
+            values, it names none (with ``non_empty``), a value is outside ``minimum`` / ``maximum``, or (with
+            ``once``) a value is named twice.
     """
     out = _named_ints(spec, name, what, example)
+    if once is not None:
+        twice = _named_twice(spec, name, what, example)
+        if twice is not None:
+            raise InputError(name + f" {spec!r}: {once} {twice} is named twice; name each {once} once")
     if non_empty and not out:
         raise InputError(name + f" {spec!r} names no {what} (use e.g. {example})")
     if out and minimum is not None and min(out) < minimum:
@@ -135,6 +143,23 @@ def _named_ints(spec, name: str | Param, what: str, example: str) -> set[int]:
     if isinstance(spec, Iterable):
         return {_as_int(name, v, what) for v in spec}
     raise InputError(name + f" must name {what} such as {example}, got {spec!r}")
+
+
+def _named_twice(spec, name: str | Param, what: str, example: str) -> int | None:
+    """The first integer ``spec`` names twice (in two parts, or a part and a range), or None."""
+    if isinstance(spec, str):
+        parts: list = [p.strip() for p in spec.split(",") if p.strip()]
+        values = (v for p in parts for v in _part_ints(p, spec, name, what, example, 0))
+    elif isinstance(spec, Iterable):
+        values = (_as_int(name, v, what) for v in spec)
+    else:
+        return None
+    seen: set[int] = set()
+    for v in values:
+        if v in seen:
+            return v
+        seen.add(v)
+    return None
 
 
 def _part_ints(part: str, spec: str, name: str | Param, what: str, example: str, held: int) -> Iterable[int]:

@@ -58,6 +58,23 @@ def test_seeds_syntax_is_memorize_s():
     for bad in ("a-b", "3-1", "", -1):
         with pytest.raises(InputError, match=r"^seeds"):  # the library's parameter (the command line says --seeds)
             parse_seeds(bad)
+    for twice, seed in (("0,0", 0), ("0-2,1", 1), ([3, 3], 3)):  # one seed is one run: a repeat is refused
+        with pytest.raises(InputError, match=rf"^seeds .*: seed {seed} is named twice; name each seed once"):
+            parse_seeds(twice)
+
+
+def test_every_command_refuses_a_seed_named_twice(capsys, vit_dir):
+    """``--seeds 0,0`` is one line and exit 2 for each command that takes seeds, before any work."""
+    for args in (
+        ("check", str(vit_dir), "--seeds", "0,0"),
+        ("check", str(vit_dir), "--checkpoints", str(vit_dir), "--seeds", "0,0"),
+        ("kruskal", "--model", str(vit_dir), "--seeds", "1,0-1"),
+        ("reproduce", "table1", "--seeds", "0,0"),
+    ):
+        rc, out, err = run(capsys, *args)
+        assert out == "", args
+        assert_one_error(rc, err, "--seeds")
+        assert "is named twice; name each seed once" in err, (args, err)
 
 
 def test_plan_holds_the_other_seed_fixed():

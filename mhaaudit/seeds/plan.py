@@ -22,8 +22,14 @@ SEEDS_EXAMPLE = "0-4 or 0,3,7"
 
 def parse_seeds(spec) -> list[int]:
     """``"0-4"``, ``"0,3,7"``, ``"0-2,9"`` or a list of integers -> the sorted seeds (the syntax of
-    every command's ``--seeds``, memorize's included)."""
-    return validate.int_ranges(spec, Param("seeds"), what="seeds", example=SEEDS_EXAMPLE, minimum=0, maximum=MAX_SEED)
+    every command's ``--seeds``, memorize's included). A seed named twice is refused: each seed is one run.
+
+    Raises:
+        InputError: when ``spec`` names no seeds, a seed outside [0, 2^63 - 1], or a seed twice (``"0,0"``).
+    """
+    return validate.int_ranges(
+        spec, Param("seeds"), what="seeds", example=SEEDS_EXAMPLE, minimum=0, maximum=MAX_SEED, once="seed"
+    )
 
 
 @dataclass(frozen=True)
