@@ -341,7 +341,7 @@ def audit(
     *,
     variants: Sequence[str] | None = None,
     layer: int | None = None,
-    layers: Sequence[int] | None = None,
+    layers: Sequence[int] | str | None = None,
     data: str | DataRequest | None = None,
     settings: Settings | None = None,
     sweep: bool = False,
@@ -380,9 +380,9 @@ def audit(
 
     Args:
         model: an alias, a hub id or a local folder, or a :class:`~mhaaudit.request.ModelRequest`.
-        variants: the columns: ``embedding``, ``random-attention``, ``random``, ``trained`` (default all).
+        variants: the columns, default all: ``embedding``, ``random-attention``, ``random``, ``trained`` (or "a,b").
         layer: the depth of the ``random`` and ``trained`` image columns (default 1).
-        layers: audit random and trained weights at each of these depths instead (text default: 0 and 1).
+        layers: audit random and trained weights at each of these depths instead (text default 0, 1; or ``"0-6"``).
         data: the data source, or a :class:`~mhaaudit.request.DataRequest` (None: the built-in data).
         settings: the :class:`~mhaaudit.settings.Settings` (None: built from the keywords).
         sweep: also run the Kruskal-rank sweep of each column's queries.
@@ -469,7 +469,7 @@ class _Columns:
 
     variants: Sequence[str] | None
     layer: int | None
-    layers: Sequence[int] | None
+    layers: Sequence[int] | str | None
     sweep: bool
 
 

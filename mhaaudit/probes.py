@@ -42,7 +42,10 @@ class Probe:
 
 
 def plan_probes(
-    modality: str, variants: Sequence[str] | None = None, layers: Sequence[int] | None = None, layer: int | None = None
+    modality: str,
+    variants: Sequence[str] | None = None,
+    layers: Sequence[int] | str | None = None,
+    layer: int | None = None,
 ) -> list[Probe]:
     """Plan the columns to audit, one probe point a column.
 
@@ -51,8 +54,8 @@ def plan_probes(
 
     Args:
         modality: ``"image"`` or ``"text"``.
-        variants: the columns to keep (None: all of them).
-        layers: the depths of the random and trained columns (text default: 0 and 1).
+        variants: the columns to keep (None: all of them), or their comma list (``"random,trained"``).
+        layers: the depths of the random and trained columns (text default: 0 and 1), or ``"0,1"``, ``"0-6"``.
         layer: the depth of the image ``random`` and ``trained`` columns (default 1; refused for text).
 
     Returns:
@@ -62,6 +65,10 @@ def plan_probes(
         InputError: when ``layer`` is given beside ``layers`` or for a text model, or is below 1; a layer is
             negative; or a variant is unknown or has no column at the depth asked.
     """
+    if isinstance(variants, str):  # a comma list, as the command line's --variants takes it
+        variants = validate.split_list(variants) or []
+    if layers is not None:  # "0,1", "0-6" or integers, as the command line's --layers takes them
+        layers = validate.layers(layers, Param("layers"))
     layer = _check_layer(modality, layer, layers)
     if layers is not None or modality == "text":
         return _depth_probes(variants, layers)

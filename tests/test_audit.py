@@ -30,6 +30,17 @@ def test_plan_probes_images_and_text():
         ("trained", 1),
     ]
     assert [p.variant for p in plan_probes("image", ["random"], layers=[0, 2])] == ["random-L0", "random-L2"]
+    # the command line's forms: a comma list of columns, depths and ranges as text
+    assert [p.variant for p in plan_probes("image", "random,trained", layers="0,2")] == [
+        "random-L0",
+        "random-L2",
+        "trained-L0",
+        "trained-L2",
+    ]
+    assert [p.variant for p in plan_probes("image", "trained")] == ["trained"]
+    assert [p.layer for p in plan_probes("text", ["trained"], layers="1-3")] == [1, 2, 3]
+    with pytest.raises(InputError, match=r"^layers 'a,b'"):
+        plan_probes("text", ["trained"], layers="a,b")
     assert probe_for_variant("trained-L3").layer == 3 and probe_for_variant("random-attention").random_attention
     with pytest.raises(InputError, match="unknown variant"):
         probe_for_variant("middle")

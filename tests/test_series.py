@@ -380,6 +380,31 @@ def test_a_text_series_from_a_list_in_python(gpt_series, monkeypatch):
     assert again == result and str(again) == str(result) and again.records() == result.records()
 
 
+def test_the_library_takes_the_command_line_s_forms_and_paths(vit_series, image_dir, monkeypatch):
+    """``layers="0,1"`` and ``variants="trained"`` are read as ``--layers 0,1`` and ``--variants trained`` are,
+    and a checkpoint is found by its path (a ``Path``, relative or absolute) as well as by its name."""
+    monkeypatch.chdir(vit_series)
+    result = audit_series(
+        "model",
+        checkpoints="runs/ckpt-100,runs/ckpt-200",
+        variants="trained",
+        layers="0,1",
+        data=str(image_dir),
+        limit=40,
+        samples=64,
+        batch_size=16,
+        device="cpu",
+    )
+    assert result.variants == ("trained-L0", "trained-L1")
+    one = result.audit("runs/ckpt-200")
+    assert [c.probe.variant for c in one.columns] == ["trained-L0", "trained-L1"]
+    for other in (Path("runs/ckpt-200"), vit_series / "runs" / "ckpt-200", str(vit_series / "runs" / "ckpt-200")):
+        assert result.audit(other).records() == one.records(), other
+        assert result.run_of(other).checkpoint.name == "runs/ckpt-200"
+    with pytest.raises(KeyError, match="no checkpoint of the series is named"):
+        result.audit(Path("runs/ckpt-300"))
+
+
 def test_parquet_holds_the_series_and_reads_back(vit_series, image_dir, capsys, monkeypatch, tmp_path):
     import pyarrow.parquet as pq
 
@@ -746,6 +771,12 @@ def test_checkpoints_whose_configs_write_one_value_two_ways_are_of_one_model(vit
 def test_the_library_refuses_a_series_it_cannot_run(vit_series, no_work):
     with pytest.raises(InputError, match="a series needs checkpoints"):
         audit_series(str(vit_series / "model"))
+    with pytest.raises(InputError, match=r"^weights has no effect with a series"):  # audit's keyword, refused here
+        audit_series(
+            str(vit_series / "model"),
+            checkpoints=str(vit_series / "runs" / "ckpt-100"),
+            weights=str(vit_series / "runs" / "ckpt-200"),
+        )
     with pytest.raises(InputError, match="add trained to variants"):
         audit_series(str(vit_series / "model"), checkpoints=str(vit_series / "runs" / "ckpt-100"), variants=["random"])
 

@@ -24,6 +24,7 @@ from the checkpoint before it, a :class:`ChangePoint`: a recovery as well as a f
 from __future__ import annotations
 
 import itertools
+import os
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -201,37 +202,58 @@ class SeriesResult(StoredSweepResult):
         names = [{c.checkpoint.name for c in r.checkpoints} for r in self.runs]
         return [c for c in self.checkpoints if all(c.name in n for n in names)]
 
-    def run_of(self, name: str, run: int = 0) -> CheckpointRun:
-        """The :class:`CheckpointRun` of the checkpoint ``name`` in run ``run`` (the first by default).
+    def checkpoint_named(self, name: str | os.PathLike) -> str:
+        """The name of the checkpoint ``name`` stands for: its name as given, or its path (a ``Path``,
+        relative or absolute) for a local checkpoint.
+
+        Raises:
+            KeyError: when no checkpoint of the series is named ``name`` or lies at that path.
+        """
+        text = os.fspath(name) if isinstance(name, (str, os.PathLike)) else None
+        if isinstance(text, str):
+            if any(c.name == text for c in self.checkpoints):
+                return text
+            path = os.path.abspath(os.path.expanduser(text))
+            for c in self.checkpoints:
+                if c.path is not None and os.path.normpath(c.path) == path:
+                    return c.name
+        listed = ", ".join(c.name for c in self.checkpoints[:5]) + (", ..." if len(self.checkpoints) > 5 else "")
+        raise KeyError(f"no checkpoint of the series is named {name!r} or lies there (its checkpoints: {listed})")
+
+    def run_of(self, name: str | os.PathLike, run: int = 0) -> CheckpointRun:
+        """The :class:`CheckpointRun` of the checkpoint ``name`` (its name, or its path) in run ``run`` (the
+        first by default).
 
         Raises:
             KeyError: when no checkpoint of the series is named ``name``, or it is not done.
         """
+        wanted = self.checkpoint_named(name)
         for c in self.runs[run].checkpoints:
-            if c.checkpoint.name == name:
+            if c.checkpoint.name == wanted:
                 return c
-        raise KeyError(name)
+        raise KeyError(f"the checkpoint {wanted!r} is not done (the series was interrupted before it)")
 
-    def audit(self, name: str, run: int = 0) -> AuditResult:
+    def audit(self, name: str | os.PathLike, run: int = 0) -> AuditResult:
         """Give one checkpoint's audit, as a single ``check MODEL --weights CHECKPOINT`` run returns it.
 
         It holds the reference columns and the checkpoint's trained columns, in the order of the audit's
         table. An identical checkpoint gives the trained columns of the one it repeats.
 
         Args:
-            name: the checkpoint's name, as given.
+            name: the checkpoint's name, as given, or its path (a ``Path``, relative or absolute).
             run: the run's place in ``runs``, one per seed with ``seeds`` (default 0).
 
         Returns:
             The checkpoint's :class:`~mhaaudit.AuditResult`.
 
         Raises:
-            KeyError: when no checkpoint of the series is named ``name``, or it is not done.
+            KeyError: when no checkpoint of the series is named ``name`` or lies there, or it is not done.
         """
         r = self.runs[run]
-        own = r.audit_of(name)
+        wanted = self.checkpoint_named(name)
+        own = r.audit_of(wanted)
         if own is None:
-            raise KeyError(name)
+            raise KeyError(f"the checkpoint {wanted!r} is not done (the series was interrupted before it)")
         ref = r.reference
         if ref is None:
             return own

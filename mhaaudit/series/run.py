@@ -73,13 +73,14 @@ def audit_series(
     checkpoints: str | Sequence[str] | None = None,
     variants: Sequence[str] | None = None,
     layer: int | None = None,
-    layers: Sequence[int] | None = None,
+    layers: Sequence[int] | str | None = None,
     data: str | DataRequest | None = None,
     settings: Settings | None = None,
     sweep: bool = False,
     on_note: Callable[[str], None] | None = None,
     seeds: str | Sequence[int] | None = None,
     vary: str = "both",
+    weights: str | None = None,
     out: str | os.PathLike | None = None,
     names: Callable[[str], str] | None = None,
     query_index: int | None = None,
@@ -115,15 +116,16 @@ def audit_series(
     Args:
         model: the model the checkpoints are of, or a :class:`~mhaaudit.request.ModelRequest`.
         checkpoints: a comma list or sequence of local folders, weights files or globs (``"runs/ckpt-*"``).
-        variants: the columns, as :func:`mhaaudit.audit` takes them.
+        variants: the columns, as :func:`mhaaudit.audit` takes them (a sequence or a comma list).
         layer: the depth of the image ``random`` and ``trained`` columns (default 1).
-        layers: audit random and trained weights at each of these depths instead.
+        layers: audit random and trained weights at each of these depths instead (integers, or ``"0,1"``, ``"0-6"``).
         data: the data source, or a :class:`~mhaaudit.request.DataRequest` (None: the built-in data).
         settings: the :class:`~mhaaudit.settings.Settings` (None: built from the keywords).
         sweep: also run the Kruskal-rank sweep of each column's queries.
         on_note: called with each note as it comes.
         seeds: run the series once per seed (``"0-4"``, ``"0,3,7"`` or a list of ints).
         vary: what ``seeds`` vary: ``"both"``, ``"weights"`` or ``"data"``.
+        weights: refused, as ``check --weights`` is beside a series: each checkpoint gives the trained weights.
         out: a parquet file rewritten as the series runs; an interrupted run in it is resumed.
         names: how the messages written to ``out`` name a parameter (None: the library's names).
         query_index: the query token's position (None: the model's own).
@@ -166,6 +168,7 @@ def audit_series(
         OutputError: when ``out`` cannot be written.
     """
     keywords = dict(
+        weights=weights,
         query_index=query_index,
         backend=backend,
         context_length=context_length,
@@ -218,7 +221,7 @@ class _Columns:
 
     variants: Sequence[str] | None
     layer: int | None
-    layers: Sequence[int] | None
+    layers: Sequence[int] | str | None
     sweep: bool
 
 
