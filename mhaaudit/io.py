@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from .documents import METADATA_KEY
-from .errors import OutputError, Param
+from .errors import InputError, OutputError, Param
 from .feature_files import FEATURE_EXTENSIONS as FEATURE_EXTENSIONS
 from .feature_files import MAX_HEADER_BYTES as MAX_HEADER_BYTES
 from .feature_files import MappedArray as MappedArray
@@ -106,6 +106,25 @@ def refuse_inputs(outputs: dict[str, str | os.PathLike | None], inputs: list[str
                 raise OutputError(
                     option + f" {out} and {other} {path} name the same path; give each output a path of its own"
                 )
+
+
+def check_parquet_out(out: object, option: str = "--out") -> Path:
+    """The parquet results file ``out`` as a path, checked before any work: a path (a ``str`` or
+    ``os.PathLike``) whose name ends in ``.parquet`` (the records are written as parquet), in a folder
+    that can be written (:func:`check_writable`). The command line's ``--out`` and the library's ``out``
+    share it; ``option`` names it in the messages.
+
+    Raises:
+        InputError: when ``out`` is not a path, or its name does not end in ``.parquet``.
+        OutputError: when it cannot be written there (see :func:`check_writable`).
+    """
+    if not isinstance(out, (str, os.PathLike)) or isinstance(os.fspath(out), bytes):
+        raise InputError(option + f" {out!r}: give the results file's path (a str or os.PathLike)")
+    path = Path(out)
+    if path.suffix.lower() != ".parquet":
+        raise InputError(option + f" {out}: the records are written as parquet; use a .parquet file name")
+    check_writable(path)
+    return path
 
 
 def _local_part(data: str | os.PathLike) -> str | os.PathLike:

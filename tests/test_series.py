@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from conftest import TINY_VIT, pipe_writer, strict_json, tmp_leftovers
 from hubtools import byte_tokenizer, hub_cache, use_hub_cache
 
 from mhaaudit import pipeline
-from mhaaudit.errors import InputError
+from mhaaudit.errors import InputError, OutputError
 from mhaaudit.request import ModelRequest
 from mhaaudit.series import SeriesResult, audit_series, step_of
 from mhaaudit.series import run as series_run
@@ -779,6 +780,26 @@ def test_the_library_refuses_a_series_it_cannot_run(vit_series, no_work):
         )
     with pytest.raises(InputError, match="add trained to variants"):
         audit_series(str(vit_series / "model"), checkpoints=str(vit_series / "runs" / "ckpt-100"), variants=["random"])
+
+
+def test_the_library_checks_out_as_the_command_line_does(vit_series, tmp_path, monkeypatch, no_work):
+    """``audit_series(out=...)`` is refused before any work where ``--out`` is: inside the model's or a
+    checkpoint's folder, a name other than .parquet, or no path at all; nothing is written."""
+    monkeypatch.chdir(vit_series)
+    cases = [
+        ("model/x.parquet", OutputError, "out model/x.parquet lies inside model, an input folder of this run"),
+        ("runs/ckpt-100/x.parquet", OutputError, "ckpt-100, an input folder of this run"),
+        (tmp_path / "x.json", InputError, "the records are written as parquet; use a .parquet file name"),
+        (3, InputError, "out 3: give the results file's path"),
+    ]
+    for out, error, says in cases:
+        with pytest.raises(error, match=re.escape(says)):
+            audit_series("model", checkpoints="runs/ckpt-100", out=out, limit=40, samples=64, device="cpu")
+    assert (
+        not (vit_series / "model" / "x.parquet").exists()
+        and not (vit_series / "runs" / "ckpt-100" / "x.parquet").exists()
+    )
+    assert not (tmp_path / "x.json").exists()
 
 
 def test_the_results_file_names_parameters_as_its_caller_does(tmp_path, monkeypatch):

@@ -128,14 +128,11 @@ def prepare_outputs(out: Path | None, plot: Path | None, fmt: Format) -> None:
         InputError: when ``out`` is not a ``.parquet`` file name, or parquet would go to a terminal.
         OutputError: when ``out`` or ``plot`` cannot be written, or ``plot`` is not a figure file name.
     """
-    from ..errors import InputError
-    from ..io import check_writable
+    from ..io import check_parquet_out
     from ..plot import check_plot_path
 
     if out is not None:
-        if out.suffix.lower() != ".parquet":
-            raise InputError(f"--out {out}: the records are written as parquet; use a .parquet file name")
-        check_writable(out)
+        check_parquet_out(out)
     if plot is not None:
         check_plot_path(plot)
     check_stdout(fmt, out)

@@ -49,8 +49,8 @@ from .. import distributed, pipeline
 from ..auditing import AuditResult, audit, plan_probes
 from ..distributed import shared
 from ..documents import RESULT_KEY
-from ..errors import InputError, Param, one_line, with_names
-from ..io import write_parquet
+from ..errors import InputError, Message, Param, one_line, with_names
+from ..io import check_parquet_out, refuse_inputs, write_parquet
 from ..models import modality_of
 from ..progress import log
 from ..provenance import stamp
@@ -126,7 +126,7 @@ def audit_series(
         seeds: run the series once per seed (``"0-4"``, ``"0,3,7"`` or a list of ints).
         vary: what ``seeds`` vary: ``"both"``, ``"weights"`` or ``"data"``.
         weights: refused, as ``check --weights`` is beside a series: each checkpoint gives the trained weights.
-        out: a parquet file rewritten as the series runs; an interrupted run in it is resumed.
+        out: a parquet file rewritten as the series runs (an interrupted run in it is resumed), checked as ``--out``.
         names: how the messages written to ``out`` name a parameter (None: the library's names).
         query_index: the query token's position (None: the model's own).
         backend: ``"hf"`` or ``"timm"`` (None: detected).
@@ -155,7 +155,8 @@ def audit_series(
         A :class:`mhaaudit.series.SeriesResult`.
 
     Raises:
-        InputError: for a bad argument (as :func:`mhaaudit.audit`), ``weights`` beside a series, no trained
+        InputError: for a bad argument (as :func:`mhaaudit.audit`), ``weights`` beside a series, an ``out`` that is
+            not a path ending in ``.parquet``, no trained
             column, or a bad series: neither ``checkpoints`` nor a list of revisions, a glob that matches nothing
             or whose step numbers are ambiguous, a checkpoint missing, unreadable, named twice or of another
             family, width or architecture than the first, a revision that does not exist; or an ``out`` file that
@@ -165,7 +166,8 @@ def audit_series(
         DataError: when the data cannot be read or gives fewer than n usable examples.
         OfflineError: when what the run needs (the model's configuration, a revision, a hub data set) must be
             downloaded and the network cannot be reached.
-        OutputError: when ``out`` cannot be written.
+        OutputError: when ``out`` cannot be written, is one of the run's inputs or lies inside an input folder
+            (the model's, the data's, a checkpoint's), as the command line refuses ``--out``.
     """
     keywords = dict(
         weights=weights,
@@ -194,6 +196,9 @@ def audit_series(
     )
     req = build_requests(model, data, settings, keywords)
     plan = _plan(req.model, req.data, checkpoints, _Columns(variants, layer, layers, sweep))
+    if out is not None:  # the command line's checks of --out: a .parquet name, writable, no input under it
+        out = check_parquet_out(out, Message(Param("out")))
+        refuse_inputs({Message(Param("out")): out}, [req.model.model, req.data.data, *plan.series.paths])
     seed_plan = plan_for(req.settings, seeds, vary)
     store = _Store(out, _key(plan, req.settings, seed_plan), seed_plan, names)
     t0 = time.perf_counter()
