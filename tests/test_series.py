@@ -522,6 +522,25 @@ def test_an_interrupted_series_resumes_from_the_checkpoints_done(vit_series, ima
     assert_one_error(rc, err, "holds a series run with other settings")
 
 
+def test_a_rerun_resumes_with_its_outputs_in_the_glob_s_folder(vit_series, image_dir, capsys, monkeypatch, tmp_path):
+    """``--checkpoints 'rr/*' --out rr/audit.parquet --plot rr/trend.png``: the rerun that resumes (or repeats)
+    the run finds the same checkpoints, its own outputs left out of the glob's matches."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("ckpt-100", "ckpt-200"):
+        shutil.copytree(vit_series / "runs" / name, tmp_path / "rr" / name)
+    args = ("check", str(vit_series / "model"), "--data", image_dir, *VIT_RUN, "--variants", "trained")
+    args += ("--checkpoints", "rr/*", "--out", "rr/audit.parquet", "--plot", "rr/trend.png", "--format", "json")
+    rc, first, err = run(capsys, *args)
+    assert rc == 0, err
+    assert (tmp_path / "rr" / "audit.parquet").exists() and (tmp_path / "rr" / "trend.png").exists()
+    rc, again, err = run(capsys, *args)
+    assert rc == 0, err
+    ran, reran = json.loads(first), json.loads(again)
+    assert [c["name"] for c in reran["meta"]["series"]["checkpoints"]] == ["rr/ckpt-100", "rr/ckpt-200"]
+    assert all(c["resumed"] for c in reran["meta"]["series"]["checkpoints"])  # read back from the results file
+    assert reran["records"] == ran["records"]
+
+
 def test_a_timm_series(timm_dir, image_dir, tmp_path, capsys, monkeypatch):
     """A series of tiny timm ViT checkpoint folders (loaded whole): each checkpoint's records equal a single
     ``check --weights`` run's, the folder that repeats the one before is found by its files and not audited

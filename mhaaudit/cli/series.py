@@ -52,12 +52,13 @@ def check_series(
     from ..series import audit_series, plot_series, resolve_series, series_revisions
 
     revisions = series_revisions(req.model.revision)
-    series = resolve_series(checkpoints, revisions, req.model)  # checked again by the library: cheap
+    series = resolve_series(checkpoints, revisions, req.model, [out, plot])  # checked again by the library: cheap
     refuse_inputs({"--out": out, "--plot": plot}, [model, data, *series.paths])
     prepare_outputs(out, plot, fmt)
     result = audit_series(
         req.model,
-        checkpoints=checkpoints,
+        # the checkpoints found here, in order: a glob's matches less the outputs (--plot as well as --out)
+        checkpoints=[c.name for c in series.checkpoints] if series.source == "local" else checkpoints,
         data=req.data,
         settings=req.settings,
         on_note=lambda m: say(f"Note: {flagged(m)}"),

@@ -195,7 +195,7 @@ def audit_series(
         data_seed=data_seed,
     )
     req = build_requests(model, data, settings, keywords)
-    plan = _plan(req.model, req.data, checkpoints, _Columns(variants, layer, layers, sweep))
+    plan = _plan(req.model, req.data, checkpoints, _Columns(variants, layer, layers, sweep), out)
     if out is not None:  # the command line's checks of --out: a .parquet name, writable, no input under it
         out = check_parquet_out(out, Message(Param("out")))
         refuse_inputs({Message(Param("out")): out}, [req.model.model, req.data.data, *plan.series.paths])
@@ -261,8 +261,8 @@ class _Plan:
         return self.series.checkpoints[0].request(self.base) if self.series.source == "hub" else self.base
 
 
-def _plan(request: ModelRequest, data: DataRequest, checkpoints, columns: _Columns) -> _Plan:
-    """The plan of a series, checked before any work.
+def _plan(request: ModelRequest, data: DataRequest, checkpoints, columns: _Columns, out=None) -> _Plan:
+    """The plan of a series, checked before any work (a glob of ``checkpoints`` leaves out ``out``).
 
     Raises:
         InputError: for ``weights`` beside a series, a bad series, an unknown column or none trained.
@@ -282,7 +282,7 @@ def _plan(request: ModelRequest, data: DataRequest, checkpoints, columns: _Colum
             + " local checkpoints: give one of them "
             "(a series of hub revisions is a comma list of revisions)"
         )
-    series = resolve_series(checkpoints, revisions, base)
+    series = resolve_series(checkpoints, revisions, base, [out] if isinstance(out, (str, os.PathLike)) else [])
     first = series.checkpoints[0].request(base)
     probes = plan_probes(
         modality_of(first.model, backend=first.backend, weights_path=first.weights_path),

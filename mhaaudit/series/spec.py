@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 
 from .. import validate
 from ..errors import InputError, OfflineError, Param, one_line
-from ..files import read_json, regular_file
+from ..files import read_json, regular_file, same_place
 from ..hub import is_offline
 from ..models.checkpoints import CHECKPOINT_FILES
 from ..models.shards import INDEX_FILE, INDEX_FILES, check_links_inside, check_local_indexes, hub_download, read_index
@@ -183,9 +183,11 @@ def series_revisions(revision: str | None) -> list[str] | None:
     return items
 
 
-def resolve_series(checkpoints, revisions: Sequence[str] | None, base: ModelRequest) -> Series:
+def resolve_series(checkpoints, revisions: Sequence[str] | None, base: ModelRequest, outputs=()) -> Series:
     """The series ``checkpoints`` (a comma list of paths and globs, or a sequence of paths) or
     ``revisions`` (of ``base``'s hub model) names, checked before any work (see the module docstring).
+    A glob's matches leave out the run's own ``outputs`` (its results file, its plot), so that the
+    rerun that resumes a series whose results file lies in the glob's folder names the same checkpoints.
 
     Returns:
         The :class:`Series`: its checkpoints in order, each named and placed by its step.
@@ -210,7 +212,7 @@ def resolve_series(checkpoints, revisions: Sequence[str] | None, base: ModelRequ
         raise InputError(
             "a series needs " + Param("checkpoints") + " (folders, files or a glob) or a comma list of revisions"
         )
-    refs = _local_refs(checkpoints)
+    refs = _local_refs(checkpoints, [o for o in outputs if o is not None])
     _check_local(refs)
     return Series(tuple(refs), "local")
 
@@ -238,8 +240,9 @@ def _items(checkpoints) -> list[str]:
     return items
 
 
-def _local_refs(checkpoints) -> list[CheckpointRef]:
-    """The checkpoints of a local spec, in order: each path in its place, each glob's matches by step.
+def _local_refs(checkpoints, outputs: Sequence) -> list[CheckpointRef]:
+    """The checkpoints of a local spec, in order: each path in its place, each glob's matches by step
+    (less the ``outputs`` of the run).
 
     Raises:
         InputError: when a glob matches nothing or its step numbers are ambiguous, or the series is longer
@@ -249,7 +252,7 @@ def _local_refs(checkpoints) -> list[CheckpointRef]:
     for item in _items(checkpoints):
         literal = os.path.expanduser(item)
         if glob.has_magic(item) and not os.path.lexists(literal):
-            named += _glob_matches(item)
+            named += _glob_matches(item, outputs)
         else:
             named.append((item, step_of(item)[0]))
         if len(named) > MAX_CHECKPOINTS:
@@ -260,14 +263,15 @@ def _local_refs(checkpoints) -> list[CheckpointRef]:
     ]
 
 
-def _glob_matches(pattern: str) -> list[tuple[str, int | None]]:
-    """The matches of a glob, ordered by the step number in each name.
+def _glob_matches(pattern: str, outputs: Sequence = ()) -> list[tuple[str, int | None]]:
+    """The matches of a glob, ordered by the step number in each name; a match that is one of the run's
+    ``outputs`` is none (its results file, written by an earlier run of it).
 
     Raises:
         InputError: when the glob matches nothing, a match carries no step number of its own, or two
             matches carry the same step.
     """
-    matches = sorted(glob.glob(os.path.expanduser(pattern)))
+    matches = sorted(m for m in glob.glob(os.path.expanduser(pattern)) if not any(same_place(m, o) for o in outputs))
     if not matches:
         raise InputError(Param("checkpoints") + f" {pattern}: the glob matches no file or folder")
     if len(matches) > MAX_CHECKPOINTS:
