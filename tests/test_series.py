@@ -712,7 +712,8 @@ def test_bad_series_are_refused_with_one_line(vit_series, vit_dir_wide, tmp_path
     runs = vit_series / "runs"
     cases = [
         ("nothing-*", "the glob matches no file or folder"),
-        (f"runs/ckpt-100,{vit_dir_wide}", "is of another width than the first checkpoint runs/ckpt-100"),
+        (f"runs/ckpt-100,{vit_dir_wide}", "is of another width than the model model: its config.json has hidden_size"),
+        (str(vit_dir_wide), "is of another width than the model model"),  # refused before the reference runs
         ("runs/ckpt-100,runs/missing", "runs/missing: no such file or folder"),
         ("runs/ckpt-100,runs/../runs/ckpt-100", "name the same file"),
     ]
@@ -744,6 +745,21 @@ def test_bad_series_are_refused_with_one_line(vit_series, vit_dir_wide, tmp_path
     head = raw[8 : 8 + length].replace(b'"F32"', b'"F64"', 1)
     (relabelled / "model.safetensors").write_bytes(raw[:8] + head + raw[8 + length :])
     cases.append((f"runs/ckpt-100,{relabelled}", "of dtype F64 and shape"))
+    for name, change in (("relu-1", {"hidden_act": "relu", "layer_norm_eps": 0.5}), ("code-1", {"auto_map": {}})):
+        shutil.copytree(runs / "ckpt-100", tmp_path / name)  # a config of its own: not audited as the model's
+        config = json.loads((tmp_path / name / "config.json").read_text())
+        if name == "code-1":
+            change = {"auto_map": {"AutoModel": "evil.ViTModel"}}
+            (tmp_path / name / "evil.py").write_text("raise SystemExit('ran')\n")
+        (tmp_path / name / "config.json").write_text(json.dumps(config | change))
+    cases.append(
+        (
+            str(tmp_path / "relu-1"),
+            f"{tmp_path / 'relu-1'} computes otherwise than the model model: its config.json has "
+            'hidden_act = "relu" (model: "gelu"), layer_norm_eps = 0.5 (model: 1e-12)',
+        )
+    )
+    cases.append((f"runs/ckpt-100,{tmp_path / 'code-1'}", f"{tmp_path / 'code-1'} needs code from its own folder"))
     pipe = tmp_path / "pipe.safetensors"  # a weights file named itself that is a named pipe: refused, not read
     os.mkfifo(pipe)
     cases.append((f"runs/ckpt-100,{pipe}", "pipe.safetensors is a named pipe"))

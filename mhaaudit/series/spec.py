@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import glob
 import hashlib
-import json
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -42,7 +41,7 @@ from ..hub import is_offline
 from ..models.checkpoints import CHECKPOINT_FILES
 from ..models.shards import INDEX_FILE, INDEX_FILES, check_links_inside, check_local_indexes, hub_download, read_index
 from ..request import ModelRequest
-from .fit import header_shapes
+from .fit import WIDTH_KEYS, canonical, header_shapes, model_config, refuse_checkpoint_code, refuse_unlike_model, short
 from .hub import check_cached_weights, hub_repo
 
 __all__ = [
@@ -95,7 +94,7 @@ DATA_FILES = (
 #: Config keys whose difference makes a checkpoint another family, or another width; any other is another
 #: architecture.
 _FAMILY_KEYS = frozenset({"model_type"})
-_WIDTH_KEYS = frozenset({"hidden_size", "n_embd", "d_model", "embed_dim", "width"})
+_WIDTH_KEYS = WIDTH_KEYS
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
 _MARKED_STEP = re.compile(r"(?:^|[^a-z])(?:global_step|step|steps|iter|iteration|checkpoint|ckpt)[-_=.]?(\d+)", re.I)
 
@@ -213,7 +212,7 @@ def resolve_series(checkpoints, revisions: Sequence[str] | None, base: ModelRequ
             "a series needs " + Param("checkpoints") + " (folders, files or a glob) or a comma list of revisions"
         )
     refs = _local_refs(checkpoints, [o for o in outputs if o is not None])
-    _check_local(refs)
+    _check_local(refs, base)
     return Series(tuple(refs), "local")
 
 
@@ -310,17 +309,27 @@ class _Contents:
     data_files: dict[str, str]
 
 
-def _check_local(refs: list[CheckpointRef]) -> None:
-    """Every checkpoint exists, is readable, names files of its own, and is the first's kind.
+def _check_local(refs: list[CheckpointRef], base: ModelRequest) -> None:
+    """Every checkpoint exists, is readable, names files of its own, is the first's kind, and computes as
+    the model ``base`` names (:func:`.fit.refuse_unlike_model`).
 
     Raises:
         InputError: as :func:`resolve_series` says of local checkpoints.
-        ModelError: when a folder's index names a file outside it, or the folder holds a link leading out.
+        ModelError: when a folder's index names a file outside it, the folder holds a link leading out, or its
+            config asks for code of its own that is not trusted.
     """
     seen: dict[tuple[int, int], tuple[str, str]] = {}
     first: tuple[CheckpointRef, _Contents] | None = None
+    model: list[dict | None] = []  # the model's config, read once (when a checkpoint has a config to compare)
     for ref in refs:
-        contents = _contents(ref)
+        contents = _contents(ref)  # first: its config is read as a JSON object (or refused) before auto_map is
+        if ref.path is not None and os.path.isdir(ref.path):
+            refuse_checkpoint_code(ref.name, ref.path, bool(base.trust_remote_code))
+        if contents.config is not None:
+            if not model:
+                model.append(model_config(base, VOLATILE_CONFIG))
+            if model[0] is not None:
+                refuse_unlike_model(ref.name, contents.config, base.model, model[0])
         for path, inode in contents.files:
             if inode in seen:
                 other, other_path = seen[inode]
@@ -495,7 +504,8 @@ def _same_kind(ref: CheckpointRef, got: _Contents, first: CheckpointRef, want: _
             what = "family" if key in _FAMILY_KEYS else "width" if key in _WIDTH_KEYS else "architecture"
             raise InputError(
                 Param(_param(ref)) + f" {ref.name} is of another {what} than the first checkpoint {first.name}: its "
-                f"config has {key} = {_short(a)}, the first's {_short(b)}; a series audits the checkpoints of one model"
+                f"config has {key} = {short(a, 60)}, the first's {short(b, 60)}; a series audits the checkpoints of "
+                "one model"
             )
     if got.shapes is not None and want.shapes is not None and got.shapes != want.shapes:
         odd = sorted(set(got.shapes) ^ set(want.shapes))
@@ -534,18 +544,9 @@ def _param(ref: CheckpointRef) -> str:
 def _first_difference(a: dict, b: dict) -> tuple[str, object, object] | None:
     for key in sorted(set(a) | set(b)):
         x, y = a.get(key), b.get(key)
-        if x != y and _canonical(x) != _canonical(y):  # equal values (10000 and 10000.0), or the same JSON (NaN)
+        if x != y and canonical(x) != canonical(y):  # equal values (10000 and 10000.0), or the same JSON (NaN)
             return key, x, y
     return None
-
-
-def _canonical(value) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-def _short(value) -> str:
-    text = json.dumps(value, default=str)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 # --------------------------------------------------------------------------- hub revisions
