@@ -522,6 +522,62 @@ def test_an_interrupted_series_resumes_from_the_checkpoints_done(vit_series, ima
     assert_one_error(rc, err, "holds a series run with other settings")
 
 
+def _forge(path, edit) -> None:
+    """Rewrite the results file ``path`` with ``edit`` applied to its stored result (its rows kept)."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    meta = json.loads(table.schema.metadata[b"mhaaudit"])
+    edit(meta["result"])
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, b"mhaaudit": json.dumps(meta)}), path)
+
+
+def test_a_results_file_that_contradicts_itself_is_refused(vit_series, image_dir, capsys, monkeypatch, tmp_path):
+    """A resume file whose stored test is proven to fail by a witness it does not hold (its fraction 1.0
+    and its counts left as they were), or whose verdict or fraction contradicts its counts, is refused in
+    one line naming the file and the record: never resumed, reported or read back; the file is left as it was."""
+    monkeypatch.chdir(vit_series)
+    out = tmp_path / "series.parquet"
+    args = ("check", "model", "--data", image_dir, *VIT_RUN, "--variants", "trained")
+    args += ("--checkpoints", "runs/ckpt-100,runs/ckpt-200", "--out", out, "--format", "json")
+    rc, _, err = run(capsys, *args)
+    assert rc == 0, err
+    test = SeriesResult.from_parquet(out).runs[0].checkpoints[1].audit.columns[0].tests["general_position"]
+    assert test.fraction == 1.0 and test.verdict == "holds" and test.witness is None
+
+    def forged(result):
+        stored = result["runs"][0]["checkpoints"][1]["audit"]["columns"][0]["tests"]["general_position"]
+        stored.update(exact_status="fails", exact_basis="witness")
+
+    _forge(out, forged)
+    before = out.read_bytes()
+    says = (
+        "the record of checkpoint runs/ckpt-200, column trained (layer 1), check general_position: exact status fails "
+        "by a witness, and the record holds no witness"
+    )
+    with pytest.raises(InputError, match=re.escape(f"{out}: {says}; no run writes that")):
+        SeriesResult.from_parquet(out)
+    rc, text, err = run(capsys, *args)
+    assert text == "" and out.read_bytes() == before
+    assert_one_error(rc, err, f"--out {out} holds {says}: no run writes that")
+    for edit, wrong in (  # a verdict against its fraction, a fraction against its count: refused alike
+        (dict(verdict="fails"), "verdict fails with fraction 1.0 against threshold"),
+        (dict(fraction=0.5), "fraction = 0.5, not its count"),
+    ):
+        out.unlink()
+        rc, _, err = run(capsys, *args)  # the file as the run writes it
+        assert rc == 0, err
+
+        def changed(result, edit=edit):
+            result["runs"][0]["checkpoints"][1]["audit"]["columns"][0]["tests"]["general_position"].update(edit)
+
+        _forge(out, changed)
+        with pytest.raises(InputError, match=re.escape(wrong)):
+            SeriesResult.from_parquet(out)
+        rc, _, err = run(capsys, *args)
+        assert_one_error(rc, err, wrong)
+
+
 def test_a_rerun_resumes_with_its_outputs_in_the_glob_s_folder(vit_series, image_dir, capsys, monkeypatch, tmp_path):
     """``--checkpoints 'rr/*' --out rr/audit.parquet --plot rr/trend.png``: the rerun that resumes (or repeats)
     the run finds the same checkpoints, its own outputs left out of the glob's matches."""

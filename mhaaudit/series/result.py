@@ -33,6 +33,8 @@ from ..audit_result import AuditResult
 from ..checks import REGISTRY
 from ..defaults import DEFAULT_THRESHOLD
 from ..documents import RESULT_KEY
+from ..errors import InputError
+from ..kruskal.stored import record_contradiction, sweep_contradiction
 from ..seeds import SeedPlan, SeedRun, SeedsResult, spread
 from ..seeds.check import CHECK_LAYOUT
 from ..seeds.records import sweep_estimate_record
@@ -41,7 +43,15 @@ from .identity import Digest
 from .report import series_report
 from .spec import CheckpointRef, Series
 
-__all__ = ["SERIES_FIELDS", "ChangePoint", "CheckpointRun", "SeriesResult", "SeriesRun", "TrendPoint"]
+__all__ = [
+    "SERIES_FIELDS",
+    "ChangePoint",
+    "CheckpointRun",
+    "SeriesResult",
+    "SeriesRun",
+    "StoredContradiction",
+    "TrendPoint",
+]
 
 #: The fields every record of a series carries first (null for the reference's records).
 SERIES_FIELDS = ("checkpoint", "step", "order", "identical_to")
@@ -189,6 +199,62 @@ class SeriesResult(StoredSweepResult):
     meta_: dict[str, Any] = field(default_factory=dict)
 
     REPORT = series_report
+
+    @classmethod
+    def from_json(cls, source):
+        """Read the series back from a ``--format json`` document, each stored test checked.
+
+        Args:
+            source (dict | str | os.PathLike): the parsed document, its JSON text, or a path to it.
+
+        Returns:
+            (Self): The series, equal field by field to the one written.
+
+        Raises:
+            InputError: when ``source`` cannot be read or holds no series (see :meth:`StoredResult.from_json`), or
+                a stored test record contradicts itself (:class:`StoredContradiction`).
+        """
+        where = "the JSON document" if isinstance(source, dict) or str(source).lstrip().startswith("{") else source
+        return _checked(super().from_json(source), os.fspath(where))
+
+    @classmethod
+    def from_parquet(cls, path):
+        """Read the series back from the metadata of a ``--out FILE.parquet`` file, each stored test checked.
+
+        Args:
+            path (str | os.PathLike): a parquet file written by ``check --checkpoints ... --out``.
+
+        Returns:
+            (Self): The series, equal field by field to the one written.
+
+        Raises:
+            InputError: when ``path`` is not a readable parquet file or holds no series (see
+                :meth:`StoredResult.from_parquet`), or a stored test record contradicts itself
+                (:class:`StoredContradiction`).
+        """
+        return _checked(super().from_parquet(path), os.fspath(path))
+
+    def contradiction(self) -> str | None:
+        """The first stored test record or sweep of the series that contradicts itself, named by its checkpoint
+        (or the reference), seed, column and check, with what is wrong; None when there is none
+        (:func:`mhaaudit.kruskal.stored.record_contradiction`, :func:`~mhaaudit.kruskal.stored.sweep_contradiction`)."""
+        for r in self.runs:
+            seed = "" if r.seed is None else f", seed {r.seed.seed}"
+            audits = [
+                ("the reference", r.reference),
+                *((f"checkpoint {c.checkpoint.name}", c.audit) for c in r.checkpoints),
+            ]
+            for where, audit in audits:
+                for col in [] if audit is None else audit.columns:
+                    place = f"the record of {where}{seed}, column {col.probe.variant} (layer {col.probe.layer})"
+                    for check, test in col.tests.items():
+                        wrong = record_contradiction(test.record())
+                        if wrong is not None:
+                            return f"{place}, check {check}: {wrong}"
+                    wrong = None if col.sweep is None else sweep_contradiction(col.sweep)
+                    if wrong is not None:
+                        return f"{place}, its Kruskal-rank sweep: {wrong}"
+        return None
 
     # ------------------------------------------------------------------ the checkpoints
 
@@ -402,6 +468,26 @@ class SeriesResult(StoredSweepResult):
             + (f" over {len(self.plan.seeds)} seeds" if self.plan is not None else "")
             + f", {len(self.identical())} identical to the one before, {len(self.changes())} changes"
         )
+
+
+class StoredContradiction(InputError):
+    """A results file whose stored test record contradicts itself (``what``: which record, and how)."""
+
+    def __init__(self, where: str, what: str) -> None:
+        super().__init__(f"{where}: {what}; no run writes that (the file was edited or damaged)")
+        self.what = what
+
+
+def _checked(result: SeriesResult, where: str) -> SeriesResult:
+    """``result``, read from ``where``, when no stored record of it contradicts itself.
+
+    Raises:
+        StoredContradiction: naming the file, the record and what it says that no run writes.
+    """
+    wrong = result.contradiction()
+    if wrong is not None:
+        raise StoredContradiction(where, wrong)
+    return result
 
 
 def _points(ref: CheckpointRef | None, audits: list[AuditResult], identical: str | None) -> list[TrendPoint]:

@@ -59,7 +59,7 @@ from ..seeds import SeedPlan, SeedRun, plan_for
 from ..settings import Settings
 from ..tables import table_rows
 from .identity import Digest
-from .result import CheckpointRun, SeriesResult, SeriesRun
+from .result import CheckpointRun, SeriesResult, SeriesRun, StoredContradiction
 from .spec import CheckpointRef, Series, resolve_series, series_revisions
 from .trained import _Trained
 
@@ -540,10 +540,16 @@ class _Store:
         """The series an existing results file holds.
 
         Raises:
-            InputError: when it is not the results file of a series, or holds a run of other settings.
+            InputError: when it is not the results file of a series, holds a run of other settings, or a stored test
+                record that contradicts itself (:meth:`SeriesResult.contradiction`).
         """
         try:
             stored = SeriesResult.from_parquet(path)
+        except StoredContradiction as exc:  # a row edited by hand: never resumed as a result
+            raise InputError(
+                Param("out") + f" {path} holds {exc.what}: no run writes that (the file was edited or damaged); "
+                "move it away or pick another " + Param("out")
+            ) from exc
         except InputError as exc:
             raise InputError(
                 Param("out")
