@@ -108,7 +108,7 @@ def refuse_inputs(outputs: dict[str, str | os.PathLike | None], inputs: list[str
                 )
 
 
-def check_parquet_out(out: object, option: str = "--out") -> Path:
+def check_parquet_out(out: object, option: str) -> Path:
     """The parquet results file ``out`` as a path, checked before any work: a path (a ``str`` or
     ``os.PathLike``) whose name ends in ``.parquet`` (the records are written as parquet), in a folder
     that can be written (:func:`check_writable`). The command line's ``--out`` and the library's ``out``

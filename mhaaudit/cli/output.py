@@ -132,7 +132,7 @@ def prepare_outputs(out: Path | None, plot: Path | None, fmt: Format) -> None:
     from ..plot import check_plot_path
 
     if out is not None:
-        check_parquet_out(out)
+        check_parquet_out(out, "--out")
     if plot is not None:
         check_plot_path(plot)
     check_stdout(fmt, out)
