@@ -148,7 +148,7 @@ def refuse_unlike_model(name: str, config: dict, model: str, model_cfg: dict) ->
     ``model``'s in a key both hold that the audit computes with (:func:`computes`), naming the keys and both values.
 
     Raises:
-        InputError: when a width key differs (another width), or any other such key does.
+        InputError: when ``model_type`` differs (another family), a width key (another width), or any other such key.
     """
     differ = [
         k
@@ -157,10 +157,11 @@ def refuse_unlike_model(name: str, config: dict, model: str, model_cfg: dict) ->
     ]
     if not differ:
         return
-    widths = [k for k in differ if k in WIDTH_KEYS]
-    what = "is of another width than" if widths else "computes otherwise than"
-    shown = ", ".join(f"{k} = {short(config[k])} ({model}: {short(model_cfg[k])})" for k in (widths or differ)[:4])
-    more = f" and {len(differ) - 4} more" if not widths and len(differ) > 4 else ""
+    named = [k for k in differ if k == "model_type"] or [k for k in differ if k in WIDTH_KEYS]
+    what = {"model_type": "is of another family than"}.get(named[0], "is of another width than") if named else ""
+    shown = ", ".join(f"{k} = {short(config[k])} ({model}: {short(model_cfg[k])})" for k in (named or differ)[:4])
+    more = f" and {len(differ) - 4} more" if not named and len(differ) > 4 else ""
+    what = what or "computes otherwise than"
     raise InputError(
         Param("checkpoints") + f" {name} {what} the model {model}: its config.json has {shown}{more}; a series "
         f"audits every checkpoint with the model's configuration, so its records would not be this checkpoint's. "
