@@ -240,3 +240,22 @@ def test_windows_on_several_threads_block_until_the_last_closes(monkeypatch):
         importlib.import_module(name)  # not blocked now: the ordinary answer for a module that does not exist
     assert "single-process" not in str(err.value)
     assert sum(f is imports._FINDER for f in sys.meta_path) == 1
+
+
+@pytest.mark.parametrize(
+    "option, value, says",
+    [
+        ("--epochs", str(2**62), "the largest --epochs that fits is 2305843009213693951"),
+        ("--epochs", str(10**30), "the largest --epochs that fits is 2305843009213693951"),
+        ("--max-steps", str(2**63), "--max-steps must be at most 9223372036854775807"),
+    ],
+)
+def test_steps_beyond_what_a_record_counts_are_refused_before_any_work(capsys, monkeypatch, option, value, says):
+    """A plan of more steps than a record's 64-bit count is one line and exit 2, naming the largest value
+    that fits, before any point is trained (T = 1000, batch 256: 4 steps an epoch)."""
+    from mhaaudit.memorize import grid as grid_mod
+
+    monkeypatch.setattr(grid_mod, "train_group", lambda *a, **k: pytest.fail("trained"))
+    rc, out, err = run(capsys, "memorize", "--heads", "1", "--sizes", "1000", option, value, "--device", "cpu")
+    assert_one_error(rc, err, says)
+    assert out == ""

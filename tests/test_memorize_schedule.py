@@ -53,8 +53,29 @@ def _reference_checks(size, batch, epochs, max_steps, check_every):
 )
 def test_plan_checks_match_the_plain_loop(size, batch, epochs, max_steps, check_every):
     plan = Plan.of(size, batch, epochs, max_steps, check_every)
-    assert plan.checks == _reference_checks(size, batch, epochs, max_steps, check_every)
-    assert plan.total == planned_schedule(size, batch, epochs, max_steps)[2] and max(plan.checks) == plan.total
+    reference = _reference_checks(size, batch, epochs, max_steps, check_every)
+    assert dict(plan.checks()) == reference
+    assert [s for s in range(plan.total + 3) if plan.is_check(s)] == list(reference)
+    assert all(plan.epochs_at(s) == reference.get(s) for s in range(plan.total + 3))
+    assert plan.total == planned_schedule(size, batch, epochs, max_steps)[2] and max(reference) == plan.total
+
+
+def test_a_plan_of_any_length_costs_the_same_memory():
+    """The checks are computed, not stored one by one: a plan of 10^6 checks (one every epoch) or of 10^14
+    epochs is made in the memory of a plan of three, where one dict entry a check took hundreds of MB."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        long = Plan.of(10, 256, 10**6, None, 1)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 1024  # checked before the plan of 10^14 epochs, which the dict could never hold
+    huge = Plan.of(10, 256, 10**14, None, 200)
+    assert (long.total, long.epochs_at(10**6), long.epochs_at(999_999), long.epochs_at(5)) == (10**6, 10**6, 999_999, 5)
+    assert huge.total == 10**14 and huge.epochs_at(10**14) == 10**14 and huge.epochs_at(400) == 400
+    assert huge.epochs_at(401) is None and huge.epochs_at(0) is None
 
 
 def test_batch_order_is_one_permutation_per_epoch():

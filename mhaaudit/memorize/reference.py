@@ -45,7 +45,8 @@ def train_plain(point, recipe, device: torch.device) -> dict:
             loss.backward()
             opt.step()
             step += 1
-        if step in plan.checks:
+        epochs = plan.epochs_at(step)
+        if epochs is not None:
             with torch.no_grad():
                 out = model(q, ctx)
             count = int(memorised(recipe, out, y).sum())
@@ -53,7 +54,7 @@ def train_plain(point, recipe, device: torch.device) -> dict:
                 memorized_count=count,
                 final_loss=float(example_losses(recipe, out, y).sum()) / point.size,
                 steps_run=step,
-                epochs_run=plan.checks[step],
+                epochs_run=epochs,
                 stopped_early=count == point.size and step < plan.total,
             )
             if count == point.size:

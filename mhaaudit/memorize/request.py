@@ -21,6 +21,7 @@ from ..runtime import MAX_SEED, resolve_device
 from ..staging import check_writable
 from .grouping import default_budget
 from .recipe import Recipe
+from .schedule import MAX_STEPS, planned_schedule
 
 __all__ = ["PRESETS", "VARY", "MemorizeRequest", "grid_axes", "resolve_grid"]
 
@@ -70,6 +71,7 @@ class MemorizeRequest(Recipe):
         grid = resolve_grid(self)
         _recipe(self, grid)
         super().__post_init__()  # the recipe's own fields
+        _steps_fit(grid, _recipe(self, grid))
         seeds = _seeds(self.seed, self.seeds)
         checked = _own_grid_fields(self)
         checked |= dict(
@@ -211,6 +213,27 @@ def _recipe(request: MemorizeRequest, grid: dict) -> Recipe:
     """The request's recipe, its ``epochs``/``max_steps`` the grid's (the preset's where it gives none)."""
     own = {f.name: getattr(request, f.name) for f in fields(Recipe)}
     return Recipe(**(own | {"epochs": grid["epochs"], "max_steps": grid["max_steps"]}))
+
+
+def _steps_fit(grid: dict, recipe: Recipe) -> None:
+    """Refuse a grid whose largest T plans more steps than a record counts (:data:`~.schedule.MAX_STEPS`),
+    before any work: the plan is computed, never stored, so nothing else sizes memory by the epochs.
+
+    Raises:
+        InputError: ``max_steps`` above :data:`~.schedule.MAX_STEPS`, or ``epochs`` that plan more steps.
+    """
+    if recipe.max_steps is not None and recipe.max_steps > MAX_STEPS:
+        raise InputError(Param("max_steps") + f" must be at most {MAX_STEPS} (a record's 64-bit step count)")
+    T = max(grid["sizes"])
+    spe, _, total = planned_schedule(T, recipe.batch_size, recipe.epochs, recipe.max_steps)
+    if total > MAX_STEPS:
+        raise InputError(
+            Param("epochs")
+            + f" {recipe.epochs} plans {total} steps at T = {T}, more than a record counts ({MAX_STEPS}, "
+            + "64-bit); the largest "
+            + Param("epochs")
+            + f" that fits is {MAX_STEPS // spe}"
+        )
 
 
 def _own_grid_fields(request: MemorizeRequest) -> dict:

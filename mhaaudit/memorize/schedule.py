@@ -14,11 +14,15 @@ so that points trained together need no host synchronisation to know their sched
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["BatchOrder", "Plan", "lr_factor", "planned_schedule"]
+__all__ = ["MAX_STEPS", "BatchOrder", "Plan", "lr_factor", "planned_schedule"]
+
+#: The most steps a point may plan: its record counts them in 64-bit integers (the results file's columns).
+MAX_STEPS = 2**63 - 1
 
 
 def planned_schedule(size: int, batch_size: int, epochs: int | None, max_steps: int | None) -> tuple[int, int, int]:
@@ -45,11 +49,17 @@ def lr_factor(step: int, total: int) -> float:
 
 @dataclass(frozen=True)
 class Plan:
-    """A point's schedule: steps per epoch, planned steps, and its checks (step -> epochs run)."""
+    """A point's schedule: steps per epoch, planned steps, and its checks.
+
+    The checks are computed, not stored: a step is a check when it ends every ``every``-th epoch
+    before the last, or is the last step (``total``, after ``epochs`` epochs, the last one cut short
+    when ``max_steps`` says so). A plan costs the same memory for any number of epochs.
+    """
 
     steps_per_epoch: int
     total: int
-    checks: dict[int, int]
+    epochs: int  # epochs run by the last step
+    every: int  # epochs between checks
 
     @classmethod
     def of(cls, size: int, batch_size: int, epochs: int | None, max_steps: int | None, check_every: int) -> Plan:
@@ -57,9 +67,26 @@ class Plan:
         spe, _, total = planned_schedule(size, batch_size, epochs, max_steps)
         last = math.ceil(total / spe)  # the last epoch may be cut short by max_steps
         every = math.ceil(check_every / spe)  # epochs between checks
-        checks = {min(e * spe, total): e for e in range(every, last, every)}
-        checks[total] = last
-        return cls(steps_per_epoch=spe, total=total, checks=checks)
+        return cls(steps_per_epoch=spe, total=total, epochs=last, every=every)
+
+    def epochs_at(self, step: int) -> int | None:
+        """The epochs run when ``step`` steps are done if that is a check, else None."""
+        if step == self.total:
+            return self.epochs
+        epoch, rest = divmod(step, self.steps_per_epoch)
+        if rest or not 0 < epoch < self.epochs or epoch % self.every:
+            return None
+        return epoch
+
+    def is_check(self, step: int) -> bool:
+        """Whether the memorised fraction is checked when ``step`` steps are done."""
+        return self.epochs_at(step) is not None
+
+    def checks(self) -> Iterator[tuple[int, int]]:
+        """Every check in order, as (step, epochs run), computed one after another."""
+        for epoch in range(self.every, self.epochs, self.every):
+            yield epoch * self.steps_per_epoch, epoch
+        yield self.total, self.epochs
 
 
 class BatchOrder:

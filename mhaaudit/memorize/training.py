@@ -233,7 +233,7 @@ class _GroupTrainer:
             while step < stop and self.live:
                 self._step(step, *(b[:, step - start] for b in batches))
                 step += 1
-                if any(step in self.plans[i].checks for i in self.live):
+                if any(self.plans[i].is_check(step) for i in self.live):
                     kept = self._check(step)
                     if len(kept) < len(self.live):
                         batches = tuple(b[kept] for b in batches)
@@ -309,12 +309,13 @@ class _GroupTrainer:
         kept = []
         for k, i in enumerate(self.live):
             plan, size = self.plans[i], self.points[i].size
-            if step in plan.checks:
+            epochs = plan.epochs_at(step)
+            if epochs is not None:
                 full = counts[k] == size
                 self.records[i] = dict(
                     memorized=counts[k] / size,
                     memorized_count=counts[k],
-                    epochs_run=plan.checks[step],
+                    epochs_run=epochs,
                     steps_run=step,
                     planned_steps=plan.total,
                     final_loss=sums[k] / size,
