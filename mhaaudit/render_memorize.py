@@ -40,7 +40,7 @@ def memorize_table(grid) -> Table:
             str(r.memorized_count),
             str(r.epochs_run) + (" (early)" if r.stopped_early else ""),
             str(r.steps_run),
-            f"{r.final_loss:.4g}",
+            f"{r.final_loss:.4g}" + (" (diverged)" if r.diverged else ""),
             f"{r.seconds:.1f}" + (" (file)" if r.reused else ""),
         ]
         if sat and r.saturation is None:
@@ -89,7 +89,7 @@ def seed_summary_table(grid) -> Table:
 
 def memorize_report(grid) -> list:
     """``mhaaudit memorize``: the points, the fits against H, the saturation histograms, the files."""
-    items: list = [memorize_table(grid)]
+    items: list = [memorize_table(grid), *(f"note: {note}" for note in grid.notes)]
     if len(grid.seeds) > 1 and grid.summary:
         items.append(seed_summary_table(grid))
     if grid.fits:

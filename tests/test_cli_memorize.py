@@ -43,6 +43,7 @@ RUN_FIELDS = {
     "final_loss",
     "seconds",
     "device",
+    "diverged",
     "saturation",
 }
 
@@ -82,6 +83,7 @@ def test_json_document(capsys):
         "summary",
         "groups",
         "memory_budget",
+        "notes",
     }
     assert doc["tool"] == f"mhaaudit {__version__}"
     assert doc["vary"] == "heads" and doc["values"] == [1, 2] and doc["sizes"] == [16]
@@ -259,3 +261,17 @@ def test_steps_beyond_what_a_record_counts_are_refused_before_any_work(capsys, m
     rc, out, err = run(capsys, "memorize", "--heads", "1", "--sizes", "1000", option, value, "--device", "cpu")
     assert_one_error(rc, err, says)
     assert out == ""
+
+
+def test_a_diverged_training_is_said_in_the_table_and_the_json(capsys):
+    """--lr 1e300: the final loss is NaN; the table marks it and says why in a note, the JSON has the note and
+    diverged = true on the run (its final_loss null), and no example counts as memorised."""
+    args = [*GRID, "--lr", "1e300", "--device", "cpu"]
+    rc, out, err = run(capsys, *args)
+    assert rc == 0, err
+    flat = " ".join(out.split())
+    assert flat.count("nan (diverged)") == 2 and flat.count("note: H=") == 2 and "the training diverged" in flat
+    rc, out, err = run(capsys, *args, "--format", "json")
+    doc = strict_json(out)
+    assert [(r["diverged"], r["final_loss"], r["memorized_count"]) for r in doc["runs"]] == [(True, None, 0)] * 2
+    assert len(doc["notes"]) == 2 and all("diverged" in n for n in doc["notes"])

@@ -117,6 +117,8 @@ def test_results_file_that_is_not_ours(tmp_path):
         ("size", 999, "another configuration than its config_key"),
         ("steps_run", -3, "steps_run = -3"),
         ("seconds", float("inf"), "seconds = inf"),
+        ("final_loss", float("nan"), "diverged = False with final_loss = nan"),
+        ("diverged", True, "diverged = True with final_loss = "),
     ],
 )
 def test_a_stored_row_that_no_training_writes_is_refused_not_reported(tmp_path, column, value, says):
@@ -135,6 +137,28 @@ def test_a_stored_row_that_no_training_writes_is_refused_not_reported(tmp_path, 
     with pytest.raises(InputError, match="not a results file as memorize writes it") as caught:
         run_memorize_grid(**kw)
     assert says in str(caught.value) and "H = " in str(caught.value)
+
+
+def test_a_diverged_run_is_said_kept_and_read_back_as_written(tmp_path, monkeypatch):
+    """A training that diverges (lr = 1e300) is a run that says so (diverged, a note, out of the fit); its row is
+    kept and read back as training wrote it, and a row of a file written before the column is read the same."""
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "res.parquet"
+    kw = dict(vary="heads", values="1,2", sizes=[16], max_steps=8, lr=1e300, classes=2, out=out, **TINY)
+    first = run_memorize_grid(**kw)
+    assert all(r.diverged and r.memorized_count == 0 for r in first.runs) and first.fits == ()
+    assert len(first.notes) == 2 and all("diverged" in n and "left out of the linear fit" in n for n in first.notes)
+    assert first.to_dict()["notes"] == list(first.notes) and pq.read_table(out).column("diverged").to_pylist() == [
+        True,
+        True,
+    ]
+    monkeypatch.setattr(grid_mod, "train_group", lambda *a, **k: pytest.fail("recomputed a stored point"))
+    second = run_memorize_grid(**kw)
+    assert second.reused == 2 and all(r.diverged for r in second.runs) and second.notes == first.notes
+    pq.write_table(pq.read_table(out).drop(["diverged"]), out)  # as written before the column was recorded
+    third = run_memorize_grid(**kw)
+    assert third.reused == 2 and all(r.diverged for r in third.runs)
 
 
 def test_two_rows_for_one_point_are_refused_not_one_of_them_chosen(tmp_path):

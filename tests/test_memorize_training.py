@@ -113,3 +113,29 @@ def test_the_stacked_training_is_the_plain_loop(task, context):
             k: v for k, v in plain.items() if k != "final_loss"
         }
         assert run.final_loss == pytest.approx(plain["final_loss"], rel=1e-4)
+
+
+def test_an_example_with_non_finite_outputs_is_never_memorised():
+    """argmax of NaN logits is a class (0): an example labelled 0 was counted memorised by a model that
+    diverged. Non-finite outputs memorise nothing, in either task."""
+    from mhaaudit.memorize.training import memorised
+
+    nan, inf = float("nan"), float("inf")
+    out = torch.tensor([[nan, nan, nan], [nan, 0.0, 1.0], [inf, 0.0, 0.0], [5.0, 0.0, 1.0]])
+    labels = torch.tensor([0, 2, 0, 0])
+    assert memorised(Recipe(classes=3), out, labels).tolist() == [False, False, False, True]
+    reg = Recipe(task="regression", tolerance=0.5)
+    got = memorised(reg, torch.tensor([[nan], [inf], [0.3]]), torch.tensor([0.2, 0.2, 0.2]))
+    assert got.tolist() == [False, False, True]
+
+
+def test_a_diverged_training_says_so_and_counts_nothing():
+    """lr = 1e300 sends the weights to NaN: the run says it diverged, its loss is NaN, and none of its examples
+    (half of them labelled 0, the argmax of NaN logits) counts as memorised, stacked or alone."""
+    recipe = Recipe(classes=2, max_steps=10, check_every=5, batch_size=8, lr=1e300)
+    pts = [Point(1, 4, 8, 20, 0), Point(2, 3, 8, 12, 1)]
+    for run in [*train_group(pts, recipe, CPU), train_group(pts[:1], recipe, CPU)[0]]:
+        assert run.diverged and run.final_loss != run.final_loss
+        assert run.memorized_count == 0 and run.steps_run == run.planned_steps == 10 and not run.stopped_early
+    calm = train_group(pts[:1], Recipe(**{**recipe.as_dict(), "lr": 1e-3}), CPU)[0]
+    assert not calm.diverged and calm.final_loss > 0

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import queue
 import threading
@@ -33,6 +34,7 @@ from .results import (
     MemorizeRun,
     config_dict,
     config_key,
+    grid_notes,
     heads_fits,
     row_to_run,
     run_to_row,
@@ -110,6 +112,8 @@ def _read_results(path: Path, meta: dict) -> dict[str, dict]:
         ) from None
     by_key: dict[str, dict] = {}
     for r in rows:
+        if r.get("diverged") is None and isinstance(r.get("final_loss"), float):  # written before the column
+            r["diverged"] = not math.isfinite(r["final_loss"])
         if r["config_key"] in by_key:  # memorize writes one row a point: which of the two holds could not be said
             raise InputError(
                 f"{path} is not a results file of 'mhaaudit memorize' (two rows for the configuration "
@@ -289,6 +293,7 @@ def memorize_grid(request: MemorizeRequest) -> MemorizeGrid:
         summary=seed_summaries(done),
         groups=tuple(groups),
         memory_budget=request.budget(),
+        notes=grid_notes(done, fitted=grid["vary"] == "heads"),
     )
     if request.plot is not None:
         plot_memorize(result, Path(request.plot))

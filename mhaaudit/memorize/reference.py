@@ -9,6 +9,8 @@ the obvious way (and the way this package trained before points were stacked). I
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .data import DIM, make_dataset, point_generator
@@ -57,6 +59,7 @@ def train_plain(point, recipe, device: torch.device) -> dict:
                 epochs_run=epochs,
                 stopped_early=count == point.size and step < plan.total,
             )
+            record["diverged"] = not math.isfinite(record["final_loss"])
             if count == point.size:
                 break
     return record

@@ -36,6 +36,7 @@ __all__ = [
     "MemorizeRun",
     "SeedSummary",
     "fit_line",
+    "grid_notes",
     "heads_fits",
     "seed_summaries",
 ]
@@ -52,6 +53,8 @@ class MemorizeRun:
     equally among the points still training in it; the shares of a group add up to the group's
     training time (``GroupRecord.seconds`` is its whole wall time, setup included).
     ``recipe`` is how the point was trained; :meth:`to_dict` gives its fields flat, in its place.
+    ``diverged``: the training diverged (its loss over the training set is not finite, NaN or
+    infinite, as with ``lr=1e300``); an example whose outputs are not finite is never counted memorised.
     """
 
     heads: int
@@ -69,6 +72,7 @@ class MemorizeRun:
     seconds: float
     stopped_early: bool
     device: str
+    diverged: bool = False
     saturation: SaturationSummary | None = None
     reused: bool = False
 
@@ -194,7 +198,8 @@ class MemorizeGrid(StoredResult):
     ``from_parquet`` read it back from ``--format json`` / ``--format parquet`` outputs.
 
     ``groups`` covers the runs trained now (not those read back from ``out``);
-    ``memory_budget`` is the bytes the groups were planned within.
+    ``memory_budget`` is the bytes the groups were planned within. ``notes``: what the table says
+    beside the runs (a run that diverged, see :func:`grid_notes`).
     """
 
     vary: str | None
@@ -211,6 +216,7 @@ class MemorizeGrid(StoredResult):
     summary: tuple[SeedSummary, ...] = ()
     groups: tuple[GroupRecord, ...] = ()
     memory_budget: int | None = None
+    notes: tuple[str, ...] = ()
 
     COMMAND: ClassVar[str] = "memorize"
 
@@ -324,6 +330,7 @@ class MemorizeGrid(StoredResult):
             "summary": [m.to_dict() for m in self.summary],
             "groups": [g.to_dict() for g in self.groups],
             "memory_budget": self.memory_budget,
+            "notes": list(self.notes),
         }
 
 
@@ -429,7 +436,10 @@ def row_to_run(row: dict) -> MemorizeRun:
             frac_any_saturated=float(row["sat_frac_any"]),
             mean_saturated=float(row["sat_mean"]),
         )
-    return replace(MemorizeRun.from_document({k: row[k] for k in _STORED}), saturation=sat, reused=True)
+    data = {k: row[k] for k in _STORED if k != "diverged"}
+    diverged = row.get("diverged")  # absent from files written before it was recorded: their loss says it
+    data["diverged"] = not math.isfinite(float(row["final_loss"])) if diverged is None else diverged
+    return replace(MemorizeRun.from_document(data), saturation=sat, reused=True)
 
 
 def stored_run_contradiction(run: MemorizeRun, key: str) -> str | None:
@@ -447,6 +457,8 @@ def stored_run_contradiction(run: MemorizeRun, key: str) -> str | None:
             return f"{name} = {getattr(run, name)}"
     if not (math.isfinite(run.seconds) and run.seconds >= 0):
         return f"seconds = {run.seconds!r}"
+    if run.diverged != (not math.isfinite(run.final_loss)):
+        return f"diverged = {run.diverged} with final_loss = {run.final_loss!r}"
     return None
 
 
@@ -474,11 +486,14 @@ def fit_line(xs: Sequence[float], ys: Sequence[float], size: int | None = None) 
 
 
 def heads_fits(runs: Sequence[MemorizeRun], sizes: Sequence[int], saturated_at: float = 0.99) -> tuple[LinearFit, ...]:
-    """Count memorised vs H, per size and pooled, over the non-saturated points (fraction < 0.99)."""
+    """Count memorised vs H, per size and pooled, over the non-saturated points (fraction < 0.99) whose
+    training did not diverge (a diverged count says nothing of what H heads can memorise)."""
     fits = []
     pooled_x, pooled_y = [], []
     for T in sizes:
-        pts = sorted((r.heads, r.memorized_count) for r in runs if r.size == T and r.memorized < saturated_at)
+        pts = sorted(
+            (r.heads, r.memorized_count) for r in runs if r.size == T and r.memorized < saturated_at and not r.diverged
+        )
         pooled_x += [p[0] for p in pts]
         pooled_y += [p[1] for p in pts]
         f = fit_line([p[0] for p in pts], [p[1] for p in pts], size=T)
@@ -489,6 +504,19 @@ def heads_fits(runs: Sequence[MemorizeRun], sizes: Sequence[int], saturated_at: 
         if f is not None:
             fits.append(f)
     return tuple(fits)
+
+
+def grid_notes(runs: Sequence[MemorizeRun], fitted: bool = False) -> tuple[str, ...]:
+    """What the report says beside the runs: each run whose training diverged, in words (``fitted``: the
+    grid fits a line against H, which leaves such a run out)."""
+    left_out = ", and the point is left out of the linear fit" if fitted else ""
+    return tuple(
+        f"H={r.heads} n={r.n} d_h={r.head_dim} T={r.size} seed {r.seed}: the training diverged (final loss "
+        f"{r.final_loss}, not finite); no example with non-finite outputs counts as memorised{left_out}; "
+        "a smaller learning rate may train it"
+        for r in runs
+        if r.diverged
+    )
 
 
 def seed_summaries(runs: Sequence[MemorizeRun]) -> tuple[SeedSummary, ...]:

@@ -23,6 +23,7 @@ grid or group it is trained in.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -321,6 +322,7 @@ class _GroupTrainer:
                     final_loss=sums[k] / size,
                     stopped_early=full and step < plan.total,
                     seconds=self.spent[i],
+                    diverged=not math.isfinite(sums[k]),
                 )
                 if full or step >= plan.total:
                     continue
@@ -341,7 +343,8 @@ class _GroupTrainer:
             out, _ = self.stack.forward(theta, self.frame, x, ctx)
             valid = pos < self.live_sizes[:, None]
             counts += (memorised(self.recipe, out, labels) & valid).sum(1)
-            sums += (example_losses(self.recipe, out, labels) * valid).sum(1).double()
+            # where, not a product: the padding's loss, NaN once weights diverge, must not reach a point's sum
+            sums += torch.where(valid, example_losses(self.recipe, out, labels), 0).sum(1).double()
         return counts.tolist(), sums.tolist()
 
     @torch.no_grad()
@@ -369,10 +372,13 @@ def example_losses(recipe: Recipe, out: torch.Tensor, labels: torch.Tensor) -> t
 
 
 def memorised(recipe: Recipe, out: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Which examples are memorised: predicted class right, or ``|prediction - label| < tolerance``."""
+    """Which examples are memorised: predicted class right, or ``|prediction - label| < tolerance``.
+    An example whose outputs are not all finite (diverged training) is never memorised: the argmax
+    of NaN logits names a class (0) that no output predicts."""
+    finite = torch.isfinite(out).all(dim=-1)
     if recipe.task == "classification":
-        return out.argmax(dim=-1) == labels
-    return (out[..., 0] - labels).abs() < recipe.tolerance
+        return (out.argmax(dim=-1) == labels) & finite
+    return ((out[..., 0] - labels).abs() < recipe.tolerance) & finite
 
 
 def _adam(groups: list[dict]) -> torch.optim.Optimizer:
