@@ -119,6 +119,14 @@ def test_results_file_that_is_not_ours(tmp_path):
         ("seconds", float("inf"), "seconds = inf"),
         ("final_loss", float("nan"), "diverged = False with final_loss = nan"),
         ("diverged", True, "diverged = True with final_loss = "),
+        ("steps_run", 999999, "steps_run = 999999, above its 8 planned steps"),
+        ("planned_steps", 7, "planned_steps = 7, where its configuration plans 8"),
+        ("planned_steps", 50000, "planned_steps = 50000, where its configuration plans 8"),
+        ("epochs_run", 3, "epochs_run = 3, where 8 steps of its plan are 8 epochs"),
+        ("steps_run", 5, "steps_run = 5, at no check of its plan (every 200 epochs of 1 steps, and at step 8)"),
+        ("final_loss", -5.0, "final_loss = -5.0, below 0"),
+        ("final_loss", float("-inf"), "final_loss = -inf, below 0"),
+        ("stopped_early", True, "stopped_early = True at step 8 of 8 planned"),
     ],
 )
 def test_a_stored_row_that_no_training_writes_is_refused_not_reported(tmp_path, column, value, says):
@@ -137,6 +145,34 @@ def test_a_stored_row_that_no_training_writes_is_refused_not_reported(tmp_path, 
     with pytest.raises(InputError, match="not a results file as memorize writes it") as caught:
         run_memorize_grid(**kw)
     assert says in str(caught.value) and "H = " in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "edit, says",
+    [
+        (dict(steps_run=4, epochs_run=2, stopped_early=True), "it stopped early with "),
+        (dict(steps_run=4, epochs_run=2), "stopped_early = False at step 4 of 8 planned"),
+        (dict(steps_run=4, epochs_run=3), "epochs_run = 3, where 4 steps of its plan are 2 epochs"),
+        (dict(steps_run=3, epochs_run=2), "steps_run = 3, at no check of its plan (every 1 epochs of 2 steps"),
+    ],
+)
+def test_a_stored_row_off_its_plan_is_refused(tmp_path, edit, says):
+    """A row whose steps, epochs and stop are not those of a check of its plan (T = 16, batch 8: 2 steps an
+    epoch, a check every epoch, 8 steps) is refused: training writes a record only at a check, and stops
+    before the planned steps only with every example memorised."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "res.parquet"
+    kw = dict(sizes=[16], max_steps=8, batch_size=8, check_every=2, out=out, **TINY)
+    (run,) = run_memorize_grid(**kw).runs
+    assert (run.steps_run, run.epochs_run, run.stopped_early, run.memorized_count < 16) == (8, 4, False, True)
+    table = pq.read_table(out)
+    rows = [{**row, **edit} for row in table.to_pylist()]
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), out)
+    with pytest.raises(InputError, match="not a results file as memorize writes it") as caught:
+        run_memorize_grid(**kw)
+    assert says in str(caught.value)
 
 
 def test_a_diverged_run_is_said_kept_and_read_back_as_written(tmp_path, monkeypatch):

@@ -24,6 +24,7 @@ from ..tables import StoredResult
 from .data import DIM
 from .recipe import RECIPE_FIELDS, Recipe
 from .saturation import SaturationSummary
+from .schedule import Plan
 
 #: How a point's generator is seeded (part of every stored configuration).
 SEED_RULE = "derive_seed(seed, 'memorize')"
@@ -443,9 +444,16 @@ def row_to_run(row: dict) -> MemorizeRun:
 
 
 def stored_run_contradiction(run: MemorizeRun, key: str) -> str | None:
-    """What a run read back from a results file says that no training writes, in words, or None: its columns
-    give another configuration than its ``key``, or its results are impossible (a memorised fraction outside
-    [0, 1] or other than its count over T, a count outside 0..T, a negative step or epoch count or time)."""
+    """What a run read back from a results file says that no training writes, in words, or None.
+
+    Training writes a point's record at a check of its plan (:class:`~.schedule.Plan`, which the
+    run's recipe and T decide): its columns give the configuration of its ``key``; its count is within
+    0..T and its fraction is the count over T; ``planned_steps`` is its plan's; ``steps_run`` is a check
+    of that plan and ``epochs_run`` the epochs run by then; it stopped before the planned steps
+    (``stopped_early``) only with every example memorised; its time is finite and not negative; its
+    final loss (a mean cross-entropy or squared error) is not negative, and not finite exactly when
+    ``diverged``.
+    """
     if config_key(run.config()) != key:
         return "its columns give another configuration than its config_key"
     if not 0 <= run.memorized_count <= run.size:
@@ -457,6 +465,26 @@ def stored_run_contradiction(run: MemorizeRun, key: str) -> str | None:
             return f"{name} = {getattr(run, name)}"
     if not (math.isfinite(run.seconds) and run.seconds >= 0):
         return f"seconds = {run.seconds!r}"
+    r = run.recipe
+    plan = Plan.of(run.size, r.batch_size, r.epochs, r.max_steps, r.check_every)
+    if run.planned_steps != plan.total:
+        return f"planned_steps = {run.planned_steps}, where its configuration plans {plan.total}"
+    if run.steps_run > plan.total:
+        return f"steps_run = {run.steps_run}, above its {plan.total} planned steps"
+    epochs = plan.epochs_at(run.steps_run)
+    if epochs is None:
+        return (
+            f"steps_run = {run.steps_run}, at no check of its plan (every {plan.every} epochs of "
+            f"{plan.steps_per_epoch} steps, and at step {plan.total})"
+        )
+    if run.epochs_run != epochs:
+        return f"epochs_run = {run.epochs_run}, where {run.steps_run} steps of its plan are {epochs} epochs"
+    if run.stopped_early != (run.steps_run < plan.total):
+        return f"stopped_early = {run.stopped_early} at step {run.steps_run} of {plan.total} planned"
+    if run.stopped_early and run.memorized_count != run.size:
+        return f"it stopped early with {run.memorized_count} of {run.size} examples memorised, not all"
+    if run.final_loss < 0:
+        return f"final_loss = {run.final_loss!r}, below 0"
     if run.diverged != (not math.isfinite(run.final_loss)):
         return f"diverged = {run.diverged} with final_loss = {run.final_loss!r}"
     return None
