@@ -52,8 +52,12 @@ def memorize_table(grid) -> Table:
 
 
 def fit_table(grid) -> Table:
-    """The linear fits of the count memorised against H."""
-    ft = Table(title="Linear fit of the count memorised against H (points with memorised < 0.99)", title_justify="left")
+    """The linear fits of the count memorised against H, and the sizes with none (``fit_gaps``), each with why."""
+    ft = Table(
+        title="Linear fit of the count memorised against H (points with memorised < 0.99, not diverged; "
+        "a line through 3 or more values of H)",
+        title_justify="left",
+    )
     for col in ("size T", "slope (examples per head)", "intercept", "R^2", "points", "H values"):
         ft.add_column(col, justify="left" if col == "size T" else "right")
     for f in grid.fits:
@@ -64,6 +68,18 @@ def fit_table(grid) -> Table:
             f"{f.r2:.4f}",
             str(f.points),
             ",".join(str(x) for x in f.xs),
+        )
+    if grid.fit_gaps:
+        ft.caption = "none: no line; through 2 values of H a line fits exactly (R^2 = 1 by construction): no test"
+        ft.caption_justify = "left"
+    for g in grid.fit_gaps:
+        ft.add_row(
+            "all" if g.size is None else str(g.size),
+            "-",
+            "-",
+            f"none: {g.reason}",
+            str(g.points),
+            ",".join(str(x) for x in g.xs) or "-",
         )
     return ft
 
@@ -92,10 +108,8 @@ def memorize_report(grid) -> list:
     items: list = [memorize_table(grid), *(f"note: {note}" for note in grid.notes)]
     if len(grid.seeds) > 1 and grid.summary:
         items.append(seed_summary_table(grid))
-    if grid.fits:
+    if grid.fits or grid.fit_gaps:
         items.append(fit_table(grid))
-    elif grid.vary == "heads":
-        items.append("Linear fit against H: fewer than two non-saturated values of H per size; none computed.")
     for r in grid.runs:
         if r.saturation is not None:
             items.append(

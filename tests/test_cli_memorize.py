@@ -76,6 +76,7 @@ def test_json_document(capsys):
         "settings",
         "runs",
         "fits",
+        "fit_gaps",
         "reused",
         "out",
         "plot",
@@ -275,3 +276,23 @@ def test_a_diverged_training_is_said_in_the_table_and_the_json(capsys):
     doc = strict_json(out)
     assert [(r["diverged"], r["final_loss"], r["memorized_count"]) for r in doc["runs"]] == [(True, None, 0)] * 2
     assert len(doc["notes"]) == 2 and all("diverged" in n for n in doc["notes"])
+
+
+def test_two_values_of_h_give_no_r2_and_say_why(capsys, monkeypatch):
+    """A line through two values of H has R^2 = 1 whatever the counts: the fit table gives none, and says why,
+    and so does the JSON (fits empty, fit_gaps with the reason), where R^2 1.0000 was printed as a fit."""
+    monkeypatch.setenv("COLUMNS", "200")
+    rc, out, err = run(capsys, *GRID, "--device", "cpu")
+    assert rc == 0, err
+    flat = " ".join(out.split())
+    assert "│ none: 2 values of H: too few to test a line │ 2 │ 1,2 │" in flat
+    assert "(R^2 = 1 by construction)" in flat and "1.0000" not in flat
+    rc, out, err = run(capsys, *GRID, "--device", "cpu", "--format", "json")
+    doc = strict_json(out)
+    assert doc["fits"] == [] and doc["fit_gaps"] == [
+        {"size": 16, "points": 2, "xs": [1, 2], "reason": "2 values of H: too few to test a line"}
+    ]
+    from mhaaudit.memorize import MemorizeGrid
+
+    back = MemorizeGrid.from_json(out)
+    assert back.fits == () and [g.to_dict() for g in back.fit_gaps] == doc["fit_gaps"]

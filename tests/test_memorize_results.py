@@ -15,6 +15,33 @@ def test_heads_fit():
     fit = fit_line([1, 2, 4, 8], [10, 20, 40, 80])
     assert fit.slope == pytest.approx(10) and fit.intercept == pytest.approx(0, abs=1e-9) and fit.r2 == pytest.approx(1)
     assert fit_line([1, 1], [3, 4]) is None
+    # through two values of x any counts lie on a line (R^2 = 1): no fit, however many points
+    assert fit_line([1, 2], [3, 40]) is None and fit_line([1, 2, 2, 1], [3, 40, 41, 2]) is None
+    assert fit_line([1, 2, 3], [3, 40, 5]).r2 < 0.2
+
+
+def _run(heads, size, count, diverged=False):
+    loss = float("nan") if diverged else 1.0
+    return MemorizeRun(
+        heads=heads, n=32, head_dim=64, size=size, recipe=Recipe(), seed=0, memorized=count / size,
+        memorized_count=count, epochs_run=1, steps_run=1, planned_steps=1, final_loss=loss, seconds=0.0,
+        stopped_early=False, device="cpu", diverged=diverged,
+    )  # fmt: skip
+
+
+def test_a_size_with_two_values_of_h_has_no_line_and_says_why():
+    """H = 4 saturates and H = 8 diverged: at T = 200 two values of H are left, which any line fits
+    (R^2 = 1): no fit there, a gap that says so; T = 400 keeps three and is fitted; the pool too."""
+    from mhaaudit.memorize.results import heads_fit_gaps, heads_fits
+
+    runs = [_run(1, 200, 30), _run(2, 200, 60), _run(4, 200, 198), _run(8, 200, 0, diverged=True)]
+    runs += [_run(1, 400, 30), _run(2, 400, 61), _run(4, 400, 120)]
+    fits, gaps = heads_fits(runs, [200, 400]), heads_fit_gaps(runs, [200, 400])
+    assert [(f.size, f.xs) for f in fits] == [(400, (1, 2, 4)), (None, (1, 2, 4))]
+    assert [(g.size, g.points, g.xs, g.reason) for g in gaps] == [
+        (200, 2, (1, 2), "2 values of H: too few to test a line")
+    ]
+    assert heads_fit_gaps(runs[2:3], [200])[0].reason == "no point below saturation to fit"
 
 
 def test_row_round_trip():

@@ -27,7 +27,9 @@ Modules:
 - :mod:`.grouping`: the grid split into groups within a memory budget;
 - :mod:`.reference`: the plain one-point training loop the stacked training is tested against;
 - :mod:`.saturation`: saturated heads per example (Appendix H);
-- :mod:`.results`: the run, fit, seed-summary, group and grid records, and the results file's rows;
+- :mod:`.fits`: the linear fits of the count memorised against H (three values of H or more), and why
+  a size has none;
+- :mod:`.results`: the run, seed-summary, group and grid records, and the results file's rows;
 - :mod:`.request`: :class:`MemorizeRequest`, a run as one frozen object, checked where it is made;
   the presets and the grid it asks for;
 - :mod:`.grid`: the grid's points and seeds, resuming, :func:`run_memorize_grid`.

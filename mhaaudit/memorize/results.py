@@ -1,8 +1,6 @@
-"""The records of a memorisation grid: one run per trained point, the linear fits, the grid.
+"""The records of a memorisation grid: one run per trained point, the linear fits (:mod:`.fits`), the grid.
 
-A run's memorised fraction is measured on its training set (exact for the trained model); the
-linear fit of the count memorised against H is an ordinary least-squares line, an estimate of
-the slope Theorem 1 bounds (H (n - 1) + 1 examples).
+A run's memorised fraction is measured on its training set (exact for the trained model).
 """
 
 from __future__ import annotations
@@ -22,6 +20,7 @@ from ..provenance import stamp
 from ..render_memorize import memorize_report
 from ..tables import StoredResult
 from .data import DIM
+from .fits import FitGap, LinearFit, fit_line, heads_fit_gaps, heads_fits
 from .recipe import RECIPE_FIELDS, Recipe
 from .saturation import SaturationSummary
 from .schedule import Plan
@@ -30,6 +29,7 @@ from .schedule import Plan
 SEED_RULE = "derive_seed(seed, 'memorize')"
 
 __all__ = [
+    "FitGap",
     "GridSettings",
     "GroupRecord",
     "LinearFit",
@@ -38,6 +38,7 @@ __all__ = [
     "SeedSummary",
     "fit_line",
     "grid_notes",
+    "heads_fit_gaps",
     "heads_fits",
     "seed_summaries",
 ]
@@ -98,22 +99,6 @@ class MemorizeRun:
             ValueError: ``data`` is not such a run (see :func:`read_flat`).
         """
         return read_flat(cls, data, "runs[]")
-
-
-@dataclass(frozen=True)
-class LinearFit:
-    """Least-squares line ``count = slope * H + intercept`` over the non-saturated points."""
-
-    size: int | None  # None: all sizes pooled
-    slope: float
-    intercept: float
-    r2: float
-    points: int  # number of (H, count) points fitted
-    xs: tuple[int, ...] = ()  # the distinct values of H among them
-
-    def to_dict(self) -> dict:
-        """The fit as plain JSON types."""
-        return asdict(self) | {"xs": list(self.xs)}
 
 
 @dataclass(frozen=True)
@@ -198,7 +183,8 @@ class MemorizeGrid(StoredResult):
     notebook shows the grid as ``mhaaudit memorize`` prints it. ``MemorizeGrid.from_json`` /
     ``from_parquet`` read it back from ``--format json`` / ``--format parquet`` outputs.
 
-    ``groups`` covers the runs trained now (not those read back from ``out``);
+    ``fits`` are the lines fitted against H, ``fit_gaps`` the sizes (and the pool) with none, and why
+    (:mod:`.fits`). ``groups`` covers the runs trained now (not those read back from ``out``);
     ``memory_budget`` is the bytes the groups were planned within. ``notes``: what the table says
     beside the runs (a run that diverged, see :func:`grid_notes`).
     """
@@ -210,6 +196,7 @@ class MemorizeGrid(StoredResult):
     runs: tuple[MemorizeRun, ...]
     settings: GridSettings  # what every point shares
     fits: tuple[LinearFit, ...] = ()
+    fit_gaps: tuple[FitGap, ...] = ()
     reused: int = 0
     out: str | None = None
     plot: str | None = None
@@ -324,6 +311,7 @@ class MemorizeGrid(StoredResult):
             "settings": self.settings.to_dict(),
             "runs": [r.to_dict() for r in self.runs],
             "fits": [f.to_dict() for f in self.fits],
+            "fit_gaps": [g.to_dict() for g in self.fit_gaps],
             "reused": self.reused,
             "out": self.out,
             "plot": self.plot,
@@ -488,50 +476,6 @@ def stored_run_contradiction(run: MemorizeRun, key: str) -> str | None:
     if run.diverged != (not math.isfinite(run.final_loss)):
         return f"diverged = {run.diverged} with final_loss = {run.final_loss!r}"
     return None
-
-
-# --------------------------------------------------------------------------- linear fits
-
-
-def fit_line(xs: Sequence[float], ys: Sequence[float], size: int | None = None) -> LinearFit | None:
-    """Least squares ``y = slope * x + intercept`` with R^2; ``None`` with fewer than 2 distinct x."""
-    pts = list(zip(xs, ys, strict=False))
-    if len({x for x, _ in pts}) < 2:
-        return None
-    m = len(pts)
-    mx = sum(x for x, _ in pts) / m
-    my = sum(y for _, y in pts) / m
-    sxx = sum((x - mx) ** 2 for x, _ in pts)
-    sxy = sum((x - mx) * (y - my) for x, y in pts)
-    slope = sxy / sxx
-    intercept = my - slope * mx
-    ss_res = sum((y - (slope * x + intercept)) ** 2 for x, y in pts)
-    ss_tot = sum((y - my) ** 2 for _, y in pts)
-    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan")
-    return LinearFit(
-        size=size, slope=slope, intercept=intercept, r2=r2, points=m, xs=tuple(sorted({int(x) for x, _ in pts}))
-    )
-
-
-def heads_fits(runs: Sequence[MemorizeRun], sizes: Sequence[int], saturated_at: float = 0.99) -> tuple[LinearFit, ...]:
-    """Count memorised vs H, per size and pooled, over the non-saturated points (fraction < 0.99) whose
-    training did not diverge (a diverged count says nothing of what H heads can memorise)."""
-    fits = []
-    pooled_x, pooled_y = [], []
-    for T in sizes:
-        pts = sorted(
-            (r.heads, r.memorized_count) for r in runs if r.size == T and r.memorized < saturated_at and not r.diverged
-        )
-        pooled_x += [p[0] for p in pts]
-        pooled_y += [p[1] for p in pts]
-        f = fit_line([p[0] for p in pts], [p[1] for p in pts], size=T)
-        if f is not None:
-            fits.append(f)
-    if len(sizes) > 1:
-        f = fit_line(pooled_x, pooled_y, size=None)
-        if f is not None:
-            fits.append(f)
-    return tuple(fits)
 
 
 def grid_notes(runs: Sequence[MemorizeRun], fitted: bool = False) -> tuple[str, ...]:
