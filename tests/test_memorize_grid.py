@@ -197,6 +197,72 @@ def test_a_diverged_run_is_said_kept_and_read_back_as_written(tmp_path, monkeypa
     assert third.reused == 2 and all(r.diverged for r in third.runs)
 
 
+def test_the_resume_files_metadata_describes_its_rows(tmp_path):
+    """The file's stamp gives the seeds and devices of the rows it holds, not the last request's alone."""
+    from mhaaudit.io import read_parquet_metadata
+
+    out = tmp_path / "res.parquet"
+    kw = dict(sizes=[16], max_steps=4, out=out, **TINY)
+    run_memorize_grid(**kw)
+    run_memorize_grid(**kw, seeds="1-2")
+    meta = read_parquet_metadata(out)
+    assert (meta["seeds"], meta["seed"], meta["device"], meta["preset"]) == ([0, 1, 2], 0, "cpu", None)
+    run_memorize_grid(**{**kw, "sizes": None}, preset="cpu", heads=1)  # one point of the preset
+    assert read_parquet_metadata(out)["preset"] is None  # rows of two grids: no one preset
+
+
+def _meanwhile(monkeypatch, other):
+    """Make ``other()`` (another run writing the same file) happen while the first group of this run trains."""
+    train, done, started = grid_mod.train_group, [], []
+
+    def first_lets_other_run(*a, **k):
+        if not started:  # once: the other run trains through here too
+            started.append(True)
+            done.append(other())
+        return train(*a, **k)
+
+    monkeypatch.setattr(grid_mod, "train_group", first_lets_other_run)
+    return done
+
+
+def test_two_runs_writing_one_file_keep_each_others_points(tmp_path, monkeypatch):
+    """Another run writes the same --out while this one trains: its points are kept (this run wrote the rows it
+    read at its start, and lost them), and a point both trained is the one already in the file, which this run
+    then reports, so that the file and both reports agree."""
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "res.parquet"
+    kw = dict(sizes=[16], max_steps=4, max_group=1, out=out, **TINY)
+    other = _meanwhile(monkeypatch, lambda: run_memorize_grid(**kw, heads=2))
+    mine = run_memorize_grid(**kw, heads=1)
+    assert sorted(pq.read_table(out).column("heads").to_pylist()) == [1, 2] and other[0].runs[0].heads == 2
+    assert not mine.runs[0].reused and mine.reused == 0
+    monkeypatch.undo()
+
+    both = tmp_path / "both.parquet"
+    kw = {**kw, "out": both, "heads": 3}
+    other = _meanwhile(monkeypatch, lambda: run_memorize_grid(**kw))
+    mine = run_memorize_grid(**kw)
+    (theirs,) = other[0].runs
+    (stored,) = pq.read_table(both).to_pylist()
+    assert mine.runs[0].reused and mine.reused == 1 and stored["seconds"] == theirs.seconds == mine.runs[0].seconds
+    monkeypatch.undo()
+
+    edited = tmp_path / "edited.parquet"
+    kw = {**kw, "out": edited}
+
+    def impossible():
+        import pyarrow as pa
+
+        run_memorize_grid(**kw)
+        table = pq.read_table(edited)
+        pq.write_table(pa.Table.from_pylist([{**table.to_pylist()[0], "steps_run": 99}], schema=table.schema), edited)
+
+    _meanwhile(monkeypatch, impossible)
+    with pytest.raises(InputError, match=r"not a results file as memorize writes it.*steps_run = 99, above its 4"):
+        run_memorize_grid(**kw)
+
+
 def test_two_rows_for_one_point_are_refused_not_one_of_them_chosen(tmp_path):
     """A results file with a second row for a point that says otherwise (its count raised, its fraction with it:
     each row alone is possible) cannot say which holds: refused, where the last row was reported as the result."""

@@ -5,19 +5,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import math
 import os
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
 
 from ..errors import InputError, MhaauditError, Param, one_line
 from ..files import arrow_source, regular_file
-from ..io import stamp, write_parquet
+from ..io import read_parquet_metadata, stamp, write_parquet
 from ..keywords import request_of
 from ..plot import plot_memorize
 from ..progress import task as progress_task
@@ -248,14 +250,9 @@ def memorize_grid(request: MemorizeRequest) -> MemorizeGrid:
     grid, recipe, dev = request.grid, request.recipe, resolve_device(request.device)
     seed_list = request.seed_list
     pts = [Point(**p, seed=s) for p in points(grid) for s in seed_list]
-    store = _Store(
-        Path(request.out) if request.out is not None else None,
-        meta=stamp(
-            command="memorize", seed=seed_list[0], seeds=seed_list, device=device_name(dev), preset=grid["preset"]
-        ),
-    )
+    store = _Store(Path(request.out) if request.out is not None else None, grid["preset"], request.saturation)
     keys = [config_key(config_dict(**p.__dict__, **recipe.as_dict(), device=device_name(dev))) for p in pts]
-    runs: list[MemorizeRun | None] = [store.run(k, request.saturation) for k in keys]
+    runs: list[MemorizeRun | None] = [store.run(k) for k in keys]
     todo = [i for i, r in enumerate(runs) if r is None]
     groups = _Training(request, pts, todo, runs, store, keys).run()
     left = sum(r is None for r in runs)
@@ -287,7 +284,7 @@ def memorize_grid(request: MemorizeRequest) -> MemorizeGrid:
         runs=done,
         fits=heads_fits(done, grid["sizes"]) if grid["vary"] == "heads" else (),
         fit_gaps=heads_fit_gaps(done, grid["sizes"]) if grid["vary"] == "heads" else (),
-        reused=len(pts) - len(todo),
+        reused=sum(r.reused for r in done),
         out=str(request.out) if request.out is not None else None,
         plot=str(request.plot) if request.plot is not None else None,
         settings=settings,
@@ -408,7 +405,9 @@ class _Training:
         members = [self.todo[k] for k in g.members]
         for i, run in zip(members, trained, strict=False):
             self.runs[i] = run
-        self.store.add({self.keys[i]: self.runs[i] for i in members})
+        kept = self.store.add({self.keys[i]: self.runs[i] for i in members})
+        for i in members:  # trained meanwhile by another run writing the same file: its row is the result
+            self.runs[i] = kept.get(self.keys[i], self.runs[i])
         return GroupRecord(
             runs=tuple(members),
             heads=g.shape.heads,
@@ -431,20 +430,54 @@ def _workers(device: torch.device, groups: int) -> int:
 
 
 class _Store:
-    """The results file (when there is one): rows by configuration key, rewritten after every group."""
+    """The results file (when there is one): rows by configuration key, rewritten after every group.
 
-    def __init__(self, path: Path | None, meta: dict):
-        self.path, self.meta = path, meta
-        self.rows = _read_results(path, meta) if path is not None and os.path.lexists(path) else {}
+    Its metadata describes the rows it holds (their seeds and devices), not only the last run's request.
+    Another run may write the same file meanwhile: before each write the file is read again when it
+    changed since this run last read or wrote it, and its rows are kept; a point both runs trained is
+    the one already in the file (held to what training writes, as at the start). The folder is locked
+    (``flock``) from that reading to the rename, so two mhaaudit runs never write over each other's
+    points; another program writing the file in between is not.
+    """
 
-    def run(self, key: str, saturation: bool) -> MemorizeRun | None:
+    def __init__(self, path: Path | None, preset: str | None, saturation: bool):
+        self.path, self.saturation = path, saturation
+        self.rows: dict[str, dict] = {}
+        self.seen: tuple | None = None  # the file as this run last read or wrote it (inode, size, mtime)
+        self.preset = preset
+        if path is not None and os.path.lexists(path):
+            self._read()  # checked to be a results file of memorize first
+            if self.rows and read_parquet_metadata(path).get("preset") != preset:
+                self.preset = None  # rows of another grid (or of several): no one preset describes them
+
+    def _read(self) -> dict[str, dict]:
+        """The rows of the file now, read into ``rows`` (those it does not hold are kept); the rows read."""
+        assert self.path is not None
+        self.seen = _identity(self.path)
+        fresh = _read_results(self.path, self.meta())
+        self.rows.update(fresh)
+        return fresh
+
+    def meta(self) -> dict:
+        """The file's provenance stamp: the seeds and devices of its rows (one preset when all came from one)."""
+        seeds = sorted({int(r["seed"]) for r in self.rows.values() if isinstance(r.get("seed"), int)})
+        devices = sorted({str(r["device"]) for r in self.rows.values() if r.get("device") is not None})
+        return stamp(
+            command="memorize",
+            seed=seeds[0] if seeds else None,
+            seeds=seeds,
+            device=", ".join(devices) or None,
+            preset=self.preset,
+        )
+
+    def run(self, key: str) -> MemorizeRun | None:
         """The stored run of ``key``, or None when it must be (re)computed.
 
         Raises:
             InputError: when the stored row says what no training writes (``stored_run_contradiction``).
         """
         row = self.rows.get(key)
-        if row is None or (saturation and row.get("sat_histogram") is None):
+        if row is None or (self.saturation and row.get("sat_histogram") is None):
             return None
         try:
             run = row_to_run(row)
@@ -458,9 +491,47 @@ class _Store:
             )
         return run
 
-    def add(self, runs: dict[str, MemorizeRun]) -> None:
+    def add(self, runs: dict[str, MemorizeRun]) -> dict[str, MemorizeRun]:
+        """Write ``runs`` into the file with the rows it holds now; the runs of those keys another run wrote
+        meanwhile, which the file keeps in their place.
+
+        Raises:
+            InputError: the file, changed meanwhile, is no longer a results file of memorize.
+        """
         if self.path is None:
-            return
-        self.rows.update({k: run_to_row(r) for k, r in runs.items()})
-        # Written now, not with the run's other outputs: it keeps the points done if the run stops.
-        write_parquet(list(self.rows.values()), self.path, self.meta, now=True)
+            return {}
+        with _folder_lock(self.path.parent):
+            before = dict(self.rows)
+            fresh = self._read() if os.path.lexists(self.path) and _identity(self.path) != self.seen else {}
+            theirs = {k: self.run(k) for k in runs if k in fresh and fresh[k] != before.get(k)}
+            kept = {k: r for k, r in theirs.items() if r is not None}
+            self.rows.update({k: run_to_row(r) for k, r in runs.items() if k not in kept})
+            # Written now, not with the run's other outputs: it keeps the points done if the run stops.
+            write_parquet(list(self.rows.values()), self.path, self.meta(), now=True)
+            self.seen = _identity(self.path)
+        return kept
+
+
+def _identity(path: Path) -> tuple | None:
+    """What tells one version of a file from another: a write renames a new file into place (a new inode)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``folder`` while the body runs (none where its file system refuses one)."""
+    try:
+        fd = os.open(folder if str(folder) else ".", os.O_RDONLY)
+    except OSError:  # pragma: no cover - a folder that cannot be opened: its file is refused when written
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
