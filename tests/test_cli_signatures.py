@@ -108,11 +108,15 @@ def test_an_option_worded_alike_is_one_alias():
 
 
 def test_the_choices_of_an_option_are_the_librarys_own():
-    """An enum option offers the tuple the library validates against, each value once, in its order."""
+    """An enum option offers the tuple the library validates against, each value once, in its order; so does
+    the help of memorize's --vary (a word the library reads, its aliases with it)."""
+    import typer.main
+
     from mhaaudit.capacity.audit import ATTENTION
+    from mhaaudit.cli.app import app
     from mhaaudit.cli.capacity import Attention
     from mhaaudit.cli.kruskal import Vectors
-    from mhaaudit.cli.memorize import Context, Preset, Task, Varied
+    from mhaaudit.cli.memorize import Context, Preset, Task
     from mhaaudit.estimation import VECTORS
     from mhaaudit.memorize import CONTEXTS, PRESETS, TASKS, VARY
     from mhaaudit.seeds import VARY as SEEDS_VARY
@@ -124,11 +128,12 @@ def test_the_choices_of_an_option_are_the_librarys_own():
         Vectors: VECTORS,
         Task: TASKS,
         Context: CONTEXTS,
-        Varied: VARY,
         Preset: tuple(PRESETS),
     }
     for enum, choices in offered.items():
         assert tuple(member.value for member in enum) == tuple(choices), enum
+    (vary,) = [p for p in typer.main.get_command(app).commands["memorize"].params if p.name == "vary"]
+    assert vary.metavar == "<" + "|".join(VARY) + ">"
 
 
 # --------------------------------------------------------------------------- each default once

@@ -368,8 +368,11 @@ def _known(exc: BaseException) -> str:
 
 
 def _usage(exc: BaseException) -> str:
-    # click's message is format_message() ("Invalid value for '--limit': ..."), not str(exc).
-    return one_line(Exception(exc.format_message()))  # type: ignore[attr-defined]
+    # click's message is format_message() ("Invalid value for '--limit': ..."), not str(exc). Typer checks a
+    # choice through pydantic, whose ValueError reads "Value error, 'x' is not one of ...": the prefix is
+    # pydantic's name for the exception, not a word for the user.
+    text = exc.format_message()  # type: ignore[attr-defined]
+    return one_line(Exception(text.replace(": Value error, ", ": ")))
 
 
 # Typer releases that vendor click raise their own usage-error and abort types besides click's.

@@ -29,8 +29,8 @@ from .library import importing, value_of
 from .options import Device, Format, FormatOpt, Quiet, Seed
 from .output import emit, prepare_outputs
 
-# The choices of the grid and of the recipe, each member named as its value, from the library's tuples.
-Varied = Enum("Varied", {v: v for v in MEMORIZE_VARY}, type=str)  # type: ignore[misc]
+# The choices of the grid and of the recipe, each member named as its value, from the library's tuples
+# (--vary is a word the library reads, with its aliases: MemorizeRequest and grid_axes).
 Preset = Enum("Preset", {name: name for name in MEMORIZE_PRESETS}, type=str)  # type: ignore[misc]
 Task = Enum("Task", {v: v for v in MEMORIZE_TASKS}, type=str)  # type: ignore[misc]
 Context = Enum("Context", {v: v for v in MEMORIZE_CONTEXTS}, type=str)  # type: ignore[misc]
@@ -41,11 +41,12 @@ _RANGE = "one value, a range or a list: 4, 1-8 or 1,2,4,8; several values vary i
 def memorize(
     ctx: typer.Context,
     vary: Annotated[
-        Varied | None,
+        str | None,
         typer.Option(
             "--vary",
-            help="Parameter to vary (omit for one setting); the same as giving several values to --heads, --n or "
-            "--head-dim.",
+            metavar="<" + "|".join(MEMORIZE_VARY) + ">",
+            help="Parameter to vary (omit for one setting; also h, dh or head_dim); the same as giving several "
+            "values to --heads, --n or --head-dim.",
             show_default=False,
         ),
     ] = None,
@@ -172,7 +173,7 @@ def memorize(
     if seeds is not None:
         refuse_unused(ctx, ("seed",), "with --seeds: every point is trained for each seed listed")
     # Several values of heads, n or head_dim vary that parameter (grid_axes: vary, values and the three).
-    axes = grid_axes(value_of(vary), values, value_of(preset), {"heads": heads, "n": n, "head_dim": head_dim})
+    axes = grid_axes(vary, values, value_of(preset), {"heads": heads, "n": n, "head_dim": head_dim})
     request = MemorizeRequest(
         **axes,
         sizes=sizes,

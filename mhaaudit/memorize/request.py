@@ -170,10 +170,13 @@ def grid_axes(vary: str | None, values: str | None, preset: str | None, given: M
 
     A parameter given several values is the one varied (as ``vary=P, values=...``); given to the
     parameter the grid varies (by ``vary`` or the preset), even one value replaces the values.
+    ``vary`` may be an alias (``h``, ``dh``, ``head_dim``).
 
     Raises:
-        InputError: a value is not a whole number of at least 1, or two parameters would vary.
+        InputError: ``vary`` names no parameter, a value is not a whole number of at least 1, or two
+            parameters would vary.
     """
+    vary = _vary(vary) if vary is not None else None  # an alias (dh, h, head_dim) as the name it stands for
     varied = vary or (PRESETS[preset]["vary"] if preset else None)
     out: dict = {"vary": vary, "values": values, "heads": None, "n": None, "head_dim": None}
     source: str | Param | None = (
