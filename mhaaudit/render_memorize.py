@@ -17,7 +17,11 @@ def _setting(run) -> str:
 def memorize_table(grid) -> Table:
     """One row per trained point of the grid (with the saturation columns when counted)."""
     s, recipe = grid.settings, grid.settings.recipe
-    metric = "training accuracy" if recipe.task == "classification" else f"fraction with |error| < {recipe.tolerance}"
+    metric = (
+        "training accuracy"
+        if recipe.task == "classification"
+        else f"fraction with |error| < {recipe.tolerance}, this tool's criterion; the final loss is the MSE"
+    )
     table = Table(
         title=f"Memorisation ({recipe.task}, {recipe.context} context, d = {s.d}; memorised = {metric})",
         title_justify="left",

@@ -314,3 +314,24 @@ def test_two_values_of_h_give_no_r2_and_say_why(capsys, monkeypatch):
 
     back = MemorizeGrid.from_json(out)
     assert back.fits == () and [g.to_dict() for g in back.fit_gaps] == doc["fit_gaps"]
+
+
+def test_what_is_this_tools_choice_is_said_where_it_is_used(capsys):
+    """The regression criterion |error| < tolerance is this tool's (the paper compares regression by the MSE),
+    said by --help and the table; the presets' T are this tool's choice and Figure 2(c) and Figure 3 were
+    trained longer than the default rule, said by --help and the memorize guide."""
+    from pathlib import Path
+
+    text = help_text(capsys, "memorize")
+    assert "this tool's criterion; the paper compares regression by the mean squared error" in text
+    assert "the sizes T are this tool's choice" in text and "a number lost from its text" in text
+    rc, out, err = run(capsys, *GRID, "--task", "regression", "--device", "cpu")
+    assert rc == 0 and "this tool's criterion; the final loss is the MSE" in " ".join(out.split()), err
+    guide = " ".join((Path(__file__).parents[1] / "docs" / "guides" / "memorize.md").read_text().split())
+    for said in (
+        "the presets' T are this tool's choice",
+        "since the optimization is more challenging, we train for a total of [a number lost from the paper's text]",
+        "not comparable with Figure 2(c) and Figure 3 as they stand",
+        '("For regression, we use the mean squared error (MSE) loss to compare memorization abilities")',
+    ):
+        assert said in guide, said

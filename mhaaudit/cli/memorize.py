@@ -79,7 +79,11 @@ def memorize(
     ] = DEFAULT_CLASSES,
     tolerance: Annotated[
         float,
-        typer.Option("--tolerance", help="Regression only: an example is memorised when |error| < tolerance."),
+        typer.Option(
+            "--tolerance",
+            help="Regression only: an example is memorised when |error| < tolerance (this tool's criterion; the "
+            "paper compares regression by the mean squared error, the final loss).",
+        ),
     ] = DEFAULT_TOLERANCE,
     epochs: Annotated[
         int | None,
@@ -152,7 +156,9 @@ def memorize(
     Without --epochs/--max-steps each point trains max(500 epochs, 50k steps),
     as in the paper.
 
-    Appendix H's saturation study: --heads 4 --n 32 --sizes 550 --saturation.
+    Appendix H's saturation study: --heads 4 --n 32 --sizes 550 --saturation
+    (the paper trained it, and Figure 2(c), for more steps than that rule, a
+    number lost from its text: not comparable as it stands).
 
     In parts of bounded time: --out FILE --max-minutes 8 trains whole groups
     until the time is up and keeps them; the same command again trains the rest.
