@@ -28,7 +28,7 @@ def test_a_numpy_dtype_or_a_name_gives_the_rule_and_anything_else_is_refused():
         assert RankRule.for_dtype(dtype) == RankRule.for_dtype(torch.float32), dtype
     assert RankRule.for_dtype(np.int64).dtype == "float64"
     for bad in ("foo", "__class__", 3, None):
-        with pytest.raises(InputError, match="^dtype .*: not a dtype"):
+        with pytest.raises(InputError, match=r"^dtype .*: not a dtype"):
             RankRule.for_dtype(bad)
 
 

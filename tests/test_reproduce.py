@@ -14,10 +14,10 @@ from mhaaudit.reproduce.compare import (
     RunFacts,
     band_of,
     compare,
-    compare_memorization,
     record_evidence,
     setting_differences,
 )
+from mhaaudit.reproduce.memorization import compare_memorization
 from mhaaudit.reproduce.published import TARGETS, missing_fields
 
 # --------------------------------------------------------------------------- the published data
@@ -467,6 +467,18 @@ def test_a_line_through_two_points_is_no_evidence_of_a_linear_rise():
     assert lin.status == "undetermined" and lin.our_verdict is None
     assert "only 2 of the 3 values of H have points below saturation (at H = [1, 2];" in lin.reason
     assert "at H = [4]" in lin.reason and "a line fits two points exactly" in lin.reason
+
+
+def test_a_diverged_point_is_said_to_have_diverged_not_to_have_trained_too_little():
+    spec = target_spec("figure2")
+    runs = [run_(1, 200, 40), run_(2, 200, 80), dict(run_(4, 200, 0), diverged=True, final_loss=None)]
+    runs.append(run_(8, 200, 190))
+    comps = compare_memorization("figure2", spec, runs, [], bound)
+    th4 = next(c for c in comps if c.kind == "theorem1" and c.column.startswith("H = 4,"))
+    assert th4.status == "differs" and "final loss not finite" in th4.reason
+    assert "the training diverged at H = [4] (a loss that is not finite)" in th4.reason
+    lin = next(c for c in comps if c.kind == "linear")  # no fit was given: H = 4 is not counted below saturation
+    assert "(at H = [1, 2, 8];" in lin.reason
 
 
 def test_one_head_cannot_reach_the_count_with_a_hundred_classes():

@@ -33,7 +33,8 @@ from ..numerics import svd_rank
 from ..progress import task
 from ..settings import Settings
 from ..theory import theorem1_bound
-from .compare import Comparison, RunFacts, compare, compare_memorization, setting_differences
+from .compare import Comparison, RunFacts, compare, setting_differences
+from .memorization import compare_memorization
 from .published import target_spec
 from .reproduction import GridTargetSettings, Reproduction, TargetSettings
 from .request import TargetRequest, target_request
