@@ -366,6 +366,34 @@ def test_from_a_file_whose_verdicts_are_not_check_s_words_is_refused(capsys, vit
     assert_one_error(rc, err, f"the assumption_1 row's {field} is {value!r}, not one of")
 
 
+@pytest.mark.parametrize(
+    "edit, says",
+    [
+        ({"verdict": "fails"}, "verdict fails with fraction"),  # its draws all independent
+        (
+            {"exact_status": "fails", "exact_basis": "witness"},
+            "exact status fails by a witness, and the record holds no",
+        ),
+    ],
+)
+def test_from_a_file_whose_a1_row_contradicts_itself_is_refused(capsys, vit4, image_dir, tmp_path, edit, says):
+    """A results file whose A1 row's words contradict its own counts: refused, where the forged verdict decided
+    the bound."""
+    res = tmp_path / "results.parquet"
+    args = ("check", vit4, "--data", image_dir, "--limit", "40", "--samples", "100", "--batch-size", "16")
+    rc, _, err = run(capsys, *args, "--variants", "random", "--out", res)
+    assert rc == 0, err
+    table = pq.read_table(res)
+    rows = table.to_pylist()
+    a1 = next(r for r in rows if r["check"] == "assumption_1")
+    assert a1["verdict"] == "holds" and a1["exact_status"] != "fails" and not a1["witness"]
+    a1.update(edit)
+    edited = tmp_path / "edited.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), edited)
+    rc, _out, err = run(capsys, "capacity", vit4, *FROM, "--from", edited, "--variants", "random", "--block", "2")
+    assert_one_error(rc, err, f"the assumption_1 row says what no run writes: {says}")
+
+
 def test_from_a_file_that_is_not_check_results(capsys, vit4, image_dir, tmp_path):
     bad = tmp_path / "bad.parquet"
     pq.write_table(pa.table({"a": [1, 2]}), bad)

@@ -331,6 +331,18 @@ def test_planted_code_never_runs_without_the_flag(capsys, bert_dir, tmp_path, wh
     assert not marker.exists()
 
 
+def test_planted_code_in_the_weights_folder_is_named_as_the_weights_folder(capsys, bert_dir, tmp_path):
+    """The model is clean and its trained weights' folder asks for code: the line names the weights folder
+    (it named the model, which has none)."""
+    weights, marker = tmp_path / "weights", tmp_path / "MARKER"
+    shutil.copytree(bert_dir, weights)
+    _planted(weights, marker, "model")
+    args = ("check", bert_dir, "--weights", weights, "--limit", "20", "--context-length", "16", "--samples", "20")
+    rc, out, err = run(capsys, *args)
+    line = assert_one_error(rc, err, f"the weights folder {weights} needs code from its own folder")
+    assert f"{bert_dir} needs" not in line and out == "" and not marker.exists()
+
+
 def test_planted_code_never_runs_when_stdin_says_yes(bert_dir, tmp_path):
     """transformers would ask [y/N] on stdin and run the code on 'y': mhaaudit never lets it ask."""
     import subprocess

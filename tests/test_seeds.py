@@ -70,6 +70,8 @@ def test_every_command_refuses_a_seed_named_twice(capsys, vit_dir):
         ("check", str(vit_dir), "--checkpoints", str(vit_dir), "--seeds", "0,0"),
         ("kruskal", "--model", str(vit_dir), "--seeds", "1,0-1"),
         ("reproduce", "table1", "--seeds", "0,0"),
+        ("memorize", "--preset", "cpu", "--seeds", "0-2,1"),
+        ("capacity", str(vit_dir), "--seeds", "3,3"),
     ):
         rc, out, err = run(capsys, *args)
         assert out == "", args

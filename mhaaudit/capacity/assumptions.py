@@ -22,6 +22,7 @@ from ..errors import InputError, Param
 from ..files import arrow_source
 from ..io import read_parquet_metadata
 from ..kruskal import kruskal_sweep, set_stats, subset_test
+from ..kruskal.stored import record_contradiction
 from ..numerics import numerics, tf32_off
 from ..progress import task
 
@@ -263,7 +264,8 @@ def _verdicts(rows: list[dict], *, source: str) -> Assumptions:
 
     Raises:
         ValueError: when an A1 or A2 row's verdict or exact status is not a word ``check`` writes (a file
-            edited by hand, or another program's): read as no verdict, it would go unnoticed.
+            edited by hand, or another program's): read as no verdict, it would go unnoticed; or when the row
+            contradicts itself (:func:`mhaaudit.kruskal.stored.record_contradiction`).
     """
     out = Assumptions(source=source)
     for r in rows:
@@ -273,6 +275,9 @@ def _verdicts(rows: list[dict], *, source: str) -> Assumptions:
                     raise ValueError(
                         f"the {r['check']} row's {field} is {r.get(field)!r}, not one of {', '.join(map(str, words))}"
                     )
+            # a row with an exact status (every file written since they were kept) is held to what a run writes
+            if r.get("exact_status") is not None and (why := record_contradiction(r)) is not None:
+                raise ValueError(f"the {r['check']} row says what no run writes: {why}")
         if r.get("check") == "assumption_1":
             out.a1 = a1_status(r.get("verdict"), r.get("exact_status"))
             out.a1_reason = _a1_reason(r.get("verdict"), r.get("exact_status"), r.get("reason") or "")

@@ -259,7 +259,9 @@ def _seeds(seed, seeds) -> list[int]:
         return [seed]
     if seed != 0:
         raise InputError("give either " + Param("seed") + " or " + Param("seeds") + ", not both")
-    return validate.int_ranges(seeds, Param("seeds"), what="seeds", example="0-5 or 0,1,4", minimum=0, maximum=MAX_SEED)
+    return validate.int_ranges(
+        seeds, Param("seeds"), what="seeds", example="0-5 or 0,1,4", minimum=0, maximum=MAX_SEED, once="seed"
+    )
 
 
 def _minutes(minutes, out) -> float | None:

@@ -137,8 +137,8 @@ def _hub_for(spec: ModelSpec, weights_path: str | None, revision: str | None, tr
     for folder in (spec.resolved if spec.local else None, weights_path):
         if folder is not None and os.path.isdir(folder):
             check_links_inside(folder)  # first: nothing is read through a link leading out, nor from a pipe
-            if not hub.trust_remote_code:
-                refuse_repository_code(folder, spec.name)
+            if not hub.trust_remote_code:  # named as given: the model, or its trained weights' folder
+                refuse_repository_code(folder, spec.name if folder != weights_path else f"the weights folder {folder}")
             check_local_indexes(folder)
             raw = read_json(os.path.join(folder, "config.json"))
             if raw is not None:
