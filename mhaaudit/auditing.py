@@ -204,7 +204,9 @@ def run_checks(
         timings["sweep"] = round(time.perf_counter() - t0, 3)
     for vectors in stats:  # the proofs of the tests of one set of vectors decide each other's exact statuses
         mine = {c.name: t for c in sampled if c.vectors == vectors and isinstance(t := tests[c.name], SubsetTest)}
-        decided, with_proofs = shared_proofs(list(mine.values()), sw if vectors == "queries" else None)
+        decided, with_proofs = shared_proofs(
+            list(mine.values()), sw if vectors == "queries" else None, getattr(fs, vectors)
+        )
         tests.update(zip(mine, decided, strict=True))
         sw = with_proofs if vectors == "queries" else sw
     return tests, sw, timings

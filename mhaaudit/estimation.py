@@ -584,7 +584,7 @@ def _estimate(X, ks, sweep: bool, n, vectors: str, settings: Settings, rule, sta
         with task("sweep", settings.samples, settings.progress) as adv, phases.phase("draws"):
             sw = kruskal.kruskal_sweep(X, progress=adv, **common)
         timings["sweep"] = round(time.perf_counter() - s, 3)
-    tests, sw = shared_proofs(tests, sw)  # what one test proves decides the others' exact statuses
+    tests, sw = shared_proofs(tests, sw, X)  # what one test proves decides the others' exact statuses
     return tests, sw, timings
 
 

@@ -282,9 +282,10 @@ def test_steps_beyond_what_a_record_counts_are_refused_before_any_work(capsys, m
     assert out == ""
 
 
-def test_a_diverged_training_is_said_in_the_table_and_the_json(capsys):
+def test_a_diverged_training_is_said_in_the_table_and_the_json(capsys, monkeypatch):
     """--lr 1e300: the final loss is NaN; the table marks it and says why in a note, the JSON has the note and
     diverged = true on the run (its final_loss null), and no example counts as memorised."""
+    monkeypatch.setenv("COLUMNS", "200")  # one line a row, whatever the terminal
     args = [*GRID, "--lr", "1e300", "--device", "cpu"]
     rc, out, err = run(capsys, *args)
     assert rc == 0, err

@@ -35,12 +35,12 @@ def test_the_sweep_s_floor_decides_a_test_below_it_and_a_test_s_witness_lowers_i
     sweep = kruskal_sweep(X, kmax=2, samples=30, seed=0)  # up to 2: no witness, nothing known above
     test = subset_test(X, 2, samples=30, seed=0)
     assert test.exact_status == "undecided" and sweep.floor.value == 2 and sweep.ceiling.value == 41
-    (decided,), _ = shared_proofs([test], sweep)
+    (decided,), _ = shared_proofs([test], sweep, X)
     assert (decided.exact_status, decided.exact_basis) == ("holds", "certified-floor")
     assert "(the sweep's certified floor, a proof), so every 2 rows are" in decided.reason
     whole = subset_test(X, 41, samples=30, seed=0)  # k = T: the whole set, decided exactly, and its triple shown
     assert whole.exact_status == "fails" and len(whole.witness.indices) == 3
-    _, capped = shared_proofs([whole], sweep)
+    _, capped = shared_proofs([whole], sweep, X)
     assert (capped.ceiling.value, capped.ceiling.kind) == (2, "witness") and capped.witness == whole.witness
     assert capped.exact_kruskal_rank == 2 and capped.exact_at(3) == ("fails", "witness")
 
@@ -58,10 +58,42 @@ def test_shared_proofs_never_claim_what_brute_force_denies(T, d, rank, dup, seed
     rule = RankRule.for_dtype(X.dtype)
     exact = exact_kruskal_rank(X, rule)
     tests = [subset_test(X, k, samples=20, seed=seed, rule=rule) for k in range(1, min(T, d) + 1)]
-    decided, sweep = shared_proofs(tests, kruskal_sweep(X, samples=20, seed=seed, rule=rule))
+    decided, sweep = shared_proofs(tests, kruskal_sweep(X, samples=20, seed=seed, rule=rule), X)
     for t in decided:
         if t.exact_status == "holds":
             assert exact >= t.k
         elif t.exact_status == "fails":
             assert exact < t.k
     assert sweep.floor.value <= exact <= sweep.ceiling.value
+
+
+def test_a_witness_is_carried_only_where_a_superset_is_dependent_and_a_floor_only_to_decided_draws():
+    """A witness is carried to a larger size through one superset decided on its own rows: a witness whose
+    supersets are independent (here a forged one) is not carried. A test with no draw decided, or a dependent
+    draw unproven, takes no floor."""
+    from dataclasses import replace
+
+    from mhaaudit.kruskal.results import Witness
+
+    X = torch.randn(40, 64, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    X[5] = X[0] + X[1]  # a true triple (0, 1, 5)
+    sweep = kruskal_sweep(X, kmax=2, samples=20, seed=0)
+    test5 = subset_test(X, 5, samples=20, seed=0)
+    assert sweep.floor.value == 2 and test5.exact_status == "undecided" and test5.witness is None
+    forged = Witness((2, 3, 4), (2.0, 1.0, 1e-20), 1e-3, 2)  # rows 2, 3, 4 are independent
+    true = Witness((0, 1, 5), (2.0, 1.0, 1e-20), 1e-3, 2)
+    for w, carried in ((forged, False), (true, True)):
+        other = replace(test5, k=3, exact_status="fails", exact_basis="witness", witness=w)
+        (t5, _), _ = shared_proofs([test5, other], None, X)
+        assert (t5.exact_status == "fails") == carried and (t5.witness is w) == carried
+        if carried:
+            assert "lies inside a 5-subset that is dependent too" in t5.reason
+    test2 = subset_test(X, 2, samples=20, seed=0)
+    for left_open in (
+        replace(test2, verdict="unavailable", samples=0, satisfied=0, fraction=0.0),
+        replace(test2, satisfied=test2.samples - 1, fraction=(test2.samples - 1) / test2.samples),
+    ):
+        (t,), _ = shared_proofs([left_open], sweep, X)
+        assert t.exact_status == "undecided"
+    (t,), _ = shared_proofs([test2], sweep, X)
+    assert t.exact_status == "holds"

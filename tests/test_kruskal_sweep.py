@@ -187,3 +187,22 @@ def test_a_sweep_cut_short_by_kmax_proves_nothing_above_it():
     assert sw.ks == (1, 2, 3, 4, 5) and sw.estimate == 5
     assert (sw.ceiling.value, sw.ceiling.kind) == (40, "dimension") and sw.exact_kruskal_rank is None
     assert exact_kruskal_rank(X[:8]) == 8  # (brute force on a part: more than 5 rows are independent)
+
+
+def test_a_whole_set_at_its_tolerance_proves_nothing_of_its_subsets():
+    """T = d = 200 orthogonal rows of norms 1, c and 0.5: the whole set's smallest singular value c sits at the
+    tolerance rtol * 1, as does the pair {0, 1}'s. Computed apart, the set and the pair may be decided otherwise
+    (a tie), so no floor is carried from the set to its subsets (the whole set's, or the Babel function's, which
+    had none of the margin); well clear of the tie, it is."""
+    g = torch.Generator().manual_seed(1)
+    d = 200
+    rt = d * float(torch.finfo(torch.float32).eps)
+    rule = RankRule(rtol=rt)
+    Q = torch.linalg.qr(torch.randn(d, d, generator=g, dtype=torch.float64))[0]
+    for c, carried in ((rt * (1 + 1e-10), False), (rt * 2, True)):
+        D = torch.full((d,), 0.5, dtype=torch.float64)
+        D[0], D[1] = 1.0, c
+        X = D[:, None] * Q
+        t = subset_test(X, 2, samples=200, seed=0, rule=rule)
+        sw = kruskal_sweep(X, samples=50, seed=0, rule=rule)
+        assert (t.exact_status == "holds") == carried and (sw.floor.value == d) == carried, c

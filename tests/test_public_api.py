@@ -380,7 +380,7 @@ def test_kruskal_results_print_as_kruskal_prints(tmp_path, capsys):
     rc, out, err = run(capsys, "kruskal", tmp_path / "x.npy", "--k", 3, "--samples", 200, "--sweep")
     assert rc == 0, err
     assert t.exact_status == "undecided"  # alone, no draw of the test found the pair; the sweep did:
-    (t,), sw = shared_proofs([t], sw)  # the command's tests share their proofs (kruskal.proofs)
+    (t,), sw = shared_proofs([t], sw, torch.from_numpy(X))  # the command's tests share their proofs (kruskal.proofs)
     assert t.exact_status == "fails" and len(t.witness.indices) == 2
     assert str(t) in out and str(sw) in out  # the command adds a title line and the run's facts
     assert str(t).count("\n") >= 3 and "Kruskal-rank sweep" in str(sw)

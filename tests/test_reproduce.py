@@ -336,6 +336,17 @@ def test_a_run_with_no_more_rows_than_k_holds_nothing_against_the_paper():
     assert "k = T = 250: the only 250-subset of this run's rows is the whole set" in at[250].reason
     assert "k = 290 > T = 250: no 290 of this run's rows can be independent" in at[290].reason
     assert at[768].our_verdict == "fails" and "lies inside our 95% interval" not in at[768].reason
+    # the Kruskal estimate against n, where T <= n: no estimate from T rows reaches n, so it is no evidence
+    t3 = target_spec("table3")
+    est = compare(
+        "table3",
+        _one("table3", column="random-L1", kind="estimate"),
+        col(sweep=_sweep([1.0] * 300) | {"T": 300}, n=512),
+        FACTS,
+        t3,
+        0.99,
+    )
+    assert est.status == "undetermined" and "n = 512 >= T = 300: no estimate from 300 rows can reach n" in est.reason
     # the ranks of d-subsets, where the run's test is of the whole set: undetermined too, as the check itself
     item = _one("table1", column="random", kind="ranks")
     whole = rec(check="general_position", k=250, T=250, verdict="holds", scope="whole-set", sampled=False)

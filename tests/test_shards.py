@@ -474,3 +474,12 @@ def test_a_hub_cache_link_leading_out_of_its_repository_is_refused(tmp_path, mon
     assert Path(path).read_bytes() == b"weights"
     with pytest.raises(ModelError, match=r"model.safetensors of org/x in the hub cache .* is a link to .*secret"):
         hub_download("org/x", "model.safetensors", "evil", True)
+    # the snapshot folder itself a link to a folder elsewhere: refused too (the files in it are regular files)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "model.safetensors").write_bytes(b"someone else's")
+    folder = planted.parent
+    shutil.rmtree(folder)
+    folder.symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(ModelError, match=r"is a link to .*elsewhere/model.safetensors, outside the cache's copy"):
+        hub_download("org/x", "model.safetensors", "evil", True)

@@ -63,7 +63,7 @@ import torch
 from .. import distributed
 from ..errors import InputError, Param
 from ..feature_files import MappedArray
-from ..numerics import EPS64, RankRule, checked, numerics, row_norms, svd_rank, with_numerics
+from ..numerics import EPS64, RankRule, checked, decision_margin, numerics, row_norms, svd_rank, with_numerics
 from ..numerics.stream import tsqr, unit_of
 from .results import Bound, GramBrackets, SetStats, every_rows_independent
 from .sampling import as_matrix, rows_of
@@ -378,7 +378,9 @@ def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_bl
 
     Any k rows with mu1(k-1) < 1 have a normalised Gram matrix with smallest eigenvalue at least
     1 - mu1(k-1) (Gershgorin). So sigma_min(X_S)^2 >= min_norm^2 (1 - mu1), and the floor is the
-    largest k for which that bound clears the tolerance. k = 1 needs only non-zero rows. The data
+    largest k for which that bound clears the tolerance by more than rounding (``numerics.decision_margin``:
+    each k-subset's decision is computed on its own rows, and at a tie it may come out otherwise). k = 1 needs
+    only non-zero rows. The data
     are divided by an exact power of two first (``numerics.scale``), and no norm is squared.
     Memory stays O(T d) for any T; the time is O(T^2 d). Under torchrun the ranks divide the row
     blocks and take the maximum of their cumulative coherences, which is exactly one process's.
@@ -420,8 +422,9 @@ def babel_floor(X: torch.Tensor, rule: RankRule, kmax: int | None = None, row_bl
         mu = float(mu1[k - 1]) if k >= 2 else 0.0
         if mu >= 1:
             break
-        tol = rule.tol(nmax * math.sqrt(1 + mu), k, d)
-        if nmin * math.sqrt(1 - mu) > tol:
+        smax = nmax * math.sqrt(1 + mu)
+        tol = rule.tol(smax, k, d)
+        if nmin * math.sqrt(1 - mu) - tol > decision_margin(smax, k, d):  # clear of a tie, each k-subset computed
             best = k
         else:
             break

@@ -341,7 +341,7 @@ def kruskal_sweep(
     ceiling = _ceiling(witness, K, K_all, T, d, stats.ceiling(K + 1, rule))
     with phases.phase("whole-set statistics"):
         floor = babel_floor(X, rule, kmax=min(K_all, ceiling.value) or 1)
-        if K == T and witness is None and not undecided:  # T <= d rows, none shown dependent: perhaps all independent
+        if K == T and smallest is None and not undecided:  # T <= d rows, no draw dependent: perhaps all independent
             whole = witnesses.independent_set_floor(unit)
             floor = whole if whole is not None and whole.value > floor.value else floor
     return Sweep(

@@ -35,7 +35,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
-from ..numerics import RankRule, exponent_of, ldexp, subnormals_kept, svd_rank_where_usable
+from ..numerics import RankRule, decision_margin, exponent_of, ldexp, subnormals_kept, svd_rank_where_usable
 from ..numerics.checked import NumericalFailure
 from ..numerics.lapack import blas_single_thread
 from ..numerics.stream import Unit, chunk_rows
@@ -386,25 +386,26 @@ def set_witness(unit: Unit, k: int, first_zero: int | None = None, hint: int | N
 
 
 def independent_set_floor(unit: Unit) -> Bound | None:
-    """The floor T when the whole set of T <= d rows is independent under the rule (as :func:`prove` decides it),
-    else None.
+    """The floor T when the whole set of T <= d rows is independent under the rule by a clear margin, else None.
 
     Every subset is then independent: a k-subset's Gram matrix is a principal submatrix of the set's, so its
     smallest singular value is at least the set's (Cauchy interlacing), while its largest, and so its tolerance,
-    is at most the set's (the rule's tolerance does not grow as rows are removed: ``RankRule.tol``).
+    is at most the set's (the rule's tolerance does not grow as rows are removed: ``RankRule.tol``). Each
+    subset's decision is computed on its own rows, so the set's smallest singular value must clear its
+    tolerance by ``numerics.decision_margin``: at a tie, the set and a subset could be computed otherwise.
     """
     T, d = unit.shape
     if T > d or T == 0:
         return None
-    try:
-        found = prove(unit, range(T))
-    except NumericalFailure:  # no LAPACK route decides the whole set: nothing is proven
+    (rank, smin, smax, tol, _), usable = svd_rank_where_usable(unit.rows(range(T)), unit.rule, "not a proof")
+    if not bool(usable) or int(rank) < T:  # no LAPACK route decides it, or the set is dependent: nothing proven
         return None
-    if found is not None:
+    if float(smin) - float(tol) <= decision_margin(float(smax), T, d):
         return None
     return Bound(
         T,
         "whole-set",
-        f"the whole set of {T} rows is independent under the rule (decided exactly), and removing rows keeps it so, "
-        f"so {every_rows_independent(T)} and every smaller subset too (a proof)",
+        f"the whole set of {T} rows is independent under the rule (its smallest singular value clears the "
+        f"tolerance beyond rounding), and removing rows keeps it so, so {every_rows_independent(T)} and every "
+        "smaller subset too (a proof)",
     )

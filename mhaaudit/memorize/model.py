@@ -81,7 +81,9 @@ def one_head_ceiling(labels: torch.Tensor) -> int:
     times one vector ``u`` (the read-out after ``W_O``). The predicted class is then the first largest
     entry of ``u`` (``s > 0``), its first smallest (``s < 0``), or class 0 (``s = 0``: every score equal,
     and ``argmax`` takes the first). So at most the examples of class 0 and of the two most frequent other
-    classes are memorised.
+    classes are memorised: in exact arithmetic. The scores are computed in float32 through ``W_O`` and the
+    read-out, so where two entries of ``u`` are equal to within rounding, examples may fall on either side of
+    their tie; weights a training reaches do not sit at such ties.
 
     Args:
         labels (torch.Tensor): the point's class labels (int64, from 0).

@@ -470,9 +470,11 @@ def hub_download(
 
 
 def _in_its_repository(path: str, filename: str, repo: str) -> str:
-    """``path``, the hub cache's copy of ``filename`` of ``repo`` (in a snapshot folder), once it is known to
-    resolve inside the cache's copy of that repository (the snapshot, or the repository's ``blobs``): a link
-    planted in the cache that leads elsewhere is refused as it is in a model folder named by its path.
+    """``path``, the hub cache's copy of ``filename`` of ``repo``, once it is known to resolve inside the cache's
+    copy of that repository (``models--org--name``: its snapshots and ``blobs``), the snapshot folder named by
+    the cache's layout, not by where a link in it leads: a link planted in the cache that leads elsewhere (a
+    file, or the snapshot folder itself) is refused as it is in a model folder named by its path. A path outside
+    the cache's layout (a folder the hub client was pointed at) must resolve inside its own folder.
 
     Raises:
         ModelError: when ``path`` resolves outside them, or is not a regular file.
@@ -480,8 +482,11 @@ def _in_its_repository(path: str, filename: str, repo: str) -> str:
     snapshot = path
     for _ in filename.replace("\\", "/").split("/"):
         snapshot = os.path.dirname(snapshot)
+    snapshots, folder = os.path.dirname(snapshot), os.path.dirname(os.path.dirname(snapshot))
+    layout = os.path.basename(snapshots) == "snapshots" and os.path.basename(folder).startswith("models--")
+    root = os.path.realpath(folder if layout else snapshot)
     real = os.path.realpath(path)
-    if not inside(real, _roots(os.path.realpath(snapshot))) or not os.path.isfile(real):
+    if not inside(real, [root]) or not os.path.isfile(real):
         raise ModelError(
             f"{filename} of {repo} in the hub cache ({path}) is a link to {real}, outside the cache's copy of the "
             "repository, or not a file: refused, as a model folder holding such a link is"

@@ -46,6 +46,7 @@ __all__ = [
     "cholesky_margins",
     "decide_full_rank",
     "decide_prefix_full_rank",
+    "decision_margin",
     "eigvalsh",
     "gram_rank",
     "lambda_max_bounds",
@@ -275,6 +276,19 @@ def rounding_band(k: int, d: int, lam_max: torch.Tensor, tol2: torch.Tensor) -> 
     (largest eigenvalue ``lam_max``) may lie and still be decided from the eigenvalues: the rounding margin
     (:func:`rounding_margin`) plus a relative 1e-6 of ``tol2``. Within it, the SVD decides."""
     return rounding_margin(k, d, lam_max) + 1e-6 * tol2
+
+
+#: The rounding of a computed singular value of an m x d matrix is taken to be at most
+#: ``DECISION_ROUNDING * max(m, d) * eps64 * sigma_max`` (an assumed constant, as :func:`rounding_margin`'s).
+DECISION_ROUNDING = 16
+
+
+def decision_margin(sigma_max: float, rows: int, cols: int) -> float:
+    """How far a rows x cols matrix's smallest singular value must clear its tolerance for the decision to hold
+    for every matrix whose exact singular values bound it (its row subsets: Cauchy interlacing), each decided on
+    its own rows: three times the rounding :data:`DECISION_ROUNDING` allows, for the set's computed value, a
+    subset's and its tolerance's. Near a tie, two such computations may answer otherwise."""
+    return 3 * DECISION_ROUNDING * max(rows, cols) * EPS64 * sigma_max
 
 
 def rounding_margin(k: int, d: int, lam_hi: torch.Tensor) -> torch.Tensor:

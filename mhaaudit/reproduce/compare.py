@@ -326,8 +326,11 @@ def _ours_estimate(item: dict, col: dict) -> Ours:
     if sweep is None:
         return Ours(None, None, "", "no sweep was run for this column", None)
     n = col.get("n") or item["k"]
-    est = sweep["summary"]["estimate"]
+    est, T = sweep["summary"]["estimate"], sweep.get("T")
     verdict = "below n" if est < n else "at least n"
+    if T is not None and n >= T:  # no estimate from T <= n rows reaches n, whatever the paper's data say
+        why = f"n = {n} >= T = {T}: no estimate from {T} rows can reach n; " + _sweep_evidence(sweep)
+        return Ours(verdict, float(est), WHOLE_SET_ONLY, why, None, k=n)
     return Ours(
         verdict, float(est), f"estimate {est}, n = {n}", _sweep_evidence(sweep), verdict == item["verdict"], k=n
     )

@@ -138,8 +138,8 @@ def _theorem1(target: str, item: dict, run: dict, bound, spec: dict, most: int |
         reason = (
             f"with one head an example's {run.get('classes', 'class')} class scores are multiples of one vector, so "
             f"no weights memorise more than {most} of these {T} examples (those of class 0 and of the two most "
-            f"frequent other classes), below min(T, {bound.count}) = {need}; Theorem 1 counts exact fits of "
-            "real-valued labels, which this classification cannot test"
+            f"frequent other classes; up to rounding between near-equal scores), below min(T, {bound.count}) = "
+            f"{need}; Theorem 1 counts exact fits of real-valued labels, which this classification cannot test"
         )
         return without_interval(base, None, count, detail, "undetermined", reason)
     ok = run["memorized_count"] >= need
