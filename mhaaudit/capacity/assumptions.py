@@ -275,8 +275,9 @@ def _verdicts(rows: list[dict], *, source: str) -> Assumptions:
                     raise ValueError(
                         f"the {r['check']} row's {field} is {r.get(field)!r}, not one of {', '.join(map(str, words))}"
                     )
-            # a row with an exact status (every file written since they were kept) is held to what a run writes
-            if r.get("exact_status") is not None and (why := record_contradiction(r)) is not None:
+            # a row with an exact status and its basis (every file written since bases were kept) is held to what
+            # a run writes; an older row, without them, is read as before
+            if r.get("exact_basis") is not None and (why := record_contradiction(r)) is not None:
                 raise ValueError(f"the {r['check']} row says what no run writes: {why}")
         if r.get("check") == "assumption_1":
             out.a1 = a1_status(r.get("verdict"), r.get("exact_status"))
