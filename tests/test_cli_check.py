@@ -539,7 +539,7 @@ def _bad_case(case, vit_dir, vit_dir_wide, image_dir, tmp_path):
         "layers_bad": ([str(vit_dir), *base, "--layers", "a-b"], "--layers"),
         "layers_negative": ([str(vit_dir), *base, "--layers", "0,-1"], "start at 0"),
         "layers_empty": ([str(vit_dir), *base, "--layers", ","], "names no layers"),
-        "weights_misfit": ([str(vit_dir), *base, "--weights", str(vit_dir_wide)], "do not fit"),
+        "weights_misfit": ([str(vit_dir), *base, "--weights", str(vit_dir_wide)], "is of another width than the model"),
         "weights_file_misfit": (
             [str(vit_dir), *base, "--weights", str(vit_dir_wide / "model.safetensors")],
             "do not fit",

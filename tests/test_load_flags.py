@@ -343,6 +343,23 @@ def test_planted_code_in_the_weights_folder_is_named_as_the_weights_folder(capsy
     assert f"{bert_dir} needs" not in line and out == "" and not marker.exists()
 
 
+def test_weights_whose_config_computes_otherwise_than_the_local_model_are_refused(capsys, bert_dir, tmp_path):
+    """A local model and trained weights whose own config.json says another activation: the trained column is
+    built from the model's config, so it would not compute what the weights do. Refused before any work; a
+    config that differs only in what a save rewrites (its labels, the dtype stored) is read."""
+    weights = tmp_path / "weights"
+    shutil.copytree(bert_dir, weights)
+    cfg = json.loads((weights / "config.json").read_text())
+    args = ("check", bert_dir, "--weights", weights, "--limit", "20", "--context-length", "16", "--samples", "20")
+    (weights / "config.json").write_text(json.dumps({**cfg, "id2label": {"0": "a"}, "torch_dtype": "bfloat16"}))
+    rc, _, err = run(capsys, *args, "--variants", "trained", "--format", "json")
+    assert rc == 0, err
+    (weights / "config.json").write_text(json.dumps({**cfg, "hidden_act": "relu"}))
+    rc, out, err = run(capsys, *args)
+    line = assert_one_error(rc, err, f"--weights {weights} computes otherwise than the model {bert_dir}")
+    assert 'hidden_act = "relu"' in line and out == ""
+
+
 def test_planted_code_never_runs_when_stdin_says_yes(bert_dir, tmp_path):
     """transformers would ask [y/N] on stdin and run the code on 'y': mhaaudit never lets it ask."""
     import subprocess

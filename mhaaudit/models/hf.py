@@ -31,10 +31,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import InputError, ModelError
+from ..errors import InputError, ModelError, Param
 from ..hub import force_offline_env, is_offline
 from .families import Family, embedding_positions, family_of, query_words
-from .hf_config import _config, _tokens, refuse_repository_code
+from .hf_config import _config, _tokens, config_difference, refuse_repository_code
 from .hf_config import hub_problem as hub_problem
 from .hf_config import repository_code as repository_code
 from .hf_inputs import MAX_INPUT_SIDE as MAX_INPUT_SIDE
@@ -129,11 +129,18 @@ def load(spec: ModelSpec, plan: LoadPlan, partial: bool = True) -> ProbedModel:
 
 def _hub_for(spec: ModelSpec, weights_path: str | None, revision: str | None, trust_remote_code: bool) -> _Hub:
     """How this load reads the hub; the local folders checked before transformers reads anything from
-    them (code of their own unless trusted, shard indexes, links out of the folder, config numbers)."""
+    them (code of their own unless trusted, shard indexes, links out of the folder, config numbers, and the
+    config of a weights folder against a local model's).
+
+    Raises:
+        InputError: when a weights folder's config computes otherwise than the local model's
+            (``hf_config.config_difference``).
+    """
     offline = is_offline()
     if offline:
         force_offline_env()
     hub = _Hub(revision, bool(trust_remote_code), offline)
+    raws = []
     for folder in (spec.resolved if spec.local else None, weights_path):
         if folder is not None and os.path.isdir(folder):
             check_links_inside(folder)  # first: nothing is read through a link leading out, nor from a pipe
@@ -143,6 +150,16 @@ def _hub_for(spec: ModelSpec, weights_path: str | None, revision: str | None, tr
             raw = read_json(os.path.join(folder, "config.json"))
             if raw is not None:
                 check_config_numbers(ConfigFields(raw), spec.name)
+            raws.append(raw if isinstance(raw, dict) else None)
+    if len(raws) == 2 and raws[0] is not None and raws[1] is not None and weights_path != spec.resolved:
+        # a local model's config builds the trained column: weights whose own config computes otherwise are refused
+        difference = config_difference(raws[1], raws[0], spec.name)
+        if difference is not None:
+            raise InputError(
+                Param("weights") + f" {weights_path} {difference}; the trained column is built from the model's "
+                "configuration, so its records would not be these weights'. Name the model they were trained "
+                f"from, or audit the folder as a model of its own (check {weights_path})"
+            )
     return hub
 
 

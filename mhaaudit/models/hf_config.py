@@ -5,6 +5,7 @@ text model.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -240,3 +241,77 @@ def _text_shape(cfg: Any, is_decoder: bool, context_length: int | None, name: st
         if maxpos is not None and n > maxpos:
             raise InputError(f"context length {n} exceeds the {maxpos} position embeddings of {name}")
     return n, (n - 1 if is_decoder else 0)
+
+
+# ------------------------------------------------------------------ one config against another
+
+#: Config keys that change neither what the probed blocks compute from the weights read nor the random
+#: weights drawn from the config: what a save rewrites (the library's version, the path, the dtype stored),
+#: the task head's labels and what a forward pass returns.
+VOLATILE_CONFIG = frozenset(
+    {
+        "_name_or_path",
+        "_commit_hash",
+        "transformers_version",
+        "torch_dtype",
+        "dtype",
+        "use_cache",
+        "architectures",
+        "id2label",
+        "label2id",
+        "finetuning_task",
+        "problem_type",
+        "output_attentions",
+        "output_hidden_states",
+        "return_dict",
+    }
+)
+#: Config keys that name a width: a difference there is another width.
+WIDTH_KEYS = frozenset({"hidden_size", "n_embd", "d_model", "embed_dim", "width"})
+#: Config keys that change nothing an audit computes from trained weights: the draws of random weights
+#: (the reference is built from the model's config) and training-only switches.
+_NOT_COMPUTED = frozenset({"initializer_range", "initializer_factor", "gradient_checkpointing", "use_cache"})
+
+
+def computes(key: str) -> bool:
+    """Whether a config key can change what the probed blocks compute from trained weights: not a key
+    a save writes for itself (``_name_or_path``, any key starting with ``_``, :data:`VOLATILE_CONFIG`), nor
+    dropout (off in an audit), nor what only draws random weights (:data:`_NOT_COMPUTED`)."""
+    low = key.lower()
+    return not (
+        key.startswith("_")
+        or key in VOLATILE_CONFIG
+        or "dropout" in low
+        or low.endswith("pdrop")
+        or key in _NOT_COMPUTED
+    )
+
+
+def canonical(value) -> str:
+    """A JSON value as one text (keys sorted): two configs that write one value alike compare equal."""
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def short(value, most: int = 40) -> str:
+    """A JSON value in at most ``most`` characters, for a message."""
+    text = json.dumps(value, default=str)
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
+def config_difference(config: dict, model_cfg: dict, model: str) -> str | None:
+    """How the ``config.json`` of trained weights differs from the model ``model``'s in what the audit computes
+    with (:func:`computes`, a key both hold), in words (``"computes otherwise than the model M: its config.json
+    has hidden_act = "relu" (M: "gelu")"``), or None when it does not. A ``model_type`` difference is another
+    family, a width key another width."""
+    differ = [
+        k
+        for k in sorted(set(config) & set(model_cfg))
+        if computes(k) and config[k] != model_cfg[k] and canonical(config[k]) != canonical(model_cfg[k])
+    ]
+    if not differ:
+        return None
+    named = [k for k in differ if k == "model_type"] or [k for k in differ if k in WIDTH_KEYS]
+    what = {"model_type": "is of another family than"}.get(named[0], "is of another width than") if named else ""
+    shown = ", ".join(f"{k} = {short(config[k])} ({model}: {short(model_cfg[k])})" for k in (named or differ)[:4])
+    more = f" and {len(differ) - 4} more" if not named and len(differ) > 4 else ""
+    return f"{what or 'computes otherwise than'} the model {model}: its config.json has {shown}{more}"

@@ -4,10 +4,11 @@
   tensors it holds (a dtype safetensors does not store, a shape that is not a list of sizes, a tensor whose
   bytes are not its shape times its dtype's width);
 - :func:`refuse_unlike_model`: a checkpoint folder's ``config.json`` against the model's. A series builds
-  each checkpoint's model from the model's configuration (a single ``check MODEL --weights FOLDER`` run of
-  a local MODEL does too), so a checkpoint whose own configuration computes otherwise (another
-  activation, normalisation epsilon or width: any key both configs hold, but those that do not change
-  what the probed blocks compute from the weights, :func:`computes`) would be audited as what it is not;
+  each checkpoint's model from the model's configuration (as a single ``check MODEL --weights FOLDER`` of a
+  local MODEL does, held to the same rule in ``models.hf``), so a checkpoint whose own configuration
+  computes otherwise (another activation, normalisation epsilon or width: any key both configs hold, but
+  those that do not change what the probed blocks compute from the weights, ``models.hf_config.computes``)
+  would be audited as what it is not;
 - :func:`refuse_checkpoint_code`: a checkpoint folder whose ``auto_map`` asks for code of its own, named
   as the checkpoint (not the model), unless that code is trusted.
 
@@ -17,7 +18,6 @@ than safetensors (``pytorch_model.bin``, ``.pt``) is loaded whole, and only then
 
 from __future__ import annotations
 
-import json
 import math
 import os
 
@@ -26,25 +26,17 @@ from ..feature_files import safetensors_header
 from ..files import read_json
 from ..hub import is_offline
 from ..models import resolve
-from ..models.hf_config import repository_code
+from ..models.hf_config import config_difference, repository_code
 from ..models.shards import hub_download
 from ..request import ModelRequest
 
 __all__ = [
     "DTYPE_BITS",
-    "canonical",
-    "computes",
     "header_shapes",
     "model_config",
     "refuse_checkpoint_code",
     "refuse_unlike_model",
 ]
-
-#: Config keys that name a width: a difference there is another width.
-WIDTH_KEYS = frozenset({"hidden_size", "n_embd", "d_model", "embed_dim", "width"})
-#: Config keys that change nothing an audit computes from trained weights: the draws of random weights
-#: (the reference is built from the model's config) and training-only switches.
-_NOT_COMPUTED = frozenset({"initializer_range", "initializer_factor", "gradient_checkpointing", "use_cache"})
 
 #: The width in bits of each dtype a safetensors header may name (as the safetensors format lists them).
 DTYPE_BITS = {
@@ -115,14 +107,6 @@ def _base(path: str) -> str:
     return path.replace("\\", "/").rsplit("/", 1)[-1]
 
 
-def computes(key: str) -> bool:
-    """Whether a config key can change what the probed blocks compute from trained weights: not a key
-    a save writes for itself (``_name_or_path``, any key starting with ``_``), nor dropout (off in an
-    audit), nor what only draws random weights (:data:`_NOT_COMPUTED`)."""
-    low = key.lower()
-    return not (key.startswith("_") or "dropout" in low or low.endswith("pdrop") or key in _NOT_COMPUTED)
-
-
 def model_config(base: ModelRequest, volatile: frozenset[str]) -> dict | None:
     """The model's ``config.json`` less the ``volatile`` keys: a local folder's, or a hub model's (from the
     local cache offline); None when the model has none to read (an alias, a timm model) or it cannot be had
@@ -145,28 +129,18 @@ def model_config(base: ModelRequest, volatile: frozenset[str]) -> dict | None:
 
 def refuse_unlike_model(name: str, config: dict, model: str, model_cfg: dict) -> None:
     """Refuse the checkpoint ``name`` whose config (less the keys every save rewrites) differs from the model
-    ``model``'s in a key both hold that the audit computes with (:func:`computes`), naming the keys and both values.
+    ``model``'s in a key both hold that the audit computes with (``models.hf_config.config_difference``).
 
     Raises:
         InputError: when ``model_type`` differs (another family), a width key (another width), or any other such key.
     """
-    differ = [
-        k
-        for k in sorted(set(config) & set(model_cfg))
-        if computes(k) and config[k] != model_cfg[k] and canonical(config[k]) != canonical(model_cfg[k])
-    ]
-    if not differ:
-        return
-    named = [k for k in differ if k == "model_type"] or [k for k in differ if k in WIDTH_KEYS]
-    what = {"model_type": "is of another family than"}.get(named[0], "is of another width than") if named else ""
-    shown = ", ".join(f"{k} = {short(config[k])} ({model}: {short(model_cfg[k])})" for k in (named or differ)[:4])
-    more = f" and {len(differ) - 4} more" if not named and len(differ) > 4 else ""
-    what = what or "computes otherwise than"
-    raise InputError(
-        Param("checkpoints") + f" {name} {what} the model {model}: its config.json has {shown}{more}; a series "
-        f"audits every checkpoint with the model's configuration, so its records would not be this checkpoint's. "
-        f"Name the model it was trained from, or audit it as a model of its own (check {name})"
-    )
+    difference = config_difference(config, model_cfg, model)
+    if difference is not None:
+        raise InputError(
+            Param("checkpoints") + f" {name} {difference}; a series audits every checkpoint with the model's "
+            "configuration, so its records would not be this checkpoint's. Name the model it was trained from, or "
+            f"audit it as a model of its own (check {name})"
+        )
 
 
 def refuse_checkpoint_code(name: str, folder: str, trusted: bool) -> None:
@@ -182,14 +156,3 @@ def refuse_checkpoint_code(name: str, folder: str, trusted: bool) -> None:
             Param("checkpoints") + f" {name} needs code from its own folder to load (the auto_map of its {fn} names "
             f"{module}); pass " + Param("trust_remote_code") + " if you trust that code (it runs on this machine)"
         )
-
-
-def canonical(value) -> str:
-    """A JSON value as one text (keys sorted): two configs that write one value alike compare equal."""
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-def short(value, most: int = 40) -> str:
-    """A JSON value in at most ``most`` characters, for a message."""
-    text = json.dumps(value, default=str)
-    return text if len(text) <= most else text[: most - 3] + "..."

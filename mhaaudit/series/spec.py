@@ -39,9 +39,10 @@ from ..errors import InputError, OfflineError, Param, one_line
 from ..files import read_json, regular_file, same_place
 from ..hub import is_offline
 from ..models.checkpoints import CHECKPOINT_FILES
+from ..models.hf_config import VOLATILE_CONFIG, WIDTH_KEYS, canonical, short
 from ..models.shards import INDEX_FILE, INDEX_FILES, check_links_inside, check_local_indexes, hub_download, read_index
 from ..request import ModelRequest
-from .fit import WIDTH_KEYS, canonical, header_shapes, model_config, refuse_checkpoint_code, refuse_unlike_model, short
+from .fit import header_shapes, model_config, refuse_checkpoint_code, refuse_unlike_model
 from .hub import check_cached_weights, hub_repo
 
 __all__ = [
@@ -57,27 +58,6 @@ __all__ = [
 MAX_CHECKPOINTS = 10_000
 #: The largest step number a name can carry: the records hold the step as a 64-bit integer.
 MAX_STEP = 2**63 - 1
-#: Config keys that change neither what the probed blocks compute from the weights read nor the random
-#: weights drawn from the config: what a save rewrites (the library's version, the path, the dtype stored),
-#: the task head's labels and what a forward pass returns.
-VOLATILE_CONFIG = frozenset(
-    {
-        "_name_or_path",
-        "_commit_hash",
-        "transformers_version",
-        "torch_dtype",
-        "dtype",
-        "use_cache",
-        "architectures",
-        "id2label",
-        "label2id",
-        "finetuning_task",
-        "problem_type",
-        "output_attentions",
-        "output_hidden_states",
-        "return_dict",
-    }
-)
 #: The files of a checkpoint that decide the data a run of it reads (its tokenizer, its image preprocessing).
 DATA_FILES = (
     "tokenizer.json",
