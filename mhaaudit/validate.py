@@ -109,11 +109,14 @@ def int_ranges(
             values, it names none (with ``non_empty``), a value is outside ``minimum`` / ``maximum``, or (with
             ``once``) a value is named twice.
     """
-    out = _named_ints(spec, name, what, example)
-    if once is not None:
-        twice = _named_twice(spec, name, what, example)
-        if twice is not None:
-            raise InputError(name + f" {spec!r}: {once} {twice} is named twice; name each {once} once")
+    named = _named_ints(spec, name, what, example)
+    out = set(named)
+    if once is not None and len(out) < len(named):
+        seen: set[int] = set()
+        for v in named:
+            if v in seen:
+                raise InputError(name + f" {spec!r}: {once} {v} is named twice; name each {once} once")
+            seen.add(v)
     if non_empty and not out:
         raise InputError(name + f" {spec!r} names no {what} (use e.g. {example})")
     if out and minimum is not None and min(out) < minimum:
@@ -123,8 +126,9 @@ def int_ranges(
     return sorted(out)
 
 
-def _named_ints(spec, name: str | Param, what: str, example: str) -> set[int]:
-    """The integers ``spec`` names (an integer, a text of parts and ranges, or integers).
+def _named_ints(spec, name: str | Param, what: str, example: str) -> list[int]:
+    """The integers ``spec`` names (an integer, a text of parts and ranges, or integers), in order, a value
+    named twice (in two parts, or a part and a range) as often as it is named.
 
     Raises:
         InputError: when ``spec`` is a bool or none of these, or a part is not an integer or range.
@@ -132,34 +136,20 @@ def _named_ints(spec, name: str | Param, what: str, example: str) -> set[int]:
     if isinstance(spec, bool):
         raise InputError(name + f" must name {what} such as {example}, got {spec!r}")
     if isinstance(spec, numbers.Integral):
-        return {int(spec)}
+        return [int(spec)]
     if isinstance(spec, str):
-        out: set[int] = set()
+        out: list[int] = []
+        held: set[int] = set()  # the distinct values so far, for the list's size limit
         for part in spec.split(","):
             part = part.strip()
             if part:
-                out.update(_part_ints(part, spec, name, what, example, len(out)))
+                values = _part_ints(part, spec, name, what, example, len(held))
+                out.extend(values)
+                held.update(values)
         return out
     if isinstance(spec, Iterable):
-        return {_as_int(name, v, what) for v in spec}
+        return [_as_int(name, v, what) for v in spec]
     raise InputError(name + f" must name {what} such as {example}, got {spec!r}")
-
-
-def _named_twice(spec, name: str | Param, what: str, example: str) -> int | None:
-    """The first integer ``spec`` names twice (in two parts, or a part and a range), or None."""
-    if isinstance(spec, str):
-        parts: list = [p.strip() for p in spec.split(",") if p.strip()]
-        values = (v for p in parts for v in _part_ints(p, spec, name, what, example, 0))
-    elif isinstance(spec, Iterable):
-        values = (_as_int(name, v, what) for v in spec)
-    else:
-        return None
-    seen: set[int] = set()
-    for v in values:
-        if v in seen:
-            return v
-        seen.add(v)
-    return None
 
 
 def _part_ints(part: str, spec: str, name: str | Param, what: str, example: str, held: int) -> Iterable[int]:

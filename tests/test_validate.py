@@ -102,3 +102,13 @@ def test_parse_heads_none_means_all():
 def test_parse_heads_errors(spec, match):
     with pytest.raises(InputError, match=match):
         validate.head_counts(spec, 12)
+
+
+def test_int_ranges_refuses_a_value_named_twice_in_any_form_when_asked():
+    from mhaaudit.errors import InputError, Param
+    from mhaaudit.validate import int_ranges
+
+    for spec in ("0,0", "0-2,1", [3, 3], (v for v in (1, 2, 1))):
+        with pytest.raises(InputError, match=r"seed \d is named twice; name each seed once"):
+            int_ranges(spec, Param("seeds"), once="seed")
+    assert int_ranges("0-2,1", Param("layers")) == [0, 1, 2]  # without ``once``, a value counts once
