@@ -33,7 +33,7 @@ from .collectives import SingleProcess as SingleProcess
 from .collectives import timeout_s as timeout_s
 from .errors import InputError, MhaauditError, one_line, users_to_fix
 from .staging import remove_scratch_folders
-from .stdio import command_streams, native_output_dropped, say
+from .stdio import command_streams, debugging, native_output_dropped, say
 
 __all__ = [
     "RankCrashed",
@@ -337,7 +337,7 @@ def _follow(s: Session) -> int:
         try:
             _shared_call(key)(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - a follower's failure is its status; rank 0 says why
-            if os.environ.get("MHAAUDIT_DEBUG", "").strip() not in ("", "0"):
+            if debugging():
                 traceback.print_exception(exc, file=sys.stderr)  # asked for: the status is the same
             return 2 if users_to_fix(exc) else 3
 
@@ -375,9 +375,8 @@ def _run_rank(main: Callable[[list[str] | None], int], argv: list[str] | None) -
                 with contextlib.suppress(Exception):
                     s.broadcast(("done",))
     else:
-        debug = os.environ.get("MHAAUDIT_DEBUG", "").strip() not in ("", "0")
         with open(os.devnull, "w") as devnull, contextlib.ExitStack() as stack:
-            if not debug:
+            if not debugging():
                 stack.enter_context(contextlib.redirect_stdout(devnull))
                 stack.enter_context(contextlib.redirect_stderr(devnull))
             code = _follow(s)

@@ -36,6 +36,7 @@ from .defaults import DEFAULT_DEVICE
 from .errors import InputError, Param
 
 __all__ = [
+    "MAX_INT64",
     "MAX_SAMPLES",
     "MAX_SEED",
     "PURPOSES",
@@ -48,8 +49,10 @@ __all__ = [
 # The draws are made in blocks and counted, never held, so their number sizes no allocation; the
 # counts and fractions are exact in float64 up to 2^53 draws, the most a test takes.
 MAX_SAMPLES = 2**53
-# Seeds are stored as 64-bit signed integers (parquet, JSON readers): 0 to 2^63 - 1.
-MAX_SEED = 2**63 - 1
+#: The largest integer a record's 64-bit integer column holds (parquet, JSON readers): seeds, steps.
+MAX_INT64 = 2**63 - 1
+# Seeds are stored as 64-bit signed integers: 0 to 2^63 - 1.
+MAX_SEED = MAX_INT64
 PURPOSES = ("model-init", "data", "random-attention", "draws", "labels", "memorize")
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "DataStdout",
     "StdoutClosed",
     "command_streams",
+    "debugging",
     "flush_c_stdio",
     "flush_streams",
     "hold_for_the_process",
@@ -65,12 +66,18 @@ def _devnull_onto(fd: int) -> None:
             os.close(null)
 
 
+def debugging() -> bool:
+    """Whether ``MHAAUDIT_DEBUG`` asks for what a run keeps quiet (set to anything but empty or 0): the
+    traceback before an error's line, every rank's output, the native libraries' lines."""
+    return os.environ.get("MHAAUDIT_DEBUG", "").strip() not in ("", "0")
+
+
 @contextlib.contextmanager
 def native_output_dropped() -> Iterator[None]:
     """Drop what native code writes to descriptors 1 and 2 while the block runs (c10d's log lines while a
     rank joins its job: its retries, the socket it waits on), then restore both; the block says what went
     wrong in its own words. ``MHAAUDIT_DEBUG=1`` keeps the native lines."""
-    if os.environ.get("MHAAUDIT_DEBUG", "").strip() not in ("", "0"):
+    if debugging():
         yield
         return
     flush_streams()

@@ -22,7 +22,7 @@ import traceback
 import warnings
 
 from .. import ending
-from ..stdio import flush_streams, say
+from ..stdio import debugging, flush_streams, say
 
 INTERRUPTED = "interrupted"
 COMPLETE_VAR = "_MHAAUDIT_COMPLETE"  # set by the completion script of --install-completion / --show-completion
@@ -435,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         KeyboardInterrupt: only within, where Typer answers Ctrl-C with status 130: it is mapped as Ctrl-C is.
             An error no rule maps (a ``SystemExit``) passes through as it came.
     """
-    debug = os.environ.get("MHAAUDIT_DEBUG", "").strip() not in ("", "0")
+    debug = debugging()
     args = sys.argv[1:] if argv is None else [str(a) for a in argv]
     if COMPLETE_VAR in os.environ:
         # The shell asks for completions (--install-completion set this up): click answers and exits.

@@ -19,10 +19,12 @@ from dataclasses import dataclass
 
 import torch
 
+from ..runtime import MAX_INT64
+
 __all__ = ["MAX_STEPS", "BatchOrder", "Plan", "lr_factor", "planned_schedule"]
 
 #: The most steps a point may plan: its record counts them in 64-bit integers (the results file's columns).
-MAX_STEPS = 2**63 - 1
+MAX_STEPS = MAX_INT64
 
 
 def planned_schedule(size: int, batch_size: int, epochs: int | None, max_steps: int | None) -> tuple[int, int, int]:

@@ -336,15 +336,20 @@ def _check_shard_name(fn: str, index: str) -> None:
         )
 
 
+def _cache_repository(snapshot: str) -> str | None:
+    """The hub cache's repository folder (``models--org--name``) of ``snapshot`` when it is laid out as one of
+    its snapshot folders (``models--org--name/snapshots/<revision>``), else None."""
+    parent, repo = os.path.dirname(snapshot), os.path.dirname(os.path.dirname(snapshot))
+    if os.path.basename(parent) == "snapshots" and os.path.basename(repo).startswith("models--"):
+        return repo
+    return None
+
+
 def _roots(root: str) -> list[str]:
     """Where the files of the model folder ``root`` (a real path) may lie: in it, and, for a
-    snapshot folder of the hub cache (``models--org--name/snapshots/<revision>``), whose files are
-    links into the repository's ``blobs``, there."""
-    roots = [root]
-    parent, repo = os.path.dirname(root), os.path.dirname(os.path.dirname(root))
-    if os.path.basename(parent) == "snapshots" and os.path.basename(repo).startswith("models--"):
-        roots.append(os.path.join(repo, "blobs"))
-    return roots
+    snapshot folder of the hub cache, whose files are links into the repository's ``blobs``, there."""
+    repo = _cache_repository(root)
+    return [root] if repo is None else [root, os.path.join(repo, "blobs")]
 
 
 def check_links_inside(folder: str) -> None:
@@ -482,9 +487,7 @@ def _in_its_repository(path: str, filename: str, repo: str) -> str:
     snapshot = path
     for _ in filename.replace("\\", "/").split("/"):
         snapshot = os.path.dirname(snapshot)
-    snapshots, folder = os.path.dirname(snapshot), os.path.dirname(os.path.dirname(snapshot))
-    layout = os.path.basename(snapshots) == "snapshots" and os.path.basename(folder).startswith("models--")
-    root = os.path.realpath(folder if layout else snapshot)
+    root = os.path.realpath(_cache_repository(snapshot) or snapshot)
     real = os.path.realpath(path)
     if not inside(real, [root]) or not os.path.isfile(real):
         raise ModelError(

@@ -18,11 +18,20 @@ import torch
 
 from .subnormals import subnormals_kept
 
-__all__ = ["FLOAT8_DTYPES", "to_float64"]
+__all__ = ["FLOAT8_DTYPES", "to_float64", "torch_dtype_of"]
 
 #: The 8-bit floating formats torch has: every one of their 256 bit patterns is a float64 (or NaN),
 #: decoded by table.
 FLOAT8_DTYPES = frozenset(getattr(torch, name) for name in dir(torch) if name.startswith("float8_"))
+
+
+def torch_dtype_of(dtype) -> torch.dtype:
+    """The torch dtype of a NumPy dtype (or anything ``numpy.dtype`` takes), in the machine's byte order.
+
+    Raises:
+        TypeError: when NumPy reads no dtype from ``dtype``, or torch has none for it.
+    """
+    return torch.from_numpy(np.empty(0, dtype=np.dtype(dtype).newbyteorder("="))).dtype
 
 
 @functools.cache

@@ -17,11 +17,11 @@ import functools
 import threading
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from .. import validate
 from ..errors import InputError, Param
+from .convert import torch_dtype_of
 from .pow2 import ldexp
 from .subnormals import _flushing, subnormals_kept
 from .threads import intra_op_threads
@@ -240,20 +240,18 @@ class RankRule:
 
 
 def _torch_dtype(dtype) -> torch.dtype:
-    """The torch dtype of a torch dtype, a NumPy dtype or type, or a dtype's name.
+    """The torch dtype of a torch dtype, a torch dtype's name (``"bfloat16"``), or a NumPy dtype, type or name.
 
     Raises:
         InputError: when ``dtype`` is none of them.
     """
     if isinstance(dtype, torch.dtype):
         return dtype
-    name = dtype if isinstance(dtype, str) else getattr(getattr(dtype, "dtype", dtype), "name", None)
-    if name is None and dtype is not None:  # (NumPy reads None as float64)
+    if isinstance(dtype, str) and isinstance(named := getattr(torch, dtype, None), torch.dtype):
+        return named
+    if dtype is not None:  # (NumPy reads None as float64)
         with contextlib.suppress(TypeError):
-            name = np.dtype(dtype).name
-    found = getattr(torch, name, None) if isinstance(name, str) and name.isidentifier() else None
-    if not isinstance(found, torch.dtype):
-        raise InputError(
-            Param("dtype") + f" {dtype!r}: not a dtype (give a torch or NumPy dtype, or a name such as 'float32')"
-        )
-    return found
+            return torch_dtype_of(dtype)
+    raise InputError(
+        Param("dtype") + f" {dtype!r}: not a dtype (give a torch or NumPy dtype, or a name such as 'float32')"
+    )

@@ -47,7 +47,7 @@ from ..errors import InputError
 from ..hostmem import available_memory  # the one cgroup-aware figure (also batching's)
 from ..workers import worker_pool
 from .checked import NumericalFailure
-from .convert import to_float64
+from .convert import to_float64, torch_dtype_of
 from .pow2 import ldexp
 from .rule import RankRule, numerics, subnormals_kept
 
@@ -129,10 +129,6 @@ def peak_rss_bytes() -> int:
     return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
-def _torch_dtype(dtype: np.dtype) -> torch.dtype:
-    return torch.from_numpy(np.empty(0, dtype=np.dtype(dtype).newbyteorder("="))).dtype
-
-
 class Rows:
     """A T x d matrix read a set of rows or a chunk at a time (a tensor, or a NumPy array such as a
     read-only memory map). ``mapped``: the rows lie in a file, not in this process's memory."""
@@ -144,7 +140,7 @@ class Rows:
         self.numpy = isinstance(data, np.ndarray)
         self.mapped = bool(mapped if mapped is not None else isinstance(data, np.memmap))
         self.T, self.d = int(data.shape[0]), int(data.shape[1])
-        self.dtype = _torch_dtype(data.dtype) if self.numpy else data.dtype
+        self.dtype = torch_dtype_of(data.dtype) if self.numpy else data.dtype
         self.device = torch.device("cpu") if self.numpy else data.device
 
     @property

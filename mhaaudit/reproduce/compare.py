@@ -252,8 +252,11 @@ def _sweep_point(item: dict, col: dict) -> tuple[dict | None, str]:
     k, T = item["k"], sweep.get("T")
     if T is not None and k >= T:  # the whole set or none: no sample of the paper's k-subsets (as _ours_check)
         fraction = rows[k]["fraction"] if k in rows else 0.0
-        what = f"k = {k} > T = {T}: no {k} of this run's rows can be independent" if k > T else ""
-        what = what or f"k = T = {T}: the only {k}-subset of this run's rows is the whole set"
+        what = (
+            f"k = {k} > T = {T}: no {k} of this run's rows can be independent"
+            if k > T
+            else f"k = T = {T}: the only {k}-subset of this run's rows is the whole set"
+        )
         return {"k": k, "fraction": fraction, "ci_low": None, "ci_high": None, "proven": True, "short": True}, (
             f"{what}, so the paper's k-subsets are not tested (a larger limit tests them); " + _sweep_evidence(sweep)
         )

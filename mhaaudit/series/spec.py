@@ -42,6 +42,7 @@ from ..models.checkpoints import CHECKPOINT_FILES
 from ..models.hf_config import VOLATILE_CONFIG, WIDTH_KEYS, canonical, short
 from ..models.shards import INDEX_FILE, INDEX_FILES, check_links_inside, check_local_indexes, hub_download, read_index
 from ..request import ModelRequest
+from ..runtime import MAX_INT64
 from .fit import header_shapes, model_config, refuse_checkpoint_code, refuse_unlike_model
 from .hub import check_cached_weights, hub_repo
 
@@ -57,7 +58,7 @@ __all__ = [
 #: The most checkpoints one series holds (a glob matching more is refused before any work).
 MAX_CHECKPOINTS = 10_000
 #: The largest step number a name can carry: the records hold the step as a 64-bit integer.
-MAX_STEP = 2**63 - 1
+MAX_STEP = MAX_INT64
 #: The files of a checkpoint that decide the data a run of it reads (its tokenizer, its image preprocessing).
 DATA_FILES = (
     "tokenizer.json",
@@ -71,10 +72,9 @@ DATA_FILES = (
     "sentencepiece.bpe.model",
     "preprocessor_config.json",
 )
-#: Config keys whose difference makes a checkpoint another family, or another width; any other is another
-#: architecture.
+#: Config keys whose difference makes a checkpoint another family (a width key, ``WIDTH_KEYS``, another width);
+#: any other is another architecture.
 _FAMILY_KEYS = frozenset({"model_type"})
-_WIDTH_KEYS = WIDTH_KEYS
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
 _MARKED_STEP = re.compile(r"(?:^|[^a-z])(?:global_step|step|steps|iter|iteration|checkpoint|ckpt)[-_=.]?(\d+)", re.I)
 
@@ -481,7 +481,7 @@ def _same_kind(ref: CheckpointRef, got: _Contents, first: CheckpointRef, want: _
         diff = _first_difference(got.config, want.config)
         if diff is not None:
             key, a, b = diff
-            what = "family" if key in _FAMILY_KEYS else "width" if key in _WIDTH_KEYS else "architecture"
+            what = "family" if key in _FAMILY_KEYS else "width" if key in WIDTH_KEYS else "architecture"
             raise InputError(
                 Param(_param(ref)) + f" {ref.name} is of another {what} than the first checkpoint {first.name}: its "
                 f"config has {key} = {short(a, 60)}, the first's {short(b, 60)}; a series audits the checkpoints of "
