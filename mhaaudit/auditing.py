@@ -33,7 +33,7 @@ from .seeds import SeedsResult, plan_for
 from .seeds.check import audit_seeds
 from .settings import Settings
 from .sources import describe_skips
-from .theory import CapacityBound, theorem1_bound
+from .theory import CapacityBound, a1_status, theorem1_bound
 
 # The entry points, and the names of planning, capture and the result types they are read by.
 __all__ = [
@@ -322,17 +322,14 @@ def memorisation_bound(info: ModelFacts, col: Column) -> tuple[CapacityBound | N
         return None, ""
     a1, a2 = col.tests.get("assumption_1"), col.tests.get("assumption_2")
     est = col.sweep.estimate if col.sweep is not None and col.sweep.estimate >= 1 else None
+    # the theorem needs Assumption 1 itself: a proven failure (a witness) overrides a holding estimate
+    a1_holds = {"holds": True, "fails": False}.get(a1_status(a1.verdict, a1.exact_status) or "") if a1 else None
+    a2_holds = {"holds": True, "fails": False}.get(a2.verdict) if a2 else None
     b = theorem1_bound(
-        heads=H,
-        head_dim=dh,
-        n=n,
-        d=d,
-        a1_holds=a1.verdict == "holds" if a1 else None,
-        a2_holds=a2.verdict == "holds" if a2 else None,
-        kruskal_estimate=est,
-    )
+        heads=H, head_dim=dh, n=n, d=d, a1_holds=a1_holds, a2_holds=a2_holds, kruskal_estimate=est
+    )  # fmt: skip
     hint = ""
-    if not b.applies and est is None and not (a1 and a1.verdict == "holds"):
+    if not b.applies and est is None and not a1_holds:
         hint = "run with " + Param("sweep") + " for a Remark 1 count from the estimated Kruskal rank"
     return b, hint
 

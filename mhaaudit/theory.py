@@ -18,7 +18,7 @@ import numpy as np
 from .errors import InputError
 from .validate import integer
 
-__all__ = ["CapacityBound", "shared_context_rank_bound", "theorem1_bound"]
+__all__ = ["CapacityBound", "a1_status", "shared_context_rank_bound", "theorem1_bound"]
 
 _RECONSTRUCTED_NOTE = (
     "count reconstructed from the proof of Proposition 1 / Theorem 1 (the formula was lost in the "
@@ -29,6 +29,15 @@ _RECONSTRUCTED_NOTE = (
 # --------------------------------------------------------------------------------------------
 # Theorem 1 / Remark 1
 # --------------------------------------------------------------------------------------------
+
+
+def a1_status(verdict: str | None, exact_status: str | None) -> str | None:
+    """The Assumption 1 status Theorem 1 rests on: the exact status where it is decided, else the
+    estimate verdict (holds, fails, or None when not checked). A proven failure overrides a
+    holding estimate: the theorem needs the assumption itself, not the share of independent draws."""
+    if exact_status in ("holds", "fails"):
+        return exact_status
+    return verdict if verdict in ("holds", "fails") else None
 
 
 @dataclass(frozen=True)

@@ -108,3 +108,38 @@ def test_save_features_writes_each_column_and_the_folder_is_checked_before_any_w
         check_features_folder(folder, [folder / "random" / "meta.json"])
     assert plot_audit(result, tmp_path / "sweeps.png") == tmp_path / "sweeps.png"
     assert (tmp_path / "sweeps.png").stat().st_size > 0
+
+
+def _column_of(tokens):
+    """An audited column (as ``check`` builds it) of the reduced ``tokens``, with the model's facts for the bound."""
+    from types import SimpleNamespace
+
+    from mhaaudit.auditing import check_features
+    from mhaaudit.features import reduce_tokens
+
+    tests, _sweep, _t = check_features(reduce_tokens(tokens, 0), samples=1000, progress=False)
+    col = SimpleNamespace(status="ok", tests=tests, sweep=None)
+    info = SimpleNamespace(num_heads=4, head_dim=16, n=tokens.shape[1], d=tokens.shape[2])
+    return col, info
+
+
+def test_the_bound_rests_on_a_proven_failure_of_assumption_1_not_on_a_holding_estimate():
+    import torch
+
+    from mhaaudit.auditing import memorisation_bound
+
+    g = torch.Generator().manual_seed(0)
+    E = torch.randn(400, 8, 16, generator=g)
+    E[5, 0] = E[4, 0]  # two equal queries: every 8-subset holding both is dependent, about 1 draw in 250
+    col, info = _column_of(E)
+    a1 = col.tests["assumption_1"]
+    assert (a1.verdict, a1.exact_status, a1.exact_basis) == ("holds", "fails", "witness")
+    bound, hint = memorisation_bound(info, col)
+    assert not bound.applies and bound.count is None
+    assert "A1 fails" in bound.reason
+    assert "sweep" in hint
+    # without the equal pair the estimate holds and nothing is proven: the bound rests on the estimate
+    col, info = _column_of(torch.randn(400, 8, 16, generator=g))
+    assert col.tests["assumption_1"].exact_status == "undecided"
+    bound, _ = memorisation_bound(info, col)
+    assert bound.applies and bound.which == "theorem-1" and bound.count == 4 * (8 - 1) + 1

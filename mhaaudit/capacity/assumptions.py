@@ -25,6 +25,7 @@ from ..kruskal import kruskal_sweep, set_stats, subset_test
 from ..kruskal.stored import record_contradiction
 from ..numerics import numerics, tf32_off
 from ..progress import task
+from ..theory import a1_status
 
 __all__ = [
     "Assumptions",
@@ -34,15 +35,6 @@ __all__ = [
     "linear_algebra",
     "read_check_results",
 ]
-
-
-def a1_status(verdict: str | None, exact_status: str | None) -> str | None:
-    """The Assumption 1 status Theorem 1 rests on: the exact status where it is decided, else the
-    estimate verdict (holds, fails, or None when not checked). A proven failure overrides a
-    holding estimate: the theorem needs the assumption itself, not the share of independent draws."""
-    if exact_status in ("holds", "fails"):
-        return exact_status
-    return verdict if verdict in ("holds", "fails") else None
 
 
 def _a1_reason(verdict: str | None, exact_status: str | None, reason: str) -> str:
