@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mhaaudit.render import cell
+from mhaaudit.render.audit import meaning_lines
 from mhaaudit.render_kruskal import WHOLE_SET_MARK, estimate_text, exact_text
 
 
@@ -31,6 +32,16 @@ def test_a_holding_estimate_beside_a_proof_of_failure_is_never_a_bare_holds():
 def test_an_undecided_estimate_shows_its_fraction_only():
     assert cell(_rec()) == "[green]holds[/green]\n0.9995"
     assert exact_text(_rec()) == "undecided"
+
+
+def test_a_sampled_cell_shows_the_interval_the_report_says_it_gives():
+    """50 independent draws of 50 hold under the paper's rule, but their 95% interval reaches down to
+    0.9289, below the threshold 0.99: the cell shows it, as the report's legend says every cell does."""
+    rec = _rec(fraction=1.0, satisfied=50, samples=50, ci_low=0.9288782635358024, ci_high=1.0)
+    assert cell(rec) == "[green]holds[/green]\n1.0000\n[0.9289, 1.0000]"
+    assert "Clopper-Pearson" in " ".join(meaning_lines())
+    proof = _rec(verdict="fails", sampled=False, fraction=0.0, ci_low=0.0, ci_high=0.0, exact_status="fails")
+    assert "[0.0000" not in cell(proof)  # no draws: no interval
 
 
 def test_a_proof_without_sampling_names_its_basis():

@@ -53,14 +53,17 @@ def print_report(items: list) -> None:
 
 
 def cell(rec: dict) -> str:
-    """One table cell: the estimate verdict, the evidence in brief, and the exact status when it
-    is decided (a table never shows a bare "holds" beside a proof of failure)."""
+    """One table cell: the estimate verdict, the evidence in brief (a sampled fraction with its 95%
+    Clopper-Pearson interval), and the exact status when it is decided (a table never shows a bare
+    "holds" beside a proof of failure)."""
     v = rec.get("verdict", "")
     if v == "unavailable":
         return verdict_text(v)
     if rec.get("scope") == "per-example":  # every example decided (Assumption 2): the count is exact
         return f"{verdict_text(v)}\n{rec['satisfied']}/{rec['T']} full"
     lines = [estimate_text(rec), f"{rec['fraction']:.4f}" if rec.get("sampled", True) else "no sampling"]
+    if rec.get("sampled", True) and rec.get("ci_low") is not None and rec.get("ci_high") is not None:
+        lines.append(f"[{rec['ci_low']:.4f}, {rec['ci_high']:.4f}]")  # how far the draws pin the fraction down
     if rec.get("exact_status", "undecided") != "undecided":
         lines.append(f"exact: {exact_text(rec)}")
     return "\n".join(lines)
