@@ -53,3 +53,29 @@ def test_a_whole_set_row_is_marked_not_an_ordinary_verdict():
     rec = _rec(sampled=False, fraction=1.0, exact_status="holds", exact_basis="exhaustive", scope="whole-set")
     assert WHOLE_SET_MARK in estimate_text(rec) and estimate_text(rec) != "[green]holds[/green]"
     assert cell(rec).startswith("[yellow]holds (whole set)[/yellow]")
+
+
+def test_a_check_left_without_a_verdict_is_not_listed_under_holds():
+    from types import SimpleNamespace
+
+    import mhaaudit.checks  # noqa: F401  # fills the registry of checks the findings read
+    from mhaaudit.render.audit import finding_lines
+
+    def test(verdict, reason):
+        return SimpleNamespace(verdict=verdict, reason=reason, witness=None)
+
+    col = SimpleNamespace(
+        status="ok",
+        probe=SimpleNamespace(variant="random", layer=1),
+        tests={
+            "general_position": test("fails", "only 0/64 draws independent"),
+            "assumption_1": test("unavailable", "none of the 64 draws could be decided"),
+            "assumption_3": test("holds", "all 64 draws independent"),
+        },
+    )
+    lines = finding_lines(SimpleNamespace(columns=[col]))
+    heads = [line for line in lines if line.startswith("[bold]")]
+    assert heads == ["[bold]Failures[/bold]", "[bold]Holds[/bold]", "[bold]No verdict[/bold]"]
+    after_holds = lines[lines.index("[bold]Holds[/bold]") + 1 :]
+    assert "could be decided" not in after_holds[0] and "Assumption 3" in after_holds[0]
+    assert "unavailable" in lines[-1] and "Assumption 1" in lines[-1]

@@ -75,25 +75,22 @@ def audit_lines(result) -> list[str]:
 
 
 def finding_lines(result) -> list[str]:
-    """What each audited column's checks found: the failures, then what holds."""
-    fails: list[tuple[str, str]] = []
-    holds: list[tuple[str, str]] = []
+    """What each audited column's checks found: the failures, then what holds, then the checks left without a
+    verdict (``unavailable``: no draw or example could be decided)."""
+    groups: dict[str, list[tuple[str, str]]] = {"fails": [], "holds": [], "unavailable": []}
     for c in result.columns:
         if c.status != "ok":
             continue
         for check in REGISTRY.values():
             r = c.tests.get(check.name)
             if r is not None:
-                (fails if r.verdict == "fails" else holds).append(
-                    (verdict_text(r.verdict), _finding(result, c, check, r))
-                )
+                group = groups.get(r.verdict, groups["unavailable"])
+                group.append((verdict_text(r.verdict), _finding(result, c, check, r)))
     lines: list[str] = []
-    if fails:
-        lines.append("[bold]Failures[/bold]")
-        lines += [f"  {v} {m}" for v, m in fails]
-    if holds:
-        lines.append("[bold]Holds[/bold]")
-        lines += [f"  {v} {m}" for v, m in holds]
+    for verdict, heading in (("fails", "Failures"), ("holds", "Holds"), ("unavailable", "No verdict")):
+        if groups[verdict]:
+            lines.append(f"[bold]{heading}[/bold]")
+            lines += [f"  {v} {m}" for v, m in groups[verdict]]
     return lines
 
 
