@@ -62,7 +62,8 @@ def test_a_check_left_without_a_verdict_is_not_listed_under_holds():
     from mhaaudit.render.audit import finding_lines
 
     def test(verdict, reason):
-        return SimpleNamespace(verdict=verdict, reason=reason, witness=None)
+        rec = {"verdict": verdict, "exact_status": "undecided", "exact_basis": "none", "scope": "subsets"}
+        return SimpleNamespace(verdict=verdict, reason=reason, witness=None, record=lambda: rec)
 
     col = SimpleNamespace(
         status="ok",
@@ -79,3 +80,28 @@ def test_a_check_left_without_a_verdict_is_not_listed_under_holds():
     after_holds = lines[lines.index("[bold]Holds[/bold]") + 1 :]
     assert "could be decided" not in after_holds[0] and "Assumption 3" in after_holds[0]
     assert "unavailable" in lines[-1] and "Assumption 1" in lines[-1]
+
+
+def test_a_holding_estimate_proven_to_fail_is_listed_under_failures_never_as_a_bare_holds():
+    """Two equal queries among 400: Assumption 1 holds as an estimate (999 of 1000 draws of 8 rows independent)
+    and fails exactly (the witness [4, 5]). The findings list it under Failures, as the table's cell reads it."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from mhaaudit.auditing import check_features
+    from mhaaudit.features import reduce_tokens
+    from mhaaudit.render.audit import finding_lines
+
+    g = torch.Generator().manual_seed(0)
+    E = torch.randn(400, 8, 16, generator=g)
+    E[5, 0] = E[4, 0]
+    tests, _sweep, _t = check_features(reduce_tokens(E, 0), samples=1000, progress=False)
+    a1 = tests["assumption_1"]
+    assert (a1.verdict, a1.exact_status) == ("holds", "fails")
+    col = SimpleNamespace(status="ok", probe=SimpleNamespace(variant="random", layer=1), tests={"assumption_1": a1})
+    lines = finding_lines(SimpleNamespace(columns=[col]))
+    assert lines[0] == "[bold]Failures[/bold]" and "[bold]Holds[/bold]" not in lines
+    assert lines[1].startswith(
+        r"  [green]holds[/green] (estimate) exact: [red]fails[/red] (witness) \[random] Assumption 1"
+    )

@@ -17,6 +17,8 @@ from ..check_words import CHECK_MEANING, REGISTRY
 from ..console import shown
 from ..render_kruskal import (
     WHOLE_SET_LEGEND,
+    estimate_text,
+    exact_text,
     sweep_lines,
     verdict_text,
 )
@@ -84,8 +86,15 @@ def finding_lines(result) -> list[str]:
         for check in REGISTRY.values():
             r = c.tests.get(check.name)
             if r is not None:
-                group = groups.get(r.verdict, groups["unavailable"])
-                group.append((verdict_text(r.verdict), _finding(result, c, check, r)))
+                # a proof decides the group: a holding estimate beside a proven failure is a failure, and never
+                # a bare "holds" (it reads "holds (estimate)", then the exact status), as in the table
+                rec = r.record()
+                exact = rec.get("exact_status")
+                shown_as = estimate_text(rec)
+                if exact in ("holds", "fails") and exact != r.verdict:
+                    shown_as += f" exact: {exact_text(rec)}"
+                group = groups.get(exact if exact in ("holds", "fails") else r.verdict, groups["unavailable"])
+                group.append((shown_as, _finding(result, c, check, r)))
     lines: list[str] = []
     for verdict, heading in (("fails", "Failures"), ("holds", "Holds"), ("unavailable", "No verdict")):
         if groups[verdict]:
