@@ -312,10 +312,11 @@ def assumption_2_from_arrays(a: dict[str, torch.Tensor], *, n: int, d: int, rule
     matrices of rank n among T, the rank histogram, the worst sigma_min / tolerance margin and the verdict
     ("holds", "fails", or "unavailable" when T = 0; n > d fails by dimension alone). The ranks were decided under
     one rule when the statistics were made: where ``rule`` gives another tolerance, the verdict is "unavailable"
-    (:func:`_decided_under`), never the count of another rule."""
+    (:func:`_decided_under`), never the count of another rule; so it is where the statistics contradict themselves
+    (a rank n whose sigma_min does not clear its tolerance, or the reverse: :func:`_contradiction`)."""
     rank = a["context_rank"]
     T = int(rank.numel())
-    other = _decided_under(a, n, d, rule) if T and n <= d else None
+    other = (_decided_under(a, n, d, rule) or _contradiction(a, n)) if T and n <= d else None
     if other is not None:
         return ContextRankResult(
             T=T, n=n, d=d, full=0, deficient=0, rank_histogram={}, min_margin=float("nan"), worst_example=-1,
@@ -383,6 +384,25 @@ def _decided_under(a: dict[str, torch.Tensor], n: int, d: int, rule: RankRule) -
         f"the context ranks were decided when the tokens were reduced, under another rank rule (tolerance "
         f"{float(stored[i]):.3g} for example {i}, where this rule gives {float(wanted[i]):.3g}); reduce the tokens "
         "under this rule to decide Assumption 2 under it"
+    )
+
+
+def _contradiction(a: dict[str, torch.Tensor], n: int) -> str | None:
+    """Why the context statistics of ``a`` (n <= d) contradict themselves, or None: each rank was decided from the
+    singular values it keeps (:func:`context_ranks`), so a matrix has rank n exactly when its ``sigma_min`` clears its
+    tolerance, and no rank lies outside 0 .. n. Statistics that say otherwise (a feature file edited or corrupted)
+    prove nothing."""
+    rank = a["context_rank"]
+    clear = a["context_sigma_min"].to(torch.float64) > a["context_tol"].to(torch.float64)
+    off = ((rank == n) != clear) | (rank < 0) | (rank > n)
+    if not bool(off.any()):
+        return None
+    i = int(off.nonzero()[0])
+    smin, tol = float(a["context_sigma_min"][i]), float(a["context_tol"][i])
+    return (
+        f"the context statistics contradict themselves: example {i} has rank {int(rank[i])} of n = {n} with "
+        f"sigma_min {smin:.3g} {'>' if smin > tol else '<='} its tolerance {tol:.3g}; reduce the tokens again to "
+        "decide Assumption 2"
     )
 
 

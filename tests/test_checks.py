@@ -14,6 +14,7 @@ from mhaaudit.checks import (
     ContextRanks,
     assumption_1,
     assumption_2,
+    assumption_2_from_arrays,
     assumption_3,
     context_ranks,
     general_position,
@@ -566,3 +567,24 @@ def test_a_registered_check_names_the_kruskal_test_at_its_size(toy_check, tmp_pa
     rc, out, err = run(capsys, "kruskal", tmp_path / "x.npy", "--k", 2, "--samples", 50)
     assert rc == 0, err
     assert "│ Pairs " in out
+
+
+def test_context_statistics_that_contradict_themselves_prove_nothing():
+    """A rank n is decided from a sigma_min that clears the tolerance, and a lower rank from one that does not: an
+    edited feature file whose counts say otherwise gives no Assumption 2 verdict, never "holds (exhaustive)"."""
+    E = torch.randn(6, 4, 8, generator=torch.Generator().manual_seed(0))
+    E[2, 3] = E[2, 0] + E[2, 1]  # example 2 has rank 3
+    rule = RankRule.for_dtype(torch.float32)
+    acc = ContextRanks(rule)
+    acc.update(E)
+    a = acc.arrays()
+    honest = assumption_2_from_arrays(a, n=4, d=8, rule=rule)
+    assert (honest.verdict, honest.deficient_examples) == ("fails", (2,))
+    edited = {**a, "context_rank": a["context_rank"].clone()}
+    edited["context_rank"][2] = 4  # "full rank", beside its own sigma_min below the tolerance
+    r = assumption_2_from_arrays(edited, n=4, d=8, rule=rule)
+    assert (r.verdict, r.exact_status, r.proven) == ("unavailable", "undecided", False)
+    assert "contradict themselves: example 2 has rank 4 of n = 4" in r.reason
+    for bad in (5, -1):  # no rank above n, nor a rank left undecided where n <= d
+        edited["context_rank"][2] = bad
+        assert assumption_2_from_arrays(edited, n=4, d=8, rule=rule).verdict == "unavailable"
