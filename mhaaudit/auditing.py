@@ -329,7 +329,7 @@ def memorisation_bound(info: ModelFacts, col: Column) -> tuple[CapacityBound | N
         heads=H, head_dim=dh, n=n, d=d, a1_holds=a1_holds, a2_holds=a2_holds, kruskal_estimate=est
     )  # fmt: skip
     hint = ""
-    if not b.applies and est is None and not a1_holds:
+    if not b.applies and est is None and not a1_holds and a2_holds and n < d:  # what Remark 1 needs besides k
         hint = "run with " + Param("sweep") + " for a Remark 1 count from the estimated Kruskal rank"
     return b, hint
 

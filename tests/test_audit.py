@@ -143,3 +143,23 @@ def test_the_bound_rests_on_a_proven_failure_of_assumption_1_not_on_a_holding_es
     assert col.tests["assumption_1"].exact_status == "undecided"
     bound, _ = memorisation_bound(info, col)
     assert bound.applies and bound.which == "theorem-1" and bound.count == 4 * (8 - 1) + 1
+
+
+def test_the_bound_hints_at_a_sweep_only_where_remark_1_could_give_a_count():
+    """Remark 1 needs Assumption 2 and n < d as Theorem 1 does: where either fails, a sweep gives no count, and the
+    report does not send the user to run one."""
+    import torch
+
+    from mhaaudit.auditing import memorisation_bound
+
+    g = torch.Generator().manual_seed(1)
+    E = torch.randn(300, 8, 16, generator=g)
+    E[:, 0] = E[0, 0]  # every query the same: Assumption 1 fails, proven
+    col, info = _column_of(E)
+    assert col.tests["assumption_1"].exact_status == "fails" and col.tests["assumption_2"].verdict == "holds"
+    assert "sweep" in memorisation_bound(info, col)[1]
+    E[:, 3] = E[:, 1]  # and every context matrix holds two equal rows: Assumption 2 fails too
+    col, info = _column_of(E)
+    assert col.tests["assumption_2"].verdict == "fails"
+    bound, hint = memorisation_bound(info, col)
+    assert not bound.applies and "A2 fails" in bound.reason and hint == ""
