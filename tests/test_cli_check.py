@@ -337,6 +337,21 @@ def test_fail_on(capsys, vit_dir, image_dir, variants, fail_on, expect):
     assert bool(named) == (expect == 1), failed
 
 
+def test_fail_on_counts_a_proven_failure_beside_a_holding_estimate():
+    """Assumption 1 held as an estimate (999/1000 draws) but a witness proved it fails: --fail-on exits 1."""
+    import typer
+
+    from mhaaudit.cli.check import _fail_on
+
+    rec = {"check": "assumption_1", "verdict": "holds", "exact_status": "fails", "exact_basis": "witness"}
+    for named in (["assumption_1"], ["any"]):
+        with pytest.raises(typer.Exit) as got:
+            _fail_on(named, [rec])
+        assert got.value.exit_code == 1
+    _fail_on(["assumption_3"], [rec])  # another check named: no exit
+    _fail_on(["assumption_1"], [{**rec, "exact_status": "undecided", "exact_basis": "none"}])  # the estimate holds
+
+
 # --------------------------------------------------------------------------- timm
 
 

@@ -271,9 +271,10 @@ def _fail_on(fails: list[str], records: list[dict]) -> None:
     """Exit 1 when a check named by ``--fail-on`` fails (with --seeds: in any seed).
 
     Raises:
-        typer.Exit: with code 1 when a check named in ``fails`` (or any check, for ``any``) has the verdict
-            ``fails`` in ``records``.
+        typer.Exit: with code 1 when a check named in ``fails`` (or any check, for ``any``) fails in ``records``:
+            its verdict (the estimate) is ``fails``, or its exact status is (a proven failure, such as a
+            dependent subset found, fails the check even where the estimate holds).
     """
-    failed = {r["check"] for r in records if r.get("verdict") == "fails"}
+    failed = {r["check"] for r in records if "fails" in (r.get("verdict"), r.get("exact_status"))}
     if ("any" in fails and failed) or failed.intersection(fails):
         raise typer.Exit(1)
