@@ -332,7 +332,7 @@ def test_fail_on(capsys, vit_dir, image_dir, variants, fail_on, expect):
     )
     assert rc == expect, err
     doc = json.loads(out)  # the report is written either way
-    failed = {r["check"] for r in doc["records"] if r["verdict"] == "fails"}
+    failed = {r["check"] for r in doc["records"] if "fails" in (r["verdict"], r.get("exact_status"))}
     named = failed if fail_on == "any" else failed & set(fail_on.split(","))
     assert bool(named) == (expect == 1), failed
 
