@@ -133,10 +133,21 @@ class Report:
 
 
 def verdict_tally(records: list[dict]) -> str:
-    """``8 holds, 4 fails`` over the records' verdicts (in that order: holds, fails, then any other)."""
-    c = Counter(r["verdict"] for r in records if r.get("verdict"))
+    """``8 holds, 4 fails`` over the records' checks (in that order: holds, fails, then any other), each counted
+    by its exact status where it is decided and by its verdict (the estimate) elsewhere, as the report's findings
+    group them: a check proven to fail while its estimate holds counts as failing, and the tally says how many
+    did (``1 fails (1 proven against a holding estimate)``)."""
+    c: Counter[str] = Counter()
+    against = 0
+    for r in records:
+        exact, verdict = r.get("exact_status"), r.get("verdict")
+        decided = exact if exact in ("holds", "fails") else verdict
+        if decided:
+            c[decided] += 1
+            against += decided == "fails" and verdict == "holds"
     order = ["holds", "fails", *sorted(v for v in c if v not in ("holds", "fails"))]
-    return ", ".join(f"{c[v]} {v}" for v in order if c.get(v))
+    note = {"fails": f" ({against} proven against a holding estimate)"} if against else {}
+    return ", ".join(f"{c[v]} {v}{note.get(v, '')}" for v in order if c.get(v))
 
 
 _HTML = (

@@ -145,6 +145,33 @@ def test_the_bound_rests_on_a_proven_failure_of_assumption_1_not_on_a_holding_es
     assert bound.applies and bound.which == "theorem-1" and bound.count == 4 * (8 - 1) + 1
 
 
+def test_the_tally_counts_a_check_by_its_proof_as_the_findings_do():
+    """``summary_line()`` and a column's repr tally the checks as the report's findings group them: a check whose
+    estimate holds while a witness proves it fails counts as failing, and the tally says so."""
+    import torch
+
+    from mhaaudit.display import verdict_tally
+
+    g = torch.Generator().manual_seed(0)
+    E = torch.randn(400, 8, 16, generator=g)
+    E[5, 0] = E[4, 0]  # two equal queries: the estimate of Assumption 1 holds, a witness proves it fails
+    col, _info = _column_of(E)
+    records = [r.record() for r in col.tests.values()]
+    by_estimate = sum(r["verdict"] == "holds" for r in records)
+    proven = [r for r in records if r["verdict"] == "holds" and r.get("exact_status") == "fails"]
+    assert "assumption_1" in [r["check"] for r in proven]
+    fails = sum(r["verdict"] == "fails" for r in records) + len(proven)
+    tally = verdict_tally(records)
+    assert tally.startswith(
+        f"{by_estimate - len(proven)} holds, {fails} fails ({len(proven)} proven against a holding estimate)"
+    )
+    # without the pair nothing is proven against an estimate, and the tally is the estimates'
+    col, _info = _column_of(torch.randn(400, 8, 16, generator=g))
+    records = [r.record() for r in col.tests.values()]
+    assert "proven" not in verdict_tally(records)
+    assert verdict_tally(records).startswith(f"{sum(r['verdict'] == 'holds' for r in records)} holds")
+
+
 def test_the_bound_hints_at_a_sweep_only_where_remark_1_could_give_a_count():
     """Remark 1 needs Assumption 2 and n < d as Theorem 1 does: where either fails, a sweep gives no count, and the
     report does not send the user to run one."""
