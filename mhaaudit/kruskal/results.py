@@ -74,6 +74,15 @@ def every_rows_independent(k: int) -> str:
     return f"every {k} rows are independent"
 
 
+def proof_words(test) -> str:
+    """What a one-line summary adds after a test's verdict: `` (proven)`` when the exact status proves
+    that verdict, `` (exact: fails, proven)`` when it proves the other one (an estimate that holds while
+    a dependent subset proves fails), nothing when the exact status is undecided."""
+    if not test.proven:
+        return ""
+    return " (proven)" if test.exact_status == test.verdict else f" (exact: {test.exact_status}, proven)"
+
+
 def clopper_pearson(successes: int, trials: int, level: float = 0.95) -> tuple[float, float]:
     """Exact two-sided binomial confidence interval.
 
@@ -299,7 +308,7 @@ class SubsetTest(ResultTable):
         )
         if self.witness is not None:
             s += f", a dependent {len(self.witness.indices)}-row subset"
-        return s + (" (proven)" if self.proven else "")
+        return s + proof_words(self)
 
 
 @dataclass(frozen=True)
@@ -519,6 +528,6 @@ class KruskalResult(StoredSweepResult):
 
     def summary_line(self) -> str:
         """The vectors tested (T, d, source), each test's verdict and the sweep's estimate."""
-        tests = ", ".join(f"{t.check} k = {t.k}: {t.verdict}" + (" (proven)" if t.proven else "") for t in self.tests)
+        tests = ", ".join(f"{t.check} k = {t.k}: {t.verdict}{proof_words(t)}" for t in self.tests)
         swept = f"; sweep estimate {self.sweep.estimate}" if self.sweep is not None else ""
         return f"{self.T} vectors in R^{self.d} from {self.source}" + (f"; {tests}" if tests else "") + swept
