@@ -355,6 +355,29 @@ def test_a_run_with_no_more_rows_than_k_holds_nothing_against_the_paper():
     assert got.status == "undetermined" and got.our_detail == WHOLE_SET_ONLY and got.our_verdict == "ranks 250"
 
 
+def test_a_reason_keeps_the_parameters_it_names_so_the_command_line_writes_its_flags():
+    """The reason of an undetermined item names ``limit`` as a parameter: the library says ``raise limit``, the
+    command line (``with_flags``) ``raise --limit``, as a check's own reason does (it printed ``raise limit``)."""
+    from mhaaudit.cli.names import with_flags
+    from mhaaudit.errors import Message, Param
+
+    spec = target_spec("table1")
+    whole = rec(check="general_position", k=200, T=200, verdict="holds", scope="whole-set", sampled=False)
+    whole |= {
+        "satisfied": 1,
+        "samples": 1,
+        "reason": Message("k = T = 200: the only subset is the whole set (raise ", Param("limit"), " above d = 768)"),
+    }
+    item = _one("table1", column="random", check="general_position", kind="check")
+    got = compare("table1", item, col(whole), FACTS, spec, 0.99)
+    assert got.status == "undetermined" and "(raise limit above d = 768)" in got.reason
+    assert "(raise --limit above d = 768)" in with_flags(got).reason
+    swept = col(sweep=_sweep([1.0] * 250) | {"T": 250}, n=197)
+    short = compare("figure1", _one("figure1", k=768), swept, FACTS, target_spec("figure1"), 0.99)
+    assert "(a larger limit tests them)" in short.reason
+    assert "(a larger --limit tests them)" in with_flags(short).reason
+
+
 def test_setting_differences_name_each_change():
     spec = target_spec("table1")
     assert setting_differences(spec, "vit", FACTS, "trained") == []

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from ..errors import Param, joined
+
 STATUSES = ("match", "differs", "undetermined", "unavailable")
 
 
@@ -258,7 +260,10 @@ def _sweep_point(item: dict, col: dict) -> tuple[dict | None, str]:
             else f"k = T = {T}: the only {k}-subset of this run's rows is the whole set"
         )
         return {"k": k, "fraction": fraction, "ci_low": None, "ci_high": None, "proven": True, "short": True}, (
-            f"{what}, so the paper's k-subsets are not tested (a larger limit tests them); " + _sweep_evidence(sweep)
+            f"{what}, so the paper's k-subsets are not tested (a larger "
+            + Param("limit")
+            + " tests them); "
+            + _sweep_evidence(sweep)
         )
     if k not in rows:
         K = max(rows) if rows else 0
@@ -409,7 +414,7 @@ def explain(ours: Ours, paper_value: float | None, item: dict, diffs: list[Diffe
             f"same data, model and draws as the paper's; the random weights are another draw (seed {facts.seed}; "
             "the paper's were unseeded)"
         )
-    return "; ".join(p for p in parts if p)
+    return joined([p for p in parts if p], "; ")  # a Message: the command line names its flags in it
 
 
 def setting_differences(spec: dict, key: str, facts: RunFacts, column: str = "") -> list[Difference]:
