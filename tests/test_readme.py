@@ -385,3 +385,21 @@ def test_a_contradicting_bert_row_is_caught():
     ):
         assert true in row
         assert bert_problems(row.replace(true, false), records), false
+
+
+def test_the_bound_page_names_where_each_output_keeps_the_bound_s_kind():
+    """``X = not-applicable`` on the bound page names the key each output keeps the kind in: ``bound_kind``
+    in ``capacity``'s records, ``which`` in a ``check`` column's ``meta.columns.<variant>.bound`` (the
+    ``to_dict`` of what ``theorem1_bound`` returns); the page once named only the first, which no ``check``
+    document holds."""
+    from mhaaudit.tables import COLUMNS
+    from mhaaudit.theory import theorem1_bound
+
+    page = PAGES["docs/concepts/bound.md"]
+    named = set(re.findall(r"`(\w+) = not-applicable`", page))
+    bound = theorem1_bound(heads=12, head_dim=64, n=197, d=768, a1_holds=False, a2_holds=True)
+    assert bound.which == "not-applicable"
+    kept = {"bound_kind": {c.name for c in COLUMNS["capacity"]}, "which": set(bound.to_dict())}
+    assert named == set(kept), named
+    for key, fields in kept.items():
+        assert key in fields, key
