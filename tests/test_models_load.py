@@ -52,6 +52,17 @@ def test_offline_trained_hub_id_raises_offline_error():
     assert time.perf_counter() - t0 < 20  # no hub retry loop
 
 
+def test_an_offline_revision_is_named_in_the_line_that_refuses_it():
+    """Offline, trained weights at a revision not on this machine are refused naming that revision (an alias's, a
+    hub id's): a report whose trained column says the weights are missing says which weights it looked for."""
+    for name in ("vit-base", "google/vit-base-patch16-224-in21k"):
+        with pytest.raises(OfflineError, match="at revision 'no-such-branch'"):
+            load_model(name, weights="trained", revision="no-such-branch", device="cpu", max_layer=1)
+    with pytest.raises(OfflineError) as got:
+        load_model("vit-base", weights="trained", device="cpu", max_layer=1)
+    assert "revision" not in str(got.value)
+
+
 def test_library_errors_become_model_errors(monkeypatch):
     from mhaaudit.models import hf
 

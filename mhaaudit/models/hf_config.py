@@ -53,7 +53,7 @@ def _config(spec: ModelSpec, weights: str, weights_path: str | None, hub: _Hub) 
                 raise
             except (OSError, ValueError) as exc:
                 if offline:
-                    raise offline_weights_error(spec.name, spec.resolved) from exc
+                    raise offline_weights_error(spec.name, spec.resolved, hub.revision) from exc
                 raise ModelError(
                     f"cannot fetch the config of {spec.resolved} for {spec.name}: {one_line(exc, 160)}"
                 ) from exc
@@ -74,7 +74,7 @@ def _config(spec: ModelSpec, weights: str, weights_path: str | None, hub: _Hub) 
     except MhaauditError:
         raise
     except (OSError, ValueError) as exc:
-        raise _unknown_model(spec.name, weights, weights_path, offline, exc) from exc
+        raise _unknown_model(spec.name, weights, weights_path, hub, exc) from exc
 
 
 def _auto_config(source: str, name: str, hub: _Hub, local: bool = False) -> Any:
@@ -176,15 +176,15 @@ def _folder_config(spec: ModelSpec, hub: _Hub) -> Any:
     return _auto_config(path, name, hub, local=True)
 
 
-def _unknown_model(name: str, weights: str, weights_path: str | None, offline: bool, exc: Exception) -> Exception:
+def _unknown_model(name: str, weights: str, weights_path: str | None, hub: _Hub, exc: Exception) -> Exception:
     """The error for a hub id whose config cannot be had."""
-    if not offline:
+    if not hub.offline:
         return ModelError(
             f"unknown model {name!r}: not an alias ({alias_list()}), a local folder, a timm model name, "
             f"or a hub id ({one_line(exc, 120)})"
         )
     if weights == "trained" and "/" in name and weights_path is None:
-        return offline_weights_error(name, "hub")
+        return offline_weights_error(name, "hub", hub.revision)
     if weights_path is not None:
         return OfflineError(
             f"the architecture of {name} (its config.json) is not in the local cache and the hub cannot be "

@@ -187,7 +187,7 @@ def _from_pretrained(spec: ModelSpec, origin: _Weights, cfg: Any, hub: _Hub) -> 
         if problem is not None:
             raise problem from exc
         if hub.offline and origin.hub:
-            raise offline_weights_error(spec.name, spec.resolved) from exc
+            raise offline_weights_error(spec.name, spec.resolved, hub.revision) from exc
         raise ModelError(f"cannot load weights for {spec.name} from {folder}: {one_line(exc, 240)}") from exc
     except (pickle.UnpicklingError, EOFError) as exc:
         raise ModelError(f"cannot load weights for {spec.name} from {folder}: {torch_load_reason(exc)}") from exc

@@ -29,10 +29,12 @@ class _Hub:
         return kw
 
 
-def offline_weights_error(name: str, what: str) -> OfflineError:
-    """The error for trained weights that would have to come from the hub while offline."""
+def offline_weights_error(name: str, what: str, revision: str | None = None) -> OfflineError:
+    """The error for trained weights that would have to come from the hub while offline (``revision``: the one
+    asked for, named in the line; None: the default branch)."""
+    at = f" at revision {revision!r}" if revision is not None else ""
     return OfflineError(
-        f"trained weights for {name} ({what}) are not on this machine and the hub cannot be reached; "
+        f"trained weights for {name} ({what}{at}) are not on this machine and the hub cannot be reached; "
         "pass " + Param("weights") + " PATH (a folder saved with save_pretrained, or a timm checkpoint file), "
         "or use random weights"
     )
