@@ -74,13 +74,14 @@ def every_rows_independent(k: int) -> str:
     return f"every {k} rows are independent"
 
 
-def proof_words(test) -> str:
-    """What a one-line summary adds after a test's verdict: `` (proven)`` when the exact status proves
-    that verdict, `` (exact: fails, proven)`` when it proves the other one (an estimate that holds while
-    a dependent subset proves fails), nothing when the exact status is undecided."""
+def verdict_phrase(test: SubsetTest) -> str:
+    """A test's verdict in a few words: ``holds``, ``fails (proven)`` when its exact status proves the verdict,
+    and the exact status beside it when a proof says otherwise (``holds (estimate; exact: fails, witness)``)."""
     if not test.proven:
-        return ""
-    return " (proven)" if test.exact_status == test.verdict else f" (exact: {test.exact_status}, proven)"
+        return test.verdict
+    if test.exact_status == test.verdict:
+        return f"{test.verdict} (proven)"
+    return f"{test.verdict} (estimate; exact: {test.exact_status}, {test.exact_basis})"
 
 
 def clopper_pearson(successes: int, trials: int, level: float = 0.95) -> tuple[float, float]:
@@ -301,14 +302,15 @@ class SubsetTest(ResultTable):
     REPORT = subset_test_report
 
     def summary_line(self) -> str:
-        """The check, k, T, d, the verdict and the draws found independent; a witness and a proof said so."""
+        """The check, k, T, d, the verdict (:func:`verdict_phrase`) and the draws found independent; a witness said
+        so."""
         s = (
-            f"{self.check} at k = {self.k} of T = {self.T} rows in R^{self.d}: {self.verdict}, "
+            f"{self.check} at k = {self.k} of T = {self.T} rows in R^{self.d}: {verdict_phrase(self)}, "
             f"{self.satisfied}/{self.samples} draws independent"
         )
         if self.witness is not None:
             s += f", a dependent {len(self.witness.indices)}-row subset"
-        return s + proof_words(self)
+        return s
 
 
 @dataclass(frozen=True)
@@ -528,6 +530,6 @@ class KruskalResult(StoredSweepResult):
 
     def summary_line(self) -> str:
         """The vectors tested (T, d, source), each test's verdict and the sweep's estimate."""
-        tests = ", ".join(f"{t.check} k = {t.k}: {t.verdict}{proof_words(t)}" for t in self.tests)
+        tests = ", ".join(f"{t.check} k = {t.k}: {verdict_phrase(t)}" for t in self.tests)
         swept = f"; sweep estimate {self.sweep.estimate}" if self.sweep is not None else ""
         return f"{self.T} vectors in R^{self.d} from {self.source}" + (f"; {tests}" if tests else "") + swept
