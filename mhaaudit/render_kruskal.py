@@ -123,22 +123,27 @@ def sweep_lines(sw: Sweep, label: str = "") -> list[str]:
     return out
 
 
+#: The most rows a compact sweep table shows: the sizes its lines name, then the first where the fraction moves.
+SWEEP_TABLE_ROWS = 40
+
+
 def sweep_table(sw: Sweep, marks: tuple[int, ...] = ()) -> Table:
-    """A compact view of the curve: every k where the fraction changes noticeably, plus marks."""
+    """A compact view of the curve: the sizes the sweep's lines name (1, the last, the estimate and the size
+    above it, the sampled estimate before capping and the size above it) and ``marks``, then every k where the
+    fraction changes noticeably, up to :data:`SWEEP_TABLE_ROWS` rows."""
     t = Table(title="Kruskal-rank sweep (satisfied fraction by subset size)", title_justify="left")
     for col in ("k", "fraction", "95% CI"):
         t.add_column(col, justify="right")
-    keep = set(m for m in marks if 1 <= m <= len(sw.ks))
     K = len(sw.ks)
-    for k in (1, K, sw.estimate, sw.estimate + 1):
-        if 1 <= k <= K:
-            keep.add(k)
-    prev = None
+    named = (1, K, sw.estimate, sw.estimate + 1, sw.raw_estimate, sw.raw_estimate + 1, *marks)
+    keep = {k for k in named if 1 <= k <= K}
+    moved, prev = [], None
     for k, f in zip(sw.ks, sw.fractions, strict=False):
         if prev is None or abs(f - prev) >= 0.05:
-            keep.add(k)
+            moved.append(k)
             prev = f
-    for k in sorted(keep)[:40]:
+    keep |= set([k for k in moved if k not in keep][: max(SWEEP_TABLE_ROWS - len(keep), 0)])
+    for k in sorted(keep):
         t.add_row(str(k), f"{sw.fractions[k - 1]:.4f}", f"[{sw.ci_low[k - 1]:.4f}, {sw.ci_high[k - 1]:.4f}]")
     return t
 

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from mhaaudit.kruskal import Bound, Sweep
+from mhaaudit.numerics import RankRule
 from mhaaudit.render import cell
 from mhaaudit.render.audit import meaning_lines
-from mhaaudit.render_kruskal import WHOLE_SET_MARK, estimate_text, exact_text
+from mhaaudit.render_kruskal import (
+    SWEEP_TABLE_ROWS,
+    WHOLE_SET_MARK,
+    estimate_text,
+    exact_text,
+    sweep_lines,
+    sweep_table,
+)
 
 
 def _rec(**kw) -> dict:
@@ -105,3 +114,52 @@ def test_a_holding_estimate_proven_to_fail_is_listed_under_failures_never_as_a_b
     assert lines[1].startswith(
         r"  [green]holds[/green] (estimate) exact: [red]fails[/red] (witness) \[random] Assumption 1"
     )
+
+
+def _sweep(fractions: list[float], estimate: int, raw: int) -> Sweep:
+    K = len(fractions)
+    return Sweep(
+        T=200,
+        d=K,
+        samples=200,
+        threshold=0.99,
+        seed=0,
+        rule=RankRule(),
+        device="cpu",
+        ks=tuple(range(1, K + 1)),
+        fractions=tuple(fractions),
+        ci_low=tuple(fractions),
+        ci_high=tuple(fractions),
+        estimate=estimate,
+        ceiling=Bound(estimate, "witness", "a dependent subset"),
+        floor=Bound(2, "babel", "every 2 rows"),
+        witness=None,
+        exact_rechecks=0,
+        kmax_sampled=K,
+        raw_estimate=raw,
+    )
+
+
+def _rows(sw: Sweep, marks: tuple[int, ...] = ()) -> list[int]:
+    return [int(k) for k in sweep_table(sw, marks=marks).columns[0].cells]
+
+
+def test_the_sweep_table_shows_every_size_its_lines_name():
+    """The line under a capped estimate names the size up to which the sampled fraction held: the table shows that
+    size and the one above it, where the fraction fell below the threshold, and also the sizes it shows anyway."""
+    fractions = [1.0] * 10 + [0.99, 0.985] + [0.98] * 6 + [0.9] * 6
+    sw = _sweep(fractions, estimate=2, raw=11)
+    rows = _rows(sw)
+    assert {1, 2, 3, 11, 12, 24} <= set(rows)
+    assert "stayed above the threshold up to k = 11" in " ".join(sweep_lines(sw))
+
+
+def test_a_jagged_sweep_keeps_its_named_sizes_within_the_row_limit():
+    """A curve that moves at every size has more sizes to show than the table's rows: the sizes the lines name and
+    the marks are kept (the last one too), the rest fill the table up to its limit."""
+    K = 120
+    fractions = [1.0 if k % 2 else 0.5 for k in range(K)]
+    sw = _sweep(fractions, estimate=1, raw=1)
+    rows = _rows(sw, marks=(97,))
+    assert len(rows) == SWEEP_TABLE_ROWS
+    assert {1, 2, 97, K} <= set(rows) and rows == sorted(rows)
