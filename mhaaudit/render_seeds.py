@@ -13,6 +13,7 @@ from rich.table import Table
 from .check_words import CHECK_TITLES
 from .console import shown
 from .errors import Param
+from .render_kruskal import WHOLE_SET_LEGEND, WHOLE_SET_MARK
 
 __all__ = ["seeds_report"]
 
@@ -47,10 +48,28 @@ def _exact(rec) -> str:
     return f"{rec.exact.status} (proven in {where})"
 
 
-def _holds(rec) -> str:
+def _whole_set_seeds(result, rec) -> list[int]:
+    """The seeds in which the cell of the summary ``rec`` was a test of one set (scope whole-set: k reached T), as
+    the per-seed records say."""
+    key, values = rec.cell.key, rec.cell.values()
+    return [
+        seed.run.seed
+        for seed in result.per_seed
+        for r in seed.records
+        if r.get("scope") == "whole-set" and tuple(r.get(k) for k in key) == values
+    ]
+
+
+def _holds(rec, whole: list[int]) -> str:
     if rec.holding is None:
         return "-"
-    return f"{rec.holding.holding} of {rec.runs}"
+    held = f"{rec.holding.holding} of {rec.runs}"
+    if not whole:
+        return held
+    where = (
+        "" if len(whole) == rec.runs else " in seed" + ("s " if len(whole) > 1 else " ") + ", ".join(map(str, whole))
+    )
+    return f"{held} [yellow]({WHOLE_SET_MARK}{where})[/yellow]"
 
 
 def _cell_table(result) -> Table:
@@ -79,7 +98,7 @@ def _cell_table(result) -> Table:
                 CHECK_TITLES.get(cell.check, str(cell.check)),
                 _num(cell.k),
                 _range(s),
-                _holds(s),
+                _holds(s, _whole_set_seeds(result, s)),
                 _exact(s),
             )
     return t
@@ -157,6 +176,8 @@ def seeds_report(result) -> list:
         items.append(_reproduce_table(result))
     elif any(s.cell.check != "sweep_estimate" for s in result.summaries):
         items.append(_cell_table(result))
+        if result.command != "capacity" and any(_whole_set_seeds(result, s) for s in result.summaries):
+            items.append(WHOLE_SET_LEGEND)
     est = _estimate_table(result)
     if est is not None:
         items.append(est)

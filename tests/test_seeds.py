@@ -14,6 +14,7 @@ import pytest
 import torch
 from clitools import assert_one_error, run
 from conftest import strict_json
+from rich.table import Table
 
 from mhaaudit import audit, load_sharing, pipeline
 from mhaaudit.auditing import AuditResult, capture_features
@@ -38,7 +39,7 @@ from mhaaudit.seeds import (
     plan_seeds,
     summary_records,
 )
-from mhaaudit.seeds.spread import spread_phrase
+from mhaaudit.seeds.spread import Layout, spread, spread_phrase
 from mhaaudit.settings import Settings
 
 RUN = dict(limit=40, samples=60, batch_size=8)
@@ -654,3 +655,41 @@ def test_seeds_beside_request_objects(vit_dir):
             variants=["random"],
             weights_seed=2,
         )
+
+
+def _whole_set_rec(seed: int, T: int) -> dict:
+    """A Kruskal test's record at k = 17 on T vectors: a test of one set where T = 17."""
+    whole = T == 17
+    return {
+        "model": "vit",
+        "variant": "random",
+        "check": "assumption_1",
+        "k": 17,
+        "T": T,
+        "fraction": 1.0,
+        "verdict": "holds",
+        "exact_status": "holds" if whole else "undecided",
+        "scope": "whole-set" if whole else "subsets",
+        "seed": seed,
+    }
+
+
+def _holding_cells(result) -> list[str]:
+    """The cells of the column "seeds holding" of a several-seed report's table."""
+    (table,) = [r for r in result.renderables() if isinstance(r, Table)]
+    (column,) = [c for c in table.columns if str(c.header).startswith("seeds holding")]
+    return [str(c) for c in column.cells]
+
+
+def test_the_seeds_table_marks_a_test_of_one_set_as_one_run_s_table_does():
+    """A test whose k reaches T is one set, not a sample of k-subsets: a run with --seed marks it "whole set" and
+    says it does not answer the paper's question. Over seeds the table marks it the same way, naming the seeds
+    where only some were (T may differ between seeds)."""
+    layout = Layout("kruskal", lambda recs: recs, ("model", "variant", "check", "k"))
+    every = spread(layout, plan_seeds("0-2"), [[_whole_set_rec(s, 17)] for s in range(3)])
+    assert _holding_cells(every) == ["3 of 3 [yellow](whole set)[/yellow]"]
+    assert "does not answer the paper's question" in " ".join(str(every).split())
+    some = spread(layout, plan_seeds("0-2"), [[_whole_set_rec(s, 17 if s == 1 else 40)] for s in range(3)])
+    assert _holding_cells(some) == ["3 of 3 [yellow](whole set in seed 1)[/yellow]"]
+    none = spread(layout, plan_seeds("0-2"), [[_whole_set_rec(s, 40)] for s in range(3)])
+    assert _holding_cells(none) == ["3 of 3"] and "whole set" not in str(none)
