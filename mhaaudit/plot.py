@@ -20,12 +20,19 @@ def check_plot_path(path: str | os.PathLike) -> Path:
     """Validate a plot path before any work is done; return it as a ``Path``.
 
     Raises:
-        OutputError: when the path cannot be written (:func:`~mhaaudit.staging.check_writable`) or its suffix is not
-            .png, .pdf or .svg.
+        OutputError: when the path cannot be written (:func:`~mhaaudit.staging.check_writable`), its suffix is not
+            .png, .pdf or .svg, or matplotlib, which draws it, cannot be imported.
     """
     p = check_writable(path)
     if p.suffix.lower().lstrip(".") not in FORMATS:
         raise OutputError(f"cannot plot to {p}: use a .png, .pdf or .svg file name")
+    try:  # found now, not once the work is done
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        raise OutputError(
+            f"cannot plot to {p}: matplotlib, which draws the figure, cannot be imported here ({exc}); "
+            "install it (pip install matplotlib) or leave the plot out"
+        ) from exc
     return p
 
 

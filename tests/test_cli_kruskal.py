@@ -1029,3 +1029,19 @@ def test_footer_and_meta_name_the_same_phases(capsys, vit_dir, image_dir, tmp_pa
     torch.save(torch.randn(60, 8), tmp_path / "x.pt")
     doc = json_run(capsys, "kruskal", tmp_path / "x.pt", "--k", "4", "--samples", "64")
     assert "data" in doc["meta"]["phases_s"] and "forward" not in doc["meta"]["phases_s"]
+
+
+def test_a_plot_without_matplotlib_is_refused_before_the_work(capsys, npy, tmp_path, monkeypatch):
+    """matplotlib draws --plot: where it cannot be imported, the run stops before the work with one line (it raised
+    once the work was done: an internal error, status 3, and no --out file)."""
+    import mhaaudit.estimation
+
+    def never(*args, **kwargs):
+        raise AssertionError("the estimate ran")
+
+    monkeypatch.setattr(mhaaudit.estimation, "estimate_kruskal_rank", never)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    before = set(os.listdir(tmp_path))
+    rc, out, err = run(capsys, "kruskal", npy, *FAST, "--plot", tmp_path / "p.png", "--out", tmp_path / "r.parquet")
+    assert_one_error(rc, err, "matplotlib")
+    assert out == "" and set(os.listdir(tmp_path)) == before
