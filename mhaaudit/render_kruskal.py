@@ -31,7 +31,7 @@ def verdict_text(verdict: str) -> str:
 WHOLE_SET_MARK = "whole set"
 WHOLE_SET_LEGEND = (
     "[yellow]whole set[/yellow]: k reaches T, so the test is one set, not a sample of k-subsets: "
-    "it does not answer the paper's question (the reason names the run that does)."
+    "it does not answer the paper's question (the reason names the run that does; where k > d, any run fails)."
 )
 
 

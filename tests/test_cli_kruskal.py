@@ -778,6 +778,24 @@ def test_k_reaching_T_is_marked_whole_set_and_names_the_run_that_answers(capsys,
     assert "does not answer the paper's question" in out
 
 
+def test_k_above_d_and_reaching_T_never_sends_the_user_to_a_larger_run(capsys, tmp_path):
+    """k = T = 5 vectors in R^3: one set, but any 5 vectors in R^3 are dependent, so the 5-subsets of any larger
+    set fail too. The reason said "a run with more than 5 vectors does (raise --limit above k = 5 ...)", a run that
+    can only fail the same way; it says so now, and a k reaching T within d still names the run that answers."""
+    np.save(tmp_path / "x.npy", matrix(T=5, d=3))
+    (r,) = json_run(capsys, "kruskal", tmp_path / "x.npy", "--k", "5", *FAST)["records"]
+    assert (r["scope"], r["verdict"], r["exact_status"], r["exact_basis"]) == (
+        "whole-set",
+        "fails",
+        "fails",
+        "dimension",
+    )
+    assert "raise --limit" not in r["reason"] and "a run with more vectors fails as well" in r["reason"]
+    np.save(tmp_path / "y.npy", matrix(T=5, d=8))
+    (r,) = json_run(capsys, "kruskal", tmp_path / "y.npy", "--k", "5", *FAST)["records"]
+    assert r["scope"] == "whole-set" and "raise --limit above d = 8" in r["reason"]
+
+
 def test_a_proven_failure_without_sampling_reads_proven(capsys, tmp_path):
     X = matrix(T=30, d=D, dtype=np.float32)
     X[:, -1] = X[:, 0]  # whole-set rank 7 < k = 8

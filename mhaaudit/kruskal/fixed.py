@@ -41,6 +41,7 @@ from ..runtime import device_name, resolve_device
 from . import witness
 from .bounds import fixed_rule
 from .results import Bound, SetStats, SubsetTest, Witness, clopper_pearson, rows_phrase
+from .results import whole_set_note as _whole_set_note
 from .sampling import (
     DRAW_BLOCK,
     Draws,
@@ -335,17 +336,6 @@ def _decided_reason(t: _Tally, k: int, threshold: float, witness: Witness | None
     if witness is not None:
         reason += f"; dependent {len(witness.indices)}-subset found (proof that Kruskal rank < {len(witness.indices)})"
     return reason
-
-
-def _whole_set_note(check: str, k: int, T: int, d: int) -> str:
-    """What a whole-set row says: it is one set, not a sample, and which run answers the question."""
-    need, what = (d, f"d = {d}") if check == "general_position" else (k, f"k = {k}")
-    return (
-        f"; this is one set, not a sample of {k}-subsets of a larger set, so it does not answer the paper's "
-        f"question: a run with more than {need} vectors does (raise "
-        + Param("limit")
-        + f" above {what}; from a file, give more than {need} rows)"
-    )
 
 
 def _by_dimension(k: int, T: int, d: int, base: dict) -> SubsetTest | None:

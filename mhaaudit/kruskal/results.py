@@ -25,6 +25,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from ..errors import Param
 from ..facts import CaptureFacts
 from ..numerics import RankRule, ldexp
 from ..provenance import stamp
@@ -82,6 +83,23 @@ def verdict_phrase(test: SubsetTest) -> str:
     if test.exact_status == test.verdict:
         return f"{test.verdict} (proven)"
     return f"{test.verdict} (estimate; exact: {test.exact_status}, {test.exact_basis})"
+
+
+def whole_set_note(check: str, k: int, T: int, d: int) -> str:
+    """What a whole-set row (k >= T) adds to its reason: it is one set, not a sample of k-subsets, and which run
+    answers the paper's question; where k > d, that any larger run fails too (any k vectors in R^d are dependent)."""
+    if k > d and check != "general_position":
+        return (
+            f"; this is one set, not a sample of {k}-subsets of a larger set, but with k = {k} > d = {d} the "
+            f"{k}-subsets of any larger set are dependent too: a run with more vectors fails as well"
+        )
+    need, what = (d, f"d = {d}") if check == "general_position" else (k, f"k = {k}")
+    return (
+        f"; this is one set, not a sample of {k}-subsets of a larger set, so it does not answer the paper's "
+        f"question: a run with more than {need} vectors does (raise "
+        + Param("limit")
+        + f" above {what}; from a file, give more than {need} rows)"
+    )
 
 
 def clopper_pearson(successes: int, trials: int, level: float = 0.95) -> tuple[float, float]:
