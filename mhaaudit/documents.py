@@ -341,10 +341,32 @@ def result_from_meta(cls, meta: dict, source: str):
         raise InputError(
             f"{source}: holds the results of {meta.get('command')!r}, not of {' or '.join(map(repr, commands))}"
         )
+    _refuse_other_seeds(cls, meta[RESULT_KEY], source)
     try:
         return decode_result(cls, meta[RESULT_KEY])
     except (TypeError, ValueError, KeyError) as exc:
         raise InputError(f"{source}: its {cls.__name__} cannot be read back: {exc}") from exc
+
+
+#: The field a several-seed result (``mhaaudit.seeds.SeedsResult``) has and a result of one run has not.
+_PER_SEED = "per_seed"
+
+
+def _refuse_other_seeds(cls, stored, source: str) -> None:
+    """Refuse a several-seed result read as one run's, or one run's read as several seeds'.
+
+    Raises:
+        InputError: when ``stored`` is the result of several seeds and ``cls`` that of one run, or the other way round.
+    """
+    several = isinstance(stored, dict) and _PER_SEED in stored
+    if several == any(f.name == _PER_SEED for f in fields(cls)):
+        return
+    if several:
+        raise InputError(
+            f"{source}: holds the result of several seeds (--seeds), which mhaaudit.seeds.SeedsResult reads, "
+            f"not one run's ({cls.__name__})"
+        )
+    raise InputError(f"{source}: holds the result of one run (no --seeds), not several seeds' ({cls.__name__})")
 
 
 def read_json_document(source) -> tuple[object, str]:

@@ -355,7 +355,7 @@ def test_check_seeds_json_parquet_and_table(capsys, vit_dir, tmp_path):
     doc = json.loads(stdout)
     back = reads_back(stdout, out)
     assert back.command == "check" and back.plan == SeedPlan((0, 1))
-    with pytest.raises(InputError, match="AuditResult cannot be read back"):
+    with pytest.raises(InputError, match=r"several seeds \(--seeds\), which mhaaudit.seeds.SeedsResult reads"):
         AuditResult.from_json(doc)  # a several-seed file holds no one run
     recs = doc["records"]
     kinds = {r["aggregate"] for r in recs}
@@ -693,3 +693,26 @@ def test_the_seeds_table_marks_a_test_of_one_set_as_one_run_s_table_does():
     assert _holding_cells(some) == ["3 of 3 [yellow](whole set in seed 1)[/yellow]"]
     none = spread(layout, plan_seeds("0-2"), [[_whole_set_rec(s, 40)] for s in range(3)])
     assert _holding_cells(none) == ["3 of 3"] and "whole set" not in str(none)
+
+
+def test_one_run_s_result_class_refuses_several_seeds_and_says_which_reads_them(tmp_path):
+    """``kruskal --seeds 0-2 --format json`` read with ``KruskalResult.from_json`` listed every field it lacked
+    (inputs, tests, sweep, ...); it names the several-seed result instead, and the other way round."""
+    from mhaaudit import KruskalResult, estimate_kruskal_rank
+
+    layout = Layout("kruskal", lambda recs: recs, ("model", "variant", "check", "k"))
+    several = spread(
+        layout, plan_seeds("0-2"), [[_whole_set_rec(s, 40)] for s in range(3)], meta={"command": "kruskal"}
+    )
+    doc = {"meta": several.meta(), "records": several.records()}
+    assert SeedsResult.from_json(doc) == several
+    with pytest.raises(
+        InputError,
+        match=r"several seeds \(--seeds\), which mhaaudit.seeds.SeedsResult reads, not one run's \(KruskalResult\)",
+    ):
+        KruskalResult.from_json(doc)
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((12, 4)))
+    one = estimate_kruskal_rank(tmp_path / "x.npy", k=[2], samples=20)
+    assert KruskalResult.from_json({"meta": one.meta()}) == one
+    with pytest.raises(InputError, match=r"one run \(no --seeds\), not several seeds' \(SeedsResult\)"):
+        SeedsResult.from_json({"meta": one.meta()})
