@@ -57,12 +57,14 @@ def exact_text(rec: dict) -> str:
 
 def kruskal_table(tests: list[SubsetTest], title: str = "Kruskal-rank tests") -> Table:
     """A rich table of ``tests``, one row each: check, k, T, d, the draws and their fraction with its 95 % CI
-    ("-" for a test that drew nothing), the estimate verdict and the exact status."""
+    ("-" for a test that drew nothing, and a fraction "-" where no draw could be decided: 0 of 0 is no
+    fraction), the estimate verdict and the exact status."""
     t = Table(title=title, title_justify="left")
     for col in ("check", "k", "T", "d", "draws", "independent", "fraction", "95% CI", "verdict", "exact"):
         t.add_column(col, justify="right" if col not in ("check", "verdict", "exact") else "left")
     for r in tests:
         rec = r.record()
+        measured = r.sampled and r.samples > 0
         t.add_row(
             r.title or r.check,
             str(r.k),
@@ -70,8 +72,8 @@ def kruskal_table(tests: list[SubsetTest], title: str = "Kruskal-rank tests") ->
             str(r.d),
             str(r.samples) if r.sampled else "-",
             str(r.satisfied) if r.sampled else "-",
-            f"{r.fraction:.4f}" if r.sampled else "-",
-            f"[{r.ci_low:.4f}, {r.ci_high:.4f}]" if r.sampled else "-",
+            f"{r.fraction:.4f}" if measured else "-",
+            f"[{r.ci_low:.4f}, {r.ci_high:.4f}]" if measured else "-",
             estimate_text(rec),
             exact_text(rec),
         )

@@ -27,10 +27,14 @@ def _num(v) -> str:
 
 
 def _range(rec) -> str:
+    """The median and range of a summary; the seeds that gave a value said where some gave none (unavailable)."""
     if rec.median is None:
         return "-"
     if rec.runs == 1:
         return f"{_num(rec.median)} (single run)"
+    if len(rec.values) < rec.runs:
+        spread = "" if rec.low == rec.high else f" [{_num(rec.low)}, {_num(rec.high)}]"
+        return f"{_num(rec.median)}{spread} ({len(rec.values)} of {rec.runs} seeds gave a value)"
     if rec.low == rec.high:
         return f"{_num(rec.median)} (every seed)"
     return f"{_num(rec.median)} [{_num(rec.low)}, {_num(rec.high)}]"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mhaaudit.kruskal import Bound, Sweep
+from mhaaudit.kruskal import Bound, SubsetTest, Sweep
 from mhaaudit.numerics import RankRule
 from mhaaudit.render import cell
 from mhaaudit.render.audit import meaning_lines
@@ -11,6 +11,7 @@ from mhaaudit.render_kruskal import (
     WHOLE_SET_MARK,
     estimate_text,
     exact_text,
+    kruskal_table,
     sweep_lines,
     sweep_table,
 )
@@ -163,3 +164,28 @@ def test_a_jagged_sweep_keeps_its_named_sizes_within_the_row_limit():
     rows = _rows(sw, marks=(97,))
     assert len(rows) == SWEEP_TABLE_ROWS
     assert {1, 2, 97, K} <= set(rows) and rows == sorted(rows)
+
+
+def test_a_test_with_no_decided_draw_shows_no_fraction():
+    """No draw decided: 0 of 0 is no fraction; the row printed 0.0000 with the interval [0, 1] beside "unavailable"
+    (its reason says there is no estimate)."""
+    test = SubsetTest(
+        check="kruskal",
+        k=3,
+        T=40,
+        d=8,
+        samples=0,
+        satisfied=0,
+        fraction=0.0,
+        ci_low=0.0,
+        ci_high=1.0,
+        threshold=0.99,
+        verdict="unavailable",
+        reason="none of the 5 draws of 3 rows could be decided, so there is no estimate",
+        rule=RankRule(),
+        seed=0,
+        device="cpu",
+    )
+    table = kruskal_table([test])
+    cells = {str(c.header): [str(x) for x in c.cells] for c in table.columns}
+    assert cells["fraction"] == ["-"] and cells["95% CI"] == ["-"] and cells["draws"] == ["0"]

@@ -716,3 +716,19 @@ def test_one_run_s_result_class_refuses_several_seeds_and_says_which_reads_them(
     assert KruskalResult.from_json({"meta": one.meta()}) == one
     with pytest.raises(InputError, match=r"one run \(no --seeds\), not several seeds' \(SeedsResult\)"):
         SeedsResult.from_json({"meta": one.meta()})
+
+
+def test_a_seed_without_a_fraction_is_left_out_of_the_spread_and_said():
+    """A test no draw of which could be decided is "unavailable", its record's fraction 0.0 only a placeholder
+    (0 of 0): the summary left it in (median 1, range 0 to 1, as if a seed had measured 0), and one run's table
+    printed 0.0000. The spread is over the seeds that gave a value, and the table says how many did."""
+    recs = [_recs(0, 1.0, "holds"), _recs(1, 0.0, "unavailable"), _recs(2, 1.0, "holds")]
+    per = [(SeedRun(s), r) for s, r in enumerate(recs)]
+    (s,) = summary_records(per, key=("variant", "check", "k"), value="fraction")
+    assert s.values == (1.0, 1.0) and (s.median, s.low, s.high) == (1.0, 1.0, 1.0) and s.runs == 3
+    assert s.holding == Holding(holding=2, decided=2)
+    layout = Layout("kruskal", lambda r: r, ("variant", "check", "k"))
+    result = spread(layout, plan_seeds("0-2"), recs)
+    (table,) = [r for r in result.renderables() if isinstance(r, Table)]
+    (column,) = [c for c in table.columns if str(c.header).startswith("fraction")]
+    assert [str(c) for c in column.cells] == ["1 (2 of 3 seeds gave a value)"]

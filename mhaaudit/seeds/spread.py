@@ -189,7 +189,10 @@ def summary_records(
     out = []
     for cell, members in _cells(per_seed, key).items():
         first = members[0][1]
-        numbers: list[Any] = [r.get(value) for _, r in members if _is_number(r.get(value))]
+        # a record without a verdict ("unavailable": no draw decided, or no column) has no value to summarise
+        numbers: list[Any] = [
+            r.get(value) for _, r in members if _is_number(r.get(value)) and r.get("verdict") != "unavailable"
+        ]
         out.append(
             SummaryRecord(
                 cell=Cell.of(key, cell),
