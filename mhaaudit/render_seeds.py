@@ -40,10 +40,17 @@ def _range(rec) -> str:
     return f"{_num(rec.median)} [{_num(rec.low)}, {_num(rec.high)}]"
 
 
-def _exact(rec) -> str:
+def _exact(result, rec) -> str:
     if rec.exact is None or rec.exact.status == "undecided":
         return "undecided"
     seeds = rec.exact.seeds
+    if rec.exact.status == "mixed":  # the seeds proved it each way: which seed proved what
+        found = _cell_records(result, rec)
+        return "mixed: " + "; ".join(
+            f"{status} in seed" + ("s " if len(by) > 1 else " ") + ", ".join(map(str, by))
+            for status in ("fails", "holds")
+            if (by := [seed for seed, r in found if r.get("exact_status") == status])
+        )
     where = (
         "every seed"
         if len(seeds) == rec.runs
@@ -52,16 +59,18 @@ def _exact(rec) -> str:
     return f"{rec.exact.status} (proven in {where})"
 
 
+def _cell_records(result, rec) -> list[tuple[int, dict]]:
+    """The per-seed records of the cell of the summary ``rec``, each with its seed."""
+    key, values = rec.cell.key, rec.cell.values()
+    return [
+        (seed.run.seed, r) for seed in result.per_seed for r in seed.records if tuple(r.get(k) for k in key) == values
+    ]
+
+
 def _whole_set_seeds(result, rec) -> list[int]:
     """The seeds in which the cell of the summary ``rec`` was a test of one set (scope whole-set: k reached T), as
     the per-seed records say."""
-    key, values = rec.cell.key, rec.cell.values()
-    return [
-        seed.run.seed
-        for seed in result.per_seed
-        for r in seed.records
-        if r.get("scope") == "whole-set" and tuple(r.get(k) for k in key) == values
-    ]
+    return [seed for seed, r in _cell_records(result, rec) if r.get("scope") == "whole-set"]
 
 
 def _holds(rec, whole: list[int]) -> str:
@@ -103,7 +112,7 @@ def _cell_table(result) -> Table:
                 _num(cell.k),
                 _range(s),
                 _holds(s, _whole_set_seeds(result, s)),
-                _exact(s),
+                _exact(result, s),
             )
     return t
 

@@ -732,3 +732,14 @@ def test_a_seed_without_a_fraction_is_left_out_of_the_spread_and_said():
     (table,) = [r for r in result.renderables() if isinstance(r, Table)]
     (column,) = [c for c in table.columns if str(c.header).startswith("fraction")]
     assert [str(c) for c in column.cells] == ["1 (2 of 3 seeds gave a value)"]
+
+
+def test_an_exact_status_proven_both_ways_says_which_seed_proved_what():
+    """Seed 1's data fail a test (a witness) that seed 2's data hold (a certified floor): the table said "mixed
+    (proven in seeds 1, 2)", hiding which seed proved what; it names them."""
+    recs = [_recs(0, 0.99, "holds"), _recs(1, 0.5, "fails", "fails"), _recs(2, 1.0, "holds", "holds")]
+    result = spread(Layout("kruskal", lambda r: r, ("variant", "check", "k")), plan_seeds("0-2"), recs)
+    assert result.summaries[0].exact == ExactOverSeeds("mixed", (1, 2))
+    (table,) = [r for r in result.renderables() if isinstance(r, Table)]
+    (column,) = [c for c in table.columns if str(c.header) == "exact status"]
+    assert [str(c) for c in column.cells] == ["mixed: fails in seed 1; holds in seed 2"]
