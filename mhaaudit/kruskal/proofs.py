@@ -28,7 +28,7 @@ import torch
 from ..numerics.checked import NumericalFailure
 from ..numerics.stream import unit_of
 from . import witness as witnesses
-from .results import Bound, SubsetTest, Sweep, Witness
+from .results import Bound, SubsetTest, Sweep, Witness, every_rows_independent
 from .sampling import rows_of
 
 __all__ = ["shared_proofs"]
@@ -107,7 +107,7 @@ def _decided(
             t,
             exact_status="holds",
             exact_basis="certified-floor",
-            reason=f"{t.reason}; every {k} rows are independent ({where}, a proof), so every {t.k} rows are",
+            reason=f"{t.reason}; {every_rows_independent(k)} ({where}, a proof), so {every_rows_independent(t.k)}",
         )
     return t
 
@@ -122,7 +122,7 @@ def _swept(sweep: Sweep, found: list[tuple[Witness, str]], floors: list[tuple[in
             ceiling, witness = Bound(m - 1, "witness", proves), w
     for k, where in floors:
         if floor.value < k <= ceiling.value:
-            floor = Bound(k, "shared", f"every {k} rows are independent ({where}, a proof)")
+            floor = Bound(k, "shared", f"{every_rows_independent(k)} ({where}, a proof)")
     if (ceiling, floor) == (sweep.ceiling, sweep.floor):
         return sweep
     estimate = min(max(sweep.raw_estimate, floor.value), ceiling.value)
