@@ -1063,3 +1063,15 @@ def test_a_plot_without_matplotlib_is_refused_before_the_work(capsys, npy, tmp_p
     rc, out, err = run(capsys, "kruskal", npy, *FAST, "--plot", tmp_path / "p.png", "--out", tmp_path / "r.parquet")
     assert_one_error(rc, err, "matplotlib")
     assert out == "" and set(os.listdir(tmp_path)) == before
+
+
+def test_a_captured_sweep_s_plot_names_the_model_and_column(capsys, vit_dir, image_dir, tmp_path):
+    """The legend of ``kruskal --model ... --plot`` took the last path part of the source's description: with
+    ``--data FOLDER`` it read "images (60 files, RGB only; the first 40 u", naming neither model nor column."""
+    svg = tmp_path / "sweep.svg"
+    rc, _out, err = run(
+        capsys, "kruskal", "--model", vit_dir, "--variants", "random", "--data", image_dir, *CAPTURE, "--plot", svg
+    )
+    assert rc == 0, err
+    text = svg.read_text(encoding="utf-8")
+    assert f"<!-- {vit_dir.name} random (estimate " in text and "files" not in text

@@ -250,7 +250,10 @@ def kruskal(
         return
     clock.render_begins()
     if plot is not None and result.sweep is not None:
-        _plot_sweep(result, plot)
+        label = (
+            f"{Path(capture.model.model).name} {capture.variant}" if capture is not None else Path(features or "").name
+        )
+        _plot_sweep(result, plot, label)
     emit_result(fmt, result, out, lambda: render_kruskal(result), clock=clock)
 
 
@@ -263,11 +266,13 @@ def _note(line: str, progress: bool, fmt: Format) -> None:
         log(flagged(line), progress)
 
 
-def _plot_sweep(result, plot: Path) -> None:
+def _plot_sweep(result, plot: Path, label: str) -> None:
+    """The sweep's curve in ``plot``, its line labelled ``label``: the file's name, or the model and column
+    captured (the source's description is a sentence, whose last path part named neither)."""
     from ..plot import plot_sweeps
 
     plot_sweeps(
-        [(Path(result.source).name[:40] or "features", result.sweep)],
+        [(label[:40] or "features", result.sweep)],
         plot,
         n=result.n,
         d=result.d,
