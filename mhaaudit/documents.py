@@ -20,7 +20,7 @@ import types
 import typing
 from dataclasses import fields
 
-from .errors import InputError
+from .errors import InputError, Param
 
 #: The key of a results file's meta (JSON ``meta``, parquet schema metadata) that holds the whole
 #: result object, field by field, so that ``from_json`` / ``from_parquet`` give it back exactly.
@@ -363,10 +363,13 @@ def _refuse_other_seeds(cls, stored, source: str) -> None:
         return
     if several:
         raise InputError(
-            f"{source}: holds the result of several seeds (--seeds), which mhaaudit.seeds.SeedsResult reads, "
-            f"not one run's ({cls.__name__})"
+            f"{source}: holds the result of a run with "
+            + Param("seeds")
+            + f", which mhaaudit.seeds.SeedsResult reads, not of one run ({cls.__name__})"
         )
-    raise InputError(f"{source}: holds the result of one run (no --seeds), not several seeds' ({cls.__name__})")
+    raise InputError(
+        f"{source}: holds the result of a run without " + Param("seeds") + f", not of several seeds ({cls.__name__})"
+    )
 
 
 def read_json_document(source) -> tuple[object, str]:

@@ -355,7 +355,7 @@ def test_check_seeds_json_parquet_and_table(capsys, vit_dir, tmp_path):
     doc = json.loads(stdout)
     back = reads_back(stdout, out)
     assert back.command == "check" and back.plan == SeedPlan((0, 1))
-    with pytest.raises(InputError, match=r"several seeds \(--seeds\), which mhaaudit.seeds.SeedsResult reads"):
+    with pytest.raises(InputError, match=r"a run with seeds, which mhaaudit\.seeds\.SeedsResult reads"):
         AuditResult.from_json(doc)  # a several-seed file holds no one run
     recs = doc["records"]
     kinds = {r["aggregate"] for r in recs}
@@ -708,13 +708,13 @@ def test_one_run_s_result_class_refuses_several_seeds_and_says_which_reads_them(
     assert SeedsResult.from_json(doc) == several
     with pytest.raises(
         InputError,
-        match=r"several seeds \(--seeds\), which mhaaudit.seeds.SeedsResult reads, not one run's \(KruskalResult\)",
+        match=r"a run with seeds, which mhaaudit.seeds.SeedsResult reads, not of one run \(KruskalResult\)",
     ):
         KruskalResult.from_json(doc)
     np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((12, 4)))
     one = estimate_kruskal_rank(tmp_path / "x.npy", k=[2], samples=20)
     assert KruskalResult.from_json({"meta": one.meta()}) == one
-    with pytest.raises(InputError, match=r"one run \(no --seeds\), not several seeds' \(SeedsResult\)"):
+    with pytest.raises(InputError, match=r"a run without seeds, not of several seeds \(SeedsResult\)"):
         SeedsResult.from_json({"meta": one.meta()})
 
 
@@ -727,6 +727,8 @@ def test_a_seed_without_a_fraction_is_left_out_of_the_spread_and_said():
     (s,) = summary_records(per, key=("variant", "check", "k"), value="fraction")
     assert s.values == (1.0, 1.0) and (s.median, s.low, s.high) == (1.0, 1.0, 1.0) and s.runs == 3
     assert s.holding == Holding(holding=2, decided=2)
+    assert s.spread == "median 1, range 1 to 1 over 2 seeds of 3 (the others gave no value)"
+    assert "one of 3 seeds gave a value" in spread_phrase([0.5], 3) and "single run" not in spread_phrase([0.5], 3)
     layout = Layout("kruskal", lambda r: r, ("variant", "check", "k"))
     result = spread(layout, plan_seeds("0-2"), recs)
     (table,) = [r for r in result.renderables() if isinstance(r, Table)]

@@ -216,12 +216,16 @@ def summary_records(
 
 
 def spread_phrase(values: Sequence, runs: int) -> str:
-    """A value with its between-seed range in words; one value is labelled a single run."""
+    """A value with its between-seed range in words; one value is labelled a single run, and values from fewer
+    seeds than the ``runs`` made say so."""
     if not values:
         return "no value"
     if len(values) == 1:
+        if runs > 1:
+            return f"{_fmt(values[0])} (one of {runs} seeds gave a value: no spread over seeds)"
         return f"{_fmt(values[0])} (a single run: no spread over seeds)"
-    return f"median {_fmt(_median(values))}, range {_fmt(min(values))} to {_fmt(max(values))} over {len(values)} seeds"
+    said = f"median {_fmt(_median(values))}, range {_fmt(min(values))} to {_fmt(max(values))} over {len(values)} seeds"
+    return said + (f" of {runs} (the others gave no value)" if len(values) < runs else "")
 
 
 def _fmt(v) -> str:
