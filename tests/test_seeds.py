@@ -449,6 +449,7 @@ def test_kruskal_model_seeds_vary_data(capsys, vit_dir):
     assert reads_back(stdout).command == "kruskal"
     meta = json.loads(stdout)["meta"]  # each seed's phases beside its tests' seconds
     assert list(meta["phases_s"]) == list(meta["timings_s"]) == ["0", "1"]
+    assert list(meta["inputs"]) == ["source", "T", "d", "n", "dtype"] and meta["inputs"]["dtype"] == "float32"
     assert all("forward" in p and "draws" in p and p["total"] > 0 for p in meta["phases_s"].values())
     per = [r for r in recs if r["aggregate"] == "seed"]
     assert {(r["seed"], r["weights_seed"], r["data_seed"]) for r in per} == {(0, 4, 0), (1, 4, 1)}

@@ -21,7 +21,7 @@ def kruskal_seeds(run: Callable, plan: SeedPlan, capture) -> SeedsResult:
     where = {"model": capture.model.model, "variant": capture.variant}
     first = runs[0]
     meta = {k: v for k, v in kruskal_meta(first).items() if k != "seed"} | {
-        "inputs": {"source": first.source, "T": first.T, "d": first.d, "n": first.n},
+        "inputs": first.inputs.as_dict(),  # as one run's meta gives them (the first seed's)
         "capture": first.capture.as_dict(),
         "timings_s": {str(r.seed): x.timings for r, x in zip(plan.runs(), runs, strict=True)},
         "phases_s": {str(r.seed): x.phases for r, x in zip(plan.runs(), runs, strict=True)},
