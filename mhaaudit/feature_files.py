@@ -11,7 +11,7 @@ import os
 import pickle
 import warnings
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,6 +22,7 @@ from numpy.lib import format as npy_format
 from . import hostmem
 from .documents import METADATA_KEY
 from .errors import InputError, MhaauditError, Param
+from .feature_parquet import feature_columns, feature_matrix
 from .files import arrow_source, native_name, regular_file
 
 FEATURE_EXTENSIONS = (".npy", ".pt", ".pth", ".safetensors", ".parquet")
@@ -114,61 +115,6 @@ def torch_load_reason(exc: BaseException) -> str:
         return "not a torch file of plain tensors (corrupt, or a pickle that would run code, which is never loaded)"
     text = " ".join(str(exc).split())
     return text[:200] if text else type(exc).__name__
-
-
-def _from_parquet(path: Path, key: str | None):
-    import pyarrow.parquet as pq
-
-    with arrow_source(path) as source:
-        table = pq.read_table(source)
-    names = table.column_names
-    if key is not None:
-        if key not in names:
-            raise InputError(f"{path}: no column {key!r} (columns: {', '.join(names[:10])})")
-        names = [key]
-    import pyarrow as pa
-
-    kinds = {n: table.schema.field(n).type for n in names}
-    lists = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
-    list_cols = [n for n, t in kinds.items() if any(is_kind(t) for is_kind in lists)]
-    if len(list_cols) > 1:  # which one holds the features is the user's to say, as among a file's tensors
-        shown = ", ".join(repr(n) for n in list_cols[:10]) + (", ..." if len(list_cols) > 10 else "")
-        raise InputError(f"{path} has several list columns ({shown}); choose one with " + Param("key"))
-    if list_cols:
-        col = list_cols[0]
-        value_type = table.schema.field(col).type.value_type
-        # floating vectors keep their dtype (the rank tolerance depends on it), as do integers and booleans (as_matrix)
-        exact = pa.types.is_floating(value_type) or pa.types.is_integer(value_type) or pa.types.is_boolean(value_type)
-        dtype = value_type.to_pandas_dtype() if exact else np.float64
-        column = table.column(col)
-        if column.null_count:
-            raise InputError(f"{path}: column {col!r} has missing vectors (nulls)")
-        del table
-        arr = _list_column_matrix(column, dtype, path, col)
-        return arr, f"column {col!r}"
-    num = [n for n, t in kinds.items() if pa.types.is_floating(t) or pa.types.is_integer(t)]
-    if not num:
-        raise InputError(f"{path}: no numeric or list-of-number columns to read as a T x d matrix")
-    missing = [n for n in num if table.column(n).null_count]
-    if missing:  # read as NaN, they would be called non-finite values
-        raise InputError(f"{path}: column {missing[0]!r} has missing values (nulls)")
-    cols = [table.column(n).to_numpy(zero_copy_only=False) for n in num]
-    if np.result_type(*cols).kind == "f":  # 64-bit integers stacked with floats become float64: exact only to 2^53
-        for name, col in zip(num, cols, strict=True):
-            if col.dtype.kind in "iu" and col.dtype.itemsize == 8 and col.size and _beyond_2_53(col):
-                raise InputError(
-                    f"{path}: column {name!r} ({col.dtype}) holds integers beyond 2^53, which the float64 its "
-                    "columns are read as cannot represent exactly; rescale them or give floating features"
-                )
-    arr = np.stack(cols, axis=1)
-    return arr, f"{len(num)} numeric columns"
-
-
-def _beyond_2_53(col: np.ndarray) -> bool:
-    """Whether the 64-bit integer column ``col`` holds a value of magnitude above 2^53."""
-    if col.dtype.kind == "u":
-        return bool(col.max() > np.uint64(2**53))
-    return bool(col.max() > 2**53 or col.min() < -(2**53))
 
 
 _MAPPED_SAFETENSORS = {"F16": np.float16, "F32": np.float32, "F64": np.float64}  # dtypes NumPy can map
@@ -265,22 +211,39 @@ def _size(n: int) -> str:
 _PARQUET_WIDTHS = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 12, "FLOAT": 4, "DOUBLE": 8}
 
 
-def parquet_declared_bytes(path: str | os.PathLike) -> tuple[int, str]:
+def _leaf_count(t) -> int:
+    """The parquet leaf columns an arrow type is stored in (a struct's and a map's fields each their own)."""
+    import pyarrow as pa
+
+    if pa.types.is_struct(t):
+        return sum(_leaf_count(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_map(t):
+        return _leaf_count(t.key_type) + _leaf_count(t.item_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _leaf_count(t.value_type)
+    return 1
+
+
+def parquet_declared_bytes(path: str | os.PathLike, columns: Collection[str] | None = None) -> tuple[int, str]:
     """What the parquet file ``path`` decodes to, from its footer alone (nothing else is read): the bytes
     of every value its column chunks declare (at least their uncompressed size), and those counts in words.
-    Parquet's encodings (a run of zeros is a few bytes) let a small file declare gigabytes."""
+    Parquet's encodings (a run of zeros is a few bytes) let a small file declare gigabytes. With ``columns``,
+    only the chunks of those top-level columns count (the others are not read)."""
     import pyarrow.parquet as pq
 
     with arrow_source(path) as source:
-        meta = pq.ParquetFile(source).metadata
+        parquet = pq.ParquetFile(source)
+        meta, schema = parquet.metadata, parquet.schema_arrow
+    owners = [name for name, t in zip(schema.names, schema.types, strict=True) for _ in range(_leaf_count(t))]
+    counted = [c for c in range(meta.num_columns) if columns is None or (c < len(owners) and owners[c] in set(columns))]
     total = 0
     for g in range(meta.num_row_groups):
         group = meta.row_group(g)
-        for c in range(group.num_columns):
+        for c in counted:
             chunk = group.column(c)
             width = _PARQUET_WIDTHS.get(chunk.physical_type, 0)
             total += max(int(chunk.num_values) * width, int(chunk.total_uncompressed_size))
-    return total, f" (its metadata declares {meta.num_rows} rows of {meta.num_columns} columns, {_size(total)})"
+    return total, f" (its metadata declares {meta.num_rows} rows of {len(counted)} columns, {_size(total)})"
 
 
 def torch_declared_bytes(path: str | os.PathLike) -> tuple[int, str]:
@@ -335,40 +298,6 @@ def _map_safetensors(p: Path, key: str | None) -> MappedArray | None:
     if end - begin != int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize or 0 in shape:
         return None
     return MappedArray(p, 8 + n + begin, np.dtype(dtype).newbyteorder("<"), shape)
-
-
-def _list_column_matrix(column, dtype, path: Path, col: str) -> np.ndarray:
-    """A list column of equal-length numeric vectors as one T x d array of ``dtype``, filled a
-    record batch at a time from Arrow's flat values (no Python list of the rows, no float64 copy
-    of the whole set).
-
-    Raises:
-        InputError: when the vectors differ in length, are not numeric, or hold missing values.
-    """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    T = len(column)
-    lengths = pc.list_value_length(column) if T else pa.array([], pa.int32())
-    lo, hi = (pc.min(lengths).as_py(), pc.max(lengths).as_py()) if T else (0, 0)
-    if lo != hi:
-        raise InputError(f"{path}: column {col!r} holds vectors of different lengths")
-    vt = column.type.value_type
-    if not (pa.types.is_floating(vt) or pa.types.is_integer(vt) or pa.types.is_boolean(vt)):
-        raise InputError(f"{path}: column {col!r} does not hold numeric vectors")
-    d = int(lo or 0)
-    out = np.empty((T, d), dtype=dtype)
-    row = 0
-    for chunk in column.chunks:
-        n = len(chunk)
-        if not n:
-            continue
-        values = chunk.flatten()  # the chunk's vectors, end to end (its offset applied)
-        if values.null_count:
-            raise InputError(f"{path}: column {col!r} has missing values inside its vectors")
-        out[row : row + n] = values.to_numpy(zero_copy_only=False).reshape(n, d)
-        row += n
-    return out
 
 
 def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.Tensor | MappedArray, str]:
@@ -517,11 +446,30 @@ def _read_safetensors(p: Path, key: str | None) -> tuple[torch.Tensor | MappedAr
     return _pick(tensors, key, p), f"{p} (safetensors{', ' + repr(key) if key else ''})"
 
 
+def _from_parquet(path: Path, key: str | None) -> tuple[np.ndarray, str]:
+    """The T x d matrix of the parquet file ``path`` and what was read in words: only its feature columns
+    (:func:`~mhaaudit.feature_parquet.feature_columns`) are sized against the memory available
+    (:func:`parquet_declared_bytes`) and read.
+
+    Raises:
+        InputError: when no feature column is found, they would not fit the memory available, or their values
+            make no matrix (:func:`~mhaaudit.feature_parquet.feature_matrix`).
+    """
+    import pyarrow.parquet as pq
+
+    with arrow_source(path) as source:
+        schema = pq.read_schema(source)
+    chosen, kind = feature_columns(path, schema, key)
+    decoded, declared = parquet_declared_bytes(path, chosen)
+    _refuse_unless_readable(path, 2 * decoded, declared)  # the Arrow table, then the matrix made of it
+    with arrow_source(path) as source:
+        table = pq.read_table(source, columns=chosen)
+    return feature_matrix(path, table, chosen, kind)
+
+
 def _read_parquet(p: Path, key: str | None) -> tuple[torch.Tensor, str]:
     """A T x d matrix from a parquet file's feature column(s); a results file of mhaaudit is refused."""
     refuse_results_file(p)
-    decoded, declared = parquet_declared_bytes(p)
-    _refuse_unless_readable(p, 2 * decoded, declared)  # the Arrow table, then the matrix made of it
     arr, what = _from_parquet(p, key)
     return torch.from_numpy(arr), f"{p} (parquet, {what})"
 

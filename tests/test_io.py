@@ -26,6 +26,7 @@ from mhaaudit.io import (
     check_folder_writable,
     check_writable,
     parquet_bytes,
+    parquet_declared_bytes,
     read_array,
     read_parquet_metadata,
     stamp,
@@ -432,6 +433,43 @@ def test_read_parquet_numeric_columns(tmp_path):
     assert t1.shape == (9, 1)
     with pytest.raises(InputError, match="no column 'zz'"):
         read_array(tmp_path / "n.parquet", key="zz")
+
+
+def test_a_pandas_index_is_not_a_feature_and_the_columns_read_are_named(tmp_path):
+    """pandas stores a DataFrame's index (other than 0..T-1) as a column of its own: a row label, never a
+    feature; the report names the numeric columns it read, so that a label column read as one is seen."""
+    pd = pytest.importorskip("pandas")
+    a = _mat(np.float64, T=9, d=3)
+    frame = pd.DataFrame(a, columns=["x0", "x1", "x2"], index=np.arange(100, 109))
+    frame.to_parquet(tmp_path / "i.parquet")
+    frame.rename_axis("row").to_parquet(tmp_path / "named.parquet")
+    for name in ("i.parquet", "named.parquet"):
+        t, desc = read_array(tmp_path / name)
+        assert t.shape == (9, 3) and np.array_equal(t.numpy(), a), name
+        assert desc.endswith("3 numeric columns: x0, x1, x2)"), desc
+    t, _ = read_array(tmp_path / "named.parquet", key="row")  # asked for by name, it is read
+    assert t[:, 0].tolist() == list(range(100, 109))
+    wide = pa.table({f"c{i}": a[:, 0] for i in range(10)})
+    pq.write_table(wide, tmp_path / "w.parquet")
+    assert read_array(tmp_path / "w.parquet")[1].endswith("10 numeric columns: c0, c1, c2, ..., c8, c9)")
+
+
+def test_only_the_feature_columns_of_a_parquet_file_are_sized_and_read(tmp_path, monkeypatch):
+    """A text column beside the features is neither decoded nor counted: a dictionary-encoded string column
+    declares a few bytes in the footer and decodes to its values repeated, which the bound did not count."""
+    a = _mat(np.float32, T=50, d=2)
+    long = pa.array(["x" * 10_000]).take(pa.array(np.zeros(50, dtype=np.int32)))
+    pq.write_table(pa.table({"name": long, "a": a[:, 0], "b": a[:, 1]}), tmp_path / "s.parquet")
+    real, read = pq.read_table, []
+
+    def spy(source, *args, **kw):
+        read.append(kw.get("columns"))
+        return real(source, *args, **kw)
+
+    monkeypatch.setattr(pq, "read_table", spy)
+    t, _ = read_array(tmp_path / "s.parquet")
+    assert np.array_equal(t.numpy(), a) and read == [["a", "b"]]
+    assert 2 * 50 * 4 <= parquet_declared_bytes(tmp_path / "s.parquet", ["a", "b"])[0] < 10_000
 
 
 def test_64_bit_integer_columns_stacked_with_floats_are_exact_or_refused(tmp_path):
