@@ -288,6 +288,11 @@ CASES = [
     ("pipe-config-json", "check {vit_pipe}", "config.json is a named pipe"),
     ("pipe-timm-config-json", "check {timm_pipe}", "config.json is a named pipe"),
     ("pipe-weights", "check {vit} --variants trained --weights {pipes}/f.safetensors", "named pipe"),
+    (
+        "pipe-capacity-from",
+        "capacity {vit} --from {pipes}/f.parquet --limit 20",
+        "f.parquet is a named pipe",
+    ),
     ("pipe-memorize-resume", "memorize --sizes 16 --device cpu --out {pipes}/f.parquet", "named pipe"),
     # --- input that ended as a bug (status 3) before
     ("deep-image-folder", "check {vit} --data {deep_imgs} --limit 20", "nested more than 64 folders deep"),

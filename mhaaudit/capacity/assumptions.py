@@ -19,7 +19,7 @@ from typing import Any
 
 from ..check_words import CHECK_TITLES
 from ..errors import InputError, Param
-from ..files import arrow_source
+from ..files import arrow_source, regular_file
 from ..io import read_parquet_metadata
 from ..kruskal import kruskal_sweep, set_stats, subset_test
 from ..kruskal.stored import record_contradiction
@@ -139,15 +139,19 @@ def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
     """The metadata and records of a parquet file written by ``mhaaudit check --out``.
 
     Raises:
-        InputError: when ``path`` is not a file, cannot be read as parquet, has no check/variant columns (or no
-            rows), or carries malformed mhaaudit metadata.
+        InputError: when ``path`` is not a regular file (a named pipe, a device), cannot be read as parquet, has
+            no check/variant columns (or no rows), or carries malformed mhaaudit metadata.
     """
     import pyarrow.parquet as pq
 
     p = Path(path)
-    if not p.is_file():
+    if p.is_dir() or not p.exists():
         what = "a folder, not a parquet file of check results" if p.is_dir() else "no such file"
         raise InputError(Param("from_path") + f" {p}: {what}")
+    try:
+        regular_file(p, InputError)  # a named pipe is no missing file, and is never opened
+    except InputError as exc:
+        raise InputError(Param("from_path") + f" {exc}") from None
     try:
         meta = read_parquet_metadata(p)
         with arrow_source(p) as source:
