@@ -129,6 +129,33 @@ def test_columns_found_or_refused_with_what_was_found(tmp_path):
     assert list(text_source(str(fields), text_column="b")) == ["y", "y", "y"]
 
 
+def test_a_jsonl_line_that_is_not_utf8_is_skipped_by_its_line_number(tmp_path):
+    """JSON text is UTF-8: a line that is not is invalid JSON, skipped and counted as the other lines that are not
+    JSON (the whole file was refused, naming no line); every skip names the line, blank lines counted."""
+    path = tmp_path / "mixed.jsonl"
+    lines = [json.dumps({"text": "one"}).encode(), b"", b'{"text": "\xff\xfe two"}', json.dumps({"x": 1}).encode()]
+    path.write_bytes(b"\xef\xbb\xbf" + b"\n".join([*lines, json.dumps({"text": "three"}).encode()]) + b"\n")
+    source = text_source(str(path))
+    assert list(source) == ["one", "three"]
+    got = source.skips.as_dict()
+    assert got["invalid JSON"] == {"count": 1, "example": "line 3: not UTF-8 (byte 11 of the line)"}
+    assert got["missing field"]["example"] == "line 4 has no string 'text' (fields: x)"
+
+
+def test_a_txt_file_that_is_not_utf8_is_refused_naming_the_byte(tmp_path):
+    (tmp_path / "t.txt").write_bytes(b"good words\n\nmore good words \xff and then")
+    with pytest.raises(DataError, match=r"t.txt is not UTF-8 text \(byte 29: invalid start byte\)"):
+        list(text_source(str(tmp_path / "t.txt")))
+
+
+def test_an_empty_text_in_a_table_is_named_by_its_row(tmp_path):
+    pq.write_table(pa.table({"text": ["one", " ", None, "two"]}), tmp_path / "t.parquet")
+    source = text_source(str(tmp_path / "t.parquet"))
+    assert list(source) == ["one", "two"]
+    got = source.skips.as_dict()
+    assert got["empty"]["example"] == "row 1" and got["missing field"]["example"] == "row 2: null"
+
+
 def test_jsonl_skips_by_cause(tmp_path):
     path = tmp_path / "mixed.jsonl"
     path.write_text(
@@ -148,7 +175,8 @@ def test_jsonl_skips_by_cause(tmp_path):
     got = source.skips.as_dict()
     assert list(got) == ["invalid JSON", "missing field", "empty"]
     assert got["invalid JSON"]["count"] == 1 and got["invalid JSON"]["example"].startswith("line 2:")
-    assert "record 2 has no string 'text' (fields: title)" == got["missing field"]["example"]
+    assert "line 3 has no string 'text' (fields: title)" == got["missing field"]["example"]
+    assert got["empty"] == {"count": 1, "example": "line 4"}
     nothing = tmp_path / "nothing.jsonl"
     nothing.write_text(json.dumps({"text": "x"}) + "\n" + json.dumps({"body": 3}) * 0 + "{oops\n")
     wrong = text_source(str(nothing), text_column="body")

@@ -154,8 +154,8 @@ class BuiltinText(TextSource):
 def _read_text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise DataError(f"{path} is not UTF-8 text") from None
+    except UnicodeDecodeError as exc:  # where, so that a large file can be mended
+        raise DataError(f"{path} is not UTF-8 text (byte {exc.start + 1}: {exc.reason})") from None
     except OSError as exc:
         raise DataError(f"cannot read {path}: {one_line(exc, 300, first_line=True)}") from None
 
@@ -200,7 +200,8 @@ class JsonlText(TextSource):
     """One JSON object per line; the document is the field ``text_column``, else one found as
     columns are (:func:`~.containers.choose_column`: a well-known name such as text, content,
     body, else the only field holding strings) among the first lines. Lines that are not JSON
-    objects, or lack a string in that field, are skipped and counted by cause."""
+    objects (not UTF-8 included), or lack a string in that field, are skipped and counted by cause,
+    each named by its line number."""
 
     def __init__(self, path: Path, limit: int | None = None, text_column: str | None = None) -> None:
         self.path = path
@@ -214,7 +215,7 @@ class JsonlText(TextSource):
     def _fields(self) -> dict[str, str]:
         """The fields of the first lines' objects: ``"text"`` when some line has a string there."""
         kinds: dict[str, str] = {}
-        for _, record in zip(range(_JSONL_PROBE), self._records(None), strict=False):
+        for _, (_number, record) in zip(range(_JSONL_PROBE), self._records(None), strict=False):
             if isinstance(record, dict):
                 for key, value in record.items():
                     kind = "text" if isinstance(value, str) else type(value).__name__
@@ -222,35 +223,45 @@ class JsonlText(TextSource):
                         kinds[key] = kind
         return kinds
 
-    def _records(self, skips: Skips | None) -> Iterator[Any]:
+    def _records(self, skips: Skips | None) -> Iterator[tuple[int, Any]]:
+        """``(line number, value)`` of each line that is JSON; a line that is not (not UTF-8 either, as JSON
+        text must be) is skipped and counted in ``skips`` as invalid JSON, a blank line passed over.
+
+        Raises:
+            DataError: when the file cannot be opened.
+        """
         try:
-            handle = self.path.open(encoding="utf-8")
+            handle = self.path.open("rb")
         except OSError as exc:
             raise DataError(f"cannot read {self.path}: {one_line(exc, 300, first_line=True)}") from None
         with handle:
-            try:
-                for number, line in enumerate(handle, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        yield json.loads(line)
-                    except json.JSONDecodeError as exc:
-                        if skips is not None:
-                            skips.add("invalid JSON", f"line {number}: {exc.msg}")
-                        continue
-                    except (RecursionError, ValueError):  # nested too deeply, or a number too long
-                        if skips is not None:
-                            skips.add("invalid JSON", f"line {number}: nested too deeply or too large to read")
-                        continue
-            except UnicodeDecodeError:
-                raise DataError(f"{self.path} is not UTF-8 text") from None
+            for number, raw in enumerate(handle, 1):
+                try:
+                    line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+                except UnicodeDecodeError as exc:
+                    if skips is not None:
+                        skips.add("invalid JSON", f"line {number}: not UTF-8 (byte {exc.start + 1} of the line)")
+                    continue
+                if not line.strip():
+                    continue
+                try:
+                    yield number, json.loads(line)
+                except json.JSONDecodeError as exc:
+                    if skips is not None:
+                        skips.add("invalid JSON", f"line {number}: {exc.msg}")
+                except (RecursionError, ValueError):  # nested too deeply, or a number too long
+                    if skips is not None:
+                        skips.add("invalid JSON", f"line {number}: nested too deeply or too large to read")
 
     def _generate(self) -> Iterator[tuple[str | None, str]]:
-        for number, record in enumerate(self._records(self.skips), 1):
+        for number, record in self._records(self.skips):
             value = record.get(self.column) if isinstance(record, dict) else None
             if not isinstance(value, str):
                 fields = ", ".join(record) if isinstance(record, dict) else type(record).__name__
-                self.skips.add("missing field", f"record {number} has no string '{self.column}' (fields: {fields})")
+                self.skips.add("missing field", f"line {number} has no string '{self.column}' (fields: {fields})")
+                continue
+            if not value.strip():  # counted here, where its line is known
+                self.skips.add("empty", f"line {number}")
                 continue
             yield None, value
 
@@ -274,6 +285,9 @@ class TableText(TextSource):
         for row, value in enumerate(self.table.values(self.column)):
             if not isinstance(value, str):
                 self.skips.add("missing field", f"row {row}: {'null' if value is None else type(value).__name__}")
+                continue
+            if not value.strip():  # counted here, where its row is known
+                self.skips.add("empty", f"row {row}")
                 continue
             yield None, value
 
