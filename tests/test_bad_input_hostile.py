@@ -50,14 +50,14 @@ class _RunsCode:
         return (open, (self.marker, "w"))
 
 
-def _png_bomb() -> bytes:
-    """A 100-byte PNG whose header declares BOMB_SIDE x BOMB_SIDE RGB pixels (its data ends early: only a
-    decoder that believes the header allocates 432 MB for it)."""
+def _png_bomb(side: int = BOMB_SIDE) -> bytes:
+    """A 100-byte PNG whose header declares side x side RGB pixels (its data ends early: only a
+    decoder that believes the header allocates 432 MB for it at BOMB_SIDE)."""
 
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
-    ihdr = struct.pack(">IIBBBBB", BOMB_SIDE, BOMB_SIDE, 8, 2, 0, 0, 0)
+    ihdr = struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0)
     return (
         b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(bytes(4096))) + chunk(b"IEND", b"")
     )
@@ -526,6 +526,25 @@ def test_an_image_declaring_too_many_pixels_is_skipped_by_its_header(tmp_path):
     assert scan.usable == 3 and scan.skips.count("unreadable") == 1
     assert len(list(src)) == 3
     assert f"{BOMB_SIDE} x {BOMB_SIDE} pixels, more than the" in src.skips.describe()
+
+
+def test_an_image_past_pil_s_own_ceiling_is_named_as_any_other(tmp_path):
+    """An image declaring more than twice PIL's MAX_IMAGE_PIXELS makes PIL itself refuse to open it: the report
+    said so in PIL's words, naming PIL's ceiling (178956970) as the limit instead of the documented 2^26."""
+    from PIL import Image
+
+    from mhaaudit.sources import images
+
+    side = 30000
+    assert side * side > 2 * Image.MAX_IMAGE_PIXELS
+    Image.fromarray(np.zeros((20, 20, 3), np.uint8), "RGB").save(tmp_path / "ok.png")
+    (tmp_path / "zz-huge.png").write_bytes(_png_bomb(side))
+    src = images.ImageFolder(tmp_path, limit=10)
+    scan = src.scan()
+    assert scan.usable == 1
+    said = scan.skips.describe()
+    assert f"zz-huge.png: its header declares {side * side} pixels, more than the {images.MAX_IMAGE_PIXELS}" in said
+    assert "DOS" not in said and str(2 * Image.MAX_IMAGE_PIXELS) not in said
 
 
 @pytest.fixture()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import threading
 import weakref
 from pathlib import Path
@@ -100,7 +101,14 @@ def _opened(value: Any, base: Path | None) -> Image.Image:
         return value
     if not isinstance(value, (bytes, bytearray, memoryview)):
         raise ValueError(f"holds {type(value).__name__}, not image bytes")
-    image = Image.open(io.BytesIO(bytes(value)))
+    try:
+        image = Image.open(io.BytesIO(bytes(value)))
+    except Image.DecompressionBombError as exc:  # past PIL's own ceiling: said as any image past this one
+        said = re.search(r"\((\d+) pixels\)", str(exc))
+        raise ValueError(
+            f"its header declares {said.group(1) + ' pixels' if said else 'more pixels than PIL opens'}, more "
+            f"than the {MAX_IMAGE_PIXELS} decoded (not decoded)"
+        ) from None
     w, h = image.size
     if w * h > MAX_IMAGE_PIXELS:
         raise ValueError(
