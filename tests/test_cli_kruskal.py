@@ -367,7 +367,7 @@ def _bad_file(tmp_path, case):
         X = matrix()
         X[3, 2] = np.nan if case == "nan" else -np.inf
         np.save(tmp_path / "n.npy", X)
-        return tmp_path / "n.npy", "NaN or Inf"
+        return tmp_path / "n.npy", f"NaN or Inf values (the first at row 3, column 2: {X[3, 2]})"
     if case == "empty":
         np.save(tmp_path / "e.npy", np.zeros((0, 4)))
         return tmp_path / "e.npy", "empty"

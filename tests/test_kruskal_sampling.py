@@ -327,3 +327,14 @@ def test_a_draw_reads_only_its_own_rows(monkeypatch):
     assert taken and all(t % 6 == 0 and t <= 6 * 128 < X.shape[0] for t in taken) and sum(taken) >= 6 * 128, taken
     if test.device == "cpu":  # (the device the run used)
         assert max(taken) <= 6 * DRAW_BLOCK, taken
+
+
+def test_a_non_finite_feature_is_named_by_its_row_and_column():
+    """Features in memory holding a NaN or an infinity are refused naming the first, as a mapped file's are."""
+    from mhaaudit.errors import InputError
+
+    X = torch.randn(40, 3, dtype=torch.bfloat16)
+    X[5, 1] = float("-inf")
+    X[9, 0] = float("nan")
+    with pytest.raises(InputError, match=r"NaN or Inf values \(the first at row 5, column 1: -inf\)"):
+        subset_test(X, 2, samples=10)

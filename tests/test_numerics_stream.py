@@ -47,7 +47,8 @@ def test_scan_refuses_nan_wherever_it_lies(monkeypatch):
     monkeypatch.setattr(stream, "CHUNK_BYTES", 8 * 4 * 10)
     X = torch.randn(50, 4)
     X[47, 2] = float("inf")
-    with pytest.raises(InputError, match="NaN or Inf"):
+    X[49, 0] = float("nan")
+    with pytest.raises(InputError, match=r"NaN or Inf values \(the first at row 47, column 2: inf\)"):
         scan(Rows(X))
 
 

@@ -45,7 +45,7 @@ from ..errors import InputError, Param
 from ..feature_files import MappedArray, dense_values
 from ..numerics import RankRule, lapack, numerics, philox, subnormals_kept, tf32_off
 from ..numerics.philox import split_key
-from ..numerics.stream import Rows, Unit, chunk_rows, refuse_unless_fits, scan_of
+from ..numerics.stream import Rows, Unit, chunk_rows, nonfinite_message, refuse_unless_fits, scan_of
 from ..numerics.threads import intra_op_threads
 from ..runtime import KERNELS_ENV, MAX_SAMPLES, derive_seed, kernels_env, resolve_device
 from ..workers import worker_pool
@@ -146,11 +146,9 @@ def as_matrix(X):
         X = _exact_float64(X)
     step = chunk_rows(X.shape[1])  # a chunk at a time: no T x d mask
     wide = X.dtype in FLOAT8_DTYPES  # exact; isfinite lacks some float8 kernels
-    if not all(
-        bool(torch.isfinite(X[s : s + step].to(torch.float64) if wide else X[s : s + step]).all())
-        for s in range(0, X.shape[0], step)
-    ):
-        raise InputError("features contain NaN or Inf values")
+    for s in range(0, X.shape[0], step):
+        if not bool(torch.isfinite(X[s : s + step].to(torch.float64) if wide else X[s : s + step]).all()):
+            raise InputError(nonfinite_message(X[s : s + step].detach().to("cpu", torch.float64).numpy(), s))
     return X
 
 

@@ -60,6 +60,7 @@ __all__ = [
     "available_memory",
     "chunk_rows",
     "memory_needed",
+    "nonfinite_message",
     "peak_rss_bytes",
     "refuse_unless_fits",
     "scan",
@@ -92,6 +93,14 @@ def memory_needed(T: int, d: int) -> int:
     (squared norms, projections), its O(d^2) factor and QR workspace, two float64 chunks, and the
     draws in flight."""
     return 16 * int(T) + 4 * 8 * int(d) * int(d) + 2 * CHUNK_BYTES + DRAW_WORKING_BYTES
+
+
+def nonfinite_message(chunk: np.ndarray, start: int) -> str:
+    """Why features holding a NaN or an infinity in ``chunk`` (their rows from row ``start``, as float64) are
+    refused, naming the first, so that it can be found in a file of millions of rows."""
+    rows, cols = np.nonzero(~np.isfinite(chunk))
+    r, c = int(rows[0]), int(cols[0])
+    return f"features contain NaN or Inf values (the first at row {start + r}, column {c}: {chunk[r, c]})"
 
 
 def refuse_unless_fits(T: int, d: int, what: str) -> None:
@@ -285,7 +294,7 @@ class _Preparer:
             C = self.rows.chunk(s, stop).cpu().numpy()  # the one float64 copy of this chunk
             rowmax = np.maximum(C.max(axis=1), -C.min(axis=1))  # NaN and Inf carry through max and min
             if not np.isfinite(rowmax).all():
-                raise InputError("features contain NaN or Inf values")
+                raise InputError(nonfinite_message(C, s))
             top = float(rowmax.max())
             self.top = max(self.top, top)
             e_c = _exponent(top) if top > 0 else None  # an all-zero chunk fixes no scale
