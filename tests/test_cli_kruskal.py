@@ -1075,3 +1075,32 @@ def test_a_captured_sweep_s_plot_names_the_model_and_column(capsys, vit_dir, ima
     assert rc == 0, err
     text = svg.read_text(encoding="utf-8")
     assert f"<!-- {vit_dir.name} random (estimate " in text and "files" not in text
+
+
+def test_an_existing_output_file_is_replaced_and_a_folder_in_its_place_refused(capsys, tmp_path):
+    """docs/security.md: an existing file at an output's path is replaced when the run ends well; a folder
+    standing at a file's path is refused before any work, and nothing is written."""
+    np.save(tmp_path / "f.npy", matrix(dtype=np.float32))
+    (tmp_path / "r.parquet").write_text("an older file")
+    (tmp_path / "c.png").write_text("an older picture")
+    rc, _, err = run(
+        capsys,
+        "kruskal",
+        tmp_path / "f.npy",
+        "--sweep",
+        *FAST,
+        "--out",
+        tmp_path / "r.parquet",
+        "--plot",
+        tmp_path / "c.png",
+        "-q",
+    )
+    assert rc == 0, err
+    assert pq.read_table(tmp_path / "r.parquet").num_rows > 0
+    assert (tmp_path / "c.png").read_bytes().startswith(b"\x89PNG")
+    (tmp_path / "d.parquet").mkdir()
+    rc, stdout, err = run(
+        capsys, "kruskal", tmp_path / "f.npy", *FAST, "--out", tmp_path / "d.parquet", "--plot", tmp_path / "n.png"
+    )
+    assert_one_error(rc, err, "d.parquet: it is a directory")
+    assert stdout == "" and not (tmp_path / "n.png").exists() and os.listdir(tmp_path / "d.parquet") == []
