@@ -148,6 +148,18 @@ def test_a_txt_file_that_is_not_utf8_is_refused_naming_the_byte(tmp_path):
         list(text_source(str(tmp_path / "t.txt")))
 
 
+@pytest.mark.parametrize("suffix, sep", [(".csv", b","), (".tsv", b"\t")])
+def test_a_delimited_value_that_is_not_utf8_is_skipped_not_the_column(tmp_path, suffix, sep):
+    """pyarrow types a CSV column binary when one value is not UTF-8: the column was then refused as holding
+    bytes, not text (with --text-column too). It is text; the one value is skipped and counted by its row."""
+    path = tmp_path / f"t{suffix}"
+    path.write_bytes(b"id" + sep + b"text\n1" + sep + b"one\n2" + sep + b"t\xffwo\n3" + sep + b"three\n")
+    for column in (None, "text"):
+        source = text_source(str(path), text_column=column)
+        assert list(source) == ["one", "three"]
+        assert source.skips.as_dict() == {"not UTF-8": {"count": 1, "example": "row 1"}}
+
+
 def test_an_empty_text_in_a_table_is_named_by_its_row(tmp_path):
     pq.write_table(pa.table({"text": ["one", " ", None, "two"]}), tmp_path / "t.parquet")
     source = text_source(str(tmp_path / "t.parquet"))

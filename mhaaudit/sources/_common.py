@@ -301,7 +301,7 @@ def stream_rows(dataset, data: str):
 
 
 # Why an input was skipped, in the order reports list them.
-SKIP_CAUSES = ("not RGB", "unreadable", "invalid JSON", "missing field", "empty", "too short")
+SKIP_CAUSES = ("not RGB", "unreadable", "invalid JSON", "not UTF-8", "missing field", "empty", "too short")
 
 
 class Skips:

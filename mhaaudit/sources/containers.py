@@ -13,6 +13,7 @@ Anything else is refused with the columns found and the parameter that chooses o
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 from collections import Counter
@@ -217,13 +218,20 @@ def _delimited(path: Path, delimiter: str) -> Table:
             )
     except (OSError, pa.ArrowException) as exc:
         raise DataError(f"cannot read {what} file {path}: {one_line(exc, 300, first_line=True)}") from None
-    return Table(
-        f"{what} file {path}",
-        _kinds_of(table.schema, f"{what} file {path}"),
-        table.num_rows,
-        lambda column: _batches_of_table(table, column),
-        path.parent,
-    )
+    kinds = _kinds_of(table.schema, f"{what} file {path}")
+    # A delimited file holds text: pyarrow types a column binary when one of its values is not UTF-8. It is text
+    # still, each value that is not UTF-8 given as bytes (TableText skips and counts it as such).
+    binary = {name for name, kind in kinds.items() if kind == "bytes"}
+    kinds.update(dict.fromkeys(binary, "text"))
+
+    def values(column: str) -> Iterator[Any]:
+        for value in _batches_of_table(table, column):
+            if column in binary and isinstance(value, bytes):
+                with contextlib.suppress(UnicodeDecodeError):
+                    value = value.decode("utf-8")
+            yield value
+
+    return Table(f"{what} file {path}", kinds, table.num_rows, values, path.parent)
 
 
 def is_saved_dataset(folder: Path) -> bool:

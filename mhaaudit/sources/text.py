@@ -283,6 +283,9 @@ class TableText(TextSource):
 
     def _generate(self) -> Iterator[tuple[str | None, str]]:
         for row, value in enumerate(self.table.values(self.column)):
+            if isinstance(value, bytes) and self.table.kinds.get(self.column) == "text":  # a CSV value not UTF-8
+                self.skips.add("not UTF-8", f"row {row}")
+                continue
             if not isinstance(value, str):
                 self.skips.add("missing field", f"row {row}: {'null' if value is None else type(value).__name__}")
                 continue
