@@ -29,12 +29,18 @@ def feature_columns(path: Path, schema, key: str | None) -> tuple[list[str], str
     index. Decided from the schema alone, so that only these columns are read (and sized).
 
     Raises:
-        InputError: when ``key`` names no column, several list columns leave the choice open, or no column is
-            numeric or a list.
+        InputError: when two columns have one name, ``key`` names no column, several list columns leave the choice
+            open, or no column is numeric or a list.
     """
     import pyarrow as pa
 
     names = schema.names
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:  # which of them a name means cannot be said
+        raise InputError(
+            f"{path} names more than one column {', '.join(map(repr, repeated[:10]))}: a column is read by its "
+            "name, so each name must be one column's"
+        )
     if key is not None:
         if key not in names:
             raise InputError(f"{path}: no column {key!r} (columns: {', '.join(names[:10])})")

@@ -452,6 +452,10 @@ def test_a_pandas_index_is_not_a_feature_and_the_columns_read_are_named(tmp_path
     wide = pa.table({f"c{i}": a[:, 0] for i in range(10)})
     pq.write_table(wide, tmp_path / "w.parquet")
     assert read_array(tmp_path / "w.parquet")[1].endswith("10 numeric columns: c0, c1, c2, ..., c8, c9)")
+    twice = pa.Table.from_arrays([pa.array(a[:, 0]), pa.array(a[:, 1])], names=["x", "x"])
+    pq.write_table(twice, tmp_path / "twice.parquet")
+    with pytest.raises(InputError, match="names more than one column 'x'"):
+        read_array(tmp_path / "twice.parquet")
 
 
 def test_only_the_feature_columns_of_a_parquet_file_are_sized_and_read(tmp_path, monkeypatch):
