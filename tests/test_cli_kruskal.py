@@ -1079,7 +1079,7 @@ def test_a_captured_sweep_s_plot_names_the_model_and_column(capsys, vit_dir, ima
 
 def test_an_existing_output_file_is_replaced_and_a_folder_in_its_place_refused(capsys, tmp_path):
     """docs/security.md: an existing file at an output's path is replaced when the run ends well; a folder
-    standing at a file's path is refused before any work, and nothing is written."""
+    standing at a file's path is refused before any work, and nothing is written; a folder on the way is never made."""
     np.save(tmp_path / "f.npy", matrix(dtype=np.float32))
     (tmp_path / "r.parquet").write_text("an older file")
     (tmp_path / "c.png").write_text("an older picture")
@@ -1104,3 +1104,6 @@ def test_an_existing_output_file_is_replaced_and_a_folder_in_its_place_refused(c
     )
     assert_one_error(rc, err, "d.parquet: it is a directory")
     assert stdout == "" and not (tmp_path / "n.png").exists() and os.listdir(tmp_path / "d.parquet") == []
+    rc, stdout, err = run(capsys, "kruskal", tmp_path / "f.npy", *FAST, "--out", tmp_path / "new" / "r.parquet")
+    assert_one_error(rc, err, "folder " + str(tmp_path / "new") + " does not exist")
+    assert stdout == "" and not (tmp_path / "new").exists()
