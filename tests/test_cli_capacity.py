@@ -7,8 +7,10 @@ attention, Proposition 2, the certificate against ``matrix_rank`` and the refere
 from __future__ import annotations
 
 import json
+import os
 import sys
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -456,3 +458,22 @@ def test_text_decoder_end_to_end(capsys, tmp_path):
     assert [r["heads"] for r in recs] == [1, 4] and all(r["n"] == 8 and r["d"] == 32 for r in recs)
     assert all(r["rank"] <= min(r["T"], r["heads"] * 32) and r["residual"] < 1e-6 for r in recs)
     assert any("causal mask" in n and "changes nothing" in n for n in doc["meta"]["notes"])
+
+
+def test_from_a_file_declaring_more_than_memory_holds_is_refused_before_it_is_read(capsys, vit4, tmp_path, monkeypatch):
+    """--from is read whole into Python values: a small file whose footer declares a million rows (of zeros, a
+    few KB) is refused from its footer before a value is decoded, as a features file is."""
+    from mhaaudit import hostmem
+
+    zeros = np.zeros(1_000_000, dtype=np.int32)
+    pq.write_table(pa.table({"check": zeros, "variant": zeros}), tmp_path / "z.parquet")
+    assert os.path.getsize(tmp_path / "z.parquet") < 100_000
+
+    def trap(*a, **k):
+        raise AssertionError("the file was read before its declared size was checked")
+
+    monkeypatch.setattr(hostmem, "available_memory", lambda: 50_000_000)
+    monkeypatch.setattr(pq, "read_table", trap)
+    rc, out, err = run(capsys, "capacity", vit4, *FROM, "--from", tmp_path / "z.parquet")
+    line = assert_one_error(rc, err, "its footer declares 1000000 rows of 2 columns")
+    assert "0.05 GB available" in line and out == ""
