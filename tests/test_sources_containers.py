@@ -138,8 +138,11 @@ def test_a_jsonl_line_that_is_not_utf8_is_skipped_by_its_line_number(tmp_path):
     source = text_source(str(path))
     assert list(source) == ["one", "three"]
     got = source.skips.as_dict()
-    assert got["invalid JSON"] == {"count": 1, "example": "line 3: not UTF-8 (byte 11 of the line)"}
+    assert got["invalid JSON"] == {"count": 1, "example": "line 3: not UTF-8 (character 11 of the line)"}
     assert got["missing field"]["example"] == "line 4 has no string 'text' (fields: x)"
+    old_mac = tmp_path / "cr.jsonl"  # lines ended by a carriage return alone are lines, as Python reads text
+    old_mac.write_bytes(b"\r".join(json.dumps({"text": t}).encode() for t in ("one", "two")) + b"\r")
+    assert list(text_source(str(old_mac))) == ["one", "two"]
 
 
 def test_a_txt_file_that_is_not_utf8_is_refused_naming_the_byte(tmp_path):

@@ -230,17 +230,17 @@ class JsonlText(TextSource):
         Raises:
             DataError: when the file cannot be opened.
         """
-        try:
-            handle = self.path.open("rb")
+        try:  # lines as Python splits text (\n, \r\n or \r); a byte that is not UTF-8 kept as a lone surrogate
+            handle = self.path.open(encoding="utf-8-sig", errors="surrogateescape")
         except OSError as exc:
             raise DataError(f"cannot read {self.path}: {one_line(exc, 300, first_line=True)}") from None
         with handle:
-            for number, raw in enumerate(handle, 1):
+            for number, line in enumerate(handle, 1):
                 try:
-                    line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-                except UnicodeDecodeError as exc:
+                    line.encode("utf-8")
+                except UnicodeEncodeError as exc:  # the line held a byte that is not UTF-8
                     if skips is not None:
-                        skips.add("invalid JSON", f"line {number}: not UTF-8 (byte {exc.start + 1} of the line)")
+                        skips.add("invalid JSON", f"line {number}: not UTF-8 (character {exc.start + 1} of the line)")
                     continue
                 if not line.strip():
                     continue
