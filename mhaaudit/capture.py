@@ -112,6 +112,16 @@ def _check_limit_reaches_n(data: DataRequest, info) -> None:
         )
 
 
+def data_notes(fed, limit: int) -> list[str]:
+    """What a run that reads its examples once (``capacity``) notes of its pass ``fed`` over the data: the data
+    gave fewer examples than ``limit`` (with the inputs skipped and the duplicates dropped), else the inputs
+    skipped, by cause, when there were any."""
+    short = _short_of_limit_note(fed, limit)
+    if short:
+        return [short]
+    return [f"inputs skipped: {describe_skips(fed.skips)}"] if fed.skips else []
+
+
 def _short_of_limit_note(fed, limit: int) -> str:
     """The note when the data gave fewer examples than ``limit`` asked for (T is then smaller)."""
     if fed.count >= limit:

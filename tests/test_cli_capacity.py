@@ -477,3 +477,18 @@ def test_from_a_file_declaring_more_than_memory_holds_is_refused_before_it_is_re
     rc, out, err = run(capsys, "capacity", vit4, *FROM, "--from", tmp_path / "z.parquet")
     line = assert_one_error(rc, err, "its footer declares 1000000 rows of 2 columns")
     assert "0.05 GB available" in line and out == ""
+
+
+def test_the_inputs_skipped_are_noted(capsys, vit4, image_dir, tmp_path):
+    """docs/guides/your-data.md: skipped inputs are counted by cause in the report and the JSON. capacity
+    read past an unreadable image without a word (check says it); it notes the skips, and a T short of --limit."""
+    import shutil
+
+    folder = tmp_path / "imgs"
+    shutil.copytree(image_dir, folder)
+    (folder / "aa-broken.png").write_bytes(b"not an image")  # read first, in sorted path order
+    doc = json_run(capsys, vit4, "--data", folder, *FROM)
+    assert "inputs skipped: 1 unreadable (e.g. aa-broken.png: not an image file" in " ".join(doc["meta"]["notes"])
+    doc = json_run(capsys, vit4, "--data", folder, "--limit", "100")
+    notes = " ".join(doc["meta"]["notes"])
+    assert "100 examples were asked for (--limit) but the data gave only 60 usable ones (skipped: 1 unreadable" in notes

@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 from .. import phases, pipeline
+from ..capture import data_notes
 from ..defaults import CAPACITY_ATTENTION, CAPACITY_BLOCK, CAPACITY_BLOCK_WHY
 from ..distributed import current, describe, shared
 from ..errors import InputError, ModelError, OfflineError, Param
@@ -146,6 +147,7 @@ def _capture(plan: _Plan, pm, attn: _Attention, col: CapacityColumn, notes: list
     )
     col.timings["capture and Z"] = fed.seconds
     col.batch = fed.batch
+    notes.extend(line for line in data_notes(fed, plan.data.limit) if line not in notes)
     fs = (
         None
         if reducer is None
