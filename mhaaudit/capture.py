@@ -314,7 +314,8 @@ def capture_probe(
 ) -> FeatureSet:
     """Reduced features of one probe point (``variant`` at depth ``layer``, see :func:`probe_for_variant`)
     from checked request objects; :func:`capture_features` with the objects built (``contexts=False``: without
-    the context ranks, for the vectors alone). Trained weights that cannot be had offline raise
+    the context ranks, for the vectors alone). Its ``meta`` holds, beside what was read, the inputs skipped
+    (``skips``, by cause) and the capture's ``notes``. Trained weights that cannot be had offline raise
     :class:`~mhaaudit.errors.OfflineError`."""
     return _capture_one(Requests(request, data, settings), probe_for_variant(variant, layer), contexts)
 
@@ -324,4 +325,7 @@ def _capture_one(req: Requests, probe: Probe, contexts: bool = True) -> FeatureS
     got = collect_features(req.model, [probe], req.data, req.settings, contexts=contexts)
     if probe.variant in got.unavailable:
         raise OfflineError(got.unavailable[probe.variant])
-    return got.features[probe.variant]
+    fs = got.features[probe.variant]
+    # what reading the data found: the inputs skipped, by cause, and the notes (a T short of the limit, ...)
+    fs.meta.update(skips=got.skips.as_dict(), notes=list(got.notes))
+    return fs

@@ -37,7 +37,7 @@ from .facts import CaptureFacts
 from .feature_files import MappedArray, read_array, to_query_matrix
 from .features import FeatureSet
 from .keywords import given, refuse_disagreement
-from .kruskal import KruskalInputs, KruskalResult, as_matrix, fixed_rule
+from .kruskal import KruskalInputs, KruskalResult, as_matrix, data_read, fixed_rule
 from .kruskal.proofs import shared_proofs
 from .numerics.stream import peak_rss_bytes
 from .probes import probe_for_variant, refuse_weights_without_trained
@@ -432,7 +432,7 @@ def _estimate_timed(
     """The estimate of :func:`_estimate_one`, its phases timed by the recording open around it: the capture's
     own (or ``data``, reading a file), ``whole-set statistics``, ``draws`` and ``witness``."""
     t0 = time.perf_counter()
-    X, n, source, vectors, captured = _vectors(request, capture, settings)
+    X, n, source, vectors, captured, read = _vectors(request, capture, settings)
     with phases.phase("whole-set statistics"):  # its checks, and the streaming pass over a memory-mapped file
         X = as_matrix(X)
     T, d = X.shape
@@ -459,12 +459,13 @@ def _estimate_timed(
         storage="memory-mapped" if isinstance(X, MappedArray) else "memory",
         peak_rss_bytes=peak_rss_bytes(),
         capture=captured,
+        **data_read(read),  # with --model: the inputs skipped and the capture's notes
     )
 
 
 def _vectors(request: KruskalRequest, capture: Capture | None, settings: Settings):
     """The vectors to test: (matrix, n, source, which vectors, how the capture ran: batch size and
-    weights read, empty for a file). A saved feature folder and a captured model know their n.
+    weights read, empty for a file; the capture's meta, {} for a file). A feature folder and a model know their n.
 
     Raises:
         InputError: when ``n`` differs from the n a saved feature folder was captured with.
@@ -476,7 +477,7 @@ def _vectors(request: KruskalRequest, capture: Capture | None, settings: Setting
         fs = capture_probe(capture.model, capture.data, capture.variant, settings=settings, contexts=False)
         source = f"{fs.meta.get('model')} [{fs.meta.get('variant')}] {vectors} on {fs.meta.get('data')}"
         captured = CaptureFacts.of(fs.meta.get("batch"), fs.meta.get("weights_read"))
-        return (fs.a3 if vectors == "a3" else fs.queries), fs.n, source, vectors, captured
+        return (fs.a3 if vectors == "a3" else fs.queries), fs.n, source, vectors, captured, fs.meta
     with phases.phase("data"):
         X, n_known, source, vectors = _read(request)
     n = request.n
@@ -484,7 +485,7 @@ def _vectors(request: KruskalRequest, capture: Capture | None, settings: Setting
         raise InputError(
             Param("n") + f" {n}: the saved features in {request.features} were captured with n = {n_known}"
         )
-    return X, n or n_known, source, vectors, CaptureFacts()
+    return X, n or n_known, source, vectors, CaptureFacts(), {}
 
 
 def _read(request: KruskalRequest):

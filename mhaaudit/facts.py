@@ -394,6 +394,10 @@ class SkipCounts:
         """``{cause: {"count": n, "example": "..."}}``, as the ``meta`` gives it."""
         return {c.cause: {"count": c.count, "example": c.example} for c in self.causes}
 
+    def describe(self) -> str:
+        """The skips in words, as the reports say them: ``1 unreadable (e.g. x.png: ...), 2 not RGB (e.g. ...)``."""
+        return ", ".join(f"{c.count} {c.cause} (e.g. {c.example})" for c in self.causes)
+
     def document(self) -> dict:
         """As the result document stores it: :meth:`as_dict`."""
         return self.as_dict()

@@ -190,6 +190,9 @@ def kruskal_report(result: KruskalResult) -> list:
         f"Threshold {result.threshold}, {result.samples} draws, seed {result.seed}, device {result.device}"
         + ("." if result.phases else f", {result.total_s} s.")
     )
+    if result.skips:  # with --model: what reading the data found
+        out.append(f"  skipped inputs: {shown(result.skips.describe())}")
+    out += [f"  note: {shown(note)}" for note in result.notes]
     if result.phases:  # the run's time, with its phases
         out.append("  time: " + phases.described(result.phases))
     return out

@@ -645,6 +645,33 @@ def test_capture_from_model_variants(capsys, vit_dir, image_dir):
     assert "[random-L0]" in l0["meta"]["inputs"]["source"]
 
 
+def test_a_capture_says_the_inputs_it_skipped_and_a_T_short_of_limit(capsys, vit_dir, image_dir, tmp_path):
+    """docs/guides/your-data.md: the inputs skipped are counted by cause in the report and the JSON. kruskal --model
+    read past an unreadable image, and ran on fewer examples than --limit, without a word (check says both); it
+    says them in the table, the JSON meta and the parquet metadata, and KruskalResult reads them back."""
+    from mhaaudit.kruskal import KruskalResult
+
+    folder = tmp_path / "imgs"
+    shutil.copytree(image_dir, folder)
+    (folder / "aa-broken.png").write_bytes(b"not an image")  # read first, in sorted path order
+    model = ["--model", vit_dir, "--variants", "random", "--data", folder, *CAPTURE]
+    doc = json_run(capsys, "kruskal", *model)
+    assert doc["meta"]["inputs"]["T"] == 40 and doc["meta"]["skips"]["unreadable"]["count"] == 1
+    assert doc["meta"]["skips"]["unreadable"]["example"].startswith("aa-broken.png: not an image file")
+    doc = json_run(capsys, "kruskal", *model, "--limit", "100")
+    short = "100 examples were asked for (--limit) but the data gave only 60 usable ones (skipped: 1 unreadable"
+    assert doc["meta"]["inputs"]["T"] == 60 and [n for n in doc["meta"]["notes"] if n.startswith(short)]
+    rc, out, err = run(capsys, "kruskal", *model, "--limit", "100", "--out", tmp_path / "r.parquet")
+    assert rc == 0, err
+    flat = " ".join(out.split())
+    assert "skipped inputs: 1 unreadable (e.g. aa-broken.png: not an image file" in flat and short in flat
+    meta = read_parquet_metadata(tmp_path / "r.parquet")
+    assert meta["skips"] == doc["meta"]["skips"] and meta["notes"] == doc["meta"]["notes"]
+    stored, printed = KruskalResult.from_parquet(tmp_path / "r.parquet"), KruskalResult.from_json(doc)
+    assert stored.skips == printed.skips and stored.skips["unreadable"].count == 1
+    assert list(stored.notes) == list(printed.notes) == doc["meta"]["notes"]
+
+
 def test_variant_is_a_deprecated_alias_of_variants(capsys, vit_dir, image_dir):
     rc, out, err = run(
         capsys,

@@ -49,6 +49,7 @@ from .results import (
     Sweep,
     Witness,
     clopper_pearson,
+    data_read,
 )
 from .sampling import Sampling, as_matrix
 from .sweep import draw_critical_sizes, kruskal_sweep
@@ -67,6 +68,7 @@ __all__ = [
     "as_matrix",
     "babel_floor",
     "clopper_pearson",
+    "data_read",
     "draw_critical_sizes",
     "draw_decisions",
     "exact_kruskal_rank",

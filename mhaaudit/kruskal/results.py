@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ..errors import Param
-from ..facts import CaptureFacts
+from ..facts import CaptureFacts, SkipCounts
+from ..notes import Note
 from ..numerics import RankRule, ldexp
 from ..provenance import stamp
 from ..render_kruskal import kruskal_report, subset_test_report, sweep_report
@@ -46,6 +47,7 @@ __all__ = [
     "Sweep",
     "Witness",
     "clopper_pearson",
+    "data_read",
 ]
 
 #: The exact status of "every k rows are independent", beside the estimate verdict.
@@ -455,11 +457,18 @@ class KruskalInputs:
         return {"source": self.source, "T": self.T, "d": self.d, "n": self.n, "dtype": self.dtype}
 
 
+def data_read(meta: dict) -> dict[str, Any]:
+    """A :class:`KruskalResult`'s ``skips`` and ``notes`` from the meta of the features it tested
+    (:func:`mhaaudit.capture.capture_probe` keeps them there; none for vectors read from a file)."""
+    return {"skips": SkipCounts.of(meta.get("skips") or {}), "notes": tuple(meta.get("notes") or ())}
+
+
 @dataclass(frozen=True, repr=False)
 class KruskalResult(StoredSweepResult):
     """What ``mhaaudit kruskal`` found (:func:`mhaaudit.estimate_kruskal_rank` returns it): a test at
     each size asked for, the sweep when one ran, and the run's facts (the rank rule, the whole set's
-    rank, the time it took); ``T``, ``d``, ``n`` and ``source`` are the inputs'.
+    rank, the time it took; with ``--model``, the inputs ``skips`` and the capture's ``notes``); ``T``,
+    ``d``, ``n`` and ``source`` are the inputs'.
 
     Its table, JSON (``meta()``, ``records()``, ``sweep_rows()``) and parquet outputs are made from
     these fields; ``KruskalResult.from_json`` / ``from_parquet`` read it back from them.
@@ -483,6 +492,8 @@ class KruskalResult(StoredSweepResult):
     storage: str = "memory"  # memory | memory-mapped
     peak_rss_bytes: int | None = None
     capture: CaptureFacts = field(default_factory=CaptureFacts)  # with --model: the batch and the weights read
+    skips: SkipCounts = field(default_factory=SkipCounts)  # with --model: the inputs skipped, by cause
+    notes: tuple[Note, ...] = ()  # with --model: what reading the data found (a T short of --limit, ...)
 
     @property
     def T(self) -> int:
@@ -539,6 +550,7 @@ class KruskalResult(StoredSweepResult):
         }
         if self.capture:
             meta["capture"] = self.capture.as_dict()
+            meta["skips"], meta["notes"] = self.skips.as_dict(), list(self.notes)
         if self.sweep is not None:
             meta["sweep_summary"] = self.sweep.summary()
         meta["result"] = self.result_document()

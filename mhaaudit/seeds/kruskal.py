@@ -23,6 +23,7 @@ def kruskal_seeds(run: Callable, plan: SeedPlan, capture) -> SeedsResult:
     meta = {k: v for k, v in kruskal_meta(first).items() if k != "seed"} | {
         "inputs": first.inputs.as_dict(),  # as one run's meta gives them (the first seed's)
         "capture": first.capture.as_dict(),
+        "skips": first.skips.as_dict(),  # the data read, as the first seed read it
         "timings_s": {str(r.seed): x.timings for r, x in zip(plan.runs(), runs, strict=True)},
         "phases_s": {str(r.seed): x.phases for r, x in zip(plan.runs(), runs, strict=True)},
     }
@@ -34,4 +35,7 @@ def kruskal_seeds(run: Callable, plan: SeedPlan, capture) -> SeedsResult:
         estimate_key=("model", "variant", "check"),
         sweep_rows=lambda r: r.sweep.rows() if r.sweep is not None else [],
     )
-    return spread(layout, plan, runs, meta=meta, notes=data_seed_notes(plan, capture.data.data))
+    read: list[str] = []  # each seed's notes of reading the data, once
+    for note in (n for r in runs for n in r.notes):
+        read += [] if note in read else [note]
+    return spread(layout, plan, runs, meta=meta, notes=[*data_seed_notes(plan, capture.data.data), *read])

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError, InputError, MhaauditError, OfflineError, Param, one_line
+from ..facts import SkipCounts
 from ..files import folder_files, inside, regular_file
 from ..hub import is_offline
 from ..runtime import decode_workers_env, derive_seed
@@ -343,7 +344,7 @@ class Skips:
 
 def describe_skips(skips: dict) -> str:
     """The words of :meth:`Skips.describe` for its ``as_dict()`` form (as results carry it)."""
-    return ", ".join(f"{v['count']} {c} (e.g. {v['example']})" for c, v in (skips or {}).items())
+    return SkipCounts.of(skips).describe()
 
 
 def snippet(text: str, width: int = 40) -> str:
