@@ -78,13 +78,21 @@ SATURATION_FIELDS = _SCHEMA["saturation"]
 #: stores saturation flat, in the last columns (``config_key``, ``sat_*``).
 MEMORIZE_COLUMNS = _SCHEMA["memorize"]
 
+#: A swept column's Kruskal-rank estimate (``check = "sweep_estimate"``): ``check --checkpoints --sweep``, ``--seeds``.
+ESTIMATE_COLUMNS = _SCHEMA["estimate"]
+#: What a several-seed run (``--seeds``, any command) adds to its command's columns: the seeds, the
+#: summaries and differences, and the sweep estimates (:mod:`mhaaudit.seeds.records`).
+SEEDS_COLUMNS = ESTIMATE_COLUMNS + _SCHEMA["seeds"]
+
 #: The columns of each command's table, in the order a record gives them.
 COLUMNS: dict[str, tuple[Column, ...]] = {
-    "check": SERIES_COLUMNS + _WHERE + TEST_COLUMNS,
+    "check": SERIES_COLUMNS + _WHERE + TEST_COLUMNS + ESTIMATE_COLUMNS,
     "kruskal": TEST_COLUMNS,
     "capacity": CAPACITY_COLUMNS,
     "memorize": MEMORIZE_COLUMNS,
 }
+#: How the schema's tables (:func:`schema_markdown`) name the columns of a several-seed run.
+SEEDS = "--seeds"
 
 
 def arrow_type(spec: str):
@@ -159,12 +167,14 @@ def records_table(records: list[dict], metadata: dict):
     """The typed pyarrow table of ``records`` (rows of one command), stamped with ``metadata``.
 
     Columns come in the order the records first give them, typed as :data:`COLUMNS` says for
-    ``metadata["command"]``; a column no schema names is typed as pyarrow infers it. A value
-    missing from a row is null.
+    ``metadata["command"]`` (and, for the records of several seeds, whose metadata holds their
+    ``seed_plan``, as :data:`SEEDS_COLUMNS` says: two runs' files have one schema); a column no
+    schema names is typed as pyarrow infers it. A value missing from a row is null.
     """
     import pyarrow as pa
 
-    known = {c.name: c.type for c in COLUMNS.get(str(metadata.get("command")), ())}
+    seeds = SEEDS_COLUMNS if "seed_plan" in metadata else ()
+    known = {c.name: c.type for c in (*seeds, *COLUMNS.get(str(metadata.get("command")), ()))}
     keys: list[str] = list(dict.fromkeys(k for r in records for k in r))
     arrays = [_column_array(k, [r.get(k) for r in records], known.get(k)) for k in keys]
     table = pa.table(dict(zip(keys, arrays, strict=False))) if keys else pa.table({})
@@ -187,10 +197,10 @@ def to_pandas(table):
 
 def schema_markdown(command: str | None = None) -> str:
     """The output schema's table (``docs/reference/schema.md``): one row per column (of one command, or of
-    all; saturation's fields too)."""
+    all; saturation's fields too; :data:`SEEDS` names the columns a several-seed run adds)."""
     rows = ["| column | type | commands | meaning |", "|---|---|---|---|"]
     seen: dict[tuple[str, str, str], list[str]] = {}
-    for cmd, cols in COLUMNS.items():
+    for cmd, cols in {**COLUMNS, SEEDS: SEEDS_COLUMNS}.items():
         if command is None or cmd == command:
             for c in cols:
                 seen.setdefault((c.name, c.type, c.meaning), []).append(cmd)

@@ -746,3 +746,62 @@ def test_an_exact_status_proven_both_ways_says_which_seed_proved_what():
     (table,) = [r for r in result.renderables() if isinstance(r, Table)]
     (column,) = [c for c in table.columns if str(c.header) == "exact status"]
     assert [str(c) for c in column.cells] == ["mixed: fails in seed 1; holds in seed 2"]
+
+
+def _seed_run(seed: int, exact: int | None, rank: int | None) -> dict:
+    """One seed's records, as :func:`spread` reads them from a run: two columns' Kruskal-rank estimates
+    (``kruskal --model --sweep``: the only records) and two columns' ranks of Z (``capacity``; the second's
+    ``rank``, None when unavailable)."""
+    estimates = [
+        {"check": "sweep_estimate", "model": "vit", "variant": v, "estimate": 4 + seed + i, "raw_estimate": 4 + seed}
+        | {"exact_kruskal_rank": exact, "floor": 1, "ceiling": 9}
+        for i, v in enumerate(("random", "trained"))
+    ]
+    ranks = [
+        {"model": "vit", "variant": v, "layer": 1, "heads": 2, "rank": 10 + seed if v == "random" else rank}
+        for v in ("random", "trained")
+    ]
+    return {"estimates": estimates, "ranks": ranks}
+
+
+def test_several_seed_files_of_two_runs_have_one_schema(tmp_path):
+    """The columns of several seeds were typed from their values: median, low and high int64 in one run's file
+    (integer values, an odd number of seeds) and float64 (or null where no seed gave a value) in another's,
+    exact_kruskal_rank a null column where no seed proved it. Files of two runs did not concatenate; their
+    columns have the types columns.json gives them, and each file still reads back as the result written."""
+    import pyarrow as pa
+
+    from mhaaudit.io import write_parquet
+    from mhaaudit.seeds.records import CELL_FIELDS
+    from mhaaudit.tables import COLUMNS, SEEDS_COLUMNS
+
+    kruskal = Layout(
+        "kruskal",
+        lambda r: [],
+        ("model", "variant", "check", "k"),
+        estimates=lambda r: r["estimates"],
+        estimate_key=("model", "variant", "check"),
+    )
+    capacity = Layout("capacity", lambda r: r["ranks"], ("model", "variant", "layer", "heads"), value="rank")
+    for layout in (kruskal, capacity):
+        meta = {"command": layout.command}
+        ints = spread(layout, plan_seeds("0-2"), [_seed_run(s, None, 3) for s in range(3)], meta=meta)
+        floats = spread(layout, plan_seeds("0-1"), [_seed_run(s, 7, None) for s in range(2)], meta=meta)
+        assert isinstance(ints.summaries[0].median, int) and isinstance(floats.summaries[0].median, float)
+        schemas = []
+        for name, result in (("ints", ints), ("floats", floats)):
+            path = tmp_path / f"{layout.command}-{name}.parquet"
+            write_parquet(result.records(), path, result.meta())
+            schemas.append(pq.read_schema(path).remove_metadata())
+            assert SeedsResult.from_parquet(path) == result
+        assert schemas[0] == schemas[1]
+        types = {f.name: f.type for f in schemas[0]}
+        assert set(types) <= {c.name for c in (*COLUMNS[layout.command], *SEEDS_COLUMNS)} | set(CELL_FIELDS)
+        assert types["median"] == types["low"] == types["high"] == pa.float64()
+        assert types["values"] == pa.list_(pa.float64()) and types["weights_seed"] == pa.int64()
+        both = pa.concat_tables([pq.read_table(tmp_path / f"{layout.command}-{n}.parquet") for n in ("ints", "floats")])
+        assert both.num_rows == len(ints.records()) + len(floats.records())
+    assert floats.summaries[1].median is None  # capacity's second column: no seed gave a rank
+    assert types["rank"] == pa.int64()
+    kruskal_types = {f.name: f.type for f in pq.read_schema(tmp_path / "kruskal-ints.parquet")}
+    assert kruskal_types["exact_kruskal_rank"] == pa.int64()

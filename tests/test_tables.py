@@ -132,17 +132,18 @@ def test_the_columns_are_the_data_file_shipped_with_the_package():
 
     from mhaaudit.memorize.results import MemorizeRun, flat_names
     from mhaaudit.memorize.saturation import SaturationSummary
-    from mhaaudit.tables import SATURATION_FIELDS, Column
+    from mhaaudit.tables import SATURATION_FIELDS, SEEDS_COLUMNS, Column
 
     data = json.loads(resources.files("mhaaudit").joinpath("columns.json").read_text(encoding="utf-8"))
     tables = {name: tuple(Column(**c) for c in cols) for name, cols in data.items()}
     assert COLUMNS == {
-        "check": tables["series"] + tables["where"] + tables["test"],
+        "check": tables["series"] + tables["where"] + tables["test"] + tables["estimate"],
         "kruskal": tables["test"],
         "capacity": tables["where"] + tables["capacity"],
         "memorize": tables["memorize"],
     }
-    for cols in (*COLUMNS.values(), SATURATION_FIELDS):
+    assert SEEDS_COLUMNS == tables["estimate"] + tables["seeds"]
+    for cols in (*COLUMNS.values(), SEEDS_COLUMNS, SATURATION_FIELDS):
         assert len({c.name for c in cols}) == len(cols)
     written = [c.name for c in COLUMNS["memorize"] if not c.meaning.startswith("output file only")]
     assert written == list(flat_names(MemorizeRun))
