@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
         "progress",
         "hub",
         "theory",
+        "places",
         "files",
         "phases",
         "workers",
