@@ -23,7 +23,7 @@ from . import hostmem
 from .documents import METADATA_KEY
 from .errors import InputError, MhaauditError, Param
 from .feature_parquet import feature_columns, feature_matrix
-from .files import arrow_source, native_name, regular_file
+from .files import arrow_source, native_name, parquet_need, read_parquet, regular_file, size_words
 
 FEATURE_EXTENSIONS = (".npy", ".pt", ".pth", ".safetensors", ".parquet")
 # The largest safetensors header read (the safetensors library refuses larger ones too).
@@ -201,49 +201,14 @@ def _refuse_unless_readable(p: Path, need: int | None = None, declared: str = ""
         )
 
 
-def _size(n: int) -> str:
-    """``n`` bytes in words: ``"2.56 GB"``, ``"4.0 MB"``."""
-    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
-
-
-# Bytes of one decoded value of each parquet physical type (a string's bytes are in the chunk's
-# uncompressed size, which counts too).
-_PARQUET_WIDTHS = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 12, "FLOAT": 4, "DOUBLE": 8}
-
-
-def _leaf_count(t) -> int:
-    """The parquet leaf columns an arrow type is stored in (a struct's and a map's fields each their own)."""
-    import pyarrow as pa
-
-    if pa.types.is_struct(t):
-        return sum(_leaf_count(t.field(i).type) for i in range(t.num_fields))
-    if pa.types.is_map(t):
-        return _leaf_count(t.key_type) + _leaf_count(t.item_type)
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return _leaf_count(t.value_type)
-    return 1
+_size = size_words
 
 
 def parquet_declared_bytes(path: str | os.PathLike, columns: Collection[str] | None = None) -> tuple[int, str]:
-    """What the parquet file ``path`` decodes to, from its footer alone (nothing else is read): the bytes
-    of every value its column chunks declare (at least their uncompressed size), and those counts in words.
-    Parquet's encodings (a run of zeros is a few bytes) let a small file declare gigabytes. With ``columns``,
-    only the chunks of those top-level columns count (the others are not read)."""
-    import pyarrow.parquet as pq
-
-    with arrow_source(path) as source:
-        parquet = pq.ParquetFile(source)
-        meta, schema = parquet.metadata, parquet.schema_arrow
-    owners = [name for name, t in zip(schema.names, schema.types, strict=True) for _ in range(_leaf_count(t))]
-    counted = [c for c in range(meta.num_columns) if columns is None or (c < len(owners) and owners[c] in set(columns))]
-    total = 0
-    for g in range(meta.num_row_groups):
-        group = meta.row_group(g)
-        for c in counted:
-            chunk = group.column(c)
-            width = _PARQUET_WIDTHS.get(chunk.physical_type, 0)
-            total += max(int(chunk.num_values) * width, int(chunk.total_uncompressed_size))
-    return total, f" (its metadata declares {meta.num_rows} rows of {len(counted)} columns, {_size(total)})"
+    """What the parquet file ``path`` decodes to once read whole (only the top-level ``columns`` when given), and
+    that in words: :func:`mhaaudit.files.parquet_need`, which counts every value its footer declares and the
+    rows of its dictionary-encoded text and binary columns decoded."""
+    return parquet_need(path, columns)
 
 
 def torch_declared_bytes(path: str | os.PathLike) -> tuple[int, str]:
@@ -449,7 +414,7 @@ def _read_safetensors(p: Path, key: str | None) -> tuple[torch.Tensor | MappedAr
 def _from_parquet(path: Path, key: str | None) -> tuple[np.ndarray, str]:
     """The T x d matrix of the parquet file ``path`` and what was read in words: only its feature columns
     (:func:`~mhaaudit.feature_parquet.feature_columns`) are sized against the memory available
-    (:func:`parquet_declared_bytes`) and read.
+    (:func:`mhaaudit.files.read_parquet`) and read.
 
     Raises:
         InputError: when no feature column is found, they would not fit the memory available, or their values
@@ -460,10 +425,8 @@ def _from_parquet(path: Path, key: str | None) -> tuple[np.ndarray, str]:
     with arrow_source(path) as source:
         schema = pq.read_schema(source)
     chosen, kind = feature_columns(path, schema, key)
-    decoded, declared = parquet_declared_bytes(path, chosen)
-    _refuse_unless_readable(path, 2 * decoded, declared)  # the Arrow table, then the matrix made of it
-    with arrow_source(path) as source:
-        table = pq.read_table(source, columns=chosen)
+    hint = "save the features as a float32 .npy or .safetensors file, which is memory-mapped instead of read"
+    table = read_parquet(path, InputError, str(path), chosen, factor=2, hint=hint)  # the table, then the matrix
     return feature_matrix(path, table, chosen, kind)
 
 

@@ -20,6 +20,13 @@ Every reader goes through these before it opens anything:
   symbolic link, a bind mount) is the same folder.
 - :func:`arrow_source`: what the Arrow and parquet readers are given for a file, so that a name
   that is not UTF-8 can be read too.
+- :func:`read_parquet` and :func:`stream_column`: a parquet file is small on disk and large in memory by
+  design (a run of zeros declares millions of values in a few bytes; a dictionary-encoded text column
+  holds each distinct string once, however many rows repeat it, and a read decodes one copy per row).
+  Every parquet file a user names is read whole only once :func:`parquet_need` has counted what the
+  read takes and found it within the memory available (:func:`memory_limit`), else refused in one line
+  naming the file, what it needs and that limit; a streamed column is read with its text as
+  dictionaries and each batch sized (:func:`decoded_bytes`) before it is decoded.
 
 No torch here: the command line checks its outputs before the library is imported.
 """
@@ -30,25 +37,36 @@ import contextlib
 import json
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
+from . import hostmem
 from .errors import MhaauditError, one_line
 from .places import first_name_under, same_place, within
 
 __all__ = [
     "MAX_FOLDER_DEPTH",
     "MAX_JSON_BYTES",
+    "PARQUET_BATCH_ROWS",
+    "PYTHON_VALUE_BYTES",
+    "check_parquet",
+    "decoded_bytes",
+    "dictionary_reader",
     "first_name_under",
     "folder_files",
     "inside",
     "kind_of",
+    "memory_limit",
     "name_inside",
+    "parquet_need",
     "read_json",
+    "read_parquet",
     "regular_file",
     "same_place",
+    "size_words",
     "special_kind",
+    "stream_column",
     "within",
 ]
 
@@ -315,3 +333,267 @@ def folder_files(
                 )
             found.append(Path(entry.path))
     return found
+
+
+# --------------------------------------------------------------------------- parquet files
+
+# Bytes of one decoded value of each fixed-width parquet physical type.
+_PARQUET_WIDTHS = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 12, "FLOAT": 4, "DOUBLE": 8}
+_DICTIONARY_ENCODINGS = frozenset({"PLAIN_DICTIONARY", "RLE_DICTIONARY"})
+# What one value takes as a Python object (its header, a list's slot) once a table is turned into Python
+# values (``to_pylist``); its bytes (a string's) count again on top.
+PYTHON_VALUE_BYTES = 100
+# How many rows a streamed parquet column (``--data``'s text or image column) is read at once.
+PARQUET_BATCH_ROWS = 256
+
+
+def size_words(n: int) -> str:
+    """``n`` bytes in words: ``"2.56 GB"``, ``"4.0 MB"``."""
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+
+
+def memory_limit() -> int:
+    """The bytes a file read into memory may take: the memory this process can still use
+    (:func:`mhaaudit.hostmem.available_memory`, cgroup-aware)."""
+    return hostmem.available_memory()
+
+
+def _leaf_counts(t) -> int:
+    """The parquet leaf columns an arrow type is stored in (a struct's and a map's fields each their own)."""
+    import pyarrow as pa
+
+    if pa.types.is_struct(t):
+        return sum(_leaf_counts(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_map(t):
+        return _leaf_counts(t.key_type) + _leaf_counts(t.item_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _leaf_counts(t.value_type)
+    return 1
+
+
+def decoded_bytes(arr) -> int:
+    """The bytes an Arrow array read with dictionary-encoded leaves (``read_dictionary``) takes once its
+    dictionaries are decoded, as a plain read makes them: every row's value bytes (a value repeated
+    a million times through one dictionary entry counts a million times) and 8 bytes of offsets
+    each; other leaves as they lie. Nothing is decoded to count it."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(arr, pa.ChunkedArray):
+        return sum(decoded_bytes(c) for c in arr.chunks)
+    if isinstance(arr, pa.DictionaryArray):
+        lengths = pc.binary_length(arr.dictionary).cast(pa.int64())
+        total = pc.sum(pc.take(lengths, arr.indices)).as_py() or 0
+        return int(total) + 8 * len(arr)
+    if isinstance(arr, pa.MapArray):
+        return decoded_bytes(arr.keys) + decoded_bytes(arr.items) + 8 * len(arr)
+    if isinstance(arr, pa.StructArray):
+        return sum(decoded_bytes(child) for child in arr.flatten()) + len(arr)
+    if isinstance(arr, pa.ListArray | pa.LargeListArray | pa.FixedSizeListArray):
+        return decoded_bytes(arr.flatten()) + 8 * len(arr)
+    return int(arr.nbytes)
+
+
+def _plain_bytes(t) -> bool:
+    """Whether the arrow type ``t`` holds a text or binary leaf that is not dictionary-encoded."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(t):
+        return False
+    if pa.types.is_struct(t):
+        return any(_plain_bytes(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_map(t):
+        return _plain_bytes(t.key_type) or _plain_bytes(t.item_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _plain_bytes(t.value_type)
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
+
+
+def dictionary_reader(source, top: str):
+    """A ``pq.ParquetFile`` of ``source`` that reads every text and binary leaf of the top-level column ``top`` as a
+    dictionary (nothing decoded row by row), or None when ``read_dictionary`` cannot name them all (a name
+    holding a dot is ambiguous there)."""
+    import pyarrow.parquet as pq
+
+    schema = pq.ParquetFile(source).schema
+    leaves = [schema.column(c).path for c in range(len(schema)) if schema.column(c).physical_type == "BYTE_ARRAY"]
+    mine = [leaf for leaf in leaves if leaf == top or leaf.startswith(top + ".")]
+    reader = pq.ParquetFile(source, read_dictionary=mine)
+    index = reader.schema_arrow.get_field_index(top)
+    return None if index < 0 or _plain_bytes(reader.schema_arrow.field(index).type) else reader
+
+
+def parquet_need(
+    path: str | os.PathLike, columns: Collection[str] | None = None, *, python: bool = False, limit: int | None = None
+) -> tuple[int, str]:
+    """What reading the parquet file ``path`` whole (``pq.read_table``, then ``to_pylist`` with ``python``) takes
+    in memory, and that in words; with ``columns``, only those top-level columns are counted (the others
+    are not read).
+
+    Counted from the footer: every value of every column chunk (a run of zeros declares millions of
+    values in a few bytes), 8 bytes of offsets per text or binary value and per list, and at least each
+    chunk's uncompressed size. A dictionary-encoded text or binary chunk decodes to one copy of its entry
+    per row (a few KB holding one string and ten million indices decode to ten million copies): once what
+    the footer declares fits ``limit``, those chunks are read as dictionaries, one row group at a time (what
+    that takes is in the footer's count), and their rows' value bytes counted exactly (:func:`decoded_bytes`;
+    past ``limit`` the count stops, a floor). A column that ``read_dictionary`` cannot name apart from another
+    (``a.b`` beside a struct ``a`` with a field ``b``) counts each entry as long as its chunk's uncompressed
+    size. Each Python value adds :data:`PYTHON_VALUE_BYTES`, and its bytes again.
+
+    Raises:
+        OSError, pyarrow.ArrowException: when the footer or a dictionary cannot be read.
+    """
+    import pyarrow.parquet as pq
+
+    with arrow_source(path) as source:
+        parquet = pq.ParquetFile(source)
+        meta, arrow = parquet.metadata, parquet.schema_arrow
+        owners = [n for n, t in zip(arrow.names, arrow.types, strict=True) for _ in range(_leaf_counts(t))]
+        wanted = set(arrow.names if columns is None else columns)
+        counted = [c for c in range(meta.num_columns) if c < len(owners) and owners[c] in wanted]
+        total, values, pending = 0, 0, dict[tuple[int, str], int]()
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            for c in counted:
+                chunk, leaf = group.column(c), parquet.schema.column(c)
+                n, kind, packed = int(chunk.num_values), chunk.physical_type, int(chunk.total_uncompressed_size)
+                width = leaf.length if kind == "FIXED_LEN_BYTE_ARRAY" else _PARQUET_WIDTHS.get(kind, 8)
+                fixed = n * (width + 8 * leaf.max_repetition_level) + n // 8 + 1  # values, list offsets, validity
+                dictionary = chunk.has_dictionary_page or bool(_DICTIONARY_ENCODINGS & set(chunk.encodings))
+                values += n
+                if kind == "BYTE_ARRAY" and dictionary:
+                    total += fixed + packed  # the indices and the dictionary; its rows' bytes are counted below
+                    pending.setdefault((g, owners[c]), 0)
+                else:
+                    total += max(fixed + (packed if kind == "BYTE_ARRAY" else 0), packed)
+        if python:
+            total += values * PYTHON_VALUE_BYTES
+        expanded = 0
+        if pending and (limit is None or total <= limit):
+            readers: dict[str, Any] = {}
+            for g, top in pending:
+                if top not in readers:
+                    readers[top] = dictionary_reader(source, top)
+                if readers[top] is None:  # each entry at most its chunk's size, on every row
+                    chunks = [meta.row_group(g).column(c) for c in counted if owners[c] == top]
+                    expanded += sum(int(k.num_values) * int(k.total_uncompressed_size) for k in chunks)
+                else:
+                    expanded += decoded_bytes(
+                        readers[top].read_row_group(g, columns=[top], use_threads=False).column(0)
+                    )
+                if limit is not None and total + expanded * (2 if python else 1) > limit:
+                    break  # enough to refuse
+        total += expanded * (2 if python else 1)
+    words = f"its footer declares {meta.num_rows} rows of {len(counted)} columns"
+    if expanded:
+        words += f", its dictionary-encoded text decodes to at least {size_words(expanded)}"
+    return total, words
+
+
+def check_parquet(
+    path: str | os.PathLike,
+    error: type[MhaauditError],
+    what: str = "",
+    columns: Collection[str] | None = None,
+    *,
+    python: bool = False,
+    factor: int = 1,
+    hint: str = "",
+) -> None:
+    """Check, before it is read, that reading the parquet file ``path`` whole fits :func:`memory_limit`:
+    ``factor`` times what :func:`parquet_need` counts (2 where the table is copied once more). ``what``
+    starts the message (default: the path), ``hint`` ends it.
+
+    Raises:
+        MhaauditError: of type ``error``, when ``path`` is not a regular file (:func:`regular_file`), its
+            footer cannot be read, or reading it needs more than the memory available.
+    """
+    p = regular_file(path, error, what)
+    label = what or str(p)
+    limit = memory_limit()
+    try:
+        need, words = parquet_need(p, columns, python=python, limit=limit // max(1, factor))
+    except MhaauditError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises many types; all mean an unreadable file here
+        raise error(label + f": cannot read it as a parquet file ({one_line(exc, 160)})") from None
+    need = max(need * factor, p.stat().st_size)
+    if need > limit:
+        raise error(
+            label + f": reading it needs at least {size_words(need)} in memory ({words}), more than the "
+            f"{size_words(limit)} available" + ("; " + hint if hint else "")
+        )
+
+
+def read_parquet(
+    path: str | os.PathLike,
+    error: type[MhaauditError],
+    what: str = "",
+    columns: Collection[str] | None = None,
+    *,
+    python: bool = False,
+    factor: int = 1,
+    hint: str = "",
+):
+    """The parquet file ``path`` read whole as an Arrow table (only ``columns`` when given), once
+    :func:`check_parquet` has found that it fits the memory available: every read of a whole parquet
+    file a user names goes through here.
+
+    Raises:
+        MhaauditError: of type ``error``, as :func:`check_parquet` raises.
+        OSError, pyarrow.ArrowException: when the file cannot be read (the caller words it).
+    """
+    import pyarrow.parquet as pq
+
+    check_parquet(path, error, what, columns, python=python, factor=factor, hint=hint)
+    with arrow_source(path) as source:
+        return pq.read_table(source, columns=None if columns is None else list(columns))
+
+
+def stream_column(
+    path: str | os.PathLike, column: str, error: type[MhaauditError], what: str = "", rows: int = PARQUET_BATCH_ROWS
+):
+    """The Python values of the top-level column ``column`` of the parquet file ``path``, read ``rows`` at a
+    time: its text and binary leaves as dictionaries, and each batch sized (:func:`decoded_bytes`, and
+    :data:`PYTHON_VALUE_BYTES` a value) before it is decoded, so that a batch of a string repeated
+    through one dictionary entry never expands past the memory available. Each row group's chunks of
+    the column must fit first (a page is decompressed whole).
+
+    Raises:
+        MhaauditError: of type ``error``, when a row group's chunks of the column, or a batch decoded, would
+            take more than the memory available.
+        OSError, pyarrow.ArrowException: when the file cannot be read (the caller words it).
+    """
+    import pyarrow.parquet as pq
+
+    label = what or os.fspath(path)
+    with arrow_source(path) as source:
+        parquet = pq.ParquetFile(source)
+        meta, arrow = parquet.metadata, parquet.schema_arrow
+        owners = [n for n, t in zip(arrow.names, arrow.types, strict=True) for _ in range(_leaf_counts(t))]
+        mine = [c for c in range(meta.num_columns) if c < len(owners) and owners[c] == column]
+        groups = [[meta.row_group(g).column(c) for c in mine] for g in range(meta.num_row_groups)]
+        packed = max((sum(int(k.total_uncompressed_size) for k in chunks) for chunks in groups), default=0)
+        reader = dictionary_reader(source, column)
+        if reader is None:  # a name read_dictionary cannot take: each entry at most its chunk's size, on every row
+            packed += rows * max((int(k.total_uncompressed_size) for chunks in groups for k in chunks), default=0)
+        limit = memory_limit()
+        if packed > limit:
+            raise error(
+                label + f": reading its column {column!r} needs at least {size_words(packed)} in memory (a row "
+                f"group's chunks of it, as its footer declares), more than the {size_words(limit)} available"
+            )
+        batches = (  # a row group at a time: a nested column's dictionaries change between them
+            batch
+            for g in range(meta.num_row_groups)
+            for batch in (reader or parquet).iter_batches(rows, row_groups=[g], columns=[column], use_threads=False)
+        )
+        for batch in batches:
+            values = batch.column(0)
+            need = 2 * decoded_bytes(values) + len(values) * PYTHON_VALUE_BYTES  # Arrow's copy, then Python's
+            if need > limit:
+                raise error(
+                    label + f": {len(values)} rows of its column {column!r} decode to {size_words(need)} in memory "
+                    f"(a value a row, as Arrow's and then as Python's), more than the {size_words(limit)} available"
+                )
+            yield from values.to_pylist()

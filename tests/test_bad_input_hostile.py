@@ -419,9 +419,9 @@ def test_what_a_file_declares_is_bounded_before_it_is_read(monkeypatch, capsys, 
     path = hostile["zeros"] if kind == "parquet" else hostile["deflated"]
     assert os.path.getsize(path) < 3_000_000
     rc, _, err = run(capsys, "kruskal", path, *JSON)
-    words = "its metadata declares 200000 rows of 8 columns" if kind == "parquet" else "of them compressed"
+    words = "its footer declares 200000 rows of 8 columns" if kind == "parquet" else "of them compressed"
     line = assert_one_error(rc, err, words)
-    assert "3.0 MB are available" in line
+    assert ("more than the 3.0 MB available" if kind == "parquet" else "3.0 MB are available") in line
 
 
 def test_a_timm_checkpoint_is_read_with_weights_only(monkeypatch, capsys, hostile):
@@ -675,3 +675,57 @@ def vit_series_dirs(vit_dir, tmp_path):
     for name in ("ckpt-1", "ckpt-2"):
         shutil.copytree(vit_dir, tmp_path / name)
     return vit_dir, tmp_path / "ckpt-1", tmp_path / "ckpt-2"
+
+
+def _repeating(path, rows: int, width: int, *names: str):
+    """A parquet file of a few KB whose text columns ``names`` repeat one string of ``width`` characters on every
+    row (dictionary-encoded, as ``pq.write_table`` writes text): rows x width bytes once read."""
+    value = pa.array(["z" * width] * rows)
+    pq.write_table(pa.table(dict.fromkeys(names, value)), path)
+    assert os.path.getsize(path) < 100_000
+    return path
+
+
+@pytest.mark.parametrize(
+    "case, args, words",
+    [
+        ("capacity-from", "capacity {vit} --from {file} --limit 20", "--from {file}: reading it needs at least"),
+        ("memorize-resume", "memorize --sizes 16 --device cpu --out {file}", "existing results file {file}: reading"),
+        ("data-text", "check {bert} --data {file} --context-length 16", "256 rows of its column 'text' decode to"),
+    ],
+)
+def test_dictionary_text_is_sized_as_it_decodes(monkeypatch, capsys, hostile, tmp_path, case, args, words):
+    """A few KB of parquet that repeat one long string through a dictionary decode to one copy a row: every read of
+    such a file is refused in one line, before it is decoded, once what it takes exceeds the memory available
+    (made 10 MB here); the footer's sizes alone (a few KB) let it through before."""
+    from mhaaudit import files
+
+    def trap(*a, **k):
+        raise AssertionError("the file was read before its decoded size was checked")
+
+    monkeypatch.setattr(files, "memory_limit", lambda: 10_000_000)
+    monkeypatch.setattr(pq, "read_table", trap)
+    if case == "data-text":  # read 256 rows at a time: one batch of 100 KB strings takes 25 MB
+        path = _repeating(tmp_path / "d.parquet", 600, 100_000, "text")
+    else:  # read whole: 20000 rows of 10 KB strings, 200 MB a column
+        path = _repeating(tmp_path / "d.parquet", 20_000, 10_000, "check", "variant", "config_key")
+    words = words.format(file=path)
+    rc, out, err = run(capsys, *shlex.split(args.format(file=path, **hostile)))
+    line = assert_one_error(rc, err, words)
+    assert "more than the 10.0 MB available" in line and out == ""
+
+
+def test_results_read_back_are_sized_first(monkeypatch, hostile, tmp_path):
+    """``MemorizeGrid.from_parquet`` reads the rows whole: refused as the resume file is; a result's own
+    ``from_parquet`` (``AuditResult``) reads only the footer's metadata, never a row."""
+    from mhaaudit import AuditResult, files
+    from mhaaudit.errors import InputError
+    from mhaaudit.memorize import MemorizeGrid
+
+    path = _repeating(tmp_path / "d.parquet", 20_000, 10_000, "config_key")
+    monkeypatch.setattr(files, "memory_limit", lambda: 10_000_000)
+    with pytest.raises(InputError, match=r"d\.parquet: reading it needs at least .* more than the 10\.0 MB available"):
+        MemorizeGrid.from_parquet(path)
+    monkeypatch.setattr(pq, "read_table", lambda *a, **k: pytest.fail("a row was read"))
+    with pytest.raises(InputError, match=r"d\.parquet"):
+        AuditResult.from_parquet(path)

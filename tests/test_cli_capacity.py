@@ -476,7 +476,7 @@ def test_from_a_file_declaring_more_than_memory_holds_is_refused_before_it_is_re
     monkeypatch.setattr(pq, "read_table", trap)
     rc, out, err = run(capsys, "capacity", vit4, *FROM, "--from", tmp_path / "z.parquet")
     line = assert_one_error(rc, err, "its footer declares 1000000 rows of 2 columns")
-    assert "0.05 GB available" in line and out == ""
+    assert "more than the 50.0 MB available" in line and out == ""
 
 
 def test_the_inputs_skipped_are_noted(capsys, vit4, image_dir, tmp_path):

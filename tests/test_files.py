@@ -184,3 +184,134 @@ def test_special_kind_names_what_an_output_must_not_replace(tmp_path):
     assert files.special_kind(tmp_path / "p") == "a named pipe (FIFO)"
     assert files.special_kind(tmp_path / "to-p") == f"a symbolic link to a named pipe (FIFO) ({tmp_path / 'p'})"
     assert files.special_kind("/dev/null") == "a character device"
+
+
+# --------------------------------------------------------------------------- parquet files
+
+
+def _repeated(path, rows: int = 100_000, width: int = 100, **extra):
+    """A parquet file of one string of ``width`` characters repeated on ``rows`` rows (dictionary-encoded, as
+    ``pq.write_table`` writes text: a few KB on disk) beside float32 zeros."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"s": pa.array(["x" * width] * rows), "v": np.zeros(rows, np.float32), **extra})
+    pq.write_table(table, path)
+    return table
+
+
+def test_parquet_need_counts_dictionary_text_row_by_row(tmp_path):
+    """A string repeated through one dictionary entry decodes to one copy a row: the footer's uncompressed sizes
+    (what was counted before) are a few KB, the read takes rows x (width + offsets)."""
+    import pyarrow.parquet as pq
+
+    _repeated(tmp_path / "r.parquet")
+    footer = pq.ParquetFile(tmp_path / "r.parquet").metadata
+    packed = sum(
+        footer.row_group(g).column(c).total_uncompressed_size
+        for g in range(footer.num_row_groups)
+        for c in range(footer.num_columns)
+    )
+    need, words = files.parquet_need(tmp_path / "r.parquet")
+    read = pq.read_table(tmp_path / "r.parquet").nbytes
+    assert packed < 100_000 < 100_000 * 100 <= read <= need <= 3 * read
+    assert "declares 100000 rows of 2 columns" in words and "dictionary-encoded text decodes to at least" in words
+    only_v, _ = files.parquet_need(tmp_path / "r.parquet", ["v"])
+    assert 400_000 <= only_v < 1_000_000  # the text column is not read, so not counted
+    python, _ = files.parquet_need(tmp_path / "r.parquet", python=True)
+    assert python >= need + 2 * 100_000 * files.PYTHON_VALUE_BYTES
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        ["a", None, "bcd"] * 1000,
+        [["ab", "cd"], None, []] * 1000,
+        [{"k": "x" * 50, "n": 1}, None, {"k": None, "n": 2}] * 1000,
+        [f"distinct {i}" for i in range(3000)],
+        [b"\x00" * 300, None, b"y"] * 1000,
+    ],
+    ids=["text-nulls", "list-of-text", "struct", "distinct", "binary"],
+)
+def test_parquet_need_bounds_what_a_read_takes(tmp_path, column):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"c": pa.array(column)}), tmp_path / "c.parquet", row_group_size=700)
+    need, _ = files.parquet_need(tmp_path / "c.parquet")
+    read = pq.read_table(tmp_path / "c.parquet").nbytes
+    assert read <= need <= 8 * read + 100_000
+
+
+def test_a_name_read_dictionary_cannot_take_is_counted_conservatively(tmp_path):
+    """A top-level column ``a.b`` beside a struct ``a`` with a field ``b``: read_dictionary cannot tell them apart
+    by name, so the text of ``a.b`` counts as long as its chunk on every row, never less than a read takes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"a.b": ["y" * 100] * 1000, "a": [{"b": "z" * 50}] * 1000}), tmp_path / "d.parquet")
+    need, _ = files.parquet_need(tmp_path / "d.parquet", ["a.b"])
+    chunk = pq.ParquetFile(tmp_path / "d.parquet").metadata.row_group(0).column(0)
+    assert need >= 1000 * chunk.total_uncompressed_size
+    struct = pq.read_table(tmp_path / "d.parquet", columns=["a"]).nbytes
+    assert files.parquet_need(tmp_path / "d.parquet", ["a"])[0] >= struct
+
+
+def test_read_parquet_refuses_before_reading(tmp_path, monkeypatch):
+    """A 10 MB limit: the file (a few KB, 10 MB of text once read) is refused in one line naming it, what it
+    would take and the limit, before a row is decoded; a file that fits is read."""
+    import pyarrow.parquet as pq
+
+    table = _repeated(tmp_path / "r.parquet")
+    monkeypatch.setattr(files, "memory_limit", lambda: 10_000_000)
+    real = pq.read_table
+
+    def trap(*a, **k):
+        raise AssertionError("read before it was sized")
+
+    monkeypatch.setattr(pq, "read_table", trap)
+    with pytest.raises(InputError) as e:
+        files.read_parquet(tmp_path / "r.parquet", InputError, hint="try less")
+    line = str(e.value)
+    assert "\n" not in line and line.startswith(f"{tmp_path / 'r.parquet'}: reading it needs at least ")
+    assert "more than the 10.0 MB available; try less" in line and "declares 100000 rows" in line
+    with pytest.raises(InputError, match="is a folder"):
+        files.read_parquet(tmp_path, InputError)
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 not parquet")
+    with pytest.raises(InputError, match="cannot read it as a parquet file"):
+        files.read_parquet(tmp_path / "bad.parquet", InputError)
+    monkeypatch.setattr(pq, "read_table", real)
+    assert files.read_parquet(tmp_path / "r.parquet", InputError, columns=["v"]).column_names == ["v"]
+    monkeypatch.setattr(files, "memory_limit", lambda: 1 << 40)
+    assert files.read_parquet(tmp_path / "r.parquet", InputError).equals(table)
+
+
+def test_stream_column_sizes_each_batch_before_decoding_it(tmp_path, monkeypatch):
+    """``--data``'s columns are read 256 rows at a time: a batch of a 100 KB string repeated (a few KB on disk,
+    25 MB decoded, twice over as Python values) is refused; shorter rows stream, values as a plain read gives."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    _repeated(tmp_path / "r.parquet", rows=600, width=100_000)
+    monkeypatch.setattr(files, "memory_limit", lambda: 20_000_000)
+    with pytest.raises(DataError) as e:
+        next(files.stream_column(tmp_path / "r.parquet", "s", DataError, "parquet file r.parquet"))
+    assert str(e.value).startswith("parquet file r.parquet: 256 rows of its column 's' decode to ")
+    assert "more than the 20.0 MB available" in str(e.value)
+    column = [{"bytes": b"z" * 30, "path": None}, None, {"bytes": None, "path": "p.png"}] * 300
+    pq.write_table(pa.table({"image": column, "text": ["t"] * 900}), tmp_path / "ok.parquet", row_group_size=500)
+    assert list(files.stream_column(tmp_path / "ok.parquet", "image", DataError)) == column
+    assert list(files.stream_column(tmp_path / "ok.parquet", "text", DataError)) == ["t"] * 900
+
+
+def test_stream_column_refuses_a_chunk_larger_than_memory(tmp_path, monkeypatch):
+    """A page is decompressed whole: a row group's chunk declaring more than the memory available is refused
+    before a page is read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"t": [f"row {i}" for i in range(50_000)]}), tmp_path / "t.parquet")
+    monkeypatch.setattr(files, "memory_limit", lambda: 100_000)
+    with pytest.raises(DataError, match=r"t.parquet: reading its column 't' needs at least .*a row group's chunks"):
+        next(files.stream_column(tmp_path / "t.parquet", "t", DataError))

@@ -97,12 +97,12 @@ HEAVY = {
 # The modules that import a heavy dependency inside a function, and which ones.
 DEFERRED = {
     "mhaaudit.batching": {"PIL"},
-    "mhaaudit.capacity.assumptions": {"pyarrow"},
     "mhaaudit.capacity.certificate": {"scipy"},
     "mhaaudit.capacity.oracle": {"scipy"},
     "mhaaudit.collectives": {"torch"},
     "mhaaudit.distributed": {"torch"},
     "mhaaudit.features": {"safetensors"},
+    "mhaaudit.files": {"pyarrow"},
     "mhaaudit.imports": {"transformers"},
     "mhaaudit.feature_files": {"pyarrow", "safetensors"},
     "mhaaudit.feature_parquet": {"pyarrow"},

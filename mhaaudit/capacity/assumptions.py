@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import hostmem
 from ..check_words import CHECK_TITLES
 from ..errors import InputError, Param
-from ..files import arrow_source, regular_file
-from ..io import parquet_declared_bytes, read_parquet_metadata
+from ..files import read_parquet, regular_file
+from ..io import read_parquet_metadata
 from ..kruskal import kruskal_sweep, set_stats, subset_test
 from ..kruskal.stored import record_contradiction
 from ..numerics import numerics, tf32_off
@@ -136,10 +135,6 @@ def audit_assumptions(fs, settings, label: str = "") -> tuple[Assumptions, dict[
     return out, timings
 
 
-# What one value of a results file costs once read as a Python object in a row's dict (the object, its slot).
-_PYTHON_VALUE_BYTES = 100
-
-
 def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
     """The metadata and records of a parquet file written by ``mhaaudit check --out``.
 
@@ -148,8 +143,6 @@ def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
             more values than the memory available holds, has no check/variant columns (or no rows), or carries
             malformed mhaaudit metadata.
     """
-    import pyarrow.parquet as pq
-
     p = Path(path)
     if p.is_dir() or not p.exists():
         what = "a folder, not a parquet file of check results" if p.is_dir() else "no such file"
@@ -160,23 +153,15 @@ def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
         raise InputError(Param("from_path") + f" {exc}") from None
     try:
         meta = read_parquet_metadata(p)
-        decoded, _ = parquet_declared_bytes(p)
-        with arrow_source(p) as source:
-            footer = pq.ParquetFile(source).metadata
     except Exception as exc:  # noqa: BLE001 - any failure to read the footer is the user's bad input
         raise InputError(
             Param("from_path") + f" {p}: cannot read it as a parquet file ({' '.join(str(exc).split())[:160]})"
         ) from None
-    need, avail = decoded + footer.num_rows * footer.num_columns * _PYTHON_VALUE_BYTES, hostmem.available_memory()
-    if need > avail:  # it is read whole, as Python values: what its footer declares bounds them before
-        raise InputError(
-            Param("from_path") + f" {p}: its footer declares {footer.num_rows} rows of {footer.num_columns} columns, "
-            f"at least {need / 1e9:.2f} GB once read, more than the {avail / 1e9:.2f} GB available (a results file "
-            "of " + Param("check_out") + " holds a few rows a check)"
-        )
-    try:
-        with arrow_source(p) as source:
-            rows = pq.read_table(source).to_pylist()
+    hint = "a results file of " + Param("check_out") + " holds a few rows a check"
+    try:  # it is read whole, as Python values: what its footer declares, decoded, bounds them before
+        rows = read_parquet(p, InputError, Param("from_path") + f" {p}", python=True, hint=hint).to_pylist()
+    except InputError:
+        raise
     except Exception as exc:  # noqa: BLE001 - any failure to read the file is the user's bad input
         raise InputError(
             Param("from_path") + f" {p}: cannot read it as a parquet file ({' '.join(str(exc).split())[:160]})"

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from ..errors import InputError, MhaauditError, Param, one_line
-from ..files import arrow_source, regular_file
+from ..files import read_parquet
 from ..io import read_parquet_metadata, stamp, write_parquet
 from ..keywords import request_of
 from ..plot import plot_memorize
@@ -88,13 +88,14 @@ def _read_results(path: Path, meta: dict) -> dict[str, dict]:
             same configuration key).
     """
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    regular_file(path, InputError, f"the existing results file {path}")  # a named pipe would block the reader
-    try:
-        with arrow_source(path) as source:
-            table = pq.read_table(source)
+    what = f"the existing results file {path}"
+    hint = "move it away or pick another " + Param("out")
+    try:  # a named pipe would block the reader; what its footer declares, decoded, must fit first
+        table = read_parquet(path, InputError, what, python=True, hint=hint)
         rows = table.to_pylist()
+    except InputError:
+        raise
     except Exception as exc:
         raise InputError(
             f"cannot read the existing results file {path} ({exc.__class__.__name__}); move it away or pick another "

@@ -15,7 +15,7 @@ from typing import ClassVar
 from .._version import __version__
 from ..documents import METADATA_KEY, decode_fields, decode_result, null_as_nonfinite, read_json_document
 from ..errors import InputError, Param
-from ..files import arrow_source
+from ..files import read_parquet
 from ..provenance import stamp
 from ..render_memorize import memorize_report
 from ..tables import StoredResult
@@ -243,12 +243,10 @@ class MemorizeGrid(StoredResult):
         """
 
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         where = os.fspath(path)
-        try:
-            with arrow_source(where) as source:
-                table = pq.read_table(source)
+        try:  # read whole, as Python values: what its footer declares, decoded, must fit first
+            table = read_parquet(where, InputError, where, python=True)
         except (OSError, pa.ArrowException) as exc:
             raise InputError(f"{where}: not a readable parquet file ({exc})") from exc
         raw = (table.schema.metadata or {}).get(METADATA_KEY)

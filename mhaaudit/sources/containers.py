@@ -23,7 +23,7 @@ from typing import Any
 
 from ..defaults import DEFAULT_SPLIT
 from ..errors import DataError, InputError, MhaauditError, Param, one_line
-from ..files import arrow_source, folder_files, name_inside, read_json, regular_file, utf8_name
+from ..files import arrow_source, folder_files, name_inside, read_json, regular_file, stream_column, utf8_name
 
 __all__ = ["IMAGE_NAMES", "TEXT_NAMES", "Table", "choose_column", "is_saved_dataset", "open_table"]
 
@@ -122,10 +122,8 @@ def _parquet(path: Path) -> Table:
         raise DataError(f"cannot read parquet file {path}: {one_line(exc, 300, first_line=True)}") from None
 
     def values(column: str) -> Iterator[Any]:
-        try:
-            with arrow_source(path) as source:
-                for batch in pq.ParquetFile(source).iter_batches(batch_size=256, columns=[column]):
-                    yield from batch.column(0).to_pylist()
+        try:  # 256 rows at a time, each batch sized before it is decoded
+            yield from stream_column(path, column, DataError, f"parquet file {path}")
         except OSError as exc:
             raise DataError(f"reading parquet file {path} failed: {one_line(exc, 300, first_line=True)}") from None
 
