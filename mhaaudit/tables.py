@@ -92,7 +92,7 @@ COLUMNS: dict[str, tuple[Column, ...]] = {
     "memorize": MEMORIZE_COLUMNS,
 }
 #: How the schema's tables (:func:`schema_markdown`) name the columns of a several-seed run.
-SEEDS = "--seeds"
+SEEDS = "several seeds"
 
 
 def arrow_type(spec: str):
