@@ -104,9 +104,13 @@ def sweep_lines(sw: Sweep, label: str = "") -> list[str]:
     """What a sweep estimates and proves, in lines: the estimate, the certified ceiling and floor, and the exact
     Kruskal rank or the interval it lies in; ``label`` begins the first line."""
     pre = f"{label}: " if label else ""
+    how = (
+        f"largest k with satisfied fraction >= {sw.threshold} over {sw.samples} nested draws; an estimate"
+        if sw.kmax_sampled
+        else "no draw was made: the certified ceiling below proves that no row is independent"
+    )
     out = [
-        f"{pre}Kruskal-rank estimate {sw.estimate} (largest k with satisfied fraction >= {sw.threshold} over "
-        f"{sw.samples} nested draws; an estimate).",
+        f"{pre}Kruskal-rank estimate {sw.estimate} ({how}).",
         f"  certified ceiling {sw.ceiling.value}: {sw.ceiling.proves}.",
         f"  certified floor {sw.floor.value}: {sw.floor.proves}.",
     ]

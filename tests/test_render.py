@@ -189,3 +189,18 @@ def test_a_test_with_no_decided_draw_shows_no_fraction():
     table = kruskal_table([test])
     cells = {str(c.header): [str(x) for x in c.cells] for c in table.columns}
     assert cells["fraction"] == ["-"] and cells["95% CI"] == ["-"] and cells["draws"] == ["0"]
+
+
+def test_a_sweep_that_drew_nothing_does_not_say_it_drew():
+    """All-zero rows: every size is decided by the proven ceiling 0 and no draw is made; the sweep's lines said
+    "over 50 nested draws" all the same."""
+    import torch
+
+    from mhaaudit.kruskal import kruskal_sweep
+
+    none = kruskal_sweep(torch.zeros(5, 3), samples=50)
+    assert none.kmax_sampled == 0 and none.ceiling.value == 0
+    first = sweep_lines(none)[0]
+    assert "nested draws" not in first and "no draw was made" in first
+    some = kruskal_sweep(torch.randn(30, 4, generator=torch.Generator().manual_seed(0)), samples=50)
+    assert some.kmax_sampled == 4 and "over 50 nested draws; an estimate" in sweep_lines(some)[0]
