@@ -202,3 +202,33 @@ def test_nan_rejected():
     X[3, 2] = float("nan")
     with pytest.raises(InputError, match="NaN"):
         subset_test(X, 2)
+
+
+def test_a_test_at_k_1_proves_every_row_independent_from_the_smallest_norm():
+    """At k = 1 each draw is one row, decided on its own: every row clearing its tolerance beyond rounding proves
+    the test holds (the sweep's floor proved it; the test was undecided). A row at the tolerance proves nothing,
+    and a zero row is never called independent; each answer agrees with matrix_rank row by row."""
+    import torch
+
+    from mhaaudit.kruskal import subset_test
+    from mhaaudit.numerics import RankRule
+
+    g = torch.Generator().manual_seed(3)
+    cases = [
+        (torch.randn(30, 6, generator=g, dtype=torch.float64), None, "holds"),
+        (torch.ones(20, 5) * 1e-30, None, "holds"),  # tiny but non-zero: the rule is relative
+        (torch.full((20, 1), 1 + 1e-9, dtype=torch.float64), RankRule(atol=1.0), "holds"),
+        (torch.full((20, 1), 1 + 1e-15, dtype=torch.float64), RankRule(atol=1.0), "undecided"),  # at a tie
+        (torch.full((20, 1), 1.0, dtype=torch.float64), RankRule(atol=1.0), "fails"),
+    ]
+    for X, rule, expected in cases:
+        t = subset_test(X, 1, samples=40, rule=rule)
+        assert t.exact_status == expected, (X[0], rule, t.reason)
+        if expected == "holds":
+            assert t.exact_basis == "certified-floor" and "a proof" in t.reason and t.verdict == "holds"
+            atol = 0.0 if rule is None else rule.atol
+            ranks = [
+                int(torch.linalg.matrix_rank(row[None].double(), atol=atol, rtol=None if rule is None else 0.0))
+                for row in X
+            ]
+            assert ranks == [1] * X.shape[0]

@@ -38,8 +38,10 @@ def test_the_sweep_s_floor_decides_a_test_below_it_and_a_test_s_witness_lowers_i
     (decided,), _ = shared_proofs([test], sweep, X)
     assert (decided.exact_status, decided.exact_basis) == ("holds", "certified-floor")
     assert "(the sweep's certified floor, a proof), so every 2 rows are" in decided.reason
-    (one,), _ = shared_proofs([subset_test(X, 1, samples=30, seed=0)], sweep, X)  # said "so every 1 rows are"
-    assert one.exact_status == "holds" and one.reason.endswith(", so every row is independent (non-zero)")
+    # a test at k = 1 proves itself from the smallest row norm (it said "so every 1 rows are" from the sweep's floor)
+    (one,), _ = shared_proofs([subset_test(X, 1, samples=30, seed=0)], sweep, X)
+    assert one.exact_status == "holds" and "every row is independent (non-zero)" in one.reason
+    assert "every 1 rows" not in one.reason
     whole = subset_test(X, 41, samples=30, seed=0)  # k = T: the whole set, decided exactly, and its triple shown
     assert whole.exact_status == "fails" and len(whole.witness.indices) == 3
     _, capped = shared_proofs([whole], sweep, X)

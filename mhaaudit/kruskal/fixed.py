@@ -539,15 +539,17 @@ def subset_test(
     t = _tally(
         gram, k, samples, seed, unit.rule, histogram_limit, max_fail if run.stop_when_decided else None, progress
     )
-    return _sampled(t, unit, base, samples, max_fail, stats.ceiling(k, rule), gram.route)
+    return _sampled(t, unit, base, samples, max_fail, stats, gram.route)
 
 
 def _sampled(
-    t: _Tally, unit: Unit, base: dict, samples: int, max_fail: int, ceiling: int, route: str | None
+    t: _Tally, unit: Unit, base: dict, samples: int, max_fail: int, stats: SetStats, route: str | None
 ) -> SubsetTest:
     """The test of what the draws showed (``t``): ``samples`` draws were asked for, more than
-    ``max_fail`` dependent ones settle the verdict; ``base``: the fields every test has."""
+    ``max_fail`` dependent ones settle the verdict; ``base``: the fields every test has; ``stats``: the
+    whole set's (its ceiling at k, and at k = 1 the smallest row norm)."""
     k, threshold = base["k"], base["threshold"]
+    ceiling = stats.ceiling(k, base["rule"])
     if t.satisfied:
         t.histogram[k] = t.histogram.get(k, 0) + t.satisfied
     n = t.decided  # an undecided draw is neither independent nor dependent: not counted
@@ -555,6 +557,8 @@ def _sampled(
     with phases.phase("witness"):
         found = _first_proven(unit, t.dependent)  # else, with T <= d rows, perhaps every k-subset is independent:
         whole = witness.independent_set_floor(unit) if not t.dependent and not t.undecided and n else None
+        if whole is None and k == 1 and not t.dependent and not t.undecided and n:  # every row non-zero
+            whole = witness.nonzero_rows_floor(stats, base["rule"])
     frac = t.satisfied / n if n else 0.0
     return SubsetTest(
         samples=n,

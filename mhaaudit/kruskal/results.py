@@ -54,8 +54,8 @@ __all__ = [
 EXACT_STATUSES = ("fails", "holds", "undecided")
 #: What decides the exact status: a dependent subset found (witness), the whole set's numerical
 #: rank below k (set-rank), k above d or T (dimension), every subset decided (exhaustive: k = T,
-#: or every example of Assumption 2), a certified floor (certified-floor: the Babel function's, or T <= d rows
-#: independent as a whole set, so every subset of them is), nothing (none).
+#: or every example of Assumption 2), a certified floor (certified-floor: the Babel function's, at k = 1 every row
+#: non-zero, or T <= d rows independent as a whole set, so every subset of them is), nothing (none).
 EXACT_BASES = ("witness", "set-rank", "dimension", "exhaustive", "certified-floor", "none")
 #: subsets: the test is over k-subsets of a larger set (the paper's question); whole-set: k >= T,
 #: the only subset is the set itself (or there is none), which does not answer the paper's

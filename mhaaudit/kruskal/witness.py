@@ -40,7 +40,7 @@ from ..numerics.checked import NumericalFailure
 from ..numerics.lapack import blas_single_thread
 from ..numerics.stream import Unit, chunk_rows
 from ..numerics.threads import intra_op_threads
-from .results import Bound, Witness, every_rows_independent
+from .results import Bound, SetStats, Witness, every_rows_independent
 
 __all__ = ["MAX_FACTORISATIONS", "pivoted_basis", "prove", "repeated_pair", "residuals", "set_witness", "shrink"]
 
@@ -408,4 +408,28 @@ def independent_set_floor(unit: Unit) -> Bound | None:
         f"the whole set of {T} rows is independent under the rule (its smallest singular value clears the "
         f"tolerance beyond rounding), and removing rows keeps it so, so {every_rows_independent(T)} and every "
         "smaller subset too (a proof)",
+    )
+
+
+def nonzero_rows_floor(stats: SetStats, rule: RankRule) -> Bound | None:
+    """The floor 1 when every row is independent (non-zero) under ``rule`` (the data's) by a clear margin, from the
+    whole set's statistics, else None.
+
+    One row is decided on its own: its singular value is its norm r, and its tolerance is ``rule.tol(r, 1, d)``.
+    The row clears it by ``decision_margin`` when r (1 - rtol) - margin(r) exceeds the absolute tolerance; that
+    quantity grows with r (where rtol + margin(1) < 1), so the smallest row norm decides for every row.
+    """
+    if stats.zero_rows or not stats.unit_row_norms:
+        return None
+    rule, d = rule.in_units(stats.exponent), stats.d
+    if rule.rtol_for(1, d) + decision_margin(1.0, 1, d) >= 1:
+        return None
+    r = stats.unit_row_norms[0]  # the smallest row norm, in the units the rule is now in
+    if r - rule.tol(r, 1, d) <= decision_margin(r, 1, d):
+        return None
+    return Bound(
+        1,
+        "babel",
+        f"{every_rows_independent(1)} under the tolerance rule: the smallest row norm clears its tolerance "
+        "beyond rounding (a proof)",
     )
