@@ -18,8 +18,8 @@ Every reader goes through these before it opens anything:
 - :func:`within` and :func:`same_place` (:mod:`mhaaudit.places`): where an output goes, compared with the
   inputs and the other outputs by device and inode, so that a second name of the same folder (a
   symbolic link, a bind mount) is the same folder.
-- :func:`arrow_source`: what the Arrow and parquet readers are given for a file, so that a name
-  that is not UTF-8 can be read too.
+- :func:`arrow_source` (:mod:`mhaaudit.native_names`): what the Arrow and parquet readers are given for a
+  file, so that a name that is not UTF-8 can be read too.
 - :func:`read_parquet` and :func:`stream_column`: a parquet file is small on disk and large in memory by
   design (a run of zeros declares millions of values in a few bytes; a dictionary-encoded text column
   holds each distinct string once, however many rows repeat it, and a read decodes one copy per row).
@@ -33,16 +33,16 @@ No torch here: the command line checks its outputs before the library is importe
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import stat
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
 from . import hostmem
 from .errors import MhaauditError, one_line
+from .native_names import arrow_source, native_name, utf8_name
 from .places import first_name_under, same_place, within
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "MAX_JSON_BYTES",
     "PARQUET_BATCH_ROWS",
     "PYTHON_VALUE_BYTES",
+    "arrow_source",
     "check_parquet",
     "decoded_bytes",
     "dictionary_reader",
@@ -59,6 +60,7 @@ __all__ = [
     "kind_of",
     "memory_limit",
     "name_inside",
+    "native_name",
     "parquet_need",
     "read_json",
     "read_parquet",
@@ -67,6 +69,7 @@ __all__ = [
     "size_words",
     "special_kind",
     "stream_column",
+    "utf8_name",
     "within",
 ]
 
@@ -144,58 +147,6 @@ def regular_file(path: str | os.PathLike, error: type[MhaauditError], what: str 
             "never end); copy the data into a file"
         )
     return p
-
-
-@contextlib.contextmanager
-def arrow_source(path: str | os.PathLike) -> Iterator[Any]:
-    """What pyarrow's readers take for the file ``path`` while open: its name, or the file opened
-    through Python when the name is not UTF-8 (pyarrow takes names only as UTF-8, and a name on
-    disk may be any bytes: Python holds those as lone surrogates). Opening raises what
-    :func:`open` raises."""
-    name = os.fspath(path)
-    if utf8_name(name):
-        yield name
-        return
-    with open(name, "rb") as f:
-        yield f
-
-
-@contextlib.contextmanager
-def native_name(path: str | os.PathLike) -> Iterator[str]:
-    """A name of the file or folder ``path`` that a native reader (safetensors' ``safe_open``, the tokenizers
-    library: they take names only as UTF-8) can open while this context lasts: the name itself when it is UTF-8,
-    else the name of the file or folder opened through Python in ``/proc/self/fd`` (or ``/dev/fd``), the same
-    one, whatever bytes its name holds (a folder's files are found under it).
-    Where neither exists, the name as it is (the reader then refuses it in its own words). Opening raises
-    what :func:`open` raises."""
-    name = os.fspath(path)
-    if utf8_name(name):
-        yield str(name)
-        return
-    folder = next((f for f in ("/proc/self/fd", "/dev/fd") if os.path.isdir(f)), None)
-    if folder is None:  # pragma: no cover - every POSIX system this runs on has one of them
-        yield str(name)
-        return
-    # O_PATH where there is one: a folder that may be searched but not listed opens, and a named pipe does not
-    # block (the reader's own open of the name checks what reading needs, as it would by the name itself)
-    fd = os.open(name, getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_CLOEXEC", 0))
-    try:
-        yield f"{folder}/{fd}"
-    finally:
-        os.close(fd)
-
-
-def utf8_name(path: str | os.PathLike) -> bool:
-    """Whether the name ``path`` is UTF-8, the only form in which the native readers (pyarrow, safetensors,
-    the tokenizers library) take a name: one with undecodable bytes (which Python holds as lone surrogates)
-    they cannot open by it."""
-    name = os.fspath(path)
-    try:
-        if isinstance(name, str):
-            name.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def read_json(path: str | os.PathLike, error: type[MhaauditError], what: str = "", *, lenient: bool = False) -> Any:

@@ -33,6 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
         "hub",
         "theory",
         "places",
+        "native_names",
         "files",
         "phases",
         "workers",
