@@ -375,11 +375,17 @@ def dictionary_reader(source, top: str):
 
 
 def parquet_need(
-    path: str | os.PathLike, columns: Collection[str] | None = None, *, python: bool = False, limit: int | None = None
+    path: str | os.PathLike,
+    columns: Collection[str] | None = None,
+    *,
+    python: bool = False,
+    limit: int | None = None,
+    largest_group: bool = False,
 ) -> tuple[int, str]:
     """What reading the parquet file ``path`` whole (``pq.read_table``, then ``to_pylist`` with ``python``) takes
     in memory, and that in words; with ``columns``, only those top-level columns are counted (the others
-    are not read).
+    are not read); with ``largest_group``, what its largest row group takes read alone (a reader that reads
+    a row group at a time, as the ``datasets`` library does), the words naming that row group.
 
     Counted from the footer: every value of every column chunk (a run of zeros declares millions of
     values in a few bytes), 8 bytes of offsets per text or binary value and per list, and at least each
@@ -402,7 +408,9 @@ def parquet_need(
         owners = [n for n, t in zip(arrow.names, arrow.types, strict=True) for _ in range(_leaf_counts(t))]
         wanted = set(arrow.names if columns is None else columns)
         counted = [c for c in range(meta.num_columns) if c < len(owners) and owners[c] in wanted]
-        total, values, pending = 0, 0, dict[tuple[int, str], int]()
+        sizes = [0] * meta.num_row_groups  # what reading each row group takes
+        grown = [0] * meta.num_row_groups  # of which its dictionary-encoded text, decoded
+        pending = dict[tuple[int, str], int]()
         for g in range(meta.num_row_groups):
             group = meta.row_group(g)
             for c in counted:
@@ -411,31 +419,35 @@ def parquet_need(
                 width = leaf.length if kind == "FIXED_LEN_BYTE_ARRAY" else _PARQUET_WIDTHS.get(kind, 8)
                 fixed = n * (width + 8 * leaf.max_repetition_level) + n // 8 + 1  # values, list offsets, validity
                 dictionary = chunk.has_dictionary_page or bool(_DICTIONARY_ENCODINGS & set(chunk.encodings))
-                values += n
+                sizes[g] += n * PYTHON_VALUE_BYTES if python else 0
                 if kind == "BYTE_ARRAY" and dictionary:
-                    total += fixed + packed  # the indices and the dictionary; its rows' bytes are counted below
+                    sizes[g] += fixed + packed  # the indices and the dictionary; its rows' bytes are counted below
                     pending.setdefault((g, owners[c]), 0)
                 else:
-                    total += max(fixed + (packed if kind == "BYTE_ARRAY" else 0), packed)
-        if python:
-            total += values * PYTHON_VALUE_BYTES
-        expanded = 0
-        if pending and (limit is None or total <= limit):
+                    sizes[g] += max(fixed + (packed if kind == "BYTE_ARRAY" else 0), packed)
+        total = sum(sizes)
+        if pending and (limit is None or (max(sizes) if largest_group else total) <= limit):
             readers: dict[str, Any] = {}
             for g, top in pending:
                 if top not in readers:
                     readers[top] = dictionary_reader(source, top)
                 if readers[top] is None:  # each entry at most its chunk's size, on every row
                     chunks = [meta.row_group(g).column(c) for c in counted if owners[c] == top]
-                    expanded += sum(int(k.num_values) * int(k.total_uncompressed_size) for k in chunks)
+                    more = sum(int(k.num_values) * int(k.total_uncompressed_size) for k in chunks)
                 else:
-                    expanded += decoded_bytes(
-                        readers[top].read_row_group(g, columns=[top], use_threads=False).column(0)
-                    )
-                if limit is not None and total + expanded * (2 if python else 1) > limit:
+                    more = decoded_bytes(readers[top].read_row_group(g, columns=[top], use_threads=False).column(0))
+                grown[g] += more
+                more *= 2 if python else 1  # Arrow's bytes, then Python's
+                sizes[g], total = sizes[g] + more, total + more
+                if limit is not None and (sizes[g] if largest_group else total) > limit:
                     break  # enough to refuse
-        total += expanded * (2 if python else 1)
-    words = f"its footer declares {meta.num_rows} rows of {len(counted)} columns"
+    g = max(range(meta.num_row_groups), key=sizes.__getitem__, default=-1) if largest_group else -1
+    if g >= 0:
+        total, expanded = sizes[g], grown[g]
+        words = f"its row group {g} (of {meta.num_row_groups}) declares {meta.row_group(g).num_rows} rows"
+    else:
+        expanded, words = sum(grown), f"its footer declares {meta.num_rows} rows"
+    words += f" of {len(counted)} columns"
     if expanded:
         words += f", its dictionary-encoded text decodes to at least {size_words(expanded)}"
     return total, words
@@ -450,10 +462,12 @@ def check_parquet(
     python: bool = False,
     factor: int = 1,
     hint: str = "",
+    largest_group: bool = False,
 ) -> None:
     """Check, before it is read, that reading the parquet file ``path`` whole fits :func:`memory_limit`:
     ``factor`` times what :func:`parquet_need` counts (2 where the table is copied once more). ``what``
-    starts the message (default: the path), ``hint`` ends it.
+    starts the message (default: the path), ``hint`` ends it. With ``largest_group``, for a reader that reads
+    a row group at a time, what its largest row group takes must fit, however large the file.
 
     Raises:
         MhaauditError: of type ``error``, when ``path`` is not a regular file (:func:`regular_file`), its
@@ -463,15 +477,18 @@ def check_parquet(
     label = what or str(p)
     limit = memory_limit()
     try:
-        need, words = parquet_need(p, columns, python=python, limit=limit // max(1, factor))
+        need, words = parquet_need(
+            p, columns, python=python, limit=limit // max(1, factor), largest_group=largest_group
+        )
     except MhaauditError:
         raise
     except Exception as exc:  # noqa: BLE001 - pyarrow raises many types; all mean an unreadable file here
         raise error(label + f": cannot read it as a parquet file ({one_line(exc, 160)})") from None
-    need = max(need * factor, p.stat().st_size)
+    need = need * factor if largest_group else max(need * factor, p.stat().st_size)
     if need > limit:
+        how = "it a row group at a time" if largest_group else "it"
         raise error(
-            label + f": reading it needs at least {size_words(need)} in memory ({words}), more than the "
+            label + f": reading {how} needs at least {size_words(need)} in memory ({words}), more than the "
             f"{size_words(limit)} available" + ("; " + hint if hint else "")
         )
 

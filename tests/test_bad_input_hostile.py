@@ -729,3 +729,52 @@ def test_results_read_back_are_sized_first(monkeypatch, hostile, tmp_path):
     monkeypatch.setattr(pq, "read_table", lambda *a, **k: pytest.fail("a row was read"))
     with pytest.raises(InputError, match=r"d\.parquet"):
         AuditResult.from_parquet(path)
+
+
+_CONFIGS = "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/*.parquet\n---\n"
+
+
+def _dataset_folder(folder, groups: list[list[str]]):
+    """A dataset folder as the hub stores them (``README.md`` listing ``data/*.parquet``) whose one data file holds a
+    row group for each list of ``groups``, its text dictionary-encoded (as ``pq.write_table`` writes it)."""
+    (folder / "data").mkdir(parents=True)
+    (folder / "README.md").write_text(_CONFIGS)
+    with pq.ParquetWriter(folder / "data" / "train.parquet", pa.schema([("text", pa.string())])) as writer:
+        for docs in groups:
+            writer.write_table(pa.table({"text": docs}))
+    return folder
+
+
+def test_a_dataset_folders_row_groups_are_sized_before_they_are_read(monkeypatch, capsys, hostile, tmp_path):
+    """The datasets library reads a dataset folder's parquet file a row group at a time, each decoded whole: a row
+    group of a few KB that repeats a 100 KB string on 600 rows (60 MB once read) is refused in one line naming the
+    file, the row group, what it takes and the memory available (made 10 MB here), before the library reads a row;
+    it was read whole before. A folder larger than that limit in all, a row group at a time within it, is read."""
+    from mhaaudit import files
+    from mhaaudit.errors import DataError
+    from mhaaudit.sources import text_source
+
+    def trap(*a, **k):
+        raise AssertionError("the dataset was read before its row groups were sized")
+
+    big = _dataset_folder(tmp_path / "big", [["z" * 100_000] * 600])
+    assert os.path.getsize(big / "data" / "train.parquet") < 100_000
+    monkeypatch.setattr(files, "memory_limit", lambda: 10_000_000)
+    streaming = datasets.builder.DatasetBuilder.as_streaming_dataset
+    monkeypatch.setattr(datasets.builder.DatasetBuilder, "as_streaming_dataset", trap)
+    args = ("--limit", "20", "--samples", "20", "--context-length", "16")
+    rc, out, err = run(capsys, "check", hostile["bert"], "--data", big, *args)
+    words = f"dataset folder {big}: its data file {big / 'data' / 'train.parquet'} (split train): reading it a row"
+    line = assert_one_error(rc, err, words + " group at a time needs at least 1")
+    assert "(its row group 0 (of 1) declares 600 rows of 1 columns, its dictionary-encoded text decodes to" in line
+    assert "more than the 10.0 MB available; the datasets library decodes a row group whole" in line and out == ""
+    with pytest.raises(DataError, match=r"train\.parquet \(split train\): reading it a row group at a time"):
+        text_source(str(big))
+    monkeypatch.setattr(datasets.builder.DatasetBuilder, "as_streaming_dataset", streaming)
+    docs = [" ".join([d] * 300) for d in _docs(200)]  # 60 KB each, 600 KB a row group of 10
+    ok = _dataset_folder(tmp_path / "ok", [docs[i : i + 10] for i in range(0, 200, 10)])
+    assert pq.read_table(ok / "data" / "train.parquet").nbytes > 10_000_000  # larger than the limit, read all the same
+    assert list(text_source(str(ok), limit=3)) == docs[:3]
+    rc, out, err = run(capsys, "check", hostile["bert"], "--data", ok, *args, "--format", "json")
+    assert rc == 0, err
+    assert json.loads(out)["records"]

@@ -315,3 +315,37 @@ def test_stream_column_refuses_a_chunk_larger_than_memory(tmp_path, monkeypatch)
     monkeypatch.setattr(files, "memory_limit", lambda: 100_000)
     with pytest.raises(DataError, match=r"t.parquet: reading its column 't' needs at least .*a row group's chunks"):
         next(files.stream_column(tmp_path / "t.parquet", "t", DataError))
+
+
+def _groups(path, sizes, rows: int = 200):
+    """A parquet file of one row group per entry of ``sizes``, each repeating one string of that many characters
+    on ``rows`` rows (dictionary-encoded: a few KB on disk, rows x size bytes once read)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with pq.ParquetWriter(path, pa.schema([("text", pa.string())])) as writer:
+        for size in sizes:
+            writer.write_table(pa.table({"text": ["y" * size] * rows}))
+
+
+def test_the_largest_row_group_is_counted_alone(tmp_path, monkeypatch):
+    """A reader that reads a row group at a time needs what the largest row group takes, not the whole file: the
+    words name that row group, and a file larger than memory whose row groups each fit is not refused."""
+    import pyarrow.parquet as pq
+
+    _groups(tmp_path / "g.parquet", [100, 50_000, 100, 100])
+    whole, _ = files.parquet_need(tmp_path / "g.parquet")
+    group, words = files.parquet_need(tmp_path / "g.parquet", largest_group=True)
+    read = pq.ParquetFile(tmp_path / "g.parquet").read_row_group(1).nbytes
+    assert 200 * 50_000 <= read <= group < whole <= group + 3 * 200 * 1000
+    assert words.startswith("its row group 1 (of 4) declares 200 rows of 1 columns, its dictionary-encoded text")
+    _groups(tmp_path / "many.parquet", [5_000] * 20)  # 20 MB once read, 1 MB a row group
+    monkeypatch.setattr(files, "memory_limit", lambda: 10_000_000)
+    with pytest.raises(DataError, match=r"many\.parquet: reading it needs at least .* footer declares 4000 rows"):
+        files.check_parquet(tmp_path / "many.parquet", DataError)
+    files.check_parquet(tmp_path / "many.parquet", DataError, factor=2, largest_group=True)  # read a group at a time
+    with pytest.raises(DataError) as e:
+        files.check_parquet(tmp_path / "g.parquet", DataError, "g", factor=2, largest_group=True, hint="why")
+    line = str(e.value)
+    assert line.startswith("g: reading it a row group at a time needs at least 2") and "\n" not in line
+    assert "(its row group 1 (of 4) declares 200 rows" in line and line.endswith("more than the 10.0 MB available; why")

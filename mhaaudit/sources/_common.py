@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import DataError, InputError, MhaauditError, OfflineError, Param, one_line
 from ..facts import SkipCounts
-from ..files import folder_files, inside, regular_file
+from ..files import check_parquet, folder_files, inside, regular_file
 from ..hub import is_offline
 from ..runtime import decode_workers_env, derive_seed
 from ..staging import process_scratch_folder
@@ -187,7 +187,8 @@ def open_hf_dataset(data: str, *, split: str, config: str | None = None, what: s
         OfflineError: when ``data`` is not local and the hub is offline or cannot be reached.
         DataError: when the dataset has no such split, is not found, is gated or private, or cannot be opened
             for any other reason (the ``datasets`` package missing included); for a local folder, when it holds a
-            link leading out of it or a named pipe or device, or its metadata names data files outside it.
+            link leading out of it or a named pipe or device, or its metadata names data files outside it, or a row
+            group of a parquet data file would not fit the memory available.
         MhaauditError: an mhaaudit error of the checks of a local folder, re-raised as it is.
     """
     local = is_local(data)
@@ -215,6 +216,7 @@ def open_hf_dataset(data: str, *, split: str, config: str | None = None, what: s
         folder_files(data, DataError, "dataset folder")  # no link leading out of it, no pipe or device in it
         builder = datasets.load_dataset_builder(data, config)
         _confine_data_files(data, builder)
+        _size_row_groups(data, builder, split)
         return builder.as_streaming_dataset(split=split)
     except MhaauditError:
         raise
@@ -265,6 +267,37 @@ def _confine_data_files(folder: str, builder) -> None:
                     f"outside the folder: only files inside the folder named are read"
                 )
             regular_file(real, DataError, f"the data file {name} of dataset folder {folder}")
+
+
+def _size_row_groups(folder: str, builder, split: str) -> None:
+    """Check that each row group of each parquet file a local dataset folder's metadata names for ``split`` (its
+    data files for the parquet reader; a ``metadata.parquet`` for an image or audio folder) fits the memory
+    available, twice: the ``datasets`` library reads such a file a row group at a time (its batches are as long as
+    the first row group), decodes each whole (a few KB of dictionary-encoded text can decode to gigabytes), and
+    still holds one while it decodes the next. A file larger than memory is read all the same, a row group at a
+    time. Counting reads the dictionary-encoded text of each row group as dictionaries: about what reading it once
+    takes, in time.
+
+    Raises:
+        DataError: naming the file and its row group, when a row group needs more than half the memory available,
+            or a file cannot be read as parquet.
+    """
+    from datasets.packaged_modules.parquet.parquet import Parquet
+
+    files = getattr(builder.config, "data_files", None) or {}
+    columns = getattr(builder.config, "columns", None) if isinstance(builder, Parquet) else None
+    for named, names in files.items():
+        for name in names if str(named) == split else ():  # the other splits are not read
+            if isinstance(builder, Parquet) or str(name).lower().endswith(".parquet"):
+                check_parquet(
+                    str(name),
+                    DataError,
+                    f"dataset folder {folder}: its data file {name} (split {split})",
+                    columns,
+                    factor=2,
+                    largest_group=True,
+                    hint="the datasets library decodes a row group whole, and holds one while it decodes the next",
+                )
 
 
 def _available_splits(message: str, data: str, config: str | None) -> list[str]:
