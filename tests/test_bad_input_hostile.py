@@ -778,3 +778,76 @@ def test_a_dataset_folders_row_groups_are_sized_before_they_are_read(monkeypatch
     rc, out, err = run(capsys, "check", hostile["bert"], "--data", ok, *args, "--format", "json")
     assert rc == 0, err
     assert json.loads(out)["records"]
+
+
+def test_a_dataset_folders_compressed_lines_are_sized_before_they_are_read(monkeypatch, capsys, hostile, tmp_path):
+    """The datasets library decompresses a dataset folder's .jsonl.gz (.bz2, .xz, .zip) as it streams and holds its
+    batch (10 MB) and the rest of a line whole: a few KB of gzip holding one line of 60 MB is refused in one line
+    naming the file, the line's length and the limit (a quarter of the 200 MB made available here), before the library
+    reads a line, the scan stopping early; it was read whole before. A compressed file larger than that limit once
+    decompressed, of short lines, reads as before, and so do a JSON array (read whole) and a plain file within it."""
+    import bz2
+    import gzip
+    import lzma
+
+    from mhaaudit import files
+    from mhaaudit.errors import DataError
+    from mhaaudit.sources import text_source
+
+    def trap(*a, **k):
+        raise AssertionError("the dataset was read before its lines were sized")
+
+    def folder(name: str, suffix: str, text: str, opener=gzip.open):
+        (tmp_path / name / "data").mkdir(parents=True)
+        (tmp_path / name / "README.md").write_text(_CONFIGS.replace("*.parquet", "train.*"))
+        path = tmp_path / name / "data" / f"train.{suffix}"
+        if suffix == "zip":
+            with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+                z.writestr("train.jsonl", text)
+        else:
+            with opener(path, "wt") as f:
+                f.write(text)
+        return tmp_path / name, path
+
+    monkeypatch.setattr(files, "memory_limit", lambda: 200_000_000)  # 50 MB a batch: 10 MB, then the line
+    big, path = folder("big", "jsonl.gz", '{"text": "' + "z" * 60_000_000 + '"}\n')
+    assert os.path.getsize(path) < 100_000
+    streaming = datasets.builder.DatasetBuilder.as_streaming_dataset
+    monkeypatch.setattr(datasets.builder.DatasetBuilder, "as_streaming_dataset", trap)
+    args = ("--limit", "20", "--samples", "20", "--context-length", "16")
+    rc, out, err = run(capsys, "check", hostile["bert"], "--data", f"hf:{big}", *args)
+    line = assert_one_error(rc, err, f"dataset folder {big}: its data file {path} (split train): reading it, ")
+    assert (
+        "reading it, decompressed (gzip), holds at least 50.3 MB at once (its longest line, at least 39.8 MB: the"
+        in line
+    )
+    assert (
+        ": the scan stopped after 39.8 MB decompressed, after a batch of 10.5 MB), more than the 50.0 MB allowed"
+        in line
+    )
+    assert "more than the 50.0 MB allowed (a quarter of the 200.0 MB available)" in line and out == ""
+    for name, suffix, opener in [("b", "jsonl.bz2", bz2.open), ("x", "jsonl.xz", lzma.open), ("zp", "zip", gzip.open)]:
+        where, path = folder(name, suffix, '{"text": "short"}\n' + '{"text": "' + "y" * 42_000_000 + '"}\n', opener)
+        with pytest.raises(DataError, match=r"train\.(jsonl\.(bz2|xz)|zip).*: reading it, decompressed .*longest line"):
+            text_source(f"hf:{where}")
+    monkeypatch.setattr(datasets.builder.DatasetBuilder, "as_streaming_dataset", streaming)
+    docs = [" ".join([d] * 150) for d in _docs(2400)]  # 25 KB each
+    ok, path = folder("ok", "jsonl.gz", "".join(json.dumps({"text": d}) + "\n" for d in docs))
+    with gzip.open(path, "rb") as f:
+        assert len(f.read()) > 50_000_000  # larger than the limit once decompressed, in short lines
+    assert list(text_source(f"hf:{ok}", limit=3)) == docs[:3]
+    rc, out, err = run(capsys, "check", hostile["bert"], "--data", f"hf:{ok}", *args, "--format", "json")
+    assert rc == 0, err
+    assert json.loads(out)["records"]
+    array, _ = folder("array", "json.gz", json.dumps([{"text": d} for d in docs[:10]]))  # read whole, 250 KB
+    assert list(text_source(f"hf:{array}", limit=2)) == docs[:2]
+    array, _ = folder("arrays", "json.gz", json.dumps([{"text": d} for d in docs]))  # read whole, 60 MB
+    with pytest.raises(
+        DataError, match=r"holds at least 50\.[0-9] MB at once \(all of it, at least .* reads it whole$"
+    ):
+        text_source(f"hf:{array}")
+    plain = tmp_path / "plain" / "data"
+    plain.mkdir(parents=True)
+    (tmp_path / "plain" / "README.md").write_text(_CONFIGS.replace("*.parquet", "train.*"))
+    (plain / "train.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs[:10]))
+    assert list(text_source(f"hf:{plain.parent}", limit=2)) == docs[:2]

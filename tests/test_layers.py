@@ -79,6 +79,7 @@ LAYERS: list[tuple[str, ...]] = [
 DEFERRING = ("mhaaudit.cli", "mhaaudit.__main__")
 HEAVY = {
     "datasets",
+    "fsspec",
     "huggingface_hub",
     "ipywidgets",
     "IPython",
@@ -130,7 +131,7 @@ DEFERRED = {
     "mhaaudit.plot": {"matplotlib"},
     "mhaaudit.reproduce.figures": {"matplotlib"},
     "mhaaudit.series.plot": {"matplotlib"},
-    "mhaaudit.sources._common": {"datasets"},
+    "mhaaudit.sources._common": {"datasets", "fsspec"},
     "mhaaudit.sources.containers": {"datasets", "pyarrow"},
     "mhaaudit.sources.examples": {"transformers"},
     "mhaaudit.sources.images": {"datasets"},

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import zipfile
 from collections import deque
 from collections.abc import Callable, Generator, Iterable
 from pathlib import Path
@@ -15,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from .. import files as file_checks
 from ..errors import DataError, InputError, MhaauditError, OfflineError, Param, one_line
 from ..facts import SkipCounts
-from ..files import check_parquet, folder_files, inside, regular_file
+from ..files import check_parquet, folder_files, inside, regular_file, size_words
 from ..hub import is_offline
 from ..runtime import decode_workers_env, derive_seed
 from ..staging import process_scratch_folder
@@ -188,7 +190,8 @@ def open_hf_dataset(data: str, *, split: str, config: str | None = None, what: s
         DataError: when the dataset has no such split, is not found, is gated or private, or cannot be opened
             for any other reason (the ``datasets`` package missing included); for a local folder, when it holds a
             link leading out of it or a named pipe or device, or its metadata names data files outside it, or a row
-            group of a parquet data file would not fit the memory available.
+            group of a parquet data file would not fit the memory available, or a line (a whole file, where the
+            library reads it whole) of a JSON, text or CSV data file, once decompressed, would not fit a quarter of it.
         MhaauditError: an mhaaudit error of the checks of a local folder, re-raised as it is.
     """
     local = is_local(data)
@@ -217,6 +220,7 @@ def open_hf_dataset(data: str, *, split: str, config: str | None = None, what: s
         builder = datasets.load_dataset_builder(data, config)
         _confine_data_files(data, builder)
         _size_row_groups(data, builder, split)
+        _size_lines(data, builder, split)
         return builder.as_streaming_dataset(split=split)
     except MhaauditError:
         raise
@@ -298,6 +302,134 @@ def _size_row_groups(folder: str, builder, split: str) -> None:
                     largest_group=True,
                     hint="the datasets library decodes a row group whole, and holds one while it decodes the next",
                 )
+
+
+# A compressed data file is scanned this many bytes at a time, once decompressed.
+_SCAN_CHUNK = 1 << 20
+# What the datasets library holds at once of a text data file (its batch, the batch decoded, its Arrow table, the
+# rows handed on) must fit this share of the memory available.
+_HELD_COPIES = 4
+
+
+def _size_lines(folder: str, builder, split: str) -> None:
+    """Check that what the ``datasets`` library holds at once of each JSON, text or CSV data file a local dataset
+    folder's metadata names for ``split`` fits a quarter of the memory available. The library reads such a file a
+    batch at a time (``chunksize`` bytes, then the rest of the line; ``chunksize`` rows of a CSV file) and so holds
+    one line whole, however long, and a whole file where it reads one whole (a JSON file that starts with ``[`` or a
+    ``field`` of it, text ``sample_by: document``); it decompresses a ``.gz``, ``.bz2``, ``.xz``, ``.zst``, ``.lz4`` or
+    ``.zip`` file as it streams, so a few KB can hold a line of gigabytes. A compressed file, or a plain one larger
+    than that share, is scanned once, decompressed :data:`_SCAN_CHUNK` bytes at a time and never held, until what
+    the library would hold is found to exceed the share. A large file of short lines is read as before.
+
+    Raises:
+        DataError: naming the file, what the library would hold (at least) and the limit; or when a compressed file
+            cannot be decompressed.
+    """
+    from datasets.packaged_modules.csv.csv import Csv
+    from datasets.packaged_modules.json.json import Json
+    from datasets.packaged_modules.text.text import Text
+    from datasets.utils.file_utils import _get_extraction_protocol
+
+    if not isinstance(builder, (Json, Text, Csv)):
+        return
+    config = builder.config
+    whole = (isinstance(builder, Json) and config.field is not None) or (
+        isinstance(builder, Text) and config.sample_by == "document"
+    )
+    rows = int(config.chunksize) if isinstance(builder, Csv) else 1
+    batch = 0 if isinstance(builder, Csv) else max(0, int(config.chunksize))
+    memory = file_checks.memory_limit()
+    limit = memory // _HELD_COPIES
+    files = getattr(config, "data_files", None) or {}
+    for named, names in files.items():
+        for name in names if str(named) == split else ():  # the other splits are not read
+            label = f"dataset folder {folder}: its data file {name} (split {split})"
+            try:
+                protocol = _get_extraction_protocol(str(name))
+            except Exception as exc:  # noqa: BLE001 - an archive the library cannot read either (rar)
+                raise DataError(label + f": cannot read it ({one_line(exc, 160)})") from None
+            if protocol is None and os.path.getsize(name) + batch <= limit:
+                continue  # a plain file: the library never holds more than the file
+            for member, stream in _decompressed(str(name), protocol, label):
+                what = label + (f" (its member {member})" if member else "")
+                try:
+                    with stream:
+                        held, words, read_whole = _most_held(stream, rows, whole, limit, batch)
+                except (OSError, EOFError, ValueError) as exc:  # a corrupt stream: the library would fail on it too
+                    raise DataError(what + f": cannot decompress it ({one_line(exc, 160)})") from None
+                if held > limit:
+                    how = f", decompressed ({protocol})," if protocol else ""
+                    raise DataError(
+                        what
+                        + f": reading it{how} holds at least {size_words(held)} at once ({words} decompressed"
+                        + ("" if read_whole or not batch else f", after a batch of {size_words(batch)}")
+                        + f"), more than the {size_words(limit)} allowed (a quarter of the {size_words(memory)} "
+                        "available); the datasets library reads " + ("it whole" if read_whole else "a line whole")
+                    )
+
+
+def _decompressed(name: str, protocol: str | None, label: str) -> Generator[tuple[str, Any], None, None]:
+    """The decompressed streams of the data file ``name`` (``protocol`` as the ``datasets`` library infers it): one for
+    a plain or single-file compressed file (member ``""``), one for each file of a zip archive.
+
+    Raises:
+        DataError: when no decompressor for ``protocol`` is installed, or the file cannot be opened as such.
+    """
+    from fsspec.compression import compr  # what the datasets library decompresses with (it imports fsspec)
+
+    try:
+        if protocol == "zip":
+            with zipfile.ZipFile(name) as archive:
+                for info in archive.infolist():
+                    if not info.is_dir():
+                        yield info.filename, archive.open(info)
+            return
+        if protocol not in compr:
+            raise DataError(label + f": cannot check it: no {protocol} decompressor is installed")
+        with open(name, "rb") as raw:
+            yield "", compr[protocol](raw, mode="rb")
+    except (OSError, EOFError, zipfile.BadZipFile, ValueError) as exc:
+        raise DataError(label + f": cannot decompress it ({one_line(exc, 160)})") from None
+
+
+def _most_held(stream, rows: int, whole: bool, limit: int, batch: int) -> tuple[int, str, bool]:
+    """What the ``datasets`` library holds at once of the decompressed ``stream`` (read :data:`_SCAN_CHUNK` bytes at a
+    time, never more held): its longest line (with ``rows`` > 1, the most bytes of ``rows`` consecutive lines, a CSV
+    batch), after a ``batch`` of bytes, or all of it with ``whole`` or where it starts with ``[`` (a JSON array, read
+    whole); the scan stops once that passes ``limit``. Returns the bytes, what they hold in words, and whether it is
+    read whole."""
+    total, line, longest, window, lengths = 0, 0, 0, 0, deque[int]()
+    what = f"its most bytes in {rows} consecutive lines" if rows > 1 else "its longest line"
+    while chunk := stream.read(_SCAN_CHUNK):
+        if total == 0:
+            whole = whole or chunk.removeprefix(b"\xef\xbb\xbf").startswith(b"[")
+        total += len(chunk)
+        *ends, rest = chunk.split(b"\n")
+        if rows > 1:
+            for piece in ends:
+                lengths.append(line + len(piece) + 1)
+                window, line = window + lengths[-1], 0
+                if len(lengths) > rows:
+                    window -= lengths.popleft()
+                longest = max(longest, window)
+        elif ends:
+            longest = max(longest, line + len(ends[0]) + 1, max(map(len, ends[1:]), default=0) + 1)
+            line = 0
+        line += len(rest)
+        held = total if whole else max(longest, line + window)
+        if held + (0 if whole else batch) > limit:
+            what = "all of it" if whole else what
+            return (
+                held + (0 if whole else batch),
+                f"{what}, at least {size_words(held)}: the scan stopped after {size_words(total)}",
+                whole,
+            )
+    held = total if whole else max(longest, line + window)
+    return (
+        held + (0 if whole else batch),
+        f"{'all of it' if whole else what}, {size_words(held)} of {size_words(total)}",
+        whole,
+    )
 
 
 def _available_splits(message: str, data: str, config: str | None) -> list[str]:
