@@ -361,7 +361,8 @@ def _size_lines(folder: str, builder, split: str) -> None:
                     how = f", decompressed ({protocol})," if protocol else ""
                     raise DataError(
                         what
-                        + f": reading it{how} holds at least {size_words(held)} at once ({words} decompressed"
+                        + f": reading it{how} holds at least {size_words(held)} at once ({words} "
+                        + ("decompressed" if protocol else "read")
                         + ("" if read_whole or not batch else f", after a batch of {size_words(batch)}")
                         + f"), more than the {size_words(limit)} allowed (a quarter of the {size_words(memory)} "
                         "available); the datasets library reads " + ("it whole" if read_whole else "a line whole")
