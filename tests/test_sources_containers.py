@@ -416,3 +416,17 @@ def test_a_column_name_given_twice_is_one_data_error(tmp_path, suffix):
         path.write_text(f"text{sep}text\n" + "".join(f'"{d}"{sep}"{d}"\n' for d in docs))
     with pytest.raises(DataError, match=rf"^\w+ file {path} names more than one column 'text'"):
         list(text_source(str(path)))
+
+
+def test_a_data_file_s_compression_is_known_where_the_datasets_library_keeps_its_rule_elsewhere(monkeypatch):
+    """The compressed-line check asks the ``datasets`` library how it decompresses a file; a version that keeps
+    that rule elsewhere (or not at all) falls back to the file's suffix, never to an ImportError (exit 3)."""
+    import sys
+
+    from mhaaudit.sources._common import _extraction_protocol
+
+    assert _extraction_protocol("d/train.jsonl.gz") == "gzip" and _extraction_protocol("d/train.jsonl") is None
+    monkeypatch.setitem(sys.modules, "datasets.utils.file_utils", None)
+    monkeypatch.setitem(sys.modules, "datasets.download.streaming_download_manager", None)
+    got = [_extraction_protocol(f"d/train.{s}") for s in ("jsonl.gz", "csv.BZ2", "txt.xz", "json.zst", "zip", "txt")]
+    assert got == ["gzip", "bz2", "xz", "zstd", "zip", None]

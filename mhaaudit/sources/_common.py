@@ -328,7 +328,6 @@ def _size_lines(folder: str, builder, split: str) -> None:
     from datasets.packaged_modules.csv.csv import Csv
     from datasets.packaged_modules.json.json import Json
     from datasets.packaged_modules.text.text import Text
-    from datasets.utils.file_utils import _get_extraction_protocol
 
     if not isinstance(builder, (Json, Text, Csv)):
         return
@@ -345,7 +344,7 @@ def _size_lines(folder: str, builder, split: str) -> None:
         for name in names if str(named) == split else ():  # the other splits are not read
             label = f"dataset folder {folder}: its data file {name} (split {split})"
             try:
-                protocol = _get_extraction_protocol(str(name))
+                protocol = _extraction_protocol(str(name))
             except Exception as exc:  # noqa: BLE001 - an archive the library cannot read either (rar)
                 raise DataError(label + f": cannot read it ({one_line(exc, 160)})") from None
             if protocol is None and os.path.getsize(name) + batch <= limit:
@@ -367,6 +366,24 @@ def _size_lines(folder: str, builder, split: str) -> None:
                         + f"), more than the {size_words(limit)} allowed (a quarter of the {size_words(memory)} "
                         "available); the datasets library reads " + ("it whole" if read_whole else "a line whole")
                     )
+
+
+#: Compressed files by suffix, where the ``datasets`` library in use keeps its own rule elsewhere.
+_COMPRESSED_SUFFIXES = {".gz": "gzip", ".bz2": "bz2", ".xz": "xz", ".zst": "zstd", ".lz4": "lz4", ".zip": "zip"}
+
+
+def _extraction_protocol(name: str) -> str | None:
+    """How the ``datasets`` library decompresses the data file ``name`` as it streams (None: a plain file): its own
+    rule (by suffix, else by the file's magic number), found where the installed version keeps it, else the
+    suffix's."""
+    try:
+        from datasets.utils.file_utils import _get_extraction_protocol
+    except ImportError:
+        try:
+            from datasets.download.streaming_download_manager import _get_extraction_protocol
+        except ImportError:
+            return _COMPRESSED_SUFFIXES.get(os.path.splitext(name)[1].lower())
+    return _get_extraction_protocol(name)
 
 
 def _decompressed(name: str, protocol: str | None, label: str) -> Generator[tuple[str, Any], None, None]:
