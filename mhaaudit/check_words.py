@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["CHECK_MEANING", "CHECK_TITLES", "MEANINGS", "REGISTRY", "TITLES"]
+__all__ = ["CHECK_MEANING", "CHECK_TITLES", "MEANINGS", "REGISTRY", "TITLES", "decided_status"]
 
 #: The built-in checks' titles, and the Kruskal test's (a test no check names), by name.
 TITLES: dict[str, str] = {
@@ -54,3 +54,9 @@ class _Field(Mapping):
 
 CHECK_TITLES: Mapping[str, str] = _Field("title", TITLES)
 CHECK_MEANING: Mapping[str, str] = _Field("meaning", MEANINGS)
+
+
+def decided_status(verdict: str | None, exact_status: str | None) -> str | None:
+    """A check's status as its proof decides it: the exact status where it is decided (holds or fails), else the
+    verdict as given (the estimate, ``unavailable``, or None). A proven failure overrides a holding estimate."""
+    return exact_status if exact_status in ("holds", "fails") else verdict

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from rich.table import Table
 
+from .check_words import decided_status
 from .console import TextConsole
 from .sizes import human_bytes as human_bytes
 
@@ -140,8 +141,8 @@ def verdict_tally(records: list[dict]) -> str:
     c: Counter[str] = Counter()
     against = 0
     for r in records:
-        exact, verdict = r.get("exact_status"), r.get("verdict")
-        decided = exact if exact in ("holds", "fails") else verdict
+        verdict = r.get("verdict")
+        decided = decided_status(verdict, r.get("exact_status"))
         if decided:
             c[decided] += 1
             against += decided == "fails" and verdict == "holds"

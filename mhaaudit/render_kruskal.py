@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from . import phases
+from .check_words import decided_status
 from .console import shown
 
 if TYPE_CHECKING:
@@ -41,8 +42,7 @@ def estimate_text(rec: dict) -> str:
     v = rec.get("verdict", "")
     if rec.get("scope") == "whole-set":
         return f"[yellow]{v} ({WHOLE_SET_MARK})[/yellow]"
-    exact = rec.get("exact_status")
-    if exact in ("holds", "fails") and exact != v:
+    if decided_status(v, rec.get("exact_status")) != v:
         return f"{verdict_text(v)} (estimate)"
     return verdict_text(v)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .check_words import decided_status
 from .errors import InputError
 from .validate import integer
 
@@ -32,12 +33,10 @@ _RECONSTRUCTED_NOTE = (
 
 
 def a1_status(verdict: str | None, exact_status: str | None) -> str | None:
-    """The Assumption 1 status Theorem 1 rests on: the exact status where it is decided, else the
-    estimate verdict (holds, fails, or None when not checked). A proven failure overrides a
-    holding estimate: the theorem needs the assumption itself, not the share of independent draws."""
-    if exact_status in ("holds", "fails"):
-        return exact_status
-    return verdict if verdict in ("holds", "fails") else None
+    """The Assumption 1 status Theorem 1 rests on: ``check_words.decided_status``, holds or fails (None when not
+    checked). The theorem needs the assumption itself, not the share of independent draws."""
+    status = decided_status(verdict, exact_status)
+    return status if status in ("holds", "fails") else None
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 from rich.table import Table
 
-from ..check_words import CHECK_MEANING, REGISTRY
+from ..check_words import CHECK_MEANING, REGISTRY, decided_status
 from ..console import shown
 from ..render_kruskal import (
     WHOLE_SET_LEGEND,
@@ -89,11 +89,9 @@ def finding_lines(result) -> list[str]:
                 # a proof decides the group: a holding estimate beside a proven failure is a failure, and never
                 # a bare "holds" (it reads "holds (estimate)", then the exact status), as in the table
                 rec = r.record()
-                exact = rec.get("exact_status")
-                shown_as = estimate_text(rec)
-                if exact in ("holds", "fails") and exact != r.verdict:
-                    shown_as += f" exact: {exact_text(rec)}"
-                group = groups.get(exact if exact in ("holds", "fails") else r.verdict, groups["unavailable"])
+                decided = decided_status(r.verdict, rec.get("exact_status"))
+                shown_as = estimate_text(rec) + (f" exact: {exact_text(rec)}" if decided != r.verdict else "")
+                group = groups.get(decided or "unavailable", groups["unavailable"])
                 group.append((shown_as, _finding(result, c, check, r)))
     lines: list[str] = []
     for verdict, heading in (("fails", "Failures"), ("holds", "Holds"), ("unavailable", "No verdict")):
