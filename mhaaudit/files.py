@@ -360,6 +360,11 @@ def _plain_bytes(t) -> bool:
     return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
 
 
+def _column_owners(arrow) -> list[str]:
+    """The top-level column of each leaf column of the Arrow schema ``arrow``, in the parquet file's leaf order."""
+    return [n for n, t in zip(arrow.names, arrow.types, strict=True) for _ in range(_leaf_counts(t))]
+
+
 def dictionary_reader(source, top: str):
     """A ``pq.ParquetFile`` of ``source`` that reads every text and binary leaf of the top-level column ``top`` as a
     dictionary (nothing decoded row by row), or None when ``read_dictionary`` cannot name them all (a name
@@ -405,7 +410,7 @@ def parquet_need(
     with arrow_source(path) as source:
         parquet = pq.ParquetFile(source)
         meta, arrow = parquet.metadata, parquet.schema_arrow
-        owners = [n for n, t in zip(arrow.names, arrow.types, strict=True) for _ in range(_leaf_counts(t))]
+        owners = _column_owners(arrow)
         wanted = set(arrow.names if columns is None else columns)
         counted = [c for c in range(meta.num_columns) if c < len(owners) and owners[c] in wanted]
         sizes = [0] * meta.num_row_groups  # what reading each row group takes
@@ -538,7 +543,7 @@ def stream_column(
     with arrow_source(path) as source:
         parquet = pq.ParquetFile(source)
         meta, arrow = parquet.metadata, parquet.schema_arrow
-        owners = [n for n, t in zip(arrow.names, arrow.types, strict=True) for _ in range(_leaf_counts(t))]
+        owners = _column_owners(arrow)
         mine = [c for c in range(meta.num_columns) if c < len(owners) and owners[c] == column]
         groups = [[meta.row_group(g).column(c) for c in mine] for g in range(meta.num_row_groups)]
         packed = max((sum(int(k.total_uncompressed_size) for k in chunks) for chunks in groups), default=0)

@@ -273,6 +273,15 @@ def _confine_data_files(folder: str, builder) -> None:
             regular_file(real, DataError, f"the data file {name} of dataset folder {folder}")
 
 
+def _split_files(folder: str, builder, split: str) -> Generator[tuple[str, str], None, None]:
+    """The data files a local dataset folder's metadata names for ``split`` (the other splits are never read),
+    each with the words that name it in a refusal."""
+    files = getattr(builder.config, "data_files", None) or {}
+    for named, names in files.items():
+        for name in names if str(named) == split else ():
+            yield str(name), f"dataset folder {folder}: its data file {name} (split {split})"
+
+
 def _size_row_groups(folder: str, builder, split: str) -> None:
     """Check that each row group of each parquet file a local dataset folder's metadata names for ``split`` (its
     data files for the parquet reader; a ``metadata.parquet`` for an image or audio folder) fits the memory
@@ -288,20 +297,18 @@ def _size_row_groups(folder: str, builder, split: str) -> None:
     """
     from datasets.packaged_modules.parquet.parquet import Parquet
 
-    files = getattr(builder.config, "data_files", None) or {}
     columns = getattr(builder.config, "columns", None) if isinstance(builder, Parquet) else None
-    for named, names in files.items():
-        for name in names if str(named) == split else ():  # the other splits are not read
-            if isinstance(builder, Parquet) or str(name).lower().endswith(".parquet"):
-                check_parquet(
-                    str(name),
-                    DataError,
-                    f"dataset folder {folder}: its data file {name} (split {split})",
-                    columns,
-                    factor=2,
-                    largest_group=True,
-                    hint="the datasets library decodes a row group whole, and holds one while it decodes the next",
-                )
+    for name, label in _split_files(folder, builder, split):
+        if isinstance(builder, Parquet) or name.lower().endswith(".parquet"):
+            check_parquet(
+                name,
+                DataError,
+                label,
+                columns,
+                factor=2,
+                largest_group=True,
+                hint="the datasets library decodes a row group whole, and holds one while it decodes the next",
+            )
 
 
 # A compressed data file is scanned this many bytes at a time, once decompressed.
@@ -339,33 +346,30 @@ def _size_lines(folder: str, builder, split: str) -> None:
     batch = 0 if isinstance(builder, Csv) else max(0, int(config.chunksize))
     memory = file_checks.memory_limit()
     limit = memory // _HELD_COPIES
-    files = getattr(config, "data_files", None) or {}
-    for named, names in files.items():
-        for name in names if str(named) == split else ():  # the other splits are not read
-            label = f"dataset folder {folder}: its data file {name} (split {split})"
+    for name, label in _split_files(folder, builder, split):
+        try:
+            protocol = _extraction_protocol(name)
+        except Exception as exc:  # noqa: BLE001 - an archive the library cannot read either (rar)
+            raise DataError(label + f": cannot read it ({one_line(exc, 160)})") from None
+        if protocol is None and os.path.getsize(name) + batch <= limit:
+            continue  # a plain file: the library never holds more than the file
+        for member, stream in _decompressed(name, protocol, label):
+            what = label + (f" (its member {member})" if member else "")
             try:
-                protocol = _extraction_protocol(str(name))
-            except Exception as exc:  # noqa: BLE001 - an archive the library cannot read either (rar)
-                raise DataError(label + f": cannot read it ({one_line(exc, 160)})") from None
-            if protocol is None and os.path.getsize(name) + batch <= limit:
-                continue  # a plain file: the library never holds more than the file
-            for member, stream in _decompressed(str(name), protocol, label):
-                what = label + (f" (its member {member})" if member else "")
-                try:
-                    with stream:
-                        held, words, read_whole = _most_held(stream, rows, whole, limit, batch)
-                except (OSError, EOFError, ValueError) as exc:  # a corrupt stream: the library would fail on it too
-                    raise DataError(what + f": cannot decompress it ({one_line(exc, 160)})") from None
-                if held > limit:
-                    how = f", decompressed ({protocol})," if protocol else ""
-                    raise DataError(
-                        what
-                        + f": reading it{how} holds at least {size_words(held)} at once ({words} "
-                        + ("decompressed" if protocol else "read")
-                        + ("" if read_whole or not batch else f", after a batch of {size_words(batch)}")
-                        + f"), more than the {size_words(limit)} allowed (a quarter of the {size_words(memory)} "
-                        "available); the datasets library reads " + ("it whole" if read_whole else "a line whole")
-                    )
+                with stream:
+                    held, words, read_whole = _most_held(stream, rows, whole, limit, batch)
+            except (OSError, EOFError, ValueError) as exc:  # a corrupt stream: the library would fail on it too
+                raise DataError(what + f": cannot decompress it ({one_line(exc, 160)})") from None
+            if held > limit:
+                how = f", decompressed ({protocol})," if protocol else ""
+                raise DataError(
+                    what
+                    + f": reading it{how} holds at least {size_words(held)} at once ({words} "
+                    + ("decompressed" if protocol else "read")
+                    + ("" if read_whole or not batch else f", after a batch of {size_words(batch)}")
+                    + f"), more than the {size_words(limit)} allowed (a quarter of the {size_words(memory)} "
+                    "available); the datasets library reads " + ("it whole" if read_whole else "a line whole")
+                )
 
 
 #: Compressed files by suffix, where the ``datasets`` library in use keeps its own rule elsewhere.
