@@ -315,7 +315,8 @@ def test_streamed_context_ranks_on_cuda_equal_the_cpu_s(monkeypatch):
     E, rule = _hard_batch()
     E = torch.cat([E, _hard_batch(6)[0]])
     host = context_ranks(E, rule)
-    monkeypatch.setattr(contexts, "_PENDING_BYTES", 3000)  # a group every second batch (a batch of three: 1560 B)
+    per_batch = 3 * 5 * 8 * 8 + 3 * 5 * 5 * 8  # the bytes of a batch of three and of its Gram matrices
+    monkeypatch.setattr(contexts, "_PENDING_BYTES", 2 * per_batch)  # a group every second batch
     monkeypatch.setattr(contexts, "_PENDING_LEAST", 0)
     decided, real = [], contexts.device_ranks
     monkeypatch.setattr(contexts, "device_ranks", lambda b, r, w: decided.append(len(b)) or real(b, r, w))
