@@ -25,6 +25,7 @@ and a part's stream does not depend on how many parts run or in which order.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import threading
 import zlib
@@ -42,6 +43,7 @@ __all__ = [
     "PURPOSES",
     "derive_seed",
     "device_name",
+    "first_use",
     "resolve_device",
     "warm_up",
 ]
@@ -158,8 +160,27 @@ def check_environment() -> None:
 WARM_UP_EXIT_WAIT_S = 10.0
 
 
+def first_use(device: torch.device) -> None:
+    """Make on ``device`` one small float64 call of each linear-algebra library the checks use there, and wait
+    for them: a matrix product (the BLAS), a Cholesky factorisation and a triangular solve, singular values,
+    eigenvalues and a QR factorisation (the solver library). On a GPU the first call of each makes the
+    library's handle and loads its kernels; :func:`warm_up` pays for that while the model libraries are
+    imported, not inside the first check that needs it. Nothing is kept."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(2, 24, 16, generator=g, dtype=torch.float64).to(device)
+    gram = a.mT @ a + torch.eye(16, dtype=torch.float64, device=device)
+    factor, _ = torch.linalg.cholesky_ex(gram)
+    torch.linalg.solve_triangular(factor, a.mT, upper=False)
+    torch.linalg.svdvals(a)
+    torch.linalg.eigvalsh(gram)
+    torch.linalg.qr(a[0])
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def warm_up(device: torch.device) -> threading.Thread | None:
-    """Start making ``device``'s CUDA context, and a BLAS handle on it, on a helper thread, and return that
+    """Start making ``device``'s CUDA context, and the handles and first kernels of its linear-algebra
+    libraries (:func:`first_use`), on a helper thread, and return that
     thread; the caller goes on (importing the model libraries, building the model), and the first work it
     queues on the device need not wait for the context. Only for a CUDA device not yet initialised, in a
     process that runs alone (``WORLD_SIZE`` unset or 1: under torchrun each process takes its own device
@@ -174,12 +195,8 @@ def warm_up(device: torch.device) -> threading.Thread | None:
         return None
 
     def run() -> None:
-        try:
-            a = torch.ones(2, 2, device=device)
-            (a @ a).sum()
-            torch.cuda.synchronize(device)
-        except Exception:  # noqa: BLE001 - the first use on the main thread raises it again, with its context
-            pass
+        with contextlib.suppress(Exception):  # the first use on the main thread raises it again, with its context
+            first_use(device)
 
     thread = threading.Thread(target=run, name="mhaaudit-cuda-warm-up", daemon=True)
     thread.start()

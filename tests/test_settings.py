@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -84,3 +86,29 @@ def test_a_gpu_context_is_made_ahead_only_for_a_cuda_device_in_one_process(monke
         thread.join(timeout=120)
         assert not thread.is_alive() and torch.cuda.is_initialized()
     assert warm_up(torch.device("cuda")) is None  # made: nothing more to do
+
+
+def test_the_first_use_calls_each_linear_algebra_library_the_checks_use(monkeypatch):
+    """``first_use`` (what ``warm_up``'s thread runs) calls, once each and on the device given, every
+    ``torch.linalg`` routine that calls a solver library and that the package uses, and a float64 product."""
+    import re
+
+    from mhaaudit import runtime
+
+    used = set()
+    for path in (Path(runtime.__file__).parent).rglob("*.py"):
+        used |= set(re.findall(r"torch\.linalg\.(\w+)", path.read_text()))
+    elementwise = {"vector_norm", "matrix_norm", "vecdot"}  # no solver library behind them
+    composite = {"matrix_rank"}  # svdvals underneath
+    called = []
+    for name in used - elementwise - composite:
+        real = getattr(torch.linalg, name)
+        monkeypatch.setattr(
+            torch.linalg, name, lambda *a, _n=name, _r=real, **k: called.append((_n, a[0].device)) or _r(*a, **k)
+        )
+    devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+    for device in devices:
+        called.clear()
+        runtime.first_use(device)
+        assert sorted(n for n, _ in called) == sorted(used - elementwise - composite)
+        assert all(d.type == device.type for _, d in called)
