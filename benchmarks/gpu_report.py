@@ -1457,7 +1457,7 @@ def table(parts: dict, s: dict | None, smoke: bool = False) -> str:
     mz = _res(parts, "memorize")
     m = parts.get("memorize")
     mcell = (
-        f"{_s(mz['seconds'])} ({mz['points']} points, {mz['groups']} groups)"
+        f"{_s(mz['seconds'])} ({mz['points']} points, {mz['groups']} group{'s' * (mz['groups'] != 1)})"
         if mz
         else f"unfinished after {_s(_spent(m))}"
         if m and m["status"] == "timeout"

@@ -27,11 +27,12 @@ LAPACK's, and every singular value is computed there (``certificates.svd_rank`` 
 to the host). On a GPU, the eigenvalues of symmetric matrices of order above
 :data:`DEVICE_BATCHED_ORDER` (which torch's batched Jacobi routine takes together on the device) and
 at most :data:`HOST_EIGVALSH_MAX` (the draws and context matrices of a ViT's 197 tokens) are computed
-on the host too, by the CPU's routes, and copied back, so they are the values the CPU computes: the
-device's routine takes such matrices one at a time (on one H200, 64 symmetric 197 x 197
-eigenproblems took 98 ms there, 1.5 ms each, where the host's LAPACK reduced such a matrix to
-tridiagonal form, most of the work, in 0.93 ms on one core). The others stay on the device, where
-its first route runs and the others on the CPU. ``benchmarks/bench_routes.py`` times both
+on the host too, by the CPU's routes, and copied back, so they are the values the CPU computes and a
+draw is decided alike on both. That is for the values' sake, not for speed: the device's routine takes
+such matrices one at a time, yet on one H200 (``bench_routes.py`` at d74bd69) 64 symmetric 197 x 197
+eigenproblems took 99 ms there and 119 ms on the host's 16 threads, and one took 2.5 ms and 2.6 ms;
+at orders 408 and 768 the device was five times faster. Matrices of other orders stay on the device,
+where its first route runs and the others on the CPU. ``benchmarks/bench_routes.py`` times both
 placements. On the host, NumPy's route computes each symmetric matrix of order at most
 :data:`ONE_THREAD_ORDER` on one thread, its BLAS too: such a matrix's values are then the same on any
 machine (``numerics.certificates.eigvalsh`` deals a stack of them among the host's threads).
