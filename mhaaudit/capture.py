@@ -156,12 +156,14 @@ def collect_features(
     settings: Settings,
     on_note: Callable[[str], None] | None = None,
     contexts: bool = True,
+    needs_n: bool = True,
 ) -> Captured:
     """Run the model over the data once per set of weights and reduce every probe point.
 
     A ``trained`` group whose weights cannot be had offline is reported unavailable, not raised.
-    ``data.limit`` below the model's n is refused as soon as the model's n is known. ``contexts=False``:
-    the query and Assumption 3 rows only, no context ranks (``StreamingReducer``).
+    ``data.limit`` below the model's n is refused as soon as the model's n is known, unless ``needs_n`` is
+    False (a caller whose draws are of other sizes, checked by itself). ``contexts=False``: the query and
+    Assumption 3 rows only, no context ranks (``StreamingReducer``).
     """
     out = Captured()
     by_init: dict[str, list[Probe]] = {}
@@ -171,7 +173,7 @@ def collect_features(
         pm = _load_or_unavailable(request, init, settings, max(p.layer for p in group), group, out)
         if pm is None:
             continue
-        qi = _take_model(out, pm, request, init, data, len(group), on_note)
+        qi = _take_model(out, pm, request, init, data, len(group), on_note, needs_n)
         fed, reducers, data_notes = _capture_group(pm, init, group, qi, data, settings, contexts)
         data = _take_pass(out, fed, data_notes, init, data, on_note)
         for p in group:
@@ -187,11 +189,13 @@ def _take_model(
     data: DataRequest,
     probes: int,
     on_note: Callable[[str], None] | None,
+    needs_n: bool = True,
 ) -> int:
-    """Check the limit against the model loaded for ``probes`` probe points, keep what it says
-    (its info, weights, the n > d note) in ``out``; the query token's index."""
+    """Check the limit against the model loaded for ``probes`` probe points (against its n too where the caller
+    ``needs_n``), keep what it says (its info, weights, the n > d note) in ``out``; the query token's index."""
     info = pm.info
-    _check_limit_reaches_n(data, info)
+    if needs_n:
+        _check_limit_reaches_n(data, info)
     _check_limit_fits(data, info, probes)
     if info.n > info.d:
         out.note(_n_above_d_note(info), NoteKind.N_ABOVE_D, on_note)
@@ -311,18 +315,20 @@ def capture_probe(
     settings: Settings,
     layer: int = 1,
     contexts: bool = True,
+    needs_n: bool = True,
 ) -> FeatureSet:
     """Reduced features of one probe point (``variant`` at depth ``layer``, see :func:`probe_for_variant`)
     from checked request objects; :func:`capture_features` with the objects built (``contexts=False``: without
-    the context ranks, for the vectors alone). Its ``meta`` holds, beside what was read, the inputs skipped
+    the context ranks, for the vectors alone; ``needs_n=False``: a limit below the model's n is not refused,
+    for a caller that draws other sizes and checks them itself). Its ``meta`` holds, beside what was read, the inputs skipped
     (``skips``, by cause) and the capture's ``notes``. Trained weights that cannot be had offline raise
     :class:`~mhaaudit.errors.OfflineError`."""
-    return _capture_one(Requests(request, data, settings), probe_for_variant(variant, layer), contexts)
+    return _capture_one(Requests(request, data, settings), probe_for_variant(variant, layer), contexts, needs_n)
 
 
-def _capture_one(req: Requests, probe: Probe, contexts: bool = True) -> FeatureSet:
+def _capture_one(req: Requests, probe: Probe, contexts: bool = True, needs_n: bool = True) -> FeatureSet:
     refuse_weights_without_trained(req.model.weights_path, probe)
-    got = collect_features(req.model, [probe], req.data, req.settings, contexts=contexts)
+    got = collect_features(req.model, [probe], req.data, req.settings, contexts=contexts, needs_n=needs_n)
     if probe.variant in got.unavailable:
         raise OfflineError(got.unavailable[probe.variant])
     fs = got.features[probe.variant]

@@ -473,8 +473,22 @@ def _vectors(request: KruskalRequest, capture: Capture | None, settings: Setting
     if request.features is None:
         assert capture is not None, "a request without features comes with its capture"
         vectors = request.vectors or "queries"
-        # the vectors alone: the context ranks (Assumption 2) are not computed
-        fs = capture_probe(capture.model, capture.data, capture.variant, settings=settings, contexts=False)
+        for kk in request.ks:  # before the model is loaded (the sizes are checked against T again once read)
+            if kk > capture.data.limit:
+                raise InputError(
+                    Param("k") + f" {kk} is larger than " + Param("limit") + f" {capture.data.limit}, "
+                    "the most examples the capture reads"
+                )
+        # the vectors alone: the context ranks (Assumption 2) are not computed; the model's n bounds T below only
+        # where the default sizes test it (given sizes or the sweep alone draw what T allows)
+        fs = capture_probe(
+            capture.model,
+            capture.data,
+            capture.variant,
+            settings=settings,
+            contexts=False,
+            needs_n=not (request.ks or request.sweep),
+        )
         source = f"{fs.meta.get('model')} [{fs.meta.get('variant')}] {vectors} on {fs.meta.get('data')}"
         captured = CaptureFacts.of(fs.meta.get("batch"), fs.meta.get("weights_read"))
         return (fs.a3 if vectors == "a3" else fs.queries), fs.n, source, vectors, captured, fs.meta

@@ -637,6 +637,26 @@ def test_a_capture_for_kruskal_decides_no_context_ranks(capsys, monkeypatch, vit
     assert sum(batches) == 40  # check does decide them: the spy sees what it is meant to
 
 
+def test_a_capture_below_n_is_refused_only_where_the_sizes_test_n(capsys, vit_dir, image_dir):
+    """``kruskal --model`` with sizes of its own (``--k``) or the sweep alone draws what T allows: a limit below
+    the model's n (17) is refused only for the default sizes, which test n; a size above the limit is refused
+    before the model is loaded."""
+    small = ["--limit", "10", "--batch-size", "8", "--samples", "50"]
+    model = ["--model", vit_dir, "--variants", "random", "--data", image_dir, *small]
+    doc = json_run(capsys, "kruskal", *model, "--k", "5")
+    assert [(r["k"], r["T"]) for r in doc["records"]] == [(5, 10)] and doc["meta"]["inputs"]["T"] == 10
+    swept = json_run(capsys, "kruskal", *model, "--sweep")
+    assert swept["sweep"] is not None and swept["meta"]["inputs"]["T"] == 10
+    rc, out, err = run(capsys, "kruskal", *model, "--format", "json")
+    assert rc == 2 and not out and "--limit 10 is below n = 17" in err
+    rc, out, err = run(capsys, "kruskal", *model, "--k", "12", "--format", "json")
+    assert (rc, out, err.strip()) == (
+        2,
+        "",
+        "Error: --k 12 is larger than --limit 10, the most examples the capture reads",
+    )
+
+
 def test_capture_from_model_variants(capsys, vit_dir, image_dir):
     emb = json_run(capsys, "kruskal", "--model", vit_dir, "--variants", "embedding", "--data", image_dir, *CAPTURE)
     assert emb["records"][0]["check"] == "assumption_1" and emb["records"][0]["verdict"] == "fails"
