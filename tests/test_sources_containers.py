@@ -430,3 +430,25 @@ def test_a_data_file_s_compression_is_known_where_the_datasets_library_keeps_its
     monkeypatch.setitem(sys.modules, "datasets.download.streaming_download_manager", None)
     got = [_extraction_protocol(f"d/train.{s}") for s in ("jsonl.gz", "csv.BZ2", "txt.xz", "json.zst", "zip", "txt")]
     assert got == ["gzip", "bz2", "xz", "zstd", "zip", None]
+
+
+def test_a_folder_of_compressed_data_files_is_read_as_a_data_set(tmp_path):
+    """A local folder whose only data files are compressed (``train.jsonl.gz``, ``a.txt.gz``: the ``datasets``
+    library decompresses them) is read as a data set, as with ``hf:``; it was taken for a folder of .txt files and
+    refused ("holds no .txt files"). A folder with a plain .txt file is still read as .txt files."""
+    import gzip
+
+    docs = _documents(12)
+    (tmp_path / "j").mkdir()
+    with gzip.open(tmp_path / "j" / "train.jsonl.gz", "wt") as f:
+        f.writelines(json.dumps({"text": d}) + "\n" for d in docs)
+    (tmp_path / "t").mkdir()
+    with gzip.open(tmp_path / "t" / "train.txt.gz", "wt") as f:
+        f.write("\n".join(docs) + "\n")
+    for name in ("j", "t"):
+        folder = tmp_path / name
+        src = text_source(str(folder), limit=5)
+        assert src.name.startswith(f"dataset folder {folder}"), src.name
+        assert list(src) == list(text_source(f"hf:{folder}", limit=5)) == docs[:5]
+    (tmp_path / "t" / "notes.txt").write_text(docs[0] + "\n")
+    assert text_source(str(tmp_path / "t")).name.startswith("text folder")

@@ -376,6 +376,15 @@ def _size_lines(folder: str, builder, split: str) -> None:
 _COMPRESSED_SUFFIXES = {".gz": "gzip", ".bz2": "bz2", ".xz": "xz", ".zst": "zstd", ".lz4": "lz4", ".zip": "zip"}
 
 
+def data_suffix(name: str) -> str:
+    """The suffix of the data a file holds, under one compression suffix (``train.jsonl.gz``: ``.jsonl``;
+    ``a.parquet``: ``.parquet``), lower case; the ``datasets`` library reads such files decompressed."""
+    stem, suffix = os.path.splitext(name.lower())
+    if suffix in _COMPRESSED_SUFFIXES:
+        suffix = os.path.splitext(stem)[1]
+    return suffix
+
+
 def _extraction_protocol(name: str) -> str | None:
     """How the ``datasets`` library decompresses the data file ``name`` as it streams (None: a plain file): its own
     rule (by suffix, else by the file's magic number), found where the installed version keeps it, else the

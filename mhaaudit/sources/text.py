@@ -18,7 +18,17 @@ from typing import Any
 from ..defaults import DEFAULT_SPLIT
 from ..errors import DataError, InputError, Param, one_line
 from ..files import folder_files
-from ._common import Skips, classify, data_rng, is_builtin, is_local, no_split, open_hf_dataset, stream_rows
+from ._common import (
+    Skips,
+    classify,
+    data_rng,
+    data_suffix,
+    is_builtin,
+    is_local,
+    no_split,
+    open_hf_dataset,
+    stream_rows,
+)
 from .containers import Table, choose_column, is_saved_dataset, open_table, table_of
 from .corpus import docstring_corpus
 
@@ -39,6 +49,17 @@ _OFFLINE_TEXT = (
     "text column, a folder written by save_to_disk, or the built-in default (no " + Param("data") + ")"
 )
 _PARAGRAPH = re.compile(r"\n[ \t]*\n")
+
+#: The files of a local folder read as a data set by the ``datasets`` library (not as .txt files), by the suffix
+#: of the data they hold
+_FOLDER_DATA = frozenset({".parquet", ".arrow", ".jsonl", ".csv", ".tsv"})
+
+
+def _dataset_file(name: str) -> bool:
+    """Whether the file ``name`` in a local folder is a data set's: a table or JSON lines, compressed or not
+    (``train.jsonl.gz``), or compressed text (``a.txt.gz``, which the ``datasets`` library decompresses)."""
+    suffix = data_suffix(name)
+    return suffix in _FOLDER_DATA or (suffix == ".txt" and not name.lower().endswith(".txt"))
 
 
 class TextSource:
@@ -407,9 +428,8 @@ def text_source(
     if kind == "dir":
         if is_saved_dataset(target):
             return TableText(table_of(target, split), limit=limit, text_column=text_column)
-        if not any(p.suffix.lower() == ".txt" for p in target.rglob("*")) and any(
-            p.suffix.lower() in {".parquet", ".arrow", ".jsonl", ".csv", ".tsv"} for p in target.rglob("*")
-        ):
+        names = [p.name for p in target.rglob("*")]
+        if not any(n.lower().endswith(".txt") for n in names) and any(map(_dataset_file, names)):
             return HubText(str(target), split=split, limit=limit, text_column=text_column)
         _no_columns(text_column, f"a folder of .txt files ({target})")
         no_split(split, f"a folder of .txt files ({target})")
