@@ -88,11 +88,19 @@ def test_smoke_runs_every_part_and_resumes(tmp_path, capsys, monkeypatch):
     # and its costliest imports: torch among them, and no import line left in what it would report as an error
     assert 0 < len(prof["imports"]) <= g.PROFILE_IMPORTS and "torch" in {r["module"] for r in prof["imports"]}
     assert "importtime" in (res / "profile-check-vit-base.txt").read_text()
+    # and the run again with its main thread's stack sampled: every phase it spent time in, and its lines
+    sampled = prof["sampled"]
+    assert sampled["exit"] == 0 and sampled["samples"] > 0 and {"forward", "reduction"} <= set(sampled["phases"])
+    spent = sum(v["seconds"] for v in sampled["phases"].values())
+    assert 0.5 * sampled["wall_s"] < spent <= sampled["wall_s"] * 1.01  # each sample stands for the time it took
+    assert any(line.startswith("mhaaudit/") for v in sampled["phases"].values() for line, _ in v["mhaaudit"])
+    assert "stack sampled" in (res / "profile-check-vit-base.txt").read_text()
     ctx = by["contexts"]  # Assumption 2 beside the matrix_rank loop: the same ranks, every part timed
     assert ctx["ranks_equal"] is True and ctx["T"] == ctx["full_rank"] == 4 and ctx["one_thread_s"] > 0
     report = (res / "report.md").read_text()
     assert "smoke sizes, not figures" in report and "torch " in report and "commit " in report
     assert "## Where the kernels' time went" in report and "- `sweep`, one run under torch.profiler" in report
+    assert "- `check vit-base` again, its main thread's stack sampled" in report
     assert "unmeasured" not in report.split("| target |")[0]  # every row measured (at smoke sizes)
     # run again: every part is done for this commit and device, nothing runs
     rc = g.main(["--device", "cpu", "--smoke", "--in-process", "--results", str(res), "--budget", "100000"])
