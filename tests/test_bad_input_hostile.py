@@ -780,6 +780,37 @@ def test_a_dataset_folders_row_groups_are_sized_before_they_are_read(monkeypatch
     assert json.loads(out)["records"]
 
 
+def test_a_text_dataset_read_by_paragraph_is_sized_by_its_longest_paragraph(monkeypatch, tmp_path):
+    """A text data set whose metadata says ``sample_by: paragraph`` is read a paragraph at a time (lines up to a blank
+    one): a few KB of gzip holding 45 MB of short lines and no blank line is one paragraph the datasets library would
+    hold whole, and is refused before it reads it, naming the paragraph; the same lines read line by line, and
+    paragraphs of a few lines, read as before."""
+    import gzip
+
+    from mhaaudit import files
+    from mhaaudit.errors import DataError
+    from mhaaudit.sources import text_source
+
+    def folder(name: str, text: str, sample_by: str):
+        (tmp_path / name / "data").mkdir(parents=True)
+        config = _CONFIGS.replace("path: data/*.parquet", f"path: data/train.txt.gz\n  sample_by: {sample_by}")
+        (tmp_path / name / "README.md").write_text(config)
+        with gzip.open(tmp_path / name / "data" / "train.txt.gz", "wt") as f:
+            f.write(text)
+        return tmp_path / name
+
+    monkeypatch.setattr(files, "memory_limit", lambda: 200_000_000)  # 50 MB at once: 10 MB a batch, then the rest
+    lines = ("z" * 59 + "\n") * 750_000  # 45 MB
+    big = folder("big", lines, "paragraph")
+    with pytest.raises(DataError, match=r"holds at least 5\d\.\d MB at once \(its longest paragraph, at least .*"
+                       r"reads a paragraph whole$"):  # fmt: skip
+        text_source(f"hf:{big}")
+    assert next(iter(text_source(f"hf:{folder('by-line', lines, 'line')}", limit=1))) == "z" * 59
+    docs = [f"paragraph {i}\nof two lines" for i in range(20)]
+    ok = folder("ok", "\n\n".join(docs) + "\n", "paragraph")
+    assert list(text_source(f"hf:{ok}", limit=3)) == docs[:3]
+
+
 def test_a_dataset_folders_compressed_lines_are_sized_before_they_are_read(monkeypatch, capsys, hostile, tmp_path):
     """The datasets library decompresses a dataset folder's .jsonl.gz (.bz2, .xz, .zip) as it streams and holds its
     batch (10 MB) and the rest of a line whole: a few KB of gzip holding one line of 60 MB is refused in one line

@@ -452,3 +452,23 @@ def test_a_folder_of_compressed_data_files_is_read_as_a_data_set(tmp_path):
         assert list(src) == list(text_source(f"hf:{folder}", limit=5)) == docs[:5]
     (tmp_path / "t" / "notes.txt").write_text(docs[0] + "\n")
     assert text_source(str(tmp_path / "t")).name.startswith("text folder")
+
+
+def test_what_a_text_file_holds_at_once_is_its_longest_line_or_paragraph(monkeypatch):
+    """The scan of a data file finds what the ``datasets`` library holds at once: its longest line, or with
+    ``sample_by: paragraph`` its longest paragraph (up to a blank line), whatever the chunks it is read in (a blank
+    line split between two of them too): checked against splitting the whole text at once."""
+    import io
+
+    from mhaaudit.sources import _common
+
+    rng = np.random.default_rng(3)
+    for trial in range(60):
+        text = b"".join(rng.choice([b"a", b"bb", b"\n", b"\n\n", b"ccc\n"], size=int(rng.integers(0, 80))))
+        monkeypatch.setattr(_common, "_SCAN_CHUNK", int(rng.integers(1, 9)))
+        for paragraphs, sep in ((False, b"\n"), (True, b"\n\n")):
+            *ends, rest = text.split(sep)
+            want = max([len(p) + len(sep) for p in ends] + [len(rest)])
+            held, words, whole = _common._most_held(io.BytesIO(text), 1, False, 10**9, 0, paragraphs)
+            assert (held, whole) == (want, False), (trial, text, paragraphs)
+            assert words.startswith("its longest paragraph" if paragraphs else "its longest line")

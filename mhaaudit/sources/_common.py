@@ -322,8 +322,9 @@ def _size_lines(folder: str, builder, split: str) -> None:
     """Check that what the ``datasets`` library holds at once of each JSON, text or CSV data file a local dataset
     folder's metadata names for ``split`` fits a quarter of the memory available. The library reads such a file a
     batch at a time (``chunksize`` bytes, then the rest of the line; ``chunksize`` rows of a CSV file) and so holds
-    one line whole, however long, and a whole file where it reads one whole (a JSON file that starts with ``[`` or a
-    ``field`` of it, text ``sample_by: document``); it decompresses a ``.gz``, ``.bz2``, ``.xz``, ``.zst``, ``.lz4`` or
+    one line whole, however long (text ``sample_by: paragraph``: one paragraph, lines up to a blank one), and a whole
+    file where it reads one whole (a JSON file that starts with ``[`` or a ``field`` of it, text
+    ``sample_by: document``); it decompresses a ``.gz``, ``.bz2``, ``.xz``, ``.zst``, ``.lz4`` or
     ``.zip`` file as it streams, so a few KB can hold a line of gigabytes. A compressed file, or a plain one larger
     than that share, is scanned once, decompressed :data:`_SCAN_CHUNK` bytes at a time and never held, until what
     the library would hold is found to exceed the share. A large file of short lines is read as before.
@@ -342,6 +343,7 @@ def _size_lines(folder: str, builder, split: str) -> None:
     whole = (isinstance(builder, Json) and config.field is not None) or (
         isinstance(builder, Text) and config.sample_by == "document"
     )
+    paragraphs = isinstance(builder, Text) and config.sample_by == "paragraph"
     rows = int(config.chunksize) if isinstance(builder, Csv) else 1
     batch = 0 if isinstance(builder, Csv) else max(0, int(config.chunksize))
     memory = file_checks.memory_limit()
@@ -357,7 +359,7 @@ def _size_lines(folder: str, builder, split: str) -> None:
             what = label + (f" (its member {member})" if member else "")
             try:
                 with stream:
-                    held, words, read_whole = _most_held(stream, rows, whole, limit, batch)
+                    held, words, read_whole = _most_held(stream, rows, whole, limit, batch, paragraphs)
             except (OSError, EOFError, ValueError) as exc:  # a corrupt stream: the library would fail on it too
                 raise DataError(what + f": cannot decompress it ({one_line(exc, 160)})") from None
             if held > limit:
@@ -368,7 +370,8 @@ def _size_lines(folder: str, builder, split: str) -> None:
                     + ("decompressed" if protocol else "read")
                     + ("" if read_whole or not batch else f", after a batch of {size_words(batch)}")
                     + f"), more than the {size_words(limit)} allowed (a quarter of the {size_words(memory)} "
-                    "available); the datasets library reads " + ("it whole" if read_whole else "a line whole")
+                    "available); the datasets library reads "
+                    + ("it whole" if read_whole else "a paragraph whole" if paragraphs else "a line whole")
                 )
 
 
@@ -423,19 +426,31 @@ def _decompressed(name: str, protocol: str | None, label: str) -> Generator[tupl
         raise DataError(label + f": cannot decompress it ({one_line(exc, 160)})") from None
 
 
-def _most_held(stream, rows: int, whole: bool, limit: int, batch: int) -> tuple[int, str, bool]:
+def _most_held(
+    stream, rows: int, whole: bool, limit: int, batch: int, paragraphs: bool = False
+) -> tuple[int, str, bool]:
     """What the ``datasets`` library holds at once of the decompressed ``stream`` (read :data:`_SCAN_CHUNK` bytes at a
-    time, never more held): its longest line (with ``rows`` > 1, the most bytes of ``rows`` consecutive lines, a CSV
-    batch), after a ``batch`` of bytes, or all of it with ``whole`` or where it starts with ``[`` (a JSON array, read
-    whole); the scan stops once that passes ``limit``. Returns the bytes, what they hold in words, and whether it is
-    read whole."""
+    time, never more held): its longest line (with ``paragraphs``, its longest paragraph: the bytes up to a blank
+    line; with ``rows`` > 1, the most bytes of ``rows`` consecutive lines, a CSV batch), after a ``batch`` of bytes,
+    or all of it with ``whole`` or where it starts with ``[`` (a JSON array, read whole); the scan stops once that
+    passes ``limit``. Returns the bytes, what they hold in words, and whether it is read whole."""
     total, line, longest, window, lengths = 0, 0, 0, 0, deque[int]()
-    what = f"its most bytes in {rows} consecutive lines" if rows > 1 else "its longest line"
+    what = (
+        f"its most bytes in {rows} consecutive lines"
+        if rows > 1
+        else "its longest paragraph"
+        if paragraphs
+        else "its longest line"
+    )
+    sep = b"\n\n" if paragraphs else b"\n"
+    pending = b""  # (paragraphs) a chunk's last newline, counted in ``line``: a blank line may begin there
     while chunk := stream.read(_SCAN_CHUNK):
         if total == 0:
             whole = whole or chunk.removeprefix(b"\xef\xbb\xbf").startswith(b"[")
         total += len(chunk)
-        *ends, rest = chunk.split(b"\n")
+        data, line = pending + chunk, line - len(pending)
+        *ends, rest = data.split(sep)
+        pending = b"\n" if paragraphs and rest.endswith(b"\n") else b""
         if rows > 1:
             for piece in ends:
                 lengths.append(line + len(piece) + 1)
@@ -444,7 +459,7 @@ def _most_held(stream, rows: int, whole: bool, limit: int, batch: int) -> tuple[
                     window -= lengths.popleft()
                 longest = max(longest, window)
         elif ends:
-            longest = max(longest, line + len(ends[0]) + 1, max(map(len, ends[1:]), default=0) + 1)
+            longest = max(longest, line + len(ends[0]) + len(sep), max(map(len, ends[1:]), default=0) + len(sep))
             line = 0
         line += len(rest)
         held = total if whole else max(longest, line + window)
