@@ -472,3 +472,28 @@ def test_what_a_text_file_holds_at_once_is_its_longest_line_or_paragraph(monkeyp
             held, words, whole = _common._most_held(io.BytesIO(text), 1, False, 10**9, 0, paragraphs)
             assert (held, whole) == (want, False), (trial, text, paragraphs)
             assert words.startswith("its longest paragraph" if paragraphs else "its longest line")
+
+
+def test_what_a_csv_batch_holds_counts_rows_not_lines(monkeypatch):
+    """A CSV file is read ``chunksize`` rows at a time, and a quoted field may hold newlines: the scan's most bytes of
+    that many consecutive rows is found by rows (checked against the rows as written), whatever the chunks it reads;
+    counting lines would take a row of many lines for several rows."""
+    import csv
+    import io
+
+    from mhaaudit.sources import _common
+
+    rng = np.random.default_rng(4)
+    for trial in range(40):
+        rows = []
+        for _ in range(int(rng.integers(1, 12))):
+            field = "".join(rng.choice(["x", "yy", "\n", '"', ","], size=int(rng.integers(0, 12))))
+            out = io.StringIO()
+            csv.writer(out, lineterminator="\n").writerow([field, "z"])
+            rows.append(out.getvalue().encode())
+        k = int(rng.integers(2, 4))
+        want = max(sum(len(r) for r in rows[i : i + k]) for i in range(len(rows)))
+        monkeypatch.setattr(_common, "_SCAN_CHUNK", int(rng.integers(1, 9)))
+        held, words, _ = _common._most_held(io.BytesIO(b"".join(rows)), k, False, 10**9, 0, quote=b'"')
+        assert held == want, (trial, rows, k)
+        assert words.startswith(f"its most bytes in {k} consecutive rows")

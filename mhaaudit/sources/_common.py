@@ -345,6 +345,8 @@ def _size_lines(folder: str, builder, split: str) -> None:
     )
     paragraphs = isinstance(builder, Text) and config.sample_by == "paragraph"
     rows = int(config.chunksize) if isinstance(builder, Csv) else 1
+    # a CSV row's quoted field may hold newlines (QUOTE_NONE, 3: quotes are plain characters)
+    quote = str(config.quotechar or "").encode() if isinstance(builder, Csv) and config.quoting != 3 else b""
     batch = 0 if isinstance(builder, Csv) else max(0, int(config.chunksize))
     memory = file_checks.memory_limit()
     limit = memory // _HELD_COPIES
@@ -359,7 +361,7 @@ def _size_lines(folder: str, builder, split: str) -> None:
             what = label + (f" (its member {member})" if member else "")
             try:
                 with stream:
-                    held, words, read_whole = _most_held(stream, rows, whole, limit, batch, paragraphs)
+                    held, words, read_whole = _most_held(stream, rows, whole, limit, batch, paragraphs, quote)
             except (OSError, EOFError, ValueError) as exc:  # a corrupt stream: the library would fail on it too
                 raise DataError(what + f": cannot decompress it ({one_line(exc, 160)})") from None
             if held > limit:
@@ -427,16 +429,17 @@ def _decompressed(name: str, protocol: str | None, label: str) -> Generator[tupl
 
 
 def _most_held(
-    stream, rows: int, whole: bool, limit: int, batch: int, paragraphs: bool = False
+    stream, rows: int, whole: bool, limit: int, batch: int, paragraphs: bool = False, quote: bytes = b""
 ) -> tuple[int, str, bool]:
     """What the ``datasets`` library holds at once of the decompressed ``stream`` (read :data:`_SCAN_CHUNK` bytes at a
     time, never more held): its longest line (with ``paragraphs``, its longest paragraph: the bytes up to a blank
-    line; with ``rows`` > 1, the most bytes of ``rows`` consecutive lines, a CSV batch), after a ``batch`` of bytes,
+    line; with ``rows`` > 1, the most bytes of ``rows`` consecutive rows, a CSV batch, a newline inside a field
+    ``quote`` encloses not ending a row), after a ``batch`` of bytes,
     or all of it with ``whole`` or where it starts with ``[`` (a JSON array, read whole); the scan stops once that
     passes ``limit``. Returns the bytes, what they hold in words, and whether it is read whole."""
     total, line, longest, window, lengths = 0, 0, 0, 0, deque[int]()
     what = (
-        f"its most bytes in {rows} consecutive lines"
+        f"its most bytes in {rows} consecutive rows"
         if rows > 1
         else "its longest paragraph"
         if paragraphs
@@ -444,6 +447,7 @@ def _most_held(
     )
     sep = b"\n\n" if paragraphs else b"\n"
     pending = b""  # (paragraphs) a chunk's last newline, counted in ``line``: a blank line may begin there
+    quoted = False  # (rows) inside a quoted field: a newline there does not end the row
     while chunk := stream.read(_SCAN_CHUNK):
         if total == 0:
             whole = whole or chunk.removeprefix(b"\xef\xbb\xbf").startswith(b"[")
@@ -453,11 +457,16 @@ def _most_held(
         pending = b"\n" if paragraphs and rest.endswith(b"\n") else b""
         if rows > 1:
             for piece in ends:
+                quoted ^= bool(quote) and piece.count(quote) % 2 == 1
+                if quoted:  # the row goes on past this newline
+                    line += len(piece) + 1
+                    continue
                 lengths.append(line + len(piece) + 1)
                 window, line = window + lengths[-1], 0
                 if len(lengths) > rows:
                     window -= lengths.popleft()
                 longest = max(longest, window)
+            quoted ^= bool(quote) and rest.count(quote) % 2 == 1
         elif ends:
             longest = max(longest, line + len(ends[0]) + len(sep), max(map(len, ends[1:]), default=0) + len(sep))
             line = 0
