@@ -780,6 +780,33 @@ def test_a_dataset_folders_row_groups_are_sized_before_they_are_read(monkeypatch
     assert json.loads(out)["records"]
 
 
+def test_a_json_data_file_whose_later_batch_starts_a_list_is_sized_to_its_end(monkeypatch, tmp_path):
+    """The datasets library's JSON reader reads the rest of a file at once where a batch (10 MB, then the rest of the
+    line) starts with ``[``: 6 MB of JSON lines, then 60.5 MB of lines that each start a list (a few KB of gzip), is
+    refused before it reads it, naming the byte that batch starts at; the same lines as objects read as before."""
+    import gzip
+
+    from mhaaudit import files
+    from mhaaudit.errors import DataError
+    from mhaaudit.sources import text_source
+
+    def folder(name: str, later: str):
+        (tmp_path / name / "data").mkdir(parents=True)
+        (tmp_path / name / "README.md").write_text(_CONFIGS.replace("*.parquet", "train.jsonl.gz"))
+        with gzip.open(tmp_path / name / "data" / "train.jsonl.gz", "wt") as f:
+            f.write(('{"text": "' + "y" * 48 + '"}\n') * 100_000)  # 6 MB
+            f.write(later * 1_100_000)  # 60.5 MB
+        return tmp_path / name
+
+    monkeypatch.setattr(files, "memory_limit", lambda: 200_000_000)  # 50 MB at once
+    lists = folder("lists", '["' + "z" * 50 + '"]\n')
+    with pytest.raises(DataError, match=r"\(the rest of it from byte 1048\d{4}, where a batch starts with '\[', at "
+                       r"least 5\d\.\d MB: .* reads the rest of it whole$"):  # fmt: skip
+        text_source(f"hf:{lists}")
+    objects = folder("objects", '{"text": "' + "z" * 46 + '"}\n')
+    assert next(iter(text_source(f"hf:{objects}", limit=1))) == "y" * 48
+
+
 def test_a_text_dataset_read_by_paragraph_is_sized_by_its_longest_paragraph(monkeypatch, tmp_path):
     """A text data set whose metadata says ``sample_by: paragraph`` is read a paragraph at a time (lines up to a blank
     one): a few KB of gzip holding 45 MB of short lines and no blank line is one paragraph the datasets library would

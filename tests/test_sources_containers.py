@@ -470,7 +470,7 @@ def test_what_a_text_file_holds_at_once_is_its_longest_line_or_paragraph(monkeyp
             *ends, rest = text.split(sep)
             want = max([len(p) + len(sep) for p in ends] + [len(rest)])
             held, words, whole = _common._most_held(io.BytesIO(text), 1, False, 10**9, 0, paragraphs)
-            assert (held, whole) == (want, False), (trial, text, paragraphs)
+            assert (held, whole) == (want, ""), (trial, text, paragraphs)
             assert words.startswith("its longest paragraph" if paragraphs else "its longest line")
 
 
@@ -497,3 +497,38 @@ def test_what_a_csv_batch_holds_counts_rows_not_lines(monkeypatch):
         held, words, _ = _common._most_held(io.BytesIO(b"".join(rows)), k, False, 10**9, 0, quote=b'"')
         assert held == want, (trial, rows, k)
         assert words.startswith(f"its most bytes in {k} consecutive rows")
+
+
+def test_a_later_json_batch_that_starts_a_list_is_read_to_the_end(monkeypatch):
+    """The ``datasets`` library's JSON reader takes ``chunksize`` bytes and the rest of the line at a time, and reads
+    the rest of the file at once where a batch starts with ``[``: the scan finds the batches' starts as the reader
+    does (checked against reading with ``read`` and ``readline``), whatever chunks it reads, and counts what follows
+    the first such batch as held whole."""
+    import io
+
+    from mhaaudit.sources import _common
+
+    def reader(text: bytes, size: int) -> int | None:  # the first later batch that starts with "["
+        f, at = io.BytesIO(text), 0
+        while batch := f.read(size):
+            if at and batch.startswith(b"["):
+                return at
+            batch += f.readline()
+            at += len(batch)
+        return None
+
+    rng = np.random.default_rng(5)
+    for trial in range(300):
+        text = b"".join(rng.choice([b"a", b"{}", b"\n", b"[", b"xyz\n"], size=int(rng.integers(0, 60))))
+        size = int(rng.integers(1, 12))
+        want = reader(text, size)
+        monkeypatch.setattr(_common, "_SCAN_CHUNK", int(rng.integers(1, 9)))
+        held, words, whole = _common._most_held(io.BytesIO(text), 1, False, 10**9, size, json_batches=True)
+        if text.startswith(b"["):
+            assert (held, whole) == (len(text), "it whole"), (trial, text, size)
+        elif want is not None:
+            assert (held, whole) == (len(text) - want, "the rest of it whole"), (trial, text, size, want)
+            assert words.startswith(f"the rest of it from byte {want}, where a batch starts with '['")
+        else:  # the batch and the longest line
+            *ends, rest = text.split(b"\n")
+            assert (held, whole) == (size + max([len(p) + 1 for p in ends] + [len(rest)]), ""), (trial, text, size)

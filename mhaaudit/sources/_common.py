@@ -361,7 +361,9 @@ def _size_lines(folder: str, builder, split: str) -> None:
             what = label + (f" (its member {member})" if member else "")
             try:
                 with stream:
-                    held, words, read_whole = _most_held(stream, rows, whole, limit, batch, paragraphs, quote)
+                    held, words, read_whole = _most_held(
+                        stream, rows, whole, limit, batch, paragraphs, quote, isinstance(builder, Json)
+                    )
             except (OSError, EOFError, ValueError) as exc:  # a corrupt stream: the library would fail on it too
                 raise DataError(what + f": cannot decompress it ({one_line(exc, 160)})") from None
             if held > limit:
@@ -373,7 +375,7 @@ def _size_lines(folder: str, builder, split: str) -> None:
                     + ("" if read_whole or not batch else f", after a batch of {size_words(batch)}")
                     + f"), more than the {size_words(limit)} allowed (a quarter of the {size_words(memory)} "
                     "available); the datasets library reads "
-                    + ("it whole" if read_whole else "a paragraph whole" if paragraphs else "a line whole")
+                    + (read_whole or ("a paragraph whole" if paragraphs else "a line whole"))
                 )
 
 
@@ -429,14 +431,23 @@ def _decompressed(name: str, protocol: str | None, label: str) -> Generator[tupl
 
 
 def _most_held(
-    stream, rows: int, whole: bool, limit: int, batch: int, paragraphs: bool = False, quote: bytes = b""
-) -> tuple[int, str, bool]:
+    stream,
+    rows: int,
+    whole: bool,
+    limit: int,
+    batch: int,
+    paragraphs: bool = False,
+    quote: bytes = b"",
+    json_batches: bool = False,
+) -> tuple[int, str, str]:
     """What the ``datasets`` library holds at once of the decompressed ``stream`` (read :data:`_SCAN_CHUNK` bytes at a
     time, never more held): its longest line (with ``paragraphs``, its longest paragraph: the bytes up to a blank
     line; with ``rows`` > 1, the most bytes of ``rows`` consecutive rows, a CSV batch, a newline inside a field
-    ``quote`` encloses not ending a row), after a ``batch`` of bytes,
-    or all of it with ``whole`` or where it starts with ``[`` (a JSON array, read whole); the scan stops once that
-    passes ``limit``. Returns the bytes, what they hold in words, and whether it is read whole."""
+    ``quote`` encloses not ending a row), after a ``batch`` of bytes, or all of it with ``whole`` or where it starts
+    with ``[`` (a JSON array, read whole); with ``json_batches``, the rest of it from any batch that starts with ``[``
+    (the JSON reader's batches: ``batch`` bytes, then the rest of the line; it reads the rest of the file where one
+    starts so). The scan stops once that passes ``limit``. Returns the bytes, what they hold in words, and how it is
+    read whole ("it whole", "the rest of it whole"; empty where it is not)."""
     total, line, longest, window, lengths = 0, 0, 0, 0, deque[int]()
     what = (
         f"its most bytes in {rows} consecutive rows"
@@ -448,9 +459,13 @@ def _most_held(
     sep = b"\n\n" if paragraphs else b"\n"
     pending = b""  # (paragraphs) a chunk's last newline, counted in ``line``: a blank line may begin there
     quoted = False  # (rows) inside a quoted field: a newline there does not end the row
+    from_byte = 0 if whole else None  # where what is read whole begins
+    starts = _BatchStarts(batch) if json_batches and batch > 0 else None
     while chunk := stream.read(_SCAN_CHUNK):
-        if total == 0:
-            whole = whole or chunk.removeprefix(b"\xef\xbb\xbf").startswith(b"[")
+        if total == 0 and chunk.removeprefix(b"\xef\xbb\xbf").startswith(b"["):
+            from_byte = 0
+        if from_byte is None and starts is not None:
+            from_byte = starts.array_at(chunk, total)
         total += len(chunk)
         data, line = pending + chunk, line - len(pending)
         *ends, rest = data.split(sep)
@@ -471,20 +486,57 @@ def _most_held(
             longest = max(longest, line + len(ends[0]) + len(sep), max(map(len, ends[1:]), default=0) + len(sep))
             line = 0
         line += len(rest)
-        held = total if whole else max(longest, line + window)
-        if held + (0 if whole else batch) > limit:
-            what = "all of it" if whole else what
-            return (
-                held + (0 if whole else batch),
-                f"{what}, at least {size_words(held)}: the scan stopped after {size_words(total)}",
-                whole,
-            )
-    held = total if whole else max(longest, line + window)
-    return (
-        held + (0 if whole else batch),
-        f"{'all of it' if whole else what}, {size_words(held)} of {size_words(total)}",
-        whole,
-    )
+        if _held(total, from_byte, longest, line, window, batch) > limit:
+            return _held_words(total, from_byte, longest, line, window, batch, what, stopped=True)
+    return _held_words(total, from_byte, longest, line, window, batch, what, stopped=False)
+
+
+def _held(total: int, from_byte: int | None, longest: int, line: int, window: int, batch: int) -> int:
+    """What the library holds at once, as far as the scan has read (:func:`_most_held`)."""
+    return total - from_byte if from_byte is not None else max(longest, line + window) + batch
+
+
+def _held_words(total, from_byte, longest, line, window, batch, what: str, stopped: bool) -> tuple[int, str, str]:
+    """:func:`_most_held`'s answer: the bytes held, in words, and how it is read whole."""
+    held = _held(total, from_byte, longest, line, window, batch)
+    whole = ""
+    if from_byte is not None:
+        what, whole = ("all of it", "it whole") if from_byte == 0 else ("the rest of it", "the rest of it whole")
+        if from_byte:
+            what += f" from byte {from_byte}, where a batch starts with '['"
+        part = held
+    else:
+        part = held - batch
+    said = f"at least {size_words(part)}: the scan stopped after" if stopped else f"{size_words(part)} of"
+    return held, f"{what}, {said} {size_words(total)}", whole
+
+
+class _BatchStarts:
+    """Where the ``datasets`` library's JSON reader begins each batch of a file: it reads ``size`` bytes, then the
+    rest of the line (up to and with the first newline at or after that point), and the next batch begins after it.
+    Fed the file's bytes in order, chunk by chunk; the first batch (at byte 0) is not its concern."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.line_from = size  # where the current batch's last line is looked for (a newline at or after it)
+        self.at_start = False  # the next byte begins a batch
+
+    def array_at(self, chunk: bytes, offset: int) -> int | None:
+        """The offset of a batch in ``chunk`` (its first byte at ``offset`` in the file) that begins with ``[``, else
+        None (the state moves on to the chunk's end)."""
+        i = 0
+        while True:
+            if self.at_start:
+                if i >= len(chunk):
+                    return None  # the batch begins with the next chunk
+                if chunk[i : i + 1] == b"[":
+                    return offset + i
+                self.at_start, self.line_from = False, offset + i + self.size
+            j = chunk.find(b"\n", max(self.line_from - offset, i))
+            if self.line_from - offset >= len(chunk) or j == -1:
+                self.line_from = max(self.line_from, offset + len(chunk))
+                return None
+            i, self.at_start = j + 1, True
 
 
 def _available_splits(message: str, data: str, config: str | None) -> list[str]:
