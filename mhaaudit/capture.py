@@ -320,8 +320,8 @@ def capture_probe(
     """Reduced features of one probe point (``variant`` at depth ``layer``, see :func:`probe_for_variant`)
     from checked request objects; :func:`capture_features` with the objects built (``contexts=False``: without
     the context ranks, for the vectors alone; ``needs_n=False``: a limit below the model's n is not refused,
-    for a caller that draws other sizes and checks them itself). Its ``meta`` holds, beside what was read, the inputs skipped
-    (``skips``, by cause) and the capture's ``notes``. Trained weights that cannot be had offline raise
+    for a caller that draws other sizes and checks them itself). Its ``meta`` holds, beside what was read, the
+    inputs skipped (``skips``, by cause) and the capture's ``notes``. Trained weights that cannot be had offline raise
     :class:`~mhaaudit.errors.OfflineError`."""
     return _capture_one(Requests(request, data, settings), probe_for_variant(variant, layer), contexts, needs_n)
 

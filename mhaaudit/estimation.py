@@ -40,7 +40,7 @@ from .keywords import given, refuse_disagreement
 from .kruskal import KruskalInputs, KruskalResult, as_matrix, data_read, fixed_rule
 from .kruskal.proofs import shared_proofs
 from .numerics.stream import peak_rss_bytes
-from .probes import probe_for_variant, refuse_weights_without_trained
+from .probes import one_column
 from .progress import log, task
 from .request import DATA_KEYWORDS, SETTINGS_KEYWORDS, DataRequest, ModelRequest, build_requests, build_settings
 from .seeds import SeedPlan, SeedsResult, plan_for
@@ -141,26 +141,12 @@ def kruskal_capture(
     batches of 32); ``model_options`` are :class:`~mhaaudit.request.ModelRequest`'s (backend,
     weights, revision, trust_remote_code). Several columns, or ``weights`` without a trained
     column, are refused."""
-    _check_column(variant, model_options.get("weights"))
+    one_column(variant, model_options.get("weights"))
     options = dict(model_options)
     request = ModelRequest(
         model, context_length=n, query_index=query_index, weights_path=options.pop("weights", None), **options
     )
     return Capture(model=request, data=data if data is not None else DataRequest(), variant=variant)
-
-
-def _check_column(variant: str, weights) -> None:
-    """One column to capture, and trained weights only for a trained one.
-
-    Raises:
-        InputError: when ``variant`` names several columns, or ``weights`` is given for a column without trained
-            weights.
-    """
-    if len(validate.split_list(variant) or []) > 1:
-        raise InputError(
-            Param("variant") + f" {variant}: kruskal captures one column at a time; give one (check audits several)"
-        )
-    refuse_weights_without_trained(weights, probe_for_variant(variant), "variant")
 
 
 # keyword -> the KruskalRequest field it sets
@@ -236,7 +222,7 @@ def _capture_object(request: KruskalRequest, capture: Capture | None, settings: 
     requests = {k: v for k, v in keywords.items() if k not in ("model", "variant", "data")}
     if capture is None:
         variant = keywords.get("variant") or "random"
-        _check_column(variant, keywords.get("weights"))
+        one_column(variant, keywords.get("weights"))
         requests |= {"context_length": request.n, "query_index": request.query_index}
         built = build_requests(keywords.get("model") or "vit-base", keywords.get("data"), settings, requests)
         return Capture(model=built.model, data=built.data, variant=variant)
@@ -481,13 +467,9 @@ def _vectors(request: KruskalRequest, capture: Capture | None, settings: Setting
                 )
         # the vectors alone: the context ranks (Assumption 2) are not computed; the model's n bounds T below only
         # where the default sizes test it (given sizes or the sweep alone draw what T allows)
+        needs_n = not (request.ks or request.sweep)
         fs = capture_probe(
-            capture.model,
-            capture.data,
-            capture.variant,
-            settings=settings,
-            contexts=False,
-            needs_n=not (request.ks or request.sweep),
+            capture.model, capture.data, capture.variant, settings=settings, contexts=False, needs_n=needs_n
         )
         source = f"{fs.meta.get('model')} [{fs.meta.get('variant')}] {vectors} on {fs.meta.get('data')}"
         captured = CaptureFacts.of(fs.meta.get("batch"), fs.meta.get("weights_read"))

@@ -182,3 +182,17 @@ def refuse_weights_without_trained(weights_path, probe: Probe, variants: str = "
             Param("weights") + " loads trained weights; use it with " + Param(variants) + " trained (or trained-L<k>), "
             f"not {probe.variant!r}"
         )
+
+
+def one_column(variant: str, weights) -> None:
+    """One column to capture (``kruskal``), and trained weights only for a trained one.
+
+    Raises:
+        InputError: when ``variant`` names several columns, or ``weights`` is given for a column without trained
+            weights.
+    """
+    if len(validate.split_list(variant) or []) > 1:
+        raise InputError(
+            Param("variant") + f" {variant}: kruskal captures one column at a time; give one (check audits several)"
+        )
+    refuse_weights_without_trained(weights, probe_for_variant(variant), "variant")

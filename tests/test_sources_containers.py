@@ -423,7 +423,7 @@ def test_a_data_file_s_compression_is_known_where_the_datasets_library_keeps_its
     that rule elsewhere (or not at all) falls back to the file's suffix, never to an ImportError (exit 3)."""
     import sys
 
-    from mhaaudit.sources._common import _extraction_protocol
+    from mhaaudit.sources.folder_checks import _extraction_protocol
 
     assert _extraction_protocol("d/train.jsonl.gz") == "gzip" and _extraction_protocol("d/train.jsonl") is None
     monkeypatch.setitem(sys.modules, "datasets.utils.file_utils", None)
@@ -460,7 +460,7 @@ def test_what_a_text_file_holds_at_once_is_its_longest_line_or_paragraph(monkeyp
     line split between two of them too): checked against splitting the whole text at once."""
     import io
 
-    from mhaaudit.sources import _common
+    from mhaaudit.sources import folder_checks as _common
 
     rng = np.random.default_rng(3)
     for trial in range(60):
@@ -481,7 +481,7 @@ def test_what_a_csv_batch_holds_counts_rows_not_lines(monkeypatch):
     import csv
     import io
 
-    from mhaaudit.sources import _common
+    from mhaaudit.sources import folder_checks as _common
 
     rng = np.random.default_rng(4)
     for trial in range(40):
@@ -506,7 +506,7 @@ def test_a_later_json_batch_that_starts_a_list_is_read_to_the_end(monkeypatch):
     the first such batch as held whole."""
     import io
 
-    from mhaaudit.sources import _common
+    from mhaaudit.sources import folder_checks as _common
 
     def reader(text: bytes, size: int) -> int | None:  # the first later batch that starts with "["
         f, at = io.BytesIO(text), 0

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-import zipfile
 from collections import deque
 from collections.abc import Callable, Generator, Iterable
 from pathlib import Path
@@ -16,14 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from .. import files as file_checks
 from ..errors import DataError, InputError, MhaauditError, OfflineError, Param, one_line
 from ..facts import SkipCounts
-from ..files import check_parquet, folder_files, inside, regular_file, size_words
+from ..files import folder_files, regular_file
 from ..hub import is_offline
 from ..runtime import decode_workers_env, derive_seed
 from ..staging import process_scratch_folder
 from ..workers import worker_pool
+from .folder_checks import check_dataset_folder
 
 BUILTIN_NAMES = {"builtin", "built-in", "default"}
 HUB_PREFIXES = ("hf:", "hub:")
@@ -218,9 +217,7 @@ def open_hf_dataset(data: str, *, split: str, config: str | None = None, what: s
         # What load_dataset does, with the data files the folder's metadata names checked in between.
         folder_files(data, DataError, "dataset folder")  # no link leading out of it, no pipe or device in it
         builder = datasets.load_dataset_builder(data, config)
-        _confine_data_files(data, builder)
-        _size_row_groups(data, builder, split)
-        _size_lines(data, builder, split)
+        check_dataset_folder(data, builder, split)
         return builder.as_streaming_dataset(split=split)
     except MhaauditError:
         raise
@@ -249,294 +246,6 @@ def open_hf_dataset(data: str, *, split: str, config: str | None = None, what: s
                 "with `hf auth login`"
             ) from None
         raise DataError(f"cannot open {what} dataset {label}: {one_line(exc, 300, first_line=True)}") from None
-
-
-def _confine_data_files(folder: str, builder) -> None:
-    """Check that every data file a local dataset folder's metadata resolves to (its ``README.md``'s
-    ``data_files``, or the files found by the library's patterns) lies inside the folder, real paths
-    compared, and is a regular file.
-
-    Raises:
-        DataError: when a data file lies outside ``folder`` (``..``, an absolute path, a URL, a link leading out)
-            or is not a regular file.
-    """
-    root = os.path.realpath(folder)
-    files = getattr(builder.config, "data_files", None) or {}
-    for split, names in files.items():
-        for name in names:
-            real = os.path.realpath(str(name)) if "://" not in str(name) else str(name)
-            if not inside(real, [root]):
-                raise DataError(
-                    f"dataset folder {folder}: its metadata names the data file {str(name)[:200]} (split {split}), "
-                    f"outside the folder: only files inside the folder named are read"
-                )
-            regular_file(real, DataError, f"the data file {name} of dataset folder {folder}")
-
-
-def _split_files(folder: str, builder, split: str) -> Generator[tuple[str, str], None, None]:
-    """The data files a local dataset folder's metadata names for ``split`` (the other splits are never read),
-    each with the words that name it in a refusal."""
-    files = getattr(builder.config, "data_files", None) or {}
-    for named, names in files.items():
-        for name in names if str(named) == split else ():
-            yield str(name), f"dataset folder {folder}: its data file {name} (split {split})"
-
-
-def _size_row_groups(folder: str, builder, split: str) -> None:
-    """Check that each row group of each parquet file a local dataset folder's metadata names for ``split`` (its
-    data files for the parquet reader; a ``metadata.parquet`` for an image or audio folder) fits the memory
-    available, twice: the ``datasets`` library reads such a file a row group at a time (its batches are as long as
-    the first row group), decodes each whole (a few KB of dictionary-encoded text can decode to gigabytes), and
-    still holds one while it decodes the next. A file larger than memory is read all the same, a row group at a
-    time. Counting reads the dictionary-encoded text of each row group as dictionaries: about what reading it once
-    takes, in time.
-
-    Raises:
-        DataError: naming the file and its row group, when a row group needs more than half the memory available,
-            or a file cannot be read as parquet.
-    """
-    from datasets.packaged_modules.parquet.parquet import Parquet
-
-    columns = getattr(builder.config, "columns", None) if isinstance(builder, Parquet) else None
-    for name, label in _split_files(folder, builder, split):
-        if isinstance(builder, Parquet) or name.lower().endswith(".parquet"):
-            check_parquet(
-                name,
-                DataError,
-                label,
-                columns,
-                factor=2,
-                largest_group=True,
-                hint="the datasets library decodes a row group whole, and holds one while it decodes the next",
-            )
-
-
-# A compressed data file is scanned this many bytes at a time, once decompressed.
-_SCAN_CHUNK = 1 << 20
-# What the datasets library holds at once of a text data file (its batch, the batch decoded, its Arrow table, the
-# rows handed on) must fit this share of the memory available.
-_HELD_COPIES = 4
-
-
-def _size_lines(folder: str, builder, split: str) -> None:
-    """Check that what the ``datasets`` library holds at once of each JSON, text or CSV data file a local dataset
-    folder's metadata names for ``split`` fits a quarter of the memory available. The library reads such a file a
-    batch at a time (``chunksize`` bytes, then the rest of the line; ``chunksize`` rows of a CSV file) and so holds
-    one line whole, however long (text ``sample_by: paragraph``: one paragraph, lines up to a blank one), and a whole
-    file where it reads one whole (a JSON file that starts with ``[`` or a ``field`` of it, text
-    ``sample_by: document``); it decompresses a ``.gz``, ``.bz2``, ``.xz``, ``.zst``, ``.lz4`` or
-    ``.zip`` file as it streams, so a few KB can hold a line of gigabytes. A compressed file, or a plain one larger
-    than that share, is scanned once, decompressed :data:`_SCAN_CHUNK` bytes at a time and never held, until what
-    the library would hold is found to exceed the share. A large file of short lines is read as before.
-
-    Raises:
-        DataError: naming the file, what the library would hold (at least) and the limit; or when a compressed file
-            cannot be decompressed.
-    """
-    from datasets.packaged_modules.csv.csv import Csv
-    from datasets.packaged_modules.json.json import Json
-    from datasets.packaged_modules.text.text import Text
-
-    if not isinstance(builder, (Json, Text, Csv)):
-        return
-    config = builder.config
-    whole = (isinstance(builder, Json) and config.field is not None) or (
-        isinstance(builder, Text) and config.sample_by == "document"
-    )
-    paragraphs = isinstance(builder, Text) and config.sample_by == "paragraph"
-    rows = int(config.chunksize) if isinstance(builder, Csv) else 1
-    # a CSV row's quoted field may hold newlines (QUOTE_NONE, 3: quotes are plain characters)
-    quote = str(config.quotechar or "").encode() if isinstance(builder, Csv) and config.quoting != 3 else b""
-    batch = 0 if isinstance(builder, Csv) else max(0, int(config.chunksize))
-    memory = file_checks.memory_limit()
-    limit = memory // _HELD_COPIES
-    for name, label in _split_files(folder, builder, split):
-        try:
-            protocol = _extraction_protocol(name)
-        except Exception as exc:  # noqa: BLE001 - an archive the library cannot read either (rar)
-            raise DataError(label + f": cannot read it ({one_line(exc, 160)})") from None
-        if protocol is None and os.path.getsize(name) + batch <= limit:
-            continue  # a plain file: the library never holds more than the file
-        for member, stream in _decompressed(name, protocol, label):
-            what = label + (f" (its member {member})" if member else "")
-            try:
-                with stream:
-                    held, words, read_whole = _most_held(
-                        stream, rows, whole, limit, batch, paragraphs, quote, isinstance(builder, Json)
-                    )
-            except (OSError, EOFError, ValueError) as exc:  # a corrupt stream: the library would fail on it too
-                raise DataError(what + f": cannot decompress it ({one_line(exc, 160)})") from None
-            if held > limit:
-                how = f", decompressed ({protocol})," if protocol else ""
-                raise DataError(
-                    what
-                    + f": reading it{how} holds at least {size_words(held)} at once ({words} "
-                    + ("decompressed" if protocol else "read")
-                    + ("" if read_whole or not batch else f", after a batch of {size_words(batch)}")
-                    + f"), more than the {size_words(limit)} allowed (a quarter of the {size_words(memory)} "
-                    "available); the datasets library reads "
-                    + (read_whole or ("a paragraph whole" if paragraphs else "a line whole"))
-                )
-
-
-#: Compressed files by suffix, where the ``datasets`` library in use keeps its own rule elsewhere.
-_COMPRESSED_SUFFIXES = {".gz": "gzip", ".bz2": "bz2", ".xz": "xz", ".zst": "zstd", ".lz4": "lz4", ".zip": "zip"}
-
-
-def data_suffix(name: str) -> str:
-    """The suffix of the data a file holds, under one compression suffix (``train.jsonl.gz``: ``.jsonl``;
-    ``a.parquet``: ``.parquet``), lower case; the ``datasets`` library reads such files decompressed."""
-    stem, suffix = os.path.splitext(name.lower())
-    if suffix in _COMPRESSED_SUFFIXES:
-        suffix = os.path.splitext(stem)[1]
-    return suffix
-
-
-def _extraction_protocol(name: str) -> str | None:
-    """How the ``datasets`` library decompresses the data file ``name`` as it streams (None: a plain file): its own
-    rule (by suffix, else by the file's magic number), found where the installed version keeps it, else the
-    suffix's."""
-    try:
-        from datasets.utils.file_utils import _get_extraction_protocol
-    except ImportError:
-        try:
-            from datasets.download.streaming_download_manager import _get_extraction_protocol
-        except ImportError:
-            return _COMPRESSED_SUFFIXES.get(os.path.splitext(name)[1].lower())
-    return _get_extraction_protocol(name)
-
-
-def _decompressed(name: str, protocol: str | None, label: str) -> Generator[tuple[str, Any], None, None]:
-    """The decompressed streams of the data file ``name`` (``protocol`` as the ``datasets`` library infers it): one for
-    a plain or single-file compressed file (member ``""``), one for each file of a zip archive.
-
-    Raises:
-        DataError: when no decompressor for ``protocol`` is installed, or the file cannot be opened as such.
-    """
-    from fsspec.compression import compr  # what the datasets library decompresses with (it imports fsspec)
-
-    try:
-        if protocol == "zip":
-            with zipfile.ZipFile(name) as archive:
-                for info in archive.infolist():
-                    if not info.is_dir():
-                        yield info.filename, archive.open(info)
-            return
-        if protocol not in compr:
-            raise DataError(label + f": cannot check it: no {protocol} decompressor is installed")
-        with open(name, "rb") as raw:
-            yield "", compr[protocol](raw, mode="rb")
-    except (OSError, EOFError, zipfile.BadZipFile, ValueError) as exc:
-        raise DataError(label + f": cannot decompress it ({one_line(exc, 160)})") from None
-
-
-def _most_held(
-    stream,
-    rows: int,
-    whole: bool,
-    limit: int,
-    batch: int,
-    paragraphs: bool = False,
-    quote: bytes = b"",
-    json_batches: bool = False,
-) -> tuple[int, str, str]:
-    """What the ``datasets`` library holds at once of the decompressed ``stream`` (read :data:`_SCAN_CHUNK` bytes at a
-    time, never more held): its longest line (with ``paragraphs``, its longest paragraph: the bytes up to a blank
-    line; with ``rows`` > 1, the most bytes of ``rows`` consecutive rows, a CSV batch, a newline inside a field
-    ``quote`` encloses not ending a row), after a ``batch`` of bytes, or all of it with ``whole`` or where it starts
-    with ``[`` (a JSON array, read whole); with ``json_batches``, the rest of it from any batch that starts with ``[``
-    (the JSON reader's batches: ``batch`` bytes, then the rest of the line; it reads the rest of the file where one
-    starts so). The scan stops once that passes ``limit``. Returns the bytes, what they hold in words, and how it is
-    read whole ("it whole", "the rest of it whole"; empty where it is not)."""
-    total, line, longest, window, lengths = 0, 0, 0, 0, deque[int]()
-    what = (
-        f"its most bytes in {rows} consecutive rows"
-        if rows > 1
-        else "its longest paragraph"
-        if paragraphs
-        else "its longest line"
-    )
-    sep = b"\n\n" if paragraphs else b"\n"
-    pending = b""  # (paragraphs) a chunk's last newline, counted in ``line``: a blank line may begin there
-    quoted = False  # (rows) inside a quoted field: a newline there does not end the row
-    from_byte = 0 if whole else None  # where what is read whole begins
-    starts = _BatchStarts(batch) if json_batches and batch > 0 else None
-    while chunk := stream.read(_SCAN_CHUNK):
-        if total == 0 and chunk.removeprefix(b"\xef\xbb\xbf").startswith(b"["):
-            from_byte = 0
-        if from_byte is None and starts is not None:
-            from_byte = starts.array_at(chunk, total)
-        total += len(chunk)
-        data, line = pending + chunk, line - len(pending)
-        *ends, rest = data.split(sep)
-        pending = b"\n" if paragraphs and rest.endswith(b"\n") else b""
-        if rows > 1:
-            for piece in ends:
-                quoted ^= bool(quote) and piece.count(quote) % 2 == 1
-                if quoted:  # the row goes on past this newline
-                    line += len(piece) + 1
-                    continue
-                lengths.append(line + len(piece) + 1)
-                window, line = window + lengths[-1], 0
-                if len(lengths) > rows:
-                    window -= lengths.popleft()
-                longest = max(longest, window)
-            quoted ^= bool(quote) and rest.count(quote) % 2 == 1
-        elif ends:
-            longest = max(longest, line + len(ends[0]) + len(sep), max(map(len, ends[1:]), default=0) + len(sep))
-            line = 0
-        line += len(rest)
-        if _held(total, from_byte, longest, line, window, batch) > limit:
-            return _held_words(total, from_byte, longest, line, window, batch, what, stopped=True)
-    return _held_words(total, from_byte, longest, line, window, batch, what, stopped=False)
-
-
-def _held(total: int, from_byte: int | None, longest: int, line: int, window: int, batch: int) -> int:
-    """What the library holds at once, as far as the scan has read (:func:`_most_held`)."""
-    return total - from_byte if from_byte is not None else max(longest, line + window) + batch
-
-
-def _held_words(total, from_byte, longest, line, window, batch, what: str, stopped: bool) -> tuple[int, str, str]:
-    """:func:`_most_held`'s answer: the bytes held, in words, and how it is read whole."""
-    held = _held(total, from_byte, longest, line, window, batch)
-    whole = ""
-    if from_byte is not None:
-        what, whole = ("all of it", "it whole") if from_byte == 0 else ("the rest of it", "the rest of it whole")
-        if from_byte:
-            what += f" from byte {from_byte}, where a batch starts with '['"
-        part = held
-    else:
-        part = held - batch
-    said = f"at least {size_words(part)}: the scan stopped after" if stopped else f"{size_words(part)} of"
-    return held, f"{what}, {said} {size_words(total)}", whole
-
-
-class _BatchStarts:
-    """Where the ``datasets`` library's JSON reader begins each batch of a file: it reads ``size`` bytes, then the
-    rest of the line (up to and with the first newline at or after that point), and the next batch begins after it.
-    Fed the file's bytes in order, chunk by chunk; the first batch (at byte 0) is not its concern."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.line_from = size  # where the current batch's last line is looked for (a newline at or after it)
-        self.at_start = False  # the next byte begins a batch
-
-    def array_at(self, chunk: bytes, offset: int) -> int | None:
-        """The offset of a batch in ``chunk`` (its first byte at ``offset`` in the file) that begins with ``[``, else
-        None (the state moves on to the chunk's end)."""
-        i = 0
-        while True:
-            if self.at_start:
-                if i >= len(chunk):
-                    return None  # the batch begins with the next chunk
-                if chunk[i : i + 1] == b"[":
-                    return offset + i
-                self.at_start, self.line_from = False, offset + i + self.size
-            j = chunk.find(b"\n", max(self.line_from - offset, i))
-            if self.line_from - offset >= len(chunk) or j == -1:
-                self.line_from = max(self.line_from, offset + len(chunk))
-                return None
-            i, self.at_start = j + 1, True
 
 
 def _available_splits(message: str, data: str, config: str | None) -> list[str]:

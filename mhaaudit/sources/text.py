@@ -22,7 +22,6 @@ from ._common import (
     Skips,
     classify,
     data_rng,
-    data_suffix,
     is_builtin,
     is_local,
     no_split,
@@ -31,6 +30,7 @@ from ._common import (
 )
 from .containers import Table, choose_column, is_saved_dataset, open_table, table_of
 from .corpus import docstring_corpus
+from .folder_checks import data_suffix
 
 __all__ = [
     "BuiltinText",
