@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from mhaaudit.errors import InputError, ModelError, OfflineError
@@ -103,3 +105,19 @@ def test_non_finite_weights_are_named_after_one_read_of_all():
         m[0].bias[2] = float("nan")
     with pytest.raises(ModelError, match=r"hold NaN values \(e\.g\. 0\.bias\)"):
         check_finite_weights(pm, "tiny")
+
+
+def test_non_finite_weights_name_the_weights_given(vit_dir, tmp_path):
+    """NaN weights read from ``--weights PATH`` name that path, not the model whose architecture they
+    fill (the model's own weights are not the corrupt ones)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    bad = tmp_path / "checkpoint-200"
+    shutil.copytree(vit_dir, bad)
+    weights = load_file(str(bad / "model.safetensors"))
+    weights["embeddings.cls_token"][..., 0] = float("nan")
+    save_file(weights, str(bad / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(ModelError, match=rf"^the weights of {re.escape(str(bad))} hold NaN values"):
+        load_model(str(vit_dir), weights="trained", weights_path=str(bad), device="cpu")

@@ -82,7 +82,7 @@ def load_model(name: str, **options: Any) -> ProbedModel:
                 builder.import_libraries()
             with _quiet():
                 pm = builder.load(spec, plan)
-        check_finite_weights(pm, name)
+        check_finite_weights(pm, _weights_name(name, plan))
         return pm
     except MhaauditError:
         raise
@@ -93,6 +93,13 @@ def load_model(name: str, **options: Any) -> ProbedModel:
     except _LIBRARY_ERRORS as exc:
         problem = hf.hub_problem(exc, name, plan.revision) if spec.backend != "timm" else None
         raise (problem or ModelError(f"cannot load {name}: {one_line(exc, 240)}")) from exc
+
+
+def _weights_name(name: str, plan: LoadPlan) -> str:
+    """Where the weights came from, in words: the weights file or folder given, else the model at its revision."""
+    if plan.weights_path is not None:
+        return plan.weights_path
+    return name if plan.revision is None else f"{name} at revision {plan.revision}"
 
 
 def check_finite_weights(pm: ProbedModel, name: str) -> None:
