@@ -448,6 +448,37 @@ def test_parquet_holds_the_series_and_reads_back(vit_series, image_dir, capsys, 
     assert (tmp_path / "trend.png").stat().st_size > 1000 and tmp_leftovers(tmp_path) == []
 
 
+def test_the_trend_is_drawn_in_step_order_whatever_the_series_order(vit_series, image_dir, monkeypatch, tmp_path):
+    """Checkpoints named out of step order (``--checkpoints ckpt-500,ckpt-100,ckpt-200``) are drawn left to
+    right by step: a line is not joined back across the figure, and the floor-to-ceiling band covers every
+    step (matplotlib fills between points in the order given)."""
+    from mhaaudit.series import plot as series_plot
+
+    monkeypatch.chdir(vit_series)
+    result = audit_series(
+        "model",
+        checkpoints="runs/ckpt-500,runs/ckpt-100,runs/ckpt-200",
+        variants="trained",
+        sweep=True,
+        data=str(image_dir),
+        limit=40,
+        samples=64,
+        batch_size=16,
+        device="cpu",
+    )
+    drawn = []
+    monkeypatch.setattr(series_plot, "save_figure", lambda fig, path: drawn.append(fig) or Path(path))
+    assert series_plot.plot_series(result, tmp_path / "trend.png") == tmp_path / "trend.png"
+    (fig,) = drawn
+    lines = [ln for ax in fig.axes for ln in ax.get_lines() if len(ln.get_xdata()) == 3]
+    assert len(lines) == 5  # each check's fraction, and the estimate
+    for ln in lines:
+        assert list(ln.get_xdata()) == [100.0, 200.0, 500.0], ln.get_label()
+    bands = [c for c in fig.axes[1].collections if len(c.get_paths())]
+    spans = [(v[:, 0].min(), v[:, 0].max()) for c in bands for v in (c.get_paths()[0].vertices,)]
+    assert spans and all(span == (100.0, 500.0) for span in spans), spans
+
+
 def test_several_seeds_give_each_checkpoint_its_range(vit_series, image_dir, capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(vit_series)
     rc, out, err = run(

@@ -38,6 +38,8 @@ def plot_series(result, path: str | Path) -> Path | None:
     cells: dict[tuple[str, int, str], list] = {}
     for p in points:
         cells.setdefault((p.variant, p.layer, p.check), []).append(p)
+    for line in cells.values():  # drawn left to right: checkpoints named out of step order are not joined back
+        line.sort(key=lambda p: _x([p], by_step))
     styles = ["-", "--", "-.", ":"]
     variants = list(dict.fromkeys((p.variant, p.layer) for p in points))
     for (variant, layer, check), line in cells.items():
