@@ -108,10 +108,11 @@ def refuse_inputs(outputs: dict[str, str | os.PathLike | None], inputs: list[str
                 )
 
 
-def check_parquet_out(out: object, option: str) -> Path:
+def check_parquet_out(out: object, option: str, *, writable: bool = True) -> Path:
     """The parquet results file ``out`` as a path, checked before any work: a path (a ``str`` or
     ``os.PathLike``) whose name ends in ``.parquet`` (the records are written as parquet), in a folder
-    that can be written (:func:`check_writable`). The command line's ``--out`` and the library's ``out``
+    that can be written (:func:`check_writable`; not asked when not ``writable``: a process that never
+    writes it, such as a rank other than 0 of a job). The command line's ``--out`` and the library's ``out``
     share it; ``option`` names it in the messages.
 
     Raises:
@@ -123,7 +124,24 @@ def check_parquet_out(out: object, option: str) -> Path:
     path = Path(out)
     if path.suffix.lower() != ".parquet":
         raise InputError(option + f" {out}: the records are written as parquet; use a .parquet file name")
-    check_writable(path)
+    if writable:
+        check_writable(path)
+    return path
+
+
+def check_results_out(out: object, option: str, inputs: list, *, writer: bool) -> Path:
+    """A results file ``out`` of the library (a series' resume file) as a path, checked as the command line
+    checks ``--out``: :func:`check_parquet_out`, then :func:`refuse_inputs` against ``inputs``. The file's
+    folder is asked about only where the file is written (``writer``): under torchrun, rank 0 alone writes
+    it, and another node need not hold its folder.
+
+    Raises:
+        InputError: when ``out`` is not a path, or its name does not end in ``.parquet``.
+        OutputError: (``writer`` only) when it cannot be written there, or would write over an input.
+    """
+    path = check_parquet_out(out, option, writable=writer)
+    if writer:
+        refuse_inputs({option: path}, inputs)
     return path
 
 

@@ -480,7 +480,8 @@ def test_two_ranks_give_the_capacity_of_one_process(bert_dir, tmp_path):
 def test_two_ranks_spread_a_series_and_give_the_records_of_one_process(vit_dir, image_dir, tmp_path):
     """``check --checkpoints``: the reference audited by both ranks together, then the checkpoints spread
     over the ranks in rounds (a repeat decided across the ranks: checkpoint 3 on rank 1 repeats
-    checkpoint 2 on rank 0); rank 0 writes the records of one process, rank 1 nothing."""
+    checkpoint 2 on rank 0); rank 0 writes the records of one process, rank 1 nothing, and asks nothing of the
+    results file's folder (here, as on another node, rank 1 has none)."""
     import shutil
 
     from conftest import save_tiny_vit
@@ -492,7 +493,9 @@ def test_two_ranks_spread_a_series_and_give_the_records_of_one_process(vit_dir, 
     cwds = [tmp_path / "rank0", tmp_path / "rank1"]
     for c in cwds:
         c.mkdir()
-    args = _check_args(vit_dir, image_dir, "--sweep", "--checkpoints", f"{runs}/ckpt-*", "--out", "series.parquet")
+    for c in (tmp_path, cwds[0]):
+        (c / "results").mkdir()
+    args = _check_args(vit_dir, image_dir, "--sweep", "--checkpoints", f"{runs}/ckpt-*", "--out", "results/s.parquet")
     rc, one, err = single(args, cwd=tmp_path)
     assert rc == 0, err
     (r0, out0, err0), (r1, out1, err1) = launch(args, cwds=cwds)
@@ -506,7 +509,7 @@ def test_two_ranks_spread_a_series_and_give_the_records_of_one_process(vit_dir, 
         == [c["status"] for c in a["meta"]["series"]["checkpoints"]]
     )
     assert out1 == "" and err1 == "" and os.listdir(cwds[1]) == []
-    assert (cwds[0] / "series.parquet").is_file() and tmp_leftovers(cwds[0]) == []
+    assert (cwds[0] / "results" / "s.parquet").is_file() and tmp_leftovers(cwds[0] / "results") == []
 
 
 @pytest.mark.parametrize(

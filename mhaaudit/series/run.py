@@ -50,7 +50,7 @@ from ..auditing import AuditResult, audit, plan_probes
 from ..distributed import shared
 from ..documents import RESULT_KEY
 from ..errors import InputError, Message, Param, one_line, with_names
-from ..io import check_parquet_out, refuse_inputs, write_parquet
+from ..io import check_results_out, write_parquet
 from ..models import modality_of
 from ..progress import log
 from ..provenance import stamp
@@ -196,9 +196,9 @@ def audit_series(
     )
     req = build_requests(model, data, settings, keywords)
     plan = _plan(req.model, req.data, checkpoints, _Columns(variants, layer, layers, sweep), out)
-    if out is not None:  # the command line's checks of --out: a .parquet name, writable, no input under it
-        out = check_parquet_out(out, Message(Param("out")))
-        refuse_inputs({Message(Param("out")): out}, [req.model.model, req.data.data, *plan.series.paths])
+    if out is not None:  # the command line's checks of --out (where it is written: rank 0 alone)
+        inputs = [req.model.model, req.data.data, *plan.series.paths]
+        out = check_results_out(out, Message(Param("out")), inputs, writer=distributed.lockstep().rank == 0)
     seed_plan = plan_for(req.settings, seeds, vary)
     store = _Store(out, _key(plan, req.settings, seed_plan), seed_plan, names)
     t0 = time.perf_counter()
