@@ -147,18 +147,29 @@ def _refuse_too_few_images(src, n: int, limit: int) -> None:
     )
 
 
+def refuse_foreign_vocabulary(pm) -> None:
+    """Refuse a trained text model that has no tokenizer of its own: it would be fed a vocabulary it was
+    not trained on (random weights are fed the offline default one).
+
+    Raises:
+        ModelError: when ``pm`` is a text model with trained weights and no tokenizer.
+    """
+    info = pm.info
+    if info.modality == "text" and info.weights == "trained" and pm.tokenizer is None:
+        raise ModelError(
+            f"{info.name} has trained weights but no tokenizer files (vocab.txt, vocab.json, "
+            "tokenizer.json); a trained text model must be fed its own vocabulary: save the tokenizer "
+            "beside the weights with tokenizer.save_pretrained(folder)"
+        )
+
+
 def _text_batches(
     pm, data: DataRequest, seed: int, notes: list[str], progress: bool = False
 ) -> tuple[DataInfo, Iterator[Any]]:
     info = pm.info
     src = text_source(data.data, split=data.split, seed=seed, text_column=data.text_column, progress=progress)
     tok = pm.tokenizer
-    if tok is None and info.weights == "trained":
-        raise ModelError(
-            f"{info.name} has trained weights but no tokenizer files (vocab.txt, vocab.json, "
-            "tokenizer.json); a trained text model must be fed its own vocabulary: save the tokenizer "
-            "beside the weights with tokenizer.save_pretrained(folder)"
-        )
+    refuse_foreign_vocabulary(pm)
     if tok is None:
         vocab = int(getattr(pm.config, "vocab_size", 0) or 0)
         tok, tok_desc = offline_tokenizer(info.family, vocab)

@@ -341,6 +341,37 @@ def test_a_text_model_folder_whose_name_is_not_utf8_is_fed_its_own_tokenizer(gpt
     ]
 
 
+def test_a_text_series_without_a_tokenizer_is_refused_as_a_single_run_is(tmp_path, capsys, monkeypatch):
+    """A trained BERT whose model folder and checkpoints hold no tokenizer files: ``check --weights CKPT``
+    refuses it (it would be fed a vocabulary it was not trained on), and so does the series, which would
+    otherwise feed its checkpoints the inputs its random reference made with the offline vocabulary."""
+    cfg = transformers.BertConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        vocab_size=30522,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    model = transformers.BertModel(cfg)
+    model.save_pretrained(str(tmp_path / "model"))
+    for step in (100, 200):
+        with torch.no_grad():
+            model.pooler.dense.bias.add_(1.0)
+        model.save_pretrained(str(tmp_path / "runs" / f"ckpt-{step}"))
+    text = tmp_path / "docs.txt"
+    text.write_text("\n\n".join(" ".join(f"word{i}x{j}" for j in range(60)) for i in range(30)))
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()  # the library's own lines as it saved the folders
+    common = ("--data", text, "--context-length", 16, "--limit", 20, "--samples", 32, "--device", "cpu")
+    rc, out, err = run(capsys, "check", "model", *common, "--weights", "runs/ckpt-100", "--variants", "trained")
+    line = assert_one_error(rc, err, "has trained weights but no tokenizer files")
+    rc, out, err = run(capsys, "check", "model", *common, "--checkpoints", "runs/ckpt-*", "--out", "s.parquet")
+    assert assert_one_error(rc, err) == line and out == ""
+    assert not (tmp_path / "s.parquet").exists()
+
+
 def test_a_text_series_from_a_list_in_python(gpt_series, monkeypatch):
     """``audit_series`` with a list of folders (GPT-2, depths 0 and 1): the library's result, its trend,
     its changes, and each checkpoint equal to ``audit(weights=...)``; read back from JSON and parquet.

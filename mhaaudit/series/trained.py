@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .. import distributed, pipeline
 from ..audit_result import AuditResult
 from ..auditing import audit
+from ..batches import refuse_foreign_vocabulary
 from ..errors import MhaauditError, ModelError, one_line
 from ..hub import is_offline
 from ..models import resolve
@@ -71,6 +72,7 @@ class _Trained:
             return
         self.request = ref.request(self.plan.base)
         self.pm = pipeline.load(self.request, "trained", self.settings, self.plan.max_layer)
+        refuse_foreign_vocabulary(self.pm)  # as a single run of it does, whatever inputs were kept
         self.current = ref.name
         self.used = used_tensors(self.pm) if self.pm.info.backend == "hf" else None
         kept = self.kept
