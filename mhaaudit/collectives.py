@@ -266,10 +266,16 @@ class Session:
             return RankFailed(msg) if code == 2 else RankCrashed(msg)
         detail = one_line(exc, 200, first_line=True) if exc is not None else "no detail"
         if "timed out" in detail.lower() or "timeout" in detail.lower():
-            return RankFailed(
+            waited = RankFailed(
                 f"no answer from the other processes within {timeout_s():g} s ({TIMEOUT_ENV}); the job is "
                 f"ended ({detail})"
             )
+            # this rank ends over it: the others (rank 0, which says why) read that it waited, not that it died
+            if not self.noted and self.store is not None:
+                with contextlib.suppress(Exception):
+                    self.store.set(f"{_PREFIX}failed/{self.rank}", f"2\t{json.dumps([str(waited)])}")
+                    self.noted = True
+            return waited
         dead = self._dead_ranks()
         who = f"rank {', '.join(map(str, dead))} of {self.world_size}" if dead else "a process of the job"
         return RankFailed(f"{who} stopped without reporting an error (killed, or out of memory); the job is ended")

@@ -404,6 +404,41 @@ def test_kruskal_on_a_file_splits_its_draws(tmp_path):
     assert b["meta"]["sweep_summary"] == a["meta"]["sweep_summary"] and out1 == ""
 
 
+# A driver in which rank 0 takes SLOW_S seconds over its checks before its first shared call.
+SLOW_DRIVER = textwrap.dedent("""
+    import os, sys, time
+    from mhaaudit.cli import output
+
+    if os.environ.get("RANK") == "0":
+        real = output.prepare_outputs
+
+        def slow(*args, **kwargs):
+            time.sleep(float(os.environ["SLOW_S"]))
+            return real(*args, **kwargs)
+
+        output.prepare_outputs = slow
+    from mhaaudit.__main__ import entry
+    entry(sys.argv[1:])
+""")
+
+
+def test_a_rank_that_waits_past_the_timeout_is_named_as_waiting_not_as_killed(tmp_path):
+    """Rank 1 waits for rank 0's first call longer than ``MHAAUDIT_DIST_TIMEOUT`` and ends over it: rank 0 says
+    that it waited past the timeout, not that it stopped without reporting an error (killed, out of memory)."""
+    import numpy as np
+
+    np.save(tmp_path / "X.npy", np.random.default_rng(0).standard_normal((40, 8)))
+    driver = tmp_path / "slow.py"
+    driver.write_text(SLOW_DRIVER)
+    args = ["kruskal", tmp_path / "X.npy", "--k", 4, "--samples", 50, "--device", "cpu", "--plot", tmp_path / "k.png"]
+    (r0, out0, err0), (r1, out1, err1) = launch(args, driver=driver, SLOW_S=4, MHAAUDIT_DIST_TIMEOUT=1)
+    lines = err0.strip().splitlines()
+    assert (r0, r1) == (2, 2) and len(lines) == 1, err0
+    assert lines[0].startswith("Error: rank 1 of 2 failed: no answer from the other processes within 1 s"), lines[0]
+    assert "MHAAUDIT_DIST_TIMEOUT" in lines[0] and "killed" not in lines[0]
+    assert out0 == out1 == err1 == "" and not (tmp_path / "k.png").exists() and tmp_leftovers(tmp_path) == []
+
+
 # A driver that notes, on each rank that follows rank 0, the type of the data each shared call received.
 SPY_DRIVER = textwrap.dedent("""
     import os, sys
