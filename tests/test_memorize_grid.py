@@ -150,6 +150,42 @@ def test_a_stored_row_that_no_training_writes_is_refused_not_reported(tmp_path, 
 @pytest.mark.parametrize(
     "edit, says",
     [
+        (dict(sat_frac_ge2=7.5), "sat"),
+        (dict(sat_histogram=[-5, 21]), "does not count its T = 16 examples once each"),
+        (dict(sat_histogram=[8, 0]), "does not count its T = 16 examples once each"),
+        (dict(sat_histogram=[16, 0, 0]), "a saturation histogram of 3 counts, not H + 1 = 2"),
+        (dict(sat_histogram=[6, 10], sat_frac_any=0.625), "frac_some_unsaturated = "),
+        (dict(sat_mean=-2.0), "mean_saturated = -2.0"),
+        (dict(sat_frac_some_unsaturated=float("nan")), "frac_some_unsaturated = nan"),
+        (dict(sat_threshold=3.0), "a saturation threshold of 3.0, not 0.99"),
+    ],
+)
+def test_a_stored_saturation_that_no_training_writes_is_refused(tmp_path, edit, says):
+    """Saturation columns that no count of the point's T examples over 0..H saturated heads gives (a fraction
+    of 7.5, a histogram of negative counts or of other than T examples, fractions that are not the
+    histogram's) refuse the file, as its other columns do: they are never reported as a result."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "res.parquet"
+    kw = dict(vary="heads", values="1,2", sizes=[16], max_steps=8, out=out, saturation=True, **TINY)
+    run_memorize_grid(**kw)
+    table = pq.read_table(out)
+    rows = table.to_pylist()
+    assert rows[0]["heads"] == 1 and sum(rows[0]["sat_histogram"]) == 16
+    rows[0] |= edit
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), out)
+    with pytest.raises(InputError, match="not a results file as memorize writes it") as caught:
+        run_memorize_grid(**kw)
+    assert says in str(caught.value) and "H = 1" in str(caught.value)
+    rows[0] |= {k: table.column(k)[0].as_py() for k in edit}  # as training wrote it: read back, not retrained
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), out)
+    assert run_memorize_grid(**kw).reused == 2
+
+
+@pytest.mark.parametrize(
+    "edit, says",
+    [
         (dict(steps_run=4, epochs_run=2, stopped_early=True), "it stopped early with "),
         (dict(steps_run=4, epochs_run=2), "stopped_early = False at step 4 of 8 planned"),
         (dict(steps_run=4, epochs_run=3), "epochs_run = 3, where 4 steps of its plan are 2 epochs"),

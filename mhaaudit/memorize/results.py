@@ -22,7 +22,7 @@ from ..tables import StoredResult
 from .data import DIM
 from .fits import FitGap, LinearFit, fit_line, heads_fit_gaps, heads_fits
 from .recipe import RECIPE_FIELDS, Recipe
-from .saturation import SaturationSummary
+from .saturation import SaturationSummary, saturation_contradiction
 from .schedule import Plan
 
 #: How a point's generator is seeded (part of every stored configuration).
@@ -438,7 +438,8 @@ def stored_run_contradiction(run: MemorizeRun, key: str) -> str | None:
     of that plan and ``epochs_run`` the epochs run by then; it stopped before the planned steps
     (``stopped_early``) only with every example memorised; its time is finite and not negative; its
     final loss (a mean cross-entropy or squared error) is not negative, and not finite exactly when
-    ``diverged``.
+    ``diverged``; its saturation columns, when it has them, are a count of its T examples over 0..H
+    saturated heads (:func:`~.saturation.saturation_contradiction`).
     """
     if config_key(run.config()) != key:
         return "its columns give another configuration than its config_key"
@@ -473,6 +474,8 @@ def stored_run_contradiction(run: MemorizeRun, key: str) -> str | None:
         return f"final_loss = {run.final_loss!r}, below 0"
     if run.diverged != (not math.isfinite(run.final_loss)):
         return f"diverged = {run.diverged} with final_loss = {run.final_loss!r}"
+    if run.saturation is not None:
+        return saturation_contradiction(run.saturation, run.heads, run.size)
     return None
 
 
