@@ -517,3 +517,26 @@ def test_the_stamps_name_commits_of_this_repository():
         if proc.returncode != 0 and "not a git repository" in proc.stderr:
             pytest.skip("not a git checkout")
         assert proc.stdout.strip() == "commit", (name, sha)
+
+
+def test_the_memorize_guide_s_gpu_time_of_figure_2a_is_the_readme_s_run_s():
+    """The memorize guide says how long the Figure 2a grid took on a GPU as the README's committed run records
+    it (``gpu_report``'s own words for the time, the run's commit), not an older run's."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        g = _script("gpu_report_memorize_guide", ROOT / "benchmarks" / "gpu_report.py")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    m = re.search(r"^<!-- gpu-report: (\S+) -->$", README, re.M)
+    assert m, "the README names no GPU run"
+    records = g.read_records(ROOT / m.group(1))
+    (key,) = {json.dumps(r["key"], sort_keys=True) for r in records if r.get("key") and r["part"] in g.PARTS}
+    part = g.latest(records, json.loads(key))["memorize"]
+    guide = " ".join((ROOT / "docs" / "guides" / "memorize.md").read_text(encoding="utf-8").split())
+    commit = part["key"]["commit"][:7]
+    if part["status"] == "done":
+        done = part["result"]
+        said = f"at {commit}: {g._s(done['seconds'])} for its {done['points']} points, one seed"
+    else:
+        said = f"left it unfinished after {g._s(g._spent(part))} at {commit}"
+    assert said in guide, f"docs/guides/memorize.md should say: {said!r}"
