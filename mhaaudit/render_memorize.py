@@ -69,7 +69,7 @@ def fit_table(grid) -> Table:
             "all" if f.size is None else str(f.size),
             f"{f.slope:.2f}",
             f"{f.intercept:.2f}",
-            f"{f.r2:.4f}",
+            f"{f.r2:.4f}" if f.r2 == f.r2 else "undefined (equal counts)",
             str(f.points),
             ",".join(str(x) for x in f.xs),
         )

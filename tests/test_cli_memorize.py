@@ -317,6 +317,32 @@ def test_two_values_of_h_give_no_r2_and_say_why(capsys, monkeypatch):
     assert back.fits == () and [g.to_dict() for g in back.fit_gaps] == doc["fit_gaps"]
 
 
+def test_a_flat_fit_says_why_it_has_no_r2(capsys, monkeypatch):
+    """Counts all equal (0 of 16 at H = 1, 2, 3): the line is flat and R^2 is 0/0. The table printed "nan" in the
+    R^2 column and the JSON null, with no word of why; both now say it in a note, the table in the column too."""
+    from dataclasses import replace
+
+    from mhaaudit.memorize import grid as grid_mod
+
+    train_group = grid_mod.train_group
+    monkeypatch.setattr(
+        grid_mod,
+        "train_group",
+        lambda *a, **k: [replace(r, memorized=0.0, memorized_count=0) for r in train_group(*a, **k)],
+    )
+    monkeypatch.setenv("COLUMNS", "250")
+    args = [*GRID[:4], "1,2,3", *GRID[5:], "--device", "cpu"]
+    rc, out, err = run(capsys, *args)
+    assert rc == 0, err
+    flat = " ".join(out.split())
+    assert "│ 16 │ 0.00 │ 0.00 │ undefined (equal counts) │ 3 │ 1,2,3 │" in flat and "nan" not in flat
+    note = "T=16: the count memorised is 0 at every point fitted (H in 1,2,3): the line is flat (slope 0) and R^2 is"
+    assert f"note: {note}" in flat
+    rc, out, err = run(capsys, *args, "--format", "json")
+    doc = strict_json(out)
+    assert [f["r2"] for f in doc["fits"]] == [None] and len(doc["notes"]) == 1 and doc["notes"][0].startswith(note)
+
+
 def test_what_is_this_tools_choice_is_said_where_it_is_used(capsys):
     """The regression criterion |error| < tolerance is this tool's (the paper compares regression by the MSE),
     said by --help and the table; the presets' T are this tool's choice and Figure 2(c) and Figure 3 were

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .results import MemorizeRun
 
-__all__ = ["MIN_FIT_VALUES", "FitGap", "LinearFit", "fit_line", "heads_fit_gaps", "heads_fits"]
+__all__ = ["MIN_FIT_VALUES", "FitGap", "LinearFit", "fit_line", "flat_fit_notes", "heads_fit_gaps", "heads_fits"]
 
 #: The fewest distinct x a line is fitted through: through two, R^2 = 1 by construction.
 MIN_FIT_VALUES = 3
@@ -24,7 +24,10 @@ MIN_FIT_VALUES = 3
 
 @dataclass(frozen=True)
 class LinearFit:
-    """Least-squares line ``count = slope * H + intercept`` over the non-saturated points."""
+    """Least-squares line ``count = slope * H + intercept`` over the non-saturated points; ``r2`` is NaN
+    (null in JSON) when every point has the same count: the line is flat and there is no spread to explain
+    (:func:`flat_fit_notes` says so).
+    """
 
     size: int | None  # None: all sizes pooled
     slope: float
@@ -71,6 +74,17 @@ def fit_line(xs: Sequence[float], ys: Sequence[float], size: int | None = None) 
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan")
     return LinearFit(
         size=size, slope=slope, intercept=intercept, r2=r2, points=m, xs=tuple(sorted({int(x) for x, _ in pts}))
+    )
+
+
+def flat_fit_notes(fits: Sequence[LinearFit]) -> tuple[str, ...]:
+    """What the report says of each fit without an R^2 (its counts all equal), in words."""
+    return tuple(
+        f"{'all sizes' if f.size is None else f'T={f.size}'}: the count memorised is {f.intercept:g} at every "
+        f"point fitted (H in {','.join(map(str, f.xs))}): the line is flat (slope 0) and R^2 is undefined, with no "
+        "spread in the counts to explain"
+        for f in fits
+        if f.r2 != f.r2  # NaN
     )
 
 

@@ -27,6 +27,7 @@ from ..runtime import device_name, resolve_device
 from ..tables import records_table
 from ..workers import worker_pool
 from .data import DIM
+from .fits import flat_fit_notes
 from .grouping import GroupPlan, device_memory, plan_groups
 from .request import PRESETS, VARY, MemorizeRequest, grid_axes, resolve_grid
 from .results import (
@@ -277,13 +278,14 @@ def memorize_grid(request: MemorizeRequest) -> MemorizeGrid:
         device=device_name(dev),
         d=DIM,
     )
+    fits = heads_fits(done, grid["sizes"]) if grid["vary"] == "heads" else ()
     result = MemorizeGrid(
         vary=grid["vary"],
         values=grid["values"],
         sizes=grid["sizes"],
         preset=grid["preset"],
         runs=done,
-        fits=heads_fits(done, grid["sizes"]) if grid["vary"] == "heads" else (),
+        fits=fits,
         fit_gaps=heads_fit_gaps(done, grid["sizes"]) if grid["vary"] == "heads" else (),
         reused=sum(r.reused for r in done),
         out=str(request.out) if request.out is not None else None,
@@ -293,7 +295,7 @@ def memorize_grid(request: MemorizeRequest) -> MemorizeGrid:
         summary=seed_summaries(done),
         groups=tuple(groups),
         memory_budget=request.budget(),
-        notes=grid_notes(done, fitted=grid["vary"] == "heads"),
+        notes=grid_notes(done, fitted=grid["vary"] == "heads") + flat_fit_notes(fits),
     )
     if request.plot is not None:
         plot_memorize(result, Path(request.plot))

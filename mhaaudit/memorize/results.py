@@ -186,7 +186,8 @@ class MemorizeGrid(StoredResult):
     ``fits`` are the lines fitted against H, ``fit_gaps`` the sizes (and the pool) with none, and why
     (:mod:`.fits`). ``groups`` covers the runs trained now (not those read back from ``out``);
     ``memory_budget`` is the bytes the groups were planned within. ``notes``: what the table says
-    beside the runs (a run that diverged, see :func:`grid_notes`).
+    beside the runs (a run that diverged, see :func:`grid_notes`; a fit whose counts are all equal, with no
+    R^2: :func:`~.fits.flat_fit_notes`).
     """
 
     vary: str | None
