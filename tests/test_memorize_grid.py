@@ -106,6 +106,30 @@ def test_results_file_that_is_not_ours(tmp_path):
 
 
 @pytest.mark.parametrize(
+    "raw, says",
+    [
+        (b"not json", "not the JSON object memorize writes: Expecting value"),
+        (b"\xff\xfe", "not the JSON object memorize writes: "),
+        (b"[1, 2]", "not the JSON object memorize writes, but a JSON array"),
+        (b'"text"', "not the JSON object memorize writes, but a JSON string"),
+    ],
+)
+def test_a_results_file_whose_metadata_is_not_memorizes_is_refused(tmp_path, raw, says):
+    """A results file whose rows are memorize's but whose mhaaudit metadata is not a JSON object was an internal
+    error (exit 3: JSONDecodeError, or "'list' object has no attribute 'get'"); it is refused in one line."""
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "res.parquet"
+    kw = dict(sizes=[16], max_steps=2, out=out, **TINY)
+    run_memorize_grid(**kw)
+    table = pq.read_table(out)
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, b"mhaaudit": raw}), out)
+    with pytest.raises(InputError, match="is not a results file of 'mhaaudit memorize'") as caught:
+        run_memorize_grid(**kw)
+    assert says in str(caught.value) and str(out) in str(caught.value)
+
+
+@pytest.mark.parametrize(
     "column, value, says",
     [
         ("memorized", float("nan"), "memorized = nan"),

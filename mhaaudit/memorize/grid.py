@@ -450,7 +450,7 @@ class _Store:
         self.preset = preset
         if path is not None and os.path.lexists(path):
             self._read()  # checked to be a results file of memorize first
-            if self.rows and read_parquet_metadata(path).get("preset") != preset:
+            if self.rows and _stored_meta(path).get("preset") != preset:
                 self.preset = None  # rows of another grid (or of several): no one preset describes them
 
     def _read(self) -> dict[str, dict]:
@@ -513,6 +513,26 @@ class _Store:
             write_parquet(list(self.rows.values()), self.path, self.meta(), now=True)
             self.seen = _identity(self.path)
         return kept
+
+
+def _stored_meta(path: Path) -> dict:
+    """The mhaaudit metadata of a results file (empty when it has none).
+
+    Raises:
+        InputError: it is not the JSON object memorize writes there.
+    """
+    what = f"{path} is not a results file of 'mhaaudit memorize' (its mhaaudit metadata is not the JSON object "
+    try:
+        meta = read_parquet_metadata(path)
+    except (ValueError, OSError) as exc:  # not JSON (or not UTF-8), or the footer unreadable since
+        raise InputError(what + f"memorize writes: {one_line(exc, 120)}); pick another " + Param("out")) from None
+    if not isinstance(meta, dict):
+        kind = _JSON_KINDS.get(type(meta).__name__, "value")
+        raise InputError(what + f"memorize writes, but a JSON {kind}); pick another " + Param("out"))
+    return meta
+
+
+_JSON_KINDS = {"list": "array", "str": "string", "int": "number", "float": "number", "bool": "boolean"}
 
 
 def _identity(path: Path) -> tuple | None:
