@@ -98,6 +98,23 @@ def test_bad_input_library():
         run_memorize_grid(vary="heads", values=[1, 2.5], sizes=[10])
 
 
+@pytest.mark.parametrize(
+    "kw, says",
+    [
+        (dict(tolerance=0.5), "tolerance 0.5 has no effect with task classification"),
+        (dict(task="regression", classes=5), "classes 5 has no effect with task regression"),
+    ],
+)
+def test_a_recipe_field_its_task_does_not_use_is_refused(kw, says):
+    """The command line refuses --tolerance with classification and --classes with regression; the library took
+    them and trained as if they were not given (its settings and results file stating a tolerance no point used)."""
+    with pytest.raises(InputError, match=says):
+        run_memorize_grid(sizes=[16], max_steps=1, **TINY, **kw)
+    with pytest.raises(InputError, match=says):
+        MemorizeRequest(sizes=[16], **kw)
+    assert MemorizeRequest(sizes=[16], task="regression", tolerance=0.5).tolerance == 0.5
+
+
 def test_results_file_that_is_not_ours(tmp_path):
     bad = tmp_path / "x.parquet"
     bad.write_bytes(b"not parquet")

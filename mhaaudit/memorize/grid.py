@@ -181,8 +181,9 @@ def run_memorize_grid(
         preset: a named grid (``cpu``, ``paper-fig2a``, ...); explicit values override it.
         task: the task, one of :data:`~.data.TASKS` (default ``classification``).
         context: the context, one of :data:`~.data.CONTEXTS` (default ``shared``).
-        classes: the number of classes (default 100).
-        tolerance: a regression example is memorised when ``|prediction - label| < tolerance`` (default 0.01).
+        classes: the number of classes (default 100; classification only, refused otherwise).
+        tolerance: a regression example is memorised when ``|prediction - label| < tolerance`` (default 0.01;
+            regression only, refused otherwise).
         epochs: the epochs to train (None: the recipe's rule, at least 500 epochs or 50k steps).
         max_steps: the most optimisation steps to train.
         lr: Adam's learning rate (default 1e-3).
@@ -205,7 +206,8 @@ def run_memorize_grid(
 
     Raises:
         InputError: for a bad grid (``vary`` without ``values`` or the other way round, no sizes, an
-            unknown preset, task, context or device, a number out of range, ``seed`` beside ``seeds``, a
+            unknown preset, task, context or device, a number out of range, ``seed`` beside ``seeds``, ``classes``
+            with regression or ``tolerance`` with classification, a
             group that cannot fit ``memory_budget``), a keyword that disagrees with ``request``, or an
             existing ``out`` that is not a results file of memorize, or ``max_minutes`` without ``out``.
         OutputError: when ``out`` or ``plot`` cannot be written.

@@ -14,7 +14,14 @@ from dataclasses import dataclass, fields
 import torch
 
 from .. import validate
-from ..defaults import DEFAULT_DEVICE, DEFAULT_SEED, MEMORIZE_PRESETS, MEMORIZE_VARY
+from ..defaults import (
+    DEFAULT_CLASSES,
+    DEFAULT_DEVICE,
+    DEFAULT_SEED,
+    DEFAULT_TOLERANCE,
+    MEMORIZE_PRESETS,
+    MEMORIZE_VARY,
+)
 from ..errors import InputError, Param
 from ..plot import check_plot_path
 from ..runtime import MAX_SEED, resolve_device
@@ -71,6 +78,7 @@ class MemorizeRequest(Recipe):
         grid = resolve_grid(self)
         _recipe(self, grid)
         super().__post_init__()  # the recipe's own fields
+        _task_fields(self)
         _steps_fit(grid, _recipe(self, grid))
         seeds = _seeds(self.seed, self.seeds)
         checked = _own_grid_fields(self)
@@ -216,6 +224,29 @@ def _recipe(request: MemorizeRequest, grid: dict) -> Recipe:
     """The request's recipe, its ``epochs``/``max_steps`` the grid's (the preset's where it gives none)."""
     own = {f.name: getattr(request, f.name) for f in fields(Recipe)}
     return Recipe(**(own | {"epochs": grid["epochs"], "max_steps": grid["max_steps"]}))
+
+
+def _task_fields(recipe: Recipe) -> None:
+    """Refuse a field of the recipe that its task does not use, given another value than its default (as the
+    command line refuses the option): ``classes`` for regression, ``tolerance`` for classification.
+
+    Raises:
+        InputError: ``classes`` with the regression task, or ``tolerance`` with classification.
+    """
+    if recipe.task == "regression" and recipe.classes != DEFAULT_CLASSES:
+        raise InputError(
+            Param("classes")
+            + f" {recipe.classes} has no effect with "
+            + Param("task")
+            + " regression: the labels are numbers in [0, 1]"
+        )
+    if recipe.task == "classification" and recipe.tolerance != DEFAULT_TOLERANCE:
+        raise InputError(
+            Param("tolerance")
+            + f" {recipe.tolerance:g} has no effect with "
+            + Param("task")
+            + " classification: a class is right or wrong"
+        )
 
 
 def _steps_fit(grid: dict, recipe: Recipe) -> None:
