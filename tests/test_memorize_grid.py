@@ -480,7 +480,19 @@ def test_a_grid_runs_in_parts_of_bounded_time(tmp_path, monkeypatch, capsys):
     args += ["--max-steps", "4", "--device", "cpu", "--max-group", "1"]
     rc = _main()([*args, "--out", str(tmp_path / "cli.parquet"), "--max-minutes", "0.5"])
     err = capsys.readouterr().err
-    assert rc == 2 and err.startswith("Error: stopped at --max-minutes 0.5: 0 of 2 points") and "again" in err
+    # nothing trained in the time: the same command again would stop the same way, so it is not what goes on
+    assert rc == 2 and err.startswith("Error: stopped at --max-minutes 0.5 before any group of points finished")
+    assert "none of the 2 points is trained; the same command again would stop the same way" in err
+    assert err.rstrip().endswith("give more --max-minutes")  # each group is one point already (--max-group 1)
+    reads = iter([0.0])
+    rc = _main()([*args[:-2], "--out", str(tmp_path / "cli.parquet"), "--max-minutes", "0.5"])
+    assert rc == 2 and capsys.readouterr().err.rstrip().endswith("give more --max-minutes or a smaller --max-group")
+    run_memorize_grid(vary="heads", values="1", sizes="12", max_steps=4, out=tmp_path / "cli.parquet", **TINY)
+    reads = iter([0.0])
+    rc = _main()([*args, "--out", str(tmp_path / "cli.parquet"), "--max-minutes", "0.5"])
+    assert "before any group of points finished training: 1 of 2 points are trained (read from " in (
+        capsys.readouterr().err
+    )
     rc = _main()([*args, "--max-minutes", "1"])
     assert rc == 2 and "--out" in capsys.readouterr().err
     with pytest.raises(InputError, match="max_minutes must be a positive number"):

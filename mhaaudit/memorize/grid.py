@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import InputError, MhaauditError, Param, one_line
+from ..errors import InputError, Message, MhaauditError, Param, one_line
 from ..files import read_parquet
 from ..io import read_parquet_metadata, stamp, write_parquet
 from ..keywords import request_of
@@ -262,14 +262,7 @@ def memorize_grid(request: MemorizeRequest) -> MemorizeGrid:
     left = sum(r is None for r in runs)
     if left:
         raise GridUnfinished(
-            (
-                "stopped at "
-                + Param("max_minutes")
-                + f" {request.max_minutes:g}: {len(runs) - left} of {len(runs)} points "
-                f"are trained and kept in {request.out}; run the same command again to train the other {left}"
-            ),
-            left=left,
-            total=len(runs),
+            _unfinished(request, len(runs), left, trained=len(todo) - left), left=left, total=len(runs)
         )
     done: tuple[MemorizeRun, ...] = tuple(runs)  # type: ignore[arg-type]
     settings = GridSettings(
@@ -302,6 +295,28 @@ def memorize_grid(request: MemorizeRequest) -> MemorizeGrid:
     if request.plot is not None:
         plot_memorize(result, Path(request.plot))
     return result
+
+
+def _unfinished(request: MemorizeRequest, total: int, left: int, trained: int) -> Message:
+    """What :class:`GridUnfinished` says: the points kept and how to go on. When no group finished in the time, the
+    same command again would stop the same way: more minutes (or smaller groups) are what go on."""
+    stopped = "stopped at " + Param("max_minutes") + f" {request.max_minutes:g}"
+    if trained:
+        return stopped + (
+            f": {total - left} of {total} points are trained and kept in {request.out}; run the same command again "
+            f"to train the other {left}"
+        )
+    have = (
+        f"{total - left} of {total} points are trained (read from {request.out})"
+        if total > left
+        else f"none of the {total} points is trained"
+    )
+    smaller = "" if request.max_group == 1 else Message(" or a smaller ", Param("max_group"))
+    return (
+        stopped
+        + f" before any group of points finished training: {have}; the same command again would stop the same way: "
+        "give more " + Param("max_minutes") + smaller
+    )
 
 
 class GridUnfinished(MhaauditError):
