@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -197,7 +199,8 @@ _MEMORIZE_XLABEL = {"heads": "number of heads H", "n": "context length n", "head
 
 
 def plot_memorize(grid, path: str | Path) -> Path:
-    """Memorised fraction vs the varied parameter, one line per size (the layout of Figure 2).
+    """Memorised fraction vs the varied parameter, one line per size (the layout of Figure 2); with nothing
+    varied, vs the sizes T.
 
     With several seeds, the line is the mean over seeds and the band spans the lowest to the
     highest seed.
@@ -214,7 +217,7 @@ def plot_memorize(grid, path: str | Path) -> Path:
     if grid.vary == "head-dim":
         ax.axvline(s.n, color="grey", linestyle="--", linewidth=1, label="d_h = n")
     ax.set_title(_memorize_title(grid, seeds), fontsize=9)
-    ax.set_xlabel(_MEMORIZE_XLABEL.get(grid.vary, "setting"))
+    ax.set_xlabel(_MEMORIZE_XLABEL.get(grid.vary, "training-set size T"))
     if s.recipe.task == "regression":
         ax.set_ylabel(f"fraction with |error| < {s.recipe.tolerance}")
     else:
@@ -226,21 +229,28 @@ def plot_memorize(grid, path: str | Path) -> Path:
 
 
 def _memorize_lines(ax, grid, seeds: bool) -> None:
-    """One line per size T over the varied parameter: the mean over seeds with a band from the
-    lowest to the highest (``seeds``), else each run's memorised fraction."""
+    """One line per size T over the varied parameter (nothing varied: one line over the sizes T): the mean
+    over seeds with a band from the lowest to the highest (``seeds``), else each run's memorised fraction."""
     param = {"heads": "heads", "n": "n", "head-dim": "head_dim"}.get(grid.vary or "")
-    for T in grid.sizes:
+    lines: list[tuple[str, Callable[[Any], bool], Callable[[Any], int]]]
+    if param is None:
+        lines = [("memorised", lambda r: True, lambda r: r.size)]
+    else:
+        lines = [(f"T = {T}", _of_size(T), lambda r: getattr(r, param)) for T in grid.sizes]
+    for label, kept, x in lines:
         if seeds:
-            pts = sorted(
-                ((getattr(m, param) if param else 0), m.mean, m.low, m.high) for m in grid.summary if m.size == T
-            )
-            (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"T = {T}")
+            pts = sorted((x(m), m.mean, m.low, m.high) for m in grid.summary if kept(m))
+            (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
             ax.fill_between(
                 [p[0] for p in pts], [p[2] for p in pts], [p[3] for p in pts], color=line.get_color(), alpha=0.2
             )
         else:
-            pairs = sorted(((getattr(r, param) if param else 0), r.memorized) for r in grid.runs if r.size == T)
-            ax.plot([p[0] for p in pairs], [p[1] for p in pairs], marker="o", label=f"T = {T}")
+            pairs = sorted((x(r), r.memorized) for r in grid.runs if kept(r))
+            ax.plot([p[0] for p in pairs], [p[1] for p in pairs], marker="o", label=label)
+
+
+def _of_size(size: int) -> Callable[[Any], bool]:
+    return lambda r: r.size == size
 
 
 def _memorize_title(grid, seeds: bool) -> str:

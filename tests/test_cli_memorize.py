@@ -343,6 +343,26 @@ def test_a_flat_fit_says_why_it_has_no_r2(capsys, monkeypatch):
     assert [f["r2"] for f in doc["fits"]] == [None] and len(doc["notes"]) == 1 and doc["notes"][0].startswith(note)
 
 
+def test_a_plot_of_a_grid_that_varies_nothing_is_against_the_sizes(capsys, monkeypatch, tmp_path):
+    """With nothing varied, --plot put every size at x = 0 on an axis named "setting" with ticks from -0.04 to
+    0.04; it is now one line of the memorised fraction against T, as the table gives it."""
+    import mhaaudit.plot as plot_mod
+
+    drawn = {}
+    save = plot_mod.save_figure
+    monkeypatch.setattr(
+        plot_mod, "save_figure", lambda fig, path: drawn.setdefault("ax", fig.axes[0]) and save(fig, path)
+    )
+    args = ["memorize", "--n", "4", "--head-dim", "8", "--sizes", "16,8", "--max-steps", "3", "--device", "cpu"]
+    rc, out, err = run(capsys, *args, "--plot", str(tmp_path / "p.png"), "--format", "json")
+    assert rc == 0 and (tmp_path / "p.png").is_file(), err
+    doc = strict_json(out)
+    (line,) = drawn["ax"].get_lines()
+    assert list(line.get_xdata()) == [8, 16] and drawn["ax"].get_xlabel() == "training-set size T"
+    by_size = {r["size"]: r["memorized"] for r in doc["runs"]}
+    assert list(line.get_ydata()) == [by_size[8], by_size[16]]
+
+
 def test_what_is_this_tools_choice_is_said_where_it_is_used(capsys):
     """The regression criterion |error| < tolerance is this tool's (the paper compares regression by the MSE),
     said by --help and the table; the presets' T are this tool's choice and Figure 2(c) and Figure 3 were

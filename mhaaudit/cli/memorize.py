@@ -118,7 +118,9 @@ def memorize(
     plot: Annotated[
         Path | None,
         typer.Option(
-            "--plot", help="Memorisation vs the varied parameter, one line per size, to this .png/.pdf/.svg file."
+            "--plot",
+            help="Memorisation vs the varied parameter, one line per size (nothing varied: vs the sizes T), to "
+            "this .png/.pdf/.svg file.",
         ),
     ] = None,
     max_minutes: Annotated[
