@@ -94,6 +94,22 @@ def test_json_document(capsys):
     assert err == ""  # no progress bars with --format json
 
 
+def test_the_settings_give_no_value_for_the_varied_parameter(capsys):
+    """A grid of H = 1, 2 stated "heads": 4 in its settings (the default of a parameter it does not hold fixed),
+    a number no point was trained with; the varied parameter's value is each run's, and the settings give null."""
+    rc, out, err = run(capsys, *GRID, "--device", "cpu", "--format", "json")
+    assert rc == 0, err
+    settings = strict_json(out)["settings"]
+    assert settings["heads"] is None and (settings["n"], settings["head_dim"]) == (4, 8)
+    from mhaaudit.memorize import MemorizeGrid
+
+    assert MemorizeGrid.from_json(out).settings.heads is None
+    args = ["memorize", "--heads", "3", "--n", "4,5", "--head-dim", "8", "--sizes", "16", "--max-steps", "2"]
+    rc, out, err = run(capsys, *args, "--device", "cpu", "--format", "json")
+    settings = strict_json(out)["settings"]
+    assert rc == 0 and (settings["heads"], settings["n"], settings["head_dim"]) == (3, None, 8), err
+
+
 def test_parquet_to_stdout(capsysbinary, monkeypatch, tmp_path):
     monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
     rc, out, err = run(capsysbinary, *GRID, "--saturation", "--format", "parquet")

@@ -265,8 +265,9 @@ def memorize_grid(request: MemorizeRequest) -> MemorizeGrid:
             _unfinished(request, len(runs), left, trained=len(todo) - left), left=left, total=len(runs)
         )
     done: tuple[MemorizeRun, ...] = tuple(runs)  # type: ignore[arg-type]
+    varied = _PARAM.get(grid["vary"] or "")
     settings = GridSettings(
-        **grid["fixed"],
+        **{k: None if k == varied else v for k, v in grid["fixed"].items()},  # the varied one: each run's own
         recipe=recipe,
         seed=seed_list[0],
         seeds=tuple(seed_list),

@@ -148,13 +148,13 @@ class GroupRecord:
 @dataclass(frozen=True)
 class GridSettings:
     """What every point of a grid shares, as the document's ``settings`` gives it (in that order):
-    the model's shape held fixed (``n``, ``heads``, ``head_dim``; the varied one is each run's
-    own), the training recipe (:class:`~mhaaudit.memorize.recipe.Recipe`, its fields flat in the
-    document), the seeds, the device and the width ``d``."""
+    the model's shape held fixed (``n``, ``heads``, ``head_dim``; the varied one is None, each run
+    giving its own), the training recipe (:class:`~mhaaudit.memorize.recipe.Recipe`, its fields flat
+    in the document), the seeds, the device and the width ``d``."""
 
-    n: int
-    heads: int
-    head_dim: int
+    n: int | None
+    heads: int | None
+    head_dim: int | None
     recipe: Recipe
     seed: int
     seeds: tuple[int, ...]
