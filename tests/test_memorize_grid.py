@@ -89,6 +89,10 @@ def test_presets_resolve_and_override():
     g = resolve_grid(MemorizeRequest(preset="cpu", sizes="100"))
     assert g["sizes"] == (100,) and g["values"] == (1, 2, 4, 8) and g["max_steps"] == 6000
     assert len(points(resolve_grid(MemorizeRequest(preset="cpu")))) == 8
+    # --epochs replaces the preset's training length: cpu's cap of 6000 steps trained 3000 of 7000 epochs at T = 500
+    assert MemorizeRequest(preset="cpu", epochs=7000).recipe.max_steps is None
+    assert (MemorizeRequest(preset="cpu", epochs=7000, max_steps=9000).recipe.max_steps) == 9000
+    assert MemorizeRequest(preset="cpu", max_steps=9000).recipe.epochs is None
 
 
 def test_bad_input_library():

@@ -121,6 +121,8 @@ class MemorizeRequest(Recipe):
 
 def resolve_grid(request: MemorizeRequest) -> dict:
     """The grid ``request`` asks for: its preset merged with its explicit values (explicit wins), checked.
+    ``epochs`` given without ``max_steps`` replaces the preset's ``max_steps`` (``cpu``'s 6000) too: the
+    training length asked for is the one trained.
 
     A dict: ``vary``, ``values``, ``sizes``, ``preset``, ``fixed`` (``n``, ``heads``, ``head_dim``),
     ``epochs`` and ``max_steps``.
@@ -137,6 +139,8 @@ def resolve_grid(request: MemorizeRequest) -> dict:
     explicit = {name: getattr(request, name) for name in GRID_FIELDS}
     if request.vary is not None and request.values is None and base and _vary(request.vary) != base.get("vary"):
         base.pop("values", None)  # the preset's values belong to another parameter
+    if request.epochs is not None and request.max_steps is None:
+        base.pop("max_steps", None)  # the epochs asked for, not the preset's cap on its own training length
     merged = {**base, **{k: v for k, v in explicit.items() if v is not None}}
 
     vary_v = _vary(merged["vary"]) if merged.get("vary") is not None else None
