@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 
 import pytest
@@ -376,6 +377,21 @@ def test_a_reason_keeps_the_parameters_it_names_so_the_command_line_writes_its_f
     short = compare("figure1", _one("figure1", k=768), swept, FACTS, target_spec("figure1"), 0.99)
     assert "(a larger limit tests them)" in short.reason
     assert "(a larger --limit tests them)" in with_flags(short).reason
+
+
+def test_an_unavailable_columns_reason_in_the_run_lines_keeps_the_flags_it_names():
+    """The "This run" line of an unavailable column keeps the parameters its reason names: the command line wrote
+    "pass weights PATH" where the same reason in the notes said "pass --weights PATH"."""
+    from mhaaudit.cli.names import with_flags
+    from mhaaudit.errors import Message, Param
+    from mhaaudit.reproduce.targets import _setting_lines
+    from mhaaudit.settings import Settings
+
+    why = Message("trained weights are not on this machine; pass ", Param("weights"), " PATH")
+    facts = dataclasses.replace(FACTS, weights={"random": "random init", "trained": why})
+    lines = with_flags(_setting_lines(target_spec("table1"), {"vit": facts}, Settings.resolve()))
+    assert "  trained: trained weights are not on this machine; pass --weights PATH" in lines
+    assert "  random: random init" in lines
 
 
 def test_setting_differences_name_each_change():

@@ -118,8 +118,8 @@ def _setting_lines(spec: dict, facts: dict, settings: Settings) -> list[str]:
     for key, f in facts.items():
         diffs = setting_differences(spec, key, f)
         lines.append(f"{key}: {f.model} ({f.resolved}), n = {f.n}, d = {f.d}, T = {f.T}; data: {f.data}")
-        for col, src in f.weights.items():
-            lines.append(f"  {col}: {src}")
+        for col, src in f.weights.items():  # joined with +: an unavailable column's reason may name parameters
+            lines.append("  " + str(col) + ": " + src)
         lines.append(
             "  differs from the paper's: "
             + ("; ".join(d.brief() for d in diffs) if diffs else "nothing in data, model, T or draws")
