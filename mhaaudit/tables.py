@@ -52,7 +52,7 @@ class Column:
     """One column of a results table: its name, its Arrow type (in words) and what it holds."""
 
     name: str
-    type: str  # int64 | float64 | string | bool | list<int64> | list<float64> | map<int64, int64> | saturation
+    type: str  # int64, float64, string, bool, list<int64/float64/string>, map<int64, int64> or saturation
     meaning: str
 
 
@@ -84,12 +84,16 @@ ESTIMATE_COLUMNS = _SCHEMA["estimate"]
 #: summaries and differences, and the sweep estimates (:mod:`mhaaudit.seeds.records`).
 SEEDS_COLUMNS = ESTIMATE_COLUMNS + _SCHEMA["seeds"]
 
+#: A published value beside ours (``reproduce``), then the rows of our Kruskal-rank curve (``check = "sweep"``).
+REPRODUCE_COLUMNS = _SCHEMA["reproduce"]
+
 #: The columns of each command's table, in the order a record gives them.
 COLUMNS: dict[str, tuple[Column, ...]] = {
     "check": SERIES_COLUMNS + _WHERE + TEST_COLUMNS + ESTIMATE_COLUMNS,
     "kruskal": TEST_COLUMNS,
     "capacity": CAPACITY_COLUMNS,
     "memorize": MEMORIZE_COLUMNS,
+    "reproduce": REPRODUCE_COLUMNS,
 }
 #: How the schema's tables (:func:`schema_markdown`) name the columns of a several-seed run.
 SEEDS = "several seeds"
@@ -110,6 +114,7 @@ def arrow_type(spec: str):
         "bool": pa.bool_(),
         "list<int64>": pa.list_(pa.int64()),
         "list<float64>": pa.list_(pa.float64()),
+        "list<string>": pa.list_(pa.string()),
         "map<int64, int64>": pa.map_(pa.int64(), pa.int64()),
     }
     if spec in simple:

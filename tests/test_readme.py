@@ -203,7 +203,7 @@ def test_the_schema_table_is_the_documented_columns():
     page = PAGES["docs/reference/schema.md"]
     assert "| column | type |" not in page  # nothing hand-copied
     wanted = re.findall(r"^<!-- schema: (.+) -->$", page, re.M)
-    assert wanted == ["check,kruskal", "capacity", "memorize", "several seeds"]
+    assert wanted == ["check,kruskal", "capacity", "memorize", "reproduce", "several seeds"]
     built = _hooks().expand(page)
     head, rule, *rows = schema_markdown().splitlines()
     shown = []

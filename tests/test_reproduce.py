@@ -486,6 +486,28 @@ def test_figure2_linear_monotone_and_theorem1():
     assert all(c.status == "match" for c in th)
 
 
+def test_a_figure2_file_has_the_schema_of_a_table1_file():
+    """reproduce's rows are typed by the schema, not by what one run happens to hold: a Figure 2 file (no k, no
+    interval, no check, no differences) had its k, our_k, ci_low, ci_high and check columns typed null and its
+    differences list<null>, where a Table 1 file types them int64, float64, string and list<string>."""
+    from mhaaudit.tables import records_table
+
+    spec = target_spec("figure2")
+    runs = [run_(h, 1000, 120 * h) for h in (1, 2, 4, 8)]
+    fig2 = [c.record() for c in compare_memorization("figure2", spec, runs, [fit_(1000, 120.0, 0.999)], bound)]
+    assert all(r["k"] is None and r["ci_low"] is None and r["differences"] == [] for r in fig2)
+    item = _one("table1", column="random", check="assumption_1")
+    tab1 = [compare("table1", item, col(rec()), FACTS, target_spec("table1"), 0.99).record()]
+    sweep = [{"check": "sweep", "model": "vit", "column": "random", "k": 1, "fraction": 1.0, "ci_low": 0.9,
+              "ci_high": 1.0, "exact_status": "holds", "exact_basis": "certified-floor"}]  # fmt: skip
+    meta = {"command": "reproduce"}
+    a, b = records_table(fig2, meta).schema, records_table(tab1 + sweep, meta).schema
+    types = {f.name: str(f.type) for f in b}
+    assert {f.name: str(f.type) for f in a} == {k: v for k, v in types.items() if k in a.names}
+    assert types["k"] == "int64" and types["differences"] == "list<item: string>" and types["match"] == "bool"
+    assert str(a.field("ci_low").type) == "double" and str(a.field("check").type) == "string"
+
+
 def test_figure2_differences_are_explained_from_the_runs():
     spec = target_spec("figure2")
     runs = [run_(1, 500, 20, steps=300), run_(2, 500, 10, steps=300), run_(3, 500, 40, steps=300)]

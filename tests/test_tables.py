@@ -141,6 +141,7 @@ def test_the_columns_are_the_data_file_shipped_with_the_package():
         "kruskal": tables["test"],
         "capacity": tables["where"] + tables["capacity"],
         "memorize": tables["memorize"],
+        "reproduce": tables["reproduce"],
     }
     assert SEEDS_COLUMNS == tables["estimate"] + tables["seeds"]
     for cols in (*COLUMNS.values(), SEEDS_COLUMNS, SATURATION_FIELDS):
