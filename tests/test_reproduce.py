@@ -508,6 +508,29 @@ def test_a_figure2_file_has_the_schema_of_a_table1_file():
     assert str(a.field("ci_low").type) == "double" and str(a.field("check").type) == "string"
 
 
+def test_figure2_rows_say_what_they_compare_at_the_width_of_a_pipe():
+    """At 100 columns (stdout to a file or a pipe) the grid points' long names squeezed the "what" column of
+    Figure 2's table to one character ("…"): no row said whether it compared the linear fit, the rise or Theorem
+    1's count. The long names wrap now, and every row's "what" is whole."""
+    import io
+    from types import SimpleNamespace
+
+    from mhaaudit.console import TextConsole
+    from mhaaudit.render.reproduction import reproduction_table
+
+    spec = target_spec("figure2")
+    runs = [run_(h, 1000, 12 * h) for h in (2, 4, 8)]
+    comps = compare_memorization("figure2", spec, runs, [fit_(1000, 120.0, 0.5, xs=(2, 4, 8))], bound)
+    table, _ = reproduction_table(SimpleNamespace(comparisons=comps, title="Figure 2(a)"))
+    buf = io.StringIO()
+    TextConsole(file=buf, width=100).print(table)
+    out = buf.getvalue()
+    assert max(len(line) for line in out.splitlines()) <= 100
+    for what in ("linear in H", "rises with H", "Theorem 1 count"):
+        assert f"│ {what} " in out
+    assert out.count("│ Theorem 1 count ") == 3 and "…" not in out
+
+
 def test_figure2_differences_are_explained_from_the_runs():
     spec = target_spec("figure2")
     runs = [run_(1, 500, 20, steps=300), run_(2, 500, 10, steps=300), run_(3, 500, 40, steps=300)]

@@ -68,8 +68,10 @@ def reproduction_table(result) -> tuple[Table, list[str]]:
     t = Table(title=f"{result.title}: the paper's values beside this run's", title_justify="left")
     if several:
         t.add_column("model", no_wrap=True)
-    t.add_column("column", no_wrap=True)
-    t.add_column("what", ratio=1)  # the one column that wraps
+    # the column wraps only where its names are long (Figure 2's grid points): they starved "what" at 100 columns
+    long_names = max((len(c.column) for c in result.comparisons), default=0) > 20
+    t.add_column("column", no_wrap=not long_names)
+    t.add_column("what", ratio=1)  # the column that wraps
     t.add_column("k", justify="right", no_wrap=True)
     t.add_column("paper", no_wrap=True)
     t.add_column("ours (95% CI)", no_wrap=True)
