@@ -149,18 +149,22 @@ def _reproduce_table(result) -> Table:
     t = Table(
         title=f"{escape(result.title)}: the paper's values beside the between-seed range of ours", title_justify="left"
     )
-    for col in (
-        "model",
-        "column",
-        "what",
-        "k",
-        "paper",
-        f"ours over {len(result.plan.seeds)} seeds",
-        "paper inside",
-        "seeds matching",
+    rows = [s for s in result.summaries if s.value == "our_value"]
+    several = len({s.cell.model for s in rows}) > 1  # one model: its name is in the title
+    # names, numbers and verdicts stay whole; the words wrap: at 100 columns, headings that could not wrap left "what"
+    # no width
+    for col, no_wrap in (
+        *((("model", True),) if several else ()),
+        ("column", True),
+        ("what", False),
+        ("k", True),
+        ("paper", True),
+        (f"ours over {len(result.plan.seeds)} seeds", False),
+        ("paper inside", False),
+        ("seeds matching", False),
     ):
-        t.add_column(col, no_wrap=col != "what")
-    for s in (s for s in result.summaries if s.value == "our_value"):
+        t.add_column(col, no_wrap=no_wrap)
+    for s in rows:
         cell = s.cell
         what = CHECK_TITLES.get(cell.check, cell.check) if cell.kind == "check" else cell.kind
         paper = (s.paper.verdict if s.paper is not None else None) or ""
@@ -169,7 +173,7 @@ def _reproduce_table(result) -> Table:
         against = s.against_paper
         inside = {True: "inside", False: "outside", None: "-"}[against.inside if against is not None else None]
         t.add_row(
-            shown(cell.model),
+            *((shown(cell.model),) if several else ()),
             escape(str(cell.column)),
             escape(str(what)),
             _num(cell.k),

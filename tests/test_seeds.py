@@ -481,6 +481,24 @@ def test_capacity_seeds(capsys, vit4):
     assert sums and all(r["value"] == "rank" and r["low"] <= r["median"] <= r["high"] for r in sums)
 
 
+def test_reproduce_seeds_table_says_what_each_row_is_at_100_columns(capsys, monkeypatch, vit_dir):
+    """At 100 columns the several-seed table of reproduce gave its "what" column no width and cut k to "1…":
+    Assumption 1 and Assumption 2 rows of a column could not be told apart. Every row now names its check and
+    its k whole, and the one model is not repeated on every row."""
+    from rich.cells import cell_len
+
+    monkeypatch.setenv("COLUMNS", "100")
+    args = ["reproduce", "table1", "--model", f"vit={vit_dir}", "--limit", "40", "--samples", "60", "--seeds", "0-1"]
+    rc, out, err = run(capsys, *args, "--device", "cpu")
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert max(cell_len(line) for line in lines) <= 100
+    rows = " ".join(ln for ln in lines if ln.startswith("│"))
+    for what in ("General", "Assumption 1", "Assumption 2", "ranks"):
+        assert what in rows
+    assert "…" not in rows and "│ vit " not in rows
+
+
 def test_reproduce_seeds_marks_whether_the_published_value_is_inside(capsys, vit_dir):
     rc, stdout, err = run(
         capsys,
