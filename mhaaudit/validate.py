@@ -152,6 +152,11 @@ def _named_ints(spec, name: str | Param, what: str, example: str) -> list[int]:
     raise InputError(name + f" must name {what} such as {example}, got {spec!r}")
 
 
+def _first(example: str) -> str:
+    """The first example of a list of them (``"1-12, 3 or 1,2,4"`` -> ``"1-12"``)."""
+    return example.split(" ")[0].rstrip(",")
+
+
 def _part_ints(part: str, spec: str, name: str | Param, what: str, example: str, held: int) -> Iterable[int]:
     """The integers of one part of ``spec``: ``"3"`` or the range ``"0-6"`` (``held``: how many
     the parts before it named, for the list's size limit).
@@ -168,7 +173,7 @@ def _part_ints(part: str, spec: str, name: str | Param, what: str, example: str,
     except ValueError:
         raise InputError(name + f" {spec!r}: use {what} and ranges such as {example}") from None
     if hi < lo:
-        raise InputError(name + f" {spec!r}: the range {part} is empty (use low-high, e.g. {example.split(' ')[0]})")
+        raise InputError(name + f" {spec!r}: the range {part} is empty (use low-high, e.g. {_first(example)})")
     if hi - lo + 1 + held > MAX_LIST:
         raise InputError(name + f" {spec!r} names more than {MAX_LIST} {what}, the most a list may hold")
     return range(lo, hi + 1)

@@ -92,7 +92,7 @@ def test_parse_heads_none_means_all():
         ("0", "start at 1"),
         ("0-3", "start at 1"),
         ("-2", "head counts"),
-        ("5-3", "empty"),
+        ("5-3", r"the range 5-3 is empty \(use low-high, e\.g\. 1-12\)$"),  # not "e.g. 1-12,)"
         ("a", "head counts"),
         ("13", "at most 12"),
         ("1-13", "at most 12"),
