@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 LIBRARY_NAMES = {
     "check_out": "a parquet file of AuditResult.to_arrow()",
     "check_save_features": "FeatureSet.save()",
+    "check_seeds": "audit(..., seeds=...)",
     "save_features": "FeatureSet.save()",
 }
 

@@ -80,3 +80,25 @@ def test_every_field_of_the_assumptions_has_one_json_name():
         "kruskal_estimate_note": "",
         "source": "",
     }
+
+
+def test_a_results_file_of_several_seeds_is_refused_as_such(tmp_path):
+    """A file of check --seeds (per-seed rows and summaries, no verdict in a summary) was refused as "malformed
+    (the assumption_1 row's verdict is None)"; it is a file of several seeds, and the refusal says so."""
+    import json
+
+    from mhaaudit.errors import InputError
+    from mhaaudit.io import METADATA_KEY
+
+    rows = [
+        {"aggregate": "seed", "seed": 0, "variant": "random", "check": "assumption_1", "verdict": "holds"},
+        {"aggregate": "summary", "seed": None, "variant": "random", "check": "assumption_1", "verdict": None},
+    ]
+    meta = {"command": "check", "seed_plan": {"seeds": [0, 1]}, "columns": {"random": {"weights": "random"}}}
+    table = pa.Table.from_pylist(rows).replace_schema_metadata({METADATA_KEY: json.dumps(meta)})
+    pq.write_table(table, tmp_path / "seeds.parquet")
+    with pytest.raises(
+        InputError, match=r"holds the records of several seeds \(audit\(\.\.\., seeds=\.\.\.\)\)"
+    ) as got:
+        assumptions_from_file(tmp_path / "seeds.parquet", init="random", layer=1)
+    assert "malformed" not in str(got.value)

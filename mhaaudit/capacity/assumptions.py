@@ -175,6 +175,14 @@ def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
             Param("from_path") + f" {p}: its 'mhaaudit' parquet metadata is malformed "
             "(not what " + Param("check_out") + " writes)"
         )
+    if "seed_plan" in meta or "aggregate" in rows[0]:  # its rows are per seed and over the seeds: no one verdict
+        raise InputError(
+            Param("from_path")
+            + f" {p}: it holds the records of several seeds ("
+            + Param("check_seeds")
+            + "); the bound rests on one run's verdicts: give the file of a run with one "
+            + Param("seed")
+        )
     return meta, rows
 
 

@@ -14,6 +14,7 @@ FLAGS = {
     "variant": "--variants",  # kruskal captures one column; its flag keeps check's name
     "check_out": "'mhaaudit check --out'",
     "check_save_features": "check --save-features",
+    "check_seeds": "check --seeds",
     "X": "FEATURES",  # the vectors a Kruskal computation reads: kruskal's argument (a file that changed while read)
     "stats": "the statistics",  # taken by the command itself, never given
 }
