@@ -523,11 +523,33 @@ def test_reproduce_seeds_marks_whether_the_published_value_is_inside(capsys, vit
     sums = [r for r in json.loads(stdout)["records"] if r["aggregate"] == "summary" and r["value"] == "our_value"]
     assert sums
     for r in sums:
-        if r["paper_value"] is not None and r["low"] is not None:
+        if r["paper_inside"] is not None:
+            assert r["paper_value"] is not None and r["low"] is not None
             assert r["paper_inside"] == (r["low"] <= r["paper_value"] <= r["high"])
         assert 0 <= r["seeds_matching"] <= r["runs"] == 2
     rc, _, err = run(capsys, "reproduce", "figure2", "--seeds", "0-1")
     assert_one_error(rc, err, "--seeds does not apply to figure2")
+
+
+def test_reproduce_seeds_hold_the_paper_against_no_seed_that_cannot_answer_it(capsys, vit_dir):
+    """With T = 24 < d = 32 every seed tests the whole set at k = d, which the one-seed report calls
+    undetermined; the several-seed summary said the published value lay "outside" the seeds' range (the whole
+    set's fraction being 1) where no seed was held against it. It says nothing now (paper_inside null)."""
+    args = ["reproduce", "table1", "--model", f"vit={vit_dir}", "--limit", "24", "--samples", "40", "--seeds", "0-1"]
+    rc, stdout, err = run(capsys, *args, "--format", "json", "--device", "cpu")
+    assert rc == 0, err
+    recs = json.loads(stdout)["records"]
+    sums = [r for r in recs if r["aggregate"] == "summary" and r["value"] == "our_value"]
+    key = ("model", "column", "kind", "check", "k")
+    undetermined = 0
+    for r in sums:
+        statuses = {s["status"] for s in recs if s["aggregate"] == "seed" and all(s[k] == r[k] for k in key)}
+        if not statuses & {"match", "differs"}:
+            undetermined += "undetermined" in statuses
+            assert r["paper_inside"] is None and r["seeds_matching"] == 0
+        elif r["paper_value"] is not None and r["low"] is not None:
+            assert r["paper_inside"] == (r["low"] <= r["paper_value"] <= r["high"])
+    assert undetermined >= 3  # General Position of the three random columns, at least
 
 
 def test_seeds_result_repr_and_text(vit_dir):

@@ -156,11 +156,14 @@ def reproduce_seeds(
 
 
 def _against_paper(summary: SummaryRecord, per_seed: list[SeedRecords]) -> AgainstPaper:
-    """A summary's seeds that match the paper, and whether the published value lies in our range."""
+    """A summary's seeds that match the paper, and whether the published value lies in our range: None where no
+    seed's run could be held against it (every seed undetermined, such as a test of the whole set where the paper
+    tested k-subsets, or unavailable), as the run of one seed says."""
     cell = [r for seed in per_seed for r in seed.records if cell_of(r, _CELL) == summary.cell.values(_CELL)]
     p = summary.paper.value if summary.paper is not None else None
     lo, hi = summary.low, summary.high
+    held = any(r.get("status") in ("match", "differs") for r in cell)
     return AgainstPaper(
         seeds_matching=sum(r.get("status") == "match" for r in cell),
-        inside=None if p is None or lo is None or hi is None else bool(lo <= p <= hi),
+        inside=None if p is None or lo is None or hi is None or not held else bool(lo <= p <= hi),
     )
