@@ -182,8 +182,7 @@ def run_memorize_grid(
         task: the task, one of :data:`~.data.TASKS` (default ``classification``).
         context: the context, one of :data:`~.data.CONTEXTS` (default ``shared``).
         classes: the number of classes (default 100; classification only, refused otherwise).
-        tolerance: a regression example is memorised when ``|prediction - label| < tolerance`` (default 0.01;
-            regression only, refused otherwise).
+        tolerance: regression only (refused otherwise): memorised when ``|prediction - label| < tolerance`` (0.01).
         epochs: the epochs to train (None: the recipe's rule, at least 500 epochs or 50k steps).
         max_steps: the most optimisation steps to train.
         lr: Adam's learning rate (default 1e-3).
