@@ -325,8 +325,9 @@ def memorisation_bound(info: ModelFacts, col: Column) -> tuple[CapacityBound | N
     # the theorem needs Assumption 1 itself: a proven failure (a witness) overrides a holding estimate
     a1_holds = {"holds": True, "fails": False}.get(a1_status(a1.verdict, a1.exact_status) or "") if a1 else None
     a2_holds = {"holds": True, "fails": False}.get(a2.verdict) if a2 else None
+    a1_proven = a1.exact_status == "holds" if a1 else None
     b = theorem1_bound(
-        heads=H, head_dim=dh, n=n, d=d, a1_holds=a1_holds, a2_holds=a2_holds, kruskal_estimate=est
+        heads=H, head_dim=dh, n=n, d=d, a1_holds=a1_holds, a2_holds=a2_holds, kruskal_estimate=est, a1_proven=a1_proven
     )  # fmt: skip
     hint = ""
     if not b.applies and est is None and not a1_holds and a2_holds and n < d:  # what Remark 1 needs besides k

@@ -126,6 +126,7 @@ def theorem1_bound(
     a1_holds: bool | None,
     a2_holds: bool | None,
     kruskal_estimate: int | None = None,
+    a1_proven: bool | None = None,
 ) -> CapacityBound:
     """Count the examples an MHA layer provably memorises, given the assumption results.
 
@@ -143,6 +144,9 @@ def theorem1_bound(
         a1_holds: Assumption 1's verdict (None: not checked).
         a2_holds: Assumption 2's verdict (None: not checked).
         kruskal_estimate: an estimate k of the queries' Kruskal rank, for Remark 1.
+        a1_proven: whether Assumption 1 holding is proven (False: an estimate, the share of independent draws
+            reaching the threshold; then the count is an estimate too, and the reason and notes say so; None:
+            not said).
 
     Returns:
         The :class:`CapacityBound`: the count, the rule that gave it (Theorem 1, Remark 1 or none), and
@@ -170,20 +174,24 @@ def theorem1_bound(
             notes, f"n >= d ({inputs.n} >= {inputs.d}): Theorem 1 needs the context length below the width"
         )
     if a1_holds:
-        return _theorem1(inputs, notes)
+        return _theorem1(inputs, notes, a1_proven)
     return _remark1(inputs, a1_holds, notes)
 
 
-def _theorem1(inputs: _Inputs, notes: list[str]) -> CapacityBound:
-    """Theorem 1's bound when A1 and A2 hold and n < d, with a note on an estimate that disagrees with A1."""
+def _theorem1(inputs: _Inputs, notes: list[str], a1_proven: bool | None = None) -> CapacityBound:
+    """Theorem 1's bound when A1 and A2 hold and n < d, with a note on an estimate that disagrees with A1 and
+    one on an A1 that holds as an estimate only."""
     n, head_dim, k = inputs.n, inputs.head_dim, inputs.kruskal_estimate
+    if a1_proven is False:
+        notes.append("A1 holds as an estimate (the share of independent draws), not a proof; the count inherits that")
     if k is not None and k < n:
         notes.append(
             f"the Kruskal-rank estimate {k} is below n = {n} although A1 was reported to hold; the A1 result was used"
         )
     if head_dim < n:
         notes.append(f"d_h = {head_dim} < n = {n} caps the bound: heads wider than n add nothing, narrower ones lose")
-    return inputs.applies(notes, "n", n, which="theorem-1", reason="A1 and A2 hold and n < d")
+    a1 = "A1 (an estimate)" if a1_proven is False else "A1"
+    return inputs.applies(notes, "n", n, which="theorem-1", reason=f"{a1} and A2 hold and n < d")
 
 
 def _remark1(inputs: _Inputs, a1_holds: bool | None, notes: list[str]) -> CapacityBound:

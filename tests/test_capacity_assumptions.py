@@ -74,6 +74,7 @@ def test_every_field_of_the_assumptions_has_one_json_name():
         "assumption_1": "holds",
         "assumption_1_reason": "r1",
         "assumption_1_fraction": 0.5,
+        "assumption_1_proven": None,
         "assumption_2": "fails",
         "assumption_2_reason": "r2",
         "kruskal_estimate": 7,

@@ -29,6 +29,20 @@ def test_theorem1_holds():
     assert b2.count == 3 * 9 + 1
 
 
+def test_theorem1_on_an_estimated_assumption_1_says_so():
+    """Where A1 holds as an estimate only (the share of its draws, no proof), Theorem 1's count is given with a
+    reason and a note that say so, as Remark 1's count says it inherits an estimate's status; proven or not said,
+    as before."""
+    kw = dict(heads=12, head_dim=64, n=197, d=768, a1_holds=True, a2_holds=True)
+    est = theorem1_bound(**kw, a1_proven=False)
+    assert est.count == 12 * 63 + 1 and est.reason == "A1 (an estimate) and A2 hold and n < d"
+    assert any(n.startswith("A1 holds as an estimate") and "inherits" in n for n in est.notes)
+    for proven in (True, None):
+        b = theorem1_bound(**kw, a1_proven=proven)
+        assert b.reason == "A1 and A2 hold and n < d" and not any("as an estimate" in n for n in b.notes)
+        assert b.count == est.count
+
+
 def test_remark1():
     b = theorem1_bound(heads=16, head_dim=64, n=512, d=1024, a1_holds=False, a2_holds=True, kruskal_estimate=349)
     assert b.applies and b.which == "remark-1" and b.count == 16 * 63 + 1

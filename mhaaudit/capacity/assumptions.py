@@ -55,6 +55,7 @@ class Assumptions:
     a1_reason: str = ""
     a2_reason: str = ""
     a1_fraction: float | None = None
+    a1_proven: bool | None = None  # whether A1's status is proven (exact), not only the estimate; None: not said
     kruskal_estimate: int | None = None
     estimate_note: str = ""
     source: str = ""
@@ -74,6 +75,7 @@ JSON_NAMES = {
     "a1": "assumption_1",
     "a1_reason": "assumption_1_reason",
     "a1_fraction": "assumption_1_fraction",
+    "a1_proven": "assumption_1_proven",
     "a2": "assumption_2",
     "a2_reason": "assumption_2_reason",
     "kruskal_estimate": "kruskal_estimate",
@@ -117,6 +119,7 @@ def audit_assumptions(fs, settings, label: str = "") -> tuple[Assumptions, dict[
             **common,
         )
     out.a1, out.a1_reason = a1_status(a1.verdict, a1.exact_status), _a1_reason(a1.verdict, a1.exact_status, a1.reason)
+    out.a1_proven = a1.exact_status in ("holds", "fails")
     out.a1_fraction = a1.fraction if a1.sampled else None
     timings["assumptions 1-2"] = round(time.perf_counter() - t0, 3)
     if out.a1 == "fails" and a2.verdict == "holds" and fs.n < fs.d:
@@ -292,6 +295,7 @@ def _verdicts(rows: list[dict], *, source: str) -> Assumptions:
         if r.get("check") == "assumption_1":
             out.a1 = a1_status(r.get("verdict"), r.get("exact_status"))
             out.a1_reason = _a1_reason(r.get("verdict"), r.get("exact_status"), r.get("reason") or "")
+            out.a1_proven = r.get("exact_status") in ("holds", "fails") if "exact_status" in r else None
             out.a1_fraction = r.get("fraction") if r.get("sampled") else None
         elif r.get("check") == "assumption_2":
             out.a2 = r.get("verdict") if r.get("verdict") in ("holds", "fails") else None

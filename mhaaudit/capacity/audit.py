@@ -263,6 +263,7 @@ def _certify(plan: _Plan, col: CapacityColumn, Z: torch.Tensor, info, hs: list[i
             a1_holds=a.holds(a.a1),
             a2_holds=a.holds(a.a2),
             kruskal_estimate=a.kruskal_estimate,
+            a1_proven=a.a1_proven,
         )
     t0 = time.perf_counter()
     z_rule = plan.settings.rule(torch.float64)
