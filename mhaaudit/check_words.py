@@ -7,10 +7,11 @@ so they sit at the bottom; :mod:`mhaaudit.checks` defines the checks with them a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["CHECK_MEANING", "CHECK_TITLES", "MEANINGS", "REGISTRY", "TITLES", "decided_status"]
+__all__ = ["CHECK_MEANING", "CHECK_TITLES", "MEANINGS", "REGISTRY", "TITLES", "decided_status", "fraction_text"]
 
 #: The built-in checks' titles, and the Kruskal test's (a test no check names), by name.
 TITLES: dict[str, str] = {
@@ -60,3 +61,14 @@ def decided_status(verdict: str | None, exact_status: str | None) -> str | None:
     """A check's status as its proof decides it: the exact status where it is decided (holds or fails), else the
     verdict as given (the estimate, ``unavailable``, or None). A proven failure overrides a holding estimate."""
     return exact_status if exact_status in ("holds", "fails") else verdict
+
+
+def fraction_text(v: float, digits: int = 4) -> str:
+    """A share (a satisfied fraction, a memorised fraction) with ``digits`` decimals, rounded as usual except that
+    a share above 0 or below 1 is never written as 0 or 1: within half a unit of either it is cut toward the inside
+    (49999 of 50000 reads ``0.9999``, not ``1.0000``, beside a dependent draw that proves it below 1)."""
+    text = f"{v:.{digits}f}"
+    unit = 10**digits
+    if 0 < v < 1 and float(text) in (0.0, 1.0):
+        text = f"{(math.floor(v * unit) if v > 0.5 else math.ceil(v * unit)) / unit:.{digits}f}"
+    return text

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from . import phases
-from .check_words import decided_status
+from .check_words import decided_status, fraction_text
 from .console import shown
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def kruskal_table(tests: list[SubsetTest], title: str = "Kruskal-rank tests") ->
             str(r.d),
             str(r.samples) if r.sampled else "-",
             str(r.satisfied) if r.sampled else "-",
-            f"{r.fraction:.4f}" if measured else "-",
+            fraction_text(r.fraction) if measured else "-",
             f"[{r.ci_low:.4f}, {r.ci_high:.4f}]" if measured else "-",
             estimate_text(rec),
             exact_text(rec),
@@ -150,7 +150,7 @@ def sweep_table(sw: Sweep, marks: tuple[int, ...] = ()) -> Table:
             prev = f
     keep |= set([k for k in moved if k not in keep][: max(SWEEP_TABLE_ROWS - len(keep), 0)])
     for k in sorted(keep):
-        t.add_row(str(k), f"{sw.fractions[k - 1]:.4f}", f"[{sw.ci_low[k - 1]:.4f}, {sw.ci_high[k - 1]:.4f}]")
+        t.add_row(str(k), fraction_text(sw.fractions[k - 1]), f"[{sw.ci_low[k - 1]:.4f}, {sw.ci_high[k - 1]:.4f}]")
     return t
 
 

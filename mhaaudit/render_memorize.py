@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from .check_words import fraction_text
 from .console import shown
 
 __all__ = ["fit_table", "memorize_report", "memorize_table", "seed_summary_table"]
@@ -40,7 +41,7 @@ def memorize_table(grid) -> Table:
         cells = [
             _setting(r),
             str(r.size),
-            f"{r.memorized:.3f}",
+            fraction_text(r.memorized, 3),
             str(r.memorized_count),
             str(r.epochs_run) + (" (early)" if r.stopped_early else ""),
             str(r.steps_run),
@@ -98,7 +99,7 @@ def seed_summary_table(grid) -> Table:
             _setting(m),
             str(m.size),
             str(m.seeds),
-            f"{m.mean:.3f}",
+            fraction_text(m.mean, 3),
             "-" if m.std is None else f"{m.std:.3f}",
             f"{m.low:.3f}",
             f"{m.high:.3f}",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from .check_words import CHECK_TITLES
+from .check_words import CHECK_TITLES, fraction_text
 from .console import shown
 from .errors import Param
 from .render_kruskal import WHOLE_SET_LEGEND, WHOLE_SET_MARK
@@ -22,7 +22,7 @@ def _num(v) -> str:
     if v is None:
         return "-"
     if isinstance(v, float) and not v.is_integer():
-        return f"{v:.4f}" if 0.0 <= v <= 1.0 else f"{v:.4g}"
+        return fraction_text(v) if 0.0 <= v <= 1.0 else f"{v:.4g}"
     return str(int(v))
 
 

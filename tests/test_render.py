@@ -54,6 +54,19 @@ def test_a_sampled_cell_shows_the_interval_the_report_says_it_gives():
     assert "[0.0000" not in cell(proof)  # no draws: no interval
 
 
+def test_a_share_below_one_never_reads_one():
+    """49999 independent draws of 50000, beside the dependent one that proves the assumption fails, read 0.9999,
+    not 1.0000 (nor does one of 50000 read 0); other shares are rounded as usual, and 0 and 1 stay 0 and 1."""
+    from mhaaudit.check_words import fraction_text
+
+    rec = _rec(fraction=49999 / 50000, satisfied=49999, samples=50000, exact_status="fails", exact_basis="witness")
+    assert cell(rec).split("\n")[1] == "0.9999"
+    assert [fraction_text(v) for v in (1 / 50000, 0.99994, 0.12345, 0.5, 0.0, 1.0)] == [
+        "0.0001", "0.9999", "0.1235", "0.5000", "0.0000", "1.0000"
+    ]  # fmt: skip
+    assert fraction_text(9996 / 10000, 3) == "0.999" and fraction_text(0.9994, 3) == "0.999"
+
+
 def test_a_proof_without_sampling_names_its_basis():
     text = cell(_rec(verdict="fails", sampled=False, fraction=0.0, exact_status="fails", exact_basis="set-rank"))
     assert text == "[red]fails[/red]\nno sampling\nexact: [red]fails[/red] (set-rank)"

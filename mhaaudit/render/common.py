@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .. import phases
+from ..check_words import fraction_text
 from ..console import TextConsole, shown
 from ..display import text_width
 from ..facts import AuditSettings, CapacitySettings, ModelFacts, ReadFacts, meta_value, weights_read_text
@@ -61,7 +62,7 @@ def cell(rec: dict) -> str:
         return verdict_text(v)
     if rec.get("scope") == "per-example":  # every example decided (Assumption 2): the count is exact
         return f"{verdict_text(v)}\n{rec['satisfied']}/{rec['T']} full"
-    lines = [estimate_text(rec), f"{rec['fraction']:.4f}" if rec.get("sampled", True) else "no sampling"]
+    lines = [estimate_text(rec), fraction_text(rec["fraction"]) if rec.get("sampled", True) else "no sampling"]
     if rec.get("sampled", True) and rec.get("ci_low") is not None and rec.get("ci_high") is not None:
         lines.append(f"[{rec['ci_low']:.4f}, {rec['ci_high']:.4f}]")  # how far the draws pin the fraction down
     if rec.get("exact_status", "undecided") != "undecided":

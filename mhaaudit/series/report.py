@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from ..check_words import fraction_text
 from ..checks import REGISTRY
 from ..console import shown
 from ..render import audit_table, meaning_lines
@@ -27,7 +28,7 @@ def _number(v) -> str:
 
 
 def _fraction(v, digits: int = 4) -> str:
-    return "-" if v is None else f"{v:.{digits}f}"
+    return "-" if v is None else fraction_text(v, digits)
 
 
 def _cell(p) -> str:
