@@ -274,6 +274,7 @@ def check_features(
             Param("fs") + f" must be a FeatureSet (capture_features, reduce_tokens, FeatureSet.load), not "
             f"{type(fs).__name__}"
         )
+    sweep = validate.flag(Param("sweep"), sweep)
     return run_checks(fs.checked(), build_settings(settings, keywords), sweep=sweep, label=label)
 
 
@@ -454,7 +455,7 @@ def audit(
         data_seed=data_seed,
     )
     req = build_requests(model, data, settings, keywords)
-    cols = _Columns(variants, layer, layers, sweep)
+    cols = Columns(variants, layer, layers, validate.flag(Param("sweep"), sweep))
     plan = plan_for(req.settings, seeds, vary)
     if plan is None:
         return _audit(req, cols, on_note)
@@ -464,8 +465,9 @@ def audit(
 
 
 @dataclass(frozen=True)
-class _Columns:
-    """What the audit measures: the probe points (``plan_probes``) and whether each gets the sweep."""
+class Columns:
+    """What the audit measures: the probe points (``plan_probes``: ``variants``, ``layer`` and ``layers`` as
+    :func:`audit` takes them) and whether each gets the sweep; a series of checkpoints asks the same."""
 
     variants: Sequence[str] | None
     layer: int | None
@@ -473,13 +475,13 @@ class _Columns:
     sweep: bool
 
 
-def _audit(req: Requests, cols: _Columns, on_note: Callable[[str], None] | None) -> AuditResult:
+def _audit(req: Requests, cols: Columns, on_note: Callable[[str], None] | None) -> AuditResult:
     result, spent = phases.recorded(lambda: _audit_timed(req, cols, on_note))
     result.timings = spent
     return result
 
 
-def _audit_timed(req: Requests, cols: _Columns, on_note: Callable[[str], None] | None) -> AuditResult:
+def _audit_timed(req: Requests, cols: Columns, on_note: Callable[[str], None] | None) -> AuditResult:
     """The audit of :func:`_audit`, its phases timed by the recording open around it.
 
     Raises:

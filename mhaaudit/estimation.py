@@ -119,7 +119,7 @@ def kruskal_request(
     return KruskalRequest(
         features=None if features is None else Path(features),
         ks=ks,
-        sweep=bool(sweep),
+        sweep=validate.flag(Param("sweep"), sweep),
         n=n,
         vectors=vectors,
         key=key,

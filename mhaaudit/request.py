@@ -99,7 +99,7 @@ class ModelRequest:
                 self, "query_index", validate.integer(Param("query_index"), self.query_index, minimum=None)
             )
         object.__setattr__(self, "revision", check_revision(self.revision))
-        object.__setattr__(self, "trust_remote_code", bool(self.trust_remote_code))
+        object.__setattr__(self, "trust_remote_code", validate.flag(Param("trust_remote_code"), self.trust_remote_code))
         if self.revision is not None or self.trust_remote_code:  # refused before any work when they cannot apply
             check_hub_options(
                 resolve(self.model, backend=self.backend, weights_path=self.weights_path),
@@ -137,8 +137,8 @@ class DataRequest:
             self, "limit", validate.integer(Param("limit"), self.limit, maximum=available_memory() // 64)
         )
         object.__setattr__(self, "batch_size", parse_batch_size(self.batch_size))
-        object.__setattr__(self, "keep_duplicates", bool(self.keep_duplicates))
-        object.__setattr__(self, "convert_rgb", bool(self.convert_rgb))
+        object.__setattr__(self, "keep_duplicates", validate.flag(Param("keep_duplicates"), self.keep_duplicates))
+        object.__setattr__(self, "convert_rgb", validate.flag(Param("convert_rgb"), self.convert_rgb))
 
 
 class Requests(NamedTuple):

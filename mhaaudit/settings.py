@@ -74,8 +74,8 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "seed": _seed("seed"),
     "rtol": lambda value: validate.tolerance(Param("rtol"), value),
     "atol": lambda value: validate.tolerance(Param("atol"), value),
-    "stop_when_decided": bool,
-    "progress": bool,
+    "stop_when_decided": lambda value: validate.flag(Param("stop_when_decided"), value),
+    "progress": lambda value: validate.flag(Param("progress"), value),
     "weights_seed": _optional(_seed("weights_seed")),
     "data_seed": _optional(_seed("data_seed")),
 }

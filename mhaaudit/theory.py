@@ -144,9 +144,7 @@ def theorem1_bound(
         a1_holds: Assumption 1's verdict (None: not checked).
         a2_holds: Assumption 2's verdict (None: not checked).
         kruskal_estimate: an estimate k of the queries' Kruskal rank, for Remark 1.
-        a1_proven: whether Assumption 1 holding is proven (False: an estimate, the share of independent draws
-            reaching the threshold; then the count is an estimate too, and the reason and notes say so; None:
-            not said).
+        a1_proven: whether A1 holding is proven (False: an estimate only, and the reason and notes say so).
 
     Returns:
         The :class:`CapacityBound`: the count, the rule that gave it (Theorem 1, Remark 1 or none), and

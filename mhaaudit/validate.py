@@ -19,6 +19,7 @@ from .errors import InputError, Param
 
 __all__ = [
     "choice",
+    "flag",
     "fraction",
     "int_list",
     "int_ranges",
@@ -195,6 +196,24 @@ def choice(name: str | Param, value, choices: Sequence[str], *, aliases: dict[st
             allowed=f"one of {', '.join(choices)}",
         )
     return v
+
+
+def flag(name: str | Param, value) -> bool:
+    """``value`` as a yes or no: True or False (a NumPy bool too). Anything else is refused, never read by its
+    truthiness: the string ``"no"`` is true in Python, and ``trust_remote_code="no"`` must not run a repository's
+    code.
+
+    Raises:
+        InputError: when ``value`` is not a bool.
+    """
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return bool(value)
+    raise InputError(name + f" must be True or False, got {_shown(value)}")
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def split_list(values) -> list[str] | None:

@@ -106,6 +106,15 @@ CASES = [
     ("estimate-a-tensor", lambda: mhaaudit.estimate_kruskal_rank(X, samples=10), "features must be the path"),
     ("audit_series-a-number", lambda: mhaaudit.audit_series("m", checkpoints=3), "checkpoints 3"),
     ("capture_features-layer-text", lambda: mhaaudit.capture_features("m", layer="top"), "layer must be an integer"),
+    # a yes or no is never read by its truthiness: the string "no" is true in Python
+    ("ModelRequest-trust-no", lambda: mhaaudit.ModelRequest("m", trust_remote_code="no"), "trust_remote_code must be"),
+    ("DataRequest-convert-0", lambda: mhaaudit.DataRequest(convert_rgb=0), "convert_rgb must be True or False"),
+    ("Settings-stop-no", lambda: mhaaudit.Settings.resolve(stop_when_decided="no"), "stop_when_decided must be"),
+    ("capacity-shared-no", lambda: mhaaudit.capacity_audit("m", shared_context="no"), "shared_context must be"),
+    ("audit-sweep-yes", lambda: mhaaudit.audit("m", sweep="yes"), "sweep must be True or False, got 'yes'"),
+    ("check_features-sweep-1", lambda: check_features(_fs(), sweep=1), "sweep must be True or False, got 1"),
+    ("estimate-sweep-no", lambda: mhaaudit.estimate_kruskal_rank("x.npy", sweep="no"), "sweep must be True or False"),
+    ("subset_test-stop-no", lambda: subset_test(X, 2, samples=10, stop_when_decided="no"), "stop_when_decided must"),
 ]
 
 

@@ -51,7 +51,7 @@ from ..request import DataRequest, ModelRequest, Requests, build_requests
 from ..seeds import SeedsResult, plan_for
 from ..settings import Settings
 from ..theory import theorem1_bound
-from ..validate import choice, head_counts, integer, split_list
+from ..validate import choice, flag, head_counts, integer, split_list
 from .assumptions import (
     Assumptions,
     assumptions_from_file,
@@ -460,7 +460,14 @@ def capacity_audit(
         )
     head_counts(heads)  # syntax and sizes below 1, before any work; the model's head count is checked once known
     plan = _Plan(
-        request, data_req, settings, blk, heads, attention, bool(shared_context), *_read_from(from_path, data_req)
+        request,
+        data_req,
+        settings,
+        blk,
+        heads,
+        attention,
+        flag(Param("shared_context"), shared_context),
+        *_read_from(from_path, data_req),
     )
 
     def run(plan: _Plan) -> CapacityResult:

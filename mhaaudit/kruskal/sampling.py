@@ -472,7 +472,7 @@ class Sampling:
         object.__setattr__(self, "samples", validate.integer(Param("samples"), self.samples, maximum=MAX_SAMPLES))
         object.__setattr__(self, "threshold", validate.fraction(Param("threshold"), self.threshold))
         object.__setattr__(self, "device", resolve_device(self.device))
-        object.__setattr__(self, "stop_when_decided", bool(self.stop_when_decided))
+        object.__setattr__(self, "stop_when_decided", validate.flag(Param("stop_when_decided"), self.stop_when_decided))
         if self.rule is not None and not isinstance(self.rule, RankRule):
             raise InputError(
                 Param("rule") + f" {self.rule!r}: not a RankRule (give RankRule.for_dtype(...), or None for the "

@@ -91,8 +91,10 @@ class MemorizeRequest(Recipe):
             max_minutes=_minutes(self.max_minutes, self.out),
             out=check_writable(self.out) if self.out is not None else None,
             plot=check_plot_path(self.plot) if self.plot is not None else None,
-            saturation=bool(self.saturation),
-            progress=bool(self.progress),
+            saturation=validate.flag(
+                Param("saturation"), bool(self.saturation) if self.saturation is None else self.saturation
+            ),
+            progress=validate.flag(Param("progress"), False if self.progress is None else self.progress),
         )
         for name, value in checked.items():
             object.__setattr__(self, name, value)

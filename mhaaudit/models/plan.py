@@ -62,7 +62,7 @@ class LoadPlan:
             length = validate.integer("context length", self.context_length, minimum=1)
             object.__setattr__(self, "context_length", length)
         object.__setattr__(self, "revision", check_revision(self.revision))
-        object.__setattr__(self, "trust_remote_code", bool(self.trust_remote_code))
+        object.__setattr__(self, "trust_remote_code", validate.flag("trust_remote_code", self.trust_remote_code))
         object.__setattr__(self, "device", resolve_device(self.device))
 
 

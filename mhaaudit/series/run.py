@@ -45,8 +45,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .. import distributed, pipeline
-from ..auditing import AuditResult, audit, plan_probes
+from .. import distributed, pipeline, validate
+from ..auditing import AuditResult, Columns, audit, plan_probes
 from ..distributed import shared
 from ..documents import RESULT_KEY
 from ..errors import InputError, Message, Param, one_line, with_names
@@ -195,7 +195,8 @@ def audit_series(
         data_seed=data_seed,
     )
     req = build_requests(model, data, settings, keywords)
-    plan = _plan(req.model, req.data, checkpoints, _Columns(variants, layer, layers, sweep), out)
+    columns = Columns(variants, layer, layers, validate.flag(Param("sweep"), sweep))
+    plan = _plan(req.model, req.data, checkpoints, columns, out)
     if out is not None:  # the command line's checks of --out (where it is written: rank 0 alone)
         inputs = [req.model.model, req.data.data, *plan.series.paths]
         out = check_results_out(out, Message(Param("out")), inputs, writer=distributed.lockstep().rank == 0)
@@ -220,17 +221,6 @@ def audit_series(
 
 
 @dataclass(frozen=True)
-class _Columns:
-    """The columns asked for: ``variants``, ``layer`` and ``layers`` as :func:`mhaaudit.audit` takes
-    them, and whether each gets the sweep."""
-
-    variants: Sequence[str] | None
-    layer: int | None
-    layers: Sequence[int] | str | None
-    sweep: bool
-
-
-@dataclass(frozen=True)
 class _Plan:
     """What a series audits: the model (without trained weights), the data, the checkpoints, the
     reference and trained columns (as :func:`mhaaudit.audit` names them, in the table's order), and the
@@ -239,7 +229,7 @@ class _Plan:
     base: ModelRequest
     data: DataRequest
     series: Series
-    columns: _Columns
+    columns: Columns
     reference: tuple[str, ...]
     trained: tuple[str, ...]
     order: tuple[str, ...]
@@ -261,7 +251,7 @@ class _Plan:
         return self.series.checkpoints[0].request(self.base) if self.series.source == "hub" else self.base
 
 
-def _plan(request: ModelRequest, data: DataRequest, checkpoints, columns: _Columns, out=None) -> _Plan:
+def _plan(request: ModelRequest, data: DataRequest, checkpoints, columns: Columns, out=None) -> _Plan:
     """The plan of a series, checked before any work (a glob of ``checkpoints`` leaves out ``out``).
 
     Raises:
