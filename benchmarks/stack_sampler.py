@@ -4,7 +4,9 @@
 
 runs ``mhaaudit`` with the arguments after ``--`` in this process (its stdout and stderr are the command's own)
 while a helper thread reads the main thread's stack every ``--interval`` seconds (``sys._current_frames``) and
-the phase the run is in (``mhaaudit.phases``: imports, forward, reduction, draws, ...; ``other`` outside them).
+the phase the run is in, as its own ``timings_s`` name it: a phase of ``mhaaudit.phases`` (forward, reduction,
+draws, ...), else the command line's own (``imports``: the start-up and the library's import, up to the library
+imported; ``render``: from the outputs begun), else ``other``.
 ``--out`` gets, for each phase, the seconds sampled and the code lines the samples found running: the innermost
 frame (``self``: where the time went, a library's line too) and the innermost line of mhaaudit's own
 (``mhaaudit``: which of its lines was running or waiting on what it called: on a GPU, a wait for the device shows
@@ -56,18 +58,59 @@ class Sampler:
             frame = sys._current_frames().get(self.thread_id)
             now = time.perf_counter()
             if frame is not None:
-                self.samples.append((_phase(self.thread_id), _name(frame), _own(frame), now - last))
+                self.samples.append((_phase(self.thread_id, frame), _name(frame), _own(frame), now - last))
             last = now
 
 
-def _phase(thread_id: int) -> str:
-    """The innermost phase open on ``thread_id``'s clock (``other``: none)."""
+#: The command line's clocks (``mhaaudit.cli.output.CommandClock``) made in this process, the newest last
+_COMMANDS: list = []
+
+
+def watch_commands() -> None:
+    """Keep each command line's clock in :data:`_COMMANDS` as it is made: the command line times its own phases
+    (``imports``, ``render``) outside any recording of ``mhaaudit.phases``, by that clock's marks."""
+    from mhaaudit.cli import output
+
+    made = output.CommandClock.__init__
+    if getattr(made, "watched", False):
+        return
+
+    def init(self, *args, **kwargs) -> None:
+        made(self, *args, **kwargs)
+        _COMMANDS.append(self)
+
+    init.watched = True  # type: ignore[attr-defined]
+    output.CommandClock.__init__ = init  # type: ignore[method-assign]
+
+
+def _phase(thread_id: int, frame=None) -> str:
+    """The phase ``thread_id`` is in, as the run's ``timings_s`` count it: the innermost phase open on its clock,
+    else the command line's own (:func:`_command_phase`), else ``other``."""
     phases = sys.modules.get("mhaaudit.phases")
     clocks = getattr(phases, "_CLOCKS", None) or []
     for clock in reversed(list(clocks)):
         stack = list(getattr(clock, "_stack", ()))
         if getattr(clock, "owner", None) == thread_id:
-            return stack[-1] if stack else "other"
+            if stack:
+                return stack[-1]
+            break
+    return _command_phase(frame)
+
+
+def _command_phase(frame) -> str:
+    """Outside every phase of a recording, the command line's own as ``add_command_times`` counts them: with its
+    clock made, ``render`` once the outputs begin, ``imports`` until the library is imported (the start-up with
+    it), else ``other``; before any clock (or for a command that keeps none), ``imports`` where ``frame``'s stack
+    is importing a module, else ``other``."""
+    if _COMMANDS:
+        command = _COMMANDS[-1]
+        if getattr(command, "rendering", None) is not None:
+            return "render"
+        return "imports" if getattr(command, "imported", None) == getattr(command, "begun", None) else "other"
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+            return "imports"
+        frame = frame.f_back
     return "other"
 
 
@@ -123,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     code = 0
     try:
         from mhaaudit.__main__ import entry
+
+        watch_commands()
 
         entry(command)
     except SystemExit as exc:
