@@ -838,6 +838,29 @@ def test_a_text_dataset_read_by_paragraph_is_sized_by_its_longest_paragraph(monk
     assert list(text_source(f"hf:{ok}", limit=3)) == docs[:3]
 
 
+def test_a_text_or_csv_data_file_that_starts_with_a_bracket_is_read_line_by_line(monkeypatch, tmp_path):
+    """Only the JSON reader reads a file that starts with ``[`` whole (a JSON array): a text data set's first line
+    ``[a note]`` before 60 MB of short lines (a few KB of gzip) is read a line at a time, as the datasets library
+    reads it, not refused as read whole; so is a CSV file whose header starts with ``[``."""
+    import gzip
+
+    from mhaaudit import files
+    from mhaaudit.sources import text_source
+
+    def folder(name: str, data: str, text: str):
+        (tmp_path / name / "data").mkdir(parents=True)
+        (tmp_path / name / "README.md").write_text(_CONFIGS.replace("*.parquet", data))
+        with gzip.open(tmp_path / name / "data" / data, "wt") as f:
+            f.write(text)
+        return tmp_path / name
+
+    monkeypatch.setattr(files, "memory_limit", lambda: 200_000_000)  # 50 MB at once
+    lines = folder("text", "train.txt.gz", "[a note in brackets]\n" + ("z" * 59 + "\n") * 1_000_000)
+    assert list(text_source(f"hf:{lines}", limit=2)) == ["[a note in brackets]", "z" * 59]
+    rows = folder("csv", "train.csv.gz", "[text]\n" + ("z" * 59 + "\n") * 1_000_000)
+    assert next(iter(text_source(f"hf:{rows}", limit=1, text_column="[text]"))) == "z" * 59
+
+
 def test_a_dataset_folders_compressed_lines_are_sized_before_they_are_read(monkeypatch, capsys, hostile, tmp_path):
     """The datasets library decompresses a dataset folder's .jsonl.gz (.bz2, .xz, .zip) as it streams and holds its
     batch (10 MB) and the rest of a line whole: a few KB of gzip holding one line of 60 MB is refused in one line

@@ -224,11 +224,12 @@ def _most_held(
     """What the ``datasets`` library holds at once of the decompressed ``stream`` (read :data:`_SCAN_CHUNK` bytes at a
     time, never more held): its longest line (with ``paragraphs``, its longest paragraph: the bytes up to a blank
     line; with ``rows`` > 1, the most bytes of ``rows`` consecutive rows, a CSV batch, a newline inside a field
-    ``quote`` encloses not ending a row), after a ``batch`` of bytes, or all of it with ``whole`` or where it starts
-    with ``[`` (a JSON array, read whole); with ``json_batches``, the rest of it from any batch that starts with ``[``
-    (the JSON reader's batches: ``batch`` bytes, then the rest of the line; it reads the rest of the file where one
-    starts so). The scan stops once that passes ``limit``. Returns the bytes, what they hold in words, and how it is
-    read whole ("it whole", "the rest of it whole"; empty where it is not)."""
+    ``quote`` encloses not ending a row), after a ``batch`` of bytes, or all of it with ``whole``; with
+    ``json_batches`` (the JSON reader's file), all of it where it starts with ``[`` (a JSON array, read whole), and
+    the rest of it from any later batch that starts with ``[`` (the JSON reader's batches: ``batch`` bytes, then the
+    rest of the line; it reads the rest of the file where one starts so); a text or CSV file's ``[`` is a character.
+    The scan stops once that passes ``limit``. Returns the bytes, what they hold in words, and how it is read whole
+    ("it whole", "the rest of it whole"; empty where it is not)."""
     total, line, longest, window, lengths = 0, 0, 0, 0, deque[int]()
     what = (
         f"its most bytes in {rows} consecutive rows"
@@ -243,7 +244,7 @@ def _most_held(
     from_byte = 0 if whole else None  # where what is read whole begins
     starts = _BatchStarts(batch) if json_batches and batch > 0 else None
     while chunk := stream.read(_SCAN_CHUNK):
-        if total == 0 and chunk.removeprefix(b"\xef\xbb\xbf").startswith(b"["):
+        if total == 0 and json_batches and chunk.removeprefix(b"\xef\xbb\xbf").startswith(b"["):
             from_byte = 0
         if from_byte is None and starts is not None:
             from_byte = starts.array_at(chunk, total)
