@@ -861,6 +861,33 @@ def test_a_text_or_csv_data_file_that_starts_with_a_bracket_is_read_line_by_line
     assert next(iter(text_source(f"hf:{rows}", limit=1, text_column="[text]"))) == "z" * 59
 
 
+def test_a_csv_file_read_a_row_at_a_time_is_sized_by_its_longest_row(monkeypatch, tmp_path):
+    """A CSV data set whose metadata says ``chunksize: 1`` is read a row at a time, and a row's quoted field may run
+    over many lines: a row of 60 MB of short lines inside quotes (a few KB of gzip) is refused before it is read,
+    naming the row; it was sized by its longest line (60 bytes) and read whole. A CSV file of 10000-row batches says
+    so in its refusal."""
+    import gzip
+
+    from mhaaudit import files
+    from mhaaudit.errors import DataError
+    from mhaaudit.sources import text_source
+
+    def folder(name: str, chunksize: str, text: str):
+        (tmp_path / name / "data").mkdir(parents=True)
+        config = _CONFIGS.replace("path: data/*.parquet", "path: data/train.csv.gz" + chunksize)
+        (tmp_path / name / "README.md").write_text(config)
+        with gzip.open(tmp_path / name / "data" / "train.csv.gz", "wt") as f:
+            f.write(text)
+        return tmp_path / name
+
+    monkeypatch.setattr(files, "memory_limit", lambda: 200_000_000)  # 50 MB at once
+    text = 'text\n"' + ("z" * 59 + "\n") * 1_000_000 + '"\nshort\n'
+    with pytest.raises(DataError, match=r"\(its longest row, at least 5\d\.\d MB: .* reads a row whole$"):
+        text_source("hf:" + str(folder("row", chunksize="\n  chunksize: 1", text=text)))
+    with pytest.raises(DataError, match=r"\(its most bytes in 10000 consecutive rows, .* reads 10000 rows at once$"):
+        text_source("hf:" + str(folder("rows", chunksize="", text=text)))
+
+
 def test_a_dataset_folders_compressed_lines_are_sized_before_they_are_read(monkeypatch, capsys, hostile, tmp_path):
     """The datasets library decompresses a dataset folder's .jsonl.gz (.bz2, .xz, .zip) as it streams and holds its
     batch (10 MB) and the rest of a line whole: a few KB of gzip holding one line of 60 MB is refused in one line

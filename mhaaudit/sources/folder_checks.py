@@ -129,6 +129,9 @@ def _size_lines(folder: str, builder, split: str) -> None:
     # a CSV row's quoted field may hold newlines (QUOTE_NONE, 3: quotes are plain characters)
     quote = str(config.quotechar or "").encode() if isinstance(builder, Csv) and config.quoting != 3 else b""
     batch = 0 if isinstance(builder, Csv) else max(0, int(config.chunksize))
+    # what the library's message says it holds whole
+    unit = f"{rows} rows at once" if rows > 1 else "a row whole" if quote else ""
+    unit = unit or ("a paragraph whole" if paragraphs else "a line whole")
     memory = file_checks.memory_limit()
     limit = memory // _HELD_COPIES
     for name, label in _split_files(folder, builder, split):
@@ -155,8 +158,7 @@ def _size_lines(folder: str, builder, split: str) -> None:
                     + ("decompressed" if protocol else "read")
                     + ("" if read_whole or not batch else f", after a batch of {size_words(batch)}")
                     + f"), more than the {size_words(limit)} allowed (a quarter of the {size_words(memory)} "
-                    "available); the datasets library reads "
-                    + (read_whole or ("a paragraph whole" if paragraphs else "a line whole"))
+                    "available); the datasets library reads " + (read_whole or unit)
                 )
 
 
@@ -223,17 +225,20 @@ def _most_held(
 ) -> tuple[int, str, str]:
     """What the ``datasets`` library holds at once of the decompressed ``stream`` (read :data:`_SCAN_CHUNK` bytes at a
     time, never more held): its longest line (with ``paragraphs``, its longest paragraph: the bytes up to a blank
-    line; with ``rows`` > 1, the most bytes of ``rows`` consecutive rows, a CSV batch, a newline inside a field
-    ``quote`` encloses not ending a row), after a ``batch`` of bytes, or all of it with ``whole``; with
+    line; with ``rows`` > 1 or a ``quote``, the most bytes of ``rows`` consecutive rows, a CSV batch, a newline inside
+    a field ``quote`` encloses not ending a row), after a ``batch`` of bytes, or all of it with ``whole``; with
     ``json_batches`` (the JSON reader's file), all of it where it starts with ``[`` (a JSON array, read whole), and
     the rest of it from any later batch that starts with ``[`` (the JSON reader's batches: ``batch`` bytes, then the
     rest of the line; it reads the rest of the file where one starts so); a text or CSV file's ``[`` is a character.
     The scan stops once that passes ``limit``. Returns the bytes, what they hold in words, and how it is read whole
     ("it whole", "the rest of it whole"; empty where it is not)."""
     total, line, longest, window, lengths = 0, 0, 0, 0, deque[int]()
+    by_rows = rows > 1 or bool(quote)  # a CSV file's rows: one row may run over several lines
     what = (
         f"its most bytes in {rows} consecutive rows"
         if rows > 1
+        else "its longest row"
+        if by_rows
         else "its longest paragraph"
         if paragraphs
         else "its longest line"
@@ -252,7 +257,7 @@ def _most_held(
         data, line = pending + chunk, line - len(pending)
         *ends, rest = data.split(sep)
         pending = b"\n" if paragraphs and rest.endswith(b"\n") else b""
-        if rows > 1:
+        if by_rows:
             for piece in ends:
                 quoted ^= bool(quote) and piece.count(quote) % 2 == 1
                 if quoted:  # the row goes on past this newline
