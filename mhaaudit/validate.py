@@ -153,9 +153,11 @@ def _named_ints(spec, name: str | Param, what: str, example: str) -> list[int]:
     raise InputError(name + f" must name {what} such as {example}, got {spec!r}")
 
 
-def _first(example: str) -> str:
-    """The first example of a list of them (``"1-12, 3 or 1,2,4"`` -> ``"1-12"``)."""
-    return example.split(" ")[0].rstrip(",")
+def _range_example(example: str) -> str:
+    """The first range of a list of examples (``"1-12, 3 or 1,2,4"`` -> ``"1-12"``; ``"4, 1-8 or 1,2,4,8"`` ->
+    ``"1-8"``), else its first example."""
+    parts = [p.rstrip(",") for p in example.split(" ") if p and p != "or"]
+    return next((p for p in parts if "-" in p), parts[0] if parts else example)
 
 
 def _part_ints(part: str, spec: str, name: str | Param, what: str, example: str, held: int) -> Iterable[int]:
@@ -174,7 +176,7 @@ def _part_ints(part: str, spec: str, name: str | Param, what: str, example: str,
     except ValueError:
         raise InputError(name + f" {spec!r}: use {what} and ranges such as {example}") from None
     if hi < lo:
-        raise InputError(name + f" {spec!r}: the range {part} is empty (use low-high, e.g. {_first(example)})")
+        raise InputError(name + f" {spec!r}: the range {part} is empty (use low-high, e.g. {_range_example(example)})")
     if hi - lo + 1 + held > MAX_LIST:
         raise InputError(name + f" {spec!r} names more than {MAX_LIST} {what}, the most a list may hold")
     return range(lo, hi + 1)

@@ -80,6 +80,15 @@ def test_parse_heads(spec, want):
     assert validate.head_counts(spec, 12) == want
 
 
+def test_an_empty_range_is_answered_with_a_range():
+    """An empty range (``8-2``) is answered with an example of low-high, the first range among the examples, not
+    the first example (``--heads 8-2`` of memorize said "e.g. 4")."""
+    with pytest.raises(InputError, match=r"the range 8-2 is empty \(use low-high, e\.g\. 1-8\)$"):
+        validate.int_ranges("8-2", "--heads", what="values", example="4, 1-8 or 1,2,4,8", minimum=1)
+    with pytest.raises(InputError, match=r"the range 5-0 is empty \(use low-high, e\.g\. 0-6\)$"):
+        validate.int_ranges("5-0", "--layers", what="layers")
+
+
 def test_parse_heads_none_means_all():
     assert validate.head_counts(None, 12) is None
 
