@@ -526,9 +526,32 @@ def test_a_later_json_batch_that_starts_a_list_is_read_to_the_end(monkeypatch):
         held, words, whole = _common._most_held(io.BytesIO(text), 1, False, 10**9, size, json_batches=True)
         if text.startswith(b"["):
             assert (held, whole) == (len(text), "it whole"), (trial, text, size)
-        elif want is not None:
-            assert (held, whole) == (len(text) - want, "the rest of it whole"), (trial, text, size, want)
-            assert words.startswith(f"the rest of it from byte {want}, where a batch starts with '['")
+        elif want is not None:  # the rest of it from there, or a longer line before it after its batch
+            before = size + max([len(p) + 1 for p in text[:want].split(b"\n")[:-1]], default=0)
+            assert held == max(len(text) - want, before), (trial, text, size, want)
+            if len(text) - want >= before:
+                assert whole == "the rest of it whole", (trial, text, size, want)
+                assert words.startswith(f"the rest of it from byte {want}, where a batch starts with '['")
+            else:
+                assert (whole, words.split(",")[0]) == ("", "its longest line"), (trial, text, size, want)
         else:  # the batch and the longest line
             *ends, rest = text.split(b"\n")
             assert (held, whole) == (size + max([len(p) + 1 for p in ends] + [len(rest)]), ""), (trial, text, size)
+
+
+def test_a_long_json_line_before_a_later_batch_that_starts_a_list_still_counts(monkeypatch):
+    """The rest of a JSON file read whole from a later batch that starts with ``[`` does not hide a longer line
+    before it: a line of 110 bytes (after a batch of 8) then a 4-byte ``[1]`` is held 118 bytes at once, its
+    longest line, as the same file without the list; it read 4 bytes, the rest of it, and passed a limit of 60."""
+    import io
+
+    from mhaaudit.sources import folder_checks as _common
+
+    head = b'{"a": "' + b"x" * 100 + b'"}\n' + b'{"b": 1}\n'
+    for chunk in (1, 7, 1 << 20):
+        monkeypatch.setattr(_common, "_SCAN_CHUNK", chunk)
+        held, words, whole = _common._most_held(io.BytesIO(head + b"[1]\n"), 1, False, 10**9, 8, json_batches=True)
+        assert (held, whole) == (118, "") and words.startswith("its longest line"), chunk
+        assert _common._most_held(io.BytesIO(head), 1, False, 10**9, 8, json_batches=True)[0] == 118
+        held, words, _ = _common._most_held(io.BytesIO(head + b"[1]\n"), 1, False, 60, 8, json_batches=True)
+        assert held > 60 and words.startswith("its longest line, at least"), chunk

@@ -251,9 +251,14 @@ def _most_held(
     while chunk := stream.read(_SCAN_CHUNK):
         if total == 0 and json_batches and chunk.removeprefix(b"\xef\xbb\xbf").startswith(b"["):
             from_byte = 0
+        size = len(chunk)
         if from_byte is None and starts is not None:
             from_byte = starts.array_at(chunk, total)
-        total += len(chunk)
+            if from_byte is not None:  # the lines before it, the last ones held a line at a time
+                chunk = chunk[: from_byte - total]
+        elif from_byte:  # what follows a later batch that starts with [ is held whole: no line of it counts apart
+            chunk = b""
+        total += size
         data, line = pending + chunk, line - len(pending)
         *ends, rest = data.split(sep)
         pending = b"\n" if paragraphs and rest.endswith(b"\n") else b""
@@ -279,15 +284,21 @@ def _most_held(
 
 
 def _held(total: int, from_byte: int | None, longest: int, line: int, window: int, batch: int) -> int:
-    """What the library holds at once, as far as the scan has read (:func:`_most_held`)."""
-    return total - from_byte if from_byte is not None else max(longest, line + window) + batch
+    """What the library holds at once, as far as the scan has read (:func:`_most_held`): all of it where it is read
+    whole; else its longest line (or rows) after a batch, or, where a later batch starts with ``[``, the rest of it
+    from there if that is more (a long line before that batch is held all the same)."""
+    if from_byte == 0:
+        return total
+    by_lines = max(longest, line + window) + batch
+    return by_lines if from_byte is None else max(total - from_byte, by_lines)
 
 
 def _held_words(total, from_byte, longest, line, window, batch, what: str, stopped: bool) -> tuple[int, str, str]:
-    """:func:`_most_held`'s answer: the bytes held, in words, and how it is read whole."""
+    """:func:`_most_held`'s answer: the bytes held, in words, and how it is read whole (empty where what is held
+    most is a line)."""
     held = _held(total, from_byte, longest, line, window, batch)
     whole = ""
-    if from_byte is not None:
+    if from_byte is not None and held == total - from_byte:
         what, whole = ("all of it", "it whole") if from_byte == 0 else ("the rest of it", "the rest of it whole")
         if from_byte:
             what += f" from byte {from_byte}, where a batch starts with '['"
