@@ -474,6 +474,26 @@ def test_what_a_text_file_holds_at_once_is_its_longest_line_or_paragraph(monkeyp
             assert words.startswith("its longest paragraph" if paragraphs else "its longest line")
 
 
+def test_a_text_file_s_lines_end_as_its_reader_ends_them(monkeypatch):
+    """The text reader opens its files with universal newlines: CR LF and a lone CR end a line as LF does, so a file
+    of CR LF paragraphs is many paragraphs, not one. The scan's longest line and paragraph are those of the text
+    Python's own reader gives, whatever the chunks (a CR LF split between two of them too)."""
+    import io
+
+    from mhaaudit.sources import folder_checks
+
+    rng = np.random.default_rng(6)
+    for trial in range(200):
+        text = b"".join(rng.choice([b"a", b"bb", b"\n", b"\r", b"\r\n", b"c\r\n\r\n"], size=int(rng.integers(0, 80))))
+        seen = io.TextIOWrapper(io.BytesIO(text), encoding="latin-1", newline=None).read().encode("latin-1")
+        monkeypatch.setattr(folder_checks, "_SCAN_CHUNK", int(rng.integers(1, 9)))
+        for paragraphs, sep in ((False, b"\n"), (True, b"\n\n")):
+            *ends, rest = seen.split(sep)
+            want = max([len(p) + len(sep) for p in ends] + [len(rest)])
+            held, _, _ = folder_checks._most_held(io.BytesIO(text), 1, False, 10**9, 0, paragraphs, universal=True)
+            assert held == want, (trial, text, paragraphs)
+
+
 def test_what_a_csv_batch_holds_counts_rows_not_lines(monkeypatch):
     """A CSV file is read ``chunksize`` rows at a time, and a quoted field may hold newlines: the scan's most bytes of
     that many consecutive rows is found by rows (checked against the rows as written), whatever the chunks it reads;

@@ -146,7 +146,15 @@ def _size_lines(folder: str, builder, split: str) -> None:
             try:
                 with stream:
                     held, words, read_whole = _most_held(
-                        stream, rows, whole, limit, batch, paragraphs, quote, isinstance(builder, Json)
+                        stream,
+                        rows,
+                        whole,
+                        limit,
+                        batch,
+                        paragraphs,
+                        quote,
+                        isinstance(builder, Json),
+                        universal=isinstance(builder, Text),
                     )
             except (OSError, EOFError, ValueError) as exc:  # a corrupt stream: the library would fail on it too
                 raise DataError(what + f": cannot decompress it ({one_line(exc, 160)})") from None
@@ -222,6 +230,7 @@ def _most_held(
     paragraphs: bool = False,
     quote: bytes = b"",
     json_batches: bool = False,
+    universal: bool = False,
 ) -> tuple[int, str, str]:
     """What the ``datasets`` library holds at once of the decompressed ``stream`` (read :data:`_SCAN_CHUNK` bytes at a
     time, never more held): its longest line (with ``paragraphs``, its longest paragraph: the bytes up to a blank
@@ -230,8 +239,9 @@ def _most_held(
     ``json_batches`` (the JSON reader's file), all of it where it starts with ``[`` (a JSON array, read whole), and
     the rest of it from any later batch that starts with ``[`` (the JSON reader's batches: ``batch`` bytes, then the
     rest of the line; it reads the rest of the file where one starts so); a text or CSV file's ``[`` is a character.
-    The scan stops once that passes ``limit``. Returns the bytes, what they hold in words, and how it is read whole
-    ("it whole", "the rest of it whole"; empty where it is not)."""
+    With ``universal`` (the text reader's file, opened with universal newlines), CR LF and a lone CR end a
+    line as LF does. The scan stops once that passes ``limit``. Returns the bytes, what they hold in words,
+    and how it is read whole ("it whole", "the rest of it whole"; empty where it is not)."""
     total, line, longest, window, lengths = 0, 0, 0, 0, deque[int]()
     by_rows = rows > 1 or bool(quote)  # a CSV file's rows: one row may run over several lines
     what = (
@@ -248,7 +258,13 @@ def _most_held(
     quoted = False  # (rows) inside a quoted field: a newline there does not end the row
     from_byte = 0 if whole else None  # where what is read whole begins
     starts = _BatchStarts(batch) if json_batches and batch > 0 else None
+    cr = b""  # (universal) a chunk's last byte, a carriage return: the next chunk may begin with its \n
     while chunk := stream.read(_SCAN_CHUNK):
+        if universal:  # the lines as the reader sees them (its lengths; ``total`` stays the file's bytes)
+            raw, chunk = len(chunk), cr + chunk
+            cr = b"\r" if chunk.endswith(b"\r") else b""
+            chunk = chunk[: len(chunk) - len(cr)].replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            total += raw - len(chunk)  # (``size`` below counts what is left)
         if total == 0 and json_batches and chunk.removeprefix(b"\xef\xbb\xbf").startswith(b"["):
             from_byte = 0
         size = len(chunk)
@@ -280,6 +296,8 @@ def _most_held(
         line += len(rest)
         if _held(total, from_byte, longest, line, window, batch) > limit:
             return _held_words(total, from_byte, longest, line, window, batch, what, stopped=True)
+    if cr:  # a file that ends with a carriage return: its last line ends there
+        longest, line = max(longest, line + 1), 0
     return _held_words(total, from_byte, longest, line, window, batch, what, stopped=False)
 
 
