@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from . import phases, validate
 from .audit_result import AuditResult, CheckResult, Column, check_features_folder
 from .capture import Captured, capture_probe, collect_features, images_ahead
+from .check_words import is_decided
 from .checks import REGISTRY, ContextRankResult
 from .distributed import describe, shared
 from .errors import DataError, InputError, OfflineError, Param, joined
@@ -326,7 +327,7 @@ def memorisation_bound(info: ModelFacts, col: Column) -> tuple[CapacityBound | N
     # the theorem needs Assumption 1 itself: a proven failure (a witness) overrides a holding estimate
     a1_holds = {"holds": True, "fails": False}.get(a1_status(a1.verdict, a1.exact_status) or "") if a1 else None
     a2_holds = {"holds": True, "fails": False}.get(a2.verdict) if a2 else None
-    a1_proven = a1.exact_status == "holds" if a1 else None
+    a1_proven = is_decided(a1.exact_status) if a1 else None
     b = theorem1_bound(
         heads=H, head_dim=dh, n=n, d=d, a1_holds=a1_holds, a2_holds=a2_holds, kruskal_estimate=est, a1_proven=a1_proven
     )  # fmt: skip

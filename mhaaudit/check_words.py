@@ -11,7 +11,16 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["CHECK_MEANING", "CHECK_TITLES", "MEANINGS", "REGISTRY", "TITLES", "decided_status", "fraction_text"]
+__all__ = [
+    "CHECK_MEANING",
+    "CHECK_TITLES",
+    "MEANINGS",
+    "REGISTRY",
+    "TITLES",
+    "decided_status",
+    "fraction_text",
+    "is_decided",
+]
 
 #: The built-in checks' titles, and the Kruskal test's (a test no check names), by name.
 TITLES: dict[str, str] = {
@@ -57,10 +66,15 @@ CHECK_TITLES: Mapping[str, str] = _Field("title", TITLES)
 CHECK_MEANING: Mapping[str, str] = _Field("meaning", MEANINGS)
 
 
+def is_decided(exact_status: str | None) -> bool:
+    """Whether an exact status is decided, holds or fails (a proof says which), not undecided or absent."""
+    return exact_status in ("holds", "fails")
+
+
 def decided_status(verdict: str | None, exact_status: str | None) -> str | None:
     """A check's status as its proof decides it: the exact status where it is decided (holds or fails), else the
     verdict as given (the estimate, ``unavailable``, or None). A proven failure overrides a holding estimate."""
-    return exact_status if exact_status in ("holds", "fails") else verdict
+    return exact_status if is_decided(exact_status) else verdict
 
 
 def fraction_text(v: float, digits: int = 4) -> str:

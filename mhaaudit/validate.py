@@ -210,12 +210,7 @@ def flag(name: str | Param, value) -> bool:
     """
     if isinstance(value, bool) or type(value).__name__ == "bool_":
         return bool(value)
-    raise InputError(name + f" must be True or False, got {_shown(value)}")
-
-
-def _shown(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    raise InputError(name + f" must be True or False, got {value!r}", value=value, allowed="True or False")
 
 
 def split_list(values) -> list[str] | None:

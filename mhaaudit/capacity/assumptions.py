@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..check_words import CHECK_TITLES
+from ..check_words import CHECK_TITLES, is_decided
 from ..errors import InputError, Param
 from ..files import read_parquet, regular_file
 from ..io import read_parquet_metadata
@@ -119,7 +119,7 @@ def audit_assumptions(fs, settings, label: str = "") -> tuple[Assumptions, dict[
             **common,
         )
     out.a1, out.a1_reason = a1_status(a1.verdict, a1.exact_status), _a1_reason(a1.verdict, a1.exact_status, a1.reason)
-    out.a1_proven = a1.exact_status in ("holds", "fails")
+    out.a1_proven = is_decided(a1.exact_status)
     out.a1_fraction = a1.fraction if a1.sampled else None
     timings["assumptions 1-2"] = round(time.perf_counter() - t0, 3)
     if out.a1 == "fails" and a2.verdict == "holds" and fs.n < fs.d:
@@ -295,7 +295,7 @@ def _verdicts(rows: list[dict], *, source: str) -> Assumptions:
         if r.get("check") == "assumption_1":
             out.a1 = a1_status(r.get("verdict"), r.get("exact_status"))
             out.a1_reason = _a1_reason(r.get("verdict"), r.get("exact_status"), r.get("reason") or "")
-            out.a1_proven = r.get("exact_status") in ("holds", "fails") if "exact_status" in r else None
+            out.a1_proven = is_decided(r.get("exact_status")) if "exact_status" in r else None
             out.a1_fraction = r.get("fraction") if r.get("sampled") else None
         elif r.get("check") == "assumption_2":
             out.a2 = r.get("verdict") if r.get("verdict") in ("holds", "fails") else None
