@@ -264,6 +264,11 @@ CASES = [
     ("check-plot-gif", "check {vit} --plot {out}/x.gif", "use a .png, .pdf or .svg file name"),
     ("out-is-a-folder", "kruskal {npy} --out {out}/folder.parquet", "it is a directory"),
     ("out-in-missing-folder", "capacity {vit} --out {out}/no/x.parquet", "does not exist"),
+    # a name that ends in / names a folder, which the parsed path would lose (x.png/ writing x.png)
+    ("out-ends-in-slash", "kruskal {npy} --out {out}/x.parquet/", "x.parquet/ ends in /, which names a folder"),
+    ("plot-ends-in-slash", "check {vit} --plot {out}/x.png/", "x.png/ ends in /, which names a folder"),
+    ("capacity-plot-ends-in-slash", "capacity {vit} --plot {out}/c.png/", "c.png/ ends in /"),
+    ("memorize-out-ends-in-slash", "memorize --sizes 16 --out {out}/m.parquet/", "m.parquet/ ends in /"),
     # --- item 7: choices are choices; a renamed option and its new name together
     ("memorize-preset", "memorize --preset paper-fig9", "--preset"),
     ("memorize-task", "memorize --sizes 16 --task sorting", "--task"),

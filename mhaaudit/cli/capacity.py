@@ -52,6 +52,7 @@ from .options import (
     VaryOpt,
     Weights,
     WeightsSeed,
+    output_option,
 )
 from .output import CommandClock, emit_result, emit_seeds, prepare_outputs
 
@@ -145,7 +146,7 @@ def capacity(
     out: Out = None,
     plot: Annotated[
         Path | None,
-        typer.Option(
+        output_option(
             "--plot",
             help="Draw rank(Z) against the number of heads, with the bound lines, to this .png/.pdf/.svg file.",
         ),

@@ -26,7 +26,7 @@ from ..defaults import (
 from ..stdio import say
 from .given import refuse_unused
 from .library import importing, value_of
-from .options import Device, Format, FormatOpt, Quiet, Seed
+from .options import Device, Format, FormatOpt, Quiet, Seed, output_option
 from .output import emit, prepare_outputs
 
 # The choices of the grid and of the recipe, each member named as its value, from the library's tuples
@@ -113,11 +113,11 @@ def memorize(
     ] = False,
     out: Annotated[
         Path | None,
-        typer.Option("--out", help="Parquet file of results; existing points in it are not recomputed."),
+        output_option("--out", help="Parquet file of results; existing points in it are not recomputed."),
     ] = None,
     plot: Annotated[
         Path | None,
-        typer.Option(
+        output_option(
             "--plot",
             help="Memorisation vs the varied parameter, one line per size (nothing varied: vs the sizes T), to "
             "this .png/.pdf/.svg file.",

@@ -9,6 +9,7 @@ place, and ``--help`` imports no torch.
 
 from __future__ import annotations
 
+import os
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -92,8 +93,27 @@ Rtol = Annotated[
 ]
 Atol = Annotated[float | None, typer.Option("--atol", help="Absolute rank tolerance (default 0).")]
 Device = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
-Out = Annotated[Path | None, typer.Option("--out", help="Write the records to this parquet file (atomically).")]
-Plot = Annotated[Path | None, typer.Option("--plot", help="Draw the sweep curve(s) to this .png/.pdf/.svg file.")]
+
+
+def output_file(value: str | Path) -> Path:
+    """The file an output option names, as a ``Path``: a name that ends in a path separator names a folder, which
+    ``Path`` would drop (``x.png/`` would write ``x.png``), so it is refused here, where the text is still whole.
+
+    Raises:
+        typer.BadParameter: when ``value`` ends in a path separator.
+    """
+    if isinstance(value, str) and value.endswith(tuple(s for s in (os.sep, os.altsep) if s)):
+        raise typer.BadParameter(f"{value} ends in {value[-1]}, which names a folder: give the name of a file")
+    return Path(value)
+
+
+def output_option(flag: str, help: str) -> typer.models.OptionInfo:
+    """An option naming a file to write (:func:`output_file`), shown as ``<path>`` as other paths are."""
+    return typer.Option(flag, parser=output_file, metavar="<path>", help=help)
+
+
+Out = Annotated[Path | None, output_option("--out", help="Write the records to this parquet file (atomically).")]
+Plot = Annotated[Path | None, output_option("--plot", help="Draw the sweep curve(s) to this .png/.pdf/.svg file.")]
 Quiet = Annotated[
     bool, typer.Option("--quiet", "-q", help="No progress on stderr (shown only when stderr is a terminal).")
 ]
