@@ -34,15 +34,20 @@ def devices() -> list[str]:
     return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+def load_script(path: Path, name: str, *, fresh: bool = False):
+    """A Python file that is no package's module (a fixture maker, a benchmark, a docs hook), imported by path
+    as ``name``: once, and again with ``fresh`` (a test that changes the module's globals)."""
+    if fresh or name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
 def fixture_module(name: str):
     """A module of ``fixtures/`` (not a package: ``tiny``, ``make_fixtures``), imported by path once."""
-    key = f"mhaaudit_fixtures_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, FIXTURES / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
+    return load_script(FIXTURES / f"{name}.py", f"mhaaudit_fixtures_{name}")
 
 
 tiny = fixture_module("tiny")

@@ -23,6 +23,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
+from conftest import load_script
 
 import mhaaudit
 
@@ -40,14 +41,6 @@ CHROMIUM_FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-
-
-def _script(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 # --------------------------------------------------------------------------- the build
@@ -163,13 +156,13 @@ def test_the_generated_parts_are_filled_in(site):
 
 
 def test_a_sphinx_role_shows_as_the_code_it_names():
-    hooks = _script("mhaaudit_docs_hooks", DOCS / "hooks.py")
+    hooks = load_script(DOCS / "hooks.py", "mhaaudit_docs_hooks", fresh=True)
     assert hooks.shown_roles(":class:<code>~mhaaudit.errors.InputError</code>") == "<code>InputError</code>"
     assert hooks.shown_roles("See :mod:<code>mhaaudit.request</code>.") == "See <code>mhaaudit.request</code>."
 
 
 def test_a_directive_without_its_data_stops_the_build():
-    hooks = _script("mhaaudit_docs_hooks", DOCS / "hooks.py")
+    hooks = load_script(DOCS / "hooks.py", "mhaaudit_docs_hooks", fresh=True)
     with pytest.raises(ValueError, match="unknown directive"):
         hooks.expand("<!-- benchmarks: tpu -->")
     with pytest.raises(ValueError, match="no recorded picture"):
@@ -278,7 +271,7 @@ def test_every_picture_is_recorded_and_stamped():
 def test_gen_figures_records_every_picture(vit4, tmp_path, monkeypatch):
     """The script's own run at small sizes on a tiny model: every picture written, stamped --quick,
     and never into the docs' own folder; its work folder is removed."""
-    gen = _script("mhaaudit_gen_figures", DOCS / "gen_figures.py")
+    gen = load_script(DOCS / "gen_figures.py", "mhaaudit_gen_figures", fresh=True)
     monkeypatch.chdir(tmp_path)
     scratch = tmp_path / "tmp"
     scratch.mkdir()
@@ -346,7 +339,7 @@ def test_the_readme_s_gpu_table_is_its_run_s_records():
     run (the three largest phases of ``check vit-base``, the GPU's busy share) are that run's."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
-        g = _script("gpu_report_readme", ROOT / "benchmarks" / "gpu_report.py")
+        g = load_script(ROOT / "benchmarks" / "gpu_report.py", "gpu_report_readme", fresh=True)
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
     m = re.search(r"^<!-- gpu-report: (\S+) -->\n(.*?)\n<!-- /gpu-report -->$", README, re.S | re.M)
@@ -524,7 +517,7 @@ def test_the_memorize_guide_s_gpu_time_of_figure_2a_is_the_readme_s_run_s():
     it (``gpu_report``'s own words for the time, the run's commit), not an older run's."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
-        g = _script("gpu_report_memorize_guide", ROOT / "benchmarks" / "gpu_report.py")
+        g = load_script(ROOT / "benchmarks" / "gpu_report.py", "gpu_report_memorize_guide", fresh=True)
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
     m = re.search(r"^<!-- gpu-report: (\S+) -->$", README, re.M)

@@ -8,27 +8,19 @@ and the wheel list.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load():
-    if "gpu_report" not in sys.modules:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        spec = importlib.util.spec_from_file_location("gpu_report", ROOT / "benchmarks" / "gpu_report.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["gpu_report"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["gpu_report"]
-
-
-g = _load()
+if str(ROOT / "benchmarks") not in sys.path:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+g = load_script(ROOT / "benchmarks" / "gpu_report.py", "gpu_report")
 
 
 def test_smoke_runs_every_part_and_resumes(tmp_path, capsys, monkeypatch):
@@ -141,10 +133,7 @@ def test_unknown_part_and_cuda_without_a_gpu_are_refused(tmp_path, capsys, monke
 
 
 def _docs_hooks():
-    spec = importlib.util.spec_from_file_location("mhaaudit_docs_hooks", ROOT / "docs" / "hooks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "docs" / "hooks.py", "mhaaudit_docs_hooks", fresh=True)
 
 
 def test_the_docs_gpu_tables_are_the_scripts_tables():

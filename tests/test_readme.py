@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import importlib
-import importlib.util
 import inspect
 import itertools
 import json
@@ -19,6 +18,7 @@ from pathlib import Path
 import click
 import pytest
 import typer
+from conftest import load_script
 
 import mhaaudit
 from mhaaudit.cli.app import app
@@ -189,10 +189,7 @@ def test_library_names_in_the_readme_are_public_functions():
 
 def _hooks():
     """docs/hooks.py, the MkDocs hook that fills in the generated parts of the pages."""
-    spec = importlib.util.spec_from_file_location("mhaaudit_docs_hooks", ROOT / "docs" / "hooks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "docs" / "hooks.py", "mhaaudit_docs_hooks", fresh=True)
 
 
 def test_the_schema_table_is_the_documented_columns():

@@ -3,10 +3,11 @@ the command line's own phases (``imports``, ``render``) included."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import threading
 from pathlib import Path
+
+from conftest import load_script
 
 from mhaaudit import phases
 from mhaaudit.cli import output
@@ -14,16 +15,7 @@ from mhaaudit.cli import output
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load():
-    if "stack_sampler" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("stack_sampler", ROOT / "benchmarks" / "stack_sampler.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["stack_sampler"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["stack_sampler"]
-
-
-s = _load()
+s = load_script(ROOT / "benchmarks" / "stack_sampler.py", "stack_sampler")
 
 
 def test_the_command_lines_own_phases_are_named_as_its_timings_name_them(monkeypatch):
