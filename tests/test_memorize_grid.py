@@ -229,6 +229,48 @@ def test_a_stored_saturation_that_no_training_writes_is_refused(tmp_path, edit, 
 
 
 @pytest.mark.parametrize(
+    "column, value, says",
+    [
+        ("sat_histogram", "[16.5, -0.5]", "sat_histogram = [16.5, -0.5], not a list of whole numbers"),
+        ("sat_histogram", "[15.5, 0.5]", "sat_histogram = [15.5, 0.5], not a list of whole numbers"),
+        ("memorized_count", 12.5, "memorized_count = 12.5, not a whole number"),
+        ("steps_run", 8.5, "steps_run = 8.5, not a whole number"),
+    ],
+)
+def test_a_stored_count_that_is_no_whole_number_is_refused_not_cut(tmp_path, column, value, says):
+    """A count stored as a float or as JSON text (12.5, a histogram [16.5, -0.5]) was cut to an integer: the
+    histogram [16.5, -0.5] was read as [16, 0] and reported, a float count column made the point train again in
+    silence. A value that is no whole number refuses the file in one line naming it and the column; a float that is
+    one (16.0, a file rewritten through floats) is read as that integer, and the points are read back."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "res.parquet"
+    kw = dict(vary="heads", values="1,2", sizes=[16], max_steps=8, out=out, saturation=True, **TINY)
+    run_memorize_grid(**kw)
+    table = pq.read_table(out)
+    rows = table.to_pylist()
+    assert rows[0]["sat_histogram"] == [16, 0]
+    as_text = column == "sat_histogram"  # JSON text, as older files store it; a count, as floats
+    kind = pa.string() if as_text else pa.float64()
+    schema = pa.schema([pa.field(f.name, kind) if f.name == column else f for f in table.schema])
+    written = [r | {column: json.dumps(r[column]) if as_text else float(r[column])} for r in rows]
+
+    def write(first):
+        pq.write_table(pa.Table.from_pylist([written[0] | {column: first}, *written[1:]], schema=schema), out)
+
+    write(value)
+    with pytest.raises(InputError, match="not a results file as memorize writes it: its row 1 gives") as caught:
+        run_memorize_grid(**kw)
+    assert says in str(caught.value) and str(out) in str(caught.value)
+    write(written[0][column])  # the same counts as floats (or text): read back exactly, not trained again
+    again = run_memorize_grid(**kw)
+    assert again.reused == 2 and again.runs[0].saturation.histogram == (16, 0)
+
+
+@pytest.mark.parametrize(
     "edit, says",
     [
         (dict(steps_run=4, epochs_run=2, stopped_early=True), "it stopped early with "),

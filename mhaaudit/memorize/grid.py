@@ -40,6 +40,7 @@ from .results import (
     grid_notes,
     heads_fit_gaps,
     heads_fits,
+    read_whole_numbers,
     row_to_run,
     run_to_row,
     seed_summaries,
@@ -85,8 +86,8 @@ def _read_results(path: Path, meta: dict) -> dict[str, dict]:
 
     Raises:
         InputError: the file is not a regular file or cannot be read, or is not a results file of memorize (no
-            text config_key column, a column memorize writes holds values of another type, or two rows have the
-            same configuration key).
+            text config_key column, a column memorize writes holds values of another type, a whole-number column
+            holds another number (:func:`~.results.read_whole_numbers`), or two rows have the same configuration key).
     """
     import pyarrow as pa
 
@@ -116,7 +117,13 @@ def _read_results(path: Path, meta: dict) -> dict[str, dict]:
             f"writes: {one_line(exc, 120)}); pick another " + Param("out")
         ) from None
     by_key: dict[str, dict] = {}
-    for r in rows:
+    for i, r in enumerate(rows, 1):
+        wrong = read_whole_numbers(r)
+        if wrong is not None:  # a count cut to an integer would be a count no training wrote
+            raise InputError(
+                f"{path} is not a results file as memorize writes it: its row {i} gives {wrong}; move it away or "
+                "pick another " + Param("out")
+            )
         if r.get("diverged") is None and isinstance(r.get("final_loss"), float):  # written before the column
             r["diverged"] = not math.isfinite(r["final_loss"])
         if r["config_key"] in by_key:  # memorize writes one row a point: which of the two holds could not be said

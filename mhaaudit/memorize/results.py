@@ -18,7 +18,7 @@ from ..errors import InputError, Param
 from ..files import read_parquet
 from ..provenance import stamp
 from ..render_memorize import memorize_report
-from ..tables import StoredResult
+from ..tables import MEMORIZE_COLUMNS, StoredResult
 from .data import DIM
 from .fits import FitGap, LinearFit, fit_line, heads_fit_gaps, heads_fits
 from .recipe import RECIPE_FIELDS, Recipe
@@ -406,6 +406,40 @@ def run_to_row(run: MemorizeRun) -> dict:
         sat_mean=s.mean_saturated if s else None,
     )
     return row
+
+
+#: The columns of a results file that hold whole numbers (the point's shape and T, the recipe's, the seed, the
+#: counts of examples and steps), by whether each holds a list of them (the histogram of saturated heads).
+_WHOLE = {c.name: c.type.startswith("list<") for c in MEMORIZE_COLUMNS if c.type in ("int64", "list<int64>")}
+
+
+def read_whole_numbers(row: dict) -> str | None:
+    """Read the whole-number columns of a results file's row (:data:`_WHOLE`) exactly, in place; what one holds
+    that is no whole number, in words, or None.
+
+    Training writes each as an integer; a float that is one (12.0, a file rewritten through floats) is read as
+    that integer. Any other value (12.5) is said, never cut to an integer as a typed column would cut it
+    (pyarrow takes 12.5 into an int64 column as 12). A list may be JSON text, as older files store it.
+    """
+    for name, listed in _WHOLE.items():
+        value = row.get(name)
+        if value is None:
+            continue
+        items = (json.loads(value) if isinstance(value, str) else value) if listed else [value]
+        if not isinstance(items, list) or not all(_whole(v) for v in items):
+            return f"{name} = {items if listed else value!r}, not " + (
+                "a list of whole numbers" if listed else "a whole number"
+            )
+        exact = [int(v) for v in items]
+        row[name] = exact if listed else exact[0]
+    return None
+
+
+def _whole(value) -> bool:
+    """Whether ``value`` is an integer, or a float that is one."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
 
 
 def row_to_run(row: dict) -> MemorizeRun:
