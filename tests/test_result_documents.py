@@ -8,6 +8,7 @@ checked on the kinds of value results hold.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -361,6 +362,65 @@ def test_the_memorize_grid_is_equal_after_the_round_trip(tmp_path, capsys):
         MemorizeGrid.from_json({"meta": {"command": "check"}, "records": []})
 
 
+@functools.cache
+def _saturation_grid():
+    """A tiny grid of two points with their saturation, trained once for the tests that edit its documents."""
+    from mhaaudit.memorize import run_memorize_grid
+
+    return run_memorize_grid(
+        vary="heads", values=[1, 2], n=3, head_dim=4, sizes=[12], max_steps=5, saturation=True, device="cpu"
+    )
+
+
+@pytest.mark.parametrize(
+    "edit, says",
+    [
+        (dict(memorized_count=13), "memorized_count = 13 of T = 12 examples"),
+        (dict(memorized=1.5), "memorized = 1.5, not its count"),
+        (dict(final_loss=None), "diverged = False with final_loss = nan"),
+        (dict(final_loss=-1.0), "final_loss = -1.0, below 0"),
+        (dict(steps_run=999), "steps_run = 999, above its 5 planned steps"),
+        (dict(seconds=-1.0), "seconds = -1.0"),
+        (dict(size=0), "size = 0, below 1"),
+        (dict(saturation={"histogram": [12, 1]}), "does not count its T = 12 examples once each"),
+        (dict(saturation={"examples": 99}), "a saturation summary of H = 1 heads over 99 examples, not its H and T"),
+        (dict(memorized_count="12.5"), "expected an integer, got '12.5'"),
+        (dict(memorized_count=12.5), "expected an integer, got 12.5"),
+        (dict(stray=1), "has no field stray"),
+    ],
+)
+def test_a_memorize_grid_is_held_to_what_training_writes_as_its_results_file_is(tmp_path, capsys, edit, says):
+    """A grid's JSON (or parquet) output whose run says what no training writes (a count above T, a fraction other
+    than the count over T, a loss not finite without diverged, steps beyond its plan, a saturation histogram of
+    other than its T examples) was read back as it stood, where the results file of ``--out`` refuses such a row:
+    from_json and from_parquet refuse it with the same words, naming the run."""
+    from mhaaudit.io import parquet_bytes
+    from mhaaudit.memorize.results import MemorizeGrid
+    from mhaaudit.render import print_json
+
+    grid = _saturation_grid()
+    capsys.readouterr()
+    print_json(grid.to_dict())
+    doc = json.loads(capsys.readouterr().out)
+    run = doc["runs"][0]
+    assert (run["heads"], run["size"], run["planned_steps"], run["diverged"]) == (1, 12, 5, False)
+    for key, value in edit.items():
+        run[key] = run[key] | value if key == "saturation" else value
+    with pytest.raises(InputError, match="the JSON document: ") as caught:
+        MemorizeGrid.from_json(doc)
+    assert says in str(caught.value)
+    if "expected" not in says and "no field" not in says:  # the words of the run, as the results file says them
+        assert "not a grid as memorize writes it: its run of H = 1, n = 3, d_h = 4, T = " in str(caught.value)
+    if "expected" not in says and set(edit) <= {"memorized_count", "memorized", "steps_run", "seconds"}:
+        rows = grid.table_records()  # as --format parquet holds them
+        (tmp_path / "g.parquet").write_bytes(parquet_bytes([rows[0] | edit, *rows[1:]], grid.meta()))
+        with pytest.raises(
+            InputError, match=r"g\.parquet: not a grid as memorize writes it: its run of H = 1"
+        ) as caught:
+            MemorizeGrid.from_parquet(tmp_path / "g.parquet")
+        assert says in str(caught.value)
+
+
 def test_a_memorize_grid_with_non_finite_numbers_reads_back_from_its_json(capsys):
     """r2 is NaN when every count fitted is the same, and a diverged run's loss is not finite;
     --format json writes them as null, and the grid still reads back, with NaN in their place.
@@ -376,7 +436,7 @@ def test_a_memorize_grid_with_non_finite_numbers_reads_back_from_its_json(capsys
     fit = fit_line([1, 2, 4], [5.0, 5.0, 5.0], size=8)
     assert fit is not None and math.isnan(fit.r2)
     grid = run_memorize_grid(vary="heads", values=[1, 2], n=3, head_dim=4, sizes=[12], max_steps=2, device="cpu")
-    diverged = dataclasses.replace(grid.runs[0], final_loss=float("inf"))
+    diverged = dataclasses.replace(grid.runs[0], final_loss=float("inf"), diverged=True)
     grid = dataclasses.replace(grid, fits=(fit,), runs=(diverged, *grid.runs[1:]))
     capsys.readouterr()
     print_json(grid.to_dict())

@@ -220,7 +220,9 @@ class MemorizeGrid(StoredResult):
             The :class:`MemorizeGrid`.
 
         Raises:
-            InputError: ``source`` is not such a document.
+            InputError: ``source`` is not such a document, or a run in it says what no training writes (a count
+                outside 0..T, a fraction other than the count over T, a loss not finite unless diverged: the checks
+                of the results file ``out``, :func:`run_contradiction`).
         """
 
         doc = source if isinstance(source, dict) else read_json_document(source)[0]
@@ -240,7 +242,8 @@ class MemorizeGrid(StoredResult):
             The :class:`MemorizeGrid`.
 
         Raises:
-            InputError: the file is not such a parquet file.
+            InputError: the file is not such a parquet file, or a run in it says what no training writes (as
+                :meth:`from_json`).
         """
 
         import pyarrow as pa
@@ -323,11 +326,24 @@ class MemorizeGrid(StoredResult):
 
 
 def _decoded(cls, data: dict, where: str):
+    """The grid ``data`` gives, each run held to what training writes, as the results file's rows are
+    (:func:`run_contradiction`).
 
+    Raises:
+        InputError: ``data`` is not such a grid, or a run says what no training writes.
+    """
     try:
-        return decode_result(cls, data)
+        grid = decode_result(cls, data)
     except (TypeError, ValueError, KeyError) as exc:
         raise InputError(f"{where}: its {cls.__name__} cannot be read back: {exc}") from exc
+    for run in grid.runs:
+        wrong = run_contradiction(run)
+        if wrong is not None:
+            raise InputError(
+                f"{where}: not a grid as memorize writes it: its run of H = {run.heads}, n = {run.n}, "
+                f"d_h = {run.head_dim}, T = {run.size}, seed {run.seed} says {wrong}"
+            )
+    return grid
 
 
 # --------------------------------------------------------------------------- the recipe, flat
@@ -465,19 +481,28 @@ def row_to_run(row: dict) -> MemorizeRun:
 
 
 def stored_run_contradiction(run: MemorizeRun, key: str) -> str | None:
-    """What a run read back from a results file says that no training writes, in words, or None.
-
-    Training writes a point's record at a check of its plan (:class:`~.schedule.Plan`, which the
-    run's recipe and T decide): its columns give the configuration of its ``key``; its count is within
-    0..T and its fraction is the count over T; ``planned_steps`` is its plan's; ``steps_run`` is a check
-    of that plan and ``epochs_run`` the epochs run by then; it stopped before the planned steps
-    (``stopped_early``) only with every example memorised; its time is finite and not negative; its
-    final loss (a mean cross-entropy or squared error) is not negative, and not finite exactly when
-    ``diverged``; its saturation columns, when it has them, are a count of its T examples over 0..H
-    saturated heads (:func:`~.saturation.saturation_contradiction`).
-    """
+    """What a run read back from a results file under ``key`` says that no training writes, in words, or None:
+    its columns give another configuration than its ``key``, or :func:`run_contradiction`."""
     if config_key(run.config()) != key:
         return "its columns give another configuration than its config_key"
+    return run_contradiction(run)
+
+
+def run_contradiction(run: MemorizeRun) -> str | None:
+    """What a run read back (from a results file, a grid's JSON or parquet output) says that no training writes,
+    in words, or None.
+
+    Training writes a point's record at a check of its plan (:class:`~.schedule.Plan`, which the run's recipe and
+    T decide): its shape and T are at least 1; its count is within 0..T and its fraction is the count over T;
+    ``planned_steps`` is its plan's; ``steps_run`` is a check of that plan and ``epochs_run`` the epochs run by
+    then; it stopped before the planned steps (``stopped_early``) only with every example memorised; its time is
+    finite and not negative; its final loss (a mean cross-entropy or squared error) is not negative, and not
+    finite exactly when ``diverged``; its saturation, when it has one, is a count of its T examples over 0..H
+    saturated heads (:func:`~.saturation.saturation_contradiction`).
+    """
+    for name in ("heads", "n", "head_dim", "size"):
+        if getattr(run, name) < 1:
+            return f"{name} = {getattr(run, name)}, below 1"
     if not 0 <= run.memorized_count <= run.size:
         return f"memorized_count = {run.memorized_count} of T = {run.size} examples"
     if not (math.isfinite(run.memorized) and run.memorized == run.memorized_count / run.size):
@@ -509,8 +534,11 @@ def stored_run_contradiction(run: MemorizeRun, key: str) -> str | None:
         return f"final_loss = {run.final_loss!r}, below 0"
     if run.diverged != (not math.isfinite(run.final_loss)):
         return f"diverged = {run.diverged} with final_loss = {run.final_loss!r}"
-    if run.saturation is not None:
-        return saturation_contradiction(run.saturation, run.heads, run.size)
+    s = run.saturation
+    if s is not None and (s.heads, s.examples) != (run.heads, run.size):
+        return f"a saturation summary of H = {s.heads} heads over {s.examples} examples, not its H and T"
+    if s is not None:
+        return saturation_contradiction(s, run.heads, run.size)
     return None
 
 
