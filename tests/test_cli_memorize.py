@@ -159,6 +159,44 @@ def test_heads_takes_a_range_as_in_capacity(capsys):
     assert [r["n"] for r in json.loads(out3)["runs"]] == [4, 4]
 
 
+@pytest.mark.parametrize(
+    "preset, given, varied",
+    [
+        ("paper-fig2a", ["--n", "3,4"], "heads"),
+        ("cpu", ["--head-dim", "4,8"], "heads"),
+        ("paper-fig2b", ["--heads", "1-2"], "n"),
+    ],
+)
+def test_several_values_beside_a_preset_that_varies_another_parameter_are_refused(capsys, preset, given, varied):
+    """--preset paper-fig2a --n 3,4 trained a grid of n in 3, 4 (heads fixed at its default) where the preset
+    varies heads, and said nothing: what varied changed in silence. It is refused in one line naming both;
+    --vary n beside them says n is meant, and the grid varies it; several values of the preset's own parameter
+    still replace its values."""
+    tiny = ["--sizes", "8", "--max-steps", "2", "--device", "cpu", "--format", "json"]
+    rc, _out, err = run(capsys, "memorize", "--preset", preset, *given, *tiny)
+    line = assert_one_error(
+        rc, err, f"{given[0]} {given[1]} gives several values, but --preset {preset} varies {varied}"
+    )
+    name = given[0].removeprefix("--")
+    assert f"add --vary {name} to vary {name} instead, or give {given[0]} one value" in line
+    small = [] if name == "n" else ["--n", "3"]
+    small += [] if name == "head-dim" else ["--head-dim", "4"]
+    rc, out, err = run(capsys, "memorize", "--preset", preset, "--vary", name, *given, *small, *tiny)
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert (doc["vary"], doc["preset"], len(doc["runs"])) == (name, preset, 2)
+
+
+def test_several_values_of_the_presets_own_parameter_replace_its_values(capsys):
+    rc, out, err = run(
+        capsys, "memorize", "--preset", "paper-fig2a", "--heads", "1,2", "--n", "3", "--head-dim", "4",
+        "--sizes", "8", "--max-steps", "2", "--device", "cpu", "--format", "json",
+    )  # fmt: skip
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert (doc["vary"], doc["values"], [r["n"] for r in doc["runs"]]) == ("heads", [1, 2], [3, 3])
+
+
 def test_choices_are_choices(capsys):
     """--preset, --task and --context take one of their values, listed in the help, as does --vary (a word the
     library reads with its aliases); a wrong one is one line in the project's words, not pydantic's."""

@@ -66,7 +66,12 @@ def memorize(
     ] = None,
     preset: Annotated[
         Preset | None,
-        typer.Option("--preset", help="A ready grid (see above). Explicit options override it.", show_default=False),
+        typer.Option(
+            "--preset",
+            help="A ready grid (see above). Explicit options override it; several values of a parameter it does "
+            "not vary are refused unless --vary names that parameter.",
+            show_default=False,
+        ),
     ] = None,
     task: Annotated[
         Task, typer.Option("--task", help="classification (random classes) or regression (U[0,1] labels).")

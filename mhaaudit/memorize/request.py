@@ -183,12 +183,14 @@ def grid_axes(vary: str | None, values: str | None, preset: str | None, given: M
     each of those parameters as one value, a range or a list (``4``, ``1-8``, ``1,2,4,8``).
 
     A parameter given several values is the one varied (as ``vary=P, values=...``); given to the
-    parameter the grid varies (by ``vary`` or the preset), even one value replaces the values.
-    ``vary`` may be an alias (``h``, ``dh``, ``head_dim``).
+    parameter the grid varies (by ``vary`` or the preset), even one value replaces the values. Beside a
+    preset, several values vary another parameter than the preset's only where ``vary`` names it: the grid's
+    axis never changes in silence. ``vary`` may be an alias (``h``, ``dh``, ``head_dim``).
 
     Raises:
-        InputError: ``vary`` names no parameter, a value is not a whole number of at least 1, or two
-            parameters would vary.
+        InputError: ``vary`` names no parameter, a value is not a whole number of at least 1, two
+            parameters would vary, or several values are given to a parameter other than the one ``preset``
+            varies without ``vary`` naming it.
     """
     vary = _vary(vary) if vary is not None else None  # an alias (dh, h, head_dim) as the name it stands for
     varied = vary or (PRESETS[preset]["vary"] if preset else None)
@@ -204,6 +206,17 @@ def grid_axes(vary: str | None, values: str | None, preset: str | None, given: M
         if axis != varied and len(vals) == 1:
             out[name] = vals[0]
             continue
+        if vary is None and preset is not None and axis != varied:  # the preset's grid would vary another one
+            raise InputError(
+                Param(name)
+                + f" {spec} gives several values, but "
+                + Param("preset")
+                + f" {preset} varies {varied}; only one parameter varies: add "
+                + Param("vary")
+                + f" {axis} to vary {axis} instead, or give "
+                + Param(name)
+                + " one value"
+            )
         if vary is not None and axis != vary:
             raise InputError(
                 Param(name)
