@@ -51,7 +51,8 @@ def memorize_table(grid) -> Table:
         if sat and r.saturation is None:
             cells += ["-", "-"]
         elif sat:
-            cells += [f"{r.saturation.frac_at_least_two_saturated:.3f}", f"{r.saturation.frac_some_unsaturated:.3f}"]
+            cells += [fraction_text(r.saturation.frac_at_least_two_saturated, 3)]
+            cells += [fraction_text(r.saturation.frac_some_unsaturated, 3)]
         table.add_row(*cells)
     return table
 
@@ -90,7 +91,8 @@ def fit_table(grid) -> Table:
 
 
 def seed_summary_table(grid) -> Table:
-    """The memorised fraction of each setting over the seeds: mean, standard deviation, range."""
+    """The memorised fraction of each setting over the seeds: mean, standard deviation, range (each share as
+    :func:`~.check_words.fraction_text` writes it: a lowest fraction below 1 never reads 1.000)."""
     t = Table(title=f"Over {len(grid.seeds)} seeds ({', '.join(map(str, grid.seeds))})", title_justify="left")
     for col in ("setting", "size T", "seeds", "mean", "std", "lowest", "highest", "mean count"):
         t.add_column(col, justify="left" if col == "setting" else "right")
@@ -101,8 +103,8 @@ def seed_summary_table(grid) -> Table:
             str(m.seeds),
             fraction_text(m.mean, 3),
             "-" if m.std is None else f"{m.std:.3f}",
-            f"{m.low:.3f}",
-            f"{m.high:.3f}",
+            fraction_text(m.low, 3),
+            fraction_text(m.high, 3),
             f"{m.mean_count:.1f}",
         )
     return t

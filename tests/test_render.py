@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 from mhaaudit.kruskal import Bound, SubsetTest, Sweep
 from mhaaudit.numerics import RankRule
 from mhaaudit.render import cell
@@ -217,3 +219,47 @@ def test_a_sweep_that_drew_nothing_does_not_say_it_drew():
     assert "nested draws" not in first and "no draw was made" in first
     some = kruskal_sweep(torch.randn(30, 4, generator=torch.Generator().manual_seed(0)), samples=50)
     assert some.kmax_sampled == 4 and "over 50 nested draws; an estimate" in sweep_lines(some)[0]
+
+
+def test_a_memorize_tables_shares_below_one_never_read_one():
+    """The lowest and highest memorised fractions over seeds, and the saturation columns, were rounded plainly: 9996
+    of 10000 examples read 1.000 beside a mean of 0.999 (and 1 of 10000 read 0.000). They are written as the
+    memorised fraction and the mean are (fraction_text): a share below 1 reads 0.999, one above 0 reads 0.001."""
+    from rich.console import Console
+
+    from mhaaudit.memorize.recipe import Recipe
+    from mhaaudit.memorize.results import GridSettings, MemorizeGrid, MemorizeRun, SeedSummary
+    from mhaaudit.memorize.saturation import SATURATION_THRESHOLD, SaturationSummary
+    from mhaaudit.render_memorize import memorize_table, seed_summary_table
+
+    T = 10000
+    near = [(9996, 9999), (1, 4)]  # lowest and highest counts memorised over three seeds, near 1 and near 0
+    summary = tuple(
+        SeedSummary(heads=2, n=4, head_dim=8, size=T, seeds=3, mean=(lo + hi) / 2 / T, std=0.0001, low=lo / T,
+                    high=hi / T, mean_count=(lo + hi) / 2)
+        for lo, hi in near
+    )  # fmt: skip
+    hist = (0, T - 1, 1)  # of 2 heads: T - 1 examples with one saturated, one example with both
+    sat = SaturationSummary(
+        threshold=SATURATION_THRESHOLD, heads=2, examples=T, histogram=hist, frac_at_least_two_saturated=1 / T,
+        frac_some_unsaturated=(T - 1) / T, frac_any_saturated=1.0, mean_saturated=(T + 1) / T,
+    )  # fmt: skip
+    run = MemorizeRun(
+        heads=2, n=4, head_dim=8, size=T, recipe=Recipe(), seed=0, memorized=0.5, memorized_count=T // 2,
+        epochs_run=1, steps_run=40, planned_steps=40, final_loss=1.0, seconds=0.0, stopped_early=False,
+        device="cpu", saturation=sat,
+    )  # fmt: skip
+    settings = GridSettings(n=4, heads=2, head_dim=8, recipe=Recipe(), seed=0, seeds=(0, 1, 2), device="cpu", d=64)
+    grid = MemorizeGrid(
+        vary=None, values=(), sizes=(T,), preset=None, runs=(run,), settings=settings, seeds=(0, 1, 2), summary=summary
+    )
+
+    def rows(table) -> list[list[str]]:
+        console = Console(width=200, record=True, file=io.StringIO())
+        console.print(table)
+        return [line.split("│")[1:-1] for line in console.export_text().splitlines() if line.count("│") > 2]
+
+    lows_highs = [[c.strip() for c in r[5:7]] for r in rows(seed_summary_table(grid))]
+    assert lows_highs == [["0.999", "0.999"], ["0.001", "0.001"]]
+    (points,) = rows(memorize_table(grid))
+    assert [c.strip() for c in points[-2:]] == ["0.001", "0.999"]
