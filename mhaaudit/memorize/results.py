@@ -535,11 +535,10 @@ def run_contradiction(run: MemorizeRun) -> str | None:
     if run.diverged != (not math.isfinite(run.final_loss)):
         return f"diverged = {run.diverged} with final_loss = {run.final_loss!r}"
     s = run.saturation
-    if s is not None and (s.heads, s.examples) != (run.heads, run.size):
+    wrong = saturation_contradiction(s, run.heads, run.size) if s is not None else None
+    if s is not None and wrong is None and (s.heads, s.examples) != (run.heads, run.size):
         return f"a saturation summary of H = {s.heads} heads over {s.examples} examples, not its H and T"
-    if s is not None:
-        return saturation_contradiction(s, run.heads, run.size)
-    return None
+    return wrong
 
 
 def grid_notes(runs: Sequence[MemorizeRun], fitted: bool = False) -> tuple[str, ...]:
