@@ -269,6 +269,8 @@ CASES = [
     ("plot-ends-in-slash", "check {vit} --plot {out}/x.png/", "x.png/ ends in /, which names a folder"),
     ("capacity-plot-ends-in-slash", "capacity {vit} --plot {out}/c.png/", "c.png/ ends in /"),
     ("memorize-out-ends-in-slash", "memorize --sizes 16 --out {out}/m.parquet/", "m.parquet/ ends in /"),
+    ("out-empty", "kruskal {npy} --out ''", "an empty name names no file"),
+    ("plot-empty", "memorize --sizes 16 --plot ''", "an empty name names no file"),
     # --- item 7: choices are choices; a renamed option and its new name together
     ("memorize-preset", "memorize --preset paper-fig9", "--preset"),
     ("memorize-task", "memorize --sizes 16 --task sorting", "--task"),
