@@ -40,6 +40,66 @@ def test_unreadable_state_files(tmp_path):
     assert checkpoints.state_file_keys(str(tmp_path / "list.pt")) == []
 
 
+def test_state_shapes_are_had_without_the_tensors_data(tmp_path):
+    """A checkpoint file's tensors' names and shapes, from a safetensors header or a torch zip checkpoint's pickle
+    (unwrapped as read_state unwraps it); None for torch's legacy form, whose data comes with its pickle."""
+    from safetensors.torch import save_file
+
+    sd = {k: v.clone() for k, v in _net().state_dict().items()}
+    want = {k: tuple(v.shape) for k, v in sd.items()}
+    save_file(sd, str(tmp_path / "a.safetensors"))
+    torch.save({"state_dict": sd, "epoch": 3}, tmp_path / "b.pth")
+    torch.save(sd, tmp_path / "c.bin", _use_new_zipfile_serialization=False)
+    loads = []
+    real_load = torch.load
+    torch_load = lambda *a, **k: loads.append(k) or real_load(*a, **k)  # noqa: E731
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch, "load", torch_load)
+        assert checkpoints.state_shapes(str(tmp_path / "a.safetensors")) == want
+        assert checkpoints.state_shapes(str(tmp_path / "b.pth")) == want
+        assert checkpoints.state_shapes(str(tmp_path / "c.bin")) is None
+    assert loads == [{"map_location": "meta", "weights_only": True}]  # the zip file's pickle alone, no code run
+    torch.save({"weights": [1, 2, 3]}, tmp_path / "list.pt")
+    with pytest.raises(ModelError, match="does not hold a state dict of tensors"):
+        checkpoints.state_shapes(str(tmp_path / "list.pt"))
+    (tmp_path / "garbage.bin").write_bytes(b"PK\x03\x04 not a checkpoint")
+    assert checkpoints.state_shapes(str(tmp_path / "garbage.bin")) is None  # no zip archive: read when loaded
+
+
+def test_first_misfit_compares_the_tensors_the_model_loads():
+    """Only names the model has (directly, or after a task model's prefix) are compared, in name order."""
+    model = {"embeddings.weight": (10, 4), "block.0.weight": (4, 4)}
+    assert checkpoints.first_misfit({"embeddings.weight": (10, 4), "head.weight": (3, 8)}, model, "vit") is None
+    assert checkpoints.first_misfit({"vit.block.0.weight": (8, 8)}, model, "vit") == (
+        "vit.block.0.weight",
+        (8, 8),
+        (4, 4),
+    )
+    assert checkpoints.first_misfit({"bert.block.0.weight": (8, 8)}, model, "vit") is None
+
+
+@pytest.mark.parametrize("form", ["bin", "safetensors"])
+def test_a_weights_file_of_another_width_is_refused_before_the_model_is_built(
+    vit_dir, vit_dir_wide, tmp_path, monkeypatch, form
+):
+    """``--weights FILE`` carries no config: its tensors' shapes (a torch file's pickle, a safetensors header) are
+    held against the model's before the model is built and before any tensor of the file is read."""
+    from safetensors.torch import load_file, save_file
+
+    from mhaaudit.models import hf, load_model
+
+    wide = tmp_path / f"wide.{form}"
+    sd = load_file(str(vit_dir_wide / "model.safetensors"))
+    torch.save(sd, wide) if form == "bin" else save_file(sd, str(wide))
+    built = []
+    real_build = hf._build
+    monkeypatch.setattr(hf, "_build", lambda *a, **k: built.append(a) or real_build(*a, **k))
+    says = rf"{wide} do not fit {vit_dir}: embeddings.cls_token has shape \(1, 1, 48\), the model expects \(1, 1, 32\)"
+    with pytest.raises(ModelError, match=says):
+        load_model(str(vit_dir), weights="trained", weights_path=str(wide), device="cpu")
+    assert built == []
+
+
 def test_load_fitting():
     src, dst = _net(), nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
     checkpoints.load_fitting(dst, {**src.state_dict(), "extra.weight": torch.zeros(1)}, "misfit")

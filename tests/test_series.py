@@ -895,6 +895,32 @@ def test_bad_series_are_refused_with_one_line(vit_series, vit_dir_wide, tmp_path
         assert_one_error(rc, err, "cannot read")
 
 
+def test_a_torch_checkpoint_of_another_width_is_refused_before_any_work(
+    vit_series, vit_dir_wide, tmp_path, capsys, monkeypatch, no_work
+):
+    """A torch checkpoint (``.bin``) carries no config: its tensors' shapes, read from its pickle without their
+    data, are held against the model's before any checkpoint is audited (no model loaded), as a safetensors
+    header's are, whether it follows a checkpoint that fits or comes alone."""
+    from safetensors.torch import load_file
+
+    monkeypatch.chdir(vit_series)
+    good, wide = tmp_path / "good-step1.bin", tmp_path / "wide-step2.bin"
+    torch.save(load_file(str(vit_series / "runs" / "ckpt-100" / "model.safetensors")), good)
+    torch.save({"state_dict": load_file(str(vit_dir_wide / "model.safetensors")), "epoch": 2}, wide)
+    says = f"{wide} does not fit the model model: its tensor embeddings.cls_token has shape (1, 1, 48), the model's"
+    for spec in (f"{good},{wide}", f"runs/ckpt-100,{wide}", str(wide)):
+        rc, err = _bad(capsys, tmp_path, spec)
+        assert_one_error(rc, err, says)
+    torch.save({"weights": [1, 2, 3]}, tmp_path / "list-step4.bin")  # read as a state dict of tensors, or refused
+    rc, err = _bad(capsys, tmp_path, f"{good},{tmp_path / 'list-step4.bin'}")
+    assert_one_error(rc, err, "list-step4.bin does not hold a state dict of tensors")
+    # one model's tensors in two forms: a torch file may hold a tensor its safetensors save leaves out (a tied one)
+    extra = tmp_path / "extra-step3.bin"
+    torch.save(torch.load(good, weights_only=True) | {"head.weight": torch.zeros(3, 16)}, extra)
+    series = resolve_series(f"runs/ckpt-100,{good},{extra}", None, ModelRequest("model"))
+    assert [c.step for c in series.checkpoints] == [100, 1, 3]
+
+
 def test_checkpoints_whose_configs_hold_the_same_nan_are_of_one_model(vit_series, tmp_path):
     """Two configs that both say NaN for a key say the same (NaN is not equal to itself as a float)."""
     names = []

@@ -10,6 +10,7 @@ partially without saying so.
 from __future__ import annotations
 
 import os
+import zipfile
 from typing import Any
 
 import torch
@@ -24,10 +25,12 @@ __all__ = [
     "CHECKPOINT_FILES",
     "IGNORABLE_MISSING",
     "find_checkpoint",
+    "first_misfit",
     "load_fitting",
     "offline_weights_error",
     "read_state_file",
     "state_file_keys",
+    "state_shapes",
 ]
 
 # File names a checkpoint folder may hold, in the order they are tried.
@@ -77,15 +80,67 @@ def read_state(path: str) -> tuple[dict[str, torch.Tensor], bool]:
             sd = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # unreadable or not a checkpoint
         raise ModelError(f"cannot read the checkpoint {path}: {torch_load_reason(exc)}") from exc
+    sd, wrapped = _unwrapped(sd, path)
+    for name, t in sd.items():
+        dense_values(t, f"the checkpoint {path}, {str(name)[:80]}", ModelError)
+    return sd, wrapped
+
+
+def _unwrapped(sd: Any, path: str) -> tuple[dict[str, torch.Tensor], bool]:
+    """The state dict a checkpoint's contents hold, and whether they wrapped it (``state_dict``, ``model``,
+    ``module``).
+
+    Raises:
+        ModelError: when they hold no dict of tensors.
+    """
     wrapped = False
     for key in ("state_dict", "model", "module"):
         if isinstance(sd, dict) and key in sd and isinstance(sd[key], dict):
             sd, wrapped = sd[key], True
     if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
         raise ModelError(f"the checkpoint {path} does not hold a state dict of tensors")
-    for name, t in sd.items():
-        dense_values(t, f"the checkpoint {path}, {str(name)[:80]}", ModelError)
     return sd, wrapped
+
+
+def state_shapes(path: str) -> dict[str, tuple[int, ...]] | None:
+    """The names and shapes of the tensors of the checkpoint file ``path`` (unwrapped as :func:`read_state`
+    unwraps it), read without their data: a safetensors file's header, or a torch checkpoint in the zip form
+    ``torch.save`` writes, unpickled with ``weights_only=True`` onto the meta device (its pickle is read, its
+    tensors' bytes are not). None for a torch file in the legacy form, whose tensors' bytes are read with its
+    pickle: its shapes are known when it is loaded.
+
+    Raises:
+        ModelError: when the file cannot be read, or does not hold a state dict of tensors.
+    """
+    try:
+        if path.endswith(".safetensors"):
+            header = safetensors_header(path)
+            entries = {k: v for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)}
+            return {k: tuple(v["shape"]) for k, v in entries.items() if isinstance(v.get("shape"), list)}
+        if not zipfile.is_zipfile(path):
+            return None
+        with open(path, "rb") as fh:  # opened by Python: a name of any bytes
+            sd = torch.load(fh, map_location="meta", weights_only=True)
+    except Exception as exc:  # unreadable or not a checkpoint
+        raise ModelError(f"cannot read the checkpoint {path}: {torch_load_reason(exc)}") from exc
+    return {str(k): tuple(v.shape) for k, v in _unwrapped(sd, path)[0].items()}
+
+
+def first_misfit(
+    shapes: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]], prefix: str
+) -> tuple[str, tuple[int, ...], tuple[int, ...]] | None:
+    """The first tensor (by name) of a checkpoint whose shape differs from the model's tensor that it loads
+    into, as ``(name, its shape, the model's)``, or None. ``shapes``: the checkpoint's; ``expected``: the
+    model's state dict's; a name the model lacks is looked up without the ``prefix`` a task model's checkpoint
+    puts before it (``bert.``, ``vit.``), as the loaders look it up; a name the model lacks either way loads
+    into nothing and is not compared."""
+    for key in sorted(shapes):
+        name = key
+        if name not in expected and prefix and key.startswith(prefix + "."):
+            name = key[len(prefix) + 1 :]
+        if name in expected and tuple(shapes[key]) != tuple(expected[name]):
+            return key, tuple(shapes[key]), tuple(expected[name])
+    return None
 
 
 def state_file_keys(path: str) -> list[str]:

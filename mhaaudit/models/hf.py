@@ -3,7 +3,8 @@
 A :class:`~.registry.ModelSpec` with backend ``hf`` becomes a :class:`~.probe.ProbedModel`:
 
 - the config comes from a local folder, the alias table (random weights, offline), the hub or
-  the local cache; a weights folder with its own config must agree with it;
+  the local cache; a weights folder with its own config must agree with it, and a single weights
+  file's tensors' shapes (read without their data) with the model it builds, before it is built;
 - trained weights come from a folder, a single state file or the hub: in safetensors form only
   the tensors the probed blocks use are read (:mod:`.shards`); otherwise ``from_pretrained``
   loads a folder, and a single file is loaded directly, or staged beside its config so that
@@ -39,7 +40,15 @@ from .hf_config import hub_problem as hub_problem
 from .hf_config import repository_code as repository_code
 from .hf_inputs import MAX_INPUT_SIDE as MAX_INPUT_SIDE
 from .hf_inputs import image_transform, load_tokenizer
-from .hf_weights import _build, _checkpoint, _Weights, _weights_origin, find_blocks, whole_read
+from .hf_weights import (
+    _build,
+    _checkpoint,
+    _Weights,
+    _weights_origin,
+    find_blocks,
+    refuse_unfitting_file,
+    whole_read,
+)
 from .hub_reads import _Hub
 from .plan import LoadPlan
 from .probe import ModelInfo, ProbedModel, measure_image_tokens, prepare_module
@@ -92,6 +101,8 @@ def load(spec: ModelSpec, plan: LoadPlan, partial: bool = True) -> ProbedModel:
     if fam is not None and fam.tower is not None:  # a two-tower model: its vision tower is probed
         cfg = getattr(cfg, fam.tower)
     check_config_numbers(cfg, spec.name)
+    if plan.weights_path is not None and os.path.isfile(plan.weights_path):  # its shapes, before the model is built
+        refuse_unfitting_file(os.path.abspath(plan.weights_path), cfg, spec.name, hub.trust_remote_code)
     tokens = _tokens(cfg, kind, fam, plan.context_length, spec.name)
     built, checkpoint = _build(spec, cfg, origin, plan.seed, hub, plan.max_layer, partial)
     module = prepare_module(built, plan.device)

@@ -21,7 +21,8 @@ from ..errors import ModelError, one_line
 from ..feature_files import torch_load_reason
 from ..files import native_name
 from ..staging import scratch_folder
-from .checkpoints import is_ignorable, load_fitting, read_state
+from .checkpoints import first_misfit, is_ignorable, load_fitting, read_state, state_shapes
+from .families import family_of
 from .hf_config import _auto_config, hub_problem
 from .hub_reads import _Hub, offline_weights_error
 from .random_init import build_random, init_seed, reinit_hf, seeded
@@ -132,6 +133,54 @@ def _build(
             reinit_hf(module, blocks, seed, full_layers)
 
     return build_random(lambda: AutoModel.from_config(cfg, **remote), redraw, seed), None
+
+
+def model_shapes(cfg: Any, trust_remote_code: bool) -> tuple[dict[str, tuple[int, ...]], str] | None:
+    """The shapes of the state dict of the model ``cfg`` builds, and the prefix a checkpoint of its task model
+    puts before its tensor names: built on the meta device (no memory taken, nothing drawn), to hold a
+    checkpoint's tensors against before any is read. None when it cannot be built here (the load says why)."""
+    from transformers import AutoModel
+
+    try:
+        with torch.device("meta"), empty_init():
+            module = AutoModel.from_config(cfg, trust_remote_code=trust_remote_code)
+    except Exception:  # noqa: BLE001 - remote code not trusted, a config the library refuses: the build says
+        return None
+    shapes = {k: tuple(v.shape) for k, v in module.state_dict().items()}
+    return shapes, getattr(module, "base_model_prefix", "") or ""
+
+
+def config_shapes(config: dict, trust_remote_code: bool) -> tuple[dict[str, tuple[int, ...]], str] | None:
+    """:func:`model_shapes` of the model a ``config.json``'s contents build (for a two-tower model, its probed
+    tower's); None when they build none here."""
+    from transformers import AutoConfig
+
+    cfg: Any
+    try:
+        cfg = AutoConfig.for_model(**config)
+    except Exception:  # noqa: BLE001 - a config the library refuses: the load says why
+        return None
+    fam = family_of(str(config.get("model_type")))
+    if fam is not None and fam.tower is not None:
+        cfg = getattr(cfg, fam.tower, None)
+    return None if cfg is None else model_shapes(cfg, trust_remote_code)
+
+
+def refuse_unfitting_file(path: str, cfg: Any, name: str, trust_remote_code: bool) -> None:
+    """Refuse, before any weights are read or any model is built, the single weights file ``path`` holding a
+    tensor of another shape than the model ``cfg`` builds has for it (a checkpoint of another width): a file
+    carries no config to compare, its tensors' shapes are all it says of the model it is. A file whose shapes
+    cannot be had without reading its data (a torch file in the legacy form) is checked when it is loaded.
+
+    Raises:
+        ModelError: naming the first such tensor, or when the file cannot be read.
+    """
+    shapes = state_shapes(path)
+    expected = model_shapes(cfg, trust_remote_code) if shapes else None
+    misfit = first_misfit(shapes, *expected) if shapes and expected else None
+    if misfit is not None:
+        key, have, want = misfit
+        raise ModelError(f"the weights in {path} do not fit {name}: {key} has shape {have}, the model expects {want}")
 
 
 def _import_model_code(auto: Any, cfg: Any) -> None:

@@ -10,10 +10,12 @@
   those that do not change what the probed blocks compute from the weights, ``models.hf_config.computes``)
   would be audited as what it is not;
 - :func:`refuse_checkpoint_code`: a checkpoint folder whose ``auto_map`` asks for code of its own, named
-  as the checkpoint (not the model), unless that code is trusted.
+  as the checkpoint (not the model), unless that code is trusted;
+- :func:`torch_shapes`: a torch checkpoint's (``pytorch_model.bin``, ``.pt``) tensors' names and shapes, from
+  its pickle alone; :func:`refuse_unfitting`: a checkpoint whose tensors are of other shapes than the model's.
 
-What cannot be read cheaply is checked when the checkpoint is read: a weights file in another form
-than safetensors (``pytorch_model.bin``, ``.pt``) is loaded whole, and only then are its tensors known.
+What cannot be read cheaply is checked when the checkpoint is read: a torch file in the legacy form (before
+torch 1.6) stores its tensors' bytes within its pickle, and is loaded whole before its tensors are known.
 """
 
 from __future__ import annotations
@@ -26,16 +28,21 @@ from ..feature_files import safetensors_header
 from ..files import read_json
 from ..hub import is_offline
 from ..models import resolve
+from ..models.checkpoints import first_misfit, state_shapes
 from ..models.hf_config import config_difference, repository_code
 from ..models.shards import hub_download
 from ..request import ModelRequest
 
 __all__ = [
     "DTYPE_BITS",
+    "form_of",
     "header_shapes",
     "model_config",
     "refuse_checkpoint_code",
+    "refuse_unfitting",
     "refuse_unlike_model",
+    "torch_shapes",
+    "weights_shapes",
 ]
 
 #: The width in bits of each dtype a safetensors header may name (as the safetensors format lists them).
@@ -101,6 +108,52 @@ def header_shapes(name: str, path: str) -> dict[str, tuple[int, ...]]:
             )
         shapes[key] = tuple(shape)
     return shapes
+
+
+def torch_shapes(name: str, path: str) -> dict[str, tuple[int, ...]] | None:
+    """The names and shapes of the tensors of the torch checkpoint file ``path`` (``.bin``, ``.pt``) of the
+    checkpoint ``name``, read without their data (``models.checkpoints.state_shapes``: its pickle alone, with
+    ``weights_only``); None for a file in torch's legacy form, whose shapes are known only when it is loaded.
+
+    Raises:
+        InputError: when the file cannot be read as a torch checkpoint, or holds no state dict of tensors.
+    """
+    try:
+        return state_shapes(path)
+    except ModelError as exc:
+        raise InputError(Param("checkpoints") + f" {name}: {one_line(exc, 240)}") from None
+
+
+def form_of(path: str) -> str:
+    """The form a weights file stores its tensors in: ``safetensors``, else ``torch`` (a pickle)."""
+    return "safetensors" if path.lower().endswith(".safetensors") else "torch"
+
+
+def weights_shapes(name: str, path: str) -> dict[str, tuple[int, ...]] | None:
+    """The names and shapes of the tensors of the weights file ``path`` of the checkpoint ``name``, read without
+    their data: :func:`header_shapes` or :func:`torch_shapes` by its form (None: a torch file in the legacy form).
+
+    Raises:
+        InputError: when the file cannot be read in its form.
+    """
+    return header_shapes(name, path) if form_of(path) == "safetensors" else torch_shapes(name, path)
+
+
+def refuse_unfitting(name: str, shapes: dict[str, tuple[int, ...]], model: str, expected) -> None:
+    """Refuse the checkpoint ``name`` holding a tensor of another shape than the model ``model`` has for it
+    (``expected``: ``models.hf_weights.config_shapes`` of the model's config, or None: nothing to hold it
+    against): a weights file carries no config, so its shapes are what says it is of another width.
+
+    Raises:
+        InputError: naming the first such tensor.
+    """
+    misfit = first_misfit(shapes, *expected) if expected is not None else None
+    if misfit is not None:
+        key, have, want = misfit
+        raise InputError(
+            Param("checkpoints") + f" {name} does not fit the model {model}: its tensor {key} has shape {have}, the "
+            f"model's {want}; a series audits every checkpoint in the model's architecture"
+        )
 
 
 def _base(path: str) -> str:

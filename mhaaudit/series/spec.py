@@ -20,7 +20,8 @@ the same step), a checkpoint that is missing or unreadable (a safetensors header
 its tensors: :func:`.fit.header_shapes`), two checkpoints that name the same file
 (compared by device and inode, so a link or another spelling of a path is found), a checkpoint of
 another family, width or architecture than the first (its ``config.json``, and the names and
-shapes of its safetensors tensors), or one whose tokenizer or image preprocessing files differ
+shapes of its tensors, read without their data), one holding a tensor of another shape than the model's
+(a weights file carries no config), or one whose tokenizer or image preprocessing files differ
 from the first's (the data a single run of it would read would differ); a hub revision that does
 not exist (or, offline, is not in the local cache), or is named twice.
 """
@@ -40,10 +41,11 @@ from ..files import read_json, regular_file, same_place
 from ..hub import is_offline
 from ..models.checkpoints import CHECKPOINT_FILES
 from ..models.hf_config import VOLATILE_CONFIG, WIDTH_KEYS, canonical, short
-from ..models.shards import INDEX_FILE, INDEX_FILES, check_links_inside, check_local_indexes, hub_download, read_index
+from ..models.hf_weights import config_shapes
+from ..models.shards import INDEX_FILES, check_links_inside, check_local_indexes, hub_download, read_index
 from ..request import ModelRequest
 from ..runtime import MAX_INT64
-from .fit import header_shapes, model_config, refuse_checkpoint_code, refuse_unlike_model
+from .fit import form_of, model_config, refuse_checkpoint_code, refuse_unfitting, refuse_unlike_model, weights_shapes
 from .hub import check_cached_weights, hub_repo
 
 __all__ = [
@@ -280,13 +282,15 @@ def _glob_matches(pattern: str, outputs: Sequence = ()) -> list[tuple[str, int |
 @dataclass(frozen=True)
 class _Contents:
     """What a local checkpoint holds, read cheaply before any work: its weight files (path and
-    ``(device, inode)``), its config (less the keys every save rewrites), the names and shapes of
-    its safetensors tensors (None when it has none in that form), and the digests of its data files."""
+    ``(device, inode)``), its config (less the keys every save rewrites), the names and shapes of its
+    tensors (None when they cannot be had without reading their data: :func:`.fit.weights_shapes`), the
+    digests of its data files, and the form its tensors are stored in (``safetensors`` or ``torch``)."""
 
     files: tuple[tuple[str, tuple[int, int]], ...]
     config: dict | None
     shapes: dict[str, tuple[int, ...]] | None
     data_files: dict[str, str]
+    form: str | None = None
 
 
 def _check_local(refs: list[CheckpointRef], base: ModelRequest) -> None:
@@ -300,16 +304,18 @@ def _check_local(refs: list[CheckpointRef], base: ModelRequest) -> None:
     """
     seen: dict[tuple[int, int], tuple[str, str]] = {}
     first: tuple[CheckpointRef, _Contents] | None = None
-    model: list[dict | None] = []  # the model's config, read once (when a checkpoint has a config to compare)
+    model: list = []  # the model's config and tensor shapes, had once (when a checkpoint has either to compare)
     for ref in refs:
         contents = _contents(ref)  # first: its config is read as a JSON object (or refused) before auto_map is
         if ref.path is not None and os.path.isdir(ref.path):
             refuse_checkpoint_code(ref.name, ref.path, bool(base.trust_remote_code))
-        if contents.config is not None:
-            if not model:
-                model.append(model_config(base, VOLATILE_CONFIG))
-            if model[0] is not None:
-                refuse_unlike_model(ref.name, contents.config, base.model, model[0])
+        if (contents.config is not None or contents.shapes is not None) and not model:
+            config = model_config(base, VOLATILE_CONFIG)
+            model += [config, config_shapes(config, bool(base.trust_remote_code)) if config is not None else None]
+        if contents.config is not None and model[0] is not None:
+            refuse_unlike_model(ref.name, contents.config, base.model, model[0])
+        if contents.shapes is not None:  # a weights file has no config: its shapes say what width it is
+            refuse_unfitting(ref.name, contents.shapes, base.model, model[1])
         for path, inode in contents.files:
             if inode in seen:
                 other, other_path = seen[inode]
@@ -370,10 +376,10 @@ def _folder_contents(ref: CheckpointRef, folder: str) -> _Contents:
             )
         for f in files:
             _readable(ref, f)
-        if index.endswith(INDEX_FILE):
-            shapes = {}
-            for f in files:
-                shapes.update(header_shapes(ref.name, f))
+        shapes = {}
+        for f in files:
+            more = weights_shapes(ref.name, f)
+            shapes = None if more is None or shapes is None else shapes | more
     else:
         found = next(
             (os.path.join(folder, fn) for fn in CHECKPOINT_FILES if os.path.isfile(os.path.join(folder, fn))), None
@@ -385,17 +391,18 @@ def _folder_contents(ref: CheckpointRef, folder: str) -> _Contents:
             )
         files = [found]
         _readable(ref, found)
-        shapes = header_shapes(ref.name, found) if found.endswith(".safetensors") else None
+        shapes = weights_shapes(ref.name, found)
     return _Contents(
         tuple((f, _inode(f)) for f in files),
         _config(ref, os.path.join(folder, "config.json")),
         shapes,
         data_files(folder),
+        form_of(files[0]),
     )
 
 
 def _file_contents(ref: CheckpointRef, path: str) -> _Contents:
-    """A weights file's own inode and, for safetensors, its tensors' names and shapes.
+    """A weights file's own inode and its tensors' names and shapes (:func:`.fit.weights_shapes`).
 
     Raises:
         InputError: when the file cannot be read, or is not a weights file.
@@ -406,8 +413,7 @@ def _file_contents(ref: CheckpointRef, path: str) -> _Contents:
             f"({', '.join(_WEIGHT_SUFFIXES)})"
         )
     _readable(ref, path)
-    shapes = header_shapes(ref.name, path) if path.lower().endswith(".safetensors") else None
-    return _Contents(((os.path.realpath(path), _inode(path)),), None, shapes, {})
+    return _Contents(((os.path.realpath(path), _inode(path)),), None, weights_shapes(ref.name, path), {}, form_of(path))
 
 
 def _readable(ref: CheckpointRef, path: str) -> None:
@@ -488,7 +494,8 @@ def _same_kind(ref: CheckpointRef, got: _Contents, first: CheckpointRef, want: _
                 "one model"
             )
     if got.shapes is not None and want.shapes is not None and got.shapes != want.shapes:
-        odd = sorted(set(got.shapes) ^ set(want.shapes))
+        # one model's tensors saved in two forms may differ in which they hold (a save in safetensors drops tied ones)
+        odd = sorted(set(got.shapes) ^ set(want.shapes)) if got.form == want.form else []
         if odd:
             where = "holds" if odd[0] in got.shapes else "lacks"
             raise InputError(
@@ -496,11 +503,12 @@ def _same_kind(ref: CheckpointRef, got: _Contents, first: CheckpointRef, want: _
                 + f" {ref.name} is of another architecture than the first checkpoint {first.name}: "
                 f"it {where} the tensor {odd[0]}; a series audits the checkpoints of one model"
             )
-        name = next(k for k in sorted(got.shapes) if got.shapes[k] != want.shapes[k])
-        raise InputError(
-            Param("checkpoints") + f" {ref.name} is of another width or architecture than the first checkpoint "
-            f"{first.name}: its tensor {name} has shape {got.shapes[name]}, the first's {want.shapes[name]}"
-        )
+        name = next((k for k in sorted(got.shapes) if want.shapes.get(k, got.shapes[k]) != got.shapes[k]), None)
+        if name is not None:
+            raise InputError(
+                Param("checkpoints") + f" {ref.name} is of another width or architecture than the first checkpoint "
+                f"{first.name}: its tensor {name} has shape {got.shapes[name]}, the first's {want.shapes[name]}"
+            )
     if got.data_files != want.data_files:
         fn = sorted(
             k for k in set(got.data_files) | set(want.data_files) if got.data_files.get(k) != want.data_files.get(k)
