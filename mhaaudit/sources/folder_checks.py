@@ -1,7 +1,8 @@
 """The checks of a local dataset folder before the ``datasets`` library reads it (:func:`check_dataset_folder`): its
 data files lie inside it, and what the library holds at once of each data file of the split read fits the memory
 available: a parquet file's row groups, sized from its footer, and a JSON, text or CSV file's longest line
-(paragraph, batch of rows, or the whole file where the library reads one whole), scanned once, decompressed.
+(paragraph, batch of rows, or the whole file where the library reads one whole, as every XML file), scanned once,
+decompressed.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import os
 import zipfile
 from collections import deque
 from collections.abc import Generator
+from dataclasses import dataclass
 from typing import Any
 
 from .. import files as file_checks
@@ -100,12 +102,12 @@ _HELD_COPIES = 4
 
 
 def _size_lines(folder: str, builder, split: str) -> None:
-    """Check that what the ``datasets`` library holds at once of each JSON, text or CSV data file a local dataset
+    """Check that what the ``datasets`` library holds at once of each JSON, text, CSV or XML data file a local dataset
     folder's metadata names for ``split`` fits a quarter of the memory available. The library reads such a file a
     batch at a time (``chunksize`` bytes, then the rest of the line; ``chunksize`` rows of a CSV file) and so holds
     one line whole, however long (text ``sample_by: paragraph``: one paragraph, lines up to a blank one), and a whole
     file where it reads one whole (a JSON file that starts with ``[`` or a ``field`` of it, text
-    ``sample_by: document``); it decompresses a ``.gz``, ``.bz2``, ``.xz``, ``.zst``, ``.lz4`` or
+    ``sample_by: document``, every XML file); it decompresses a ``.gz``, ``.bz2``, ``.xz``, ``.zst``, ``.lz4`` or
     ``.zip`` file as it streams, so a few KB can hold a line of gigabytes. A compressed file, or a plain one larger
     than that share, is scanned once, decompressed :data:`_SCAN_CHUNK` bytes at a time and never held, until what
     the library would hold is found to exceed the share. A large file of short lines is read as before.
@@ -114,60 +116,98 @@ def _size_lines(folder: str, builder, split: str) -> None:
         DataError: naming the file, what the library would hold (at least) and the limit; or when a compressed file
             cannot be decompressed.
     """
-    from datasets.packaged_modules.csv.csv import Csv
-    from datasets.packaged_modules.json.json import Json
-    from datasets.packaged_modules.text.text import Text
-
-    if not isinstance(builder, (Json, Text, Csv)):
+    reading = _text_reading(builder)
+    if reading is None:
         return
-    config = builder.config
-    whole = (isinstance(builder, Json) and config.field is not None) or (
-        isinstance(builder, Text) and config.sample_by == "document"
-    )
-    paragraphs = isinstance(builder, Text) and config.sample_by == "paragraph"
-    rows = int(config.chunksize) if isinstance(builder, Csv) else 1
-    # a CSV row's quoted field may hold newlines (QUOTE_NONE, 3: quotes are plain characters)
-    quote = str(config.quotechar or "").encode() if isinstance(builder, Csv) and config.quoting != 3 else b""
-    batch = 0 if isinstance(builder, Csv) else max(0, int(config.chunksize))
-    # what the library's message says it holds whole
-    unit = f"{rows} rows at once" if rows > 1 else "a row whole" if quote else ""
-    unit = unit or ("a paragraph whole" if paragraphs else "a line whole")
     memory = file_checks.memory_limit()
-    limit = memory // _HELD_COPIES
     for name, label in _split_files(folder, builder, split):
         try:
             protocol = _extraction_protocol(name)
         except Exception as exc:  # noqa: BLE001 - an archive the library cannot read either (rar)
             raise DataError(label + f": cannot read it ({one_line(exc, 160)})") from None
-        if protocol is None and os.path.getsize(name) + batch <= limit:
+        if protocol is None and os.path.getsize(name) + reading.batch <= memory // _HELD_COPIES:
             continue  # a plain file: the library never holds more than the file
         for member, stream in _decompressed(name, protocol, label):
-            what = label + (f" (its member {member})" if member else "")
-            try:
-                with stream:
-                    held, words, read_whole = _most_held(
-                        stream,
-                        rows,
-                        whole,
-                        limit,
-                        batch,
-                        paragraphs,
-                        quote,
-                        isinstance(builder, Json),
-                        universal=isinstance(builder, Text),
-                    )
-            except (OSError, EOFError, ValueError) as exc:  # a corrupt stream: the library would fail on it too
-                raise DataError(what + f": cannot decompress it ({one_line(exc, 160)})") from None
-            if held > limit:
-                how = f", decompressed ({protocol})," if protocol else ""
-                raise DataError(
-                    what
-                    + f": reading it{how} holds at least {size_words(held)} at once ({words} "
-                    + ("decompressed" if protocol else "read")
-                    + ("" if read_whole or not batch else f", after a batch of {size_words(batch)}")
-                    + f"), more than the {size_words(limit)} allowed (a quarter of the {size_words(memory)} "
-                    "available); the datasets library reads " + (read_whole or unit)
-                )
+            _size_stream(stream, label + (f" (its member {member})" if member else ""), reading, protocol, memory)
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """How a ``datasets`` reader reads a text file, as far as what it holds at once goes (:func:`_most_held`'s
+    arguments)."""
+
+    rows: int = 1
+    whole: bool = False
+    batch: int = 0
+    paragraphs: bool = False
+    quote: bytes = b""
+    json_batches: bool = False
+    universal: bool = False
+
+    @property
+    def unit(self) -> str:
+        """What the library's message says it holds whole, where it holds a part of the file."""
+        if self.rows > 1:
+            return f"{self.rows} rows at once"
+        return "a row whole" if self.quote else "a paragraph whole" if self.paragraphs else "a line whole"
+
+
+def _text_reading(builder) -> _Reading | None:
+    """How the JSON, text, CSV or XML reader ``builder`` reads its data files (None: another reader)."""
+    from datasets.packaged_modules.csv.csv import Csv
+    from datasets.packaged_modules.json.json import Json
+    from datasets.packaged_modules.text.text import Text
+
+    try:
+        from datasets.packaged_modules.xml.xml import Xml
+    except ImportError:  # a datasets version without an XML reader
+        Xml = None
+    if Xml is not None and isinstance(builder, Xml):
+        return _Reading(whole=True, universal=True)  # read whole, in text mode (universal newlines)
+    if not isinstance(builder, (Json, Text, Csv)):
+        return None
+    config = builder.config
+    csv = isinstance(builder, Csv)
+    return _Reading(
+        rows=int(config.chunksize) if csv else 1,
+        whole=(isinstance(builder, Json) and config.field is not None)
+        or (isinstance(builder, Text) and config.sample_by == "document"),
+        batch=0 if csv else max(0, int(config.chunksize)),
+        paragraphs=isinstance(builder, Text) and config.sample_by == "paragraph",
+        # a CSV row's quoted field may hold newlines (QUOTE_NONE, 3: quotes are plain characters)
+        quote=str(config.quotechar or "").encode() if csv and config.quoting != 3 else b"",
+        json_batches=isinstance(builder, Json),
+        universal=isinstance(builder, Text),
+    )
+
+
+def _size_stream(stream, what: str, reading: _Reading, protocol: str | None, memory: int) -> None:
+    """Check that what the library holds at once of the (decompressed) ``stream`` read as ``reading`` says fits a
+    quarter of ``memory``; ``what`` names it, ``protocol`` its compression (None: plain).
+
+    Raises:
+        DataError: naming it, what the library would hold (at least) and the limit; or when it cannot be
+            decompressed.
+    """
+    limit = memory // _HELD_COPIES
+    r = reading
+    try:
+        with stream:
+            held, words, read_whole = _most_held(
+                stream, r.rows, r.whole, limit, r.batch, r.paragraphs, r.quote, r.json_batches, r.universal
+            )
+    except (OSError, EOFError, ValueError) as exc:  # a corrupt stream: the library would fail on it too
+        raise DataError(what + f": cannot decompress it ({one_line(exc, 160)})") from None
+    if held > limit:
+        how = f", decompressed ({protocol})," if protocol else ""
+        raise DataError(
+            what
+            + f": reading it{how} holds at least {size_words(held)} at once ({words} "
+            + ("decompressed" if protocol else "read")
+            + ("" if read_whole or not r.batch else f", after a batch of {size_words(r.batch)}")
+            + f"), more than the {size_words(limit)} allowed (a quarter of the {size_words(memory)} "
+            "available); the datasets library reads " + (read_whole or r.unit)
+        )
 
 
 #: Compressed files by suffix, where the ``datasets`` library in use keeps its own rule elsewhere.
