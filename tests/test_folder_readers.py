@@ -7,6 +7,8 @@ refusal is one line and exit 2, before the library reads a byte of the data."""
 from __future__ import annotations
 
 import gzip
+import io
+import json
 import zipfile
 
 import pytest
@@ -76,3 +78,101 @@ def test_an_xml_data_file_is_sized_whole(small_memory, unread, capsys, bert_dir,
 
     builder = datasets.load_dataset_builder(str(ok))
     folder_checks.check_dataset_folder(str(ok), builder, "train")  # within the limit: no refusal
+
+
+def _png() -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8), (1, 2, 3)).save(out, "PNG")
+    return out.getvalue()
+
+
+def _memory(monkeypatch, nbytes: int) -> None:
+    from mhaaudit import files
+
+    monkeypatch.setattr(files, "memory_limit", lambda: nbytes)
+
+
+def test_an_image_folders_metadata_jsonl_is_sized_by_its_longest_line(monkeypatch, unread, capsys, vit_dir, tmp_path):
+    """The image folder reader reads ``metadata.jsonl`` 10 MB at a time and the rest of the line: one of 3 MB in one
+    line is refused before it is read (12 MB allowed: a batch and that line pass it), naming the file and the line;
+    so is one of 60 MB in one line inside a zip archive of the folder (a few KB deflated: the archive's files are read
+    decompressed). The same records one a line pass."""
+    from mhaaudit.errors import DataError
+    from mhaaudit.sources import image_source
+
+    _memory(monkeypatch, 48_000_000)
+    folder = tmp_path / "long"
+    folder.mkdir()
+    (folder / "x.png").write_bytes(_png())
+    (folder / "metadata.jsonl").write_text(json.dumps({"file_name": "x.png", "note": "z" * 3_000_000}) + "\n")
+    rc, out, err = run(capsys, "check", vit_dir, "--data", f"hf:{folder}", "--limit", "20", "--samples", "20")
+    line = assert_one_error(rc, err, f"its data file {folder / 'metadata.jsonl'} (split train): reading it holds at")
+    assert (
+        "(its longest line, at least 2.1 MB: the scan stopped after 2.1 MB read, after a batch of 10.5 MB), more "
+        "than the 12.0 MB allowed" in line
+    )
+    assert line.endswith("the datasets library reads a line whole") and out == ""
+    short = tmp_path / "short"
+    short.mkdir()
+    (short / "x.png").write_bytes(_png())
+    record = json.dumps({"file_name": "x.png", "note": "z" * 100}) + "\n"
+    (short / "metadata.jsonl").write_text(record * 30_000)  # 3.5 MB: larger than the plain file's shortcut
+    from mhaaudit.sources import folder_checks
+
+    folder_checks.check_dataset_folder(str(short), datasets.load_dataset_builder(str(short)), "train")
+    _memory(monkeypatch, 200_000_000)
+    zipped = tmp_path / "zipped"
+    zipped.mkdir()
+    with zipfile.ZipFile(zipped / "train.zip", "w", zipfile.ZIP_DEFLATED) as z:
+        for i in range(3):  # more images than metadata: the folder is an image folder
+            z.writestr(f"x{i}.png", _png())
+        z.writestr("metadata.jsonl", json.dumps({"file_name": "x0.png", "note": "z" * 60_000_000}) + "\n")
+    assert (zipped / "train.zip").stat().st_size < 200_000
+    assert isinstance(datasets.load_dataset_builder(str(zipped)), datasets.packaged_modules.imagefolder.ImageFolder)
+    with pytest.raises(DataError, match=r"train\.zip \(split train\) \(its member 'metadata\.jsonl'\): reading it, "
+                       r"decompressed \(zip\), holds at least 5\d\.\d MB at once \(its longest line"):  # fmt: skip
+        image_source(f"hf:{zipped}")
+
+
+def test_an_image_folders_metadata_csv_is_sized_by_its_rows(small_memory, unread, capsys, tmp_path):
+    """The image folder reader reads ``metadata.csv`` with pandas 10000 rows at a time, a quoted field's newlines
+    inside its row: one row of 3 MB of short lines in quotes is refused before it is read (2 MB allowed); the
+    metadata of another split is sized too (the library reads the first rows of each to find the features), and so
+    is a ``metadata.parquet`` of another split, row group by row group. Short rows pass."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mhaaudit.errors import DataError
+    from mhaaudit.sources import folder_checks, image_source
+
+    def folder(name: str, note: str, split: str = "train"):
+        (tmp_path / name / split).mkdir(parents=True)
+        (tmp_path / name / split / "x.png").write_bytes(_png())
+        (tmp_path / name / split / "metadata.csv").write_text(f'file_name,note\nx.png,"{note}"\n')
+        return tmp_path / name
+
+    rows = folder("rows", ("z" * 59 + "\n") * 50_000)
+    assert isinstance(datasets.load_dataset_builder(str(rows)), datasets.packaged_modules.imagefolder.ImageFolder)
+    with pytest.raises(DataError, match=r"metadata\.csv \(split train\): reading it holds at least 2\.\d MB at once "
+                       r"\(its most bytes in 10000 consecutive rows, .* reads 10000 rows at once$"):  # fmt: skip
+        image_source(f"hf:{rows}")
+    other = folder("other", "short")
+    (other / "test").mkdir()
+    (other / "test" / "x.png").write_bytes(_png())
+    (other / "test" / "metadata.csv").write_text('file_name,note\nx.png,"' + "z" * 3_000_000 + '"\n')
+    with pytest.raises(DataError, match=r"metadata\.csv \(split test\): reading it holds at least 2\.\d MB"):
+        image_source(f"hf:{other}")
+    ok = folder("ok", "short")
+    folder_checks.check_dataset_folder(str(ok), datasets.load_dataset_builder(str(ok)), "train")
+    parquet = tmp_path / "parquet"
+    for split in ("train", "test"):
+        (parquet / split).mkdir(parents=True)
+        (parquet / split / "x.png").write_bytes(_png())
+    pq.write_table(pa.table({"file_name": ["x.png"], "note": ["short"]}), parquet / "train" / "metadata.parquet")
+    pq.write_table(
+        pa.table({"file_name": ["x.png"] * 3, "note": ["z" * 2_000_000] * 3}), parquet / "test" / "metadata.parquet"
+    )
+    with pytest.raises(DataError, match=r"test/metadata\.parquet \(split test\): reading it a row group at a time"):
+        image_source(f"hf:{parquet}")

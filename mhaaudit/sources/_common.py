@@ -190,8 +190,8 @@ def open_hf_dataset(data: str, *, split: str, config: str | None = None, what: s
             for any other reason (the ``datasets`` package missing included); for a local folder, when it holds a
             link leading out of it or a named pipe or device, or its metadata names data files outside it, or a row
             group of a parquet data file would not fit the memory available, or a line (a whole file, where the
-            library reads it whole) of a JSON, text, CSV or XML data file, once decompressed, would not fit a
-            quarter of it.
+            library reads it whole) of a JSON, text, CSV or XML data file, or of an image folder's metadata file,
+            once decompressed, would not fit a quarter of it.
         MhaauditError: an mhaaudit error of the checks of a local folder, re-raised as it is.
     """
     local = is_local(data)

@@ -2,7 +2,7 @@
 data files lie inside it, and what the library holds at once of each data file of the split read fits the memory
 available: a parquet file's row groups, sized from its footer, and a JSON, text or CSV file's longest line
 (paragraph, batch of rows, or the whole file where the library reads one whole, as every XML file), scanned once,
-decompressed.
+decompressed; an image (audio, video...) folder's metadata files, of every split, alike.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ __all__ = ["check_dataset_folder", "data_suffix"]
 
 def check_dataset_folder(folder: str, builder, split: str) -> None:
     """Check the local dataset folder ``folder`` whose ``datasets`` builder is ``builder`` before ``split`` is read:
-    :func:`_confine_data_files`, :func:`_size_row_groups`, :func:`_size_lines`.
+    :func:`_confine_data_files`, :func:`_size_row_groups`, :func:`_size_lines`, :func:`_size_metadata`.
 
     Raises:
         DataError: when a data file lies outside the folder or is not a regular file, or what the library would
@@ -32,6 +32,7 @@ def check_dataset_folder(folder: str, builder, split: str) -> None:
     _confine_data_files(folder, builder)
     _size_row_groups(folder, builder, split)
     _size_lines(folder, builder, split)
+    _size_metadata(folder, builder, split)
 
 
 def _confine_data_files(folder: str, builder) -> None:
@@ -65,6 +66,10 @@ def _split_files(folder: str, builder, split: str) -> Generator[tuple[str, str],
             yield str(name), f"dataset folder {folder}: its data file {name} (split {split})"
 
 
+#: Why a parquet file's row group is sized twice, in its refusal.
+_PARQUET_HINT = "the datasets library decodes a row group whole, and holds one while it decodes the next"
+
+
 def _size_row_groups(folder: str, builder, split: str) -> None:
     """Check that each row group of each parquet file a local dataset folder's metadata names for ``split`` (its
     data files for the parquet reader; a ``metadata.parquet`` for an image or audio folder) fits the memory
@@ -90,7 +95,7 @@ def _size_row_groups(folder: str, builder, split: str) -> None:
                 columns,
                 factor=2,
                 largest_group=True,
-                hint="the datasets library decodes a row group whole, and holds one while it decodes the next",
+                hint=_PARQUET_HINT,
             )
 
 
@@ -208,6 +213,74 @@ def _size_stream(stream, what: str, reading: _Reading, protocol: str | None, mem
             + f"), more than the {size_words(limit)} allowed (a quarter of the {size_words(memory)} "
             "available); the datasets library reads " + (read_whole or r.unit)
         )
+
+
+#: How an image (audio, video...) folder's reader reads its metadata files, by suffix: a JSON lines file 10 MB at a
+#: time, then the rest of the line, never decompressed; a CSV file 10000 rows at a time (pandas: ``"`` quotes).
+#: Any other metadata file is read as parquet.
+_METADATA_READING = {
+    ".jsonl": _Reading(batch=10 << 20),
+    ".csv": _Reading(rows=10_000, quote=b'"'),
+}
+
+
+def _size_metadata(folder: str, builder, split: str) -> None:
+    """Check that what the ``datasets`` library holds at once of each metadata file of a local image (audio, video,
+    ...) folder fits the memory available: ``metadata.jsonl`` and ``metadata.csv`` as :func:`_size_lines` sizes a JSON
+    and a CSV data file (:data:`_METADATA_READING`), another metadata file as :func:`_size_row_groups` sizes a parquet
+    one, and the metadata files inside each ``.zip`` archive of the folder, decompressed. The library reads the first
+    batch of every split's metadata to find the features, so every split's metadata files are sized, whole.
+
+    Raises:
+        DataError: naming the metadata file (and its archive), what the library would hold (at least) and the limit;
+            or when an archive or a compressed member cannot be read.
+    """
+    from datasets.packaged_modules.folder_based_builder.folder_based_builder import FolderBasedBuilder
+
+    if not isinstance(builder, FolderBasedBuilder) or builder.config.drop_metadata:
+        return  # not a folder reader, or one told to read no metadata
+    names = set(builder.config.metadata_filenames or builder.METADATA_FILENAMES)
+    kinds = {e.lower() for e in builder.EXTENSIONS}
+    memory = file_checks.memory_limit()
+    for named, paths in (getattr(builder.config, "data_files", None) or {}).items():
+        for path in map(str, paths):
+            label = f"dataset folder {folder}: its data file {path} (split {named})"
+            stem, suffix = os.path.splitext(path)
+            if suffix.lower() in kinds or os.path.splitext(stem)[1].lower() in kinds:
+                continue  # an image (audio...) file, even one named as metadata
+            if os.path.basename(path) in names:
+                reading = _METADATA_READING.get(suffix.lower())
+                if reading is not None:
+                    if os.path.getsize(path) + reading.batch > memory // _HELD_COPIES:  # plain: it holds no more
+                        with open(path, "rb") as stream:
+                            _size_stream(stream, label, reading, None, memory)
+                elif not (str(named) == split and path.lower().endswith(".parquet")):  # else sized already
+                    check_parquet(path, DataError, label, factor=2, largest_group=True, hint=_PARQUET_HINT)
+            elif suffix.lower() == ".zip":
+                _size_archived_metadata(path, label, names, memory)
+
+
+def _size_archived_metadata(path: str, label: str, names: set[str], memory: int) -> None:
+    """:func:`_size_metadata` for the JSON lines and CSV metadata files (basename in ``names``) of the ``.zip``
+    archive ``path``, decompressed; a member's declared size bounds what the library decompresses of it.
+
+    Raises:
+        DataError: naming the archive and its member, what the library would hold (at least) and the limit; or
+            when the archive cannot be read.
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                reading = _METADATA_READING.get(os.path.splitext(info.filename)[1].lower())
+                if info.is_dir() or reading is None or os.path.basename(info.filename) not in names:
+                    continue
+                if info.file_size + reading.batch > memory // _HELD_COPIES:
+                    what = label + f" (its member {info.filename[:200]!r})"
+                    _size_stream(archive.open(info), what, reading, "zip", memory)
+    except DataError:
+        raise
+    except (OSError, EOFError, zipfile.BadZipFile, ValueError) as exc:
+        raise DataError(label + f": cannot read it as a zip archive ({one_line(exc, 160)})") from None
 
 
 #: Compressed files by suffix, where the ``datasets`` library in use keeps its own rule elsewhere.
