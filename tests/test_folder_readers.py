@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import tarfile
 import zipfile
 
 import pytest
@@ -176,3 +177,98 @@ def test_an_image_folders_metadata_csv_is_sized_by_its_rows(small_memory, unread
     )
     with pytest.raises(DataError, match=r"test/metadata\.parquet \(split test\): reading it a row group at a time"):
         image_source(f"hf:{parquet}")
+
+
+def _shard(path, members, mode: str = "w"):
+    """A tar shard at ``path`` holding ``members``: (name, bytes), or (name, TarInfo type, link target)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, mode) as tar:
+        for name, *rest in members:
+            info = tarfile.TarInfo(name)
+            if len(rest) == 1:  # a regular file's bytes
+                info.size = len(rest[0])
+                tar.addfile(info, io.BytesIO(rest[0]))
+            else:
+                info.type, info.linkname = rest
+                tar.addfile(info)
+    return path.parent
+
+
+def test_a_webdataset_example_is_sized_from_the_tar_headers(small_memory, unread, capsys, bert_dir, tmp_path):
+    """The webdataset reader reads a shard member by member, each whole, and holds an example (the members of one
+    key) whole: a member of 3 MB, or two of 1.5 MB of one key, is refused before it is read, naming the shard and
+    the example (2 MB allowed); so is one in a gzip-compressed shard (a few KB), and a ``.gz`` member decompressing to
+    3 MB. Short members of many keys pass."""
+    from mhaaudit.errors import DataError
+    from mhaaudit.sources import folder_checks, text_source
+
+    big = _shard(tmp_path / "big" / "s0.tar", [("k1.txt", b"short"), ("k2.txt", b"z" * 3_000_000)])
+    rc, out, err = run(capsys, "check", bert_dir, "--data", f"hf:{big}", "--text-column", "txt", *ARGS)
+    line = assert_one_error(rc, err, f"dataset folder {big}: its data file {big / 's0.tar'} (split train): its example")
+    assert "its example 'k2' holds at least 3.0 MB at once (its member as the shard's headers declare them" in line
+    assert line.endswith("more than the 2.0 MB allowed (a quarter of the 8.0 MB available); the datasets library "
+                         "reads an example's members whole") and out == ""  # fmt: skip
+    pair = _shard(tmp_path / "pair" / "s0.tar", [("k1.txt", b"z" * 1_500_000), ("k1.json", b"1" * 1_500_000)])
+    with pytest.raises(DataError, match=r"its example 'k1' holds at least 3\.0 MB at once \(its 2 members as"):
+        text_source(f"hf:{pair}")
+    packed = _shard(tmp_path / "gz" / "s0.tar.gz", [("k1.txt", b"short"), ("k2.txt", b"z" * 3_000_000)], "w:gz")
+    assert (packed / "s0.tar.gz").stat().st_size < 20_000
+    with pytest.raises(DataError, match=r"s0\.tar\.gz \(split train\): its example 'k2' holds at least 3\.0 MB"):
+        text_source(f"hf:{packed}")
+    member = _shard(
+        tmp_path / "member" / "s0.tar", [("k1.txt", b"short"), ("k2.txt.gz", gzip.compress(b"z" * 3_000_000))]
+    )
+    with pytest.raises(DataError, match=r"its example 'k2' holds at least 2\.\d MB at once \(its member as"):
+        text_source(f"hf:{member}")
+    ok = _shard(tmp_path / "ok" / "s0.tar", [(f"k{i}.txt", b"z" * 100_000) for i in range(40)])  # 4 MB in all
+    folder_checks.check_dataset_folder(str(ok), datasets.load_dataset_builder(str(ok)), "train")
+    from mhaaudit.sources import shard_checks
+
+    shard_checks.size_shards(str(ok), datasets.load_dataset_builder(str(ok)), "train")
+
+
+def test_a_webdatasets_first_examples_are_sized_together(small_memory, unread, tmp_path):
+    """To find the features the webdataset reader holds the first 5 examples of a shard at once: 5 of 600 KB are
+    refused (2 MB allowed) where 5 of 300 KB pass; the first shard of another split is sized too, over its first
+    examples."""
+    from mhaaudit.errors import DataError
+    from mhaaudit.sources import shard_checks
+
+    five = _shard(tmp_path / "five" / "s0.tar", [(f"k{i}.txt", b"z" * 600_000) for i in range(5)])
+    with pytest.raises(DataError, match=r"s0\.tar \(split train\): its first 4 examples hold at least 2\.4 MB at once "
+                       r".* reads the first 5 examples of a shard at once to find the features$"):  # fmt: skip
+        shard_checks.size_shards(str(five), datasets.load_dataset_builder(str(five)), "train")
+    ok = _shard(tmp_path / "ok" / "train" / "s0.tar", [(f"k{i}.txt", b"z" * 300_000) for i in range(8)]).parent
+    shard_checks.size_shards(str(ok), datasets.load_dataset_builder(str(ok)), "train")
+    _shard(tmp_path / "ok" / "test" / "s0.tar", [(f"k{i}.txt", b"z" * 600_000) for i in range(5)])
+    with pytest.raises(DataError, match=r"test/s0\.tar \(split test\): its first 4 examples hold"):
+        shard_checks.size_shards(str(ok), datasets.load_dataset_builder(str(ok)), "train")
+
+
+def test_a_webdatasets_links_and_odd_names_are_neither_followed_nor_refused(small_memory, tmp_path):
+    """The webdataset reader reads only a shard's regular members (a link or device member is skipped, never followed)
+    and writes no file, so a member's absolute or ``..`` name is only a key: a shard holding a link to
+    ``/etc/passwd``, a hard link, a device, and members named ``/abs/k4.txt`` and ``../up/k5.txt`` is read as the
+    library reads it, its regular members only; a shard that is no tar archive is refused in one line."""
+    from mhaaudit.errors import DataError
+    from mhaaudit.sources import text_source
+
+    odd = _shard(
+        tmp_path / "odd" / "s0.tar",
+        [
+            ("k1.txt", b"first"),
+            ("k2.txt", tarfile.SYMTYPE, "/etc/passwd"),
+            ("k3.txt", tarfile.LNKTYPE, "k1.txt"),
+            ("k6.txt", tarfile.CHRTYPE, ""),
+            ("/abs/k4.txt", b"absolute"),
+            ("../up/k5.txt", b"up"),
+        ],
+    )
+    assert list(text_source(f"hf:{odd}", text_column="txt")) == ["first", "absolute", "up"]
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "s0.tar").write_bytes(b"no tar archive " * 100)
+    with pytest.raises(
+        DataError, match=r"s0\.tar \(split train\): cannot read it as the datasets library's webdataset"
+    ):
+        text_source(f"hf:{bad}")

@@ -23,6 +23,7 @@ from ..runtime import decode_workers_env, derive_seed
 from ..staging import process_scratch_folder
 from ..workers import worker_pool
 from .folder_checks import check_dataset_folder
+from .shard_checks import size_shards
 
 BUILTIN_NAMES = {"builtin", "built-in", "default"}
 HUB_PREFIXES = ("hf:", "hub:")
@@ -191,7 +192,8 @@ def open_hf_dataset(data: str, *, split: str, config: str | None = None, what: s
             link leading out of it or a named pipe or device, or its metadata names data files outside it, or a row
             group of a parquet data file would not fit the memory available, or a line (a whole file, where the
             library reads it whole) of a JSON, text, CSV or XML data file, or of an image folder's metadata file,
-            once decompressed, would not fit a quarter of it.
+            once decompressed, would not fit a quarter of it, nor an example of a webdataset shard, as its tar or zip
+            headers declare it, or its shard cannot be read as a tar or zip archive.
         MhaauditError: an mhaaudit error of the checks of a local folder, re-raised as it is.
     """
     local = is_local(data)
@@ -219,6 +221,7 @@ def open_hf_dataset(data: str, *, split: str, config: str | None = None, what: s
         folder_files(data, DataError, "dataset folder")  # no link leading out of it, no pipe or device in it
         builder = datasets.load_dataset_builder(data, config)
         check_dataset_folder(data, builder, split)
+        size_shards(data, builder, split)
         return builder.as_streaming_dataset(split=split)
     except MhaauditError:
         raise
