@@ -272,3 +272,20 @@ def test_a_webdatasets_links_and_odd_names_are_neither_followed_nor_refused(smal
         DataError, match=r"s0\.tar \(split train\): cannot read it as the datasets library's webdataset"
     ):
         text_source(f"hf:{bad}")
+
+
+def test_an_image_folders_metadata_is_sized_under_a_config_without_metadata_names(monkeypatch, tmp_path):
+    """A ``datasets`` version whose folder config has no ``metadata_filenames`` (nor ``drop_metadata``) option still
+    has its ``metadata.jsonl`` sized, by the reader's own names, not its folder refused for the missing option."""
+    from types import SimpleNamespace
+
+    from mhaaudit.errors import DataError
+    from mhaaudit.sources import folder_checks
+
+    _memory(monkeypatch, 48_000_000)
+    (tmp_path / "x.png").write_bytes(_png())
+    (tmp_path / "metadata.jsonl").write_text(json.dumps({"file_name": "x.png", "note": "z" * 3_000_000}) + "\n")
+    builder = datasets.load_dataset_builder(str(tmp_path))
+    builder.config = SimpleNamespace(data_files=builder.config.data_files)
+    with pytest.raises(DataError, match=r"metadata\.jsonl \(split train\): reading it holds at least 12\.\d MB"):
+        folder_checks.check_dataset_folder(str(tmp_path), builder, "train")

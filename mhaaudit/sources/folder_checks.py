@@ -237,9 +237,13 @@ def _size_metadata(folder: str, builder, split: str) -> None:
     """
     from datasets.packaged_modules.folder_based_builder.folder_based_builder import FolderBasedBuilder
 
-    if not isinstance(builder, FolderBasedBuilder) or builder.config.drop_metadata:
+    if not isinstance(builder, FolderBasedBuilder) or getattr(builder.config, "drop_metadata", None):
         return  # not a folder reader, or one told to read no metadata
-    names = set(builder.config.metadata_filenames or builder.METADATA_FILENAMES)
+    # (older datasets versions: no metadata_filenames option; only metadata.csv and metadata.jsonl)
+    names = set(
+        getattr(builder.config, "metadata_filenames", None)
+        or getattr(builder, "METADATA_FILENAMES", ["metadata.csv", "metadata.jsonl"])
+    )
     kinds = {e.lower() for e in builder.EXTENSIONS}
     memory = file_checks.memory_limit()
     for named, paths in (getattr(builder.config, "data_files", None) or {}).items():
