@@ -33,12 +33,13 @@ No torch here: the command line checks its outputs before the library is importe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from . import hostmem
 from .errors import MhaauditError, one_line
@@ -380,17 +381,18 @@ def dictionary_reader(source, top: str):
 
 
 def parquet_need(
-    path: str | os.PathLike,
+    path: str | os.PathLike | IO[bytes],
     columns: Collection[str] | None = None,
     *,
     python: bool = False,
     limit: int | None = None,
     largest_group: bool = False,
 ) -> tuple[int, str]:
-    """What reading the parquet file ``path`` whole (``pq.read_table``, then ``to_pylist`` with ``python``) takes
-    in memory, and that in words; with ``columns``, only those top-level columns are counted (the others
-    are not read); with ``largest_group``, what its largest row group takes read alone (a reader that reads
-    a row group at a time, as the ``datasets`` library does), the words naming that row group.
+    """What reading the parquet file ``path`` (a name, or a seekable binary file: an archive's member) whole
+    (``pq.read_table``, then ``to_pylist`` with ``python``) takes in memory, and that in words; with ``columns``,
+    only those top-level columns are counted (the others are not read); with ``largest_group``, what its largest
+    row group takes read alone (a reader that reads a row group at a time, as the ``datasets`` library does), the
+    words naming that row group.
 
     Counted from the footer: every value of every column chunk (a run of zeros declares millions of
     values in a few bytes), 8 bytes of offsets per text or binary value and per list, and at least each
@@ -407,7 +409,7 @@ def parquet_need(
     """
     import pyarrow.parquet as pq
 
-    with arrow_source(path) as source:
+    with contextlib.nullcontext(path) if hasattr(path, "read") else arrow_source(path) as source:
         parquet = pq.ParquetFile(source)
         meta, arrow = parquet.metadata, parquet.schema_arrow
         owners = _column_owners(arrow)

@@ -289,3 +289,34 @@ def test_an_image_folders_metadata_is_sized_under_a_config_without_metadata_name
     builder.config = SimpleNamespace(data_files=builder.config.data_files)
     with pytest.raises(DataError, match=r"metadata\.jsonl \(split train\): reading it holds at least 12\.\d MB"):
         folder_checks.check_dataset_folder(str(tmp_path), builder, "train")
+
+
+def test_an_image_folders_metadata_parquet_in_an_archive_is_sized_by_its_row_groups(small_memory, unread, tmp_path):
+    """The image folder reader reads a ``metadata.parquet`` inside a zip archive of the folder a row group at a time,
+    as one outside: a row group of 3 values of 2 MB (dictionary-encoded: one entry, decoded once a row) is refused
+    before it is read, naming the archive, its member and the row group (twice it must fit 8 MB); a small one
+    passes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mhaaudit.errors import DataError
+    from mhaaudit.sources import folder_checks, image_source
+
+    def folder(name: str, notes: list[str]):
+        table = io.BytesIO()
+        pq.write_table(pa.table({"file_name": ["x0.png"] * len(notes), "note": notes}), table)
+        (tmp_path / name).mkdir()
+        with zipfile.ZipFile(tmp_path / name / "train.zip", "w", zipfile.ZIP_DEFLATED) as z:
+            for i in range(3):
+                z.writestr(f"x{i}.png", _png())
+            z.writestr("metadata.parquet", table.getvalue())
+        builder = datasets.load_dataset_builder(str(tmp_path / name))
+        assert isinstance(builder, datasets.packaged_modules.imagefolder.ImageFolder)
+        return tmp_path / name, builder
+
+    big, _ = folder("big", ["z" * 2_000_000] * 3)
+    words = r"\(its member 'metadata\.parquet'\): reading it a row group at a time needs at least .* \(its row group 0 "
+    with pytest.raises(DataError, match=r"train\.zip \(split train\) " + words + r"\(of 1\) declares 3 rows"):
+        image_source(f"hf:{big}")
+    ok, builder = folder("ok", ["short"] * 3)
+    folder_checks.check_dataset_folder(str(ok), builder, "train")

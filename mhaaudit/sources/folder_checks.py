@@ -265,8 +265,9 @@ def _size_metadata(folder: str, builder, split: str) -> None:
 
 
 def _size_archived_metadata(path: str, label: str, names: set[str], memory: int) -> None:
-    """:func:`_size_metadata` for the JSON lines and CSV metadata files (basename in ``names``) of the ``.zip``
-    archive ``path``, decompressed; a member's declared size bounds what the library decompresses of it.
+    """:func:`_size_metadata` for the metadata files (basename in ``names``) of the ``.zip`` archive ``path``,
+    decompressed (a member's declared size bounds what the library decompresses of it), a parquet one by its row
+    groups (:func:`_size_archived_parquet`).
 
     Raises:
         DataError: naming the archive and its member, what the library would hold (at least) and the limit; or
@@ -275,16 +276,37 @@ def _size_archived_metadata(path: str, label: str, names: set[str], memory: int)
     try:
         with zipfile.ZipFile(path) as archive:
             for info in archive.infolist():
-                reading = _METADATA_READING.get(os.path.splitext(info.filename)[1].lower())
-                if info.is_dir() or reading is None or os.path.basename(info.filename) not in names:
+                if info.is_dir() or os.path.basename(info.filename) not in names:
                     continue
-                if info.file_size + reading.batch > memory // _HELD_COPIES:
-                    what = label + f" (its member {info.filename[:200]!r})"
+                what = label + f" (its member {info.filename[:200]!r})"
+                reading = _METADATA_READING.get(os.path.splitext(info.filename)[1].lower())
+                if reading is None:  # read as parquet, a row group at a time
+                    with archive.open(info) as member:
+                        _size_archived_parquet(member, what, memory)
+                elif info.file_size + reading.batch > memory // _HELD_COPIES:
                     _size_stream(archive.open(info), what, reading, "zip", memory)
     except DataError:
         raise
     except (OSError, EOFError, zipfile.BadZipFile, ValueError) as exc:
         raise DataError(label + f": cannot read it as a zip archive ({one_line(exc, 160)})") from None
+
+
+def _size_archived_parquet(member, what: str, memory: int) -> None:
+    """:func:`_size_row_groups` for a parquet metadata file read from an archive (``member``, seekable): twice what
+    its largest row group takes must fit ``memory``.
+
+    Raises:
+        DataError: naming it (``what``), its row group and what it takes; or when it cannot be read as parquet.
+    """
+    try:
+        need, words = file_checks.parquet_need(member, limit=memory // 2, largest_group=True)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises many types; all mean an unreadable file here
+        raise DataError(what + f": cannot read it as a parquet file ({one_line(exc, 160)})") from None
+    if 2 * need > memory:
+        raise DataError(
+            what + f": reading it a row group at a time needs at least {size_words(2 * need)} in memory ({words}), "
+            f"more than the {size_words(memory)} available; " + _PARQUET_HINT
+        )
 
 
 #: Compressed files by suffix, where the ``datasets`` library in use keeps its own rule elsewhere.
