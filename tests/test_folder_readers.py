@@ -198,7 +198,7 @@ def test_a_webdataset_example_is_sized_from_the_tar_headers(small_memory, unread
     """The webdataset reader reads a shard member by member, each whole, and holds an example (the members of one
     key) whole: a member of 3 MB, or two of 1.5 MB of one key, is refused before it is read, naming the shard and
     the example (2 MB allowed); so is one in a gzip-compressed shard (a few KB), and a ``.gz`` member decompressing to
-    3 MB. Short members of many keys pass."""
+    3 MB, and a member of a zip shard. Short members of many keys pass."""
     from mhaaudit.errors import DataError
     from mhaaudit.sources import folder_checks, text_source
 
@@ -220,6 +220,13 @@ def test_a_webdataset_example_is_sized_from_the_tar_headers(small_memory, unread
     )
     with pytest.raises(DataError, match=r"its example 'k2' holds at least 2\.\d MB at once \(its member as"):
         text_source(f"hf:{member}")
+    zipped = _shard(tmp_path / "zip" / "s0.tar", [("k0.txt", b"short")])
+    _shard(zipped / "s1.tar", [("k1.txt", b"short")])
+    with zipfile.ZipFile(zipped / "s2.zip", "w", zipfile.ZIP_DEFLATED) as z:  # a zip shard: its central directory
+        z.writestr("k2.txt", "z" * 3_000_000)
+    assert isinstance(datasets.load_dataset_builder(str(zipped)), datasets.packaged_modules.webdataset.WebDataset)
+    with pytest.raises(DataError, match=r"s2\.zip \(split train\): its example 'k2' holds at least 3\.0 MB at once"):
+        text_source(f"hf:{zipped}")
     ok = _shard(tmp_path / "ok" / "s0.tar", [(f"k{i}.txt", b"z" * 100_000) for i in range(40)])  # 4 MB in all
     folder_checks.check_dataset_folder(str(ok), datasets.load_dataset_builder(str(ok)), "train")
     from mhaaudit.sources import shard_checks
