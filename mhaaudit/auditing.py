@@ -461,7 +461,10 @@ def audit(
     if plan is None:
         return _audit(req, cols, on_note)
     return audit_seeds(
-        lambda **run: _audit(req._replace(settings=req.settings.with_(**run)), cols, on_note), plan, req.data.data
+        lambda **run: _audit(req._replace(settings=req.settings.with_(**run)), cols, on_note),
+        plan,
+        req.data.data,
+        {"model": req.model, "data": req.data, "settings": req.settings, "columns": cols},
     )
 
 

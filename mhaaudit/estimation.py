@@ -402,7 +402,10 @@ def _estimate_seeds(
 ) -> SeedsResult:
     """The estimate of a capture for each seed of ``plan``: a call every rank of a torchrun job
     makes, so that the seeds can be spread over the ranks (:func:`mhaaudit.seeds.over_seeds`)."""
-    return kruskal_seeds(lambda **run: _estimate_one(request, capture, settings.with_(**run), on_note), plan, capture)
+    asked = {"request": request, "settings": settings}  # and the capture: kruskal_seeds adds it
+    return kruskal_seeds(
+        lambda **run: _estimate_one(request, capture, settings.with_(**run), on_note), plan, capture, asked
+    )
 
 
 def _estimate_one(

@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 
-from . import batching, distributed, hostmem, load_sharing, phases
+from . import batching, distributed, hostmem, load_sharing, phases, readings
 from .batches import DataInfo, example_batches
 from .ending import ending
 from .errors import DataError, InputError, ModelError, Param
@@ -54,9 +54,7 @@ from .models.probe import full_float32
 from .progress import status, task
 from .request import DataRequest, ModelRequest
 from .settings import Settings
-from .sources import (
-    DuplicateFinder,
-)
+from .sources import BuiltinImages, DuplicateFinder
 from .sources.duplicates import Fingerprints
 from .workers import helper_thread, worker_pool
 
@@ -251,7 +249,7 @@ def _load(request: ModelRequest, init: str, settings: Settings, max_layer: int):
         status(f"Loading {request.model} ({init} weights, blocks up to {max(1, int(max_layer))})", settings.progress),
         phases.phase("model build", device=settings.device),
     ):
-        return load_model(
+        pm = load_model(
             request.model,
             weights=init,
             backend=request.backend,
@@ -263,6 +261,8 @@ def _load(request: ModelRequest, init: str, settings: Settings, max_layer: int):
             revision=request.revision,
             trust_remote_code=request.trust_remote_code,
         )
+    readings.note_model(pm, init, settings.weights_seed_used, max(1, int(max_layer)))  # while recording only
+    return pm
 
 
 def query_index(pm, request: ModelRequest) -> int:
@@ -529,6 +529,7 @@ def stream(
     share, shown = shard.world_size, 0  # rank 0's bar stands for every rank
     trim = Trimmer(every=4.0)  # freed batch buffers go back to the system (see mhaaudit.hostmem)
     dev = pm.device
+    digest = readings.InputsDigest() if readings.recorded() else None  # what the ranks compare (seeds spread)
     with (
         task(label, data.limit, settings.progress) as advance,
         full_float32(),
@@ -551,6 +552,8 @@ def stream(
             size = _batch_size(inputs) if inputs is not None else 0
             if not size:
                 continue
+            if digest is not None and inputs is not None:
+                digest.add(inputs)
             with phases.phase("forward", device=dev):
                 tokens = pm.capture(inputs, want)
             with phases.phase("reduction", device=dev):
@@ -570,6 +573,9 @@ def stream(
     info.seconds = round(time.perf_counter() - t0, 3)
     if info.count == 0:
         raise DataError(f"the data source yielded no usable examples ({info.name})")
+    if digest is not None:  # images of a folder, file or data set do not depend on the data seed
+        seeded = pm.info.modality != "image" or isinstance(info.source, BuiltinImages)
+        readings.note_inputs(pm, data.data, settings.data_seed_used if seeded else None, digest)
     if keeping is not None and not keeping.over_budget:
         keeping.keys, keeping.notes = (key, (data, *job)), list(notes[first_note:])
         keeping.info = replace(info, source=None, fed=list(info.fed), parts=list(info.parts))

@@ -63,7 +63,7 @@ LAYERS: list[tuple[str, ...]] = [
     ),
     ("kruskal",),
     ("checks", "contexts", "features"),
-    ("models", "sources", "batching", "request", "batches", "pipeline"),
+    ("models", "sources", "batching", "request", "batches", "pipeline", "readings"),
     ("render", "plot", "render_seeds", "render_memorize", "seeds"),
     ("probes", "audit_result", "capture", "auditing", "estimation", "series"),
     ("capacity",),

@@ -635,6 +635,150 @@ def test_a_rank_that_fails_on_its_own_seeds_ends_the_job_with_one_line(vit_dir, 
     assert out0 == "" and r1 != 0 and err1 == "" and not out.exists()
 
 
+def _two_nodes(tmp_path, image_dir, differ: str) -> list:
+    """A folder per rank, as the file systems of two nodes: each holds its own copy of the images
+    (``images``) and of a tiny ViT's trained weights (``tiny``); ``differ`` says what the second
+    node's copy changes (``pixel``: one channel of one pixel of one image, same name and time;
+    ``weights``: weights drawn from another seed, same config)."""
+    import shutil
+
+    from conftest import save_tiny_vit
+    from PIL import Image
+
+    cwds = [tmp_path / "rank0", tmp_path / "rank1"]
+    for r, c in enumerate(cwds):
+        (c / "images").mkdir(parents=True)
+        for src in sorted(image_dir.iterdir())[:20]:
+            shutil.copy2(src, c / "images" / src.name)
+        save_tiny_vit(c / "tiny", seed=1 if r == 1 and differ == "weights" else 0)
+    if differ == "pixel":
+        changed = sorted((cwds[1] / "images").iterdir())[7]
+        stat = changed.stat()
+        img = Image.open(changed).convert("RGB")
+        r_, g, b = img.getpixel((3, 3))
+        img.putpixel((3, 3), ((r_ + 1) % 256, g, b))
+        img.save(changed)
+        os.utime(changed, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    return cwds
+
+
+@pytest.mark.parametrize(
+    "differ, words",
+    [
+        ("pixel", "the model inputs of ./tiny read from images differ"),
+        ("weights", "the weights of ./tiny (trained weights, blocks up to 1) differ"),
+        pytest.param("nothing", None, marks=pytest.mark.slow),
+    ],
+)
+def test_seeds_spread_over_nodes_that_read_other_files_are_refused_on_every_rank(image_dir, tmp_path, differ, words):
+    """Seeds spread over the ranks: each rank reads ``--data`` and the model from its own node's files.
+    A node whose copy differs from rank 0's (one pixel of one image, or the trained weights) makes every
+    rank refuse, exit 2, before the results are combined: rank 0 says what differs in one line and writes
+    nothing. Copies that agree give the run."""
+    from test_distributed import launch
+
+    cwds = _two_nodes(tmp_path, image_dir, differ)
+    args = ["check", "./tiny", "--data", "images", "--variants", "trained", "--seeds", "0-1", "--out", "out.parquet"]
+    args += ["--limit", 20, "--batch-size", 4, "--samples", 50, "--device", "cpu", "--format", "json"]
+    (r0, out0, err0), (r1, out1, err1) = launch(args, cwds=cwds)
+    if words is None:
+        assert (r0, r1) == (0, 0), err0 + err1
+        assert (cwds[0] / "out.parquet").is_file()
+        return
+    lines = err0.strip().splitlines()
+    assert (r0, r1) == (2, 2), err0 + err1
+    assert len(lines) == 1 and lines[0].startswith("Error: rank 1 of 2 read other inputs than rank 0: "), err0
+    assert words in lines[0] and "every node must hold the same data and model files" in lines[0], err0
+    assert "Traceback" not in err0 and out0 == out1 == err1 == ""
+    assert not (cwds[0] / "out.parquet").exists() and not (cwds[1] / "out.parquet").exists()
+
+
+# A user's script run by torchrun: each rank makes the call itself, rank 1 with another --limit.
+ASKED_DRIVER = """
+import os, sys
+from mhaaudit import audit
+from mhaaudit.errors import MhaauditError
+
+limit = 20 if os.environ["RANK"] == "0" else 24
+try:
+    audit(sys.argv[1], data=sys.argv[2], variants="embedding", seeds="0-1", limit=limit, samples=50, device="cpu")
+except MhaauditError as exc:
+    print(exc, flush=True)
+    os._exit(2)
+os._exit(0)
+"""
+
+
+def test_ranks_asked_other_runs_are_refused_before_any_work(vit_dir, image_dir, tmp_path):
+    """The ranks of a user's script compare what each was asked before any work: another limit on rank 1
+    makes both refuse, naming the option and both values, and no rank reads an example."""
+    from test_distributed import launch
+
+    driver = tmp_path / "asked.py"
+    driver.write_text(ASKED_DRIVER)
+    (r0, out0, err0), (r1, out1, err1) = launch([vit_dir, image_dir], driver=driver)
+    said = "rank 1 of 2 was asked another run than rank 0: data.limit is 20 on rank 0, 24 on rank 1"
+    assert (r0, r1) == (2, 2) and out0.strip() == said, out0 + err0
+    assert out1.strip() in (said, f"rank 0 of 2 failed: {said}"), out1 + err1
+
+
+def test_inputs_digest_is_that_of_the_examples_whatever_the_batches():
+    """The digest of model inputs covers each example's bytes in order: batches of other sizes give the
+    same digest, and one changed value another."""
+    from mhaaudit import readings
+
+    x = torch.arange(6 * 3 * 4, dtype=torch.float32).reshape(6, 3, 4)
+
+    def digest(*batches):
+        d = readings.InputsDigest()
+        for b in batches:
+            d.add({"pixel_values": b})
+        return d.hexdigest()
+
+    y = x.clone()
+    y[5, 2, 3] += 1
+    assert digest(x[:2], x[2:]) == digest(x[:4], x[4:5], x[5:]) == digest(x)
+    assert digest(y) != digest(x) and digest(x[:5]) != digest(x)
+    assert digest(x.double()) != digest(x)  # the dtype counts, not only the bytes
+
+
+def test_digests_are_noted_only_while_recording_and_compared_label_by_label():
+    from mhaaudit import readings
+
+    readings.note("the model inputs of m read from d", "a" * 64)  # outside recording: nothing kept
+    with readings.recording() as log:
+        readings.note("the model inputs of m read from d", "a" * 64)
+        readings.note("the weights of m (random weights, blocks up to 1) with weights seed 0", "b" * 64)
+    assert not readings.recorded() and sorted(log) == [
+        "the model inputs of m read from d",
+        "the weights of m (random weights, blocks up to 1) with weights seed 0",
+    ]
+    same = {"the model inputs of m read from d": ["a" * 64]}
+    other_seed = {"the weights of m (random weights, blocks up to 1) with weights seed 1": ["c" * 64]}
+    assert readings.disagreement([log, {**same, **other_seed}]) is None  # labels not both noted: no comparison
+    why = readings.disagreement([log, {"the model inputs of m read from d": ["d" * 64]}])
+    assert why == (
+        "rank 1 of 2 read other inputs than rank 0: the model inputs of m read from d differ (SHA-256 "
+        "aaaaaaaaaaaa... on rank 0, dddddddddddd... on rank 1); every node must hold the same data and model files"
+    )
+
+
+def test_what_the_ranks_compare_of_a_request_leaves_out_the_device_bars_and_callbacks():
+    from mhaaudit import readings
+    from mhaaudit.request import DataRequest
+
+    a = readings.asked_fields({"settings": Settings.resolve(device="cpu", progress=True), "on_note": print})
+    b = readings.asked_fields({"settings": Settings.resolve(device="cpu", samples=7), "on_note": None})
+    assert "settings.device" not in a and "settings.progress" not in a and "on_note" not in a and "on_note" not in b
+    assert readings.asked_difference([a, a]) is None
+    assert readings.asked_difference([a, b]) == (
+        "rank 1 of 2 was asked another run than rank 0: settings.samples is 5000 on rank 0, 7 on rank 1"
+    )
+    long = readings.asked_fields({"data": DataRequest(data="x" * 100)})
+    said = readings.asked_difference([long, readings.asked_fields({"data": DataRequest(data="y")})])
+    assert said is not None and len(said) < 200 and said.endswith('"y" on rank 1')
+
+
 def test_trained_note_only_for_trained_columns_that_ran():
     from mhaaudit.seeds.spread import _trained_notes, is_trained
 

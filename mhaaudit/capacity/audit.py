@@ -479,7 +479,11 @@ def capacity_audit(
 
     if over is None:
         return run(plan)
-    return capacity_seeds(lambda **seeds: run(replace(plan, settings=settings.with_(**seeds))), over, data_req.data)
+    asked = {"model": request, "data": data_req, "settings": settings, "variants": vs}
+    asked |= {"block": blk, "heads": heads, "attention": attention, "shared_context": plan.shared_context}
+    return capacity_seeds(
+        lambda **seeds: run(replace(plan, settings=settings.with_(**seeds))), over, data_req.data, asked
+    )
 
 
 def _variants(variants, request: ModelRequest) -> list[str]:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..seeds import SeedPlan, SeedsResult
 from ..seeds.spread import Layout, result_records, run_and_spread
@@ -21,7 +22,8 @@ CAPACITY_LAYOUT = Layout(
 )
 
 
-def capacity_seeds(run: Callable, plan: SeedPlan, data=None) -> SeedsResult:
+def capacity_seeds(run: Callable, plan: SeedPlan, data=None, asked: Mapping[str, Any] | None = None) -> SeedsResult:
     """The capacity run ``run(seed=, weights_seed=, data_seed=)`` for each seed of ``plan``: the
-    spread of rank(Z) per column and head count, and the difference between the columns' ranks."""
-    return run_and_spread(CAPACITY_LAYOUT, run, plan, data)
+    spread of rank(Z) per column and head count, and the difference between the columns' ranks;
+    ``asked``: what else decides the runs (the ranks of a job compare it)."""
+    return run_and_spread(CAPACITY_LAYOUT, run, plan, data, asked)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from .plan import SeedPlan
 from .records import SeedsResult, sweep_estimate_record
@@ -31,7 +32,8 @@ CHECK_LAYOUT = Layout(
 )
 
 
-def audit_seeds(run: Callable, plan: SeedPlan, data=None) -> SeedsResult:
+def audit_seeds(run: Callable, plan: SeedPlan, data=None, asked: Mapping[str, Any] | None = None) -> SeedsResult:
     """The audit ``run(seed=, weights_seed=, data_seed=)`` for each seed of ``plan`` (what
-    ``audit(..., seeds=...)`` returns); ``data`` is the data source the runs read."""
-    return run_and_spread(CHECK_LAYOUT, run, plan, data)
+    ``audit(..., seeds=...)`` returns); ``data`` is the data source the runs read, ``asked`` what else
+    decides them (the ranks of a job compare it: :func:`~.spread.over_seeds`)."""
+    return run_and_spread(CHECK_LAYOUT, run, plan, data, asked)

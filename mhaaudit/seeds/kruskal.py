@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..kruskal.results import kruskal_meta
 from .plan import SeedPlan
@@ -12,12 +13,13 @@ from .spread import Layout, data_seed_notes, over_seeds, spread
 __all__ = ["kruskal_seeds"]
 
 
-def kruskal_seeds(run: Callable, plan: SeedPlan, capture) -> SeedsResult:
+def kruskal_seeds(run: Callable, plan: SeedPlan, capture, asked: Mapping[str, Any] | None = None) -> SeedsResult:
     """The Kruskal estimate ``run(seed=, weights_seed=, data_seed=)`` of a capture for each seed of
     ``plan`` (what ``estimate_kruskal_rank(..., seeds=...)`` returns): the per-seed, summary and
     difference records of its tests and its sweep's estimate; ``capture`` is the
-    :class:`~mhaaudit.estimation.Capture` the runs share."""
-    runs = over_seeds(run, plan)
+    :class:`~mhaaudit.estimation.Capture` the runs share, ``asked`` what else decides them (the ranks of a
+    job compare it)."""
+    runs = over_seeds(run, plan, asked={**(asked or {}), "capture": capture})
     where = {"model": capture.model.model, "variant": capture.variant}
     first = runs[0]
     meta = {k: v for k, v in kruskal_meta(first).items() if k != "seed"} | {

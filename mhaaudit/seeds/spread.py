@@ -10,12 +10,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
-from .. import distributed
+from .. import distributed, readings
 from ..documents import RESULT_KEY
 from ..errors import Param
 from ..features import FeatureSet
@@ -62,9 +62,10 @@ def data_seed_notes(plan: SeedPlan, data) -> list[str]:
     return []
 
 
-def over_seeds(fn: Callable, plan: SeedPlan, **kwargs) -> list:
+def over_seeds(fn: Callable, plan: SeedPlan, *, asked: Mapping[str, Any] | None = None, **kwargs) -> list:
     """``fn(**kwargs, seed=s, weights_seed=..., data_seed=...)`` for each run of ``plan``, in order,
-    sharing the model loads; the results, one per seed.
+    sharing the model loads; the results, one per seed. ``asked``: what else decides the runs' results
+    (name -> a request object or a value: the model, data and settings ``fn`` holds).
 
     Inside a call that every rank of a torchrun job makes (:func:`mhaaudit.distributed.lockstep`)
     with at least as many seeds as ranks, the seeds are spread over the ranks: rank r runs the
@@ -74,16 +75,31 @@ def over_seeds(fn: Callable, plan: SeedPlan, **kwargs) -> list:
     feature sets they hold (:func:`_without_features`: their records, meta and sweeps are the same,
     so the summaries and differences made from them are too), so that its memory holds the
     features of its own seeds only. With fewer seeds than ranks (or one process) every rank runs
-    every seed and each seed's batches are dealt among the ranks."""
+    every seed and each seed's batches are dealt among the ranks.
+
+    Spread over the ranks, each rank reads its own files (on several nodes, its node's): before any
+    work the ranks compare what they were asked (``plan``, ``asked`` and ``kwargs``), and before their
+    results are combined the digests of the model inputs they fed and the models they built
+    (:mod:`mhaaudit.readings`); every rank refuses when one differs from rank 0's.
+
+    Raises:
+        RankFailed: when a rank was asked another run than rank 0, or read other inputs where rank 0
+            read the same (the message names what differs).
+    """
     shard = distributed.lockstep()
     runs = plan.runs()
     if not spread_over_ranks(plan, shard.world_size):
         with shared_loads():
             return [fn(**kwargs, **run.kwargs()) for run in runs]
     world = shard.world_size
-    with distributed.alone(), shared_loads():
+    every = shard.all_gather(readings.asked_fields({"seeds": plan, **(asked or {}), **kwargs}))
+    if (why := readings.asked_difference(every)) is not None:
+        raise distributed.RankFailed(why)
+    with distributed.alone(), shared_loads(), readings.recording() as read:
         mine = [fn(**kwargs, **run.kwargs()) for run in runs[shard.rank :: world]]
     shard.wait_for_all("seeds")  # ranks' seeds take unequal times: the gathers below must not time out
+    if (why := readings.disagreement(shard.all_gather({k: sorted(v) for k, v in read.items()}))) is not None:
+        raise distributed.RankFailed(why)  # every rank: they gathered the same digests
     whole = shard.gather_tensors(mine)  # on rank 0 only
     lean = shard.all_gather_tensors([_without_features(r) for r in mine])  # the records etc. of every rank's seeds
     parts = whole if whole is not None else [mine if r == shard.rank else lean[r] for r in range(world)]
@@ -472,8 +488,11 @@ def runs_meta(runs: list, plan: SeedPlan) -> dict:
     return first | {"timings_s": timings}
 
 
-def run_and_spread(layout: Layout, run: Callable, plan: SeedPlan, data) -> SeedsResult:
+def run_and_spread(
+    layout: Layout, run: Callable, plan: SeedPlan, data, asked: Mapping[str, Any] | None = None
+) -> SeedsResult:
     """``run(seed=, weights_seed=, data_seed=)`` for each seed of ``plan``, set side by side as
-    ``layout`` says; ``data`` is the data source the runs read."""
-    runs = over_seeds(run, plan)
+    ``layout`` says; ``data`` is the data source the runs read, ``asked`` what else decides them
+    (:func:`over_seeds`)."""
+    runs = over_seeds(run, plan, asked=asked)
     return spread(layout, plan, runs, meta=runs_meta(runs, plan), notes=data_seed_notes(plan, data))
