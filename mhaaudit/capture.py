@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from . import distributed, phases, pipeline
+from . import distributed, phases, pipeline, readings
 from .distributed import shared
 from .errors import InputError, OfflineError, Param
 from .facts import BatchChoice, DuplicateInputs, ModelFacts, SkipCounts, meta_value
@@ -291,7 +291,8 @@ def _load_or_unavailable(
 
     Raises:
         OfflineError: when random weights (the model's configuration) cannot be had offline.
-        RankFailed: when the ranks of a torchrun job disagree about whether the weights can be loaded.
+        RankFailed: when the ranks of a torchrun job disagree about whether the weights can be loaded, or
+            built other models (:func:`mhaaudit.readings.refuse_other_models`).
     """
     pm, reason = None, None
     try:
@@ -301,6 +302,8 @@ def _load_or_unavailable(
             raise
         reason = exc.message
     distributed.current().same(reason is None, f"whether the {init} weights of {request.model} can be loaded")
+    if pm is not None:  # each rank built it from its own node's files
+        readings.refuse_other_models(pm, init, settings.weights_seed_used, max_layer)
     if reason is not None:
         out.unavailable.update({p.variant: reason for p in group})
     return pm

@@ -26,11 +26,23 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import torch
 
+from . import distributed
 from .models.hf_config import computes
 
-__all__ = ["InputsDigest", "asked_difference", "asked_fields", "disagreement", "note", "recorded", "recording"]
+__all__ = [
+    "InputsDigest",
+    "asked_difference",
+    "asked_fields",
+    "disagreement",
+    "model_digests",
+    "note",
+    "recorded",
+    "recording",
+    "refuse_other_models",
+]
 
 _LOG: dict[str, set[str]] | None = None  # while recording() is open: label -> the digests noted under it
 
@@ -104,15 +116,13 @@ def note_inputs(pm, data: str | None, data_seed: int | None, digest: InputsDiges
     )
 
 
-def note_model(pm, init: str, weights_seed: int, max_layer: int) -> None:
-    """Note the digests of the model ``pm`` as built (``init`` weights, blocks up to ``max_layer``): its
-    layout, and its tensors (under the weights seed for random weights, which are drawn from it)."""
-    if _LOG is None:
-        return
-    tensors = sorted(pm.module.state_dict().items())
+def model_digests(pm, init: str, weights_seed: int, max_layer: int) -> dict[str, str]:
+    """The digests of the model ``pm`` as built (``init`` weights, blocks up to ``max_layer``), by label: its
+    layout (configuration, tensor names, shapes and dtypes, and what its preprocessing makes of a fixed
+    image), and its tensors (under the weights seed for random weights, which are drawn from it)."""
     layout = hashlib.sha256(b"layout\0")
     weights = hashlib.sha256(b"weights\0")
-    for name, t in tensors:
+    for name, t in sorted(pm.module.state_dict().items()):
         head = f"{name}\0{t.dtype}\0{tuple(t.shape)}\0".encode()
         layout.update(head)
         weights.update(head)
@@ -124,10 +134,46 @@ def note_model(pm, init: str, weights_seed: int, max_layer: int) -> None:
     where = ("resolved", "weights_read", "weights_source")  # where this node found the model, not what it is
     info = {k: v for k, v in dataclasses.asdict(pm.info).items() if k not in where}
     layout.update(json.dumps(info, sort_keys=True, default=str).encode())
-    what = f"{pm.info.name} ({init} weights, blocks up to {max_layer})"
-    note(f"the configuration and tensor shapes of {what}", layout.hexdigest())
+    if pm.info.modality == "image":  # the preprocessing's own files (sizes, means) count where data is dealt
+        layout.update(_tensor_bytes(pm.preprocess([_fixed_image()], device="cpu")["pixel_values"]))
+    what = f"{pm.info.name} ({init} weights, blocks up to {max(1, int(max_layer))})"
     seeded = f" with weights seed {weights_seed}" if init != "trained" else ""
-    note(f"the weights of {what}{seeded}", weights.hexdigest())
+    return {
+        f"the configuration, tensor shapes and preprocessing of {what}": layout.hexdigest(),
+        f"the weights of {what}{seeded}": weights.hexdigest(),
+    }
+
+
+def _fixed_image():
+    """A small RGB image of fixed pixels, neither square nor of any model's size."""
+    from PIL import Image
+
+    pixels = (np.arange(29 * 37 * 3) * 7 % 251).astype(np.uint8).reshape(29, 37, 3)
+    return Image.fromarray(pixels, "RGB")
+
+
+def note_model(pm, init: str, weights_seed: int, max_layer: int) -> None:
+    """Note the digests of the model ``pm`` (:func:`model_digests`; nothing outside :func:`recording`)."""
+    if _LOG is not None:
+        for label, digest in model_digests(pm, init, weights_seed, max_layer).items():
+            note(label, digest)
+
+
+def refuse_other_models(pm, init: str, weights_seed: int, max_layer: int) -> None:
+    """Where the ranks of a job share a call's batches, each rank builds the model itself, from its own node's
+    files: refuse when the model ``pm`` this rank built differs from rank 0's (:func:`model_digests`). Nothing
+    in one process, nor inside :func:`mhaaudit.distributed.alone` (seeds spread over the ranks: their
+    digests are noted and compared as the seeds end).
+
+    Raises:
+        RankFailed: on every rank, naming what differs, when a rank's model differs from rank 0's.
+    """
+    shard = distributed.current()
+    if shard.world_size == 1:
+        return
+    mine = {label: [d] for label, d in model_digests(pm, init, weights_seed, max_layer).items()}
+    if (why := disagreement(shard.all_gather(mine))) is not None:
+        raise distributed.RankFailed(why)
 
 
 def disagreement(logs: list[Mapping[str, Any]]) -> str | None:

@@ -601,6 +601,49 @@ def test_a_failing_rank_ends_the_job_with_one_line(vit_dir, image_dir, tmp_path,
     assert not out.exists() and tmp_leftovers(tmp_path) == []
 
 
+def test_ranks_that_built_other_models_refuse_before_any_batch(image_dir, tmp_path):
+    """Batches dealt by rank 0, but every rank builds the model from its own node's files: a node whose
+    trained weights differ from rank 0's (another seed's, the same config) ends every rank in one line,
+    exit 2, naming the weights, and nothing is written."""
+    from conftest import save_tiny_vit
+
+    cwds = [tmp_path / "rank0", tmp_path / "rank1"]
+    for r, c in enumerate(cwds):
+        save_tiny_vit(c / "tiny", seed=r)
+    (r0, out0, err0), (r1, out1, err1) = launch(
+        _check_args("./tiny", image_dir, "--variants", "trained", "--out", "out.parquet"), cwds=cwds
+    )
+    lines = err0.strip().splitlines()
+    assert (r0, r1) == (2, 2) and len(lines) == 1, err0 + err1
+    assert lines[0].startswith(
+        "Error: rank 1 of 2 read other inputs than rank 0: the weights of ./tiny (trained weights, blocks up to 1) "
+        "differ (SHA-256 "
+    ), err0
+    assert out0 == out1 == err1 == "" and not any((c / "out.parquet").exists() for c in cwds)
+
+
+def test_a_model_s_digests_cover_its_weights_and_its_preprocessing(vit_dir, monkeypatch):
+    """The layout digest follows the model's preprocessing (a node's own preprocessor files), the weights
+    digest its tensors; random weights are labelled with the seed they are drawn from."""
+    from mhaaudit import readings
+    from mhaaudit.models import load_model
+
+    pm = load_model(str(vit_dir), weights="random", device="cpu", max_layer=1, seed=3)
+    first = readings.model_digests(pm, "random", 3, 1)
+    layout = f"the configuration, tensor shapes and preprocessing of {vit_dir} (random weights, blocks up to 1)"
+    weights = f"the weights of {vit_dir} (random weights, blocks up to 1) with weights seed 3"
+    assert sorted(first) == [layout, weights]
+    own = pm.preprocess
+    monkeypatch.setattr(
+        pm, "preprocess", lambda batch, device=None: {"pixel_values": own(batch, device)["pixel_values"] * 2}
+    )
+    second = readings.model_digests(pm, "random", 3, 1)
+    assert second[layout] != first[layout] and second[weights] == first[weights]
+    with torch.no_grad():
+        next(pm.module.parameters()).view(-1)[0] += 1
+    assert readings.model_digests(pm, "random", 3, 1)[weights] != first[weights]
+
+
 @pytest.mark.slow
 def test_a_rank_killed_under_torchrun_is_named_by_rank_0(vit_dir, image_dir, tmp_path):
     """torchrun ends the other processes with SIGTERM once one has died: rank 0 names the lost rank

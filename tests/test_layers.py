@@ -129,6 +129,7 @@ DEFERRED = {
     "mhaaudit.numerics.lapack": {"scipy"},
     "mhaaudit.numerics.stream": {"scipy"},
     "mhaaudit.plot": {"matplotlib"},
+    "mhaaudit.readings": {"PIL"},
     "mhaaudit.reproduce.figures": {"matplotlib"},
     "mhaaudit.series.plot": {"matplotlib"},
     "mhaaudit.sources._common": {"datasets"},

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from .. import phases, pipeline
+from .. import phases, pipeline, readings
 from ..capture import data_notes
 from ..defaults import CAPACITY_ATTENTION, CAPACITY_BLOCK, CAPACITY_BLOCK_WHY
 from ..distributed import current, describe, shared
@@ -203,6 +203,7 @@ def _column(
     current().same(pm is not None, f"whether the {variant} weights of {plan.request.model} can be loaded")
     if pm is None:
         return col, None, "", [], 0
+    readings.refuse_other_models(pm, variant, plan.settings.weights_seed_used, plan.block)  # each node's own files
     col.timings["load"] = round(time.perf_counter() - t0, 3)
     info = pm.info
     col.weights_source, col.weights_read = info.weights_source, ReadFacts.of(info.weights_read)
