@@ -58,7 +58,8 @@ def test_state_shapes_are_had_without_the_tensors_data(tmp_path):
         assert checkpoints.state_shapes(str(tmp_path / "a.safetensors")) == want
         assert checkpoints.state_shapes(str(tmp_path / "b.pth")) == want
         assert checkpoints.state_shapes(str(tmp_path / "c.bin")) is None
-    assert loads == [{"map_location": "meta", "weights_only": True}]  # the zip file's pickle alone, no code run
+    # the zip file's pickle alone, no code run, its storages mapped (a stream's would be read: torch < 2.10)
+    assert loads == [{"map_location": "meta", "mmap": True, "weights_only": True}]
     torch.save({"weights": [1, 2, 3]}, tmp_path / "list.pt")
     with pytest.raises(ModelError, match="does not hold a state dict of tensors"):
         checkpoints.state_shapes(str(tmp_path / "list.pt"))
@@ -76,6 +77,13 @@ def test_first_misfit_compares_the_tensors_the_model_loads():
         (4, 4),
     )
     assert checkpoints.first_misfit({"bert.block.0.weight": (8, 8)}, model, "vit") is None
+    # the model's own name loads where the checkpoint has it: a prefixed copy beside it loads into nothing
+    assert checkpoints.first_misfit({"block.0.weight": (4, 4), "vit.block.0.weight": (8, 8)}, model, "vit") is None
+    assert checkpoints.first_misfit({"block.0.weight": (4, 8), "vit.block.0.weight": (4, 4)}, model, "vit") == (
+        "block.0.weight",
+        (4, 8),
+        (4, 4),
+    )
 
 
 @pytest.mark.parametrize("form", ["bin", "safetensors"])

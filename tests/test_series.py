@@ -919,6 +919,16 @@ def test_a_torch_checkpoint_of_another_width_is_refused_before_any_work(
     torch.save(torch.load(good, weights_only=True) | {"head.weight": torch.zeros(3, 16)}, extra)
     series = resolve_series(f"runs/ckpt-100,{good},{extra}", None, ModelRequest("model"))
     assert [c.step for c in series.checkpoints] == [100, 1, 3]
+    # in one form too: a buffer one library version saved and another did not is no tensor the model loads
+    buffer = tmp_path / "buffer-step5.bin"
+    torch.save(torch.load(good, weights_only=True) | {"embeddings.position_ids": torch.arange(5)[None]}, buffer)
+    series = resolve_series(f"{good},{buffer}", None, ModelRequest("model"))
+    assert [c.step for c in series.checkpoints] == [1, 5]
+    # a tensor the model loads, held by one and not the other, is another architecture
+    lacking = tmp_path / "lacking-step6.bin"
+    torch.save({k: v for k, v in torch.load(good, weights_only=True).items() if k != "embeddings.cls_token"}, lacking)
+    rc, err = _bad(capsys, tmp_path, f"{good},{lacking}")
+    assert_one_error(rc, err, "lacking-step6.bin is of another architecture than the first checkpoint")
 
 
 def test_checkpoints_whose_configs_hold_the_same_nan_are_of_one_model(vit_series, tmp_path):

@@ -105,9 +105,9 @@ def _unwrapped(sd: Any, path: str) -> tuple[dict[str, torch.Tensor], bool]:
 def state_shapes(path: str) -> dict[str, tuple[int, ...]] | None:
     """The names and shapes of the tensors of the checkpoint file ``path`` (unwrapped as :func:`read_state`
     unwraps it), read without their data: a safetensors file's header, or a torch checkpoint in the zip form
-    ``torch.save`` writes, unpickled with ``weights_only=True`` onto the meta device (its pickle is read, its
-    tensors' bytes are not). None for a torch file in the legacy form, whose tensors' bytes are read with its
-    pickle: its shapes are known when it is loaded.
+    ``torch.save`` writes, memory-mapped and unpickled with ``weights_only=True`` onto the meta device (its pickle
+    is read, its tensors' bytes are not). None for a torch file in the legacy form, whose tensors' bytes are read
+    with its pickle: its shapes are known when it is loaded.
 
     Raises:
         ModelError: when the file cannot be read, or does not hold a state dict of tensors.
@@ -119,8 +119,10 @@ def state_shapes(path: str) -> dict[str, tuple[int, ...]] | None:
             return {k: tuple(v["shape"]) for k, v in entries.items() if isinstance(v.get("shape"), list)}
         if not zipfile.is_zipfile(path):
             return None
-        with open(path, "rb") as fh:  # opened by Python: a name of any bytes
-            sd = torch.load(fh, map_location="meta", weights_only=True)
+        # memory-mapped: nothing of the tensors' bytes is read (a torch before 2.10 reads each storage it maps to
+        # the meta device when the file is read as a stream); a name torch's own open takes, whatever its bytes
+        with native_name(path) as name:
+            sd = torch.load(name, map_location="meta", mmap=True, weights_only=True)
     except Exception as exc:  # unreadable or not a checkpoint
         raise ModelError(f"cannot read the checkpoint {path}: {torch_load_reason(exc)}") from exc
     return {str(k): tuple(v.shape) for k, v in _unwrapped(sd, path)[0].items()}
@@ -131,14 +133,13 @@ def first_misfit(
 ) -> tuple[str, tuple[int, ...], tuple[int, ...]] | None:
     """The first tensor (by name) of a checkpoint whose shape differs from the model's tensor that it loads
     into, as ``(name, its shape, the model's)``, or None. ``shapes``: the checkpoint's; ``expected``: the
-    model's state dict's; a name the model lacks is looked up without the ``prefix`` a task model's checkpoint
-    puts before it (``bert.``, ``vit.``), as the loaders look it up; a name the model lacks either way loads
-    into nothing and is not compared."""
-    for key in sorted(shapes):
-        name = key
-        if name not in expected and prefix and key.startswith(prefix + "."):
-            name = key[len(prefix) + 1 :]
-        if name in expected and tuple(shapes[key]) != tuple(expected[name]):
+    model's state dict's. Each of the model's tensors loads from the checkpoint's tensor of its own name, else from
+    the one of that name behind the ``prefix`` a task model's checkpoint puts before its names (``bert.``,
+    ``vit.``), as the loaders look them up (a prefixed copy beside the model's own names loads into nothing); a
+    tensor the model lacks loads into nothing and is not compared."""
+    for name in sorted(expected):
+        key = name if name in shapes else f"{prefix}.{name}" if prefix and f"{prefix}.{name}" in shapes else None
+        if key is not None and tuple(shapes[key]) != tuple(expected[name]):
             return key, tuple(shapes[key]), tuple(expected[name])
     return None
 

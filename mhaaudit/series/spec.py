@@ -328,7 +328,7 @@ def _check_local(refs: list[CheckpointRef], base: ModelRequest) -> None:
         if first is None:
             first = (ref, contents)
         else:
-            _same_kind(ref, contents, *first)
+            _same_kind(ref, contents, *first, loads=model[1] if model else None)
 
 
 def _contents(ref: CheckpointRef) -> _Contents:
@@ -477,8 +477,14 @@ def file_sha256(path: str, limit: int = 64 * 2**20) -> str:
     return h.hexdigest()
 
 
-def _same_kind(ref: CheckpointRef, got: _Contents, first: CheckpointRef, want: _Contents) -> None:
-    """``ref`` is of the first checkpoint's family, width and architecture, and reads the same data.
+def _same_kind(
+    ref: CheckpointRef, got: _Contents, first: CheckpointRef, want: _Contents, loads: tuple | None = None
+) -> None:
+    """``ref`` is of the first checkpoint's family, width and architecture, and reads the same data. ``loads``:
+    the model's tensors' shapes and its checkpoints' name prefix (``models.hf_weights.config_shapes``), where
+    had: then only a tensor the model loads, held by one checkpoint and not the other, says they are of two
+    architectures (one model's checkpoints saved by two tools or library versions differ in the others: a
+    buffer such as ``position_ids`` saved by one, a tied tensor dropped by another).
 
     Raises:
         InputError: naming the first difference found.
@@ -496,6 +502,9 @@ def _same_kind(ref: CheckpointRef, got: _Contents, first: CheckpointRef, want: _
     if got.shapes is not None and want.shapes is not None and got.shapes != want.shapes:
         # one model's tensors saved in two forms may differ in which they hold (a save in safetensors drops tied ones)
         odd = sorted(set(got.shapes) ^ set(want.shapes)) if got.form == want.form else []
+        if loads is not None:
+            expected, prefix = loads
+            odd = [k for k in odd if k in expected or (prefix and k.removeprefix(prefix + ".") in expected)]
         if odd:
             where = "holds" if odd[0] in got.shapes else "lacks"
             raise InputError(

@@ -2,7 +2,8 @@
 data files lie inside it, and what the library holds at once of each data file of the split read fits the memory
 available: a parquet file's row groups, sized from its footer, and a JSON, text or CSV file's longest line
 (paragraph, batch of rows, or the whole file where the library reads one whole, as every XML file), scanned once,
-decompressed; an image (audio, video...) folder's metadata files, of every split, alike.
+decompressed; an image (audio, video...) folder's metadata files, of every split, alike (in its ``.zip`` archives
+too: not those inside a ``.tar`` archive).
 """
 
 from __future__ import annotations
