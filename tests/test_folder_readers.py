@@ -208,7 +208,7 @@ def test_a_webdataset_example_is_sized_from_the_tar_headers(small_memory, unread
     assert "its example 'k2' holds at least 3.0 MB at once (its member as the shard's headers declare them" in line
     assert line.endswith("more than the 2.0 MB allowed (a quarter of the 8.0 MB available); the datasets library "
                          "reads an example's members whole") and out == ""  # fmt: skip
-    pair = _shard(tmp_path / "pair" / "s0.tar", [("k1.txt", b"z" * 1_500_000), ("k1.json", b"1" * 1_500_000)])
+    pair = _shard(tmp_path / "pair" / "s0.tar", [("k1.txt", b"z" * 1_500_000), ("k1.bin", b"1" * 1_500_000)])
     with pytest.raises(DataError, match=r"its example 'k1' holds at least 3\.0 MB at once \(its 2 members as"):
         text_source(f"hf:{pair}")
     packed = _shard(tmp_path / "gz" / "s0.tar.gz", [("k1.txt", b"short"), ("k2.txt", b"z" * 3_000_000)], "w:gz")
@@ -250,6 +250,68 @@ def test_a_webdatasets_first_examples_are_sized_together(small_memory, unread, t
     _shard(tmp_path / "ok" / "test" / "s0.tar", [(f"k{i}.txt", b"z" * 600_000) for i in range(5)])
     with pytest.raises(DataError, match=r"test/s0\.tar \(split test\): its first 4 examples hold"):
         shard_checks.size_shards(str(ok), datasets.load_dataset_builder(str(ok)), "train")
+
+
+def _npz(nbytes: int) -> bytes:
+    """A deflated ``.npz`` file of one array of ``nbytes`` zeros: a few KB that ``numpy.load`` makes ``nbytes``."""
+    np = pytest.importorskip("numpy")
+    out = io.BytesIO()
+    np.savez_compressed(out, a=np.zeros(nbytes, dtype=np.uint8))
+    return out.getvalue()
+
+
+def test_a_webdatasets_decoded_members_are_counted_as_they_decode(small_memory, unread, monkeypatch, tmp_path):
+    """The webdataset reader decodes a member by its extension, and its value can take far more than its bytes: a
+    deflated ``.npz`` of 4 MB of arrays (a few KB; in a zip shard, a gzip-compressed tar, a ``.gz`` member too), a
+    ``.npy`` whose header declares 4 MB, a ``.pth`` whose zip records declare 4 MB, 100 KB of JSON (at 48 times) are
+    refused, naming the member and what it declares decoded (2 MB allowed); a small ``.npz`` and 100 KB of text
+    pass, and so does the large ``.npz`` where the reader's version decodes no ``.npz``."""
+    from mhaaudit.errors import DataError
+    from mhaaudit.sources import shard_checks
+
+    def size(folder):
+        shard_checks.size_shards(str(folder), datasets.load_dataset_builder(str(folder)), "train")
+
+    npz = _npz(4_000_000)
+    assert len(npz) < 20_000
+    declared = r"counted at 4\.0 MB decoded: the arrays its zip directory declares\), more than the 2\.0 MB allowed"
+    plain = _shard(tmp_path / "npz" / "s0.tar", [("k1.txt", b"short"), ("k2.txt", b"short"), ("k2.npz", npz)])
+    with pytest.raises(DataError, match=r"s0\.tar \(split train\): its example 'k2' holds at least 4\.0 MB at once "
+                       r"\(its 2 members as .*; its member 'k2\.npz' " + declared):  # fmt: skip
+        size(plain)
+    packed = _shard(tmp_path / "npzgz" / "s0.tar.gz", [("k1.txt", b"short"), ("k1.npz", npz)], "w:gz")
+    with pytest.raises(DataError, match=r"s0\.tar\.gz \(split train\): its example 'k1' .*'k1\.npz' " + declared):
+        size(packed)
+    member = _shard(tmp_path / "member" / "s0.tar", [("k1.txt", b"short"), ("k1.npz.gz", gzip.compress(npz))])
+    with pytest.raises(DataError, match=r"its member 'k1\.npz\.gz' " + declared):
+        size(member)
+    zipped = _shard(tmp_path / "zip" / "s0.tar", [("k0.txt", b"short")])
+    _shard(zipped / "s1.tar", [("k1.txt", b"short")])  # (a folder of zip shards alone is no webdataset one)
+    with zipfile.ZipFile(zipped / "s2.zip", "w") as z:
+        z.writestr("k1.txt", "short")
+        z.writestr("k1.npz", npz)
+    with pytest.raises(DataError, match=r"s2\.zip \(split train\): .*its member 'k1\.npz' " + declared):
+        size(zipped)
+    header = io.BytesIO()
+    np = pytest.importorskip("numpy")
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (1_000_000,)})
+    npy = _shard(tmp_path / "npy" / "s0.tar", [("k1.txt", b"short"), ("k1.npy", header.getvalue() + b"\0" * 64)])
+    with pytest.raises(DataError, match=r"its member 'k1\.npy' counted at 4\.0 MB decoded: the array its header"):
+        size(npy)
+    records = io.BytesIO()
+    with zipfile.ZipFile(records, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("archive/data.pkl", b"\x80\x02.")
+        z.writestr("archive/data/0", b"\0" * 4_000_000)
+    pth = _shard(tmp_path / "pth" / "s0.tar", [("k1.txt", b"short"), ("k1.pth", records.getvalue())])
+    with pytest.raises(DataError, match=r"its member 'k1\.pth' counted at 4\.0 MB decoded: its zip records as"):
+        size(pth)
+    text = json.dumps([[0]] * 25_000, separators=(",", ":")).encode()  # 100 KB
+    tree = _shard(tmp_path / "json" / "s0.tar", [("k1.txt", b"short"), ("k1.json", text)])
+    with pytest.raises(DataError, match=r"its member 'k1\.json' counted at 4\.8 MB decoded: JSON at 48 times its"):
+        size(tree)
+    size(_shard(tmp_path / "ok" / "s0.tar", [("k1.txt", b"z" * 100_000), ("k1.npz", _npz(400_000))]))
+    monkeypatch.setattr(datasets.packaged_modules.webdataset.WebDataset, "DECODERS", {"txt": bytes.decode})
+    size(plain)
 
 
 def test_a_webdatasets_links_and_odd_names_are_neither_followed_nor_refused(small_memory, tmp_path):

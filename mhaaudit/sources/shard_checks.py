@@ -1,15 +1,22 @@
 """The check of a local webdataset folder's shards before the ``datasets`` library reads them (:func:`size_shards`):
-its reader holds each example's members whole, so what each example declares (a tar or zip member's size, read from
-its header; a compressed member's size, decompressed) must fit a share of the memory available.
+its reader holds each example's members whole, each decoded by its name's extension, so what each example declares
+(a tar or zip member's size, read from its header; a compressed member's size, decompressed; a decoded member's
+size, decoded) must fit a share of the memory available.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
+import math
 import os
 import tarfile
 import zipfile
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import IO, Any, NamedTuple
+
+from numpy.lib import format as npy_format
 
 from .. import files as file_checks
 from ..errors import DataError, one_line
@@ -24,6 +31,21 @@ _SCAN_CHUNK = 1 << 20
 _HELD_COPIES = 4
 # The examples the reader reads at once from a split's first shard to find the features, where none are declared.
 _FIRST_EXAMPLES = 5
+# What a member's Python objects may take per byte of it once the reader decodes it, measured with tracemalloc on
+# Python 3.11: JSON text of nested one-element lists (``[[[...]]]``, 2 bytes a list) took 44 times its bytes,
+# of nested one-entry maps (``{"":{"":...}}``) 37 times; msgpack or CBOR of nested one-entry maps (2 bytes a map) 92
+# times, as a pickle's opcodes (``}``: an empty dict, 1 byte) can.
+_JSON_GROWTH = 48
+_BINARY_GROWTH = 96
+
+
+class _Decoding(NamedTuple):
+    """How a member the reader decodes is counted: its bytes times ``growth``, or what ``declared`` (its stream, its
+    bytes) reads that it declares decoded; ``how`` says which, in a refusal."""
+
+    growth: int
+    declared: Callable[[IO[bytes], int], int] | None
+    how: str
 
 
 def size_shards(folder: str, builder, split: str) -> None:
@@ -37,6 +59,13 @@ def size_shards(folder: str, builder, split: str) -> None:
     plain tar's members are skipped over, a compressed tar is decompressed through, never held) and compressed
     members decompressed, never held; a member that is no regular file (a link, a device) or whose name is hidden
     is one the reader skips (it never follows a link nor writes a file by a member's name), and is not counted.
+    The reader decodes a member by its extension (its ``DECODERS``), and a decoded value can take far more than the
+    member's bytes: a ``.npy`` member is counted as the array its header declares, a ``.npz`` one as the arrays its
+    zip directory declares, a ``.pth`` one as the records its zip directory declares (its pickles, or the whole
+    member where it is no zip archive, at :data:`_BINARY_GROWTH` times their bytes), and a JSON, msgpack
+    or CBOR one at :data:`_JSON_GROWTH` or :data:`_BINARY_GROWTH` times its bytes (their Python objects); only
+    those members' zip directories or array headers are read (the member held where it is compressed or its shard
+    a compressed tar, as it is no larger than the limit).
 
     Raises:
         DataError: naming the shard and the example (or the first examples), what they hold and the limit; or when a
@@ -50,6 +79,7 @@ def size_shards(folder: str, builder, split: str) -> None:
         return
     memory = file_checks.memory_limit()
     limit = memory // _HELD_COPIES
+    decoders = set(getattr(WebDataset, "DECODERS", None) or ())
     infer = not builder.info.features
     for named, names in (getattr(builder.config, "data_files", None) or {}).items():
         for index, name in enumerate(map(str, names)):
@@ -57,12 +87,13 @@ def size_shards(folder: str, builder, split: str) -> None:
             if str(named) != split and not first:
                 continue
             label = f"dataset folder {folder}: its data file {name} (split {named})"
-            examples = _examples(_members(name, label, limit, _reads_as_zip(name)), base_plus_ext)
+            members = _members(name, label, limit, _reads_as_zip(name), decoders)
+            examples = _examples(members, base_plus_ext)
             _size_examples(examples, label, first, str(named) == split, limit, memory)
 
 
 def _size_examples(
-    examples: Iterator[tuple[int, str, int, int]], label: str, first: int, through: bool, limit: int, memory: int
+    examples: Iterator[tuple[int, str, int, int, Any]], label: str, first: int, through: bool, limit: int, memory: int
 ) -> None:
     """Refuse the shard ``label`` names when an example of ``examples`` (:func:`_examples`) holds more than ``limit``,
     or its first ``first`` examples do, together; ``through``: all its examples are read, else only the first
@@ -73,7 +104,7 @@ def _size_examples(
     """
     tail = f"more than the {size_words(limit)} allowed (a quarter of the {size_words(memory)} available)"
     before, last, held = 0, 0, 0  # the bytes of the first examples before this one; this one's number and bytes
-    for index, key, members, now in examples:
+    for index, key, members, now, decoded in examples:
         if index != last:
             before, last = before + held, index
             if not through and index >= first:
@@ -84,37 +115,51 @@ def _size_examples(
                 label
                 + f": its example {key[:200]!r} holds at least {size_words(held)} at once ("
                 + (f"its {members} members" if members > 1 else "its member")
-                + " as the shard's headers declare them, decompressed where compressed), "
+                + " as the shard's headers declare them, decompressed where compressed"
+                + _decoded_words(decoded)
+                + "), "
                 + tail
                 + "; the datasets library reads an example's members whole"
             )
         if index < first and before + held > limit:
             raise DataError(
                 label + f": its first {index + 1} examples hold at least {size_words(before + held)} at once (their "
-                "members as the shard's headers declare them, decompressed where compressed), " + tail + "; the "
+                "members as the shard's headers declare them, decompressed where compressed, decoded as the datasets "
+                "library decodes them" + _decoded_words(decoded) + "), " + tail + "; the "
                 f"datasets library reads the first {first} examples of a shard at once to find the features"
             )
 
 
-def _examples(members: Iterator[tuple[str, int]], key_of: Callable[[str], tuple[Any, Any]]):
-    """(number, key, members, bytes) of each example of a shard's ``members`` (name, bytes) as the reader groups
-    them (consecutive members of one key, ``key_of`` the reader's ``base_plus_ext``; a member without a key is never
-    read), yielded after each of its members, its bytes so far."""
-    index, key, count, held = -1, None, 0, 0
-    for name, size in members:
+def _decoded_words(decoded: tuple[str, int, str] | None) -> str:
+    """The words naming an example's member counted decoded (name, bytes, how; None: none) in a refusal."""
+    if decoded is None:
+        return ""
+    return f"; its member {decoded[0][:200]!r} counted at {size_words(decoded[1])} decoded: {decoded[2]}"
+
+
+def _examples(members: Iterator[tuple[str, int, str]], key_of: Callable[[str], tuple[Any, Any]]):
+    """(number, key, members, bytes, decoded) of each example of a shard's ``members`` (name, bytes, how a decoded
+    one is counted) as the reader groups them (consecutive members of one key, ``key_of`` the reader's
+    ``base_plus_ext``; a member without a key is never read), yielded after each of its members, its bytes so far;
+    ``decoded``: (name, bytes, how) of its largest member counted decoded so far, else None."""
+    index, key, count, held, decoded = -1, None, 0, 0, None
+    for name, size, how in members:
         now, _ = key_of(name)
         if now is None:
             continue
         if now != key:
-            index, key, count, held = index + 1, now, 0, 0
+            index, key, count, held, decoded = index + 1, now, 0, 0, None
         count, held = count + 1, held + size
-        yield index, now, count, held
+        if how and (decoded is None or size > decoded[1]):
+            decoded = (name, size, how)
+        yield index, now, count, held, decoded
 
 
-def _members(name: str, label: str, limit: int, is_zip: bool) -> Iterator[tuple[str, int]]:
-    """(name, bytes) of each member of the shard ``name`` that the reader reads: a regular file whose name is not
+def _members(name: str, label: str, limit: int, is_zip: bool, decoders: set[str]) -> Iterator[tuple[str, int, str]]:
+    """(name, bytes, how) of each member of the shard ``name`` that the reader reads: a regular file whose name is not
     hidden, its bytes as its header declares them, decompressed where its name has a compression suffix (the count
-    stopping past ``limit``); ``is_zip``: a zip shard, else a tar one.
+    stopping past ``limit``), or as :func:`_member` counts it decoded (``how`` then says how, else it is empty);
+    ``is_zip``: a zip shard, else a tar one; ``decoders``: the extensions the reader decodes.
 
     Raises:
         DataError: when the shard or a compressed member cannot be read.
@@ -125,17 +170,17 @@ def _members(name: str, label: str, limit: int, is_zip: bool) -> Iterator[tuple[
             with zipfile.ZipFile(name) as archive:
                 for info in archive.infolist():
                     if not info.is_dir() and not _hidden(info.filename):
-                        opener = decompressors.get(_suffix(info.filename))
                         size = info.file_size  # what the reader can get out of it: zipfile stops there
-                        yield info.filename, size if opener is None else _size_of(archive.open(info), opener, limit)
+                        opened = functools.partial(archive.open, info)
+                        yield _member(info.filename, size, opened, True, decompressors, decoders, limit)
             return
-        with _open_tar(name) as tar:
+        tar, seekable = _open_tar(name)
+        with tar:
             while (entry := tar.next()) is not None:
                 tar.members = []  # type: ignore[attr-defined]  # (the reader keeps none either: no list of them)
                 if entry.isreg() and not _hidden(entry.name):
-                    opener = decompressors.get(_suffix(entry.name))
-                    stream = tar.extractfile(entry) if opener is not None else None
-                    yield entry.name, entry.size if stream is None else _size_of(stream, opener, limit)
+                    extracted = functools.partial(tar.extractfile, entry)
+                    yield _member(entry.name, entry.size, extracted, seekable, decompressors, decoders, limit)
     except DataError:
         raise
     except (OSError, EOFError, ValueError, tarfile.TarError, zipfile.BadZipFile) as exc:
@@ -144,17 +189,139 @@ def _members(name: str, label: str, limit: int, is_zip: bool) -> Iterator[tuple[
         ) from None
 
 
-def _open_tar(name: str) -> tarfile.TarFile:
+def _member(
+    name: str,
+    size: int,
+    opened: Callable[[], Any],
+    seekable: bool,
+    decompressors: dict[str, Any],
+    decoders: set[str],
+    limit: int,
+) -> tuple[str, int, str]:
+    """(name, bytes, how) of the shard member ``name`` of ``size`` bytes (``opened``: its stream; ``seekable``:
+    one that seeks, as a plain tar's or a zip's do): decompressed where its name has a compression suffix, and where
+    the reader decodes it by a rule of :data:`_DECODINGS` counted as that rule says (the most of that and its bytes),
+    ``how`` then saying how, else empty. A member whose bytes pass ``limit`` is refused as it is, and one that is not
+    what its decoder reads (the reader fails on it) counted by its bytes."""
+    opener = decompressors.get(_suffix(name))
+    extension = _decoded_extension(name, opener is not None)
+    rule = _DECODINGS.get(extension) if extension in decoders else None
+    if rule is None:
+        return name, size if opener is None else _size_of(opened(), opener, limit), ""
+    if opener is None and size > limit:
+        return name, size, ""
+    if rule.declared is None:
+        size = size if opener is None else _size_of(opened(), opener, limit)
+        return name, size * rule.growth, rule.how
+    if opener is None and seekable:
+        with opened() as stream:
+            return _declared(name, size, rule.declared, rule.how, stream)
+    # held, no larger than the limit: a compressed one, or one of a compressed tar (read once, through)
+    with opener(opened(), mode="rb") if opener is not None else contextlib.nullcontext(opened()) as inner:
+        data = inner.read(limit + 1)
+    return (
+        (name, len(data), "")
+        if len(data) > limit
+        else _declared(name, len(data), rule.declared, rule.how, io.BytesIO(data))
+    )
+
+
+def _declared(
+    name: str, size: int, declared: Callable[[IO[bytes], int], int], how: str, stream: IO[bytes]
+) -> tuple[str, int, str]:
+    """(name, bytes, ``how``) of the member ``name`` of ``size`` bytes (``stream``: its bytes, decompressed) as
+    ``declared`` reads what it declares decoded, where that is more than its bytes, else (name, its bytes, ""); one
+    that is not what its decoder reads (the reader fails on it) is counted by its bytes."""
+    try:
+        decoded = declared(stream, size)
+    except (ValueError, EOFError, zipfile.BadZipFile):
+        return name, size, ""
+    return (name, decoded, how) if decoded > size else (name, size, "")
+
+
+def _decoded_extension(name: str, compressed: bool) -> str:
+    """The extension the reader picks a member's decoder by: its name's last, that of its name without the
+    compression suffix where ``compressed`` (``k1.json.gz``: ``json``)."""
+    if not compressed:
+        return name.split(".")[-1].lower()
+    try:
+        from datasets.utils.file_utils import xbasename
+    except ImportError:  # an older datasets version
+        xbasename = os.path.basename
+    return xbasename(".".join(name.split(".")[:-1])).split(".")[-1].lower()
+
+
+def _npy_bytes(stream: IO[bytes], size: int) -> int:
+    """The bytes of the array a ``.npy`` file declares in its header (its shape times its item size), which the
+    reader's decoder allocates before it reads the data.
+
+    Raises:
+        ValueError: when it is no ``.npy`` file.
+    """
+    version = npy_format.read_magic(stream)
+    reader = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
+    shape, _, dtype = reader(stream)
+    return math.prod(shape) * dtype.itemsize
+
+
+def _zip_bytes(stream: IO[bytes], pickles: int = 1) -> int:
+    """The uncompressed bytes a zip file's directory declares for its entries (what ``zipfile`` gets out of
+    each), those of its ``.pkl`` entries times ``pickles``.
+
+    Raises:
+        zipfile.BadZipFile: when it is no zip file.
+    """
+    with zipfile.ZipFile(stream) as inner:
+        return sum(i.file_size * (pickles if i.filename.endswith(".pkl") else 1) for i in inner.infolist())
+
+
+def _npz_bytes(stream: IO[bytes], size: int) -> int:
+    """What ``numpy.load`` holds of a ``.npz`` member: the arrays its zip directory declares (a deflated archive's
+    arrays inflate), or the array a ``.npy`` file declares, as it loads either."""
+    head = stream.read(len(npy_format.MAGIC_PREFIX))
+    stream.seek(0)
+    return _zip_bytes(stream) if head.startswith((b"PK\x03\x04", b"PK\x05\x06")) else _npy_bytes(stream, size)
+
+
+def _pth_bytes(stream: IO[bytes], size: int) -> int:
+    """What ``torch.load`` holds of a ``.pth`` member: a zip archive's records as its directory declares them, its
+    pickles at :data:`_BINARY_GROWTH` times their bytes (their objects); a file of the older format (pickles and
+    storages, not told apart without unpickling) all at :data:`_BINARY_GROWTH` times its bytes."""
+    head = stream.read(4)
+    stream.seek(0)
+    return _zip_bytes(stream, _BINARY_GROWTH) if head == b"PK\x03\x04" else size * _BINARY_GROWTH
+
+
+# The reader's decoders whose values can take far more than a member's bytes, by extension. A text member decodes to
+# at most 4 times its bytes (one character beyond the BMP makes a str take 4 bytes a character), an integer or tenbin
+# one to about its bytes: those are counted by their bytes, as the reader's other copies are (_HELD_COPIES).
+_PTH_HOW = (
+    f"its zip records as declared, its pickles (or an older format's file whole) at {_BINARY_GROWTH} times their bytes"
+)
+_DECODINGS = {
+    "json": _Decoding(_JSON_GROWTH, None, f"JSON at {_JSON_GROWTH} times its bytes"),
+    "jsn": _Decoding(_JSON_GROWTH, None, f"JSON at {_JSON_GROWTH} times its bytes"),
+    "mp": _Decoding(_BINARY_GROWTH, None, f"msgpack at {_BINARY_GROWTH} times its bytes"),
+    "msg": _Decoding(_BINARY_GROWTH, None, f"msgpack at {_BINARY_GROWTH} times its bytes"),
+    "cbor": _Decoding(_BINARY_GROWTH, None, f"CBOR at {_BINARY_GROWTH} times its bytes"),
+    "npy": _Decoding(1, _npy_bytes, "the array its header declares"),
+    "npz": _Decoding(1, _npz_bytes, "the arrays its zip directory declares"),
+    "pth": _Decoding(1, _pth_bytes, _PTH_HOW),
+    "pt": _Decoding(1, _pth_bytes, _PTH_HOW),  # (where a datasets version decodes it: torch.load too)
+}
+
+
+def _open_tar(name: str) -> tuple[tarfile.TarFile, bool]:
     """The tar shard ``name`` as the reader reads it (``tarfile``'s ``r|*``: plain, gzip, bzip2 or xz), opened so
-    that a plain one's members are skipped over, not read.
+    that a plain one's members are skipped over, not read; and whether its members seek (a plain one's do).
 
     Raises:
         tarfile.TarError, OSError: when it is no tar archive.
     """
     try:
-        return tarfile.open(name, "r:")
+        return tarfile.open(name, "r:"), True
     except tarfile.ReadError:  # compressed (or no tar archive at all: the stream says so)
-        return tarfile.open(name, "r|*")
+        return tarfile.open(name, "r|*"), False
 
 
 def _size_of(stream, opener, limit: int) -> int:
