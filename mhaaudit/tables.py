@@ -20,6 +20,7 @@ stored field by field in the meta's ``result`` and read back is :mod:`mhaaudit.d
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from importlib import resources
@@ -127,13 +128,43 @@ def arrow_type(spec: str):
 # --------------------------------------------------------------------------- records -> table
 
 
-def _as_map(value):
+def _as_map(value, name: str = "histogram"):
     """A histogram {rank: count} (keys may be strings, as in JSON) as Arrow map entries."""
     if value is None:
         return None
     if isinstance(value, str):  # a JSON object, as older files stored it
         value = json.loads(value)
-    return [(int(k), int(v)) for k, v in sorted(value.items(), key=lambda kv: int(kv[0]))]
+    return [(int(k), int(_whole(name, v))) for k, v in sorted(value.items(), key=lambda kv: int(kv[0]))]
+
+
+def _whole(name: str, value):
+    """``value`` of a column of whole numbers, as given: a finite float that is no whole number there is a fault
+    of the code that made the record, never rounded away (``pyarrow`` and ``int`` would cut it, 12.5 to 12).
+
+    Raises:
+        ValueError: when ``value`` is a finite float that is no whole number (a reader that checks a file's rows
+            through :func:`records_table` refuses the file for it).
+    """
+    if isinstance(value, float) and math.isfinite(value) and not value.is_integer():
+        raise ValueError(f"the record's {name} column holds {value!r}, which is no whole number")
+    return value
+
+
+def _whole_values(name: str, values: list, spec: str) -> None:
+    """:func:`_whole` on each whole number that ``values`` of a column of type ``spec`` hold (a list's items, a
+    saturation summary's whole-number fields)."""
+    for v in values:
+        if v is None:
+            continue
+        if spec == "int64":
+            _whole(name, v)
+        elif spec == "list<int64>" and isinstance(v, list | tuple):
+            for item in v:
+                _whole(name, item)
+        elif spec == "saturation" and isinstance(v, dict):
+            for f in SATURATION_FIELDS:
+                if f.type in ("int64", "list<int64>"):
+                    _whole_values(f"{name}.{f.name}", [v.get(f.name)], f.type)
 
 
 def _column_array(name: str, values: list, spec: str | None):
@@ -141,9 +172,10 @@ def _column_array(name: str, values: list, spec: str | None):
 
     if spec is not None:
         if spec.startswith("map<"):
-            values = [_as_map(v) for v in values]
+            values = [_as_map(v, name) for v in values]
         elif spec.startswith("list<") or spec == "saturation":  # nested values older files stored as JSON text
             values = [json.loads(v) if isinstance(v, str) else v for v in values]
+        _whole_values(name, values, spec)
         return pa.array(values, type=arrow_type(spec))
     try:  # a column no schema names: as pyarrow infers it, else as JSON text
         return pa.array(values)

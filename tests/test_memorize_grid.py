@@ -270,6 +270,22 @@ def test_a_stored_count_that_is_no_whole_number_is_refused_not_cut(tmp_path, col
     assert again.reused == 2 and again.runs[0].saturation.histogram == (16, 0)
 
 
+def test_a_stored_histogram_that_is_no_json_is_refused(tmp_path):
+    """A histogram stored as text that is no JSON refuses the results file in one line (never a traceback)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "res.parquet"
+    kw = dict(vary="heads", values="1,2", sizes=[16], max_steps=8, out=out, saturation=True, **TINY)
+    run_memorize_grid(**kw)
+    table = pq.read_table(out)
+    schema = pa.schema([pa.field(f.name, pa.string()) if f.name == "sat_histogram" else f for f in table.schema])
+    rows = [r | {"sat_histogram": "[16, "} for r in table.to_pylist()]
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), out)
+    with pytest.raises(InputError, match=r"its row 1 gives sat_histogram = '\[16, ', not a list of whole numbers"):
+        run_memorize_grid(**kw)
+
+
 @pytest.mark.parametrize(
     "edit, says",
     [

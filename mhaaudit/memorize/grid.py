@@ -109,6 +109,13 @@ def _read_results(path: Path, meta: dict) -> dict[str, dict]:
     if key_type is None or not (pa.types.is_string(key_type) or pa.types.is_large_string(key_type)):
         what = "no config_key column" if key_type is None else f"its config_key column holds {key_type}, not text"
         raise InputError(f"{path} is not a results file of 'mhaaudit memorize' ({what}); pick another " + Param("out"))
+    for i, r in enumerate(rows, 1):
+        wrong = read_whole_numbers(r)
+        if wrong is not None:  # a count cut to an integer would be a count no training wrote
+            raise InputError(
+                f"{path} is not a results file as memorize writes it: its row {i} gives {wrong}; move it away or "
+                "pick another " + Param("out")
+            )
     try:
         records_table(rows, meta)  # the rows are written back under memorize's column types
     except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
@@ -117,13 +124,7 @@ def _read_results(path: Path, meta: dict) -> dict[str, dict]:
             f"writes: {one_line(exc, 120)}); pick another " + Param("out")
         ) from None
     by_key: dict[str, dict] = {}
-    for i, r in enumerate(rows, 1):
-        wrong = read_whole_numbers(r)
-        if wrong is not None:  # a count cut to an integer would be a count no training wrote
-            raise InputError(
-                f"{path} is not a results file as memorize writes it: its row {i} gives {wrong}; move it away or "
-                "pick another " + Param("out")
-            )
+    for r in rows:
         if r.get("diverged") is None and isinstance(r.get("final_loss"), float):  # written before the column
             r["diverged"] = not math.isfinite(r["final_loss"])
         if r["config_key"] in by_key:  # memorize writes one row a point: which of the two holds could not be said

@@ -441,11 +441,14 @@ def read_whole_numbers(row: dict) -> str | None:
         value = row.get(name)
         if value is None:
             continue
-        items = (json.loads(value) if isinstance(value, str) else value) if listed else [value]
+        try:
+            items = (json.loads(value) if isinstance(value, str) else value) if listed else [value]
+        except ValueError:  # JSON text that is no JSON
+            items = None
         if not isinstance(items, list) or not all(_whole(v) for v in items):
-            return f"{name} = {items if listed else value!r}, not " + (
-                "a list of whole numbers" if listed else "a whole number"
-            )
+            shown = repr(value) if items is None or not listed else str(items)
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            return f"{name} = {shown}, not " + ("a list of whole numbers" if listed else "a whole number")
         exact = [int(v) for v in items]
         row[name] = exact if listed else exact[0]
     return None
