@@ -28,7 +28,7 @@ import pytest
 import torch
 from clitools import assert_one_error, run
 from conftest import FIXTURES
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from mhaaudit.features import reduce_tokens
 from mhaaudit.io import stamp, write_parquet
@@ -47,7 +47,7 @@ class _Planted:
 
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory, vit_dir, bert_dir, image_dir, timm_dir):
+def inputs(tmp_path_factory, vit_dir, bert_dir, image_dir, timm_dir, vit_dir_wide):
     """The input files the cases read (never written to by them)."""
     d = tmp_path_factory.mktemp("inputs")
     X = np.random.default_rng(0).standard_normal((40, 8))
@@ -110,6 +110,10 @@ def inputs(tmp_path_factory, vit_dir, bert_dir, image_dir, timm_dir):
         "marker": marker,
     }
     paths.update(_malformed_files(d, X, vit_dir, bert_dir, timm_dir))
+    # weights of another width, in a file of each form
+    paths["wide_st"], paths["wide_bin"] = d / "wide.safetensors", d / "wide.bin"
+    shutil.copy(vit_dir_wide / "model.safetensors", paths["wide_st"])
+    torch.save(load_file(str(vit_dir_wide / "model.safetensors")), paths["wide_bin"])
     return {k: str(v) for k, v in paths.items()}
 
 
@@ -315,6 +319,9 @@ CASES = [
     ("timm-config-args-not-an-object", "check {timmargs}", 'needs an "architecture" name and a "model_args" object'),
     ("weights-huge-header", "check {vithdr} --variants trained", "its header claims"),
     ("weights-corrupt-bin", "check {vitbin} --variants trained", "not a torch file of plain tensors"),
+    # a weights file of another width: refused before the first column (the random ones) is audited
+    ("weights-file-wider", "check {vit} --weights {wide_st}", "embeddings.cls_token has shape (1, 1, 48)"),
+    ("weights-bin-wider", "check {vit} --weights {wide_bin}", "embeddings.cls_token has shape (1, 1, 48)"),
     ("weights-nan", "check {vitnan} --variants trained", "hold NaN values (e.g. embeddings.cls_token)"),
     ("index-shard-dotdot", "check {vitdotdot} --variants trained", "'../outside/x.safetensors' is not a file name"),
     ("index-shard-absolute", "check {vitabs} --variants trained", "'/etc/passwd' is not a file name"),

@@ -79,16 +79,14 @@ def import_libraries() -> None:
     from transformers import AutoConfig, AutoModel  # noqa: F401
 
 
-def load(spec: ModelSpec, plan: LoadPlan, partial: bool = True) -> ProbedModel:
-    """Build the transformers model ``spec`` names as ``plan`` says, ready for probing.
-
-    ``plan.revision`` (a branch, tag or commit of a hub model) and ``plan.trust_remote_code`` go to
-    every hub read. Trained weights from a safetensors checkpoint are read only as far as the
-    probed blocks need (:mod:`.shards`); ``info.weights_read`` says what was read.
+def _prepared(spec: ModelSpec, plan: LoadPlan):
+    """What :func:`load` has before it builds the model: the hub options, the (probed tower's) config, its kind
+    and family, and where the weights come from; a single weights file's tensors' shapes are held to the
+    config's model here (:func:`.hf_weights.refuse_unfitting_file`).
 
     Raises:
         InputError: when ``plan`` sets a context length for an image model.
-        ModelError: when the built model has no list of transformer blocks to probe.
+        ModelError: when the config's numbers cannot build a model, or a single weights file does not fit it.
     """
     hub = _hub_for(spec, plan.weights_path, plan.revision, plan.trust_remote_code)
     cfg, source = _config(spec, plan.weights, plan.weights_path, hub)
@@ -103,6 +101,34 @@ def load(spec: ModelSpec, plan: LoadPlan, partial: bool = True) -> ProbedModel:
     check_config_numbers(cfg, spec.name)
     if plan.weights_path is not None and os.path.isfile(plan.weights_path):  # its shapes, before the model is built
         refuse_unfitting_file(os.path.abspath(plan.weights_path), cfg, spec.name, hub.trust_remote_code)
+    return hub, cfg, kind, fam, origin
+
+
+def check_weights(spec: ModelSpec, plan: LoadPlan) -> None:
+    """:func:`load`'s checks of the config and of a single trained weights file (its tensors' shapes), with no
+    model built: a run makes them before its first column, so a file of another width is refused before any
+    work (:func:`~mhaaudit.models.load.check_weights_fit`).
+
+    Raises:
+        InputError: as :func:`load`.
+        ModelError: when the config cannot build a model, or the weights file does not fit it.
+    """
+    _prepared(spec, plan)
+
+
+def load(spec: ModelSpec, plan: LoadPlan, partial: bool = True) -> ProbedModel:
+    """Build the transformers model ``spec`` names as ``plan`` says, ready for probing.
+
+    ``plan.revision`` (a branch, tag or commit of a hub model) and ``plan.trust_remote_code`` go to
+    every hub read. Trained weights from a safetensors checkpoint are read only as far as the
+    probed blocks need (:mod:`.shards`); ``info.weights_read`` says what was read.
+
+    Raises:
+        InputError: when ``plan`` sets a context length for an image model.
+        ModelError: when the built model has no list of transformer blocks to probe.
+    """
+    hub, cfg, kind, fam, origin = _prepared(spec, plan)
+    family, modality, _ = kind
     tokens = _tokens(cfg, kind, fam, plan.context_length, spec.name)
     built, checkpoint = _build(spec, cfg, origin, plan.seed, hub, plan.max_layer, partial)
     module = prepare_module(built, plan.device)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import pickle
 import warnings
 from collections.abc import Callable, Iterator
@@ -21,13 +22,13 @@ from typing import Any
 import torch
 
 from .. import imports, phases
-from ..errors import InputError, MhaauditError, ModelError, Param, joined, one_line
+from ..errors import InputError, MhaauditError, ModelError, OfflineError, Param, joined, one_line
 from . import hf, timm_backend
 from .plan import LoadPlan, check_revision
 from .probe import ProbedModel
 from .resolution import resolve
 
-__all__ = ["LoadPlan", "check_hub_options", "check_revision", "load_model"]
+__all__ = ["LoadPlan", "check_hub_options", "check_revision", "check_weights_fit", "load_model"]
 
 # A corrupt weights file surfaces as an UnpicklingError or EOFError from torch.load, inside the libraries.
 _LIBRARY_ERRORS = (
@@ -68,22 +69,67 @@ def load_model(name: str, **options: Any) -> ProbedModel:
             :class:`~mhaaudit.errors.OfflineError` when the weights are neither given nor cached
             offline).
     """
+    name, plan, spec = _resolved(name, options)
+    builder = timm_backend if spec.backend == "timm" else hf
+    pm = _built(name, plan, spec, builder, lambda: builder.load(spec, plan))
+    check_finite_weights(pm, _weights_name(name, plan))
+    return pm
+
+
+def check_weights_fit(name: str, **options: Any) -> None:
+    """Before any model is built, what :func:`load_model` checks of trained weights in a single file: that its
+    tensors' shapes fit the model the configuration builds (``models.hf.check_weights``), so that a run refuses a
+    file of another width before its first column. Nothing where the weights are no single file, or come to the
+    timm backend (checked when loaded), or where the configuration cannot be had offline (the load says so).
+
+    Args:
+        name: the model's alias, hub id, local folder or file, or timm name (as :func:`load_model`).
+        **options: the fields of a :class:`~.plan.LoadPlan` by name, as :func:`load_model` takes them.
+
+    Raises:
+        InputError: as :func:`load_model`.
+        ModelError: when the configuration cannot build a model, or the weights file does not fit it.
+    """
+    name, plan, spec = _resolved(name, options)
+    if spec.backend == "timm" or plan.weights_path is None or not os.path.isfile(plan.weights_path):
+        return
+    try:
+        _built(name, plan, spec, hf, lambda: hf.check_weights(spec, plan))
+    except OfflineError:  # the configuration is not here: the load says so, where it makes its column unavailable
+        return
+
+
+def _resolved(name: Any, options: dict) -> tuple[str, LoadPlan, Any]:
+    """The name, stripped; the load's plan; and the spec it resolves to, its hub options checked.
+
+    Raises:
+        InputError: when ``name`` is empty or not a string, or an option is invalid.
+    """
     if not isinstance(name, str) or not name.strip():
         raise InputError("a model name is required (an alias such as vit-base, a hub id, a folder or a timm name)")
     name = name.strip()
     plan = LoadPlan(**options)
     spec = resolve(name, backend=plan.backend, weights_path=plan.weights_path)
     check_hub_options(spec, plan.revision, plan.trust_remote_code)
-    builder = timm_backend if spec.backend == "timm" else hf
+    return name, plan, spec
+
+
+def _built(name: str, plan: LoadPlan, spec: Any, builder: Any, work: Callable[[], Any]) -> Any:
+    """``work()`` (a backend's load, or its checks) in the window a model is built in: the libraries imported
+    first (timed as imports, no distributed packages for a single-process command), their messages quieted, and
+    their errors said in one line.
+
+    Raises:
+        ModelError: for the libraries' errors (out of GPU memory too).
+        MhaauditError: the project's own errors, as raised.
+    """
     try:
         with contextlib.ExitStack() as window:
             with phases.phase("imports"):  # the window imports transformers' own utilities, then the libraries
                 window.enter_context(imports.light())  # a single-process command imports no distributed packages
                 builder.import_libraries()
             with _quiet():
-                pm = builder.load(spec, plan)
-        check_finite_weights(pm, _weights_name(name, plan))
-        return pm
+                return work()
     except MhaauditError:
         raise
     except torch.cuda.OutOfMemoryError as exc:
