@@ -242,6 +242,11 @@ def printable(text: str, keep: str = "") -> str:
     return _CONTROLS.sub(shown, text)
 
 
+def clipped(text: str, most: int) -> str:
+    """``text`` in at most ``most`` characters, for a message: cut, with ``...`` where it was cut."""
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
 def one_line(exc: BaseException, limit: int | None = None, first_line: bool = False) -> str:
     """An exception's message as one line for a user: white space folded, shortened to ``limit``.
 
@@ -252,9 +257,7 @@ def one_line(exc: BaseException, limit: int | None = None, first_line: bool = Fa
     if first_line:
         text = next((ln for ln in text.splitlines() if ln.strip()), text)
     text = " ".join(text.split()) or type(exc).__name__
-    if limit is not None and len(text) > limit:
-        text = text[: limit - 3] + "..."
-    return text
+    return text if limit is None else clipped(text, limit)
 
 
 #: What the operating system says of a path it will not let a run read, search or write, or cannot take: the

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from . import distributed
+from .errors import clipped
 from .models.hf_config import computes
 
 __all__ = [
@@ -212,13 +213,9 @@ def asked_difference(every: list[dict[str, str]]) -> str | None:
     for r, fields in enumerate(every[1:], start=1):
         for name in sorted(set(first) | set(fields)):
             if first.get(name) != fields.get(name):
-                a, b = (_short(x.get(name, "not given")) for x in (first, fields))
+                a, b = (clipped(x.get(name, "not given"), 60) for x in (first, fields))
                 return (
                     f"rank {r} of {len(every)} was asked another run than rank 0: {name} is {a} on rank 0, "
                     f"{b} on rank {r}"
                 )
     return None
-
-
-def _short(text: str, most: int = 60) -> str:
-    return text if len(text) <= most else text[: most - 3] + "..."

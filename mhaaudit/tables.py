@@ -137,6 +137,13 @@ def _as_map(value, name: str = "histogram"):
     return [(int(k), int(_whole(name, v))) for k, v in sorted(value.items(), key=lambda kv: int(kv[0]))]
 
 
+def whole_number(value) -> bool:
+    """Whether ``value`` is an integer (not a bool), or a float that is one (12.0)."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+
+
 def _whole(name: str, value):
     """``value`` of a column of whole numbers, as given: a finite float that is no whole number there is a fault
     of the code that made the record, never rounded away (``pyarrow`` and ``int`` would cut it, 12.5 to 12).
@@ -145,7 +152,7 @@ def _whole(name: str, value):
         ValueError: when ``value`` is a finite float that is no whole number (a reader that checks a file's rows
             through :func:`records_table` refuses the file for it).
     """
-    if isinstance(value, float) and math.isfinite(value) and not value.is_integer():
+    if isinstance(value, float) and math.isfinite(value) and not whole_number(value):
         raise ValueError(f"the record's {name} column holds {value!r}, which is no whole number")
     return value
 

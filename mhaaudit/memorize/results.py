@@ -14,11 +14,11 @@ from typing import ClassVar
 
 from .._version import __version__
 from ..documents import METADATA_KEY, decode_fields, decode_result, null_as_nonfinite, read_json_document
-from ..errors import InputError, Param
+from ..errors import InputError, Param, clipped
 from ..files import read_parquet
 from ..provenance import stamp
 from ..render_memorize import memorize_report
-from ..tables import MEMORIZE_COLUMNS, StoredResult
+from ..tables import MEMORIZE_COLUMNS, StoredResult, whole_number
 from .data import DIM
 from .fits import FitGap, LinearFit, fit_line, heads_fit_gaps, heads_fits
 from .recipe import RECIPE_FIELDS, Recipe
@@ -445,20 +445,12 @@ def read_whole_numbers(row: dict) -> str | None:
             items = (json.loads(value) if isinstance(value, str) else value) if listed else [value]
         except ValueError:  # JSON text that is no JSON
             items = None
-        if not isinstance(items, list) or not all(_whole(v) for v in items):
-            shown = repr(value) if items is None or not listed else str(items)
-            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        if not isinstance(items, list) or not all(whole_number(v) for v in items):
+            shown = clipped(repr(value) if items is None or not listed else str(items), 60)
             return f"{name} = {shown}, not " + ("a list of whole numbers" if listed else "a whole number")
         exact = [int(v) for v in items]
         row[name] = exact if listed else exact[0]
     return None
-
-
-def _whole(value) -> bool:
-    """Whether ``value`` is an integer, or a float that is one."""
-    if isinstance(value, bool):
-        return False
-    return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
 
 
 def row_to_run(row: dict) -> MemorizeRun:

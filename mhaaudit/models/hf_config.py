@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, MhaauditError, ModelError, OfflineError, Param, one_line
+from ..errors import InputError, MhaauditError, ModelError, OfflineError, Param, clipped, one_line
 from .families import Family
 from .hub_reads import _Hub, offline_weights_error
 from .registry import (
@@ -294,8 +294,7 @@ def canonical(value) -> str:
 
 def short(value, most: int = 40) -> str:
     """A JSON value in at most ``most`` characters, for a message."""
-    text = json.dumps(value, default=str)
-    return text if len(text) <= most else text[: most - 3] + "..."
+    return clipped(json.dumps(value, default=str), most)
 
 
 def config_difference(config: dict, model_cfg: dict, model: str) -> str | None:
