@@ -461,7 +461,7 @@ def parquet_need(
 
 
 def check_parquet(
-    path: str | os.PathLike,
+    path: str | os.PathLike | IO[bytes],
     error: type[MhaauditError],
     what: str = "",
     columns: Collection[str] | None = None,
@@ -471,16 +471,18 @@ def check_parquet(
     hint: str = "",
     largest_group: bool = False,
 ) -> None:
-    """Check, before it is read, that reading the parquet file ``path`` whole fits :func:`memory_limit`:
-    ``factor`` times what :func:`parquet_need` counts (2 where the table is copied once more). ``what``
-    starts the message (default: the path), ``hint`` ends it. With ``largest_group``, for a reader that reads
-    a row group at a time, what its largest row group takes must fit, however large the file.
+    """Check, before it is read, that reading the parquet file ``path`` (a name, or with ``largest_group`` a
+    seekable binary file: an archive's member) whole fits :func:`memory_limit`: ``factor`` times what
+    :func:`parquet_need` counts (2 where the table is copied once more). ``what`` starts the message (default:
+    the path), ``hint`` ends it. With ``largest_group``, for a reader that reads a row group at a time, what its
+    largest row group takes must fit, however large the file.
 
     Raises:
         MhaauditError: of type ``error``, when ``path`` is not a regular file (:func:`regular_file`), its
             footer cannot be read, or reading it needs more than the memory available.
     """
-    p = regular_file(path, error, what)
+    p = path if hasattr(path, "read") else regular_file(path, error, what)
+    size = p.stat().st_size if isinstance(p, Path) else 0  # (a member: its row groups alone are counted)
     label = what or str(p)
     limit = memory_limit()
     try:
@@ -491,7 +493,7 @@ def check_parquet(
         raise
     except Exception as exc:  # noqa: BLE001 - pyarrow raises many types; all mean an unreadable file here
         raise error(label + f": cannot read it as a parquet file ({one_line(exc, 160)})") from None
-    need = need * factor if largest_group else max(need * factor, p.stat().st_size)
+    need = need * factor if largest_group else max(need * factor, size)
     if need > limit:
         how = "it a row group at a time" if largest_group else "it"
         raise error(

@@ -268,7 +268,7 @@ def _size_metadata(folder: str, builder, split: str) -> None:
 def _size_archived_metadata(path: str, label: str, names: set[str], memory: int) -> None:
     """:func:`_size_metadata` for the metadata files (basename in ``names``) of the ``.zip`` archive ``path``,
     decompressed (a member's declared size bounds what the library decompresses of it), a parquet one by its row
-    groups (:func:`_size_archived_parquet`).
+    groups (``files.check_parquet``).
 
     Raises:
         DataError: naming the archive and its member, what the library would hold (at least) and the limit; or
@@ -283,31 +283,13 @@ def _size_archived_metadata(path: str, label: str, names: set[str], memory: int)
                 reading = _METADATA_READING.get(os.path.splitext(info.filename)[1].lower())
                 if reading is None:  # read as parquet, a row group at a time
                     with archive.open(info) as member:
-                        _size_archived_parquet(member, what, memory)
+                        check_parquet(member, DataError, what, factor=2, largest_group=True, hint=_PARQUET_HINT)
                 elif info.file_size + reading.batch > memory // _HELD_COPIES:
                     _size_stream(archive.open(info), what, reading, "zip", memory)
     except DataError:
         raise
     except (OSError, EOFError, zipfile.BadZipFile, ValueError) as exc:
         raise DataError(label + f": cannot read it as a zip archive ({one_line(exc, 160)})") from None
-
-
-def _size_archived_parquet(member, what: str, memory: int) -> None:
-    """:func:`_size_row_groups` for a parquet metadata file read from an archive (``member``, seekable): twice what
-    its largest row group takes must fit ``memory``.
-
-    Raises:
-        DataError: naming it (``what``), its row group and what it takes; or when it cannot be read as parquet.
-    """
-    try:
-        need, words = file_checks.parquet_need(member, limit=memory // 2, largest_group=True)
-    except Exception as exc:  # noqa: BLE001 - pyarrow raises many types; all mean an unreadable file here
-        raise DataError(what + f": cannot read it as a parquet file ({one_line(exc, 160)})") from None
-    if 2 * need > memory:
-        raise DataError(
-            what + f": reading it a row group at a time needs at least {size_words(2 * need)} in memory ({words}), "
-            f"more than the {size_words(memory)} available; " + _PARQUET_HINT
-        )
 
 
 #: Compressed files by suffix, where the ``datasets`` library in use keeps its own rule elsewhere.
