@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from clitools import assert_one_error, run
-from conftest import TINY_VIT, pipe_writer, strict_json, tmp_leftovers
+from conftest import TINY_VIT, pipe_writer, strict_json, tiny, tmp_leftovers
 from hubtools import byte_tokenizer, hub_cache, use_hub_cache
 
 from mhaaudit import pipeline
@@ -345,21 +345,8 @@ def test_a_text_series_without_a_tokenizer_is_refused_as_a_single_run_is(tmp_pat
     """A trained BERT whose model folder and checkpoints hold no tokenizer files: ``check --weights CKPT``
     refuses it (it would be fed a vocabulary it was not trained on), and so does the series, which would
     otherwise feed its checkpoints the inputs its random reference made with the offline vocabulary."""
-    cfg = transformers.BertConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        vocab_size=30522,
-        max_position_embeddings=64,
-    )
-    torch.manual_seed(0)
-    model = transformers.BertModel(cfg)
-    model.save_pretrained(str(tmp_path / "model"))
-    for step in (100, 200):
-        with torch.no_grad():
-            model.pooler.dense.bias.add_(1.0)
-        model.save_pretrained(str(tmp_path / "runs" / f"ckpt-{step}"))
+    for seed, folder in enumerate(("model", "runs/ckpt-100", "runs/ckpt-200")):
+        tiny.save_model("bert", tmp_path / folder, seed=seed, tokenizer=False)
     text = tmp_path / "docs.txt"
     text.write_text("\n\n".join(" ".join(f"word{i}x{j}" for j in range(60)) for i in range(30)))
     monkeypatch.chdir(tmp_path)
@@ -663,7 +650,6 @@ def test_a_timm_series(timm_dir, image_dir, tmp_path, capsys, monkeypatch):
     """A series of tiny timm ViT checkpoint folders (loaded whole): each checkpoint's records equal a single
     ``check --weights`` run's, the folder that repeats the one before is found by its files and not audited
     again, and the collapsed patch embedding makes General Position fail."""
-    from conftest import tiny
     from safetensors.torch import load_file, save_file
 
     runs = tmp_path / "runs"
