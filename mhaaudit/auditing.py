@@ -26,7 +26,6 @@ from .features import FeatureSet
 from .kruskal import SubsetTest, Sweep, kruskal_sweep, set_stats
 from .kruskal.proofs import shared_proofs
 from .models import modality_of
-from .models.load import check_weights_fit
 from .notes import Note, NoteKind, add_note
 from .probes import IMAGE_VARIANTS, VARIANT_HELP, Probe, plan_probes, probe_for_variant, refuse_weights_without_trained
 from .progress import task
@@ -486,28 +485,6 @@ def _audit(req: Requests, cols: Columns, on_note: Callable[[str], None] | None) 
     return result
 
 
-def _check_weights_file(request: ModelRequest, settings: Settings) -> None:
-    """Before any model is built: trained weights given in a single file fit the model the request's configuration
-    builds (its tensors' shapes, read without their data; ``models.load.check_weights_fit``), so that a run with
-    a trained column refuses a file of another width before its first column is audited.
-
-    Raises:
-        InputError: for an invalid request, as the load would.
-        ModelError: when the configuration cannot build a model, or the file does not fit it.
-    """
-    check_weights_fit(
-        request.model,
-        weights="trained",
-        backend=request.backend,
-        weights_path=request.weights_path,
-        device=settings.device,
-        context_length=request.context_length,
-        seed=settings.weights_seed_used,
-        revision=request.revision,
-        trust_remote_code=request.trust_remote_code,
-    )
-
-
 def _audit_timed(req: Requests, cols: Columns, on_note: Callable[[str], None] | None) -> AuditResult:
     """The audit of :func:`_audit`, its phases timed by the recording open around it.
 
@@ -522,8 +499,7 @@ def _audit_timed(req: Requests, cols: Columns, on_note: Callable[[str], None] | 
         raise InputError(
             Param("weights") + " has no effect without a trained column; add trained to " + Param("variants")
         )
-    if request.weights_path is not None:  # a weights file of another width: refused before the first column
-        _check_weights_file(request, settings)
+    request.check_weights_fit(settings)  # a weights file of another width: refused before the first column
     if modality == "image":  # the first images are made while the model loads
         images_ahead(data_req, settings)
     got = collect_features(request, probes, data_req, settings, on_note=on_note)

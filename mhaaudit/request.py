@@ -49,7 +49,7 @@ from .defaults import DEFAULT_BATCH_SIZE, DEFAULT_LIMIT, DEFAULT_SPLIT
 from .errors import InputError, Param
 from .keywords import given, refuse_disagreement
 from .models import resolve
-from .models.load import check_hub_options, check_revision
+from .models.load import check_hub_options, check_revision, check_weights_fit
 from .settings import Settings
 
 __all__ = [
@@ -106,6 +106,32 @@ class ModelRequest:
                 self.revision,
                 self.trust_remote_code,
             )
+
+    def check_weights_fit(self, settings: Settings) -> None:
+        """Before any model is built: trained weights given in a single file fit the model this request's
+        configuration builds (its tensors' shapes, read without their data; ``models.load.check_weights_fit``),
+        so that a run with a trained column refuses a file of another width before its first column.
+
+        Args:
+            settings: the run's settings (device, weights seed).
+
+        Raises:
+            InputError: for an invalid request, as the load would.
+            ModelError: when the configuration cannot build a model, or the file does not fit it.
+        """
+        if self.weights_path is None:
+            return
+        check_weights_fit(
+            self.model,
+            weights="trained",
+            backend=self.backend,
+            weights_path=self.weights_path,
+            device=settings.device,
+            context_length=self.context_length,
+            seed=settings.weights_seed_used,
+            revision=self.revision,
+            trust_remote_code=self.trust_remote_code,
+        )
 
 
 @dataclass(frozen=True)

@@ -322,6 +322,7 @@ CASES = [
     # a weights file of another width: refused before the first column (the random ones) is audited
     ("weights-file-wider", "check {vit} --weights {wide_st}", "embeddings.cls_token has shape (1, 1, 48)"),
     ("weights-bin-wider", "check {vit} --weights {wide_bin}", "embeddings.cls_token has shape (1, 1, 48)"),
+    ("capacity-weights-wider", "capacity {vit} --weights {wide_st}", "embeddings.cls_token has shape (1, 1, 48)"),
     ("weights-nan", "check {vitnan} --variants trained", "hold NaN values (e.g. embeddings.cls_token)"),
     ("index-shard-dotdot", "check {vitdotdot} --variants trained", "'../outside/x.safetensors' is not a file name"),
     ("index-shard-absolute", "check {vitabs} --variants trained", "'/etc/passwd' is not a file name"),

@@ -96,3 +96,21 @@ def test_from_results_of_other_examples_is_refused(vit4, image_dir, tmp_path):
         )
     r = capacity_audit(str(vit4), from_path=res, data=str(image_dir), limit=40, variants=["random"], block=2)
     assert r.columns[0].T == 40 and r.columns[0].assumptions.source.startswith("read from")
+
+
+def test_a_weights_file_of_another_width_is_refused_before_the_first_column(vit_dir, vit_dir_wide, image_dir, monkeypatch):
+    """capacity reads the shapes of a single weights file before it loads any column (the random one first), as
+    check does before its first: a file of another width costs no audit."""
+    from mhaaudit import auditing, pipeline
+    from mhaaudit.errors import ModelError
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("a column was loaded before the weights file was checked")
+
+    monkeypatch.setattr(pipeline, "load", no_load)
+    monkeypatch.setattr(auditing, "collect_features", no_load)
+    wide = str(vit_dir_wide / "model.safetensors")
+    with pytest.raises(ModelError, match="do not fit .*embeddings.cls_token has shape \(1, 1, 48\)"):
+        capacity_audit(str(vit_dir), data=str(image_dir), limit=8, weights=wide, block=1)
+    with pytest.raises(ModelError, match="do not fit .*embeddings.cls_token has shape \(1, 1, 48\)"):
+        auditing.audit(str(vit_dir), data=str(image_dir), limit=8, weights=wide)

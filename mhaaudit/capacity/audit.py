@@ -543,6 +543,8 @@ def _run_timed(plan: _Plan, variants: list[str]) -> CapacityResult:
     Raises:
         OfflineError: when no column could be loaded.
     """
+    if "trained" in variants:  # a weights file of another width: refused before the first column
+        plan.request.check_weights_fit(plan.settings)
     columns: list[CapacityColumn] = []
     notes: list[str] = []
     info_d: ModelFacts | None = None
