@@ -98,7 +98,12 @@ def test_from_results_of_other_examples_is_refused(vit4, image_dir, tmp_path):
     assert r.columns[0].T == 40 and r.columns[0].assumptions.source.startswith("read from")
 
 
-def test_a_weights_file_of_another_width_is_refused_before_the_first_column(vit_dir, vit_dir_wide, image_dir, monkeypatch):
+WIDER = r"do not fit .*embeddings\.cls_token has shape \(1, 1, 48\)"
+
+
+def test_a_weights_file_of_another_width_is_refused_before_the_first_column(
+    vit_dir, vit_dir_wide, image_dir, monkeypatch
+):
     """capacity reads the shapes of a single weights file before it loads any column (the random one first), as
     check does before its first: a file of another width costs no audit."""
     from mhaaudit import auditing, pipeline
@@ -110,7 +115,7 @@ def test_a_weights_file_of_another_width_is_refused_before_the_first_column(vit_
     monkeypatch.setattr(pipeline, "load", no_load)
     monkeypatch.setattr(auditing, "collect_features", no_load)
     wide = str(vit_dir_wide / "model.safetensors")
-    with pytest.raises(ModelError, match="do not fit .*embeddings.cls_token has shape \(1, 1, 48\)"):
+    with pytest.raises(ModelError, match=WIDER):
         capacity_audit(str(vit_dir), data=str(image_dir), limit=8, weights=wide, block=1)
-    with pytest.raises(ModelError, match="do not fit .*embeddings.cls_token has shape \(1, 1, 48\)"):
+    with pytest.raises(ModelError, match=WIDER):
         auditing.audit(str(vit_dir), data=str(image_dir), limit=8, weights=wide)

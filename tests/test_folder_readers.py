@@ -389,3 +389,34 @@ def test_an_image_folders_metadata_parquet_in_an_archive_is_sized_by_its_row_gro
         image_source(f"hf:{big}")
     ok, builder = folder("ok", ["short"] * 3)
     folder_checks.check_dataset_folder(str(ok), builder, "train")
+
+
+def test_a_webdatasets_shards_past_the_examples_read_are_sized_as_the_reader_opens_them(small_memory, tmp_path):
+    """Only the shards that hold the first examples asked for are sized before the reader is made; each later one is
+    sized as the reader opens it, before it reads a member: 3 images of a folder whose second shard is no tar archive
+    are read (the second shard never opened), where 50 are refused naming it; an example too large in a later shard
+    is refused as that shard is opened, in the same words as before any work."""
+    from mhaaudit.errors import DataError
+    from mhaaudit.sources import image_source, shard_checks
+
+    folder = _shard(tmp_path / "wds" / "s0.tar", [(f"a{i:02d}.png", _png()) for i in range(40)])
+    (folder / "s1.tar").write_bytes(b"no tar archive " * 100)
+    opened = []
+    sized = shard_checks._size_shard
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(shard_checks, "_size_shard", lambda folder, name, *a, **k: opened.append(name) or sized(
+            folder, name, *a, **k))  # fmt: skip
+        assert len(list(image_source(f"hf:{folder}", limit=3))) == 3  # (read ahead: at most 32 images)
+    assert opened == [str(folder / "s0.tar")]
+    with pytest.raises(DataError, match=r"s1\.tar \(split train\): cannot read it as the datasets library's webdata"):
+        list(image_source(f"hf:{folder}", limit=50))
+    late = _shard(tmp_path / "late" / "s0.tar", [("k1.txt", b"short"), ("k2.txt", b"short")])
+    _shard(late / "s1.tar", [("k3.txt", b"short"), ("k4.txt", b"z" * 3_000_000)])
+    builder = datasets.load_dataset_builder(str(late))
+    shard_checks.size_shards(str(late), builder, "train", 2)  # the first shard holds the 2 examples: s1 is not read
+    rows = iter(builder.as_streaming_dataset(split="train"))
+    assert [next(rows)["__key__"] for _ in range(2)] == ["k1", "k2"]
+    with pytest.raises(DataError, match=r"s1\.tar \(split train\): its example 'k4' holds at least 3\.0 MB at once"):
+        next(rows)  # s1 is sized as the reader opens it, before it reads k3
+    with pytest.raises(DataError, match=r"s1\.tar \(split train\): its example 'k4' holds at least 3\.0 MB at once"):
+        shard_checks.size_shards(str(late), datasets.load_dataset_builder(str(late)), "train")  # all, before work

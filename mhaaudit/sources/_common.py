@@ -178,12 +178,16 @@ def is_local(data: str) -> bool:
     return Path(os.path.expanduser(data)).exists()
 
 
-def open_hf_dataset(data: str, *, split: str, config: str | None = None, what: str, instead: str):
+def open_hf_dataset(
+    data: str, *, split: str, config: str | None = None, what: str, instead: str, examples: int | None = None
+):
     """``datasets.load_dataset(data, config, split=split, streaming=True)`` with user-facing errors.
 
     ``data`` is a hub id or a local dataset folder. For a hub id while offline this raises
     OfflineError at once, without touching the ``datasets`` library. ``what`` names the kind of
-    data ("image", "text") and ``instead`` says what to use offline. Returns the streaming dataset.
+    data ("image", "text") and ``instead`` says what to use offline; ``examples``, the most examples read (None:
+    unknown): a local webdataset folder's shards that hold the first of them are sized before it is read, the
+    others each as the reader opens it (``shard_checks.size_shards``). Returns the streaming dataset.
 
     Raises:
         OfflineError: when ``data`` is not local and the hub is offline or cannot be reached.
@@ -221,7 +225,7 @@ def open_hf_dataset(data: str, *, split: str, config: str | None = None, what: s
         folder_files(data, DataError, "dataset folder")  # no link leading out of it, no pipe or device in it
         builder = datasets.load_dataset_builder(data, config)
         check_dataset_folder(data, builder, split)
-        size_shards(data, builder, split)
+        size_shards(data, builder, split, examples)
         return builder.as_streaming_dataset(split=split)
     except MhaauditError:
         raise
@@ -270,6 +274,7 @@ def stream_rows(dataset, data: str):
     Raises:
         DataError: saying how many rows were read, when reading fails (an OSError, ValueError or KeyError of the
             reader).
+        MhaauditError: a check of the data as it is read (a webdataset shard sized as the reader opens it), as raised.
     """
     iterator = iter(dataset)
     count = 0
@@ -278,6 +283,8 @@ def stream_rows(dataset, data: str):
             row = next(iterator)
         except StopIteration:
             return
+        except MhaauditError:  # a check of the data as it is read (a shard sized as the reader opens it)
+            raise
         except (OSError, ConnectionError, ValueError, KeyError) as exc:
             raise DataError(
                 f"reading dataset '{data}' failed after {count} rows: {one_line(exc, 300, first_line=True)}"

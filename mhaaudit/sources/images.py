@@ -397,7 +397,7 @@ class HubImages(ImageSource):
         image_column: str | None = None,
         convert_rgb: bool = False,
     ) -> None:
-        dataset = open_hf_dataset(data, split=split, what="image", instead=_OFFLINE_IMAGES)
+        dataset = open_hf_dataset(data, split=split, what="image", instead=_OFFLINE_IMAGES, examples=limit)
         import datasets  # after the offline check: importing it takes seconds
 
         features = dataset.features

@@ -48,14 +48,17 @@ class _Decoding(NamedTuple):
     how: str
 
 
-def size_shards(folder: str, builder, split: str) -> None:
+def size_shards(folder: str, builder, split: str, examples: int | None = None) -> None:
     """Check that what the ``datasets`` library's webdataset reader holds at once of a local dataset folder's shards
     fits a quarter of the memory available (:data:`_HELD_COPIES`), before it reads them. The reader reads a ``.tar``
     shard (gzip, bzip2 or xz compressed too, as ``tarfile`` finds it) or a ``.zip`` one member by member, each
     whole, and holds an example whole (consecutive members of one key: ``k1.jpg``, ``k1.json``), a member whose name
     ends with a compression suffix (``k1.json.gz``) decompressed; to find the features, when the folder's metadata
     declares none, it first holds the first :data:`_FIRST_EXAMPLES` examples of a shard at once. The split's shards
-    are sized through, the first shard of every other split over its first examples. Only the headers are read (a
+    that hold its first ``examples`` examples (all where None) are sized through before the reader is made, each
+    later one as the reader opens it, before it reads a member of it (:func:`_size_when_opened`: a run that reads a
+    few examples of a large folder reads the headers of a few shards); the first shard of every other split is sized
+    over its first examples. Only the headers are read (a
     plain tar's members are skipped over, a compressed tar is decompressed through, never held) and compressed
     members decompressed, never held; a member that is no regular file (a link, a device) or whose name is hidden
     is one the reader skips (it never follows a link nor writes a file by a member's name), and is not counted.
@@ -72,7 +75,7 @@ def size_shards(folder: str, builder, split: str) -> None:
             shard or a compressed member cannot be read as the reader reads it.
     """
     try:
-        from datasets.packaged_modules.webdataset.webdataset import WebDataset, base_plus_ext
+        from datasets.packaged_modules.webdataset.webdataset import WebDataset
     except ImportError:  # a datasets version without a webdataset reader
         return
     if not isinstance(builder, WebDataset):
@@ -81,34 +84,106 @@ def size_shards(folder: str, builder, split: str) -> None:
     limit = memory // _HELD_COPIES
     decoders = set(getattr(WebDataset, "DECODERS", None) or ())
     infer = not builder.info.features
+    later: list[str] = []  # the split's shards past the first ``examples``, sized when the reader opens each
+    count = 0  # the split's shards
     for named, names in (getattr(builder.config, "data_files", None) or {}).items():
+        held = 0  # the examples of the split's shards sized so far
+        count = len(names) if str(named) == split else count
         for index, name in enumerate(map(str, names)):
             first = _FIRST_EXAMPLES if infer and index == 0 else 0
-            if str(named) != split and not first:
+            through = str(named) == split and (examples is None or held < examples)
+            if str(named) == split and not through:
+                later.append(name)
+            if through or first:
+                size = functools.partial(_size_shard, folder, name, str(named), decoders, limit, memory)
+                held += size(first, through)
+    if later:
+        _size_when_opened(
+            builder,
+            split,
+            count,
+            later,
+            functools.partial(_size_shard, folder, decoders=decoders, limit=limit, memory=memory),
+        )
+
+
+def _size_shard(
+    folder: str, name: str, named: str, decoders: set[str], limit: int, memory: int, first: int = 0, through=True
+) -> int:
+    """:func:`size_shards` of the shard ``name`` of the split ``named``: its first ``first`` examples together, and
+    each of them where ``through``; returns the examples sized.
+
+    Raises:
+        DataError: as :func:`size_shards`.
+    """
+    from datasets.packaged_modules.webdataset.webdataset import base_plus_ext
+
+    label = f"dataset folder {folder}: its data file {name} (split {named})"
+    members = _members(name, label, limit, _reads_as_zip(name), decoders)
+    return _size_examples(_examples(members, base_plus_ext), label, first, through, limit, memory)
+
+
+class _SizedWhenOpened:
+    """One shard's members as the reader iterates them (its ``tar_iterators`` entry), the shard sized
+    (``size()``) when the reader first opens it, before it reads a member."""
+
+    def __init__(self, members, size: Callable[[], Any]) -> None:
+        self.members, self.size, self.sized = members, size, False
+
+    def __iter__(self):
+        if not self.sized:
+            self.size()
+            self.sized = True
+        return iter(self.members)
+
+
+def _size_when_opened(builder, split: str, count: int, later: list[str], size: Callable[..., int]) -> None:
+    """Have the last shards ``later`` of the ``count`` shards of the split ``split`` sized (``size(name, split)``) each
+    when the reader opens it: the builder's split generators hand the reader each shard's members as
+    :class:`_SizedWhenOpened`; where they do not hand them as this ``datasets`` version does (a list of ``count``
+    beside as many ``tar_paths``, in the order of the folder's data files), those shards are all sized as the
+    reader is made, before it reads any."""
+    made = builder._split_generators
+
+    def split_generators(dl_manager):
+        generators = made(dl_manager)
+        for generator in generators:
+            kwargs = getattr(generator, "gen_kwargs", None)
+            if str(getattr(generator, "name", "")) != split:
                 continue
-            label = f"dataset folder {folder}: its data file {name} (split {named})"
-            members = _members(name, label, limit, _reads_as_zip(name), decoders)
-            examples = _examples(members, base_plus_ext)
-            _size_examples(examples, label, first, str(named) == split, limit, memory)
+            shards = kwargs.get("tar_iterators") if isinstance(kwargs, dict) else None
+            paths = kwargs.get("tar_paths") if isinstance(kwargs, dict) else None
+            if not isinstance(shards, list) or not isinstance(paths, list) or not len(shards) == len(paths) == count:
+                for name in later:
+                    size(name, split)
+                continue
+            skip = len(shards) - len(later)  # (the first shards were sized before)
+            kwargs["tar_iterators"] = shards[:skip] + [
+                _SizedWhenOpened(members, functools.partial(size, name, split))
+                for members, name in zip(shards[skip:], later, strict=False)
+            ]
+        return generators
+
+    builder._split_generators = split_generators
 
 
 def _size_examples(
     examples: Iterator[tuple[int, str, int, int, Any]], label: str, first: int, through: bool, limit: int, memory: int
-) -> None:
+) -> int:
     """Refuse the shard ``label`` names when an example of ``examples`` (:func:`_examples`) holds more than ``limit``,
     or its first ``first`` examples do, together; ``through``: all its examples are read, else only the first
-    ``first``.
+    ``first``. Returns the number of examples read.
 
     Raises:
         DataError: naming the example (or the first examples), what they hold and the limit.
     """
     tail = f"more than the {size_words(limit)} allowed (a quarter of the {size_words(memory)} available)"
-    before, last, held = 0, 0, 0  # the bytes of the first examples before this one; this one's number and bytes
+    before, last, held = 0, -1, 0  # the bytes of the first examples before this one; this one's number and bytes
     for index, key, members, now, decoded in examples:
         if index != last:
             before, last = before + held, index
             if not through and index >= first:
-                return
+                return index
         held = now
         if held > limit:
             raise DataError(
@@ -128,6 +203,7 @@ def _size_examples(
                 "library decodes them" + _decoded_words(decoded) + "), " + tail + "; the "
                 f"datasets library reads the first {first} examples of a shard at once to find the features"
             )
+    return last + 1
 
 
 def _decoded_words(decoded: tuple[str, int, str] | None) -> str:

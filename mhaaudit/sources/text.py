@@ -341,7 +341,7 @@ class HubText(TextSource):
         config: str | None = None,
         label: str | None = None,
     ) -> None:
-        dataset = open_hf_dataset(data, split=split, config=config, what="text", instead=_OFFLINE_TEXT)
+        dataset = open_hf_dataset(data, split=split, config=config, what="text", instead=_OFFLINE_TEXT, examples=limit)
         features = dataset.features
         self.local = is_local(data)
         how = "as asked" if text_column else "the default name: the dataset declares no columns"
