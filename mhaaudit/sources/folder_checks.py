@@ -3,7 +3,7 @@ data files lie inside it, and what the library holds at once of each data file o
 available: a parquet file's row groups, sized from its footer, and a JSON, text or CSV file's longest line
 (paragraph, batch of rows, or the whole file where the library reads one whole, as every XML file), scanned once,
 decompressed; an image (audio, video...) folder's metadata files, of every split, alike (in its ``.zip`` archives
-too: not those inside a ``.tar`` archive).
+too, the only archives the library opens there: it reads no metadata inside a ``.tar`` one).
 """
 
 from __future__ import annotations
@@ -229,8 +229,10 @@ def _size_metadata(folder: str, builder, split: str) -> None:
     """Check that what the ``datasets`` library holds at once of each metadata file of a local image (audio, video,
     ...) folder fits the memory available: ``metadata.jsonl`` and ``metadata.csv`` as :func:`_size_lines` sizes a JSON
     and a CSV data file (:data:`_METADATA_READING`), another metadata file as :func:`_size_row_groups` sizes a parquet
-    one, and the metadata files inside each ``.zip`` archive of the folder, decompressed. The library reads the first
-    batch of every split's metadata to find the features, so every split's metadata files are sized, whole.
+    one, and the metadata files inside each ``.zip`` archive of the folder, decompressed (the library opens no other
+    archive there: a ``.tar`` one, plain or compressed, it leaves unread as it streams, metadata and all). The library
+    reads the first batch of every split's metadata to find the features, so every split's metadata files are sized,
+    whole.
 
     Raises:
         DataError: naming the metadata file (and its archive), what the library would hold (at least) and the limit;
