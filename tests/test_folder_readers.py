@@ -420,3 +420,19 @@ def test_a_webdatasets_shards_past_the_examples_read_are_sized_as_the_reader_ope
         next(rows)  # s1 is sized as the reader opens it, before it reads k3
     with pytest.raises(DataError, match=r"s1\.tar \(split train\): its example 'k4' holds at least 3\.0 MB at once"):
         shard_checks.size_shards(str(late), datasets.load_dataset_builder(str(late)), "train")  # all, before work
+
+
+def test_an_image_folders_tar_archive_is_not_read_for_metadata(tmp_path):
+    """The docs say metadata inside a ``.tar`` archive of an image folder needs no sizing: the library opens only a
+    folder's ``.zip`` archives. A ``.tar`` (plain or gzip-compressed) beside the images, holding a ``metadata.jsonl``
+    that is no JSON at all, is read past without a word: the rows are the folder's images, with no column of it (a
+    library that began reading it would fail here, and its metadata would need sizing as a zip's is)."""
+    for mode, suffix in (("w", ".tar"), ("w:gz", ".tar.gz")):
+        folder = tmp_path / suffix.strip(".")
+        folder.mkdir()
+        for i in range(3):
+            (folder / f"x{i}.png").write_bytes(_png())
+        _shard(folder / f"more{suffix}", [("y.png", _png()), ("metadata.jsonl", b"{no json" * 1000)], mode)
+        builder = datasets.load_dataset_builder(str(folder))
+        rows = list(builder.as_streaming_dataset(split="train"))
+        assert len(rows) == 3 and set(rows[0]) == {"image"}
