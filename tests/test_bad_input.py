@@ -273,6 +273,9 @@ CASES = [
     ("plot-ends-in-slash", "check {vit} --plot {out}/x.png/", "x.png/ ends in /, which names a folder"),
     ("capacity-plot-ends-in-slash", "capacity {vit} --plot {out}/c.png/", "c.png/ ends in /"),
     ("memorize-out-ends-in-slash", "memorize --sizes 16 --out {out}/m.parquet/", "m.parquet/ ends in /"),
+    # so does one whose last part is . or .., which the parsed path would drop alike (x.png/. writing x.png)
+    ("plot-ends-in-dot", "check {vit} --plot {out}/x.png/.", "x.png/. ends in ., which names a folder"),
+    ("out-ends-in-dot-dot", "kruskal {npy} --out {out}/x.parquet/..", "x.parquet/.. ends in .., which names a folder"),
     ("out-empty", "kruskal {npy} --out ''", "an empty name names no file"),
     ("plot-empty", "memorize --sizes 16 --plot ''", "an empty name names no file"),
     # --- item 7: choices are choices; a renamed option and its new name together

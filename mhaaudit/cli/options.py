@@ -96,17 +96,23 @@ Device = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N
 
 
 def output_file(value: str | Path) -> Path:
-    """The file an output option names, as a ``Path``: a name that ends in a path separator names a folder, which
-    ``Path`` would drop (``x.png/`` would write ``x.png``), so it is refused here, where the text is still whole;
-    so is an empty name (``Path`` reads it as the current folder).
+    """The file an output option names, as a ``Path``: a name that ends in a path separator, or whose last part is
+    ``.`` or ``..``, names a folder, which ``Path`` would drop (``x.png/`` and ``x.png/.`` would write ``x.png``), so
+    it is refused here, where the text is still whole; so is an empty name (``Path`` reads it as the current folder).
 
     Raises:
-        typer.BadParameter: when ``value`` is empty or ends in a path separator.
+        typer.BadParameter: when ``value`` is empty, ends in a path separator or its last part is ``.`` or ``..``.
     """
     if isinstance(value, str) and not value:  # (``Path("")`` is the current folder)
         raise typer.BadParameter("an empty name names no file")
-    if isinstance(value, str) and value.endswith(tuple(s for s in (os.sep, os.altsep) if s)):
+    separators = tuple(s for s in (os.sep, os.altsep) if s)
+    if isinstance(value, str) and value.endswith(separators):
         raise typer.BadParameter(f"{value} ends in {value[-1]}, which names a folder: give the name of a file")
+    last = str(value)
+    for s in separators if isinstance(value, str) else ():
+        last = last.rsplit(s, 1)[-1]
+    if isinstance(value, str) and last in (".", ".."):  # (``Path("x.png/.")`` is ``x.png``)
+        raise typer.BadParameter(f"{value} ends in {last}, which names a folder: give the name of a file")
     return Path(value)
 
 
