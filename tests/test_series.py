@@ -686,6 +686,24 @@ def test_a_timm_series(timm_dir, image_dir, tmp_path, capsys, monkeypatch):
     assert 1 <= len(gp[names[3]]["witness"]) <= 2  # every image gives the same query: two of them are a proof
 
 
+def test_a_timm_series_of_torch_checkpoints_is_read_as_timm_reads_them(timm_dir, tmp_path):
+    """timm's loader reads a training checkpoint its own way: its EMA weights first (a file may hold no other), a
+    parallel run's ``module.`` prefix dropped, names and shapes remapped by the model's filter. A series of such
+    ``.pth`` files is not refused before any work by the names a transformers load would read (an EMA-only file was
+    refused as holding no state dict of tensors, a ``module.`` one beside a plain one as of another architecture):
+    each is read when loaded, as a single ``--weights`` file is."""
+    from safetensors.torch import load_file
+
+    sd = load_file(str(timm_dir / "model.safetensors"))
+    ema, ddp, plain = tmp_path / "ema-step1.pth", tmp_path / "ddp-step2.pth", tmp_path / "plain-step3.pth"
+    torch.save({"state_dict_ema": sd, "epoch": 1}, ema)
+    torch.save({"state_dict": {f"module.{k}": v for k, v in sd.items()}, "epoch": 2}, ddp)
+    torch.save(sd, plain)
+    for spec in (f"{ema},{plain}", f"{plain},{ddp}"):
+        series = resolve_series(spec, None, ModelRequest(str(timm_dir)))
+        assert len(series.checkpoints) == 2
+
+
 # --------------------------------------------------------------------------- hub revisions
 
 

@@ -15,7 +15,8 @@
   its pickle alone; :func:`refuse_unfitting`: a checkpoint whose tensors are of other shapes than the model's.
 
 What cannot be read cheaply is checked when the checkpoint is read: a torch file in the legacy form (before
-torch 1.6) stores its tensors' bytes within its pickle, and is loaded whole before its tensors are known.
+torch 1.6) stores its tensors' bytes within its pickle, and is loaded whole before its tensors are known; a torch
+file of a timm model is read by timm's own rules (its EMA weights first, names remapped) when it is loaded.
 """
 
 from __future__ import annotations
@@ -129,14 +130,28 @@ def form_of(path: str) -> str:
     return "safetensors" if path.lower().endswith(".safetensors") else "torch"
 
 
-def weights_shapes(name: str, path: str) -> dict[str, tuple[int, ...]] | None:
+def weights_shapes(name: str, path: str, base: ModelRequest | None = None) -> dict[str, tuple[int, ...]] | None:
     """The names and shapes of the tensors of the weights file ``path`` of the checkpoint ``name``, read without
-    their data: :func:`header_shapes` or :func:`torch_shapes` by its form (None: a torch file in the legacy form).
+    their data: :func:`header_shapes` or :func:`torch_shapes` by its form (None: a torch file in the legacy form,
+    or one of a timm model ``base``, :func:`_timm_model`).
 
     Raises:
         InputError: when the file cannot be read in its form.
     """
-    return header_shapes(name, path) if form_of(path) == "safetensors" else torch_shapes(name, path)
+    if form_of(path) == "safetensors":
+        return header_shapes(name, path)
+    return None if base is not None and _timm_model(base) else torch_shapes(name, path)
+
+
+def _timm_model(base: ModelRequest) -> bool:
+    """Whether ``base`` names a timm model, whose loader reads a torch checkpoint its own way: its EMA weights
+    first (a training checkpoint may hold no other), a parallel run's ``module.`` prefix dropped, names and shapes
+    remapped by the model's filter. What :func:`torch_shapes` reads (the state dict a transformers load reads) is
+    then not what loads: such a file is checked when it is loaded."""
+    try:
+        return resolve(base.model, backend=base.backend).backend == "timm"
+    except (MhaauditError, OSError, ValueError):  # a name no backend takes: the run says so
+        return False
 
 
 def refuse_unfitting(name: str, shapes: dict[str, tuple[int, ...]], model: str, expected) -> None:

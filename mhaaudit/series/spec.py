@@ -306,7 +306,7 @@ def _check_local(refs: list[CheckpointRef], base: ModelRequest) -> None:
     first: tuple[CheckpointRef, _Contents] | None = None
     model: list = []  # the model's config and tensor shapes, had once (when a checkpoint has either to compare)
     for ref in refs:
-        contents = _contents(ref)  # first: its config is read as a JSON object (or refused) before auto_map is
+        contents = _contents(ref, base)  # first: its config is read as a JSON object (or refused) before auto_map is
         if ref.path is not None and os.path.isdir(ref.path):
             refuse_checkpoint_code(ref.name, ref.path, bool(base.trust_remote_code))
         if (contents.config is not None or contents.shapes is not None) and not model:
@@ -331,8 +331,8 @@ def _check_local(refs: list[CheckpointRef], base: ModelRequest) -> None:
             _same_kind(ref, contents, *first, loads=model[1] if model else None)
 
 
-def _contents(ref: CheckpointRef) -> _Contents:
-    """What the checkpoint ``ref`` holds (:class:`_Contents`).
+def _contents(ref: CheckpointRef, base: ModelRequest) -> _Contents:
+    """What the checkpoint ``ref`` of the model ``base`` holds (:class:`_Contents`).
 
     Raises:
         InputError: when it is missing, unreadable, or holds no weights.
@@ -346,15 +346,15 @@ def _contents(ref: CheckpointRef) -> _Contents:
         raise InputError(Param("checkpoints") + f" {ref.name}: cannot be read (permission denied)")
     try:
         if os.path.isdir(path):
-            return _folder_contents(ref, path)
-        return _file_contents(ref, path)
+            return _folder_contents(ref, path, base)
+        return _file_contents(ref, path, base)
     except OSError as exc:
         raise InputError(
             Param("checkpoints") + f" {ref.name}: cannot be read ({exc.strerror or one_line(exc)})"
         ) from exc
 
 
-def _folder_contents(ref: CheckpointRef, folder: str) -> _Contents:
+def _folder_contents(ref: CheckpointRef, folder: str, base: ModelRequest) -> _Contents:
     """A checkpoint folder's weight files, config, tensor shapes and data files.
 
     Raises:
@@ -378,7 +378,7 @@ def _folder_contents(ref: CheckpointRef, folder: str) -> _Contents:
             _readable(ref, f)
         shapes = {}
         for f in files:
-            more = weights_shapes(ref.name, f)
+            more = weights_shapes(ref.name, f, base)
             shapes = None if more is None or shapes is None else shapes | more
     else:
         found = next(
@@ -391,7 +391,7 @@ def _folder_contents(ref: CheckpointRef, folder: str) -> _Contents:
             )
         files = [found]
         _readable(ref, found)
-        shapes = weights_shapes(ref.name, found)
+        shapes = weights_shapes(ref.name, found, base)
     return _Contents(
         tuple((f, _inode(f)) for f in files),
         _config(ref, os.path.join(folder, "config.json")),
@@ -401,7 +401,7 @@ def _folder_contents(ref: CheckpointRef, folder: str) -> _Contents:
     )
 
 
-def _file_contents(ref: CheckpointRef, path: str) -> _Contents:
+def _file_contents(ref: CheckpointRef, path: str, base: ModelRequest) -> _Contents:
     """A weights file's own inode and its tensors' names and shapes (:func:`.fit.weights_shapes`).
 
     Raises:
@@ -413,7 +413,8 @@ def _file_contents(ref: CheckpointRef, path: str) -> _Contents:
             f"({', '.join(_WEIGHT_SUFFIXES)})"
         )
     _readable(ref, path)
-    return _Contents(((os.path.realpath(path), _inode(path)),), None, weights_shapes(ref.name, path), {}, form_of(path))
+    shapes = weights_shapes(ref.name, path, base)
+    return _Contents(((os.path.realpath(path), _inode(path)),), None, shapes, {}, form_of(path))
 
 
 def _readable(ref: CheckpointRef, path: str) -> None:
