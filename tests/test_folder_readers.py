@@ -236,8 +236,8 @@ def test_a_webdataset_example_is_sized_from_the_tar_headers(small_memory, unread
 
 def test_a_webdatasets_first_examples_are_sized_together(small_memory, unread, tmp_path):
     """To find the features the webdataset reader holds the first 5 examples of a shard at once: 5 of 600 KB are
-    refused (2 MB allowed) where 5 of 300 KB pass; the first shard of another split is sized too, over its first
-    examples."""
+    refused (2 MB allowed) where 5 of 300 KB pass; the first shard of the last split, which the reader finds the
+    features from, is sized too, over its first examples, and that of another split only when it is read."""
     from mhaaudit.errors import DataError
     from mhaaudit.sources import shard_checks
 
@@ -250,6 +250,15 @@ def test_a_webdatasets_first_examples_are_sized_together(small_memory, unread, t
     _shard(tmp_path / "ok" / "test" / "s0.tar", [(f"k{i}.txt", b"z" * 600_000) for i in range(5)])
     with pytest.raises(DataError, match=r"test/s0\.tar \(split test\): its first 4 examples hold"):
         shard_checks.size_shards(str(ok), datasets.load_dataset_builder(str(ok)), "train")
+    # the reader finds the features from the first shard of the last split it is given (train, validation, test):
+    # validation's first examples are never held together when test is read, only when validation is
+    mixed = tmp_path / "mixed"
+    for split, size in (("train", 300_000), ("validation", 600_000), ("test", 300_000)):
+        _shard(mixed / split / "s0.tar", [(f"k{i}.txt", b"z" * size) for i in range(5)])
+    assert list(datasets.load_dataset_builder(str(mixed)).config.data_files) == ["train", "validation", "test"]
+    shard_checks.size_shards(str(mixed), datasets.load_dataset_builder(str(mixed)), "test")
+    with pytest.raises(DataError, match=r"validation/s0\.tar \(split validation\): its first 4 examples hold"):
+        shard_checks.size_shards(str(mixed), datasets.load_dataset_builder(str(mixed)), "validation")
 
 
 def _npz(nbytes: int) -> bytes:

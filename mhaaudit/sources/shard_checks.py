@@ -57,8 +57,9 @@ def size_shards(folder: str, builder, split: str, examples: int | None = None) -
     declares none, it first holds the first :data:`_FIRST_EXAMPLES` examples of a shard at once. The split's shards
     that hold its first ``examples`` examples (all where None) are sized through before the reader is made, each
     later one as the reader opens it, before it reads a member of it (:func:`_size_when_opened`: a run that reads a
-    few examples of a large folder reads the headers of a few shards); the first shard of every other split is sized
-    over its first examples. Only the headers are read (a
+    few examples of a large folder reads the headers of a few shards); the first shard of the split the reader
+    finds the features from (the last of the folder's splits) is sized over its first examples, and so is the
+    split read's. Only the headers are read (a
     plain tar's members are skipped over, a compressed tar is decompressed through, never held) and compressed
     members decompressed, never held; a member that is no regular file (a link, a device) or whose name is hidden
     is one the reader skips (it never follows a link nor writes a file by a member's name), and is not counted.
@@ -86,11 +87,15 @@ def size_shards(folder: str, builder, split: str, examples: int | None = None) -
     infer = not builder.info.features
     later: list[str] = []  # the split's shards past the first ``examples``, sized when the reader opens each
     count = 0  # the split's shards
-    for named, names in (getattr(builder.config, "data_files", None) or {}).items():
+    files = getattr(builder.config, "data_files", None) or {}
+    # the split whose first shard the reader reads to find the features: the last one it was given (the one its loop
+    # over the splits ends on), and the split read, should a version take that one
+    inferred = {str(list(files)[-1]), split} if infer and files else set()
+    for named, names in files.items():
         held = 0  # the examples of the split's shards sized so far
         count = len(names) if str(named) == split else count
         for index, name in enumerate(map(str, names)):
-            first = _FIRST_EXAMPLES if infer and index == 0 else 0
+            first = _FIRST_EXAMPLES if index == 0 and str(named) in inferred else 0
             through = str(named) == split and (examples is None or held < examples)
             if str(named) == split and not through:
                 later.append(name)
