@@ -9,6 +9,7 @@ import inspect
 import pkgutil
 import re
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -288,6 +289,50 @@ def test_kruskal_command_defaults_are_estimate_kruskal_rank_defaults(monkeypatch
     assert dataclasses.replace(passed["settings"], progress=False) == Settings.resolve(stop_when_decided=True)
     library = estimation._objects(None, None, None, None, {})
     assert library == (passed["request"], passed["capture"], dataclasses.replace(passed["settings"], progress=False))
+
+
+#: The command options a library call spells otherwise: (command, flag) -> what docs/guides/python.md says it is.
+_SPELT_OTHERWISE = {
+    ("check", "--all-draws"): "`--all-draws` is\n`stop_when_decided=False`",
+    ("kruskal", "--all-draws"): "`--all-draws` is\n`stop_when_decided=False`",
+    ("reproduce", "--all-draws"): "`--all-draws` is\n`stop_when_decided=False`",
+    ("capacity", "--from"): "`capacity --from` is `from_path=`",
+    ("kruskal", "--variants"): "`kruskal --variants` is `variant=`",
+    ("check", "--checkpoints"): "`audit_series` is `check --checkpoints`",
+}
+#: The options of how a command writes its results (the result objects' methods do that in Python).
+_OUTPUT_OPTIONS = {"--format", "--out", "--plot", "--quiet", "--save-features", "--fail-on"}
+
+
+def test_every_option_is_a_keyword_of_the_same_name_or_python_md_says_how_it_is_spelt():
+    """docs/guides/python.md says the library takes the command's options under their names but those it
+    lists; ``kruskal --variants`` (``variant=``) and ``check --checkpoints`` (``audit_series``) were not listed."""
+    import typer.main
+
+    from mhaaudit.cli.app import app
+    from mhaaudit.reproduce import TARGET_FUNCTIONS
+
+    functions = {
+        "check": [mhaaudit.audit],
+        "capacity": [mhaaudit.capacity_audit],
+        "memorize": [mhaaudit.run_memorize_grid],
+        "kruskal": [mhaaudit.estimate_kruskal_rank],
+        "reproduce": [mhaaudit.reproduce_paper, mhaaudit.reproduce.reproduce_seeds, *TARGET_FUNCTIONS.values()],
+    }
+    page = (Path(__file__).resolve().parents[1] / "docs" / "guides" / "python.md").read_text(encoding="utf-8")
+    renamed = []
+    for command, cmd in typer.main.get_command(app).commands.items():
+        keywords = {name for fn in functions[command] for name in inspect.signature(fn).parameters}
+        for param in cmd.params:
+            flags = [o for o in param.opts if o.startswith("--")]
+            if not flags or set(flags) & (_OUTPUT_OPTIONS | {"--help"}):
+                continue
+            if any(f.removeprefix("--").replace("-", "_") in keywords for f in flags):
+                continue  # one of its spellings (kruskal's --n and --context-length: n=) is the keyword
+            renamed.append((command, flags[0]))
+    assert sorted(renamed) == sorted(_SPELT_OTHERWISE)
+    for said in set(_SPELT_OTHERWISE.values()):
+        assert " ".join(said.split()) in " ".join(page.split()), f"docs/guides/python.md should say {said!r}"
 
 
 # --------------------------------------------------------------------------- print() and repr()
