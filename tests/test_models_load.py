@@ -121,3 +121,24 @@ def test_non_finite_weights_name_the_weights_given(vit_dir, tmp_path):
     save_file(weights, str(bad / "model.safetensors"), metadata={"format": "pt"})
     with pytest.raises(ModelError, match=rf"^the weights of {re.escape(str(bad))} hold NaN values"):
         load_model(str(vit_dir), weights="trained", weights_path=str(bad), device="cpu")
+
+
+def test_non_finite_weights_are_named_as_the_checkpoint_stores_them(vit_dir, tmp_path):
+    """The offending tensor is named as the checkpoint holds it, so that it can be found there: a NaN in ViT's
+    query weights was named ``layers.0.attention.q_proj.weight``, the name recent transformers releases give the
+    module, which the file does not hold (it stores ``encoder.layer.0.attention.attention.query.weight``)."""
+    import shutil
+
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    bad = tmp_path / "nan"
+    shutil.copytree(vit_dir, bad)
+    weights = load_file(str(bad / "model.safetensors"))
+    key = "encoder.layer.0.attention.attention.query.weight"
+    weights[key][0, 0] = float("nan")
+    save_file(weights, str(bad / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(ModelError, match=rf"hold NaN values \(e\.g\. {re.escape(key)}\)"):
+        load_model(str(bad), weights="trained", device="cpu")
+    with safe_open(str(bad / "model.safetensors"), "pt") as fh:
+        assert key in fh.keys()  # the name given is one the file holds

@@ -27,6 +27,7 @@ from . import hf, timm_backend
 from .plan import LoadPlan, check_revision
 from .probe import ProbedModel
 from .resolution import resolve
+from .shards import saved_names
 
 __all__ = ["LoadPlan", "check_hub_options", "check_revision", "check_weights_fit", "load_model"]
 
@@ -170,8 +171,11 @@ def check_finite_weights(pm: ProbedModel, name: str) -> None:
     for (pname, _), top in zip(named, tops.tolist(), strict=True):
         if not math.isfinite(top):
             what = "NaN" if math.isnan(top) else "infinite"
+            # named as a checkpoint stores it, to be found there: recent transformers releases renamed some
+            # modules (ViT's encoder.layer.0.attention.attention.query is layers.0.attention.q_proj)
+            stored = saved_names(pm.module, {pname}).get(pname, pname)
             raise ModelError(
-                f"the weights of {name} hold {what} values (e.g. {pname}); "
+                f"the weights of {name} hold {what} values (e.g. {stored}); "
                 f"the checkpoint is corrupt or was saved after training diverged"
             )
 
