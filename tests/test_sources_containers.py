@@ -454,6 +454,22 @@ def test_a_folder_of_compressed_data_files_is_read_as_a_data_set(tmp_path):
     assert text_source(str(tmp_path / "t")).name.startswith("text folder")
 
 
+def test_compressed_text_in_a_data_set_folder_is_one_document_a_line_not_a_paragraph(tmp_path):
+    """docs/guides/your-data.md says so: ``a.txt.gz`` in a folder is read by the ``datasets`` library, whose text
+    reader gives one record a line, while the same text in a ``.txt`` file is split into documents at blank lines."""
+    import gzip
+
+    paragraphs = ["\n".join(f"line {i} of paragraph {p}" for i in range(3)) for p in range(4)]
+    text = "\n\n".join(paragraphs) + "\n"
+    (tmp_path / "gz").mkdir()
+    with gzip.open(tmp_path / "gz" / "a.txt.gz", "wt") as f:
+        f.write(text)
+    (tmp_path / "a.txt").write_text(text)
+    lines = [line for p in paragraphs for line in p.split("\n")]
+    assert list(text_source(str(tmp_path / "gz"))) == lines
+    assert list(text_source(str(tmp_path / "a.txt"))) == paragraphs
+
+
 def test_what_a_text_file_holds_at_once_is_its_longest_line_or_paragraph(monkeypatch):
     """The scan of a data file finds what the ``datasets`` library holds at once: its longest line, or with
     ``sample_by: paragraph`` its longest paragraph (up to a blank line), whatever the chunks it is read in (a blank
