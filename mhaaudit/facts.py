@@ -93,7 +93,7 @@ class ReadFacts:
     bytes_total: int | None
     files_read: int
     files_total: int
-    tensors_read: int
+    tensors_read: int | None  # None: a whole load, which reads every tensor without counting them
     tensors_total: int | None
 
     @classmethod

@@ -483,3 +483,15 @@ def test_a_hub_cache_link_leading_out_of_its_repository_is_refused(tmp_path, mon
     folder.symlink_to(elsewhere, target_is_directory=True)
     with pytest.raises(ModelError, match=r"is a link to .*elsewhere/model.safetensors, outside the cache's copy"):
         hub_download("org/x", "model.safetensors", "evil", True)
+
+
+def test_a_whole_load_counts_no_tensors_rather_than_none_read(vit_dir, tmp_path):
+    """A checkpoint loaded whole (a ``pytorch_model.bin``) says every byte was read and leaves the tensor counts
+    unknown: its ``tensors_read`` was 0, as if no tensor had been read."""
+    from safetensors.torch import load_file
+
+    shutil.copy(vit_dir / "config.json", tmp_path / "config.json")
+    torch.save(load_file(str(vit_dir / "model.safetensors")), tmp_path / "pytorch_model.bin")
+    read = load_model(str(tmp_path), weights="trained", device="cpu", max_layer=1).info.weights_read
+    assert read["method"] == "whole" and read["bytes_read"] == read["bytes_total"] > 0
+    assert read["tensors_read"] is None and read["tensors_total"] is None

@@ -220,7 +220,8 @@ def whole_read(path: str | None, cfg: Any) -> WeightsRead | None:
     )
     size = sum(os.path.getsize(f) for f in files)
     stored = getattr(cfg, "dtype", None) or getattr(cfg, "torch_dtype", None) or "unknown"
-    return WeightsRead("whole", str(stored).removeprefix("torch."), size, size, len(files), len(files), 0, None)
+    # the tensors are from_pretrained's to read, all of them, uncounted: none is known (not 0 read)
+    return WeightsRead("whole", str(stored).removeprefix("torch."), size, size, len(files), len(files), None, None)
 
 
 def _from_pretrained(spec: ModelSpec, origin: _Weights, cfg: Any, hub: _Hub) -> nn.Module:
