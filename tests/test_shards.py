@@ -495,3 +495,20 @@ def test_a_whole_load_counts_no_tensors_rather_than_none_read(vit_dir, tmp_path)
     read = load_model(str(tmp_path), weights="trained", device="cpu", max_layer=1).info.weights_read
     assert read["method"] == "whole" and read["bytes_read"] == read["bytes_total"] > 0
     assert read["tensors_read"] is None and read["tensors_total"] is None
+
+
+def test_a_whole_load_counts_the_weight_files_only(vit_dir, tmp_path):
+    """A training checkpoint loaded whole keeps its optimizer, scheduler and random states beside the weights:
+    ``from_pretrained`` reads ``pytorch_model.bin`` only, and the report counted every ``.bin``/``.pt``/``.pth``
+    file as weights read (here 4 files, the optimizer state 4 times the weights)."""
+    from safetensors.torch import load_file
+
+    shutil.copy(vit_dir / "config.json", tmp_path / "config.json")
+    torch.save(load_file(str(vit_dir / "model.safetensors")), tmp_path / "pytorch_model.bin")
+    weights = (tmp_path / "pytorch_model.bin").stat().st_size
+    torch.save({"state": torch.zeros(weights)}, tmp_path / "optimizer.pt")
+    torch.save({"step": 1}, tmp_path / "rng_state.pth")
+    (tmp_path / "training_args.bin").write_bytes(b"\0" * 1000)
+    read = load_model(str(tmp_path), weights="trained", device="cpu", max_layer=1).info.weights_read
+    counted = (read["bytes_read"], read["bytes_total"], read["files_read"], read["files_total"])
+    assert counted == (weights, weights, 1, 1)

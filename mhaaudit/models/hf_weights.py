@@ -35,6 +35,7 @@ from .shards import (
     NotPartial,
     WeightsRead,
     empty_init,
+    read_index,
 )
 
 _FIT_FIELDS = ("model_type", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
@@ -205,19 +206,32 @@ def _checkpoint(origin: _Weights, hub: _Hub) -> Checkpoint | None:
         return None
 
 
+#: The weights a local folder holds, as ``from_pretrained`` looks for them: safetensors before torch's pickle, one file
+#: before a sharded checkpoint's index (whose shards it reads).
+_WEIGHT_LAYOUTS = (
+    ("model.safetensors", "model.safetensors.index.json"),
+    ("pytorch_model.bin", "pytorch_model.bin.index.json"),
+)
+
+
+def _weight_files(folder: str) -> list[str]:
+    """The files ``from_pretrained`` reads the weights of the local ``folder`` from; not the other files a training
+    checkpoint keeps beside them (``optimizer.pt``, ``rng_state.pth``, ``training_args.bin``)."""
+    for single, index in _WEIGHT_LAYOUTS:
+        if os.path.isfile(os.path.join(folder, single)):
+            return [os.path.join(folder, single)]
+        if os.path.isfile(os.path.join(folder, index)):
+            _doc, weight_map = read_index(os.path.join(folder, index), folder)
+            return [os.path.join(folder, fn) for fn in sorted(set(weight_map.values()))]
+    return []
+
+
 def whole_read(path: str | None, cfg: Any) -> WeightsRead | None:
-    """What a whole load read: every checkpoint file of a local folder or a single file (None from the hub)."""
+    """What a whole load read: the weight files of a local folder (:func:`_weight_files`) or a single file (None
+    from the hub)."""
     if path is None or not os.path.exists(path):
         return None
-    files = (
-        [path]
-        if os.path.isfile(path)
-        else [
-            os.path.join(path, f)
-            for f in sorted(os.listdir(path))
-            if f.endswith((".safetensors", ".bin", ".pth", ".pt"))
-        ]
-    )
+    files = [path] if os.path.isfile(path) else _weight_files(path)
     size = sum(os.path.getsize(f) for f in files)
     stored = getattr(cfg, "dtype", None) or getattr(cfg, "torch_dtype", None) or "unknown"
     # the tensors are from_pretrained's to read, all of them, uncounted: none is known (not 0 read)
