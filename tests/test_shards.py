@@ -512,3 +512,16 @@ def test_a_whole_load_counts_the_weight_files_only(vit_dir, tmp_path):
     read = load_model(str(tmp_path), weights="trained", device="cpu", max_layer=1).info.weights_read
     counted = (read["bytes_read"], read["bytes_total"], read["files_read"], read["files_total"])
     assert counted == (weights, weights, 1, 1)
+
+
+def test_a_whole_load_reports_the_dtype_the_checkpoint_stores(vit_dir, tmp_path):
+    """A ``pytorch_model.bin`` stored in bfloat16 beside a config that says float32 was reported "stored in float32"
+    (the config's dtype): a whole load now reads the stored dtype from the file, mapped, without its data."""
+    from safetensors.torch import load_file
+
+    shutil.copy(vit_dir / "config.json", tmp_path / "config.json")
+    assert json.loads((tmp_path / "config.json").read_text())["dtype"] == "float32"
+    state = {k: v.to(torch.bfloat16) for k, v in load_file(str(vit_dir / "model.safetensors")).items()}
+    torch.save(state, tmp_path / "pytorch_model.bin")
+    read = load_model(str(tmp_path), weights="trained", device="cpu", max_layer=1).info.weights_read
+    assert (read["method"], read["stored_dtype"]) == ("whole", "bfloat16")

@@ -18,7 +18,7 @@ from torch import nn
 
 from .. import phases
 from ..errors import ModelError, one_line
-from ..feature_files import torch_load_reason
+from ..feature_files import safetensors_header, torch_load_reason
 from ..files import native_name
 from ..staging import scratch_folder
 from .checkpoints import first_misfit, is_ignorable, load_fitting, read_state, state_shapes
@@ -226,14 +226,52 @@ def _weight_files(folder: str) -> list[str]:
     return []
 
 
+#: safetensors' dtype codes, as torch names the dtypes
+_SAFETENSORS_DTYPES = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
+}
+
+
+def _stored_dtype(files: list[str]) -> str | None:
+    """The dtype(s) the weight ``files`` store, joined by "+", most bytes first (as a partial read reports them),
+    from their headers or a memory-mapped look at the torch files (no tensor data read); None when a file
+    cannot say (a torch file in the legacy format, which cannot be mapped)."""
+    nbytes: dict[str, int] = {}
+    try:
+        for f in files:
+            if f.endswith(".safetensors"):
+                for key, entry in safetensors_header(f).items():
+                    if key != "__metadata__":
+                        dt = _SAFETENSORS_DTYPES.get(entry["dtype"], str(entry["dtype"]).lower())
+                        nbytes[dt] = nbytes.get(dt, 0) + entry["data_offsets"][1] - entry["data_offsets"][0]
+                continue
+            state = torch.load(f, map_location="cpu", mmap=True, weights_only=True)
+            for v in state.values() if isinstance(state, dict) else ():
+                if isinstance(v, torch.Tensor):
+                    dt = str(v.dtype).removeprefix("torch.")
+                    nbytes[dt] = nbytes.get(dt, 0) + v.numel() * v.element_size()
+    except Exception:  # noqa: BLE001 - the load itself succeeded: a file that cannot say leaves the dtype unknown
+        return None
+    return "+".join(sorted(nbytes, key=lambda d: -nbytes[d])) or None
+
+
 def whole_read(path: str | None, cfg: Any) -> WeightsRead | None:
     """What a whole load read: the weight files of a local folder (:func:`_weight_files`) or a single file (None
-    from the hub)."""
+    from the hub), and the dtype they store (the config's where a file cannot say)."""
     if path is None or not os.path.exists(path):
         return None
     files = [path] if os.path.isfile(path) else _weight_files(path)
     size = sum(os.path.getsize(f) for f in files)
-    stored = getattr(cfg, "dtype", None) or getattr(cfg, "torch_dtype", None) or "unknown"
+    stored = _stored_dtype(files) or getattr(cfg, "dtype", None) or getattr(cfg, "torch_dtype", None) or "unknown"
     # the tensors are from_pretrained's to read, all of them, uncounted: none is known (not 0 read)
     return WeightsRead("whole", str(stored).removeprefix("torch."), size, size, len(files), len(files), None, None)
 
