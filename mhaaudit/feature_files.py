@@ -202,6 +202,7 @@ def _refuse_unless_readable(p: Path, need: int | None = None, declared: str = ""
 
 
 _size = size_words
+MAPPED_HINT = "save the features as a float32 .npy or .safetensors file, which is memory-mapped instead of read"
 
 
 def parquet_declared_bytes(path: str | os.PathLike, columns: Collection[str] | None = None) -> tuple[int, str]:
@@ -399,16 +400,41 @@ def dense_values(t, where: str, error: type[MhaauditError] = InputError):
 
 
 def _read_safetensors(p: Path, key: str | None) -> tuple[torch.Tensor | MappedArray, str]:
-    """A ``.safetensors`` tensor (``key``, or the only one), memory-mapped where its dtype and shape allow."""
-    safetensors_header(p)  # its stated length checked against the file before anything is read
+    """A ``.safetensors`` tensor (``key``, or the only one), memory-mapped where its dtype and shape allow; else
+    that one tensor is read, once the bytes its header declares for it are known to fit the memory available.
+
+    Raises:
+        InputError: when ``key`` names no tensor, the file holds none or several and ``key`` is None, or the
+            tensor to be read is larger than the memory available.
+    """
+    header = safetensors_header(p)  # its stated length checked against the file before anything is read
     mapped = _map_safetensors(p, key)
     if mapped is not None:
         return mapped, f"{p} (safetensors{', ' + repr(key) if key else ''}, memory-mapped)"
-    from safetensors.torch import load_file
+    from safetensors import safe_open
 
-    with native_name(p) as name:
-        tensors = load_file(name)
-    return _pick(tensors, key, p), f"{p} (safetensors{', ' + repr(key) if key else ''})"
+    name = _pick({k: k for k in header if k != "__metadata__"}, key, p)
+    info = header[name]
+    begin, end = info["data_offsets"]
+    refuse_unless_fits(p, end - begin, f"its tensor {str(name)[:60]!r} ({info.get('dtype')}) is read, not mapped")
+    with native_name(p) as native, safe_open(native, framework="pt") as f:
+        tensor = f.get_tensor(name)
+    return tensor, f"{p} (safetensors{', ' + repr(key) if key else ''})"
+
+
+def refuse_unless_fits(p: Path, need: int, why: str, hint: str = MAPPED_HINT) -> None:
+    """Check, before reading, that the ``need`` bytes a safetensors file ``p`` declares for what is read of it
+    (``why`` says what, in words; ``hint`` the way out) fit the memory available: a sparse file declares bytes
+    it does not hold, and any file can declare more than this machine has.
+
+    Raises:
+        InputError: when ``need`` is larger than the memory available.
+    """
+    avail = hostmem.available_memory()
+    if need > avail:
+        raise InputError(
+            f"{p}: {why}, which needs {_size(need)}, but {_size(avail)} are available" + (f"; {hint}" if hint else "")
+        )
 
 
 def _from_parquet(path: Path, key: str | None) -> tuple[np.ndarray, str]:

@@ -22,7 +22,7 @@ import torch
 from . import phases, validate
 from .contexts import ContextRankResult, ContextRanks, assumption_2_from_arrays, real_tensor
 from .errors import InputError, ModelError, OutputError, Param
-from .feature_files import safetensors_header
+from .feature_files import refuse_unless_fits, safetensors_header
 from .files import folder_files, native_name, read_json, regular_file
 from .numerics import RankRule
 from .numerics.pow2 import max_abs
@@ -176,7 +176,13 @@ class FeatureSet:
         folder_files(folder, InputError, "saved feature folder", keep={FEATURES_FILE, META_FILE}.__contains__, depth=0)
         meta = read_json(m, InputError, f"saved features in {folder}: {META_FILE}")
         try:
-            safetensors_header(f)  # its stated length checked against the file before anything is read
+            header = safetensors_header(f)  # its stated length checked against the file before anything is read
+        except Exception as exc:  # unreadable, truncated or not a safetensors file
+            raise InputError(f"cannot read saved features in {folder}: {' '.join(str(exc).split())[:200]}") from exc
+        # every tensor is read whole: what the header declares must fit (a sparse file declares what it lacks)
+        declared = sum(v["data_offsets"][1] - v["data_offsets"][0] for k, v in header.items() if k != "__metadata__")
+        refuse_unless_fits(f, declared, "a saved feature folder's tensors are read whole", hint="")
+        try:
             with native_name(f) as name:  # a name safetensors takes, whatever bytes the folder's own holds
                 t = load_file(name)
         except Exception as exc:  # unreadable, truncated or not what --save-features writes

@@ -541,6 +541,32 @@ def test_memorize_outputs_have_ordinary_permissions(capsys, tmp_path, umask_022)
     assert oct(_mode(tmp_path / "m.parquet")) == oct(umask_022) and oct(_mode(tmp_path / "m.png")) == oct(umask_022)
 
 
+@pytest.mark.parametrize("kind", ["bfloat16-file", "saved-folder"])
+def test_safetensors_read_into_memory_are_sized_first(monkeypatch, capsys, tmp_path, kind):
+    """A bfloat16 tensor (read, not mapped) and a saved feature folder (read whole): the bytes the header declares
+    are checked against the memory available before any is read (a sparse file declares bytes it does not hold)."""
+    import safetensors.torch
+
+    from mhaaudit import hostmem
+
+    def trap(*a, **k):
+        raise AssertionError("the file was read before its declared size was checked")
+
+    if kind == "bfloat16-file":
+        path = tmp_path / "bf16.safetensors"
+        save_file({"queries": torch.randn(1000, 1000).bfloat16()}, str(path))
+        words = "its tensor 'queries' (BF16) is read, not mapped, which needs 2.0 MB"
+    else:
+        path = tmp_path / "feat"
+        reduce_tokens(torch.randn(1000, 5, 200), 0, meta={"model": "m", "variant": "random", "layer": 1}).save(path)
+        words = "a saved feature folder's tensors are read whole, which needs 1.6 MB"
+    monkeypatch.setattr(hostmem, "available_memory", lambda: 1_000_000)
+    monkeypatch.setattr(safetensors.torch, "load_file", trap)
+    rc, stdout, err = run(capsys, "kruskal", path, *JSON)
+    line = assert_one_error(rc, err, words)
+    assert "but 1.0 MB are available" in line and stdout == ""
+
+
 def test_results_written_by_mhaaudit_are_not_features_whatever_their_columns(capsys, inputs, tmp_path):
     """Recognised by the 'mhaaudit' schema metadata, not by column types: an all-numeric results file too."""
     rc, _, err = run(
