@@ -137,6 +137,8 @@ def _malformed_files(d, X, vit_dir, bert_dir, timm_dir) -> dict:
     (d / "bomb.npy").write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + bytes(64))
     (d / "code.pt").write_bytes(pickle.dumps(_RunsCode(d / "UNPICKLED")))
     (d / "huge.safetensors").write_bytes((2**62).to_bytes(8, "little") + b"{}")
+    f4 = json.dumps({"queries": {"dtype": "F4", "shape": [40, 8], "data_offsets": [0, 160]}}).encode()
+    (d / "float4.safetensors").write_bytes(len(f4).to_bytes(8, "little") + f4 + bytes(range(160)))
     Xn = X.copy()
     Xn[3, 2] = np.inf
     np.save(d / "inf.npy", Xn)
@@ -146,6 +148,7 @@ def _malformed_files(d, X, vit_dir, bert_dir, timm_dir) -> dict:
         emptypt=d / "empty.pt",
         codept=d / "code.pt",
         hugest=d / "huge.safetensors",
+        float4=d / "float4.safetensors",
         infnpy=d / "inf.npy",
     )
     for name, change in (
@@ -310,6 +313,7 @@ CASES = [
     ("pt-empty", "kruskal {emptypt}", "empty or truncated"),
     ("pt-pickle-runs-code", "kruskal {codept}", "a pickle that would run code, which is never loaded"),
     ("safetensors-huge-header", "kruskal {hugest}", "its header claims 4611686018427387904 bytes"),
+    ("safetensors-float4", "kruskal {float4}", "features of dtype float4_e2m1fn_x2 are not supported"),
     ("meta-n-negative", "kruskal {featneg}", "meta.json gives n = -3"),
     ("meta-query-index-outside", "kruskal {featqi}", "query_index = 9, outside the n = 5 tokens"),
     ("meta-no-query-index", "kruskal {featnoq}", "query_index = None"),

@@ -82,6 +82,7 @@ Progress = Callable[[int], None]
 
 
 FLOAT8_DTYPES = frozenset(getattr(torch, name) for name in dir(torch) if name.startswith("float8_"))
+_FLOATS = frozenset({torch.float64, torch.float32, torch.float16, torch.bfloat16}) | FLOAT8_DTYPES
 _EXACT_INT = 2**53  # every integer of at most this magnitude is a float64
 
 
@@ -141,6 +142,11 @@ def as_matrix(X):
             f"complex features ({_dtype_name(X.dtype)}) are not supported: linear independence is "
             "decided over the reals, and dropping the imaginary part would prove false things; give "
             "real features"
+        )
+    if X.dtype.is_floating_point and X.dtype not in _FLOATS:  # float4, packed two to a byte: torch converts it not
+        raise InputError(
+            f"features of dtype {_dtype_name(X.dtype)} are not supported (only float64, float32, float16, bfloat16 and "
+            "the float8 formats convert to float64 exactly here); give features of one of those"
         )
     if not X.dtype.is_floating_point:
         X = _exact_float64(X)
