@@ -129,6 +129,20 @@ def test_columns_found_or_refused_with_what_was_found(tmp_path):
     assert list(text_source(str(fields), text_column="b")) == ["y", "y", "y"]
 
 
+def test_a_jsonl_text_with_an_unpaired_surrogate_escape_is_skipped_as_invalid_json(tmp_path):
+    """The escape \\ud800 is JSON syntax but decodes to no character: a tokenizer refuses the string (an internal
+    error, exit 3, before), so its line is skipped as invalid JSON, named by its line, as a line not UTF-8 is."""
+    path = tmp_path / "surrogate.jsonl"
+    path.write_text('{"text": "one"}\n{"text": "two \\ud800 halves"}\n{"text": "a pair \\ud83d\\ude00 is one"}\n')
+    source = text_source(str(path))
+    assert list(source) == ["one", "a pair \U0001f600 is one"]
+    got = source.skips.as_dict()
+    assert got["invalid JSON"] == {
+        "count": 1,
+        "example": "line 2: 'text' holds an unpaired surrogate escape (character 5)",
+    }
+
+
 def test_a_jsonl_line_that_is_not_utf8_is_skipped_by_its_line_number(tmp_path):
     """JSON text is UTF-8: a line that is not is invalid JSON, skipped and counted as the other lines that are not
     JSON (the whole file was refused, naming no line); every skip names the line, blank lines counted."""

@@ -284,6 +284,14 @@ class JsonlText(TextSource):
             if not value.strip():  # counted here, where its line is known
                 self.skips.add("empty", f"line {number}")
                 continue
+            try:  # an unpaired surrogate escape (\ud800) decodes to no character: no tokenizer takes it
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                self.skips.add(
+                    "invalid JSON",
+                    f"line {number}: '{self.column}' holds an unpaired surrogate escape (character {exc.start + 1})",
+                )
+                continue
             yield None, value
 
     def _hint(self) -> str:
