@@ -139,6 +139,7 @@ def _malformed_files(d, X, vit_dir, bert_dir, timm_dir) -> dict:
     (d / "huge.safetensors").write_bytes((2**62).to_bytes(8, "little") + b"{}")
     f4 = json.dumps({"queries": {"dtype": "F4", "shape": [40, 8], "data_offsets": [0, 160]}}).encode()
     (d / "float4.safetensors").write_bytes(len(f4).to_bytes(8, "little") + f4 + bytes(range(160)))
+    (d / "latin1.csv").write_bytes("caf\u00e9,text\n".encode("latin-1") + b"1,one two three four\n" * 50)
     Xn = X.copy()
     Xn[3, 2] = np.inf
     np.save(d / "inf.npy", Xn)
@@ -149,6 +150,7 @@ def _malformed_files(d, X, vit_dir, bert_dir, timm_dir) -> dict:
         codept=d / "code.pt",
         hugest=d / "huge.safetensors",
         float4=d / "float4.safetensors",
+        latin1csv=d / "latin1.csv",
         infnpy=d / "inf.npy",
     )
     for name, change in (
@@ -314,6 +316,7 @@ CASES = [
     ("pt-pickle-runs-code", "kruskal {codept}", "a pickle that would run code, which is never loaded"),
     ("safetensors-huge-header", "kruskal {hugest}", "its header claims 4611686018427387904 bytes"),
     ("safetensors-float4", "kruskal {float4}", "features of dtype float4_e2m1fn_x2 are not supported"),
+    ("csv-header-not-utf8", "check {bert} --data {latin1csv} --context-length 16", "a column name in its header is"),
     ("meta-n-negative", "kruskal {featneg}", "meta.json gives n = -3"),
     ("meta-query-index-outside", "kruskal {featqi}", "query_index = 9, outside the n = 5 tokens"),
     ("meta-no-query-index", "kruskal {featnoq}", "query_index = None"),
@@ -401,6 +404,7 @@ CASES = [
 AFTER_THE_START = {
     "nothing-to-audit",  # known only once the model has been looked for
     "batch-size-huge",
+    "csv-header-not-utf8",  # a data file is opened as the data pass begins
 }  # known once the model is loaded: refused as the data pass begins, unread
 
 

@@ -214,9 +214,14 @@ def _delimited(path: Path, delimiter: str) -> Table:
                 read_options=read,
                 convert_options=pcsv.ConvertOptions(column_types={n: pa.string() for n in names}),
             )
+        kinds = _kinds_of(table.schema, f"{what} file {path}")
     except (OSError, pa.ArrowException) as exc:
         raise DataError(f"cannot read {what} file {path}: {one_line(exc, 300, first_line=True)}") from None
-    kinds = _kinds_of(table.schema, f"{what} file {path}")
+    except UnicodeDecodeError as exc:  # pyarrow keeps the header's bytes, and decodes a column's name when asked
+        raise DataError(
+            f"cannot read {what} file {path}: a column name in its header is not UTF-8 (byte {exc.start + 1} of the "
+            f"name: {exc.reason}); save it as UTF-8"
+        ) from None
     # A delimited file holds text: pyarrow types a column binary when one of its values is not UTF-8. It is text
     # still, each value that is not UTF-8 given as bytes (TableText skips and counts it as such).
     binary = {name for name, kind in kinds.items() if kind == "bytes"}
