@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -127,6 +128,23 @@ def test_columns_found_or_refused_with_what_was_found(tmp_path):
     with pytest.raises(DataError, match=r"has 2 string columns \(a, b\).*; its|choose one with text_column"):
         text_source(str(fields))
     assert list(text_source(str(fields), text_column="b")) == ["y", "y", "y"]
+
+
+def test_a_csv_value_longer_than_a_block_is_read_and_one_past_the_limit_refused_for_what_it_is(monkeypatch, tmp_path):
+    """A quoted value of 3 MB with its line breaks (a book in one cell) does not lie in pyarrow's 1 MiB block: the
+    file was refused with pyarrow's "straddling object straddles two block boundaries"; the block now grows to hold
+    the row, up to MAX_CSV_ROW, and a longer row is refused for what it is."""
+    from mhaaudit.sources import containers
+
+    book = "word " * 250_000 + "\n\n" + "word " * 400_000
+    path = tmp_path / "books.csv"
+    path.write_text('text,n\n"' + book + '",1\nshort,2\n')
+    assert os.path.getsize(path) > 3 << 20
+    table = containers.table_of(path)
+    assert table.rows == 2 and list(table.values("text")) == [book, "short"]
+    monkeypatch.setattr(containers, "MAX_CSV_ROW", 1 << 20)
+    with pytest.raises(DataError, match=r"a row \(a value with its line breaks\) is longer than 1 MiB"):
+        containers.table_of(path)
 
 
 def test_a_jsonl_text_with_an_unpaired_surrogate_escape_is_skipped_as_invalid_json(tmp_path):

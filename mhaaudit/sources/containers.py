@@ -177,6 +177,36 @@ def _arrow(path: Path) -> Table:
 MAX_CSV_HEADER = 64 << 20
 
 
+# A row (a quoted value may hold line breaks) must lie in one block too: the block grows to this for a longer one.
+MAX_CSV_ROW = 256 << 20
+
+
+def _read_delimited(path: Path, parse, read):
+    """The table of the delimited file ``path``, its columns typed as pyarrow infers them, or all as strings when a
+    column whose type the first rows suggested holds other values.
+
+    Raises:
+        ArrowInvalid: when a row does not lie in one block of ``read`` (the caller reads again with a larger one),
+            or the file is no delimited file pyarrow reads; other errors of pyarrow pass through as well.
+    """
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    try:
+        return pcsv.read_csv(path, parse_options=parse, read_options=read)
+    except pa.ArrowInvalid as exc:
+        if "straddl" in str(exc):  # the block is too small for a row: not a matter of types
+            raise
+        with pcsv.open_csv(path, parse_options=parse, read_options=read) as reader:  # the first block only
+            names = reader.schema.names
+        return pcsv.read_csv(
+            path,
+            parse_options=parse,
+            read_options=read,
+            convert_options=pcsv.ConvertOptions(column_types={n: pa.string() for n in names}),
+        )
+
+
 def _csv_block(path: Path, what: str) -> int:
     """The block size that holds the header line of the delimited file ``path`` (at least 1 MiB).
 
@@ -201,27 +231,30 @@ def _delimited(path: Path, delimiter: str) -> Table:
 
     what = "TSV" if delimiter == "\t" else "CSV"
     parse = pcsv.ParseOptions(delimiter=delimiter, newlines_in_values=True)
-    read = pcsv.ReadOptions(block_size=_csv_block(path, what))
-    try:
+    block = _csv_block(path, what)
+    while True:  # a row must lie in one block: a longer one (a book in one quoted value) reads with a larger block
+        read = pcsv.ReadOptions(block_size=block)
         try:
-            table = pcsv.read_csv(path, parse_options=parse, read_options=read)
-        except pa.ArrowInvalid:  # a column whose type the first rows suggested holds other values: all strings
-            with pcsv.open_csv(path, parse_options=parse, read_options=read) as reader:  # the first block only
-                names = reader.schema.names
-            table = pcsv.read_csv(
-                path,
-                parse_options=parse,
-                read_options=read,
-                convert_options=pcsv.ConvertOptions(column_types={n: pa.string() for n in names}),
-            )
-        kinds = _kinds_of(table.schema, f"{what} file {path}")
-    except (OSError, pa.ArrowException) as exc:
-        raise DataError(f"cannot read {what} file {path}: {one_line(exc, 300, first_line=True)}") from None
-    except UnicodeDecodeError as exc:  # pyarrow keeps the header's bytes, and decodes a column's name when asked
-        raise DataError(
-            f"cannot read {what} file {path}: a column name in its header is not UTF-8 (byte {exc.start + 1} of the "
-            f"name: {exc.reason}); save it as UTF-8"
-        ) from None
+            table = _read_delimited(path, parse, read)
+            kinds = _kinds_of(table.schema, f"{what} file {path}")
+            break
+        except pa.ArrowInvalid as exc:
+            if "straddl" in str(exc) and block < MAX_CSV_ROW:
+                block = min(4 * block, MAX_CSV_ROW)
+                continue
+            why = one_line(exc, 300, first_line=True)
+            if "straddl" in str(exc):
+                why = (
+                    f"a row (a value with its line breaks) is longer than {MAX_CSV_ROW >> 20} MiB, the most read whole"
+                )
+            raise DataError(f"cannot read {what} file {path}: {why}") from None
+        except (OSError, pa.ArrowException) as exc:
+            raise DataError(f"cannot read {what} file {path}: {one_line(exc, 300, first_line=True)}") from None
+        except UnicodeDecodeError as exc:  # pyarrow keeps the header's bytes, and decodes a column's name when asked
+            raise DataError(
+                f"cannot read {what} file {path}: a column name in its header is not UTF-8 (byte {exc.start + 1} of "
+                f"the name: {exc.reason}); save it as UTF-8"
+            ) from None
     # A delimited file holds text: pyarrow types a column binary when one of its values is not UTF-8. It is text
     # still, each value that is not UTF-8 given as bytes (TableText skips and counts it as such).
     binary = {name for name, kind in kinds.items() if kind == "bytes"}
