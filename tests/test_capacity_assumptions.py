@@ -103,3 +103,42 @@ def test_a_results_file_of_several_seeds_is_refused_as_such(tmp_path):
     ) as got:
         assumptions_from_file(tmp_path / "seeds.parquet", init="random", layer=1)
     assert "malformed" not in str(got.value)
+
+
+@pytest.mark.parametrize(
+    "column, match",
+    [
+        (
+            {"sweep": {"estimate": 10**30}},
+            r"Kruskal-rank estimate is 1000000000000000000000000000000, not a whole number ",
+        ),
+        ({"sweep": {"estimate": 1e300}}, r"Kruskal-rank estimate is 1e\+300, not a whole number from 0 to 16"),
+        ({"sweep": {"estimate": "7"}}, r"Kruskal-rank estimate is '7', not a whole number"),
+        ({"sweep": {"estimate": True}}, r"Kruskal-rank estimate is True, not a whole number"),
+        ({"layer": 1.7}, r"the layer of column 'random' is 1.7, not a whole number"),
+        ({"layer": "1"}, r"the layer of column 'random' is '1', not a whole number"),
+    ],
+)
+def test_an_estimate_or_layer_that_no_check_writes_is_refused(tmp_path, column, match):
+    """A Kruskal-rank estimate is a whole number of at most d (here 16), and a layer a whole number: 10^30, 1e300,
+    "7" or true were read as estimates (int() of each), 1.7 or "1" as layer 1, and the capacity run went on with
+    them (exit 0)."""
+    import json
+
+    from mhaaudit.errors import InputError
+    from mhaaudit.io import METADATA_KEY
+
+    rows = [
+        {"variant": "random", "check": "assumption_1", "verdict": "fails", "exact_status": None, "fraction": 0.5},
+        {"variant": "random", "check": "assumption_2", "verdict": "holds", "exact_status": None, "fraction": 1.0},
+    ]
+    meta = {"command": "check", "columns": {"random": {"weights": "random", "layer": 1, "status": "ok", **column}}}
+    table = pa.Table.from_pylist(rows).replace_schema_metadata({METADATA_KEY: json.dumps(meta)})
+    pq.write_table(table, tmp_path / "r.parquet")
+    with pytest.raises(InputError, match="metadata or rows are malformed .*" + match):
+        assumptions_from_file(tmp_path / "r.parquet", init="random", layer=1, n=6, d=16)
+    meta["columns"]["random"].update(layer=1, sweep={"estimate": 5})  # a whole number of at most d: read
+    table = table.replace_schema_metadata({METADATA_KEY: json.dumps(meta)})
+    pq.write_table(table, tmp_path / "r.parquet")
+    got, chosen, _ = assumptions_from_file(tmp_path / "r.parquet", init="random", layer=1, n=6, d=16)
+    assert chosen == "random" and got.kruskal_estimate == 5

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..check_words import CHECK_TITLES, is_decided
-from ..errors import InputError, Param
+from ..errors import InputError, Param, clipped
 from ..files import read_parquet, regular_file
 from ..io import read_parquet_metadata
 from ..kruskal import kruskal_sweep, set_stats, subset_test
@@ -248,14 +248,36 @@ def _assumptions_from_file(
         return None, why, notes
     mine = [r for r in rows if r.get("variant") == chosen]
     out = _verdicts(mine, source=f"read from {p} (column {chosen})")
-    _read_estimate(out, p, (cols.get(chosen) or {}).get("sweep"), mine, meta.get("threshold"))
+    width = d if d is not None else info.get("d")
+    width = width if isinstance(width, int) and not isinstance(width, bool) else None
+    _read_estimate(out, p, (cols.get(chosen) or {}).get("sweep"), mine, meta.get("threshold"), width)
     return out, chosen, notes
 
 
+def _whole(value: Any, what: str, top: int | None = None) -> int:
+    """``value`` when it is a whole number (a JSON integer, not a boolean) of at least 0 and at most ``top``.
+
+    Raises:
+        ValueError: naming ``what``, when it is not (a float such as 1.7 was cut to 1, a string read as a number).
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (top is not None and value > top):
+        bound = f" from 0 to {top}" if top is not None else " of at least 0"
+        raise ValueError(f"{what} is {clipped(repr(value), 60)}, not a whole number{bound}")
+    return value
+
+
 def _column(p: Path, cols: dict, *, init: str, layer: int) -> tuple[str | None, str]:
-    """(the column of ``init`` weights at ``layer``, "") or (None, why there is none to read)."""
+    """(the column of ``init`` weights at ``layer``, "") or (None, why there is none to read).
+
+    Raises:
+        ValueError: when a column of ``init`` weights gives a layer that is no whole number.
+    """
     for variant, c in cols.items():
-        if c.get("weights") != init or int(c.get("layer", -1)) != layer or variant == "random-attention":
+        if c.get("weights") != init or c.get("layer") is None:
+            continue
+        if _whole(c["layer"], f"the layer of column {variant!r}") != layer:  # 1.7 is no layer, not layer 1
+            continue
+        if variant == "random-attention":
             continue
         if c.get("status", "ok") != "ok":
             return None, f"column {variant!r} of {p} is unavailable: {c.get('reason', '')}"
@@ -303,9 +325,16 @@ def _verdicts(rows: list[dict], *, source: str) -> Assumptions:
     return out
 
 
-def _read_estimate(out: Assumptions, p: Path, sweep: Any, rows: list[dict], threshold: Any) -> None:
+def _read_estimate(out: Assumptions, p: Path, sweep: Any, rows: list[dict], threshold: Any, d: int | None) -> None:
     """The column's Kruskal-rank estimate into ``out``: its sweep's own, else the largest k of its
-    sweep rows whose satisfied fraction reaches the file's threshold; none where neither says."""
+    sweep rows whose satisfied fraction reaches the file's threshold; none where neither says.
+
+    Raises:
+        ValueError: when the estimate or a sweep row's k is no whole number from 0 to ``d`` (the vectors' width, when
+            known): the Kruskal rank of vectors in R^d is at most d, and no run writes another.
+    """
+    if isinstance(sweep, dict) and sweep.get("estimate") is not None:
+        _whole(sweep["estimate"], "the column's Kruskal-rank estimate", d)
     if isinstance(sweep, dict) and sweep.get("estimate"):
         out.kruskal_estimate = int(sweep["estimate"])
         out.estimate_note = f"the Kruskal-rank estimate of {p} ({sweep.get('estimate_means', 'an estimate')})"
@@ -313,7 +342,7 @@ def _read_estimate(out: Assumptions, p: Path, sweep: Any, rows: list[dict], thre
     sw = [r for r in rows if r.get("check") == "sweep" and r.get("k") is not None]
     if not sw or threshold is None:
         return
-    ok = [int(r["k"]) for r in sw if (r.get("fraction") or 0.0) >= float(threshold)]
+    ok = [_whole(r["k"], "a sweep row's k", d) for r in sw if (r.get("fraction") or 0.0) >= float(threshold)]
     if ok:
         out.kruskal_estimate = max(ok)
         out.estimate_note = f"largest k with satisfied fraction >= {threshold} in the sweep rows of {p} (an estimate)"
