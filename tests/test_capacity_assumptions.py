@@ -142,3 +142,34 @@ def test_an_estimate_or_layer_that_no_check_writes_is_refused(tmp_path, column, 
     pq.write_table(table, tmp_path / "r.parquet")
     got, chosen, _ = assumptions_from_file(tmp_path / "r.parquet", init="random", layer=1, n=6, d=16)
     assert chosen == "random" and got.kruskal_estimate == 5
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (
+            {"model_info": {"n": "6", "d": 16}},
+            r"the model's n is '6', not a whole number",
+        ),  # said "n = 6, but ... n = 6"
+        ({"threshold": -1}, r"its threshold is -1, not a fraction in \(0, 1\]"),  # every sweep row's k reached it
+        ({"limit": 40.5}, r"its limit is 40.5, not a whole number"),  # int() read it as --limit 40
+    ],
+)
+def test_a_number_of_the_file_that_no_check_writes_is_refused(tmp_path, change, match):
+    import json
+
+    from mhaaudit.capacity.assumptions import check_same_examples, read_check_results
+    from mhaaudit.errors import InputError
+    from mhaaudit.io import METADATA_KEY
+
+    rows = [
+        {"variant": "random", "check": "assumption_1", "verdict": "fails", "exact_status": None, "k": None},
+        {"variant": "random", "check": "assumption_2", "verdict": "holds", "exact_status": None, "k": None},
+        {"variant": "random", "check": "sweep", "verdict": None, "exact_status": None, "k": 5, "fraction": 0.2},
+    ]
+    meta = {"command": "check", "threshold": 0.99, "columns": {"random": {"weights": "random", "layer": 1}}, **change}
+    table = pa.Table.from_pylist(rows).replace_schema_metadata({METADATA_KEY: json.dumps(meta)})
+    pq.write_table(table, tmp_path / "r.parquet")
+    with pytest.raises(InputError, match="metadata or rows are malformed .*" + match):
+        assumptions_from_file(tmp_path / "r.parquet", init="random", layer=1, n=6, d=16)
+        check_same_examples(tmp_path / "r.parquet", read_check_results(tmp_path / "r.parquet"), limit=40)

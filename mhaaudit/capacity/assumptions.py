@@ -235,6 +235,9 @@ def _assumptions_from_file(
     meta, rows = results
     notes: list[str] = []
     info = meta.get("model_info") or {}
+    for key in ("n", "d"):  # "17" is no n: compared with the model's 17, it read "n = 17, but the model has n = 17"
+        if info.get(key) is not None:
+            _whole(info[key], f"the model's {key}")
     if (n is not None and info.get("n") not in (None, n)) or (d is not None and info.get("d") not in (None, d)):
         raise InputError(
             Param("from_path") + f" {p}: audited with n = {info.get('n')}, d = {info.get('d')}, but the model here has "
@@ -342,6 +345,8 @@ def _read_estimate(out: Assumptions, p: Path, sweep: Any, rows: list[dict], thre
     sw = [r for r in rows if r.get("check") == "sweep" and r.get("k") is not None]
     if not sw or threshold is None:
         return
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold <= 1:
+        raise ValueError(f"its threshold is {clipped(repr(threshold), 60)}, not a fraction in (0, 1]")
     ok = [_whole(r["k"], "a sweep row's k", d) for r in sw if (r.get("fraction") or 0.0) >= float(threshold)]
     if ok:
         out.kruskal_estimate = max(ok)
@@ -372,7 +377,9 @@ def _check_same_examples(
         "or give capacity the ones the file was made with"
     )
     file_limit = meta.get("limit")
-    if limit is not None and file_limit is not None and int(file_limit) != int(limit):
+    if file_limit is not None:  # 40.5 is no --limit (int() read it as 40)
+        _whole(file_limit, "its limit")
+    if limit is not None and file_limit is not None and file_limit != int(limit):
         raise InputError(
             Param("from_path")
             + f" {p}: its audit read "
