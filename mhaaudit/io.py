@@ -185,10 +185,19 @@ def parquet_bytes(records: list[dict], metadata: dict) -> bytes:
 
 
 def read_parquet_metadata(path: str | os.PathLike) -> dict:
-    """The mhaaudit metadata (provenance, command) stored in a parquet file's schema; empty when it has none."""
+    """The mhaaudit metadata (provenance, command) stored in a parquet file's schema; empty when it has none.
+
+    Raises:
+        ValueError: when the metadata is not JSON, nested too deeply to be read (Python's parser recurses), or not
+            UTF-8.
+        OSError: when the file cannot be read.
+    """
     import pyarrow.parquet as pq
 
     with arrow_source(path) as source:
         meta = pq.read_schema(source).metadata or {}
     raw = meta.get(METADATA_KEY)
-    return json.loads(raw) if raw else {}
+    try:
+        return json.loads(raw) if raw else {}
+    except RecursionError:  # a hand-made file: [[[[...]]]] a hundred thousand deep
+        raise ValueError("its JSON is nested too deeply to be read") from None

@@ -140,6 +140,11 @@ def _malformed_files(d, X, vit_dir, bert_dir, timm_dir) -> dict:
     f4 = json.dumps({"queries": {"dtype": "F4", "shape": [40, 8], "data_offsets": [0, 160]}}).encode()
     (d / "float4.safetensors").write_bytes(len(f4).to_bytes(8, "little") + f4 + bytes(range(160)))
     (d / "latin1.csv").write_bytes("caf\u00e9,text\n".encode("latin-1") + b"1,one two three four\n" * 50)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    deep = pa.table({"config_key": ["{}"]}).replace_schema_metadata({b"mhaaudit": b"[" * 100_000 + b"]" * 100_000})
+    pq.write_table(deep, d / "deep-meta.parquet")  # the resume file of memorize --out, its metadata 100000 deep
     Xn = X.copy()
     Xn[3, 2] = np.inf
     np.save(d / "inf.npy", Xn)
@@ -151,6 +156,7 @@ def _malformed_files(d, X, vit_dir, bert_dir, timm_dir) -> dict:
         hugest=d / "huge.safetensors",
         float4=d / "float4.safetensors",
         latin1csv=d / "latin1.csv",
+        deepmeta=d / "deep-meta.parquet",
         infnpy=d / "inf.npy",
     )
     for name, change in (
@@ -308,6 +314,7 @@ CASES = [
     ("kruskal-revision-on-folder", "kruskal --model {vit} --revision v1", "is a local folder"),
     ("kruskal-remote-code-on-file", "kruskal {npy} --trust-remote-code", "--trust-remote-code has no effect"),
     ("memorize-empty-grid", "memorize", "the grid is empty"),
+    ("memorize-resume-metadata-deep", "memorize --sizes 16 --device cpu --out {deepmeta}", "nested too deeply to be"),
     # --- files and folders that are not what they claim: every reader refuses them in one line
     ("npy-wrong-magic", "kruskal {magic}", "not a .npy file"),
     ("npy-inf", "kruskal {infnpy}", "NaN or Inf"),
