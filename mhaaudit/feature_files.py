@@ -372,13 +372,32 @@ def _read_torch(p: Path, key: str | None) -> tuple[torch.Tensor, str]:
         if key is not None and key in obj and not isinstance(obj[key], torch.Tensor):
             raise InputError(f"{p}: the entry {key!r} is not a tensor (its type: {type(obj[key]).__name__})")
         tensors = {k: v for k, v in obj.items() if isinstance(v, torch.Tensor)}  # other entries are not features
-        picked = dense_values(_pick(tensors, key, p), str(p))
+        picked = _stored_whole(p, dense_values(_pick(tensors, key, p), str(p)))
         return picked.detach(), f"{p} (torch{', ' + repr(key) if key else ''})"
     if not isinstance(obj, torch.Tensor):
         raise InputError(f"{p}: expected a tensor or a dict of tensors, found {type(obj).__name__}")
     if key is not None:
         raise InputError(Param("key") + f" has no effect on {p}: it holds one tensor, not a dict of them")
-    return dense_values(obj, str(p)).detach(), f"{p} (torch)"  # (a saved parameter is read as its values)
+    # (a saved parameter is read as its values)
+    return _stored_whole(p, dense_values(obj, str(p))).detach(), f"{p} (torch)"
+
+
+def _stored_whole(p: Path, t: torch.Tensor) -> torch.Tensor:
+    """``t``, or a copy of it in storage of its own when its elements share storage (a stride of 0: an expanded
+    tensor, whose 1.5 kB file can declare 10^12 rows that every pass then reads), once that copy is known to fit.
+
+    Raises:
+        InputError: when the elements the tensor declares would not fit the memory available.
+    """
+    need, held = t.numel() * t.element_size(), t.untyped_storage().nbytes()
+    if need <= held:
+        return t
+    refuse_unless_fits(
+        p,
+        need,
+        f"its tensor of shape {tuple(t.shape)} stores {held} bytes, repeated (a stride of 0) to fill that shape",
+    )
+    return t.contiguous()
 
 
 def dense_values(t, where: str, error: type[MhaauditError] = InputError):
@@ -423,9 +442,9 @@ def _read_safetensors(p: Path, key: str | None) -> tuple[torch.Tensor | MappedAr
 
 
 def refuse_unless_fits(p: Path, need: int, why: str, hint: str = MAPPED_HINT) -> None:
-    """Check, before reading, that the ``need`` bytes a safetensors file ``p`` declares for what is read of it
+    """Check, before reading, that the ``need`` bytes a feature file ``p`` declares for what is read of it
     (``why`` says what, in words; ``hint`` the way out) fit the memory available: a sparse file declares bytes
-    it does not hold, and any file can declare more than this machine has.
+    it does not hold, an expanded tensor rows it stores once, and any file more than this machine has.
 
     Raises:
         InputError: when ``need`` is larger than the memory available.

@@ -85,6 +85,8 @@ def inputs(tmp_path_factory, vit_dir, bert_dir, image_dir, timm_dir, vit_dir_wid
     # .pt dicts whose entries are not tensors: a dict of dicts, a number beside a tensor
     torch.save({"layer": {"queries": torch.from_numpy(X)}}, d / "nested.pt")
     torch.save({"count": 1, "queries": torch.from_numpy(X)}, d / "mixed.pt")
+    # 1.5 kB declaring 10^12 x 8 float64 values: one row, expanded (a stride of 0), that every pass would read
+    torch.save(torch.from_numpy(X[:1]).expand(10**12, 8), d / "expanded.pt")
     paths = {
         "npy": d / "m.npy",
         "pt2": d / "two.pt",
@@ -107,6 +109,7 @@ def inputs(tmp_path_factory, vit_dir, bert_dir, image_dir, timm_dir, vit_dir_wid
         "pickled_pt": d / "pickled.pt",
         "nested_pt": d / "nested.pt",
         "mixed_pt": d / "mixed.pt",
+        "expanded_pt": d / "expanded.pt",
         "marker": marker,
     }
     paths.update(_malformed_files(d, X, vit_dir, bert_dir, timm_dir))
@@ -357,6 +360,7 @@ CASES = [
     ("npy-pickle-not-unpickled", "kruskal {pickled_npy}", "pickled.npy"),
     ("pt-pickle-not-unpickled", "kruskal {pickled_pt} --key queries", "pickled.pt"),
     ("pt-dict-of-dicts", "kruskal {nested_pt}", "nested.pt holds no tensors"),
+    ("pt-expanded-past-memory", "kruskal {expanded_pt}", "shape (1000000000000, 8) stores 64 bytes, repeated"),
     ("pt-key-names-a-number", "kruskal {mixed_pt} --key count", "the entry 'count' is not a tensor (its type: int)"),
     # --- writes go exactly where the user said: never over an input, never through a planted link
     ("out-is-the-input", "kruskal {fpq} --out {fpq}", "--out {fpq} is an input of this run"),
