@@ -320,8 +320,9 @@ def _read_npy(p: Path, key: None) -> tuple[torch.Tensor | MappedArray, str]:
     """A real numeric ``.npy`` array; a floating-point matrix (or T x n x d array) memory-mapped.
 
     Raises:
-        InputError: when the file is not a well-formed .npy file, or its dtype is complex, not numeric, or a
-            floating format wider than float64 (whose values float64 cannot hold exactly).
+        InputError: when the file is not a well-formed .npy file, its dtype is complex, not numeric, or a
+            floating format wider than float64 (whose values float64 cannot hold exactly), or an array that is read
+            whole (not mapped) is larger than the memory available.
     """
     _check_npy(p)
     arr = _load_npy(p)
@@ -337,6 +338,11 @@ def _read_npy(p: Path, key: None) -> tuple[torch.Tensor | MappedArray, str]:
         raise InputError(
             f"{p}: features of dtype {arr.dtype} (extended precision) have values float64 cannot hold exactly, "
             "and every rank computation is in float64; save them as float64"
+        )
+    mapped = isinstance(arr, np.memmap) and arr.dtype.isnative and arr.dtype in _MAPPED_FLOATS and arr.ndim in (2, 3)
+    if not mapped:  # read whole (integers, booleans, another byte order): what it holds must fit, as for a .pt file
+        refuse_unless_fits(
+            p, arr.nbytes, f"its {arr.dtype} array of shape {tuple(arr.shape)} is read whole, not mapped"
         )
     if not arr.dtype.isnative:  # big-endian data is read as numpy reads it, in the machine's order
         arr = np.asarray(arr).astype(arr.dtype.newbyteorder("="))

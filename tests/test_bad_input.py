@@ -586,6 +586,21 @@ def test_safetensors_read_into_memory_are_sized_first(monkeypatch, capsys, tmp_p
     assert "but 1.0 MB are available" in line and stdout == ""
 
 
+@pytest.mark.parametrize("dtype", ["int8", ">f8"])
+def test_an_npy_array_read_whole_is_sized_first(monkeypatch, capsys, tmp_path, dtype):
+    """An integer array, or floats in the other byte order, is read whole rather than mapped: what it holds is
+    checked against the memory available first, as for a .pt file (it was read whatever its size)."""
+    from mhaaudit import hostmem
+
+    path = tmp_path / "x.npy"
+    np.save(path, np.random.default_rng(0).standard_normal((1000, 250)).astype(dtype))
+    monkeypatch.setattr(hostmem, "available_memory", lambda: 200_000)
+    rc, stdout, err = run(capsys, "kruskal", path, *JSON)
+    shown = "int8" if dtype == "int8" else ">f8"
+    line = assert_one_error(rc, err, f"its {shown} array of shape (1000, 250) is read whole, not mapped, which needs")
+    assert "but 0.2 MB are available" in line and stdout == ""
+
+
 def test_results_written_by_mhaaudit_are_not_features_whatever_their_columns(capsys, inputs, tmp_path):
     """Recognised by the 'mhaaudit' schema metadata, not by column types: an all-numeric results file too."""
     rc, _, err = run(
