@@ -147,6 +147,27 @@ def test_a_csv_value_longer_than_a_block_is_read_and_one_past_the_limit_refused_
         containers.table_of(path)
 
 
+@pytest.mark.parametrize(
+    "body, why",
+    [
+        (
+            '{"text": "one"}\n'.encode("utf-16"),
+            r" \(2 invalid JSON \(e.g. line 1: not UTF-8 \(character 1 of the line\)\)\)$",
+        ),
+        (b'{"text": "one"} and more\n', r" \(1 invalid JSON \(e.g. line 1: Extra data\)\)$"),
+        (b'["one"]\n"two"\n', "$"),
+        (b"", "$"),
+    ],
+)
+def test_a_jsonl_file_with_no_object_to_read_says_so(tmp_path, body, why):
+    """A .jsonl file none of whose lines is a JSON object with fields (UTF-16, trailing words, arrays, nothing) was
+    refused as having "no string column; its columns: none; choose one with text_column", which no column cures."""
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(body)
+    with pytest.raises(DataError, match=r"x.jsonl holds no JSON object with fields to read the text from" + why):
+        text_source(str(path))
+
+
 def test_a_jsonl_text_with_an_unpaired_surrogate_escape_is_skipped_as_invalid_json(tmp_path):
     """The escape \\ud800 is JSON syntax but decodes to no character: a tokenizer refuses the string (an internal
     error, exit 3, before), so its line is skipped as invalid JSON, named by its line, as a line not UTF-8 is."""

@@ -228,15 +228,21 @@ class JsonlText(TextSource):
         self.path = path
         label = f"JSON-lines file {path}"
         if text_column is None:
-            self.column, how = choose_column(label, self._fields(), None, "text")
+            probed = Skips()
+            fields = self._fields(probed)
+            if not fields:  # "no string column; its columns: none; choose one" would be no way out
+                why = f" ({probed.describe()})" if probed else ""
+                raise DataError(f"{label} holds no JSON object with fields to read the text from{why}")
+            self.column, how = choose_column(label, fields, None, "text")
         else:
             self.column, how = text_column, "as asked"
         super().__init__(f"{label}, field '{self.column}' ({how})", limit)
 
-    def _fields(self) -> dict[str, str]:
-        """The fields of the first lines' objects: ``"text"`` when some line has a string there."""
+    def _fields(self, skips: Skips | None = None) -> dict[str, str]:
+        """The fields of the first lines' objects: ``"text"`` when some line has a string there (the lines that are
+        not JSON counted in ``skips``)."""
         kinds: dict[str, str] = {}
-        for _, (_number, record) in zip(range(_JSONL_PROBE), self._records(None), strict=False):
+        for _, (_number, record) in zip(range(_JSONL_PROBE), self._records(skips), strict=False):
             if isinstance(record, dict):
                 for key, value in record.items():
                     kind = "text" if isinstance(value, str) else type(value).__name__
