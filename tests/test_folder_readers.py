@@ -445,3 +445,19 @@ def test_an_image_folders_tar_archive_is_not_read_for_metadata(tmp_path):
         builder = datasets.load_dataset_builder(str(folder))
         rows = list(builder.as_streaming_dataset(split="train"))
         assert len(rows) == 3 and set(rows[0]) == {"image"}
+
+
+def test_a_dataset_folders_failure_is_said_in_one_line(bert_dir, tmp_path):
+    """The datasets library's JSON reader logs "Failed to load JSON from file ..." before it raises: the command
+    says the failure once, in its own error line, and nothing else reaches stderr (run as a process, so that the
+    library's log handler writes to the stderr the test reads)."""
+    from clitools import run_python
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.jsonl").write_text('{"text": "a first document of some words"}\n{"text": broken\n')
+    got = run_python(
+        "import sys; from mhaaudit.cli.app import main; "
+        f"sys.exit(main(['check', {str(bert_dir)!r}, '--data', 'hf:{tmp_path}', *{list(ARGS)!r}]))"
+    )
+    line = assert_one_error(got.returncode, got.stderr, f"reading dataset '{tmp_path}' failed after 0 rows")
+    assert "JSON parse error" in line and got.stdout == ""

@@ -269,16 +269,22 @@ def _available_splits(message: str, data: str, config: str | None) -> list[str]:
 
 
 def stream_rows(dataset, data: str):
-    """Rows of a streamed dataset, as it yields them.
+    """Rows of a streamed dataset, as it yields them. The ``datasets`` library's own log lines are held back while it
+    reads (its readers log a failure before raising it: "Failed to load JSON from file ..."), so that a failure is
+    said once, in the one line of the error raised here.
 
     Raises:
         DataError: saying how many rows were read, when reading fails (an OSError, ValueError or KeyError of the
             reader).
         MhaauditError: a check of the data as it is read (a webdataset shard sized as the reader opens it), as raised.
     """
+    from datasets.utils import logging as hf_logging
+
     iterator = iter(dataset)
     count = 0
     while True:
+        previous = hf_logging.get_verbosity()
+        hf_logging.set_verbosity(hf_logging.CRITICAL)
         try:
             row = next(iterator)
         except StopIteration:
@@ -289,6 +295,8 @@ def stream_rows(dataset, data: str):
             raise DataError(
                 f"reading dataset '{data}' failed after {count} rows: {one_line(exc, 300, first_line=True)}"
             ) from None
+        finally:
+            hf_logging.set_verbosity(previous)
         count += 1
         yield row
 
