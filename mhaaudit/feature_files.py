@@ -346,7 +346,7 @@ def _read_npy(p: Path, key: None) -> tuple[torch.Tensor | MappedArray, str]:
         )
     if not arr.dtype.isnative:  # big-endian data is read as numpy reads it, in the machine's order
         arr = np.asarray(arr).astype(arr.dtype.newbyteorder("="))
-    if isinstance(arr, np.memmap) and arr.dtype in _MAPPED_FLOATS and arr.ndim in (2, 3) and arr.size:
+    if mapped and arr.size:
         return MappedArray(
             p,
             arr.offset,

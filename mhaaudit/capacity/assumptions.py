@@ -336,10 +336,11 @@ def _read_estimate(out: Assumptions, p: Path, sweep: Any, rows: list[dict], thre
         ValueError: when the estimate or a sweep row's k is no whole number from 0 to ``d`` (the vectors' width, when
             known): the Kruskal rank of vectors in R^d is at most d, and no run writes another.
     """
-    if isinstance(sweep, dict) and sweep.get("estimate") is not None:
-        _whole(sweep["estimate"], "the column's Kruskal-rank estimate", d)
-    if isinstance(sweep, dict) and sweep.get("estimate"):
-        out.kruskal_estimate = int(sweep["estimate"])
+    estimate = sweep.get("estimate") if isinstance(sweep, dict) else None
+    if estimate is not None:
+        _whole(estimate, "the column's Kruskal-rank estimate", d)
+    if estimate:
+        out.kruskal_estimate = estimate
         out.estimate_note = f"the Kruskal-rank estimate of {p} ({sweep.get('estimate_means', 'an estimate')})"
         return
     sw = [r for r in rows if r.get("check") == "sweep" and r.get("k") is not None]

@@ -195,7 +195,7 @@ def _read_delimited(path: Path, parse, read):
     try:
         return pcsv.read_csv(path, parse_options=parse, read_options=read)
     except pa.ArrowInvalid as exc:
-        if "straddl" in str(exc):  # the block is too small for a row: not a matter of types
+        if _straddles(exc):  # the block is too small for a row: not a matter of types
             raise
         with pcsv.open_csv(path, parse_options=parse, read_options=read) as reader:  # the first block only
             names = reader.schema.names
@@ -205,6 +205,12 @@ def _read_delimited(path: Path, parse, read):
             read_options=read,
             convert_options=pcsv.ConvertOptions(column_types={n: pa.string() for n in names}),
         )
+
+
+def _straddles(exc: Exception) -> bool:
+    """Whether pyarrow's error says a row does not lie in one block ("straddling object straddles two block
+    boundaries"): a larger block reads it."""
+    return "straddl" in str(exc)
 
 
 def _csv_block(path: Path, what: str) -> int:
@@ -239,15 +245,15 @@ def _delimited(path: Path, delimiter: str) -> Table:
             kinds = _kinds_of(table.schema, f"{what} file {path}")
             break
         except pa.ArrowInvalid as exc:
-            if "straddl" in str(exc) and block < MAX_CSV_ROW:
+            if not _straddles(exc):
+                raise DataError(f"cannot read {what} file {path}: {one_line(exc, 300, first_line=True)}") from None
+            if block < MAX_CSV_ROW:
                 block = min(4 * block, MAX_CSV_ROW)
                 continue
-            why = one_line(exc, 300, first_line=True)
-            if "straddl" in str(exc):
-                why = (
-                    f"a row (a value with its line breaks) is longer than {MAX_CSV_ROW >> 20} MiB, the most read whole"
-                )
-            raise DataError(f"cannot read {what} file {path}: {why}") from None
+            raise DataError(
+                f"cannot read {what} file {path}: a row (a value with its line breaks) is longer than "
+                f"{MAX_CSV_ROW >> 20} MiB, the most read whole"
+            ) from None
         except (OSError, pa.ArrowException) as exc:
             raise DataError(f"cannot read {what} file {path}: {one_line(exc, 300, first_line=True)}") from None
         except UnicodeDecodeError as exc:  # pyarrow keeps the header's bytes, and decodes a column's name when asked

@@ -100,8 +100,7 @@ def size_shards(folder: str, builder, split: str, examples: int | None = None) -
             if str(named) == split and not through:
                 later.append(name)
             if through or first:
-                size = functools.partial(_size_shard, folder, name, str(named), decoders, limit, memory)
-                held += size(first, through)
+                held += _size_shard(folder, name, str(named), decoders, limit, memory, first, through)
     if later:
         _size_when_opened(
             builder,
