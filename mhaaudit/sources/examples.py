@@ -14,6 +14,8 @@ random choices come from ``numpy.random.default_rng(derive_seed(seed, "data"))``
 from __future__ import annotations
 
 import math
+import re
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,7 +65,7 @@ class TextExamples:
 
 @dataclass
 class _Corpus:
-    docs: list[list[int]]  # token ids of each qualifying document
+    docs: list[array]  # token ids of each qualifying document
     read: int  # documents read from the source
     joined: int  # qualifying documents made by joining consecutive parts of one source
     too_short: int  # documents (or leftover parts) dropped because they stayed too short
@@ -72,10 +74,68 @@ class _Corpus:
     stopped: bool = False  # a remote stream read only until enough documents qualified
 
 
-def _encode(tokenizer: Any, text: str) -> list[int]:
+# A document longer than twice this many characters is tokenized in pieces of about this size: a tokenizer
+# holds some hundreds of bytes per character of the text it is given (a 3 MB paragraph made 0.45 GB).
+_PIECE_CHARS = 1 << 16
+# Each cut between pieces is checked on this many characters either side (see _cut_holds).
+_CUT_CHECK_CHARS = 1 << 10
+# Cuts tried after one that fails, before the document is tokenized whole.
+_CUT_TRIES = 4
+
+
+def _encode_whole(tokenizer: Any, text: str) -> list[int]:
     out = tokenizer(text, add_special_tokens=False)
     ids = out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out
     return [int(i) for i in ids]
+
+
+# A space between two non-space characters: a cut is made just before it.
+_CUT = re.compile(r"(?<=\S) (?=\S)")
+
+
+def _next_cut(text: str, at: int) -> int:
+    """The first place at or after ``at`` that holds a space between two non-space characters, or
+    ``len(text)`` when there is none."""
+    found = _CUT.search(text, at)
+    return found.start() if found else len(text)
+
+
+def _cut_holds(tokenizer: Any, text: str, cut: int) -> bool:
+    """Whether ``text`` cut at ``cut`` gives, around the cut, the tokens it gives uncut: the characters
+    within :data:`_CUT_CHECK_CHARS` either side give the same ids tokenized together as tokenized apart.
+    Tokenizers that split text at spaces before anything else (WordPiece, byte-level BPE, SentencePiece
+    with whitespace splitting) always do; one that joins text across spaces shows it here."""
+    left = text[max(0, cut - _CUT_CHECK_CHARS) : cut]
+    right = text[cut : cut + _CUT_CHECK_CHARS]
+    return _encode_whole(tokenizer, left) + _encode_whole(tokenizer, right) == _encode_whole(tokenizer, left + right)
+
+
+def _held_cut(tokenizer: Any, text: str, at: int) -> int | None:
+    """The first place to cut ``text`` at or after ``at`` that holds (:func:`_cut_holds`), among the first
+    :data:`_CUT_TRIES` spaces between words; ``len(text)`` when no such space is left, None when none holds."""
+    for _ in range(_CUT_TRIES):
+        cut = _next_cut(text, at)
+        if cut == len(text) or _cut_holds(tokenizer, text, cut):
+            return cut
+        at = cut + 1
+    return None
+
+
+def _encode(tokenizer: Any, text: str) -> array:
+    """The token ids of ``text`` (a compact array of 8-byte integers), tokenized in pieces of about
+    :data:`_PIECE_CHARS` characters when it is long: each cut is a space between two words, checked by
+    :func:`_cut_holds`; where no cut holds, the text is tokenized whole. So the ids are those of the whole text."""
+    out = array("q")
+    start = 0
+    while len(text) - start > 2 * _PIECE_CHARS:
+        cut = _held_cut(tokenizer, text, start + _PIECE_CHARS)
+        if cut is None:  # the tokenizer joins text across spaces here
+            return array("q", _encode_whole(tokenizer, text))
+        out.extend(_encode_whole(tokenizer, text[start:cut]))
+        start = cut
+    if start < len(text):
+        out.extend(_encode_whole(tokenizer, text[start:]))
+    return out
 
 
 class _quiet_transformers:
@@ -119,9 +179,9 @@ def _collect(docs: Any, tokenizer: Any, min_tokens: int, wanted: int, drop: set[
     lazy = source is not None and source.lazy
     remote = source is not None and source.streamed and not source.local
     cap = max(_STREAM_READ_FACTOR * wanted, _STREAM_READ_MIN) if remote else None
-    out: list[list[int]] = []
+    out: list[array] = []
     read = joined = too_short = 0
-    pending: list[int] = []
+    pending = array("q")
     pending_group: str | None = None
     pending_parts = 0
     pending_first = ""
@@ -139,14 +199,14 @@ def _collect(docs: Any, tokenizer: Any, min_tokens: int, wanted: int, drop: set[
                 else f"{pending_first} ({len(pending)} tokens, {min_tokens} needed)",
                 pending_parts,
             )
-        pending, pending_parts = [], 0
+        pending, pending_parts = array("q"), 0
 
     with _quiet_transformers():
         for group, text in stream:
             read += 1
             ids = _encode(tokenizer, text)
             if drop:
-                ids = [i for i in ids if i not in drop]
+                ids = array("q", (i for i in ids if i not in drop))
             if len(ids) >= min_tokens:
                 flush()
                 out.append(ids)
@@ -165,7 +225,7 @@ def _collect(docs: Any, tokenizer: Any, min_tokens: int, wanted: int, drop: set[
                 if len(pending) >= min_tokens:
                     out.append(pending)
                     joined += 1
-                    pending, pending_parts = [], 0
+                    pending, pending_parts = array("q"), 0
             if lazy and (len(out) >= wanted or (cap is not None and read >= cap)):
                 stopped = remote
                 break
@@ -285,7 +345,7 @@ class _Windows:
     """GPT windows of ``n`` consecutive tokens cut from ``docs`` into ``drawn``, no two of one document
     overlapping (``taken``: the starts of each document's windows)."""
 
-    docs: list[list[int]]
+    docs: list[array]
     n: int
     drawn: _Drawn
     taken: dict[int, list[int]] = field(default_factory=dict)
@@ -328,13 +388,11 @@ class _Windows:
         there or repeats one's text."""
         if any(abs(start - s) < self.n for s in self.taken.get(d, ())):
             return
-        if self.drawn.add(self.docs[d][start : start + self.n], d, start):
+        if self.drawn.add(self.docs[d][start : start + self.n].tolist(), d, start):
             self.taken.setdefault(d, []).append(start)
 
 
-def _pair(
-    rng: np.random.Generator, docs: list[list[int]], a: int, n: int
-) -> tuple[int, bool, int, list[int], list[int]]:
+def _pair(rng: np.random.Generator, docs: list[array], a: int, n: int) -> tuple[int, bool, int, array, array]:
     """One candidate BERT pair with s1 cut from document ``a``: ``(len(s1), is_next, start of s1, s1, s2)``.
 
     len(s1) is uniform in [5, n - 7) and s2 has the other n - 2 - len(s1) tokens; with probability 0.5 s2
