@@ -77,6 +77,11 @@ __all__ = [
 # The largest JSON metadata file read (a model's config, a saved dataset's state.json, a feature
 # folder's meta.json, a checkpoint index): real ones hold kilobytes, a large index a few megabytes.
 MAX_JSON_BYTES = 64 << 20
+# A compressed data file, or a webdataset member, is sized by decompressing it this many bytes at a time, never held.
+SCAN_CHUNK = 1 << 20
+# What the datasets library holds at once of a text data file's batch or of a webdataset example (the bytes, their
+# decoded values, the Arrow table, the rows handed on) must fit this share of the memory available.
+HELD_COPIES = 4
 # How many folders deep a data or model folder is listed (class folders of an image collection are
 # a level or two deep); deeper nesting is refused, not followed.
 MAX_FOLDER_DEPTH = 64

@@ -534,7 +534,7 @@ def test_what_a_text_file_holds_at_once_is_its_longest_line_or_paragraph(monkeyp
     rng = np.random.default_rng(3)
     for trial in range(60):
         text = b"".join(rng.choice([b"a", b"bb", b"\n", b"\n\n", b"ccc\n"], size=int(rng.integers(0, 80))))
-        monkeypatch.setattr(_common, "_SCAN_CHUNK", int(rng.integers(1, 9)))
+        monkeypatch.setattr(_common, "SCAN_CHUNK", int(rng.integers(1, 9)))
         for paragraphs, sep in ((False, b"\n"), (True, b"\n\n")):
             *ends, rest = text.split(sep)
             want = max([len(p) + len(sep) for p in ends] + [len(rest)])
@@ -555,7 +555,7 @@ def test_a_text_file_s_lines_end_as_its_reader_ends_them(monkeypatch):
     for trial in range(200):
         text = b"".join(rng.choice([b"a", b"bb", b"\n", b"\r", b"\r\n", b"c\r\n\r\n"], size=int(rng.integers(0, 80))))
         seen = io.TextIOWrapper(io.BytesIO(text), encoding="latin-1", newline=None).read().encode("latin-1")
-        monkeypatch.setattr(folder_checks, "_SCAN_CHUNK", int(rng.integers(1, 9)))
+        monkeypatch.setattr(folder_checks, "SCAN_CHUNK", int(rng.integers(1, 9)))
         for paragraphs, sep in ((False, b"\n"), (True, b"\n\n")):
             *ends, rest = seen.split(sep)
             want = max([len(p) + len(sep) for p in ends] + [len(rest)])
@@ -582,7 +582,7 @@ def test_what_a_csv_batch_holds_counts_rows_not_lines(monkeypatch):
             rows.append(out.getvalue().encode())
         k = int(rng.integers(2, 4))
         want = max(sum(len(r) for r in rows[i : i + k]) for i in range(len(rows)))
-        monkeypatch.setattr(_common, "_SCAN_CHUNK", int(rng.integers(1, 9)))
+        monkeypatch.setattr(_common, "SCAN_CHUNK", int(rng.integers(1, 9)))
         held, words, _ = _common._most_held(io.BytesIO(b"".join(rows)), k, False, 10**9, 0, quote=b'"')
         assert held == want, (trial, rows, k)
         assert words.startswith(f"its most bytes in {k} consecutive rows")
@@ -611,7 +611,7 @@ def test_a_later_json_batch_that_starts_a_list_is_read_to_the_end(monkeypatch):
         text = b"".join(rng.choice([b"a", b"{}", b"\n", b"[", b"xyz\n"], size=int(rng.integers(0, 60))))
         size = int(rng.integers(1, 12))
         want = reader(text, size)
-        monkeypatch.setattr(_common, "_SCAN_CHUNK", int(rng.integers(1, 9)))
+        monkeypatch.setattr(_common, "SCAN_CHUNK", int(rng.integers(1, 9)))
         held, words, whole = _common._most_held(io.BytesIO(text), 1, False, 10**9, size, json_batches=True)
         if text.startswith(b"["):
             assert (held, whole) == (len(text), "it whole"), (trial, text, size)
@@ -638,7 +638,7 @@ def test_a_long_json_line_before_a_later_batch_that_starts_a_list_still_counts(m
 
     head = b'{"a": "' + b"x" * 100 + b'"}\n' + b'{"b": 1}\n'
     for chunk in (1, 7, 1 << 20):
-        monkeypatch.setattr(_common, "_SCAN_CHUNK", chunk)
+        monkeypatch.setattr(_common, "SCAN_CHUNK", chunk)
         held, words, whole = _common._most_held(io.BytesIO(head + b"[1]\n"), 1, False, 10**9, 8, json_batches=True)
         assert (held, whole) == (118, "") and words.startswith("its longest line"), chunk
         assert _common._most_held(io.BytesIO(head), 1, False, 10**9, 8, json_batches=True)[0] == 118

@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import files as file_checks
 from ..errors import DataError, one_line
-from ..files import check_parquet, inside, regular_file, size_words
+from ..files import HELD_COPIES, SCAN_CHUNK, check_parquet, inside, regular_file, size_words
 
 __all__ = ["check_dataset_folder", "data_suffix"]
 
@@ -100,13 +100,6 @@ def _size_row_groups(folder: str, builder, split: str) -> None:
             )
 
 
-# A compressed data file is scanned this many bytes at a time, once decompressed.
-_SCAN_CHUNK = 1 << 20
-# What the datasets library holds at once of a text data file (its batch, the batch decoded, its Arrow table, the
-# rows handed on) must fit this share of the memory available.
-_HELD_COPIES = 4
-
-
 def _size_lines(folder: str, builder, split: str) -> None:
     """Check that what the ``datasets`` library holds at once of each JSON, text, CSV or XML data file a local dataset
     folder's metadata names for ``split`` fits a quarter of the memory available. The library reads such a file a
@@ -115,7 +108,7 @@ def _size_lines(folder: str, builder, split: str) -> None:
     file where it reads one whole (a JSON file that starts with ``[`` or a ``field`` of it, text
     ``sample_by: document``, every XML file); it decompresses a ``.gz``, ``.bz2``, ``.xz``, ``.zst``, ``.lz4`` or
     ``.zip`` file as it streams, so a few KB can hold a line of gigabytes. A compressed file, or a plain one larger
-    than that share, is scanned once, decompressed :data:`_SCAN_CHUNK` bytes at a time and never held, until what
+    than that share, is scanned once, decompressed :data:`SCAN_CHUNK` bytes at a time and never held, until what
     the library would hold is found to exceed the share. A large file of short lines is read as before.
 
     Raises:
@@ -131,7 +124,7 @@ def _size_lines(folder: str, builder, split: str) -> None:
             protocol = _extraction_protocol(name)
         except Exception as exc:  # noqa: BLE001 - an archive the library cannot read either (rar)
             raise DataError(label + f": cannot read it ({one_line(exc, 160)})") from None
-        if protocol is None and os.path.getsize(name) + reading.batch <= memory // _HELD_COPIES:
+        if protocol is None and os.path.getsize(name) + reading.batch <= memory // HELD_COPIES:
             continue  # a plain file: the library never holds more than the file
         for member, stream in _decompressed(name, protocol, label):
             _size_stream(stream, label + (f" (its member {member})" if member else ""), reading, protocol, memory)
@@ -195,7 +188,7 @@ def _size_stream(stream, what: str, reading: _Reading, protocol: str | None, mem
         DataError: naming it, what the library would hold (at least) and the limit; or when it cannot be
             decompressed.
     """
-    limit = memory // _HELD_COPIES
+    limit = memory // HELD_COPIES
     r = reading
     try:
         with stream:
@@ -258,7 +251,7 @@ def _size_metadata(folder: str, builder, split: str) -> None:
             if os.path.basename(path) in names:
                 reading = _METADATA_READING.get(suffix.lower())
                 if reading is not None:
-                    if os.path.getsize(path) + reading.batch > memory // _HELD_COPIES:  # plain: it holds no more
+                    if os.path.getsize(path) + reading.batch > memory // HELD_COPIES:  # plain: it holds no more
                         with open(path, "rb") as stream:
                             _size_stream(stream, label, reading, None, memory)
                 elif not (str(named) == split and path.lower().endswith(".parquet")):  # else sized already
@@ -286,7 +279,7 @@ def _size_archived_metadata(path: str, label: str, names: set[str], memory: int)
                 if reading is None:  # read as parquet, a row group at a time
                     with archive.open(info) as member:
                         check_parquet(member, DataError, what, factor=2, largest_group=True, hint=_PARQUET_HINT)
-                elif info.file_size + reading.batch > memory // _HELD_COPIES:
+                elif info.file_size + reading.batch > memory // HELD_COPIES:
                     _size_stream(archive.open(info), what, reading, "zip", memory)
     except DataError:
         raise
@@ -356,7 +349,7 @@ def _most_held(
     json_batches: bool = False,
     universal: bool = False,
 ) -> tuple[int, str, str]:
-    """What the ``datasets`` library holds at once of the decompressed ``stream`` (read :data:`_SCAN_CHUNK` bytes at a
+    """What the ``datasets`` library holds at once of the decompressed ``stream`` (read :data:`SCAN_CHUNK` bytes at a
     time, never more held): its longest line (with ``paragraphs``, its longest paragraph: the bytes up to a blank
     line; with ``rows`` > 1 or a ``quote``, the most bytes of ``rows`` consecutive rows, a CSV batch, a newline inside
     a field ``quote`` encloses not ending a row), after a ``batch`` of bytes, or all of it with ``whole``; with
@@ -383,7 +376,7 @@ def _most_held(
     from_byte = 0 if whole else None  # where what is read whole begins
     starts = _BatchStarts(batch) if json_batches and batch > 0 else None
     cr = b""  # (universal) a chunk's last byte, a carriage return: the next chunk may begin with its \n
-    while chunk := stream.read(_SCAN_CHUNK):
+    while chunk := stream.read(SCAN_CHUNK):
         if universal:  # the lines as the reader sees them (its lengths; ``total`` stays the file's bytes)
             raw, chunk = len(chunk), cr + chunk
             cr = b"\r" if chunk.endswith(b"\r") else b""

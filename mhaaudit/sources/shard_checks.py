@@ -20,15 +20,10 @@ from numpy.lib import format as npy_format
 
 from .. import files as file_checks
 from ..errors import DataError, one_line
-from ..files import size_words
+from ..files import HELD_COPIES, SCAN_CHUNK, size_words
 
 __all__ = ["size_shards"]
 
-# A compressed member is decompressed this many bytes at a time while it is sized, never held.
-_SCAN_CHUNK = 1 << 20
-# What the reader holds of an example (its members' bytes, their decoded values, its Arrow form, the row handed on)
-# must fit this share of the memory available, as a text data file's batch must (folder_checks).
-_HELD_COPIES = 4
 # The examples the reader reads at once from a split's first shard to find the features, where none are declared.
 _FIRST_EXAMPLES = 5
 # What a member's Python objects may take per byte of it once the reader decodes it, measured with tracemalloc on
@@ -50,7 +45,7 @@ class _Decoding(NamedTuple):
 
 def size_shards(folder: str, builder, split: str, examples: int | None = None) -> None:
     """Check that what the ``datasets`` library's webdataset reader holds at once of a local dataset folder's shards
-    fits a quarter of the memory available (:data:`_HELD_COPIES`), before it reads them. The reader reads a ``.tar``
+    fits a quarter of the memory available (:data:`HELD_COPIES`), before it reads them. The reader reads a ``.tar``
     shard (gzip, bzip2 or xz compressed too, as ``tarfile`` finds it) or a ``.zip`` one member by member, each
     whole, and holds an example whole (consecutive members of one key: ``k1.jpg``, ``k1.json``), a member whose name
     ends with a compression suffix (``k1.json.gz``) decompressed; to find the features, when the folder's metadata
@@ -82,7 +77,7 @@ def size_shards(folder: str, builder, split: str, examples: int | None = None) -
     if not isinstance(builder, WebDataset):
         return
     memory = file_checks.memory_limit()
-    limit = memory // _HELD_COPIES
+    limit = memory // HELD_COPIES
     decoders = set(getattr(WebDataset, "DECODERS", None) or ())
     infer = not builder.info.features
     later: list[str] = []  # the split's shards past the first ``examples``, sized when the reader opens each
@@ -374,7 +369,7 @@ def _pth_bytes(stream: IO[bytes], size: int) -> int:
 
 # The reader's decoders whose values can take far more than a member's bytes, by extension. A text member decodes to
 # at most 4 times its bytes (one character beyond the BMP makes a str take 4 bytes a character), an integer or tenbin
-# one to about its bytes: those are counted by their bytes, as the reader's other copies are (_HELD_COPIES).
+# one to about its bytes: those are counted by their bytes, as the reader's other copies are (HELD_COPIES).
 _PTH_HOW = (
     f"its zip records as declared, its pickles (or an older format's file whole) at {_BINARY_GROWTH} times their bytes"
 )
@@ -406,10 +401,10 @@ def _open_tar(name: str) -> tuple[tarfile.TarFile, bool]:
 
 def _size_of(stream, opener, limit: int) -> int:
     """The bytes of the compressed member ``stream`` once decompressed with ``opener``, read
-    :data:`_SCAN_CHUNK` bytes at a time, never held; the count stops past ``limit``."""
+    :data:`SCAN_CHUNK` bytes at a time, never held; the count stops past ``limit``."""
     total = 0
     with opener(stream, mode="rb") as inner:
-        while total <= limit and (chunk := inner.read(_SCAN_CHUNK)):
+        while total <= limit and (chunk := inner.read(SCAN_CHUNK)):
             total += len(chunk)
     return total
 
