@@ -92,10 +92,15 @@ def _check_npy(p: Path) -> None:
             read_header = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
             shape, _fortran, dtype = read_header(fh)
         except (ValueError, TypeError, SyntaxError, OverflowError, MemoryError, UnicodeError) as exc:
-            raise InputError(
-                f"cannot read {p}: its .npy header is malformed ({' '.join(str(exc).split())[:120]})"
-            ) from None
+            text = " ".join(str(exc).split())
+            if text.startswith("shape is not valid: "):  # numpy's words for a shape of floats or strings
+                raise InputError(_not_a_shape(p, text.removeprefix("shape is not valid: "))) from None
+            if text.startswith("malformed node or string"):  # its words name an object's address, not the fault
+                text = "it holds an expression or a name, not only literal values"
+            raise InputError(f"cannot read {p}: its .npy header is malformed ({text[:120]})") from None
         body = os.fstat(fh.fileno()).st_size - fh.tell()
+    if not all(type(v) is int and v >= 0 for v in shape):  # numpy takes True for 1 and leaves -1 to fail later
+        raise InputError(_not_a_shape(p, repr(shape)))
     if dtype.hasobject:
         return  # np.load refuses it below, without unpickling
     need = int(np.prod(shape, dtype=object)) * dtype.itemsize
@@ -104,6 +109,11 @@ def _check_npy(p: Path) -> None:
             f"cannot read {p}: its .npy header claims shape {tuple(shape)} of {dtype} ({need} bytes), "
             f"the file holds {body} bytes of data"
         )
+
+
+def _not_a_shape(p: Path, shape: str) -> str:
+    """The refusal of a .npy file whose header's shape (``shape``, as the header writes it) is not a shape."""
+    return f"cannot read {p}: its .npy header's shape {shape[:80]} is not a tuple of non-negative integers"
 
 
 def torch_load_reason(exc: BaseException) -> str:

@@ -374,11 +374,30 @@ def _bad_file(tmp_path, case):
     if case == "empty_folder":
         (tmp_path / "feat").mkdir()
         return tmp_path / "feat", "features"
+    if case in NPY_SHAPES:  # a .npy header written by hand: 32 bytes of float32 data, which (True, 8) accounts for
+        shape = NPY_SHAPES[case]
+        header = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }"
+        raw = header.encode() + b" " * (-(10 + len(header) + 1) % 64) + b"\n"
+        p = tmp_path / f"{case}.npy"
+        p.write_bytes(b"\x93NUMPY\x01\x00" + len(raw).to_bytes(2, "little") + raw + bytes(32))
+        if case == "shape_expression":
+            return p, "its .npy header is malformed (it holds an expression or a name, not only literal values)"
+        return p, f"its .npy header's shape {shape} is not a tuple of non-negative integers"
     raise AssertionError(case)
 
 
+# Shapes a .npy header may declare that are not shapes (numpy takes a bool as an int, and -1 fails only later).
+NPY_SHAPES = {
+    "shape_bool": "(True, 8)",
+    "shape_float": "(8.0, 8)",
+    "shape_negative": "(-1, 8)",
+    "shape_expression": "(2**70, 8)",
+}
+
+
 @pytest.mark.parametrize(
-    "case", ["missing", "garbage", "extension", "rank1", "rank4", "tokens", "nan", "inf", "empty", "empty_folder"]
+    "case",
+    ["missing", "garbage", "extension", "rank1", "rank4", "tokens", "nan", "inf", "empty", "empty_folder", *NPY_SHAPES],
 )
 @pytest.mark.parametrize("fmt", ["table", "json"])
 def test_bad_feature_files(capsys, tmp_path, case, fmt):
