@@ -27,6 +27,7 @@ from .files import folder_files, native_name, read_json, regular_file
 from .numerics import RankRule
 from .numerics.pow2 import max_abs
 from .provenance import stamp
+from .runtime import MAX_INT64
 from .staging import atomic_path, make_output_folder, staged_outputs
 
 FEATURES_FILE = "features.safetensors"
@@ -210,7 +211,8 @@ def _check_saved(
 
     Raises:
         InputError: naming the field, when meta.json is not an object, n, d or query_index is not an integer in
-            range, a tensor is missing, or a tensor's shape disagrees with (T, d) or with meta.json's T.
+            range (at most 2^63 - 1), a tensor is missing, or a tensor's shape disagrees with (T, d) or with
+            meta.json's T.
     """
 
     def malformed(what: str) -> str:
@@ -223,6 +225,9 @@ def _check_saved(
         v = meta.get(key)
         if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
             raise InputError(malformed(f"{files[0]} gives {key} = {v!r}, expected an integer of at least {minimum}"))
+        if v > MAX_INT64:  # no tensor has a dimension this long: refused here, not by a check of sizes later
+            most = f"more than {MAX_INT64} (2^63 - 1), the most a tensor's side can be"
+            raise InputError(malformed(f"{files[0]} gives {key} = {v}, {most}"))
         return v
 
     n, d, query_index = count("n", 1), count("d", 1), count("query_index", 0)

@@ -164,6 +164,7 @@ def _malformed_files(d, X, vit_dir, bert_dir, timm_dir) -> dict:
     )
     for name, change in (
         ("featneg", {"n": -3}),
+        ("feathuge", {"n": 10**30}),
         ("featqi", {"query_index": 9}),
         ("featnoq", "drop"),
         ("featlist", [1, 2]),
@@ -328,6 +329,8 @@ CASES = [
     ("safetensors-float4", "kruskal {float4}", "features of dtype float4_e2m1fn_x2 are not supported"),
     ("csv-header-not-utf8", "check {bert} --data {latin1csv} --context-length 16", "a column name in its header is"),
     ("meta-n-negative", "kruskal {featneg}", "meta.json gives n = -3"),
+    # refused as it is read, not by the check of T against n, which --k skips
+    ("meta-n-huge", "kruskal {feathuge} --k 2", "gives n = " + str(10**30) + ", more than 9223372036854775807"),
     ("meta-query-index-outside", "kruskal {featqi}", "query_index = 9, outside the n = 5 tokens"),
     ("meta-no-query-index", "kruskal {featnoq}", "query_index = None"),
     ("meta-not-an-object", "kruskal {featlist}", "meta.json holds list, not a JSON object"),
