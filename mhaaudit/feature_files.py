@@ -502,7 +502,8 @@ def refuse_results_file(p: Path) -> None:
     """Check that the parquet file ``p`` is not a results file written by mhaaudit.
 
     Raises:
-        InputError: when ``p``'s parquet metadata carries mhaaudit's key (a results file, not features).
+        InputError: when ``p``'s parquet metadata carries mhaaudit's key (a results file, not features), saying
+            the command that wrote it, or that its command is no command's name (a JSON object, array, number).
     """
     import pyarrow.parquet as pq
 
@@ -513,6 +514,13 @@ def refuse_results_file(p: Path) -> None:
             command = json.loads(raw).get("command")
         except (ValueError, AttributeError):
             command = None
+        if command is not None and not isinstance(command, str):  # not a command's name: the key alone tells
+            kind = {"dict": "object", "list": "array", "bool": "boolean"}.get(type(command).__name__, "number")
+            raise InputError(
+                f"{p} is not features: its parquet metadata carries mhaaudit's results key, whose command is a "
+                f"JSON {kind}, not a command's name; give a T x d matrix, or the folder written by "
+                + Param("check_save_features")
+            )
         what = f"'mhaaudit {command}'" if command else "mhaaudit"
         raise InputError(
             f"{p} is a results file written by {what} (its parquet metadata says so), not features: "

@@ -383,6 +383,14 @@ def _bad_file(tmp_path, case):
         if case == "shape_expression":
             return p, "its .npy header is malformed (it holds an expression or a name, not only literal values)"
         return p, f"its .npy header's shape {shape} is not a tuple of non-negative integers"
+    if case == "command_object":  # feature columns under mhaaudit's results key, its command no command's name
+        p = tmp_path / "c.parquet"
+        table = pa.table({f"f{j}": matrix()[:, j] for j in range(D)})
+        pq.write_table(table.replace_schema_metadata({"mhaaudit": json.dumps({"command": {"name": "kruskal"}})}), p)
+        return p, (
+            "c.parquet is not features: its parquet metadata carries mhaaudit's results key, "
+            "whose command is a JSON object, not a command's name"
+        )
     raise AssertionError(case)
 
 
@@ -397,7 +405,11 @@ NPY_SHAPES = {
 
 @pytest.mark.parametrize(
     "case",
-    ["missing", "garbage", "extension", "rank1", "rank4", "tokens", "nan", "inf", "empty", "empty_folder", *NPY_SHAPES],
+    [
+        *("missing", "garbage", "extension", "rank1", "rank4", "tokens", "nan", "inf", "empty", "empty_folder"),
+        *NPY_SHAPES,
+        "command_object",
+    ],
 )
 @pytest.mark.parametrize("fmt", ["table", "json"])
 def test_bad_feature_files(capsys, tmp_path, case, fmt):
