@@ -35,6 +35,7 @@ LIBRARY_NAMES = {
     "check_out": "a parquet file of AuditResult.to_arrow()",
     "check_save_features": "FeatureSet.save()",
     "check_seeds": "audit(..., seeds=...)",
+    "kruskal_features": "estimate_kruskal_rank(features)",
     "save_features": "FeatureSet.save()",
 }
 

@@ -543,6 +543,10 @@ def _bad_case(case, vit_dir, vit_dir_wide, image_dir, tmp_path):
     (tmp_path / "empty").mkdir()
     return {
         "unknown_model": (["no-such-model-xyz", *base], "vit-base"),
+        "npy_as_model": (
+            [str(npy), *base],
+            "afile.npy is a .npy file, which holds features, not a model: audit it with 'mhaaudit kruskal FEATURES'",
+        ),
         "conv_timm": (["timm:resnet18", *base], "not a ViT-style token transformer"),
         "missing_data": ([str(vit_dir), *RUN, "--data", str(tmp_path / "nope")], "no such file"),
         "empty_data": ([str(vit_dir), *RUN, "--data", str(tmp_path / "empty")], "no image files"),
@@ -586,6 +590,7 @@ def _bad_case(case, vit_dir, vit_dir_wide, image_dir, tmp_path):
 
 BAD_CASES = [
     "unknown_model",
+    "npy_as_model",
     "conv_timm",
     "missing_data",
     "empty_data",

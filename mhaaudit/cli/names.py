@@ -15,6 +15,7 @@ FLAGS = {
     "check_out": "'mhaaudit check --out'",
     "check_save_features": "check --save-features",
     "check_seeds": "check --seeds",
+    "kruskal_features": "'mhaaudit kruskal FEATURES'",
     "X": "FEATURES",  # the vectors a Kruskal computation reads: kruskal's argument (a file that changed while read)
     "stats": "the statistics",  # taken by the command itself, never given
 }

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from .. import files
-from ..errors import MhaauditError, ModelError
+from ..errors import InputError, MhaauditError, ModelError, Param
 from ..hub import is_offline
 from .checkpoints import state_file_keys
 from .registry import ALIASES, ModelSpec, _modality_of_type, is_path_like, is_timm_folder_config, read_json, timm_family
@@ -104,10 +104,19 @@ def _model_type(config: dict | None, folder) -> str | None:
 
 
 def _resolve_path(name: str, backend: str | None) -> ModelSpec:
-    """A local folder or file: timm's format when asked for or saved so, else a transformers folder."""
+    """A local folder or file: timm's format when asked for or saved so, else a transformers folder.
+
+    Raises:
+        InputError: when the file is a ``.npy`` file (features, which ``estimate_kruskal_rank`` audits).
+        ModelError: when the path is neither a folder nor a regular file, or its config's model_type is no string.
+    """
     path = os.path.abspath(os.path.expanduser(name))
     if os.path.exists(path) and not os.path.isdir(path):
         files.regular_file(path, ModelError)  # a named pipe would block the loader, a device never end
+        if path.lower().endswith(".npy"):  # NumPy's format holds one array, never a model: features given as one
+            raise InputError(
+                f"{name} is a .npy file, which holds features, not a model: audit it with " + Param("kruskal_features")
+            )
     if backend == "timm" or (backend is None and _looks_like_timm_path(path)):
         return ModelSpec(name, "timm", path, None, "image", local=True)
     data = read_json(Path(path) / "config.json")
