@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -173,3 +175,100 @@ def test_a_number_of_the_file_that_no_check_writes_is_refused(tmp_path, change, 
     with pytest.raises(InputError, match="metadata or rows are malformed .*" + match):
         assumptions_from_file(tmp_path / "r.parquet", init="random", layer=1, n=6, d=16)
         check_same_examples(tmp_path / "r.parquet", read_check_results(tmp_path / "r.parquet"), limit=40)
+
+
+V0 = Path(__file__).resolve().parents[1] / "fixtures" / "results" / "check-v0.parquet"  # rows 6, 7: random's A1, A2
+
+
+def _edited(tmp_path, edit, schema=True) -> Path:
+    """check-v0.parquet with its rows edited by ``edit`` (rows counted from 1), under its own metadata."""
+    table = pq.read_table(V0)
+    rows = edit(table.to_pylist())
+    out = tmp_path / "edited.parquet"
+    edited = pa.Table.from_pylist(rows, schema=table.schema) if schema else pa.Table.from_pylist(rows)
+    pq.write_table(edited.replace_schema_metadata(table.schema.metadata), out)
+    return out
+
+
+def _set(i: int, **values):
+    return lambda rows: [{**r, **values} if n == i else r for n, r in enumerate(rows, start=1)]
+
+
+def _again(i: int, **values):
+    return lambda rows: [*rows, {**rows[i - 1], **values}]
+
+
+@pytest.mark.parametrize(
+    "edit, schema, says",
+    [
+        (_set(6, variant=None), True, "row 6's variant is null, not a name; every row of a results file of "),
+        (_set(6, check=None), True, "row 6's check is null, not a name"),
+        (_set(7, variant=""), True, "row 7's variant is '' (str), not a name"),
+        (lambda rows: [{**r, "variant": 1} for r in rows], False, "row 1's variant is 1 (int), not a name"),
+        (_set(6, check="assumption_9"), True, "row 6's check is 'assumption_9' (str), not one that a results file"),
+        (_set(13, k=None), True, "row 13, a sweep row of column 'embedding', has k null, not a whole number"),
+        (_set(13, k=0), True, "row 13, a sweep row of column 'embedding', has k 0 (int), not a whole number"),
+        (
+            lambda rows: [{**r, "checkpoint": 3} for r in rows],
+            False,
+            "row 1's checkpoint is 3 (int), not a name",
+        ),
+        (
+            _again(6, verdict="fails", reason="edited"),
+            True,
+            "rows 6 and 73 are both the assumption_1 row of column 'random'; a results file of ",
+        ),
+        (_again(13, fraction=0.5), True, "rows 13 and 73 are both the sweep row of column 'embedding' at k = 5;"),
+        (
+            lambda rows: [{**r, "checkpoint": "ckpt-1"} for r in rows] + [{**rows[6], "checkpoint": "ckpt-1"}],
+            False,
+            "rows 7 and 73 are both the assumption_2 row of column 'random' of checkpoint 'ckpt-1';",
+        ),
+    ],
+    ids=[
+        "null-variant",
+        "null-check",
+        "empty-variant",
+        "int-variant",
+        "unknown-check",
+        "sweep-null-k",
+        "sweep-k-0",
+        "int-checkpoint",
+        "a1-twice",
+        "sweep-k-twice",
+        "a2-twice-in-a-checkpoint",
+    ],
+)
+def test_a_row_that_no_check_writes_is_refused_naming_it(tmp_path, edit, schema, says):
+    """A row with no column or check was read as no verdict (a bound of another kind, exit 0), and a key held twice
+    as its last row: the file is refused, naming it and the row (both rows, and their key, for a key held twice)."""
+    from mhaaudit.capacity.assumptions import read_check_results
+    from mhaaudit.errors import InputError
+
+    path = _edited(tmp_path, edit, schema)
+    with pytest.raises(InputError) as got:
+        read_check_results(path)
+    assert str(got.value).startswith(f"from_path {path}: ") and says in str(got.value)
+
+
+def test_rows_of_one_key_in_other_checkpoints_or_at_other_k_are_read(tmp_path):
+    """The key is the checkpoint, the column, the check and a sweep row's k: rows that differ in any are read."""
+    from mhaaudit.capacity.assumptions import read_check_results
+
+    def two_checkpoints(rows):
+        return [{**r, "checkpoint": c} for c in ("ckpt-1", "ckpt-2") for r in rows]
+
+    meta, rows = read_check_results(_edited(tmp_path, two_checkpoints, schema=False))
+    assert len(rows) == 2 * 72 and meta["command"] == "check"
+    assert len(read_check_results(V0)[1]) == 72  # 32 sweep rows a column, one k each
+
+
+@pytest.mark.parametrize("check", ["assumption_1", "assumption_2"])
+def test_a_column_without_its_a1_or_a2_row_is_refused(tmp_path, check):
+    """check writes a row of each check for each column: a column without its A1 row was read as A1 not checked."""
+    from mhaaudit.errors import InputError
+
+    path = _edited(tmp_path, lambda rows: [r for r in rows if (r["variant"], r["check"]) != ("random", check)])
+    with pytest.raises(InputError, match=f"malformed .*column 'random' has no {check} row"):
+        assumptions_from_file(path, init="random", layer=1)
+    assert assumptions_from_file(V0, init="random", layer=1)[1] == "random"

@@ -396,6 +396,54 @@ def test_from_a_file_whose_a1_row_contradicts_itself_is_refused(capsys, vit4, im
     assert_one_error(rc, err, f"the assumption_1 row says what no run writes: {says}")
 
 
+@pytest.mark.parametrize(
+    "edit, says",
+    [
+        ({"variant": None}, "row 6's variant is null, not a name; every row of a results file of 'mhaaudit check"),
+        ({"check": None}, "row 6's check is null, not a name"),
+        ({"check": "assumption_9"}, "row 6's check is 'assumption_9' (str), not one that a results file of"),
+        ("twice", "rows 6 and 73 are both the assumption_1 row of column 'random'; a results file of 'mhaaudit"),
+    ],
+)
+def test_from_a_file_with_a_row_no_check_writes_is_refused(capsys, vit4, tmp_path, edit, says):
+    """A row of check-v0.parquet without its column or check gave a bound read from nothing, and a second
+    assumption_1 row of the column decided it (the last one read), with exit 0: now one line naming the file and
+    the row(s), exit 2, nothing on stdout and no output written."""
+    table = pq.read_table(FIXTURES / "results" / "check-v0.parquet")
+    rows = table.to_pylist()
+    assert (rows[5]["variant"], rows[5]["check"]) == ("random", "assumption_1") and rows[5]["verdict"] == "holds"
+    if edit == "twice":
+        rows.append({**rows[5], "verdict": "fails", "reason": "edited"})
+    else:
+        rows[5] = {**rows[5], **edit}
+    edited = tmp_path / "edited.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), edited)
+    out_file = tmp_path / "capacity.parquet"
+    args = ("capacity", vit4, *FROM, "--from", edited, "--block", "1", "--out", out_file)  # check-v0's data
+    rc, out, err = run(capsys, *args, "--format", "json")
+    line = assert_one_error(rc, err, f"--from {edited}: {says}")
+    assert out == "" and not out_file.exists() and tmp_leftovers(tmp_path) == [], line
+
+
+def test_from_reads_the_rows_of_a_series_at_several_layers(capsys, vit4, image_dir, tmp_path):
+    """A series of checkpoints (with --sweep) at two layers holds each column's rows once per checkpoint and
+    layer, and its trained columns' estimates: none is a key held twice, and the file is read."""
+    import shutil
+
+    from mhaaudit.capacity import read_check_results
+
+    ckpts = [shutil.copytree(vit4, tmp_path / f"ckpt-{i}") for i in (1, 2)]
+    res = tmp_path / "series.parquet"
+    args = ("--data", image_dir, "--limit", "40", "--samples", "50", "--batch-size", "16", "--layers", "0,1")
+    more = ("--variants", "random,trained", "--sweep", "--out", res, "--format", "json")
+    rc, _, err = run(capsys, "check", vit4, *args, "--checkpoints", ",".join(map(str, ckpts)), *more)
+    assert rc == 0, err
+    _meta, rows = read_check_results(res)
+    keys = [(r.get("checkpoint"), r["variant"], r["check"], r["k"] if r["check"] == "sweep" else None) for r in rows]
+    assert len(set(keys)) == len(keys) and {r["check"] for r in rows} >= {"sweep", "sweep_estimate", "assumption_1"}
+    assert len({r["checkpoint"] for r in rows if r["checkpoint"]}) == 2
+
+
 def test_from_a_file_that_is_not_check_results(capsys, vit4, image_dir, tmp_path):
     bad = tmp_path / "bad.parquet"
     pq.write_table(pa.table({"a": [1, 2]}), bad)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..check_words import CHECK_TITLES, is_decided
+from ..checks import REGISTRY
 from ..errors import InputError, Param, clipped
 from ..files import read_parquet, regular_file
 from ..io import read_parquet_metadata
@@ -143,8 +144,8 @@ def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
 
     Raises:
         InputError: when ``path`` is not a regular file (a named pipe, a device), cannot be read as parquet, declares
-            more values than the memory available holds, has no check/variant columns (or no rows), or carries
-            malformed mhaaudit metadata.
+            more values than the memory available holds, has no check/variant columns (or no rows), carries
+            malformed mhaaudit metadata, or holds a row that no run of check writes (:func:`_check_row_keys`).
     """
     p = Path(path)
     if p.is_dir() or not p.exists():
@@ -186,7 +187,63 @@ def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
             + "); the bound rests on one run's verdicts: give the file of a run with one "
             + Param("seed")
         )
+    _check_row_keys(p, rows)
     return meta, rows
+
+
+#: The rows a results file holds besides one a registered check and column: its columns' Kruskal-rank curves
+#: (``--sweep``) and, in a series of checkpoints, each column's estimate
+_OTHER_CHECKS = ("sweep", "sweep_estimate")
+
+
+def _check_row_keys(p: Path, rows: list[dict]) -> None:
+    """Refuse rows that no run of ``check`` writes, by what says which row a row is.
+
+    A row is known by its checkpoint (in a series), its column (``variant``), its check and, for a sweep row, its
+    k: ``check`` writes one row a key. A row without a column or check was read as no verdict at all, and a key
+    held twice as its last row: either way the bound went on from what the file does not say (exit 0).
+
+    Raises:
+        InputError: naming ``p`` and the row (counted from 1), when a row's variant or check is null or no text, its
+            check is none ``check`` writes, its checkpoint is no text, or a sweep row's k is no whole number of at
+            least 1; and naming both rows and their key, when two rows have the same key.
+    """
+    checks = (*REGISTRY, *_OTHER_CHECKS)
+    seen: dict[tuple, int] = {}
+    for i, r in enumerate(rows, start=1):
+        for field in ("variant", "check"):
+            if not isinstance(r.get(field), str) or not r[field]:
+                raise InputError(
+                    Param("from_path") + f" {p}: row {i}'s {field} is {_shown(r.get(field))}, not a name; every row "
+                    "of a results file of " + Param("check_out") + " names its column (variant) and its check"
+                )
+        if r["check"] not in checks:
+            raise InputError(
+                Param("from_path") + f" {p}: row {i}'s check is {_shown(r['check'])}, not one that a results file "
+                "of " + Param("check_out") + f" holds ({', '.join(checks)})"
+            )
+        checkpoint, k = r.get("checkpoint"), r.get("k")
+        if checkpoint is not None and not isinstance(checkpoint, str):
+            raise InputError(Param("from_path") + f" {p}: row {i}'s checkpoint is {_shown(checkpoint)}, not a name")
+        sweep = r["check"] == "sweep"
+        if sweep and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+            raise InputError(
+                Param("from_path") + f" {p}: row {i}, a sweep row of column {r['variant']!r}, has k {_shown(k)}, "
+                "not a whole number of at least 1"
+            )
+        key = (checkpoint, r["variant"], r["check"], k if sweep else None)
+        if key in seen:  # one row a key: which of the two holds cannot be said
+            where = (f" at k = {k}" if sweep else "") + (f" of checkpoint {checkpoint!r}" if checkpoint else "")
+            raise InputError(
+                Param("from_path") + f" {p}: rows {seen[key]} and {i} are both the {r['check']} row of column "
+                f"{r['variant']!r}{where}; a results file of " + Param("check_out") + " holds one"
+            )
+        seen[key] = i
+
+
+def _shown(value: Any) -> str:
+    """A row's value as a message shows it: ``null`` for none, else its repr (clipped) and its type."""
+    return "null" if value is None else f"{clipped(repr(value), 60)} ({type(value).__name__})"
 
 
 @contextlib.contextmanager
@@ -250,6 +307,9 @@ def _assumptions_from_file(
     if chosen is None:
         return None, why, notes
     mine = [r for r in rows if r.get("variant") == chosen]
+    for check in ("assumption_1", "assumption_2"):  # check writes a row of each check for each column it audits
+        if not any(r["check"] == check for r in mine):
+            raise ValueError(f"column {chosen!r} has no {check} row, which every column that check audits has")
     out = _verdicts(mine, source=f"read from {p} (column {chosen})")
     width = d if d is not None else info.get("d")
     width = width if isinstance(width, int) and not isinstance(width, bool) else None
