@@ -224,6 +224,11 @@ def _again(i: int, **values):
             False,
             "rows 7 and 73 are both the assumption_2 row of column 'random' of checkpoint 'ckpt-1';",
         ),
+        (
+            lambda rows: [*rows, *({**rows[5], "variant": "v" * 10_000} for _ in range(2))],
+            True,
+            "rows 73 and 74 are both the assumption_1 row of column '" + "v" * 56 + "...; a results file",
+        ),
     ],
     ids=[
         "null-variant",
@@ -237,6 +242,7 @@ def _again(i: int, **values):
         "a1-twice",
         "sweep-k-twice",
         "a2-twice-in-a-checkpoint",
+        "a-long-name-twice",
     ],
 )
 def test_a_row_that_no_check_writes_is_refused_naming_it(tmp_path, edit, schema, says):
@@ -249,6 +255,7 @@ def test_a_row_that_no_check_writes_is_refused_naming_it(tmp_path, edit, schema,
     with pytest.raises(InputError) as got:
         read_check_results(path)
     assert str(got.value).startswith(f"from_path {path}: ") and says in str(got.value)
+    assert len(str(got.value)) < 300 + len(str(path)), "a row's name is shown clipped"
 
 
 def test_rows_of_one_key_in_other_checkpoints_or_at_other_k_are_read(tmp_path):

@@ -225,18 +225,19 @@ def _check_row_keys(p: Path, rows: list[dict]) -> None:
         checkpoint, k = r.get("checkpoint"), r.get("k")
         if checkpoint is not None and not isinstance(checkpoint, str):
             raise InputError(Param("from_path") + f" {p}: row {i}'s checkpoint is {_shown(checkpoint)}, not a name")
-        sweep = r["check"] == "sweep"
+        sweep, column = r["check"] == "sweep", clipped(repr(r["variant"]), 60)
         if sweep and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
             raise InputError(
-                Param("from_path") + f" {p}: row {i}, a sweep row of column {r['variant']!r}, has k {_shown(k)}, "
+                Param("from_path") + f" {p}: row {i}, a sweep row of column {column}, has k {_shown(k)}, "
                 "not a whole number of at least 1"
             )
         key = (checkpoint, r["variant"], r["check"], k if sweep else None)
         if key in seen:  # one row a key: which of the two holds cannot be said
-            where = (f" at k = {k}" if sweep else "") + (f" of checkpoint {checkpoint!r}" if checkpoint else "")
+            where = f" at k = {k}" if sweep else ""
+            where += f" of checkpoint {clipped(repr(checkpoint), 80)}" if checkpoint else ""
             raise InputError(
                 Param("from_path") + f" {p}: rows {seen[key]} and {i} are both the {r['check']} row of column "
-                f"{r['variant']!r}{where}; a results file of " + Param("check_out") + " holds one"
+                f"{column}{where}; a results file of " + Param("check_out") + " holds one"
             )
         seen[key] = i
 
