@@ -7,7 +7,8 @@ import json
 import pytest
 
 from mhaaudit.memorize.recipe import RECIPE_FIELDS
-from mhaaudit.memorize.results import MemorizeRun, fit_line, row_to_run, run_to_row
+from mhaaudit.memorize.results import MemorizeRun, fit_line
+from mhaaudit.memorize.resume import row_to_run, run_to_row
 from mhaaudit.memorize.training import Point, Recipe, train_memorize
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import math
 import os
 import queue
 import threading
@@ -18,13 +17,11 @@ from pathlib import Path
 import torch
 
 from ..errors import InputError, Message, MhaauditError, Param, one_line
-from ..files import read_parquet
 from ..io import read_parquet_metadata, stamp, write_parquet
 from ..keywords import request_of
 from ..plot import plot_memorize
 from ..progress import task as progress_task
 from ..runtime import device_name, resolve_device
-from ..tables import records_table
 from ..workers import worker_pool
 from .data import DIM
 from .fits import flat_fit_notes
@@ -40,12 +37,9 @@ from .results import (
     grid_notes,
     heads_fit_gaps,
     heads_fits,
-    read_whole_numbers,
-    row_to_run,
-    run_to_row,
     seed_summaries,
-    stored_run_contradiction,
 )
+from .resume import read_results, row_to_run, run_to_row, stored_run_contradiction
 from .training import Cancelled, Point, intra_op_threads, train_group
 
 __all__ = [
@@ -74,66 +68,6 @@ def points(grid: dict) -> list[dict]:
                 p[param] = v
             pts.append(p | {"size": T})
     return pts
-
-
-# --------------------------------------------------------------------------- results file
-
-
-def _read_results(path: Path, meta: dict) -> dict[str, dict]:
-    """The rows of an existing results file by configuration key, checked to be what memorize writes: a
-    regular file whose rows take the types of memorize's columns again (they are written back with the
-    new ones under ``meta``).
-
-    Raises:
-        InputError: the file is not a regular file or cannot be read, or is not a results file of memorize (no
-            text config_key column, a column memorize writes holds values of another type, a whole-number column
-            holds another number (:func:`~.results.read_whole_numbers`), or two rows have the same configuration key).
-    """
-    import pyarrow as pa
-
-    what = f"the existing results file {path}"
-    hint = "move it away or pick another " + Param("out")
-    try:  # a named pipe would block the reader; what its footer declares, decoded, must fit first
-        table = read_parquet(path, InputError, what, python=True, hint=hint)
-        rows = table.to_pylist()
-    except InputError:
-        raise
-    except Exception as exc:
-        raise InputError(
-            f"cannot read the existing results file {path} ({exc.__class__.__name__}); move it away or pick another "
-            + Param("out")
-        ) from exc
-    if not rows:
-        return {}
-    key_type = table.schema.field("config_key").type if "config_key" in table.column_names else None
-    if key_type is None or not (pa.types.is_string(key_type) or pa.types.is_large_string(key_type)):
-        what = "no config_key column" if key_type is None else f"its config_key column holds {key_type}, not text"
-        raise InputError(f"{path} is not a results file of 'mhaaudit memorize' ({what}); pick another " + Param("out"))
-    for i, r in enumerate(rows, 1):
-        wrong = read_whole_numbers(r)
-        if wrong is not None:  # a count cut to an integer would be a count no training wrote
-            raise InputError(
-                f"{path} is not a results file as memorize writes it: its row {i} gives {wrong}; move it away or "
-                "pick another " + Param("out")
-            )
-    try:
-        records_table(rows, meta)  # the rows are written back under memorize's column types
-    except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
-        raise InputError(
-            f"{path} is not a results file of 'mhaaudit memorize' (its columns do not hold the types memorize "
-            f"writes: {one_line(exc, 120)}); pick another " + Param("out")
-        ) from None
-    by_key: dict[str, dict] = {}
-    for r in rows:
-        if r.get("diverged") is None and isinstance(r.get("final_loss"), float):  # written before the column
-            r["diverged"] = not math.isfinite(r["final_loss"])
-        if r["config_key"] in by_key:  # memorize writes one row a point: which of the two holds could not be said
-            raise InputError(
-                f"{path} is not a results file of 'mhaaudit memorize' (two rows for the configuration "
-                f"{r['config_key']!r}); pick another " + Param("out")
-            )
-        by_key[r["config_key"]] = r
-    return by_key
 
 
 # --------------------------------------------------------------------------- the grid
@@ -482,7 +416,7 @@ class _Store:
         """The rows of the file now, read into ``rows`` (those it does not hold are kept); the rows read."""
         assert self.path is not None
         self.seen = _identity(self.path)
-        fresh = _read_results(self.path, self.meta())
+        fresh = read_results(self.path, self.meta())
         self.rows.update(fresh)
         return fresh
 

@@ -9,16 +9,16 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from typing import ClassVar
 
 from .._version import __version__
 from ..documents import METADATA_KEY, decode_fields, decode_result, null_as_nonfinite, read_json_document
-from ..errors import InputError, Param, clipped
+from ..errors import InputError, Param
 from ..files import read_parquet
 from ..provenance import stamp
 from ..render_memorize import memorize_report
-from ..tables import MEMORIZE_COLUMNS, StoredResult, whole_number
+from ..tables import StoredResult
 from .data import DIM
 from .fits import FitGap, LinearFit, fit_line, heads_fit_gaps, heads_fits
 from .recipe import RECIPE_FIELDS, Recipe
@@ -402,85 +402,7 @@ def config_key(cfg: dict) -> str:
     return json.dumps(cfg, sort_keys=True)
 
 
-# --------------------------------------------------------------------------- parquet rows
-
-
-_STORED = tuple(k for k in flat_names(MemorizeRun) if k not in ("saturation", "reused"))
-
-
-def run_to_row(run: MemorizeRun) -> dict:
-    """A run as one flat row of the results file (saturation as ``sat_*`` columns)."""
-    row = {k: v for k, v in flat_fields(run).items() if k in _STORED}
-    row["config_key"] = config_key(run.config())
-    s = run.saturation
-    row.update(
-        sat_threshold=s.threshold if s else None,
-        sat_histogram=list(s.histogram) if s else None,
-        sat_frac_ge2=s.frac_at_least_two_saturated if s else None,
-        sat_frac_some_unsaturated=s.frac_some_unsaturated if s else None,
-        sat_frac_any=s.frac_any_saturated if s else None,
-        sat_mean=s.mean_saturated if s else None,
-    )
-    return row
-
-
-#: The columns of a results file that hold whole numbers (the point's shape and T, the recipe's, the seed, the
-#: counts of examples and steps), by whether each holds a list of them (the histogram of saturated heads).
-_WHOLE = {c.name: c.type.startswith("list<") for c in MEMORIZE_COLUMNS if c.type in ("int64", "list<int64>")}
-
-
-def read_whole_numbers(row: dict) -> str | None:
-    """Read the whole-number columns of a results file's row (:data:`_WHOLE`) exactly, in place; what one holds
-    that is no whole number, in words, or None.
-
-    Training writes each as an integer; a float that is one (12.0, a file rewritten through floats) is read as
-    that integer. Any other value (12.5) is said, never cut to an integer as a typed column would cut it
-    (pyarrow takes 12.5 into an int64 column as 12). A list may be JSON text, as older files store it.
-    """
-    for name, listed in _WHOLE.items():
-        value = row.get(name)
-        if value is None:
-            continue
-        try:
-            items = (json.loads(value) if isinstance(value, str) else value) if listed else [value]
-        except ValueError:  # JSON text that is no JSON
-            items = None
-        if not isinstance(items, list) or not all(whole_number(v) for v in items):
-            shown = clipped(repr(value) if items is None or not listed else str(items), 60)
-            return f"{name} = {shown}, not " + ("a list of whole numbers" if listed else "a whole number")
-        exact = [int(v) for v in items]
-        row[name] = exact if listed else exact[0]
-    return None
-
-
-def row_to_run(row: dict) -> MemorizeRun:
-    """The run a row stores, marked ``reused``; KeyError/TypeError/ValueError on a foreign layout."""
-    sat = None
-    if row.get("sat_histogram") is not None:
-        hist = row["sat_histogram"]
-        hist = tuple(int(v) for v in (json.loads(hist) if isinstance(hist, str) else hist))
-        sat = SaturationSummary(
-            threshold=float(row["sat_threshold"]),
-            heads=int(row["heads"]),
-            examples=int(sum(hist)),
-            histogram=hist,
-            frac_at_least_two_saturated=float(row["sat_frac_ge2"]),
-            frac_some_unsaturated=float(row["sat_frac_some_unsaturated"]),
-            frac_any_saturated=float(row["sat_frac_any"]),
-            mean_saturated=float(row["sat_mean"]),
-        )
-    data = {k: row[k] for k in _STORED if k != "diverged"}
-    diverged = row.get("diverged")  # absent from files written before it was recorded: their loss says it
-    data["diverged"] = not math.isfinite(float(row["final_loss"])) if diverged is None else diverged
-    return replace(MemorizeRun.from_document(data), saturation=sat, reused=True)
-
-
-def stored_run_contradiction(run: MemorizeRun, key: str) -> str | None:
-    """What a run read back from a results file under ``key`` says that no training writes, in words, or None:
-    its columns give another configuration than its ``key``, or :func:`run_contradiction`."""
-    if config_key(run.config()) != key:
-        return "its columns give another configuration than its config_key"
-    return run_contradiction(run)
+# --------------------------------------------------------------------------- what a run read back says
 
 
 def run_contradiction(run: MemorizeRun) -> str | None:
