@@ -146,7 +146,16 @@ def _malformed_files(d, X, vit_dir, bert_dir, timm_dir) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    deep = pa.table({"config_key": ["{}"]}).replace_schema_metadata({b"mhaaudit": b"[" * 100_000 + b"]" * 100_000})
+    from mhaaudit.memorize.recipe import Recipe
+    from mhaaudit.memorize.results import MemorizeRun
+    from mhaaudit.memorize.resume import run_to_row
+
+    counts = dict(memorized_count=0, epochs_run=1, steps_run=1, planned_steps=1, seed=0)
+    run_ = MemorizeRun(
+        1, 4, 8, 16, Recipe(), memorized=0.0, final_loss=1.0, seconds=0.0, stopped_early=False, device="cpu", **counts
+    )
+    deep = pa.Table.from_pylist([run_to_row(run_)])  # a row as memorize writes it: the metadata is what is wrong
+    deep = deep.replace_schema_metadata({b"mhaaudit": b"[" * 100_000 + b"]" * 100_000})
     pq.write_table(deep, d / "deep-meta.parquet")  # the resume file of memorize --out, its metadata 100000 deep
     Xn = X.copy()
     Xn[3, 2] = np.inf

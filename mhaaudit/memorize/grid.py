@@ -441,10 +441,7 @@ class _Store:
         row = self.rows.get(key)
         if row is None or (self.saturation and row.get("sat_histogram") is None):
             return None
-        try:
-            run = row_to_run(row)
-        except (KeyError, TypeError, ValueError):
-            return None  # a row from another version of the file layout: recompute it
+        run = row_to_run(row)  # read_results refused a row it cannot read back: none is trained again in silence
         wrong = stored_run_contradiction(run, key)
         if wrong is not None:  # what no training writes: the file is not what memorize wrote, so it is not read
             raise InputError(
