@@ -56,7 +56,8 @@ def read_whole_numbers(row: dict) -> str | None:
 
     Training writes each as an integer; a float that is one (12.0, a file rewritten through floats) is read as
     that integer. Any other value (12.5) is said, never cut to an integer as a typed column would cut it
-    (pyarrow takes 12.5 into an int64 column as 12). A list may be JSON text, as older files store it.
+    (pyarrow takes 12.5 into an int64 column as 12). A list may be JSON text (a file rewritten through a CSV or
+    JSON tool).
     """
     for name, listed in _WHOLE.items():
         value = row.get(name)
