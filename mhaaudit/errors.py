@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 # What a library caller reads for the names a message gives that are not parameters of a library
 # function (what the command line writes there is in mhaaudit.cli.names's table of flags).
 LIBRARY_NAMES = {
+    "check_checkpoints": "audit_series(...)",
     "check_out": "a parquet file of AuditResult.to_arrow()",
     "check_save_features": "FeatureSet.save()",
     "check_seeds": "audit(..., seeds=...)",

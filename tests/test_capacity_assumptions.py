@@ -258,16 +258,71 @@ def test_a_row_that_no_check_writes_is_refused_naming_it(tmp_path, edit, schema,
     assert len(str(got.value)) < 300 + len(str(path)), "a row's name is shown clipped"
 
 
-def test_rows_of_one_key_in_other_checkpoints_or_at_other_k_are_read(tmp_path):
-    """The key is the checkpoint, the column, the check and a sweep row's k: rows that differ in any are read."""
+def test_rows_of_one_key_at_other_k_are_read(tmp_path):
+    """The key is the column, the check and a sweep row's k: sweep rows that differ in k are read."""
     from mhaaudit.capacity.assumptions import read_check_results
+
+    meta, rows = read_check_results(V0)
+    assert len(rows) == 72 and meta["command"] == "check"  # 32 sweep rows a column, one k each
+
+
+def test_rows_of_several_checkpoints_are_refused_as_a_series(tmp_path):
+    """Rows that name checkpoints are a series' (its metadata lost, or a file edited by hand): they were read, and
+    each column's verdicts taken from its last checkpoint's rows. Which checkpoint to bound is not said: refused."""
+    from mhaaudit.capacity.assumptions import read_check_results
+    from mhaaudit.errors import InputError
 
     def two_checkpoints(rows):
         return [{**r, "checkpoint": c} for c in ("ckpt-1", "ckpt-2") for r in rows]
 
-    meta, rows = read_check_results(_edited(tmp_path, two_checkpoints, schema=False))
-    assert len(rows) == 2 * 72 and meta["command"] == "check"
-    assert len(read_check_results(V0)[1]) == 72  # 32 sweep rows a column, one k each
+    path = _edited(tmp_path, two_checkpoints, schema=False)
+    with pytest.raises(InputError, match=r"it holds a series of checkpoints \(audit_series\(\.\.\.\)\), the verdicts"):
+        read_check_results(path)
+
+
+def _with_meta(tmp_path, meta: dict) -> Path:
+    """check-v0.parquet's rows under ``meta`` (its own metadata, changed)."""
+    import json
+
+    from mhaaudit.io import METADATA_KEY, read_parquet_metadata
+
+    out = tmp_path / "meta.parquet"
+    table = pq.read_table(V0)
+    whole = {**read_parquet_metadata(V0), **meta}
+    pq.write_table(
+        table.replace_schema_metadata({METADATA_KEY: json.dumps({k: v for k, v in whole.items() if v is not None})}),
+        out,
+    )
+    return out
+
+
+@pytest.mark.parametrize(
+    "meta, says",
+    [
+        ({"series": {"checkpoints": []}, "columns": None}, "it holds a series of checkpoints (audit_series(...))"),
+        (
+            {"series": {"checkpoints": []}, "seed_plan": {"seeds": [0, 1]}, "columns": None},
+            "it holds a series of checkpoints (audit_series(...))",
+        ),  # a series of several seeds is a series: a file of one seed of it is no answer
+        ({"columns": None}, "its 'mhaaudit' parquet metadata names no columns, which every results file of"),
+        ({"columns": {}}, "its 'mhaaudit' parquet metadata names no columns"),
+        ({"command": "capacity"}, "it holds the results of 'mhaaudit capacity' (its parquet metadata says so)"),
+        ({"command": "memorize"}, "it holds the results of 'mhaaudit memorize'"),
+        ({"command": "reproduce", "target": "figure1"}, "it holds the results of 'mhaaudit reproduce figure1'"),
+        ({"command": ["check"]}, "its 'mhaaudit' parquet metadata is malformed (its command is ['check'] (list)"),
+    ],
+    ids=["series", "series-of-seeds", "no-columns", "empty-columns", "capacity", "memorize", "reproduce", "list"],
+)
+def test_a_file_that_is_not_one_check_run_is_refused_saying_what_it_is(tmp_path, meta, says):
+    """A file without its column list (a series' file has none) was read as a file of no columns: each column's
+    bound was "not applicable ... it has: none" (exit 0); one of another command had a note at best."""
+    from mhaaudit.capacity.assumptions import read_check_results
+    from mhaaudit.errors import InputError
+
+    path = _with_meta(tmp_path, meta)
+    with pytest.raises(InputError) as got:
+        read_check_results(path)
+    assert str(got.value).startswith(f"from_path {path}: ") and says in str(got.value)
 
 
 @pytest.mark.parametrize("check", ["assumption_1", "assumption_2"])

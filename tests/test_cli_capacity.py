@@ -425,12 +425,11 @@ def test_from_a_file_with_a_row_no_check_writes_is_refused(capsys, vit4, tmp_pat
     assert out == "" and not out_file.exists() and tmp_leftovers(tmp_path) == [], line
 
 
-def test_from_reads_the_rows_of_a_series_at_several_layers(capsys, vit4, image_dir, tmp_path):
-    """A series of checkpoints (with --sweep) at two layers holds each column's rows once per checkpoint and
-    layer, and its trained columns' estimates: none is a key held twice, and the file is read."""
+def test_from_a_series_of_checkpoints_is_refused(capsys, vit4, image_dir, tmp_path):
+    """A series of checkpoints (with --sweep, at two layers) holds a trained column's verdicts once per checkpoint
+    and no column list in its metadata: each column's bound was "not applicable ... it has: none" (exit 0), the
+    file ignored. Nothing says which checkpoint to bound: the file is refused, naming what it is and what to give."""
     import shutil
-
-    from mhaaudit.capacity import read_check_results
 
     ckpts = [shutil.copytree(vit4, tmp_path / f"ckpt-{i}") for i in (1, 2)]
     res = tmp_path / "series.parquet"
@@ -438,10 +437,39 @@ def test_from_reads_the_rows_of_a_series_at_several_layers(capsys, vit4, image_d
     more = ("--variants", "random,trained", "--sweep", "--out", res, "--format", "json")
     rc, _, err = run(capsys, "check", vit4, *args, "--checkpoints", ",".join(map(str, ckpts)), *more)
     assert rc == 0, err
-    _meta, rows = read_check_results(res)
-    keys = [(r.get("checkpoint"), r["variant"], r["check"], r["k"] if r["check"] == "sweep" else None) for r in rows]
-    assert len(set(keys)) == len(keys) and {r["check"] for r in rows} >= {"sweep", "sweep_estimate", "assumption_1"}
-    assert len({r["checkpoint"] for r in rows if r["checkpoint"]}) == 2
+    cap = tmp_path / "capacity.parquet"
+    rc, out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FROM, "--from", res, "--out", cap)
+    line = assert_one_error(rc, err, f"--from {res}: it holds a series of checkpoints (check --checkpoints)")
+    assert "give a results file of 'mhaaudit check --out' from a run on one checkpoint (--weights" in line
+    assert out == "" and not cap.exists() and tmp_leftovers(tmp_path) == []
+
+
+def test_from_the_file_of_another_command_is_refused_naming_it(capsys, vit4, image_dir, tmp_path):
+    """The files of reproduce, capacity and kruskal were refused as "not a results file of 'mhaaudit check --out'
+    (no check/variant columns)", which says what they are not; the refusal names the command that wrote each.
+    The file of check --seeds is refused as holding several seeds."""
+    files = {name: tmp_path / f"{name}.parquet" for name in ("reproduce", "capacity", "kruskal", "seeds")}
+    small = ("--limit", "24", "--samples", "20", "--batch-size", "16", "--out")
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((24, 8)).astype(np.float32))
+    for args in (
+        ("reproduce", "table1", "--model", f"vit={vit4}", "--data", image_dir, *small, files["reproduce"]),
+        ("capacity", vit4, "--data", image_dir, *small, files["capacity"]),
+        ("kruskal", tmp_path / "x.npy", "--samples", "20", "--out", files["kruskal"]),
+        ("check", vit4, "--data", image_dir, "--variants", "random", "--seeds", "0-1", *small, files["seeds"]),
+    ):
+        rc, _, err = run(capsys, *args, "--format", "json")
+        assert rc == 0, err
+    said = {
+        "reproduce": "it holds the results of 'mhaaudit reproduce table1' (its parquet metadata says so), not a "
+        "check run's verdicts: give a results file of 'mhaaudit check --out'",
+        "capacity": "it holds the results of 'mhaaudit capacity'",
+        "kruskal": "it holds the results of 'mhaaudit kruskal'",
+        "seeds": "it holds the records of several seeds (check --seeds)",
+    }
+    for name, path in files.items():
+        rc, out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FROM, "--from", path)
+        assert_one_error(rc, err, f"--from {path}: " + said[name])
+        assert out == ""
 
 
 def test_from_a_file_that_is_not_check_results(capsys, vit4, image_dir, tmp_path):

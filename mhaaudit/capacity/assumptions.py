@@ -15,7 +15,7 @@ import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ..check_words import CHECK_TITLES, is_decided
 from ..checks import REGISTRY
@@ -144,8 +144,10 @@ def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
 
     Raises:
         InputError: when ``path`` is not a regular file (a named pipe, a device), cannot be read as parquet, declares
-            more values than the memory available holds, has no check/variant columns (or no rows), carries
-            malformed mhaaudit metadata, or holds a row that no run of check writes (:func:`_check_row_keys`).
+            more values than the memory available holds, was written by another command (its metadata names it),
+            has no check/variant columns (or no rows), carries malformed mhaaudit metadata or none naming its
+            columns, holds a series of checkpoints or the records of several seeds (not one run's verdicts), or
+            holds a row that no run of check writes (:func:`_check_row_keys`).
     """
     p = Path(path)
     if p.is_dir() or not p.exists():
@@ -161,6 +163,7 @@ def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
         raise InputError(
             Param("from_path") + f" {p}: cannot read it as a parquet file ({' '.join(str(exc).split())[:160]})"
         ) from None
+    _refuse_other_command(p, meta)
     hint = "a results file of " + Param("check_out") + " holds a few rows a check"
     try:  # it is read whole, as Python values: what its footer declares, decoded, bounds them before
         rows = read_parquet(p, InputError, Param("from_path") + f" {p}", python=True, hint=hint).to_pylist()
@@ -179,6 +182,8 @@ def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
             Param("from_path") + f" {p}: its 'mhaaudit' parquet metadata is malformed "
             "(not what " + Param("check_out") + " writes)"
         )
+    if "series" in meta:  # before the seeds: a series of several seeds is a series first
+        _refuse_series(p)
     if "seed_plan" in meta or "aggregate" in rows[0]:  # its rows are per seed and over the seeds: no one verdict
         raise InputError(
             Param("from_path")
@@ -188,7 +193,59 @@ def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
             + Param("seed")
         )
     _check_row_keys(p, rows)
+    if any(r.get("checkpoint") is not None for r in rows):  # its metadata lost, the rows still say so
+        _refuse_series(p)
+    if not meta.get("columns"):  # read so, each column of the bound was "not applicable: the file has none" (exit 0)
+        raise InputError(
+            Param("from_path") + f" {p}: its 'mhaaudit' parquet metadata names no columns, which every results "
+            "file of " + Param("check_out") + " does (its weights and layer are read from there)"
+        )
     return meta, rows
+
+
+def _refuse_series(p: Path) -> NoReturn:
+    """Refuse the results file of a series of checkpoints: it holds each checkpoint's verdicts of a trained
+    column, and nothing in it (nor any option of capacity) says which checkpoint the bound is of.
+
+    Raises:
+        InputError: always, naming ``p`` and what to give instead.
+    """
+    raise InputError(
+        Param("from_path")
+        + f" {p}: it holds a series of checkpoints ("
+        + Param("check_checkpoints")
+        + "), the verdicts of each, and nothing in it says which checkpoint to bound: give a results file of "
+        + Param("check_out")
+        + " from a run on one checkpoint ("
+        + Param("weights")
+        + " CHECKPOINT or "
+        + Param("revision")
+        + " REV)"
+    )
+
+
+def _refuse_other_command(p: Path, meta: Any) -> None:
+    """Refuse a results file that another command wrote, naming it (``meta``: its mhaaudit metadata).
+
+    Raises:
+        InputError: when ``meta`` says the file is the results of another command (capacity, kruskal, memorize,
+            reproduce: their rows hold no column's verdicts to read, and were refused as no results of check at
+            best), or gives a command that is no command's name.
+    """
+    command = meta.get("command") if isinstance(meta, dict) else None
+    if command is None or command == "check":
+        return
+    if not isinstance(command, str):
+        raise InputError(
+            Param("from_path") + f" {p}: its 'mhaaudit' parquet metadata is malformed (its command is "
+            f"{_shown(command)}, not a command's name)"
+        )
+    target = meta.get("target") if command == "reproduce" and isinstance(meta.get("target"), str) else None
+    what = clipped(" ".join(("mhaaudit", command, *([target] if target else []))), 80)
+    raise InputError(
+        Param("from_path") + f" {p}: it holds the results of {what!r} (its parquet metadata says so), not a check "
+        "run's verdicts: give a results file of " + Param("check_out")
+    )
 
 
 #: The rows a results file holds besides one a registered check and column: its columns' Kruskal-rank curves
@@ -301,8 +358,6 @@ def _assumptions_from_file(
             Param("from_path") + f" {p}: audited with n = {info.get('n')}, d = {info.get('d')}, but the model here has "
             f"n = {n}, d = {d}"
         )
-    if meta.get("command") not in (None, "check"):
-        notes.append(Param("from_path") + f" {p} was written by 'mhaaudit {meta.get('command')}', not 'mhaaudit check'")
     cols = meta.get("columns") or {}
     chosen, why = _column(p, cols, init=init, layer=layer)
     if chosen is None:

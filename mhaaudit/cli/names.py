@@ -13,6 +13,7 @@ FLAGS = {
     "from_path": "--from",
     "variant": "--variants",  # kruskal captures one column; its flag keeps check's name
     "check_out": "'mhaaudit check --out'",
+    "check_checkpoints": "check --checkpoints",
     "check_save_features": "check --save-features",
     "check_seeds": "check --seeds",
     "kruskal_features": "'mhaaudit kruskal FEATURES'",
