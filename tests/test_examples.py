@@ -273,6 +273,7 @@ def test_a_long_document_is_tokenized_in_pieces_and_gives_the_ids_of_the_whole(m
     monkeypatch.setattr(examples, "_PIECE_CHARS", 200)
     monkeypatch.setattr(examples, "_CUT_CHECK_CHARS", 40)
     words = ["Attention", "rank,", "naïve", "12,345", "of", "the", "model.", "don't", "  ", "\n", "(a)", "héllo"]
+    words += ["\r\n", "\t", "a\xa0b", "日本語の文", "😀", "ΟΔΟΣ", "e\u0301", "'s", "\u3000", "x" * 150]
     text = " ".join(words[(i * 7 + i // 5) % len(words)] + (f"x{i}" if i % 3 == 0 else "") for i in range(3000))
     tok = _RecordingTokenizer(tokenizers[index])
     ids = examples._encode(tok, text)
@@ -296,6 +297,30 @@ def test_a_long_document_whose_tokenizer_joins_text_across_spaces_is_tokenized_w
     tok = _RecordingTokenizer(inner)
     assert list(examples._encode(tok, mixed)) == examples._encode_whole(inner, mixed)
     assert max(tok.lengths) < len(mixed) / 10
+
+
+def test_a_long_document_whose_tokenizer_marks_the_start_of_each_text_is_tokenized_whole(monkeypatch):
+    """A SentencePiece normalizer that prepends its word mark to every text makes the piece after a cut begin
+    with two marks, where the whole text has one there: no cut holds, and the document is tokenized whole."""
+    from tokenizers import Tokenizer, models, normalizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from mhaaudit.sources import examples
+
+    monkeypatch.setattr(examples, "_PIECE_CHARS", 200)
+    monkeypatch.setattr(examples, "_CUT_CHECK_CHARS", 40)
+    words = ["alpha", "beta", "gamma", "delta", "of", "the", "rank"]
+    text = " ".join(words[(i * 5 + i // 7) % len(words)] for i in range(1000))
+    backend = Tokenizer(models.BPE(unk_token="<unk>"))
+    backend.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    backend.train_from_iterator([text[:2000]], trainers.BpeTrainer(vocab_size=120, special_tokens=["<unk>"]))
+    inner = PreTrainedTokenizerFast(tokenizer_object=backend)
+    assert examples._encode_whole(inner, "alpha") + examples._encode_whole(inner, " beta") != examples._encode_whole(
+        inner, "alpha beta"
+    )
+    tok = _RecordingTokenizer(inner)
+    assert list(examples._encode(tok, text)) == examples._encode_whole(inner, text)
+    assert max(tok.lengths) == len(text)
 
 
 def test_the_guide_states_how_long_documents_are_cut():
