@@ -299,28 +299,44 @@ def test_a_long_document_whose_tokenizer_joins_text_across_spaces_is_tokenized_w
     assert max(tok.lengths) < len(mixed) / 10
 
 
-def test_a_long_document_whose_tokenizer_marks_the_start_of_each_text_is_tokenized_whole(monkeypatch):
-    """A SentencePiece normalizer that prepends its word mark to every text makes the piece after a cut begin
-    with two marks, where the whole text has one there: no cut holds, and the document is tokenized whole."""
-    from tokenizers import Tokenizer, models, normalizers, trainers
+def _marking_tokenizer(text: str, split: bool):
+    """A SentencePiece-style BPE tokenizer trained on ``text`` whose normalizer prepends its word mark to every text
+    it is given; ``split``: its pre-tokenizer splits at the marks (as Llama 2's does), else its merges may join
+    words across them."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
+    backend = Tokenizer(models.BPE(unk_token="<unk>"))
+    backend.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    if split:
+        backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="never", split=True)
+    backend.train_from_iterator([text[:2000]], trainers.BpeTrainer(vocab_size=120, special_tokens=["<unk>"]))
+    return PreTrainedTokenizerFast(tokenizer_object=backend)
+
+
+@pytest.mark.parametrize("split", [True, False])
+def test_a_long_document_whose_tokenizer_marks_the_start_of_each_text(monkeypatch, split):
+    """A normalizer that prepends its word mark to every text makes a piece that begins with a space begin with
+    two marks, where the whole text has one: the cut is checked with the piece after it beginning after its
+    space, and holds where the tokenizer splits at the marks. One whose merges join words across the marks
+    holds at no cut, and the document is tokenized whole. The ids are those of the whole text either way."""
     from mhaaudit.sources import examples
 
     monkeypatch.setattr(examples, "_PIECE_CHARS", 200)
     monkeypatch.setattr(examples, "_CUT_CHECK_CHARS", 40)
     words = ["alpha", "beta", "gamma", "delta", "of", "the", "rank"]
     text = " ".join(words[(i * 5 + i // 7) % len(words)] for i in range(1000))
-    backend = Tokenizer(models.BPE(unk_token="<unk>"))
-    backend.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
-    backend.train_from_iterator([text[:2000]], trainers.BpeTrainer(vocab_size=120, special_tokens=["<unk>"]))
-    inner = PreTrainedTokenizerFast(tokenizer_object=backend)
-    assert examples._encode_whole(inner, "alpha") + examples._encode_whole(inner, " beta") != examples._encode_whole(
-        inner, "alpha beta"
-    )
+    inner = _marking_tokenizer(text, split)
+    apart = examples._encode_whole(inner, "alpha") + examples._encode_whole(inner, " beta")
+    assert apart != examples._encode_whole(inner, "alpha beta")  # a piece may not keep its space
     tok = _RecordingTokenizer(inner)
     assert list(examples._encode(tok, text)) == examples._encode_whole(inner, text)
-    assert max(tok.lengths) == len(text)
+    if split:
+        assert examples._held_cut(inner, text, 200)[1] == 1
+        assert max(tok.lengths) <= 2 * 200 + 20
+    else:
+        assert examples._held_cut(inner, text, 200) is None
+        assert max(tok.lengths) == len(text)
 
 
 def test_the_guide_states_how_long_documents_are_cut():

@@ -100,23 +100,33 @@ def _next_cut(text: str, at: int) -> int:
     return found.start() if found else len(text)
 
 
-def _cut_holds(tokenizer: Any, text: str, cut: int) -> bool:
-    """Whether ``text`` cut at ``cut`` gives, around the cut, the tokens it gives uncut: the characters
-    within :data:`_CUT_CHECK_CHARS` either side give the same ids tokenized together as tokenized apart.
-    Tokenizers that split text at spaces before anything else (WordPiece, byte-level BPE, SentencePiece
-    with whitespace splitting) always do; one that joins text across spaces shows it here."""
+def _cut_holds(tokenizer: Any, text: str, cut: int) -> int | None:
+    """How ``text`` may be cut at ``cut`` and give, around the cut, the tokens it gives uncut, checked on the
+    characters within :data:`_CUT_CHECK_CHARS` either side (tokenized together, and apart): 0 when the piece after
+    the cut begins with its space; 1 when it begins after it, for a tokenizer that marks the start of every text it
+    is given (a SentencePiece normalizer that prepends its word mark reads that mark where the space was); None
+    when neither gives the same ids. Tokenizers that split text at spaces before anything else (WordPiece,
+    byte-level BPE) give 0; one that joins text across spaces shows it here."""
     left = text[max(0, cut - _CUT_CHECK_CHARS) : cut]
     right = text[cut : cut + _CUT_CHECK_CHARS]
-    return _encode_whole(tokenizer, left) + _encode_whole(tokenizer, right) == _encode_whole(tokenizer, left + right)
+    together, head = _encode_whole(tokenizer, left + right), _encode_whole(tokenizer, left)
+    for skip in (0, 1):
+        if head + _encode_whole(tokenizer, right[skip:]) == together:
+            return skip
+    return None
 
 
-def _held_cut(tokenizer: Any, text: str, at: int) -> int | None:
-    """The first place to cut ``text`` at or after ``at`` that holds (:func:`_cut_holds`), among the first
-    :data:`_CUT_TRIES` spaces between words; ``len(text)`` when no such space is left, None when none holds."""
+def _held_cut(tokenizer: Any, text: str, at: int) -> tuple[int, int] | None:
+    """The first place to cut ``text`` at or after ``at`` that holds, among the first :data:`_CUT_TRIES` spaces
+    between words, with the characters the next piece skips there (:func:`_cut_holds`); ``(len(text), 0)`` when
+    no such space is left, None when none holds."""
     for _ in range(_CUT_TRIES):
         cut = _next_cut(text, at)
-        if cut == len(text) or _cut_holds(tokenizer, text, cut):
-            return cut
+        if cut == len(text):
+            return cut, 0
+        skip = _cut_holds(tokenizer, text, cut)
+        if skip is not None:
+            return cut, skip
         at = cut + 1
     return None
 
@@ -128,11 +138,12 @@ def _encode(tokenizer: Any, text: str) -> array:
     out = array("q")
     start = 0
     while len(text) - start > 2 * _PIECE_CHARS:
-        cut = _held_cut(tokenizer, text, start + _PIECE_CHARS)
-        if cut is None:  # the tokenizer joins text across spaces here
+        held = _held_cut(tokenizer, text, start + _PIECE_CHARS)
+        if held is None:  # the tokenizer joins text across spaces here
             return array("q", _encode_whole(tokenizer, text))
+        cut, skip = held
         out.extend(_encode_whole(tokenizer, text[start:cut]))
-        start = cut
+        start = cut + skip
     if start < len(text):
         out.extend(_encode_whole(tokenizer, text[start:]))
     return out
