@@ -541,11 +541,20 @@ def _bad_case(case, vit_dir, vit_dir_wide, image_dir, tmp_path):
     npy = tmp_path / "afile.npy"
     npy.write_bytes(b"x")
     (tmp_path / "empty").mkdir()
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    (saved / "features.safetensors").write_bytes(b"x")
+    (saved / "meta.json").write_text("{}")
     return {
         "unknown_model": (["no-such-model-xyz", *base], "vit-base"),
         "npy_as_model": (
             [str(npy), *base],
             "afile.npy is a .npy file, which holds features, not a model: audit it with 'mhaaudit kruskal FEATURES'",
+        ),
+        "features_folder_as_model": (
+            [str(saved), *base],
+            "saved is a folder of saved features (features.safetensors), not a model: audit it with "
+            "'mhaaudit kruskal FEATURES'",
         ),
         "conv_timm": (["timm:resnet18", *base], "not a ViT-style token transformer"),
         "missing_data": ([str(vit_dir), *RUN, "--data", str(tmp_path / "nope")], "no such file"),
@@ -591,6 +600,7 @@ def _bad_case(case, vit_dir, vit_dir_wide, image_dir, tmp_path):
 BAD_CASES = [
     "unknown_model",
     "npy_as_model",
+    "features_folder_as_model",
     "conv_timm",
     "missing_data",
     "empty_data",
@@ -725,3 +735,10 @@ def test_a_single_process_check_imports_no_distributed_training_packages(vit_dir
     assert seen["modeling"]  # the model was built with transformers' modelling code
     assert not [m for m in seen["dist"] if m.startswith(BLOCKED)], seen["dist"]
     assert not seen["datasets"]  # an image folder needs no data-set library (offline mode is set without it)
+
+
+def test_a_folder_of_saved_features_is_known_by_the_file_check_save_features_writes():
+    from mhaaudit.features import FEATURES_FILE
+    from mhaaudit.models import resolution
+
+    assert resolution._SAVED_FEATURES == FEATURES_FILE

@@ -103,11 +103,16 @@ def _model_type(config: dict | None, folder) -> str | None:
     return family or None
 
 
+# The file a folder of saved features holds (``features.FEATURES_FILE``, written by ``check --save-features``).
+_SAVED_FEATURES = "features.safetensors"
+
+
 def _resolve_path(name: str, backend: str | None) -> ModelSpec:
     """A local folder or file: timm's format when asked for or saved so, else a transformers folder.
 
     Raises:
-        InputError: when the file is a ``.npy`` file (features, which ``estimate_kruskal_rank`` audits).
+        InputError: when the file is a ``.npy`` file, or the folder one of saved features without a config.json
+            (features, which ``estimate_kruskal_rank`` audits).
         ModelError: when the path is neither a folder nor a regular file, or its config's model_type is no string.
     """
     path = os.path.abspath(os.path.expanduser(name))
@@ -117,6 +122,15 @@ def _resolve_path(name: str, backend: str | None) -> ModelSpec:
             raise InputError(
                 f"{name} is a .npy file, which holds features, not a model: audit it with " + Param("kruskal_features")
             )
+    if (
+        os.path.isdir(path)
+        and not os.path.exists(os.path.join(path, "config.json"))
+        and os.path.isfile(os.path.join(path, _SAVED_FEATURES))
+    ):
+        raise InputError(
+            f"{name} is a folder of saved features ({_SAVED_FEATURES}), not a model: audit it with "
+            + Param("kruskal_features")
+        )
     if backend == "timm" or (backend is None and _looks_like_timm_path(path)):
         return ModelSpec(name, "timm", path, None, "image", local=True)
     data = read_json(Path(path) / "config.json")
