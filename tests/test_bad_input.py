@@ -302,6 +302,9 @@ CASES = [
     ("out-ends-in-dot-dot", "kruskal {npy} --out {out}/x.parquet/..", "x.parquet/.. ends in .., which names a folder"),
     ("out-empty", "kruskal {npy} --out ''", "an empty name names no file"),
     ("plot-empty", "memorize --sizes 16 --plot ''", "an empty name names no file"),
+    # an empty name is no folder either: Path('') is the current folder, which would be written (or read)
+    ("save-features-empty", "check {vit} --save-features ''", "an empty name names no file or folder"),
+    ("capacity-from-empty", "capacity {vit} --from ''", "an empty name names no file or folder"),
     # --- item 7: choices are choices; a renamed option and its new name together
     ("memorize-preset", "memorize --preset paper-fig9", "--preset"),
     ("memorize-task", "memorize --sizes 16 --task sorting", "--task"),

@@ -52,6 +52,7 @@ from .options import (
     VaryOpt,
     Weights,
     WeightsSeed,
+    named_path,
     output_option,
 )
 from .output import CommandClock, emit_result, emit_seeds, prepare_outputs
@@ -92,6 +93,8 @@ def capacity(
         Path | None,
         typer.Option(
             "--from",
+            parser=named_path,
+            metavar="<path>",
             help="Read the Assumption 1/2 verdicts from a parquet file written by 'mhaaudit check --out' instead "
             "of auditing.",
         ),

@@ -52,6 +52,7 @@ from .options import (
     VaryOpt,
     Weights,
     WeightsSeed,
+    named_path,
 )
 from .output import CommandClock, emit_result, emit_seeds, prepare_outputs
 from .series import check_series, is_series
@@ -133,7 +134,12 @@ def check(
     plot: Plot = None,
     save_features: Annotated[
         Path | None,
-        typer.Option("--save-features", help="Write each column's reduced features here, for mhaaudit kruskal."),
+        typer.Option(
+            "--save-features",
+            parser=named_path,
+            metavar="<path>",
+            help="Write each column's reduced features here, for mhaaudit kruskal.",
+        ),
     ] = None,
     fail_on: Annotated[
         list[str] | None,

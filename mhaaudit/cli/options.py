@@ -116,6 +116,18 @@ def output_file(value: str | Path) -> Path:
     return Path(value)
 
 
+def named_path(value: str | Path) -> Path:
+    """A path option's value as a ``Path``, an empty name refused: ``Path("")`` is the current folder, which
+    the user did not name (``--save-features ''`` would write there, ``--from ''`` read it).
+
+    Raises:
+        typer.BadParameter: when ``value`` is empty.
+    """
+    if isinstance(value, str) and not value:
+        raise typer.BadParameter("an empty name names no file or folder")
+    return Path(value)
+
+
 def output_option(flag: str, help: str) -> typer.models.OptionInfo:
     """An option naming a file to write (:func:`output_file`), shown as ``<path>`` as other paths are."""
     return typer.Option(flag, parser=output_file, metavar="<path>", help=help)
