@@ -305,6 +305,11 @@ CASES = [
     # an empty name is no folder either: Path('') is the current folder, which would be written (or read)
     ("save-features-empty", "check {vit} --save-features ''", "an empty name names no file or folder"),
     ("capacity-from-empty", "capacity {vit} --from ''", "an empty name names no file or folder"),
+    # a list option given names something: --variants '' is not the default columns, nor --fail-on ',' no check
+    ("check-variants-empty", "check {vit} --variants ''", "--variants '' names no columns"),
+    ("check-variants-commas", "check {vit} --variants , --variants ' '", "--variants ',', ' ' names no columns"),
+    ("capacity-variants-empty", "capacity {vit} --variants ''", "--variants '' names no columns"),
+    ("check-fail-on-empty", "check {vit} --fail-on ','", "--fail-on ',' names no check"),
     # --- item 7: choices are choices; a renamed option and its new name together
     ("memorize-preset", "memorize --preset paper-fig9", "--preset"),
     ("memorize-task", "memorize --sizes 16 --task sorting", "--task"),

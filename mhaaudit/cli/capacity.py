@@ -20,7 +20,7 @@ from ..defaults import (
     DEFAULT_SPLIT,
     DEFAULT_THRESHOLD,
 )
-from .given import deprecation_line, refuse_data_options, refuse_unused, renamed
+from .given import deprecation_line, named_list, refuse_data_options, refuse_unused, renamed
 from .library import run_requests, run_settings
 from .names import with_flags
 from .options import (
@@ -195,6 +195,7 @@ def capacity(
     refuse_inputs({"--out": out, "--plot": plot}, [model, weights, data, from_path])
     prepare_outputs(out, plot, fmt)
     refuse_data_options(ctx, data)
+    columns = named_list(variants, "--variants", "columns")
     if from_path is not None:
         refuse_unused(ctx, ("samples", "threshold"), "with --from: Assumption 1 is read from the file, not sampled")
     K = renamed(
@@ -230,7 +231,7 @@ def capacity(
         attention=attention.value,
         shared_context=shared_context,
         from_path=from_path,
-        variants=variants,
+        variants=columns,
         seeds=seeds,
         vary=vary.value,
     )

@@ -18,7 +18,7 @@ from ..defaults import (
     DEFAULT_THRESHOLD,
 )
 from ..stdio import say
-from .given import refuse_data_options, refuse_unused
+from .given import named_list, refuse_data_options, refuse_unused
 from .library import run_requests, run_settings
 from .names import flagged
 from .options import (
@@ -157,7 +157,7 @@ def check(
     with clock.importing(quiet):  # the library, torch with it: seconds
         from ..auditing import audit
         from ..render import render_audit
-        from ..validate import int_ranges, split_list
+        from ..validate import int_ranges
 
     settings = run_settings(
         device=device,
@@ -185,6 +185,7 @@ def check(
             "with --seeds: they write one run's features or curves; run that seed alone with --seed",
         )
     fails = _fail_checks(fail_on)
+    columns = named_list(variants, "--variants", "columns")
     if not series:  # a series checks its outputs once its checkpoints are known
         _check_output_paths(out, plot, save_features, [model, weights, data])
         prepare_outputs(out, plot, fmt)
@@ -208,7 +209,7 @@ def check(
         convert_rgb=convert_rgb,
     )
     audited = {
-        "variants": split_list(variants),
+        "variants": columns,
         "layer": layer,
         "layers": layer_list,
         "seeds": seeds,
@@ -245,9 +246,9 @@ def check(
 def _fail_checks(fail_on: list[str] | None) -> list[str]:
     """The checks named by --fail-on (comma lists and repeats alike), each a registered check or any."""
     from ..checks import REGISTRY
-    from ..validate import choice, split_list
+    from ..validate import choice
 
-    return [choice("--fail-on", f, (*REGISTRY, "any")) for f in split_list(fail_on) or []]
+    return [choice("--fail-on", f, (*REGISTRY, "any")) for f in named_list(fail_on, "--fail-on", "check") or []]
 
 
 def _check_output_paths(out: Path | None, plot: Path | None, save_features: Path | None, inputs: list) -> None:

@@ -55,6 +55,25 @@ def refuse_data_options(ctx: typer.Context, data: str | None) -> None:
         refuse_unused(ctx, ("split",), f"on a local file ({data}): it names a split of a Hugging Face dataset")
 
 
+def named_list(values: list[str] | None, option: str, what: str) -> list[str] | None:
+    """The values of a repeatable, comma-separated option (None when it was not given); given, it must name
+    something: ``--variants ''`` is not the default set of columns, nor ``--fail-on ','`` no check.
+
+    Raises:
+        InputError: when the option was given but its values, split at commas, are all empty.
+    """
+    from ..errors import InputError
+    from ..validate import split_list
+
+    if values is None:
+        return None
+    named = split_list(values)
+    if named is None:
+        shown = ", ".join(repr(v) for v in values)
+        raise InputError(f"{option} {shown} names no {what}")
+    return named
+
+
 def deprecation_line(old_flag: str, new_flag: str, note: str = "") -> str:
     """The warning a deprecated option name prints on stderr."""
     return f"Warning: {old_flag} is deprecated and will be removed in the next release; use {new_flag}" + (
