@@ -69,7 +69,7 @@ __all__ = [
 class ModelRequest:
     """What the user named: the model, how to load it, and which token is the query.
 
-    Checked on construction (InputError): ``weights_path`` must exist; ``context_length`` and
+    Checked on construction (InputError): ``weights_path`` must name something that exists; ``context_length`` and
     ``query_index`` must be whole numbers (``context_length`` at least 1); ``revision`` and
     ``trust_remote_code`` are refused where they cannot apply (a local model, timm).
     """
@@ -90,6 +90,8 @@ class ModelRequest:
                 Param("model") + f" must be a name, hub id or path (a string), not {type(self.model).__name__}"
             )
         object.__setattr__(self, "model", model)
+        if isinstance(self.weights_path, str) and not self.weights_path:  # (``Path("")`` is the current folder)
+            raise InputError(Param("weights") + " is empty: name a folder or file of trained weights")
         if self.weights_path is not None and not Path(self.weights_path).expanduser().exists():
             raise InputError(Param("weights") + f" {self.weights_path}: does not exist (no such file or folder)")
         if self.context_length is not None:

@@ -305,6 +305,8 @@ CASES = [
     # an empty name is no folder either: Path('') is the current folder, which would be written (or read)
     ("save-features-empty", "check {vit} --save-features ''", "an empty name names no file or folder"),
     ("capacity-from-empty", "capacity {vit} --from ''", "an empty name names no file or folder"),
+    ("check-weights-empty", "check {vit} --weights ''", "--weights is empty: name a folder or file"),
+    ("capacity-weights-empty", "capacity {vit} --weights ''", "--weights is empty: name a folder or file"),
     # a list option given names something: --variants '' is not the default columns, nor --fail-on ',' no check
     ("check-variants-empty", "check {vit} --variants ''", "--variants '' names no columns"),
     ("check-variants-commas", "check {vit} --variants , --variants ' '", "--variants ',', ' ' names no columns"),
