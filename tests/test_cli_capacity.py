@@ -511,6 +511,58 @@ def test_from_results_of_another_model_is_refused(capsys, vit4, vit_dir_wide, im
     assert out == ""
 
 
+def test_from_results_of_other_weights_is_refused_and_of_a_moved_folder_noted(
+    capsys, vit4, vit_dir, image_dir, tmp_path
+):
+    """The verdicts read must be those of this run's weights: a file audited on a model of another shape (2 heads
+    against 4, the same n and d) or on random weights of another seed is refused; the same model read from another
+    folder is read, and a note says where the file's weights came from."""
+    import shutil
+
+    res = tmp_path / "results.parquet"
+    rc, _, err = run(
+        capsys,
+        "check",
+        vit4,
+        "--data",
+        image_dir,
+        "--limit",
+        "40",
+        "--samples",
+        "20",
+        "--variants",
+        "random",
+        "--out",
+        res,
+    )
+    assert rc == 0, err
+    rc, out, err = run(capsys, "capacity", vit_dir, "--data", image_dir, *FROM, "--from", res, "--variants", "random")
+    assert_one_error(rc, err, "audited on a model with num_heads = 4, but the model here has num_heads = 2")
+    assert out == ""
+    rc, out, err = run(
+        capsys,
+        "capacity",
+        vit4,
+        "--data",
+        image_dir,
+        *FROM,
+        "--from",
+        res,
+        "--variants",
+        "random",
+        "--weights-seed",
+        "5",
+    )
+    assert_one_error(rc, err, "its random weights were drawn with weights seed 0, this run's with 5")
+    assert out == ""
+    moved = tmp_path / "moved"
+    shutil.copytree(vit4, moved)
+    doc = json_run(capsys, moved, "--data", image_dir, *FROM, "--from", res, "--variants", "random")
+    assert "(column random)" in doc["meta"]["columns"]["random"]["assumptions"]["source"]
+    said = [x for x in doc["meta"]["notes"] if "were audited on" in x]
+    assert len(said) == 1 and f"local folder {vit4}" in said[0] and f"local folder {moved}" in said[0]
+
+
 def test_text_decoder_end_to_end(capsys, tmp_path):
     """A tiny GPT-2 on the built-in text: the last token is the query; the causal mask is noted."""
     cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=100, n_positions=64)

@@ -331,21 +331,33 @@ def assumptions_from_file(
     n: int | None = None,
     d: int | None = None,
     results: tuple[dict, list[dict]] | None = None,
+    model: Any = None,
+    weights_seed: int | None = None,
 ) -> tuple[Assumptions | None, str, list[str]]:
     """The A1/A2 verdicts and Kruskal estimate of the column of ``path`` with ``init`` weights at ``layer``.
 
-    ``path`` is a parquet file written by ``mhaaudit check --out`` (``results``: its contents,
-    already read by :func:`read_check_results`). Returns ``(assumptions or None, the column's
-    name or the reason none fits, notes)``.
+    ``path`` is a parquet file written by ``mhaaudit check --out`` (``results``: its contents, already read by
+    :func:`read_check_results`). ``model``: this run's model facts (a ``ModelInfo``); ``weights_seed``: its random
+    weights' seed. A column audited on a model of another shape, or on random weights of another seed, is refused;
+    one on weights of another source is noted (:func:`_check_same_weights`). Returns ``(assumptions or None, the
+    column's name or the reason none fits, notes)``.
     """
     p = Path(path)
     results = results if results is not None else read_check_results(p)
     with _malformed(p):
-        return _assumptions_from_file(p, results, init=init, layer=layer, n=n, d=d)
+        return _assumptions_from_file(p, results, init=init, layer=layer, n=n, d=d, model=model, seed=weights_seed)
 
 
 def _assumptions_from_file(
-    p: Path, results: tuple[dict, list[dict]], *, init: str, layer: int, n: int | None, d: int | None
+    p: Path,
+    results: tuple[dict, list[dict]],
+    *,
+    init: str,
+    layer: int,
+    n: int | None,
+    d: int | None,
+    model: Any = None,
+    seed: int | None = None,
 ) -> tuple[Assumptions | None, str, list[str]]:
     meta, rows = results
     notes: list[str] = []
@@ -362,6 +374,9 @@ def _assumptions_from_file(
     chosen, why = _column(p, cols, init=init, layer=layer)
     if chosen is None:
         return None, why, notes
+    differs = _check_same_weights(p, meta, chosen, cols.get(chosen) or {}, init, model, seed)
+    if differs:
+        notes.append(differs)
     mine = [r for r in rows if r.get("variant") == chosen]
     for check in ("assumption_1", "assumption_2"):  # check writes a row of each check for each column it audits
         if not any(r["check"] == check for r in mine):
@@ -371,6 +386,55 @@ def _assumptions_from_file(
     width = width if isinstance(width, int) and not isinstance(width, bool) else None
     _read_estimate(out, p, (cols.get(chosen) or {}).get("sweep"), mine, meta.get("threshold"), width)
     return out, chosen, notes
+
+
+# What a results file's model_info says of the model's shape, compared with this run's by capacity --from.
+_ARCHITECTURE = ("backend", "family", "num_layers", "num_heads", "head_dim")
+
+
+def _check_same_weights(
+    p: Path, meta: dict, chosen: str, col: dict, init: str, model: Any, seed: int | None
+) -> str | None:
+    """Refuse the verdicts of column ``chosen`` (its metadata ``col``) when they were audited on another model than
+    this run's (``model``: its facts, a ``ModelInfo``, read for :data:`_ARCHITECTURE` and ``weights_source``):
+    another shape, or, for random weights, another weights seed (the file's, against ``seed``). Weights of the
+    same shape from another source (a folder moved, or another checkpoint of one model) are not refused: their
+    difference is returned, for a note.
+
+    Raises:
+        InputError: when the shape or the random weights' seed differs.
+        ValueError: when the file says either in a malformed way.
+    """
+    way = (
+        "run 'mhaaudit check' on the same model and weights, or give capacity the model and "
+        + Param("weights_seed")
+        + " the file was made with"
+    )
+    info = meta.get("model_info") or {}
+    for key in _ARCHITECTURE:
+        theirs, ours = info.get(key), getattr(model, key, None)
+        if theirs is not None and ours is not None and theirs != ours:
+            raise InputError(
+                Param("from_path") + f" {p}: audited on a model with {key} = {clipped(repr(theirs), 60)}, "
+                f"but the model here has {key} = {ours!r}; " + way
+            )
+    if init == "random" and seed is not None:
+        file_seed = meta.get("weights_seed", meta.get("seed"))
+        if file_seed is not None and (isinstance(file_seed, bool) or not isinstance(file_seed, int)):
+            raise ValueError(f"its weights seed is {clipped(repr(file_seed), 60)}, not a whole number")
+        if file_seed is not None and file_seed != seed:
+            raise InputError(
+                Param("from_path")
+                + f" {p}: its random weights were drawn with weights seed {file_seed}, this run's with {seed}; "
+                + way
+            )
+    source, theirs = getattr(model, "weights_source", None), col.get("weights_source")
+    if source is None or theirs is None or theirs == source:
+        return None
+    return (
+        f"the verdicts of column {clipped(repr(chosen), 60)} read from {p} were audited on "
+        f"{clipped(str(theirs), 160)}; this run's {init} weights are {clipped(str(source), 160)}, of the same shape"
+    )
 
 
 def _whole(value: Any, what: str, top: int | None = None) -> int:

@@ -227,8 +227,9 @@ def _column(
     if (
         plan.from_path is not None and plan.from_results is not None
     ):  # before the data pass: a file of another model is refused at once
+        same = {"model": info, "weights_seed": plan.settings.weights_seed_used}  # a file of other weights is refused
         a, which, fnotes = assumptions_from_file(
-            plan.from_path, init=variant, layer=plan.block - 1, n=info.n, d=info.d, results=plan.from_results
+            plan.from_path, init=variant, layer=plan.block - 1, n=info.n, d=info.d, results=plan.from_results, **same
         )
         notes.extend(x for x in fnotes if x not in notes)
         col.assumptions = a or Assumptions(a1_reason=which, a2_reason=which, source=which)
