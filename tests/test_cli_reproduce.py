@@ -239,6 +239,20 @@ def test_bad_input_is_one_line(capsys, args, match):
     assert out == ""
 
 
+@pytest.mark.parametrize("preset, varied", [("paper-fig2b", "n"), ("paper-fig2c", "head-dim")])
+def test_figure2_refuses_a_preset_that_does_not_vary_the_heads_before_training(capsys, monkeypatch, preset, varied):
+    """paper-fig2b/2c vary n or d_h, not H: known from the grid alone, so refused before a point trains."""
+    import mhaaudit.reproduce.targets as targets
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a grid was trained before its refusal")
+
+    monkeypatch.setattr(targets, "run_memorize_grid", no_training)
+    rc, out, err = run(capsys, "reproduce", "figure2", "--preset", preset, "--sizes", "8", "--max-steps", "2")
+    assert_one_error(rc, err, f"preset '{preset}' varies {varied}")
+    assert out == ""
+
+
 def test_missing_weights_path_is_refused_before_work(capsys, vit_dir):
     rc, _out, err = run(capsys, "reproduce", "table1", "--model", f"vit={vit_dir}", "--weights", "/no/such/folder")
     assert_one_error(rc, err, "does not exist")

@@ -26,7 +26,7 @@ from ..defaults import DEFAULT_DEVICE, DEFAULT_SEED
 from ..errors import InputError, Param
 from ..hub import is_offline
 from ..kruskal import draw_decisions, kruskal_sweep
-from ..memorize import run_memorize_grid
+from ..memorize import MemorizeRequest, run_memorize_grid
 from ..memorize.data import make_dataset, point_generator
 from ..memorize.model import one_head_ceiling
 from ..numerics import svd_rank
@@ -485,7 +485,7 @@ def figure2(
     """
     spec = target_spec("figure2")
     t0 = time.perf_counter()
-    grid = run_memorize_grid(
+    request = MemorizeRequest(
         vary="heads" if preset is None else None,
         preset=preset,
         values=values,
@@ -495,10 +495,12 @@ def figure2(
         device=device,
         progress=progress,
     )
-    if grid.vary != "heads":
+    varied = request.grid["vary"]  # the grid's axis is known from the request: refused before a point trains
+    if varied != "heads":
         raise InputError(
-            f"figure2 compares memorisation against the number of heads; preset {preset!r} varies {grid.vary}"
+            f"figure2 compares memorisation against the number of heads; preset {preset!r} varies {varied}"
         )
+    grid = run_memorize_grid(request)
     s = grid.settings
     d = s.d
 
