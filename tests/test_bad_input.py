@@ -312,6 +312,8 @@ CASES = [
     ("check-variants-commas", "check {vit} --variants , --variants ' '", "--variants ',', ' ' names no columns"),
     ("capacity-variants-empty", "capacity {vit} --variants ''", "--variants '' names no columns"),
     ("check-fail-on-empty", "check {vit} --fail-on ','", "--fail-on ',' names no check"),
+    # an empty input name is no name, not the current folder (which Path("") would read)
+    ("kruskal-features-empty", "kruskal ''", "an empty name names no file or folder"),
     # --- item 7: choices are choices; a renamed option and its new name together
     ("memorize-preset", "memorize --preset paper-fig9", "--preset"),
     ("memorize-task", "memorize --sizes 16 --task sorting", "--task"),

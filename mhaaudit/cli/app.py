@@ -261,6 +261,16 @@ def _choices(param) -> list[str]:
     return []
 
 
+def _parsed_path(param) -> bool:
+    """Whether an argument is a path read by a parser of ours (:func:`.options.named_path`): Typer names its type
+    after the annotation (``<Path>``), where it shows ``<path>`` for a path it reads itself."""
+    from pathlib import Path
+
+    desc = getattr(param, "type_descriptor", None)
+    info = getattr(desc, "parameter_info", None)
+    return getattr(desc, "annotation", None) is Path and getattr(info, "parser", None) is not None
+
+
 class _StandardHelp:
     """Help that reads like a standard CLI: a flag shows no ``<bool>`` value type, and a repeatable
     option the type of one value (``<int>``, not ``<list[int]>``; its help says it repeats)."""
@@ -268,6 +278,8 @@ class _StandardHelp:
     def get_params(self, ctx):
         params = super().get_params(ctx)
         for p in params:
+            if p.param_type_name == "argument" and _parsed_path(p):
+                p.display_type = lambda ctx: "<path>"
             if p.metavar is not None or p.param_type_name != "option":
                 continue
             if getattr(p, "is_flag", False):

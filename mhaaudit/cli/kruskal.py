@@ -46,6 +46,7 @@ from .options import (
     Vary,
     VaryOpt,
     WeightsSeed,
+    named_path,
 )
 from .output import CommandClock, emit_result, emit_seeds, prepare_outputs
 
@@ -60,6 +61,7 @@ def kruskal(
         typer.Argument(
             help="A T x d matrix (.npy, .pt, .safetensors, .parquet), T x n x d tokens with --query-index, or a "
             "folder written by --save-features. Omit it to capture query vectors from --model.",
+            parser=named_path,
             show_default=False,
         ),
     ] = None,
