@@ -253,6 +253,20 @@ def test_figure2_refuses_a_preset_that_does_not_vary_the_heads_before_training(c
     assert out == ""
 
 
+@pytest.mark.parametrize("models", ["", ",", " , "])
+def test_table3_refuses_a_models_list_that_names_none(capsys, monkeypatch, models):
+    """An empty --models names no model: refused, not read as the default (both models, the whole table)."""
+    import mhaaudit.reproduce as reproduce
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("table3 ran")
+
+    monkeypatch.setattr(reproduce, "reproduce_paper", no_run)
+    rc, out, err = run(capsys, "reproduce", "table3", "--models", models)
+    assert_one_error(rc, err, f"--models {models!r} names no model")
+    assert out == ""
+
+
 def test_missing_weights_path_is_refused_before_work(capsys, vit_dir):
     rc, _out, err = run(capsys, "reproduce", "table1", "--model", f"vit={vit_dir}", "--weights", "/no/such/folder")
     assert_one_error(rc, err, "does not exist")

@@ -196,7 +196,11 @@ def reproduce(
 
 
 def _options(target: str, params: dict, progress: bool) -> dict:
-    """The keywords of ``target``'s library function from the command's options (``params``)."""
+    """The keywords of ``target``'s library function from the command's options (``params``).
+
+    Raises:
+        InputError: when ``--models`` names no model (``""`` or ``","``), or a keyed option is malformed.
+    """
     from .. import validate
 
     p = params
@@ -217,8 +221,14 @@ def _options(target: str, params: dict, progress: bool) -> dict:
         )
     if target == "table3":
         lengths = keyed("--context-length", p["context_length"], keys)
+        models = validate.split_list(p["models"])
+        if p["models"] and models is None:  # "" or ",": no model named, not the default (both)
+            from ..errors import InputError
+
+            given = ",".join(p["models"])
+            raise InputError(f"--models {given!r} names no model (use {', '.join(keys)} or {','.join(keys)})")
         options |= dict(
-            models=validate.split_list(p["models"]),
+            models=models,
             context_length={k: validate.integer("--context-length", v) for k, v in lengths.items()},
         )
     return options
