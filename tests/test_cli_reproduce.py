@@ -227,6 +227,8 @@ def test_help(capsys):
         (["table3", "--context-length", "bert=abc"], "--context-length"),
         (["table3", "--models", "roberta"], "unknown model key 'roberta'"),
         (["table1", "--model", "vit="], "no value after '='"),
+        (["table1", "--model", ""], "--model is empty: give a value"),
+        (["table3", "--weights", " "], "--weights is empty: give a value (bert=... or gpt2=...)"),
         (["table1", "--limit", "0"], "--limit"),
         (["table1", "--samples", "0"], "--samples"),
         (["table1", "--out", "x.csv"], "parquet"),

@@ -238,13 +238,16 @@ def keyed(name: str, values: list[str] | None, keys: tuple[str, ...]) -> dict:
     """``KEY=VALUE`` options (``VALUE`` alone when the target has one model) -> {key: value}.
 
     Raises:
-        InputError: when a value names no key of ``keys`` (and the target has several models), has no value
-            after ``=``, or a key is given twice; ``name`` (the option) begins the message.
+        InputError: when a value is empty, names no key of ``keys`` (and the target has several models), has no
+            value after ``=``, or a key is given twice; ``name`` (the option) begins the message.
     """
     from ..errors import InputError
 
     out: dict = {}
     for raw in values or []:
+        if not raw.strip():  # no '=' to have nothing after, no model to name
+            keyed_form = f" ({' or '.join(f'{k}=...' for k in keys)})" if len(keys) > 1 else ""
+            raise InputError(f"{name} is empty: give a value{keyed_form}")
         key, sep, value = raw.partition("=")
         if sep and key.strip().lower() in keys:
             key, value = key.strip().lower(), value.strip()
