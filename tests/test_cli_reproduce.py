@@ -269,6 +269,27 @@ def test_table3_refuses_a_models_list_that_names_none(capsys, monkeypatch, model
     assert out == ""
 
 
+@pytest.mark.parametrize(
+    "option, value, flag",
+    [
+        ("--context-length", "bert=8", "--context-length"),
+        ("--weights", "bert=/nowhere", "--weights"),
+        ("--model", "bert=bert-base", "--model"),
+    ],
+)
+def test_table3_refuses_a_setting_for_a_model_it_does_not_run(capsys, monkeypatch, option, value, flag):
+    """--models gpt2 runs GPT-2 alone: a setting for BERT would go unused, so it is refused before any model runs."""
+    import mhaaudit.reproduce.targets as targets
+
+    def no_audit(*args, **kwargs):
+        raise AssertionError("a model ran")
+
+    monkeypatch.setattr(targets, "audit", no_audit)
+    rc, out, err = run(capsys, "reproduce", "table3", "--models", "gpt2", option, value, "--device", "cpu")
+    assert_one_error(rc, err, f"{flag} bert=... has no effect: only gpt2 runs (--models)")
+    assert out == ""
+
+
 def test_missing_weights_path_is_refused_before_work(capsys, vit_dir):
     rc, _out, err = run(capsys, "reproduce", "table1", "--model", f"vit={vit_dir}", "--weights", "/no/such/folder")
     assert_one_error(rc, err, "does not exist")
