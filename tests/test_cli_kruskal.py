@@ -457,6 +457,22 @@ def test_bad_options(capsys, npy, args, match):
     assert set(os.listdir(folder)) == before
 
 
+@pytest.mark.parametrize("option, flag", [("--model", "--model"), ("--variants", "--variants")])
+@pytest.mark.parametrize("value", ["", " "])
+def test_an_empty_capture_name_is_refused_not_the_default(capsys, monkeypatch, vit_dir, option, flag, value):
+    """--model '' is no model and --variants '' no column: refused, not read as vit-base or random."""
+    import mhaaudit.estimation as estimation
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("a model was built")
+
+    monkeypatch.setattr(estimation, "build_requests", no_build)
+    model = [] if option == "--model" else ["--model", vit_dir]
+    rc, out, err = run(capsys, "kruskal", *model, option, value, *FAST)
+    assert_one_error(rc, err, f"{flag} is empty")
+    assert out == ""
+
+
 @pytest.mark.parametrize("case", ["missing_folder", "parent_is_file", "not_parquet", "is_folder", "name_too_long"])
 def test_bad_out_path(capsys, npy, tmp_path, case):
     if case == "name_too_long":  # 256 bytes: more than the file system takes

@@ -218,6 +218,7 @@ def kruskal(
     _refuse_unused(ctx, features, data)
     capture = None
     if features is None:
+        _refuse_empty_names(model=model, variants=variants if variant is None else variant)
         capture = build_capture(
             request,
             settings,
@@ -280,6 +281,19 @@ def _plot_sweep(result, plot: Path, label: str) -> None:
         d=result.d,
         title=f"Kruskal-rank sweep: {result.T} vectors in R^{result.d}",
     )
+
+
+def _refuse_empty_names(**values: str | None) -> None:
+    """An empty --model or --variants names nothing: refused, not read as the default (vit-base, random).
+
+    Raises:
+        InputError: when a value is empty or blank.
+    """
+    from ..errors import InputError
+
+    for name, value in values.items():
+        if value is not None and not value.strip():
+            raise InputError(f"--{name} is empty: name one, or leave it out for the default")
 
 
 def _refuse_unused(ctx: typer.Context, features: Path | None, data: str | None) -> None:
