@@ -334,3 +334,42 @@ def test_a_column_without_its_a1_or_a2_row_is_refused(tmp_path, check):
     with pytest.raises(InputError, match=f"malformed .*column 'random' has no {check} row"):
         assumptions_from_file(path, init="random", layer=1)
     assert assumptions_from_file(V0, init="random", layer=1)[1] == "random"
+
+
+@pytest.mark.parametrize(
+    "theirs, ours, noted",
+    [
+        ("hub google/vit-base-patch16-224", "hub google/vit-base-patch16-224 (local cache)", False),
+        (
+            "random init from the config of hub google/vit-base-patch16-224 (local cache)",
+            "random init from the config of hub google/vit-base-patch16-224",
+            False,
+        ),
+        ("local folder /a/vit", "local folder /b/vit", True),
+    ],
+    ids=["trained-offline", "random-online", "moved-folder"],
+)
+def test_the_hub_and_its_local_cache_are_one_source_of_weights(tmp_path, theirs, ours, noted):
+    """A file checked online and read by capacity offline (or the other way round) holds the verdicts of the same
+    weights: no note says they came from elsewhere; a model in another folder is still noted."""
+    import json
+    from types import SimpleNamespace
+
+    from mhaaudit.io import METADATA_KEY
+
+    rows = [
+        {"variant": "random", "check": c, "verdict": "holds", "exact_status": "undecided", "reason": ""}
+        for c in ("assumption_1", "assumption_2")
+    ]
+    col = {"weights": "random", "layer": 1, "status": "ok", "weights_source": theirs}
+    meta = {"command": "check", "seed": 0, "columns": {"random": col}}
+    table = pa.Table.from_pylist(rows).replace_schema_metadata({METADATA_KEY: json.dumps(meta)})
+    pq.write_table(table, tmp_path / "r.parquet")
+    model = SimpleNamespace(weights_source=ours)
+    _, column, notes = assumptions_from_file(
+        tmp_path / "r.parquet", init="random", layer=1, model=model, weights_seed=0
+    )
+    assert column == "random"
+    said = [n for n in notes if "were audited on" in n]
+    want = f"were audited on {theirs}; this run's random weights are {ours}, of the same shape"
+    assert [n.endswith(want) for n in said] == ([True] if noted else [])

@@ -429,12 +429,17 @@ def _check_same_weights(
                 + way
             )
     source, theirs = getattr(model, "weights_source", None), col.get("weights_source")
-    if source is None or theirs is None or theirs == source:
+    if source is None or theirs is None or _where(theirs) == _where(source):
         return None
     return (
         f"the verdicts of column {clipped(repr(chosen), 60)} read from {p} were audited on "
         f"{clipped(str(theirs), 160)}; this run's {init} weights are {clipped(str(source), 160)}, of the same shape"
     )
+
+
+def _where(source: Any) -> Any:
+    """Where weights came from, read offline from the hub's local cache or not: the same repository's weights."""
+    return source.removesuffix(" (local cache)") if isinstance(source, str) else source
 
 
 def _whole(value: Any, what: str, top: int | None = None) -> int:
