@@ -488,24 +488,17 @@ def test_bad_output_paths(capsys, vit4, image_dir, tmp_path):
     assert_one_error(rc, err, "does not exist")
 
 
-def test_from_results_of_another_model_is_refused(capsys, vit4, vit_dir_wide, image_dir, tmp_path):
+def _check_out(capsys, model, image_dir, tmp_path, variant: str):
+    """The --out file of a quick check of ``model``'s ``variant`` column on 40 images, for capacity --from."""
     res = tmp_path / "results.parquet"
-    rc, _, err = run(
-        capsys,
-        "check",
-        vit4,
-        "--data",
-        image_dir,
-        "--limit",
-        "40",
-        "--samples",
-        "20",
-        "--variants",
-        "embedding",
-        "--out",
-        res,
-    )
+    args = ["--data", image_dir, "--limit", "40", "--samples", "20", "--variants", variant, "--out", res]
+    rc, _, err = run(capsys, "check", model, *args)
     assert rc == 0, err
+    return res
+
+
+def test_from_results_of_another_model_is_refused(capsys, vit4, vit_dir_wide, image_dir, tmp_path):
+    res = _check_out(capsys, vit4, image_dir, tmp_path, "embedding")
     rc, out, err = run(capsys, "capacity", vit_dir_wide, "--data", image_dir, *FROM, "--from", res)
     assert_one_error(rc, err, "d = 32")
     assert out == ""
@@ -519,23 +512,7 @@ def test_from_results_of_other_weights_is_refused_and_of_a_moved_folder_noted(
     folder is read, and a note says where the file's weights came from."""
     import shutil
 
-    res = tmp_path / "results.parquet"
-    rc, _, err = run(
-        capsys,
-        "check",
-        vit4,
-        "--data",
-        image_dir,
-        "--limit",
-        "40",
-        "--samples",
-        "20",
-        "--variants",
-        "random",
-        "--out",
-        res,
-    )
-    assert rc == 0, err
+    res = _check_out(capsys, vit4, image_dir, tmp_path, "random")
     rc, out, err = run(capsys, "capacity", vit_dir, "--data", image_dir, *FROM, "--from", res, "--variants", "random")
     assert_one_error(rc, err, "audited on a model with num_heads = 4, but the model here has num_heads = 2")
     assert out == ""
