@@ -346,8 +346,11 @@ def test_a_column_without_its_a1_or_a2_row_is_refused(tmp_path, check):
             False,
         ),
         ("local folder /a/vit", "local folder /b/vit", True),
+        ("hub org/m at revision v1", "hub org/m at revision v1 (local cache)", False),
+        ("hub org/m at revision v1 (local cache)", "hub org/m at revision v2 (local cache)", True),
+        ("hub org/m (local cache)", "hub org/m at revision v1 (local cache)", True),
     ],
-    ids=["trained-offline", "random-online", "moved-folder"],
+    ids=["trained-offline", "random-online", "moved-folder", "revision-offline", "other-revision", "revision-given"],
 )
 def test_the_hub_and_its_local_cache_are_one_source_of_weights(tmp_path, theirs, ours, noted):
     """A file checked online and read by capacity offline (or the other way round) holds the verdicts of the same

@@ -743,6 +743,31 @@ def test_hub_revisions_are_a_series(gpt_hub, capsys):
     assert_one_error(rc, err, "--revision step999")
 
 
+def test_the_revision_read_is_named_and_capacity_notes_verdicts_of_another(gpt_hub, tmp_path, capsys):
+    """A hub model read at a revision says which, in its weights source, alike in a single run and in a series;
+    ``capacity --from`` notes the verdicts of another revision of the same model (none for the same revision)."""
+    args = ("org/tiny-gpt2", "--data", gpt_hub / "docs.jsonl", "--context-length", 8, "--limit", 48)
+    args += ("--batch-size", 16, "--device", "cpu", "--format", "json")
+    res = tmp_path / "step100.parquet"
+    rc, out, err = run(capsys, "check", *args, "--samples", 64, "--layers", 1, "--revision", "step100", "--out", res)
+    assert rc == 0, err
+    words = "hub org/tiny-gpt2 at revision step100 (local cache)"
+    trained = [c for c in strict_json(out)["meta"]["columns"].values() if c["weights"] == "trained"]
+    assert trained and all(c["weights_source"] == words for c in trained)
+    rc, out, err = run(capsys, "check", *args, "--samples", 64, "--layers", 1, "--revision", "step100,step300")
+    assert rc == 0, err
+    said = json.dumps(strict_json(out)["meta"])
+    assert words in said and "hub org/tiny-gpt2 at revision step300 (local cache)" in said
+    for revision, noted in (("step100", False), ("step300", True)):
+        rc, out, err = run(capsys, "capacity", *args, "--revision", revision, "--from", res, "--variants", "trained")
+        assert rc == 0, err
+        notes = [x for x in strict_json(out)["meta"]["notes"] if "were audited on" in x]
+        meta = strict_json(out)["meta"]
+        assert len(notes) == noted, meta["notes"]
+        if noted:
+            assert words in notes[0] and "at revision step300 (local cache)" in notes[0]
+
+
 def test_a_revision_missing_or_without_cached_weights_is_refused_before_any_work(
     gpt_series, tmp_path, monkeypatch, capsys
 ):

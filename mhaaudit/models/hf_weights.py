@@ -24,7 +24,7 @@ from ..staging import scratch_folder
 from .checkpoints import first_misfit, is_ignorable, load_fitting, read_state, state_shapes
 from .families import family_of
 from .hf_config import _auto_config, hub_problem
-from .hub_reads import _Hub, offline_weights_error
+from .hub_reads import _Hub, hub_words, offline_weights_error
 from .random_init import build_random, init_seed, reinit_hf, seeded
 from .registry import (
     BLOCK_PATHS,
@@ -76,15 +76,14 @@ def _weights_origin(
         origin = {
             "alias": f"random init from the built-in {spec.name.lower()} config",
             "folder": f"random init from the config in local folder {spec.resolved}",
-            "hub": f"random init from the config of hub {spec.resolved}",
-            "cache": f"random init from the config of hub {spec.resolved} (local cache)",
+            "hub": "random init from the config of " + hub_words(spec.resolved, hub.revision, False),
+            "cache": "random init from the config of " + hub_words(spec.resolved, hub.revision, True),
         }[source]
         return cfg, _Weights(origin)
     if weights_path is None:
         if source == "folder":
             return cfg, _Weights(f"local folder {spec.resolved}", folder=spec.resolved)
-        where = f"hub {spec.resolved} (local cache)" if hub.offline else f"hub {spec.resolved}"
-        return cfg, _Weights(where, folder=spec.resolved, hub=True)
+        return cfg, _Weights(hub_words(spec.resolved, hub.revision, hub.offline), folder=spec.resolved, hub=True)
     wp = os.path.abspath(weights_path)
     if os.path.isfile(wp):
         return cfg, _Weights(f"weights file {wp}", file=wp)

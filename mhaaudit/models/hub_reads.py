@@ -1,5 +1,6 @@
 """How the hub is read: every read's options (:class:`_Hub`: the revision, whether a repository's own code
-may run, offline), and the error for trained weights only the hub has while it cannot be reached.
+may run, offline), the words that say where a hub model's weights came from (:func:`hub_words`), and the error
+for trained weights only the hub has while it cannot be reached.
 
 Kept below the backends' modules, which all read through these, so that none loads another for them.
 """
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 
 from ..errors import OfflineError, Param
 
-__all__ = ["offline_weights_error"]
+__all__ = ["hub_words", "offline_weights_error"]
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,15 @@ class _Hub:
         if self.revision is not None and not local:
             kw["revision"] = self.revision
         return kw
+
+
+def hub_words(repo: str, revision: str | None, offline: bool) -> str:
+    """Where weights (or a config) read from the hub repository ``repo`` came from, in the words of a report's
+    weights line and a results file's ``weights_source``: the revision when one was asked for (None: the default
+    branch, unnamed), and ``(local cache)`` when read offline, last (``capacity --from`` reads one source with or
+    without it)."""
+    at = f" at revision {revision}" if revision is not None else ""
+    return f"hub {repo}{at}" + (" (local cache)" if offline else "")
 
 
 def offline_weights_error(name: str, what: str, revision: str | None = None) -> OfflineError:

@@ -25,6 +25,7 @@ from ..hub import is_offline
 from ..models import resolve
 from ..models.checkpoints import CHECKPOINT_FILES
 from ..models.hf import checkpoint_of, read_needed, used_tensors, weights_prefix
+from ..models.hub_reads import hub_words
 from ..models.load import check_finite_weights
 from ..models.shards import INDEX_FILES, Checkpoint, NotPartial, hub_download, human_bytes, read_index
 from ..request import DataRequest, ModelRequest
@@ -263,6 +264,6 @@ def _source_words(ref: CheckpointRef, plan: _Plan) -> str:
     """Where a checkpoint's trained weights come from, as a single run of it says."""
     if ref.revision is not None:
         repo = resolve(plan.base.model, backend=plan.base.backend).resolved
-        return f"hub {repo} (local cache)" if is_offline() else f"hub {repo}"
+        return hub_words(repo, ref.revision, is_offline())
     assert ref.path is not None, "a local checkpoint has a path"
     return f"weights file {ref.path}" if os.path.isfile(ref.path) else f"local folder {ref.path}"
