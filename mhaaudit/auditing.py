@@ -26,6 +26,7 @@ from .features import FeatureSet
 from .kruskal import SubsetTest, Sweep, kruskal_sweep, set_stats
 from .kruskal.proofs import shared_proofs
 from .models import modality_of
+from .models.file_reads import read_once
 from .notes import Note, NoteKind, add_note
 from .probes import IMAGE_VARIANTS, VARIANT_HELP, Probe, plan_probes, probe_for_variant, refuse_weights_without_trained
 from .progress import task
@@ -458,14 +459,15 @@ def audit(
     req = build_requests(model, data, settings, keywords)
     cols = Columns(variants, layer, layers, validate.flag(Param("sweep"), sweep))
     plan = plan_for(req.settings, seeds, vary)
-    if plan is None:
-        return _audit(req, cols, on_note)
-    return audit_seeds(
-        lambda **run: _audit(req._replace(settings=req.settings.with_(**run)), cols, on_note),
-        plan,
-        req.data.data,
-        {"model": req.model, "data": req.data, "settings": req.settings, "columns": cols},
-    )
+    with read_once():  # a weights file's shapes: read for its check before the first column, kept for its load
+        if plan is None:
+            return _audit(req, cols, on_note)
+        return audit_seeds(
+            lambda **run: _audit(req._replace(settings=req.settings.with_(**run)), cols, on_note),
+            plan,
+            req.data.data,
+            {"model": req.model, "data": req.data, "settings": req.settings, "columns": cols},
+        )
 
 
 @dataclass(frozen=True)

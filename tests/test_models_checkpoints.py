@@ -202,3 +202,45 @@ def test_complex_weights_are_refused_not_cast_to_real(vit_dir, tmp_path, capsys,
     rc, out, err = run(capsys, "check", vit_dir, "--limit", 20, "--samples", 10, "--device", "cpu", *args)
     assert out == ""
     assert_one_error(rc, err, "complex values")
+
+
+@pytest.mark.parametrize("form", ["safetensors", "bin"])
+def test_a_run_reads_a_weights_files_shapes_once(vit_dir, image_dir, tmp_path, monkeypatch, form):
+    """A run on one weights file reads its tensors' names and shapes (a safetensors header, a torch file's pickle
+    onto the meta device) once: for the check before the first column, the load's own check before the build and
+    the list of tensors that the partial read follows."""
+    import os
+    import sys
+
+    from safetensors.torch import load_file, save_file
+
+    from mhaaudit import feature_files
+    from mhaaudit.auditing import audit
+
+    path = tmp_path / f"weights.{form}"
+    sd = load_file(str(vit_dir / "model.safetensors"))
+    torch.save(sd, path) if form == "bin" else save_file(sd, str(path))
+    reads: list[str] = []
+    real_header, real_load = feature_files.safetensors_header, torch.load
+
+    def header(p):
+        reads.append(os.path.realpath(p))
+        return real_header(p)
+
+    def load(f, *a, **k):
+        if k.get("map_location") == "meta":
+            reads.append(os.path.realpath(f))
+        return real_load(f, *a, **k)
+
+    for module in list(sys.modules.values()):  # wherever the reader was imported into
+        if (
+            getattr(module, "__name__", "").startswith("mhaaudit")
+            and vars(module).get("safetensors_header") is real_header
+        ):
+            monkeypatch.setattr(module, "safetensors_header", header)
+    monkeypatch.setattr(torch, "load", load)
+    result = audit(
+        str(vit_dir), variants=["trained"], weights=str(path), data=str(image_dir), limit=20, samples=50, device="cpu"
+    )
+    assert [c.status for c in result.columns] == ["ok"]
+    assert reads.count(os.path.realpath(path)) == 1, reads

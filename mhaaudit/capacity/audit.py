@@ -46,6 +46,7 @@ from ..errors import InputError, ModelError, OfflineError, Param
 from ..facts import CapacitySettings, JobFacts, ModelFacts, ReadFacts
 from ..features import StreamingReducer
 from ..models import first_attention
+from ..models.file_reads import read_once
 from ..progress import task
 from ..request import DataRequest, ModelRequest, Requests, build_requests
 from ..seeds import SeedsResult, plan_for
@@ -533,7 +534,8 @@ def _requests(req: Requests) -> tuple[Settings, ModelRequest, DataRequest]:
 
 
 def _run(plan: _Plan, variants: list[str]) -> CapacityResult:
-    result, spent = phases.recorded(lambda: _run_timed(plan, variants))
+    with read_once():  # a weights file's shapes: read for its check before the first column, kept for its load
+        result, spent = phases.recorded(lambda: _run_timed(plan, variants))
     result.timings = spent
     return result
 

@@ -17,7 +17,8 @@ Where each concept lives:
   how to load it (the arguments, checked where they are made), what a backend reads;
 - ``hf`` and ``timm_backend``: one module per backend (config, weights, tokenizer, images);
   ``hub_reads``: every hub read's options, and the error for weights only the hub has, offline;
-- ``checkpoints``: reading state files and loading them only where they fit;
+- ``checkpoints``: reading state files and loading them only where they fit; ``file_reads``: a weights
+  file's header (a torch file's shapes) read once a run;
 - ``shards``: reading only the tensors the probed blocks use from a safetensors checkpoint
   (sharded, single file, or the hub), and what was read;
 - ``random_init``: how random weights derive from the seed, independent of the depth built;

@@ -19,11 +19,13 @@ from torch import nn
 from ..errors import ModelError
 from ..feature_files import dense_values, safetensors_header, torch_load_reason
 from ..files import native_name
+from .file_reads import HEADER, once
 from .hub_reads import offline_weights_error as offline_weights_error
 
 __all__ = [
     "CHECKPOINT_FILES",
     "IGNORABLE_MISSING",
+    "checkpoint_header",
     "find_checkpoint",
     "first_misfit",
     "load_fitting",
@@ -37,6 +39,16 @@ __all__ = [
 CHECKPOINT_FILES = ("model.safetensors", "pytorch_model.bin", "model.pth", "checkpoint.pth")
 # Parameters a headless model may lack in a checkpoint without harm (pooler, masked-image token).
 IGNORABLE_MISSING = ("pooler", "mask_token")
+
+
+def checkpoint_header(path: str) -> dict:
+    """The checked header of the safetensors weights file ``path`` (``feature_files.safetensors_header``), read
+    once within ``file_reads.read_once``; its callers only read it.
+
+    Raises:
+        ValueError: as ``feature_files.safetensors_header``; OSError when the file cannot be opened or read.
+    """
+    return once(HEADER, path, lambda: safetensors_header(path))
 
 
 def find_checkpoint(folder: str | os.PathLike) -> str | None:
@@ -73,7 +85,7 @@ def read_state(path: str) -> tuple[dict[str, torch.Tensor], bool]:
         if path.endswith(".safetensors"):
             from safetensors.torch import load_file
 
-            safetensors_header(path)  # its stated length checked against the file before anything is read
+            checkpoint_header(path)  # its stated length checked against the file before anything is read
             with native_name(path) as name:  # a name load_file takes, whatever bytes the file's own holds
                 sd = load_file(name)
         else:
@@ -114,17 +126,28 @@ def state_shapes(path: str) -> dict[str, tuple[int, ...]] | None:
     """
     try:
         if path.endswith(".safetensors"):
-            header = safetensors_header(path)
+            header = checkpoint_header(path)
             entries = {k: v for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)}
             return {k: tuple(v["shape"]) for k, v in entries.items() if isinstance(v.get("shape"), list)}
-        if not zipfile.is_zipfile(path):
-            return None
-        # memory-mapped: nothing of the tensors' bytes is read (a torch before 2.10 reads each storage it maps to
-        # the meta device when the file is read as a stream); a name torch's own open takes, whatever its bytes
-        with native_name(path) as name:
-            sd = torch.load(name, map_location="meta", mmap=True, weights_only=True)
+        return once("torch shapes", path, lambda: _torch_shapes(path))
+    except ModelError:
+        raise
     except Exception as exc:  # unreadable or not a checkpoint
         raise ModelError(f"cannot read the checkpoint {path}: {torch_load_reason(exc)}") from exc
+
+
+def _torch_shapes(path: str) -> dict[str, tuple[int, ...]] | None:
+    """:func:`state_shapes` of a torch file: None for one in the legacy form.
+
+    Raises:
+        ModelError: when the file holds no state dict of tensors; the reader's own errors pass through.
+    """
+    if not zipfile.is_zipfile(path):
+        return None
+    # memory-mapped: nothing of the tensors' bytes is read (a torch before 2.10 reads each storage it maps to
+    # the meta device when the file is read as a stream); a name torch's own open takes, whatever its bytes
+    with native_name(path) as name:
+        sd = torch.load(name, map_location="meta", mmap=True, weights_only=True)
     return {str(k): tuple(v.shape) for k, v in _unwrapped(sd, path)[0].items()}
 
 

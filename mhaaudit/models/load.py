@@ -24,6 +24,7 @@ import torch
 from .. import imports, phases
 from ..errors import InputError, MhaauditError, ModelError, OfflineError, Param, joined, one_line
 from . import hf, timm_backend
+from .file_reads import read_once
 from .plan import LoadPlan, check_revision
 from .probe import ProbedModel
 from .resolution import resolve
@@ -72,7 +73,8 @@ def load_model(name: str, **options: Any) -> ProbedModel:
     """
     name, plan, spec = _resolved(name, options)
     builder = timm_backend if spec.backend == "timm" else hf
-    pm = _built(name, plan, spec, builder, lambda: builder.load(spec, plan))
+    with read_once():  # a weights file's shapes, checked before the build, and the tensors it lists: one read
+        pm = _built(name, plan, spec, builder, lambda: builder.load(spec, plan))
     check_finite_weights(pm, _weights_name(name, plan))
     return pm
 

@@ -39,6 +39,7 @@ from ..facts import weights_read_text as weights_read_text
 from ..feature_files import safetensors_header
 from ..files import folder_files, inside, native_name, read_json
 from ..sizes import human_bytes
+from .file_reads import HEADER, once
 
 __all__ = [
     "INDEX_FILE",
@@ -394,13 +395,14 @@ def _local_file(folder: str, fn: str) -> str:
 
 
 def _file_header(path: str) -> tuple[list[str], int]:
-    """The tensor names of a safetensors file and the bytes of their data (from the header only).
+    """The tensor names of a safetensors file and the bytes of their data (from the header only: the one its
+    shapes were checked from, within ``file_reads.read_once``).
 
     Raises:
         ModelError: when the file cannot be opened or its header is not a valid safetensors header.
     """
     try:
-        header = safetensors_header(path)
+        header = once(HEADER, path, lambda: safetensors_header(path))
     except (OSError, ValueError) as exc:
         raise ModelError(f"cannot read the checkpoint {path}: {one_line(exc, 160)}") from exc
     names = [k for k in header if k != "__metadata__"]
