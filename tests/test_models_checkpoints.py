@@ -244,3 +244,25 @@ def test_a_run_reads_a_weights_files_shapes_once(vit_dir, image_dir, tmp_path, m
     )
     assert [c.status for c in result.columns] == ["ok"]
     assert reads.count(os.path.realpath(path)) == 1, reads
+
+
+def test_read_once_keeps_a_files_shapes_while_open_and_reads_a_replaced_file_anew(tmp_path, monkeypatch):
+    """Within ``read_once`` a file's header is read once; a file written again meanwhile (another identity) is read
+    anew, and nothing is kept once the outermost ``read_once`` closes."""
+    from safetensors.torch import save_file
+
+    from mhaaudit.models.file_reads import read_once
+
+    path = str(tmp_path / "w.safetensors")
+    save_file({"a": torch.zeros(2, 3)}, path)
+    reads: list[str] = []
+    real = checkpoints.safetensors_header
+    monkeypatch.setattr(checkpoints, "safetensors_header", lambda p: reads.append(p) or real(p))
+    with read_once():
+        with read_once():  # an inner one keeps nothing of its own
+            assert checkpoints.state_shapes(path) == {"a": (2, 3)}
+        assert checkpoints.state_shapes(path) == {"a": (2, 3)} and len(reads) == 1
+        save_file({"a": torch.zeros(4, 3)}, path)
+        assert checkpoints.state_shapes(path) == {"a": (4, 3)} and len(reads) == 2
+    checkpoints.state_shapes(path)
+    assert len(reads) == 3

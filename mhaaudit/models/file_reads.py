@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TypeVar
 
 __all__ = ["HEADER", "once", "read_once"]
@@ -20,7 +21,8 @@ __all__ = ["HEADER", "once", "read_once"]
 HEADER = "safetensors header"
 
 _Read = TypeVar("_Read")
-_KEPT: dict | None = None  # while read_once() is open: (what, the file's identity) -> what was read of it
+# while read_once() is open in this thread: (what, the file's identity) -> what was read of it
+_KEPT: ContextVar[dict | None] = ContextVar("mhaaudit_read_once", default=None)
 
 
 @contextmanager
@@ -28,15 +30,15 @@ def read_once() -> Iterator[None]:
     """While open, what :func:`once` reads of a file is read from it once. Kept by the file's identity (device,
     inode, size and modification time), so that a file replaced meanwhile is read anew; only what is read
     without the tensors' data is kept (a header, a map of names to shapes), never a tensor, and nothing outlives
-    the outermost :func:`read_once`."""
-    global _KEPT
-    outer = _KEPT
-    if outer is None:
-        _KEPT = {}
+    the outermost :func:`read_once`. Each thread has its own: one that opens none reads as if none were open."""
+    if _KEPT.get() is not None:  # an outer one keeps the reads
+        yield
+        return
+    token = _KEPT.set({})
     try:
         yield
     finally:
-        _KEPT = outer
+        _KEPT.reset(token)
 
 
 def once(what: str, path: str, read: Callable[[], _Read]) -> _Read:
@@ -46,7 +48,7 @@ def once(what: str, path: str, read: Callable[[], _Read]) -> _Read:
     Raises:
         OSError: when the file cannot be looked up; what ``read()`` raises, as raised.
     """
-    kept = _KEPT
+    kept = _KEPT.get()
     if kept is None:
         return read()
     st = os.stat(path)
