@@ -35,12 +35,28 @@ MAX_LIST = 100_000  # values an integer list or range may name (a list of them i
 _HEADS, _LAYERS = Param("heads"), Param("layers")  # what the messages of head_counts and layers name
 
 
+def _digits(text: str) -> int:
+    """The integer a text of ASCII digits writes (sign, spaces around and underscores as ``int`` takes them).
+
+    ``int`` also reads the digits of other scripts (``"\u0662\u0660"`` is 20), which the command line's integer
+    options that typer parses (``--limit``, ``--samples``, ``--seed``, ...) refuse: refused here too, an integer is
+    read the same way whichever option or parameter it is given to.
+
+    Raises:
+        ValueError: when ``text`` holds a character outside ASCII, or ``int`` refuses it.
+    """
+    text = text.strip()
+    if not text.isascii():
+        raise ValueError(f"not ASCII digits: {text!r}")
+    return int(text)
+
+
 def _as_int(name: str | Param, value, what: str = "an integer") -> int:
     if isinstance(value, bool):
         raise InputError(name + f" must be {what}, got {value!r}", value=value, allowed=what)
     if isinstance(value, str):
         try:
-            return int(value.strip())
+            return _digits(value)
         except ValueError:
             raise InputError(name + f" must be {what}, got {value!r}", value=value, allowed=what) from None
     if isinstance(value, numbers.Integral):
@@ -51,7 +67,7 @@ def _as_int(name: str | Param, value, what: str = "an integer") -> int:
 
 
 def integer(name: str | Param, value, minimum: int | None = 1, maximum: int | None = None) -> int:
-    """An integer (ints, integral floats and numeric strings accepted) within the bounds; return it as an ``int``.
+    """An integer (ints, integral floats and strings of ASCII digits accepted) within the bounds, as an ``int``.
 
     Raises:
         InputError: when ``value`` is a bool, not an integer, or below ``minimum`` / above ``maximum``.
@@ -170,9 +186,9 @@ def _part_ints(part: str, spec: str, name: str | Param, what: str, example: str,
     """
     try:
         if "-" not in part[1:]:
-            return (int(part),)
+            return (_digits(part),)
         cut = part.index("-", 1)
-        lo, hi = int(part[:cut]), int(part[cut + 1 :])
+        lo, hi = _digits(part[:cut]), _digits(part[cut + 1 :])
     except ValueError:
         raise InputError(name + f" {spec!r}: use {what} and ranges such as {example}") from None
     if hi < lo:

@@ -493,6 +493,43 @@ def test_every_case_has_its_own_id():
     assert len({c[0] for c in CASES}) == len(CASES)
 
 
+# Every integer-valued option, with arguments that reach the reading of its value ("{v}": the value). Typer reads
+# most of them (--limit, --samples, --seed, ...); mhaaudit reads those that take ranges, lists or words too
+# (--layers, --seeds, --heads, --batch-size, ...).
+_INTEGER_OPTIONS = [
+    *(f"check /nonexistent {o} {{v}}" for o in ("--limit", "--samples", "--seed", "--layer", "--query-index")),
+    *(f"check /nonexistent {o} {{v}}" for o in ("--context-length", "--weights-seed", "--data-seed")),
+    *(f"check /nonexistent {o} {{v}}" for o in ("--layers", "--batch-size", "--seeds")),
+    *(f"capacity /nonexistent {o} {{v}}" for o in ("--limit", "--block", "--heads", "--batch-size", "--seeds")),
+    *(f"kruskal --model /nonexistent {o} {{v}}" for o in ("--limit", "--k", "--n", "--batch-size", "--seeds")),
+    *(f"memorize --sizes 10 --max-steps 1 {o} {{v}}" for o in ("--classes", "--epochs", "--batch-size", "--seed")),
+    *(f"memorize --sizes 10 --max-steps 1 {o} {{v}}" for o in ("--check-every", "--max-group", "--seeds")),
+    *(f"memorize --sizes 10 --classes 1 {o} {{v}}" for o in ("--max-steps", "--n", "--heads", "--head-dim")),
+    "memorize --classes 1 --sizes {v}",
+    "memorize --sizes 10 --classes 1 --vary heads --values {v}",
+    *(f"reproduce table3 --data /nonexistent {o} {{v}}" for o in ("--limit", "--max-steps", "--batch-size", "--seeds")),
+    "reproduce table3 --data /nonexistent --context-length bert={v}",
+    *(f"reproduce figure2 --max-steps 0 {o} {{v}}" for o in ("--values", "--sizes")),
+]
+
+
+def _option(args: str) -> str:
+    return next(w for w in args.split()[::-1] if w.startswith("--"))
+
+
+@pytest.mark.parametrize("args", _INTEGER_OPTIONS, ids=[f"{a.split()[0]} {_option(a)}" for a in _INTEGER_OPTIONS])
+def test_every_integer_option_reads_only_ascii_digits(capsys, args):
+    """Python's int() reads the digits of every script ("٢٠" is 20), but typer's integer options refuse them:
+    every option refuses them alike, in one line naming the option."""
+    option = _option(args)
+    for value in ("\u0662\u0660", "\uff12\uff10", "1-\u0662"):
+        if value.startswith("1-") and option not in ("--layers", "--seeds", "--heads", "--n", "--head-dim"):
+            continue  # a range only where one is taken
+        rc, out, err = run(capsys, *shlex.split(args.format(v=value)))
+        assert_one_error(rc, err, option)
+        assert out == ""
+
+
 # --------------------------------------------------------------------------- what is written
 
 

@@ -18,6 +18,19 @@ def test_integer():
         validate.integer("--n", 4, maximum=3)
 
 
+def test_integers_are_ascii_digits():
+    """int() reads other scripts' digits; the command line's typer options refuse them, and so do these."""
+    assert validate.integer("--n", " 1_000 ") == 1000 and validate.int_ranges("+1-3", "--x") == [1, 2, 3]
+    for bad in ("\u0662\u0660", "\uff12\uff10", "\u0967"):
+        with pytest.raises(InputError, match="integer"):
+            validate.integer("--n", bad)
+        with pytest.raises(InputError, match="comma-separated"):
+            validate.int_list("--values", f"1,{bad}")
+        for spec in (bad, f"1-{bad}", f"{bad}-30"):
+            with pytest.raises(InputError, match="ranges"):
+                validate.int_ranges(spec, "--x")
+
+
 def test_int_list_keeps_order_and_drops_repeats():
     assert validate.int_list("--values", "4, 1,4 2") == (4, 1, 2)
     assert validate.int_list("--values", [3, 3.0]) == (3,) and validate.int_list("--values", None) == ()
