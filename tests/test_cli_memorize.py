@@ -336,6 +336,30 @@ def test_steps_beyond_what_a_record_counts_are_refused_before_any_work(capsys, m
     assert out == ""
 
 
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        ("memorize --heads 100000000", "--heads"),
+        ("memorize --heads 1,100000000", "--heads"),
+        ("memorize --vary heads --heads 100000000", "--heads"),
+        ("memorize --vary heads --values 1,100000000", "--values"),
+        ("memorize --vary h --values 100000000", "--values"),
+        ("memorize --vary n --values 100000000", "--values"),
+        ("memorize --n 1,100000000", "--n"),
+        ("reproduce figure2 --values 100000000", "--values"),
+    ],
+)
+def test_a_point_too_large_for_memory_names_the_option_its_value_was_given_to(capsys, monkeypatch, args, named):
+    """The refusal of a point the device cannot hold names the largest value that fits of the option the
+    user gave: --values where the varied parameter's values came from it (reproduce has no --heads)."""
+    from mhaaudit.memorize import grid as grid_mod
+
+    monkeypatch.setattr(grid_mod, "train_group", lambda *a, **k: pytest.fail("trained"))
+    rc, out, err = run(capsys, *args.split(), "--sizes", "16", "--max-steps", "1", "--device", "cpu")
+    line = assert_one_error(rc, err, f"the largest {named} that fits is ")
+    assert line.count(" --") == 1 and out == ""
+
+
 def test_a_diverged_training_is_said_in_the_table_and_the_json(capsys, monkeypatch):
     """--lr 1e300: the final loss is NaN; the table marks it and says why in a note, the JSON has the note and
     diverged = true on the run (its final_loss null), and no example counts as memorised."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from mhaaudit.errors import InputError
 from mhaaudit.memorize.grid import MemorizeRequest, points, resolve_grid
 from mhaaudit.memorize.grouping import default_budget, group_bytes, plan_groups
 from mhaaudit.memorize.stack import StackShape
@@ -78,3 +80,13 @@ def test_a_time_limit_splits_the_grid_into_groups_that_each_fit_it():
     assert len(whole) == 1 and sorted(i for p in parts for i in p.members) == list(range(len(pts)))
     assert len(parts) >= 4
     assert all(p.work <= limit * RATE["cuda"] or len(p.members) == 1 for p in parts)
+
+
+def test_a_point_too_large_names_values_for_the_varied_parameter():
+    """heads is one value: a grid varying it was given its values as values, which the refusal names."""
+    pts = [Point(heads=10**8, n=32, head_dim=64, size=16)]
+    totals = [p.plan(_RECIPE).total for p in pts]
+    for varied, named in ((None, "heads"), ("n", "heads"), ("heads", "values")):
+        with pytest.raises(InputError, match=f"the largest {named} that fits is") as err:
+            plan_groups(pts, totals, _RECIPE, torch.device("cpu"), 1 << 30, ceiling=1 << 30, varied=varied)
+        assert err.value.params == (named,)

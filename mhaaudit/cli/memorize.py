@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -186,31 +187,35 @@ def memorize(
     if seeds is not None:
         refuse_unused(ctx, ("seed",), "with --seeds: every point is trained for each seed listed")
     # Several values of heads, n or head_dim vary that parameter (grid_axes: vary, values and the three).
-    axes = grid_axes(vary, values, value_of(preset), {"heads": heads, "n": n, "head_dim": head_dim})
-    request = MemorizeRequest(
-        **axes,
-        sizes=sizes,
-        preset=value_of(preset),
-        task=task.value,
-        context=context.value,
-        classes=classes,
-        tolerance=tolerance,
-        epochs=epochs,
-        max_steps=max_steps,
-        lr=lr,
-        batch_size=batch_size,
-        check_every=check_every,
-        seed=seed,
-        seeds=seeds,
-        device=device,
-        saturation=saturation,
-        out=out,
-        plot=plot,
-        max_minutes=max_minutes,
-        max_group=max_group,
-        progress=progress_enabled(quiet),
-    )
-    grid = run_memorize_grid(request)
+    given = {"heads": heads, "n": n, "head_dim": head_dim}
+    axes = grid_axes(vary, values, value_of(preset), given)
+    # The values of the varied parameter given to --heads, --n or --head-dim are the library's values: its
+    # messages name them values, and the command line the option they were given to.
+    with _values_named(_values_option(values, axes["vary"], given)):
+        request = MemorizeRequest(
+            **axes,
+            sizes=sizes,
+            preset=value_of(preset),
+            task=task.value,
+            context=context.value,
+            classes=classes,
+            tolerance=tolerance,
+            epochs=epochs,
+            max_steps=max_steps,
+            lr=lr,
+            batch_size=batch_size,
+            check_every=check_every,
+            seed=seed,
+            seeds=seeds,
+            device=device,
+            saturation=saturation,
+            out=out,
+            plot=plot,
+            max_minutes=max_minutes,
+            max_group=max_group,
+            progress=progress_enabled(quiet),
+        )
+        grid = run_memorize_grid(request)
     if grid.reused:
         say(
             f"{grid.reused} of {len(grid.runs)} points were already in {grid.out} with the same configuration; "
@@ -226,3 +231,30 @@ def memorize(
         out=out,
         write_out=False,
     )
+
+
+def _values_option(values: str | None, vary: str | None, given: dict[str, str | None]) -> str | None:
+    """The parameter (``heads``, ``n`` or ``head_dim``) the user gave the varied parameter's values to
+    (``--heads 1,2,4``, or ``--vary heads --heads 8``); None where they came from --values or a preset."""
+    if values is not None or vary is None:
+        return None
+    return next((name for name, spec in given.items() if spec is not None and name.replace("_", "-") == vary), None)
+
+
+@contextlib.contextmanager
+def _values_named(option: str | None):
+    """An input error raised inside that names the library's ``values`` names ``option`` instead.
+
+    Raises:
+        InputError: the error raised inside, its ``values`` written as ``option``.
+    """
+    from ..errors import InputError, Message, Param
+
+    try:
+        yield
+    except InputError as exc:
+        message = exc.message
+        if option is None or not isinstance(message, Message) or "values" not in message.params:
+            raise
+        parts = (Param(option) if isinstance(p, Param) and p.name == "values" else p for p in message.parts)
+        raise InputError(Message(*parts), value=exc.value, allowed=exc.allowed) from exc

@@ -299,6 +299,7 @@ class _Training:
             budget,
             max_points=request.max_group,
             ceiling=max(budget, device_memory(self.dev)),
+            varied=_PARAM.get(request.grid["vary"] or ""),  # a refusal names its values as they were given: values
             # against a clock, groups estimated to train in half the time each, so that every part finishes some
             max_seconds=None if request.max_minutes is None else 30.0 * request.max_minutes,
         )

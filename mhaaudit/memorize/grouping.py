@@ -116,6 +116,7 @@ def plan_groups(
     max_points: int | None = None,
     ceiling: int | None = None,
     max_seconds: float | None = None,
+    varied: str | None = None,
 ) -> list[GroupPlan]:
     """Split ``points`` (objects with heads, head_dim, n, size) into groups within ``budget`` bytes.
 
@@ -125,7 +126,8 @@ def plan_groups(
     training time (its cost at the device's :data:`RATE`; a point that takes longer alone still
     trains alone). A point larger than the budget
     trains alone; one larger than ``ceiling`` bytes (the memory the device has) is refused before
-    any work, naming the largest value that fits.
+    any work, naming the largest value that fits. ``varied``: the field (``heads``, ``n`` or ``head_dim``)
+    whose values the grid varies; the refusal names ``values`` for it, the parameter that gave them.
 
     Raises:
         InputError: a point needs more than ``ceiling`` bytes alone.
@@ -142,7 +144,7 @@ def plan_groups(
         for p in points:
             alone = StackShape.of([p], sizing.out_dim)
             if sizing.bytes(alone, sizing.batch) > ceiling:
-                raise InputError(_too_large(alone, sizing, ceiling))
+                raise InputError(_too_large(alone, sizing, ceiling, varied))
 
     def cost(members: list[int]) -> float:
         return sizing.cost([points[i] for i in members], max(totals[i] for i in members))
@@ -215,9 +217,10 @@ def device_memory(device: torch.device) -> int:
     return available_memory()
 
 
-def _too_large(s: StackShape, sizing: _Sizing, ceiling: int) -> str:
+def _too_large(s: StackShape, sizing: _Sizing, ceiling: int, varied: str | None = None) -> str:
     """The one line refusing a point that needs more than ``ceiling`` bytes: the largest value of the
-    option that needs the least lowering (the others kept) that fits."""
+    option that needs the least lowering (the others kept) that fits; for the field ``varied``, ``values``
+    (``heads`` is one value, and ``vary="heads", values=...`` gave this one)."""
 
     def fits(field: str, value: int) -> bool:
         t = replace(s, **{field: value}) if field != "batch" else s
@@ -242,5 +245,6 @@ def _too_large(s: StackShape, sizing: _Sizing, ceiling: int) -> str:
     )
     if best is None:
         return head + "; lower its sizes"
-    _, option, value, current = best
-    return head + "; the largest " + Param(option) + f" that fits is {value} (given: {current})"
+    field, option, value, current = best
+    named = Param("values" if field == varied else option)
+    return head + "; the largest " + named + f" that fits is {value} (given: {current})"
