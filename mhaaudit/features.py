@@ -211,8 +211,9 @@ def _check_saved(
 
     Raises:
         InputError: naming the field, when meta.json is not an object, n, d or query_index is not an integer in
-            range (at most 2^63 - 1), a tensor is missing, or a tensor's shape disagrees with (T, d) or with
-            meta.json's T.
+            range (at most 2^63 - 1), a tensor is missing, a tensor's shape disagrees with (T, d) or with
+            meta.json's T, or one example's n x d tokens in the features' dtype would take more than 2^63 - 1
+            bytes (no tensor holds them).
     """
 
     def malformed(what: str) -> str:
@@ -242,6 +243,15 @@ def _check_saved(
     q = tensors["queries"]
     if q.ndim != 2 or q.shape[1] != d:
         raise InputError(malformed(f"queries have shape {tuple(q.shape)}, expected (T, d) with d = {d}"))
+    need = n * d * q.element_size()
+    if need > MAX_INT64:  # the n x d tokens of one example, which the features were reduced from, fit no tensor
+        raise InputError(
+            malformed(
+                f"{files[0]} gives n = {n}: the n x d tokens of one example ({n} x {d} of "
+                f"{str(q.dtype).replace('torch.', '')}) would take {need} bytes, more than a tensor can hold "
+                f"({MAX_INT64}, 2^63 - 1), so no features were reduced from them"
+            )
+        )
     T = q.shape[0]
     if "T" in meta and meta["T"] != T:
         raise InputError(malformed(f"{files[0]} gives T = {meta['T']!r}, the tensors hold {T} examples"))

@@ -123,6 +123,19 @@ def test_tokens_with_query_index(capsys, tmp_path):
         assert f"token {qi}" in a["meta"]["inputs"]["source"]
 
 
+@pytest.mark.parametrize("n", [10**18, 2**63 - 1])
+def test_a_saved_folder_whose_n_no_tensor_of_tokens_holds_is_refused(capsys, tmp_path, n):
+    """meta.json's n within 2^63 - 1, but more tokens per example than a tensor holds: one line naming meta.json,
+    whatever k is tested (with --k or --sweep it was read, and reported and plotted as the context length)."""
+    reduce_tokens(torch.randn(T, 5, D), 0).save(tmp_path / "feat")
+    meta = json.loads((tmp_path / "feat" / "meta.json").read_text())
+    (tmp_path / "feat" / "meta.json").write_text(json.dumps(meta | {"n": n, "query_index": n - 1}))
+    for extra in ((), ("--k", "2"), ("--sweep", "--plot", tmp_path / "sweep.png")):
+        rc, out, err = run(capsys, "kruskal", tmp_path / "feat", *extra, *FAST)
+        assert_one_error(rc, err, f"malformed: meta.json gives n = {n}: the n x d tokens of one example")
+        assert out == "" and not (tmp_path / "sweep.png").exists()
+
+
 def test_saved_feature_folder_queries_and_a3(capsys, tmp_path):
     tokens = torch.randn(T, 5, D, generator=torch.Generator().manual_seed(2))
     fs = reduce_tokens(tokens, 0, meta={"model": "m", "variant": "random", "layer": 1})

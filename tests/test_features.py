@@ -217,6 +217,23 @@ def test_a_saved_feature_folder_linking_out_is_refused(tmp_path, capsys, name):
     _assert_same(FeatureSet.load(dest), fs)
 
 
+def test_an_n_whose_tokens_no_tensor_holds_is_refused(tmp_path):
+    """meta.json's n at most 2^63 - 1 but beyond what one example's n x d tokens can be (2^63 - 1 bytes): refused
+    where it is read, by load and by checked(); the largest n whose tokens fit is read."""
+    fs = reduce_tokens(_tokens(), 0)
+    dest = fs.save(tmp_path / "feat")
+    meta = json.loads((dest / META_FILE).read_text())
+    fits = (2**63 - 1) // (fs.d * fs.queries.element_size())
+    for n in (10**18, 2**63 - 1, fits + 1):
+        (dest / META_FILE).write_text(json.dumps(meta | {"n": n}))
+        with pytest.raises(InputError, match=f"meta.json gives n = {n}: the n x d tokens of one example"):
+            FeatureSet.load(dest)
+        with pytest.raises(InputError, match=f"gives n = {n}: the n x d tokens"):
+            FeatureSet(fs.queries, fs.a3, fs.context, n=n, d=fs.d, query_index=0).checked()
+    (dest / META_FILE).write_text(json.dumps(meta | {"n": fits}))
+    assert FeatureSet.load(dest).n == fits
+
+
 def test_load_points_from_the_check_folder_to_its_columns(tmp_path):
     fs = reduce_tokens(_tokens(), 0)
     fs.save(tmp_path / "random")
