@@ -266,3 +266,36 @@ def test_read_once_keeps_a_files_shapes_while_open_and_reads_a_replaced_file_ane
         assert checkpoints.state_shapes(path) == {"a": (4, 3)} and len(reads) == 2
     checkpoints.state_shapes(path)
     assert len(reads) == 3
+
+
+def test_read_once_keeps_its_reads_to_the_thread_that_opened_it(tmp_path, monkeypatch):
+    """What ``read_once`` keeps is its opener's thread's alone: another thread, which opened none, reads the file
+    each time it asks, and the opener's next ask is answered from its own first read."""
+    import threading
+
+    from safetensors.torch import save_file
+
+    from mhaaudit.models.file_reads import read_once
+
+    path = str(tmp_path / "w.safetensors")
+    save_file({"a": torch.zeros(2, 3)}, path)
+    reads: list[str] = []
+    opener, real = threading.current_thread(), checkpoints.safetensors_header
+
+    def header(p):
+        reads.append("opener" if threading.current_thread() is opener else "other")
+        return real(p)
+
+    monkeypatch.setattr(checkpoints, "safetensors_header", header)
+
+    def elsewhere():
+        for _ in range(2):
+            checkpoints.state_shapes(path)
+
+    with read_once():
+        checkpoints.state_shapes(path)
+        other = threading.Thread(target=elsewhere)
+        other.start()
+        other.join()
+        checkpoints.state_shapes(path)
+    assert reads == ["opener", "other", "other"]
