@@ -204,11 +204,12 @@ def test_complex_weights_are_refused_not_cast_to_real(vit_dir, tmp_path, capsys,
     assert_one_error(rc, err, "complex values")
 
 
-@pytest.mark.parametrize("form", ["safetensors", "bin"])
-def test_a_run_reads_a_weights_files_shapes_once(vit_dir, image_dir, tmp_path, monkeypatch, form):
+@pytest.mark.parametrize("form, whole", [("safetensors", False), ("safetensors", True), ("bin", False)])
+def test_a_run_reads_a_weights_files_shapes_once(vit_dir, image_dir, tmp_path, monkeypatch, form, whole):
     """A run on one weights file reads its tensors' names and shapes (a safetensors header, a torch file's pickle
     onto the meta device) once: for the check before the first column, the load's own check before the build and
-    the list of tensors that the partial read follows."""
+    the list of tensors that the partial read follows, or, for a file whose names the partial read cannot map (it
+    is loaded whole), the dtype the report says the file stores (read from the header a second time before)."""
     import os
     import sys
 
@@ -216,6 +217,7 @@ def test_a_run_reads_a_weights_files_shapes_once(vit_dir, image_dir, tmp_path, m
 
     from mhaaudit import feature_files
     from mhaaudit.auditing import audit
+    from mhaaudit.models.shards import Checkpoint, NotPartial
 
     path = tmp_path / f"weights.{form}"
     sd = load_file(str(vit_dir / "model.safetensors"))
@@ -239,10 +241,18 @@ def test_a_run_reads_a_weights_files_shapes_once(vit_dir, image_dir, tmp_path, m
         ):
             monkeypatch.setattr(module, "safetensors_header", header)
     monkeypatch.setattr(torch, "load", load)
+    if whole:
+
+        def unmapped(*_args, **_kwargs):
+            raise NotPartial(f"no tensor for a parameter in {path}")
+
+        monkeypatch.setattr(Checkpoint, "keys_for", unmapped)
     result = audit(
         str(vit_dir), variants=["trained"], weights=str(path), data=str(image_dir), limit=20, samples=50, device="cpu"
     )
     assert [c.status for c in result.columns] == ["ok"]
+    assert result.columns[0].weights_read.method == ("whole" if whole or form == "bin" else "partial")
+    assert result.columns[0].weights_read.stored_dtype == "float32"
     assert reads.count(os.path.realpath(path)) == 1, reads
 
 

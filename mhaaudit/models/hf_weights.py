@@ -18,10 +18,10 @@ from torch import nn
 
 from .. import phases
 from ..errors import ModelError, one_line
-from ..feature_files import safetensors_header, torch_load_reason
+from ..feature_files import torch_load_reason
 from ..files import native_name
 from ..staging import scratch_folder
-from .checkpoints import first_misfit, is_ignorable, load_fitting, read_state, state_shapes
+from .checkpoints import checkpoint_header, first_misfit, is_ignorable, load_fitting, read_state, state_shapes
 from .families import family_of
 from .hf_config import _auto_config, hub_problem
 from .hub_reads import _Hub, hub_words, offline_weights_error
@@ -242,13 +242,14 @@ _SAFETENSORS_DTYPES = {
 
 def _stored_dtype(files: list[str]) -> str | None:
     """The dtype(s) the weight ``files`` store, joined by "+", most bytes first (as a partial read reports them),
-    from their headers or a memory-mapped look at the torch files (no tensor data read); None when a file
-    cannot say (a torch file in the legacy format, which cannot be mapped)."""
+    from their headers (the ones the load read, within ``file_reads.read_once``) or a memory-mapped look at the
+    torch files (no tensor data read); None when a file cannot say (a torch file in the legacy format, which
+    cannot be mapped)."""
     nbytes: dict[str, int] = {}
     try:
         for f in files:
             if f.endswith(".safetensors"):
-                for key, entry in safetensors_header(f).items():
+                for key, entry in checkpoint_header(f).items():
                     if key != "__metadata__":
                         dt = _SAFETENSORS_DTYPES.get(entry["dtype"], str(entry["dtype"]).lower())
                         nbytes[dt] = nbytes.get(dt, 0) + entry["data_offsets"][1] - entry["data_offsets"][0]
