@@ -7,7 +7,7 @@ import torch
 
 from mhaaudit.errors import InputError
 from mhaaudit.memorize.grid import MemorizeRequest, points, resolve_grid
-from mhaaudit.memorize.grouping import default_budget, group_bytes, plan_groups
+from mhaaudit.memorize.grouping import default_budget, group_bytes, plan_groups, refuse_too_large
 from mhaaudit.memorize.stack import StackShape
 from mhaaudit.memorize.training import Point, Recipe
 
@@ -85,8 +85,7 @@ def test_a_time_limit_splits_the_grid_into_groups_that_each_fit_it():
 def test_a_point_too_large_names_values_for_the_varied_parameter():
     """heads is one value: a grid varying it was given its values as values, which the refusal names."""
     pts = [Point(heads=10**8, n=32, head_dim=64, size=16)]
-    totals = [p.plan(_RECIPE).total for p in pts]
     for varied, named in ((None, "heads"), ("n", "heads"), ("heads", "values")):
         with pytest.raises(InputError, match=f"the largest {named} that fits is") as err:
-            plan_groups(pts, totals, _RECIPE, torch.device("cpu"), 1 << 30, ceiling=1 << 30, varied=varied)
+            refuse_too_large(pts, _RECIPE, torch.device("cpu"), 1 << 30, 1 << 30, varied)
         assert err.value.params == (named,)

@@ -25,7 +25,7 @@ from ..runtime import device_name, resolve_device
 from ..workers import worker_pool
 from .data import DIM
 from .fits import flat_fit_notes
-from .grouping import GroupPlan, device_memory, plan_groups
+from .grouping import GroupPlan, device_memory, plan_groups, refuse_too_large
 from .request import PRESETS, VARY, MemorizeRequest, grid_axes, resolve_grid
 from .results import (
     GridSettings,
@@ -291,6 +291,10 @@ class _Training:
         self.recipe, self.dev = request.recipe, resolve_device(request.device)
         self.totals = [pts[i].plan(self.recipe).total for i in todo]
         budget = request.budget()
+        varied = _PARAM.get(request.grid["vary"] or "")  # a refusal names its values as they were given: values
+        refuse_too_large(
+            [pts[i] for i in todo], self.recipe, self.dev, budget, max(budget, device_memory(self.dev)), varied
+        )
         self.plans = plan_groups(
             [pts[i] for i in todo],
             self.totals,
@@ -298,8 +302,6 @@ class _Training:
             self.dev,
             budget,
             max_points=request.max_group,
-            ceiling=max(budget, device_memory(self.dev)),
-            varied=_PARAM.get(request.grid["vary"] or ""),  # a refusal names its values as they were given: values
             # against a clock, groups estimated to train in half the time each, so that every part finishes some
             max_seconds=None if request.max_minutes is None else 30.0 * request.max_minutes,
         )

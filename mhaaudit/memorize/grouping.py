@@ -32,7 +32,7 @@ from .stack import StackShape
 if TYPE_CHECKING:
     from .recipe import Recipe
 
-__all__ = ["RATE", "GroupPlan", "default_budget", "device_memory", "group_bytes", "plan_groups"]
+__all__ = ["RATE", "GroupPlan", "default_budget", "device_memory", "group_bytes", "plan_groups", "refuse_too_large"]
 
 #: A step's fixed cost in multiply-adds at the device's rate (about 0.35 ms of a CPU core at
 #: 17 G/s; about 0.3 ms of a GPU at 15 T/s): see the module docstring.
@@ -114,9 +114,7 @@ def plan_groups(
     budget: int,
     *,
     max_points: int | None = None,
-    ceiling: int | None = None,
     max_seconds: float | None = None,
-    varied: str | None = None,
 ) -> list[GroupPlan]:
     """Split ``points`` (objects with heads, head_dim, n, size) into groups within ``budget`` bytes.
 
@@ -124,27 +122,10 @@ def plan_groups(
     ``recipe``: how they train (the classes, batch and context size the memory);
     ``max_points`` caps a group's size (1: every point alone); ``max_seconds`` its estimated
     training time (its cost at the device's :data:`RATE`; a point that takes longer alone still
-    trains alone). A point larger than the budget
-    trains alone; one larger than ``ceiling`` bytes (the memory the device has) is refused before
-    any work, naming the largest value that fits. ``varied``: the field (``heads``, ``n`` or ``head_dim``)
-    whose values the grid varies; the refusal names ``values`` for it, the parameter that gave them.
-
-    Raises:
-        InputError: a point needs more than ``ceiling`` bytes alone.
+    trains alone). A point larger than the budget trains alone (:func:`refuse_too_large` refuses,
+    first, one larger than the device can hold).
     """
-    sizing = _Sizing(
-        recipe.out_dim,
-        recipe.batch_size,
-        recipe.context == "shared",
-        budget,
-        CHUNK_STEPS,
-        STEP_OVERHEAD.get(device.type, STEP_OVERHEAD["cuda"]),
-    )
-    if ceiling is not None:  # a point the device cannot hold: refused now
-        for p in points:
-            alone = StackShape.of([p], sizing.out_dim)
-            if sizing.bytes(alone, sizing.batch) > ceiling:
-                raise InputError(_too_large(alone, sizing, ceiling, varied))
+    sizing = _sizing(recipe, device, budget)
 
     def cost(members: list[int]) -> float:
         return sizing.cost([points[i] for i in members], max(totals[i] for i in members))
@@ -207,6 +188,36 @@ _KNOBS = (
     ("out_dim", "classes"),
     ("batch", "batch_size"),
 )
+
+
+def refuse_too_large(
+    points: Sequence, recipe: Recipe, device: torch.device, budget: int, ceiling: int, varied: str | None = None
+) -> None:
+    """Refuse, before any work, a point of ``points`` that needs more than ``ceiling`` bytes (the memory the device
+    has) alone when planned within ``budget`` (:func:`plan_groups`), naming the largest value that fits.
+    ``varied``: the field (``heads``, ``n`` or ``head_dim``) whose values the grid varies; the refusal names
+    ``values`` for it, the parameter that gave them.
+
+    Raises:
+        InputError: a point needs more than ``ceiling`` bytes alone.
+    """
+    sizing = _sizing(recipe, device, budget)
+    for p in points:
+        alone = StackShape.of([p], sizing.out_dim)
+        if sizing.bytes(alone, sizing.batch) > ceiling:
+            raise InputError(_too_large(alone, sizing, ceiling, varied))
+
+
+def _sizing(recipe: Recipe, device: torch.device, budget: int) -> _Sizing:
+    """How points of ``recipe`` are sized on ``device`` within ``budget`` bytes."""
+    return _Sizing(
+        recipe.out_dim,
+        recipe.batch_size,
+        recipe.context == "shared",
+        budget,
+        CHUNK_STEPS,
+        STEP_OVERHEAD.get(device.type, STEP_OVERHEAD["cuda"]),
+    )
 
 
 def device_memory(device: torch.device) -> int:
