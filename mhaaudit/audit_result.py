@@ -137,7 +137,13 @@ class AuditResult(StoredSweepResult):
             timings_s=self.timings,
             **self.settings.as_dict(),
         )
-        meta["columns"] = {
+        meta["columns"] = self.columns_meta()
+        meta["result"] = self.result_document()
+        return meta
+
+    def columns_meta(self) -> dict:
+        """What each column read and how, by its name: the ``columns`` of :meth:`meta`."""
+        return {
             c.probe.variant: {
                 "status": c.status,
                 "reason": c.reason,
@@ -154,8 +160,6 @@ class AuditResult(StoredSweepResult):
             }
             for c in self.columns
         }
-        meta["result"] = self.result_document()
-        return meta
 
     def sweep_rows(self) -> list[dict]:
         """The sweep rows of every column swept, tagged with the model, the column and its layer."""

@@ -268,7 +268,8 @@ def test_rows_of_one_key_at_other_k_are_read(tmp_path):
 
 def test_rows_of_several_checkpoints_are_refused_as_a_series(tmp_path):
     """Rows that name checkpoints are a series' (its metadata lost, or a file edited by hand): they were read, and
-    each column's verdicts taken from its last checkpoint's rows. Which checkpoint to bound is not said: refused."""
+    each column's verdicts taken from its last checkpoint's rows. Without the series in its metadata, no checkpoint's
+    audit can be read back: refused."""
     from mhaaudit.capacity.assumptions import read_check_results
     from mhaaudit.errors import InputError
 
@@ -276,7 +277,7 @@ def test_rows_of_several_checkpoints_are_refused_as_a_series(tmp_path):
         return [{**r, "checkpoint": c} for c in ("ckpt-1", "ckpt-2") for r in rows]
 
     path = _edited(tmp_path, two_checkpoints, schema=False)
-    with pytest.raises(InputError, match=r"it holds a series of checkpoints \(audit_series\(\.\.\.\)\), the verdicts"):
+    with pytest.raises(InputError, match=r"its rows name checkpoints of a series \(audit_series\(\.\.\.\)\), but its"):
         read_check_results(path)
 
 
@@ -299,11 +300,14 @@ def _with_meta(tmp_path, meta: dict) -> Path:
 @pytest.mark.parametrize(
     "meta, says",
     [
-        ({"series": {"checkpoints": []}, "columns": None}, "it holds a series of checkpoints (audit_series(...))"),
+        (
+            {"series": {"checkpoints": []}, "columns": None},
+            "it holds a series of checkpoints (none audited yet), the verdicts of each: give weights CHECKPOINT or",
+        ),
         (
             {"series": {"checkpoints": []}, "seed_plan": {"seeds": [0, 1]}, "columns": None},
-            "it holds a series of checkpoints (audit_series(...))",
-        ),  # a series of several seeds is a series: a file of one seed of it is no answer
+            "it holds a series of checkpoints audited with several seeds (audit(..., seeds=...))",
+        ),
         ({"columns": None}, "its 'mhaaudit' parquet metadata names no columns, which every results file of"),
         ({"columns": {}}, "its 'mhaaudit' parquet metadata names no columns"),
         ({"command": "capacity"}, "it holds the results of 'mhaaudit capacity' (its parquet metadata says so)"),
@@ -322,6 +326,33 @@ def test_a_file_that_is_not_one_check_run_is_refused_saying_what_it_is(tmp_path,
     path = _with_meta(tmp_path, meta)
     with pytest.raises(InputError) as got:
         read_check_results(path)
+    assert str(got.value).startswith(f"from_path {path}: ") and says in str(got.value)
+
+
+@pytest.mark.parametrize(
+    "series, checkpoint, trained, says",
+    [
+        ({"checkpoints": [{"name": "a", "path": None}]}, "a", True, "its series lists no columns of checkpoint a (a"),
+        ({"checkpoints": [{"name": "a", "path": None}]}, None, False, "its series lists no columns of its reference"),
+        ({"checkpoints": "a"}, "a", True, "its 'mhaaudit' parquet metadata lists no checkpoints of its series"),
+        (
+            {"checkpoints": [{"name": "a", "columns": {}}], "reference_columns": {}},
+            "b",
+            True,
+            "no checkpoint of its series is named b or lies there (it holds: a)",
+        ),
+    ],
+    ids=["earlier-version", "earlier-version-reference", "malformed", "other-checkpoint"],
+)
+def test_a_series_read_for_a_checkpoint_it_cannot_give_is_refused(tmp_path, series, checkpoint, trained, says):
+    """A series file is read for one checkpoint from the columns its metadata lists for it: a file that lists none
+    (written before they were listed), a malformed list or a checkpoint not in it is refused in one line."""
+    from mhaaudit.capacity.assumptions import read_check_results
+    from mhaaudit.errors import InputError
+
+    path = _with_meta(tmp_path, {"series": series, "columns": None})
+    with pytest.raises(InputError) as got:
+        read_check_results(path, checkpoint, trained=trained)
     assert str(got.value).startswith(f"from_path {path}: ") and says in str(got.value)
 
 

@@ -425,23 +425,52 @@ def test_from_a_file_with_a_row_no_check_writes_is_refused(capsys, vit4, tmp_pat
     assert out == "" and not out_file.exists() and tmp_leftovers(tmp_path) == [], line
 
 
-def test_from_a_series_of_checkpoints_is_refused(capsys, vit4, image_dir, tmp_path):
-    """A series of checkpoints (with --sweep, at two layers) holds a trained column's verdicts once per checkpoint
-    and no column list in its metadata: each column's bound was "not applicable ... it has: none" (exit 0), the
-    file ignored. Nothing says which checkpoint to bound: the file is refused, naming what it is and what to give."""
+def test_from_a_series_of_checkpoints_reads_the_checkpoint_of_the_weights_given(
+    capsys, vit4, vit_dir, image_dir, tmp_path
+):
+    """A series of checkpoints (with --sweep, at two layers) holds a trained column's verdicts once per checkpoint:
+    capacity reads those of the checkpoint --weights names, as from the file of check run on it alone, and the
+    reference columns for --variants random. Without --weights, or with weights not in the series, it is refused,
+    naming the checkpoints (it used to be refused whatever the weights: "give a results file ... of one checkpoint").
+    """
     import shutil
 
     ckpts = [shutil.copytree(vit4, tmp_path / f"ckpt-{i}") for i in (1, 2)]
-    res = tmp_path / "series.parquet"
+    with torch.no_grad():  # the second checkpoint's weights differ from the first's
+        folder = tmp_path / "ckpt-2"
+        model = transformers.ViTModel.from_pretrained(folder)
+        model.embeddings.patch_embeddings.projection.weight.mul_(1.5)
+        model.save_pretrained(folder)
+    series = tmp_path / "series.parquet"
     args = ("--data", image_dir, "--limit", "40", "--samples", "50", "--batch-size", "16", "--layers", "0,1")
-    more = ("--variants", "random,trained", "--sweep", "--out", res, "--format", "json")
-    rc, _, err = run(capsys, "check", vit4, *args, "--checkpoints", ",".join(map(str, ckpts)), *more)
+    more = ("--variants", "random,trained", "--sweep", "--format", "json")
+    rc, _, err = run(capsys, "check", vit4, *args, "--checkpoints", ",".join(map(str, ckpts)), *more, "--out", series)
     assert rc == 0, err
+    single = tmp_path / "single.parquet"
+    rc, _, err = run(capsys, "check", vit4, *args, "--weights", ckpts[1], *more, "--out", single)
+    assert rc == 0, err
+
+    def capacity(res, *extra):
+        doc = json_run(capsys, vit4, "--data", image_dir, *FROM, "--from", res, *extra)
+        return [{k: v for k, v in r.items() if "source" not in k} for r in doc["records"]], doc["meta"]["notes"]
+
+    from_series, notes = capacity(series, "--weights", ckpts[1])
+    assert from_series == capacity(single, "--weights", ckpts[1])[0] and from_series
+    assert not [x for x in notes if "were audited on" in x]
+    first, _ = capacity(series, "--weights", ckpts[0])
+    assert first != from_series  # the other checkpoint's verdicts and bound
+    assert capacity(series, "--variants", "random")[0] == capacity(single, "--variants", "random")[0]
     cap = tmp_path / "capacity.parquet"
-    rc, out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FROM, "--from", res, "--out", cap)
-    line = assert_one_error(rc, err, f"--from {res}: it holds a series of checkpoints (check --checkpoints)")
-    assert "give a results file of 'mhaaudit check --out' from a run on one checkpoint (--weights" in line
-    assert out == "" and not cap.exists() and tmp_leftovers(tmp_path) == []
+    for extra, says in (
+        (
+            (),
+            f"--from {series}: it holds a series of checkpoints ({ckpts[0]}, {ckpts[1]}), the verdicts of each: give",
+        ),
+        (("--weights", vit_dir), f"no checkpoint of its series is named {vit_dir} or lies there (it holds: {ckpts[0]}"),
+    ):
+        rc, out, err = run(capsys, "capacity", vit4, "--data", image_dir, *FROM, "--from", series, *extra, "--out", cap)
+        assert_one_error(rc, err, says)
+        assert out == "" and not cap.exists() and tmp_leftovers(tmp_path) == []
 
 
 def test_from_the_file_of_another_command_is_refused_naming_it(capsys, vit4, image_dir, tmp_path):

@@ -12,10 +12,11 @@ otherwise, in which case the bound inherits the estimate's status (:func:`a1_sta
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from ..check_words import CHECK_TITLES, is_decided
 from ..checks import REGISTRY
@@ -27,6 +28,7 @@ from ..kruskal.stored import record_contradiction
 from ..numerics import numerics, tf32_off
 from ..progress import task
 from ..theory import a1_status
+from .series_file import checkpoint_results
 
 __all__ = [
     "Assumptions",
@@ -139,15 +141,19 @@ def audit_assumptions(fs, settings, label: str = "") -> tuple[Assumptions, dict[
     return out, timings
 
 
-def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
-    """The metadata and records of a parquet file written by ``mhaaudit check --out``.
+def read_check_results(
+    path: str | Path, checkpoint: str | os.PathLike | None = None, *, trained: bool = True
+) -> tuple[dict, list[dict]]:
+    """The metadata and records of a parquet file written by ``mhaaudit check --out``; of a series of checkpoints,
+    those a run on ``checkpoint`` alone writes (its name, path or revision; without ``trained``, those of the
+    reference columns alone: :func:`.series_file.checkpoint_results`).
 
     Raises:
         InputError: when ``path`` is not a regular file (a named pipe, a device), cannot be read as parquet, declares
             more values than the memory available holds, was written by another command (its metadata names it),
             has no check/variant columns (or no rows), carries malformed mhaaudit metadata or none naming its
-            columns, holds a series of checkpoints or the records of several seeds (not one run's verdicts), or
-            holds a row that no run of check writes (:func:`_check_row_keys`).
+            columns, holds the records of several seeds (not one run's verdicts), a series read for no checkpoint
+            of it, or a row that no run of check writes (:func:`_check_row_keys`).
     """
     p = Path(path)
     if p.is_dir() or not p.exists():
@@ -183,7 +189,7 @@ def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
             "(not what " + Param("check_out") + " writes)"
         )
     if "series" in meta:  # before the seeds: a series of several seeds is a series first
-        _refuse_series(p)
+        meta, rows = checkpoint_results(p, meta, rows, checkpoint, trained)
     if "seed_plan" in meta or "aggregate" in rows[0]:  # its rows are per seed and over the seeds: no one verdict
         raise InputError(
             Param("from_path")
@@ -194,34 +200,16 @@ def read_check_results(path: str | Path) -> tuple[dict, list[dict]]:
         )
     _check_row_keys(p, rows)
     if any(r.get("checkpoint") is not None for r in rows):  # its metadata lost, the rows still say so
-        _refuse_series(p)
+        raise InputError(
+            Param("from_path") + f" {p}: its rows name checkpoints of a series (" + Param("check_checkpoints") + "), "
+            "but its metadata holds no series to read one checkpoint's verdicts from"
+        )
     if not meta.get("columns"):  # read so, each column of the bound was "not applicable: the file has none" (exit 0)
         raise InputError(
             Param("from_path") + f" {p}: its 'mhaaudit' parquet metadata names no columns, which every results "
             "file of " + Param("check_out") + " does (its weights and layer are read from there)"
         )
     return meta, rows
-
-
-def _refuse_series(p: Path) -> NoReturn:
-    """Refuse the results file of a series of checkpoints: it holds each checkpoint's verdicts of a trained
-    column, and nothing in it (nor any option of capacity) says which checkpoint the bound is of.
-
-    Raises:
-        InputError: always, naming ``p`` and what to give instead.
-    """
-    raise InputError(
-        Param("from_path")
-        + f" {p}: it holds a series of checkpoints ("
-        + Param("check_checkpoints")
-        + "), the verdicts of each, and nothing in it says which checkpoint to bound: give a results file of "
-        + Param("check_out")
-        + " from a run on one checkpoint ("
-        + Param("weights")
-        + " CHECKPOINT or "
-        + Param("revision")
-        + " REV)"
-    )
 
 
 def _refuse_other_command(p: Path, meta: Any) -> None:

@@ -470,7 +470,7 @@ def capacity_audit(
         heads,
         attention,
         flag(Param("shared_context"), shared_context),
-        *_read_from(from_path, data_req),
+        *_read_from(from_path, data_req, request, "trained" in vs),
     )
 
     def run(plan: _Plan) -> CapacityResult:
@@ -505,12 +505,12 @@ def _variants(variants, request: ModelRequest) -> list[str]:
     return vs
 
 
-def _read_from(from_path, data: DataRequest) -> tuple[Path | None, Any]:
-    """``from_path`` and the check results read from it, checked against the examples asked for
-    (None, None without a file)."""
+def _read_from(from_path, data: DataRequest, model: ModelRequest, trained: bool) -> tuple[Path | None, Any]:
+    """``from_path`` and the check results read from it (of a series, for the checkpoint that the trained weights
+    of ``model`` are), checked against the examples asked for (None, None without a file)."""
     if from_path is None:
         return None, None
-    from_results = read_check_results(from_path)
+    from_results = read_check_results(from_path, model.weights_path or model.revision, trained=trained)
     check_same_examples(from_path, from_results, limit=data.limit)
     return Path(from_path), from_results
 

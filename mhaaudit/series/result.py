@@ -99,6 +99,12 @@ class SeriesRun:
             return runs[run.same_as].audit
         return run.audit
 
+    def columns_meta(self, name: str | None) -> dict | None:
+        """What each column read and how (``AuditResult.columns_meta``, a single run's ``columns``) in the audit
+        whose records the checkpoint ``name`` carries (None: the reference's); None when there is none."""
+        audit = self.reference if name is None else self.audit_of(name)
+        return None if audit is None else audit.columns_meta()
+
 
 @dataclass(frozen=True)
 class TrendPoint:

@@ -466,13 +466,20 @@ def _result(
             "digest": None if c.digest is None else dataclasses.asdict(c.digest),
             "weights_read": None if c.audit is None else c.audit.info.as_dict().get("trained_weights_read"),
             "timings_s": c.timings,
+            "columns": runs[0].columns_meta(c.checkpoint.name),  # capacity --from reads a checkpoint by these
         }
         for c in (runs[0].checkpoints if runs else [])
     ]
     meta |= {
         "model": plan.base.model,
         "notes": notes,
-        "series": {"source": plan.series.source, "checkpoints": checkpoints, "complete": complete, "key": key},
+        "series": {
+            "source": plan.series.source,
+            "checkpoints": checkpoints,
+            "complete": complete,
+            "key": key,
+            "reference_columns": runs[0].columns_meta(None) if runs else None,
+        },
     }
     if seeds is not None:
         meta |= {"seed": None, "seeds": list(seeds.seeds), "seed_plan": seeds.as_dict()}

@@ -1,0 +1,113 @@
+"""A results file of a series of checkpoints (``check --checkpoints``, or a list in ``--revision``) read by
+``capacity --from`` for one of its checkpoints.
+
+A series' rows are each checkpoint's records as a single ``check MODEL --weights CHECKPOINT`` run of it writes
+them, tagged with the checkpoint (the reference columns' rows, audited once, with none); its metadata lists each
+checkpoint's columns as that run's metadata does (``columns``), and the reference columns' once. So the file is
+read as that single run's file would be: the reference rows and the checkpoint's, untagged, under the series'
+metadata with their columns. Which checkpoint is the one this run's trained weights are: the one ``--weights``
+names (its name as given, or its path) or ``--revision`` names; a run without the trained column reads the
+reference columns alone.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, NoReturn
+
+from ..errors import InputError, Param, clipped
+
+__all__ = ["checkpoint_results"]
+
+#: What a series tags each record with (``series.result.SERIES_FIELDS``), and the rows only a series writes
+_TAGS = ("checkpoint", "step", "order", "identical_to")
+_SERIES_ONLY = "sweep_estimate"
+
+
+def checkpoint_results(
+    p: Path, meta: dict, rows: list[dict], checkpoint: str | os.PathLike | None, trained: bool
+) -> tuple[dict, list[dict]]:
+    """The metadata and rows of the series file ``p`` (``meta``, ``rows``) for ``checkpoint`` (its name as given,
+    its path, or its revision), as a results file of ``check`` run on that checkpoint alone holds them; without
+    ``trained`` (the run reads no trained column), those of the reference columns alone.
+
+    Raises:
+        InputError: when the series holds several seeds' runs, ``checkpoint`` is None (with ``trained``), names
+            none of its checkpoints or one not audited (an interrupted series), or the file lists no columns of
+            the checkpoint (a series written before they were listed) or no reference columns without ``trained``.
+    """
+    series = meta.get("series")
+    entries = series.get("checkpoints") if isinstance(series, dict) else None
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise InputError(
+            Param("from_path") + f" {p}: its 'mhaaudit' parquet metadata lists no checkpoints of its series ("
+            "not what " + Param("check_checkpoints") + " writes)"
+        )
+    if "seed_plan" in meta:
+        raise InputError(
+            Param("from_path")
+            + f" {p}: it holds a series of checkpoints audited with several seeds ("
+            + Param("check_seeds")
+            + "); the bound rests on one run's verdicts: give the file of a series run with one "
+            + Param("seed")
+        )
+    assert isinstance(series, dict), "a series lists its checkpoints"
+    name = None
+    if trained:
+        if checkpoint is None:
+            _refuse_unnamed(p, entries)
+        name = _named(p, entries, os.fspath(checkpoint))
+    columns = series.get("reference_columns") or {}
+    own = next((e.get("columns") for e in entries if e.get("name") == name), None) if name is not None else {}
+    if not isinstance(columns, dict) or not isinstance(own, dict) or "reference_columns" not in series:
+        raise InputError(
+            Param("from_path")
+            + f" {p}: its series lists no columns of "
+            + (f"checkpoint {clipped(name, 80)}" if name is not None else "its reference")
+            + " (a series written by an earlier version, or one interrupted before it): audit it with "
+            + Param("check_out")
+            + " alone"
+        )
+    mine = [r for r in rows if r.get("checkpoint") in (None, name) and r.get("check") != _SERIES_ONLY]
+    kept = [{k: v for k, v in r.items() if k not in _TAGS} for r in mine]
+    return {k: v for k, v in meta.items() if k != "series"} | {"columns": {**columns, **own}}, kept
+
+
+def _named(p: Path, entries: list[dict[str, Any]], given: str) -> str:
+    """The name of the checkpoint ``given`` names: its name as given or its revision, or its path (relative or
+    absolute) for a local checkpoint.
+
+    Raises:
+        InputError: when no checkpoint of the series is named so or lies there.
+    """
+    for e in entries:
+        if e.get("name") == given:
+            return given
+    path = os.path.abspath(os.path.expanduser(given))
+    for e in entries:
+        if isinstance(e.get("path"), str) and os.path.normpath(e["path"]) == path:
+            return str(e["name"])
+    raise InputError(
+        Param("from_path")
+        + f" {p}: no checkpoint of its series is named {clipped(given, 120)} or lies there (it holds: "
+        + clipped(", ".join(str(e.get("name")) for e in entries), 300)
+        + ")"
+    )
+
+
+def _refuse_unnamed(p: Path, entries: list[dict[str, Any]]) -> NoReturn:
+    """Refuse a series file read for the trained column with no checkpoint named.
+
+    Raises:
+        InputError: always, naming ``p``, its checkpoints and what to give.
+    """
+    listed = ", ".join(str(e.get("name")) for e in entries) or "none audited yet"
+    raise InputError(
+        Param("from_path")
+        + f" {p}: it holds a series of checkpoints ({clipped(listed, 300)}), the verdicts of each: give "
+        + Param("weights")
+        + " CHECKPOINT or "
+        + Param("revision")
+        + " REV naming the one whose weights this run bounds"
+    )
