@@ -924,6 +924,35 @@ def test_bad_series_are_refused_with_one_line(vit_series, vit_dir_wide, tmp_path
         assert_one_error(rc, err, "cannot read")
 
 
+def test_a_checkpoint_with_other_data_files_is_refused_naming_which_one_holds_them(
+    vit_series, tmp_path, capsys, monkeypatch, no_work
+):
+    """The line says which of the two checkpoints holds the preprocessing file the other lacks."""
+    monkeypatch.chdir(vit_series)
+    with_file, without, other = tmp_path / "with-100", tmp_path / "without-200", tmp_path / "other-300"
+    for folder, source in ((with_file, "ckpt-100"), (without, "ckpt-200"), (other, "ckpt-400")):
+        shutil.copytree(vit_series / "runs" / source, folder)
+    (with_file / "preprocessor_config.json").write_text('{"image_mean": [0.5, 0.5, 0.5]}')
+    (other / "preprocessor_config.json").write_text('{"image_mean": [0.1, 0.2, 0.3]}')
+    cases = [
+        (
+            f"{with_file},{without}",
+            f"{without}: it has no preprocessor_config.json, the first checkpoint {with_file} has one",
+        ),
+        (
+            f"{without},{with_file}",
+            f"{with_file}: it has a preprocessor_config.json, the first checkpoint {without} has none",
+        ),
+        (
+            f"{with_file},{other}",
+            f"{other}: its preprocessor_config.json differs from the first checkpoint {with_file}'s",
+        ),
+    ]
+    for spec, says in cases:
+        rc, err = _bad(capsys, tmp_path, spec)
+        assert_one_error(rc, err, says)
+
+
 def test_a_torch_checkpoint_of_another_width_is_refused_before_any_work(
     vit_series, vit_dir_wide, tmp_path, capsys, monkeypatch, no_work
 ):

@@ -523,13 +523,14 @@ def _same_kind(
         fn = sorted(
             k for k in set(got.data_files) | set(want.data_files) if got.data_files.get(k) != want.data_files.get(k)
         )[0]
-        said = (
-            "differs from"
-            if fn in got.data_files and fn in want.data_files
-            else ("is not in" if fn not in got.data_files else "is only in")
-        )
+        if fn not in got.data_files:
+            said = f"it has no {fn}, the first checkpoint {first.name} has one"
+        elif fn not in want.data_files:
+            said = f"it has a {fn}, the first checkpoint {first.name} has none"
+        else:
+            said = f"its {fn} differs from the first checkpoint {first.name}'s"
         raise InputError(
-            Param(_param(ref)) + f" {ref.name}: its {fn} {said} the first checkpoint {first.name}'s; the "
+            Param(_param(ref)) + f" {ref.name}: {said}; the "
             "checkpoints of a series read the same data, so they carry the same tokenizer and image preprocessing"
         )
 
