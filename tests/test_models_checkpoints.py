@@ -63,8 +63,20 @@ def test_state_shapes_are_had_without_the_tensors_data(tmp_path):
     torch.save({"weights": [1, 2, 3]}, tmp_path / "list.pt")
     with pytest.raises(ModelError, match="does not hold a state dict of tensors"):
         checkpoints.state_shapes(str(tmp_path / "list.pt"))
-    (tmp_path / "garbage.bin").write_bytes(b"PK\x03\x04 not a checkpoint")
+    (tmp_path / "garbage.bin").write_bytes(b"\x80\x02 not a checkpoint")
     assert checkpoints.state_shapes(str(tmp_path / "garbage.bin")) is None  # no zip archive: read when loaded
+
+
+def test_a_torch_checkpoint_cut_short_is_refused_in_words(tmp_path):
+    """A zip checkpoint with its end cut off (a copy or download that stopped) is no legacy torch file: its
+    shapes are refused, not left to the load, and both say it is cut short (torch says ``[Errno 22]``)."""
+    torch.save(_net().state_dict(), tmp_path / "whole.bin")
+    data = (tmp_path / "whole.bin").read_bytes()
+    for name, size in (("cut.bin", len(data) - 100), ("half.pt", len(data) // 2), ("head.pt", 10)):
+        (tmp_path / name).write_bytes(data[:size])
+        for read in (checkpoints.state_shapes, checkpoints.read_state_file):
+            with pytest.raises(ModelError, match=f"{name}: the file begins as a zip archive .* it is cut short"):
+                read(str(tmp_path / name))
 
 
 def test_first_misfit_compares_the_tensors_the_model_loads():

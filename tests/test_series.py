@@ -987,6 +987,10 @@ def test_a_torch_checkpoint_of_another_width_is_refused_before_any_work(
     torch.save({k: v for k, v in torch.load(good, weights_only=True).items() if k != "embeddings.cls_token"}, lacking)
     rc, err = _bad(capsys, tmp_path, f"{good},{lacking}")
     assert_one_error(rc, err, "lacking-step6.bin is of another architecture than the first checkpoint")
+    cut = tmp_path / "cut-step7.bin"  # a copy that stopped: no legacy file to read when loaded, refused now
+    cut.write_bytes(good.read_bytes()[:-200])
+    rc, err = _bad(capsys, tmp_path, f"{good},{cut}")
+    assert_one_error(rc, err, "cut-step7.bin: the file begins as a zip archive (torch.save's form) but has no end")
 
 
 def test_checkpoints_whose_configs_hold_the_same_nan_are_of_one_model(vit_series, tmp_path):

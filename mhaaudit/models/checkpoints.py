@@ -89,6 +89,7 @@ def read_state(path: str) -> tuple[dict[str, torch.Tensor], bool]:
             with native_name(path) as name:  # a name load_file takes, whatever bytes the file's own holds
                 sd = load_file(name)
         else:
+            _refuse_cut_zip(path)
             sd = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # unreadable or not a checkpoint
         raise ModelError(f"cannot read the checkpoint {path}: {torch_load_reason(exc)}") from exc
@@ -96,6 +97,20 @@ def read_state(path: str) -> tuple[dict[str, torch.Tensor], bool]:
     for name, t in sd.items():
         dense_values(t, f"the checkpoint {path}, {str(name)[:80]}", ModelError)
     return sd, wrapped
+
+
+def _refuse_cut_zip(path: str) -> None:
+    """Refuse a torch file that begins as the zip archive ``torch.save`` writes but has no end (the list of
+    its contents a zip archive ends with): a copy or download cut short. Torch reads a file that is no zip
+    archive as its legacy form, and says no more of this one than ``[Errno 22] Invalid argument``.
+
+    Raises:
+        ValueError: saying so, when ``path`` is such a file (the callers turn it into their one line).
+    """
+    if not zipfile.is_zipfile(path):
+        with open(path, "rb") as fh:
+            if fh.read(4) == b"PK\x03\x04":
+                raise ValueError("the file begins as a zip archive (torch.save's form) but has no end: it is cut short")
 
 
 def _unwrapped(sd: Any, path: str) -> tuple[dict[str, torch.Tensor], bool]:
@@ -143,6 +158,7 @@ def _torch_shapes(path: str) -> dict[str, tuple[int, ...]] | None:
         ModelError: when the file holds no state dict of tensors; the reader's own errors pass through.
     """
     if not zipfile.is_zipfile(path):
+        _refuse_cut_zip(path)
         return None
     # memory-mapped: nothing of the tensors' bytes is read (a torch before 2.10 reads each storage it maps to
     # the meta device when the file is read as a stream); a name torch's own open takes, whatever its bytes
