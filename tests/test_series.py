@@ -399,6 +399,28 @@ def test_a_text_series_from_a_list_in_python(gpt_series, monkeypatch):
     assert again == result and str(again) == str(result) and again.records() == result.records()
 
 
+def test_a_task_model_s_save_and_a_base_model_s_are_one_series(gpt_series, tmp_path):
+    """A checkpoint saved from GPT2LMHeadModel names its tensors ``transformer.h.0...``, one saved from GPT2Model
+    ``h.0...``: both load into the audited model, so a series mixing them is of one model (it was refused as of
+    another architecture, *lacking* the tensors it holds under the prefix), and each checkpoint's records equal a
+    single run's, whichever kind comes first."""
+    from mhaaudit import audit
+
+    root, names = gpt_series
+    base = transformers.GPT2Model.from_pretrained(names[1])
+    task = transformers.GPT2LMHeadModel(base.config)
+    task.transformer.load_state_dict(base.state_dict())
+    lm = tmp_path / "lm-250"
+    task.save_pretrained(str(lm))
+    byte_tokenizer().save_pretrained(str(lm))
+    model, data = str(root / "runs" / "ckpt-100"), str(root / "docs.jsonl")
+    for series in ([names[0], str(lm)], [str(lm), names[3]]):
+        result = audit_series(model, checkpoints=series, data=data, variants=["trained"], **GPT_RUN)
+        for name in series:
+            single = audit(model, weights=name, data=data, variants=["trained"], **GPT_RUN)
+            assert result.audit(name).records() == single.records(), name
+
+
 def test_the_library_takes_the_command_line_s_forms_and_paths(vit_series, image_dir, monkeypatch):
     """``layers="0,1"`` and ``variants="trained"`` are read as ``--layers 0,1`` and ``--variants trained`` are,
     and a checkpoint is found by its path (a ``Path``, relative or absolute) as well as by its name."""

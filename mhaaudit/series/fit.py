@@ -36,6 +36,7 @@ from ..request import ModelRequest
 
 __all__ = [
     "DTYPE_BITS",
+    "as_loaded",
     "form_of",
     "header_shapes",
     "model_config",
@@ -123,6 +124,21 @@ def torch_shapes(name: str, path: str) -> dict[str, tuple[int, ...]] | None:
         return state_shapes(path)
     except ModelError as exc:
         raise InputError(Param("checkpoints") + f" {name}: {one_line(exc, 240)}") from None
+
+
+def as_loaded(shapes: dict[str, tuple[int, ...]], loads: tuple | None) -> dict[str, tuple[int, ...]]:
+    """A checkpoint's tensors' ``shapes`` named as the model's tensors they load into (``loads``: the model's
+    shapes and its checkpoints' name prefix, ``models.hf_weights.config_shapes``; None: as they are). A task
+    model's save (``transformer.h.0.attn.c_attn.weight``) and a base model's (``h.0.attn.c_attn.weight``) of one
+    model then name each tensor alike; a prefixed copy beside the name of its own loads into nothing and is kept."""
+    if loads is None or not loads[1]:
+        return shapes
+    expected, prefix = loads
+    out = {}
+    for key, shape in shapes.items():
+        bare = key.removeprefix(prefix + ".")
+        out[bare if bare != key and bare in expected and bare not in shapes else key] = shape
+    return out
 
 
 def form_of(path: str) -> str:

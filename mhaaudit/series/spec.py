@@ -45,6 +45,7 @@ from ..models.hf_weights import config_shapes
 from ..models.shards import INDEX_FILES, check_links_inside, check_local_indexes, hub_download, read_index
 from ..request import ModelRequest
 from ..runtime import MAX_INT64
+from . import fit
 from .fit import form_of, model_config, refuse_checkpoint_code, refuse_unfitting, refuse_unlike_model, weights_shapes
 from .hub import check_cached_weights, hub_repo
 
@@ -500,24 +501,25 @@ def _same_kind(
                 f"config has {key} = {short(a, 60)}, the first's {short(b, 60)}; a series audits the checkpoints of "
                 "one model"
             )
-    if got.shapes is not None and want.shapes is not None and got.shapes != want.shapes:
+    mine, theirs = (None if s is None else fit.as_loaded(s, loads) for s in (got.shapes, want.shapes))
+    if mine is not None and theirs is not None and mine != theirs:
         # one model's tensors saved in two forms may differ in which they hold (a save in safetensors drops tied ones)
-        odd = sorted(set(got.shapes) ^ set(want.shapes)) if got.form == want.form else []
+        odd = sorted(set(mine) ^ set(theirs)) if got.form == want.form else []
         if loads is not None:
             expected, prefix = loads
             odd = [k for k in odd if k in expected or (prefix and k.removeprefix(prefix + ".") in expected)]
         if odd:
-            where = "holds" if odd[0] in got.shapes else "lacks"
+            where = "holds" if odd[0] in mine else "lacks"
             raise InputError(
                 Param("checkpoints")
                 + f" {ref.name} is of another architecture than the first checkpoint {first.name}: "
                 f"it {where} the tensor {odd[0]}; a series audits the checkpoints of one model"
             )
-        name = next((k for k in sorted(got.shapes) if want.shapes.get(k, got.shapes[k]) != got.shapes[k]), None)
+        name = next((k for k in sorted(mine) if theirs.get(k, mine[k]) != mine[k]), None)
         if name is not None:
             raise InputError(
                 Param("checkpoints") + f" {ref.name} is of another width or architecture than the first checkpoint "
-                f"{first.name}: its tensor {name} has shape {got.shapes[name]}, the first's {want.shapes[name]}"
+                f"{first.name}: its tensor {name} has shape {mine[name]}, the first's {theirs[name]}"
             )
     if got.data_files != want.data_files:
         fn = sorted(
