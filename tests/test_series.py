@@ -975,6 +975,31 @@ def test_a_checkpoint_with_other_data_files_is_refused_naming_which_one_holds_th
         assert_one_error(rc, err, says)
 
 
+def test_a_checkpoint_folder_refused_by_the_model_folder_checks_is_named_as_a_checkpoint(
+    vit_series, tmp_path, capsys, monkeypatch, no_work
+):
+    """A link leading out of a checkpoint folder, a pipe in it or an index naming a file outside it: the line
+    names --checkpoints and the checkpoint as given, and calls it a checkpoint folder, not the model folder."""
+    monkeypatch.chdir(vit_series)
+    for name in ("piped-200", "linked-300", "indexed-400"):
+        shutil.copytree(vit_series / "runs" / "ckpt-100", tmp_path / name)
+    os.mkfifo(tmp_path / "piped-200" / "preprocessor_config.json")
+    (tmp_path / "linked-300" / "vocab.txt").symlink_to(vit_series / "model" / "config.json")
+    (tmp_path / "indexed-400" / "model.safetensors.index.json").write_text('{"weight_map": {"a": "../x.safetensors"}}')
+    cases = [
+        ("piped-200", "is a named pipe"),
+        ("linked-300", "is a symbolic link to"),
+        ("indexed-400", "is malformed"),
+    ]
+    for name, says in cases:
+        rc, err = _bad(capsys, tmp_path, f"runs/ckpt-100,{tmp_path / name}")
+        line = assert_one_error(rc, err, says)
+        assert line.startswith(f"Error: --checkpoints {tmp_path / name}: "), line
+        assert "model folder" not in line.split("malformed")[0], line
+    rc, err = _bad(capsys, tmp_path, f"runs/ckpt-100,{tmp_path / 'piped-200'}")
+    assert f"in the checkpoint folder {tmp_path / 'piped-200'}" in err, err
+
+
 def test_a_torch_checkpoint_of_another_width_is_refused_before_any_work(
     vit_series, vit_dir_wide, tmp_path, capsys, monkeypatch, no_work
 ):

@@ -353,7 +353,7 @@ def _roots(root: str) -> list[str]:
     return [root] if repo is None else [root, os.path.join(repo, "blobs")]
 
 
-def check_links_inside(folder: str) -> None:
+def check_links_inside(folder: str, what: str = "model folder") -> None:
     """Refuse, before anything is read, a model folder holding a symbolic link that leads outside
     it (a config, tokenizer or weights file planted as a link to another file on the machine), or
     an entry that is neither a file nor a folder (a named pipe or ``/dev/zero`` as its
@@ -362,9 +362,10 @@ def check_links_inside(folder: str) -> None:
 
     Raises:
         ModelError: when an entry of ``folder`` is a symbolic link resolving outside it (and outside the hub
-            cache's ``blobs`` for a snapshot folder), or is a named pipe, a device or a socket.
+            cache's ``blobs`` for a snapshot folder), or is a named pipe, a device or a socket; ``what`` names
+            the folder there.
     """
-    folder_files(folder, ModelError, "model folder", roots=_roots(os.path.realpath(folder)), depth=0, hidden=True)
+    folder_files(folder, ModelError, what, roots=_roots(os.path.realpath(folder)), depth=0, hidden=True)
 
 
 def _inside(folder: str, fn: str, index: str) -> str:

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from .. import validate
-from ..errors import InputError, OfflineError, Param, one_line
+from ..errors import InputError, ModelError, OfflineError, Param, one_line
 from ..files import read_json, regular_file, same_place
 from ..hub import is_offline
 from ..models.checkpoints import CHECKPOINT_FILES
@@ -353,6 +353,8 @@ def _contents(ref: CheckpointRef, base: ModelRequest) -> _Contents:
         raise InputError(
             Param("checkpoints") + f" {ref.name}: cannot be read ({exc.strerror or one_line(exc)})"
         ) from exc
+    except ModelError as exc:  # a link leading out, a pipe, an index naming a file outside: say which checkpoint
+        raise ModelError(Param("checkpoints") + f" {ref.name}: {exc}") from None
 
 
 def _folder_contents(ref: CheckpointRef, folder: str, base: ModelRequest) -> _Contents:
@@ -362,7 +364,7 @@ def _folder_contents(ref: CheckpointRef, folder: str, base: ModelRequest) -> _Co
         InputError: when it holds no weights file, or a weights file or its config cannot be read.
         ModelError: when its index names a file outside it, or it holds a link leading out.
     """
-    check_links_inside(folder)
+    check_links_inside(folder, "checkpoint folder")
     check_local_indexes(folder)
     files: list[str] = []
     shapes: dict[str, tuple[int, ...]] | None = None
