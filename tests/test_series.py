@@ -1000,6 +1000,19 @@ def test_a_checkpoint_folder_refused_by_the_model_folder_checks_is_named_as_a_ch
     assert f"in the checkpoint folder {tmp_path / 'piped-200'}" in err, err
 
 
+def test_a_shard_that_is_a_folder_is_not_said_to_be_missing(vit_series, tmp_path, capsys, monkeypatch, no_work):
+    monkeypatch.chdir(vit_series)
+    for name in ("folder-200", "gone-300"):
+        shutil.copytree(vit_series / "runs" / "ckpt-100", tmp_path / name)
+        (tmp_path / name / "model.safetensors").unlink()
+        index = {"weight_map": {"embeddings.cls_token": "shard-1.safetensors"}}
+        (tmp_path / name / "model.safetensors.index.json").write_text(json.dumps(index))
+    (tmp_path / "folder-200" / "shard-1.safetensors").mkdir()
+    for name, says in (("folder-200", "which is not a regular file"), ("gone-300", "which is missing")):
+        rc, err = _bad(capsys, tmp_path, f"runs/ckpt-100,{tmp_path / name}")
+        assert_one_error(rc, err, f"{tmp_path / name}: its index names shard-1.safetensors, {says}")
+
+
 def test_a_torch_checkpoint_of_another_width_is_refused_before_any_work(
     vit_series, vit_dir_wide, tmp_path, capsys, monkeypatch, no_work
 ):

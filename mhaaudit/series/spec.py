@@ -374,8 +374,9 @@ def _folder_contents(ref: CheckpointRef, folder: str, base: ModelRequest) -> _Co
         files = [os.path.realpath(os.path.join(folder, fn)) for fn in sorted(set(weight_map.values()))]
         missing = [f for f in files if not os.path.isfile(f)]
         if missing:
+            what = "is not a regular file" if os.path.exists(missing[0]) else "is missing"
             raise InputError(
-                Param("checkpoints") + f" {ref.name}: its index names {os.path.basename(missing[0])}, which is missing"
+                Param("checkpoints") + f" {ref.name}: its index names {os.path.basename(missing[0])}, which {what}"
             )
         for f in files:
             _readable(ref, f)
