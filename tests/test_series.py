@@ -776,18 +776,29 @@ def test_the_revision_read_is_named_and_capacity_notes_verdicts_of_another(gpt_h
     words = "hub org/tiny-gpt2 at revision step100 (local cache)"
     trained = [c for c in strict_json(out)["meta"]["columns"].values() if c["weights"] == "trained"]
     assert trained and all(c["weights_source"] == words for c in trained)
-    rc, out, err = run(capsys, "check", *args, "--samples", 64, "--layers", 1, "--revision", "step100,step300")
+    series = tmp_path / "series.parquet"
+    rc, out, err = run(
+        capsys, "check", *args, "--samples", 64, "--layers", 1, "--revision", "step100,step300", "--out", series
+    )
     assert rc == 0, err
     said = json.dumps(strict_json(out)["meta"])
     assert words in said and "hub org/tiny-gpt2 at revision step300 (local cache)" in said
-    for revision, noted in (("step100", False), ("step300", True)):
-        rc, out, err = run(capsys, "capacity", *args, "--revision", revision, "--from", res, "--variants", "trained")
+
+    def capacity(revision, file):
+        rc, out, err = run(capsys, "capacity", *args, "--revision", revision, "--from", file, "--variants", "trained")
         assert rc == 0, err
-        notes = [x for x in strict_json(out)["meta"]["notes"] if "were audited on" in x]
-        meta = strict_json(out)["meta"]
-        assert len(notes) == noted, meta["notes"]
+        doc = strict_json(out)
+        return doc["records"], [x for x in doc["meta"]["notes"] if "were audited on" in x]
+
+    for revision, noted in (("step100", False), ("step300", True)):
+        _, notes = capacity(revision, res)
+        assert len(notes) == noted, notes
         if noted:
             assert words in notes[0] and "at revision step300 (local cache)" in notes[0]
+    # the series' file is read for the revision named: step100's verdicts are those of its single run
+    drop = lambda records: [{k: v for k, v in r.items() if "source" not in k} for r in records]  # noqa: E731
+    from_series, notes = capacity("step100", series)
+    assert not notes and drop(from_series) == drop(capacity("step100", res)[0])
 
 
 def test_a_revision_missing_or_without_cached_weights_is_refused_before_any_work(
