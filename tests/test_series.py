@@ -1076,6 +1076,24 @@ def test_checkpoints_whose_configs_hold_the_same_nan_are_of_one_model(vit_series
     assert [c.step for c in series.checkpoints] == [1, 2]
 
 
+def test_checkpoints_whose_configs_differ_only_in_dropout_are_of_one_model(vit_series, tmp_path):
+    """A dropout rate or initialisation scale changed between two saves computes nothing else in an audit: as
+    against the model, it does not make the checkpoints two architectures; a key that computes does."""
+    names = []
+    for name, change in (("ckpt-1", {}), ("ckpt-2", {"hidden_dropout_prob": 0.3, "initializer_range": 0.5})):
+        shutil.copytree(vit_series / "runs" / "ckpt-100", tmp_path / name)
+        config = tmp_path / name / "config.json"
+        config.write_text(json.dumps(json.loads(config.read_text()) | change))
+        names.append(str(tmp_path / name))
+    series = resolve_series(",".join(names), None, ModelRequest(str(vit_series / "model")))
+    assert [c.step for c in series.checkpoints] == [1, 2]
+    shutil.copytree(vit_series / "runs" / "ckpt-100", tmp_path / "ckpt-3")
+    config = tmp_path / "ckpt-3" / "config.json"
+    config.write_text(json.dumps(json.loads(config.read_text()) | {"use_mask_token": True}))  # not the model's
+    with pytest.raises(InputError, match=r"ckpt-3 is of another architecture than the first checkpoint .*use_mask"):
+        resolve_series(f"{names[0]},{tmp_path / 'ckpt-3'}", None, ModelRequest(str(vit_series / "model")))
+
+
 def test_checkpoints_whose_configs_write_one_value_two_ways_are_of_one_model(vit_series, tmp_path):
     """A config value written as 10000 by one writer and 10000.0 by another is the same value."""
     names = []

@@ -40,7 +40,7 @@ from ..errors import InputError, ModelError, OfflineError, Param, one_line
 from ..files import read_json, regular_file, same_place
 from ..hub import is_offline
 from ..models.checkpoints import CHECKPOINT_FILES
-from ..models.hf_config import VOLATILE_CONFIG, WIDTH_KEYS, canonical, short
+from ..models.hf_config import VOLATILE_CONFIG, WIDTH_KEYS, canonical, computes, short
 from ..models.hf_weights import config_shapes
 from ..models.shards import INDEX_FILES, check_links_inside, check_local_indexes, hub_download, read_index
 from ..request import ModelRequest
@@ -546,7 +546,11 @@ def _param(ref: CheckpointRef) -> str:
 
 
 def _first_difference(a: dict, b: dict) -> tuple[str, object, object] | None:
-    for key in sorted(set(a) | set(b)):
+    """The first key (sorted) whose value differs between two checkpoints' configs, among those that can change
+    what the audit computes (``models.hf_config.computes``): a dropout rate or the random initialisation's scale
+    changed between two saves of one training run makes them no two models, as it does not set one apart from
+    the model."""
+    for key in sorted(k for k in set(a) | set(b) if computes(k)):
         x, y = a.get(key), b.get(key)
         if x != y and canonical(x) != canonical(y):  # equal values (10000 and 10000.0), or the same JSON (NaN)
             return key, x, y
