@@ -145,6 +145,15 @@ def test_a_checkpoint_s_step_is_the_number_its_name_carries(name, step):
     assert step_of(name)[0] == step
 
 
+def test_a_name_without_a_step_says_why():
+    """The reason names every mark a step number follows, not only ``step``, and that only the name itself counts."""
+    assert step_of("v2-epoch3") == (
+        None,
+        "it carries several numbers (2, 3) and none follows step, checkpoint, ckpt or iter",
+    )
+    assert step_of("runs/ckpt-100/model.safetensors") == (None, "it carries no number")
+
+
 # --------------------------------------------------------------------------- the series, one checkpoint at a time
 
 

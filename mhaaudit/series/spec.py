@@ -141,7 +141,7 @@ def step_of(name: str) -> tuple[int | None, str]:
         return _in_range(int(numbers[0]))
     if not numbers:
         return None, "it carries no number"
-    return None, f"it carries several numbers ({', '.join(numbers)}) and none follows 'step'"
+    return None, f"it carries several numbers ({', '.join(numbers)}) and none follows step, checkpoint, ckpt or iter"
 
 
 def _in_range(step: int) -> tuple[int | None, str]:
