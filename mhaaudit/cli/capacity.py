@@ -102,7 +102,9 @@ def capacity(
     variants: Annotated[
         list[str] | None,
         typer.Option(
-            "--variants", help="Columns: random and/or trained (default both; trained needs the hub or --weights)."
+            "--variants",
+            help="Columns: random and/or trained (default both; trained reads the model's own weights: a local "
+            "folder's, the hub's or its cache's, or --weights).",
         ),
     ] = None,
     weights: Weights = None,
