@@ -151,8 +151,8 @@ def kruskal(
         str | None,
         typer.Option(
             "--weights",
-            help="With no FEATURES and a trained column: local folder (transformers) or file (timm) with the "
-            "trained weights.",
+            help="With no FEATURES and a trained column: the trained weights, a local folder or a weights file "
+            "(.safetensors, .bin, .pt, ...) whose tensors fit the model.",
         ),
     ] = None,
     data: Annotated[

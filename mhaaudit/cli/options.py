@@ -151,7 +151,9 @@ BackendOpt = Annotated[Backend | None, typer.Option("--backend", help="Force tra
 Weights = Annotated[
     str | None,
     typer.Option(
-        "--weights", help="Local folder (transformers) or file (timm) with trained weights for the trained column."
+        "--weights",
+        help="Trained weights for the trained column: a local folder, or a weights file (.safetensors, .bin, .pt, "
+        "...) whose tensors fit the model.",
     ),
 ]
 Data = Annotated[
