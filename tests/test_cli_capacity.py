@@ -473,6 +473,24 @@ def test_from_a_series_of_checkpoints_reads_the_checkpoint_of_the_weights_given(
         assert out == "" and not cap.exists() and tmp_leftovers(tmp_path) == []
 
 
+def test_from_a_series_an_identical_checkpoint_reads_as_audited_on_its_own_weights(capsys, vit4, image_dir, tmp_path):
+    """A checkpoint byte-identical to the one before it carries that one's verdicts, of the same tensors: read
+    for it, they are noted as audited on its own weights, not on the other checkpoint's ("the verdicts of
+    column 'trained-L1' ... were audited on local folder .../ckpt-1; this run's trained weights are ...")."""
+    import shutil
+
+    ckpts = [shutil.copytree(vit4, tmp_path / f"ckpt-{i}") for i in (1, 2)]
+    series = tmp_path / "series.parquet"
+    args = ("--data", image_dir, "--limit", "40", "--samples", "50", "--batch-size", "16", "--variants", "trained")
+    rc, _, err = run(capsys, "check", vit4, *args, "--checkpoints", ",".join(map(str, ckpts)), "--out", series)
+    assert rc == 0, err
+    entry = read_parquet_metadata(series)["series"]["checkpoints"][1]
+    assert entry["status"] == "identical"
+    assert [c["weights_source"] for c in entry["columns"].values()] == [f"local folder {ckpts[1]}"]
+    doc = json_run(capsys, vit4, "--data", image_dir, *FROM, "--from", series, "--weights", ckpts[1])
+    assert doc["records"] and not [x for x in doc["meta"]["notes"] if "were audited on" in x]
+
+
 def test_from_the_file_of_another_command_is_refused_naming_it(capsys, vit4, image_dir, tmp_path):
     """The files of reproduce, capacity and kruskal were refused as "not a results file of 'mhaaudit check --out'
     (no check/variant columns)", which says what they are not; the refusal names the command that wrote each.

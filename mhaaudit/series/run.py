@@ -61,7 +61,7 @@ from ..tables import table_rows
 from .identity import Digest
 from .result import CheckpointRun, SeriesResult, SeriesRun, StoredContradiction
 from .spec import CheckpointRef, Series, resolve_series, series_revisions
-from .trained import _Trained
+from .trained import _Trained, checkpoint_columns
 
 __all__ = ["audit_series"]
 
@@ -466,7 +466,7 @@ def _result(
             "digest": None if c.digest is None else dataclasses.asdict(c.digest),
             "weights_read": None if c.audit is None else c.audit.info.as_dict().get("trained_weights_read"),
             "timings_s": c.timings,
-            "columns": runs[0].columns_meta(c.checkpoint.name),  # capacity --from reads a checkpoint by these
+            "columns": checkpoint_columns(runs[0], c, plan),  # capacity --from reads a checkpoint by these
         }
         for c in (runs[0].checkpoints if runs else [])
     ]

@@ -34,6 +34,7 @@ from .identity import Digest, file_digest, tensor_digest
 from .spec import DATA_FILES, CheckpointRef, data_files, file_sha256
 
 if TYPE_CHECKING:
+    from .result import CheckpointRun, SeriesRun
     from .run import _Plan
 
 
@@ -258,6 +259,18 @@ def _model_data_files(plan: _Plan) -> dict[str, str] | None:
     except (MhaauditError, OSError, ValueError):  # nothing to compare with: not known to be the same
         return None
     return found or None
+
+
+def checkpoint_columns(run: SeriesRun, c: CheckpointRun, plan: _Plan) -> dict | None:
+    """The columns whose records the checkpoint of ``c`` carries (``SeriesRun.columns_meta``), as a single run of
+    it lists them: those of a checkpoint identical to the one before it are the audited one's, but their weights
+    are its own (byte for byte the tensors read), so they name its own source, as ``capacity --from`` reads them
+    (verdicts audited on another source are noted there as other weights of the same shape)."""
+    columns = run.columns_meta(c.checkpoint.name)
+    if c.status != "identical" or not columns:
+        return columns
+    source = _source_words(c.checkpoint, plan)
+    return {name: col | {"weights_source": source} for name, col in columns.items()}
 
 
 def _source_words(ref: CheckpointRef, plan: _Plan) -> str:
