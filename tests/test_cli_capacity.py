@@ -491,6 +491,38 @@ def test_from_a_series_an_identical_checkpoint_reads_as_audited_on_its_own_weigh
     assert doc["records"] and not [x for x in doc["meta"]["notes"] if "were audited on" in x]
 
 
+def test_from_a_series_weights_read_where_they_lie_not_by_a_name_alike(capsys, vit4, image_dir, tmp_path, monkeypatch):
+    """Relative --weights name the checkpoint that lies there from this run's folder, whose weights the run reads:
+    a series run elsewhere whose other checkpoint was named so as given (here: ``a`` in ``one/``, beside
+    ``two/a`` given as its path) read that other one's verdicts, with a note that they were audited on it."""
+    import shutil
+
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    ckpts = [shutil.copytree(vit4, tmp_path / where / "a") for where in ("one", "two")]
+    with torch.no_grad():  # the second checkpoint's weights differ from the first's
+        model = transformers.ViTModel.from_pretrained(ckpts[1])
+        model.embeddings.patch_embeddings.projection.weight.mul_(1.5)
+        model.save_pretrained(ckpts[1])
+    series, single = tmp_path / "series.parquet", tmp_path / "single.parquet"
+    args = ("--data", image_dir, "--limit", "40", "--samples", "50", "--batch-size", "16", "--variants", "trained")
+    monkeypatch.chdir(tmp_path / "one")
+    rc, _, err = run(capsys, "check", vit4, *args, "--checkpoints", f"a,{ckpts[1]}", "--out", series)
+    assert rc == 0, err
+    monkeypatch.chdir(tmp_path / "two")
+    rc, _, err = run(capsys, "check", vit4, *args, "--weights", "a", "--out", single)
+    assert rc == 0, err
+
+    def capacity(res):
+        doc = json_run(
+            capsys, vit4, "--data", image_dir, *FROM, "--from", res, "--weights", "a", "--variants", "trained"
+        )
+        return [{k: v for k, v in r.items() if "source" not in k} for r in doc["records"]], doc["meta"]["notes"]
+
+    (records, notes), (alone, _) = capacity(series), capacity(single)
+    assert records == alone and not [x for x in notes if "were audited on" in x]
+
+
 def test_from_the_file_of_another_command_is_refused_naming_it(capsys, vit4, image_dir, tmp_path):
     """The files of reproduce, capacity and kruskal were refused as "not a results file of 'mhaaudit check --out'
     (no check/variant columns)", which says what they are not; the refusal names the command that wrote each.

@@ -75,19 +75,20 @@ def checkpoint_results(
 
 
 def _named(p: Path, entries: list[dict[str, Any]], given: str) -> str:
-    """The name of the checkpoint ``given`` names: its name as given or its revision, or its path (relative or
-    absolute) for a local checkpoint.
+    """The name of the checkpoint ``given`` names: the local checkpoint that lies at ``given`` (relative to this
+    run's folder: the weights this run reads), else the one named so as given, or its revision. A series run in
+    another folder may name another checkpoint as this run's weights are given.
 
     Raises:
-        InputError: when no checkpoint of the series is named so or lies there.
+        InputError: when no checkpoint of the series lies there or is named so.
     """
-    for e in entries:
-        if e.get("name") == given:
-            return given
     path = os.path.abspath(os.path.expanduser(given))
     for e in entries:
         if isinstance(e.get("path"), str) and os.path.normpath(e["path"]) == path:
             return str(e["name"])
+    for e in entries:
+        if e.get("name") == given:
+            return given
     raise InputError(
         Param("from_path")
         + f" {p}: no checkpoint of its series is named {clipped(given, 120)} or lies there (it holds: "
