@@ -341,8 +341,27 @@ def test_a_file_that_is_not_one_check_run_is_refused_saying_what_it_is(tmp_path,
             True,
             "no checkpoint of its series is named b or lies there (it holds: a)",
         ),
+        (
+            {"checkpoints": [{"name": "a", "columns": {}}], "reference_columns": [1]},
+            "a",
+            True,
+            "its series lists no columns of its reference (a",
+        ),
+        (
+            {"checkpoints": [{"name": 5, "path": "/x/a", "columns": {}}], "reference_columns": {}},
+            "/x/a",
+            True,
+            "its series lists a checkpoint whose name is 5 (int), not a name",
+        ),
     ],
-    ids=["earlier-version", "earlier-version-reference", "malformed", "other-checkpoint"],
+    ids=[
+        "earlier-version",
+        "earlier-version-reference",
+        "malformed",
+        "other-checkpoint",
+        "malformed-reference",
+        "name-no-text",
+    ],
 )
 def test_a_series_read_for_a_checkpoint_it_cannot_give_is_refused(tmp_path, series, checkpoint, trained, says):
     """A series file is read for one checkpoint from the columns its metadata lists for it: a file that lists none

@@ -35,7 +35,8 @@ def checkpoint_results(
     Raises:
         InputError: when the series holds several seeds' runs, ``checkpoint`` is None (with ``trained``), names
             none of its checkpoints or one not audited (an interrupted series), or the file lists no columns of
-            the checkpoint (a series written before they were listed) or no reference columns without ``trained``.
+            the checkpoint (a series written before they were listed) or no reference columns, or lists a
+            checkpoint whose name is no text.
     """
     series = meta.get("series")
     entries = series.get("checkpoints") if isinstance(series, dict) else None
@@ -53,6 +54,13 @@ def checkpoint_results(
             + Param("seed")
         )
     assert isinstance(series, dict), "a series lists its checkpoints"
+    for e in entries:  # a name is what the rows are tagged with and the checkpoint is found by
+        if not isinstance(e.get("name"), str):
+            shown = f"{clipped(repr(e.get('name')), 60)} ({type(e.get('name')).__name__})"
+            raise InputError(
+                Param("from_path") + f" {p}: its series lists a checkpoint whose name is {shown}, not a name "
+                "(not what " + Param("check_checkpoints") + " writes)"
+            )
     name = None
     if trained:
         if checkpoint is None:
@@ -64,7 +72,7 @@ def checkpoint_results(
         raise InputError(
             Param("from_path")
             + f" {p}: its series lists no columns of "
-            + (f"checkpoint {clipped(name, 80)}" if name is not None else "its reference")
+            + (f"checkpoint {clipped(name, 80)}" if name is not None and not isinstance(own, dict) else "its reference")
             + " (a series written by an earlier version, or one interrupted before it): audit it with "
             + Param("check_out")
             + " alone"
