@@ -65,7 +65,7 @@ def checkpoint_results(
     if trained:
         if checkpoint is None:
             _refuse_unnamed(p, entries)
-        name = _named(p, entries, os.fspath(checkpoint))
+        name = _named(p, entries, os.fspath(checkpoint), series.get("complete") is False)
     columns = series.get("reference_columns") or {}
     own = next((e.get("columns") for e in entries if e.get("name") == name), None) if name is not None else {}
     if not isinstance(columns, dict) or not isinstance(own, dict) or "reference_columns" not in series:
@@ -82,13 +82,14 @@ def checkpoint_results(
     return {k: v for k, v in meta.items() if k != "series"} | {"columns": {**columns, **own}}, kept
 
 
-def _named(p: Path, entries: list[dict[str, Any]], given: str) -> str:
+def _named(p: Path, entries: list[dict[str, Any]], given: str, interrupted: bool) -> str:
     """The name of the checkpoint ``given`` names: the local checkpoint that lies at ``given`` (relative to this
     run's folder: the weights this run reads), else the one named so as given, or its revision. A series run in
     another folder may name another checkpoint as this run's weights are given.
 
     Raises:
-        InputError: when no checkpoint of the series lies there or is named so.
+        InputError: when no checkpoint of the series lies there or is named so (saying, for an ``interrupted``
+            series, that it lists only the checkpoints audited before it stopped).
     """
     path = os.path.abspath(os.path.expanduser(given))
     for e in entries:
@@ -101,6 +102,11 @@ def _named(p: Path, entries: list[dict[str, Any]], given: str) -> str:
         Param("from_path")
         + f" {p}: no checkpoint of its series is named {clipped(given, 120)} or lies there (it holds: "
         + clipped(", ".join(str(e.get("name")) for e in entries), 300)
+        + (
+            "; it was interrupted, and lists only those audited before: run it again into this file for the rest"
+            if interrupted
+            else ""
+        )
         + ")"
     )
 
