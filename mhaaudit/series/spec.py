@@ -49,14 +49,7 @@ from . import fit
 from .fit import form_of, model_config, refuse_checkpoint_code, refuse_unfitting, refuse_unlike_model, weights_shapes
 from .hub import check_cached_weights, hub_repo
 
-__all__ = [
-    "MAX_CHECKPOINTS",
-    "CheckpointRef",
-    "Series",
-    "resolve_series",
-    "series_revisions",
-    "step_of",
-]
+__all__ = ["MAX_CHECKPOINTS", "CheckpointRef", "Series", "resolve_series", "series_revisions", "step_of"]
 
 #: The most checkpoints one series holds (a glob matching more is refused before any work).
 MAX_CHECKPOINTS = 10_000
