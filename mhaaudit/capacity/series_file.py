@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ..errors import InputError, Param, clipped
+from ..tables import SERIES_COLUMNS
 
 __all__ = ["checkpoint_results"]
 
-#: What a series tags each record with (``series.result.SERIES_FIELDS``), and the rows only a series writes
-_TAGS = ("checkpoint", "step", "order", "identical_to")
+#: What a series tags each record with (the schema's series columns), and the rows only a series writes
+_TAGS = tuple(c.name for c in SERIES_COLUMNS)
 _SERIES_ONLY = "sweep_estimate"
 
 
