@@ -105,7 +105,7 @@ def kruskal_request(
             queries nor a3, or ``features`` is not a path (a tensor in memory, a number).
     """
     sizes = [k] if isinstance(k, int) else list(k or [])
-    ks = tuple(validate.integer(Param("k"), kk) for kk in dict.fromkeys(sizes))
+    ks = tuple(dict.fromkeys(validate.integer(Param("k"), kk) for kk in sizes))
     n = None if n is None else validate.integer(Param("n"), n)
     if vectors is not None:
         vectors = validate.choice(Param("vectors"), getattr(vectors, "value", vectors), VECTORS)

@@ -19,6 +19,7 @@ from .errors import InputError, Param
 
 __all__ = [
     "choice",
+    "digits",
     "flag",
     "fraction",
     "int_list",
@@ -35,12 +36,13 @@ MAX_LIST = 100_000  # values an integer list or range may name (a list of them i
 _HEADS, _LAYERS = Param("heads"), Param("layers")  # what the messages of head_counts and layers name
 
 
-def _digits(text: str) -> int:
+def digits(text: str) -> int:
     """The integer a text of ASCII digits writes (sign, spaces around and underscores as ``int`` takes them).
 
-    ``int`` also reads the digits of other scripts (``"\u0662\u0660"`` is 20), which the command line's integer
-    options that typer parses (``--limit``, ``--samples``, ``--seed``, ...) refuse: refused here too, an integer is
-    read the same way whichever option or parameter it is given to.
+    ``int`` also reads the digits of other scripts (``"\u0662\u0660"`` is 20): refused here, as ``20.0`` is, and
+    the command line's integer options that typer parses (``--limit``, ``--samples``, ``--seed``, ...) read their
+    values here too (``cli.options.whole_number``), so an integer is read the same way whichever option or
+    parameter it is given to, whatever typer's release would make of it.
 
     Raises:
         ValueError: when ``text`` holds a character outside ASCII, or ``int`` refuses it.
@@ -56,7 +58,7 @@ def _as_int(name: str | Param, value, what: str = "an integer") -> int:
         raise InputError(name + f" must be {what}, got {value!r}", value=value, allowed=what)
     if isinstance(value, str):
         try:
-            return _digits(value)
+            return digits(value)
         except ValueError:
             raise InputError(name + f" must be {what}, got {value!r}", value=value, allowed=what) from None
     if isinstance(value, numbers.Integral):
@@ -186,9 +188,9 @@ def _part_ints(part: str, spec: str, name: str | Param, what: str, example: str,
     """
     try:
         if "-" not in part[1:]:
-            return (_digits(part),)
+            return (digits(part),)
         cut = part.index("-", 1)
-        lo, hi = _digits(part[:cut]), _digits(part[cut + 1 :])
+        lo, hi = digits(part[:cut]), digits(part[cut + 1 :])
     except ValueError:
         raise InputError(name + f" {spec!r}: use {what} and ranges such as {example}") from None
     if hi < lo:

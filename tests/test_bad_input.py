@@ -501,13 +501,21 @@ _INTEGER_OPTIONS = [
     *(f"check /nonexistent {o} {{v}}" for o in ("--context-length", "--weights-seed", "--data-seed")),
     *(f"check /nonexistent {o} {{v}}" for o in ("--layers", "--batch-size", "--seeds")),
     *(f"capacity /nonexistent {o} {{v}}" for o in ("--limit", "--block", "--heads", "--batch-size", "--seeds")),
+    *(f"capacity /nonexistent {o} {{v}}" for o in ("--layer", "--samples", "--seed", "--context-length")),
+    *(f"capacity /nonexistent {o} {{v}}" for o in ("--weights-seed", "--data-seed")),
     *(f"kruskal --model /nonexistent {o} {{v}}" for o in ("--limit", "--k", "--n", "--batch-size", "--seeds")),
+    *(f"kruskal --model /nonexistent {o} {{v}}" for o in ("--samples", "--seed", "--query-index")),
+    *(f"kruskal --model /nonexistent {o} {{v}}" for o in ("--weights-seed", "--data-seed")),
     *(f"memorize --sizes 10 --max-steps 1 {o} {{v}}" for o in ("--classes", "--epochs", "--batch-size", "--seed")),
     *(f"memorize --sizes 10 --max-steps 1 {o} {{v}}" for o in ("--check-every", "--max-group", "--seeds")),
     *(f"memorize --sizes 10 --classes 1 {o} {{v}}" for o in ("--max-steps", "--n", "--heads", "--head-dim")),
     "memorize --classes 1 --sizes {v}",
     "memorize --sizes 10 --classes 1 --vary heads --values {v}",
     *(f"reproduce table3 --data /nonexistent {o} {{v}}" for o in ("--limit", "--max-steps", "--batch-size", "--seeds")),
+    *(
+        f"reproduce table3 --data /nonexistent {o} {{v}}"
+        for o in ("--samples", "--seed", "--weights-seed", "--data-seed")
+    ),
     "reproduce table3 --data /nonexistent --context-length bert={v}",
     *(f"reproduce figure2 --max-steps 0 {o} {{v}}" for o in ("--values", "--sizes")),
 ]
@@ -519,15 +527,42 @@ def _option(args: str) -> str:
 
 @pytest.mark.parametrize("args", _INTEGER_OPTIONS, ids=[f"{a.split()[0]} {_option(a)}" for a in _INTEGER_OPTIONS])
 def test_every_integer_option_reads_only_ascii_digits(capsys, args):
-    """Python's int() reads the digits of every script ("٢٠" is 20), but typer's integer options refuse them:
-    every option refuses them alike, in one line naming the option."""
+    """Python's int() reads the digits of every script ("٢٠" is 20), and some typer releases read "20.0" as 20: every
+    option refuses both alike, in one line naming the option."""
     option = _option(args)
-    for value in ("\u0662\u0660", "\uff12\uff10", "1-\u0662"):
+    for value in ("\u0662\u0660", "\uff12\uff10", "1-\u0662", "20.0"):
         if value.startswith("1-") and option not in ("--layers", "--seeds", "--heads", "--n", "--head-dim"):
             continue  # a range only where one is taken
         rc, out, err = run(capsys, *shlex.split(args.format(v=value)))
         assert_one_error(rc, err, option)
         assert out == ""
+
+
+def test_the_integer_cases_name_every_integer_option():
+    """Every option a command declares as an integer (or a list of them) is among the cases above, so an integer
+    option added later is read the same way, or this fails."""
+    import typing
+
+    import typer
+
+    from mhaaudit.cli.app import app
+
+    declared = set()
+    for command in app.registered_commands:
+        hints = typing.get_type_hints(command.callback, include_extras=True)
+        for hint in hints.values():
+            if typing.get_origin(hint) is not typing.Annotated:
+                continue
+            kind, *extras = typing.get_args(hint)
+            info = next((x for x in extras if isinstance(x, typer.models.OptionInfo)), None)
+            inner = {a for a in typing.get_args(kind) if a is not type(None)} or {kind}
+            if (info is not None and inner & {int, list[int]}) or (info is not None and info.metavar == "<int>"):
+                flags = [f for f in (info.default, *info.param_decls) if str(f).startswith("--")]
+                declared.add((command.name, tuple(flags)))
+    covered = {(a.split()[0], _option(a)) for a in _INTEGER_OPTIONS}
+    missing = [(name, flags) for name, flags in declared if not any((name, f) in covered for f in flags)]
+    assert len(declared) > 30
+    assert not missing, sorted(missing)
 
 
 # --------------------------------------------------------------------------- what is written

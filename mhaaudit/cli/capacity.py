@@ -52,6 +52,7 @@ from .options import (
     VaryOpt,
     Weights,
     WeightsSeed,
+    integer_option,
     named_path,
     output_option,
 )
@@ -110,7 +111,7 @@ def capacity(
     weights: Weights = None,
     block: Annotated[
         int | None,
-        typer.Option(
+        integer_option(
             "--block",
             help="Attention block K whose heads build Z (default 2: the paper applies Theorem 1 to the second "
             "attention layer, whose input satisfies Assumptions 1 and 2). The tokens read, audited and "
@@ -119,7 +120,7 @@ def capacity(
     ] = None,
     layer: Annotated[
         int | None,
-        typer.Option(
+        integer_option(
             "--layer",
             help="Deprecated alias of --block (same meaning: the tokens read are the input of block K, the output "
             "of block K-1).",
@@ -128,7 +129,7 @@ def capacity(
     backend: BackendOpt = None,
     data: Data = None,
     split: Split = DEFAULT_SPLIT,
-    limit: Annotated[int, typer.Option("--limit", help="Number of examples T (rows of Z).")] = DEFAULT_LIMIT,
+    limit: Annotated[int, integer_option("--limit", help="Number of examples T (rows of Z).")] = DEFAULT_LIMIT,
     batch_size: BatchSize = str(DEFAULT_BATCH_SIZE),
     keep_duplicates: KeepDuplicates = False,
     text_column: TextColumn = None,

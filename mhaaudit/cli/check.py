@@ -52,6 +52,7 @@ from .options import (
     VaryOpt,
     Weights,
     WeightsSeed,
+    integer_option,
     named_path,
 )
 from .output import CommandClock, emit_result, emit_seeds, prepare_outputs
@@ -71,7 +72,7 @@ def check(
     ] = None,
     layer: Annotated[
         int | None,
-        typer.Option(
+        integer_option(
             "--layer",
             help="Depth K of the random and trained image columns: the tokens read are the output of block K "
             "(default 1 = after the first block; --layers 0 reads the embedding output).",
@@ -103,7 +104,7 @@ def check(
     text_column: TextColumn = None,
     image_column: ImageColumn = None,
     convert_rgb: ConvertRgb = False,
-    limit: Annotated[int, typer.Option("--limit", help="Number of examples T.")] = DEFAULT_LIMIT,
+    limit: Annotated[int, integer_option("--limit", help="Number of examples T.")] = DEFAULT_LIMIT,
     batch_size: BatchSize = str(DEFAULT_BATCH_SIZE),
     keep_duplicates: KeepDuplicates = False,
     context_length: ContextLength = None,
@@ -111,7 +112,7 @@ def check(
     trust_remote_code: TrustRemoteCode = False,
     query_index: Annotated[
         int | None,
-        typer.Option(
+        integer_option(
             "--query-index", help="Token used as the query (default: 0 = [CLS] for encoders, last for decoders)."
         ),
     ] = None,

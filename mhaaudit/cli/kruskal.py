@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from .. import validate
 from ..defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_DEVICE,
@@ -19,7 +20,7 @@ from ..defaults import (
     DEFAULT_THRESHOLD,
     KRUSKAL_VECTORS,
 )
-from ..errors import Message
+from ..errors import Message, Param
 from .given import refuse_data_options, refuse_unused, renamed
 from .library import run_settings, value_of
 from .names import flagged
@@ -46,6 +47,7 @@ from .options import (
     Vary,
     VaryOpt,
     WeightsSeed,
+    integer_option,
     named_path,
 )
 from .output import CommandClock, emit_result, emit_seeds, prepare_outputs
@@ -66,9 +68,11 @@ def kruskal(
         ),
     ] = None,
     k: Annotated[
-        list[int] | None,
+        list[str] | None,  # read by the library as every integer is (a list option takes no typer parser)
         typer.Option(
-            "--k", help="Candidate size (repeatable). Default: n and min(T, d) when n is known, else --sweep."
+            "--k",
+            metavar="<int>",
+            help="Candidate size (repeatable). Default: n and min(T, d) when n is known, else --sweep.",
         ),
     ] = None,
     sweep: Annotated[
@@ -98,7 +102,7 @@ def kruskal(
     plot: Plot = None,
     query_index: Annotated[
         int | None,
-        typer.Option(
+        integer_option(
             "--query-index",
             help="Token used as the query: its row in a T x n x d array, or, with --model, in the model's tokens "
             "(0 = [CLS], -1 = last).",
@@ -119,7 +123,7 @@ def kruskal(
     ] = None,
     n: Annotated[
         int | None,
-        typer.Option(
+        integer_option(
             "--n",
             "--context-length",
             help="Context length n: tested by default and marked on the plot. With --model it sets a text model's "
@@ -162,7 +166,7 @@ def kruskal(
     split: Annotated[
         str, typer.Option("--split", help="With no FEATURES: dataset split for Hugging Face datasets.")
     ] = DEFAULT_SPLIT,
-    limit: Annotated[int, typer.Option("--limit", help="With no FEATURES: number of examples T.")] = DEFAULT_LIMIT,
+    limit: Annotated[int, integer_option("--limit", help="With no FEATURES: number of examples T.")] = DEFAULT_LIMIT,
     batch_size: Annotated[
         str, typer.Option("--batch-size", help="With no FEATURES: examples per forward pass, an integer or auto.")
     ] = str(DEFAULT_BATCH_SIZE),
@@ -213,7 +217,13 @@ def kruskal(
     refuse_inputs({"--out": out, "--plot": plot}, [features, model, weights, data])
     prepare_outputs(out, plot, fmt)
     request = kruskal_request(
-        features, sweep=sweep or plot is not None, k=k, n=n, vectors=value_of(vectors), key=key, query_index=query_index
+        features,
+        sweep=sweep or plot is not None,
+        k=_sizes(k),
+        n=n,
+        vectors=value_of(vectors),
+        key=key,
+        query_index=query_index,
     )
     _refuse_unused(ctx, features, data)
     capture = None
@@ -258,6 +268,15 @@ def kruskal(
         )
         _plot_sweep(result, plot, label)
     emit_result(fmt, result, out, lambda: render_kruskal(result), clock=clock)
+
+
+def _sizes(k: list[str] | None) -> list[int] | None:
+    """``--k``'s values as integers, read as every integer is (``validate.integer``; ``20.0`` refused).
+
+    Raises:
+        InputError: when a value is not a positive integer.
+    """
+    return None if k is None else [validate.integer(Param("k"), v) for v in k]
 
 
 def _note(line: str, progress: bool, fmt: Format) -> None:

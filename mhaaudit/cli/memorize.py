@@ -27,7 +27,7 @@ from ..defaults import (
 from ..stdio import say
 from .given import refuse_unused
 from .library import importing, value_of
-from .options import Device, Format, FormatOpt, Quiet, Seed, output_option
+from .options import Device, Format, FormatOpt, Quiet, Seed, integer_option, output_option
 from .output import emit, prepare_outputs
 
 # The choices of the grid and of the recipe, each member named as its value, from the library's tuples
@@ -81,7 +81,7 @@ def memorize(
         Context, typer.Option("--context", help="shared (one context for all examples) or per-example.")
     ] = Context[DEFAULT_MEMORIZE_CONTEXT],
     classes: Annotated[
-        int, typer.Option("--classes", help="Number of classes (classification only).")
+        int, integer_option("--classes", help="Number of classes (classification only).")
     ] = DEFAULT_CLASSES,
     tolerance: Annotated[
         float,
@@ -93,16 +93,18 @@ def memorize(
     ] = DEFAULT_TOLERANCE,
     epochs: Annotated[
         int | None,
-        typer.Option("--epochs", help="Epochs per point (default: max(500 epochs, 50k steps), the paper's rule)."),
+        integer_option("--epochs", help="Epochs per point (default: max(500 epochs, 50k steps), the paper's rule)."),
     ] = None,
-    max_steps: Annotated[int | None, typer.Option("--max-steps", help="Cap on optimisation steps per point.")] = None,
+    max_steps: Annotated[int | None, integer_option("--max-steps", help="Cap on optimisation steps per point.")] = None,
     lr: Annotated[
         float, typer.Option("--lr", help="Adam learning rate (peak of the warm-up/cosine schedule).")
     ] = DEFAULT_LR,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Training batch size.")] = DEFAULT_TRAINING_BATCH_SIZE,
+    batch_size: Annotated[
+        int, integer_option("--batch-size", help="Training batch size.")
+    ] = DEFAULT_TRAINING_BATCH_SIZE,
     check_every: Annotated[
         int,
-        typer.Option("--check-every", help="Check for full memorisation (and stop) every this many steps."),
+        integer_option("--check-every", help="Check for full memorisation (and stop) every this many steps."),
     ] = DEFAULT_CHECK_EVERY,
     seed: Seed = DEFAULT_SEED,
     seeds: Annotated[
@@ -139,7 +141,7 @@ def memorize(
     ] = None,
     max_group: Annotated[
         int | None,
-        typer.Option(
+        integer_option(
             "--max-group",
             help="At most this many points trained together in one stacked group (default: as many as fit in "
             "memory); smaller groups each finish sooner, for --max-minutes.",

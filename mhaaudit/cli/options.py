@@ -17,6 +17,29 @@ from typing import Annotated
 import typer
 
 from ..defaults import BACKENDS, SEEDS_VARY
+from ..validate import digits
+
+
+def whole_number(value: str | int) -> int:
+    """An integer option's value, read as mhaaudit reads every integer (``validate.digits``): ASCII digits, with a
+    sign, spaces around and underscores as ``int`` takes them. Left to typer, ``--limit 20.0`` would be 20 in some
+    of its releases and ``--limit \u0662\u0660`` 20 in others, where mhaaudit's own options (``--layers``,
+    ``--heads``, ...) refuse both.
+
+    Raises:
+        typer.BadParameter: when ``value`` is no such text.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):  # a default, given as an integer
+        return value
+    try:
+        return digits(str(value))
+    except ValueError:
+        raise typer.BadParameter(f"must be an integer, got {value!r}") from None
+
+
+def integer_option(*flags: str, **kwargs) -> typer.models.OptionInfo:
+    """An option taking one integer (:func:`whole_number`), shown as ``<int>``; ``kwargs`` as ``typer.Option``'s."""
+    return typer.Option(*flags, parser=whole_number, metavar="<int>", **kwargs)
 
 
 class Format(str, Enum):
@@ -50,7 +73,7 @@ VaryOpt = Annotated[
 ]
 WeightsSeed = Annotated[
     int | None,
-    typer.Option(
+    integer_option(
         "--weights-seed",
         help="Seed of the random weights (default: --seed; trained weights have none).",
         show_default=False,
@@ -58,7 +81,7 @@ WeightsSeed = Annotated[
 ]
 DataSeed = Annotated[
     int | None,
-    typer.Option(
+    integer_option(
         "--data-seed",
         help="Seed of the data: the built-in images or text and the choice of examples (default: --seed).",
         show_default=False,
@@ -73,7 +96,7 @@ KeepDuplicates = Annotated[
     ),
 ]
 FormatOpt = Annotated[Format, typer.Option("--format", help="table (people), json or parquet (stdout).")]
-Samples = Annotated[int, typer.Option("--samples", "-N", help="Monte-Carlo draws per candidate size.")]
+Samples = Annotated[int, integer_option("--samples", "-N", help="Monte-Carlo draws per candidate size.")]
 Threshold = Annotated[
     float,
     typer.Option(
@@ -81,7 +104,7 @@ Threshold = Annotated[
     ),
 ]
 Seed = Annotated[
-    int, typer.Option("--seed", help="Seed from which all sampling derives (the same seed gives the same results).")
+    int, integer_option("--seed", help="Seed from which all sampling derives (the same seed gives the same results).")
 ]
 Rtol = Annotated[
     float | None,
@@ -212,7 +235,7 @@ TrustRemoteCode = Annotated[
         "default).",
     ),
 ]
-ContextLength = Annotated[int | None, typer.Option("--context-length", help="Text models: tokens per example n.")]
+ContextLength = Annotated[int | None, integer_option("--context-length", help="Text models: tokens per example n.")]
 AllDraws = Annotated[
     bool,
     typer.Option(

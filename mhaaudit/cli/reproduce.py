@@ -37,6 +37,7 @@ from .options import (
     Vary,
     VaryOpt,
     WeightsSeed,
+    integer_option,
 )
 from .output import emit, prepare_outputs
 
@@ -88,7 +89,7 @@ def reproduce(
         list[str] | None, typer.Option("--models", help="table3: which of bert, gpt2 to run (default both).")
     ] = None,
     limit: Annotated[
-        int | None, typer.Option("--limit", help="Examples T (default: the paper's, 1973 images or 2000 texts).")
+        int | None, integer_option("--limit", help="Examples T (default: the paper's, 1973 images or 2000 texts).")
     ] = None,
     batch_size: BatchSize = str(DEFAULT_BATCH_SIZE),
     samples: Samples = DEFAULT_SAMPLES,
@@ -119,7 +120,7 @@ def reproduce(
     ] = None,
     sizes: Annotated[str | None, typer.Option("--sizes", help="figure2: training-set sizes T, e.g. 500,1000.")] = None,
     max_steps: Annotated[
-        int | None, typer.Option("--max-steps", help="figure2: cap on optimisation steps per point.")
+        int | None, integer_option("--max-steps", help="figure2: cap on optimisation steps per point.")
     ] = None,
     fmt: FormatOpt = Format.table,
     out: Out = None,
