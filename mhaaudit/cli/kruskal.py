@@ -68,7 +68,7 @@ def kruskal(
         ),
     ] = None,
     k: Annotated[
-        list[str] | None,  # read by the library as every integer is (a list option takes no typer parser)
+        list[str] | None,  # read as every integer is (_sizes): typer 0.12 keeps one value of a list with a parser
         typer.Option(
             "--k",
             metavar="<int>",
