@@ -810,6 +810,63 @@ def test_the_revision_read_is_named_and_capacity_notes_verdicts_of_another(gpt_h
     assert not notes and drop(from_series) == drop(capacity("step100", res)[0])
 
 
+def test_capacity_reads_the_random_columns_of_a_series_of_revisions_for_each_revision_of_its_config(
+    gpt_series, gpt_hub, tmp_path, monkeypatch, capsys
+):
+    """A series of revisions audits its random columns once, from the first revision's config; every revision of
+    the series has that config, so ``capacity --revision REV --from`` reads them for any of its revisions as its
+    own: no note of other weights, the verdicts of the first revision's. A revision whose config draws other
+    random weights (another initialiser scale, which the trained weights do not read), and a series' file
+    written before its revisions listed their random weights, are read as before: noted."""
+    args = ("org/tiny-gpt2", "--data", gpt_hub / "docs.jsonl", "--context-length", 8, "--limit", 48)
+    args += ("--batch-size", 16, "--device", "cpu", "--format", "json")
+    series = tmp_path / "series.parquet"
+    rc, _, err = run(
+        capsys, "check", *args, "--samples", 64, "--layers", 1, "--revision", "step100,step300", "--out", series
+    )
+    assert rc == 0, err
+
+    def capacity(revision, file, *more):
+        rc, out, err = run(capsys, "capacity", *args, "--revision", revision, "--from", file, *more)
+        assert rc == 0, err
+        doc = strict_json(out)
+        random = [{k: v for k, v in r.items() if "source" not in k} for r in doc["records"] if r["variant"] == "random"]
+        return random, [x for x in doc["meta"]["notes"] if "were audited on" in x]
+
+    first, notes = capacity("step100", series)
+    assert first and not notes
+    assert capacity("step300", series) == (first, [])
+    assert capacity("step300", series, "--variants", "random") == (first, [])  # no trained column: read by revision
+    # a series' file of an earlier version lists no revision's random weights: the first revision's are noted
+    import pyarrow.parquet as pq
+
+    from mhaaudit.io import METADATA_KEY, read_parquet_metadata
+
+    meta = read_parquet_metadata(series)
+    for c in meta["series"]["checkpoints"]:
+        del c["random_weights_source"]
+    older = tmp_path / "older.parquet"
+    pq.write_table(pq.read_table(series).replace_schema_metadata({METADATA_KEY: json.dumps(meta)}), older)
+    random, notes = capacity("step300", older)
+    assert random == first and len(notes) == 1
+    assert "the config of hub org/tiny-gpt2 at revision step100" in notes[0] and "revision step300" in notes[0]
+    # another initialiser scale: the same series, but not the same random weights
+    names = gpt_series[1]
+    other = tmp_path / "other-scale"
+    shutil.copytree(names[2], other)
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps(config | {"initializer_range": 0.02}))
+    hub_cache(tmp_path / "cache2", "org/tiny-gpt2", {"main": names[0], "step100": names[0], "step300": other})
+    use_hub_cache(monkeypatch, tmp_path / "cache2")
+    scaled = tmp_path / "scaled.parquet"
+    rc, _, err = run(
+        capsys, "check", *args, "--samples", 64, "--layers", 1, "--revision", "step100,step300", "--out", scaled
+    )
+    assert rc == 0, err
+    _, notes = capacity("step300", scaled)
+    assert len(notes) == 1 and "at revision step100" in notes[0], notes
+
+
 def test_a_revision_missing_or_without_cached_weights_is_refused_before_any_work(
     gpt_series, tmp_path, monkeypatch, capsys
 ):

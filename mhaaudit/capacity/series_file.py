@@ -7,7 +7,10 @@ checkpoint's columns as that run's metadata does (``columns``), and the referenc
 read as that single run's file would be: the reference rows and the checkpoint's, untagged, under the series'
 metadata with their columns. Which checkpoint is the one this run's trained weights are: the one ``--weights``
 names (its name as given, or its path) or ``--revision`` names; a run without the trained column reads the
-reference columns alone.
+reference columns alone. A hub revision whose config draws the random weights the reference columns were drawn
+from (the first revision's) lists the words its single run gives them (``random_weights_source``): the reference
+columns are read for it with those, as its own (a series written before they were listed has none: they keep
+the first revision's, which ``capacity`` notes as other weights).
 """
 
 from __future__ import annotations
@@ -68,6 +71,13 @@ def checkpoint_results(
             _refuse_unnamed(p, entries)
         name = _named(p, entries, os.fspath(checkpoint), series.get("complete") is False)
     columns = series.get("reference_columns") or {}
+    found = name if name is not None or checkpoint is None else _found(entries, os.fspath(checkpoint))
+    drawn = next((e.get("random_weights_source") for e in entries if e.get("name") == found), None)
+    if isinstance(drawn, str) and isinstance(columns, dict):
+        columns = {
+            k: c | {"weights_source": drawn} if isinstance(c, dict) and c.get("weights") == "random" else c
+            for k, c in columns.items()
+        }
     own = next((e.get("columns") for e in entries if e.get("name") == name), None) if name is not None else {}
     if not isinstance(columns, dict) or not isinstance(own, dict) or "reference_columns" not in series:
         raise InputError(
@@ -92,13 +102,9 @@ def _named(p: Path, entries: list[dict[str, Any]], given: str, interrupted: bool
         InputError: when no checkpoint of the series lies there or is named so (saying, for an ``interrupted``
             series, that it lists only the checkpoints audited before it stopped).
     """
-    path = os.path.abspath(os.path.expanduser(given))
-    for e in entries:
-        if isinstance(e.get("path"), str) and os.path.normpath(e["path"]) == path:
-            return str(e["name"])
-    for e in entries:
-        if e.get("name") == given:
-            return given
+    found = _found(entries, given)
+    if found is not None:
+        return found
     raise InputError(
         Param("from_path")
         + f" {p}: no checkpoint of its series is named {clipped(given, 120)} or lies there (it holds: "
@@ -110,6 +116,18 @@ def _named(p: Path, entries: list[dict[str, Any]], given: str, interrupted: bool
         )
         + ")"
     )
+
+
+def _found(entries: list[dict[str, Any]], given: str) -> str | None:
+    """The name of the checkpoint ``given`` names (see :func:`_named`), or None when none is named so."""
+    path = os.path.abspath(os.path.expanduser(given))
+    for e in entries:
+        if isinstance(e.get("path"), str) and os.path.normpath(e["path"]) == path:
+            return str(e["name"])
+    for e in entries:
+        if e.get("name") == given:
+            return given
+    return None
 
 
 def _refuse_unnamed(p: Path, entries: list[dict[str, Any]]) -> NoReturn:

@@ -268,9 +268,11 @@ VOLATILE_CONFIG = frozenset(
 )
 #: Config keys that name a width: a difference there is another width.
 WIDTH_KEYS = frozenset({"hidden_size", "n_embd", "d_model", "embed_dim", "width"})
+#: Config keys that scale the random weights drawn from the config, and nothing computed from trained weights.
+_INIT_SCALE = frozenset({"initializer_range", "initializer_factor"})
 #: Config keys that change nothing an audit computes from trained weights: the draws of random weights
 #: (the reference is built from the model's config) and training-only switches.
-_NOT_COMPUTED = frozenset({"initializer_range", "initializer_factor", "gradient_checkpointing", "use_cache"})
+_NOT_COMPUTED = _INIT_SCALE | {"gradient_checkpointing", "use_cache"}
 
 
 def computes(key: str) -> bool:
@@ -285,6 +287,16 @@ def computes(key: str) -> bool:
         or low.endswith("pdrop")
         or key in _NOT_COMPUTED
     )
+
+
+def draws_alike(a: dict, b: dict) -> bool:
+    """Whether two configs draw the same random weights for the probed blocks to compute alike: equal in each key
+    that can change what they compute (:func:`computes`) and in the initialisation's scale. A config asking for
+    code of its own (``auto_map``) never is: that code is read with the config, and may differ where it does not."""
+    if "auto_map" in a or "auto_map" in b:
+        return False
+    keys = {k for k in set(a) | set(b) if computes(k) or k in _INIT_SCALE}
+    return all(a.get(k) == b.get(k) or canonical(a.get(k)) == canonical(b.get(k)) for k in keys)
 
 
 def canonical(value) -> str:

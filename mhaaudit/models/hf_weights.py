@@ -24,7 +24,7 @@ from ..staging import scratch_folder
 from .checkpoints import checkpoint_header, first_misfit, is_ignorable, load_fitting, read_state, state_shapes
 from .families import family_of
 from .hf_config import _auto_config, hub_problem
-from .hub_reads import _Hub, hub_words, offline_weights_error
+from .hub_reads import _Hub, hub_words, offline_weights_error, random_words
 from .random_init import build_random, init_seed, reinit_hf, seeded
 from .registry import (
     BLOCK_PATHS,
@@ -76,8 +76,8 @@ def _weights_origin(
         origin = {
             "alias": f"random init from the built-in {spec.name.lower()} config",
             "folder": f"random init from the config in local folder {spec.resolved}",
-            "hub": "random init from the config of " + hub_words(spec.resolved, hub.revision, False),
-            "cache": "random init from the config of " + hub_words(spec.resolved, hub.revision, True),
+            "hub": random_words(spec.resolved, hub.revision, False),
+            "cache": random_words(spec.resolved, hub.revision, True),
         }[source]
         return cfg, _Weights(origin)
     if weights_path is None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..errors import OfflineError, Param
 
-__all__ = ["hub_words", "offline_weights_error"]
+__all__ = ["hub_words", "offline_weights_error", "random_words"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,12 @@ def hub_words(repo: str, revision: str | None, offline: bool) -> str:
     without it)."""
     at = f" at revision {revision}" if revision is not None else ""
     return f"hub {repo}{at}" + (" (local cache)" if offline else "")
+
+
+def random_words(repo: str, revision: str | None, offline: bool) -> str:
+    """Where random weights drawn from the config of the hub repository ``repo`` came from, in the words of
+    :func:`hub_words`."""
+    return "random init from the config of " + hub_words(repo, revision, offline)
 
 
 def offline_weights_error(name: str, what: str, revision: str | None = None) -> OfflineError:

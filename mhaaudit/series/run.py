@@ -61,7 +61,7 @@ from ..tables import table_rows
 from .identity import Digest
 from .result import CheckpointRun, SeriesResult, SeriesRun, StoredContradiction
 from .spec import CheckpointRef, Series, resolve_series, series_revisions
-from .trained import _Trained, checkpoint_columns
+from .trained import _Trained, checkpoint_columns, random_source
 
 __all__ = ["audit_series"]
 
@@ -467,6 +467,7 @@ def _result(
             "weights_read": None if c.audit is None else c.audit.info.as_dict().get("trained_weights_read"),
             "timings_s": c.timings,
             "columns": checkpoint_columns(runs[0], c, plan),  # capacity --from reads a checkpoint by these
+            "random_weights_source": random_source(c.checkpoint, plan),  # the reference columns' source for it
         }
         for c in (runs[0].checkpoints if runs else [])
     ]

@@ -40,7 +40,7 @@ from ..errors import InputError, ModelError, OfflineError, Param, one_line
 from ..files import read_json, regular_file, same_place
 from ..hub import is_offline
 from ..models.checkpoints import CHECKPOINT_FILES
-from ..models.hf_config import VOLATILE_CONFIG, WIDTH_KEYS, canonical, computes, short
+from ..models.hf_config import VOLATILE_CONFIG, WIDTH_KEYS, canonical, computes, draws_alike, short
 from ..models.hf_weights import config_shapes
 from ..models.shards import INDEX_FILES, check_links_inside, check_local_indexes, hub_download, read_index
 from ..request import ModelRequest
@@ -79,13 +79,15 @@ _MARKED_STEP = re.compile(r"(?:^|[^a-z])(?:global_step|step|steps|iter|iteration
 class CheckpointRef:
     """One checkpoint of a series: its ``name`` as given, its place (``order``, from 0), the ``step``
     its name carries (None when it carries none, or several numbers and none marked as the step),
-    and where it is: a local folder or file (``path``, absolute) or a hub ``revision``."""
+    and where it is: a local folder or file (``path``, absolute) or a hub ``revision``. ``draws_reference``: a
+    revision whose config draws the random weights the reference columns were drawn from (the first revision's)."""
 
     name: str
     order: int
     step: int | None = None
     path: str | None = None
     revision: str | None = None
+    draws_reference: bool = False
 
     def request(self, base: ModelRequest) -> ModelRequest:
         """The model request a single run of this checkpoint makes (``check MODEL --weights PATH``, or
@@ -555,7 +557,7 @@ def _first_difference(a: dict, b: dict) -> tuple[str, object, object] | None:
 
 def _hub_refs(revisions: Sequence[str], base: ModelRequest) -> list[CheckpointRef]:
     """The revisions of ``base``'s hub model, checked: each exists (in the local cache, offline), is
-    named once, and has the first one's config and data files.
+    named once, and has the first one's config and data files (``draws_reference``: the first's random weights too).
 
     Raises:
         InputError: when a revision is named twice or does not exist, the model is a local folder, or a
@@ -570,6 +572,7 @@ def _hub_refs(revisions: Sequence[str], base: ModelRequest) -> list[CheckpointRe
     offline = is_offline()
     refs = [CheckpointRef(r, i, step_of(r)[0], revision=r) for i, r in enumerate(revisions)]
     first: tuple[CheckpointRef, _Contents] | None = None
+    out: list[CheckpointRef] = []
     for ref in refs:
         config = hub_download(repo, "config.json", ref.revision, offline)
         if config is None:
@@ -591,4 +594,6 @@ def _hub_refs(revisions: Sequence[str], base: ModelRequest) -> list[CheckpointRe
             first = (ref, contents)
         else:
             _same_kind(ref, contents, *first)
-    return refs
+        alike = contents.config is not None and draws_alike(contents.config, first[1].config or {})
+        out.append(replace(ref, draws_reference=alike))
+    return out

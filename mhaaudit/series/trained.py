@@ -25,7 +25,7 @@ from ..hub import is_offline
 from ..models import resolve
 from ..models.checkpoints import CHECKPOINT_FILES
 from ..models.hf import checkpoint_of, read_needed, used_tensors, weights_prefix
-from ..models.hub_reads import hub_words
+from ..models.hub_reads import hub_words, random_words
 from ..models.load import check_finite_weights
 from ..models.shards import INDEX_FILES, Checkpoint, NotPartial, hub_download, human_bytes, read_index
 from ..request import DataRequest, ModelRequest
@@ -271,6 +271,16 @@ def checkpoint_columns(run: SeriesRun, c: CheckpointRun, plan: _Plan) -> dict | 
         return columns
     source = _source_words(c.checkpoint, plan)
     return {name: col | {"weights_source": source} for name, col in columns.items()}
+
+
+def random_source(ref: CheckpointRef, plan: _Plan) -> str | None:
+    """Where a single run of the hub revision of ``ref`` says its random weights come from, when they are the
+    reference columns' (its config draws the random weights the first revision's does): ``capacity --from`` reads
+    the reference columns for it as its own. None otherwise (they come from another config, or a local
+    checkpoint's single run draws them from the model's config, as the series does)."""
+    if ref.revision is None or not ref.draws_reference:
+        return None
+    return random_words(resolve(plan.base.model, backend=plan.base.backend).resolved, ref.revision, is_offline())
 
 
 def _source_words(ref: CheckpointRef, plan: _Plan) -> str:
