@@ -1194,7 +1194,11 @@ def test_the_library_checks_out_as_the_command_line_does(vit_series, tmp_path, m
     monkeypatch.chdir(vit_series)
     cases = [
         ("model/x.parquet", OutputError, "out model/x.parquet lies inside model, an input folder of this run"),
-        ("runs/ckpt-100/x.parquet", OutputError, "ckpt-100, an input folder of this run"),
+        (
+            "runs/ckpt-100/x.parquet",
+            OutputError,
+            "out runs/ckpt-100/x.parquet lies inside runs/ckpt-100, an input folder",
+        ),
         (tmp_path / "x.json", InputError, "the records are written as parquet; use a .parquet file name"),
         (3, InputError, "out 3: give the results file's path"),
     ]
@@ -1206,6 +1210,20 @@ def test_the_library_checks_out_as_the_command_line_does(vit_series, tmp_path, m
         and not (vit_series / "runs" / "ckpt-100" / "x.parquet").exists()
     )
     assert not (tmp_path / "x.json").exists()
+
+
+def test_an_output_inside_a_checkpoint_is_refused_naming_the_paths_as_given(vit_series, capsys, monkeypatch, no_work):
+    """An output of a series refused for lying inside a checkpoint's folder names the output and the checkpoint as
+    they were given (relative here), as every other refusal names its paths, not as the absolute path the series
+    reads the checkpoint at; alike for a list of checkpoints and a glob's matches."""
+    monkeypatch.chdir(vit_series)
+    for spec in ("runs/ckpt-100,runs/ckpt-200", "runs/ckpt-*"):
+        for option, path in (("--out", "runs/ckpt-100/x.parquet"), ("--plot", "runs/ckpt-100/trend.png")):
+            rc, text, err = run(capsys, "check", "model", *VIT_RUN, "--checkpoints", spec, option, path)
+            line = assert_one_error(rc, err, f"{option} {path} lies inside runs/ckpt-100, an input folder of this run")
+            assert text == "" and str(vit_series) not in line
+    assert not (vit_series / "runs" / "ckpt-100" / "x.parquet").exists()
+    assert not (vit_series / "runs" / "ckpt-100" / "trend.png").exists()
 
 
 def test_the_results_file_names_parameters_as_its_caller_does(tmp_path, monkeypatch):

@@ -111,8 +111,8 @@ class Series:
 
     @property
     def paths(self) -> list[str]:
-        """The local checkpoints' paths (the inputs no output may overwrite)."""
-        return [c.path for c in self.checkpoints if c.path is not None]
+        """The local checkpoints' paths as given (the inputs no output may overwrite, named so when one would)."""
+        return [c.name for c in self.checkpoints if c.path is not None]
 
 
 def step_of(name: str) -> tuple[int | None, str]:
