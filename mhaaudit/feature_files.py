@@ -357,6 +357,7 @@ def _read_npy(p: Path, key: None) -> tuple[torch.Tensor | MappedArray, str]:
     if not arr.dtype.isnative:  # big-endian data is read as numpy reads it, in the machine's order
         arr = np.asarray(arr).astype(arr.dtype.newbyteorder("="))
     if mapped and arr.size:
+        refuse_if_sparse(p, arr.nbytes, f"its {arr.dtype} array of shape {tuple(arr.shape)}")
         return MappedArray(
             p,
             arr.offset,
@@ -445,6 +446,7 @@ def _read_safetensors(p: Path, key: str | None) -> tuple[torch.Tensor | MappedAr
     header = safetensors_header(p)  # its stated length checked against the file before anything is read
     mapped = _map_safetensors(p, key)
     if mapped is not None:
+        refuse_if_sparse(p, mapped.nbytes, f"its {mapped.np_dtype.name} tensor of shape {mapped.shape}")
         return mapped, f"{p} (safetensors{', ' + repr(key) if key else ''}, memory-mapped)"
     from safetensors import safe_open
 
@@ -470,6 +472,22 @@ def refuse_unless_fits(p: Path, need: int, why: str, hint: str = MAPPED_HINT) ->
         raise InputError(
             f"{p}: {why}, which needs {_size(need)}, but {_size(avail)} are available" + (f"; {hint}" if hint else "")
         )
+
+
+def refuse_if_sparse(p: Path, need: int, what: str) -> None:
+    """Check, before ``p`` is memory-mapped, that it stores the ``need`` bytes of ``what`` it declares, else that
+    they fit the memory available: a sparse file (lengthened by truncate) stores less than half its size on disk,
+    the rest holes read as zeros, so its map is no file's data but as many zeros as every pass then streams.
+
+    Raises:
+        InputError: when ``p`` is sparse and ``need`` is larger than the memory available.
+    """
+    st = p.stat()
+    stored = getattr(st, "st_blocks", st.st_size // 512) * 512  # a system without st_blocks tells no holes
+    if 2 * stored < st.st_size:
+        holes = f"of its {_size(st.st_size)}, {_size(stored)} are stored on disk, the rest are holes read as zeros"
+        why = f"it is a sparse file ({holes}), so {what} is held to the memory available as if read whole"
+        refuse_unless_fits(p, need, why, hint="a feature file stores its values: save them again in full")
 
 
 def _from_parquet(path: Path, key: str | None) -> tuple[np.ndarray, str]:

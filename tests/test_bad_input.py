@@ -31,7 +31,7 @@ from conftest import FIXTURES
 from safetensors.torch import load_file, save_file
 
 from mhaaudit.features import reduce_tokens
-from mhaaudit.io import stamp, write_parquet
+from mhaaudit.io import MappedArray, read_array, stamp, write_parquet
 
 pytest.importorskip("transformers")
 
@@ -695,6 +695,42 @@ def test_an_npy_array_read_whole_is_sized_first(monkeypatch, capsys, tmp_path, d
     shown = "int8" if dtype == "int8" else ">f8"
     line = assert_one_error(rc, err, f"its {shown} array of shape (1000, 250) is read whole, not mapped, which needs")
     assert "but 0.2 MB are available" in line and stdout == ""
+
+
+def _sparse_features(path, kind: str, shape: tuple[int, int]) -> None:
+    """A float32 feature file of ``shape`` whose data is all holes: its header, then the file lengthened by truncate."""
+    need = shape[0] * shape[1] * 4
+    with open(path, "wb") as fh:
+        if kind == "npy":
+            from numpy.lib import format as npy_format
+
+            npy_format.write_array_header_1_0(fh, {"descr": "<f4", "fortran_order": False, "shape": shape})
+        else:
+            header = json.dumps({"queries": {"dtype": "F32", "shape": list(shape), "data_offsets": [0, need]}})
+            fh.write(len(header).to_bytes(8, "little") + header.encode())
+        start = fh.tell()
+    os.truncate(path, start + need)
+
+
+@pytest.mark.parametrize("kind", ["npy", "safetensors"])
+def test_a_sparse_feature_file_is_sized_before_it_is_mapped(monkeypatch, capsys, tmp_path, kind):
+    """A file lengthened by truncate stores none of the data its header declares (holes, read as zeros): it is
+    held to the memory available, as a file read whole, before a pass streams its 512 MiB of zeros."""
+    from mhaaudit import hostmem
+
+    path = tmp_path / f"holes.{kind}"
+    _sparse_features(path, kind, (2**17, 1024))
+    if os.stat(path).st_blocks * 512 * 2 >= os.path.getsize(path):
+        pytest.skip("this file system stores no sparse files")
+    monkeypatch.setattr(hostmem, "available_memory", lambda: 400_000_000)  # the pass's own memory fits
+    rc, stdout, err = run(capsys, "kruskal", path, "--k", "3", *JSON)
+    line = assert_one_error(rc, err, "it is a sparse file")
+    assert f"float32 {'array' if kind == 'npy' else 'tensor'} of shape (131072, 1024)" in line, line
+    assert "which needs 536.9 MB" in line
+    assert "but 400.0 MB are available" in line and stdout == ""
+    # with memory enough for what it declares, it is mapped as before
+    monkeypatch.setattr(hostmem, "available_memory", lambda: 1 << 40)
+    assert isinstance(read_array(path)[0], MappedArray)
 
 
 def test_results_written_by_mhaaudit_are_not_features_whatever_their_columns(capsys, inputs, tmp_path):
