@@ -34,7 +34,7 @@ from .defaults import KRUSKAL_VECTORS
 from .distributed import shared
 from .errors import InputError, Param
 from .facts import CaptureFacts
-from .feature_files import MappedArray, read_array, to_query_matrix
+from .feature_files import MappedArray, own_storage, read_array, to_query_matrix
 from .features import FeatureSet
 from .keywords import given, refuse_disagreement
 from .kruskal import KruskalInputs, KruskalResult, as_matrix, data_read, fixed_rule
@@ -428,8 +428,9 @@ def _estimate_timed(
     ks, sweep = _sizes(request, n, T, d, vectors)
     if not (request.ks or request.sweep) and sweep:
         _note(on_note, "No " + Param("k") + " given and n unknown: running the full sweep.", settings.progress)
-    with phases.phase("whole-set statistics"):
-        rule, stats = fixed_rule(X, settings.rule(X.dtype))
+    with phases.phase("whole-set statistics"):  # a rule refused by X's shape and dtype, before an expanded X is copied
+        rule, _ = fixed_rule(X, settings.rule(X.dtype), need_stats=False)
+        rule, stats = fixed_rule(X := own_storage(X), rule)
     if on_note is not None:
         on_note(f"{T} vectors in R^{d} from {source}; rank rule: {rule.describe()}")
     tests, sw, timings = _estimate(X, ks, sweep, n, vectors, settings, rule, stats)

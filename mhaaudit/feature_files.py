@@ -279,13 +279,13 @@ def _map_safetensors(p: Path, key: str | None) -> MappedArray | None:
 def read_array(path: str | os.PathLike, key: str | None = None) -> tuple[torch.Tensor | MappedArray, str]:
     """Read a tensor from ``.npy``, ``.pt``, ``.safetensors`` or ``.parquet``.
 
-    Returns the tensor (dtype kept: the rank tolerance depends on it) and a description. A
-    floating-point ``.npy`` or ``.safetensors`` matrix (or T x n x d array) is not read but
-    memory-mapped (``MappedArray``): its pages are read as the computation touches them. A file
-    holding several tensors (or columns) needs ``key``; ``key`` on a file with nothing to choose
-    is refused, as is a results file written by mhaaudit (recognised by its ``mhaaudit`` parquet
-    metadata). A folder written by ``--save-features`` reads its ``features.safetensors``
-    (tensor ``queries`` unless ``key`` says otherwise).
+    Returns the tensor (dtype kept: the rank tolerance depends on it) and a description. A floating-point
+    ``.npy`` or ``.safetensors`` matrix (or T x n x d array) is not read but memory-mapped (``MappedArray``): its
+    pages are read as the computation touches them. An expanded ``.pt`` tensor (a stride of 0) is returned as it
+    lies, uncopied (what it declares must fit). A file holding several tensors (or columns) needs ``key``; ``key`` on a
+    file with nothing to choose is refused, as is a results file written by mhaaudit (recognised by its ``mhaaudit``
+    parquet metadata). A folder written by ``--save-features`` reads its ``features.safetensors`` (tensor
+    ``queries`` unless ``key`` says otherwise).
 
     Raises:
         InputError: when the path does not exist, is a folder without ``features.safetensors``, has an unknown
@@ -400,21 +400,25 @@ def _read_torch(p: Path, key: str | None) -> tuple[torch.Tensor, str]:
 
 
 def _stored_whole(p: Path, t: torch.Tensor) -> torch.Tensor:
-    """``t``, or a copy of it in storage of its own when its elements share storage (a stride of 0: an expanded
-    tensor, whose 1.5 kB file can declare 10^12 rows that every pass then reads), once that copy is known to fit.
+    """``t`` as it lies, once the elements it declares are known to fit the memory available: when they share storage
+    (a stride of 0: an expanded tensor, whose 1.5 kB file can declare 10^12 rows), :func:`own_storage` copies them.
 
     Raises:
         InputError: when the elements the tensor declares would not fit the memory available.
     """
     need, held = t.numel() * t.element_size(), t.untyped_storage().nbytes()
-    if need <= held:
-        return t
-    refuse_unless_fits(
-        p,
-        need,
-        f"its tensor of shape {tuple(t.shape)} stores {held} bytes, repeated (a stride of 0) to fill that shape",
-    )
-    return t.contiguous()
+    if need > held:
+        why = f"its tensor of shape {tuple(t.shape)} stores {held} bytes, repeated (a stride of 0) to fill that shape"
+        refuse_unless_fits(p, need, why)
+    return t
+
+
+def own_storage(t):
+    """``t``, or a copy of it in storage of its own when its elements share storage (an expanded tensor from a .pt
+    file, that every pass would read row by row): made after the checks its shape and dtype decide, not before."""
+    if isinstance(t, torch.Tensor) and t.numel() * t.element_size() > t.untyped_storage().nbytes():
+        return t.contiguous()
+    return t
 
 
 def dense_values(t, where: str, error: type[MhaauditError] = InputError):

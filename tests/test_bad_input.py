@@ -733,6 +733,35 @@ def test_a_sparse_feature_file_is_sized_before_it_is_mapped(monkeypatch, capsys,
     assert isinstance(read_array(path)[0], MappedArray)
 
 
+@pytest.mark.parametrize("rows", [100, 2**23])
+def test_an_expanded_pt_tensor_is_copied_only_once_its_shape_is_accepted(monkeypatch, capsys, tmp_path, rows):
+    """A .pt tensor expanded from one stored row (a stride of 0) is copied into storage of its own before the work,
+    but only after the checks its shape and dtype decide: float32 at 2^23 rows is refused by the default rule's
+    tolerance without the 268 MB copy (it was made, then refused)."""
+    from mhaaudit import hostmem
+
+    path = tmp_path / "expanded.pt"
+    torch.save(torch.randn(1, 8, generator=torch.Generator().manual_seed(0)).expand(rows, 8), path)
+    assert os.path.getsize(path) < 5000
+    copied, contiguous = [], torch.Tensor.contiguous
+
+    def spy(self, *a, **k):
+        if self.numel() * self.element_size() > self.untyped_storage().nbytes():  # its elements share storage
+            copied.append(tuple(self.shape))
+        return contiguous(self, *a, **k)
+
+    monkeypatch.setattr(torch.Tensor, "contiguous", spy)
+    monkeypatch.setattr(hostmem, "available_memory", lambda: 1 << 40)  # the copy fits: only the rule refuses
+    rc, stdout, err = run(capsys, "kruskal", path, "--k", "2", "--samples", "50", *JSON)
+    if rows == 100:
+        assert rc == 0, err
+        record = json.loads(stdout)["records"][0]
+        assert copied == [(100, 8)] and (record["k"], record["T"]) == (2, 100)
+    else:
+        assert_one_error(rc, err, "features of dtype float32 at T = 8388608 rows of d = 8: under the default rule")
+        assert copied == [] and stdout == ""
+
+
 def test_results_written_by_mhaaudit_are_not_features_whatever_their_columns(capsys, inputs, tmp_path):
     """Recognised by the 'mhaaudit' schema metadata, not by column types: an all-numeric results file too."""
     rc, _, err = run(
