@@ -212,8 +212,8 @@ def _check_saved(
     Raises:
         InputError: naming the field, when meta.json is not an object, n, d or query_index is not an integer in
             range (at most 2^63 - 1), a tensor is missing, a tensor's shape disagrees with (T, d) or with
-            meta.json's T, or one example's n x d tokens in the features' dtype would take more than 2^63 - 1
-            bytes (no tensor holds them).
+            meta.json's T, one example's n x d tokens in the features' dtype would take more than 2^63 - 1
+            bytes (no tensor holds them), or n > d beside context ranks that were decided (only n <= d has them).
     """
 
     def malformed(what: str) -> str:
@@ -260,6 +260,15 @@ def _check_saved(
     for k in _CONTEXT_ARRAYS:
         if tuple(tensors[k].shape) != (T,):
             raise InputError(malformed(f"{k} has shape {tuple(tensors[k].shape)}, expected ({T},)"))
+    decided = (tensors["context_rank"] >= 0).nonzero()  # a context's rank is decided only for n <= d, else -1
+    if n > d and len(decided):
+        i = int(decided[0])
+        raise InputError(
+            malformed(
+                f"{files[0]} gives n = {n} > d = {d}, but the context ranks were decided (example {i} has rank "
+                f"{int(tensors['context_rank'][i])}), as they are only for n <= d (for n > d each is -1)"
+            )
+        )
     return n, d, query_index
 
 

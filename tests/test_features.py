@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -219,8 +220,9 @@ def test_a_saved_feature_folder_linking_out_is_refused(tmp_path, capsys, name):
 
 def test_an_n_whose_tokens_no_tensor_holds_is_refused(tmp_path):
     """meta.json's n at most 2^63 - 1 but beyond what one example's n x d tokens can be (2^63 - 1 bytes): refused
-    where it is read, by load and by checked(); the largest n whose tokens fit is read."""
-    fs = reduce_tokens(_tokens(), 0)
+    where it is read, by load and by checked(); the largest n whose tokens fit is read (beside context ranks of -1:
+    tokens of n > d, whose ranks are not decided)."""
+    fs = reduce_tokens(torch.randn(T, D + 2, D), 0)
     dest = fs.save(tmp_path / "feat")
     meta = json.loads((dest / META_FILE).read_text())
     fits = (2**63 - 1) // (fs.d * fs.queries.element_size())
@@ -232,6 +234,30 @@ def test_an_n_whose_tokens_no_tensor_holds_is_refused(tmp_path):
             FeatureSet(fs.queries, fs.a3, fs.context, n=n, d=fs.d, query_index=0).checked()
     (dest / META_FILE).write_text(json.dumps(meta | {"n": fits}))
     assert FeatureSet.load(dest).n == fits
+
+
+def test_an_n_above_d_is_refused_beside_context_ranks_decided(tmp_path, capsys):
+    """The context ranks are decided only for n <= d (for n > d each is -1): a meta.json giving n > d beside decided
+    ranks (10^15 at d = 10, within what a tensor of tokens holds) is refused where it is read, by load, by checked()
+    and by kruskal whatever it tests; tokens of n > d, with ranks of -1, are read."""
+    from clitools import assert_one_error, run
+
+    fs = reduce_tokens(_tokens(), 0)
+    dest = fs.save(tmp_path / "feat")
+    meta = json.loads((dest / META_FILE).read_text())
+    for n in (D + 1, 10**15):
+        (dest / META_FILE).write_text(json.dumps(meta | {"n": n}))
+        words = f"meta.json gives n = {n} > d = {D}, but the context ranks were decided (example 0 has rank {N})"
+        with pytest.raises(InputError, match=re.escape(words)):
+            FeatureSet.load(dest)
+        with pytest.raises(InputError, match=f"it gives n = {n} > d = {D}, but the context ranks were decided"):
+            FeatureSet(fs.queries, fs.a3, fs.context, n=n, d=fs.d, query_index=0).checked()
+        for extra in (("--k", "2"), ("--sweep",)):
+            rc, out, err = run(capsys, "kruskal", dest, *extra, "--samples", "20")
+            assert_one_error(rc, err, words)
+            assert out == ""
+    wide = reduce_tokens(torch.randn(T, D + 2, D), 0)
+    assert FeatureSet.load(wide.save(tmp_path / "wide")).n == D + 2
 
 
 def test_load_points_from_the_check_folder_to_its_columns(tmp_path):
