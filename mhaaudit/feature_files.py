@@ -480,15 +480,16 @@ def refuse_unless_fits(p: Path, need: int, why: str, hint: str = MAPPED_HINT) ->
 
 def refuse_if_sparse(p: Path, need: int, what: str) -> None:
     """Check, before ``p`` is memory-mapped, that it stores the ``need`` bytes of ``what`` it declares, else that
-    they fit the memory available: a sparse file (lengthened by truncate) stores less than half its size on disk,
-    the rest holes read as zeros, so its map is no file's data but as many zeros as every pass then streams.
+    they fit the memory available: a sparse file (lengthened by truncate) stores a sixteenth of its size or less
+    on disk, the rest holes read as zeros, so its map is no file's data but as many zeros as every pass then streams
+    (a compressing file system stores real values in more: float data does not shrink sixteenfold).
 
     Raises:
         InputError: when ``p`` is sparse and ``need`` is larger than the memory available.
     """
     st = p.stat()
     stored = getattr(st, "st_blocks", st.st_size // 512) * 512  # a system without st_blocks tells no holes
-    if 2 * stored < st.st_size:
+    if 16 * stored <= st.st_size:
         holes = f"of its {_size(st.st_size)}, {_size(stored)} are stored on disk, the rest are holes read as zeros"
         why = f"it is a sparse file ({holes}), so {what} is held to the memory available as if read whole"
         refuse_unless_fits(p, need, why, hint="a feature file stores its values: save them again in full")
