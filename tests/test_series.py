@@ -1130,6 +1130,35 @@ def test_a_torch_checkpoint_of_another_width_is_refused_before_any_work(
     assert_one_error(rc, err, "cut-step7.bin: the file begins as a zip archive (torch.save's form) but has no end")
 
 
+def test_an_alias_s_checkpoints_of_another_width_are_refused_before_any_work(gpt_series, tmp_path, capsys, no_work):
+    """The alias gpt2 builds offline from its built-in config (d = 768, 12 blocks): each checkpoint is held against
+    it before the reference is audited, as a single run of it holds its weights: a folder's config.json by the
+    alias's width and depth (its own config builds it, so its vocabulary and positions are its own), a weights
+    file's tensors by the shapes of the alias's model."""
+    from safetensors.torch import load_file, save_file
+
+    _root, names = gpt_series
+    narrow = tmp_path / "narrow-step1.safetensors"
+    save_file(load_file(str(Path(names[0]) / "model.safetensors")), str(narrow))
+    cases = [
+        (
+            f"{names[0]},{names[1]}",
+            f"{names[0]} is of another width than the model gpt2: its config.json has n_embd = 16 (gpt2: 768)",
+        ),
+        (str(narrow), f"{narrow} does not fit the model gpt2: its tensor h.0.attn.c_attn.bias has shape (48,), the"),
+    ]
+    for spec, says in cases:
+        rc, text, err = run(capsys, "check", "gpt2", "--checkpoints", spec, "--context-length", 8, "--device", "cpu")
+        assert text == ""
+        assert_one_error(rc, err, says)
+    own = tmp_path / "own-step2"  # the alias's width and depth, its own vocabulary and positions: no other model
+    own.mkdir()
+    config = json.loads((Path(names[0]) / "config.json").read_text()) | {"n_embd": 768, "n_layer": 12, "n_head": 12}
+    (own / "config.json").write_text(json.dumps(config))
+    save_file({"unused": torch.zeros(1)}, str(own / "model.safetensors"))
+    assert [c.step for c in resolve_series(str(own), None, ModelRequest("gpt2")).checkpoints] == [2]
+
+
 def test_checkpoints_whose_configs_hold_the_same_nan_are_of_one_model(vit_series, tmp_path):
     """Two configs that both say NaN for a key say the same (NaN is not equal to itself as a float)."""
     names = []

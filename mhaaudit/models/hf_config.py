@@ -57,10 +57,7 @@ def _config(spec: ModelSpec, weights: str, weights_path: str | None, hub: _Hub) 
                 raise ModelError(
                     f"cannot fetch the config of {spec.resolved} for {spec.name}: {one_line(exc, 160)}"
                 ) from exc
-        from transformers import AutoConfig
-
-        kw = dict(spec.alias["config"])
-        return AutoConfig.for_model(kw.pop("model_type"), **kw), "alias"
+        return alias_config(spec.alias), "alias"
     if weights_path is not None and os.path.exists(os.path.join(weights_path, "config.json")) and offline:
         # The weights folder carries the architecture; the hub config is not needed.
         try:
@@ -75,6 +72,15 @@ def _config(spec: ModelSpec, weights: str, weights_path: str | None, hub: _Hub) 
         raise
     except (OSError, ValueError) as exc:
         raise _unknown_model(spec.name, weights, weights_path, hub, exc) from exc
+
+
+def alias_config(alias: dict) -> Any:
+    """The config an alias's model is built from where the hub's is not read (random weights, or trained weights
+    given beside it): its built-in one (``registry.ALIASES``), which needs no network."""
+    from transformers import AutoConfig
+
+    kw = dict(alias["config"])
+    return AutoConfig.for_model(kw.pop("model_type"), **kw)
 
 
 def _auto_config(source: str, name: str, hub: _Hub, local: bool = False) -> Any:

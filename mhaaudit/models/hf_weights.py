@@ -23,7 +23,7 @@ from ..files import native_name
 from ..staging import scratch_folder
 from .checkpoints import checkpoint_header, first_misfit, is_ignorable, load_fitting, read_state, state_shapes
 from .families import family_of
-from .hf_config import _auto_config, hub_problem
+from .hf_config import _auto_config, alias_config, hub_problem
 from .hub_reads import _Hub, hub_words, offline_weights_error, random_words
 from .random_init import build_random, init_seed, reinit_hf, seeded
 from .registry import (
@@ -164,6 +164,18 @@ def config_shapes(config: dict, trust_remote_code: bool) -> tuple[dict[str, tupl
     if fam is not None and fam.tower is not None:
         cfg = getattr(cfg, fam.tower, None)
     return None if cfg is None else model_shapes(cfg, trust_remote_code)
+
+
+def alias_fit(alias: dict, trust_remote_code: bool) -> tuple[dict, tuple[dict[str, tuple[int, ...]], str] | None]:
+    """What trained weights given beside an alias are held against, as a run of them holds them: the fields of its
+    built-in config (``hf_config.alias_config``) that weights with a config of their own must share
+    (:data:`_FIT_FIELDS`, named as that config's ``config.json`` names them; such weights are then built from their
+    own config, :func:`_weights_origin`), and :func:`model_shapes` of the model the built-in config builds, which a
+    weights file without a config must fit (:func:`refuse_unfitting_file`). Known offline, before any model is built."""
+    cfg = alias_config(alias)
+    names = getattr(cfg, "attribute_map", None) or {}
+    fields = {names.get(f, f): getattr(cfg, f, None) for f in _FIT_FIELDS}
+    return {k: v for k, v in fields.items() if v is not None}, model_shapes(cfg, trust_remote_code)
 
 
 def refuse_unfitting_file(path: str, cfg: Any, name: str, trust_remote_code: bool) -> None:

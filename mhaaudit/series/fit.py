@@ -3,6 +3,8 @@
 - :func:`header_shapes`: a safetensors file's header read alone, and refused when it cannot describe the
   tensors it holds (a dtype safetensors does not store, a shape that is not a list of sizes, a tensor whose
   bytes are not its shape times its dtype's width);
+- :func:`model_fit`: what each checkpoint is held against, as a single run holds its weights: the model's
+  config and tensors' shapes (an alias's from its built-in config, so known offline too);
 - :func:`refuse_unlike_model`: a checkpoint folder's ``config.json`` against the model's. A series builds
   each checkpoint's model from the model's configuration (as a single ``check MODEL --weights FOLDER`` of a
   local MODEL does, held to the same rule in ``models.hf``), so a checkpoint whose own configuration
@@ -31,6 +33,7 @@ from ..hub import is_offline
 from ..models import resolve
 from ..models.checkpoints import first_misfit, state_shapes
 from ..models.hf_config import config_difference, repository_code
+from ..models.hf_weights import alias_fit, config_shapes
 from ..models.shards import hub_download
 from ..request import ModelRequest
 
@@ -40,6 +43,7 @@ __all__ = [
     "form_of",
     "header_shapes",
     "model_config",
+    "model_fit",
     "refuse_checkpoint_code",
     "refuse_unfitting",
     "refuse_unlike_model",
@@ -191,9 +195,31 @@ def _base(path: str) -> str:
     return path.replace("\\", "/").rsplit("/", 1)[-1]
 
 
+def model_fit(base: ModelRequest, volatile: frozenset[str]) -> tuple[dict | None, tuple | None, bool]:
+    """What each checkpoint of the model ``base`` is held against before any work, as a single run of it holds its
+    weights: the config whose keys a checkpoint's ``config.json`` must share (:func:`refuse_unlike_model`), the
+    model's tensors' shapes and its checkpoints' name prefix (:func:`refuse_unfitting`; ``models.hf_weights.
+    config_shapes``), and whether a checkpoint with a config of its own is built from that config. An alias's are
+    those of its built-in config, which builds its model beside trained weights (``models.hf_weights.alias_fit``):
+    known offline, and a checkpoint with a config is built from its own, so only its width and depth are the
+    alias's to say (its shapes are held against the first checkpoint's). Another model's are its
+    :func:`model_config` (None each when it has none here), which builds every checkpoint."""
+    trust = bool(base.trust_remote_code)
+    try:
+        spec = resolve(base.model, backend=base.backend)
+    except (MhaauditError, OSError, ValueError):  # a name no backend takes: the run says so
+        spec = None
+    if spec is not None and spec.alias is not None and spec.backend == "hf":
+        config, shapes = alias_fit(spec.alias, trust)
+        return config, shapes, True
+    own = model_config(base, volatile)
+    return own, config_shapes(own, trust) if own is not None else None, False
+
+
 def model_config(base: ModelRequest, volatile: frozenset[str]) -> dict | None:
     """The model's ``config.json`` less the ``volatile`` keys: a local folder's, or a hub model's (from the
-    local cache offline); None when the model has none to read (an alias, a timm model) or it cannot be had
+    local cache offline); None when the model has none to read (a timm model, an alias not in the local cache
+    offline: :func:`model_fit` holds an alias's checkpoints against its built-in config) or it cannot be had
     here (the run that needs it says why)."""
     if base.backend == "timm":
         return None

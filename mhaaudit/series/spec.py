@@ -41,12 +41,11 @@ from ..files import read_json, regular_file, same_place
 from ..hub import is_offline
 from ..models.checkpoints import CHECKPOINT_FILES
 from ..models.hf_config import VOLATILE_CONFIG, WIDTH_KEYS, canonical, computes, draws_alike, short
-from ..models.hf_weights import config_shapes
 from ..models.shards import INDEX_FILES, check_links_inside, check_local_indexes, hub_download, read_index
 from ..request import ModelRequest
 from ..runtime import MAX_INT64
 from . import fit
-from .fit import form_of, model_config, refuse_checkpoint_code, refuse_unfitting, refuse_unlike_model, weights_shapes
+from .fit import form_of, model_fit, refuse_checkpoint_code, refuse_unfitting, refuse_unlike_model, weights_shapes
 from .hub import check_cached_weights, hub_repo
 
 __all__ = ["MAX_CHECKPOINTS", "CheckpointRef", "Series", "resolve_series", "series_revisions", "step_of"]
@@ -300,17 +299,17 @@ def _check_local(refs: list[CheckpointRef], base: ModelRequest) -> None:
     """
     seen: dict[tuple[int, int], tuple[str, str]] = {}
     first: tuple[CheckpointRef, _Contents] | None = None
-    model: list = []  # the model's config and tensor shapes, had once (when a checkpoint has either to compare)
+    model: list = []  # fit.model_fit of the model, had once (when a checkpoint has a config or shapes to compare)
     for ref in refs:
         contents = _contents(ref, base)  # first: its config is read as a JSON object (or refused) before auto_map is
         if ref.path is not None and os.path.isdir(ref.path):
             refuse_checkpoint_code(ref.name, ref.path, bool(base.trust_remote_code))
         if (contents.config is not None or contents.shapes is not None) and not model:
-            config = model_config(base, VOLATILE_CONFIG)
-            model += [config, config_shapes(config, bool(base.trust_remote_code)) if config is not None else None]
+            model += model_fit(base, VOLATILE_CONFIG)
         if contents.config is not None and model[0] is not None:
             refuse_unlike_model(ref.name, contents.config, base.model, model[0])
-        if contents.shapes is not None:  # a weights file has no config: its shapes say what width it is
+        # a weights file has no config: its shapes say its width (an alias's checkpoint with one is built from it)
+        if contents.shapes is not None and not (model[2] and contents.config is not None):
             refuse_unfitting(ref.name, contents.shapes, base.model, model[1])
         for path, inode in contents.files:
             if inode in seen:
